@@ -1,0 +1,41 @@
+# Set-up and checks.  `make demo` and `make test` work on a fresh machine.
+SHELL := /bin/bash
+# python3.12 when it runs (it gets the newest jax), else python3; support 3.11+.
+PYTHON ?= $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12*/bin/python3.12 python3; do \
+	$$p -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null && { echo $$p; break; }; done)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test test-full lint bench fuzz clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/jaxprtool fmt samples/mlp.jaxpr
+	$(BIN)/jaxprtool check samples/mlp.jaxpr && echo "check: ok"
+
+lint: install
+	$(BIN)/ruff check jaxprtool tests bench
+	$(BIN)/ruff format --check jaxprtool tests bench
+
+test: install lint
+	$(BIN)/python -m pytest -n 2 tests
+
+test-full: install
+	$(BIN)/python -m pytest -n 2 -m '' tests
+
+bench: install
+	$(BIN)/python bench/run_all.py
+
+fuzz: install
+	FUZZ_EXAMPLES=5000 $(BIN)/python -m pytest -m '' tests/test_fuzz.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

@@ -1,0 +1,3 @@
+"""jaxprtool: a command-line toolchain for jaxprs."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,420 @@
+"""The typed IR: types, variables, literals, equations and jaxprs.
+
+Names are not part of a variable's identity: a `Var` is an object, compared by
+identity, and the printer chooses its name.  `Jaxpr` objects are compared by
+identity too (so the printer can find shared sub-jaxprs); structural equality
+up to renaming is `alpha_equal`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import ml_dtypes
+import numpy as np
+
+# ---------------------------------------------------------------- dtypes
+
+#: short dtype name (as printed in a type) -> numpy dtype name (as printed in params)
+SHORT_TO_LONG = {
+    "bool": "bool",
+    "f16": "float16",
+    "bf16": "bfloat16",
+    "f32": "float32",
+    "f64": "float64",
+    "c64": "complex64",
+    "c128": "complex128",
+    "i4": "int4",
+    "i8": "int8",
+    "i16": "int16",
+    "i32": "int32",
+    "i64": "int64",
+    "u4": "uint4",
+    "u8": "uint8",
+    "u16": "uint16",
+    "u32": "uint32",
+    "u64": "uint64",
+    "float0": "float0",
+}
+LONG_TO_SHORT = {v: k for k, v in SHORT_TO_LONG.items()}
+
+
+def short_dtype_name(long_name: str) -> str:
+    """numpy name -> printed short name, following JAX's rule (float->f, int->i, ...)."""
+    if long_name in LONG_TO_SHORT:
+        return LONG_TO_SHORT[long_name]
+    for long, short in (("float", "f"), ("uint", "u"), ("int", "i"), ("complex", "c")):
+        if long_name.startswith(long):
+            return short + long_name[len(long) :]
+    return long_name
+
+
+def long_dtype_name(short: str) -> str:
+    """printed short name -> numpy name (f8_e4m3fn -> float8_e4m3fn)."""
+    if short in SHORT_TO_LONG:
+        return SHORT_TO_LONG[short]
+    for long, s in (("float", "f"), ("uint", "u"), ("int", "i"), ("complex", "c")):
+        if short.startswith(s) and short[len(s) : len(s) + 1].isdigit():
+            return long + short[len(s) :]
+    return short
+
+
+FLOAT0 = np.dtype([("float0", np.void, 0)])
+
+
+def np_dtype(short: str) -> np.dtype:
+    """The numpy dtype of a short dtype name; raises KeyError for unknown names."""
+    long = long_dtype_name(short)
+    if long == "float0":
+        return FLOAT0
+    if hasattr(ml_dtypes, long):
+        return np.dtype(getattr(ml_dtypes, long))
+    try:
+        return np.dtype(long)
+    except TypeError as e:
+        raise KeyError(short) from e
+
+
+def is_known_dtype(short: str) -> bool:
+    try:
+        np_dtype(short)
+    except KeyError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------- types
+
+Dim = int | str  # str: a symbolic dim ("b", "2*b + 1") or a sharded dim ("8@x")
+
+
+@dataclass(frozen=True, slots=True)
+class ShapedArray:
+    """An array type: `f32[3,4]`, `key<fry>[]`, `f32<host>[3]`, `f32[2]{V:x}`."""
+
+    shape: tuple[Dim, ...]
+    dtype: str  # short name as printed: "f32", "bf16", "bool", "float0", "key<fry>"
+    weak_type: bool = field(default=False, compare=False)
+    memory_space: str | None = None  # from `f32<host>[3]`
+    vma: str | None = None  # raw text inside the `{...}` suffix, e.g. "V:(x,y)"
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d if isinstance(d, int) else 0
+        return n
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        return np_dtype(self.dtype)
+
+    @property
+    def is_static(self) -> bool:
+        return all(isinstance(d, int) for d in self.shape)
+
+    def update(self, shape=None, dtype=None, weak_type=None) -> ShapedArray:
+        return ShapedArray(
+            tuple(self.shape if shape is None else shape),
+            self.dtype if dtype is None else dtype,
+            self.weak_type if weak_type is None else weak_type,
+            self.memory_space,
+            self.vma,
+        )
+
+    def __str__(self) -> str:
+        space = f"<{self.memory_space}>" if self.memory_space else ""
+        dims = ",".join(str(d) for d in self.shape)
+        vma = f"{{{self.vma}}}" if self.vma is not None else ""
+        return f"{self.dtype}{space}[{dims}]{vma}"
+
+
+@dataclass(frozen=True, slots=True)
+class RefType:
+    """A mutable reference: `Ref{f32[3]}`, `Ref<default>{f32[4,8]}`."""
+
+    inner: ShapedArray
+    memory_space: str | None = None
+
+    def __str__(self) -> str:
+        space = f"<{self.memory_space}>" if self.memory_space else ""
+        return f"Ref{space}{{{self.inner}}}"
+
+
+@dataclass(frozen=True, slots=True)
+class OpaqueType:
+    """A type the tool has no model for (`Tok`, `MemRef<None>{float32[4,8]}`); printed verbatim."""
+
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+Type = ShapedArray | RefType | OpaqueType
+
+
+def is_float(t: Type) -> bool:
+    return isinstance(t, ShapedArray) and (
+        t.dtype.startswith(("f", "bf")) and t.dtype != "float0"
+    )
+
+
+def is_complex(t: Type) -> bool:
+    return isinstance(t, ShapedArray) and t.dtype.startswith("c")
+
+
+def is_inexact(t: Type) -> bool:
+    """Float or complex: the types that carry tangents and cotangents."""
+    return is_float(t) or is_complex(t)
+
+
+# ---------------------------------------------------------------- atoms
+
+
+class Loc(NamedTuple):
+    """A source location: file, 1-based line, 1-based column."""
+
+    file: str
+    line: int
+    col: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+
+class Var:
+    """A variable.  Identity is the object; `hint` is only a naming suggestion."""
+
+    __slots__ = ("type", "hint")
+
+    def __init__(self, type: Type, hint: str | None = None):
+        self.type = type
+        self.hint = hint
+
+    def __repr__(self) -> str:
+        return f"Var({self.hint or hex(id(self))}:{self.type})"
+
+
+class Literal:
+    """An inline scalar constant `VALUE:TYPE`.
+
+    `value` is a Python bool, int, float or complex, or the string "float0"
+    for `(b'',)`.  `typed=False` records that the text (JAX 0.4.35) printed
+    no `:TYPE`; the type is then inferred and printing follows that style.
+    """
+
+    __slots__ = ("value", "type", "typed")
+
+    def __init__(self, value: Any, type: ShapedArray, typed: bool = True):
+        self.value = value
+        self.type = type
+        self.typed = typed
+
+    def _key(self):
+        return (type(self.value).__name__, repr(self.value), self.type)
+
+    def __eq__(self, other):
+        return isinstance(other, Literal) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"Literal({self.value!r}:{self.type})"
+
+
+Atom = Var | Literal
+
+
+# ---------------------------------------------------------------- equations and jaxprs
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Eqn:
+    """`outputs = prim[params] inputs`.
+
+    `params` maps each parameter name to a typed value (see params.py); it
+    holds what the text printed, plus any hidden parameter that a pass chose
+    to add.  `loc` is where the equation came from in the user's file; an
+    equation derived from another carries its location on.
+    """
+
+    prim: str
+    inputs: tuple[Atom, ...]
+    outputs: tuple[Var, ...]
+    params: dict[str, Any]
+    loc: Loc | None = None
+
+    def replace(self, **kw) -> Eqn:
+        d = dict(prim=self.prim, inputs=self.inputs, outputs=self.outputs, params=self.params, loc=self.loc)
+        d.update(kw)
+        d["inputs"] = tuple(d["inputs"])
+        d["outputs"] = tuple(d["outputs"])
+        return Eqn(**d)
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Jaxpr:
+    """`{ lambda constvars ; invars . let eqns in (outvars) }`.
+
+    Closed: a jaxpr never refers to variables of an enclosing jaxpr.
+    Compared by identity; use `alpha_equal` for structure.
+    """
+
+    constvars: tuple[Var, ...]
+    invars: tuple[Var, ...]
+    eqns: tuple[Eqn, ...]
+    outvars: tuple[Atom, ...]
+    effects: tuple[str, ...] | None = None  # only when printed (`print_effects=True`)
+
+    @property
+    def in_types(self) -> list[Type]:
+        return [v.type for v in self.invars]
+
+    @property
+    def out_types(self) -> list[Type]:
+        return [v.type for v in self.outvars]
+
+    def replace(self, **kw) -> Jaxpr:
+        d = dict(
+            constvars=self.constvars, invars=self.invars, eqns=self.eqns, outvars=self.outvars, effects=self.effects
+        )
+        d.update(kw)
+        for k in ("constvars", "invars", "eqns", "outvars"):
+            d[k] = tuple(d[k])
+        return Jaxpr(**d)
+
+
+class JaxprError(Exception):
+    """An error in the user's program or input, reported as `FILE:LINE:COL: error: msg`."""
+
+    def __init__(self, message: str, loc: Loc | None = None):
+        super().__init__(message)
+        self.message = message
+        self.loc = loc
+
+    def __str__(self) -> str:
+        return f"{self.loc}: error: {self.message}" if self.loc else f"error: {self.message}"
+
+
+# ---------------------------------------------------------------- traversal helpers
+
+
+def subjaxprs(value: Any):
+    """Yield the jaxprs directly inside a parameter value (a jaxpr, or containers of them)."""
+    if isinstance(value, Jaxpr):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            yield from subjaxprs(v)
+    elif hasattr(value, "jaxprs_inside"):
+        yield from value.jaxprs_inside()
+
+
+def eqn_subjaxprs(eqn: Eqn):
+    for v in eqn.params.values():
+        yield from subjaxprs(v)
+
+
+def map_param_jaxprs(value: Any, fn) -> Any:
+    """Rebuild a parameter value with every jaxpr inside replaced by fn(jaxpr)."""
+    if isinstance(value, Jaxpr):
+        return fn(value)
+    if isinstance(value, tuple) and type(value) is tuple:
+        return tuple(map_param_jaxprs(v, fn) for v in value)
+    if isinstance(value, list):
+        return [map_param_jaxprs(v, fn) for v in value]
+    if hasattr(value, "map_jaxprs"):
+        return value.map_jaxprs(fn)
+    return value
+
+
+def all_eqns(jaxpr: Jaxpr):
+    """Every equation, nested ones included (depth first, each jaxpr object once)."""
+    seen: set[int] = set()
+
+    def walk(j: Jaxpr):
+        if id(j) in seen:
+            return
+        seen.add(id(j))
+        for e in j.eqns:
+            yield e
+            for sub in eqn_subjaxprs(e):
+                yield from walk(sub)
+
+    yield from walk(jaxpr)
+
+
+# ---------------------------------------------------------------- alpha equivalence
+
+
+def alpha_equal(a: Jaxpr, b: Jaxpr) -> bool:
+    """Structural equality up to variable naming (and source locations)."""
+    return _AlphaEq().jaxpr(a, b)
+
+
+class _AlphaEq:
+    def __init__(self):
+        self.memo: set[tuple[int, int]] = set()
+
+    def jaxpr(self, a: Jaxpr, b: Jaxpr) -> bool:
+        if (id(a), id(b)) in self.memo:
+            return True
+        env: dict[int, int] = {}
+        if not self.binders(a.constvars, b.constvars, env) or not self.binders(a.invars, b.invars, env):
+            return False
+        if len(a.eqns) != len(b.eqns) or a.effects != b.effects:
+            return False
+        for ea, eb in zip(a.eqns, b.eqns):
+            if ea.prim != eb.prim or len(ea.inputs) != len(eb.inputs):
+                return False
+            if not all(self.atom(x, y, env) for x, y in zip(ea.inputs, eb.inputs)):
+                return False
+            if not self.params(ea.params, eb.params):
+                return False
+            if not self.binders(ea.outputs, eb.outputs, env):
+                return False
+        if len(a.outvars) != len(b.outvars):
+            return False
+        ok = all(self.atom(x, y, env) for x, y in zip(a.outvars, b.outvars))
+        if ok:
+            self.memo.add((id(a), id(b)))
+        return ok
+
+    @staticmethod
+    def binders(xs, ys, env) -> bool:
+        if len(xs) != len(ys):
+            return False
+        for x, y in zip(xs, ys):
+            if x.type != y.type:
+                return False
+            env[id(x)] = id(y)
+        return True
+
+    @staticmethod
+    def atom(x, y, env) -> bool:
+        if isinstance(x, Literal) or isinstance(y, Literal):
+            return x == y
+        return env.get(id(x)) == id(y)
+
+    def params(self, pa: dict, pb: dict) -> bool:
+        if pa.keys() != pb.keys():
+            return False
+        return all(self.value(pa[k], pb[k]) for k in pa)
+
+    def value(self, x, y) -> bool:
+        if isinstance(x, Jaxpr) and isinstance(y, Jaxpr):
+            return self.jaxpr(x, y)
+        if isinstance(x, (tuple, list)) and isinstance(y, (tuple, list)):
+            return type(x) is type(y) and len(x) == len(y) and all(self.value(u, v) for u, v in zip(x, y))
+        if isinstance(x, float) and isinstance(y, float) and x != x and y != y:
+            return True
+        if hasattr(x, "alpha_equal"):
+            return x.alpha_equal(y, self.value)
+        return type(x) is type(y) and x == y

@@ -1,0 +1,137 @@
+"""Typed parameter values.
+
+Parameters print as `str(value)` in JAX.  Plain Python values stand for
+themselves: int, float, bool, None, str (a top-level unquoted string or a
+bare enum name such as `RNG_DEFAULT`; inside containers it prints quoted, as
+`str(tuple)` does), tuple, list, frozenset, and `Jaxpr` (nested jaxprs; a
+tuple of jaxprs prints as `( {..} {..} )`).  numpy dtypes are `np.dtype`.
+The classes below cover the rest.  `format_value` gives JAX's text for any of
+them (without nested-jaxpr layout, which is the printer's job).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class EnumValue:
+    """`GatherScatterMode.CLIP`, `Precision.HIGHEST`."""
+
+    cls: str
+    member: str
+
+    def __str__(self) -> str:
+        return f"{self.cls}.{self.member}"
+
+
+@dataclass(frozen=True, slots=True)
+class NpScalar:
+    """`np.int64(1)` (numpy >= 2 repr of a numpy scalar inside a container)."""
+
+    dtype: str
+    value: Any
+
+    def __str__(self) -> str:
+        return f"np.{self.dtype}({self.value!r})"
+
+    def __int__(self) -> int:
+        return int(self.value)
+
+    def __index__(self) -> int:
+        return int(self.value)
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A dataclass or namedtuple repr: `GatherDimensionNumbers(offset_dims=(1,), ...)`.
+
+    `fields` is a tuple of (name, value) pairs in printed order.
+    """
+
+    cls: str
+    fields: tuple[tuple[str, Any], ...]
+
+    def __getitem__(self, name: str) -> Any:
+        for k, v in self.fields:
+            if k == name:
+                return v
+        raise KeyError(name)
+
+    def get(self, name: str, default=None):
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+    def __str__(self) -> str:
+        inner = ", ".join(f"{k}={format_value(v, nested=True)}" for k, v in self.fields)
+        return f"{self.cls}({inner})"
+
+    def jaxprs_inside(self):
+        from .core import subjaxprs
+
+        for _, v in self.fields:
+            yield from subjaxprs(v)
+
+    def map_jaxprs(self, fn):
+        from .core import map_param_jaxprs
+
+        return Record(self.cls, tuple((k, map_param_jaxprs(v, fn)) for k, v in self.fields))
+
+    def alpha_equal(self, other, eq) -> bool:
+        return (
+            isinstance(other, Record)
+            and self.cls == other.cls
+            and [k for k, _ in self.fields] == [k for k, _ in other.fields]
+            and all(eq(a, b) for (_, a), (_, b) in zip(self.fields, other.fields))
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SymExpr:
+    """A symbolic dimension expression inside a parameter: `b*n`, `floordiv(b, 2)`."""
+
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True, slots=True)
+class Opaque:
+    """A value the tool has no model for (a function repr, a mesh, a PyTreeDef); printed verbatim."""
+
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def format_value(v: Any, nested: bool = False) -> str:
+    """JAX's `str(value)` for a parameter value that contains no jaxpr."""
+    if isinstance(v, str):
+        return repr(v) if nested else v
+    if isinstance(v, bool) or v is None:
+        return str(v)
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, np.dtype):
+        return v.name if v.names is None else "float0"
+    if isinstance(v, tuple):
+        if len(v) == 1:
+            return f"({format_value(v[0], True)},)"
+        return "(" + ", ".join(format_value(x, True) for x in v) + ")"
+    if isinstance(v, list):
+        return "[" + ", ".join(format_value(x, True) for x in v) + "]"
+    if isinstance(v, frozenset):
+        return "frozenset({" + ", ".join(sorted(format_value(x, True) for x in v)) + "})"
+    return str(v)
+
+
+def as_int_tuple(v) -> tuple[int, ...]:
+    """A tuple of ints from a printed tuple that may hold `np.int64(...)` entries."""
+    return tuple(int(x) for x in v)

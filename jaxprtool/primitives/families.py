@@ -1,0 +1,1 @@
+"""Imports every primitive family module so that their rules register."""
