@@ -18,7 +18,7 @@ from .io import report
 #: command name -> "module:attribute" inside jaxprtool.commands
 COMMANDS: dict[str, str] = {
     "fmt": "text_cmds:fmt",
-    "check": "text_cmds:check",
+    "check": "check_cmd:check",
 }
 
 
