@@ -1,0 +1,26 @@
+"""`make bench`: run every bench/bench_*.py in its own process and print their tables."""
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def main() -> int:
+    failed = []
+    for script in sorted(HERE.glob("bench_*.py")):
+        print(f"\n=== {script.name} ===", flush=True)
+        t0 = time.perf_counter()
+        rc = subprocess.call([sys.executable, str(script)])
+        print(f"({script.name}: {time.perf_counter() - t0:.1f} s, exit {rc})", flush=True)
+        if rc:
+            failed.append(script.name)
+    if failed:
+        print("failed:", ", ".join(failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
