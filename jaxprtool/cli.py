@@ -19,6 +19,7 @@ from .io import report
 COMMANDS: dict[str, str] = {
     "fmt": "text_cmds:fmt",
     "check": "check_cmd:check",
+    "graph": "graph_cmd:graph",
 }
 
 
