@@ -16,7 +16,9 @@ from .common import load
 
 @click.command()
 @click.argument("file", required=False)
-@click.option("-o", "--output", required=True, metavar="OUT.svg|.png|.dot", help="Where to write the graph.")
+@click.option(
+    "-o", "--output", required=True, metavar="OUT.svg|.png|.dot", help="Where to write the graph."
+)
 @click.option("--collapse-nested", is_flag=True, help="Draw each nested jaxpr as one node.")
 @guarded
 def graph(file, output, collapse_nested):
@@ -35,14 +37,18 @@ def graph(file, output, collapse_nested):
         write_output(dot, output)
         return
     if ext not in (".svg", ".png", ".pdf"):
-        raise click.BadParameter(f"unknown graph format '{ext}' (use .dot, .svg, .png or .pdf)", param_hint="-o")
+        raise click.BadParameter(
+            f"unknown graph format '{ext}' (use .dot, .svg, .png or .pdf)", param_hint="-o"
+        )
     exe = shutil.which("dot")
     if exe is None:
         raise JaxprError(
             "rendering needs Graphviz's `dot` program, which is not on the PATH "
             "(install the 'graphviz' package, e.g. `apt-get install graphviz`), or write .dot instead"
         )
-    proc = subprocess.run([exe, f"-T{ext[1:]}"], input=dot.encode(), capture_output=True, timeout=120)
+    proc = subprocess.run(
+        [exe, f"-T{ext[1:]}"], input=dot.encode(), capture_output=True, timeout=120
+    )
     if proc.returncode != 0:
         raise JaxprError(f"graphviz failed: {proc.stderr.decode(errors='replace').strip()}")
     write_output(proc.stdout, output)

@@ -41,7 +41,9 @@ class _DotWriter:
     def node_of(self, atom, indent: str) -> str:
         if isinstance(atom, Literal):
             nid = self.fresh("lit")
-            self.lines.append(f"{indent}{nid} [label={_quote(f'{atom.value!r}:{atom.type}')}, shape=plaintext];")
+            self.lines.append(
+                f"{indent}{nid} [label={_quote(f'{atom.value!r}:{atom.type}')}, shape=plaintext];"
+            )
             return nid
         return self.ids[id(atom)]
 
@@ -62,7 +64,9 @@ class _DotWriter:
             src = self.node_of(atom, indent)
             if with_outputs:
                 nid = self.fresh("out")
-                self.lines.append(f"{indent}{nid} [label={_quote(f'out{i}: {atom.type}')}, shape=doubleoctagon];")
+                self.lines.append(
+                    f"{indent}{nid} [label={_quote(f'out{i}: {atom.type}')}, shape=doubleoctagon];"
+                )
                 self.lines.append(f"{indent}{src} -> {nid};")
             outs.append(src)
         return outs
@@ -85,7 +89,9 @@ class _DotWriter:
         if subs and not self.collapse:
             nid = self.fresh("call")
             self.lines.append(f"{indent}subgraph cluster_{nid} {{")
-            self.lines.append(f"{indent}  label={_quote(eqn.prim + (' ' + str(eqn.params.get('name')) if 'name' in eqn.params else ''))};")
+            self.lines.append(
+                f"{indent}  label={_quote(eqn.prim + (' ' + str(eqn.params.get('name')) if 'name' in eqn.params else ''))};"
+            )
             self.lines.append(f"{indent}  style=filled; fillcolor={_quote(fill)};")
             self.lines.append(f"{indent}  {nid} [label={_quote(eqn.prim)}, shape=ellipse];")
             for sub in subs:
