@@ -48,9 +48,18 @@ OPTIONS = Options()
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show Python tracebacks for internal errors.")
-@click.option("--plugin", "plugins", multiple=True, metavar="RULES.py",
-              help="Load a Python module that registers rules for extra primitives (repeatable).")
-@click.option("--jax-style", metavar="VERSION", help="Print in the style of this JAX version (e.g. 0.4.35, 0.12).")
+@click.option(
+    "--plugin",
+    "plugins",
+    multiple=True,
+    metavar="RULES.py",
+    help="Load a Python module that registers rules for extra primitives (repeatable).",
+)
+@click.option(
+    "--jax-style",
+    metavar="VERSION",
+    help="Print in the style of this JAX version (e.g. 0.4.35, 0.12).",
+)
 @click.option("--no-color", is_flag=True, help="Never colour diagnostics.")
 @click.version_option(package_name="jaxprtool")
 def main(debug, plugins, jax_style, no_color):
@@ -92,7 +101,11 @@ def guarded(fn):
         except Exception as e:  # an internal error: still no traceback by default
             if OPTIONS.debug:
                 raise
-            report(JaxprError(f"internal error: {type(e).__name__}: {e} (run with --debug for a traceback)"))
+            report(
+                JaxprError(
+                    f"internal error: {type(e).__name__}: {e} (run with --debug for a traceback)"
+                )
+            )
             sys.exit(1)
 
     return wrapper

@@ -160,9 +160,7 @@ Type = ShapedArray | RefType | OpaqueType
 
 
 def is_float(t: Type) -> bool:
-    return isinstance(t, ShapedArray) and (
-        t.dtype.startswith(("f", "bf")) and t.dtype != "float0"
-    )
+    return isinstance(t, ShapedArray) and (t.dtype.startswith(("f", "bf")) and t.dtype != "float0")
 
 
 def is_complex(t: Type) -> bool:
@@ -252,7 +250,13 @@ class Eqn:
     loc: Loc | None = None
 
     def replace(self, **kw) -> Eqn:
-        d = dict(prim=self.prim, inputs=self.inputs, outputs=self.outputs, params=self.params, loc=self.loc)
+        d = dict(
+            prim=self.prim,
+            inputs=self.inputs,
+            outputs=self.outputs,
+            params=self.params,
+            loc=self.loc,
+        )
         d.update(kw)
         d["inputs"] = tuple(d["inputs"])
         d["outputs"] = tuple(d["outputs"])
@@ -283,7 +287,11 @@ class Jaxpr:
 
     def replace(self, **kw) -> Jaxpr:
         d = dict(
-            constvars=self.constvars, invars=self.invars, eqns=self.eqns, outvars=self.outvars, effects=self.effects
+            constvars=self.constvars,
+            invars=self.invars,
+            eqns=self.eqns,
+            outvars=self.outvars,
+            effects=self.effects,
         )
         d.update(kw)
         for k in ("constvars", "invars", "eqns", "outvars"):
@@ -367,7 +375,9 @@ class _AlphaEq:
         if (id(a), id(b)) in self.memo:
             return True
         env: dict[int, int] = {}
-        if not self.binders(a.constvars, b.constvars, env) or not self.binders(a.invars, b.invars, env):
+        if not self.binders(a.constvars, b.constvars, env) or not self.binders(
+            a.invars, b.invars, env
+        ):
             return False
         if len(a.eqns) != len(b.eqns) or a.effects != b.effects:
             return False
@@ -412,7 +422,11 @@ class _AlphaEq:
         if isinstance(x, Jaxpr) and isinstance(y, Jaxpr):
             return self.jaxpr(x, y)
         if isinstance(x, (tuple, list)) and isinstance(y, (tuple, list)):
-            return type(x) is type(y) and len(x) == len(y) and all(self.value(u, v) for u, v in zip(x, y))
+            return (
+                type(x) is type(y)
+                and len(x) == len(y)
+                and all(self.value(u, v) for u, v in zip(x, y))
+            )
         if isinstance(x, float) and isinstance(y, float) and x != x and y != y:
             return True
         if hasattr(x, "alpha_equal"):

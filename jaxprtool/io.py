@@ -44,7 +44,9 @@ def write_output(text: str | bytes, out: str | None) -> None:
         return
     folder = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(folder):
-        raise JaxprError(f"cannot write '{out}': folder '{os.path.dirname(out) or '.'}' does not exist")
+        raise JaxprError(
+            f"cannot write '{out}': folder '{os.path.dirname(out) or '.'}' does not exist"
+        )
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".jaxprtool-", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:

@@ -20,12 +20,29 @@ SHAPE_RULES: dict[str, ShapeRule] = {}
 
 #: primitives whose equations must never be removed, merged or reordered
 EFFECTFUL: set[str] = {
-    "debug_callback", "debug_print", "io_callback", "check", "pure_callback_ordered",
-    "addupdate", "swap", "get", "new_ref", "freeze", "run_state", "pallas_call",
+    "debug_callback",
+    "debug_print",
+    "io_callback",
+    "check",
+    "pure_callback_ordered",
+    "addupdate",
+    "swap",
+    "get",
+    "new_ref",
+    "freeze",
+    "run_state",
+    "pallas_call",
 }
 #: random-number primitives: not merged by CSE
-RANDOM: set[str] = {"random_bits", "random_seed", "random_split", "random_fold_in",
-                    "rng_bit_generator", "rng_uniform", "random_gamma"}
+RANDOM: set[str] = {
+    "random_bits",
+    "random_seed",
+    "random_split",
+    "random_fold_in",
+    "rng_bit_generator",
+    "rng_uniform",
+    "random_gamma",
+}
 
 
 class ShapeError(Exception):
