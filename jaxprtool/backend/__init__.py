@@ -1,0 +1,112 @@
+"""Evaluation of IR jaxprs through JAX's public APIs (jax is imported lazily, only here).
+
+Public API:
+  evaluate(jaxpr, args, consts=None, device="cpu", dims=None) -> list[np.ndarray]   (jax.jit)
+  as_jax_function(jaxpr, dims=None) -> f(*consts, *args)   traceable by jax.jit / jax.grad / ...
+  eval_eager(jaxpr, args, consts=None, trace=None, debug_nans=False, dims=None) -> list[np.ndarray]
+  IMPLS[name] = fn(*args, **params)   implementations supplied by plugins
+"""
+
+from __future__ import annotations
+
+from .evaluator import IMPLS, refusal  # noqa: F401  (numpy only; jax stays unimported)
+
+__all__ = [
+    "IMPLS",
+    "as_jax_function",
+    "evaluate",
+    "eval_eager",
+    "check_runnable",
+    "prepare",
+    "get_device",
+    "refusal",
+]
+
+
+def prepare(jaxpr) -> None:
+    """Import jax, enabling 64-bit types when the program has them."""
+    import jax
+
+    from .evaluator import needs_x64
+
+    if needs_x64(jaxpr) and not jax.config.jax_enable_x64:
+        jax.config.update("jax_enable_x64", True)
+
+
+def check_runnable(jaxpr) -> None:
+    """Raise JaxprError naming the first equation the back end refuses, before any tracing."""
+    from ..core import JaxprError, all_eqns
+
+    for e in all_eqns(jaxpr):
+        why = refusal(e)
+        if why:
+            raise JaxprError(f"cannot run {why}", e.loc)
+
+
+def as_jax_function(jaxpr, dims=None):
+    """f(*consts, *args) -> list of outputs; traceable by jax.jit, jax.grad, jax.vmap, ..."""
+    from .evaluator import Interpreter
+
+    prepare(jaxpr)
+    nc = len(jaxpr.constvars)
+
+    def f(*xs):
+        return Interpreter("jit", dims=dims).run(jaxpr, list(xs[:nc]), list(xs[nc:]))
+
+    return f
+
+
+def get_device(device: str = "cpu"):
+    """The first JAX device of a platform, or a JaxprError that names what is missing."""
+    import jax
+
+    from ..core import JaxprError
+
+    platform = {"gpu": "gpu", "cuda": "gpu", "cpu": "cpu", "tpu": "tpu"}.get(device)
+    if platform is None:
+        raise JaxprError(f"unknown device '{device}' (expected cpu or gpu)")
+    try:
+        devs = jax.devices(platform)
+    except RuntimeError as e:
+        hint = " (install the CUDA plugin: pip install 'jax[cuda12]')" if platform == "gpu" else ""
+        raise JaxprError(
+            f"device '{device}' is not available: JAX found no {platform} backend{hint}: {str(e).splitlines()[0]}"
+        ) from None
+    if not devs:
+        raise JaxprError(f"device '{device}' is not available: JAX found no {platform} devices")
+    return devs[0]
+
+
+def _to_numpy(outs):
+    import numpy as np
+
+    return [np.asarray(o) for o in outs]
+
+
+def evaluate(jaxpr, args, consts=None, device: str = "cpu", dims=None, jitted=None):
+    """Run a jaxpr compiled by XLA (through jax.jit) and return numpy arrays."""
+    import jax
+
+    check_runnable(jaxpr)
+    prepare(jaxpr)
+    dev = get_device(device)
+    consts = list(consts or [])
+    fn = jitted or jax.jit(as_jax_function(jaxpr, dims))
+    with jax.default_device(dev):
+        xs = [jax.device_put(x, dev) for x in consts + list(args)]
+        return _to_numpy(fn(*xs))
+
+
+def eval_eager(jaxpr, args, consts=None, trace=None, debug_nans=False, dims=None, device: str = "cpu"):
+    """Run op by op with Python control flow; trace(line) gets each equation's summary."""
+    import jax
+
+    from .evaluator import Interpreter
+
+    check_runnable(jaxpr)
+    prepare(jaxpr)
+    dev = get_device(device)
+    with jax.default_device(dev):
+        interp = Interpreter("eager", dims=dims, trace=trace, debug_nans=debug_nans)
+        outs = interp.run(jaxpr, list(consts or []), [jax.device_put(x, dev) for x in args])
+        return _to_numpy(outs)

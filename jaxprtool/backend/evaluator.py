@@ -1,0 +1,449 @@
+"""Walk the IR and bind each equation's JAX primitive; control flow through public jax.lax.
+
+Two modes share one walker:
+  * "jit": every value is a JAX tracer (the walker runs inside jax.jit / jax.grad / ...),
+    control flow becomes lax.switch / lax.while_loop / lax.scan;
+  * "eager": values are concrete arrays, primitives run one by one and control flow is
+    interpreted in Python (so --trace and --debug-nans can look at every iteration).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from ..core import Eqn, Jaxpr, JaxprError, Literal, ShapedArray, Var
+from ..params import format_value
+from . import prims
+from .values import has_nonfinite, literal_value, static_shape, summary_line
+
+#: primitive name -> fn(*args, **params) -> value or list of values; filled by plugins.
+IMPLS: dict[str, Callable] = {}
+
+CALLBACKS = {"debug_callback", "debug_print", "io_callback", "pure_callback", "ffi_call", "buffer_callback"}
+KERNELS = {"pallas_call", "tpu_custom_call", "mosaic_gpu_p", "triton_kernel_call", "core_map", "custom_call"}
+MULTI_DEVICE = {
+    "shard_map", "xla_pmap", "psum", "pmax", "pmin", "ppermute", "pshuffle", "all_gather",
+    "all_gather_invariant", "all_to_all", "ragged_all_to_all", "reduce_scatter", "psum_scatter",
+    "axis_index", "psum_invariant", "pvary", "pbroadcast", "pcast", "unreduced_pmax",
+    "unreduced_pmin",
+}
+HI_PRIMS = {"call_hi_primitive", "call_hi_primitive_linearized"}
+#: identities on one device
+IDENTITIES = {"sharding_constraint", "reshard", "mesh_cast", "device_put", "name"}
+CALLS = {
+    "jit": "jaxpr", "pjit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr",
+    "named_call": "call_jaxpr", "remat2": "jaxpr", "checkpoint": "jaxpr", "remat": "jaxpr",
+    "custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr",
+    "custom_vjp_call_jaxpr": "fun_jaxpr", "custom_vmap_call": "call", "eval_jaxpr": "call_jaxpr",
+    "xla_metadata_call": "jaxpr", "compute_on": "jaxpr",
+}
+
+
+def refusal(eqn: Eqn) -> str | None:
+    """Why this back end cannot run an equation (None: it can)."""
+    name = eqn.prim
+    if name in IMPLS:
+        return None
+    if name in CALLBACKS:
+        return f"'{name}' calls back into Python, which cannot run from a text file (supply it with a plugin: backend.IMPLS['{name}'])"
+    if name in KERNELS:
+        return f"'{name}' is a custom kernel the back end cannot run (supply it with a plugin: backend.IMPLS['{name}'])"
+    if name in MULTI_DEVICE:
+        return f"'{name}' is a multi-device primitive; running on several devices is not supported (supply it with a plugin: backend.IMPLS['{name}'])"
+    if name in HI_PRIMS or name[:1].isupper():
+        hi = eqn.params.get("_prim", name)
+        return f"'{hi}' is a high-level primitive with no lowering in the text (supply it with a plugin: backend.IMPLS['{hi}'])"
+    return None
+
+
+def eqn_text(eqn: Eqn, names: Callable[[Any], str]) -> str:
+    """A one-line rendering of an equation (nested jaxprs elided)."""
+
+    def val(v):
+        if isinstance(v, Jaxpr):
+            return "{...}"
+        if isinstance(v, (tuple, list)) and any(isinstance(x, Jaxpr) for x in v):
+            return "(" + " ".join(val(x) for x in v) + ")"
+        return format_value(v)
+
+    outs = " ".join(f"{names(o)}:{o.type}" for o in eqn.outputs) or "_"
+    ps = " ".join(f"{k}={val(v)}" for k, v in eqn.params.items())
+    ins = " ".join(names(a) for a in eqn.inputs)
+    return f"{outs} = {eqn.prim}{'[' + ps + ']' if ps else ''} {ins}".rstrip()
+
+
+class Namer:
+    def __init__(self):
+        self.names: dict[int, str] = {}
+
+    def __call__(self, a) -> str:
+        if isinstance(a, Literal):
+            return f"{a.value}:{a.type}"
+        n = self.names.get(id(a))
+        if n is None:
+            n = a.hint or f"v{len(self.names)}"
+            self.names[id(a)] = n
+        return n
+
+
+class Interpreter:
+    def __init__(self, mode: str = "jit", dims=None, trace=None, debug_nans: bool = False):
+        self.mode = mode
+        self.dims = dims or {}
+        self.trace = trace  # callable(str) for --trace lines
+        self.debug_nans = debug_nans
+        self.namer = Namer()
+
+    # ------------------------------------------------------------ walking
+
+    def run(self, jaxpr: Jaxpr, consts, args, path=()) -> list:
+        env: dict[int, Any] = {}
+        if len(consts) != len(jaxpr.constvars):
+            names = ", ".join(self.namer(v) for v in jaxpr.constvars[len(consts) :])
+            raise JaxprError(f"constants without values: {names}")
+        if len(args) != len(jaxpr.invars):
+            raise JaxprError(f"jaxpr expects {len(jaxpr.invars)} inputs, got {len(args)}")
+        for v, x in zip(jaxpr.constvars, consts):
+            env[id(v)] = x
+        for v, x in zip(jaxpr.invars, args):
+            env[id(v)] = x
+
+        def read(a):
+            if isinstance(a, Literal):
+                return literal_value(a)
+            try:
+                return env[id(a)]
+            except KeyError:
+                raise JaxprError(f"variable '{self.namer(a)}' is used before it is defined") from None
+
+        for eqn in jaxpr.eqns:
+            invals = [read(a) for a in eqn.inputs]
+            outs = self.eqn(eqn, invals, path)
+            if len(outs) != len(eqn.outputs):
+                raise JaxprError(
+                    f"'{eqn.prim}' produced {len(outs)} results, the equation binds {len(eqn.outputs)}",
+                    eqn.loc,
+                )
+            for v, x in zip(eqn.outputs, outs):
+                env[id(v)] = x
+            if self.mode == "eager":
+                self.after(eqn, invals, outs, path)
+        return [read(a) for a in jaxpr.outvars]
+
+    def after(self, eqn, invals, outs, path):
+        where = " > ".join(path)
+        if self.trace is not None:
+            prefix = f"[{where}] " if where else ""
+            for v, x in zip(eqn.outputs, outs):
+                self.trace(f"{prefix}{self.namer(v)} = {eqn.prim}: {summary_line(x)}")
+        if self.debug_nans and any(has_nonfinite(x) for x in outs):
+            lines = [f"'{eqn.prim}' produced NaN/inf: {eqn_text(eqn, self.namer)}"]
+            if where:
+                lines.append(f"  in {where}")
+            for a, x in zip(eqn.inputs, invals):
+                lines.append(f"  input {self.namer(a)}: {summary_line(x)}")
+            for v, x in zip(eqn.outputs, outs):
+                lines.append(f"  output {self.namer(v)}: {summary_line(x)}")
+            raise JaxprError("\n".join(lines), eqn.loc)
+
+    def body(self, j: Jaxpr, eqn: Eqn) -> Jaxpr:
+        if not isinstance(j, Jaxpr):
+            raise JaxprError(f"'{eqn.prim}': its body jaxpr is missing from the text", eqn.loc)
+        if j.constvars:
+            raise JaxprError(
+                f"'{eqn.prim}': its nested jaxpr has constants ({len(j.constvars)}) whose values the text does not contain",
+                eqn.loc,
+            )
+        return j
+
+    def fn(self, j: Jaxpr, eqn: Eqn, path, label: str | None = None):
+        j = self.body(j, eqn)
+
+        def f(*xs):
+            return self.run(j, [], list(xs), path + ((label,) if label else ()))
+
+        return f
+
+    # ------------------------------------------------------------ one equation
+
+    def eqn(self, eqn: Eqn, invals: list, path) -> list:
+        name = eqn.prim
+        if name in IMPLS:
+            out = IMPLS[name](*invals, **eqn.params)
+            return list(out) if isinstance(out, (list, tuple)) else [out]
+        why = refusal(eqn)
+        if why:
+            raise JaxprError(f"cannot run {why}", eqn.loc)
+        if name in IDENTITIES:
+            return list(invals)
+        if name in CALLS:
+            return self.call(eqn, invals, path)
+        handler = getattr(self, "p_" + name.replace("-", "_"), None)
+        if handler is not None:
+            return handler(eqn, invals, path)
+        prim = prims.lookup(name)
+        if prim is None:
+            raise JaxprError(f"cannot run '{name}': the installed JAX has no primitive of that name", eqn.loc)
+        params = prims.bind_params(eqn, self.dims)
+        try:
+            out = prim.bind(*invals, **params)
+        except JaxprError:
+            raise
+        except Exception as e:  # noqa: BLE001 - JAX's complaint, located at the equation
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise JaxprError(f"'{name}' failed in JAX: {type(e).__name__}: {msg}", eqn.loc) from e
+        return list(out) if prim.multiple_results else [out]
+
+    # ------------------------------------------------------------ calls
+
+    def call(self, eqn, invals, path):
+        key = CALLS[eqn.prim]
+        j = eqn.params.get(key)
+        if j is None:
+            for v in eqn.params.values():
+                if isinstance(v, Jaxpr):
+                    j = v
+                    break
+        label = str(eqn.params.get("name", eqn.prim)) if self.mode == "eager" else None
+        f = self.fn(j, eqn, path, None if label is None else f"{eqn.prim} {label}")
+        if eqn.prim in ("remat2", "checkpoint", "remat") and self.mode == "jit":
+            import jax
+
+            prevent = eqn.params.get("prevent_cse", True)
+            return list(jax.checkpoint(lambda *xs: f(*xs), prevent_cse=bool(prevent))(*invals))
+        return f(*invals)
+
+    # ------------------------------------------------------------ control flow
+
+    def p_cond(self, eqn, invals, path):
+        branches = eqn.params["branches"]
+        if isinstance(branches, Jaxpr):
+            branches = (branches,)
+        idx, ops = invals[0], invals[1:]
+        if self.mode == "eager":
+            i = int(np.asarray(idx))
+            i = min(max(i, 0), len(branches) - 1)
+            return self.fn(branches[i], eqn, path, f"cond branch {i}")(*ops)
+        import jax
+        import jax.numpy as jnp
+
+        fns = [self.fn(b, eqn, path) for b in branches]
+        if len(fns) == 1:
+            return fns[0](*ops)
+        idx = jnp.asarray(idx)
+        if idx.dtype == jnp.bool_:
+            idx = idx.astype(jnp.int32)
+        return list(jax.lax.switch(idx, fns, *ops))
+
+    def p_while(self, eqn, invals, path):
+        p = eqn.params
+        cn, bn = int(p.get("cond_nconsts", 0)), int(p.get("body_nconsts", 0))
+        cconsts, bconsts, init = invals[:cn], invals[cn : cn + bn], invals[cn + bn :]
+        cj, bj = self.body(p["cond_jaxpr"], eqn), self.body(p["body_jaxpr"], eqn)
+        if self.mode == "eager":
+            carry, i = list(init), 0
+            while True:
+                (pred,) = self.run(cj, [], cconsts + carry, path + (f"while cond {i}",))
+                if not bool(np.asarray(pred)):
+                    return carry
+                carry = self.run(bj, [], bconsts + carry, path + (f"while iter {i}",))
+                i += 1
+        import jax
+
+        def cond_fun(c):
+            return self.run(cj, [], list(cconsts) + list(c), path)[0]
+
+        def body_fun(c):
+            return tuple(self.run(bj, [], list(bconsts) + list(c), path))
+
+        return list(jax.lax.while_loop(cond_fun, body_fun, tuple(init)))
+
+    def scan_split(self, eqn, n_in: int, body: Jaxpr) -> tuple[int, int]:
+        """(number of consts, number of carries) of a scan, in either encoding."""
+        p = eqn.params
+        if "num_consts" in p and "num_carry" in p:
+            return int(p["num_consts"]), int(p["num_carry"])
+        if "ft_in" in p:
+            ft_in = p["ft_in"]
+            groups = ft_in if isinstance(ft_in, (tuple, list)) and len(ft_in) == 3 else None
+            if groups is not None:
+                counts = [_leaves(g) for g in groups]
+                if sum(counts) == n_in:
+                    return counts[0], counts[1]
+            ft_out = p.get("ft_out")
+            if isinstance(ft_out, (tuple, list)) and len(ft_out) == 2 and groups is not None:
+                n_carry = _leaves(ft_out[0])
+                return n_in - n_carry - _leaves(groups[2]), n_carry
+        raise JaxprError("'scan': cannot tell its constants, carries and scanned inputs apart", eqn.loc)
+
+    def p_scan(self, eqn, invals, path):
+        p = eqn.params
+        body = self.body(p["jaxpr"], eqn)
+        nc, nk = self.scan_split(eqn, len(invals), body)
+        consts, init, xs = invals[:nc], invals[nc : nc + nk], invals[nc + nk :]
+        length = int(p["length"])
+        reverse = bool(p.get("reverse", False))
+        if self.mode == "eager":
+            import jax.numpy as jnp
+
+            carry, ys = list(init), []
+            order = range(length - 1, -1, -1) if reverse else range(length)
+            for i in order:
+                out = self.run(body, [], list(consts) + carry + [x[i] for x in xs], path + (f"scan iter {i}",))
+                carry, y = out[:nk], out[nk:]
+                ys.append(y)
+            if reverse:
+                ys.reverse()
+            n_y = len(body.outvars) - nk
+            if length == 0:
+                stacked = []
+                for v in body.outvars[nk:]:
+                    t = v.type
+                    stacked.append(jnp.zeros((0,) + static_shape(t, self.dims), t.np_dtype))
+            else:
+                stacked = [jnp.stack([y[k] for y in ys]) for k in range(n_y)]
+            return carry + stacked
+        import jax
+
+        def f(c, x):
+            out = self.run(body, [], list(consts) + list(c) + (list(x) if x is not None else []), path)
+            return tuple(out[:nk]), tuple(out[nk:])
+
+        unroll = p.get("unroll", 1)
+        unroll = bool(unroll) if isinstance(unroll, bool) else int(unroll)
+        carry, ys = jax.lax.scan(
+            f, tuple(init), tuple(xs) if xs else None, length=length, reverse=reverse, unroll=unroll
+        )
+        return list(carry) + list(ys)
+
+    def p_custom_linear_solve(self, eqn, invals, path):
+        p = eqn.params
+        lengths, jaxprs = p["const_lengths"], p["jaxprs"]
+        names = ("matvec", "vecmat", "solve", "transpose_solve")
+
+        def get(rec, k):
+            if hasattr(rec, "get"):
+                return rec.get(k)
+            return rec[names.index(k)]
+
+        counts = [int(get(lengths, k) or 0) for k in names]
+        start = sum(counts[:2])
+        solve_consts = invals[start : start + counts[2]]
+        b = invals[sum(counts) :]
+        return self.fn(get(jaxprs, "solve"), eqn, path, "custom_linear_solve")(*solve_consts, *b)
+
+    def p_reduce(self, eqn, invals, path):
+        import jax
+
+        j = self.body(eqn.params["jaxpr"], eqn)
+        n = len(invals) // 2
+        ops, inits = invals[:n], invals[n:]
+        dims = tuple(int(d) for d in eqn.params["dimensions"])
+
+        def comp(a, b):
+            a = a if isinstance(a, (tuple, list)) else (a,)
+            b = b if isinstance(b, (tuple, list)) else (b,)
+            out = self.run(j, [], list(a) + list(b), path)
+            return tuple(out) if n > 1 else out[0]
+
+        res = jax.lax.reduce(tuple(ops) if n > 1 else ops[0], tuple(inits) if n > 1 else inits[0], comp, dims)
+        return list(res) if n > 1 else [res]
+
+    def p_reduce_window(self, eqn, invals, path):
+        import jax
+
+        p = eqn.params
+        j = self.body(p["jaxpr"], eqn)
+        n = len(invals) // 2
+        ops, inits = invals[:n], invals[n:]
+
+        def comp(a, b):
+            a = a if isinstance(a, (tuple, list)) else (a,)
+            b = b if isinstance(b, (tuple, list)) else (b,)
+            out = self.run(j, [], list(a) + list(b), path)
+            return tuple(out) if n > 1 else out[0]
+
+        t = prims.to_jax
+        res = jax.lax.reduce_window(
+            tuple(ops) if n > 1 else ops[0],
+            tuple(inits) if n > 1 else inits[0],
+            comp,
+            t(p["window_dimensions"]),
+            t(p["window_strides"]),
+            t(p["padding"]),
+            t(p.get("base_dilation")),
+            t(p.get("window_dilation")),
+        )
+        return list(res) if n > 1 else [res]
+
+    def _scatter(self, fn_name, eqn, invals):
+        import jax
+
+        p = eqn.params
+        operand, indices, updates = invals
+        dn = prims.to_jax(p["dimension_numbers"])
+        mode = prims.to_jax(p.get("mode"))
+        fn = getattr(jax.lax, fn_name)
+        return [
+            fn(
+                operand,
+                indices,
+                updates,
+                dn,
+                indices_are_sorted=bool(p.get("indices_are_sorted", False)),
+                unique_indices=bool(p.get("unique_indices", False)),
+                mode=mode,
+            )
+        ]
+
+    def p_scatter(self, eqn, invals, path):
+        return self._scatter("scatter", eqn, invals)
+
+    def p_scatter_add(self, eqn, invals, path):
+        return self._scatter("scatter_add", eqn, invals)
+
+    def p_scatter_mul(self, eqn, invals, path):
+        return self._scatter("scatter_mul", eqn, invals)
+
+    def p_scatter_min(self, eqn, invals, path):
+        return self._scatter("scatter_min", eqn, invals)
+
+    def p_scatter_max(self, eqn, invals, path):
+        return self._scatter("scatter_max", eqn, invals)
+
+    def p_scatter_sub(self, eqn, invals, path):
+        return self._scatter("scatter_sub", eqn, invals)
+
+    def p_optimization_barrier(self, eqn, invals, path):
+        import jax
+
+        return list(jax.lax.optimization_barrier(tuple(invals)))
+
+
+def _leaves(v) -> int:
+    """Number of leaves of a printed flat-tree group: each `None` is one leaf."""
+    text = format_value(v) if not isinstance(v, str) else v
+    import re
+
+    return len(re.findall(r"\bNone\b", text))
+
+
+def needs_x64(jaxpr: Jaxpr) -> bool:
+    from ..core import all_eqns
+
+    def wide(t) -> bool:
+        return isinstance(t, ShapedArray) and t.dtype in ("f64", "i64", "u64", "c128")
+
+    vs = list(jaxpr.constvars) + list(jaxpr.invars) + [a for a in jaxpr.outvars]
+    if any(wide(v.type) for v in vs):
+        return True
+    for e in all_eqns(jaxpr):
+        for a in list(e.inputs) + list(e.outputs):
+            if wide(a.type):
+                return True
+    return False
+
+
+__all__ = ["Interpreter", "IMPLS", "needs_x64", "refusal", "Var"]
