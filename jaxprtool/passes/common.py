@@ -1,0 +1,142 @@
+"""Helpers shared by the clean-up passes: substitution, effects, per-pass memo tables.
+
+Every pass builds new `Jaxpr`/`Eqn` objects and never mutates its input.  Nested
+jaxprs are closed, so each pass handles them independently; a jaxpr object that
+is shared (hoisted) stays shared because results are memoised by identity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..core import Atom, Eqn, Jaxpr, Literal, RefType, Var, eqn_subjaxprs, map_param_jaxprs
+from ..primitives import EFFECTFUL, RANDOM
+
+#: call-like primitives whose body is one jaxpr taking the equation's operands
+CALL_BODY_PARAM: dict[str, str] = {
+    "jit": "jaxpr",
+    "pjit": "jaxpr",
+    "closed_call": "call_jaxpr",
+    "core_call": "call_jaxpr",
+    "remat2": "jaxpr",
+    "checkpoint": "jaxpr",
+}
+#: per-operand / per-result parameters of jit/pjit that must follow operand pruning
+CALL_IN_PARAMS = ("in_shardings", "in_layouts", "donated_invars")
+CALL_OUT_PARAMS = ("out_shardings", "out_layouts")
+
+
+class JaxprMemo:
+    """A memo table keyed by jaxpr identity (keeps the keys alive so ids stay unique)."""
+
+    def __init__(self):
+        self._d: dict = {}
+
+    def get(self, key):
+        hit = self._d.get(_key(key))
+        return None if hit is None else hit[1]
+
+    def put(self, key, value):
+        self._d[_key(key)] = (key, value)
+        return value
+
+
+def _key(key):
+    if isinstance(key, tuple):
+        return tuple(id(k) if isinstance(k, Jaxpr) else k for k in key)
+    return id(key)
+
+
+_effect_memo: dict[int, tuple[Jaxpr, bool]] = {}
+
+
+def is_effectful_prim(prim: str) -> bool:
+    return prim in EFFECTFUL or "callback" in prim and prim != "pure_callback"
+
+
+def jaxpr_has_effects(j: Jaxpr) -> bool:
+    hit = _effect_memo.get(id(j))
+    if hit is not None and hit[0] is j:
+        return hit[1]
+    _effect_memo[id(j)] = (j, False)  # cycles cannot happen; guards recursion anyway
+    res = bool(j.effects) or any(eqn_has_effects(e) for e in j.eqns)
+    _effect_memo[id(j)] = (j, res)
+    return res
+
+
+def eqn_has_effects(e: Eqn) -> bool:
+    """An equation that must never be removed or merged: an effectful primitive, one that
+    touches a Ref, or one with such an equation nested inside."""
+    if is_effectful_prim(e.prim):
+        return True
+    if any(isinstance(a.type, RefType) for a in e.inputs) or any(
+        isinstance(o.type, RefType) for o in e.outputs
+    ):
+        return True
+    return any(jaxpr_has_effects(s) for s in eqn_subjaxprs(e))
+
+
+def eqn_has_random(e: Eqn) -> bool:
+    if e.prim in RANDOM:
+        return True
+    return any(any(eqn_has_random(x) for x in s.eqns) for s in eqn_subjaxprs(e))
+
+
+def same_type(a: Atom, b: Atom) -> bool:
+    """Types equal, weak_type included (ShapedArray's == ignores weak_type)."""
+    ta, tb = a.type, b.type
+    if ta != tb:
+        return False
+    return getattr(ta, "weak_type", False) == getattr(tb, "weak_type", False)
+
+
+class Subst:
+    """A substitution var -> atom, applied to operands and results."""
+
+    def __init__(self):
+        self.env: dict[int, Atom] = {}
+
+    def __call__(self, a: Atom) -> Atom:
+        if isinstance(a, Var):
+            while id(a) in self.env:
+                a = self.env[id(a)]
+        return a
+
+    def set(self, v: Var, a: Atom) -> None:
+        self.env[id(v)] = a
+
+
+def map_eqn_jaxprs(e: Eqn, fn: Callable[[Jaxpr], Jaxpr]) -> Eqn:
+    """The equation with every nested jaxpr replaced by fn(jaxpr) (same object when unchanged)."""
+    if not any(True for _ in eqn_subjaxprs(e)):
+        return e
+    changed = False
+    params = {}
+    for k, v in e.params.items():
+        nv = map_param_jaxprs(v, fn)
+        changed |= nv is not v
+        params[k] = nv
+    return e.replace(params=params) if changed else e
+
+
+def rewrite_nested(memo: JaxprMemo, fn: Callable[[Jaxpr], Jaxpr]) -> Callable[[Jaxpr], Jaxpr]:
+    """fn memoised by jaxpr identity, so shared nested jaxprs stay shared."""
+
+    def go(j: Jaxpr) -> Jaxpr:
+        hit = memo.get(j)
+        if hit is not None:
+            return hit
+        return memo.put(j, fn(j))
+
+    return go
+
+
+def literal_value(a: Atom):
+    """The Python value of a scalar literal, else None."""
+    return a.value if isinstance(a, Literal) else None
+
+
+def eqn_count(j: Jaxpr) -> int:
+    from ..core import all_eqns
+
+    return sum(1 for _ in all_eqns(j))

@@ -1,0 +1,86 @@
+"""Common-subexpression elimination.
+
+Two equations are equal when they have the same primitive, equal parameters
+(nested jaxprs compared with `core.alpha_equal`) and the same operands after
+substitution; the later one is dropped and its results renamed to the earlier
+one's.  Effectful equations (`primitives.EFFECTFUL`, callbacks, Refs, or such an
+equation nested inside) and random-number equations (`primitives.RANDOM`) are
+never merged.  Nested jaxprs are handled separately (they are closed).
+"""
+
+from __future__ import annotations
+
+from ..core import Jaxpr, Literal, _AlphaEq
+from .common import (
+    JaxprMemo,
+    Subst,
+    eqn_has_effects,
+    eqn_has_random,
+    map_eqn_jaxprs,
+    rewrite_nested,
+)
+
+
+def cse(jaxpr: Jaxpr) -> Jaxpr:
+    """Compute equal equations once."""
+    memo = JaxprMemo()
+    go = rewrite_nested(memo, lambda j: _cse(j, go))
+    return go(jaxpr)
+
+
+def _atom_key(a):
+    if isinstance(a, Literal):
+        return ("lit", a)
+    return ("var", id(a))
+
+
+def _cse(jaxpr: Jaxpr, go) -> Jaxpr:
+    sub = Subst()
+    table: dict = {}
+    eqns = []
+    changed = False
+    for e in jaxpr.eqns:
+        ne = map_eqn_jaxprs(e, go)
+        inputs = tuple(sub(a) for a in ne.inputs)
+        if inputs != ne.inputs or any(x is not y for x, y in zip(inputs, ne.inputs)):
+            ne = ne.replace(inputs=inputs)
+        if ne is not e:
+            changed = True
+        mergeable = (
+            ne.outputs
+            and not eqn_has_effects(ne)
+            and not eqn_has_random(ne)
+            and "callback" not in ne.prim
+        )
+        if mergeable:
+            key = (ne.prim, tuple(_atom_key(a) for a in inputs), tuple(sorted(ne.params)))
+            bucket = table.setdefault(key, [])
+            prev = next((p for p in bucket if _params_equal(p, ne)), None)
+            if (
+                prev is not None
+                and len(prev.outputs) == len(ne.outputs)
+                and all(_same_out_type(a, b) for a, b in zip(prev.outputs, ne.outputs))
+            ):
+                for o, po in zip(ne.outputs, prev.outputs):
+                    sub.set(o, po)
+                changed = True
+                continue
+            bucket.append(ne)
+        eqns.append(ne)
+    outvars = tuple(sub(a) for a in jaxpr.outvars)
+    if not changed and all(x is y for x, y in zip(outvars, jaxpr.outvars)):
+        return jaxpr
+    return jaxpr.replace(eqns=eqns, outvars=outvars)
+
+
+def _same_out_type(a, b) -> bool:
+    return a.type == b.type and getattr(a.type, "weak_type", False) == getattr(
+        b.type, "weak_type", False
+    )
+
+
+def _params_equal(a, b) -> bool:
+    try:
+        return _AlphaEq().params(a.params, b.params)
+    except Exception:
+        return False

@@ -1,0 +1,86 @@
+"""Inline nested call bodies (jit, pjit, closed_call, core_call) into their caller.
+
+The body's equations are copied with fresh variables (new `Var` objects, the
+old names kept only as hints); its binders are replaced by the call's
+operands and the call's results by the body's results.  Bodies with constvars
+(JAX 0.12 closed-over constants, whose values the text does not contain) are
+left in place.  `names` restricts inlining to calls whose `name=` parameter is
+in the set.  Bodies are inlined innermost first, so nested calls disappear too.
+"""
+
+from __future__ import annotations
+
+from ..core import Eqn, Jaxpr, Literal, Var
+from .common import JaxprMemo, Subst, map_eqn_jaxprs, rewrite_nested
+
+INLINABLE = {
+    "jit": "jaxpr",
+    "pjit": "jaxpr",
+    "closed_call": "call_jaxpr",
+    "core_call": "call_jaxpr",
+}
+
+
+def inline(jaxpr: Jaxpr, names: set[str] | None = None) -> Jaxpr:
+    """Inline every jit/pjit/closed_call body (or only those named in `names`)."""
+    memo = JaxprMemo()
+    go = rewrite_nested(memo, lambda j: _inline(j, go, names))
+    return go(jaxpr)
+
+
+def _call_name(e: Eqn) -> str | None:
+    n = e.params.get("name")
+    return None if n is None else str(n)
+
+
+def _inline(jaxpr: Jaxpr, go, names) -> Jaxpr:
+    sub = Subst()
+    eqns: list[Eqn] = []
+    changed = False
+    for e in jaxpr.eqns:
+        ne = map_eqn_jaxprs(e, go)
+        inputs = tuple(sub(a) for a in ne.inputs)
+        if any(x is not y for x, y in zip(inputs, ne.inputs)):
+            ne = ne.replace(inputs=inputs)
+        if ne is not e:
+            changed = True
+        body = ne.params.get(INLINABLE.get(ne.prim, ""), None)
+        if (
+            isinstance(body, Jaxpr)
+            and not body.constvars
+            and len(body.invars) == len(inputs)
+            and len(body.outvars) == len(ne.outputs)
+            and (names is None or _call_name(ne) in names)
+            and all(v.type == a.type for v, a in zip(body.invars, inputs))
+        ):
+            results = copy_body(body, inputs, eqns, ne.loc)
+            for o, r in zip(ne.outputs, results):
+                sub.set(o, r)
+            changed = True
+            continue
+        eqns.append(ne)
+    outvars = tuple(sub(a) for a in jaxpr.outvars)
+    if not changed:
+        return jaxpr
+    return jaxpr.replace(eqns=eqns, outvars=outvars)
+
+
+def copy_body(body: Jaxpr, args, out_eqns: list[Eqn], loc=None) -> list:
+    """Append a copy of body's equations (fresh variables) applied to args; return its results."""
+    env: dict[int, object] = {id(v): a for v, a in zip(body.invars, args)}
+
+    def read(a):
+        if isinstance(a, Literal):
+            return a
+        return env.get(id(a), a)
+
+    for e in body.eqns:
+        outs = []
+        for o in e.outputs:
+            nv = Var(o.type, o.hint)
+            env[id(o)] = nv
+            outs.append(nv)
+        out_eqns.append(
+            Eqn(e.prim, tuple(read(a) for a in e.inputs), tuple(outs), e.params, e.loc or loc)
+        )
+    return [read(a) for a in body.outvars]
