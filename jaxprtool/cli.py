@@ -20,6 +20,9 @@ COMMANDS: dict[str, str] = {
     "fmt": "text_cmds:fmt",
     "check": "check_cmd:check",
     "graph": "graph_cmd:graph",
+    "run": "run_cmds:run",
+    "compile": "run_cmds:compile_",
+    "trace": "run_cmds:trace",
 }
 
 

@@ -1,0 +1,442 @@
+"""`jaxprtool run`, `compile` and `trace`: the XLA back end (jax is imported lazily)."""
+
+from __future__ import annotations
+
+import io
+import re
+import sys
+import time
+
+import click
+import numpy as np
+
+from ..cli import guarded
+from ..core import JaxprError, ShapedArray, np_dtype, short_dtype_name
+from ..io import UsageError, write_output
+from .common import load
+
+DEVICES = click.Choice(["cpu", "gpu"])
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def parse_dims(specs) -> dict[str, int]:
+    dims: dict[str, int] = {}
+    for spec in specs or ():
+        for part in spec.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            name, eq, val = part.partition("=")
+            if not eq or not name.strip().isidentifier() or not val.strip().lstrip("-").isdigit():
+                raise UsageError(f"bad --dim '{part}': expected NAME=INT, e.g. --dim b=4,n=8")
+            dims[name.strip()] = int(val)
+    return dims
+
+
+def _load_npz(path: str, what: str) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            if not hasattr(f, "files"):
+                raise JaxprError(f"{what} file '{path}' is not an .npz archive")
+            return {k: f[k] for k in f.files}
+    except FileNotFoundError:
+        raise JaxprError(f"cannot read {what} file '{path}': no such file") from None
+    except ValueError as e:
+        raise JaxprError(f"cannot read {what} file '{path}': {e}") from None
+    except OSError as e:
+        raise JaxprError(f"cannot read {what} file '{path}': {e}") from None
+
+
+def _npz_list(d: dict[str, np.ndarray], prefix: str, path: str) -> list[np.ndarray]:
+    """arrays keyed PREFIX0.. (or np.savez's arr_0..), in order."""
+    for pre in (prefix, "arr_"):
+        keys = [k for k in d if re.fullmatch(re.escape(pre) + r"\d+", k)]
+        if keys:
+            idx = sorted(int(k[len(pre) :]) for k in keys)
+            if idx != list(range(len(idx))):
+                raise JaxprError(f"'{path}': keys {pre}0..{pre}{len(idx) - 1} must all be present")
+            extra = sorted(set(d) - set(keys))
+            if extra:
+                raise JaxprError(f"'{path}': unexpected keys {', '.join(extra)} (expected {pre}0, {pre}1, ...)")
+            return [d[f"{pre}{i}"] for i in idx]
+    if not d:
+        return []
+    raise JaxprError(f"'{path}': expected keys {prefix}0, {prefix}1, ... (or arr_0, ...), found {', '.join(sorted(d))}")
+
+
+def _load_npy(path: str) -> np.ndarray:
+    try:
+        a = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise JaxprError(f"cannot read argument file '{path}': no such file") from None
+    except (ValueError, OSError) as e:
+        raise JaxprError(f"cannot read argument file '{path}': {e}") from None
+    if not isinstance(a, np.ndarray):
+        raise JaxprError(f"argument file '{path}' is not a single .npy array")
+    return a
+
+
+def _var_name(v, i: int, prefix: str) -> str:
+    return v.hint or f"{prefix}{i}"
+
+
+def bind_dims(vars_, arrays, dims: dict[str, int]) -> dict[str, int]:
+    """Sizes of plain symbolic dims (`b`) read off the given arrays, when --dim does not set them."""
+    dims = dict(dims)
+    for v, a in zip(vars_, arrays):
+        t = v.type
+        if not isinstance(t, ShapedArray) or np.ndim(a) != len(t.shape):
+            continue
+        for d, n in zip(t.shape, np.shape(a)):
+            if isinstance(d, str) and d.strip().isidentifier() and d.strip() not in dims:
+                dims[d.strip()] = int(n)
+    return dims
+
+
+def check_arrays(vars_, arrays, dims, what: str = "argument") -> list[np.ndarray]:
+    """Type/shape check of arrays against binders, with a clear message; returns the arrays."""
+    from ..backend.values import static_shape, type_str
+
+    if len(arrays) != len(vars_):
+        raise JaxprError(f"expected {len(vars_)} {what}s, got {len(arrays)}")
+    out = []
+    for i, (v, a) in enumerate(zip(vars_, arrays)):
+        t = v.type
+        if not isinstance(t, ShapedArray):
+            raise JaxprError(f"{what} {i} ({_var_name(v, i, what[:3])}): cannot pass a value of type {t}")
+        want_shape = static_shape(t, dims)
+        want_dtype = t.np_dtype
+        a = np.asarray(a)
+        if a.dtype != want_dtype or a.shape != want_shape:
+            got = type_str(a.shape, a.dtype)
+            raise JaxprError(f"{what} {i} ({_var_name(v, i, what[:3])}): expected {t}, got {got}")
+        out.append(a)
+    return out
+
+
+def gather_inputs(jaxpr, args_npz, arg_files, seed, consts_npz, dims):
+    from ..backend.values import random_array
+
+    sources = sum(x is not None and x != () for x in (args_npz, arg_files or None, seed))
+    if sources > 1:
+        raise UsageError("give only one of --args, --arg and --random")
+    rng = np.random.default_rng(seed) if seed is not None else None
+    if args_npz is not None:
+        args = _npz_list(_load_npz(args_npz, "arguments"), "arg", args_npz)
+    elif arg_files:
+        args = [_load_npy(p) for p in arg_files]
+    elif rng is not None:
+        args = None
+    else:
+        args = []
+        if jaxpr.invars:
+            names = " ".join(_var_name(v, i, "arg") for i, v in enumerate(jaxpr.invars))
+            raise JaxprError(
+                f"expected {len(jaxpr.invars)} arguments ({names}), got 0: pass --args IN.npz, --arg X.npy or --random SEED"
+            )
+    if consts_npz is not None:
+        consts = _npz_list(_load_npz(consts_npz, "constants"), "const", consts_npz)
+    elif jaxpr.constvars and rng is None:
+        names = ", ".join(_var_name(v, i, "const") for i, v in enumerate(jaxpr.constvars))
+        raise JaxprError(f"constants without values: {names} (pass --consts C.npz or --random SEED)")
+    else:
+        consts = None
+    if args is not None:
+        if len(args) != len(jaxpr.invars):
+            raise JaxprError(f"expected {len(jaxpr.invars)} arguments, got {len(args)}")
+        dims = bind_dims(jaxpr.invars, args, dims)
+    if consts is not None:
+        if len(consts) != len(jaxpr.constvars):
+            raise JaxprError(f"expected {len(jaxpr.constvars)} constants, got {len(consts)}")
+        dims = bind_dims(jaxpr.constvars, consts, dims)
+    if args is None:
+        args = [random_array(_shaped(v), rng, dims) for v in jaxpr.invars]
+    if consts is None:
+        consts = [random_array(_shaped(v), rng, dims) for v in jaxpr.constvars]
+    args = check_arrays(jaxpr.invars, args, dims, "argument")
+    consts = check_arrays(jaxpr.constvars, consts, dims, "constant")
+    return args, consts, dims
+
+
+def _shaped(v):
+    if not isinstance(v.type, ShapedArray):
+        raise JaxprError(f"cannot make a random value of type {v.type}")
+    return v.type
+
+
+# ---------------------------------------------------------------- outputs
+
+
+def save_npz(outs, path: str) -> None:
+    buf = io.BytesIO()
+    np.savez(buf, **{f"out{i}": np.asarray(o) for i, o in enumerate(outs)})
+    write_output(buf.getvalue(), path)
+
+
+def print_summary(outs, jaxpr) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..backend.values import summary, type_str
+
+    table = Table(title=f"{len(outs)} output{'s' if len(outs) != 1 else ''}", show_lines=False)
+    for col in ("#", "type", "values", "min", "max", "mean", "NaN"):
+        table.add_column(col, justify="right" if col in ("#", "min", "max", "mean", "NaN") else "left")
+    for i, o in enumerate(outs):
+        s = summary(o)
+        vals = ", ".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in s["values"])
+        if s["size"] > len(s["values"]):
+            vals += ", ..."
+        table.add_row(
+            f"out{i}",
+            type_str(s["shape"], np.asarray(o).dtype) if s["dtype"] != "float0" else "float0",
+            vals,
+            f"{s['min']:.6g}" if "min" in s else "",
+            f"{s['max']:.6g}" if "max" in s else "",
+            f"{s['mean']:.6g}" if "mean" in s else "",
+            str(s.get("nan", "")),
+        )
+    Console(highlight=False, width=max(100, Console().width)).print(table)
+
+
+# ---------------------------------------------------------------- run
+
+
+@click.command()
+@click.argument("file", required=False)
+@click.option("--device", type=DEVICES, default="cpu", show_default=True, help="Where to run.")
+@click.option("--args", "args_npz", metavar="IN.npz", help="Arguments: keys arg0, arg1, ... (or arr_0, ...).")
+@click.option("--arg", "arg_files", multiple=True, metavar="X.npy", help="One argument (repeat, in order).")
+@click.option("--random", "seed", type=int, metavar="SEED", help="Random arguments (and constants).")
+@click.option("--consts", "consts_npz", metavar="C.npz", help="Constants: keys const0, const1, ...")
+@click.option("--dim", "dim_specs", multiple=True, metavar="b=4,n=8", help="Sizes of symbolic dimensions.")
+@click.option("-o", "--output", metavar="OUT.npz", help="Write outputs out0, out1, ... to an .npz file.")
+@click.option("--eager", is_flag=True, help="Run op by op, with control flow interpreted in Python.")
+@click.option("--trace", "trace_", is_flag=True, help="With --eager: print every equation's result.")
+@click.option("--debug-nans", is_flag=True, help="With --eager: stop at the first equation producing NaN/inf.")
+@click.option("--repeat", type=click.IntRange(min=1), metavar="N", help="Time compilation and N executions.")
+@guarded
+def run(file, device, args_npz, arg_files, seed, consts_npz, dim_specs, output, eager, trace_, debug_nans, repeat):
+    """Run FILE through XLA (via JAX) on the given inputs.
+
+    \b
+    Example:
+      jaxprtool run mlp.jaxpr --random 0
+      jaxprtool run f.jaxpr --args in.npz -o out.npz
+      jaxprtool run f.jaxpr --random 0 --eager --debug-nans
+    """
+    from .. import backend
+
+    dims = parse_dims(dim_specs)
+    if (trace_ or debug_nans) and repeat:
+        raise UsageError("--repeat times compiled runs; it does not combine with --trace/--debug-nans")
+    jaxpr, _, _ = load(file)
+    backend.check_runnable(jaxpr)
+    args, consts, dims = gather_inputs(jaxpr, args_npz, arg_files, seed, consts_npz, dims)
+    if eager or trace_ or debug_nans:
+        tr = (lambda line: click.echo(line)) if trace_ else None
+        outs = backend.eval_eager(jaxpr, args, consts, trace=tr, debug_nans=debug_nans, dims=dims, device=device)
+    elif repeat:
+        outs = _timed(jaxpr, args, consts, dims, device, repeat)
+    else:
+        outs = backend.evaluate(jaxpr, args, consts, device=device, dims=dims)
+    if output:
+        save_npz(outs, output)
+    else:
+        print_summary(outs, jaxpr)
+
+
+def _timed(jaxpr, args, consts, dims, device, repeat):
+    import jax
+
+    from .. import backend
+
+    backend.check_runnable(jaxpr)
+    backend.prepare(jaxpr)
+    dev = backend.get_device(device)
+    xs = [jax.device_put(x, dev) for x in list(consts) + list(args)]
+    t0 = time.perf_counter()
+    compiled = jax.jit(backend.as_jax_function(jaxpr, dims)).lower(*xs).compile()
+    t_compile = time.perf_counter() - t0
+    times = []
+    outs = None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        outs = jax.block_until_ready(compiled(*xs))
+        times.append(time.perf_counter() - t0)
+    click.echo(
+        f"compile: {t_compile * 1e3:.2f} ms; run x{repeat}: median {np.median(times) * 1e3:.3f} ms, "
+        f"min {min(times) * 1e3:.3f} ms, max {max(times) * 1e3:.3f} ms",
+        err=True,
+    )
+    return [np.asarray(o) for o in outs]
+
+
+# ---------------------------------------------------------------- compile
+
+
+def shape_structs(jaxpr, dims):
+    import jax
+
+    from ..backend.values import static_shape
+
+    out = []
+    for v in list(jaxpr.constvars) + list(jaxpr.invars):
+        if not isinstance(v.type, ShapedArray):
+            raise JaxprError(f"cannot compile an input of type {v.type}")
+        out.append(jax.ShapeDtypeStruct(static_shape(v.type, dims), v.type.np_dtype))
+    return out
+
+
+@click.command(name="compile")
+@click.argument("file", required=False)
+@click.option(
+    "--emit", type=click.Choice(["stablehlo", "hlo", "optimized-hlo"]), default="stablehlo", show_default=True
+)
+@click.option("--device", type=DEVICES, default="cpu", show_default=True, help="Target platform.")
+@click.option("--dim", "dim_specs", multiple=True, metavar="b=4,n=8", help="Sizes of symbolic dimensions.")
+@click.option("--stats", is_flag=True, help="Print cost (flops, bytes accessed) and memory analysis.")
+@click.option("-o", "--output", metavar="OUT", help="Write the IR here (default: standard output).")
+@guarded
+def compile_(file, emit, device, dim_specs, stats, output):
+    """Lower FILE to StableHLO / HLO, or compile it to optimised HLO.
+
+    \b
+    Example:
+      jaxprtool compile mlp.jaxpr --emit stablehlo
+      jaxprtool compile mlp.jaxpr --emit stablehlo --device gpu     # no GPU needed
+      jaxprtool compile mlp.jaxpr --emit optimized-hlo --stats
+    """
+    import jax
+
+    from .. import backend
+
+    dims = parse_dims(dim_specs)
+    jaxpr, _, _ = load(file)
+    backend.check_runnable(jaxpr)
+    backend.prepare(jaxpr)
+    structs = shape_structs(jaxpr, dims)
+    platform = "cuda" if device == "gpu" else "cpu"
+    needs_device = emit == "optimized-hlo" or stats
+    if needs_device:
+        backend.get_device(device)
+    traced = jax.jit(backend.as_jax_function(jaxpr, dims)).trace(*structs)
+    try:
+        lowered = traced.lower(lowering_platforms=(platform,))
+    except JaxprError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise JaxprError(f"lowering for {device} failed: {type(e).__name__}: {str(e).splitlines()[0]}") from e
+    if emit == "stablehlo":
+        text = lowered.as_text()
+    elif emit == "hlo":
+        text = lowered.as_text(dialect="hlo")
+    compiled = None
+    if needs_device:
+        compiled = lowered.compile()
+    if emit == "optimized-hlo":
+        text = compiled.as_text()
+    if not text.endswith("\n"):
+        text += "\n"
+    write_output(text, output)
+    if stats:
+        click.echo(format_stats(compiled), err=output in (None, "-"))
+
+
+def format_stats(compiled) -> str:
+    lines = []
+    cost = compiled.cost_analysis()
+    if isinstance(cost, (list, tuple)):
+        cost = cost[0] if cost else {}
+    cost = cost or {}
+    lines.append(f"flops: {cost.get('flops', float('nan')):.6g}")
+    lines.append(f"bytes accessed: {cost.get('bytes accessed', float('nan')):.6g}")
+    for k in ("transcendentals", "optimal_seconds"):
+        if k in cost:
+            lines.append(f"{k}: {cost[k]:.6g}")
+    mem = compiled.memory_analysis()
+    if mem is not None:
+        for k in (
+            "argument_size_in_bytes",
+            "output_size_in_bytes",
+            "temp_size_in_bytes",
+            "alias_size_in_bytes",
+            "generated_code_size_in_bytes",
+        ):
+            if hasattr(mem, k):
+                lines.append(f"{k.replace('_in_bytes', '').replace('_', ' ')} bytes: {getattr(mem, k)}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- trace
+
+_SPEC = re.compile(r"^\s*([A-Za-z0-9_]+)\[([0-9,\s]*)\]\s*$")
+
+
+def parse_spec(spec: str):
+    import jax
+
+    m = _SPEC.match(spec)
+    if not m:
+        raise UsageError(f"bad --arg '{spec}': expected a type such as f32[3,4] or i32[]")
+    try:
+        dt = np_dtype(m.group(1)) if m.group(1) != "float32" else np.dtype("float32")
+    except KeyError:
+        try:
+            dt = np_dtype(short_dtype_name(m.group(1)))
+        except KeyError:
+            raise UsageError(f"bad --arg '{spec}': unknown dtype '{m.group(1)}'") from None
+    shape = tuple(int(x) for x in m.group(2).split(",") if x.strip())
+    return jax.ShapeDtypeStruct(shape, dt)
+
+
+@click.command()
+@click.argument("target", metavar="MODULE:FUNCTION")
+@click.option("--arg", "specs", multiple=True, metavar="TYPE", help="An argument type, e.g. 'f32[3,4]' (repeat).")
+@click.option("--args", "args_npz", metavar="IN.npz", help="Example arguments (arg0, arg1, ...).")
+@click.option("-o", "--output", metavar="OUT.jaxpr", help="Write here (default: standard output).")
+@guarded
+def trace(target, specs, args_npz, output):
+    """Import MODULE (from the current folder) and print the jaxpr of FUNCTION.
+
+    \b
+    Example:
+      jaxprtool trace model:loss --arg 'f32[8,4]' --arg 'f32[8]' > loss.jaxpr
+    """
+    import importlib
+    import os
+
+    module, sep, func = target.partition(":")
+    if not sep or not module or not func:
+        raise UsageError(f"bad target '{target}': expected MODULE:FUNCTION")
+    if specs and args_npz:
+        raise UsageError("give either --arg types or --args IN.npz, not both")
+    import jax
+
+    if args_npz:
+        args = _npz_list(_load_npz(args_npz, "arguments"), "arg", args_npz)
+    else:
+        args = [parse_spec(s) for s in specs]
+    if any(np.dtype(a.dtype).name in ("float64", "int64", "uint64", "complex128") for a in args):
+        jax.config.update("jax_enable_x64", True)
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as e:
+        raise JaxprError(f"cannot import module '{module}': {e}") from None
+    fn = mod
+    for part in func.split("."):
+        if not hasattr(fn, part):
+            raise JaxprError(f"module '{module}' has no attribute '{func}'")
+        fn = getattr(fn, part)
+    if not callable(fn):
+        raise JaxprError(f"'{target}' is not callable")
+    try:
+        j = jax.make_jaxpr(fn)(*args)
+    except Exception as e:  # noqa: BLE001 - the user's function failed to trace
+        raise JaxprError(f"tracing '{target}' failed: {type(e).__name__}: {e}") from None
+    write_output(str(j) + "\n", output)
