@@ -33,6 +33,19 @@ def prepare(jaxpr) -> None:
         jax.config.update("jax_enable_x64", True)
 
 
+def x64_scope(jaxpr):
+    """A context in which JAX keeps 64-bit types when the program has them."""
+    import contextlib
+
+    import jax
+
+    from .evaluator import needs_x64
+
+    if needs_x64(jaxpr) and not jax.config.jax_enable_x64:
+        return jax.enable_x64(True)
+    return contextlib.nullcontext()
+
+
 def check_runnable(jaxpr) -> None:
     """Raise JaxprError naming the first equation the back end refuses, before any tracing."""
     from ..core import JaxprError, all_eqns
@@ -43,11 +56,16 @@ def check_runnable(jaxpr) -> None:
             raise JaxprError(f"cannot run {why}", e.loc)
 
 
-def as_jax_function(jaxpr, dims=None):
-    """f(*consts, *args) -> list of outputs; traceable by jax.jit, jax.grad, jax.vmap, ..."""
+def as_jax_function(jaxpr, dims=None, enable_x64: bool = True):
+    """f(*consts, *args) -> list of outputs; traceable by jax.jit, jax.grad, jax.vmap, ...
+
+    With 64-bit types in the program, jax_enable_x64 is switched on (globally) unless
+    enable_x64=False (the caller then scopes it, as evaluate() does).
+    """
     from .evaluator import Interpreter
 
-    prepare(jaxpr)
+    if enable_x64:
+        prepare(jaxpr)
     nc = len(jaxpr.constvars)
 
     def f(*xs):
@@ -88,25 +106,25 @@ def evaluate(jaxpr, args, consts=None, device: str = "cpu", dims=None, jitted=No
     import jax
 
     check_runnable(jaxpr)
-    prepare(jaxpr)
     dev = get_device(device)
     consts = list(consts or [])
-    fn = jitted or jax.jit(as_jax_function(jaxpr, dims))
-    with jax.default_device(dev):
+    fn = jitted or jax.jit(as_jax_function(jaxpr, dims, enable_x64=False))
+    with x64_scope(jaxpr), jax.default_device(dev):
         xs = [jax.device_put(x, dev) for x in consts + list(args)]
         return _to_numpy(fn(*xs))
 
 
-def eval_eager(jaxpr, args, consts=None, trace=None, debug_nans=False, dims=None, device: str = "cpu"):
+def eval_eager(
+    jaxpr, args, consts=None, trace=None, debug_nans=False, dims=None, device: str = "cpu"
+):
     """Run op by op with Python control flow; trace(line) gets each equation's summary."""
     import jax
 
     from .evaluator import Interpreter
 
     check_runnable(jaxpr)
-    prepare(jaxpr)
     dev = get_device(device)
-    with jax.default_device(dev):
+    with x64_scope(jaxpr), jax.default_device(dev):
         interp = Interpreter("eager", dims=dims, trace=trace, debug_nans=debug_nans)
         outs = interp.run(jaxpr, list(consts or []), [jax.device_put(x, dev) for x in args])
         return _to_numpy(outs)

@@ -21,23 +21,63 @@ from .values import has_nonfinite, literal_value, static_shape, summary_line
 #: primitive name -> fn(*args, **params) -> value or list of values; filled by plugins.
 IMPLS: dict[str, Callable] = {}
 
-CALLBACKS = {"debug_callback", "debug_print", "io_callback", "pure_callback", "ffi_call", "buffer_callback"}
-KERNELS = {"pallas_call", "tpu_custom_call", "mosaic_gpu_p", "triton_kernel_call", "core_map", "custom_call"}
+CALLBACKS = {
+    "debug_callback",
+    "debug_print",
+    "io_callback",
+    "pure_callback",
+    "ffi_call",
+    "buffer_callback",
+}
+KERNELS = {
+    "pallas_call",
+    "tpu_custom_call",
+    "mosaic_gpu_p",
+    "triton_kernel_call",
+    "core_map",
+    "custom_call",
+}
 MULTI_DEVICE = {
-    "shard_map", "xla_pmap", "psum", "pmax", "pmin", "ppermute", "pshuffle", "all_gather",
-    "all_gather_invariant", "all_to_all", "ragged_all_to_all", "reduce_scatter", "psum_scatter",
-    "axis_index", "psum_invariant", "pvary", "pbroadcast", "pcast", "unreduced_pmax",
+    "shard_map",
+    "xla_pmap",
+    "psum",
+    "pmax",
+    "pmin",
+    "ppermute",
+    "pshuffle",
+    "all_gather",
+    "all_gather_invariant",
+    "all_to_all",
+    "ragged_all_to_all",
+    "reduce_scatter",
+    "psum_scatter",
+    "axis_index",
+    "psum_invariant",
+    "pvary",
+    "pbroadcast",
+    "pcast",
+    "unreduced_pmax",
     "unreduced_pmin",
 }
 HI_PRIMS = {"call_hi_primitive", "call_hi_primitive_linearized"}
 #: identities on one device
 IDENTITIES = {"sharding_constraint", "reshard", "mesh_cast", "device_put", "name"}
 CALLS = {
-    "jit": "jaxpr", "pjit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr",
-    "named_call": "call_jaxpr", "remat2": "jaxpr", "checkpoint": "jaxpr", "remat": "jaxpr",
-    "custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr",
-    "custom_vjp_call_jaxpr": "fun_jaxpr", "custom_vmap_call": "call", "eval_jaxpr": "call_jaxpr",
-    "xla_metadata_call": "jaxpr", "compute_on": "jaxpr",
+    "jit": "jaxpr",
+    "pjit": "jaxpr",
+    "closed_call": "call_jaxpr",
+    "core_call": "call_jaxpr",
+    "named_call": "call_jaxpr",
+    "remat2": "jaxpr",
+    "checkpoint": "jaxpr",
+    "remat": "jaxpr",
+    "custom_jvp_call": "call_jaxpr",
+    "custom_vjp_call": "call_jaxpr",
+    "custom_vjp_call_jaxpr": "fun_jaxpr",
+    "custom_vmap_call": "call",
+    "eval_jaxpr": "call_jaxpr",
+    "xla_metadata_call": "jaxpr",
+    "compute_on": "jaxpr",
 }
 
 
@@ -116,7 +156,9 @@ class Interpreter:
             try:
                 return env[id(a)]
             except KeyError:
-                raise JaxprError(f"variable '{self.namer(a)}' is used before it is defined") from None
+                raise JaxprError(
+                    f"variable '{self.namer(a)}' is used before it is defined"
+                ) from None
 
         for eqn in jaxpr.eqns:
             invals = [read(a) for a in eqn.inputs]
@@ -185,7 +227,9 @@ class Interpreter:
             return handler(eqn, invals, path)
         prim = prims.lookup(name)
         if prim is None:
-            raise JaxprError(f"cannot run '{name}': the installed JAX has no primitive of that name", eqn.loc)
+            raise JaxprError(
+                f"cannot run '{name}': the installed JAX has no primitive of that name", eqn.loc
+            )
         params = prims.bind_params(eqn, self.dims)
         try:
             out = prim.bind(*invals, **params)
@@ -276,7 +320,9 @@ class Interpreter:
             if isinstance(ft_out, (tuple, list)) and len(ft_out) == 2 and groups is not None:
                 n_carry = _leaves(ft_out[0])
                 return n_in - n_carry - _leaves(groups[2]), n_carry
-        raise JaxprError("'scan': cannot tell its constants, carries and scanned inputs apart", eqn.loc)
+        raise JaxprError(
+            "'scan': cannot tell its constants, carries and scanned inputs apart", eqn.loc
+        )
 
     def p_scan(self, eqn, invals, path):
         p = eqn.params
@@ -291,7 +337,9 @@ class Interpreter:
             carry, ys = list(init), []
             order = range(length - 1, -1, -1) if reverse else range(length)
             for i in order:
-                out = self.run(body, [], list(consts) + carry + [x[i] for x in xs], path + (f"scan iter {i}",))
+                out = self.run(
+                    body, [], list(consts) + carry + [x[i] for x in xs], path + (f"scan iter {i}",)
+                )
                 carry, y = out[:nk], out[nk:]
                 ys.append(y)
             if reverse:
@@ -308,7 +356,9 @@ class Interpreter:
         import jax
 
         def f(c, x):
-            out = self.run(body, [], list(consts) + list(c) + (list(x) if x is not None else []), path)
+            out = self.run(
+                body, [], list(consts) + list(c) + (list(x) if x is not None else []), path
+            )
             return tuple(out[:nk]), tuple(out[nk:])
 
         unroll = p.get("unroll", 1)
@@ -348,7 +398,9 @@ class Interpreter:
             out = self.run(j, [], list(a) + list(b), path)
             return tuple(out) if n > 1 else out[0]
 
-        res = jax.lax.reduce(tuple(ops) if n > 1 else ops[0], tuple(inits) if n > 1 else inits[0], comp, dims)
+        res = jax.lax.reduce(
+            tuple(ops) if n > 1 else ops[0], tuple(inits) if n > 1 else inits[0], comp, dims
+        )
         return list(res) if n > 1 else [res]
 
     def p_reduce_window(self, eqn, invals, path):

@@ -150,9 +150,7 @@ def _dtype_param(v):
         raise Unconvertible(text) from None
 
 
-_ACCURACY_PRIMS = (
-    "sin cos tan tanh exp exp2 expm1 log log1p logistic sqrt rsqrt cbrt erfc".split()
-)
+_ACCURACY_PRIMS = "sin cos tan tanh exp exp2 expm1 log log1p logistic sqrt rsqrt cbrt erfc".split()
 
 
 def _accuracy(v):
@@ -180,7 +178,8 @@ def bind_params(eqn: Eqn, dims: dict[str, int] | None = None) -> dict[str, Any]:
             out[k] = to_jax(v)
         except Unconvertible as e:
             raise JaxprError(
-                f"cannot run '{name}': parameter {k}={e} cannot be reconstructed from the text", eqn.loc
+                f"cannot run '{name}': parameter {k}={e} cannot be reconstructed from the text",
+                eqn.loc,
             ) from None
     out.update(special)
     return out

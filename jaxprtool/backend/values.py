@@ -29,13 +29,19 @@ def eval_dim(expr: str, dims: dict[str, int]) -> int:
             return node.value
         if isinstance(node, ast.Name):
             if node.id not in dims:
-                raise JaxprError(f"symbolic dimension '{node.id}' has no size: pass --dim {node.id}=N")
+                raise JaxprError(
+                    f"symbolic dimension '{node.id}' has no size: pass --dim {node.id}=N"
+                )
             return dims[node.id]
         if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
             return _BINOPS[type(node.op)](ev(node.left), ev(node.right))
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             return -ev(node.operand)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS:
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in _FUNCS
+        ):
             return _FUNCS[node.func.id](*[ev(a) for a in node.args])
         raise JaxprError(f"cannot evaluate dimension expression '{expr}'")
 
@@ -91,7 +97,9 @@ def literal_value(lit: Literal) -> np.ndarray:
         return np.asarray(v).astype(dt) if not isinstance(v, bool) else np.asarray(v, dtype=dt)
 
 
-def random_array(t: ShapedArray, rng: np.random.Generator, dims=None, positive: bool = False) -> np.ndarray:
+def random_array(
+    t: ShapedArray, rng: np.random.Generator, dims=None, positive: bool = False
+) -> np.ndarray:
     shape = static_shape(t, dims)
     dt = t.np_dtype
     if t.dtype == "bool":
@@ -127,7 +135,11 @@ def summary(x, max_values: int = 6) -> dict:
         d["nan"] = int(np.isnan(f).sum())
         d["inf"] = int(np.isinf(f).sum())
         if finite.size:
-            d["min"], d["max"], d["mean"] = float(finite.min()), float(finite.max()), float(finite.mean())
+            d["min"], d["max"], d["mean"] = (
+                float(finite.min()),
+                float(finite.max()),
+                float(finite.mean()),
+            )
     return d
 
 

@@ -59,11 +59,15 @@ def _npz_list(d: dict[str, np.ndarray], prefix: str, path: str) -> list[np.ndarr
                 raise JaxprError(f"'{path}': keys {pre}0..{pre}{len(idx) - 1} must all be present")
             extra = sorted(set(d) - set(keys))
             if extra:
-                raise JaxprError(f"'{path}': unexpected keys {', '.join(extra)} (expected {pre}0, {pre}1, ...)")
+                raise JaxprError(
+                    f"'{path}': unexpected keys {', '.join(extra)} (expected {pre}0, {pre}1, ...)"
+                )
             return [d[f"{pre}{i}"] for i in idx]
     if not d:
         return []
-    raise JaxprError(f"'{path}': expected keys {prefix}0, {prefix}1, ... (or arr_0, ...), found {', '.join(sorted(d))}")
+    raise JaxprError(
+        f"'{path}': expected keys {prefix}0, {prefix}1, ... (or arr_0, ...), found {', '.join(sorted(d))}"
+    )
 
 
 def _load_npy(path: str) -> np.ndarray:
@@ -105,7 +109,9 @@ def check_arrays(vars_, arrays, dims, what: str = "argument") -> list[np.ndarray
     for i, (v, a) in enumerate(zip(vars_, arrays)):
         t = v.type
         if not isinstance(t, ShapedArray):
-            raise JaxprError(f"{what} {i} ({_var_name(v, i, what[:3])}): cannot pass a value of type {t}")
+            raise JaxprError(
+                f"{what} {i} ({_var_name(v, i, what[:3])}): cannot pass a value of type {t}"
+            )
         want_shape = static_shape(t, dims)
         want_dtype = t.np_dtype
         a = np.asarray(a)
@@ -140,7 +146,9 @@ def gather_inputs(jaxpr, args_npz, arg_files, seed, consts_npz, dims):
         consts = _npz_list(_load_npz(consts_npz, "constants"), "const", consts_npz)
     elif jaxpr.constvars and rng is None:
         names = ", ".join(_var_name(v, i, "const") for i, v in enumerate(jaxpr.constvars))
-        raise JaxprError(f"constants without values: {names} (pass --consts C.npz or --random SEED)")
+        raise JaxprError(
+            f"constants without values: {names} (pass --consts C.npz or --random SEED)"
+        )
     else:
         consts = None
     if args is not None:
@@ -183,7 +191,9 @@ def print_summary(outs, jaxpr) -> None:
 
     table = Table(title=f"{len(outs)} output{'s' if len(outs) != 1 else ''}", show_lines=False)
     for col in ("#", "type", "values", "min", "max", "mean", "NaN"):
-        table.add_column(col, justify="right" if col in ("#", "min", "max", "mean", "NaN") else "left")
+        table.add_column(
+            col, justify="right" if col in ("#", "min", "max", "mean", "NaN") else "left"
+        )
     for i, o in enumerate(outs):
         s = summary(o)
         vals = ", ".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in s["values"])
@@ -207,18 +217,49 @@ def print_summary(outs, jaxpr) -> None:
 @click.command()
 @click.argument("file", required=False)
 @click.option("--device", type=DEVICES, default="cpu", show_default=True, help="Where to run.")
-@click.option("--args", "args_npz", metavar="IN.npz", help="Arguments: keys arg0, arg1, ... (or arr_0, ...).")
-@click.option("--arg", "arg_files", multiple=True, metavar="X.npy", help="One argument (repeat, in order).")
-@click.option("--random", "seed", type=int, metavar="SEED", help="Random arguments (and constants).")
+@click.option(
+    "--args", "args_npz", metavar="IN.npz", help="Arguments: keys arg0, arg1, ... (or arr_0, ...)."
+)
+@click.option(
+    "--arg", "arg_files", multiple=True, metavar="X.npy", help="One argument (repeat, in order)."
+)
+@click.option(
+    "--random", "seed", type=int, metavar="SEED", help="Random arguments (and constants)."
+)
 @click.option("--consts", "consts_npz", metavar="C.npz", help="Constants: keys const0, const1, ...")
-@click.option("--dim", "dim_specs", multiple=True, metavar="b=4,n=8", help="Sizes of symbolic dimensions.")
-@click.option("-o", "--output", metavar="OUT.npz", help="Write outputs out0, out1, ... to an .npz file.")
-@click.option("--eager", is_flag=True, help="Run op by op, with control flow interpreted in Python.")
-@click.option("--trace", "trace_", is_flag=True, help="With --eager: print every equation's result.")
-@click.option("--debug-nans", is_flag=True, help="With --eager: stop at the first equation producing NaN/inf.")
-@click.option("--repeat", type=click.IntRange(min=1), metavar="N", help="Time compilation and N executions.")
+@click.option(
+    "--dim", "dim_specs", multiple=True, metavar="b=4,n=8", help="Sizes of symbolic dimensions."
+)
+@click.option(
+    "-o", "--output", metavar="OUT.npz", help="Write outputs out0, out1, ... to an .npz file."
+)
+@click.option(
+    "--eager", is_flag=True, help="Run op by op, with control flow interpreted in Python."
+)
+@click.option(
+    "--trace", "trace_", is_flag=True, help="With --eager: print every equation's result."
+)
+@click.option(
+    "--debug-nans", is_flag=True, help="With --eager: stop at the first equation producing NaN/inf."
+)
+@click.option(
+    "--repeat", type=click.IntRange(min=1), metavar="N", help="Time compilation and N executions."
+)
 @guarded
-def run(file, device, args_npz, arg_files, seed, consts_npz, dim_specs, output, eager, trace_, debug_nans, repeat):
+def run(
+    file,
+    device,
+    args_npz,
+    arg_files,
+    seed,
+    consts_npz,
+    dim_specs,
+    output,
+    eager,
+    trace_,
+    debug_nans,
+    repeat,
+):
     """Run FILE through XLA (via JAX) on the given inputs.
 
     \b
@@ -231,13 +272,17 @@ def run(file, device, args_npz, arg_files, seed, consts_npz, dim_specs, output, 
 
     dims = parse_dims(dim_specs)
     if (trace_ or debug_nans) and repeat:
-        raise UsageError("--repeat times compiled runs; it does not combine with --trace/--debug-nans")
+        raise UsageError(
+            "--repeat times compiled runs; it does not combine with --trace/--debug-nans"
+        )
     jaxpr, _, _ = load(file)
     backend.check_runnable(jaxpr)
     args, consts, dims = gather_inputs(jaxpr, args_npz, arg_files, seed, consts_npz, dims)
     if eager or trace_ or debug_nans:
         tr = (lambda line: click.echo(line)) if trace_ else None
-        outs = backend.eval_eager(jaxpr, args, consts, trace=tr, debug_nans=debug_nans, dims=dims, device=device)
+        outs = backend.eval_eager(
+            jaxpr, args, consts, trace=tr, debug_nans=debug_nans, dims=dims, device=device
+        )
     elif repeat:
         outs = _timed(jaxpr, args, consts, dims, device, repeat)
     else:
@@ -254,18 +299,19 @@ def _timed(jaxpr, args, consts, dims, device, repeat):
     from .. import backend
 
     backend.check_runnable(jaxpr)
-    backend.prepare(jaxpr)
     dev = backend.get_device(device)
-    xs = [jax.device_put(x, dev) for x in list(consts) + list(args)]
-    t0 = time.perf_counter()
-    compiled = jax.jit(backend.as_jax_function(jaxpr, dims)).lower(*xs).compile()
-    t_compile = time.perf_counter() - t0
-    times = []
-    outs = None
-    for _ in range(repeat):
+    with backend.x64_scope(jaxpr):
+        xs = [jax.device_put(x, dev) for x in list(consts) + list(args)]
         t0 = time.perf_counter()
-        outs = jax.block_until_ready(compiled(*xs))
-        times.append(time.perf_counter() - t0)
+        fn = backend.as_jax_function(jaxpr, dims, enable_x64=False)
+        compiled = jax.jit(fn).lower(*xs).compile()
+        t_compile = time.perf_counter() - t0
+        times = []
+        outs = None
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            outs = jax.block_until_ready(compiled(*xs))
+            times.append(time.perf_counter() - t0)
     click.echo(
         f"compile: {t_compile * 1e3:.2f} ms; run x{repeat}: median {np.median(times) * 1e3:.3f} ms, "
         f"min {min(times) * 1e3:.3f} ms, max {max(times) * 1e3:.3f} ms",
@@ -293,11 +339,18 @@ def shape_structs(jaxpr, dims):
 @click.command(name="compile")
 @click.argument("file", required=False)
 @click.option(
-    "--emit", type=click.Choice(["stablehlo", "hlo", "optimized-hlo"]), default="stablehlo", show_default=True
+    "--emit",
+    type=click.Choice(["stablehlo", "hlo", "optimized-hlo"]),
+    default="stablehlo",
+    show_default=True,
 )
 @click.option("--device", type=DEVICES, default="cpu", show_default=True, help="Target platform.")
-@click.option("--dim", "dim_specs", multiple=True, metavar="b=4,n=8", help="Sizes of symbolic dimensions.")
-@click.option("--stats", is_flag=True, help="Print cost (flops, bytes accessed) and memory analysis.")
+@click.option(
+    "--dim", "dim_specs", multiple=True, metavar="b=4,n=8", help="Sizes of symbolic dimensions."
+)
+@click.option(
+    "--stats", is_flag=True, help="Print cost (flops, bytes accessed) and memory analysis."
+)
 @click.option("-o", "--output", metavar="OUT", help="Write the IR here (default: standard output).")
 @guarded
 def compile_(file, emit, device, dim_specs, stats, output):
@@ -309,26 +362,37 @@ def compile_(file, emit, device, dim_specs, stats, output):
       jaxprtool compile mlp.jaxpr --emit stablehlo --device gpu     # no GPU needed
       jaxprtool compile mlp.jaxpr --emit optimized-hlo --stats
     """
-    import jax
-
     from .. import backend
 
     dims = parse_dims(dim_specs)
     jaxpr, _, _ = load(file)
     backend.check_runnable(jaxpr)
-    backend.prepare(jaxpr)
+    with backend.x64_scope(jaxpr):
+        text, compiled = _compile(jaxpr, emit, device, dims, stats)
+    write_output(text, output)
+    if stats:
+        click.echo(format_stats(compiled), err=output in (None, "-"))
+
+
+def _compile(jaxpr, emit, device, dims, stats):
+    import jax
+
+    from .. import backend
+
     structs = shape_structs(jaxpr, dims)
     platform = "cuda" if device == "gpu" else "cpu"
     needs_device = emit == "optimized-hlo" or stats
     if needs_device:
         backend.get_device(device)
-    traced = jax.jit(backend.as_jax_function(jaxpr, dims)).trace(*structs)
+    traced = jax.jit(backend.as_jax_function(jaxpr, dims, enable_x64=False)).trace(*structs)
     try:
         lowered = traced.lower(lowering_platforms=(platform,))
     except JaxprError:
         raise
     except Exception as e:  # noqa: BLE001
-        raise JaxprError(f"lowering for {device} failed: {type(e).__name__}: {str(e).splitlines()[0]}") from e
+        raise JaxprError(
+            f"lowering for {device} failed: {type(e).__name__}: {str(e).splitlines()[0]}"
+        ) from e
     if emit == "stablehlo":
         text = lowered.as_text()
     elif emit == "hlo":
@@ -340,9 +404,7 @@ def compile_(file, emit, device, dim_specs, stats, output):
         text = compiled.as_text()
     if not text.endswith("\n"):
         text += "\n"
-    write_output(text, output)
-    if stats:
-        click.echo(format_stats(compiled), err=output in (None, "-"))
+    return text, compiled
 
 
 def format_stats(compiled) -> str:
@@ -366,7 +428,9 @@ def format_stats(compiled) -> str:
             "generated_code_size_in_bytes",
         ):
             if hasattr(mem, k):
-                lines.append(f"{k.replace('_in_bytes', '').replace('_', ' ')} bytes: {getattr(mem, k)}")
+                lines.append(
+                    f"{k.replace('_in_bytes', '').replace('_', ' ')} bytes: {getattr(mem, k)}"
+                )
     return "\n".join(lines)
 
 
@@ -394,7 +458,13 @@ def parse_spec(spec: str):
 
 @click.command()
 @click.argument("target", metavar="MODULE:FUNCTION")
-@click.option("--arg", "specs", multiple=True, metavar="TYPE", help="An argument type, e.g. 'f32[3,4]' (repeat).")
+@click.option(
+    "--arg",
+    "specs",
+    multiple=True,
+    metavar="TYPE",
+    help="An argument type, e.g. 'f32[3,4]' (repeat).",
+)
 @click.option("--args", "args_npz", metavar="IN.npz", help="Example arguments (arg0, arg1, ...).")
 @click.option("-o", "--output", metavar="OUT.jaxpr", help="Write here (default: standard output).")
 @guarded
@@ -419,8 +489,10 @@ def trace(target, specs, args_npz, output):
         args = _npz_list(_load_npz(args_npz, "arguments"), "arg", args_npz)
     else:
         args = [parse_spec(s) for s in specs]
-    if any(np.dtype(a.dtype).name in ("float64", "int64", "uint64", "complex128") for a in args):
-        jax.config.update("jax_enable_x64", True)
+    import contextlib
+
+    wide = any(np.dtype(a.dtype).name in ("float64", "int64", "uint64", "complex128") for a in args)
+    scope = jax.enable_x64(True) if wide else contextlib.nullcontext()
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
@@ -436,7 +508,8 @@ def trace(target, specs, args_npz, output):
     if not callable(fn):
         raise JaxprError(f"'{target}' is not callable")
     try:
-        j = jax.make_jaxpr(fn)(*args)
+        with scope:
+            j = jax.make_jaxpr(fn)(*args)
     except Exception as e:  # noqa: BLE001 - the user's function failed to trace
         raise JaxprError(f"tracing '{target}' failed: {type(e).__name__}: {e}") from None
     write_output(str(j) + "\n", output)
