@@ -1,0 +1,373 @@
+"""Helpers shared by the shape-rule families: operand checks, dims, dtypes, params."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..core import Jaxpr, OpaqueType, RefType, ShapedArray, Type, short_dtype_name
+from . import ShapeError
+
+# ---------------------------------------------------------------- dtype classes
+
+FLOATS = {"f16", "bf16", "f32", "f64"}
+COMPLEX = {"c64", "c128"}
+SIGNED = {"i2", "i4", "i8", "i16", "i32", "i64"}
+UNSIGNED = {"u2", "u4", "u8", "u16", "u32", "u64"}
+INTS = SIGNED | UNSIGNED
+BOOL = {"bool"}
+
+
+def is_float_dtype(d: str) -> bool:
+    return d in FLOATS or (d.startswith("f") and d[1:2].isdigit() and "_" in d) or d.startswith("bf")
+
+
+def is_complex_dtype(d: str) -> bool:
+    return d in COMPLEX
+
+
+def is_int_dtype(d: str) -> bool:
+    return d in INTS
+
+
+def is_key_dtype(d: str) -> bool:
+    return d.startswith("key<")
+
+
+def real_dtype(d: str) -> str:
+    return {"c64": "f32", "c128": "f64"}.get(d, d)
+
+
+def complex_dtype(d: str) -> str:
+    return {"f32": "c64", "f64": "c128", "f16": "c64", "bf16": "c64"}.get(d, d)
+
+
+def dtype_bits(d: str) -> int:
+    if d == "bool":
+        return 8
+    from ..core import np_dtype
+
+    try:
+        return np_dtype(d).itemsize * 8 if d not in ("i4", "u4", "i2", "u2") else int(d[1:])
+    except KeyError:
+        return 0
+
+
+def dtype_param(v: Any) -> str:
+    """A dtype parameter (np.dtype, numpy scalar type, or name) -> short dtype name."""
+    if v is None:
+        raise ShapeError("missing dtype parameter")
+    if isinstance(v, np.dtype):
+        if v.names is not None:
+            return "float0"
+        return short_dtype_name(v.name)
+    if isinstance(v, type) and issubclass(v, np.generic):
+        return short_dtype_name(np.dtype(v).name)
+    s = str(v)
+    if s.startswith("<class '") and s.endswith("'>"):  # <class 'jax.numpy.float32'>
+        s = s[8:-2].rsplit(".", 1)[-1]
+    if s.startswith("dtype(") and s.endswith(")"):
+        s = s[6:-1].strip("'\"")
+    return short_dtype_name(s)
+
+
+def opt_dtype_param(v: Any) -> str | None:
+    return None if v is None else dtype_param(v)
+
+
+# ---------------------------------------------------------------- params
+
+
+def ints(v: Any) -> tuple[int, ...]:
+    """A tuple of ints (numpy scalars and SymExpr allowed: those stay strings)."""
+    if v is None:
+        return ()
+    if isinstance(v, (int, np.integer)) or hasattr(v, "__index__"):
+        return (int(v),)
+    out = []
+    for x in v:
+        out.append(dim_param(x))
+    return tuple(out)
+
+
+def dim_param(x: Any):
+    """One dimension from a param: int, or a symbolic dim as a string."""
+    if isinstance(x, bool):
+        return int(x)
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    try:
+        return int(x)
+    except (TypeError, ValueError):
+        return str(x)
+
+
+def int_param(params: dict, key: str, default: Any = ...) -> int:
+    if key not in params:
+        if default is ...:
+            raise ShapeError(f"missing parameter '{key}'")
+        return default
+    v = params[key]
+    if v is None:
+        if default is ...:
+            raise ShapeError(f"parameter '{key}' is None")
+        return default
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        raise ShapeError(f"parameter '{key}' must be an integer, got {v}") from None
+
+
+def need(params: dict, key: str) -> Any:
+    if key not in params:
+        raise ShapeError(f"missing parameter '{key}'")
+    return params[key]
+
+
+def field(rec: Any, name: str, default: Any = ...) -> Any:
+    """A field of a Record (or an attribute / tuple index for other encodings)."""
+    try:
+        return rec[name]
+    except (KeyError, TypeError, IndexError):
+        if default is not ...:
+            return default
+        raise ShapeError(f"dimension numbers lack '{name}'") from None
+
+
+# ---------------------------------------------------------------- dims
+
+
+def is_sym(d) -> bool:
+    return not isinstance(d, int)
+
+
+def dim_eq(a, b) -> bool:
+    """Definitely-or-possibly equal: symbolic dims are accepted leniently."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    if isinstance(a, str) and isinstance(b, str):
+        return True  # lenient: cannot decide symbolic equality here
+    return True
+
+
+def dims_eq(a, b) -> bool:
+    return len(a) == len(b) and all(dim_eq(x, y) for x, y in zip(a, b))
+
+
+def _sym(d) -> str:
+    s = str(d)
+    return s if s.replace("_", "").isalnum() else f"({s})"
+
+
+def dim_add(a, b):
+    if isinstance(a, int) and isinstance(b, int):
+        return a + b
+    if b == 0:
+        return a
+    if a == 0:
+        return b
+    if isinstance(b, int) and b < 0:
+        return f"{a} - {-b}"
+    return f"{a} + {b}"
+
+
+def dim_sub(a, b):
+    if isinstance(a, int) and isinstance(b, int):
+        return a - b
+    if b == 0:
+        return a
+    return f"{a} - {_sym(b)}"
+
+
+def dim_mul(a, b):
+    if isinstance(a, int) and isinstance(b, int):
+        return a * b
+    if a == 1:
+        return b
+    if b == 1:
+        return a
+    if isinstance(b, int):
+        a, b = b, a
+    return f"{_sym(a)}*{_sym(b)}"
+
+
+def dim_floordiv(a, b):
+    if isinstance(a, int) and isinstance(b, int):
+        if b == 0:
+            raise ShapeError("division by zero in a dimension")
+        return a // b
+    if b == 1:
+        return a
+    return f"floordiv({a}, {b})"
+
+
+def dim_max(a, b):
+    if isinstance(a, int) and isinstance(b, int):
+        return max(a, b)
+    return f"max({a}, {b})"
+
+
+def prod(dims):
+    n = 1
+    for d in dims:
+        n = dim_mul(n, d)
+    return n
+
+
+def dilate_dim(d, dilation: int):
+    """Size of a dimension of size d dilated by `dilation` (0 stays 0)."""
+    if isinstance(d, int):
+        return 0 if d == 0 else 1 + dilation * (d - 1)
+    if dilation == 1:
+        return d
+    return dim_add(dim_mul(dilation, dim_sub(d, 1)), 1)
+
+
+def strided_dim(d, window: int, stride: int):
+    """floor((d - window) / stride) + 1, at least 0."""
+    if isinstance(d, int):
+        if d < window:
+            return 0
+        return (d - window) // stride + 1
+    return dim_add(dim_floordiv(dim_sub(d, window), stride), 1)
+
+
+def fmt_shape(shape) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def hint_dim(out_hint, i_out: int, axis: int, computed):
+    """The out_hint's dim at (result i_out, axis) when `computed` is symbolic, else computed."""
+    if isinstance(computed, int) or not out_hint or i_out >= len(out_hint):
+        return computed
+    h = out_hint[i_out]
+    if isinstance(h, ShapedArray) and axis < h.ndim:
+        return h.shape[axis]
+    return computed
+
+
+def fill_sym_from_hint(t: Type, out_hint, i: int = 0) -> Type:
+    """Replace computed symbolic dims by the declared ones (same rank) so printing keeps JAX's form."""
+    if not isinstance(t, ShapedArray) or not out_hint or i >= len(out_hint):
+        return t
+    h = out_hint[i]
+    if not isinstance(h, ShapedArray) or h.ndim != t.ndim or t.is_static:
+        return t
+    shape = tuple(hd if (not isinstance(td, int)) else td for td, hd in zip(t.shape, h.shape))
+    return t.update(shape=shape)
+
+
+def canon_axis(axis: int, ndim: int, what: str = "axis") -> int:
+    if not -ndim <= axis < ndim:
+        raise ShapeError(f"{what} {axis} is out of bounds for rank {ndim}")
+    return axis % ndim
+
+
+# ---------------------------------------------------------------- operands
+
+
+def arr(t: Type, prim: str, i: int | None = None) -> ShapedArray:
+    """The operand as an array type, or ShapeError."""
+    if isinstance(t, ShapedArray):
+        return t
+    where = f" at position {i}" if i is not None else ""
+    raise ShapeError(f"{prim} expects an array operand{where}, got {t}")
+
+
+def nargs(in_types: list, n: int | tuple[int, ...], prim: str) -> None:
+    ok = len(in_types) == n if isinstance(n, int) else len(in_types) in n
+    if not ok:
+        want = n if isinstance(n, int) else " or ".join(map(str, n))
+        raise ShapeError(f"{prim} expects {want} operand{'s' if want != 1 else ''}, got {len(in_types)}")
+
+
+def min_args(in_types: list, n: int, prim: str) -> None:
+    if len(in_types) < n:
+        raise ShapeError(f"{prim} expects at least {n} operands, got {len(in_types)}")
+
+
+def same_dtypes(prim: str, ts: list[ShapedArray]) -> None:
+    ds = [t.dtype for t in ts if not is_key_dtype(t.dtype)]
+    if len(set(ds)) > 1:
+        raise ShapeError(f"{prim} requires operands of the same dtype, got {', '.join(ds)}")
+
+
+def broadcast_shapes(prim: str, ts: list[ShapedArray]) -> tuple:
+    """lax's n-ary rule: rank-0 operands broadcast; others must agree (1 broadcasts)."""
+    shapes = [t.shape for t in ts if t.shape]
+    if not shapes:
+        return ()
+    ranks = {len(s) for s in shapes}
+    if len(ranks) != 1:
+        raise ShapeError(
+            f"{prim} requires operands of the same rank, got shapes {', '.join(fmt_shape(s) for s in shapes)}"
+        )
+    out = []
+    for ds in zip(*shapes):
+        non1 = [d for d in ds if d != 1]
+        if not non1:
+            out.append(1)
+            continue
+        ints_ = {d for d in non1 if isinstance(d, int)}
+        if len(ints_) > 1:
+            raise ShapeError(
+                f"{prim} got incompatible shapes {', '.join(fmt_shape(s) for s in shapes)}"
+            )
+        if ints_:
+            out.append(ints_.pop())
+        else:
+            out.append(non1[0])
+    return tuple(out)
+
+
+def first_space(ts: list) -> tuple[str | None, str | None]:
+    """(memory_space, vma) to propagate: from the first operand that has one."""
+    ms = next((t.memory_space for t in ts if isinstance(t, ShapedArray) and t.memory_space), None)
+    vma = next((t.vma for t in ts if isinstance(t, ShapedArray) and t.vma is not None), None)
+    return ms, vma
+
+
+def mk(shape, dtype: str, weak: bool = False, like: list | None = None) -> ShapedArray:
+    ms, vma = first_space(like) if like else (None, None)
+    return ShapedArray(tuple(shape), dtype, weak, ms, vma)
+
+
+# ---------------------------------------------------------------- nested jaxprs
+
+
+def jaxpr_param(params: dict, *keys: str) -> Jaxpr:
+    for k in keys:
+        v = params.get(k)
+        if isinstance(v, Jaxpr):
+            return v
+    raise ShapeError(f"missing jaxpr parameter '{keys[0]}'")
+
+
+def types_agree(a: Type, b: Type) -> bool:
+    """Whether two types agree for the checker: dtype and shape (symbolic dims leniently)."""
+    if isinstance(a, ShapedArray) and isinstance(b, ShapedArray):
+        if a.dtype != b.dtype and not (a.dtype.startswith("key<") and b.dtype.startswith("key<")):
+            return False
+        return dims_eq(a.shape, b.shape)
+    if isinstance(a, RefType) and isinstance(b, RefType):
+        return types_agree(a.inner, b.inner)
+    if isinstance(a, OpaqueType) or isinstance(b, OpaqueType):
+        return True
+    return False
+
+
+def check_call_operands(prim: str, jaxpr: Jaxpr, in_types: list[Type], what: str = "jaxpr",
+                        skip_consts: bool = True) -> None:
+    """The operands must match the nested jaxpr's invars in number and type."""
+    inv = jaxpr.in_types
+    if len(inv) != len(in_types):
+        raise ShapeError(f"{prim}: {what} takes {len(inv)} input{'s' if len(inv) != 1 else ''}, "
+                         f"but the equation passes {len(in_types)}")
+    for i, (a, b) in enumerate(zip(in_types, inv)):
+        if not types_agree(a, b):
+            raise ShapeError(f"{prim}: operand {i} has type {a}, but {what} expects {b}")
+
+
+def out_types_of(jaxpr: Jaxpr) -> list[Type]:
+    return [v.type for v in jaxpr.outvars]
