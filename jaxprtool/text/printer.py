@@ -1,0 +1,693 @@
+"""The printer: IR -> the text JAX's `str(jaxpr)` produces.
+
+`print_jaxpr(jaxpr, style=None, width=80)` reproduces `jax._src.core.pp_toplevel_jaxpr`
+followed by `Doc.format(width)` (no trailing newline):
+
+1. Shared jaxprs.  A breadth-first walk over the parameters counts how often
+   each nested jaxpr object occurs (paths, not objects: a jaxpr inside a
+   shared one counts once per occurrence of its parent).  Jaxprs occurring
+   more than once, or (0.10+) with more than 10 equations, are printed first
+   as `let NAME = { ... } in`, in discovery order, and referenced by NAME.
+   NAME is the `name` parameter of the first equation holding it, `<>`
+   stripped, else `jaxpr`; repeated names get suffixes 1, 2, ...
+2. Naming.  One counter for the whole printout (`a`..`z`, `ba`, ...), skipping
+   shared-jaxpr names; names are assigned in printing order.  Top-level
+   equation outputs that the top-level jaxpr never uses print as `_`.  For
+   `jit`/`pjit` (0.6.2+) the inner jaxpr's invars/outvars take the names of the
+   equation's operands/results (JAX's `suggest_same_var_names`).
+3. Safety.  JAX's naming can produce text that reads back as a different
+   program (FORMAT.md §2: `_` used inside a nested jaxpr, or a name bound
+   twice in one scope before a use).  After naming, every printed scope is
+   checked with the reader's rule ("a use refers to the most recent binding
+   of that name in its own jaxpr"; `_` is never a valid use) and every
+   variable that would be misread gets a fresh name from the counter.  So
+   `parse(print_jaxpr(ir))` is alpha-equal to `ir`, and the text equals JAX's
+   whenever JAX's text is unambiguous.
+4. Layout.  Documents mirror JAX's (`pp_jaxpr_skeleton`, `pp_eqn`,
+   `pp_kv_pairs`, `pp_vars`, the custom `pp_eqn_rules`) and are laid out by
+   `pretty.format`, which reproduces JAX's Wadler-Lindig printer exactly.
+
+Parameters print sorted by key (`name=` first for jit/pjit/custom_jvp_call/
+custom_vjp_call; 0.12 HiPrims such as `CustomRoot` keep their order), and the
+parameters JAX's print rules hide are hidden here too when an equation built
+by the tool carries them (FORMAT.md §9).  Jaxprs inside other parameter
+objects (`_LinearSolveTuple(matvec={...})`) are printed by a fresh `str()`, as
+JAX does (own names, own shared jaxprs, column 0, width 80).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from .. import core
+from ..core import Jaxpr, Literal, Var
+from ..params import Record, format_value
+from . import pretty as pp
+from .style import DEFAULT_STYLE, Style
+
+__all__ = ["print_jaxpr", "encode_name", "literal_text"]
+
+_JIT = ("jit", "pjit")
+_NAME_FIRST = frozenset({"jit", "pjit", "custom_jvp_call", "custom_vjp_call"})
+_ACCURACY_PRIMS = frozenset(
+    {
+        "exp",
+        "exp2",
+        "log",
+        "log2",
+        "expm1",
+        "log1p",
+        "tanh",
+        "logistic",
+        "sin",
+        "cos",
+        "tan",
+        "sqrt",
+        "rsqrt",
+        "cbrt",
+        "erfc",
+    }
+)
+#: namedtuple parameter classes: JAX's shared-jaxpr walk looks inside them (they are tuples)
+_NAMEDTUPLES = frozenset({"_LinearSolveTuple"})
+_ADDR = re.compile(r" at 0x([0-9a-fA-F]+)")
+_STATE_PRIMS = frozenset({"get", "swap", "addupdate"})
+
+
+def encode_name(n: int) -> str:
+    """JAX's `_encode_digits_alphabetic`: 0 -> a, 25 -> z, 26 -> ba, 676 -> baa."""
+    s = ""
+    while not s or n:
+        n, i = divmod(n, 26)
+        s = chr(97 + i) + s
+    return s
+
+
+def print_jaxpr(jaxpr: Jaxpr, style: Style | None = None, width: int = 80) -> str:
+    """The text of `jaxpr` exactly as JAX's `str(jaxpr)` (no trailing newline)."""
+    return pp.format(_Printer(style or DEFAULT_STYLE).toplevel(jaxpr), width)
+
+
+def literal_text(lit: Literal, typed: bool = True) -> str:
+    v = lit.value
+    if v is True or v is False:
+        s = "True" if v else "False"
+    elif isinstance(v, float):
+        s = repr(v)
+    elif isinstance(v, int):
+        s = str(v)
+    elif isinstance(v, complex):
+        s = str(v)
+    elif isinstance(v, str):
+        s = "(b'',)" if v == "float0" else v
+    elif v is Ellipsis:
+        s = "[...]"
+    elif isinstance(v, np.generic):
+        s = str(v.item())
+    else:
+        s = str(v)
+    if typed:
+        return s + ":" + str(lit.type)
+    return s
+
+
+# ---------------------------------------------------------------- params
+
+
+def _params_to_print(e: core.Eqn, style: Style) -> list[tuple[str, Any]]:
+    """The (key, value) pairs JAX prints for this equation, in order."""
+    p = e.params
+    prim = e.prim
+    if not p:
+        return []
+    if prim in _JIT:
+        d = dict(p)
+        d.pop("inline", None)
+        for k, pred in (
+            ("donated_invars", lambda v: isinstance(v, tuple) and not any(v)),
+            ("in_shardings", lambda v: isinstance(v, tuple) and all(_unspecified(s) for s in v)),
+            ("out_shardings", lambda v: isinstance(v, tuple) and all(_unspecified(s) for s in v)),
+            ("in_layouts", lambda v: isinstance(v, tuple) and all(x is None for x in v)),
+            ("out_layouts", lambda v: isinstance(v, tuple) and all(x is None for x in v)),
+            ("keep_unused", lambda v: v is False),
+            (
+                "ctx_mesh",
+                lambda v: (
+                    v is None or format_value(v) in ("Mesh()", "AbstractMesh((), axis_types=())")
+                ),
+            ),
+            ("compiler_options_kvs", lambda v: v is None or v == ()),
+        ):
+            if k in d and pred(d[k]):
+                del d[k]
+        return _name_first(d)
+    if prim in ("custom_jvp_call", "custom_vjp_call"):
+        d = dict(p)
+        if "num_consts" in d and d["num_consts"] == 0 and d["num_consts"] is not False:
+            del d["num_consts"]
+        if prim == "custom_vjp_call":
+            d.pop("out_trees", None)
+        return _name_first(d)
+    if prim[:1].isupper():  # 0.12 HiPrims print their params in declaration order
+        return list(p.items())
+    if prim == "broadcast_in_dim" and not style.broadcast_shape_param:
+        d = dict(p)
+        d.pop("shape", None)
+        d.pop("sharding", None)
+        if "broadcast_dimensions" in d and not d["broadcast_dimensions"]:
+            del d["broadcast_dimensions"]
+        return sorted(d.items())
+    if prim == "dot_general":
+        d = {k: v for k, v in p.items() if v is not None}
+        d.pop("out_sharding", None)
+        dn = d.get("dimension_numbers")
+        if (
+            isinstance(dn, tuple)
+            and len(dn) == 2
+            and all(isinstance(x, tuple) and len(x) == 2 for x in dn)
+        ):
+            (lc, rc), (lb, rb) = dn
+            d["dimension_numbers"] = ((list(lc), list(rc)), (list(lb), list(rb)))
+        return sorted(d.items())
+    if prim == "convert_element_type":
+        if "sharding" in p:
+            return sorted((k, v) for k, v in p.items() if k != "sharding")
+    elif prim in _ACCURACY_PRIMS:
+        if "accuracy" in p and p["accuracy"] is None:
+            return sorted((k, v) for k, v in p.items() if k != "accuracy")
+    elif prim == "mul":
+        if "out_dtype" in p and p["out_dtype"] is None:
+            return sorted((k, v) for k, v in p.items() if k != "out_dtype")
+    elif prim == "reshard":
+        return []
+    elif prim == "check":
+        return sorted((k, v) for k, v in p.items() if k != "err_tree")
+    elif prim == "custom_lin":
+        return sorted((k, v) for k, v in p.items() if k != "out_avals")
+    return sorted(p.items())
+
+
+def _name_first(d: dict) -> list[tuple[str, Any]]:
+    if "name" in d:
+        name = d.pop("name")
+        return [("name", name), *sorted(d.items())]
+    return sorted(d.items())
+
+
+def _unspecified(s) -> bool:
+    return s is None or format_value(s, nested=True) == "UnspecifiedValue"
+
+
+def _is_jaxpr_tuple(v) -> bool:
+    return type(v) is tuple and all(isinstance(j, Jaxpr) for j in v)
+
+
+def _hoist_name(e: core.Eqn) -> str | None:
+    if e.prim in ("custom_jvp_call", "custom_vjp_call"):
+        return None  # their `name=` is synthesized from call_jaxpr, not a parameter
+    n = e.params.get("name")
+    return n if isinstance(n, str) else None
+
+
+def _bfs_subjaxprs(e: core.Eqn):
+    """The jaxprs JAX's shared-jaxpr walk finds in an equation (`jaxprs_in_params`)."""
+    for v in e.params.values():
+        if isinstance(v, Jaxpr):
+            yield v
+        elif isinstance(v, tuple):
+            for x in v:
+                if isinstance(x, Jaxpr):
+                    yield x
+        elif isinstance(v, Record) and v.cls in _NAMEDTUPLES:
+            for _, x in v.fields:
+                if isinstance(x, Jaxpr):
+                    yield x
+
+
+def _has_jaxpr(v) -> bool:
+    if isinstance(v, Jaxpr):
+        return True
+    if isinstance(v, (tuple, list, frozenset)):
+        return any(_has_jaxpr(x) for x in v)
+    if isinstance(v, Record):
+        return any(_has_jaxpr(x) for _, x in v.fields)
+    return False
+
+
+# ---------------------------------------------------------------- the printer
+
+
+class _Printer:
+    def __init__(self, style: Style):
+        self.style = style
+        self.names: dict[int, str] = {}  # id(var) -> printed name
+        self.shared: dict[int, str] = {}  # id(jaxpr) -> hoisted name
+        self.shared_names: set[str] = set()
+        self.counter = 0
+        self.type_str: dict[int, str] = {}
+        self.keep: list = []  # keeps objects alive while their ids are used as keys
+
+    # ------------------------------------------------------------ naming
+    def fresh(self) -> str:
+        while True:
+            n = encode_name(self.counter)
+            self.counter += 1
+            if n not in self.shared_names:
+                return n
+
+    def name(self, v: Var) -> str:
+        n = self.names.get(id(v))
+        if n is None:
+            n = self.names[id(v)] = self.fresh()
+        return n
+
+    def suggest(self, for_vars, like_vars) -> None:
+        if len(for_vars) != len(like_vars):
+            return
+        used: set[int] = set()
+        names = self.names
+        for f, like in zip(for_vars, like_vars):
+            if (
+                isinstance(like, Var)
+                and id(like) not in used
+                and isinstance(f, Var)
+                and id(f) not in names
+            ):
+                used.add(id(like))
+                names[id(f)] = self.name(like)
+
+    # ------------------------------------------------------------ pass 1: names
+    def toplevel(self, top: Jaxpr) -> pp.Doc:
+        self._find_shared(top)
+        # JAX's _dropvars: top-level equation outputs never used are `_`
+        used = {id(a) for a in top.outvars if isinstance(a, Var)}
+        for e in reversed(top.eqns):
+            for v in e.outputs:
+                if id(v) not in used:
+                    self.names[id(v)] = "_"
+            for a in e.inputs:
+                if isinstance(a, Var):
+                    used.add(id(a))
+        self.drop_hints = self._drop_hinted(top)
+        shared = [(self.shared[id(j)], j) for j in self.shared_order]
+        for _, j in shared:
+            self._name_jaxpr(j)
+        self._name_jaxpr(top)
+        self._fix_ambiguities([j for _, j in shared] + [top])
+        docs = []
+        for name, j in shared:
+            docs.append(
+                pp.concat(
+                    [
+                        pp.text("let "),
+                        pp.text(name),
+                        pp.text(" = "),
+                        self._skeleton(j),
+                        pp.text(" in"),
+                        pp.brk(),
+                    ]
+                )
+            )
+        docs.append(self._jaxpr_doc(top))
+        return pp.concat(docs)
+
+    def _find_shared(self, top: Jaxpr) -> None:
+        """JAX's breadth-first count of sub-jaxpr occurrences (see module docstring)."""
+        from collections import deque
+
+        order: list[Jaxpr] = []
+        index: dict[int, int] = {id(top): -1}
+        parents: dict[int, list[int]] = {}  # id(child) -> ids of parents (one per occurrence)
+        hint: dict[int, str] = {}
+        q = deque([top])
+        while q:
+            j = q.popleft()
+            for e in j.eqns:
+                nm = None
+                for sub in _bfs_subjaxprs(e):
+                    if id(sub) not in index:
+                        index[id(sub)] = len(order)
+                        order.append(sub)
+                        q.append(sub)
+                    parents.setdefault(id(sub), []).append(id(j))
+                    if id(sub) not in hint:
+                        if nm is None:
+                            nm = _hoist_name(e) or ""
+                        if nm:
+                            hint[id(sub)] = nm.strip("<>")
+        multi: dict[int, bool] = {id(top): False}
+        for j in order:  # BFS order is not topological in general: resolve lazily
+            self._multi(id(j), parents, multi)
+        big = self.style.hoist_large
+        counts: dict[str, int] = {}
+        self.shared_order = []
+        for j in order:
+            if not (multi[id(j)] or (big and len(j.eqns) > 10)):
+                continue
+            name = hint.get(id(j), "jaxpr")
+            c = counts.get(name, 0)
+            if c > 0:
+                counts[name] = c + 1
+                name = name + str(c)
+                counts[name] = counts.get(name, 0) + 1
+            else:
+                counts[name] = 1
+            self.shared[id(j)] = name
+            self.shared_names.add(name)
+            self.shared_order.append(j)
+
+    def _multi(self, jid: int, parents, multi) -> bool:
+        stack = [jid]
+        while stack:
+            x = stack[-1]
+            if x in multi:
+                stack.pop()
+                continue
+            ps = parents[x]
+            if len(ps) > 1:
+                multi[x] = True
+                stack.pop()
+                continue
+            p = ps[0]
+            if p in multi:
+                multi[x] = multi[p]
+                stack.pop()
+            else:
+                stack.append(p)
+        return multi[jid]
+
+    def _drop_hinted(self, top: Jaxpr) -> set[int]:
+        """Vars read as `_` (hint) and never used in their jaxpr: JAX's DropVar, always `_`."""
+        out: set[int] = set()
+        seen: set[int] = set()
+        stack = [top]
+        while stack:
+            j = stack.pop()
+            if id(j) in seen:
+                continue
+            seen.add(id(j))
+            cand = [v for e in j.eqns for v in e.outputs if v.hint == "_"]
+            if cand:
+                used = {id(a) for e in j.eqns for a in e.inputs if isinstance(a, Var)}
+                used.update(id(a) for a in j.outvars if isinstance(a, Var))
+                out.update(id(v) for v in cand if id(v) not in used)
+            for e in j.eqns:
+                stack.extend(_bfs_subjaxprs(e))
+                for v in e.params.values():
+                    if not isinstance(v, Jaxpr) and not isinstance(v, tuple) and _has_jaxpr(v):
+                        pass  # printed by a fresh str(): handled there
+        return out
+
+    def _name_binders(self, vs) -> None:
+        names = self.names
+        drops = self.drop_hints
+        for v in vs:
+            if id(v) not in names:
+                names[id(v)] = "_" if id(v) in drops else self.fresh()
+
+    def _name_uses(self, atoms) -> None:
+        names = self.names
+        for a in atoms:
+            if isinstance(a, Var) and id(a) not in names:
+                names[id(a)] = self.fresh()
+
+    def _name_jaxpr(self, j: Jaxpr) -> None:
+        """Assign names in JAX's printing order (a walk mirroring the document build)."""
+        self._name_binders(j.constvars)
+        self._name_binders(j.invars)
+        for e in j.eqns:
+            self._name_eqn(e)
+        self._name_uses(j.outvars)
+
+    def _name_sub(self, v) -> None:
+        if isinstance(v, Jaxpr):
+            if id(v) not in self.shared:
+                self._name_jaxpr(v)
+        elif _is_jaxpr_tuple(v):
+            for j in v:
+                if id(j) not in self.shared:
+                    self._name_jaxpr(j)
+
+    def _name_eqn(self, e: core.Eqn) -> None:
+        prim = e.prim
+        if prim in _STATE_PRIMS and _state_form(e) is not None:
+            ref, idx, val = _state_form(e)
+            if prim == "get":
+                self._name_binders(e.outputs)
+                self._name_uses([ref, *idx])
+            elif prim == "swap":
+                y = e.outputs[0]
+                if self.names.get(id(y)) == "_":
+                    self._name_uses([ref, *idx, val])
+                else:
+                    self._name_uses([ref, *idx])
+                    self._name_binders([y])
+                    self._name_uses([val])
+            else:
+                self._name_uses([ref, *idx, val])
+            return
+        if prim in _JIT and self.style.suggest_names:
+            inner = e.params.get("jaxpr")
+            if isinstance(inner, Jaxpr) and id(inner) not in self.shared:
+                self.suggest(inner.invars, e.inputs)
+                self.suggest(inner.outvars, e.outputs)
+        self._name_binders(e.outputs)
+        for _, v in _params_to_print(e, self.style):
+            self._name_sub(v)
+        self._name_uses(e.inputs)
+
+    # ------------------------------------------------------------ pass 2: safety
+    def _fix_ambiguities(self, roots: list[Jaxpr]) -> None:
+        for _ in range(100):
+            bad: set[int] = set()
+            seen: set[int] = set()
+            stack = list(roots)
+            while stack:
+                j = stack.pop()
+                if id(j) in seen:
+                    continue
+                seen.add(id(j))
+                self._check_scope(j, bad)
+                for e in j.eqns:
+                    for _, v in _params_to_print(e, self.style):
+                        if isinstance(v, Jaxpr):
+                            if id(v) not in self.shared:
+                                stack.append(v)
+                        elif _is_jaxpr_tuple(v):
+                            stack.extend(x for x in v if id(x) not in self.shared)
+            if not bad:
+                return
+            for vid in bad:
+                self.names[vid] = self.fresh()
+
+    def _check_scope(self, j: Jaxpr, bad: set[int]) -> None:
+        names = self.names
+        scope: dict[str, int] = {}
+
+        def use(a):
+            if isinstance(a, Var):
+                n = names[id(a)]
+                if n == "_" or scope.get(n) != id(a):
+                    bad.add(id(a))
+
+        for v in j.constvars:
+            scope[names[id(v)]] = id(v)
+        for v in j.invars:
+            scope[names[id(v)]] = id(v)
+        for e in j.eqns:
+            for a in e.inputs:
+                use(a)
+            for v in e.outputs:
+                scope[names[id(v)]] = id(v)
+        for a in j.outvars:
+            use(a)
+
+    # ------------------------------------------------------------ pass 3: documents
+    def _type(self, t) -> str:
+        s = self.type_str.get(id(t))
+        if s is None:
+            s = self.type_str[id(t)] = str(t)
+            self.keep.append(t)
+        return s
+
+    def _binders(self, vs) -> pp.Doc:
+        names = self.names
+        ty = self._type
+        docs = [pp.text(names[id(v)] + ":" + ty(v.type)) for v in vs]
+        return pp.nest(2, pp.group(pp.join(pp.group(pp.brk()), docs)))
+
+    def _atom(self, a) -> str:
+        if isinstance(a, Var):
+            return self.names[id(a)]
+        return literal_text(a, a.typed and self.style.typed_literals)
+
+    def _atoms(self, atoms, sep: str = "") -> pp.Doc:
+        docs = [pp.text(self._atom(a)) for a in atoms]
+        s = pp.group(pp.brk())
+        return pp.nest(2, pp.group(pp.join(pp.concat([pp.text(sep), s]) if sep else s, docs)))
+
+    def _jaxpr_doc(self, j: Jaxpr) -> pp.Doc:
+        name = self.shared.get(id(j))
+        if name is not None:
+            return pp.text(name)
+        return self._skeleton(j)
+
+    def _skeleton(self, j: Jaxpr) -> pp.Doc:
+        constvars = self._binders(j.constvars)
+        invars = self._binders(j.invars)
+        eqns = pp.join(pp.brk("; "), [self._eqn(e) for e in j.eqns])
+        n_out = len(j.outvars)
+        outvars = pp.concat(
+            [pp.text("("), self._atoms(j.outvars, ","), pp.text(",)" if n_out == 1 else ")")]
+        )
+        parts = [
+            pp.text("{ "),
+            pp.text("lambda "),
+            constvars,
+            pp.text("; "),
+            invars,
+            pp.text(". "),
+            pp.text("let"),
+            pp.nest(2, pp.concat([pp.brk(), eqns])),
+            pp.brk(),
+            pp.text("in "),
+            outvars,
+        ]
+        if j.effects is not None:
+            parts.append(pp.text(" : { " + ", ".join(j.effects) + " }"))
+        return pp.group(pp.concat([pp.nest(2, pp.concat(parts)), pp.text(" }")]))
+
+    def _value(self, v) -> pp.Doc:
+        if isinstance(v, Jaxpr):
+            return self._jaxpr_doc(v)
+        if _is_jaxpr_tuple(v):
+            return pp.group(
+                pp.concat(
+                    [
+                        pp.nest(
+                            2,
+                            pp.concat(
+                                [
+                                    pp.text("("),
+                                    pp.brk(""),
+                                    pp.join(pp.brk(), [self._jaxpr_doc(j) for j in v]),
+                                ]
+                            ),
+                        ),
+                        pp.brk(""),
+                        pp.text(")"),
+                    ]
+                )
+            )
+        return pp.text(self._value_str(v))
+
+    def _value_str(self, v) -> str:
+        if isinstance(v, (int, str, float, np.dtype)) or v is None:
+            s = format_value(v)
+        elif _has_jaxpr(v):
+            s = self._str_with_jaxprs(v, nested=False)
+        else:
+            s = format_value(v)
+        if self.style.mask_addresses and " at 0x" in s:
+            s = _ADDR.sub(lambda m: " at 0x" + "X" * len(m.group(1)), s)
+        return s
+
+    def _str_with_jaxprs(self, v, nested: bool) -> str:
+        """str(value) for a value holding jaxprs: each one printed by a fresh str(), width 80."""
+        if isinstance(v, Jaxpr):
+            return print_jaxpr(v, self.style)
+        if isinstance(v, tuple) and type(v) is tuple:
+            items = [self._str_with_jaxprs(x, True) for x in v]
+            return "(" + items[0] + ",)" if len(items) == 1 else "(" + ", ".join(items) + ")"
+        if isinstance(v, list):
+            return "[" + ", ".join(self._str_with_jaxprs(x, True) for x in v) + "]"
+        if isinstance(v, Record):
+            inner = ", ".join(f"{k}={self._str_with_jaxprs(x, True)}" for k, x in v.fields)
+            return f"{v.cls}({inner})"
+        return format_value(v, nested=nested)
+
+    def _kv_pairs(self, pairs) -> pp.Doc:
+        if not pairs:
+            return pp.NIL
+        kvs = [pp.concat([pp.text(k + "="), self._value(v)]) for k, v in pairs]
+        return pp.group(
+            pp.concat(
+                [
+                    pp.nest(2, pp.concat([pp.text("["), pp.brk(""), pp.join(pp.brk(), kvs)])),
+                    pp.brk(""),
+                    pp.text("]"),
+                ]
+            )
+        )
+
+    def _eqn(self, e: core.Eqn) -> pp.Doc:
+        prim = e.prim
+        if prim in _STATE_PRIMS:
+            form = _state_form(e)
+            if form is not None:
+                return self._state_eqn(e, *form)
+        name = prim
+        if prim in _JIT:
+            name = self.style.call_prim
+        rhs = [
+            pp.text(name),
+            self._kv_pairs(_params_to_print(e, self.style)),
+            pp.concat([pp.text(" "), self._atoms(e.inputs)]),
+        ]
+        if e.outputs:
+            return pp.concat([self._binders(e.outputs), pp.text(" = "), *rhs])
+        return pp.concat(rhs)
+
+    # ------------------------------------------------------------ ref-state equations
+    def _ref(self, e: core.Eqn, ref, idx) -> pp.Doc:
+        tpl = format_value(e.params["indexer"])
+        if "$" in tpl:
+            tpl = _SLOT.sub(lambda m: self._atom(idx[int(m.group(1))]), tpl)
+        return pp.text(self.names[id(ref)] + tpl)
+
+    def _state_eqn(self, e: core.Eqn, ref, idx, val) -> pp.Doc:
+        if e.prim == "get":
+            return pp.concat([self._binders(e.outputs), pp.text(" <- "), self._ref(e, ref, idx)])
+        if e.prim == "swap":
+            y = e.outputs[0]
+            x_i = self._ref(e, ref, idx)
+            if self.names.get(id(y)) == "_":
+                return pp.concat([x_i, pp.text(" <- "), pp.text(self._atom(val))])
+            return pp.concat(
+                [
+                    self._binders([y]),
+                    pp.text(", "),
+                    x_i,
+                    pp.text(" <- "),
+                    x_i,
+                    pp.text(", "),
+                    pp.text(self._atom(val)),
+                ]
+            )
+        return pp.concat([self._ref(e, ref, idx), pp.text(" += "), pp.text(self._atom(val))])
+
+
+# ---------------------------------------------------------------- ref-state representation
+
+
+def _state_form(e: core.Eqn):
+    """(ref, index atoms, value) of a get/swap/addupdate equation, or None when it is not
+    in the parser's ref-state representation (then it prints as an ordinary equation)."""
+    idx = e.params.get("indexer")
+    if idx is None:
+        return None
+    if e.prim == "get":
+        if len(e.outputs) != 1 or not e.inputs:
+            return None
+        return e.inputs[0], e.inputs[1:], None
+    if len(e.inputs) < 2:
+        return None
+    if e.prim == "swap" and len(e.outputs) != 1:
+        return None
+    return e.inputs[0], e.inputs[2:], e.inputs[1]
+
+
+_SLOT = re.compile(r"\$(\d+)")

@@ -1,0 +1,260 @@
+"""Printing styles: which JAX version's `str(jaxpr)` the printer imitates.
+
+A `Style` is a frozen dataclass holding the JAX version tuple; every switch the
+printer (and code that builds equations, e.g. AD) needs is a derived property:
+
+* `call_prim`: `pjit` (0.4.35, 0.6.2) or `jit` (0.7.2 and later);
+* `typed_literals`: `1.0:f32[]` (0.6.2+) vs `1.0` (0.4.35);
+* `suggest_names`: inner jit names copied from the outer equation (0.6.2+);
+* `hoist_large`: nested jaxprs with more than 10 equations are hoisted (0.10+);
+* `broadcast_shape_param`: `broadcast_in_dim` prints `shape=`/`sharding=` (<= 0.7.2);
+* `scan_ft`: scan params `ft_in`/`ft_out` (0.12) vs `num_consts`/`num_carry` (< 0.12);
+* `mask_addresses`: ` at 0x...` printed as `0xXXXXXXXXXXXX` (0.10+).
+
+`detect_style(jaxpr)` guesses the style of a parsed program; `scan_params` and
+`scan_counts` build and read scan parameters in either encoding.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from .. import core
+from ..params import Opaque, Record, format_value
+
+KNOWN_VERSIONS = ((0, 4, 35), (0, 6, 2), (0, 7, 2), (0, 10, 2), (0, 12, 0, 1))
+
+
+@dataclass(frozen=True)
+class Style:
+    version: tuple[int, ...] = (0, 12, 0, 1)
+
+    # ------------------------------------------------------------ construction
+    @staticmethod
+    def parse(text: str) -> Style:
+        """`Style.parse("0.4.35")`, `"0.12"`, `"jax-0.10.2"`; raises ValueError on bad input."""
+        t = text.strip()
+        if t.startswith("jax-"):
+            t = t[4:]
+        if t.startswith("v"):
+            t = t[1:]
+        if not re.fullmatch(r"\d+(\.\d+)*", t):
+            raise ValueError(f"not a JAX version: {text!r} (expected e.g. 0.4.35 or 0.12)")
+        v = tuple(int(x) for x in t.split("."))
+        if v < (0, 4):
+            raise ValueError(
+                f"JAX version {text} is older than the oldest supported style (0.4.35)"
+            )
+        return Style(v)
+
+    def __str__(self) -> str:
+        return ".".join(str(x) for x in self.version)
+
+    # ------------------------------------------------------------ switches
+    @property
+    def call_prim(self) -> str:
+        return "pjit" if self.version < (0, 7) else "jit"
+
+    @property
+    def typed_literals(self) -> bool:
+        return self.version >= (0, 5)
+
+    @property
+    def suggest_names(self) -> bool:
+        return self.version >= (0, 5)
+
+    @property
+    def hoist_large(self) -> bool:
+        return self.version >= (0, 8)
+
+    @property
+    def broadcast_shape_param(self) -> bool:
+        return self.version < (0, 8)
+
+    @property
+    def scan_ft(self) -> bool:
+        return self.version >= (0, 11)
+
+    @property
+    def mask_addresses(self) -> bool:
+        return self.version >= (0, 8)
+
+    @property
+    def scan_split_transpose(self) -> bool:
+        """scan also carries `_split_transpose` and `linear` (<= 0.7.2)."""
+        return self.version < (0, 8)
+
+    # ------------------------------------------------------------ builders
+    def scan_params(
+        self,
+        *,
+        jaxpr: core.Jaxpr,
+        length: int,
+        num_consts: int,
+        num_carry: int,
+        reverse: bool = False,
+        unroll: int = 1,
+        linear: tuple[bool, ...] | None = None,
+    ) -> dict[str, Any]:
+        """Parameters of a `scan` equation in this style's encoding.
+
+        The body takes consts, carry, xs and returns carry, ys.
+        """
+        num_xs = len(jaxpr.invars) - num_consts - num_carry
+        num_ys = len(jaxpr.outvars) - num_carry
+        if self.scan_ft:
+            none = None
+            return {
+                "ft_in": (
+                    (none,) * num_consts,
+                    (none,) * num_carry,
+                    (none,) * num_xs,
+                ),
+                "ft_out": ((none,) * num_carry, (Opaque("RightsOnly(Right(None))"),) * num_ys),
+                "jaxpr": jaxpr,
+                "length": length,
+                "reverse": reverse,
+                "unroll": unroll,
+            }
+        p: dict[str, Any] = {
+            "jaxpr": jaxpr,
+            "length": length,
+            "num_carry": num_carry,
+            "num_consts": num_consts,
+            "reverse": reverse,
+            "unroll": unroll,
+        }
+        if self.scan_split_transpose:
+            p["_split_transpose"] = False
+            p["linear"] = tuple(linear) if linear is not None else (False,) * len(jaxpr.invars)
+        return p
+
+
+DEFAULT_STYLE = Style((0, 12, 0, 1))
+STYLE_0_10 = Style((0, 10, 2))
+
+
+# ---------------------------------------------------------------- scan encodings
+
+
+def _ft_len(v: Any) -> int | None:
+    """Number of leaves of a printed FlatTree value (tuple form or `Pytree(vals=[...])`)."""
+    if isinstance(v, tuple):
+        n = 0
+        for x in v:
+            k = _ft_len(x)
+            if k is None:
+                return None
+            n += k
+        return n
+    if v is None:
+        return 1
+    if isinstance(v, Record) and v.cls == "Pytree":
+        vals = v.get("vals")
+        return len(vals) if isinstance(vals, (list, tuple)) else None
+    text = format_value(v, nested=True)
+    if text.startswith("Pytree("):
+        m = re.match(r"Pytree\(vals=\[(.*?)\], tree=", text)
+        if m is None:
+            return None
+        inner = m.group(1).strip()
+        return 0 if not inner else inner.count("None") or None
+    # RightsOnly(...(Right(...(None)))): counted iff the first k Eithers are Right,
+    # k = the number of RightsOnly wrappers.
+    k = 0
+    while text.startswith("RightsOnly("):
+        k += 1
+        text = text[len("RightsOnly(") : -1]
+    for _ in range(k):
+        if text.startswith("Right("):
+            text = text[len("Right(") : -1]
+        elif text.startswith("Left("):
+            return 0
+        else:
+            return None
+    return 1
+
+
+def scan_counts(params: dict[str, Any]) -> tuple[int, int] | None:
+    """(num_consts, num_carry) of a scan equation in either encoding; None when unreadable."""
+    if "num_consts" in params and "num_carry" in params:
+        return int(params["num_consts"]), int(params["num_carry"])
+    ft_in = params.get("ft_in")
+    if isinstance(ft_in, tuple) and len(ft_in) == 3:
+        nc, ncarry = _ft_len(ft_in[0]), _ft_len(ft_in[1])
+        if nc is not None and ncarry is not None:
+            return nc, ncarry
+    ft_out = params.get("ft_out")
+    if (
+        isinstance(ft_out, tuple)
+        and len(ft_out) == 2
+        and isinstance(params.get("jaxpr"), core.Jaxpr)
+    ):
+        ncarry = _ft_len(ft_out[0])
+        if ncarry is not None:
+            j = params["jaxpr"]
+            nxs_plus_consts = len(j.invars) - ncarry
+            if isinstance(ft_in, tuple) and len(ft_in) == 3:
+                nxs = _ft_len(ft_in[2])
+                if nxs is not None:
+                    return nxs_plus_consts - nxs, ncarry
+    return None
+
+
+# ---------------------------------------------------------------- detection
+
+
+def detect_style(jaxpr: core.Jaxpr) -> Style:
+    """Guess the JAX version whose printing a parsed program follows.
+
+    Untyped literals -> 0.4.35; `pjit` -> 0.6.2 (0.4.35 when names are not
+    suggested cannot be told apart, but then the output is the same); scan with
+    `ft_in` or a 0.12-only primitive -> 0.12; `broadcast_in_dim[shape=...]`,
+    scan `_split_transpose`, `MemRef` types -> 0.7.2; otherwise 0.10.2, which
+    prints the same text as 0.12 for everything that does not distinguish them.
+    """
+    pjit = untyped = old_bcast = ft = old_scan = False
+    for e in core.all_eqns(jaxpr):
+        p = e.prim
+        if p == "pjit":
+            pjit = True
+        elif p == "scan":
+            if "ft_in" in e.params or "ft_out" in e.params:
+                ft = True
+            if "_split_transpose" in e.params:
+                old_scan = True
+        elif p == "broadcast_in_dim" and "shape" in e.params:
+            old_bcast = True
+        elif p[:1].isupper():  # 0.12 HiPrims: CustomRoot[...], SearchSorted[...]
+            ft = True
+        if not untyped:
+            for a in e.inputs:
+                if isinstance(a, core.Literal) and not a.typed:
+                    untyped = True
+                    break
+    if not untyped:
+        untyped = any(isinstance(a, core.Literal) and not a.typed for a in _all_outvars(jaxpr))
+    if untyped:
+        return Style((0, 4, 35))
+    if pjit:
+        return Style((0, 6, 2))
+    if old_bcast or old_scan:
+        return Style((0, 7, 2))
+    if ft:
+        return DEFAULT_STYLE
+    return STYLE_0_10
+
+
+def _all_outvars(jaxpr: core.Jaxpr):
+    seen: set[int] = set()
+    stack = [jaxpr]
+    while stack:
+        j = stack.pop()
+        if id(j) in seen:
+            continue
+        seen.add(id(j))
+        yield from j.outvars
+        for e in j.eqns:
+            stack.extend(core.eqn_subjaxprs(e))
