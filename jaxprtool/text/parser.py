@@ -83,6 +83,10 @@ def parse(text: str, path: str = "<stdin>") -> ParseResult:
 _NAME_KEYS = frozenset(
     {"name", "jvp", "fwd", "bwd", "rule", "computation", "fmt", "axis_name", "impl"}
 )
+# parameter keys whose value is a jaxpr (or None)
+_JAXPR_KEYS = frozenset(
+    {"jaxpr", "call_jaxpr", "body_jaxpr", "cond_jaxpr", "update_jaxpr", "solve_jaxpr", "call"}
+)
 # parameter keys whose value is always an unquoted string (may contain anything, H3)
 _STRING_KEYS = frozenset({"name", "fmt"})
 
@@ -279,6 +283,18 @@ class _Parser:
             name = m.group()
             j = m.end()
             if not s.startswith(":", j):
+                k = G.SP.match(s, j).end()
+                if (
+                    name == "let"
+                    or s[k : k + 1] not in (".", ";", "_")
+                    and not s[k : k + 1].islower()
+                ):
+                    self.expected(
+                        "':' and a type after '" + name + "'"
+                        if name != "let"
+                        else "'.' before 'let'",
+                        i,
+                    )
                 self.no_type(j)
             t, i = self.type(j + 1)
             v = Var(t, name)
@@ -541,6 +557,13 @@ class _Parser:
                 return self._done(out, untyped), i
             if j == i:
                 self.expected("a space between operands", j)
+            m = G.VARNAME.match(s, j)
+            if m and s.startswith(":", m.end()) and m.group() not in ("inf", "nan"):
+                self.fail(
+                    f"a binder cannot appear among operands; a new equation must start at column {eqcol}, "
+                    "the column of the first equation of this block",
+                    j,
+                )
             a, k = self.atom(j, table, out)
             if a is None:
                 self.expected("an operand (a variable or a literal)", j)
@@ -672,7 +695,7 @@ class _Parser:
         if key in _STRING_KEYS:
             m = G.BARE_NAME.match(s, i)
             e = m.end() if m and self.at_delim(m.end()) else self.raw_end(i, broken)
-            return s[i:e], e
+            return (None if s[i:e] == "None" else s[i:e]), e
         m = G.BARE_NAME.match(s, i)
         if (
             m
@@ -682,11 +705,23 @@ class _Parser:
         ):
             self.scopes[-1].pending.append((out, key))
             return _SharedRef(m.group(), i), m.end()
+        if m and key in _JAXPR_KEYS and m.group() != "None" and self.at_delim(m.end()):
+            self.fail(f"shared jaxpr '{m.group()}' is referenced but never defined", i)
+        structured = c in "([{'\"" or c.isdigit() or c == "-"
         try:
             v, e = parse_value(s, i, True, self.hook)
             ok = self.at_delim(e)
-        except ValueError_:
+        except ValueError_ as err:
+            if structured:
+                self.fail(err.message, err.pos)
             ok = False
+        if not ok and structured:
+            k = self.ws(e)
+            if k > e:
+                self.expected(
+                    f"another parameter 'name=value' or ']' after the value of '{key}'", k
+                )
+            self.expected(f"a space, a newline or ']' after the value of '{key}'", e)
         if not ok:
             e = self.raw_end(i, broken)
             return s[i:e], e

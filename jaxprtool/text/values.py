@@ -43,6 +43,7 @@ _WS = re.compile(r"\s*")
 _ENUM = re.compile(r"([A-Z]\w*)\.([A-Za-z_]\w*)")
 _SYMFUN = frozenset({"floordiv", "mod", "max", "min", "non_negative"})
 _OPEN = {"(": ")", "[": "]", "{": "}", "<": ">"}
+_OBJ_REPR = re.compile(r"<(?:function|class|bound|built-in|module|method)\b|<[\w.]+ object\b")
 _DTYPE_CACHE: dict[str, np.dtype | None] = {}
 _CLOSERS = ",)]}"
 
@@ -189,7 +190,10 @@ def parse_value(s: str, i: int, top: bool = False, hook=None) -> tuple[object, i
         return body, e
     if c == "<":
         e = balanced_end(s, i)
-        return Opaque(s[i:e]), e
+        text = s[i:e]
+        if top and " at 0x" not in text and not _OBJ_REPR.match(text):
+            return text, e  # a function name such as `<lambda>`
+        return Opaque(text), e
     if c == "-" or c.isdigit():
         m = _NUM.match(s, i)
         if m is None:
@@ -229,7 +233,7 @@ def parse_value(s: str, i: int, top: bool = False, hook=None) -> tuple[object, i
             return Opaque(s[i:end]), end
     if nxt == ".":
         me = _ENUM.match(s, i)
-        if me and not s[me.end() : me.end() + 1] in ("(", "."):
+        if me and s[me.end() : me.end() + 1] not in ("(", "."):
             return EnumValue(me.group(1), me.group(2)), me.end()
         # dotted name: take it verbatim
         j = e
