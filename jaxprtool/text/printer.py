@@ -144,7 +144,7 @@ def _params_to_print(e: core.Eqn, style: Style) -> list[tuple[str, Any]]:
             if k in d and pred(d[k]):
                 del d[k]
         return _name_first(d)
-    if prim in ("custom_jvp_call", "custom_vjp_call"):
+    if prim in ("custom_jvp_call", "custom_vjp_call") and style.version >= (0, 5):
         d = dict(p)
         if "num_consts" in d and d["num_consts"] == 0 and d["num_consts"] is not False:
             del d["num_consts"]
@@ -182,10 +182,11 @@ def _params_to_print(e: core.Eqn, style: Style) -> list[tuple[str, Any]]:
         if "out_dtype" in p and p["out_dtype"] is None:
             return sorted((k, v) for k, v in p.items() if k != "out_dtype")
     elif prim == "reshard":
-        return []
+        if not style.broadcast_shape_param:  # 0.10+: all params implied by the binder type
+            return []
     elif prim == "check":
         return sorted((k, v) for k, v in p.items() if k != "err_tree")
-    elif prim == "custom_lin":
+    elif prim == "custom_lin" and style.version >= (0, 5):
         return sorted((k, v) for k, v in p.items() if k != "out_avals")
     return sorted(p.items())
 
@@ -248,7 +249,11 @@ class _Printer:
         self.shared_names: set[str] = set()
         self.counter = 0
         self.type_str: dict[int, str] = {}
-        self.keep: list = []  # keeps objects alive while their ids are used as keys
+        self.keep: list = []
+        self.suffixes = style.version < (
+            0,
+            5,
+        )  # keeps objects alive while their ids are used as keys
 
     # ------------------------------------------------------------ naming
     def fresh(self) -> str:
@@ -293,24 +298,23 @@ class _Printer:
                     used.add(id(a))
         self.drop_hints = self._drop_hinted(top)
         shared = [(self.shared[id(j)], j) for j in self.shared_order]
-        for _, j in shared:
+        # 0.4.35 registered a shared jaxpr only once its definition was printed:
+        # earlier definitions print later-defined ones inline.
+        progressive = self.style.version < (0, 5)
+        if progressive:
+            self.shared = {}
+        for name, j in shared:
             self._name_jaxpr(j)
+            self.shared[id(j)] = name
         self._name_jaxpr(top)
         self._fix_ambiguities([j for _, j in shared] + [top])
         docs = []
+        if progressive:
+            self.shared = {}
         for name, j in shared:
-            docs.append(
-                pp.concat(
-                    [
-                        pp.text("let "),
-                        pp.text(name),
-                        pp.text(" = "),
-                        self._skeleton(j),
-                        pp.text(" in"),
-                        pp.brk(),
-                    ]
-                )
-            )
+            head = [pp.text("let "), pp.text(name), pp.text(" = ")]
+            docs.append(pp.concat([*head, self._skeleton(j), pp.text(" in"), pp.brk()]))
+            self.shared[id(j)] = name
         docs.append(self._jaxpr_doc(top))
         return pp.concat(docs)
 
@@ -406,7 +410,14 @@ class _Printer:
         drops = self.drop_hints
         for v in vs:
             if id(v) not in names:
-                names[id(v)] = "_" if id(v) in drops else self.fresh()
+                if id(v) in drops:
+                    names[id(v)] = "_"
+                else:
+                    n = self.fresh()
+                    h = v.hint
+                    if self.suffixes and h and h[-1] == "_" and len(h) > 1:
+                        n += "_"  # 0.4.35 printed Var.suffix (unused cond-branch inputs: `f_`)
+                    names[id(v)] = n
 
     def _name_uses(self, atoms) -> None:
         names = self.names

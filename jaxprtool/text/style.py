@@ -24,6 +24,7 @@ from typing import Any
 from .. import core
 from ..params import Opaque, Record, format_value
 
+_REAL_ADDR = re.compile(r" at 0x(?!X+\b)[0-9a-fA-F]+")
 KNOWN_VERSIONS = ((0, 4, 35), (0, 6, 2), (0, 7, 2), (0, 10, 2), (0, 12, 0, 1))
 
 
@@ -215,20 +216,48 @@ def detect_style(jaxpr: core.Jaxpr) -> Style:
     scan `_split_transpose`, `MemRef` types -> 0.7.2; otherwise 0.10.2, which
     prints the same text as 0.12 for everything that does not distinguish them.
     """
-    pjit = untyped = old_bcast = ft = old_scan = False
+    pjit = untyped = old_bcast = ft = old_scan = real_addr = suggested = fresh = False
+    seen: set[int] = set()
+    shared: set[int] = (
+        set()
+    )  # jaxprs referenced more than once: printed hoisted, no name suggestion
+    for e in core.all_eqns(jaxpr):
+        for sub in core.eqn_subjaxprs(e):
+            (shared if id(sub) in seen else seen).add(id(sub))
     for e in core.all_eqns(jaxpr):
         p = e.prim
         if p == "pjit":
             pjit = True
+            inner = e.params.get("jaxpr")
+            if (
+                isinstance(inner, core.Jaxpr)
+                and len(inner.invars) == len(e.inputs)
+                and id(inner) not in shared
+            ):
+                for a, b in zip(e.inputs, inner.invars):
+                    if isinstance(a, core.Var) and a.hint:
+                        if a.hint == b.hint:
+                            suggested = True
+                        else:
+                            fresh = True
         elif p == "scan":
             if "ft_in" in e.params or "ft_out" in e.params:
                 ft = True
             if "_split_transpose" in e.params:
                 old_scan = True
-        elif p == "broadcast_in_dim" and "shape" in e.params:
+        elif (p == "broadcast_in_dim" and "shape" in e.params) or (p == "reshard" and e.params):
             old_bcast = True
+        elif (p == "custom_lin" and "out_avals" in e.params) or (
+            p == "custom_jvp_call" and "jvp_jaxpr_thunk" in e.params
+        ):
+            untyped = True  # only 0.4.35 printed these
         elif p[:1].isupper():  # 0.12 HiPrims: CustomRoot[...], SearchSorted[...]
             ft = True
+        if not real_addr:
+            for v in e.params.values():
+                if isinstance(v, (Opaque, Record, str)) and _REAL_ADDR.search(format_value(v)):
+                    real_addr = True
+                    break
         if not untyped:
             for a in e.inputs:
                 if isinstance(a, core.Literal) and not a.typed:
@@ -239,8 +268,20 @@ def detect_style(jaxpr: core.Jaxpr) -> Style:
     if untyped:
         return Style((0, 4, 35))
     if pjit:
-        return Style((0, 6, 2))
-    if old_bcast or old_scan:
+        # 0.4.35 never gave an inner jaxpr the names of the outer operands
+        return Style((0, 4, 35)) if fresh and not suggested else Style((0, 6, 2))
+    if not old_bcast and any(
+        len(e.params[k].eqns) > 10
+        for e in core.all_eqns(jaxpr)
+        for k in e.params
+        if isinstance(e.params[k], core.Jaxpr)
+    ):
+        # 0.10+ hoists nested jaxprs with > 10 equations and prints them first, so the
+        # main jaxpr's first binder is not `a`; printed inline it is (0.7.2)
+        first = (jaxpr.constvars + jaxpr.invars)[:1]
+        if first and first[0].hint == "a":
+            old_bcast = True
+    if old_bcast or old_scan or real_addr:
         return Style((0, 7, 2))
     if ft:
         return DEFAULT_STYLE
