@@ -38,10 +38,31 @@ def _register_call(names, key, *alts):
         shape_rule(n)(rule)
 
 
-_register_call(("jit", "pjit", "remat2", "checkpoint", "remat", "custom_vmap_call_jaxpr"), "jaxpr", "call_jaxpr")
-_register_call(("closed_call", "core_call", "call", "eval_jaxpr", "custom_jvp_call", "custom_vjp_call",
-                "custom_jvp_call_jaxpr", "xla_call", "named_call", "remat_call", "compute_on", "compute_on2",
-                "xla_metadata_call"), "call_jaxpr", "jaxpr", "fun_jaxpr")
+_register_call(
+    ("jit", "pjit", "remat2", "checkpoint", "remat", "custom_vmap_call_jaxpr"),
+    "jaxpr",
+    "call_jaxpr",
+)
+_register_call(
+    (
+        "closed_call",
+        "core_call",
+        "call",
+        "eval_jaxpr",
+        "custom_jvp_call",
+        "custom_vjp_call",
+        "custom_jvp_call_jaxpr",
+        "xla_call",
+        "named_call",
+        "remat_call",
+        "compute_on",
+        "compute_on2",
+        "xla_metadata_call",
+    ),
+    "call_jaxpr",
+    "jaxpr",
+    "fun_jaxpr",
+)
 _register_call(("custom_vjp_call_jaxpr",), "fun_jaxpr", "call_jaxpr")
 _register_call(("custom_vmap_call",), "call", "call_jaxpr", "jaxpr")
 
@@ -54,7 +75,11 @@ def _optimization_barrier(in_types, params, out_hint):
 @shape_rule("cond")
 def _cond(in_types, params, out_hint):
     branches = params.get("branches")
-    if not isinstance(branches, (tuple, list)) or not branches or not all(isinstance(b, Jaxpr) for b in branches):
+    if (
+        not isinstance(branches, (tuple, list))
+        or not branches
+        or not all(isinstance(b, Jaxpr) for b in branches)
+    ):
         raise ShapeError("cond: missing or malformed 'branches' parameter")
     if not in_types:
         raise ShapeError("cond expects an index operand")
@@ -82,19 +107,27 @@ def _while(in_types, params, out_hint):
     cn = int_param(params, "cond_nconsts", 0)
     bn = int_param(params, "body_nconsts", 0)
     if len(in_types) < cn + bn:
-        raise ShapeError(f"while: expects at least {cn + bn} operands (consts), got {len(in_types)}")
+        raise ShapeError(
+            f"while: expects at least {cn + bn} operands (consts), got {len(in_types)}"
+        )
     cconsts, bconsts, carry = in_types[:cn], in_types[cn : cn + bn], in_types[cn + bn :]
     check_call_operands("while", cj, list(cconsts) + list(carry), what="cond_jaxpr")
     check_call_operands("while", bj, list(bconsts) + list(carry), what="body_jaxpr")
     co = out_types_of(cj)
-    if len(co) != 1 or not (isinstance(co[0], ShapedArray) and co[0].dtype == "bool" and co[0].ndim == 0):
-        raise ShapeError(f"while: cond_jaxpr must return one bool[], got ({', '.join(map(str, co))})")
+    if len(co) != 1 or not (isinstance(co[0], ShapedArray) and co[0].dtype == "bool"):
+        raise ShapeError(
+            f"while: cond_jaxpr must return one bool value, got ({', '.join(map(str, co))})"
+        )
     bo = out_types_of(bj)
     if len(bo) != len(carry):
-        raise ShapeError(f"while: body_jaxpr returns {len(bo)} results for {len(carry)} carried values")
+        raise ShapeError(
+            f"while: body_jaxpr returns {len(bo)} results for {len(carry)} carried values"
+        )
     for i, (a, b) in enumerate(zip(bo, carry)):
         if not types_agree(a, b):
-            raise ShapeError(f"while: body_jaxpr result {i} has type {a}, but the carried value has type {b}")
+            raise ShapeError(
+                f"while: body_jaxpr result {i} has type {a}, but the carried value has type {b}"
+            )
     return list(carry)
 
 
@@ -239,8 +272,13 @@ def _scan_split(in_types, j: Jaxpr, length, params, out_hint):
             ok = True
             for i in range(c + k, n):
                 t, v = in_types[i], inv[i]
-                if not (isinstance(t, ShapedArray) and isinstance(v, ShapedArray) and t.ndim == v.ndim + 1
-                        and dim_eq(t.shape[0], length) and types_agree(t.update(shape=t.shape[1:]), v)):
+                if not (
+                    isinstance(t, ShapedArray)
+                    and isinstance(v, ShapedArray)
+                    and t.ndim == v.ndim + 1
+                    and dim_eq(t.shape[0], length)
+                    and types_agree(t.update(shape=t.shape[1:]), v)
+                ):
                     ok = False
                     break
             if ok:
@@ -257,7 +295,9 @@ def _scan_split(in_types, j: Jaxpr, length, params, out_hint):
                 return c, k
     if cands:
         return cands[0]
-    raise ShapeError("scan: operands do not match the body jaxpr (cannot split them into consts, carry and xs)")
+    raise ShapeError(
+        "scan: operands do not match the body jaxpr (cannot split them into consts, carry and xs)"
+    )
 
 
 def _scan_outs(outv, k, length):
@@ -284,20 +324,30 @@ def _scan(in_types, params, out_hint):
     for i in range(c + k):
         if not types_agree(in_types[i], inv[i]):
             what = "const" if i < c else "carry"
-            raise ShapeError(f"scan: operand {i} ({what}) has type {in_types[i]}, but jaxpr expects {inv[i]}")
+            raise ShapeError(
+                f"scan: operand {i} ({what}) has type {in_types[i]}, but jaxpr expects {inv[i]}"
+            )
     for i in range(c + k, n):
         t = arr(in_types[i], "scan", i)
         v = inv[i]
-        if t.ndim == 0 or not dim_eq(t.shape[0], length) or not types_agree(t.update(shape=t.shape[1:]), v):
+        if (
+            t.ndim == 0
+            or not dim_eq(t.shape[0], length)
+            or not types_agree(t.update(shape=t.shape[1:]), v)
+        ):
             raise ShapeError(
                 f"scan: operand {i} (xs) has type {t}, but jaxpr expects {v} with a leading axis of {length}"
             )
     outv = j.out_types
     if len(outv) < k:
-        raise ShapeError(f"scan: jaxpr returns {len(outv)} results, fewer than the {k} carried values")
+        raise ShapeError(
+            f"scan: jaxpr returns {len(outv)} results, fewer than the {k} carried values"
+        )
     for i in range(k):
         if not types_agree(outv[i], inv[c + i]):
-            raise ShapeError(f"scan: jaxpr result {i} has type {outv[i]}, but the carry has type {inv[c + i]}")
+            raise ShapeError(
+                f"scan: jaxpr result {i} has type {outv[i]}, but the carry has type {inv[c + i]}"
+            )
     res = _scan_outs(outv, k, length)
     if res is None:
         raise ShapeError("scan: a stacked result is not an array")
@@ -323,7 +373,9 @@ def _custom_linear_solve(in_types, params, out_hint):
         solve = js.get("solve") if isinstance(js.get("solve"), Jaxpr) else None
     if solve is not None:
         if len(solve.outvars) != len(b):
-            raise ShapeError(f"custom_linear_solve: solve returns {len(solve.outvars)} values for {len(b)} operands")
+            raise ShapeError(
+                f"custom_linear_solve: solve returns {len(solve.outvars)} values for {len(b)} operands"
+            )
     return list(b)
 
 
@@ -331,7 +383,9 @@ def _custom_linear_solve(in_types, params, out_hint):
 def _run_state(in_types, params, out_hint):
     j = jaxpr_param(params, "jaxpr")
     if len(j.invars) != len(in_types):
-        raise ShapeError(f"run_state: jaxpr takes {len(j.invars)} refs, but the equation passes {len(in_types)}")
+        raise ShapeError(
+            f"run_state: jaxpr takes {len(j.invars)} refs, but the equation passes {len(in_types)}"
+        )
     return list(in_types)
 
 
@@ -371,7 +425,9 @@ def _as_list(v):
 def _shard_map(in_types, params, out_hint):
     j = jaxpr_param(params, "jaxpr")
     if len(j.invars) != len(in_types):
-        raise ShapeError(f"shard_map: jaxpr takes {len(j.invars)} inputs, but the equation passes {len(in_types)}")
+        raise ShapeError(
+            f"shard_map: jaxpr takes {len(j.invars)} inputs, but the equation passes {len(in_types)}"
+        )
     sizes = _mesh_sizes(params.get("mesh", ""))
     specs = _as_list(params.get("out_specs"))
     outs = []
@@ -400,7 +456,9 @@ def _shard_map(in_types, params, out_hint):
 def _xla_pmap(in_types, params, out_hint):
     j = jaxpr_param(params, "call_jaxpr")
     if len(j.invars) != len(in_types):
-        raise ShapeError(f"xla_pmap: call_jaxpr takes {len(j.invars)} inputs, but the equation passes {len(in_types)}")
+        raise ShapeError(
+            f"xla_pmap: call_jaxpr takes {len(j.invars)} inputs, but the equation passes {len(in_types)}"
+        )
     n = int_param(params, "axis_size")
     out_axes = _as_list(params.get("out_axes")) or [0] * len(j.outvars)
     outs = []
@@ -426,8 +484,11 @@ def parse_avals(value) -> list[ShapedArray] | None:
     text = format_value(value) if not isinstance(value, str) else value
     out = []
     for m in _AVAL_RE.finditer(text):
-        dims = tuple(int(d) if d.strip().lstrip("-").isdigit() else d.strip()
-                     for d in m.group(2).split(",") if d.strip())
+        dims = tuple(
+            int(d) if d.strip().lstrip("-").isdigit() else d.strip()
+            for d in m.group(2).split(",")
+            if d.strip()
+        )
         out.append(ShapedArray(dims, short_dtype_name(m.group(1)), m.group(3) == "True"))
     return out
 
@@ -439,7 +500,10 @@ def _avals_rule(key):
             raise ShapeError(f"missing parameter '{key}'")
         if out_hint is not None and len(out_hint) == len(avals):
             # keep the declared spelling of symbolic dims
-            return [h if isinstance(h, ShapedArray) and types_agree(h, a) else a for a, h in zip(avals, out_hint)]
+            return [
+                h if isinstance(h, ShapedArray) and types_agree(h, a) else a
+                for a, h in zip(avals, out_hint)
+            ]
         return avals
 
     return rule
@@ -458,7 +522,9 @@ def _no_results(in_types, params, out_hint):
 def _custom_lin(in_types, params, out_hint):
     nres = int_param(params, "num_res", 0)
     if len(in_types) < nres:
-        raise ShapeError(f"custom_lin: expects at least {nres} residual operands, got {len(in_types)}")
+        raise ShapeError(
+            f"custom_lin: expects at least {nres} residual operands, got {len(in_types)}"
+        )
     if out_hint is not None:
         return list(out_hint)
     avals = parse_avals(params.get("out_avals"))

@@ -55,12 +55,48 @@ INEXACT = (FLOAT, COMPLEX)
 
 _UNARY = {
     # name: accepted classes, result-dtype function (None: same as operand)
-    **{n: (INEXACT, None) for n in (
-        "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
-        "exp", "exp2", "log", "log2", "log1p", "expm1", "logistic", "sqrt", "rsqrt")},
-    **{n: ((FLOAT,), None) for n in (
-        "floor", "ceil", "round", "cbrt", "erf", "erfc", "erf_inv", "lgamma", "digamma",
-        "bessel_i0e", "bessel_i1e")},
+    **{
+        n: (INEXACT, None)
+        for n in (
+            "sin",
+            "cos",
+            "tan",
+            "asin",
+            "acos",
+            "atan",
+            "sinh",
+            "cosh",
+            "tanh",
+            "asinh",
+            "acosh",
+            "atanh",
+            "exp",
+            "exp2",
+            "log",
+            "log2",
+            "log1p",
+            "expm1",
+            "logistic",
+            "sqrt",
+            "rsqrt",
+        )
+    },
+    **{
+        n: ((FLOAT,), None)
+        for n in (
+            "floor",
+            "ceil",
+            "round",
+            "cbrt",
+            "erf",
+            "erfc",
+            "erf_inv",
+            "lgamma",
+            "digamma",
+            "bessel_i0e",
+            "bessel_i1e",
+        )
+    },
     "neg": (NUM, None),
     "sign": (NUM, None),
     "square": (NUM, None),
@@ -94,7 +130,9 @@ def _unary(prim):
         if prim == "integer_pow":
             y = int(params.get("y", 1))
             if y < 0 and is_int_dtype(x.dtype):
-                raise ShapeError(f"integer_pow: integers cannot be raised to negative powers (y={y})")
+                raise ShapeError(
+                    f"integer_pow: integers cannot be raised to negative powers (y={y})"
+                )
         if res is None:
             return [x]
         d = res(x.dtype)
@@ -187,7 +225,9 @@ def _pow(in_types, params, out_hint):
     _check_dtype("pow", x, 0, INEXACT)
     _check_dtype("pow", y, 1, NUM)
     if not (is_int_dtype(y.dtype) or x.dtype == y.dtype):
-        raise ShapeError(f"pow: the exponent must be an integer or have the base's dtype, got {x.dtype} and {y.dtype}")
+        raise ShapeError(
+            f"pow: the exponent must be an integer or have the base's dtype, got {x.dtype} and {y.dtype}"
+        )
     shape = broadcast_shapes("pow", [x, y])
     return [mk(shape, x.dtype, x.weak_type and y.weak_type, [x, y])]
 
@@ -198,8 +238,13 @@ def _add_any(in_types, params, out_hint):
     x, y = in_types
     if x != y:
         xa, ya = arr(x, "add_any", 0), arr(y, "add_any", 1)
-        if xa.dtype != ya.dtype or xa.ndim != ya.ndim or any(
-            isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(xa.shape, ya.shape)
+        if (
+            xa.dtype != ya.dtype
+            or xa.ndim != ya.ndim
+            or any(
+                isinstance(a, int) and isinstance(b, int) and a != b
+                for a, b in zip(xa.shape, ya.shape)
+            )
         ):
             raise ShapeError(f"add_any requires operands of the same type, got {x} and {y}")
     return [x]
@@ -208,23 +253,33 @@ def _add_any(in_types, params, out_hint):
 @shape_rule("select_n")
 def _select_n(in_types, params, out_hint):
     if len(in_types) < 2:
-        raise ShapeError(f"select_n expects a predicate and at least 1 case, got {len(in_types)} operands")
+        raise ShapeError(
+            f"select_n expects a predicate and at least 1 case, got {len(in_types)} operands"
+        )
     ts = [arr(t, "select_n", i) for i, t in enumerate(in_types)]
     which, cases = ts[0], ts[1:]
     if which.dtype != "bool" and which.dtype != "i32":
         raise ShapeError(f"select_n: the predicate must be bool or i32, got {which.dtype}")
     c0 = cases[0]
-    for i, c in enumerate(cases[1:], 2):
+    for c in cases[1:]:
         if c.dtype != c0.dtype:
-            raise ShapeError(f"select_n: cases must have the same dtype, got {c0.dtype} and {c.dtype}")
+            raise ShapeError(
+                f"select_n: cases must have the same dtype, got {c0.dtype} and {c.dtype}"
+            )
         if c.ndim != c0.ndim or any(
             isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(c.shape, c0.shape)
         ):
             raise ShapeError(f"select_n: cases must have the same shape, got {c0} and {c}")
-    if which.ndim and (which.ndim != c0.ndim or any(
-        isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(which.shape, c0.shape)
-    )):
-        raise ShapeError(f"select_n: the predicate must be a scalar or have the cases' shape, got {which} and {c0}")
+    if which.ndim and (
+        which.ndim != c0.ndim
+        or any(
+            isinstance(a, int) and isinstance(b, int) and a != b
+            for a, b in zip(which.shape, c0.shape)
+        )
+    ):
+        raise ShapeError(
+            f"select_n: the predicate must be a scalar or have the cases' shape, got {which} and {c0}"
+        )
     return [c0.update(weak_type=all(c.weak_type for c in cases))]
 
 
@@ -235,10 +290,16 @@ def _clamp(in_types, params, out_hint):
     for name, b in (("min", lo), ("max", hi)):
         if b.dtype != x.dtype:
             raise ShapeError(f"clamp: {name} has dtype {b.dtype}, operand has {x.dtype}")
-        if b.ndim and (b.ndim != x.ndim or any(
-            isinstance(p, int) and isinstance(q, int) and p != q for p, q in zip(b.shape, x.shape)
-        )):
-            raise ShapeError(f"clamp: {name} must be a scalar or have the operand's shape, got {b} and {x}")
+        if b.ndim and (
+            b.ndim != x.ndim
+            or any(
+                isinstance(p, int) and isinstance(q, int) and p != q
+                for p, q in zip(b.shape, x.shape)
+            )
+        ):
+            raise ShapeError(
+                f"clamp: {name} must be a scalar or have the operand's shape, got {b} and {x}"
+            )
     return [x]
 
 
@@ -255,9 +316,13 @@ def _bitcast(in_types, params, out_hint):
     nargs(in_types, 1, "bitcast_convert_type")
     x = arr(in_types[0], "bitcast_convert_type", 0)
     d = dtype_param(params.get("new_dtype"))
-    if (x.dtype == "bool" or is_complex_dtype(x.dtype) or d == "bool" or is_complex_dtype(d)) and d != x.dtype:
-        raise ShapeError(f"bitcast_convert_type does not support bool or complex unless the dtypes match "
-                         f"({x.dtype} -> {d})")
+    if (
+        x.dtype == "bool" or is_complex_dtype(x.dtype) or d == "bool" or is_complex_dtype(d)
+    ) and d != x.dtype:
+        raise ShapeError(
+            f"bitcast_convert_type does not support bool or complex unless the dtypes match "
+            f"({x.dtype} -> {d})"
+        )
     ob, nb = dtype_bits(x.dtype), dtype_bits(d)
     if ob == nb or not ob or not nb:
         shape = x.shape
@@ -266,6 +331,8 @@ def _bitcast(in_types, params, out_hint):
     else:
         last = x.shape[-1] if x.shape else 1
         if isinstance(last, int) and last * ob != nb:
-            raise ShapeError(f"bitcast_convert_type: cannot convert {x} to {d}: {last} * {ob} != {nb} bits")
+            raise ShapeError(
+                f"bitcast_convert_type: cannot convert {x} to {d}: {last} * {ob} != {nb} bits"
+            )
         shape = x.shape[:-1]
     return [x.update(shape=shape, dtype=d, weak_type=False)]

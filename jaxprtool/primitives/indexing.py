@@ -20,7 +20,9 @@ def _gather(in_types, params, out_hint):
     obatch = set(ints(field(dn, "operand_batching_dims", ())))
     sizes = ints(need(params, "slice_sizes"))
     if len(sizes) != x.ndim:
-        raise ShapeError(f"gather: slice_sizes {fmt_shape(sizes)} must have one entry per axis of {x}")
+        raise ShapeError(
+            f"gather: slice_sizes {fmt_shape(sizes)} must have one entry per axis of {x}"
+        )
     if idx.ndim == 0:
         raise ShapeError("gather: indices must have rank at least 1")
     nvec = idx.shape[-1]
@@ -38,14 +40,29 @@ def _gather(in_types, params, out_hint):
     batch_shape = iter(idx.shape[:-1])
     slice_shape = iter(s for i, s in enumerate(sizes) if i not in collapsed and i not in obatch)
     try:
-        shape = tuple(next(slice_shape) if i in offset_dims else next(batch_shape) for i in range(rank))
+        shape = tuple(
+            next(slice_shape) if i in offset_dims else next(batch_shape) for i in range(rank)
+        )
     except StopIteration:
-        raise ShapeError("gather: offset_dims do not match slice_sizes and collapsed_slice_dims") from None
+        raise ShapeError(
+            "gather: offset_dims do not match slice_sizes and collapsed_slice_dims"
+        ) from None
     return [fill_sym_from_hint(x.update(shape=shape), out_hint)]
 
 
-@shape_rule("scatter", "scatter-add", "scatter-mul", "scatter-min", "scatter-max", "scatter-sub",
-            "scatter_add", "scatter_mul", "scatter_min", "scatter_max", "scatter_sub")
+@shape_rule(
+    "scatter",
+    "scatter-add",
+    "scatter-mul",
+    "scatter-min",
+    "scatter-max",
+    "scatter-sub",
+    "scatter_add",
+    "scatter_mul",
+    "scatter_min",
+    "scatter_max",
+    "scatter_sub",
+)
 def _scatter(in_types, params, out_hint):
     nargs(in_types, 3, "scatter")
     x = arr(in_types[0], "scatter", 0)

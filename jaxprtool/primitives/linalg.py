@@ -72,7 +72,9 @@ def _dot_general(in_types, params, out_hint):
         if len(set(dims)) != len(dims):
             raise ShapeError(f"dot_general: {side} contracting and batch dimensions repeat an axis")
     if len(lb) != len(rb):
-        raise ShapeError(f"dot_general: lhs and rhs have different numbers of batch dimensions ({len(lb)} and {len(rb)})")
+        raise ShapeError(
+            f"dot_general: lhs and rhs have different numbers of batch dimensions ({len(lb)} and {len(rb)})"
+        )
     if len(lc) != len(rc):
         raise ShapeError(
             f"dot_general: lhs and rhs have different numbers of contracting dimensions ({len(lc)} and {len(rc)})"
@@ -90,7 +92,9 @@ def _dot_general(in_types, params, out_hint):
     batch = tuple(lhs.shape[i] for i in lb)
     lfree = tuple(d for i, d in enumerate(lhs.shape) if i not in lc and i not in lb)
     rfree = tuple(d for i, d in enumerate(rhs.shape) if i not in rc and i not in rb)
-    d = _result_dtype("dot_general", lhs, rhs, opt_dtype_param(params.get("preferred_element_type")))
+    d = _result_dtype(
+        "dot_general", lhs, rhs, opt_dtype_param(params.get("preferred_element_type"))
+    )
     return [mk(batch + lfree + rfree, d, False, [lhs, rhs])]
 
 
@@ -104,9 +108,13 @@ def _ragged_dot_general(in_types, params, out_hint):
     rgrp = ints(field(rdn, "rhs_group_dimensions", ()))
     batch = tuple(lhs.shape[i] for i in lb)
     lfree = tuple(d for i, d in enumerate(lhs.shape) if i not in lc and i not in lb)
-    rfree = tuple(d for i, d in enumerate(rhs.shape) if i not in rc and i not in rb and i not in rgrp)
+    rfree = tuple(
+        d for i, d in enumerate(rhs.shape) if i not in rc and i not in rb and i not in rgrp
+    )
     del lrag
-    d = _result_dtype("ragged_dot_general", lhs, rhs, opt_dtype_param(params.get("preferred_element_type")))
+    d = _result_dtype(
+        "ragged_dot_general", lhs, rhs, opt_dtype_param(params.get("preferred_element_type"))
+    )
     return [mk(batch + lfree + rfree, d, False, [lhs, rhs])]
 
 
@@ -153,7 +161,9 @@ def _conv(in_types, params, out_hint):
     rdil = ints(params.get("rhs_dilation")) or (1,) * nsp
     fgc = int_param(params, "feature_group_count", 1)
     bgc = int_param(params, "batch_group_count", 1)
-    if not (len(strides) == len(ldil) == len(rdil) == nsp) or (pads is not None and len(pads) != nsp):
+    if not (len(strides) == len(ldil) == len(rdil) == nsp) or (
+        pads is not None and len(pads) != nsp
+    ):
         raise ShapeError(
             f"conv_general_dilated: window_strides, padding and dilations must have {nsp} entries"
         )
@@ -178,7 +188,9 @@ def _conv(in_types, params, out_hint):
         )
     lbatch = lhs.shape[ls[0]]
     if bgc > 1 and isinstance(lbatch, int) and lbatch % bgc:
-        raise ShapeError(f"conv_general_dilated: batch_group_count {bgc} does not divide lhs batch size {lbatch}")
+        raise ShapeError(
+            f"conv_general_dilated: batch_group_count {bgc} does not divide lhs batch size {lbatch}"
+        )
     # canonical order: spatial dims in rhs_spec order
     out_trans = [dim_floordiv(lbatch, bgc) if bgc > 1 else lbatch, rout]
     for k in range(nsp):
@@ -192,12 +204,16 @@ def _conv(in_types, params, out_hint):
         lo, hi = pads[k]
         padded = dim_add(dim_add(ld, lo), hi)
         if isinstance(padded, int) and padded < 0:
-            raise ShapeError(f"conv_general_dilated: negative padding larger than the dimension ({padded})")
+            raise ShapeError(
+                f"conv_general_dilated: negative padding larger than the dimension ({padded})"
+            )
         out_trans.append(strided_dim(padded, rd, strides[k]))
     shape = [None] * nd
     for k, p in enumerate(os_):
         shape[p] = out_trans[k]
-    d = _result_dtype("conv_general_dilated", lhs, rhs, opt_dtype_param(params.get("preferred_element_type")))
+    d = _result_dtype(
+        "conv_general_dilated", lhs, rhs, opt_dtype_param(params.get("preferred_element_type"))
+    )
     return [fill_sym_from_hint(mk(shape, d, False, [lhs, rhs]), out_hint)]
 
 
@@ -242,7 +258,8 @@ def _eig(in_types, params, out_hint):
     x, b, m, n = _matrix("eig", in_types[0], square=True)
     c = complex_dtype(x.dtype)
     k = int(bool(params.get("compute_left_eigenvectors", True))) + int(
-        bool(params.get("compute_right_eigenvectors", True)))
+        bool(params.get("compute_right_eigenvectors", True))
+    )
     return [x.update(shape=b + (n,), dtype=c)] + [x.update(dtype=c)] * k
 
 
@@ -250,8 +267,11 @@ def _eig(in_types, params, out_hint):
 def _lu(in_types, params, out_hint):
     nargs(in_types, 1, "lu")
     x, b, m, n = _matrix("lu", in_types[0])
-    return [x, x.update(shape=b + (_min(m, n),), dtype="i32", weak_type=False),
-            x.update(shape=b + (m,), dtype="i32", weak_type=False)]
+    return [
+        x,
+        x.update(shape=b + (_min(m, n),), dtype="i32", weak_type=False),
+        x.update(shape=b + (m,), dtype="i32", weak_type=False),
+    ]
 
 
 @shape_rule("qr")
@@ -306,8 +326,13 @@ def _tridiagonal(in_types, params, out_hint):
     nargs(in_types, 1, "tridiagonal")
     x, b, m, n = _matrix("tridiagonal", in_types[0], square=True)
     r = real_dtype(x.dtype)
-    return [x, x.update(shape=b + (n,), dtype=r), x.update(shape=b + (dim_add(n, -1),), dtype=r),
-            x.update(shape=b + (dim_add(n, -1),)), x.update(shape=(*b,), dtype="i32")]
+    return [
+        x,
+        x.update(shape=b + (n,), dtype=r),
+        x.update(shape=b + (dim_add(n, -1),), dtype=r),
+        x.update(shape=b + (dim_add(n, -1),)),
+        x.update(shape=(*b,), dtype="i32"),
+    ]
 
 
 @shape_rule("householder_product")
@@ -329,7 +354,11 @@ def _fft(in_types, params, out_hint):
     nargs(in_types, 1, "fft")
     x = arr(in_types[0], "fft", 0)
     ft = params.get("fft_type")
-    kind = str(ft).rsplit(".", 1)[-1].upper() if not isinstance(ft, int) else ["FFT", "IFFT", "RFFT", "IRFFT"][ft]
+    kind = (
+        str(ft).rsplit(".", 1)[-1].upper()
+        if not isinstance(ft, int)
+        else ["FFT", "IFFT", "RFFT", "IRFFT"][ft]
+    )
     if kind in ("0", "1", "2", "3"):
         kind = ["FFT", "IFFT", "RFFT", "IRFFT"][int(kind)]
     lengths = ints(need(params, "fft_lengths"))
@@ -339,7 +368,9 @@ def _fft(in_types, params, out_hint):
         if not is_float_dtype(x.dtype):
             raise ShapeError(f"fft: RFFT expects a real operand, got {x.dtype}")
         last = lengths[-1]
-        shape = x.shape[:-1] + (last // 2 + 1 if isinstance(last, int) else f"floordiv({last}, 2) + 1",)
+        shape = x.shape[:-1] + (
+            last // 2 + 1 if isinstance(last, int) else f"floordiv({last}, 2) + 1",
+        )
         return [fill_sym_from_hint(x.update(shape=shape, dtype=complex_dtype(x.dtype)), out_hint)]
     if kind == "IRFFT":
         if not is_complex_dtype(x.dtype):

@@ -2,14 +2,62 @@
 
 from __future__ import annotations
 
-from ..core import RefType, ShapedArray
+from ..core import OpaqueType, RefType, ShapedArray, short_dtype_name
 from . import ShapeError, shape_rule
-from .util import arr, canon_axis, dim_floordiv, dim_mul, int_param, nargs
+from .util import (
+    arr,
+    broadcast_shapes,
+    canon_axis,
+    dim_floordiv,
+    dim_mul,
+    int_param,
+    nargs,
+    types_agree,
+    vma_format,
+    vma_parts,
+)
 
 
-@shape_rule("psum", "pmax", "pmin", "pmean", "psum_invariant", "pvary", "pbroadcast", "ppermute",
-            "device_put", "unreduced_psum", "preduced", "reduced_vary_cast", "reduced_vary_cast_p",
-            "vary_unreduced_cast", "vary_unreduced_cast_p", "psum2", "all_reduce")
+def _axes_param(params) -> list[str]:
+    v = params.get("axes", params.get("axis_name", ()))
+    if isinstance(v, (tuple, list, frozenset)):
+        return [str(a) for a in v]
+    return [str(v)]
+
+
+def _with_vma(t, fn):
+    if not isinstance(t, ShapedArray):
+        return t
+    parts = vma_parts(t.vma)
+    parts["V"] = fn(parts.get("V", []))
+    return ShapedArray(t.shape, t.dtype, t.weak_type, t.memory_space, vma_format(parts))
+
+
+@shape_rule("pvary")
+def _pvary(in_types, params, out_hint):
+    axes = _axes_param(params)
+    return [_with_vma(t, lambda v: v + [a for a in axes if a not in v]) for t in in_types]
+
+
+@shape_rule("psum", "pmax", "pmin", "pmean", "psum_invariant")
+def _psum(in_types, params, out_hint):
+    axes = _axes_param(params)
+    return [_with_vma(t, lambda v: [a for a in v if a not in axes]) for t in in_types]
+
+
+@shape_rule(
+    "pbroadcast",
+    "ppermute",
+    "device_put",
+    "unreduced_psum",
+    "preduced",
+    "reduced_vary_cast",
+    "reduced_vary_cast_p",
+    "vary_unreduced_cast",
+    "vary_unreduced_cast_p",
+    "psum2",
+    "all_reduce",
+)
 def _same_types(in_types, params, out_hint):
     return [_strip_vma(t) for t in in_types]
 
@@ -18,9 +66,39 @@ def _strip_vma(t):
     return t
 
 
-@shape_rule("sharding_constraint", "reshard", "mesh_cast", "layout_constraint", "name", "shard_alike",
-            "zeros_like", "with_memory_space_constraint", "tie", "pin", "unpin", "trace_value",
-            "remove_memory_space", "multiple_of", "max_contiguous", "inspect_sharding_p")
+@shape_rule("reshard", "mesh_cast")
+def _reshard(in_types, params, out_hint):
+    if out_hint is not None and len(out_hint) == len(in_types):
+        return [h if types_agree(h, t) else t for h, t in zip(out_hint, in_types)]
+    return [_unshard(t) for t in in_types]
+
+
+def _unshard(t):
+    if not isinstance(t, ShapedArray):
+        return t
+    return t.update(
+        shape=[
+            int(d.split("@")[0]) if isinstance(d, str) and d.split("@")[0].isdigit() else d
+            for d in t.shape
+        ]
+    )
+
+
+@shape_rule(
+    "sharding_constraint",
+    "layout_constraint",
+    "name",
+    "shard_alike",
+    "zeros_like",
+    "with_memory_space_constraint",
+    "pin",
+    "unpin",
+    "trace_value",
+    "remove_memory_space",
+    "multiple_of",
+    "max_contiguous",
+    "inspect_sharding_p",
+)
 def _identity(in_types, params, out_hint):
     if len(in_types) != 1 and not out_hint:
         return list(in_types)
@@ -56,7 +134,9 @@ def _reduce_scatter(in_types, params, out_hint):
     shape = list(x.shape)
     if params.get("tiled"):
         if isinstance(shape[dim], int) and shape[dim] % n:
-            raise ShapeError(f"reduce_scatter: dimension {dim} of {x} is not divisible by axis_size {n}")
+            raise ShapeError(
+                f"reduce_scatter: dimension {dim} of {x} is not divisible by axis_size {n}"
+            )
         shape[dim] = dim_floordiv(shape[dim], n)
     else:
         if isinstance(shape[dim], int) and shape[dim] != n:
@@ -76,8 +156,13 @@ def _all_to_all(in_types, params, out_hint):
     groups = params.get("axis_index_groups")
     if groups:
         n = len(groups[0])
-    elif out_hint and isinstance(out_hint[0], ShapedArray) and isinstance(x.shape[split], int) \
-            and isinstance(out_hint[0].shape[split], int) and out_hint[0].shape[split]:
+    elif (
+        out_hint
+        and isinstance(out_hint[0], ShapedArray)
+        and isinstance(x.shape[split], int)
+        and isinstance(out_hint[0].shape[split], int)
+        and out_hint[0].shape[split]
+    ):
         n = x.shape[split] // out_hint[0].shape[split]  # the axis size is not a parameter
     else:
         raise ShapeError("all_to_all: the mesh axis size is not known")
@@ -103,3 +188,116 @@ def _freeze(in_types, params, out_hint):
     if not isinstance(r, RefType):
         raise ShapeError(f"freeze expects a Ref operand, got {r}")
     return [r.inner]
+
+
+@shape_rule("tie")
+def _tie(in_types, params, out_hint):
+    nargs(in_types, 2, "tie")
+    return [in_types[1]]
+
+
+# ---------------------------------------------------------------- ref state: get / swap / addupdate
+
+
+def _indexed_type(prim, ref, ivars, params, out_hint):
+    """The type `ref[IDX]` reads, from the parser's indexer template (`[...]`, `[$0,1:]`)."""
+    if isinstance(ref, OpaqueType):  # `MemRef<None>{float32[4,8]}` (0.6.2): no model
+        return _hint_or(prim, out_hint, ref)
+    if not isinstance(ref, RefType):
+        raise ShapeError(f"{prim} expects a Ref as its first operand, got {ref}")
+    inner = ref.inner
+    if isinstance(inner, ShapedArray) and inner.dtype != short_dtype_name(inner.dtype):
+        inner = inner.update(dtype=short_dtype_name(inner.dtype))  # `Ref{float32[3]}` (0.4.35)
+    tpl = str(params.get("indexer", "[...]")).strip()
+    if tpl == "[...]" or tpl == "":
+        return inner
+    if "{" in tpl or not (tpl.startswith("[") and tpl.endswith("]")):
+        return _hint_or(prim, out_hint, inner)
+    entries = [x.strip() for x in tpl[1:-1].split(",")]
+    if len(entries) > inner.ndim:
+        raise ShapeError(f"{prim}: too many indices for {ref}")
+    out = []  # per entry: ("keep", dim) | ("drop", None) | ("array", shape)
+    for k, ent in enumerate(entries):
+        d = inner.shape[k]
+        if ent == ":":
+            out.append(("keep", d))
+        elif ":" in ent:
+            lo, hi = ent.split(":", 1)
+            if "$" in lo or "$" in hi:  # dynamic slice `v:v+n`
+                m = hi.rsplit("+", 1)
+                if len(m) == 2 and m[1].strip().isdigit():
+                    out.append(("keep", int(m[1])))
+                    continue
+                return _hint_or(prim, out_hint, inner)
+            try:
+                lo_i = int(lo) if lo else 0
+                hi_i = int(hi) if hi else d
+            except ValueError:
+                return _hint_or(prim, out_hint, inner)
+            out.append(
+                ("keep", hi_i - lo_i if isinstance(hi_i, int) and isinstance(lo_i, int) else d)
+            )
+        elif ent.startswith("$"):
+            try:
+                t = ivars[int(ent[1:])]
+            except (ValueError, IndexError):
+                raise ShapeError(f"{prim}: index {ent} has no operand") from None
+            if isinstance(t, ShapedArray) and t.ndim:
+                out.append(("array", t))
+            else:
+                out.append(("drop", None))
+        else:
+            try:
+                int(ent)
+            except ValueError:
+                return _hint_or(prim, out_hint, inner)
+            out.append(("drop", None))
+    rest = list(inner.shape[len(entries) :])
+    if not any(kind == "array" for kind, _ in out):
+        return inner.update(shape=[d for kind, d in out if kind == "keep"] + rest)
+    # numpy advanced indexing: integer scalars count as 0-d index arrays
+    adv = [i for i, (kind, _) in enumerate(out) if kind != "keep"]
+    bshape = broadcast_shapes(prim, [t for kind, t in out if kind == "array"])
+    keep = [d for kind, d in out if kind == "keep"]
+    if adv == list(range(adv[0], adv[-1] + 1)):
+        before = [d for kind, d in out[: adv[0]] if kind == "keep"]
+        after = [d for kind, d in out[adv[-1] + 1 :] if kind == "keep"]
+        shape = before + list(bshape) + after
+    else:
+        shape = list(bshape) + keep
+    return inner.update(shape=shape + rest)
+
+
+def _hint_or(prim, out_hint, inner):
+    if out_hint and isinstance(out_hint[0], ShapedArray):
+        return out_hint[0]
+    return inner
+
+
+@shape_rule("get")
+def _get(in_types, params, out_hint):
+    if not in_types:
+        raise ShapeError("get expects a Ref operand")
+    return [_indexed_type("get", in_types[0], in_types[1:], params, out_hint)]
+
+
+@shape_rule("swap")
+def _swap(in_types, params, out_hint):
+    if len(in_types) < 2:
+        raise ShapeError(f"swap expects a Ref and a value, got {len(in_types)} operands")
+    t = _indexed_type("swap", in_types[0], in_types[2:], params, out_hint)
+    v = in_types[1]
+    if isinstance(v, ShapedArray) and isinstance(t, ShapedArray) and v.dtype != t.dtype:
+        raise ShapeError(f"swap: the stored value has type {v}, but the Ref holds {t}")
+    return [t]
+
+
+@shape_rule("addupdate")
+def _addupdate(in_types, params, out_hint):
+    if len(in_types) < 2:
+        raise ShapeError(f"addupdate expects a Ref and a value, got {len(in_types)} operands")
+    t = _indexed_type("addupdate", in_types[0], in_types[2:], params, None)
+    v = in_types[1]
+    if isinstance(v, ShapedArray) and isinstance(t, ShapedArray) and v.dtype != t.dtype:
+        raise ShapeError(f"addupdate: the added value has type {v}, but the Ref holds {t}")
+    return []

@@ -77,8 +77,10 @@ def _random_wrap(in_types, params, out_hint):
     ks = KEY_SHAPES.get(impl, (2,))
     if x.dtype != "u32":
         raise ShapeError(f"random_wrap expects u32 key data, got {x.dtype}")
-    if x.ndim < len(ks) or tuple(x.shape[x.ndim - len(ks):]) != ks:
-        raise ShapeError(f"random_wrap: key data {x} must end with the key shape {ks} of impl '{impl}'")
+    if x.ndim < len(ks) or tuple(x.shape[x.ndim - len(ks) :]) != ks:
+        raise ShapeError(
+            f"random_wrap: key data {x} must end with the key shape {ks} of impl '{impl}'"
+        )
     return [x.update(shape=x.shape[: x.ndim - len(ks)], dtype=f"key<{impl}>", weak_type=False)]
 
 

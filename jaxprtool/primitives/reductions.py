@@ -34,7 +34,9 @@ def _reduce_axes(prim, x, axes):
     return tuple(d for i, d in enumerate(x.shape) if i not in axes)
 
 
-@shape_rule("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or", "reduce_xor")
+@shape_rule(
+    "reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or", "reduce_xor"
+)
 def _reduce_monoid(in_types, params, out_hint):
     nargs(in_types, 1, "reduce")
     x = arr(in_types[0], "reduce", 0)
@@ -94,18 +96,26 @@ def _reduce_window_monoid(in_types, params, out_hint):
 @shape_rule("reduce_window")
 def _reduce_window(in_types, params, out_hint):
     if len(in_types) % 2:
-        raise ShapeError(f"reduce_window expects operands and init values in equal numbers, got {len(in_types)}")
+        raise ShapeError(
+            f"reduce_window expects operands and init values in equal numbers, got {len(in_types)}"
+        )
     n = len(in_types) // 2
     ts = [arr(t, "reduce_window", i) for i, t in enumerate(in_types)]
     ops, inits = ts[:n], ts[n:]
     for o, iv in zip(ops, inits):
         if o.dtype != iv.dtype:
-            raise ShapeError(f"reduce_window: operand dtype {o.dtype} differs from init value dtype {iv.dtype}")
+            raise ShapeError(
+                f"reduce_window: operand dtype {o.dtype} differs from init value dtype {iv.dtype}"
+            )
         if iv.ndim:
             raise ShapeError(f"reduce_window: init values must be scalars, got {iv}")
-    _check_reducer("reduce_window", params.get("jaxpr"), inits, extra=len(params.get("consts") or ()))
-    return [fill_sym_from_hint(o.update(shape=_window_shape("reduce_window", o, params)), out_hint, i)
-            for i, o in enumerate(ops)]
+    _check_reducer(
+        "reduce_window", params.get("jaxpr"), inits, extra=len(params.get("consts") or ())
+    )
+    return [
+        fill_sym_from_hint(o.update(shape=_window_shape("reduce_window", o, params)), out_hint, i)
+        for i, o in enumerate(ops)
+    ]
 
 
 def _check_reducer(prim, j, inits, extra=0):
@@ -113,9 +123,13 @@ def _check_reducer(prim, j, inits, extra=0):
         return
     n = len(inits)
     if len(j.invars) != 2 * n + 0 and len(j.invars) != 2 * n + extra:
-        raise ShapeError(f"{prim}: the reducer jaxpr takes {len(j.invars)} inputs, expected {2 * n}")
+        raise ShapeError(
+            f"{prim}: the reducer jaxpr takes {len(j.invars)} inputs, expected {2 * n}"
+        )
     if len(j.outvars) != n:
-        raise ShapeError(f"{prim}: the reducer jaxpr returns {len(j.outvars)} results, expected {n}")
+        raise ShapeError(
+            f"{prim}: the reducer jaxpr returns {len(j.outvars)} results, expected {n}"
+        )
 
 
 @shape_rule("select_and_scatter_add")
@@ -140,7 +154,11 @@ def _select_and_gather_add(in_types, params, out_hint):
     x = arr(in_types[1], "select_and_gather_add", 1)
     if not dims_eq(t.shape, x.shape):
         raise ShapeError(f"select_and_gather_add: tangents {t} and operand {x} shapes must match")
-    return [fill_sym_from_hint(t.update(shape=_window_shape("select_and_gather_add", x, params)), out_hint)]
+    return [
+        fill_sym_from_hint(
+            t.update(shape=_window_shape("select_and_gather_add", x, params)), out_hint
+        )
+    ]
 
 
 @shape_rule("sort")
@@ -155,7 +173,9 @@ def _sort(in_types, params, out_hint):
         canon_axis(dim, ts[0].ndim, "sort dimension")
     nk = int_param(params, "num_keys", 1)
     if not 1 <= nk <= len(ts):
-        raise ShapeError(f"sort: num_keys={nk} must be between 1 and the number of operands ({len(ts)})")
+        raise ShapeError(
+            f"sort: num_keys={nk} must be between 1 and the number of operands ({len(ts)})"
+        )
     return list(ts)
 
 
@@ -201,7 +221,9 @@ def _approx_top_k(in_types, params, out_hint):
 @shape_rule("reduce")
 def _reduce(in_types, params, out_hint):
     if len(in_types) % 2 or not in_types:
-        raise ShapeError(f"reduce expects operands and init values in equal numbers, got {len(in_types)}")
+        raise ShapeError(
+            f"reduce expects operands and init values in equal numbers, got {len(in_types)}"
+        )
     n = len(in_types) // 2
     ts = [arr(t, "reduce", i) for i, t in enumerate(in_types)]
     ops, inits = ts[:n], ts[n:]
@@ -216,7 +238,9 @@ def _reduce(in_types, params, out_hint):
     _check_reducer("reduce", j, inits)
     shape = _reduce_axes("reduce", ops[0], dims)
     if isinstance(j, Jaxpr):
-        dts = [t.dtype if isinstance(t, ShapedArray) else iv.dtype for t, iv in zip(j.out_types, inits)]
+        dts = [
+            t.dtype if isinstance(t, ShapedArray) else iv.dtype for t, iv in zip(j.out_types, inits)
+        ]
     else:
         dts = [iv.dtype for iv in inits]
     return [mk(shape, d, False, [o]) for d, o in zip(dts, ops)]

@@ -32,7 +32,9 @@ from .util import (
 def _hint_shape(out_hint, prim):
     if out_hint and isinstance(out_hint[0], ShapedArray):
         return out_hint[0].shape
-    raise ShapeError(f"{prim}: the result shape is not given (no 'shape' parameter and no declared result type)")
+    raise ShapeError(
+        f"{prim}: the result shape is not given (no 'shape' parameter and no declared result type)"
+    )
 
 
 @shape_rule("broadcast_in_dim")
@@ -51,7 +53,9 @@ def _broadcast_in_dim(in_types, params, out_hint):
         )
     for i, d in enumerate(bdims):
         if not 0 <= d < len(shape):
-            raise ShapeError(f"broadcast_in_dim: broadcast dimension {d} is out of range for result rank {len(shape)}")
+            raise ShapeError(
+                f"broadcast_in_dim: broadcast dimension {d} is out of range for result rank {len(shape)}"
+            )
         od = x.shape[i]
         if isinstance(od, int) and isinstance(shape[d], int) and od != 1 and od != shape[d]:
             raise ShapeError(
@@ -59,7 +63,9 @@ def _broadcast_in_dim(in_types, params, out_hint):
                 f"to result dimension {d} of size {shape[d]}"
             )
     if list(bdims) != sorted(set(bdims)):
-        raise ShapeError(f"broadcast_in_dim: broadcast_dimensions {fmt_shape(bdims)} must be strictly increasing")
+        raise ShapeError(
+            f"broadcast_in_dim: broadcast_dimensions {fmt_shape(bdims)} must be strictly increasing"
+        )
     return [x.update(shape=shape)]
 
 
@@ -83,7 +89,9 @@ def _reshape(in_types, params, out_hint):
     if dims is not None:
         dims = ints(dims)
         if sorted(dims) != list(range(x.ndim)):
-            raise ShapeError(f"reshape: dimensions {fmt_shape(dims)} must be a permutation of the operand axes")
+            raise ShapeError(
+                f"reshape: dimensions {fmt_shape(dims)} must be a permutation of the operand axes"
+            )
     return [fill_sym_from_hint(x.update(shape=new), out_hint)]
 
 
@@ -119,7 +127,9 @@ def _transpose(in_types, params, out_hint):
     x = arr(in_types[0], "transpose", 0)
     perm = ints(need(params, "permutation"))
     if sorted(perm) != list(range(x.ndim)):
-        raise ShapeError(f"transpose: permutation {fmt_shape(perm)} is not a permutation of the axes of {x}")
+        raise ShapeError(
+            f"transpose: permutation {fmt_shape(perm)} is not a permutation of the axes of {x}"
+        )
     return [x.update(shape=tuple(x.shape[p] for p in perm))]
 
 
@@ -200,13 +210,17 @@ def _dynamic_slice(in_types, params, out_hint):
     sizes = ints(need(params, "slice_sizes"))
     idx = in_types[1:]
     if len(sizes) != x.ndim:
-        raise ShapeError(f"dynamic_slice: slice_sizes {fmt_shape(sizes)} must have one entry per axis of {x}")
+        raise ShapeError(
+            f"dynamic_slice: slice_sizes {fmt_shape(sizes)} must have one entry per axis of {x}"
+        )
     if len(idx) < x.ndim:
         raise ShapeError(f"dynamic_slice expects {x.ndim} start indices for {x}, got {len(idx)}")
     for i, t in enumerate(idx[: x.ndim], 1):
         t = arr(t, "dynamic_slice", i)
         if t.ndim != 0 or not is_int_dtype(t.dtype):
-            raise ShapeError(f"dynamic_slice: start indices must be integer scalars, got {t} at position {i}")
+            raise ShapeError(
+                f"dynamic_slice: start indices must be integer scalars, got {t} at position {i}"
+            )
     for d, s in zip(x.shape, sizes):
         if isinstance(d, int) and isinstance(s, int) and (s > d or s < 0):
             raise ShapeError(f"dynamic_slice: slice_sizes {fmt_shape(sizes)} do not fit in {x}")
@@ -222,13 +236,19 @@ def _dynamic_update_slice(in_types, params, out_hint):
     if u.ndim != x.ndim:
         raise ShapeError(f"dynamic_update_slice: update {u} must have the rank of operand {x}")
     if len(idx) != x.ndim:
-        raise ShapeError(f"dynamic_update_slice expects {x.ndim} start indices for {x}, got {len(idx)}")
+        raise ShapeError(
+            f"dynamic_update_slice expects {x.ndim} start indices for {x}, got {len(idx)}"
+        )
     if u.dtype != x.dtype:
-        raise ShapeError(f"dynamic_update_slice: update dtype {u.dtype} differs from operand dtype {x.dtype}")
+        raise ShapeError(
+            f"dynamic_update_slice: update dtype {u.dtype} differs from operand dtype {x.dtype}"
+        )
     for i, t in enumerate(idx, 2):
         t = arr(t, "dynamic_update_slice", i)
         if t.ndim != 0 or not is_int_dtype(t.dtype):
-            raise ShapeError(f"dynamic_update_slice: start indices must be integer scalars, got {t} at position {i}")
+            raise ShapeError(
+                f"dynamic_update_slice: start indices must be integer scalars, got {t} at position {i}"
+            )
     for d, s in zip(x.shape, u.shape):
         if isinstance(d, int) and isinstance(s, int) and s > d:
             raise ShapeError(f"dynamic_update_slice: update {u} does not fit in operand {x}")
@@ -265,7 +285,9 @@ def _split(in_types, params, out_hint):
     sizes = ints(need(params, "sizes"))
     if all(isinstance(s, int) for s in sizes) and isinstance(x.shape[axis], int):
         if sum(sizes) != x.shape[axis]:
-            raise ShapeError(f"split: sizes {fmt_shape(sizes)} do not sum to dimension {axis} of {x}")
+            raise ShapeError(
+                f"split: sizes {fmt_shape(sizes)} do not sum to dimension {axis} of {x}"
+            )
     outs = []
     for s in sizes:
         shape = list(x.shape)
@@ -311,7 +333,9 @@ def _tile(in_types, params, out_hint):
     reps = ints(need(params, "reps"))
     if len(reps) != x.ndim:
         raise ShapeError(f"tile: reps {fmt_shape(reps)} must have one entry per axis of {x}")
-    return [fill_sym_from_hint(x.update(shape=[dim_mul(d, r) for d, r in zip(x.shape, reps)]), out_hint)]
+    return [
+        fill_sym_from_hint(x.update(shape=[dim_mul(d, r) for d, r in zip(x.shape, reps)]), out_hint)
+    ]
 
 
 @shape_rule("dim_as_value")

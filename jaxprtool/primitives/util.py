@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,9 @@ BOOL = {"bool"}
 
 
 def is_float_dtype(d: str) -> bool:
-    return d in FLOATS or (d.startswith("f") and d[1:2].isdigit() and "_" in d) or d.startswith("bf")
+    return (
+        d in FLOATS or (d.startswith("f") and d[1:2].isdigit() and "_" in d) or d.startswith("bf")
+    )
 
 
 def is_complex_dtype(d: str) -> bool:
@@ -160,16 +163,31 @@ def _sym(d) -> str:
     return s if s.replace("_", "").isalnum() else f"({s})"
 
 
+_LIN = re.compile(r"^(.*\S)\s([+-])\s(\d+)$")
+
+
+def _lin(d):
+    """A dim as (symbolic part, constant): "b - 2" -> ("b", -2); 3 -> ("", 3)."""
+    if isinstance(d, int):
+        return "", d
+    m = _LIN.match(str(d))
+    if m and m.group(1).count("(") == m.group(1).count(")"):
+        c = int(m.group(3))
+        return m.group(1), c if m.group(2) == "+" else -c
+    return str(d), 0
+
+
 def dim_add(a, b):
     if isinstance(a, int) and isinstance(b, int):
         return a + b
-    if b == 0:
-        return a
-    if a == 0:
-        return b
-    if isinstance(b, int) and b < 0:
-        return f"{a} - {-b}"
-    return f"{a} + {b}"
+    (sa, ca), (sb, cb) = _lin(a), _lin(b)
+    if sa and sb:
+        base, c = f"{sa} + {sb}", ca + cb
+    else:
+        base, c = sa or sb, ca + cb
+    if c == 0:
+        return base
+    return f"{base} + {c}" if c > 0 else f"{base} - {-c}"
 
 
 def dim_sub(a, b):
@@ -279,7 +297,9 @@ def nargs(in_types: list, n: int | tuple[int, ...], prim: str) -> None:
     ok = len(in_types) == n if isinstance(n, int) else len(in_types) in n
     if not ok:
         want = n if isinstance(n, int) else " or ".join(map(str, n))
-        raise ShapeError(f"{prim} expects {want} operand{'s' if want != 1 else ''}, got {len(in_types)}")
+        raise ShapeError(
+            f"{prim} expects {want} operand{'s' if want != 1 else ''}, got {len(in_types)}"
+        )
 
 
 def min_args(in_types: list, n: int, prim: str) -> None:
@@ -321,10 +341,58 @@ def broadcast_shapes(prim: str, ts: list[ShapedArray]) -> tuple:
     return tuple(out)
 
 
+def vma_parts(v: str | None) -> dict[str, list[str]]:
+    """`"V:(x,y), U:z"` -> {"V": ["x", "y"], "U": ["z"]}."""
+    out: dict[str, list[str]] = {}
+    if not v:
+        return out
+    depth, cur, items = 0, "", []
+    for ch in v:
+        if ch == "," and depth == 0:
+            items.append(cur)
+            cur = ""
+            continue
+        depth += ch == "("
+        depth -= ch == ")"
+        cur += ch
+    items.append(cur)
+    for it in items:
+        key, _, val = it.strip().partition(":")
+        val = val.strip()
+        if val.startswith("(") and val.endswith(")"):
+            val = val[1:-1]
+        out[key.strip()] = [a.strip() for a in val.split(",") if a.strip()]
+    return out
+
+
+def vma_format(parts: dict[str, list[str]]) -> str | None:
+    items = []
+    for k, axes in parts.items():
+        if not axes:
+            continue
+        items.append(f"{k}:{axes[0]}" if len(axes) == 1 else f"{k}:({','.join(axes)})")
+    return ", ".join(items) if items else None
+
+
+def vma_union(vmas) -> str | None:
+    """The varying axes of an n-ary result: the union of the operands' (in order of appearance)."""
+    vmas = [v for v in vmas if v is not None]
+    if not vmas:
+        return None
+    if all(v == vmas[0] for v in vmas):
+        return vmas[0]
+    axes: list[str] = []
+    for v in vmas:
+        for a in vma_parts(v).get("V", []):
+            if a not in axes:
+                axes.append(a)
+    return vma_format({"V": axes})
+
+
 def first_space(ts: list) -> tuple[str | None, str | None]:
-    """(memory_space, vma) to propagate: from the first operand that has one."""
+    """(memory_space, vma) to propagate: the first operand's memory space, the union of vmas."""
     ms = next((t.memory_space for t in ts if isinstance(t, ShapedArray) and t.memory_space), None)
-    vma = next((t.vma for t in ts if isinstance(t, ShapedArray) and t.vma is not None), None)
+    vma = vma_union([t.vma for t in ts if isinstance(t, ShapedArray)])
     return ms, vma
 
 
@@ -357,13 +425,16 @@ def types_agree(a: Type, b: Type) -> bool:
     return False
 
 
-def check_call_operands(prim: str, jaxpr: Jaxpr, in_types: list[Type], what: str = "jaxpr",
-                        skip_consts: bool = True) -> None:
+def check_call_operands(
+    prim: str, jaxpr: Jaxpr, in_types: list[Type], what: str = "jaxpr", skip_consts: bool = True
+) -> None:
     """The operands must match the nested jaxpr's invars in number and type."""
     inv = jaxpr.in_types
     if len(inv) != len(in_types):
-        raise ShapeError(f"{prim}: {what} takes {len(inv)} input{'s' if len(inv) != 1 else ''}, "
-                         f"but the equation passes {len(in_types)}")
+        raise ShapeError(
+            f"{prim}: {what} takes {len(inv)} input{'s' if len(inv) != 1 else ''}, "
+            f"but the equation passes {len(in_types)}"
+        )
     for i, (a, b) in enumerate(zip(in_types, inv)):
         if not types_agree(a, b):
             raise ShapeError(f"{prim}: operand {i} has type {a}, but {what} expects {b}")

@@ -1,0 +1,215 @@
+"""The checker: scoping, operand counts and types against the shape rules, nested jaxprs.
+
+    from jaxprtool.check import check
+    diags = check(jaxpr, path)          # list[Diagnostic], each with .kind "error" or "warning"
+
+A `Diagnostic` is a `core.JaxprError` with a `kind`, so `io.report(d, d.kind)`
+prints it as `FILE:LINE:COL: error: message`.  Checks:
+
+* every variable is bound once (a `Var` object is bound at most once anywhere
+  in its jaxpr; with `check_names=True`, as for text read from a file, two
+  binders of one jaxpr may not share a printed name other than `_`) and is
+  defined before it is used; outvars are defined;
+* each equation of a known primitive: its shape rule accepts the operands and
+  parameters (a `ShapeError` becomes an error at the equation), it returns as
+  many results as the equation binds, and each declared result type agrees
+  with the inferred one (symbolic dims are compared leniently);
+* nested jaxprs (branches, bodies, called jaxprs) are checked recursively;
+  their agreement with the equation's operands and results is part of the
+  call/control-flow shape rules;
+* an unknown primitive is a warning (once per primitive name): its result types
+  are taken from the binders.
+"""
+
+from __future__ import annotations
+
+from .core import Eqn, Jaxpr, JaxprError, Literal, Loc, ShapedArray, Var, eqn_subjaxprs
+from .primitives import ShapeError, infer_types, is_known
+from .primitives.util import types_agree
+
+
+class Diagnostic(JaxprError):
+    """A located finding of the checker: kind is "error" or "warning"."""
+
+    def __init__(self, kind: str, message: str, loc: Loc | None = None):
+        super().__init__(message, loc)
+        self.kind = kind
+
+    def __repr__(self) -> str:
+        return f"Diagnostic({self.kind!r}, {self.message!r}, {self.loc!r})"
+
+
+def check(jaxpr: Jaxpr, path: str | None = None, *, check_names: bool = False) -> list[Diagnostic]:
+    """All diagnostics for `jaxpr` (errors and warnings), in source order of discovery."""
+    c = _Checker(path, check_names)
+    c.jaxpr(jaxpr, None)
+    return c.diags
+
+
+def errors(diags: list[Diagnostic]) -> list[Diagnostic]:
+    return [d for d in diags if d.kind == "error"]
+
+
+def _name(v: Var) -> str:
+    return v.hint if v.hint else f"<var {id(v):x}>"
+
+
+def _fmt_types(ts) -> str:
+    return "(" + ", ".join(str(t) for t in ts) + ")"
+
+
+class _Checker:
+    def __init__(self, path, check_names):
+        self.path = path
+        self.check_names = check_names
+        self.diags: list[Diagnostic] = []
+        self.seen: set[int] = set()
+        self.warned_unknown: set[str] = set()
+
+    def err(self, message, loc):
+        self.diags.append(Diagnostic("error", message, loc))
+
+    def warn(self, message, loc):
+        self.diags.append(Diagnostic("warning", message, loc))
+
+    def jaxpr(self, j: Jaxpr, where: Loc | None) -> None:
+        if id(j) in self.seen:
+            return
+        self.seen.add(id(j))
+        defined: set[int] = set()
+        names: dict[str, int] = {}
+        first_loc = next((e.loc for e in j.eqns if e.loc is not None), where)
+
+        def bind(v: Var, loc):
+            if not isinstance(v, Var):
+                self.err(f"binder {v!r} is not a variable", loc)
+                return
+            if id(v) in defined:
+                self.err(f"variable '{_name(v)}' is bound more than once", loc)
+            defined.add(id(v))
+            if self.check_names and v.hint and v.hint != "_":
+                if v.hint in names:
+                    self.err(f"variable '{v.hint}' is bound more than once in this jaxpr", loc)
+                names[v.hint] = 1
+
+        for v in (*j.constvars, *j.invars):
+            bind(v, first_loc)
+        for e in j.eqns:
+            self.eqn(e, defined)
+            for sub in eqn_subjaxprs(e):
+                self.jaxpr(sub, e.loc)
+            for o in e.outputs:
+                bind(o, e.loc)
+        last_loc = next((e.loc for e in reversed(j.eqns) if e.loc is not None), where)
+        for a in j.outvars:
+            if isinstance(a, Var) and id(a) not in defined:
+                self.err(f"output variable '{_name(a)}' is not defined", last_loc)
+
+    def eqn(self, e: Eqn, defined: set[int]) -> None:
+        ok = True
+        for a in e.inputs:
+            if isinstance(a, Var) and id(a) not in defined:
+                self.err(f"variable '{_name(a)}' used before definition", e.loc)
+                ok = False
+        if not ok:
+            return
+        if not is_known(e.prim):
+            if e.prim not in self.warned_unknown:
+                self.warned_unknown.add(e.prim)
+                self.warn(
+                    f"unknown primitive '{e.prim}': result types taken from the binders", e.loc
+                )
+            return
+        declared = [o.type for o in e.outputs]
+        in_types = [a.type for a in e.inputs]
+        try:
+            inferred = self._infer(e, in_types, declared)
+        except ShapeError as ex:
+            msg = str(ex)
+            if not msg.startswith(e.prim):
+                msg = f"{e.prim}: {msg}"
+            self.err(msg, e.loc)
+            return
+        except (
+            KeyError,
+            TypeError,
+            ValueError,
+            IndexError,
+            AttributeError,
+            ZeroDivisionError,
+        ) as ex:
+            self.warn(f"{e.prim}: could not check the equation ({type(ex).__name__}: {ex})", e.loc)
+            return
+        if len(inferred) != len(declared):
+            self.err(
+                f"{e.prim}: the equation binds {len(declared)} result{'s' if len(declared) != 1 else ''}, "
+                f"but the primitive returns {len(inferred)} {_fmt_types(inferred)}",
+                e.loc,
+            )
+            return
+        for i, (d, t) in enumerate(zip(declared, inferred)):
+            if not types_agree(d, t):
+                which = "result" if len(declared) == 1 else f"result {i}"
+                self.err(f"{e.prim}: {which} type {d} does not match inferred {t}", e.loc)
+
+    def _infer(self, e: Eqn, in_types, declared):
+        untyped = [i for i, a in enumerate(e.inputs) if isinstance(a, Literal) and not a.typed]
+        if not untyped:
+            return infer_types(e.prim, in_types, e.params, declared)
+        # 0.4.35 printed literals without a type: their dtype is a guess, so accept any
+        # plausible one (their natural type, the operands', the results', the callee's)
+        first_exc = None
+        for cand in _literal_candidates(e, in_types, untyped, declared):
+            try:
+                out = infer_types(e.prim, cand, e.params, declared)
+            except ShapeError as ex:
+                first_exc = first_exc or ex
+                continue
+            if len(out) == len(declared) and all(types_agree(d, t) for d, t in zip(declared, out)):
+                return out
+        if first_exc is not None:
+            raise first_exc
+        return infer_types(e.prim, in_types, e.params, declared)
+
+
+def _natural(value) -> str | None:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "i32"
+    if isinstance(value, float):
+        return "f32"
+    if isinstance(value, complex):
+        return "c64"
+    return None
+
+
+def _literal_candidates(e: Eqn, in_types, untyped, declared):
+    """Operand type lists with the untyped literals retyped in each plausible way."""
+
+    def retype(dtype_of):
+        out = list(in_types)
+        for i in untyped:
+            t = in_types[i]
+            d = dtype_of(i)
+            if isinstance(t, ShapedArray) and d:
+                out[i] = t.update(dtype=d)
+        return out
+
+    yield list(in_types)
+    yield retype(lambda i: _natural(e.inputs[i].value))
+    arrays = [
+        t
+        for a, t in zip(e.inputs, in_types)
+        if not isinstance(a, Literal) and isinstance(t, ShapedArray)
+    ]
+    for t in arrays[:1]:
+        yield retype(lambda i, d=t.dtype: d)
+    for d in dict.fromkeys(t.dtype for t in declared if isinstance(t, ShapedArray)):
+        yield retype(lambda i, d=d: d)
+    for sub in eqn_subjaxprs(e):
+        if len(sub.invars) == len(in_types):
+            inv = sub.in_types
+            yield retype(
+                lambda i, inv=inv: inv[i].dtype if isinstance(inv[i], ShapedArray) else None
+            )
