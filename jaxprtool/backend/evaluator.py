@@ -14,7 +14,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..core import Eqn, Jaxpr, JaxprError, Literal, ShapedArray, Var
-from ..params import format_value
+from ..params import Record, format_value
 from . import prims
 from .values import has_nonfinite, literal_value, static_shape, summary_line
 
@@ -286,21 +286,37 @@ class Interpreter:
         cn, bn = int(p.get("cond_nconsts", 0)), int(p.get("body_nconsts", 0))
         cconsts, bconsts, init = invals[:cn], invals[cn : cn + bn], invals[cn + bn :]
         cj, bj = self.body(p["cond_jaxpr"], eqn), self.body(p["body_jaxpr"], eqn)
+        batched = bool(cj.outvars) and isinstance(cj.outvars[0].type, ShapedArray) and cj.outvars[0].type.ndim > 0
+        import jax.numpy as jnp
+
+        def select(pred, new, old):
+            # a batched predicate (vmap of a while): only the rows still running advance
+            return [
+                jnp.where(jnp.reshape(pred, pred.shape + (1,) * (jnp.ndim(n) - pred.ndim)), n, o)
+                for n, o in zip(new, old)
+            ]
+
         if self.mode == "eager":
             carry, i = list(init), 0
             while True:
-                (pred,) = self.run(cj, [], cconsts + carry, path + (f"while cond {i}",))
-                if not bool(np.asarray(pred)):
+                (pred,) = self.run(cj, [], list(cconsts) + carry, path + (f"while cond {i}",))
+                if not bool(np.asarray(pred).any()):
                     return carry
-                carry = self.run(bj, [], bconsts + carry, path + (f"while iter {i}",))
+                new = self.run(bj, [], list(bconsts) + carry, path + (f"while iter {i}",))
+                carry = select(jnp.asarray(pred), new, carry) if batched else new
                 i += 1
         import jax
 
         def cond_fun(c):
-            return self.run(cj, [], list(cconsts) + list(c), path)[0]
+            pred = self.run(cj, [], list(cconsts) + list(c), path)[0]
+            return jnp.any(pred) if batched else pred
 
         def body_fun(c):
-            return tuple(self.run(bj, [], list(bconsts) + list(c), path))
+            new = self.run(bj, [], list(bconsts) + list(c), path)
+            if batched:
+                pred = self.run(cj, [], list(cconsts) + list(c), path)[0]
+                new = select(pred, new, list(c))
+            return tuple(new)
 
         return list(jax.lax.while_loop(cond_fun, body_fun, tuple(init)))
 
@@ -310,16 +326,14 @@ class Interpreter:
         if "num_consts" in p and "num_carry" in p:
             return int(p["num_consts"]), int(p["num_carry"])
         if "ft_in" in p:
-            ft_in = p["ft_in"]
-            groups = ft_in if isinstance(ft_in, (tuple, list)) and len(ft_in) == 3 else None
-            if groups is not None:
-                counts = [_leaves(g) for g in groups]
-                if sum(counts) == n_in:
-                    return counts[0], counts[1]
-            ft_out = p.get("ft_out")
-            if isinstance(ft_out, (tuple, list)) and len(ft_out) == 2 and groups is not None:
-                n_carry = _leaves(ft_out[0])
-                return n_in - n_carry - _leaves(groups[2]), n_carry
+            counts = _ft_groups(p["ft_in"])
+            if counts is not None and len(counts) == 3 and sum(counts) == n_in:
+                return counts[0], counts[1]
+            outs = _ft_groups(p.get("ft_out"))
+            if outs is not None and len(outs) == 2 and sum(outs) == len(body.outvars):
+                n_carry = outs[0]
+                n_xs = counts[2] if counts is not None and len(counts) == 3 else 0
+                return n_in - n_carry - n_xs, n_carry
         raise JaxprError(
             "'scan': cannot tell its constants, carries and scanned inputs apart", eqn.loc
         )
@@ -475,11 +489,92 @@ class Interpreter:
 
 
 def _leaves(v) -> int:
-    """Number of leaves of a printed flat-tree group: each `None` is one leaf."""
-    text = format_value(v) if not isinstance(v, str) else v
+    """Number of leaves of a printed flat-tree group (FTTuple / RightsOnly / Pytree forms)."""
+    if isinstance(v, Record) and v.cls == "Pytree":
+        return _leaves_text(format_value(v.get("vals", ())))
+    if isinstance(v, (tuple, list)):
+        return sum(_leaves(x) for x in v)
+    return _leaves_text(format_value(v) if not isinstance(v, str) else v)
+
+
+def _ft_groups(v) -> list[int] | None:
+    """Leaf counts of the top-level groups of a scan's ft_in / ft_out."""
+    if isinstance(v, Record) and v.cls == "Pytree":
+        tree = str(v.get("tree", ""))
+        inner = tree[tree.find("(") + 1 : tree.rfind(")")].strip()
+        if inner.startswith("(") and inner.endswith(")"):
+            return [g.count("*") for g in _split_top(inner[1:-1])]
+        return None
+    if isinstance(v, (tuple, list)):
+        return [_leaves(g) for g in v]
+    return None
+
+
+def _split_top(text: str) -> list[str]:
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        out.append(cur)
+    return out
+
+
+def _leaves_text(text: str) -> int:
+    """Count leaves: None is a leaf; Right(x)/Left(x) are Either leaves; RightsOnly(t) keeps
+    the payloads of t's Right leaves; Static(...) has none."""
     import re
 
-    return len(re.findall(r"\bNone\b", text))
+    toks = re.findall(r"RightsOnly\(|Right\(|Left\(|Static\(|None|\(|\)|\[|\]|,|[^\s,()\[\]]+", text)
+    pos = 0
+
+    def node():
+        # returns a list of leaves: ("plain",) or ("R", payload) or ("L", payload)
+        nonlocal pos
+        t = toks[pos]
+        pos += 1
+        if t == "None":
+            return [("plain",)]
+        if t in ("(", "["):
+            close = ")" if t == "(" else "]"
+            leaves = []
+            while toks[pos] != close:
+                if toks[pos] == ",":
+                    pos += 1
+                    continue
+                leaves += node()
+            pos += 1
+            return leaves
+        if t in ("Right(", "Left(", "RightsOnly(", "Static("):
+            inner = []
+            while toks[pos] != ")":
+                if toks[pos] == ",":
+                    pos += 1
+                    continue
+                inner += node()
+            pos += 1
+            if t == "Static(":
+                return []
+            if t == "RightsOnly(":
+                return [lf[1] for lf in inner if lf[0] == "R"]
+            payload = inner[0] if inner else ("plain",)
+            return [("R" if t == "Right(" else "L", payload)]
+        return [("plain",)]
+
+    n = 0
+    while pos < len(toks):
+        if toks[pos] in (",", ")", "]"):
+            pos += 1
+            continue
+        n += len(node())
+    return n
 
 
 def needs_x64(jaxpr: Jaxpr) -> bool:

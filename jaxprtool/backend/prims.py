@@ -32,6 +32,9 @@ _MODULES = (
     "jax._src.lax.control_flow.conditionals",
     "jax._src.lax.control_flow.solves",
     "jax._src.lax.eval_jaxpr",
+    "jax._src.random.prng",
+    "jax._src.random.core",
+    "jax._src.random.threefry2x32",
     "jax._src.random",
     "jax._src.ad_util",
     "jax._src.ad_checkpoint",
@@ -40,6 +43,7 @@ _MODULES = (
     "jax._src.dispatch",
     "jax._src.core",
     "jax._src.state.primitives",
+    "jax._src.state.discharge",
 )
 
 _TABLE: dict[str, Any] | None = None
@@ -307,7 +311,19 @@ def _split(eqn, p, dims):
     return {"sizes": tuple(int(x) for x in p["sizes"]), "axis": int(p["axis"])}
 
 
+def _prng_impl(eqn, p, dims):
+    from jax._src.random import prng
+
+    tag = str(p.get("impl"))
+    for impl in prng.prngs.values():
+        if impl.tag == tag or impl.name == tag:
+            return {"impl": impl}
+    raise JaxprError(f"cannot run '{eqn.prim}': unknown PRNG implementation '{tag}'", eqn.loc)
+
+
 PARAM_RULES = {
+    "random_seed": _prng_impl,
+    "random_wrap": _prng_impl,
     "broadcast_in_dim": _broadcast_in_dim,
     "dot_general": _dot_general,
     "convert_element_type": _convert,

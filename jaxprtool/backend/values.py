@@ -91,6 +91,8 @@ def literal_value(lit: Literal) -> np.ndarray:
         return np.zeros((), FLOAT0)
     dt = t.np_dtype
     v = lit.value
+    if v is Ellipsis or not isinstance(v, (bool, int, float, complex)):
+        raise JaxprError(f"the array literal {lit.value!r}:{t} has no values in the text")
     if isinstance(v, float) and np.issubdtype(dt, np.integer):
         v = int(v)
     with np.errstate(over="ignore", invalid="ignore"):
