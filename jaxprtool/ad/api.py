@@ -1,0 +1,143 @@
+"""Public entry points: jvp, linearize, transpose, vjp, grad on `core.Jaxpr`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..core import Jaxpr, JaxprError, ShapedArray, Var, is_float, is_inexact, long_dtype_name
+from . import builder as B
+from .jvp import diff_mask, jvp_jaxpr, jvp_jaxpr_info, jvp_masked  # noqa: F401
+from .linearize import LinearizeInfo, combine, linearize_combined, linearize_jaxpr, linearize_masked  # noqa: F401
+from .transpose import backward_pass, transpose_auto, transpose_jaxpr  # noqa: F401
+from .zeros import Zero, tangent_type
+from .zeros import instantiate as inst_zero
+
+
+def _vjp_build(jaxpr: Jaxpr, argnums, out_ct_mask: Sequence[bool], make_cts):
+    """Shared by vjp and grad: primal part inline, then the backward pass of the linear program.
+
+    `make_cts(tangent_out_types)` returns the cotangent atoms (or Zero) for the outputs that have
+    tangents (in order), and the new input Vars it created."""
+    primal, linear, info = linearize_jaxpr(jaxpr, argnums, instantiate=list(out_ct_mask))
+    n_out = len(jaxpr.outvars)
+    consts = [B.fresh_like(v) for v in primal.constvars]
+    prim_in = [B.fresh_like(v) for v in primal.invars]
+    mapping = {id(a): b for a, b in zip(primal.constvars, consts)}
+    mapping.update({id(a): b for a, b in zip(primal.invars, prim_in)})
+    eqns = B.substitute(list(primal.eqns), mapping)
+    pouts = [mapping.get(id(x), x) for x in primal.outvars]
+    outs, new = pouts[:n_out], pouts[n_out:]
+    res_atoms = [
+        {"input": prim_in, "const": consts, "output": outs, "new": new}[r.source][r.index]
+        for r in info.residuals
+    ]
+    n_res = len(info.residuals)
+    n_tan = len(linear.invars) - n_res
+    tan_out_types = [v.type for v in linear.outvars]
+    cts, ct_vars = make_cts(tan_out_types, info.out_mask)
+    b = B.Builder()
+    b.primal_eqns.extend(eqns)
+    with B.use(b):
+        _, cts_in = backward_pass(
+            linear, [False] * n_res + [True] * n_tan, res_atoms + [None] * n_tan, cts
+        )
+        grads = [inst_zero(c) for c in cts_in[n_res:]]
+    return consts, prim_in, ct_vars, b.eqns, outs, grads, info
+
+
+def vjp_jaxpr(jaxpr: Jaxpr, argnums: Sequence[int] | None = None) -> Jaxpr:
+    """`(primals..., cts...) -> (outs..., input cts...)`: one cotangent input per float/complex
+    output, one cotangent output per differentiated input (the inexact ones among `argnums`)."""
+    mask = [is_inexact(v.type) for v in jaxpr.outvars]
+
+    def make_cts(types, out_mask):
+        vs = [Var(t, None) for t in types]
+        return vs, vs
+
+    consts, prim_in, ct_vars, eqns, outs, grads, _ = _vjp_build(jaxpr, argnums, mask, make_cts)
+    outvars = list(outs) + grads
+    return B.make_jaxpr(prim_in + ct_vars, B.dce_eqns(eqns, outvars), outvars, consts)
+
+
+def _scalar_error(t) -> str:
+    msg = "Gradient only defined for scalar-output functions. Output {}."
+    if isinstance(t, ShapedArray):
+        shape = tuple(t.shape)
+        if t.size == 1 and t.is_static:
+            idx = " or output[0]" if t.ndim == 1 else ""
+            extract = f"extract the scalar with output.reshape(()){idx}, "
+        else:
+            extract = ""
+        return (
+            msg.format(f"had shape: {shape}")
+            + f" To get the gradient, {extract}reduce the output to a "
+            "scalar with output.sum(), or use jax.jacobian to differentiate a function with a non-scalar output."
+        )
+    return msg.format(f"had abstract value {t}")
+
+
+def grad_jaxpr(
+    jaxpr: Jaxpr, argnums: Sequence[int] | int = 0, has_aux: bool = False, with_value: bool = False
+) -> Jaxpr:
+    """Gradient of a scalar float output (the first output with `has_aux`).
+
+    Result: `(inputs...) -> ([value,] [aux...,] grads...)`: the value with `with_value`, the
+    auxiliary outputs with `has_aux`, then one gradient per entry of `argnums`."""
+    if isinstance(argnums, int):
+        argnums = (argnums,)
+    n = len(jaxpr.invars)
+    for i in argnums:
+        if not -n <= i < n:
+            raise JaxprError(f"argnums: input {i} does not exist (the jaxpr has {n} inputs)")
+        t = jaxpr.invars[i].type
+        if not is_inexact(t):
+            dt = long_dtype_name(t.dtype) if isinstance(t, ShapedArray) else str(t)
+            raise JaxprError(
+                f"grad requires real- or complex-valued inputs (input dtype that is a sub-dtype of np.inexact), "
+                f"but got {dt}. If you want to use Boolean- or integer-valued inputs, use vjp or set allow_int to True."
+            )
+    outs = list(jaxpr.outvars)
+    if has_aux:
+        if not outs:
+            raise JaxprError("--has-aux: the jaxpr has no outputs")
+    elif len(outs) != 1:
+        raise JaxprError(
+            f"Gradient only defined for scalar-output functions. Output was a tuple of {len(outs)} values "
+            "(use --has-aux to differentiate the first one and return the others as auxiliary data)."
+        )
+    t = outs[0].type
+    if not isinstance(t, ShapedArray) or tuple(t.shape) != ():
+        raise JaxprError(_scalar_error(t))
+    if not is_float(t):
+        dt = long_dtype_name(t.dtype)
+        tail = (
+            (
+                "For holomorphic differentiation, pass holomorphic=True. For differentiation of non-holomorphic "
+                "functions involving complex outputs, use jax.vjp directly."
+            )
+            if t.dtype.startswith("c")
+            else "For differentiation of functions with integer outputs, use jax.vjp directly."
+        )
+        raise JaxprError(
+            f"grad requires real-valued outputs (output dtype that is a sub-dtype of np.floating), "
+            f"but got {dt}. {tail}"
+        )
+    from . import ops
+
+    def make_cts(types, out_mask):
+        cts = []
+        k = 0
+        for j, m in enumerate(out_mask):
+            if not m:
+                continue
+            cts.append(ops.lit(1.0, types[k]) if j == 0 else Zero(tangent_type(types[k])))
+            k += 1
+        return cts, []
+
+    mask = [True] + [False] * (len(outs) - 1)
+    uniq = list(dict.fromkeys(i % n for i in argnums))
+    consts, prim_in, _, eqns, pouts, grads, _ = _vjp_build(jaxpr, uniq, mask, make_cts)
+    by_arg = dict(zip(uniq, grads))
+    g = [by_arg[i % n] for i in argnums]
+    outvars = ([pouts[0]] if with_value else []) + (list(pouts[1:]) if has_aux else []) + g
+    return B.make_jaxpr(prim_in, B.dce_eqns(eqns, outvars), outvars, consts)

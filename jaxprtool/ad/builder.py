@@ -1,0 +1,221 @@
+"""The equation builder that rules emit into (one program, or two at once for linearize).
+
+`Builder.bind` types a new equation with `primitives.infer_types` and appends it.  A *split*
+builder (linearize) sends every equation that touches a tangent value to the tangent program and
+every other one to the primal program; `tangent_mode()` forces equations (e.g. instantiated
+zeros) into the tangent program.  `ops` functions emit into the *current* builder (`current()`),
+set with `with use(builder): ...`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterable
+
+from ..core import Atom, Eqn, Jaxpr, JaxprError, Literal, Loc, ShapedArray, Type, Var
+
+_CURRENT: contextvars.ContextVar[Builder | None] = contextvars.ContextVar(
+    "jaxprtool_ad_builder", default=None
+)
+
+
+class Builder:
+    """Appends typed equations.  `split=True`: two programs (primal and tangent)."""
+
+    def __init__(self, split: bool = False, loc: Loc | None = None):
+        self.split = split
+        self.loc: Loc | None = loc
+        self.primal_eqns: list[Eqn] = []
+        self.tangent_eqns: list[Eqn] = []
+        self._tangent_ids: set[int] = set()
+        self._force_tangent = 0
+
+    # one-program view
+    @property
+    def eqns(self) -> list[Eqn]:
+        return self.primal_eqns
+
+    def mark_tangent(self, *vs: Atom) -> None:
+        for v in vs:
+            if isinstance(v, Var):
+                self._tangent_ids.add(id(v))
+
+    def is_tangent(self, x: Atom) -> bool:
+        return isinstance(x, Var) and id(x) in self._tangent_ids
+
+    @contextlib.contextmanager
+    def tangent_mode(self):
+        self._force_tangent += 1
+        try:
+            yield
+        finally:
+            self._force_tangent -= 1
+
+    def add_eqn(self, eqn: Eqn) -> None:
+        """Append an already built equation (choosing the program in split mode)."""
+        if self.split and (self._force_tangent or any(self.is_tangent(x) for x in eqn.inputs)):
+            self.tangent_eqns.append(eqn)
+            self.mark_tangent(*eqn.outputs)
+        else:
+            self.primal_eqns.append(eqn)
+
+    def emit(
+        self, prim: str, inputs: Iterable[Atom], params: dict, out_types: Iterable[Type], hints=None
+    ) -> list[Var]:
+        """Append `prim[params] inputs` with the given result types; returns the new Vars."""
+        out_types = list(out_types)
+        hints = list(hints) if hints is not None else [None] * len(out_types)
+        outs = [Var(t, h) for t, h in zip(out_types, hints)]
+        self.add_eqn(Eqn(prim, tuple(inputs), tuple(outs), dict(params), self.loc))
+        return outs
+
+    def bind(self, prim: str, inputs: Iterable[Atom], params: dict, out_types=None) -> list[Var]:
+        """Append an equation, inferring result types unless `out_types` is given."""
+        inputs = list(inputs)
+        for x in inputs:
+            if not isinstance(x, (Var, Literal)):
+                raise TypeError(
+                    f"ops.{prim}: operand {x!r} is not an Atom (instantiate Zero tangents first)"
+                )
+        if out_types is None:
+            out_types = infer([x.type for x in inputs], prim, params, self.loc)
+        return self.emit(prim, inputs, params, out_types)
+
+
+def current() -> Builder:
+    b = _CURRENT.get()
+    if b is None:
+        raise RuntimeError("no current AD builder: ops must run inside `with builder.use(b)`")
+    return b
+
+
+@contextlib.contextmanager
+def use(b: Builder):
+    token = _CURRENT.set(b)
+    try:
+        yield b
+    finally:
+        _CURRENT.reset(token)
+
+
+# ---------------------------------------------------------------- type inference
+
+
+def infer(in_types: list[Type], prim: str, params: dict, loc: Loc | None = None) -> list[Type]:
+    """Result types of a new equation: the shape rule when one is registered, else a fallback."""
+    from .. import primitives
+
+    if primitives.is_known(prim):
+        try:
+            return list(primitives.infer_types(prim, in_types, params, None))
+        except primitives.ShapeError as e:
+            raise JaxprError(f"while differentiating: {prim}: {e}", loc) from None
+    out = _fallback(prim, in_types, params)
+    if out is None:
+        raise JaxprError(f"cannot infer the result type of '{prim}' (no shape rule)", loc)
+    return out
+
+
+_CMP = {"eq", "ne", "lt", "le", "gt", "ge", "is_finite"}
+
+
+def _bcast(in_types: list[Type]) -> ShapedArray:
+    best = in_types[0]
+    for t in in_types:
+        if isinstance(t, ShapedArray) and t.ndim > best.ndim:
+            best = t
+    return best
+
+
+def _fallback(prim: str, in_types: list[Type], params: dict):
+    from ..core import short_dtype_name
+
+    if not in_types and prim not in ("iota",):
+        return None
+    if prim == "broadcast_in_dim":
+        return [ShapedArray(tuple(params["shape"]), in_types[0].dtype)]
+    if prim == "reshape":
+        return [ShapedArray(tuple(params["new_sizes"]), in_types[0].dtype)]
+    if prim == "convert_element_type":
+        return [ShapedArray(in_types[0].shape, short_dtype_name(str(params["new_dtype"])))]
+    if prim in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod"):
+        axes = set(int(a) for a in params["axes"])
+        t = in_types[0]
+        return [ShapedArray(tuple(d for i, d in enumerate(t.shape) if i not in axes), t.dtype)]
+    if prim == "transpose":
+        t = in_types[0]
+        return [ShapedArray(tuple(t.shape[int(p)] for p in params["permutation"]), t.dtype)]
+    if prim in _CMP:
+        return [ShapedArray(_bcast(in_types).shape, "bool")]
+    if prim == "select_n":
+        return [ShapedArray(_bcast(in_types).shape, _bcast(in_types[1:]).dtype)]
+    if prim == "clamp":
+        return [in_types[1]]
+    if prim in ("real", "imag") or (prim == "abs" and in_types[0].dtype.startswith("c")):
+        t = in_types[0]
+        return [ShapedArray(t.shape, {"c64": "f32", "c128": "f64"}.get(t.dtype, t.dtype))]
+    if prim == "complex":
+        t = _bcast(in_types)
+        return [ShapedArray(t.shape, {"f32": "c64", "f64": "c128"}.get(in_types[0].dtype, "c64"))]
+    if prim in ("copy", "optimization_barrier"):
+        return list(in_types)
+    t = _bcast(in_types)
+    if isinstance(t, ShapedArray):
+        return [
+            ShapedArray(t.shape, in_types[0].dtype if in_types[0].dtype != "float0" else t.dtype)
+        ]
+    return None
+
+
+# ---------------------------------------------------------------- small jaxpr utilities
+
+
+def dce_eqns(eqns: list[Eqn], live_out: Iterable[Atom]) -> list[Eqn]:
+    """Drop equations whose results are not needed by `live_out` (effectful ones are kept)."""
+    from ..primitives import EFFECTFUL
+
+    live = {id(v) for v in live_out if isinstance(v, Var)}
+    kept: list[Eqn] = []
+    for e in reversed(eqns):
+        if e.prim in EFFECTFUL or any(id(o) in live for o in e.outputs):
+            kept.append(e)
+            live.update(id(x) for x in e.inputs if isinstance(x, Var))
+    kept.reverse()
+    return kept
+
+
+def free_vars(eqns: list[Eqn], outvars: Iterable[Atom], bound: Iterable[Var] = ()) -> list[Var]:
+    """Vars used by `eqns`/`outvars` but defined neither by them nor in `bound`, in first-use order."""
+    defined = {id(v) for v in bound}
+    seen: set[int] = set()
+    out: list[Var] = []
+
+    def use(x):
+        if isinstance(x, Var) and id(x) not in defined and id(x) not in seen:
+            seen.add(id(x))
+            out.append(x)
+
+    for e in eqns:
+        for x in e.inputs:
+            use(x)
+        defined.update(id(o) for o in e.outputs)
+    for x in outvars:
+        use(x)
+    return out
+
+
+def substitute(eqns: list[Eqn], mapping: dict[int, Atom]) -> list[Eqn]:
+    """Rename the inputs (and outvars) of equations through `mapping` (id(Var) -> Atom)."""
+    return [
+        e.replace(inputs=[mapping.get(id(x), x) if isinstance(x, Var) else x for x in e.inputs])
+        for e in eqns
+    ]
+
+
+def make_jaxpr(invars, eqns, outvars, constvars=()) -> Jaxpr:
+    return Jaxpr(tuple(constvars), tuple(invars), tuple(eqns), tuple(outvars))
+
+
+def fresh_like(v: Var) -> Var:
+    return Var(v.type, v.hint)

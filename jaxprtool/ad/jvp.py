@@ -1,0 +1,158 @@
+"""Forward mode: `jvp_jaxpr` and the equation interpreter shared by linearize.
+
+The JVP form of a jaxpr `(x...) -> (y...)` is `(x..., tx...) -> (y..., ty...)`, where only
+float/complex inputs chosen by `argnums` get a tangent input and only float/complex outputs get a
+tangent output.  An equation whose input tangents are all (symbolically) zero is copied as is and
+its output tangents are Zero: no rule runs, no tangent equation is emitted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..core import Atom, Eqn, Jaxpr, JaxprError, Literal, Var, is_inexact
+from . import builder as B
+from .zeros import Zero, is_zero, tangent_type
+from .zeros import instantiate as inst_zero
+
+
+def missing_jvp(eqn: Eqn) -> JaxprError:
+    return JaxprError(f"Differentiation rule for '{eqn.prim}' not implemented", eqn.loc)
+
+
+def jvp_eval(
+    jaxpr: Jaxpr, primals: Sequence[Atom], tangents: Sequence, consts: Sequence[Atom] | None = None
+):
+    """Emit the JVP of `jaxpr` into the current builder: (primal outs, tangent outs (Atom|Zero))."""
+    from . import rules  # noqa: F401  (registers every rule module)
+    from .registry import primitive_jvps
+
+    b = B.current()
+    env: dict[int, Atom] = {}
+    tenv: dict[int, object] = {}
+    consts = list(consts) if consts is not None else list(jaxpr.constvars)
+    for v, x in zip(jaxpr.constvars, consts):
+        env[id(v)] = x
+    for v, x, t in zip(jaxpr.invars, primals, tangents):
+        env[id(v)] = x
+        if not is_zero(t) and is_inexact(v.type):
+            tenv[id(v)] = t
+
+    def read(x):
+        return x if isinstance(x, Literal) else env[id(x)]
+
+    def tread(x):
+        if isinstance(x, Literal):
+            return Zero(tangent_type(x.type))
+        return tenv.get(id(x)) or Zero(tangent_type(x.type))
+
+    saved_loc, saved_eqn = b.loc, getattr(b, "cur_eqn", None)
+    try:
+        for eqn in jaxpr.eqns:
+            ins = [read(x) for x in eqn.inputs]
+            tins = [tread(x) for x in eqn.inputs]
+            b.loc = eqn.loc
+            if all(is_zero(t) for t in tins):
+                b.cur_eqn = eqn
+                outs = b.emit(
+                    eqn.prim,
+                    ins,
+                    eqn.params,
+                    [o.type for o in eqn.outputs],
+                    [o.hint for o in eqn.outputs],
+                )
+                for o, n in zip(eqn.outputs, outs):
+                    env[id(o)] = n
+                continue
+            rule = primitive_jvps.get(eqn.prim)
+            if rule is None:
+                raise missing_jvp(eqn)
+            b.cur_eqn = eqn
+            pouts, touts = rule(ins, tins, **eqn.params)
+            pouts, touts = list(pouts), list(touts)
+            if len(pouts) != len(eqn.outputs) or len(touts) != len(eqn.outputs):
+                raise JaxprError(
+                    f"internal error: the JVP rule of '{eqn.prim}' returned the wrong number of results",
+                    eqn.loc,
+                )
+            for o, p, t in zip(eqn.outputs, pouts, touts):
+                env[id(o)] = p
+                if t is not None and not is_zero(t) and is_inexact(o.type):
+                    tenv[id(o)] = t
+    finally:
+        b.loc, b.cur_eqn = saved_loc, saved_eqn
+    outs = [read(x) for x in jaxpr.outvars]
+    touts = [tread(x) for x in jaxpr.outvars]
+    return outs, touts
+
+
+def _inst_list(instantiate, n):
+    if isinstance(instantiate, bool):
+        return [instantiate] * n
+    return list(instantiate)
+
+
+def jvp_masked(jaxpr: Jaxpr, nonzeros: Sequence[bool], instantiate: bool | Sequence[bool] = True):
+    """JAX's `jvp_jaxpr(jaxpr, nonzeros, instantiate)`.
+
+    Returns `(jvp_jaxpr, out_nonzeros)`: inputs are the primals then one tangent per input with
+    `nonzeros[i]`; outputs are the primal outputs then one tangent per output with
+    `out_nonzeros[j]` (an output is nonzero when its tangent is not symbolically zero or when
+    `instantiate[j]`; int/bool outputs never have tangents)."""
+    nonzeros = [bool(nz) and is_inexact(v.type) for nz, v in zip(nonzeros, jaxpr.invars)]
+    inst = _inst_list(instantiate, len(jaxpr.outvars))
+    b = B.Builder()
+    consts = [B.fresh_like(v) for v in jaxpr.constvars]
+    primals = [B.fresh_like(v) for v in jaxpr.invars]
+    tangents_in = [Var(tangent_type(v.type), None) for v, nz in zip(jaxpr.invars, nonzeros) if nz]
+    it = iter(tangents_in)
+    tangents = [
+        next(it) if nz else Zero(tangent_type(v.type)) for v, nz in zip(jaxpr.invars, nonzeros)
+    ]
+    with B.use(b):
+        outs, touts = jvp_eval(jaxpr, primals, tangents, consts)
+        out_nz = []
+        tout_atoms = []
+        for o, t, i in zip(jaxpr.outvars, touts, inst):
+            if not is_inexact(o.type) or (is_zero(t) and not i):
+                out_nz.append(False)
+                continue
+            out_nz.append(True)
+            tout_atoms.append(inst_zero(t))
+    eqns = B.dce_eqns(b.eqns, list(outs) + tout_atoms)
+    j = B.make_jaxpr(primals + tangents_in, eqns, list(outs) + tout_atoms, consts)
+    return j, out_nz
+
+
+def diff_mask(jaxpr: Jaxpr, argnums: Sequence[int] | None) -> list[bool]:
+    """Which inputs get a tangent: the inexact ones among `argnums` (all inexact ones when None).
+
+    Naming an input that is not float/complex is an error."""
+    n = len(jaxpr.invars)
+    if argnums is None:
+        return [is_inexact(v.type) for v in jaxpr.invars]
+    mask = [False] * n
+    for i in argnums:
+        if not -n <= i < n:
+            raise JaxprError(f"argnums: input {i} does not exist (the jaxpr has {n} inputs)")
+        v = jaxpr.invars[i]
+        if not is_inexact(v.type):
+            raise JaxprError(
+                f"argnums: input {i % n} has type {v.type}; only float and complex inputs can be differentiated"
+            )
+        mask[i % n] = True
+    return mask
+
+
+def jvp_jaxpr_info(jaxpr: Jaxpr, argnums=None, instantiate=True):
+    """(jvp jaxpr, input mask, output mask)."""
+    mask = diff_mask(jaxpr, argnums)
+    j, out_nz = jvp_masked(jaxpr, mask, instantiate)
+    return j, mask, out_nz
+
+
+def jvp_jaxpr(
+    jaxpr: Jaxpr, argnums: Sequence[int] | None = None, instantiate: bool = True
+) -> Jaxpr:
+    """`(primals..., tangents...) -> (outs..., out_tangents...)`; see the module docstring."""
+    return jvp_jaxpr_info(jaxpr, argnums, instantiate)[0]

@@ -1,0 +1,208 @@
+"""Linearize = JVP with a split builder (JAX: jvp + partial evaluation).
+
+Every equation touching a tangent goes to the linear (tangent) program; the primal values it uses
+become residuals.  Residuals that are primal inputs or primal outputs are forwarded rather than
+returned twice (top-level form).  See docs/LINEARIZE_FORM.md for the combined printed form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..core import Eqn, Jaxpr, Loc, Var, is_inexact
+from . import builder as B
+from .jvp import _inst_list, diff_mask, jvp_eval
+from .zeros import Zero, is_zero, tangent_type
+from .zeros import instantiate as inst_zero
+
+LINEAR_NAME = "linear"
+
+
+@dataclass
+class Residual:
+    """One input of the linear program that is not a tangent."""
+
+    type: object
+    source: str  # "input" | "output" | "new" | "const"
+    index: int  # input index, output index, index among the new primal outputs, const index
+    prim: str | None = None  # equation that produced it (for "new"/"output")
+    loc: Loc | None = None
+
+    @property
+    def nbytes(self) -> int:
+        t = self.type
+        try:
+            return int(t.size) * int(t.np_dtype.itemsize)
+        except Exception:
+            return 0
+
+
+@dataclass
+class LinearizeInfo:
+    in_mask: list[bool]
+    out_mask: list[bool]
+    residuals: list[Residual] = field(default_factory=list)
+
+    @property
+    def num_new_residuals(self) -> int:
+        return sum(1 for r in self.residuals if r.source == "new")
+
+
+def _split(jaxpr: Jaxpr, nonzeros: Sequence[bool], instantiate):
+    nonzeros = [bool(nz) and is_inexact(v.type) for nz, v in zip(nonzeros, jaxpr.invars)]
+    inst = _inst_list(instantiate, len(jaxpr.outvars))
+    b = B.Builder(split=True)
+    consts = [B.fresh_like(v) for v in jaxpr.constvars]
+    primals = [B.fresh_like(v) for v in jaxpr.invars]
+    tan_in = [Var(tangent_type(v.type), None) for v, nz in zip(jaxpr.invars, nonzeros) if nz]
+    b.mark_tangent(*tan_in)
+    it = iter(tan_in)
+    tangents = [
+        next(it) if nz else Zero(tangent_type(v.type)) for v, nz in zip(jaxpr.invars, nonzeros)
+    ]
+    with B.use(b):
+        outs, touts = jvp_eval(jaxpr, primals, tangents, consts)
+        out_nz, tout_atoms = [], []
+        for o, t, i in zip(jaxpr.outvars, touts, inst):
+            if not is_inexact(o.type) or (is_zero(t) and not i):
+                out_nz.append(False)
+                continue
+            out_nz.append(True)
+            with b.tangent_mode():
+                tout_atoms.append(inst_zero(t))
+    teqns = B.dce_eqns(b.tangent_eqns, tout_atoms)
+    residuals = B.free_vars(teqns, tout_atoms, bound=tan_in)
+    peqns = B.dce_eqns(b.primal_eqns, list(outs) + residuals)
+    return consts, primals, outs, peqns, residuals, tan_in, teqns, tout_atoms, nonzeros, out_nz
+
+
+def _linear_jaxpr(residuals, tan_in, teqns, tout_atoms) -> Jaxpr:
+    res_in = [B.fresh_like(r) for r in residuals]
+    tin = [B.fresh_like(t) for t in tan_in]
+    mapping = {id(r): n for r, n in zip(residuals, res_in)}
+    mapping.update({id(t): n for t, n in zip(tan_in, tin)})
+    eqns = B.substitute(teqns, mapping)
+    outs = [mapping.get(id(x), x) for x in tout_atoms]
+    return B.make_jaxpr(res_in + tin, eqns, outs)
+
+
+def linearize_masked(
+    jaxpr: Jaxpr, nonzeros: Sequence[bool], instantiate: bool | Sequence[bool] = True
+):
+    """For nested use (call and control-flow rules): no forwarding.
+
+    Returns `(primal_jaxpr, linear_jaxpr, out_nonzeros, num_res)`: `primal_jaxpr` maps the primal
+    inputs to `(outs..., residuals...)`; `linear_jaxpr` maps `(residuals..., tangents...)` (one
+    tangent per `nonzeros[i]`) to one tangent per `out_nonzeros[j]`."""
+    consts, primals, outs, peqns, residuals, tan_in, teqns, touts, _, out_nz = _split(
+        jaxpr, nonzeros, instantiate
+    )
+    primal = B.make_jaxpr(primals, peqns, list(outs) + residuals, consts)
+    return primal, _linear_jaxpr(residuals, tan_in, teqns, touts), out_nz, len(residuals)
+
+
+def linearize_jaxpr(jaxpr: Jaxpr, argnums: Sequence[int] | None = None, instantiate: bool = True):
+    """`(primal_jaxpr, linear_jaxpr, info)` with residual forwarding.
+
+    `primal_jaxpr`: `(primals...) -> (outs..., new residuals...)`; `linear_jaxpr`:
+    `(residuals..., tangents...) -> (out_tangents...)`; `info.residuals[k]` says where the k-th
+    residual input of the linear program comes from: a primal input, a primal output, or one of the
+    new residual outputs of the primal program."""
+    mask = diff_mask(jaxpr, argnums)
+    consts, primals, outs, peqns, residuals, tan_in, teqns, touts, mask, out_nz = _split(
+        jaxpr, mask, instantiate
+    )
+    producer = {id(o): e for e in peqns for o in e.outputs}
+    in_pos = {id(v): i for i, v in enumerate(primals)}
+    const_pos = {id(v): i for i, v in enumerate(consts)}
+    out_pos: dict[int, int] = {}
+    for j, o in enumerate(outs):
+        if isinstance(o, Var):
+            out_pos.setdefault(id(o), j)
+    info = LinearizeInfo(mask, out_nz)
+    new: list[Var] = []
+    for r in residuals:
+        e: Eqn | None = producer.get(id(r))
+        prim, loc = (e.prim, e.loc) if e is not None else (None, None)
+        if id(r) in in_pos:
+            info.residuals.append(Residual(r.type, "input", in_pos[id(r)]))
+        elif id(r) in const_pos:
+            info.residuals.append(Residual(r.type, "const", const_pos[id(r)]))
+        elif id(r) in out_pos:
+            info.residuals.append(Residual(r.type, "output", out_pos[id(r)], prim, loc))
+        else:
+            info.residuals.append(Residual(r.type, "new", len(new), prim, loc))
+            new.append(r)
+    primal = B.make_jaxpr(primals, peqns, list(outs) + new, consts)
+    return primal, _linear_jaxpr(residuals, tan_in, teqns, touts), info
+
+
+def combine(primal: Jaxpr, linear: Jaxpr, info: LinearizeInfo) -> Jaxpr:
+    """The combined form: `(primals..., tangents...) -> (outs..., out_tangents...)`, the primal
+    equations inline and the linear program nested in one `jit[name=linear]` equation whose
+    operands are the residuals then the tangents."""
+    n_out = len(info.out_mask)
+    consts = [B.fresh_like(v) for v in primal.constvars]
+    prim_in = [B.fresh_like(v) for v in primal.invars]
+    mapping = {id(a): b for a, b in zip(primal.constvars, consts)}
+    mapping.update({id(a): b for a, b in zip(primal.invars, prim_in)})
+    eqns = B.substitute(list(primal.eqns), mapping)
+    pouts = [mapping.get(id(x), x) for x in primal.outvars]
+    outs, new = pouts[:n_out], pouts[n_out:]
+    res_atoms = []
+    for r in info.residuals:
+        res_atoms.append(
+            {"input": prim_in, "const": consts, "output": outs, "new": new}[r.source][r.index]
+        )
+    n_res = len(info.residuals)
+    tan_in = [B.fresh_like(v) for v in linear.invars[n_res:]]
+    touts: list = []
+    if linear.outvars:
+        touts = [Var(v.type, None) for v in linear.outvars]
+        eqns.append(
+            Eqn(
+                "jit",
+                tuple(res_atoms + tan_in),
+                tuple(touts),
+                {"name": LINEAR_NAME, "jaxpr": linear},
+            )
+        )
+    return B.make_jaxpr(prim_in + tan_in, eqns, list(outs) + touts, consts)
+
+
+def linearize_combined(jaxpr: Jaxpr, argnums=None, instantiate: bool = True, opt=None) -> Jaxpr:
+    """linearize_jaxpr + combine (`opt`, a Jaxpr->Jaxpr function, runs on each part first)."""
+    primal, linear, info = linearize_jaxpr(jaxpr, argnums, instantiate)
+    if opt is not None:
+        linear = opt(linear)
+    return combine(primal, linear, info)
+
+
+def find_linear_eqn(jaxpr: Jaxpr):
+    """Recognise the combined form: (index of the `jit[name=linear]` equation, number of tangent
+    inputs) or None."""
+    idx = [
+        i
+        for i, e in enumerate(jaxpr.eqns)
+        if e.prim in ("jit", "pjit", "closed_call") and str(e.params.get("name")) == LINEAR_NAME
+    ]
+    if len(idx) != 1:
+        return None
+    k = idx[0]
+    eqn = jaxpr.eqns[k]
+    used_elsewhere: set[int] = set()
+    for i, e in enumerate(jaxpr.eqns):
+        if i != k:
+            used_elsewhere.update(id(x) for x in e.inputs if isinstance(x, Var))
+    used_elsewhere.update(id(x) for x in jaxpr.outvars if isinstance(x, Var))
+    ops_, inv = list(eqn.inputs), list(jaxpr.invars)
+    t = 0
+    while t < len(ops_) and t < len(inv):
+        a, v = ops_[-1 - t], inv[-1 - t]
+        if a is not v or id(v) in used_elsewhere:
+            break
+        t += 1
+    if t == 0 and len(inv) > 0:
+        return None
+    return k, t

@@ -1,0 +1,335 @@
+"""Math-like wrappers that emit equations into the current builder.
+
+Every function takes and returns Atoms (`core.Var` / `core.Literal`); `bind` types the equation
+with the primitive's shape rule.  Rules read like math: `mul(g, cos(x))`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..core import Atom, Literal, ShapedArray, Type, Var, long_dtype_name
+from .builder import current
+
+#: primitives that bind returns a list for, whatever their number of results
+LIST_RESULT_PRIMS = {
+    "jit",
+    "pjit",
+    "closed_call",
+    "core_call",
+    "remat2",
+    "checkpoint",
+    "custom_jvp_call",
+    "custom_vjp_call",
+    "custom_lin",
+    "cond",
+    "while",
+    "scan",
+    "eval_jaxpr",
+    "optimization_barrier",
+}
+
+#: unary primitives with JAX's (hidden when None) `accuracy` parameter
+WITH_ACCURACY = {
+    "exp",
+    "exp2",
+    "log",
+    "log2",
+    "expm1",
+    "log1p",
+    "tanh",
+    "logistic",
+    "sin",
+    "cos",
+    "tan",
+    "sqrt",
+    "rsqrt",
+    "cbrt",
+}
+
+
+def typeof(x) -> Type:
+    return x.type
+
+
+def bind(prim: str, *inputs: Atom, _out_types=None, **params):
+    """Emit `prim[params] inputs`; a Var, or a list for multi-result / call primitives."""
+    outs = current().bind(prim, inputs, params, _out_types)
+    if len(outs) == 1 and prim not in LIST_RESULT_PRIMS:
+        return outs[0]
+    return outs
+
+
+def _dtype(x) -> str:
+    return x.type.dtype
+
+
+def _py_value(value, dtype: str):
+    if dtype == "bool":
+        return bool(value)
+    if dtype.startswith("c"):
+        return complex(value)
+    if dtype.startswith(("f", "bf")):
+        v = float(value)
+        if dtype in ("f32", "f16", "bf16"):
+            v = float(
+                np.asarray(v, dtype=long_dtype_name(dtype) if dtype != "bf16" else np.float32)
+            )
+        return v
+    return int(value)
+
+
+def lit(value, like) -> Literal:
+    """A scalar Literal of `like`'s dtype (`like`: an Atom, a Type or a short dtype name)."""
+    dtype = (
+        like
+        if isinstance(like, str)
+        else (like.dtype if isinstance(like, ShapedArray) else _dtype(like))
+    )
+    return Literal(_py_value(value, dtype), ShapedArray((), dtype))
+
+
+def full(type: ShapedArray, value) -> Atom:
+    """An array of `type` filled with `value` (a Literal when `type` is a scalar)."""
+    sc = lit(value, type.dtype)
+    if type.shape == ():
+        return sc
+    return broadcast_in_dim(sc, type.shape, ())
+
+
+def zeros(type: ShapedArray) -> Atom:
+    """Zeros of `type`; in a split builder this goes to the tangent program."""
+    b = current()
+    if type.dtype == "float0":
+        return Literal("float0", ShapedArray((), "float0")) if type.shape == () else _float0(type)
+    with b.tangent_mode():
+        return full(type, 0)
+
+
+def _float0(type):
+    return broadcast_in_dim(Literal("float0", ShapedArray((), "float0")), type.shape, ())
+
+
+def ones_like(x) -> Atom:
+    return full(ShapedArray(x.type.shape, x.type.dtype), 1)
+
+
+# ---------------------------------------------------------------- unary
+
+
+def _unary(name):
+    def f(x, **params):
+        if name in WITH_ACCURACY:
+            params.setdefault("accuracy", None)
+        return bind(name, x, **params)
+
+    f.__name__ = name
+    return f
+
+
+neg = _unary("neg")
+sin = _unary("sin")
+cos = _unary("cos")
+tan = _unary("tan")
+asin = _unary("asin")
+acos = _unary("acos")
+atan = _unary("atan")
+sinh = _unary("sinh")
+cosh = _unary("cosh")
+tanh = _unary("tanh")
+asinh = _unary("asinh")
+acosh = _unary("acosh")
+atanh = _unary("atanh")
+exp = _unary("exp")
+exp2 = _unary("exp2")
+log = _unary("log")
+log1p = _unary("log1p")
+expm1 = _unary("expm1")
+logistic = _unary("logistic")
+sqrt = _unary("sqrt")
+rsqrt = _unary("rsqrt")
+cbrt = _unary("cbrt")
+square = _unary("square")
+abs = _unary("abs")  # noqa: A001
+sign = _unary("sign")
+floor = _unary("floor")
+ceil = _unary("ceil")
+is_finite = _unary("is_finite")
+erf = _unary("erf")
+erfc = _unary("erfc")
+erf_inv = _unary("erf_inv")
+lgamma = _unary("lgamma")
+digamma = _unary("digamma")
+real = _unary("real")
+imag = _unary("imag")
+conj_ = _unary("conj")
+not_ = _unary("not")
+stop_gradient = _unary("stop_gradient")
+
+
+def conj(x, input_dtype=None):
+    return bind(
+        "conj",
+        x,
+        input_dtype=input_dtype
+        if input_dtype is not None
+        else np.dtype(long_dtype_name(_dtype(x))),
+    )
+
+
+def copy(x):
+    return bind("copy", x)
+
+
+def integer_pow(x, y: int):
+    return bind("integer_pow", x, y=int(y))
+
+
+def round(x, rounding_method=1):  # noqa: A001
+    return bind("round", x, rounding_method=rounding_method)
+
+
+# ---------------------------------------------------------------- binary
+
+
+def _binary(name, **defaults):
+    def f(x, y, **params):
+        for k, v in defaults.items():
+            params.setdefault(k, v)
+        return bind(name, x, y, **params)
+
+    f.__name__ = name
+    return f
+
+
+add = _binary("add")
+sub = _binary("sub")
+mul = _binary("mul")
+div = _binary("div")
+rem = _binary("rem")
+pow = _binary("pow")  # noqa: A001
+max = _binary("max")  # noqa: A001
+min = _binary("min")  # noqa: A001
+atan2 = _binary("atan2")
+nextafter = _binary("nextafter")
+add_any = _binary("add_any")
+complex = _binary("complex")  # noqa: A001
+eq = _binary("eq")
+ne = _binary("ne")
+lt = _binary("lt")
+le = _binary("le")
+gt = _binary("gt")
+ge = _binary("ge")
+and_ = _binary("and")
+or_ = _binary("or")
+xor = _binary("xor")
+
+
+def select_n(pred, *cases):
+    return bind("select_n", pred, *cases)
+
+
+def clamp(lo, x, hi):
+    return bind("clamp", lo, x, hi)
+
+
+# ---------------------------------------------------------------- conversions and shapes
+
+
+def convert_element_type(x, dtype_short: str, weak_type: bool = False):
+    if _dtype(x) == dtype_short and not (
+        isinstance(x.type, ShapedArray) and x.type.weak_type != weak_type
+    ):
+        return x
+    return bind(
+        "convert_element_type",
+        x,
+        new_dtype=np.dtype(long_dtype_name(dtype_short)),
+        weak_type=weak_type,
+        sharding=None,
+    )
+
+
+def reduce_precision(x, exponent_bits: int, mantissa_bits: int):
+    return bind("reduce_precision", x, exponent_bits=exponent_bits, mantissa_bits=mantissa_bits)
+
+
+def broadcast_in_dim(x, shape, dims):
+    shape = tuple(shape)
+    dims = tuple(int(d) for d in dims)
+    if tuple(x.type.shape) == shape and dims == tuple(range(len(shape))):
+        return x
+    return bind("broadcast_in_dim", x, shape=shape, broadcast_dimensions=dims, sharding=None)
+
+
+def broadcast_to(x, shape):
+    """Broadcast `x` (a scalar, or of rank len(shape) with 1s) to `shape`."""
+    shape = tuple(shape)
+    t = x.type
+    if tuple(t.shape) == shape:
+        return x
+    if t.ndim == 0:
+        return broadcast_in_dim(x, shape, ())
+    return broadcast_in_dim(
+        reshape(x, tuple(d for d in t.shape if d != 1)) if 1 in t.shape else x,
+        shape,
+        tuple(i for i, d in enumerate(t.shape) if d != 1 or shape[i] == 1),
+    )
+
+
+def reshape(x, shape):
+    shape = tuple(shape)
+    if tuple(x.type.shape) == shape:
+        return x
+    return bind("reshape", x, new_sizes=shape, dimensions=None, sharding=None)
+
+
+def transpose(x, perm):
+    perm = tuple(int(p) for p in perm)
+    if perm == tuple(range(len(perm))):
+        return x
+    return bind("transpose", x, permutation=perm)
+
+
+def reduce_sum(x, axes):
+    axes = tuple(int(a) for a in axes)
+    if not axes:
+        return x
+    return bind("reduce_sum", x, axes=axes, out_sharding=None)
+
+
+def dot_general(
+    x, y, dimension_numbers, precision=None, preferred_element_type=None, out_sharding=None
+):
+    return bind(
+        "dot_general",
+        x,
+        y,
+        dimension_numbers=dimension_numbers,
+        precision=precision,
+        preferred_element_type=preferred_element_type,
+        out_sharding=out_sharding,
+    )
+
+
+def unbroadcast(type: ShapedArray, x) -> Atom:
+    """Sum `x` down to `type`'s shape (the transpose of an implicit scalar / size-1 broadcast)."""
+    xt = x.type
+    if tuple(xt.shape) == tuple(type.shape):
+        return x
+    if len(type.shape) == 0:
+        return reduce_sum(x, tuple(range(xt.ndim)))
+    axes = tuple(i for i, (a, b) in enumerate(zip(type.shape, xt.shape)) if a == 1 and b != 1)
+    s = reduce_sum(x, axes)
+    return reshape(s, type.shape)
+
+
+def maybe_broadcast(shape, x):
+    """Broadcast `x` to `shape` when it is a scalar of a smaller shape."""
+    if tuple(x.type.shape) == tuple(shape):
+        return x
+    return broadcast_to(x, shape)
+
+
+__all__ = [n for n in dir() if not n.startswith("_") and n not in ("np", "annotations")]
+_ = Var  # re-export for rule modules

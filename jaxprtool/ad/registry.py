@@ -1,0 +1,221 @@
+"""Rule registries and the helpers that fill them (mirrors `jax/_src/interpreters/ad.py`).
+
+- `primitive_jvps[name] = rule(primals, tangents, **params) -> (primal_outs, tangent_outs)`
+- `primitive_transposes[name] = rule(cts, *args, **params) -> list[Atom | Zero | None]`
+- `fancy_transposes[name] = rule(cts, *args, accums, **params) -> None`
+- `rule_kind[name]`: which helper registered the JVP rule (shown by `explain`).
+- `custom_jvps[name]`, `custom_vjps[name]`: plugin rules for `custom_jvp_call jvp=NAME` and
+  `custom_vjp_call fwd=NAME bwd=NAME` (see docs/PLUGINS.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..core import ShapedArray
+from . import ops
+from .builder import current
+from .zeros import (
+    UndefinedPrimal,
+    Zero,
+    add_tangents,
+    instantiate,
+    is_undefined_primal,
+    is_zero,
+    tangent_type,
+)
+
+__all__ = [
+    "primitive_jvps",
+    "primitive_transposes",
+    "fancy_transposes",
+    "rule_kind",
+    "custom_jvps",
+    "custom_vjps",
+    "defjvp",
+    "defjvp2",
+    "deflinear",
+    "deflinear2",
+    "defbilinear",
+    "defjvp_zero",
+    "Accumulator",
+    "UndefinedPrimal",
+    "is_undefined_primal",
+    "Zero",
+    "is_zero",
+]
+
+primitive_jvps: dict[str, Callable] = {}
+primitive_transposes: dict[str, Callable] = {}
+fancy_transposes: dict[str, Callable] = {}
+rule_kind: dict[str, str] = {}
+#: plugin rules: custom_jvps[jvp_name] = fn(primals, tangents) -> (outs, tangent_outs)
+custom_jvps: dict[str, Callable] = {}
+#: plugin rules: custom_vjps[fwd_name or bwd_name] = (fwd, bwd)
+custom_vjps: dict[str, tuple[Callable, Callable]] = {}
+
+
+class Accumulator:
+    """The cotangent being accumulated for one linear value (used by fancy transposes)."""
+
+    def __init__(self, type):
+        self.type = type
+        self.value = Zero(tangent_type(type))
+
+    def add(self, value) -> None:
+        if value is None or is_zero(value):
+            return
+        if isinstance(self.type, ShapedArray) and tuple(value.type.shape) != tuple(self.type.shape):
+            value = ops.unbroadcast(self.type, value)
+        self.value = add_tangents(self.value, value)
+
+    def get(self):
+        return self.value
+
+    def set(self, value) -> None:
+        self.value = value
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def rebind_primal(name: str, primals, params):
+    """Bind `name` on the primals again (result types copied from the equation being differentiated)."""
+    b = current()
+    eqn = getattr(b, "cur_eqn", None)
+    out_types = None
+    if (
+        eqn is not None
+        and eqn.prim == name
+        and [x.type for x in primals] == [x.type for x in eqn.inputs]
+    ):
+        out_types = [o.type for o in eqn.outputs]
+    outs = b.bind(name, primals, params, out_types)
+    return outs
+
+
+def _fit(t, like):
+    """Make the tangent contribution `t` match the type of the primal output `like`."""
+    if t is None or is_zero(t):
+        return Zero(tangent_type(like.type))
+    if isinstance(like.type, ShapedArray) and tuple(t.type.shape) != tuple(like.type.shape):
+        t = ops.maybe_broadcast(like.type.shape, t)
+    return t
+
+
+def defjvp(name: str, *fns):
+    """`fns[i](g_i, *primals, **params) -> tangent` per argument (None: no derivative)."""
+
+    def rule(primals, tangents, **params):
+        (ans,) = rebind_primal(name, primals, params)
+        out = Zero(tangent_type(ans.type))
+        for fn, t in zip(fns, tangents):
+            if fn is None or is_zero(t):
+                continue
+            out = add_tangents(out, _fit(fn(t, *primals, **params), ans))
+        return [ans], [out]
+
+    primitive_jvps[name] = rule
+    rule_kind[name] = "defjvp"
+    return rule
+
+
+def defjvp2(name: str, *fns):
+    """`fns[i](g_i, ans, *primals, **params) -> tangent`: also sees the primal output."""
+
+    def rule(primals, tangents, **params):
+        (ans,) = rebind_primal(name, primals, params)
+        out = Zero(tangent_type(ans.type))
+        for fn, t in zip(fns, tangents):
+            if fn is None or is_zero(t):
+                continue
+            out = add_tangents(out, _fit(fn(t, ans, *primals, **params), ans))
+        return [ans], [out]
+
+    primitive_jvps[name] = rule
+    rule_kind[name] = "defjvp2"
+    return rule
+
+
+def linear_jvp(name: str, primals, tangents, **params):
+    outs = rebind_primal(name, primals, params)
+    if all(is_zero(t) for t in tangents):
+        return outs, [Zero(tangent_type(o.type)) for o in outs]
+    touts = current().bind(name, [instantiate(t) for t in tangents], params)
+    return outs, touts
+
+
+def _linear_transpose(transpose_fn, with_args: bool):
+    def rule(cts, *args, **params):
+        ct = cts[0] if len(cts) == 1 else cts
+        if (len(cts) == 1 and is_zero(ct)) or (len(cts) > 1 and all(is_zero(c) for c in cts)):
+            return [Zero(tangent_type(a.type)) if is_undefined_primal(a) else None for a in args]
+        if len(cts) > 1:
+            ct = [instantiate(c) for c in cts]
+        res = transpose_fn(ct, *args, **params) if with_args else transpose_fn(ct, **params)
+        return [r if is_undefined_primal(a) else None for r, a in zip(list(res), args)]
+
+    return rule
+
+
+def deflinear(name: str, transpose_fn):
+    """Linear in all arguments: JVP rebinds on the tangents; `transpose_fn(ct, **params) -> cts`."""
+    primitive_jvps[name] = lambda primals, tangents, **params: linear_jvp(
+        name, primals, tangents, **params
+    )
+    primitive_transposes[name] = _linear_transpose(transpose_fn, False)
+    rule_kind[name] = "deflinear"
+
+
+def deflinear2(name: str, transpose_fn):
+    """As deflinear, but `transpose_fn(ct, *args, **params)` sees the (undefined) arguments."""
+    primitive_jvps[name] = lambda primals, tangents, **params: linear_jvp(
+        name, primals, tangents, **params
+    )
+    primitive_transposes[name] = _linear_transpose(transpose_fn, True)
+    rule_kind[name] = "deflinear2"
+
+
+def defbilinear(name: str, lhs_rule, rhs_rule):
+    """Linear in each argument separately: JVP `bind(tx, y) + bind(x, ty)`."""
+
+    def jvp(primals, tangents, **params):
+        x, y = primals
+        tx, ty = tangents
+        (ans,) = rebind_primal(name, primals, params)
+        out = Zero(tangent_type(ans.type))
+        if not is_zero(tx):
+            out = add_tangents(out, _fit(current().bind(name, [tx, y], params)[0], ans))
+        if not is_zero(ty):
+            out = add_tangents(out, _fit(current().bind(name, [x, ty], params)[0], ans))
+        return [ans], [out]
+
+    def transpose(cts, x, y, **params):
+        (ct,) = cts
+        if is_undefined_primal(x) and is_undefined_primal(y):
+            from ..core import JaxprError
+
+            raise JaxprError(
+                f"'{name}' is not linear: both operands depend on the linear inputs", current().loc
+            )
+        if is_undefined_primal(x):
+            return [
+                Zero(tangent_type(x.type)) if is_zero(ct) else lhs_rule(ct, x, y, **params),
+                None,
+            ]
+        return [None, Zero(tangent_type(y.type)) if is_zero(ct) else rhs_rule(ct, x, y, **params)]
+
+    primitive_jvps[name] = jvp
+    primitive_transposes[name] = transpose
+    rule_kind[name] = "defbilinear"
+
+
+def defjvp_zero(name: str):
+    """No derivative: the tangent outputs are Zero."""
+
+    def rule(primals, tangents, **params):
+        outs = rebind_primal(name, primals, params)
+        return outs, [Zero(tangent_type(o.type)) for o in outs]
+
+    primitive_jvps[name] = rule
+    rule_kind[name] = "defjvp_zero"

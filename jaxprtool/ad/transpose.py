@@ -1,0 +1,211 @@
+"""Transposition of linear programs (JAX's `backward_pass`).
+
+A forward scan marks the values that depend on the linear inputs; equations that do not are
+re-emitted forward (they compute non-linear values such as residual arithmetic); then a reverse
+walk over the linear equations accumulates cotangents with `add_any`, using
+`primitive_transposes` (rules return cotangents) or `fancy_transposes` (rules add into
+accumulators).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..core import Atom, Jaxpr, JaxprError, Literal, Var
+from . import builder as B
+from .zeros import (
+    UndefinedPrimal,
+    Zero,
+    add_tangents,
+    is_zero,
+    tangent_type,
+)
+from .zeros import (
+    instantiate as inst_zero,
+)
+
+
+def missing_transpose(eqn) -> JaxprError:
+    return JaxprError(
+        f"Transpose rule (for reverse-mode differentiation) for '{eqn.prim}' not implemented",
+        eqn.loc,
+    )
+
+
+def backward_pass(
+    jaxpr: Jaxpr, linear_mask: Sequence[bool], args: Sequence, cts_out: Sequence, consts=None
+):
+    """Emit the transpose of `jaxpr` into the current builder.
+
+    `args[i]` is an Atom for a non-linear input (ignored for linear ones); `cts_out[j]` the
+    cotangent (Atom or Zero) of output j.  Returns `(outs, cts_in)`: `outs[j]` is the value of
+    output j when it is non-linear (None otherwise), `cts_in[i]` the cotangent (Atom or Zero) of
+    each linear input (None for non-linear ones)."""
+    from . import ops, rules  # noqa: F401
+    from .registry import Accumulator, fancy_transposes, primitive_transposes
+
+    b = B.current()
+    env: dict[int, Atom] = {}
+    linear: set[int] = set()
+    consts = list(consts) if consts is not None else list(jaxpr.constvars)
+    for v, x in zip(jaxpr.constvars, consts):
+        env[id(v)] = x
+    for v, lin, a in zip(jaxpr.invars, linear_mask, args):
+        if lin:
+            linear.add(id(v))
+        else:
+            env[id(v)] = a
+
+    def is_lin(x):
+        return isinstance(x, Var) and id(x) in linear
+
+    def read(x):
+        return x if isinstance(x, Literal) else env[id(x)]
+
+    lin_eqns = []
+    saved = b.loc
+    try:
+        for e in jaxpr.eqns:
+            if any(is_lin(x) for x in e.inputs):
+                linear.update(id(o) for o in e.outputs)
+                lin_eqns.append(e)
+                continue
+            b.loc = e.loc
+            outs = b.emit(
+                e.prim,
+                [read(x) for x in e.inputs],
+                e.params,
+                [o.type for o in e.outputs],
+                [o.hint for o in e.outputs],
+            )
+            for o, n in zip(e.outputs, outs):
+                env[id(o)] = n
+
+        ct_env: dict[int, object] = {}
+
+        def add_ct(v, ct):
+            if ct is None or is_zero(ct):
+                return
+            if tuple(getattr(ct.type, "shape", ())) != tuple(getattr(v.type, "shape", ())):
+                ct = ops.unbroadcast(v.type, ct)
+            ct_env[id(v)] = add_tangents(ct_env.get(id(v), Zero(tangent_type(v.type))), ct)
+
+        for v, ct in zip(jaxpr.outvars, cts_out):
+            if is_lin(v):
+                add_ct(v, ct)
+
+        for e in reversed(lin_eqns):
+            cts = [ct_env.pop(id(o), None) or Zero(tangent_type(o.type)) for o in e.outputs]
+            if all(is_zero(c) for c in cts) and e.prim not in fancy_transposes:
+                continue
+            targs = [UndefinedPrimal(x.type) if is_lin(x) else read(x) for x in e.inputs]
+            b.loc = e.loc
+            if e.prim in fancy_transposes:
+                accums = [Accumulator(x.type) if is_lin(x) else None for x in e.inputs]
+                fancy_transposes[e.prim](cts, *targs, accums=accums, **e.params)
+                for x, acc in zip(e.inputs, accums):
+                    if acc is not None:
+                        add_ct(x, acc.get())
+                continue
+            rule = primitive_transposes.get(e.prim)
+            if rule is None:
+                raise missing_transpose(e)
+            res = list(rule(cts, *targs, **e.params))
+            if len(res) != len(e.inputs):
+                raise JaxprError(
+                    f"internal error: the transpose rule of '{e.prim}' returned {len(res)} "
+                    f"cotangents for {len(e.inputs)} operands",
+                    e.loc,
+                )
+            for x, r in zip(e.inputs, res):
+                if is_lin(x):
+                    add_ct(x, r)
+    finally:
+        b.loc = saved
+    outs = [None if is_lin(v) else read(v) for v in jaxpr.outvars]
+    cts_in = [
+        (ct_env.get(id(v)) or Zero(tangent_type(v.type))) if lin else None
+        for v, lin in zip(jaxpr.invars, linear_mask)
+    ]
+    return outs, cts_in
+
+
+def transpose_jaxpr(
+    jaxpr: Jaxpr, linear_mask: Sequence[bool], linear_outputs: Sequence[bool] | None = None
+) -> Jaxpr:
+    """Transpose `jaxpr` with respect to the inputs where `linear_mask` is true.
+
+    Result: `(non-linear inputs..., cotangents of the linear outputs...) -> (non-linear outputs...,
+    cotangents of the linear inputs...)`.  With `linear_outputs=None` every output is linear (the
+    plain case: `(residuals..., cts...) -> (cts of the linear inputs...)`)."""
+    linear_mask = list(linear_mask)
+    if len(linear_mask) != len(jaxpr.invars):
+        raise JaxprError(f"transpose: {len(linear_mask)} flags for {len(jaxpr.invars)} inputs")
+    lin_out = [True] * len(jaxpr.outvars) if linear_outputs is None else list(linear_outputs)
+    consts = [B.fresh_like(v) for v in jaxpr.constvars]
+    nl_in = [B.fresh_like(v) for v, lin in zip(jaxpr.invars, linear_mask) if not lin]
+    it = iter(nl_in)
+    args = [None if lin else next(it) for lin in linear_mask]
+    ct_in = [Var(tangent_type(v.type), None) for v, lo in zip(jaxpr.outvars, lin_out) if lo]
+    it2 = iter(ct_in)
+    cts_out = [
+        next(it2) if lo else Zero(tangent_type(v.type)) for v, lo in zip(jaxpr.outvars, lin_out)
+    ]
+    b = B.Builder()
+    with B.use(b):
+        outs, cts = backward_pass(jaxpr, linear_mask, args, cts_out, consts)
+        res = []
+        for o, lo, _v in zip(outs, lin_out, jaxpr.outvars):
+            if lo:
+                continue
+            if o is None:
+                raise JaxprError(
+                    "transpose: an output marked non-linear depends on the linear inputs"
+                )
+            res.append(o)
+        ct_atoms = [inst_zero(c) for c, lin in zip(cts, linear_mask) if lin]
+    outvars = res + ct_atoms
+    eqns = B.dce_eqns(b.eqns, outvars)
+    return B.make_jaxpr(nl_in + ct_in, eqns, outvars, consts)
+
+
+def linear_dependence(jaxpr: Jaxpr, linear_mask: Sequence[bool]) -> list[bool]:
+    """Which outputs depend on the linear inputs."""
+    lin = {id(v) for v, m in zip(jaxpr.invars, linear_mask) if m}
+    for e in jaxpr.eqns:
+        if any(isinstance(x, Var) and id(x) in lin for x in e.inputs):
+            lin.update(id(o) for o in e.outputs)
+    return [isinstance(v, Var) and id(v) in lin for v in jaxpr.outvars]
+
+
+def transpose_auto(jaxpr: Jaxpr, linear: Sequence[int] | None = None, residuals: int | None = None):
+    """Transpose choosing the linear inputs: explicit indices, `residuals` (the first K inputs are
+    non-linear), the combined linearize form (recognised by its `jit[name=linear]`), or all inputs.
+
+    Returns `(jaxpr, linear_mask, linear_outputs)`."""
+    from .linearize import find_linear_eqn
+
+    n = len(jaxpr.invars)
+    lin_out = None
+    if linear is not None:
+        mask = [False] * n
+        for i in linear:
+            if not -n <= i < n:
+                raise JaxprError(f"--linear: input {i} does not exist (the jaxpr has {n} inputs)")
+            mask[i % n] = True
+        lin_out = linear_dependence(jaxpr, mask)
+    elif residuals is not None:
+        if not 0 <= residuals <= n:
+            raise JaxprError(
+                f"--residuals: {residuals} is not between 0 and the number of inputs ({n})"
+            )
+        mask = [i >= residuals for i in range(n)]
+    else:
+        found = find_linear_eqn(jaxpr)
+        if found is not None:
+            _, t = found
+            mask = [i >= n - t for i in range(n)]
+            lin_out = linear_dependence(jaxpr, mask)
+        else:
+            mask = [True] * n
+    return transpose_jaxpr(jaxpr, mask, lin_out), mask, lin_out

@@ -1,0 +1,92 @@
+"""Symbolic zeros, undefined primals and tangent types (JAX's `ad_util.Zero`, `UndefinedPrimal`)."""
+
+from __future__ import annotations
+
+from ..core import Atom, Literal, ShapedArray, Type, is_inexact
+
+
+def tangent_type(t: Type) -> Type:
+    """The type of a tangent of a value of type `t`: itself for float/complex, `float0` otherwise."""
+    if isinstance(t, ShapedArray) and not is_inexact(t):
+        return ShapedArray(t.shape, "float0")
+    if isinstance(t, ShapedArray) and t.weak_type:
+        return t.update(weak_type=False)
+    return t
+
+
+class Zero:
+    """A tangent (or cotangent) known to be zero: no array, only a type."""
+
+    __slots__ = ("type",)
+
+    def __init__(self, type: Type):
+        self.type = type
+
+    @staticmethod
+    def from_primal_value(x: Atom) -> Zero:
+        return Zero(tangent_type(x.type))
+
+    def __repr__(self) -> str:
+        return f"Zero({self.type})"
+
+
+def is_zero(t) -> bool:
+    return isinstance(t, Zero)
+
+
+def zeros_like_type(t: Type) -> Zero:
+    return Zero(tangent_type(t))
+
+
+class UndefinedPrimal:
+    """Stands for a linear input of an equation being transposed."""
+
+    __slots__ = ("type",)
+
+    def __init__(self, type: Type):
+        self.type = type
+
+    def __repr__(self) -> str:
+        return f"UndefinedPrimal({self.type})"
+
+
+def is_undefined_primal(x) -> bool:
+    return isinstance(x, UndefinedPrimal)
+
+
+def zero_literal_value(dtype: str):
+    if dtype == "bool":
+        return False
+    if dtype.startswith("c"):
+        return 0j
+    if dtype.startswith(("f", "bf")) and dtype != "float0":
+        return 0.0
+    if dtype == "float0":
+        return "float0"
+    return 0
+
+
+def instantiate(t) -> Atom:
+    """An Atom for a tangent: a Zero becomes a literal (scalars) or a `broadcast_in_dim` of one.
+
+    In a split (linearize) builder the zeros equation goes to the tangent program."""
+    if not is_zero(t):
+        return t
+    from . import ops
+
+    return ops.zeros(t.type)
+
+
+def add_tangents(a, b):
+    """a + b on tangents; short-circuits on Zero, emits `add_any` otherwise."""
+    if is_zero(a):
+        return b
+    if is_zero(b):
+        return a
+    from . import ops
+
+    return ops.add_any(a, b)
+
+
+def is_literal(x) -> bool:
+    return isinstance(x, Literal)
