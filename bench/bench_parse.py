@@ -21,7 +21,9 @@ sys.path.insert(0, str(ROOT))
 from jaxprtool import core  # noqa: E402
 from jaxprtool.text.parser import parse  # noqa: E402
 
-CORPUS = Path(os.environ.get("JAXPR_FORMAT_DIR", ROOT.parent / "shared" / "jaxpr-format")) / "corpus"
+CORPUS = (
+    Path(os.environ.get("JAXPR_FORMAT_DIR", ROOT.parent / "shared" / "jaxpr-format")) / "corpus"
+)
 
 
 def var_name(k: int) -> str:
@@ -78,15 +80,21 @@ def measure(label: str, text: str, repeat: int) -> None:
         best = min(best, time.perf_counter() - t0)
     neqns = sum(1 for _ in core.all_eqns(r.jaxpr))
     mb = len(text.encode()) / 1e6
-    print(f"{label}: {mb * 1e3:.1f} kB, {neqns} eqns, {best * 1e3:.1f} ms: {mb / best:.2f} MB/s, {neqns / best:,.0f} eqns/s")
+    print(
+        f"{label}: {mb * 1e3:.1f} kB, {neqns} eqns, {best * 1e3:.1f} ms: {mb / best:.2f} MB/s, {neqns / best:,.0f} eqns/s"
+    )
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--n", type=int, default=10000)
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
-    files = sorted(CORPUS.glob("**/*.jaxpr"), key=lambda p: p.stat().st_size) if CORPUS.is_dir() else []
+    files = (
+        sorted(CORPUS.glob("**/*.jaxpr"), key=lambda p: p.stat().st_size) if CORPUS.is_dir() else []
+    )
     if files:
         big = files[-1]
         measure(str(big.relative_to(CORPUS)), big.read_text(), args.repeat)

@@ -34,7 +34,7 @@ IN_KW = re.compile(r"in \((?!b'|[-+0-9.einfa]*j\):)")
 VARNAME = re.compile(r"[a-z]+_?|_")
 PRIM = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
 #: the common type form, matched and cached as one token
-SIMPLE_TYPE = re.compile(r"([a-z][a-z0-9_]*)\[([0-9,]*)\](?!\{)")
+SIMPLE_TYPE = re.compile(r"([a-z][a-z0-9_]*)\[((?:[0-9]+(?:,[0-9]+)*)?)\](?!\{)")
 TYPE_HEAD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(<[^<>\s]*>)?")
 LITERAL = re.compile(
     r"-?inf|nan|True|False|\(b'',\)|\[\.\.\.\]"

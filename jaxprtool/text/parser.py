@@ -173,6 +173,12 @@ class _Parser:
                 break
             name = m.group(1)
             j, i = self.jaxpr(m.end())
+            for outer in self.scopes[:-1]:
+                # H5: a str()-ed jaxpr re-prints a definition that JAX also hoisted to
+                # the top (the same object): keep one object so printing can hoist it again
+                o = outer.defs.get(name)
+                if o is not None and core.alpha_equal(o, j):
+                    j = o
             scope.defs[name] = j
             i = self.ws(i)
             if not G.IN_SHARED.match(s, i):
