@@ -17,6 +17,11 @@ from .io import report
 
 #: command name -> "module:attribute" inside jaxprtool.commands
 COMMANDS: dict[str, str] = {
+    "jvp": "ad_cmds:jvp",
+    "linearize": "ad_cmds:linearize",
+    "transpose": "ad_cmds:transpose",
+    "vjp": "ad_cmds:vjp",
+    "grad": "ad_cmds:grad",
     "fmt": "text_cmds:fmt",
     "check": "check_cmd:check",
     "graph": "graph_cmd:graph",

@@ -119,8 +119,8 @@ def ones_like(x) -> Atom:
 
 def _unary(name):
     def f(x, **params):
-        if name in WITH_ACCURACY:
-            params.setdefault("accuracy", None)
+        if params.get("accuracy", 0) is None:
+            del params["accuracy"]  # JAX's printer hides accuracy=None; emit what the parser reads
         return bind(name, x, **params)
 
     f.__name__ = name
@@ -246,7 +246,6 @@ def convert_element_type(x, dtype_short: str, weak_type: bool = False):
         x,
         new_dtype=np.dtype(long_dtype_name(dtype_short)),
         weak_type=weak_type,
-        sharding=None,
     )
 
 
@@ -255,11 +254,14 @@ def reduce_precision(x, exponent_bits: int, mantissa_bits: int):
 
 
 def broadcast_in_dim(x, shape, dims):
+    """Emitted as JAX 0.12 prints it (and the parser reads it): the result shape lives in the
+    binder's type, `broadcast_dimensions` only when not empty."""
     shape = tuple(shape)
     dims = tuple(int(d) for d in dims)
     if tuple(x.type.shape) == shape and dims == tuple(range(len(shape))):
         return x
-    return bind("broadcast_in_dim", x, shape=shape, broadcast_dimensions=dims, sharding=None)
+    params = {"broadcast_dimensions": dims} if dims else {}
+    return bind("broadcast_in_dim", x, _out_types=[ShapedArray(shape, x.type.dtype)], **params)
 
 
 def broadcast_to(x, shape):
@@ -298,18 +300,14 @@ def reduce_sum(x, axes):
     return bind("reduce_sum", x, axes=axes, out_sharding=None)
 
 
-def dot_general(
-    x, y, dimension_numbers, precision=None, preferred_element_type=None, out_sharding=None
-):
-    return bind(
-        "dot_general",
-        x,
-        y,
-        dimension_numbers=dimension_numbers,
-        precision=precision,
-        preferred_element_type=preferred_element_type,
-        out_sharding=out_sharding,
-    )
+def dot_general(x, y, dimension_numbers, precision=None, preferred_element_type=None, **params):
+    """Parameters as JAX 0.12 prints them: `precision`/`preferred_element_type` only when set."""
+    if precision is not None:
+        params["precision"] = precision
+    if preferred_element_type is not None:
+        params["preferred_element_type"] = preferred_element_type
+    params.pop("out_sharding", None)
+    return bind("dot_general", x, y, dimension_numbers=dimension_numbers, **params)
 
 
 def unbroadcast(type: ShapedArray, x) -> Atom:

@@ -1,0 +1,335 @@
+"""`jaxprtool jvp`, `linearize`, `transpose`, `vjp` and `grad`: automatic differentiation of a
+printed jaxpr (see docs/AD_DESIGN.md and docs/LINEARIZE_FORM.md)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..cli import OPTIONS, guarded
+from ..io import UsageError, write_output
+
+_OPT_HELP = (
+    "Clean-up pipeline run on the result (passes separated by commas; `none` for the raw result)."
+)
+
+
+def _int_list(ctx, param, value):
+    if value is None:
+        return None
+    try:
+        out = tuple(int(p) for p in value.split(",") if p.strip())
+    except ValueError:
+        raise click.BadParameter(
+            f"expected integers separated by commas, e.g. 0,2 (got '{value}')"
+        ) from None
+    if not out:
+        raise click.BadParameter("expected at least one index")
+    return out
+
+
+def _common(f):
+    f = click.option(
+        "--opt",
+        "opt",
+        default="canonicalize",
+        show_default=True,
+        metavar="PIPELINE",
+        help=_OPT_HELP,
+    )(f)
+    f = click.option(
+        "-o",
+        "--output",
+        "out",
+        metavar="OUT",
+        help="Write to OUT (atomically) instead of standard output.",
+    )(f)
+    f = click.argument("file", required=False, default="-", metavar="[FILE|-]")(f)
+    return f
+
+
+def _style(jaxpr):
+    from ..text.style import Style, detect_style
+
+    if OPTIONS.jax_style:
+        try:
+            return Style.parse(OPTIONS.jax_style)
+        except ValueError as e:
+            raise UsageError(f"--jax-style: {e}") from None
+    return detect_style(jaxpr)
+
+
+def _optimizer(spec):
+    try:
+        from ..passes.registry import parse_pipeline, run_pipeline
+    except ImportError:  # the passes package is optional
+        return lambda j: j
+    parse_pipeline(spec)  # reports an unknown pass before any work
+    return lambda j: run_pipeline(j, spec)
+
+
+def _emit(jaxpr, style, out):
+    from ..text.printer import print_jaxpr
+
+    write_output(print_jaxpr(jaxpr, style) + "\n", out)
+
+
+def _load(file):
+    from .common import load
+
+    jaxpr, _text, _path = load(file)
+    return jaxpr
+
+
+def _note(msg: str) -> None:
+    click.echo(f"note: {msg}", err=True)
+
+
+# ---------------------------------------------------------------- jvp
+
+
+@click.command()
+@_common
+@click.option(
+    "--argnums",
+    callback=_int_list,
+    metavar="I,J",
+    help="Inputs to differentiate (default: every float input).",
+)
+@click.option(
+    "--no-instantiate", is_flag=True, help="Leave out output tangents that are known to be zero."
+)
+def jvp(file, out, opt, argnums, no_instantiate):
+    """Forward mode: (x..., tx...) -> (y..., ty...).
+
+    Only float/complex inputs (among --argnums) get a tangent input, and only float/complex
+    outputs a tangent output.  Apply it twice for second derivatives.
+
+    \b
+    Example:
+      jaxprtool jvp f.jaxpr
+      jaxprtool jvp --argnums 0 f.jaxpr | jaxprtool jvp
+    """
+    guarded(_jvp)(file, out, opt, argnums, no_instantiate)
+
+
+def _jvp(file, out, opt, argnums, no_instantiate):
+    from ..ad.api import jvp_jaxpr_info
+    from ..core import is_inexact
+
+    j = _load(file)
+    style = _style(j)
+    optf = _optimizer(opt)
+    res, _mask, out_nz = jvp_jaxpr_info(j, argnums, instantiate=not no_instantiate)
+    if no_instantiate:
+        missing = [f"{k} ({v.type})" for k, (v, nz) in enumerate(zip(j.outvars, out_nz)) if not nz]
+        if missing:
+            zero = [
+                k
+                for k, (v, nz) in enumerate(zip(j.outvars, out_nz))
+                if not nz and is_inexact(v.type)
+            ]
+            why = "zero tangent" if len(zero) == len(missing) else "zero tangent or not float"
+            _note(
+                f"no tangent output for output{'s' if len(missing) > 1 else ''} {', '.join(missing)} ({why})"
+            )
+    _emit(optf(res), style, out)
+
+
+# ---------------------------------------------------------------- linearize
+
+
+@click.command()
+@_common
+@click.option(
+    "--argnums",
+    callback=_int_list,
+    metavar="I,J",
+    help="Inputs to differentiate (default: every float input).",
+)
+@click.option(
+    "--split",
+    nargs=2,
+    metavar="PRIMAL LINEAR",
+    help="Write the primal program and the linear program to two files instead.",
+)
+@click.option(
+    "--stats",
+    is_flag=True,
+    help="Report the residuals on standard error (count, bytes, producers).",
+)
+def linearize(file, out, opt, argnums, split, stats):
+    """Linearize: the primal computation plus a linear program for the tangents.
+
+    The default output has jvp's calling convention (x..., tx...) -> (y..., ty...): the primal
+    equations inline, then one `jit[name=linear]` equation whose operands are the residuals and
+    then the tangents (docs/LINEARIZE_FORM.md).  `transpose` recognises this form.
+
+    With --split, PRIMAL maps (x...) -> (y..., new residuals...) and LINEAR maps
+    (residuals..., tx...) -> (ty...); --stats says where each residual comes from.
+
+    \b
+    Example:
+      jaxprtool linearize f.jaxpr | jaxprtool transpose
+      jaxprtool linearize --split p.jaxpr l.jaxpr --stats f.jaxpr
+    """
+    guarded(_linearize)(file, out, opt, argnums, split, stats)
+
+
+def _linearize(file, out, opt, argnums, split, stats):
+    from ..ad.linearize import combine, linearize_jaxpr
+
+    j = _load(file)
+    style = _style(j)
+    optf = _optimizer(opt)
+    if split and out:
+        raise UsageError("-o cannot be combined with --split")
+    primal, linear, info = linearize_jaxpr(j, argnums)
+    linear = optf(linear)
+    if stats:
+        _report_stats(info)
+    if split:
+        _emit(optf(primal), style, split[0])
+        _emit(linear, style, split[1])
+        return
+    _emit(combine(primal, linear, info), style, out)
+
+
+def _report_stats(info) -> None:
+    total = sum(r.nbytes for r in info.residuals)
+    lines = [
+        f"residuals: {len(info.residuals)} ({total} bytes); "
+        f"{info.num_new_residuals} new primal outputs, the others forwarded"
+    ]
+    for k, r in enumerate(info.residuals):
+        if r.source == "input":
+            src = f"primal input {r.index}"
+        elif r.source == "const":
+            src = f"constvar {r.index}"
+        else:
+            what = "primal output" if r.source == "output" else "new output"
+            at = f" at {r.loc}" if r.loc else ""
+            src = f"{what} {r.index}, from '{r.prim}'{at}" if r.prim else f"{what} {r.index}"
+        lines.append(f"  residual {k}: {r.type} ({r.nbytes} bytes): {src}")
+    click.echo("\n".join(lines), err=True)
+
+
+# ---------------------------------------------------------------- transpose
+
+
+@click.command()
+@_common
+@click.option(
+    "--linear",
+    "linear",
+    callback=_int_list,
+    metavar="I,J",
+    help="The linear inputs (the others are residuals).",
+)
+@click.option(
+    "--residuals",
+    type=click.IntRange(min=0),
+    metavar="K",
+    help="The first K inputs are residuals; the rest are linear.",
+)
+def transpose(file, out, opt, linear, residuals):
+    """Transpose a linear program.
+
+    Default: the combined form printed by `linearize` is recognised (its `jit[name=linear]`
+    equation) and transposed into a VJP (x..., ct_y...) -> (y..., ct_x...); any other jaxpr is
+    taken as linear in every input: (ct_y...) -> (ct_x...).  With --linear or --residuals the
+    non-linear inputs come first: (residuals..., ct_y...) -> (ct_x...).
+
+    \b
+    Example:
+      jaxprtool linearize f.jaxpr | jaxprtool transpose
+      jaxprtool transpose --residuals 2 lin.jaxpr
+    """
+    guarded(_transpose)(file, out, opt, linear, residuals)
+
+
+def _transpose(file, out, opt, linear, residuals):
+    from ..ad.transpose import transpose_auto
+
+    if linear is not None and residuals is not None:
+        raise UsageError("--linear and --residuals are mutually exclusive")
+    j = _load(file)
+    style = _style(j)
+    optf = _optimizer(opt)
+    res, _mask, _lo = transpose_auto(j, linear, residuals)
+    _emit(optf(res), style, out)
+
+
+# ---------------------------------------------------------------- vjp, grad
+
+
+@click.command()
+@_common
+@click.option(
+    "--argnums",
+    callback=_int_list,
+    metavar="I,J",
+    help="Inputs to differentiate (default: every float input).",
+)
+def vjp(file, out, opt, argnums):
+    """Reverse mode: (x..., ct_y...) -> (y..., ct_x...).
+
+    One cotangent input per float/complex output; one cotangent output per differentiated input.
+
+    \b
+    Example:
+      jaxprtool vjp --argnums 0 f.jaxpr
+    """
+    guarded(_vjp)(file, out, opt, argnums)
+
+
+def _vjp(file, out, opt, argnums):
+    from ..ad.api import vjp_jaxpr
+
+    j = _load(file)
+    style = _style(j)
+    optf = _optimizer(opt)
+    _emit(optf(vjp_jaxpr(j, argnums)), style, out)
+
+
+@click.command()
+@_common
+@click.option(
+    "--argnums",
+    callback=_int_list,
+    default="0",
+    show_default=True,
+    metavar="I,J",
+    help="Inputs to differentiate.",
+)
+@click.option("--with-value", is_flag=True, help="Also return the value (first output).")
+@click.option(
+    "--has-aux",
+    is_flag=True,
+    help="Differentiate the first output; return the other outputs as auxiliary data.",
+)
+def grad(file, out, opt, argnums, with_value, has_aux):
+    """Gradient of a scalar float output: (x...) -> ([value,] [aux...,] grads...).
+
+    The output must be one scalar (or the first output, with --has-aux); the cotangent is 1.
+    Apply it twice for second derivatives.
+
+    \b
+    Example:
+      jaxprtool grad --argnums 0,2 loss.jaxpr
+      jaxprtool grad f.jaxpr | jaxprtool grad
+    """
+    guarded(_grad)(file, out, opt, argnums, with_value, has_aux)
+
+
+def _grad(file, out, opt, argnums, with_value, has_aux):
+    from ..ad.api import grad_jaxpr
+
+    j = _load(file)
+    style = _style(j)
+    optf = _optimizer(opt)
+    _emit(optf(grad_jaxpr(j, argnums, has_aux=has_aux, with_value=with_value)), style, out)
+
+
+_ = sys
