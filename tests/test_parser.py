@@ -695,3 +695,52 @@ def test_errors_never_escape_as_python_exceptions():
                 parse(text, "t.jaxpr")
             except JaxprError as e:
                 assert e.loc is not None and e.loc.line >= 1 and e.loc.col >= 1
+
+
+# ---------------------------------------------------------------- the reference grammar
+
+
+def _one_line_jaxprs():
+    """Single-line jaxprs of the corpus (nested ones included), as they appear in the text."""
+    out = []
+    for path in corpus_files("jax-0.10.2") + corpus_files("jax-0.12.0.1"):
+        for line in path.read_text().splitlines():
+            k = line.find("{ lambda ")
+            if k < 0 or not line.endswith(" }"):
+                continue
+            frag = line[k:]
+            if frag.count("{") == frag.count("}") and frag.count("[") == frag.count("]"):
+                out.append(frag)
+    return sorted(set(out))
+
+
+@needs_corpus
+def test_reference_grammar_agrees_on_single_line_jaxprs():
+    from jaxprtool.text.grammar import load_lark
+
+    lark = load_lark()
+    frags = _one_line_jaxprs()
+    assert len(frags) > 20
+    for frag in frags:
+        tree = lark.parse(frag)
+        n_lark = len(list(tree.find_pred(lambda t: t.data.endswith("_eqn"))))
+        assert n_lark == len(one(frag).eqns), frag
+
+
+def test_reference_grammar_forms():
+    from lark.exceptions import UnexpectedInput
+
+    from jaxprtool.text.grammar import load_lark
+
+    lark = load_lark()
+    for text in [
+        "{ lambda ; a:i32[] c:Ref{f32[4]}. let d:f32[] <- c[a]; c[...] <- d; e:f32[], c[0] <- c[0], d; "
+        "c[a] += 1.0:f32[]; iota[dimension=0 dtype=int32] in (e,) }",
+        "{ lambda ; in:f32[3]. let io:f32[3] = transpose[permutation=(0,)] in; let:f32[3] = sin in in (in, let) }",
+        "let g = { lambda ; a:f32[]. let  in (a,) } in { lambda ; b:f32[] c:i32[]. let d:f32[] = jit[name=g jaxpr=g] b; "
+        "e:f32[] = cond[branches=( { lambda ; x:f32[]. let  in (x,) } g )] c d in (e,) : { Debug } }",
+    ]:
+        lark.parse(text)
+        parse(text)
+    with pytest.raises(UnexpectedInput):
+        lark.parse("{ lambda ; a:f32[3] let  in (a,) }")

@@ -32,6 +32,8 @@ LET = re.compile(r"let(?=\s)")
 #: complex or float0 literal operand is excluded
 IN_KW = re.compile(r"in \((?!b'|[-+0-9.einfa]*j\):)")
 VARNAME = re.compile(r"[a-z]+_?|_")
+#: binders printed without types (`print_shapes=False`): `a b = prim`
+UNTYPED_BINDERS = re.compile(r"(?:(?:[a-z]+_?|_) )+= ")
 PRIM = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
 #: the common type form, matched and cached as one token
 SIMPLE_TYPE = re.compile(r"([a-z][a-z0-9_]*)\[((?:[0-9]+(?:,[0-9]+)*)?)\](?!\{)")

@@ -194,6 +194,9 @@ class _Parser:
     def resolve(self, scope: _Scope):
         for d, key in scope.pending:
             d[key] = self.subst(d[key], scope)
+            if self._has_ref(d[key]):
+                # a forward reference to a definition of an enclosing toplevel
+                self.scopes[-1].pending.append((d, key))
 
     def subst(self, v, scope: _Scope):
         if isinstance(v, _SharedRef):
@@ -527,6 +530,10 @@ class _Parser:
                 m = G.VARNAME.match(s, k)
                 if m is None or not s.startswith(":", m.end()):
                     self.expected("another binder or '=' after the equation's binders", k)
+        elif (
+            m is not None and s.startswith((" = ", " "), m.end()) and G.UNTYPED_BINDERS.match(s, i)
+        ):
+            self.no_type(m.end())
         elif m is not None and s.startswith(("[", "{"), m.end()) and self.is_ref_form(m.end()):
             return self.state_eqn(start, loc, outs, i, table)
         # primitive
