@@ -40,10 +40,11 @@ class Diagnostic(JaxprError):
 
 
 def check(jaxpr: Jaxpr, path: str | None = None, *, check_names: bool = False) -> list[Diagnostic]:
-    """All diagnostics for `jaxpr` (errors and warnings), in source order of discovery."""
+    """All diagnostics for `jaxpr` (errors and warnings), in source order."""
     c = _Checker(path, check_names)
     c.jaxpr(jaxpr, None)
-    return c.diags
+    # source order (diagnostics without a location last), stable for equal locations
+    return sorted(c.diags, key=lambda d: (d.loc is None, d.loc or ("", 0, 0)))
 
 
 def errors(diags: list[Diagnostic]) -> list[Diagnostic]:

@@ -1,0 +1,287 @@
+"""`jaxprtool check` and jaxprtool.check: the corpus checks clean; bad jaxprs give located errors."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+from conftest import CORPUS, corpus_files, needs_corpus
+
+from jaxprtool.check import Diagnostic, check, errors
+from jaxprtool.cli import main
+from jaxprtool.core import Eqn, Jaxpr, ShapedArray, Var
+from jaxprtool.text.parser import parse
+
+#: primitives the checker has no shape rule for (0.12 HiPrims printed under their class name)
+UNKNOWN_OK = {"SearchSorted", "Nonzero", "CustomRoot"}
+
+
+def _corpus(version: str):
+    if version == "older":
+        return sorted(
+            p for d in sorted((CORPUS / "older").glob("jax-*")) for p in d.glob("*.jaxpr")
+        )
+    return corpus_files(version)
+
+
+@needs_corpus
+@pytest.mark.parametrize("version", ["jax-0.10.2", "jax-0.12.0.1", "older"])
+def test_corpus_checks_clean(version):
+    files = _corpus(version)
+    assert files
+    problems = []
+    for f in files:
+        result = parse(f.read_text(), str(f))
+        for d in check(result.jaxpr, str(f), check_names=True):
+            if d.kind == "error":
+                problems.append(str(d))
+            elif not (
+                d.message.startswith("unknown primitive") and d.message.split("'")[1] in UNKNOWN_OK
+            ):
+                problems.append(f"{d.loc}: warning: {d.message}")
+    assert not problems, "\n".join(problems[:30])
+
+
+@needs_corpus
+def test_cli_corpus_sample_is_silent():
+    runner = CliRunner()
+    for name in (
+        "scan.jaxpr",
+        "cond_int_pred_multiple_operands.jaxpr",
+        "conv2d.jaxpr",
+        "custom_linear_solve.jaxpr",
+    ):
+        for version in ("jax-0.10.2", "jax-0.12.0.1"):
+            r = runner.invoke(main, ["check", str(CORPUS / version / name)])
+            assert r.exit_code == 0, r.output
+            assert r.output == ""
+
+
+def _run(tmp_path, text: str, name: str = "bad.jaxpr"):
+    p = tmp_path / name
+    p.write_text(text)
+    r = CliRunner().invoke(main, ["check", str(p)])
+    return r, str(p)
+
+
+def test_clean_prints_nothing(tmp_path):
+    r, _ = _run(tmp_path, "{ lambda ; a:f32[3] b:f32[3]. let c:f32[3] = mul a b in (c,) }\n")
+    assert r.exit_code == 0
+    assert r.stdout == "" and r.stderr == ""
+
+
+def test_result_type_mismatch(tmp_path):
+    r, p = _run(
+        tmp_path, "{ lambda ; a:f32[3] b:f32[3]. let\n    c:f32[4] = mul a b\n  in (c,) }\n"
+    )
+    assert r.exit_code == 1
+    assert r.stdout == ""
+    assert (
+        r.stderr.splitlines()[0]
+        == f"{p}:2:5: error: mul: result type f32[4] does not match inferred f32[3]"
+    )
+
+
+def test_dtype_mismatch_of_operands(tmp_path):
+    r, p = _run(
+        tmp_path, "{ lambda ; a:f32[3] b:i32[3]. let\n    c:f32[3] = add a b\n  in (c,) }\n"
+    )
+    assert r.exit_code == 1
+    assert (
+        r.stderr.splitlines()[0]
+        == f"{p}:2:5: error: add requires operands of the same dtype, got f32, i32"
+    )
+
+
+def test_wrong_operand_count(tmp_path):
+    r, p = _run(
+        tmp_path,
+        "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin a a\n    c:f32[3] = add b\n  in (c,) }\n",
+    )
+    assert r.exit_code == 1
+    lines = [ln for ln in r.stderr.splitlines() if ": error: " in ln]
+    assert lines == [
+        f"{p}:2:5: error: sin expects 1 operand, got 2",
+        f"{p}:3:5: error: add expects 2 operands, got 1",
+    ]
+
+
+def test_wrong_result_count(tmp_path):
+    r, p = _run(tmp_path, "{ lambda ; a:f32[3]. let\n    b:f32[3] c:f32[3] = sin a\n  in (c,) }\n")
+    assert r.exit_code == 1
+    assert r.stderr.splitlines()[0] == (
+        f"{p}:2:5: error: sin: the equation binds 2 results, but the primitive returns 1 (f32[3])"
+    )
+
+
+def test_use_before_definition(tmp_path):
+    r, p = _run(tmp_path, "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin z\n  in (b,) }\n")
+    assert r.exit_code == 1
+    assert r.stderr.splitlines()[0] == f"{p}:2:20: error: variable 'z' used before definition"
+
+
+def test_duplicate_binding(tmp_path):
+    r, p = _run(
+        tmp_path,
+        "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin a\n    b:f32[3] = cos a\n  in (b,) }\n",
+    )
+    assert r.exit_code == 1
+    assert (
+        r.stderr.splitlines()[0]
+        == f"{p}:3:5: error: variable 'b' is bound more than once in this jaxpr"
+    )
+
+
+def test_duplicate_dropvars_are_fine(tmp_path):
+    text = "{ lambda ; a:f32[3]. let\n    _:f32[3] = sin a\n    _:f32[3] = cos a\n    b:f32[3] = neg a\n  in (b,) }\n"
+    r, _ = _run(tmp_path, text)
+    assert r.exit_code == 0, r.output
+
+
+def test_nested_jaxpr_arity(tmp_path):
+    text = (
+        "{ lambda ; a:f32[3]. let\n"
+        "    b:f32[3] = jit[\n"
+        "      name=g\n"
+        "      jaxpr={ lambda ; c:f32[3] d:f32[3]. let e:f32[3] = add c d in (e,) }\n"
+        "    ] a\n"
+        "  in (b,) }\n"
+    )
+    r, p = _run(tmp_path, text)
+    assert r.exit_code == 1
+    assert (
+        r.stderr.splitlines()[0]
+        == f"{p}:2:5: error: jit: jaxpr takes 2 inputs, but the equation passes 1"
+    )
+
+
+def test_nested_jaxpr_operand_type(tmp_path):
+    text = (
+        "{ lambda ; a:f32[3]. let\n"
+        "    b:f32[3] = jit[\n"
+        "      name=g\n"
+        "      jaxpr={ lambda ; c:f32[4]. let e:f32[4] = neg c in (e,) }\n"
+        "    ] a\n"
+        "  in (b,) }\n"
+    )
+    r, p = _run(tmp_path, text)
+    assert r.exit_code == 1
+    lines = [ln for ln in r.stderr.splitlines() if ": error: " in ln]
+    assert lines == [f"{p}:2:5: error: jit: operand 0 has type f32[3], but jaxpr expects f32[4]"]
+
+
+def test_nested_jaxpr_is_checked(tmp_path):
+    text = (
+        "{ lambda ; a:f32[3]. let\n"
+        "    b:f32[3] = jit[\n"
+        "      name=g\n"
+        "      jaxpr={ lambda ; c:f32[3]. let\n"
+        "          e:i32[3] = neg c\n"
+        "        in (e,) }\n"
+        "    ] a\n"
+        "  in (b,) }\n"
+    )
+    r, p = _run(tmp_path, text)
+    assert r.exit_code == 1
+    lines = [ln for ln in r.stderr.splitlines() if ": error: " in ln]
+    assert lines == [
+        # the outer equation's result disagrees with what the callee returns
+        f"{p}:2:5: error: jit: result type f32[3] does not match inferred i32[3]",
+        f"{p}:5:11: error: neg: result type i32[3] does not match inferred f32[3]",
+    ]
+
+
+def test_cond_branches_disagree(tmp_path):
+    text = (
+        "{ lambda ; p:i32[] a:f32[3]. let\n"
+        "    b:f32[3] = cond[\n"
+        "      branches=(\n"
+        "        { lambda ; c:f32[3]. let d:f32[3] = sin c in (d,) }\n"
+        "        { lambda ; e:f32[3]. let f:f32[] = reduce_sum[axes=(0,) out_sharding=None] e in (f,) }\n"
+        "      )\n"
+        "    ] p a\n"
+        "  in (b,) }\n"
+    )
+    r, p = _run(tmp_path, text)
+    assert r.exit_code == 1
+    assert (
+        r.stderr.splitlines()[0]
+        == f"{p}:2:5: error: cond: branch 1 returns (f32[]), but branch 0 returns (f32[3])"
+    )
+
+
+def test_while_body_carry_mismatch(tmp_path):
+    text = (
+        "{ lambda ; a:f32[3]. let\n"
+        "    b:f32[3] = while[\n"
+        "      body_jaxpr={ lambda ; c:f32[3]. let d:f32[] = reduce_sum[axes=(0,) out_sharding=None] c in (d,) }\n"
+        "      body_nconsts=0\n"
+        "      cond_jaxpr={ lambda ; e:f32[3]. let f:bool[] = lt 1.0:f32[] 2.0:f32[] in (f,) }\n"
+        "      cond_nconsts=0\n"
+        "    ] a\n"
+        "  in (b,) }\n"
+    )
+    r, p = _run(tmp_path, text)
+    assert r.exit_code == 1
+    assert r.stderr.splitlines()[0] == (
+        f"{p}:2:5: error: while: body_jaxpr result 0 has type f32[], but the carried value has type f32[3]"
+    )
+
+
+def test_scan_xs_mismatch(tmp_path):
+    text = (
+        "{ lambda ; a:f32[4] b:f32[9,4]. let\n"
+        "    c:f32[4] d:f32[10,4] = scan[\n"
+        "      jaxpr={ lambda ; e:f32[4] f:f32[4]. let g:f32[4] = add e f in (g, e) }\n"
+        "      length=10\n"
+        "      num_carry=1\n"
+        "      num_consts=0\n"
+        "      reverse=False\n"
+        "      unroll=1\n"
+        "    ] a b\n"
+        "  in (c, d) }\n"
+    )
+    r, p = _run(tmp_path, text)
+    assert r.exit_code == 1
+    assert r.stderr.splitlines()[0] == (
+        f"{p}:2:5: error: scan: operand 1 (xs) has type f32[9,4], but jaxpr expects f32[4] with a leading axis of 10"
+    )
+
+
+def test_unknown_primitive_is_a_warning(tmp_path):
+    r, p = _run(
+        tmp_path, "{ lambda ; a:f32[3]. let\n    b:f32[3] = frobnicate[k=1] a\n  in (b,) }\n"
+    )
+    assert r.exit_code == 0
+    assert r.stdout == ""
+    assert r.stderr.splitlines()[0] == (
+        f"{p}:2:5: warning: unknown primitive 'frobnicate': result types taken from the binders"
+    )
+
+
+def test_stdin_and_help():
+    r = CliRunner().invoke(
+        main, ["check", "-"], input="{ lambda ; a:f32[3]. let\n    b:f32[2] = sin a\n  in (b,) }\n"
+    )
+    assert r.exit_code == 1
+    assert r.stderr.startswith(
+        "<stdin>:2:5: error: sin: result type f32[2] does not match inferred f32[3]"
+    )
+    h = CliRunner().invoke(main, ["check", "--help"])
+    assert h.exit_code == 0 and "Example" in h.output and "jaxprtool check f.jaxpr" in h.output
+
+
+def test_api_on_built_ir():
+    """The checker works on IR built by passes: Var identity, not names."""
+    x = Var(ShapedArray((3,), "f32"), "x")
+    y = Var(ShapedArray((3,), "f32"), "y")
+    ghost = Var(ShapedArray((3,), "f32"), "ghost")
+    good = Jaxpr((), (x,), (Eqn("sin", (x,), (y,), {}),), (y,))
+    assert check(good) == []
+    bad = Jaxpr((), (x,), (Eqn("sin", (ghost,), (y,), {}), Eqn("cos", (x,), (y,), {})), (ghost,))
+    msgs = [d.message for d in errors(check(bad))]
+    assert msgs == [
+        "variable 'ghost' used before definition",
+        "variable 'y' is bound more than once",
+        "output variable 'ghost' is not defined",
+    ]
+    assert all(isinstance(d, Diagnostic) and d.kind == "error" for d in check(bad))
