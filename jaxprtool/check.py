@@ -103,12 +103,20 @@ class _Checker:
                 bind(o, e.loc)
         last_loc = next((e.loc for e in reversed(j.eqns) if e.loc is not None), where)
         for a in j.outvars:
+            if isinstance(a, Literal):
+                bad = _literal_problem(a)
+                if bad:
+                    self.err(bad, last_loc)
             if isinstance(a, Var) and id(a) not in defined:
                 self.err(f"output variable '{_name(a)}' is not defined", last_loc)
 
     def eqn(self, e: Eqn, defined: set[int]) -> None:
         ok = True
         for a in e.inputs:
+            if isinstance(a, Literal):
+                bad = _literal_problem(a)
+                if bad:
+                    self.err(bad, e.loc)
             if isinstance(a, Var) and id(a) not in defined:
                 self.err(f"variable '{_name(a)}' used before definition", e.loc)
                 ok = False
@@ -171,6 +179,32 @@ class _Checker:
         if first_exc is not None:
             raise first_exc
         return infer_types(e.prim, in_types, e.params, declared)
+
+
+def _literal_problem(lit: Literal) -> str | None:
+    """Why a typed literal's value cannot have its printed type, or None."""
+    t, v = lit.type, lit.value
+    if not lit.typed or not isinstance(t, ShapedArray) or v is Ellipsis or v == "float0":
+        return None
+    if t.shape != ():
+        return f"literal {v!r} must have a scalar type, not {t}"
+    d = t.dtype
+    if isinstance(v, bool):
+        ok = d == "bool"
+    elif isinstance(v, int):
+        ok = d.startswith(("i", "u")) and d[1:2].isdigit()
+        if ok:
+            bits = int("".join(ch for ch in d[1:] if ch.isdigit()) or 0)
+            lo, hi = (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if d[0] == "i" else (0, 2**bits - 1)
+            if bits and not lo <= v <= hi:
+                return f"literal {v} is out of range for {t}"
+    elif isinstance(v, float):
+        ok = d.startswith(("f", "bf")) and d != "float0"
+    elif isinstance(v, complex):
+        ok = d.startswith("c")
+    else:
+        ok = True
+    return None if ok else f"literal {v!r} cannot have type {t}"
 
 
 def _natural(value) -> str | None:

@@ -285,3 +285,11 @@ def test_api_on_built_ir():
         "output variable 'ghost' is not defined",
     ]
     assert all(isinstance(d, Diagnostic) and d.kind == "error" for d in check(bad))
+
+
+def test_literal_value_must_fit_its_type(tmp_path):
+    r, p = _run(tmp_path, "{ lambda ; a:i32[3]. let\n    b:i32[3] = add a 1.5:i32[]\n  in (b,) }\n")
+    assert r.exit_code == 1
+    assert r.stderr.splitlines()[0] == f"{p}:2:5: error: literal 1.5 cannot have type i32[]"
+    r, p = _run(tmp_path, "{ lambda ; a:u8[3]. let\n    b:u8[3] = add a 300:u8[]\n  in (b,) }\n")
+    assert r.stderr.splitlines()[0] == f"{p}:2:5: error: literal 300 is out of range for u8[]"

@@ -269,9 +269,12 @@ def _indexed_type(prim, ref, ivars, params, out_hint):
 
 
 def _hint_or(prim, out_hint, inner):
+    """Indexing the rule does not model: the declared type, when there is one."""
     if out_hint and isinstance(out_hint[0], ShapedArray):
         return out_hint[0]
-    return inner
+    raise ShapeError(
+        f"{prim}: cannot infer the type of this indexing of {inner} without a declared result type"
+    )
 
 
 @shape_rule("get")
@@ -296,7 +299,12 @@ def _swap(in_types, params, out_hint):
 def _addupdate(in_types, params, out_hint):
     if len(in_types) < 2:
         raise ShapeError(f"addupdate expects a Ref and a value, got {len(in_types)} operands")
-    t = _indexed_type("addupdate", in_types[0], in_types[2:], params, None)
+    try:
+        t = _indexed_type("addupdate", in_types[0], in_types[2:], params, None)
+    except ShapeError as e:
+        if "cannot infer" not in str(e):
+            raise
+        return []  # an indexing the rule does not model: nothing to compare the value with
     v = in_types[1]
     if isinstance(v, ShapedArray) and isinstance(t, ShapedArray) and v.dtype != t.dtype:
         raise ShapeError(f"addupdate: the added value has type {v}, but the Ref holds {t}")
