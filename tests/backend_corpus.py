@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-
 from conftest import CORPUS, FORMAT_DIR
 
 SUB = "jax-0.12.0.1"
