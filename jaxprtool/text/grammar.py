@@ -37,6 +37,10 @@ UNTYPED_BINDERS = re.compile(r"(?:(?:[a-z]+_?|_) )+= ")
 PRIM = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
 #: the common type form, matched and cached as one token
 SIMPLE_TYPE = re.compile(r"([a-z][a-z0-9_]*)\[((?:[0-9]+(?:,[0-9]+)*)?)\](?!\{)")
+#: the common equation head `name:f32[3,4] = prim` as one match
+EQN_FAST = re.compile(
+    r"([a-z]+_?|_):([a-z][a-z0-9_]*\[(?:[0-9]+(?:,[0-9]+)*)?\])(?![{]) = ([A-Za-z_][A-Za-z0-9_.\-]*)"
+)
 TYPE_HEAD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(<[^<>\s]*>)?")
 LITERAL = re.compile(
     r"-?inf|nan|True|False|\(b'',\)|\[\.\.\.\]"

@@ -50,6 +50,7 @@ Representation choices the printer relies on
 
 from __future__ import annotations
 
+import gc
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
@@ -72,10 +73,17 @@ def parse(text: str, path: str = "<stdin>") -> ParseResult:
     if "\x1b" in text:
         text = G.ANSI.sub("", text)
     p = _Parser(text, path)
+    # the IR has no reference cycles: pausing the cyclic GC saves its many passes over
+    # the young objects built here
+    gc_was_on = gc.isenabled()
+    gc.disable()
     try:
         j = p.document()
     except RecursionError:
         raise JaxprError("input is nested too deeply", p.loc(p.deepest)) from None
+    finally:
+        if gc_was_on:
+            gc.enable()
     return ParseResult(j, p.warnings)
 
 
@@ -513,6 +521,21 @@ class _Parser:
         start = i
         loc = self.loc(i)
         outs: list[Var] = []
+        f = G.EQN_FAST.match(s, i)
+        if f is not None:
+            # fast path for the common `name:f32[3,4] = prim` head
+            t = self.types.get(f.group(2))
+            if t is not None:
+                name = f.group(1)
+                prim = f.group(3)
+                i = f.end()
+                prm = {}
+                if s.startswith("[", i):
+                    prm, i = self.params(i, eqcol, table)
+                inputs, i = self.operands(i, eqcol, table)
+                v = Var(t, name)
+                table[name] = v
+                return Eqn(prim, tuple(inputs), (v,), prm, loc), i
         m = G.VARNAME.match(s, i)
         if m is not None and s.startswith(":", m.end()):
             # binders
