@@ -1,0 +1,334 @@
+"""`jaxprtool run`, `compile` and `trace` through the CLI, error paths included."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from jaxprtool.cli import main
+
+PROG = textwrap.dedent(
+    """\
+    { lambda ; a:f32[3,4] b:f32[4]. let
+        c:f32[3,4] = sin a
+        d:f32[1,4] = broadcast_in_dim[broadcast_dimensions=(1,) shape=(1, 4) sharding=None] b
+        e:f32[3,4] = add c d
+        f:f32[3] = reduce_sum[axes=(1,) out_sharding=None] e
+      in (f, e) }
+    """
+)
+
+NAN_PROG = textwrap.dedent(
+    """\
+    { lambda ; a:f32[3]. let
+        b:f32[3] = sub a 1.0:f32[]
+        c:f32[3] = log b
+        d:f32[3] = mul c 2.0:f32[]
+      in (d,) }
+    """
+)
+
+CONST_PROG = textwrap.dedent(
+    """\
+    { lambda w:f32[2]; a:f32[2]. let
+        b:f32[2] = mul w a
+      in (b,) }
+    """
+)
+
+LOOP_NAN = textwrap.dedent(
+    """\
+    { lambda ; a:f32[]. let
+        b:f32[] = while[
+          body_jaxpr={ lambda ; c:f32[]. let
+              d:f32[] = sub c 1.0:f32[]
+              e:f32[] = sqrt d
+            in (e,) }
+          body_nconsts=0
+          cond_jaxpr={ lambda ; f:f32[]. let g:bool[] = gt f 0.5:f32[] in (g,) }
+          cond_nconsts=0
+        ] a
+      in (b,) }
+    """
+)
+
+
+def expected(a, b):
+    e = np.sin(a) + b[None, :]
+    return e.sum(1), e
+
+
+@pytest.fixture
+def prog(tmp_path):
+    p = tmp_path / "p.jaxpr"
+    p.write_text(PROG)
+    return p
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_run_npz_roundtrip(prog, tmp_path):
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal(4).astype(np.float32)
+    np.savez(tmp_path / "in.npz", arg0=a, arg1=b)
+    out = tmp_path / "out.npz"
+    r = invoke("run", prog, "--args", tmp_path / "in.npz", "-o", out)
+    assert r.exit_code == 0, r.output
+    with np.load(out, allow_pickle=False) as f:
+        assert sorted(f.files) == ["out0", "out1"]
+        want = expected(a, b)
+        np.testing.assert_allclose(f["out0"], want[0], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(f["out1"], want[1], rtol=1e-5, atol=1e-5)
+    # np.savez's default names and separate .npy files are accepted too
+    np.savez(tmp_path / "plain.npz", a, b)
+    r = invoke("run", prog, "--args", tmp_path / "plain.npz", "-o", tmp_path / "o2.npz")
+    assert r.exit_code == 0, r.output
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    r = invoke(
+        "run",
+        prog,
+        "--arg",
+        tmp_path / "a.npy",
+        "--arg",
+        tmp_path / "b.npy",
+        "-o",
+        tmp_path / "o3.npz",
+    )
+    assert r.exit_code == 0, r.output
+    with np.load(tmp_path / "o3.npz") as f:
+        np.testing.assert_allclose(f["out0"], expected(a, b)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_run_summary_and_repeat(prog):
+    r = invoke("run", prog, "--random", "0")
+    assert r.exit_code == 0, r.output
+    assert "out0" in r.output and "float32[3]" in r.output and "float32[3,4]" in r.output
+    r = invoke("run", prog, "--random", "0", "--repeat", "3")
+    assert r.exit_code == 0, r.output
+    assert "compile:" in r.output and "median" in r.output
+
+
+def test_run_eager_matches(prog, tmp_path):
+    r1 = invoke("run", prog, "--random", "3", "-o", tmp_path / "c.npz")
+    r2 = invoke("run", prog, "--random", "3", "--eager", "-o", tmp_path / "e.npz")
+    assert r1.exit_code == 0 and r2.exit_code == 0, r1.output + r2.output
+    with np.load(tmp_path / "c.npz") as c, np.load(tmp_path / "e.npz") as e:
+        for k in ("out0", "out1"):
+            np.testing.assert_allclose(c[k], e[k], rtol=1e-6)
+
+
+def test_trace_prints_each_equation(prog):
+    r = invoke("run", prog, "--random", "0", "--eager", "--trace")
+    assert r.exit_code == 0, r.output
+    for name in ("c = sin", "d = broadcast_in_dim", "e = add", "f = reduce_sum"):
+        assert name in r.output
+
+
+def test_debug_nans_finds_the_log(tmp_path):
+    p = tmp_path / "nan.jaxpr"
+    p.write_text(NAN_PROG)
+    np.save(tmp_path / "x.npy", np.array([2.0, 0.5, 3.0], np.float32))
+    r = invoke("run", p, "--arg", tmp_path / "x.npy", "--eager", "--debug-nans")
+    assert r.exit_code == 1
+    assert f"{p}:3:5: error: 'log' produced NaN/inf: c:f32[3] = log b" in r.output
+    assert "input b: float32[3]" in r.output
+    assert "mul" not in r.output.split("error:")[1].splitlines()[0]
+
+
+def test_debug_nans_inside_loop_names_iteration(tmp_path):
+    p = tmp_path / "loop.jaxpr"
+    p.write_text(LOOP_NAN)
+    np.save(tmp_path / "x.npy", np.array(1.5, np.float32))
+    r = invoke("run", p, "--arg", tmp_path / "x.npy", "--debug-nans")
+    assert r.exit_code == 1
+    assert "'sqrt' produced NaN/inf" in r.output
+    assert "in while iter 1" in r.output
+    assert f"{p}:5:11: error:" in r.output
+
+
+def test_run_errors(prog, tmp_path):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((4, 3)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    np.savez(tmp_path / "bad.npz", arg0=a, arg1=b)
+    r = invoke("run", prog, "--args", tmp_path / "bad.npz")
+    assert r.exit_code == 1
+    assert r.output.strip() == "error: argument 0 (a): expected f32[3,4], got float32[4,3]"
+
+    np.savez(tmp_path / "dt.npz", arg0=a.T.astype(np.float64), arg1=b)
+    r = invoke("run", prog, "--args", tmp_path / "dt.npz")
+    assert r.output.strip() == "error: argument 0 (a): expected f32[3,4], got float64[3,4]"
+
+    np.savez(tmp_path / "three.npz", arg0=a.T, arg1=b, arg2=b)
+    r = invoke("run", prog, "--args", tmp_path / "three.npz")
+    assert r.exit_code == 1
+    assert r.output.strip() == "error: expected 2 arguments, got 3"
+
+    np.savez(tmp_path / "keys.npz", x=a.T, y=b)
+    r = invoke("run", prog, "--args", tmp_path / "keys.npz")
+    assert r.exit_code == 1
+    assert "expected keys arg0, arg1, ... (or arr_0, ...), found x, y" in r.output
+
+    r = invoke("run", prog)
+    assert r.exit_code == 1
+    assert "expected 2 arguments (a b), got 0" in r.output
+
+    r = invoke("run", prog, "--args", tmp_path / "missing.npz")
+    assert r.exit_code == 1
+    assert "cannot read arguments file" in r.output
+
+    r = invoke("run", prog, "--random", "0", "--dim", "b")
+    assert r.exit_code == 2
+
+    r = invoke("run", prog, "--random", "0", "--args", tmp_path / "bad.npz")
+    assert r.exit_code == 2
+
+
+def test_pickled_npz_refused(prog, tmp_path):
+    obj = np.array([{"x": 1}, None], dtype=object)
+    np.savez(tmp_path / "p.npz", arg0=obj, arg1=np.ones(4, np.float32))
+    r = invoke("run", prog, "--args", tmp_path / "p.npz")
+    assert r.exit_code == 1
+    assert "allow_pickle" in r.output or "Object arrays" in r.output
+
+
+def test_consts(tmp_path):
+    p = tmp_path / "c.jaxpr"
+    p.write_text(CONST_PROG)
+    np.save(tmp_path / "a.npy", np.array([1.0, 2.0], np.float32))
+    r = invoke("run", p, "--arg", tmp_path / "a.npy")
+    assert r.exit_code == 1
+    assert (
+        r.output.strip()
+        == "error: constants without values: w (pass --consts C.npz or --random SEED)"
+    )
+    np.savez(tmp_path / "c.npz", const0=np.array([3.0, 4.0], np.float32))
+    r = invoke(
+        "run",
+        p,
+        "--arg",
+        tmp_path / "a.npy",
+        "--consts",
+        tmp_path / "c.npz",
+        "-o",
+        tmp_path / "o.npz",
+    )
+    assert r.exit_code == 0, r.output
+    with np.load(tmp_path / "o.npz") as f:
+        np.testing.assert_array_equal(f["out0"], [3.0, 8.0])
+    r = invoke("run", p, "--random", "1")
+    assert r.exit_code == 0, r.output
+
+
+def test_output_is_atomic(prog, tmp_path):
+    out = tmp_path / "nowhere" / "o.npz"
+    r = invoke("run", prog, "--random", "0", "-o", out)
+    assert r.exit_code == 1
+    assert not out.exists()
+    good = tmp_path / "o.npz"
+    r = invoke("run", prog, "--random", "0", "-o", good)
+    assert r.exit_code == 0
+    assert [f for f in os.listdir(tmp_path) if f.startswith(".jaxprtool-")] == []
+
+
+def test_gpu_missing_is_an_error(prog):
+    import jax
+
+    try:
+        jax.devices("gpu")
+        pytest.skip("a GPU is present")
+    except RuntimeError:
+        pass
+    r = invoke("run", prog, "--random", "0", "--device", "gpu")
+    assert r.exit_code == 1
+    assert "error: device 'gpu' is not available: JAX found no gpu backend" in r.output
+    r = invoke("compile", prog, "--emit", "optimized-hlo", "--device", "gpu")
+    assert r.exit_code == 1
+    assert "device 'gpu' is not available" in r.output
+
+
+def test_refused_primitive(tmp_path):
+    p = tmp_path / "cb.jaxpr"
+    p.write_text(
+        "{ lambda ; a:f32[3]. let\n"
+        "    b:f32[3] = pure_callback[callback=f result_avals=() sharding=None vmap_method=sequential] a\n"
+        "  in (b,) }\n"
+    )
+    r = invoke("run", p, "--random", "0")
+    assert r.exit_code == 1
+    assert f"{p}:2:5: error: cannot run 'pure_callback' calls back into Python" in r.output
+
+
+def test_compile_emits(prog, tmp_path):
+    r = invoke("compile", prog, "--emit", "stablehlo")
+    assert r.exit_code == 0, r.output
+    assert "stablehlo.sine" in r.output and "stablehlo.reduce" in r.output
+    r = invoke("compile", prog, "--emit", "stablehlo", "--device", "gpu")
+    assert r.exit_code == 0, r.output
+    assert "stablehlo.sine" in r.output
+    r = invoke("compile", prog, "--emit", "hlo")
+    assert r.exit_code == 0, r.output
+    assert "HloModule" in r.output and "sine(" in r.output
+    out = tmp_path / "opt.txt"
+    r = invoke("compile", prog, "--emit", "optimized-hlo", "--stats", "-o", out)
+    assert r.exit_code == 0, r.output
+    assert "HloModule" in out.read_text()
+    assert (
+        "flops:" in r.output
+        and "bytes accessed:" in r.output
+        and "argument size bytes: 64" in r.output
+    )
+
+
+def test_symbolic_dims(tmp_path):
+    p = tmp_path / "s.jaxpr"
+    p.write_text("{ lambda ; a:f32[b,3]. let c:f32[b,3] = sin a in (c,) }\n")
+    r = invoke("run", p, "--random", "0")
+    assert r.exit_code == 1
+    assert "symbolic dimension 'b' has no size: pass --dim b=N" in r.output
+    r = invoke("run", p, "--random", "0", "--dim", "b=5", "-o", tmp_path / "o.npz")
+    assert r.exit_code == 0, r.output
+    with np.load(tmp_path / "o.npz") as f:
+        assert f["out0"].shape == (5, 3)
+    np.save(tmp_path / "x.npy", np.ones((7, 3), np.float32))
+    r = invoke("run", p, "--arg", tmp_path / "x.npy", "-o", tmp_path / "o2.npz")
+    assert r.exit_code == 0, r.output
+    r = invoke("compile", p, "--dim", "b=2")
+    assert r.exit_code == 0 and "tensor<2x3xf32>" in r.output
+
+
+def test_trace_command(tmp_path, monkeypatch):
+    (tmp_path / "usermod_bk.py").write_text(
+        "import jax.numpy as jnp\n\ndef f(x, y):\n    return jnp.sin(x) @ y\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    r = invoke("trace", "usermod_bk:f", "--arg", "f32[3,4]", "--arg", "f32[4]")
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith("{ lambda ; a:f32[3,4] b:f32[4]. let")
+    assert "sin a" in r.output and "dot_general" in r.output
+    r = invoke("trace", "usermod_bk:nope", "--arg", "f32[3]")
+    assert r.exit_code == 1 and "has no attribute 'nope'" in r.output
+    r = invoke("trace", "usermod_bk:f", "--arg", "f32(3)")
+    assert r.exit_code == 2
+
+
+@pytest.mark.gpu
+def test_run_on_gpu(prog, tmp_path):
+    import jax
+
+    try:
+        jax.devices("gpu")
+    except RuntimeError:
+        pytest.skip("no GPU: JAX has no gpu backend here")
+    r1 = invoke("run", prog, "--random", "0", "--device", "gpu", "-o", tmp_path / "g.npz")
+    r2 = invoke("run", prog, "--random", "0", "-o", tmp_path / "c.npz")
+    assert r1.exit_code == 0 and r2.exit_code == 0, r1.output + r2.output
+    with np.load(tmp_path / "g.npz") as g, np.load(tmp_path / "c.npz") as c:
+        np.testing.assert_allclose(g["out0"], c["out0"], rtol=2e-3, atol=2e-3)
