@@ -409,6 +409,25 @@ def test_shared_jaxprs_forward_reference_and_tuple_of_branches():
     assert h.params["name"] == "f" and h.inputs[0] is j.invars[1]
 
 
+def test_str_ed_jaxpr_with_local_definitions_and_outer_forward_reference():
+    text = (
+        "let f = { lambda ; a:f32[]. let b:f32[] = foo[jaxprs=_R(matvec=let h = { lambda ; a:f32[]. let  in (a,) } in\n"
+        "{ lambda ; a:f32[]. let b:f32[] = jit[name=g jaxpr=g] a; c:f32[] = jit[name=h jaxpr=h] b in (c,) }, n=1)] a "
+        "in (b,) } in\n"
+        "let g = { lambda ; a:f32[]. let b:f32[] = sin a in (b,) } in\n"
+        "{ lambda ; a:f32[]. let b:f32[] = jit[name=f jaxpr=f] a; c:f32[] = jit[name=g jaxpr=g] b in (c,) }"
+    )
+    j = one(text)
+    f = j.eqns[0].params["jaxpr"]
+    rec = f.eqns[0].params["jaxprs"]
+    assert isinstance(rec, params.Record) and rec["n"] == 1
+    inner = rec["matvec"]
+    # `g` is defined by the enclosing printout, after its use; `h` by the str()-ed text itself
+    assert inner.eqns[0].params["jaxpr"] is j.eqns[1].params["jaxpr"]
+    assert inner.eqns[0].params["jaxpr"].eqns[0].prim == "sin"
+    assert inner.eqns[1].params["jaxpr"].eqns == ()
+
+
 def test_shared_jaxpr_named_lambda_and_unicode():
     text = (
         "let lambda = { lambda ; a:f32[]. let  in (a,) } in\n"
@@ -657,6 +676,8 @@ HEAD = "{ lambda ; a:f32[3]. let\n"
             "1:21: expected '.' before 'let', found 'let'",
         ),
         ("{ lambda ; a b. let c = sin a in (c,) }", "1:13: " + NO_TYPES),
+        ("{ lambda ; . let\n    a = iota[dimension=0] \n  in (a,) }", "2:6: " + NO_TYPES),
+        ("{ lambda ; . let\n    a b = foo \n  in (a,) }", "2:6: " + NO_TYPES),
         (
             "{ lambda ; a:f32[3]. let b:f32[3] = jit[name=g jaxpr=g] a in (b,) }",
             "1:54: shared jaxpr 'g' is referenced but never defined",
