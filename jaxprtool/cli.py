@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "fmt": "text_cmds:fmt",
     "check": "check_cmd:check",
     "graph": "graph_cmd:graph",
+    "check-grad": "verify_cmds:check_grad",
     "run": "run_cmds:run",
     "compile": "run_cmds:compile_",
     "trace": "run_cmds:trace",

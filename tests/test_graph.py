@@ -29,12 +29,16 @@ def test_dot_has_every_equation_and_cluster(tmp_path):
 
 def test_collapse_nested(tmp_path):
     out = tmp_path / "g.dot"
-    r = CliRunner().invoke(main, ["graph", str(SAMPLES / "cond.jaxpr"), "-o", str(out), "--collapse-nested"])
+    r = CliRunner().invoke(
+        main, ["graph", str(SAMPLES / "cond.jaxpr"), "-o", str(out), "--collapse-nested"]
+    )
     assert r.exit_code == 0, r.output
     assert "subgraph" not in out.read_text()
 
 
-@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz `dot` not installed; SVG rendering untested")
+@pytest.mark.skipif(
+    shutil.which("dot") is None, reason="Graphviz `dot` not installed; SVG rendering untested"
+)
 def test_svg_rendering(tmp_path):
     out = tmp_path / "g.svg"
     r = CliRunner().invoke(main, ["graph", str(SAMPLES / "mlp.jaxpr"), "-o", str(out)])
