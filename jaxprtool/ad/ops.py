@@ -6,6 +6,8 @@ with the primitive's shape rule.  Rules read like math: `mul(g, cos(x))`.
 
 from __future__ import annotations
 
+import builtins
+
 import numpy as np
 
 from ..core import Atom, Literal, ShapedArray, Type, Var, long_dtype_name
@@ -68,7 +70,7 @@ def _py_value(value, dtype: str):
     if dtype == "bool":
         return bool(value)
     if dtype.startswith("c"):
-        return complex(value)
+        return builtins.complex(value)
     if dtype.startswith(("f", "bf")):
         v = float(value)
         if dtype in ("f32", "f16", "bf16"):

@@ -1,0 +1,127 @@
+"""Plugins: user Python modules that add rules for primitives the tool does not know, or supply
+the custom derivative rules a printed jaxpr cannot contain.  See docs/PLUGINS.md.
+
+A plugin is a `.py` file loaded with `jaxprtool --plugin RULES.py COMMAND ...`; at import time it
+calls the helpers below.  Plugins are trusted code (they run with your permissions); jaxpr
+input files never are.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Callable, Iterable
+
+from .ad import ops  # noqa: F401  (re-exported for plugin authors)
+from .ad.registry import (  # noqa: F401  (re-exported for plugin authors)
+    Accumulator,
+    UndefinedPrimal,
+    Zero,
+    custom_jvps,
+    custom_vjps,
+    defbilinear,
+    defjvp,
+    defjvp2,
+    defjvp_zero,
+    deflinear,
+    deflinear2,
+    fancy_transposes,
+    is_undefined_primal,
+    is_zero,
+    primitive_jvps,
+    primitive_transposes,
+    rule_kind,
+)
+from .core import JaxprError
+
+__all__ = [
+    "load_plugins",
+    "register_shape_rule",
+    "register_impl",
+    "register_custom_jvp",
+    "register_custom_vjp",
+    "ops",
+    "defjvp",
+    "defjvp2",
+    "deflinear",
+    "deflinear2",
+    "defbilinear",
+    "defjvp_zero",
+    "primitive_jvps",
+    "primitive_transposes",
+    "fancy_transposes",
+    "rule_kind",
+    "Zero",
+    "is_zero",
+    "UndefinedPrimal",
+    "is_undefined_primal",
+    "Accumulator",
+]
+
+
+def register_shape_rule(name: str, fn: Callable) -> None:
+    """`fn(in_types, params, out_hint) -> list[Type]` becomes the shape rule of primitive `name`."""
+    from . import primitives
+
+    primitives._load_families()
+    primitives.SHAPE_RULES[name] = fn
+
+
+def register_impl(name: str, fn: Callable) -> None:
+    """`fn(*arrays, **params) -> array | list[array]` evaluates primitive `name` in `run` (called
+    inside JAX tracing: use jax.numpy)."""
+    from .backend import IMPLS
+
+    IMPLS[name] = fn
+
+
+def register_custom_jvp(name: str, fn: Callable) -> None:
+    """The JVP rule of `custom_jvp_call[... jvp=NAME ...]`.
+
+    `fn(primals: list[Atom], tangents: list[Atom]) -> (outs | None, tangent_outs)`, written with
+    `ops` (tangents are instantiated: never Zero).  Return `None` as `outs` to keep the primal
+    `custom_jvp_call` equation itself."""
+    custom_jvps[name] = fn
+    rule_kind[f"custom_jvp_call[jvp={name}]"] = "plugin"
+
+
+def register_custom_vjp(name: str, fwd: Callable, bwd: Callable) -> None:
+    """The rules of `custom_vjp_call[... fwd=NAME bwd=NAME2 ...]` (register under either name).
+
+    `fwd(*primals) -> (outs: list[Atom], residuals: list[Atom])` and
+    `bwd(residuals: list[Atom], cts: list[Atom]) -> list[Atom | Zero]` (one cotangent per primal
+    input), written with `ops`."""
+    custom_vjps[name] = (fwd, bwd)
+    rule_kind[f"custom_vjp_call[fwd={name}]"] = "plugin"
+
+
+_loaded: dict[str, object] = {}
+
+
+def load_plugins(paths: Iterable[str]) -> list[object]:
+    """Import each plugin file (once per path); a failing plugin is a JaxprError naming it."""
+    mods = []
+    for p in paths:
+        full = os.path.abspath(p)
+        if full in _loaded:
+            mods.append(_loaded[full])
+            continue
+        if not os.path.isfile(full):
+            raise JaxprError(f"cannot load plugin '{p}': no such file")
+        name = f"jaxprtool_plugin_{len(_loaded)}_{os.path.splitext(os.path.basename(full))[0]}"
+        spec = importlib.util.spec_from_file_location(name, full)
+        if spec is None or spec.loader is None:
+            raise JaxprError(f"cannot load plugin '{p}': not a Python module")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        try:
+            spec.loader.exec_module(mod)
+        except JaxprError:
+            raise
+        except Exception as e:  # a plugin is user code: report, don't crash
+            sys.modules.pop(name, None)
+            raise JaxprError(f"cannot load plugin '{p}': {type(e).__name__}: {e}") from None
+        _loaded[full] = mod
+        mods.append(mod)
+    return mods
