@@ -21,7 +21,7 @@ building and formatting large programs stays fast.
 
 from __future__ import annotations
 
-TEXT, BRK, CONCAT, GROUP, NEST = 0, 1, 2, 3, 4
+TEXT, BRK, CONCAT, GROUP, NEST, LAZY, FILL = 0, 1, 2, 3, 4, 5, 6
 
 Doc = tuple
 
@@ -47,7 +47,23 @@ def brk(s: str = " ") -> Doc:
 
 def concat(children) -> Doc:
     children = list(children)
-    return (CONCAT, children, sum(c[-1] for c in children))
+    return (CONCAT, children, sum([c[-1] for c in children]))
+
+
+def lazy(flat_text: str, builder) -> Doc:
+    """A document whose flat rendering is `flat_text` and whose full form `builder()`
+    is built only when it does not fit.  Valid when every break of `builder()` lies
+    inside a group (then, if the whole fits, JAX prints it flat)."""
+    return (LAZY, flat_text, builder, _w(flat_text))
+
+
+def fill(items: list[str], sep: str = "") -> Doc:
+    """`nest(2, group(join(text(sep) + group(brk()), [text(i) for i in items])))`: JAX's
+    `pp_vars` list, whose separators break one by one when the line is full."""
+    if not items:
+        return NIL
+    flat_text = (sep + " ").join(items)
+    return (FILL, items, sep, flat_text, _w(flat_text))
 
 
 def group(d: Doc) -> Doc:
@@ -68,7 +84,7 @@ def join(sep: Doc, docs) -> Doc:
     for d in docs[1:]:
         xs.append(sep)
         xs.append(d)
-    return (CONCAT, xs, sum(x[-1] for x in xs))
+    return (CONCAT, xs, sum([x[-1] for x in xs]))
 
 
 def flat(d: Doc, out: list[str]) -> None:
@@ -81,12 +97,14 @@ def flat(d: Doc, out: list[str]) -> None:
     while stack:
         d = pop()
         tag = d[0]
-        if tag <= BRK:
+        if tag <= BRK or tag == LAZY:
             app(d[1])
         elif tag == CONCAT:
             extend(reversed(d[1]))
         elif tag == GROUP:
             push(d[1])
+        elif tag == FILL:
+            app(d[3])
         else:
             push(d[2])
 
@@ -123,6 +141,35 @@ def format(doc: Doc, width: int = 80) -> str:
             else:
                 app(d[1])
                 k += d[2]
+        elif tag == LAZY:
+            if d[3] <= width - k:
+                app(d[1])
+                k += d[3]
+            else:
+                push((indent, brk_mode, d[2]()))
+        elif tag == FILL:
+            if d[4] <= width - k:
+                app(d[3])
+                k += d[4]
+                continue
+            items = d[1]
+            sep = d[2]
+            ws = len(sep)
+            ind = indent + 2
+            first = True
+            for it in items:
+                if not first:
+                    app(sep)
+                    k += ws
+                    if k < width:  # group(brk()) fits iff 1 <= width - k
+                        app(" ")
+                        k += 1
+                    else:
+                        app("\n" + " " * ind)
+                        k = ind
+                first = False
+                app(it)
+                k += len(it) if it.isascii() else len(it.encode("utf-8"))
         else:  # NEST
             push((indent + d[1], brk_mode, d[2]))
     return "".join(out)

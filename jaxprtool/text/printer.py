@@ -37,6 +37,7 @@ JAX does (own names, own shared jaxprs, column 0, width 80).
 
 from __future__ import annotations
 
+import gc
 import re
 from typing import Any
 
@@ -44,7 +45,7 @@ import numpy as np
 
 from .. import core
 from ..core import Jaxpr, Literal, Var
-from ..params import Record, format_value
+from ..params import EnumValue, Record, format_value
 from . import pretty as pp
 from .style import DEFAULT_STYLE, Style
 
@@ -88,7 +89,15 @@ def encode_name(n: int) -> str:
 
 def print_jaxpr(jaxpr: Jaxpr, style: Style | None = None, width: int = 80) -> str:
     """The text of `jaxpr` exactly as JAX's `str(jaxpr)` (no trailing newline)."""
-    return pp.format(_Printer(style or DEFAULT_STYLE).toplevel(jaxpr), width)
+    # the printer allocates many small objects and frees none until the end: the cyclic
+    # collector would only rescan the (large) IR again and again
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return pp.format(_Printer(style or DEFAULT_STYLE).toplevel(jaxpr), width)
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def literal_text(lit: Literal, typed: bool = True) -> str:
@@ -250,6 +259,9 @@ class _Printer:
         self.counter = 0
         self.type_str: dict[int, str] = {}
         self.keep: list = []
+        self.pairs_cache: dict[int, list] = {}
+        self.scopes: list[Jaxpr] = []  # every jaxpr printed in full (each is one naming scope)
+        self.value_cache: dict = {}
         self.suffixes = style.version < (
             0,
             5,
@@ -257,9 +269,13 @@ class _Printer:
 
     # ------------------------------------------------------------ naming
     def fresh(self) -> str:
+        names = _NAMES
         while True:
-            n = encode_name(self.counter)
-            self.counter += 1
+            c = self.counter
+            self.counter = c + 1
+            if c >= len(names):
+                names.extend(encode_name(i) for i in range(len(names), 2 * c + 64))
+            n = names[c]
             if n not in self.shared_names:
                 return n
 
@@ -307,7 +323,7 @@ class _Printer:
             self._name_jaxpr(j)
             self.shared[id(j)] = name
         self._name_jaxpr(top)
-        self._fix_ambiguities([j for _, j in shared] + [top])
+        self._fix_ambiguities()
         docs = []
         if progressive:
             self.shared = {}
@@ -427,6 +443,7 @@ class _Printer:
 
     def _name_jaxpr(self, j: Jaxpr) -> None:
         """Assign names in JAX's printing order (a walk mirroring the document build)."""
+        self.scopes.append(j)
         self._name_binders(j.constvars)
         self._name_binders(j.invars)
         for e in j.eqns:
@@ -466,55 +483,47 @@ class _Printer:
                 self.suggest(inner.invars, e.inputs)
                 self.suggest(inner.outvars, e.outputs)
         self._name_binders(e.outputs)
-        for _, v in _params_to_print(e, self.style):
+        for _, v in self._pairs(e):
             self._name_sub(v)
         self._name_uses(e.inputs)
 
     # ------------------------------------------------------------ pass 2: safety
-    def _fix_ambiguities(self, roots: list[Jaxpr]) -> None:
+    def _fix_ambiguities(self) -> None:
+        scopes = list({id(j): j for j in self.scopes}.values())
         for _ in range(100):
             bad: set[int] = set()
-            seen: set[int] = set()
-            stack = list(roots)
-            while stack:
-                j = stack.pop()
-                if id(j) in seen:
-                    continue
-                seen.add(id(j))
+            for j in scopes:
                 self._check_scope(j, bad)
-                for e in j.eqns:
-                    for _, v in _params_to_print(e, self.style):
-                        if isinstance(v, Jaxpr):
-                            if id(v) not in self.shared:
-                                stack.append(v)
-                        elif _is_jaxpr_tuple(v):
-                            stack.extend(x for x in v if id(x) not in self.shared)
             if not bad:
                 return
             for vid in bad:
                 self.names[vid] = self.fresh()
 
     def _check_scope(self, j: Jaxpr, bad: set[int]) -> None:
+        """Mark the variables whose use would be read as another binding (or as `_`)."""
         names = self.names
         scope: dict[str, int] = {}
-
-        def use(a):
-            if isinstance(a, Var):
-                n = names[id(a)]
-                if n == "_" or scope.get(n) != id(a):
-                    bad.add(id(a))
-
-        for v in j.constvars:
+        bound: set[int] = set()
+        for v in j.constvars + j.invars:
             scope[names[id(v)]] = id(v)
-        for v in j.invars:
-            scope[names[id(v)]] = id(v)
+            bound.add(id(v))
         for e in j.eqns:
             for a in e.inputs:
-                use(a)
+                if a.__class__ is not Literal:
+                    i = id(a)
+                    n = names[i]
+                    if (n == "_" or scope.get(n) != i) and i in bound:
+                        bad.add(i)
             for v in e.outputs:
-                scope[names[id(v)]] = id(v)
+                i = id(v)
+                scope[names[i]] = i
+                bound.add(i)
         for a in j.outvars:
-            use(a)
+            if a.__class__ is not Literal:
+                i = id(a)
+                n = names[i]
+                if (n == "_" or scope.get(n) != i) and i in bound:
+                    bad.add(i)
 
     # ------------------------------------------------------------ pass 3: documents
     def _type(self, t) -> str:
@@ -524,21 +533,35 @@ class _Printer:
             self.keep.append(t)
         return s
 
-    def _binders(self, vs) -> pp.Doc:
+    def _binder_strs(self, vs) -> list[str]:
         names = self.names
-        ty = self._type
-        docs = [pp.text(names[id(v)] + ":" + ty(v.type)) for v in vs]
-        return pp.nest(2, pp.group(pp.join(pp.group(pp.brk()), docs)))
+        ts = self.type_str
+        out = []
+        for v in vs:
+            t = v.type
+            s = ts.get(id(t))
+            if s is None:
+                s = self._type(t)
+            out.append(names[id(v)] + ":" + s)
+        return out
+
+    def _binders(self, vs) -> pp.Doc:
+        return pp.fill(self._binder_strs(vs))
 
     def _atom(self, a) -> str:
         if isinstance(a, Var):
             return self.names[id(a)]
         return literal_text(a, a.typed and self.style.typed_literals)
 
+    def _atom_strs(self, atoms) -> list[str]:
+        names = self.names
+        typed = self.style.typed_literals
+        return [
+            names[id(a)] if type(a) is Var else literal_text(a, a.typed and typed) for a in atoms
+        ]
+
     def _atoms(self, atoms, sep: str = "") -> pp.Doc:
-        docs = [pp.text(self._atom(a)) for a in atoms]
-        s = pp.group(pp.brk())
-        return pp.nest(2, pp.group(pp.join(pp.concat([pp.text(sep), s]) if sep else s, docs)))
+        return pp.fill(self._atom_strs(atoms), sep)
 
     def _jaxpr_doc(self, j: Jaxpr) -> pp.Doc:
         name = self.shared.get(id(j))
@@ -596,6 +619,18 @@ class _Printer:
         return pp.text(self._value_str(v))
 
     def _value_str(self, v) -> str:
+        # cache scalars and int tuples (keys must not confuse True with 1 or 1.0)
+        cls = v.__class__
+        key = s = None
+        if (
+            cls in _CACHEABLE
+            or isinstance(v, np.dtype)
+            or (cls is tuple and all(x.__class__ is int for x in v))
+        ):
+            key = (cls, v)
+            s = self.value_cache.get(key)
+            if s is not None:
+                return s
         if isinstance(v, (int, str, float, np.dtype)) or v is None:
             s = format_value(v)
         elif _has_jaxpr(v):
@@ -604,6 +639,8 @@ class _Printer:
             s = format_value(v)
         if self.style.mask_addresses and " at 0x" in s:
             s = _ADDR.sub(lambda m: " at 0x" + "X" * len(m.group(1)), s)
+        if key is not None:
+            self.value_cache[key] = s
         return s
 
     def _str_with_jaxprs(self, v, nested: bool) -> str:
@@ -621,18 +658,7 @@ class _Printer:
         return format_value(v, nested=nested)
 
     def _kv_pairs(self, pairs) -> pp.Doc:
-        if not pairs:
-            return pp.NIL
-        kvs = [pp.concat([pp.text(k + "="), self._value(v)]) for k, v in pairs]
-        return pp.group(
-            pp.concat(
-                [
-                    pp.nest(2, pp.concat([pp.text("["), pp.brk(""), pp.join(pp.brk(), kvs)])),
-                    pp.brk(""),
-                    pp.text("]"),
-                ]
-            )
-        )
+        return _kv_doc([pp.concat([pp.text(k + "="), self._value(v)]) for k, v in pairs])
 
     def _eqn(self, e: core.Eqn) -> pp.Doc:
         prim = e.prim
@@ -643,14 +669,41 @@ class _Printer:
         name = prim
         if prim in _JIT:
             name = self.style.call_prim
+        pairs = self._pairs(e)
+        for _, v in pairs:
+            if isinstance(v, Jaxpr) or _is_jaxpr_tuple(v):
+                break
+        else:
+            # no nested jaxpr: a lazy document (the flat text, the full form on demand)
+            kvs = [k + "=" + self._value_str(v) for k, v in pairs]
+            outs = self._binder_strs(e.outputs)
+            ins = self._atom_strs(e.inputs)
+            flat = name + ("[" + " ".join(kvs) + "]" if kvs else "") + " " + " ".join(ins)
+            if outs:
+                flat = " ".join(outs) + " = " + flat
+
+            def build():
+                kv = _kv_doc([pp.text(x) for x in kvs])
+                rhs = [pp.text(name), kv, pp.concat([_SPACE, pp.fill(ins)])]
+                if outs:
+                    return pp.concat([pp.fill(outs), _EQ, *rhs])
+                return pp.concat(rhs)
+
+            return pp.lazy(flat, build)
         rhs = [
             pp.text(name),
-            self._kv_pairs(_params_to_print(e, self.style)),
-            pp.concat([pp.text(" "), self._atoms(e.inputs)]),
+            self._kv_pairs(pairs),
+            pp.concat([_SPACE, self._atoms(e.inputs)]),
         ]
         if e.outputs:
-            return pp.concat([self._binders(e.outputs), pp.text(" = "), *rhs])
+            return pp.concat([self._binders(e.outputs), _EQ, *rhs])
         return pp.concat(rhs)
+
+    def _pairs(self, e: core.Eqn) -> list:
+        c = self.pairs_cache.get(id(e))
+        if c is None:
+            c = self.pairs_cache[id(e)] = _params_to_print(e, self.style)
+        return c
 
     # ------------------------------------------------------------ ref-state equations
     def _ref(self, e: core.Eqn, ref, idx) -> pp.Doc:
@@ -702,3 +755,20 @@ def _state_form(e: core.Eqn):
 
 
 _SLOT = re.compile(r"\$(\d+)")
+_NAMES: list[str] = []  # encode_name(i), grown on demand
+_CACHEABLE = frozenset({int, bool, str, np.dtype, EnumValue})
+_SPACE = pp.text(" ")
+_EQ = pp.text(" = ")
+_OPEN = pp.text("[")
+_CLOSE = pp.text("]")
+_BRK0 = pp.brk("")
+_BRK1 = pp.brk()
+
+
+def _kv_doc(kvs: list) -> pp.Doc:
+    """JAX's `pp_kv_pairs`: `[k=v ...]` flat, else one pair per line and `]` back."""
+    if not kvs:
+        return pp.NIL
+    return pp.group(
+        pp.concat([pp.nest(2, pp.concat([_OPEN, _BRK0, pp.join(_BRK1, kvs)])), _BRK0, _CLOSE])
+    )
