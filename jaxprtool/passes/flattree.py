@@ -145,9 +145,11 @@ def to_param(t, old):
     back to an opaque value that prints verbatim."""
     text = render(t)
     try:
-        from ..text.parser import parse_param_value  # type: ignore[attr-defined]
+        from ..text.values import parse_value
 
-        return parse_param_value(text)
+        v, end = parse_value(text, 0, top=True)
+        if end == len(text) and format_value(v) == text:
+            return v
     except Exception:
         pass
     return _rebuild_like(t, old, text)

@@ -1,0 +1,286 @@
+"""Diffs of programs: text diffs for `--diff`, semantic diffs for `jaxprtool diff`, and the
+reusable `--opt PIPELINE` / `--diff` options of transforming commands.
+
+* `text_diff(before, after)`: a unified diff of two printed programs.
+* `show_diff(before_text, after_text)`: that diff on stderr, coloured (rich) on a terminal.
+* `semantic_diff(a, b)`: None when the programs are alpha-equivalent, else a unified diff
+  of their equations rendered with canonical names (`render_lines`), aligned by a
+  name-insensitive key (so a renaming shift does not hide the real change).
+* `pipeline_options` (click decorator adding `--opt PIPELINE` and `--diff`) and
+  `apply_pipeline(jaxpr, opt, diff, style)`: what the AD commands use.
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+
+import click
+
+from ..core import Jaxpr, Literal, Var, alpha_equal
+from ..io import use_color
+from ..params import format_value
+
+# ---------------------------------------------------------------- text diffs
+
+
+def text_diff(
+    before: str, after: str, a_name: str = "before", b_name: str = "after", context: int = 3
+) -> str:
+    lines = difflib.unified_diff(
+        before.splitlines(),
+        after.splitlines(),
+        fromfile=a_name,
+        tofile=b_name,
+        lineterm="",
+        n=context,
+    )
+    return "\n".join(lines) + "\n" if before != after else ""
+
+
+def show_text(text: str, stream=None) -> None:
+    """Write a unified diff to stderr (or `stream`), coloured when that is a terminal."""
+    stream = stream or sys.stderr
+    if not text:
+        return
+    if use_color(stream):
+        from rich.console import Console
+        from rich.text import Text
+
+        console = Console(file=stream, highlight=False, soft_wrap=True)
+        for line in text.rstrip("\n").split("\n"):
+            if line.startswith(("+++", "---")):
+                style = "bold"
+            elif line.startswith("@@"):
+                style = "cyan"
+            elif line.startswith("+"):
+                style = "green"
+            elif line.startswith("-"):
+                style = "red"
+            else:
+                style = None
+            console.print(Text(line, style=style or ""))
+    else:
+        stream.write(text)
+        stream.flush()
+
+
+def show_diff(
+    before_text: str, after_text: str, a_name: str = "before", b_name: str = "after"
+) -> None:
+    d = text_diff(before_text, after_text, a_name, b_name)
+    if d:
+        show_text(d)
+    else:
+        click.echo(f"(no change: {b_name} is identical to {a_name})", err=True)
+
+
+# ---------------------------------------------------------------- canonical rendering
+
+
+class _Namer:
+    """Names variables a, b, c, ... in binding order (one name space for all scopes);
+    `preset` fixes some names in advance."""
+
+    def __init__(self, preset: dict[int, str] | None = None, taken: set[str] | None = None):
+        self.names: dict[int, str] = dict(preset or {})
+        self.taken = set(taken or ()) | set(self.names.values())
+        self.count = 0
+
+    def bind(self, v: Var) -> str:
+        n = self.names.get(id(v))
+        if n is None:
+            while True:
+                n = _name(self.count)
+                self.count += 1
+                if n not in self.taken:
+                    break
+            self.names[id(v)] = n
+            self.taken.add(n)
+        return n
+
+    def use(self, a) -> str:
+        if isinstance(a, Literal):
+            return (
+                f"{a.value!r}:{a.type}" if not isinstance(a.value, str) else f"{a.value}:{a.type}"
+            )
+        n = self.names.get(id(a))
+        return n if n is not None else "?"
+
+
+def _name(i: int) -> str:
+    s = ""
+    i += 1
+    while i:
+        i, r = divmod(i - 1, 26)
+        s = chr(ord("a") + r) + s
+    return s
+
+
+def render_lines(jaxpr: Jaxpr, namer: _Namer | None = None) -> list[tuple[str, str, list]]:
+    """(key, display, binders) per line: display uses canonical names (a, b, ... in binding
+    order); key replaces names by types, for alignment; binders are the variables the line
+    binds."""
+    out: list = []
+    _render(jaxpr, 0, out, namer or _Namer())
+    return out
+
+
+def _render(j: Jaxpr, indent: int, out: list, nm: _Namer) -> None:
+    pad = "  " * indent
+
+    def binders(vs):
+        return " ".join(f"{nm.bind(v)}:{v.type}" for v in vs)
+
+    consts = binders(j.constvars)
+    ins = binders(j.invars)
+    head = f"{{ lambda {consts}; {ins}. let"
+    key = f"{{ lambda {' '.join(str(v.type) for v in j.constvars)}; {' '.join(str(v.type) for v in j.invars)}. let"
+    out.append((pad + key, pad + head, [*j.constvars, *j.invars]))
+    for e in j.eqns:
+        simple, nested = [], []
+        for k in sorted(e.params):
+            v = e.params[k]
+            if isinstance(v, Jaxpr) or (
+                isinstance(v, (tuple, list)) and v and all(isinstance(x, Jaxpr) for x in v)
+            ):
+                nested.append((k, v))
+            else:
+                try:
+                    simple.append(f"{k}={format_value(v)}")
+                except Exception:
+                    simple.append(f"{k}={v!r}")
+        params = f"[{' '.join(simple)}]" if simple else ""
+        ins_d = " ".join(nm.use(a) for a in e.inputs)
+        ins_k = " ".join(str(a.type) if isinstance(a, Var) else nm.use(a) for a in e.inputs)
+        outs_d = " ".join(f"{nm.bind(o)}:{o.type}" for o in e.outputs)
+        outs_k = " ".join(str(o.type) for o in e.outputs)
+        out.append(
+            (
+                f"{pad}  {outs_k} = {e.prim}{params} {ins_k}",
+                f"{pad}  {outs_d} = {e.prim}{params} {ins_d}",
+                list(e.outputs),
+            )
+        )
+        for k, v in nested:
+            subs = v if isinstance(v, (tuple, list)) else [v]
+            for i, sj in enumerate(subs):
+                label = f"{pad}    {k}" + (f"[{i}]" if isinstance(v, (tuple, list)) else "") + "="
+                out.append((label, label, []))
+                _render(sj, indent + 3, out, nm)
+    outs = ", ".join(nm.use(a) for a in j.outvars)
+    outs_k = ", ".join(str(a.type) if isinstance(a, Var) else nm.use(a) for a in j.outvars)
+    out.append((f"{pad}  in ({outs_k}) }}", f"{pad}  in ({outs}) }}", []))
+
+
+def semantic_diff(
+    a: Jaxpr, b: Jaxpr, a_name: str = "a", b_name: str = "b", context: int = 2
+) -> str | None:
+    """None when a and b are alpha-equivalent; else a unified diff of their canonical
+    renderings.  Lines are aligned by a name-insensitive key; the variables bound by aligned
+    lines of b take the names of a's, so only real changes (and their data flow) show."""
+    if alpha_equal(a, b):
+        return None
+    na = _Namer()
+    la = render_lines(a, na)
+    lb0 = render_lines(b, _Namer())
+    sm0 = difflib.SequenceMatcher(
+        None, [k for k, _, _ in la], [k for k, _, _ in lb0], autojunk=False
+    )
+    preset: dict[int, str] = {}
+    for tag, a1, a2, b1, b2 in sm0.get_opcodes():
+        if tag != "equal":
+            continue
+        for x, y in zip(la[a1:a2], lb0[b1:b2]):
+            for va, vb in zip(x[2], y[2]):
+                if id(vb) not in preset:
+                    preset[id(vb)] = na.names[id(va)]
+    lb = render_lines(b, _Namer(preset, taken=set(na.names.values())))
+    sm = _RefinedMatcher(la, lb)
+    lines = [f"--- {a_name}", f"+++ {b_name}"]
+    for group in sm.get_grouped_opcodes(context):
+        if all(tag == "equal" for tag, *_ in group):
+            continue
+        i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
+        lines.append(f"@@ -{i1 + 1},{i2 - i1} +{j1 + 1},{j2 - j1} @@")
+        for tag, a1, a2, b1, b2 in group:
+            if tag == "equal":
+                lines.extend(" " + x[1] for x in la[a1:a2])
+                continue
+            lines.extend("-" + x[1] for x in la[a1:a2])
+            lines.extend("+" + x[1] for x in lb[b1:b2])
+    if len(lines) == 2:
+        lines.append(
+            "@@ the programs differ in what this rendering does not show (effects, weak types) @@"
+        )
+    return "\n".join(lines) + "\n"
+
+
+class _RefinedMatcher(difflib.SequenceMatcher):
+    """Aligns by key; lines aligned as equal whose display text differs (same operation and
+    types, different data flow) become one-line replacements."""
+
+    def __init__(self, la, lb):
+        super().__init__(None, [x[0] for x in la], [x[0] for x in lb], autojunk=False)
+        self.la, self.lb = la, lb
+
+    def get_opcodes(self):
+        out = []
+        for tag, a1, a2, b1, b2 in super().get_opcodes():
+            if tag != "equal":
+                out.append((tag, a1, a2, b1, b2))
+                continue
+            run = a1
+            for k in range(a2 - a1):
+                if self.la[a1 + k][1] != self.lb[b1 + k][1]:
+                    if run < a1 + k:
+                        out.append(("equal", run, a1 + k, b1 + run - a1, b1 + k))
+                    out.append(("replace", a1 + k, a1 + k + 1, b1 + k, b1 + k + 1))
+                    run = a1 + k + 1
+            if run < a2:
+                out.append(("equal", run, a2, b1 + run - a1, b2))
+        return out
+
+
+# ---------------------------------------------------------------- --opt / --diff options
+
+
+def pipeline_options(fn):
+    """Click decorator: adds `--opt PIPELINE` (run passes on the result, e.g.
+    `canonicalize` or `inline,simplify,cse,dce`) and `--diff` (show a diff of the result
+    before/after the pipeline on stderr).  The command receives `opt` and `show_diff`."""
+    fn = click.option(
+        "--diff",
+        "show_diff",
+        is_flag=True,
+        help="Show a unified diff of the program before/after the passes on stderr.",
+    )(fn)
+    fn = click.option(
+        "--opt",
+        "opt",
+        metavar="PIPELINE",
+        default=None,
+        help="Clean up the result with these passes (e.g. canonicalize, or inline,simplify,cse,dce).",
+    )(fn)
+    return fn
+
+
+def apply_pipeline(
+    jaxpr: Jaxpr, opt: str | None, show_diff: bool = False, style=None, before: Jaxpr | None = None
+):
+    """Run `opt` (a pipeline spec, or None) on jaxpr; with show_diff, print the diff between
+    `before` (default: jaxpr itself) and the result on stderr.  Returns the new jaxpr."""
+    from ..passes.registry import run_pipeline
+
+    result = run_pipeline(jaxpr, opt) if opt else jaxpr
+    if show_diff:
+        show_diff_jaxprs(jaxpr if before is None else before, result, style)
+    return result
+
+
+def show_diff_jaxprs(
+    before: Jaxpr, after: Jaxpr, style=None, a_name="before", b_name="after"
+) -> None:
+    from ..text.printer import print_jaxpr
+
+    show_diff(print_jaxpr(before, style), print_jaxpr(after, style), a_name, b_name)
