@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import gc
 import re
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -682,14 +683,7 @@ class _Printer:
             if outs:
                 flat = " ".join(outs) + " = " + flat
 
-            def build():
-                kv = _kv_doc([pp.text(x) for x in kvs])
-                rhs = [pp.text(name), kv, pp.concat([_SPACE, pp.fill(ins)])]
-                if outs:
-                    return pp.concat([pp.fill(outs), _EQ, *rhs])
-                return pp.concat(rhs)
-
-            return pp.lazy(flat, build)
+            return pp.lazy(flat, partial(_build_eqn, name, kvs, ins, outs))
         rhs = [
             pp.text(name),
             self._kv_pairs(pairs),
@@ -763,6 +757,14 @@ _OPEN = pp.text("[")
 _CLOSE = pp.text("]")
 _BRK0 = pp.brk("")
 _BRK1 = pp.brk()
+
+
+def _build_eqn(name: str, kvs: list[str], ins: list[str], outs: list[str]) -> pp.Doc:
+    """The full document of an equation without nested jaxprs (JAX's `_pp_eqn`)."""
+    rhs = [pp.text(name), _kv_doc([pp.text(x) for x in kvs]), pp.concat([_SPACE, pp.fill(ins)])]
+    if outs:
+        return pp.concat([pp.fill(outs), _EQ, *rhs])
+    return pp.concat(rhs)
 
 
 def _kv_doc(kvs: list) -> pp.Doc:
