@@ -664,6 +664,11 @@ HEAD = "{ lambda ; a:f32[3]. let\n"
             HEAD + "    b:f32[3] = sin @a\n  in (b,) }",
             "2:20: expected an operand (a variable or a literal), found '@'",
         ),
+        (HEAD + "    b:f32[3] = add a 1.2.3:f32[]\n  in (b,) }", "2:22: malformed literal '1.2.3'"),
+        (
+            HEAD + "    b:c64[3] = add a (1+2k):c64[]\n  in (b,) }",
+            "2:22: expected an operand (a variable or a literal), found '('",
+        ),
         (
             HEAD + "    b:f32[3] = sin a\n      c:f32[3] = cos b\n  in (b,) }",
             "3:7: a binder cannot appear among operands; a new equation must start at column 5, "

@@ -478,21 +478,21 @@ class _Parser:
             return None, i
         t = m.group()
         e = m.end()
-        if t[0] == "(":
-            val = "float0" if t.startswith("(b") else complex(t)
-        elif t == "True" or t == "False":
-            val = t == "True"
-        elif t == "[...]":
-            val = Ellipsis
-        elif t.endswith("j"):
-            val = complex(t)
-        elif t.lstrip("-").isdigit():
-            val = int(t)
-        else:
-            try:
+        try:
+            if t[0] == "(":
+                val = "float0" if t.startswith("(b") else complex(t)
+            elif t == "True" or t == "False":
+                val = t == "True"
+            elif t == "[...]":
+                val = Ellipsis
+            elif t.endswith("j"):
+                val = complex(t)
+            elif t.lstrip("-").isdigit():
+                val = int(t)
+            else:
                 val = float(t)
-            except ValueError:
-                self.fail(f"malformed literal '{t}'", i)
+        except ValueError:
+            self.fail(f"malformed literal '{t}'", i)
         return self.literal(i, val, e)
 
     def literal(self, i: int, val, e: int):
