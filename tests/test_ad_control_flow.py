@@ -452,3 +452,51 @@ def test_old_scan_encoding(version):
     got = _run(vj, args + cts)
     for k, (g, w) in enumerate(zip(got[2:], want_ct)):
         _close(g, w, f"cotangent {k}")
+
+
+# ---------------------------------------------------------------- higher order, hand-written linear programs
+
+
+def _nested_loss(x):
+    def step(c, xi):
+        c2 = jnp.tanh(c * xi + 0.3 * c)
+        return c2, lax.cond(c2.sum() > 0, jnp.sin, lambda u: u * u, c2)
+
+    c, ys = lax.scan(step, x, jnp.linspace(0.1, 1.0, 12, dtype=jnp.float32).reshape(4, 3))
+    return c.sum() + ys.sum()
+
+
+def test_second_order():
+    """forward-over-reverse and reverse-over-reverse through scan + cond (the transposed scan is
+    differentiated again: its Pytree ft_in is read back)."""
+    from jaxprtool.ad.api import grad_jaxpr, vjp_jaxpr
+    from jaxprtool.ad.jvp import jvp_jaxpr
+    from jaxprtool.text.printer import print_jaxpr
+
+    x = np.array([0.3, -0.2, 0.5], np.float32)
+    t = np.array([1.0, 0.5, -1.0], np.float32)
+    j = parse(str(jax.make_jaxpr(_nested_loss)(x)), "<t>").jaxpr
+    g = grad_jaxpr(j, 0)
+    _close(_run(g, [x])[0], jax.grad(_nested_loss)(x), "grad")
+    hvp = jax.jvp(jax.grad(_nested_loss), (x,), (t,))[1]
+    _close(_run(jvp_jaxpr(g), [x, t])[1], hvp, "forward over reverse")
+    vg = vjp_jaxpr(g)
+    _close(_run(vg, [x, t])[1], hvp, "reverse over reverse")
+    again = parse(print_jaxpr(vg), "<printed>").jaxpr  # the printed program reads back
+    _close(_run(again, [x, t])[1], hvp, "reverse over reverse, printed and parsed")
+
+
+def test_transpose_scan_with_counter():
+    """A linear scan with a non-linear carry (fori_loop's counter) and a zero-initialised one."""
+    from jaxprtool.ad.transpose import transpose_jaxpr
+
+    def f(x):
+        return lax.fori_loop(
+            0, 5, lambda i, c: c * 2.0 + x * i.astype(jnp.float32), jnp.zeros(3, jnp.float32)
+        )
+
+    x = normal(3, 1)
+    w = normal(3, 2)
+    j = parse(str(jax.make_jaxpr(f)(x)), "<t>").jaxpr
+    got = _run(transpose_jaxpr(j, [True]), [w])
+    _close(got[0], jax.linear_transpose(f, x)(w)[0], "transpose")

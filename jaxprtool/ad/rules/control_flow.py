@@ -759,29 +759,42 @@ def _scan_linearize(primals, tangents, params, enc, nzs, out_nz):
 
 def _scan_transpose(cts, *args, **params):
     from .. import ops
+    from ..transpose import linear_dependence
 
     body, length, reverse = _scan_static(params)
     enc = _ScanEnc(params, len(args), body)
     nc, nk = enc.nc, enc.nk
     lin = [is_undefined_primal(a) for a in args]
-    if not all(lin[nc : nc + nk]):
-        raise JaxprError(
-            "scan: cannot transpose a scan whose carry does not depend linearly on the linear inputs",
-            _loc(),
-        )
     lc, lx = lin[:nc], lin[nc + nk :]
-    consts, xs = args[:nc], args[nc + nk :]
-    ct_carry = [instantiate(c) for c in cts[:nk]]
+    # A carry is linear if its init is or if its update depends on linear values (fixed point);
+    # a non-linear init of a linear carry is an instantiated zero (its cotangent is dropped).
+    lk = lin[nc : nc + nk]
+    while True:
+        dep = linear_dependence(body, lc + lk + lx)[:nk]
+        new = [a or d for a, d in zip(lk, dep)]
+        if new == lk:
+            break
+        lk = new
+    consts, init, xs = args[:nc], args[nc : nc + nk], args[nc + nk :]
+    # Non-linear carries (loop counters...): a forward scan records their value at each iteration,
+    # the transposed scan reads them as residual xs.
+    nl_k = [i for i in range(nk) if not lk[i]]
+    nl_stacked = []
+    if nl_k:
+        nl_stacked = _nonlinear_carry_scan(
+            body, params, enc, lc, lk, lx, consts, init, xs, length, reverse
+        )
+    ct_carry = [instantiate(c) for c, m in zip(cts[:nk], lk) if m]
     ys_mask = [not is_zero(c) for c in cts[nk:]]
     ct_ys = [c for c in cts[nk:] if not is_zero(c)]
     res_c = [a for a, m in zip(consts, lc) if not m]
     ct_c0 = [ops.zeros(tangent_type(a.type)) for a, m in zip(consts, lc) if m]
-    res_x = [a for a, m in zip(xs, lx) if not m]
-    tbody = _transpose_scan_body(body, nc, nk, lc, lx, ys_mask)
-    n_acc = len(ct_c0)
+    res_x = [a for a, m in zip(xs, lx) if not m] + nl_stacked
+    tbody = _transpose_scan_body(body, nc, nk, lc, lk, lx, ys_mask)
+    n_acc, n_k = len(ct_c0), len(ct_carry)
     if enc.ft:
-        ft_in = _pytree_ft(((len(res_c), 0), (n_acc, nk), (0, len(ct_ys), len(res_x))))
-        ft_out = FT.tup(_pytree_ft((n_acc, nk)), FT.tup(_pytree_ft(sum(lx)), FT.nones(0)))
+        ft_in = _pytree_ft(((len(res_c), 0), (n_acc, n_k), (0, len(ct_ys), len(res_x))))
+        ft_out = FT.tup(_pytree_ft((n_acc, n_k)), FT.tup(_pytree_ft(sum(lx)), FT.nones(0)))
     else:
         ft_in = ft_out = None
     p = enc.make(
@@ -790,53 +803,101 @@ def _scan_transpose(cts, *args, **params):
         ft_in=ft_in,
         ft_out=ft_out,
         num_consts=len(res_c),
-        num_carry=n_acc + nk,
-        linear=[False] * len(res_c) + [True] * (n_acc + nk + len(ct_ys)) + [False] * len(res_x),
+        num_carry=n_acc + n_k,
+        linear=[False] * len(res_c) + [True] * (n_acc + n_k + len(ct_ys)) + [False] * len(res_x),
     )
     outs = _emit(
         "scan",
         res_c + ct_c0 + ct_carry + ct_ys + res_x,
         p,
-        _scan_out_types(tbody, n_acc + nk, length),
+        _scan_out_types(tbody, n_acc + n_k, length),
     )
-    it_c, it_k, it_x = iter(outs[:n_acc]), iter(outs[n_acc : n_acc + nk]), iter(outs[n_acc + nk :])
+    it_c, it_k, it_x = (
+        iter(outs[:n_acc]),
+        iter(outs[n_acc : n_acc + n_k]),
+        iter(outs[n_acc + n_k :]),
+    )
+    cts_k = [next(it_k) if m else None for m in lk]
     return (
         [next(it_c) if m else None for m in lc]
-        + [next(it_k) for _ in range(nk)]
+        + [c if is_undefined_primal(a) else None for a, c in zip(init, cts_k)]
         + [next(it_x) if m else None for m in lx]
     )
 
 
-def _transpose_scan_body(body: Jaxpr, nc, nk, lc, lx, ys_mask) -> Jaxpr:
-    """`[res consts][ct accs, ct carry][nonzero ct ys, res xs] -> [ct accs, ct carry][ct xs]`."""
+def _nonlinear_carry_scan(body, params, enc, lc, lk, lx, consts, init, xs, length, reverse):
+    """Run the non-linear carries forward; returns their stacked per-iteration values."""
+    nc, nk = enc.nc, enc.nk
+    j = _clone(body)
+    C, K, X = j.invars[:nc], j.invars[nc : nc + nk], j.invars[nc + nk :]
+    nl_k = [i for i in range(nk) if not lk[i]]
+    outvars = [j.outvars[i] for i in nl_k] + [K[i] for i in nl_k]
+    c_keep = [not m for m in lc]
+    x_keep = [not m for m in lx]
+    invars = (
+        [v for v, k in zip(C, c_keep) if k]
+        + [K[i] for i in nl_k]
+        + [v for v, k in zip(X, x_keep) if k]
+    )
+    eqns = B.dce_eqns(list(j.eqns), outvars)
+    fj = j.replace(invars=invars, eqns=eqns, outvars=outvars)
+    operands = (
+        [a for a, k in zip(consts, c_keep) if k]
+        + [init[i] for i in nl_k]
+        + [a for a, k in zip(xs, x_keep) if k]
+    )
+    n_c, n_k, n_x = sum(c_keep), len(nl_k), sum(x_keep)
+    ft_in = FT.tup(FT.nones(n_c), FT.nones(n_k), FT.nones(n_x))
+    ft_out = FT.tup(FT.nones(n_k), FT.nones(n_k))
+    lin = [x for x, k in zip(enc.linear, c_keep + [not m for m in lk] + x_keep) if k]
+    p = enc.make(
+        jaxpr=fj,
+        reverse=reverse,
+        ft_in=ft_in,
+        ft_out=ft_out,
+        num_consts=n_c,
+        num_carry=n_k,
+        linear=lin,
+    )
+    outs = _emit("scan", operands, p, _scan_out_types(fj, n_k, length))
+    return outs[n_k:]
+
+
+def _transpose_scan_body(body: Jaxpr, nc, nk, lc, lk, lx, ys_mask) -> Jaxpr:
+    """`[res consts][ct accs, ct carry][nonzero ct ys, res xs, non-linear carries]
+    -> [ct accs, ct carry][ct xs]`."""
     C, K, X = body.invars[:nc], body.invars[nc : nc + nk], body.invars[nc + nk :]
     Y = body.outvars[nk:]
     rc = [B.fresh_like(v) for v, m in zip(C, lc) if not m]
     acc = [Var(tangent_type(v.type), None) for v, m in zip(C, lc) if m]
-    ctk = [Var(tangent_type(v.type), None) for v in K]
+    ctk = [Var(tangent_type(v.type), None) for v, m in zip(K, lk) if m]
     cty = [Var(tangent_type(y.type), None) for y, m in zip(Y, ys_mask) if m]
     rx = [B.fresh_like(v) for v, m in zip(X, lx) if not m]
-    irc, irx = iter(rc), iter(rx)
+    rk = [B.fresh_like(v) for v, m in zip(K, lk) if not m]
+    irc, irx, irk = iter(rc), iter(rx), iter(rk)
     args = (
         [None if m else next(irc) for m in lc]
-        + [None] * nk
+        + [None if m else next(irk) for m in lk]
         + [None if m else next(irx) for m in lx]
     )
-    mask = list(lc) + [True] * nk + list(lx)
-    icty = iter(cty)
-    cts_out = list(ctk) + [
-        next(icty) if m else Zero(tangent_type(y.type)) for y, m in zip(Y, ys_mask)
+    mask = list(lc) + list(lk) + list(lx)
+    ictk, icty = iter(ctk), iter(cty)
+    cts_out = [
+        next(ictk) if m else Zero(tangent_type(v.type)) for v, m in zip(body.outvars[:nk], lk)
     ]
+    cts_out += [next(icty) if m else Zero(tangent_type(y.type)) for y, m in zip(Y, ys_mask)]
     consts = [B.fresh_like(v) for v in body.constvars]
     bb = B.Builder(loc=B.current().loc)
     with B.use(bb):
         _, cts_in = backward_pass(body, mask, args, cts_out, consts)
         ct_c = [c for c, m in zip(cts_in[:nc], lc) if m]
         new_acc = [instantiate(add_tangents(a, c)) for a, c in zip(acc, ct_c)]
-        ct_k = [instantiate(c) for c in cts_in[nc : nc + nk]]
+        ct_k = [instantiate(c) for c, m in zip(cts_in[nc : nc + nk], lk) if m]
         ct_x = [instantiate(c) for c, m in zip(cts_in[nc + nk :], lx) if m]
     outvars = new_acc + ct_k + ct_x
-    return B.make_jaxpr(rc + acc + ctk + cty + rx, B.dce_eqns(bb.eqns, outvars), outvars, consts)
+    return B.make_jaxpr(
+        rc + acc + ctk + cty + rx + rk, B.dce_eqns(bb.eqns, outvars), outvars, consts
+    )
 
 
 # ---------------------------------------------------------------- while
