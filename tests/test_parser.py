@@ -701,7 +701,7 @@ HEAD = "{ lambda ; a:f32[3]. let\n"
         ),
         (
             "{ lambda ; a:f32[3]. let b:f32[3] = foo[x=" + "(" * 3000 + "] a in (b,) }",
-            "1:1: input is nested too deeply",
+            "1:43: the value of 'x' is nested too deeply",
         ),
     ],
 )

@@ -751,6 +751,8 @@ class _Parser:
             if structured:
                 self.fail(err.message, err.pos)
             ok = False
+        except RecursionError:
+            self.fail(f"the value of '{key}' is nested too deeply", i)
         if not ok and structured:
             k = self.ws(e)
             if k > e:
