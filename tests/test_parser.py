@@ -177,6 +177,14 @@ def test_width_and_colour_variants_are_the_same_program():
     base = parse((v / "width_200.jaxpr").read_text()).jaxpr
     for name in ("width_40.jaxpr", "use_color_ansi.jaxpr", "source_info_name_stack.jaxpr"):
         assert core.alpha_equal(base, parse((v / name).read_text()).jaxpr), name
+    crlf = (v / "width_40.jaxpr").read_text().replace("\n", "\r\n")
+    assert core.alpha_equal(base, parse(crlf).jaxpr)
+    j = parse(
+        (CORPUS / "jax-0.10.2" / "debug_print_callback.jaxpr").read_text().replace("\n", "\r\n")
+    ).jaxpr
+    assert all(
+        "\r" not in v for e in core.all_eqns(j) for v in e.params.values() if isinstance(v, str)
+    )
 
 
 @needs_corpus

@@ -72,6 +72,8 @@ def parse(text: str, path: str = "<stdin>") -> ParseResult:
     """Parse printed jaxpr text into the typed IR.  Raises a located `JaxprError`."""
     if "\x1b" in text:
         text = G.ANSI.sub("", text)
+    if "\r\n" in text:
+        text = text.replace("\r\n", "\n")  # same lines and columns
     p = _Parser(text, path)
     # the IR has no reference cycles: pausing the cyclic GC saves its many passes over
     # the young objects built here
