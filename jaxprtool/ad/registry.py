@@ -106,7 +106,7 @@ def _fit(t, like):
 def defjvp(name: str, *fns):
     """`fns[i](g_i, *primals, **params) -> tangent` per argument (None: no derivative)."""
 
-    def rule(primals, tangents, **params):
+    def rule(primals, tangents, /, **params):
         (ans,) = rebind_primal(name, primals, params)
         out = Zero(tangent_type(ans.type))
         for fn, t in zip(fns, tangents):
@@ -123,7 +123,7 @@ def defjvp(name: str, *fns):
 def defjvp2(name: str, *fns):
     """`fns[i](g_i, ans, *primals, **params) -> tangent`: also sees the primal output."""
 
-    def rule(primals, tangents, **params):
+    def rule(primals, tangents, /, **params):
         (ans,) = rebind_primal(name, primals, params)
         out = Zero(tangent_type(ans.type))
         for fn, t in zip(fns, tangents):
@@ -137,7 +137,7 @@ def defjvp2(name: str, *fns):
     return rule
 
 
-def linear_jvp(name: str, primals, tangents, **params):
+def linear_jvp(name: str, primals, tangents, /, **params):
     outs = rebind_primal(name, primals, params)
     if all(is_zero(t) for t in tangents):
         return outs, [Zero(tangent_type(o.type)) for o in outs]
@@ -146,7 +146,7 @@ def linear_jvp(name: str, primals, tangents, **params):
 
 
 def _linear_transpose(transpose_fn, with_args: bool):
-    def rule(cts, *args, **params):
+    def rule(cts, /, *args, **params):
         ct = cts[0] if len(cts) == 1 else cts
         if (len(cts) == 1 and is_zero(ct)) or (len(cts) > 1 and all(is_zero(c) for c in cts)):
             return [Zero(tangent_type(a.type)) if is_undefined_primal(a) else None for a in args]
@@ -179,7 +179,7 @@ def deflinear2(name: str, transpose_fn):
 def defbilinear(name: str, lhs_rule, rhs_rule):
     """Linear in each argument separately: JVP `bind(tx, y) + bind(x, ty)`."""
 
-    def jvp(primals, tangents, **params):
+    def jvp(primals, tangents, /, **params):
         x, y = primals
         tx, ty = tangents
         (ans,) = rebind_primal(name, primals, params)
@@ -190,7 +190,7 @@ def defbilinear(name: str, lhs_rule, rhs_rule):
             out = add_tangents(out, _fit(current().bind(name, [x, ty], params)[0], ans))
         return [ans], [out]
 
-    def transpose(cts, x, y, **params):
+    def transpose(cts, x, y, /, **params):
         (ct,) = cts
         if is_undefined_primal(x) and is_undefined_primal(y):
             from ..core import JaxprError
@@ -213,7 +213,7 @@ def defbilinear(name: str, lhs_rule, rhs_rule):
 def defjvp_zero(name: str):
     """No derivative: the tangent outputs are Zero."""
 
-    def rule(primals, tangents, **params):
+    def rule(primals, tangents, /, **params):
         outs = rebind_primal(name, primals, params)
         return outs, [Zero(tangent_type(o.type)) for o in outs]
 

@@ -20,6 +20,7 @@ from ..linearize import LINEAR_NAME, _split, linearize_masked
 from ..registry import (
     custom_jvps,
     custom_vjps,
+    deflinear2,
     fancy_transposes,
     primitive_jvps,
     primitive_transposes,
@@ -60,6 +61,27 @@ def _scatter(out_nz, vals, types):
     return [next(it) if nz else Zero(tangent_type(t)) for nz, t in zip(out_nz, types)]
 
 
+def _forward_inputs(pj: Jaxpr, n: int, primals):
+    """Residual outputs of a primal body that are just its inputs are taken from the operands.
+
+    Returns (pruned body, a function giving the residual atoms from the body's outputs)."""
+    pos = {id(v): i for i, v in enumerate(pj.invars)}
+    src = []
+    keep = list(pj.outvars[:n])
+    for r in pj.outvars[n:]:
+        if isinstance(r, Var) and id(r) in pos:
+            src.append(("in", pos[id(r)]))
+        else:
+            src.append(("out", len(keep)))
+            keep.append(r)
+    body = pj.replace(outvars=keep)
+
+    def residuals(outs):
+        return [primals[i] if kind == "in" else outs[i] for kind, i in src]
+
+    return body, residuals
+
+
 def _call_jvp(prim):
     def rule(primals, tangents, **params):
         key = _key(prim, params)
@@ -74,10 +96,11 @@ def _call_jvp(prim):
             outs = _emit(prim, list(primals) + nz_t, dict(params, **{key: jj}), jj)
             return outs[:n], _scatter(out_nz, outs[n:], out_types)
         pj, lj, out_nz, _ = linearize_masked(inner, nz, instantiate=False)
+        pj, residuals = _forward_inputs(pj, n, primals)
         outs = _emit(prim, primals, dict(params, **{key: pj}), pj)
         if not any(out_nz):
             return outs[:n], [Zero(tangent_type(t)) for t in out_types]
-        touts = _emit(prim, list(outs[n:]) + nz_t, dict(params, **{key: lj}), lj)
+        touts = _emit(prim, residuals(outs) + nz_t, dict(params, **{key: lj}), lj)
         return outs[:n], _scatter(out_nz, touts, out_types)
 
     return rule
@@ -228,17 +251,24 @@ def _remat_jvp(prim):
         n = len(inner.outvars)
         out_types = [v.type for v in inner.outvars]
         pj, lj, out_nz = _remat_split(inner, nz, _policy_saveable(params.get("policy")))
+        pj, residuals = _forward_inputs(pj, n, primals)
         outs = _emit(prim, primals, dict(params, **{key: pj}), pj)
         if not any(out_nz):
             return outs[:n], [Zero(tangent_type(t)) for t in out_types]
         lparams = dict(params, **{key: lj})
         if "differentiated" in lparams:
             lparams["differentiated"] = True
-        touts = _emit(prim, list(outs[n:]) + nz_t, lparams, lj)
+        touts = _emit(prim, residuals(outs) + nz_t, lparams, lj)
         return outs[:n], _scatter(out_nz, touts, out_types)
 
     return rule
 
+
+def _name_transpose(ct, x, **params):
+    return [ct]
+
+
+deflinear2("name", _name_transpose)
 
 for _p in ("remat2", "checkpoint"):
     primitive_jvps[_p] = _remat_jvp(_p)
