@@ -404,10 +404,12 @@ def test_shared_jaxprs_forward_reference_and_tuple_of_branches():
         "      )\n"
         "    ] e h\n"
         "    l:f32[] = jit[name=g jaxpr=g] i\n"
-        "  in (l,) }\n"
+        "    m:f32[] = psum[axes=(g,) axis_name=g] l\n"
+        "  in (m,) }\n"
     )
     j = one(text)
-    h, i, l = j.eqns
+    h, i, l, m = j.eqns
+    assert m.params == {"axes": (params.SymExpr("g"),), "axis_name": "g"}
     f = h.params["jaxpr"]
     g = f.eqns[0].params["jaxpr"]
     assert isinstance(g, core.Jaxpr) and g.eqns[0].prim == "sin"

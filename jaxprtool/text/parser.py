@@ -89,14 +89,11 @@ def parse(text: str, path: str = "<stdin>") -> ParseResult:
     return ParseResult(j, p.warnings)
 
 
-# parameter keys whose bare-name values are names, never shared-jaxpr references
-_NAME_KEYS = frozenset(
-    {"name", "jvp", "fwd", "bwd", "rule", "computation", "fmt", "axis_name", "impl"}
-)
-# parameter keys whose value is a jaxpr (or None)
-_JAXPR_KEYS = frozenset(
-    {"jaxpr", "call_jaxpr", "body_jaxpr", "cond_jaxpr", "update_jaxpr", "solve_jaxpr", "call"}
-)
+def _jaxpr_key(key: str) -> bool:
+    """Parameter keys whose value is a jaxpr (a bare name there is a shared-jaxpr reference)."""
+    return "jaxpr" in key or key in ("call", "branches")
+
+
 # parameter keys whose value is always an unquoted string (may contain anything, H3)
 _STRING_KEYS = frozenset({"name", "fmt"})
 
@@ -735,15 +732,10 @@ class _Parser:
             e = m.end() if m and self.at_delim(m.end()) else self.raw_end(i, broken)
             return (None if s[i:e] == "None" else s[i:e]), e
         m = G.BARE_NAME.match(s, i)
-        if (
-            m
-            and m.group() in self.shared_names
-            and key not in _NAME_KEYS
-            and self.at_delim(m.end())
-        ):
+        if m and m.group() in self.shared_names and _jaxpr_key(key) and self.at_delim(m.end()):
             self.scopes[-1].pending.append((out, key))
             return _SharedRef(m.group(), i), m.end()
-        if m and key in _JAXPR_KEYS and m.group() != "None" and self.at_delim(m.end()):
+        if m and _jaxpr_key(key) and m.group() != "None" and self.at_delim(m.end()):
             self.fail(f"shared jaxpr '{m.group()}' is referenced but never defined", i)
         structured = c in "([{'\"" or c.isdigit() or c == "-"
         try:
