@@ -46,6 +46,16 @@ Representation choices the printer relies on
   indices stay in the text).  To print: substitute the names of `ivars` for
   `$k`, then `NAME(x) + TPL`.
 * `print_effects=True`: `Jaxpr.effects` is the tuple of printed effect names.
+* Shared definitions that nothing references are not kept (JAX prints one
+  when its only use sits inside a str()-ed value, H5: such a definition and
+  the identical one inside the str()-ed text become one object).
+* Top-level `name=` and `fmt=` values are raw strings up to the next
+  `key=`/`]`; in a broken parameter list the next key must start a line, so
+  a `fmt` containing newlines and `]` is read whole (H3).
+* Warnings (`ParseResult.warnings`, located): each *use* of `_` (read as the
+  most recent `_` binding of that jaxpr; the text is ambiguous, FORMAT §2).
+* `Eqn.loc` is the position of the equation's first token (1-based).
+* 0.4.35 printed unused binders as `f_`: the hint keeps the underscore.
 """
 
 from __future__ import annotations
