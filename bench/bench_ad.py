@@ -73,7 +73,7 @@ def cases():
     x = jax.random.normal(key, (6, 16))
     yield "mlp", (lambda ps, x, y: mlp(ps, x, y)), (mlp_params, jnp.ones((5, 8)), jnp.ones((5, 4)))
     yield "attention", attention, (block_params(key), x)
-    yield "transformer-48", transformer, ([block_params(k) for k in jax.random.split(key, 48)], x)
+    yield "transformer-64", transformer, ([block_params(k) for k in jax.random.split(key, 64)], x)
 
 
 def count(jaxpr) -> int:
