@@ -137,7 +137,7 @@ def grad_jaxpr(
     mask = [True] + [False] * (len(outs) - 1)
     uniq = list(dict.fromkeys(i % n for i in argnums))
     consts, prim_in, _, eqns, pouts, grads, _ = _vjp_build(jaxpr, uniq, mask, make_cts)
-    by_arg = dict(zip(uniq, grads))
+    by_arg = dict(zip(sorted(uniq), grads))  # tangent inputs come in input order
     g = [by_arg[i % n] for i in argnums]
     outvars = ([pouts[0]] if with_value else []) + (list(pouts[1:]) if has_aux else []) + g
     return B.make_jaxpr(prim_in, B.dce_eqns(eqns, outvars), outvars, consts)

@@ -1,0 +1,362 @@
+"""Reverse mode: linearize + transpose, vjp and grad against JAX; the dot-product test; transpose
+twice; the combined linearize form through `transpose`; custom_vjp (with and without a plugin),
+checkpoint policies; the exact error texts; the `transpose`, `vjp` and `grad` commands."""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+
+from jaxprtool import backend  # noqa: E402
+from jaxprtool.ad.api import (  # noqa: E402
+    grad_jaxpr,
+    linearize_combined,
+    linearize_jaxpr,
+    transpose_auto,
+    transpose_jaxpr,
+    vjp_jaxpr,
+)
+from jaxprtool.cli import main  # noqa: E402
+from jaxprtool.core import JaxprError  # noqa: E402
+from jaxprtool.text.parser import parse  # noqa: E402
+
+TOL = 2e-3
+
+
+def ir(f, *args):
+    return parse(str(jax.make_jaxpr(f)(*args)), "<jax>").jaxpr
+
+
+def close(a, b, tol=TOL):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=tol, rtol=tol)
+
+
+def vec(shape, seed, lo=-1.0, hi=1.0):
+    return np.random.default_rng(seed).uniform(lo, hi, shape).astype(np.float32)
+
+
+def run(args, stdin=None):
+    return CliRunner().invoke(main, args, input=stdin)
+
+
+X, Y = vec(4, 0), vec(4, 1, 0.5, 2.0)
+W = vec((4, 3), 2)
+
+
+def mlp_loss(w, x, y):
+    h = jnp.tanh(x @ w)
+    return jnp.mean((jnp.sin(h) * 2.0 - y[:3]) ** 2) + 0.1 * jnp.sum(w * w)
+
+
+FUNCS = [
+    ("poly", lambda x, y: jnp.sum(x**3 * y - jnp.exp(x) / y), (X, Y)),
+    ("select_max", lambda x, y: jnp.sum(jnp.where(x > 0, x * y, jnp.maximum(x, -y))), (X, Y)),
+    ("mlp", mlp_loss, (W, X, Y)),
+    ("nested_jit", lambda x, y: jnp.sum(jax.jit(lambda a, b: jnp.sin(a) * b)(x, y) ** 2), (X, Y)),
+]
+
+
+def _residual_values(primal, info, args):
+    outs = backend.evaluate(primal, args)
+    n_out = len(info.out_mask)
+    new = outs[n_out:]
+    src = {"input": args, "output": outs[:n_out], "new": new}
+    return [np.asarray(src[r.source][r.index]) for r in info.residuals]
+
+
+@pytest.mark.parametrize("case", FUNCS, ids=[c[0] for c in FUNCS])
+def test_vjp_and_grad_match_jax(case):
+    name, f, args = case
+    args = list(args)
+    j = ir(f, *args)
+    ref_val, ref_grads = jax.value_and_grad(f, argnums=tuple(range(len(args))))(*args)
+    got = backend.evaluate(grad_jaxpr(j, tuple(range(len(args))), with_value=True), args)
+    close(got[0], ref_val)
+    for a, b in zip(got[1:], ref_grads):
+        close(a, b)
+    ct = np.float32(0.7)
+    got = backend.evaluate(vjp_jaxpr(j), args + [ct])
+    ref = jax.vjp(f, *args)[1](ct)
+    for a, b in zip(got[1:], ref):
+        close(a, b)
+
+
+@pytest.mark.parametrize("case", FUNCS, ids=[c[0] for c in FUNCS])
+def test_dot_product_and_double_transpose(case):
+    """<w, L v> = <L^T w, v> on the linear program, and (L^T)^T = L."""
+    name, f, args = case
+    args = list(args)
+    j = ir(lambda *a: jnp.atleast_1d(f(*a)) * jnp.arange(1.0, 3.0), *args)  # two outputs per input
+    primal, linear, info = linearize_jaxpr(j)
+    res = _residual_values(primal, info, args)
+    n_res = len(res)
+    rng = np.random.default_rng(5)
+    vs = [rng.uniform(-1, 1, np.shape(a)).astype(np.float32) for a in args]
+    ws = [rng.uniform(-1, 1, tuple(v.type.shape)).astype(np.float32) for v in linear.outvars]
+    lv = backend.evaluate(linear, res + vs)
+    lt = transpose_jaxpr(linear, [False] * n_res + [True] * len(vs))
+    ltw = backend.evaluate(lt, res + ws)
+    lhs = sum(float(np.sum(w * a)) for w, a in zip(ws, lv))
+    rhs = sum(float(np.sum(a * v)) for a, v in zip(ltw, vs))
+    assert abs(lhs - rhs) <= 1e-3 * max(1.0, abs(lhs))
+    ltt = transpose_jaxpr(lt, [False] * n_res + [True] * len(ws))
+    for a, b in zip(backend.evaluate(ltt, res + vs), lv):
+        close(a, b)
+
+
+def test_linearize_then_transpose_is_vjp():
+    f = FUNCS[2][1]
+    args = [W, X, Y]
+    j = ir(f, *args)
+    lc = linearize_combined(j)
+    t, mask, lin_out = transpose_auto(lc)
+    assert mask == [False] * 3 + [True] * 3 and lin_out == [False, True]
+    ct = np.float32(1.5)
+    got = backend.evaluate(t, args + [ct])
+    ref_val, pull = jax.vjp(f, *args)
+    close(got[0], ref_val)
+    for a, b in zip(got[1:], pull(ct)):
+        close(a, b)
+
+
+def test_grad_of_grad_matches_jax():
+    def f(x):
+        return jnp.sin(x) * x**3 + jnp.exp(-x * x)
+
+    x = np.float32(0.7)
+    j = ir(f, x)
+    g2 = grad_jaxpr(grad_jaxpr(j))
+    close(backend.evaluate(g2, [x])[0], jax.grad(jax.grad(f))(x))
+
+
+def test_grad_has_aux_and_argnums_order():
+    def f(x, y):
+        return jnp.sum(x * y), x + 1.0
+
+    j = ir(f, X, Y)
+    out = backend.evaluate(grad_jaxpr(j, (1, 0), has_aux=True, with_value=True), [X, Y])
+    assert len(out) == 4
+    close(out[0], np.sum(X * Y))
+    close(out[1], X + 1.0)
+    close(out[2], X)
+    close(out[3], Y)
+
+
+# ---------------------------------------------------------------- custom_vjp, checkpoint
+
+
+@jax.custom_vjp
+def scaled_sin(x, y):
+    return jnp.sin(x) * y
+
+
+def scaled_sin_fwd(x, y):
+    return scaled_sin(x, y), (jnp.cos(x), jnp.sin(x), y)
+
+
+def scaled_sin_bwd(res, g):
+    c, s, y = res
+    return (3.0 * c * g * y, s * g)  # deliberately three times the true d/dx
+
+
+scaled_sin.defvjp(scaled_sin_fwd, scaled_sin_bwd)
+
+
+def _f_cv(x, y):
+    return jnp.sum(scaled_sin(x, y))
+
+
+def test_custom_vjp_without_plugin_uses_the_body():
+    j = ir(_f_cv, X, Y)
+    got = backend.evaluate(grad_jaxpr(j, (0, 1)), [X, Y])
+    close(got[0], np.cos(X) * Y)
+    close(got[1], np.sin(X))
+
+
+def test_custom_vjp_with_plugin(tmp_path):
+    from jaxprtool.ad.registry import custom_vjps
+    from jaxprtool.plugins import load_plugins
+
+    plugin = tmp_path / "cv_rules.py"
+    plugin.write_text(
+        textwrap.dedent("""\
+        from jaxprtool.plugins import ops, register_custom_vjp
+
+        def fwd(x, y):
+            out = ops.mul(ops.sin(x), y)
+            return [out], [ops.cos(x), ops.sin(x), y]
+
+        def bwd(res, cts):
+            c, s, y = res
+            (g,) = cts
+            return [ops.mul(ops.mul(ops.mul(ops.lit(3.0, g), c), g), y), ops.mul(s, g)]
+
+        register_custom_vjp("scaled_sin_fwd", fwd, bwd)
+        """)
+    )
+    try:
+        load_plugins([str(plugin)])
+        j = ir(_f_cv, X, Y)
+        got = backend.evaluate(grad_jaxpr(j, (0, 1)), [X, Y])
+        ref = jax.grad(_f_cv, (0, 1))(X, Y)
+        close(got[0], ref[0])
+        close(got[1], ref[1])
+        # linearize shows custom_lin; transpose turns it into bwd
+        r = run(["linearize", "-"], str(jax.make_jaxpr(_f_cv)(X, Y)))
+        assert r.exit_code == 0, r.output
+        assert "custom_lin" in r.stdout
+        r2 = run(["transpose", "-"], r.stdout)
+        assert r2.exit_code == 0, r2.output
+        vj = parse(r2.stdout, "t").jaxpr
+        got = backend.evaluate(vj, [X, Y, np.float32(1.0)])
+        close(got[1], ref[0])
+    finally:
+        custom_vjps.pop("scaled_sin_fwd", None)
+
+
+@pytest.mark.parametrize("policy", ["none", "dots", "names"])
+def test_checkpoint_grad(policy):
+    from jax.ad_checkpoint import checkpoint_name
+
+    pol = {
+        "none": None,
+        "dots": jax.checkpoint_policies.dots_saveable,
+        "names": jax.checkpoint_policies.save_only_these_names("h"),
+    }[policy]
+
+    def f(w, x):
+        def body(w, x):
+            h = checkpoint_name(jnp.tanh(x @ w), "h")
+            return jnp.sum(jnp.sin(h) ** 2)
+
+        return jax.checkpoint(body, policy=pol)(w, x)
+
+    j = ir(f, W, X)
+    got = backend.evaluate(grad_jaxpr(j, (0, 1)), [W, X])
+    ref = jax.grad(f, (0, 1))(W, X)
+    close(got[0], ref[0])
+    close(got[1], ref[1])
+
+
+def test_checkpoint_named_policy_record_saves_the_name():
+    """0.10.2 prints `SaveOnlyTheseNames(...)`: the named value becomes a residual."""
+    src = textwrap.dedent("""\
+        { lambda ; a:f32[4]. let
+            b:f32[4] = remat2[
+              differentiated=False
+              jaxpr={ lambda ; c:f32[4]. let
+                  d:f32[4] = sin c
+                  e:f32[4] = name[name=y] d
+                  f:f32[4] = sin e
+                in (f,) }
+              policy=SaveOnlyTheseNames(saveable_names=frozenset({'y'}))
+              prevent_cse=True
+            ] a
+          in (b,) }""")
+    j = parse(src, "r").jaxpr
+    primal, linear, info = linearize_jaxpr(j)
+    lin_remat = [e for e in linear.eqns if e.prim == "remat2"]
+    body = [e.prim for e in lin_remat[0].params["jaxpr"].eqns]
+    assert "sin" not in body and body.count("cos") == 2  # sin(c) is saved by name, not recomputed
+    assert [e.prim for e in primal.eqns] == ["remat2"]
+    got = backend.evaluate(vjp_jaxpr(j), [X, Y])
+    close(got[1], np.cos(np.sin(X)) * np.cos(X) * Y)
+
+
+# ---------------------------------------------------------------- errors
+
+
+def test_grad_of_non_scalar_message():
+    j = ir(lambda x: jnp.sin(x), X)
+    with pytest.raises(JaxprError) as e:
+        grad_jaxpr(j)
+    assert e.value.message == (
+        "Gradient only defined for scalar-output functions. Output had shape: (4,). To get the gradient, "
+        "reduce the output to a scalar with output.sum(), or use jax.jacobian to differentiate a function "
+        "with a non-scalar output."
+    )
+    with pytest.raises(TypeError) as te:  # the same text as JAX's
+        jax.grad(lambda x: jnp.sin(x))(X)
+    assert str(te.value) == e.value.message
+
+
+def test_grad_of_int_input_message():
+    j = ir(lambda x, n: jnp.sum(x) * n, X, np.int32(2))
+    with pytest.raises(JaxprError) as e:
+        grad_jaxpr(j, 1)
+    with pytest.raises(TypeError) as te:
+        jax.grad(lambda x, n: jnp.sum(x) * n, 1)(X, np.int32(2))
+    assert e.value.message == str(te.value)
+
+
+def test_missing_transpose_rule_is_located():
+    src = "{ lambda ; a:f32[3]. let\n    b:f32[3] = neg a\n    c:f32[3] = sin b\n  in (c,) }"
+    j = parse(src, "lin.jaxpr").jaxpr
+    with pytest.raises(JaxprError) as e:
+        transpose_jaxpr(j, [True])
+    assert (
+        e.value.message
+        == "Transpose rule (for reverse-mode differentiation) for 'sin' not implemented"
+    )
+    assert (e.value.loc.file, e.value.loc.line, e.value.loc.col) == ("lin.jaxpr", 3, 5)
+    r = run(["transpose", "-"], src)
+    assert r.exit_code == 1
+    assert (
+        "<stdin>:3:5: error: Transpose rule (for reverse-mode differentiation) for 'sin' not implemented"
+        in r.stderr
+    )
+
+
+# ---------------------------------------------------------------- commands
+
+
+SRC = textwrap.dedent("""\
+    { lambda ; a:f32[4] b:f32[4]. let
+        c:f32[4] = sin a
+        d:f32[4] = mul c b
+        e:f32[] = reduce_sum[axes=(0,) out_sharding=None] d
+      in (e,) }
+    """)
+
+
+def test_grad_vjp_transpose_commands(tmp_path):
+    p = tmp_path / "f.jaxpr"
+    p.write_text(SRC)
+    r = run(["grad", "--argnums", "0,1", "--with-value", str(p)])
+    assert r.exit_code == 0, r.output
+    got = backend.evaluate(parse(r.stdout, "g").jaxpr, [X, Y])
+    close(got[0], np.sum(np.sin(X) * Y))
+    close(got[1], np.cos(X) * Y)
+    close(got[2], np.sin(X))
+    r = run(["vjp", "--argnums", "1", str(p)])
+    assert r.exit_code == 0, r.output
+    got = backend.evaluate(parse(r.stdout, "v").jaxpr, [X, Y, np.float32(2.0)])
+    assert len(got) == 2
+    close(got[1], 2.0 * np.sin(X))
+    # a plain linear program: all inputs linear, then --residuals
+    lin = "{ lambda ; a:f32[4] b:f32[4]. let\n    c:f32[4] = mul a b\n    d:f32[4] = neg c\n  in (d,) }\n"
+    r = run(["transpose", "--residuals", "1", "-"], lin)
+    assert r.exit_code == 0, r.output
+    got = backend.evaluate(parse(r.stdout, "t").jaxpr, [X, Y])
+    close(got[0], -X * Y)
+    r = run(["transpose", "--linear", "1", "-"], lin)
+    assert r.exit_code == 0
+    r = run(["transpose", "--linear", "1", "--residuals", "1", "-"], lin)
+    assert r.exit_code == 2
+    r = run(["grad", "-"], str(jax.make_jaxpr(jnp.sin)(X)))
+    assert r.exit_code == 1 and "Gradient only defined for scalar-output functions" in r.stderr
+
+
+def test_grad_twice_through_the_cli():
+    f = lambda x: jnp.sin(x) * x * x  # noqa: E731
+    x = np.float32(0.3)
+    r1 = run(["grad", "-"], str(jax.make_jaxpr(f)(x)))
+    r2 = run(["grad", "-"], r1.stdout)
+    assert r2.exit_code == 0, r2.output
+    close(backend.evaluate(parse(r2.stdout, "g").jaxpr, [x])[0], jax.grad(jax.grad(f))(x))
