@@ -223,6 +223,12 @@ def _docs(draw_tree):
         if kind == "nest":
             a, b = build(t[2])
             return pretty.nest(t[1], a), J.nest(t[1], b)
+        if kind == "fill":
+            items, sep = list(t[1]), t[2]
+            jdoc = J.nest(
+                2, J.group(J.join(J.text(sep) + J.group(J.brk()), [J.text(i) for i in items]))
+            )
+            return pretty.fill(items, sep), jdoc
         kids = [build(c) for c in t[1]]
         return pretty.concat([a for a, _ in kids]), J.concat([b for _, b in kids])
 
@@ -236,6 +242,11 @@ _tree = st.recursive(
             st.sampled_from(["", "a", "bcd ef", "x" * 17, "é名", "l1\nl2", "{ lambda "]),
         ),
         st.tuples(st.just("brk"), st.sampled_from([" ", "", "; "])),
+        st.tuples(
+            st.just("fill"),
+            st.lists(st.sampled_from(["a:f32[3]", "bc", "é名", "x" * 11]), max_size=8),
+            st.sampled_from(["", ","]),
+        ),
     ),
     lambda kids: st.one_of(
         st.tuples(st.just("group"), kids),

@@ -492,7 +492,7 @@ class _Printer:
     def _fix_ambiguities(self) -> None:
         scopes = list({id(j): j for j in self.scopes}.values())
         for _ in range(100):
-            bad: set[int] = set()
+            bad: dict[int, None] = {}  # ordered: fresh names must not depend on ids
             for j in scopes:
                 self._check_scope(j, bad)
             if not bad:
@@ -500,7 +500,7 @@ class _Printer:
             for vid in bad:
                 self.names[vid] = self.fresh()
 
-    def _check_scope(self, j: Jaxpr, bad: set[int]) -> None:
+    def _check_scope(self, j: Jaxpr, bad: dict[int, None]) -> None:
         """Mark the variables whose use would be read as another binding (or as `_`)."""
         names = self.names
         scope: dict[str, int] = {}
@@ -514,7 +514,7 @@ class _Printer:
                     i = id(a)
                     n = names[i]
                     if (n == "_" or scope.get(n) != i) and i in bound:
-                        bad.add(i)
+                        bad[i] = None
             for v in e.outputs:
                 i = id(v)
                 scope[names[i]] = i
@@ -524,7 +524,7 @@ class _Printer:
                 i = id(a)
                 n = names[i]
                 if (n == "_" or scope.get(n) != i) and i in bound:
-                    bad.add(i)
+                    bad[i] = None
 
     # ------------------------------------------------------------ pass 3: documents
     def _type(self, t) -> str:
