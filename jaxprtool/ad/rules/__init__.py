@@ -3,6 +3,7 @@
 from . import (
     calls,  # noqa: F401
     control_flow,  # noqa: F401
+    control_flow,  # noqa: F401
     elementwise,  # noqa: F401
     linalg,  # noqa: F401
     random,  # noqa: F401
