@@ -3,7 +3,6 @@
 from . import (
     calls,  # noqa: F401
     control_flow,  # noqa: F401
-    control_flow,  # noqa: F401
     elementwise,  # noqa: F401
     linalg,  # noqa: F401
     random,  # noqa: F401
