@@ -97,6 +97,11 @@ def scan_two_carries(a, b, xs):
     return lax.scan(step, (a, b), xs)
 
 
+def scan_ys_residual(c0, xs):
+    # the residual c (for the tangent of c * x) is also the ys output: stacked once
+    return lax.scan(lambda c, x: (c * x, c), c0, xs)
+
+
 def fori_static(x):
     return lax.fori_loop(0, 5, lambda i, c: c * jnp.sin(c) + i.astype(jnp.float32) * 0.1, x)
 
@@ -142,6 +147,7 @@ CASES = [
         [normal(2, 11), normal(2, 12), normal((4, 2), 13)],
         "scan",
     ),
+    Case("scan_ys_residual", scan_ys_residual, [normal(3, 20), normal((5, 3), 21)], "scan"),
     Case("fori_static", fori_static, [normal(3, 14)], "scan"),
     Case("while", while_loop, [normal(3, 15)], "while", reverse_ok=False),
     Case("scan_in_cond_t", scan_in_cond, [normal(3, 16) + 2.0, normal((4, 3), 17)], "cond"),

@@ -669,6 +669,7 @@ def _scan_linearize(primals, tangents, params, enc, nzs, out_nz):
     res = list(pj.outvars[nk + ny :])
     in_pos = {id(v): i for i, v in enumerate(pj.invars)}
     inv = _invariant_vars(pj, nc)
+    ys_pos = {id(v): nk + k for k, v in enumerate(pj.outvars[nk : nk + ny]) if isinstance(v, Var)}
     # classify: ("int", atom-or-hoist) intensive / ("ext", ...) extensive
     kinds = []
     for r in res:
@@ -679,6 +680,8 @@ def _scan_linearize(primals, tangents, params, enc, nzs, out_nz):
             kinds.append(("ext_fwd", i))
         elif i is None and (isinstance(r, Literal) or id(r) in inv):
             kinds.append(("hoist", r))
+        elif isinstance(r, Var) and id(r) in ys_pos:
+            kinds.append(("ys_fwd", ys_pos[id(r)]))  # already stacked as a primal ys output
         else:
             kinds.append(("stack", r))
     # hoist the loop-invariant residuals: emit their equations outside the loop
@@ -725,6 +728,9 @@ def _scan_linearize(primals, tangents, params, enc, nzs, out_nz):
             int_bind.append(v)
         elif kind == "ext_fwd":
             ext_res.append(primals[r])
+            ext_bind.append(v)
+        elif kind == "ys_fwd":
+            ext_res.append(prim_outs[r])
             ext_bind.append(v)
         else:
             ext_res.append(next(stacked))
