@@ -161,3 +161,29 @@ def test_dim_expressions():
         static_shape(ShapedArray(("b",), "f32"), {})
     with pytest.raises(JaxprError):
         eval_dim("__import__('os')", {})
+
+
+#: 0.10.2 texts of programs that JAX 0.12 traces differently (so 0.12 is no oracle for them)
+OLDER_DIFFERENT = {"checkify": "checkify's error codes changed between 0.10 and 0.12"}
+
+
+@needs_corpus
+@pytest.mark.slow
+def test_corpus_0_10_2_matches_jax_0_12(monkeypatch):
+    """The 0.10.2 texts of the same functions run and give what JAX 0.12 computes."""
+    import backend_corpus
+
+    monkeypatch.setattr(backend_corpus, "SUB", "jax-0.10.2")
+    failed, ok = {}, 0
+    for name in backend_corpus.corpus_names():
+        if name in OLDER_DIFFERENT or name not in backend_corpus.load_cases():
+            continue
+        try:
+            status, detail = compare(name)
+        except Exception as e:  # noqa: BLE001
+            status, detail = "fail", f"{type(e).__name__}: {str(e)[:300]}"
+        if status == "fail":
+            failed[name] = detail
+        ok += status == "ok"
+    assert not failed, "\n".join(f"{n}: {d}" for n, d in sorted(failed.items()))
+    assert ok >= 90

@@ -321,7 +321,18 @@ def _prng_impl(eqn, p, dims):
     raise JaxprError(f"cannot run '{eqn.prim}': unknown PRNG implementation '{tag}'", eqn.loc)
 
 
+def _top_k(eqn, p, dims):
+    # texts of older JAX versions print neither (the last axis, stable)
+    nd = eqn.inputs[0].type.ndim
+    return {
+        "k": int(p["k"]),
+        "axis": int(p.get("axis", nd - 1)),
+        "is_stable": bool(p.get("is_stable", True)),
+    }
+
+
 PARAM_RULES = {
+    "top_k": _top_k,
     "random_seed": _prng_impl,
     "random_wrap": _prng_impl,
     "broadcast_in_dim": _broadcast_in_dim,
