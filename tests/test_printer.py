@@ -520,3 +520,20 @@ def test_fmt_does_not_import_jax(tmp_path):
     r = subprocess.run([sys.executable, "-c", code, str(src)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout == src.read_text()
+
+
+def test_untyped_nan_literal_not_captured_by_a_variable_named_nan():
+    """Past ~5750 variables a variable can be called `nan`: a bare `nan` literal would read as it."""
+    import math
+
+    t = ShapedArray((), "f32")
+    x = Var(t)
+    env, eqns = [x], []
+    for _ in range(9000):
+        o = Var(t)
+        eqns.append(Eqn("max", (env[-1], Literal(math.nan, t, typed=False)), (o,), {}))
+        env.append(o)
+    j = Jaxpr((), (x,), tuple(eqns), (env[-1],))
+    for style in (Style.parse("0.4.35"), DEFAULT_STYLE):
+        out = print_jaxpr(j, style)
+        assert alpha_equal(parse(out, "<p>").jaxpr, j)

@@ -261,6 +261,7 @@ class _Printer:
         self.type_str: dict[int, str] = {}
         self.keep: list = []
         self.pairs_cache: dict[int, list] = {}
+        self.drop_hints: set[int] = set()
         self.scopes: list[Jaxpr] = []  # every jaxpr printed in full (each is one naming scope)
         self.value_cache: dict = {}
         self.suffixes = style.version < (
@@ -283,7 +284,8 @@ class _Printer:
     def name(self, v: Var) -> str:
         n = self.names.get(id(v))
         if n is None:
-            n = self.names[id(v)] = self.fresh()
+            # a dropped binder (JAX's DropVar) prints `_` without taking a name
+            n = self.names[id(v)] = "_" if id(v) in self.drop_hints else self.fresh()
         return n
 
     def suggest(self, for_vars, like_vars) -> None:
@@ -501,13 +503,20 @@ class _Printer:
                 self.names[vid] = self.fresh()
 
     def _check_scope(self, j: Jaxpr, bad: dict[int, None]) -> None:
-        """Mark the variables whose use would be read as another binding (or as `_`)."""
+        """Mark the variables whose use would be read as another binding (or as `_`), and
+        variables named `nan`/`inf` where a bare (untyped) `nan`/`inf` literal is printed."""
         names = self.names
         scope: dict[str, int] = {}
         bound: set[int] = set()
+        special: list[int] = []  # vars named nan/inf
+        untyped = not self.style.typed_literals
         for v in j.constvars + j.invars:
-            scope[names[id(v)]] = id(v)
-            bound.add(id(v))
+            i = id(v)
+            n = names[i]
+            scope[n] = i
+            bound.add(i)
+            if n == "nan" or n == "inf":
+                special.append(i)
         for e in j.eqns:
             for a in e.inputs:
                 if a.__class__ is not Literal:
@@ -515,16 +524,26 @@ class _Printer:
                     n = names[i]
                     if (n == "_" or scope.get(n) != i) and i in bound:
                         bad[i] = None
+                elif not a.typed:
+                    untyped = True
             for v in e.outputs:
                 i = id(v)
-                scope[names[i]] = i
+                n = names[i]
+                scope[n] = i
                 bound.add(i)
+                if n == "nan" or n == "inf":
+                    special.append(i)
         for a in j.outvars:
             if a.__class__ is not Literal:
                 i = id(a)
                 n = names[i]
                 if (n == "_" or scope.get(n) != i) and i in bound:
                     bad[i] = None
+            elif not a.typed:
+                untyped = True
+        if untyped:
+            for i in special:
+                bad[i] = None
 
     # ------------------------------------------------------------ pass 3: documents
     def _type(self, t) -> str:
