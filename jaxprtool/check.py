@@ -194,9 +194,9 @@ def _literal_problem(lit: Literal) -> str | None:
     elif isinstance(v, int):
         ok = d.startswith(("i", "u")) and d[1:2].isdigit()
         if ok:
-            bits = int("".join(ch for ch in d[1:] if ch.isdigit()) or 0)
+            bits = int("".join(ch for ch in d[1:3] if ch.isdigit()) or 0)
             lo, hi = (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if d[0] == "i" else (0, 2**bits - 1)
-            if bits and not lo <= v <= hi:
+            if bits in (2, 4, 8, 16, 32, 64) and not lo <= v <= hi:
                 return f"literal {v} is out of range for {t}"
     elif isinstance(v, float):
         ok = d.startswith(("f", "bf")) and d != "float0"

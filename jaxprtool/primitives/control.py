@@ -320,6 +320,8 @@ def _scan(in_types, params, out_hint):
     if len(j.invars) != n:
         raise ShapeError(f"scan: jaxpr takes {len(j.invars)} inputs, but the equation passes {n}")
     c, k = _scan_split(in_types, j, length, params, out_hint)
+    if c < 0 or k < 0 or c + k > n:
+        raise ShapeError(f"scan: num_consts={c} and num_carry={k} do not fit {n} operands")
     inv = j.in_types
     for i in range(c + k):
         if not types_agree(in_types[i], inv[i]):

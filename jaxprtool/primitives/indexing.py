@@ -3,7 +3,17 @@
 from __future__ import annotations
 
 from . import ShapeError, shape_rule
-from .util import arr, field, fill_sym_from_hint, fmt_shape, ints, is_int_dtype, nargs, need
+from .util import (
+    arr,
+    field,
+    fill_sym_from_hint,
+    fmt_shape,
+    ints,
+    is_int_dtype,
+    nargs,
+    need,
+    static_ints,
+)
 
 
 @shape_rule("gather")
@@ -14,10 +24,10 @@ def _gather(in_types, params, out_hint):
     if not is_int_dtype(idx.dtype):
         raise ShapeError(f"gather: indices must have an integer dtype, got {idx.dtype}")
     dn = need(params, "dimension_numbers")
-    offset_dims = ints(field(dn, "offset_dims"))
-    collapsed = set(ints(field(dn, "collapsed_slice_dims")))
-    start_index_map = ints(field(dn, "start_index_map"))
-    obatch = set(ints(field(dn, "operand_batching_dims", ())))
+    offset_dims = static_ints(field(dn, "offset_dims"))
+    collapsed = set(static_ints(field(dn, "collapsed_slice_dims")))
+    start_index_map = static_ints(field(dn, "start_index_map"))
+    obatch = set(static_ints(field(dn, "operand_batching_dims", ())))
     sizes = ints(need(params, "slice_sizes"))
     if len(sizes) != x.ndim:
         raise ShapeError(
@@ -74,9 +84,9 @@ def _scatter(in_types, params, out_hint):
         raise ShapeError(f"scatter: updates dtype {upd.dtype} differs from operand dtype {x.dtype}")
     dn = params.get("dimension_numbers")
     if dn is not None:
-        uwd = ints(field(dn, "update_window_dims", ()))
-        iwd = ints(field(dn, "inserted_window_dims", ()))
-        obd = ints(field(dn, "operand_batching_dims", ()))
+        uwd = static_ints(field(dn, "update_window_dims", ()))
+        iwd = static_ints(field(dn, "inserted_window_dims", ()))
+        obd = static_ints(field(dn, "operand_batching_dims", ()))
         if len(uwd) + len(iwd) + len(obd) != x.ndim:
             raise ShapeError(
                 f"scatter: update_window_dims, inserted_window_dims and operand_batching_dims must "

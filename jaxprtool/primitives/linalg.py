@@ -23,7 +23,9 @@ from .util import (
     nargs,
     need,
     opt_dtype_param,
+    pairs,
     real_dtype,
+    static_ints,
     strided_dim,
 )
 
@@ -57,7 +59,7 @@ def _dot_dims(dn):
         (lc, rc), (lb, rb) = dn
     except (TypeError, ValueError):
         raise ShapeError(f"dot_general: malformed dimension_numbers {dn}") from None
-    return ints(lc), ints(rc), ints(lb), ints(rb)
+    return static_ints(lc), static_ints(rc), static_ints(lb), static_ints(rb)
 
 
 @shape_rule("dot_general")
@@ -104,8 +106,8 @@ def _ragged_dot_general(in_types, params, out_hint):
     lhs, rhs, gs = (arr(t, "ragged_dot_general", i) for i, t in enumerate(in_types))
     rdn = need(params, "ragged_dot_dimension_numbers")
     lc, rc, lb, rb = _dot_dims(field(rdn, "dot_dimension_numbers"))
-    lrag = ints(field(rdn, "lhs_ragged_dimensions", ()))
-    rgrp = ints(field(rdn, "rhs_group_dimensions", ()))
+    lrag = static_ints(field(rdn, "lhs_ragged_dimensions", ()))
+    rgrp = static_ints(field(rdn, "rhs_group_dimensions", ()))
     batch = tuple(lhs.shape[i] for i in lb)
     lfree = tuple(d for i, d in enumerate(lhs.shape) if i not in lc and i not in lb)
     rfree = tuple(
@@ -131,12 +133,16 @@ def _conv_specs(dn, nd):
         s = tuple(range(nd))
         return s, s, s
     try:
-        return ints(field(dn, "lhs_spec")), ints(field(dn, "rhs_spec")), ints(field(dn, "out_spec"))
+        return (
+            static_ints(field(dn, "lhs_spec")),
+            static_ints(field(dn, "rhs_spec")),
+            static_ints(field(dn, "out_spec")),
+        )
     except ShapeError:
         try:
             lhs, rhs, out = dn
-            return ints(lhs), ints(rhs), ints(out)
-        except (TypeError, ValueError):
+            return static_ints(lhs), static_ints(rhs), static_ints(out)
+        except (TypeError, ValueError, KeyError, IndexError):
             raise ShapeError(f"conv_general_dilated: malformed dimension_numbers {dn}") from None
 
 
@@ -148,17 +154,17 @@ def _conv(in_types, params, out_hint):
         raise ShapeError(f"conv_general_dilated: lhs {lhs} and rhs {rhs} must have the same rank")
     nd = lhs.ndim
     ls, rs, os_ = _conv_specs(params.get("dimension_numbers"), nd)
-    if not (len(ls) == len(rs) == len(os_) == nd):
+    if not all(sorted(spec) == list(range(nd)) for spec in (ls, rs, os_)):
         raise ShapeError(f"conv_general_dilated: dimension_numbers do not match rank {nd}")
     nsp = nd - 2
-    strides = ints(params.get("window_strides")) or (1,) * nsp
+    strides = static_ints(params.get("window_strides")) or (1,) * nsp
     padding = params.get("padding")
     if isinstance(padding, str) or padding is None:
         pads = None
     else:
-        pads = [ints(p) for p in padding]
-    ldil = ints(params.get("lhs_dilation")) or (1,) * nsp
-    rdil = ints(params.get("rhs_dilation")) or (1,) * nsp
+        pads = pairs(padding, "padding")
+    ldil = static_ints(params.get("lhs_dilation")) or (1,) * nsp
+    rdil = static_ints(params.get("rhs_dilation")) or (1,) * nsp
     fgc = int_param(params, "feature_group_count", 1)
     bgc = int_param(params, "batch_group_count", 1)
     if not (len(strides) == len(ldil) == len(rdil) == nsp) or (

@@ -14,13 +14,14 @@ from .util import (
     fill_sym_from_hint,
     fmt_shape,
     int_param,
-    ints,
     is_complex_dtype,
     is_int_dtype,
     min_args,
     mk,
     nargs,
     need,
+    pairs,
+    static_ints,
     strided_dim,
 )
 
@@ -40,7 +41,7 @@ def _reduce_axes(prim, x, axes):
 def _reduce_monoid(in_types, params, out_hint):
     nargs(in_types, 1, "reduce")
     x = arr(in_types[0], "reduce", 0)
-    shape = _reduce_axes("reduce", x, ints(need(params, "axes")))
+    shape = _reduce_axes("reduce", x, static_ints(need(params, "axes")))
     return [x.update(shape=shape)]
 
 
@@ -48,7 +49,7 @@ def _reduce_monoid(in_types, params, out_hint):
 def _argminmax(in_types, params, out_hint):
     nargs(in_types, 1, "argmax")
     x = arr(in_types[0], "argmax", 0)
-    axes = ints(need(params, "axes"))
+    axes = static_ints(need(params, "axes"))
     if len(axes) != 1:
         raise ShapeError(f"argmax/argmin expects exactly one axis, got {fmt_shape(axes)}")
     d = dtype_param(need(params, "index_dtype"))
@@ -69,11 +70,11 @@ def _cumulative(in_types, params, out_hint):
 
 
 def _window_shape(prim, x: ShapedArray, params):
-    wd = ints(need(params, "window_dimensions"))
-    ws = ints(need(params, "window_strides"))
-    pad = [ints(p) for p in need(params, "padding")]
-    bd = ints(params.get("base_dilation")) or (1,) * x.ndim
-    wdl = ints(params.get("window_dilation")) or (1,) * x.ndim
+    wd = static_ints(need(params, "window_dimensions"))
+    ws = static_ints(need(params, "window_strides"))
+    pad = pairs(need(params, "padding"), "padding")
+    bd = static_ints(params.get("base_dilation")) or (1,) * x.ndim
+    wdl = static_ints(params.get("window_dilation")) or (1,) * x.ndim
     if not (len(wd) == len(ws) == len(pad) == len(bd) == len(wdl) == x.ndim):
         raise ShapeError(
             f"{prim}: window_dimensions {fmt_shape(wd)}, strides, padding and dilations must have one "
@@ -227,7 +228,7 @@ def _reduce(in_types, params, out_hint):
     n = len(in_types) // 2
     ts = [arr(t, "reduce", i) for i, t in enumerate(in_types)]
     ops, inits = ts[:n], ts[n:]
-    dims = ints(need(params, "dimensions"))
+    dims = static_ints(need(params, "dimensions"))
     for o in ops[1:]:
         if not dims_eq(o.shape, ops[0].shape):
             raise ShapeError(f"reduce: operands must have the same shape, got {ops[0]} and {o}")

@@ -23,8 +23,10 @@ from .util import (
     mk,
     nargs,
     need,
+    pairs,
     prod,
     same_dtypes,
+    static_ints,
     strided_dim,
 )
 
@@ -41,7 +43,7 @@ def _hint_shape(out_hint, prim):
 def _broadcast_in_dim(in_types, params, out_hint):
     min_args(in_types, 1, "broadcast_in_dim")
     x = arr(in_types[0], "broadcast_in_dim", 0)
-    bdims = ints(params.get("broadcast_dimensions", ()))
+    bdims = static_ints(params.get("broadcast_dimensions", ()))
     if params.get("shape") is not None:
         shape = ints(params["shape"])
     else:
@@ -87,7 +89,7 @@ def _reshape(in_types, params, out_hint):
             raise ShapeError(f"reshape: cannot reshape {x} to {fmt_shape(new)} (sizes differ)")
     dims = params.get("dimensions")
     if dims is not None:
-        dims = ints(dims)
+        dims = static_ints(dims)
         if sorted(dims) != list(range(x.ndim)):
             raise ShapeError(
                 f"reshape: dimensions {fmt_shape(dims)} must be a permutation of the operand axes"
@@ -99,7 +101,9 @@ def _reshape(in_types, params, out_hint):
 def _squeeze(in_types, params, out_hint):
     nargs(in_types, 1, "squeeze")
     x = arr(in_types[0], "squeeze", 0)
-    dims = [canon_axis(d, x.ndim, "squeeze dimension") for d in ints(need(params, "dimensions"))]
+    dims = [
+        canon_axis(d, x.ndim, "squeeze dimension") for d in static_ints(need(params, "dimensions"))
+    ]
     if len(set(dims)) != len(dims):
         raise ShapeError(f"squeeze: dimensions are not unique: {tuple(dims)}")
     for d in dims:
@@ -112,7 +116,7 @@ def _squeeze(in_types, params, out_hint):
 def _expand_dims(in_types, params, out_hint):
     nargs(in_types, 1, "expand_dims")
     x = arr(in_types[0], "expand_dims", 0)
-    dims = ints(need(params, "dimensions"))
+    dims = static_ints(need(params, "dimensions"))
     n = x.ndim + len(dims)
     dims = sorted(canon_axis(d, n, "expand_dims dimension") for d in dims)
     shape = list(x.shape)
@@ -125,7 +129,7 @@ def _expand_dims(in_types, params, out_hint):
 def _transpose(in_types, params, out_hint):
     nargs(in_types, 1, "transpose")
     x = arr(in_types[0], "transpose", 0)
-    perm = ints(need(params, "permutation"))
+    perm = static_ints(need(params, "permutation"))
     if sorted(perm) != list(range(x.ndim)):
         raise ShapeError(
             f"transpose: permutation {fmt_shape(perm)} is not a permutation of the axes of {x}"
@@ -165,10 +169,12 @@ def _pad(in_types, params, out_hint):
         raise ShapeError(f"pad: the padding value must be a scalar, got {pv}")
     if pv.dtype != x.dtype:
         raise ShapeError(f"pad: the padding value has dtype {pv.dtype}, operand has {x.dtype}")
-    cfg = [ints(c) for c in need(params, "padding_config")]
+    cfg = pairs(need(params, "padding_config"), "padding_config")
     if len(cfg) != x.ndim:
         raise ShapeError(f"pad: padding_config has {len(cfg)} entries for operand rank {x.ndim}")
     shape = []
+    if any(len(c) != 3 for c in cfg):
+        raise ShapeError("pad: each padding_config entry must be (low, high, interior)")
     for (lo, hi, interior), d in zip(cfg, x.shape):
         if isinstance(interior, int) and interior < 0:
             raise ShapeError(f"pad: interior padding must be nonnegative, got {interior}")
@@ -185,11 +191,13 @@ def _slice(in_types, params, out_hint):
     x = arr(in_types[0], "slice", 0)
     start = ints(need(params, "start_indices"))
     limit = ints(need(params, "limit_indices"))
-    strides = ints(params.get("strides")) or (1,) * x.ndim
+    strides = static_ints(params.get("strides")) or (1,) * x.ndim
     if not (len(start) == len(limit) == len(strides) == x.ndim):
         raise ShapeError(
             f"slice: start_indices, limit_indices and strides must have one entry per axis of {x}"
         )
+    if any(isinstance(st, int) and st <= 0 for st in strides):
+        raise ShapeError(f"slice: strides must be positive, got {fmt_shape(strides)}")
     shape = []
     for d, s, lim, st in zip(x.shape, start, limit, strides):
         if isinstance(d, int) and isinstance(lim, int) and lim > d:
@@ -259,7 +267,7 @@ def _dynamic_update_slice(in_types, params, out_hint):
 def _rev(in_types, params, out_hint):
     nargs(in_types, 1, "rev")
     x = arr(in_types[0], "rev", 0)
-    dims = ints(need(params, "dimensions"))
+    dims = static_ints(need(params, "dimensions"))
     for d in dims:
         if not 0 <= d < x.ndim:
             raise ShapeError(f"rev: dimension {d} is out of range for {x}")

@@ -82,16 +82,34 @@ def opt_dtype_param(v: Any) -> str | None:
 # ---------------------------------------------------------------- params
 
 
-def ints(v: Any) -> tuple[int, ...]:
-    """A tuple of ints (numpy scalars and SymExpr allowed: those stay strings)."""
+def ints(v: Any) -> tuple:
+    """A tuple of dims from a param: ints (numpy scalars allowed), symbolic ones as strings."""
     if v is None:
         return ()
-    if isinstance(v, (int, np.integer)) or hasattr(v, "__index__"):
+    if isinstance(v, (int, np.integer)):
         return (int(v),)
-    out = []
-    for x in v:
-        out.append(dim_param(x))
-    return tuple(out)
+    if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
+        raise ShapeError(f"malformed parameter value {v} (expected a tuple of integers)")
+    return tuple(dim_param(x) for x in v)
+
+
+def static_ints(v: Any) -> tuple[int, ...]:
+    """A tuple of plain integers (axes, permutations, strides): symbolic entries are errors."""
+    out = ints(v)
+    for x in out:
+        if not isinstance(x, int):
+            raise ShapeError(f"malformed parameter value {v} (expected a tuple of integers)")
+    return out
+
+
+def pairs(v: Any, what: str = "padding") -> list[tuple]:
+    """A sequence of (lo, hi) / (lo, hi, interior) tuples."""
+    if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
+        raise ShapeError(f"malformed {what} {v}")
+    out = [ints(p) for p in v]
+    if any(len(p) not in (2, 3) for p in out):
+        raise ShapeError(f"malformed {what} {v}")
+    return out
 
 
 def dim_param(x: Any):
@@ -244,7 +262,9 @@ def dilate_dim(d, dilation: int):
 
 def strided_dim(d, window: int, stride: int):
     """floor((d - window) / stride) + 1, at least 0."""
-    if isinstance(d, int):
+    if isinstance(stride, int) and stride <= 0:
+        raise ShapeError(f"strides must be positive, got {stride}")
+    if isinstance(d, int) and isinstance(window, int) and isinstance(stride, int):
         if d < window:
             return 0
         return (d - window) // stride + 1
