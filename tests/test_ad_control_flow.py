@@ -102,6 +102,11 @@ def scan_ys_residual(c0, xs):
     return lax.scan(lambda c, x: (c * x, c), c0, xs)
 
 
+def scan_hoist(w, c0, xs):
+    # cos(w) is a loop-invariant residual: computed once outside the loop
+    return lax.scan(lambda c, x: (c * jnp.cos(w) + x * w, jnp.sin(c)), c0, xs)
+
+
 def fori_static(x):
     return lax.fori_loop(0, 5, lambda i, c: c * jnp.sin(c) + i.astype(jnp.float32) * 0.1, x)
 
@@ -148,6 +153,7 @@ CASES = [
         "scan",
     ),
     Case("scan_ys_residual", scan_ys_residual, [normal(3, 20), normal((5, 3), 21)], "scan"),
+    Case("scan_hoist", scan_hoist, [normal(3, 22), normal(3, 23), normal((5, 3), 24)], "scan"),
     Case("fori_static", fori_static, [normal(3, 14)], "scan"),
     Case("while", while_loop, [normal(3, 15)], "while", reverse_ok=False),
     Case("scan_in_cond_t", scan_in_cond, [normal(3, 16) + 2.0, normal((4, 3), 17)], "cond"),
@@ -506,3 +512,15 @@ def test_transpose_scan_with_counter():
     j = parse(str(jax.make_jaxpr(f)(x)), "<t>").jaxpr
     got = _run(transpose_jaxpr(j, [True]), [w])
     _close(got[0], jax.linear_transpose(f, x)(w)[0], "transpose")
+
+
+def test_scan_loop_invariant_residual_hoisted():
+    from jaxprtool.ad.linearize import linearize_jaxpr
+
+    case = next(c for c in CASES if c.name == "scan_hoist")
+    primal, linear, _ = linearize_jaxpr(_our_jaxpr(case), [1])  # differentiate c0 only
+    top = [e.prim for e in primal.eqns]
+    assert "cos" in top, primal  # hoisted out of the primal scan
+    scan = next(e for e in linear.eqns if e.prim == "scan")
+    assert all(e.prim != "cos" for e in scan.params["jaxpr"].eqns)
+    assert scan.inputs[0].type.shape == (3,)  # cos(w) enters the linear scan as a const, unstacked

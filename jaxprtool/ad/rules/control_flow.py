@@ -651,7 +651,7 @@ def _invariant_vars(j: Jaxpr, n_consts: int) -> set[int]:
     """Vars of `j` that depend only on its first `n_consts` inputs (loop invariants)."""
     from ...primitives import EFFECTFUL, RANDOM
 
-    inv = {id(v) for v in j.constvars} | {id(v) for v in j.invars[:n_consts]}
+    inv = {id(v) for v in j.invars[:n_consts]}  # (constvars of a nested jaxpr cannot be hoisted)
     for e in j.eqns:
         if e.prim in EFFECTFUL or e.prim in RANDOM:
             continue
@@ -684,38 +684,53 @@ def _scan_linearize(primals, tangents, params, enc, nzs, out_nz):
             kinds.append(("ys_fwd", ys_pos[id(r)]))  # already stacked as a primal ys output
         else:
             kinds.append(("stack", r))
-    # hoist the loop-invariant residuals: emit their equations outside the loop
-    hoisted: dict[int, object] = {}
-    hoist_vars = [r for k, r in kinds if k == "hoist" and isinstance(r, Var)]
-    if hoist_vars:
-        m = {id(v): primals[i] for i, v in enumerate(pj.invars[:nc])}
-        inv_eqns = [e for e in pj.eqns if all(id(o) in inv for o in e.outputs)]
-        b = B.current()
-        for e in B.dce_eqns(inv_eqns, hoist_vars):
-            outs = b.emit(
-                e.prim,
-                [m.get(id(x), x) if isinstance(x, Var) else x for x in e.inputs],
-                e.params,
-                [o.type for o in e.outputs],
-                [o.hint for o in e.outputs],
-            )
-            m.update({id(o): n for o, n in zip(e.outputs, outs)})
-        hoisted = {id(v): m[id(v)] for v in hoist_vars}
+    # Hoist the loop invariants (as JAX's _scan_known_hoisting): the equations that depend only
+    # on the consts run once, outside the loop; the primal scan takes the values it still needs as
+    # consts, and invariant residuals enter the linear scan unstacked.
     stack = [r for k, r in kinds if k == "stack"]
     p_outvars = list(pj.outvars[: nk + ny]) + stack
-    pbody = pj.replace(eqns=B.dce_eqns(list(pj.eqns), p_outvars), outvars=p_outvars)
+    live = B.dce_eqns(
+        list(pj.eqns), p_outvars + [r for k, r in kinds if k == "hoist" and isinstance(r, Var)]
+    )
+    inv_eqns = [e for e in live if all(id(o) in inv for o in e.outputs)]
+    var_eqns = [e for e in live if not all(id(o) in inv for o in e.outputs)]
+    m = {id(v): primals[i] for i, v in enumerate(pj.invars[:nc])}
+    b = B.current()
+    for e in inv_eqns:
+        outs = b.emit(
+            e.prim,
+            [m.get(id(x), x) if isinstance(x, Var) else x for x in e.inputs],
+            e.params,
+            [o.type for o in e.outputs],
+            [o.hint for o in e.outputs],
+        )
+        m.update({id(o): n for o, n in zip(e.outputs, outs)})
+    hoisted = {id(r): m[id(r)] for k, r in kinds if k == "hoist" and isinstance(r, Var)}
+    # the invariant values the loop still reads become its consts
+    needed: list[Var] = []
+    seen: set[int] = set()
+    for x in [x for e in var_eqns for x in e.inputs] + p_outvars:
+        if isinstance(x, Var) and id(x) in inv and id(x) not in seen:
+            seen.add(id(x))
+            needed.append(x)
+    pbody = pj.replace(
+        invars=needed + list(pj.invars[nc:]),
+        eqns=B.dce_eqns(var_eqns, p_outvars),
+        outvars=p_outvars,
+    )
+    p_consts = [m[id(v)] for v in needed]
     _, carry_g, xs_g = enc.ft_in.unpack()
     ys_g = enc.ft_out.unpack()[1]
     pp = enc.make(
         jaxpr=pbody,
         reverse=reverse,
-        ft_in=FT.tup(FT.nones(nc), carry_g, xs_g),
+        ft_in=FT.tup(FT.nones(len(needed)), carry_g, xs_g),
         ft_out=FT.tup(carry_g, FT.tup(ys_g, FT.nones(len(stack)))),
-        num_consts=nc,
+        num_consts=len(needed),
         num_carry=nk,
-        linear=enc.linear,
+        linear=[False] * len(needed) + enc.linear[nc:],
     )
-    outs = _emit("scan", list(primals), pp, _scan_out_types(pbody, nk, length))
+    outs = _emit("scan", p_consts + list(primals[nc:]), pp, _scan_out_types(pbody, nk, length))
     prim_outs, stacked = outs[: nk + ny], iter(outs[nk + ny :])
     # the linear scan: [intensive residuals, const tangents] [carry tangents] [xs tangents, extensive residuals]
     int_res, int_bind, ext_res, ext_bind = [], [], [], []
