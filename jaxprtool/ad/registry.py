@@ -145,13 +145,40 @@ def linear_jvp(name: str, primals, tangents, /, **params):
     return outs, touts
 
 
-def _linear_transpose(transpose_fn, with_args: bool):
+#: primitives with a list of results even when there is one (their transpose rules get a list)
+MULTIPLE_RESULTS = {
+    "split",
+    "unstack",
+    "sort",
+    "top_k",
+    "approx_top_k",
+    "optimization_barrier",
+    "device_put",
+    "while",
+    "scan",
+    "cond",
+    "jit",
+    "pjit",
+    "closed_call",
+    "core_call",
+    "remat2",
+    "checkpoint",
+    "custom_jvp_call",
+    "custom_vjp_call",
+    "custom_lin",
+    "eval_jaxpr",
+    "rng_bit_generator",
+    "reduce",
+    "reduce_precision_multi",
+}
+
+
+def _linear_transpose(name: str, transpose_fn, with_args: bool):
     def rule(cts, /, *args, **params):
-        ct = cts[0] if len(cts) == 1 else cts
-        if (len(cts) == 1 and is_zero(ct)) or (len(cts) > 1 and all(is_zero(c) for c in cts)):
+        multi = len(cts) != 1 or name in MULTIPLE_RESULTS
+        if all(is_zero(c) for c in cts):
             return [Zero(tangent_type(a.type)) if is_undefined_primal(a) else None for a in args]
-        if len(cts) > 1:
-            ct = [instantiate(c) for c in cts]
+        ct = list(cts) if multi else cts[0]
         res = transpose_fn(ct, *args, **params) if with_args else transpose_fn(ct, **params)
         return [r if is_undefined_primal(a) else None for r, a in zip(list(res), args)]
 
@@ -163,7 +190,7 @@ def deflinear(name: str, transpose_fn):
     primitive_jvps[name] = lambda primals, tangents, **params: linear_jvp(
         name, primals, tangents, **params
     )
-    primitive_transposes[name] = _linear_transpose(transpose_fn, False)
+    primitive_transposes[name] = _linear_transpose(name, transpose_fn, False)
     rule_kind[name] = "deflinear"
 
 
@@ -172,7 +199,7 @@ def deflinear2(name: str, transpose_fn):
     primitive_jvps[name] = lambda primals, tangents, **params: linear_jvp(
         name, primals, tangents, **params
     )
-    primitive_transposes[name] = _linear_transpose(transpose_fn, True)
+    primitive_transposes[name] = _linear_transpose(name, transpose_fn, True)
     rule_kind[name] = "deflinear2"
 
 

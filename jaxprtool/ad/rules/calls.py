@@ -264,6 +264,22 @@ def _remat_jvp(prim):
     return rule
 
 
+def _effect_only_jvp(name):
+    def rule(primals, tangents, /, **params):
+        b = current()
+        eqn = getattr(b, "cur_eqn", None)
+        types = [o.type for o in eqn.outputs] if eqn is not None and eqn.prim == name else []
+        outs = b.bind(name, list(primals), params, types)
+        return outs, [Zero(tangent_type(o.type)) for o in outs]
+
+    return rule
+
+
+for _p in ("debug_print", "debug_callback"):
+    primitive_jvps[_p] = _effect_only_jvp(_p)
+    rule_kind[_p] = "defjvp_zero"
+
+
 def _name_transpose(ct, x, **params):
     return [ct]
 

@@ -272,12 +272,23 @@ primitive_transposes["add_any"] = _add_transpose
 rule_kind["add_any"] = "deflinear"
 
 
+def _out_dtype_for(a, params):
+    """JAX: the transpose of `mul[out_dtype=D]` multiplies into the operand's own dtype."""
+    if params.get("out_dtype") is None:
+        return {}
+    import numpy as np
+
+    from ...core import long_dtype_name
+
+    return {"out_dtype": np.dtype(long_dtype_name(a.type.dtype))}
+
+
 def _mul_t_left(ct, x, y, **params):
-    return _ub(x, mul(ct, y))
+    return _ub(x, mul(ct, y, **_out_dtype_for(x, params)))
 
 
 def _mul_t_right(ct, x, y, **params):
-    return _ub(y, mul(x, ct))
+    return _ub(y, mul(x, ct, **_out_dtype_for(y, params)))
 
 
 def _mul_jvp(primals, tangents, **params):
@@ -301,8 +312,11 @@ def _mul_transpose(cts, x, y, **params):
             "'mul' is not linear: both operands depend on the linear inputs", current().loc
         )
     if is_undefined_primal(x):
-        return [Zero(tangent_type(x.type)) if is_zero(ct) else _mul_t_left(ct, x, y), None]
-    return [None, Zero(tangent_type(y.type)) if is_zero(ct) else _mul_t_right(ct, x, y)]
+        return [
+            Zero(tangent_type(x.type)) if is_zero(ct) else _mul_t_left(ct, x, y, **params),
+            None,
+        ]
+    return [None, Zero(tangent_type(y.type)) if is_zero(ct) else _mul_t_right(ct, x, y, **params)]
 
 
 primitive_jvps["mul"] = _mul_jvp
@@ -499,3 +513,32 @@ def _stop_gradient_jvp(primals, tangents, **params):
 
 primitive_jvps["stop_gradient"] = _stop_gradient_jvp
 rule_kind["stop_gradient"] = "defjvp_zero"
+
+
+# ---------------------------------------------------------------- identity-like (placement, sharding)
+
+
+def _identity_like(name):
+    def jvp(primals, tangents, /, **params):
+        outs = rebind_primal(name, primals, params)
+        nz = [t for t in tangents if not is_zero(t)]
+        if not nz:
+            return outs, [Zero(tangent_type(o.type)) for o in outs]
+        if len(primals) == 1:
+            touts = current().bind(
+                name, [tangents[0]], params, [tangent_type(o.type) for o in outs]
+            )
+            return outs, touts
+        # several operands (device_put): the tangents pass through unchanged
+        return outs, list(tangents)
+
+    def transpose(cts, /, *args, **params):
+        return [c if is_undefined_primal(a) else None for c, a in zip(cts, args)]
+
+    primitive_jvps[name] = jvp
+    primitive_transposes[name] = transpose
+    rule_kind[name] = "deflinear"
+
+
+for _n in ("device_put", "reshard", "sharding_constraint", "mesh_cast", "pvary"):
+    _identity_like(_n)
