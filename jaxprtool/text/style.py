@@ -25,6 +25,7 @@ from .. import core
 from ..params import Opaque, Record, format_value
 
 _REAL_ADDR = re.compile(r" at 0x(?!X+\b)[0-9a-fA-F]+")
+_NEW_IN_0_12 = frozenset({"eval_jaxpr", "one_minus_square", "polynomial", "unstack"})
 KNOWN_VERSIONS = ((0, 4, 35), (0, 6, 2), (0, 7, 2), (0, 10, 2), (0, 12, 0, 1))
 
 
@@ -251,6 +252,12 @@ def detect_style(jaxpr: core.Jaxpr) -> Style:
             p == "custom_jvp_call" and "jvp_jaxpr_thunk" in e.params
         ):
             untyped = True  # only 0.4.35 printed these
+        elif (
+            p in _NEW_IN_0_12
+            or (p == "top_k" and "is_stable" in e.params)
+            or (p == "new_ref" and "pin" in e.params)
+        ):
+            ft = True
         elif p[:1].isupper():  # 0.12 HiPrims: CustomRoot[...], SearchSorted[...]
             ft = True
         if not real_addr:
