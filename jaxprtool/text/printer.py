@@ -419,9 +419,6 @@ class _Printer:
                 out.update(id(v) for v in cand if id(v) not in used)
             for e in j.eqns:
                 stack.extend(_bfs_subjaxprs(e))
-                for v in e.params.values():
-                    if not isinstance(v, Jaxpr) and not isinstance(v, tuple) and _has_jaxpr(v):
-                        pass  # printed by a fresh str(): handled there
         return out
 
     def _name_binders(self, vs) -> None:
