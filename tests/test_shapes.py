@@ -739,3 +739,42 @@ def test_shape_errors():
             {"dimension_numbers": (((1,), (0,)), ((), ()))},
         )
     assert not any(isinstance(t, Literal) for t in [f3])
+
+
+def test_symbolic_shapes_match_jax():
+    """Shape-polymorphic traces (`jax.export.symbolic_shape`): symbolic dims print as JAX prints them."""
+    import jax
+    import jax.numpy as jnp
+    from jax import export, lax
+
+    b, n = export.symbolic_shape("b, n")
+    f32 = jnp.float32
+    bn = jax.ShapeDtypeStruct((b, n), f32)
+    cases = {
+        "ew": (lambda x: jnp.sin(x) * 2 + x, (bn,)),
+        "concat": (lambda x: jnp.concatenate([x, x[:1], x], 0), (bn,)),
+        "pad": (lambda x: jnp.pad(x, ((1, 2), (0, 0))), (bn,)),
+        "reshape": (lambda x: x.reshape(-1), (bn,)),
+        "reductions": (lambda x: (x.sum(0), x.max(1), jnp.argmax(x, 0)), (bn,)),
+        "dot": (lambda x: x @ x.T, (bn,)),
+        "slice": (lambda x: (x[1:], x[::2], x[:, 1:3]), (jax.ShapeDtypeStruct((b, 4), f32),)),
+        "gather": (lambda x, i: x[i], (bn, jax.ShapeDtypeStruct((3,), jnp.int32))),
+        "iota": (lambda x: x + jnp.arange(x.shape[0])[:, None], (bn,)),
+        "scan": (lambda x: lax.scan(lambda c, t: (c + t, c), x[0], x), (bn,)),
+        "conv": (
+            lambda x, w: lax.conv(x, w, (1,), "VALID"),
+            (jax.ShapeDtypeStruct((b, 2, 9), f32), jax.ShapeDtypeStruct((3, 2, 4), f32)),
+        ),
+        "reduce_window": (
+            lambda x: lax.reduce_window(x, 0.0, lax.add, (2, 1), (2, 1), "VALID"),
+            (bn,),
+        ),
+        "while": (
+            lambda x: lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] * 2), (0, x)),
+            (bn,),
+        ),
+    }
+    bad = []
+    for name, (fn, args) in cases.items():
+        bad += _mismatches(parse(str(jax.make_jaxpr(fn)(*args)), name).jaxpr, name)[0]
+    assert not bad, "\n".join(bad)

@@ -181,36 +181,84 @@ def _sym(d) -> str:
     return s if s.replace("_", "").isalnum() else f"({s})"
 
 
-_LIN = re.compile(r"^(.*\S)\s([+-])\s(\d+)$")
+_TERM = re.compile(r"^(?:(\d+)\*)?([A-Za-z_][A-Za-z0-9_]*)$")
 
 
-def _lin(d):
-    """A dim as (symbolic part, constant): "b - 2" -> ("b", -2); 3 -> ("", 3)."""
+def _poly(d) -> dict[str, int] | None:
+    """A linear dim as {symbol: coeff, "": const} ("2*b + 1" -> {"b": 2, "": 1}), or None."""
     if isinstance(d, int):
-        return "", d
-    m = _LIN.match(str(d))
-    if m and m.group(1).count("(") == m.group(1).count(")"):
-        c = int(m.group(3))
-        return m.group(1), c if m.group(2) == "+" else -c
-    return str(d), 0
+        return {"": d}
+    text = str(d).strip()
+    if "(" in text or "^" in text:
+        return None
+    out: dict[str, int] = {}
+    sign = 1
+    toks = text.replace("-", " - ").replace("+", " + ").split()
+    expect_term = True
+    for tok in toks:
+        if tok in "+-":
+            if not expect_term and tok in "+-":
+                sign = 1 if tok == "+" else -1
+                expect_term = True
+                continue
+            if expect_term and tok == "-":
+                sign = -sign
+                continue
+            return None
+        if not expect_term:
+            return None
+        if tok.isdigit():
+            out[""] = out.get("", 0) + sign * int(tok)
+        else:
+            m = _TERM.match(tok)
+            if not m:
+                return None
+            c = int(m.group(1)) if m.group(1) else 1
+            out[m.group(2)] = out.get(m.group(2), 0) + sign * c
+        sign = 1
+        expect_term = False
+    return out if not expect_term else None
+
+
+def _poly_str(p: dict[str, int]):
+    const = p.get("", 0)
+    terms = [(k, c) for k, c in p.items() if k and c]
+    if not terms:
+        return const
+    parts = []
+    for k, c in terms:
+        mag = k if abs(c) == 1 else f"{abs(c)}*{k}"
+        if not parts:
+            parts.append(mag if c > 0 else f"- {mag}")
+        else:
+            parts.append(f"+ {mag}" if c > 0 else f"- {mag}")
+    if const:
+        parts.append(f"+ {const}" if const > 0 else f"- {-const}")
+    return " ".join(parts)
 
 
 def dim_add(a, b):
     if isinstance(a, int) and isinstance(b, int):
         return a + b
-    (sa, ca), (sb, cb) = _lin(a), _lin(b)
-    if sa and sb:
-        base, c = f"{sa} + {sb}", ca + cb
-    else:
-        base, c = sa or sb, ca + cb
-    if c == 0:
-        return base
-    return f"{base} + {c}" if c > 0 else f"{base} - {-c}"
+    pa, pb = _poly(a), _poly(b)
+    if pa is not None and pb is not None:
+        out = dict(pa)
+        for k, c in pb.items():
+            out[k] = out.get(k, 0) + c
+        return _poly_str(out)
+    if b == 0:
+        return a
+    if a == 0:
+        return b
+    return f"{a} + {b}"
 
 
 def dim_sub(a, b):
     if isinstance(a, int) and isinstance(b, int):
         return a - b
+    pb = _poly(b)
+    if pb is not None:
+        return dim_add(a, _poly_str({k: -c for k, c in pb.items()}))
     if b == 0:
         return a
     return f"{a} - {_sym(b)}"
@@ -225,6 +273,9 @@ def dim_mul(a, b):
         return a
     if isinstance(b, int):
         a, b = b, a
+    pb = _poly(b)
+    if isinstance(a, int) and pb is not None:
+        return _poly_str({k: a * c for k, c in pb.items()})
     return f"{_sym(a)}*{_sym(b)}"
 
 
