@@ -524,3 +524,28 @@ def test_scan_loop_invariant_residual_hoisted():
     scan = next(e for e in linear.eqns if e.prim == "scan")
     assert all(e.prim != "cos" for e in scan.params["jaxpr"].eqns)
     assert scan.inputs[0].type.shape == (3,)  # cos(w) enters the linear scan as a const, unstacked
+
+
+def test_jvp_of_grad_scan_encoding_matches_jax():
+    """jvp of JAX's printed grad program (its transposed scan has `Pytree(...)` flat trees): our
+    ft_in/ft_out are JAX's, character for character."""
+    from jaxprtool.ad.jvp import jvp_jaxpr
+    from jaxprtool.text.printer import print_jaxpr
+
+    def f(x, W):
+        def step(c, xi):
+            c2 = jnp.tanh(W @ c + xi)
+            return c2, c2.sum()
+
+        return lax.scan(step, x, jnp.ones((5, 3)))[0].sum()
+
+    a = (jnp.ones(3), jnp.eye(3))
+    g = jax.grad(f, argnums=(0, 1))
+    ours = print_jaxpr(jvp_jaxpr(parse(str(jax.make_jaxpr(g)(*a)), "<grad>").jaxpr, [0]))
+    theirs = str(jax.make_jaxpr(lambda x, W, t: jax.jvp(lambda x: g(x, W), (x,), (t,)))(*a, a[0]))
+
+    def ft_lines(s):
+        return [line.strip() for line in s.splitlines() if "ft_in=" in line or "ft_out=" in line]
+
+    assert len(ft_lines(theirs)) == 4
+    assert ft_lines(ours) == ft_lines(theirs)
