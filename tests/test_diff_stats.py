@@ -1,0 +1,181 @@
+"""`jaxprtool diff` (semantic, names ignored; exit 0/1/2) and `jaxprtool stats`."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import corpus_files, needs_corpus
+
+from jaxprtool.cli import main
+from jaxprtool.core import alpha_equal
+from jaxprtool.text.parser import parse
+from jaxprtool.ui.diff import semantic_diff, text_diff
+from jaxprtool.ui.stats import stats
+
+GOLDEN = Path(__file__).resolve().parent / "golden" / "passes"
+
+
+def run(args, **kw):
+    return CliRunner().invoke(main, ["--no-color", *args], **kw)
+
+
+# ---------------------------------------------------------------- diff
+
+
+def test_diff_golden():
+    r = run(["diff", str(GOLDEN / "diff_a.jaxpr"), str(GOLDEN / "diff_b.jaxpr")])
+    assert r.exit_code == 1, r.output
+    lines = r.stdout.splitlines()
+    assert (
+        lines[0] == f"--- {GOLDEN / 'diff_a.jaxpr'}"
+        and lines[1] == f"+++ {GOLDEN / 'diff_b.jaxpr'}"
+    )
+    assert "\n".join(lines[2:]) + "\n" == (GOLDEN / "diff.expected.txt").read_text()
+    assert "\x1b[" not in r.stdout
+
+
+def test_diff_equal_and_quiet(tmp_path):
+    a = GOLDEN / "diff_a.jaxpr"
+    renamed = tmp_path / "r.jaxpr"
+    renamed.write_text(
+        "{ lambda ; b:f32[3] a:f32[3]. let\n    z:f32[3] = sin b\n    y:f32[3] = mul z a\n"
+        "    x:f32[3] = exp y\n  in (x,) }\n"
+    )
+    r = run(["diff", str(a), str(renamed)])
+    assert r.exit_code == 0 and r.stdout == ""
+    r = run(["diff", "-q", str(GOLDEN / "diff_a.jaxpr"), str(GOLDEN / "diff_b.jaxpr")])
+    assert r.exit_code == 1 and r.stdout == ""
+
+
+def test_diff_trouble_exits_2(tmp_path):
+    bad = tmp_path / "bad.jaxpr"
+    bad.write_text("{ lambda ; a:f32[3]. let b:f32[3] = sin in (b,) ")
+    r = run(["diff", str(GOLDEN / "diff_a.jaxpr"), str(bad)])
+    assert r.exit_code == 2
+    assert "error" in r.stderr
+    r = run(["diff", str(GOLDEN / "diff_a.jaxpr"), str(tmp_path / "missing.jaxpr")])
+    assert r.exit_code == 2
+    r = run(["diff", str(GOLDEN / "diff_a.jaxpr")])
+    assert r.exit_code == 2
+
+
+def test_diff_wiring_change():
+    a = parse("{ lambda ; a:f32[3] b:f32[3]. let c:f32[3] = sub a b in (c,) }", "a").jaxpr
+    b = parse("{ lambda ; a:f32[3] b:f32[3]. let c:f32[3] = sub b a in (c,) }", "b").jaxpr
+    d = semantic_diff(a, b)
+    assert d is not None
+    assert "-  c:f32[3] = sub a b" in d and "+  c:f32[3] = sub b a" in d
+
+
+def test_text_diff():
+    assert text_diff("x\ny\n", "x\ny\n") == ""
+    d = text_diff("x\ny\n", "x\nz\n", "A", "B")
+    assert d.startswith("--- A\n+++ B\n") and "-y" in d and "+z" in d
+
+
+_BINDER = re.compile(r"(?<![\w.'\"=])([a-z]+):(?=[a-zA-Z])")
+
+
+def _rename(text: str, rng: random.Random) -> str:
+    """Rename every variable by a consistent permutation of the names used as binders."""
+    names = sorted(set(_BINDER.findall(text)))
+    perm = names[:]
+    rng.shuffle(perm)
+    mapping = dict(zip(names, perm))
+    token = re.compile(r"(?<![\w.'\"=<>{])([a-z]+)(?![\w=\[(.'\"<>])")
+    return token.sub(lambda m: mapping.get(m.group(1), m.group(1)), text)
+
+
+@needs_corpus
+def test_diff_renamed_corpus_copies(tmp_path):
+    rng = random.Random(0)
+    tested = 0
+    for f in corpus_files("jax-0.10.2"):
+        text = f.read_text()
+        if "=" not in text or "let " in text.split("{", 1)[0]:
+            continue
+        renamed = _rename(text, rng)
+        if renamed == text:
+            continue
+        try:
+            ja = parse(text, str(f)).jaxpr
+            jb = parse(renamed, "renamed").jaxpr
+        except Exception:
+            continue  # the substitution hit something that is not a variable: not a test
+        if not alpha_equal(ja, jb):
+            continue  # likewise (a name inside a parameter value)
+        out = tmp_path / f.name
+        out.write_text(renamed)
+        r = run(["diff", str(f), str(out)])
+        assert r.exit_code == 0, (f.name, r.output)
+        tested += 1
+    assert tested >= 40, tested
+
+
+@needs_corpus
+def test_diff_real_change_corpus(tmp_path):
+    changed = 0
+    for f in corpus_files("jax-0.10.2")[:60]:
+        text = f.read_text()
+        for old, new in ((" sin ", " cos "), (" mul ", " add "), ("2.0:f32[]", "3.0:f32[]")):
+            if old in text:
+                out = tmp_path / f.name
+                out.write_text(text.replace(old, new, 1))
+                r = run(["diff", str(f), str(out)])
+                assert r.exit_code == 1, (f.name, r.output)
+                assert r.stdout.count("\n-") >= 1 and r.stdout.count("\n+") >= 1
+                changed += 1
+                break
+    assert changed >= 5
+
+
+# ---------------------------------------------------------------- stats
+
+
+def test_stats_golden():
+    j = parse((GOLDEN / "stats.jaxpr").read_text(), "stats").jaxpr
+    s = stats(j)
+    # worked by hand from the types: dot 2*M*N*K = 2*2*4*3, sin 8, reduce_sum 8 (input), mul 8
+    assert s["flops"] == 48 + 8 + 8 + 8
+    assert s["equations"] == 5 and s["by_primitive"]["mul"] == 1 and s["depth"] == 1
+    assert (s["inputs"], s["outputs"], s["constvars"]) == (2, 2, 0)
+    assert s["residuals"] == 1 and s["residual_bytes"] == 32
+    # bytes: dot 24+48+32, sin 32+32, reduce_sum 32+4, mul 32*3
+    assert s["bytes"] == 104 + 64 + 36 + 96
+    assert s["bytes_in"] == 72 and s["bytes_out"] == 36
+
+
+def test_stats_cli_json_and_text():
+    r = run(["stats", "--json", str(GOLDEN / "stats.jaxpr")])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["flops"] == 72 and d["by_primitive"]["dot_general"] == 1
+    r = run(["stats", str(GOLDEN / "stats.jaxpr")])
+    assert r.exit_code == 0 and "equations: 5" in r.stdout and "dot_general" in r.stdout
+
+
+@needs_corpus
+def test_stats_conv_and_scan():
+    from conftest import CORPUS
+
+    j = parse((CORPUS / "jax-0.10.2" / "conv2d.jaxpr").read_text(), "conv").jaxpr
+    # 2 * out elements * window * in features / groups: 2*512*27 + 2*72*27 + 2*384*27
+    assert stats(j)["flops"] == 2 * 27 * (512 + 72 + 384)
+    j = parse((CORPUS / "jax-0.10.2" / "scan.jaxpr").read_text(), "scan").jaxpr
+    s = stats(j)
+    # first scan: body mul, add, tanh on f32[4], 10 iterations: 3*4*10
+    assert s["flops"] >= 120 and s["depth"] == 1
+
+
+@needs_corpus
+@pytest.mark.parametrize("sub", ["jax-0.10.2", "jax-0.12.0.1"])
+def test_stats_whole_corpus(sub):
+    for f in corpus_files(sub):
+        s = stats(parse(f.read_text(), str(f)).jaxpr)
+        assert s["equations"] >= 0 and s["flops"] >= 0
+        json.dumps(s)
