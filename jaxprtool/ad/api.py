@@ -141,3 +141,53 @@ def grad_jaxpr(
     g = [by_arg[i % n] for i in argnums]
     outvars = ([pouts[0]] if with_value else []) + (list(pouts[1:]) if has_aux else []) + g
     return B.make_jaxpr(prim_in, B.dce_eqns(eqns, outvars), outvars, consts)
+
+
+# ---------------------------------------------------------------- printing in an older style
+
+
+def restyle(jaxpr: Jaxpr, style) -> Jaxpr:
+    """Adapt the parameters of emitted equations to an older JAX style before printing.
+
+    AD emits parameters as JAX 0.12 prints them (as the parser reads 0.12 text); older versions
+    printed some implied parameters (`broadcast_in_dim` `shape=`/`sharding=`), lacked newer ones
+    (`out_sharding` of reductions, `sharding` of `reshape`) and called `jit` `pjit`."""
+    from ..core import map_param_jaxprs
+
+    v = tuple(style.version)
+    if v >= (0, 12):
+        return jaxpr
+    memo: dict[int, Jaxpr] = {}
+
+    def fix_jaxpr(j: Jaxpr) -> Jaxpr:
+        if id(j) in memo:
+            return memo[id(j)]
+        eqns = []
+        for e in j.eqns:
+            params = {k: map_param_jaxprs(val, fix_jaxpr) for k, val in e.params.items()}
+            prim = e.prim
+            if prim in ("jit", "pjit"):
+                prim = style.call_prim
+            elif prim == "broadcast_in_dim" and style.broadcast_shape_param:
+                params.setdefault("broadcast_dimensions", ())
+                params.setdefault("shape", tuple(e.outputs[0].type.shape))
+                if v >= (0, 5):
+                    params.setdefault("sharding", None)
+                else:
+                    params.pop("sharding", None)
+            elif prim == "reduce_sum" and v < (0, 8) and params.get("out_sharding", 0) is None:
+                del params["out_sharding"]
+            elif (
+                prim in ("reduce_max", "reduce_min")
+                and v < (0, 11)
+                and params.get("out_sharding", 0) is None
+            ):
+                del params["out_sharding"]
+            elif prim == "reshape" and v < (0, 5) and params.get("sharding", 0) is None:
+                del params["sharding"]
+            eqns.append(e.replace(prim=prim, params=params))
+        out = j.replace(eqns=eqns)
+        memo[id(j)] = out
+        return out
+
+    return fix_jaxpr(jaxpr)

@@ -70,9 +70,10 @@ def _optimizer(spec):
 
 
 def _emit(jaxpr, style, out):
+    from ..ad.api import restyle
     from ..text.printer import print_jaxpr
 
-    write_output(print_jaxpr(jaxpr, style) + "\n", out)
+    write_output(print_jaxpr(restyle(jaxpr, style), style) + "\n", out)
 
 
 def _load(file):

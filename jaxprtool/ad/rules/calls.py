@@ -308,12 +308,13 @@ def _inline_body_jvp(primals, tangents, body: Jaxpr):
 
 def _custom_jvp_rule(primals, tangents, **params):
     body: Jaxpr = params["call_jaxpr"]
-    name = _fn_name(params.get("jvp"))
+    name = _fn_name(params.get("jvp", params.get("jvp_jaxpr_thunk")))
     fn = custom_jvps.get(name)
     if fn is None:
+        who = f" '{params['name']}'" if "name" in params else ""
         _note_once(
             ("custom_jvp", name),
-            f"custom_jvp_call '{params.get('name', '?')}': no plugin rule for jvp={name}; differentiating "
+            f"custom_jvp_call{who}: no plugin rule for jvp={name}; differentiating "
             "its body instead (register one with register_custom_jvp, see docs/PLUGINS.md)",
         )
         return _inline_body_jvp(primals, tangents, body)
