@@ -17,7 +17,8 @@ from jaxprtool.primitives import SHAPE_RULES, ShapeError, infer_types, is_known
 from jaxprtool.primitives.util import types_agree
 from jaxprtool.text.parser import parse
 
-HINTED = {"broadcast_in_dim"}  # the text hides a parameter: rules take it from the binder types
+#: the text hides what the rule needs: broadcast_in_dim's `shape` param; all_to_all's mesh axis size
+HINTED = {"broadcast_in_dim", "all_to_all"}
 
 
 def _mismatches(jaxpr, where: str) -> tuple[list[str], set[str]]:
@@ -476,8 +477,93 @@ def _cases():
         lambda k: lax.rng_bit_generator(k, (2, 3), dtype=jnp.uint32),
         (u,),
     )
-    del np
+    _misc_cases(cases, jax, jnp, lax, np)
     return cases
+
+
+def _misc_cases(cases, jax, jnp, lax, np):
+    """Collectives in shard_map, callbacks, refs, linear solves and other less common primitives."""
+    from jax.experimental import io_callback
+    from jax.sharding import PartitionSpec as P
+
+    f32 = jnp.float32
+    x = jnp.ones((32, 4), f32)
+    mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+    def collectives(b):
+        s = lax.psum(b, "x") + lax.pmax(b, "y") + lax.pmin(b, ("x", "y")) + lax.axis_index("x")
+        pp = lax.ppermute(b, "y", [(0, 1), (1, 0)])
+        g = lax.all_gather(b, "x").sum(0)
+        gt = lax.all_gather(b, "x", tiled=True, axis=1)
+        rs = lax.psum_scatter(b, "x", scatter_dimension=0, tiled=True)
+        aa = lax.all_to_all(b, "y", 1, 0, tiled=True)
+        return s + pp, g, gt, rs, aa
+
+    out = (P("x", "y"),) * 5
+    cases["shard_map"] = (
+        jax.shard_map(collectives, mesh=mesh, in_specs=P("x", "y"), out_specs=out, check_vma=False),
+        (x,),
+    )
+    cases["shard_map_vma"] = (
+        jax.shard_map(
+            lambda a, b: (lax.psum(a * b, "x"), a + 1.0),
+            mesh=mesh,
+            in_specs=(P("x", "y"), P("x")),
+            out_specs=(P(None, "y"), P("x", "y")),
+        ),
+        (jnp.ones((8, 4), f32), jnp.ones((8, 1), f32)),
+    )
+
+    def refs(a):
+        r = jax.new_ref(a)
+        r[0, 1:] = jnp.ones(3, f32)
+        r[...] += 1.0
+        return jax.freeze(r), r[1], r[:, 2]
+
+    cases["callbacks"] = (
+        lambda a: (
+            jax.pure_callback(
+                lambda y: np.asarray(y) * 2, jax.ShapeDtypeStruct(a.shape, a.dtype), a
+            ),
+            io_callback(lambda y: np.asarray(y), jax.ShapeDtypeStruct((3,), f32), a[0, :3]),
+            jax.debug.print("v {}", a[0, 0]),
+        ),
+        (x,),
+    )
+    cases["refs"] = (refs, (x,))
+    cases["linear_solve"] = (jnp.linalg.solve, (jnp.eye(3, dtype=f32), jnp.ones(3, f32)))
+    cases["ragged_dot"] = (
+        lax.ragged_dot,
+        (jnp.ones((6, 4), f32), jnp.ones((2, 4, 5), f32), jnp.array([3, 3], jnp.int32)),
+    )
+    cases["approx_top_k"] = (lambda a: lax.approx_max_k(a, 2), (x,))
+    cases["device_put_unstack"] = (
+        lambda a: (jax.device_put(a, jax.devices()[0]) * 2, [r.sum() for r in a[:3]]),
+        (x,),
+    )
+    cases["random_keys"] = (
+        lambda k: (
+            jax.random.clone(k),
+            jax.random.key_data(jax.random.split(k)),
+            jax.random.wrap_key_data(jnp.ones((3, 2), jnp.uint32)),
+            jax.random.bits(jax.random.key(1, impl="rbg"), (3,)),
+        ),
+        (jax.random.key(0),),
+    )
+    cases["platform_dependent"] = (
+        lambda a: lax.platform_dependent(a, cpu=jnp.sin, default=jnp.cos),
+        (x,),
+    )
+    cases["hessian"] = (jax.hessian(lambda a: (jnp.sin(a) ** 2).sum()), (jnp.ones(3, f32),))
+    cases["jacfwd_cond"] = (
+        jax.jacfwd(lambda a: lax.cond(a[0] > 0, jnp.sin, jnp.cos, a)),
+        (jnp.ones(3, f32),),
+    )
+    cases["vmap_while"] = (
+        jax.vmap(lambda a: lax.while_loop(lambda c: c < 10, lambda c: c * 2, a)),
+        (jnp.ones(4, f32),),
+    )
+    cases["linearize"] = (lambda a: jax.linearize(lambda y: jnp.tanh(y) @ y.T, a)[1](a), (x[:4],))
 
 
 @pytest.fixture(scope="module")
