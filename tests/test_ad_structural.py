@@ -189,6 +189,12 @@ CASES = [
     Case("rev", "rev", lambda x: lax.rev(x, (0, 1)), [normal((3, 4))]),
     Case("iota", "iota", lambda x: x * lax.iota(jnp.float32, 5), [normal((5,))]),
     Case("split", "split", lambda x: tuple(jnp.split(x, [1, 3], axis=1)), [normal((4, 5))]),
+    Case(
+        "split-partial",
+        "split",
+        lambda x: (lambda a, b, c: (a, c))(*jnp.split(x, [1, 3], axis=1)),
+        [normal((4, 5))],
+    ),
     # ---------------------------------------------------------------- indexing
     Case(
         "dynamic_slice",
@@ -300,6 +306,15 @@ CASES = [
         "select_and_scatter_add",
         _sasa,
         [normal((2, 3), 1), normal((4, 6))],
+    ),
+    Case(
+        "reduce_window-generic",
+        "reduce_window",
+        lambda x: lax.reduce_window(
+            x, 1.0, lambda a, b: a * b + 0.5 * jnp.sin(b), (2, 2), (1, 2), "SAME"
+        ),
+        [normal((4, 5))],
+        tags={"novjp", "nodot"},
     ),
     Case(
         "select_and_gather_add",

@@ -368,10 +368,37 @@ primitive_transposes["select_and_scatter_add"] = _select_and_scatter_add_transpo
 
 
 def _reduce_window_generic_jvp(primals, tangents, **params):
-    raise JaxprError(
-        "Differentiation rule for 'reduce_window' not implemented "
-        "(generic reduce_window with a user reduction jaxpr)"
+    """JVP of a reduce_window with a user reduction: a reduce_window of (primal, tangent) pairs
+    whose reduction is the JVP of the user's (as JAX's `reduce_window_jvp`); the init values
+    must have zero tangents."""
+    from ..jvp import jvp_masked
+
+    n = len(primals) // 2
+    operands, inits = list(primals[:n]), list(primals[n:])
+    t_ops, t_inits = list(tangents[:n]), list(tangents[n:])
+    if not all(is_zero(t) for t in t_inits):
+        raise JaxprError("reduce_window jvp does not support non-zero init_value_tangent.")
+    outs = rebind_primal("reduce_window", primals, params)
+    if all(is_zero(t) for t in t_ops):
+        return outs, [Zero(tangent_type(ty(o))) for o in outs]
+    red = params["jaxpr"]
+    if params.get("consts"):
+        raise JaxprError(
+            "Differentiation rule for 'reduce_window' not implemented (reduction with constants)"
+        )
+    jj, _ = jvp_masked(red, [True] * (2 * n), True)
+    if len(jj.invars) != 4 * n or len(jj.outvars) != 2 * n:
+        raise JaxprError(
+            "Differentiation rule for 'reduce_window' not implemented (non-float reduction)"
+        )
+    pl, pr, tl, tr = (list(jj.invars[k * n : (k + 1) * n]) for k in range(4))
+    jj = jj.replace(invars=pl + tl + pr + tr)  # left = (primals, tangents), right likewise
+    zero_inits = [ops.lit(0, i) for i in inits]
+    p = dict(params, jaxpr=jj, consts=())
+    both = ops.bind(
+        "reduce_window", *operands, *[instantiate(t) for t in t_ops], *inits, *zero_inits, **p
     )
+    return outs, list(both[n:])
 
 
 primitive_jvps["reduce_window"] = _reduce_window_generic_jvp
