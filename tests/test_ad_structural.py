@@ -190,6 +190,14 @@ CASES = [
     Case("iota", "iota", lambda x: x * lax.iota(jnp.float32, 5), [normal((5,))]),
     Case("split", "split", lambda x: tuple(jnp.split(x, [1, 3], axis=1)), [normal((4, 5))]),
     Case(
+        "stack",
+        "stack",
+        lambda x, y: jnp.stack([x, y, x], axis=1),
+        [normal((2, 3)), normal((2, 3), 1)],
+    ),
+    Case("unstack", "unstack", lambda x: tuple(jnp.unstack(x, axis=1)), [normal((2, 3))]),
+    Case("tile", "tile", lambda x: jnp.tile(x, (2, 3)), [normal((2, 3))]),
+    Case(
         "split-partial",
         "split",
         lambda x: (lambda a, b, c: (a, c))(*jnp.split(x, [1, 3], axis=1)),
@@ -347,6 +355,7 @@ CASES = [
         lambda x, y: lax.sort((x, y), dimension=0, num_keys=1),
         [normal((5, 3)), normal((5, 3), 1)],
     ),
+    Case("approx_max_k", "approx_top_k", lambda x: lax.approx_max_k(x, 2)[0], [normal((3, 6))]),
     Case("top_k", "top_k", lambda x: lax.top_k(x, 3)[0], [normal((2, 6))]),
     # ---------------------------------------------------------------- linear algebra
     Case("dot_general", "dot_general", lambda x, y: x @ y, [normal((3, 4)), normal((4, 5), 1)]),

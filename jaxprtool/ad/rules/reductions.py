@@ -445,3 +445,20 @@ def _top_k_jvp(primals, tangents, *, k, **params):
 
 primitive_jvps["top_k"] = _top_k_jvp
 set_kind("top_k")
+
+
+def _approx_top_k_jvp(primals, tangents, *, reduction_dimension, **params):
+    (t,) = tangents
+    vals, idx = rebind_primal(
+        "approx_top_k", primals, dict(params, reduction_dimension=reduction_dimension)
+    )
+    if is_zero(t):
+        return [vals, idx], [Zero(tangent_type(ty(vals))), Zero(tangent_type(ty(idx)))]
+    axis = int(reduction_dimension)
+    if axis < 0:
+        axis += len(shape(idx))
+    return [vals, idx], [take_along(t, idx, axis), Zero(tangent_type(ty(idx)))]
+
+
+primitive_jvps["approx_top_k"] = _approx_top_k_jvp
+set_kind("approx_top_k")

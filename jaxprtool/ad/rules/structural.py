@@ -852,3 +852,44 @@ def _scatter_transpose(cts, operand, indices, updates, **params):
 primitive_jvps["scatter"] = _scatter_jvp
 set_kind("scatter")
 primitive_transposes["scatter"] = _scatter_transpose
+
+# ---------------------------------------------------------------- stack, unstack, tile
+
+
+def _stack_transpose(ct, *operands, axis, **_):
+    ax = int(axis)
+    out = []
+    for i, o in enumerate(operands):
+        if not und(o):
+            out.append(None)
+            continue
+        part = slice_in_dim(ct, i, i + 1, 1, ax)
+        out.append(bind_reshape(part, shape(o)))
+    return out
+
+
+deflinear2("stack", _stack_transpose)
+
+
+def _unstack_transpose(cts, operand, *, axis, **_):
+    if not und(operand):
+        return [None]
+    ax = int(axis)
+    parts = [instantiate(c) for c in cts]
+    return [ops.bind("stack", *parts, axis=ax)]
+
+
+deflinear2("unstack", _unstack_transpose)
+
+
+def _tile_transpose(ct, operand, *, reps, **_):
+    if not und(operand):
+        return [None]
+    reps = ints(reps)
+    op_shape = shape(operand)
+    split = [k for pair in zip(reps, op_shape) for k in pair]
+    r = bind_reshape(ct, split)
+    return [bind_reduce_sum(r, [2 * i for i in range(len(op_shape))])]
+
+
+deflinear2("tile", _tile_transpose)
