@@ -864,3 +864,59 @@ def test_symbolic_shapes_match_jax():
     for name, (fn, args) in cases.items():
         bad += _mismatches(parse(str(jax.make_jaxpr(fn)(*args)), name).jaxpr, name)[0]
     assert not bad, "\n".join(bad)
+
+
+def test_weak_type_propagation_matches_jax():
+    """The text never prints weak types, so feed JAX's own operand avals to the rules."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    from jaxprtool.core import short_dtype_name
+
+    def conv(aval):
+        return ShapedArray(
+            tuple(aval.shape), short_dtype_name(aval.dtype.name), bool(aval.weak_type)
+        )
+
+    def b3(s):
+        return lax.broadcast_in_dim(s, (3,), ())
+
+    def f(x, y, k):
+        return (
+            x * 2.0,
+            jnp.sin(y),
+            y + 1,
+            x > 1.0,
+            x.astype(jnp.float32),
+            lax.max(y, 0.5),
+            -y,
+            jnp.abs(y),
+            lax.reshape(lax.broadcast_in_dim(y, (2, 2), ()), (4,)),
+            lax.dot(b3(x), b3(y)),
+            lax.cumsum(b3(x), 0),
+            lax.convert_element_type(k, jnp.float32),
+            jnp.isfinite(x),
+            lax.integer_pow(x, 2),
+            lax.select_n(True, x, y),
+            lax.pad(b3(x), y, ((1, 1, 0),)),
+            lax.sort(b3(x)),
+            lax.argmax(b3(x), 0, jnp.int32),
+            lax.reduce_max(b3(x), (0,)),
+            lax.concatenate([b3(x), b3(y)], 0),
+            lax.clamp(0.0, x, 1.0),
+            b3(x) > b3(y),
+            lax.bitcast_convert_type(x, jnp.int32),
+        )
+
+    closed = jax.make_jaxpr(f)(1.0, 2.0, 3)
+    ours = parse(str(closed), "weak").jaxpr
+    bad = []
+    for je, oe in zip(closed.jaxpr.eqns, ours.eqns):
+        assert je.primitive.name == oe.prim
+        hint = [o.type for o in oe.outputs] if oe.prim in HINTED else None
+        got = infer_types(oe.prim, [conv(v.aval) for v in je.invars], oe.params, hint)
+        for jo, o in zip(je.outvars, got):
+            if bool(jo.aval.weak_type) != o.weak_type:
+                bad.append(f"{oe.prim}: JAX weak_type={jo.aval.weak_type}, ours {o.weak_type}")
+    assert not bad, "\n".join(bad)

@@ -136,7 +136,7 @@ def _unary(prim):
         if res is None:
             return [x]
         d = res(x.dtype)
-        weak = x.weak_type and prim not in ("is_finite",)
+        weak = x.weak_type
         return [x.update(dtype=d, weak_type=weak)]
 
     return rule
@@ -208,7 +208,7 @@ def _nary(prim):
             d = "bool"
         else:
             d = res(ts[0].dtype)
-        weak = all(t.weak_type for t in ts) and res != "bool"
+        weak = all(t.weak_type for t in ts)
         return [mk(shape, d, weak, ts)]
 
     return rule

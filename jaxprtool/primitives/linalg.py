@@ -97,7 +97,7 @@ def _dot_general(in_types, params, out_hint):
     d = _result_dtype(
         "dot_general", lhs, rhs, opt_dtype_param(params.get("preferred_element_type"))
     )
-    return [mk(batch + lfree + rfree, d, False, [lhs, rhs])]
+    return [mk(batch + lfree + rfree, d, lhs.weak_type and rhs.weak_type, [lhs, rhs])]
 
 
 @shape_rule("ragged_dot_general")
@@ -117,7 +117,7 @@ def _ragged_dot_general(in_types, params, out_hint):
     d = _result_dtype(
         "ragged_dot_general", lhs, rhs, opt_dtype_param(params.get("preferred_element_type"))
     )
-    return [mk(batch + lfree + rfree, d, False, [lhs, rhs])]
+    return [mk(batch + lfree + rfree, d, lhs.weak_type and rhs.weak_type, [lhs, rhs])]
 
 
 @shape_rule("ragged_dot")
@@ -220,7 +220,7 @@ def _conv(in_types, params, out_hint):
     d = _result_dtype(
         "conv_general_dilated", lhs, rhs, opt_dtype_param(params.get("preferred_element_type"))
     )
-    return [fill_sym_from_hint(mk(shape, d, False, [lhs, rhs]), out_hint)]
+    return [fill_sym_from_hint(mk(shape, d, lhs.weak_type and rhs.weak_type, [lhs, rhs]), out_hint)]
 
 
 # ---------------------------------------------------------------- decompositions
