@@ -119,8 +119,8 @@ class _DCE:
                 return self.while_rule(e, used_outs)
             if e.prim == "scan" and isinstance(e.params.get("jaxpr"), Jaxpr):
                 return self.scan_rule(e, used_outs)
-        except _Unsupported:
-            pass
+        except (_Unsupported, ValueError, TypeError, IndexError, KeyError):
+            pass  # malformed or unmodelled parameters: keep the signature
         return [True] * len(e.inputs), map_eqn_jaxprs(e, self.clean)
 
     def call_rule(self, e: Eqn, used_outs):
