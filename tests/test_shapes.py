@@ -563,6 +563,15 @@ def _misc_cases(cases, jax, jnp, lax, np):
         jax.vmap(lambda a: lax.while_loop(lambda c: c < 10, lambda c: c * 2, a)),
         (jnp.ones(4, f32),),
     )
+    cases["hiprims"] = (
+        lambda s, q: (
+            jnp.searchsorted(s, q),
+            jnp.nonzero(q, size=3),
+            jnp.nonzero(q[0], size=2, fill_value=0),
+            lax.custom_root(lambda y: y * y - s[1], 1.0, lambda g, y0: y0, lambda g, y: y),
+        ),
+        (jnp.arange(5.0, dtype=f32), jnp.ones((2, 3), f32)),
+    )
     cases["linearize"] = (lambda a: jax.linearize(lambda y: jnp.tanh(y) @ y.T, a)[1](a), (x[:4],))
 
 

@@ -533,3 +533,16 @@ def _custom_lin(in_types, params, out_hint):
     if avals:
         return avals
     raise ShapeError("custom_lin: the result types are not given (out_avals is hidden)")
+
+
+@shape_rule("CustomRoot")
+def _custom_root(in_types, params, out_hint):
+    """0.12's lax.custom_root HiPrim: operands = initial guess + closed-over values."""
+    j = jaxpr_param(params, "solve_jaxpr")
+    k = len(j.invars)
+    if len(in_types) < k:
+        raise ShapeError(
+            f"CustomRoot: solve_jaxpr takes {k} inputs, but the equation passes {len(in_types)}"
+        )
+    check_call_operands("CustomRoot", j, in_types[:k], what="solve_jaxpr")
+    return out_types_of(j)

@@ -10,8 +10,11 @@ from .util import (
     canon_axis,
     dim_floordiv,
     dim_mul,
+    dim_param,
+    dtype_param,
     int_param,
     nargs,
+    static_ints,
     types_agree,
     vma_format,
     vma_parts,
@@ -309,3 +312,36 @@ def _addupdate(in_types, params, out_hint):
     if isinstance(v, ShapedArray) and isinstance(t, ShapedArray) and v.dtype != t.dtype:
         raise ShapeError(f"addupdate: the added value has type {v}, but the Ref holds {t}")
     return []
+
+
+# ---------------------------------------------------------------- 0.12 jnp HiPrims (printed by class name)
+
+
+@shape_rule("SearchSorted")
+def _search_sorted(in_types, params, out_hint):
+    nargs(in_types, 2, "SearchSorted")
+    a = arr(in_types[0], "SearchSorted", 0)
+    q = arr(in_types[1], "SearchSorted", 1)
+    if a.dtype != q.dtype:
+        raise ShapeError(
+            f"SearchSorted: dtypes of sorted_arr and query must match, got {a.dtype} and {q.dtype}"
+        )
+    # out_dtype is not printed: int32 unless the binder says otherwise (x64)
+    d = "i32"
+    if out_hint and isinstance(out_hint[0], ShapedArray) and out_hint[0].dtype in ("i32", "i64"):
+        d = out_hint[0].dtype
+    return [q.update(dtype=d, weak_type=False)]
+
+
+@shape_rule("Nonzero")
+def _nonzero(in_types, params, out_hint):
+    if not in_types:
+        raise ShapeError("Nonzero expects an operand")
+    a = arr(in_types[0], "Nonzero", 0)
+    axes = static_ints(params.get("axes", ()))
+    if not all(0 <= ax < a.ndim for ax in axes) or len(set(axes)) != len(axes):
+        raise ShapeError(f"Nonzero: axes {axes} are out of range or repeated for {a}")
+    size = dim_param(params.get("size"))
+    d = dtype_param(params.get("out_dtype", "int32"))
+    batch = tuple(s for i, s in enumerate(a.shape) if i not in axes)
+    return [a.update(shape=(*batch, size), dtype=d, weak_type=False)] * len(axes)
