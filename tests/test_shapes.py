@@ -572,6 +572,22 @@ def _misc_cases(cases, jax, jnp, lax, np):
         ),
         (jnp.arange(5.0, dtype=f32), jnp.ones((2, 3), f32)),
     )
+    m4 = jnp.eye(4, dtype=f32) + 0.1
+    cases["more_linalg"] = (
+        lambda a: (
+            jnp.linalg.eig(a),
+            lax.linalg.tridiagonal(a),
+            lax.linalg.schur(a),
+            lax.linalg.hessenberg(a),
+            lax.linalg.householder_product(a, jnp.ones(3, f32)),
+            lax.linalg.qr(a, pivoting=True),
+            lax.linalg.eigh(a, subset_by_index=(0, 2)),
+            lax.linalg.svd(a[:3], full_matrices=True),
+            jnp.fft.rfftn(a),
+            lax.linalg.tridiagonal_solve(a[0], a[1], a[2], a),
+        ),
+        (m4,),
+    )
     cases["linearize"] = (lambda a: jax.linearize(lambda y: jnp.tanh(y) @ y.T, a)[1](a), (x[:4],))
 
 

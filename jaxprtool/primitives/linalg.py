@@ -332,13 +332,27 @@ def _tridiagonal(in_types, params, out_hint):
     nargs(in_types, 1, "tridiagonal")
     x, b, m, n = _matrix("tridiagonal", in_types[0], square=True)
     r = real_dtype(x.dtype)
+    n1 = dim_add(n, -1)
     return [
         x,
         x.update(shape=b + (n,), dtype=r),
-        x.update(shape=b + (dim_add(n, -1),), dtype=r),
-        x.update(shape=b + (dim_add(n, -1),)),
-        x.update(shape=(*b,), dtype="i32"),
+        x.update(shape=b + (n1,), dtype=r),
+        x.update(shape=b + (n1,)),
     ]
+
+
+@shape_rule("hessenberg")
+def _hessenberg(in_types, params, out_hint):
+    nargs(in_types, 1, "hessenberg")
+    x, b, m, n = _matrix("hessenberg", in_types[0], square=True)
+    return [x, x.update(shape=b + (dim_add(n, -1),))]
+
+
+@shape_rule("schur")
+def _schur(in_types, params, out_hint):
+    nargs(in_types, 1, "schur")
+    x, _, _, _ = _matrix("schur", in_types[0], square=True)
+    return [x, x] if params.get("compute_schur_vectors", True) else [x]
 
 
 @shape_rule("householder_product")
