@@ -23,7 +23,18 @@ prints it as `FILE:LINE:COL: error: message`.  Checks:
 
 from __future__ import annotations
 
-from .core import Eqn, Jaxpr, JaxprError, Literal, Loc, ShapedArray, Var, eqn_subjaxprs
+from .core import (
+    Eqn,
+    Jaxpr,
+    JaxprError,
+    Literal,
+    Loc,
+    OpaqueType,
+    RefType,
+    ShapedArray,
+    Var,
+    eqn_subjaxprs,
+)
 from .primitives import ShapeError, infer_types, is_known
 from .primitives.util import types_agree
 
@@ -85,6 +96,8 @@ class _Checker:
             if not isinstance(v, Var):
                 self.err(f"binder {v!r} is not a variable", loc)
                 return
+            if not isinstance(v.type, (ShapedArray, RefType, OpaqueType)):
+                self.err(f"variable '{_name(v)}' has no type", loc)
             if id(v) in defined:
                 self.err(f"variable '{_name(v)}' is bound more than once", loc)
             defined.add(id(v))
@@ -139,14 +152,7 @@ class _Checker:
                 msg = f"{e.prim}: {msg}"
             self.err(msg, e.loc)
             return
-        except (
-            KeyError,
-            TypeError,
-            ValueError,
-            IndexError,
-            AttributeError,
-            ZeroDivisionError,
-        ) as ex:
+        except Exception as ex:  # noqa: BLE001 - a rule's bug or an odd parameter must not crash the checker
             self.warn(f"{e.prim}: could not check the equation ({type(ex).__name__}: {ex})", e.loc)
             return
         if len(inferred) != len(declared):
