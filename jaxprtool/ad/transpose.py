@@ -207,5 +207,7 @@ def transpose_auto(jaxpr: Jaxpr, linear: Sequence[int] | None = None, residuals:
             mask = [i >= n - t for i in range(n)]
             lin_out = linear_dependence(jaxpr, mask)
         else:
-            mask = [True] * n
+            from ..core import is_inexact
+
+            mask = [is_inexact(v.type) for v in jaxpr.invars]  # int/bool inputs cannot be linear
     return transpose_jaxpr(jaxpr, mask, lin_out), mask, lin_out
