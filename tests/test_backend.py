@@ -163,17 +163,20 @@ def test_dim_expressions():
         eval_dim("__import__('os')", {})
 
 
-#: 0.10.2 texts of programs that JAX 0.12 traces differently (so 0.12 is no oracle for them)
-OLDER_DIFFERENT = {"checkify": "checkify's error codes changed between 0.10 and 0.12"}
+#: older texts of programs that JAX 0.12 computes differently (so 0.12 is no oracle for them)
+OLDER_DIFFERENT = {"checkify": "checkify's error codes changed after 0.10"}
 
 
 @needs_corpus
 @pytest.mark.slow
-def test_corpus_0_10_2_matches_jax_0_12(monkeypatch):
-    """The 0.10.2 texts of the same functions run and give what JAX 0.12 computes."""
+@pytest.mark.parametrize(
+    "sub", ["jax-0.10.2", "older/jax-0.4.35", "older/jax-0.6.2", "older/jax-0.7.2"]
+)
+def test_older_corpus_matches_jax_0_12(monkeypatch, sub):
+    """Texts printed by older JAX versions run and give what JAX 0.12 computes for the same function."""
     import backend_corpus
 
-    monkeypatch.setattr(backend_corpus, "SUB", "jax-0.10.2")
+    monkeypatch.setattr(backend_corpus, "SUB", sub)
     failed, ok = {}, 0
     for name in backend_corpus.corpus_names():
         if name in OLDER_DIFFERENT or name not in backend_corpus.load_cases():
@@ -186,4 +189,4 @@ def test_corpus_0_10_2_matches_jax_0_12(monkeypatch):
             failed[name] = detail
         ok += status == "ok"
     assert not failed, "\n".join(f"{n}: {d}" for n, d in sorted(failed.items()))
-    assert ok >= 90
+    assert ok >= 85

@@ -154,8 +154,10 @@ class Interpreter:
         for v, x in zip(jaxpr.invars, args):
             env[id(v)] = x
 
-        def read(a):
+        def read(a, eqn=None, pos=0):
             if isinstance(a, Literal):
+                if not a.typed and eqn is not None:
+                    return literal_value(Literal(a.value, untyped_literal_type(eqn, pos, a), True))
                 return literal_value(a)
             try:
                 return env[id(a)]
@@ -165,7 +167,7 @@ class Interpreter:
                 ) from None
 
         for eqn in jaxpr.eqns:
-            invals = [read(a) for a in eqn.inputs]
+            invals = [read(a, eqn, k) for k, a in enumerate(eqn.inputs)]
             outs = self.eqn(eqn, invals, path)
             if len(outs) != len(eqn.outputs):
                 raise JaxprError(
@@ -290,7 +292,11 @@ class Interpreter:
         cn, bn = int(p.get("cond_nconsts", 0)), int(p.get("body_nconsts", 0))
         cconsts, bconsts, init = invals[:cn], invals[cn : cn + bn], invals[cn + bn :]
         cj, bj = self.body(p["cond_jaxpr"], eqn), self.body(p["body_jaxpr"], eqn)
-        batched = bool(cj.outvars) and isinstance(cj.outvars[0].type, ShapedArray) and cj.outvars[0].type.ndim > 0
+        batched = (
+            bool(cj.outvars)
+            and isinstance(cj.outvars[0].type, ShapedArray)
+            and cj.outvars[0].type.ndim > 0
+        )
         import jax.numpy as jnp
 
         def select(pred, new, old):
@@ -530,10 +536,107 @@ class Interpreter:
         self.run(j, [], boxes, path + (("run_state",) if self.mode == "eager" else ()))
         return [b.value for b in boxes]
 
+    # ------------------------------------------------------------ primitives of older JAX versions
+
+    def p_random_gamma_grad(self, eqn, invals, path):
+        import jax
+
+        return [jax.lax.random_gamma_grad(*invals)]
+
+    def p_ragged_dot(self, eqn, invals, path):
+        import jax
+
+        p = eqn.params
+        return [
+            jax.lax.ragged_dot(
+                *invals[:3],
+                precision=prims.to_jax(p.get("precision")),
+                preferred_element_type=prims._dtype_param(p.get("preferred_element_type")),
+            )
+        ]
+
     def p_optimization_barrier(self, eqn, invals, path):
         import jax
 
         return list(jax.lax.optimization_barrier(tuple(invals)))
+
+
+#: primitive -> first operand position that holds an index (not a value)
+_INDEX_FROM = {
+    "dynamic_slice": 1,
+    "dynamic_update_slice": 2,
+    "gather": 1,
+    "scatter": 1,
+    "scatter-add": 1,
+}
+
+
+def untyped_literal_type(eqn: Eqn, pos: int, lit: Literal) -> ShapedArray:
+    """A type for a literal printed without one (JAX 0.4.35): from the equation's operands."""
+    v = lit.value
+    if isinstance(v, bool):
+        return ShapedArray((), "bool")
+    inner = _body_binder_type(eqn, pos)
+    if inner is not None:
+        return ShapedArray((), inner.dtype)
+    first_index = _INDEX_FROM.get(eqn.prim)
+    if first_index is not None and pos >= first_index:
+        idx = [
+            a.type
+            for a in eqn.inputs[first_index:]
+            if isinstance(a, Var) and isinstance(a.type, ShapedArray)
+        ]
+        return ShapedArray((), idx[0].dtype if idx else "i32")
+    if eqn.prim == "select_n" and pos == 0:
+        return ShapedArray((), "i32")
+    sibs = [
+        a.type
+        for k, a in enumerate(eqn.inputs)
+        if isinstance(a, Var)
+        and isinstance(a.type, ShapedArray)
+        and not (eqn.prim == "select_n" and k == 0)
+        and not (first_index is not None and k >= first_index)
+    ]
+    if sibs:
+        return ShapedArray((), sibs[0].dtype)
+    if eqn.prim in ("broadcast_in_dim", "convert_element_type", "reshape") and eqn.outputs:
+        t = eqn.outputs[0].type
+        if isinstance(t, ShapedArray) and eqn.prim != "convert_element_type":
+            return ShapedArray((), t.dtype)
+    if isinstance(v, int):
+        return ShapedArray((), "i32")
+    if isinstance(v, complex):
+        return ShapedArray((), "c64")
+    return ShapedArray((), "f32")
+
+
+def _body_binder_type(eqn: Eqn, pos: int):
+    """The type of the nested-jaxpr binder that operand `pos` of a control-flow/call feeds."""
+    p = eqn.params
+    try:
+        if eqn.prim == "while":
+            cn, bn = int(p.get("cond_nconsts", 0)), int(p.get("body_nconsts", 0))
+            if pos < cn:
+                v = p["cond_jaxpr"].invars[pos]
+            elif pos < cn + bn:
+                v = p["body_jaxpr"].invars[pos - cn]
+            else:
+                v = p["body_jaxpr"].invars[pos - cn]
+            return v.type if isinstance(v.type, ShapedArray) else None
+        if eqn.prim == "cond":
+            if pos == 0:
+                return ShapedArray((), "i32")
+            br = p["branches"]
+            br = br[0] if isinstance(br, (tuple, list)) else br
+            return br.invars[pos - 1].type
+        for key in ("jaxpr", "call_jaxpr", "fun_jaxpr", "call"):
+            j = p.get(key)
+            if isinstance(j, Jaxpr) and len(j.invars) == len(eqn.inputs):
+                t = j.invars[pos].type
+                return t if isinstance(t, ShapedArray) else None
+    except (KeyError, IndexError, AttributeError):
+        return None
+    return None
 
 
 class Box:
@@ -547,7 +650,9 @@ class Box:
 
 def _box(x, eqn) -> Box:
     if not isinstance(x, Box):
-        raise JaxprError(f"'{eqn.prim}' expects a reference (Ref{{...}}) as its first operand", eqn.loc)
+        raise JaxprError(
+            f"'{eqn.prim}' expects a reference (Ref{{...}}) as its first operand", eqn.loc
+        )
     return x
 
 
@@ -628,7 +733,9 @@ def _leaves_text(text: str) -> int:
     the payloads of t's Right leaves; Static(...) has none."""
     import re
 
-    toks = re.findall(r"RightsOnly\(|Right\(|Left\(|Static\(|None|\(|\)|\[|\]|,|[^\s,()\[\]]+", text)
+    toks = re.findall(
+        r"RightsOnly\(|Right\(|Left\(|Static\(|None|\(|\)|\[|\]|,|[^\s,()\[\]]+", text
+    )
     pos = 0
 
     def node():

@@ -166,10 +166,22 @@ def _accuracy(v):
         return None  # a Tolerance object prints as an address: the default accuracy is used
 
 
+#: params that texts of older JAX versions do not print: the installed JAX's defaults
+DEFAULTS = {
+    "qr": {"pivoting": False, "use_magma": None},
+    "eigh": {"algorithm": None, "subset_by_index": None, "sort_eigenvalues": True},
+    "svd": {"algorithm": None, "subset_by_index": None},
+}
+#: params of older JAX versions that the installed one no longer takes
+DROPPED = {"platform_index": ("has_default",)}
+
+
 def bind_params(eqn: Eqn, dims: dict[str, int] | None = None) -> dict[str, Any]:
     """The params to bind the installed JAX's primitive with, for an ordinary equation."""
-    p = dict(eqn.params)
     name = eqn.prim
+    p = {**DEFAULTS.get(name, {}), **eqn.params}
+    for k in DROPPED.get(name, ()):
+        p.pop(k, None)
     rule = PARAM_RULES.get(name)
     out: dict[str, Any] = {}
     special = {}
