@@ -319,3 +319,36 @@ def test_rule_kinds_are_recorded():
     assert rule_kind["neg"] == "deflinear2"
     assert rule_kind["eq"] == "defjvp_zero"
     assert rule_kind["mul"] == "defbilinear"
+
+
+_SLOW = pytest.mark.slow  # igamma/betainc take ~10 s each to compile
+
+SPECIAL = [
+    pytest.param(
+        ("igamma", lambda a, x: lax.igamma(a, x), [(0.5, 3.0, F32), POS]), marks=_SLOW, id="igamma"
+    ),
+    pytest.param(
+        ("igammac", lambda a, x: lax.igammac(a, x), [(0.5, 3.0, F32), POS]),
+        marks=_SLOW,
+        id="igammac",
+    ),
+    ("polygamma", lambda x: lax.polygamma(jnp.float32(1.0), x), [POS]),
+    pytest.param(
+        (
+            "betainc_x",
+            lambda x: lax.betainc(jnp.float32(2.0), jnp.float32(3.0), x),
+            [(0.1, 0.9, F32)],
+        ),
+        marks=_SLOW,
+        id="betainc_x",
+    ),
+    ("bessel_i0e", lax.bessel_i0e, [away(-2, 2)]),
+    ("bessel_i1e", lax.bessel_i1e, [away(-2, 2)]),
+]
+
+
+@pytest.mark.parametrize(
+    "case", SPECIAL, ids=[c[0] if isinstance(c, tuple) else c.id for c in SPECIAL]
+)
+def test_special_functions(case):
+    test_jvp_and_vjp_match_jax(case)

@@ -542,3 +542,71 @@ def _identity_like(name):
 
 for _n in ("device_put", "reshard", "sharding_constraint", "mesh_cast", "pvary"):
     _identity_like(_n)
+
+
+# ---------------------------------------------------------------- special functions (JAX's special.py)
+
+
+def _unsupported(msg):
+    def fn(g, *args, **params):
+        raise JaxprError(msg, current().loc)
+
+    return fn
+
+
+def _igamma_gradx(g, a, x, **p):
+    return mul(g, exp(add(neg(x), sub(mul(sub(a, c(a, 1)), log(x)), ops.lgamma(a)))))
+
+
+def _igamma_grada(g, a, x, **p):
+    return mul(g, ops.bind("igamma_grad_a", a, x))
+
+
+defjvp("igamma", _igamma_grada, _igamma_gradx)
+defjvp(
+    "igammac",
+    lambda g, a, x, **p: neg(_igamma_grada(g, a, x)),
+    lambda g, a, x, **p: neg(_igamma_gradx(g, a, x)),
+)
+defjvp(
+    "polygamma",
+    _unsupported("polygamma gradient with respect to m is not supported"),
+    lambda g, m, x, **p: mul(g, ops.bind("polygamma", add(m, c(m, 1)), x)),
+)
+
+
+def _betainc_gradx(g, a, b, x, **p):
+    lbeta = sub(add(ops.lgamma(a), ops.lgamma(b)), ops.lgamma(add(a, b)))
+    return mul(
+        exp(sub(add(mul(sub(b, c(b, 1)), log1p_(neg(x))), mul(sub(a, c(a, 1)), log(x))), lbeta)), g
+    )
+
+
+def log1p_(x):
+    return ops.log1p(x)
+
+
+_BETAINC = "Betainc gradient with respect to a and b not supported."
+defjvp(
+    "regularized_incomplete_beta", _unsupported(_BETAINC), _unsupported(_BETAINC), _betainc_gradx
+)
+defjvp2(
+    "bessel_i0e",
+    lambda g, y, x, **p: mul(g, sub(ops.bind("bessel_i1e", x), mul(ops.sign(x), y))),
+)
+
+
+def _bessel_i1e_jvp(g, y, x, **p):
+    import numpy as np
+
+    from ...core import long_dtype_name
+
+    eps = float(np.finfo(np.dtype(long_dtype_name(x.type.dtype))).eps)
+    not_tiny = gt(ops.abs(x), c(x, eps))
+    safe_x = select_n(not_tiny, ops.full(ShapedArray(x.type.shape, x.type.dtype), eps), x)
+    dy = sub(ops.bind("bessel_i0e", safe_x), mul(y, add(ops.sign(safe_x), div(c(x, 1), safe_x))))
+    dy = select_n(not_tiny, ops.full(ShapedArray(x.type.shape, x.type.dtype), 0.5), dy)
+    return mul(g, dy)
+
+
+defjvp2("bessel_i1e", _bessel_i1e_jvp)
