@@ -38,6 +38,7 @@ COMMANDS: dict[str, str] = {
     "run": "run_cmds:run",
     "compile": "run_cmds:compile_",
     "trace": "run_cmds:trace",
+    "explain": "explain_cmd:explain",
 }
 
 
