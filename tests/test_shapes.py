@@ -945,3 +945,54 @@ def test_weak_type_propagation_matches_jax():
             if bool(jo.aval.weak_type) != o.weak_type:
                 bad.append(f"{oe.prim}: JAX weak_type={jo.aval.weak_type}, ours {o.weak_type}")
     assert not bad, "\n".join(bad)
+
+
+SCAN_012 = """{ lambda a:f32[3,3]; b:f32[3] c:f32[5,3]. let
+    d:f32[3] e:f32[5,3] f:f32[5] = scan[
+      FT
+      jaxpr={ lambda ; g:f32[3,3] h:f32[3] i:f32[3]. let
+          j:f32[3] = dot_general[dimension_numbers=(([0], [0]), ([], [])) preferred_element_type=float32] h g
+          k:f32[3] = add j i
+          l:f32[] = reduce_sum[axes=(0,) out_sharding=None] i
+        in (k, h, l) }
+      length=5
+      reverse=True
+      unroll=1
+    ] a b c
+  in (d, e, f) }
+"""
+
+
+@pytest.mark.parametrize(
+    "ft",
+    [
+        "ft_in=((None,), (None,), (None,))\n      ft_out=((None,), (RightsOnly(Right(None)), RightsOnly(Right(None))))",
+        "num_carry=1\n      num_consts=1",
+        "",  # no encoding at all: carries are found from the body's types
+    ],
+)
+def test_scan_encodings(ft):
+    j = parse(SCAN_012.replace("FT\n", ft + "\n" if ft else ""), "scan").jaxpr
+    (e,) = j.eqns
+    got = infer_types("scan", [a.type for a in e.inputs], e.params, None)
+    assert [str(t) for t in got] == ["f32[3]", "f32[5,3]", "f32[5]"]
+
+
+def test_scan_ft_group_sizes():
+    from jaxprtool.primitives.control import ft_group_sizes
+
+    assert ft_group_sizes("((), (None,), (None,))") == [0, 1, 1]
+    assert ft_group_sizes(
+        "(((), ()), ((None,), (RightsOnly(Right(None)),)), ((None,), (RightsOnly(Left(None)),)))"
+    ) == [
+        0,
+        2,
+        1,
+    ]
+    assert ft_group_sizes(
+        "Pytree(vals=[None, None], tree=PyTreeDef((([], []), ([], [*]), ([], [], [*]))))"
+    ) == [
+        0,
+        1,
+        1,
+    ]
