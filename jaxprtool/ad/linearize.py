@@ -72,9 +72,61 @@ def _split(jaxpr: Jaxpr, nonzeros: Sequence[bool], instantiate):
             with b.tangent_mode():
                 tout_atoms.append(inst_zero(t))
     teqns = B.dce_eqns(b.tangent_eqns, tout_atoms)
+    teqns = _recompute_constants(b.primal_eqns, teqns, tout_atoms, tan_in)
     residuals = B.free_vars(teqns, tout_atoms, bound=tan_in)
     peqns = B.dce_eqns(b.primal_eqns, list(outs) + residuals)
     return consts, primals, outs, peqns, residuals, tan_in, teqns, tout_atoms, nonzeros, out_nz
+
+
+_CONST_PRIMS = {
+    "broadcast_in_dim",
+    "iota",
+    "convert_element_type",
+    "reshape",
+    "full",
+    "select_n",
+    "eq",
+    "ne",
+    "gt",
+    "lt",
+    "ge",
+    "le",
+    "neg",
+    "mul",
+    "add",
+    "sub",
+    "div",
+}
+
+
+def _recompute_constants(peqns, teqns, tout_atoms, tan_in):
+    """Residuals that are constants (built from literals only, e.g. the zeros or 0.5s of a rule)
+    are recomputed in the linear program rather than passed from the primal program."""
+    from ..core import eqn_subjaxprs
+
+    const_eqn: dict[int, Eqn] = {}
+    for e in peqns:
+        if (
+            e.prim in _CONST_PRIMS
+            and not any(True for _ in eqn_subjaxprs(e))
+            and all(not isinstance(x, Var) or id(x) in const_eqn for x in e.inputs)
+        ):
+            for o in e.outputs:
+                const_eqn[id(o)] = e
+    if not const_eqn:
+        return teqns
+    residuals = B.free_vars(teqns, tout_atoms, bound=tan_in)
+    need: set[int] = set()
+    stack = [r for r in residuals if id(r) in const_eqn]
+    if not stack:
+        return teqns
+    while stack:
+        e = const_eqn[id(stack.pop())]
+        if id(e) in need:
+            continue
+        need.add(id(e))
+        stack.extend(x for x in e.inputs if isinstance(x, Var))
+    return [e for e in peqns if id(e) in need] + list(teqns)
 
 
 def _linear_jaxpr(residuals, tan_in, teqns, tout_atoms) -> Jaxpr:
