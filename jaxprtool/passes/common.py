@@ -22,7 +22,7 @@ CALL_BODY_PARAM: dict[str, str] = {
     "checkpoint": "jaxpr",
 }
 #: per-operand / per-result parameters of jit/pjit that must follow operand pruning
-CALL_IN_PARAMS = ("in_shardings", "in_layouts", "donated_invars")
+CALL_IN_PARAMS = ("in_shardings", "in_layouts", "donated_invars", "prevent_cse")
 CALL_OUT_PARAMS = ("out_shardings", "out_layouts")
 
 

@@ -184,11 +184,8 @@ def semantic_diff(
     na = _Namer()
     la = render_lines(a, na)
     lb0 = render_lines(b, _Namer())
-    sm0 = difflib.SequenceMatcher(
-        None, [k for k, _, _ in la], [k for k, _, _ in lb0], autojunk=False
-    )
     preset: dict[int, str] = {}
-    for tag, a1, a2, b1, b2 in sm0.get_opcodes():
+    for tag, a1, a2, b1, b2 in _align([x[0] for x in la], [x[0] for x in lb0]):
         if tag != "equal":
             continue
         for x, y in zip(la[a1:a2], lb0[b1:b2]):
@@ -216,17 +213,52 @@ def semantic_diff(
     return "\n".join(lines) + "\n"
 
 
+#: above this many differing middle lines, difflib's popular-line heuristic is switched on
+#: (alignment gets coarser, but the time stays near linear)
+AUTOJUNK_ABOVE = 2000
+
+
+def _align(ka: list[str], kb: list[str]) -> list[tuple]:
+    """difflib opcodes for ka -> kb, after trimming the common prefix and suffix."""
+    n = min(len(ka), len(kb))
+    p = 0
+    while p < n and ka[p] == kb[p]:
+        p += 1
+    q = 0
+    while q < n - p and ka[len(ka) - 1 - q] == kb[len(kb) - 1 - q]:
+        q += 1
+    ma, mb = ka[p : len(ka) - q], kb[p : len(kb) - q]
+    ops = []
+    if p:
+        ops.append(("equal", 0, p, 0, p))
+    if ma or mb:
+        big = max(len(ma), len(mb)) > AUTOJUNK_ABOVE
+        sm = difflib.SequenceMatcher(None, ma, mb, autojunk=big)
+        for tag, a1, a2, b1, b2 in sm.get_opcodes():
+            ops.append((tag, a1 + p, a2 + p, b1 + p, b2 + p))
+    if q:
+        ops.append(("equal", len(ka) - q, len(ka), len(kb) - q, len(kb)))
+    # merge adjacent equal runs
+    out: list[tuple] = []
+    for op in ops:
+        if out and op[0] == "equal" and out[-1][0] == "equal" and out[-1][2] == op[1]:
+            out[-1] = ("equal", out[-1][1], op[2], out[-1][3], op[4])
+        else:
+            out.append(op)
+    return out or [("equal", 0, 0, 0, 0)]
+
+
 class _RefinedMatcher(difflib.SequenceMatcher):
     """Aligns by key; lines aligned as equal whose display text differs (same operation and
     types, different data flow) become one-line replacements."""
 
     def __init__(self, la, lb):
-        super().__init__(None, [x[0] for x in la], [x[0] for x in lb], autojunk=False)
+        super().__init__(None, [], [], autojunk=False)
         self.la, self.lb = la, lb
 
     def get_opcodes(self):
         out = []
-        for tag, a1, a2, b1, b2 in super().get_opcodes():
+        for tag, a1, a2, b1, b2 in _align([x[0] for x in self.la], [x[0] for x in self.lb]):
             if tag != "equal":
                 out.append((tag, a1, a2, b1, b2))
                 continue
