@@ -790,10 +790,17 @@ def explain_data(
             arr = pvals[n_out + r.index]
             hit = by_loc.get(r.loc)
             where = f" at {r.loc}" if r.loc else ""
-            if hit is not None:
-                origin = f"'{r.prim}' computed for eqn {hit[0]}: {data.forward[hit[0]].text}{where}"
-            else:
+            step = data.forward[hit[0]] if hit is not None and hit[0] < len(data.forward) else None
+            if step is None:
                 origin = f"'{r.prim}'{where}"
+            else:
+                first = step.text.splitlines()[0] + (" ..." if "\n" in step.text else "")
+                if step.constant:
+                    origin = f"'{r.prim}': primal value of eqn {step.index}: {first}{where}"
+                elif r.prim == step.eqn.prim:
+                    origin = f"'{r.prim}': primal half of eqn {step.index}: {first}{where}"
+                else:
+                    origin = f"'{r.prim}' from the JVP rule of eqn {step.index}: {first}{where}"
         data.residuals.append(ResidualInfo(Value(lnamer.name(v), v, np.asarray(arr)), origin))
 
     # ---- stage 4
@@ -1109,9 +1116,4 @@ def render(data: ExplainData, console) -> None:
 
 def _render_final_error(data: ExplainData, line) -> None:
     stage = {2: "forward (JVP)", 4: "reverse (transpose)"}.get(data.stopped_in, "")
-    line(
-        ("stopped in the ", "bold red"),
-        (stage, "bold red"),
-        (" stage: ", "bold red"),
-        data.error.message,
-    )
+    line(("stopped in the ", "bold red"), (stage, "bold red"), (" stage", "bold red"))

@@ -1,0 +1,199 @@
+"""`jaxprtool explain`: every stage shown, rule helpers named, values checked against jax.grad."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from jaxprtool.cli import main
+from jaxprtool.text.parser import parse
+from jaxprtool.ui.explain import HEADINGS, explain_data
+
+SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+
+TWICE = """{ lambda ; a:f32[3]. let
+    b:f32[3] = mul a a
+    c:f32[] = reduce_sum[axes=(0,) out_sharding=None] b
+  in (c,) }
+"""
+
+NEG = """{ lambda ; a:f32[3]. let
+    b:f32[3] = sin a
+    c:f32[3] = neg b
+    d:f32[] = reduce_sum[axes=(0,) out_sharding=None] c
+  in (d,) }
+"""
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, ["explain", *args])
+
+
+def _mlp_args(seed=0):
+    rng = np.random.default_rng(seed)
+    shapes = [(4, 8), (8,), (8, 2), (2,), (5, 4), (5, 2)]
+    return [rng.standard_normal(s).astype(np.float32) for s in shapes]
+
+
+def _mlp_jax(a, b, c, d, e, f):
+    import jax.numpy as jnp
+
+    h = jnp.tanh(e @ a + b[None, :])
+    m = h @ c + d[None, :]
+    return jnp.sum((m - f) ** 2) / 10.0
+
+
+def test_sin_cos_stages_and_rules():
+    r = invoke(str(SAMPLES / "sin_cos.jaxpr"), "--no-color", "--mode", "vjp")
+    assert r.exit_code == 0, r.output
+    out = r.output
+    for n in (1, 2, 3, 4, 5):
+        assert HEADINGS[n] in out
+    assert out.index(HEADINGS[1]) < out.index(HEADINGS[2]) < out.index(HEADINGS[5])
+    assert "c:f32[3] = sin a" in out  # the primal equations, printed as JAX does
+    assert "rule: defjvp (sin)" in out
+    assert "rule: defbilinear (mul)" in out
+    assert "residuals" in out and "'cos' from the JVP rule of eqn 0" in out
+    assert "pass" in out and "FAIL" not in out
+    assert "\x1b[" not in out
+
+
+def test_mlp_grad_matches_jax(tmp_path):
+    import jax
+
+    args = _mlp_args()
+    npz = tmp_path / "in.npz"
+    np.savez(npz, **{f"arg{i}": a for i, a in enumerate(args)})
+    r = invoke(str(SAMPLES / "mlp.jaxpr"), "--args", str(npz), "--mode", "grad", "--no-color")
+    assert r.exit_code == 0, r.output
+    assert "rule: defbilinear (dot_general)" in r.output
+    assert "rule: defjvp2 (tanh)" in r.output
+    assert "J^T w vs central finite differences" in r.output
+    assert "result: all checks pass" in r.output
+
+    jaxpr = parse((SAMPLES / "mlp.jaxpr").read_text(), "mlp.jaxpr").jaxpr
+    data = explain_data(jaxpr, args, "grad")
+    assert data.passed and [c.passed for c in data.checks] == [True] * len(data.checks)
+    assert data.residuals and all(r.value.array is not None for r in data.residuals)
+    expected = jax.grad(_mlp_jax, argnums=tuple(range(6)))(*args)
+    for got, want in zip(data.gradient, expected):
+        np.testing.assert_allclose(got, np.asarray(want), rtol=1e-4, atol=1e-5)
+    # the printed summary of the gradient of d (2 elements) shows JAX's numbers
+    d = np.asarray(expected[3])
+    assert f"{d[0]:.4f}"[:-1] in r.output.replace(" ", "")
+
+
+def test_sin_cos_vjp_and_jvp_match_jax():
+    import jax
+    import jax.numpy as jnp
+
+    jaxpr = parse((SAMPLES / "sin_cos.jaxpr").read_text(), "sin_cos.jaxpr").jaxpr
+    rng = np.random.default_rng(1)
+    a, b = (rng.standard_normal(3).astype(np.float32) for _ in range(2))
+
+    def f(a, b):
+        return jnp.sin(a) * jnp.cos(b) + a
+
+    data = explain_data(jaxpr, [a, b], "vjp", seed=5)
+    assert data.passed
+    (w,) = [s.array for s in data.seeds]
+    want = jax.vjp(f, a, b)[1](w)
+    for got, x in zip(data.gradient, want):
+        np.testing.assert_allclose(got, np.asarray(x), rtol=1e-5, atol=1e-6)
+
+    data = explain_data(jaxpr, [a, b], "jvp", seed=5)
+    assert data.passed and data.stopped_in is None
+    _, jv = jax.jvp(f, (a, b), tuple(data.direction))
+    np.testing.assert_allclose(data.derivative[0][1], np.asarray(jv), rtol=1e-5, atol=1e-6)
+
+
+def test_value_used_twice_accumulates(tmp_path):
+    import jax
+    import jax.numpy as jnp
+
+    p = tmp_path / "twice.jaxpr"
+    p.write_text(TWICE)
+    r = invoke(str(p), "--no-color", "--random", "2")
+    assert r.exit_code == 0, r.output
+    assert "accumulation: ct[t_a] = add_any" in r.output
+    assert "(t_a is used 2 times)" in r.output
+
+    x = np.array([0.5, -1.0, 2.0], np.float32)
+    data = explain_data(parse(TWICE, "twice").jaxpr, [x], "grad")
+    accs = [a for s in data.reverse for a in s.accumulations]
+    assert len(accs) == 1 and accs[0].uses == 2
+    np.testing.assert_allclose(accs[0].result.array, 2 * x, rtol=1e-6)
+    want = jax.grad(lambda a: jnp.sum(a * a))(x)
+    np.testing.assert_allclose(data.gradient[0], np.asarray(want), rtol=1e-6)
+
+
+def test_single_elementwise_analytic(tmp_path):
+    p = tmp_path / "sin.jaxpr"
+    p.write_text("{ lambda ; a:f32[4]. let b:f32[4] = sin a in (b,) }\n")
+    for mode in ("jvp", "vjp"):
+        r = invoke(str(p), "--no-color", "--mode", mode)
+        assert r.exit_code == 0, r.output
+        assert "analytic formula: d sin(x)/dx = cos(x)" in r.output
+        assert "FAIL" not in r.output
+
+
+def test_html(tmp_path):
+    out = tmp_path / "walk.html"
+    r = invoke(str(SAMPLES / "sin_cos.jaxpr"), "--html", str(out))
+    assert r.exit_code == 0, r.output
+    page = out.read_text()
+    assert "<html" in page
+    for n in (1, 2, 3, 4, 5):
+        assert HEADINGS[n] in page
+    assert "defbilinear" in page
+    assert not list(tmp_path.glob(".jaxprtool-*"))  # written atomically, no temp file left
+
+
+def test_missing_transpose_stops_the_walk(tmp_path, monkeypatch):
+    from jaxprtool.ad import (
+        registry,
+        rules,  # noqa: F401
+    )
+
+    monkeypatch.delitem(registry.primitive_transposes, "neg")
+    p = tmp_path / "neg.jaxpr"
+    p.write_text(NEG)
+    r = invoke(str(p), "--no-color")
+    assert r.exit_code == 1, r.output
+    out = r.output
+    msg = "Transpose rule (for reverse-mode differentiation) for 'neg' not implemented"
+    assert msg in out
+    assert HEADINGS[4] in out and HEADINGS[5] not in out
+    # the walk went through reduce_sum (transposed first) and stops at neg, with its location
+    assert out.index("= reduce_sum") < out.index("walk stops here") < out.rindex(msg)
+    assert f"{p}:3:5" in out
+
+
+def test_missing_jvp_stops_forward(tmp_path, monkeypatch):
+    from jaxprtool.ad import (
+        registry,
+        rules,  # noqa: F401
+    )
+
+    monkeypatch.delitem(registry.primitive_jvps, "sin")
+    r = invoke(str(SAMPLES / "sin_cos.jaxpr"), "--no-color")
+    assert r.exit_code == 1, r.output
+    assert "Differentiation rule for 'sin' not implemented" in r.output
+    assert HEADINGS[2] in r.output and HEADINGS[3] not in r.output
+
+
+def test_bad_usage(tmp_path):
+    r = invoke(str(SAMPLES / "sin_cos.jaxpr"), "--mode", "grad")
+    assert r.exit_code == 1 and "Gradient only defined for scalar-output" in r.output
+    r = invoke(str(SAMPLES / "sin_cos.jaxpr"), "--mode", "sideways")
+    assert r.exit_code == 2
+
+
+@pytest.mark.parametrize("sample", ["cond.jaxpr", "rnn.jaxpr"])
+def test_other_samples_run(sample):
+    r = invoke(str(SAMPLES / sample), "--no-color")
+    assert r.exit_code == 0, r.output
+    assert HEADINGS[5] in r.output
