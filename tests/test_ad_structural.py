@@ -467,9 +467,11 @@ def _our_jaxpr(case):
 
 
 def _run(j, args):
-    from jaxprtool.backend import eval_eager
+    """Small programs op by op (cheap to dispatch), larger ones compiled as a whole."""
+    from jaxprtool.backend import eval_eager, evaluate
 
-    return eval_eager(j, [np.asarray(a) for a in args])
+    run = eval_eager if len(j.eqns) <= 24 else evaluate
+    return run(j, [np.asarray(a) for a in args])
 
 
 def _close(a, b, what):
@@ -514,8 +516,8 @@ def test_jvp(case):
     f, diff = _partial(case)
     prim_f = [case.args[i] for i in diff]
     tans = [_tangent_like(a, 100 + k) for k, a in enumerate(prim_f)]
-    want_out, want_t = jax.jvp(
-        f, tuple(jnp.asarray(a) for a in prim_f), tuple(jnp.asarray(t) for t in tans)
+    want_out, want_t = jax.jit(lambda p, t: jax.jvp(f, p, t))(
+        tuple(jnp.asarray(a) for a in prim_f), tuple(jnp.asarray(t) for t in tans)
     )
     jj = jvp_jaxpr(j, diff)
     got = _run(jj, list(case.args) + tans)
@@ -536,7 +538,7 @@ def test_vjp(case):
     j = _our_jaxpr(case)
     f, diff = _partial(case)
     prim_f = tuple(jnp.asarray(case.args[i]) for i in diff)
-    want_out, vjp_fn = jax.vjp(f, *prim_f)
+    want_out = jax.jit(f)(*prim_f)
     cts_all, cts_ours = [], []
     for k, o in enumerate(want_out):
         if _is_float_out(o):
@@ -545,7 +547,7 @@ def test_vjp(case):
             cts_ours.append(c)
         else:
             cts_all.append(np.zeros(o.shape, jax.dtypes.float0))
-    want_ct = vjp_fn(cts_all)
+    want_ct = jax.jit(lambda p, c: jax.vjp(f, *p)[1](c))(prim_f, cts_all)
     vj = vjp_jaxpr(j, diff)
     got = _run(vj, list(case.args) + cts_ours)
     n = len(want_out)
@@ -586,3 +588,71 @@ def test_dot_product(case):
     )
     scale = sum(float(np.abs(np.asarray(a) * np.asarray(b)).sum()) for a, b in zip(w, lv)) + 1e-6
     assert abs(lhs - rhs) <= 2e-4 * scale + 1e-5, (lhs, rhs)
+
+
+SECOND_ORDER = {
+    "broadcast_in_dim-unit",
+    "pad",
+    "slice-strided",
+    "concatenate",
+    "dynamic_slice",
+    "dynamic_update_slice",
+    "gather",
+    "scatter-add",
+    "scatter-mul",
+    "scatter-max",
+    "scatter",
+    "reduce_max",
+    "reduce_prod",
+    "cumprod",
+    "cummax",
+    "cumlogsumexp",
+    "reduce_window_sum-dilated",
+    "reduce_window_max",
+    "select_and_scatter_add",
+    "select_and_gather_add",
+    "sort-multi",
+    "top_k",
+    "dot_general-odd",
+    "conv-strided",
+    "conv-dilated",
+    "conv-groups",
+    "conv-batch-groups",
+    "stack",
+    "tile",
+    "split-partial",
+}
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.name in SECOND_ORDER], ids=lambda c: c.id)
+def test_jvp_of_vjp(case):
+    """Second order: the JVP of our VJP program against jax.jvp of jax.vjp."""
+    from jaxprtool.ad.api import vjp_jaxpr
+    from jaxprtool.ad.jvp import jvp_jaxpr
+
+    j = _our_jaxpr(case)
+    f, diff = _partial(case)
+    prim_f = [jnp.asarray(case.args[i]) for i in diff]
+    outs = f(*prim_f)
+    assert all(_is_float_out(o) for o in outs)
+    cts = [normal(o.shape, 500 + k) for k, o in enumerate(outs)]
+
+    def g(ps, cs):
+        return jax.vjp(f, *ps)[1](list(cs))
+
+    tp = [normal(np.shape(p), 600 + k) for k, p in enumerate(prim_f)]
+    tc = [normal(np.shape(c), 700 + k) for k, c in enumerate(cts)]
+    _, want = jax.jit(lambda *a: jax.jvp(g, *a))(
+        (prim_f, [jnp.asarray(c) for c in cts]),
+        ([jnp.asarray(t) for t in tp], [jnp.asarray(t) for t in tc]),
+    )
+    vj = vjp_jaxpr(j, diff)
+    n_args = len(case.args)
+    jj = jvp_jaxpr(vj, diff + [n_args + k for k in range(len(cts))])
+    got = _run(jj, list(case.args) + cts + tp + tc)
+    n_vj_out = len(vj.outvars)
+    got_t = got[n_vj_out:]
+    got_ct_t = got_t[len(outs) :]  # tangents of the input cotangents follow those of the outputs
+    assert len(got_ct_t) == len(want)
+    for k, (a, b) in enumerate(zip(got_ct_t, want)):
+        _close(a, b, f"second-order tangent {k}")
