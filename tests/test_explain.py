@@ -197,3 +197,21 @@ def test_other_samples_run(sample):
     r = invoke(str(SAMPLES / sample), "--no-color")
     assert r.exit_code == 0, r.output
     assert HEADINGS[5] in r.output
+
+
+def test_colour_rendering_keeps_program_text():
+    """On a terminal: escape codes, and `prim[params]` is never read as rich markup."""
+    import io
+
+    from rich.console import Console
+
+    from jaxprtool.ui.explain import render
+
+    jaxpr = parse((SAMPLES / "mlp.jaxpr").read_text(), "mlp.jaxpr").jaxpr
+    data = explain_data(jaxpr, _mlp_args(), "vjp")
+    buf = io.StringIO()
+    render(data, Console(file=buf, force_terminal=True, color_system="truecolor", width=200))
+    out = buf.getvalue()
+    assert "\x1b[" in out
+    assert "dot_general[dimension_numbers=(([1], [0]), ([], []))" in out
+    assert "broadcast_in_dim[broadcast_dimensions=(1,)]" in out

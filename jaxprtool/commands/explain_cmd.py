@@ -77,7 +77,7 @@ def _explain(file, args_npz, seed, mode, argnums, no_color, html_out, width):
     from ..ui.explain import explain_data, render
 
     jaxpr, _, path = load(file)
-    input_seed = None if args_npz is not None and seed is None else (seed or 0)
+    input_seed = None if args_npz is not None else (seed or 0)  # with --args: seeds v / w only
     args, consts, _ = gather_inputs(jaxpr, args_npz, None, input_seed, None, {})
     data = explain_data(
         jaxpr, args, mode, argnums, seed=seed or 0, consts=consts, label=path, width=width or 100

@@ -294,6 +294,7 @@ class ExplainData:
     linear_text: str = ""
     residuals: list[ResidualInfo] = field(default_factory=list)
     seeds: list[Value] = field(default_factory=list)  # output cotangents (vjp: w; grad: 1)
+    constant_outputs: list[str] = field(default_factory=list)  # seeds that reach no linear value
     reverse: list[ReverseStep] = field(default_factory=list)
     #: the derivative: jvp -> one output tangent per float output; vjp/grad -> one cotangent per
     #: differentiated input (in input order), as (label, array)
@@ -515,6 +516,8 @@ def _reverse(linear: Jaxpr, n_res: int, seeds, namer: Namer, data: ExplainData):
         for v, ct in zip(linear.outvars, seeds):
             if is_lin(v):
                 add_ct(v, ct, seed_step)
+            else:
+                data.constant_outputs.append(namer.name(ct))
     emitted.extend(b.eqns)
     seed_step.eqns = [namer.eqn(e) for e in b.eqns]
     data.reverse.append(seed_step)
@@ -1051,7 +1054,12 @@ def render(data: ExplainData, console) -> None:
                     f" ({'1.0 for grad' if data.mode == 'grad' else 'random w'})",
                 )
                 for v in data.seeds:
-                    line((v.name, "bold"), "  ", v.summary, indent=4)
+                    note = (
+                        "  (constant output: no cotangent flows back)"
+                        if v.name in data.constant_outputs
+                        else ""
+                    )
+                    line((v.name, "bold"), "  ", v.summary, note, indent=4)
                 for t in s.eqns:
                     code(t, indent=6, style="yellow")
                 for m in s.moves:
