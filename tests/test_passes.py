@@ -502,3 +502,36 @@ def test_stdin_and_style():
     assert r.exit_code == 0, r.output
     assert "ft_in=" in r.stdout and "num_carry" not in r.stdout
     assert math.isfinite(len(r.stdout))
+
+
+def test_cse_keeps_nested_effects_and_dce_keeps_them():
+    body = """jit[
+      name=p
+      jaxpr={ lambda ; b:f32[3]. let
+          debug_print[
+            fmt=x = {x}
+            has_placeholders=True
+            in_tree=PyTreeDef(((), {'x': *}))
+            logging_record=None
+            ordered=False
+            partitioned=False
+            static_args=()
+          ] b
+          c:f32[3] = sin b
+        in (c,) }
+    ] a"""
+    j = parse_text(
+        f"{{ lambda ; a:f32[3]. let\n    d:f32[3] = {body}\n    e:f32[3] = {body}\n  in (d,) }}"
+    )
+    assert len(cse(j).eqns) == 2
+    r = dce(j)
+    assert len(r.eqns) == 2
+    # the unused call keeps its effect but loses its result
+    assert len(r.eqns[1].outputs) == 0
+    assert [e.prim for e in r.eqns[1].params["jaxpr"].eqns] == ["debug_print"]
+
+
+def test_keep_outputs_cli_errors():
+    src = str(GOLDEN / "dce.jaxpr")
+    assert CliRunner().invoke(main, ["dce", "--keep-outputs", "3", src]).exit_code == 2
+    assert CliRunner().invoke(main, ["dce", "--keep-outputs", "x", src]).exit_code == 2

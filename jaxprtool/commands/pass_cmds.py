@@ -119,7 +119,9 @@ def _parse_indices(text: str) -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise click.BadParameter(f"expected comma-separated output indices, got '{text}'") from None
+        raise click.BadParameter(
+            f"expected comma-separated output indices, got {text!r}", param_hint="--keep-outputs"
+        ) from None
 
 
 @click.command()
@@ -142,7 +144,15 @@ def dce(file, out, show_diff, keep_outputs):
         from ..passes.dce import dce as _dce
         from ..passes.dce import dce_keep_outputs
 
-        return _dce(j) if keep is None else dce_keep_outputs(j, keep)
+        if keep is None:
+            return _dce(j)
+        bad = [i for i in keep if not 0 <= i < len(j.outvars)]
+        if bad:
+            raise click.BadParameter(
+                f"output index {bad[0]} out of range (the program has {len(j.outvars)} outputs)",
+                param_hint="--keep-outputs",
+            )
+        return dce_keep_outputs(j, keep)
 
     guarded(_run)(file, out, show_diff, fn)
 

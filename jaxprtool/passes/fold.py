@@ -152,7 +152,7 @@ def fold_eqn(prim: str, inputs, params, out_type) -> Literal | None:
         value = bool(r)
     else:
         value = int(r)
-    return Literal(value, out_type.update())
+    return Literal(value, out_type.update(), typed=all(getattr(a, "typed", True) for a in inputs))
 
 
 def _tiny(dt):
