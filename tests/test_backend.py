@@ -190,3 +190,30 @@ def test_older_corpus_matches_jax_0_12(monkeypatch, sub):
         ok += status == "ok"
     assert not failed, "\n".join(f"{n}: {d}" for n, d in sorted(failed.items()))
     assert ok >= 85
+
+
+@needs_corpus
+@pytest.mark.slow
+def test_eager_equals_compiled_whole_corpus():
+    """Op-by-op evaluation with Python control flow == the compiled program, for every runnable case."""
+    import backend_corpus
+
+    from jaxprtool import backend
+    from jaxprtool.backend.values import random_array
+
+    diffs = {}
+    for name in corpus_names():
+        j = _parse(name)
+        if backend_corpus.AMBIGUOUS.get(name) or backend_corpus.skip_reason(j):
+            continue
+        rng = np.random.default_rng(0)
+        args = [random_array(v.type, rng, positive=True) for v in j.invars]
+        consts = [random_array(v.type, rng, positive=True) for v in j.constvars]
+        compiled = backend.evaluate(j, args, consts)
+        eager = backend.eval_eager(j, args, consts)
+        for i, (a, b) in enumerate(zip(compiled, eager)):
+            if a.dtype.names is None:
+                a64, b64 = (x.astype(np.float64) if x.dtype.kind == "V" else x for x in (a, b))
+                if not np.allclose(a64, b64, rtol=2e-3, atol=2e-3, equal_nan=True):
+                    diffs[f"{name} out{i}"] = "differs"
+    assert not diffs, diffs
