@@ -332,3 +332,32 @@ def test_run_on_gpu(prog, tmp_path):
     assert r1.exit_code == 0 and r2.exit_code == 0, r1.output + r2.output
     with np.load(tmp_path / "g.npz") as g, np.load(tmp_path / "c.npz") as c:
         np.testing.assert_allclose(g["out0"], c["out0"], rtol=2e-3, atol=2e-3)
+
+
+KEY_PROG = textwrap.dedent(
+    """\
+    { lambda ; k:key<fry>[]. let
+        b:u32[3] = random_bits[bit_width=32 shape=(3,)] k
+        c:key<fry>[2] = random_split[shape=(2,)] k
+      in (b, c) }
+    """
+)
+
+
+def test_key_inputs_are_key_data(tmp_path):
+    import jax
+
+    p = tmp_path / "k.jaxpr"
+    p.write_text(KEY_PROG)
+    data = np.asarray(jax.random.key_data(jax.random.key(7)))
+    np.save(tmp_path / "k.npy", data)
+    r = invoke("run", p, "--arg", tmp_path / "k.npy", "-o", tmp_path / "o.npz")
+    assert r.exit_code == 0, r.output
+    key = jax.random.wrap_key_data(data, impl="threefry2x32")
+    with np.load(tmp_path / "o.npz") as f:
+        np.testing.assert_array_equal(f["out0"], jax.random.bits(key, (3,), np.uint32))
+        np.testing.assert_array_equal(f["out1"], jax.random.key_data(jax.random.split(key, 2)))
+    np.save(tmp_path / "bad.npy", np.zeros(3, np.uint32))
+    r = invoke("run", p, "--arg", tmp_path / "bad.npy")
+    assert r.exit_code == 1
+    assert "argument 0 (k): expected key<fry>[] (key data uint32[2]), got uint32[3]" in r.output

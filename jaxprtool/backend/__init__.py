@@ -69,9 +69,25 @@ def as_jax_function(jaxpr, dims=None, enable_x64: bool = True):
     nc = len(jaxpr.constvars)
 
     def f(*xs):
-        return Interpreter("jit", dims=dims).run(jaxpr, list(xs[:nc]), list(xs[nc:]))
+        xs = _wrap_keys(jaxpr, xs)
+        outs = Interpreter("jit", dims=dims).run(jaxpr, xs[:nc], xs[nc:])
+        return _unwrap_keys(jaxpr, outs)
 
     return f
+
+
+def _wrap_keys(jaxpr, xs) -> list:
+    """Key-typed inputs arrive as uint32 key data; wrap them into JAX key arrays."""
+    from .keys import is_key, wrap
+
+    vs = list(jaxpr.constvars) + list(jaxpr.invars)
+    return [wrap(v.type, x) if is_key(v.type) else x for v, x in zip(vs, xs)]
+
+
+def _unwrap_keys(jaxpr, outs) -> list:
+    from .keys import unwrap
+
+    return [unwrap(o) for o in outs]
 
 
 def get_device(device: str = "cpu"):
@@ -126,5 +142,7 @@ def eval_eager(
     dev = get_device(device)
     with x64_scope(jaxpr), jax.default_device(dev):
         interp = Interpreter("eager", dims=dims, trace=trace, debug_nans=debug_nans)
-        outs = interp.run(jaxpr, list(consts or []), [jax.device_put(x, dev) for x in args])
-        return _to_numpy(outs)
+        consts = list(consts or [])
+        xs = _wrap_keys(jaxpr, [jax.device_put(x, dev) for x in consts + list(args)])
+        outs = interp.run(jaxpr, xs[: len(consts)], xs[len(consts) :])
+        return _to_numpy(_unwrap_keys(jaxpr, outs))

@@ -103,6 +103,10 @@ def random_array(
     t: ShapedArray, rng: np.random.Generator, dims=None, positive: bool = False
 ) -> np.ndarray:
     shape = static_shape(t, dims)
+    if t.dtype.startswith("key<"):
+        from .keys import data_shape
+
+        return rng.integers(0, 2**32, size=data_shape(t, shape), dtype=np.uint32)
     dt = t.np_dtype
     if t.dtype == "bool":
         return rng.random(shape) < 0.5

@@ -113,11 +113,23 @@ def check_arrays(vars_, arrays, dims, what: str = "argument") -> list[np.ndarray
                 f"{what} {i} ({_var_name(v, i, what[:3])}): cannot pass a value of type {t}"
             )
         want_shape = static_shape(t, dims)
-        want_dtype = t.np_dtype
+        if t.dtype.startswith("key<"):
+            from ..backend.keys import data_shape
+
+            want_shape, want_dtype = data_shape(t, want_shape), np.dtype(np.uint32)
+        else:
+            want_dtype = t.np_dtype
         a = np.asarray(a)
         if a.dtype != want_dtype or a.shape != want_shape:
             got = type_str(a.shape, a.dtype)
-            raise JaxprError(f"{what} {i} ({_var_name(v, i, what[:3])}): expected {t}, got {got}")
+            want = (
+                f"{t} (key data {type_str(want_shape, want_dtype)})"
+                if t.dtype.startswith("key<")
+                else str(t)
+            )
+            raise JaxprError(
+                f"{what} {i} ({_var_name(v, i, what[:3])}): expected {want}, got {got}"
+            )
         out.append(a)
     return out
 
@@ -332,7 +344,13 @@ def shape_structs(jaxpr, dims):
     for v in list(jaxpr.constvars) + list(jaxpr.invars):
         if not isinstance(v.type, ShapedArray):
             raise JaxprError(f"cannot compile an input of type {v.type}")
-        out.append(jax.ShapeDtypeStruct(static_shape(v.type, dims), v.type.np_dtype))
+        shape = static_shape(v.type, dims)
+        if v.type.dtype.startswith("key<"):
+            from ..backend.keys import data_shape
+
+            out.append(jax.ShapeDtypeStruct(data_shape(v.type, shape), np.uint32))
+        else:
+            out.append(jax.ShapeDtypeStruct(shape, v.type.np_dtype))
     return out
 
 
