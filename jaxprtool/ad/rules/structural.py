@@ -349,14 +349,14 @@ def _broadcast_in_dim_transpose(
         return [None] * (1 + len(dyn))
     if is_zero(ct):
         return [Zero(tangent_type(ty(operand)))] + [None] * len(dyn)
-    op_shape = shape_of_undef = tuple(ty(operand).shape)
+    op_shape = tuple(ty(operand).shape)
     bdims = ints(broadcast_dimensions)
     out_shape = tuple(ty(ct).shape)
     # operand dims of size 1 broadcast to a larger dim are summed too (then reshaped back)
     kept = [d for i, d in enumerate(bdims) if not (op_shape[i] == 1 and out_shape[d] != 1)]
     axes = [d for d in range(len(out_shape)) if d not in kept]
     r = bind_reduce_sum(ct, axes)
-    r = bind_reshape(r, shape_of_undef)
+    r = bind_reshape(r, op_shape)
     return [r] + [None] * len(dyn)
 
 
