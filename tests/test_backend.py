@@ -217,3 +217,21 @@ def test_eager_equals_compiled_whole_corpus():
                 if not np.allclose(a64, b64, rtol=2e-3, atol=2e-3, equal_nan=True):
                     diffs[f"{name} out{i}"] = "differs"
     assert not diffs, diffs
+
+
+@needs_corpus
+@pytest.mark.parametrize("name", ["shape_poly_dim_expressions", "shape_poly_constraints_ops"])
+def test_symbolic_corpus_runs_with_dims(name):
+    """Symbolic shapes sized by dims: every output has its printed type evaluated at the dims."""
+    from jaxprtool import backend
+    from jaxprtool.backend.values import random_array, static_shape
+
+    j = _parse(name)
+    dims = {"b": 5}
+    rng = np.random.default_rng(0)
+    args = [random_array(v.type, rng, dims) for v in j.invars]
+    outs = backend.evaluate(j, args, dims=dims)
+    eager = backend.eval_eager(j, args, dims=dims)
+    for o, e, v in zip(outs, eager, j.outvars):
+        assert o.shape == static_shape(v.type, dims)
+        np.testing.assert_allclose(o, e, rtol=1e-5, atol=1e-5)

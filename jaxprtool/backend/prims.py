@@ -106,23 +106,27 @@ class Unconvertible(Exception):
     pass
 
 
-def to_jax(v: Any) -> Any:
-    """A typed IR value -> a hashable value of the installed JAX's kind."""
+def to_jax(v: Any, dims: dict[str, int] | None = None) -> Any:
+    """A typed IR value -> a hashable value of the installed JAX's kind (symbolic dims sized by dims)."""
+    if isinstance(v, SymExpr) and dims is not None:
+        from .values import eval_dim
+
+        return eval_dim(v.text, dims)
     if isinstance(v, bool) or v is None or isinstance(v, (int, float, complex, str, np.dtype)):
         return v
     if isinstance(v, NpScalar):
         return np.dtype(v.dtype).type(v.value).item()
     if isinstance(v, (tuple, list)):
-        return tuple(to_jax(x) for x in v)
+        return tuple(to_jax(x, dims) for x in v)
     if isinstance(v, frozenset):
-        return frozenset(to_jax(x) for x in v)
+        return frozenset(to_jax(x, dims) for x in v)
     if isinstance(v, EnumValue):
         if v.cls in _ENUMS:
             return _attr(_ENUMS[v.cls])[v.member]
         raise Unconvertible(str(v))
     if isinstance(v, Record):
         if v.cls in _RECORDS:
-            return _attr(_RECORDS[v.cls])(**{k: to_jax(x) for k, x in v.fields})
+            return _attr(_RECORDS[v.cls])(**{k: to_jax(x, dims) for k, x in v.fields})
         raise Unconvertible(str(v))
     if isinstance(v, (Opaque, SymExpr, Jaxpr)):
         raise Unconvertible(str(v) if not isinstance(v, Jaxpr) else "jaxpr")
@@ -191,7 +195,7 @@ def bind_params(eqn: Eqn, dims: dict[str, int] | None = None) -> dict[str, Any]:
         if k in special:
             continue
         try:
-            out[k] = to_jax(v)
+            out[k] = to_jax(v, dims or {})
         except Unconvertible as e:
             raise JaxprError(
                 f"cannot run '{name}': parameter {k}={e} cannot be reconstructed from the text",

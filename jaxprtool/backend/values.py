@@ -15,8 +15,16 @@ _BINOPS = {
     ast.Mult: operator.mul,
     ast.FloorDiv: operator.floordiv,
     ast.Mod: operator.mod,
+    ast.BitXor: operator.pow,  # JAX prints powers of dims as `b^2`
+    ast.Pow: operator.pow,
 }
-_FUNCS = {"floordiv": operator.floordiv, "mod": operator.mod, "max": max, "min": min}
+_FUNCS = {
+    "floordiv": operator.floordiv,
+    "mod": operator.mod,
+    "max": max,
+    "min": min,
+    "non_negative": lambda x: max(x, 0),
+}
 
 
 def eval_dim(expr: str, dims: dict[str, int]) -> int:
