@@ -215,3 +215,18 @@ def test_colour_rendering_keeps_program_text():
     assert "\x1b[" in out
     assert "dot_general[dimension_numbers=(([1], [0]), ([], []))" in out
     assert "broadcast_in_dim[broadcast_dimensions=(1,)]" in out
+
+
+def test_failing_rule_is_where_the_walk_stops(monkeypatch):
+    from jaxprtool.ad import registry, rules  # noqa: F401
+
+    def broken(primals, tangents, **params):
+        raise ValueError("boom")
+
+    monkeypatch.setitem(registry.primitive_jvps, "cos", broken)
+    r = invoke(str(SAMPLES / "sin_cos.jaxpr"), "--no-color")
+    assert r.exit_code == 1, r.output
+    assert "rule: defjvp (sin)" in r.output  # eqn 0 went through
+    assert "the JVP rule of 'cos' failed: ValueError: boom" in r.output
+    assert "sin_cos.jaxpr:3:5" in r.output
+    assert "internal error" not in r.output

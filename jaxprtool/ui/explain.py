@@ -329,8 +329,26 @@ def _runner(jaxpr: Jaxpr, consts):
     return lambda args: evaluate(jaxpr, args, consts, jitted=fn)
 
 
-def _eval_values(eqns, invars, in_values, values: list[Value], consts=(), constvars=()):
-    """Fill `values[i].array` by running `eqns` on (invars = in_values)."""
+def _err_text(err: Exception) -> str:
+    if isinstance(err, JaxprError):
+        return err.message
+    first = (str(err).splitlines() or [""])[0]
+    return f"{type(err).__name__}: {first}" if first else type(err).__name__
+
+
+def _rule_error(err: Exception, kind: str, eqn: Eqn) -> JaxprError:
+    if isinstance(err, JaxprError):
+        return err if err.loc else JaxprError(err.message, eqn.loc)
+    return JaxprError(f"the {kind} rule of '{eqn.prim}' failed: {_err_text(err)}", eqn.loc)
+
+
+def _eval_values(
+    eqns, invars, in_values, values: list[Value], consts=(), constvars=()
+) -> JaxprError | None:
+    """Fill `values[i].array` by running `eqns` on (invars = in_values).
+
+    When the program does not run, its equations are run one at a time (eagerly) to find the
+    one that fails: the values before it are filled, and the error (at its location) returned."""
     from ..ad import builder as B
 
     known = {id(v): np.asarray(x) for v, x in zip(invars, in_values)}
@@ -345,16 +363,31 @@ def _eval_values(eqns, invars, in_values, values: list[Value], consts=(), constv
             seen.add(id(a))
             outs.append(a)
     if not outs:
-        return
+        return None
     eqns = B.dce_eqns(list(eqns), outs)
     prog = B.make_jaxpr(invars, eqns, outs, constvars)
-    from ..backend import evaluate
+    from ..backend import eval_eager, evaluate
 
-    res = evaluate(prog, list(in_values), list(consts))
-    got = {id(v): r for v, r in zip(outs, res)}
+    try:
+        res = evaluate(prog, list(in_values), list(consts))
+        got = {id(v): r for v, r in zip(outs, res)}
+        error = None
+    except Exception as first:  # noqa: BLE001 - located below, equation by equation
+        got = dict(known)
+        got.update({id(v): np.asarray(x) for v, x in zip(constvars, consts)})
+        error = JaxprError(f"cannot evaluate: {_err_text(first)}")
+        for e in eqns:
+            ins = B.free_vars([e], [])
+            try:
+                res = eval_eager(B.make_jaxpr(ins, [e], list(e.outputs)), [got[id(v)] for v in ins])
+            except Exception as err:  # noqa: BLE001
+                error = JaxprError(f"cannot evaluate '{e.prim}': {_err_text(err)}", e.loc)
+                break
+            got.update({id(v): r for v, r in zip(e.outputs, res)})
     for val in values:
         if val.array is None and isinstance(val.atom, Var):
             val.array = got.get(id(val.atom))
+    return error
 
 
 # ---------------------------------------------------------------- stage 2: forward
@@ -415,8 +448,8 @@ def _forward(jaxpr: Jaxpr, mask, namer: Namer, data: ExplainData):
         try:
             with B.use(b):
                 pouts, touts = rule(ins, tins, **eqn.params)
-        except JaxprError as e:
-            step.error = e if e.loc else JaxprError(e.message, eqn.loc)
+        except Exception as e:  # noqa: BLE001 - a failing rule is where the walk stops
+            step.error = _rule_error(e, "JVP", eqn)
             return eqns, tan_in, None
         pouts, touts = list(pouts), list(touts)
         if len(pouts) != len(eqn.outputs) or len(touts) != len(eqn.outputs):
@@ -556,8 +589,8 @@ def _reverse(linear: Jaxpr, n_res: int, seeds, namer: Namer, data: ExplainData):
                     for x, r in zip(e.inputs, res):
                         if is_lin(x):
                             add_ct(x, r, step)
-        except JaxprError as err:
-            step.error = err if err.loc else JaxprError(err.message, e.loc)
+        except Exception as err:  # noqa: BLE001 - a failing rule is where the walk stops
+            step.error = _rule_error(err, "transpose", e)
             return emitted, None
         step.eqns = [namer.eqn(q) for q in b.eqns]
         emitted.extend(b.eqns)
@@ -656,6 +689,23 @@ def _labels(namer: Namer, vs) -> list[str]:
     return [namer.name(v) for v in vs]
 
 
+class _Stop(Exception):
+    def __init__(self, stage: int, error: JaxprError):
+        super().__init__(error.message)
+        self.stage = stage
+        self.error = error
+
+
+def _guard(stage: int, fn, *args):
+    """fn(*args); any failure stops the walk at `stage` with a located JaxprError."""
+    try:
+        return fn(*args)
+    except _Stop:
+        raise
+    except Exception as e:  # noqa: BLE001 - shown as where the walk stops
+        raise _Stop(stage, e if isinstance(e, JaxprError) else JaxprError(_err_text(e))) from None
+
+
 def explain_data(
     jaxpr: Jaxpr,
     args,
@@ -666,10 +716,12 @@ def explain_data(
     label: str = "f",
     width: int = 100,
 ) -> ExplainData:
-    """Run the whole pipeline on `jaxpr` at `args`; never raises for a missing rule (the error
-    is recorded in `.error`, the stage in `.stopped_in`)."""
+    """Run the whole pipeline on `jaxpr` at `args`.
+
+    Bad usage (mode, argnums, no float inputs/outputs) raises JaxprError; anything that stops
+    the walk later (a missing JVP or transpose rule, a program that does not run) is recorded in
+    `.error`, with the stage in `.stopped_in`."""
     from ..ad.jvp import diff_mask
-    from ..ad.linearize import linearize_jaxpr
     from ..text.style import detect_style
 
     mode = mode or default_mode(jaxpr)
@@ -688,13 +740,26 @@ def explain_data(
         style = detect_style(jaxpr)
     except Exception:  # noqa: BLE001
         style = None
-    rng = np.random.default_rng(seed)
     data = ExplainData(mode, label, args=args, in_mask=mask)
     namer = Namer(style, width)
     data.keep.append(namer)
     data.primal_text = namer.program(jaxpr)
     data.input_names = _labels(namer, jaxpr.invars)
     data.output_names = _labels(namer, jaxpr.outvars)
+    try:
+        _pipeline(data, jaxpr, args, consts, mask, seed, namer, style, width)
+    except _Stop as stop:
+        data.error, data.stopped_in = stop.error, stop.stage
+    return data
+
+
+def _pipeline(data: ExplainData, jaxpr, args, consts, mask, seed, namer, style, width):
+    from ..ad import builder as B
+    from ..ad.linearize import linearize_jaxpr
+    from ..ad.zeros import instantiate
+
+    mode = data.mode
+    rng = np.random.default_rng(seed)
     diff = [i for i, m in enumerate(mask) if m]
 
     # ---- stage 2
@@ -702,15 +767,16 @@ def explain_data(
     data.keep.append(fwd_eqns)
     data.direction = [_random_like(args[i], rng) for i in diff]
     tangent_values = [v for s in data.forward for v in s.tangents_in + s.tangents_out]
+    fwd_in = list(jaxpr.invars) + tan_in
+    fwd_vals = list(args) + data.direction
     if result is None:
-        data.error = next(s.error for s in data.forward if s.error is not None)
-        data.stopped_in = 2
-        _safe_eval(fwd_eqns, jaxpr, tan_in, args, data.direction, consts, tangent_values)
-        return data
+        err = next(s.error for s in data.forward if s.error is not None)
+        try:
+            _eval_values(fwd_eqns, fwd_in, fwd_vals, tangent_values, consts, jaxpr.constvars)
+        except Exception:  # noqa: BLE001 - the stop itself is what is reported
+            pass
+        raise _Stop(2, err)
     outs, touts = result
-    from ..ad import builder as B
-    from ..ad.zeros import instantiate
-
     b = B.Builder()
     t_out_atoms = []
     with B.use(b):
@@ -718,30 +784,33 @@ def explain_data(
             if is_inexact(o.type):
                 t_out_atoms.append(instantiate(t))
     jvp_eqns = fwd_eqns + b.eqns
-    data.jvp_program = B.make_jaxpr(
-        list(jaxpr.invars) + tan_in, jvp_eqns, list(outs) + t_out_atoms, jaxpr.constvars
-    )
+    data.jvp_program = B.make_jaxpr(fwd_in, jvp_eqns, list(outs) + t_out_atoms, jaxpr.constvars)
     out_tangents = [Value(namer.name(t), t) for t in t_out_atoms]
-    _eval_values(
+    err = _guard(
+        2,
+        _eval_values,
         jvp_eqns,
-        list(jaxpr.invars) + tan_in,
-        list(args) + data.direction,
+        fwd_in,
+        fwd_vals,
         tangent_values + out_tangents,
         consts,
         jaxpr.constvars,
     )
+    if err is not None:
+        raise _Stop(2, err)
 
-    run = _runner(jaxpr, consts)
+    run = _guard(2, _runner, jaxpr, consts)
+    primal_outs = _guard(2, run, args)
     outs_inexact = [j for j, v in enumerate(jaxpr.outvars) if is_inexact(v.type)]
     dtype = _dtype_name([args[i] for i in diff])
     tol = TOLERANCE.get(dtype, 2e-3)
     eps = EPS.get(dtype.replace("complex64", "float32").replace("complex128", "float64"), 1e-3)
 
-    def shifted(vs, sign, scale=1.0):
+    def shifted(vs, sign):
         xs = list(args)
         for i, d in zip(diff, vs):
-            xs[i] = (np.asarray(args[i]) + sign * eps * scale * d).astype(args[i].dtype)
-        return run(xs)
+            xs[i] = (np.asarray(args[i]) + sign * eps * d).astype(args[i].dtype)
+        return _guard(5, run, xs)
 
     def fd_along(vs):
         plus, minus = shifted(vs, +1), shifted(vs, -1)
@@ -759,14 +828,14 @@ def explain_data(
         err = max(_rel_err(a, b_) for (_, a), b_ in zip(data.derivative, fd))
         data.checks.append(Check("jvp vs central finite differences", err, tol))
         _analytic(data, jaxpr, args, consts, diff, dtype)
-        return data
+        return
 
     # ---- stage 3
     if mode == "grad":
         inst = [True] + [False] * (len(jaxpr.outvars) - 1)
     else:
         inst = [is_inexact(v.type) for v in jaxpr.outvars]
-    primal, linear, info = linearize_jaxpr(jaxpr, [i for i in diff], instantiate=inst)
+    primal, linear, info = _guard(3, linearize_jaxpr, jaxpr, diff, inst)
     data.keep.extend([primal, linear])
     lnamer = Namer(style, width)
     lnamer.continue_after(namer)  # no name of the linear program reads as a primal one
@@ -779,7 +848,7 @@ def explain_data(
     for v, i in zip(linear.invars[n_res:], diff):
         lnamer.set(v, "t_" + data.input_names[i])
     data.linear_text = lnamer.program(linear)
-    pvals = _runner(primal, consts)(args) if n_res else []
+    pvals = _guard(3, lambda: _runner(primal, consts)(args)) if n_res else []
     by_loc = {e.loc: (i, e) for i, e in enumerate(jaxpr.eqns) if e.loc is not None}
     for r, v in zip(info.residuals, res_vars):
         if r.source == "input":
@@ -791,19 +860,7 @@ def explain_data(
             origin = f"primal output {r.index} ({data.output_names[r.index]})"
         else:
             arr = pvals[n_out + r.index]
-            hit = by_loc.get(r.loc)
-            where = f" at {r.loc}" if r.loc else ""
-            step = data.forward[hit[0]] if hit is not None and hit[0] < len(data.forward) else None
-            if step is None:
-                origin = f"'{r.prim}'{where}"
-            else:
-                first = step.text.splitlines()[0] + (" ..." if "\n" in step.text else "")
-                if step.constant:
-                    origin = f"'{r.prim}': primal value of eqn {step.index}: {first}{where}"
-                elif r.prim == step.eqn.prim:
-                    origin = f"'{r.prim}': primal half of eqn {step.index}: {first}{where}"
-                else:
-                    origin = f"'{r.prim}' from the JVP rule of eqn {step.index}: {first}{where}"
+            origin = _residual_origin(data, r, by_loc)
         data.residuals.append(ResidualInfo(Value(lnamer.name(v), v, np.asarray(arr)), origin))
 
     # ---- stage 4
@@ -814,10 +871,11 @@ def explain_data(
         s = Var(lv.type, None)
         lnamer.set(s, f"ct_{data.output_names[j]}")
         seeds.append(s)
+        like = np.asarray(primal_outs[j])
         if mode == "grad":
-            seed_vals.append(np.ones(tuple(lv.type.shape), lv.type.np_dtype))
+            seed_vals.append(np.ones_like(like))
         else:
-            seed_vals.append(_random_like(np.zeros(tuple(lv.type.shape), lv.type.np_dtype), rng))
+            seed_vals.append(_random_like(like, rng))
     data.seeds = [Value(lnamer.name(s), s, a) for s, a in zip(seeds, seed_vals)]
     rev_eqns, cts_in = _reverse(linear, n_res, seeds, lnamer, data)
     data.keep.append(rev_eqns)
@@ -835,14 +893,13 @@ def explain_data(
     lin_in = res_vars + seeds
     lin_vals = [r.value.array for r in data.residuals] + seed_vals
     try:
-        _eval_values(rev_eqns + b.eqns, lin_in, lin_vals, walk_values + final)
-    except JaxprError:
-        if cts_in is not None:
-            raise
+        err = _eval_values(rev_eqns + b.eqns, lin_in, lin_vals, walk_values + final)
+    except Exception as e:  # noqa: BLE001
+        err = e if isinstance(e, JaxprError) else JaxprError(_err_text(e))
     if cts_in is None:
-        data.error = next(s.error for s in data.reverse if s.error is not None)
-        data.stopped_in = 4
-        return data
+        raise _Stop(4, next(s.error for s in data.reverse if s.error is not None))
+    if err is not None:
+        raise _Stop(4, err)
     data.derivative = [
         (f"{'gradient' if mode == 'grad' else 'cotangent'} of {data.input_names[i]}", f.array)
         for i, f in zip(diff, final)
@@ -876,22 +933,20 @@ def explain_data(
         err = max(_rel_err(a, b_) for a, b_ in zip(g, fd_g))
         data.checks.append(Check("J^T w vs central finite differences, coordinate-wise", err, tol))
     _analytic(data, jaxpr, args, consts, diff, dtype, w)
-    return data
 
 
-def _safe_eval(eqns, jaxpr, tan_in, args, direction, consts, values):
-    """Values of the forward steps that ran before a stop (best effort)."""
-    try:
-        _eval_values(
-            eqns,
-            list(jaxpr.invars) + tan_in,
-            list(args) + direction,
-            values,
-            consts,
-            jaxpr.constvars,
-        )
-    except Exception:  # noqa: BLE001 - the stop itself is what is reported
-        pass
+def _residual_origin(data: ExplainData, r, by_loc) -> str:
+    hit = by_loc.get(r.loc)
+    where = f" at {r.loc}" if r.loc else ""
+    step = data.forward[hit[0]] if hit is not None and hit[0] < len(data.forward) else None
+    if step is None:
+        return f"'{r.prim}'{where}"
+    first = step.text.splitlines()[0] + (" ..." if "\n" in step.text else "")
+    if step.constant:
+        return f"'{r.prim}': primal value of eqn {step.index}: {first}{where}"
+    if r.prim == step.eqn.prim:
+        return f"'{r.prim}': primal half of eqn {step.index}: {first}{where}"
+    return f"'{r.prim}' from the JVP rule of eqn {step.index}: {first}{where}"
 
 
 def _analytic(data: ExplainData, jaxpr, args, consts, diff, dtype, w=None):
@@ -1026,12 +1081,22 @@ def render(data: ExplainData, console) -> None:
             line("tangent out: ", (v.name, "bold"), "  ", v.summary, indent=4)
         for n in s.zero_outs:
             line(f"tangent of {n}: symbolic zero", indent=4)
-    if data.stopped_in == 2:
+
+    def final_stop(stage_shown_by_a_step: bool):
+        if not stage_shown_by_a_step:
+            console.print()
+            stop(data.error)
         _render_final_error(data, line)
+
+    if data.stopped_in == 2:
+        final_stop(any(s.error is not None for s in data.forward))
         return
     if data.mode != "jvp":
         # ---- 3
         heading(3)
+        if data.stopped_in == 3:
+            final_stop(False)
+            return
         code(data.linear_text, indent=2, style="")
         console.print()
         table = Table(title="residuals", show_lines=False, title_justify="left")
@@ -1093,7 +1158,7 @@ def render(data: ExplainData, console) -> None:
                     indent=4,
                 )
         if data.stopped_in == 4:
-            _render_final_error(data, line)
+            final_stop(any(s.error is not None for s in data.reverse))
             return
     # ---- 5
     heading(5)
@@ -1116,6 +1181,9 @@ def render(data: ExplainData, console) -> None:
         verdict = Text("pass", style="green") if c.passed else Text("FAIL", style="bold red")
         table.add_row(Text(c.name), f"{c.error:.2e}", f"{c.tolerance:.0e}", verdict)
     console.print(table)
+    if data.stopped_in == 5:
+        final_stop(False)
+        return
     if not data.analytic:
         line(("no analytic formula: the program is not a single elementwise primitive", "dim"))
     verdict = "all checks pass" if data.passed else "a check FAILED"
@@ -1123,5 +1191,10 @@ def render(data: ExplainData, console) -> None:
 
 
 def _render_final_error(data: ExplainData, line) -> None:
-    stage = {2: "forward (JVP)", 4: "reverse (transpose)"}.get(data.stopped_in, "")
+    stage = {
+        2: "forward (JVP)",
+        3: "linearize",
+        4: "reverse (transpose)",
+        5: "derivative check",
+    }.get(data.stopped_in, "")
     line(("stopped in the ", "bold red"), (stage, "bold red"), (" stage", "bold red"))
