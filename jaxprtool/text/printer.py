@@ -652,6 +652,14 @@ class _Printer:
             s = format_value(v)
         elif _has_jaxpr(v):
             s = self._str_with_jaxprs(v, nested=False)
+        elif isinstance(v, frozenset):
+            # pp_kv_pair: the reprs of the *sorted values* (numbers sort numerically)
+            try:
+                items = sorted(v)
+            except TypeError:
+                s = format_value(v)
+            else:
+                s = "frozenset({" + ", ".join(format_value(x, nested=True) for x in items) + "})"
         else:
             s = format_value(v)
         if self.style.mask_addresses and " at 0x" in s:
