@@ -269,6 +269,14 @@ CASES = [
         [np.array([[1.0, 3.0, 3.0, 0.5], [2.0, 2.0, 2.0, -1.0]], F32)],
     ),
     Case("reduce_min", "reduce_min", lambda x: jnp.min(x, axis=(0, 1)), [normal((3, 5))]),
+    Case(
+        "reduce-generic",
+        "reduce",
+        lambda x, y: lax.reduce(
+            (x, y), (0.0, -jnp.inf), lambda a, b: (a[0] + b[0], jnp.maximum(a[1], b[1])), (0,)
+        ),
+        [normal((5, 3)), normal((5, 3), 1)],
+    ),
     Case("reduce_prod", "reduce_prod", lambda x: jnp.prod(x, axis=1), [normal((3, 4))]),
     Case(
         "reduce_prod-zero", "reduce_prod", lambda x: jnp.prod(x, axis=(0, 1)), [_pairs_with_zero()]

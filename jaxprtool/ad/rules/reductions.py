@@ -462,3 +462,75 @@ def _approx_top_k_jvp(primals, tangents, *, reduction_dimension, **params):
 
 primitive_jvps["approx_top_k"] = _approx_top_k_jvp
 set_kind("approx_top_k")
+
+
+# ---------------------------------------------------------------- generic reduce
+
+
+def _inline(jaxpr, inputs):
+    """Emit the equations of the scalar reduction `jaxpr` on `inputs` (arrays of one shape):
+    elementwise reducers apply elementwise, as JAX's vmapped reducer does."""
+    env = {id(v): x for v, x in zip(jaxpr.invars, inputs)}
+
+    def read(a):
+        return env[id(a)] if id(a) in env else a
+
+    for e in jaxpr.eqns:
+        outs = ops.bind(e.prim, *[read(a) for a in e.inputs], **e.params)
+        outs = outs if isinstance(outs, list) else [outs]
+        for o, n in zip(e.outputs, outs):
+            env[id(o)] = n
+    return [read(a) for a in jaxpr.outvars]
+
+
+def _reduce_tree_jaxpr(primals, reducer, dims):
+    """A jaxpr computing `reduce` by repeatedly halving the (flattened) reduced axis."""
+    from ...core import Var
+    from ..builder import Builder, current, make_jaxpr, use
+
+    n = len(primals) // 2
+    xs = [Var(ty(p)) for p in primals[:n]]
+    inits = [Var(ty(p)) for p in primals[n:]]
+    x_shape = shape(xs[0])
+    dims = ints(dims)
+    rest = [d for d in range(len(x_shape)) if d not in set(dims)]
+    size = 1
+    for d in dims:
+        size *= x_shape[d]
+    b = Builder(loc=current().loc)
+    with use(b):
+        vals = [
+            bind_reshape(bind_transpose(x, list(dims) + rest), [size] + [x_shape[d] for d in rest])
+            for x in xs
+        ]
+        while shape(vals[0])[0] > 1:
+            m = shape(vals[0])[0]
+            m1 = (m + 1) // 2
+            first = [slice_in_dim(v, 0, m1, 1, 0) for v in vals]
+            second = [slice_in_dim(v, m1, m, 1, 0) for v in vals]
+            if m - m1 != m1:
+                cfg = [(0, 1, 0)] + [(0, 0, 0)] * (len(shape(vals[0])) - 1)
+                second = [bind_pad(v, i, cfg) for v, i in zip(second, inits)]
+            vals = _inline(reducer, first + second)
+        out_shape = [x_shape[d] for d in rest]
+        if shape(vals[0])[0] == 0:
+            outs = [bind_broadcast(i, out_shape, ()) for i in inits]
+        else:
+            outs = [bind_reshape(v, out_shape) for v in vals]
+    return make_jaxpr(xs + inits, b.eqns, outs)
+
+
+def _reduce_jvp(primals, tangents, *, jaxpr, dimensions, **params):
+    from ..jvp import jvp_eval
+
+    n = len(primals) // 2
+    if not all(is_zero(t) for t in tangents[n:]):
+        raise JaxprError(
+            "Gradient of general lax.reduce with non-zero tangents for initial values to reduction not implemented"
+        )
+    tree = _reduce_tree_jaxpr(primals, jaxpr, dimensions)
+    return jvp_eval(tree, list(primals), list(tangents))
+
+
+primitive_jvps["reduce"] = _reduce_jvp
+set_kind("reduce")

@@ -48,6 +48,11 @@ def ints(v) -> tuple[int, ...]:
     return tuple(int(i) for i in v)
 
 
+def sdims(v) -> tuple:
+    """A shape-like tuple: ints stay ints, symbolic / sharded dims (`'b'`, `'8@x'`) stay strings."""
+    return tuple(d if isinstance(d, str) else int(d) for d in v)
+
+
 def und(x) -> bool:
     return is_undefined_primal(x)
 
@@ -70,7 +75,7 @@ def one_output(r):
 
 
 def bind_slice(x, start, limit, strides=None):
-    start, limit = ints(start), ints(limit)
+    start, limit = sdims(start), sdims(limit)
     if strides is not None:
         strides = ints(strides)
         if all(s == 1 for s in strides):
@@ -97,7 +102,7 @@ def bind_pad(x, value, config):
 
 
 def bind_reshape(x, new_shape):
-    new_shape = ints(new_shape)
+    new_shape = sdims(new_shape)
     if new_shape == shape(x):
         return x
     return ops.bind("reshape", x, new_sizes=new_shape, dimensions=None, sharding=None)
@@ -111,7 +116,7 @@ def bind_transpose(x, perm):
 
 
 def bind_broadcast(x, new_shape, dims):
-    new_shape, dims = ints(new_shape), ints(dims)
+    new_shape, dims = sdims(new_shape), ints(dims)
     if new_shape == shape(x) and dims == tuple(range(len(new_shape))):
         return x
     return ops.bind(
@@ -149,7 +154,7 @@ def bind_iota(dtype: str, shp, dimension: int):
     from ...core import np_dtype
 
     return ops.bind(
-        "iota", dtype=np_dtype(dtype), shape=ints(shp), dimension=int(dimension), sharding=None
+        "iota", dtype=np_dtype(dtype), shape=sdims(shp), dimension=int(dimension), sharding=None
     )
 
 
@@ -273,7 +278,7 @@ def bind_gather(
         fill_value=gather_fill_value(mode, fill_value, ty(operand).dtype),
         indices_are_sorted=indices_are_sorted,
         mode=mode,
-        slice_sizes=ints(slice_sizes),
+        slice_sizes=sdims(slice_sizes),
         unique_indices=unique_indices,
     )
 
