@@ -177,8 +177,24 @@ def _jax_cases():
         w = jnp.arange(3.0)
         return lax.scan(lambda c, xi: (c + w.sum() * xi, (c, xi * 3)), 0.0, x)[0]
 
+    def while_consts(x, w):
+        def body(c):
+            i, a, b = c
+            return i + 1, a * w[0], b + jnp.sin(w[1])
+
+        return lax.while_loop(lambda c: c[0] < w.shape[0], body, (0, x, x))[1]
+
+    def scan_no_xs(x, w):
+        return lax.scan(lambda c, _: ((c[0] * w, c[1] + 1.0), c[1]), (x, x), None, length=4)[0][0]
+
+    def jit_unused_input(x, y):
+        return jax.jit(lambda x, y: (jnp.sin(x), y))(x, y)[0]
+
     f5 = jnp.ones(5, jnp.float32)
     return [
+        (while_consts, (f5, jnp.arange(3.0, dtype=jnp.float32))),
+        (scan_no_xs, (f5, f5)),
+        (jit_unused_input, (f5, f5)),
         (scan_unused, (f5,)),
         (scan_live_carry, (f5,)),
         (while_unused, (jnp.float32(1.0),)),
@@ -189,7 +205,7 @@ def _jax_cases():
     ]
 
 
-@pytest.mark.parametrize("i", range(7))
+@pytest.mark.parametrize("i", range(10))
 def test_dce_matches_jax(i):
     import jax
     from jax._src.interpreters import partial_eval as pe

@@ -58,9 +58,8 @@ def jaxpr_has_effects(j: Jaxpr) -> bool:
     hit = _effect_memo.get(id(j))
     if hit is not None and hit[0] is j:
         return hit[1]
-    _effect_memo[id(j)] = (j, False)  # cycles cannot happen; guards recursion anyway
     res = bool(j.effects) or any(eqn_has_effects(e) for e in j.eqns)
-    _effect_memo[id(j)] = (j, res)
+    _remember(_effect_memo, j, res)
     return res
 
 
@@ -76,10 +75,28 @@ def eqn_has_effects(e: Eqn) -> bool:
     return any(jaxpr_has_effects(s) for s in eqn_subjaxprs(e))
 
 
+_random_memo: dict[int, tuple[Jaxpr, bool]] = {}
+
+
+def jaxpr_has_random(j: Jaxpr) -> bool:
+    hit = _random_memo.get(id(j))
+    if hit is not None and hit[0] is j:
+        return hit[1]
+    res = any(eqn_has_random(e) for e in j.eqns)
+    _remember(_random_memo, j, res)
+    return res
+
+
 def eqn_has_random(e: Eqn) -> bool:
     if e.prim in RANDOM:
         return True
-    return any(any(eqn_has_random(x) for x in s.eqns) for s in eqn_subjaxprs(e))
+    return any(jaxpr_has_random(s) for s in eqn_subjaxprs(e))
+
+
+def _remember(memo: dict, j: Jaxpr, value: bool) -> None:
+    if len(memo) > 200_000:  # these tables keep jaxprs alive: bound them
+        memo.clear()
+    memo[id(j)] = (j, value)
 
 
 def same_type(a: Atom, b: Atom) -> bool:
