@@ -290,6 +290,12 @@ def stats(file, as_json, out):
     """Equation counts by primitive (nested included), nesting depth, inputs/outputs/constvars,
     residual-like values, and FLOP and byte estimates computed from the types.
 
+    Residual-like values are values computed by top-level equations and passed into a
+    nested call (as linearize passes its residuals to the linear program).  FLOPs: one per
+    output element for elementwise ops, 2*M*N*K per batch for dot_general, 2 * out elements
+    * window * in features / groups for convolutions, the input size for reductions; scan
+    bodies count `length` times, while bodies once.
+
     \b
     Example:
       jaxprtool stats f.jaxpr --json
