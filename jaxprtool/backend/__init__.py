@@ -117,14 +117,35 @@ def _to_numpy(outs):
     return [np.asarray(o) for o in outs]
 
 
+_JIT_CACHE: dict = {}  # (id(jaxpr), dims) -> (jaxpr, jitted); the jaxpr is held so its id stays unique
+
+
+def _jitted(jaxpr, dims):
+    import jax
+
+    key = (id(jaxpr), tuple(sorted((dims or {}).items())))
+    hit = _JIT_CACHE.get(key)
+    if hit is not None and hit[0] is jaxpr:
+        return hit[1]
+    if len(_JIT_CACHE) >= 64:
+        _JIT_CACHE.pop(next(iter(_JIT_CACHE)))
+    fn = jax.jit(as_jax_function(jaxpr, dims, enable_x64=False))
+    _JIT_CACHE[key] = (jaxpr, fn)
+    return fn
+
+
 def evaluate(jaxpr, args, consts=None, device: str = "cpu", dims=None, jitted=None):
-    """Run a jaxpr compiled by XLA (through jax.jit) and return numpy arrays."""
+    """Run a jaxpr compiled by XLA (through jax.jit) and return numpy arrays.
+
+    The compiled function is cached per jaxpr object (and dims), so evaluating the same
+    jaxpr again with same-typed inputs does not recompile.
+    """
     import jax
 
     check_runnable(jaxpr)
     dev = get_device(device)
     consts = list(consts or [])
-    fn = jitted or jax.jit(as_jax_function(jaxpr, dims, enable_x64=False))
+    fn = jitted or _jitted(jaxpr, dims)
     with x64_scope(jaxpr), jax.default_device(dev):
         xs = [jax.device_put(x, dev) for x in consts + list(args)]
         return _to_numpy(fn(*xs))
