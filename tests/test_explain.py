@@ -145,7 +145,7 @@ def test_html(tmp_path):
     r = invoke(str(SAMPLES / "sin_cos.jaxpr"), "--html", str(out))
     assert r.exit_code == 0, r.output
     page = out.read_text()
-    assert "<html" in page
+    assert "<html" in page and "<title>jaxprtool explain sin_cos.jaxpr</title>" in page
     for n in (1, 2, 3, 4, 5):
         assert HEADINGS[n] in page
     assert "defbilinear" in page
@@ -230,3 +230,15 @@ def test_failing_rule_is_where_the_walk_stops(monkeypatch):
     assert "the JVP rule of 'cos' failed: ValueError: boom" in r.output
     assert "sin_cos.jaxpr:3:5" in r.output
     assert "internal error" not in r.output
+
+
+def test_plain_formatter_when_printer_internals_change(monkeypatch):
+    """explain leans on the printer's naming; without it, a plain formatter keeps it working."""
+    from jaxprtool.ui import explain
+
+    monkeypatch.setattr(explain, "USE_PRINTER_INTERNALS", False)
+    jaxpr = parse((SAMPLES / "sin_cos.jaxpr").read_text(), "sin_cos.jaxpr").jaxpr
+    data = explain_data(jaxpr, [np.ones(3, np.float32), np.ones(3, np.float32)], "vjp")
+    assert data.passed
+    assert "c:f32[3] = sin a" in [s.text for s in data.forward][0]
+    assert any("mul t_a" in t for s in data.forward for t in s.tangent_eqns)

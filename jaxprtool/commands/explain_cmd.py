@@ -108,8 +108,14 @@ def _explain(file, args_npz, seed, mode, argnums, no_color, html_out, width):
         )
         render(data, rec)
         title = f"jaxprtool explain {os.path.basename(path)}"
-        page = rec.export_html(inline_styles=True)
-        page = page.replace("<title>Rich</title>", f"<title>{html.escape(title)}</title>", 1)
+        from rich.terminal_theme import MONOKAI
+
+        page = rec.export_html(inline_styles=True, theme=MONOKAI)
+        page = page.replace(
+            '<meta charset="UTF-8">',
+            f'<meta charset="UTF-8">\n<title>{html.escape(title)}</title>',
+            1,
+        )
         write_output(page, html_out)
     if data.error is not None:
         raise data.error

@@ -55,6 +55,9 @@ HEADINGS = {
     5: "5. Derivative",
 }
 
+#: name and print equations through the printer's internals (same names as the program printout);
+#: False: a plain `outs = prim[params] ins` formatter
+USE_PRINTER_INTERNALS = True
 #: coordinate-wise finite differences of the gradient only up to this many input elements
 FD_COORDS_LIMIT = 128
 #: analytic formula vs the tool: both exact up to rounding
@@ -110,6 +113,9 @@ class Namer:
         try:
             from ..text import pretty, printer
             from ..text.style import DEFAULT_STYLE
+
+            if not USE_PRINTER_INTERNALS:
+                raise ImportError("plain formatter requested")
 
             p = printer._Printer(style or DEFAULT_STYLE)
             for attr in ("names", "toplevel", "_name_eqn", "_eqn", "fresh", "style"):
