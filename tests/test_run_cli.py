@@ -361,3 +361,14 @@ def test_key_inputs_are_key_data(tmp_path):
     r = invoke("run", p, "--arg", tmp_path / "bad.npy")
     assert r.exit_code == 1
     assert "argument 0 (k): expected key<fry>[] (key data uint32[2]), got uint32[3]" in r.output
+
+
+def test_npy_given_as_npz(prog, tmp_path):
+    np.save(tmp_path / "a.npy", np.ones((3, 4), np.float32))
+    r = invoke("run", prog, "--args", tmp_path / "a.npy")
+    assert r.exit_code == 1
+    assert "is not an .npz archive (use --arg for a single .npy array)" in r.output
+    (tmp_path / "junk.npz").write_bytes(b"not a zip at all")
+    r = invoke("run", prog, "--args", tmp_path / "junk.npz")
+    assert r.exit_code == 1
+    assert "cannot read arguments file" in r.output

@@ -37,15 +37,19 @@ def parse_dims(specs) -> dict[str, int]:
 
 def _load_npz(path: str, what: str) -> dict[str, np.ndarray]:
     try:
-        with np.load(path, allow_pickle=False) as f:
-            if not hasattr(f, "files"):
-                raise JaxprError(f"{what} file '{path}' is not an .npz archive")
-            return {k: f[k] for k in f.files}
+        f = np.load(path, allow_pickle=False)
     except FileNotFoundError:
         raise JaxprError(f"cannot read {what} file '{path}': no such file") from None
-    except ValueError as e:
+    except (ValueError, OSError, EOFError) as e:
         raise JaxprError(f"cannot read {what} file '{path}': {e}") from None
-    except OSError as e:
+    if not isinstance(f, np.lib.npyio.NpzFile):
+        raise JaxprError(
+            f"{what} file '{path}' is not an .npz archive (use --arg for a single .npy array)"
+        )
+    try:
+        with f:
+            return {k: f[k] for k in f.files}
+    except (ValueError, OSError, EOFError) as e:
         raise JaxprError(f"cannot read {what} file '{path}': {e}") from None
 
 
