@@ -326,7 +326,9 @@ def test_run_on_gpu(prog, tmp_path):
     try:
         jax.devices("gpu")
     except RuntimeError:
-        pytest.skip("no GPU: JAX has no gpu backend here")
+        pytest.skip(
+            f"no GPU: JAX has no gpu backend here (JAX_PLATFORMS={os.environ.get('JAX_PLATFORMS')})"
+        )
     r1 = invoke("run", prog, "--random", "0", "--device", "gpu", "-o", tmp_path / "g.npz")
     r2 = invoke("run", prog, "--random", "0", "-o", tmp_path / "c.npz")
     assert r1.exit_code == 0 and r2.exit_code == 0, r1.output + r2.output

@@ -102,7 +102,12 @@ def get_device(device: str = "cpu"):
     try:
         devs = jax.devices(platform)
     except RuntimeError as e:
+        import os
+
         hint = " (install the CUDA plugin: pip install 'jax[cuda12]')" if platform == "gpu" else ""
+        env = os.environ.get("JAX_PLATFORMS")
+        if env and platform == "gpu" and not any(p in env for p in ("cuda", "gpu", "rocm")):
+            hint = f" (JAX_PLATFORMS={env} excludes it)"
         raise JaxprError(
             f"device '{device}' is not available: JAX found no {platform} backend{hint}: {str(e).splitlines()[0]}"
         ) from None
