@@ -14,7 +14,7 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jaxprtool.core import Eqn, Jaxpr, Literal, ShapedArray, Var, alpha_equal
+from jaxprtool.core import Eqn, Jaxpr, Literal, ShapedArray, Var, alpha_equal, map_param_jaxprs
 from jaxprtool.text.parser import parse
 from jaxprtool.text.printer import print_jaxpr
 from jaxprtool.text.style import Style
@@ -39,7 +39,7 @@ FLOATS = [
     math.nan,
 ]
 INTS = [0, 1, -7, 2147483647, -2147483648, 26]
-STYLES = [Style.parse("0.12"), Style.parse("0.10.2"), Style.parse("0.7.2")]
+STYLES = [Style.parse("0.12"), Style.parse("0.10.2"), Style.parse("0.7.2"), Style.parse("0.4.35")]
 
 
 def _literal(data, dtype: str) -> Literal:
@@ -48,8 +48,9 @@ def _literal(data, dtype: str) -> Literal:
 
 
 class _Gen:
-    def __init__(self, data):
+    def __init__(self, data, call_prim: str = "jit"):
         self.data = data
+        self.call_prim = call_prim
         self.pool: dict[tuple, list[Jaxpr]] = {}  # in-types -> inner jaxprs, for sharing
 
     def draw(self, s):
@@ -148,7 +149,7 @@ class _Gen:
                 pool.append(inner)
             outs = tuple(Var(a.type) for a in inner.outvars)
             return Eqn(
-                "jit",
+                self.call_prim,
                 tuple(args),
                 outs,
                 {"name": self.draw(st.sampled_from(NAMES)), "jaxpr": inner},
@@ -169,16 +170,38 @@ class _Gen:
         return Eqn("cond", (idx, *args), outs, {"branches": (b0, b1)})
 
 
+def _erase_literal_types(j: Jaxpr, memo=None) -> Jaxpr:
+    memo = {} if memo is None else memo
+    if id(j) in memo:
+        return memo[id(j)]
+
+    def atom(a):
+        return Literal(a.value, ShapedArray((), "?")) if isinstance(a, Literal) else a
+
+    eqns = []
+    for e in j.eqns:
+        params = {
+            k: map_param_jaxprs(v, lambda x: _erase_literal_types(x, memo))
+            for k, v in e.params.items()
+        }
+        eqns.append(e.replace(inputs=[atom(a) for a in e.inputs], params=params))
+    out = memo[id(j)] = j.replace(eqns=eqns, outvars=[atom(a) for a in j.outvars])
+    return out
+
+
 @settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_print_parse_round_trip(data):
-    gen = _Gen(data)
+    style = data.draw(st.sampled_from(STYLES))
+    gen = _Gen(data, style.call_prim)
     n_in = data.draw(st.integers(0, 4))
     ir = gen.jaxpr([gen._type() for _ in range(n_in)], 0)
-    style = data.draw(st.sampled_from(STYLES))
     width = data.draw(st.sampled_from([80, 80, 30, 120, 8]))
     text = print_jaxpr(ir, style, width)
     back = parse(text, "<printed>").jaxpr
-    assert alpha_equal(back, ir), text
+    if style.typed_literals:
+        assert alpha_equal(back, ir), text
+    else:  # 0.4.35 prints no literal types: the reader infers them, so compare without them
+        assert alpha_equal(_erase_literal_types(back), _erase_literal_types(ir)), text
     # printing is deterministic and a fixed point on its own output
     assert print_jaxpr(back, style, width) == text
