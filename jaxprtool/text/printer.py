@@ -724,10 +724,14 @@ class _Printer:
         return c
 
     # ------------------------------------------------------------ ref-state equations
+    def _index_atom(self, a) -> str:
+        return self.names[id(a)] if type(a) is Var else literal_text(a, typed=False)
+
     def _ref(self, e: core.Eqn, ref, idx) -> pp.Doc:
         tpl = format_value(e.params["indexer"])
         if "$" in tpl:
-            tpl = _SLOT.sub(lambda m: self._atom(idx[int(m.group(1))]), tpl)
+            # index literals print without their type (`b[0]`), as NDIndexer.pretty_print
+            tpl = _SLOT.sub(lambda m: self._index_atom(idx[int(m.group(1))]), tpl)
         return pp.text(self.names[id(ref)] + tpl)
 
     def _state_eqn(self, e: core.Eqn, ref, idx, val) -> pp.Doc:
