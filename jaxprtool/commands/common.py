@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import sys
+
 from ..core import Jaxpr
-from ..io import read_source, remember_source, warn
+from ..io import read_source, remember_source, report, warn
 
 
-def load(file: str | None) -> tuple[Jaxpr, str, str]:
-    """Parse FILE (or standard input): (jaxpr, text, display path); warnings go to stderr."""
+def load(file: str | None, verify: bool = True) -> tuple[Jaxpr, str, str]:
+    """Parse FILE (or standard input): (jaxpr, text, display path); warnings go to stderr.
+
+    With `verify` (the default for every command that transforms or runs a
+    program) the checker runs first, so an ill-typed input is rejected with
+    located errors (exit 1) instead of failing somewhere inside a pass.
+    """
     from ..text.parser import parse
 
     text, path = read_source(file)
@@ -15,4 +22,12 @@ def load(file: str | None) -> tuple[Jaxpr, str, str]:
     result = parse(text, path)
     for w in result.warnings:
         warn(w.message, w.loc)
+    if verify:
+        from ..check import check
+
+        errors = [d for d in check(result.jaxpr, path, check_names=True) if d.kind == "error"]
+        if errors:
+            for e in errors:
+                report(e)
+            sys.exit(1)
     return result.jaxpr, text, path
