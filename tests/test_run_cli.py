@@ -258,7 +258,7 @@ def test_refused_primitive(tmp_path):
     p = tmp_path / "cb.jaxpr"
     p.write_text(
         "{ lambda ; a:f32[3]. let\n"
-        "    b:f32[3] = pure_callback[callback=f result_avals=() sharding=None vmap_method=sequential] a\n"
+        "    b:f32[3] = pure_callback[callback=f result_avals=(ShapedArray(float32[3]),) sharding=None vmap_method=sequential] a\n"
         "  in (b,) }\n"
     )
     r = invoke("run", p, "--random", "0")
