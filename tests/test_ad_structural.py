@@ -68,6 +68,11 @@ def uniform(shape, lo, hi, seed=0):
     return _rng(seed).uniform(lo, hi, shape).astype(F32)
 
 
+def quarters(shape, seed=0, dtype=F32):
+    """Normal values rounded to quarters: exactly representable in low-precision floats."""
+    return (np.round(normal(shape, seed) * 4) / 4).astype(dtype)
+
+
 def i32(x):
     return np.asarray(x, np.int32)
 
@@ -87,7 +92,7 @@ class Case:
 
 
 def _is_float(x):
-    return np.issubdtype(np.asarray(x).dtype, np.floating)
+    return jnp.issubdtype(np.asarray(x).dtype, jnp.floating)
 
 
 def _maxpool(x):
@@ -387,6 +392,14 @@ CASES = [
         lambda x, y: jnp.dot(x, y),
         [normal((4,)), normal((4, 3), 1)],
     ),
+    Case(
+        "dot_general-bf16-preferred",
+        "dot_general",
+        lambda x, y: lax.dot_general(
+            x, y, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32
+        ),
+        [quarters((3, 4), 0, jnp.bfloat16), quarters((4, 2), 1, jnp.bfloat16)],
+    ),
     Case("conv", "conv_general_dilated", _conv(), [normal((1, 2, 5, 5)), normal((3, 2, 2, 3), 1)]),
     Case(
         "conv-strided",
@@ -513,7 +526,8 @@ def _residual_values(info, args, outs, new):
 
 
 def _tangent_like(x, seed):
-    return normal(np.shape(x), seed)
+    """Quarter-integer values: exact in every float type (bf16 cases compare bit for bit)."""
+    return (np.round(normal(np.shape(x), seed) * 4) / 4).astype(np.asarray(x).dtype)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
@@ -550,7 +564,7 @@ def test_vjp(case):
     cts_all, cts_ours = [], []
     for k, o in enumerate(want_out):
         if _is_float_out(o):
-            c = normal(o.shape, 200 + k)
+            c = _tangent_like(np.zeros(o.shape, o.dtype), 200 + k)
             cts_all.append(jnp.asarray(c))
             cts_ours.append(c)
         else:
@@ -582,9 +596,12 @@ def test_dot_product(case):
     n_res = len(res)
     n_tan = len(linear.invars) - n_res
     lt = transpose_jaxpr(linear, [False] * n_res + [True] * n_tan)
-    tin = [normal(v.type.shape, 300 + k) for k, v in enumerate(linear.invars[n_res:])]
+    tin = [
+        _tangent_like(np.zeros(v.type.shape, v.type.np_dtype), 300 + k)
+        for k, v in enumerate(linear.invars[n_res:])
+    ]
     lv = _run(linear, res + tin)
-    w = [normal(np.shape(x), 400 + k) for k, x in enumerate(lv)]
+    w = [_tangent_like(x, 400 + k) for k, x in enumerate(lv)]
     ltw = _run(lt, res + w)
     assert len(ltw) == len(tin)
     lhs = sum(
@@ -643,13 +660,13 @@ def test_jvp_of_vjp(case):
     prim_f = [jnp.asarray(case.args[i]) for i in diff]
     outs = f(*prim_f)
     assert all(_is_float_out(o) for o in outs)
-    cts = [normal(o.shape, 500 + k) for k, o in enumerate(outs)]
+    cts = [_tangent_like(np.zeros(o.shape, o.dtype), 500 + k) for k, o in enumerate(outs)]
 
     def g(ps, cs):
         return jax.vjp(f, *ps)[1](list(cs))
 
-    tp = [normal(np.shape(p), 600 + k) for k, p in enumerate(prim_f)]
-    tc = [normal(np.shape(c), 700 + k) for k, c in enumerate(cts)]
+    tp = [_tangent_like(p, 600 + k) for k, p in enumerate(prim_f)]
+    tc = [_tangent_like(c, 700 + k) for k, c in enumerate(cts)]
     _, want = jax.jit(lambda *a: jax.jvp(g, *a))(
         (prim_f, [jnp.asarray(c) for c in cts]),
         ([jnp.asarray(t) for t in tp], [jnp.asarray(t) for t in tc]),
