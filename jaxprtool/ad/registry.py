@@ -45,10 +45,55 @@ __all__ = [
     "is_zero",
 ]
 
-primitive_jvps: dict[str, Callable] = {}
-primitive_transposes: dict[str, Callable] = {}
-fancy_transposes: dict[str, Callable] = {}
-rule_kind: dict[str, str] = {}
+_rules_state = {"loaded": False}
+
+
+def _load_rules() -> None:
+    if not _rules_state["loaded"]:
+        _rules_state["loaded"] = True
+        from . import rules  # noqa: F401  (every rule module registers itself)
+
+
+class _Registry(dict):
+    """A dict that imports `jaxprtool.ad.rules` the first time it is read."""
+
+    def __getitem__(self, k):
+        _load_rules()
+        return super().__getitem__(k)
+
+    def get(self, k, default=None):
+        _load_rules()
+        return super().get(k, default)
+
+    def __contains__(self, k):
+        _load_rules()
+        return super().__contains__(k)
+
+    def __iter__(self):
+        _load_rules()
+        return super().__iter__()
+
+    def __len__(self):
+        _load_rules()
+        return super().__len__()
+
+    def keys(self):
+        _load_rules()
+        return super().keys()
+
+    def items(self):
+        _load_rules()
+        return super().items()
+
+    def values(self):
+        _load_rules()
+        return super().values()
+
+
+primitive_jvps: dict[str, Callable] = _Registry()
+primitive_transposes: dict[str, Callable] = _Registry()
+fancy_transposes: dict[str, Callable] = _Registry()
+rule_kind: dict[str, str] = _Registry()
 #: plugin rules: custom_jvps[jvp_name] = fn(primals, tangents) -> (outs, tangent_outs)
 custom_jvps: dict[str, Callable] = {}
 #: plugin rules: custom_vjps[fwd_name or bwd_name] = (fwd, bwd)
