@@ -233,15 +233,21 @@ def linearize_combined(jaxpr: Jaxpr, argnums=None, instantiate: bool = True, opt
 
 def find_linear_eqn(jaxpr: Jaxpr):
     """Recognise the combined form: (index of the `jit[name=linear]` equation, number of tangent
-    inputs) or None."""
+    inputs) or None.  With several such equations (a linearized linearization) the last one whose
+    operands end with the jaxpr's last inputs wins."""
     idx = [
         i
         for i, e in enumerate(jaxpr.eqns)
         if e.prim in ("jit", "pjit", "closed_call") and str(e.params.get("name")) == LINEAR_NAME
     ]
-    if len(idx) != 1:
-        return None
-    k = idx[0]
+    for k in reversed(idx):
+        t = _tangent_suffix(jaxpr, k)
+        if t:
+            return k, t
+    return None
+
+
+def _tangent_suffix(jaxpr: Jaxpr, k: int) -> int:
     eqn = jaxpr.eqns[k]
     used_elsewhere: set[int] = set()
     for i, e in enumerate(jaxpr.eqns):
@@ -255,6 +261,4 @@ def find_linear_eqn(jaxpr: Jaxpr):
         if a is not v or id(v) in used_elsewhere:
             break
         t += 1
-    if t == 0 and len(inv) > 0:
-        return None
-    return k, t
+    return t
