@@ -305,3 +305,26 @@ def test_combined_form_printout():
     j = parse(SRC, "f").jaxpr
     text = print_jaxpr(linearize_combined(j, argnums=[0]))
     assert "name=linear" in text
+
+
+def test_older_styles_get_their_parameters(tmp_path):
+    p = tmp_path / "f.jaxpr"
+    p.write_text(SRC)
+    r = run(["--jax-style", "0.4.35", "linearize", str(p)])
+    assert r.exit_code == 0, r.output
+    assert "pjit[" in r.stdout and "name=linear" in r.stdout
+    assert "out_sharding" not in r.stdout
+    r = run(["--jax-style", "0.6.2", "grad", "--has-aux", "--opt", "none", str(p)])
+    assert r.exit_code == 0, r.output
+    assert (
+        "broadcast_in_dim[" in r.stdout and "shape=(4,)" in r.stdout and "sharding=None" in r.stdout
+    )
+    r2 = run(
+        ["--jax-style", "0.6.2", "transpose", "-"],
+        run(["--jax-style", "0.6.2", "linearize", str(p)]).stdout,
+    )
+    assert r2.exit_code == 0, r2.output
+    got = backend.evaluate(
+        parse(r2.stdout, "t").jaxpr, [X, Y, np.int32(1), np.float32(1.0), np.ones(4, np.float32)]
+    )
+    close(got[3], np.cos(X) * Y)
