@@ -235,6 +235,12 @@ CASES = [
         [normal((5, 3)), i32([0, 2, 0]), normal((3, 3), 1)],
     ),
     Case(
+        "scatter-sub",
+        "scatter-sub",
+        lambda x, i, u: x.at[i].subtract(u),
+        [normal((5, 3)), i32([0, 2, 0]), normal((3, 3), 1)],
+    ),
+    Case(
         "scatter-mul",
         "scatter-mul",
         lambda x, i, u: x.at[i].mul(u, unique_indices=True),
