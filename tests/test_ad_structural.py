@@ -152,6 +152,7 @@ def _pairs_with_zero():
     return x
 
 
+TIES = np.array([1.0, 3.0, 3.0, 2.0, 3.0, 0.0, 0.0, 5.0], F32)  # ties split like JAX's scan
 GATHER_IDX = i32([[1], [3], [1]])
 
 CASES = [
@@ -305,6 +306,8 @@ CASES = [
     Case("cumprod", "cumprod", lambda x: lax.cumprod(x, 1), [normal((3, 5))]),
     Case("cumprod-reverse", "cumprod", lambda x: lax.cumprod(x, 0, reverse=True), [normal((6, 2))]),
     Case("cummax", "cummax", lambda x: lax.cummax(x, 1), [normal((3, 7))]),
+    Case("cummax-ties", "cummax", lambda x: lax.cummax(x, 0), [TIES]),
+    Case("cumprod-zeros", "cumprod", lambda x: lax.cumprod(x, 0), [TIES]),
     Case("cummin-reverse", "cummin", lambda x: lax.cummin(x, 0, reverse=True), [normal((5, 3))]),
     Case("cumlogsumexp", "cumlogsumexp", lambda x: lax.cumlogsumexp(x, 1), [normal((3, 6))]),
     Case(
