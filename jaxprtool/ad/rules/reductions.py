@@ -8,7 +8,10 @@ Formulas follow JAX (`lax.py`, `windowed_reductions.py`, `control_flow/loops.py`
   associative_scan), with max/min splitting ties in half like `lax.max`'s JVP;
 - reduce_window_max / _min go through select_and_gather_add, whose transpose is
   select_and_scatter_add (and back);
-- sort and top_k gather the tangents with the permutation.
+- sort, top_k and approx_top_k gather the tangents with the permutation;
+- generic reduce / reduce_window differentiate their reduction jaxpr (reduce: a halving tree of
+  the inlined reducer, transposable; reduce_window: a reduce_window of (primal, tangent) pairs,
+  which, as in JAX, has no transpose).
 """
 
 from __future__ import annotations

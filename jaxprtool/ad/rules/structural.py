@@ -4,8 +4,8 @@ Each rule follows the algebra of the primitive (JAX's `lax.py` / `slicing.py` ar
 for formulas and edge cases); the registration helper states it: linear primitives use
 `deflinear2` (their JVP rebinds them on the tangents), gather and dynamic_slice transpose into
 an accumulator (scatter-add / dynamic_update_slice of the cotangent).  The small emit helpers
-at the top (`bind_slice`, `bind_gather`, `bind_scatter_add`, ...) are shared with the other rule
-modules of this family (reductions, linalg).
+at the top (`bind_slice`, `bind_gather`, `bind_scatter`, `take_along`, ...) are shared with the
+other rule modules of this family (reductions, linalg).
 """
 
 from __future__ import annotations
