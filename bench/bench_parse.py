@@ -1,16 +1,22 @@
-"""Parse throughput: MB/s and equations/s.
+"""Parse throughput: MB/s and equations/s, and start-up time.
 
     .venv/bin/python bench/bench_parse.py [--n 10000] [--repeat 5]
 
 Measures (1) the largest file of the reference corpus and (2) a generated
 jaxpr of N equations (a chain of `sin`/`mul`/`add` plus a nested `jit` every
-500 equations, so layout and nested scopes are exercised).
+500 equations, so layout and nested scopes are exercised), each by wall time
+and by CPU time (the CPU figure is the one to compare on a loaded machine);
+then (3) the start-up cost in a fresh interpreter: `import
+jaxprtool.text.parser` plus parsing a small file, which includes importing
+lark and loading the cached LALR tables of `grammars/jaxpr.lark` (the first
+run after a grammar change builds the cache).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -88,6 +94,29 @@ def measure(label: str, text: str, repeat: int) -> None:
     )
 
 
+STARTUP = """
+import time
+t0 = time.perf_counter(); c0 = time.process_time()
+from jaxprtool.text.parser import parse
+parse("{ lambda ; a:f32[3]. let\\n    b:f32[3] = sin a\\n  in (b,) }\\n")
+print(time.perf_counter() - t0, time.process_time() - c0)
+"""
+
+
+def startup(repeat: int) -> None:
+    runs = []
+    for _ in range(repeat + 1):  # the first run may build the grammar cache
+        out = subprocess.run(
+            [sys.executable, "-c", STARTUP], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.split()
+        runs.append((float(out[0]), float(out[1])))
+    wall, cpu = min(r[0] for r in runs[1:]), min(r[1] for r in runs[1:])
+    print(
+        f"start-up (import jaxprtool.text.parser + parse a small file), best of {repeat}: "
+        f"{wall * 1e3:.0f} ms wall, {cpu * 1e3:.0f} ms CPU"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -104,6 +133,7 @@ def main() -> None:
     else:
         print(f"corpus not found at {CORPUS}; skipping the corpus measurement")
     measure(f"generated ({args.n} eqns)", generate(args.n), args.repeat)
+    startup(args.repeat)
 
 
 if __name__ == "__main__":

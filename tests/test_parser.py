@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -733,42 +734,35 @@ def test_errors_never_escape_as_python_exceptions():
                 assert e.loc is not None and e.loc.line >= 1 and e.loc.col >= 1
 
 
-# ---------------------------------------------------------------- the reference grammar
+# ---------------------------------------------------------------- the grammar
 
 
-def _one_line_jaxprs():
-    """Single-line jaxprs of the corpus (nested ones included), as they appear in the text."""
-    out = []
-    for path in corpus_files("jax-0.10.2") + corpus_files("jax-0.12.0.1"):
-        for line in path.read_text().splitlines():
-            k = line.find("{ lambda ")
-            if k < 0 or not line.endswith(" }"):
-                continue
-            frag = line[k:]
-            if frag.count("{") == frag.count("}") and frag.count("[") == frag.count("]"):
-                out.append(frag)
-    return sorted(set(out))
+def test_the_lark_grammar_is_the_parser():
+    import jaxprtool
+    from jaxprtool.text import grammar, parser
+
+    assert grammar.GRAMMAR_PATH == Path(jaxprtool.__file__).parent / "grammars" / "jaxpr.lark"
+    lk = parser._build()
+    assert lk.options.parser == "lalr" and lk.options.lexer == "contextual"
+    assert lk.options.transformer is not None and lk.options.postlex is not None
+    # the operand-splitting pattern of the transformer is the grammar's OPERANDS terminal
+    # (lark turns the escapes `\n`, `\t` of the grammar file into the characters)
+    pattern = grammar.OPERANDS_PATTERN.replace(r"\n", "\n").replace(r"\t", "\t")
+    assert lk.get_terminal("OPERANDS").pattern.value == pattern
 
 
-@needs_corpus
-def test_reference_grammar_agrees_on_single_line_jaxprs():
-    from jaxprtool.text.grammar import load_lark
+def test_grammar_is_cached_in_the_user_cache_dir(tmp_path, monkeypatch):
+    from jaxprtool.text import grammar, parser
 
-    lark = load_lark()
-    frags = _one_line_jaxprs()
-    assert len(frags) > 20
-    for frag in frags:
-        tree = lark.parse(frag)
-        n_lark = len(list(tree.find_pred(lambda t: t.data.endswith("_eqn"))))
-        assert n_lark == len(one(frag).eqns), frag
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    grammar.build_lark(parser._Layout(), parser._Build())
+    (cached,) = (tmp_path / "jaxprtool").glob("*.lark-cache")
+    assert cached.stat().st_size > 0
+    lk = grammar.build_lark(parser._Layout(), parser._Build())  # loads the cache
+    assert lk.options.parser == "lalr"
 
 
-def test_reference_grammar_forms():
-    from lark.exceptions import UnexpectedInput
-
-    from jaxprtool.text.grammar import load_lark
-
-    lark = load_lark()
+def test_grammar_forms():
     for text in [
         "{ lambda ; a:i32[] c:Ref{f32[4]}. let d:f32[] <- c[a]; c[...] <- d; e:f32[], c[0] <- c[0], d; "
         "c[a] += 1.0:f32[]; iota[dimension=0 dtype=int32] in (e,) }",
@@ -776,7 +770,9 @@ def test_reference_grammar_forms():
         "let g = { lambda ; a:f32[]. let  in (a,) } in { lambda ; b:f32[] c:i32[]. let d:f32[] = jit[name=g jaxpr=g] b; "
         "e:f32[] = cond[branches=( { lambda ; x:f32[]. let  in (x,) } g )] c d in (e,) : { Debug } }",
     ]:
-        lark.parse(text)
-        parse(text)
-    with pytest.raises(UnexpectedInput):
-        lark.parse("{ lambda ; a:f32[3] let  in (a,) }")
+        j = parse(text).jaxpr
+        assert j.eqns
+    e = one(
+        "{ lambda ; in:f32[3]. let io:f32[3] = transpose[permutation=(0,)] in; let:f32[3] = sin in in (in, let) }"
+    )
+    assert e.eqns[1].inputs == (e.invars[0],) and e.outvars[1] is e.eqns[1].outputs[0]

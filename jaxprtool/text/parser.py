@@ -3,15 +3,34 @@
     from jaxprtool.text.parser import parse
     result = parse(text, path)      # ParseResult(jaxpr, warnings)
 
-A hand-written recursive-descent parser over compiled regular expressions
-(see `grammar.py` for the token patterns and `grammars/jaxpr.lark` for the
-reference grammar).  The layout rule of FORMAT.md §5.5 is applied while
-reading operands: a newline followed by a token *deeper* than the equation's
-first column continues the equation, one at *exactly* that column starts the
-next equation, a shallower one ends the block (its `in` follows).  `;`
-separates equations in the single-line form.  `# ...` comments (source_info,
-name_stack) are skipped wherever whitespace may occur outside parameter
-values; ANSI colour escapes are removed first.
+The parser is the lark grammar `grammars/jaxpr.lark` (LALR(1), contextual
+lexer; built and cached by `grammar.build_lark`).  Two pieces of Python go
+with it:
+
+* `_Layout`, the post-lexer.  It applies the layout rule of FORMAT.md §5.5:
+  inside the equation block of the innermost `{ lambda`, outside brackets, a
+  line break followed by *exactly* the column of the block's first equation
+  becomes an EQSEP token (a deeper line continues the equation, a shallower
+  one must be the block's `in`); `;` between equations becomes EQSEP too.
+  It also reads parameter values (H3, H4): after `key=` it finds the end of
+  the value as balanced text, interprets it with values.py and hands the
+  parser one PARAM token.  A value that is a jaxpr, a tuple of jaxprs or
+  `let NAME = {...} in {...}` is left to the grammar; a value with jaxprs
+  inside (`_LinearSolveTuple(matvec={ lambda ...}, ...)`, H5) goes to the
+  parser as VPIECE tokens (the raw text between the jaxprs) and the nested
+  jaxprs themselves, so every nested jaxpr is parsed by the grammar, in
+  place, with its own locations.
+* `_Build`, the transformer, passed to `Lark(transformer=...)`: its rule
+  callbacks build the IR directly while the LALR parser reduces (no parse
+  tree).  Each `{ lambda` opens a symbol table when it is shifted; equation
+  outputs enter the table after the equation's operands are resolved.
+
+Coarse tokens keep the parser fast: a binder `name:TYPE` and an equation head
+`name:TYPE = prim` are one token each, and so are the operands of an equation
+on one line (OPERANDS, split by `grammar.OPERAND`).  `# ...` comments
+(source_info, name_stack) are skipped with newlines; ANSI colour escapes are
+removed first.  lark's syntax errors are reported as located `JaxprError`s in
+the words of the format (`_diagnose`).
 
 Representation choices the printer relies on
 --------------------------------------------
@@ -78,27 +97,6 @@ class ParseResult:
     warnings: list[JaxprError] = field(default_factory=list)
 
 
-def parse(text: str, path: str = "<stdin>") -> ParseResult:
-    """Parse printed jaxpr text into the typed IR.  Raises a located `JaxprError`."""
-    if "\x1b" in text:
-        text = G.ANSI.sub("", text)
-    if "\r\n" in text:
-        text = text.replace("\r\n", "\n")  # same lines and columns
-    p = _Parser(text, path)
-    # the IR has no reference cycles: pausing the cyclic GC saves its many passes over
-    # the young objects built here
-    gc_was_on = gc.isenabled()
-    gc.disable()
-    try:
-        j = p.document()
-    except RecursionError:
-        raise JaxprError("input is nested too deeply", p.loc(p.deepest)) from None
-    finally:
-        if gc_was_on:
-            gc.enable()
-    return ParseResult(j, p.warnings)
-
-
 def _jaxpr_key(key: str) -> bool:
     """Parameter keys whose value is a jaxpr (a bare name there is a shared-jaxpr reference)."""
     return "jaxpr" in key or key in ("call", "branches")
@@ -106,6 +104,11 @@ def _jaxpr_key(key: str) -> bool:
 
 # parameter keys whose value is always an unquoted string (may contain anything, H3)
 _STRING_KEYS = frozenset({"name", "fmt"})
+
+NO_TYPES = "jaxpr has no types (printed with print_shapes=False); a typed IR cannot be built"
+
+
+_CONSTS = {"True": True, "False": False, "None": None}
 
 
 class _SharedRef:
@@ -116,36 +119,53 @@ class _SharedRef:
         self.pos = pos
 
 
-class _Scope:
-    """Shared-jaxpr names of one toplevel (`let NAME = ... in` prefix + main jaxpr)."""
+class _Nested(Exception):
+    """Raised by the value scanner at a jaxpr nested inside a parameter value."""
 
-    __slots__ = ("defs", "pending")
-
-    def __init__(self):
-        self.defs: dict[str, Jaxpr] = {}
-        self.pending: list[tuple[dict, str]] = []
+    def __init__(self, pos: int):
+        self.pos = pos
 
 
-class _Parser:
+# ---------------------------------------------------------------- per-parse state
+
+
+class _State:
+    """Everything one parse needs: the text, symbol tables, shared-jaxpr scopes, layout frames."""
+
     def __init__(self, text: str, path: str):
         self.s = text
         self.n = len(text)
         self.path = path
         self.warnings: list[JaxprError] = []
-        self.line_starts = [0] + [m.end() for m in G.NEWLINE.finditer(text)]
+        self._line_starts: list[int] | None = None
+        self.frames: list = []
         self.shared_names = set(G.SHARED_DEF_NAME.findall(text))
-        self.scopes: list[_Scope] = []
-        self.deepest = 0
         self.types: dict[str, core.Type] = {}
+        self.tables: list[dict[str, Var]] = []
+        # shared-jaxpr scopes
+        self.pending: list[tuple[int, dict, str]] = []
+        self.open_defs: dict[str, list[Jaxpr]] = {}
+        # nested jaxprs by start position (for values that hold jaxprs, H5)
+        self.jaxpr_at: dict[int, tuple[Jaxpr, int]] = {}
+        self.last_end = 0
+        # values read by the post-lexer, by start position
+        self.values: dict[int, object] = {}
+        self.first_hook = self.scan_hook({})
+        # post-lexer state (for error messages)
+        self.eqn_start = -1
+        self.block_end = -1  # where a line shallower than the equations ended the block
+        self.last_shared_name = ""
+        self.eqcol = 0
+        self.nl_before_error = False
 
     # ------------------------------------------------------------ positions and errors
 
     def loc(self, pos: int) -> Loc:
-        line = bisect_right(self.line_starts, pos)
-        return Loc(self.path, line, pos - self.line_starts[line - 1] + 1)
-
-    def col(self, pos: int) -> int:
-        return pos - self.s.rfind("\n", 0, pos)
+        if self._line_starts is None:
+            self._line_starts = [0] + [m.end() for m in G.NEWLINE.finditer(self.s)]
+        ls = self._line_starts
+        line = bisect_right(ls, pos)
+        return Loc(self.path, line, pos - ls[line - 1] + 1)
 
     def fail(self, message: str, pos: int):
         raise JaxprError(message, self.loc(pos))
@@ -167,223 +187,30 @@ class _Parser:
     def ws(self, i: int) -> int:
         return G.WS.match(self.s, i).end()
 
-    # ------------------------------------------------------------ document and shared jaxprs
-
-    def document(self) -> Jaxpr:
-        i = self.ws(0)
-        if i >= self.n:
-            self.fail("empty input: expected a jaxpr ('{ lambda ...')", i)
-        j, i = self.toplevel(i)
-        i = self.ws(i)
-        if i < self.n:
-            self.fail(f"unexpected text after the jaxpr: {self.found(i)}", i)
-        return j
-
-    def toplevel(self, i: int) -> tuple[Jaxpr, int]:
-        """`(let NAME = {..} in)* {..}` with its own scope of shared names."""
-        scope = _Scope()
-        self.scopes.append(scope)
-        s = self.s
-        while True:
-            m = G.SHARED_DEF.match(s, i)
-            if m is None:
-                break
-            name = m.group(1)
-            j, i = self.jaxpr(m.end())
-            for outer in self.scopes[:-1]:
-                # H5: a str()-ed jaxpr re-prints a definition that JAX also hoisted to
-                # the top (the same object): keep one object so printing can hoist it again
-                o = outer.defs.get(name)
-                if o is not None and core.alpha_equal(o, j):
-                    j = o
-            scope.defs[name] = j
-            i = self.ws(i)
-            if not G.IN_SHARED.match(s, i):
-                self.expected(f"'in' after the definition of shared jaxpr '{name}'", i)
-            i = self.ws(i + 2)
-        if not s.startswith("{", i):
-            self.expected("a jaxpr ('{ lambda ...')", i)
-        j, i = self.jaxpr(i)
-        self.scopes.pop()
-        self.resolve(scope)
-        return j, i
-
-    def resolve(self, scope: _Scope):
-        for d, key in scope.pending:
-            d[key] = self.subst(d[key], scope)
-            if self._has_ref(d[key]):
-                # a forward reference to a definition of an enclosing toplevel
-                self.scopes[-1].pending.append((d, key))
-
-    def subst(self, v, scope: _Scope):
-        if isinstance(v, _SharedRef):
-            if v.name in scope.defs:
-                return scope.defs[v.name]
-            for outer in reversed(self.scopes):
-                if v.name in outer.defs:
-                    return outer.defs[v.name]
-            if self.scopes:
-                # defined later in an enclosing toplevel: resolve there
-                return v
-            self.fail(f"shared jaxpr '{v.name}' is referenced but never defined", v.pos)
-        if isinstance(v, tuple):
-            return tuple(self.subst(x, scope) for x in v)
-        if isinstance(v, params.Record):
-            return params.Record(v.cls, tuple((k, self.subst(x, scope)) for k, x in v.fields))
-        return v
-
-    def _has_ref(self, v) -> bool:
-        if isinstance(v, _SharedRef):
-            return True
-        if isinstance(v, tuple):
-            return any(self._has_ref(x) for x in v)
-        if isinstance(v, params.Record):
-            return any(self._has_ref(x) for _, x in v.fields)
-        return False
-
-    # ------------------------------------------------------------ jaxpr
-
-    def jaxpr(self, i: int) -> tuple[Jaxpr, int]:
-        s = self.s
-        if i > self.deepest:
-            self.deepest = i
-        m = G.LAMBDA.match(s, i)
-        if m is None:
-            self.expected("'{ lambda'", i)
-        i = m.end()
-        table: dict[str, Var] = {}
-        constvars, i = self.binders(i, ";", table)
-        invars, i = self.binders(i + 1, ".", table)
-        i = self.ws(i + 1)
-        if not G.LET.match(s, i):
-            self.expected("'let'", i)
-        i = self.ws(i + 3)
-        eqns = []
-        if not G.IN_KW.match(s, i):
-            eqcol = self.col(i)
-            while True:
-                e, i = self.eqn(i, eqcol, table)
-                eqns.append(e)
-                j = G.SP.match(s, i).end()
-                c = s[j : j + 1]
-                if c == ";":
-                    i = self.ws(j + 1)
-                    continue
-                if c == "\n" or c == "#":
-                    k = self.ws(j)
-                    col = self.col(k)
-                    if col == eqcol and not G.IN_KW.match(s, k):
-                        i = k
-                        continue
-                    if col > eqcol:
-                        self.expected("a new equation or 'in'", k)
-                    i = k
-                    break
-                i = j
-                break
-        if not G.IN_KW.match(s, i):
-            self.expected("'in (' followed by the output list", i)
-        outvars, i = self.outvars(i + 3, table)
-        i = G.SP.match(s, i).end()
-        effects = None
-        if s.startswith(":", i):
-            effects, i = self.effects(i + 1)
-        i = self.ws(i)
-        if not s.startswith("}", i):
-            self.expected("'}' closing the jaxpr", i)
-        return Jaxpr(tuple(constvars), tuple(invars), tuple(eqns), tuple(outvars), effects), i + 1
-
-    def binders(self, i: int, term: str, table: dict) -> tuple[list[Var], int]:
-        s = self.s
-        out = []
-        while True:
-            i = self.ws(i)
-            if s.startswith(term, i):
-                return out, i
-            m = G.VARNAME.match(s, i)
-            if m is None:
-                what = (
-                    "a binder 'name:type' or ';'" if term == ";" else "a binder 'name:type' or '.'"
-                )
-                self.expected(what, i)
-            name = m.group()
-            j = m.end()
-            if not s.startswith(":", j):
-                k = G.SP.match(s, j).end()
-                if (
-                    name == "let"
-                    or s[k : k + 1] not in (".", ";", "_")
-                    and not s[k : k + 1].islower()
-                ):
-                    self.expected(
-                        "':' and a type after '" + name + "'"
-                        if name != "let"
-                        else "'.' before 'let'",
-                        i,
-                    )
-                self.no_type(j)
-            t, i = self.type(j + 1)
-            v = Var(t, name)
-            table[name] = v
-            out.append(v)
-
     def no_type(self, pos: int):
-        self.fail(
-            "jaxpr has no types (printed with print_shapes=False); a typed IR cannot be built", pos
-        )
-
-    def outvars(self, i: int, table: dict) -> tuple[list, int]:
-        s = self.s
-        i = self.ws(i)
-        if not s.startswith("(", i):
-            self.expected("'(' starting the output list", i)
-        i = self.ws(i + 1)
-        out = []
-        while not s.startswith(")", i):
-            a, i = self.atom(i, table, None)
-            if a is None:
-                self.expected("an output variable or literal", i)
-            out.append(a)
-            i = self.ws(i)
-            if s.startswith(",", i):
-                i = self.ws(i + 1)
-            elif not s.startswith(")", i):
-                self.expected("',' or ')' in the output list", i)
-        self.fix_untyped(out, [])
-        return out, i + 1
-
-    def effects(self, i: int) -> tuple[tuple[str, ...], int]:
-        s = self.s
-        i = self.ws(i)
-        if not s.startswith("{", i):
-            self.expected("'{' starting the effect list", i)
-        try:
-            e = balanced_end(s, i)
-        except ValueError_ as err:
-            self.fail(err.message, err.pos)
-        inner = s[i + 1 : e - 1].strip()
-        return tuple(x.strip() for x in inner.split(", ")) if inner else (), e
+        self.fail(NO_TYPES, pos)
 
     # ------------------------------------------------------------ types
 
-    def type(self, i: int) -> tuple[core.Type, int]:
+    def type_at(self, text: str, pos: int) -> core.Type:
+        """The type printed as `text` (which starts at s[pos]); cached per parse."""
+        t = self.types.get(text)
+        if t is None:
+            t, end = self.read_type(pos)
+            if end != pos + len(text):
+                self.fail("malformed type", pos)
+            self.types[text] = t
+        return t
+
+    def read_type(self, i: int) -> tuple[core.Type, int]:
         s = self.s
         m = G.SIMPLE_TYPE.match(s, i)
         if m is not None:
-            text = m.group()
-            t = self.types.get(text)
-            if t is None:
-                dt = m.group(1)
-                if not core.is_known_dtype(dt):
-                    self.fail(f"unknown dtype '{dt}'", i)
-                dims = m.group(2)
-                t = ShapedArray(tuple(int(d) for d in dims.split(",")) if dims else (), dt)
-                self.types[text] = t
-            return t, m.end()
-        return self.slow_type(i)
-
-    def slow_type(self, i: int) -> tuple[core.Type, int]:
-        s = self.s
+            dt = m.group(1)
+            if not core.is_known_dtype(dt):
+                self.fail(f"unknown dtype '{dt}'", i)
+            dims = m.group(2)
+            return ShapedArray(tuple(int(d) for d in dims.split(",")) if dims else (), dt), m.end()
         m = G.TYPE_HEAD.match(s, i)
         if m is None:
             self.expected("a type such as 'f32[3]'", i)
@@ -392,7 +219,7 @@ class _Parser:
         if name == "Ref":
             if not s.startswith("{", j):
                 self.expected("'{' after 'Ref'", j)
-            inner, k = self.type(j + 1)
+            inner, k = self.read_type(j + 1)
             if not s.startswith("}", k) or not isinstance(inner, ShapedArray):
                 self.expected("'}' closing the Ref type", k)
             return core.RefType(inner, space[1:-1] if space else None), k + 1
@@ -421,7 +248,7 @@ class _Parser:
         nl = s.find("\n", j)
         if end < 0 or (0 <= nl < end):
             self.fail("unterminated '[' in type", j)
-        dims = self.dims(s[j + 1 : end])
+        dims = _dims(s[j + 1 : end])
         k = end + 1
         vma = None
         if s.startswith("{", k):
@@ -436,228 +263,103 @@ class _Parser:
         except ValueError_ as err:
             self.fail(err.message.replace(" in parameter value", ""), err.pos)
 
-    @staticmethod
-    def dims(text: str) -> tuple:
-        if not text:
-            return ()
-        out = []
-        depth = 0
-        start = 0
-        for k, c in enumerate(text):
-            if c in "([":
-                depth += 1
-            elif c in ")]":
-                depth -= 1
-            elif c == "," and depth == 0:
-                out.append(text[start:k])
-                start = k + 1
-        out.append(text[start:])
-        return tuple(int(d) if d.isdigit() else d for d in out)
-
     # ------------------------------------------------------------ atoms
 
-    def atom(self, i: int, table: dict, eqn_vars) -> tuple[object, int]:
-        """A variable use or a literal at s[i]; (None, i) when neither starts there."""
-        s = self.s
-        c = s[i : i + 1]
-        if c.islower() or c == "_":
-            m = G.VARNAME.match(s, i)
-            if m is None:
-                return None, i
-            name = m.group()
-            e = m.end()
-            if name in ("inf", "nan") and s.startswith(":", e):
-                return self.literal(i, float(name), e)
+    def binder(self, t) -> Var:
+        text = t.value
+        k = text.index(":")
+        return Var(self.type_at(text[k + 1 :], t.start_pos + k + 1), text[:k])
+
+    def atom(self, t, table: dict):
+        kind = t.type
+        if kind == "VAR":
+            name = t.value
             v = table.get(name)
             if v is None:
-                if name in ("inf", "nan"):
-                    return Literal(float(name), _WEAK_F32, False), e
-                self.fail(f"variable '{name}' used before definition", i)
+                if name == "inf" or name == "nan":
+                    return Literal(float(name), _WEAK_F32, False)
+                raise JaxprError(
+                    f"variable '{name}' used before definition", Loc(self.path, t.line, t.column)
+                )
             if name == "_":
                 self.warnings.append(
                     JaxprError(
                         "use of '_' is ambiguous: it is read as the most recent '_' binding in this jaxpr, "
                         "which may not be the value JAX meant (FORMAT.md §2)",
-                        self.loc(i),
+                        Loc(self.path, t.line, t.column),
                     )
                 )
-            return v, e
-        m = G.LITERAL.match(s, i)
-        if m is None:
-            return None, i
-        t = m.group()
-        e = m.end()
-        try:
-            if t[0] == "(":
-                val = "float0" if t.startswith("(b") else complex(t)
-            elif t == "True" or t == "False":
-                val = t == "True"
-            elif t == "[...]":
-                val = Ellipsis
-            elif t.endswith("j"):
-                val = complex(t)
-            elif t.lstrip("-").isdigit():
-                val = int(t)
-            else:
-                val = float(t)
-        except ValueError:
-            self.fail(f"malformed literal '{t}'", i)
-        return self.literal(i, val, e)
+            return v
+        text = t.value
+        if kind == "LITERAL":
+            k = text.rindex(":", 0, text.rindex("["))
+            val = self.literal_value(text[:k], t.start_pos)
+            ty = self.type_at(text[k + 1 :], t.start_pos + k + 1)
+            if not isinstance(ty, ShapedArray):
+                self.fail("a literal must have an array type", t.start_pos + k + 1)
+            return Literal(val, ty)
+        return Literal(self.literal_value(text, t.start_pos), _WEAK_F32, False)
 
-    def literal(self, i: int, val, e: int):
-        s = self.s
-        if not s.startswith(":", e):
-            if not G.ATOM_END.match(s, e):
-                self.expected("':' and a type after the literal, or a separator", e)
-            return Literal(val, _WEAK_F32, False), e
-        t, k = self.type(e + 1)
-        if not isinstance(t, ShapedArray):
-            self.fail("a literal must have an array type", e + 1)
-        if isinstance(val, float) and not isinstance(val, bool) and val.is_integer() is False:
-            pass
-        return Literal(val, t), k
-
-    def fix_untyped(self, atoms: list, siblings: list):
-        """Give 0.4.35 untyped literals a type: a sibling variable's dtype, else i32/f32/bool."""
-        for n, a in enumerate(atoms):
-            if isinstance(a, Literal) and not a.typed:
-                atoms[n] = Literal(a.value, _infer(a.value, siblings), False)
-
-    # ------------------------------------------------------------ equations
-
-    def eqn(self, i: int, eqcol: int, table: dict) -> tuple[Eqn, int]:
-        s = self.s
-        start = i
-        loc = self.loc(i)
-        outs: list[Var] = []
-        f = G.EQN_FAST.match(s, i)
-        if f is not None:
-            # fast path for the common `name:f32[3,4] = prim` head
-            t = self.types.get(f.group(2))
-            if t is not None:
-                name = f.group(1)
-                prim = f.group(3)
-                i = f.end()
-                prm = {}
-                if s.startswith("[", i):
-                    prm, i = self.params(i, eqcol, table)
-                inputs, i = self.operands(i, eqcol, table)
-                v = Var(t, name)
-                table[name] = v
-                return Eqn(prim, tuple(inputs), (v,), prm, loc), i
-        m = G.VARNAME.match(s, i)
-        if m is not None and s.startswith(":", m.end()):
-            # binders
-            while True:
-                name = m.group()
-                t, j = self.type(m.end() + 1)
-                outs.append(Var(t, name))
-                k = G.SP.match(s, j).end()
-                if s.startswith("= ", k) or s.startswith("=\n", k):
-                    i = self.ws(k + 1)
-                    break
-                if s.startswith("<-", k) or s.startswith(",", k):
-                    return self.state_eqn(start, loc, outs, k, table)
-                k = self.ws(k)
-                m = G.VARNAME.match(s, k)
-                if m is None or not s.startswith(":", m.end()):
-                    self.expected("another binder or '=' after the equation's binders", k)
-        elif (
-            m is not None and s.startswith((" = ", " "), m.end()) and G.UNTYPED_BINDERS.match(s, i)
-        ):
-            self.no_type(m.end())
-        elif m is not None and s.startswith(("[", "{"), m.end()) and self.is_ref_form(m.end()):
-            return self.state_eqn(start, loc, outs, i, table)
-        # primitive
-        mp = G.PRIM.match(s, i)
-        if mp is None:
-            self.expected("a primitive name" if outs else "an equation", i)
-        prim = mp.group()
-        i = mp.end()
-        prm: dict = {}
-        if s.startswith("[", i):
-            prm, i = self.params(i, eqcol, table)
-        inputs, i = self.operands(i, eqcol, table)
-        for v in outs:
-            table[v.hint] = v
-        return Eqn(prim, tuple(inputs), tuple(outs), prm, loc), i
-
-    def operands(self, i: int, eqcol: int, table: dict) -> tuple[list, int]:
-        s = self.s
+    def operands(self, toks, table: dict) -> tuple:
+        """The atoms of OPERANDS tokens."""
         out = []
         untyped = False
-        while True:
-            j = G.SP.match(s, i).end()
-            c = s[j : j + 1]
-            if c == "\n" or c == "#":
-                k = self.ws(j)
-                if k < self.n and self.col(k) > eqcol:
-                    j = k
-                    c = s[j]
+        for t in toks:
+            base = t.start_pos
+            for m in G.OPERAND.finditer(t.value):
+                name = m.group(4)
+                if name is not None:
+                    v = table.get(name)
+                    if v is None or name == "_":
+                        v = self.var_or_untyped(name, base + m.start(4), table)
+                        if type(v) is Literal:
+                            untyped = True
+                    out.append(v)
+                elif m.group(1) is not None:
+                    p = base + m.start(2)
+                    ty = self.type_at(m.group(2), p)
+                    if not isinstance(ty, ShapedArray):
+                        self.fail("a literal must have an array type", p)
+                    out.append(Literal(self.literal_value(m.group(1), base + m.start(1)), ty))
                 else:
-                    return self._done(out, untyped), i
-            if c == "" or c == ";" or c == "}" or c == ")" or c == ",":
-                return self._done(out, untyped), i
-            if c == "i" and G.IN_KW.match(s, j):
-                return self._done(out, untyped), i
-            if j == i:
-                self.expected("a space between operands", j)
-            m = G.VARNAME.match(s, j)
-            if m and s.startswith(":", m.end()) and m.group() not in ("inf", "nan"):
-                self.fail(
-                    f"a binder cannot appear among operands; a new equation must start at column {eqcol}, "
-                    "the column of the first equation of this block",
-                    j,
-                )
-            a, k = self.atom(j, table, out)
-            if a is None:
-                self.expected("an operand (a variable or a literal)", j)
-            if isinstance(a, Literal) and not a.typed:
-                untyped = True
-            out.append(a)
-            i = k
-
-    def _done(self, out, untyped):
+                    p = base + m.start(3)
+                    out.append(Literal(self.literal_value(m.group(3), p), _WEAK_F32, False))
+                    untyped = True
         if untyped:
-            self.fix_untyped(out, [a for a in out if isinstance(a, Var)])
-        return out
+            _fix_untyped(out, [a for a in out if type(a) is Var])
+        return tuple(out)
 
-    def is_ref_form(self, j: int) -> bool:
-        s = self.s
+    def var_or_untyped(self, name: str, pos: int, table: dict):
+        v = table.get(name)
+        if v is None:
+            if name == "inf" or name == "nan":
+                return Literal(float(name), _WEAK_F32, False)
+            self.fail(f"variable '{name}' used before definition", pos)
+        if name == "_":
+            self.warnings.append(
+                JaxprError(
+                    "use of '_' is ambiguous: it is read as the most recent '_' binding in this jaxpr, "
+                    "which may not be the value JAX meant (FORMAT.md §2)",
+                    self.loc(pos),
+                )
+            )
+        return v
+
+    def literal_value(self, t: str, pos: int):
         try:
-            while j < self.n and s[j] in "[{":
-                j = balanced_end(s, j)
-        except ValueError_:
-            return False
-        return s.startswith((" <- ", " += "), j)
-
-    def ref(self, i: int, table: dict) -> tuple[Var, str, list, int]:
-        """`x[IDX]{...}` -> (ref var, template, index vars, end)."""
-        s = self.s
-        m = G.VARNAME.match(s, i)
-        if m is None:
-            self.expected("a reference variable", i)
-        x = self.var_use(m.group(), i, table)
-        j = m.end()
-        k = j
-        while k < self.n and s[k] in "[{":
-            k = self.balanced(k)
-        if k == j:
-            self.expected("'[' indexing the reference", j)
-        text = s[j:k]
-        ivars: list[Var] = []
-
-        def sub(mm):
-            if mm.group(1):
-                return mm.group(0)
-            ivars.append(self.var_use(mm.group(2), j + mm.start(2), table))
-            return f"${len(ivars) - 1}"
-
-        tpl = G.INDEX_PART.sub(
-            lambda mm: G.INDEX_VAR.sub(sub, mm.group()) if mm.group()[0] == "[" else mm.group(),
-            text,
-        )
-        return x, tpl, ivars, k
+            if t[0] == "(":
+                return "float0" if t.startswith("(b") else complex(t)
+            if t == "True" or t == "False":
+                return t == "True"
+            if t == "[...]":
+                return Ellipsis
+            if t.endswith("j"):
+                return complex(t)
+            if t.lstrip("-").isdigit():
+                return int(t)
+            return float(t)
+        except ValueError:
+            self.fail(f"malformed literal '{t}'", pos)
 
     def var_use(self, name: str, pos: int, table: dict) -> Var:
         v = table.get(name)
@@ -665,123 +367,32 @@ class _Parser:
             self.fail(f"variable '{name}' used before definition", pos)
         return v
 
-    def state_eqn(self, start: int, loc: Loc, outs: list, k: int, table: dict) -> tuple[Eqn, int]:
-        s = self.s
-        if not outs:
-            x, tpl, ivars, j = self.ref(start, table)
-            op = s[j + 1 : j + 3]
-            a, e = self.atom(j + 4, table, None)
-            if a is None:
-                self.expected("a value after '" + op + "'", j + 4)
-            prm = {"indexer": params.Opaque(tpl)}
-            if op == "+=":
-                return Eqn("addupdate", (x, a, *ivars), (), prm, loc), e
-            dummy = Var(a.type, "_")
-            return Eqn("swap", (x, a, *ivars), (dummy,), prm, loc), e
-        (y,) = outs if len(outs) == 1 else self.expected("one result in a ref equation", start)
-        if s.startswith("<-", k):
-            x, tpl, ivars, e = self.ref(self.ws(k + 2), table)
-            table[y.hint] = y
-            return Eqn("get", (x, *ivars), (y,), {"indexer": params.Opaque(tpl)}, loc), e
-        # `y:T, x[IDX] <- x[IDX], v`
-        x, tpl, ivars, j = self.ref(self.ws(k + 1), table)
-        j = self.ws(j)
-        if not s.startswith("<-", j):
-            self.expected("'<-' in a swap equation", j)
-        x2, tpl2, ivars2, j = self.ref(self.ws(j + 2), table)
-        if x2 is not x or tpl2 != tpl or ivars2 != ivars:
-            self.fail("the two sides of a swap equation index different references", start)
-        j = self.ws(j)
-        if not s.startswith(",", j):
-            self.expected("',' and the stored value in a swap equation", j)
-        j = self.ws(j + 1)
-        a, e = self.atom(j, table, None)
-        if a is None:
-            self.expected("the stored value", j)
-        table[y.hint] = y
-        return Eqn("swap", (x, a, *ivars), (y,), {"indexer": params.Opaque(tpl)}, loc), e
+    def ref(self, t, table: dict) -> tuple[Var, str, list]:
+        """`x[IDX]{...}` -> (ref var, template, index vars)."""
+        text = t.value
+        m = G.VARNAME.match(text)
+        x = self.var_use(m.group(), t.start_pos, table)
+        j = m.end()
+        base = t.start_pos + j
+        ivars: list[Var] = []
 
-    # ------------------------------------------------------------ parameters
+        def sub(mm, off):
+            if mm.group(1):
+                return mm.group(0)
+            ivars.append(self.var_use(mm.group(2), base + off + mm.start(2), table))
+            return f"${len(ivars) - 1}"
 
-    def params(self, i: int, eqcol: int, table: dict) -> tuple[dict, int]:
-        s = self.s
-        i += 1
-        j = G.SP.match(s, i).end()
-        broken = s[j : j + 1] in ("\n", "#")
-        out: dict = {}
-        while True:
-            i = self.ws(i)
-            if s.startswith("]", i):
-                return out, i + 1
-            m = G.KEY.match(s, i)
-            if m is None:
-                self.expected("a parameter 'name=value' or ']'", i)
-            key = m.group(1)
-            out[key], i = self.value(m.end(), key, broken, out)
-            if s.startswith("]", i):
-                continue
-            j = G.SP.match(s, i).end()
-            if j == i and s[i : i + 1] not in ("\n", "#"):
-                self.expected("a space, a newline or ']' after the value of '" + key + "'", i)
+        tpl = G.INDEX_PART.sub(
+            lambda mm: (
+                G.INDEX_VAR.sub(lambda m2: sub(m2, mm.start()), mm.group())
+                if mm.group()[0] == "["
+                else mm.group()
+            ),
+            text[j:],
+        )
+        return x, tpl, ivars
 
-    def value(self, i: int, key: str, broken: bool, out: dict):
-        s = self.s
-        c = s[i : i + 1]
-        if c == "{" and G.LAMBDA.match(s, i):
-            return self.jaxpr(i)
-        if (
-            c == "("
-            and (m := G.JAXPR_TUPLE.match(s, i))
-            and (m.group(1) or m.group(2) in self.shared_names)
-        ):
-            return self.jaxpr_tuple(i, key, out)
-        if c == "l" and G.SHARED_DEF.match(s, i):
-            return self.toplevel(i)
-        if key in _STRING_KEYS:
-            m = G.BARE_NAME.match(s, i)
-            e = m.end() if m and self.at_delim(m.end()) else self.raw_end(i, broken)
-            return (None if s[i:e] == "None" else s[i:e]), e
-        m = G.BARE_NAME.match(s, i)
-        if m and m.group() in self.shared_names and _jaxpr_key(key) and self.at_delim(m.end()):
-            self.scopes[-1].pending.append((out, key))
-            return _SharedRef(m.group(), i), m.end()
-        if m and _jaxpr_key(key) and m.group() != "None" and self.at_delim(m.end()):
-            self.fail(f"shared jaxpr '{m.group()}' is referenced but never defined", i)
-        structured = c in "([{'\"" or c.isdigit() or c == "-"
-        try:
-            v, e = parse_value(s, i, True, self.hook)
-            ok = self.at_delim(e)
-        except ValueError_ as err:
-            if structured:
-                self.fail(err.message, err.pos)
-            ok = False
-        except RecursionError:
-            self.fail(f"the value of '{key}' is nested too deeply", i)
-        if not ok and structured:
-            k = self.ws(e)
-            if k > e:
-                self.expected(
-                    f"another parameter 'name=value' or ']' after the value of '{key}'", k
-                )
-            self.expected(f"a space, a newline or ']' after the value of '{key}'", e)
-        if not ok:
-            e = self.raw_end(i, broken)
-            return s[i:e], e
-        if self._has_ref(v):
-            self.scopes[-1].pending.append((out, key))
-        elif not _has_jaxpr(v):
-            raw = s[i:e]
-            if params.format_value(v) != raw:
-                v = raw if isinstance(v, str) else params.Opaque(raw)
-        return v, e
-
-    def hook(self, i: int):
-        s = self.s
-        if G.LAMBDA.match(s, i):
-            return self.jaxpr(i)
-        if G.SHARED_DEF.match(s, i):
-            return self.toplevel(i)
-        return None
+    # ------------------------------------------------------------ parameter values (post-lexer)
 
     def at_delim(self, e: int) -> bool:
         s = self.s
@@ -794,34 +405,158 @@ class _Parser:
 
     def raw_end(self, i: int, broken: bool) -> int:
         """End of an unquoted top-level string value (H3): up to the next `key=` or `]`."""
-        s = self.s
         pat = G.RAW_END_BROKEN if broken else G.RAW_END_FLAT
-        m = pat.search(s, i)
+        m = pat.search(self.s, i)
         if m is None:
             self.fail("unterminated parameter list: expected ']'", i)
         return m.start()
 
-    def jaxpr_tuple(self, i: int, key: str, out: dict):
+    def scan_hook(self, done: dict | None):
         s = self.s
-        i = self.ws(i + 1)
-        items = []
-        has_ref = False
-        while not s.startswith(")", i):
-            if s.startswith("{", i):
-                j, i = self.jaxpr(i)
-            else:
-                m = G.BARE_NAME.match(s, i)
-                if m is None or m.group() not in self.shared_names:
-                    self.expected("a jaxpr or a shared-jaxpr name in the tuple", i)
-                j, i = _SharedRef(m.group(), i), m.end()
-                has_ref = True
-            items.append(j)
-            i = self.ws(i)
-            if i >= self.n:
-                self.expected("')' closing the tuple of jaxprs", i)
-        if has_ref:
-            self.scopes[-1].pending.append((out, key))
-        return tuple(items), i + 1
+
+        def hook(i: int):
+            r = done.get(i)
+            if r is not None:
+                return r
+            if G.LAMBDA.match(s, i) or G.SHARED_DEF.match(s, i):
+                raise _Nested(i)
+            return None
+
+        return hook
+
+    def read_value(self, i: int, key: str, broken: bool):
+        """The value after `key=` at s[i]: (value, end), or None when the grammar reads it
+        (a jaxpr, a tuple of jaxprs, `let ... in {...}`).  Raises _Nested for a value with
+        jaxprs inside."""
+        s = self.s
+        c = s[i : i + 1]
+        if c == "{" and G.LAMBDA.match(s, i):
+            return None
+        if (
+            c == "("
+            and (m := G.JAXPR_TUPLE.match(s, i))
+            and (m.group(1) or m.group(2) in self.shared_names)
+        ):
+            return None
+        if c == "l" and G.SHARED_DEF.match(s, i):
+            return None
+        if key in _STRING_KEYS:
+            m = G.BARE_NAME.match(s, i)
+            e = m.end() if m and self.at_delim(m.end()) else self.raw_end(i, broken)
+            return (None if s[i:e] == "None" else s[i:e]), e
+        m = G.SIMPLE_VALUE.match(s, i)
+        if m is not None:
+            # the common simple values: an int, True/False/None, a tuple of ints
+            if m.group(1) is not None:
+                return int(m.group(1)), m.end()
+            if m.group(2) is not None:
+                return _CONSTS[m.group(2)], m.end()
+            if m.group(3) is not None:
+                return (int(m.group(3)),), m.end()
+            if m.group(4) is not None:
+                return tuple(int(x) for x in m.group(4).split(", ")), m.end()
+            return (), m.end()
+        m = G.BARE_NAME.match(s, i)
+        if m and m.group() in self.shared_names and _jaxpr_key(key) and self.at_delim(m.end()):
+            return _SharedRef(m.group(), i), m.end()
+        if m and _jaxpr_key(key) and m.group() != "None" and self.at_delim(m.end()):
+            self.fail(f"shared jaxpr '{m.group()}' is referenced but never defined", i)
+        structured = c in "([{'\"" or c.isdigit() or c == "-"
+        e = i
+        try:
+            v, e = parse_value(s, i, True, self.first_hook)
+            ok = self.at_delim(e)
+        except ValueError_ as err:
+            if structured:
+                self.fail(err.message, err.pos)
+            ok = False
+        except RecursionError:
+            self.fail(f"the value of '{key}' is nested too deeply", i)
+        if not ok and structured:
+            self.not_at_delim(e, key)
+        if not ok:
+            e = self.raw_end(i, broken)
+            return s[i:e], e
+        raw = s[i:e]
+        if params.format_value(v) != raw:
+            v = raw if isinstance(v, str) else params.Opaque(raw)
+        return v, e
+
+    def not_at_delim(self, e: int, key: str):
+        k = self.ws(e)
+        if k > e:
+            self.expected(f"another parameter 'name=value' or ']' after the value of '{key}'", k)
+        self.expected(f"a space, a newline or ']' after the value of '{key}'", e)
+
+    def rescan(self, i: int, key: str, done: dict) -> int:
+        """End of a value with nested jaxprs once all of them are read (else raises _Nested)."""
+        try:
+            _, e = parse_value(self.s, i, True, self.scan_hook(done))
+        except ValueError_ as err:
+            self.fail(err.message, err.pos)
+        except RecursionError:
+            self.fail(f"the value of '{key}' is nested too deeply", i)
+        if not self.at_delim(e):
+            self.not_at_delim(e, key)
+        return e
+
+    # ------------------------------------------------------------ shared-jaxpr scopes
+
+    def close_scope(self, shareds: list, start: int, end: int, document: bool):
+        own = {name: j for name, j, _ in shareds}
+        for name, j, _ in shareds:
+            lst = self.open_defs.get(name)
+            if lst and lst[-1] is j:
+                lst.pop()
+        if not self.pending:
+            return
+        keep = []
+        for entry in self.pending:
+            pos, d, key = entry
+            if not start <= pos < end:
+                keep.append(entry)
+                continue
+            d[key] = self.subst(d[key], own, document)
+            if _has_ref(d[key]):
+                keep.append(entry)
+        self.pending = keep
+
+    def subst(self, v, own: dict, document: bool):
+        if isinstance(v, _SharedRef):
+            j = own.get(v.name)
+            if j is not None:
+                return j
+            lst = self.open_defs.get(v.name)
+            if lst:
+                return lst[-1]
+            if not document:
+                return v
+            self.fail(f"shared jaxpr '{v.name}' is referenced but never defined", v.pos)
+        if isinstance(v, tuple):
+            return tuple(self.subst(x, own, document) for x in v)
+        if isinstance(v, params.Record):
+            return params.Record(
+                v.cls, tuple((k, self.subst(x, own, document)) for k, x in v.fields)
+            )
+        return v
+
+
+def _dims(text: str) -> tuple:
+    if not text:
+        return ()
+    out = []
+    depth = 0
+    start = 0
+    for k, c in enumerate(text):
+        if c in "([":
+            depth += 1
+        elif c in ")]":
+            depth -= 1
+        elif c == "," and depth == 0:
+            out.append(text[start:k])
+            start = k + 1
+    out.append(text[start:])
+    return tuple(int(d) if d.isdigit() else d for d in out)
 
 
 _WEAK_F32 = ShapedArray((), "f32", weak_type=True)
@@ -852,11 +587,642 @@ def _infer(value, siblings) -> ShapedArray:
     return _WEAK.get(kind, _WEAK_F32)
 
 
-def _has_jaxpr(v) -> bool:
-    if isinstance(v, Jaxpr):
+def _fix_untyped(atoms: list, siblings: list):
+    """Give 0.4.35 untyped literals a type: a sibling variable's dtype, else i32/f32/bool."""
+    for n, a in enumerate(atoms):
+        if type(a) is Literal and not a.typed:
+            atoms[n] = Literal(a.value, _infer(a.value, siblings), False)
+
+
+def _has_ref(v) -> bool:
+    if isinstance(v, _SharedRef):
         return True
-    if isinstance(v, (tuple, list)):
-        return any(_has_jaxpr(x) for x in v)
+    if isinstance(v, tuple):
+        return any(_has_ref(x) for x in v)
     if isinstance(v, params.Record):
-        return any(_has_jaxpr(x) for _, x in v.fields)
+        return any(_has_ref(x) for _, x in v.fields)
     return False
+
+
+# ---------------------------------------------------------------- the post-lexer (layout, values)
+
+
+class _Mixed:
+    """A parameter value with jaxprs inside, being read (H5)."""
+
+    __slots__ = ("start", "key", "depth", "done", "tl_start")
+
+    def __init__(self, start: int, key: str, depth: int):
+        self.start = start
+        self.key = key
+        self.depth = depth
+        self.done: dict[int, tuple[None, int]] = {}
+        self.tl_start: int | None = None
+
+
+class _Layout:
+    """Post-lexer: the §5.5 layout rule (`_EQSEP`), and parameter values as raw text."""
+
+    always_accept = ("NL", "SEMICOLON")
+
+    def __init__(self):
+        self.st: _State | None = None
+
+    def process(self, stream):
+        st = self.st
+        s = st.s
+        Token = _Token
+        # the lexer's position, advanced past the values read here
+        line_ctr = stream.gi_frame.f_locals["lexer_state"].line_ctr
+
+        def emit(kind: str, a: int, b: int):
+            text = s[a:b]
+            t = Token(kind, text, a, line_ctr.line, line_ctr.column)
+            line_ctr.feed(text)
+            t.end_line, t.end_column, t.end_pos = line_ctr.line, line_ctr.column, b
+            return t
+
+        frames = st.frames  # per open `{ lambda`: [in_block, depth, eqcol, start]
+        broken: list[bool] = []  # per open parameter list: broken over lines?
+        mixed: list[_Mixed] = []
+        n = len(s)
+        head = False  # the next token starts an equation
+        for t in stream:
+            tt = t.type
+            if tt == "NL":
+                # decided before the next token is lexed, so it is lexed in the right state
+                if frames:
+                    f = frames[-1]
+                    e = t.end_pos
+                    if f[0] and not f[1] and e < n and not G.IN_KW.match(s, e):
+                        if t.end_column == f[2]:
+                            yield Token("EQSEP", "", e, t.end_line, t.end_column)
+                            head = True
+                        elif t.end_column < f[2]:
+                            st.block_end = e
+                continue
+            if st.block_end >= 0 and tt != "IN_KW":
+                st.expected("'in (' followed by the output list", st.block_end)
+            if head:
+                head = False
+                st.eqn_start = t.start_pos
+            if tt == "OPERANDS":
+                yield t
+                if frames and "\n" in t.value:
+                    # the line break after the operands: as for NL
+                    f = frames[-1]
+                    e = t.end_pos
+                    if f[0] and not f[1] and e < n and s[e] != "#" and not G.IN_KW.match(s, e):
+                        if t.end_column == f[2]:
+                            yield Token("EQSEP", "", e, t.end_line, t.end_column)
+                            head = True
+                        elif t.end_column < f[2]:
+                            st.block_end = e
+            elif tt == "HEAD" or tt == "BINDER" or tt == "EQ_PRIM":
+                yield t
+            elif tt == "KEY":
+                i = t.end_pos
+                key = t.value.lstrip()[:-1]
+                try:
+                    r = st.read_value(i, key, broken[-1])
+                except _Nested as nested:
+                    yield t
+                    mixed.append(_Mixed(i, key, len(frames)))
+                    yield emit("VPIECE", i, nested.pos)
+                    continue
+                if r is None:
+                    yield t
+                else:
+                    # `key=value` as one token; the value read here
+                    st.values[t.start_pos] = (key, r[0])
+                    e = r[1]
+                    text = s[i:e]
+                    t.type = "PARAM"
+                    t.value += text
+                    if "\n" in text:
+                        line_ctr.feed(text)
+                    else:
+                        line_ctr.char_pos = e
+                        line_ctr.column += e - i
+                    t.end_line, t.end_column, t.end_pos = line_ctr.line, line_ctr.column, e
+                    yield t
+            elif tt == "LAMBDA":
+                frames.append([False, 0, 0, t.start_pos])
+                yield t
+            elif tt == "RBRACE":
+                f = frames.pop()
+                yield t
+                if mixed and len(frames) == mixed[-1].depth:
+                    m = mixed[-1]
+                    q = t.end_pos
+                    if G.SHARED_IN.match(s, q):
+                        continue  # a shared definition inside the value: its `in` follows
+                    m.done[m.tl_start if m.tl_start is not None else f[3]] = (None, q)
+                    m.tl_start = None
+                    try:
+                        e = st.rescan(m.start, m.key, m.done)
+                    except _Nested as nested:
+                        if nested.pos > q:
+                            yield emit("VPIECE", q, nested.pos)
+                        continue
+                    mixed.pop()
+                    if e > q:
+                        yield emit("VPIECE", q, e)
+            elif tt == "LET":
+                f = frames[-1]
+                f[0] = True
+                yield t
+                t = next(stream, None)
+                while t is not None and t.type == "NL":
+                    t = next(stream, None)
+                if t is None:
+                    return
+                if t.type != "IN_KW":
+                    f[2] = t.column
+                    st.eqn_start = t.start_pos
+                else:
+                    f[0] = False
+                yield t
+            elif tt == "IN_KW":
+                if frames and not frames[-1][1]:
+                    frames[-1][0] = False
+                    st.block_end = -1
+                yield t
+            elif tt == "LSQB":
+                frames[-1][1] += 1
+                j = G.SP.match(s, t.end_pos).end()
+                broken.append(s[j : j + 1] in ("\n", "#"))
+                yield t
+            elif tt == "RSQB":
+                frames[-1][1] -= 1
+                broken.pop()
+                yield t
+            elif tt == "LPAR":
+                if frames:
+                    frames[-1][1] += 1
+                yield t
+            elif tt == "RPAR":
+                if frames:
+                    frames[-1][1] -= 1
+                yield t
+            elif tt == "SEMICOLON":
+                if frames and frames[-1][0] and not frames[-1][1]:
+                    # `;` between equations (single-line form)
+                    head = True
+                    yield Token.new_borrow_pos("EQSEP", ";", t)
+                else:
+                    yield t
+            elif tt == "LET_S":
+                m = G.SHARED_DEF.match(s, t.start_pos)
+                st.last_shared_name = m.group(1) if m else ""
+                if mixed and len(frames) == mixed[-1].depth and mixed[-1].tl_start is None:
+                    mixed[-1].tl_start = t.start_pos
+                yield t
+            else:
+                yield t
+
+
+# ---------------------------------------------------------------- the transformer (IR building)
+
+
+class _Build:
+    """Rule callbacks: each builds its piece of the IR from its children."""
+
+    def __init__(self):
+        self.st: _State | None = None
+
+    def start(self, c):
+        st = self.st
+        st.close_scope(c[:-1], 0, st.n + 1, True)
+        return c[-1]
+
+    def shared(self, c):
+        st = self.st
+        name = c[1].value
+        j = c[2]
+        for o in st.open_defs.get(name, ()):
+            # H5: a str()-ed jaxpr re-prints a definition that JAX also hoisted to the
+            # top (the same object): keep one object so printing can hoist it again
+            if core.alpha_equal(o, j):
+                j = o
+        st.open_defs.setdefault(name, []).append(j)
+        return (name, j, c[0].start_pos)
+
+    def vtoplevel(self, c):
+        if len(c) == 1:
+            return c[0]
+        st = self.st
+        start = c[0][2]
+        st.close_scope(c[:-1], start, st.last_end, False)
+        st.jaxpr_at[start] = (c[-1], st.last_end)
+        return c[-1]
+
+    def lam(self, c):
+        self.st.tables.append({})
+        return c[0]
+
+    def constvars(self, c):
+        if not c:
+            return []
+        st = self.st
+        lst, t = c
+        v = st.binder(t)
+        st.tables[-1][v.hint] = v
+        lst.append(v)
+        return lst
+
+    invars = constvars
+
+    def jaxpr(self, c):
+        st = self.st
+        st.tables.pop()
+        lam = c[0]
+        end = c[-1].end_pos
+        effects = None
+        if len(c) == 9:
+            inner = c[7].value
+            inner = inner[inner.index("{") + 1 : -1].strip()
+            effects = tuple(x.strip() for x in inner.split(", ")) if inner else ()
+        j = Jaxpr(tuple(c[1]), tuple(c[2]), c[4], c[6], effects)
+        st.jaxpr_at[lam.start_pos] = (j, end)
+        st.last_end = end
+        return j
+
+    def eqns(self, c):
+        return tuple(c[0]) if c else ()
+
+    def eqn_list(self, c):
+        if len(c) == 1:
+            return c
+        lst = c[0]
+        lst.append(c[2])
+        return lst
+
+    def more_operands(self, c):
+        if len(c) == 1:
+            return c
+        lst = c[0]
+        lst.append(c[1])
+        return lst
+
+    def outvars(self, c):
+        st = self.st
+        table = st.tables[-1]
+        out = [st.atom(t, table) for t in c]
+        if any(type(a) is Literal and not a.typed for a in out):
+            _fix_untyped(out, [])
+        return tuple(out)
+
+    def eqn_plain(self, c):
+        st = self.st
+        table = st.tables[-1]
+        first = c[0]
+        n = len(c)
+        k = 0
+        outs = []
+        while True:
+            t = c[k]
+            if t.type != "BINDER":
+                break
+            outs.append(st.binder(t))
+            k += 1
+        prim = t.value
+        prim = prim[prim.index("=") + 1 :].lstrip()
+        k += 1
+        prm = {}
+        if k < n and type(c[k]) is dict:
+            prm = c[k]
+            k += 1
+        inputs = st.operands(c[k:], table) if k < n else ()
+        for v in outs:
+            table[v.hint] = v
+        return Eqn(prim, inputs, tuple(outs), prm, Loc(st.path, first.line, first.column))
+
+    def eqn_head(self, c):
+        st = self.st
+        t = c[0]
+        text = t.value
+        k = text.index(":")
+        e = text.rindex(" = ")
+        v = Var(st.type_at(text[k + 1 : e], t.start_pos + k + 1), text[:k])
+        prm = {}
+        n = len(c)
+        i = 1
+        if n > 1 and type(c[1]) is dict:
+            prm = c[1]
+            i = 2
+        table = st.tables[-1]
+        if i < n:
+            ops = c[i:]
+            if type(ops[-1]) is list:
+                ops = ops[:-1] + ops[-1]
+            inputs = st.operands(ops, table)
+        else:
+            inputs = ()
+        table[v.hint] = v
+        return Eqn(text[e + 3 :], inputs, (v,), prm, Loc(st.path, t.line, t.column))
+
+    def eqn_noout(self, c):
+        st = self.st
+        first = c[0]
+        prm = {}
+        k = 1
+        if len(c) > 1 and type(c[1]) is dict:
+            prm = c[1]
+            k = 2
+        inputs = st.operands(c[k:], st.tables[-1])
+        return Eqn(first.value, inputs, (), prm, Loc(st.path, first.line, first.column))
+
+    def _loc(self, t) -> Loc:
+        return Loc(self.st.path, t.line, t.column)
+
+    def eqn_get(self, c):
+        st = self.st
+        table = st.tables[-1]
+        y = st.binder(c[0])
+        x, tpl, ivars = st.ref(c[1], table)
+        table[y.hint] = y
+        return Eqn("get", (x, *ivars), (y,), {"indexer": params.Opaque(tpl)}, self._loc(c[0]))
+
+    def eqn_set(self, c):
+        st = self.st
+        table = st.tables[-1]
+        x, tpl, ivars = st.ref(c[0], table)
+        a = st.atom(c[1], table)
+        dummy = Var(a.type, "_")
+        prm = {"indexer": params.Opaque(tpl)}
+        return Eqn("swap", (x, a, *ivars), (dummy,), prm, self._loc(c[0]))
+
+    def eqn_addupdate(self, c):
+        st = self.st
+        table = st.tables[-1]
+        x, tpl, ivars = st.ref(c[0], table)
+        a = st.atom(c[1], table)
+        prm = {"indexer": params.Opaque(tpl)}
+        return Eqn("addupdate", (x, a, *ivars), (), prm, self._loc(c[0]))
+
+    def eqn_swap(self, c):
+        st = self.st
+        table = st.tables[-1]
+        y = st.binder(c[0])
+        x, tpl, ivars = st.ref(c[1], table)
+        x2, tpl2, ivars2 = st.ref(c[2], table)
+        if x2 is not x or tpl2 != tpl or ivars2 != ivars:
+            st.fail("the two sides of a swap equation index different references", c[0].start_pos)
+        a = st.atom(c[3], table)
+        table[y.hint] = y
+        prm = {"indexer": params.Opaque(tpl)}
+        return Eqn("swap", (x, a, *ivars), (y,), prm, self._loc(c[0]))
+
+    def params(self, c):
+        d = {}
+        if len(c) == 3:
+            st = self.st
+            values = st.values
+            pending = st.pending
+            for x in c[1]:
+                if type(x) is tuple:
+                    key, v, pos = x
+                else:
+                    pos = x.start_pos
+                    key, v = values[pos]
+                d[key] = v
+                if type(v) is _SharedRef or (type(v) is tuple and _has_ref(v)):
+                    pending.append((pos, d, key))
+        return d
+
+    def plist(self, c):
+        if len(c) == 1:
+            return c
+        lst = c[0]
+        lst.append(c[1])
+        return lst
+
+    def param_items(self, c):
+        st = self.st
+        k = c[0]
+        key = k.value.lstrip()[:-1]
+        if len(c) == 2 and not isinstance(c[1], _Token):
+            return (key, c[1], k.start_pos)
+        i = k.end_pos
+        try:
+            v, _ = parse_value(st.s, i, True, st.jaxpr_at.get)
+        except ValueError_ as err:
+            st.fail(err.message, err.pos)
+        except RecursionError:
+            st.fail(f"the value of '{key}' is nested too deeply", i)
+        return (key, v, k.start_pos)
+
+    def jtuple(self, c):
+        st = self.st
+        out = []
+        for x in c:
+            if isinstance(x, Jaxpr):
+                out.append(x)
+            elif x.value in st.shared_names:
+                out.append(_SharedRef(x.value, x.start_pos))
+            else:
+                st.expected("a jaxpr or a shared-jaxpr name in the tuple", x.start_pos)
+        return tuple(out)
+
+
+# ---------------------------------------------------------------- building the parser
+
+_PARSER = None
+_Token = None
+
+
+def _build():
+    global _PARSER, _Token
+    if _PARSER is None:
+        from lark import Token
+
+        _Token = Token
+        _PARSER = G.build_lark(_Layout(), _Build())
+    return _PARSER
+
+
+# ---------------------------------------------------------------- entry point
+
+
+def parse(text: str, path: str = "<stdin>") -> ParseResult:
+    """Parse printed jaxpr text into the typed IR.  Raises a located `JaxprError`."""
+    if "\x1b" in text:
+        text = G.ANSI.sub("", text)
+    if "\r\n" in text:
+        text = text.replace("\r\n", "\n")  # same lines and columns
+    lk = _build()
+    st = _State(text, path)
+    i = st.ws(0)
+    if i >= st.n:
+        st.fail("empty input: expected a jaxpr ('{ lambda ...')", i)
+    lk.options.postlex.st = st
+    lk.options.transformer.st = st
+    # the IR has no reference cycles: pausing the cyclic GC saves its many passes over
+    # the young objects built here
+    gc_was_on = gc.isenabled()
+    gc.disable()
+    try:
+        j = lk.parse(text)
+    except _lark_errors() as e:
+        raise _error(st, e) from None
+    except RecursionError:
+        raise JaxprError("input is nested too deeply", st.loc(st.last_end)) from None
+    finally:
+        lk.options.postlex.st = lk.options.transformer.st = None
+        if gc_was_on:
+            gc.enable()
+    return ParseResult(j, st.warnings)
+
+
+def _lark_errors():
+    import lark.exceptions
+
+    return lark.exceptions.UnexpectedInput
+
+
+# names of terminals in messages
+_SHOW = {
+    "LAMBDA": "'{ lambda'",
+    "RBRACE": "'}'",
+    "LET": "'let'",
+    "IN_KW": "'in ('",
+    "IN_SHARED": "'in'",
+    "BINDER": "a binder 'name:type'",
+    "LITERAL": "a literal",
+    "VAR": "a variable",
+    "PRIM": "a primitive name",
+    "KEY": "a parameter 'name=value'",
+    "SEMICOLON": "';'",
+    "DOT": "'.'",
+    "COMMA": "','",
+    "LPAR": "'('",
+    "RPAR": "')'",
+    "LSQB": "'['",
+    "RSQB": "']'",
+    "EQUAL": "'='",
+    "NAME": "a name",
+    "REF": "a reference 'x[...]'",
+    "REF_HEAD": "a reference 'x[...]'",
+    "EFFECTS": "': { effects }'",
+    "$END": "end of input",
+}
+
+
+def _error(st: _State, e) -> JaxprError:
+    """A lark parse error as a located JaxprError in the words of the format."""
+    tok = getattr(e, "token", None)
+    if tok is not None:
+        expected = set(e.expected)
+        pos = st.n if tok.type == "$END" else tok.start_pos
+    else:
+        expected = set(e.allowed or ())
+        pos = e.pos_in_stream
+    ps = getattr(e, "state", None)
+    if ps is not None:
+        # what the parser accepts here (the lexer's set is wider: it is shared by states)
+        expected = set(ps.parse_conf.parse_table.states[ps.position])
+    expected.discard("NL")
+    try:
+        _diagnose(st, expected, pos)
+    except JaxprError as err:
+        return err
+    return JaxprError("syntax error", st.loc(pos))
+
+
+def _diagnose(st: _State, expected: set, pos: int):
+    s = st.s
+    n = st.n
+    # binders without types (print_shapes=False) at the start of the current equation
+    k = st.eqn_start
+    if 0 <= k <= pos and "\n" not in s[k:pos] and G.UNTYPED_BINDERS.match(s, k):
+        st.no_type(G.VARNAME.match(s, k).end())
+    # a malformed type in a binder: read it to say what is wrong with it
+    m = G.VARNAME.match(s, pos)
+    name_at = pos if m is not None and s.startswith(":", m.end()) else -1
+    if name_at < 0 and s.startswith(":", pos):
+        k = pos
+        while k > 0 and (s[k - 1].islower() or s[k - 1] == "_"):
+            k -= 1
+        if k < pos and k == st.eqn_start:
+            name_at = k
+    if name_at >= 0 and (name_at == st.eqn_start or "BINDER" in expected):
+        st.read_type(G.VARNAME.match(s, name_at).end() + 1)
+    if "BINDER" in expected and ("SEMICOLON" in expected or "DOT" in expected):
+        m = G.VARNAME.match(s, pos)
+        if m is not None:
+            name = m.group()
+            j = m.end()
+            k = G.SP.match(s, j).end()
+            if name == "let" or s[k : k + 1] not in (".", ";", "_") and not s[k : k + 1].islower():
+                st.expected(
+                    "':' and a type after '" + name + "'" if name != "let" else "'.' before 'let'",
+                    pos,
+                )
+            st.no_type(j)
+        st.expected(
+            "a binder 'name:type' or ';'"
+            if "SEMICOLON" in expected
+            else "a binder 'name:type' or '.'",
+            pos,
+        )
+    if "HEAD" in expected:
+        st.expected("an equation", pos)
+    if "IN_KW" in expected and "OPERANDS" in expected:
+        # among operands
+        if 0 <= st.block_end <= pos:
+            st.expected("'in (' followed by the output list", st.block_end)
+        if (
+            pos > 0
+            and s[pos - 1] not in " \t\n"
+            and (G.VARNAME.match(s, pos) or G.LITERAL.match(s, pos))
+        ):
+            st.expected("a space between operands", pos)
+        m = G.LITERAL.match(s, pos)
+        if m is not None and name_at < 0:
+            e = m.end()
+            if s.startswith(":", e):
+                st.read_type(e + 1)
+            elif not G.ATOM_END.match(s, e):
+                st.expected("':' and a type after the literal, or a separator", e)
+        if name_at >= 0:
+            eqcol = st.frames[-1][2] if st.frames else 0
+            st.fail(
+                f"a binder cannot appear among operands; a new equation must start at column {eqcol}, "
+                "the column of the first equation of this block",
+                name_at,
+            )
+        if pos >= n or s[pos] in "),}" or s[:pos].rstrip(" \t\r").endswith("\n"):
+            st.expected("'in (' followed by the output list", pos)
+        st.expected("an operand (a variable or a literal)", pos)
+    if "IN_KW" in expected:
+        st.expected("'in (' followed by the output list", pos)
+    if "RPAR" in expected and ("VAR" in expected or "COMMA" in expected):
+        if "VAR" in expected:
+            st.expected("an output variable or literal", pos)
+        st.expected("',' or ')' in the output list", pos)
+    if "RBRACE" in expected and "EFFECTS" in expected:
+        st.expected("'}' closing the jaxpr", pos)
+    if "$END" in expected and not st.frames:
+        st.fail(f"unexpected text after the jaxpr: {st.found(pos)}", pos)
+    if "KEY" in expected and "RSQB" in expected:
+        st.expected("a parameter 'name=value' or ']'", pos)
+    if "LAMBDA" in expected and "LET_S" in expected:
+        if s.startswith("{", pos):
+            st.expected("'{ lambda'", pos)
+        st.expected("a jaxpr ('{ lambda ...')", pos)
+    if "LAMBDA" in expected and "NAME" in expected:
+        st.expected("a jaxpr or a shared-jaxpr name in the tuple", pos)
+    if "IN_SHARED" in expected:
+        st.expected(f"'in' after the definition of shared jaxpr '{st.last_shared_name}'", pos)
+    if "LET" in expected:
+        st.expected("'let'", pos)
+    if "EQ_PRIM" in expected:
+        k = G.SP.match(s, pos).end()
+        if s.startswith("=", k):
+            st.expected("a primitive name", st.ws(k + 1))
+        st.expected("another binder or '=' after the equation's binders", pos)
+    if "LAMBDA" in expected:
+        st.expected("'{ lambda'", pos)
+    names = sorted(_SHOW.get(x, x) for x in expected)
+    st.expected(" or ".join(names) if len(names) < 4 else "one of " + ", ".join(names), pos)
