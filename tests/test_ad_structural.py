@@ -435,6 +435,31 @@ CASES = [
         [normal((4, 3, 5, 4)), normal((4, 3, 2, 2), 1)],
     ),
     Case(
+        "conv-groups-nhwc-dilated",
+        "conv_general_dilated",
+        _conv(
+            strides=(2, 1),
+            rhs_dil=(1, 2),
+            fgc=3,
+            padding=((1, 1), (2, 0)),
+            dn=("NHWC", "HWIO", "NHWC"),
+        ),
+        [normal((2, 6, 6, 6)), normal((2, 2, 2, 6), 1)],
+    ),
+    Case(
+        "conv-1d-batch-groups-lhs-dilated",
+        "conv_general_dilated",
+        _conv(
+            lhs_dil=(2,),
+            rhs_dil=(1,),
+            strides=(1,),
+            bgc=2,
+            padding=((1, 1),),
+            dn=("NCH", "OIH", "NCH"),
+        ),
+        [normal((4, 2, 5)), normal((4, 2, 3), 1)],
+    ),
+    Case(
         "conv-nhwc",
         "conv_general_dilated",
         _conv(strides=(1, 2), dn=("NHWC", "HWIO", "NHWC")),
