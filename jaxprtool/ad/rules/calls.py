@@ -33,6 +33,13 @@ LOW_LEVEL = "jvp+linearization"
 
 #: call primitive -> parameter holding its jaxpr
 CALLS = {
+    "named_call": "call_jaxpr",
+    "call": "call_jaxpr",
+    "xla_call": "call_jaxpr",
+    "remat_call": "call_jaxpr",
+    "compute_on": "jaxpr",
+    "compute_on2": "jaxpr",
+    "xla_metadata_call": "jaxpr",
     "jit": "jaxpr",
     "pjit": "jaxpr",
     "closed_call": "call_jaxpr",
@@ -127,7 +134,19 @@ def _call_transpose(prim):
     return rule
 
 
-for _p in ("jit", "pjit", "closed_call", "core_call", "eval_jaxpr"):
+for _p in (
+    "jit",
+    "pjit",
+    "closed_call",
+    "core_call",
+    "eval_jaxpr",
+    "named_call",
+    "call",
+    "xla_call",
+    "compute_on",
+    "compute_on2",
+    "xla_metadata_call",
+):
     primitive_jvps[_p] = _call_jvp(_p)
     primitive_transposes[_p] = _call_transpose(_p)
     rule_kind[_p] = LOW_LEVEL
@@ -280,13 +299,30 @@ for _p in ("debug_print", "debug_callback"):
     rule_kind[_p] = "defjvp_zero"
 
 
+def _refuse(msg):
+    def rule(*args, **params):
+        raise JaxprError(msg, current().loc)
+
+    return rule
+
+
+primitive_jvps["pure_callback"] = _refuse(
+    "Pure callbacks do not support JVP. Please use `jax.custom_jvp` to use callbacks while taking gradients."
+)
+primitive_transposes["pure_callback"] = _refuse(
+    "Pure callbacks do not support transpose. Please use `jax.custom_vjp` to use callbacks while taking gradients."
+)
+primitive_jvps["io_callback"] = _refuse("IO callbacks do not support JVP.")
+primitive_transposes["io_callback"] = _refuse("IO callbacks do not support transpose.")
+
+
 def _name_transpose(ct, x, **params):
     return [ct]
 
 
 deflinear2("name", _name_transpose)
 
-for _p in ("remat2", "checkpoint"):
+for _p in ("remat2", "checkpoint", "remat", "remat_call"):
     primitive_jvps[_p] = _remat_jvp(_p)
     primitive_transposes[_p] = _call_transpose(_p)
     rule_kind[_p] = LOW_LEVEL
@@ -307,7 +343,7 @@ def _inline_body_jvp(primals, tangents, body: Jaxpr):
 
 
 def _custom_jvp_rule(primals, tangents, **params):
-    body: Jaxpr = params["call_jaxpr"]
+    body: Jaxpr = params["call_jaxpr"] if "call_jaxpr" in params else params["fun_jaxpr"]
     name = _fn_name(params.get("jvp", params.get("jvp_jaxpr_thunk")))
     fn = custom_jvps.get(name)
     if fn is None:
@@ -329,10 +365,12 @@ def _custom_jvp_rule(primals, tangents, **params):
 
 primitive_jvps["custom_jvp_call"] = _custom_jvp_rule
 rule_kind["custom_jvp_call"] = LOW_LEVEL
+primitive_jvps["custom_jvp_call_jaxpr"] = _custom_jvp_rule
+rule_kind["custom_jvp_call_jaxpr"] = LOW_LEVEL
 
 
 def _custom_vjp_rule(primals, tangents, **params):
-    body: Jaxpr = params["call_jaxpr"]
+    body: Jaxpr = params["call_jaxpr"] if "call_jaxpr" in params else params["fun_jaxpr"]
     fwd_name, bwd_name = _fn_name(params.get("fwd")), _fn_name(params.get("bwd"))
     pair = custom_vjps.get(fwd_name) or custom_vjps.get(bwd_name)
     b = current()
@@ -381,6 +419,8 @@ def _custom_lin_transpose(cts, *args, bwd, num_res, **params):
 
 
 primitive_jvps["custom_vjp_call"] = _custom_vjp_rule
+primitive_jvps["custom_vjp_call_jaxpr"] = _custom_vjp_rule
+rule_kind["custom_vjp_call_jaxpr"] = LOW_LEVEL
 primitive_transposes["custom_lin"] = _custom_lin_transpose
 rule_kind["custom_vjp_call"] = LOW_LEVEL
 

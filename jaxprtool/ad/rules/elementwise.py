@@ -540,8 +540,47 @@ def _identity_like(name):
     rule_kind[name] = "deflinear"
 
 
-for _n in ("device_put", "reshard", "sharding_constraint", "mesh_cast", "pvary"):
+for _n in (
+    "device_put",
+    "reshard",
+    "sharding_constraint",
+    "mesh_cast",
+    "pvary",
+    "pbroadcast",
+    "multiple_of",
+    "max_contiguous",
+    "layout_constraint",
+    "with_memory_space_constraint",
+    "pin",
+    "unpin",
+    "remove_memory_space",
+):
     _identity_like(_n)
+
+defjvp2("reciprocal", lambda g, ans, x, **p: mul(g, neg(square(ans))))
+primitive_jvps["add_jaxvals"] = _add_any_jvp
+primitive_transposes["add_jaxvals"] = _add_transpose
+rule_kind["add_jaxvals"] = "deflinear"
+for _n in (
+    "zeros_like",
+    "platform_index",
+    "axis_index",
+    "iota_2x32_shape",
+    "dim_as_value",
+    "program_id",
+    "num_programs",
+):
+    defjvp_zero(_n)
+
+
+def _tie_jvp(primals, tangents, /, **params):
+    outs = rebind_primal("tie", primals, params)
+    return outs, [tangents[-1]]
+
+
+primitive_jvps["tie"] = _tie_jvp
+primitive_transposes["tie"] = lambda cts, x, y, /, **params: [None, cts[0]]
+rule_kind["tie"] = "jvp+linearization"
 
 
 # ---------------------------------------------------------------- special functions (JAX's special.py)
