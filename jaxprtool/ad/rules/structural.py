@@ -507,7 +507,10 @@ def _dynamic_slice_jvp(primals, tangents, *, slice_sizes, **params):
     (y,) = rebind_primal("dynamic_slice", primals, dict(params, slice_sizes=slice_sizes))
     if is_zero(t):
         return [y], [Zero(tangent_type(ty(y)))]
-    return [y], [ops.bind("dynamic_slice", t, *idx, slice_sizes=slice_sizes, **params)]
+    # the result type is the primal's: untyped index literals (old text) need no inference
+    return [y], [
+        ops.bind("dynamic_slice", t, *idx, slice_sizes=slice_sizes, _out_types=[ty(y)], **params)
+    ]
 
 
 def _dynamic_slice_transpose_fancy(cts, operand, *idx, accums, slice_sizes, **params):
@@ -516,7 +519,7 @@ def _dynamic_slice_transpose_fancy(cts, operand, *idx, accums, slice_sizes, **pa
     if acc is None or is_zero(ct):
         return None
     zeros = zeros_of(ShapedArray(shape(operand), ty(ct).dtype))
-    acc.add(ops.bind("dynamic_update_slice", zeros, ct, *idx))
+    acc.add(ops.bind("dynamic_update_slice", zeros, ct, *idx, _out_types=[ty(zeros)]))
     return None
 
 
@@ -525,7 +528,9 @@ def _dynamic_slice_transpose(cts, operand, *idx, slice_sizes, **params):
     if is_zero(ct):
         return zero_cts([operand, *idx])
     zeros = zeros_of(ShapedArray(shape(operand), ty(ct).dtype))
-    return [ops.bind("dynamic_update_slice", zeros, ct, *idx)] + [None] * len(idx)
+    return [ops.bind("dynamic_update_slice", zeros, ct, *idx, _out_types=[ty(zeros)])] + [
+        None
+    ] * len(idx)
 
 
 primitive_jvps["dynamic_slice"] = _dynamic_slice_jvp
@@ -540,7 +545,8 @@ def _dynamic_update_slice_jvp(primals, tangents, **params):
     (y,) = rebind_primal("dynamic_update_slice", primals, params)
     if is_zero(tx) and is_zero(tu):
         return [y], [Zero(tangent_type(ty(y)))]
-    return [y], [ops.bind("dynamic_update_slice", instantiate(tx), instantiate(tu), *idx, **params)]
+    tx, tu = instantiate(tx), instantiate(tu)
+    return [y], [ops.bind("dynamic_update_slice", tx, tu, *idx, _out_types=[ty(y)], **params)]
 
 
 def _dynamic_update_slice_transpose(cts, operand, update, *idx, **params):
@@ -550,10 +556,12 @@ def _dynamic_update_slice_transpose(cts, operand, update, *idx, **params):
     ushape = shape(update)
     op_t = None
     if und(operand):
-        op_t = ops.bind(
-            "dynamic_update_slice", ct, zeros_of(ShapedArray(ushape, ty(ct).dtype)), *idx
-        )
-    up_t = ops.bind("dynamic_slice", ct, *idx, slice_sizes=ushape) if und(update) else None
+        zu = zeros_of(ShapedArray(ushape, ty(ct).dtype))
+        op_t = ops.bind("dynamic_update_slice", ct, zu, *idx, _out_types=[ty(ct)])
+    up_t = None
+    if und(update):
+        ut = ShapedArray(ushape, ty(ct).dtype)
+        up_t = ops.bind("dynamic_slice", ct, *idx, slice_sizes=ushape, _out_types=[ut])
     return [op_t, up_t] + [None] * len(idx)
 
 
