@@ -80,6 +80,7 @@ Representation choices the printer relies on
 from __future__ import annotations
 
 import gc
+import threading
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
@@ -632,7 +633,9 @@ class _Layout:
         st = self.st
         s = st.s
         Token = _Token
-        # the lexer's position, advanced past the values read here
+        # The lexer's position: a value read here is skipped by advancing it.  lark hands
+        # the post-lexer only the token generator (ContextualLexer.lex(lexer_state,
+        # parser_state)), whose frame holds the state.
         line_ctr = stream.gi_frame.f_locals["lexer_state"].line_ctr
 
         def emit(kind: str, a: int, b: int):
@@ -684,7 +687,7 @@ class _Layout:
                 i = t.end_pos
                 key = t.value.lstrip()[:-1]
                 try:
-                    r = st.read_value(i, key, broken[-1])
+                    r = st.read_value(i, key, broken[-1] if broken else False)
                 except _Nested as nested:
                     yield t
                     mixed.append(_Mixed(i, key, len(frames)))
@@ -710,8 +713,10 @@ class _Layout:
                 frames.append([False, 0, 0, t.start_pos])
                 yield t
             elif tt == "RBRACE":
-                f = frames.pop()
                 yield t
+                if not frames:
+                    continue  # (the parser rejects it)
+                f = frames.pop()
                 if mixed and len(frames) == mixed[-1].depth:
                     m = mixed[-1]
                     q = t.end_pos
@@ -729,9 +734,11 @@ class _Layout:
                     if e > q:
                         yield emit("VPIECE", q, e)
             elif tt == "LET":
+                yield t
+                if not frames:
+                    continue  # (the parser rejects it)
                 f = frames[-1]
                 f[0] = True
-                yield t
                 t = next(stream, None)
                 while t is not None and t.type == "NL":
                     t = next(stream, None)
@@ -749,13 +756,16 @@ class _Layout:
                     st.block_end = -1
                 yield t
             elif tt == "LSQB":
-                frames[-1][1] += 1
+                if frames:
+                    frames[-1][1] += 1
                 j = G.SP.match(s, t.end_pos).end()
                 broken.append(s[j : j + 1] in ("\n", "#"))
                 yield t
             elif tt == "RSQB":
-                frames[-1][1] -= 1
-                broken.pop()
+                if frames:
+                    frames[-1][1] -= 1
+                if broken:
+                    broken.pop()
                 yield t
             elif tt == "LPAR":
                 if frames:
@@ -1030,6 +1040,7 @@ class _Build:
 
 _PARSER = None
 _Token = None
+_LOCK = threading.Lock()
 
 
 def _build():
@@ -1056,22 +1067,24 @@ def parse(text: str, path: str = "<stdin>") -> ParseResult:
     i = st.ws(0)
     if i >= st.n:
         st.fail("empty input: expected a jaxpr ('{ lambda ...')", i)
-    lk.options.postlex.st = st
-    lk.options.transformer.st = st
     # the IR has no reference cycles: pausing the cyclic GC saves its many passes over
     # the young objects built here
     gc_was_on = gc.isenabled()
     gc.disable()
-    try:
-        j = lk.parse(text)
-    except _lark_errors() as e:
-        raise _error(st, e) from None
-    except RecursionError:
-        raise JaxprError("input is nested too deeply", st.loc(st.last_end)) from None
-    finally:
-        lk.options.postlex.st = lk.options.transformer.st = None
-        if gc_was_on:
-            gc.enable()
+    # (one parser object: the post-lexer and the transformer hold this parse's state)
+    with _LOCK:
+        lk.options.postlex.st = st
+        lk.options.transformer.st = st
+        try:
+            j = lk.parse(text)
+        except _lark_errors() as e:
+            raise _error(st, e) from None
+        except RecursionError:
+            raise JaxprError("input is nested too deeply", st.loc(st.last_end)) from None
+        finally:
+            lk.options.postlex.st = lk.options.transformer.st = None
+            if gc_was_on:
+                gc.enable()
     return ParseResult(j, st.warnings)
 
 
@@ -1105,6 +1118,13 @@ _SHOW = {
     "REF": "a reference 'x[...]'",
     "REF_HEAD": "a reference 'x[...]'",
     "EFFECTS": "': { effects }'",
+    "HEAD": "an equation",
+    "OPERANDS": "an operand",
+    "ULITERAL": "a literal",
+    "PARAM": "a parameter 'name=value'",
+    "EQSEP": "a new equation",
+    "EQ_PRIM": "'=' and a primitive name",
+    "VPIECE": "a parameter value",
     "$END": "end of input",
 }
 
@@ -1224,5 +1244,5 @@ def _diagnose(st: _State, expected: set, pos: int):
         st.expected("another binder or '=' after the equation's binders", pos)
     if "LAMBDA" in expected:
         st.expected("'{ lambda'", pos)
-    names = sorted(_SHOW.get(x, x) for x in expected)
+    names = sorted({_SHOW.get(x, x) for x in expected if not x.startswith("__")})
     st.expected(" or ".join(names) if len(names) < 4 else "one of " + ", ".join(names), pos)
