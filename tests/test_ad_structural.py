@@ -402,6 +402,12 @@ CASES = [
         [normal((4,)), normal((4, 3), 1)],
     ),
     Case(
+        "ragged_dot_general",
+        "ragged_dot_general",
+        lambda x, y, g: lax.ragged_dot(x, y, g),
+        [normal((6, 4)), normal((2, 4, 3), 1), i32([2, 4])],
+    ),
+    Case(
         "dot_general-bf16-preferred",
         "dot_general",
         lambda x, y: lax.dot_general(

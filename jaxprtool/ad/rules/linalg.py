@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...core import ShapedArray, short_dtype_name
 from ...params import Record
 from .. import ops
-from ..registry import defbilinear
+from ..registry import defbilinear, primitive_jvps, primitive_transposes, rule_kind
 from ..zeros import Zero, is_zero, tangent_type
 from .structural import bind_convert, bind_reshape, bind_rev, bind_transpose, ints, shape, ty
 
@@ -262,3 +263,118 @@ def _conv_transpose_rhs(
 
 
 defbilinear("conv_general_dilated", _conv_transpose_lhs, _conv_transpose_rhs)
+
+
+# ---------------------------------------------------------------- ragged_dot_general
+
+
+def _ragged_parts(rdn):
+    (xc, yc), (xb, yb) = rdn["dot_dimension_numbers"]
+    return (
+        ints(xc),
+        ints(yc),
+        ints(xb),
+        ints(yb),
+        ints(rdn["lhs_ragged_dimensions"]),
+        ints(rdn["rhs_group_dimensions"]),
+    )
+
+
+def _ragged_dnums(dot, lhs_ragged, rhs_group) -> Record:
+    (a, b), (c, d) = dot
+    dot = ((ints(a), ints(b)), (ints(c), ints(d)))
+    return Record(
+        "RaggedDotDimensionNumbers",
+        (
+            ("dot_dimension_numbers", dot),
+            ("lhs_ragged_dimensions", ints(lhs_ragged)),
+            ("rhs_group_dimensions", ints(rhs_group)),
+        ),
+    )
+
+
+def _ragged_check(params):
+    from ...core import JaxprError
+
+    if params.get("group_offset") is not None:
+        raise JaxprError("Unimplemented group_offset support.")
+
+
+def _ragged_dot_jvp(primals, tangents, **params):
+    from ..registry import rebind_primal
+    from ..zeros import add_tangents
+
+    _ragged_check(params)
+    x, y, gs = primals
+    dx, dy, _ = tangents
+    (ans,) = rebind_primal("ragged_dot_general", primals, params)
+    out = Zero(tangent_type(ty(ans)))
+    if not is_zero(dx):
+        out = add_tangents(out, ops.bind("ragged_dot_general", dx, y, gs, **params))
+    if not is_zero(dy):
+        out = add_tangents(out, ops.bind("ragged_dot_general", x, dy, gs, **params))
+    return [ans], [out]
+
+
+def _ragged_dot_transpose(cts, x, y, gs, *, ragged_dot_dimension_numbers, **params):
+    from ...core import JaxprError
+    from .structural import und
+
+    _ragged_check(params)
+    (ct,) = cts
+    if is_zero(ct):
+        return [
+            Zero(tangent_type(ty(x))) if und(x) else None,
+            Zero(tangent_type(ty(y))) if und(y) else None,
+            None,
+        ]
+    xc, yc, xb, yb, lhs_ragged, y_group = _ragged_parts(ragged_dot_dimension_numbers)
+    x_ndim, y_ndim = len(shape(x)), len(shape(y))
+    x_kept = _remaining(x_ndim, xc, xb)
+    y_kept = _remaining(y_ndim, yc, yb, y_group)
+    (rd,) = lhs_ragged
+    if rd not in x_kept:
+        raise JaxprError(
+            "Unimplemented transpose for ragged dot general in mode RAGGED_CONTRACTING/RAGGED_BATCH."
+        )
+    p = dict(params)
+    p.setdefault("precision", None)
+    p.setdefault("preferred_element_type", None)
+
+    def grad(lhs, rhs, dnums, unsorted_axes, like):
+        # typed here: the result of the ragged-contracting form has a leading group dimension
+        pet = p.get("preferred_element_type")
+        dtype = short_dtype_name(np.dtype(pet).name) if pet is not None else ty(lhs).dtype
+        out_t = ShapedArray(tuple(shape(like)[a] for a in unsorted_axes), dtype)
+        out = ops.bind(
+            "ragged_dot_general",
+            lhs,
+            rhs,
+            gs,
+            ragged_dot_dimension_numbers=dnums,
+            _out_types=[out_t],
+            **p,
+        )
+        return bind_convert(
+            bind_transpose(out, [int(i) for i in np.argsort(unsorted_axes)]), ty(like).dtype
+        )
+
+    x_bar = y_bar = None
+    if und(x):
+        ans_batch, _, ans_y = _ranges_like(xb, x_kept, y_kept)
+        dnums = _ragged_dnums(
+            ((ans_y, y_kept), (ans_batch, yb)), [len(xb) + x_kept.index(rd)], y_group
+        )
+        x_contract_sorted_by_y = [xc[i] for i in np.argsort(yc)] if yc else []
+        x_bar = grad(ct, y, dnums, list(xb) + x_kept + x_contract_sorted_by_y, x)
+    if und(y):
+        ans_batch, ans_x, _ = _ranges_like(xb, x_kept, y_kept)
+        dnums = _ragged_dnums(((x_kept, ans_x), (xb, ans_batch)), [rd], ())
+        y_contract_sorted_by_x = [yc[i] for i in np.argsort(xc)] if xc else []
+        y_bar = grad(x, ct, dnums, list(y_group) + list(yb) + y_contract_sorted_by_x + y_kept, y)
+    return [x_bar, y_bar, None]
+
+
+primitive_jvps["ragged_dot_general"] = _ragged_dot_jvp
+rule_kind["ragged_dot_general"] = "jvp+linearization"
+primitive_transposes["ragged_dot_general"] = _ragged_dot_transpose
