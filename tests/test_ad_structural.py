@@ -686,6 +686,8 @@ SECOND_ORDER = {
     "stack",
     "tile",
     "split-partial",
+    "ragged_dot_general",
+    "reduce-generic",
 }
 
 

@@ -310,9 +310,13 @@ def _ragged_dot_jvp(primals, tangents, **params):
     (ans,) = rebind_primal("ragged_dot_general", primals, params)
     out = Zero(tangent_type(ty(ans)))
     if not is_zero(dx):
-        out = add_tangents(out, ops.bind("ragged_dot_general", dx, y, gs, **params))
+        out = add_tangents(
+            out, ops.bind("ragged_dot_general", dx, y, gs, _out_types=[ty(ans)], **params)
+        )
     if not is_zero(dy):
-        out = add_tangents(out, ops.bind("ragged_dot_general", x, dy, gs, **params))
+        out = add_tangents(
+            out, ops.bind("ragged_dot_general", x, dy, gs, _out_types=[ty(ans)], **params)
+        )
     return [ans], [out]
 
 
