@@ -301,13 +301,13 @@ class _State:
             return Literal(val, ty)
         return Literal(self.literal_value(text, t.start_pos), _WEAK_F32, False)
 
-    def operands(self, toks, table: dict) -> tuple:
-        """The atoms of OPERANDS tokens."""
+    def operands(self, toks, table: dict, off: int = 0) -> tuple:
+        """The atoms of OPERANDS tokens (the first one's from offset `off`)."""
         out = []
         untyped = False
         for t in toks:
             base = t.start_pos
-            for m in G.OPERAND.finditer(t.value):
+            for m in G.OPERAND.finditer(t.value, off):
                 name = m.group(4)
                 if name is not None:
                     v = table.get(name)
@@ -326,6 +326,7 @@ class _State:
                     p = base + m.start(3)
                     out.append(Literal(self.literal_value(m.group(3), p), _WEAK_F32, False))
                     untyped = True
+            off = 0
         if untyped:
             _fix_untyped(out, [a for a in out if type(a) is Var])
         return tuple(out)
@@ -650,6 +651,7 @@ class _Layout:
         mixed: list[_Mixed] = []
         n = len(s)
         head = False  # the next token starts an equation
+        after_let = False
         for t in stream:
             tt = t.type
             if tt == "NL":
@@ -664,12 +666,21 @@ class _Layout:
                         elif t.end_column < f[2]:
                             st.block_end = e
                 continue
+            if after_let:
+                # the first token of the equation block: its column is the equation column
+                after_let = False
+                f = frames[-1]
+                if tt != "IN_KW":
+                    f[2] = t.column
+                    st.eqn_start = t.start_pos
+                else:
+                    f[0] = False
             if st.block_end >= 0 and tt != "IN_KW":
                 st.expected("'in (' followed by the output list", st.block_end)
             if head:
                 head = False
                 st.eqn_start = t.start_pos
-            if tt == "OPERANDS":
+            if tt == "OPERANDS" or tt == "HEAD_OPS":
                 yield t
                 if frames and "\n" in t.value:
                     # the line break after the operands: as for NL
@@ -735,21 +746,9 @@ class _Layout:
                         yield emit("VPIECE", q, e)
             elif tt == "LET":
                 yield t
-                if not frames:
-                    continue  # (the parser rejects it)
-                f = frames[-1]
-                f[0] = True
-                t = next(stream, None)
-                while t is not None and t.type == "NL":
-                    t = next(stream, None)
-                if t is None:
-                    return
-                if t.type != "IN_KW":
-                    f[2] = t.column
-                    st.eqn_start = t.start_pos
-                else:
-                    f[0] = False
-                yield t
+                if frames:
+                    frames[-1][0] = True
+                    after_let = True
             elif tt == "IN_KW":
                 if frames and not frames[-1][1]:
                     frames[-1][0] = False
@@ -907,6 +906,19 @@ class _Build:
         for v in outs:
             table[v.hint] = v
         return Eqn(prim, inputs, tuple(outs), prm, Loc(st.path, first.line, first.column))
+
+    def eqn_head_ops(self, c):
+        st = self.st
+        t = c[0]
+        text = t.value
+        k = text.index(":")
+        e = text.index(" = ", k)
+        p = text.index(" ", e + 3)
+        v = Var(st.type_at(text[k + 1 : e], t.start_pos + k + 1), text[:k])
+        table = st.tables[-1]
+        inputs = st.operands([t, *c[1]] if len(c) > 1 else c, table, p)
+        table[v.hint] = v
+        return Eqn(text[e + 3 : p], inputs, (v,), {}, Loc(st.path, t.line, t.column))
 
     def eqn_head(self, c):
         st = self.st
@@ -1119,6 +1131,7 @@ _SHOW = {
     "REF_HEAD": "a reference 'x[...]'",
     "EFFECTS": "': { effects }'",
     "HEAD": "an equation",
+    "HEAD_OPS": "an equation",
     "OPERANDS": "an operand",
     "ULITERAL": "a literal",
     "PARAM": "a parameter 'name=value'",
