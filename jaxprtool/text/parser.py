@@ -25,9 +25,14 @@ with it:
   tree).  Each `{ lambda` opens a symbol table when it is shifted; equation
   outputs enter the table after the equation's operands are resolved.
 
-Coarse tokens keep the parser fast: a binder `name:TYPE` and an equation head
-`name:TYPE = prim` are one token each, and so are the operands of an equation
-on one line (OPERANDS, split by `grammar.OPERAND`).  `# ...` comments
+Coarse tokens keep the parser fast: a binder `name:TYPE`, a literal
+`VALUE:TYPE`, an equation head `name:TYPE = prim` and the operands of an
+equation on one line (OPERANDS, split by `grammar.OPERAND`) are one token
+each, and an equation without parameters, `name:TYPE = prim OPERANDS`, is a
+single HEAD_OPS token; which terminal applies is decided by the parser state
+(contextual lexer) and priorities, so that `nan:f32[]` is a binder at the
+start of an equation and a literal among operands, and `in` is a variable
+unless `(` follows (H1, H2).  `# ...` comments
 (source_info, name_stack) are skipped with newlines; ANSI colour escapes are
 removed first.  lark's syntax errors are reported as located `JaxprError`s in
 the words of the format (`_diagnose`).
