@@ -360,3 +360,16 @@ def test_grad_twice_through_the_cli():
     r2 = run(["grad", "-"], r1.stdout)
     assert r2.exit_code == 0, r2.output
     close(backend.evaluate(parse(r2.stdout, "g").jaxpr, [x])[0], jax.grad(jax.grad(f))(x))
+
+
+def test_plugin_loading_errors(tmp_path):
+    from jaxprtool.plugins import load_plugins
+
+    bad = tmp_path / "bad_rules.py"
+    bad.write_text("raise RuntimeError('boom')\n")
+    with pytest.raises(JaxprError, match="cannot load plugin '.*bad_rules.py': RuntimeError: boom"):
+        load_plugins([str(bad)])
+    with pytest.raises(JaxprError, match="no such file"):
+        load_plugins([str(tmp_path / "missing.py")])
+    r = run(["--plugin", str(bad), "grad", "-"], SRC)
+    assert r.exit_code == 1 and "cannot load plugin" in r.stderr
