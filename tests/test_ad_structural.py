@@ -27,32 +27,6 @@ from jaxprtool.text.parser import parse  # noqa: E402
 ATOL = RTOL = 2e-3
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _select_prim_param():
-    """select_and_{gather,scatter}_add print `select_prim=ge`: bind needs lax.ge_p / lax.le_p.
-
-    Installed only while the backend's parameter table has no rule for them."""
-    from jaxprtool.backend import prims
-
-    added = []
-    for name in ("select_and_gather_add", "select_and_scatter_add"):
-        if name not in prims.PARAM_RULES:
-
-            def rule(eqn, p, dims):
-                sp = str(p["select_prim"]).rsplit(".", 1)[-1]
-                return {
-                    "select_prim": {"ge": lax.ge_p, "le": lax.le_p, "gt": lax.gt_p, "lt": lax.lt_p}[
-                        sp
-                    ]
-                }
-
-            prims.PARAM_RULES[name] = rule
-            added.append(name)
-    yield
-    for name in added:
-        prims.PARAM_RULES.pop(name, None)
-
-
 F32 = np.float32
 
 

@@ -347,7 +347,18 @@ def _top_k(eqn, p, dims):
     }
 
 
+def _select_prim(eqn, p, dims):
+    """`select_prim=ge` is printed as a name; bind wants the comparison primitive itself."""
+    name = str(getattr(p["select_prim"], "text", p["select_prim"])).rsplit(".", 1)[-1].strip("'\"")
+    table = primitive_table()
+    if name not in ("ge", "le", "gt", "lt"):
+        raise JaxprError(f"cannot run '{eqn.prim}': unknown select_prim={name}", eqn.loc)
+    return {"select_prim": table[name]}
+
+
 PARAM_RULES = {
+    "select_and_gather_add": _select_prim,
+    "select_and_scatter_add": _select_prim,
     "top_k": _top_k,
     "random_seed": _prng_impl,
     "random_wrap": _prng_impl,
