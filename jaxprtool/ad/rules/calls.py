@@ -68,10 +68,9 @@ def _scatter(out_nz, vals, types):
     return [next(it) if nz else Zero(tangent_type(t)) for nz, t in zip(out_nz, types)]
 
 
-def _forward_inputs(pj: Jaxpr, n: int, primals):
-    """Residual outputs of a primal body that are just its inputs are taken from the operands.
-
-    Returns (pruned body, a function giving the residual atoms from the body's outputs)."""
+def _forward_plan(pj: Jaxpr, n: int):
+    """Residual outputs of a primal body that are just its inputs are taken from the operands:
+    (the pruned body, where each residual comes from: ("in", operand) or ("out", output))."""
     pos = {id(v): i for i, v in enumerate(pj.invars)}
     src = []
     keep = list(pj.outvars[:n])
@@ -81,12 +80,34 @@ def _forward_inputs(pj: Jaxpr, n: int, primals):
         else:
             src.append(("out", len(keep)))
             keep.append(r)
-    body = pj.replace(outvars=keep)
+    return pj.replace(outvars=keep), src
 
+
+def _residuals_from(src, primals):
     def residuals(outs):
         return [primals[i] if kind == "in" else outs[i] for kind, i in src]
 
-    return body, residuals
+    return residuals
+
+
+def _forward_inputs(pj: Jaxpr, n: int, primals):
+    body, src = _forward_plan(pj, n)
+    return body, _residuals_from(src, primals)
+
+
+_MEMO: dict = {}
+
+
+def _memo(kind, fn, inner: Jaxpr, nz):
+    """One JVP/linearization per (body, nonzero pattern): a body called twice gets one derivative
+    jaxpr object, which the printer shares (`let NAME = { lambda ... }`) as JAX does."""
+    key = (kind, id(inner), tuple(nz))
+    hit = _MEMO.get(key)
+    if hit is not None and hit[0] is inner:
+        return hit[1]
+    res = fn(inner, nz, instantiate=False)
+    _MEMO[key] = (inner, res)
+    return res
 
 
 def _call_jvp(prim):
@@ -99,11 +120,12 @@ def _call_jvp(prim):
         out_types = [v.type for v in inner.outvars]
         b = current()
         if not b.split:
-            jj, out_nz = jvp_masked(inner, nz, instantiate=False)
+            jj, out_nz = _memo("jvp", jvp_masked, inner, nz)
             outs = _emit(prim, list(primals) + nz_t, dict(params, **{key: jj}), jj)
             return outs[:n], _scatter(out_nz, outs[n:], out_types)
-        pj, lj, out_nz, _ = linearize_masked(inner, nz, instantiate=False)
-        pj, residuals = _forward_inputs(pj, n, primals)
+        pj, lj, out_nz, _ = _memo("lin", linearize_masked, inner, nz)
+        pj, src = _memo("fwd", lambda j, m, instantiate: _forward_plan(j, n), pj, ())
+        residuals = _residuals_from(src, primals)
         outs = _emit(prim, primals, dict(params, **{key: pj}), pj)
         if not any(out_nz):
             return outs[:n], [Zero(tangent_type(t)) for t in out_types]
@@ -126,7 +148,7 @@ def _call_transpose(prim):
             return cts_in
         if all(is_zero(c) for c in cts):
             return [Zero(tangent_type(a.type)) if m else None for a, m in zip(args, mask)]
-        tj = transpose_jaxpr(inner, mask)
+        tj = _memo("T", lambda j, m, instantiate: transpose_jaxpr(j, list(m)), inner, mask)
         ops_in = [a for a, m in zip(args, mask) if not m] + [instantiate(c) for c in cts]
         outs = iter(_emit(prim, ops_in, dict(params, **{key: tj}), tj))
         return [next(outs) if m else None for m in mask]
