@@ -776,3 +776,9 @@ def test_grammar_forms():
         "{ lambda ; in:f32[3]. let io:f32[3] = transpose[permutation=(0,)] in; let:f32[3] = sin in in (in, let) }"
     )
     assert e.eqns[1].inputs == (e.invars[0],) and e.outvars[1] is e.eqns[1].outputs[0]
+
+
+def test_invalid_dimension_is_located():
+    with pytest.raises(JaxprError) as e:
+        parse("{ lambda ; a:f32[[3]. let b:f32[3] = sin a in (b,) }", "t.jaxpr")
+    assert str(e.value) == "t.jaxpr:1:18: error: invalid dimension '[3' in type"

@@ -85,6 +85,7 @@ Representation choices the printer relies on
 from __future__ import annotations
 
 import gc
+import re
 import threading
 from bisect import bisect_right
 from dataclasses import dataclass, field
@@ -255,6 +256,9 @@ class _State:
         if end < 0 or (0 <= nl < end):
             self.fail("unterminated '[' in type", j)
         dims = _dims(s[j + 1 : end])
+        for d in dims:
+            if isinstance(d, str) and not _valid_symbolic_dim(d):
+                self.fail(f"invalid dimension '{d}' in type", j + 1)
         k = end + 1
         vma = None
         if s.startswith("{", k):
@@ -546,6 +550,21 @@ class _State:
                 v.cls, tuple((k, self.subst(x, own, document)) for k, x in v.fields)
             )
         return v
+
+
+_SYMBOLIC_DIM = re.compile(r"(?=.*[A-Za-z_])[\w *+\-^(),@']+")
+
+
+def _valid_symbolic_dim(d: str) -> bool:
+    """A symbolic (`2*b + 1`, `floordiv(b, 2)`) or sharded (`8@x`) dim, brackets balanced."""
+    if not _SYMBOLIC_DIM.fullmatch(d):
+        return False
+    depth = 0
+    for c in d:
+        depth += (c == "(") - (c == ")")
+        if depth < 0:
+            return False
+    return depth == 0
 
 
 def _dims(text: str) -> tuple:
