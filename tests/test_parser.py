@@ -514,10 +514,13 @@ def test_nan_literal():
 
 def test_untyped_literals_take_a_sibling_type():
     j = parse(
-        "{ lambda ; a:f16[3] b:i8[]. let c:f16[3] = clamp 0 a 3; d:f16[3] = add c 1.0; e:bool[] = lt b 2 in (c, 1.0, True) }"
+        "{ lambda ; a:f16[3] b:i8[]. let c:f16[3] = clamp 0.0 a 3.0; d:f16[3] = add c 1.0; e:bool[] = lt b 2; "
+        "f:f16[3] = select_n 1 a c in (c, 1.0, True) }"
     ).jaxpr
-    c, d, e = j.eqns
-    assert c.inputs[0] == Literal(0, ShapedArray((), "f16"), False) and c.inputs[0].type.weak_type
+    c, d, e, f = j.eqns
+    assert c.inputs[0] == Literal(0.0, ShapedArray((), "f16"), False) and c.inputs[0].type.weak_type
+    # an integer-valued text is never a float (JAX prints floats as 2.0): the predicate is i32
+    assert f.inputs[0].type == ShapedArray((), "i32")
     assert d.inputs[1].type == ShapedArray((), "f16") and not d.inputs[1].typed
     assert e.inputs[1].type == ShapedArray((), "i8")
     assert [a.type.dtype for a in j.outvars[1:]] == ["f32", "bool"]
