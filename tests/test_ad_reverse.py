@@ -373,3 +373,27 @@ def test_plugin_loading_errors(tmp_path):
         load_plugins([str(tmp_path / "missing.py")])
     r = run(["--plugin", str(bad), "grad", "-"], SRC)
     assert r.exit_code == 1 and "cannot load plugin" in r.stderr
+
+
+def test_diff_flag_and_static_shapes_required(tmp_path):
+    from click.testing import CliRunner
+
+    from jaxprtool.cli import main
+
+    prog = tmp_path / "f.jaxpr"
+    prog.write_text(
+        "{ lambda ; a:f32[3]. let b:f32[3] = sin a; c:f32[] = reduce_sum[axes=(0,) out_sharding=None] b in (c,) }\n"
+    )
+    r = CliRunner().invoke(main, ["--no-color", "grad", str(prog), "--diff"])
+    assert r.exit_code == 0, r.output
+    assert (
+        "--- input" in r.output and "+++ result" in r.output and "+{ lambda ; a:f32[3]. let b:f32[3] = cos a in (b,) }" in r.output
+    )
+    poly = tmp_path / "p.jaxpr"
+    poly.write_text("{ lambda ; a:f32[b]. let c:f32[b] = sin a in (c,) }\n")
+    r = CliRunner().invoke(main, ["jvp", str(poly)])
+    assert r.exit_code == 1
+    assert (
+        "error: automatic differentiation needs static shapes; input type f32[b] has a symbolic or sharded dimension"
+        in r.output
+    )

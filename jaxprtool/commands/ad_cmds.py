@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from ..cli import OPTIONS, guarded
+from ..cli import guarded
 from ..io import UsageError, write_output
 
 _OPT_HELP = (
@@ -29,7 +29,19 @@ def _int_list(ctx, param, value):
     return out
 
 
+def _remember_diff(ctx, param, value):
+    ctx.meta["jaxprtool.diff"] = value
+    return value
+
+
 def _common(f):
+    f = click.option(
+        "--diff",
+        is_flag=True,
+        expose_value=False,
+        callback=_remember_diff,
+        help="Show a coloured unified diff of input and result on standard error.",
+    )(f)
     f = click.option(
         "--opt",
         "opt",
@@ -50,14 +62,9 @@ def _common(f):
 
 
 def _style(jaxpr):
-    from ..text.style import Style, detect_style
+    from .common import output_style
 
-    if OPTIONS.jax_style:
-        try:
-            return Style.parse(OPTIONS.jax_style)
-        except ValueError as e:
-            raise UsageError(f"--jax-style: {e}") from None
-    return detect_style(jaxpr)
+    return output_style(jaxpr)
 
 
 def _optimizer(spec):
@@ -73,13 +80,35 @@ def _emit(jaxpr, style, out):
     from ..ad.api import restyle
     from ..text.printer import print_jaxpr
 
-    write_output(print_jaxpr(restyle(jaxpr, style), style) + "\n", out)
+    text = print_jaxpr(restyle(jaxpr, style), style) + "\n"
+    meta = click.get_current_context().meta
+    if meta.get("jaxprtool.diff"):
+        from ..ui.diff import show_diff
+
+        before = print_jaxpr(meta["jaxprtool.input"], style) + "\n"
+        show_diff(before, text, "input", "result")
+    write_output(text, out)
 
 
 def _load(file):
+    from ..core import JaxprError, ShapedArray, all_eqns
     from .common import load
 
     jaxpr, _text, _path = load(file)
+    click.get_current_context().meta["jaxprtool.input"] = jaxpr
+    for v in jaxpr.invars:
+        if isinstance(v.type, ShapedArray) and not v.type.is_static:
+            raise JaxprError(
+                f"automatic differentiation needs static shapes; input type {v.type} has a symbolic or sharded dimension"
+            )
+    for e in all_eqns(jaxpr):
+        for o in e.outputs:
+            if isinstance(o.type, ShapedArray) and not o.type.is_static:
+                raise JaxprError(
+                    f"automatic differentiation needs static shapes; {e.prim} result type {o.type} "
+                    "has a symbolic or sharded dimension",
+                    e.loc,
+                )
     return jaxpr
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+import click
+
 from ..core import Jaxpr
 from ..io import read_source, remember_source, report, warn
 
@@ -31,3 +33,16 @@ def load(file: str | None, verify: bool = True) -> tuple[Jaxpr, str, str]:
                 report(e)
             sys.exit(1)
     return result.jaxpr, text, path
+
+
+def output_style(jaxpr: Jaxpr):
+    """The printing style: the global --jax-style, else the one detected from the input."""
+    from ..cli import OPTIONS
+    from ..text.style import Style, detect_style
+
+    if OPTIONS.jax_style:
+        try:
+            return Style.parse(OPTIONS.jax_style)
+        except ValueError as e:
+            raise click.UsageError(f"--jax-style: {e}") from None
+    return detect_style(jaxpr)

@@ -11,25 +11,14 @@ import click
 from ..cli import OPTIONS, guarded
 
 
-def _style_for(jaxpr):
-    from ..text.style import Style, detect_style
-
-    if OPTIONS.jax_style:
-        try:
-            return Style.parse(OPTIONS.jax_style)
-        except ValueError as e:
-            raise click.UsageError(f"--jax-style: {e}") from None
-    return detect_style(jaxpr)
-
-
 def _run(file, out, show_diff, fn, print_after_all=False):
     """Read, transform with fn(jaxpr, hook) -> jaxpr, print in the input's style, write."""
     from ..io import write_output
     from ..text.printer import print_jaxpr
-    from .common import load
+    from .common import load, output_style
 
     jaxpr, _text, _path = load(file)
-    style = _style_for(jaxpr)
+    style = output_style(jaxpr)
     hook = None
     if print_after_all:
 

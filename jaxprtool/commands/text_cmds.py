@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..cli import OPTIONS, guarded
+from ..cli import guarded
 
 
 @click.command()
@@ -44,18 +44,10 @@ def _fmt(file, out, width):
     from ..core import JaxprError
     from ..io import write_output
     from ..text.printer import print_jaxpr
-    from ..text.style import Style, detect_style
-    from .common import load
+    from .common import load, output_style
 
-    style = None
-    if OPTIONS.jax_style:
-        try:
-            style = Style.parse(OPTIONS.jax_style)
-        except ValueError as e:
-            raise click.UsageError(f"--jax-style: {e}") from None
-    jaxpr, _text, _path = load(file)
-    if style is None:
-        style = detect_style(jaxpr)
+    jaxpr, _text, _path = load(file, verify=False)
+    style = output_style(jaxpr)
     try:
         text = print_jaxpr(jaxpr, style, width)
     except RecursionError:
