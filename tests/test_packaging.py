@@ -1,0 +1,69 @@
+"""A non-editable install (a built wheel) carries the grammar and parses without the source tree."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_wheel_carries_grammar_and_parses(tmp_path):
+    wheels = tmp_path / "wheels"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(wheels),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (wheel,) = wheels.glob("jaxprtool-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "jaxprtool/grammars/jaxpr.lark" in names
+    target = tmp_path / "site"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    code = (
+        "import jaxprtool, sys; assert jaxprtool.__file__.startswith(sys.argv[1]), jaxprtool.__file__\n"
+        "from jaxprtool.text.parser import parse\n"
+        "from jaxprtool.text.printer import print_jaxpr\n"
+        "t = '{ lambda ; a:f32[3]. let b:f32[3] = sin a in (b,) }'\n"
+        "assert print_jaxpr(parse(t).jaxpr) == t\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(target), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(target)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
