@@ -11,7 +11,6 @@ Table 3: time and peak memory of fmt/jvp/vjp/dce/grad on generated programs of
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -68,8 +67,11 @@ def block_params(key, d=16, f=32):
 
 def cases():
     key = jax.random.PRNGKey(0)
-    mlp_params = [(jnp.ones((8, 16)) * 0.1, jnp.zeros(16)), (jnp.ones((16, 16)) * 0.1, jnp.zeros(16)),
-                  (jnp.ones((16, 4)) * 0.1, jnp.zeros(4))]
+    mlp_params = [
+        (jnp.ones((8, 16)) * 0.1, jnp.zeros(16)),
+        (jnp.ones((16, 16)) * 0.1, jnp.zeros(16)),
+        (jnp.ones((16, 4)) * 0.1, jnp.zeros(4)),
+    ]
     x = jax.random.normal(key, (6, 16))
     yield "mlp", (lambda ps, x, y: mlp(ps, x, y)), (mlp_params, jnp.ones((5, 8)), jnp.ones((5, 4)))
     yield "attention", attention, (block_params(key), x)
@@ -109,8 +111,10 @@ def flat_fn(fn, args):
 
 
 def table_speed_and_counts():
-    print(f"{'program':16} {'JAX eqns':>9} {'tool eqns':>9} {'JAX s':>8} {'tool s':>8} {'ratio':>6}   "
-          f"{'JAX res':>7} {'tool res':>8} {'tool res MB':>11}")
+    print(
+        f"{'program':16} {'JAX eqns':>9} {'tool eqns':>9} {'JAX s':>8} {'tool s':>8} {'ratio':>6}   "
+        f"{'JAX res':>7} {'tool res':>8} {'tool res MB':>11}"
+    )
     for name, fn, args in cases():
         f, leaves = flat_fn(fn, args)
         text = str(jax.make_jaxpr(f)(*leaves))
@@ -120,9 +124,14 @@ def table_speed_and_counts():
         jax_res = len(jax.tree_util.tree_leaves(f_lin))
         j = parse(text).jaxpr
         _, _, info = linearize_jaxpr(j, list(range(len(j.invars))))
-        res_bytes = sum(np.prod([int(d) for d in r.type.shape]) * r.type.np_dtype.itemsize for r in info.residuals)
-        print(f"{name:16} {count(jg.jaxpr):9d} {count(tg):9d} {t_jax:8.3f} {t_tool:8.3f} {t_tool / t_jax:6.2f}   "
-              f"{jax_res:7d} {len(info.residuals):8d} {res_bytes / 1e6:11.3f}")
+        res_bytes = sum(
+            np.prod([int(d) for d in r.type.shape]) * r.type.np_dtype.itemsize
+            for r in info.residuals
+        )
+        print(
+            f"{name:16} {count(jg.jaxpr):9d} {count(tg):9d} {t_jax:8.3f} {t_tool:8.3f} {t_tool / t_jax:6.2f}   "
+            f"{jax_res:7d} {len(info.residuals):8d} {res_bytes / 1e6:11.3f}"
+        )
 
 
 CHAIN_PRIMS = ["sin", "cos", "tanh", "exp"]
@@ -183,7 +192,9 @@ def table_scaling(sizes=(10_000, 100_000)):
         with tempfile.NamedTemporaryFile("w", suffix=".jaxpr", delete=False) as f:
             f.write(chain_text(n))
         for cmd in ("fmt", "jvp", "vjp", "dce", "grad"):
-            r = subprocess.run([sys.executable, "-c", SCALE_SCRIPT, f.name, cmd], capture_output=True, text=True)
+            r = subprocess.run(
+                [sys.executable, "-c", SCALE_SCRIPT, f.name, cmd], capture_output=True, text=True
+            )
             if r.returncode:
                 print(f"{n:8d} {cmd:8} failed: {r.stderr.strip().splitlines()[-1:]}")
                 continue

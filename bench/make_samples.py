@@ -39,8 +39,17 @@ def piecewise(x, n):
 
 f32 = jnp.float32
 SAMPLES = {
-    "mlp": (mlp_loss, [jnp.ones((4, 8), f32), jnp.ones(8, f32), jnp.ones((8, 2), f32), jnp.ones(2, f32),
-                       jnp.ones((5, 4), f32), jnp.ones((5, 2), f32)]),
+    "mlp": (
+        mlp_loss,
+        [
+            jnp.ones((4, 8), f32),
+            jnp.ones(8, f32),
+            jnp.ones((8, 2), f32),
+            jnp.ones(2, f32),
+            jnp.ones((5, 4), f32),
+            jnp.ones((5, 2), f32),
+        ],
+    ),
     "sin_cos": (sin_cos, [jnp.ones(3, f32), jnp.ones(3, f32)]),
     "attention": (attention, [jnp.ones((4, 8), f32), jnp.ones((6, 8), f32), jnp.ones((6, 8), f32)]),
     "rnn": (rnn, [jnp.ones(4, f32), jnp.ones((5, 4), f32), jnp.ones((4, 4), f32)]),

@@ -387,7 +387,9 @@ def test_diff_flag_and_static_shapes_required(tmp_path):
     r = CliRunner().invoke(main, ["--no-color", "grad", str(prog), "--diff"])
     assert r.exit_code == 0, r.output
     assert (
-        "--- input" in r.output and "+++ result" in r.output and "+{ lambda ; a:f32[3]. let b:f32[3] = cos a in (b,) }" in r.output
+        "--- input" in r.output
+        and "+++ result" in r.output
+        and "+{ lambda ; a:f32[3]. let b:f32[3] = cos a in (b,) }" in r.output
     )
     poly = tmp_path / "p.jaxpr"
     poly.write_text("{ lambda ; a:f32[b]. let c:f32[b] = sin a in (c,) }\n")

@@ -31,12 +31,22 @@ def test_readme_plugin_grad_matches_jax(tmp_path):
     x = np.array([-2.0, -0.5, 0.3, 1.7], np.float32)
     np.savez(tmp_path / "x.npz", arg0=x)
     runner = CliRunner()
-    r = runner.invoke(main, ["--plugin", str(plugin), "grad", str(prog), "-o", str(tmp_path / "g.jaxpr")])
+    r = runner.invoke(
+        main, ["--plugin", str(plugin), "grad", str(prog), "-o", str(tmp_path / "g.jaxpr")]
+    )
     assert r.exit_code == 0, r.output
     r = runner.invoke(
         main,
-        ["--plugin", str(plugin), "run", str(tmp_path / "g.jaxpr"), "--args", str(tmp_path / "x.npz"),
-         "-o", str(tmp_path / "out.npz")],
+        [
+            "--plugin",
+            str(plugin),
+            "run",
+            str(tmp_path / "g.jaxpr"),
+            "--args",
+            str(tmp_path / "x.npz"),
+            "-o",
+            str(tmp_path / "out.npz"),
+        ],
     )
     assert r.exit_code == 0, r.output
     got = np.load(tmp_path / "out.npz", allow_pickle=False)["out0"]
