@@ -82,11 +82,11 @@ def count(jaxpr) -> int:
     return sum(1 for _ in all_eqns(jaxpr))
 
 
-def best_of(fn, n=3):
+def best_of(fn, *args, n=3):
     times = []
     for _ in range(n):
         t0 = time.perf_counter()
-        out = fn()
+        out = fn(*args)
         times.append(time.perf_counter() - t0)
     return min(times), out
 
@@ -118,8 +118,8 @@ def table_speed_and_counts():
     for name, fn, args in cases():
         f, leaves = flat_fn(fn, args)
         text = str(jax.make_jaxpr(f)(*leaves))
-        t_jax, (jg, _) = best_of(lambda: jax_grad(f, leaves))
-        t_tool, (tg, _) = best_of(lambda: tool_grad(text))
+        t_jax, (jg, _) = best_of(jax_grad, f, leaves)
+        t_tool, (tg, _) = best_of(tool_grad, text)
         _, f_lin = jax.linearize(f, *leaves)
         jax_res = len(jax.tree_util.tree_leaves(f_lin))
         j = parse(text).jaxpr
