@@ -314,20 +314,37 @@ class JaxprError(Exception):
 # ---------------------------------------------------------------- traversal helpers
 
 
-def subjaxprs(value: Any):
-    """Yield the jaxprs directly inside a parameter value (a jaxpr, or containers of them)."""
+#: parameter value types that never hold a jaxpr (skipped without a closer look)
+_LEAF_TYPES = frozenset({int, float, complex, bool, str, type(None)})
+
+
+def subjaxprs(value: Any) -> list[Jaxpr]:
+    """The jaxprs directly inside a parameter value (a jaxpr, or containers of them)."""
+    found: list[Jaxpr] = []
+    _collect_jaxprs(value, found)
+    return found
+
+
+def _collect_jaxprs(value: Any, found: list[Jaxpr]) -> None:
+    if type(value) in _LEAF_TYPES:
+        return
     if isinstance(value, Jaxpr):
-        yield value
+        found.append(value)
     elif isinstance(value, (tuple, list)):
         for v in value:
-            yield from subjaxprs(v)
+            if type(v) not in _LEAF_TYPES:
+                _collect_jaxprs(v, found)
     elif hasattr(value, "jaxprs_inside"):
-        yield from value.jaxprs_inside()
+        found.extend(value.jaxprs_inside())
 
 
-def eqn_subjaxprs(eqn: Eqn):
+def eqn_subjaxprs(eqn: Eqn) -> list[Jaxpr]:
+    """The jaxprs directly inside an equation's parameters, in parameter order."""
+    found: list[Jaxpr] = []
     for v in eqn.params.values():
-        yield from subjaxprs(v)
+        if type(v) not in _LEAF_TYPES:
+            _collect_jaxprs(v, found)
+    return found
 
 
 def map_param_jaxprs(value: Any, fn) -> Any:

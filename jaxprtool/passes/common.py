@@ -68,11 +68,16 @@ def eqn_has_effects(e: Eqn) -> bool:
     touches a Ref, or one with such an equation nested inside."""
     if is_effectful_prim(e.prim):
         return True
-    if any(isinstance(a.type, RefType) for a in e.inputs) or any(
-        isinstance(o.type, RefType) for o in e.outputs
-    ):
+    if _touches_ref(e.inputs) or _touches_ref(e.outputs):
         return True
     return any(jaxpr_has_effects(s) for s in eqn_subjaxprs(e))
+
+
+def _touches_ref(atoms) -> bool:
+    for a in atoms:
+        if isinstance(a.type, RefType):
+            return True
+    return False
 
 
 _random_memo: dict[int, tuple[Jaxpr, bool]] = {}
@@ -122,10 +127,22 @@ class Subst:
     def set(self, v: Var, a: Atom) -> None:
         self.env[id(v)] = a
 
+    def atoms(self, atoms: tuple[Atom, ...]) -> tuple[Atom, ...]:
+        """The atoms substituted: the same tuple object when none of them is replaced."""
+        env = self.env
+        if not env or not any(id(a) in env for a in atoms):
+            return atoms
+        return tuple(self(a) for a in atoms)
+
+    def eqn(self, e: Eqn) -> Eqn:
+        """The equation with its operands substituted (the same object when unchanged)."""
+        inputs = self.atoms(e.inputs)
+        return e if inputs is e.inputs else e.replace(inputs=inputs)
+
 
 def map_eqn_jaxprs(e: Eqn, fn: Callable[[Jaxpr], Jaxpr]) -> Eqn:
     """The equation with every nested jaxpr replaced by fn(jaxpr) (same object when unchanged)."""
-    if not any(True for _ in eqn_subjaxprs(e)):
+    if not eqn_subjaxprs(e):
         return e
     changed = False
     params = {}

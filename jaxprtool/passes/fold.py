@@ -46,10 +46,8 @@ def _fold(jaxpr: Jaxpr, go) -> Jaxpr:
     eqns = []
     changed = False
     for e in jaxpr.eqns:
-        ne = map_eqn_jaxprs(e, go)
-        inputs = tuple(sub(a) for a in ne.inputs)
-        if any(x is not y for x, y in zip(inputs, ne.inputs)):
-            ne = ne.replace(inputs=inputs)
+        ne = sub.eqn(map_eqn_jaxprs(e, go))
+        inputs = ne.inputs
         if ne is not e:
             changed = True
         if ne.prim in FOLDABLE and len(ne.outputs) == 1 and not eqn_has_effects(ne):
@@ -59,8 +57,8 @@ def _fold(jaxpr: Jaxpr, go) -> Jaxpr:
                 changed = True
                 continue
         eqns.append(ne)
-    outvars = tuple(sub(a) for a in jaxpr.outvars)
-    if not changed and all(x is y for x, y in zip(outvars, jaxpr.outvars)):
+    outvars = sub.atoms(jaxpr.outvars)
+    if not changed and outvars is jaxpr.outvars:
         return jaxpr
     return jaxpr.replace(eqns=eqns, outvars=outvars)
 

@@ -44,10 +44,7 @@ def _simplify(jaxpr: Jaxpr, go) -> Jaxpr:
     eqns = []
     changed = False
     for e in jaxpr.eqns:
-        ne = map_eqn_jaxprs(e, go)
-        inputs = tuple(sub(a) for a in ne.inputs)
-        if any(x is not y for x, y in zip(inputs, ne.inputs)):
-            ne = ne.replace(inputs=inputs)
+        ne = sub.eqn(map_eqn_jaxprs(e, go))
         if ne is not e:
             changed = True
         if len(ne.outputs) == 1:
@@ -59,8 +56,8 @@ def _simplify(jaxpr: Jaxpr, go) -> Jaxpr:
         for o in ne.outputs:
             producer[id(o)] = ne
         eqns.append(ne)
-    outvars = tuple(sub(a) for a in jaxpr.outvars)
-    if not changed and all(x is y for x, y in zip(outvars, jaxpr.outvars)):
+    outvars = sub.atoms(jaxpr.outvars)
+    if not changed and outvars is jaxpr.outvars:
         return jaxpr
     return jaxpr.replace(eqns=eqns, outvars=outvars)
 
