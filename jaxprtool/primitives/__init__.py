@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..core import Type
+import numpy as np
+
+from ..core import RefType, ShapedArray, Type
+from ..params import EnumValue, NpScalar, Opaque, Record, SymExpr
 
 ShapeRule = Callable[[list[Type], dict, "list[Type] | None"], list[Type]]
 
@@ -61,9 +64,72 @@ def shape_rule(*names: str):
 
 
 def infer_types(prim: str, in_types: list[Type], params: dict, out_hint=None) -> list[Type]:
-    """Result types of `prim` applied to `in_types`; KeyError if the primitive is unknown."""
+    """Result types of `prim` applied to `in_types`; KeyError if the primitive is unknown.
+
+    Results are memoised by (rule, operand types, parameters, hint) when every parameter is
+    a plain value (`_freeze`): a program repeats the same few typed equations many times."""
     _load_families()
-    return SHAPE_RULES[prim](list(in_types), params, out_hint)
+    rule = SHAPE_RULES[prim]
+    try:
+        key = (rule, _freeze_types(in_types), _freeze_params(params), _freeze_hint(out_hint))
+    except _Unfreezable:
+        return rule(list(in_types), params, out_hint)
+    hit = _INFER_MEMO.get(key)
+    if hit is None:
+        if len(_INFER_MEMO) > 100_000:
+            _INFER_MEMO.clear()
+        hit = _INFER_MEMO[key] = tuple(rule(list(in_types), params, out_hint))
+    return list(hit)
+
+
+_INFER_MEMO: dict[tuple, tuple[Type, ...]] = {}
+
+
+class _Unfreezable(Exception):
+    """A parameter value that is not a plain value (a jaxpr, an unknown object)."""
+
+
+def _freeze_types(types) -> tuple:
+    return tuple(_type_key(t) for t in types)
+
+
+def _type_key(t: Type):
+    # ShapedArray's == ignores weak_type, which rules propagate: make it part of the key
+    if isinstance(t, ShapedArray):
+        return t, t.weak_type
+    if isinstance(t, RefType):
+        return t, t.inner.weak_type
+    return t
+
+
+def _freeze_hint(out_hint) -> tuple | None:
+    return None if out_hint is None else _freeze_types(out_hint)
+
+
+def _freeze_params(params: dict) -> tuple:
+    return tuple((k, _freeze(v)) for k, v in params.items())
+
+
+_PLAIN = frozenset({int, bool, str, type(None), EnumValue, SymExpr, Opaque})
+
+
+def _freeze(v):
+    """A hashable key equal only for values of the same types and contents (1, 1.0, True
+    differ; so do 0.0 and -0.0)."""
+    cls = v.__class__
+    if cls in _PLAIN:
+        return cls, v
+    if cls is float:
+        return cls, v.hex()
+    if cls is tuple or cls is list or cls is frozenset:
+        return cls, tuple(_freeze(x) for x in v)
+    if isinstance(v, np.dtype):
+        return np.dtype, v
+    if cls is NpScalar:
+        return cls, v.dtype, _freeze(v.value)
+    if cls is Record:
+        return cls, v.cls, tuple((k, _freeze(x)) for k, x in v.fields)
+    raise _Unfreezable
 
 
 def is_known(prim: str) -> bool:
