@@ -98,6 +98,16 @@ def eqn_has_random(e: Eqn) -> bool:
     return any(jaxpr_has_random(s) for s in eqn_subjaxprs(e))
 
 
+def eqn_is_pure(e: Eqn) -> bool:
+    """Neither effects nor random numbers, in the equation or nested inside it (the
+    negation of `eqn_has_effects(e) or eqn_has_random(e)`, with one look at the params)."""
+    if is_effectful_prim(e.prim) or e.prim in RANDOM:
+        return False
+    if _touches_ref(e.inputs) or _touches_ref(e.outputs):
+        return False
+    return not any(jaxpr_has_effects(s) or jaxpr_has_random(s) for s in eqn_subjaxprs(e))
+
+
 def _remember(memo: dict, j: Jaxpr, value: bool) -> None:
     if len(memo) > 200_000:  # these tables keep jaxprs alive: bound them
         memo.clear()

@@ -14,8 +14,7 @@ from ..core import Jaxpr, Literal, _AlphaEq
 from .common import (
     JaxprMemo,
     Subst,
-    eqn_has_effects,
-    eqn_has_random,
+    eqn_is_pure,
     map_eqn_jaxprs,
     rewrite_nested,
 )
@@ -41,34 +40,37 @@ def _cse(jaxpr: Jaxpr, go) -> Jaxpr:
     changed = False
     for e in jaxpr.eqns:
         ne = sub.eqn(map_eqn_jaxprs(e, go))
-        inputs = ne.inputs
         if ne is not e:
             changed = True
-        mergeable = (
-            ne.outputs
-            and not eqn_has_effects(ne)
-            and not eqn_has_random(ne)
-            and "callback" not in ne.prim
-        )
-        if mergeable:
-            key = (ne.prim, tuple(_atom_key(a) for a in inputs), tuple(sorted(ne.params)))
-            bucket = table.setdefault(key, [])
-            prev = next((p for p in bucket if _params_equal(p, ne)), None)
-            if (
-                prev is not None
-                and len(prev.outputs) == len(ne.outputs)
-                and all(_same_out_type(a, b) for a, b in zip(prev.outputs, ne.outputs))
-            ):
-                for o, po in zip(ne.outputs, prev.outputs):
-                    sub.set(o, po)
-                changed = True
-                continue
-            bucket.append(ne)
+        if _mergeable(ne):
+            key = (ne.prim, tuple(map(_atom_key, ne.inputs)), tuple(sorted(ne.params)))
+            bucket = table.get(key)
+            if bucket is None:
+                table[key] = [ne]
+            else:
+                prev = next((p for p in bucket if _params_equal(p, ne)), None)
+                if prev is not None and _same_outputs(prev, ne):
+                    for o, po in zip(ne.outputs, prev.outputs):
+                        sub.set(o, po)
+                    changed = True
+                    continue
+                bucket.append(ne)
         eqns.append(ne)
     outvars = sub.atoms(jaxpr.outvars)
     if not changed and outvars is jaxpr.outvars:
         return jaxpr
     return jaxpr.replace(eqns=eqns, outvars=outvars)
+
+
+def _mergeable(e) -> bool:
+    """Equations with results and without effects, random numbers or callbacks."""
+    return bool(e.outputs) and "callback" not in e.prim and eqn_is_pure(e)
+
+
+def _same_outputs(a, b) -> bool:
+    return len(a.outputs) == len(b.outputs) and all(
+        _same_out_type(x, y) for x, y in zip(a.outputs, b.outputs)
+    )
 
 
 def _same_out_type(a, b) -> bool:
