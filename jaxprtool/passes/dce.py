@@ -22,7 +22,7 @@ The top-level jaxpr keeps all its inputs and constvars.
 
 from __future__ import annotations
 
-from ..core import Eqn, Jaxpr, OpaqueType, RefType, Var
+from ..core import Eqn, Jaxpr, OpaqueType, RefType, Var, eqn_subjaxprs
 from . import flattree
 from .common import (
     CALL_BODY_PARAM,
@@ -105,9 +105,10 @@ class _DCE:
     # ------------------------------------------------------------ rules
 
     def rule(self, e: Eqn, used_outs: list[bool]) -> tuple[list[bool], Eqn | None]:
-        effects = eqn_has_effects(e)
-        if not any(used_outs) and not effects:
+        if not any(used_outs) and not eqn_has_effects(e):
             return [False] * len(e.inputs), None
+        if not eqn_subjaxprs(e):  # the rules below are for equations with nested jaxprs
+            return [True] * len(e.inputs), e
         try:
             if e.prim in CALL_BODY_PARAM and isinstance(
                 e.params.get(CALL_BODY_PARAM[e.prim]), Jaxpr
