@@ -8,6 +8,8 @@ up to renaming is `alpha_equal`.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -374,6 +376,21 @@ def all_eqns(jaxpr: Jaxpr):
                 yield from walk(sub)
 
     yield from walk(jaxpr)
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """Pause the cyclic garbage collector inside the block (as a decorator: inside the call).
+
+    Transforming or printing a large program allocates many small objects that live to the
+    end; the collector would only rescan the (acyclic) IR again and again."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 # ---------------------------------------------------------------- alpha equivalence

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..core import Jaxpr, JaxprError
+from ..core import Jaxpr, JaxprError, gc_paused
 from .canonicalize import canonicalize
 from .cse import cse
 from .dce import dce
@@ -47,7 +47,8 @@ def run_pipeline(
 ) -> Jaxpr:
     """Run the passes of `spec` in order.  `print_after_all(name, jaxpr)` is called after each."""
     for name in parse_pipeline(spec):
-        jaxpr = PASSES[name](jaxpr)
+        with gc_paused():
+            jaxpr = PASSES[name](jaxpr)
         if print_after_all is not None:
             print_after_all(name, jaxpr)
     return jaxpr

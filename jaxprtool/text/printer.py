@@ -37,7 +37,6 @@ JAX does (own names, own shared jaxprs, column 0, width 80).
 
 from __future__ import annotations
 
-import gc
 import re
 from functools import partial
 from typing import Any
@@ -90,15 +89,8 @@ def encode_name(n: int) -> str:
 
 def print_jaxpr(jaxpr: Jaxpr, style: Style | None = None, width: int = 80) -> str:
     """The text of `jaxpr` exactly as JAX's `str(jaxpr)` (no trailing newline)."""
-    # the printer allocates many small objects and frees none until the end: the cyclic
-    # collector would only rescan the (large) IR again and again
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with core.gc_paused():
         return pp.format(_Printer(style or DEFAULT_STYLE).toplevel(jaxpr), width)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def literal_text(lit: Literal, typed: bool = True) -> str:
