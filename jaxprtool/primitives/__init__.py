@@ -90,14 +90,15 @@ class _Unfreezable(Exception):
 
 
 def _freeze_types(types) -> tuple:
-    return tuple(_type_key(t) for t in types)
+    return tuple(map(_type_key, types))
 
 
 def _type_key(t: Type):
     # ShapedArray's == ignores weak_type, which rules propagate: make it part of the key
-    if isinstance(t, ShapedArray):
+    cls = t.__class__
+    if cls is ShapedArray:
         return t, t.weak_type
-    if isinstance(t, RefType):
+    if cls is RefType:
         return t, t.inner.weak_type
     return t
 
@@ -107,7 +108,7 @@ def _freeze_hint(out_hint) -> tuple | None:
 
 
 def _freeze_params(params: dict) -> tuple:
-    return tuple((k, _freeze(v)) for k, v in params.items())
+    return tuple([(k, _freeze(v)) for k, v in params.items()])
 
 
 _PLAIN = frozenset({int, bool, str, type(None), EnumValue, SymExpr, Opaque})
@@ -122,7 +123,7 @@ def _freeze(v):
     if cls is float:
         return cls, v.hex()
     if cls is tuple or cls is list or cls is frozenset:
-        return cls, tuple(_freeze(x) for x in v)
+        return cls, tuple(map(_freeze, v))
     if isinstance(v, np.dtype):
         return np.dtype, v
     if cls is NpScalar:
