@@ -50,9 +50,9 @@ def _fold(jaxpr: Jaxpr, go) -> Jaxpr:
         inputs = ne.inputs
         if ne is not e:
             changed = True
-        if ne.prim in FOLDABLE and len(ne.outputs) == 1 and not eqn_has_effects(ne):
+        if ne.prim in FOLDABLE and len(ne.outputs) == 1:
             lit = fold_eqn(ne.prim, inputs, ne.params, ne.outputs[0].type)
-            if lit is not None:
+            if lit is not None and not eqn_has_effects(ne):
                 sub.set(ne.outputs[0], lit)
                 changed = True
                 continue
