@@ -35,7 +35,7 @@ bench: install
 	$(BIN)/python bench/run_all.py
 
 fuzz: install
-	FUZZ_EXAMPLES=5000 $(BIN)/python -m pytest -m '' tests/test_fuzz.py
+	FUZZ_EXAMPLES=5000 $(BIN)/python -m pytest -s -m "" tests/test_fuzz.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

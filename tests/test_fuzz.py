@@ -126,3 +126,10 @@ def test_random_text_never_crashes(text, tmp_path_factory):
     assert "internal error" not in result.output, (text, result.output)
     if result.exit_code == 1:
         assert LOCATED.search(result.output), result.output
+
+
+def teardown_module():
+    """`make fuzz` (pytest -s) prints how many mutated inputs ran and how many were rejected."""
+    print(
+        f"\nfuzz: {STATS['tried']} mutated inputs tried, {STATS['rejected']} rejected with a located error"
+    )
