@@ -31,24 +31,6 @@ LIST_RESULT_PRIMS = {
     "optimization_barrier",
 }
 
-#: unary primitives with JAX's (hidden when None) `accuracy` parameter
-WITH_ACCURACY = {
-    "exp",
-    "exp2",
-    "log",
-    "log2",
-    "expm1",
-    "log1p",
-    "tanh",
-    "logistic",
-    "sin",
-    "cos",
-    "tan",
-    "sqrt",
-    "rsqrt",
-    "cbrt",
-}
-
 
 def typeof(x) -> Type:
     return x.type

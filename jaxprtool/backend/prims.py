@@ -14,6 +14,7 @@ import numpy as np
 
 from ..core import Eqn, Jaxpr, JaxprError, ShapedArray
 from ..params import EnumValue, NpScalar, Opaque, Record, SymExpr
+from ..primitives import WITH_ACCURACY
 
 #: modules that define the primitives a jaxpr can use, in priority order (names collide
 #: between lax and Pallas/Mosaic; the first module wins)
@@ -156,9 +157,6 @@ def _dtype_param(v):
         return np_dtype(short_dtype_name(text))
     except KeyError:
         raise Unconvertible(text) from None
-
-
-_ACCURACY_PRIMS = "sin cos tan tanh exp exp2 expm1 log log1p logistic sqrt rsqrt cbrt erfc".split()
 
 
 def _accuracy(v):
@@ -382,5 +380,5 @@ PARAM_RULES = {
     "argmin": _dtype_keys("index_dtype"),
     "bitcast_convert_type": _dtype_keys("new_dtype"),
 }
-for _n in _ACCURACY_PRIMS:
+for _n in WITH_ACCURACY:
     PARAM_RULES[_n] = _unary_accuracy

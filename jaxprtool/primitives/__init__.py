@@ -48,6 +48,12 @@ RANDOM: set[str] = {
 }
 
 
+#: unary primitives with JAX's `accuracy` parameter (printed only when not None)
+WITH_ACCURACY: frozenset[str] = frozenset(
+    "exp exp2 log expm1 log1p tanh logistic sin cos tan sqrt rsqrt cbrt erfc".split()
+)
+
+
 class ShapeError(Exception):
     """Operand types or parameters that the primitive does not accept."""
 

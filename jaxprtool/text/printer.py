@@ -46,6 +46,7 @@ import numpy as np
 from .. import core
 from ..core import Jaxpr, Literal, Var
 from ..params import EnumValue, Record, format_value
+from ..primitives import WITH_ACCURACY
 from . import pretty as pp
 from .style import DEFAULT_STYLE, Style
 
@@ -53,25 +54,6 @@ __all__ = ["print_jaxpr", "encode_name", "literal_text"]
 
 _JIT = ("jit", "pjit")
 _NAME_FIRST = frozenset({"jit", "pjit", "custom_jvp_call", "custom_vjp_call"})
-_ACCURACY_PRIMS = frozenset(
-    {
-        "exp",
-        "exp2",
-        "log",
-        "log2",
-        "expm1",
-        "log1p",
-        "tanh",
-        "logistic",
-        "sin",
-        "cos",
-        "tan",
-        "sqrt",
-        "rsqrt",
-        "cbrt",
-        "erfc",
-    }
-)
 #: namedtuple parameter classes: JAX's shared-jaxpr walk looks inside them (they are tuples)
 _NAMEDTUPLES = frozenset({"_LinearSolveTuple"})
 _ADDR = re.compile(r" at 0x([0-9a-fA-F]+)")
@@ -177,7 +159,7 @@ def _params_to_print(e: core.Eqn, style: Style) -> list[tuple[str, Any]]:
     if prim == "convert_element_type":
         if "sharding" in p:
             return sorted((k, v) for k, v in p.items() if k != "sharding")
-    elif prim in _ACCURACY_PRIMS:
+    elif prim in WITH_ACCURACY:
         if "accuracy" in p and p["accuracy"] is None:
             return sorted((k, v) for k, v in p.items() if k != "accuracy")
     elif prim == "mul":
