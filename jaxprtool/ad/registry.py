@@ -148,8 +148,8 @@ def _fit(t, like):
     return t
 
 
-def defjvp(name: str, *fns):
-    """`fns[i](g_i, *primals, **params) -> tangent` per argument (None: no derivative)."""
+def _summed_jvp(name: str, fns, with_ans: bool):
+    """The JVP rule that binds `name` on the primals and sums one contribution per argument."""
 
     def rule(primals, tangents, /, **params):
         (ans,) = rebind_primal(name, primals, params)
@@ -157,9 +157,16 @@ def defjvp(name: str, *fns):
         for fn, t in zip(fns, tangents):
             if fn is None or is_zero(t):
                 continue
-            out = add_tangents(out, _fit(fn(t, *primals, **params), ans))
+            contribution = fn(t, ans, *primals, **params) if with_ans else fn(t, *primals, **params)
+            out = add_tangents(out, _fit(contribution, ans))
         return [ans], [out]
 
+    return rule
+
+
+def defjvp(name: str, *fns):
+    """`fns[i](g_i, *primals, **params) -> tangent` per argument (None: no derivative)."""
+    rule = _summed_jvp(name, fns, with_ans=False)
     primitive_jvps[name] = rule
     rule_kind[name] = "defjvp"
     return rule
@@ -167,16 +174,7 @@ def defjvp(name: str, *fns):
 
 def defjvp2(name: str, *fns):
     """`fns[i](g_i, ans, *primals, **params) -> tangent`: also sees the primal output."""
-
-    def rule(primals, tangents, /, **params):
-        (ans,) = rebind_primal(name, primals, params)
-        out = Zero(tangent_type(ans.type))
-        for fn, t in zip(fns, tangents):
-            if fn is None or is_zero(t):
-                continue
-            out = add_tangents(out, _fit(fn(t, ans, *primals, **params), ans))
-        return [ans], [out]
-
+    rule = _summed_jvp(name, fns, with_ans=True)
     primitive_jvps[name] = rule
     rule_kind[name] = "defjvp2"
     return rule
