@@ -78,9 +78,9 @@ def infer_types(prim: str, in_types: list[Type], params: dict, out_hint=None) ->
     rule = SHAPE_RULES[prim]
     try:
         key = (rule, _freeze_types(in_types), _freeze_params(params), _freeze_hint(out_hint))
-    except _Unfreezable:
+        hit = _INFER_MEMO.get(key)
+    except (_Unfreezable, TypeError):  # TypeError: an unhashable type (a list shape)
         return rule(list(in_types), params, out_hint)
-    hit = _INFER_MEMO.get(key)
     if hit is None:
         if len(_INFER_MEMO) > 100_000:
             _INFER_MEMO.clear()
