@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..core import Jaxpr, JaxprError, ShapedArray, Var, is_float, is_inexact, long_dtype_name
+from ..core import (
+    Jaxpr,
+    JaxprError,
+    ShapedArray,
+    Var,
+    gc_paused,
+    is_float,
+    is_inexact,
+    long_dtype_name,
+)
 from . import builder as B
 from .jvp import diff_mask, jvp_jaxpr, jvp_jaxpr_info, jvp_masked  # noqa: F401
 from .linearize import LinearizeInfo, combine, linearize_combined, linearize_jaxpr, linearize_masked  # noqa: F401
@@ -45,6 +54,7 @@ def _vjp_build(jaxpr: Jaxpr, argnums, out_ct_mask: Sequence[bool], make_cts):
     return consts, prim_in, ct_vars, b.eqns, outs, grads, info
 
 
+@gc_paused()
 def vjp_jaxpr(jaxpr: Jaxpr, argnums: Sequence[int] | None = None) -> Jaxpr:
     """`(primals..., cts...) -> (outs..., input cts...)`: one cotangent input per float/complex
     output, one cotangent output per differentiated input (the inexact ones among `argnums`)."""
@@ -76,6 +86,7 @@ def _scalar_error(t) -> str:
     return msg.format(f"had abstract value {t}")
 
 
+@gc_paused()
 def grad_jaxpr(
     jaxpr: Jaxpr, argnums: Sequence[int] | int = 0, has_aux: bool = False, with_value: bool = False
 ) -> Jaxpr:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..core import Atom, Eqn, Jaxpr, JaxprError, Literal, Var, is_inexact
+from ..core import Atom, Eqn, Jaxpr, JaxprError, Literal, Var, gc_paused, is_inexact
 from . import builder as B
 from .zeros import Zero, is_zero, tangent_type
 from .zeros import instantiate as inst_zero
@@ -144,6 +144,7 @@ def diff_mask(jaxpr: Jaxpr, argnums: Sequence[int] | None) -> list[bool]:
     return mask
 
 
+@gc_paused()
 def jvp_jaxpr_info(jaxpr: Jaxpr, argnums=None, instantiate=True):
     """(jvp jaxpr, input mask, output mask)."""
     mask = diff_mask(jaxpr, argnums)
@@ -151,6 +152,7 @@ def jvp_jaxpr_info(jaxpr: Jaxpr, argnums=None, instantiate=True):
     return j, mask, out_nz
 
 
+@gc_paused()
 def jvp_jaxpr(
     jaxpr: Jaxpr, argnums: Sequence[int] | None = None, instantiate: bool = True
 ) -> Jaxpr:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..core import Eqn, Jaxpr, Loc, Var, is_inexact
+from ..core import Eqn, Jaxpr, Loc, Var, gc_paused, is_inexact
 from . import builder as B
 from .jvp import _inst_list, diff_mask, jvp_eval
 from .zeros import Zero, is_zero, tangent_type
@@ -167,6 +167,7 @@ def linearize_masked(
     return primal, _linear_jaxpr(residuals, tan_in, teqns, touts), out_nz, len(residuals)
 
 
+@gc_paused()
 def linearize_jaxpr(jaxpr: Jaxpr, argnums: Sequence[int] | None = None, instantiate: bool = True):
     """`(primal_jaxpr, linear_jaxpr, info)` with residual forwarding.
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..core import Atom, Jaxpr, JaxprError, Literal, Var
+from ..core import Atom, Jaxpr, JaxprError, Literal, Var, gc_paused
 from . import builder as B
 from .zeros import (
     UndefinedPrimal,
@@ -130,6 +130,7 @@ def backward_pass(
     return outs, cts_in
 
 
+@gc_paused()
 def transpose_jaxpr(
     jaxpr: Jaxpr, linear_mask: Sequence[bool], linear_outputs: Sequence[bool] | None = None
 ) -> Jaxpr:
@@ -178,6 +179,7 @@ def linear_dependence(jaxpr: Jaxpr, linear_mask: Sequence[bool]) -> list[bool]:
     return [isinstance(v, Var) and id(v) in lin for v in jaxpr.outvars]
 
 
+@gc_paused()
 def transpose_auto(jaxpr: Jaxpr, linear: Sequence[int] | None = None, residuals: int | None = None):
     """Transpose choosing the linear inputs: explicit indices, `residuals` (the first K inputs are
     non-linear), the combined linearize form (recognised by its `jit[name=linear]`), or all inputs.
