@@ -13,6 +13,7 @@ import contextlib
 import contextvars
 from collections.abc import Iterable
 
+from .. import primitives
 from ..core import Atom, Eqn, Jaxpr, JaxprError, Literal, Loc, ShapedArray, Type, Var
 
 _CURRENT: contextvars.ContextVar[Builder | None] = contextvars.ContextVar(
@@ -104,11 +105,9 @@ def use(b: Builder):
 
 def infer(in_types: list[Type], prim: str, params: dict, loc: Loc | None = None) -> list[Type]:
     """Result types of a new equation: the shape rule when one is registered, else a fallback."""
-    from .. import primitives
-
     if primitives.is_known(prim):
         try:
-            return list(primitives.infer_types(prim, in_types, params, None))
+            return primitives.infer_types(prim, in_types, params, None)
         except primitives.ShapeError as e:
             raise JaxprError(f"while differentiating: {prim}: {e}", loc) from None
     out = _fallback(prim, in_types, params)
@@ -178,9 +177,9 @@ def dce_eqns(eqns: list[Eqn], live_out: Iterable[Atom]) -> list[Eqn]:
     live = {id(v) for v in live_out if isinstance(v, Var)}
     kept: list[Eqn] = []
     for e in reversed(eqns):
-        if e.prim in EFFECTFUL or any(id(o) in live for o in e.outputs):
+        if e.prim in EFFECTFUL or not live.isdisjoint(map(id, e.outputs)):
             kept.append(e)
-            live.update(id(x) for x in e.inputs if isinstance(x, Var))
+            live.update([id(x) for x in e.inputs if isinstance(x, Var)])
     kept.reverse()
     return kept
 
