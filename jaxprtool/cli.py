@@ -103,7 +103,8 @@ def main(debug, plugins, jax_style, no_color):
 
 
 def guarded(fn):
-    """Run a command body: JaxprError -> located message and exit 1; no traceback unless --debug."""
+    """Run a command body: JaxprError -> located message and exit 1 (2 for usage problems);
+    no traceback unless --debug."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -111,7 +112,7 @@ def guarded(fn):
             return fn(*args, **kwargs)
         except JaxprError as e:
             report(e)
-            sys.exit(1)
+            sys.exit(e.exit_code)
         except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
             raise
         except RecursionError:

@@ -304,6 +304,8 @@ class Jaxpr:
 class JaxprError(Exception):
     """An error in the user's program or input, reported as `FILE:LINE:COL: error: msg`."""
 
+    exit_code = 1  # the input was rejected
+
     def __init__(self, message: str, loc: Loc | None = None):
         super().__init__(message)
         self.message = message
@@ -311,6 +313,12 @@ class JaxprError(Exception):
 
     def __str__(self) -> str:
         return f"{self.loc}: error: {self.message}" if self.loc else f"error: {self.message}"
+
+
+class UsageProblem(JaxprError):
+    """Bad usage found while running (a missing input file, an output folder that does not exist): exit 2."""
+
+    exit_code = 2
 
 
 # ---------------------------------------------------------------- traversal helpers

@@ -8,7 +8,7 @@ import tempfile
 
 import click
 
-from .core import JaxprError, Loc
+from .core import JaxprError, Loc, UsageProblem
 
 
 class UsageError(click.UsageError):
@@ -25,7 +25,7 @@ def read_source(file: str | None) -> tuple[str, str]:
             with open(file, "rb") as f:
                 data = f.read()
         except OSError as e:
-            raise JaxprError(f"cannot read '{file}': {e.strerror}", None) from None
+            raise UsageProblem(f"cannot read '{file}': {e.strerror}", None) from None
         path = file
     try:
         return data.decode("utf-8"), path
@@ -44,7 +44,7 @@ def write_output(text: str | bytes, out: str | None) -> None:
         return
     folder = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(folder):
-        raise JaxprError(
+        raise UsageProblem(
             f"cannot write '{out}': folder '{os.path.dirname(out) or '.'}' does not exist"
         )
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".jaxprtool-", suffix=".tmp")

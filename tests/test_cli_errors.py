@@ -1,0 +1,63 @@
+"""The CLI contract: exit codes and exact messages for the error paths every command shares."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from jaxprtool.cli import main
+
+SAMPLE = str(Path(__file__).resolve().parents[1] / "samples" / "sin_cos.jaxpr")
+
+
+def invoke(*args, input=None):
+    return CliRunner().invoke(main, ["--no-color", *args], input=input)
+
+
+@pytest.mark.parametrize("cmd", ["fmt", "check", "jvp", "vjp", "grad", "dce", "stats", "run"])
+def test_missing_input_file_is_usage_exit_2(cmd, tmp_path):
+    missing = tmp_path / "missing.jaxpr"
+    r = invoke(cmd, str(missing))
+    assert r.exit_code == 2
+    assert r.output == f"error: cannot read '{missing}': No such file or directory\n"
+
+
+@pytest.mark.parametrize("cmd", ["fmt", "jvp", "dce"])
+def test_output_in_missing_folder_is_exit_2_and_writes_nothing(cmd, tmp_path):
+    out = tmp_path / "nowhere" / "out.jaxpr"
+    r = invoke(cmd, SAMPLE, "-o", str(out))
+    assert r.exit_code == 2
+    assert f"error: cannot write '{out}': folder '{out.parent}' does not exist" in r.output
+    assert not out.parent.exists()
+
+
+def test_unknown_flag_is_exit_2():
+    r = invoke("fmt", "--frobnicate", SAMPLE)
+    assert r.exit_code == 2 and "No such option '--frobnicate'" in r.output
+
+
+def test_empty_input_is_located_exit_1():
+    r = invoke("fmt", "-", input="")
+    assert r.exit_code == 1
+    assert r.output.startswith("<stdin>:1:1: error: empty input: expected a jaxpr ('{ lambda ...')")
+
+
+def test_failed_run_never_clobbers_the_output(tmp_path):
+    out = tmp_path / "out.jaxpr"
+    out.write_text("precious\n")
+    r = invoke(
+        "jvp", "-", "-o", str(out), input="{ lambda ; a:f32[3]. let b:f32[3] = sin a in (b,) "
+    )
+    assert r.exit_code == 1 and "<stdin>:1:" in r.output
+    assert out.read_text() == "precious\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.jaxpr"], "no temporary file left behind"
+
+
+def test_type_error_is_located_before_any_transformation(tmp_path):
+    bad = tmp_path / "bad.jaxpr"
+    bad.write_text("{ lambda ; a:f32[3]. let\n    b:f32[4] = sin a\n  in (b,) }\n")
+    r = invoke("vjp", str(bad))
+    assert r.exit_code == 1
+    assert f"{bad}:2:5: error: sin: result type f32[4] does not match inferred f32[3]" in r.output
