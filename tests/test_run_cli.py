@@ -230,7 +230,7 @@ def test_consts(tmp_path):
 def test_output_is_atomic(prog, tmp_path):
     out = tmp_path / "nowhere" / "o.npz"
     r = invoke("run", prog, "--random", "0", "-o", out)
-    assert r.exit_code == 1
+    assert r.exit_code == 2  # an output folder that does not exist is bad usage
     assert not out.exists()
     good = tmp_path / "o.npz"
     r = invoke("run", prog, "--random", "0", "-o", good)
