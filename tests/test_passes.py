@@ -519,7 +519,7 @@ def test_commands(tmp_path):
     r = CliRunner().invoke(main, ["opt", "-p", "dce,bogus", src])
     assert r.exit_code == 2
     r = CliRunner().invoke(main, ["dce", str(tmp_path / "missing.jaxpr")])
-    assert r.exit_code == 1
+    assert r.exit_code == 2  # a missing input file is bad usage
 
 
 def test_stdin_and_style():
