@@ -84,7 +84,6 @@ Representation choices the printer relies on
 
 from __future__ import annotations
 
-import gc
 import re
 import threading
 from bisect import bisect_right
@@ -1105,11 +1104,9 @@ def parse(text: str, path: str = "<stdin>") -> ParseResult:
     if i >= st.n:
         st.fail("empty input: expected a jaxpr ('{ lambda ...')", i)
     # the IR has no reference cycles: pausing the cyclic GC saves its many passes over
-    # the young objects built here
-    gc_was_on = gc.isenabled()
-    gc.disable()
-    # (one parser object: the post-lexer and the transformer hold this parse's state)
-    with _LOCK:
+    # the young objects built here.  (One parser object: the post-lexer and the
+    # transformer hold this parse's state.)
+    with core.gc_paused(), _LOCK:
         lk.options.postlex.st = st
         lk.options.transformer.st = st
         try:
@@ -1120,8 +1117,6 @@ def parse(text: str, path: str = "<stdin>") -> ParseResult:
             raise JaxprError("input is nested too deeply", st.loc(st.last_end)) from None
         finally:
             lk.options.postlex.st = lk.options.transformer.st = None
-            if gc_was_on:
-                gc.enable()
     return ParseResult(j, st.warnings)
 
 
