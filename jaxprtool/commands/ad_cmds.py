@@ -9,24 +9,11 @@ import click
 
 from ..cli import guarded
 from ..io import UsageError, write_output
+from .common import int_list
 
 _OPT_HELP = (
     "Clean-up pipeline run on the result (passes separated by commas; `none` for the raw result)."
 )
-
-
-def _int_list(ctx, param, value):
-    if value is None:
-        return None
-    try:
-        out = tuple(int(p) for p in value.split(",") if p.strip())
-    except ValueError:
-        raise click.BadParameter(
-            f"expected integers separated by commas, e.g. 0,2 (got '{value}')"
-        ) from None
-    if not out:
-        raise click.BadParameter("expected at least one index")
-    return out
 
 
 def _remember_diff(ctx, param, value):
@@ -123,7 +110,7 @@ def _note(msg: str) -> None:
 @_common
 @click.option(
     "--argnums",
-    callback=_int_list,
+    callback=int_list,
     metavar="I,J",
     help="Inputs to differentiate (default: every float input).",
 )
@@ -174,7 +161,7 @@ def _jvp(file, out, opt, argnums, no_instantiate):
 @_common
 @click.option(
     "--argnums",
-    callback=_int_list,
+    callback=int_list,
     metavar="I,J",
     help="Inputs to differentiate (default: every float input).",
 )
@@ -253,7 +240,7 @@ def _report_stats(info) -> None:
 @click.option(
     "--linear",
     "linear",
-    callback=_int_list,
+    callback=int_list,
     metavar="I,J",
     help="The linear inputs (the others are residuals).",
 )
@@ -298,7 +285,7 @@ def _transpose(file, out, opt, linear, residuals):
 @_common
 @click.option(
     "--argnums",
-    callback=_int_list,
+    callback=int_list,
     metavar="I,J",
     help="Inputs to differentiate (default: every float input).",
 )
@@ -327,7 +314,7 @@ def _vjp(file, out, opt, argnums):
 @_common
 @click.option(
     "--argnums",
-    callback=_int_list,
+    callback=int_list,
     default="0",
     show_default=True,
     metavar="I,J",

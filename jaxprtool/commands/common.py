@@ -46,3 +46,18 @@ def output_style(jaxpr: Jaxpr):
         except ValueError as e:
             raise click.UsageError(f"--jax-style: {e}") from None
     return detect_style(jaxpr)
+
+
+def int_list(ctx, param, value):
+    """click callback: `0,2` -> (0, 2); None stays None."""
+    if value is None:
+        return None
+    try:
+        out = tuple(int(p) for p in value.split(",") if p.strip())
+    except ValueError:
+        raise click.BadParameter(
+            f"expected integers separated by commas, e.g. 0,2 (got '{value}')"
+        ) from None
+    if not out:
+        raise click.BadParameter("expected at least one index")
+    return out

@@ -11,20 +11,7 @@ import click
 
 from ..cli import guarded
 from ..io import use_color, write_output
-
-
-def _int_list(ctx, param, value):
-    if value is None:
-        return None
-    try:
-        out = tuple(int(p) for p in value.split(",") if p.strip())
-    except ValueError:
-        raise click.BadParameter(
-            f"expected integers separated by commas, e.g. 0,2 (got '{value}')"
-        ) from None
-    if not out:
-        raise click.BadParameter("expected at least one index")
-    return out
+from .common import int_list
 
 
 @click.command("explain")
@@ -46,7 +33,7 @@ def _int_list(ctx, param, value):
 )
 @click.option(
     "--argnums",
-    callback=_int_list,
+    callback=int_list,
     metavar="I,J",
     help="Inputs to differentiate (default: every float input).",
 )
