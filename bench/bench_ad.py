@@ -180,14 +180,16 @@ out = {"fmt": lambda: j, "jvp": lambda: jvp_jaxpr(j, [0, 1]), "vjp": lambda: vjp
 s = print_jaxpr(out)
 t = time.perf_counter() - t0
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(f"{t:.2f} {peak / 1024:.0f} {len(out.eqns)}")
+print(f"{t:.2f} {peak / 1024:.0f} {(peak - before) / 1024:.0f} {len(out.eqns)}")
 """
 
 
 def table_scaling(sizes=(10_000, 100_000)):
     import tempfile
 
-    print(f"\n{'eqns':>8} {'command':8} {'time s':>8} {'peak MB':>8} {'out eqns':>9}")
+    print(
+        f"\n{'eqns':>8} {'command':8} {'time s':>8} {'peak MB':>8} {'growth MB':>9} {'out eqns':>9}"
+    )
     for n in sizes:
         with tempfile.NamedTemporaryFile("w", suffix=".jaxpr", delete=False) as f:
             f.write(chain_text(n))
@@ -198,8 +200,8 @@ def table_scaling(sizes=(10_000, 100_000)):
             if r.returncode:
                 print(f"{n:8d} {cmd:8} failed: {r.stderr.strip().splitlines()[-1:]}")
                 continue
-            t, mb, k = r.stdout.split()
-            print(f"{n:8d} {cmd:8} {float(t):8.2f} {float(mb):8.0f} {int(k):9d}")
+            t, mb, grow, k = r.stdout.split()
+            print(f"{n:8d} {cmd:8} {float(t):8.2f} {float(mb):8.0f} {float(grow):9.0f} {int(k):9d}")
         os.unlink(f.name)
 
 
