@@ -166,20 +166,24 @@ def chain_text(n: int) -> str:
 
 
 SCALE_SCRIPT = r"""
-import resource, sys, time
+import sys, time
 from jaxprtool.text.parser import parse
 from jaxprtool.text.printer import print_jaxpr
 from jaxprtool.ad.api import jvp_jaxpr, vjp_jaxpr, grad_jaxpr
 from jaxprtool.passes.registry import run_pipeline
 text = open(sys.argv[1]).read(); cmd = sys.argv[2]
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+def hwm_kb():  # this process's peak resident memory (ru_maxrss would include the parent's, kept over exec)
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+before = hwm_kb()
 t0 = time.perf_counter()
 j = parse(text).jaxpr
 out = {"fmt": lambda: j, "jvp": lambda: jvp_jaxpr(j, [0, 1]), "vjp": lambda: vjp_jaxpr(j, [0, 1]),
        "dce": lambda: run_pipeline(j, "dce"), "grad": lambda: grad_jaxpr(j, [0])}[cmd]()
 s = print_jaxpr(out)
 t = time.perf_counter() - t0
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+peak = hwm_kb()
 print(f"{t:.2f} {peak / 1024:.0f} {(peak - before) / 1024:.0f} {len(out.eqns)}")
 """
 
