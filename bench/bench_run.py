@@ -59,16 +59,19 @@ def programs():
     )
 
 
-def timeit(fn, args, repeat):
+def timeit_pair(fa, fb, args, repeat):
+    """Median and min time of two executables, run alternately so that load drift hits both."""
     import jax
 
-    jax.block_until_ready(fn(*args))  # warm up
-    times = []
+    jax.block_until_ready(fa(*args))  # warm up
+    jax.block_until_ready(fb(*args))
+    times: tuple[list[float], list[float]] = ([], [])
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times)), float(min(times))
+        for fn, ts in ((fa, times[0]), (fb, times[1])):
+            t0 = time.perf_counter()
+            jax.block_until_ready(fn(*args))
+            ts.append(time.perf_counter() - t0)
+    return [(float(np.median(ts)), float(min(ts))) for ts in times]
 
 
 def main() -> int:
@@ -99,8 +102,7 @@ def main() -> int:
         out_ref = out_ref if isinstance(out_ref, (list, tuple)) else [out_ref]
         for a, b in zip(out_ours, out_ref):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-3, atol=2e-3)
-        m_ours, lo_ours = timeit(ours, xs, opts.repeat)
-        m_ref, lo_ref = timeit(ref, xs, opts.repeat)
+        (m_ours, lo_ours), (m_ref, lo_ref) = timeit_pair(ours, ref, xs, opts.repeat)
         rows.append((name, len(ir.eqns), c_ours, c_ref, m_ours, lo_ours, m_ref, lo_ref))
 
     print(f"device: {dev}  repeat: {opts.repeat}")
