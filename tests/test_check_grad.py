@@ -66,3 +66,18 @@ def test_no_float_inputs_is_trouble(tmp_path):
     f.write_text("{ lambda ; a:i32[3]. let b:i32[3] = mul a a in (b,) }\n")
     r = invoke(str(f))
     assert r.exit_code == 2 and "no float or complex inputs to differentiate" in r.output
+
+
+def test_tolerance_follows_the_least_precise_dtype(tmp_path):
+    """A bf16 cast inside makes FD only bf16-accurate: JAX's bf16 tolerance (1e-1) applies."""
+    f = tmp_path / "bf16.jaxpr"
+    f.write_text(
+        "{ lambda ; a:f32[2,3] b:f32[3,4]. let\n"
+        "    m:bf16[2,3] = convert_element_type[new_dtype=bfloat16 weak_type=False] a\n"
+        "    n:bf16[3,4] = convert_element_type[new_dtype=bfloat16 weak_type=False] b\n"
+        "    o:f32[2,4] = dot_general[dimension_numbers=(([1], [0]), ([], [])) preferred_element_type=float32] m n\n"
+        "  in (o,) }\n"
+    )
+    r = invoke(str(f))
+    assert r.exit_code == 0, r.output
+    assert r.output.count("1e-01") == 3
