@@ -20,6 +20,9 @@ $(STAMP): pyproject.toml
 demo: install
 	$(BIN)/jaxprtool fmt samples/mlp.jaxpr
 	$(BIN)/jaxprtool check samples/mlp.jaxpr && echo "check: ok"
+	$(BIN)/jaxprtool grad --argnums 0,1,2,3 samples/mlp.jaxpr
+	$(BIN)/jaxprtool grad --argnums 0 samples/mlp.jaxpr | $(BIN)/jaxprtool run - --random 0
+	$(BIN)/jaxprtool check-grad samples/mlp.jaxpr
 
 lint: install
 	$(BIN)/ruff check jaxprtool tests bench
