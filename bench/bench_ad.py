@@ -59,6 +59,17 @@ def transformer(ps, x):
     return jnp.sum(x**2)
 
 
+def make_cnn(relu):
+    def cnn(w1, w2, wd, x):
+        dn = ("NHWC", "HWIO", "NHWC")
+        h = relu(jax.lax.conv_general_dilated(x, w1, (1, 1), "SAME", dimension_numbers=dn))
+        h = jax.lax.reduce_window(h, -jnp.inf, jax.lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+        h = relu(jax.lax.conv_general_dilated(h, w2, (1, 1), "SAME", dimension_numbers=dn))
+        return jnp.mean((h.reshape(h.shape[0], -1) @ wd) ** 2)
+
+    return cnn
+
+
 def block_params(key, d=16, f=32):
     ks = jax.random.split(key, 6)
     shapes = {"wq": (d, d), "wk": (d, d), "wv": (d, d), "wo": (d, d), "w1": (d, f), "w2": (f, d)}
@@ -75,6 +86,17 @@ def cases():
     x = jax.random.normal(key, (6, 16))
     yield "mlp", (lambda ps, x, y: mlp(ps, x, y)), (mlp_params, jnp.ones((5, 8)), jnp.ones((5, 4)))
     yield "attention", attention, (block_params(key), x)
+    ks = jax.random.split(key, 4)
+    cnn_args = (
+        0.3 * jax.random.normal(ks[0], (3, 3, 1, 4)),
+        0.3 * jax.random.normal(ks[1], (3, 3, 4, 8)),
+        0.1 * jax.random.normal(ks[2], (4 * 4 * 8, 10)),
+        jax.random.normal(ks[3], (2, 8, 8, 1)),
+    )
+    yield "cnn", make_cnn(lambda h: jnp.maximum(h, 0.0)), cnn_args
+    # jax.nn.relu is a custom_jvp whose rule is not in the text: the tool differentiates its
+    # body (max, with JAX's tie-splitting), so it emits more equations than JAX's custom rule
+    yield "cnn-nn.relu", make_cnn(jax.nn.relu), cnn_args
     yield "transformer-64", transformer, ([block_params(k) for k in jax.random.split(key, 64)], x)
 
 
