@@ -54,7 +54,7 @@ class Check:
         return bool(self.error <= self.tolerance)
 
 
-def _least_precise_dtype(jaxpr: Jaxpr) -> str:
+def least_precise_dtype(jaxpr: Jaxpr) -> str:
     """The least precise float/complex dtype anywhere in the program (inputs, outputs and every
     intermediate): a bf16 cast in the middle makes finite differences and the adjoint identity
     only as accurate as bf16, so step and tolerance follow it."""
@@ -108,7 +108,7 @@ class GradChecker:
             raise JaxprError(f"{label}: no float or complex inputs to differentiate")
         if not outs_inexact:
             raise JaxprError(f"{label}: no float or complex outputs to differentiate")
-        dtype = _least_precise_dtype(jaxpr)
+        dtype = least_precise_dtype(jaxpr)
         tol, eps = TOLERANCE.get(dtype, 2e-3), EPS.get(dtype.replace("complex64", "float32"), 1e-3)
         if dtype == "complex128":
             eps = 1e-6

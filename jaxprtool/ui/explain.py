@@ -43,7 +43,7 @@ from ..core import (
     is_inexact,
     short_dtype_name,
 )
-from .checkgrad import EPS, TOLERANCE, _dtype_name, _random_like, _rel_err, _vdot
+from .checkgrad import EPS, TOLERANCE, _random_like, _rel_err, _vdot, least_precise_dtype
 
 MODES = ("jvp", "vjp", "grad")
 
@@ -808,7 +808,7 @@ def _pipeline(data: ExplainData, jaxpr, args, consts, mask, seed, namer, style, 
     run = _guard(2, _runner, jaxpr, consts)
     primal_outs = _guard(2, run, args)
     outs_inexact = [j for j, v in enumerate(jaxpr.outvars) if is_inexact(v.type)]
-    dtype = _dtype_name([args[i] for i in diff])
+    dtype = least_precise_dtype(jaxpr)
     tol = TOLERANCE.get(dtype, 2e-3)
     eps = EPS.get(dtype.replace("complex64", "float32").replace("complex128", "float64"), 1e-3)
 
