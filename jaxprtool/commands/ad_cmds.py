@@ -16,17 +16,11 @@ _OPT_HELP = (
 )
 
 
-def _remember_diff(ctx, param, value):
-    ctx.meta["jaxprtool.diff"] = value
-    return value
-
-
 def _common(f):
     f = click.option(
         "--diff",
+        "show_diff",
         is_flag=True,
-        expose_value=False,
-        callback=_remember_diff,
         help="Show a coloured unified diff of input and result on standard error.",
     )(f)
     f = click.option(
@@ -48,41 +42,24 @@ def _common(f):
     return f
 
 
-def _style(jaxpr):
-    from .common import output_style
-
-    return output_style(jaxpr)
+_argnums = click.option(
+    "--argnums",
+    callback=int_list,
+    metavar="I,J",
+    help="Inputs to differentiate (default: every float input).",
+)
 
 
 def _optimizer(spec):
-    try:
-        from ..passes.registry import parse_pipeline, run_pipeline
-    except ImportError:  # the passes package is optional
-        return lambda j: j
+    from ..passes.registry import parse_pipeline, run_pipeline
+
     parse_pipeline(spec)  # reports an unknown pass before any work
     return lambda j: run_pipeline(j, spec)
 
 
-def _emit(jaxpr, style, out):
-    from ..ad.api import restyle
-    from ..text.printer import print_jaxpr
-
-    text = print_jaxpr(restyle(jaxpr, style), style) + "\n"
-    meta = click.get_current_context().meta
-    if meta.get("jaxprtool.diff"):
-        from ..ui.diff import show_diff
-
-        before = print_jaxpr(meta["jaxprtool.input"], style) + "\n"
-        show_diff(before, text, "input", "result")
-    write_output(text, out)
-
-
-def _load(file):
+def _require_static_shapes(jaxpr) -> None:
     from ..core import JaxprError, ShapedArray, all_eqns
-    from .common import load
 
-    jaxpr, _text, _path = load(file)
-    click.get_current_context().meta["jaxprtool.input"] = jaxpr
     for v in jaxpr.invars:
         if isinstance(v.type, ShapedArray) and not v.type.is_static:
             raise JaxprError(
@@ -96,7 +73,31 @@ def _load(file):
                     "has a symbolic or sharded dimension",
                     e.loc,
                 )
-    return jaxpr
+
+
+class _Job:
+    """One AD command: the input program, its printing style, the clean-up pipeline, --diff."""
+
+    def __init__(self, file, opt: str, show_diff: bool):
+        from .common import load, output_style
+
+        self.input, _text, _path = load(file)
+        _require_static_shapes(self.input)
+        self.style = output_style(self.input)
+        self.optimize = _optimizer(opt)
+        self.show_diff = show_diff
+
+    def emit(self, jaxpr, out) -> None:
+        """Print `jaxpr` in the input's style to `out`; with --diff, the change on stderr."""
+        from ..ad.api import restyle
+        from ..text.printer import print_jaxpr
+
+        text = print_jaxpr(restyle(jaxpr, self.style), self.style) + "\n"
+        if self.show_diff:
+            from ..ui.diff import show_diff
+
+            show_diff(print_jaxpr(self.input, self.style) + "\n", text, "input", "result")
+        write_output(text, out)
 
 
 def _note(msg: str) -> None:
@@ -108,16 +109,11 @@ def _note(msg: str) -> None:
 
 @click.command()
 @_common
-@click.option(
-    "--argnums",
-    callback=int_list,
-    metavar="I,J",
-    help="Inputs to differentiate (default: every float input).",
-)
+@_argnums
 @click.option(
     "--no-instantiate", is_flag=True, help="Leave out output tangents that are known to be zero."
 )
-def jvp(file, out, opt, argnums, no_instantiate):
+def jvp(file, out, opt, show_diff, argnums, no_instantiate):
     """Forward mode: (x..., tx...) -> (y..., ty...).
 
     Only float/complex inputs (among --argnums) get a tangent input, and only float/complex
@@ -128,16 +124,15 @@ def jvp(file, out, opt, argnums, no_instantiate):
       jaxprtool jvp f.jaxpr
       jaxprtool jvp --argnums 0 f.jaxpr | jaxprtool jvp
     """
-    guarded(_jvp)(file, out, opt, argnums, no_instantiate)
+    guarded(_jvp)(file, out, opt, show_diff, argnums, no_instantiate)
 
 
-def _jvp(file, out, opt, argnums, no_instantiate):
+def _jvp(file, out, opt, show_diff, argnums, no_instantiate):
     from ..ad.api import jvp_jaxpr_info
     from ..core import is_inexact
 
-    j = _load(file)
-    style = _style(j)
-    optf = _optimizer(opt)
+    job = _Job(file, opt, show_diff)
+    j = job.input
     res, _mask, out_nz = jvp_jaxpr_info(j, argnums, instantiate=not no_instantiate)
     if no_instantiate:
         missing = [f"{k} ({v.type})" for k, (v, nz) in enumerate(zip(j.outvars, out_nz)) if not nz]
@@ -151,7 +146,7 @@ def _jvp(file, out, opt, argnums, no_instantiate):
             _note(
                 f"no tangent output for output{'s' if len(missing) > 1 else ''} {', '.join(missing)} ({why})"
             )
-    _emit(optf(res), style, out)
+    job.emit(job.optimize(res), out)
 
 
 # ---------------------------------------------------------------- linearize
@@ -159,12 +154,7 @@ def _jvp(file, out, opt, argnums, no_instantiate):
 
 @click.command()
 @_common
-@click.option(
-    "--argnums",
-    callback=int_list,
-    metavar="I,J",
-    help="Inputs to differentiate (default: every float input).",
-)
+@_argnums
 @click.option(
     "--split",
     nargs=2,
@@ -176,7 +166,7 @@ def _jvp(file, out, opt, argnums, no_instantiate):
     is_flag=True,
     help="Report the residuals on standard error (count, bytes, producers).",
 )
-def linearize(file, out, opt, argnums, split, stats):
+def linearize(file, out, opt, show_diff, argnums, split, stats):
     """Linearize: the primal computation plus a linear program for the tangents.
 
     The default output has jvp's calling convention (x..., tx...) -> (y..., ty...): the primal
@@ -191,26 +181,25 @@ def linearize(file, out, opt, argnums, split, stats):
       jaxprtool linearize f.jaxpr | jaxprtool transpose
       jaxprtool linearize --split p.jaxpr l.jaxpr --stats f.jaxpr
     """
-    guarded(_linearize)(file, out, opt, argnums, split, stats)
+    guarded(_linearize)(file, out, opt, show_diff, argnums, split, stats)
 
 
-def _linearize(file, out, opt, argnums, split, stats):
+def _linearize(file, out, opt, show_diff, argnums, split, stats):
     from ..ad.linearize import combine, linearize_jaxpr
 
-    j = _load(file)
-    style = _style(j)
-    optf = _optimizer(opt)
+    job = _Job(file, opt, show_diff)
+    j = job.input
     if split and out:
         raise UsageError("-o cannot be combined with --split")
     primal, linear, info = linearize_jaxpr(j, argnums)
-    linear = optf(linear)
+    linear = job.optimize(linear)
     if stats:
         _report_stats(info)
     if split:
-        _emit(optf(primal), style, split[0])
-        _emit(linear, style, split[1])
+        job.emit(job.optimize(primal), split[0])
+        job.emit(linear, split[1])
         return
-    _emit(combine(primal, linear, info), style, out)
+    job.emit(combine(primal, linear, info), out)
 
 
 def _report_stats(info) -> None:
@@ -250,7 +239,7 @@ def _report_stats(info) -> None:
     metavar="K",
     help="The first K inputs are residuals; the rest are linear.",
 )
-def transpose(file, out, opt, linear, residuals):
+def transpose(file, out, opt, show_diff, linear, residuals):
     """Transpose a linear program.
 
     Default: the combined form printed by `linearize` is recognised (its `jit[name=linear]`
@@ -263,19 +252,18 @@ def transpose(file, out, opt, linear, residuals):
       jaxprtool linearize f.jaxpr | jaxprtool transpose
       jaxprtool transpose --residuals 2 lin.jaxpr
     """
-    guarded(_transpose)(file, out, opt, linear, residuals)
+    guarded(_transpose)(file, out, opt, show_diff, linear, residuals)
 
 
-def _transpose(file, out, opt, linear, residuals):
+def _transpose(file, out, opt, show_diff, linear, residuals):
     from ..ad.transpose import transpose_auto
 
     if linear is not None and residuals is not None:
         raise UsageError("--linear and --residuals are mutually exclusive")
-    j = _load(file)
-    style = _style(j)
-    optf = _optimizer(opt)
+    job = _Job(file, opt, show_diff)
+    j = job.input
     res, _mask, _lo = transpose_auto(j, linear, residuals)
-    _emit(optf(res), style, out)
+    job.emit(job.optimize(res), out)
 
 
 # ---------------------------------------------------------------- vjp, grad
@@ -283,13 +271,8 @@ def _transpose(file, out, opt, linear, residuals):
 
 @click.command()
 @_common
-@click.option(
-    "--argnums",
-    callback=int_list,
-    metavar="I,J",
-    help="Inputs to differentiate (default: every float input).",
-)
-def vjp(file, out, opt, argnums):
+@_argnums
+def vjp(file, out, opt, show_diff, argnums):
     """Reverse mode: (x..., ct_y...) -> (y..., ct_x...).
 
     One cotangent input per float/complex output; one cotangent output per differentiated input.
@@ -298,16 +281,15 @@ def vjp(file, out, opt, argnums):
     Example:
       jaxprtool vjp --argnums 0 f.jaxpr
     """
-    guarded(_vjp)(file, out, opt, argnums)
+    guarded(_vjp)(file, out, opt, show_diff, argnums)
 
 
-def _vjp(file, out, opt, argnums):
+def _vjp(file, out, opt, show_diff, argnums):
     from ..ad.api import vjp_jaxpr
 
-    j = _load(file)
-    style = _style(j)
-    optf = _optimizer(opt)
-    _emit(optf(vjp_jaxpr(j, argnums)), style, out)
+    job = _Job(file, opt, show_diff)
+    j = job.input
+    job.emit(job.optimize(vjp_jaxpr(j, argnums)), out)
 
 
 @click.command()
@@ -326,7 +308,7 @@ def _vjp(file, out, opt, argnums):
     is_flag=True,
     help="Differentiate the first output; return the other outputs as auxiliary data.",
 )
-def grad(file, out, opt, argnums, with_value, has_aux):
+def grad(file, out, opt, show_diff, argnums, with_value, has_aux):
     """Gradient of a scalar float output: (x...) -> ([value,] [aux...,] grads...).
 
     The output must be one scalar (or the first output, with --has-aux); the cotangent is 1.
@@ -337,16 +319,15 @@ def grad(file, out, opt, argnums, with_value, has_aux):
       jaxprtool grad --argnums 0,2 loss.jaxpr
       jaxprtool grad f.jaxpr | jaxprtool grad
     """
-    guarded(_grad)(file, out, opt, argnums, with_value, has_aux)
+    guarded(_grad)(file, out, opt, show_diff, argnums, with_value, has_aux)
 
 
-def _grad(file, out, opt, argnums, with_value, has_aux):
+def _grad(file, out, opt, show_diff, argnums, with_value, has_aux):
     from ..ad.api import grad_jaxpr
 
-    j = _load(file)
-    style = _style(j)
-    optf = _optimizer(opt)
-    _emit(optf(grad_jaxpr(j, argnums, has_aux=has_aux, with_value=with_value)), style, out)
+    job = _Job(file, opt, show_diff)
+    j = job.input
+    job.emit(job.optimize(grad_jaxpr(j, argnums, has_aux=has_aux, with_value=with_value)), out)
 
 
 _ = sys
