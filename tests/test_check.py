@@ -63,6 +63,20 @@ def _run(tmp_path, text: str, name: str = "bad.jaxpr"):
     return r, str(p)
 
 
+def _first_error(tmp_path, text: str, name: str = "bad.jaxpr"):
+    """Check `text`, which must fail: the first line of stderr, and the file's path."""
+    r, p = _run(tmp_path, text, name)
+    assert r.exit_code == 1
+    return r.stderr.splitlines()[0], p
+
+
+def _error_lines(tmp_path, text: str, name: str = "bad.jaxpr"):
+    """Check `text`, which must fail: the `error:` lines of stderr, and the file's path."""
+    r, p = _run(tmp_path, text, name)
+    assert r.exit_code == 1
+    return [ln for ln in r.stderr.splitlines() if ": error: " in ln], p
+
+
 def test_clean_prints_nothing(tmp_path):
     r, _ = _run(tmp_path, "{ lambda ; a:f32[3] b:f32[3]. let c:f32[3] = mul a b in (c,) }\n")
     assert r.exit_code == 0
@@ -82,23 +96,17 @@ def test_result_type_mismatch(tmp_path):
 
 
 def test_dtype_mismatch_of_operands(tmp_path):
-    r, p = _run(
+    first, p = _first_error(
         tmp_path, "{ lambda ; a:f32[3] b:i32[3]. let\n    c:f32[3] = add a b\n  in (c,) }\n"
     )
-    assert r.exit_code == 1
-    assert (
-        r.stderr.splitlines()[0]
-        == f"{p}:2:5: error: add requires operands of the same dtype, got f32, i32"
-    )
+    assert first == f"{p}:2:5: error: add requires operands of the same dtype, got f32, i32"
 
 
 def test_wrong_operand_count(tmp_path):
-    r, p = _run(
+    lines, p = _error_lines(
         tmp_path,
         "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin a a\n    c:f32[3] = add b\n  in (c,) }\n",
     )
-    assert r.exit_code == 1
-    lines = [ln for ln in r.stderr.splitlines() if ": error: " in ln]
     assert lines == [
         f"{p}:2:5: error: sin expects 1 operand, got 2",
         f"{p}:3:5: error: add expects 2 operands, got 1",
@@ -106,29 +114,27 @@ def test_wrong_operand_count(tmp_path):
 
 
 def test_wrong_result_count(tmp_path):
-    r, p = _run(tmp_path, "{ lambda ; a:f32[3]. let\n    b:f32[3] c:f32[3] = sin a\n  in (c,) }\n")
-    assert r.exit_code == 1
-    assert r.stderr.splitlines()[0] == (
+    first, p = _first_error(
+        tmp_path, "{ lambda ; a:f32[3]. let\n    b:f32[3] c:f32[3] = sin a\n  in (c,) }\n"
+    )
+    assert first == (
         f"{p}:2:5: error: sin: the equation binds 2 results, but the primitive returns 1 (f32[3])"
     )
 
 
 def test_use_before_definition(tmp_path):
-    r, p = _run(tmp_path, "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin z\n  in (b,) }\n")
-    assert r.exit_code == 1
-    assert r.stderr.splitlines()[0] == f"{p}:2:20: error: variable 'z' used before definition"
+    first, p = _first_error(
+        tmp_path, "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin z\n  in (b,) }\n"
+    )
+    assert first == f"{p}:2:20: error: variable 'z' used before definition"
 
 
 def test_duplicate_binding(tmp_path):
-    r, p = _run(
+    first, p = _first_error(
         tmp_path,
         "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin a\n    b:f32[3] = cos a\n  in (b,) }\n",
     )
-    assert r.exit_code == 1
-    assert (
-        r.stderr.splitlines()[0]
-        == f"{p}:3:5: error: variable 'b' is bound more than once in this jaxpr"
-    )
+    assert first == f"{p}:3:5: error: variable 'b' is bound more than once in this jaxpr"
 
 
 def test_duplicate_dropvars_are_fine(tmp_path):
@@ -146,12 +152,8 @@ def test_nested_jaxpr_arity(tmp_path):
         "    ] a\n"
         "  in (b,) }\n"
     )
-    r, p = _run(tmp_path, text)
-    assert r.exit_code == 1
-    assert (
-        r.stderr.splitlines()[0]
-        == f"{p}:2:5: error: jit: jaxpr takes 2 inputs, but the equation passes 1"
-    )
+    first, p = _first_error(tmp_path, text)
+    assert first == f"{p}:2:5: error: jit: jaxpr takes 2 inputs, but the equation passes 1"
 
 
 def test_nested_jaxpr_operand_type(tmp_path):
@@ -163,9 +165,7 @@ def test_nested_jaxpr_operand_type(tmp_path):
         "    ] a\n"
         "  in (b,) }\n"
     )
-    r, p = _run(tmp_path, text)
-    assert r.exit_code == 1
-    lines = [ln for ln in r.stderr.splitlines() if ": error: " in ln]
+    lines, p = _error_lines(tmp_path, text)
     assert lines == [f"{p}:2:5: error: jit: operand 0 has type f32[3], but jaxpr expects f32[4]"]
 
 
@@ -180,9 +180,7 @@ def test_nested_jaxpr_is_checked(tmp_path):
         "    ] a\n"
         "  in (b,) }\n"
     )
-    r, p = _run(tmp_path, text)
-    assert r.exit_code == 1
-    lines = [ln for ln in r.stderr.splitlines() if ": error: " in ln]
+    lines, p = _error_lines(tmp_path, text)
     assert lines == [
         # the outer equation's result disagrees with what the callee returns
         f"{p}:2:5: error: jit: result type f32[3] does not match inferred i32[3]",
@@ -201,12 +199,8 @@ def test_cond_branches_disagree(tmp_path):
         "    ] p a\n"
         "  in (b,) }\n"
     )
-    r, p = _run(tmp_path, text)
-    assert r.exit_code == 1
-    assert (
-        r.stderr.splitlines()[0]
-        == f"{p}:2:5: error: cond: branch 1 returns (f32[]), but branch 0 returns (f32[3])"
-    )
+    first, p = _first_error(tmp_path, text)
+    assert first == f"{p}:2:5: error: cond: branch 1 returns (f32[]), but branch 0 returns (f32[3])"
 
 
 def test_while_body_carry_mismatch(tmp_path):
@@ -220,9 +214,8 @@ def test_while_body_carry_mismatch(tmp_path):
         "    ] a\n"
         "  in (b,) }\n"
     )
-    r, p = _run(tmp_path, text)
-    assert r.exit_code == 1
-    assert r.stderr.splitlines()[0] == (
+    first, p = _first_error(tmp_path, text)
+    assert first == (
         f"{p}:2:5: error: while: body_jaxpr result 0 has type f32[], but the carried value has type f32[3]"
     )
 
@@ -240,9 +233,8 @@ def test_scan_xs_mismatch(tmp_path):
         "    ] a b\n"
         "  in (c, d) }\n"
     )
-    r, p = _run(tmp_path, text)
-    assert r.exit_code == 1
-    assert r.stderr.splitlines()[0] == (
+    first, p = _first_error(tmp_path, text)
+    assert first == (
         f"{p}:2:5: error: scan: operand 1 (xs) has type f32[9,4], but jaxpr expects f32[4] with a leading axis of 10"
     )
 
@@ -288,8 +280,9 @@ def test_api_on_built_ir():
 
 
 def test_literal_value_must_fit_its_type(tmp_path):
-    r, p = _run(tmp_path, "{ lambda ; a:i32[3]. let\n    b:i32[3] = add a 1.5:i32[]\n  in (b,) }\n")
-    assert r.exit_code == 1
-    assert r.stderr.splitlines()[0] == f"{p}:2:5: error: literal 1.5 cannot have type i32[]"
+    first, p = _first_error(
+        tmp_path, "{ lambda ; a:i32[3]. let\n    b:i32[3] = add a 1.5:i32[]\n  in (b,) }\n"
+    )
+    assert first == f"{p}:2:5: error: literal 1.5 cannot have type i32[]"
     r, p = _run(tmp_path, "{ lambda ; a:u8[3]. let\n    b:u8[3] = add a 300:u8[]\n  in (b,) }\n")
     assert r.stderr.splitlines()[0] == f"{p}:2:5: error: literal 300 is out of range for u8[]"

@@ -67,6 +67,16 @@ _register_call(("custom_vjp_call_jaxpr",), "fun_jaxpr", "call_jaxpr")
 _register_call(("custom_vmap_call",), "call", "call_jaxpr", "jaxpr")
 
 
+def _jaxpr_for(params, prim: str, key: str, in_types, what: str = "inputs") -> Jaxpr:
+    """The nested jaxpr ``params[key]``, checked to take exactly one input per operand."""
+    j = jaxpr_param(params, key)
+    if len(j.invars) != len(in_types):
+        raise ShapeError(
+            f"{prim}: {key} takes {len(j.invars)} {what}, but the equation passes {len(in_types)}"
+        )
+    return j
+
+
 @shape_rule("optimization_barrier")
 def _optimization_barrier(in_types, params, out_hint):
     return list(in_types)
@@ -383,11 +393,7 @@ def _custom_linear_solve(in_types, params, out_hint):
 
 @shape_rule("run_state")
 def _run_state(in_types, params, out_hint):
-    j = jaxpr_param(params, "jaxpr")
-    if len(j.invars) != len(in_types):
-        raise ShapeError(
-            f"run_state: jaxpr takes {len(j.invars)} refs, but the equation passes {len(in_types)}"
-        )
+    _jaxpr_for(params, "run_state", "jaxpr", in_types, what="refs")
     return list(in_types)
 
 
@@ -425,11 +431,7 @@ def _as_list(v):
 
 @shape_rule("shard_map")
 def _shard_map(in_types, params, out_hint):
-    j = jaxpr_param(params, "jaxpr")
-    if len(j.invars) != len(in_types):
-        raise ShapeError(
-            f"shard_map: jaxpr takes {len(j.invars)} inputs, but the equation passes {len(in_types)}"
-        )
+    j = _jaxpr_for(params, "shard_map", "jaxpr", in_types)
     sizes = _mesh_sizes(params.get("mesh", ""))
     specs = _as_list(params.get("out_specs"))
     outs = []
@@ -456,11 +458,7 @@ def _shard_map(in_types, params, out_hint):
 
 @shape_rule("xla_pmap")
 def _xla_pmap(in_types, params, out_hint):
-    j = jaxpr_param(params, "call_jaxpr")
-    if len(j.invars) != len(in_types):
-        raise ShapeError(
-            f"xla_pmap: call_jaxpr takes {len(j.invars)} inputs, but the equation passes {len(in_types)}"
-        )
+    j = _jaxpr_for(params, "xla_pmap", "call_jaxpr", in_types)
     n = int_param(params, "axis_size")
     out_axes = _as_list(params.get("out_axes")) or [0] * len(j.outvars)
     outs = []

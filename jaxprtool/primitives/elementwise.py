@@ -15,6 +15,7 @@ from .util import (
     is_key_dtype,
     mk,
     nargs,
+    one_arr,
     opt_dtype_param,
     real_dtype,
     same_dtypes,
@@ -123,8 +124,7 @@ def _unary(prim):
     classes, res = _UNARY[prim]
 
     def rule(in_types, params, out_hint):
-        nargs(in_types, 1, prim)
-        x = arr(in_types[0], prim, 0)
+        x = one_arr(in_types, prim)
         if not is_key_dtype(x.dtype):
             _check_dtype(prim, x, 0, classes)
         if prim == "integer_pow":
@@ -305,16 +305,14 @@ def _clamp(in_types, params, out_hint):
 
 @shape_rule("convert_element_type")
 def _convert(in_types, params, out_hint):
-    nargs(in_types, 1, "convert_element_type")
-    x = arr(in_types[0], "convert_element_type", 0)
+    x = one_arr(in_types, "convert_element_type")
     d = dtype_param(params.get("new_dtype"))
     return [x.update(dtype=d, weak_type=bool(params.get("weak_type", False)))]
 
 
 @shape_rule("bitcast_convert_type")
 def _bitcast(in_types, params, out_hint):
-    nargs(in_types, 1, "bitcast_convert_type")
-    x = arr(in_types[0], "bitcast_convert_type", 0)
+    x = one_arr(in_types, "bitcast_convert_type")
     d = dtype_param(params.get("new_dtype"))
     if (
         x.dtype == "bool" or is_complex_dtype(x.dtype) or d == "bool" or is_complex_dtype(d)

@@ -22,6 +22,7 @@ from .util import (
     mk,
     nargs,
     need,
+    one_arr,
     opt_dtype_param,
     pairs,
     real_dtype,
@@ -62,6 +63,18 @@ def _dot_dims(dn):
     return static_ints(lc), static_ints(rc), static_ints(lb), static_ints(rb)
 
 
+def _dot_result(prim, lhs, rhs, dims, params, rskip=()):
+    """Result of a dot: batch dims, then lhs free dims, then rhs free dims (minus ``rskip``)."""
+    lc, rc, lb, rb = dims
+    batch = tuple(lhs.shape[i] for i in lb)
+    lfree = tuple(d for i, d in enumerate(lhs.shape) if i not in lc and i not in lb)
+    rfree = tuple(
+        d for i, d in enumerate(rhs.shape) if i not in rc and i not in rb and i not in rskip
+    )
+    d = _result_dtype(prim, lhs, rhs, opt_dtype_param(params.get("preferred_element_type")))
+    return [mk(batch + lfree + rfree, d, lhs.weak_type and rhs.weak_type, [lhs, rhs])]
+
+
 @shape_rule("dot_general")
 def _dot_general(in_types, params, out_hint):
     nargs(in_types, 2, "dot_general")
@@ -91,13 +104,7 @@ def _dot_general(in_types, params, out_hint):
             raise ShapeError(
                 f"dot_general: contracting dimensions differ: lhs {lhs} dim {a} vs rhs {rhs} dim {b}"
             )
-    batch = tuple(lhs.shape[i] for i in lb)
-    lfree = tuple(d for i, d in enumerate(lhs.shape) if i not in lc and i not in lb)
-    rfree = tuple(d for i, d in enumerate(rhs.shape) if i not in rc and i not in rb)
-    d = _result_dtype(
-        "dot_general", lhs, rhs, opt_dtype_param(params.get("preferred_element_type"))
-    )
-    return [mk(batch + lfree + rfree, d, lhs.weak_type and rhs.weak_type, [lhs, rhs])]
+    return _dot_result("dot_general", lhs, rhs, (lc, rc, lb, rb), params)
 
 
 @shape_rule("ragged_dot_general")
@@ -108,16 +115,8 @@ def _ragged_dot_general(in_types, params, out_hint):
     lc, rc, lb, rb = _dot_dims(field(rdn, "dot_dimension_numbers"))
     lrag = static_ints(field(rdn, "lhs_ragged_dimensions", ()))
     rgrp = static_ints(field(rdn, "rhs_group_dimensions", ()))
-    batch = tuple(lhs.shape[i] for i in lb)
-    lfree = tuple(d for i, d in enumerate(lhs.shape) if i not in lc and i not in lb)
-    rfree = tuple(
-        d for i, d in enumerate(rhs.shape) if i not in rc and i not in rb and i not in rgrp
-    )
     del lrag
-    d = _result_dtype(
-        "ragged_dot_general", lhs, rhs, opt_dtype_param(params.get("preferred_element_type"))
-    )
-    return [mk(batch + lfree + rfree, d, lhs.weak_type and rhs.weak_type, [lhs, rhs])]
+    return _dot_result("ragged_dot_general", lhs, rhs, (lc, rc, lb, rb), params, rgrp)
 
 
 @shape_rule("ragged_dot")
@@ -363,16 +362,14 @@ def _householder_product(in_types, params, out_hint):
 
 @shape_rule("lu_pivots_to_permutation")
 def _lu_pivots_to_permutation(in_types, params, out_hint):
-    nargs(in_types, 1, "lu_pivots_to_permutation")
-    x = arr(in_types[0], "lu_pivots_to_permutation", 0)
+    x = one_arr(in_types, "lu_pivots_to_permutation")
     size = int_param(params, "permutation_size")
     return [x.update(shape=x.shape[:-1] + (size,))]
 
 
 @shape_rule("fft")
 def _fft(in_types, params, out_hint):
-    nargs(in_types, 1, "fft")
-    x = arr(in_types[0], "fft", 0)
+    x = one_arr(in_types, "fft")
     ft = params.get("fft_type")
     kind = (
         str(ft).rsplit(".", 1)[-1].upper()

@@ -14,6 +14,7 @@ from .util import (
     dtype_param,
     int_param,
     nargs,
+    one_arr,
     static_ints,
     types_agree,
     vma_format,
@@ -115,8 +116,7 @@ def _i32_scalar(in_types, params, out_hint):
 
 @shape_rule("all_gather")
 def _all_gather(in_types, params, out_hint):
-    nargs(in_types, 1, "all_gather")
-    x = arr(in_types[0], "all_gather", 0)
+    x = one_arr(in_types, "all_gather")
     n = int_param(params, "axis_size")
     dim = int_param(params, "all_gather_dimension", 0)
     shape = list(x.shape)
@@ -130,8 +130,7 @@ def _all_gather(in_types, params, out_hint):
 
 @shape_rule("reduce_scatter")
 def _reduce_scatter(in_types, params, out_hint):
-    nargs(in_types, 1, "reduce_scatter")
-    x = arr(in_types[0], "reduce_scatter", 0)
+    x = one_arr(in_types, "reduce_scatter")
     n = int_param(params, "axis_size")
     dim = canon_axis(int_param(params, "scatter_dimension", 0), x.ndim, "scatter_dimension")
     shape = list(x.shape)
@@ -150,8 +149,7 @@ def _reduce_scatter(in_types, params, out_hint):
 
 @shape_rule("all_to_all")
 def _all_to_all(in_types, params, out_hint):
-    nargs(in_types, 1, "all_to_all")
-    x = arr(in_types[0], "all_to_all", 0)
+    x = one_arr(in_types, "all_to_all")
     split = int_param(params, "split_axis")
     concat = int_param(params, "concat_axis")
     if split == concat:
@@ -177,8 +175,7 @@ def _all_to_all(in_types, params, out_hint):
 
 @shape_rule("new_ref")
 def _new_ref(in_types, params, out_hint):
-    nargs(in_types, 1, "new_ref")
-    x = arr(in_types[0], "new_ref", 0)
+    x = one_arr(in_types, "new_ref")
     if out_hint and isinstance(out_hint[0], RefType):
         return [out_hint[0]] if out_hint[0].inner == x else [RefType(x, out_hint[0].memory_space)]
     return [RefType(x)]

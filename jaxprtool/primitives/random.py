@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from ..core import ShapedArray
 from . import ShapeError, shape_rule
-from .util import arr, broadcast_shapes, dtype_param, int_param, ints, is_key_dtype, mk, nargs, need
+from .util import (
+    arr,
+    broadcast_shapes,
+    dtype_param,
+    int_param,
+    ints,
+    is_key_dtype,
+    mk,
+    nargs,
+    need,
+    one_arr,
+)
 
 #: trailing key-data shape of each PRNG implementation
 KEY_SHAPES = {"fry": (2,), "threefry2x32": (2,), "rbg": (4,), "unsafe_rbg": (4,)}
@@ -32,8 +43,7 @@ def _key_impl(x: ShapedArray) -> str:
 
 @shape_rule("random_seed")
 def _random_seed(in_types, params, out_hint):
-    nargs(in_types, 1, "random_seed")
-    x = arr(in_types[0], "random_seed", 0)
+    x = one_arr(in_types, "random_seed")
     return [x.update(dtype=f"key<{_impl(params)}>", weak_type=False)]
 
 
@@ -71,8 +81,7 @@ def _random_clone(in_types, params, out_hint):
 
 @shape_rule("random_wrap")
 def _random_wrap(in_types, params, out_hint):
-    nargs(in_types, 1, "random_wrap")
-    x = arr(in_types[0], "random_wrap", 0)
+    x = one_arr(in_types, "random_wrap")
     impl = _impl(params)
     ks = KEY_SHAPES.get(impl, (2,))
     if x.dtype != "u32":
@@ -102,8 +111,7 @@ def _random_gamma(in_types, params, out_hint):
 
 @shape_rule("rng_bit_generator")
 def _rng_bit_generator(in_types, params, out_hint):
-    nargs(in_types, 1, "rng_bit_generator")
-    k = arr(in_types[0], "rng_bit_generator", 0)
+    k = one_arr(in_types, "rng_bit_generator")
     d = dtype_param(need(params, "dtype"))
     shape = ints(need(params, "shape"))
     return [k, ShapedArray(shape, d)]

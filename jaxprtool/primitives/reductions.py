@@ -20,6 +20,7 @@ from .util import (
     mk,
     nargs,
     need,
+    one_arr,
     pairs,
     static_ints,
     strided_dim,
@@ -39,16 +40,14 @@ def _reduce_axes(prim, x, axes):
     "reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or", "reduce_xor"
 )
 def _reduce_monoid(in_types, params, out_hint):
-    nargs(in_types, 1, "reduce")
-    x = arr(in_types[0], "reduce", 0)
+    x = one_arr(in_types, "reduce")
     shape = _reduce_axes("reduce", x, static_ints(need(params, "axes")))
     return [x.update(shape=shape)]
 
 
 @shape_rule("argmax", "argmin")
 def _argminmax(in_types, params, out_hint):
-    nargs(in_types, 1, "argmax")
-    x = arr(in_types[0], "argmax", 0)
+    x = one_arr(in_types, "argmax")
     axes = static_ints(need(params, "axes"))
     if len(axes) != 1:
         raise ShapeError(f"argmax/argmin expects exactly one axis, got {fmt_shape(axes)}")
@@ -61,8 +60,7 @@ def _argminmax(in_types, params, out_hint):
 
 @shape_rule("cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp")
 def _cumulative(in_types, params, out_hint):
-    nargs(in_types, 1, "cumulative reduction")
-    x = arr(in_types[0], "cumulative reduction", 0)
+    x = one_arr(in_types, "cumulative reduction")
     axis = int_param(params, "axis", 0)
     if x.ndim and not 0 <= axis < x.ndim:
         raise ShapeError(f"cumulative reduction: axis {axis} is out of range for {x}")
@@ -89,8 +87,7 @@ def _window_shape(prim, x: ShapedArray, params):
 
 @shape_rule("reduce_window_sum", "reduce_window_max", "reduce_window_min")
 def _reduce_window_monoid(in_types, params, out_hint):
-    nargs(in_types, 1, "reduce_window")
-    x = arr(in_types[0], "reduce_window", 0)
+    x = one_arr(in_types, "reduce_window")
     return [fill_sym_from_hint(x.update(shape=_window_shape("reduce_window", x, params)), out_hint)]
 
 

@@ -23,6 +23,7 @@ from .util import (
     mk,
     nargs,
     need,
+    one_arr,
     pairs,
     prod,
     same_dtypes,
@@ -73,8 +74,7 @@ def _broadcast_in_dim(in_types, params, out_hint):
 
 @shape_rule("broadcast_to")
 def _broadcast_to(in_types, params, out_hint):
-    nargs(in_types, 1, "broadcast_to")
-    x = arr(in_types[0], "broadcast_to", 0)
+    x = one_arr(in_types, "broadcast_to")
     shape = ints(need(params, "shape"))
     return [x.update(shape=shape)]
 
@@ -99,8 +99,7 @@ def _reshape(in_types, params, out_hint):
 
 @shape_rule("squeeze")
 def _squeeze(in_types, params, out_hint):
-    nargs(in_types, 1, "squeeze")
-    x = arr(in_types[0], "squeeze", 0)
+    x = one_arr(in_types, "squeeze")
     dims = [
         canon_axis(d, x.ndim, "squeeze dimension") for d in static_ints(need(params, "dimensions"))
     ]
@@ -114,8 +113,7 @@ def _squeeze(in_types, params, out_hint):
 
 @shape_rule("expand_dims")
 def _expand_dims(in_types, params, out_hint):
-    nargs(in_types, 1, "expand_dims")
-    x = arr(in_types[0], "expand_dims", 0)
+    x = one_arr(in_types, "expand_dims")
     dims = static_ints(need(params, "dimensions"))
     n = x.ndim + len(dims)
     dims = sorted(canon_axis(d, n, "expand_dims dimension") for d in dims)
@@ -127,8 +125,7 @@ def _expand_dims(in_types, params, out_hint):
 
 @shape_rule("transpose")
 def _transpose(in_types, params, out_hint):
-    nargs(in_types, 1, "transpose")
-    x = arr(in_types[0], "transpose", 0)
+    x = one_arr(in_types, "transpose")
     perm = static_ints(need(params, "permutation"))
     if sorted(perm) != list(range(x.ndim)):
         raise ShapeError(
@@ -187,8 +184,7 @@ def _pad(in_types, params, out_hint):
 
 @shape_rule("slice")
 def _slice(in_types, params, out_hint):
-    nargs(in_types, 1, "slice")
-    x = arr(in_types[0], "slice", 0)
+    x = one_arr(in_types, "slice")
     start = ints(need(params, "start_indices"))
     limit = ints(need(params, "limit_indices"))
     strides = static_ints(params.get("strides")) or (1,) * x.ndim
@@ -265,8 +261,7 @@ def _dynamic_update_slice(in_types, params, out_hint):
 
 @shape_rule("rev")
 def _rev(in_types, params, out_hint):
-    nargs(in_types, 1, "rev")
-    x = arr(in_types[0], "rev", 0)
+    x = one_arr(in_types, "rev")
     dims = static_ints(need(params, "dimensions"))
     for d in dims:
         if not 0 <= d < x.ndim:
@@ -287,8 +282,7 @@ def _iota(in_types, params, out_hint):
 
 @shape_rule("split")
 def _split(in_types, params, out_hint):
-    nargs(in_types, 1, "split")
-    x = arr(in_types[0], "split", 0)
+    x = one_arr(in_types, "split")
     axis = canon_axis(int_param(params, "axis"), x.ndim, "split axis")
     sizes = ints(need(params, "sizes"))
     if all(isinstance(s, int) for s in sizes) and isinstance(x.shape[axis], int):
@@ -320,8 +314,7 @@ def _stack(in_types, params, out_hint):
 
 @shape_rule("unstack")
 def _unstack(in_types, params, out_hint):
-    nargs(in_types, 1, "unstack")
-    x = arr(in_types[0], "unstack", 0)
+    x = one_arr(in_types, "unstack")
     if x.ndim == 0:
         raise ShapeError("unstack requires an operand of rank > 0")
     axis = canon_axis(int_param(params, "axis", 0), x.ndim, "unstack axis")
@@ -336,8 +329,7 @@ def _unstack(in_types, params, out_hint):
 
 @shape_rule("tile")
 def _tile(in_types, params, out_hint):
-    nargs(in_types, 1, "tile")
-    x = arr(in_types[0], "tile", 0)
+    x = one_arr(in_types, "tile")
     reps = ints(need(params, "reps"))
     if len(reps) != x.ndim:
         raise ShapeError(f"tile: reps {fmt_shape(reps)} must have one entry per axis of {x}")

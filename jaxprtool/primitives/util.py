@@ -373,6 +373,12 @@ def nargs(in_types: list, n: int | tuple[int, ...], prim: str) -> None:
         )
 
 
+def one_arr(in_types: list, prim: str) -> ShapedArray:
+    """The single operand of a one-operand primitive, as an array type, or ShapeError."""
+    nargs(in_types, 1, prim)
+    return arr(in_types[0], prim, 0)
+
+
 def min_args(in_types: list, n: int, prim: str) -> None:
     if len(in_types) < n:
         raise ShapeError(f"{prim} expects at least {n} operands, got {len(in_types)}")

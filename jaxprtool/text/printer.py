@@ -48,7 +48,7 @@ from ..core import Jaxpr, Literal, Var
 from ..params import EnumValue, Record, format_value
 from ..primitives import WITH_ACCURACY
 from . import pretty as pp
-from .style import DEFAULT_STYLE, Style
+from .style import DEFAULT_STYLE, Style, walk_jaxprs
 
 __all__ = ["print_jaxpr", "encode_name", "literal_text"]
 
@@ -379,20 +379,12 @@ class _Printer:
     def _drop_hinted(self, top: Jaxpr) -> set[int]:
         """Vars read as `_` (hint) and never used in their jaxpr: JAX's DropVar, always `_`."""
         out: set[int] = set()
-        seen: set[int] = set()
-        stack = [top]
-        while stack:
-            j = stack.pop()
-            if id(j) in seen:
-                continue
-            seen.add(id(j))
+        for j in walk_jaxprs(top, _bfs_subjaxprs):
             cand = [v for e in j.eqns for v in e.outputs if v.hint == "_"]
             if cand:
                 used = {id(a) for e in j.eqns for a in e.inputs if isinstance(a, Var)}
                 used.update(id(a) for a in j.outvars if isinstance(a, Var))
                 out.update(id(v) for v in cand if id(v) not in used)
-            for e in j.eqns:
-                stack.extend(_bfs_subjaxprs(e))
         return out
 
     def _name_binders(self, vs) -> None:
@@ -488,15 +480,23 @@ class _Printer:
             bound.add(i)
             if n == "nan" or n == "inf":
                 special.append(i)
-        for e in j.eqns:
-            for a in e.inputs:
+
+        def read(args) -> bool:
+            """Mark the shadowed vars among `args`; True if one is an untyped literal."""
+            lit = False
+            for a in args:
                 if a.__class__ is not Literal:
                     i = id(a)
                     n = names[i]
                     if (n == "_" or scope.get(n) != i) and i in bound:
                         bad[i] = None
                 elif not a.typed:
-                    untyped = True
+                    lit = True
+            return lit
+
+        for e in j.eqns:
+            if read(e.inputs):
+                untyped = True
             for v in e.outputs:
                 i = id(v)
                 n = names[i]
@@ -504,14 +504,8 @@ class _Printer:
                 bound.add(i)
                 if n == "nan" or n == "inf":
                     special.append(i)
-        for a in j.outvars:
-            if a.__class__ is not Literal:
-                i = id(a)
-                n = names[i]
-                if (n == "_" or scope.get(n) != i) and i in bound:
-                    bad[i] = None
-            elif not a.typed:
-                untyped = True
+        if read(j.outvars):
+            untyped = True
         if untyped:
             for i in special:
                 bad[i] = None

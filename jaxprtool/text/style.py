@@ -295,14 +295,21 @@ def detect_style(jaxpr: core.Jaxpr) -> Style:
     return STYLE_0_10
 
 
-def _all_outvars(jaxpr: core.Jaxpr):
+def walk_jaxprs(top: core.Jaxpr, subjaxprs):
+    """Each jaxpr reachable from `top` once (depth-first, by identity); `subjaxprs(eqn)`
+    names the jaxprs inside an equation."""
     seen: set[int] = set()
-    stack = [jaxpr]
+    stack = [top]
     while stack:
         j = stack.pop()
         if id(j) in seen:
             continue
         seen.add(id(j))
-        yield from j.outvars
+        yield j
         for e in j.eqns:
-            stack.extend(core.eqn_subjaxprs(e))
+            stack.extend(subjaxprs(e))
+
+
+def _all_outvars(jaxpr: core.Jaxpr):
+    for j in walk_jaxprs(jaxpr, core.eqn_subjaxprs):
+        yield from j.outvars
