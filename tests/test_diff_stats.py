@@ -179,27 +179,3 @@ def test_stats_whole_corpus(sub):
         s = stats(parse(f.read_text(), str(f)).jaxpr)
         assert s["equations"] >= 0 and s["flops"] >= 0
         json.dumps(s)
-
-
-def test_pipeline_options_helper():
-    import click
-
-    from jaxprtool.text.printer import print_jaxpr
-    from jaxprtool.ui.diff import apply_pipeline, pipeline_options
-
-    @click.command()
-    @click.argument("file")
-    @pipeline_options
-    def cmd(file, opt, show_diff):
-        j = parse(Path(file).read_text(), file).jaxpr
-        click.echo(print_jaxpr(apply_pipeline(j, opt, show_diff)))
-
-    src = str(GOLDEN / "canonicalize.jaxpr")
-    r = CliRunner().invoke(cmd, [src, "--opt", "canonicalize", "--diff"], env={"NO_COLOR": "1"})
-    assert r.exit_code == 0, r.output
-    want = parse((GOLDEN / "canonicalize.expected.jaxpr").read_text(), "w").jaxpr
-    assert alpha_equal(parse(r.stdout, "out").jaxpr, want)
-    assert "--- before" in r.stderr and "+++ after" in r.stderr
-    r = CliRunner().invoke(cmd, [src])
-    assert r.exit_code == 0 and r.stderr == ""
-    assert alpha_equal(parse(r.stdout, "out").jaxpr, parse(Path(src).read_text(), "s").jaxpr)

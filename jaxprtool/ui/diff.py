@@ -1,13 +1,10 @@
-"""Diffs of programs: text diffs for `--diff`, semantic diffs for `jaxprtool diff`, and the
-reusable `--opt PIPELINE` / `--diff` options of transforming commands.
+"""Diffs of programs: text diffs for `--diff`, semantic diffs for `jaxprtool diff`.
 
 * `text_diff(before, after)`: a unified diff of two printed programs.
 * `show_diff(before_text, after_text)`: that diff on stderr, coloured (rich) on a terminal.
 * `semantic_diff(a, b)`: None when the programs are alpha-equivalent, else a unified diff
   of their equations rendered with canonical names (`render_lines`), aligned by a
   name-insensitive key (so a renaming shift does not hide the real change).
-* `pipeline_options` (click decorator adding `--opt PIPELINE` and `--diff`) and
-  `apply_pipeline(jaxpr, opt, diff, style)`: what the AD commands use.
 """
 
 from __future__ import annotations
@@ -272,47 +269,3 @@ class _RefinedMatcher(difflib.SequenceMatcher):
             if run < a2:
                 out.append(("equal", run, a2, b1 + run - a1, b2))
         return out
-
-
-# ---------------------------------------------------------------- --opt / --diff options
-
-
-def pipeline_options(fn):
-    """Click decorator: adds `--opt PIPELINE` (run passes on the result, e.g.
-    `canonicalize` or `inline,simplify,cse,dce`) and `--diff` (show a diff of the result
-    before/after the pipeline on stderr).  The command receives `opt` and `show_diff`."""
-    fn = click.option(
-        "--diff",
-        "show_diff",
-        is_flag=True,
-        help="Show a unified diff of the program before/after the passes on stderr.",
-    )(fn)
-    fn = click.option(
-        "--opt",
-        "opt",
-        metavar="PIPELINE",
-        default=None,
-        help="Clean up the result with these passes (e.g. canonicalize, or inline,simplify,cse,dce).",
-    )(fn)
-    return fn
-
-
-def apply_pipeline(
-    jaxpr: Jaxpr, opt: str | None, show_diff: bool = False, style=None, before: Jaxpr | None = None
-):
-    """Run `opt` (a pipeline spec, or None) on jaxpr; with show_diff, print the diff between
-    `before` (default: jaxpr itself) and the result on stderr.  Returns the new jaxpr."""
-    from ..passes.registry import run_pipeline
-
-    result = run_pipeline(jaxpr, opt) if opt else jaxpr
-    if show_diff:
-        show_diff_jaxprs(jaxpr if before is None else before, result, style)
-    return result
-
-
-def show_diff_jaxprs(
-    before: Jaxpr, after: Jaxpr, style=None, a_name="before", b_name="after"
-) -> None:
-    from ..text.printer import print_jaxpr
-
-    show_diff(print_jaxpr(before, style), print_jaxpr(after, style), a_name, b_name)
