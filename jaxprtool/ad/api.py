@@ -16,7 +16,14 @@ from ..core import (
 )
 from . import builder as B
 from .jvp import diff_mask, jvp_jaxpr, jvp_jaxpr_info, jvp_masked  # noqa: F401
-from .linearize import LinearizeInfo, combine, linearize_combined, linearize_jaxpr, linearize_masked  # noqa: F401
+from .linearize import (  # noqa: F401
+    LinearizeInfo,
+    combine,
+    inline_primal,
+    linearize_combined,
+    linearize_jaxpr,
+    linearize_masked,
+)
 from .transpose import backward_pass, transpose_auto, transpose_jaxpr  # noqa: F401
 from .zeros import Zero, tangent_type
 from .zeros import instantiate as inst_zero
@@ -28,18 +35,7 @@ def _vjp_build(jaxpr: Jaxpr, argnums, out_ct_mask: Sequence[bool], make_cts):
     `make_cts(tangent_out_types)` returns the cotangent atoms (or Zero) for the outputs that have
     tangents (in order), and the new input Vars it created."""
     primal, linear, info = linearize_jaxpr(jaxpr, argnums, instantiate=list(out_ct_mask))
-    n_out = len(jaxpr.outvars)
-    consts = [B.fresh_like(v) for v in primal.constvars]
-    prim_in = [B.fresh_like(v) for v in primal.invars]
-    mapping = {id(a): b for a, b in zip(primal.constvars, consts)}
-    mapping.update({id(a): b for a, b in zip(primal.invars, prim_in)})
-    eqns = B.substitute(list(primal.eqns), mapping)
-    pouts = [mapping.get(id(x), x) for x in primal.outvars]
-    outs, new = pouts[:n_out], pouts[n_out:]
-    res_atoms = [
-        {"input": prim_in, "const": consts, "output": outs, "new": new}[r.source][r.index]
-        for r in info.residuals
-    ]
+    consts, prim_in, eqns, outs, res_atoms = inline_primal(primal, info)
     n_res = len(info.residuals)
     n_tan = len(linear.invars) - n_res
     tan_out_types = [v.type for v in linear.outvars]

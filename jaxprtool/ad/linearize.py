@@ -204,10 +204,9 @@ def linearize_jaxpr(jaxpr: Jaxpr, argnums: Sequence[int] | None = None, instanti
     return primal, _linear_jaxpr(residuals, tan_in, teqns, touts), info
 
 
-def combine(primal: Jaxpr, linear: Jaxpr, info: LinearizeInfo) -> Jaxpr:
-    """The combined form: `(primals..., tangents...) -> (outs..., out_tangents...)`, the primal
-    equations inline and the linear program nested in one `jit[name=linear]` equation whose
-    operands are the residuals then the tangents."""
+def inline_primal(primal: Jaxpr, info: LinearizeInfo):
+    """The primal program's equations over fresh inputs, ready to be followed by the linear part:
+    (consts, inputs, eqns, primal outputs, the atoms that stand for each residual)."""
     n_out = len(info.out_mask)
     consts = [B.fresh_like(v) for v in primal.constvars]
     prim_in = [B.fresh_like(v) for v in primal.invars]
@@ -216,11 +215,16 @@ def combine(primal: Jaxpr, linear: Jaxpr, info: LinearizeInfo) -> Jaxpr:
     eqns = B.substitute(list(primal.eqns), mapping)
     pouts = [mapping.get(id(x), x) for x in primal.outvars]
     outs, new = pouts[:n_out], pouts[n_out:]
-    res_atoms = []
-    for r in info.residuals:
-        res_atoms.append(
-            {"input": prim_in, "const": consts, "output": outs, "new": new}[r.source][r.index]
-        )
+    sources = {"input": prim_in, "const": consts, "output": outs, "new": new}
+    res_atoms = [sources[r.source][r.index] for r in info.residuals]
+    return consts, prim_in, eqns, outs, res_atoms
+
+
+def combine(primal: Jaxpr, linear: Jaxpr, info: LinearizeInfo) -> Jaxpr:
+    """The combined form: `(primals..., tangents...) -> (outs..., out_tangents...)`, the primal
+    equations inline and the linear program nested in one `jit[name=linear]` equation whose
+    operands are the residuals then the tangents."""
+    consts, prim_in, eqns, outs, res_atoms = inline_primal(primal, info)
     n_res = len(info.residuals)
     tan_in = [B.fresh_like(v) for v in linear.invars[n_res:]]
     touts: list = []
