@@ -44,10 +44,12 @@ EPS = {"float16": 1e-2, "bfloat16": 1e-1, "float32": 1e-3, "float64": 1e-6}
 
 @dataclass
 class Check:
-    program: str
+    """One numerical check: its measured error against its tolerance."""
+
     name: str
     error: float
     tolerance: float
+    program: str = ""  # which program was checked (f, jvp(f), vjp(f))
 
     @property
     def passed(self) -> bool:
@@ -136,7 +138,7 @@ class GradChecker:
             jvp_outs = self.run(J, list(args) + v)
             jv = jvp_outs[n_out:]
             err = max(_rel_err(a, b) for a, b in zip(jv, fd))
-            checks.append(Check(label, "jvp vs finite differences", err, tol))
+            checks.append(Check("jvp vs finite differences", err, tol, label))
             derived.append((J, list(args) + v, f"jvp({label})"))
         if "rev" in modes:
             V = vjp_jaxpr(jaxpr, diff)
@@ -147,10 +149,10 @@ class GradChecker:
             scale = max(1.0, abs(lhs))
             checks.append(
                 Check(
-                    label,
                     "vjp vs finite differences <w, FD(Jv)> = <J^T w, v>",
                     abs(lhs - rhs) / scale,
                     tol,
+                    label,
                 )
             )
             derived.append((V, list(args) + w, f"vjp({label})"))
@@ -159,10 +161,10 @@ class GradChecker:
                 scale = max(1.0, abs(a), abs(rhs))
                 checks.append(
                     Check(
-                        label,
                         "dot product <w, J v> = <J^T w, v>",
                         abs(a - rhs) / scale,
                         DOT_TOLERANCE.get(dtype, 2e-5),
+                        label,
                     )
                 )
         return checks, derived

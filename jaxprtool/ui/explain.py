@@ -43,7 +43,7 @@ from ..core import (
     is_inexact,
     short_dtype_name,
 )
-from .checkgrad import EPS, TOLERANCE, _random_like, _rel_err, _vdot, least_precise_dtype
+from .checkgrad import EPS, TOLERANCE, Check, _random_like, _rel_err, _vdot, least_precise_dtype
 
 MODES = ("jvp", "vjp", "grad")
 
@@ -272,17 +272,6 @@ class ReverseStep:
     accumulations: list[Accumulation] = field(default_factory=list)
     skipped: bool = False  # no cotangent reaches it
     error: JaxprError | None = None
-
-
-@dataclass
-class Check:
-    name: str
-    error: float
-    tolerance: float
-
-    @property
-    def passed(self) -> bool:
-        return bool(self.error <= self.tolerance)
 
 
 @dataclass
