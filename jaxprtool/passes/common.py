@@ -175,6 +175,55 @@ def rewrite_nested(memo: JaxprMemo, fn: Callable[[Jaxpr], Jaxpr]) -> Callable[[J
     return go
 
 
+def recursive_pass(jaxpr: Jaxpr, fn: Callable[[Jaxpr, Callable[[Jaxpr], Jaxpr]], Jaxpr]) -> Jaxpr:
+    """Run `fn(j, go)` on jaxpr, where `go` applies the same pass (memoised by identity)
+    to the nested jaxprs."""
+    memo = JaxprMemo()
+    go = rewrite_nested(memo, lambda j: fn(j, go))
+    return go(jaxpr)
+
+
+class EqnRewrite:
+    """One rewrite of a jaxpr's equations in order.
+
+    Iterating yields each equation with its nested jaxprs rewritten by `go` and its
+    operands substituted; the pass then either `keep`s it (or appends to `eqns`) or
+    `drop`s it, binding its results to atoms.  `result()` is the rewritten jaxpr (the
+    same object when nothing changed).
+    """
+
+    def __init__(self, jaxpr: Jaxpr, go: Callable[[Jaxpr], Jaxpr]):
+        self.jaxpr = jaxpr
+        self.go = go
+        self.sub = Subst()
+        self.eqns: list[Eqn] = []
+        self.changed = False
+
+    def __iter__(self):
+        sub, go = self.sub, self.go
+        for e in self.jaxpr.eqns:
+            ne = sub.eqn(map_eqn_jaxprs(e, go))
+            if ne is not e:
+                self.changed = True
+            yield ne
+
+    def keep(self, e: Eqn) -> None:
+        self.eqns.append(e)
+
+    def drop(self, outputs, atoms) -> None:
+        """Leave out the equation whose `outputs` are bound to `atoms`."""
+        for o, a in zip(outputs, atoms):
+            self.sub.set(o, a)
+        self.changed = True
+
+    def result(self) -> Jaxpr:
+        jaxpr = self.jaxpr
+        outvars = self.sub.atoms(jaxpr.outvars)
+        if not self.changed and outvars is jaxpr.outvars:
+            return jaxpr
+        return jaxpr.replace(eqns=self.eqns, outvars=outvars)
+
+
 def literal_value(a: Atom):
     """The Python value of a scalar literal, else None."""
     return a.value if isinstance(a, Literal) else None

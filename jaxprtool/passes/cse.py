@@ -11,20 +11,12 @@ never merged.  Nested jaxprs are handled separately (they are closed).
 from __future__ import annotations
 
 from ..core import Jaxpr, Literal, _AlphaEq
-from .common import (
-    JaxprMemo,
-    Subst,
-    eqn_is_pure,
-    map_eqn_jaxprs,
-    rewrite_nested,
-)
+from .common import EqnRewrite, eqn_is_pure, recursive_pass, same_type
 
 
 def cse(jaxpr: Jaxpr) -> Jaxpr:
     """Compute equal equations once."""
-    memo = JaxprMemo()
-    go = rewrite_nested(memo, lambda j: _cse(j, go))
-    return go(jaxpr)
+    return recursive_pass(jaxpr, _cse)
 
 
 def _atom_key(a):
@@ -34,32 +26,22 @@ def _atom_key(a):
 
 
 def _cse(jaxpr: Jaxpr, go) -> Jaxpr:
-    sub = Subst()
+    rw = EqnRewrite(jaxpr, go)
     table: dict = {}
-    eqns = []
-    changed = False
-    for e in jaxpr.eqns:
-        ne = sub.eqn(map_eqn_jaxprs(e, go))
-        if ne is not e:
-            changed = True
-        if _mergeable(ne):
-            key = (ne.prim, tuple(map(_atom_key, ne.inputs)), tuple(sorted(ne.params)))
+    for e in rw:
+        if _mergeable(e):
+            key = (e.prim, tuple(map(_atom_key, e.inputs)), tuple(sorted(e.params)))
             bucket = table.get(key)
             if bucket is None:
-                table[key] = [ne]
+                table[key] = [e]
             else:
-                prev = next((p for p in bucket if _params_equal(p, ne)), None)
-                if prev is not None and _same_outputs(prev, ne):
-                    for o, po in zip(ne.outputs, prev.outputs):
-                        sub.set(o, po)
-                    changed = True
+                prev = next((p for p in bucket if _params_equal(p, e)), None)
+                if prev is not None and _same_outputs(prev, e):
+                    rw.drop(e.outputs, prev.outputs)
                     continue
-                bucket.append(ne)
-        eqns.append(ne)
-    outvars = sub.atoms(jaxpr.outvars)
-    if not changed and outvars is jaxpr.outvars:
-        return jaxpr
-    return jaxpr.replace(eqns=eqns, outvars=outvars)
+                bucket.append(e)
+        rw.keep(e)
+    return rw.result()
 
 
 def _mergeable(e) -> bool:
@@ -69,13 +51,7 @@ def _mergeable(e) -> bool:
 
 def _same_outputs(a, b) -> bool:
     return len(a.outputs) == len(b.outputs) and all(
-        _same_out_type(x, y) for x, y in zip(a.outputs, b.outputs)
-    )
-
-
-def _same_out_type(a, b) -> bool:
-    return a.type == b.type and getattr(a.type, "weak_type", False) == getattr(
-        b.type, "weak_type", False
+        same_type(x, y) for x, y in zip(a.outputs, b.outputs)
     )
 
 

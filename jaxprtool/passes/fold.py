@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from ..core import Jaxpr, Literal, ShapedArray, np_dtype
-from .common import JaxprMemo, Subst, eqn_has_effects, map_eqn_jaxprs, rewrite_nested
+from .common import EqnRewrite, eqn_has_effects, recursive_pass
 
 _ARITH = {"add", "sub", "mul", "div", "neg"}
 _COMPARE = {
@@ -36,31 +36,19 @@ FOLDABLE = _ARITH | set(_COMPARE) | _INT_ONLY | _LOGIC | {"select_n", "convert_e
 
 def fold(jaxpr: Jaxpr) -> Jaxpr:
     """Replace scalar equations on literals by their literal result."""
-    memo = JaxprMemo()
-    go = rewrite_nested(memo, lambda j: _fold(j, go))
-    return go(jaxpr)
+    return recursive_pass(jaxpr, _fold)
 
 
 def _fold(jaxpr: Jaxpr, go) -> Jaxpr:
-    sub = Subst()
-    eqns = []
-    changed = False
-    for e in jaxpr.eqns:
-        ne = sub.eqn(map_eqn_jaxprs(e, go))
-        inputs = ne.inputs
-        if ne is not e:
-            changed = True
-        if ne.prim in FOLDABLE and len(ne.outputs) == 1:
-            lit = fold_eqn(ne.prim, inputs, ne.params, ne.outputs[0].type)
-            if lit is not None and not eqn_has_effects(ne):
-                sub.set(ne.outputs[0], lit)
-                changed = True
+    rw = EqnRewrite(jaxpr, go)
+    for e in rw:
+        if e.prim in FOLDABLE and len(e.outputs) == 1:
+            lit = fold_eqn(e.prim, e.inputs, e.params, e.outputs[0].type)
+            if lit is not None and not eqn_has_effects(e):
+                rw.drop(e.outputs, (lit,))
                 continue
-        eqns.append(ne)
-    outvars = sub.atoms(jaxpr.outvars)
-    if not changed and outvars is jaxpr.outvars:
-        return jaxpr
-    return jaxpr.replace(eqns=eqns, outvars=outvars)
+        rw.keep(e)
+    return rw.result()
 
 
 def _kind(dt: np.dtype) -> str:
@@ -85,6 +73,19 @@ def _is_ml_float(dt) -> bool:
         return False
 
 
+_FLOATS = ("float16", "bfloat16", "float32", "float64")
+_SUB_BYTE = ("int4", "uint4", "int2", "uint2")
+
+
+def _fold_kind(dt: np.dtype) -> str | None:
+    """The kind ('b', 'i', 'u', 'f') of a dtype fold computes in, else None (complex,
+    sub-byte integers, fp8 formats)."""
+    k = _kind(dt)
+    if k == "?" or dt.name in _SUB_BYTE or (k == "f" and dt.name not in _FLOATS):
+        return None
+    return k
+
+
 def _np_scalar(lit: Literal):
     t = lit.type
     if not isinstance(t, ShapedArray) or t.shape != () or isinstance(lit.value, (complex, str)):
@@ -93,17 +94,16 @@ def _np_scalar(lit: Literal):
         dt = np_dtype(t.dtype)
     except KeyError:
         return None
-    if _kind(dt) == "?" or dt.itemsize * 8 < 8 or dt.name in ("int4", "uint4", "int2", "uint2"):
+    k = _fold_kind(dt)
+    if k is None or dt.itemsize * 8 < 8:
         return None
-    if _kind(dt) == "f" and dt.name not in ("float16", "bfloat16", "float32", "float64"):
-        return None  # fp8 formats: skip
     v = lit.value
     try:
         arr = np.array(v, dtype=dt)
     except (OverflowError, ValueError, TypeError):
         return None
     # the literal must denote exactly this value
-    if _kind(dt) in "iu" and (not isinstance(v, (int, bool)) or int(arr) != v):
+    if k in "iu" and (not isinstance(v, (int, bool)) or int(arr) != v):
         return None
     return arr
 
@@ -118,12 +118,8 @@ def fold_eqn(prim: str, inputs, params, out_type) -> Literal | None:
         out_dt = np_dtype(out_type.dtype)
     except KeyError:
         return None
-    ok = _kind(out_dt)
-    if ok == "?" or (
-        ok == "f" and out_dt.name not in ("float16", "bfloat16", "float32", "float64")
-    ):
-        return None
-    if out_dt.name in ("int4", "uint4", "int2", "uint2"):
+    ok = _fold_kind(out_dt)
+    if ok is None:
         return None
     xs = [_np_scalar(a) for a in inputs]
     if any(x is None for x in xs):
@@ -131,7 +127,7 @@ def fold_eqn(prim: str, inputs, params, out_type) -> Literal | None:
     kinds = [_kind(x.dtype) for x in xs]
     with np.errstate(all="ignore"):
         try:
-            r = _compute(prim, xs, kinds, params, out_dt)
+            r = _compute(prim, xs, kinds, params, out_dt, ok)
         except (ArithmeticError, ValueError, TypeError):
             return None
     if r is None:
@@ -169,12 +165,13 @@ def _subnormal(x) -> bool:
     return f != 0.0 and math.isfinite(f) and abs(f) < float(_tiny(x.dtype))
 
 
-def _compute(prim, xs, kinds, params, out_dt):
+def _compute(prim, xs, kinds, params, out_dt, k):
+    """`kinds` are the operands' kinds, `k` the result's."""
     if any(_subnormal(x) for x in xs):
         return None  # XLA may flush denormal operands to zero
     if prim == "convert_element_type":
         (x,) = xs
-        k_in, k_out = kinds[0], _kind(out_dt)
+        k_in, k_out = kinds[0], k
         if k_in == "f" and k_out != "f":
             return None  # never float->int / float->bool
         if k_in == "f" and not math.isfinite(float(x)):
@@ -210,7 +207,6 @@ def _compute(prim, xs, kinds, params, out_dt):
     # the rest compute in the result dtype; operands must have that dtype
     if any(x.dtype != out_dt for x in xs):
         return None
-    k = _kind(out_dt)
     if prim in _LOGIC:
         if k not in "biu":
             return None

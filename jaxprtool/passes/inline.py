@@ -11,21 +11,15 @@ in the set.  Bodies are inlined innermost first, so nested calls disappear too.
 from __future__ import annotations
 
 from ..core import Eqn, Jaxpr, Literal, Var
-from .common import JaxprMemo, Subst, map_eqn_jaxprs, rewrite_nested
+from .common import CALL_BODY_PARAM, EqnRewrite, recursive_pass
 
-INLINABLE = {
-    "jit": "jaxpr",
-    "pjit": "jaxpr",
-    "closed_call": "call_jaxpr",
-    "core_call": "call_jaxpr",
-}
+#: the call-like primitives whose body is inlined (not remat/checkpoint)
+INLINABLE = {p: CALL_BODY_PARAM[p] for p in ("jit", "pjit", "closed_call", "core_call")}
 
 
 def inline(jaxpr: Jaxpr, names: set[str] | None = None) -> Jaxpr:
     """Inline every jit/pjit/closed_call body (or only those named in `names`)."""
-    memo = JaxprMemo()
-    go = rewrite_nested(memo, lambda j: _inline(j, go, names))
-    return go(jaxpr)
+    return recursive_pass(jaxpr, lambda j, go: _inline(j, go, names))
 
 
 def _call_name(e: Eqn) -> str | None:
@@ -34,35 +28,22 @@ def _call_name(e: Eqn) -> str | None:
 
 
 def _inline(jaxpr: Jaxpr, go, names) -> Jaxpr:
-    sub = Subst()
-    eqns: list[Eqn] = []
-    changed = False
-    for e in jaxpr.eqns:
-        ne = map_eqn_jaxprs(e, go)
-        inputs = tuple(sub(a) for a in ne.inputs)
-        if any(x is not y for x, y in zip(inputs, ne.inputs)):
-            ne = ne.replace(inputs=inputs)
-        if ne is not e:
-            changed = True
-        body = ne.params.get(INLINABLE.get(ne.prim, ""), None)
+    rw = EqnRewrite(jaxpr, go)
+    for e in rw:
+        inputs = e.inputs
+        body = e.params.get(INLINABLE.get(e.prim, ""), None)
         if (
             isinstance(body, Jaxpr)
             and not body.constvars
             and len(body.invars) == len(inputs)
-            and len(body.outvars) == len(ne.outputs)
-            and (names is None or _call_name(ne) in names)
+            and len(body.outvars) == len(e.outputs)
+            and (names is None or _call_name(e) in names)
             and all(v.type == a.type for v, a in zip(body.invars, inputs))
         ):
-            results = copy_body(body, inputs, eqns, ne.loc)
-            for o, r in zip(ne.outputs, results):
-                sub.set(o, r)
-            changed = True
+            rw.drop(e.outputs, copy_body(body, inputs, rw.eqns, e.loc))
             continue
-        eqns.append(ne)
-    outvars = tuple(sub(a) for a in jaxpr.outvars)
-    if not changed:
-        return jaxpr
-    return jaxpr.replace(eqns=eqns, outvars=outvars)
+        rw.keep(e)
+    return rw.result()
 
 
 def copy_body(body: Jaxpr, args, out_eqns: list[Eqn], loc=None) -> list:

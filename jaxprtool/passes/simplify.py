@@ -28,38 +28,27 @@ import math
 
 from ..core import Jaxpr, Literal, ShapedArray, Var
 from ..params import as_int_tuple
-from .common import JaxprMemo, Subst, map_eqn_jaxprs, rewrite_nested, same_type
+from .common import EqnRewrite, recursive_pass, same_type
 
 
 def simplify(jaxpr: Jaxpr) -> Jaxpr:
     """Apply the algebraic identities above (then run dce to drop what became dead)."""
-    memo = JaxprMemo()
-    go = rewrite_nested(memo, lambda j: _simplify(j, go))
-    return go(jaxpr)
+    return recursive_pass(jaxpr, _simplify)
 
 
 def _simplify(jaxpr: Jaxpr, go) -> Jaxpr:
-    sub = Subst()
+    rw = EqnRewrite(jaxpr, go)
     producer: dict[int, object] = {}
-    eqns = []
-    changed = False
-    for e in jaxpr.eqns:
-        ne = sub.eqn(map_eqn_jaxprs(e, go))
-        if ne is not e:
-            changed = True
-        if len(ne.outputs) == 1:
-            r = _rule(ne, producer)
-            if r is not None and same_type(r, ne.outputs[0]):
-                sub.set(ne.outputs[0], r)
-                changed = True
+    for e in rw:
+        if len(e.outputs) == 1:
+            r = _rule(e, producer)
+            if r is not None and same_type(r, e.outputs[0]):
+                rw.drop(e.outputs, (r,))
                 continue
-        for o in ne.outputs:
-            producer[id(o)] = ne
-        eqns.append(ne)
-    outvars = sub.atoms(jaxpr.outvars)
-    if not changed and outvars is jaxpr.outvars:
-        return jaxpr
-    return jaxpr.replace(eqns=eqns, outvars=outvars)
+        for o in e.outputs:
+            producer[id(o)] = e
+        rw.keep(e)
+    return rw.result()
 
 
 def _scalar_const(a, producer):
