@@ -15,18 +15,13 @@ import pytest
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
+from jax_oracle import close, ir  # noqa: E402
 
 from jaxprtool import backend  # noqa: E402
 from jaxprtool.ad.api import jvp_jaxpr, vjp_jaxpr  # noqa: E402
 from jaxprtool.core import is_inexact  # noqa: E402
-from jaxprtool.text.parser import parse  # noqa: E402
 
-TOL = 2e-3
 F32, F64, C64 = np.float32, np.float64, np.complex64
-
-
-def ir(f, *args):
-    return parse(str(jax.make_jaxpr(f)(*args)), "<jax>").jaxpr
 
 
 def rand(shape, lo, hi, seed, dtype=F32):
@@ -180,10 +175,6 @@ def _tangent(x, seed):
     if np.issubdtype(x.dtype, np.inexact):
         return draw((-1.0, 1.0, C64 if np.iscomplexobj(x) else x.dtype.type), x.shape, seed + 101)
     return np.zeros(x.shape, jax.dtypes.float0)
-
-
-def close(a, b, tol=TOL):
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=tol, rtol=tol)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])

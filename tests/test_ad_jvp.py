@@ -8,31 +8,17 @@ import textwrap
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
+from jax_oracle import close, ir, run, vec  # noqa: E402
 
 from jaxprtool import backend  # noqa: E402
 from jaxprtool.ad.api import jvp_jaxpr, jvp_jaxpr_info, linearize_combined, linearize_jaxpr  # noqa: E402
-from jaxprtool.cli import main  # noqa: E402
 from jaxprtool.core import JaxprError  # noqa: E402
 from jaxprtool.text.parser import parse  # noqa: E402
 from jaxprtool.text.printer import print_jaxpr  # noqa: E402
 
-TOL = 2e-3
-
-
-def ir(f, *args):
-    return parse(str(jax.make_jaxpr(f)(*args)), "<jax>").jaxpr
-
-
-def close(a, b, tol=TOL):
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=tol, rtol=tol)
-
-
-def vec(n, seed, lo=-1.0, hi=1.0):
-    return np.random.default_rng(seed).uniform(lo, hi, n).astype(np.float32)
 
 
 X, Y, TX, TY = vec(4, 0), vec(4, 1, 0.5, 2.0), vec(4, 2), vec(4, 3)
@@ -40,10 +26,6 @@ X, Y, TX, TY = vec(4, 0), vec(4, 1, 0.5, 2.0), vec(4, 2), vec(4, 3)
 
 def prims(j):
     return [e.prim for e in j.eqns]
-
-
-def run(args, stdin=None):
-    return CliRunner().invoke(main, args, input=stdin)
 
 
 # ---------------------------------------------------------------- zeros

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
+from jax_oracle import close, ir, run, vec  # noqa: E402
 
 from jaxprtool import backend  # noqa: E402
 from jaxprtool.ad.api import (  # noqa: E402
@@ -26,23 +27,6 @@ from jaxprtool.cli import main  # noqa: E402
 from jaxprtool.core import JaxprError  # noqa: E402
 from jaxprtool.text.parser import parse  # noqa: E402
 
-TOL = 2e-3
-
-
-def ir(f, *args):
-    return parse(str(jax.make_jaxpr(f)(*args)), "<jax>").jaxpr
-
-
-def close(a, b, tol=TOL):
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=tol, rtol=tol)
-
-
-def vec(shape, seed, lo=-1.0, hi=1.0):
-    return np.random.default_rng(seed).uniform(lo, hi, shape).astype(np.float32)
-
-
-def run(args, stdin=None):
-    return CliRunner().invoke(main, args, input=stdin)
 
 
 X, Y = vec(4, 0), vec(4, 1, 0.5, 2.0)
@@ -376,9 +360,6 @@ def test_plugin_loading_errors(tmp_path):
 
 
 def test_diff_flag_and_static_shapes_required(tmp_path):
-    from click.testing import CliRunner
-
-    from jaxprtool.cli import main
 
     prog = tmp_path / "f.jaxpr"
     prog.write_text(
