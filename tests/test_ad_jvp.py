@@ -19,8 +19,6 @@ from jaxprtool.core import JaxprError  # noqa: E402
 from jaxprtool.text.parser import parse  # noqa: E402
 from jaxprtool.text.printer import print_jaxpr  # noqa: E402
 
-
-
 X, Y, TX, TY = vec(4, 0), vec(4, 1, 0.5, 2.0), vec(4, 2), vec(4, 3)
 
 

@@ -27,8 +27,6 @@ from jaxprtool.cli import main  # noqa: E402
 from jaxprtool.core import JaxprError  # noqa: E402
 from jaxprtool.text.parser import parse  # noqa: E402
 
-
-
 X, Y = vec(4, 0), vec(4, 1, 0.5, 2.0)
 W = vec((4, 3), 2)
 
