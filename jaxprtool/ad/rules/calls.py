@@ -110,14 +110,19 @@ def _memo(kind, fn, inner: Jaxpr, nz):
     return res
 
 
+def _call_parts(prim, params, tangents):
+    """What a call primitive's JVP rule reads first: the body's param name, the body, the
+    tangents' nonzero mask, the nonzero tangents, the number of results and their types."""
+    key = _key(prim, params)
+    inner: Jaxpr = params[key]
+    nz = [not is_zero(t) for t in tangents]
+    nz_t = [t for t in tangents if not is_zero(t)]
+    return key, inner, nz, nz_t, len(inner.outvars), [v.type for v in inner.outvars]
+
+
 def _call_jvp(prim):
     def rule(primals, tangents, **params):
-        key = _key(prim, params)
-        inner: Jaxpr = params[key]
-        nz = [not is_zero(t) for t in tangents]
-        nz_t = [t for t in tangents if not is_zero(t)]
-        n = len(inner.outvars)
-        out_types = [v.type for v in inner.outvars]
+        key, inner, nz, nz_t, n, out_types = _call_parts(prim, params, tangents)
         b = current()
         if not b.split:
             jj, out_nz = _memo("jvp", jvp_masked, inner, nz)
@@ -285,12 +290,7 @@ def _remat_jvp(prim):
         b = current()
         if not b.split:
             return base(primals, tangents, **params)
-        key = _key(prim, params)
-        inner: Jaxpr = params[key]
-        nz = [not is_zero(t) for t in tangents]
-        nz_t = [t for t in tangents if not is_zero(t)]
-        n = len(inner.outvars)
-        out_types = [v.type for v in inner.outvars]
+        key, inner, nz, nz_t, n, out_types = _call_parts(prim, params, tangents)
         pj, lj, out_nz = _remat_split(inner, nz, _policy_saveable(params.get("policy")))
         pj, residuals = _forward_inputs(pj, n, primals)
         outs = _emit(prim, primals, dict(params, **{key: pj}), pj)

@@ -224,16 +224,20 @@ class _FTParser:
             self.i += 1
         return self.s[start : self.i - 1]
 
+    def items(self, item, close) -> list:
+        """`item()`s separated by commas (a trailing one allowed) up to and through `close`."""
+        out = []
+        while not self.peek(close):
+            out.append(item())
+            if self.peek(","):
+                self.expect(",")
+        self.expect(close)
+        return out
+
     def tree(self) -> FT:
         if self.peek("("):
             self.expect("(")
-            elts = []
-            while not self.peek(")"):
-                elts.append(self.tree())
-                if self.peek(","):
-                    self.expect(",")
-            self.expect(")")
-            return FT("tup", elts)
+            return FT("tup", self.items(self.tree, ")"))
         if self.peek("RightsOnly("):
             self.expect("RightsOnly(")
             inner = self.tree()
@@ -242,12 +246,7 @@ class _FTParser:
         if self.peek("Pytree("):
             self.expect("Pytree(")
             self.expect("vals=[")
-            vals = []
-            while not self.peek("]"):
-                vals.append(self.value())
-                if self.peek(","):
-                    self.expect(",")
-            self.expect("]")
+            vals = self.items(self.value, "]")
             self.expect(",")
             self.expect("tree=")
             self.ws()

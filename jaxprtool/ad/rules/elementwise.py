@@ -199,30 +199,26 @@ def _shape(x):
     return x.type.shape
 
 
-def _add_jvp(primals, tangents, **params):
-    x, y = primals
-    tx, ty = tangents
-    (ans,) = rebind_primal("add", primals, params)
-    if is_zero(tx) and is_zero(ty):
-        return [ans], [Zero(tangent_type(ans.type))]
-    if is_zero(tx):
-        return [ans], [ops.maybe_broadcast(_shape(ans), ty)]
-    if is_zero(ty):
-        return [ans], [ops.maybe_broadcast(_shape(ans), tx)]
-    return [ans], [ops.add(tx, ty)]
+def _additive_jvp(name, combine, y_sign):
+    """JVP of `add` / `sub`: `combine(tx, ty)`, or the lone nonzero tangent (`ty` through
+    `y_sign`) broadcast to the result's shape."""
+
+    def rule(primals, tangents, **params):
+        tx, ty = tangents
+        (ans,) = rebind_primal(name, primals, params)
+        if is_zero(tx) and is_zero(ty):
+            return [ans], [Zero(tangent_type(ans.type))]
+        if is_zero(tx):
+            return [ans], [ops.maybe_broadcast(_shape(ans), y_sign(ty))]
+        if is_zero(ty):
+            return [ans], [ops.maybe_broadcast(_shape(ans), tx)]
+        return [ans], [combine(tx, ty)]
+
+    return rule
 
 
-def _sub_jvp(primals, tangents, **params):
-    x, y = primals
-    tx, ty = tangents
-    (ans,) = rebind_primal("sub", primals, params)
-    if is_zero(tx) and is_zero(ty):
-        return [ans], [Zero(tangent_type(ans.type))]
-    if is_zero(tx):
-        return [ans], [ops.maybe_broadcast(_shape(ans), neg(ty))]
-    if is_zero(ty):
-        return [ans], [ops.maybe_broadcast(_shape(ans), tx)]
-    return [ans], [sub(tx, ty)]
+_add_jvp = _additive_jvp("add", add, lambda t: t)
+_sub_jvp = _additive_jvp("sub", sub, neg)
 
 
 def _ub(a, t):

@@ -152,6 +152,20 @@ def _conv_common(params):
     return p
 
 
+def _vjp_pads(pad_fn, lhs, rhs, g, dimension_numbers, strides, padding, lhs_dil, rhs_dil):
+    """`pad_fn` (`conv_vjp_lhs_padding` / `_rhs_padding`) on the spatial sizes of lhs, rhs, g."""
+    lhs_spec, rhs_spec, out_spec = _specs(dimension_numbers)
+    return pad_fn(
+        [shape(lhs)[d] for d in lhs_spec[2:]],
+        [shape(rhs)[d] for d in rhs_spec[2:]],
+        ints(strides),
+        [shape(g)[d] for d in out_spec[2:]],
+        [ints(p) for p in padding],
+        ints(lhs_dil),
+        ints(rhs_dil),
+    )
+
+
 def _conv_transpose_lhs(
     g,
     lhs,
@@ -170,8 +184,7 @@ def _conv_transpose_lhs(
         return Zero(tangent_type(ty(lhs)))
     fgc, bgc = int(feature_group_count), int(batch_group_count)
     lhs_spec, rhs_spec, out_spec = _specs(dimension_numbers)
-    lhs_shape, rhs_shape, g_shape = shape(lhs), shape(rhs), shape(g)
-    lhs_sd, rhs_sd, out_sd = lhs_spec[2:], rhs_spec[2:], out_spec[2:]
+    rhs_sd = rhs_spec[2:]
     t_rhs_spec = _spec_t(rhs_spec)
     kernel = rhs
     if fgc > 1:
@@ -181,14 +194,16 @@ def _conv_transpose_lhs(
         kernel = _reshape_axis_out_of(rhs_spec[0], bgc, kernel)
         kernel = _reshape_axis_into(rhs_spec[0], rhs_spec[1], kernel)
         fgc = bgc
-    pads = conv_vjp_lhs_padding(
-        [lhs_shape[d] for d in lhs_sd],
-        [rhs_shape[d] for d in rhs_sd],
-        ints(window_strides),
-        [g_shape[d] for d in out_sd],
-        [ints(p) for p in padding],
-        ints(lhs_dilation),
-        ints(rhs_dilation),
+    pads = _vjp_pads(
+        conv_vjp_lhs_padding,
+        lhs,
+        rhs,
+        g,
+        dimension_numbers,
+        window_strides,
+        padding,
+        lhs_dilation,
+        rhs_dilation,
     )
     revd = bind_convert(bind_rev(kernel, rhs_sd), ty(g).dtype)
     out = ops.bind(
@@ -229,21 +244,21 @@ def _conv_transpose_rhs(
         return Zero(tangent_type(ty(rhs)))
     fgc, bgc = int(feature_group_count), int(batch_group_count)
     lhs_spec, rhs_spec, out_spec = _specs(dimension_numbers)
-    lhs_shape, rhs_shape, g_shape = shape(lhs), shape(rhs), shape(g)
-    lhs_sd, rhs_sd, out_sd = lhs_spec[2:], rhs_spec[2:], out_spec[2:]
     if bgc > 1:
         fgc, bgc = bgc, 1
     elif fgc > 1:
         fgc, bgc = 1, fgc
     dnums = _conv_dnums(_spec_t(lhs_spec), _spec_t(out_spec), _spec_t(rhs_spec))
-    pads = conv_vjp_rhs_padding(
-        [lhs_shape[d] for d in lhs_sd],
-        [rhs_shape[d] for d in rhs_sd],
-        ints(window_strides),
-        [g_shape[d] for d in out_sd],
-        [ints(p) for p in padding],
-        ints(lhs_dilation),
-        ints(rhs_dilation),
+    pads = _vjp_pads(
+        conv_vjp_rhs_padding,
+        lhs,
+        rhs,
+        g,
+        dimension_numbers,
+        window_strides,
+        padding,
+        lhs_dilation,
+        rhs_dilation,
     )
     x = bind_convert(lhs, ty(g).dtype)
     out = ops.bind(

@@ -308,12 +308,21 @@ defjvp("reduce_window_max", _window_chooser_jvp("ge"))
 defjvp("reduce_window_min", _window_chooser_jvp("le"))
 
 
-def _select_and_gather_add_jvp(primals, tangents, **params):
-    (_, x), (gt, _) = primals, tangents
-    (y,) = rebind_primal("select_and_gather_add", primals, params)
-    if is_zero(gt):
-        return [y], [Zero(tangent_type(ty(y)))]
-    return [y], [ops.bind("select_and_gather_add", gt, x, **params)]
+def _linear_in_first_jvp(name):
+    """JVP of a primitive linear in its first operand (the second only selects): rebind it on
+    the tangent."""
+
+    def rule(primals, tangents, **params):
+        (_, x), (t, _) = primals, tangents
+        (y,) = rebind_primal(name, primals, params)
+        if is_zero(t):
+            return [y], [Zero(tangent_type(ty(y)))]
+        return [y], [ops.bind(name, t, x, **params)]
+
+    return rule
+
+
+_select_and_gather_add_jvp = _linear_in_first_jvp("select_and_gather_add")
 
 
 def _select_and_gather_add_transpose(cts, tangents, operand, *, select_prim, **params):
@@ -342,12 +351,7 @@ set_kind("select_and_gather_add")
 primitive_transposes["select_and_gather_add"] = _select_and_gather_add_transpose
 
 
-def _select_and_scatter_add_jvp(primals, tangents, **params):
-    (_, x), (gs, _) = primals, tangents
-    (y,) = rebind_primal("select_and_scatter_add", primals, params)
-    if is_zero(gs):
-        return [y], [Zero(tangent_type(ty(y)))]
-    return [y], [ops.bind("select_and_scatter_add", gs, x, **params)]
+_select_and_scatter_add_jvp = _linear_in_first_jvp("select_and_scatter_add")
 
 
 def _select_and_scatter_add_transpose(
