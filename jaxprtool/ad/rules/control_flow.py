@@ -588,20 +588,22 @@ def _scan_jvp(primals, tangents, **params):
     out_nz: list[bool] = []
     if any(nz):
         for _ in range(nk + 1):
-            _, out_nz = jvp_masked(
+            jv, out_nz = jvp_masked(
                 body, const_nz + carry_nz + xs_nz, instantiate=carry_nz + [False] * ny
             )
             if out_nz[:nk] == carry_nz:
-                break
+                break  # `jv` is the body's JVP at the fixed point
             carry_nz = [x or y for x, y in zip(carry_nz, out_nz[:nk])]
+        else:
+            jv, out_nz = jvp_masked(
+                body, const_nz + carry_nz + xs_nz, instantiate=carry_nz + [False] * ny
+            )
     out_types = _scan_out_types(body, nk, length)
     if not any(out_nz):
         return b.emit("scan", primals, params, out_types), _zero_tangents(out_types)
     nzs = const_nz + carry_nz + xs_nz
     if b.split:
         return _scan_linearize(primals, tangents, params, enc, nzs, out_nz)
-    jv, out_nz2 = jvp_masked(body, nzs, instantiate=carry_nz + [False] * ny)
-    assert out_nz2 == out_nz
     n = len(primals)
     tans = [instantiate(t) if m else None for t, m in zip(tangents, nzs)]
     tans = [t for t in tans if t is not None]
@@ -943,11 +945,12 @@ def _while_jvp(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_
         for _ in range(nk + 1):
             jv, out_nz = jvp_masked(body_jaxpr, bconst_nz + carry_nz, instantiate=carry_nz)
             if out_nz == carry_nz:
-                break
+                break  # `jv` is the body's JVP at the fixed point
             carry_nz = [x or y for x, y in zip(carry_nz, out_nz)]
+        else:
+            jv, out_nz = jvp_masked(body_jaxpr, bconst_nz + carry_nz, instantiate=carry_nz)
     if not any(carry_nz):
         return b.emit("while", primals, wparams, out_types), _zero_tangents(out_types)
-    jv, out_nz = jvp_masked(body_jaxpr, bconst_nz + carry_nz, instantiate=carry_nz)
     P, T = list(jv.invars[: nbc + nk]), list(jv.invars[nbc + nk :])
     s1 = sum(bconst_nz)
     jv = jv.replace(invars=P[:nbc] + T[:s1] + P[nbc:] + T[s1:])
