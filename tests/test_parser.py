@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from pathlib import Path
 
@@ -759,10 +761,78 @@ def test_grammar_is_cached_in_the_user_cache_dir(tmp_path, monkeypatch):
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     grammar.build_lark(parser._Layout(), parser._Build())
-    (cached,) = (tmp_path / "jaxprtool").glob("*.lark-cache")
+    (cached,) = (tmp_path / "jaxprtool").glob("*.json")
     assert cached.stat().st_size > 0
+    assert (tmp_path / "jaxprtool").stat().st_mode & 0o777 == 0o700
+    assert cached.stat().st_mode & 0o777 == 0o600
     lk = grammar.build_lark(parser._Layout(), parser._Build())  # loads the cache
     assert lk.options.parser == "lalr"
+    assert parse("{ lambda ; a:f32[]. let b:f32[] = sin a in (b,) }").jaxpr.eqns[0].prim == "sin"
+
+
+_PAYLOAD = "import pathlib; pathlib.Path({marker!r}).write_text('ran')"
+
+
+def _planted_cache(tmp_path):
+    """The cache file the tool would read under tmp_path, with a pickle whose loading runs code."""
+    import pickle
+
+    from jaxprtool.text import grammar
+
+    marker = tmp_path / "payload-ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (exec, (_PAYLOAD.format(marker=str(marker)),))
+
+    path = grammar.cache_file(grammar.GRAMMAR_PATH.read_text(encoding="utf-8"), _lark_version())
+    return path, pickle.dumps(Payload()), marker
+
+
+def _lark_version():
+    import lark
+
+    return lark.__version__
+
+
+def test_a_planted_pickle_in_the_grammar_cache_runs_no_code(tmp_path, monkeypatch):
+    from jaxprtool.text import grammar, parser
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path, payload, marker = _planted_cache(tmp_path)
+    with open(path, "wb") as f:
+        f.write(payload)
+    os.chmod(path, 0o600)
+    lk = grammar.build_lark(parser._Layout(), parser._Build())
+    assert not marker.exists()
+    assert lk.options.parser == "lalr"
+    # the foreign file was replaced by a JSON cache
+    assert json.loads(Path(path).read_text())["format"] == grammar.CACHE_FORMAT
+
+
+def test_a_relative_cache_home_is_ignored(tmp_path, monkeypatch):
+    from jaxprtool.text import grammar
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", "cache")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    d = grammar.cache_dir()
+    assert d == str(tmp_path / "home" / ".cache" / "jaxprtool")
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_symlinked_cache_file_is_not_followed(tmp_path, monkeypatch):
+    from jaxprtool.text import grammar, parser
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path, payload, marker = _planted_cache(tmp_path)
+    target = tmp_path / "victim"
+    target.write_bytes(payload)
+    os.symlink(target, path)
+    grammar.build_lark(parser._Layout(), parser._Build())
+    assert not marker.exists()
+    assert target.read_bytes() == payload  # the link's target is neither read nor overwritten
+    assert not os.path.islink(path) and os.path.isfile(path)
 
 
 def test_grammar_forms():

@@ -14,9 +14,12 @@ that they agree).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import os
 import re
+import stat
 from pathlib import Path
 
 import jaxprtool
@@ -89,32 +92,144 @@ OPERANDS_PATTERN = rf"(?: |(?<=[ \t\n])){_OPND}(?: {_OPND})*(?:[ \t]*\n[ \t]*)*"
 OPERAND = re.compile(rf" ?(?:({_LITVAL}):({_ARRAY_TYPE})|({_ULITVAL})|({_VAR}))")
 
 
-def cache_file(grammar: str, version: str) -> str | bool:
-    """Where lark caches the analysed grammar (one file per grammar and lark version)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+CACHE_FORMAT = "jaxprtool-grammar-json-1"
+
+
+def cache_dir() -> str | None:
+    """The user's cache folder for jaxprtool, created 0700; None when it cannot be trusted.
+
+    A relative `XDG_CACHE_HOME` is ignored (the XDG spec says so, and a relative path would
+    let a file planted in the working folder stand in for the cache).  The folder must be a
+    real directory owned by the user and writable by no one else."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):
+        base = os.path.join(os.path.expanduser("~"), ".cache")
+    if not os.path.isabs(base):
+        return None
     d = os.path.join(base, "jaxprtool")
     try:
-        os.makedirs(d, exist_ok=True)
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        st = os.lstat(d)
     except OSError:
-        return False
-    if not os.access(d, os.W_OK):
-        return False
-    h = hashlib.sha256((version + "\0" + grammar).encode()).hexdigest()[:16]
-    return os.path.join(d, f"jaxpr-grammar-{h}.lark-cache")
+        return None
+    if not stat.S_ISDIR(st.st_mode) or not _owned_by_user(st):
+        return None
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        try:
+            os.chmod(d, 0o700)  # a folder made by an older version, or under another umask
+        except OSError:
+            return None
+    return d
+
+
+def _owned_by_user(st: os.stat_result) -> bool:
+    return not hasattr(os, "getuid") or st.st_uid == os.getuid()
+
+
+def cache_file(grammar: str, version: str) -> str | None:
+    """Where the analysed grammar is cached (one file per grammar and lark version)."""
+    d = cache_dir()
+    if d is None:
+        return None
+    h = hashlib.sha256((CACHE_FORMAT + "\0" + version + "\0" + grammar).encode()).hexdigest()[:16]
+    return os.path.join(d, f"jaxpr-grammar-{h}.json")
+
+
+def _encode(x):
+    """lark's serialized tables as JSON: dicts with non-string keys and tuples are tagged."""
+    if isinstance(x, dict):
+        if all(type(k) is str for k in x):
+            return {k: _encode(v) for k, v in x.items()}
+        return {"__map__": [[_encode(k), _encode(v)] for k, v in x.items()]}
+    if isinstance(x, tuple):
+        return {"__tuple__": [_encode(v) for v in x]}
+    if isinstance(x, list):
+        return [_encode(v) for v in x]
+    if x is None or type(x) in (bool, int, float, str):
+        return x
+    raise TypeError(f"cannot cache a {type(x).__name__}")
+
+
+def _decode(x):
+    if isinstance(x, dict):
+        if len(x) == 1 and "__map__" in x:
+            return {_decode(k): _decode(v) for k, v in x["__map__"]}
+        if len(x) == 1 and "__tuple__" in x:
+            return tuple(_decode(v) for v in x["__tuple__"])
+        return {k: _decode(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_decode(v) for v in x]
+    return x
+
+
+def _read_cache(path: str):
+    """The cached tables, or None when the file is missing, not a regular file of the user's
+    (a symlink, say), or not what `_write_cache` writes.  The file is JSON: reading it can
+    run no code, whoever wrote it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or not _owned_by_user(st) or st.st_mode & 0o022:
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            doc = json.loads(f.read().decode("utf-8"))
+        if not isinstance(doc, dict) or doc.get("format") != CACHE_FORMAT:
+            return None
+        tables = _decode(doc["tables"])
+        return tables if isinstance(tables, dict) and {"data", "memo"} <= tables.keys() else None
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return None
+    finally:
+        os.close(fd)
+
+
+def _write_cache(path: str, tables: dict) -> None:
+    """Write the tables atomically, 0600, never through a link planted at `path`."""
+    text = json.dumps({"format": CACHE_FORMAT, "tables": _encode(tables)})
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600
+        )
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)  # replaces a link itself, never its target
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 def build_lark(postlex, transformer):
     """The LALR parser of the grammar; the transformer's callbacks run during the parse,
-    so no parse tree is built."""
+    so no parse tree is built.  The analysed tables are cached as JSON (never a pickle)."""
     import lark
+    from lark.lark import Rule, TerminalDef
 
     grammar = GRAMMAR_PATH.read_text(encoding="utf-8")
-    return lark.Lark(
+    path = cache_file(grammar, lark.__version__)
+    tables = _read_cache(path) if path else None
+    if tables is not None:
+        try:
+            return lark.Lark._load_from_dict(
+                tables["data"], tables["memo"], postlex=postlex, transformer=transformer
+            )
+        except Exception:  # a damaged or foreign cache: rebuild it
+            pass
+    parser = lark.Lark(
         grammar,
         parser="lalr",
         lexer="contextual",
         postlex=postlex,
         transformer=transformer,
         maybe_placeholders=False,
-        cache=cache_file(grammar, lark.__version__),
     )
+    if path:
+        data, memo = parser.memo_serialize([TerminalDef, Rule])
+        data["options"] = {
+            k: v for k, v in data["options"].items() if k not in ("postlex", "transformer")
+        }
+        _write_cache(path, {"data": data, "memo": memo})
+    return parser
