@@ -1,3 +1,19 @@
 """jaxprtool: a command-line toolchain for jaxprs."""
 
 __version__ = "0.1.0"
+
+
+def _load_families() -> None:
+    from .families import load_all
+
+    load_all()
+
+
+def _install_loader() -> None:
+    # the entry point installs the loader: the machinery never imports a family module
+    from .record import set_loader
+
+    set_loader(_load_families)
+
+
+_install_loader()

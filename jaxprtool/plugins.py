@@ -62,10 +62,9 @@ __all__ = [
 
 def register_shape_rule(name: str, fn: Callable) -> None:
     """`fn(in_types, params, out_hint) -> list[Type]` becomes the shape rule of primitive `name`."""
-    from . import primitives
+    from .record import define
 
-    primitives._load_families()
-    primitives.SHAPE_RULES[name] = fn
+    define(name, shape_rule=fn)
 
 
 def register_impl(name: str, fn: Callable) -> None:

@@ -14,6 +14,7 @@ from ..core import (
     is_inexact,
     long_dtype_name,
 )
+from ..record import prim as record_of
 from . import builder as B
 from .jvp import diff_mask, jvp_jaxpr, jvp_jaxpr_info, jvp_masked  # noqa: F401
 from .linearize import (  # noqa: F401
@@ -173,25 +174,9 @@ def restyle(jaxpr: Jaxpr, style) -> Jaxpr:
         for e in j.eqns:
             params = {k: map_param_jaxprs(val, fix_jaxpr) for k, val in e.params.items()}
             prim = e.prim
-            if prim in ("jit", "pjit"):
-                prim = style.call_prim
-            elif prim == "broadcast_in_dim" and style.broadcast_shape_param:
-                params.setdefault("broadcast_dimensions", ())
-                params.setdefault("shape", tuple(e.outputs[0].type.shape))
-                if v >= (0, 5):
-                    params.setdefault("sharding", None)
-                else:
-                    params.pop("sharding", None)
-            elif prim == "reduce_sum" and v < (0, 8) and params.get("out_sharding", 0) is None:
-                del params["out_sharding"]
-            elif (
-                prim in ("reduce_max", "reduce_min")
-                and v < (0, 11)
-                and params.get("out_sharding", 0) is None
-            ):
-                del params["out_sharding"]
-            elif prim == "reshape" and v < (0, 5) and params.get("sharding", 0) is None:
-                del params["sharding"]
+            rule = record_of(prim).restyle
+            if rule is not None:
+                prim, params = rule(prim, params, e, style)
             eqns.append(e.replace(prim=prim, params=params))
         out = j.replace(eqns=eqns)
         memo[id(j)] = out

@@ -14,7 +14,8 @@ import contextvars
 from collections.abc import Iterable
 
 from .. import primitives
-from ..core import Atom, Eqn, Jaxpr, JaxprError, Literal, Loc, ShapedArray, Type, Var
+from ..core import Atom, Eqn, Jaxpr, JaxprError, Literal, Loc, Type, Var
+from ..record import prim as record_of
 
 _CURRENT: contextvars.ContextVar[Builder | None] = contextvars.ContextVar(
     "jaxprtool_ad_builder", default=None
@@ -104,67 +105,13 @@ def use(b: Builder):
 
 
 def infer(in_types: list[Type], prim: str, params: dict, loc: Loc | None = None) -> list[Type]:
-    """Result types of a new equation: the shape rule when one is registered, else a fallback."""
-    if primitives.is_known(prim):
-        try:
-            return primitives.infer_types(prim, in_types, params, None)
-        except primitives.ShapeError as e:
-            raise JaxprError(f"while differentiating: {prim}: {e}", loc) from None
-    out = _fallback(prim, in_types, params)
-    if out is None:
+    """Result types of a new equation, from the primitive's shape rule."""
+    if not primitives.is_known(prim):
         raise JaxprError(f"cannot infer the result type of '{prim}' (no shape rule)", loc)
-    return out
-
-
-_CMP = {"eq", "ne", "lt", "le", "gt", "ge", "is_finite"}
-
-
-def _bcast(in_types: list[Type]) -> ShapedArray:
-    best = in_types[0]
-    for t in in_types:
-        if isinstance(t, ShapedArray) and t.ndim > best.ndim:
-            best = t
-    return best
-
-
-def _fallback(prim: str, in_types: list[Type], params: dict):
-    from ..core import short_dtype_name
-
-    if not in_types and prim not in ("iota",):
-        return None
-    if prim == "broadcast_in_dim":
-        return [ShapedArray(tuple(params["shape"]), in_types[0].dtype)]
-    if prim == "reshape":
-        return [ShapedArray(tuple(params["new_sizes"]), in_types[0].dtype)]
-    if prim == "convert_element_type":
-        return [ShapedArray(in_types[0].shape, short_dtype_name(str(params["new_dtype"])))]
-    if prim in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod"):
-        axes = set(int(a) for a in params["axes"])
-        t = in_types[0]
-        return [ShapedArray(tuple(d for i, d in enumerate(t.shape) if i not in axes), t.dtype)]
-    if prim == "transpose":
-        t = in_types[0]
-        return [ShapedArray(tuple(t.shape[int(p)] for p in params["permutation"]), t.dtype)]
-    if prim in _CMP:
-        return [ShapedArray(_bcast(in_types).shape, "bool")]
-    if prim == "select_n":
-        return [ShapedArray(_bcast(in_types).shape, _bcast(in_types[1:]).dtype)]
-    if prim == "clamp":
-        return [in_types[1]]
-    if prim in ("real", "imag") or (prim == "abs" and in_types[0].dtype.startswith("c")):
-        t = in_types[0]
-        return [ShapedArray(t.shape, {"c64": "f32", "c128": "f64"}.get(t.dtype, t.dtype))]
-    if prim == "complex":
-        t = _bcast(in_types)
-        return [ShapedArray(t.shape, {"f32": "c64", "f64": "c128"}.get(in_types[0].dtype, "c64"))]
-    if prim in ("copy", "optimization_barrier"):
-        return list(in_types)
-    t = _bcast(in_types)
-    if isinstance(t, ShapedArray):
-        return [
-            ShapedArray(t.shape, in_types[0].dtype if in_types[0].dtype != "float0" else t.dtype)
-        ]
-    return None
+    try:
+        return primitives.infer_types(prim, in_types, params, None)
+    except primitives.ShapeError as e:
+        raise JaxprError(f"while differentiating: {prim}: {e}", loc) from None
 
 
 # ---------------------------------------------------------------- small jaxpr utilities
@@ -172,12 +119,10 @@ def _fallback(prim: str, in_types: list[Type], params: dict):
 
 def dce_eqns(eqns: list[Eqn], live_out: Iterable[Atom]) -> list[Eqn]:
     """Drop equations whose results are not needed by `live_out` (effectful ones are kept)."""
-    from ..primitives import EFFECTFUL
-
     live = {id(v) for v in live_out if isinstance(v, Var)}
     kept: list[Eqn] = []
     for e in reversed(eqns):
-        if e.prim in EFFECTFUL or not live.isdisjoint(map(id, e.outputs)):
+        if record_of(e.prim).effectful or not live.isdisjoint(map(id, e.outputs)):
             kept.append(e)
             live.update([id(x) for x in e.inputs if isinstance(x, Var)])
     kept.reverse()

@@ -11,25 +11,8 @@ import builtins
 import numpy as np
 
 from ..core import Atom, Literal, ShapedArray, Type, Var, long_dtype_name
+from ..record import prim as record_of
 from .builder import current
-
-#: primitives that bind returns a list for, whatever their number of results
-LIST_RESULT_PRIMS = {
-    "jit",
-    "pjit",
-    "closed_call",
-    "core_call",
-    "remat2",
-    "checkpoint",
-    "custom_jvp_call",
-    "custom_vjp_call",
-    "custom_lin",
-    "cond",
-    "while",
-    "scan",
-    "eval_jaxpr",
-    "optimization_barrier",
-}
 
 
 def typeof(x) -> Type:
@@ -39,7 +22,7 @@ def typeof(x) -> Type:
 def bind(prim: str, *inputs: Atom, _out_types=None, **params):
     """Emit `prim[params] inputs`; a Var, or a list for multi-result / call primitives."""
     outs = current().bind(prim, inputs, params, _out_types)
-    if len(outs) == 1 and prim not in LIST_RESULT_PRIMS:
+    if len(outs) == 1 and not record_of(prim).multiple_results:
         return outs[0]
     return outs
 

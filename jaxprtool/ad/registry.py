@@ -1,5 +1,8 @@
 """Rule registries and the helpers that fill them (mirrors `jax/_src/interpreters/ad.py`).
 
+Each registry is a view of one field of the primitive records (`jaxprtool.record`): the
+helpers fill `prim(name).jvp`, `.transpose`, `.fancy_transpose`, `.jvp_kind`.
+
 - `primitive_jvps[name] = rule(primals, tangents, **params) -> (primal_outs, tangent_outs)`
 - `primitive_transposes[name] = rule(cts, *args, **params) -> list[Atom | Zero | None]`
 - `fancy_transposes[name] = rule(cts, *args, accums, **params) -> None`
@@ -13,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..core import ShapedArray
+from ..record import FieldView, prim
 from . import ops
 from .builder import current
 from .zeros import (
@@ -45,55 +49,11 @@ __all__ = [
     "is_zero",
 ]
 
-_rules_state = {"loaded": False}
-
-
-def _load_rules() -> None:
-    if not _rules_state["loaded"]:
-        _rules_state["loaded"] = True
-        from . import rules  # noqa: F401  (every rule module registers itself)
-
-
-class _Registry(dict):
-    """A dict that imports `jaxprtool.ad.rules` the first time it is read."""
-
-    def __getitem__(self, k):
-        _load_rules()
-        return super().__getitem__(k)
-
-    def get(self, k, default=None):
-        _load_rules()
-        return super().get(k, default)
-
-    def __contains__(self, k):
-        _load_rules()
-        return super().__contains__(k)
-
-    def __iter__(self):
-        _load_rules()
-        return super().__iter__()
-
-    def __len__(self):
-        _load_rules()
-        return super().__len__()
-
-    def keys(self):
-        _load_rules()
-        return super().keys()
-
-    def items(self):
-        _load_rules()
-        return super().items()
-
-    def values(self):
-        _load_rules()
-        return super().values()
-
-
-primitive_jvps: dict[str, Callable] = _Registry()
-primitive_transposes: dict[str, Callable] = _Registry()
-fancy_transposes: dict[str, Callable] = _Registry()
-rule_kind: dict[str, str] = _Registry()
+#: views of the primitive records' fields (`jaxprtool.record`), filled by the helpers below
+primitive_jvps = FieldView("jvp")
+primitive_transposes = FieldView("transpose")
+fancy_transposes = FieldView("fancy_transpose")
+rule_kind = FieldView("jvp_kind")
 #: plugin rules: custom_jvps[jvp_name] = fn(primals, tangents) -> (outs, tangent_outs)
 custom_jvps: dict[str, Callable] = {}
 #: plugin rules: custom_vjps[fwd_name or bwd_name] = (fwd, bwd)
@@ -188,37 +148,9 @@ def linear_jvp(name: str, primals, tangents, /, **params):
     return outs, touts
 
 
-#: primitives with a list of results even when there is one (their transpose rules get a list)
-MULTIPLE_RESULTS = {
-    "split",
-    "unstack",
-    "sort",
-    "top_k",
-    "approx_top_k",
-    "optimization_barrier",
-    "device_put",
-    "while",
-    "scan",
-    "cond",
-    "jit",
-    "pjit",
-    "closed_call",
-    "core_call",
-    "remat2",
-    "checkpoint",
-    "custom_jvp_call",
-    "custom_vjp_call",
-    "custom_lin",
-    "eval_jaxpr",
-    "rng_bit_generator",
-    "reduce",
-    "reduce_precision_multi",
-}
-
-
 def _linear_transpose(name: str, transpose_fn, with_args: bool):
     def rule(cts, /, *args, **params):
-        multi = len(cts) != 1 or name in MULTIPLE_RESULTS
+        multi = len(cts) != 1 or prim(name).multiple_results
         if all(is_zero(c) for c in cts):
             return [Zero(tangent_type(a.type)) if is_undefined_primal(a) else None for a in args]
         ct = list(cts) if multi else cts[0]

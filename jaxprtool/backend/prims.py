@@ -14,7 +14,7 @@ import numpy as np
 
 from ..core import Eqn, Jaxpr, JaxprError, ShapedArray
 from ..params import EnumValue, NpScalar, Opaque, Record, SymExpr
-from ..primitives import WITH_ACCURACY
+from ..record import prim as record_of
 
 #: modules that define the primitives a jaxpr can use, in priority order (names collide
 #: between lax and Pallas/Mosaic; the first module wins)
@@ -159,7 +159,7 @@ def _dtype_param(v):
         raise Unconvertible(text) from None
 
 
-def _accuracy(v):
+def accuracy_param(v):
     if v is None:
         return None
     try:
@@ -184,7 +184,7 @@ def bind_params(eqn: Eqn, dims: dict[str, int] | None = None) -> dict[str, Any]:
     p = {**DEFAULTS.get(name, {}), **eqn.params}
     for k in DROPPED.get(name, ()):
         p.pop(k, None)
-    rule = PARAM_RULES.get(name)
+    rule = PARAM_RULES.get(name) or record_of(name).bind_params
     out: dict[str, Any] = {}
     special = {}
     if rule is not None:
@@ -225,10 +225,6 @@ def _convert(eqn, p, dims):
         "weak_type": bool(p.get("weak_type", False)),
         "sharding": None,
     }
-
-
-def _unary_accuracy(eqn, p, dims):
-    return {"accuracy": _accuracy(p.get("accuracy"))}
 
 
 def _mul(eqn, p, dims):
@@ -380,5 +376,3 @@ PARAM_RULES = {
     "argmin": _dtype_keys("index_dtype"),
     "bitcast_convert_type": _dtype_keys("new_dtype"),
 }
-for _n in WITH_ACCURACY:
-    PARAM_RULES[_n] = _unary_accuracy

@@ -10,17 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..core import Atom, Eqn, Jaxpr, Literal, RefType, Var, eqn_subjaxprs, map_param_jaxprs
-from ..primitives import EFFECTFUL, RANDOM
+from ..record import prim
 
-#: call-like primitives whose body is one jaxpr taking the equation's operands
-CALL_BODY_PARAM: dict[str, str] = {
-    "jit": "jaxpr",
-    "pjit": "jaxpr",
-    "closed_call": "call_jaxpr",
-    "core_call": "call_jaxpr",
-    "remat2": "jaxpr",
-    "checkpoint": "jaxpr",
-}
+
+def call_body_param(name: str) -> str | None:
+    """The parameter of a call-like primitive that holds its body (one jaxpr taking the
+    equation's operands), or None."""
+    return prim(name).call_body
+
+
 #: per-operand / per-result parameters of jit/pjit that must follow operand pruning
 CALL_IN_PARAMS = ("in_shardings", "in_layouts", "donated_invars", "prevent_cse")
 CALL_OUT_PARAMS = ("out_shardings", "out_layouts")
@@ -50,8 +48,8 @@ def _key(key):
 _effect_memo: dict[int, tuple[Jaxpr, bool]] = {}
 
 
-def is_effectful_prim(prim: str) -> bool:
-    return prim in EFFECTFUL or "callback" in prim and prim != "pure_callback"
+def is_effectful_prim(name: str) -> bool:
+    return prim(name).effectful
 
 
 def jaxpr_has_effects(j: Jaxpr) -> bool:
@@ -93,7 +91,7 @@ def jaxpr_has_random(j: Jaxpr) -> bool:
 
 
 def eqn_has_random(e: Eqn) -> bool:
-    if e.prim in RANDOM:
+    if prim(e.prim).random:
         return True
     return any(jaxpr_has_random(s) for s in eqn_subjaxprs(e))
 
@@ -101,7 +99,8 @@ def eqn_has_random(e: Eqn) -> bool:
 def eqn_is_pure(e: Eqn) -> bool:
     """Neither effects nor random numbers, in the equation or nested inside it (the
     negation of `eqn_has_effects(e) or eqn_has_random(e)`, with one look at the params)."""
-    if is_effectful_prim(e.prim) or e.prim in RANDOM:
+    rec = prim(e.prim)
+    if rec.effectful or rec.random:
         return False
     if _touches_ref(e.inputs) or _touches_ref(e.outputs):
         return False

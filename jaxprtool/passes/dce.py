@@ -25,10 +25,10 @@ from __future__ import annotations
 from ..core import Eqn, Jaxpr, OpaqueType, RefType, Var, eqn_subjaxprs
 from . import flattree
 from .common import (
-    CALL_BODY_PARAM,
     CALL_IN_PARAMS,
     CALL_OUT_PARAMS,
     JaxprMemo,
+    call_body_param,
     eqn_has_effects,
     map_eqn_jaxprs,
 )
@@ -110,9 +110,8 @@ class _DCE:
         if not eqn_subjaxprs(e):  # the rules below are for equations with nested jaxprs
             return [True] * len(e.inputs), e
         try:
-            if e.prim in CALL_BODY_PARAM and isinstance(
-                e.params.get(CALL_BODY_PARAM[e.prim]), Jaxpr
-            ):
+            body_param = call_body_param(e.prim)
+            if body_param is not None and isinstance(e.params.get(body_param), Jaxpr):
                 return self.call_rule(e, used_outs)
             if e.prim == "cond" and _is_jaxpr_tuple(e.params.get("branches")):
                 return self.cond_rule(e, used_outs)
@@ -125,7 +124,7 @@ class _DCE:
         return [True] * len(e.inputs), map_eqn_jaxprs(e, self.clean)
 
     def call_rule(self, e: Eqn, used_outs):
-        pname = CALL_BODY_PARAM[e.prim]
+        pname = call_body_param(e.prim)
         body: Jaxpr = e.params[pname]
         _check_arity(body, e)
         inst = tuple(_is_ref(v) or isinstance(v.type, OpaqueType) for v in body.invars)

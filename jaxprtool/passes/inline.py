@@ -11,10 +11,8 @@ in the set.  Bodies are inlined innermost first, so nested calls disappear too.
 from __future__ import annotations
 
 from ..core import Eqn, Jaxpr, Literal, Var
-from .common import CALL_BODY_PARAM, EqnRewrite, recursive_pass
-
-#: the call-like primitives whose body is inlined (not remat/checkpoint)
-INLINABLE = {p: CALL_BODY_PARAM[p] for p in ("jit", "pjit", "closed_call", "core_call")}
+from ..record import prim
+from .common import EqnRewrite, recursive_pass
 
 
 def inline(jaxpr: Jaxpr, names: set[str] | None = None) -> Jaxpr:
@@ -31,7 +29,8 @@ def _inline(jaxpr: Jaxpr, go, names) -> Jaxpr:
     rw = EqnRewrite(jaxpr, go)
     for e in rw:
         inputs = e.inputs
-        body = e.params.get(INLINABLE.get(e.prim, ""), None)
+        rec = prim(e.prim)
+        body = e.params.get(rec.call_body) if rec.inlinable else None
         if (
             isinstance(body, Jaxpr)
             and not body.constvars

@@ -16,54 +16,27 @@ import numpy as np
 
 from ..core import RefType, ShapedArray, Type
 from ..params import EnumValue, NpScalar, Opaque, Record, SymExpr
+from ..record import FieldView, define
+from ..record import prim as record_of
 
 ShapeRule = Callable[[list[Type], dict, "list[Type] | None"], list[Type]]
 
-SHAPE_RULES: dict[str, ShapeRule] = {}
-
-#: primitives whose equations must never be removed, merged or reordered
-EFFECTFUL: set[str] = {
-    "debug_callback",
-    "debug_print",
-    "io_callback",
-    "check",
-    "pure_callback_ordered",
-    "addupdate",
-    "swap",
-    "get",
-    "new_ref",
-    "freeze",
-    "run_state",
-    "pallas_call",
-}
-#: random-number primitives: not merged by CSE
-RANDOM: set[str] = {
-    "random_bits",
-    "random_seed",
-    "random_split",
-    "random_fold_in",
-    "rng_bit_generator",
-    "rng_uniform",
-    "random_gamma",
-}
-
-
-#: unary primitives with JAX's `accuracy` parameter (printed only when not None)
-WITH_ACCURACY: frozenset[str] = frozenset(
-    "exp exp2 log expm1 log1p tanh logistic sin cos tan sqrt rsqrt cbrt erfc".split()
-)
+#: every primitive's shape rule (a view of the records' `shape_rule` field)
+SHAPE_RULES = FieldView("shape_rule")
 
 
 class ShapeError(Exception):
     """Operand types or parameters that the primitive does not accept."""
 
 
-def shape_rule(*names: str):
-    """Decorator: register `fn` as the shape rule of each named primitive."""
+def shape_rule(*names: str, **properties):
+    """Decorator: register `fn` as the shape rule of each named primitive, and set the
+    record's other `properties` (`multiple_results=True`, `effectful=True`, ...)."""
 
     def register(fn: ShapeRule) -> ShapeRule:
+        family = fn.__module__.rpartition(".")[2]
         for n in names:
-            SHAPE_RULES[n] = fn
+            define(n, shape_rule=fn, family=family, **properties)
         return fn
 
     return register
@@ -74,8 +47,9 @@ def infer_types(prim: str, in_types: list[Type], params: dict, out_hint=None) ->
 
     Results are memoised by (rule, operand types, parameters, hint) when every parameter is
     a plain value (`_freeze`): a program repeats the same few typed equations many times."""
-    _load_families()
-    rule = SHAPE_RULES[prim]
+    rule = record_of(prim).shape_rule
+    if rule is None:
+        raise KeyError(prim)
     try:
         key = (rule, _freeze_types(in_types), _freeze_params(params), _freeze_hint(out_hint))
         hit = _INFER_MEMO.get(key)
@@ -140,15 +114,5 @@ def _freeze(v):
 
 
 def is_known(prim: str) -> bool:
-    _load_families()
-    return prim in SHAPE_RULES
-
-
-_loaded = False
-
-
-def _load_families() -> None:
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        from . import families  # noqa: F401  (registers every family)
+    """A primitive with a shape rule."""
+    return record_of(prim).shape_rule is not None

@@ -6,6 +6,8 @@ import re
 
 from ..core import Jaxpr, ShapedArray
 from ..params import format_value
+from ..record import define
+from ..text.param_rules import drop, name_first, sorted_params, unspecified
 from . import ShapeError, shape_rule
 from .util import (
     arr,
@@ -544,3 +546,99 @@ def _custom_root(in_types, params, out_hint):
         )
     check_call_operands("CustomRoot", j, in_types[:k], what="solve_jaxpr")
     return out_types_of(j)
+
+
+# ---------------------------------------------------------------- properties
+
+for _n in (
+    "check",
+    "debug_callback",
+    "debug_print",
+    "io_callback",
+    "buffer_callback",
+    "pure_callback_ordered",
+    "pallas_call",
+    "run_state",
+):
+    define(_n, effectful=True)
+for _n in (
+    "checkpoint",
+    "closed_call",
+    "cond",
+    "core_call",
+    "custom_jvp_call",
+    "custom_lin",
+    "custom_vjp_call",
+    "eval_jaxpr",
+    "jit",
+    "optimization_barrier",
+    "pjit",
+    "remat2",
+    "scan",
+    "while",
+):
+    define(_n, multiple_results=True)
+for _n, _body in (
+    ("jit", "jaxpr"),
+    ("pjit", "jaxpr"),
+    ("closed_call", "call_jaxpr"),
+    ("core_call", "call_jaxpr"),
+    ("remat2", "jaxpr"),
+    ("checkpoint", "jaxpr"),
+):
+    define(_n, call_body=_body, inlinable=_n not in ("remat2", "checkpoint"))
+
+
+# ---------------------------------------------------------------- printing
+
+
+def _print_jit(e, style):
+    d = dict(e.params)
+    d.pop("inline", None)
+    for k, hidden in (
+        ("donated_invars", lambda v: isinstance(v, tuple) and not any(v)),
+        ("in_shardings", lambda v: isinstance(v, tuple) and all(map(unspecified, v))),
+        ("out_shardings", lambda v: isinstance(v, tuple) and all(map(unspecified, v))),
+        ("in_layouts", lambda v: isinstance(v, tuple) and all(x is None for x in v)),
+        ("out_layouts", lambda v: isinstance(v, tuple) and all(x is None for x in v)),
+        ("keep_unused", lambda v: v is False),
+        (
+            "ctx_mesh",
+            lambda v: v is None or format_value(v) in ("Mesh()", "AbstractMesh((), axis_types=())"),
+        ),
+        ("compiler_options_kvs", lambda v: v is None or v == ()),
+    ):
+        if k in d and hidden(d[k]):
+            del d[k]
+    return name_first(d)
+
+
+def _print_custom_call(e, style):
+    if style.version < (0, 5):
+        return sorted_params(e.params)
+    d = dict(e.params)
+    if "num_consts" in d and d["num_consts"] == 0 and d["num_consts"] is not False:
+        del d["num_consts"]
+    if e.prim == "custom_vjp_call":
+        d.pop("out_trees", None)
+    return name_first(d)
+
+
+def _print_custom_lin(e, style):
+    return drop("out_avals")(e, style) if style.version >= (0, 5) else sorted_params(e.params)
+
+
+for _n in ("jit", "pjit"):
+    define(_n, print_params=_print_jit)
+for _n in ("custom_jvp_call", "custom_vjp_call"):
+    define(_n, print_params=_print_custom_call)
+define("check", print_params=drop("err_tree"))
+define("custom_lin", print_params=_print_custom_lin)
+
+
+def _restyle_jit(prim, params, e, style):
+    return style.call_prim, params
+
+
+for _n in ("jit", "pjit"):
+    define(_n, restyle=_restyle_jit)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..record import define
+from ..text.param_rules import drop, drop_if_none
 from . import ShapeError, shape_rule
 from .util import (
     arr,
@@ -334,3 +336,19 @@ def _bitcast(in_types, params, out_hint):
             )
         shape = x.shape[:-1]
     return [x.update(shape=shape, dtype=d, weak_type=False)]
+
+
+# ---------------------------------------------------------------- printing
+
+
+def _bind_accuracy(eqn, p, dims):
+    from ..backend.prims import accuracy_param
+
+    return {"accuracy": accuracy_param(p.get("accuracy"))}
+
+
+#: unary primitives with JAX's `accuracy` parameter (printed only when not None)
+for _n in "exp exp2 log expm1 log1p tanh logistic sin cos tan sqrt rsqrt cbrt erfc".split():
+    define(_n, print_params=drop_if_none("accuracy"), bind_params=_bind_accuracy)
+define("convert_element_type", print_params=drop("sharding"))
+define("mul", print_params=drop_if_none("out_dtype"))

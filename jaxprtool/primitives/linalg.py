@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..core import ShapedArray
+from ..record import define
 from . import ShapeError, shape_rule
 from .util import (
     arr,
@@ -397,3 +398,23 @@ def _fft(in_types, params, out_hint):
     if not is_complex_dtype(x.dtype):
         raise ShapeError(f"fft: {kind} expects a complex operand, got {x.dtype}")
     return [x]
+
+
+# ---------------------------------------------------------------- printing
+
+
+def _print_dot_general(e, style):
+    d = {k: v for k, v in e.params.items() if v is not None}
+    d.pop("out_sharding", None)
+    dn = d.get("dimension_numbers")
+    if (
+        isinstance(dn, tuple)
+        and len(dn) == 2
+        and all(isinstance(x, tuple) and len(x) == 2 for x in dn)
+    ):
+        (lc, rc), (lb, rb) = dn
+        d["dimension_numbers"] = ((list(lc), list(rc)), (list(lb), list(rb)))
+    return sorted(d.items())
+
+
+define("dot_general", print_params=_print_dot_general)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from ..core import OpaqueType, RefType, ShapedArray, short_dtype_name
+from ..record import define
+from ..text.param_rules import sorted_params
 from . import ShapeError, shape_rule
 from .util import (
     arr,
@@ -342,3 +344,21 @@ def _nonzero(in_types, params, out_hint):
     d = dtype_param(params.get("out_dtype", "int32"))
     batch = tuple(s for i, s in enumerate(a.shape) if i not in axes)
     return [a.update(shape=(*batch, size), dtype=d, weak_type=False)] * len(axes)
+
+
+# ---------------------------------------------------------------- properties
+
+for _n in ("addupdate", "freeze", "get", "new_ref", "swap"):
+    define(_n, effectful=True)
+define("device_put", multiple_results=True)
+
+
+# ---------------------------------------------------------------- printing
+
+
+def _print_reshard(e, style):
+    # 0.10+: every parameter is implied by the binder type
+    return sorted_params(e.params) if style.broadcast_shape_param else []
+
+
+define("reshard", print_params=_print_reshard)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..core import ShapedArray
+from ..record import define
 from . import ShapeError, shape_rule
 from .util import (
     arr,
@@ -139,3 +140,18 @@ def _threefry(in_types, params, out_hint):
 def _iota_2x32(in_types, params, out_hint):
     shape = ints(need(params, "shape"))
     return [ShapedArray(shape, "u32")] * 2
+
+
+# ---------------------------------------------------------------- properties
+
+for _n in (
+    "random_bits",
+    "random_fold_in",
+    "random_gamma",
+    "random_seed",
+    "random_split",
+    "rng_bit_generator",
+    "rng_uniform",
+):
+    define(_n, random=True)
+define("rng_bit_generator", multiple_results=True)

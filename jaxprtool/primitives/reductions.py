@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..core import Jaxpr, ShapedArray
+from ..record import define
 from . import ShapeError, shape_rule
 from .util import (
     arr,
@@ -242,3 +243,28 @@ def _reduce(in_types, params, out_hint):
     else:
         dts = [iv.dtype for iv in inits]
     return [mk(shape, d, False, [o]) for d, o in zip(dts, ops)]
+
+
+# ---------------------------------------------------------------- properties
+
+for _n in ("approx_top_k", "reduce", "sort", "top_k", "reduce_precision_multi"):
+    define(_n, multiple_results=True)
+
+
+# ---------------------------------------------------------------- printing
+
+
+def _restyle_out_sharding(since: tuple[int, ...]):
+    """Versions before `since` had no `out_sharding` parameter."""
+
+    def rule(prim, params, e, style):
+        if tuple(style.version) < since and params.get("out_sharding", 0) is None:
+            del params["out_sharding"]
+        return prim, params
+
+    return rule
+
+
+define("reduce_sum", restyle=_restyle_out_sharding((0, 8)))
+define("reduce_max", restyle=_restyle_out_sharding((0, 11)))
+define("reduce_min", restyle=_restyle_out_sharding((0, 11)))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from ..core import ShapedArray
+from ..record import define
+from ..text.param_rules import sorted_params
 from . import ShapeError, shape_rule
 from .util import (
     arr,
@@ -344,3 +346,47 @@ def _dim_as_value(in_types, params, out_hint):
 
 
 __all__ = ["dim_param"]
+
+
+# ---------------------------------------------------------------- properties
+
+for _n in ("split", "unstack"):
+    define(_n, multiple_results=True)
+
+
+# ---------------------------------------------------------------- printing
+
+
+def _print_broadcast_in_dim(e, style):
+    if style.broadcast_shape_param:
+        return sorted_params(e.params)
+    d = dict(e.params)
+    d.pop("shape", None)
+    d.pop("sharding", None)
+    if "broadcast_dimensions" in d and not d["broadcast_dimensions"]:
+        del d["broadcast_dimensions"]
+    return sorted(d.items())
+
+
+define("broadcast_in_dim", print_params=_print_broadcast_in_dim)
+
+
+def _restyle_broadcast_in_dim(prim, params, e, style):
+    if style.broadcast_shape_param:
+        params.setdefault("broadcast_dimensions", ())
+        params.setdefault("shape", tuple(e.outputs[0].type.shape))
+        if tuple(style.version) >= (0, 5):
+            params.setdefault("sharding", None)
+        else:
+            params.pop("sharding", None)
+    return prim, params
+
+
+def _restyle_reshape(prim, params, e, style):
+    if tuple(style.version) < (0, 5) and params.get("sharding", 0) is None:
+        del params["sharding"]
+    return prim, params
+
+
+define("broadcast_in_dim", restyle=_restyle_broadcast_in_dim)
+define("reshape", restyle=_restyle_reshape)

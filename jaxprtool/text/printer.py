@@ -46,7 +46,7 @@ import numpy as np
 from .. import core
 from ..core import Jaxpr, Literal, Var
 from ..params import EnumValue, Record, format_value
-from ..primitives import WITH_ACCURACY
+from ..record import prim as record_of
 from . import pretty as pp
 from .style import DEFAULT_STYLE, Style, walk_jaxprs
 
@@ -102,88 +102,17 @@ def literal_text(lit: Literal, typed: bool = True) -> str:
 
 
 def _params_to_print(e: core.Eqn, style: Style) -> list[tuple[str, Any]]:
-    """The (key, value) pairs JAX prints for this equation, in order."""
+    """The (key, value) pairs JAX prints for this equation, in order (the primitive's
+    `print_params` rule, else every parameter sorted by key)."""
     p = e.params
-    prim = e.prim
     if not p:
         return []
-    if prim in _JIT:
-        d = dict(p)
-        d.pop("inline", None)
-        for k, pred in (
-            ("donated_invars", lambda v: isinstance(v, tuple) and not any(v)),
-            ("in_shardings", lambda v: isinstance(v, tuple) and all(_unspecified(s) for s in v)),
-            ("out_shardings", lambda v: isinstance(v, tuple) and all(_unspecified(s) for s in v)),
-            ("in_layouts", lambda v: isinstance(v, tuple) and all(x is None for x in v)),
-            ("out_layouts", lambda v: isinstance(v, tuple) and all(x is None for x in v)),
-            ("keep_unused", lambda v: v is False),
-            (
-                "ctx_mesh",
-                lambda v: (
-                    v is None or format_value(v) in ("Mesh()", "AbstractMesh((), axis_types=())")
-                ),
-            ),
-            ("compiler_options_kvs", lambda v: v is None or v == ()),
-        ):
-            if k in d and pred(d[k]):
-                del d[k]
-        return _name_first(d)
-    if prim in ("custom_jvp_call", "custom_vjp_call") and style.version >= (0, 5):
-        d = dict(p)
-        if "num_consts" in d and d["num_consts"] == 0 and d["num_consts"] is not False:
-            del d["num_consts"]
-        if prim == "custom_vjp_call":
-            d.pop("out_trees", None)
-        return _name_first(d)
-    if prim[:1].isupper():  # 0.12 HiPrims print their params in declaration order
+    rule = record_of(e.prim).print_params
+    if rule is not None:
+        return rule(e, style)
+    if e.prim[:1].isupper():  # 0.12 HiPrims print their params in declaration order
         return list(p.items())
-    if prim == "broadcast_in_dim" and not style.broadcast_shape_param:
-        d = dict(p)
-        d.pop("shape", None)
-        d.pop("sharding", None)
-        if "broadcast_dimensions" in d and not d["broadcast_dimensions"]:
-            del d["broadcast_dimensions"]
-        return sorted(d.items())
-    if prim == "dot_general":
-        d = {k: v for k, v in p.items() if v is not None}
-        d.pop("out_sharding", None)
-        dn = d.get("dimension_numbers")
-        if (
-            isinstance(dn, tuple)
-            and len(dn) == 2
-            and all(isinstance(x, tuple) and len(x) == 2 for x in dn)
-        ):
-            (lc, rc), (lb, rb) = dn
-            d["dimension_numbers"] = ((list(lc), list(rc)), (list(lb), list(rb)))
-        return sorted(d.items())
-    if prim == "convert_element_type":
-        if "sharding" in p:
-            return sorted((k, v) for k, v in p.items() if k != "sharding")
-    elif prim in WITH_ACCURACY:
-        if "accuracy" in p and p["accuracy"] is None:
-            return sorted((k, v) for k, v in p.items() if k != "accuracy")
-    elif prim == "mul":
-        if "out_dtype" in p and p["out_dtype"] is None:
-            return sorted((k, v) for k, v in p.items() if k != "out_dtype")
-    elif prim == "reshard":
-        if not style.broadcast_shape_param:  # 0.10+: all params implied by the binder type
-            return []
-    elif prim == "check":
-        return sorted((k, v) for k, v in p.items() if k != "err_tree")
-    elif prim == "custom_lin" and style.version >= (0, 5):
-        return sorted((k, v) for k, v in p.items() if k != "out_avals")
     return sorted(p.items())
-
-
-def _name_first(d: dict) -> list[tuple[str, Any]]:
-    if "name" in d:
-        name = d.pop("name")
-        return [("name", name), *sorted(d.items())]
-    return sorted(d.items())
-
-
-def _unspecified(s) -> bool:
-    return s is None or format_value(s, nested=True) == "UnspecifiedValue"
 
 
 def _is_jaxpr_tuple(v) -> bool:

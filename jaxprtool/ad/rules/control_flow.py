@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from ...core import Jaxpr, JaxprError, Literal, ShapedArray, Var, is_inexact
 from ...params import Opaque, format_value
+from ...record import prim
 from .. import builder as B
 from ..jvp import jvp_masked
 from ..linearize import linearize_masked
@@ -650,11 +651,9 @@ def _scan_jvp(primals, tangents, **params):
 
 def _invariant_vars(j: Jaxpr, n_consts: int) -> set[int]:
     """Vars of `j` that depend only on its first `n_consts` inputs (loop invariants)."""
-    from ...primitives import EFFECTFUL, RANDOM
-
     inv = {id(v) for v in j.invars[:n_consts]}  # (constvars of a nested jaxpr cannot be hoisted)
     for e in j.eqns:
-        if e.prim in EFFECTFUL or e.prim in RANDOM:
+        if prim(e.prim).effectful or prim(e.prim).random:
             continue
         if all(isinstance(x, Literal) or id(x) in inv for x in e.inputs):
             inv.update(id(o) for o in e.outputs)

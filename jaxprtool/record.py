@@ -1,0 +1,190 @@
+"""The primitive record: everything the tool knows about one primitive, registered once.
+
+A family module (`jaxprtool/families/<family>.py`) fills the record of each of its primitives
+in one block beside the rule functions, as JAX's `lax.py` does: the shape rule, the JVP rule
+(through the helpers `defjvp`, `defjvp2`, `deflinear`, `deflinear2`, `defbilinear`,
+`defjvp_zero` of `jaxprtool.ad.registry`), the transpose rule, properties, printing,
+binding to JAX, and pass rules.  The machinery (builder, `ops`, the walks, the passes, the
+evaluator, the printer) asks `prim(name).field` and never names a primitive.
+
+The machinery never imports a family module: the entry points install a loader
+(`set_loader`, done by `jaxprtool/__init__.py`) that imports the families the first time a
+record is asked for, so the import graph has no cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any
+
+
+@dataclass(eq=False)
+class Primitive:
+    """One primitive's rules and properties.  Every field defaults to "none" / False."""
+
+    name: str
+    #: the family module that registered it (None for plugins and unknown primitives)
+    family: str | None = None
+    #: `rule(in_types, params, out_hint) -> list[Type]`, raises `primitives.ShapeError`
+    shape_rule: Callable | None = None
+    #: `rule(primals, tangents, **params) -> (primal_outs, tangent_outs)`
+    jvp: Callable | None = None
+    #: which helper registered `jvp` (shown by `explain`)
+    jvp_kind: str | None = None
+    #: `rule(cts, *args, **params) -> list[Atom | Zero | None]`
+    transpose: Callable | None = None
+    #: accumulator-style transpose: `rule(cts, *args, accums, **params) -> None`
+    fancy_transpose: Callable | None = None
+    #: how the primitive splits itself into a primal and a linear part when linearized
+    #: (JAX's `primitive_linearizations`): `rule(primals, tangents, **params)`, run with a
+    #: split builder; None: the JVP rule's equations are sorted into the two programs
+    linearization: Callable | None = None
+    #: `rule(args, batch_dims, **params) -> (outs, out_batch_dims)` (vmap)
+    batching: Callable | None = None
+    #: the equation has a list of results even when it has one (JAX's `multiple_results`)
+    multiple_results: bool = False
+    #: never removed, merged or reordered by a pass, nor dropped inside AD
+    effectful: bool = False
+    #: draws random numbers: never merged by CSE
+    random: bool = False
+    #: the parameter holding the called body, for call-like primitives (jit, remat, ...)
+    call_body: str | None = None
+    #: a call whose body the `inline` pass may copy into the caller (jit, not remat)
+    inlinable: bool = False
+    #: `rule(eqn, style) -> [(key, value), ...]`: the parameters JAX prints, in order
+    #: (JAX's `pp_eqn_rules`); None: every parameter, sorted by key
+    print_params: Callable | None = None
+    #: `rule(prim, params, eqn, style) -> (prim, params)`: the parameters an older JAX
+    #: version printed for an equation the tool emitted in 0.12's form
+    restyle: Callable | None = None
+    #: `rule(eqn, params, jax_primitive) -> dict`: the params JAX's `bind` expects
+    bind_params: Callable | None = None
+    #: `impl(*values, **params)`: a plugin implementation (evaluated eagerly by `run`)
+    impl: Callable | None = None
+    #: `rule(eqn, live_outputs) -> (eqn | None, live_inputs)`: DCE of the equation's insides
+    dce: Callable | None = None
+    #: `rule(eqn, values) -> value | None`: constant folding of literal operands
+    fold: Callable | None = None
+    #: `rule(eqn, ctx) -> replacement | None`: algebraic simplification
+    simplify: Callable | None = None
+    #: `rule(eqn) -> int`: floating-point operations (stats)
+    flops: Callable | None = None
+    #: free-form data a family shares between its own rules (never read by the machinery)
+    extra: dict[str, Any] | None = None
+
+
+FIELDS = frozenset(f.name for f in fields(Primitive)) - {"name"}
+
+_RECORDS: dict[str, Primitive] = {}
+_loader: Callable[[], None] | None = None
+_loading = False
+
+
+def set_loader(load: Callable[[], None]) -> None:
+    """Install the function that imports the family modules (called once, on first use)."""
+    global _loader
+    _loader = load
+
+
+def ensure_loaded() -> None:
+    global _loader, _loading
+    if _loader is not None and not _loading:
+        load, _loading = _loader, True
+        try:
+            load()
+        finally:
+            _loader, _loading = None, False
+
+
+def define(name: str, **values) -> Primitive:
+    """Create or update the record of `name`; returns it.  Unknown field names are an error."""
+    bad = set(values) - FIELDS
+    if bad:
+        raise TypeError(f"unknown primitive record fields: {sorted(bad)}")
+    rec = _RECORDS.get(name)
+    if rec is None:
+        rec = _RECORDS[name] = Primitive(name)
+    for k, v in values.items():
+        setattr(rec, k, v)
+    return rec
+
+
+_UNKNOWN: dict[str, Primitive] = {}
+
+
+def prim(name: str) -> Primitive:
+    """The record of `name`; an empty (all-default) record for a primitive nobody registered."""
+    if _loader is not None:
+        ensure_loaded()
+    rec = _RECORDS.get(name)
+    if rec is None:
+        rec = _UNKNOWN.get(name)
+        if rec is None:
+            rec = _UNKNOWN[name] = Primitive(name)
+    return rec
+
+
+def registered(name: str) -> bool:
+    ensure_loaded()
+    return name in _RECORDS
+
+
+def records() -> dict[str, Primitive]:
+    """Every registered record by name (a copy)."""
+    ensure_loaded()
+    return dict(_RECORDS)
+
+
+class FieldView:
+    """A dict-like view of one field over all records: `view[name] = rule` sets
+    `prim(name).<field>`.  Kept for plugins and the rule helpers' registries
+    (`primitive_jvps`, `primitive_transposes`, ...); the machinery reads records."""
+
+    def __init__(self, field: str):
+        self.field = field
+
+    def __setitem__(self, name: str, value) -> None:
+        define(name, **{self.field: value})
+
+    def __getitem__(self, name: str):
+        v = getattr(prim(name), self.field)
+        if v is None:
+            raise KeyError(name)
+        return v
+
+    def get(self, name: str, default=None):
+        v = getattr(prim(name), self.field)
+        return default if v is None else v
+
+    def __contains__(self, name) -> bool:
+        return getattr(prim(name), self.field) is not None
+
+    def __delitem__(self, name: str) -> None:
+        if name not in self:
+            raise KeyError(name)
+        setattr(_RECORDS[name], self.field, None)
+
+    def pop(self, name: str, *default):
+        v = self.get(name)
+        if v is None:
+            if default:
+                return default[0]
+            raise KeyError(name)
+        setattr(_RECORDS[name], self.field, None)
+        return v
+
+    def keys(self):
+        ensure_loaded()
+        return [n for n, r in _RECORDS.items() if getattr(r, self.field) is not None]
+
+    __iter__ = lambda self: iter(self.keys())  # noqa: E731
+
+    def __len__(self) -> int:
+        return len(self.keys())
+
+    def items(self):
+        return [(n, getattr(_RECORDS[n], self.field)) for n in self.keys()]
+
+    def values(self):
+        return [v for _, v in self.items()]
