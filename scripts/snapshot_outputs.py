@@ -15,7 +15,9 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CORPUS = Path(os.environ.get("JAXPR_FORMAT_DIR", ROOT.parent / "shared" / "jaxpr-format")) / "corpus"
+CORPUS = (
+    Path(os.environ.get("JAXPR_FORMAT_DIR", ROOT.parent / "shared" / "jaxpr-format")) / "corpus"
+)
 COMMANDS = {
     "fmt": ["fmt"],
     "check": ["check"],
