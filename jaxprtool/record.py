@@ -66,8 +66,11 @@ class Primitive:
     dce: Callable | None = None
     #: `rule(eqn, values) -> value | None`: constant folding of literal operands
     fold: Callable | None = None
-    #: `rule(eqn, ctx) -> replacement | None`: algebraic simplification
+    #: `rule(eqn, ctx) -> atom | None`: algebraic simplification (`passes/simplify.py`)
     simplify: Callable | None = None
+    #: `rule(eqn) -> atom | None`: the atom whose (scalar) value fills the whole result,
+    #: e.g. a `broadcast_in_dim` of a literal (lets simplification see AD's zeros and ones)
+    fills_with: Callable | None = None
     #: `rule(eqn) -> int`: floating-point operations (stats)
     flops: Callable | None = None
     #: free-form data a family shares between its own rules (never read by the machinery)

@@ -18,7 +18,9 @@ is replaced only by an atom of exactly the same type (weak_type included).
 | `select_n p c0 c1 ...` -> c_p | p a literal |
 | `select_n p c c ...` -> c | every case the same atom |
 
-`mul x 0` -> 0 is not a rule (NaN * 0 is NaN, inf * 0 is NaN).  The equations
+Each rule is the `simplify` field of its primitive's record, in the primitive's family
+module: `rule(eqn, ctx) -> atom | None` (`Context` below; the helpers `kind`, `is_one`, ...
+are shared).  `mul x 0` -> 0 is not a rule (NaN * 0 is NaN, inf * 0 is NaN).  The equations
 left unused are removed by `dce`.
 """
 
@@ -28,6 +30,7 @@ import math
 
 from ..core import Jaxpr, Literal, ShapedArray, Var
 from ..params import as_int_tuple
+from ..record import prim
 from .common import EqnRewrite, recursive_pass, same_type
 
 
@@ -38,38 +41,51 @@ def simplify(jaxpr: Jaxpr) -> Jaxpr:
 
 def _simplify(jaxpr: Jaxpr, go) -> Jaxpr:
     rw = EqnRewrite(jaxpr, go)
-    producer: dict[int, object] = {}
+    ctx = Context()
     for e in rw:
         if len(e.outputs) == 1:
-            r = _rule(e, producer)
+            rule = prim(e.prim).simplify
+            r = rule(e, ctx) if rule is not None else None
             if r is not None and same_type(r, e.outputs[0]):
                 rw.drop(e.outputs, (r,))
                 continue
         for o in e.outputs:
-            producer[id(o)] = e
+            ctx.producers[id(o)] = e
         rw.keep(e)
     return rw.result()
 
 
-def _scalar_const(a, producer):
-    """The scalar value an atom holds everywhere when it is a literal or a broadcast of one."""
-    if isinstance(a, Literal):
-        return a.value
-    if isinstance(a, Var):
-        p = producer.get(id(a))
-        if p is not None and p.prim == "broadcast_in_dim" and p.params.get("sharding") is None:
-            x = p.inputs[0]
-            if isinstance(x, Literal) and _dtype(x) == _dtype(a):
+class Context:
+    """What a primitive's simplification rule may ask about the program so far."""
+
+    def __init__(self):
+        self.producers: dict[int, object] = {}
+
+    def producer(self, a):
+        """The equation that computed the Var `a` (None for inputs and literals)."""
+        return self.producers.get(id(a)) if isinstance(a, Var) else None
+
+    def scalar_const(self, a):
+        """The scalar value an atom holds everywhere: a literal, or a result that the
+        producing primitive's `fills_with` rule says is filled with a literal."""
+        if isinstance(a, Literal):
+            return a.value
+        p = self.producer(a)
+        if p is not None:
+            fills = prim(p.prim).fills_with
+            x = fills(p) if fills is not None else None
+            if isinstance(x, Literal) and dtype_of(x) == dtype_of(a):
                 return x.value
-    return None
+        return None
 
 
-def _dtype(a):
+def dtype_of(a):
     return a.type.dtype if isinstance(a.type, ShapedArray) else None
 
 
-def _kind(a) -> str:
-    d = _dtype(a)
+def kind(a) -> str:
+    """'b', 'i', 'u', 'f', 'c' or '?' for the dtype of an atom."""
+    d = dtype_of(a)
     if d is None:
         return "?"
     if d == "bool":
@@ -85,19 +101,19 @@ def _kind(a) -> str:
     return "?"
 
 
-def _is_one(v) -> bool:
+def is_one(v) -> bool:
     return v is not None and not isinstance(v, (bool, str)) and v == 1
 
 
-def _is_zero(v) -> bool:
+def is_zero(v) -> bool:
     return v is not None and not isinstance(v, (bool, str)) and v == 0
 
 
-def _is_neg_zero(v) -> bool:
+def is_neg_zero(v) -> bool:
     return isinstance(v, float) and v == 0.0 and math.copysign(1.0, v) < 0
 
 
-def _is_pos_zero(v) -> bool:
+def is_pos_zero(v) -> bool:
     return (
         isinstance(v, (float, int))
         and not isinstance(v, bool)
@@ -106,108 +122,9 @@ def _is_pos_zero(v) -> bool:
     )
 
 
-def _identity_perm(p, n) -> bool:
+def identity_perm(p, n) -> bool:
+    """`p` is (0, 1, ..., n-1)."""
     try:
         return as_int_tuple(p) == tuple(range(n))
     except (TypeError, ValueError):
         return False
-
-
-def _rule(e, producer):
-    prim, ins, out = e.prim, e.inputs, e.outputs[0]
-    if prim == "mul" and len(ins) == 2:
-        x, y = ins
-        if _kind(out) in "iufc" and _is_one(_scalar_const(y, producer)):
-            return x
-        if _kind(out) in "iufc" and _is_one(_scalar_const(x, producer)):
-            return y
-        return None
-    if prim == "div" and len(ins) == 2:
-        x, y = ins
-        if _kind(out) in "iufc" and _is_one(_scalar_const(y, producer)):
-            return x
-        return None
-    if prim in ("add", "add_any", "sub") and len(ins) == 2:
-        x, y = ins
-        k = _kind(out)
-        cy, cx = _scalar_const(y, producer), _scalar_const(x, producer)
-        if k in "iu":
-            if _is_zero(cy):
-                return x
-            if prim != "sub" and _is_zero(cx):
-                return y
-            return None
-        if k not in "fc":
-            return None
-        if prim == "add_any":
-            if _is_zero(cy):
-                return x
-            if _is_zero(cx):
-                return y
-            return None
-        if k != "f":
-            return None
-        if prim == "add":
-            if _is_neg_zero(cy):
-                return x
-            if _is_neg_zero(cx):
-                return y
-            return None
-        if _is_pos_zero(cy):  # sub x +0.0 == x + -0.0 == x
-            return x
-        return None
-    if prim == "neg" and len(ins) == 1:
-        x = ins[0]
-        p = producer.get(id(x)) if isinstance(x, Var) else None
-        if p is not None and p.prim == "neg" and len(p.inputs) == 1:
-            return p.inputs[0]
-        return None
-    if prim == "convert_element_type" and len(ins) == 1:
-        if e.params.get("sharding") is not None:
-            return None
-        if bool(e.params.get("weak_type", False)) != bool(getattr(ins[0].type, "weak_type", False)):
-            return None
-        return ins[0]  # kept only when the type (dtype and weak_type) is unchanged
-    if prim == "broadcast_in_dim" and len(ins) == 1:
-        x = ins[0]
-        if e.params.get("sharding") is not None or not isinstance(x.type, ShapedArray):
-            return None
-        if _identity_perm(e.params.get("broadcast_dimensions", ()), x.type.ndim):
-            return x
-        return None
-    if prim == "reshape" and len(ins) == 1:
-        if e.params.get("dimensions") is not None or e.params.get("sharding") is not None:
-            return None
-        return ins[0]
-    if prim == "transpose" and len(ins) == 1:
-        x = ins[0]
-        if isinstance(x.type, ShapedArray) and _identity_perm(
-            e.params.get("permutation"), x.type.ndim
-        ):
-            return x
-        return None
-    if prim == "squeeze" and len(ins) == 1:
-        if _identity_perm(e.params.get("dimensions"), 0):
-            return ins[0]
-        return None
-    if (
-        prim in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or")
-        and len(ins) == 1
-    ):
-        if _identity_perm(e.params.get("axes"), 0) and e.params.get("out_sharding") is None:
-            return ins[0]
-        return None
-    if prim == "copy" and len(ins) == 1:
-        return ins[0]
-    if prim == "select_n" and len(ins) >= 2:
-        pred, *cases = ins
-        if isinstance(pred, Literal) and isinstance(pred.value, (bool, int)):
-            i = int(pred.value)
-            if 0 <= i < len(cases):
-                return cases[i]
-            return None
-        first = cases[0]
-        if all(c is first or (isinstance(c, Literal) and c == first) for c in cases):
-            return first
-        return None
-    return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..core import Literal
+from ..passes import simplify as S
 from ..record import define
 from ..text.param_rules import drop, drop_if_none
 from . import ShapeError, shape_rule
@@ -352,3 +354,92 @@ for _n in "exp exp2 log expm1 log1p tanh logistic sin cos tan sqrt rsqrt cbrt er
     define(_n, print_params=drop_if_none("accuracy"), bind_params=_bind_accuracy)
 define("convert_element_type", print_params=drop("sharding"))
 define("mul", print_params=drop_if_none("out_dtype"))
+
+
+# ---------------------------------------------------------------- simplification
+# (each rule keeps value, dtype and shape exactly: see passes/simplify.py)
+
+
+def _simplify_mul(e, ctx):
+    if len(e.inputs) != 2 or S.kind(e.outputs[0]) not in "iufc":
+        return None
+    x, y = e.inputs
+    if S.is_one(ctx.scalar_const(y)):
+        return x
+    if S.is_one(ctx.scalar_const(x)):
+        return y
+    return None
+
+
+def _simplify_div(e, ctx):
+    if len(e.inputs) != 2 or S.kind(e.outputs[0]) not in "iufc":
+        return None
+    x, y = e.inputs
+    return x if S.is_one(ctx.scalar_const(y)) else None
+
+
+def _simplify_additive(e, ctx):
+    """`add`, `add_any`, `sub` with an identity operand: 0 for integers, -0.0 for floats
+    (the exact additive identity), any zero for `add_any` (AD's zeros)."""
+    if len(e.inputs) != 2:
+        return None
+    x, y = e.inputs
+    k = S.kind(e.outputs[0])
+    cy, cx = ctx.scalar_const(y), ctx.scalar_const(x)
+    commutes = e.prim != "sub"
+    if k in "iu" or (k in "fc" and e.prim == "add_any"):
+        if S.is_zero(cy):
+            return x
+        return y if commutes and S.is_zero(cx) else None
+    if k != "f":
+        return None
+    if e.prim == "add":
+        if S.is_neg_zero(cy):
+            return x
+        return y if S.is_neg_zero(cx) else None
+    return x if S.is_pos_zero(cy) else None  # sub x +0.0 == x + -0.0 == x
+
+
+def _simplify_neg(e, ctx):
+    if len(e.inputs) != 1:
+        return None
+    p = ctx.producer(e.inputs[0])
+    if p is not None and p.prim == e.prim and len(p.inputs) == 1:
+        return p.inputs[0]
+    return None
+
+
+def _simplify_convert(e, ctx):
+    if len(e.inputs) != 1 or e.params.get("sharding") is not None:
+        return None
+    (x,) = e.inputs
+    if bool(e.params.get("weak_type", False)) != bool(getattr(x.type, "weak_type", False)):
+        return None
+    return x  # kept only when the type (dtype and weak_type) is unchanged
+
+
+def _simplify_identity(e, ctx):
+    return e.inputs[0] if len(e.inputs) == 1 else None
+
+
+def _simplify_select_n(e, ctx):
+    if len(e.inputs) < 2:
+        return None
+    pred, *cases = e.inputs
+    if isinstance(pred, Literal) and isinstance(pred.value, (bool, int)):
+        i = int(pred.value)
+        return cases[i] if 0 <= i < len(cases) else None
+    first = cases[0]
+    if all(c is first or (isinstance(c, Literal) and c == first) for c in cases):
+        return first
+    return None
+
+
+define("mul", simplify=_simplify_mul)
+define("div", simplify=_simplify_div)
+for _n in ("add", "add_any", "sub"):
+    define(_n, simplify=_simplify_additive)
+define("neg", simplify=_simplify_neg)
+define("convert_element_type", simplify=_simplify_convert)
+define("copy", simplify=_simplify_identity)
+define("select_n", simplify=_simplify_select_n)

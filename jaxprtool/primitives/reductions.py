@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..core import Jaxpr, ShapedArray
+from ..passes import simplify as S
 from ..record import define
 from . import ShapeError, shape_rule
 from .util import (
@@ -268,3 +269,19 @@ def _restyle_out_sharding(since: tuple[int, ...]):
 define("reduce_sum", restyle=_restyle_out_sharding((0, 8)))
 define("reduce_max", restyle=_restyle_out_sharding((0, 11)))
 define("reduce_min", restyle=_restyle_out_sharding((0, 11)))
+
+
+# ---------------------------------------------------------------- simplification
+
+
+def _simplify_reduce_nothing(e, ctx):
+    """A reduction over no axes is the identity."""
+    if len(e.inputs) != 1:
+        return None
+    if S.identity_perm(e.params.get("axes"), 0) and e.params.get("out_sharding") is None:
+        return e.inputs[0]
+    return None
+
+
+for _n in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or"):
+    define(_n, simplify=_simplify_reduce_nothing)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..core import ShapedArray
+from ..passes import simplify as S
 from ..record import define
 from ..text.param_rules import sorted_params
 from . import ShapeError, shape_rule
@@ -390,3 +391,44 @@ def _restyle_reshape(prim, params, e, style):
 
 define("broadcast_in_dim", restyle=_restyle_broadcast_in_dim)
 define("reshape", restyle=_restyle_reshape)
+
+
+# ---------------------------------------------------------------- simplification
+
+
+def _simplify_broadcast_in_dim(e, ctx):
+    x = e.inputs[0] if len(e.inputs) == 1 else None
+    if x is None or e.params.get("sharding") is not None or not isinstance(x.type, ShapedArray):
+        return None
+    return x if S.identity_perm(e.params.get("broadcast_dimensions", ()), x.type.ndim) else None
+
+
+def _broadcast_fills_with(e):
+    return e.inputs[0] if e.params.get("sharding") is None and len(e.inputs) == 1 else None
+
+
+def _simplify_reshape(e, ctx):
+    if len(e.inputs) != 1:
+        return None
+    if e.params.get("dimensions") is not None or e.params.get("sharding") is not None:
+        return None
+    return e.inputs[0]
+
+
+def _simplify_transpose(e, ctx):
+    x = e.inputs[0] if len(e.inputs) == 1 else None
+    if x is not None and isinstance(x.type, ShapedArray):
+        return x if S.identity_perm(e.params.get("permutation"), x.type.ndim) else None
+    return None
+
+
+def _simplify_squeeze(e, ctx):
+    if len(e.inputs) == 1 and S.identity_perm(e.params.get("dimensions"), 0):
+        return e.inputs[0]
+    return None
+
+
+define("broadcast_in_dim", simplify=_simplify_broadcast_in_dim, fills_with=_broadcast_fills_with)
+define("reshape", simplify=_simplify_reshape)
+define("transpose", simplify=_simplify_transpose)
+define("squeeze", simplify=_simplify_squeeze)
