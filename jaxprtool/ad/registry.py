@@ -58,6 +58,22 @@ rule_kind = FieldView("jvp_kind")
 custom_jvps: dict[str, Callable] = {}
 #: plugin rules: custom_vjps[fwd_name or bwd_name] = (fwd, bwd)
 custom_vjps: dict[str, tuple[Callable, Callable]] = {}
+#: JAX's library functions with custom JVP rules (relu, logaddexp, ...), by function name:
+#: entries with `.matches(params, body)` and `.tangent(primals, tangents, ans)`, filled by
+#: `jaxprtool/families/jax_library.py`
+library_jvps: dict[str, list] = {}
+
+
+def register_library_jvp(rule) -> None:
+    library_jvps.setdefault(rule.name, []).append(rule)
+
+
+def find_library_jvp(name: str | None, params: dict, body):
+    """The library rule for a `custom_jvp_call` of function `name` whose body matches, or None."""
+    for rule in library_jvps.get(name or "", ()):
+        if rule.matches(params, body):
+            return rule
+    return None
 
 
 class Accumulator:

@@ -1,0 +1,219 @@
+"""Tracing the custom rules of `custom_jvp` / `custom_vjp` functions into jaxprs (`trace`).
+
+`jax.make_jaxpr` prints a `custom_jvp_call` or `custom_vjp_call` with the rule's *name*
+only.  `jaxprtool trace` also traces the rules at the equation's shapes, with the same
+machinery JAX's own JVP uses (the equation's `jvp_jaxpr_fun`, `fwd_jaxpr_thunk`, `bwd`,
+`out_trees` parameters), and records them in extra parameters that JAX never prints:
+
+- `jaxprtool_jvp={ lambda ; primals... tangents... . ... in (outs..., out_tangents...) }`
+  on `custom_jvp_call` (every tangent instantiated, symbolic-zero outputs as zeros);
+- `jaxprtool_fwd={ lambda ; primals... . ... in (outs..., residuals...) }` and
+  `jaxprtool_bwd={ lambda ; residuals... cotangents... . ... in (input cotangents...) }` on
+  `custom_vjp_call` (JAX's forwarded residuals included, None/zero cotangents as zeros).
+
+Rules inside the traced rules are recorded too (second order).  An equation whose rule
+cannot be recorded exactly (closed-over constants, symbolic zeros) keeps its JAX text and
+gets a warning; the AD commands then treat it as a rule the text lacks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from ..core import Eqn, Jaxpr, JaxprError
+
+JVP_PARAM = "jaxprtool_jvp"
+FWD_PARAM = "jaxprtool_fwd"
+BWD_PARAM = "jaxprtool_bwd"
+#: every parameter the tool adds to JAX's text
+EXTENSION_PARAMS = (JVP_PARAM, FWD_PARAM, BWD_PARAM)
+
+
+class NotRecorded(Exception):
+    """A rule that cannot be traced exactly (the reason is the message)."""
+
+
+def annotate(closed, ours: Jaxpr, warn: Callable[[str, Eqn], None]) -> None:
+    """Attach the traced rules of every custom call of JAX's `closed` jaxpr to the matching
+    equation of `ours` (the tool's parse of JAX's printout of `closed`), in place."""
+    theirs = list(_custom_eqns(_open(closed)))
+    mine = list(_custom_eqns_ours(ours))
+    if [e.primitive.name for e in theirs] != [e.prim for e in mine]:
+        raise JaxprError("internal: the printed program does not match the traced one")
+    for live, eqn in zip(theirs, mine):
+        try:
+            rules = _rules_of(live)
+        except NotRecorded as e:
+            warn(str(e), eqn)
+            continue
+        for key, (live_rule, text_rule) in rules.items():
+            annotate(live_rule, text_rule, warn)
+            eqn.params[key] = text_rule
+
+
+def _rules_of(live) -> dict:
+    name = live.primitive.name
+    if name == "custom_jvp_call":
+        return {JVP_PARAM: _with_text(_jvp_rule(live))}
+    fwd, bwd = _vjp_rules(live)
+    return {FWD_PARAM: _with_text(fwd), BWD_PARAM: _with_text(bwd)}
+
+
+def _with_text(closed):
+    from ..text.parser import parse
+
+    return closed, parse(str(closed), "<traced rule>").jaxpr
+
+
+def _open(closed):
+    return getattr(closed, "jaxpr", closed)
+
+
+def _custom_eqns(jaxpr) -> Iterator:
+    """JAX's custom-call equations of `jaxpr` and its nested jaxprs, depth first, nested
+    jaxprs in the order of their parameter names (as `_custom_eqns_ours`)."""
+    for e in jaxpr.eqns:
+        if e.primitive.name in ("custom_jvp_call", "custom_vjp_call"):
+            yield e
+        for k in sorted(e.params):
+            for sub in _live_jaxprs(e.params[k]):
+                yield from _custom_eqns(sub)
+
+
+def _live_jaxprs(v) -> Iterator:
+    from jax._src import core as jcore
+
+    if isinstance(v, jcore.ClosedJaxpr):
+        yield v.jaxpr
+    elif isinstance(v, jcore.Jaxpr):
+        yield v
+    elif isinstance(v, (tuple, list)):
+        for x in v:
+            yield from _live_jaxprs(x)
+
+
+def _custom_eqns_ours(jaxpr: Jaxpr) -> Iterator[Eqn]:
+    for e in jaxpr.eqns:
+        if e.prim in ("custom_jvp_call", "custom_vjp_call"):
+            yield e
+        for k in sorted(e.params):
+            for sub in _our_jaxprs(e.params[k]):
+                yield from _custom_eqns_ours(sub)
+
+
+def _our_jaxprs(v) -> Iterator[Jaxpr]:
+    if isinstance(v, Jaxpr):
+        yield v
+    elif isinstance(v, (tuple, list)):
+        for x in v:
+            yield from _our_jaxprs(x)
+
+
+def _fn_name(live) -> str:
+    p = live.params
+    j = p.get("call_jaxpr")
+    info = getattr(j, "debug_info", None) or getattr(getattr(j, "jaxpr", None), "debug_info", None)
+    return getattr(info, "func_name", None) or "?"
+
+
+def _no_consts(live) -> None:
+    if live.params.get("num_consts", 0):
+        raise NotRecorded(
+            f"{live.primitive.name} '{_fn_name(live)}': its body closes over traced values "
+            "(num_consts > 0); its custom rule was not recorded"
+        )
+
+
+def _avals(live):
+    return [v.aval for v in live.invars]
+
+
+def _eval(jaxpr, consts, *args):
+    from jax._src import core as jcore
+
+    if isinstance(jaxpr, jcore.ClosedJaxpr):
+        jaxpr, consts = jaxpr.jaxpr, list(jaxpr.consts) + list(consts)
+    return jcore.eval_jaxpr(jaxpr, consts, *args)
+
+
+def _zeros(aval):
+    import jax.numpy as jnp
+
+    return jnp.zeros(aval.shape, aval.dtype)
+
+
+def _jvp_rule(live):
+    """The JVP rule as one jaxpr: (primals, tangents) -> (outs, out_tangents)."""
+    import jax
+
+    _no_consts(live)
+    p = live.params
+    fun = p.get("jvp_jaxpr_fun", p.get("jvp_jaxpr_thunk"))
+    call = getattr(fun, "call_wrapped", fun)
+    avals = _avals(live)
+    n = len(avals)
+    jvp_jaxpr, consts, out_zeros = call(*[False] * n)
+
+    def rule(*xs):
+        out = _eval(jvp_jaxpr, consts, *xs)
+        outs, nonzero = out[: len(out_zeros)], iter(out[len(out_zeros) :])
+        touts = [
+            _zeros(jax.typeof(o).to_tangent_aval()) if z else next(nonzero)
+            for o, z in zip(outs, out_zeros)
+        ]
+        return (*outs, *touts)
+
+    tangents = [a.to_tangent_aval() for a in avals]
+    return jax.make_jaxpr(rule)(*_specs(avals), *_specs(tangents))
+
+
+def _vjp_rules(live):
+    """(fwd, bwd) as jaxprs: primals -> (outs, residuals); (residuals, cts) -> input cts."""
+    import jax
+    from jax._src import ad_util
+
+    _no_consts(live)
+    p = live.params
+    if p.get("symbolic_zeros"):
+        raise NotRecorded(
+            f"custom_vjp_call '{_fn_name(live)}' uses symbolic_zeros=True; "
+            "its custom rule was not recorded"
+        )
+    avals = _avals(live)
+    n = len(avals)
+    fwd_jaxpr, fwd_consts = p["fwd_jaxpr_thunk"].call_wrapped(*[True] * n)
+    trees = p["out_trees"]()
+    res_tree = trees[1]
+    input_fwds = list(trees[2]) if len(trees) > 2 else [None] * res_tree.num_leaves
+    n_res_out = res_tree.num_leaves - sum(f is not None for f in input_fwds)
+
+    def fwd(*primals):
+        out = _eval(fwd_jaxpr, fwd_consts, *primals)
+        res_out, outs = out[:n_res_out], out[n_res_out:]
+        it = iter(res_out)
+        res = [next(it) if f is None else primals[f] for f in input_fwds]
+        return (*outs, *res)
+
+    fwd_closed = jax.make_jaxpr(fwd)(*_specs(avals))
+    n_out = len(fwd_closed.out_avals) - res_tree.num_leaves
+    res_avals = fwd_closed.out_avals[n_out:]
+    ct_avals = [a.to_tangent_aval() for a in fwd_closed.out_avals[:n_out]]
+    bwd = p["bwd"]
+
+    def backward(*xs):
+        cts_in = list(bwd.call_wrapped(*xs))
+        if len(cts_in) != n:
+            raise NotRecorded(f"custom_vjp_call '{_fn_name(live)}': bwd gave {len(cts_in)} results")
+        return [
+            _zeros(a.to_tangent_aval()) if c is None or isinstance(c, ad_util.Zero) else c
+            for c, a in zip(cts_in, avals)
+        ]
+
+    bwd_closed = jax.make_jaxpr(backward)(*_specs(res_avals), *_specs(ct_avals))
+    return fwd_closed, bwd_closed
+
+
+def _specs(avals):
+    import jax
+
+    return [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals]

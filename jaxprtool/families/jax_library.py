@@ -1,0 +1,219 @@
+"""JAX's own library functions with custom JVP rules, recognised by name and body.
+
+`jax.nn.relu`, `jax.nn.relu6`, `jax.numpy.logaddexp`, `jax.scipy.special.xlogy`, `xlog1py`
+and `logit` are `jax.custom_jvp` functions: the printed `custom_jvp_call` names the rule
+(`jvp=jvp`, `jvp=_logaddexp_jvp`) but does not contain it, and differentiating the body
+instead is wrong at the kinks (relu's body `max(x, 0)` gives 0.5 at 0, JAX's rule gives 0).
+
+Each entry below is JAX's rule (jax/_src/nn/functions.py, numpy/ufuncs.py,
+scipy/special.py of JAX 0.10-0.12), written with `ops`, and the body JAX prints for the
+function.  A rule is used only when the equation's function name matches *and* its body is
+the reference body up to variable names, shapes and dtypes (`same_body`), so a user's own
+function that happens to be called `relu` never gets JAX's rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+from ..ad import ops
+from ..ad.registry import register_library_jvp
+from ..core import Jaxpr, Literal
+
+#: parameters that follow from the operand shapes, ignored when comparing bodies
+_SHAPE_PARAMS = frozenset({"shape", "sharding", "out_sharding", "broadcast_dimensions"})
+
+
+@dataclass(frozen=True)
+class LibraryRule:
+    """JAX's JVP rule of one library function: `tangent(primals, tangents, ans)`."""
+
+    name: str
+    jvp_name: str
+    body_text: str
+    tangent: object
+
+    @property
+    def body(self) -> Jaxpr:
+        return _parse_body(self.body_text)
+
+    def matches(self, params: dict, body: Jaxpr) -> bool:
+        jvp_name = params.get("jvp")
+        if jvp_name is not None and str(jvp_name) != self.jvp_name:
+            return False
+        return same_body(body, self.body)
+
+
+@cache
+def _parse_body(text: str) -> Jaxpr:
+    from ..text.parser import parse
+
+    return parse(text, "<jax library>").jaxpr
+
+
+def same_body(a: Jaxpr, b: Jaxpr) -> bool:
+    """`a` and `b` compute the same function up to variable names, shapes and dtypes:
+    the same primitives (jit and pjit alike) on the same operands in the same order,
+    the same literal values, and equal parameters other than shape-derived ones."""
+    return _SameBody().jaxpr(a, b)
+
+
+class _SameBody:
+    def jaxpr(self, a: Jaxpr, b: Jaxpr) -> bool:
+        if len(a.invars) != len(b.invars) or len(a.constvars) != len(b.constvars):
+            return False
+        if len(a.eqns) != len(b.eqns) or len(a.outvars) != len(b.outvars):
+            return False
+        env = {id(x): id(y) for x, y in zip(a.constvars + a.invars, b.constvars + b.invars)}
+        for ea, eb in zip(a.eqns, b.eqns):
+            if _call_name(ea.prim) != _call_name(eb.prim) or len(ea.inputs) != len(eb.inputs):
+                return False
+            if len(ea.outputs) != len(eb.outputs):
+                return False
+            if not all(self.atom(x, y, env) for x, y in zip(ea.inputs, eb.inputs)):
+                return False
+            if not self.params(ea.params, eb.params):
+                return False
+            env.update((id(x), id(y)) for x, y in zip(ea.outputs, eb.outputs))
+        return all(self.atom(x, y, env) for x, y in zip(a.outvars, b.outvars))
+
+    @staticmethod
+    def atom(x, y, env) -> bool:
+        if isinstance(x, Literal) or isinstance(y, Literal):
+            return isinstance(x, Literal) and isinstance(y, Literal) and _same_value(x, y)
+        return env.get(id(x)) == id(y)
+
+    def params(self, pa: dict, pb: dict) -> bool:
+        for k in (pa.keys() & pb.keys()) - _SHAPE_PARAMS:
+            x, y = pa[k], pb[k]
+            if isinstance(x, Jaxpr) or isinstance(y, Jaxpr):
+                if not (isinstance(x, Jaxpr) and isinstance(y, Jaxpr) and self.jaxpr(x, y)):
+                    return False
+            elif str(x) != str(y):
+                return False
+        bodies = [k for k in pa.keys() ^ pb.keys() if isinstance(pa.get(k, pb.get(k)), Jaxpr)]
+        return not bodies
+
+
+def _call_name(prim: str) -> str:
+    return "jit" if prim == "pjit" else prim
+
+
+def _same_value(x: Literal, y: Literal) -> bool:
+    try:
+        return complex(x.value) == complex(y.value)
+    except (TypeError, ValueError):
+        return x.value == y.value
+
+
+# ---------------------------------------------------------------- the rules
+
+
+def _zeros_like(g):
+    return ops.full(g.type, 0.0)
+
+
+def _relu_tangent(primals, tangents, ans):
+    (x,), (g,) = primals, tangents
+    return [ops.select_n(ops.gt(x, ops.lit(0.0, x)), _zeros_like(g), g)]
+
+
+def _relu6_tangent(primals, tangents, ans):
+    (x,), (g,) = primals, tangents
+    inside = ops.bind("and", ops.gt(x, ops.lit(0.0, x)), ops.lt(x, ops.lit(6.0, x)))
+    return [ops.select_n(inside, _zeros_like(g), g)]
+
+
+def _replace_inf(x):
+    """JAX's `_replace_inf`: +inf -> 0."""
+    return ops.select_n(ops.eq(x, ops.lit(float("inf"), x)), x, ops.full(x.type, 0.0))
+
+
+def _logaddexp_tangent(primals, tangents, ans):
+    (x1, x2), (t1, t2) = primals, tangents
+    (out,) = ans
+    terms = []
+    for x, t in ((x1, t1), (x2, t2)):
+        if t is not None:
+            terms.append(ops.mul(t, ops.exp(ops.sub(_replace_inf(x), _replace_inf(out)))))
+    return [terms[0] if len(terms) == 1 else ops.add(*terms)]
+
+
+def _xlogy_tangent(plus_one: bool):
+    """xlogy: `tx log(y) + ty x / y`; xlog1py: `tx log1p(y) + ty x / (1 + y)`."""
+
+    def tangent(primals, tangents, ans):
+        (x, y), (tx, ty) = primals, tangents
+        terms = []
+        if tx is not None:
+            terms.append(ops.mul(tx, ops.log1p(y) if plus_one else ops.log(y)))
+        if ty is not None:
+            denominator = ops.add(ops.lit(1.0, y), y) if plus_one else y
+            terms.append(ops.div(ops.mul(ty, x), denominator))
+        return [terms[0] if len(terms) == 1 else ops.add(*terms)]
+
+    return tangent
+
+
+def _logit_tangent(primals, tangents, ans):
+    (x,), (g,) = primals, tangents
+    return [ops.div(g, ops.mul(x, ops.sub(ops.lit(1.0, x), x)))]
+
+
+_RELU = """{ lambda ; a:f32[3]. let
+    b:f32[3] = jit[
+      name=relu
+      jaxpr={ lambda ; a:f32[3]. let b:f32[3] = max a 0.0:f32[] in (b,) }
+    ] a
+  in (b,) }"""
+_RELU6 = """{ lambda ; a:f32[3]. let
+    b:f32[3] = jit[
+      name=relu6
+      jaxpr={ lambda ; a:f32[3]. let
+          c:f32[3] = max a 0.0:f32[]
+          b:f32[3] = min c 6.0:f32[]
+        in (b,) }
+    ] a
+  in (b,) }"""
+_LOGADDEXP = """{ lambda ; a:f32[3] b:f32[3]. let
+    c:f32[3] = max a b
+    d:f32[3] = sub a b
+    e:bool[3] = ne d d
+    f:f32[3] = add a b
+    g:f32[3] = abs d
+    h:f32[3] = neg g
+    i:f32[3] = exp h
+    j:f32[3] = log1p i
+    k:f32[3] = add c j
+    l:f32[3] = select_n e k f
+  in (l,) }"""
+_XLOGY = """{ lambda ; a:f32[3] b:f32[3]. let
+    c:bool[3] = ne a 0.0:f32[]
+    d:bool[3] = ne b b
+    e:bool[3] = or c d
+    f:f32[3] = LOG b
+    g:f32[3] = mul a f
+    h:f32[3] = broadcast_in_dim 0.0:f32[]
+    i:f32[3] = jit[
+      name=_where
+      jaxpr={ lambda ; e:bool[3] g:f32[3] h:f32[3]. let
+          i:f32[3] = select_n e h g
+        in (i,) }
+    ] e g h
+  in (i,) }"""
+_LOGIT = """{ lambda ; a:f32[3]. let
+    b:f32[3] = sub 1.0:f32[] a
+    c:f32[3] = div a b
+    d:f32[3] = log c
+  in (d,) }"""
+
+for _rule in (
+    LibraryRule("relu", "jvp", _RELU, _relu_tangent),
+    LibraryRule("relu6", "jvp", _RELU6, _relu6_tangent),
+    LibraryRule("logaddexp", "_logaddexp_jvp", _LOGADDEXP, _logaddexp_tangent),
+    LibraryRule("xlogy", "_xlogy_jvp", _XLOGY.replace("LOG", "log"), _xlogy_tangent(False)),
+    LibraryRule("xlog1py", "_xlog1py_jvp", _XLOGY.replace("LOG", "log1p"), _xlogy_tangent(True)),
+    LibraryRule("logit", "jvp", _LOGIT, _logit_tangent),
+):
+    register_library_jvp(_rule)
