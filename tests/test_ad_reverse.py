@@ -154,9 +154,18 @@ def _f_cv(x, y):
     return jnp.sum(scaled_sin(x, y))
 
 
-def test_custom_vjp_without_plugin_uses_the_body():
+def test_custom_vjp_without_its_rule_is_refused_unless_the_body_is_asked_for():
+    from jaxprtool.ad.registry import set_custom_rule_policy
+
     j = ir(_f_cv, X, Y)
-    got = backend.evaluate(grad_jaxpr(j, (0, 1)), [X, Y])
+    with pytest.raises(JaxprError, match="scaled_sin.*does not contain it.*--custom-rules body"):
+        grad_jaxpr(j, (0, 1))
+    set_custom_rule_policy("body")
+    try:
+        got = backend.evaluate(grad_jaxpr(j, (0, 1)), [X, Y])
+    finally:
+        set_custom_rule_policy("default")
+    # the body's derivative (sin(x) * y), not the custom rule's (which triples the first)
     close(got[0], np.cos(X) * Y)
     close(got[1], np.sin(X))
 

@@ -298,3 +298,19 @@ def maybe_broadcast(shape, x):
 
 __all__ = [n for n in dir() if not n.startswith("_") and n not in ("np", "annotations")]
 _ = Var  # re-export for rule modules
+
+
+def emit_jaxpr(jaxpr, inputs) -> list:
+    """Emit a copy of `jaxpr`'s equations (with their types) on `inputs`; its outputs."""
+    if jaxpr.constvars:
+        raise ValueError("emit_jaxpr: the jaxpr has constvars")
+    b = current()
+    env = {id(v): x for v, x in zip(jaxpr.invars, inputs)}
+
+    def read(a):
+        return env.get(id(a), a) if isinstance(a, Var) else a
+
+    for e in jaxpr.eqns:
+        outs = b.emit(e.prim, [read(a) for a in e.inputs], e.params, [o.type for o in e.outputs])
+        env.update((id(o), n) for o, n in zip(e.outputs, outs))
+    return [read(a) for a in jaxpr.outvars]

@@ -58,6 +58,47 @@ rule_kind = FieldView("jvp_kind")
 custom_jvps: dict[str, Callable] = {}
 #: plugin rules: custom_vjps[fwd_name or bwd_name] = (fwd, bwd)
 custom_vjps: dict[str, tuple[Callable, Callable]] = {}
+# ---------------------------------------------------------------- custom rules the text lacks
+
+#: parameters `jaxprtool trace` adds to custom calls: the traced rules as jaxprs
+#: (`backend/custom_rules.py` documents their calling conventions)
+JVP_RULE_PARAM = "jaxprtool_jvp"
+FWD_RULE_PARAM = "jaxprtool_fwd"
+BWD_RULE_PARAM = "jaxprtool_bwd"
+EXTENSION_PARAMS = (JVP_RULE_PARAM, FWD_RULE_PARAM, BWD_RULE_PARAM)
+
+#: what to do with a custom_jvp_call / custom_vjp_call whose rule is not available:
+#: "default" (custom_vjp: error; custom_jvp: differentiate the body, warn once per function),
+#: "body" (differentiate the body of both, warn), "strict" (error for both)
+CUSTOM_RULE_POLICIES = ("default", "body", "strict")
+
+
+class CustomRuleFallbacks:
+    """The policy in force and the custom rules replaced by body derivatives so far
+    (`notes`, one line per function, for the output's comment lines and check-grad)."""
+
+    def __init__(self):
+        self.policy = "default"
+        self.notes: list[str] = []
+
+    def note(self, text: str) -> bool:
+        """Record `text` once; True the first time."""
+        if text in self.notes:
+            return False
+        self.notes.append(text)
+        return True
+
+
+custom_rule_fallbacks = CustomRuleFallbacks()
+
+
+def set_custom_rule_policy(policy: str) -> None:
+    if policy not in CUSTOM_RULE_POLICIES:
+        raise ValueError(f"unknown --custom-rules policy '{policy}'")
+    custom_rule_fallbacks.policy = policy
+    custom_rule_fallbacks.notes.clear()
+
+
 #: JAX's library functions with custom JVP rules (relu, logaddexp, ...), by function name:
 #: entries with `.matches(params, body)` and `.tangent(primals, tangents, ans)`, filled by
 #: `jaxprtool/families/jax_library.py`

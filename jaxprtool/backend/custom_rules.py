@@ -11,7 +11,9 @@ machinery JAX's own JVP uses (the equation's `jvp_jaxpr_fun`, `fwd_jaxpr_thunk`,
   `jaxprtool_bwd={ lambda ; residuals... cotangents... . ... in (input cotangents...) }` on
   `custom_vjp_call` (JAX's forwarded residuals included, None/zero cotangents as zeros).
 
-Rules inside the traced rules are recorded too (second order).  An equation whose rule
+Custom calls inside the traced rules are not annotated themselves (JAX's own rules often
+call the function again, e.g. relu's JVP computes relu, so recording them would not end);
+differentiating a rule again therefore meets those calls without their rules.  An equation whose rule
 cannot be recorded exactly (closed-over constants, symbolic zeros) keeps its JAX text and
 gets a warning; the AD commands then treat it as a rule the text lacks.
 """
@@ -46,8 +48,7 @@ def annotate(closed, ours: Jaxpr, warn: Callable[[str, Eqn], None]) -> None:
         except NotRecorded as e:
             warn(str(e), eqn)
             continue
-        for key, (live_rule, text_rule) in rules.items():
-            annotate(live_rule, text_rule, warn)
+        for key, (_live_rule, text_rule) in rules.items():
             eqn.params[key] = text_rule
 
 
@@ -81,12 +82,10 @@ def _custom_eqns(jaxpr) -> Iterator:
 
 
 def _live_jaxprs(v) -> Iterator:
-    from jax._src import core as jcore
-
-    if isinstance(v, jcore.ClosedJaxpr):
-        yield v.jaxpr
-    elif isinstance(v, jcore.Jaxpr):
+    if hasattr(v, "eqns"):  # a jax Jaxpr (0.12 has no separate ClosedJaxpr)
         yield v
+    elif hasattr(v, "jaxpr") and hasattr(v.jaxpr, "eqns"):  # a ClosedJaxpr
+        yield v.jaxpr
     elif isinstance(v, (tuple, list)):
         for x in v:
             yield from _live_jaxprs(x)
@@ -131,7 +130,7 @@ def _avals(live):
 def _eval(jaxpr, consts, *args):
     from jax._src import core as jcore
 
-    if isinstance(jaxpr, jcore.ClosedJaxpr):
+    if not hasattr(jaxpr, "eqns"):  # a ClosedJaxpr of an older JAX
         jaxpr, consts = jaxpr.jaxpr, list(jaxpr.consts) + list(consts)
     return jcore.eval_jaxpr(jaxpr, consts, *args)
 
@@ -201,7 +200,11 @@ def _vjp_rules(live):
     bwd = p["bwd"]
 
     def backward(*xs):
-        cts_in = list(bwd.call_wrapped(*xs))
+        cts_in = bwd.call_wrapped(*xs)
+        if len(cts_in) == 2 and isinstance(cts_in[0], (list, tuple)):
+            if cts_in[1] is None or isinstance(cts_in[1], dict):
+                cts_in = cts_in[0]  # 0.12: (cotangents, backward-pass logs)
+        cts_in = list(cts_in)
         if len(cts_in) != n:
             raise NotRecorded(f"custom_vjp_call '{_fn_name(live)}': bwd gave {len(cts_in)} results")
         return [

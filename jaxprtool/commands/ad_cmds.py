@@ -38,8 +38,32 @@ def _common(f):
         metavar="OUT",
         help="Write to OUT (atomically) instead of standard output.",
     )(f)
+    f = custom_rules_option(f)
     f = click.argument("file", required=False, default="-", metavar="[FILE|-]")(f)
     return f
+
+
+def custom_rules_option(f):
+    """`--custom-rules default|body|strict`: what to do with a custom_jvp/custom_vjp rule the
+    text does not contain (docs/AD_DESIGN.md, "Custom rules")."""
+    return click.option(
+        "--custom-rules",
+        "custom_rules",
+        type=click.Choice(["default", "body", "strict"]),
+        default="default",
+        show_default=True,
+        help="A custom_jvp/custom_vjp rule the text lacks: default = error for custom_vjp, "
+        "body derivative with a warning for custom_jvp; body = body derivative for both "
+        "(recorded in a comment line of the output); strict = error for both.",
+    )(f)
+
+
+def fallback_comment_lines() -> str:
+    """`# jaxprtool: ...` lines (the parser skips them) for each custom rule that was
+    replaced by the derivative of its function's body."""
+    from ..ad.registry import custom_rule_fallbacks
+
+    return "".join(f"# jaxprtool: {n}\n" for n in custom_rule_fallbacks.notes)
 
 
 _argnums = click.option(
@@ -78,9 +102,11 @@ def _require_static_shapes(jaxpr) -> None:
 class _Job:
     """One AD command: the input program, its printing style, the clean-up pipeline, --diff."""
 
-    def __init__(self, file, opt: str, show_diff: bool):
+    def __init__(self, file, opt: str, show_diff: bool, custom_rules: str = "default"):
+        from ..ad.registry import set_custom_rule_policy
         from .common import load, output_style
 
+        set_custom_rule_policy(custom_rules)
         self.input, _text, _path = load(file)
         _require_static_shapes(self.input)
         self.style = output_style(self.input)
@@ -92,7 +118,7 @@ class _Job:
         from ..ad.api import restyle
         from ..text.printer import print_jaxpr
 
-        text = print_jaxpr(restyle(jaxpr, self.style), self.style) + "\n"
+        text = fallback_comment_lines() + print_jaxpr(restyle(jaxpr, self.style), self.style) + "\n"
         if self.show_diff:
             from ..ui.diff import show_diff
 
@@ -113,7 +139,7 @@ def _note(msg: str) -> None:
 @click.option(
     "--no-instantiate", is_flag=True, help="Leave out output tangents that are known to be zero."
 )
-def jvp(file, out, opt, show_diff, argnums, no_instantiate):
+def jvp(file, out, opt, show_diff, custom_rules, argnums, no_instantiate):
     """Forward mode: (x..., tx...) -> (y..., ty...).
 
     Only float/complex inputs (among --argnums) get a tangent input, and only float/complex
@@ -124,14 +150,14 @@ def jvp(file, out, opt, show_diff, argnums, no_instantiate):
       jaxprtool jvp f.jaxpr
       jaxprtool jvp --argnums 0 f.jaxpr | jaxprtool jvp
     """
-    guarded(_jvp)(file, out, opt, show_diff, argnums, no_instantiate)
+    guarded(_jvp)(file, out, opt, show_diff, custom_rules, argnums, no_instantiate)
 
 
-def _jvp(file, out, opt, show_diff, argnums, no_instantiate):
+def _jvp(file, out, opt, show_diff, custom_rules, argnums, no_instantiate):
     from ..ad.api import jvp_jaxpr_info
     from ..core import is_inexact
 
-    job = _Job(file, opt, show_diff)
+    job = _Job(file, opt, show_diff, custom_rules)
     j = job.input
     res, _mask, out_nz = jvp_jaxpr_info(j, argnums, instantiate=not no_instantiate)
     if no_instantiate:
@@ -166,7 +192,7 @@ def _jvp(file, out, opt, show_diff, argnums, no_instantiate):
     is_flag=True,
     help="Report the residuals on standard error (count, bytes, producers).",
 )
-def linearize(file, out, opt, show_diff, argnums, split, stats):
+def linearize(file, out, opt, show_diff, custom_rules, argnums, split, stats):
     """Linearize: the primal computation plus a linear program for the tangents.
 
     The default output has jvp's calling convention (x..., tx...) -> (y..., ty...): the primal
@@ -181,13 +207,13 @@ def linearize(file, out, opt, show_diff, argnums, split, stats):
       jaxprtool linearize f.jaxpr | jaxprtool transpose
       jaxprtool linearize --split p.jaxpr l.jaxpr --stats f.jaxpr
     """
-    guarded(_linearize)(file, out, opt, show_diff, argnums, split, stats)
+    guarded(_linearize)(file, out, opt, show_diff, custom_rules, argnums, split, stats)
 
 
-def _linearize(file, out, opt, show_diff, argnums, split, stats):
+def _linearize(file, out, opt, show_diff, custom_rules, argnums, split, stats):
     from ..ad.linearize import combine, linearize_jaxpr
 
-    job = _Job(file, opt, show_diff)
+    job = _Job(file, opt, show_diff, custom_rules)
     j = job.input
     if split and out:
         raise UsageError("-o cannot be combined with --split")
@@ -239,7 +265,7 @@ def _report_stats(info) -> None:
     metavar="K",
     help="The first K inputs are residuals; the rest are linear.",
 )
-def transpose(file, out, opt, show_diff, linear, residuals):
+def transpose(file, out, opt, show_diff, custom_rules, linear, residuals):
     """Transpose a linear program.
 
     Default: the combined form printed by `linearize` is recognised (its `jit[name=linear]`
@@ -252,15 +278,15 @@ def transpose(file, out, opt, show_diff, linear, residuals):
       jaxprtool linearize f.jaxpr | jaxprtool transpose
       jaxprtool transpose --residuals 2 lin.jaxpr
     """
-    guarded(_transpose)(file, out, opt, show_diff, linear, residuals)
+    guarded(_transpose)(file, out, opt, show_diff, custom_rules, linear, residuals)
 
 
-def _transpose(file, out, opt, show_diff, linear, residuals):
+def _transpose(file, out, opt, show_diff, custom_rules, linear, residuals):
     from ..ad.transpose import transpose_auto
 
     if linear is not None and residuals is not None:
         raise UsageError("--linear and --residuals are mutually exclusive")
-    job = _Job(file, opt, show_diff)
+    job = _Job(file, opt, show_diff, custom_rules)
     j = job.input
     res, _mask, _lo = transpose_auto(j, linear, residuals)
     job.emit(job.optimize(res), out)
@@ -272,7 +298,7 @@ def _transpose(file, out, opt, show_diff, linear, residuals):
 @click.command()
 @_common
 @_argnums
-def vjp(file, out, opt, show_diff, argnums):
+def vjp(file, out, opt, show_diff, custom_rules, argnums):
     """Reverse mode: (x..., ct_y...) -> (y..., ct_x...).
 
     One cotangent input per float/complex output; one cotangent output per differentiated input.
@@ -281,13 +307,13 @@ def vjp(file, out, opt, show_diff, argnums):
     Example:
       jaxprtool vjp --argnums 0 f.jaxpr
     """
-    guarded(_vjp)(file, out, opt, show_diff, argnums)
+    guarded(_vjp)(file, out, opt, show_diff, custom_rules, argnums)
 
 
-def _vjp(file, out, opt, show_diff, argnums):
+def _vjp(file, out, opt, show_diff, custom_rules, argnums):
     from ..ad.api import vjp_jaxpr
 
-    job = _Job(file, opt, show_diff)
+    job = _Job(file, opt, show_diff, custom_rules)
     j = job.input
     job.emit(job.optimize(vjp_jaxpr(j, argnums)), out)
 
@@ -308,7 +334,7 @@ def _vjp(file, out, opt, show_diff, argnums):
     is_flag=True,
     help="Differentiate the first output; return the other outputs as auxiliary data.",
 )
-def grad(file, out, opt, show_diff, argnums, with_value, has_aux):
+def grad(file, out, opt, show_diff, custom_rules, argnums, with_value, has_aux):
     """Gradient of a scalar float output: (x...) -> ([value,] [aux...,] grads...).
 
     The output must be one scalar (or the first output, with --has-aux); the cotangent is 1.
@@ -319,13 +345,13 @@ def grad(file, out, opt, show_diff, argnums, with_value, has_aux):
       jaxprtool grad --argnums 0,2 loss.jaxpr
       jaxprtool grad f.jaxpr | jaxprtool grad
     """
-    guarded(_grad)(file, out, opt, show_diff, argnums, with_value, has_aux)
+    guarded(_grad)(file, out, opt, show_diff, custom_rules, argnums, with_value, has_aux)
 
 
-def _grad(file, out, opt, show_diff, argnums, with_value, has_aux):
+def _grad(file, out, opt, show_diff, custom_rules, argnums, with_value, has_aux):
     from ..ad.api import grad_jaxpr
 
-    job = _Job(file, opt, show_diff)
+    job = _Job(file, opt, show_diff, custom_rules)
     j = job.input
     job.emit(job.optimize(grad_jaxpr(j, argnums, has_aux=has_aux, with_value=with_value)), out)
 

@@ -534,4 +534,22 @@ def trace(target, specs, args_npz, output):
             j = jax.make_jaxpr(fn)(*args)
     except Exception as e:  # noqa: BLE001 - the user's function failed to trace
         raise JaxprError(f"tracing '{target}' failed: {type(e).__name__}: {e}") from None
-    write_output(str(j) + "\n", output)
+    write_output(_with_custom_rules(j, target) + "\n", output)
+
+
+def _with_custom_rules(closed, target: str) -> str:
+    """JAX's printout of `closed`; when it has custom_jvp/custom_vjp calls, the tool's
+    printout of the same program with each call's traced rules added
+    (`backend/custom_rules.py`), so that the AD commands differentiate as JAX does."""
+    text = str(closed)
+    if "custom_jvp_call" not in text and "custom_vjp_call" not in text:
+        return text
+    from ..backend.custom_rules import annotate
+    from ..io import warn
+    from ..text.parser import parse
+    from ..text.printer import print_jaxpr
+    from ..text.style import detect_style
+
+    parsed = parse(text, f"<trace {target}>")
+    annotate(closed, parsed.jaxpr, lambda msg, eqn: warn(msg, eqn.loc))
+    return print_jaxpr(parsed.jaxpr, detect_style(parsed.jaxpr))

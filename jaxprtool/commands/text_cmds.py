@@ -41,6 +41,7 @@ def fmt(file, out, width):
 
 
 def _fmt(file, out, width):
+    from ..cli import OPTIONS
     from ..core import JaxprError
     from ..io import write_output
     from ..text.printer import print_jaxpr
@@ -48,8 +49,40 @@ def _fmt(file, out, width):
 
     jaxpr, _text, _path = load(file, verify=False)
     style = output_style(jaxpr)
+    if OPTIONS.jax_style:
+        jaxpr = _without_traced_rules(jaxpr)
     try:
         text = print_jaxpr(jaxpr, style, width)
     except RecursionError:
         raise JaxprError("input nests too deeply") from None
     write_output(text + "\n", out)
+
+
+def _without_traced_rules(jaxpr):
+    """The program without the custom rules `jaxprtool trace` records (JAX never prints
+    them), with a warning per equation that had one."""
+    from ..ad.registry import EXTENSION_PARAMS
+    from ..core import map_param_jaxprs
+    from ..io import warn
+
+    memo: dict[int, object] = {}
+
+    def clean(j):
+        if id(j) in memo:
+            return memo[id(j)]
+        eqns = []
+        for e in j.eqns:
+            params = {k: map_param_jaxprs(v, clean) for k, v in e.params.items()}
+            dropped = [k for k in EXTENSION_PARAMS if k in params]
+            if dropped:
+                warn(
+                    f"{e.prim}: dropping the traced custom rule ({', '.join(dropped)}): "
+                    "JAX's text has no place for it",
+                    e.loc,
+                )
+                params = {k: v for k, v in params.items() if k not in dropped}
+            eqns.append(e.replace(params=params))
+        memo[id(j)] = out = j.replace(eqns=eqns)
+        return out
+
+    return clean(jaxpr)

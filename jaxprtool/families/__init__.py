@@ -24,6 +24,7 @@ MODULES = (
     "jaxprtool.ad.rules.calls",
     "jaxprtool.ad.rules.control_flow",
     "jaxprtool.families.jax_library",
+    "jaxprtool.families.custom_derivatives",
 )
 
 
