@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..core import ShapedArray
+from ..core import JaxprError, ShapedArray
 from ..record import FieldView, prim
 from . import ops
 from .builder import current
@@ -71,6 +71,10 @@ EXTENSION_PARAMS = (JVP_RULE_PARAM, FWD_RULE_PARAM, BWD_RULE_PARAM)
 #: "default" (custom_vjp: error; custom_jvp: differentiate the body, warn once per function),
 #: "body" (differentiate the body of both, warn), "strict" (error for both)
 CUSTOM_RULE_POLICIES = ("default", "body", "strict")
+
+
+class MissingCustomRule(JaxprError):
+    """A custom rule the text lacks, refused by the policy in force."""
 
 
 class CustomRuleFallbacks:

@@ -8,6 +8,7 @@ import click
 
 from ..core import JaxprError
 from ..io import report, use_color
+from .ad_cmds import custom_rules_option
 
 
 def _run_program(jaxpr, args):
@@ -41,7 +42,8 @@ def _run_program(jaxpr, args):
     show_default=True,
     help="Which checks: fwd (jvp), rev (vjp), or both.",
 )
-def check_grad(files, args_npz, seed, order, modes):
+@custom_rules_option
+def check_grad(files, args_npz, seed, order, modes, custom_rules):
     """Check the tool's jvp and vjp of each FILE against finite differences.
 
     As JAX's check_grads: jvp against central differences along a random
@@ -52,7 +54,12 @@ def check_grad(files, args_npz, seed, order, modes):
     \b
     Example:
       jaxprtool check-grad samples/*.jaxpr --order 2
+
+    Finite differences see a custom_jvp/custom_vjp function's body, not its custom rule:
+    the table's caption lists every custom rule replaced by the body's derivative, and
+    --custom-rules strict makes each such replacement a failure.
     """
+    from ..ad.registry import MissingCustomRule, custom_rule_fallbacks, set_custom_rule_policy
     from ..commands.common import load
     from ..commands.run_cmds import gather_inputs
     from ..ui.checkgrad import check_grad as run_checks
@@ -64,10 +71,15 @@ def check_grad(files, args_npz, seed, order, modes):
         sys.exit(2)
     failed = trouble = False
     for file in files or ("-",):
+        set_custom_rule_policy(custom_rules)
         try:
             jaxpr, _, path = load(file)
             args, _, _ = gather_inputs(jaxpr, args_npz, None, None if args_npz else seed, None, {})
             checks = run_checks(jaxpr, args, _run_program, seed=seed, order=order, modes=mode_set)
+        except MissingCustomRule as e:
+            report(e)
+            failed = True
+            continue
         except JaxprError as e:
             report(e)
             trouble = True
@@ -76,6 +88,7 @@ def check_grad(files, args_npz, seed, order, modes):
             report(JaxprError(f"{file}: internal error: {type(e).__name__}: {e}"))
             trouble = True
             continue
-        render_table(checks, f"check-grad {path}", use_color(sys.stdout))
+        replaced = list(custom_rule_fallbacks.notes)
+        render_table(checks, f"check-grad {path}", use_color(sys.stdout), replaced)
         failed |= not all(c.passed for c in checks)
     sys.exit(2 if trouble else 1 if failed else 0)

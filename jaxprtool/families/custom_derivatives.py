@@ -27,6 +27,7 @@ from ..ad.registry import (
     BWD_RULE_PARAM,
     FWD_RULE_PARAM,
     JVP_RULE_PARAM,
+    MissingCustomRule,
     custom_jvps,
     custom_rule_fallbacks,
     custom_vjps,
@@ -80,7 +81,7 @@ def _fall_back_to_body(kind: str, params, primals, tangents, rule_text: str, ref
     name = function_name(params) or "?"
     what = f"{kind}_call '{name}' ({rule_text})"
     if refuse:
-        raise JaxprError(
+        raise MissingCustomRule(
             f"{what}: the text names a custom derivative rule but does not contain it, and "
             f"differentiating the body may not give JAX's derivative; {_how_to_proceed(kind)}",
             current().loc,

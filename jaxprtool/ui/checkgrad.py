@@ -183,12 +183,16 @@ def check_grad(
     return checks
 
 
-def render_table(checks: list[Check], title: str, color: bool):
-    """A rich table of the checks, or plain text when colour is off."""
+def render_table(checks: list[Check], title: str, color: bool, replaced: list[str] = ()):
+    """A rich table of the checks, or plain text when colour is off.  `replaced`: the custom
+    rules that were replaced by body derivatives (what the verdict did not check)."""
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=title, show_lines=False)
+    caption = None
+    if replaced:
+        caption = "checked against the body, not the custom rule: " + "; ".join(replaced)
+    table = Table(title=title, show_lines=False, caption=caption)
     for col in ("program", "check", "error", "tolerance", "result"):
         table.add_column(col)
     for c in checks:
