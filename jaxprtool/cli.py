@@ -12,8 +12,8 @@ import sys
 
 import click
 
-from .core import JaxprError
-from .io import report
+from .core import JaxprError, ProgramError
+from .io import program_loc, report
 
 #: command name -> "module:attribute" inside jaxprtool.commands
 COMMANDS: dict[str, str] = {
@@ -111,12 +111,14 @@ def guarded(fn):
         try:
             return fn(*args, **kwargs)
         except JaxprError as e:
+            if isinstance(e, ProgramError) and e.loc is None:
+                e.loc = program_loc(e.where)
             report(e)
             sys.exit(e.exit_code)
         except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
             raise
         except RecursionError:
-            report(JaxprError("input nests too deeply"))
+            report(JaxprError("input nests too deeply", program_loc("inputs")))
             sys.exit(1)
         except Exception as e:  # an internal error: still no traceback by default
             if OPTIONS.debug:

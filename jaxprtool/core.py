@@ -73,9 +73,12 @@ def np_dtype(short: str) -> np.dtype:
     if hasattr(ml_dtypes, long):
         return np.dtype(getattr(ml_dtypes, long))
     try:
-        return np.dtype(long)
+        dt = np.dtype(long)
     except TypeError as e:
         raise KeyError(short) from e
+    if dt.kind not in "biufc":  # object, str, bytes, datetime, void: not array element types
+        raise KeyError(short)
+    return dt
 
 
 def is_known_dtype(short: str) -> bool:
@@ -313,6 +316,16 @@ class JaxprError(Exception):
 
     def __str__(self) -> str:
         return f"{self.loc}: error: {self.message}" if self.loc else f"error: {self.message}"
+
+
+class ProgramError(JaxprError):
+    """An error about the program's inputs or outputs as a whole (a non-scalar `grad`
+    output, a symbolic input shape): located at the input binders or the output list of
+    the top-level jaxpr when the command reports it (`io.program_loc`)."""
+
+    def __init__(self, message: str, where: str, loc: Loc | None = None):
+        super().__init__(message, loc)
+        self.where = where  # "inputs" | "outputs"
 
 
 class UsageProblem(JaxprError):

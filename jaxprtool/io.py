@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import tempfile
 
@@ -36,26 +37,76 @@ def read_source(file: str | None) -> tuple[str, str]:
 
 
 def write_output(text: str | bytes, out: str | None) -> None:
-    """Write to standard output, or atomically to `out` (a temp file renamed into place)."""
+    """Write to standard output, or to `out`.
+
+    A regular file (new or existing) is replaced atomically: a temporary file in the same
+    folder is renamed into place, so a failed run leaves neither a partial file nor a
+    clobbered input.  The new file gets the old file's mode, or the umask's default for a
+    new one.  A symbolic link is followed and its target replaced, as editors do.  A file
+    that is not regular (`/dev/stdout`, a FIFO, a character device) is written into.
+    Errors name the path and the reason (missing or read-only folder, a directory)."""
     data = text.encode("utf-8") if isinstance(text, str) else text
     if out in (None, "-"):
         sys.stdout.buffer.write(data)
         sys.stdout.buffer.flush()
         return
-    folder = os.path.dirname(os.path.abspath(out))
+    try:
+        st = os.stat(out)  # follows links: /dev/stdout is the process's standard output
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise UsageProblem(f"cannot write '{out}': {e.strerror}") from None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise UsageProblem(f"cannot write '{out}': it is a directory")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        _write_into(out, data)
+        return
+    target = os.path.realpath(out)  # a link is replaced through: its target gets the text
+    folder = os.path.dirname(target)
     if not os.path.isdir(folder):
         raise UsageProblem(
             f"cannot write '{out}': folder '{os.path.dirname(out) or '.'}' does not exist"
         )
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".jaxprtool-", suffix=".tmp")
+    mode = stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask()
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".jaxprtool-", suffix=".tmp")
+    except OSError as e:
+        raise UsageProblem(
+            f"cannot write '{out}': folder '{os.path.dirname(out) or '.'}': {e.strerror}"
+        ) from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.replace(tmp, out)
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except OSError as e:
+        _unlink_quietly(tmp)
+        raise UsageProblem(f"cannot write '{out}': {e.strerror}") from None
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        _unlink_quietly(tmp)
         raise
+
+
+def _write_into(out: str, data: bytes) -> None:
+    """Write into a special file (a terminal, a pipe, /dev/stdout) instead of replacing it."""
+    try:
+        with open(out, "wb") as f:
+            f.write(data)
+    except OSError as e:
+        raise UsageProblem(f"cannot write '{out}': {e.strerror}") from None
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def use_color(stream=None) -> bool:
@@ -69,6 +120,25 @@ _sources: dict[str, str] = {}
 def remember_source(path: str, text: str) -> None:
     """Keep the text of an input so that error messages can quote the offending line."""
     _sources[path] = text
+    _sources.pop(_LAST, None)
+    _sources[_LAST] = path
+
+
+_LAST = "\0last"
+
+
+def program_loc(where: str) -> Loc | None:
+    """Where the top-level jaxpr of the last input lists its inputs (`{ lambda ...`) or its
+    outputs (the last `in (`), for errors about the program as a whole."""
+    path = _sources.get(_LAST)
+    text = _sources.get(path) if path else None
+    if text is None:
+        return None
+    pos = text.find("{ lambda") if where == "inputs" else text.rfind("in (")
+    if pos < 0:
+        return None
+    line = text.count("\n", 0, pos) + 1
+    return Loc(path, line, pos - (text.rfind("\n", 0, pos) + 1) + 1)
 
 
 def format_error(err: JaxprError, kind: str = "error") -> str:
@@ -78,10 +148,26 @@ def format_error(err: JaxprError, kind: str = "error") -> str:
     if err.loc and err.loc.file in _sources:
         src = _sources[err.loc.file].splitlines()
         if 1 <= err.loc.line <= len(src):
-            text = src[err.loc.line - 1].replace("\t", " ")
+            text, col = _excerpt(src[err.loc.line - 1].replace("\t", " "), err.loc.col)
             lines.append(text)
-            lines.append(" " * (err.loc.col - 1) + "^")
+            lines.append(" " * (col - 1) + "^")
     return "\n".join(lines)
+
+
+#: the widest excerpt of a source line quoted under a message
+EXCERPT = 120
+
+
+def _excerpt(line: str, col: int) -> tuple[str, int]:
+    """At most EXCERPT characters of `line` around column `col` (1-based), with `...`
+    where cut, and the caret's column in the excerpt."""
+    if len(line) <= EXCERPT:
+        return line, col
+    start = max(0, min(col - 1 - EXCERPT // 2, len(line) - EXCERPT))
+    text = line[start : start + EXCERPT]
+    head = "..." if start > 0 else ""
+    tail = "..." if start + EXCERPT < len(line) else ""
+    return head + text + tail, col - start + len(head)
 
 
 def report(err: JaxprError, kind: str = "error") -> None:

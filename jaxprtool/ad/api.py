@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from ..core import (
     Jaxpr,
     JaxprError,
+    ProgramError,
     ShapedArray,
     Var,
     gc_paused,
@@ -78,7 +79,7 @@ def _scalar_error(t) -> str:
         return (
             msg.format(f"had shape: {shape}")
             + f" To get the gradient, {extract}reduce the output to a "
-            "scalar with output.sum(), or use jax.jacobian to differentiate a function with a non-scalar output."
+            "scalar with output.sum(), or use jax.jacobian (`jaxprtool jacrev`) to differentiate a function with a non-scalar output."
         )
     return msg.format(f"had abstract value {t}")
 
@@ -102,20 +103,21 @@ def grad_jaxpr(
             dt = long_dtype_name(t.dtype) if isinstance(t, ShapedArray) else str(t)
             raise JaxprError(
                 f"grad requires real- or complex-valued inputs (input dtype that is a sub-dtype of np.inexact), "
-                f"but got {dt}. If you want to use Boolean- or integer-valued inputs, use vjp or set allow_int to True."
+                f"but got {dt}. If you want to use Boolean- or integer-valued inputs, use vjp (`jaxprtool vjp`) or set allow_int to True."
             )
     outs = list(jaxpr.outvars)
     if has_aux:
         if not outs:
             raise JaxprError("--has-aux: the jaxpr has no outputs")
     elif len(outs) != 1:
-        raise JaxprError(
+        raise ProgramError(
             f"Gradient only defined for scalar-output functions. Output was a tuple of {len(outs)} values "
-            "(use --has-aux to differentiate the first one and return the others as auxiliary data)."
+            "(use --has-aux to differentiate the first one and return the others as auxiliary data).",
+            "outputs",
         )
     t = outs[0].type
     if not isinstance(t, ShapedArray) or tuple(t.shape) != ():
-        raise JaxprError(_scalar_error(t))
+        raise ProgramError(_scalar_error(t), "outputs")
     if not is_float(t):
         dt = long_dtype_name(t.dtype)
         tail = (

@@ -9,6 +9,7 @@ Public API:
 
 from __future__ import annotations
 
+from ..core import JaxprError
 from .evaluator import IMPLS, refusal  # noqa: F401  (numpy only; jax stays unimported)
 
 __all__ = [
@@ -153,7 +154,31 @@ def evaluate(jaxpr, args, consts=None, device: str = "cpu", dims=None, jitted=No
     fn = jitted or _jitted(jaxpr, dims)
     with x64_scope(jaxpr), jax.default_device(dev):
         xs = [jax.device_put(x, dev) for x in consts + list(args)]
-        return _to_numpy(fn(*xs))
+        try:
+            out = fn(*xs)
+        except JaxprError:
+            raise
+        except (TypeError, ValueError, NotImplementedError) as e:  # lowering rejected it
+            raise compile_error(jaxpr, e) from None
+        return _to_numpy(out)
+
+
+def compile_error(jaxpr, e: Exception) -> JaxprError:
+    """JAX's complaint while lowering or compiling, located at the first equation whose
+    primitive the message names (`_sin_lowering() got an unexpected keyword ...`)."""
+    import re
+
+    from ..core import all_eqns
+
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    for eqn in all_eqns(jaxpr):
+        if re.search(rf"\b_?{re.escape(eqn.prim)}_lowering\b", msg):
+            return JaxprError(
+                f"'{eqn.prim}' could not be compiled by JAX: {type(e).__name__}: {msg} "
+                "(check its parameters)",
+                eqn.loc,
+            )
+    return JaxprError(f"JAX could not compile the program: {type(e).__name__}: {msg}")
 
 
 def eval_eager(

@@ -188,7 +188,13 @@ def bind_params(eqn: Eqn, dims: dict[str, int] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     special = {}
     if rule is not None:
-        special = rule(eqn, p, dims or {})
+        try:
+            special = rule(eqn, p, dims or {})
+        except Unconvertible as e:
+            raise JaxprError(
+                f"cannot run '{name}': parameter value {e} cannot be reconstructed from the text",
+                eqn.loc,
+            ) from None
     for k, v in p.items():
         if k in special:
             continue

@@ -82,12 +82,13 @@ def _optimizer(spec):
 
 
 def _require_static_shapes(jaxpr) -> None:
-    from ..core import JaxprError, ShapedArray, all_eqns
+    from ..core import JaxprError, ProgramError, ShapedArray, all_eqns
 
     for v in jaxpr.invars:
         if isinstance(v.type, ShapedArray) and not v.type.is_static:
-            raise JaxprError(
-                f"automatic differentiation needs static shapes; input type {v.type} has a symbolic or sharded dimension"
+            raise ProgramError(
+                f"automatic differentiation needs static shapes; input type {v.type} has a symbolic or sharded dimension",
+                "inputs",
             )
     for e in all_eqns(jaxpr):
         for o in e.outputs:

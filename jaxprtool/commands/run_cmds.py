@@ -6,6 +6,7 @@ import io
 import re
 import sys
 import time
+import zipfile
 
 import click
 import numpy as np
@@ -35,13 +36,34 @@ def parse_dims(specs) -> dict[str, int]:
     return dims
 
 
-def _load_npz(path: str, what: str) -> dict[str, np.ndarray]:
+def _read_array_file(path: str, what: str):
+    """np.load of a file or `-` (standard input), read whole first: pipes and process
+    substitutions are not seekable.  Never unpickles (allow_pickle=False)."""
     try:
-        f = np.load(path, allow_pickle=False)
+        if path == "-":
+            data = sys.stdin.buffer.read()
+        else:
+            with open(path, "rb") as f:
+                data = f.read()
     except FileNotFoundError:
         raise JaxprError(f"cannot read {what} file '{path}': no such file") from None
-    except (ValueError, OSError, EOFError) as e:
-        raise JaxprError(f"cannot read {what} file '{path}': {e}") from None
+    except OSError as e:
+        raise JaxprError(f"cannot read {what} file '{path}': {e.strerror}") from None
+    name = "standard input" if path == "-" else f"'{path}'"
+    if not data:
+        raise JaxprError(f"cannot read {what} from {name}: it is empty")
+    try:
+        return np.load(io.BytesIO(data), allow_pickle=False)
+    except ValueError as e:
+        raise JaxprError(f"cannot read {what} from {name}: {_why(e)}") from None
+    except (OSError, EOFError) as e:
+        raise JaxprError(
+            f"cannot read {what} from {name}: truncated or not numpy data ({e})"
+        ) from None
+
+
+def _load_npz(path: str, what: str) -> dict[str, np.ndarray]:
+    f = _read_array_file(path, what)
     if not isinstance(f, np.lib.npyio.NpzFile):
         raise JaxprError(
             f"{what} file '{path}' is not an .npz archive (use --arg for a single .npy array)"
@@ -49,8 +71,18 @@ def _load_npz(path: str, what: str) -> dict[str, np.ndarray]:
     try:
         with f:
             return {k: f[k] for k in f.files}
-    except (ValueError, OSError, EOFError) as e:
-        raise JaxprError(f"cannot read {what} file '{path}': {e}") from None
+    except ValueError as e:
+        raise JaxprError(f"cannot read {what} file '{path}': {_why(e)}") from None
+    except (OSError, EOFError, zipfile.BadZipFile) as e:
+        raise JaxprError(f"cannot read {what} file '{path}': truncated or corrupt ({e})") from None
+
+
+def _why(e: ValueError) -> str:
+    if "Object arrays" in str(e):
+        return "it holds an array of Python objects; only plain numeric arrays are read"
+    if "pickled data" in str(e) or "allow_pickle" in str(e):
+        return "it is not .npy or .npz data (pickles and other formats are never read)"
+    return str(e)
 
 
 def _npz_list(d: dict[str, np.ndarray], prefix: str, path: str) -> list[np.ndarray]:
@@ -75,12 +107,7 @@ def _npz_list(d: dict[str, np.ndarray], prefix: str, path: str) -> list[np.ndarr
 
 
 def _load_npy(path: str) -> np.ndarray:
-    try:
-        a = np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise JaxprError(f"cannot read argument file '{path}': no such file") from None
-    except (ValueError, OSError) as e:
-        raise JaxprError(f"cannot read argument file '{path}': {e}") from None
+    a = _read_array_file(path, "argument")
     if not isinstance(a, np.ndarray):
         raise JaxprError(f"argument file '{path}' is not a single .npy array")
     return a
@@ -194,8 +221,17 @@ def _shaped(v):
 
 
 def save_npz(outs, path: str) -> None:
+    """Outputs to `path`: an .npz archive (out0, out1, ...), or one array for an .npy path."""
     buf = io.BytesIO()
-    np.savez(buf, **{f"out{i}": np.asarray(o) for i, o in enumerate(outs)})
+    if path.endswith(".npy"):
+        if len(outs) != 1:
+            raise JaxprError(
+                f"cannot write {len(outs)} outputs to the single-array file '{path}': "
+                "use an .npz path"
+            )
+        np.save(buf, np.asarray(outs[0]), allow_pickle=False)
+    else:
+        np.savez(buf, **{f"out{i}": np.asarray(o) for i, o in enumerate(outs)})
     write_output(buf.getvalue(), path)
 
 

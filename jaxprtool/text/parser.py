@@ -215,8 +215,10 @@ class _State:
             dt = m.group(1)
             if not core.is_known_dtype(dt):
                 self.fail(f"unknown dtype '{dt}'", i)
-            dims = m.group(2)
-            return ShapedArray(tuple(int(d) for d in dims.split(",")) if dims else (), dt), m.end()
+            dims = tuple(int(d) for d in m.group(2).split(",")) if m.group(2) else ()
+            if any(d > MAX_DIM for d in dims):
+                self.fail(f"dimension too large in type (at most {MAX_DIM})", i)
+            return ShapedArray(dims, dt), m.end()
         m = G.TYPE_HEAD.match(s, i)
         if m is None:
             self.expected("a type such as 'f32[3]'", i)
@@ -255,6 +257,8 @@ class _State:
         if end < 0 or (0 <= nl < end):
             self.fail("unterminated '[' in type", j)
         dims = _dims(s[j + 1 : end])
+        if any(isinstance(d, int) and d > MAX_DIM for d in dims):
+            self.fail(f"dimension too large in type (at most {MAX_DIM})", j + 1)
         for d in dims:
             if isinstance(d, str) and not _valid_symbolic_dim(d):
                 self.fail(f"invalid dimension '{d}' in type", j + 1)
@@ -1103,6 +1107,11 @@ def parse(text: str, path: str = "<stdin>") -> ParseResult:
     i = st.ws(0)
     if i >= st.n:
         st.fail("empty input: expected a jaxpr ('{ lambda ...')", i)
+    m = _HUGE_NUMBER.search(text)
+    if m is not None:
+        st.fail(
+            f"a number of {len(m.group())} digits is too long (at most {MAX_DIGITS})", m.start()
+        )
     # the IR has no reference cycles: pausing the cyclic GC saves its many passes over
     # the young objects built here.  (One parser object: the post-lexer and the
     # transformer hold this parse's state.)
@@ -1118,6 +1127,13 @@ def parse(text: str, path: str = "<stdin>") -> ParseResult:
         finally:
             lk.options.postlex.st = lk.options.transformer.st = None
     return ParseResult(j, st.warnings)
+
+
+#: longer digit strings are refused before any int() (Python's limit is 4300 digits)
+MAX_DIGITS = 400
+_HUGE_NUMBER = re.compile(r"[0-9]{%d,}" % (MAX_DIGITS + 1))
+#: a dimension must fit JAX's int64 shapes
+MAX_DIM = 2**63 - 1
 
 
 def _lark_errors():
