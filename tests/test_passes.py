@@ -561,3 +561,343 @@ def test_keep_outputs_cli_errors():
     src = str(GOLDEN / "dce.jaxpr")
     assert CliRunner().invoke(main, ["dce", "--keep-outputs", "3", src]).exit_code == 2
     assert CliRunner().invoke(main, ["dce", "--keep-outputs", "x", src]).exit_code == 2
+
+
+# ---------------------------------------------------------------- pass records and pipelines
+
+
+def test_registry_holds_the_module_records():
+    from jaxprtool.passes import canonicalize as canon_mod
+    from jaxprtool.passes import cse as cse_mod
+    from jaxprtool.passes import dce as dce_mod
+    from jaxprtool.passes import fold as fold_mod
+    from jaxprtool.passes import inline as inline_mod
+    from jaxprtool.passes import simplify as simplify_mod
+    from jaxprtool.passes.registry import Pass
+
+    records = [dce_mod.DCE, cse_mod.CSE, fold_mod.FOLD, simplify_mod.SIMPLIFY]
+    records += [inline_mod.INLINE, canon_mod.CANONICALIZE]
+    assert list(PASSES) == ["dce", "cse", "fold", "simplify", "inline", "canonicalize"]
+    assert [PASSES[r.name] for r in records] == records
+    for p in records:
+        assert isinstance(p, Pass) and p.help and "\n" not in p.help and "Example:" in p.doc
+    assert {p.name: [o.name for o in p.options] for p in records} == {
+        "dce": ["keep-outputs"],
+        "cse": [],
+        "fold": [],
+        "simplify": [],
+        "inline": ["names"],
+        "canonicalize": ["max-iterations"],
+    }
+    j = load(GOLDEN / "dce.jaxpr")
+    assert alpha_equal(PASSES["dce"](j, keep_outputs=(0,)), dce_keep_outputs(j, [0]))
+    with pytest.raises(TypeError):
+        PASSES["cse"](j, bogus=1)
+
+
+PIPELINES = [
+    ("dce", ["dce"]),
+    (" dce , ,cse,", ["dce", "cse"]),
+    ("dce{}", ["dce"]),
+    ("inline{names=relu}", ["inline{names=relu}"]),
+    # a comma inside braces belongs to the option, outside it separates passes
+    ("inline{names=relu,gelu},simplify,dce", ["inline{names=relu,gelu}", "simplify", "dce"]),
+    ("inline{ names={relu, gelu} },cse", ["inline{names=relu,gelu}", "cse"]),
+    ("dce{keep-outputs=2,0},cse", ["dce{keep-outputs=2,0}", "cse"]),
+    ("dce{keep-outputs=1,,2}", ["dce{keep-outputs=1,2}"]),
+    ("dce{keep-outputs=}", ["dce{keep-outputs=}"]),
+    ("canonicalize{max-iterations=5},dce", ["canonicalize{max-iterations=5}", "dce"]),
+    ("dce {keep-outputs=0}", ["dce{keep-outputs=0}"]),
+]
+
+
+@pytest.mark.parametrize("spec,steps", PIPELINES)
+def test_pipeline_parser(spec, steps):
+    from jaxprtool.passes.registry import parse_pipeline_steps
+
+    got = parse_pipeline_steps(spec)
+    assert [str(s) for s in got] == steps
+    assert parse_pipeline(spec) == [s.split("{")[0] for s in steps]
+    # the written form reads back the same
+    again = parse_pipeline_steps(",".join(str(s) for s in got))
+    assert [(s.name, s.options) for s in again] == [(s.name, s.options) for s in got]
+
+
+def test_pipeline_option_values():
+    from jaxprtool.passes.registry import parse_pipeline_steps
+
+    (inl,) = parse_pipeline_steps("inline{names=relu,gelu}")
+    assert inl.options == {"names": ("relu", "gelu")}
+    d, c = parse_pipeline_steps("dce{keep-outputs=2,0},canonicalize{max-iterations=3}")
+    assert d.options == {"keep_outputs": (2, 0)} and c.options == {"max_iterations": 3}
+
+
+KNOWN = "(known: canonicalize, cse, dce, fold, inline, simplify, none)"
+PIPELINE_ERRORS = [
+    ("dce,nope", f"unknown pass 'nope' {KNOWN}"),
+    ("none,dce", f"unknown pass 'none' {KNOWN}"),
+    ("dce cse", f"unknown pass 'dce cse' {KNOWN}"),
+    ("bogus{x=1}", f"unknown pass 'bogus' {KNOWN}"),
+    ("dce{foo=1}", "unknown option 'foo' for pass 'dce' (known: keep-outputs)"),
+    ("cse{foo=1}", "unknown option 'foo' for pass 'cse' (pass 'cse' takes no options)"),
+    ("inline{relu}", "unknown option 'relu' for pass 'inline' (known: names)"),
+    (
+        "dce{keep-outputs}",
+        "option 'keep-outputs' of pass 'dce' needs a value: keep-outputs=I,J,...",
+    ),
+    (
+        "dce{keep-outputs=0,x}",
+        "bad value for option 'keep-outputs' of pass 'dce': expected comma-separated output "
+        "indices, got '0,x'",
+    ),
+    (
+        "canonicalize{max-iterations=many}",
+        "bad value for option 'max-iterations' of pass 'canonicalize': expected an integer, "
+        "got 'many'",
+    ),
+    (
+        "canonicalize{max-iterations=0}",
+        "bad value for option 'max-iterations' of pass 'canonicalize': expected an integer >= 1, "
+        "got '0'",
+    ),
+    (
+        "inline{names={a,{b}}}",
+        "bad value for option 'names' of pass 'inline': braces may only wrap a whole value, "
+        "got 'a,{b}'",
+    ),
+    ("inline{names=a names=b}", "option 'names' given twice for pass 'inline'"),
+    (
+        "inline{names=relu,gelu",
+        "unbalanced '{' in pipeline 'inline{names=relu,gelu': the options of pass 'inline' "
+        "are never closed",
+    ),
+    ("cse,{", "unbalanced '{' in pipeline 'cse,{': '{' is never closed"),
+    ("dce},cse", "unbalanced '}' in pipeline 'dce},cse': one too many in 'dce}'"),
+    (
+        "inline{names=a}}",
+        "unbalanced '}' in pipeline 'inline{names=a}}': one too many in 'inline{names=a}}'",
+    ),
+    (
+        "inline{names=a}dce",
+        "unexpected 'dce' after the options of pass 'inline' in pipeline 'inline{names=a}dce' "
+        "(separate passes with commas)",
+    ),
+    ("{names=a}", "expected a pass name before '{' in pipeline '{names=a}'"),
+]
+
+
+@pytest.mark.parametrize("spec,message", PIPELINE_ERRORS, ids=[e[0] for e in PIPELINE_ERRORS])
+def test_pipeline_errors(spec, message):
+    with pytest.raises(JaxprError) as info:
+        parse_pipeline(spec)
+    assert info.value.message == message
+    r = CliRunner().invoke(main, ["--no-color", "opt", "-p", spec, str(GOLDEN / "dce.jaxpr")])
+    assert r.exit_code == 2
+    assert r.stdout == ""
+    assert r.stderr.endswith(f"Error: Invalid value for -p: {message}\n")
+
+
+def test_option_types():
+    from jaxprtool.passes.registry import PassOption
+
+    b = PassOption("flag", bool, False, "a flag")
+    assert [b.parse(t) for t in ("true", "False", "1", "0")] == [True, False, True, False]
+    with pytest.raises(ValueError, match="expected true or false, got 'yes'"):
+        b.parse("yes")
+    assert b.render(True) == "true"
+    n = PassOption("n", int, 1, "a number")
+    assert n.parse("-3") == -3 and n.shown_metavar == "N"
+    s = PassOption("tags", list[str], None, "some names")
+    assert s.parse(" a, b ,,") == ("a", "b") and s.shown_metavar == "NAME,..."
+    i = PassOption("idx", list[int], None, "some indices")
+    with pytest.raises(ValueError, match="expected comma-separated integers, got 'a'"):
+        i.parse("a")
+
+
+def test_run_pipeline_with_options():
+    j = load(GOLDEN / "dce.jaxpr")
+    seen = []
+    r = run_pipeline(j, "dce{keep-outputs=0},cse", lambda n, x: seen.append(n))
+    assert seen == ["dce{keep-outputs=0}", "cse"]
+    assert alpha_equal(r, cse(dce_keep_outputs(j, [0])))
+    from jaxprtool.passes.registry import PassOptionError
+
+    with pytest.raises(PassOptionError) as info:
+        run_pipeline(j, "dce{keep-outputs=7}")
+    assert info.value.exit_code == 2
+    assert info.value.message == (
+        f"option 'keep-outputs' of pass 'dce': output index 7 out of range "
+        f"(the program has {len(j.outvars)} outputs)"
+    )
+
+
+def test_canonicalize_max_iterations():
+    from jaxprtool.passes.canonicalize import canonicalize
+
+    j = load(GOLDEN / "canonicalize.jaxpr")
+    one_round = dce(cse(fold(simplify(j))))
+    assert alpha_equal(run_pipeline(j, "canonicalize{max-iterations=1}"), one_round)
+    assert alpha_equal(canonicalize(j, max_iterations=1), one_round)
+    assert alpha_equal(
+        run_pipeline(j, "canonicalize{max-iterations=20}"), PASSES["canonicalize"](j)
+    )
+
+
+def _named_calls(j) -> list[str]:
+    return sorted(str(e.params["name"]) for e in all_eqns(j) if e.prim in ("jit", "pjit"))
+
+
+def test_opt_inline_names_only_inlines_those():
+    import jax
+    import jax.numpy as jnp
+
+    from jaxprtool.backend import evaluate
+
+    @jax.jit
+    def relu(x):
+        return jnp.maximum(x, 0.0)
+
+    @jax.jit
+    def gelu(x):
+        return x * jax.nn.sigmoid(1.702 * x)
+
+    @jax.jit
+    def block(x):
+        return gelu(relu(x) * 2.0)
+
+    def f(x, y):
+        return block(x) + relu(y), gelu(y)
+
+    x = np.linspace(-2, 2, 6, dtype=np.float32)
+    y = np.linspace(3, -1, 6, dtype=np.float32)
+    text = str(jax.make_jaxpr(f)(x, y).jaxpr)
+    assert _named_calls(parse_text(text)) == ["block", "gelu", "gelu", "relu", "relu"]
+    want = [np.asarray(v) for v in f(x, y)]  # JAX runs the original program
+    for spec, left in [
+        ("inline{names=relu}", ["block", "gelu", "gelu"]),
+        ("inline{names=relu,gelu}", ["block"]),
+        ("inline{names=block}", ["gelu", "gelu", "relu", "relu"]),
+        ("inline", []),
+    ]:
+        r = CliRunner().invoke(main, ["opt", "-p", spec, "-"], input=text)
+        assert r.exit_code == 0, r.output
+        got = parse_text(r.stdout)
+        assert _named_calls(got) == left, spec
+        assert not errors(check(got))
+        for w, g in zip(want, evaluate(got, [x, y]), strict=True):
+            # inlining changes XLA's fusion, so the last bit of a float may differ
+            assert w.dtype == g.dtype, spec
+            np.testing.assert_allclose(np.asarray(g), w, rtol=1e-6, err_msg=spec)
+
+
+def test_pass_commands_are_generated_from_records():
+    import inspect
+
+    import jaxprtool.commands.pass_cmds as pc
+    from jaxprtool.cli import COMMANDS
+
+    for name, p in PASSES.items():
+        assert COMMANDS[name] == f"pass_cmds:{name}"
+        cmd = getattr(pc, name)
+        assert cmd is pc.PASS_COMMANDS[name] and cmd.name == name
+        r = CliRunner().invoke(main, [name, "--help"])
+        assert r.exit_code == 0
+        first = inspect.cleandoc(p.doc).splitlines()[0]
+        assert first.split()[0] in r.stdout and "Example:" in r.stdout
+        for flag in ("-o, --output OUT", "--diff", *(f"--{o.name}" for o in p.options)):
+            assert flag in r.stdout, (name, flag)
+        for o in p.options:
+            assert o.help in r.stdout
+    r = CliRunner().invoke(main, ["opt", "--help"])
+    assert r.exit_code == 0 and "--print-after-all" in r.stdout
+    for name, p in PASSES.items():
+        assert f"  {name} " in r.stdout and p.help in r.stdout
+        for o in p.options:
+            assert f"{o.name}={o.shown_metavar}" in r.stdout and o.help in r.stdout
+
+
+def test_pass_command_from_a_new_record(tmp_path):
+    """A record is all a pass needs for its command: flags of every option type."""
+    from jaxprtool.commands.pass_cmds import pass_command
+    from jaxprtool.passes.registry import Pass, PassOption
+
+    calls = []
+
+    def fn(j, count=1, verbose=False, tags=None):
+        calls.append((count, verbose, tags))
+        return j
+
+    rec = Pass(
+        name="toy",
+        help="Does nothing.",
+        doc="Does nothing, loudly.\n\n    \b\n    Example:\n      jaxprtool toy f.jaxpr\n",
+        fn=fn,
+        options=(
+            PassOption("count", int, 1, "How many."),
+            PassOption("verbose", bool, False, "Say more."),
+            PassOption("tags", list[str], None, "Some tags."),
+        ),
+    )
+    cmd = pass_command(rec)
+    src = str(GOLDEN / "cse.jaxpr")
+    r = CliRunner().invoke(cmd, ["--help"])
+    assert "Does nothing, loudly." in r.stdout
+    assert "--count N" in r.stdout and "--verbose / --no-verbose" in r.stdout
+    assert "--tags NAME,..." in r.stdout
+    r = CliRunner().invoke(cmd, [src])
+    assert r.exit_code == 0 and calls[-1] == (1, False, None)
+    r = CliRunner().invoke(cmd, [src, "--count", "3", "--verbose", "--tags", "a,b"])
+    assert r.exit_code == 0 and calls[-1] == (3, True, ("a", "b"))
+    assert r.stdout.strip() == CliRunner().invoke(main, ["fmt", src]).stdout.strip()
+    r = CliRunner().invoke(cmd, [src, "--count", "x"])
+    assert r.exit_code == 2
+    assert "Invalid value for --count: expected an integer, got 'x'" in r.stderr
+
+
+OPT_VS_COMMAND = [
+    (["dce"], "dce"),
+    (["dce", "--keep-outputs", "0"], "dce{keep-outputs=0}"),
+    (["inline", "--names", "inner"], "inline{names=inner}"),
+    (["canonicalize", "--max-iterations", "1"], "canonicalize{max-iterations=1}"),
+    (["canonicalize"], "canonicalize"),
+]
+
+
+@pytest.mark.parametrize("argv,spec", OPT_VS_COMMAND, ids=[s for _, s in OPT_VS_COMMAND])
+def test_opt_equals_the_pass_command_on_golden_files(argv, spec):
+    for src in sorted(GOLDEN.glob("*.jaxpr")):
+        if src.name.endswith(".expected.jaxpr"):
+            continue
+        a = CliRunner().invoke(main, ["--no-color", *argv, str(src)])
+        b = CliRunner().invoke(main, ["--no-color", "opt", "-p", spec, str(src)])
+        assert (a.exit_code, a.stdout, a.stderr) == (b.exit_code, b.stdout, b.stderr), src.name
+        assert a.exit_code == 0 or "keep-outputs" in spec
+
+
+@needs_corpus
+def test_opt_dce_equals_dce_on_corpus_files():
+    files = (CORPUS_010 + CORPUS_012)[::12]
+    assert len(files) >= 15
+    for f in files:
+        a = CliRunner().invoke(main, ["--no-color", "dce", str(f)])
+        b = CliRunner().invoke(main, ["--no-color", "opt", "-p", "dce", str(f)])
+        assert a.exit_code == 0 and b.exit_code == 0, f.name
+        assert a.stdout == b.stdout and a.stderr == b.stderr, f.name
+
+
+def test_pass_option_errors_on_the_command_line():
+    src = str(GOLDEN / "dce.jaxpr")
+    r = CliRunner().invoke(main, ["--no-color", "dce", "--keep-outputs", "3", src])
+    assert r.exit_code == 2 and r.stderr.endswith(
+        "Error: Invalid value for --keep-outputs: output index 3 out of range "
+        "(the program has 1 outputs)\n"
+    )
+    r = CliRunner().invoke(main, ["--no-color", "opt", "-p", "dce{keep-outputs=3}", src])
+    assert r.exit_code == 2 and r.stderr.endswith(
+        "Error: Invalid value for -p: option 'keep-outputs' of pass 'dce': output index 3 out "
+        "of range (the program has 1 outputs)\n"
+    )
+    r = CliRunner().invoke(main, ["--no-color", "canonicalize", "--max-iterations", "0", src])
+    assert r.exit_code == 2 and r.stderr.endswith(
+        "Error: Invalid value for --max-iterations: expected an integer >= 1, got '0'\n"
+    )

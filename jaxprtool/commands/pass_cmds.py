@@ -1,5 +1,8 @@
-"""Clean-up pass commands (`dce`, `cse`, `fold`, `simplify`, `inline`, `canonicalize`,
-`opt -p PIPELINE`) and the program utilities `diff A B` and `stats`."""
+"""Clean-up pass commands and the program utilities `diff A B` and `stats`.
+
+The commands `dce`, `cse`, `fold`, `simplify`, `inline` and `canonicalize` are generated
+from the pass records of `passes/registry.py` (help, one flag per option); `opt -p
+PIPELINE` runs a pipeline written as in xDSL/MLIR (`inline{names=relu},simplify,dce`)."""
 
 from __future__ import annotations
 
@@ -9,6 +12,14 @@ import sys
 import click
 
 from ..cli import OPTIONS, guarded
+from ..passes.registry import (
+    PASSES,
+    Pass,
+    PassOption,
+    PassOptionError,
+    parse_pipeline_steps,
+    run_pipeline,
+)
 
 
 def _run(file, out, show_diff, fn, print_after_all=False):
@@ -36,165 +47,128 @@ def _run(file, out, show_diff, fn, print_after_all=False):
     write_output(text + "\n", out)
 
 
-def _common(fn):
-    fn = click.option(
-        "--diff",
-        "show_diff",
-        is_flag=True,
-        help="Show a coloured unified diff of the change on stderr.",
-    )(fn)
-    fn = click.option(
-        "-o", "--output", "out", metavar="OUT", help="Write to OUT (atomically) instead of stdout."
-    )(fn)
-    fn = click.argument("file", required=False, default="-", metavar="[FILE|-]")(fn)
-    return fn
+_OUTPUT_HELP = "Write to OUT (atomically) instead of stdout."
+_DIFF_HELP = "Show a coloured unified diff of the change on stderr."
 
 
-def _simple_pass(name: str, doc: str):
-    @click.command(name=name, help=doc)
-    @_common
-    def cmd(file, out, show_diff):
-        from ..passes.registry import PASSES
-
-        guarded(_run)(file, out, show_diff, lambda j, _h: PASSES[name](j))
-
-    return cmd
+def _common_params() -> list[click.Parameter]:
+    """FILE, -o and --diff, in the order every pass command shows them."""
+    return [
+        click.Argument(["file"], required=False, default="-", metavar="[FILE|-]"),
+        click.Option(["-o", "--output", "out"], metavar="OUT", help=_OUTPUT_HELP),
+        click.Option(["--diff", "show_diff"], is_flag=True, help=_DIFF_HELP),
+    ]
 
 
-cse = _simple_pass(
-    "cse",
-    """Common-subexpression elimination: equal equations (same primitive, parameters and
-    operands) are computed once.  Effectful and random-number equations are never merged.
-
-    \b
-    Example:
-      jaxprtool cse f.jaxpr --diff
-    """,
-)
-fold = _simple_pass(
-    "fold",
-    """Constant-fold scalar equations whose operands are all literals, where numpy computes
-    exactly what XLA does (add sub mul div neg, comparisons, select_n, integer and boolean
-    arithmetic, exact conversions).  Never transcendental functions, rounding or float->int.
-
-    \b
-    Example:
-      jaxprtool fold f.jaxpr
-    """,
-)
-simplify = _simple_pass(
-    "simplify",
-    """Algebraic identities that keep every value exactly: mul x 1, add_any x zeros,
-    neg (neg x), no-op converts/broadcasts/reshapes/transposes, select_n with a literal
-    predicate.  Run dce afterwards (or canonicalize) to drop what became dead.
-
-    \b
-    Example:
-      jaxprtool simplify f.jaxpr | jaxprtool dce
-    """,
-)
-canonicalize = _simple_pass(
-    "canonicalize",
-    """simplify, fold, cse and dce repeated to a fixed point.
-
-    \b
-    Example:
-      jaxprtool vjp f.jaxpr | jaxprtool canonicalize
-    """,
-)
+def _click_option(o: PassOption) -> click.Option:
+    """The command-line flag of a pass option: `--keep-outputs I,J,...`, `--flag/--no-flag`."""
+    if o.type is bool:
+        return click.Option([f"--{o.name}/--no-{o.name}", o.key], default=o.default, help=o.help)
+    return click.Option([f"--{o.name}", o.key], metavar=o.shown_metavar, help=o.help)
 
 
-def _parse_indices(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise click.BadParameter(
-            f"expected comma-separated output indices, got {text!r}", param_hint="--keep-outputs"
-        ) from None
+def pass_command(p: Pass) -> click.Command:
+    """The command of a pass record: its doc as help, one flag per option, FILE, -o, --diff.
+    A bad flag value (or one that does not fit the program) is bad usage (exit 2)."""
+
+    def callback(file, out, show_diff, **flags):
+        options = {}
+        for o in p.options:
+            value = flags[o.key]
+            if value is None:
+                continue  # not given: the record's default
+            if isinstance(value, str):
+                try:
+                    value = o.parse(value)
+                except ValueError as e:
+                    raise click.BadParameter(str(e), param_hint=f"--{o.name}") from None
+            options[o.key] = value
+
+        def fn(j, _h):
+            try:
+                return p(j, **options)
+            except PassOptionError as e:
+                raise click.BadParameter(e.detail, param_hint=f"--{e.option}") from None
+
+        guarded(_run)(file, out, show_diff, fn)
+
+    params = _common_params() + [_click_option(o) for o in p.options]
+    return click.Command(p.name, params=params, callback=callback, help=p.doc)
 
 
-@click.command()
-@_common
-@click.option(
-    "--keep-outputs", metavar="I,J,...", help="Keep only these outputs (0-based), then DCE."
-)
-def dce(file, out, show_diff, keep_outputs):
-    """Dead-code elimination: remove equations whose results are unused, also inside nested
-    jaxprs (jit bodies, cond branches, scan/while bodies: unused carries and outputs pruned as
-    JAX does).  Effectful equations are kept.
+#: one command per pass record, in the registry's order
+PASS_COMMANDS: dict[str, click.Command] = {name: pass_command(p) for name, p in PASSES.items()}
 
-    \b
-    Example:
-      jaxprtool dce f.jaxpr --keep-outputs 0,2
-    """
-    keep = _parse_indices(keep_outputs) if keep_outputs is not None else None
-
-    def fn(j, _h):
-        from ..passes.dce import dce as _dce
-        from ..passes.dce import dce_keep_outputs
-
-        if keep is None:
-            return _dce(j)
-        bad = [i for i in keep if not 0 <= i < len(j.outvars)]
-        if bad:
-            raise click.BadParameter(
-                f"output index {bad[0]} out of range (the program has {len(j.outvars)} outputs)",
-                param_hint="--keep-outputs",
-            )
-        return dce_keep_outputs(j, keep)
-
-    guarded(_run)(file, out, show_diff, fn)
+dce = PASS_COMMANDS["dce"]
+cse = PASS_COMMANDS["cse"]
+fold = PASS_COMMANDS["fold"]
+simplify = PASS_COMMANDS["simplify"]
+inline = PASS_COMMANDS["inline"]
+canonicalize = PASS_COMMANDS["canonicalize"]
 
 
-@click.command()
-@_common
-@click.option("--names", metavar="NAME,...", help="Inline only calls with these name= parameters.")
-def inline(file, out, show_diff, names):
-    """Inline nested jit/pjit/closed_call bodies (all of them, or only --names NAME,...).
+def _pass_table() -> str:
+    """The passes, their one-line help and their options, for `opt --help`."""
 
-    \b
-    Example:
-      jaxprtool inline f.jaxpr --names relu,softmax
-    """
-    wanted = {n.strip() for n in names.split(",") if n.strip()} if names else None
+    def label(o: PassOption) -> str:
+        return f"{o.name}={o.shown_metavar}"
 
-    def fn(j, _h):
-        from ..passes.inline import inline as _inline
-
-        return _inline(j, wanted)
-
-    guarded(_run)(file, out, show_diff, fn)
+    width = max(len(name) for name in PASSES) + 2
+    owidth = max((len(label(o)) for p in PASSES.values() for o in p.options), default=0) + 2
+    lines = ["\b", "Passes and their options:"]
+    for name, p in PASSES.items():
+        lines.append(f"  {name.ljust(width)}{p.help}")
+        lines += [f"    {label(o).ljust(owidth)}{o.help}" for o in p.options]
+    return "\n".join(lines)
 
 
-@click.command()
-@_common
+_OPT_HELP = f"""Run a pipeline of clean-up passes.
+
+PASS,... is a list of passes separated by commas, as in MLIR and xDSL.  A pass may take
+options in braces, separated by spaces, as in 'inline{{names=relu,gelu}}': a comma inside
+braces belongs to the option (a list).  Values are integers, true/false or comma lists;
+'none' runs nothing.
+
+{_pass_table()}
+
+\b
+Example:
+  jaxprtool opt -p inline,simplify,cse,dce f.jaxpr --diff
+  jaxprtool opt -p 'inline{{names=relu}},dce{{keep-outputs=0}}' f.jaxpr
+  jaxprtool opt -p canonicalize --print-after-all f.jaxpr
+"""
+
+
+@click.command(help=_OPT_HELP)
+@click.argument("file", required=False, default="-", metavar="[FILE|-]")
+@click.option("-o", "--output", "out", metavar="OUT", help=_OUTPUT_HELP)
+@click.option("--diff", "show_diff", is_flag=True, help=_DIFF_HELP)
 @click.option(
     "-p",
     "--pipeline",
     "pipeline",
     required=True,
     metavar="PASS,...",
-    help="Passes to run in order: dce, cse, fold, simplify, inline, canonicalize (or none).",
+    help=f"Passes to run in order: {', '.join(PASSES)} (or none).",
 )
 @click.option(
     "--print-after-all", is_flag=True, help="Print the program after each pass on stderr."
 )
 def opt(file, out, show_diff, pipeline, print_after_all):
-    """Run a pipeline of clean-up passes.
-
-    \b
-    Example:
-      jaxprtool opt -p inline,simplify,cse,dce f.jaxpr --diff
-      jaxprtool opt -p canonicalize --print-after-all f.jaxpr
-    """
     from ..core import JaxprError
-    from ..passes.registry import parse_pipeline, run_pipeline
 
     try:
-        parse_pipeline(pipeline)
+        steps = parse_pipeline_steps(pipeline)
     except JaxprError as e:
         raise click.BadParameter(e.message, param_hint="-p") from None
-    guarded(_run)(file, out, show_diff, lambda j, h: run_pipeline(j, pipeline, h), print_after_all)
+
+    def fn(j, hook):
+        try:
+            return run_pipeline(j, steps, hook)
+        except PassOptionError as e:
+            raise click.BadParameter(e.message, param_hint="-p") from None
+
+    guarded(_run)(file, out, show_diff, fn, print_after_all)
 
 
 # ---------------------------------------------------------------- diff

@@ -11,12 +11,27 @@ never merged.  Nested jaxprs are handled separately (they are closed).
 from __future__ import annotations
 
 from ..core import Jaxpr, Literal, _AlphaEq
+from .base import Pass
 from .common import EqnRewrite, eqn_is_pure, recursive_pass, same_type
 
 
 def cse(jaxpr: Jaxpr) -> Jaxpr:
     """Compute equal equations once."""
     return recursive_pass(jaxpr, _cse)
+
+
+CSE = Pass(
+    name="cse",
+    help="Compute equal equations once (never effectful or random ones).",
+    doc="""Common-subexpression elimination: equal equations (same primitive, parameters and
+    operands) are computed once.  Effectful and random-number equations are never merged.
+
+    \b
+    Example:
+      jaxprtool cse f.jaxpr --diff
+    """,
+    fn=cse,
+)
 
 
 def _atom_key(a):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from ..core import Eqn, Jaxpr, OpaqueType, RefType, Var, eqn_subjaxprs
 from . import flattree
+from .base import Pass, PassOption, PassOptionError
 from .common import (
     CALL_IN_PARAMS,
     CALL_OUT_PARAMS,
@@ -50,6 +51,45 @@ def dce_keep_outputs(jaxpr: Jaxpr, keep: list[int]) -> Jaxpr:
                 f"--keep-outputs: output index {i} out of range (the program has {n} outputs)"
             )
     return dce(jaxpr.replace(outvars=[jaxpr.outvars[i] for i in keep]))
+
+
+def _dce_pass(jaxpr: Jaxpr, keep_outputs: tuple[int, ...] | None = None) -> Jaxpr:
+    if keep_outputs is None:
+        return dce(jaxpr)
+    n = len(jaxpr.outvars)
+    bad = [i for i in keep_outputs if not 0 <= i < n]
+    if bad:
+        raise PassOptionError(
+            "dce",
+            "keep-outputs",
+            f"output index {bad[0]} out of range (the program has {n} outputs)",
+        )
+    return dce_keep_outputs(jaxpr, list(keep_outputs))
+
+
+DCE = Pass(
+    name="dce",
+    help="Remove unused equations, also inside nested jaxprs.",
+    doc="""Dead-code elimination: remove equations whose results are unused, also inside nested
+    jaxprs (jit bodies, cond branches, scan/while bodies: unused carries and outputs pruned as
+    JAX does).  Effectful equations are kept.
+
+    \b
+    Example:
+      jaxprtool dce f.jaxpr --keep-outputs 0,2
+    """,
+    fn=_dce_pass,
+    options=(
+        PassOption(
+            "keep-outputs",
+            list[int],
+            None,
+            "Keep only these outputs (0-based), then DCE.",
+            metavar="I,J,...",
+            noun="output indices",
+        ),
+    ),
+)
 
 
 def _is_ref(v) -> bool:

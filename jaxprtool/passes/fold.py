@@ -18,6 +18,7 @@ import math
 import numpy as np
 
 from ..core import Jaxpr, Literal, ShapedArray, np_dtype
+from .base import Pass
 from .common import EqnRewrite, eqn_has_effects, recursive_pass
 
 _ARITH = {"add", "sub", "mul", "div", "neg"}
@@ -37,6 +38,21 @@ FOLDABLE = _ARITH | set(_COMPARE) | _INT_ONLY | _LOGIC | {"select_n", "convert_e
 def fold(jaxpr: Jaxpr) -> Jaxpr:
     """Replace scalar equations on literals by their literal result."""
     return recursive_pass(jaxpr, _fold)
+
+
+FOLD = Pass(
+    name="fold",
+    help="Constant-fold scalar equations on literals, bit-exactly.",
+    doc="""Constant-fold scalar equations whose operands are all literals, where numpy computes
+    exactly what XLA does (add sub mul div neg, comparisons, select_n, integer and boolean
+    arithmetic, exact conversions).  Never transcendental functions, rounding or float->int.
+
+    \b
+    Example:
+      jaxprtool fold f.jaxpr
+    """,
+    fn=fold,
+)
 
 
 def _fold(jaxpr: Jaxpr, go) -> Jaxpr:

@@ -12,12 +12,40 @@ from __future__ import annotations
 
 from ..core import Eqn, Jaxpr, Literal, Var
 from ..record import prim
+from .base import Pass, PassOption
 from .common import EqnRewrite, recursive_pass
 
 
 def inline(jaxpr: Jaxpr, names: set[str] | None = None) -> Jaxpr:
     """Inline every jit/pjit/closed_call body (or only those named in `names`)."""
     return recursive_pass(jaxpr, lambda j, go: _inline(j, go, names))
+
+
+def _inline_pass(jaxpr: Jaxpr, names: tuple[str, ...] | None = None) -> Jaxpr:
+    # an empty list means every call, as `--names ''` always did
+    return inline(jaxpr, set(names) if names else None)
+
+
+INLINE = Pass(
+    name="inline",
+    help="Inline jit/pjit/closed_call/core_call bodies.",
+    doc="""Inline nested jit/pjit/closed_call bodies (all of them, or only --names NAME,...).
+
+    \b
+    Example:
+      jaxprtool inline f.jaxpr --names relu,softmax
+    """,
+    fn=_inline_pass,
+    options=(
+        PassOption(
+            "names",
+            list[str],
+            None,
+            "Inline only calls with these name= parameters.",
+            metavar="NAME,...",
+        ),
+    ),
+)
 
 
 def _call_name(e: Eqn) -> str | None:

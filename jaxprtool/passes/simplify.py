@@ -31,12 +31,28 @@ import math
 from ..core import Jaxpr, Literal, ShapedArray, Var
 from ..params import as_int_tuple
 from ..record import prim
+from .base import Pass
 from .common import EqnRewrite, recursive_pass, same_type
 
 
 def simplify(jaxpr: Jaxpr) -> Jaxpr:
     """Apply the algebraic identities above (then run dce to drop what became dead)."""
     return recursive_pass(jaxpr, _simplify)
+
+
+SIMPLIFY = Pass(
+    name="simplify",
+    help="Exact algebraic identities: mul x 1, neg (neg x), ...",
+    doc="""Algebraic identities that keep every value exactly: mul x 1, add_any x zeros,
+    neg (neg x), no-op converts/broadcasts/reshapes/transposes, select_n with a literal
+    predicate.  Run dce afterwards (or canonicalize) to drop what became dead.
+
+    \b
+    Example:
+      jaxprtool simplify f.jaxpr | jaxprtool dce
+    """,
+    fn=simplify,
+)
 
 
 def _simplify(jaxpr: Jaxpr, go) -> Jaxpr:
