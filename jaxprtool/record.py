@@ -71,6 +71,10 @@ class Primitive:
     #: `rule(eqn) -> atom | None`: the atom whose (scalar) value fills the whole result,
     #: e.g. a `broadcast_in_dim` of a literal (lets simplification see AD's zeros and ones)
     fills_with: Callable | None = None
+    #: `rule(eqn) -> [atom, ...]`: values (emitted with `ops`) that change where the
+    #: primitive is not differentiable (max: x > y; abs: sign x): check-grad avoids
+    #: finite-difference steps across them.  Bool/integer results count without a rule.
+    kink_indicator: Callable | None = None
     #: `rule(eqn) -> int`: floating-point operations (stats)
     flops: Callable | None = None
     #: free-form data a family shares between its own rules (never read by the machinery)

@@ -9,12 +9,17 @@ import click
 from ..core import JaxprError
 from ..io import report, use_color
 from .ad_cmds import custom_rules_option
+from .common import int_list
 
 
-def _run_program(jaxpr, args):
+def _runner(consts):
+    """run(jaxpr, args) through XLA, with the program's constants when it has constvars."""
     from ..backend import evaluate
 
-    return evaluate(jaxpr, args)
+    def run(jaxpr, args):
+        return evaluate(jaxpr, args, consts if jaxpr.constvars else None)
+
+    return run
 
 
 @click.command("check-grad")
@@ -42,8 +47,15 @@ def _run_program(jaxpr, args):
     show_default=True,
     help="Which checks: fwd (jvp), rev (vjp), or both.",
 )
+@click.option(
+    "--argnums",
+    callback=int_list,
+    metavar="I,J",
+    help="Inputs to perturb (default: every float input), e.g. not an optimiser's state.",
+)
+@click.option("--consts", "consts_npz", metavar="C.npz", help="Constants: const0, const1, ...")
 @custom_rules_option
-def check_grad(files, args_npz, seed, order, modes, custom_rules):
+def check_grad(files, args_npz, seed, order, modes, argnums, consts_npz, custom_rules):
     """Check the tool's jvp and vjp of each FILE against finite differences.
 
     As JAX's check_grads: jvp against central differences along a random
@@ -74,8 +86,18 @@ def check_grad(files, args_npz, seed, order, modes, custom_rules):
         set_custom_rule_policy(custom_rules)
         try:
             jaxpr, _, path = load(file)
-            args, _, _ = gather_inputs(jaxpr, args_npz, None, None if args_npz else seed, None, {})
-            checks = run_checks(jaxpr, args, _run_program, seed=seed, order=order, modes=mode_set)
+            args, consts, _ = gather_inputs(
+                jaxpr, args_npz, None, None if args_npz else seed, consts_npz, {}
+            )
+            checks = run_checks(
+                jaxpr,
+                args,
+                _runner(consts),
+                seed=seed,
+                order=order,
+                modes=mode_set,
+                argnums=argnums,
+            )
         except MissingCustomRule as e:
             report(e)
             failed = True

@@ -39,21 +39,36 @@ DOT_TOLERANCE = {
     "complex64": 2e-5,
     "complex128": 1e-12,
 }
+#: finite-difference steps in the program's own precision (used when no float64 copy of the
+#: program type-checks), with one Richardson step: (4 D(h/2) - D(h)) / 3 has an O(h^4) error
 EPS = {"float16": 1e-2, "bfloat16": 1e-1, "float32": 1e-3, "float64": 1e-6}
+#: the step in a float64 copy of the program (rounding ~1e-11, truncation ~1e-10)
+WIDE_EPS = 1e-5
+#: directions tried before a check is reported as non-smooth
+KINK_RETRIES = 4
 
 
 @dataclass
 class Check:
-    """One numerical check: its measured error against its tolerance."""
+    """One numerical check: its measured error against its tolerance.  `nonsmooth` names the
+    non-smooth equation whose tie the finite differences could not avoid (then the check
+    is neither a pass nor a failure)."""
 
     name: str
     error: float
     tolerance: float
     program: str = ""  # which program was checked (f, jvp(f), vjp(f))
+    nonsmooth: str | None = None
 
     @property
     def passed(self) -> bool:
-        return bool(self.error <= self.tolerance)
+        return self.nonsmooth is not None or bool(self.error <= self.tolerance)
+
+    @property
+    def verdict(self) -> str:
+        if self.nonsmooth is not None:
+            return f"non-smooth at {self.nonsmooth}"
+        return "pass" if self.passed else "FAIL"
 
 
 def least_precise_dtype(jaxpr: Jaxpr) -> str:
@@ -94,9 +109,10 @@ def _random_like(x, rng):
 
 
 class GradChecker:
-    def __init__(self, run, rng):
+    def __init__(self, run, rng, argnums=None):
         self.run = run  # run(jaxpr, args) -> list[np.ndarray]
         self.rng = rng
+        self.argnums = argnums
 
     def check(
         self, jaxpr: Jaxpr, args, label: str, modes
@@ -104,32 +120,18 @@ class GradChecker:
         """Checks of f = jaxpr at args; also returns the derivative programs and their inputs."""
         from ..ad.api import jvp_jaxpr, vjp_jaxpr
 
-        diff = [i for i, v in enumerate(jaxpr.invars) if is_inexact(v.type)]
+        diff = self.inputs_to_check(jaxpr, label)
         outs_inexact = [i for i, v in enumerate(jaxpr.outvars) if is_inexact(v.type)]
-        if not diff:
-            raise JaxprError(f"{label}: no float or complex inputs to differentiate")
         if not outs_inexact:
             raise JaxprError(f"{label}: no float or complex outputs to differentiate")
         dtype = least_precise_dtype(jaxpr)
-        tol, eps = TOLERANCE.get(dtype, 2e-3), EPS.get(dtype.replace("complex64", "float32"), 1e-3)
-        if dtype == "complex128":
-            eps = 1e-6
-        v = [_random_like(args[i], self.rng) for i in diff]
+        tol = TOLERANCE.get(dtype, 2e-3)
         n_out = len(jaxpr.outvars)
         outs = self.run(jaxpr, args)
         w = [_random_like(outs[i], self.rng) for i in outs_inexact]
-
-        def shifted(sign):
-            xs = list(args)
-            for i, d in zip(diff, v):
-                xs[i] = (np.asarray(args[i]) + sign * eps * d).astype(np.asarray(args[i]).dtype)
-            return self.run(jaxpr, xs)
-
-        plus, minus = shifted(+1), shifted(-1)
-        fd = [
-            (np.asarray(plus[i], np.complex128) - np.asarray(minus[i], np.complex128)) / (2 * eps)
-            for i in outs_inexact
-        ]
+        v, fd, kink = FiniteDifferences(self.run, jaxpr, dtype).directional(
+            args, diff, outs_inexact, self.rng
+        )
         checks: list[Check] = []
         derived: list[tuple[Jaxpr, list, str]] = []
         jv = None
@@ -138,7 +140,7 @@ class GradChecker:
             jvp_outs = self.run(J, list(args) + v)
             jv = jvp_outs[n_out:]
             err = max(_rel_err(a, b) for a, b in zip(jv, fd))
-            checks.append(Check("jvp vs finite differences", err, tol, label))
+            checks.append(Check("jvp vs finite differences", err, tol, label, kink))
             derived.append((J, list(args) + v, f"jvp({label})"))
         if "rev" in modes:
             V = vjp_jaxpr(jaxpr, diff)
@@ -153,6 +155,7 @@ class GradChecker:
                     abs(lhs - rhs) / scale,
                     tol,
                     label,
+                    kink,
                 )
             )
             derived.append((V, list(args) + w, f"vjp({label})"))
@@ -169,12 +172,147 @@ class GradChecker:
                 )
         return checks, derived
 
+    def inputs_to_check(self, jaxpr: Jaxpr, label: str) -> list[int]:
+        """The inputs to perturb: --argnums for the program itself, else every float input."""
+        n = len(jaxpr.invars)
+        if self.argnums is None or label != "f":
+            diff = [i for i, v in enumerate(jaxpr.invars) if is_inexact(v.type)]
+        else:
+            diff = []
+            for i in self.argnums:
+                if not -n <= i < n:
+                    raise JaxprError(f"--argnums: input {i} does not exist (the program has {n})")
+                i %= n
+                if not is_inexact(jaxpr.invars[i].type):
+                    t = jaxpr.invars[i].type
+                    raise JaxprError(f"--argnums: input {i} ({t}) is not float or complex")
+                diff.append(i)
+        if not diff:
+            raise JaxprError(f"{label}: no float or complex inputs to differentiate")
+        return diff
+
+
+class FiniteDifferences:
+    """Central differences of a program along a direction.
+
+    In a float64 copy of the program when one type-checks (`widen`), else in the program's
+    precision with one Richardson step.  The direction is redrawn when a non-smooth
+    equation takes different branches at the two ends of the step (every bool/integer
+    result, and each primitive's `kink_indicator`: max compares its operands, abs takes a
+    sign, ...); when every direction tried crosses a tie, that equation's location is
+    returned, so the check is reported as non-smooth there instead of failing."""
+
+    def __init__(self, run, jaxpr: Jaxpr, dtype: str):
+        from .widen import widen
+
+        self.run = run
+        self.jaxpr = jaxpr
+        self.wide = widen(jaxpr)
+        self.indicators = kink_indicators(self.wide or jaxpr)
+        if self.wide is not None:
+            self.eps = WIDE_EPS
+        else:
+            self.eps = EPS.get(dtype.replace("complex64", "float32"), 1e-3)
+
+    def directional(self, args, diff, outs_idx, rng):
+        """(direction per perturbed input, FD of each inexact output, kink location or None)."""
+        kink = None
+        for _ in range(KINK_RETRIES):
+            v = [_random_like(args[i], rng) for i in diff]
+            kink = self.crossed_kink(args, diff, v)
+            if kink is None:
+                break
+        return v, self.differences(args, diff, v, outs_idx), kink
+
+    def _program_args(self, args):
+        if self.wide is None:
+            return self.jaxpr, list(args)
+        from .widen import wide_dtype
+
+        return self.wide, [np.asarray(a).astype(wide_dtype(a)) for a in args]
+
+    def _shifted(self, prog, args, diff, v, h):
+        xs = list(args)
+        for i, d in zip(diff, v):
+            x = np.asarray(args[i])
+            xs[i] = (x + h * np.asarray(d).astype(x.dtype)).astype(x.dtype)
+        return self.run(prog, xs)
+
+    def _central(self, prog, args, diff, v, outs_idx, h):
+        plus = self._shifted(prog, args, diff, v, h)
+        minus = self._shifted(prog, args, diff, v, -h)
+        return [
+            (np.asarray(plus[i], np.complex128) - np.asarray(minus[i], np.complex128)) / (2 * h)
+            for i in outs_idx
+        ]
+
+    def differences(self, args, diff, v, outs_idx):
+        prog, xs = self._program_args(args)
+        d1 = self._central(prog, xs, diff, v, outs_idx, self.eps)
+        if self.wide is not None:
+            return d1
+        d2 = self._central(prog, xs, diff, v, outs_idx, self.eps / 2)
+        return [(4 * b - a) / 3 for a, b in zip(d1, d2)]
+
+    def crossed_kink(self, args, diff, v) -> str | None:
+        """The location of the first non-smooth equation whose branch differs at x - h v
+        and x + h v, or None."""
+        if self.indicators is None:
+            return None
+        prog, locs = self.indicators
+        _, xs = self._program_args(args)
+        plus = self._shifted(prog, xs, diff, v, self.eps)
+        minus = self._shifted(prog, xs, diff, v, -self.eps)
+        for a, b, loc in zip(plus, minus, locs):
+            if not np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True):
+                return str(loc) if loc is not None else "an equation without a location"
+        return None
+
+
+def kink_indicators(jaxpr: Jaxpr):
+    """(a program computing the branch indicators of `jaxpr`'s top-level equations, their
+    locations), or None when it has none."""
+    from ..ad import builder as B
+    from ..record import prim
+
+    b = B.Builder()
+    outs, locs = [], []
+    with B.use(b):
+        for e in jaxpr.eqns:
+            b.add_eqn(e)
+            for o in e.outputs:
+                if _discrete(o.type):
+                    outs.append(o)
+                    locs.append(e.loc)
+            rule = prim(e.prim).kink_indicator
+            if rule is not None:
+                b.loc = e.loc
+                for x in rule(e):
+                    outs.append(x)
+                    locs.append(e.loc)
+    if not outs:
+        return None
+    return B.make_jaxpr(jaxpr.invars, b.eqns, outs, jaxpr.constvars), locs
+
+
+def _discrete(t) -> bool:
+    from ..core import ShapedArray
+
+    return isinstance(t, ShapedArray) and (t.dtype == "bool" or t.dtype[:1] in "iu")
+
 
 def check_grad(
-    jaxpr: Jaxpr, args, run, seed: int = 0, order: int = 1, modes=("fwd", "rev"), label="f"
+    jaxpr: Jaxpr,
+    args,
+    run,
+    seed: int = 0,
+    order: int = 1,
+    modes=("fwd", "rev"),
+    label="f",
+    argnums=None,
 ):
     """All checks up to `order`; returns the list of `Check`s."""
-    checker = GradChecker(run, np.random.default_rng(seed))
+    checker = GradChecker(run, np.random.default_rng(seed), argnums)
     checks, derived = checker.check(jaxpr, args, label, modes)
     if order >= 2:
         for prog, prog_args, name in derived:
@@ -196,6 +334,9 @@ def render_table(checks: list[Check], title: str, color: bool, replaced: list[st
     for col in ("program", "check", "error", "tolerance", "result"):
         table.add_column(col)
     for c in checks:
-        verdict = "[green]pass[/]" if c.passed else "[bold red]FAIL[/]"
+        if c.nonsmooth:
+            verdict = f"[yellow]{c.verdict}[/]"
+        else:
+            verdict = "[green]pass[/]" if c.passed else "[bold red]FAIL[/]"
         table.add_row(c.program, c.name, f"{c.error:.2e}", f"{c.tolerance:.0e}", verdict)
     Console(no_color=not color, highlight=False, width=140).print(table)

@@ -1,0 +1,258 @@
+"""Hostile input, absurd sizes, output safety and check-grad verdicts (issues 14 and 17).
+
+Each test feeds what an attacker or a tired user would, and checks the exact behaviour:
+a located message and exit 1 (2 for usage), no traceback, no clobbered or partial file.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+
+import numpy as np
+from click.testing import CliRunner
+
+from jaxprtool.cli import main
+
+SIN = "{ lambda ; a:f32[3]. let b:f32[3] = sin a in (b,) }\n"
+
+
+def tool(*argv, text: str | None = None):
+    return CliRunner().invoke(main, ["--no-color", *map(str, argv)], input=text)
+
+
+def error_line(r) -> str:
+    return next(line for line in r.stderr.splitlines() if "error:" in line)
+
+
+# ---------------------------------------------------------------- absurd text
+
+
+def test_a_5000_digit_dimension_is_a_located_error():
+    r = tool("check", "-", text="{ lambda ; a:f32[" + "9" * 5000 + "]. let  in (a,) }")
+    assert r.exit_code == 1
+    assert error_line(r) == "<stdin>:1:18: error: a number of 5000 digits is too long (at most 400)"
+    assert "Traceback" not in r.output and "internal error" not in r.output
+    assert max(map(len, r.stderr.splitlines())) < 200  # the quoted line is an excerpt
+
+
+def test_a_dimension_beyond_int64_is_a_located_error():
+    r = tool("check", "-", text="{ lambda ; a:f32[99999999999999999999]. let  in (a,) }")
+    assert r.exit_code == 1
+    assert error_line(r).startswith("<stdin>:1:14: error: dimension too large in type")
+
+
+def test_dtype_object_is_refused_before_jax_sees_it():
+    text = "{ lambda ; a:f32[3]. let b:object[3] = convert_element_type[new_dtype=object weak_type=False] a in (b,) }"
+    r = tool("run", "-", "--random", "0", text=text)
+    assert r.exit_code == 1
+    assert error_line(r) == "<stdin>:1:28: error: unknown dtype 'object'"
+
+
+def test_an_enum_written_as_a_call_is_a_located_error_at_run():
+    text = (
+        "{ lambda ; a:f32[3,3]. let b:f32[3,3] = dot_general[dimension_numbers=(([1], [0]), ([], []))"
+        " precision=Precision.HIGHEST(1) preferred_element_type=float32] a a in (b,) }"
+    )
+    r = tool("run", "-", "--random", "0", text=text)
+    assert r.exit_code == 1
+    assert error_line(r) == (
+        "<stdin>:1:28: error: cannot run 'dot_general': parameter value "
+        "Precision.HIGHEST(1) cannot be reconstructed from the text"
+    )
+
+
+def test_an_unknown_parameter_is_located_when_jax_refuses_to_compile_it():
+    r = tool(
+        "run",
+        "-",
+        "--random",
+        "0",
+        text="{ lambda ; a:f32[3]. let b:f32[3] = sin[bogus=1] a in (b,) }",
+    )
+    assert r.exit_code == 1
+    line = error_line(r)
+    assert line.startswith("<stdin>:1:26: error: 'sin' could not be compiled by JAX: TypeError:")
+    assert "bogus" in line and "internal error" not in r.output
+
+
+def test_python_in_a_parameter_is_never_run(tmp_path):
+    marker = tmp_path / "ran"
+    text = (
+        "{ lambda ; a:f32[3]. let b:f32[3] = sin[name=__import__('pathlib').Path("
+        f"'{marker}').write_text('x')] a in (b,) }}"
+    )
+    for cmd in (["check"], ["fmt"], ["grad", "--custom-rules", "body"], ["run", "--random", "0"]):
+        tool(*cmd, "-", text=text)
+    assert not marker.exists()
+
+
+def test_non_scalar_grad_is_located_at_the_outputs():
+    r = tool("grad", "-", text=SIN)
+    assert r.exit_code == 1
+    assert error_line(r).startswith(
+        "<stdin>:1:43: error: Gradient only defined for scalar-output functions."
+    )
+    assert "jaxprtool jacrev" in error_line(r)
+
+
+# ---------------------------------------------------------------- output safety
+
+
+def test_output_keeps_the_mode_of_the_file_it_replaces(tmp_path):
+    f = tmp_path / "f.jaxpr"
+    f.write_text(SIN)
+    os.chmod(f, 0o640)
+    r = tool("opt", "-p", "dce", str(f), "-o", str(f))
+    assert r.exit_code == 0, r.output
+    assert stat.S_IMODE(f.stat().st_mode) == 0o640
+
+
+def test_a_new_output_follows_the_umask(tmp_path):
+    old = os.umask(0o027)
+    try:
+        r = tool("fmt", "-", "-o", tmp_path / "new.jaxpr", text=SIN)
+    finally:
+        os.umask(old)
+    assert r.exit_code == 0
+    assert stat.S_IMODE((tmp_path / "new.jaxpr").stat().st_mode) == 0o640
+
+
+def test_output_onto_a_directory_or_a_missing_folder(tmp_path):
+    r = tool("fmt", "-", "-o", tmp_path, text=SIN)
+    assert r.exit_code == 2
+    assert error_line(r) == f"error: cannot write '{tmp_path}': it is a directory"
+    r = tool("fmt", "-", "-o", tmp_path / "no" / "x.jaxpr", text=SIN)
+    assert r.exit_code == 2 and "does not exist" in error_line(r)
+    assert sorted(os.listdir(tmp_path)) == []  # no temporary file left behind
+
+
+def test_a_failing_command_leaves_its_input_intact(tmp_path):
+    f = tmp_path / "f.jaxpr"
+    f.write_text(SIN)
+    r = tool("grad", str(f), "-o", str(f))  # non-scalar output: fails
+    assert r.exit_code == 1
+    assert f.read_text() == SIN
+    assert os.listdir(tmp_path) == ["f.jaxpr"]
+
+
+def test_a_symlinked_output_replaces_the_target_and_keeps_the_link(tmp_path):
+    target = tmp_path / "target.jaxpr"
+    target.write_text("old\n")
+    link = tmp_path / "link.jaxpr"
+    link.symlink_to(target)
+    r = tool("fmt", "-", "-o", link, text=SIN)
+    assert r.exit_code == 0
+    assert link.is_symlink() and target.read_text() == SIN
+
+
+def test_a_fifo_is_written_into_not_replaced(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
+    reader.start()
+    r = tool("fmt", "-", "-o", fifo, text=SIN)
+    reader.join(10)
+    assert r.exit_code == 0
+    assert got == [SIN]
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+
+
+# ---------------------------------------------------------------- arrays from the user
+
+
+def test_array_files_that_are_not_arrays(tmp_path):
+    prog = tmp_path / "p.jaxpr"
+    prog.write_text(SIN)
+    (tmp_path / "empty.npy").write_bytes(b"")
+    r = tool("run", prog, "--arg", tmp_path / "empty.npy")
+    assert (
+        error_line(r) == f"error: cannot read argument from '{tmp_path / 'empty.npy'}': it is empty"
+    )
+    np.save(tmp_path / "ok.npy", np.ones(3, np.float32))
+    (tmp_path / "cut.npy").write_bytes((tmp_path / "ok.npy").read_bytes()[:-5])
+    r = tool("run", prog, "--arg", tmp_path / "cut.npy")
+    assert r.exit_code == 1 and "cannot read argument" in error_line(r)
+    np.save(tmp_path / "obj.npy", np.array([{}, 1], dtype=object), allow_pickle=True)
+    r = tool("run", prog, "--arg", tmp_path / "obj.npy")
+    assert r.exit_code == 1 and "holds an array of Python objects" in error_line(r)
+
+
+def test_arguments_from_standard_input_and_a_single_npy_output(tmp_path):
+    import io
+
+    prog = tmp_path / "p.jaxpr"
+    prog.write_text(SIN)
+    buf = io.BytesIO()
+    x = np.array([0.1, 0.2, 0.3], np.float32)
+    np.save(buf, x)
+    r = CliRunner().invoke(
+        main, ["run", str(prog), "--arg", "-", "-o", str(tmp_path / "y.npy")], input=buf.getvalue()
+    )
+    assert r.exit_code == 0, r.output
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), np.sin(x), rtol=1e-6)
+
+
+# ---------------------------------------------------------------- check-grad verdicts
+
+CURVY = (
+    "{ lambda ; a:f32[8]. let b:f32[8] = mul a 40.0:f32[]; c:f32[8] = sin b; "
+    "d:f32[] = reduce_sum[axes=(0,) out_sharding=None] c in (d,) }"
+)
+
+
+def test_check_grad_passes_a_correct_program_with_large_curvature():
+    # sin(40 x): a float32 central difference with step 1e-3 has a truncation error of
+    # about 40^3 * 1e-6 / 6 ~ 1e-2 relative, over the tolerance; float64 differences do not
+    r = tool("check-grad", "-", text=CURVY)
+    assert r.exit_code == 0, r.output
+    assert "FAIL" not in r.stdout
+
+
+def test_check_grad_still_fails_a_wrong_rule(tmp_path):
+    from jaxprtool.record import define, prim
+
+    plugin = tmp_path / "wrong.py"
+    plugin.write_text(
+        "from jaxprtool.plugins import defjvp, ops\n"
+        "defjvp('sin', lambda g, x, **p: ops.mul(g, ops.mul(ops.lit(1.01, x), ops.cos(x))))\n"
+    )
+    saved = prim("sin").jvp, prim("sin").jvp_kind
+    try:
+        r = tool("--plugin", plugin, "check-grad", "-", text=CURVY)
+    finally:
+        define("sin", jvp=saved[0], jvp_kind=saved[1])
+    assert r.exit_code == 1
+    assert "FAIL" in r.stdout
+
+
+def test_check_grad_marks_a_tie_as_non_smooth_instead_of_failing(tmp_path):
+    np.savez(tmp_path / "x.npz", arg0=np.array([0.0, 1.0, -2.0, 0.0], np.float32))
+    text = (
+        "{ lambda ; a:f32[4]. let b:f32[4] = abs a; "
+        "c:f32[] = reduce_sum[axes=(0,) out_sharding=None] b in (c,) }"
+    )
+    r = tool("check-grad", "-", "--args", tmp_path / "x.npz", text=text)
+    assert r.exit_code == 0, r.output
+    assert "non-smooth at <stdin>:1:26" in r.stdout
+    assert "FAIL" not in r.stdout
+
+
+def test_check_grad_argnums_leaves_the_other_inputs_alone(tmp_path):
+    # sqrt of a zero second moment: perturbing it gives NaN, so only x is checked
+    text = (
+        "{ lambda ; a:f32[3] b:f32[3]. let c:f32[3] = sqrt b; d:f32[3] = mul a c; "
+        "e:f32[3] = sin a; f:f32[3] = add d e; g:f32[] = reduce_sum[axes=(0,) out_sharding=None] f "
+        "in (g,) }"
+    )
+    np.savez(
+        tmp_path / "x.npz",
+        arg0=np.array([0.1, 0.2, 0.3], np.float32),
+        arg1=np.zeros(3, np.float32),
+    )
+    both = tool("check-grad", "-", "--args", tmp_path / "x.npz", text=text)
+    assert both.exit_code != 0
+    only_x = tool("check-grad", "-", "--args", tmp_path / "x.npz", "--argnums", "0", text=text)
+    assert only_x.exit_code == 0, only_x.output
