@@ -256,3 +256,31 @@ def test_check_grad_argnums_leaves_the_other_inputs_alone(tmp_path):
     assert both.exit_code != 0
     only_x = tool("check-grad", "-", "--args", tmp_path / "x.npz", "--argnums", "0", text=text)
     assert only_x.exit_code == 0, only_x.output
+
+
+# ---------------------------------------------------------------- resource limits
+
+HUGE = (
+    "{ lambda ; a:f32[]. let b:f32[100000,100000,100] = broadcast_in_dim["
+    "broadcast_dimensions=() shape=(100000, 100000, 100) sharding=None] a in (b,) }"
+)
+
+
+@pytest.mark.parametrize(
+    "cmd", [["run", "--random", "0"], ["run", "--random", "0", "--eager"], ["check-grad"]]
+)
+def test_absurd_memory_is_refused_before_anything_is_allocated(cmd):
+    r = tool(*cmd, "-", text=HUGE)
+    assert r.exit_code == 1
+    line = error_line(r)
+    assert line.startswith("<stdin>:1:25: error: running this program needs about 3.6 TB")
+    assert "over the limit of" in line and "JAXPRTOOL_MAX_MEMORY" in line
+
+
+def test_the_memory_limit_can_be_set(monkeypatch):
+    monkeypatch.setenv("JAXPRTOOL_MAX_MEMORY", "1K")
+    r = tool("run", "-", "--random", "0", text="{ lambda ; a:f32[1024]. let  in (a,) }")
+    assert r.exit_code == 1 and "over the limit of 1.0 KB" in error_line(r)
+    monkeypatch.setenv("JAXPRTOOL_MAX_MEMORY", "1G")
+    r = tool("run", "-", "--random", "0", text="{ lambda ; a:f32[1024]. let  in (a,) }")
+    assert r.exit_code == 0, r.output

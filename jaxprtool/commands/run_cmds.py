@@ -166,11 +166,15 @@ def check_arrays(vars_, arrays, dims, what: str = "argument") -> list[np.ndarray
 
 
 def gather_inputs(jaxpr, args_npz, arg_files, seed, consts_npz, dims):
+    """The arguments, constants and symbolic dims for running `jaxpr`; a program whose types
+    need more memory than the limit is refused first (`backend/limits.py`)."""
+    from ..backend.limits import check_memory
     from ..backend.values import random_array
 
     sources = sum(x is not None and x != () for x in (args_npz, arg_files or None, seed))
     if sources > 1:
         raise UsageError("give only one of --args, --arg and --random")
+    check_memory(jaxpr, dims)
     rng = np.random.default_rng(seed) if seed is not None else None
     if args_npz is not None:
         args = _npz_list(_load_npz(args_npz, "arguments"), "arg", args_npz)
