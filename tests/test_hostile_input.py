@@ -11,6 +11,7 @@ import stat
 import threading
 
 import numpy as np
+import pytest
 from click.testing import CliRunner
 
 from jaxprtool.cli import main
