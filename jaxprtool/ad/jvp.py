@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..core import Atom, Eqn, Jaxpr, JaxprError, Literal, Var, gc_paused, is_inexact
+from ..record import prim as record_of
 from . import builder as B
+from . import observe
 from .zeros import Zero, is_zero, tangent_type
 from .zeros import instantiate as inst_zero
 
@@ -23,10 +25,13 @@ def missing_jvp(eqn: Eqn) -> JaxprError:
 def jvp_eval(
     jaxpr: Jaxpr, primals: Sequence[Atom], tangents: Sequence, consts: Sequence[Atom] | None = None
 ):
-    """Emit the JVP of `jaxpr` into the current builder: (primal outs, tangent outs (Atom|Zero))."""
-    from . import rules  # noqa: F401  (registers every rule module)
-    from .registry import primitive_jvps
+    """Emit the JVP of `jaxpr` into the current builder: (primal outs, tangent outs (Atom|Zero)).
+    Each step is reported to the observer installed with `observe.observing` (if any)."""
+    with observe.take() as obs:
+        return _jvp_eval(jaxpr, primals, tangents, consts, obs)
 
+
+def _jvp_eval(jaxpr, primals, tangents, consts, obs):
     b = B.current()
     env: dict[int, Atom] = {}
     tenv: dict[int, object] = {}
@@ -52,6 +57,7 @@ def jvp_eval(
             ins = [read(x) for x in eqn.inputs]
             tins = [tread(x) for x in eqn.inputs]
             b.loc = eqn.loc
+            step = observe.Emitted(b) if obs is not None else None
             if all(is_zero(t) for t in tins):
                 b.cur_eqn = eqn
                 outs = b.emit(
@@ -63,8 +69,11 @@ def jvp_eval(
                 )
                 for o, n in zip(eqn.outputs, outs):
                     env[id(o)] = n
+                if obs is not None and hasattr(obs, "jvp_step"):
+                    obs.jvp_step(eqn, "copy", ins, tins, outs, [], step.eqns())
                 continue
-            rule = primitive_jvps.get(eqn.prim)
+            rec = record_of(eqn.prim)
+            rule = rec.jvp
             if rule is None:
                 raise missing_jvp(eqn)
             b.cur_eqn = eqn
@@ -79,6 +88,8 @@ def jvp_eval(
                 env[id(o)] = p
                 if t is not None and not is_zero(t) and is_inexact(o.type):
                     tenv[id(o)] = t
+            if obs is not None and hasattr(obs, "jvp_step"):
+                obs.jvp_step(eqn, rec.jvp_kind, ins, tins, pouts, touts, step.eqns())
     finally:
         b.loc, b.cur_eqn = saved_loc, saved_eqn
     outs = [read(x) for x in jaxpr.outvars]

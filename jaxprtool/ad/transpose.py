@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..core import Atom, Jaxpr, JaxprError, Literal, Var, gc_paused
+from ..record import prim as record_of
 from . import builder as B
+from . import observe
 from .zeros import (
     UndefinedPrimal,
     Zero,
@@ -40,9 +42,15 @@ def backward_pass(
     `args[i]` is an Atom for a non-linear input (ignored for linear ones); `cts_out[j]` the
     cotangent (Atom or Zero) of output j.  Returns `(outs, cts_in)`: `outs[j]` is the value of
     output j when it is non-linear (None otherwise), `cts_in[i]` the cotangent (Atom or Zero) of
-    each linear input (None for non-linear ones)."""
-    from . import ops, rules  # noqa: F401
-    from .registry import Accumulator, fancy_transposes, primitive_transposes
+    each linear input (None for non-linear ones).  Each step is reported to the observer
+    installed with `observe.observing` (if any)."""
+    with observe.take() as obs:
+        return _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs)
+
+
+def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
+    from . import ops
+    from .registry import Accumulator
 
     b = B.current()
     env: dict[int, Atom] = {}
@@ -71,6 +79,7 @@ def backward_pass(
                 lin_eqns.append(e)
                 continue
             b.loc = e.loc
+            step = observe.Emitted(b) if obs is not None else None
             outs = b.emit(
                 e.prim,
                 [read(x) for x in e.inputs],
@@ -80,6 +89,8 @@ def backward_pass(
             )
             for o, n in zip(e.outputs, outs):
                 env[id(o)] = n
+            if obs is not None and hasattr(obs, "forward_step"):
+                obs.forward_step(e, step.eqns())
 
         ct_env: dict[int, object] = {}
 
@@ -96,18 +107,23 @@ def backward_pass(
 
         for e in reversed(lin_eqns):
             cts = [ct_env.pop(id(o), None) or Zero(tangent_type(o.type)) for o in e.outputs]
-            if all(is_zero(c) for c in cts) and e.prim not in fancy_transposes:
+            rec = record_of(e.prim)
+            if all(is_zero(c) for c in cts) and rec.fancy_transpose is None:
                 continue
             targs = [UndefinedPrimal(x.type) if is_lin(x) else read(x) for x in e.inputs]
             b.loc = e.loc
-            if e.prim in fancy_transposes:
+            step = observe.Emitted(b) if obs is not None else None
+            if rec.fancy_transpose is not None:
                 accums = [Accumulator(x.type) if is_lin(x) else None for x in e.inputs]
-                fancy_transposes[e.prim](cts, *targs, accums=accums, **e.params)
-                for x, acc in zip(e.inputs, accums):
-                    if acc is not None:
-                        add_ct(x, acc.get())
+                rec.fancy_transpose(cts, *targs, accums=accums, **e.params)
+                res = [acc.get() if acc is not None else None for acc in accums]
+                for x, r in zip(e.inputs, res):
+                    if r is not None:
+                        add_ct(x, r)
+                if obs is not None and hasattr(obs, "transpose_step"):
+                    obs.transpose_step(e, cts, res, step.eqns())
                 continue
-            rule = primitive_transposes.get(e.prim)
+            rule = rec.transpose
             if rule is None:
                 raise missing_transpose(e)
             res = list(rule(cts, *targs, **e.params))
@@ -120,6 +136,10 @@ def backward_pass(
             for x, r in zip(e.inputs, res):
                 if is_lin(x):
                     add_ct(x, r)
+            if obs is not None and hasattr(obs, "transpose_step"):
+                obs.transpose_step(
+                    e, cts, [r if is_lin(x) else None for x, r in zip(e.inputs, res)], step.eqns()
+                )
     finally:
         b.loc = saved
     outs = [None if is_lin(v) else read(v) for v in jaxpr.outvars]
