@@ -285,3 +285,17 @@ def test_the_memory_limit_can_be_set(monkeypatch):
     monkeypatch.setenv("JAXPRTOOL_MAX_MEMORY", "1G")
     r = tool("run", "-", "--random", "0", text="{ lambda ; a:f32[1024]. let  in (a,) }")
     assert r.exit_code == 0, r.output
+
+
+def test_bf16_arrays_saved_by_numpy_are_read_as_bf16(tmp_path):
+    import ml_dtypes
+
+    x = np.array([1.5, 2.0, -3.0], dtype=ml_dtypes.bfloat16)
+    np.savez(tmp_path / "bf.npz", arg0=x)
+    assert np.load(tmp_path / "bf.npz")["arg0"].dtype.kind == "V"  # what numpy gives back
+    prog = tmp_path / "p.jaxpr"
+    prog.write_text("{ lambda ; a:bf16[3]. let b:bf16[3] = mul a a in (b,) }\n")
+    r = tool("run", prog, "--args", tmp_path / "bf.npz", "-o", tmp_path / "y.npy")
+    assert r.exit_code == 0, r.output
+    y = np.load(tmp_path / "y.npy").view(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(y.astype(np.float32), (x * x).astype(np.float32))

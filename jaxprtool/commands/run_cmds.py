@@ -130,6 +130,19 @@ def bind_dims(vars_, arrays, dims: dict[str, int]) -> dict[str, int]:
     return dims
 
 
+def _as_ml_dtype(a: np.ndarray, want: np.dtype) -> np.ndarray:
+    """bf16/f8 arrays saved with np.savez come back as raw void arrays (`|V2`): read them as
+    the dtype the program expects when the sizes agree."""
+    if (
+        a.dtype.kind == "V"
+        and a.dtype.names is None
+        and want.kind == "V"
+        and a.dtype.itemsize == want.itemsize
+    ):
+        return a.view(want)
+    return a
+
+
 def check_arrays(vars_, arrays, dims, what: str = "argument") -> list[np.ndarray]:
     """Type/shape check of arrays against binders, with a clear message; returns the arrays."""
     from ..backend.values import static_shape, type_str
@@ -150,7 +163,7 @@ def check_arrays(vars_, arrays, dims, what: str = "argument") -> list[np.ndarray
             want_shape, want_dtype = data_shape(t, want_shape), np.dtype(np.uint32)
         else:
             want_dtype = t.np_dtype
-        a = np.asarray(a)
+        a = _as_ml_dtype(np.asarray(a), want_dtype)
         if a.dtype != want_dtype or a.shape != want_shape:
             got = type_str(a.shape, a.dtype)
             want = (
