@@ -231,10 +231,6 @@ def _mul(eqn, p, dims):
     return {"out_dtype": _dtype_param(p["out_dtype"])} if p.get("out_dtype") is not None else {}
 
 
-def _with_out_sharding(eqn, p, dims):
-    return {"out_sharding": None}
-
-
 def _iota(eqn, p, dims):
     return {
         "dtype": _dtype_param(p.get("dtype", _out_type(eqn).np_dtype)),
@@ -331,38 +327,13 @@ def _prng_impl(eqn, p, dims):
     raise JaxprError(f"cannot run '{eqn.prim}': unknown PRNG implementation '{tag}'", eqn.loc)
 
 
-def _top_k(eqn, p, dims):
-    # texts of older JAX versions print neither (the last axis, stable)
-    nd = eqn.inputs[0].type.ndim
-    return {
-        "k": int(p["k"]),
-        "axis": int(p.get("axis", nd - 1)),
-        "is_stable": bool(p.get("is_stable", True)),
-    }
-
-
-def _select_prim(eqn, p, dims):
-    """`select_prim=ge` is printed as a name; bind wants the comparison primitive itself."""
-    name = str(getattr(p["select_prim"], "text", p["select_prim"])).rsplit(".", 1)[-1].strip("'\"")
-    table = primitive_table()
-    if name not in ("ge", "le", "gt", "lt"):
-        raise JaxprError(f"cannot run '{eqn.prim}': unknown select_prim={name}", eqn.loc)
-    return {"select_prim": table[name]}
-
-
 PARAM_RULES = {
-    "select_and_gather_add": _select_prim,
-    "select_and_scatter_add": _select_prim,
-    "top_k": _top_k,
     "random_seed": _prng_impl,
     "random_wrap": _prng_impl,
     "broadcast_in_dim": _broadcast_in_dim,
     "dot_general": _dot_general,
     "convert_element_type": _convert,
     "mul": _mul,
-    "reduce_sum": _with_out_sharding,
-    "reduce_max": _with_out_sharding,
-    "reduce_min": _with_out_sharding,
     "iota": _iota,
     "reshape": _reshape,
     "round": _round,
@@ -372,7 +343,5 @@ PARAM_RULES = {
     "ragged_dot_general": _ragged,
     "conj": _conj,
     "split": _split,
-    "argmax": _dtype_keys("index_dtype"),
-    "argmin": _dtype_keys("index_dtype"),
     "bitcast_convert_type": _dtype_keys("new_dtype"),
 }
