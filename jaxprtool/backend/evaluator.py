@@ -501,18 +501,6 @@ class Interpreter:
 
         return [jax.lax.random_gamma_grad(*invals)]
 
-    def p_ragged_dot(self, eqn, invals, path):
-        import jax
-
-        p = eqn.params
-        return [
-            jax.lax.ragged_dot(
-                *invals[:3],
-                precision=prims.to_jax(p.get("precision")),
-                preferred_element_type=prims._dtype_param(p.get("preferred_element_type")),
-            )
-        ]
-
     def p_optimization_barrier(self, eqn, invals, path):
         import jax
 

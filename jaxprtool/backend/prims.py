@@ -168,12 +168,6 @@ def accuracy_param(v):
         return None  # a Tolerance object prints as an address: the default accuracy is used
 
 
-#: params that texts of older JAX versions do not print: the installed JAX's defaults
-DEFAULTS = {
-    "qr": {"pivoting": False, "use_magma": None},
-    "eigh": {"algorithm": None, "subset_by_index": None, "sort_eigenvalues": True},
-    "svd": {"algorithm": None, "subset_by_index": None},
-}
 #: params of older JAX versions that the installed one no longer takes
 DROPPED = {"platform_index": ("has_default",)}
 
@@ -181,7 +175,7 @@ DROPPED = {"platform_index": ("has_default",)}
 def bind_params(eqn: Eqn, dims: dict[str, int] | None = None) -> dict[str, Any]:
     """The params to bind the installed JAX's primitive with, for an ordinary equation."""
     name = eqn.prim
-    p = {**DEFAULTS.get(name, {}), **eqn.params}
+    p = dict(eqn.params)
     for k in DROPPED.get(name, ()):
         p.pop(k, None)
     rule = PARAM_RULES.get(name) or record_of(name).bind_params
@@ -208,14 +202,6 @@ def _broadcast_in_dim(eqn, p, dims):
         "shape": _shape(_out_type(eqn), dims),
         "broadcast_dimensions": to_jax(p.get("broadcast_dimensions", ())),
         "sharding": None,
-    }
-
-
-def _dot_general(eqn, p, dims):
-    return {
-        "precision": to_jax(p.get("precision")),
-        "preferred_element_type": _dtype_param(p.get("preferred_element_type")),
-        "out_sharding": None,
     }
 
 
@@ -259,19 +245,6 @@ def _round(eqn, p, dims):
     return {"rounding_method": jax.lax.RoundingMethod(int(m))}
 
 
-def _fft(eqn, p, dims):
-    import jax
-
-    t = p["fft_type"]
-    if isinstance(t, EnumValue):
-        ft = jax.lax.FftType[t.member]
-    elif isinstance(t, str):
-        ft = jax.lax.FftType[t.split(".")[-1]]
-    else:
-        ft = jax.lax.FftType(int(t))
-    return {"fft_type": ft, "fft_lengths": to_jax(p["fft_lengths"])}
-
-
 def _rng_bit_generator(eqn, p, dims):
     import jax
 
@@ -290,23 +263,6 @@ def _dtype_keys(*keys):
         return {k: _dtype_param(p[k]) for k in keys if k in p}
 
     return rule
-
-
-def _conv(eqn, p, dims):
-    return {
-        "precision": to_jax(p.get("precision")),
-        "preferred_element_type": _dtype_param(p.get("preferred_element_type")),
-        "out_sharding": None,
-    }
-
-
-def _ragged(eqn, p, dims):
-    return {
-        "precision": to_jax(p.get("precision")),
-        "preferred_element_type": _dtype_param(p.get("preferred_element_type")),
-        "out_sharding": None,
-        "group_offset": None,
-    }
 
 
 def _conj(eqn, p, dims):
@@ -331,16 +287,12 @@ PARAM_RULES = {
     "random_seed": _prng_impl,
     "random_wrap": _prng_impl,
     "broadcast_in_dim": _broadcast_in_dim,
-    "dot_general": _dot_general,
     "convert_element_type": _convert,
     "mul": _mul,
     "iota": _iota,
     "reshape": _reshape,
     "round": _round,
-    "fft": _fft,
     "rng_bit_generator": _rng_bit_generator,
-    "conv_general_dilated": _conv,
-    "ragged_dot_general": _ragged,
     "conj": _conj,
     "split": _split,
     "bitcast_convert_type": _dtype_keys("new_dtype"),

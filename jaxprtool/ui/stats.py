@@ -32,7 +32,6 @@ from __future__ import annotations
 from collections import Counter
 
 from ..core import Eqn, Jaxpr, RefType, ShapedArray, Var, all_eqns, eqn_subjaxprs
-from ..params import Record, as_int_tuple
 from ..record import prim
 
 MOVEMENT = {
@@ -87,25 +86,6 @@ def eqn_flops(e: Eqn) -> int:
     if rule is not None:
         return rule(e)
     outs = sum(_size(o.type) for o in e.outputs)
-    if p == "dot_general":
-        try:
-            (lc, _rc), _ = e.params["dimension_numbers"]
-            lhs = e.inputs[0].type
-            k = 1
-            for d in as_int_tuple(lc):
-                k *= lhs.shape[d] if isinstance(lhs.shape[d], int) else 0
-            return 2 * outs * k
-        except Exception:
-            return 2 * outs
-    if p == "conv_general_dilated":
-        rhs = e.inputs[1].type
-        try:
-            dn = e.params.get("dimension_numbers")
-            spec = dn["rhs_spec"] if isinstance(dn, Record) else None
-            out_feat = rhs.shape[int(spec[0])] if spec is not None else rhs.shape[0]
-            return 2 * outs * (_size(rhs) // max(int(out_feat), 1))
-        except Exception:
-            return 2 * outs * max(_size(rhs) // max(rhs.shape[0] if rhs.shape else 1, 1), 1)
     return outs
 
 
