@@ -18,9 +18,9 @@ jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
 
-import jaxprtool.ad.rules.random  # noqa: E402,F401
 import jaxprtool.ad.rules.structural  # noqa: E402,F401
 import jaxprtool.families.linalg  # noqa: E402,F401  (registered by the families' loader too)
+import jaxprtool.families.random  # noqa: E402,F401
 import jaxprtool.families.reductions  # noqa: E402,F401
 from jaxprtool.text.parser import parse  # noqa: E402
 

@@ -496,11 +496,6 @@ class Interpreter:
 
     # ------------------------------------------------------------ primitives of older JAX versions
 
-    def p_random_gamma_grad(self, eqn, invals, path):
-        import jax
-
-        return [jax.lax.random_gamma_grad(*invals)]
-
     def p_optimization_barrier(self, eqn, invals, path):
         import jax
 

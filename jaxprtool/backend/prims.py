@@ -245,19 +245,6 @@ def _round(eqn, p, dims):
     return {"rounding_method": jax.lax.RoundingMethod(int(m))}
 
 
-def _rng_bit_generator(eqn, p, dims):
-    import jax
-
-    alg = p.get("algorithm", "RNG_DEFAULT")
-    alg = alg.member if isinstance(alg, EnumValue) else str(alg).split(".")[-1]
-    return {
-        "algorithm": jax.lax.RandomAlgorithm[alg],
-        "dtype": _dtype_param(p.get("dtype")),
-        "shape": _shape(_out_type(eqn, 1), dims),
-        "out_sharding": None,
-    }
-
-
 def _dtype_keys(*keys):
     def rule(eqn, p, dims):
         return {k: _dtype_param(p[k]) for k in keys if k in p}
@@ -273,26 +260,13 @@ def _split(eqn, p, dims):
     return {"sizes": tuple(int(x) for x in p["sizes"]), "axis": int(p["axis"])}
 
 
-def _prng_impl(eqn, p, dims):
-    from jax._src.random import prng
-
-    tag = str(p.get("impl"))
-    for impl in prng.prngs.values():
-        if impl.tag == tag or impl.name == tag:
-            return {"impl": impl}
-    raise JaxprError(f"cannot run '{eqn.prim}': unknown PRNG implementation '{tag}'", eqn.loc)
-
-
 PARAM_RULES = {
-    "random_seed": _prng_impl,
-    "random_wrap": _prng_impl,
     "broadcast_in_dim": _broadcast_in_dim,
     "convert_element_type": _convert,
     "mul": _mul,
     "iota": _iota,
     "reshape": _reshape,
     "round": _round,
-    "rng_bit_generator": _rng_bit_generator,
     "conj": _conj,
     "split": _split,
     "bitcast_convert_type": _dtype_keys("new_dtype"),

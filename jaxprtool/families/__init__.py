@@ -13,12 +13,11 @@ MODULES = (
     "jaxprtool.primitives.indexing",
     "jaxprtool.families.reductions",
     "jaxprtool.families.linalg",
-    "jaxprtool.primitives.random",
+    "jaxprtool.families.random",
     "jaxprtool.primitives.misc",
     "jaxprtool.primitives.control",
     "jaxprtool.ad.rules.elementwise",
     "jaxprtool.ad.rules.structural",
-    "jaxprtool.ad.rules.random",
     "jaxprtool.ad.rules.calls",
     "jaxprtool.ad.rules.control_flow",
 )
