@@ -58,8 +58,12 @@ class Primitive:
     #: `rule(prim, params, eqn, style) -> (prim, params)`: the parameters an older JAX
     #: version printed for an equation the tool emitted in 0.12's form
     restyle: Callable | None = None
-    #: `rule(eqn, params, jax_primitive) -> dict`: the params JAX's `bind` expects
+    #: `rule(eqn, params, dims) -> dict`: the params JAX's `bind` expects that differ from the
+    #: printed ones converted by `backend.prims.to_jax` (`dims`: sizes of symbolic dimensions)
     bind_params: Callable | None = None
+    #: `rule(interpreter, eqn, values, path) -> list`: how the evaluator runs the equation
+    #: itself (a reducer body, a primitive the installed JAX lacks) instead of binding JAX's
+    evaluate: Callable | None = None
     #: `impl(*values, **params)`: a plugin implementation (evaluated eagerly by `run`)
     impl: Callable | None = None
     #: `rule(eqn, live_outputs) -> (eqn | None, live_inputs)`: DCE of the equation's insides

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..core import Eqn, Jaxpr, JaxprError, Literal, ShapedArray, Var
 from ..params import Record, format_value
+from ..record import prim as record_of
 from . import prims
 from .values import has_nonfinite, literal_value, static_shape, summary_line
 
@@ -228,6 +229,9 @@ class Interpreter:
             return list(invals)
         if name in CALLS:
             return self.call(eqn, invals, path)
+        evaluate = record_of(name).evaluate
+        if evaluate is not None:
+            return evaluate(self, eqn, invals, path)
         handler = getattr(self, "p_" + name.replace("-", "_"), None)
         if handler is not None:
             return handler(eqn, invals, path)
@@ -408,52 +412,6 @@ class Interpreter:
         b = invals[sum(counts) :]
         return self.fn(get(jaxprs, "solve"), eqn, path, "custom_linear_solve")(*solve_consts, *b)
 
-    def p_reduce(self, eqn, invals, path):
-        import jax
-
-        j = self.body(eqn.params["jaxpr"], eqn)
-        n = len(invals) // 2
-        ops, inits = invals[:n], invals[n:]
-        dims = tuple(int(d) for d in eqn.params["dimensions"])
-
-        def comp(a, b):
-            a = a if isinstance(a, (tuple, list)) else (a,)
-            b = b if isinstance(b, (tuple, list)) else (b,)
-            out = self.run(j, [], list(a) + list(b), path)
-            return tuple(out) if n > 1 else out[0]
-
-        res = jax.lax.reduce(
-            tuple(ops) if n > 1 else ops[0], tuple(inits) if n > 1 else inits[0], comp, dims
-        )
-        return list(res) if n > 1 else [res]
-
-    def p_reduce_window(self, eqn, invals, path):
-        import jax
-
-        p = eqn.params
-        j = self.body(p["jaxpr"], eqn)
-        n = len(invals) // 2
-        ops, inits = invals[:n], invals[n:]
-
-        def comp(a, b):
-            a = a if isinstance(a, (tuple, list)) else (a,)
-            b = b if isinstance(b, (tuple, list)) else (b,)
-            out = self.run(j, [], list(a) + list(b), path)
-            return tuple(out) if n > 1 else out[0]
-
-        t = prims.to_jax
-        res = jax.lax.reduce_window(
-            tuple(ops) if n > 1 else ops[0],
-            tuple(inits) if n > 1 else inits[0],
-            comp,
-            t(p["window_dimensions"]),
-            t(p["window_strides"]),
-            t(p["padding"]),
-            t(p.get("base_dilation")),
-            t(p.get("window_dilation")),
-        )
-        return list(res) if n > 1 else [res]
-
     def _scatter(self, fn_name, eqn, invals):
         import jax
 
@@ -537,23 +495,6 @@ class Interpreter:
         return [b.value for b in boxes]
 
     # ------------------------------------------------------------ primitives of older JAX versions
-
-    def p_random_gamma_grad(self, eqn, invals, path):
-        import jax
-
-        return [jax.lax.random_gamma_grad(*invals)]
-
-    def p_ragged_dot(self, eqn, invals, path):
-        import jax
-
-        p = eqn.params
-        return [
-            jax.lax.ragged_dot(
-                *invals[:3],
-                precision=prims.to_jax(p.get("precision")),
-                preferred_element_type=prims._dtype_param(p.get("preferred_element_type")),
-            )
-        ]
 
     def p_optimization_barrier(self, eqn, invals, path):
         import jax

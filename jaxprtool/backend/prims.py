@@ -168,12 +168,6 @@ def accuracy_param(v):
         return None  # a Tolerance object prints as an address: the default accuracy is used
 
 
-#: params that texts of older JAX versions do not print: the installed JAX's defaults
-DEFAULTS = {
-    "qr": {"pivoting": False, "use_magma": None},
-    "eigh": {"algorithm": None, "subset_by_index": None, "sort_eigenvalues": True},
-    "svd": {"algorithm": None, "subset_by_index": None},
-}
 #: params of older JAX versions that the installed one no longer takes
 DROPPED = {"platform_index": ("has_default",)}
 
@@ -181,7 +175,7 @@ DROPPED = {"platform_index": ("has_default",)}
 def bind_params(eqn: Eqn, dims: dict[str, int] | None = None) -> dict[str, Any]:
     """The params to bind the installed JAX's primitive with, for an ordinary equation."""
     name = eqn.prim
-    p = {**DEFAULTS.get(name, {}), **eqn.params}
+    p = dict(eqn.params)
     for k in DROPPED.get(name, ()):
         p.pop(k, None)
     rule = PARAM_RULES.get(name) or record_of(name).bind_params
@@ -217,14 +211,6 @@ def _broadcast_in_dim(eqn, p, dims):
     }
 
 
-def _dot_general(eqn, p, dims):
-    return {
-        "precision": to_jax(p.get("precision")),
-        "preferred_element_type": _dtype_param(p.get("preferred_element_type")),
-        "out_sharding": None,
-    }
-
-
 def _convert(eqn, p, dims):
     return {
         "new_dtype": _dtype_param(p.get("new_dtype", _out_type(eqn).np_dtype)),
@@ -235,10 +221,6 @@ def _convert(eqn, p, dims):
 
 def _mul(eqn, p, dims):
     return {"out_dtype": _dtype_param(p["out_dtype"])} if p.get("out_dtype") is not None else {}
-
-
-def _with_out_sharding(eqn, p, dims):
-    return {"out_sharding": None}
 
 
 def _iota(eqn, p, dims):
@@ -269,54 +251,11 @@ def _round(eqn, p, dims):
     return {"rounding_method": jax.lax.RoundingMethod(int(m))}
 
 
-def _fft(eqn, p, dims):
-    import jax
-
-    t = p["fft_type"]
-    if isinstance(t, EnumValue):
-        ft = jax.lax.FftType[t.member]
-    elif isinstance(t, str):
-        ft = jax.lax.FftType[t.split(".")[-1]]
-    else:
-        ft = jax.lax.FftType(int(t))
-    return {"fft_type": ft, "fft_lengths": to_jax(p["fft_lengths"])}
-
-
-def _rng_bit_generator(eqn, p, dims):
-    import jax
-
-    alg = p.get("algorithm", "RNG_DEFAULT")
-    alg = alg.member if isinstance(alg, EnumValue) else str(alg).split(".")[-1]
-    return {
-        "algorithm": jax.lax.RandomAlgorithm[alg],
-        "dtype": _dtype_param(p.get("dtype")),
-        "shape": _shape(_out_type(eqn, 1), dims),
-        "out_sharding": None,
-    }
-
-
 def _dtype_keys(*keys):
     def rule(eqn, p, dims):
         return {k: _dtype_param(p[k]) for k in keys if k in p}
 
     return rule
-
-
-def _conv(eqn, p, dims):
-    return {
-        "precision": to_jax(p.get("precision")),
-        "preferred_element_type": _dtype_param(p.get("preferred_element_type")),
-        "out_sharding": None,
-    }
-
-
-def _ragged(eqn, p, dims):
-    return {
-        "precision": to_jax(p.get("precision")),
-        "preferred_element_type": _dtype_param(p.get("preferred_element_type")),
-        "out_sharding": None,
-        "group_offset": None,
-    }
 
 
 def _conj(eqn, p, dims):
@@ -327,58 +266,14 @@ def _split(eqn, p, dims):
     return {"sizes": tuple(int(x) for x in p["sizes"]), "axis": int(p["axis"])}
 
 
-def _prng_impl(eqn, p, dims):
-    from jax._src.random import prng
-
-    tag = str(p.get("impl"))
-    for impl in prng.prngs.values():
-        if impl.tag == tag or impl.name == tag:
-            return {"impl": impl}
-    raise JaxprError(f"cannot run '{eqn.prim}': unknown PRNG implementation '{tag}'", eqn.loc)
-
-
-def _top_k(eqn, p, dims):
-    # texts of older JAX versions print neither (the last axis, stable)
-    nd = eqn.inputs[0].type.ndim
-    return {
-        "k": int(p["k"]),
-        "axis": int(p.get("axis", nd - 1)),
-        "is_stable": bool(p.get("is_stable", True)),
-    }
-
-
-def _select_prim(eqn, p, dims):
-    """`select_prim=ge` is printed as a name; bind wants the comparison primitive itself."""
-    name = str(getattr(p["select_prim"], "text", p["select_prim"])).rsplit(".", 1)[-1].strip("'\"")
-    table = primitive_table()
-    if name not in ("ge", "le", "gt", "lt"):
-        raise JaxprError(f"cannot run '{eqn.prim}': unknown select_prim={name}", eqn.loc)
-    return {"select_prim": table[name]}
-
-
 PARAM_RULES = {
-    "select_and_gather_add": _select_prim,
-    "select_and_scatter_add": _select_prim,
-    "top_k": _top_k,
-    "random_seed": _prng_impl,
-    "random_wrap": _prng_impl,
     "broadcast_in_dim": _broadcast_in_dim,
-    "dot_general": _dot_general,
     "convert_element_type": _convert,
     "mul": _mul,
-    "reduce_sum": _with_out_sharding,
-    "reduce_max": _with_out_sharding,
-    "reduce_min": _with_out_sharding,
     "iota": _iota,
     "reshape": _reshape,
     "round": _round,
-    "fft": _fft,
-    "rng_bit_generator": _rng_bit_generator,
-    "conv_general_dilated": _conv,
-    "ragged_dot_general": _ragged,
     "conj": _conj,
     "split": _split,
-    "argmax": _dtype_keys("index_dtype"),
-    "argmin": _dtype_keys("index_dtype"),
     "bitcast_convert_type": _dtype_keys("new_dtype"),
 }

@@ -14,6 +14,7 @@ from .util import (
     dim_mul,
     dim_param,
     dtype_param,
+    input_elements,
     int_param,
     nargs,
     one_arr,
@@ -147,6 +148,9 @@ def _reduce_scatter(in_types, params, out_hint):
             raise ShapeError(f"reduce_scatter: dimension {dim} of {x} must equal axis_size {n}")
         del shape[dim]
     return [x.update(shape=shape, weak_type=False)]
+
+
+define("reduce_scatter", flops=input_elements)  # a reduction: one FLOP per operand element
 
 
 @shape_rule("all_to_all")

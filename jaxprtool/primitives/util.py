@@ -519,3 +519,43 @@ def check_call_operands(
 
 def out_types_of(jaxpr: Jaxpr) -> list[Type]:
     return [v.type for v in jaxpr.outvars]
+
+
+# ---------------------------------------------------------------- windows and costs (shared by
+# the convolution and windowed-reduction rules, and the `flops` rules of several families)
+
+
+def dilate_shape(shp, dilation) -> tuple[int, ...]:
+    """A static shape dilated by `dilation` (aligned to its trailing dimensions; 0 stays 0)."""
+    dilation = (1,) * (len(shp) - len(dilation)) + tuple(dilation)
+    return tuple(0 if d == 0 else 1 + r * (d - 1) for d, r in zip(shp, dilation))
+
+
+def conv_vjp_lhs_padding(
+    in_shape, window_dimensions, window_strides, out_shape, padding, lhs_dilation, rhs_dilation
+) -> list[tuple[int, int]]:
+    """The padding of the output cotangent whose windowed reduction / convolution with the
+    reversed window is the operand cotangent (JAX's `_conv_general_vjp_lhs_padding`)."""
+    lhs_d = dilate_shape(in_shape, lhs_dilation)
+    rhs_d = dilate_shape(window_dimensions, rhs_dilation)
+    out_d = dilate_shape(out_shape, window_strides)
+    before = [r - lo - 1 for r, (lo, _) in zip(rhs_d, padding)]
+    after = [ld + r - 1 - od - b for ld, r, od, b in zip(lhs_d, rhs_d, out_d, before)]
+    return list(zip(before, after))
+
+
+def num_elements(t: Type) -> int:
+    """The number of elements of an array type (of the referenced array for a ref); 0 else."""
+    if isinstance(t, RefType):
+        t = t.inner
+    return t.size if isinstance(t, ShapedArray) else 0
+
+
+def input_elements(e) -> int:
+    """A `flops` rule: one operation per operand element (reductions, sorts, scans)."""
+    return sum(num_elements(a.type) for a in e.inputs)
+
+
+def output_elements(e) -> int:
+    """The number of result elements of an equation."""
+    return sum(num_elements(o.type) for o in e.outputs)

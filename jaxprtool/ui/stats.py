@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ..core import Eqn, Jaxpr, RefType, ShapedArray, Var, all_eqns, eqn_subjaxprs
-from ..params import Record, as_int_tuple
+from ..record import prim
 
 MOVEMENT = {
     "reshape", "broadcast_in_dim", "squeeze", "expand_dims", "transpose", "slice", "dynamic_slice",
@@ -41,7 +41,6 @@ MOVEMENT = {
     "optimization_barrier", "stop_gradient", "bitcast_convert_type", "broadcast_to", "zeros_like",
     "squeeze_p", "all_gather", "all_to_all", "psum", "ppermute",
 }  # fmt: skip
-REDUCTIONS_PREFIX = ("reduce_", "cum", "arg", "sort", "top_k", "approx_top_k")
 CONTROL = {"scan", "while", "cond"}
 
 
@@ -78,32 +77,15 @@ def depth(j: Jaxpr, _memo=None) -> int:
 
 
 def eqn_flops(e: Eqn) -> int:
-    """Flops of one equation, its own work only (bodies excluded)."""
+    """Flops of one equation, its own work only (bodies excluded): the record's `flops` rule,
+    else one per result element."""
     p = e.prim
     if eqn_has_body(e) or p in MOVEMENT:
         return 0
+    rule = prim(p).flops
+    if rule is not None:
+        return rule(e)
     outs = sum(_size(o.type) for o in e.outputs)
-    if p == "dot_general":
-        try:
-            (lc, _rc), _ = e.params["dimension_numbers"]
-            lhs = e.inputs[0].type
-            k = 1
-            for d in as_int_tuple(lc):
-                k *= lhs.shape[d] if isinstance(lhs.shape[d], int) else 0
-            return 2 * outs * k
-        except Exception:
-            return 2 * outs
-    if p == "conv_general_dilated":
-        rhs = e.inputs[1].type
-        try:
-            dn = e.params.get("dimension_numbers")
-            spec = dn["rhs_spec"] if isinstance(dn, Record) else None
-            out_feat = rhs.shape[int(spec[0])] if spec is not None else rhs.shape[0]
-            return 2 * outs * (_size(rhs) // max(int(out_feat), 1))
-        except Exception:
-            return 2 * outs * max(_size(rhs) // max(rhs.shape[0] if rhs.shape else 1, 1), 1)
-    if p.startswith(REDUCTIONS_PREFIX) or p in ("reduce", "reduce_window", "argsort"):
-        return sum(_size(a.type) for a in e.inputs)
     return outs
 
 

@@ -1,0 +1,921 @@
+"""The linear-algebra family: contractions (dot_general, ragged dots), convolutions, matrix
+decompositions and solves, and FFTs.
+
+dot_general and conv_general_dilated are bilinear; their transposes follow JAX's
+`_dot_general_transpose_lhs/rhs` and `_conv_general_dilated_transpose_lhs/rhs`: a cotangent of
+one side is another dot_general / convolution of the output cotangent with the other side (for
+convolutions: the reversed kernel, with the roles of strides and lhs dilation exchanged, and
+feature/batch groups swapped).  A contraction costs 2 FLOPs per multiply-add (`flops`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ad import ops
+from ..ad.registry import defbilinear, primitive_jvps, primitive_transposes, rule_kind
+from ..ad.rules.structural import (
+    bind_convert,
+    bind_reshape,
+    bind_rev,
+    bind_transpose,
+    ints,
+    shape,
+    ty,
+)
+from ..ad.zeros import Zero, is_zero, tangent_type
+from ..core import ShapedArray, short_dtype_name
+from ..params import EnumValue, Record, as_int_tuple
+from ..primitives import ShapeError, shape_rule
+from ..primitives.util import (
+    arr,
+    complex_dtype,
+    conv_vjp_lhs_padding,
+    dilate_dim,
+    dilate_shape,
+    dim_add,
+    dim_eq,
+    dim_floordiv,
+    dtype_bits,
+    field,
+    fill_sym_from_hint,
+    fmt_shape,
+    int_param,
+    is_complex_dtype,
+    is_float_dtype,
+    mk,
+    nargs,
+    need,
+    num_elements,
+    one_arr,
+    opt_dtype_param,
+    output_elements,
+    pairs,
+    real_dtype,
+    static_ints,
+    strided_dim,
+)
+from ..primitives.util import ints as param_dims
+from ..record import define
+
+# ---------------------------------------------------------------- shared by the contractions
+
+
+def _dtype_rank(d: str):
+    if is_complex_dtype(d):
+        return (1, 3, dtype_bits(d))
+    if is_float_dtype(d):
+        exp = {"f16": 5, "bf16": 8, "f32": 8, "f64": 11}.get(d, 4)
+        return (0, 2, exp, dtype_bits(d))
+    if d == "bool":
+        return (0, 0, 0, 0)
+    return (0, 1, dtype_bits(d), 0 if d.startswith("u") else 1)
+
+
+def _result_dtype(prim, lhs: ShapedArray, rhs: ShapedArray, preferred) -> str:
+    if preferred is not None:
+        return preferred
+    a, b = _dtype_rank(lhs.dtype), _dtype_rank(rhs.dtype)
+    if a > b:
+        return lhs.dtype
+    if b > a:
+        return rhs.dtype
+    if lhs.dtype != rhs.dtype:
+        raise ShapeError(f"{prim}: operand dtypes {lhs.dtype} and {rhs.dtype} do not agree")
+    return lhs.dtype
+
+
+def _dot_dims(dn):
+    try:
+        (lc, rc), (lb, rb) = dn
+    except (TypeError, ValueError):
+        raise ShapeError(f"dot_general: malformed dimension_numbers {dn}") from None
+    return static_ints(lc), static_ints(rc), static_ints(lb), static_ints(rb)
+
+
+def _dot_result(prim, lhs, rhs, dims, params, rskip=()):
+    """Result of a dot: batch dims, then lhs free dims, then rhs free dims (minus ``rskip``)."""
+    lc, rc, lb, rb = dims
+    batch = tuple(lhs.shape[i] for i in lb)
+    lfree = tuple(d for i, d in enumerate(lhs.shape) if i not in lc and i not in lb)
+    rfree = tuple(
+        d for i, d in enumerate(rhs.shape) if i not in rc and i not in rb and i not in rskip
+    )
+    d = _result_dtype(prim, lhs, rhs, opt_dtype_param(params.get("preferred_element_type")))
+    return [mk(batch + lfree + rfree, d, lhs.weak_type and rhs.weak_type, [lhs, rhs])]
+
+
+def _remaining(n, *excluded):
+    ex = set()
+    for e in excluded:
+        ex |= set(e)
+    return [i for i in range(n) if i not in ex]
+
+
+def _ranges_like(*xs):
+    start = 0
+    for x in xs:
+        yield list(range(start, start + len(x)))
+        start += len(x)
+
+
+def _bind_precision(eqn, p, dims):
+    """dot_general and conv_general_dilated: enum / dtype params, no output sharding."""
+    from ..backend.prims import _dtype_param, to_jax
+
+    return {
+        "precision": to_jax(p.get("precision")),
+        "preferred_element_type": _dtype_param(p.get("preferred_element_type")),
+        "out_sharding": None,
+    }
+
+
+# ---------------------------------------------------------------- dot_general
+
+
+@shape_rule("dot_general")
+def _dot_general(in_types, params, out_hint):
+    nargs(in_types, 2, "dot_general")
+    lhs, rhs = (arr(t, "dot_general", i) for i, t in enumerate(in_types))
+    lc, rc, lb, rb = _dot_dims(need(params, "dimension_numbers"))
+    for side, t, dims in (("lhs", lhs, lc + lb), ("rhs", rhs, rc + rb)):
+        for d in dims:
+            if not 0 <= d < t.ndim:
+                raise ShapeError(f"dot_general: {side} dimension {d} is out of range for {t}")
+        if len(set(dims)) != len(dims):
+            raise ShapeError(f"dot_general: {side} contracting and batch dimensions repeat an axis")
+    if len(lb) != len(rb):
+        raise ShapeError(
+            f"dot_general: lhs and rhs have different numbers of batch dimensions ({len(lb)} and {len(rb)})"
+        )
+    if len(lc) != len(rc):
+        raise ShapeError(
+            f"dot_general: lhs and rhs have different numbers of contracting dimensions ({len(lc)} and {len(rc)})"
+        )
+    for a, b in zip(lb, rb):
+        if not dim_eq(lhs.shape[a], rhs.shape[b]):
+            raise ShapeError(
+                f"dot_general: batch dimensions differ: lhs {lhs} dim {a} vs rhs {rhs} dim {b}"
+            )
+    for a, b in zip(lc, rc):
+        if not dim_eq(lhs.shape[a], rhs.shape[b]):
+            raise ShapeError(
+                f"dot_general: contracting dimensions differ: lhs {lhs} dim {a} vs rhs {rhs} dim {b}"
+            )
+    return _dot_result("dot_general", lhs, rhs, (lc, rc, lb, rb), params)
+
+
+def _print_dot_general(e, style):
+    d = {k: v for k, v in e.params.items() if v is not None}
+    d.pop("out_sharding", None)
+    dn = d.get("dimension_numbers")
+    if (
+        isinstance(dn, tuple)
+        and len(dn) == 2
+        and all(isinstance(x, tuple) and len(x) == 2 for x in dn)
+    ):
+        (lc, rc), (lb, rb) = dn
+        d["dimension_numbers"] = ((list(lc), list(rc)), (list(lb), list(rb)))
+    return sorted(d.items())
+
+
+def _dims(dimension_numbers):
+    (xc, yc), (xb, yb) = dimension_numbers
+    return ints(xc), ints(yc), ints(xb), ints(yb)
+
+
+def _dot_transpose_lhs(g, x, y, *, dimension_numbers, swap_ans=False, **params):
+    if is_zero(g):
+        return Zero(tangent_type(ty(x)))
+    xc, yc, xb, yb = _dims(dimension_numbers)
+    x_ndim, y_ndim = len(shape(x)), len(shape(y))
+    x_kept = _remaining(x_ndim, xc, xb)
+    y_kept = _remaining(y_ndim, yc, yb)
+    if swap_ans:
+        ans_batch, ans_y, _ = _ranges_like(xb, y_kept, x_kept)
+    else:
+        ans_batch, _, ans_y = _ranges_like(xb, x_kept, y_kept)
+    dims = ((list(ans_y), list(y_kept)), (list(ans_batch), list(yb)))
+    x_contract_sorted_by_y = [xc[i] for i in np.argsort(yc)] if yc else []
+    unsorted_axes = list(xb) + x_kept + x_contract_sorted_by_y
+    out_axes = [int(i) for i in np.argsort(unsorted_axes)]
+    p = dict(params)
+    p.setdefault("precision", None)
+    p.setdefault("preferred_element_type", None)
+    out = ops.bind("dot_general", g, y, dimension_numbers=dims, **p)
+    x_bar = bind_transpose(out, out_axes)
+    return bind_convert(x_bar, ty(x).dtype)
+
+
+def _dot_transpose_rhs(g, x, y, *, dimension_numbers, **params):
+    if is_zero(g):
+        return Zero(tangent_type(ty(y)))
+    xc, yc, xb, yb = _dims(dimension_numbers)
+    swapped = ((list(yc), list(xc)), (list(yb), list(xb)))
+    return _dot_transpose_lhs(g, y, x, dimension_numbers=swapped, swap_ans=True, **params)
+
+
+def _dot_general_flops(e):
+    """2 * result elements * contracted size (2*M*N*K per batch)."""
+    outs = output_elements(e)
+    try:
+        (lc, _rc), _ = e.params["dimension_numbers"]
+        lhs = e.inputs[0].type
+        k = 1
+        for d in as_int_tuple(lc):
+            k *= lhs.shape[d] if isinstance(lhs.shape[d], int) else 0
+        return 2 * outs * k
+    except Exception:
+        return 2 * outs
+
+
+defbilinear("dot_general", _dot_transpose_lhs, _dot_transpose_rhs)
+define(
+    "dot_general",
+    print_params=_print_dot_general,
+    bind_params=_bind_precision,
+    flops=_dot_general_flops,
+)
+
+# ---------------------------------------------------------------- ragged_dot_general
+
+
+@shape_rule("ragged_dot_general")
+def _ragged_dot_general(in_types, params, out_hint):
+    nargs(in_types, 3, "ragged_dot_general")
+    lhs, rhs, gs = (arr(t, "ragged_dot_general", i) for i, t in enumerate(in_types))
+    rdn = need(params, "ragged_dot_dimension_numbers")
+    lc, rc, lb, rb = _dot_dims(field(rdn, "dot_dimension_numbers"))
+    lrag = static_ints(field(rdn, "lhs_ragged_dimensions", ()))
+    rgrp = static_ints(field(rdn, "rhs_group_dimensions", ()))
+    del lrag
+    return _dot_result("ragged_dot_general", lhs, rhs, (lc, rc, lb, rb), params, rgrp)
+
+
+def _ragged_parts(rdn):
+    (xc, yc), (xb, yb) = rdn["dot_dimension_numbers"]
+    return (
+        ints(xc),
+        ints(yc),
+        ints(xb),
+        ints(yb),
+        ints(rdn["lhs_ragged_dimensions"]),
+        ints(rdn["rhs_group_dimensions"]),
+    )
+
+
+def _ragged_dnums(dot, lhs_ragged, rhs_group) -> Record:
+    (a, b), (c, d) = dot
+    dot = ((ints(a), ints(b)), (ints(c), ints(d)))
+    return Record(
+        "RaggedDotDimensionNumbers",
+        (
+            ("dot_dimension_numbers", dot),
+            ("lhs_ragged_dimensions", ints(lhs_ragged)),
+            ("rhs_group_dimensions", ints(rhs_group)),
+        ),
+    )
+
+
+def _ragged_check(params):
+    from ..core import JaxprError
+
+    if params.get("group_offset") is not None:
+        raise JaxprError("Unimplemented group_offset support.")
+
+
+def _ragged_dot_jvp(primals, tangents, **params):
+    from ..ad.registry import rebind_primal
+    from ..ad.zeros import add_tangents
+
+    _ragged_check(params)
+    x, y, gs = primals
+    dx, dy, _ = tangents
+    (ans,) = rebind_primal("ragged_dot_general", primals, params)
+    out = Zero(tangent_type(ty(ans)))
+    if not is_zero(dx):
+        out = add_tangents(
+            out, ops.bind("ragged_dot_general", dx, y, gs, _out_types=[ty(ans)], **params)
+        )
+    if not is_zero(dy):
+        out = add_tangents(
+            out, ops.bind("ragged_dot_general", x, dy, gs, _out_types=[ty(ans)], **params)
+        )
+    return [ans], [out]
+
+
+def _ragged_dot_transpose(cts, x, y, gs, *, ragged_dot_dimension_numbers, **params):
+    from ..ad.rules.structural import und
+    from ..core import JaxprError
+
+    _ragged_check(params)
+    (ct,) = cts
+    if is_zero(ct):
+        return [
+            Zero(tangent_type(ty(x))) if und(x) else None,
+            Zero(tangent_type(ty(y))) if und(y) else None,
+            None,
+        ]
+    xc, yc, xb, yb, lhs_ragged, y_group = _ragged_parts(ragged_dot_dimension_numbers)
+    x_ndim, y_ndim = len(shape(x)), len(shape(y))
+    x_kept = _remaining(x_ndim, xc, xb)
+    y_kept = _remaining(y_ndim, yc, yb, y_group)
+    (rd,) = lhs_ragged
+    if rd not in x_kept:
+        raise JaxprError(
+            "Unimplemented transpose for ragged dot general in mode RAGGED_CONTRACTING/RAGGED_BATCH."
+        )
+    p = dict(params)
+    p.setdefault("precision", None)
+    p.setdefault("preferred_element_type", None)
+
+    def grad(lhs, rhs, dnums, unsorted_axes, like):
+        # typed here: the result of the ragged-contracting form has a leading group dimension
+        pet = p.get("preferred_element_type")
+        dtype = short_dtype_name(np.dtype(pet).name) if pet is not None else ty(lhs).dtype
+        out_t = ShapedArray(tuple(shape(like)[a] for a in unsorted_axes), dtype)
+        out = ops.bind(
+            "ragged_dot_general",
+            lhs,
+            rhs,
+            gs,
+            ragged_dot_dimension_numbers=dnums,
+            _out_types=[out_t],
+            **p,
+        )
+        return bind_convert(
+            bind_transpose(out, [int(i) for i in np.argsort(unsorted_axes)]), ty(like).dtype
+        )
+
+    x_bar = y_bar = None
+    if und(x):
+        ans_batch, _, ans_y = _ranges_like(xb, x_kept, y_kept)
+        dnums = _ragged_dnums(
+            ((ans_y, y_kept), (ans_batch, yb)), [len(xb) + x_kept.index(rd)], y_group
+        )
+        x_contract_sorted_by_y = [xc[i] for i in np.argsort(yc)] if yc else []
+        x_bar = grad(ct, y, dnums, list(xb) + x_kept + x_contract_sorted_by_y, x)
+    if und(y):
+        ans_batch, ans_x, _ = _ranges_like(xb, x_kept, y_kept)
+        dnums = _ragged_dnums(((x_kept, ans_x), (xb, ans_batch)), [rd], ())
+        y_contract_sorted_by_x = [yc[i] for i in np.argsort(xc)] if xc else []
+        y_bar = grad(x, ct, dnums, list(y_group) + list(yb) + y_contract_sorted_by_x + y_kept, y)
+    return [x_bar, y_bar, None]
+
+
+def _bind_ragged(eqn, p, dims):
+    return {**_bind_precision(eqn, p, dims), "group_offset": None}
+
+
+primitive_jvps["ragged_dot_general"] = _ragged_dot_jvp
+rule_kind["ragged_dot_general"] = "jvp+linearization"
+primitive_transposes["ragged_dot_general"] = _ragged_dot_transpose
+define("ragged_dot_general", bind_params=_bind_ragged)
+
+# ---------------------------------------------------------------- ragged_dot (older JAX versions)
+
+
+@shape_rule("ragged_dot")
+def _ragged_dot(in_types, params, out_hint):
+    nargs(in_types, 3, "ragged_dot")
+    lhs, rhs, gs = (arr(t, "ragged_dot", i) for i, t in enumerate(in_types))
+    d = _result_dtype("ragged_dot", lhs, rhs, opt_dtype_param(params.get("preferred_element_type")))
+    return [mk((lhs.shape[0], rhs.shape[-1]), d, False, [lhs, rhs])]
+
+
+def _evaluate_ragged_dot(interp, eqn, invals, path):
+    """The installed JAX has no `ragged_dot` primitive: call `lax.ragged_dot`."""
+    import jax
+
+    from ..backend.prims import _dtype_param, to_jax
+
+    p = eqn.params
+    return [
+        jax.lax.ragged_dot(
+            *invals[:3],
+            precision=to_jax(p.get("precision")),
+            preferred_element_type=_dtype_param(p.get("preferred_element_type")),
+        )
+    ]
+
+
+define("ragged_dot", evaluate=_evaluate_ragged_dot)
+
+# ---------------------------------------------------------------- conv_general_dilated
+
+
+def _conv_specs(dn, nd):
+    if dn is None:
+        s = tuple(range(nd))
+        return s, s, s
+    try:
+        return (
+            static_ints(field(dn, "lhs_spec")),
+            static_ints(field(dn, "rhs_spec")),
+            static_ints(field(dn, "out_spec")),
+        )
+    except ShapeError:
+        try:
+            lhs, rhs, out = dn
+            return static_ints(lhs), static_ints(rhs), static_ints(out)
+        except (TypeError, ValueError, KeyError, IndexError):
+            raise ShapeError(f"conv_general_dilated: malformed dimension_numbers {dn}") from None
+
+
+@shape_rule("conv_general_dilated")
+def _conv(in_types, params, out_hint):
+    nargs(in_types, 2, "conv_general_dilated")
+    lhs, rhs = (arr(t, "conv_general_dilated", i) for i, t in enumerate(in_types))
+    if lhs.ndim != rhs.ndim:
+        raise ShapeError(f"conv_general_dilated: lhs {lhs} and rhs {rhs} must have the same rank")
+    nd = lhs.ndim
+    ls, rs, os_ = _conv_specs(params.get("dimension_numbers"), nd)
+    if not all(sorted(spec) == list(range(nd)) for spec in (ls, rs, os_)):
+        raise ShapeError(f"conv_general_dilated: dimension_numbers do not match rank {nd}")
+    nsp = nd - 2
+    strides = static_ints(params.get("window_strides")) or (1,) * nsp
+    padding = params.get("padding")
+    if isinstance(padding, str) or padding is None:
+        pads = None
+    else:
+        pads = pairs(padding, "padding")
+    ldil = static_ints(params.get("lhs_dilation")) or (1,) * nsp
+    rdil = static_ints(params.get("rhs_dilation")) or (1,) * nsp
+    fgc = int_param(params, "feature_group_count", 1)
+    bgc = int_param(params, "batch_group_count", 1)
+    if not (len(strides) == len(ldil) == len(rdil) == nsp) or (
+        pads is not None and len(pads) != nsp
+    ):
+        raise ShapeError(
+            f"conv_general_dilated: window_strides, padding and dilations must have {nsp} entries"
+        )
+    if fgc < 1 or bgc < 1:
+        raise ShapeError("conv_general_dilated: group counts must be positive")
+    lfeat = lhs.shape[ls[1]]
+    rin = rhs.shape[rs[1]]
+    rout = rhs.shape[rs[0]]
+    if isinstance(lfeat, int) and isinstance(rin, int):
+        if lfeat % fgc:
+            raise ShapeError(
+                f"conv_general_dilated: feature_group_count {fgc} does not divide lhs feature size {lfeat}"
+            )
+        if lfeat // fgc != rin:
+            raise ShapeError(
+                f"conv_general_dilated: lhs feature size {lfeat} / feature_group_count {fgc} "
+                f"must equal rhs input feature size {rin}"
+            )
+    if isinstance(rout, int) and (rout % fgc or rout % bgc):
+        raise ShapeError(
+            f"conv_general_dilated: rhs output feature size {rout} must be a multiple of the group counts"
+        )
+    lbatch = lhs.shape[ls[0]]
+    if bgc > 1 and isinstance(lbatch, int) and lbatch % bgc:
+        raise ShapeError(
+            f"conv_general_dilated: batch_group_count {bgc} does not divide lhs batch size {lbatch}"
+        )
+    # canonical order: spatial dims in rhs_spec order
+    out_trans = [dim_floordiv(lbatch, bgc) if bgc > 1 else lbatch, rout]
+    for k in range(nsp):
+        ld = dilate_dim(lhs.shape[ls[2 + k]], ldil[k])
+        rd = dilate_dim(rhs.shape[rs[2 + k]], rdil[k])
+        if pads is None:
+            # 'SAME'/'VALID' strings are not expected in a jaxpr: fall back to the declared type
+            if out_hint:
+                return [out_hint[0]]
+            raise ShapeError("conv_general_dilated: padding must be explicit pairs")
+        lo, hi = pads[k]
+        padded = dim_add(dim_add(ld, lo), hi)
+        if isinstance(padded, int) and padded < 0:
+            raise ShapeError(
+                f"conv_general_dilated: negative padding larger than the dimension ({padded})"
+            )
+        out_trans.append(strided_dim(padded, rd, strides[k]))
+    shape = [None] * nd
+    for k, p in enumerate(os_):
+        shape[p] = out_trans[k]
+    d = _result_dtype(
+        "conv_general_dilated", lhs, rhs, opt_dtype_param(params.get("preferred_element_type"))
+    )
+    return [fill_sym_from_hint(mk(shape, d, lhs.weak_type and rhs.weak_type, [lhs, rhs]), out_hint)]
+
+
+def conv_vjp_rhs_padding(
+    in_shape, window_dimensions, window_strides, out_shape, padding, lhs_dilation, rhs_dilation
+):
+    if len(in_shape) == 0:
+        return []
+    lhs_d = dilate_shape(in_shape, lhs_dilation)
+    rhs_d = dilate_shape(window_dimensions, rhs_dilation)
+    out_d = dilate_shape(out_shape, window_strides)
+    lo = [p[0] for p in padding]
+    hi = [(od - ld) + (r - p - 1) for od, ld, r, p in zip(out_d, lhs_d, rhs_d, lo)]
+    return list(zip(lo, hi))
+
+
+def _specs(dnums):
+    return ints(dnums["lhs_spec"]), ints(dnums["rhs_spec"]), ints(dnums["out_spec"])
+
+
+def _conv_dnums(lhs, rhs, out) -> Record:
+    return Record(
+        "ConvDimensionNumbers",
+        (("lhs_spec", ints(lhs)), ("rhs_spec", ints(rhs)), ("out_spec", ints(out))),
+    )
+
+
+def _spec_t(spec):
+    return (spec[1], spec[0]) + tuple(spec[2:])
+
+
+def _reshape_axis_out_of(src, size1, x):
+    shp = list(shape(x))
+    size2 = shp[src] // size1
+    shp[src : src + 1] = [size1, size2]
+    return bind_reshape(x, shp)
+
+
+def _reshape_axis_into(src, dst, x):
+    shp = shape(x)
+    perm = [i for i in range(len(shp)) if i != src]
+    perm.insert(dst, src)
+    new_shape = [d for i, d in enumerate(shp) if i != src]
+    new_shape[dst] *= shp[src]
+    return bind_reshape(bind_transpose(x, perm), new_shape)
+
+
+def _conv_common(params):
+    p = dict(params)
+    for k in (
+        "window_strides",
+        "padding",
+        "lhs_dilation",
+        "rhs_dilation",
+        "dimension_numbers",
+        "feature_group_count",
+        "batch_group_count",
+    ):
+        p.pop(k, None)
+    p.setdefault("precision", None)
+    p.setdefault("preferred_element_type", None)
+    return p
+
+
+def _vjp_pads(pad_fn, lhs, rhs, g, dimension_numbers, strides, padding, lhs_dil, rhs_dil):
+    """`pad_fn` (`conv_vjp_lhs_padding` / `_rhs_padding`) on the spatial sizes of lhs, rhs, g."""
+    lhs_spec, rhs_spec, out_spec = _specs(dimension_numbers)
+    return pad_fn(
+        [shape(lhs)[d] for d in lhs_spec[2:]],
+        [shape(rhs)[d] for d in rhs_spec[2:]],
+        ints(strides),
+        [shape(g)[d] for d in out_spec[2:]],
+        [ints(p) for p in padding],
+        ints(lhs_dil),
+        ints(rhs_dil),
+    )
+
+
+def _conv_transpose_lhs(
+    g,
+    lhs,
+    rhs,
+    *,
+    window_strides,
+    padding,
+    lhs_dilation,
+    rhs_dilation,
+    dimension_numbers,
+    feature_group_count=1,
+    batch_group_count=1,
+    **params,
+):
+    if is_zero(g):
+        return Zero(tangent_type(ty(lhs)))
+    fgc, bgc = int(feature_group_count), int(batch_group_count)
+    lhs_spec, rhs_spec, out_spec = _specs(dimension_numbers)
+    rhs_sd = rhs_spec[2:]
+    t_rhs_spec = _spec_t(rhs_spec)
+    kernel = rhs
+    if fgc > 1:
+        kernel = _reshape_axis_out_of(rhs_spec[0], fgc, kernel)
+        kernel = _reshape_axis_into(rhs_spec[0], rhs_spec[1], kernel)
+    elif bgc > 1:
+        kernel = _reshape_axis_out_of(rhs_spec[0], bgc, kernel)
+        kernel = _reshape_axis_into(rhs_spec[0], rhs_spec[1], kernel)
+        fgc = bgc
+    pads = _vjp_pads(
+        conv_vjp_lhs_padding,
+        lhs,
+        rhs,
+        g,
+        dimension_numbers,
+        window_strides,
+        padding,
+        lhs_dilation,
+        rhs_dilation,
+    )
+    revd = bind_convert(bind_rev(kernel, rhs_sd), ty(g).dtype)
+    out = ops.bind(
+        "conv_general_dilated",
+        g,
+        revd,
+        window_strides=ints(lhs_dilation),
+        padding=tuple((int(a), int(b)) for a, b in pads),
+        lhs_dilation=ints(window_strides),
+        rhs_dilation=ints(rhs_dilation),
+        dimension_numbers=_conv_dnums(out_spec, t_rhs_spec, lhs_spec),
+        feature_group_count=fgc,
+        batch_group_count=1,
+        **_conv_common(params),
+    )
+    out = bind_convert(out, ty(lhs).dtype)
+    if bgc > 1:
+        out = _reshape_axis_out_of(lhs_spec[1], bgc, out)
+        out = _reshape_axis_into(lhs_spec[1], lhs_spec[0], out)
+    return out
+
+
+def _conv_transpose_rhs(
+    g,
+    lhs,
+    rhs,
+    *,
+    window_strides,
+    padding,
+    lhs_dilation,
+    rhs_dilation,
+    dimension_numbers,
+    feature_group_count=1,
+    batch_group_count=1,
+    **params,
+):
+    if is_zero(g) or int(np.prod(shape(g))) == 0:
+        return Zero(tangent_type(ty(rhs)))
+    fgc, bgc = int(feature_group_count), int(batch_group_count)
+    lhs_spec, rhs_spec, out_spec = _specs(dimension_numbers)
+    if bgc > 1:
+        fgc, bgc = bgc, 1
+    elif fgc > 1:
+        fgc, bgc = 1, fgc
+    dnums = _conv_dnums(_spec_t(lhs_spec), _spec_t(out_spec), _spec_t(rhs_spec))
+    pads = _vjp_pads(
+        conv_vjp_rhs_padding,
+        lhs,
+        rhs,
+        g,
+        dimension_numbers,
+        window_strides,
+        padding,
+        lhs_dilation,
+        rhs_dilation,
+    )
+    x = bind_convert(lhs, ty(g).dtype)
+    out = ops.bind(
+        "conv_general_dilated",
+        x,
+        g,
+        window_strides=ints(rhs_dilation),
+        padding=tuple((int(a), int(b)) for a, b in pads),
+        lhs_dilation=ints(lhs_dilation),
+        rhs_dilation=ints(window_strides),
+        dimension_numbers=dnums,
+        feature_group_count=fgc,
+        batch_group_count=bgc,
+        **_conv_common(params),
+    )
+    return bind_convert(out, ty(rhs).dtype)
+
+
+def _conv_flops(e):
+    """2 * result elements * kernel window * input features / groups (= 2 * result elements
+    * rhs size / rhs output features)."""
+    outs = output_elements(e)
+    rhs = e.inputs[1].type
+    try:
+        dn = e.params.get("dimension_numbers")
+        spec = dn["rhs_spec"] if isinstance(dn, Record) else None
+        out_feat = rhs.shape[int(spec[0])] if spec is not None else rhs.shape[0]
+        return 2 * outs * (num_elements(rhs) // max(int(out_feat), 1))
+    except Exception:
+        return 2 * outs * max(num_elements(rhs) // max(rhs.shape[0] if rhs.shape else 1, 1), 1)
+
+
+defbilinear("conv_general_dilated", _conv_transpose_lhs, _conv_transpose_rhs)
+define("conv_general_dilated", bind_params=_bind_precision, flops=_conv_flops)
+
+# ---------------------------------------------------------------- decompositions and solves
+
+
+def _matrix(prim, t, square=False):
+    x = arr(t, prim, 0)
+    if x.ndim < 2:
+        raise ShapeError(f"{prim} expects an operand of rank >= 2, got {x}")
+    m, n = x.shape[-2:]
+    if square and isinstance(m, int) and isinstance(n, int) and m != n:
+        raise ShapeError(f"{prim} expects square matrices, got {x}")
+    return x, x.shape[:-2], m, n
+
+
+def _min(a, b):
+    if isinstance(a, int) and isinstance(b, int):
+        return min(a, b)
+    return f"min({a}, {b})"
+
+
+def _bind_defaults(**defaults):
+    """Params that texts of older JAX versions do not print: the installed JAX's defaults."""
+
+    def rule(eqn, p, dims):
+        return {k: v for k, v in defaults.items() if k not in p}
+
+    return rule
+
+
+@shape_rule("cholesky")
+def _cholesky(in_types, params, out_hint):
+    nargs(in_types, 1, "cholesky")
+    x, _, _, _ = _matrix("cholesky", in_types[0], square=True)
+    return [x]
+
+
+@shape_rule("eigh")
+def _eigh(in_types, params, out_hint):
+    nargs(in_types, 1, "eigh")
+    x, b, m, n = _matrix("eigh", in_types[0], square=True)
+    sub = params.get("subset_by_index")
+    d = n if sub is None else int(sub[1]) - int(sub[0])
+    return [x.update(shape=b + (n, d)), x.update(shape=b + (d,), dtype=real_dtype(x.dtype))]
+
+
+define(
+    "eigh",
+    bind_params=_bind_defaults(algorithm=None, subset_by_index=None, sort_eigenvalues=True),
+)
+
+
+@shape_rule("eig")
+def _eig(in_types, params, out_hint):
+    nargs(in_types, 1, "eig")
+    x, b, m, n = _matrix("eig", in_types[0], square=True)
+    c = complex_dtype(x.dtype)
+    k = int(bool(params.get("compute_left_eigenvectors", True))) + int(
+        bool(params.get("compute_right_eigenvectors", True))
+    )
+    return [x.update(shape=b + (n,), dtype=c)] + [x.update(dtype=c)] * k
+
+
+@shape_rule("lu")
+def _lu(in_types, params, out_hint):
+    nargs(in_types, 1, "lu")
+    x, b, m, n = _matrix("lu", in_types[0])
+    return [
+        x,
+        x.update(shape=b + (_min(m, n),), dtype="i32", weak_type=False),
+        x.update(shape=b + (m,), dtype="i32", weak_type=False),
+    ]
+
+
+@shape_rule("qr")
+def _qr(in_types, params, out_hint):
+    nargs(in_types, 1, "qr")
+    x, b, m, n = _matrix("qr", in_types[0])
+    k = m if params.get("full_matrices") else _min(m, n)
+    outs = [x.update(shape=b + (m, k)), x.update(shape=b + (k, n))]
+    if params.get("pivoting"):
+        outs.append(x.update(shape=b + (n,), dtype="i32", weak_type=False))
+    return outs
+
+
+define("qr", bind_params=_bind_defaults(pivoting=False, use_magma=None))
+
+
+@shape_rule("svd")
+def _svd(in_types, params, out_hint):
+    nargs(in_types, 1, "svd")
+    x, b, m, n = _matrix("svd", in_types[0])
+    r = _min(m, n)
+    sub = params.get("subset_by_index")
+    if sub is not None:
+        r = _min(r, int(sub[1]) - int(sub[0]))
+    full = bool(params.get("full_matrices"))
+    s = x.update(shape=b + (r,), dtype=real_dtype(x.dtype))
+    if not params.get("compute_uv", True):
+        return [s]
+    return [s, x.update(shape=b + (m, m if full else r)), x.update(shape=b + (n if full else r, n))]
+
+
+define("svd", bind_params=_bind_defaults(algorithm=None, subset_by_index=None))
+
+
+@shape_rule("triangular_solve")
+def _triangular_solve(in_types, params, out_hint):
+    nargs(in_types, 2, "triangular_solve")
+    a, _, m, n = _matrix("triangular_solve", in_types[0], square=True)
+    bt = arr(in_types[1], "triangular_solve", 1)
+    if bt.ndim < 2:
+        raise ShapeError(f"triangular_solve: b must have rank >= 2, got {bt}")
+    common = bt.shape[-2] if params.get("left_side") else bt.shape[-1]
+    if not dim_eq(n, common):
+        raise ShapeError(f"triangular_solve: incompatible shapes {a} and {bt}")
+    if a.dtype != bt.dtype:
+        raise ShapeError(f"triangular_solve: dtypes differ ({a.dtype} and {bt.dtype})")
+    return [bt]
+
+
+@shape_rule("tridiagonal_solve")
+def _tridiagonal_solve(in_types, params, out_hint):
+    nargs(in_types, 4, "tridiagonal_solve")
+    return [arr(in_types[3], "tridiagonal_solve", 3)]
+
+
+@shape_rule("tridiagonal")
+def _tridiagonal(in_types, params, out_hint):
+    nargs(in_types, 1, "tridiagonal")
+    x, b, m, n = _matrix("tridiagonal", in_types[0], square=True)
+    r = real_dtype(x.dtype)
+    n1 = dim_add(n, -1)
+    return [
+        x,
+        x.update(shape=b + (n,), dtype=r),
+        x.update(shape=b + (n1,), dtype=r),
+        x.update(shape=b + (n1,)),
+    ]
+
+
+@shape_rule("hessenberg")
+def _hessenberg(in_types, params, out_hint):
+    nargs(in_types, 1, "hessenberg")
+    x, b, m, n = _matrix("hessenberg", in_types[0], square=True)
+    return [x, x.update(shape=b + (dim_add(n, -1),))]
+
+
+@shape_rule("schur")
+def _schur(in_types, params, out_hint):
+    nargs(in_types, 1, "schur")
+    x, _, _, _ = _matrix("schur", in_types[0], square=True)
+    return [x, x] if params.get("compute_schur_vectors", True) else [x]
+
+
+@shape_rule("householder_product")
+def _householder_product(in_types, params, out_hint):
+    nargs(in_types, 2, "householder_product")
+    return [arr(in_types[0], "householder_product", 0)]
+
+
+@shape_rule("lu_pivots_to_permutation")
+def _lu_pivots_to_permutation(in_types, params, out_hint):
+    x = one_arr(in_types, "lu_pivots_to_permutation")
+    size = int_param(params, "permutation_size")
+    return [x.update(shape=x.shape[:-1] + (size,))]
+
+
+# ---------------------------------------------------------------- fft
+
+
+@shape_rule("fft")
+def _fft(in_types, params, out_hint):
+    x = one_arr(in_types, "fft")
+    ft = params.get("fft_type")
+    kind = (
+        str(ft).rsplit(".", 1)[-1].upper()
+        if not isinstance(ft, int)
+        else ["FFT", "IFFT", "RFFT", "IRFFT"][ft]
+    )
+    if kind in ("0", "1", "2", "3"):
+        kind = ["FFT", "IFFT", "RFFT", "IRFFT"][int(kind)]
+    lengths = param_dims(need(params, "fft_lengths"))
+    if len(lengths) > x.ndim:
+        raise ShapeError(f"fft: fft_lengths {fmt_shape(lengths)} exceed the rank of {x}")
+    if kind == "RFFT":
+        if not is_float_dtype(x.dtype):
+            raise ShapeError(f"fft: RFFT expects a real operand, got {x.dtype}")
+        last = lengths[-1]
+        shape = x.shape[:-1] + (
+            last // 2 + 1 if isinstance(last, int) else f"floordiv({last}, 2) + 1",
+        )
+        return [fill_sym_from_hint(x.update(shape=shape, dtype=complex_dtype(x.dtype)), out_hint)]
+    if kind == "IRFFT":
+        if not is_complex_dtype(x.dtype):
+            raise ShapeError(f"fft: IRFFT expects a complex operand, got {x.dtype}")
+        shape = x.shape[:-1] + (lengths[-1],)
+        return [x.update(shape=shape, dtype=real_dtype(x.dtype))]
+    if not is_complex_dtype(x.dtype):
+        raise ShapeError(f"fft: {kind} expects a complex operand, got {x.dtype}")
+    return [x]
+
+
+def _bind_fft(eqn, p, dims):
+    import jax
+
+    from ..backend.prims import to_jax
+
+    t = p["fft_type"]
+    if isinstance(t, EnumValue):
+        ft = jax.lax.FftType[t.member]
+    elif isinstance(t, str):
+        ft = jax.lax.FftType[t.split(".")[-1]]
+    else:
+        ft = jax.lax.FftType(int(t))
+    return {"fft_type": ft, "fft_lengths": to_jax(p["fft_lengths"])}
+
+
+define("fft", bind_params=_bind_fft)
