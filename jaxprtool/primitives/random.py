@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..ad.registry import defjvp_zero
 from ..core import ShapedArray
 from ..record import define
 from . import ShapeError, shape_rule
@@ -155,3 +156,4 @@ for _n in (
 ):
     define(_n, random=True)
 define("rng_bit_generator", multiple_results=True)
+defjvp_zero("iota_2x32_shape")
