@@ -73,6 +73,9 @@ class Primitive:
     fills_with: Callable | None = None
     #: `rule(eqn) -> int`: floating-point operations (stats)
     flops: Callable | None = None
+    #: `(text, fn)`: the analytic derivative `explain` checks, `fn(x)` (one operand) or
+    #: `fn(x, y) -> (d/dx, d/dy)` (two) on float64 numpy arrays
+    derivative_formula: tuple[str, Callable] | None = None
     #: free-form data a family shares between its own rules (never read by the machinery)
     extra: dict[str, Any] | None = None
 

@@ -219,18 +219,6 @@ def _dot_general(eqn, p, dims):
     }
 
 
-def _convert(eqn, p, dims):
-    return {
-        "new_dtype": _dtype_param(p.get("new_dtype", _out_type(eqn).np_dtype)),
-        "weak_type": bool(p.get("weak_type", False)),
-        "sharding": None,
-    }
-
-
-def _mul(eqn, p, dims):
-    return {"out_dtype": _dtype_param(p["out_dtype"])} if p.get("out_dtype") is not None else {}
-
-
 def _with_out_sharding(eqn, p, dims):
     return {"out_sharding": None}
 
@@ -250,17 +238,6 @@ def _reshape(eqn, p, dims):
         "dimensions": to_jax(p.get("dimensions")),
         "sharding": None,
     }
-
-
-def _round(eqn, p, dims):
-    import jax
-
-    m = p.get("rounding_method", 0)
-    if isinstance(m, EnumValue):
-        return {"rounding_method": jax.lax.RoundingMethod[m.member]}
-    if isinstance(m, str):
-        return {"rounding_method": jax.lax.RoundingMethod[m.split(".")[-1]]}
-    return {"rounding_method": jax.lax.RoundingMethod(int(m))}
 
 
 def _fft(eqn, p, dims):
@@ -313,10 +290,6 @@ def _ragged(eqn, p, dims):
     }
 
 
-def _conj(eqn, p, dims):
-    return {"input_dtype": _dtype_param(p.get("input_dtype", eqn.inputs[0].type.np_dtype))}
-
-
 def _split(eqn, p, dims):
     return {"sizes": tuple(int(x) for x in p["sizes"]), "axis": int(p["axis"])}
 
@@ -358,21 +331,16 @@ PARAM_RULES = {
     "random_wrap": _prng_impl,
     "broadcast_in_dim": _broadcast_in_dim,
     "dot_general": _dot_general,
-    "convert_element_type": _convert,
-    "mul": _mul,
     "reduce_sum": _with_out_sharding,
     "reduce_max": _with_out_sharding,
     "reduce_min": _with_out_sharding,
     "iota": _iota,
     "reshape": _reshape,
-    "round": _round,
     "fft": _fft,
     "rng_bit_generator": _rng_bit_generator,
     "conv_general_dilated": _conv,
     "ragged_dot_general": _ragged,
-    "conj": _conj,
     "split": _split,
     "argmax": _dtype_keys("index_dtype"),
     "argmin": _dtype_keys("index_dtype"),
-    "bitcast_convert_type": _dtype_keys("new_dtype"),
 }

@@ -8,7 +8,8 @@ import importlib
 
 #: the family modules, imported in this order
 MODULES = (
-    "jaxprtool.primitives.elementwise",
+    "jaxprtool.families.arithmetic",
+    "jaxprtool.families.transcendental",
     "jaxprtool.primitives.shape",
     "jaxprtool.primitives.indexing",
     "jaxprtool.primitives.reductions",
@@ -16,7 +17,6 @@ MODULES = (
     "jaxprtool.primitives.random",
     "jaxprtool.primitives.misc",
     "jaxprtool.primitives.control",
-    "jaxprtool.ad.rules.elementwise",
     "jaxprtool.ad.rules.structural",
     "jaxprtool.ad.rules.reductions",
     "jaxprtool.ad.rules.linalg",
