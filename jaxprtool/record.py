@@ -60,6 +60,9 @@ class Primitive:
     restyle: Callable | None = None
     #: `rule(eqn, params, jax_primitive) -> dict`: the params JAX's `bind` expects
     bind_params: Callable | None = None
+    #: `rule(eqn, pos) -> ShapedArray | None`: the type of a literal operand printed without
+    #: one (JAX 0.4.35) where the primitive fixes it; None: it follows the other operands
+    literal_type: Callable | None = None
     #: `impl(*values, **params)`: a plugin implementation (evaluated eagerly by `run`)
     impl: Callable | None = None
     #: `rule(eqn, live_outputs) -> (eqn | None, live_inputs)`: DCE of the equation's insides

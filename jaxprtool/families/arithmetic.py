@@ -927,8 +927,13 @@ def _fold_select_n(e, xs):
     return case if case.dtype == F.result_dtype(e) else None
 
 
+def _select_n_literal_type(e, pos):
+    return ShapedArray((), "i32") if pos == 0 else None  # the predicate; cases follow each other
+
+
 define(
     "select_n",
+    literal_type=_select_n_literal_type,
     jvp=_select_jvp,
     transpose=_select_transpose,
     jvp_kind="jvp+linearization",
