@@ -64,6 +64,9 @@ class Primitive:
     #: `rule(interpreter, eqn, values, path) -> list`: how the evaluator runs the equation
     #: itself (a reducer body, a primitive the installed JAX lacks) instead of binding JAX's
     evaluate: Callable | None = None
+    #: `rule(eqn, pos) -> ShapedArray | None`: the type of a literal operand printed without
+    #: one (JAX 0.4.35) where the primitive fixes it; None: it follows the other operands
+    literal_type: Callable | None = None
     #: `impl(*values, **params)`: a plugin implementation (evaluated eagerly by `run`)
     impl: Callable | None = None
     #: `rule(eqn, live_outputs) -> (eqn | None, live_inputs)`: DCE of the equation's insides
@@ -81,6 +84,9 @@ class Primitive:
     kink_indicator: Callable | None = None
     #: `rule(eqn) -> int`: floating-point operations (stats)
     flops: Callable | None = None
+    #: `(text, fn)`: the analytic derivative `explain` checks, `fn(x)` (one operand) or
+    #: `fn(x, y) -> (d/dx, d/dy)` (two) on float64 numpy arrays
+    derivative_formula: tuple[str, Callable] | None = None
     #: free-form data a family shares between its own rules (never read by the machinery)
     extra: dict[str, Any] | None = None
 

@@ -528,21 +528,22 @@ def untyped_literal_type(eqn: Eqn, pos: int, lit: Literal) -> ShapedArray:
             if isinstance(a, Var) and isinstance(a.type, ShapedArray)
         ]
         return ShapedArray((), idx[0].dtype if idx else "i32")
-    if eqn.prim == "select_n" and pos == 0:
-        return ShapedArray((), "i32")
+    fixed = record_of(eqn.prim).literal_type
+    if fixed is not None and (t := fixed(eqn, pos)) is not None:
+        return t
     sibs = [
         a.type
         for k, a in enumerate(eqn.inputs)
         if isinstance(a, Var)
         and isinstance(a.type, ShapedArray)
-        and not (eqn.prim == "select_n" and k == 0)
+        and not (fixed is not None and fixed(eqn, k) is not None)
         and not (first_index is not None and k >= first_index)
     ]
     if sibs:
         return ShapedArray((), sibs[0].dtype)
-    if eqn.prim in ("broadcast_in_dim", "convert_element_type", "reshape") and eqn.outputs:
+    if eqn.prim in ("broadcast_in_dim", "reshape") and eqn.outputs:
         t = eqn.outputs[0].type
-        if isinstance(t, ShapedArray) and eqn.prim != "convert_element_type":
+        if isinstance(t, ShapedArray):
             return ShapedArray((), t.dtype)
     if isinstance(v, int):
         return ShapedArray((), "i32")

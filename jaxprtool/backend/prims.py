@@ -144,7 +144,7 @@ def _shape(t, dims) -> tuple[int, ...]:
     return static_shape(t, dims)
 
 
-def _dtype_param(v):
+def dtype_param(v):
     """A dtype-valued param: np.dtype, a printed name, or `<class 'jax.numpy.float32'>`."""
     if v is None or isinstance(v, np.dtype):
         return v
@@ -211,21 +211,9 @@ def _broadcast_in_dim(eqn, p, dims):
     }
 
 
-def _convert(eqn, p, dims):
-    return {
-        "new_dtype": _dtype_param(p.get("new_dtype", _out_type(eqn).np_dtype)),
-        "weak_type": bool(p.get("weak_type", False)),
-        "sharding": None,
-    }
-
-
-def _mul(eqn, p, dims):
-    return {"out_dtype": _dtype_param(p["out_dtype"])} if p.get("out_dtype") is not None else {}
-
-
 def _iota(eqn, p, dims):
     return {
-        "dtype": _dtype_param(p.get("dtype", _out_type(eqn).np_dtype)),
+        "dtype": dtype_param(p.get("dtype", _out_type(eqn).np_dtype)),
         "shape": _shape(_out_type(eqn), dims),
         "dimension": int(p.get("dimension", 0)),
         "sharding": None,
@@ -240,40 +228,13 @@ def _reshape(eqn, p, dims):
     }
 
 
-def _round(eqn, p, dims):
-    import jax
-
-    m = p.get("rounding_method", 0)
-    if isinstance(m, EnumValue):
-        return {"rounding_method": jax.lax.RoundingMethod[m.member]}
-    if isinstance(m, str):
-        return {"rounding_method": jax.lax.RoundingMethod[m.split(".")[-1]]}
-    return {"rounding_method": jax.lax.RoundingMethod(int(m))}
-
-
-def _dtype_keys(*keys):
-    def rule(eqn, p, dims):
-        return {k: _dtype_param(p[k]) for k in keys if k in p}
-
-    return rule
-
-
-def _conj(eqn, p, dims):
-    return {"input_dtype": _dtype_param(p.get("input_dtype", eqn.inputs[0].type.np_dtype))}
-
-
 def _split(eqn, p, dims):
     return {"sizes": tuple(int(x) for x in p["sizes"]), "axis": int(p["axis"])}
 
 
 PARAM_RULES = {
     "broadcast_in_dim": _broadcast_in_dim,
-    "convert_element_type": _convert,
-    "mul": _mul,
     "iota": _iota,
     "reshape": _reshape,
-    "round": _round,
-    "conj": _conj,
     "split": _split,
-    "bitcast_convert_type": _dtype_keys("new_dtype"),
 }

@@ -8,7 +8,8 @@ import importlib
 
 #: the family modules, imported in this order
 MODULES = (
-    "jaxprtool.primitives.elementwise",
+    "jaxprtool.families.arithmetic",
+    "jaxprtool.families.transcendental",
     "jaxprtool.primitives.shape",
     "jaxprtool.primitives.indexing",
     "jaxprtool.families.reductions",
@@ -16,13 +17,11 @@ MODULES = (
     "jaxprtool.families.random",
     "jaxprtool.primitives.misc",
     "jaxprtool.primitives.control",
-    "jaxprtool.ad.rules.elementwise",
     "jaxprtool.ad.rules.structural",
     "jaxprtool.ad.rules.calls",
     "jaxprtool.ad.rules.control_flow",
     "jaxprtool.families.jax_library",
     "jaxprtool.families.custom_derivatives",
-    "jaxprtool.families.nonsmooth",
 )
 
 

@@ -121,11 +121,11 @@ def _ranges_like(*xs):
 
 def _bind_precision(eqn, p, dims):
     """dot_general and conv_general_dilated: enum / dtype params, no output sharding."""
-    from ..backend.prims import _dtype_param, to_jax
+    from ..backend.prims import dtype_param, to_jax
 
     return {
         "precision": to_jax(p.get("precision")),
-        "preferred_element_type": _dtype_param(p.get("preferred_element_type")),
+        "preferred_element_type": dtype_param(p.get("preferred_element_type")),
         "out_sharding": None,
     }
 
@@ -387,14 +387,14 @@ def _evaluate_ragged_dot(interp, eqn, invals, path):
     """The installed JAX has no `ragged_dot` primitive: call `lax.ragged_dot`."""
     import jax
 
-    from ..backend.prims import _dtype_param, to_jax
+    from ..backend.prims import dtype_param, to_jax
 
     p = eqn.params
     return [
         jax.lax.ragged_dot(
             *invals[:3],
             precision=to_jax(p.get("precision")),
-            preferred_element_type=_dtype_param(p.get("preferred_element_type")),
+            preferred_element_type=dtype_param(p.get("preferred_element_type")),
         )
     ]
 

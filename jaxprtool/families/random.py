@@ -226,14 +226,14 @@ def _rng_bit_generator(in_types, params, out_hint):
 def _bind_rng_bit_generator(eqn, p, dims):
     import jax
 
-    from ..backend.prims import _dtype_param
+    from ..backend.prims import dtype_param
     from ..backend.values import static_shape
 
     alg = p.get("algorithm", "RNG_DEFAULT")
     alg = alg.member if isinstance(alg, EnumValue) else str(alg).split(".")[-1]
     return {
         "algorithm": jax.lax.RandomAlgorithm[alg],
-        "dtype": _dtype_param(p.get("dtype")),
+        "dtype": dtype_param(p.get("dtype")),
         "shape": static_shape(eqn.outputs[1].type, dims),
         "out_sharding": None,
     }

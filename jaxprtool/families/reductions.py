@@ -224,9 +224,9 @@ def _argminmax(in_types, params, out_hint):
 
 
 def _bind_index_dtype(eqn, p, dims):
-    from ..backend.prims import _dtype_param
+    from ..backend.prims import dtype_param
 
-    return {"index_dtype": _dtype_param(p["index_dtype"])} if "index_dtype" in p else {}
+    return {"index_dtype": dtype_param(p["index_dtype"])} if "index_dtype" in p else {}
 
 
 for _n in ("argmax", "argmin"):

@@ -1,14 +1,15 @@
 """Constant folding of scalar equations whose operands are all literals.
 
-Only where numpy computes bit for bit what XLA computes: add, sub, mul, div,
-neg, comparisons, select_n, max/min/abs/sign/rem on integers, boolean and
-integer bitwise logic (and, or, xor, not), and exact conversions
-(`convert_element_type` whose value survives the round trip; never float->int).
-Arithmetic is done in the result dtype with numpy (integers wrap as XLA's do);
-integer division or remainder by zero (and INT_MIN / -1) is left alone, as are
-float results that are not finite or are subnormal (XLA may flush those), and
-complex numbers.  Never transcendental functions, rounding, shifts or
-float->int conversions.
+Which primitives fold, and how, is the `fold` rule of each primitive's record
+(`jaxprtool.record`; the element-wise family sets them): `rule(eqn, xs)` gets the operands
+as numpy scalars and returns the result as a numpy scalar of the result's dtype, or None to
+leave the equation alone.  The rules fold only where numpy computes bit for bit what XLA
+computes (arithmetic is done in the result dtype; integers wrap as XLA's do).
+
+This module keeps the loop and what every rule shares: only scalar operands and results of
+a foldable dtype (bool, 8- to 64-bit integers, f16/bf16/f32/f64: never complex numbers,
+sub-byte integers or fp8 formats), literals that denote exactly their value, no subnormal
+operand, and float results that are finite and not subnormal (XLA may flush those).
 """
 
 from __future__ import annotations
@@ -17,22 +18,10 @@ import math
 
 import numpy as np
 
-from ..core import Jaxpr, Literal, ShapedArray, np_dtype
+from ..core import Eqn, Jaxpr, Literal, ShapedArray, np_dtype
+from ..record import prim
 from .base import Pass
 from .common import EqnRewrite, eqn_has_effects, recursive_pass
-
-_ARITH = {"add", "sub", "mul", "div", "neg"}
-_COMPARE = {
-    "eq": np.equal,
-    "ne": np.not_equal,
-    "lt": np.less,
-    "le": np.less_equal,
-    "gt": np.greater,
-    "ge": np.greater_equal,
-}
-_INT_ONLY = {"max", "min", "abs", "sign", "rem"}
-_LOGIC = {"and", "or", "xor", "not"}
-FOLDABLE = _ARITH | set(_COMPARE) | _INT_ONLY | _LOGIC | {"select_n", "convert_element_type"}
 
 
 def fold(jaxpr: Jaxpr) -> Jaxpr:
@@ -58,8 +47,8 @@ FOLD = Pass(
 def _fold(jaxpr: Jaxpr, go) -> Jaxpr:
     rw = EqnRewrite(jaxpr, go)
     for e in rw:
-        if e.prim in FOLDABLE and len(e.outputs) == 1:
-            lit = fold_eqn(e.prim, e.inputs, e.params, e.outputs[0].type)
+        if prim(e.prim).fold is not None and len(e.outputs) == 1:
+            lit = fold_eqn(e)
             if lit is not None and not eqn_has_effects(e):
                 rw.drop(e.outputs, (lit,))
                 continue
@@ -67,7 +56,8 @@ def _fold(jaxpr: Jaxpr, go) -> Jaxpr:
     return rw.result()
 
 
-def _kind(dt: np.dtype) -> str:
+def kind(dt: np.dtype) -> str:
+    """'b' bool, 'i' signed or 'u' unsigned integer, 'f' float, '?' anything else."""
     if dt == np.bool_:
         return "b"
     if np.issubdtype(dt, np.signedinteger):
@@ -96,7 +86,7 @@ _SUB_BYTE = ("int4", "uint4", "int2", "uint2")
 def _fold_kind(dt: np.dtype) -> str | None:
     """The kind ('b', 'i', 'u', 'f') of a dtype fold computes in, else None (complex,
     sub-byte integers, fp8 formats)."""
-    k = _kind(dt)
+    k = kind(dt)
     if k == "?" or dt.name in _SUB_BYTE or (k == "f" and dt.name not in _FLOATS):
         return None
     return k
@@ -124,8 +114,18 @@ def _np_scalar(lit: Literal):
     return arr
 
 
-def fold_eqn(prim: str, inputs, params, out_type) -> Literal | None:
-    """The literal result of `prim` on literal operands, or None when it must not be folded."""
+def result_dtype(e: Eqn) -> np.dtype:
+    """The numpy dtype of the (single) result of `e`."""
+    return np_dtype(e.outputs[0].type.dtype)
+
+
+def fold_eqn(e: Eqn) -> Literal | None:
+    """The literal result of `e` (its primitive's fold rule on its literal operands), or None
+    when it must not be folded."""
+    rule = prim(e.prim).fold
+    inputs, out_type = e.inputs, e.outputs[0].type
+    if rule is None:
+        return None
     if not all(isinstance(a, Literal) for a in inputs) or not inputs:
         return None
     if not isinstance(out_type, ShapedArray) or out_type.shape != ():
@@ -140,10 +140,10 @@ def fold_eqn(prim: str, inputs, params, out_type) -> Literal | None:
     xs = [_np_scalar(a) for a in inputs]
     if any(x is None for x in xs):
         return None
-    kinds = [_kind(x.dtype) for x in xs]
     with np.errstate(all="ignore"):
         try:
-            r = _compute(prim, xs, kinds, params, out_dt, ok)
+            # XLA may flush denormal operands to zero
+            r = None if any(_subnormal(x) for x in xs) else rule(e, xs)
         except (ArithmeticError, ValueError, TypeError):
             return None
     if r is None:
@@ -175,95 +175,7 @@ def _tiny(dt):
 
 
 def _subnormal(x) -> bool:
-    if _kind(x.dtype) != "f":
+    if kind(x.dtype) != "f":
         return False
     f = float(x)
     return f != 0.0 and math.isfinite(f) and abs(f) < float(_tiny(x.dtype))
-
-
-def _compute(prim, xs, kinds, params, out_dt, k):
-    """`kinds` are the operands' kinds, `k` the result's."""
-    if any(_subnormal(x) for x in xs):
-        return None  # XLA may flush denormal operands to zero
-    if prim == "convert_element_type":
-        (x,) = xs
-        k_in, k_out = kinds[0], k
-        if k_in == "f" and k_out != "f":
-            return None  # never float->int / float->bool
-        if k_in == "f" and not math.isfinite(float(x)):
-            return None
-        r = x.astype(out_dt)
-        # exact: the value survives the round trip (and, for ints, compares equal)
-        if k_out == "b":
-            return r if k_in in "iub" else None
-        if k_in == "b":
-            return r
-        back = r.astype(x.dtype)
-        if back != x:
-            return None
-        if k_in in "iu" and k_out in "iu" and int(r) != int(x):
-            return None
-        if k_in in "iu" and k_out == "f" and int(x) != float(r):
-            return None
-        return r
-    if prim == "select_n":
-        pred, *cases = xs
-        if kinds[0] not in "bi" or not cases:
-            return None
-        i = int(pred)
-        if not 0 <= i < len(cases):
-            return None
-        c = cases[i]
-        return c if c.dtype == out_dt else None
-    if prim in _COMPARE:
-        a, b = xs
-        if a.dtype != b.dtype:
-            return None
-        return _COMPARE[prim](a, b)
-    # the rest compute in the result dtype; operands must have that dtype
-    if any(x.dtype != out_dt for x in xs):
-        return None
-    if prim in _LOGIC:
-        if k not in "biu":
-            return None
-        if prim == "not":
-            return np.logical_not(xs[0]) if k == "b" else np.invert(xs[0])
-        f = {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}[prim]
-        return f(xs[0], xs[1])
-    if prim in _INT_ONLY:
-        if k not in "iu":
-            return None
-        if prim == "abs":
-            return np.abs(xs[0])
-        if prim == "sign":
-            return np.sign(xs[0]).astype(out_dt)
-        if prim in ("max", "min"):
-            return (np.maximum if prim == "max" else np.minimum)(xs[0], xs[1])
-        a, b = xs
-        if int(b) == 0 or (k == "i" and int(b) == -1 and int(a) == int(np.iinfo(out_dt).min)):
-            return None
-        return np.fmod(a, b).astype(out_dt)
-    if prim in _ARITH:
-        if k == "b":
-            return None
-        if prim == "neg":
-            return np.negative(xs[0])
-        a, b = xs
-        if prim == "add":
-            return np.add(a, b)
-        if prim == "sub":
-            return np.subtract(a, b)
-        if prim == "mul":
-            return np.multiply(a, b)
-        if k in "iu":
-            ia, ib = int(a), int(b)
-            if ib == 0 or (k == "i" and ib == -1 and ia == int(np.iinfo(out_dt).min)):
-                return None
-            q = abs(ia) // abs(ib)
-            if (ia < 0) != (ib < 0):
-                q = -q
-            return np.array(q, dtype=out_dt)
-        if float(b) == 0.0:
-            return None  # inf/nan: leave alone
-        return np.divide(a, b)
-    return None

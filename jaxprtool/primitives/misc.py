@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from ..ad.builder import current
+from ..ad.registry import defjvp_zero, rebind_primal
+from ..ad.zeros import Zero, is_undefined_primal, is_zero, tangent_type
 from ..core import OpaqueType, RefType, ShapedArray, short_dtype_name
 from ..record import define
 from ..text.param_rules import sorted_params
@@ -366,3 +369,62 @@ def _print_reshard(e, style):
 
 
 define("reshard", print_params=_print_reshard)
+
+
+# ---------------------------------------------------------------- AD rules
+
+
+def _identity_like(name):
+    """Placement and sharding annotations: the tangent goes through the same annotation."""
+
+    def jvp(primals, tangents, /, **params):
+        outs = rebind_primal(name, primals, params)
+        nz = [t for t in tangents if not is_zero(t)]
+        if not nz:
+            return outs, [Zero(tangent_type(o.type)) for o in outs]
+        if len(primals) == 1:
+            touts = current().bind(
+                name, [tangents[0]], params, [tangent_type(o.type) for o in outs]
+            )
+            return outs, touts
+        # several operands (device_put): the tangents pass through unchanged
+        return outs, list(tangents)
+
+    def transpose(cts, /, *args, **params):
+        return [c if is_undefined_primal(a) else None for c, a in zip(cts, args)]
+
+    define(name, jvp=jvp, transpose=transpose, jvp_kind="deflinear")
+
+
+for _n in (
+    "device_put",
+    "reshard",
+    "sharding_constraint",
+    "mesh_cast",
+    "pvary",
+    "pbroadcast",
+    "multiple_of",
+    "max_contiguous",
+    "layout_constraint",
+    "with_memory_space_constraint",
+    "pin",
+    "unpin",
+    "remove_memory_space",
+):
+    _identity_like(_n)
+
+for _n in ("zeros_like", "platform_index", "axis_index", "program_id", "num_programs"):
+    defjvp_zero(_n)
+
+
+def _tie_jvp(primals, tangents, /, **params):
+    outs = rebind_primal("tie", primals, params)
+    return outs, [tangents[-1]]
+
+
+define(
+    "tie",
+    jvp=_tie_jvp,
+    transpose=lambda cts, x, y, /, **params: [None, cts[0]],
+    jvp_kind="jvp+linearization",
+)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..ad.registry import defjvp_zero
 from ..core import ShapedArray
 from ..passes import simplify as S
 from ..record import define
@@ -432,3 +433,4 @@ define("broadcast_in_dim", simplify=_simplify_broadcast_in_dim, fills_with=_broa
 define("reshape", simplify=_simplify_reshape)
 define("transpose", simplify=_simplify_transpose)
 define("squeeze", simplify=_simplify_squeeze)
+defjvp_zero("dim_as_value")

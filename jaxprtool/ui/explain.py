@@ -43,6 +43,7 @@ from ..core import (
     is_inexact,
     short_dtype_name,
 )
+from ..record import prim
 from .checkgrad import EPS, TOLERANCE, Check, _random_like, _rel_err, _vdot, least_precise_dtype
 
 MODES = ("jvp", "vjp", "grad")
@@ -595,48 +596,6 @@ def _reverse(linear: Jaxpr, n_res: int, seeds, namer: Namer, data: ExplainData):
 
 # ---------------------------------------------------------------- stage 5: analytic formulas
 
-_UNARY = {
-    "sin": ("cos(x)", lambda x: np.cos(x)),
-    "cos": ("-sin(x)", lambda x: -np.sin(x)),
-    "tan": ("1 + tan(x)^2", lambda x: 1 + np.tan(x) ** 2),
-    "exp": ("exp(x)", lambda x: np.exp(x)),
-    "exp2": ("log(2) 2^x", lambda x: np.log(2) * np.exp2(x)),
-    "expm1": ("exp(x)", lambda x: np.exp(x)),
-    "log": ("1/x", lambda x: 1 / x),
-    "log1p": ("1/(1+x)", lambda x: 1 / (1 + x)),
-    "tanh": ("1 - tanh(x)^2", lambda x: 1 - np.tanh(x) ** 2),
-    "logistic": ("s(x)(1 - s(x))", lambda x: (s := 1 / (1 + np.exp(-x))) * (1 - s)),
-    "sinh": ("cosh(x)", lambda x: np.cosh(x)),
-    "cosh": ("sinh(x)", lambda x: np.sinh(x)),
-    "asin": ("1/sqrt(1-x^2)", lambda x: 1 / np.sqrt(1 - x**2)),
-    "acos": ("-1/sqrt(1-x^2)", lambda x: -1 / np.sqrt(1 - x**2)),
-    "atan": ("1/(1+x^2)", lambda x: 1 / (1 + x**2)),
-    "asinh": ("1/sqrt(x^2+1)", lambda x: 1 / np.sqrt(x**2 + 1)),
-    "acosh": ("1/sqrt(x^2-1)", lambda x: 1 / np.sqrt(x**2 - 1)),
-    "atanh": ("1/(1-x^2)", lambda x: 1 / (1 - x**2)),
-    "sqrt": ("1/(2 sqrt(x))", lambda x: 0.5 / np.sqrt(x)),
-    "rsqrt": ("-x^(-3/2)/2", lambda x: -0.5 * x**-1.5),
-    "cbrt": ("x^(-2/3)/3", lambda x: np.cbrt(x) ** -2 / 3),
-    "square": ("2x", lambda x: 2 * x),
-    "neg": ("-1", lambda x: -np.ones_like(x)),
-    "abs": ("sign(x)", lambda x: np.sign(x)),
-    "erf": ("2/sqrt(pi) exp(-x^2)", lambda x: 2 / np.sqrt(np.pi) * np.exp(-(x**2))),
-}
-_BINARY = {
-    "mul": ("d/dx = y, d/dy = x", lambda x, y: (y, x)),
-    "add": ("d/dx = 1, d/dy = 1", lambda x, y: (np.ones_like(x + y), np.ones_like(x + y))),
-    "sub": ("d/dx = 1, d/dy = -1", lambda x, y: (np.ones_like(x + y), -np.ones_like(x + y))),
-    "div": ("d/dx = 1/y, d/dy = -x/y^2", lambda x, y: (1 / y + 0 * x, -x / y**2)),
-    "pow": (
-        "d/dx = y x^(y-1), d/dy = log(x) x^y",
-        lambda x, y: (y * x ** (y - 1), np.log(x) * x**y),
-    ),
-    "atan2": (
-        "d/dx = y/(x^2+y^2), d/dy = -x/(x^2+y^2)",
-        lambda x, y: (y / (x**2 + y**2), -x / (x**2 + y**2)),
-    ),
-}
-
 
 def _unbroadcast_np(g, shape):
     g = np.asarray(g)
@@ -668,11 +627,13 @@ def analytic_partials(jaxpr: Jaxpr, args, consts=()):
             xs.append(vals[id(x)])
         else:
             return None
-    if e.prim in _UNARY and len(xs) == 1:
-        formula, fn = _UNARY[e.prim]
+    rule = prim(e.prim).derivative_formula
+    if rule is None:
+        return None
+    formula, fn = rule
+    if len(xs) == 1:
         return f"d {e.prim}(x)/dx = {formula}", [fn(xs[0])]
-    if e.prim in _BINARY and len(xs) == 2:
-        formula, fn = _BINARY[e.prim]
+    if len(xs) == 2:
         return f"{e.prim}(x, y): {formula}", list(fn(xs[0], xs[1]))
     return None
 

@@ -36,9 +36,9 @@ from ..record import prim
 
 MOVEMENT = {
     "reshape", "broadcast_in_dim", "squeeze", "expand_dims", "transpose", "slice", "dynamic_slice",
-    "dynamic_update_slice", "gather", "concatenate", "pad", "rev", "copy", "copy_p", "iota",
+    "dynamic_update_slice", "gather", "concatenate", "pad", "rev", "iota",
     "device_put", "sharding_constraint", "reshard", "split", "tile", "stack", "unstack",
-    "optimization_barrier", "stop_gradient", "bitcast_convert_type", "broadcast_to", "zeros_like",
+    "optimization_barrier", "broadcast_to", "zeros_like",
     "squeeze_p", "all_gather", "all_to_all", "psum", "ppermute",
 }  # fmt: skip
 CONTROL = {"scan", "while", "cond"}
@@ -80,6 +80,9 @@ def eqn_flops(e: Eqn) -> int:
     """Flops of one equation, its own work only (bodies excluded): the record's `flops` rule,
     else one per result element."""
     p = e.prim
+    rule = prim(p).flops
+    if rule is not None:
+        return rule(e)
     if eqn_has_body(e) or p in MOVEMENT:
         return 0
     rule = prim(p).flops
