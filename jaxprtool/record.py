@@ -62,6 +62,12 @@ class Primitive:
     bind_params: Callable | None = None
     #: `impl(*values, **params)`: a plugin implementation (evaluated eagerly by `run`)
     impl: Callable | None = None
+    #: `rule(interpreter, eqn, invals, path) -> list`: the back end's own evaluation (no bind)
+    evaluate: Callable | None = None
+    #: operands from this position on are indices (dynamic_slice: 1), for untyped literals
+    index_operands: int | None = None
+    #: an untyped operand literal with no typed sibling has the result's dtype (reshape)
+    literal_like_result: bool = False
     #: `rule(eqn, live_outputs) -> (eqn | None, live_inputs)`: DCE of the equation's insides
     dce: Callable | None = None
     #: `rule(eqn, values) -> value | None`: constant folding of literal operands

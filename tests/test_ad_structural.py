@@ -21,7 +21,8 @@ from jax import lax  # noqa: E402
 import jaxprtool.ad.rules.linalg  # noqa: E402,F401  (registered by rules/__init__ too)
 import jaxprtool.ad.rules.random  # noqa: E402,F401
 import jaxprtool.ad.rules.reductions  # noqa: E402,F401
-import jaxprtool.ad.rules.structural  # noqa: E402,F401
+import jaxprtool.families.indexing  # noqa: E402,F401
+import jaxprtool.families.shape  # noqa: E402,F401
 from jaxprtool.text.parser import parse  # noqa: E402
 
 ATOL = RTOL = 2e-3

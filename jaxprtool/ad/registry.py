@@ -221,3 +221,11 @@ def defjvp_zero(name: str):
 
     primitive_jvps[name] = rule
     rule_kind[name] = "defjvp_zero"
+
+
+#: the `rule_kind` of a hand-written JVP rule (it is also the primitive's linearization)
+LOW_LEVEL = "jvp+linearization"
+
+
+def set_kind(name: str, kind: str = LOW_LEVEL) -> None:
+    rule_kind[name] = kind

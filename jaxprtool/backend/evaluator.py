@@ -15,6 +15,7 @@ import numpy as np
 
 from ..core import Eqn, Jaxpr, JaxprError, Literal, ShapedArray, Var
 from ..params import Record, format_value
+from ..record import prim as record_of
 from . import prims
 from .values import has_nonfinite, literal_value, static_shape, summary_line
 
@@ -226,6 +227,9 @@ class Interpreter:
             raise JaxprError(f"cannot run {why}", eqn.loc)
         if name in IDENTITIES:
             return list(invals)
+        rule = record_of(name).evaluate
+        if rule is not None:
+            return rule(self, eqn, invals, path)
         if name in CALLS:
             return self.call(eqn, invals, path)
         handler = getattr(self, "p_" + name.replace("-", "_"), None)
@@ -454,44 +458,6 @@ class Interpreter:
         )
         return list(res) if n > 1 else [res]
 
-    def _scatter(self, fn_name, eqn, invals):
-        import jax
-
-        p = eqn.params
-        operand, indices, updates = invals
-        dn = prims.to_jax(p["dimension_numbers"])
-        mode = prims.to_jax(p.get("mode"))
-        fn = getattr(jax.lax, fn_name)
-        return [
-            fn(
-                operand,
-                indices,
-                updates,
-                dn,
-                indices_are_sorted=bool(p.get("indices_are_sorted", False)),
-                unique_indices=bool(p.get("unique_indices", False)),
-                mode=mode,
-            )
-        ]
-
-    def p_scatter(self, eqn, invals, path):
-        return self._scatter("scatter", eqn, invals)
-
-    def p_scatter_add(self, eqn, invals, path):
-        return self._scatter("scatter_add", eqn, invals)
-
-    def p_scatter_mul(self, eqn, invals, path):
-        return self._scatter("scatter_mul", eqn, invals)
-
-    def p_scatter_min(self, eqn, invals, path):
-        return self._scatter("scatter_min", eqn, invals)
-
-    def p_scatter_max(self, eqn, invals, path):
-        return self._scatter("scatter_max", eqn, invals)
-
-    def p_scatter_sub(self, eqn, invals, path):
-        return self._scatter("scatter_sub", eqn, invals)
-
     # ------------------------------------------------------------ state (refs as boxes)
 
     def p_new_ref(self, eqn, invals, path):
@@ -561,16 +527,6 @@ class Interpreter:
         return list(jax.lax.optimization_barrier(tuple(invals)))
 
 
-#: primitive -> first operand position that holds an index (not a value)
-_INDEX_FROM = {
-    "dynamic_slice": 1,
-    "dynamic_update_slice": 2,
-    "gather": 1,
-    "scatter": 1,
-    "scatter-add": 1,
-}
-
-
 def untyped_literal_type(eqn: Eqn, pos: int, lit: Literal) -> ShapedArray:
     """A type for a literal printed without one (JAX 0.4.35): from the equation's operands."""
     v = lit.value
@@ -579,7 +535,8 @@ def untyped_literal_type(eqn: Eqn, pos: int, lit: Literal) -> ShapedArray:
     inner = _body_binder_type(eqn, pos)
     if inner is not None:
         return ShapedArray((), inner.dtype)
-    first_index = _INDEX_FROM.get(eqn.prim)
+    rec = record_of(eqn.prim)
+    first_index = rec.index_operands
     if first_index is not None and pos >= first_index:
         idx = [
             a.type
@@ -599,9 +556,9 @@ def untyped_literal_type(eqn: Eqn, pos: int, lit: Literal) -> ShapedArray:
     ]
     if sibs:
         return ShapedArray((), sibs[0].dtype)
-    if eqn.prim in ("broadcast_in_dim", "convert_element_type", "reshape") and eqn.outputs:
+    if rec.literal_like_result and eqn.outputs:
         t = eqn.outputs[0].type
-        if isinstance(t, ShapedArray) and eqn.prim != "convert_element_type":
+        if isinstance(t, ShapedArray):
             return ShapedArray((), t.dtype)
     if isinstance(v, int):
         return ShapedArray((), "i32")

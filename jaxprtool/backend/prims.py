@@ -203,14 +203,6 @@ def bind_params(eqn: Eqn, dims: dict[str, int] | None = None) -> dict[str, Any]:
     return out
 
 
-def _broadcast_in_dim(eqn, p, dims):
-    return {
-        "shape": _shape(_out_type(eqn), dims),
-        "broadcast_dimensions": to_jax(p.get("broadcast_dimensions", ())),
-        "sharding": None,
-    }
-
-
 def _dot_general(eqn, p, dims):
     return {
         "precision": to_jax(p.get("precision")),
@@ -233,23 +225,6 @@ def _mul(eqn, p, dims):
 
 def _with_out_sharding(eqn, p, dims):
     return {"out_sharding": None}
-
-
-def _iota(eqn, p, dims):
-    return {
-        "dtype": _dtype_param(p.get("dtype", _out_type(eqn).np_dtype)),
-        "shape": _shape(_out_type(eqn), dims),
-        "dimension": int(p.get("dimension", 0)),
-        "sharding": None,
-    }
-
-
-def _reshape(eqn, p, dims):
-    return {
-        "new_sizes": _shape(_out_type(eqn), dims),
-        "dimensions": to_jax(p.get("dimensions")),
-        "sharding": None,
-    }
 
 
 def _round(eqn, p, dims):
@@ -317,10 +292,6 @@ def _conj(eqn, p, dims):
     return {"input_dtype": _dtype_param(p.get("input_dtype", eqn.inputs[0].type.np_dtype))}
 
 
-def _split(eqn, p, dims):
-    return {"sizes": tuple(int(x) for x in p["sizes"]), "axis": int(p["axis"])}
-
-
 def _prng_impl(eqn, p, dims):
     from jax._src.random import prng
 
@@ -356,22 +327,18 @@ PARAM_RULES = {
     "top_k": _top_k,
     "random_seed": _prng_impl,
     "random_wrap": _prng_impl,
-    "broadcast_in_dim": _broadcast_in_dim,
     "dot_general": _dot_general,
     "convert_element_type": _convert,
     "mul": _mul,
     "reduce_sum": _with_out_sharding,
     "reduce_max": _with_out_sharding,
     "reduce_min": _with_out_sharding,
-    "iota": _iota,
-    "reshape": _reshape,
     "round": _round,
     "fft": _fft,
     "rng_bit_generator": _rng_bit_generator,
     "conv_general_dilated": _conv,
     "ragged_dot_general": _ragged,
     "conj": _conj,
-    "split": _split,
     "argmax": _dtype_keys("index_dtype"),
     "argmin": _dtype_keys("index_dtype"),
     "bitcast_convert_type": _dtype_keys("new_dtype"),

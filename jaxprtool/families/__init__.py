@@ -9,15 +9,14 @@ import importlib
 #: the family modules, imported in this order
 MODULES = (
     "jaxprtool.primitives.elementwise",
-    "jaxprtool.primitives.shape",
-    "jaxprtool.primitives.indexing",
+    "jaxprtool.families.shape",
+    "jaxprtool.families.indexing",
     "jaxprtool.primitives.reductions",
     "jaxprtool.primitives.linalg",
     "jaxprtool.primitives.random",
     "jaxprtool.primitives.misc",
     "jaxprtool.primitives.control",
     "jaxprtool.ad.rules.elementwise",
-    "jaxprtool.ad.rules.structural",
     "jaxprtool.ad.rules.reductions",
     "jaxprtool.ad.rules.linalg",
     "jaxprtool.ad.rules.random",

@@ -33,12 +33,12 @@ from collections import Counter
 
 from ..core import Eqn, Jaxpr, RefType, ShapedArray, Var, all_eqns, eqn_subjaxprs
 from ..params import Record, as_int_tuple
+from ..record import prim as record_of
 
 MOVEMENT = {
-    "reshape", "broadcast_in_dim", "squeeze", "expand_dims", "transpose", "slice", "dynamic_slice",
-    "dynamic_update_slice", "gather", "concatenate", "pad", "rev", "copy", "copy_p", "iota",
-    "device_put", "sharding_constraint", "reshard", "split", "tile", "stack", "unstack",
-    "optimization_barrier", "stop_gradient", "bitcast_convert_type", "broadcast_to", "zeros_like",
+    "copy", "copy_p",
+    "device_put", "sharding_constraint", "reshard",
+    "optimization_barrier", "stop_gradient", "bitcast_convert_type", "zeros_like",
     "squeeze_p", "all_gather", "all_to_all", "psum", "ppermute",
 }  # fmt: skip
 REDUCTIONS_PREFIX = ("reduce_", "cum", "arg", "sort", "top_k", "approx_top_k")
@@ -80,7 +80,12 @@ def depth(j: Jaxpr, _memo=None) -> int:
 def eqn_flops(e: Eqn) -> int:
     """Flops of one equation, its own work only (bodies excluded)."""
     p = e.prim
-    if eqn_has_body(e) or p in MOVEMENT:
+    if eqn_has_body(e):
+        return 0
+    rule = record_of(p).flops
+    if rule is not None:
+        return rule(e)
+    if p in MOVEMENT:
         return 0
     outs = sum(_size(o.type) for o in e.outputs)
     if p == "dot_general":

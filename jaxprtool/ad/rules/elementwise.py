@@ -562,7 +562,6 @@ for _n in (
     "platform_index",
     "axis_index",
     "iota_2x32_shape",
-    "dim_as_value",
     "program_id",
     "num_programs",
 ):

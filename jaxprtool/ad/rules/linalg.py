@@ -13,9 +13,9 @@ import numpy as np
 from ...core import ShapedArray, short_dtype_name
 from ...params import Record
 from .. import ops
+from ..ops import bind_convert, bind_reshape, bind_rev, bind_transpose, ints, shape, ty
 from ..registry import defbilinear, primitive_jvps, primitive_transposes, rule_kind
 from ..zeros import Zero, is_zero, tangent_type
-from .structural import bind_convert, bind_reshape, bind_rev, bind_transpose, ints, shape, ty
 
 # ---------------------------------------------------------------- dot_general
 
@@ -337,7 +337,7 @@ def _ragged_dot_jvp(primals, tangents, **params):
 
 def _ragged_dot_transpose(cts, x, y, gs, *, ragged_dot_dimension_numbers, **params):
     from ...core import JaxprError
-    from .structural import und
+    from ..ops import und
 
     _ragged_check(params)
     (ct,) = cts

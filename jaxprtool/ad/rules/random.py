@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ops
+from ..ops import ty
 from ..registry import defjvp2, defjvp_zero
-from .structural import ty
 
 for _p in (
     "random_bits",

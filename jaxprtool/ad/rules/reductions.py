@@ -18,18 +18,7 @@ from __future__ import annotations
 
 from ...core import JaxprError, ShapedArray
 from .. import ops
-from ..registry import (
-    defjvp,
-    defjvp2,
-    defjvp_zero,
-    deflinear2,
-    primitive_jvps,
-    primitive_transposes,
-    rebind_primal,
-)
-from ..zeros import Zero, instantiate, is_zero, tangent_type
-from .linalg import conv_vjp_lhs_padding
-from .structural import (
+from ..ops import (
     bind_broadcast,
     bind_concatenate,
     bind_convert,
@@ -41,12 +30,23 @@ from .structural import (
     bind_slice,
     bind_transpose,
     ints,
-    set_kind,
     shape,
     slice_in_dim,
     take_along,
     ty,
 )
+from ..registry import (
+    defjvp,
+    defjvp2,
+    defjvp_zero,
+    deflinear2,
+    primitive_jvps,
+    primitive_transposes,
+    rebind_primal,
+    set_kind,
+)
+from ..zeros import Zero, instantiate, is_zero, tangent_type
+from .linalg import conv_vjp_lhs_padding
 
 # ---------------------------------------------------------------- plain reductions
 
