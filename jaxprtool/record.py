@@ -55,6 +55,9 @@ class Primitive:
     #: `rule(eqn, style) -> [(key, value), ...]`: the parameters JAX prints, in order
     #: (JAX's `pp_eqn_rules`); None: every parameter, sorted by key
     print_params: Callable | None = None
+    #: `rule(eqn, p) -> Doc | None`: the equation in its own syntax (`y <- r[i]`), built with
+    #: the printer's handle `p` (`text/printer.py`, `_DocHandle`); None: the ordinary form
+    print_eqn: Callable | None = None
     #: `rule(prim, params, eqn, style) -> (prim, params)`: the parameters an older JAX
     #: version printed for an equation the tool emitted in 0.12's form
     restyle: Callable | None = None
@@ -64,6 +67,8 @@ class Primitive:
     impl: Callable | None = None
     #: `rule(interpreter, eqn, invals, path) -> list`: the back end's own evaluation (no bind)
     evaluate: Callable | None = None
+    #: why the back end cannot run it, completing "'NAME' ..." ("is a multi-device primitive")
+    refusal: str | None = None
     #: operands from this position on are indices (dynamic_slice: 1), for untyped literals
     index_operands: int | None = None
     #: an untyped operand literal with no typed sibling has the result's dtype (reshape)

@@ -41,30 +41,10 @@ KERNELS = {
 MULTI_DEVICE = {
     "shard_map",
     "xla_pmap",
-    "psum",
-    "pmax",
-    "pmin",
-    "ppermute",
-    "pshuffle",
-    "all_gather",
-    "all_gather_invariant",
-    "all_to_all",
-    "ragged_all_to_all",
-    "reduce_scatter",
-    "psum_scatter",
-    "axis_index",
-    "psum_invariant",
-    "pvary",
-    "pbroadcast",
-    "pcast",
-    "unreduced_pmax",
-    "unreduced_pmin",
 }
 HI_PRIMS = {"call_hi_primitive", "call_hi_primitive_linearized"}
 #: primitives that hold a Python function the text cannot carry
 PY_FUNCS = {"custom_lin"}
-#: identities on one device
-IDENTITIES = {"sharding_constraint", "reshard", "mesh_cast", "device_put", "name"}
 CALLS = {
     "jit": "jaxpr",
     "pjit": "jaxpr",
@@ -97,6 +77,9 @@ def refusal(eqn: Eqn) -> str | None:
         return f"'{name}' is a custom kernel the back end cannot run (supply it with a plugin: backend.IMPLS['{name}'])"
     if name in MULTI_DEVICE:
         return f"'{name}' is a multi-device primitive; running on several devices is not supported (supply it with a plugin: backend.IMPLS['{name}'])"
+    why = record_of(name).refusal
+    if why is not None:
+        return f"'{name}' {why} (supply it with a plugin: backend.IMPLS['{name}'])"
     if name in HI_PRIMS or name[:1].isupper():
         hi = eqn.params.get("_prim", name)
         return f"'{hi}' is a high-level primitive with no lowering in the text (supply it with a plugin: backend.IMPLS['{hi}'])"
@@ -225,8 +208,6 @@ class Interpreter:
         why = refusal(eqn)
         if why:
             raise JaxprError(f"cannot run {why}", eqn.loc)
-        if name in IDENTITIES:
-            return list(invals)
         rule = record_of(name).evaluate
         if rule is not None:
             return rule(self, eqn, invals, path)
@@ -460,35 +441,6 @@ class Interpreter:
 
     # ------------------------------------------------------------ state (refs as boxes)
 
-    def p_new_ref(self, eqn, invals, path):
-        return [Box(invals[0])]
-
-    def p_freeze(self, eqn, invals, path):
-        return [_box(invals[0], eqn).value]
-
-    def p_get(self, eqn, invals, path):
-        box = _box(invals[0], eqn)
-        idx = _indexer(eqn, invals[1:], box.value.shape)
-        return [box.value if idx is None else box.value[idx]]
-
-    def p_swap(self, eqn, invals, path):
-        import jax.numpy as jnp
-
-        box, val = _box(invals[0], eqn), invals[1]
-        idx = _indexer(eqn, invals[2:], box.value.shape)
-        old = box.value if idx is None else box.value[idx]
-        if idx is None:
-            box.value = jnp.asarray(val, dtype=box.value.dtype) + jnp.zeros_like(box.value)
-        else:
-            box.value = box.value.at[idx].set(val)
-        return [old] if eqn.outputs else []
-
-    def p_addupdate(self, eqn, invals, path):
-        box, val = _box(invals[0], eqn), invals[1]
-        idx = _indexer(eqn, invals[2:], box.value.shape)
-        box.value = box.value + val if idx is None else box.value.at[idx].add(val)
-        return []
-
     def p_run_state(self, eqn, invals, path):
         import jax.numpy as jnp
 
@@ -603,47 +555,6 @@ class Box:
 
     def __init__(self, value):
         self.value = value
-
-
-def _box(x, eqn) -> Box:
-    if not isinstance(x, Box):
-        raise JaxprError(
-            f"'{eqn.prim}' expects a reference (Ref{{...}}) as its first operand", eqn.loc
-        )
-    return x
-
-
-def _indexer(eqn, idx_inputs, shape):
-    """A numpy-style index from a printed ref indexer `[$0,:]`, `[...]`, `[:,1]`, `[$0,1:]`."""
-    ix = eqn.params.get("indexer")
-    if ix is None:
-        return None if not idx_inputs else tuple(idx_inputs)
-    text = str(ix).strip()
-    if text.startswith("[") and text.endswith("]"):
-        text = text[1:-1]
-    out = []
-    for part in _split_top(text):
-        part = part.strip()
-        if part == "...":
-            out.append(Ellipsis)
-        elif part.startswith("$"):
-            import jax.numpy as jnp
-
-            # dynamic indices clamp into range, as JAX's discharge (dynamic_slice) does
-            dim = shape[len(out)] if Ellipsis not in out and len(out) < len(shape) else None
-            x = idx_inputs[int(part[1:])]
-            out.append(jnp.clip(x, 0, dim - 1) if dim else x)
-        elif ":" in part:
-            bits = part.split(":")
-            nums = [int(b) if b.strip() else None for b in bits]
-            out.append(slice(*nums))
-        elif part.lstrip("-").isdigit():
-            out.append(int(part))
-        elif part:
-            raise JaxprError(f"'{eqn.prim}': cannot read the indexer '{ix}'", eqn.loc)
-    if out == [Ellipsis]:
-        return None
-    return tuple(out)
 
 
 def _leaves(v) -> int:

@@ -174,16 +174,12 @@ DEFAULTS = {
     "eigh": {"algorithm": None, "subset_by_index": None, "sort_eigenvalues": True},
     "svd": {"algorithm": None, "subset_by_index": None},
 }
-#: params of older JAX versions that the installed one no longer takes
-DROPPED = {"platform_index": ("has_default",)}
 
 
 def bind_params(eqn: Eqn, dims: dict[str, int] | None = None) -> dict[str, Any]:
     """The params to bind the installed JAX's primitive with, for an ordinary equation."""
     name = eqn.prim
     p = {**DEFAULTS.get(name, {}), **eqn.params}
-    for k in DROPPED.get(name, ()):
-        p.pop(k, None)
     rule = PARAM_RULES.get(name) or record_of(name).bind_params
     out: dict[str, Any] = {}
     special = {}

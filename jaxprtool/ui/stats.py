@@ -37,9 +37,8 @@ from ..record import prim as record_of
 
 MOVEMENT = {
     "copy", "copy_p",
-    "device_put", "sharding_constraint", "reshard",
-    "optimization_barrier", "stop_gradient", "bitcast_convert_type", "zeros_like",
-    "squeeze_p", "all_gather", "all_to_all", "psum", "ppermute",
+    "optimization_barrier", "stop_gradient", "bitcast_convert_type",
+    "squeeze_p",
 }  # fmt: skip
 REDUCTIONS_PREFIX = ("reduce_", "cum", "arg", "sort", "top_k", "approx_top_k")
 CONTROL = {"scan", "while", "cond"}

@@ -511,71 +511,11 @@ primitive_jvps["stop_gradient"] = _stop_gradient_jvp
 rule_kind["stop_gradient"] = "defjvp_zero"
 
 
-# ---------------------------------------------------------------- identity-like (placement, sharding)
-
-
-def _identity_like(name):
-    def jvp(primals, tangents, /, **params):
-        outs = rebind_primal(name, primals, params)
-        nz = [t for t in tangents if not is_zero(t)]
-        if not nz:
-            return outs, [Zero(tangent_type(o.type)) for o in outs]
-        if len(primals) == 1:
-            touts = current().bind(
-                name, [tangents[0]], params, [tangent_type(o.type) for o in outs]
-            )
-            return outs, touts
-        # several operands (device_put): the tangents pass through unchanged
-        return outs, list(tangents)
-
-    def transpose(cts, /, *args, **params):
-        return [c if is_undefined_primal(a) else None for c, a in zip(cts, args)]
-
-    primitive_jvps[name] = jvp
-    primitive_transposes[name] = transpose
-    rule_kind[name] = "deflinear"
-
-
-for _n in (
-    "device_put",
-    "reshard",
-    "sharding_constraint",
-    "mesh_cast",
-    "pvary",
-    "pbroadcast",
-    "multiple_of",
-    "max_contiguous",
-    "layout_constraint",
-    "with_memory_space_constraint",
-    "pin",
-    "unpin",
-    "remove_memory_space",
-):
-    _identity_like(_n)
-
 defjvp2("reciprocal", lambda g, ans, x, **p: mul(g, neg(square(ans))))
 primitive_jvps["add_jaxvals"] = _add_any_jvp
 primitive_transposes["add_jaxvals"] = _add_transpose
 rule_kind["add_jaxvals"] = "deflinear"
-for _n in (
-    "zeros_like",
-    "platform_index",
-    "axis_index",
-    "iota_2x32_shape",
-    "program_id",
-    "num_programs",
-):
-    defjvp_zero(_n)
-
-
-def _tie_jvp(primals, tangents, /, **params):
-    outs = rebind_primal("tie", primals, params)
-    return outs, [tangents[-1]]
-
-
-primitive_jvps["tie"] = _tie_jvp
-primitive_transposes["tie"] = lambda cts, x, y, /, **params: [None, cts[0]]
-rule_kind["tie"] = "jvp+linearization"
+defjvp_zero("iota_2x32_shape")
 
 
 # ---------------------------------------------------------------- special functions (JAX's special.py)
