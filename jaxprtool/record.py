@@ -55,6 +55,9 @@ class Primitive:
     #: `rule(eqn, style) -> [(key, value), ...]`: the parameters JAX prints, in order
     #: (JAX's `pp_eqn_rules`); None: every parameter, sorted by key
     print_params: Callable | None = None
+    #: `rule(eqn, p) -> Doc | None`: the equation in its own syntax (`y <- r[i]`), built with
+    #: the printer's handle `p` (`text/printer.py`, `_DocHandle`); None: the ordinary form
+    print_eqn: Callable | None = None
     #: `rule(prim, params, eqn, style) -> (prim, params)`: the parameters an older JAX
     #: version printed for an equation the tool emitted in 0.12's form
     restyle: Callable | None = None
@@ -69,6 +72,12 @@ class Primitive:
     literal_type: Callable | None = None
     #: `impl(*values, **params)`: a plugin implementation (evaluated eagerly by `run`)
     impl: Callable | None = None
+    #: why the back end cannot run it, completing "'NAME' ..." ("is a multi-device primitive")
+    refusal: str | None = None
+    #: operands from this position on are indices (dynamic_slice: 1), for untyped literals
+    index_operands: int | None = None
+    #: an untyped operand literal with no typed sibling has the result's dtype (reshape)
+    literal_like_result: bool = False
     #: `rule(eqn, live_outputs) -> (eqn | None, live_inputs)`: DCE of the equation's insides
     dce: Callable | None = None
     #: `rule(eqn, values) -> value | None`: constant folding of literal operands

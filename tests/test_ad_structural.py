@@ -18,10 +18,11 @@ jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
 
-import jaxprtool.ad.rules.structural  # noqa: E402,F401
-import jaxprtool.families.linalg  # noqa: E402,F401  (registered by the families' loader too)
+import jaxprtool.families.indexing  # noqa: E402,F401  (registered by the families' loader too)
+import jaxprtool.families.linalg  # noqa: E402,F401
 import jaxprtool.families.random  # noqa: E402,F401
 import jaxprtool.families.reductions  # noqa: E402,F401
+import jaxprtool.families.shape  # noqa: E402,F401
 from jaxprtool.text.parser import parse  # noqa: E402
 
 ATOL = RTOL = 2e-3

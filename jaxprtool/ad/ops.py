@@ -10,9 +10,11 @@ import builtins
 
 import numpy as np
 
-from ..core import Atom, Literal, ShapedArray, Type, Var, long_dtype_name
+from ..core import Atom, Literal, ShapedArray, Type, Var, long_dtype_name, np_dtype
+from ..params import EnumValue, Record
 from ..record import prim as record_of
 from .builder import current
+from .zeros import Zero, is_undefined_primal, tangent_type
 
 
 def typeof(x) -> Type:
@@ -294,6 +296,209 @@ def maybe_broadcast(shape, x):
     if tuple(x.type.shape) == tuple(shape):
         return x
     return broadcast_to(x, shape)
+
+
+# ---------------------------------------------------------------- helpers of the rule modules
+
+
+def ty(x) -> ShapedArray:
+    """The type of an atom, an UndefinedPrimal or a Zero."""
+    t = getattr(x, "type", None)
+    if t is None:
+        t = getattr(x, "aval", None)
+    return t
+
+
+def shape(x) -> tuple[int, ...]:
+    return tuple(ty(x).shape)
+
+
+def ints(v) -> tuple[int, ...]:
+    return tuple(int(i) for i in v)
+
+
+def sdims(v) -> tuple:
+    """A shape-like tuple: ints stay ints, symbolic / sharded dims (`'b'`, `'8@x'`) stay strings."""
+    return tuple(d if isinstance(d, str) else int(d) for d in v)
+
+
+def und(x) -> bool:
+    return is_undefined_primal(x)
+
+
+def zero_cts(args) -> list:
+    """The all-Zero answer of a transpose rule: Zero for undefined args, None for the others."""
+    return [Zero(tangent_type(ty(a))) if und(a) else None for a in args]
+
+
+# ---------------------------------------------------------------- emitters that skip no-ops
+# (parameters as JAX's own rules bind them: `shape=`/`sharding=` spelled out)
+
+
+def bind_slice(x, start, limit, strides=None):
+    start, limit = sdims(start), sdims(limit)
+    if strides is not None:
+        strides = ints(strides)
+        if all(s == 1 for s in strides):
+            strides = None
+    if start == (0,) * len(start) and limit == shape(x) and strides is None:
+        return x
+    return bind("slice", x, start_indices=start, limit_indices=limit, strides=strides)
+
+
+def slice_in_dim(x, start, limit, stride=1, axis=0):
+    shp = shape(x)
+    s = [0] * len(shp)
+    lim = list(shp)
+    st = [1] * len(shp)
+    s[axis], lim[axis], st[axis] = start, limit, stride
+    return bind_slice(x, s, lim, st)
+
+
+def bind_pad(x, value, config):
+    config = tuple((int(lo), int(hi), int(i)) for lo, hi, i in config)
+    if all(c == (0, 0, 0) for c in config):
+        return x
+    return bind("pad", x, value, padding_config=config)
+
+
+def bind_reshape(x, new_shape):
+    new_shape = sdims(new_shape)
+    if new_shape == shape(x):
+        return x
+    return bind("reshape", x, new_sizes=new_shape, dimensions=None, sharding=None)
+
+
+def bind_transpose(x, perm):
+    perm = ints(perm)
+    if perm == tuple(range(len(perm))):
+        return x
+    return bind("transpose", x, permutation=perm)
+
+
+def bind_broadcast(x, new_shape, dims):
+    new_shape, dims = sdims(new_shape), ints(dims)
+    if new_shape == shape(x) and dims == tuple(range(len(new_shape))):
+        return x
+    return bind("broadcast_in_dim", x, shape=new_shape, broadcast_dimensions=dims, sharding=None)
+
+
+def bind_reduce_sum(x, axes):
+    axes = tuple(sorted(ints(axes)))
+    if not axes:
+        return x
+    return bind("reduce_sum", x, axes=axes, out_sharding=None)
+
+
+def bind_concatenate(xs, dimension):
+    if len(xs) == 1:
+        return xs[0]
+    return bind("concatenate", *xs, dimension=int(dimension))
+
+
+def bind_rev(x, dims):
+    dims = ints(dims)
+    if not dims:
+        return x
+    return bind("rev", x, dimensions=dims)
+
+
+def bind_convert(x, dtype: str):
+    if ty(x).dtype == dtype:
+        return x
+    return convert_element_type(x, dtype)
+
+
+def bind_iota(dtype: str, shp, dimension: int):
+    return bind(
+        "iota", dtype=np_dtype(dtype), shape=sdims(shp), dimension=int(dimension), sharding=None
+    )
+
+
+# ---------------------------------------------------------------- gather (also used by sort's JVP)
+
+
+def gather_dnums(
+    offset_dims,
+    collapsed_slice_dims,
+    start_index_map,
+    operand_batching_dims=(),
+    start_indices_batching_dims=(),
+) -> Record:
+    return Record(
+        "GatherDimensionNumbers",
+        (
+            ("offset_dims", ints(offset_dims)),
+            ("collapsed_slice_dims", ints(collapsed_slice_dims)),
+            ("start_index_map", ints(start_index_map)),
+            ("operand_batching_dims", ints(operand_batching_dims)),
+            ("start_indices_batching_dims", ints(start_indices_batching_dims)),
+        ),
+    )
+
+
+def mode_enum(member: str) -> EnumValue:
+    return EnumValue("GatherScatterMode", member)
+
+
+def mode_name(mode) -> str:
+    if mode is None:
+        return "FILL_OR_DROP"
+    if isinstance(mode, EnumValue):
+        return mode.member
+    if isinstance(mode, int):
+        return {0: "CLIP", 1: "FILL_OR_DROP", 2: "PROMISE_IN_BOUNDS", 3: "ONE_HOT"}.get(
+            mode, "FILL_OR_DROP"
+        )
+    return str(mode).rsplit(".", 1)[-1]
+
+
+def gather_fill_value(mode, fill_value, dtype: str):
+    """The fill_value JAX's `lax.gather` binds: only FILL_OR_DROP has one (default by dtype)."""
+    if mode_name(mode) != "FILL_OR_DROP":
+        return None
+    if fill_value is not None:
+        return fill_value
+    if dtype.startswith(("f", "bf", "c")):
+        return float("nan")
+    if dtype == "bool":
+        return True
+    info = np.iinfo(np_dtype(dtype))
+    return int(info.min) if dtype.startswith("i") else int(info.max)
+
+
+def bind_gather(
+    operand,
+    indices,
+    dnums,
+    slice_sizes,
+    *,
+    mode=None,
+    fill_value=None,
+    indices_are_sorted=False,
+    unique_indices=False,
+):
+    mode = mode if mode is not None else mode_enum("PROMISE_IN_BOUNDS")
+    return bind(
+        "gather",
+        operand,
+        indices,
+        dimension_numbers=dnums,
+        fill_value=gather_fill_value(mode, fill_value, ty(operand).dtype),
+        indices_are_sorted=indices_are_sorted,
+        mode=mode,
+        slice_sizes=sdims(slice_sizes),
+        unique_indices=unique_indices,
+    )
+
+
+def take_along(x, idx, axis):
+    """`x` gathered along `axis` at `idx` (same shape as the result), all other dims batched."""
+    rank = len(shape(idx))
+    others = tuple(i for i in range(rank) if i != axis)
+    idx2 = bind_reshape(idx, shape(idx) + (1,))
+    dnums = gather_dnums((), (axis,), (axis,), others, others)
+    return bind_gather(x, idx2, dnums, (1,) * rank)
 
 
 __all__ = [n for n in dir() if not n.startswith("_") and n not in ("np", "annotations")]

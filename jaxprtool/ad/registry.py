@@ -282,3 +282,37 @@ def defjvp_zero(name: str):
 
     primitive_jvps[name] = rule
     rule_kind[name] = "defjvp_zero"
+
+
+def defidentity(name: str):
+    """An identity on values (placement, sharding, compiler hints): the JVP binds `name` on the
+    tangent (passes the tangents through when it has several operands), the transpose passes
+    the cotangents back."""
+
+    def jvp(primals, tangents, /, **params):
+        outs = rebind_primal(name, primals, params)
+        nz = [t for t in tangents if not is_zero(t)]
+        if not nz:
+            return outs, [Zero(tangent_type(o.type)) for o in outs]
+        if len(primals) == 1:
+            touts = current().bind(
+                name, [tangents[0]], params, [tangent_type(o.type) for o in outs]
+            )
+            return outs, touts
+        # several operands (device_put): the tangents pass through unchanged
+        return outs, list(tangents)
+
+    def transpose(cts, /, *args, **params):
+        return [c if is_undefined_primal(a) else None for c, a in zip(cts, args)]
+
+    primitive_jvps[name] = jvp
+    primitive_transposes[name] = transpose
+    rule_kind[name] = "deflinear"
+
+
+#: the `rule_kind` of a hand-written JVP rule (it is also the primitive's linearization)
+LOW_LEVEL = "jvp+linearization"
+
+
+def set_kind(name: str, kind: str = LOW_LEVEL) -> None:
+    rule_kind[name] = kind

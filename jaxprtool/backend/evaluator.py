@@ -41,30 +41,10 @@ KERNELS = {
 MULTI_DEVICE = {
     "shard_map",
     "xla_pmap",
-    "psum",
-    "pmax",
-    "pmin",
-    "ppermute",
-    "pshuffle",
-    "all_gather",
-    "all_gather_invariant",
-    "all_to_all",
-    "ragged_all_to_all",
-    "reduce_scatter",
-    "psum_scatter",
-    "axis_index",
-    "psum_invariant",
-    "pvary",
-    "pbroadcast",
-    "pcast",
-    "unreduced_pmax",
-    "unreduced_pmin",
 }
 HI_PRIMS = {"call_hi_primitive", "call_hi_primitive_linearized"}
 #: primitives that hold a Python function the text cannot carry
 PY_FUNCS = {"custom_lin"}
-#: identities on one device
-IDENTITIES = {"sharding_constraint", "reshard", "mesh_cast", "device_put", "name"}
 CALLS = {
     "jit": "jaxpr",
     "pjit": "jaxpr",
@@ -97,6 +77,9 @@ def refusal(eqn: Eqn) -> str | None:
         return f"'{name}' is a custom kernel the back end cannot run (supply it with a plugin: backend.IMPLS['{name}'])"
     if name in MULTI_DEVICE:
         return f"'{name}' is a multi-device primitive; running on several devices is not supported (supply it with a plugin: backend.IMPLS['{name}'])"
+    why = record_of(name).refusal
+    if why is not None:
+        return f"'{name}' {why} (supply it with a plugin: backend.IMPLS['{name}'])"
     if name in HI_PRIMS or name[:1].isupper():
         hi = eqn.params.get("_prim", name)
         return f"'{hi}' is a high-level primitive with no lowering in the text (supply it with a plugin: backend.IMPLS['{hi}'])"
@@ -225,13 +208,11 @@ class Interpreter:
         why = refusal(eqn)
         if why:
             raise JaxprError(f"cannot run {why}", eqn.loc)
-        if name in IDENTITIES:
-            return list(invals)
+        rule = record_of(name).evaluate
+        if rule is not None:
+            return rule(self, eqn, invals, path)
         if name in CALLS:
             return self.call(eqn, invals, path)
-        evaluate = record_of(name).evaluate
-        if evaluate is not None:
-            return evaluate(self, eqn, invals, path)
         handler = getattr(self, "p_" + name.replace("-", "_"), None)
         if handler is not None:
             return handler(eqn, invals, path)
@@ -412,74 +393,7 @@ class Interpreter:
         b = invals[sum(counts) :]
         return self.fn(get(jaxprs, "solve"), eqn, path, "custom_linear_solve")(*solve_consts, *b)
 
-    def _scatter(self, fn_name, eqn, invals):
-        import jax
-
-        p = eqn.params
-        operand, indices, updates = invals
-        dn = prims.to_jax(p["dimension_numbers"])
-        mode = prims.to_jax(p.get("mode"))
-        fn = getattr(jax.lax, fn_name)
-        return [
-            fn(
-                operand,
-                indices,
-                updates,
-                dn,
-                indices_are_sorted=bool(p.get("indices_are_sorted", False)),
-                unique_indices=bool(p.get("unique_indices", False)),
-                mode=mode,
-            )
-        ]
-
-    def p_scatter(self, eqn, invals, path):
-        return self._scatter("scatter", eqn, invals)
-
-    def p_scatter_add(self, eqn, invals, path):
-        return self._scatter("scatter_add", eqn, invals)
-
-    def p_scatter_mul(self, eqn, invals, path):
-        return self._scatter("scatter_mul", eqn, invals)
-
-    def p_scatter_min(self, eqn, invals, path):
-        return self._scatter("scatter_min", eqn, invals)
-
-    def p_scatter_max(self, eqn, invals, path):
-        return self._scatter("scatter_max", eqn, invals)
-
-    def p_scatter_sub(self, eqn, invals, path):
-        return self._scatter("scatter_sub", eqn, invals)
-
     # ------------------------------------------------------------ state (refs as boxes)
-
-    def p_new_ref(self, eqn, invals, path):
-        return [Box(invals[0])]
-
-    def p_freeze(self, eqn, invals, path):
-        return [_box(invals[0], eqn).value]
-
-    def p_get(self, eqn, invals, path):
-        box = _box(invals[0], eqn)
-        idx = _indexer(eqn, invals[1:], box.value.shape)
-        return [box.value if idx is None else box.value[idx]]
-
-    def p_swap(self, eqn, invals, path):
-        import jax.numpy as jnp
-
-        box, val = _box(invals[0], eqn), invals[1]
-        idx = _indexer(eqn, invals[2:], box.value.shape)
-        old = box.value if idx is None else box.value[idx]
-        if idx is None:
-            box.value = jnp.asarray(val, dtype=box.value.dtype) + jnp.zeros_like(box.value)
-        else:
-            box.value = box.value.at[idx].set(val)
-        return [old] if eqn.outputs else []
-
-    def p_addupdate(self, eqn, invals, path):
-        box, val = _box(invals[0], eqn), invals[1]
-        idx = _indexer(eqn, invals[2:], box.value.shape)
-        box.value = box.value + val if idx is None else box.value.at[idx].add(val)
-        return []
 
     def p_run_state(self, eqn, invals, path):
         import jax.numpy as jnp
@@ -502,16 +416,6 @@ class Interpreter:
         return list(jax.lax.optimization_barrier(tuple(invals)))
 
 
-#: primitive -> first operand position that holds an index (not a value)
-_INDEX_FROM = {
-    "dynamic_slice": 1,
-    "dynamic_update_slice": 2,
-    "gather": 1,
-    "scatter": 1,
-    "scatter-add": 1,
-}
-
-
 def untyped_literal_type(eqn: Eqn, pos: int, lit: Literal) -> ShapedArray:
     """A type for a literal printed without one (JAX 0.4.35): from the equation's operands."""
     v = lit.value
@@ -520,7 +424,8 @@ def untyped_literal_type(eqn: Eqn, pos: int, lit: Literal) -> ShapedArray:
     inner = _body_binder_type(eqn, pos)
     if inner is not None:
         return ShapedArray((), inner.dtype)
-    first_index = _INDEX_FROM.get(eqn.prim)
+    rec = record_of(eqn.prim)
+    first_index = rec.index_operands
     if first_index is not None and pos >= first_index:
         idx = [
             a.type
@@ -541,7 +446,7 @@ def untyped_literal_type(eqn: Eqn, pos: int, lit: Literal) -> ShapedArray:
     ]
     if sibs:
         return ShapedArray((), sibs[0].dtype)
-    if eqn.prim in ("broadcast_in_dim", "reshape") and eqn.outputs:
+    if rec.literal_like_result and eqn.outputs:
         t = eqn.outputs[0].type
         if isinstance(t, ShapedArray):
             return ShapedArray((), t.dtype)
@@ -588,47 +493,6 @@ class Box:
 
     def __init__(self, value):
         self.value = value
-
-
-def _box(x, eqn) -> Box:
-    if not isinstance(x, Box):
-        raise JaxprError(
-            f"'{eqn.prim}' expects a reference (Ref{{...}}) as its first operand", eqn.loc
-        )
-    return x
-
-
-def _indexer(eqn, idx_inputs, shape):
-    """A numpy-style index from a printed ref indexer `[$0,:]`, `[...]`, `[:,1]`, `[$0,1:]`."""
-    ix = eqn.params.get("indexer")
-    if ix is None:
-        return None if not idx_inputs else tuple(idx_inputs)
-    text = str(ix).strip()
-    if text.startswith("[") and text.endswith("]"):
-        text = text[1:-1]
-    out = []
-    for part in _split_top(text):
-        part = part.strip()
-        if part == "...":
-            out.append(Ellipsis)
-        elif part.startswith("$"):
-            import jax.numpy as jnp
-
-            # dynamic indices clamp into range, as JAX's discharge (dynamic_slice) does
-            dim = shape[len(out)] if Ellipsis not in out and len(out) < len(shape) else None
-            x = idx_inputs[int(part[1:])]
-            out.append(jnp.clip(x, 0, dim - 1) if dim else x)
-        elif ":" in part:
-            bits = part.split(":")
-            nums = [int(b) if b.strip() else None for b in bits]
-            out.append(slice(*nums))
-        elif part.lstrip("-").isdigit():
-            out.append(int(part))
-        elif part:
-            raise JaxprError(f"'{eqn.prim}': cannot read the indexer '{ix}'", eqn.loc)
-    if out == [Ellipsis]:
-        return None
-    return tuple(out)
 
 
 def _leaves(v) -> int:

@@ -1,8 +1,10 @@
 """The installed JAX's primitives by name, and the conversion of IR params into bind params.
 
-One table (`PARAM_RULES`) per primitive turns the typed parameter values of the IR
-(params.py) into what the installed JAX's `Primitive.bind` expects, and supplies the
-parameters that the printed text elides (they follow from the equation's types).
+`bind_params` turns the typed parameter values of the IR (params.py) into what the installed
+JAX's `Primitive.bind` expects: `to_jax` for every value, and the primitive's own
+`bind_params` rule (its record, in its family module) for the parameters that need more
+(the ones the printed text elides follow from the equation's types).  `dtype_param`,
+`accuracy_param` and `to_jax` are the converters those rules use.
 """
 
 from __future__ import annotations
@@ -168,17 +170,11 @@ def accuracy_param(v):
         return None  # a Tolerance object prints as an address: the default accuracy is used
 
 
-#: params of older JAX versions that the installed one no longer takes
-DROPPED = {"platform_index": ("has_default",)}
-
-
 def bind_params(eqn: Eqn, dims: dict[str, int] | None = None) -> dict[str, Any]:
     """The params to bind the installed JAX's primitive with, for an ordinary equation."""
     name = eqn.prim
     p = dict(eqn.params)
-    for k in DROPPED.get(name, ()):
-        p.pop(k, None)
-    rule = PARAM_RULES.get(name) or record_of(name).bind_params
+    rule = record_of(name).bind_params
     out: dict[str, Any] = {}
     special = {}
     if rule is not None:
@@ -201,40 +197,3 @@ def bind_params(eqn: Eqn, dims: dict[str, int] | None = None) -> dict[str, Any]:
             ) from None
     out.update(special)
     return out
-
-
-def _broadcast_in_dim(eqn, p, dims):
-    return {
-        "shape": _shape(_out_type(eqn), dims),
-        "broadcast_dimensions": to_jax(p.get("broadcast_dimensions", ())),
-        "sharding": None,
-    }
-
-
-def _iota(eqn, p, dims):
-    return {
-        "dtype": dtype_param(p.get("dtype", _out_type(eqn).np_dtype)),
-        "shape": _shape(_out_type(eqn), dims),
-        "dimension": int(p.get("dimension", 0)),
-        "sharding": None,
-    }
-
-
-def _reshape(eqn, p, dims):
-    return {
-        "new_sizes": _shape(_out_type(eqn), dims),
-        "dimensions": to_jax(p.get("dimensions")),
-        "sharding": None,
-    }
-
-
-def _split(eqn, p, dims):
-    return {"sizes": tuple(int(x) for x in p["sizes"]), "axis": int(p["axis"])}
-
-
-PARAM_RULES = {
-    "broadcast_in_dim": _broadcast_in_dim,
-    "iota": _iota,
-    "reshape": _reshape,
-    "split": _split,
-}

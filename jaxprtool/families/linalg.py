@@ -13,8 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ad import ops
-from ..ad.registry import defbilinear, primitive_jvps, primitive_transposes, rule_kind
-from ..ad.rules.structural import (
+from ..ad.ops import (
     bind_convert,
     bind_reshape,
     bind_rev,
@@ -23,6 +22,7 @@ from ..ad.rules.structural import (
     shape,
     ty,
 )
+from ..ad.registry import defbilinear, primitive_jvps, primitive_transposes, rule_kind
 from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import ShapedArray, short_dtype_name
 from ..params import EnumValue, Record, as_int_tuple
@@ -305,7 +305,7 @@ def _ragged_dot_jvp(primals, tangents, **params):
 
 
 def _ragged_dot_transpose(cts, x, y, gs, *, ragged_dot_dimension_numbers, **params):
-    from ..ad.rules.structural import und
+    from ..ad.ops import und
     from ..core import JaxprError
 
     _ragged_check(params)

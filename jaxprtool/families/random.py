@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..ad import ops
+from ..ad.ops import ty
 from ..ad.registry import defjvp2, defjvp_zero
-from ..ad.rules.structural import ty
 from ..core import JaxprError, ShapedArray
 from ..params import EnumValue
 from ..primitives import ShapeError, shape_rule

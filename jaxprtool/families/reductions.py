@@ -21,16 +21,7 @@ Each reduction costs one FLOP per operand element (`flops`).
 from __future__ import annotations
 
 from ..ad import ops
-from ..ad.registry import (
-    defjvp,
-    defjvp2,
-    defjvp_zero,
-    deflinear2,
-    primitive_jvps,
-    primitive_transposes,
-    rebind_primal,
-)
-from ..ad.rules.structural import (
+from ..ad.ops import (
     bind_broadcast,
     bind_concatenate,
     bind_convert,
@@ -42,11 +33,20 @@ from ..ad.rules.structural import (
     bind_slice,
     bind_transpose,
     ints,
-    set_kind,
     shape,
     slice_in_dim,
     take_along,
     ty,
+)
+from ..ad.registry import (
+    defjvp,
+    defjvp2,
+    defjvp_zero,
+    deflinear2,
+    primitive_jvps,
+    primitive_transposes,
+    rebind_primal,
+    set_kind,
 )
 from ..ad.zeros import Zero, instantiate, is_zero, tangent_type
 from ..core import Jaxpr, JaxprError, ShapedArray

@@ -57,7 +57,6 @@ _NAME_FIRST = frozenset({"jit", "pjit", "custom_jvp_call", "custom_vjp_call"})
 #: namedtuple parameter classes: JAX's shared-jaxpr walk looks inside them (they are tuples)
 _NAMEDTUPLES = frozenset({"_LinearSolveTuple"})
 _ADDR = re.compile(r" at 0x([0-9a-fA-F]+)")
-_STATE_PRIMS = frozenset({"get", "swap", "addupdate"})
 
 
 def encode_name(n: int) -> str:
@@ -171,6 +170,8 @@ class _Printer:
             0,
             5,
         )  # keeps objects alive while their ids are used as keys
+        self.naming_handle = _NamingHandle(self)
+        self.doc_handle = _DocHandle(self)
 
     # ------------------------------------------------------------ naming
     def fresh(self) -> str:
@@ -356,21 +357,8 @@ class _Printer:
 
     def _name_eqn(self, e: core.Eqn) -> None:
         prim = e.prim
-        if prim in _STATE_PRIMS and _state_form(e) is not None:
-            ref, idx, val = _state_form(e)
-            if prim == "get":
-                self._name_binders(e.outputs)
-                self._name_uses([ref, *idx])
-            elif prim == "swap":
-                y = e.outputs[0]
-                if self.names.get(id(y)) == "_":
-                    self._name_uses([ref, *idx, val])
-                else:
-                    self._name_uses([ref, *idx])
-                    self._name_binders([y])
-                    self._name_uses([val])
-            else:
-                self._name_uses([ref, *idx, val])
+        own = record_of(prim).print_eqn
+        if own is not None and own(e, self.naming_handle) is not None:
             return
         if prim in _JIT and self.style.suggest_names:
             inner = e.params.get("jaxpr")
@@ -584,10 +572,11 @@ class _Printer:
 
     def _eqn(self, e: core.Eqn) -> pp.Doc:
         prim = e.prim
-        if prim in _STATE_PRIMS:
-            form = _state_form(e)
-            if form is not None:
-                return self._state_eqn(e, *form)
+        own = record_of(prim).print_eqn
+        if own is not None:
+            doc = own(e, self.doc_handle)
+            if doc is not None:
+                return doc
         name = prim
         if prim in _JIT:
             name = self.style.call_prim
@@ -620,60 +609,49 @@ class _Printer:
             c = self.pairs_cache[id(e)] = _params_to_print(e, self.style)
         return c
 
-    # ------------------------------------------------------------ ref-state equations
-    def _index_atom(self, a) -> str:
-        return self.names[id(a)] if type(a) is Var else literal_text(a, typed=False)
 
-    def _ref(self, e: core.Eqn, ref, idx) -> pp.Doc:
-        tpl = format_value(e.params["indexer"])
-        if "$" in tpl:
-            # index literals print without their type (`b[0]`), as NDIndexer.pretty_print
-            tpl = _SLOT.sub(lambda m: self._index_atom(idx[int(m.group(1))]), tpl)
-        return pp.text(self.names[id(ref)] + tpl)
-
-    def _state_eqn(self, e: core.Eqn, ref, idx, val) -> pp.Doc:
-        if e.prim == "get":
-            return pp.concat([self._binders(e.outputs), pp.text(" <- "), self._ref(e, ref, idx)])
-        if e.prim == "swap":
-            y = e.outputs[0]
-            x_i = self._ref(e, ref, idx)
-            if self.names.get(id(y)) == "_":
-                return pp.concat([x_i, pp.text(" <- "), pp.text(self._atom(val))])
-            return pp.concat(
-                [
-                    self._binders([y]),
-                    pp.text(", "),
-                    x_i,
-                    pp.text(" <- "),
-                    x_i,
-                    pp.text(", "),
-                    pp.text(self._atom(val)),
-                ]
-            )
-        return pp.concat([self._ref(e, ref, idx), pp.text(" += "), pp.text(self._atom(val))])
+# ---------------------------------------------------------------- equations in their own syntax
 
 
-# ---------------------------------------------------------------- ref-state representation
+class _DocHandle:
+    """What a `print_eqn` rule (`jaxprtool.record`) builds its document with.  The naming pass
+    runs the rule too, with a `_NamingHandle`: the rule asks for binders and atoms in printing
+    order (and decides whether it prints the equation before asking for any)."""
+
+    __slots__ = ("pr",)
+
+    def __init__(self, pr: _Printer):
+        self.pr = pr
+
+    def dropped(self, v: Var) -> bool:
+        """The binder `v` prints as `_`."""
+        return self.pr.names.get(id(v)) == "_"
+
+    def binders(self, vs) -> pp.Doc:
+        """`a:f32[3] b:i32[]`."""
+        return self.pr._binders(vs)
+
+    def atom(self, a, typed: bool = True) -> str:
+        """The name of a use, or the text of a literal (`typed=False`: without its type)."""
+        if isinstance(a, Var):
+            return self.pr.names[id(a)]
+        return literal_text(a, typed and a.typed and self.pr.style.typed_literals)
 
 
-def _state_form(e: core.Eqn):
-    """(ref, index atoms, value) of a get/swap/addupdate equation, or None when it is not
-    in the parser's ref-state representation (then it prints as an ordinary equation)."""
-    idx = e.params.get("indexer")
-    if idx is None:
-        return None
-    if e.prim == "get":
-        if len(e.outputs) != 1 or not e.inputs:
-            return None
-        return e.inputs[0], e.inputs[1:], None
-    if len(e.inputs) < 2:
-        return None
-    if e.prim == "swap" and len(e.outputs) != 1:
-        return None
-    return e.inputs[0], e.inputs[2:], e.inputs[1]
+class _NamingHandle(_DocHandle):
+    """The same calls in the naming pass: they name the atoms, in the order they are asked."""
+
+    __slots__ = ()
+
+    def binders(self, vs) -> pp.Doc:
+        self.pr._name_binders(vs)
+        return pp.NIL
+
+    def atom(self, a, typed: bool = True) -> str:
+        self.pr._name_uses([a])
+        return ""
 
 
-_SLOT = re.compile(r"\$(\d+)")
 _NAMES: list[str] = []  # encode_name(i), grown on demand
 _CACHEABLE = frozenset({int, bool, str, np.dtype, EnumValue})
 _SPACE = pp.text(" ")

@@ -34,13 +34,7 @@ from collections import Counter
 from ..core import Eqn, Jaxpr, RefType, ShapedArray, Var, all_eqns, eqn_subjaxprs
 from ..record import prim
 
-MOVEMENT = {
-    "reshape", "broadcast_in_dim", "squeeze", "expand_dims", "transpose", "slice", "dynamic_slice",
-    "dynamic_update_slice", "gather", "concatenate", "pad", "rev", "iota",
-    "device_put", "sharding_constraint", "reshard", "split", "tile", "stack", "unstack",
-    "optimization_barrier", "broadcast_to", "zeros_like",
-    "squeeze_p", "all_gather", "all_to_all", "psum", "ppermute",
-}  # fmt: skip
+MOVEMENT = {"optimization_barrier", "squeeze_p"}  # moves data, computes nothing
 CONTROL = {"scan", "while", "cond"}
 
 
@@ -80,16 +74,14 @@ def eqn_flops(e: Eqn) -> int:
     """Flops of one equation, its own work only (bodies excluded): the record's `flops` rule,
     else one per result element."""
     p = e.prim
-    rule = prim(p).flops
-    if rule is not None:
-        return rule(e)
-    if eqn_has_body(e) or p in MOVEMENT:
+    if eqn_has_body(e):
         return 0
     rule = prim(p).flops
     if rule is not None:
         return rule(e)
-    outs = sum(_size(o.type) for o in e.outputs)
-    return outs
+    if p in MOVEMENT:
+        return 0
+    return sum(_size(o.type) for o in e.outputs)
 
 
 def eqn_has_body(e: Eqn) -> bool:

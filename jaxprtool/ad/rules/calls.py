@@ -20,7 +20,6 @@ from ..linearize import LINEAR_NAME, _split, linearize_masked
 from ..registry import (
     custom_jvps,
     custom_vjps,
-    deflinear2,
     fancy_transposes,
     primitive_jvps,
     primitive_transposes,
@@ -337,12 +336,6 @@ primitive_transposes["pure_callback"] = _refuse(
 primitive_jvps["io_callback"] = _refuse("IO callbacks do not support JVP.")
 primitive_transposes["io_callback"] = _refuse("IO callbacks do not support transpose.")
 
-
-def _name_transpose(ct, x, **params):
-    return [ct]
-
-
-deflinear2("name", _name_transpose)
 
 for _p in ("remat2", "checkpoint", "remat", "remat_call"):
     primitive_jvps[_p] = _remat_jvp(_p)

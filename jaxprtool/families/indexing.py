@@ -1,0 +1,750 @@
+"""The indexing family: primitives that read or write an array at computed indices.
+
+dynamic_slice, dynamic_update_slice, gather, the scatter family (scatter, scatter-add, -sub,
+-mul, -min, -max; also spelled with `_`), and the 0.12 jnp HiPrims that compute indices
+(SearchSorted, Nonzero).  Each block holds the shape rule, the JVP and transpose rules (JAX's
+`slicing.py` is the reference: gather and dynamic_slice transpose into an accumulator, a
+scatter-add / dynamic_update_slice of the cotangent), evaluation and FLOPs.  `bind_gather` and
+the gather dimension numbers live in `jaxprtool.ad.ops` (the sort JVP gathers too).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ad import ops
+from ..ad.ops import (
+    bind_broadcast,
+    bind_gather,
+    bind_iota,
+    bind_reshape,
+    gather_dnums,
+    gather_fill_value,
+    mode_enum,
+    ty,
+    und,
+    zero_cts,
+)
+from ..ad.registry import (
+    defjvp,
+    fancy_transposes,
+    primitive_jvps,
+    primitive_transposes,
+    rebind_primal,
+    set_kind,
+)
+from ..ad.zeros import Zero, instantiate, is_zero, tangent_type
+from ..core import Eqn, Jaxpr, JaxprError, ShapedArray, Var
+from ..params import Record
+from ..primitives import ShapeError, shape_rule
+from ..primitives.util import (
+    arr,
+    dim_param,
+    dtype_param,
+    field,
+    fill_sym_from_hint,
+    fmt_shape,
+    ints,
+    is_int_dtype,
+    min_args,
+    nargs,
+    need,
+    static_ints,
+)
+from ..record import define
+
+
+def _no_flops(e) -> int:
+    return 0  # data movement
+
+
+def zeros_of(t: ShapedArray):
+    return ops.zeros(ShapedArray(tuple(t.shape), t.dtype))
+
+
+# ---------------------------------------------------------------- dynamic_slice
+
+
+@shape_rule("dynamic_slice")
+def _dynamic_slice(in_types, params, out_hint):
+    min_args(in_types, 1, "dynamic_slice")
+    x = arr(in_types[0], "dynamic_slice", 0)
+    sizes = ints(need(params, "slice_sizes"))
+    idx = in_types[1:]
+    if len(sizes) != x.ndim:
+        raise ShapeError(
+            f"dynamic_slice: slice_sizes {fmt_shape(sizes)} must have one entry per axis of {x}"
+        )
+    if len(idx) < x.ndim:
+        raise ShapeError(f"dynamic_slice expects {x.ndim} start indices for {x}, got {len(idx)}")
+    for i, t in enumerate(idx[: x.ndim], 1):
+        t = arr(t, "dynamic_slice", i)
+        if t.ndim != 0 or not is_int_dtype(t.dtype):
+            raise ShapeError(
+                f"dynamic_slice: start indices must be integer scalars, got {t} at position {i}"
+            )
+    for d, s in zip(x.shape, sizes):
+        if isinstance(d, int) and isinstance(s, int) and (s > d or s < 0):
+            raise ShapeError(f"dynamic_slice: slice_sizes {fmt_shape(sizes)} do not fit in {x}")
+    return [fill_sym_from_hint(x.update(shape=sizes), out_hint)]
+
+
+def _dynamic_slice_jvp(primals, tangents, *, slice_sizes, **params):
+    x, *idx = primals
+    t = tangents[0]
+    (y,) = rebind_primal("dynamic_slice", primals, dict(params, slice_sizes=slice_sizes))
+    if is_zero(t):
+        return [y], [Zero(tangent_type(ty(y)))]
+    # the result type is the primal's: untyped index literals (old text) need no inference
+    return [y], [
+        ops.bind("dynamic_slice", t, *idx, slice_sizes=slice_sizes, _out_types=[ty(y)], **params)
+    ]
+
+
+def _dynamic_slice_transpose_fancy(cts, operand, *idx, accums, slice_sizes, **params):
+    (ct,) = cts
+    acc = accums[0]
+    if acc is None or is_zero(ct):
+        return None
+    zeros = zeros_of(ShapedArray(ops.shape(operand), ty(ct).dtype))
+    acc.add(ops.bind("dynamic_update_slice", zeros, ct, *idx, _out_types=[ty(zeros)]))
+    return None
+
+
+def _dynamic_slice_transpose(cts, operand, *idx, slice_sizes, **params):
+    (ct,) = cts
+    if is_zero(ct):
+        return zero_cts([operand, *idx])
+    zeros = zeros_of(ShapedArray(ops.shape(operand), ty(ct).dtype))
+    return [ops.bind("dynamic_update_slice", zeros, ct, *idx, _out_types=[ty(zeros)])] + [
+        None
+    ] * len(idx)
+
+
+primitive_jvps["dynamic_slice"] = _dynamic_slice_jvp
+set_kind("dynamic_slice")
+fancy_transposes["dynamic_slice"] = _dynamic_slice_transpose_fancy
+primitive_transposes["dynamic_slice"] = _dynamic_slice_transpose
+define("dynamic_slice", flops=_no_flops, index_operands=1)
+
+
+# ---------------------------------------------------------------- dynamic_update_slice
+
+
+@shape_rule("dynamic_update_slice")
+def _dynamic_update_slice(in_types, params, out_hint):
+    min_args(in_types, 2, "dynamic_update_slice")
+    x = arr(in_types[0], "dynamic_update_slice", 0)
+    u = arr(in_types[1], "dynamic_update_slice", 1)
+    idx = in_types[2:]
+    if u.ndim != x.ndim:
+        raise ShapeError(f"dynamic_update_slice: update {u} must have the rank of operand {x}")
+    if len(idx) != x.ndim:
+        raise ShapeError(
+            f"dynamic_update_slice expects {x.ndim} start indices for {x}, got {len(idx)}"
+        )
+    if u.dtype != x.dtype:
+        raise ShapeError(
+            f"dynamic_update_slice: update dtype {u.dtype} differs from operand dtype {x.dtype}"
+        )
+    for i, t in enumerate(idx, 2):
+        t = arr(t, "dynamic_update_slice", i)
+        if t.ndim != 0 or not is_int_dtype(t.dtype):
+            raise ShapeError(
+                f"dynamic_update_slice: start indices must be integer scalars, got {t} at position {i}"
+            )
+    for d, s in zip(x.shape, u.shape):
+        if isinstance(d, int) and isinstance(s, int) and s > d:
+            raise ShapeError(f"dynamic_update_slice: update {u} does not fit in operand {x}")
+    return [x]
+
+
+def _dynamic_update_slice_jvp(primals, tangents, **params):
+    x, u, *idx = primals
+    tx, tu = tangents[:2]
+    (y,) = rebind_primal("dynamic_update_slice", primals, params)
+    if is_zero(tx) and is_zero(tu):
+        return [y], [Zero(tangent_type(ty(y)))]
+    tx, tu = instantiate(tx), instantiate(tu)
+    return [y], [ops.bind("dynamic_update_slice", tx, tu, *idx, _out_types=[ty(y)], **params)]
+
+
+def _dynamic_update_slice_transpose(cts, operand, update, *idx, **params):
+    (ct,) = cts
+    if is_zero(ct):
+        return zero_cts([operand, update, *idx])
+    ushape = ops.shape(update)
+    op_t = None
+    if und(operand):
+        zu = zeros_of(ShapedArray(ushape, ty(ct).dtype))
+        op_t = ops.bind("dynamic_update_slice", ct, zu, *idx, _out_types=[ty(ct)])
+    up_t = None
+    if und(update):
+        ut = ShapedArray(ushape, ty(ct).dtype)
+        up_t = ops.bind("dynamic_slice", ct, *idx, slice_sizes=ushape, _out_types=[ut])
+    return [op_t, up_t] + [None] * len(idx)
+
+
+primitive_jvps["dynamic_update_slice"] = _dynamic_update_slice_jvp
+set_kind("dynamic_update_slice")
+primitive_transposes["dynamic_update_slice"] = _dynamic_update_slice_transpose
+define("dynamic_update_slice", flops=_no_flops, index_operands=2)
+
+
+# ---------------------------------------------------------------- dimension numbers
+
+
+def scatter_dnums(
+    update_window_dims,
+    inserted_window_dims,
+    scatter_dims_to_operand_dims,
+    operand_batching_dims=(),
+    scatter_indices_batching_dims=(),
+) -> Record:
+    return Record(
+        "ScatterDimensionNumbers",
+        (
+            ("update_window_dims", ops.ints(update_window_dims)),
+            ("inserted_window_dims", ops.ints(inserted_window_dims)),
+            ("scatter_dims_to_operand_dims", ops.ints(scatter_dims_to_operand_dims)),
+            ("operand_batching_dims", ops.ints(operand_batching_dims)),
+            ("scatter_indices_batching_dims", ops.ints(scatter_indices_batching_dims)),
+        ),
+    )
+
+
+def dn(rec, name):
+    """A tuple-of-ints field of a dimension-numbers Record (absent fields are empty)."""
+    v = rec.get(name, ()) if hasattr(rec, "get") else getattr(rec, name, ())
+    return ops.ints(v or ())
+
+
+def scatter_to_gather_dnums(sd) -> Record:
+    return gather_dnums(
+        dn(sd, "update_window_dims"),
+        dn(sd, "inserted_window_dims"),
+        dn(sd, "scatter_dims_to_operand_dims"),
+        dn(sd, "operand_batching_dims"),
+        dn(sd, "scatter_indices_batching_dims"),
+    )
+
+
+def gather_to_scatter_dnums(gd) -> Record:
+    return scatter_dnums(
+        dn(gd, "offset_dims"),
+        dn(gd, "collapsed_slice_dims"),
+        dn(gd, "start_index_map"),
+        dn(gd, "operand_batching_dims"),
+        dn(gd, "start_indices_batching_dims"),
+    )
+
+
+# ---------------------------------------------------------------- gather
+
+
+@shape_rule("gather")
+def _gather(in_types, params, out_hint):
+    nargs(in_types, 2, "gather")
+    x = arr(in_types[0], "gather", 0)
+    idx = arr(in_types[1], "gather", 1)
+    if not is_int_dtype(idx.dtype):
+        raise ShapeError(f"gather: indices must have an integer dtype, got {idx.dtype}")
+    dn = need(params, "dimension_numbers")
+    offset_dims = static_ints(field(dn, "offset_dims"))
+    collapsed = set(static_ints(field(dn, "collapsed_slice_dims")))
+    start_index_map = static_ints(field(dn, "start_index_map"))
+    obatch = set(static_ints(field(dn, "operand_batching_dims", ())))
+    sizes = ints(need(params, "slice_sizes"))
+    if len(sizes) != x.ndim:
+        raise ShapeError(
+            f"gather: slice_sizes {fmt_shape(sizes)} must have one entry per axis of {x}"
+        )
+    if idx.ndim == 0:
+        raise ShapeError("gather: indices must have rank at least 1")
+    nvec = idx.shape[-1]
+    if isinstance(nvec, int) and nvec != len(start_index_map):
+        raise ShapeError(
+            f"gather: the last dimension of indices ({nvec}) must equal len(start_index_map) ({len(start_index_map)})"
+        )
+    for i in collapsed | obatch:
+        if not 0 <= i < x.ndim:
+            raise ShapeError(f"gather: collapsed/batching dimension {i} is out of range for {x}")
+    for i, (d, s) in enumerate(zip(x.shape, sizes)):
+        if isinstance(d, int) and isinstance(s, int) and s > d:
+            raise ShapeError(f"gather: slice size {s} exceeds dimension {i} of {x}")
+    rank = len(offset_dims) + idx.ndim - 1
+    batch_shape = iter(idx.shape[:-1])
+    slice_shape = iter(s for i, s in enumerate(sizes) if i not in collapsed and i not in obatch)
+    try:
+        shape = tuple(
+            next(slice_shape) if i in offset_dims else next(batch_shape) for i in range(rank)
+        )
+    except StopIteration:
+        raise ShapeError(
+            "gather: offset_dims do not match slice_sizes and collapsed_slice_dims"
+        ) from None
+    return [fill_sym_from_hint(x.update(shape=shape), out_hint)]
+
+
+def _gather_jvp(g, operand, indices, **params):
+    p = dict(params)
+    p["fill_value"] = gather_fill_value(p.get("mode"), 0, ty(g).dtype)
+    return ops.bind("gather", g, indices, **p)
+
+
+def _gather_scatter_add(
+    ct,
+    operand_type,
+    indices,
+    *,
+    dimension_numbers,
+    indices_are_sorted=False,
+    unique_indices=False,
+    mode=None,
+    **_,
+):
+    zeros = zeros_of(ShapedArray(tuple(operand_type.shape), ty(ct).dtype))
+    return bind_scatter(
+        "scatter-add",
+        zeros,
+        indices,
+        ct,
+        gather_to_scatter_dnums(dimension_numbers),
+        mode=mode,
+        indices_are_sorted=indices_are_sorted,
+        unique_indices=unique_indices,
+    )
+
+
+def _gather_transpose_fancy(cts, operand, indices, *, accums, **params):
+    (ct,) = cts
+    acc = accums[0]
+    if acc is None or is_zero(ct):
+        return None
+    acc.add(_gather_scatter_add(ct, ty(operand), indices, **params))
+    return None
+
+
+def _gather_transpose(cts, operand, indices, **params):
+    (ct,) = cts
+    if is_zero(ct):
+        return [Zero(tangent_type(ty(operand))), None]
+    return [_gather_scatter_add(ct, ty(operand), indices, **params), None]
+
+
+defjvp("gather", _gather_jvp, None)
+fancy_transposes["gather"] = _gather_transpose_fancy
+primitive_transposes["gather"] = _gather_transpose
+define("gather", flops=_no_flops, index_operands=1)
+
+
+# ---------------------------------------------------------------- scatters
+
+
+@shape_rule(
+    "scatter",
+    "scatter-add",
+    "scatter-mul",
+    "scatter-min",
+    "scatter-max",
+    "scatter-sub",
+    "scatter_add",
+    "scatter_mul",
+    "scatter_min",
+    "scatter_max",
+    "scatter_sub",
+)
+def _scatter(in_types, params, out_hint):
+    nargs(in_types, 3, "scatter")
+    x = arr(in_types[0], "scatter", 0)
+    idx = arr(in_types[1], "scatter", 1)
+    upd = arr(in_types[2], "scatter", 2)
+    if not is_int_dtype(idx.dtype):
+        raise ShapeError(f"scatter: indices must have an integer dtype, got {idx.dtype}")
+    if upd.dtype != x.dtype:
+        raise ShapeError(f"scatter: updates dtype {upd.dtype} differs from operand dtype {x.dtype}")
+    dn = params.get("dimension_numbers")
+    if dn is not None:
+        uwd = static_ints(field(dn, "update_window_dims", ()))
+        iwd = static_ints(field(dn, "inserted_window_dims", ()))
+        obd = static_ints(field(dn, "operand_batching_dims", ()))
+        if len(uwd) + len(iwd) + len(obd) != x.ndim:
+            raise ShapeError(
+                f"scatter: update_window_dims, inserted_window_dims and operand_batching_dims must "
+                f"account for every axis of {x}"
+            )
+        if upd.ndim != len(uwd) + max(idx.ndim - 1, 0):
+            raise ShapeError(f"scatter: updates {upd} have the wrong rank for indices {idx}")
+    return [x]
+
+
+def _scalar_combiner(prim: str, dtype: str) -> Jaxpr:
+    a, b = Var(ShapedArray((), dtype)), Var(ShapedArray((), dtype))
+    c = Var(ShapedArray((), dtype))
+    return Jaxpr((), (a, b), (Eqn(prim, (a, b), (c,), {}),), (c,))
+
+
+def bind_scatter(
+    prim,
+    operand,
+    indices,
+    updates,
+    dnums,
+    *,
+    mode=None,
+    indices_are_sorted=False,
+    unique_indices=False,
+):
+    comb = {
+        "scatter-add": "add",
+        "scatter-sub": "sub",
+        "scatter-mul": "mul",
+        "scatter-min": "min",
+        "scatter-max": "max",
+    }.get(prim)
+    return ops.bind(
+        prim,
+        operand,
+        indices,
+        updates,
+        dimension_numbers=dnums,
+        indices_are_sorted=indices_are_sorted,
+        mode=mode if mode is not None else mode_enum("FILL_OR_DROP"),
+        unique_indices=unique_indices,
+        update_consts=(),
+        update_jaxpr=_scalar_combiner(comb, ty(operand).dtype) if comb else None,
+    )
+
+
+def scatter_slice_sizes(operand_shape, updates_shape, sd) -> tuple[int, ...]:
+    """slice_sizes of the gather that reads back, per update, the window a scatter wrote."""
+    inserted = set(dn(sd, "inserted_window_dims")) | set(dn(sd, "operand_batching_dims"))
+    uwd = dn(sd, "update_window_dims")
+    out, pos = [], 0
+    for i in range(len(operand_shape)):
+        if i in inserted:
+            out.append(1)
+        else:
+            out.append(updates_shape[uwd[pos]])
+            pos += 1
+    return tuple(out)
+
+
+def _evaluate_scatter(fn_name):
+    """Through `jax.lax.<fn_name>` (its bind wants the update jaxpr as a Python function)."""
+
+    def rule(interp, eqn, invals, path):
+        import jax
+
+        from ..backend.prims import to_jax
+
+        p = eqn.params
+        operand, indices, updates = invals
+        dn = to_jax(p["dimension_numbers"])
+        mode = to_jax(p.get("mode"))
+        fn = getattr(jax.lax, fn_name)
+        return [
+            fn(
+                operand,
+                indices,
+                updates,
+                dn,
+                indices_are_sorted=bool(p.get("indices_are_sorted", False)),
+                unique_indices=bool(p.get("unique_indices", False)),
+                mode=mode,
+            )
+        ]
+
+    return rule
+
+
+for _p in ("", "-add", "-mul", "-min", "-max", "-sub"):
+    for _name in {"scatter" + _p, "scatter" + _p.replace("-", "_")}:
+        define(_name, evaluate=_evaluate_scatter("scatter" + _p.replace("-", "_")))
+define("scatter", index_operands=1)
+define("scatter-add", index_operands=1)
+
+
+def _scatter_params(params):
+    return dict(
+        dnums=params["dimension_numbers"],
+        mode=params.get("mode"),
+        indices_are_sorted=params.get("indices_are_sorted", False),
+        unique_indices=params.get("unique_indices", False),
+    )
+
+
+# scatter-add, scatter-sub: linear in the operand and the updates
+
+
+def _scatter_addsub_jvp(prim):
+    def rule(primals, tangents, **params):
+        x, i, u = primals
+        tx, _, tu = tangents
+        (y,) = rebind_primal(prim, primals, params)
+        if is_zero(tx) and is_zero(tu):
+            return [y], [Zero(tangent_type(ty(y)))]
+        return [y], [ops.bind(prim, instantiate(tx), i, instantiate(tu), **params)]
+
+    return rule
+
+
+def _scatter_addsub_transpose(prim):
+    def rule(cts, operand, indices, updates, **params):
+        (ct,) = cts
+        if is_zero(ct):
+            return zero_cts([operand, indices, updates])
+        sd = params["dimension_numbers"]
+        op_t = ct if und(operand) else None
+        up_t = None
+        if und(updates):
+            sizes = scatter_slice_sizes(ops.shape(ct), ops.shape(updates), sd)
+            up_t = bind_gather(
+                ct,
+                indices,
+                scatter_to_gather_dnums(sd),
+                sizes,
+                mode=params.get("mode"),
+                fill_value=0,
+                indices_are_sorted=params.get("indices_are_sorted", False),
+                unique_indices=params.get("unique_indices", False),
+            )
+            if prim == "scatter-sub":
+                up_t = ops.neg(up_t)
+        return [op_t, None, up_t]
+
+    return rule
+
+
+for _p in ("scatter-add", "scatter-sub"):
+    primitive_jvps[_p] = _scatter_addsub_jvp(_p)
+    set_kind(_p)
+    primitive_transposes[_p] = _scatter_addsub_transpose(_p)
+
+
+# scatter-mul
+
+
+def _require_unique(
+    params, what="scatter_mul gradients are only implemented if `unique_indices=True`"
+):
+    if not params.get("unique_indices", False):
+        raise JaxprError(what)
+
+
+def _scatter_mul_jvp_operand(g, x, i, y, **params):
+    return ops.bind("scatter-mul", g, i, y, **params)
+
+
+def _scatter_mul_jvp_updates(g, x, i, y, **params):
+    _require_unique(params)
+    sp = _scatter_params(params)
+    sp.pop("dnums")
+    added = bind_scatter("scatter-add", zeros_of(ty(x)), i, g, params["dimension_numbers"], **sp)
+    return ops.mul(x, added)
+
+
+defjvp("scatter-mul", _scatter_mul_jvp_operand, None, _scatter_mul_jvp_updates)
+
+
+def _scatter_mul_transpose(cts, operand, indices, updates, **params):
+    (ct,) = cts
+    if is_zero(ct):
+        return zero_cts([operand, indices, updates])
+    sd = params["dimension_numbers"]
+    op_t = up_t = None
+    if und(operand):
+        op_t = ops.bind("scatter-mul", ct, indices, updates, **params)
+    if und(updates):
+        _require_unique(params)
+        sizes = scatter_slice_sizes(ops.shape(ct), ops.shape(updates), sd)
+        up_t = bind_gather(
+            ops.mul(ct, operand),
+            indices,
+            scatter_to_gather_dnums(sd),
+            sizes,
+            mode=params.get("mode"),
+            fill_value=0,
+        )
+    return [op_t, None, up_t]
+
+
+primitive_transposes["scatter-mul"] = _scatter_mul_transpose
+
+
+# scatter-min, scatter-max: the tangent of the winning value (ties share it)
+
+
+def _full_like(x, value):
+    t = ty(x)
+    return ops.full(ShapedArray(tuple(t.shape), t.dtype), value)
+
+
+def _scatter_extremal_jvp(prim):
+    def rule(primals, tangents, **params):
+        operand, indices, updates = primals
+        g_operand, _, g_updates = tangents
+        (y,) = rebind_primal(prim, primals, params)
+        if is_zero(g_operand) and is_zero(g_updates):
+            return [y], [Zero(tangent_type(ty(y)))]
+        g_operand, g_updates = instantiate(g_operand), instantiate(g_updates)
+        sd = params["dimension_numbers"]
+        gd = scatter_to_gather_dnums(sd)
+        sp = _scatter_params(params)
+        sp.pop("dnums")
+        gp = dict(
+            mode=sp["mode"],
+            indices_are_sorted=sp["indices_are_sorted"],
+            unique_indices=sp["unique_indices"],
+        )
+        sizes = scatter_slice_sizes(ops.shape(operand), ops.shape(updates), sd)
+        initial_vals = bind_gather(operand, indices, gd, sizes, **gp)
+        target_vals = bind_gather(y, indices, gd, sizes, **gp)
+        successful = ops.eq(updates, target_vals)
+        retained = ops.eq(initial_vals, target_vals)
+        one_u, zero_u = _full_like(updates, 1), _full_like(updates, 0)
+        num_updates = bind_gather(
+            bind_scatter(
+                "scatter-add",
+                _full_like(operand, 0),
+                indices,
+                ops.select_n(successful, zero_u, one_u),
+                sd,
+                **sp,
+            ),
+            indices,
+            gd,
+            sizes,
+            **gp,
+        )
+        num_refs = bind_gather(
+            bind_scatter("scatter-add", _full_like(operand, 0), indices, one_u, sd, **sp),
+            indices,
+            gd,
+            sizes,
+            **gp,
+        )
+        one = ops.lit(1.0, num_updates)
+        inv_n1 = ops.div(one, ops.add(num_updates, one))
+        inv_n = ops.div(one, num_updates)
+        updates_normalizer = ops.select_n(retained, inv_n, inv_n1)
+        updates_coef = ops.select_n(successful, zero_u, updates_normalizer)
+        operand_normalizer = ops.select_n(retained, _full_like(num_updates, 0), inv_n1)
+        operand_coef = ops.div(ops.add(ops.lit(-1.0, num_updates), operand_normalizer), num_refs)
+        target_tangents = bind_gather(g_operand, indices, gd, sizes, **gp)
+        tangent_updates = ops.add(
+            ops.mul(target_tangents, operand_coef), ops.mul(g_updates, updates_coef)
+        )
+        t_out = bind_scatter("scatter-add", g_operand, indices, tangent_updates, sd, **sp)
+        return [y], [t_out]
+
+    return rule
+
+
+for _p in ("scatter-min", "scatter-max"):
+    primitive_jvps[_p] = _scatter_extremal_jvp(_p)
+    set_kind(_p)
+
+
+# scatter: overlapping updates keep one winner
+
+
+def _scatter_jvp(primals, tangents, **params):
+    operand, indices, updates = primals
+    g_operand, _, g_updates = tangents
+    if params.get("update_jaxpr") is not None:
+        raise JaxprError("scatter_apply JVP not implemented")
+    if is_zero(g_operand) and is_zero(g_updates):
+        (y,) = rebind_primal("scatter", primals, params)
+        return [y], [Zero(tangent_type(ty(y)))]
+    g_operand, g_updates = instantiate(g_operand), instantiate(g_updates)
+    if params.get("unique_indices", False):
+        (y,) = rebind_primal("scatter", primals, params)
+        return [y], [ops.bind("scatter", g_operand, indices, g_updates, **params)]
+    # Overlapping updates: tag each update with an id, scatter the ids, read them back and keep
+    # only the winning update (and the untouched operand entries); then scatter-add.
+    sd = params["dimension_numbers"]
+    sp = _scatter_params(params)
+    sp.pop("dnums")
+    ushape = ops.shape(updates)
+    ids_shape = list(ushape)
+    for d in dn(sd, "update_window_dims"):
+        ids_shape[d] = 1
+    num_ids = int(np.prod(ids_shape))
+    id_dtype = "u32" if num_ids < 2**31 else "u64"
+    ids = bind_reshape(bind_iota(id_dtype, (num_ids,), 0), ids_shape)
+    ids = ops.add(ids, ops.lit(1, ids))
+    ids_b = bind_broadcast(ids, ushape, range(len(ushape)))  # size-1 window dims broadcast
+    zeros_ids = ops.full(ShapedArray(ops.shape(operand), id_dtype), 0)
+    scattered_ids = bind_scatter("scatter", zeros_ids, indices, ids_b, sd, **sp)
+    sizes = scatter_slice_sizes(ops.shape(operand), ushape, sd)
+    gathered_ids = bind_gather(
+        scattered_ids, indices, scatter_to_gather_dnums(sd), sizes, mode=sp["mode"]
+    )
+    untouched = ops.eq(scattered_ids, ops.full(ShapedArray(ops.shape(operand), id_dtype), 0))
+    won = ops.eq(ids_b, gathered_ids)
+    z_op, z_up = _full_like(operand, 0), _full_like(updates, 0)
+    masked_operand = ops.select_n(untouched, z_op, operand)
+    masked_updates = ops.select_n(won, z_up, updates)
+    masked_g_operand = ops.select_n(untouched, z_op, g_operand)
+    masked_g_updates = ops.select_n(won, z_up, g_updates)
+    y = bind_scatter("scatter-add", masked_operand, indices, masked_updates, sd, **sp)
+    t = bind_scatter("scatter-add", masked_g_operand, indices, masked_g_updates, sd, **sp)
+    return [y], [t]
+
+
+def _scatter_transpose(cts, operand, indices, updates, **params):
+    (ct,) = cts
+    if not params.get("unique_indices", False):
+        raise JaxprError("scatter transpose is only implemented where unique_indices=True")
+    if is_zero(ct):
+        return zero_cts([operand, indices, updates])
+    sd = params["dimension_numbers"]
+    op_t = up_t = None
+    if und(operand):
+        zu = zeros_of(ShapedArray(ops.shape(updates), ty(ct).dtype))
+        op_t = ops.bind("scatter", ct, indices, zu, **params)
+    if und(updates):
+        sizes = scatter_slice_sizes(ops.shape(ct), ops.shape(updates), sd)
+        up_t = bind_gather(
+            ct, indices, scatter_to_gather_dnums(sd), sizes, mode=params.get("mode"), fill_value=0
+        )
+    return [op_t, None, up_t]
+
+
+primitive_jvps["scatter"] = _scatter_jvp
+set_kind("scatter")
+primitive_transposes["scatter"] = _scatter_transpose
+
+
+# ---------------------------------------------------------------- 0.12 jnp HiPrims (indices)
+
+
+@shape_rule("SearchSorted")
+def _search_sorted(in_types, params, out_hint):
+    nargs(in_types, 2, "SearchSorted")
+    a = arr(in_types[0], "SearchSorted", 0)
+    q = arr(in_types[1], "SearchSorted", 1)
+    if a.dtype != q.dtype:
+        raise ShapeError(
+            f"SearchSorted: dtypes of sorted_arr and query must match, got {a.dtype} and {q.dtype}"
+        )
+    # out_dtype is not printed: int32 unless the binder says otherwise (x64)
+    d = "i32"
+    if out_hint and isinstance(out_hint[0], ShapedArray) and out_hint[0].dtype in ("i32", "i64"):
+        d = out_hint[0].dtype
+    return [q.update(dtype=d, weak_type=False)]
+
+
+@shape_rule("Nonzero")
+def _nonzero(in_types, params, out_hint):
+    if not in_types:
+        raise ShapeError("Nonzero expects an operand")
+    a = arr(in_types[0], "Nonzero", 0)
+    axes = static_ints(params.get("axes", ()))
+    if not all(0 <= ax < a.ndim for ax in axes) or len(set(axes)) != len(axes):
+        raise ShapeError(f"Nonzero: axes {axes} are out of range or repeated for {a}")
+    size = dim_param(params.get("size"))
+    d = dtype_param(params.get("out_dtype", "int32"))
+    batch = tuple(s for i, s in enumerate(a.shape) if i not in axes)
+    return [a.update(shape=(*batch, size), dtype=d, weak_type=False)] * len(axes)

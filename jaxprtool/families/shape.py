@@ -1,0 +1,692 @@
+"""The shape family: primitives that move data without arithmetic.
+
+broadcast_in_dim, broadcast_to, reshape, squeeze, expand_dims, transpose, rev, concatenate,
+pad, slice, iota, split, stack, unstack, tile and dim_as_value.  Each block holds the
+primitive's shape rule, its JVP and transpose rules (JAX's `lax.py` / `slicing.py` are the
+reference: every one of them is linear, `deflinear2`, its transpose moves the cotangent back),
+its printing, simplification and binding rules, and no FLOPs.  The emitters the rules use
+(`bind_reshape`, `bind_pad`, ...) live in `jaxprtool.ad.ops`, shared with the other families.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ad import ops
+from ..ad.ops import (
+    bind_concatenate,
+    bind_pad,
+    bind_reduce_sum,
+    bind_reshape,
+    bind_rev,
+    bind_slice,
+    bind_transpose,
+    slice_in_dim,
+    ty,
+    und,
+    zero_cts,
+)
+from ..ad.registry import defjvp_zero, deflinear2, primitive_jvps, rebind_primal
+from ..ad.zeros import Zero, instantiate, is_zero, tangent_type
+from ..core import ShapedArray
+from ..passes import simplify as S
+from ..primitives import ShapeError, shape_rule
+from ..primitives.util import (
+    arr,
+    canon_axis,
+    dilate_dim,
+    dim_add,
+    dim_eq,
+    dim_mul,
+    dims_eq,
+    dtype_param,
+    fill_sym_from_hint,
+    fmt_shape,
+    int_param,
+    ints,
+    min_args,
+    mk,
+    nargs,
+    need,
+    one_arr,
+    pairs,
+    prod,
+    same_dtypes,
+    static_ints,
+    strided_dim,
+)
+from ..record import define
+from ..text.param_rules import sorted_params
+
+
+def _no_flops(e) -> int:
+    return 0  # data movement
+
+
+def _lit0(like):
+    return ops.lit(0, like)
+
+
+def _hint_shape(out_hint, prim):
+    if out_hint and isinstance(out_hint[0], ShapedArray):
+        return out_hint[0].shape
+    raise ShapeError(
+        f"{prim}: the result shape is not given (no 'shape' parameter and no declared result type)"
+    )
+
+
+# ---------------------------------------------------------------- broadcast_in_dim
+
+
+@shape_rule("broadcast_in_dim")
+def _broadcast_in_dim(in_types, params, out_hint):
+    min_args(in_types, 1, "broadcast_in_dim")
+    x = arr(in_types[0], "broadcast_in_dim", 0)
+    bdims = static_ints(params.get("broadcast_dimensions", ()))
+    if params.get("shape") is not None:
+        shape = ints(params["shape"])
+    else:
+        shape = tuple(_hint_shape(out_hint, "broadcast_in_dim"))
+    if len(bdims) != x.ndim:
+        raise ShapeError(
+            f"broadcast_in_dim: broadcast_dimensions {fmt_shape(bdims)} must have one entry per operand "
+            f"dimension (operand {x})"
+        )
+    for i, d in enumerate(bdims):
+        if not 0 <= d < len(shape):
+            raise ShapeError(
+                f"broadcast_in_dim: broadcast dimension {d} is out of range for result rank {len(shape)}"
+            )
+        od = x.shape[i]
+        if isinstance(od, int) and isinstance(shape[d], int) and od != 1 and od != shape[d]:
+            raise ShapeError(
+                f"broadcast_in_dim: operand dimension {i} of size {od} cannot be broadcast "
+                f"to result dimension {d} of size {shape[d]}"
+            )
+    if list(bdims) != sorted(set(bdims)):
+        raise ShapeError(
+            f"broadcast_in_dim: broadcast_dimensions {fmt_shape(bdims)} must be strictly increasing"
+        )
+    return [x.update(shape=shape)]
+
+
+def _print_broadcast_in_dim(e, style):
+    if style.broadcast_shape_param:
+        return sorted_params(e.params)
+    d = dict(e.params)
+    d.pop("shape", None)
+    d.pop("sharding", None)
+    if "broadcast_dimensions" in d and not d["broadcast_dimensions"]:
+        del d["broadcast_dimensions"]
+    return sorted(d.items())
+
+
+def _restyle_broadcast_in_dim(prim, params, e, style):
+    if style.broadcast_shape_param:
+        params.setdefault("broadcast_dimensions", ())
+        params.setdefault("shape", tuple(e.outputs[0].type.shape))
+        if tuple(style.version) >= (0, 5):
+            params.setdefault("sharding", None)
+        else:
+            params.pop("sharding", None)
+    return prim, params
+
+
+def _simplify_broadcast_in_dim(e, ctx):
+    x = e.inputs[0] if len(e.inputs) == 1 else None
+    if x is None or e.params.get("sharding") is not None or not isinstance(x.type, ShapedArray):
+        return None
+    return x if S.identity_perm(e.params.get("broadcast_dimensions", ()), x.type.ndim) else None
+
+
+def _broadcast_fills_with(e):
+    return e.inputs[0] if e.params.get("sharding") is None and len(e.inputs) == 1 else None
+
+
+def _broadcast_in_dim_transpose(
+    ct, operand, *dyn, shape=None, broadcast_dimensions=(), sharding=None, **_
+):
+    if not und(operand):
+        return [None] * (1 + len(dyn))
+    if is_zero(ct):
+        return [Zero(tangent_type(ty(operand)))] + [None] * len(dyn)
+    op_shape = tuple(ty(operand).shape)
+    bdims = ops.ints(broadcast_dimensions)
+    out_shape = tuple(ty(ct).shape)
+    # operand dims of size 1 broadcast to a larger dim are summed too (then reshaped back)
+    kept = [d for i, d in enumerate(bdims) if not (op_shape[i] == 1 and out_shape[d] != 1)]
+    axes = [d for d in range(len(out_shape)) if d not in kept]
+    r = bind_reduce_sum(ct, axes)
+    r = bind_reshape(r, op_shape)
+    return [r] + [None] * len(dyn)
+
+
+def _broadcast_in_dim_jvp(primals, tangents, **params):
+    x, *dyn = primals
+    (t, *_) = tangents
+    (y,) = rebind_primal("broadcast_in_dim", primals, params)
+    if is_zero(t):
+        return [y], [Zero(tangent_type(ty(y)))]
+    p = dict(params)
+    p["shape"] = ops.shape(y)
+    p.setdefault("sharding", None)
+    return [y], [ops.bind("broadcast_in_dim", t, *dyn, **p)]
+
+
+def _bind_broadcast_in_dim(eqn, p, dims):
+    from ..backend.prims import to_jax
+    from ..backend.values import static_shape
+
+    return {
+        "shape": static_shape(eqn.outputs[0].type, dims),
+        "broadcast_dimensions": to_jax(p.get("broadcast_dimensions", ())),
+        "sharding": None,
+    }
+
+
+deflinear2("broadcast_in_dim", _broadcast_in_dim_transpose)
+primitive_jvps["broadcast_in_dim"] = _broadcast_in_dim_jvp  # fills the hidden `shape`
+define(
+    "broadcast_in_dim",
+    print_params=_print_broadcast_in_dim,
+    restyle=_restyle_broadcast_in_dim,
+    simplify=_simplify_broadcast_in_dim,
+    fills_with=_broadcast_fills_with,
+    bind_params=_bind_broadcast_in_dim,
+    flops=_no_flops,
+    literal_like_result=True,
+)
+
+
+# ---------------------------------------------------------------- broadcast_to
+
+
+@shape_rule("broadcast_to")
+def _broadcast_to(in_types, params, out_hint):
+    x = one_arr(in_types, "broadcast_to")
+    shape = ints(need(params, "shape"))
+    return [x.update(shape=shape)]
+
+
+define("broadcast_to", flops=_no_flops)
+
+
+# ---------------------------------------------------------------- reshape
+
+
+@shape_rule("reshape")
+def _reshape(in_types, params, out_hint):
+    min_args(in_types, 1, "reshape")
+    x = arr(in_types[0], "reshape", 0)
+    new = ints(need(params, "new_sizes"))
+    if x.is_static and all(isinstance(d, int) for d in new):
+        if prod(x.shape) != prod(new):
+            raise ShapeError(f"reshape: cannot reshape {x} to {fmt_shape(new)} (sizes differ)")
+    dims = params.get("dimensions")
+    if dims is not None:
+        dims = static_ints(dims)
+        if sorted(dims) != list(range(x.ndim)):
+            raise ShapeError(
+                f"reshape: dimensions {fmt_shape(dims)} must be a permutation of the operand axes"
+            )
+    return [fill_sym_from_hint(x.update(shape=new), out_hint)]
+
+
+def _restyle_reshape(prim, params, e, style):
+    if tuple(style.version) < (0, 5) and params.get("sharding", 0) is None:
+        del params["sharding"]
+    return prim, params
+
+
+def _simplify_reshape(e, ctx):
+    if len(e.inputs) != 1:
+        return None
+    if e.params.get("dimensions") is not None or e.params.get("sharding") is not None:
+        return None
+    return e.inputs[0]
+
+
+def _reshape_transpose(ct, operand, *dyn, new_sizes=None, dimensions=None, **_):
+    if is_zero(ct):
+        return [Zero(tangent_type(ty(operand)))] + [None] * len(dyn)
+    if dimensions is None:
+        return [bind_reshape(ct, ops.shape(operand))] + [None] * len(dyn)
+    dims = ops.ints(dimensions)
+    r = bind_reshape(ct, tuple(ops.shape(operand)[d] for d in dims))
+    return [bind_transpose(r, np.argsort(dims))] + [None] * len(dyn)
+
+
+def _bind_reshape(eqn, p, dims):
+    from ..backend.prims import to_jax
+    from ..backend.values import static_shape
+
+    return {
+        "new_sizes": static_shape(eqn.outputs[0].type, dims),
+        "dimensions": to_jax(p.get("dimensions")),
+        "sharding": None,
+    }
+
+
+deflinear2("reshape", _reshape_transpose)
+define(
+    "reshape",
+    restyle=_restyle_reshape,
+    simplify=_simplify_reshape,
+    bind_params=_bind_reshape,
+    flops=_no_flops,
+    literal_like_result=True,
+)
+
+
+# ---------------------------------------------------------------- squeeze, expand_dims
+
+
+@shape_rule("squeeze")
+def _squeeze(in_types, params, out_hint):
+    x = one_arr(in_types, "squeeze")
+    dims = [
+        canon_axis(d, x.ndim, "squeeze dimension") for d in static_ints(need(params, "dimensions"))
+    ]
+    if len(set(dims)) != len(dims):
+        raise ShapeError(f"squeeze: dimensions are not unique: {tuple(dims)}")
+    for d in dims:
+        if isinstance(x.shape[d], int) and x.shape[d] != 1:
+            raise ShapeError(f"squeeze: dimension {d} of {x} has size {x.shape[d]}, not 1")
+    return [x.update(shape=tuple(s for i, s in enumerate(x.shape) if i not in dims))]
+
+
+def _simplify_squeeze(e, ctx):
+    if len(e.inputs) == 1 and S.identity_perm(e.params.get("dimensions"), 0):
+        return e.inputs[0]
+    return None
+
+
+def _squeeze_transpose(ct, operand, *, dimensions=(), **_):
+    if is_zero(ct):
+        return [Zero(tangent_type(ty(operand)))]
+    return [bind_reshape(ct, ops.shape(operand))]
+
+
+deflinear2("squeeze", _squeeze_transpose)
+define("squeeze", simplify=_simplify_squeeze, flops=_no_flops)
+
+
+@shape_rule("expand_dims")
+def _expand_dims(in_types, params, out_hint):
+    x = one_arr(in_types, "expand_dims")
+    dims = static_ints(need(params, "dimensions"))
+    n = x.ndim + len(dims)
+    dims = sorted(canon_axis(d, n, "expand_dims dimension") for d in dims)
+    shape = list(x.shape)
+    for d in dims:
+        shape.insert(d, 1)
+    return [x.update(shape=shape)]
+
+
+def _expand_dims_transpose(ct, operand, *, dimensions=(), **_):
+    if is_zero(ct):
+        return [Zero(tangent_type(ty(operand)))]
+    return [bind_reshape(ct, ops.shape(operand))]
+
+
+deflinear2("expand_dims", _expand_dims_transpose)
+define("expand_dims", flops=_no_flops)
+
+
+# ---------------------------------------------------------------- transpose
+
+
+@shape_rule("transpose")
+def _transpose(in_types, params, out_hint):
+    x = one_arr(in_types, "transpose")
+    perm = static_ints(need(params, "permutation"))
+    if sorted(perm) != list(range(x.ndim)):
+        raise ShapeError(
+            f"transpose: permutation {fmt_shape(perm)} is not a permutation of the axes of {x}"
+        )
+    return [x.update(shape=tuple(x.shape[p] for p in perm))]
+
+
+def _simplify_transpose(e, ctx):
+    x = e.inputs[0] if len(e.inputs) == 1 else None
+    if x is not None and isinstance(x.type, ShapedArray):
+        return x if S.identity_perm(e.params.get("permutation"), x.type.ndim) else None
+    return None
+
+
+def _transpose_transpose(ct, operand, *, permutation, **_):
+    if is_zero(ct):
+        return [Zero(tangent_type(ty(operand)))]
+    return [bind_transpose(ct, np.argsort(ops.ints(permutation)))]
+
+
+deflinear2("transpose", _transpose_transpose)
+define("transpose", simplify=_simplify_transpose, flops=_no_flops)
+
+
+# ---------------------------------------------------------------- rev
+
+
+@shape_rule("rev")
+def _rev(in_types, params, out_hint):
+    x = one_arr(in_types, "rev")
+    dims = static_ints(need(params, "dimensions"))
+    for d in dims:
+        if not 0 <= d < x.ndim:
+            raise ShapeError(f"rev: dimension {d} is out of range for {x}")
+    return [x]
+
+
+def _rev_transpose(ct, operand, *, dimensions, **_):
+    if is_zero(ct):
+        return [Zero(tangent_type(ty(operand)))]
+    return [bind_rev(ct, dimensions)]
+
+
+deflinear2("rev", _rev_transpose)
+define("rev", flops=_no_flops)
+
+
+# ---------------------------------------------------------------- concatenate
+
+
+@shape_rule("concatenate")
+def _concatenate(in_types, params, out_hint):
+    min_args(in_types, 1, "concatenate")
+    ts = [arr(t, "concatenate", i) for i, t in enumerate(in_types)]
+    same_dtypes("concatenate", ts)
+    dim = int_param(params, "dimension")
+    t0 = ts[0]
+    if not 0 <= dim < t0.ndim:
+        raise ShapeError(f"concatenate: dimension {dim} is out of range for rank {t0.ndim}")
+    total = 0
+    for t in ts:
+        if t.ndim != t0.ndim:
+            raise ShapeError(f"concatenate: operands must have the same rank, got {t0} and {t}")
+        for i, (a, b) in enumerate(zip(t.shape, t0.shape)):
+            if i != dim and not dim_eq(a, b):
+                raise ShapeError(
+                    f"concatenate: operands must agree except in dimension {dim}, got {t0} and {t}"
+                )
+        total = dim_add(total, t.shape[dim])
+    shape = list(t0.shape)
+    shape[dim] = total
+    return [fill_sym_from_hint(mk(shape, t0.dtype, all(t.weak_type for t in ts), ts), out_hint)]
+
+
+def _concatenate_transpose(ct, *operands, dimension, **_):
+    if is_zero(ct):
+        return zero_cts(operands)
+    dim = int(dimension)
+    out, start = [], 0
+    for o in operands:
+        n = ops.shape(o)[dim]
+        out.append(slice_in_dim(ct, start, start + n, 1, dim) if und(o) else None)
+        start += n
+    return out
+
+
+deflinear2("concatenate", _concatenate_transpose)
+define("concatenate", flops=_no_flops)
+
+
+# ---------------------------------------------------------------- pad
+
+
+@shape_rule("pad")
+def _pad(in_types, params, out_hint):
+    nargs(in_types, 2, "pad")
+    x, pv = (arr(t, "pad", i) for i, t in enumerate(in_types))
+    if pv.ndim != 0:
+        raise ShapeError(f"pad: the padding value must be a scalar, got {pv}")
+    if pv.dtype != x.dtype:
+        raise ShapeError(f"pad: the padding value has dtype {pv.dtype}, operand has {x.dtype}")
+    cfg = pairs(need(params, "padding_config"), "padding_config")
+    if len(cfg) != x.ndim:
+        raise ShapeError(f"pad: padding_config has {len(cfg)} entries for operand rank {x.ndim}")
+    shape = []
+    if any(len(c) != 3 for c in cfg):
+        raise ShapeError("pad: each padding_config entry must be (low, high, interior)")
+    for (lo, hi, interior), d in zip(cfg, x.shape):
+        if isinstance(interior, int) and interior < 0:
+            raise ShapeError(f"pad: interior padding must be nonnegative, got {interior}")
+        r = dim_add(dim_add(lo, hi), dilate_dim(d, interior + 1))
+        if isinstance(r, int) and r < 0:
+            raise ShapeError(f"pad: result dimension is negative ({r})")
+        shape.append(r)
+    return [fill_sym_from_hint(x.update(shape=shape), out_hint)]
+
+
+def _pad_transpose(ct, operand, padding_value, *, padding_config, **_):
+    if is_zero(ct):
+        return zero_cts([operand, padding_value])
+    config = [tuple(int(v) for v in c) for c in padding_config]
+    lo = [c[0] for c in config]
+    hi = [c[1] for c in config]
+    interior = [c[2] for c in config]
+    unpadded = bind_pad(ct, _lit0(ct), [(-a, -b, 0) for a, b in zip(lo, hi)])
+    t_op = bind_slice(unpadded, [0] * len(lo), ops.shape(unpadded), [i + 1 for i in interior])
+    t_operand = t_op if und(operand) else None
+    t_padv = None
+    if und(padding_value):
+        all_axes = range(len(ops.shape(ct)))
+        t_padv = ops.sub(bind_reduce_sum(ct, all_axes), bind_reduce_sum(t_op, all_axes))
+    return [t_operand, t_padv]
+
+
+deflinear2("pad", _pad_transpose)
+define("pad", flops=_no_flops)
+
+
+# ---------------------------------------------------------------- slice
+
+
+@shape_rule("slice")
+def _slice(in_types, params, out_hint):
+    x = one_arr(in_types, "slice")
+    start = ints(need(params, "start_indices"))
+    limit = ints(need(params, "limit_indices"))
+    strides = static_ints(params.get("strides")) or (1,) * x.ndim
+    if not (len(start) == len(limit) == len(strides) == x.ndim):
+        raise ShapeError(
+            f"slice: start_indices, limit_indices and strides must have one entry per axis of {x}"
+        )
+    if any(isinstance(st, int) and st <= 0 for st in strides):
+        raise ShapeError(f"slice: strides must be positive, got {fmt_shape(strides)}")
+    shape = []
+    for d, s, lim, st in zip(x.shape, start, limit, strides):
+        if isinstance(d, int) and isinstance(lim, int) and lim > d:
+            raise ShapeError(f"slice: limit index {lim} exceeds dimension size {d} of {x}")
+        if isinstance(s, int) and isinstance(lim, int):
+            if s < 0 or lim < s:
+                raise ShapeError(f"slice: invalid slice [{s}:{lim}] of {x}")
+            shape.append(0 if lim == s else (lim - s - 1) // st + 1)
+        else:
+            shape.append(strided_dim(dim_add(lim, f"-({s})") if s else lim, 1, st))
+    return [fill_sym_from_hint(x.update(shape=shape), out_hint)]
+
+
+def _slice_transpose(ct, operand, *, start_indices, limit_indices, strides=None, **_):
+    if is_zero(ct):
+        return [Zero(tangent_type(ty(operand)))]
+    op_shape = ops.shape(operand)
+    start = ops.ints(start_indices)
+    if strides is None or all(int(s) == 1 for s in strides):
+        pads = [(s, d - lim, 0) for s, d, lim in zip(start, op_shape, ops.ints(limit_indices))]
+    else:
+        st = ops.ints(strides)
+        ct_shape = ops.shape(ct)
+        real_limits = [
+            s + (0 if n == 0 else 1 + (n - 1) * k) for s, n, k in zip(start, ct_shape, st)
+        ]
+        pads = [(s, d - r, k - 1) for s, d, r, k in zip(start, op_shape, real_limits, st)]
+    return [bind_pad(ct, _lit0(ct), pads)]
+
+
+deflinear2("slice", _slice_transpose)
+define("slice", flops=_no_flops)
+
+
+# ---------------------------------------------------------------- iota
+
+
+@shape_rule("iota")
+def _iota(in_types, params, out_hint):
+    nargs(in_types, (0,) + tuple(range(1, 8)), "iota")
+    d = dtype_param(need(params, "dtype"))
+    shape = ints(need(params, "shape"))
+    dim = int_param(params, "dimension", 0)
+    if shape and not 0 <= dim < len(shape):
+        raise ShapeError(f"iota: dimension {dim} is out of range for shape {fmt_shape(shape)}")
+    return [fill_sym_from_hint(ShapedArray(shape, d), out_hint)]
+
+
+def _bind_iota(eqn, p, dims):
+    from ..backend.prims import _dtype_param
+    from ..backend.values import static_shape
+
+    t = eqn.outputs[0].type
+    return {
+        "dtype": _dtype_param(p.get("dtype", t.np_dtype)),
+        "shape": static_shape(t, dims),
+        "dimension": int(p.get("dimension", 0)),
+        "sharding": None,
+    }
+
+
+defjvp_zero("iota")
+define("iota", bind_params=_bind_iota, flops=_no_flops)
+
+
+# ---------------------------------------------------------------- split
+
+
+@shape_rule("split")
+def _split(in_types, params, out_hint):
+    x = one_arr(in_types, "split")
+    axis = canon_axis(int_param(params, "axis"), x.ndim, "split axis")
+    sizes = ints(need(params, "sizes"))
+    if all(isinstance(s, int) for s in sizes) and isinstance(x.shape[axis], int):
+        if sum(sizes) != x.shape[axis]:
+            raise ShapeError(
+                f"split: sizes {fmt_shape(sizes)} do not sum to dimension {axis} of {x}"
+            )
+    outs = []
+    for s in sizes:
+        shape = list(x.shape)
+        shape[axis] = s
+        outs.append(x.update(shape=shape))
+    return outs
+
+
+def _split_transpose(cts, operand, *, sizes, axis, **_):
+    if not und(operand):
+        return [None]
+    if all(is_zero(c) for c in cts):
+        return [Zero(tangent_type(ty(operand)))]
+    parts = [instantiate(c) for c in cts]
+    return [bind_concatenate(parts, int(axis))]
+
+
+def _bind_split(eqn, p, dims):
+    return {"sizes": tuple(int(x) for x in p["sizes"]), "axis": int(p["axis"])}
+
+
+deflinear2("split", _split_transpose)
+define("split", multiple_results=True, bind_params=_bind_split, flops=_no_flops)
+
+
+# ---------------------------------------------------------------- stack, unstack, tile
+
+
+@shape_rule("stack")
+def _stack(in_types, params, out_hint):
+    min_args(in_types, 1, "stack")
+    ts = [arr(t, "stack", i) for i, t in enumerate(in_types)]
+    same_dtypes("stack", ts)
+    for t in ts[1:]:
+        if not dims_eq(t.shape, ts[0].shape):
+            raise ShapeError(f"stack: operands must have the same shape, got {ts[0]} and {t}")
+    axis = int_param(params, "axis", 0)
+    shape = list(ts[0].shape)
+    shape.insert(canon_axis(axis, len(shape) + 1, "stack axis"), len(ts))
+    return [mk(shape, ts[0].dtype, all(t.weak_type for t in ts), ts)]
+
+
+def _stack_transpose(ct, *operands, axis, **_):
+    ax = int(axis)
+    out = []
+    for i, o in enumerate(operands):
+        if not und(o):
+            out.append(None)
+            continue
+        part = slice_in_dim(ct, i, i + 1, 1, ax)
+        out.append(bind_reshape(part, ops.shape(o)))
+    return out
+
+
+deflinear2("stack", _stack_transpose)
+define("stack", flops=_no_flops)
+
+
+@shape_rule("unstack")
+def _unstack(in_types, params, out_hint):
+    x = one_arr(in_types, "unstack")
+    if x.ndim == 0:
+        raise ShapeError("unstack requires an operand of rank > 0")
+    axis = canon_axis(int_param(params, "axis", 0), x.ndim, "unstack axis")
+    n = x.shape[axis]
+    if not isinstance(n, int):
+        if out_hint is None:
+            raise ShapeError(f"unstack: cannot unstack along symbolic dimension {n}")
+        n = len(out_hint)
+    shape = x.shape[:axis] + x.shape[axis + 1 :]
+    return [x.update(shape=shape)] * n
+
+
+def _unstack_transpose(cts, operand, *, axis, **_):
+    if not und(operand):
+        return [None]
+    ax = int(axis)
+    parts = [instantiate(c) for c in cts]
+    return [ops.bind("stack", *parts, axis=ax)]
+
+
+deflinear2("unstack", _unstack_transpose)
+define("unstack", multiple_results=True, flops=_no_flops)
+
+
+@shape_rule("tile")
+def _tile(in_types, params, out_hint):
+    x = one_arr(in_types, "tile")
+    reps = ints(need(params, "reps"))
+    if len(reps) != x.ndim:
+        raise ShapeError(f"tile: reps {fmt_shape(reps)} must have one entry per axis of {x}")
+    return [
+        fill_sym_from_hint(x.update(shape=[dim_mul(d, r) for d, r in zip(x.shape, reps)]), out_hint)
+    ]
+
+
+def _tile_transpose(ct, operand, *, reps, **_):
+    if not und(operand):
+        return [None]
+    reps = ops.ints(reps)
+    op_shape = ops.shape(operand)
+    split = [k for pair in zip(reps, op_shape) for k in pair]
+    r = bind_reshape(ct, split)
+    return [bind_reduce_sum(r, [2 * i for i in range(len(op_shape))])]
+
+
+deflinear2("tile", _tile_transpose)
+define("tile", flops=_no_flops)
+
+
+# ---------------------------------------------------------------- dim_as_value
+
+
+@shape_rule("dim_as_value")
+def _dim_as_value(in_types, params, out_hint):
+    return [ShapedArray((), "i64" if out_hint and out_hint[0].dtype == "i64" else "i32")]
+
+
+defjvp_zero("dim_as_value")

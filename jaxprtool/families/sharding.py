@@ -1,0 +1,92 @@
+"""The sharding family: placement, sharding and memory-space annotations.
+
+device_put, reshard / mesh_cast, sharding_constraint, layout_constraint, shard_alike,
+with_memory_space_constraint, pin / unpin, remove_memory_space and inspect_sharding: each
+returns its operands unchanged (their types may gain or lose a sharding or memory space), so
+the JVP rebinds the primitive on the tangent and the transpose passes the cotangent back
+(`defidentity`); on one device the back end runs them as identities.
+"""
+
+from __future__ import annotations
+
+from ..ad.registry import defidentity
+from ..core import ShapedArray
+from ..primitives import shape_rule
+from ..primitives.util import types_agree
+from ..record import define
+from ..text.param_rules import sorted_params
+
+
+def _no_flops(e) -> int:
+    return 0  # data movement
+
+
+def _evaluate_identity(interp, eqn, invals, path):
+    return list(invals)
+
+
+@shape_rule(
+    "device_put",
+    "sharding_constraint",
+    "layout_constraint",
+    "shard_alike",
+    "with_memory_space_constraint",
+    "pin",
+    "unpin",
+    "remove_memory_space",
+    "inspect_sharding_p",
+)
+def _identity(in_types, params, out_hint):
+    return list(in_types)
+
+
+# ---------------------------------------------------------------- device_put (several operands)
+
+defidentity("device_put")
+define("device_put", multiple_results=True, evaluate=_evaluate_identity, flops=_no_flops)
+
+
+# ---------------------------------------------------------------- reshard, mesh_cast
+
+
+@shape_rule("reshard", "mesh_cast")
+def _reshard(in_types, params, out_hint):
+    if out_hint is not None and len(out_hint) == len(in_types):
+        return [h if types_agree(h, t) else t for h, t in zip(out_hint, in_types)]
+    return [_unshard(t) for t in in_types]
+
+
+def _unshard(t):
+    if not isinstance(t, ShapedArray):
+        return t
+    return t.update(
+        shape=[
+            int(d.split("@")[0]) if isinstance(d, str) and d.split("@")[0].isdigit() else d
+            for d in t.shape
+        ]
+    )
+
+
+def _print_reshard(e, style):
+    # 0.10+: every parameter is implied by the binder type
+    return sorted_params(e.params) if style.broadcast_shape_param else []
+
+
+defidentity("reshard")
+defidentity("mesh_cast")
+define("reshard", print_params=_print_reshard, evaluate=_evaluate_identity, flops=_no_flops)
+define("mesh_cast", evaluate=_evaluate_identity)
+
+
+# ---------------------------------------------------------------- sharding_constraint, memory space
+
+defidentity("sharding_constraint")
+define("sharding_constraint", evaluate=_evaluate_identity, flops=_no_flops)
+for _n in (
+    "layout_constraint",
+    "with_memory_space_constraint",
+    "pin",
+    "unpin",
+    "remove_memory_space",
+):
+    defidentity(_n)

@@ -1,0 +1,304 @@
+"""The state family: mutable references (JAX's `Ref`s, `jax._src.state`).
+
+new_ref makes a Ref holding a value, freeze reads it back for good, and get / swap /
+addupdate read, exchange and accumulate into an indexed part of it.  The parser keeps the
+indexing the text shows as an `indexer` template (`[...]`, `[$0,1:]`, `$k` standing for index
+operand k); the shape rules read the result type from it, the printer prints the equations in
+JAX's own syntax (`y <- r[i]`, `r[i] <- v`, `r[i] += v`), and the back end runs a Ref as a
+mutable box.  All are effectful: no pass removes, merges or moves them.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..core import JaxprError, OpaqueType, RefType, ShapedArray, short_dtype_name
+from ..params import format_value
+from ..primitives import ShapeError, shape_rule
+from ..primitives.util import broadcast_shapes, nargs, one_arr
+from ..record import define
+from ..text import pretty as pp
+
+# ---------------------------------------------------------------- Refs in the back end
+
+
+def _box(x, eqn):
+    from ..backend.evaluator import Box
+
+    if not isinstance(x, Box):
+        raise JaxprError(
+            f"'{eqn.prim}' expects a reference (Ref{{...}}) as its first operand", eqn.loc
+        )
+    return x
+
+
+def _indexer(eqn, idx_inputs, shape):
+    """A numpy-style index from a printed ref indexer `[$0,:]`, `[...]`, `[:,1]`, `[$0,1:]`."""
+    from ..backend.evaluator import _split_top
+
+    ix = eqn.params.get("indexer")
+    if ix is None:
+        return None if not idx_inputs else tuple(idx_inputs)
+    text = str(ix).strip()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    out = []
+    for part in _split_top(text):
+        part = part.strip()
+        if part == "...":
+            out.append(Ellipsis)
+        elif part.startswith("$"):
+            import jax.numpy as jnp
+
+            # dynamic indices clamp into range, as JAX's discharge (dynamic_slice) does
+            dim = shape[len(out)] if Ellipsis not in out and len(out) < len(shape) else None
+            x = idx_inputs[int(part[1:])]
+            out.append(jnp.clip(x, 0, dim - 1) if dim else x)
+        elif ":" in part:
+            bits = part.split(":")
+            nums = [int(b) if b.strip() else None for b in bits]
+            out.append(slice(*nums))
+        elif part.lstrip("-").isdigit():
+            out.append(int(part))
+        elif part:
+            raise JaxprError(f"'{eqn.prim}': cannot read the indexer '{ix}'", eqn.loc)
+    if out == [Ellipsis]:
+        return None
+    return tuple(out)
+
+
+# ---------------------------------------------------------------- new_ref, freeze
+
+
+@shape_rule("new_ref")
+def _new_ref(in_types, params, out_hint):
+    x = one_arr(in_types, "new_ref")
+    if out_hint and isinstance(out_hint[0], RefType):
+        return [out_hint[0]] if out_hint[0].inner == x else [RefType(x, out_hint[0].memory_space)]
+    return [RefType(x)]
+
+
+@shape_rule("freeze")
+def _freeze(in_types, params, out_hint):
+    nargs(in_types, 1, "freeze")
+    r = in_types[0]
+    if not isinstance(r, RefType):
+        raise ShapeError(f"freeze expects a Ref operand, got {r}")
+    return [r.inner]
+
+
+def _evaluate_new_ref(interp, eqn, invals, path):
+    from ..backend.evaluator import Box
+
+    return [Box(invals[0])]
+
+
+def _evaluate_freeze(interp, eqn, invals, path):
+    return [_box(invals[0], eqn).value]
+
+
+define("new_ref", effectful=True, evaluate=_evaluate_new_ref)
+define("freeze", effectful=True, evaluate=_evaluate_freeze)
+
+
+# ---------------------------------------------------------------- `r[IDX]`: its type, its text
+
+
+def _indexed_type(prim, ref, ivars, params, out_hint):
+    """The type `ref[IDX]` reads, from the parser's indexer template (`[...]`, `[$0,1:]`)."""
+    if isinstance(ref, OpaqueType):  # `MemRef<None>{float32[4,8]}` (0.6.2): no model
+        return _hint_or(prim, out_hint, ref)
+    if not isinstance(ref, RefType):
+        raise ShapeError(f"{prim} expects a Ref as its first operand, got {ref}")
+    inner = ref.inner
+    if isinstance(inner, ShapedArray) and inner.dtype != short_dtype_name(inner.dtype):
+        inner = inner.update(dtype=short_dtype_name(inner.dtype))  # `Ref{float32[3]}` (0.4.35)
+    tpl = str(params.get("indexer", "[...]")).strip()
+    if tpl == "[...]" or tpl == "":
+        return inner
+    if "{" in tpl or not (tpl.startswith("[") and tpl.endswith("]")):
+        return _hint_or(prim, out_hint, inner)
+    entries = [x.strip() for x in tpl[1:-1].split(",")]
+    if len(entries) > inner.ndim:
+        raise ShapeError(f"{prim}: too many indices for {ref}")
+    out = []  # per entry: ("keep", dim) | ("drop", None) | ("array", shape)
+    for k, ent in enumerate(entries):
+        d = inner.shape[k]
+        if ent == ":":
+            out.append(("keep", d))
+        elif ":" in ent:
+            lo, hi = ent.split(":", 1)
+            if "$" in lo or "$" in hi:  # dynamic slice `v:v+n`
+                m = hi.rsplit("+", 1)
+                if len(m) == 2 and m[1].strip().isdigit():
+                    out.append(("keep", int(m[1])))
+                    continue
+                return _hint_or(prim, out_hint, inner)
+            try:
+                lo_i = int(lo) if lo else 0
+                hi_i = int(hi) if hi else d
+            except ValueError:
+                return _hint_or(prim, out_hint, inner)
+            out.append(
+                ("keep", hi_i - lo_i if isinstance(hi_i, int) and isinstance(lo_i, int) else d)
+            )
+        elif ent.startswith("$"):
+            try:
+                t = ivars[int(ent[1:])]
+            except (ValueError, IndexError):
+                raise ShapeError(f"{prim}: index {ent} has no operand") from None
+            if isinstance(t, ShapedArray) and t.ndim:
+                out.append(("array", t))
+            else:
+                out.append(("drop", None))
+        else:
+            try:
+                int(ent)
+            except ValueError:
+                return _hint_or(prim, out_hint, inner)
+            out.append(("drop", None))
+    rest = list(inner.shape[len(entries) :])
+    if not any(kind == "array" for kind, _ in out):
+        return inner.update(shape=[d for kind, d in out if kind == "keep"] + rest)
+    # numpy advanced indexing: integer scalars count as 0-d index arrays
+    adv = [i for i, (kind, _) in enumerate(out) if kind != "keep"]
+    bshape = broadcast_shapes(prim, [t for kind, t in out if kind == "array"])
+    keep = [d for kind, d in out if kind == "keep"]
+    if adv == list(range(adv[0], adv[-1] + 1)):
+        before = [d for kind, d in out[: adv[0]] if kind == "keep"]
+        after = [d for kind, d in out[adv[-1] + 1 :] if kind == "keep"]
+        shape = before + list(bshape) + after
+    else:
+        shape = list(bshape) + keep
+    return inner.update(shape=shape + rest)
+
+
+def _hint_or(prim, out_hint, inner):
+    """Indexing the rule does not model: the declared type, when there is one."""
+    if out_hint and isinstance(out_hint[0], ShapedArray):
+        return out_hint[0]
+    raise ShapeError(
+        f"{prim}: cannot infer the type of this indexing of {inner} without a declared result type"
+    )
+
+
+_SLOT = re.compile(r"\$(\d+)")
+
+
+def _ref_doc(e, p, ref, idx) -> pp.Doc:
+    """`r[IDX]`: the indexer template, each `$k` replaced by index operand k (index literals
+    print without their type, as NDIndexer.pretty_print).  The print rules below leave an
+    equation without an `indexer` (not built by the parser) to the ordinary form."""
+    r = p.atom(ref)
+    names = [p.atom(a, typed=False) for a in idx]
+    tpl = format_value(e.params["indexer"])
+    if "$" in tpl:
+        tpl = _SLOT.sub(lambda m: names[int(m.group(1))], tpl)
+    return pp.text(r + tpl)
+
+
+# ---------------------------------------------------------------- get: `y:T <- r[IDX]`
+
+
+@shape_rule("get")
+def _get(in_types, params, out_hint):
+    if not in_types:
+        raise ShapeError("get expects a Ref operand")
+    return [_indexed_type("get", in_types[0], in_types[1:], params, out_hint)]
+
+
+def _print_get(e, p):
+    if e.params.get("indexer") is None or len(e.outputs) != 1 or not e.inputs:
+        return None
+    binders = p.binders(e.outputs)
+    return pp.concat([binders, pp.text(" <- "), _ref_doc(e, p, e.inputs[0], e.inputs[1:])])
+
+
+def _evaluate_get(interp, eqn, invals, path):
+    box = _box(invals[0], eqn)
+    idx = _indexer(eqn, invals[1:], box.value.shape)
+    return [box.value if idx is None else box.value[idx]]
+
+
+define("get", effectful=True, print_eqn=_print_get, evaluate=_evaluate_get)
+
+
+# ---------------------------------------------------------------- swap: `y, r[IDX] <- r[IDX], v`
+# (`r[IDX] <- v` when y is dropped)
+
+
+@shape_rule("swap")
+def _swap(in_types, params, out_hint):
+    if len(in_types) < 2:
+        raise ShapeError(f"swap expects a Ref and a value, got {len(in_types)} operands")
+    t = _indexed_type("swap", in_types[0], in_types[2:], params, out_hint)
+    v = in_types[1]
+    if isinstance(v, ShapedArray) and isinstance(t, ShapedArray) and v.dtype != t.dtype:
+        raise ShapeError(f"swap: the stored value has type {v}, but the Ref holds {t}")
+    return [t]
+
+
+def _print_swap(e, p):
+    if e.params.get("indexer") is None or len(e.inputs) < 2 or len(e.outputs) != 1:
+        return None
+    ref, val, idx = e.inputs[0], e.inputs[1], e.inputs[2:]
+    y = e.outputs[0]
+    if p.dropped(y):
+        r = _ref_doc(e, p, ref, idx)
+        return pp.concat([r, pp.text(" <- "), pp.text(p.atom(val))])
+    r = _ref_doc(e, p, ref, idx)
+    return pp.concat(
+        [p.binders([y]), pp.text(", "), r, pp.text(" <- "), r, pp.text(", "), pp.text(p.atom(val))]
+    )
+
+
+def _evaluate_swap(interp, eqn, invals, path):
+    import jax.numpy as jnp
+
+    box, val = _box(invals[0], eqn), invals[1]
+    idx = _indexer(eqn, invals[2:], box.value.shape)
+    old = box.value if idx is None else box.value[idx]
+    if idx is None:
+        box.value = jnp.asarray(val, dtype=box.value.dtype) + jnp.zeros_like(box.value)
+    else:
+        box.value = box.value.at[idx].set(val)
+    return [old] if eqn.outputs else []
+
+
+define("swap", effectful=True, print_eqn=_print_swap, evaluate=_evaluate_swap)
+
+
+# ---------------------------------------------------------------- addupdate: `r[IDX] += v`
+
+
+@shape_rule("addupdate")
+def _addupdate(in_types, params, out_hint):
+    if len(in_types) < 2:
+        raise ShapeError(f"addupdate expects a Ref and a value, got {len(in_types)} operands")
+    try:
+        t = _indexed_type("addupdate", in_types[0], in_types[2:], params, None)
+    except ShapeError as e:
+        if "cannot infer" not in str(e):
+            raise
+        return []  # an indexing the rule does not model: nothing to compare the value with
+    v = in_types[1]
+    if isinstance(v, ShapedArray) and isinstance(t, ShapedArray) and v.dtype != t.dtype:
+        raise ShapeError(f"addupdate: the added value has type {v}, but the Ref holds {t}")
+    return []
+
+
+def _print_addupdate(e, p):
+    if e.params.get("indexer") is None or len(e.inputs) < 2:
+        return None
+    r = _ref_doc(e, p, e.inputs[0], e.inputs[2:])
+    return pp.concat([r, pp.text(" += "), pp.text(p.atom(e.inputs[1]))])
+
+
+def _evaluate_addupdate(interp, eqn, invals, path):
+    box, val = _box(invals[0], eqn), invals[1]
+    idx = _indexer(eqn, invals[2:], box.value.shape)
+    box.value = box.value + val if idx is None else box.value.at[idx].add(val)
+    return []
+
+
+define("addupdate", effectful=True, print_eqn=_print_addupdate, evaluate=_evaluate_addupdate)
