@@ -542,12 +542,12 @@ def _iota(in_types, params, out_hint):
 
 
 def _bind_iota(eqn, p, dims):
-    from ..backend.prims import _dtype_param
+    from ..backend.prims import dtype_param
     from ..backend.values import static_shape
 
     t = eqn.outputs[0].type
     return {
-        "dtype": _dtype_param(p.get("dtype", t.np_dtype)),
+        "dtype": dtype_param(p.get("dtype", t.np_dtype)),
         "shape": static_shape(t, dims),
         "dimension": int(p.get("dimension", 0)),
         "sharding": None,
