@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..core import Atom, Eqn, Jaxpr, JaxprError, Literal, Var, gc_paused, is_inexact
+from ..record import prim as record_of
 from . import builder as B
 from .zeros import Zero, is_zero, tangent_type
 from .zeros import instantiate as inst_zero
@@ -20,12 +21,20 @@ def missing_jvp(eqn: Eqn) -> JaxprError:
     return JaxprError(f"Differentiation rule for '{eqn.prim}' not implemented", eqn.loc)
 
 
+def jvp_rule(name: str, split: bool):
+    """The rule that differentiates `name`: in a split (linearize) builder its record's
+    `linearization` when it has one, else its JVP rule (None: no rule)."""
+    rec = record_of(name)
+    if split and rec.linearization is not None:
+        return rec.linearization
+    return rec.jvp
+
+
 def jvp_eval(
     jaxpr: Jaxpr, primals: Sequence[Atom], tangents: Sequence, consts: Sequence[Atom] | None = None
 ):
     """Emit the JVP of `jaxpr` into the current builder: (primal outs, tangent outs (Atom|Zero))."""
     from . import rules  # noqa: F401  (registers every rule module)
-    from .registry import primitive_jvps
 
     b = B.current()
     env: dict[int, Atom] = {}
@@ -64,7 +73,7 @@ def jvp_eval(
                 for o, n in zip(eqn.outputs, outs):
                     env[id(o)] = n
                 continue
-            rule = primitive_jvps.get(eqn.prim)
+            rule = jvp_rule(eqn.prim, b.split)
             if rule is None:
                 raise missing_jvp(eqn)
             b.cur_eqn = eqn

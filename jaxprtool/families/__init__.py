@@ -15,14 +15,16 @@ MODULES = (
     "jaxprtool.primitives.linalg",
     "jaxprtool.primitives.random",
     "jaxprtool.primitives.misc",
-    "jaxprtool.primitives.control",
+    "jaxprtool.families.calls",
+    "jaxprtool.families.effects",
+    "jaxprtool.families.cond",
+    "jaxprtool.families.scan",
+    "jaxprtool.families.while_loop",
     "jaxprtool.ad.rules.elementwise",
     "jaxprtool.ad.rules.structural",
     "jaxprtool.ad.rules.reductions",
     "jaxprtool.ad.rules.linalg",
     "jaxprtool.ad.rules.random",
-    "jaxprtool.ad.rules.calls",
-    "jaxprtool.ad.rules.control_flow",
 )
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..core import Jaxpr, OpaqueType, RefType, ShapedArray, Type, short_dtype_name
+from ..params import format_value
 from . import ShapeError
 
 # ---------------------------------------------------------------- dtype classes
@@ -519,3 +520,22 @@ def check_call_operands(
 
 def out_types_of(jaxpr: Jaxpr) -> list[Type]:
     return [v.type for v in jaxpr.outvars]
+
+
+_AVAL_RE = re.compile(r"ShapedArray\(([a-z0-9_]+)\[([^\]]*)\](?:,\s*weak_type=(True|False))?")
+
+
+def parse_avals(value) -> list[ShapedArray] | None:
+    """`(ShapedArray(float32[3]),)` (typed or text) -> array types."""
+    if value is None:
+        return None
+    text = format_value(value) if not isinstance(value, str) else value
+    out = []
+    for m in _AVAL_RE.finditer(text):
+        dims = tuple(
+            int(d) if d.strip().lstrip("-").isdigit() else d.strip()
+            for d in m.group(2).split(",")
+            if d.strip()
+        )
+        out.append(ShapedArray(dims, short_dtype_name(m.group(1)), m.group(3) == "True"))
+    return out

@@ -33,16 +33,16 @@ from collections import Counter
 
 from ..core import Eqn, Jaxpr, RefType, ShapedArray, Var, all_eqns, eqn_subjaxprs
 from ..params import Record, as_int_tuple
+from ..record import prim
 
 MOVEMENT = {
     "reshape", "broadcast_in_dim", "squeeze", "expand_dims", "transpose", "slice", "dynamic_slice",
     "dynamic_update_slice", "gather", "concatenate", "pad", "rev", "copy", "copy_p", "iota",
     "device_put", "sharding_constraint", "reshard", "split", "tile", "stack", "unstack",
-    "optimization_barrier", "stop_gradient", "bitcast_convert_type", "broadcast_to", "zeros_like",
+    "stop_gradient", "bitcast_convert_type", "broadcast_to", "zeros_like",
     "squeeze_p", "all_gather", "all_to_all", "psum", "ppermute",
 }  # fmt: skip
 REDUCTIONS_PREFIX = ("reduce_", "cum", "arg", "sort", "top_k", "approx_top_k")
-CONTROL = {"scan", "while", "cond"}
 
 
 def _nbytes(t) -> int:
@@ -80,6 +80,9 @@ def depth(j: Jaxpr, _memo=None) -> int:
 def eqn_flops(e: Eqn) -> int:
     """Flops of one equation, its own work only (bodies excluded)."""
     p = e.prim
+    rule = prim(p).flops
+    if rule is not None:
+        return rule(e)
     if eqn_has_body(e) or p in MOVEMENT:
         return 0
     outs = sum(_size(o.type) for o in e.outputs)
@@ -125,16 +128,11 @@ def _cost(j: Jaxpr, memo: dict) -> tuple[int, int]:
             )
             continue
         costs = [_cost(s, memo) for s in subs]
-        if e.prim == "cond":
-            f, b = max(costs) if costs else (0, 0)
+        rule = prim(e.prim).body_cost
+        if rule is not None:
+            f, b = rule(e, costs)
         else:
             f, b = sum(c[0] for c in costs), sum(c[1] for c in costs)
-        if e.prim == "scan":
-            try:
-                n = int(e.params.get("length", 1))
-            except (TypeError, ValueError):
-                n = 1
-            f, b = f * n, b * n
         flops += f
         nbytes += b
     memo[id(j)] = (flops, nbytes)
