@@ -58,6 +58,14 @@ class Primitive:
     #: `rule(eqn, p) -> Doc | None`: the equation in its own syntax (`y <- r[i]`), built with
     #: the printer's handle `p` (`text/printer.py`, `_DocHandle`); None: the ordinary form
     print_eqn: Callable | None = None
+    #: `rule(eqn, style) -> str`: the name printed for the primitive (jit: `pjit` before 0.7)
+    print_name: Callable | None = None
+    #: the body parameter whose binders print with the names of the equation's operands and
+    #: results when the style suggests names (JAX's `suggest_same_var_names`, jit)
+    suggest_names: str | None = None
+    #: `rule(eqn) -> str | None`: the name of a nested jaxpr printed hoisted
+    #: (`let NAME = ...`); None: the equation's `name` parameter
+    hoist_name: Callable | None = None
     #: `rule(prim, params, eqn, style) -> (prim, params)`: the parameters an older JAX
     #: version printed for an equation the tool emitted in 0.12's form
     restyle: Callable | None = None
@@ -78,7 +86,12 @@ class Primitive:
     index_operands: int | None = None
     #: an untyped operand literal with no typed sibling has the result's dtype (reshape)
     literal_like_result: bool = False
-    #: `rule(eqn, live_outputs) -> (eqn | None, live_inputs)`: DCE of the equation's insides
+    #: `rule(eqn, pos) -> Type | None`: the type of the nested binder that operand `pos`
+    #: feeds (types 0.4.35's untyped literals); None: a body with one binder per operand
+    binder_type: Callable | None = None
+    #: `rule(used_outputs, eqn, dce_jaxpr) -> (used_inputs, eqn | None)`: DCE of an equation
+    #: with bodies; `dce_jaxpr(jaxpr, used_outputs, instantiate) -> (jaxpr, used_inputs)`
+    #: cleans a body; raising `passes.dce.Unsupported` keeps the signature
     dce: Callable | None = None
     #: `rule(eqn, values) -> value | None`: constant folding of literal operands
     fold: Callable | None = None
@@ -96,6 +109,9 @@ class Primitive:
     #: `(text, fn)`: the analytic derivative `explain` checks, `fn(x)` (one operand) or
     #: `fn(x, y) -> (d/dx, d/dy)` (two) on float64 numpy arrays
     derivative_formula: tuple[str, Callable] | None = None
+    #: `rule(eqn, costs) -> (flops, bytes)`: the cost of an equation with bodies from the
+    #: (flops, bytes) of one run of each body (stats); None: their sum
+    body_cost: Callable | None = None
     #: free-form data a family shares between its own rules (never read by the machinery)
     extra: dict[str, Any] | None = None
 

@@ -140,15 +140,15 @@ def test_plugin_impls_and_refusal():
 
 
 def test_flat_tree_leaf_counts():
-    from jaxprtool.backend.evaluator import _leaves_text
+    from jaxprtool.families.scan import parse_ft
 
-    assert _leaves_text("((None,), (RightsOnly(Right(None)),))") == 2
+    assert len(parse_ft("((None,), (RightsOnly(Right(None)),))")) == 2
     assert (
-        _leaves_text("((RightsOnly(Right(None)),), (RightsOnly(RightsOnly(Right(Left(None)))),))")
+        len(parse_ft("((RightsOnly(Right(None)),), (RightsOnly(RightsOnly(Right(Left(None)))),))"))
         == 1
     )
-    assert _leaves_text("((None,), (RightsOnly(Left(None)),))") == 1
-    assert _leaves_text("()") == 0
+    assert len(parse_ft("((None,), (RightsOnly(Left(None)),))")) == 1
+    assert len(parse_ft("()")) == 0
 
 
 def test_dim_expressions():

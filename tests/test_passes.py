@@ -17,7 +17,7 @@ from conftest import CORPUS, corpus_files, needs_corpus
 from jaxprtool.check import check, errors
 from jaxprtool.cli import main
 from jaxprtool.core import Jaxpr, JaxprError, Literal, ShapedArray, all_eqns, alpha_equal
-from jaxprtool.passes import flattree
+from jaxprtool.families.scan import parse_ft
 from jaxprtool.passes.cse import cse
 from jaxprtool.passes.dce import dce, dce_keep_outputs
 from jaxprtool.passes.fold import fold
@@ -120,12 +120,10 @@ def test_flattree_filter_matches_jax():
         for _ in range(3):
             mask = [rng.random() < 0.6 for _ in range(len(cur))]
             nxt = cur.filter_with_mask(mask)
-            mine = flattree.filter_with_mask(flattree.parse_text(repr(cur)), mask)
-            assert flattree.render(mine) == repr(nxt)
-            assert flattree.length(mine) == len(nxt)
-            assert [flattree.length(p) for p in flattree.unpack(mine)] == [
-                len(p) for p in nxt.unpack()
-            ]
+            mine = parse_ft(repr(cur)).filter_with_mask(mask)
+            assert repr(mine) == repr(nxt)
+            assert len(mine) == len(nxt)
+            assert [len(p) for p in mine.unpack()] == [len(p) for p in nxt.unpack()]
             cur = nxt
 
 

@@ -925,7 +925,7 @@ def test_scan_encodings(ft):
 
 
 def test_scan_ft_group_sizes():
-    from jaxprtool.primitives.control import ft_group_sizes
+    from jaxprtool.families.scan import ft_group_sizes
 
     assert ft_group_sizes("((), (None,), (None,))") == [0, 1, 1]
     assert ft_group_sizes(

@@ -163,3 +163,24 @@ def make_jaxpr(invars, eqns, outvars, constvars=()) -> Jaxpr:
 
 def fresh_like(v: Var) -> Var:
     return Var(v.type, v.hint)
+
+
+def clone_jaxpr(j: Jaxpr) -> Jaxpr:
+    """The same jaxpr with fresh top-level variables (to use it twice in one program)."""
+    m: dict[int, Var] = {}
+
+    def fresh(v):
+        n = Var(v.type, v.hint)
+        m[id(v)] = n
+        return n
+
+    def sub(x):
+        return m.get(id(x), x) if isinstance(x, Var) else x
+
+    cv = [fresh(v) for v in j.constvars]
+    iv = [fresh(v) for v in j.invars]
+    eqns = []
+    for e in j.eqns:
+        ins = [sub(x) for x in e.inputs]
+        eqns.append(e.replace(inputs=ins, outputs=[fresh(o) for o in e.outputs]))
+    return j.replace(constvars=cv, invars=iv, eqns=eqns, outvars=[sub(x) for x in j.outvars])

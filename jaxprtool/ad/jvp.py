@@ -22,6 +22,15 @@ def missing_jvp(eqn: Eqn) -> JaxprError:
     return JaxprError(f"Differentiation rule for '{eqn.prim}' not implemented", eqn.loc)
 
 
+def jvp_rule(name: str, split: bool):
+    """The rule that differentiates `name`: in a split (linearize) builder its record's
+    `linearization` when it has one, else its JVP rule (None: no rule)."""
+    rec = record_of(name)
+    if split and rec.linearization is not None:
+        return rec.linearization
+    return rec.jvp
+
+
 def jvp_eval(
     jaxpr: Jaxpr, primals: Sequence[Atom], tangents: Sequence, consts: Sequence[Atom] | None = None
 ):
@@ -73,7 +82,7 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
                     obs.jvp_step(eqn, "copy", ins, tins, outs, [], step.eqns())
                 continue
             rec = record_of(eqn.prim)
-            rule = rec.jvp
+            rule = jvp_rule(eqn.prim, b.split)
             if rule is None:
                 raise missing_jvp(eqn)
             b.cur_eqn = eqn

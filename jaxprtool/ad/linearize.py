@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..core import Eqn, Jaxpr, Loc, Var, gc_paused, is_inexact
+from ..record import prim as record_of
 from . import builder as B
 from .jvp import _inst_list, diff_mask, jvp_eval
 from .zeros import Zero, is_zero, tangent_type
@@ -256,7 +257,7 @@ def find_linear_eqn(jaxpr: Jaxpr):
     idx = [
         i
         for i, e in enumerate(jaxpr.eqns)
-        if e.prim in ("jit", "pjit", "closed_call") and str(e.params.get("name")) == LINEAR_NAME
+        if record_of(e.prim).inlinable and str(e.params.get("name")) == LINEAR_NAME
     ]
     for k in reversed(idx):
         t = _tangent_suffix(jaxpr, k)

@@ -90,3 +90,12 @@ def add_tangents(a, b):
 
 def is_literal(x) -> bool:
     return isinstance(x, Literal)
+
+
+def nonzero_mask(invars, tangents) -> list[bool]:
+    """Which inputs have a tangent: not symbolically zero and of a float/complex type."""
+    return [not is_zero(t) and is_inexact(v.type) for v, t in zip(invars, tangents)]
+
+
+def zero_tangents(types) -> list[Zero]:
+    return [Zero(tangent_type(t)) for t in types]

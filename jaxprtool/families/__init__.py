@@ -19,11 +19,12 @@ MODULES = (
     "jaxprtool.families.collectives",
     "jaxprtool.families.sharding",
     "jaxprtool.families.annotations",
-    "jaxprtool.primitives.control",
-    "jaxprtool.ad.rules.calls",
-    "jaxprtool.ad.rules.control_flow",
+    "jaxprtool.families.calls",
+    "jaxprtool.families.effects",
+    "jaxprtool.families.cond",
+    "jaxprtool.families.scan",
+    "jaxprtool.families.while_loop",
     "jaxprtool.families.jax_library",
-    "jaxprtool.families.custom_derivatives",
 )
 
 

@@ -34,7 +34,7 @@ def _box(x, eqn):
 
 def _indexer(eqn, idx_inputs, shape):
     """A numpy-style index from a printed ref indexer `[$0,:]`, `[...]`, `[:,1]`, `[$0,1:]`."""
-    from ..backend.evaluator import _split_top
+    from ..backend.evaluator import split_top
 
     ix = eqn.params.get("indexer")
     if ix is None:
@@ -43,7 +43,7 @@ def _indexer(eqn, idx_inputs, shape):
     if text.startswith("[") and text.endswith("]"):
         text = text[1:-1]
     out = []
-    for part in _split_top(text):
+    for part in split_top(text):
         part = part.strip()
         if part == "...":
             out.append(Ellipsis)

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..core import Jaxpr, OpaqueType, RefType, ShapedArray, Type, short_dtype_name
+from ..params import format_value
 from . import ShapeError
 
 # ---------------------------------------------------------------- dtype classes
@@ -559,3 +560,22 @@ def input_elements(e) -> int:
 def output_elements(e) -> int:
     """The number of result elements of an equation."""
     return sum(num_elements(o.type) for o in e.outputs)
+
+
+_AVAL_RE = re.compile(r"ShapedArray\(([a-z0-9_]+)\[([^\]]*)\](?:,\s*weak_type=(True|False))?")
+
+
+def parse_avals(value) -> list[ShapedArray] | None:
+    """`(ShapedArray(float32[3]),)` (typed or text) -> array types."""
+    if value is None:
+        return None
+    text = format_value(value) if not isinstance(value, str) else value
+    out = []
+    for m in _AVAL_RE.finditer(text):
+        dims = tuple(
+            int(d) if d.strip().lstrip("-").isdigit() else d.strip()
+            for d in m.group(2).split(",")
+            if d.strip()
+        )
+        out.append(ShapedArray(dims, short_dtype_name(m.group(1)), m.group(3) == "True"))
+    return out

@@ -52,8 +52,6 @@ from .style import DEFAULT_STYLE, Style, walk_jaxprs
 
 __all__ = ["print_jaxpr", "encode_name", "literal_text"]
 
-_JIT = ("jit", "pjit")
-_NAME_FIRST = frozenset({"jit", "pjit", "custom_jvp_call", "custom_vjp_call"})
 #: namedtuple parameter classes: JAX's shared-jaxpr walk looks inside them (they are tuples)
 _NAMEDTUPLES = frozenset({"_LinearSolveTuple"})
 _ADDR = re.compile(r" at 0x([0-9a-fA-F]+)")
@@ -119,8 +117,9 @@ def _is_jaxpr_tuple(v) -> bool:
 
 
 def _hoist_name(e: core.Eqn) -> str | None:
-    if e.prim in ("custom_jvp_call", "custom_vjp_call"):
-        return None  # their `name=` is synthesized from call_jaxpr, not a parameter
+    rule = record_of(e.prim).hoist_name
+    if rule is not None:
+        return rule(e)
     n = e.params.get("name")
     return n if isinstance(n, str) else None
 
@@ -360,8 +359,9 @@ class _Printer:
         own = record_of(prim).print_eqn
         if own is not None and own(e, self.naming_handle) is not None:
             return
-        if prim in _JIT and self.style.suggest_names:
-            inner = e.params.get("jaxpr")
+        key = record_of(prim).suggest_names
+        if key is not None and self.style.suggest_names:
+            inner = e.params.get(key)
             if isinstance(inner, Jaxpr) and id(inner) not in self.shared:
                 self.suggest(inner.invars, e.inputs)
                 self.suggest(inner.outvars, e.outputs)
@@ -578,8 +578,9 @@ class _Printer:
             if doc is not None:
                 return doc
         name = prim
-        if prim in _JIT:
-            name = self.style.call_prim
+        print_name = record_of(prim).print_name
+        if print_name is not None:
+            name = print_name(e, self.style)
         pairs = self._pairs(e)
         for _, v in pairs:
             if isinstance(v, Jaxpr) or _is_jaxpr_tuple(v):

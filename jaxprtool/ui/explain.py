@@ -393,8 +393,8 @@ def _forward(jaxpr: Jaxpr, mask, namer: Namer, data: ExplainData):
     """Run each JVP rule alone; returns (jvp program eqns, tangent inputs, output tangents)."""
     from ..ad import builder as B
     from ..ad import rules  # noqa: F401  (registers every rule module)
-    from ..ad.jvp import missing_jvp
-    from ..ad.registry import primitive_jvps, rule_kind
+    from ..ad.jvp import jvp_rule, missing_jvp
+    from ..ad.registry import rule_kind
     from ..ad.zeros import Zero, is_zero, tangent_type
 
     env: dict[int, Any] = {}
@@ -433,7 +433,7 @@ def _forward(jaxpr: Jaxpr, mask, namer: Namer, data: ExplainData):
             for o in eqn.outputs:
                 env[id(o)] = o
             continue
-        rule = primitive_jvps.get(eqn.prim)
+        rule = jvp_rule(eqn.prim, True)  # run in a split builder below
         step.kind = rule_kind.get(eqn.prim, "primitive_jvps" if rule else None)
         if rule is None:
             step.error = missing_jvp(eqn)

@@ -34,8 +34,7 @@ from collections import Counter
 from ..core import Eqn, Jaxpr, RefType, ShapedArray, Var, all_eqns, eqn_subjaxprs
 from ..record import prim
 
-MOVEMENT = {"optimization_barrier", "squeeze_p"}  # moves data, computes nothing
-CONTROL = {"scan", "while", "cond"}
+MOVEMENT = {"squeeze_p"}  # moves data, computes nothing
 
 
 def _nbytes(t) -> int:
@@ -102,16 +101,11 @@ def _cost(j: Jaxpr, memo: dict) -> tuple[int, int]:
             )
             continue
         costs = [_cost(s, memo) for s in subs]
-        if e.prim == "cond":
-            f, b = max(costs) if costs else (0, 0)
+        rule = prim(e.prim).body_cost
+        if rule is not None:
+            f, b = rule(e, costs)
         else:
             f, b = sum(c[0] for c in costs), sum(c[1] for c in costs)
-        if e.prim == "scan":
-            try:
-                n = int(e.params.get("length", 1))
-            except (TypeError, ValueError):
-                n = 1
-            f, b = f * n, b * n
         flops += f
         nbytes += b
     memo[id(j)] = (flops, nbytes)

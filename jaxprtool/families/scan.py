@@ -1,42 +1,44 @@
-"""AD rules for control flow: `cond`, `scan`, `while` (mirrors jax/_src/lax/control_flow).
+"""`scan` (JAX's `lax.scan`): a loop over the leading axis of its scanned operands.
 
-One rule per primitive serves jvp and linearize: in a split builder (linearize) the rule emits
-two equations, a primal one (primal inputs only: it lands in the primal program) computing the
-outputs and the residuals, and a linear one (in the tangent program) consuming them.
+The operands are grouped consts / carry / xs and the results carry / ys, in one of two
+encodings: `num_consts`/`num_carry` (with `linear`, and `_split_transpose` in 0.7.2) up to JAX
+0.10, or 0.12's flat trees `ft_in`/`ft_out` (the repr of a `jax._src.flattree.FlatTree`).  `FT`
+models a flat tree (`parse_ft` reads one, `ft_param` writes one) and `ScanParams` decodes a
+scan's parameters once: the shape rule, the AD rules, DCE and the evaluator all read it, and
+derived scans are written by `ScanParams.to_params` in the encoding of the input.
 
-- cond: branches are differentiated with a common nonzero-tangent mask (an output tangent is
-  nonzero if it is in some branch; the others instantiate zeros).  Linearized, every branch
-  returns the union of the residuals of all branches (zeros for the others'), residuals that are
-  branch inputs are forwarded.  Transpose: each branch transposed, index and residuals kept.
-- scan: carry tangents by fixed point; operands regrouped consts/carry/xs in the encoding of the
-  input (`num_consts`/`num_carry`/`linear`/`_split_transpose`, or 0.12's `ft_in`/`ft_out`, built
-  as JAX builds them).  Linearized: per-iteration residuals are stacked as extra ys of the primal
-  scan; loop-invariant ones are hoisted out and passed as consts, inputs forwarded.  Transpose:
-  a scan in the opposite direction whose carries are the cotangents of the carries and of the
-  linear consts; the cotangents of linear xs are its ys.
-- while: forward mode only (tangent carries alongside, the cond jaxpr ignores them); linearized,
-  a primal loop plus a forward-mode tangent loop; transposing raises JAX's error.
+AD (mirrors jax/_src/lax/control_flow/loops.py): carry tangents by fixed point.  Linearized
+(`linearization`), per-iteration residuals are stacked as extra ys of the primal scan;
+loop-invariant ones are hoisted out and passed as consts, inputs forwarded.  Transpose: a scan
+in the opposite direction whose carries are the cotangents of the carries and of the linear
+consts; the cotangents of linear xs are its ys.
 """
 
 from __future__ import annotations
 
-from ...core import Jaxpr, JaxprError, Literal, ShapedArray, Var, is_inexact
-from ...params import Opaque, format_value
-from ...record import prim
-from .. import builder as B
-from ..jvp import jvp_masked
-from ..linearize import linearize_masked
-from ..registry import primitive_jvps, primitive_transposes, rule_kind
-from ..transpose import backward_pass
-from ..zeros import Zero, add_tangents, instantiate, is_undefined_primal, is_zero, tangent_type
+from dataclasses import dataclass
 
-WHILE_TRANSPOSE_ERROR = (
-    "Reverse-mode differentiation does not work for lax.while_loop or lax.fori_loop with dynamic "
-    "start/stop values. Try using lax.scan, or using fori_loop with static start/stop."
+from ..ad import builder as B
+from ..ad.jvp import jvp_masked
+from ..ad.linearize import linearize_masked
+from ..ad.transpose import backward_pass
+from ..ad.zeros import (
+    Zero,
+    add_tangents,
+    instantiate,
+    is_undefined_primal,
+    is_zero,
+    nonzero_mask,
+    tangent_type,
+    zero_tangents,
 )
+from ..core import Jaxpr, JaxprError, Literal, ShapedArray, Var
+from ..params import Opaque, format_value
+from ..primitives import ShapeError, shape_rule
+from ..primitives.util import arr, dim_eq, int_param, jaxpr_param, types_agree
+from ..record import define, prim
 
-
-# ---------------------------------------------------------------- JAX 0.12 scan encoding (FlatTree text)
+# ---------------------------------------------------------------- flat trees (0.12's ft_in / ft_out)
 #
 # JAX 0.12 prints scan's `ft_in`/`ft_out` as the repr of a `jax._src.flattree.FlatTree`:
 #   tuple        -> Python tuple repr of the children: `()`, `(x,)`, `(x, y)`
@@ -160,10 +162,6 @@ class FT:
         return self.val
 
 
-def ft_pack(*elts) -> FT:
-    return FT.tup(*elts)
-
-
 def ft_zipstar(t: FT) -> FT:
     """pack(tuple(zip(*t.unpack2())))."""
     groups = [g.unpack() for g in t.unpack()]
@@ -280,11 +278,11 @@ def parse_ft(text: str) -> FT:
     return t
 
 
-def _ft_param(t: FT):
+def ft_param(t: FT):
     """A flat tree as a parameter value: what the parser would make of JAX's text."""
     text = repr(t)
     try:
-        from ...text.values import parse_value
+        from ..text.values import parse_value
 
         v, end = parse_value(text, 0, top=True)
         if end == len(text) and format_value(v) == text:
@@ -310,263 +308,253 @@ def _pytree_ft(groups) -> FT:
     return FT("pytree", val=(None,) * total(groups), treedef=f"PyTreeDef({render(groups)})")
 
 
-# ---------------------------------------------------------------- small helpers
+def _ft_of(value) -> FT:
+    return parse_ft(value if isinstance(value, str) else format_value(value))
 
 
-def _loc():
-    return B.current().loc
+def ft_group_sizes(value) -> list[int] | None:
+    """Leaf counts of each top-level group of an `ft_in`/`ft_out` parameter, or None."""
+    try:
+        return [len(g) for g in _ft_of(value).unpack()]
+    except Exception:  # noqa: BLE001 - the encoding is informal; callers fall back
+        return None
 
 
-def _nonzeros(invars, tangents) -> list[bool]:
-    return [not is_zero(t) and is_inexact(v.type) for v, t in zip(invars, tangents)]
+def _plain_ft(t: FT) -> bool:
+    """Only tuples, leaves and filters (no `Pytree(...)`/`Static(...)` nodes)."""
+    if t.kind == "tup":
+        return all(_plain_ft(e) for e in t.elts)
+    if t.kind == "filt":
+        return _plain_ft(t.elts[0])
+    return t.kind == "single"
 
 
-def _emit(prim, inputs, params, out_types, tangent=False):
-    b = B.current()
-    if tangent and b.split:
-        with b.tangent_mode():
-            return b.emit(prim, inputs, params, out_types)
-    return b.emit(prim, inputs, params, out_types)
+# ---------------------------------------------------------------- the parameters, decoded once
+
+
+@dataclass
+class ScanParams:
+    """A scan equation's parameters, decoded: operands `consts, carry, xs`, body results
+    `carry, ys`.  `read` takes the encoding as written when it is readable (`exact`), else
+    recovers the split from the operand types as the shape rule does; `to_params` writes a
+    derived scan in the same encoding."""
+
+    params: dict
+    jaxpr: Jaxpr
+    length: object
+    reverse: bool
+    num_consts: int
+    num_carry: int
+    #: the groups as flat trees (leaves None), built from the counts for the counts encoding
+    ft_in: FT
+    ft_out: FT
+    #: per operand (all False when the encoding has none)
+    linear: list[bool]
+    #: the equation uses the flat-tree encoding
+    ft: bool
+    #: the split is the one written in the parameters (not recovered from the types)
+    exact: bool
+
+    @property
+    def num_xs(self) -> int:
+        return len(self.jaxpr.invars) - self.num_consts - self.num_carry
+
+    @property
+    def num_ys(self) -> int:
+        return len(self.jaxpr.outvars) - self.num_carry
+
+    @classmethod
+    def from_eqn(cls, e) -> ScanParams:
+        return cls.read(e.params, [a.type for a in e.inputs], [o.type for o in e.outputs])
+
+    @classmethod
+    def read(cls, params: dict, in_types, out_hint=None) -> ScanParams:
+        """Raises `ShapeError` when the body or the length is missing or the operands cannot
+        be split into consts, carry and xs."""
+        j = jaxpr_param(params, "jaxpr")
+        length = params.get("length")
+        length = int(length) if length is not None and not isinstance(length, str) else length
+        if length is None:
+            raise ShapeError("scan: missing parameter 'length'")
+        n, n_out = len(in_types), len(j.outvars)
+        if len(j.invars) != n:
+            raise ShapeError(
+                f"scan: jaxpr takes {len(j.invars)} inputs, but the equation passes {n}"
+            )
+        ft = "ft_in" in params or "ft_out" in params
+        exact, ft_in, ft_out = True, None, None
+        if "num_consts" in params and "num_carry" in params:
+            nc, nk = int_param(params, "num_consts"), int_param(params, "num_carry")
+        else:
+            try:
+                ft_in, ft_out = _ft_of(params["ft_in"]).void(), _ft_of(params["ft_out"]).void()
+                g_in = [len(g) for g in ft_in.unpack()]
+                g_out = [len(g) for g in ft_out.unpack()]
+                if len(g_in) != 3 or len(g_out) != 2 or sum(g_in) != n or sum(g_out) != n_out:
+                    raise ValueError
+                nc, nk = g_in[0], g_in[1]
+            except Exception:  # noqa: BLE001 - unmodelled encoding: recover the split
+                exact, ft_in, ft_out = False, None, None
+                nc, nk = _split_from_types(in_types, j, length, params, out_hint)
+        if ft_in is None:
+            ft_in = FT.tup(FT.nones(nc), FT.nones(nk), FT.nones(n - nc - nk))
+            ft_out = FT.tup(FT.nones(nk), FT.nones(n_out - nk))
+        lin = params.get("linear")
+        linear = (
+            [bool(x) for x in lin]
+            if isinstance(lin, (tuple, list)) and len(lin) == n
+            else [False] * n
+        )
+        reverse = bool(params.get("reverse", False))
+        return cls(params, j, length, reverse, nc, nk, ft_in, ft_out, linear, ft, exact)
+
+    def split(self, xs) -> tuple[list, list, list]:
+        """(consts, carry, xs) of a list with one entry per operand."""
+        nc, nk = self.num_consts, self.num_carry
+        return list(xs[:nc]), list(xs[nc : nc + nk]), list(xs[nc + nk :])
+
+    def to_params(self, **changes) -> dict:
+        """The parameters of a derived scan: each of `jaxpr`, `reverse`, `ft_in`/`ft_out` (FT),
+        `num_consts`/`num_carry` (ints) and `linear` that is given replaces the equation's
+        parameter of that name when the equation has one; the other parameters are kept."""
+        p = {}
+        for k, v in self.params.items():
+            if k in changes:
+                v = changes[k]
+                if k in ("ft_in", "ft_out"):
+                    v = ft_param(v)
+                elif k in ("num_consts", "num_carry"):
+                    v = _like(self.params[k], v)
+                elif k == "linear":
+                    v = tuple(bool(x) for x in v)
+            p[k] = v
+        return p
+
+
+def _like(old, n: int):
+    """n in the representation of `old` (an int, or a numpy-scalar param value)."""
+    if isinstance(old, int):
+        return n
+    try:
+        return type(old)(old.dtype, n)
+    except Exception:  # noqa: BLE001
+        return n
+
+
+def _split_from_types(in_types, j: Jaxpr, length, params, out_hint):
+    """(num_consts, num_carry) when the encoding is not readable as a whole: the `ft_in`
+    groups when they add up, else the split the types allow (carries are invars whose type
+    the body returns at the same position), preferring the `ft_out` carry count and the
+    declared result types."""
+    n = len(in_types)
+    g = ft_group_sizes(params["ft_in"]) if "ft_in" in params else None
+    if g is not None and len(g) == 3 and sum(g) == n:
+        return g[0], g[1]
+    go = ft_group_sizes(params["ft_out"]) if "ft_out" in params else None
+    inv, outv = j.in_types, j.out_types
+    cands = []
+    for c in range(n + 1):
+        for k in range(0, min(n - c, len(outv)) + 1):
+            if not all(types_agree(in_types[i], inv[i]) for i in range(c + k)):
+                continue
+            if not all(types_agree(outv[i], inv[c + i]) for i in range(k)):
+                continue
+            ok = True
+            for i in range(c + k, n):
+                t, v = in_types[i], inv[i]
+                if not (
+                    isinstance(t, ShapedArray)
+                    and isinstance(v, ShapedArray)
+                    and t.ndim == v.ndim + 1
+                    and dim_eq(t.shape[0], length)
+                    and types_agree(t.update(shape=t.shape[1:]), v)
+                ):
+                    ok = False
+                    break
+            if ok:
+                cands.append((c, k))
+    if go is not None and len(go) == 2:
+        m = [ck for ck in cands if ck[1] == go[0]]
+        if m:
+            return m[0]
+    if out_hint is not None:
+        for c, k in cands:
+            if _scan_outs(outv, k, length) is not None and all(
+                types_agree(a, b) for a, b in zip(_scan_outs(outv, k, length), out_hint)
+            ):
+                return c, k
+    if cands:
+        return cands[0]
+    raise ShapeError(
+        "scan: operands do not match the body jaxpr (cannot split them into consts, carry and xs)"
+    )
+
+
+def _scan_outs(outv, k, length):
+    res = list(outv[:k])
+    for t in outv[k:]:
+        if not isinstance(t, ShapedArray):
+            return None
+        res.append(t.update(shape=(length, *t.shape)))
+    return res
+
+
+# ---------------------------------------------------------------- shape
+
+
+@shape_rule("scan")
+def _scan_shape(in_types, params, out_hint):
+    sp = ScanParams.read(params, in_types, out_hint)
+    j, length, n = sp.jaxpr, sp.length, len(in_types)
+    c, k = sp.num_consts, sp.num_carry
+    if c < 0 or k < 0 or c + k > n:
+        raise ShapeError(f"scan: num_consts={c} and num_carry={k} do not fit {n} operands")
+    inv = j.in_types
+    for i in range(c + k):
+        if not types_agree(in_types[i], inv[i]):
+            what = "const" if i < c else "carry"
+            raise ShapeError(
+                f"scan: operand {i} ({what}) has type {in_types[i]}, but jaxpr expects {inv[i]}"
+            )
+    for i in range(c + k, n):
+        t = arr(in_types[i], "scan", i)
+        v = inv[i]
+        if (
+            t.ndim == 0
+            or not dim_eq(t.shape[0], length)
+            or not types_agree(t.update(shape=t.shape[1:]), v)
+        ):
+            raise ShapeError(
+                f"scan: operand {i} (xs) has type {t}, but jaxpr expects {v} with a leading axis of {length}"
+            )
+    outv = j.out_types
+    if len(outv) < k:
+        raise ShapeError(
+            f"scan: jaxpr returns {len(outv)} results, fewer than the {k} carried values"
+        )
+    for i in range(k):
+        if not types_agree(outv[i], inv[c + i]):
+            raise ShapeError(
+                f"scan: jaxpr result {i} has type {outv[i]}, but the carry has type {inv[c + i]}"
+            )
+    res = _scan_outs(outv, k, length)
+    if res is None:
+        raise ShapeError("scan: a stacked result is not an array")
+    return res
+
+
+# ---------------------------------------------------------------- JVP, linearization, transpose
+
+
+def _read(params, operands) -> ScanParams:
+    try:
+        return ScanParams.read(params, [a.type for a in operands])
+    except ShapeError as e:
+        raise JaxprError(str(e), B.current().loc) from None
 
 
 def _stacked(t, length):
     return t.update(shape=(length, *t.shape)) if isinstance(t, ShapedArray) else t
-
-
-def _clone(j: Jaxpr) -> Jaxpr:
-    """The same jaxpr with fresh top-level variables (to use it twice in one program)."""
-    m: dict[int, Var] = {}
-
-    def fresh(v):
-        n = Var(v.type, v.hint)
-        m[id(v)] = n
-        return n
-
-    def sub(x):
-        return m.get(id(x), x) if isinstance(x, Var) else x
-
-    cv = [fresh(v) for v in j.constvars]
-    iv = [fresh(v) for v in j.invars]
-    eqns = []
-    for e in j.eqns:
-        ins = [sub(x) for x in e.inputs]
-        eqns.append(e.replace(inputs=ins, outputs=[fresh(o) for o in e.outputs]))
-    return j.replace(constvars=cv, invars=iv, eqns=eqns, outvars=[sub(x) for x in j.outvars])
-
-
-def _zero_tangents(types):
-    return [Zero(tangent_type(t)) for t in types]
-
-
-def _transpose_body(j: Jaxpr, lin: list[bool], ct_mask: list[bool]):
-    """`(non-linear inputs..., nonzero output cts...) -> (cts of the linear inputs...)`."""
-    consts = [B.fresh_like(v) for v in j.constvars]
-    nl = [B.fresh_like(v) for v, m in zip(j.invars, lin) if not m]
-    ctv = [Var(tangent_type(o.type), None) for o, m in zip(j.outvars, ct_mask) if m]
-    it, it2 = iter(nl), iter(ctv)
-    args = [None if m else next(it) for m in lin]
-    cts = [next(it2) if m else Zero(tangent_type(o.type)) for o, m in zip(j.outvars, ct_mask)]
-    bb = B.Builder(loc=B.current().loc)
-    with B.use(bb):
-        _, cts_in = backward_pass(j, lin, args, cts, consts)
-        outs = [instantiate(c) for c, m in zip(cts_in, lin) if m]
-    return B.make_jaxpr(nl + ctv, B.dce_eqns(bb.eqns, outs), outs, consts)
-
-
-# ---------------------------------------------------------------- cond
-
-
-def _cond_params(params, branches):
-    p = dict(params)
-    p["branches"] = tuple(branches)
-    return p
-
-
-def _cond_jvp(primals, tangents, *, branches, **params):
-    b = B.current()
-    index, *ops = primals
-    _, *ops_t = tangents
-    branches = list(branches)
-    out_types = [o.type for o in branches[0].outvars]
-    nz = _nonzeros(branches[0].invars, ops_t)
-    out_nz = [False] * len(out_types)
-    if any(nz):
-        per_branch = [jvp_masked(br, nz, instantiate=False)[1] for br in branches]
-        out_nz = [any(z) for z in zip(*per_branch)]
-    if not any(out_nz):
-        outs = b.emit("cond", primals, _cond_params(params, branches), out_types)
-        return outs, _zero_tangents(out_types)
-    if b.split:
-        return _cond_linearize(index, ops, ops_t, nz, out_nz, branches, params)
-    jvps = [jvp_masked(br, nz, instantiate=out_nz)[0] for br in branches]
-    tan_ops = [t for t, m in zip(ops_t, nz) if m]
-    outs = b.emit(
-        "cond",
-        [index, *ops, *tan_ops],
-        _cond_params(params, jvps),
-        [o.type for o in jvps[0].outvars],
-    )
-    n = len(out_types)
-    it = iter(outs[n:])
-    return outs[:n], [next(it) if m else Zero(tangent_type(t)) for t, m in zip(out_types, out_nz)]
-
-
-def _cond_linearize(index, ops, ops_t, nz, out_nz, branches, params):
-    n_out = len(out_nz)
-    lins = [linearize_masked(br, nz, instantiate=out_nz) for br in branches]
-    # Unify the residuals: new ones matched by (type, occurrence) as JAX's
-    # _merge_branch_residuals does; branch inputs are forwarded (one slot per input).
-    new_slots: list = []
-    fwd_slots: list[int] = []
-    keys: dict = {}
-    branch_res = []  # per branch: [("new", slot) | ("fwd", slot)] per residual
-    for pj, _lj, _onz, _nres in lins:
-        in_pos = {id(v): i for i, v in enumerate(pj.invars)}
-        counts: dict = {}
-        mine = []
-        for r in pj.outvars[n_out:]:
-            if isinstance(r, Var) and id(r) in in_pos:
-                k = in_pos[id(r)]
-                if k not in fwd_slots:
-                    fwd_slots.append(k)
-                mine.append(("fwd", fwd_slots.index(k)))
-            else:
-                c = counts.get(r.type, 0)
-                counts[r.type] = c + 1
-                key = (r.type, c)
-                if key not in keys:
-                    keys[key] = len(new_slots)
-                    new_slots.append(r.type)
-                mine.append(("new", keys[key]))
-        branch_res.append(mine)
-
-    primal_branches, linear_branches = [], []
-    for (pj, lj, _onz, nres), mine in zip(lins, branch_res):
-        own_new = {s: r for (kind, s), r in zip(mine, pj.outvars[n_out:]) if kind == "new"}
-        bb = B.Builder()
-        with B.use(bb):
-            res_out = [
-                own_new[s] if s in own_new else instantiate(Zero(t))
-                for s, t in enumerate(new_slots)
-            ]
-        primal_branches.append(
-            pj.replace(eqns=list(pj.eqns) + bb.eqns, outvars=list(pj.outvars[:n_out]) + res_out)
-        )
-        res_in = lj.invars[:nres]
-        own_new_in = {s: v for (kind, s), v in zip(mine, res_in) if kind == "new"}
-        own_fwd_in = {s: v for (kind, s), v in zip(mine, res_in) if kind == "fwd"}
-        inv = [own_new_in.get(s) or Var(t, None) for s, t in enumerate(new_slots)]
-        inv += [own_fwd_in.get(s) or Var(ops[k].type, None) for s, k in enumerate(fwd_slots)]
-        linear_branches.append(lj.replace(invars=inv + list(lj.invars[nres:])))
-
-    out_types = [o.type for o in branches[0].outvars]
-    outs = _emit(
-        "cond", [index, *ops], _cond_params(params, primal_branches), out_types + new_slots
-    )
-    prim_outs, new_res = outs[:n_out], outs[n_out:]
-    res = new_res + [ops[k] for k in fwd_slots]
-    tan_ops = [t for t, m in zip(ops_t, nz) if m]
-    touts = _emit(
-        "cond",
-        [index, *res, *tan_ops],
-        _cond_params(params, linear_branches),
-        [o.type for o in linear_branches[0].outvars],
-        tangent=True,
-    )
-    it = iter(touts)
-    return prim_outs, [next(it) if m else Zero(tangent_type(t)) for t, m in zip(out_types, out_nz)]
-
-
-def _cond_transpose(cts, index, *args, branches, **params):
-    if is_undefined_primal(index):
-        raise JaxprError("cond: the branch index cannot be linear", _loc())
-    lin = [is_undefined_primal(a) for a in args]
-    ct_mask = [not is_zero(c) for c in cts]
-    if not any(ct_mask) or not any(lin):
-        return [None] + [Zero(tangent_type(a.type)) if m else None for a, m in zip(args, lin)]
-    tbranches = [_transpose_body(br, lin, ct_mask) for br in branches]
-    res = [a for a, m in zip(args, lin) if not m]
-    ct_atoms = [c for c in cts if not is_zero(c)]
-    outs = _emit(
-        "cond",
-        [index, *res, *ct_atoms],
-        _cond_params(params, tbranches),
-        [o.type for o in tbranches[0].outvars],
-    )
-    it = iter(outs)
-    return [None] + [next(it) if m else None for m in lin]
-
-
-# ---------------------------------------------------------------- scan
-
-
-class _ScanEnc:
-    """How a scan equation groups its operands, in its own encoding."""
-
-    def __init__(self, params, n_in: int, body: Jaxpr):
-        self.params = params
-        self.ft = "ft_in" in params or "ft_out" in params
-        n_body_out = len(body.outvars)
-        if self.ft:
-            try:
-                ft_in = parse_ft(format_value(params["ft_in"]))
-                ft_out = parse_ft(format_value(params["ft_out"]))
-                g_in = [len(g) for g in ft_in.unpack()]
-                g_out = [len(g) for g in ft_out.unpack()]
-                if (
-                    len(g_in) != 3
-                    or len(g_out) != 2
-                    or sum(g_in) != n_in
-                    or sum(g_out) != n_body_out
-                ):
-                    raise ValueError
-            except Exception:  # noqa: BLE001 - unmodelled encoding: rebuild a plain one
-                from ...text.style import scan_counts
-
-                counts = scan_counts(params)
-                if counts is None:
-                    raise JaxprError(
-                        "scan: cannot read the ft_in/ft_out parameters", _loc()
-                    ) from None
-                nc, nk = counts
-                ft_in = FT.tup(FT.nones(nc), FT.nones(nk), FT.nones(n_in - nc - nk))
-                ft_out = FT.tup(FT.nones(nk), FT.nones(n_body_out - nk))
-                g_in = [nc, nk, n_in - nc - nk]
-            self.ft_in, self.ft_out = ft_in.void(), ft_out.void()
-            self.nc, self.nk, self.nx = g_in
-            self.linear = [False] * n_in
-        else:
-            self.nc, self.nk = int(params["num_consts"]), int(params["num_carry"])
-            self.nx = n_in - self.nc - self.nk
-            self.ft_in = FT.tup(FT.nones(self.nc), FT.nones(self.nk), FT.nones(self.nx))
-            self.ft_out = FT.tup(FT.nones(self.nk), FT.nones(n_body_out - self.nk))
-            lin = params.get("linear")
-            self.linear = (
-                [bool(x) for x in lin]
-                if isinstance(lin, (tuple, list)) and len(lin) == n_in
-                else [False] * n_in
-            )
-        self.ny = n_body_out - self.nk
-
-    def make(self, *, jaxpr, reverse, ft_in, ft_out, num_consts, num_carry, linear):
-        p = {}
-        for k, v in self.params.items():
-            if k == "jaxpr":
-                v = jaxpr
-            elif k == "ft_in":
-                v = _ft_param(ft_in)
-            elif k == "ft_out":
-                v = _ft_param(ft_out)
-            elif k == "num_consts":
-                v = num_consts
-            elif k == "num_carry":
-                v = num_carry
-            elif k == "linear":
-                v = tuple(bool(x) for x in linear)
-            elif k == "reverse":
-                v = reverse
-            p[k] = v
-        return p
 
 
 def _scan_out_types(body: Jaxpr, n_carry: int, length) -> list:
@@ -574,19 +562,15 @@ def _scan_out_types(body: Jaxpr, n_carry: int, length) -> list:
     return ts[:n_carry] + [_stacked(t, length) for t in ts[n_carry:]]
 
 
-def _scan_static(params):
-    return params["jaxpr"], params["length"], bool(params.get("reverse", False))
-
-
-def _scan_jvp(primals, tangents, **params):
-    b = B.current()
-    body, length, reverse = _scan_static(params)
-    enc = _ScanEnc(params, len(primals), body)
-    nc, nk, ny = enc.nc, enc.nk, enc.ny
-    nz = _nonzeros(body.invars, tangents)
+def _scan_fixed_point(enc: ScanParams, tangents):
+    """The tangent masks at the carries' fixed point (a carry tangent is nonzero when its
+    init's is or when the body makes it so): (input mask, output mask, the body's JVP)."""
+    body, nc, nk, ny = enc.jaxpr, enc.num_consts, enc.num_carry, enc.num_ys
+    nz = nonzero_mask(body.invars, tangents)
     const_nz, init_nz, xs_nz = nz[:nc], nz[nc : nc + nk], nz[nc + nk :]
     carry_nz = list(init_nz)
     out_nz: list[bool] = []
+    jv = None
     if any(nz):
         for _ in range(nk + 1):
             jv, out_nz = jvp_masked(
@@ -599,12 +583,19 @@ def _scan_jvp(primals, tangents, **params):
             jv, out_nz = jvp_masked(
                 body, const_nz + carry_nz + xs_nz, instantiate=carry_nz + [False] * ny
             )
+    return const_nz + carry_nz + xs_nz, out_nz, jv
+
+
+def _scan_jvp(primals, tangents, **params):
+    b = B.current()
+    enc = _read(params, primals)
+    body, length, reverse = enc.jaxpr, enc.length, enc.reverse
+    nc, nk, ny = enc.num_consts, enc.num_carry, enc.num_ys
+    nzs, out_nz, jv = _scan_fixed_point(enc, tangents)
     out_types = _scan_out_types(body, nk, length)
     if not any(out_nz):
-        return b.emit("scan", primals, params, out_types), _zero_tangents(out_types)
-    nzs = const_nz + carry_nz + xs_nz
-    if b.split:
-        return _scan_linearize(primals, tangents, params, enc, nzs, out_nz)
+        return b.emit("scan", primals, params, out_types), zero_tangents(out_types)
+    const_nz, carry_nz, xs_nz = nzs[:nc], nzs[nc : nc + nk], nzs[nc + nk :]
     n = len(primals)
     tans = [instantiate(t) if m else None for t, m in zip(tangents, nzs)]
     tans = [t for t in tans if t is not None]
@@ -628,7 +619,7 @@ def _scan_jvp(primals, tangents, **params):
         + lin[nc + nk :]
         + [True] * sum(xs_nz)
     )
-    p = enc.make(
+    p = enc.to_params(
         jaxpr=jv,
         reverse=reverse,
         ft_in=ft_in,
@@ -660,9 +651,15 @@ def _invariant_vars(j: Jaxpr, n_consts: int) -> set[int]:
     return inv
 
 
-def _scan_linearize(primals, tangents, params, enc, nzs, out_nz):
-    body, length, reverse = _scan_static(params)
-    nc, nk, ny = enc.nc, enc.nk, enc.ny
+def _scan_linearize(primals, tangents, **params):
+    """The linearization: a primal scan (outputs and stacked residuals) and a linear scan."""
+    enc = _read(params, primals)
+    body, length, reverse = enc.jaxpr, enc.length, enc.reverse
+    nc, nk, ny = enc.num_consts, enc.num_carry, enc.num_ys
+    nzs, out_nz, _ = _scan_fixed_point(enc, tangents)
+    out_types = _scan_out_types(body, nk, length)
+    if not any(out_nz):
+        return B.current().emit("scan", primals, params, out_types), zero_tangents(out_types)
     carry_nz = nzs[nc : nc + nk]
     pj, lj, out_nz2, nres = linearize_masked(body, nzs, instantiate=carry_nz + [False] * ny)
     assert out_nz2 == out_nz
@@ -721,7 +718,7 @@ def _scan_linearize(primals, tangents, params, enc, nzs, out_nz):
     p_consts = [m[id(v)] for v in needed]
     _, carry_g, xs_g = enc.ft_in.unpack()
     ys_g = enc.ft_out.unpack()[1]
-    pp = enc.make(
+    pp = enc.to_params(
         jaxpr=pbody,
         reverse=reverse,
         ft_in=FT.tup(FT.nones(len(needed)), carry_g, xs_g),
@@ -730,7 +727,7 @@ def _scan_linearize(primals, tangents, params, enc, nzs, out_nz):
         num_carry=nk,
         linear=[False] * len(needed) + enc.linear[nc:],
     )
-    outs = _emit("scan", p_consts + list(primals[nc:]), pp, _scan_out_types(pbody, nk, length))
+    outs = b.emit("scan", p_consts + list(primals[nc:]), pp, _scan_out_types(pbody, nk, length))
     prim_outs, stacked = outs[: nk + ny], iter(outs[nk + ny :])
     # the linear scan: [intensive residuals, const tangents] [carry tangents] [xs tangents, extensive residuals]
     int_res, int_bind, ext_res, ext_bind = [], [], [], []
@@ -761,7 +758,7 @@ def _scan_linearize(primals, tangents, params, enc, nzs, out_nz):
     ft_out = enc.ft_out.filter_with_mask(out_nz)
     nkt = sum(carry_nz)
     lin = [x for x, m in zip(enc.linear, nzs) if m]
-    lp = enc.make(
+    lp = enc.to_params(
         jaxpr=lbody,
         reverse=reverse,
         ft_in=ft_in.void(),
@@ -770,21 +767,19 @@ def _scan_linearize(primals, tangents, params, enc, nzs, out_nz):
         num_carry=nkt,
         linear=[False] * len(int_res) + lin + [False] * len(ext_res),
     )
-    touts = _emit(
-        "scan", int_res + tans + ext_res, lp, _scan_out_types(lbody, nkt, length), tangent=True
-    )
-    out_types = _scan_out_types(body, nk, length)
+    with b.tangent_mode():
+        touts = b.emit("scan", int_res + tans + ext_res, lp, _scan_out_types(lbody, nkt, length))
     it = iter(touts)
     return prim_outs, [next(it) if m else Zero(tangent_type(t)) for t, m in zip(out_types, out_nz)]
 
 
 def _scan_transpose(cts, *args, **params):
-    from .. import ops
-    from ..transpose import linear_dependence
+    from ..ad import ops
+    from ..ad.transpose import linear_dependence
 
-    body, length, reverse = _scan_static(params)
-    enc = _ScanEnc(params, len(args), body)
-    nc, nk = enc.nc, enc.nk
+    enc = _read(params, args)
+    body, length, reverse = enc.jaxpr, enc.length, enc.reverse
+    nc, nk = enc.num_consts, enc.num_carry
     lin = [is_undefined_primal(a) for a in args]
     lc, lx = lin[:nc], lin[nc + nk :]
     # A carry is linear if its init is or if its update depends on linear values (fixed point);
@@ -818,7 +813,7 @@ def _scan_transpose(cts, *args, **params):
         ft_out = FT.tup(_pytree_ft((n_acc, n_k)), FT.tup(_pytree_ft(sum(lx)), FT.nones(0)))
     else:
         ft_in = ft_out = None
-    p = enc.make(
+    p = enc.to_params(
         jaxpr=tbody,
         reverse=not reverse,
         ft_in=ft_in,
@@ -827,7 +822,7 @@ def _scan_transpose(cts, *args, **params):
         num_carry=n_acc + n_k,
         linear=[False] * len(res_c) + [True] * (n_acc + n_k + len(ct_ys)) + [False] * len(res_x),
     )
-    outs = _emit(
+    outs = B.current().emit(
         "scan",
         res_c + ct_c0 + ct_carry + ct_ys + res_x,
         p,
@@ -848,8 +843,8 @@ def _scan_transpose(cts, *args, **params):
 
 def _nonlinear_carry_scan(body, params, enc, lc, lk, lx, consts, init, xs, length, reverse):
     """Run the non-linear carries forward; returns their stacked per-iteration values."""
-    nc, nk = enc.nc, enc.nk
-    j = _clone(body)
+    nc, nk = enc.num_consts, enc.num_carry
+    j = B.clone_jaxpr(body)
     C, K, X = j.invars[:nc], j.invars[nc : nc + nk], j.invars[nc + nk :]
     nl_k = [i for i in range(nk) if not lk[i]]
     outvars = [j.outvars[i] for i in nl_k] + [K[i] for i in nl_k]
@@ -871,7 +866,7 @@ def _nonlinear_carry_scan(body, params, enc, lc, lk, lx, consts, init, xs, lengt
     ft_in = FT.tup(FT.nones(n_c), FT.nones(n_k), FT.nones(n_x))
     ft_out = FT.tup(FT.nones(n_k), FT.nones(n_k))
     lin = [x for x, k in zip(enc.linear, c_keep + [not m for m in lk] + x_keep) if k]
-    p = enc.make(
+    p = enc.to_params(
         jaxpr=fj,
         reverse=reverse,
         ft_in=ft_in,
@@ -880,7 +875,7 @@ def _nonlinear_carry_scan(body, params, enc, lc, lk, lx, consts, init, xs, lengt
         num_carry=n_k,
         linear=lin,
     )
-    outs = _emit("scan", operands, p, _scan_out_types(fj, n_k, length))
+    outs = B.current().emit("scan", operands, p, _scan_out_types(fj, n_k, length))
     return outs[n_k:]
 
 
@@ -921,71 +916,145 @@ def _transpose_scan_body(body: Jaxpr, nc, nk, lc, lk, lx, ys_mask) -> Jaxpr:
     )
 
 
-# ---------------------------------------------------------------- while
+# ---------------------------------------------------------------- DCE
 
 
-def _while_jvp(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, **params):
-    b = B.current()
-    ncc, nbc = int(cond_nconsts), int(body_nconsts)
-    nk = len(primals) - ncc - nbc
-    wparams = dict(
-        cond_jaxpr=cond_jaxpr,
-        body_jaxpr=body_jaxpr,
-        cond_nconsts=cond_nconsts,
-        body_nconsts=body_nconsts,
-        **params,
-    )
-    out_types = [o.type for o in body_jaxpr.outvars]
-    bnz = _nonzeros(body_jaxpr.invars, tangents[ncc:])
-    bconst_nz, init_nz = bnz[:nbc], bnz[nbc:]
-    carry_nz = list(init_nz)
-    out_nz: list[bool] = []
-    if any(bnz):
-        for _ in range(nk + 1):
-            jv, out_nz = jvp_masked(body_jaxpr, bconst_nz + carry_nz, instantiate=carry_nz)
-            if out_nz == carry_nz:
-                break  # `jv` is the body's JVP at the fixed point
-            carry_nz = [x or y for x, y in zip(carry_nz, out_nz)]
-        else:
-            jv, out_nz = jvp_masked(body_jaxpr, bconst_nz + carry_nz, instantiate=carry_nz)
-    if not any(carry_nz):
-        return b.emit("while", primals, wparams, out_types), _zero_tangents(out_types)
-    P, T = list(jv.invars[: nbc + nk]), list(jv.invars[nbc + nk :])
-    s1 = sum(bconst_nz)
-    jv = jv.replace(invars=P[:nbc] + T[:s1] + P[nbc:] + T[s1:])
-    cj = _clone(cond_jaxpr)
-    cj = cj.replace(
-        invars=list(cj.invars)
-        + [Var(tangent_type(t), None) for t, m in zip(out_types, carry_nz) if m]
-    )
-    cconst, bconst, init = primals[:ncc], primals[ncc : ncc + nbc], primals[ncc + nbc :]
-    bconst_t = [t for t, m in zip(tangents[ncc : ncc + nbc], bconst_nz) if m]
-    init_t = [instantiate(t) for t, m in zip(tangents[ncc + nbc :], carry_nz) if m]
-    jparams = dict(wparams, cond_jaxpr=cj, body_jaxpr=jv, body_nconsts=nbc + s1)
-    t_types = [tangent_type(t) for t, m in zip(out_types, carry_nz) if m]
-    operands = [*cconst, *bconst, *bconst_t, *init, *init_t]
-    if b.split:
-        # primal loop (primal program) + forward-mode tangent loop (tangent program)
-        prim_outs = b.emit("while", primals, wparams, out_types)
-        outs = _emit("while", operands, jparams, out_types + t_types, tangent=True)
-    else:
-        outs = b.emit("while", operands, jparams, out_types + t_types)
-        prim_outs = outs[:nk]
-    it = iter(outs[nk:])
-    return prim_outs, [
-        next(it) if m else Zero(tangent_type(t)) for t, m in zip(out_types, carry_nz)
+def _scan_dce(used_outs, e, dce_jaxpr):
+    """Unused ys and consts/xs are pruned, carries by fixed point (a carry stays when the
+    body needs it for a live carry); the flat trees or counts follow.  A scan whose encoding
+    is not read exactly, or whose flat trees hold `Pytree`/`Static` nodes, is not pruned."""
+    from ..passes.dce import Unsupported, filter_param, is_ref, rebuild
+
+    if not isinstance(e.params.get("jaxpr"), Jaxpr):
+        raise Unsupported
+    try:
+        sp = ScanParams.from_eqn(e)
+    except ShapeError:
+        raise Unsupported from None
+    p = e.params
+    counts = "num_consts" in p and "num_carry" in p
+    body, nconsts, ncarry = sp.jaxpr, sp.num_consts, sp.num_carry
+    if not sp.exact:
+        raise Unsupported
+    if not counts and not (
+        _plain_ft(sp.ft_in) and _plain_ft(sp.ft_out) and len(sp.ft_out.unpack()[0]) == ncarry
+    ):
+        raise Unsupported
+    nin = len(e.inputs)
+    if len(body.outvars) != len(e.outputs) or nconsts + ncarry > nin:
+        raise Unsupported
+    if ncarry > len(e.outputs):
+        raise Unsupported
+    used_carry = [
+        u or is_ref(v) for u, v in zip(used_outs[:ncarry], body.invars[nconsts : nconsts + ncarry])
     ]
+    used_ys = list(used_outs[ncarry:])
+    refs = [is_ref(v) for v in body.invars]
+    for _ in range(ncarry + 2):
+        inst = tuple(refs[:nconsts] + used_carry + refs[nconsts + ncarry :])
+        new_body, used_ins = dce_jaxpr(body, tuple(used_carry + used_ys), inst)
+        carry_in = used_ins[nconsts : nconsts + ncarry]
+        if carry_in == used_carry:
+            break
+        used_carry = [x or y for x, y in zip(used_carry, carry_in)]
+    else:  # pragma: no cover
+        raise Unsupported
+    new_used_outs = used_carry + used_ys
+    if all(used_ins) and all(new_used_outs) and new_body is body:
+        return used_ins, e
+    if counts:
+        params = sp.to_params(
+            jaxpr=new_body, num_consts=sum(used_ins[:nconsts]), num_carry=sum(used_carry)
+        )
+        if "linear" in params:
+            params["linear"] = filter_param(params, "linear", used_ins)
+    else:
+        params = sp.to_params(
+            jaxpr=new_body,
+            ft_in=sp.ft_in.filter_with_mask(used_ins),
+            ft_out=sp.ft_out.filter_with_mask(new_used_outs),
+        )
+    return used_ins, rebuild(e, used_ins, new_used_outs, params)
 
 
-def _while_transpose(cts, *args, **params):
-    raise JaxprError(WHILE_TRANSPOSE_ERROR, _loc())
+# ---------------------------------------------------------------- evaluation
 
 
-primitive_jvps["cond"] = _cond_jvp
-primitive_jvps["scan"] = _scan_jvp
-primitive_jvps["while"] = _while_jvp
-primitive_transposes["cond"] = _cond_transpose
-primitive_transposes["scan"] = _scan_transpose
-primitive_transposes["while"] = _while_transpose
-for _name in ("cond", "scan", "while"):
-    rule_kind[_name] = "jvp+linearization"
+def _scan_evaluate(interp, eqn, invals, path):
+    """`jax.lax.scan` (jit), or the loop in Python (eager)."""
+    body = interp.body(eqn.params.get("jaxpr"), eqn)
+    try:
+        sp = ScanParams.from_eqn(eqn)
+    except ShapeError:
+        raise JaxprError(
+            "'scan': cannot tell its constants, carries and scanned inputs apart", eqn.loc
+        ) from None
+    nk = sp.num_carry
+    consts, init, xs = sp.split(invals)
+    length = int(sp.length)
+    reverse = sp.reverse
+    if interp.mode == "eager":
+        import jax.numpy as jnp
+
+        from ..backend.values import static_shape
+
+        carry, ys = list(init), []
+        order = range(length - 1, -1, -1) if reverse else range(length)
+        for i in order:
+            out = interp.run(
+                body, [], list(consts) + carry + [x[i] for x in xs], path + (f"scan iter {i}",)
+            )
+            carry, y = out[:nk], out[nk:]
+            ys.append(y)
+        if reverse:
+            ys.reverse()
+        n_y = len(body.outvars) - nk
+        if length == 0:
+            stacked = []
+            for v in body.outvars[nk:]:
+                t = v.type
+                stacked.append(jnp.zeros((0,) + static_shape(t, interp.dims), t.np_dtype))
+        else:
+            stacked = [jnp.stack([y[k] for y in ys]) for k in range(n_y)]
+        return carry + stacked
+    import jax
+
+    def f(c, x):
+        out = interp.run(
+            body, [], list(consts) + list(c) + (list(x) if x is not None else []), path
+        )
+        return tuple(out[:nk]), tuple(out[nk:])
+
+    unroll = eqn.params.get("unroll", 1)
+    unroll = bool(unroll) if isinstance(unroll, bool) else int(unroll)
+    carry, ys = jax.lax.scan(
+        f, tuple(init), tuple(xs) if xs else None, length=length, reverse=reverse, unroll=unroll
+    )
+    return list(carry) + list(ys)
+
+
+# ---------------------------------------------------------------- cost
+
+
+def _scan_cost(e, costs):
+    """The body runs `length` times."""
+    try:
+        n = int(e.params.get("length", 1))
+    except (TypeError, ValueError):
+        n = 1
+    return sum(c[0] for c in costs) * n, sum(c[1] for c in costs) * n
+
+
+# ---------------------------------------------------------------- registration
+
+define(
+    "scan",
+    multiple_results=True,
+    jvp=_scan_jvp,
+    jvp_kind="jvp+linearization",
+    linearization=_scan_linearize,
+    transpose=_scan_transpose,
+    dce=_scan_dce,
+    evaluate=_scan_evaluate,
+    body_cost=_scan_cost,
+)

@@ -1,0 +1,933 @@
+"""Call-like primitives: a body jaxpr (or several) run on the operands.
+
+* Plain calls (jit/pjit, closed_call, core_call, call, named_call, xla_call, eval_jaxpr,
+  compute_on, xla_metadata_call): the body takes the operands and returns the results; the
+  record's `call_body` names its parameter, which is the one definition of "call body" for AD,
+  `run`, DCE and inline.  JVP: one call of the body's JVP; linearized (`linearization`), two
+  calls: the primal one returns its outputs and residuals, the linear one maps residuals and
+  tangents to output tangents.  Transpose: a call of the transposed body.
+* remat2/checkpoint (with policies) and `name` (checkpoint_name).
+* custom_jvp_call / custom_vjp_call / custom_lin (traced, plugin and JAX-library rules, and
+  the `--custom-rules` policy), in one block below.
+* optimization_barrier, and the other primitives with bodies: custom_linear_solve,
+  CustomRoot, run_state, shard_map, xla_pmap.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..ad import builder as B
+from ..ad import ops
+from ..ad.builder import current
+from ..ad.jvp import jvp_eval, jvp_masked
+from ..ad.linearize import LINEAR_NAME, _split, linearize_masked
+from ..ad.registry import (
+    BWD_RULE_PARAM,
+    FWD_RULE_PARAM,
+    JVP_RULE_PARAM,
+    MissingCustomRule,
+    custom_jvps,
+    custom_rule_fallbacks,
+    custom_vjps,
+    deflinear2,
+    find_library_jvp,
+    rebind_primal,
+)
+from ..ad.transpose import backward_pass, transpose_jaxpr
+from ..ad.zeros import Zero, instantiate, is_undefined_primal, is_zero, tangent_type
+from ..core import Jaxpr, JaxprError, ShapedArray, Var
+from ..params import Record, format_value
+from ..primitives import ShapeError, shape_rule
+from ..primitives.util import (
+    check_call_operands,
+    int_param,
+    jaxpr_param,
+    out_types_of,
+    parse_avals,
+)
+from ..record import define
+from ..record import prim as record_of
+from ..text.param_rules import drop, name_first, sorted_params, unspecified
+
+#: the kind `explain` shows for the rules below
+LOW_LEVEL = "jvp+linearization"
+
+
+# ---------------------------------------------------------------- shared by the call rules
+
+
+def _call_shape(name: str, key: str, *alts: str):
+    """The shape rule of a call: the body (`key`, else the first of `alts` present) takes the
+    operands; its results are the equation's."""
+
+    def rule(in_types, params, out_hint):
+        j = jaxpr_param(params, key, *alts)
+        check_call_operands(name, j, in_types)
+        return out_types_of(j)
+
+    return rule
+
+
+def _key(prim, params):
+    """The parameter holding the body of a call (the record's `call_body`)."""
+    k = record_of(prim).call_body or "jaxpr"
+    if k not in params:
+        for alt in ("jaxpr", "call_jaxpr"):
+            if alt in params:
+                return alt
+    return k
+
+
+def _emit(prim, inputs, params, jaxpr: Jaxpr):
+    return current().bind(prim, list(inputs), params, [v.type for v in jaxpr.outvars])
+
+
+def _scatter(out_nz, vals, types):
+    it = iter(vals)
+    return [next(it) if nz else Zero(tangent_type(t)) for nz, t in zip(out_nz, types)]
+
+
+def _forward_plan(pj: Jaxpr, n: int):
+    """Residual outputs of a primal body that are just its inputs are taken from the operands:
+    (the pruned body, where each residual comes from: ("in", operand) or ("out", output))."""
+    pos = {id(v): i for i, v in enumerate(pj.invars)}
+    src = []
+    keep = list(pj.outvars[:n])
+    for r in pj.outvars[n:]:
+        if isinstance(r, Var) and id(r) in pos:
+            src.append(("in", pos[id(r)]))
+        else:
+            src.append(("out", len(keep)))
+            keep.append(r)
+    return pj.replace(outvars=keep), src
+
+
+def _residuals_from(src, primals):
+    def residuals(outs):
+        return [primals[i] if kind == "in" else outs[i] for kind, i in src]
+
+    return residuals
+
+
+def _forward_inputs(pj: Jaxpr, n: int, primals):
+    body, src = _forward_plan(pj, n)
+    return body, _residuals_from(src, primals)
+
+
+_MEMO: dict = {}
+
+
+def _memo(kind, fn, inner: Jaxpr, nz):
+    """One JVP/linearization per (body, nonzero pattern): a body called twice gets one derivative
+    jaxpr object, which the printer shares (`let NAME = { lambda ... }`) as JAX does."""
+    key = (kind, id(inner), tuple(nz))
+    hit = _MEMO.get(key)
+    if hit is not None and hit[0] is inner:
+        return hit[1]
+    res = fn(inner, nz, instantiate=False)
+    _MEMO[key] = (inner, res)
+    return res
+
+
+def _call_parts(prim, params, tangents):
+    """What a call primitive's JVP rule reads first: the body's param name, the body, the
+    tangents' nonzero mask, the nonzero tangents, the number of results and their types."""
+    key = _key(prim, params)
+    inner: Jaxpr = params[key]
+    nz = [not is_zero(t) for t in tangents]
+    nz_t = [t for t in tangents if not is_zero(t)]
+    return key, inner, nz, nz_t, len(inner.outvars), [v.type for v in inner.outvars]
+
+
+_noted: set = set()
+
+
+def _note_once(key, msg):
+    if key in _noted:
+        return
+    _noted.add(key)
+    from ..io import warn
+
+    warn(msg, current().loc)
+
+
+def _evaluate_body(key: str):
+    """`run`: the body held by parameter `key`, run as a call."""
+
+    def rule(interp, eqn, invals, path):
+        return interp.call(eqn, invals, path, key)
+
+    return rule
+
+
+# ---------------------------------------------------------------- plain calls
+
+
+def _call_jvp(prim):
+    def rule(primals, tangents, **params):
+        key, inner, nz, nz_t, n, out_types = _call_parts(prim, params, tangents)
+        jj, out_nz = _memo("jvp", jvp_masked, inner, nz)
+        outs = _emit(prim, list(primals) + nz_t, dict(params, **{key: jj}), jj)
+        return outs[:n], _scatter(out_nz, outs[n:], out_types)
+
+    return rule
+
+
+def _call_linearize(prim):
+    def rule(primals, tangents, **params):
+        key, inner, nz, nz_t, n, out_types = _call_parts(prim, params, tangents)
+        pj, lj, out_nz, _ = _memo("lin", linearize_masked, inner, nz)
+        pj, src = _memo("fwd", lambda j, m, instantiate: _forward_plan(j, n), pj, ())
+        residuals = _residuals_from(src, primals)
+        outs = _emit(prim, primals, dict(params, **{key: pj}), pj)
+        if not any(out_nz):
+            return outs[:n], [Zero(tangent_type(t)) for t in out_types]
+        touts = _emit(prim, residuals(outs) + nz_t, dict(params, **{key: lj}), lj)
+        return outs[:n], _scatter(out_nz, touts, out_types)
+
+    return rule
+
+
+def _call_transpose(prim):
+    def rule(cts, *args, **params):
+        key = _key(prim, params)
+        inner: Jaxpr = params[key]
+        mask = [is_undefined_primal(a) for a in args]
+        if prim in ("jit", "pjit") and str(params.get("name")) == LINEAR_NAME:
+            # the combined linearize form: inline the transposed linear program
+            _, cts_in = backward_pass(
+                inner, mask, [None if m else a for a, m in zip(args, mask)], cts
+            )
+            return cts_in
+        if all(is_zero(c) for c in cts):
+            return [Zero(tangent_type(a.type)) if m else None for a, m in zip(args, mask)]
+        tj = _memo("T", lambda j, m, instantiate: transpose_jaxpr(j, list(m)), inner, mask)
+        ops_in = [a for a, m in zip(args, mask) if not m] + [instantiate(c) for c in cts]
+        outs = iter(_emit(prim, ops_in, dict(params, **{key: tj}), tj))
+        return [next(outs) if m else None for m in mask]
+
+    return rule
+
+
+def _print_jit(e, style):
+    d = dict(e.params)
+    d.pop("inline", None)
+    for k, hidden in (
+        ("donated_invars", lambda v: isinstance(v, tuple) and not any(v)),
+        ("in_shardings", lambda v: isinstance(v, tuple) and all(map(unspecified, v))),
+        ("out_shardings", lambda v: isinstance(v, tuple) and all(map(unspecified, v))),
+        ("in_layouts", lambda v: isinstance(v, tuple) and all(x is None for x in v)),
+        ("out_layouts", lambda v: isinstance(v, tuple) and all(x is None for x in v)),
+        ("keep_unused", lambda v: v is False),
+        (
+            "ctx_mesh",
+            lambda v: v is None or format_value(v) in ("Mesh()", "AbstractMesh((), axis_types=())"),
+        ),
+        ("compiler_options_kvs", lambda v: v is None or v == ()),
+    ):
+        if k in d and hidden(d[k]):
+            del d[k]
+    return name_first(d)
+
+
+def _restyle_jit(prim, params, e, style):
+    return style.call_prim, params
+
+
+def _print_name_jit(e, style):
+    return style.call_prim
+
+
+#: where shape rules look for a call's body, in order
+_JAXPR_FIRST = ("jaxpr", "call_jaxpr")
+_CALL_JAXPR_FIRST = ("call_jaxpr", "jaxpr", "fun_jaxpr")
+#: plain calls: name -> (the parameter holding the body, the shape rule's keys)
+_PLAIN_CALLS = {
+    "jit": ("jaxpr", _JAXPR_FIRST),
+    "pjit": ("jaxpr", _JAXPR_FIRST),
+    "closed_call": ("call_jaxpr", _CALL_JAXPR_FIRST),
+    "core_call": ("call_jaxpr", _CALL_JAXPR_FIRST),
+    "call": ("call_jaxpr", _CALL_JAXPR_FIRST),
+    "named_call": ("call_jaxpr", _CALL_JAXPR_FIRST),
+    "xla_call": ("call_jaxpr", _CALL_JAXPR_FIRST),
+    "eval_jaxpr": ("call_jaxpr", _CALL_JAXPR_FIRST),
+    "compute_on": ("jaxpr", _CALL_JAXPR_FIRST),
+    "compute_on2": ("jaxpr", _CALL_JAXPR_FIRST),
+    "xla_metadata_call": ("jaxpr", _CALL_JAXPR_FIRST),
+}
+for _p, (_body, _keys) in _PLAIN_CALLS.items():
+    shape_rule(_p)(_call_shape(_p, *_keys))
+    define(
+        _p,
+        call_body=_body,
+        jvp=_call_jvp(_p),
+        jvp_kind=LOW_LEVEL,
+        linearization=_call_linearize(_p),
+        transpose=_call_transpose(_p),
+    )
+for _p in ("jit", "pjit", "closed_call", "core_call"):
+    define(_p, inlinable=True)
+for _p in ("jit", "pjit", "closed_call", "core_call", "eval_jaxpr"):
+    define(_p, multiple_results=True)
+for _p in ("jit", "pjit"):
+    define(
+        _p,
+        print_params=_print_jit,
+        restyle=_restyle_jit,
+        print_name=_print_name_jit,
+        suggest_names="jaxpr",
+    )
+
+
+# ---------------------------------------------------------------- remat2 (checkpoint), name
+
+
+def _policy_saveable(policy):
+    """A predicate eqn -> bool saying which primal values a remat policy lets us save."""
+    if policy is None:
+        return lambda e: False
+    text = str(policy)
+    if isinstance(policy, Record):
+        cls = policy.cls
+        if cls == "SaveOnlyTheseNames" or cls == "SaveAnyNames":
+            names = {
+                str(n)
+                for n in (
+                    policy.get("saveable_names") or policy.get("names_which_can_be_saved") or ()
+                )
+            }
+            return lambda e: e.prim == "name" and str(e.params.get("name")) in names
+        if cls == "DotsSaveable":
+            return lambda e: e.prim == "dot_general"
+        if cls in ("EverythingSaveable",):
+            return lambda e: True
+        if cls in ("NothingSaveable",):
+            return lambda e: False
+    for key, pred in (
+        ("everything_saveable", lambda e: True),
+        ("nothing_saveable", lambda e: False),
+        ("dots_with_no_batch_dims_saveable", lambda e: e.prim == "dot_general"),
+        ("dots_saveable", lambda e: e.prim == "dot_general"),
+        ("checkpoint_dots", lambda e: e.prim == "dot_general"),
+    ):
+        if key in text:
+            return pred
+    _note_once(
+        ("policy", text), f"remat2: policy {text} is not understood; recomputing every residual"
+    )
+    return lambda e: False
+
+
+def _clone(eqns, mapping):
+    out = []
+    for e in eqns:
+        ins = [mapping.get(id(x), x) if isinstance(x, Var) else x for x in e.inputs]
+        outs = [B.fresh_like(o) for o in e.outputs]
+        mapping.update({id(o): n for o, n in zip(e.outputs, outs)})
+        out.append(e.replace(inputs=ins, outputs=outs))
+    return out
+
+
+def _remat_split(inner: Jaxpr, nz, saveable):
+    """Linearize a remat body: primal body (outs + saved residuals) and a linear body that
+    recomputes every non-saveable residual from the saved ones."""
+    consts, primals, outs, peqns, residuals, tan_in, teqns, touts, _, out_nz = _split(
+        inner, nz, False
+    )
+    producer = {id(o): e for e in peqns for o in e.outputs}
+    recompute: set[int] = set()
+    saved: list[Var] = []
+    saved_ids: set[int] = set()
+    stack = list(residuals)
+    while stack:
+        r = stack.pop()
+        e = producer.get(id(r))
+        if e is None or saveable(e):
+            if id(r) not in saved_ids:
+                saved_ids.add(id(r))
+                saved.append(r)
+            continue
+        if id(e) in recompute:
+            continue
+        recompute.add(id(e))
+        stack.extend(x for x in e.inputs if isinstance(x, Var))
+    rec_eqns = [e for e in peqns if id(e) in recompute]
+    # order the saved residuals deterministically: inputs first, then by definition order
+    order = {id(v): i for i, v in enumerate(list(consts) + list(primals))}
+    for i, e in enumerate(peqns):
+        for o in e.outputs:
+            order.setdefault(id(o), len(order) + i)
+    saved.sort(key=lambda v: order.get(id(v), 0))
+    pe = B.dce_eqns(peqns, list(outs) + saved)
+    primal = B.make_jaxpr(primals, pe, list(outs) + saved, consts)
+    res_in = [B.fresh_like(r) for r in saved]
+    tin = [B.fresh_like(t) for t in tan_in]
+    mapping = {id(r): n for r, n in zip(saved, res_in)}
+    mapping.update({id(t): n for t, n in zip(tan_in, tin)})
+    body = _clone(rec_eqns, mapping) + _clone(teqns, mapping)
+    lin = B.make_jaxpr(
+        res_in + tin, body, [mapping.get(id(x), x) if isinstance(x, Var) else x for x in touts]
+    )
+    return primal, lin, out_nz
+
+
+def _remat_linearize(prim):
+    """Linearized, a remat body saves only what its policy allows; the linear call
+    recomputes the rest."""
+
+    def rule(primals, tangents, **params):
+        key, inner, nz, nz_t, n, out_types = _call_parts(prim, params, tangents)
+        pj, lj, out_nz = _remat_split(inner, nz, _policy_saveable(params.get("policy")))
+        pj, residuals = _forward_inputs(pj, n, primals)
+        outs = _emit(prim, primals, dict(params, **{key: pj}), pj)
+        if not any(out_nz):
+            return outs[:n], [Zero(tangent_type(t)) for t in out_types]
+        lparams = dict(params, **{key: lj})
+        if "differentiated" in lparams:
+            lparams["differentiated"] = True
+        touts = _emit(prim, residuals(outs) + nz_t, lparams, lj)
+        return outs[:n], _scatter(out_nz, touts, out_types)
+
+    return rule
+
+
+def _remat_evaluate(interp, eqn, invals, path):
+    """`jax.checkpoint` of the body (jit); a plain call (eager)."""
+    f = interp.call_fn(eqn, path)
+    if interp.mode == "jit":
+        import jax
+
+        prevent = eqn.params.get("prevent_cse", True)
+        return list(jax.checkpoint(lambda *xs: f(*xs), prevent_cse=bool(prevent))(*invals))
+    return f(*invals)
+
+
+def _name_transpose(ct, x, **params):
+    return [ct]
+
+
+for _p, _body, _keys in (
+    ("remat2", "jaxpr", _JAXPR_FIRST),
+    ("checkpoint", "jaxpr", _JAXPR_FIRST),
+    ("remat", "jaxpr", _JAXPR_FIRST),
+    ("remat_call", "call_jaxpr", _CALL_JAXPR_FIRST),
+):
+    shape_rule(_p)(_call_shape(_p, *_keys))
+    define(
+        _p,
+        call_body=_body,
+        jvp=_call_jvp(_p),
+        jvp_kind=LOW_LEVEL,
+        linearization=_remat_linearize(_p),
+        transpose=_call_transpose(_p),
+        evaluate=_remat_evaluate,
+    )
+for _p in ("remat2", "checkpoint"):
+    define(_p, multiple_results=True)
+deflinear2("name", _name_transpose)
+
+
+# ================================================================ custom derivatives
+# custom_jvp_call / custom_jvp_call_jaxpr, custom_vjp_call / custom_vjp_call_jaxpr, custom_lin
+# and custom_vmap_call: every rule about the custom_* primitives is in this block.
+#
+# JAX prints a custom call with its body (`call_jaxpr`) and the *name* of its rule (`jvp=`,
+# `fwd=`/`bwd=`), never the rule itself, and differentiating the body instead can be silently
+# wrong (a clipped gradient, a straight-through estimator, relu at 0).  The rule is found, in
+# this order, and otherwise refused or replaced loudly:
+# 1. the rule traced by `jaxprtool trace` into the equation (`jaxprtool_jvp`, `jaxprtool_fwd`,
+#    `jaxprtool_bwd`: backend/custom_rules.py), used as JAX uses the Python rule;
+# 2. a plugin rule (`register_custom_jvp`, `register_custom_vjp`: docs/PLUGINS.md);
+# 3. for custom_jvp, JAX's own rule of a library function (`jax_library.py`) whose name and
+#    body both match;
+# 4. the body's derivative, by policy (`--custom-rules`): custom_vjp is an error by default,
+#    custom_jvp gets one warning per function; `body` allows both, `strict` refuses both.
+#    Every replacement is noted (`registry.custom_rule_fallbacks`) for the output's comment
+#    lines and for check-grad.
+# Forward mode of a custom_vjp function is refused in JAX's words, as JAX refuses it.
+# Linearized (`linearization`), a custom VJP's forward runs in the primal program and a
+# `custom_lin` equation (transposed by the traced or plugin bwd) in the linear one.
+
+JVP_OF_CUSTOM_VJP = "can't apply forward-mode autodiff (jvp) to a custom_vjp function."
+
+
+def fn_name(v) -> str:
+    """The function name of a printed rule parameter (`jvp=jvp`, `fwd=<function f at 0x..>`)."""
+    s = str(v)
+    if s.startswith("<function "):
+        s = s[len("<function ") :].split(" at ")[0]
+    return s
+
+
+def _custom_body(params) -> Jaxpr:
+    return params["call_jaxpr"] if "call_jaxpr" in params else params["fun_jaxpr"]
+
+
+def function_name(params) -> str | None:
+    """The custom function's name: `name=` (0.5+), else the body's single call's name."""
+    if "name" in params:
+        return str(params["name"])
+    body = params.get("call_jaxpr", params.get("fun_jaxpr"))
+    if isinstance(body, Jaxpr) and len(body.eqns) == 1 and "name" in body.eqns[0].params:
+        return str(body.eqns[0].params["name"])
+    return None
+
+
+def _how_to_proceed(kind: str) -> str:
+    plugin = "register_custom_jvp" if kind == "custom_jvp" else "register_custom_vjp"
+    ways = (
+        f"give the rule with --plugin RULES.py ({plugin}, docs/PLUGINS.md), or trace the "
+        "function with `jaxprtool trace MODULE:FUNCTION` so that the rule travels with the "
+        "program"
+    )
+    if custom_rule_fallbacks.policy == "body":
+        return ways
+    return ways + ", or pass --custom-rules body to differentiate the body on purpose"
+
+
+def _fall_back_to_body(kind: str, params, primals, tangents, rule_text: str, refuse: bool):
+    """Differentiate the body instead of the missing rule, or refuse (by policy)."""
+    name = function_name(params) or "?"
+    what = f"{kind}_call '{name}' ({rule_text})"
+    if refuse:
+        raise MissingCustomRule(
+            f"{what}: the text names a custom derivative rule but does not contain it, and "
+            f"differentiating the body may not give JAX's derivative; {_how_to_proceed(kind)}",
+            current().loc,
+        )
+    note = f"{what}: custom rule replaced by the derivative of its body"
+    if custom_rule_fallbacks.note(note):
+        from ..io import warn
+
+        where = (
+            "at points where the body is not differentiable (kinks such as relu at 0)"
+            if kind == "custom_jvp"
+            else "wherever the custom rule differs from the body's derivative"
+        )
+        warn(
+            f"{what}: the text does not contain its custom rule; differentiating its body "
+            f"instead, so results may differ from JAX {where} ({_how_to_proceed(kind)})",
+            current().loc,
+        )
+    body = _custom_body(params)
+    return jvp_eval(body, list(primals), list(tangents), list(body.constvars))
+
+
+# ---------------------------------------------------------------- custom_jvp_call
+
+
+def _custom_jvp_jvp(primals, tangents, **params):
+    body = _custom_body(params)
+    traced = params.get(JVP_RULE_PARAM)
+    n_out = len(body.outvars)
+    if isinstance(traced, Jaxpr):
+        out = ops.emit_jaxpr(traced, [*primals, *map(instantiate, tangents)])
+        return out[:n_out], out[n_out:]
+    jvp_name = fn_name(params.get("jvp", params.get("jvp_jaxpr_thunk")))
+    plugin = custom_jvps.get(jvp_name)
+    if plugin is not None:
+        outs, touts = plugin(list(primals), [instantiate(t) for t in tangents])
+        if outs is None:
+            outs = current().bind("custom_jvp_call", list(primals), params, _out_types(body))
+        return list(outs), list(touts)
+    library = find_library_jvp(function_name(params), params, body)
+    if library is not None:
+        outs = rebind_primal("custom_jvp_call", list(primals), params)
+        if all(is_zero(t) for t in tangents):
+            return outs, [Zero(tangent_type(o.type)) for o in outs]
+        nonzero = [None if is_zero(t) else t for t in tangents]
+        return outs, library.tangent(list(primals), nonzero, outs)
+    refuse = custom_rule_fallbacks.policy == "strict"
+    return _fall_back_to_body("custom_jvp", params, primals, tangents, f"jvp={jvp_name}", refuse)
+
+
+def _out_types(body: Jaxpr):
+    return [v.type for v in body.outvars]
+
+
+# ---------------------------------------------------------------- custom_vjp_call
+
+
+def _custom_vjp_rule(params):
+    fwd_name, bwd_name = fn_name(params.get("fwd")), fn_name(params.get("bwd"))
+    fwd, bwd = params.get(FWD_RULE_PARAM), params.get(BWD_RULE_PARAM)
+    plugin = custom_vjps.get(fwd_name) or custom_vjps.get(bwd_name)
+    traced = isinstance(fwd, Jaxpr) and isinstance(bwd, Jaxpr)
+    return fwd_name, bwd_name, fwd if traced else None, bwd if traced else None, plugin
+
+
+def _custom_vjp_jvp(primals, tangents, **params):
+    """Forward mode: JAX refuses it; `--custom-rules body` differentiates the body."""
+    fwd_name, bwd_name, fwd, _, plugin = _custom_vjp_rule(params)
+    policy = custom_rule_fallbacks.policy
+    if fwd is not None or plugin is not None:
+        if policy == "body":
+            return _fall_back_to_body(
+                "custom_vjp", params, primals, tangents, "forward mode", refuse=False
+            )
+        raise JaxprError(JVP_OF_CUSTOM_VJP, current().loc)
+    rule_text = f"fwd={fwd_name} bwd={bwd_name}"
+    return _fall_back_to_body(
+        "custom_vjp", params, primals, tangents, rule_text, refuse=policy != "body"
+    )
+
+
+def _custom_vjp_linearize(primals, tangents, **params):
+    body = _custom_body(params)
+    fwd_name, bwd_name, fwd, bwd, plugin = _custom_vjp_rule(params)
+    if fwd is None and plugin is None:
+        rule_text = f"fwd={fwd_name} bwd={bwd_name}"
+        refuse = custom_rule_fallbacks.policy != "body"
+        return _fall_back_to_body("custom_vjp", params, primals, tangents, rule_text, refuse)
+    if all(is_zero(t) for t in tangents):
+        outs = rebind_primal("custom_vjp_call", list(primals), params)
+        return outs, [Zero(tangent_type(o.type)) for o in outs]
+    if fwd is None:
+        return _plugin_vjp(plugin, primals, tangents, bwd_name, fwd_name)
+    out = ops.emit_jaxpr(fwd, list(primals))
+    n_out = len(body.outvars)
+    outs, res = out[:n_out], out[n_out:]
+    in_zeros = [is_zero(t) for t in tangents]
+    touts = current().bind(
+        "custom_lin",
+        [*res, *[t for t in tangents if not is_zero(t)]],
+        {
+            "bwd": bwd_name,
+            "in_zeros": in_zeros,
+            BWD_RULE_PARAM: bwd,
+            "num_res": len(res),
+            "symbolic_zeros": False,
+        },
+        [tangent_type(o.type) for o in outs],
+    )
+    return outs, touts
+
+
+def _plugin_vjp(pair, primals, tangents, bwd_name, fwd_name):
+    fwd_fn, _ = pair
+    outs, res = fwd_fn(*primals)
+    outs, res = list(outs), list(res)
+    ts = [instantiate(t) for t in tangents]
+    touts = current().bind(
+        "custom_lin",
+        res + ts,
+        {
+            "bwd": bwd_name if bwd_name in custom_vjps else fwd_name,
+            "in_zeros": [False] * len(ts),
+            "num_res": len(res),
+            "symbolic_zeros": False,
+        },
+        [tangent_type(o.type) for o in outs],
+    )
+    return outs, touts
+
+
+# ---------------------------------------------------------------- custom_lin
+
+
+def _custom_lin_transpose(cts, *args, bwd, num_res, in_zeros=None, **params):
+    res = list(args[:num_res])
+    cts = [instantiate(c) for c in cts]
+    traced = params.get(BWD_RULE_PARAM)
+    if isinstance(traced, Jaxpr):
+        cts_in = ops.emit_jaxpr(traced, [*res, *cts])
+        zeros = list(in_zeros) if in_zeros is not None else [False] * len(cts_in)
+        return [None] * num_res + [c for c, z in zip(cts_in, zeros) if not z]
+    pair = custom_vjps.get(fn_name(bwd))
+    if pair is None:
+        raise JaxprError(
+            "Transpose rule (for reverse-mode differentiation) for 'custom_lin' not implemented "
+            f"(no plugin rule for bwd={fn_name(bwd)}; {_how_to_proceed('custom_vjp')})",
+            current().loc,
+        )
+    _, bwd_fn = pair
+    return [None] * num_res + list(bwd_fn(res, cts))
+
+
+@shape_rule("custom_lin")
+def _custom_lin_shape(in_types, params, out_hint):
+    nres = int_param(params, "num_res", 0)
+    if len(in_types) < nres:
+        raise ShapeError(
+            f"custom_lin: expects at least {nres} residual operands, got {len(in_types)}"
+        )
+    if out_hint is not None:
+        return list(out_hint)
+    avals = parse_avals(params.get("out_avals"))
+    if avals:
+        return avals
+    raise ShapeError("custom_lin: the result types are not given (out_avals is hidden)")
+
+
+def _print_custom_call(e, style):
+    if style.version < (0, 5):
+        return sorted_params(e.params)
+    d = dict(e.params)
+    if "num_consts" in d and d["num_consts"] == 0 and d["num_consts"] is not False:
+        del d["num_consts"]
+    if e.prim == "custom_vjp_call":
+        d.pop("out_trees", None)
+    return name_first(d)
+
+
+def _print_custom_lin(e, style):
+    return drop("out_avals")(e, style) if style.version >= (0, 5) else sorted_params(e.params)
+
+
+def _no_hoist_name(e):
+    """Their printed `name=` is synthesized from call_jaxpr, not a parameter: a hoisted body
+    is not named after it."""
+    return None
+
+
+for _p in ("custom_jvp_call", "custom_jvp_call_jaxpr", "custom_vjp_call"):
+    shape_rule(_p)(_call_shape(_p, *_CALL_JAXPR_FIRST))
+shape_rule("custom_vjp_call_jaxpr")(_call_shape("custom_vjp_call_jaxpr", "fun_jaxpr", "call_jaxpr"))
+shape_rule("custom_vmap_call")(_call_shape("custom_vmap_call", "call", "call_jaxpr", "jaxpr"))
+shape_rule("custom_vmap_call_jaxpr")(_call_shape("custom_vmap_call_jaxpr", *_JAXPR_FIRST))
+for _p in ("custom_jvp_call", "custom_jvp_call_jaxpr"):
+    define(_p, jvp=_custom_jvp_jvp, jvp_kind=LOW_LEVEL)
+for _p in ("custom_vjp_call", "custom_vjp_call_jaxpr"):
+    define(_p, jvp=_custom_vjp_jvp, jvp_kind=LOW_LEVEL, linearization=_custom_vjp_linearize)
+for _p in ("custom_jvp_call", "custom_vjp_call"):
+    define(
+        _p,
+        multiple_results=True,
+        print_params=_print_custom_call,
+        hoist_name=_no_hoist_name,
+        evaluate=_evaluate_body("call_jaxpr"),
+    )
+define("custom_vjp_call_jaxpr", evaluate=_evaluate_body("fun_jaxpr"))
+define("custom_vmap_call", evaluate=_evaluate_body("call"))
+define(
+    "custom_lin",
+    multiple_results=True,
+    transpose=_custom_lin_transpose,
+    print_params=_print_custom_lin,
+)
+
+# ================================================================ end of custom derivatives
+
+
+# ---------------------------------------------------------------- optimization_barrier
+
+
+@shape_rule("optimization_barrier")
+def _optimization_barrier_shape(in_types, params, out_hint):
+    return list(in_types)
+
+
+def _opt_barrier_jvp(primals, tangents, **params):
+    outs = current().bind("optimization_barrier", list(primals), params, [x.type for x in primals])
+    nz_t = [t for t in tangents if not is_zero(t)]
+    if not nz_t:
+        return outs, [Zero(tangent_type(o.type)) for o in outs]
+    tout = iter(current().bind("optimization_barrier", nz_t, {}, [t.type for t in nz_t]))
+    return outs, [next(tout) if not is_zero(t) else t for t in tangents]
+
+
+def _opt_barrier_transpose(cts, *args, **params):
+    nz = [c for c in cts if not is_zero(c)]
+    if nz:
+        outs = iter(current().bind("optimization_barrier", nz, {}, [c.type for c in nz]))
+        cts = [next(outs) if not is_zero(c) else c for c in cts]
+    return [c if is_undefined_primal(a) else None for c, a in zip(cts, args)]
+
+
+def _opt_barrier_evaluate(interp, eqn, invals, path):
+    import jax
+
+    return list(jax.lax.optimization_barrier(tuple(invals)))
+
+
+define(
+    "optimization_barrier",
+    multiple_results=True,
+    jvp=_opt_barrier_jvp,
+    jvp_kind=LOW_LEVEL,
+    transpose=_opt_barrier_transpose,
+    evaluate=_opt_barrier_evaluate,
+    flops=lambda e: 0,
+)
+
+
+# ---------------------------------------------------------------- other primitives with bodies
+
+
+def _jaxpr_for(params, prim: str, key: str, in_types, what: str = "inputs") -> Jaxpr:
+    """The nested jaxpr ``params[key]``, checked to take exactly one input per operand."""
+    j = jaxpr_param(params, key)
+    if len(j.invars) != len(in_types):
+        raise ShapeError(
+            f"{prim}: {key} takes {len(j.invars)} {what}, but the equation passes {len(in_types)}"
+        )
+    return j
+
+
+# custom_linear_solve: operands = the consts of matvec, vecmat, solve, transpose_solve, then b
+
+
+_SOLVE_NAMES = ("matvec", "vecmat", "solve", "transpose_solve")
+
+
+@shape_rule("custom_linear_solve")
+def _custom_linear_solve_shape(in_types, params, out_hint):
+    cl = params.get("const_lengths")
+    total = 0
+    if cl is not None:
+        try:
+            total = sum(int(v) for _, v in cl.fields)
+        except (AttributeError, TypeError, ValueError):
+            total = 0
+    b = in_types[total:]
+    js = params.get("jaxprs")
+    solve = None
+    if js is not None and hasattr(js, "get"):
+        solve = js.get("solve") if isinstance(js.get("solve"), Jaxpr) else None
+    if solve is not None:
+        if len(solve.outvars) != len(b):
+            raise ShapeError(
+                f"custom_linear_solve: solve returns {len(solve.outvars)} values for {len(b)} operands"
+            )
+    return list(b)
+
+
+def _custom_linear_solve_evaluate(interp, eqn, invals, path):
+    """The `solve` jaxpr on its consts and b."""
+    p = eqn.params
+    lengths, jaxprs = p["const_lengths"], p["jaxprs"]
+
+    def get(rec, k):
+        if hasattr(rec, "get"):
+            return rec.get(k)
+        return rec[_SOLVE_NAMES.index(k)]
+
+    counts = [int(get(lengths, k) or 0) for k in _SOLVE_NAMES]
+    start = sum(counts[:2])
+    solve_consts = invals[start : start + counts[2]]
+    b = invals[sum(counts) :]
+    return interp.fn(get(jaxprs, "solve"), eqn, path, "custom_linear_solve")(*solve_consts, *b)
+
+
+define("custom_linear_solve", evaluate=_custom_linear_solve_evaluate)
+
+
+@shape_rule("CustomRoot")
+def _custom_root_shape(in_types, params, out_hint):
+    """0.12's lax.custom_root HiPrim: operands = initial guess + closed-over values."""
+    j = jaxpr_param(params, "solve_jaxpr")
+    k = len(j.invars)
+    if len(in_types) < k:
+        raise ShapeError(
+            f"CustomRoot: solve_jaxpr takes {k} inputs, but the equation passes {len(in_types)}"
+        )
+    check_call_operands("CustomRoot", j, in_types[:k], what="solve_jaxpr")
+    return out_types_of(j)
+
+
+# run_state: the body runs on references initialised from the operands
+
+
+@shape_rule("run_state")
+def _run_state_shape(in_types, params, out_hint):
+    _jaxpr_for(params, "run_state", "jaxpr", in_types, what="refs")
+    return list(in_types)
+
+
+def _run_state_evaluate(interp, eqn, invals, path):
+    import jax.numpy as jnp
+
+    from ..backend.evaluator import Box
+    from ..backend.values import static_shape
+
+    j = interp.body(eqn.params["jaxpr"], eqn)
+    init = eqn.params.get("is_initialized")
+    boxes = []
+    for k, (v, x) in enumerate(zip(j.invars, invals)):
+        if init is not None and not init[k]:
+            x = jnp.zeros(static_shape(v.type.inner, interp.dims), v.type.inner.np_dtype)
+        boxes.append(Box(x))
+    interp.run(j, [], boxes, path + (("run_state",) if interp.mode == "eager" else ()))
+    return [b.value for b in boxes]
+
+
+define("run_state", effectful=True, evaluate=_run_state_evaluate)
+
+
+# shard_map, xla_pmap: the body runs per shard / per device
+
+
+_AXES_RE = re.compile(r"'([^']*)'\s*:\s*(\d+)")
+
+
+def _mesh_sizes(mesh) -> dict[str, int]:
+    return {k: int(v) for k, v in _AXES_RE.findall(str(mesh))}
+
+
+def _spec_axes(spec) -> list[list[str]] | None:
+    s = str(spec).strip()
+    if not (s.startswith("P(") and s.endswith(")")):
+        return None
+    inner = s[2:-1]
+    out, depth, cur = [], 0, ""
+    for ch in inner:
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+            continue
+        depth += ch in "([" and 1 or 0
+        depth -= ch in ")]" and 1 or 0
+        cur += ch
+    if cur.strip():
+        out.append(cur.strip())
+    return [re.findall(r"'([^']*)'", e) for e in out]
+
+
+def _as_list(v):
+    if isinstance(v, (tuple, list)):
+        return list(v)
+    return None
+
+
+@shape_rule("shard_map")
+def _shard_map_shape(in_types, params, out_hint):
+    j = _jaxpr_for(params, "shard_map", "jaxpr", in_types)
+    sizes = _mesh_sizes(params.get("mesh", ""))
+    specs = _as_list(params.get("out_specs"))
+    outs = []
+    for i, t in enumerate(j.out_types):
+        if not isinstance(t, ShapedArray):
+            outs.append(t)
+            continue
+        spec = _spec_axes(specs[i]) if specs is not None and i < len(specs) else None
+        if spec is None or not sizes:
+            if out_hint and i < len(out_hint):
+                outs.append(out_hint[i])
+                continue
+            raise ShapeError("shard_map: cannot read out_specs")
+        shape = list(t.shape)
+        for d, axes in enumerate(spec[: len(shape)]):
+            f = 1
+            for a in axes:
+                f *= sizes.get(a, 1)
+            if isinstance(shape[d], int):
+                shape[d] *= f
+        outs.append(ShapedArray(tuple(shape), t.dtype, t.weak_type, t.memory_space, None))
+    return outs
+
+
+@shape_rule("xla_pmap")
+def _xla_pmap_shape(in_types, params, out_hint):
+    j = _jaxpr_for(params, "xla_pmap", "call_jaxpr", in_types)
+    n = int_param(params, "axis_size")
+    out_axes = _as_list(params.get("out_axes")) or [0] * len(j.outvars)
+    outs = []
+    for t, ax in zip(j.out_types, out_axes):
+        if ax is None or not isinstance(t, ShapedArray):
+            outs.append(t)
+            continue
+        shape = list(t.shape)
+        shape.insert(int(ax), n)
+        outs.append(t.update(shape=shape))
+    return outs

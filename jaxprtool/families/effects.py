@@ -1,0 +1,93 @@
+"""Effectful primitives without a body: callbacks into Python (pure_callback, io_callback,
+debug_callback, debug_print, buffer_callback), `check` (checkify) and custom kernels
+(pallas_call).  None of them is removed, merged or reordered by a pass; `run` needs a plugin
+for them (the text cannot carry a Python function or a kernel)."""
+
+from __future__ import annotations
+
+from ..ad.builder import current
+from ..ad.zeros import Zero, tangent_type
+from ..core import JaxprError, ShapedArray
+from ..primitives import ShapeError, shape_rule
+from ..primitives.util import parse_avals, types_agree
+from ..record import define
+from ..text.param_rules import drop
+
+
+def _avals_rule(key):
+    """Result types from the `key` parameter (`(ShapedArray(float32[3]),)`)."""
+
+    def rule(in_types, params, out_hint):
+        avals = parse_avals(params.get(key))
+        if avals is None:
+            raise ShapeError(f"missing parameter '{key}'")
+        if out_hint is not None and len(out_hint) == len(avals):
+            # keep the declared spelling of symbolic dims
+            return [
+                h if isinstance(h, ShapedArray) and types_agree(h, a) else a
+                for a, h in zip(avals, out_hint)
+            ]
+        return avals
+
+    return rule
+
+
+def _refuse(msg):
+    def rule(*args, **params):
+        raise JaxprError(msg, current().loc)
+
+    return rule
+
+
+# ---------------------------------------------------------------- pure_callback, io_callback
+
+shape_rule("pure_callback", "io_callback")(_avals_rule("result_avals"))
+define(
+    "pure_callback",
+    jvp=_refuse(
+        "Pure callbacks do not support JVP. Please use `jax.custom_jvp` to use callbacks while taking gradients."
+    ),
+    transpose=_refuse(
+        "Pure callbacks do not support transpose. Please use `jax.custom_vjp` to use callbacks while taking gradients."
+    ),
+)
+define(
+    "io_callback",
+    effectful=True,
+    jvp=_refuse("IO callbacks do not support JVP."),
+    transpose=_refuse("IO callbacks do not support transpose."),
+)
+for _n in ("buffer_callback", "pure_callback_ordered"):
+    define(_n, effectful=True)
+
+
+# ---------------------------------------------------------------- debug_callback, debug_print, check
+
+
+@shape_rule("debug_callback", "debug_print", "check")
+def _no_results(in_types, params, out_hint):
+    return []
+
+
+def _effect_only_jvp(name):
+    """The equation again on the primals; its results (if any) have zero tangents."""
+
+    def rule(primals, tangents, /, **params):
+        b = current()
+        eqn = getattr(b, "cur_eqn", None)
+        types = [o.type for o in eqn.outputs] if eqn is not None and eqn.prim == name else []
+        outs = b.bind(name, list(primals), params, types)
+        return outs, [Zero(tangent_type(o.type)) for o in outs]
+
+    return rule
+
+
+for _n in ("debug_print", "debug_callback"):
+    define(_n, effectful=True, jvp=_effect_only_jvp(_n), jvp_kind="defjvp_zero")
+define("check", effectful=True, print_params=drop("err_tree"))
+
+
+# ---------------------------------------------------------------- pallas_call
+
+shape_rule("pallas_call")(_avals_rule("out_avals"))
+define("pallas_call", effectful=True)
