@@ -1,1 +1,0 @@
-"""Rule modules of the primitive families (loaded by `jaxprtool.families`)."""
