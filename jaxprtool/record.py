@@ -80,8 +80,12 @@ class Primitive:
     literal_type: Callable | None = None
     #: `impl(*values, **params)`: a plugin implementation (evaluated eagerly by `run`)
     impl: Callable | None = None
-    #: why the back end cannot run it, completing "'NAME' ..." ("is a multi-device primitive")
-    refusal: str | None = None
+    #: why the back end cannot run it, completing "'NAME' ..." ("is a multi-device primitive"),
+    #: or `rule(eqn) -> str | None`
+    refusal: str | Callable | None = None
+    #: cheap to recompute from constants: linearize recomputes such residuals (AD's zeros and
+    #: 0.5s) in the linear program instead of passing them from the primal one
+    recompute_constant: bool = False
     #: operands from this position on are indices (dynamic_slice: 1), for untyped literals
     index_operands: int | None = None
     #: an untyped operand literal with no typed sibling has the result's dtype (reshape)

@@ -79,27 +79,6 @@ def _split(jaxpr: Jaxpr, nonzeros: Sequence[bool], instantiate):
     return consts, primals, outs, peqns, residuals, tan_in, teqns, tout_atoms, nonzeros, out_nz
 
 
-_CONST_PRIMS = {
-    "broadcast_in_dim",
-    "iota",
-    "convert_element_type",
-    "reshape",
-    "full",
-    "select_n",
-    "eq",
-    "ne",
-    "gt",
-    "lt",
-    "ge",
-    "le",
-    "neg",
-    "mul",
-    "add",
-    "sub",
-    "div",
-}
-
-
 def _recompute_constants(peqns, teqns, tout_atoms, tan_in):
     """Residuals that are constants (built from literals only, e.g. the zeros or 0.5s of a rule)
     are recomputed in the linear program rather than passed from the primal program."""
@@ -108,7 +87,7 @@ def _recompute_constants(peqns, teqns, tout_atoms, tan_in):
     const_eqn: dict[int, Eqn] = {}
     for e in peqns:
         if (
-            e.prim in _CONST_PRIMS
+            record_of(e.prim).recompute_constant
             and not any(True for _ in eqn_subjaxprs(e))
             and all(not isinstance(x, Var) or id(x) in const_eqn for x in e.inputs)
         ):

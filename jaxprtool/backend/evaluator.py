@@ -22,48 +22,19 @@ from .values import has_nonfinite, literal_value, summary_line
 #: primitive name -> fn(*args, **params) -> value or list of values; filled by plugins.
 IMPLS: dict[str, Callable] = {}
 
-CALLBACKS = {
-    "debug_callback",
-    "debug_print",
-    "io_callback",
-    "pure_callback",
-    "ffi_call",
-    "buffer_callback",
-}
-KERNELS = {
-    "pallas_call",
-    "tpu_custom_call",
-    "mosaic_gpu_p",
-    "triton_kernel_call",
-    "core_map",
-    "custom_call",
-}
-MULTI_DEVICE = {
-    "shard_map",
-    "xla_pmap",
-}
-HI_PRIMS = {"call_hi_primitive", "call_hi_primitive_linearized"}
-#: primitives that hold a Python function the text cannot carry
-PY_FUNCS = {"custom_lin"}
-
 
 def refusal(eqn: Eqn) -> str | None:
-    """Why this back end cannot run an equation (None: it can)."""
+    """Why this back end cannot run an equation (None: it can): the record's `refusal`
+    (a string, or `rule(eqn) -> str`), or a 0.12 high-level primitive (CamelCase name)."""
     name = eqn.prim
     if name in IMPLS:
         return None
-    if name in CALLBACKS:
-        return f"'{name}' calls back into Python, which cannot run from a text file (supply it with a plugin: backend.IMPLS['{name}'])"
-    if name in PY_FUNCS:
-        return f"'{name}' holds a Python function ({format_value(eqn.params.get('bwd'))}) that the text does not contain (supply it with a plugin: backend.IMPLS['{name}'])"
-    if name in KERNELS:
-        return f"'{name}' is a custom kernel the back end cannot run (supply it with a plugin: backend.IMPLS['{name}'])"
-    if name in MULTI_DEVICE:
-        return f"'{name}' is a multi-device primitive; running on several devices is not supported (supply it with a plugin: backend.IMPLS['{name}'])"
     why = record_of(name).refusal
+    if callable(why):
+        why = why(eqn)
     if why is not None:
         return f"'{name}' {why} (supply it with a plugin: backend.IMPLS['{name}'])"
-    if name in HI_PRIMS or name[:1].isupper():
+    if name[:1].isupper():
         hi = eqn.params.get("_prim", name)
         return f"'{hi}' is a high-level primitive with no lowering in the text (supply it with a plugin: backend.IMPLS['{hi}'])"
     return None

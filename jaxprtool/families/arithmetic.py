@@ -1138,3 +1138,12 @@ define("bitcast_convert_type", bind_params=_bind_new_dtype, flops=_no_flops)
 # ---------------------------------------------------------------- polynomial
 
 nary_shapes("polynomial", NUM, arity=None)
+
+
+# ---------------------------------------------------------------- cheap constants
+# linearize recomputes residuals built only from literals with these (AD's zeros, the 0.5 of
+# a square root's derivative) in the linear program, instead of passing them as residuals
+for _n in ("convert_element_type", "select_n", "eq", "ne", "gt", "lt", "ge", "le"):
+    define(_n, recompute_constant=True)
+for _n in ("neg", "mul", "add", "sub", "div"):
+    define(_n, recompute_constant=True)

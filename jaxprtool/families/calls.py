@@ -705,6 +705,11 @@ define(
     multiple_results=True,
     transpose=_custom_lin_transpose,
     print_params=_print_custom_lin,
+    # its value is the custom VJP's linear map, which only a transpose (its bwd) can use
+    refusal=lambda e: (
+        f"holds a Python function ({format_value(e.params.get('bwd'))}) that the text "
+        "does not contain"
+    ),
 )
 
 # ================================================================ end of custom derivatives
@@ -931,3 +936,7 @@ def _xla_pmap_shape(in_types, params, out_hint):
         shape.insert(int(ax), n)
         outs.append(t.update(shape=shape))
     return outs
+
+
+for _n in ("shard_map", "xla_pmap"):
+    define(_n, refusal="is a multi-device primitive; running on several devices is not supported")

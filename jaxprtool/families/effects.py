@@ -87,7 +87,31 @@ for _n in ("debug_print", "debug_callback"):
 define("check", effectful=True, print_params=drop("err_tree"))
 
 
-# ---------------------------------------------------------------- pallas_call
+# ---------------------------------------------------------------- pallas_call and other kernels
 
 shape_rule("pallas_call")(_avals_rule("out_avals"))
 define("pallas_call", effectful=True)
+
+# ---------------------------------------------------------------- what `run` cannot do
+
+_CALLS_BACK = "calls back into Python, which cannot run from a text file"
+for _n in (
+    "debug_callback",
+    "debug_print",
+    "io_callback",
+    "pure_callback",
+    "ffi_call",
+    "buffer_callback",
+):
+    define(_n, refusal=_CALLS_BACK)
+for _n in (
+    "pallas_call",
+    "tpu_custom_call",
+    "mosaic_gpu_p",
+    "triton_kernel_call",
+    "core_map",
+    "custom_call",
+):
+    define(_n, refusal="is a custom kernel the back end cannot run")
+for _n in ("call_hi_primitive", "call_hi_primitive_linearized"):
+    define(_n, refusal="is a high-level primitive with no lowering in the text")

@@ -690,3 +690,8 @@ def _dim_as_value(in_types, params, out_hint):
 
 
 defjvp_zero("dim_as_value")
+
+
+# linearize recomputes residuals built only from literals with these (broadcast zeros)
+for _n in ("broadcast_in_dim", "iota", "reshape"):
+    define(_n, recompute_constant=True)
