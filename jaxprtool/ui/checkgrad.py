@@ -147,21 +147,14 @@ class GradChecker:
             lhs = sum(_vdot(a, b) for a, b in zip(w, fd))
             rhs = sum(_vdot(a, b) for a, b in zip(jtw, v))
             scale = max(1.0, abs(lhs))
-            checks.append(
-                Check(
-                    "vjp vs finite differences <w, FD(Jv)> = <J^T w, v>",
-                    abs(lhs - rhs) / scale,
-                    tol,
-                    label,
-                )
-            )
+            checks.append(Check("vjp vs finite differences", abs(lhs - rhs) / scale, tol, label))
             derived.append((V, list(args) + w, f"vjp({label})"))
             if jv is not None:
                 a = sum(_vdot(x, y) for x, y in zip(w, jv))
                 scale = max(1.0, abs(a), abs(rhs))
                 checks.append(
                     Check(
-                        "dot product <w, J v> = <J^T w, v>",
+                        "dot product (adjoint)",
                         abs(a - rhs) / scale,
                         DOT_TOLERANCE.get(dtype, 2e-5),
                         label,
@@ -183,19 +176,32 @@ def check_grad(
     return checks
 
 
-def render_table(checks: list[Check], title: str, color: bool, replaced: list[str] = ()):
-    """A rich table of the checks, or plain text when colour is off.  `replaced`: the custom
-    rules that were replaced by body derivatives (what the verdict did not check)."""
-    from rich.console import Console
+def render_table(
+    checks: list[Check], title: str, color: bool | None = None, replaced: list[str] = ()
+):
+    """A rich table of the checks (the width is the console's: the terminal's, else 80);
+    `replaced`: the custom rules that were replaced by body derivatives (what the verdict
+    did not check).  `color` None: as the console decides (--color, NO_COLOR, a terminal)."""
+    import sys
+
+    from rich import box
     from rich.table import Table
+
+    from ..io import console
 
     caption = None
     if replaced:
         caption = "checked against the body, not the custom rule: " + "; ".join(replaced)
-    table = Table(title=title, show_lines=False, caption=caption)
-    for col in ("program", "check", "error", "tolerance", "result"):
-        table.add_column(col)
+    table = Table(title=title, caption=caption, box=box.SIMPLE_HEAD, show_lines=False)
+    table.add_column("program", no_wrap=True, overflow="fold")
+    table.add_column("check", ratio=1)
+    table.add_column("error", justify="right", no_wrap=True)
+    table.add_column("tol", justify="right", no_wrap=True)
+    table.add_column("result", no_wrap=True)
     for c in checks:
         verdict = "[green]pass[/]" if c.passed else "[bold red]FAIL[/]"
         table.add_row(c.program, c.name, f"{c.error:.2e}", f"{c.tolerance:.0e}", verdict)
-    Console(no_color=not color, highlight=False, width=140).print(table)
+    con = console(sys.stdout)
+    if color is False:
+        con.no_color = True
+    con.print(table)
