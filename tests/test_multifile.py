@@ -51,8 +51,10 @@ def test_check_several_files_reports_each(tmp_path):
     assert f"{bad1}:2:5: error: sin: result type f32[4]" in r.stderr
     assert f"{bad2}:2:5: error: cos: result type f32[4]" in r.stderr
     assert invoke("check", good, str(SAMPLES / "cond.jaxpr")).exit_code == 0
-    missing = invoke("check", good, str(tmp_path / "missing.jaxpr"))
+    # a missing file is reported (exit 2) and the others are still checked
+    missing = invoke("check", good, str(tmp_path / "missing.jaxpr"), str(bad1))
     assert missing.exit_code == 2 and "cannot read" in missing.stderr
+    assert f"{bad1}:2:5: error:" in missing.stderr
 
 
 def test_check_a_folder_of_jax_dumps(jax_dumps, tmp_path):

@@ -479,16 +479,18 @@ def run_parts(
     try:
         outputs: list[str] = []
         ok = True
+        unreadable = False
         files = list(files)
         tolerant = keep_going or split or len(files) > 1
         for file in files:
             try:
                 parts = read_parts(file, split)
             except JaxprError as e:
-                if not tolerant or e.exit_code != 1:
+                if not tolerant or (e.exit_code != 1 and len(files) == 1):
                     raise
-                report(e)
+                report(e)  # the other files are still read; exit 2 at the end if unreadable
                 ok = False
+                unreadable |= e.exit_code == 2
                 continue
             for part in parts:
                 if split:
@@ -516,6 +518,10 @@ def run_parts(
             joined = f"{SPLIT_LINE}\n".join(t if t.endswith("\n") else t + "\n" for t in outputs)
             with timed("write"):
                 write_program(joined, out)
+        if unreadable:
+            failed = Reported()
+            failed.exit_code = 2  # a missing file is bad usage, as with one file
+            raise failed
         return ok
     finally:
         if TIMER is not None:
