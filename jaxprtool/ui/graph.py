@@ -214,7 +214,3 @@ def to_dot(jaxpr: Jaxpr, collapse_nested: bool = False, max_nodes: int = MAX_NOD
         w.g.edge(a, b, style="dashed")
     return w.g.source
 
-
-def node_count(dot: str) -> int:
-    """How many nodes a DOT text from `to_dot` declares (for tests and messages)."""
-    return sum(1 for line in dot.splitlines() if " [label=" in line and "->" not in line)
