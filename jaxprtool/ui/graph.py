@@ -213,4 +213,3 @@ def to_dot(jaxpr: Jaxpr, collapse_nested: bool = False, max_nodes: int = MAX_NOD
     for a, b in w.cross:
         w.g.edge(a, b, style="dashed")
     return w.g.source
-
