@@ -13,7 +13,7 @@ import sys
 import click
 
 from .core import JaxprError, ProgramError
-from .io import program_loc, report
+from .io import Reported, program_loc, report
 
 #: command name -> "module:attribute" inside jaxprtool.commands
 COMMANDS: dict[str, str] = {
@@ -42,6 +42,15 @@ COMMANDS: dict[str, str] = {
 }
 
 
+class OptionalValue(click.Option):
+    """An option whose value may be left out (`--diff` or `--diff=text`).  Only the `=`
+    form gives a value: a bare `--diff` never takes the next word (a FILE) as its value."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("is_flag", False)
+        super().__init__(*args, **kwargs)
+
+
 class LazyGroup(click.Group):
     def list_commands(self, ctx):
         return sorted(COMMANDS)
@@ -51,7 +60,34 @@ class LazyGroup(click.Group):
         if target is None:
             return None
         module, attr = target.split(":")
-        return getattr(importlib.import_module(f"jaxprtool.commands.{module}"), attr)
+        cmd = getattr(importlib.import_module(f"jaxprtool.commands.{module}"), attr)
+        _add_global_options(cmd)
+        return cmd
+
+    def resolve_command(self, ctx, args):
+        name, cmd, rest = super().resolve_command(ctx, args)
+        if cmd is not None:
+            rest = _bare_optional_values(cmd, rest)
+        return name, cmd, rest
+
+
+def _bare_optional_values(cmd: click.Command, args: list[str]) -> list[str]:
+    """`--diff` -> `--diff=semantic` for each OptionalValue option given without `=`."""
+    bare = {
+        name: o.flag_value
+        for o in cmd.params
+        if isinstance(o, OptionalValue)
+        for name in o.opts
+        if name.startswith("--")
+    }
+    if not bare:
+        return args
+    out = []
+    for i, a in enumerate(args):
+        if a == "--":
+            return out + args[i:]
+        out.append(f"{a}={bare[a]}" if a in bare else a)
+    return out
 
 
 class Options:
@@ -60,42 +96,170 @@ class Options:
     debug = False
     jax_style: str | None = None
     plugins: tuple[str, ...] = ()
+    color = "auto"
 
 
 OPTIONS = Options()
 
 
+def _set_debug(ctx, param, value):
+    if value:
+        OPTIONS.debug = True
+
+
+def _set_jax_style(ctx, param, value):
+    if value is not None:
+        OPTIONS.jax_style = value
+
+
+def _set_color(ctx, param, value):
+    from . import io
+
+    if value is not None:
+        OPTIONS.color = io.COLOR_MODE = value
+
+
+def _set_no_color(ctx, param, value):
+    if value:
+        _set_color(ctx, param, "never")
+
+
+def _load_plugins(ctx, param, value):
+    if value:
+        from .plugins import load_plugins
+
+        OPTIONS.plugins = tuple(OPTIONS.plugins) + tuple(value)
+        guarded(load_plugins)(value)
+
+
+_COLOR_HELP = (
+    "Colour diagnostics, diffs and tables: WHEN is auto (on a terminal, unless NO_COLOR "
+    "is set; FORCE_COLOR forces it), always or never."
+)
+
+
+def _global_option_specs() -> list[tuple[list[str], dict]]:
+    """The global options; accepted before the command and after it."""
+    return [
+        (["--debug"], dict(is_flag=True, help="Show Python tracebacks for internal errors.")),
+        (
+            ["--plugin", "plugins"],
+            dict(
+                multiple=True,
+                metavar="RULES.py",
+                type=click.Path(dir_okay=False),
+                help="Load a Python module that registers rules for extra primitives (repeatable).",
+            ),
+        ),
+        (
+            ["--jax-style"],
+            dict(
+                metavar="VERSION",
+                help="Print in the style of this JAX version (e.g. 0.4.35, 0.12).",
+            ),
+        ),
+        (
+            ["--color"],
+            dict(
+                type=click.Choice(["auto", "always", "never"]),
+                default=None,
+                metavar="WHEN",
+                help=_COLOR_HELP,
+            ),
+        ),
+        (["--no-color"], dict(is_flag=True, help="Same as --color never.")),
+    ]
+
+
+_GLOBAL_CALLBACKS = {
+    "debug": _set_debug,
+    "plugins": _load_plugins,
+    "jax_style": _set_jax_style,
+    "color": _set_color,
+    "no_color": _set_no_color,
+}
+
+
+def _add_global_options(cmd: click.Command) -> None:
+    """Let `cmd` accept the global options after its name too (`jaxprtool run f --debug`);
+    a command's own option of the same name (explain's --no-color) wins."""
+    if getattr(cmd, "_jaxprtool_globals", False):
+        return
+    taken = {name for p in cmd.params for name in getattr(p, "opts", ())}
+    for decls, kw in _global_option_specs():
+        flag = next(d for d in decls if d.startswith("--"))
+        if flag in taken:
+            continue
+        key = decls[1] if len(decls) > 1 else flag[2:].replace("-", "_")
+        opt = click.Option(decls, expose_value=False, callback=_GLOBAL_CALLBACKS[key], **kw)
+        cmd.params.append(opt)
+    cmd._jaxprtool_globals = True
+
+
+def _print_version(ctx, param, value):
+    if not value or ctx.resilient_parsing:
+        return
+    from importlib import metadata
+
+    from .text.style import KNOWN_VERSIONS
+
+    def version(name: str) -> str | None:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    lines = [f"jaxprtool {version('jaxprtool') or 'unknown'}"]
+    jax, jaxlib = version("jax"), version("jaxlib")
+    if jax:
+        lines.append(f"JAX {jax} (jaxlib {jaxlib or 'not installed'})")
+    else:
+        lines.append(
+            "JAX not installed: run, compile, trace, explain and check-grad need it "
+            "(pip install 'jaxprtool[jax]')"
+        )
+    styles = ", ".join(".".join(map(str, v)) for v in KNOWN_VERSIONS)
+    lines.append(
+        f"JAX printing styles: {styles} (text printed by any JAX from "
+        f"{'.'.join(map(str, KNOWN_VERSIONS[0]))} to "
+        f"{'.'.join(map(str, KNOWN_VERSIONS[-1][:2]))} is read)"
+    )
+    click.echo("\n".join(lines))
+    ctx.exit()
+
+
+def _main_options(f):
+    for decls, kw in reversed(_global_option_specs()):
+        f = click.option(*decls, **kw)(f)
+    return f
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--debug", is_flag=True, help="Show Python tracebacks for internal errors.")
+@_main_options
 @click.option(
-    "--plugin",
-    "plugins",
-    multiple=True,
-    metavar="RULES.py",
-    help="Load a Python module that registers rules for extra primitives (repeatable).",
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the version, the JAX version found and the JAX printing styles, then exit.",
 )
-@click.option(
-    "--jax-style",
-    metavar="VERSION",
-    help="Print in the style of this JAX version (e.g. 0.4.35, 0.12).",
-)
-@click.option("--no-color", is_flag=True, help="Never colour diagnostics.")
-@click.version_option(package_name="jaxprtool")
-def main(debug, plugins, jax_style, no_color):
+def main(debug, plugins, jax_style, color, no_color):
     """jaxprtool: read, transform, check and run JAX jaxprs from text files.
+
+    Global options may also follow the command (`jaxprtool run f.jaxpr --debug`).
 
     \b
     Example:
       jaxprtool fmt f.jaxpr
       jaxprtool linearize f.jaxpr | jaxprtool transpose
     """
-    import os
+    from . import io
 
-    if no_color:
-        os.environ["NO_COLOR"] = "1"
     OPTIONS.debug = debug
     OPTIONS.jax_style = jax_style
     OPTIONS.plugins = plugins
+    OPTIONS.color = io.COLOR_MODE = "never" if no_color else (color or "auto")
     if plugins:
         from .plugins import load_plugins
 
@@ -110,6 +274,8 @@ def guarded(fn):
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
+        except Reported as e:
+            sys.exit(e.exit_code)
         except JaxprError as e:
             if isinstance(e, ProgramError) and e.loc is None:
                 e.loc = program_loc(e.where)
@@ -121,16 +287,50 @@ def guarded(fn):
             report(JaxprError("input nests too deeply", program_loc("inputs")))
             sys.exit(1)
         except Exception as e:  # an internal error: still no traceback by default
+            missing = missing_jax(e)
+            if missing is not None:
+                report(missing)
+                sys.exit(1)
             if OPTIONS.debug:
                 raise
-            report(
-                JaxprError(
-                    f"internal error: {type(e).__name__}: {e} (run with --debug for a traceback)"
-                )
-            )
+            report(internal_error(e))
             sys.exit(1)
 
     return wrapper
+
+
+#: what to install for the commands that run programs through JAX
+JAX_HINT = (
+    "install it with `pip install 'jaxprtool[jax]'` (for NVIDIA GPUs also JAX's CUDA plugin: "
+    "`pip install 'jax[cuda12]'`; see https://docs.jax.dev/en/latest/installation.html)"
+)
+
+
+def missing_jax(e: BaseException) -> JaxprError | None:
+    """The message for an ImportError of jax or jaxlib (not installed), else None."""
+    if not isinstance(e, ImportError):
+        return None
+    name = (getattr(e, "name", None) or "").split(".")[0]
+    if name not in ("jax", "jaxlib"):
+        return None
+    return JaxprError(
+        f"this command runs the program through JAX, but {name} is not installed: {JAX_HINT}"
+    )
+
+
+def require_jax() -> None:
+    """Import jax, or raise the JaxprError that says how to install it (exit 1)."""
+    try:
+        import jax  # noqa: F401
+    except ImportError as e:
+        missing = missing_jax(e)
+        if missing is None:
+            raise
+        raise missing from None
+
+
+def internal_error(e: BaseException) -> JaxprError:
+    return JaxprError(f"internal error: {type(e).__name__}: {e} (run with --debug for a traceback)")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,12 @@ class UsageError(click.UsageError):
     """Bad usage: exit 2."""
 
 
+class Reported(Exception):
+    """Diagnostics were printed already (e.g. every checker error of an input): exit 1."""
+
+    exit_code = 1
+
+
 def read_source(file: str | None) -> tuple[str, str]:
     """(text, display path) from a path, `-` or None (standard input)."""
     if file in (None, "-"):
@@ -109,9 +115,118 @@ def _unlink_quietly(path: str) -> None:
         pass
 
 
-def use_color(stream=None) -> bool:
+#: --color: "auto" (a terminal, unless NO_COLOR), "always" or "never"; set by the CLI
+COLOR_MODE = "auto"
+
+
+def is_terminal(stream=None) -> bool:
     stream = stream or sys.stderr
-    return "NO_COLOR" not in os.environ and hasattr(stream, "isatty") and stream.isatty()
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def use_color(stream=None) -> bool:
+    """Whether to colour what goes to `stream` (standard error by default): `--color
+    always|never` decides; else a non-empty NO_COLOR turns colour off and a non-empty
+    FORCE_COLOR on (no-color.org, force-color.org: an empty value counts as unset); else
+    colour on a terminal only."""
+    if COLOR_MODE in ("always", "never"):
+        return COLOR_MODE == "always"
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    return is_terminal(stream)
+
+
+def console(stream=None, **kwargs):
+    """A rich Console for `stream` (standard error by default) that colours exactly when
+    `use_color` says so; rich decides the width (the terminal's, else COLUMNS, else 80)."""
+    from rich.console import Console
+
+    stream = stream or sys.stderr
+    color = use_color(stream)
+    kwargs.setdefault("highlight", False)
+    kwargs.setdefault("emoji", False)
+    if color:
+        system = "auto" if is_terminal(stream) else "standard"
+        return Console(file=stream, force_terminal=True, color_system=system, **kwargs)
+    return Console(file=stream, no_color=True, color_system=None, force_terminal=False, **kwargs)
+
+
+def highlighted(text: str, stream=None):
+    """`text` (jaxpr source) as rich Text, coloured by the jaxpr Pygments lexer."""
+    from rich.syntax import Syntax
+
+    from .ui.lexer import JaxprLexer
+
+    syntax = Syntax("", JaxprLexer(), theme="ansi_dark", background_color="default")
+    out = syntax.highlight(text)
+    out.rstrip()
+    return out
+
+
+def write_program(text: str, out: str | None) -> None:
+    """A program's text to `out`, or to standard output, syntax-highlighted when that is a
+    terminal with colour on (the characters are the same; only escape codes are added)."""
+    if out in (None, "-") and use_color(sys.stdout) and is_terminal(sys.stdout):
+        con = console(sys.stdout, soft_wrap=True)
+        con.print(highlighted(text.rstrip("\n")))
+        sys.stdout.flush()
+        return
+    write_output(text, out)
+
+
+class progress:
+    """A transient rich status line on standard error for work that may take a while: shown
+    only on a terminal, and only once the work has run for `delay` seconds; never when
+    standard error is piped.  `update(text)` changes the line."""
+
+    def __init__(self, description: str, delay: float = 1.0):
+        self.description = description
+        self.delay = delay
+        self.status = None
+        self.timer = None
+        self.lock = None
+
+    def __enter__(self):
+        if not is_terminal(sys.stderr) or os.environ.get("TERM") == "dumb":
+            return self
+        import threading
+
+        self.lock = threading.Lock()
+        self.timer = threading.Timer(self.delay, self._start)
+        self.timer.daemon = True
+        self.timer.start()
+        return self
+
+    def _start(self):
+        with self.lock:
+            if self.timer is None:
+                return
+            self.status = console(sys.stderr).status(self.description)
+            self.status.start()
+
+    def update(self, description: str) -> None:
+        self.description = description
+        if self.lock is None:
+            return
+        with self.lock:
+            if self.status is not None:
+                self.status.update(description)
+
+    def __exit__(self, *exc):
+        if self.lock is None:
+            return False
+        with self.lock:
+            self.timer.cancel()
+            self.timer = None
+            if self.status is not None:
+                self.status.stop()
+                self.status = None
+        return False
 
 
 _sources: dict[str, str] = {}
@@ -174,12 +289,11 @@ def report(err: JaxprError, kind: str = "error") -> None:
     """Print a located diagnostic on standard error (rich colour on a terminal)."""
     msg = format_error(err, kind)
     if use_color():
-        from rich.console import Console
         from rich.markup import escape
 
         head, _, rest = msg.partition("\n")
         colour = "red" if kind == "error" else "yellow"
-        Console(stderr=True, highlight=False).print(
+        console(sys.stderr, soft_wrap=True).print(
             f"[bold]{escape(head.split(f' {kind}: ')[0])}[/bold] [bold {colour}]{kind}:[/] "
             + escape(head.split(f" {kind}: ", 1)[-1])
             + ("\n" + escape(rest) if rest else "")

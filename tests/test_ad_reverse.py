@@ -376,7 +376,7 @@ def test_diff_flag_and_static_shapes_required(tmp_path):
     prog.write_text(
         "{ lambda ; a:f32[3]. let b:f32[3] = sin a; c:f32[] = reduce_sum[axes=(0,) out_sharding=None] b in (c,) }\n"
     )
-    r = CliRunner().invoke(main, ["--no-color", "grad", str(prog), "--diff"])
+    r = CliRunner().invoke(main, ["--no-color", "grad", str(prog), "--diff=text"])
     assert r.exit_code == 0, r.output
     assert (
         "--- input" in r.output

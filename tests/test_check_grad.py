@@ -27,7 +27,8 @@ def test_samples_pass():
 def test_second_order_passes():
     r = invoke(str(SAMPLES / "sin_cos.jaxpr"), "--order", "2")
     assert r.exit_code == 0, r.output
-    assert "jvp(f)" in r.output and "vjp(f)" in r.output
+    # the table names the program: the file, then the derivative programs checked at order 2
+    assert "jvp(sin_cos.jaxpr)" in r.output and "vjp(sin_cos.jaxpr)" in r.output
 
 
 @pytest.fixture
@@ -81,3 +82,24 @@ def test_tolerance_follows_the_least_precise_dtype(tmp_path):
     r = invoke(str(f))
     assert r.exit_code == 0, r.output
     assert r.output.count("1e-01") == 3
+
+
+def test_summary_line_and_width(tmp_path):
+    """One summary line at the end (files, checks, failures); the table fits the console's
+    width (80 columns when not a terminal) instead of a fixed 140."""
+    bad = tmp_path / "bad.jaxpr"
+    bad.write_text("{ lambda ; a:f32[3]. let b:f32[3] = sin a in (b,) ")
+    r = invoke(str(SAMPLES / "sin_cos.jaxpr"), str(SAMPLES / "cond.jaxpr"), str(bad))
+    assert r.exit_code == 2
+    lines = r.stdout.rstrip("\n").splitlines()
+    assert lines[-1] == "check-grad: 2 files, 6 checks, 0 failures, 1 not checked (errors above)"
+    assert max(len(ln) for ln in lines) <= 80
+    assert "sin_cos.jaxpr" in r.stdout and "cond.jaxpr" in r.stdout
+
+
+def test_folder_of_programs(tmp_path):
+    for name in ("sin_cos.jaxpr", "mlp.jaxpr"):
+        (tmp_path / name).write_text((SAMPLES / name).read_text())
+    r = invoke(str(tmp_path))
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines()[-1] == "check-grad: 2 files, 6 checks, 0 failures"

@@ -72,6 +72,32 @@ def test_diff_wiring_change():
     assert "-  c:f32[3] = sub a b" in d and "+  c:f32[3] = sub b a" in d
 
 
+def test_diff_numpy_scalar_params_equal_python_numbers(tmp_path):
+    """`np.int64(1)` (numpy >= 2 prints it inside tuples) is the value 1: equal programs."""
+    a, b = tmp_path / "a.jaxpr", tmp_path / "b.jaxpr"
+    a.write_text(
+        "{ lambda ; a:f32[4,3]. let\n"
+        "    b:f32[4] = reduce_sum[axes=(np.int64(1),) out_sharding=None] a\n"
+        "    c:f32[4,1] = broadcast_in_dim[broadcast_dimensions=(np.int64(0),) shape=(4, 1) "
+        "sharding=None] b\n"
+        "  in (c,) }\n"
+    )
+    b.write_text(
+        "{ lambda ; x:f32[4,3]. let\n"
+        "    y:f32[4] = reduce_sum[axes=(1,) out_sharding=None] x\n"
+        "    z:f32[4,1] = broadcast_in_dim[broadcast_dimensions=(0,) shape=(4, 1) "
+        "sharding=None] y\n"
+        "  in (z,) }\n"
+    )
+    r = run(["diff", str(a), str(b)])
+    assert r.exit_code == 0, r.output
+    assert "equal (up to variable names)" in r.stderr
+    # a different value still differs, and only that line shows
+    b.write_text(b.read_text().replace("axes=(1,)", "axes=(0,)").replace("f32[4] =", "f32[3] ="))
+    r = run(["diff", str(a), str(b)])
+    assert r.exit_code == 1
+
+
 def test_text_diff():
     assert text_diff("x\ny\n", "x\ny\n") == ""
     d = text_diff("x\ny\n", "x\nz\n", "A", "B")

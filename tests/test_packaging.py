@@ -33,6 +33,9 @@ def test_wheel_carries_grammar_and_parses(tmp_path):
     (wheel,) = wheels.glob("jaxprtool-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "jaxprtool/grammars/jaxpr.lark" in names
+    (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    text = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "[pygments.lexers]" in text and "jaxpr = jaxprtool.ui.lexer:JaxprLexer" in text
     target = tmp_path / "site"
     subprocess.run(
         [
@@ -56,6 +59,10 @@ def test_wheel_carries_grammar_and_parses(tmp_path):
         "from jaxprtool.text.printer import print_jaxpr\n"
         "t = '{ lambda ; a:f32[3]. let b:f32[3] = sin a in (b,) }'\n"
         "assert print_jaxpr(parse(t).jaxpr) == t\n"
+        # the Pygments lexer is found through its entry point (pygmentize -l jaxpr, Sphinx)
+        "from pygments.lexers import get_lexer_by_name, get_lexer_for_filename\n"
+        "assert type(get_lexer_by_name('jaxpr')).__name__ == 'JaxprLexer'\n"
+        "assert get_lexer_for_filename('x.jaxpr').name == 'Jaxpr'\n"
     )
     env = {**os.environ, "PYTHONPATH": str(target), "XDG_CACHE_HOME": str(tmp_path / "cache")}
     r = subprocess.run(

@@ -496,7 +496,7 @@ def test_commands(tmp_path):
             "-p",
             "simplify,fold,cse,dce,canonicalize",
             "--print-after-all",
-            "--diff",
+            "--diff=text",
             src,
         ],
     )

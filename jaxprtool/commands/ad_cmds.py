@@ -7,9 +7,10 @@ import sys
 
 import click
 
-from ..cli import guarded
+from ..cli import OptionalValue, guarded
 from ..io import UsageError, write_output
-from .common import int_list
+from .common import FILE_ARG, OUT_ARG, int_list
+from .driver import complete_pass_list, manager_options
 
 _OPT_HELP = (
     "Clean-up pipeline run on the result (passes separated by commas; `none` for the raw result)."
@@ -20,8 +21,14 @@ def _common(f):
     f = click.option(
         "--diff",
         "show_diff",
-        is_flag=True,
-        help="Show a coloured unified diff of input and result on standard error.",
+        cls=OptionalValue,
+        metavar="[=text]",
+        type=click.Choice(["semantic", "text"]),
+        flag_value="semantic",
+        default=None,
+        help="Show what changed on standard error: the equations removed, added or changed "
+        "(input and result aligned up to renaming); --diff=text: a unified diff of the "
+        "printouts.",
     )(f)
     f = click.option(
         "--opt",
@@ -29,6 +36,7 @@ def _common(f):
         default="canonicalize",
         show_default=True,
         metavar="PIPELINE",
+        shell_complete=complete_pass_list,
         help=_OPT_HELP,
     )(f)
     f = click.option(
@@ -36,10 +44,11 @@ def _common(f):
         "--output",
         "out",
         metavar="OUT",
+        type=OUT_ARG,
         help="Write to OUT (atomically) instead of standard output.",
     )(f)
     f = custom_rules_option(f)
-    f = click.argument("file", required=False, default="-", metavar="[FILE|-]")(f)
+    f = click.argument("file", required=False, default="-", metavar="[FILE|-]", type=FILE_ARG)(f)
     return f
 
 
@@ -74,11 +83,11 @@ _argnums = click.option(
 )
 
 
-def _optimizer(spec):
-    from ..passes.registry import parse_pipeline, run_pipeline
+def _pipeline_steps(spec):
+    """The parsed --opt pipeline (an unknown pass is reported before any work)."""
+    from ..passes.registry import parse_pipeline_steps
 
-    parse_pipeline(spec)  # reports an unknown pass before any work
-    return lambda j: run_pipeline(j, spec)
+    return parse_pipeline_steps(spec)
 
 
 def _require_static_shapes(jaxpr) -> None:
@@ -101,30 +110,68 @@ def _require_static_shapes(jaxpr) -> None:
 
 
 class _Job:
-    """One AD command: the input program, its printing style, the clean-up pipeline, --diff."""
+    """One AD command on one input program: its printing style, the transformation and the
+    clean-up pipeline as instrumented steps (--verify-each, --print-after, --timing), and
+    --diff."""
 
-    def __init__(self, file, opt: str, show_diff: bool, custom_rules: str = "default"):
+    def __init__(self, part, steps, show_diff, custom_rules, inst, name: str):
         from ..ad.registry import set_custom_rule_policy
-        from .common import load, output_style
+        from .common import output_style, parse_text
 
         set_custom_rule_policy(custom_rules)
-        self.input, _text, _path = load(file)
+        self.input = parse_text(part.text, part.path)
+        self.input_path = part.path
         _require_static_shapes(self.input)
         self.style = output_style(self.input)
-        self.optimize = _optimizer(opt)
+        self.steps = steps
         self.show_diff = show_diff
+        self.inst = inst
+        self.name = name
+        inst.start(self.render, 1 + len(steps))
 
-    def emit(self, jaxpr, out) -> None:
-        """Print `jaxpr` in the input's style to `out`; with --diff, the change on stderr."""
+    def render(self, jaxpr) -> str:
         from ..ad.api import restyle
         from ..text.printer import print_jaxpr
 
-        text = fallback_comment_lines() + print_jaxpr(restyle(jaxpr, self.style), self.style) + "\n"
-        if self.show_diff:
-            from ..ui.diff import show_diff
+        return print_jaxpr(restyle(jaxpr, self.style), self.style)
 
-            show_diff(print_jaxpr(self.input, self.style) + "\n", text, "input", "result")
-        write_output(text, out)
+    def transform(self, fn, view=None):
+        """fn(input) as the command's own step; `view(result)` is the program to verify and
+        print when the result is not one (linearize's parts)."""
+        return self.inst.run_step(self.name, self.name, self.input, fn, view)
+
+    def optimize(self, jaxpr):
+        return self.inst.pipeline(jaxpr, self.steps)
+
+    def text(self, jaxpr) -> str:
+        """`jaxpr` printed in the input's style; with --diff, the change on stderr."""
+        from .driver import timed
+
+        with timed("print"):
+            text = fallback_comment_lines() + self.render(jaxpr) + "\n"
+        if self.show_diff:
+            from ..text.printer import print_jaxpr
+            from ..ui.diff import show_change
+
+            before = print_jaxpr(self.input, self.style) + "\n"
+            show_change(self.input, jaxpr, self.show_diff, before, text, "input", "result")
+        return text
+
+    def emit(self, jaxpr, out) -> None:
+        write_output(self.text(jaxpr), out)
+
+
+def _drive(file, out, opt, show_diff, custom_rules, inst, split, name, body) -> None:
+    """Run body(job) -> output text on each input program (each part of a split input)."""
+    from .driver import run_parts
+
+    steps = _pipeline_steps(opt)
+
+    def each(part):
+        return body(_Job(part, steps, show_diff, custom_rules, inst, name))
+
+    if not run_parts([file], split, each, out, inst):
+        sys.exit(1)
 
 
 def _note(msg: str) -> None:
@@ -135,12 +182,13 @@ def _note(msg: str) -> None:
 
 
 @click.command()
+@manager_options(("jvp",))
 @_common
 @_argnums
 @click.option(
     "--no-instantiate", is_flag=True, help="Leave out output tangents that are known to be zero."
 )
-def jvp(file, out, opt, show_diff, custom_rules, argnums, no_instantiate):
+def jvp(file, out, opt, show_diff, custom_rules, argnums, no_instantiate, inst, split_input):
     """Forward mode: (x..., tx...) -> (y..., ty...).
 
     Only float/complex inputs (among --argnums) get a tangent input, and only float/complex
@@ -151,16 +199,32 @@ def jvp(file, out, opt, show_diff, custom_rules, argnums, no_instantiate):
       jaxprtool jvp f.jaxpr
       jaxprtool jvp --argnums 0 f.jaxpr | jaxprtool jvp
     """
-    guarded(_jvp)(file, out, opt, show_diff, custom_rules, argnums, no_instantiate)
+    guarded(_drive)(
+        file,
+        out,
+        opt,
+        show_diff,
+        custom_rules,
+        inst,
+        split_input,
+        "jvp",
+        lambda job: _jvp(job, argnums, no_instantiate),
+    )
 
 
-def _jvp(file, out, opt, show_diff, custom_rules, argnums, no_instantiate):
+def _jvp(job, argnums, no_instantiate):
     from ..ad.api import jvp_jaxpr_info
     from ..core import is_inexact
 
-    job = _Job(file, opt, show_diff, custom_rules)
     j = job.input
-    res, _mask, out_nz = jvp_jaxpr_info(j, argnums, instantiate=not no_instantiate)
+    info = {}
+
+    def fn(j):
+        res, _mask, info["out_nz"] = jvp_jaxpr_info(j, argnums, instantiate=not no_instantiate)
+        return res
+
+    res = job.transform(fn)
+    out_nz = info["out_nz"]
     if no_instantiate:
         missing = [f"{k} ({v.type})" for k, (v, nz) in enumerate(zip(j.outvars, out_nz)) if not nz]
         if missing:
@@ -173,18 +237,20 @@ def _jvp(file, out, opt, show_diff, custom_rules, argnums, no_instantiate):
             _note(
                 f"no tangent output for output{'s' if len(missing) > 1 else ''} {', '.join(missing)} ({why})"
             )
-    job.emit(job.optimize(res), out)
+    return job.text(job.optimize(res))
 
 
 # ---------------------------------------------------------------- linearize
 
 
 @click.command()
+@manager_options(("linearize",))
 @_common
 @_argnums
 @click.option(
     "--split",
     nargs=2,
+    type=OUT_ARG,
     metavar="PRIMAL LINEAR",
     help="Write the primal program and the linear program to two files instead.",
 )
@@ -193,7 +259,7 @@ def _jvp(file, out, opt, show_diff, custom_rules, argnums, no_instantiate):
     is_flag=True,
     help="Report the residuals on standard error (count, bytes, producers).",
 )
-def linearize(file, out, opt, show_diff, custom_rules, argnums, split, stats):
+def linearize(file, out, opt, show_diff, custom_rules, argnums, split, stats, inst, split_input):
     """Linearize: the primal computation plus a linear program for the tangents.
 
     The default output has jvp's calling convention (x..., tx...) -> (y..., ty...): the primal
@@ -208,25 +274,37 @@ def linearize(file, out, opt, show_diff, custom_rules, argnums, split, stats):
       jaxprtool linearize f.jaxpr | jaxprtool transpose
       jaxprtool linearize --split p.jaxpr l.jaxpr --stats f.jaxpr
     """
-    guarded(_linearize)(file, out, opt, show_diff, custom_rules, argnums, split, stats)
-
-
-def _linearize(file, out, opt, show_diff, custom_rules, argnums, split, stats):
-    from ..ad.linearize import combine, linearize_jaxpr
-
-    job = _Job(file, opt, show_diff, custom_rules)
-    j = job.input
     if split and out:
         raise UsageError("-o cannot be combined with --split")
-    primal, linear, info = linearize_jaxpr(j, argnums)
+    if split and split_input:
+        raise UsageError("--split PRIMAL LINEAR cannot be combined with --split-input-file")
+    guarded(_drive)(
+        file,
+        out,
+        opt,
+        show_diff,
+        custom_rules,
+        inst,
+        split_input,
+        "linearize",
+        lambda job: _linearize(job, argnums, split, stats),
+    )
+
+
+def _linearize(job, argnums, split, stats):
+    from ..ad.linearize import combine, linearize_jaxpr
+
+    primal, linear, info = job.transform(
+        lambda j: linearize_jaxpr(j, argnums), view=lambda r: combine(*r)
+    )
     linear = job.optimize(linear)
     if stats:
         _report_stats(info)
     if split:
         job.emit(job.optimize(primal), split[0])
         job.emit(linear, split[1])
-        return
-    job.emit(combine(primal, linear, info), out)
+        return None
+    return job.text(combine(primal, linear, info))
 
 
 def _report_stats(info) -> None:
@@ -252,6 +330,7 @@ def _report_stats(info) -> None:
 
 
 @click.command()
+@manager_options(("transpose",))
 @_common
 @click.option(
     "--linear",
@@ -266,7 +345,7 @@ def _report_stats(info) -> None:
     metavar="K",
     help="The first K inputs are residuals; the rest are linear.",
 )
-def transpose(file, out, opt, show_diff, custom_rules, linear, residuals):
+def transpose(file, out, opt, show_diff, custom_rules, linear, residuals, inst, split_input):
     """Transpose a linear program.
 
     Default: the combined form printed by `linearize` is recognised (its `jit[name=linear]`
@@ -279,27 +358,36 @@ def transpose(file, out, opt, show_diff, custom_rules, linear, residuals):
       jaxprtool linearize f.jaxpr | jaxprtool transpose
       jaxprtool transpose --residuals 2 lin.jaxpr
     """
-    guarded(_transpose)(file, out, opt, show_diff, custom_rules, linear, residuals)
-
-
-def _transpose(file, out, opt, show_diff, custom_rules, linear, residuals):
-    from ..ad.transpose import transpose_auto
-
     if linear is not None and residuals is not None:
         raise UsageError("--linear and --residuals are mutually exclusive")
-    job = _Job(file, opt, show_diff, custom_rules)
-    j = job.input
-    res, _mask, _lo = transpose_auto(j, linear, residuals)
-    job.emit(job.optimize(res), out)
+    guarded(_drive)(
+        file,
+        out,
+        opt,
+        show_diff,
+        custom_rules,
+        inst,
+        split_input,
+        "transpose",
+        lambda job: _transpose(job, linear, residuals),
+    )
+
+
+def _transpose(job, linear, residuals):
+    from ..ad.transpose import transpose_auto
+
+    res = job.transform(lambda j: transpose_auto(j, linear, residuals)[0])
+    return job.text(job.optimize(res))
 
 
 # ---------------------------------------------------------------- vjp, grad
 
 
 @click.command()
+@manager_options(("vjp",))
 @_common
 @_argnums
-def vjp(file, out, opt, show_diff, custom_rules, argnums):
+def vjp(file, out, opt, show_diff, custom_rules, argnums, inst, split_input):
     """Reverse mode: (x..., ct_y...) -> (y..., ct_x...).
 
     One cotangent input per float/complex output; one cotangent output per differentiated input.
@@ -308,18 +396,27 @@ def vjp(file, out, opt, show_diff, custom_rules, argnums):
     Example:
       jaxprtool vjp --argnums 0 f.jaxpr
     """
-    guarded(_vjp)(file, out, opt, show_diff, custom_rules, argnums)
+    guarded(_drive)(
+        file,
+        out,
+        opt,
+        show_diff,
+        custom_rules,
+        inst,
+        split_input,
+        "vjp",
+        lambda job: _vjp(job, argnums),
+    )
 
 
-def _vjp(file, out, opt, show_diff, custom_rules, argnums):
+def _vjp(job, argnums):
     from ..ad.api import vjp_jaxpr
 
-    job = _Job(file, opt, show_diff, custom_rules)
-    j = job.input
-    job.emit(job.optimize(vjp_jaxpr(j, argnums)), out)
+    return job.text(job.optimize(job.transform(lambda j: vjp_jaxpr(j, argnums))))
 
 
 @click.command()
+@manager_options(("grad",))
 @_common
 @click.option(
     "--argnums",
@@ -335,7 +432,7 @@ def _vjp(file, out, opt, show_diff, custom_rules, argnums):
     is_flag=True,
     help="Differentiate the first output; return the other outputs as auxiliary data.",
 )
-def grad(file, out, opt, show_diff, custom_rules, argnums, with_value, has_aux):
+def grad(file, out, opt, show_diff, custom_rules, argnums, with_value, has_aux, inst, split_input):
     """Gradient of a scalar float output: (x...) -> ([value,] [aux...,] grads...).
 
     The output must be one scalar (or the first output, with --has-aux); the cotangent is 1.
@@ -345,16 +442,28 @@ def grad(file, out, opt, show_diff, custom_rules, argnums, with_value, has_aux):
     Example:
       jaxprtool grad --argnums 0,2 loss.jaxpr
       jaxprtool grad f.jaxpr | jaxprtool grad
+      jaxprtool grad f.jaxpr --verify-each --timing
     """
-    guarded(_grad)(file, out, opt, show_diff, custom_rules, argnums, with_value, has_aux)
+    guarded(_drive)(
+        file,
+        out,
+        opt,
+        show_diff,
+        custom_rules,
+        inst,
+        split_input,
+        "grad",
+        lambda job: _grad(job, argnums, with_value, has_aux),
+    )
 
 
-def _grad(file, out, opt, show_diff, custom_rules, argnums, with_value, has_aux):
+def _grad(job, argnums, with_value, has_aux):
     from ..ad.api import grad_jaxpr
+    from ..io import progress
 
-    job = _Job(file, opt, show_diff, custom_rules)
-    j = job.input
-    job.emit(job.optimize(grad_jaxpr(j, argnums, has_aux=has_aux, with_value=with_value)), out)
-
-
-_ = sys
+    with progress(f"differentiating {job.input_path}") as prog:
+        res = job.transform(
+            lambda j: grad_jaxpr(j, argnums, has_aux=has_aux, with_value=with_value)
+        )
+        prog.update(f"cleaning up the gradient of {job.input_path}")
+        return job.text(job.optimize(res))

@@ -7,7 +7,13 @@ import sys
 import click
 
 from ..core import Jaxpr
-from ..io import read_source, remember_source, report, warn
+from ..io import Reported, read_source, remember_source, report, warn
+
+#: the type of a FILE argument: a path (shells complete file names), `-` for standard input;
+#: reading it (and saying why it cannot be read) is `read_source`'s job
+FILE_ARG = click.Path(allow_dash=True)
+#: the type of -o OUT (a path; `-` is standard output)
+OUT_ARG = click.Path(allow_dash=True)
 
 
 def load(file: str | None, verify: bool = True) -> tuple[Jaxpr, str, str]:
@@ -17,22 +23,38 @@ def load(file: str | None, verify: bool = True) -> tuple[Jaxpr, str, str]:
     program) the checker runs first, so an ill-typed input is rejected with
     located errors (exit 1) instead of failing somewhere inside a pass.
     """
-    from ..text.parser import parse
+    from .driver import timed
 
-    text, path = read_source(file)
+    with timed("read"):
+        text, path = read_source(file)
     remember_source(path, text)
-    result = parse(text, path)
+    try:
+        return parse_text(text, path, verify), text, path
+    except Reported:
+        sys.exit(1)
+
+
+def parse_text(text: str, path: str, verify: bool = True) -> Jaxpr:
+    """Parse `text` (of the input `path`, already remembered for error excerpts); parser
+    warnings go to stderr.  With `verify`, checker errors are reported and Reported raised."""
+    from ..text.parser import parse
+    from .driver import timed
+
+    with timed("parse"):
+        result = parse(text, path)
     for w in result.warnings:
         warn(w.message, w.loc)
     if verify:
         from ..check import check
 
-        errors = [d for d in check(result.jaxpr, path, check_names=True) if d.kind == "error"]
+        with timed("check"):
+            diags = check(result.jaxpr, path, check_names=True)
+        errors = [d for d in diags if d.kind == "error"]
         if errors:
             for e in errors:
                 report(e)
-            sys.exit(1)
-    return result.jaxpr, text, path
+            raise Reported()
+    return result.jaxpr
 
 
 def output_style(jaxpr: Jaxpr):

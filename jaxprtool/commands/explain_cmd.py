@@ -10,13 +10,19 @@ import sys
 import click
 
 from ..cli import guarded
-from ..io import use_color, write_output
-from .common import int_list
+from ..io import write_output
+from .common import FILE_ARG, OUT_ARG, int_list
 
 
 @click.command("explain")
-@click.argument("file", required=False, default="-", metavar="[FILE|-]")
-@click.option("--args", "args_npz", metavar="IN.npz", help="Inputs arg0..argN (default: random).")
+@click.argument("file", required=False, default="-", metavar="[FILE|-]", type=FILE_ARG)
+@click.option(
+    "--args",
+    "args_npz",
+    metavar="IN.npz",
+    type=FILE_ARG,
+    help="Inputs arg0..argN (default: random).",
+)
 @click.option(
     "--random",
     "seed",
@@ -38,7 +44,13 @@ from .common import int_list
     help="Inputs to differentiate (default: every float input).",
 )
 @click.option("--no-color", is_flag=True, help="Plain text, no escape codes (for logs).")
-@click.option("--html", "html_out", metavar="OUT.html", help="Also write the walk as an HTML page.")
+@click.option(
+    "--html",
+    "html_out",
+    metavar="OUT.html",
+    type=OUT_ARG,
+    help="Also write the walk as an HTML page.",
+)
 @click.option("--width", type=click.IntRange(60, 400), default=None, help="Output width.")
 def explain(file, args_npz, seed, mode, argnums, no_color, html_out, width):
     """Walk through the differentiation of FILE: primal equations, the JVP rule of each
@@ -59,29 +71,24 @@ def explain(file, args_npz, seed, mode, argnums, no_color, html_out, width):
 def _explain(file, args_npz, seed, mode, argnums, no_color, html_out, width):
     from rich.console import Console
 
+    from ..cli import require_jax
     from ..commands.common import load
     from ..commands.run_cmds import gather_inputs
     from ..ui.explain import explain_data, render
 
+    require_jax()
     jaxpr, _, path = load(file)
     input_seed = None if args_npz is not None else (seed or 0)  # with --args: seeds v / w only
     args, consts, _ = gather_inputs(jaxpr, args_npz, None, input_seed, None, {})
     data = explain_data(
         jaxpr, args, mode, argnums, seed=seed or 0, consts=consts, label=path, width=width or 100
     )
-    color = not no_color and use_color(sys.stdout)
-    if color:
-        console = Console(highlight=False, width=width, emoji=False)
-    else:
-        console = Console(
-            file=sys.stdout,
-            no_color=True,
-            color_system=None,
-            force_terminal=False,
-            highlight=False,
-            emoji=False,
-            width=width or 120,
-        )
+    from .. import io as _io
+
+    if no_color:
+        _io.COLOR_MODE = "never"
+    # rich decides the width (the terminal's; else COLUMNS, else 80) unless --width says
+    console = _io.console(sys.stdout, width=width)
     render(data, console)
     if html_out:
         rec = Console(

@@ -11,52 +11,85 @@ import sys
 
 import click
 
-from ..cli import OPTIONS, guarded
+from ..cli import OPTIONS, OptionalValue, guarded
 from ..passes.registry import (
     PASSES,
     Pass,
     PassOption,
     PassOptionError,
+    PipelineStep,
     parse_pipeline_steps,
-    run_pipeline,
 )
+from .common import FILE_ARG, OUT_ARG
+from .driver import complete_pass_list, instruments_from, manager_options, manager_params
 
 
-def _run(file, out, show_diff, fn, print_after_all=False):
-    """Read, transform with fn(jaxpr, hook) -> jaxpr, print in the input's style, write."""
-    from ..io import write_output
+def _run(file, out, show_diff, fn, inst=None, split=False, total=1):
+    """Read, transform with fn(jaxpr, inst) -> jaxpr, print in the input's style, write;
+    each part of the input on its own with --split-input-file."""
     from ..text.printer import print_jaxpr
-    from .common import load, output_style
+    from .common import output_style, parse_text
+    from .driver import Instruments, run_parts, timed
 
-    jaxpr, _text, _path = load(file)
-    style = output_style(jaxpr)
-    hook = None
-    if print_after_all:
+    inst = inst or Instruments()
 
-        def hook(name, j):
-            click.echo(f"// -----// IR Dump After {name} //----- //", err=True)
-            click.echo(print_jaxpr(j, style), err=True)
+    def body(part):
+        jaxpr = parse_text(part.text, part.path)
+        style = output_style(jaxpr)
+        inst.start(lambda j: print_jaxpr(j, style), total)
+        result = fn(jaxpr, inst)
+        with timed("print"):
+            text = print_jaxpr(result, style)
+        if show_diff:
+            from ..ui.diff import show_change
 
-    result = fn(jaxpr, hook)
-    text = print_jaxpr(result, style)
-    if show_diff:
-        from ..ui.diff import show_diff as _show
+            name = "<stdin>" if part.path == "<stdin>" else part.path
+            if split:
+                name += f":{part.line}"
+            show_change(
+                jaxpr,
+                result,
+                show_diff,
+                print_jaxpr(jaxpr, style) + "\n",
+                text + "\n",
+                f"{name} (before)",
+                f"{name} (after)",
+            )
+        return text + "\n"
 
-        name = "<stdin>" if file in (None, "-") else file
-        _show(print_jaxpr(jaxpr, style) + "\n", text + "\n", f"{name} (before)", f"{name} (after)")
-    write_output(text + "\n", out)
+    if not run_parts([file], split, body, out, inst):
+        sys.exit(1)
 
 
 _OUTPUT_HELP = "Write to OUT (atomically) instead of stdout."
-_DIFF_HELP = "Show a coloured unified diff of the change on stderr."
+_DIFF_HELP = (
+    "Show what changed on stderr: the equations removed, added or changed, with the two "
+    "programs aligned up to renaming (as `jaxprtool diff`); --diff=text: a unified diff "
+    "of the printouts."
+)
+_DIFF_KW = dict(
+    cls=OptionalValue,
+    metavar="[=text]",
+    type=click.Choice(["semantic", "text"]),
+    flag_value="semantic",
+    default=None,
+    help=_DIFF_HELP,
+)
 
 
 def _common_params() -> list[click.Parameter]:
     """FILE, -o and --diff, in the order every pass command shows them."""
     return [
-        click.Argument(["file"], required=False, default="-", metavar="[FILE|-]"),
-        click.Option(["-o", "--output", "out"], metavar="OUT", help=_OUTPUT_HELP),
-        click.Option(["--diff", "show_diff"], is_flag=True, help=_DIFF_HELP),
+        click.Argument(["file"], required=False, default="-", metavar="[FILE|-]", type=FILE_ARG),
+        click.Option(["-o", "--output", "out"], metavar="OUT", help=_OUTPUT_HELP, type=OUT_ARG),
+        OptionalValue(
+            ["--diff", "show_diff"],
+            type=_DIFF_KW["type"],
+            metavar="[=text]",
+            flag_value="semantic",
+            default=None,
+            help=_DIFF_HELP,
+        ),
     ]
 
 
@@ -71,7 +104,8 @@ def pass_command(p: Pass) -> click.Command:
     """The command of a pass record: its doc as help, one flag per option, FILE, -o, --diff.
     A bad flag value (or one that does not fit the program) is bad usage (exit 2)."""
 
-    def callback(file, out, show_diff, **flags):
+    def callback(file, out, show_diff, split_input, **flags):
+        inst = instruments_from(flags)
         options = {}
         for o in p.options:
             value = flags[o.key]
@@ -83,16 +117,17 @@ def pass_command(p: Pass) -> click.Command:
                 except ValueError as e:
                     raise click.BadParameter(str(e), param_hint=f"--{o.name}") from None
             options[o.key] = value
+        step = PipelineStep(p, options)
 
-        def fn(j, _h):
+        def fn(j, inst):
             try:
-                return p(j, **options)
+                return inst.pipeline(j, [step])
             except PassOptionError as e:
                 raise click.BadParameter(e.detail, param_hint=f"--{e.option}") from None
 
-        guarded(_run)(file, out, show_diff, fn)
+        guarded(_run)(file, out, show_diff, fn, inst, split_input)
 
-    params = _common_params() + [_click_option(o) for o in p.options]
+    params = _common_params() + [_click_option(o) for o in p.options] + manager_params()
     return click.Command(p.name, params=params, callback=callback, help=p.doc)
 
 
@@ -140,21 +175,20 @@ Example:
 
 
 @click.command(help=_OPT_HELP)
-@click.argument("file", required=False, default="-", metavar="[FILE|-]")
-@click.option("-o", "--output", "out", metavar="OUT", help=_OUTPUT_HELP)
-@click.option("--diff", "show_diff", is_flag=True, help=_DIFF_HELP)
+@click.argument("file", required=False, default="-", metavar="[FILE|-]", type=FILE_ARG)
+@click.option("-o", "--output", "out", metavar="OUT", help=_OUTPUT_HELP, type=OUT_ARG)
+@click.option("--diff", "show_diff", **_DIFF_KW)
 @click.option(
     "-p",
     "--pipeline",
     "pipeline",
     required=True,
     metavar="PASS,...",
+    shell_complete=complete_pass_list,
     help=f"Passes to run in order: {', '.join(PASSES)} (or none).",
 )
-@click.option(
-    "--print-after-all", is_flag=True, help="Print the program after each pass on stderr."
-)
-def opt(file, out, show_diff, pipeline, print_after_all):
+@manager_options()
+def opt(file, out, show_diff, pipeline, inst, split_input):
     from ..core import JaxprError
 
     try:
@@ -162,21 +196,21 @@ def opt(file, out, show_diff, pipeline, print_after_all):
     except JaxprError as e:
         raise click.BadParameter(e.message, param_hint="-p") from None
 
-    def fn(j, hook):
+    def fn(j, inst):
         try:
-            return run_pipeline(j, steps, hook)
+            return inst.pipeline(j, steps)
         except PassOptionError as e:
             raise click.BadParameter(e.message, param_hint="-p") from None
 
-    guarded(_run)(file, out, show_diff, fn, print_after_all)
+    guarded(_run)(file, out, show_diff, fn, inst, split_input, len(steps))
 
 
 # ---------------------------------------------------------------- diff
 
 
 @click.command(name="diff")
-@click.argument("a", metavar="A")
-@click.argument("b", metavar="B")
+@click.argument("a", metavar="A", type=FILE_ARG)
+@click.argument("b", metavar="B", type=FILE_ARG)
 @click.option(
     "-q", "--quiet", is_flag=True, help="Only the exit status: 0 equal, 1 different, 2 trouble."
 )
@@ -244,12 +278,17 @@ def diff(a, b, quiet, context):
 
 
 @click.command()
-@click.argument("file", required=False, default="-", metavar="[FILE|-]")
+@click.argument("files", nargs=-1, metavar="[FILE|DIR|-]...", type=FILE_ARG)
 @click.option("--json", "as_json", is_flag=True, help="Print the numbers as JSON.")
 @click.option(
-    "-o", "--output", "out", metavar="OUT", help="Write to OUT (atomically) instead of stdout."
+    "-o",
+    "--output",
+    "out",
+    metavar="OUT",
+    type=OUT_ARG,
+    help="Write to OUT (atomically) instead of stdout.",
 )
-def stats(file, as_json, out):
+def stats(files, as_json, out):
     """Equation counts by primitive (nested included), nesting depth, inputs/outputs/constvars,
     residual-like values, and FLOP and byte estimates computed from the types.
 
@@ -259,23 +298,40 @@ def stats(file, as_json, out):
     * window * in features / groups for convolutions, the input size for reductions; scan
     bodies count `length` times, while bodies once.
 
+    Several FILES (a DIR: its `*.jaxpr` and JAX-dump `*.jaxpr.txt` files) give one report
+    each; with --json, a list of objects, each with its "file".
+
     \b
     Example:
       jaxprtool stats f.jaxpr --json
       jaxprtool linearize f.jaxpr | jaxprtool stats
+      jaxprtool stats dumps/ --json
     """
-    guarded(_stats)(file, as_json, out)
+    guarded(_stats)(files, as_json, out)
 
 
-def _stats(file, as_json, out):
+def _stats(files, as_json, out):
     from ..io import write_output
     from ..ui.stats import render_text
     from ..ui.stats import stats as compute
-    from .common import load
+    from .common import parse_text
+    from .driver import expand_inputs, run_parts
 
-    jaxpr, _text, path = load(file)
-    s = compute(jaxpr)
+    inputs = expand_inputs(files or ("-",))
+    many = len(inputs) > 1
+    reports: list = []
+
+    def body(part):
+        reports.append((part.path, compute(parse_text(part.text, part.path))))
+        return None
+
+    ok = run_parts(inputs, False, body, keep_going=many)
     if as_json:
-        write_output(json.dumps(s, indent=2) + "\n", out)
+        data = [{"file": p, **s} for p, s in reports] if many else reports[0][1]
+        text = json.dumps(data, indent=2) + "\n"
     else:
-        write_output(render_text(s, path), out)
+        text = "\n".join(render_text(s, p) for p, s in reports)
+    if reports and (ok or out in (None, "-")):
+        write_output(text, out)
+    if not ok:
+        sys.exit(1)

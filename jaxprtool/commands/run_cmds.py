@@ -11,10 +11,10 @@ import zipfile
 import click
 import numpy as np
 
-from ..cli import guarded
+from ..cli import guarded, require_jax
 from ..core import JaxprError, ShapedArray, np_dtype, short_dtype_name
-from ..io import UsageError, write_output
-from .common import load
+from ..io import UsageError, progress, write_output
+from .common import FILE_ARG, OUT_ARG, load
 
 DEVICES = click.Choice(["cpu", "gpu"])
 
@@ -178,18 +178,21 @@ def check_arrays(vars_, arrays, dims, what: str = "argument") -> list[np.ndarray
     return out
 
 
-def gather_inputs(jaxpr, args_npz, arg_files, seed, consts_npz, dims):
-    """The arguments, constants and symbolic dims for running `jaxpr`; a program whose types
-    need more memory than the limit is refused first (`backend/limits.py`)."""
+def gather_inputs(jaxpr, args_npz, arg_files, seed, consts_npz, dims, inline=None):
+    """The arguments and constants of a run, from one source: --args, --arg, --input
+    (`inline`: arrays already parsed) or --random.  A program whose types need more memory
+    than the limit is refused first (`backend/limits.py`)."""
     from ..backend.limits import check_memory
     from ..backend.values import random_array
 
-    sources = sum(x is not None and x != () for x in (args_npz, arg_files or None, seed))
+    sources = sum(x is not None and x != () for x in (args_npz, arg_files or None, seed, inline))
     if sources > 1:
-        raise UsageError("give only one of --args, --arg and --random")
+        raise UsageError("give only one of --args, --arg, --input and --random")
     check_memory(jaxpr, dims)
     rng = np.random.default_rng(seed) if seed is not None else None
-    if args_npz is not None:
+    if inline is not None:
+        args = list(inline)
+    elif args_npz is not None:
         args = _npz_list(_load_npz(args_npz, "arguments"), "arg", args_npz)
     elif arg_files:
         args = [_load_npy(p) for p in arg_files]
@@ -200,7 +203,8 @@ def gather_inputs(jaxpr, args_npz, arg_files, seed, consts_npz, dims):
         if jaxpr.invars:
             names = " ".join(_var_name(v, i, "arg") for i, v in enumerate(jaxpr.invars))
             raise JaxprError(
-                f"expected {len(jaxpr.invars)} arguments ({names}), got 0: pass --args IN.npz, --arg X.npy or --random SEED"
+                f"expected {len(jaxpr.invars)} arguments ({names}), got 0: pass --args IN.npz, "
+                "--arg X.npy, --input 'TYPE=VALUES' or --random SEED"
             )
     if consts_npz is not None:
         consts = _npz_list(_load_npz(consts_npz, "constants"), "const", consts_npz)
@@ -253,10 +257,10 @@ def save_npz(outs, path: str) -> None:
 
 
 def print_summary(outs, jaxpr) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from ..backend.values import summary, type_str
+    from ..io import console
 
     table = Table(title=f"{len(outs)} output{'s' if len(outs) != 1 else ''}", show_lines=False)
     for col in ("#", "type", "values", "min", "max", "mean", "NaN"):
@@ -277,30 +281,93 @@ def print_summary(outs, jaxpr) -> None:
             f"{s['mean']:.6g}" if "mean" in s else "",
             str(s.get("nan", "")),
         )
-    Console(highlight=False, width=max(100, Console().width)).print(table)
+    console(sys.stdout).print(table)
 
 
 # ---------------------------------------------------------------- run
 
 
 @click.command()
-@click.argument("file", required=False)
+@click.argument("file", required=False, type=FILE_ARG)
 @click.option("--device", type=DEVICES, default="cpu", show_default=True, help="Where to run.")
 @click.option(
-    "--args", "args_npz", metavar="IN.npz", help="Arguments: keys arg0, arg1, ... (or arr_0, ...)."
+    "--args",
+    "args_npz",
+    metavar="IN.npz",
+    type=FILE_ARG,
+    help="Arguments: keys arg0, arg1, ... (or arr_0, ...).",
 )
 @click.option(
-    "--arg", "arg_files", multiple=True, metavar="X.npy", help="One argument (repeat, in order)."
+    "--arg",
+    "arg_files",
+    multiple=True,
+    metavar="X.npy",
+    type=FILE_ARG,
+    help="One argument (repeat, in order).",
 )
 @click.option(
     "--random", "seed", type=int, metavar="SEED", help="Random arguments (and constants)."
 )
-@click.option("--consts", "consts_npz", metavar="C.npz", help="Constants: keys const0, const1, ...")
+@click.option(
+    "--consts",
+    "consts_npz",
+    metavar="C.npz",
+    type=FILE_ARG,
+    help="Constants: keys const0, const1, ...",
+)
 @click.option(
     "--dim", "dim_specs", multiple=True, metavar="b=4,n=8", help="Sizes of symbolic dimensions."
 )
 @click.option(
-    "-o", "--output", metavar="OUT.npz", help="Write outputs out0, out1, ... to an .npz file."
+    "--input",
+    "inputs",
+    multiple=True,
+    metavar="TYPE=VALUES",
+    help="One argument inline, in order (repeat): 'f32[2,3]=1 2 3 4 5 6', 'f32[]=0.5', "
+    "'i32[4]=7' (one value fills the array), or @X.npy.",
+)
+@click.option(
+    "-o",
+    "--output",
+    metavar="OUT",
+    type=OUT_ARG,
+    help="Write the outputs out0, out1, ... here (an .npz; an .npy for one output; a "
+    "folder with --output-format npy-dir; JSON with --output-format json).",
+)
+@click.option(
+    "--output-format",
+    type=click.Choice(["npz", "npy-dir", "json"]),
+    default=None,
+    help="Format of -o (default: from its name; json without -o: standard output).",
+)
+@click.option(
+    "--print-values",
+    type=click.Choice(["full", "summary", "none"]),
+    default=None,
+    help="Print the outputs: every value, a table (the default without -o), or nothing "
+    "(the default with -o).",
+)
+@click.option(
+    "--expected-output",
+    "expected",
+    metavar="OUT.npz",
+    type=FILE_ARG,
+    help="Compare the outputs with these (out0, out1, ...; an .npy for one output): exit 1 "
+    "and a table of the outputs that differ.",
+)
+@click.option(
+    "--rtol",
+    type=click.FloatRange(min=0),
+    default=1e-5,
+    show_default=True,
+    help="Relative tolerance of --expected-output (floats).",
+)
+@click.option(
+    "--atol",
+    type=click.FloatRange(min=0),
+    default=1e-8,
+    show_default=True,
+    help="Absolute tolerance of --expected-output (floats; integers compare exactly).",
 )
 @click.option(
     "--eager", is_flag=True, help="Run op by op, with control flow interpreted in Python."
@@ -323,7 +390,13 @@ def run(
     seed,
     consts_npz,
     dim_specs,
+    inputs,
     output,
+    output_format,
+    print_values,
+    expected,
+    rtol,
+    atol,
     eager,
     trace_,
     debug_nans,
@@ -335,31 +408,57 @@ def run(
     Example:
       jaxprtool run mlp.jaxpr --random 0
       jaxprtool run f.jaxpr --args in.npz -o out.npz
+      jaxprtool run f.jaxpr --input 'f32[2,3]=1 2 3 4 5 6' --input 'f32[]=0.5'
+      jaxprtool run f.jaxpr --args in.npz --expected-output want.npz --atol 1e-6
+      jaxprtool run f.jaxpr --random 0 --output-format json --print-values none
       jaxprtool run f.jaxpr --random 0 --eager --debug-nans
     """
     from .. import backend
+    from . import run_io
 
     dims = parse_dims(dim_specs)
     if (trace_ or debug_nans) and repeat:
         raise UsageError(
             "--repeat times compiled runs; it does not combine with --trace/--debug-nans"
         )
+    inline = [run_io.parse_input(spec) for spec in inputs] if inputs else None
+    if output_format == "json" and output in (None, "-") and print_values not in (None, "none"):
+        raise UsageError("JSON goes to standard output without -o: use --print-values none")
+    require_jax()
     jaxpr, _, _ = load(file)
     backend.check_runnable(jaxpr)
-    args, consts, dims = gather_inputs(jaxpr, args_npz, arg_files, seed, consts_npz, dims)
-    if eager or trace_ or debug_nans:
-        tr = (lambda line: click.echo(line)) if trace_ else None
-        outs = backend.eval_eager(
-            jaxpr, args, consts, trace=tr, debug_nans=debug_nans, dims=dims, device=device
-        )
-    elif repeat:
-        outs = _timed(jaxpr, args, consts, dims, device, repeat)
-    else:
-        outs = backend.evaluate(jaxpr, args, consts, device=device, dims=dims)
-    if output:
-        save_npz(outs, output)
-    else:
+    args, consts, dims = gather_inputs(
+        jaxpr, args_npz, arg_files, seed, consts_npz, dims, inline=inline
+    )
+    with progress(f"running {file or '<stdin>'}"):
+        if eager or trace_ or debug_nans:
+            tr = (lambda line: click.echo(line)) if trace_ else None
+            outs = backend.eval_eager(
+                jaxpr, args, consts, trace=tr, debug_nans=debug_nans, dims=dims, device=device
+            )
+        elif repeat:
+            outs = _timed(jaxpr, args, consts, dims, device, repeat)
+        else:
+            outs = backend.evaluate(jaxpr, args, consts, device=device, dims=dims)
+    writes = output is not None or output_format is not None
+    if writes:
+        run_io.write_outputs(outs, output, output_format)
+    shown = print_values or ("none" if writes else "summary")
+    if shown == "summary":
         print_summary(outs, jaxpr)
+    elif shown == "full":
+        run_io.print_full(outs)
+    if expected is not None:
+        want = run_io.load_expected(expected, len(outs))
+        rows = run_io.compare(outs, want, rtol, atol)
+        if rows:
+            run_io.render_mismatches(rows, expected, rtol, atol)
+            raise JaxprError(run_io.mismatch_message(rows, len(outs), expected, rtol, atol))
+        click.echo(
+            f"all {len(outs)} output{'s' if len(outs) != 1 else ''} match '{expected}' "
+            f"(rtol={rtol:g}, atol={atol:g})",
+            err=True,
+        )
 
 
 def _timed(jaxpr, args, consts, dims, device, repeat):
@@ -412,7 +511,7 @@ def shape_structs(jaxpr, dims):
 
 
 @click.command(name="compile")
-@click.argument("file", required=False)
+@click.argument("file", required=False, type=FILE_ARG)
 @click.option(
     "--emit",
     type=click.Choice(["stablehlo", "hlo", "optimized-hlo"]),
@@ -426,7 +525,13 @@ def shape_structs(jaxpr, dims):
 @click.option(
     "--stats", is_flag=True, help="Print cost (flops, bytes accessed) and memory analysis."
 )
-@click.option("-o", "--output", metavar="OUT", help="Write the IR here (default: standard output).")
+@click.option(
+    "-o",
+    "--output",
+    metavar="OUT",
+    type=OUT_ARG,
+    help="Write the IR here (default: standard output).",
+)
 @guarded
 def compile_(file, emit, device, dim_specs, stats, output):
     """Lower FILE to StableHLO / HLO, or compile it to optimised HLO.
@@ -439,10 +544,11 @@ def compile_(file, emit, device, dim_specs, stats, output):
     """
     from .. import backend
 
+    require_jax()
     dims = parse_dims(dim_specs)
     jaxpr, _, _ = load(file)
     backend.check_runnable(jaxpr)
-    with backend.x64_scope(jaxpr):
+    with backend.x64_scope(jaxpr), progress(f"compiling {file or '<stdin>'} ({emit})"):
         text, compiled = _compile(jaxpr, emit, device, dims, stats)
     write_output(text, output)
     if stats:
@@ -540,8 +646,20 @@ def parse_spec(spec: str):
     metavar="TYPE",
     help="An argument type, e.g. 'f32[3,4]' (repeat).",
 )
-@click.option("--args", "args_npz", metavar="IN.npz", help="Example arguments (arg0, arg1, ...).")
-@click.option("-o", "--output", metavar="OUT.jaxpr", help="Write here (default: standard output).")
+@click.option(
+    "--args",
+    "args_npz",
+    metavar="IN.npz",
+    type=FILE_ARG,
+    help="Example arguments (arg0, arg1, ...).",
+)
+@click.option(
+    "-o",
+    "--output",
+    metavar="OUT.jaxpr",
+    type=OUT_ARG,
+    help="Write here (default: standard output).",
+)
 @guarded
 def trace(target, specs, args_npz, output):
     """Import MODULE (from the current folder) and print the jaxpr of FUNCTION.
@@ -558,6 +676,7 @@ def trace(target, specs, args_npz, output):
         raise UsageError(f"bad target '{target}': expected MODULE:FUNCTION")
     if specs and args_npz:
         raise UsageError("give either --arg types or --args IN.npz, not both")
+    require_jax()
     import jax
 
     if args_npz:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
 
 from ..core import JaxprError
-from ..io import report, use_color
+from ..io import report
 from .ad_cmds import custom_rules_option
-from .common import int_list
+from .common import FILE_ARG, int_list
 
 
 def _runner(consts):
@@ -23,8 +24,14 @@ def _runner(consts):
 
 
 @click.command("check-grad")
-@click.argument("files", nargs=-1)
-@click.option("--args", "args_npz", metavar="IN.npz", help="Inputs arg0..argN (default: random).")
+@click.argument("files", nargs=-1, metavar="[FILE|DIR|-]...", type=FILE_ARG)
+@click.option(
+    "--args",
+    "args_npz",
+    metavar="IN.npz",
+    type=FILE_ARG,
+    help="Inputs arg0..argN (default: random).",
+)
 @click.option(
     "--random",
     "seed",
@@ -59,8 +66,9 @@ def check_grad(files, args_npz, seed, order, modes, argnums, consts_npz, custom_
     """Check the tool's jvp and vjp of each FILE against finite differences.
 
     As JAX's check_grads: jvp against central differences along a random
-    direction; vjp against the finite-difference projection <w, FD(J v)>;
-    and the dot-product test between the jvp and vjp programs. Exit 0 when
+    direction v; vjp against the finite-difference projection (<J^T w, v> against
+    <w, FD(J v)>); and the dot-product test between the jvp and vjp programs
+    (<w, J v> against <J^T w, v>).  A DIR stands for its jaxpr files. Exit 0 when
     every check passes, 1 when one fails, 2 for any trouble.
 
     \b
@@ -72,45 +80,78 @@ def check_grad(files, args_npz, seed, order, modes, argnums, consts_npz, custom_
     --custom-rules strict makes each such replacement a failure.
     """
     from ..ad.registry import MissingCustomRule, custom_rule_fallbacks, set_custom_rule_policy
+    from ..cli import require_jax
     from ..commands.common import load
     from ..commands.run_cmds import gather_inputs
     from ..ui.checkgrad import check_grad as run_checks
     from ..ui.checkgrad import render_table
 
+    try:
+        require_jax()
+    except JaxprError as e:
+        report(e)
+        sys.exit(1)
     mode_set = {m.strip() for m in modes.split(",") if m.strip()}
     if not mode_set or not mode_set <= {"fwd", "rev"}:
         report(JaxprError(f"--modes must name fwd and/or rev, got '{modes}'"))
         sys.exit(2)
+    from ..io import progress
+    from .driver import expand_inputs
+
+    inputs = expand_inputs(files or ("-",))
     failed = trouble = False
-    for file in files or ("-",):
-        set_custom_rule_policy(custom_rules)
-        try:
-            jaxpr, _, path = load(file)
-            args, consts, _ = gather_inputs(
-                jaxpr, args_npz, None, None if args_npz else seed, consts_npz, {}
-            )
-            checks = run_checks(
-                jaxpr,
-                args,
-                _runner(consts),
-                seed=seed,
-                order=order,
-                modes=mode_set,
-                argnums=argnums,
-            )
-        except MissingCustomRule as e:
-            report(e)
-            failed = True
-            continue
-        except JaxprError as e:
-            report(e)
-            trouble = True
-            continue
-        except Exception as e:  # noqa: BLE001 - any trouble is exit 2, never a traceback
-            report(JaxprError(f"{file}: internal error: {type(e).__name__}: {e}"))
-            trouble = True
-            continue
-        replaced = list(custom_rule_fallbacks.notes)
-        render_table(checks, f"check-grad {path}", use_color(sys.stdout), replaced)
-        failed |= not all(c.passed for c in checks)
+    n_files = n_checks = n_failed = 0
+    with progress(f"check-grad: 0 of {len(inputs)} files") as prog:
+        for k, file in enumerate(inputs):
+            prog.update(f"check-grad: {k} of {len(inputs)} files ({file})")
+            set_custom_rule_policy(custom_rules)
+            try:
+                jaxpr, _, path = load(file)
+                label = os.path.basename(path) if path != "<stdin>" else path
+                args, consts, _ = gather_inputs(
+                    jaxpr, args_npz, None, None if args_npz else seed, consts_npz, {}
+                )
+                checks = run_checks(
+                    jaxpr,
+                    args,
+                    _runner(consts),
+                    seed=seed,
+                    order=order,
+                    modes=mode_set,
+                    label=label,
+                    argnums=argnums,
+                )
+            except MissingCustomRule as e:
+                report(e)
+                failed = True
+                n_files += 1
+                n_failed += 1
+                continue
+            except JaxprError as e:
+                report(e)
+                trouble = True
+                continue
+            except Exception as e:  # noqa: BLE001 - any trouble is exit 2, never a traceback
+                from ..cli import missing_jax
+
+                missing = missing_jax(e)
+                if missing is not None:  # nothing can be checked: say what to install
+                    report(missing)
+                    sys.exit(1)
+                report(JaxprError(f"{file}: internal error: {type(e).__name__}: {e}"))
+                trouble = True
+                continue
+            replaced = list(custom_rule_fallbacks.notes)
+            render_table(checks, f"check-grad {path}", None, replaced)
+            n_files += 1
+            n_checks += len(checks)
+            n_failed += sum(not c.passed for c in checks)
+            failed |= not all(c.passed for c in checks)
+    summary = (
+        f"check-grad: {n_files} file{'s' if n_files != 1 else ''}, {n_checks} "
+        f"check{'s' if n_checks != 1 else ''}, {n_failed} failure{'s' if n_failed != 1 else ''}"
+    )
+    if trouble:
+        summary += f", {len(inputs) - n_files} not checked (errors above)"
+    click.echo(summary)
     sys.exit(2 if trouble else 1 if failed else 0)

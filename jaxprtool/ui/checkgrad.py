@@ -115,12 +115,12 @@ class GradChecker:
         self.argnums = argnums
 
     def check(
-        self, jaxpr: Jaxpr, args, label: str, modes
+        self, jaxpr: Jaxpr, args, label: str, modes, top: bool = True
     ) -> tuple[list[Check], list[tuple[Jaxpr, list, str]]]:
         """Checks of f = jaxpr at args; also returns the derivative programs and their inputs."""
         from ..ad.api import jvp_jaxpr, vjp_jaxpr
 
-        diff = self.inputs_to_check(jaxpr, label)
+        diff = self.inputs_to_check(jaxpr, label, top)
         outs_inexact = [i for i, v in enumerate(jaxpr.outvars) if is_inexact(v.type)]
         if not outs_inexact:
             raise JaxprError(f"{label}: no float or complex outputs to differentiate")
@@ -150,13 +150,7 @@ class GradChecker:
             rhs = sum(_vdot(a, b) for a, b in zip(jtw, v))
             scale = max(1.0, abs(lhs))
             checks.append(
-                Check(
-                    "vjp vs finite differences <w, FD(Jv)> = <J^T w, v>",
-                    abs(lhs - rhs) / scale,
-                    tol,
-                    label,
-                    kink,
-                )
+                Check("vjp vs finite differences", abs(lhs - rhs) / scale, tol, label, kink)
             )
             derived.append((V, list(args) + w, f"vjp({label})"))
             if jv is not None:
@@ -164,7 +158,7 @@ class GradChecker:
                 scale = max(1.0, abs(a), abs(rhs))
                 checks.append(
                     Check(
-                        "dot product <w, J v> = <J^T w, v>",
+                        "dot product (adjoint)",
                         abs(a - rhs) / scale,
                         DOT_TOLERANCE.get(dtype, 2e-5),
                         label,
@@ -172,10 +166,10 @@ class GradChecker:
                 )
         return checks, derived
 
-    def inputs_to_check(self, jaxpr: Jaxpr, label: str) -> list[int]:
+    def inputs_to_check(self, jaxpr: Jaxpr, label: str, top: bool) -> list[int]:
         """The inputs to perturb: --argnums for the program itself, else every float input."""
         n = len(jaxpr.invars)
-        if self.argnums is None or label != "f":
+        if self.argnums is None or not top:
             diff = [i for i, v in enumerate(jaxpr.invars) if is_inexact(v.type)]
         else:
             diff = []
@@ -316,27 +310,40 @@ def check_grad(
     checks, derived = checker.check(jaxpr, args, label, modes)
     if order >= 2:
         for prog, prog_args, name in derived:
-            more, _ = checker.check(prog, prog_args, name, modes)
+            more, _ = checker.check(prog, prog_args, name, modes, top=False)
             checks.extend(more)
     return checks
 
 
-def render_table(checks: list[Check], title: str, color: bool, replaced: list[str] = ()):
-    """A rich table of the checks, or plain text when colour is off.  `replaced`: the custom
-    rules that were replaced by body derivatives (what the verdict did not check)."""
-    from rich.console import Console
+def render_table(
+    checks: list[Check], title: str, color: bool | None = None, replaced: list[str] = ()
+):
+    """A rich table of the checks (the width is the console's: the terminal's, else 80);
+    `replaced`: the custom rules that were replaced by body derivatives (what the verdict
+    did not check).  `color` None: as the console decides (--color, NO_COLOR, a terminal)."""
+    import sys
+
+    from rich import box
     from rich.table import Table
+
+    from ..io import console
 
     caption = None
     if replaced:
         caption = "checked against the body, not the custom rule: " + "; ".join(replaced)
-    table = Table(title=title, show_lines=False, caption=caption)
-    for col in ("program", "check", "error", "tolerance", "result"):
-        table.add_column(col)
+    table = Table(title=title, caption=caption, box=box.SIMPLE_HEAD, show_lines=False)
+    table.add_column("program", no_wrap=True, overflow="fold")
+    table.add_column("check", ratio=1)
+    table.add_column("error", justify="right", no_wrap=True)
+    table.add_column("tol", justify="right", no_wrap=True)
+    table.add_column("result", no_wrap=True)
     for c in checks:
         if c.nonsmooth:
             verdict = f"[yellow]{c.verdict}[/]"
         else:
             verdict = "[green]pass[/]" if c.passed else "[bold red]FAIL[/]"
         table.add_row(c.program, c.name, f"{c.error:.2e}", f"{c.tolerance:.0e}", verdict)
-    Console(no_color=not color, highlight=False, width=140).print(table)
+    con = console(sys.stdout)
+    if color is False:
+        con.no_color = True
+    con.print(table)

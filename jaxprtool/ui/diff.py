@@ -16,7 +16,7 @@ import click
 
 from ..core import Jaxpr, Literal, Var, alpha_equal
 from ..io import use_color
-from ..params import format_value
+from ..params import NpScalar, Record, format_value
 
 # ---------------------------------------------------------------- text diffs
 
@@ -36,27 +36,32 @@ def text_diff(
 
 
 def show_text(text: str, stream=None) -> None:
-    """Write a unified diff to stderr (or `stream`), coloured when that is a terminal."""
+    """Write a unified diff to stderr (or `stream`); on a terminal (colour on) the signs
+    are coloured, changed lines get a tinted background and the code is highlighted by
+    the jaxpr lexer."""
     stream = stream or sys.stderr
     if not text:
         return
     if use_color(stream):
-        from rich.console import Console
         from rich.text import Text
 
-        console = Console(file=stream, highlight=False, soft_wrap=True)
+        from ..io import console, highlighted
+
+        con = console(stream, soft_wrap=True)
         for line in text.rstrip("\n").split("\n"):
             if line.startswith(("+++", "---")):
-                style = "bold"
+                con.print(Text(line, style="bold"))
             elif line.startswith("@@"):
-                style = "cyan"
-            elif line.startswith("+"):
-                style = "green"
-            elif line.startswith("-"):
-                style = "red"
+                con.print(Text(line, style="cyan"))
+            elif line[:1] in ("+", "-", " "):
+                sign = line[:1]
+                out = Text(sign, style={"+": "bold green", "-": "bold red"}.get(sign, ""))
+                out.append_text(highlighted(line[1:]))
+                if sign != " ":
+                    out.stylize("on #0f2f0f" if sign == "+" else "on #3a0f0f")
+                con.print(out)
             else:
-                style = None
-            console.print(Text(line, style=style or ""))
+                con.print(Text(line))
     else:
         stream.write(text)
         stream.flush()
@@ -70,6 +75,28 @@ def show_diff(
         show_text(d)
     else:
         click.echo(f"(no change: {b_name} is identical to {a_name})", err=True)
+
+
+def show_change(
+    before: Jaxpr,
+    after: Jaxpr,
+    mode: str,
+    before_text: str,
+    after_text: str,
+    a_name: str = "before",
+    b_name: str = "after",
+) -> None:
+    """`--diff` of a pass or an AD command on stderr.  `semantic` (the default): the two
+    programs aligned up to renaming (as `jaxprtool diff` does), showing only the equations
+    removed, added or changed, in canonical names; `text`: a unified diff of the printouts."""
+    if mode == "text":
+        show_diff(before_text, after_text, a_name, b_name)
+        return
+    d = semantic_diff(before, after, a_name, b_name, context=0)
+    if d is None:
+        click.echo(f"(no change: {b_name} is {a_name} up to variable names)", err=True)
+    else:
+        show_text(d)
 
 
 # ---------------------------------------------------------------- canonical rendering
@@ -170,12 +197,42 @@ def _render(j: Jaxpr, indent: int, out: list, nm: _Namer) -> None:
     out.append((f"{pad}  in ({outs_k}) }}", f"{pad}  in ({outs}) }}", []))
 
 
+def _plain(value, memo: dict):
+    """A parameter value with numpy scalars (`np.int64(0)`) replaced by the Python value they
+    hold, so that equal values compare (and print) equal; jaxprs inside are rebuilt alike."""
+    if isinstance(value, NpScalar):
+        return value.value
+    if isinstance(value, Jaxpr):
+        return plain_values(value, memo)
+    if type(value) is tuple:
+        return tuple(_plain(v, memo) for v in value)
+    if isinstance(value, list):
+        return [_plain(v, memo) for v in value]
+    if isinstance(value, frozenset):
+        return frozenset(_plain(v, memo) for v in value)
+    if isinstance(value, Record):
+        return Record(value.cls, tuple((k, _plain(v, memo)) for k, v in value.fields))
+    return value
+
+
+def plain_values(jaxpr: Jaxpr, memo: dict | None = None) -> Jaxpr:
+    """`jaxpr` with every parameter value `_plain` (the same variables, new equations)."""
+    memo = {} if memo is None else memo
+    if id(jaxpr) in memo:
+        return memo[id(jaxpr)]
+    eqns = [e.replace(params={k: _plain(v, memo) for k, v in e.params.items()}) for e in jaxpr.eqns]
+    memo[id(jaxpr)] = out = jaxpr.replace(eqns=eqns)
+    return out
+
+
 def semantic_diff(
     a: Jaxpr, b: Jaxpr, a_name: str = "a", b_name: str = "b", context: int = 2
 ) -> str | None:
-    """None when a and b are alpha-equivalent; else a unified diff of their canonical
-    renderings.  Lines are aligned by a name-insensitive key; the variables bound by aligned
-    lines of b take the names of a's, so only real changes (and their data flow) show."""
+    """None when a and b are alpha-equivalent (a numpy scalar parameter equals the Python
+    number it holds); else a unified diff of their canonical renderings.  Lines are aligned
+    by a name-insensitive key; the variables bound by aligned lines of b take the names of
+    a's, so only real changes (and their data flow) show."""
+    a, b = plain_values(a), plain_values(b)
     if alpha_equal(a, b):
         return None
     na = _Namer()

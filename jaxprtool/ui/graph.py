@@ -1,14 +1,19 @@
-"""A jaxpr as a Graphviz data-flow graph (DOT text).
+"""A jaxpr as a Graphviz data-flow graph (DOT text, written by the `graphviz` package).
 
-Inputs are boxes, equations are ellipses labelled with primitive and result
-types, outputs are double boxes; nested jaxprs become clusters (or one
-collapsed node).  In linearize output the primal part, the residuals and the
+Inputs are boxes, equations are ellipses labelled with the primitive and, on a second
+line, the result types; outputs are double octagons.  A nested jaxpr is a cluster: each
+operand of the call is connected to the body input it binds (dashed), and each body
+output to the call's node, whose edges carry the results on; `collapse_nested` draws a
+call as one node instead.  In linearize output the primal part, the residuals and the
 linear part are coloured differently, so a reader sees the split at a glance.
+
+Labels are plain text: the `graphviz` package quotes them, and line breaks are DOT's
+`\\n` escape, so no backslash reaches the rendered picture.
 """
 
 from __future__ import annotations
 
-from ..core import Eqn, Jaxpr, Literal, Var, eqn_subjaxprs
+from ..core import Eqn, Jaxpr, JaxprError, Literal, Var, eqn_subjaxprs, subjaxprs
 
 PRIMAL_COLOUR = "#dbe9f6"
 LINEAR_COLOUR = "#fde0c5"
@@ -18,57 +23,128 @@ INPUT_COLOUR = "#e8e8e8"
 #: names of the call equation that holds the linear program in linearize output
 LINEAR_CALL_NAMES = {"linear", "linearized", "lin"}
 
+#: the largest graph drawn unless --max-nodes says otherwise (Graphviz's layout time grows
+#: much faster than linearly; a few thousand nodes already take a while)
+MAX_NODES = 5000
 
-def _quote(s: str) -> str:
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+#: parameters that hold custom rules, not the body the call runs (not wired to operands)
+_RULE_PARAMS = (
+    "jaxprtool_jvp",
+    "jaxprtool_fwd",
+    "jaxprtool_bwd",
+    "jvp_jaxpr_fun",
+    "fwd_jaxpr_thunk",
+)
+
+
+class GraphTooLarge(JaxprError):
+    """More nodes than --max-nodes."""
 
 
 def is_linear_call(eqn: Eqn) -> bool:
     return eqn.params.get("name") in LINEAR_CALL_NAMES and any(True for _ in eqn_subjaxprs(eqn))
 
 
-class _DotWriter:
-    def __init__(self, collapse_nested: bool):
+def label(*lines: str) -> str:
+    """A node label: each line escaped for DOT (a backslash stays a backslash), joined by
+    DOT's centred line break."""
+    from graphviz import escape
+
+    return "\\n".join(str(escape(line)) for line in lines if line)
+
+
+def _bodies(eqn: Eqn) -> list[tuple[str, str, Jaxpr]]:
+    """(parameter name, its shown name, jaxpr) for each nested jaxpr of an equation, in
+    parameter order (`branches[1]` for the second jaxpr of a parameter that holds several)."""
+    out = []
+    for key, value in eqn.params.items():
+        subs = subjaxprs(value)
+        for i, sub in enumerate(subs):
+            out.append((key, f"{key}[{i}]" if len(subs) > 1 else key, sub))
+    return out
+
+
+def body_operands(eqn: Eqn, key: str, body: Jaxpr) -> list | None:
+    """The operands of `eqn` that the inputs of its nested `body` (parameter `key`) bind, or
+    None when that is not a plain correspondence (a custom rule's own signature)."""
+    ops = list(eqn.inputs)
+    n = len(body.invars)
+    if key in _RULE_PARAMS:
+        return None
+    if eqn.prim == "while":
+        nc = int(eqn.params.get("cond_nconsts", 0))
+        nb = int(eqn.params.get("body_nconsts", 0))
+        carry = ops[nc + nb :]
+        if key == "cond_jaxpr":
+            got = ops[:nc] + carry
+        elif key == "body_jaxpr":
+            got = ops[nc : nc + nb] + carry
+        else:
+            return None
+        return got if len(got) == n else None
+    if n == len(ops):
+        return ops
+    if eqn.prim == "cond" and n == len(ops) - 1:
+        return ops[1:]  # the branch index selects; the branches bind the rest
+    return None
+
+
+class _Graph:
+    def __init__(self, collapse_nested: bool, max_nodes: int):
+        from graphviz import Digraph
+
+        self.g = Digraph("jaxpr")
+        self.g.attr(rankdir="TB")
+        self.g.attr("node", fontname="monospace", fontsize="10")
         self.collapse = collapse_nested
-        self.lines: list[str] = []
+        self.max_nodes = max_nodes
         self.ids: dict[int, str] = {}
         self.counter = 0
+        #: edges that cross a cluster's border, written last at the top level: an edge
+        #: written inside a cluster would pull its outer end into that cluster
+        self.cross: list[tuple[str, str]] = []
 
-    def fresh(self, prefix: str) -> str:
+    def node(self, g, prefix: str, text: str, **attrs) -> str:
         self.counter += 1
-        return f"{prefix}{self.counter}"
-
-    def node_of(self, atom, indent: str) -> str:
-        if isinstance(atom, Literal):
-            nid = self.fresh("lit")
-            self.lines.append(
-                f"{indent}{nid} [label={_quote(f'{atom.value!r}:{atom.type}')}, shape=plaintext];"
+        if self.counter > self.max_nodes:
+            raise GraphTooLarge(
+                f"the graph has more than {self.max_nodes} nodes, too many to lay out "
+                "quickly: draw it with --collapse-nested, draw a part of the program, or "
+                "raise the limit with --max-nodes N"
             )
-            return nid
+        nid = f"{prefix}{self.counter}"
+        g.node(nid, label=text, **attrs)
+        return nid
+
+    def source(self, g, atom) -> str:
+        if isinstance(atom, Literal):
+            return self.node(g, "lit", label(f"{atom.value!r}:{atom.type}"), shape="plaintext")
         return self.ids[id(atom)]
 
-    def jaxpr(self, jaxpr: Jaxpr, indent: str, colour: str, with_outputs: bool) -> list[str]:
+    def jaxpr(self, g, jaxpr: Jaxpr, colour: str, bound: list | None, top: bool) -> list[str]:
+        """Draw `jaxpr` into `g`; `bound`: for a body, the node of the operand each input
+        binds (None: not connected).  Returns the node of each output."""
         for kind, vs in (("const", jaxpr.constvars), ("in", jaxpr.invars)):
             for i, v in enumerate(vs):
-                nid = self.fresh(kind)
-                self.ids[id(v)] = nid
-                label = f"{kind}{i}: {v.type}"
-                self.lines.append(
-                    f"{indent}{nid} [label={_quote(label)}, shape=box, style=filled, fillcolor={_quote(INPUT_COLOUR)}];"
+                nid = self.node(
+                    g,
+                    kind,
+                    label(f"{kind}{i}: {v.type}"),
+                    shape="box",
+                    style="filled",
+                    fillcolor=INPUT_COLOUR,
                 )
+                self.ids[id(v)] = nid
+                if kind == "in" and bound is not None:
+                    self.cross.append((bound[i], nid))
         residuals = self.residuals(jaxpr)
         for eqn in jaxpr.eqns:
-            self.eqn(eqn, indent, colour, residuals)
-        outs = []
-        for i, atom in enumerate(jaxpr.outvars):
-            src = self.node_of(atom, indent)
-            if with_outputs:
-                nid = self.fresh("out")
-                self.lines.append(
-                    f"{indent}{nid} [label={_quote(f'out{i}: {atom.type}')}, shape=doubleoctagon];"
-                )
-                self.lines.append(f"{indent}{src} -> {nid};")
-            outs.append(src)
+            self.eqn(g, eqn, colour, residuals)
+        outs = [self.source(g, a) for a in jaxpr.outvars]
+        if top:
+            for i, (src, atom) in enumerate(zip(outs, jaxpr.outvars)):
+                nid = self.node(g, "out", label(f"out{i}: {atom.type}"), shape="doubleoctagon")
+                g.edge(src, nid)
         return outs
 
     @staticmethod
@@ -80,49 +156,60 @@ class _DotWriter:
                 res.update(id(a) for a in eqn.inputs if isinstance(a, Var))
         return res
 
-    def eqn(self, eqn: Eqn, indent: str, colour: str, residuals: set[int]) -> None:
-        subs = list(eqn_subjaxprs(eqn))
+    def eqn(self, g, eqn: Eqn, colour: str, residuals: set[int]) -> None:
+        bodies = _bodies(eqn)
         fill = LINEAR_COLOUR if is_linear_call(eqn) else colour
         types = " ".join(str(v.type) for v in eqn.outputs)
-        label = f"{eqn.prim}\\n{types}" if types else eqn.prim
-        srcs = [self.node_of(a, indent) for a in eqn.inputs]
-        if subs and not self.collapse:
-            nid = self.fresh("call")
-            self.lines.append(f"{indent}subgraph cluster_{nid} {{")
-            self.lines.append(
-                f"{indent}  label={_quote(eqn.prim + (' ' + str(eqn.params.get('name')) if 'name' in eqn.params else ''))};"
+        srcs = [self.source(g, a) for a in eqn.inputs]
+        if bodies and not self.collapse:
+            name = eqn.params.get("name")
+            title = eqn.prim + (f" {name}" if name is not None else "")
+            nid = self.node(
+                g, "call", label(title, types), shape="ellipse", style="filled", fillcolor=fill
             )
-            self.lines.append(f"{indent}  style=filled; fillcolor={_quote(fill)};")
-            self.lines.append(f"{indent}  {nid} [label={_quote(eqn.prim)}, shape=ellipse];")
-            for sub in subs:
-                saved = dict(self.ids)
-                self.jaxpr(sub, indent + "  ", fill, with_outputs=False)
-                self.ids = saved
-            self.lines.append(f"{indent}}}")
+            src_of = {id(a): s for a, s in zip(eqn.inputs, srcs)}
+            wired: set[str] = set()
+            for key, shown, body in bodies:
+                ops = body_operands(eqn, key, body)
+                bound = None if ops is None else [src_of[id(a)] for a in ops]
+                wired.update(bound or ())
+                with g.subgraph(name=f"cluster_{nid}_{self.counter}") as c:
+                    c.attr(label=label(f"{title} {shown}"), style="filled", fillcolor=fill)
+                    c.attr(fontname="monospace", fontsize="10")
+                    saved = dict(self.ids)
+                    outs = self.jaxpr(c, body, fill, bound, top=False)
+                    self.ids = saved
+                self.cross.extend((o, nid) for o in outs)
+            # operands bound by no body input (cond's index, a call drawn without wiring)
+            for s in srcs:
+                if s not in wired:
+                    g.edge(s, nid)
         else:
-            nid = self.fresh("eqn")
-            self.lines.append(
-                f"{indent}{nid} [label={_quote(label)}, shape=ellipse, style=filled, fillcolor={_quote(fill)}];"
+            nid = self.node(
+                g, "eqn", label(eqn.prim, types), shape="ellipse", style="filled", fillcolor=fill
             )
-        for s in srcs:
-            self.lines.append(f"{indent}{s} -> {nid};")
+            for s in srcs:
+                g.edge(s, nid)
         for v in eqn.outputs:
             self.ids[id(v)] = nid
             if id(v) in residuals:
-                rid = self.fresh("res")
-                self.lines.append(
-                    f"{indent}{rid} [label={_quote(f'residual: {v.type}')}, shape=note, style=filled, "
-                    f"fillcolor={_quote(RESIDUAL_COLOUR)}];"
+                rid = self.node(
+                    g,
+                    "res",
+                    label(f"residual: {v.type}"),
+                    shape="note",
+                    style="filled",
+                    fillcolor=RESIDUAL_COLOUR,
                 )
-                self.lines.append(f"{indent}{nid} -> {rid};")
+                g.edge(nid, rid)
                 self.ids[id(v)] = rid
 
 
-def to_dot(jaxpr: Jaxpr, collapse_nested: bool = False) -> str:
-    """DOT text for `jaxpr`; deterministic for a given program."""
-    w = _DotWriter(collapse_nested)
-    w.lines.append("digraph jaxpr {")
-    w.lines.append('  rankdir=TB; node [fontname="monospace", fontsize=10];')
-    w.jaxpr(jaxpr, "  ", PRIMAL_COLOUR, with_outputs=True)
-    w.lines.append("}")
-    return "\n".join(w.lines) + "\n"
+def to_dot(jaxpr: Jaxpr, collapse_nested: bool = False, max_nodes: int = MAX_NODES) -> str:
+    """DOT text for `jaxpr`; deterministic for a given program.  Raises GraphTooLarge (before
+    any layout) when the graph would have more than `max_nodes` nodes."""
+    w = _Graph(collapse_nested, max_nodes)
+    w.jaxpr(w.g, jaxpr, PRIMAL_COLOUR, None, top=True)
+    for a, b in w.cross:
+        w.g.edge(a, b, style="dashed")
+    return w.g.source

@@ -1,0 +1,529 @@
+"""Running a command over its inputs, with the pass-manager instruments MLIR users expect.
+
+* Inputs: one FILE, several FILES, folders of JAX dumps (`JAX_DUMP_IR_TO` with
+  `JAX_DUMP_IR_MODES=jaxpr` writes `*.jaxpr.txt` files), and with `--split-input-file`
+  several programs in one file, separated by a marker line (`# -----`, or MLIR's
+  `// -----`), each processed on its own.  The parts are parsed with their line numbers
+  in the whole file, so errors are located where the reader sees them; a failed part does
+  not stop the others (exit 1 at the end).  The outputs are joined by `# -----` lines, so
+  the result splits the same way again.
+* Instruments (`Instruments`): `--verify-each` runs the checker after every pass (and after
+  the transformation of an AD command) and stops, naming the pass and printing the
+  program, at the first that does not check; `--print-before=P`, `--print-after=P`,
+  `--print-after-change`, `--print-after-all` print the program on standard error as
+  `# ----- IR Dump After P (2/3) -----` followed by its text: comment lines the parser
+  skips, so a dump reads back with `--split-input-file`; `--timing` prints a table of
+  the wall time of each stage (read, parse, check, every pass, print, write).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from collections.abc import Callable, Iterable
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+
+import click
+
+from ..core import Jaxpr, JaxprError, ProgramError
+from ..io import Reported
+
+#: a line that separates the programs of a split input file: `# -----` or `// -----`
+#: (anything after the dashes is a comment: pass dumps put their header there)
+SPLIT_MARKER = re.compile(r"^[ \t]*(?:#|//)[ \t]*-----[^\n]*$", re.M)
+#: what the tool writes between the programs of a split output
+SPLIT_LINE = "# -----"
+
+# ---------------------------------------------------------------- timing
+
+
+class Timer:
+    """Wall time per stage, in first-seen order; a stage seen twice adds up (and counts)."""
+
+    def __init__(self):
+        self.rows: dict[str, list] = {}
+        self.start = time.perf_counter()
+
+    @contextmanager
+    def stage(self, name: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            row = self.rows.setdefault(name, [0.0, 0])
+            row[0] += time.perf_counter() - t0
+            row[1] += 1
+
+    def render(self, stream=None) -> None:
+        from rich.table import Table
+
+        from ..io import console
+
+        total = time.perf_counter() - self.start
+        table = Table(title="timing (wall clock)", title_justify="left")
+        table.add_column("stage")
+        table.add_column("runs", justify="right")
+        table.add_column("time (ms)", justify="right")
+        table.add_column("%", justify="right")
+        for name, (secs, runs) in self.rows.items():
+            share = 100 * secs / total if total > 0 else 0.0
+            table.add_row(name, str(runs), f"{secs * 1e3:.3f}", f"{share:.1f}")
+        table.add_row("total", "", f"{total * 1e3:.3f}", "100.0", style="bold")
+        console(stream or sys.stderr).print(table)
+
+
+#: the timer of the running command (None: no --timing)
+TIMER: Timer | None = None
+
+
+def timed(name: str):
+    """A context that adds its wall time to stage `name` of the running --timing table."""
+    return TIMER.stage(name) if TIMER is not None else nullcontext()
+
+
+# ---------------------------------------------------------------- instruments
+
+
+class VerifyFailed(Reported):
+    """--verify-each found a program that does not check (already reported: exit 1)."""
+
+
+@dataclass
+class Instruments:
+    """What to do around each pass: verify, print before/after, time."""
+
+    verify_each: bool = False
+    print_before: frozenset[str] = frozenset()
+    print_after: frozenset[str] = frozenset()
+    print_after_change: bool = False
+    print_after_all: bool = False
+    timing: bool = False
+    #: program -> text, in the output's style (set by the command for each input)
+    render: Callable[[Jaxpr], str] | None = None
+    #: how many steps the current input goes through (for the `(2/3)` of the dumps)
+    total: int = 0
+    done: int = field(default=0)
+
+    def start(self, render: Callable[[Jaxpr], str], total: int) -> None:
+        """A new input: its printer and its number of steps."""
+        self.render, self.total, self.done = render, total, 0
+
+    def _dumps_after(self, name: str) -> bool:
+        return self.print_after_all or name in self.print_after
+
+    def run_step(self, name: str, label: str, jaxpr: Jaxpr, fn: Callable, view=None):
+        """Run fn(jaxpr) as step `name` (written `label`, e.g. `inline{names=relu}`);
+        `view(result)` is the program to verify and print when the result is not a jaxpr."""
+        from ..core import gc_paused
+
+        self.done += 1
+        tag = f"{label} ({self.done}/{self.total})" if self.total > 1 else label
+        if self.print_before and (name in self.print_before or "all" in self.print_before):
+            self.dump(f"IR Dump Before {tag}", jaxpr)
+        with timed(label), gc_paused():
+            result = fn(jaxpr)
+        out = view(result) if view is not None else result
+        if self.verify_each:
+            with timed(f"verify after {label}"):
+                self.verify(out, label, tag)
+        wants = self._dumps_after(name) or "all" in self.print_after
+        if self.print_after_change:
+            if (wants or not (self.print_after_all or self.print_after)) and _changed(jaxpr, out):
+                self.dump(f"IR Dump After {tag}", out)
+        elif wants:
+            self.dump(f"IR Dump After {tag}", out)
+        return result
+
+    def pipeline(self, jaxpr: Jaxpr, steps: Iterable) -> Jaxpr:
+        """Run the `PipelineStep`s of a parsed pipeline in order."""
+        for step in steps:
+            jaxpr = self.run_step(step.name, str(step), jaxpr, step.run)
+        return jaxpr
+
+    def text(self, jaxpr: Jaxpr) -> str:
+        if self.render is not None:
+            return self.render(jaxpr)
+        from ..text.printer import print_jaxpr
+        from ..text.style import detect_style
+
+        return print_jaxpr(jaxpr, detect_style(jaxpr))
+
+    def dump(self, header: str, jaxpr: Jaxpr) -> None:
+        """`# ----- HEADER -----` and the program, on standard error."""
+        from ..io import console, highlighted, use_color
+
+        text = self.text(jaxpr)
+        line = f"{SPLIT_LINE} {header} -----"
+        if use_color(sys.stderr):
+            con = console(sys.stderr, soft_wrap=True)
+            con.print(highlighted(line + "\n" + text))
+        else:
+            click.echo(line, err=True)
+            click.echo(text, err=True)
+
+    def verify(self, jaxpr: Jaxpr, label: str, tag: str) -> None:
+        """The checker on the result of a step; on errors, report them located in the
+        printed program (shown under a dump header) and raise VerifyFailed."""
+        from ..check import check
+        from ..io import remember_source, report
+
+        errors = [d for d in check(jaxpr, None) if d.kind == "error"]
+        if not errors:
+            return
+        what = f"<after {label}>"
+        try:
+            text = self.text(jaxpr) + "\n"
+        except Exception:  # noqa: BLE001 - a program too broken to print: report without it
+            text = None
+        located = []
+        if text is not None:
+            located = _recheck(text, what)
+        report(
+            JaxprError(
+                f"--verify-each: the program after '{tag}' does not pass the checker "
+                f"({len(errors)} error{'s' if len(errors) != 1 else ''}); it is printed below "
+                f"as {what}"
+            )
+        )
+        if text is not None:
+            self.dump(f"IR Dump After {tag} (failed verification)", jaxpr)
+            remember_source(what, text)
+        for d in located or errors:
+            report(d)
+        raise VerifyFailed(f"verification failed after '{tag}'")
+
+
+def _recheck(text: str, path: str) -> list:
+    """The checker's errors on `text` re-read as `path` (located in the printed program)."""
+    from ..check import check
+    from ..text.parser import parse
+
+    try:
+        j = parse(text, path).jaxpr
+    except JaxprError as e:
+        return [e]
+    return [d for d in check(j, path) if d.kind == "error"]
+
+
+def _changed(before: Jaxpr, after: Jaxpr) -> bool:
+    from ..core import alpha_equal
+
+    return before is not after and not alpha_equal(before, after)
+
+
+# ---------------------------------------------------------------- options
+
+
+def _names(ctx, param, values) -> frozenset[str]:
+    """`--print-after dce,cse --print-after fold` -> {dce, cse, fold}; each a pass (or the
+    command's transformation, or `all`)."""
+    from ..passes.registry import PASSES
+
+    known = set(PASSES) | {"all"} | set(_transforms(ctx))
+    out = set()
+    for value in values or ():
+        for name in value.split(","):
+            name = name.strip()
+            if not name:
+                continue
+            if name not in known:
+                raise click.BadParameter(
+                    f"unknown pass '{name}' (known: {', '.join(sorted(known))})"
+                )
+            out.add(name)
+    return frozenset(out)
+
+
+def _transforms(ctx) -> tuple[str, ...]:
+    """The step names of the command's own transformation (`grad` for grad)."""
+    cmd = ctx.command if ctx is not None else None
+    return getattr(getattr(cmd, "callback", None), "__jaxprtool_transforms__", ())
+
+
+def complete_pass_list(ctx, param, incomplete: str):
+    """Shell completion of a comma list of pass names (`-p inline,dc<TAB>`)."""
+    from click.shell_completion import CompletionItem
+
+    from ..passes.registry import PASSES
+
+    head, sep, last = incomplete.rpartition(",")
+    prefix = head + sep
+    names = list(PASSES) + list(_transforms(ctx))
+    return [
+        CompletionItem(prefix + n, help=PASSES[n].help if n in PASSES else None)
+        for n in names
+        if n.startswith(last)
+    ]
+
+
+def _option_specs() -> list[tuple[list[str], dict]]:
+    """(declarations, keyword arguments) of each pass-manager flag."""
+    return [
+        (
+            ["--verify-each"],
+            dict(
+                is_flag=True,
+                help="Run the checker after every pass; stop at the first failure, naming "
+                "the pass and printing the program.",
+            ),
+        ),
+        (
+            ["--print-before"],
+            dict(
+                multiple=True,
+                metavar="PASS,...",
+                callback=_names,
+                shell_complete=complete_pass_list,
+                help="Print the program on stderr before each of these passes (or all).",
+            ),
+        ),
+        (
+            ["--print-after"],
+            dict(
+                multiple=True,
+                metavar="PASS,...",
+                callback=_names,
+                shell_complete=complete_pass_list,
+                help="Print the program on stderr after each of these passes (or all).",
+            ),
+        ),
+        (
+            ["--print-after-change"],
+            dict(
+                is_flag=True,
+                help="Print after a pass only when it changed the program (alone: after "
+                "every pass that changed it).",
+            ),
+        ),
+        (
+            ["--print-after-all"],
+            dict(is_flag=True, help="Print the program on stderr after each pass."),
+        ),
+        SPLIT_SPEC,
+        TIMING_SPEC,
+    ]
+
+
+SPLIT_SPEC = (
+    ["--split-input-file", "split_input"],
+    dict(
+        is_flag=True,
+        help="The input holds several programs separated by '# -----' lines; process each "
+        "on its own (outputs separated the same way).",
+    ),
+)
+TIMING_SPEC = (
+    ["--timing"],
+    dict(
+        is_flag=True,
+        help="Print a table of the wall time of each stage (parse, check, passes, print) "
+        "on stderr.",
+    ),
+)
+
+
+def manager_params() -> list[click.Option]:
+    """The pass-manager flags as parameters (for commands built from pass records)."""
+    return [click.Option(decls, **kw) for decls, kw in _option_specs()]
+
+
+def split_option(f):
+    """Decorator: `--split-input-file` (the function gets `split_input`)."""
+    return click.option(*SPLIT_SPEC[0], **SPLIT_SPEC[1])(f)
+
+
+def timing_option(f):
+    """Decorator: `--timing` (the function gets `timing`)."""
+    return click.option(*TIMING_SPEC[0], **TIMING_SPEC[1])(f)
+
+
+_MANAGER_KEYS = (
+    "verify_each",
+    "print_before",
+    "print_after",
+    "print_after_change",
+    "print_after_all",
+    "timing",
+)
+
+
+def instruments_from(kwargs: dict) -> Instruments:
+    """Pop the pass-manager flags out of a command's keyword arguments."""
+    values = {k: kwargs.pop(k) for k in _MANAGER_KEYS if k in kwargs}
+    for k in ("print_before", "print_after"):
+        if k in values and not isinstance(values[k], frozenset):
+            values[k] = frozenset(values[k] or ())
+    return Instruments(**values)
+
+
+def manager_options(transforms: tuple[str, ...] = ()):
+    """Decorator: add the pass-manager flags to a click command function, which then gets
+    `inst` (Instruments) and `split_input` instead.  `transforms`: the step names of the command's
+    own transformation (accepted by --print-before/--print-after)."""
+
+    def deco(f):
+        import functools
+
+        @functools.wraps(f)
+        def wrapper(*args, **kwargs):
+            inst = instruments_from(kwargs)
+            return f(*args, inst=inst, **kwargs)
+
+        for decls, kw in reversed(_option_specs()):
+            wrapper = click.option(*decls, **kw)(wrapper)
+        wrapper.__jaxprtool_transforms__ = transforms
+        return wrapper
+
+    return deco
+
+
+# ---------------------------------------------------------------- inputs
+
+
+@dataclass
+class Part:
+    """One program of an input: its text (padded with empty lines so that line numbers are
+    those of the whole file), the display path and the first line."""
+
+    text: str
+    path: str
+    line: int
+
+    @property
+    def source(self) -> str:
+        """The part's own text (without the padding)."""
+        return self.text[self.line - 1 :]
+
+
+def split_parts(text: str, path: str) -> list[Part]:
+    """The programs of a split input file, each with its line offset; parts holding only
+    comments and blank lines (a leading dump header) are dropped."""
+    parts = []
+    pos, line = 0, 1
+    for m in [*SPLIT_MARKER.finditer(text), None]:
+        end = m.start() if m else len(text)
+        chunk = text[pos:end]
+        if _has_code(chunk):
+            parts.append(Part("\n" * (line - 1) + chunk, path, line))
+        if m is not None:
+            line += text.count("\n", pos, m.end()) + 1
+            pos = m.end() + 1
+    return parts
+
+
+def _has_code(chunk: str) -> bool:
+    return any(s.strip() and not s.lstrip().startswith("#") for s in chunk.splitlines())
+
+
+def expand_inputs(files: Iterable[str]) -> list[str]:
+    """FILE arguments with each folder replaced by its jaxpr files (`*.jaxpr`, and the
+    `*.jaxpr.txt` files of a JAX_DUMP_IR_TO folder), recursively, in name order."""
+    import os
+    from pathlib import Path
+
+    from ..core import UsageProblem
+
+    out = []
+    for f in files:
+        if f != "-" and os.path.isdir(f):
+            found = sorted(
+                str(p)
+                for p in Path(f).rglob("*")
+                if p.is_file() and (p.name.endswith(".jaxpr") or p.name.endswith(".jaxpr.txt"))
+            )
+            if not found:
+                raise UsageProblem(f"folder '{f}' holds no *.jaxpr or *.jaxpr.txt files")
+            out.extend(found)
+        else:
+            out.append(f)
+    return out
+
+
+def read_parts(file: str | None, split: bool) -> list[Part]:
+    """The parts of one input (one part without --split-input-file)."""
+    from ..io import read_source, remember_source
+
+    with timed("read"):
+        text, path = read_source(file)
+    remember_source(path, text)
+    if not split:
+        return [Part(text, path, 1)]
+    parts = split_parts(text, path)
+    if not parts:
+        raise JaxprError(
+            f"no program in {path}: every part between '{SPLIT_LINE}' lines is empty",
+            None,
+        )
+    return parts
+
+
+def run_parts(
+    files: Iterable[str | None],
+    split: bool,
+    body: Callable[[Part], str | None],
+    out: str | None = None,
+    inst: Instruments | None = None,
+    keep_going: bool = False,
+) -> bool:
+    """body(part) -> output text for each part of each input; outputs joined by `# -----`
+    lines and written to `out` (or standard output).  With several parts (or
+    `keep_going`), an error in one is reported and the others still run; then nothing is
+    written to `out` (standard output gets the parts that worked) and the result is False.
+    A single part's error propagates (the command's usual exit status)."""
+    global TIMER
+    from ..io import remember_source, report, write_program
+
+    TIMER = Timer() if inst is not None and inst.timing else None
+    try:
+        outputs: list[str] = []
+        ok = True
+        unreadable = False
+        files = list(files)
+        tolerant = keep_going or split or len(files) > 1
+        for file in files:
+            try:
+                parts = read_parts(file, split)
+            except JaxprError as e:
+                if not tolerant or (e.exit_code != 1 and len(files) == 1):
+                    raise
+                report(e)  # the other files are still read; exit 2 at the end if unreadable
+                ok = False
+                unreadable |= e.exit_code == 2
+                continue
+            for part in parts:
+                if split:
+                    remember_source(part.path, part.text)  # program_loc finds this part
+                try:
+                    text = body(part)
+                except Reported:
+                    if not tolerant:
+                        raise
+                    ok = False
+                    continue
+                except JaxprError as e:
+                    if not tolerant or e.exit_code != 1:
+                        raise
+                    if isinstance(e, ProgramError) and e.loc is None:
+                        from ..io import program_loc
+
+                        e.loc = program_loc(e.where)
+                    report(e)
+                    ok = False
+                    continue
+                if text is not None:
+                    outputs.append(text)
+        if outputs and (ok or out in (None, "-")):
+            joined = f"{SPLIT_LINE}\n".join(t if t.endswith("\n") else t + "\n" for t in outputs)
+            with timed("write"):
+                write_program(joined, out)
+        if unreadable:
+            failed = Reported()
+            failed.exit_code = 2  # a missing file is bad usage, as with one file
+            raise failed
+        return ok
+    finally:
+        if TIMER is not None:
+            TIMER.render()
+        TIMER = None

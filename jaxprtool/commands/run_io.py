@@ -1,0 +1,289 @@
+"""`jaxprtool run` inputs and outputs for scripts and CI, as iree-run-module does them.
+
+* `--input 'f32[2,3]=1 2 3 4 5 6'`: an argument written inline, its type as the jaxpr
+  prints it and its values separated by spaces or commas, in row-major order (one value
+  fills the whole array); `--input @x.npy` reads a file.
+* `--expected-output OUT.npz` (keys out0, out1, ... or arr_0, ...; an .npy for a single
+  output) with `--rtol`/`--atol`: exact for integers and booleans, `|got - want| <= atol +
+  rtol * |want|` for floats (NaN equals NaN); a table of the outputs that differ.
+* `--print-values full|summary|none`, `--output-format npz|npy-dir|json`.
+
+numpy only: nothing here imports jax.
+"""
+
+from __future__ import annotations
+
+import io as _io
+import json
+import math
+import os
+import re
+import sys
+
+import numpy as np
+
+from ..core import JaxprError, UsageProblem, np_dtype, short_dtype_name
+from ..io import UsageError, write_output
+
+_INPUT = re.compile(r"\s*([A-Za-z][A-Za-z0-9_]*)\[([0-9,\s]*)\]\s*=(.*)\Z", re.S)
+
+# ---------------------------------------------------------------- --input
+
+
+def _dtype_of(name: str, spec: str) -> np.dtype:
+    for n in (name, short_dtype_name(name)):
+        try:
+            dt = np_dtype(n)
+        except KeyError:
+            continue
+        if dt.names is None:
+            return dt
+    raise UsageError(f"bad --input '{spec}': unknown dtype '{name}' (e.g. f32, i32, bool, bf16)")
+
+
+def _value(text: str, dt: np.dtype, spec: str):
+    t = text.strip()
+    try:
+        if dt.kind == "b":
+            low = t.lower()
+            if low in ("true", "1"):
+                return True
+            if low in ("false", "0"):
+                return False
+            raise ValueError
+        if dt.kind in "iu":
+            v = int(t)
+            info = np.iinfo(dt)
+            if not info.min <= v <= info.max:
+                raise UsageError(
+                    f"bad --input '{spec}': {t} does not fit {dt.name} ({info.min} to {info.max})"
+                )
+            return v
+        if dt.kind == "c":
+            return complex(t)
+        return float(t)
+    except ValueError:
+        kind = {"b": "a boolean (true/false)", "i": "an integer", "u": "an integer"}.get(
+            dt.kind, "a number"
+        )
+        raise UsageError(f"bad --input '{spec}': '{t}' is not {kind}") from None
+
+
+def parse_input(spec: str) -> np.ndarray:
+    """One `--input` value: `TYPE=VALUES` (e.g. `f32[2,3]=1 2 3 4 5 6`, `f32[]=0.5`,
+    `i32[4]=7`: one value fills the array) or `@FILE.npy`."""
+    if spec.startswith("@"):
+        from .run_cmds import _load_npy
+
+        return _load_npy(spec[1:])
+    m = _INPUT.match(spec)
+    if not m:
+        raise UsageError(
+            f"bad --input '{spec}': expected TYPE=VALUES, e.g. 'f32[2,3]=1 2 3 4 5 6' or "
+            "'f32[]=0.5', or @FILE.npy"
+        )
+    dt = _dtype_of(m.group(1), spec)
+    shape = tuple(int(x) for x in m.group(2).split(",") if x.strip())
+    words = [w for w in re.split(r"[\s,]+", m.group(3).strip()) if w]
+    size = math.prod(shape)
+    if not words:
+        raise UsageError(f"bad --input '{spec}': no values after '='")
+    if len(words) not in (1, size):
+        raise UsageError(
+            f"bad --input '{spec}': {len(words)} values for {size} elements "
+            f"(give {size}, or one to fill the array)"
+        )
+    values = [_value(w, dt, spec) for w in words]
+    if dt.kind == "f" and dt.itemsize < 8 or dt.kind == "V":
+        arr = np.array(values, np.float64).astype(dt)
+    else:
+        arr = np.array(values, dt)
+    if len(values) == 1:
+        return np.full(shape, arr[0], dt)
+    return arr.reshape(shape)
+
+
+# ---------------------------------------------------------------- --expected-output
+
+
+def load_expected(path: str, n: int) -> list[np.ndarray]:
+    """The expected outputs: an .npz (out0.. or arr_0..) or, for one output, an .npy."""
+    from .run_cmds import _npz_list, _read_array_file
+
+    data = _read_array_file(path, "expected-output")
+    if isinstance(data, np.ndarray):
+        arrays = [data]
+    else:
+        with data:
+            arrays = _npz_list({k: data[k] for k in data.files}, "out", path)
+    if len(arrays) != n:
+        raise JaxprError(
+            f"'{path}' holds {len(arrays)} expected output{'s' if len(arrays) != 1 else ''}; "
+            f"the program has {n}"
+        )
+    return arrays
+
+
+def _type(a: np.ndarray) -> str:
+    a = np.asarray(a)
+    name = "float0" if a.dtype.names is not None else short_dtype_name(a.dtype.name)
+    return f"{name}[{','.join(str(d) for d in a.shape)}]"
+
+
+def compare(got: list, want: list, rtol: float, atol: float) -> list[dict]:
+    """One row per output that differs: what, how many elements, the largest errors and the
+    first differing element."""
+    rows = []
+    for i, (g, w) in enumerate(zip(got, want)):
+        g, w = np.asarray(g), np.asarray(w)
+        row = {"output": f"out{i}", "got": _type(g), "expected": _type(w)}
+        if g.shape != w.shape or g.dtype != w.dtype:
+            rows.append({**row, "why": "type"})
+            continue
+        if g.dtype.names is not None or g.size == 0:
+            continue
+        exact = g.dtype.kind in "biu"
+        gg = g if exact else g.astype(np.complex128 if g.dtype.kind == "c" else np.float64)
+        ww = w if exact else w.astype(gg.dtype)
+        if exact:
+            bad = gg != ww
+        else:
+            close = np.isclose(gg, ww, rtol=rtol, atol=atol, equal_nan=True)
+            bad = ~close
+        count = int(np.count_nonzero(bad))
+        if not count:
+            continue
+        idx = np.unravel_index(int(np.argmax(bad.reshape(-1))), g.shape) if g.shape else ()
+        with np.errstate(all="ignore"):
+            diff = np.abs(gg.astype(np.complex128) - ww.astype(np.complex128))
+            finite = np.where(np.isfinite(diff), diff, np.inf)
+            rel = finite / np.maximum(np.abs(ww.astype(np.complex128)), np.finfo(np.float64).tiny)
+        rows.append(
+            {
+                **row,
+                "why": f"{count}/{g.size}",
+                "max_abs": float(np.max(finite[bad])),
+                "max_rel": float(np.max(rel[bad])),
+                "at": "[" + ",".join(str(int(k)) for k in idx) + "]",
+                "got_value": _scalar_text(g[idx]),
+                "expected_value": _scalar_text(w[idx]),
+            }
+        )
+    return rows
+
+
+def _scalar_text(x) -> str:
+    v = np.asarray(x)
+    if v.dtype.kind == "V" or (v.dtype.kind == "f" and v.dtype.itemsize < 4):
+        v = v.astype(np.float64)
+    item = v.item()
+    return f"{item:.8g}" if isinstance(item, float) else str(item)
+
+
+def render_mismatches(rows: list[dict], path: str, rtol: float, atol: float, stream=None) -> None:
+    """A table of the outputs that differ (`compare`'s rows)."""
+    from rich.table import Table
+
+    from ..io import console
+
+    table = Table(title=f"outputs that differ from {path} (rtol={rtol:g}, atol={atol:g})")
+    table.add_column("output", no_wrap=True)
+    table.add_column("type", no_wrap=True)
+    table.add_column("differ", no_wrap=True)
+    for col in ("max abs", "max rel"):
+        table.add_column(col, justify="right", no_wrap=True)
+    table.add_column("first", no_wrap=True)
+    table.add_column("got", justify="right")
+    table.add_column("expected", justify="right")
+    for r in rows:
+        typed = r["got"] if r["got"] == r["expected"] else f"{r['got']} (expected {r['expected']})"
+        table.add_row(
+            r["output"],
+            typed,
+            r["why"],
+            f"{r['max_abs']:.3g}" if "max_abs" in r else "",
+            f"{r['max_rel']:.3g}" if "max_rel" in r else "",
+            r.get("at", ""),
+            r.get("got_value", ""),
+            r.get("expected_value", ""),
+        )
+    console(stream or sys.stdout).print(table)
+
+
+def mismatch_message(rows: list[dict], n: int, path: str, rtol: float, atol: float) -> str:
+    what = "the output differs" if n == 1 else f"{len(rows)} of {n} outputs differ"
+    return f"{what} from '{path}' (rtol={rtol:g}, atol={atol:g})"
+
+
+# ---------------------------------------------------------------- outputs
+
+
+def print_full(outs, stream=None) -> None:
+    """Every value of every output (numpy's layout, nothing elided)."""
+    stream = stream or sys.stdout
+    for i, o in enumerate(outs):
+        a = np.asarray(o)
+        if a.dtype.names is not None:
+            text = "(float0: no values)"
+        else:
+            shown = a.astype(np.float64) if a.dtype.kind == "V" else a
+            text = np.array2string(shown, threshold=sys.maxsize, max_line_width=100)
+        stream.write(f"out{i}: {_type(a)} =\n{text}\n")
+    stream.flush()
+
+
+def _json_value(x):
+    if isinstance(x, list):
+        return [_json_value(v) for v in x]
+    if isinstance(x, complex):
+        return [_json_value(x.real), _json_value(x.imag)]
+    if isinstance(x, float):
+        if math.isnan(x):
+            return "NaN"
+        if math.isinf(x):
+            return "Infinity" if x > 0 else "-Infinity"
+    return x
+
+
+def outputs_json(outs) -> str:
+    """{"outputs": [{"name", "dtype", "shape", "data"}]}: nested lists in row-major order;
+    NaN and infinities as the strings "NaN", "Infinity", "-Infinity"; a complex number as
+    [re, im]."""
+    items = []
+    for i, o in enumerate(outs):
+        a = np.asarray(o)
+        if a.dtype.names is not None:
+            dtype, data = "float0", None
+        else:
+            dtype = a.dtype.name
+            shown = a.astype(np.float64) if a.dtype.kind == "V" else a
+            data = _json_value(shown.tolist())
+        items.append({"name": f"out{i}", "dtype": dtype, "shape": list(a.shape), "data": data})
+    return json.dumps({"outputs": items}, indent=2, allow_nan=False) + "\n"
+
+
+def write_outputs(outs, path: str | None, fmt: str | None) -> None:
+    """The outputs to `path` in `fmt` (default: from the path: .npy one array, .json JSON,
+    else .npz); JSON goes to standard output without a path; npy-dir: PATH/out0.npy ..."""
+    from .run_cmds import save_npz
+
+    if fmt is None:
+        fmt = "json" if path and path.endswith(".json") else "npz"
+    if fmt == "json":
+        write_output(outputs_json(outs), path)
+        return
+    if path in (None, "-"):
+        raise UsageError(f"--output-format {fmt} needs -o PATH")
+    if fmt == "npz":
+        save_npz(outs, path)
+        return
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UsageProblem(f"cannot write '{path}': it exists and is not a directory")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise UsageProblem(f"cannot create folder '{path}': {e.strerror}") from None
+    for i, o in enumerate(outs):
+        buf = _io.BytesIO()
+        np.save(buf, np.asarray(o), allow_pickle=False)
+        write_output(buf.getvalue(), os.path.join(path, f"out{i}.npy"))

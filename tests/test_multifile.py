@@ -1,0 +1,116 @@
+"""Several files at once: check FILES, fmt --check FILES, stats FILES, and folders of JAX
+dumps (JAX_DUMP_IR_TO with JAX_DUMP_IR_MODES=jaxpr writes `*.jaxpr.txt` files)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from jaxprtool.cli import main
+from jaxprtool.core import all_eqns
+from jaxprtool.text.parser import parse
+
+SAMPLES = Path(__file__).resolve().parents[1] / "samples"
+BAD = "{ lambda ; a:f32[3]. let\n    b:f32[4] = sin a\n  in (b,) }\n"
+
+
+def invoke(*args, input=None):
+    return CliRunner().invoke(main, ["--no-color", *args], input=input)
+
+
+@pytest.fixture(scope="module")
+def jax_dumps(tmp_path_factory):
+    """A folder written by JAX itself: jit two functions with jaxpr dumping on."""
+    import jax
+    import jax.numpy as jnp
+
+    folder = tmp_path_factory.mktemp("dumps")
+    jax.config.update("jax_dump_ir_to", str(folder))
+    jax.config.update("jax_dump_ir_modes", "jaxpr")
+    try:
+        jax.jit(lambda x, y: jnp.tanh(x @ y) + 1.0)(jnp.ones((2, 3)), jnp.ones((3, 4)))
+        jax.jit(lambda x: jax.lax.cond(x.sum() > 0, jnp.sin, jnp.cos, x))(jnp.ones(3))
+    finally:
+        jax.config.update("jax_dump_ir_to", "")
+        jax.config.update("jax_dump_ir_modes", "stablehlo")
+    files = sorted(folder.glob("*.jaxpr.txt"))
+    assert files, "JAX wrote no jaxpr dumps"
+    return folder, files
+
+
+def test_check_several_files_reports_each(tmp_path):
+    bad1, bad2 = tmp_path / "bad1.jaxpr", tmp_path / "bad2.jaxpr"
+    bad1.write_text(BAD)
+    bad2.write_text(BAD.replace("sin", "cos"))
+    good = str(SAMPLES / "mlp.jaxpr")
+    r = invoke("check", str(bad1), good, str(bad2))
+    assert r.exit_code == 1
+    assert f"{bad1}:2:5: error: sin: result type f32[4]" in r.stderr
+    assert f"{bad2}:2:5: error: cos: result type f32[4]" in r.stderr
+    assert invoke("check", good, str(SAMPLES / "cond.jaxpr")).exit_code == 0
+    # a missing file is reported (exit 2) and the others are still checked
+    missing = invoke("check", good, str(tmp_path / "missing.jaxpr"), str(bad1))
+    assert missing.exit_code == 2 and "cannot read" in missing.stderr
+    assert f"{bad1}:2:5: error:" in missing.stderr
+
+
+def test_check_a_folder_of_jax_dumps(jax_dumps, tmp_path):
+    folder, files = jax_dumps
+    r = invoke("check", str(folder))
+    assert r.exit_code == 0, r.output
+    (folder / "zz_broken.jaxpr.txt").write_text(BAD)
+    try:
+        r = invoke("check", str(folder))
+        assert r.exit_code == 1 and "zz_broken.jaxpr.txt:2:5: error:" in r.stderr
+    finally:
+        (folder / "zz_broken.jaxpr.txt").unlink()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = invoke("check", str(empty))
+    assert r.exit_code == 2 and "holds no *.jaxpr or *.jaxpr.txt files" in r.output
+
+
+def test_fmt_check_lists_the_files_not_in_canonical_form(tmp_path, jax_dumps):
+    ok = tmp_path / "ok.jaxpr"
+    ok.write_text((SAMPLES / "mlp.jaxpr").read_text())
+    squashed = tmp_path / "squashed.jaxpr"
+    squashed.write_text((SAMPLES / "sin_cos.jaxpr").read_text().replace("\n", "  \n\n"))
+    r = invoke("fmt", "--check", str(ok), str(squashed))
+    assert r.exit_code == 1
+    assert r.stdout.splitlines() == [
+        f"Would reformat: {squashed}",
+        "1 file would be reformatted, 1 file already formatted",
+    ]
+    assert squashed.read_text().count("  \n\n") == 6, "--check writes nothing"
+    r = invoke("fmt", "--check", str(ok), str(SAMPLES))
+    assert r.exit_code == 0 and r.stdout.strip() == "6 files already formatted"
+    # JAX's own dumps are canonical (they end without a newline)
+    folder, files = jax_dumps
+    r = invoke("fmt", "--check", str(folder))
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() == f"{len(files)} files already formatted"
+    # a parse error is reported and fails the check
+    broken = tmp_path / "broken.jaxpr"
+    broken.write_text("{ lambda ; a:f32[3]. let b:f32[3] = sin a in (b,) ")
+    r = invoke("fmt", "--check", str(ok), str(broken))
+    assert r.exit_code == 1 and f"{broken}:1:" in r.stderr
+    assert invoke("fmt", str(ok), str(squashed)).exit_code == 2
+
+
+def test_stats_several_files(jax_dumps):
+    folder, files = jax_dumps
+    r = invoke("stats", "--json", str(SAMPLES / "mlp.jaxpr"), str(folder))
+    assert r.exit_code == 0, r.output
+    reports = json.loads(r.stdout)
+    assert [x["file"] for x in reports] == [str(SAMPLES / "mlp.jaxpr")] + [str(f) for f in files]
+    for x in reports:
+        path = Path(x["file"])
+        j = parse(path.read_text(), str(path)).jaxpr
+        assert x["equations"] == sum(1 for _ in all_eqns(j))
+    one = json.loads(invoke("stats", "--json", str(SAMPLES / "mlp.jaxpr")).stdout)
+    assert one == {k: v for k, v in reports[0].items() if k != "file"}
+    text = invoke("stats", str(SAMPLES / "mlp.jaxpr"), str(SAMPLES / "cond.jaxpr")).stdout
+    assert text.count("equations:") == 2 and str(SAMPLES / "cond.jaxpr") in text

@@ -1,0 +1,240 @@
+"""Terminal conventions: --color and the NO_COLOR / FORCE_COLOR variables, global options
+after the command, --version, shell completion, progress only on a terminal, and the
+Pygments lexer (also behind the tool's own highlighted output)."""
+
+from __future__ import annotations
+
+import io as _io
+import os
+import re
+import time
+from importlib import metadata
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from jaxprtool import io
+from jaxprtool.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "samples"
+BAD = "{ lambda ; a:f32[3]. let\n    b:f32[4] = sin a\n  in (b,) }\n"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def invoke(args, input=None, env=None):
+    return CliRunner().invoke(main, args, input=input, env=env)
+
+
+class FakeTTY(_io.StringIO):
+    def isatty(self):
+        return True
+
+
+# ---------------------------------------------------------------- colour
+
+
+def test_color_flag_and_environment():
+    def coloured(args, env=None):
+        r = invoke([*args, "check", "-"], input=BAD, env=env)
+        assert r.exit_code == 1
+        assert "error: sin: result type" in ANSI.sub("", r.stderr)
+        return bool(ANSI.search(r.stderr))
+
+    clean = {"NO_COLOR": None, "FORCE_COLOR": None}
+    assert not coloured([], clean)  # piped: no colour
+    assert coloured(["--color", "always"], clean)
+    assert coloured(["--color=always"], {"NO_COLOR": "1"})  # the flag wins
+    assert not coloured(["--color", "never"], {"FORCE_COLOR": "1"})
+    assert not coloured(["--no-color"], {"FORCE_COLOR": "1"})
+    assert coloured([], {"FORCE_COLOR": "1", "NO_COLOR": None})
+    assert coloured([], {"FORCE_COLOR": "1", "NO_COLOR": ""})  # empty NO_COLOR: unset
+    assert not coloured([], {"FORCE_COLOR": "1", "NO_COLOR": "1"})
+    assert not coloured([], {"FORCE_COLOR": "", "NO_COLOR": None})  # empty FORCE_COLOR: unset
+
+
+def test_empty_no_color_keeps_colour_on_a_terminal(monkeypatch):
+    monkeypatch.setattr(io, "COLOR_MODE", "auto")
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.setenv("NO_COLOR", "")
+    assert io.use_color(FakeTTY())
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert not io.use_color(FakeTTY())
+    monkeypatch.delenv("NO_COLOR")
+    assert io.use_color(FakeTTY()) and not io.use_color(_io.StringIO())
+
+
+def test_no_color_does_not_leak_into_the_environment():
+    before = os.environ.get("NO_COLOR")
+    invoke(["--no-color", "fmt", str(SAMPLES / "sin_cos.jaxpr")])
+    assert os.environ.get("NO_COLOR") == before
+    invoke(["fmt", str(SAMPLES / "sin_cos.jaxpr")])
+    assert io.COLOR_MODE == "auto", "each run starts from --color auto"
+
+
+def test_coloured_diff_is_the_plain_diff_plus_escapes(tmp_path):
+    f = tmp_path / "f.jaxpr"
+    f.write_text((ROOT / "tests" / "golden" / "passes" / "canonicalize.jaxpr").read_text())
+    plain = invoke(["--color", "never", "canonicalize", str(f), "--diff"])
+    colour = invoke(["--color", "always", "canonicalize", str(f), "--diff"])
+    assert plain.exit_code == colour.exit_code == 0
+    assert ANSI.search(colour.stderr) and not ANSI.search(plain.stderr)
+    assert ANSI.sub("", colour.stderr) == plain.stderr
+    assert colour.stdout == plain.stdout, "a program in a pipe is never coloured"
+
+
+# ---------------------------------------------------------------- options after the command
+
+
+def test_global_options_after_the_command(tmp_path, monkeypatch):
+    f = str(SAMPLES / "cond.jaxpr")
+    before = invoke(["--jax-style", "0.4.35", "fmt", f])
+    after = invoke(["fmt", f, "--jax-style", "0.4.35"])
+    assert before.exit_code == after.exit_code == 0
+    assert after.stdout == before.stdout != invoke(["fmt", f]).stdout
+    r = invoke(["check", "-", "--color", "always"], input=BAD)
+    assert ANSI.search(r.stderr)
+    # --debug after the command: an internal error keeps its traceback
+    import jaxprtool.text.printer as printer
+
+    def boom(*a, **k):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(printer, "print_jaxpr", boom)
+    quiet = invoke(["dce", f])
+    assert quiet.exit_code == 1 and "internal error: RuntimeError: boom" in quiet.stderr
+    loud = invoke(["dce", f, "--debug"])
+    assert isinstance(loud.exception, RuntimeError)
+
+
+def test_plugin_after_the_command(tmp_path):
+    plugin = tmp_path / "rules.py"
+    plugin.write_text(
+        "from jaxprtool.plugins import register_shape_rule\n"
+        "register_shape_rule('softsign_t', lambda in_types, params, out_hint: [in_types[0]])\n"
+    )
+    prog = tmp_path / "p.jaxpr"
+    prog.write_text("{ lambda ; a:f32[3]. let b:f32[3] = softsign_t a in (b,) }\n")
+    r = invoke(["check", str(prog), "--plugin", str(plugin)])
+    assert r.exit_code == 0 and "unknown primitive" not in r.output, r.output
+
+
+def test_version_names_jax_and_the_styles():
+    from jaxprtool.text.style import KNOWN_VERSIONS
+
+    r = invoke(["--version"])
+    assert r.exit_code == 0
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("jaxprtool ")
+    assert lines[1] == f"JAX {metadata.version('jax')} (jaxlib {metadata.version('jaxlib')})"
+    for v in KNOWN_VERSIONS:
+        assert ".".join(map(str, v)) in lines[2]
+
+
+def test_version_without_jax(monkeypatch):
+    real = metadata.version
+
+    def version(name):
+        if name in ("jax", "jaxlib"):
+            raise metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(metadata, "version", version)
+    r = invoke(["--version"])
+    assert "JAX not installed" in r.stdout and "jaxprtool[jax]" in r.stdout
+
+
+# ---------------------------------------------------------------- completion
+
+
+def _complete(words: str) -> list[str]:
+    env = {"_JAXPRTOOL_COMPLETE": "bash_complete", "COMP_WORDS": words}
+    env["COMP_CWORD"] = str(len(words.split()) - (0 if words.endswith(" ") else 1))
+    r = CliRunner().invoke(main, [], env=env, prog_name="jaxprtool")
+    return r.stdout.splitlines()
+
+
+def test_shell_completion():
+    assert "plain,inline,dce" in _complete("jaxprtool opt -p inline,dc")
+    assert set(_complete("jaxprtool opt -p ")) >= {"plain,dce", "plain,cse", "plain,canonicalize"}
+    assert "plain,grad" in _complete("jaxprtool grad --print-after ")
+    assert "plain,canonicalize" in _complete("jaxprtool vjp --opt can")
+    # file arguments are paths: the shell completes file names
+    for words in ("jaxprtool fmt sam", "jaxprtool check a.jaxpr sam", "jaxprtool run f -o o"):
+        assert _complete(words)[0].startswith("file,"), words
+    assert "plain,check-grad" in _complete("jaxprtool check")
+
+
+# ---------------------------------------------------------------- progress
+
+
+def test_progress_only_on_a_terminal(monkeypatch):
+    from rich.console import Console
+
+    buf = FakeTTY()
+    monkeypatch.setattr(
+        io, "console", lambda stream=None, **kw: Console(file=buf, force_terminal=True)
+    )
+    monkeypatch.setattr(io, "is_terminal", lambda stream=None: False)
+    with io.progress("crunching", delay=0.0):
+        time.sleep(0.2)
+    assert buf.getvalue() == ""
+    monkeypatch.setattr(io, "is_terminal", lambda stream=None: True)
+    with io.progress("crunching", delay=0.0) as p:
+        time.sleep(0.3)
+        p.update("still crunching")
+        time.sleep(0.3)
+    assert "crunching" in buf.getvalue() and "still crunching" in buf.getvalue()
+    # a quick job never shows it (the delay has not passed)
+    buf.seek(0)
+    buf.truncate()
+    with io.progress("quick", delay=5.0):
+        pass
+    assert buf.getvalue() == ""
+
+
+def test_no_progress_when_piped():
+    r = invoke(["--color", "always", "grad", str(SAMPLES / "mlp.jaxpr")])
+    assert r.exit_code == 0
+    assert "differentiating" not in r.output
+
+
+# ---------------------------------------------------------------- lexer
+
+
+def test_lexer_tokens():
+    from pygments import lex
+    from pygments.token import Comment, Error, Keyword, Name, Number
+
+    from jaxprtool.ui.lexer import JaxprLexer
+
+    text = (SAMPLES / "cond.jaxpr").read_text() + "# jaxprtool: a note\n"
+    toks = list(lex(text, JaxprLexer()))
+    assert "".join(v for _, v in toks) == text
+    kinds = {}
+    for k, v in toks:
+        kinds.setdefault(v.strip(), k)
+    assert kinds["lambda"] is Keyword and kinds["let"] is Keyword
+    assert [v for k, v in toks if k is Name.Function] == [
+        "gt", "convert_element_type", "cond", "exp", "sin", "mul", "reduce_sum",
+    ]  # fmt: skip
+    assert kinds["f32[3]"] is Keyword.Type and kinds["bool[]"] is Keyword.Type
+    assert kinds["branches"] is Name.Attribute and kinds["new_dtype"] is Name.Attribute
+    assert kinds["2.0"] in Number
+    assert kinds["# jaxprtool: a note"] in Comment
+    assert not [v for k, v in toks if k is Error]
+    for sample in SAMPLES.glob("*.jaxpr"):
+        assert not [v for k, v in lex(sample.read_text(), JaxprLexer()) if k is Error]
+
+
+def test_programs_on_a_terminal_are_highlighted(monkeypatch):
+    """On a terminal the printed program is highlighted by the lexer; the characters stay."""
+    import sys
+
+    plain = invoke(["fmt", str(SAMPLES / "cond.jaxpr")]).stdout
+    monkeypatch.setattr(io, "is_terminal", lambda stream=None: stream is sys.stdout)
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    r = invoke(["fmt", str(SAMPLES / "cond.jaxpr")])
+    assert ANSI.search(r.stdout)
+    assert ANSI.sub("", r.stdout) == plain
