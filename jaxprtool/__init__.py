@@ -3,10 +3,10 @@
 __version__ = "0.1.0"
 
 
-def _load_families() -> None:
-    from .families import load_all
+def _load_families(name: str | None = None) -> None:
+    from .families import load
 
-    load_all()
+    load(name)
 
 
 def _install_loader() -> None:

@@ -123,24 +123,20 @@ class Primitive:
 FIELDS = frozenset(f.name for f in fields(Primitive)) - {"name"}
 
 _RECORDS: dict[str, Primitive] = {}
-_loader: Callable[[], None] | None = None
-_loading = False
+#: `load(name)` imports the family modules that define `name` (every family for None)
+_loader: Callable[[str | None], None] | None = None
 
 
-def set_loader(load: Callable[[], None]) -> None:
-    """Install the function that imports the family modules (called once, on first use)."""
+def set_loader(load: Callable[[str | None], None]) -> None:
+    """Install the function that imports family modules on demand (the entry point does)."""
     global _loader
     _loader = load
 
 
-def ensure_loaded() -> None:
-    global _loader, _loading
-    if _loader is not None and not _loading:
-        load, _loading = _loader, True
-        try:
-            load()
-        finally:
-            _loader, _loading = None, False
+def ensure_loaded(name: str | None = None) -> None:
+    """Import the families that define `name` (every family when None)."""
+    if _loader is not None:
+        _loader(name)
 
 
 def define(name: str, **values) -> Primitive:
@@ -162,7 +158,7 @@ _UNKNOWN: dict[str, Primitive] = {}
 def prim(name: str) -> Primitive:
     """The record of `name`; an empty (all-default) record for a primitive nobody registered."""
     if _loader is not None:
-        ensure_loaded()
+        _loader(name)
     rec = _RECORDS.get(name)
     if rec is None:
         rec = _UNKNOWN.get(name)
@@ -172,7 +168,7 @@ def prim(name: str) -> Primitive:
 
 
 def registered(name: str) -> bool:
-    ensure_loaded()
+    ensure_loaded(name)
     return name in _RECORDS
 
 

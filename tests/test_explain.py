@@ -154,10 +154,7 @@ def test_html(tmp_path):
 
 
 def test_missing_transpose_stops_the_walk(tmp_path, monkeypatch):
-    from jaxprtool.ad import (
-        registry,
-        rules,  # noqa: F401
-    )
+    from jaxprtool.ad import registry
 
     monkeypatch.delitem(registry.primitive_transposes, "neg")
     p = tmp_path / "neg.jaxpr"
@@ -174,10 +171,7 @@ def test_missing_transpose_stops_the_walk(tmp_path, monkeypatch):
 
 
 def test_missing_jvp_stops_forward(tmp_path, monkeypatch):
-    from jaxprtool.ad import (
-        registry,
-        rules,  # noqa: F401
-    )
+    from jaxprtool.ad import registry
 
     monkeypatch.delitem(registry.primitive_jvps, "sin")
     r = invoke(str(SAMPLES / "sin_cos.jaxpr"), "--no-color")
@@ -219,7 +213,7 @@ def test_colour_rendering_keeps_program_text():
 
 
 def test_failing_rule_is_where_the_walk_stops(monkeypatch):
-    from jaxprtool.ad import registry, rules  # noqa: F401
+    from jaxprtool.ad import registry
 
     def broken(primals, tangents, **params):
         raise ValueError("boom")

@@ -392,7 +392,6 @@ def _eval_values(
 def _forward(jaxpr: Jaxpr, mask, namer: Namer, data: ExplainData):
     """Run each JVP rule alone; returns (jvp program eqns, tangent inputs, output tangents)."""
     from ..ad import builder as B
-    from ..ad import rules  # noqa: F401  (registers every rule module)
     from ..ad.jvp import jvp_rule, missing_jvp
     from ..ad.registry import rule_kind
     from ..ad.zeros import Zero, is_zero, tangent_type
@@ -482,10 +481,7 @@ def _forward(jaxpr: Jaxpr, mask, namer: Namer, data: ExplainData):
 def _reverse(linear: Jaxpr, n_res: int, seeds, namer: Namer, data: ExplainData):
     """JAX's backward_pass, one equation at a time; returns (emitted eqns, input cts or None)."""
     from ..ad import builder as B
-    from ..ad import (
-        ops,
-        rules,  # noqa: F401
-    )
+    from ..ad import ops
     from ..ad.registry import Accumulator, fancy_transposes, primitive_transposes
     from ..ad.transpose import missing_transpose
     from ..ad.zeros import UndefinedPrimal, Zero, add_tangents, is_zero, tangent_type
