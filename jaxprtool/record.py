@@ -62,6 +62,9 @@ class Primitive:
     bind_params: Callable | None = None
     #: `impl(*values, **params)`: a plugin implementation (evaluated eagerly by `run`)
     impl: Callable | None = None
+    #: `rule(interpreter, eqn, values, path) -> values`: how the back end runs an equation that
+    #: needs more than `bind` (shard_map, xla_pmap); jax is imported by the rule, lazily
+    evaluate: Callable | None = None
     #: `rule(eqn, live_outputs) -> (eqn | None, live_inputs)`: DCE of the equation's insides
     dce: Callable | None = None
     #: `rule(eqn, values) -> value | None`: constant folding of literal operands

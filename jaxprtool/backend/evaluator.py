@@ -15,6 +15,7 @@ import numpy as np
 
 from ..core import Eqn, Jaxpr, JaxprError, Literal, ShapedArray, Var
 from ..params import Record, format_value
+from ..record import prim as record_of
 from . import prims
 from .values import has_nonfinite, literal_value, static_shape, summary_line
 
@@ -37,24 +38,10 @@ KERNELS = {
     "core_map",
     "custom_call",
 }
+#: multi-device primitives the back end cannot run (the others run through JAX on a mesh)
 MULTI_DEVICE = {
-    "shard_map",
-    "xla_pmap",
-    "psum",
-    "pmax",
-    "pmin",
-    "ppermute",
     "pshuffle",
-    "all_gather",
-    "all_gather_invariant",
-    "all_to_all",
     "ragged_all_to_all",
-    "reduce_scatter",
-    "psum_scatter",
-    "axis_index",
-    "psum_invariant",
-    "pvary",
-    "pbroadcast",
     "pcast",
     "unreduced_pmax",
     "unreduced_pmin",
@@ -95,7 +82,7 @@ def refusal(eqn: Eqn) -> str | None:
     if name in KERNELS:
         return f"'{name}' is a custom kernel the back end cannot run (supply it with a plugin: backend.IMPLS['{name}'])"
     if name in MULTI_DEVICE:
-        return f"'{name}' is a multi-device primitive; running on several devices is not supported (supply it with a plugin: backend.IMPLS['{name}'])"
+        return f"'{name}' is a multi-device primitive the back end does not run (supply it with a plugin: backend.IMPLS['{name}'])"
     if name in HI_PRIMS or name[:1].isupper():
         hi = eqn.params.get("_prim", name)
         return f"'{hi}' is a high-level primitive with no lowering in the text (supply it with a plugin: backend.IMPLS['{hi}'])"
@@ -224,6 +211,9 @@ class Interpreter:
         why = refusal(eqn)
         if why:
             raise JaxprError(f"cannot run {why}", eqn.loc)
+        run_rule = record_of(name).evaluate
+        if run_rule is not None:
+            return run_rule(self, eqn, invals, path)
         if name in IDENTITIES:
             return list(invals)
         if name in CALLS:

@@ -25,6 +25,7 @@ MODULES = (
     "jaxprtool.ad.rules.control_flow",
     "jaxprtool.families.jax_library",
     "jaxprtool.families.custom_derivatives",
+    "jaxprtool.families.collectives",
 )
 
 
