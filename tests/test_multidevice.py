@@ -395,6 +395,8 @@ def test_mesh_option_errors():
     assert r.exit_code == 1 and "--mesh gives axis 'x' size 2" in r.output
     r = run(["run", path, "--random", "0", "--mesh", "x=4,y=2", "--devices", "4"])
     assert r.exit_code == 1 and "the mesh needs 8 devices but --devices gives 4" in r.output
+    r = run(["run", path, "--random", "0", "--devices", "16"])
+    assert r.exit_code == 1 and "already started in this process with 8 cpu devices" in r.output
     r = run(["run", path, "--random", "0", "--mesh", "x=="])
     assert r.exit_code == 2 and "bad --mesh" in r.output
     r = run(["run", path, "--random", "0", "--coordinator", "127.0.0.1:1"])
@@ -469,3 +471,29 @@ def test_two_processes_on_loopback_equal_one_process(tmp_path):
     assert a.files == b.files
     for k in a.files:
         close(a[k], b[k], tol=1e-5)
+
+
+@needs_corpus
+def test_jit_shardings_follow_the_new_operands_and_results(tmp_path):
+    """jvp/vjp of `jit[in_shardings=... out_shardings=...]`: the tuples grow with the tangents
+    (the tangent takes its primal's sharding), the transpose swaps them; the run applies the
+    top-level out_shardings (P(), replicated)."""
+    path = str(CORPUS / "jax-0.12.0.1" / "sharding_constraint_auto_mesh.jaxpr")
+    r = run(["jvp", path])
+    assert r.exit_code == 0, r.output
+    (line,) = [x for x in r.output.splitlines() if "in_shardings=" in x]
+    assert line.count("spec=P(None, 'y')") == 2
+    r = run(["vjp", path])
+    assert r.exit_code == 0, r.output
+    ins = [x for x in r.output.splitlines() if "in_shardings=" in x]
+    assert "spec=P()" in ins[-1]  # the transposed call takes the output's sharding
+    prog = tmp_path / "v.jaxpr"
+    prog.write_text(r.output)
+    a, ct = rnd(0, 8, 4), rnd(1, 8, 4)
+    np.savez(tmp_path / "in.npz", arg0=a, arg1=ct)
+    out = tmp_path / "o.npz"
+    r = run(["run", str(prog), "--args", str(tmp_path / "in.npz"), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    close(np.load(out)["out1"], 2.0 * ct)
+    r = run(["run", path, "--random", "0", "--show-sharding"])
+    assert "out0: P() over mesh x=4,y=2" in r.output

@@ -321,14 +321,10 @@ def partition_spec(spec_value, eqn=None, ndim: int | None = None):
             getattr(eqn, "loc", None),
         )
     if s.extra:
-        import re
-
-        unreduced = set(re.findall(r"'([^']*)'", s.extra.split("reduced")[-1]))
-        if "unreduced" in s.extra:
-            return P(
-                *[e if e is None or len(e) != 1 else e[0] for e in s.entries],
-                unreduced=frozenset(unreduced),
-            )
+        raise JaxprError(
+            f"cannot run the partition spec {spec_value}: unreduced/reduced axes are not supported",
+            getattr(eqn, "loc", None),
+        )
     return P(*[e if e is None or len(e) != 1 else e[0] for e in s.entries])
 
 
@@ -506,6 +502,53 @@ def sharded_structs(jaxpr, structs) -> list:
     return out
 
 
+def output_shardings(jaxpr) -> list:
+    """Per output, the sharding the program asks for (a top-level jit's out_shardings, an
+    explicitly sharded type), or None."""
+    import jax
+
+    mesh_text = None
+    producer = {}
+    for e in jaxpr.eqns:
+        for k, o in enumerate(e.outputs):
+            producer[id(o)] = (e, k)
+    out = []
+    for v in jaxpr.outvars:
+        sh = None
+        hit = producer.get(id(v))
+        if hit is not None and hit[0].prim in ("jit", "pjit"):
+            e, k = hit
+            shs = e.params.get("out_shardings")
+            if isinstance(shs, (tuple, list)) and k < len(shs):
+                sh = named_sharding(shs[k], e)
+        spec = type_spec(v.type)
+        if sh is None and spec is not None:
+            mesh_text = mesh_text or run_mesh(jaxpr)
+            if mesh_text is not None:
+                sh = jax.sharding.NamedSharding(
+                    concrete_mesh(mesh_text), partition_spec(spec.to_text())
+                )
+        out.append(sh)
+    return out
+
+
+def _constrained(jaxpr, fn):
+    """`fn` with its outputs constrained to the program's output shardings."""
+    shs = output_shardings(jaxpr)
+    if not any(s is not None for s in shs):
+        return fn
+
+    def f(*xs):
+        import jax
+
+        outs = fn(*xs)
+        return [
+            o if s is None else jax.lax.with_sharding_constraint(o, s) for o, s in zip(outs, shs)
+        ]
+
+    return f
+
+
 def evaluate(
     jaxpr,
     args,
@@ -535,8 +578,10 @@ def evaluate(
                 nc = len(jaxpr.constvars)
                 ws = _wrap_keys(jaxpr, xs)
                 outs = _unwrap_keys(jaxpr, interp.run(jaxpr, ws[:nc], ws[nc:]))
+                shs = output_shardings(jaxpr)
+                outs = [o if sh is None else jax.device_put(o, sh) for o, sh in zip(outs, shs)]
             else:
-                fn = jitted or jax.jit(as_jax_function(jaxpr, dims, enable_x64=False))
+                fn = jitted or jax.jit(_constrained(jaxpr, as_jax_function(jaxpr, dims, False)))
                 outs = fn(*xs)
         except JaxprError:
             raise

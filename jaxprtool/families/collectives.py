@@ -351,7 +351,7 @@ def _eval_sharding_constraint(interp, eqn, invals, path):
     s = read_sharding(eqn.params.get("sharding"))
     if s is None or not s.mesh.complete or not S.is_multi_device_run():
         return list(invals)
-    if jax.sharding.get_abstract_mesh()._any_axis_manual:
+    if getattr(jax.sharding.get_abstract_mesh(), "_any_axis_manual", False):
         return list(invals)  # inside a manual region: JAX would not constrain either
     sh = S.named_sharding(eqn.params["sharding"], eqn)
     return [jax.lax.with_sharding_constraint(x, sh) for x in invals]
@@ -370,7 +370,9 @@ def _eval_reshard(interp, eqn, invals, path):
     for x, o in zip(invals, eqn.outputs):
         dst = read_sharding(eqn.params.get("dst_sharding"))
         spec = dst.spec if dst is not None else type_spec(o.type)
-        target = S.partition_spec(spec.to_text()) if spec is not None else jax.P()
+        target = (
+            S.partition_spec(spec.to_text()) if spec is not None else jax.sharding.PartitionSpec()
+        )
         outs.append(jax.sharding.reshard(x, target))
     return outs
 
