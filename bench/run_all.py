@@ -1,4 +1,6 @@
-"""`make bench`: run every bench/bench_*.py in its own process and print their tables."""
+"""`make bench`: run every bench/bench_*.py in its own process and print their tables
+(bench_ad, bench_parse, bench_print, bench_run, bench_sharded: the last one runs sharded
+programs on a mesh of host devices, the tool against jax.jit)."""
 
 import subprocess
 import sys

@@ -148,7 +148,11 @@ def evaluate(jaxpr, args, consts=None, device: str = "cpu", dims=None, jitted=No
     """
     import jax
 
+    from . import sharding
+
     check_runnable(jaxpr)
+    if sharding.is_multi_device(jaxpr):
+        return sharding.evaluate(jaxpr, args, consts or [], dims, device=device, jitted=jitted)
     dev = get_device(device)
     consts = list(consts or [])
     fn = jitted or _jitted(jaxpr, dims)
@@ -187,9 +191,14 @@ def eval_eager(
     """Run op by op with Python control flow; trace(line) gets each equation's summary."""
     import jax
 
+    from . import sharding
     from .evaluator import Interpreter
 
     check_runnable(jaxpr)
+    if sharding.is_multi_device(jaxpr):
+        return sharding.evaluate(
+            jaxpr, args, consts or [], dims, device, eager=True, trace=trace, debug_nans=debug_nans
+        )
     dev = get_device(device)
     with x64_scope(jaxpr), jax.default_device(dev):
         interp = Interpreter("eager", dims=dims, trace=trace, debug_nans=debug_nans)

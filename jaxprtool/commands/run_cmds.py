@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import re
 import sys
@@ -15,6 +16,7 @@ from ..cli import guarded, require_jax
 from ..core import JaxprError, ShapedArray, np_dtype, short_dtype_name
 from ..io import UsageError, progress, write_output
 from .common import FILE_ARG, OUT_ARG, load
+from .mesh_options import mesh_options
 
 DEVICES = click.Choice(["cpu", "gpu"])
 
@@ -382,6 +384,7 @@ def print_summary(outs, jaxpr) -> None:
     "--repeat", type=click.IntRange(min=1), metavar="N", help="Time compilation and N executions."
 )
 @guarded
+@mesh_options()
 def run(
     file,
     device,
@@ -412,6 +415,7 @@ def run(
       jaxprtool run f.jaxpr --args in.npz --expected-output want.npz --atol 1e-6
       jaxprtool run f.jaxpr --random 0 --output-format json --print-values none
       jaxprtool run f.jaxpr --random 0 --eager --debug-nans
+      jaxprtool run sharded.jaxpr --random 0 --mesh x=4,y=2 --show-sharding
     """
     from .. import backend
     from . import run_io
@@ -465,11 +469,17 @@ def _timed(jaxpr, args, consts, dims, device, repeat):
     import jax
 
     from .. import backend
+    from ..backend import sharding
 
     backend.check_runnable(jaxpr)
-    dev = backend.get_device(device)
-    with backend.x64_scope(jaxpr):
-        xs = [jax.device_put(x, dev) for x in list(consts) + list(args)]
+    multi = sharding.is_multi_device(jaxpr)
+    scope = sharding.run_scope(jaxpr, device) if multi else contextlib.nullcontext()
+    with scope, backend.x64_scope(jaxpr):
+        if multi:
+            xs = sharding.placed_inputs(jaxpr, list(consts) + list(args))
+        else:
+            dev = backend.get_device(device)
+            xs = [jax.device_put(x, dev) for x in list(consts) + list(args)]
         t0 = time.perf_counter()
         fn = backend.as_jax_function(jaxpr, dims, enable_x64=False)
         compiled = jax.jit(fn).lower(*xs).compile()
@@ -485,6 +495,9 @@ def _timed(jaxpr, args, consts, dims, device, repeat):
         f"min {min(times) * 1e3:.3f} ms, max {max(times) * 1e3:.3f} ms",
         err=True,
     )
+    if multi:
+        sharding.CONFIG.last_shardings = [getattr(o, "sharding", None) for o in outs]
+        return [sharding.gather(o) for o in outs]
     return [np.asarray(o) for o in outs]
 
 
@@ -533,6 +546,7 @@ def shape_structs(jaxpr, dims):
     help="Write the IR here (default: standard output).",
 )
 @guarded
+@mesh_options(distributed=False, show=False)
 def compile_(file, emit, device, dim_specs, stats, output):
     """Lower FILE to StableHLO / HLO, or compile it to optimised HLO.
 
@@ -541,6 +555,7 @@ def compile_(file, emit, device, dim_specs, stats, output):
       jaxprtool compile mlp.jaxpr --emit stablehlo
       jaxprtool compile mlp.jaxpr --emit stablehlo --device gpu     # no GPU needed
       jaxprtool compile mlp.jaxpr --emit optimized-hlo --stats
+      jaxprtool compile sharded.jaxpr --emit optimized-hlo --stats --mesh x=4,y=2
     """
     from .. import backend
 
@@ -559,15 +574,21 @@ def _compile(jaxpr, emit, device, dims, stats):
     import jax
 
     from .. import backend
+    from ..backend import sharding
 
     structs = shape_structs(jaxpr, dims)
     platform = "cuda" if device == "gpu" else "cpu"
     needs_device = emit == "optimized-hlo" or stats
-    if needs_device:
+    multi = sharding.is_multi_device(jaxpr)
+    if needs_device and not multi:
         backend.get_device(device)
-    traced = jax.jit(backend.as_jax_function(jaxpr, dims, enable_x64=False)).trace(*structs)
+    scope = sharding.run_scope(jaxpr, device) if multi else contextlib.nullcontext()
     try:
-        lowered = traced.lower(lowering_platforms=(platform,))
+        with scope:
+            if multi:
+                structs = sharding.sharded_structs(jaxpr, structs)
+            fn = jax.jit(backend.as_jax_function(jaxpr, dims, enable_x64=False))
+            lowered = fn.trace(*structs).lower(lowering_platforms=(platform,))
     except JaxprError:
         raise
     except Exception as e:  # noqa: BLE001
@@ -612,6 +633,9 @@ def format_stats(compiled) -> str:
                 lines.append(
                     f"{k.replace('_in_bytes', '').replace('_', ' ')} bytes: {getattr(mem, k)}"
                 )
+    from ..backend.sharding import collective_lines
+
+    lines += collective_lines(compiled)
     return "\n".join(lines)
 
 

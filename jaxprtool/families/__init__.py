@@ -16,7 +16,6 @@ MODULES = (
     "jaxprtool.families.linalg",
     "jaxprtool.families.random",
     "jaxprtool.families.state",
-    "jaxprtool.families.collectives",
     "jaxprtool.families.sharding",
     "jaxprtool.families.annotations",
     "jaxprtool.families.calls",
@@ -25,6 +24,7 @@ MODULES = (
     "jaxprtool.families.scan",
     "jaxprtool.families.while_loop",
     "jaxprtool.families.jax_library",
+    "jaxprtool.families.collectives",
 )
 
 

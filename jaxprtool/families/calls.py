@@ -37,7 +37,7 @@ from ..ad.registry import (
 from ..ad.transpose import backward_pass, transpose_jaxpr
 from ..ad.zeros import Zero, instantiate, is_undefined_primal, is_zero, tangent_type
 from ..core import Jaxpr, JaxprError, ShapedArray, Var
-from ..params import Record, format_value
+from ..params import Opaque, Record, format_value
 from ..primitives import ShapeError, shape_rule
 from ..primitives.util import (
     check_call_operands,
@@ -164,11 +164,53 @@ def _evaluate_body(key: str):
 # ---------------------------------------------------------------- plain calls
 
 
+#: per-operand / per-result tuple parameters of jit, and the value of an entry JAX adds
+_IN_TUPLES = {
+    "in_shardings": Opaque("UnspecifiedValue"),
+    "in_layouts": None,
+    "donated_invars": False,
+}
+_OUT_TUPLES = {"out_shardings": Opaque("UnspecifiedValue"), "out_layouts": None}
+
+
+def _resized(params, ins, outs):
+    """`params` with its per-operand and per-result tuples (in_shardings, donated_invars, ...)
+    rebuilt for a new call: entry k copies the original entry `ins[k]` (`outs[k]`), or is
+    the default (unspecified, not donated) when that is None (as JAX's pjit rules do)."""
+    p = dict(params)
+    for table, src in ((_IN_TUPLES, ins), (_OUT_TUPLES, outs)):
+        for k, default in table.items():
+            v = params.get(k)
+            if not isinstance(v, tuple):
+                continue
+            p[k] = tuple(v[i] if i is not None and i < len(v) else default for i in src)
+    return p
+
+
+def _transposed(params, mask, n_cts):
+    """The per-operand / per-result tuples of a transposed call: operands are the non-linear
+    inputs then one cotangent per output (with the output's sharding), results the
+    cotangents of the linear inputs (with their shardings)."""
+    p = dict(params)
+    for ik, ok in (("in_shardings", "out_shardings"), ("in_layouts", "out_layouts")):
+        vi, vo = params.get(ik), params.get(ok)
+        if not isinstance(vi, tuple) or not isinstance(vo, tuple):
+            continue
+        p[ik] = tuple(v for v, m in zip(vi, mask) if not m) + tuple(vo[:n_cts])
+        p[ok] = tuple(v for v, m in zip(vi, mask) if m)
+    if isinstance(params.get("donated_invars"), tuple):
+        p["donated_invars"] = (False,) * (mask.count(False) + n_cts)
+    return p
+
+
 def _call_jvp(prim):
     def rule(primals, tangents, **params):
         key, inner, nz, nz_t, n, out_types = _call_parts(prim, params, tangents)
         jj, out_nz = _memo("jvp", jvp_masked, inner, nz)
-        outs = _emit(prim, list(primals) + nz_t, dict(params, **{key: jj}), jj)
+        ins, nz_in = list(range(len(primals))), [i for i, m in enumerate(nz) if m]
+        outs_ix = list(range(n)) + [j for j, m in enumerate(out_nz) if m]
+        p = _resized(dict(params, **{key: jj}), ins + nz_in, outs_ix)
+        outs = _emit(prim, list(primals) + nz_t, p, jj)
         return outs[:n], _scatter(out_nz, outs[n:], out_types)
 
     return rule
@@ -180,10 +222,15 @@ def _call_linearize(prim):
         pj, lj, out_nz, _ = _memo("lin", linearize_masked, inner, nz)
         pj, src = _memo("fwd", lambda j, m, instantiate: _forward_plan(j, n), pj, ())
         residuals = _residuals_from(src, primals)
-        outs = _emit(prim, primals, dict(params, **{key: pj}), pj)
+        ins, nz_in = list(range(len(primals))), [i for i, m in enumerate(nz) if m]
+        n_new = len(pj.outvars) - n
+        p = _resized(dict(params, **{key: pj}), ins, list(range(n)) + [None] * n_new)
+        outs = _emit(prim, primals, p, pj)
         if not any(out_nz):
             return outs[:n], [Zero(tangent_type(t)) for t in out_types]
-        touts = _emit(prim, residuals(outs) + nz_t, dict(params, **{key: lj}), lj)
+        lin_out = [j for j, m in enumerate(out_nz) if m]
+        p = _resized(dict(params, **{key: lj}), [None] * len(src) + nz_in, lin_out)
+        touts = _emit(prim, residuals(outs) + nz_t, p, lj)
         return outs[:n], _scatter(out_nz, touts, out_types)
 
     return rule
@@ -204,7 +251,8 @@ def _call_transpose(prim):
             return [Zero(tangent_type(a.type)) if m else None for a, m in zip(args, mask)]
         tj = _memo("T", lambda j, m, instantiate: transpose_jaxpr(j, list(m)), inner, mask)
         ops_in = [a for a, m in zip(args, mask) if not m] + [instantiate(c) for c in cts]
-        outs = iter(_emit(prim, ops_in, dict(params, **{key: tj}), tj))
+        p = _transposed(dict(params, **{key: tj}), mask, len(cts))
+        outs = iter(_emit(prim, ops_in, p, tj))
         return [next(outs) if m else None for m in mask]
 
     return rule
@@ -936,7 +984,3 @@ def _xla_pmap_shape(in_types, params, out_hint):
         shape.insert(int(ax), n)
         outs.append(t.update(shape=shape))
     return outs
-
-
-for _n in ("shard_map", "xla_pmap"):
-    define(_n, refusal="is a multi-device primitive; running on several devices is not supported")

@@ -1,16 +1,52 @@
-"""The collectives family: primitives over the named axes of a device mesh (shard_map, pmap).
+"""shard_map, xla_pmap, the collectives and the sharding annotations: shape rules, JVP,
+linearization and transpose rules, and how the back end runs them through JAX.
 
-psum and its kin reduce over mesh axes, all_gather / reduce_scatter / all_to_all / ppermute
-move data between devices, axis_index tells a device its position, and pvary / pbroadcast and
-the `*_cast` primitives only change which axes a value varies over (its `vma` type tag).  The
-shape rules keep the type's vma up to date.  The back end runs on one device, so it refuses
-the collectives that need several (supply them with a plugin).
+Differentiation follows JAX (`jax/_src/shard_map.py`, `jax/_src/lax/parallel.py`, and for
+`xla_pmap` the `map_transpose` of JAX before 0.7):
+
+- `shard_map`: the body is differentiated by the same machinery; tangents get the specs of
+  their primals; linearize splits the body into a primal shard_map that also returns the
+  residuals and a linear one that takes them.  A residual that is a body input or output is
+  taken from the operand or result (with its spec); the others get JAX's `nospec`: sharded
+  along dimension 0 over every manual axis (`check_vma=False`) or over the axes it varies
+  along (`check_vma=True`), scalars promoted to shape (1,).  Transposition transposes the
+  body; with `check_vma=False` the cotangents of outputs are divided by the size of the axes
+  their out_spec does not mention and the cotangents of inputs are `psum`med over the axes
+  their in_spec does not mention (with `check_vma=True` `pvary`/`psum_invariant` do that
+  inside the body).
+- `psum` transposes to `psum` (JAX treats it as psum + pbroadcast), `psum_invariant` to
+  `pvary` and back, `all_gather` to `reduce_scatter` (psum_scatter) and back, `ppermute`
+  with the inverse permutation, `all_to_all` with split and concat axes swapped,
+  `all_gather_invariant` to a dynamic slice at the axis index, `pbroadcast` to a psum kept
+  at the source; `axis_index` has no derivative; `sharding_constraint` transposes to itself,
+  `reshard` back to its operand's type.  `pmax`/`pmin` have no rule (as in JAX).
+- `xla_pmap`: tangents and residuals mapped along the primals' axes (residuals along 0);
+  the transpose maps cotangents along the outputs' axes and sums the cotangents of unmapped
+  (in_axes=None) inputs over the mapped axis.
+
+Running (`evaluate` records): a shard_map becomes `jax.shard_map` over a concrete
+`jax.sharding.Mesh` (`backend/sharding.py` builds it from the printed mesh or `--mesh`), its
+body interpreted inside; inside a `check_vma=True` body, operands of ordinary primitives are
+`pvary`ed to a common set of varying axes as JAX's lax functions do; an `xla_pmap` becomes a
+shard_map over a one-axis mesh; `sharding_constraint` is `jax.lax.with_sharding_constraint`,
+`reshard` is `jax.sharding.reshard` under an explicit mesh.
 """
 
 from __future__ import annotations
 
-from ..ad.registry import defidentity, defjvp_zero
-from ..core import ShapedArray
+from ..ad import builder as B
+from ..ad import ops
+from ..ad.builder import current
+from ..ad.registry import (
+    defidentity,
+    defjvp_zero,
+    primitive_jvps,
+    primitive_transposes,
+    rebind_primal,
+    rule_kind,
+)
+from ..ad.zeros import Zero, instantiate, is_undefined_primal, is_zero, tangent_type
+from ..core import Eqn, Jaxpr, JaxprError, Literal, ShapedArray, Var
 from ..primitives import ShapeError, shape_rule
 from ..primitives.util import (
     canon_axis,
@@ -23,6 +59,9 @@ from ..primitives.util import (
     vma_parts,
 )
 from ..record import define
+from ..shardings import MeshText, SpecText, make_spec, names_to_spec, read_mesh, read_spec
+
+# ================================================================ shape rules
 
 _MULTI_DEVICE = "is a multi-device primitive; running on several devices is not supported"
 
@@ -78,7 +117,6 @@ def _strip_vma(t):
 
 for _n in ("pvary", "pbroadcast"):
     defidentity(_n)
-    define(_n, refusal=_MULTI_DEVICE)
 
 
 # ---------------------------------------------------------------- psum, pmax, pmin, pmean
@@ -90,8 +128,6 @@ def _psum(in_types, params, out_hint):
     return [_with_vma(t, lambda v: [a for a in v if a not in axes]) for t in in_types]
 
 
-for _n in ("psum", "pmax", "pmin", "psum_invariant"):
-    define(_n, refusal=_MULTI_DEVICE)
 define("psum", flops=_no_flops)
 
 
@@ -160,8 +196,6 @@ def _all_to_all(in_types, params, out_hint):
     return [x.update(shape=shape, weak_type=False)]
 
 
-for _n in ("ppermute", "all_gather", "all_to_all", "reduce_scatter"):
-    define(_n, refusal=_MULTI_DEVICE)
 for _n in ("ppermute", "all_gather", "all_to_all"):
     define(_n, flops=_no_flops)
 
@@ -175,19 +209,873 @@ def _axis_index(in_types, params, out_hint):
 
 
 defjvp_zero("axis_index")
-define("axis_index", refusal=_MULTI_DEVICE)
 
 
-# ---------------------------------------------------------------- collectives without a shape rule
-# (the tool cannot check or differentiate them; `run` explains why it does not run them)
+# ---------------------------------------------------------------- collectives `run` refuses
+# (no shape rule: the tool cannot check or differentiate them either)
 
-for _n in (
-    "pshuffle",
-    "all_gather_invariant",
-    "ragged_all_to_all",
-    "psum_scatter",
-    "pcast",
-    "unreduced_pmax",
-    "unreduced_pmin",
-):
+for _n in ("pshuffle", "ragged_all_to_all", "pcast", "unreduced_pmax", "unreduced_pmin"):
     define(_n, family="collectives", refusal=_MULTI_DEVICE)
+
+
+# ================================================================ running and differentiating
+
+LOW_LEVEL = "jvp+linearization"
+
+# ---------------------------------------------------------------- reading the parameters
+
+
+def mesh_of(params) -> MeshText:
+    return read_mesh(params.get("mesh", ""))
+
+
+def check_vma(params) -> bool:
+    v = params.get("check_vma", params.get("check_rep", True))
+    return bool(v) if isinstance(v, bool) else str(v) == "True"
+
+
+def manual_axes(params, mesh: MeshText) -> tuple[str, ...]:
+    """The axes the body is manual over, in mesh order."""
+    v = params.get("newly_manual_axes", params.get("manual_axes"))
+    if isinstance(v, (frozenset, set, tuple, list)):
+        names = {str(a) for a in v}
+        return tuple(n for n in mesh.names if n in names) or tuple(sorted(names))
+    auto = params.get("auto")
+    auto_names = set()
+    if auto is not None:
+        import re
+
+        auto_names = set(re.findall(r"'([^']*)'", str(auto)))
+    return tuple(n for n in mesh.names if n not in auto_names)
+
+
+def specs_of(params, side: str, vars_) -> list[SpecText]:
+    """in_specs / out_specs (or an older text's in_names / out_names) as SpecTexts."""
+    vals = params.get(f"{side}_specs")
+    if vals is None:
+        vals = params.get(f"{side}_names")
+    if not isinstance(vals, (tuple, list)):
+        raise ShapeError(f"shard_map: missing {side}_specs")
+    if len(vals) != len(vars_):
+        raise ShapeError(
+            f"shard_map: {len(vals)} {side}_specs for {len(vars_)} {side}puts of its body"
+        )
+    out = []
+    for v, x in zip(vals, vars_):
+        ndim = len(x.type.shape) if isinstance(x.type, ShapedArray) else None
+        s = read_spec(v) or names_to_spec(v, ndim)
+        if s is None:
+            raise ShapeError(f"shard_map: cannot read the spec {v}")
+        out.append(s)
+    return out
+
+
+def _spec_params(params, side: str, vars_) -> list:
+    vals = params.get(f"{side}_specs")
+    specs = specs_of(params, side, vars_)
+    if isinstance(vals, (tuple, list)) and all(read_spec(v) is not None for v in vals):
+        return list(vals)
+    return [s.as_param() for s in specs]
+
+
+def _with_specs(params, body: Jaxpr, in_specs, out_specs) -> dict:
+    p = {k: v for k, v in params.items() if k not in ("in_names", "out_names")}
+    p["jaxpr"] = body
+    p["in_specs"] = tuple(in_specs)
+    p["out_specs"] = tuple(out_specs)
+    return p
+
+
+def outer_type(t, spec: SpecText, mesh: MeshText):
+    """The global type of a body value of type `t` leaving through `spec`."""
+    if not isinstance(t, ShapedArray):
+        return t
+    sizes = mesh.shape
+    shape = list(t.shape)
+    for d in range(min(len(shape), len(spec.entries))):
+        f = 1
+        for a in spec.dim_axes(d):
+            f *= sizes.get(a, 1)
+        if f != 1:
+            if not isinstance(shape[d], int):
+                raise ShapeError(f"shard_map: cannot size dimension {d} of {t}")
+            shape[d] *= f
+    parts = vma_parts(t.vma)
+    parts.pop("V", None)
+    return ShapedArray(tuple(shape), t.dtype, t.weak_type, t.memory_space, vma_format(parts))
+
+
+def _shard_map_shape(in_types, params, out_hint):
+    j = params.get("jaxpr")
+    if not isinstance(j, Jaxpr):
+        raise ShapeError("shard_map: missing jaxpr parameter")
+    if len(j.invars) != len(in_types):
+        raise ShapeError(
+            f"shard_map: its jaxpr takes {len(j.invars)} inputs, but the equation passes "
+            f"{len(in_types)}"
+        )
+    mesh = mesh_of(params)
+    try:
+        specs = specs_of(params, "out", j.outvars)
+    except ShapeError:
+        if out_hint is not None and len(out_hint) == len(j.outvars):
+            return list(out_hint)
+        raise
+    if not mesh.complete:
+        if out_hint is not None and len(out_hint) == len(j.outvars):
+            return list(out_hint)
+        raise ShapeError(f"shard_map: the mesh {params.get('mesh')} does not give axis sizes")
+    return [outer_type(v.type, s, mesh) for v, s in zip(j.outvars, specs)]
+
+
+def _all_gather_shape(in_types, params, out_hint):
+    from ..record import prim
+
+    return prim("all_gather").shape_rule(in_types, params, out_hint)
+
+
+def _reduce_scatter_shape(in_types, params, out_hint):
+    from ..record import prim
+
+    return prim("reduce_scatter").shape_rule(in_types, params, out_hint)
+
+
+# ---------------------------------------------------------------- running (backend)
+
+
+def _is_array(x) -> bool:
+    return hasattr(x, "shape") and hasattr(x, "dtype") and not hasattr(x, "value")
+
+
+def _match_vma(invals):
+    """pvary the operands of an ordinary primitive to their common varying axes (JAX's
+    `core.standard_insert_pvary`, done by its lax functions but not by `bind`)."""
+    from jax._src import core as jcore
+
+    vmas = []
+    for x in invals:
+        try:
+            vmas.append(jcore.typeof(x).mat.varying if _is_array(x) else None)
+        except Exception:  # noqa: BLE001 - not a JAX value (a ref box)
+            vmas.append(None)
+    known = [v for v in vmas if v is not None]
+    if len(known) < 2:
+        return invals
+    union = frozenset().union(*known)
+    if all(v == union for v in known):
+        return invals
+    return [
+        x if v is None or v == union else jcore.pvary(x, tuple(sorted(union - v)))
+        for x, v in zip(invals, vmas)
+    ]
+
+
+#: primitives whose operands keep their own varying axes (collectives, casts)
+_OWN_VMA = frozenset(
+    {
+        "pvary",
+        "psum",
+        "psum_invariant",
+        "pmax",
+        "pmin",
+        "ppermute",
+        "all_gather",
+        "all_gather_invariant",
+        "all_to_all",
+        "reduce_scatter",
+        "psum_scatter",
+        "pbroadcast",
+        "axis_index",
+        "shard_map",
+    }
+)
+
+_MANUAL_CLS = None
+
+
+def _manual_interpreter(interp, check: bool):
+    """A copy of the interpreter for a manual (shard_map) body: jit mode; with `check`,
+    operands of ordinary primitives get their varying axes matched."""
+    global _MANUAL_CLS
+    from ..backend.evaluator import Interpreter
+    from ..core import eqn_subjaxprs
+
+    if _MANUAL_CLS is None:
+
+        class ManualInterpreter(Interpreter):
+            check_vma = False
+
+            def eqn(self, eqn, invals, path):
+                if (
+                    self.check_vma
+                    and len(invals) > 1
+                    and eqn.prim not in _OWN_VMA
+                    and not any(True for _ in eqn_subjaxprs(eqn))
+                ):
+                    invals = _match_vma(invals)
+                return super().eqn(eqn, invals, path)
+
+        _MANUAL_CLS = ManualInterpreter
+    new = _MANUAL_CLS.__new__(_MANUAL_CLS)
+    new.__dict__.update(interp.__dict__)
+    new.mode = "jit"
+    new.check_vma = check
+    return new
+
+
+def _eval_shard_map(interp, eqn, invals, path):
+    import jax
+
+    from ..backend import sharding as S
+
+    p = eqn.params
+    body = interp.body(p.get("jaxpr"), eqn)
+    mesh_text = S.resolve(mesh_of(p), eqn)
+    mesh = S.concrete_mesh(mesh_text, eqn)
+    try:
+        in_specs = specs_of(p, "in", body.invars)
+        out_specs = specs_of(p, "out", body.outvars)
+    except ShapeError as e:
+        raise JaxprError(str(e), eqn.loc) from None
+    in_p = tuple(S.partition_spec(s.to_text(), eqn) for s in in_specs)
+    out_p = tuple(S.partition_spec(s.to_text(), eqn) for s in out_specs)
+    check = check_vma(p)
+    manual = manual_axes(p, mesh_text)
+    inner = _manual_interpreter(interp, check)
+    label = path + ("shard_map",) if interp.mode == "eager" else path
+
+    def f(*xs):
+        return tuple(inner.run(body, [], list(xs), label))
+
+    axis_names = frozenset(manual) if set(manual) != set(mesh_text.names) else frozenset()
+    fn = jax.shard_map(
+        f, mesh=mesh, in_specs=in_p, out_specs=out_p, axis_names=axis_names, check_vma=check
+    )
+    if interp.mode == "eager":
+        fn = jax.jit(fn)
+    try:
+        return list(fn(*invals))
+    except JaxprError:
+        raise
+    except Exception as e:  # noqa: BLE001 - JAX's complaint, located at the equation
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise JaxprError(f"'shard_map' failed in JAX: {type(e).__name__}: {msg}", eqn.loc) from e
+
+
+def pmap_axes(params, key: str, n: int) -> list[int | None]:
+    v = params.get(key)
+    if v is None:
+        return [0] * n
+    vals = list(v) if isinstance(v, (tuple, list)) else [v] * n
+    return [None if a is None else int(a) for a in vals]
+
+
+def _eval_xla_pmap(interp, eqn, invals, path):
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import PartitionSpec as P
+
+    from ..backend import sharding as S
+
+    p = eqn.params
+    body = interp.body(p.get("call_jaxpr"), eqn)
+    name, size = str(p["axis_name"]), int(p["axis_size"])
+    mesh = S.concrete_mesh(MeshText((name,), (size,), ("Auto",)), eqn)
+    in_axes = pmap_axes(p, "in_axes", len(invals))
+    out_axes = pmap_axes(p, "out_axes", len(body.outvars))
+    inner = _manual_interpreter(interp, False)
+
+    def spec(a):
+        return P() if a is None else P(*([None] * a), name)
+
+    def f(*xs):
+        xs = [x if a is None else jnp.squeeze(x, a) for x, a in zip(xs, in_axes)]
+        outs = inner.run(body, [], xs, path)
+        return tuple(o if a is None else jnp.expand_dims(o, a) for o, a in zip(outs, out_axes))
+
+    fn = jax.shard_map(
+        f,
+        mesh=mesh,
+        in_specs=tuple(spec(a) for a in in_axes),
+        out_specs=tuple(spec(a) for a in out_axes),
+        check_vma=False,
+    )
+    if interp.mode == "eager":
+        fn = jax.jit(fn)
+    try:
+        return list(fn(*invals))
+    except JaxprError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise JaxprError(f"'xla_pmap' failed in JAX: {type(e).__name__}: {msg}", eqn.loc) from e
+
+
+def _eval_sharding_constraint(interp, eqn, invals, path):
+    import jax
+
+    from ..backend import sharding as S
+    from ..shardings import read_sharding
+
+    s = read_sharding(eqn.params.get("sharding"))
+    if s is None or not s.mesh.complete or not S.is_multi_device_run():
+        return list(invals)
+    if getattr(jax.sharding.get_abstract_mesh(), "_any_axis_manual", False):
+        return list(invals)  # inside a manual region: JAX would not constrain either
+    sh = S.named_sharding(eqn.params["sharding"], eqn)
+    return [jax.lax.with_sharding_constraint(x, sh) for x in invals]
+
+
+def _eval_reshard(interp, eqn, invals, path):
+    import jax
+
+    from ..backend import sharding as S
+    from ..shardings import read_sharding, type_spec
+
+    cur = jax.sharding.get_abstract_mesh()
+    if cur.empty or not S.is_multi_device_run():
+        return list(invals)
+    outs = []
+    for x, o in zip(invals, eqn.outputs):
+        dst = read_sharding(eqn.params.get("dst_sharding"))
+        spec = dst.spec if dst is not None else type_spec(o.type)
+        target = (
+            S.partition_spec(spec.to_text()) if spec is not None else jax.sharding.PartitionSpec()
+        )
+        outs.append(jax.sharding.reshard(x, target))
+    return outs
+
+
+def _eval_each(interp, eqn, invals, path):
+    """psum/pmax/pmin of several operands (older texts): one bind per operand."""
+    from ..backend import prims
+
+    jp = prims.lookup(eqn.prim)
+    params = prims.bind_params(eqn, interp.dims)
+    try:
+        return [jp.bind(x, **params) for x in invals]
+    except Exception as e:  # noqa: BLE001
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise JaxprError(f"'{eqn.prim}' failed in JAX: {type(e).__name__}: {msg}", eqn.loc) from e
+
+
+def _axes_tuple(v):
+    if isinstance(v, (tuple, list, frozenset)):
+        return tuple(str(a) if not isinstance(a, int) else a for a in v)
+    return (str(v),)
+
+
+def _bind_axes_only(eqn, p, dims):
+    """psum_invariant / pvary take `axes` only in this JAX (older texts add axis_index_groups)."""
+    p.pop("axis_index_groups", None)
+    return {"axes": _axes_tuple(p.get("axes", ()))}
+
+
+def _bind_reduction(eqn, p, dims):
+    return {"axes": _axes_tuple(p.get("axes", ())), "axis_index_groups": p.get("axis_index_groups")}
+
+
+def _bind_perm(eqn, p, dims):
+    return {
+        "axis_name": _axes_tuple(p.get("axis_name", ())),
+        "perm": tuple((int(a), int(b)) for a, b in p.get("perm", ())),
+    }
+
+
+# ---------------------------------------------------------------- AD: collectives
+
+
+def _linear_each(name, transpose_one):
+    """Linear in each operand separately (psum of several operands binds once per operand in
+    this JAX): JVP binds on the tangents, `transpose_one(ct, arg, **params) -> ct_in`."""
+
+    def jvp(primals, tangents, /, **params):
+        outs = rebind_primal(name, primals, params)
+        if all(is_zero(t) for t in tangents):
+            return outs, [Zero(tangent_type(o.type)) for o in outs]
+        ts = [instantiate(t) for t in tangents]
+        touts = current().bind(name, ts, params, [tangent_type(o.type) for o in outs])
+        return outs, touts
+
+    def transpose(cts, /, *args, **params):
+        res = []
+        for ct, a in zip(cts, args):
+            if not is_undefined_primal(a):
+                res.append(None)
+            elif is_zero(ct):
+                res.append(Zero(tangent_type(a.type)))
+            else:
+                res.append(transpose_one(ct, a, **params))
+        return res
+
+    primitive_jvps[name] = jvp
+    primitive_transposes[name] = transpose
+    rule_kind[name] = "deflinear2"
+
+
+def _emit(name, x, params, out_type):
+    return current().bind(name, [x], params, [out_type])[0]
+
+
+def _named(axes):
+    return tuple(a for a in _axes_tuple(axes) if not isinstance(a, int))
+
+
+def _psum_t(ct, x, *, axes, axis_index_groups=None, **_):
+    return _emit("psum", ct, {"axes": _named(axes), "axis_index_groups": axis_index_groups}, x.type)
+
+
+def _psum_invariant_t(ct, x, *, axes, **_):
+    return _emit("pvary", ct, {"axes": _axes_tuple(axes)}, tangent_type(x.type))
+
+
+def _pvary_t(ct, x, *, axes, **_):
+    return _emit("psum_invariant", ct, {"axes": _axes_tuple(axes)}, tangent_type(x.type))
+
+
+def _ppermute_t(ct, x, *, axis_name, perm, **_):
+    inverse = tuple((int(d), int(s)) for s, d in perm)
+    return _emit("ppermute", ct, {"axis_name": axis_name, "perm": inverse}, tangent_type(x.type))
+
+
+def _all_gather_t(ct, x, *, all_gather_dimension, axis_name, axis_size, tiled, **p):
+    params = {
+        "axis_index_groups": p.get("axis_index_groups"),
+        "axis_name": axis_name,
+        "axis_size": axis_size,
+        "scatter_dimension": all_gather_dimension,
+        "tiled": tiled,
+    }
+    return _emit("reduce_scatter", ct, params, tangent_type(x.type))
+
+
+def _reduce_scatter_t(ct, x, *, scatter_dimension, axis_name, axis_size, tiled, **p):
+    params = {
+        "all_gather_dimension": scatter_dimension,
+        "axis_index_groups": p.get("axis_index_groups"),
+        "axis_name": axis_name,
+        "axis_size": axis_size,
+        "tiled": tiled,
+    }
+    return _emit("all_gather", ct, params, tangent_type(x.type))
+
+
+def _all_to_all_t(ct, x, *, split_axis, concat_axis, **p):
+    params = dict(p, split_axis=concat_axis, concat_axis=split_axis)
+    return _emit("all_to_all", ct, params, tangent_type(x.type))
+
+
+def _axis_index(axis_name):
+    return current().bind("axis_index", [], {"axis_name": axis_name}, [ShapedArray((), "i32")])[0]
+
+
+def _all_gather_invariant_t(ct, x, *, all_gather_dimension, axis_name, axis_size, tiled, **_):
+    dim = int(all_gather_dimension)
+    n = int(axis_size)
+    shape = list(ct.type.shape)
+    size = shape[dim] // n
+    idx = ops.mul(_axis_index(axis_name), ops.lit(size, "i32"))
+    starts = [ops.lit(0, "i32")] * len(shape)
+    starts[dim] = idx
+    sizes = list(shape)
+    sizes[dim] = size
+    out_t = ct.type.update(shape=tuple(sizes))
+    out = current().bind("dynamic_slice", [ct, *starts], {"slice_sizes": tuple(sizes)}, [out_t])[0]
+    if not tiled:
+        sq = tuple(s for i, s in enumerate(sizes) if i != dim)
+        out = current().bind("squeeze", [out], {"dimensions": (dim,)}, [out_t.update(shape=sq)])[0]
+    return out
+
+
+def _pbroadcast_t(ct, x, *, axis_name, source, **_):
+    total = _emit("psum", ct, {"axes": _axes_tuple(axis_name), "axis_index_groups": None}, ct.type)
+    here = ops.eq(_axis_index(axis_name), ops.lit(int(source), "i32"))
+    zeros = ops.zeros(ct.type)
+    if ct.type.shape:
+        here = ops.broadcast_in_dim(here, ct.type.shape, ())
+    return ops.select_n(here, zeros, total)
+
+
+def _sharding_constraint_t(ct, x, **params):
+    return _emit("sharding_constraint", ct, params, tangent_type(x.type))
+
+
+def _reshard_t(ct, x, **params):
+    return _emit("reshard", ct, params, tangent_type(x.type))
+
+
+# ---------------------------------------------------------------- AD: shard_map
+
+
+def _sel(xs, mask):
+    return [x for x, m in zip(xs, mask) if m]
+
+
+def _scatter(mask, vals, types):
+    it = iter(vals)
+    return [next(it) if m else Zero(tangent_type(t)) for m, t in zip(mask, types)]
+
+
+def varying_axes(t) -> list[str]:
+    """The mesh axes a body value varies along: `{V:(x,y)}` (0.8+) or `{y,x}` (0.7)."""
+    v = getattr(t, "vma", None)
+    if not v:
+        return []
+    if ":" not in v:
+        return [a.strip() for a in v.strip("{}()").split(",") if a.strip()]
+    return vma_parts(v).get("V", [])
+
+
+def _residual_spec(t, mesh: MeshText, manual, check: bool, like: SpecText | None) -> SpecText:
+    """JAX's `aval.nospec`: dimension 0 sharded over every manual axis (check_vma=False) or
+    over the axes the value varies along (check_vma=True)."""
+    if check:
+        varying = set(varying_axes(t))
+        names = tuple(n for n in mesh.names if n in varying)
+    else:
+        names = tuple(manual)
+    return make_spec([names] if names else [], like)
+
+
+def _promote(jaxpr: Jaxpr, which_out: list[int]) -> Jaxpr:
+    """Scalar residual outputs (positions `which_out`) broadcast to shape (1,)."""
+    if not which_out:
+        return jaxpr
+    outs = list(jaxpr.outvars)
+    eqns = list(jaxpr.eqns)
+    for k in which_out:
+        r = outs[k]
+        t = r.type
+        new = Var(ShapedArray((1,), t.dtype, False, t.memory_space, t.vma), None)
+        eqns.append(
+            Eqn(
+                "broadcast_in_dim",
+                (r,),
+                (new,),
+                {"broadcast_dimensions": (), "shape": (1,), "sharding": None},
+                None,
+            )
+        )
+        outs[k] = new
+    return jaxpr.replace(eqns=eqns, outvars=outs)
+
+
+def _demote(jaxpr: Jaxpr, which_in: list[int]) -> Jaxpr:
+    """Inputs at `which_in` arrive promoted to shape (1,): squeeze them back."""
+    if not which_in:
+        return jaxpr
+    invars = list(jaxpr.invars)
+    pre = []
+    for k in which_in:
+        v = invars[k]
+        t = v.type
+        new = Var(ShapedArray((1,), t.dtype, False, t.memory_space, t.vma), v.hint)
+        pre.append(Eqn("squeeze", (new,), (v,), {"dimensions": (0,)}, None))
+        invars[k] = new
+    return jaxpr.replace(invars=invars, eqns=pre + list(jaxpr.eqns))
+
+
+def _outer_types(body_vars, specs, mesh):
+    return [outer_type(v.type, s, mesh) for v, s in zip(body_vars, specs)]
+
+
+def _shard_map_jvp(primals, tangents, **params):
+    from ..ad.jvp import jvp_masked
+    from ..ad.linearize import linearize_masked
+
+    b = current()
+    body: Jaxpr = params["jaxpr"]
+    mesh = mesh_of(params)
+    in_specs = specs_of(params, "in", body.invars)
+    out_specs = specs_of(params, "out", body.outvars)
+    in_p = _spec_params(params, "in", body.invars)
+    out_p = _spec_params(params, "out", body.outvars)
+    nz = [not is_zero(t) for t in tangents]
+    nz_t = [t for t in tangents if not is_zero(t)]
+    n = len(body.outvars)
+    out_types = _outer_types(body.outvars, out_specs, mesh)
+    if not b.split:
+        jj, out_nz = jvp_masked(body, nz, instantiate=False)
+        p = _with_specs(params, jj, in_p + _sel(in_p, nz), out_p + _sel(out_p, out_nz))
+        types = out_types + [tangent_type(t) for t in _sel(out_types, out_nz)]
+        outs = b.bind("shard_map", list(primals) + nz_t, p, types)
+        return outs[:n], _scatter(out_nz, outs[n:], out_types)
+    pj, lj, out_nz, _ = linearize_masked(body, nz, instantiate=False)
+    check = check_vma(params)
+    manual = manual_axes(params, mesh)
+    like = in_specs[0] if in_specs else (out_specs[0] if out_specs else None)
+    in_pos = {id(v): i for i, v in enumerate(pj.invars)}
+    out_pos = {}
+    for j, v in enumerate(pj.outvars[:n]):
+        if isinstance(v, Var):
+            out_pos.setdefault(id(v), j)
+    plan, kept, kept_specs, promote_out, promote_in = [], [], [], [], []
+    for k, r in enumerate(pj.outvars[n:]):
+        if isinstance(r, Var) and id(r) in in_pos:
+            plan.append(("in", in_pos[id(r)]))
+        elif isinstance(r, Var) and id(r) in out_pos:
+            plan.append(("out", out_pos[id(r)]))
+        else:
+            if isinstance(r.type, ShapedArray) and r.type.shape == ():
+                promote_out.append(n + len(kept))
+                promote_in.append(k)
+            plan.append(("new", len(kept)))
+            kept.append(r)
+            kept_specs.append(_residual_spec(r.type, mesh, manual, check, like))
+    pj = pj.replace(outvars=list(pj.outvars[:n]) + kept)
+    pj = _promote(pj, promote_out)
+    lj = _demote(lj, promote_in)
+    kept_p = [s.as_param() for s in kept_specs]
+    prim_types = out_types + _outer_types(pj.outvars[n:], kept_specs, mesh)
+    outs = b.bind(
+        "shard_map", list(primals), _with_specs(params, pj, in_p, out_p + kept_p), prim_types
+    )
+    if not any(out_nz):
+        return outs[:n], [Zero(tangent_type(t)) for t in out_types]
+    res_atoms, res_p = [], []
+    for kind, i in plan:
+        if kind == "in":
+            res_atoms.append(primals[i])
+            res_p.append(in_p[i])
+        elif kind == "out":
+            res_atoms.append(outs[i])
+            res_p.append(out_p[i])
+        else:
+            res_atoms.append(outs[n + i])
+            res_p.append(kept_p[i])
+    lp = _with_specs(params, lj, res_p + _sel(in_p, nz), _sel(out_p, out_nz))
+    ttypes = [tangent_type(t) for t in _sel(out_types, out_nz)]
+    touts = b.bind("shard_map", res_atoms + nz_t, lp, ttypes)
+    return outs[:n], _scatter(out_nz, touts, out_types)
+
+
+def _unmentioned(spec: SpecText, manual) -> tuple[str, ...]:
+    used = spec.axes()
+    return tuple(a for a in manual if a not in used)
+
+
+def _shard_map_transpose(cts, *args, **params):
+    from ..ad.transpose import backward_pass
+
+    body: Jaxpr = params["jaxpr"]
+    mesh = mesh_of(params)
+    check = check_vma(params)
+    manual = manual_axes(params, mesh)
+    in_specs = specs_of(params, "in", body.invars)
+    out_specs = specs_of(params, "out", body.outvars)
+    in_p = _spec_params(params, "in", body.invars)
+    out_p = _spec_params(params, "out", body.outvars)
+    lin = [is_undefined_primal(a) for a in args]
+    nzc = [not is_zero(c) for c in cts]
+
+    def zeros():
+        return [Zero(tangent_type(a.type)) if m else None for a, m in zip(args, lin)]
+
+    if not any(nzc):
+        return zeros()
+    sizes = mesh.shape
+    ct_atoms = []
+    for c, s, m in zip(cts, out_specs, nzc):
+        if not m:
+            continue
+        if not check and c.type.dtype != "float0":
+            f = 1
+            for a in _unmentioned(s, manual):
+                f *= sizes.get(a, 1)
+            if f != 1:
+                c = ops.div(c, ops.lit(f, c))
+        ct_atoms.append(c)
+    tb = B.Builder(loc=current().loc)
+    res_in = [B.fresh_like(v) for v, m in zip(body.invars, lin) if not m]
+    ct_in = [Var(tangent_type(v.type), None) for v, m in zip(body.outvars, nzc) if m]
+    it_r, it_c = iter(res_in), iter(ct_in)
+    bargs = [None if m else next(it_r) for m in lin]
+    bcts = [next(it_c) if m else Zero(tangent_type(v.type)) for v, m in zip(body.outvars, nzc)]
+    outs, new_out_p, which = [], [], []
+    with B.use(tb):
+        _, cts_in = backward_pass(body, lin, bargs, bcts)
+        for i, (m, c) in enumerate(zip(lin, cts_in)):
+            if not m or c is None or is_zero(c):
+                continue
+            if not check and c.type.dtype != "float0":
+                un = _unmentioned(in_specs[i], manual)
+                if un:
+                    c = tb.bind("psum", [c], {"axes": un, "axis_index_groups": None}, [c.type])[0]
+            if isinstance(c, Literal):
+                c = instantiate_literal(c, body.invars[i].type)
+            outs.append(c)
+            new_out_p.append(in_p[i])
+            which.append(i)
+    if not outs:
+        return zeros()
+    eqns = B.dce_eqns(tb.eqns, outs)
+    tj = B.make_jaxpr(res_in + ct_in, eqns, outs)
+    p = _with_specs(params, tj, _sel(in_p, [not m for m in lin]) + _sel(out_p, nzc), new_out_p)
+    types = [tangent_type(args[i].type) for i in which]
+    nl = [a for a, m in zip(args, lin) if not m]
+    res = iter(current().bind("shard_map", nl + ct_atoms, p, types))
+    got = {i: next(res) for i in which}
+    return [
+        (got[i] if i in got else Zero(tangent_type(a.type))) if m else None
+        for i, (a, m) in enumerate(zip(args, lin))
+    ]
+
+
+def instantiate_literal(lit: Literal, t):
+    """A literal cotangent (a scalar zero, say) as a value of the input's type."""
+    b = current()
+    if isinstance(t, ShapedArray) and t.shape:
+        return b.bind(
+            "broadcast_in_dim", [lit], {"broadcast_dimensions": (), "sharding": None}, [t]
+        )[0]
+    return lit
+
+
+# ---------------------------------------------------------------- AD: xla_pmap
+
+
+def _pmap_params(params, body, in_axes, out_axes, n_in):
+    p = dict(params)
+    p["call_jaxpr"] = body
+    p["in_axes"] = tuple(in_axes)
+    p["out_axes"] = tuple(out_axes)
+    if "donated_invars" in p:
+        p["donated_invars"] = (False,) * n_in
+    return p
+
+
+def _xla_pmap_jvp(primals, tangents, **params):
+    from ..ad.jvp import jvp_masked
+    from ..ad.linearize import linearize_masked
+
+    b = current()
+    body: Jaxpr = params["call_jaxpr"]
+    n = len(body.outvars)
+    in_axes = pmap_axes(params, "in_axes", len(primals))
+    out_axes = pmap_axes(params, "out_axes", n)
+    nz = [not is_zero(t) for t in tangents]
+    nz_t = [t for t in tangents if not is_zero(t)]
+    if not b.split:
+        jj, out_nz = jvp_masked(body, nz, instantiate=False)
+        ins = list(primals) + nz_t
+        p = _pmap_params(
+            params, jj, in_axes + _sel(in_axes, nz), out_axes + _sel(out_axes, out_nz), len(ins)
+        )
+        outs = b.bind("xla_pmap", ins, p)
+        types = [o.type for o in outs[:n]]
+        return outs[:n], _scatter(out_nz, outs[n:], types)
+    pj, lj, out_nz, nres = linearize_masked(body, nz, instantiate=False)
+    p = _pmap_params(params, pj, in_axes, out_axes + [0] * nres, len(primals))
+    outs = b.bind("xla_pmap", list(primals), p)
+    types = [o.type for o in outs[:n]]
+    if not any(out_nz):
+        return outs[:n], [Zero(tangent_type(t)) for t in types]
+    ins = list(outs[n:]) + nz_t
+    lp = _pmap_params(params, lj, [0] * nres + _sel(in_axes, nz), _sel(out_axes, out_nz), len(ins))
+    touts = b.bind("xla_pmap", ins, lp)
+    return outs[:n], _scatter(out_nz, touts, types)
+
+
+def _xla_pmap_transpose(cts, *args, **params):
+    from ..ad.transpose import backward_pass
+
+    body: Jaxpr = params["call_jaxpr"]
+    in_axes = pmap_axes(params, "in_axes", len(args))
+    out_axes = pmap_axes(params, "out_axes", len(body.outvars))
+    lin = [is_undefined_primal(a) for a in args]
+    nzc = [not is_zero(c) for c in cts]
+
+    def zeros():
+        return [Zero(tangent_type(a.type)) if m else None for a, m in zip(args, lin)]
+
+    if not any(nzc):
+        return zeros()
+    if any(a is None for a, m in zip(out_axes, nzc) if m):
+        raise JaxprError(
+            "autodiff of pmap functions with out_axes=None is not supported. "
+            "Consider using shard_map instead.",
+            current().loc,
+        )
+    tb = B.Builder(loc=current().loc)
+    res_in = [B.fresh_like(v) for v, m in zip(body.invars, lin) if not m]
+    ct_in = [Var(tangent_type(v.type), None) for v, m in zip(body.outvars, nzc) if m]
+    it_r, it_c = iter(res_in), iter(ct_in)
+    bargs = [None if m else next(it_r) for m in lin]
+    bcts = [next(it_c) if m else Zero(tangent_type(v.type)) for v, m in zip(body.outvars, nzc)]
+    outs, which = [], []
+    with B.use(tb):
+        _, cts_in = backward_pass(body, lin, bargs, bcts)
+        for i, (m, c) in enumerate(zip(lin, cts_in)):
+            if not m or c is None or is_zero(c):
+                continue
+            if isinstance(c, Literal):
+                c = instantiate_literal(c, body.invars[i].type)
+            outs.append(c)
+            which.append(i)
+    if not outs:
+        return zeros()
+    tj = B.make_jaxpr(res_in + ct_in, B.dce_eqns(tb.eqns, outs), outs)
+    new_in = _sel(in_axes, [not m for m in lin]) + _sel(out_axes, nzc)
+    new_out = [in_axes[i] or 0 for i in which]
+    ins = [a for a, m in zip(args, lin) if not m] + [c for c, m in zip(cts, nzc) if m]
+    p = _pmap_params(params, tj, new_in, new_out, len(ins))
+    p.pop("out_axes_thunk", None)
+    res = iter(current().bind("xla_pmap", ins, p))
+    got = {}
+    for i in which:
+        c = next(res)
+        if in_axes[i] is None:
+            c = ops.reduce_sum(c, (0,))
+        got[i] = c
+    return [
+        (got[i] if i in got else Zero(tangent_type(a.type))) if m else None
+        for i, (a, m) in enumerate(zip(args, lin))
+    ]
+
+
+# ---------------------------------------------------------------- the records
+
+define("shard_map", shape_rule=_shard_map_shape, family="collectives")
+for _n in ("shard_map", "xla_pmap"):
+    define(_n, multiple_results=True, family="collectives")
+define("shard_map", evaluate=_eval_shard_map, jvp=_shard_map_jvp, jvp_kind=LOW_LEVEL)
+define("shard_map", transpose=_shard_map_transpose)
+define("xla_pmap", evaluate=_eval_xla_pmap, jvp=_xla_pmap_jvp, jvp_kind=LOW_LEVEL)
+define("xla_pmap", transpose=_xla_pmap_transpose)
+define("all_gather_invariant", shape_rule=_all_gather_shape, family="collectives")
+define("psum_scatter", shape_rule=_reduce_scatter_shape, family="collectives")
+define("sharding_constraint", evaluate=_eval_sharding_constraint)
+define("reshard", evaluate=_eval_reshard)
+for _n in ("psum", "pmax", "pmin"):
+    define(_n, bind_params=_bind_reduction, family="collectives")
+for _n in ("psum_invariant", "pvary"):
+    define(_n, bind_params=_bind_axes_only, family="collectives")
+define("ppermute", bind_params=_bind_perm, family="collectives")
+for _n in (
+    "all_gather",
+    "all_gather_invariant",
+    "all_to_all",
+    "reduce_scatter",
+    "psum_scatter",
+    "axis_index",
+    "pbroadcast",
+):
+    define(_n, family="collectives")
+
+
+for _n in ("psum", "pmax", "pmin"):
+    define(_n, evaluate=_eval_each)
+
+_linear_each("psum", _psum_t)
+_linear_each("psum_invariant", _psum_invariant_t)
+_linear_each("pvary", _pvary_t)
+_linear_each("ppermute", _ppermute_t)
+_linear_each("all_gather", _all_gather_t)
+_linear_each("reduce_scatter", _reduce_scatter_t)
+_linear_each("psum_scatter", _reduce_scatter_t)
+_linear_each("all_to_all", _all_to_all_t)
+_linear_each("all_gather_invariant", _all_gather_invariant_t)
+_linear_each("pbroadcast", _pbroadcast_t)
+_linear_each("sharding_constraint", _sharding_constraint_t)
+_linear_each("reshard", _reshard_t)
+defjvp_zero("axis_index")

@@ -20,6 +20,7 @@ from functools import cache
 from ..ad import ops
 from ..ad.registry import register_library_jvp
 from ..core import Jaxpr, Literal
+from ..record import define
 
 #: parameters that follow from the operand shapes, ignored when comparing bodies
 _SHAPE_PARAMS = frozenset({"shape", "sharding", "out_sharding", "broadcast_dimensions"})
@@ -217,3 +218,8 @@ for _rule in (
     LibraryRule("logit", "jvp", _LOGIT, _logit_tangent),
 ):
     register_library_jvp(_rule)
+
+# the rules above are found through custom_jvp_call: loading that primitive's families must
+# load this module too (`families/index.py` records which modules define each primitive)
+define("custom_jvp_call")
+define("custom_jvp_call_jaxpr")

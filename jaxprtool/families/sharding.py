@@ -72,16 +72,16 @@ def _print_reshard(e, style):
     return sorted_params(e.params) if style.broadcast_shape_param else []
 
 
-defidentity("reshard")
 defidentity("mesh_cast")
-define("reshard", print_params=_print_reshard, evaluate=_evaluate_identity, flops=_no_flops)
+# (its JVP, transpose and evaluation are in collectives.py: reshard moves data across devices)
+define("reshard", print_params=_print_reshard, flops=_no_flops)
 define("mesh_cast", evaluate=_evaluate_identity)
 
 
 # ---------------------------------------------------------------- sharding_constraint, memory space
 
-defidentity("sharding_constraint")
-define("sharding_constraint", evaluate=_evaluate_identity, flops=_no_flops)
+# (its JVP, transpose and evaluation are in collectives.py, with the mesh it constrains to)
+define("sharding_constraint", flops=_no_flops)
 for _n in (
     "layout_constraint",
     "with_memory_space_constraint",

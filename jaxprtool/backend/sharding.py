@@ -1,0 +1,656 @@
+"""Multi-device runs: device meshes, input placement, output gathering, JAX's distributed runtime.
+
+The distributed engine is JAX's own: `shard_map` bodies run through `jax.shard_map`,
+collectives are bound as JAX's primitives, shardings become `NamedSharding`s over a
+`jax.sharding.Mesh`, XLA's SPMD partitioner does the rest; several processes join through
+`jax.distributed.initialize` (CPU collectives over gloo).  This module holds the run's
+configuration (what `--mesh`, `--devices`, `--coordinator`... asked for), builds concrete
+meshes for the meshes a program prints, places the inputs and gathers the outputs.
+jax is imported lazily.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..core import JaxprError, ShapedArray, all_eqns
+from ..shardings import MeshText, read_mesh, read_sharding, read_spec, type_spec
+
+#: primitives whose presence makes a program multi-device
+MULTI_DEVICE_PRIMS = frozenset(
+    {
+        "shard_map",
+        "xla_pmap",
+        "psum",
+        "pmax",
+        "pmin",
+        "ppermute",
+        "all_gather",
+        "all_gather_invariant",
+        "all_to_all",
+        "reduce_scatter",
+        "psum_scatter",
+        "axis_index",
+        "psum_invariant",
+        "pvary",
+        "pbroadcast",
+    }
+)
+
+
+@dataclass
+class RunConfig:
+    """What the command line asked for (`--mesh`, `--devices`, the distributed flags)."""
+
+    mesh: dict[str, int] | None = None
+    devices: int | None = None
+    platform: str = "cpu"
+    coordinator: str | None = None
+    num_processes: int | None = None
+    process_id: int | None = None
+    #: shardings of the last run's outputs (for --show-sharding)
+    last_shardings: list = field(default_factory=list)
+    #: > 0 while a multi-device run or compile is in progress
+    active: int = 0
+
+
+CONFIG = RunConfig()
+_MESHES: dict = {}
+
+
+@contextlib.contextmanager
+def configured(cfg: RunConfig):
+    """Use `cfg` for the runs inside the block (the CLI sets it per command)."""
+    global CONFIG
+    saved, CONFIG = CONFIG, cfg
+    try:
+        yield cfg
+    finally:
+        CONFIG = saved
+
+
+def parse_mesh_option(text: str) -> dict[str, int]:
+    """`x=4,y=2` -> {'x': 4, 'y': 2} (JaxprError on bad syntax)."""
+    out: dict[str, int] = {}
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        name, eq, val = part.partition("=")
+        name, val = name.strip(), val.strip()
+        if not eq or not name.isidentifier() or not val.isdigit() or int(val) < 1:
+            raise JaxprError(f"bad --mesh '{text}': expected NAME=SIZE,... e.g. --mesh x=4,y=2")
+        if name in out:
+            raise JaxprError(f"bad --mesh '{text}': axis '{name}' given twice")
+        out[name] = int(val)
+    if not out:
+        raise JaxprError(f"bad --mesh '{text}': expected NAME=SIZE,... e.g. --mesh x=4,y=2")
+    return out
+
+
+# ---------------------------------------------------------------- what a program needs
+
+
+def program_meshes(jaxpr) -> list[MeshText]:
+    """The meshes a program prints (shard_map, shardings, xla_pmap axes), in order, distinct."""
+    seen: dict[tuple, MeshText] = {}
+
+    def add(m: MeshText):
+        seen.setdefault((m.names, m.sizes, m.complete), m)
+
+    for e in all_eqns(jaxpr):
+        p = e.params
+        if e.prim == "shard_map" and "mesh" in p:
+            add(read_mesh(p["mesh"]))
+        elif e.prim == "xla_pmap":
+            add(MeshText((str(p.get("axis_name")),), (int(p.get("axis_size", 1)),), ("Auto",)))
+        for k in ("sharding", "in_shardings", "out_shardings", "dst_sharding"):
+            vals = p.get(k)
+            for v in vals if isinstance(vals, (tuple, list)) else (vals,):
+                s = read_sharding(v) if v is not None else None
+                if s is not None:
+                    add(s.mesh)
+    return list(seen.values())
+
+
+def sharded_type_axes(jaxpr) -> list[str]:
+    """Mesh axes named by explicitly sharded types (`f32[8@x,4]`) anywhere in the program."""
+    axes: list[str] = []
+
+    def look(t):
+        spec = type_spec(t)
+        for e in spec.entries if spec else ():
+            for a in e or ():
+                if a not in axes:
+                    axes.append(a)
+
+    for v in list(jaxpr.invars) + list(jaxpr.constvars):
+        look(v.type)
+    for e in all_eqns(jaxpr):
+        for o in e.outputs:
+            look(o.type)
+    return axes
+
+
+def is_multi_device(jaxpr) -> bool:
+    """Whether the program needs a device mesh (or the command line gave one)."""
+    if CONFIG.mesh:
+        return True
+    if sharded_type_axes(jaxpr):
+        return True
+    for e in all_eqns(jaxpr):
+        if e.prim in MULTI_DEVICE_PRIMS:
+            return True
+    return any(m.complete and m.size > 1 for m in program_meshes(jaxpr))
+
+
+def run_mesh(jaxpr) -> MeshText | None:
+    """The mesh that inputs are placed on: --mesh, or the first complete mesh of the text."""
+    explicit = bool(sharded_type_axes(jaxpr))
+    if CONFIG.mesh:
+        names = tuple(CONFIG.mesh)
+        kind = "Explicit" if explicit else "Auto"
+        return MeshText(names, tuple(CONFIG.mesh.values()), (kind,) * len(names))
+    for m in program_meshes(jaxpr):
+        if m.complete:
+            return m
+    if explicit:
+        axes = sharded_type_axes(jaxpr)
+        raise JaxprError(
+            f"the program's types are sharded over mesh axes {', '.join(axes)} but the text "
+            "does not print the mesh: give it with --mesh " + ",".join(f"{a}=SIZE" for a in axes)
+        )
+    return None
+
+
+def devices_needed(jaxpr) -> int:
+    n = 1
+    for m in program_meshes(jaxpr):
+        if m.complete:
+            n = max(n, resolve(m).size)
+    if CONFIG.mesh:
+        n = max(n, int(np.prod(list(CONFIG.mesh.values()))))
+    return n
+
+
+def resolve(m: MeshText, eqn=None) -> MeshText:
+    """A printed mesh checked against --mesh, or completed from it when the text lacks it."""
+    given = CONFIG.mesh
+    loc = getattr(eqn, "loc", None)
+    if not m.complete:
+        if not given:
+            raise JaxprError(
+                f"the program's mesh {m} does not say its axis sizes: give them with --mesh", loc
+            )
+        kind = m.types[0] if m.types else "Auto"
+        return MeshText(tuple(given), tuple(given.values()), (kind,) * len(given))
+    if given:
+        for name, size in zip(m.names, m.sizes):
+            if name in given and given[name] != size:
+                raise JaxprError(
+                    f"--mesh gives axis '{name}' size {given[name]}, but the program's mesh is "
+                    f"{m.spec_text()}",
+                    loc,
+                )
+    return m
+
+
+# ---------------------------------------------------------------- devices and processes
+
+
+def setup(jaxpr=None, needed: int | None = None) -> None:
+    """Before JAX starts: the host device count (`--devices`, default what the mesh needs) and
+    the distributed runtime.  After JAX started: check that enough devices exist."""
+    import jax
+    from jax._src import xla_bridge
+
+    cfg = CONFIG
+    nproc = cfg.num_processes or 1
+    if needed is None:
+        needed = devices_needed(jaxpr) if jaxpr is not None else 1
+    local = cfg.devices or max(1, -(-needed // nproc))
+    if not xla_bridge.backends_are_initialized():
+        if cfg.platform == "cpu":
+            jax.config.update("jax_num_cpu_devices", local)
+        if cfg.coordinator:
+            if cfg.platform == "cpu":
+                jax.config.update("jax_cpu_collectives_implementation", "gloo")
+            try:
+                jax.distributed.initialize(
+                    cfg.coordinator,
+                    num_processes=nproc,
+                    process_id=cfg.process_id or 0,
+                    initialization_timeout=60,
+                    cluster_detection_method="deactivate",
+                )
+            except Exception as e:  # noqa: BLE001 - JAX's complaint, reported plainly
+                raise JaxprError(
+                    f"cannot join the distributed run at {cfg.coordinator}: "
+                    f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                ) from None
+    elif cfg.coordinator and not jax.distributed.is_initialized():
+        raise JaxprError(
+            "--coordinator: JAX was already started in this process; the distributed runtime "
+            "must be initialised before JAX starts"
+        )
+    if cfg.devices is not None and needed > cfg.devices * nproc:
+        per = f" per process x {nproc} processes" if nproc > 1 else ""
+        raise JaxprError(f"the mesh needs {needed} devices but --devices gives {cfg.devices}{per}")
+    have = len(platform_devices())
+    if cfg.devices and cfg.devices * nproc > have and cfg.platform == "cpu":
+        raise JaxprError(
+            f"--devices {cfg.devices}: JAX was already started in this process with {have} "
+            f"{cfg.platform} device{'s' if have != 1 else ''} (the host device count must be "
+            "set before JAX starts)"
+        )
+    if needed > have:
+        hint = (
+            " (JAX was already started with that many; the host device count must be set before "
+            "JAX starts)"
+            if cfg.platform == "cpu"
+            and cfg.devices is None
+            and xla_bridge.backends_are_initialized()
+            and have < local * nproc
+            else ""
+        )
+        raise JaxprError(
+            f"the mesh needs {needed} devices but {have} {cfg.platform} device"
+            f"{'s are' if have != 1 else ' is'} available{hint}"
+        )
+
+
+def platform_devices() -> list:
+    import jax
+
+    from . import get_device
+
+    get_device(CONFIG.platform)
+    return jax.devices({"gpu": "gpu"}.get(CONFIG.platform, CONFIG.platform))
+
+
+def process_index() -> int:
+    import jax
+
+    return jax.process_index()
+
+
+def concrete_mesh(m, eqn=None):
+    """A `jax.sharding.Mesh` for a printed mesh (a MeshText or the param value)."""
+    import jax
+
+    if not isinstance(m, MeshText):
+        m = read_mesh(m)
+    m = resolve(m, eqn)
+    key = (m.names, m.sizes, m.types, CONFIG.platform)
+    hit = _MESHES.get(key)
+    if hit is not None:
+        return hit
+    devs = platform_devices()
+    if m.size > len(devs):
+        raise JaxprError(
+            f"the mesh {m.spec_text()} needs {m.size} devices but {len(devs)} "
+            f"{CONFIG.platform} device{'s are' if len(devs) != 1 else ' is'} available "
+            "(on CPU, --devices N sets the host device count)",
+            getattr(eqn, "loc", None),
+        )
+    types = tuple(
+        getattr(jax.sharding.AxisType, t, jax.sharding.AxisType.Auto)
+        for t in (m.types or ("Auto",) * len(m.names))
+    )
+    arr = np.array(devs[: m.size], dtype=object).reshape(m.sizes)
+    mesh = jax.sharding.Mesh(arr, m.names, axis_types=types)
+    _MESHES[key] = mesh
+    return mesh
+
+
+def partition_spec(spec_value, eqn=None, ndim: int | None = None):
+    """A `jax.sharding.PartitionSpec` for a printed spec (P(...), PartitionSpec(...), in_names)."""
+    from jax.sharding import PartitionSpec as P
+
+    from ..shardings import names_to_spec
+
+    s = read_spec(spec_value)
+    if s is None:
+        s = names_to_spec(spec_value, ndim)
+    if s is None:
+        raise JaxprError(
+            f"cannot read the partition spec {spec_value} (expected P(...))",
+            getattr(eqn, "loc", None),
+        )
+    if s.extra:
+        raise JaxprError(
+            f"cannot run the partition spec {spec_value}: unreduced/reduced axes are not supported",
+            getattr(eqn, "loc", None),
+        )
+    return P(*[e if e is None or len(e) != 1 else e[0] for e in s.entries])
+
+
+def named_sharding(value, eqn=None):
+    """A `NamedSharding` for a printed `NamedSharding(...)` value, or None when it has none."""
+    import jax
+
+    s = read_sharding(value)
+    if s is None:
+        return None
+    return jax.sharding.NamedSharding(concrete_mesh(s.mesh, eqn), partition_spec(s.spec.to_text()))
+
+
+# ---------------------------------------------------------------- inputs and outputs
+
+
+def input_shardings(jaxpr, mesh_text: MeshText | None):
+    """One sharding (or None: replicated over the run mesh) per const and input."""
+    import jax
+
+    vs = list(jaxpr.constvars) + list(jaxpr.invars)
+    pos = {id(v): i for i, v in enumerate(vs)}
+    out: list = [None] * len(vs)
+    for i, v in enumerate(vs):
+        spec = type_spec(v.type)
+        if spec is not None and mesh_text is not None:
+            out[i] = jax.sharding.NamedSharding(
+                concrete_mesh(mesh_text), partition_spec(spec.to_text())
+            )
+    for e in jaxpr.eqns:
+        for k, a in enumerate(e.inputs):
+            i = pos.get(id(a))
+            if i is None or out[i] is not None:
+                continue
+            out[i] = _operand_sharding(e, k, a)
+    return out
+
+
+def _operand_sharding(e, k, a):
+    import jax
+
+    p = e.params
+    try:
+        if e.prim in ("jit", "pjit"):
+            shs = p.get("in_shardings")
+            if isinstance(shs, (tuple, list)) and k < len(shs):
+                return named_sharding(shs[k], e)
+        elif e.prim == "shard_map":
+            specs = p.get("in_specs", p.get("in_names"))
+            if isinstance(specs, (tuple, list)) and k < len(specs):
+                mesh = concrete_mesh(p["mesh"], e)
+                ndim = len(a.type.shape) if isinstance(a.type, ShapedArray) else None
+                return jax.sharding.NamedSharding(mesh, partition_spec(specs[k], e, ndim))
+        elif e.prim == "xla_pmap":
+            axes = p.get("in_axes")
+            if isinstance(axes, (tuple, list)) and k < len(axes) and axes[k] is not None:
+                from jax.sharding import PartitionSpec as P
+
+                mesh = concrete_mesh(_pmap_mesh(e), e)
+                ax = int(axes[k])
+                return jax.sharding.NamedSharding(mesh, P(*([None] * ax), str(p["axis_name"])))
+    except JaxprError:
+        raise
+    except Exception:  # noqa: BLE001 - a placement we cannot read: replicate
+        return None
+    return None
+
+
+def _pmap_mesh(e) -> MeshText:
+    p = e.params
+    return MeshText((str(p.get("axis_name")),), (int(p.get("axis_size", 1)),), ("Auto",))
+
+
+def place(x, sharding):
+    """A global array from a host array, laid out by `sharding` (works across processes)."""
+    import jax
+
+    x = np.asarray(x)
+    return jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx])
+
+
+def gather(o) -> np.ndarray:
+    """A host copy of an output (gathered from every process when it spans several)."""
+    if getattr(o, "is_fully_addressable", True):
+        return np.asarray(o)
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(o, tiled=True))
+
+
+def describe(sharding) -> str:
+    """One line: `P('x', None) over mesh x=4,y=2 (8 devices)`, or the device of a
+    single-device array."""
+    import jax
+
+    if isinstance(sharding, jax.sharding.NamedSharding):
+        mesh = sharding.mesh
+        axes = ",".join(f"{n}={s}" for n, s in mesh.shape.items())
+        return f"{sharding.spec} over mesh {axes} ({mesh.size} devices)"
+    if isinstance(sharding, jax.sharding.SingleDeviceSharding):
+        (d,) = sharding.device_set
+        return f"single device {d.platform}:{d.id}"
+    return str(sharding)
+
+
+def is_multi_device_run() -> bool:
+    """Whether a multi-device run (or compile) is in progress."""
+    return CONFIG.active > 0
+
+
+@contextlib.contextmanager
+def active():
+    CONFIG.active += 1
+    try:
+        yield
+    finally:
+        CONFIG.active -= 1
+
+
+def placed_inputs(jaxpr, xs_host) -> list:
+    """Consts then args, placed on the run mesh: each with its input sharding, the others
+    replicated (keys replicated)."""
+    import jax
+
+    mesh_text = run_mesh(jaxpr)
+    shardings = input_shardings(jaxpr, mesh_text)
+    repl = None
+    if mesh_text is not None:
+        repl = jax.sharding.NamedSharding(concrete_mesh(mesh_text), jax.sharding.PartitionSpec())
+    xs = []
+    for v, x, sh in zip(list(jaxpr.constvars) + list(jaxpr.invars), xs_host, shardings):
+        if getattr(v.type, "dtype", "").startswith("key<"):
+            sh = None
+        sh = sh or repl
+        xs.append(place(x, sh) if sh is not None else jax.device_put(x))
+    return xs
+
+
+def mesh_scope(jaxpr):
+    """`jax.set_mesh` of the run mesh when it has explicit axes (sharded types), else nothing."""
+    import jax
+
+    mesh_text = run_mesh(jaxpr)
+    if mesh_text is not None and "Explicit" in mesh_text.types:
+        return jax.set_mesh(concrete_mesh(mesh_text))
+    return contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def run_scope(jaxpr, device: str | None = None):
+    """Devices set up, the run marked multi-device, the explicit mesh set (for --repeat and
+    compile)."""
+    if device is not None:
+        CONFIG.platform = "gpu" if device in ("gpu", "cuda") else device
+    setup(jaxpr)
+    with active(), mesh_scope(jaxpr):
+        yield
+
+
+def sharded_structs(jaxpr, structs) -> list:
+    """`jax.ShapeDtypeStruct`s of the consts and inputs with their placement (compile)."""
+    import jax
+
+    mesh_text = run_mesh(jaxpr)
+    shardings = input_shardings(jaxpr, mesh_text)
+    repl = None
+    if mesh_text is not None:
+        repl = jax.sharding.NamedSharding(concrete_mesh(mesh_text), jax.sharding.PartitionSpec())
+    out = []
+    for v, st, sh in zip(list(jaxpr.constvars) + list(jaxpr.invars), structs, shardings):
+        if getattr(v.type, "dtype", "").startswith("key<"):
+            sh = None
+        sh = sh or repl
+        out.append(jax.ShapeDtypeStruct(st.shape, st.dtype, sharding=sh) if sh else st)
+    return out
+
+
+def output_shardings(jaxpr) -> list:
+    """Per output, the sharding the program asks for (a top-level jit's out_shardings, an
+    explicitly sharded type), or None."""
+    import jax
+
+    mesh_text = None
+    producer = {}
+    for e in jaxpr.eqns:
+        for k, o in enumerate(e.outputs):
+            producer[id(o)] = (e, k)
+    out = []
+    for v in jaxpr.outvars:
+        sh = None
+        hit = producer.get(id(v))
+        if hit is not None and hit[0].prim in ("jit", "pjit"):
+            e, k = hit
+            shs = e.params.get("out_shardings")
+            if isinstance(shs, (tuple, list)) and k < len(shs):
+                sh = named_sharding(shs[k], e)
+        spec = type_spec(v.type)
+        if sh is None and spec is not None:
+            mesh_text = mesh_text or run_mesh(jaxpr)
+            if mesh_text is not None:
+                sh = jax.sharding.NamedSharding(
+                    concrete_mesh(mesh_text), partition_spec(spec.to_text())
+                )
+        out.append(sh)
+    return out
+
+
+def _constrained(jaxpr, fn):
+    """`fn` with its outputs constrained to the program's output shardings."""
+    shs = output_shardings(jaxpr)
+    if not any(s is not None for s in shs):
+        return fn
+
+    def f(*xs):
+        import jax
+
+        outs = fn(*xs)
+        return [
+            o if s is None else jax.lax.with_sharding_constraint(o, s) for o, s in zip(outs, shs)
+        ]
+
+    return f
+
+
+def evaluate(
+    jaxpr,
+    args,
+    consts,
+    dims=None,
+    device: str | None = None,
+    eager: bool = False,
+    trace=None,
+    debug_nans=False,
+    jitted=None,
+):
+    """Run a multi-device program: inputs placed on the mesh, the program jitted as a whole
+    (or op by op, shard_maps compiled), outputs gathered to the host."""
+    import jax
+
+    from . import _unwrap_keys, _wrap_keys, as_jax_function, compile_error, x64_scope
+    from .evaluator import Interpreter
+
+    if device is not None:
+        CONFIG.platform = "gpu" if device in ("gpu", "cuda") else device
+    setup(jaxpr)
+    with active(), x64_scope(jaxpr), mesh_scope(jaxpr):
+        xs = placed_inputs(jaxpr, list(consts) + list(args))
+        try:
+            if eager:
+                interp = Interpreter("eager", dims=dims, trace=trace, debug_nans=debug_nans)
+                nc = len(jaxpr.constvars)
+                ws = _wrap_keys(jaxpr, xs)
+                outs = _unwrap_keys(jaxpr, interp.run(jaxpr, ws[:nc], ws[nc:]))
+                shs = output_shardings(jaxpr)
+                outs = [o if sh is None else jax.device_put(o, sh) for o, sh in zip(outs, shs)]
+            else:
+                fn = jitted or jax.jit(_constrained(jaxpr, as_jax_function(jaxpr, dims, False)))
+                outs = fn(*xs)
+        except JaxprError:
+            raise
+        except (TypeError, ValueError, NotImplementedError) as e:
+            raise compile_error(jaxpr, e) from None
+        outs = list(outs)
+        CONFIG.last_shardings = [getattr(o, "sharding", None) for o in outs]
+        return [gather(o) for o in outs]
+
+
+# ---------------------------------------------------------------- compiled collectives
+
+_COLLECTIVES = (
+    "all-reduce",
+    "all-gather",
+    "reduce-scatter",
+    "all-to-all",
+    "collective-permute",
+    "collective-broadcast",
+    "ragged-all-to-all",
+)
+
+
+def collective_stats(hlo_text: str) -> list[tuple[str, int, int]]:
+    """(collective, count, result bytes) for the collectives of an HLO module's text."""
+    import re
+
+    from ..core import np_dtype, short_dtype_name
+
+    counts: dict[str, list[int]] = {}
+    pat = re.compile(
+        r"=\s*(\(?[a-z0-9_]+\[[^=]*?\]\S*(?:,\s*[a-z0-9_]+\[[^\]]*\]\S*)*\)?)\s+("
+        + "|".join(re.escape(c) for c in _COLLECTIVES)
+        + r")(-start)?\("
+    )
+    for m in pat.finditer(hlo_text):
+        name = m.group(2)
+        nbytes = 0
+        for dt, dims in re.findall(r"([a-z][a-z0-9]*)\[([0-9,]*)\]", m.group(1)):
+            try:
+                size = np_dtype(short_dtype_name(_hlo_dtype(dt))).itemsize
+            except (KeyError, TypeError):
+                continue
+            n = 1
+            for d in dims.split(","):
+                if d.strip():
+                    n *= int(d)
+            nbytes += n * size
+        c = counts.setdefault(name, [0, 0])
+        c[0] += 1
+        c[1] += nbytes
+    return [(k, v[0], v[1]) for k, v in counts.items()]
+
+
+def _hlo_dtype(dt: str) -> str:
+    return {"pred": "bool", "s8": "i8", "s16": "i16", "s32": "i32", "s64": "i64"}.get(dt, dt)
+
+
+def collective_lines(compiled) -> list[str]:
+    """`--stats` lines: the collectives of the optimised HLO, counted, with their bytes."""
+    try:
+        text = compiled.as_text()
+    except Exception:  # noqa: BLE001 - no text for this executable
+        return []
+    stats = collective_stats(text)
+    if not stats:
+        return []
+    total = sum(c for _, c, _ in stats)
+    total_b = sum(b for _, _, b in stats)
+    lines = [f"collectives: {total} ({total_b} bytes)"]
+    lines += [f"  {name}: {count} ({nbytes} bytes)" for name, count, nbytes in stats]
+    return lines

@@ -1,0 +1,228 @@
+"""The mesh, PartitionSpec and NamedSharding parameters as the text prints them (no jax).
+
+JAX prints `mesh=Mesh('x': 4, 'y': 2, axis_types=(Auto, Auto))`, `in_specs=(P('x', 'y'),)`,
+`out_specs=(P(None, 'y'), P())`, older versions `PartitionSpec(...)`, and
+`sharding=NamedSharding(mesh=..., spec=P('x', None), memory_kind=device)`; the parser keeps
+them as `params.Opaque` text.  This module reads them into small models (`MeshText`,
+`SpecText`), writes new specs back in the text's own spelling (AD adds specs for tangents and
+residuals), and reads the `8@x` dims of JAX 0.12's explicitly sharded types.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .params import Opaque
+
+_AXIS = re.compile(r"'([^']*)'\s*:\s*(\d+)")
+_TYPES = re.compile(r"axis_types=\(([^)]*)\)")
+
+
+@dataclass(frozen=True)
+class MeshText:
+    """A printed mesh: axis names and sizes in order, axis types (Auto/Explicit/Manual)."""
+
+    names: tuple[str, ...]
+    sizes: tuple[int, ...]
+    types: tuple[str, ...]
+    #: False for texts that do not say the sizes (`Mesh()`, a device-id mesh, an object repr)
+    complete: bool = True
+
+    @property
+    def shape(self) -> dict[str, int]:
+        return dict(zip(self.names, self.sizes))
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self.sizes:
+            n *= s
+        return n
+
+    def __str__(self) -> str:
+        if not self.names:
+            return "Mesh()"
+        axes = ", ".join(f"'{n}': {s}" for n, s in zip(self.names, self.sizes))
+        types = ", ".join(self.types) + ("," if len(self.types) == 1 else "")
+        return f"Mesh({axes}, axis_types=({types}))"
+
+    def spec_text(self) -> str:
+        """`x=4,y=2`: the `--mesh` spelling."""
+        return ",".join(f"{n}={s}" for n, s in zip(self.names, self.sizes))
+
+
+def read_mesh(v) -> MeshText:
+    """A `mesh=` / `context_mesh=` value (or a NamedSharding's mesh) as a MeshText."""
+    text = str(v)
+    m = re.search(r"mesh=((?:Abstract)?Mesh\()", text)
+    if m and not text.lstrip().startswith(("Mesh(", "AbstractMesh(")):
+        text = text[m.start(1) :]
+    axes = _AXIS.findall(_head(text))
+    names = tuple(a for a, _ in axes)
+    sizes = tuple(int(s) for _, s in axes)
+    t = _TYPES.search(_head(text))
+    types = tuple(x.strip() for x in t.group(1).split(",") if x.strip()) if t else ()
+    if len(types) != len(names):
+        types = ("Auto",) * len(names)
+    return MeshText(names, sizes, types, bool(names))
+
+
+def _head(text: str) -> str:
+    """The text of the first balanced parenthesised group (a mesh inside a NamedSharding)."""
+    start = text.find("(")
+    if start < 0:
+        return text
+    depth = 0
+    for i in range(start, len(text)):
+        depth += text[i] == "("
+        depth -= text[i] == ")"
+        if depth == 0:
+            return text[: i + 1]
+    return text
+
+
+@dataclass(frozen=True)
+class SpecText:
+    """A PartitionSpec: per dimension None or a tuple of mesh axis names; extra keyword parts
+    (`unreduced={'x'}`) kept verbatim; `cls` is the printed class name (P or PartitionSpec)."""
+
+    entries: tuple[tuple[str, ...] | None, ...]
+    cls: str = "P"
+    extra: str = ""
+
+    def axes(self) -> set[str]:
+        return {a for e in self.entries if e for a in e}
+
+    def dim_axes(self, d: int) -> tuple[str, ...]:
+        return (self.entries[d] or ()) if d < len(self.entries) else ()
+
+    def to_text(self) -> str:
+        parts = []
+        for e in self.entries:
+            if e is None:
+                parts.append("None")
+            elif len(e) == 1:
+                parts.append(f"'{e[0]}'")
+            else:
+                parts.append("(" + ", ".join(f"'{a}'" for a in e) + ")")
+        if self.extra:
+            parts.append(self.extra)
+        body = ", ".join(parts)
+        if len(parts) == 1 and not self.extra:
+            body += ","
+        return f"{self.cls}({body})"
+
+    def as_param(self) -> Opaque:
+        return Opaque(self.to_text())
+
+
+def read_spec(v) -> SpecText | None:
+    """`P('x', 'y')`, `P(None, 'y')`, `P(('x', 'y'),)`, `PartitionSpec()`, ... or None."""
+    s = str(v).strip()
+    m = re.fullmatch(r"(P|PartitionSpec)\((.*)\)", s, re.S)
+    if not m:
+        return None
+    entries: list[tuple[str, ...] | None] = []
+    extra = []
+    for part in _split_top(m.group(2)):
+        part = part.strip()
+        if not part:
+            continue
+        if part == "None":
+            entries.append(None)
+        elif "=" in part.split("(")[0]:
+            extra.append(part)
+        elif part.startswith("("):
+            entries.append(tuple(re.findall(r"'([^']*)'", part)))
+        elif part.startswith("'"):
+            entries.append((part.strip("'"),))
+        else:
+            return None
+    return SpecText(tuple(entries), m.group(1), ", ".join(extra))
+
+
+def names_to_spec(v, ndim: int | None = None, cls: str = "P") -> SpecText | None:
+    """An older shard_map's `in_names` entry `{0: ('z',), 1: ('y',)}` as a spec."""
+    text = str(v).strip()
+    if not (text.startswith("{") and text.endswith("}")):
+        return None
+    dims: dict[int, tuple[str, ...]] = {}
+    for k, names in re.findall(r"(\d+)\s*:\s*\(([^)]*)\)", text):
+        dims[int(k)] = tuple(re.findall(r"'([^']*)'", names))
+    n = max([ndim or 0] + [k + 1 for k in dims])
+    return SpecText(tuple(dims.get(d) or None for d in range(n)), cls)
+
+
+def make_spec(entries, like: SpecText | None = None) -> SpecText:
+    """A new spec in the class spelling of `like` (P by default)."""
+    return SpecText(tuple(tuple(e) if e else None for e in entries), like.cls if like else "P")
+
+
+def _split_top(text: str) -> list[str]:
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    out.append(cur)
+    return out
+
+
+@dataclass(frozen=True)
+class ShardingText:
+    """A `NamedSharding(mesh=..., spec=..., memory_kind=...)` value."""
+
+    mesh: MeshText
+    spec: SpecText
+
+
+def read_sharding(v) -> ShardingText | None:
+    text = str(v).strip()
+    if not text.startswith("NamedSharding("):
+        return None
+    m = re.search(r"spec=((?:P|PartitionSpec)\()", text)
+    if not m:
+        return None
+    spec = read_spec(_head(text[m.start(1) :]))
+    if spec is None:
+        return None
+    return ShardingText(read_mesh(text), spec)
+
+
+# ---------------------------------------------------------------- sharded dims (`8@x`)
+
+
+def dim_axes(d) -> tuple[int | None, tuple[str, ...]]:
+    """`'8@x'` -> (8, ('x',)); `'8@(x,y)'` -> (8, ('x', 'y')); an int -> (d, ())."""
+    if isinstance(d, int):
+        return d, ()
+    text = str(d)
+    if "@" not in text:
+        return (int(text) if text.strip().isdigit() else None), ()
+    size, _, axes = text.partition("@")
+    axes = axes.strip()
+    if axes.startswith("(") and axes.endswith(")"):
+        axes = axes[1:-1]
+    names = tuple(a.strip().strip("'") for a in axes.split(",") if a.strip())
+    return (int(size) if size.strip().isdigit() else None), names
+
+
+def type_spec(t) -> SpecText | None:
+    """The spec of an explicitly sharded type (`f32[8@x,4]` -> P('x', None)); None if it has
+    no sharded dim."""
+    shape = getattr(t, "shape", None)
+    if not shape or not any("@" in str(d) for d in shape):
+        return None
+    return SpecText(tuple(dim_axes(d)[1] or None for d in shape))
+
+
+def type_mesh_axes(t) -> list[str]:
+    spec = type_spec(t)
+    return sorted(spec.axes()) if spec else []
