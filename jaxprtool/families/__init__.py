@@ -23,6 +23,7 @@ MODULES = (
     "jaxprtool.ad.rules.random",
     "jaxprtool.ad.rules.calls",
     "jaxprtool.ad.rules.control_flow",
+    "jaxprtool.families.batching",
 )
 
 
