@@ -546,20 +546,36 @@ def _expand_trailing(x: Atom, nd: int) -> Atom:
     return ops.broadcast_in_dim(x, tuple(x.type.shape) + (1,) * (nd - k), tuple(range(k)))
 
 
-def broadcasting(name: str):
+def _broadcast_shape(args) -> tuple:
+    shapes = [tuple(x.type.shape) for x in args if _ndim(x)]
+    if not shapes:
+        return ()
+    return tuple(max(ds) if 1 in ds else ds[0] for ds in zip(*shapes))
+
+
+def broadcasting(name: str, result_dtypes=None):
     """JAX's `defbroadcasting`: an n-ary element-wise primitive (rank-0 operands broadcast,
     size-1 axes broadcast).  Operands that agree are used as they are; otherwise batch
-    dimensions go first and unbatched operands get a size-1 leading axis."""
+    dimensions go first and unbatched operands get a size-1 leading axis.  With
+    `result_dtypes(args) -> [dtype, ...]` the result types are the operands' broadcast shape
+    with those dtypes (for primitives whose shape rule does not broadcast)."""
+
+    def emit(args, params):
+        types = None
+        if result_dtypes is not None:
+            shape = _broadcast_shape(args)
+            types = [ShapedArray(shape, d) for d in result_dtypes(args)]
+        return bind(name, *args, _out_types=types, **params)
 
     def rule(args, dims, **params):
         shape, dim = next((tuple(x.type.shape), d) for x, d in zip(args, dims) if d is not None)
         if all(tuple(x.type.shape) == shape and d == dim for x, d in zip(args, dims) if _ndim(x)):
-            outs = bind(name, *args, **params)
+            outs = emit(args, params)
             return outs, [dim] * len(outs)
         args = [bdim_at_front(x, d, 1) if _ndim(x) else x for x, d in zip(args, dims)]
         nd = max(_ndim(x) for x in args)
         args = [x if d is None else _expand_trailing(x, nd) for x, d in zip(args, dims)]
-        outs = bind(name, *args, **params)
+        outs = emit(args, params)
         return outs, [0] * len(outs)
 
     return rule

@@ -81,7 +81,7 @@ class _Job:
     def __init__(self, file, opt: str, show_diff: bool):
         from .common import load, output_style
 
-        self.input, _text, _path = load(file)
+        self.input, self.text, self.path = load(file)
         _require_static_shapes(self.input)
         self.style = output_style(self.input)
         self.optimize = _optimizer(opt)

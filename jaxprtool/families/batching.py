@@ -873,8 +873,24 @@ define("conv_general_dilated", batching=_conv_rule)
 
 for _n in ("random_bits", "random_seed", "random_split", "random_unwrap", "random_clone"):
     define(_n, batching=vectorized(_n))
-for _n in ("random_fold_in", "threefry2x32"):
-    define(_n, batching=broadcasting(_n))
+define("threefry2x32", batching=broadcasting("threefry2x32"))
+
+
+def _fold_in_rule(args, dims, **params):
+    """JAX's rule is `defbroadcasting`; the checker's `random_fold_in` takes operands of one
+    shape (or a scalar message), so an unbatched operand is broadcast to the batch."""
+    (k, m), (kd, md) = args, dims
+    if kd is not None and (md is None and _ndim(m) == 0 or md == kd and _shape(m) == _shape(k)):
+        return bind("random_fold_in", k, m, **params), [kd]
+    k, m = bdim_at_front(k, kd), bdim_at_front(m, md)
+    if _ndim(m) < _ndim(k):
+        m = ops.broadcast_in_dim(m, _shape(k), tuple(range(_ndim(m))))
+    if _ndim(k) < _ndim(m):
+        k = ops.broadcast_in_dim(k, _shape(m), tuple(range(_ndim(k))))
+    return bind("random_fold_in", k, m, **params), [0]
+
+
+define("random_fold_in", batching=_fold_in_rule)
 define("iota_2x32_shape", batching=_unbatched("iota_2x32_shape"))
 
 
