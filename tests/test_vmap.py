@@ -610,6 +610,45 @@ def test_random():
     check_cases(cases)
 
 
+def test_misc_primitives():
+    from jax._src.random.threefry2x32 import threefry_2x32
+
+    dev = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    cases = [
+        ("device_put", lambda x: jax.device_put(x) * 2, [X], UNARY_AXES[:2]),
+        (
+            "sharding_constraint",
+            lambda x: lax.with_sharding_constraint(x, dev) * 2,
+            [X],
+            UNARY_AXES[:2],
+        ),
+        ("expand_dims", lambda x: lax.expand_dims(x, [0, 2]), [X], UNARY_AXES),
+        ("approx_max_k", lambda x: lax.approx_max_k(x, 2), [X], UNARY_AXES),
+        (
+            "rng_bit_generator",
+            lambda k: lax.rng_bit_generator(k, (2, 3)),
+            [ints(4, hi=99, dtype=np.uint32)],
+            [[0], [1]],
+        ),
+        ("random_seed", lambda s: jax.random.key_data(jax.random.key(s)), [ints(hi=9)], [[0]]),
+        (
+            "random_clone",
+            lambda kd: jax.random.key_data(jax.random.clone(jax.random.wrap_key_data(kd))),
+            [key()],
+            [[0], [1]],
+        ),
+        (
+            "threefry2x32",
+            threefry_2x32,
+            [ints(2, hi=99, dtype=np.uint32), ints(4, hi=99, dtype=np.uint32)],
+            [[0, None], [None, 0], [0, 1]],
+        ),
+        ("nested vmap", lambda x: jax.vmap(jnp.outer)(x, x), [X], UNARY_AXES),
+        ("lax.map", lambda x: lax.map(jnp.sin, x), [X], UNARY_AXES[:2]),
+    ]
+    check_cases(cases)
+
+
 def test_float64():
     with jax.enable_x64(True):
         cases = [

@@ -90,7 +90,7 @@ def _input_locs(text: str, path: str, jaxpr):
     "--axis-size",
     type=click.IntRange(min=0),
     metavar="N",
-    help="The batch size (needed when no input is batched; otherwise checked).",
+    help="The batch size (required: a per-example program does not contain it).",
 )
 @click.option(
     "--axis-name",
@@ -100,15 +100,16 @@ def _input_locs(text: str, path: str, jaxpr):
 def vmap(file, out, opt, show_diff, in_axes, out_axes, axis_size, axis_name):
     """Batch a program as jax.vmap: (x...) -> (y...) becomes the program on a batch.
 
-    Every input with an axis gets a batch dimension of size N there (N is taken from the
-    inputs, or --axis-size); None inputs stay as they are.  Every output gets the batch
-    dimension at --out-axes; an output that does not depend on a batched input is broadcast.
+    FILE is the per-example program.  Every input with an axis gets a batch dimension of
+    size N (--axis-size: a per-example program does not contain it) there; None inputs stay
+    as they are.  Every output gets the batch dimension at --out-axes; an output that does
+    not depend on a batched input is broadcast.
 
     \b
     Example:
-      jaxprtool vmap --in-axes 0,None f.jaxpr
-      jaxprtool grad loss.jaxpr | jaxprtool vmap --in-axes None,0,0   # per-example grads
-      jaxprtool vmap f.jaxpr | jaxprtool vmap --in-axes 1             # two batch dims
+      jaxprtool vmap --in-axes 0,None --axis-size 8 f.jaxpr
+      jaxprtool grad loss.jaxpr | jaxprtool vmap --in-axes None,0,0 --axis-size 32
+      jaxprtool vmap --axis-size 4 f.jaxpr | jaxprtool vmap --in-axes 1 --axis-size 2
     """
     guarded(_vmap)(file, out, opt, show_diff, in_axes, out_axes, axis_size, axis_name)
 

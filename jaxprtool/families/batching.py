@@ -1121,14 +1121,40 @@ define("cond", batching=_cond_rule)
 # ================================================================ scan
 
 
+def _scan_counts(params, n_in: int):
+    """(consts, carries) of a scan in any encoding, including 0.12's `Pytree(...)` ft_in."""
+    from ..text.style import scan_counts
+
+    counts = scan_counts(params)
+    if counts is not None:
+        return counts
+    ft = params.get("ft_in")
+    if isinstance(ft, Record) and ft.cls == "Pytree":
+        tree = str(ft.get("tree", ""))
+        inner = tree[tree.find("(") + 1 : tree.rfind(")")].strip()
+        if inner.startswith("(") and inner.endswith(")"):
+            groups, depth, cur = [], 0, ""
+            for ch in inner[1:-1]:
+                depth += ch in "([{"
+                depth -= ch in ")]}"
+                if ch == "," and depth == 0:
+                    groups.append(cur)
+                    cur = ""
+                else:
+                    cur += ch
+            groups.append(cur)
+            sizes = [g.count("*") for g in groups if g.strip()]
+            if len(sizes) == 3 and sum(sizes) == n_in:
+                return sizes[0], sizes[1]
+    return None
+
+
 def _scan_rule(args, dims, **params):
     """JAX's `_scan_batching_rule`: constants keep their batch axes, carries are batched at
     axis 0 (to a fixed point of which carries the body makes batched), scanned inputs and
     outputs at axis 1 outside (0 inside the body)."""
-    from ..text.style import scan_counts
-
     body: Jaxpr = params["jaxpr"]
-    counts = scan_counts(params)
+    counts = _scan_counts(params, len(args))
     if counts is None:
         raise JaxprError(
             "scan: cannot tell its constants, carries and scanned inputs apart", B.current().loc
