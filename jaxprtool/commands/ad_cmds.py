@@ -121,6 +121,7 @@ class _Job:
         set_custom_rule_policy(custom_rules)
         self.input = parse_text(part.text, part.path)
         self.input_path = part.path
+        self.source_text, self.source_path = part.text, part.path
         _require_static_shapes(self.input)
         self.style = output_style(self.input)
         self.steps = steps

@@ -25,6 +25,7 @@ MODULES = (
     "jaxprtool.families.while_loop",
     "jaxprtool.families.jax_library",
     "jaxprtool.families.collectives",
+    "jaxprtool.families.batching",
 )
 
 

@@ -1,0 +1,198 @@
+"""`jacfwd`, `jacrev`, `hessian` as JAX defines them (`jax/_src/api.py`), written as
+compositions of the program transformations: jvp or vjp, then vmap over the standard basis.
+
+- jacfwd(f): `vmap(jvp(f), in_axes=(None.., 0..), out_axes=-1)` fed the rows of an identity
+  matrix over the (flattened, concatenated) differentiated inputs; each output tangent's last
+  axis is split back into the inputs and reshaped: one result `y.shape + x.shape` per output y
+  and differentiated input x.
+- jacrev(f): `vmap(vjp(f), in_axes=(None.., 0..))` fed the identity over the flattened outputs;
+  each input cotangent's first axis is split back into the outputs; laid out as jacfwd's.
+- hessian(f) = jacfwd(jacrev(f)).
+
+The result is one program `(x...) -> (J...)`: the basis equations (iota, eq, convert), the
+batched program inline, and the unravelling (split, reshape).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..core import Jaxpr, JaxprError, ShapedArray, Var, gc_paused, is_float, is_inexact
+from ..core import long_dtype_name as _long
+from . import builder as B
+from . import ops
+from .batching import inline_jaxpr, vmap_jaxpr
+
+
+def _argnums(jaxpr: Jaxpr, argnums) -> list[int]:
+    n = len(jaxpr.invars)
+    if argnums is None:
+        argnums = (0,)
+    if isinstance(argnums, int):
+        argnums = (argnums,)
+    out = []
+    for i in argnums:
+        if not -n <= i < n:
+            raise JaxprError(f"argnums: input {i} does not exist (the jaxpr has {n} inputs)")
+        if i % n in out:
+            raise JaxprError(f"argnums: input {i % n} is named twice")
+        out.append(i % n)
+    return out
+
+
+def _size(t: ShapedArray) -> int:
+    return int(np.prod(t.shape, dtype=np.int64))
+
+
+def _eye_parts(n: int, dtype: str, shapes, axis: int):
+    """JAX's `_std_basis`: an identity of size n, split along `axis` into parts of the given
+    shapes (each part reshaped so that `axis` becomes the part's shape)."""
+    r = ops.bind("iota", dimension=0, dtype=np.dtype("int32"), shape=(n, n), sharding=None)
+    c = ops.bind("iota", dimension=1, dtype=np.dtype("int32"), shape=(n, n), sharding=None)
+    eye = ops.convert_element_type(ops.eq(r, c), dtype)
+    return _split(eye, shapes, axis)
+
+
+def _split(x, shapes, axis: int, lead=None, trail=None):
+    """Split axis `axis` of `x` into consecutive parts of the given shapes' sizes, each
+    reshaped to `x.shape[:axis] + shape + x.shape[axis+1:]`."""
+    sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]
+    xs = list(x.type.shape)
+    if len(sizes) == 1:
+        parts = [x]
+    else:
+        parts = ops.bind("split", x, sizes=tuple(sizes), axis=axis)
+        parts = parts if isinstance(parts, list) else [parts]
+    return [
+        ops.reshape(p, tuple(xs[:axis]) + tuple(s) + tuple(xs[axis + 1 :]))
+        for p, s in zip(parts, shapes)
+    ]
+
+
+def _result_dtype(types) -> str:
+    return np.result_type(*[_long(t.dtype) for t in types]).name
+
+
+def _short(long: str) -> str:
+    from ..core import short_dtype_name
+
+    return short_dtype_name(long)
+
+
+def _wrap(jaxpr: Jaxpr, body):
+    """A program with `jaxpr`'s inputs whose equations `body(inputs)` emits; its results."""
+    b = B.Builder()
+    invars = [B.fresh_like(v) for v in jaxpr.invars]
+    with B.use(b):
+        outs = body(invars)
+    return B.make_jaxpr(invars, B.dce_eqns(b.eqns, outs), outs)
+
+
+@gc_paused()
+def jacfwd(jaxpr: Jaxpr, argnums=0, style=None) -> Jaxpr:
+    """`jax.jacfwd(f, argnums)` flattened: one result per (output, differentiated input)."""
+    from .jvp import jvp_jaxpr_info
+
+    args = _argnums(jaxpr, argnums)
+    for i in args:
+        t = jaxpr.invars[i].type
+        if not is_float(t):
+            dt = _long(t.dtype) if isinstance(t, ShapedArray) else str(t)
+            raise JaxprError(
+                "jacfwd requires real-valued inputs (input dtype that is a sub-dtype of "
+                f"np.floating), but got {dt}. For holomorphic differentiation, pass "
+                "holomorphic=True. For differentiation of non-holomorphic functions involving "
+                "complex inputs or integer inputs, use jax.jvp directly."
+            )
+    n_in, n_out = len(jaxpr.invars), len(jaxpr.outvars)
+    jv, _mask, out_nz = jvp_jaxpr_info(jaxpr, args, instantiate=True)
+    # keep only the output tangents; inputs: the primals, then the tangents in input order
+    tan = jv.replace(outvars=jv.outvars[n_out:])
+    tan = tan.replace(eqns=B.dce_eqns(list(tan.eqns), tan.outvars))
+    in_types = [jaxpr.invars[i].type for i in args]
+    N = sum(_size(t) for t in in_types)
+    batched = vmap_jaxpr(tan, [None] * n_in + [0] * len(args), -1, N, style)
+    order = sorted(args)  # the tangent inputs come in input order
+
+    def body(xs):
+        dtype = _short(_result_dtype(in_types))
+        basis = _eye_parts(N, dtype, [tuple(t.shape) for t in in_types], 1)
+        basis = [ops.convert_element_type(p, t.dtype) for p, t in zip(basis, in_types)]
+        by_arg = dict(zip(args, basis))
+        touts = iter(inline_jaxpr(batched, list(xs) + [by_arg[i] for i in order]))
+        res = []
+        for y, nz in zip(jaxpr.outvars, out_nz):
+            if not nz:  # an int/bool output: zero Jacobian (JAX casts float0 to its dtype)
+                for t in in_types:
+                    res.append(ops.full(y.type.update(shape=(*y.type.shape, *t.shape)), 0))
+                continue
+            jt = next(touts)  # y.shape + (N,)
+            parts = _split(jt, [tuple(t.shape) for t in in_types], y.type.ndim)
+            res.extend(ops.convert_element_type(p, y.type.dtype) for p in parts)
+        return res
+
+    return _wrap(jaxpr, body)
+
+
+@gc_paused()
+def jacrev(jaxpr: Jaxpr, argnums=0, style=None) -> Jaxpr:
+    """`jax.jacrev(f, argnums)` flattened: one result per (output, differentiated input)."""
+    from .api import vjp_jaxpr
+
+    args = _argnums(jaxpr, argnums)
+    for i in args:
+        t = jaxpr.invars[i].type
+        if not is_inexact(t):
+            dt = _long(t.dtype) if isinstance(t, ShapedArray) else str(t)
+            raise JaxprError(
+                "jacrev requires real- or complex-valued inputs (input dtype that is a "
+                f"sub-dtype of np.inexact), but got {dt}. If you want to use Boolean- or "
+                "integer-valued inputs, use vjp or set allow_int to True."
+            )
+    for y in jaxpr.outvars:
+        t = y.type
+        if not is_float(t):
+            dt = _long(t.dtype) if isinstance(t, ShapedArray) else str(t)
+            tail = (
+                "For holomorphic differentiation, pass holomorphic=True. For differentiation "
+                "of non-holomorphic functions involving complex outputs, use jax.vjp directly."
+                if dt.startswith("complex")
+                else "For differentiation of functions with integer outputs, use jax.vjp directly."
+            )
+            raise JaxprError(
+                "jacrev requires real-valued outputs (output dtype that is a sub-dtype of "
+                f"np.floating), but got {dt}. {tail}"
+            )
+    n_in, n_out = len(jaxpr.invars), len(jaxpr.outvars)
+    vj = vjp_jaxpr(jaxpr, args)  # (x..., ct_y...) -> (y..., ct_x in input order...)
+    cts = vj.replace(outvars=vj.outvars[n_out:])
+    cts = cts.replace(eqns=B.dce_eqns(list(cts.eqns), cts.outvars))
+    out_types = [y.type for y in jaxpr.outvars]
+    N = sum(_size(t) for t in out_types)
+    batched = vmap_jaxpr(cts, [None] * n_in + [0] * n_out, 0, N, style)
+    order = sorted(args)
+
+    def body(xs):
+        dtype = _short(_result_dtype(out_types))
+        basis = _eye_parts(N, dtype, [tuple(t.shape) for t in out_types], 1)
+        basis = [ops.convert_element_type(p, t.dtype) for p, t in zip(basis, out_types)]
+        ct_x = dict(zip(order, inline_jaxpr(batched, list(xs) + basis)))
+        per_arg = {}
+        for i in args:
+            t = jaxpr.invars[i].type
+            parts = _split(ct_x[i], [tuple(o.shape) for o in out_types], 0)
+            per_arg[i] = [ops.convert_element_type(p, t.dtype) for p in parts]
+        return [per_arg[i][j] for j in range(n_out) for i in args]
+
+    return _wrap(jaxpr, body)
+
+
+@gc_paused()
+def hessian(jaxpr: Jaxpr, argnums=0, style=None) -> Jaxpr:
+    """`jax.hessian(f, argnums)` = jacfwd(jacrev(f, argnums), argnums), flattened."""
+    return jacfwd(jacrev(jaxpr, argnums, style), argnums, style)
+
+
+_ = (Sequence, Var)

@@ -1,0 +1,262 @@
+"""`jaxprtool vmap`, `jacfwd`, `jacrev` and `hessian`: batching a printed jaxpr (as `jax.vmap`),
+and the Jacobians JAX defines with it (compositions of jvp / vjp and vmap)."""
+
+from __future__ import annotations
+
+import re
+
+import click
+
+from ..cli import guarded
+from ..io import UsageError
+from .ad_cmds import _argnums, _common, _drive
+from .common import int_list
+from .driver import manager_options
+
+
+def _axes(ctx, param, value):
+    """click callback: `0,None,-1` -> [0, None, -1]; a single entry -> that entry (all)."""
+    if value is None:
+        return None
+    parts = [p.strip() for p in value.split(",")]
+    out = []
+    for p in parts:
+        if p.lower() == "none":
+            out.append(None)
+            continue
+        try:
+            out.append(int(p))
+        except ValueError:
+            raise click.BadParameter(
+                f"expected integers or None separated by commas, e.g. 0,None,1 (got '{value}')"
+            ) from None
+    return out[0] if len(out) == 1 else out
+
+
+def _input_locs(text: str, path: str, jaxpr):
+    """Where each input of the top-level jaxpr is bound in the text (for located errors)."""
+    from ..core import Loc
+
+    n = len(jaxpr.invars)
+    m = re.search(r"^\{ lambda ", text, re.M)
+    if m is None:
+        return [None] * n
+    line0 = text.count("\n", 0, m.start()) + 1
+
+    def loc(pos):
+        line = text.count("\n", 0, pos) + 1
+        col = pos - (text.rfind("\n", 0, pos) + 1) + 1
+        return Loc(path, line, col)
+
+    semi = text.find(";", m.end())
+    if semi < 0:
+        return [Loc(path, line0, 1)] * n
+    locs = []
+    for t in re.finditer(r"\S+", text[semi + 1 :]):
+        tok = t.group(0)
+        if tok in ("let", "in") or len(locs) == n:
+            break
+        locs.append(loc(semi + 1 + t.start()))
+        if tok.endswith("."):
+            break
+    if len(locs) != n:
+        return [Loc(path, line0, 1)] * n
+    return locs
+
+
+# ---------------------------------------------------------------- vmap
+
+
+@click.command()
+@manager_options(("vmap",))
+@_common
+@click.option(
+    "--in-axes",
+    "in_axes",
+    callback=_axes,
+    default="0",
+    show_default=True,
+    metavar="A,B,...",
+    help="Batch axis of each input (None: not batched); one entry applies to every input.",
+)
+@click.option(
+    "--out-axes",
+    "out_axes",
+    callback=_axes,
+    default="0",
+    show_default=True,
+    metavar="A,B,...",
+    help="Batch axis of each output (None: must not be batched); one entry applies to all.",
+)
+@click.option(
+    "--axis-size",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="The batch size (required: a per-example program does not contain it).",
+)
+@click.option(
+    "--axis-name",
+    metavar="NAME",
+    help="Name the batch axis for collectives (not supported yet: refused).",
+)
+def vmap(
+    file,
+    out,
+    opt,
+    show_diff,
+    custom_rules,
+    in_axes,
+    out_axes,
+    axis_size,
+    axis_name,
+    inst,
+    split_input,
+):
+    """Batch a program as jax.vmap: (x...) -> (y...) becomes the program on a batch.
+
+    FILE is the per-example program.  Every input with an axis gets a batch dimension of
+    size N (--axis-size: a per-example program does not contain it) there; None inputs stay
+    as they are.  Every output gets the batch dimension at --out-axes; an output that does
+    not depend on a batched input is broadcast.
+
+    \b
+    Example:
+      jaxprtool vmap --in-axes 0,None --axis-size 8 f.jaxpr
+      jaxprtool grad loss.jaxpr | jaxprtool vmap --in-axes None,0,0 --axis-size 32
+      jaxprtool vmap --axis-size 4 f.jaxpr | jaxprtool vmap --in-axes 1 --axis-size 2
+    """
+    guarded(_drive)(
+        file,
+        out,
+        opt,
+        show_diff,
+        custom_rules,
+        inst,
+        split_input,
+        "vmap",
+        lambda job: _vmap(job, in_axes, out_axes, axis_size, axis_name),
+    )
+
+
+def _vmap(job, in_axes, out_axes, axis_size, axis_name):
+    from ..ad.batching import vmap_jaxpr
+    from ..core import JaxprError
+
+    if axis_name is not None:
+        raise JaxprError(
+            f"--axis-name {axis_name}: named batch axes (for collectives inside the program) "
+            "are not supported yet"
+        )
+    locs = _input_locs(job.source_text, job.source_path, job.input)
+    res = job.transform(
+        lambda j: vmap_jaxpr(j, in_axes, out_axes, axis_size, job.style, in_locs=locs)
+    )
+    return job.text(job.optimize(res))
+
+
+# ---------------------------------------------------------------- Jacobians
+
+
+_argnums0 = click.option(
+    "--argnums",
+    callback=int_list,
+    default="0",
+    show_default=True,
+    metavar="I,J",
+    help="Inputs to differentiate.",
+)
+
+
+@click.command()
+@manager_options(("jacfwd",))
+@_common
+@_argnums0
+def jacfwd(file, out, opt, show_diff, custom_rules, argnums, inst, split_input):
+    """Jacobian by forward mode, as jax.jacfwd: vmap of jvp over the standard basis.
+
+    (x...) -> (J...): for each output y and each input x among --argnums, one result of
+    shape y.shape + x.shape (the flattened layout of jax.jacfwd's result).
+
+    \b
+    Example:
+      jaxprtool jacfwd f.jaxpr
+      jaxprtool jacfwd --argnums 0,1 f.jaxpr
+    """
+    guarded(_drive)(
+        file,
+        out,
+        opt,
+        show_diff,
+        custom_rules,
+        inst,
+        split_input,
+        "jacfwd",
+        lambda job: _jac("jacfwd", job, argnums),
+    )
+
+
+@click.command()
+@manager_options(("jacrev",))
+@_common
+@_argnums0
+def jacrev(file, out, opt, show_diff, custom_rules, argnums, inst, split_input):
+    """Jacobian by reverse mode, as jax.jacrev: vmap of vjp over the standard basis of the
+    outputs.
+
+    (x...) -> (J...), laid out as jacfwd's (one result per output and input).
+
+    \b
+    Example:
+      jaxprtool jacrev f.jaxpr
+    """
+    guarded(_drive)(
+        file,
+        out,
+        opt,
+        show_diff,
+        custom_rules,
+        inst,
+        split_input,
+        "jacrev",
+        lambda job: _jac("jacrev", job, argnums),
+    )
+
+
+@click.command()
+@manager_options(("hessian",))
+@_common
+@_argnums0
+def hessian(file, out, opt, show_diff, custom_rules, argnums, inst, split_input):
+    """Hessian, as jax.hessian: jacfwd of jacrev.
+
+    (x...) -> (H...): for each output y and inputs x_i, x_j among --argnums, one result of
+    shape y.shape + x_i.shape + x_j.shape.
+
+    \b
+    Example:
+      jaxprtool hessian loss.jaxpr
+    """
+    guarded(_drive)(
+        file,
+        out,
+        opt,
+        show_diff,
+        custom_rules,
+        inst,
+        split_input,
+        "hessian",
+        lambda job: _jac("hessian", job, argnums),
+    )
+
+
+def _jac(kind, job, argnums):
+    from ..ad import jacobians
+
+    fn = {"jacfwd": jacobians.jacfwd, "jacrev": jacobians.jacrev, "hessian": jacobians.hessian}[
+        kind
+    ]
+    res = job.transform(lambda j: fn(j, argnums, style=job.style))
+    return job.text(job.optimize(res))
+
+
+_ = (UsageError, _argnums)
