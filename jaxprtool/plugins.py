@@ -97,6 +97,18 @@ def register_custom_vjp(name: str, fwd: Callable, bwd: Callable) -> None:
 
 _loaded: dict[str, object] = {}
 
+#: primitive name -> {"jvp" | "transpose": the plugin file that registered (or replaced) that
+#: rule}; `explain` reports the parts of a program differentiated by a plugin's rule
+plugin_rules: dict[str, dict[str, str]] = {}
+
+_RULE_FIELDS = ("jvp", "transpose", "fancy_transpose")
+
+
+def _ad_rules() -> dict[str, tuple]:
+    from .record import records
+
+    return {n: tuple(getattr(r, f) for f in _RULE_FIELDS) for n, r in records().items()}
+
 
 def load_plugins(paths: Iterable[str]) -> list[object]:
     """Import each plugin file (once per path); a failing plugin is a JaxprError naming it."""
@@ -114,6 +126,7 @@ def load_plugins(paths: Iterable[str]) -> list[object]:
             raise JaxprError(f"cannot load plugin '{p}': not a Python module")
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod
+        before = _ad_rules()
         try:
             spec.loader.exec_module(mod)
         except JaxprError:
@@ -121,6 +134,12 @@ def load_plugins(paths: Iterable[str]) -> list[object]:
         except Exception as e:  # a plugin is user code: report, don't crash
             sys.modules.pop(name, None)
             raise JaxprError(f"cannot load plugin '{p}': {type(e).__name__}: {e}") from None
+        for prim_name, rules in _ad_rules().items():
+            old = before.get(prim_name, (None,) * len(_RULE_FIELDS))
+            for f, r, o in zip(_RULE_FIELDS, rules, old):
+                if r is not None and r is not o:
+                    kind = "jvp" if f == "jvp" else "transpose"
+                    plugin_rules.setdefault(prim_name, {})[kind] = p
         _loaded[full] = mod
         mods.append(mod)
     return mods

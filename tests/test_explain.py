@@ -227,13 +227,147 @@ def test_failing_rule_is_where_the_walk_stops(monkeypatch):
     assert "internal error" not in r.output
 
 
-def test_plain_formatter_when_printer_internals_change(monkeypatch):
-    """explain leans on the printer's naming; without it, a plain formatter keeps it working."""
-    from jaxprtool.ui import explain
+def _program_block(out: str) -> str:
+    """The program explain's last stage prints (indented by 2, ended by a blank line)."""
+    lines = out.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("the program the walks built"))
+    block = []
+    for ln in lines[start + 1 :]:
+        if not ln.strip():
+            break
+        block.append(ln[2:])
+    return "\n".join(block) + "\n"
 
-    monkeypatch.setattr(explain, "USE_PRINTER_INTERNALS", False)
-    jaxpr = parse((SAMPLES / "sin_cos.jaxpr").read_text(), "sin_cos.jaxpr").jaxpr
-    data = explain_data(jaxpr, [np.ones(3, np.float32), np.ones(3, np.float32)], "vjp")
-    assert data.passed
-    assert "c:f32[3] = sin a" in [s.text for s in data.forward][0]
-    assert any("mul t_a" in t for s in data.forward for t in s.tangent_eqns)
+
+@pytest.mark.parametrize(
+    "sample,mode",
+    [
+        ("sin_cos.jaxpr", "vjp"),
+        ("sin_cos.jaxpr", "jvp"),
+        ("mlp.jaxpr", "grad"),
+        ("cond.jaxpr", "grad"),
+        ("rnn.jaxpr", "vjp"),
+    ],
+)
+def test_program_shown_is_the_one_the_command_builds(sample, mode):
+    """The last stage shows the program the observed walks built: `jaxprtool MODE --opt none`
+    prints the same program (up to names)."""
+    from jaxprtool.core import alpha_equal
+
+    path = str(SAMPLES / sample)
+    r = invoke(path, "--no-color", "--mode", mode, "--width", "400")  # no line wrapped
+    assert r.exit_code == 0, r.output
+    shown = parse(_program_block(r.output), "shown").jaxpr
+    jaxpr = parse((SAMPLES / sample).read_text(), sample).jaxpr
+    argnums = ",".join(str(i) for i, v in enumerate(jaxpr.invars) if v.type.dtype[0] in "fc")
+    assert f"`jaxprtool {mode} --argnums {argnums} --opt none`" in r.output
+    cli = CliRunner().invoke(main, [mode, path, "--argnums", argnums, "--opt", "none"])
+    assert cli.exit_code == 0, cli.output
+    assert alpha_equal(shown, parse(cli.output, "cli").jaxpr)
+
+
+def _outs(eqns) -> set[int]:
+    return {id(o) for e in eqns for o in e.outputs}
+
+
+def _constant(e) -> bool:
+    from jaxprtool.core import Var
+
+    return not any(isinstance(x, Var) for x in e.inputs)
+
+
+@pytest.mark.parametrize("mode", ["vjp", "jvp"])
+def test_steps_are_the_walks_that_built_the_program(mode):
+    """The equations the steps show are the ones the walks emitted into the program shown:
+    every equation of the program comes from a recorded step (or is the primal program
+    inlined, or an instantiated zero)."""
+    jaxpr = parse((SAMPLES / "mlp.jaxpr").read_text(), "mlp.jaxpr").jaxpr
+    data = explain_data(jaxpr, _mlp_args(), mode)
+    assert data.passed and data.program is not None
+    rec = next(k for k in data.keep if hasattr(k, "reverse_program"))
+    assert len(data.forward) == len(jaxpr.eqns)
+    fwd = rec.forward_program()[2]
+    assert sum(len(s.primal_side) + len(s.tangent_eqns) for s in data.forward) <= len(fwd)
+    if mode == "jvp":
+        ids = {id(e) for e in fwd}
+        assert all(id(e) in ids or _constant(e) for e in data.program.eqns)
+        return
+    # linearize: the primal and linear programs are made of the forward walk's equations
+    made = _outs(fwd)
+    assert _outs(rec.primal.eqns) <= made
+    assert all(
+        id(e.outputs[0]) in made or e.prim in ("broadcast_in_dim", "mul") for e in rec.linear.eqns
+    )
+    # vjp: the program is the primal program inlined, then the reverse walk's equations
+    rev = rec.reverse_program()[2]
+    assert sum(len(s.eqns) for s in data.reverse) == len(rev) - len(
+        [e for e in rec.linear.eqns if id(e) in rec._forward_ids]
+    )
+    known = _outs(rev) | _outs(rec.primal.eqns)
+    assert all(_outs([e]) <= known or _constant(e) for e in data.program.eqns)
+
+
+CUSTOM = """{ lambda ; a:f32[3]. let
+    b:f32[3] = custom_jvp_call[
+      name=mysin
+      call_jaxpr={ lambda ; c:f32[3]. let d:f32[3] = sin c in (d,) }
+      jvp=mysin_jvp
+      symbolic_zeros=False
+    ] a
+    e:f32[] = reduce_sum[axes=(0,) out_sharding=None] b
+  in (e,) }
+"""
+
+
+def test_custom_rule_fallback_is_reported(tmp_path):
+    p = tmp_path / "custom.jaxpr"
+    p.write_text(CUSTOM)
+    r = invoke(str(p), "--no-color", "--width", "200")
+    assert r.exit_code == 0, r.output
+    note = "custom_jvp_call 'mysin' (jvp=mysin_jvp): custom rule replaced by the derivative"
+    assert f"fallback: {note}" in r.output  # at the step
+    assert "differentiated by a fallback or a plugin rule:" in r.output
+    assert f"eqn 0 (custom_jvp_call): {note}" in r.output  # and in the summary
+
+    data = explain_data(parse(CUSTOM, "custom").jaxpr, [np.ones(3, np.float32)], "grad")
+    assert data.passed and [w for w, _ in data.fallbacks] == ["eqn 0 (custom_jvp_call)"]
+    assert data.forward[0].fallbacks and not data.forward[1].fallbacks
+
+
+def test_custom_rules_strict_stops_the_walk(tmp_path):
+    p = tmp_path / "custom.jaxpr"
+    p.write_text(CUSTOM)
+    try:
+        r = invoke(str(p), "--no-color", "--custom-rules", "strict")
+        assert r.exit_code == 1, r.output
+        assert "walk stops here" in r.output and "does not contain it" in r.output
+        assert HEADINGS[2] in r.output and HEADINGS[3] not in r.output
+        assert f"{p}:2:5" in r.output
+        r = invoke(str(p), "--no-color", "--custom-rules", "sideways")
+        assert r.exit_code == 2
+    finally:
+        from jaxprtool.ad.registry import set_custom_rule_policy
+
+        set_custom_rule_policy("default")
+
+
+def test_plugin_rule_is_reported(tmp_path):
+    plugin = tmp_path / "softsign_explain_rules.py"
+    plugin.write_text(
+        "from jaxprtool.plugins import defjvp, ops, register_impl, register_shape_rule\n"
+        "register_shape_rule('softsign_x', lambda in_types, params, out_hint: [in_types[0]])\n"
+        "def impl(x, **params):\n"
+        "    import jax.numpy as jnp\n"
+        "    return x / (1 + jnp.abs(x))\n"
+        "register_impl('softsign_x', impl)\n"
+        "defjvp('softsign_x', lambda g, x, **p: ops.div(g, ops.square("
+        "ops.add(ops.lit(1.0, x), ops.abs(x)))))\n"
+    )
+    p = tmp_path / "f.jaxpr"
+    p.write_text(NEG.replace("sin", "softsign_x"))
+    r = CliRunner().invoke(
+        main, ["--plugin", str(plugin), "explain", str(p), "--no-color", "--width", "200"]
+    )
+    assert r.exit_code == 0, r.output
+    assert f"fallback: JVP rule of 'softsign_x' from plugin {plugin}" in r.output
+    assert f"eqn 0 (softsign_x): JVP rule of 'softsign_x' from plugin {plugin}" in r.output

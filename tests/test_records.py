@@ -29,6 +29,8 @@ ALLOWED = {
     "backend/custom_rules.py": "finds JAX's own custom_jvp_call/custom_vjp_call objects",
     "commands/run_cmds.py": "trace adds the traced custom rules to JAX's custom calls",
     "backend/__init__.py": "the compiled program is one jax.jit",
+    "ui/explain/record.py": "reports which custom calls used a plugin's rule (to become a "
+    "record field)",
     "ad/jacobians.py": "builds the standard basis with iota and splits the batched outputs",
     "backend/sharding.py": "input/output placement of sharded programs reads the mesh-carrying "
     "equations (shard_map, xla_pmap, jit shardings): not yet record fields",

@@ -60,7 +60,10 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
             return Zero(tangent_type(x.type))
         return tenv.get(id(x)) or Zero(tangent_type(x.type))
 
+    if obs is not None and hasattr(obs, "jvp_begin"):
+        obs.jvp_begin(jaxpr, list(primals), list(tangents), consts)
     saved_loc, saved_eqn = b.loc, getattr(b, "cur_eqn", None)
+    eqn = None
     try:
         for eqn in jaxpr.eqns:
             ins = [read(x) for x in eqn.inputs]
@@ -79,7 +82,7 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
                 for o, n in zip(eqn.outputs, outs):
                     env[id(o)] = n
                 if obs is not None and hasattr(obs, "jvp_step"):
-                    obs.jvp_step(eqn, "copy", ins, tins, outs, [], step.eqns())
+                    obs.jvp_step(eqn, "copy", ins, tins, outs, [], step)
                 continue
             rec = record_of(eqn.prim)
             rule = jvp_rule(eqn.prim, b.split)
@@ -98,7 +101,11 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
                 if t is not None and not is_zero(t) and is_inexact(o.type):
                     tenv[id(o)] = t
             if obs is not None and hasattr(obs, "jvp_step"):
-                obs.jvp_step(eqn, rec.jvp_kind, ins, tins, pouts, touts, step.eqns())
+                obs.jvp_step(eqn, rec.jvp_kind, ins, tins, pouts, touts, step)
+    except Exception as err:
+        if obs is not None and hasattr(obs, "step_failed"):
+            obs.step_failed(eqn, err)
+        raise
     finally:
         b.loc, b.cur_eqn = saved_loc, saved_eqn
     outs = [read(x) for x in jaxpr.outvars]

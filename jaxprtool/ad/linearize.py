@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from ..core import Eqn, Jaxpr, Loc, Var, gc_paused, is_inexact
 from ..record import prim as record_of
 from . import builder as B
+from . import observe
 from .jvp import _inst_list, diff_mask, jvp_eval
 from .zeros import Zero, is_zero, tangent_type
 from .zeros import instantiate as inst_zero
@@ -181,7 +182,9 @@ def linearize_jaxpr(jaxpr: Jaxpr, argnums: Sequence[int] | None = None, instanti
             info.residuals.append(Residual(r.type, "new", len(new), prim, loc))
             new.append(r)
     primal = B.make_jaxpr(primals, peqns, list(outs) + new, consts)
-    return primal, _linear_jaxpr(residuals, tan_in, teqns, touts), info
+    linear = _linear_jaxpr(residuals, tan_in, teqns, touts)
+    observe.notify("linearized", primal, linear, info)
+    return primal, linear, info
 
 
 def inline_primal(primal: Jaxpr, info: LinearizeInfo):

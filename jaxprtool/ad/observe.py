@@ -6,12 +6,24 @@ received and returned, and the equations the step emitted.  Only the outermost w
 (a rule that differentiates a nested body runs the walk again, unobserved), so `explain`
 shows exactly the steps that built the program it shows.
 
-An observer implements any of:
+An observer implements any of (a missing method is not called):
 
+- `jvp_begin(jaxpr, primals, tangents, consts)`: the walk's input atoms (tangents: Atom or
+  Zero per input);
 - `jvp_step(eqn, kind, primals, tangents, primal_outs, tangent_outs, emitted)`; `kind` is
   the helper that registered the rule (`defjvp`, ...) or "copy" when every tangent is zero;
+- `linearized(primal, linear, info)`: the two programs `linearize_jaxpr` returns;
+- `transpose_begin(jaxpr, linear_mask, args, cts_out, consts)`: the program transposed, the
+  non-linear inputs' atoms and the output cotangents;
 - `forward_step(eqn, emitted)`: a non-linear equation re-emitted by the transpose;
-- `transpose_step(eqn, cts, cts_in, emitted)`; `cts_in` per operand (None: not linear).
+- `cotangent(eqn, var, ct, previous, result)`: `ct` added to the cotangent of `var` (a
+  linear value of the program transposed) by the transpose of `eqn` (None: an output's
+  cotangent); `previous` is what it had (Zero at first), `result` what it has now;
+- `transpose_step(eqn, cts, cts_in, emitted)`; `cts_in` per operand (None: not linear);
+- `step_failed(eqn, error)`: the walk stops with `error` at `eqn` (None: outside any
+  equation); the error propagates as it would unobserved.
+
+`emitted` is an `Emitted`: the equations the step added to the builder.
 """
 
 from __future__ import annotations
@@ -42,6 +54,14 @@ def take():
         _OBSERVER.reset(token)
 
 
+def notify(hook: str, *args) -> None:
+    """Call `hook(*args)` on the observer, if there is one here and it has that method."""
+    obs = _OBSERVER.get()
+    fn = getattr(obs, hook, None) if obs is not None else None
+    if fn is not None:
+        fn(*args)
+
+
 class Emitted:
     """The equations a builder gains during one step (both programs of a split builder)."""
 
@@ -50,5 +70,19 @@ class Emitted:
         self.n_primal = len(b.primal_eqns)
         self.n_tangent = len(b.tangent_eqns)
 
+    @property
+    def split(self) -> bool:
+        """The builder sorts equations into a primal and a tangent program (linearize)."""
+        return self.b.split
+
+    def primal(self) -> list:
+        """The new equations of the primal program (every one, for an unsplit builder)."""
+        return self.b.primal_eqns[self.n_primal :]
+
+    def tangent(self) -> list:
+        """The new equations of the tangent program (none for an unsplit builder)."""
+        return self.b.tangent_eqns[self.n_tangent :]
+
     def eqns(self) -> list:
-        return self.b.primal_eqns[self.n_primal :] + self.b.tangent_eqns[self.n_tangent :]
+        """All of them, in an order where each one comes after the ones it uses."""
+        return self.primal() + self.tangent()

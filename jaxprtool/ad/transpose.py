@@ -70,8 +70,11 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
     def read(x):
         return x if isinstance(x, Literal) else env[id(x)]
 
+    if obs is not None and hasattr(obs, "transpose_begin"):
+        obs.transpose_begin(jaxpr, list(linear_mask), list(args), list(cts_out), consts)
     lin_eqns = []
     saved = b.loc
+    e = None
     try:
         for e in jaxpr.eqns:
             if any(is_lin(x) for x in e.inputs):
@@ -90,16 +93,20 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
             for o, n in zip(e.outputs, outs):
                 env[id(o)] = n
             if obs is not None and hasattr(obs, "forward_step"):
-                obs.forward_step(e, step.eqns())
+                obs.forward_step(e, step)
+        e = None
 
         ct_env: dict[int, object] = {}
 
-        def add_ct(v, ct):
+        def add_ct(v, ct, eqn=None):
             if ct is None or is_zero(ct):
                 return
             if tuple(getattr(ct.type, "shape", ())) != tuple(getattr(v.type, "shape", ())):
                 ct = ops.unbroadcast(v.type, ct)
-            ct_env[id(v)] = add_tangents(ct_env.get(id(v), Zero(tangent_type(v.type))), ct)
+            prev = ct_env.get(id(v), Zero(tangent_type(v.type)))
+            ct_env[id(v)] = add_tangents(prev, ct)
+            if obs is not None and hasattr(obs, "cotangent"):
+                obs.cotangent(eqn, v, ct, prev, ct_env[id(v)])
 
         for v, ct in zip(jaxpr.outvars, cts_out):
             if is_lin(v):
@@ -119,9 +126,9 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
                 res = [acc.get() if acc is not None else None for acc in accums]
                 for x, r in zip(e.inputs, res):
                     if r is not None:
-                        add_ct(x, r)
+                        add_ct(x, r, e)
                 if obs is not None and hasattr(obs, "transpose_step"):
-                    obs.transpose_step(e, cts, res, step.eqns())
+                    obs.transpose_step(e, cts, res, step)
                 continue
             rule = rec.transpose
             if rule is None:
@@ -135,11 +142,15 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
                 )
             for x, r in zip(e.inputs, res):
                 if is_lin(x):
-                    add_ct(x, r)
+                    add_ct(x, r, e)
             if obs is not None and hasattr(obs, "transpose_step"):
                 obs.transpose_step(
-                    e, cts, [r if is_lin(x) else None for x, r in zip(e.inputs, res)], step.eqns()
+                    e, cts, [r if is_lin(x) else None for x, r in zip(e.inputs, res)], step
                 )
+    except Exception as err:
+        if obs is not None and hasattr(obs, "step_failed"):
+            obs.step_failed(e, err)
+        raise
     finally:
         b.loc = saved
     outs = [None if is_lin(v) else read(v) for v in jaxpr.outvars]

@@ -186,9 +186,17 @@ def compile_error(jaxpr, e: Exception) -> JaxprError:
 
 
 def eval_eager(
-    jaxpr, args, consts=None, trace=None, debug_nans=False, dims=None, device: str = "cpu"
+    jaxpr,
+    args,
+    consts=None,
+    trace=None,
+    debug_nans=False,
+    dims=None,
+    device: str = "cpu",
+    observer=None,
 ):
-    """Run op by op with Python control flow; trace(line) gets each equation's summary."""
+    """Run op by op with Python control flow; trace(line) gets each equation's summary and
+    `observer.eval_step(eqn, invals, outs)` each top-level equation's values."""
     import jax
 
     from . import sharding
@@ -201,7 +209,9 @@ def eval_eager(
         )
     dev = get_device(device)
     with x64_scope(jaxpr), jax.default_device(dev):
-        interp = Interpreter("eager", dims=dims, trace=trace, debug_nans=debug_nans)
+        interp = Interpreter(
+            "eager", dims=dims, trace=trace, debug_nans=debug_nans, observer=observer
+        )
         consts = list(consts or [])
         xs = _wrap_keys(jaxpr, [jax.device_put(x, dev) for x in consts + list(args)])
         outs = interp.run(jaxpr, xs[: len(consts)], xs[len(consts) :])

@@ -71,11 +71,15 @@ class Namer:
 
 
 class Interpreter:
-    def __init__(self, mode: str = "jit", dims=None, trace=None, debug_nans: bool = False):
+    def __init__(
+        self, mode: str = "jit", dims=None, trace=None, debug_nans: bool = False, observer=None
+    ):
         self.mode = mode
         self.dims = dims or {}
         self.trace = trace  # callable(str) for --trace lines
         self.debug_nans = debug_nans
+        #: eager mode: `observer.eval_step(eqn, invals, outs)` after each top-level equation
+        self.observer = observer
         self.namer = Namer()
 
     # ------------------------------------------------------------ walking
@@ -119,6 +123,8 @@ class Interpreter:
         return [read(a) for a in jaxpr.outvars]
 
     def after(self, eqn, invals, outs, path):
+        if self.observer is not None and not path:
+            self.observer.eval_step(eqn, invals, outs)
         where = " > ".join(path)
         if self.trace is not None:
             prefix = f"[{where}] " if where else ""

@@ -11,6 +11,7 @@ import click
 
 from ..cli import guarded
 from ..io import write_output
+from .ad_cmds import custom_rules_option
 from .common import FILE_ARG, OUT_ARG, int_list
 
 
@@ -52,11 +53,15 @@ from .common import FILE_ARG, OUT_ARG, int_list
     help="Also write the walk as an HTML page.",
 )
 @click.option("--width", type=click.IntRange(60, 400), default=None, help="Output width.")
-def explain(file, args_npz, seed, mode, argnums, no_color, html_out, width):
+@custom_rules_option
+def explain(file, args_npz, seed, mode, argnums, no_color, html_out, width, custom_rules):
     """Walk through the differentiation of FILE: primal equations, the JVP rule of each
     equation and the tangent equations it emits, the linear program and its residuals, the
     reverse (transpose) walk with every cotangent and accumulation, and the derivative checked
     against finite differences (and an analytic formula for a single elementwise primitive).
+    The walks shown are the ones `jvp`, `vjp` and `grad` run, and the last stage shows the
+    program they built; every part differentiated by a fallback (see --custom-rules) or by a
+    plugin's rule is reported.
 
     Exit 1 when a rule is missing (the walk is shown up to where it stops) or a check fails.
 
@@ -65,23 +70,33 @@ def explain(file, args_npz, seed, mode, argnums, no_color, html_out, width):
       jaxprtool explain samples/sin_cos.jaxpr --mode vjp
       jaxprtool explain loss.jaxpr --args in.npz --html walk.html
     """
-    guarded(_explain)(file, args_npz, seed, mode, argnums, no_color, html_out, width)
+    guarded(_explain)(file, args_npz, seed, mode, argnums, no_color, html_out, width, custom_rules)
 
 
-def _explain(file, args_npz, seed, mode, argnums, no_color, html_out, width):
+def _explain(file, args_npz, seed, mode, argnums, no_color, html_out, width, custom_rules):
     from rich.console import Console
 
+    from ..ad.registry import set_custom_rule_policy
     from ..cli import require_jax
-    from ..commands.common import load
+    from ..commands.common import load, output_style
     from ..commands.run_cmds import gather_inputs
     from ..ui.explain import explain_data, render
 
     require_jax()
+    set_custom_rule_policy(custom_rules)
     jaxpr, _, path = load(file)
     input_seed = None if args_npz is not None else (seed or 0)  # with --args: seeds v / w only
     args, consts, _ = gather_inputs(jaxpr, args_npz, None, input_seed, None, {})
     data = explain_data(
-        jaxpr, args, mode, argnums, seed=seed or 0, consts=consts, label=path, width=width or 100
+        jaxpr,
+        args,
+        mode,
+        argnums,
+        seed=seed or 0,
+        consts=consts,
+        label=path,
+        width=width or 100,
+        style=output_style(jaxpr),
     )
     from .. import io as _io
 

@@ -50,7 +50,7 @@ from ..record import prim as record_of
 from . import pretty as pp
 from .style import DEFAULT_STYLE, Style, walk_jaxprs
 
-__all__ = ["print_jaxpr", "encode_name", "literal_text"]
+__all__ = ["print_jaxpr", "encode_name", "literal_text", "Namer"]
 
 #: namedtuple parameter classes: JAX's shared-jaxpr walk looks inside them (they are tuples)
 _NAMEDTUPLES = frozenset({"_LinearSolveTuple"})
@@ -93,6 +93,63 @@ def literal_text(lit: Literal, typed: bool = True) -> str:
     if typed:
         return s + ":" + str(lit.type)
     return s
+
+
+class Namer:
+    """One set of names for several printouts: a program, then equations of it (or of
+    programs derived from it) shown one at a time, as `explain` shows a walk.
+
+    The names are the printer's own: `jaxpr_text(j)` prints `j` exactly as `print_jaxpr`
+    does (naming the variables that have no name yet in printing order), and
+    `eqn_text(e)` prints one equation as it appears in a program printout, so names agree
+    between the two.  `name(v)` is the name of a variable (a fresh one from the printout's
+    counter on first sight), `atom(x)` also gives the text of a literal, `set_name(v, n)`
+    chooses the name of a variable not named yet.  `Namer(style, after=other)` takes its
+    fresh names after the ones `other` has used, so no name reads as one of `other`'s.
+    Names are keyed by object identity: the Namer keeps what it names alive."""
+
+    def __init__(self, style: Style | None = None, after: Namer | None = None):
+        self._p = _Printer(style or DEFAULT_STYLE)
+        if after is not None:
+            self._p.counter = max(self._p.counter, after._p.counter)
+        self._keep: list = []
+
+    @property
+    def style(self) -> Style:
+        return self._p.style
+
+    def named(self, v) -> bool:
+        """`v` already has a name."""
+        return isinstance(v, Var) and id(v) in self._p.names
+
+    def name(self, v: Var) -> str:
+        if id(v) not in self._p.names:
+            self._keep.append(v)
+        return self._p.name(v)
+
+    def atom(self, a) -> str:
+        """The name of a variable, or the text of a literal (typed as the style prints it)."""
+        if isinstance(a, Var):
+            return self.name(a)
+        return literal_text(a, a.typed and self._p.style.typed_literals)
+
+    def set_name(self, v, name: str) -> None:
+        """Name `v` (a Var not named yet; anything else is ignored)."""
+        if isinstance(v, Var) and id(v) not in self._p.names:
+            self._keep.append(v)
+            self._p.names[id(v)] = name
+
+    def eqn_text(self, e: core.Eqn, width: int = 80) -> str:
+        """`e` as a program printout shows it (its variables named if they are not yet)."""
+        self._keep.append(e)
+        self._p._name_eqn(e)
+        return pp.format(self._p._eqn(e), width)
+
+    def jaxpr_text(self, j: Jaxpr, width: int = 80) -> str:
+        """`j` as `print_jaxpr` prints it, keeping the names already given."""
+        self._keep.append(j)
+        with core.gc_paused():
+            return pp.format(self._p.toplevel(j), width)
 
 
 # ---------------------------------------------------------------- params

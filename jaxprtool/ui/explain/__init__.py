@@ -1,0 +1,333 @@
+"""`jaxprtool explain`: the whole differentiation pipeline on one program, stage by stage.
+
+`explain_data(jaxpr, args, mode, argnums, seed, consts)` runs the pipeline and returns an
+`ExplainData` (the structured walk, with the arrays); `render(data, console)` shows it with rich.
+
+The walk shown is the real one: the program is transformed by `jvp_jaxpr` (mode jvp),
+`vjp_jaxpr` (vjp) or `grad_jaxpr` (grad), exactly as the `jvp`/`vjp`/`grad` commands do,
+under a `record.Recorder` that observes the AD walks (`ad/observe.py`): `jvp_eval` inside
+`linearize_jaxpr` (or `jvp_jaxpr`), then `backward_pass` over the linear program.  The
+program shown in the last stage is the one those walks built.
+
+Stages:
+
+1. the primal program, printed as JAX prints it;
+2. forward: for each primal equation, the step `jvp_eval` took: the helper that registered
+   its JVP rule (`registry.rule_kind`), the primal-side work the rule added (future residuals),
+   the tangent equations, and the output tangents with a value summary for a random input
+   direction; equations whose input tangents are all symbolically zero get no rule ("no
+   tangent (all inputs constant)");
+3. (vjp/grad) the linear program of `linearize_jaxpr` and its residuals: where each comes from
+   and a summary of its value;
+4. (vjp/grad) the reverse walk over the linear program (`backward_pass`): the cotangent
+   reaching each equation, the equations its transpose rule emitted, every cotangent that moves
+   to a linear input, and every accumulation (`add_any`) into a value that receives several
+   contributions;
+5. the program built, and the derivative from running it (jvp: the output tangents for the
+   random direction; vjp: the input cotangents for a random output cotangent; grad: the
+   gradient), checked against central finite differences and, for a program made of one
+   elementwise primitive, an analytic formula.
+
+Every part differentiated by a fallback (a custom rule replaced by its body's derivative,
+`--custom-rules`) or by a plugin's rule is reported at its step and listed in stage 5.
+
+A stage that cannot go on (a primitive without a JVP or transpose rule) records where it stopped
+and the error; later stages are not run.
+
+Modules: `record` (the data and the observers that fill it), `checks` (running the recorded
+programs, finite differences, analytic formulas), `render` (rich output).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from ...core import Jaxpr, JaxprError, ShapedArray, Var, is_float, is_inexact
+from ..checkgrad import _random_like
+from . import checks
+from .record import (  # noqa: F401  (the data model, re-exported)
+    Accumulation,
+    ExplainData,
+    ForwardStep,
+    Move,
+    Recorder,
+    ResidualInfo,
+    ReverseStep,
+    Value,
+    err_text,
+    literal_array,
+    summarize,
+)
+from .render import HEADINGS, render  # noqa: F401
+
+MODES = ("jvp", "vjp", "grad")
+
+
+def default_mode(jaxpr: Jaxpr) -> str:
+    """grad for one scalar float output, else vjp."""
+    outs = jaxpr.outvars
+    if len(outs) == 1:
+        t = outs[0].type
+        if isinstance(t, ShapedArray) and tuple(t.shape) == () and is_float(t):
+            return "grad"
+    return "vjp"
+
+
+def _check_grad_output(jaxpr: Jaxpr) -> None:
+    from ...ad.api import _scalar_error
+
+    outs = jaxpr.outvars
+    if len(outs) != 1:
+        raise JaxprError(
+            f"--mode grad: gradient only defined for scalar-output functions; the program has "
+            f"{len(outs)} outputs (use --mode vjp)"
+        )
+    t = outs[0].type
+    if not isinstance(t, ShapedArray) or tuple(t.shape) != ():
+        raise JaxprError("--mode grad: " + _scalar_error(t) + " (or use --mode vjp)")
+    if not is_float(t):
+        raise JaxprError(
+            f"--mode grad: the output must be a real float scalar, got {t} (use --mode vjp)"
+        )
+
+
+class _Stop(Exception):
+    def __init__(self, stage: int, error: JaxprError):
+        super().__init__(error.message)
+        self.stage = stage
+        self.error = error
+
+
+def _guard(stage: int, fn, *args):
+    """fn(*args); any failure stops the walk at `stage` with a located JaxprError."""
+    try:
+        return fn(*args)
+    except _Stop:
+        raise
+    except Exception as e:  # noqa: BLE001 - shown as where the walk stops
+        raise _Stop(stage, e if isinstance(e, JaxprError) else JaxprError(err_text(e))) from None
+
+
+@contextlib.contextmanager
+def _own_fallback_notes():
+    """Collect the custom-rule fallbacks of this walk alone (the registry notes each function
+    once), then merge them back into the notes already there."""
+    from ...ad.registry import custom_rule_fallbacks
+
+    notes = custom_rule_fallbacks.notes
+    saved = list(notes)
+    notes.clear()
+    try:
+        yield
+    finally:
+        mine = list(notes)
+        notes[:] = saved + [n for n in mine if n not in saved]
+
+
+def explain_data(
+    jaxpr: Jaxpr,
+    args,
+    mode: str | None = None,
+    argnums=None,
+    seed: int = 0,
+    consts=None,
+    label: str = "f",
+    width: int = 100,
+    style=None,
+) -> ExplainData:
+    """Run the whole pipeline on `jaxpr` at `args`.
+
+    Bad usage (mode, argnums, no float inputs/outputs) raises JaxprError; anything that stops
+    the walk later (a missing JVP or transpose rule, a program that does not run) is recorded in
+    `.error`, with the stage in `.stopped_in`.  `style`: the printing style (default: the one
+    detected from `jaxpr`).  The custom-rule policy is the registry's
+    (`registry.set_custom_rule_policy`, `--custom-rules`)."""
+    from ...ad.jvp import diff_mask
+    from ...text.printer import Namer
+    from ...text.style import detect_style
+
+    mode = mode or default_mode(jaxpr)
+    if mode not in MODES:
+        raise JaxprError(f"unknown mode '{mode}' (expected jvp, vjp or grad)")
+    consts = list(consts or [])
+    args = [np.asarray(a) for a in args]
+    if mode == "grad":
+        _check_grad_output(jaxpr)
+    mask = diff_mask(jaxpr, argnums)
+    if not any(mask):
+        raise JaxprError("no float or complex inputs to differentiate")
+    if not any(is_inexact(v.type) for v in jaxpr.outvars):
+        raise JaxprError("no float or complex outputs to differentiate")
+    if style is None:
+        try:
+            style = detect_style(jaxpr)
+        except Exception:  # noqa: BLE001
+            style = None
+    data = ExplainData(mode, label, args=args, in_mask=mask)
+    namer = Namer(style)
+    data.keep.append(namer)
+    data.primal_text = namer.jaxpr_text(jaxpr)
+    data.input_names = [namer.atom(v) for v in jaxpr.invars]
+    data.output_names = [namer.atom(x) for x in jaxpr.outvars]
+    rec = Recorder(data, namer, width)
+    data.keep.append(rec)
+    try:
+        with _own_fallback_notes():
+            _pipeline(data, rec, jaxpr, args, consts, mask, seed, namer.style)
+    except _Stop as stop:
+        data.error, data.stopped_in = stop.error, stop.stage
+    return data
+
+
+def _transform(jaxpr: Jaxpr, mode: str, diff: list[int]) -> tuple[Jaxpr, str]:
+    """The transformation the command of the same name runs (before its clean-up pipeline),
+    and that command."""
+    from ...ad.api import grad_jaxpr, jvp_jaxpr, vjp_jaxpr
+
+    command = f"jaxprtool {mode} --argnums {','.join(map(str, diff))} --opt none"
+    if mode == "jvp":
+        return jvp_jaxpr(jaxpr, diff, instantiate=True), command
+    if mode == "vjp":
+        return vjp_jaxpr(jaxpr, diff), command
+    return grad_jaxpr(jaxpr, diff), command
+
+
+def _pipeline(data: ExplainData, rec: Recorder, jaxpr, args, consts, mask, seed, style):
+    from ...ad.api import restyle
+    from ...ad.observe import observing
+    from ...text.printer import print_jaxpr
+
+    mode = data.mode
+    rng = np.random.default_rng(seed)
+    diff = [i for i, m in enumerate(mask) if m]
+
+    # ---- the real transformation, observed (stages 2 to 4 at once)
+    program, failure = None, None
+    try:
+        with observing(rec):
+            program, command = _transform(jaxpr, mode, diff)
+        rec.finish_reverse()
+    except Exception as e:  # noqa: BLE001 - shown as where the walk stops
+        failure = rec.error or (e if isinstance(e, JaxprError) else JaxprError(err_text(e)))
+        if rec.failed == "transpose" or rec.walk == "transpose":
+            failed_in = 4
+        elif rec.failed == "jvp" or mode == "jvp":
+            failed_in = 2
+        else:
+            failed_in = 3
+    else:
+        data.program = program
+        data.program_command = command
+        data.program_text = print_jaxpr(restyle(program, style), style)
+
+    # ---- stage 2: the forward walk's values (jvp: from the program built, where it has them)
+    data.direction = [_random_like(args[i], rng) for i in diff]
+    tangent_values = data.tangent_inputs + [
+        v for s in data.forward for v in s.tangents_in + s.tangents_out
+    ]
+    fwd_inputs = list(args) + data.direction
+    derivative = [Value("", x) for x in program.outvars] if program is not None else []
+    sources = [(rec.forward_program(), fwd_inputs, consts)]
+    if mode == "jvp" and program is not None:
+        sources.insert(0, (program, fwd_inputs, consts))
+    err = checks.fill_values(tangent_values + (derivative if mode == "jvp" else []), *sources)
+    if failure is not None and failed_in == 2:
+        raise _Stop(2, failure)
+    if err is not None:
+        raise _Stop(2, err)
+    run = _guard(2, checks.runner, jaxpr, consts)
+    primal_outs = _guard(2, run, args)
+    fd = checks.FiniteDifferences(jaxpr, run, args, diff, lambda e: _stop_with(5, e))
+    n_out = len(jaxpr.outvars)
+
+    if mode == "jvp":
+        data.derivative = [
+            (f"tangent of {data.output_names[j]}", np.asarray(t.array))
+            for j, t in zip(fd.outs, derivative[n_out:])
+        ]
+        checks.jvp_checks(data, fd)
+        checks.analytic_check(data, jaxpr, args, consts, diff, fd.dtype)
+        return
+
+    # ---- stage 3: residuals (a residual's value is that of a primal program variable)
+    if rec.linear is None:
+        raise _Stop(3, failure or JaxprError("linearize did not run"))
+    info = rec.info
+    n_res = len(info.residuals)
+    by_loc = {e.loc: (i, e) for i, e in enumerate(jaxpr.eqns) if e.loc is not None}
+    for r, v in zip(info.residuals, rec.linear.invars[:n_res]):
+        val = Value(rec.lnamer.name(v), v)
+        if r.source == "input":
+            val.array = np.asarray(args[r.index])
+            origin = f"primal input {r.index} ({data.input_names[r.index]})"
+        elif r.source == "const":
+            val.array, origin = np.asarray(consts[r.index]), f"constant {r.index}"
+        elif r.source == "output":
+            val.atom = rec.primal.outvars[r.index]
+            origin = f"primal output {r.index} ({data.output_names[r.index]})"
+        else:
+            val.atom = rec.primal.outvars[n_out + r.index]
+            origin = _residual_origin(data, r, by_loc)
+        data.residuals.append(ResidualInfo(val, origin))
+    res_values = [r.value for r in data.residuals]
+
+    # ---- stage 4: the seeds; every value from the program built, where it has them
+    outs_with_ct = [j for j, m in enumerate(info.out_mask) if m]
+    for j, s in zip(outs_with_ct, data.seeds):
+        like = np.asarray(primal_outs[j])
+        s.array = np.ones_like(like) if mode == "grad" else _random_like(like, rng)
+    w = [s.array for s in data.seeds]
+    walk_values = []
+    for s in data.reverse:
+        walk_values += s.cts_out + [m.value for m in s.moves]
+        for a in s.accumulations:
+            walk_values += [a.previous, a.contribution, a.result]
+    final_error = None
+    if program is not None:
+        final_inputs = list(args) + (w if mode == "vjp" else [])
+        final_error = checks.fill_values(
+            res_values + walk_values + derivative, (program, final_inputs, consts)
+        )
+    err = checks.fill_values(res_values, (rec.primal, args, consts))
+    if failure is not None and failed_in == 3:
+        raise _Stop(3, failure)
+    if err is not None:
+        raise _Stop(3, err)
+    rev_inputs = [r.value.array for r in data.residuals]
+    rev_inputs += [s.array for s in data.seeds if isinstance(s.atom, Var)]
+    err = checks.fill_values(walk_values, (rec.reverse_program(), rev_inputs, []))
+    if failure is not None:
+        raise _Stop(4, failure)
+    if err is not None:
+        raise _Stop(4, err)
+    if final_error is not None:
+        raise _Stop(5, final_error)
+
+    # ---- stage 5: the derivative, from running the program built
+    grads = derivative[n_out:] if mode == "vjp" else derivative
+    what = "gradient" if mode == "grad" else "cotangent"
+    data.derivative = [
+        (f"{what} of {data.input_names[i]}", np.asarray(g.array)) for i, g in zip(diff, grads)
+    ]
+    checks.vjp_checks(data, fd, w)
+    checks.analytic_check(data, jaxpr, args, consts, diff, fd.dtype, w)
+
+
+def _stop_with(stage: int, e: Exception) -> _Stop:
+    return _Stop(stage, e if isinstance(e, JaxprError) else JaxprError(err_text(e)))
+
+
+def _residual_origin(data: ExplainData, r, by_loc) -> str:
+    hit = by_loc.get(r.loc)
+    where = f" at {r.loc}" if r.loc else ""
+    step = data.forward[hit[0]] if hit is not None and hit[0] < len(data.forward) else None
+    if step is None:
+        return f"'{r.prim}'{where}"
+    first = step.text.splitlines()[0] + (" ..." if "\n" in step.text else "")
+    if step.constant:
+        return f"'{r.prim}': primal value of eqn {step.index}: {first}{where}"
+    if r.prim == step.eqn.prim:
+        return f"'{r.prim}': primal half of eqn {step.index}: {first}{where}"
+    return f"'{r.prim}' from the JVP rule of eqn {step.index}: {first}{where}"

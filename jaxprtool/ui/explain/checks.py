@@ -1,0 +1,261 @@
+"""Values and checks for `explain`: the recorded programs run, the derivative checked.
+
+`fill_values` runs the equations a walk emitted (the recorder's `forward_program()` or
+`reverse_program()`) through the evaluator, eagerly, with an observer of its loop that keeps
+every value; the `Value`s of the walk get their arrays from it.  The derivative itself comes
+from running the program the walks built (`run_program`), and is checked against central
+finite differences of the primal program and, for a program made of one elementwise
+primitive, an analytic formula (`analytic_partials`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...core import Jaxpr, JaxprError, Literal, Var, is_float, is_inexact
+from ...record import prim
+from ..checkgrad import EPS, TOLERANCE, Check, _rel_err, _vdot, least_precise_dtype
+from .record import ExplainData, Value, err_text, literal_array
+
+#: coordinate-wise finite differences of the gradient only up to this many input elements
+FD_COORDS_LIMIT = 128
+#: analytic formula vs the tool: both exact up to rounding
+ANALYTIC_TOLERANCE = {"float16": 1e-2, "bfloat16": 1e-1, "float32": 1e-5, "float64": 1e-10}
+
+
+# ---------------------------------------------------------------- running programs
+
+
+class _Values:
+    """Observer of the evaluator's loop: every top-level value, by variable."""
+
+    def __init__(self):
+        self.got: dict[int, np.ndarray] = {}
+        self.steps = 0
+
+    def eval_step(self, eqn, invals, outs) -> None:
+        self.steps += 1
+        for v, x in zip(eqn.outputs, outs):
+            try:
+                self.got[id(v)] = np.asarray(x)
+            except Exception:  # noqa: BLE001 - a value numpy cannot hold (a PRNG key)
+                pass
+
+
+def fill_values(values: list[Value], *sources) -> JaxprError | None:
+    """Fill `values[i].array` from the first source that computes it; a source is
+    (program, in_values, consts), `program` a Jaxpr or (constvars, invars, eqns).
+
+    A source runs compiled, with the values wanted as outputs; when that fails, eagerly, with
+    an observer of the evaluator's loop that keeps every value up to the equation that fails.
+    Returns the first such error (at the equation's location), or None."""
+    first = None
+    for program, in_values, consts in sources:
+        if isinstance(program, Jaxpr):
+            program = (program.constvars, program.invars, program.eqns)
+        err = _fill(program, in_values, consts, values)
+        first = first or err
+    for val in values:
+        if val.array is None and isinstance(val.atom, Literal):
+            val.array = literal_array(val.atom)
+    return first
+
+
+def _fill(program, in_values, consts, values: list[Value]) -> JaxprError | None:
+    from ...ad import builder as B
+    from ...backend import check_runnable, evaluate
+
+    constvars, invars, eqns = program
+    known = {id(v): np.asarray(x) for v, x in zip(invars, in_values)}
+    known.update({id(v): np.asarray(x) for v, x in zip(constvars, consts)})
+    defined = {id(o) for e in eqns for o in e.outputs}
+    wanted = [v for v in values if v.array is None and isinstance(v.atom, Var)]
+    outs = list({id(v.atom): v.atom for v in wanted if id(v.atom) in defined}.values())
+    outs = [a for a in outs if id(a) not in known]
+    error = None
+    if outs:
+        prog = B.make_jaxpr(invars, B.dce_eqns(list(eqns), outs), outs, constvars)
+        try:
+            check_runnable(prog)
+        except JaxprError as err:
+            return err
+        try:
+            known.update(zip(map(id, outs), evaluate(prog, list(in_values), list(consts))))
+        except Exception:  # noqa: BLE001 - run again eagerly: where does it fail?
+            error = _run_observed(prog, in_values, consts, known)
+    for val in wanted:
+        val.array = known.get(id(val.atom))
+    return error
+
+
+def _run_observed(prog: Jaxpr, in_values, consts, known: dict) -> JaxprError:
+    from ...backend import eval_eager
+
+    obs = _Values()
+    error = JaxprError("cannot evaluate the program")
+    try:
+        eval_eager(prog, list(in_values), list(consts), observer=obs)
+    except Exception as err:  # noqa: BLE001 - located at the equation that failed
+        e = prog.eqns[obs.steps] if obs.steps < len(prog.eqns) else None
+        what = f"cannot evaluate '{e.prim}'" if e is not None else "cannot evaluate"
+        loc = getattr(err, "loc", None) or (e.loc if e is not None else None)
+        error = JaxprError(f"{what}: {err_text(err)}", loc)
+    known.update(obs.got)
+    return error
+
+
+def runner(jaxpr: Jaxpr, consts):
+    """run(args) -> list of arrays, compiled once."""
+    import jax
+
+    from ...backend import as_jax_function, check_runnable, evaluate
+
+    check_runnable(jaxpr)
+    fn = jax.jit(as_jax_function(jaxpr, None, enable_x64=False))
+    consts = list(consts or [])
+    return lambda args: evaluate(jaxpr, args, consts, jitted=fn)
+
+
+# ---------------------------------------------------------------- finite differences
+
+
+class FiniteDifferences:
+    """Central differences of the primal program along directions of the differentiated
+    inputs, for the float/complex outputs."""
+
+    def __init__(self, jaxpr: Jaxpr, run, args, diff, on_error):
+        self.run, self.args, self.diff, self.on_error = run, args, diff, on_error
+        self.outs = [j for j, v in enumerate(jaxpr.outvars) if is_inexact(v.type)]
+        self.dtype = least_precise_dtype(jaxpr)
+        self.tol = TOLERANCE.get(self.dtype, 2e-3)
+        real = self.dtype.replace("complex64", "float32").replace("complex128", "float64")
+        self.eps = EPS.get(real, 1e-3)
+
+    def _shifted(self, vs, sign):
+        xs = list(self.args)
+        for i, d in zip(self.diff, vs):
+            xs[i] = (np.asarray(self.args[i]) + sign * self.eps * d).astype(self.args[i].dtype)
+        try:
+            return self.run(xs)
+        except Exception as e:  # noqa: BLE001
+            raise self.on_error(e) from None
+
+    def along(self, vs) -> list[np.ndarray]:
+        plus, minus = self._shifted(vs, +1), self._shifted(vs, -1)
+        return [
+            (np.asarray(plus[j], np.complex128) - np.asarray(minus[j], np.complex128))
+            / (2 * self.eps)
+            for j in self.outs
+        ]
+
+
+def jvp_checks(data: ExplainData, fd: FiniteDifferences) -> None:
+    want = fd.along(data.direction)
+    err = max(_rel_err(a, b) for (_, a), b in zip(data.derivative, want))
+    data.checks.append(Check("jvp vs central finite differences", err, fd.tol))
+
+
+def vjp_checks(data: ExplainData, fd: FiniteDifferences, w) -> None:
+    args, diff = fd.args, fd.diff
+    g = [np.asarray(a) for _, a in data.derivative]
+    lhs = sum(_vdot(a, b) for a, b in zip(w, fd.along(data.direction)))
+    rhs = sum(_vdot(a, b) for a, b in zip(g, data.direction))
+    data.checks.append(
+        Check(
+            "<w, FD(J v)> = <J^T w, v> (central differences, random v)",
+            abs(lhs - rhs) / max(1.0, abs(lhs)),
+            fd.tol,
+        )
+    )
+    n_coords = sum(int(args[i].size) for i in diff)
+    complex_in = any(np.iscomplexobj(args[i]) for i in diff)
+    if n_coords <= FD_COORDS_LIMIT and not complex_in:
+        fd_g = []
+        for i in diff:
+            gi = np.zeros(args[i].shape, np.float64)
+            for idx in np.ndindex(args[i].shape):
+                basis = [np.zeros_like(args[k]) for k in diff]
+                basis[diff.index(i)][idx] = 1
+                d = fd.along(basis)
+                gi[idx] = sum(_vdot(a, b) for a, b in zip(w, d))
+            fd_g.append(gi)
+        err = max(_rel_err(a, b) for a, b in zip(g, fd_g))
+        data.checks.append(
+            Check("J^T w vs central finite differences, coordinate-wise", err, fd.tol)
+        )
+
+
+# ---------------------------------------------------------------- analytic formulas
+
+
+def _unbroadcast_np(g, shape):
+    g = np.asarray(g)
+    while g.ndim > len(shape):
+        g = g.sum(axis=0)
+    for i, d in enumerate(shape):
+        if d == 1 and g.shape[i] != 1:
+            g = g.sum(axis=i, keepdims=True)
+    return g.reshape(shape)
+
+
+def analytic_partials(jaxpr: Jaxpr, args, consts=()):
+    """(formula, [partial derivative array per eqn input]) for a single elementwise primitive
+    program `out = prim x [y]` (inputs: invars, constvars or literals); None otherwise."""
+    if len(jaxpr.eqns) != 1 or len(jaxpr.outvars) != 1:
+        return None
+    e = jaxpr.eqns[0]
+    if jaxpr.outvars[0] is not e.outputs[0] or len(e.outputs) != 1 or e.params:
+        return None
+    if not is_float(e.outputs[0].type):
+        return None
+    vals = {id(v): np.asarray(a, np.float64) for v, a in zip(jaxpr.invars, args)}
+    vals.update({id(v): np.asarray(a, np.float64) for v, a in zip(jaxpr.constvars, consts)})
+    xs = []
+    for x in e.inputs:
+        if isinstance(x, Literal):
+            xs.append(np.asarray(literal_array(x), np.float64))
+        elif id(x) in vals:
+            xs.append(vals[id(x)])
+        else:
+            return None
+    rule = prim(e.prim).derivative_formula
+    if rule is None:
+        return None
+    formula, fn = rule
+    if len(xs) == 1:
+        return f"d {e.prim}(x)/dx = {formula}", [fn(xs[0])]
+    if len(xs) == 2:
+        return f"{e.prim}(x, y): {formula}", list(fn(xs[0], xs[1]))
+    return None
+
+
+def analytic_check(data: ExplainData, jaxpr, args, consts, diff, dtype, w=None) -> None:
+    got = analytic_partials(jaxpr, args, consts)
+    if got is None:
+        return
+    formula, partials = got
+    e = jaxpr.eqns[0]
+    out_shape = tuple(e.outputs[0].type.shape)
+    pos = {id(v): i for i, v in enumerate(jaxpr.invars)}
+    tol = ANALYTIC_TOLERANCE.get(dtype, 1e-5)
+    if data.mode == "jvp":
+        v_of = {i: d for i, d in zip(diff, data.direction)}
+        expected = np.zeros(out_shape, np.float64)
+        for x, p in zip(e.inputs, partials):
+            i = pos.get(id(x)) if isinstance(x, Var) else None
+            if i in v_of:
+                expected = expected + p * np.asarray(v_of[i], np.float64)
+        err = _rel_err(data.derivative[0][1], np.broadcast_to(expected, out_shape))
+    else:
+        wv = np.asarray(w[0], np.float64)
+        expected_by_input = {i: np.zeros(args[i].shape, np.float64) for i in diff}
+        for x, p in zip(e.inputs, partials):
+            i = pos.get(id(x)) if isinstance(x, Var) else None
+            if i in expected_by_input:
+                contrib = np.broadcast_to(p, out_shape) * wv
+                expected_by_input[i] = expected_by_input[i] + _unbroadcast_np(
+                    contrib, tuple(args[i].shape)
+                )
+        err = max(_rel_err(a, expected_by_input[i]) for i, (_, a) in zip(diff, data.derivative))
+    data.analytic = formula
+    data.checks.append(Check(f"analytic formula: {formula}", err, tol))
