@@ -1123,6 +1123,8 @@ def parse(text: str, path: str = "<stdin>") -> ParseResult:
     if i >= st.n:
         st.fail("empty input: expected a jaxpr ('{ lambda ...')", i)
     if not text.startswith("{", i) and not G.SHARED_DEF.match(text, i):
+        if text.startswith("let", i):
+            st.expected("a shared jaxpr 'let NAME = { lambda ...' or a jaxpr '{ lambda ...'", i)
         st.expected("a jaxpr ('{ lambda ...')", i)
     m = _HUGE_NUMBER.search(text)
     if m is not None:
