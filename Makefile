@@ -37,8 +37,13 @@ test-full: install
 bench: install
 	$(BIN)/python bench/run_all.py
 
+# the long fuzzing run: FUZZ_EXAMPLES cases on FUZZ_WORKERS processes (tests/fuzzgen.py);
+# FUZZ_SAVE=DIR keeps the failing inputs, FUZZ_SEED picks another campaign
+FUZZ_EXAMPLES ?= 100000
+FUZZ_WORKERS ?= 2
 fuzz: install
-	FUZZ_EXAMPLES=5000 $(BIN)/python -m pytest -s -m "" tests/test_fuzz.py
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_WORKERS=$(FUZZ_WORKERS) FUZZ_HASHSEED_EVERY=1000 \
+		$(BIN)/python -m pytest -s -m "" -p no:xdist tests/test_fuzz.py::test_fuzz_campaign
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

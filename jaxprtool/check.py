@@ -42,9 +42,12 @@ from .primitives.util import types_agree
 class Diagnostic(JaxprError):
     """A located finding of the checker: kind is "error" or "warning"."""
 
-    def __init__(self, kind: str, message: str, loc: Loc | None = None):
+    def __init__(self, kind: str, message: str, loc: Loc | None = None, where: str | None = None):
         super().__init__(message, loc)
         self.kind = kind
+        # without a location: "inputs" or "outputs" of the top-level jaxpr (a jaxpr without
+        # equations has no position of its own); `io.report` finds them in the source
+        self.where = where
 
     def __repr__(self) -> str:
         return f"Diagnostic({self.kind!r}, {self.message!r}, {self.loc!r})"
@@ -78,8 +81,8 @@ class _Checker:
         self.seen: set[int] = set()
         self.warned_unknown: set[str] = set()
 
-    def err(self, message, loc):
-        self.diags.append(Diagnostic("error", message, loc))
+    def err(self, message, loc, where=None):
+        self.diags.append(Diagnostic("error", message, loc, where if loc is None else None))
 
     def warn(self, message, loc):
         self.diags.append(Diagnostic("warning", message, loc))
@@ -92,22 +95,24 @@ class _Checker:
         names: dict[str, int] = {}
         first_loc = next((e.loc for e in j.eqns if e.loc is not None), where)
 
-        def bind(v: Var, loc):
+        def bind(v: Var, loc, where=None):
             if not isinstance(v, Var):
-                self.err(f"binder {v!r} is not a variable", loc)
+                self.err(f"binder {v!r} is not a variable", loc, where)
                 return
             if not isinstance(v.type, (ShapedArray, RefType, OpaqueType)):
-                self.err(f"variable '{_name(v)}' has no type", loc)
+                self.err(f"variable '{_name(v)}' has no type", loc, where)
             if id(v) in defined:
-                self.err(f"variable '{_name(v)}' is bound more than once", loc)
+                self.err(f"variable '{_name(v)}' is bound more than once", loc, where)
             defined.add(id(v))
             if self.check_names and v.hint and v.hint != "_":
                 if v.hint in names:
-                    self.err(f"variable '{v.hint}' is bound more than once in this jaxpr", loc)
+                    self.err(
+                        f"variable '{v.hint}' is bound more than once in this jaxpr", loc, where
+                    )
                 names[v.hint] = 1
 
         for v in (*j.constvars, *j.invars):
-            bind(v, first_loc)
+            bind(v, first_loc, "inputs")
         for e in j.eqns:
             self.eqn(e, defined)
             for sub in eqn_subjaxprs(e):
@@ -119,9 +124,9 @@ class _Checker:
             if isinstance(a, Literal):
                 bad = _literal_problem(a)
                 if bad:
-                    self.err(bad, last_loc)
+                    self.err(bad, last_loc, "outputs")
             if isinstance(a, Var) and id(a) not in defined:
-                self.err(f"output variable '{_name(a)}' is not defined", last_loc)
+                self.err(f"output variable '{_name(a)}' is not defined", last_loc, "outputs")
 
     def eqn(self, e: Eqn, defined: set[int]) -> None:
         ok = True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -34,6 +35,8 @@ def read_source(file: str | None) -> tuple[str, str]:
         except OSError as e:
             raise UsageProblem(f"cannot read '{file}': {e.strerror}", None) from None
         path = file
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]  # a UTF-8 byte-order mark (some editors write one): not part of the text
     try:
         return data.decode("utf-8"), path
     except UnicodeDecodeError as e:
@@ -230,11 +233,14 @@ class progress:
 
 
 _sources: dict[str, str] = {}
+#: where each line of a remembered source starts (computed on the first message about it)
+_line_starts: dict[str, list[int]] = {}
 
 
 def remember_source(path: str, text: str) -> None:
     """Keep the text of an input so that error messages can quote the offending line."""
     _sources[path] = text
+    _line_starts.pop(path, None)
     _sources.pop(_LAST, None)
     _sources[_LAST] = path
 
@@ -258,19 +264,41 @@ def program_loc(where: str) -> Loc | None:
 
 def format_error(err: JaxprError, kind: str = "error") -> str:
     """`FILE:LINE:COL: error: message`, then the source line and a caret when known."""
-    head = f"{err.loc}: {kind}: {err.message}" if err.loc else f"{kind}: {err.message}"
+    if err.loc is None and isinstance(getattr(err, "where", None), str):
+        err.loc = program_loc(err.where)  # about the program as a whole: its inputs or outputs
+    message = err.message
+    if len(message) > 2 * EXCERPT:  # a huge name quoted in the message: shorten it
+        message = _LONG_QUOTE.sub(lambda m: m.group()[: EXCERPT // 2] + "...'", message)
+    head = f"{err.loc}: {kind}: {message}" if err.loc else f"{kind}: {message}"
     lines = [head]
     if err.loc and err.loc.file in _sources:
-        src = _sources[err.loc.file].splitlines()
-        if 1 <= err.loc.line <= len(src):
-            text, col = _excerpt(src[err.loc.line - 1].replace("\t", " "), err.loc.col)
+        line = _source_line(err.loc.file, err.loc.line)
+        if line is not None:
+            text, col = _excerpt(line.replace("\t", " ").replace("\r", " "), err.loc.col)
             lines.append(text)
             lines.append(" " * (col - 1) + "^")
     return "\n".join(lines)
 
 
+def _source_line(path: str, n: int) -> str | None:
+    """Line `n` (1-based, lines end at '\n' as for the parser's locations) of a remembered
+    source, or None.  The line starts are computed once per source, so that reporting many
+    errors in a large file stays linear."""
+    text = _sources[path]
+    starts = _line_starts.get(path)
+    nl = "\n" if "\n" in text or "\r" not in text else "\r"  # old Mac line endings: CR
+    if starts is None:
+        starts = _line_starts[path] = [0, *(m.end() for m in re.finditer(nl, text))]
+    count = len(starts) - (1 if not text or text.endswith(nl) else 0)
+    if not 1 <= n <= count:
+        return None
+    end = text.find(nl, starts[n - 1])
+    return text[starts[n - 1] : end if end >= 0 else len(text)]
+
+
 #: the widest excerpt of a source line quoted under a message
 EXCERPT = 120
+_LONG_QUOTE = re.compile(r"'[^'\n]{%d,}'" % EXCERPT)
 
 
 def _excerpt(line: str, col: int) -> tuple[str, int]:

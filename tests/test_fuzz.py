@@ -1,135 +1,452 @@
-"""Fuzzing: mutated and generated jaxpr text never crashes the tool.
+"""Fuzzing: generated and mutated programs never break the tool (tests/fuzzgen.py).
 
-Every run must exit 0 or 1; on 1 the message is located (`FILE:LINE:COL: error:`
-or a plain `error:` for whole-file problems) and is not an internal error; no
-traceback; no hang (each run is bounded by an alarm); and a failed run leaves
-no output file.  `make fuzz` runs a long budget (FUZZ_EXAMPLES).
+* `test_fuzz_campaign`: a short run of the grammar-aware fuzzer (fixed seed, FUZZ_EXAMPLES
+  cases, default 300): well-typed generated programs and mutated corpus programs through
+  fmt, check, jvp, linearize, vjp, grad, transpose, dce, cse, opt, fold, canonicalize,
+  stats, diff and (tiny inputs) run, each in process with a time and memory limit.  It
+  fails on any crash, hang, memory blow-up, unlocated error, partial or clobbered -o
+  file, nondeterministic output or inconsistent result, except the known bugs outside
+  the parser/checker listed in KNOWN (still counted and printed).  `make fuzz` runs
+  100,000 cases on two workers (FUZZ_EXAMPLES, FUZZ_WORKERS, FUZZ_SEED, FUZZ_SAVE=DIR keeps
+  the failing inputs).
+* Pathological text (pathological() in fuzzgen: 10 MB lines, 1,000-deep nesting, 100k
+  equations, binary data, NUL bytes, CR/CRLF, invalid UTF-8, a BOM): a located error or the
+  right output, quickly; scaled down here, full size in `make bench`.
+* Shared jaxprs that use themselves are a located error for every command.
+* Every command prints the same bytes under two PYTHONHASHSEED values (fresh processes).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
-import signal
+import subprocess
+import sys
+import time
 
 import pytest
 from click.testing import CliRunner
-from conftest import corpus_files
+from conftest import CORPUS, ROOT, needs_corpus
+from fuzzgen import (
+    Campaign,
+    ProgramGen,
+    Rand,
+    chain,
+    deep_lambda,
+    deep_shared,
+    pathological,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jaxprtool.cli import main
+from jaxprtool.text.parser import MAX_NESTING
 
-SEEDS = [
-    p
-    for p in corpus_files("jax-0.10.2")
-    if p.stat().st_size < 4000 and "newline_in_fmt" not in p.name
-][:40]
-COMMANDS = [["fmt"], ["check"], ["jvp"], ["vjp"], ["dce"]]
-EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "60"))
-LOCATED = re.compile(r"^(\S+:\d+:\d+: )?error: ", re.M)
-STATS = {"tried": 0, "rejected": 0}
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "300"))
+WORKERS = int(os.environ.get("FUZZ_WORKERS", "1"))
+LOCATED = re.compile(r"^\S+:\d+:\d+: error: ", re.M)
+UNLOCATED = re.compile(r"^error: ", re.M)
+
+#: findings that are bugs outside the parser, checker and CLI (reported to their owners):
+#: (category, pattern of the detail).  They are counted and printed, not failed on.
+KNOWN = [
+    # ad/api.py: grad's input-dtype error carries no location
+    ("unlocated", r"grad requires real- or complex-valued inputs"),
+    ("unlocated", r"grad requires real-valued outputs"),
+    ("unlocated", r"argnums: input -?\d+ does not exist"),
+    ("unlocated", r"argnums: input \d+ has type .*; only float and complex inputs"),
+    # backend: an array literal (`[...]`) cannot run; the message is not located
+    ("unlocated", r"the array literal .* has no values in the text"),
+    # printer: a shared jaxpr named after a `name=` value that is no name (`let g g = `)
+    ("bad output", r"printed a program that does not parse: .*(found 'let'|expected a name)"),
+    # printer: `fmt --width N` breaks inside a parameter value (`(\n\n)`), read back opaque
+    ("bad output", r"malformed parameter value"),
+    # printer: --jax-style 0.4.35 prints the array literal `[...]` without its type
+    ("bad output", r"expected an operand \(a variable or a literal\), found '\['"),
+    # run_cmds/backend: a symbolic dimension without --dim is not located
+    ("unlocated", r"symbolic dimension '.*' has no size"),
+    # ad/rules/control_flow.py: scan/while parameters that the checker lets default
+    ("crash", r"KeyError: '(num_consts|num_carry|length|jaxpr|linear)'"),
+    ("crash", r"missing \d+ required keyword-only argument"),
+    # ad rules: reverse mode of ragged_dot_general inside control flow is ill-typed
+    ("bad output", r"ragged_dot_general: result type"),
+    # ad/rules/calls.py: the remat2 policy note is printed once per process (_note_once)
+    ("nondeterministic", r"remat2: policy .* is not understood"),
+]
 
 
-class Hang(Exception):
-    pass
+def _known(cat: str, detail: str) -> bool:
+    return any(c == cat and re.search(p, detail) for c, p in KNOWN)
 
 
-def _alarm(signum, frame):
-    raise Hang()
+def invoke(args, text=None):
+    return CliRunner().invoke(main, args, input=text)
 
 
-def run_bounded(args, text, tmp_path, seconds=20):
-    out = tmp_path / "out.jaxpr"
-    if out.exists():
-        out.unlink()
-    old = signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(seconds)
-    try:
-        extra = [] if args[0] == "check" else ["-o", str(out)]
-        result = CliRunner().invoke(main, [*args, "-", *extra], input=text)
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-    return result, out
+# ---------------------------------------------------------------- the campaign
 
 
-def mutate(text: str, data) -> str:
-    kind = data.draw(
-        st.sampled_from(
-            ["flip", "drop_line", "unbalance", "number", "type", "truncate", "dup_line"]
-        )
+def test_fuzz_campaign():
+    budget = None if "FUZZ_EXAMPLES" in os.environ else 120.0
+    camp = Campaign(
+        EXAMPLES,
+        seed=int(os.environ.get("FUZZ_SEED", "17")),
+        workers=WORKERS,
+        hashseed_every=int(os.environ.get("FUZZ_HASHSEED_EVERY", "100")),
+        budget_s=budget,
+        save_dir=os.environ.get("FUZZ_SAVE"),
+        progress=(lambda n, s: print(f"  {n} inputs, {s:.0f} s", flush=True))
+        if EXAMPLES >= 5000
+        else None,
     )
-    if not text:
-        return text
-    if kind == "flip":
-        i = data.draw(st.integers(0, len(text) - 1))
-        c = data.draw(st.sampled_from(list("{}[]()=:;., \n_a1-") + ["\x00", "é"]))
-        return text[:i] + c + text[i + 1 :]
-    lines = text.split("\n")
-    j = data.draw(st.integers(0, max(0, len(lines) - 1)))
-    if kind == "drop_line":
-        return "\n".join(lines[:j] + lines[j + 1 :])
-    if kind == "dup_line":
-        return "\n".join(lines[: j + 1] + lines[j:])
-    if kind == "unbalance":
-        return text.replace(data.draw(st.sampled_from(["(", ")", "[", "]", "{", "}"])), "", 1)
-    if kind == "number":
-        return re.sub(
-            r"\d+",
-            lambda m: data.draw(st.sampled_from(["99999999999999999999", "-1", "0", "3"])),
-            text,
-            count=2,
-        )
-    if kind == "type":
-        return text.replace(
-            ":f32[", data.draw(st.sampled_from([":i32[", ":f33[", ":bool[", ":f32[[", ":f64["])), 1
-        )
-    return text[: data.draw(st.integers(0, len(text)))]
+    rep = camp.run()
+    print("\n" + rep.text())
+    new = {cat: [f for f in items if not _known(cat, f[3])] for cat, items in rep.findings.items()}
+    known = sum(len(v) for v in rep.findings.values()) - sum(len(v) for v in new.values())
+    print(f"  known bugs outside the parser/checker (KNOWN): {known}")
+    assert rep.total > 0
+    bad = {cat: items[:3] for cat, items in new.items() if items}
+    assert not bad, json.dumps(bad, indent=1, default=str)[:6000]
 
 
-@pytest.mark.skipif(not SEEDS, reason="reference corpus absent: no seed files to mutate")
-@settings(
-    max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True
-)
-@given(data=st.data())
-def test_mutated_corpus_never_crashes(data, tmp_path_factory):
-    tmp_path = tmp_path_factory.mktemp("fuzz")
-    seed = data.draw(st.sampled_from(SEEDS))
-    text = mutate(seed.read_text(), data)
-    args = data.draw(st.sampled_from(COMMANDS))
-    result, out = run_bounded(args, text, tmp_path)
-    STATS["tried"] += 1
-    assert result.exit_code in (0, 1), (args, result.output, result.exception)
-    assert "Traceback" not in result.output
-    assert "internal error" not in result.output, (args, text, result.output)
-    if result.exit_code == 1:
-        STATS["rejected"] += 1
-        assert LOCATED.search(result.output), result.output
-        assert not out.exists(), "a failed run left an output file"
-
-
-@settings(
-    max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True
-)
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     text=st.lists(
         st.sampled_from(
-            list("{}[]()=:;., \nabcfi0123lmtdn_") + ["{ lambda ", " let ", " in ", "f32[3]"]
+            list("{}[]()=:;., \nabcfi0123lmtdn_")
+            + ["{ lambda ", " let ", " in ", "f32[3]", "\x00", "\r", "é", "jaxpr=", "let f = "]
         ),
         max_size=120,
     ).map("".join)
 )
-def test_random_text_never_crashes(text, tmp_path_factory):
-    result, out = run_bounded(["check"], text, tmp_path_factory.mktemp("fuzz"))
-    assert result.exit_code in (0, 1), (text, result.output, result.exception)
-    assert "internal error" not in result.output, (text, result.output)
-    if result.exit_code == 1:
-        assert LOCATED.search(result.output), result.output
+def test_random_text_never_crashes(text):
+    r = invoke(["check", "-"], text)
+    assert r.exit_code in (0, 1), (text, r.output, r.exception)
+    assert "internal error" not in r.output, (text, r.output)
+    if r.exit_code == 1:
+        assert LOCATED.search(r.stderr) and not UNLOCATED.search(r.stderr), r.stderr
 
 
-def teardown_module():
-    """`make fuzz` (pytest -s) prints how many mutated inputs ran and how many were rejected."""
-    print(
-        f"\nfuzz: {STATS['tried']} mutated inputs tried, {STATS['rejected']} rejected with a located error"
+def test_generated_programs_check_clean():
+    """The generator writes well-typed programs (the checker agrees; JAX agrees in
+    test_roundtrip_property, where the evaluator runs them)."""
+    for seed in range(200):
+        text = ProgramGen(Rand(seed), max_depth=2).program()
+        r = invoke(["check", "-"], text)
+        assert r.exit_code == 0 and not r.stderr, (seed, r.stderr, text)
+
+
+# ---------------------------------------------------------------- pathological text
+
+#: what each class must give: "ok" (exit 0), or the start of the first message after
+#: FILE: for every command ("parse: ...") or for the commands that check ("check: ...";
+#: fmt prints such a program back)
+EXPECT = {
+    "long line: 10 MB name parameter": "ok",
+    "long line: 10 MB of one token": "parse: 1:1: error: expected a jaxpr ('{ lambda ...'), "
+    "found 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa...'",
+    "long line: 10 MB variable name": "parse: 2:20: error: variable 'xxxxxxxxxxxxxx",
+    "long line: 10 MB comment": "ok",
+    "long line: 10 MB number": "parse: 4:7: error: a number of",
+    "long line: equations on one 10 MB line": "ok",
+    "long line: 1 M operands": "check: 2:5: error: add expects 2 operands",
+    "deep: 1000 nested { lambda": "parse: 1:5101: error: jaxprs nest too deeply",
+    "deep: 1000 chained shared jaxprs": "parse: 902:36: error: jaxprs nest too deeply",
+    "deep: 1000 [ in a parameter": "parse: 2:22: error: the value of 'x' is nested too deeply",
+    "deep: 1000 ( in the outputs": "parse: 4:7: error: expected an output variable",
+    "deep: 1000 {": "parse: 1:1: error: expected '{ lambda'",
+    "deep: 1000 unclosed { lambda": "parse: 1:5101: error: jaxprs nest too deeply",
+    "size: 100k equations": "ok",
+    "size: 20k type errors": "check: 2:5: error: sin: result type i32[3] does not match",
+    "bytes: binary data": "parse: 1:1: error: input is not valid UTF-8",
+    "bytes: NUL bytes": "parse: 2:19: error: expected an operand (a variable or a literal), "
+    "found '\\x00'",
+    "bytes: NUL at the start": "parse: 1:1: error: expected a jaxpr ('{ lambda ...'), "
+    "found '\\x00'",
+    "bytes: CRLF line endings": "ok",
+    "bytes: CR line endings": "ok",
+    "bytes: byte-order mark": "ok",
+    "bytes: invalid UTF-8": "parse: 2:6: error: input is not valid UTF-8",
+    "bytes: UTF-16": "parse: 1:1: error: input is not valid UTF-8",
+    "bytes: ANSI colours": "ok",
+    "cycle: mutually recursive shared jaxprs": "parse: 2:34: error: shared jaxpr 'f' uses "
+    "itself (f -> g -> f): shared jaxprs cannot be recursive",
+}
+
+
+def test_every_pathological_class_has_an_expectation():
+    assert set(pathological(0.001)) == set(EXPECT)
+
+
+@pytest.mark.parametrize("cls", sorted(EXPECT))
+def test_pathological_input(cls, tmp_path):
+    data = pathological(0.02)[cls]
+    path = tmp_path / "p.jaxpr"
+    path.write_bytes(data)
+    for cmd in (["check"], ["fmt"], ["dce"]):
+        t0 = time.perf_counter()
+        r = invoke([*cmd, str(path)])
+        dt = time.perf_counter() - t0
+        assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+        assert dt < 30, (cls, cmd, dt)
+        want = EXPECT[cls]
+        if want == "ok" or (want.startswith("check: ") and cmd == ["fmt"]):
+            assert r.exit_code == 0, (cls, cmd, r.stderr[:500])
+            assert not r.stderr, (cls, cmd, r.stderr[:500])
+        else:
+            assert r.exit_code == 1, (cls, cmd, r.stderr[:500])
+            first = r.stderr.splitlines()[0]
+            assert first.startswith(f"{path}:{want.split(': ', 1)[1]}"), (cls, cmd, first[:300])
+            assert len(first) < 400  # no 10 MB message lines
+            assert not UNLOCATED.search(r.stderr)
+
+
+def test_crlf_bom_and_ansi_read_as_plain_text(tmp_path):
+    plain = pathological(0.001)
+    ref = invoke(["fmt", "-"], "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin a\n"
+                 "    c:f32[3] = mul b a\n  in (c,) }\n").stdout  # fmt: skip
+    for cls in ("bytes: CRLF line endings", "bytes: CR line endings", "bytes: byte-order mark",
+                "bytes: ANSI colours"):  # fmt: skip
+        p = tmp_path / "x.jaxpr"
+        p.write_bytes(plain[cls])
+        assert invoke(["fmt", str(p)]).stdout == ref, cls
+
+
+def test_invalid_utf8_is_located_at_the_byte():
+    data = b"{ lambda ; a:f32[3]. let\n    b:f32[3] = \xff sin a\n  in (b,) }\n"
+    r = invoke(["check", "-"], data)
+    assert r.exit_code == 1
+    assert r.stderr.startswith("<stdin>:2:16: error: input is not valid UTF-8"), r.stderr
+
+
+def test_nesting_limit_is_exact_and_every_command_works_below_it():
+    ok = deep_lambda(MAX_NESTING - 1)  # MAX_NESTING levels of jaxprs in all
+    for cmd in (["fmt"], ["check"], ["jvp"], ["linearize"], ["vjp"], ["grad"], ["dce"],
+                ["cse"], ["opt", "-p", "inline,simplify,cse,dce"], ["stats", "--json"]):  # fmt: skip
+        r = invoke([*cmd, "-"], ok)
+        assert r.exit_code == 0, (cmd, r.stderr[:300])
+    deep = deep_lambda(MAX_NESTING)
+    col = 0
+    for _ in range(MAX_NESTING + 1):
+        col = deep.index("{ lambda", col) + 1  # the 1-based column of the next one
+    r = invoke(["check", "-"], deep)
+    assert r.exit_code == 1
+    assert r.stderr.startswith(f"<stdin>:1:{col}: error: jaxprs nest too deeply"), r.stderr[:200]
+
+
+def test_deep_chain_of_shared_jaxprs_is_refused_where_it_gets_too_deep():
+    text = deep_shared(MAX_NESTING + 20)
+    r = invoke(["check", "-"], text)
+    assert r.exit_code == 1
+    # levels: the top-level jaxpr is 1, f{K-1} is 2, ..., f{K-100} is 101: refused at the
+    # equation of f{K-99} that calls it
+    k = MAX_NESTING + 20 - (MAX_NESTING - 1)
+    line = k + 1
+    assert r.stderr.startswith(f"<stdin>:{line}:"), r.stderr[:200]
+    assert "nest too deeply" in r.stderr.splitlines()[0]
+    assert invoke(["check", "-"], deep_shared(MAX_NESTING - 1)).exit_code == 0
+
+
+def test_many_type_errors_are_reported_in_linear_time(tmp_path):
+    """20k ill-typed equations: every error reported, time linear in the count (the
+    excerpt under each message once took quadratic time).  CPU time, which a loaded
+    machine disturbs less than wall time; `make bench` reports the wall time."""
+    times = {}
+    for n in (5000, 20000):
+        p = tmp_path / f"e{n}.jaxpr"
+        p.write_text(chain(n, bad_every=1))
+        t0 = time.process_time()
+        r = invoke(["check", str(p)])
+        times[n] = time.process_time() - t0
+        assert r.exit_code == 1
+        assert len(LOCATED.findall(r.stderr)) == n
+    assert times[20000] < 6 * times[5000] + 0.5, times
+    assert times[20000] < 15, times
+
+
+# ---------------------------------------------------------------- recursive shared jaxprs
+
+CYCLES = {
+    "mutual": (
+        "let f = { lambda ; a:f32[3]. let\n    b:f32[3] = jit[name=g jaxpr=g] a\n  in (b,) } in\n"
+        "let g = { lambda ; a:f32[3]. let\n    b:f32[3] = jit[name=f jaxpr=f] a\n  in (b,) } in\n"
+        "{ lambda ; d:f32[3]. let\n    e:f32[3] = jit[name=f jaxpr=f] d\n  in (e,) }\n",
+        "<stdin>:5:5: error: shared jaxpr 'f' uses itself (f -> g -> f)",
+    ),
+    "self": (
+        "let f = { lambda ; a:f32[3]. let\n    b:f32[3] = jit[name=f jaxpr=f] a\n  in (b,) } in\n"
+        "{ lambda ; d:f32[3]. let\n    e:f32[3] = jit[name=f jaxpr=f] d\n  in (e,) }\n",
+        "<stdin>:2:5: error: shared jaxpr 'f' uses itself (f -> f)",
+    ),
+    "through cond branches": (
+        "let f = { lambda ; a:i32[] b:f32[3]. let\n"
+        "    c:f32[3] = cond[branches=(g g)] a b\n  in (c,) } in\n"
+        "let g = { lambda ; b:f32[3]. let\n    c:f32[3] = jit[name=f jaxpr=f] 0:i32[] b\n"
+        "  in (c,) } in\n"
+        "{ lambda ; a:i32[] d:f32[3]. let\n    e:f32[3] = jit[name=f jaxpr=f] a d\n  in (e,) }\n",
+        "<stdin>:5:5: error: shared jaxpr 'f' uses itself (f -> g -> f)",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CYCLES))
+def test_recursive_shared_jaxprs_are_a_located_error_for_every_command(name):
+    text, want = CYCLES[name]
+    for cmd in (["check"], ["fmt"], ["jvp"], ["vjp"], ["dce"], ["stats"], ["opt", "-p", "cse"]):
+        r = invoke([*cmd, "-"], text)
+        assert r.exit_code == 1, (cmd, r.stderr)
+        assert r.stderr.startswith(want + ": shared jaxprs cannot be recursive"), (cmd, r.stderr)
+
+
+def test_a_shared_jaxpr_used_twice_is_no_cycle():
+    text = (
+        "let g = { lambda ; a:f32[3]. let b:f32[3] = cos a in (b,) } in\n"
+        "let f = { lambda ; a:f32[3]. let\n    b:f32[3] = jit[name=g jaxpr=g] a\n"
+        "    c:f32[3] = jit[name=g jaxpr=g] b\n  in (c,) } in\n"
+        "{ lambda ; d:f32[3]. let\n    e:f32[3] = jit[name=f jaxpr=f] d\n"
+        "    h:f32[3] = jit[name=g jaxpr=g] e\n  in (h,) }\n"
     )
+    assert invoke(["check", "-"], text).exit_code == 0
+
+
+# ---------------------------------------------------------------- PYTHONHASHSEED
+
+DETERMINISM_FILES = ["model_transformer_block_forward.jaxpr", "lax_map_and_assoc_scan.jaxpr"]
+
+#: every command, with the options that change what it prints; FILE, B (a second
+#: program), LIN (linearize's output), SCALAR (a program with one f32[] output), OUT (a
+#: file the command writes) are filled in
+DETERMINISM_COMMANDS = [
+    ["fmt", "FILE"],
+    ["--jax-style", "0.4.35", "fmt", "FILE"],
+    ["check", "FILE"],
+    ["jvp", "FILE"],
+    ["linearize", "FILE"],
+    ["linearize", "--stats", "--opt", "none", "FILE"],
+    ["transpose", "LIN"],
+    ["vjp", "FILE"],
+    ["grad", "SCALAR"],
+    ["grad", "--argnums", "0,1", "--with-value", "SCALAR"],
+    ["dce", "FILE"],
+    ["cse", "FILE"],
+    ["fold", "FILE"],
+    ["simplify", "FILE"],
+    ["inline", "FILE"],
+    ["canonicalize", "FILE"],
+    ["opt", "-p", "inline,simplify,cse,dce", "FILE"],
+    ["opt", "-p", "cse,dce", "--print-after-all", "FILE"],
+    ["diff", "FILE", "B"],
+    ["stats", "FILE"],
+    ["stats", "--json", "FILE"],
+    ["graph", "FILE", "-o", "OUT.dot"],
+    ["graph", "--collapse-nested", "FILE", "-o", "OUT.dot"],
+    ["explain", "--no-color", "FILE"],
+    ["check-grad", "SCALAR"],
+    ["run", "--random", "0", "FILE"],
+    ["compile", "--emit", "stablehlo", "FILE"],
+    ["compile", "--emit", "hlo", "FILE"],
+    ["compile", "--emit", "optimized-hlo", "FILE"],
+]
+
+_DRIVER = r"""
+import base64, json, os, sys
+from pathlib import Path
+from click.testing import CliRunner
+from jaxprtool.cli import main
+jobs = json.loads(sys.stdin.read())
+res = []
+for argv, out in jobs:
+    if out and os.path.exists(out):
+        os.unlink(out)
+    r = CliRunner().invoke(main, argv)
+    data = Path(out).read_bytes() if out and os.path.exists(out) else b""
+    res.append([r.exit_code, base64.b64encode(r.stdout_bytes).decode(), r.stderr,
+                base64.b64encode(data).decode(), repr(r.exception) if r.exception and
+                not isinstance(r.exception, SystemExit) else None])
+print(json.dumps(res))
+"""
+
+
+def _jobs(tmp_path) -> list:
+    lin = {}
+    scalar = tmp_path / "scalar.jaxpr"
+    scalar.write_text(ProgramGen(Rand(3), scalar_out=True, max_depth=2).program())
+    jobs = []
+    files = [CORPUS / "jax-0.10.2" / f for f in DETERMINISM_FILES]
+    for k, f in enumerate(files):
+        lp = tmp_path / f"lin{k}.jaxpr"
+        lp.write_text(invoke(["linearize", str(f)]).stdout)
+        lin[f] = lp
+        for cmd in DETERMINISM_COMMANDS:
+            out = str(tmp_path / f"out{k}.dot")
+            subst = {"FILE": str(f), "B": str(files[1 - k]), "LIN": str(lin[f]),
+                     "SCALAR": str(scalar), "OUT.dot": out}  # fmt: skip
+            argv = [subst.get(a, a) for a in cmd]
+            jobs.append((argv, out if "OUT.dot" in cmd else None))
+    return jobs
+
+
+def _run_all(jobs, hashseed: str, cwd) -> list:
+    env = dict(os.environ, PYTHONHASHSEED=hashseed, NO_COLOR="1", JAX_PLATFORMS="cpu")
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    p = subprocess.run(
+        [sys.executable, "-c", _DRIVER],
+        input=json.dumps(jobs),
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=600,
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+@needs_corpus
+def test_every_command_prints_the_same_bytes_under_any_hash_seed(tmp_path):
+    jobs = _jobs(tmp_path)
+    a = _run_all(jobs, "1", tmp_path)
+    b = _run_all(jobs, "2718281", tmp_path)
+    assert len(a) == len(b) == len(jobs)
+    ran = 0
+    for (argv, _out), ra, rb in zip(jobs, a, b):
+        assert ra[4] is None, (argv, ra[4])  # no exception escaped
+        assert ra == rb, f"differs between PYTHONHASHSEED=1 and 2718281: jaxprtool {' '.join(argv)}"
+        ran += ra[0] == 0
+    assert ran >= len(jobs) * 3 // 4, "most commands should succeed on these inputs"
+
+
+# ---------------------------------------------------------------- found by the fuzzer
+
+
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        (
+            "{ lambda ; a:f32[3]. let  in (3.0:f32[2],) }\n",
+            "<stdin>:1:27: error: literal 3.0 must have a scalar type, not f32[2]",
+        ),
+        (
+            "{ lambda ; a:f32[3] a:f32[3]. let  in (a,) }\n",
+            "<stdin>:1:1: error: variable 'a' is bound more than once in this jaxpr",
+        ),
+    ],
+)
+def test_checker_errors_in_a_jaxpr_without_equations_are_located(text, want):
+    """Such a jaxpr has no equation to locate its errors at: they go to its inputs or its
+    output list (the fuzzer's 'unlocated' finding, on `check` and every verifying command)."""
+    for cmd in (["check"], ["dce"], ["linearize"]):
+        r = invoke([*cmd, "-"], text)
+        assert r.exit_code == 1
+        assert r.stderr.startswith(want), (cmd, r.stderr)
+
+
+def test_a_huge_name_in_a_message_is_shortened():
+    r = invoke(
+        ["check", "-"],
+        "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin " + "x" * 5000 + "\n  in (b,) }",
+    )
+    first = r.stderr.splitlines()[0]
+    assert first.startswith("<stdin>:2:20: error: variable 'xxx") and "...'" in first
+    assert len(first) < 200

@@ -157,6 +157,8 @@ class _State:
         # values read by the post-lexer, by start position
         self.values: dict[int, object] = {}
         self.first_hook = self.scan_hook({})
+        # id(jaxpr) -> (name, position of `let NAME =`) of every shared definition
+        self.shared_defs: dict[int, tuple[str, int]] = {}
         # post-lexer state (for error messages)
         self.eqn_start = -1
         self.block_end = -1  # where a line shallower than the equations ended the block
@@ -179,10 +181,14 @@ class _State:
     def found(self, pos: int) -> str:
         if pos >= self.n:
             return "end of input"
-        m = G.SHOW_TOKEN.match(self.s, pos)
+        m = G.SHOW_TOKEN.match(self.s, pos, pos + _SHOWN + 1)
         t = m.group() if m else self.s[pos]
         if t == "\n":
             return "end of line"
+        if len(t) > _SHOWN:
+            t = t[:_SHOWN] + "..."
+        if not t.isprintable():  # a NUL byte, a byte-order mark, a control character
+            t = "".join(c if c.isprintable() else repr(c)[1:-1] for c in t)
         return f"'{t}'"
 
     def expected(self, what: str, pos: int):
@@ -555,6 +561,9 @@ class _State:
         return v
 
 
+#: the longest token quoted in a message (`found '...'`)
+_SHOWN = 40
+
 _SYMBOLIC_DIM = re.compile(r"(?=.*[A-Za-z_])[\w *+\-^(),@']+")
 
 
@@ -750,6 +759,8 @@ class _Layout:
                     yield t
             elif tt == "LAMBDA":
                 frames.append([False, 0, 0, t.start_pos])
+                if len(frames) > MAX_NESTING:
+                    st.fail(_too_deep(), t.start_pos)
                 yield t
             elif tt == "RBRACE":
                 yield t
@@ -843,6 +854,7 @@ class _Build:
             if core.alpha_equal(o, j):
                 j = o
         st.open_defs.setdefault(name, []).append(j)
+        st.shared_defs.setdefault(id(j), (name, c[0].start_pos))
         return (name, j, c[0].start_pos)
 
     def vtoplevel(self, c):
@@ -1100,13 +1112,20 @@ def parse(text: str, path: str = "<stdin>") -> ParseResult:
     """Parse printed jaxpr text into the typed IR.  Raises a located `JaxprError`."""
     if "\x1b" in text:
         text = G.ANSI.sub("", text)
-    if "\r\n" in text:
-        text = text.replace("\r\n", "\n")  # same lines and columns
+    if "\r" in text:
+        if "\r\n" in text:
+            text = text.replace("\r\n", "\n")  # same lines and columns
+        elif "\n" not in text:
+            text = text.replace("\r", "\n")  # old Mac line endings
     lk = _build()
     st = _State(text, path)
     i = st.ws(0)
     if i >= st.n:
         st.fail("empty input: expected a jaxpr ('{ lambda ...')", i)
+    if not text.startswith("{", i) and not G.SHARED_DEF.match(text, i):
+        if text.startswith("let", i):
+            st.expected("a shared jaxpr 'let NAME = { lambda ...' or a jaxpr '{ lambda ...'", i)
+        st.expected("a jaxpr ('{ lambda ...')", i)
     m = _HUGE_NUMBER.search(text)
     if m is not None:
         st.fail(
@@ -1126,8 +1145,76 @@ def parse(text: str, path: str = "<stdin>") -> ParseResult:
             raise JaxprError("input is nested too deeply", st.loc(st.last_end)) from None
         finally:
             lk.options.postlex.st = lk.options.transformer.st = None
+        if st.shared_defs:
+            _check_shared(st, j)
     return ParseResult(j, st.warnings)
 
+
+def _check_shared(st: _State, top: Jaxpr) -> None:
+    """Shared jaxprs may not use themselves, directly or through other shared jaxprs
+    (`let f = {... jaxpr=g ...} in let g = {... jaxpr=f ...} in`): JAX never prints such
+    text, and every command would recurse forever.  Refused at the equation that closes the
+    cycle.  A chain of shared jaxprs may not nest deeper than MAX_NESTING either (nesting
+    written out in the text is limited by the post-lexer).  Depth first without recursion;
+    each jaxpr once."""
+    on_path: dict[int, int] = {}  # id(jaxpr) -> index in `path`
+    path: list[Jaxpr] = []
+    height: dict[int, int] = {}  # id(jaxpr) -> levels of jaxprs from it down (itself: 1)
+    stack = []  # per jaxpr on the path: (jaxpr, iterator over (equation, nested jaxpr))
+
+    def enter(j: Jaxpr) -> None:
+        on_path[id(j)] = len(path)
+        path.append(j)
+        height[id(j)] = 1
+        stack.append((j, ((e, sub) for e in j.eqns for sub in core.eqn_subjaxprs(e))))
+
+    enter(top)
+    while stack:
+        j, it = stack[-1]
+        nxt = next(it, None)
+        if nxt is None:
+            stack.pop()
+            path.pop()
+            del on_path[id(j)]
+            if path:
+                p = id(path[-1])
+                height[p] = max(height[p], height[id(j)] + 1)
+            continue
+        e, sub = nxt
+        k = id(sub)
+        if k in on_path:
+            cycle = path[on_path[k] :] + [sub]
+            names = [st.shared_defs[id(x)][0] for x in cycle if id(x) in st.shared_defs]
+            name = names[0] if names else "?"
+            raise JaxprError(
+                f"shared jaxpr '{name}' uses itself ({' -> '.join(names)}): "
+                "shared jaxprs cannot be recursive",
+                e.loc or st.loc(st.shared_defs.get(k, ("", 0))[1]),
+            )
+        if k in height:
+            height[id(j)] = max(height[id(j)], height[k] + 1)
+            continue
+        enter(sub)
+    if height[id(top)] > MAX_NESTING:
+        # follow the deepest chain down to the equation that goes one level too deep
+        j, level = top, 1
+        while True:
+            e, sub = max(
+                ((e, sub) for e in j.eqns for sub in core.eqn_subjaxprs(e)),
+                key=lambda es: height[id(es[1])],
+            )
+            level += 1
+            if level > MAX_NESTING:
+                raise JaxprError(_too_deep(), e.loc)
+            j = sub
+
+
+def _too_deep() -> str:
+    return f"jaxprs nest too deeply (at most {MAX_NESTING} levels of nested jaxprs)"
+
+
+#: the deepest nesting of jaxprs accepted (every command recurses once or more per level)
+MAX_NESTING = 100
 
 #: longer digit strings are refused before any int() (Python's limit is 4300 digits)
 MAX_DIGITS = 400
