@@ -135,3 +135,20 @@ def format_value(v: Any, nested: bool = False) -> str:
 def as_int_tuple(v) -> tuple[int, ...]:
     """A tuple of ints from a printed tuple that may hold `np.int64(...)` entries."""
     return tuple(int(x) for x in v)
+
+
+def split_top_level(text: str) -> list[str]:
+    """`text` split at the commas outside brackets (`a, (b, c), [d]` -> 3 parts)."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    out.append(cur)
+    return out

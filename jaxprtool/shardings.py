@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .params import Opaque
+from .params import Opaque, split_top_level
 
 _AXIS = re.compile(r"'([^']*)'\s*:\s*(\d+)")
 _TYPES = re.compile(r"axis_types=\(([^)]*)\)")
@@ -125,7 +125,7 @@ def read_spec(v) -> SpecText | None:
         return None
     entries: list[tuple[str, ...] | None] = []
     extra = []
-    for part in _split_top(m.group(2)):
+    for part in split_top_level(m.group(2)):
         part = part.strip()
         if not part:
             continue
@@ -157,22 +157,6 @@ def names_to_spec(v, ndim: int | None = None, cls: str = "P") -> SpecText | None
 def make_spec(entries, like: SpecText | None = None) -> SpecText:
     """A new spec in the class spelling of `like` (P by default)."""
     return SpecText(tuple(tuple(e) if e else None for e in entries), like.cls if like else "P")
-
-
-def _split_top(text: str) -> list[str]:
-    out, depth, cur = [], 0, ""
-    for ch in text:
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    out.append(cur)
-    return out
 
 
 @dataclass(frozen=True)

@@ -278,23 +278,6 @@ class Box:
         self.value = value
 
 
-def split_top(text: str) -> list[str]:
-    out, depth, cur = [], 0, ""
-    for ch in text:
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    if cur.strip():
-        out.append(cur)
-    return out
-
-
 def needs_x64(jaxpr: Jaxpr) -> bool:
     from ..core import all_eqns
 

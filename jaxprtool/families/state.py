@@ -34,7 +34,7 @@ def _box(x, eqn):
 
 def _indexer(eqn, idx_inputs, shape):
     """A numpy-style index from a printed ref indexer `[$0,:]`, `[...]`, `[:,1]`, `[$0,1:]`."""
-    from ..backend.evaluator import split_top
+    from ..params import split_top_level as split_top
 
     ix = eqn.params.get("indexer")
     if ix is None:
