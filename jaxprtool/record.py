@@ -153,12 +153,16 @@ def define(name: str, **values) -> Primitive:
 
 
 _UNKNOWN: dict[str, Primitive] = {}
+#: names whose families the loader has imported (`prim` skips the loader for them: it is
+#: asked on every equation of every walk, print and pass)
+_ready: set[str] = set()
 
 
 def prim(name: str) -> Primitive:
     """The record of `name`; an empty (all-default) record for a primitive nobody registered."""
-    if _loader is not None:
+    if _loader is not None and name not in _ready:
         _loader(name)
+        _ready.add(name)
     rec = _RECORDS.get(name)
     if rec is None:
         rec = _UNKNOWN.get(name)

@@ -396,25 +396,10 @@ def batch_jaxpr2(jaxpr: Jaxpr, in_axes: Sequence[int | None]) -> tuple[Jaxpr, li
 
 
 def inline_jaxpr(jaxpr: Jaxpr, args: Sequence[Atom]) -> list[Atom]:
-    """Copy the equations of `jaxpr` into the current builder on `args`; its results."""
-    b = B.current()
-    env: dict[int, Atom] = {id(v): x for v, x in zip(jaxpr.invars, args)}
-    if jaxpr.constvars:
-        raise JaxprError("internal error: inlining a jaxpr with constants", b.loc)
+    """Copy the equations of `jaxpr` into the current builder on `args` (`ops.emit_jaxpr`)."""
+    from .ops import emit_jaxpr
 
-    def read(x):
-        return x if isinstance(x, Literal) else env[id(x)]
-
-    for e in jaxpr.eqns:
-        outs = b.emit(
-            e.prim,
-            [read(x) for x in e.inputs],
-            e.params,
-            [o.type for o in e.outputs],
-            [o.hint for o in e.outputs],
-        )
-        env.update({id(o): n for o, n in zip(e.outputs, outs)})
-    return [read(x) for x in jaxpr.outvars]
+    return emit_jaxpr(jaxpr, args)
 
 
 # ---------------------------------------------------------------- vmap of a whole program

@@ -506,16 +506,23 @@ _ = Var  # re-export for rule modules
 
 
 def emit_jaxpr(jaxpr, inputs) -> list:
-    """Emit a copy of `jaxpr`'s equations (with their types) on `inputs`; its outputs."""
-    if jaxpr.constvars:
-        raise ValueError("emit_jaxpr: the jaxpr has constvars")
+    """Copy `jaxpr`'s equations (types and name hints kept) into the current builder on
+    `inputs`; its results.  (The one way rules inline a body: traced custom rules, vmap's
+    batched bodies and Jacobians, cond's branches under a batched predicate.)"""
+    from ..core import JaxprError
+
     b = current()
+    if jaxpr.constvars:
+        raise JaxprError("internal error: inlining a jaxpr with constants", b.loc)
     env = {id(v): x for v, x in zip(jaxpr.invars, inputs)}
 
     def read(a):
         return env.get(id(a), a) if isinstance(a, Var) else a
 
     for e in jaxpr.eqns:
-        outs = b.emit(e.prim, [read(a) for a in e.inputs], e.params, [o.type for o in e.outputs])
+        ins = [read(a) for a in e.inputs]
+        outs = b.emit(
+            e.prim, ins, e.params, [o.type for o in e.outputs], [o.hint for o in e.outputs]
+        )
         env.update((id(o), n) for o, n in zip(e.outputs, outs))
     return [read(a) for a in jaxpr.outvars]

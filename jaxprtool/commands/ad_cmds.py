@@ -175,6 +175,27 @@ def _drive(file, out, opt, show_diff, custom_rules, inst, split, name, body) -> 
         sys.exit(1)
 
 
+def ad_command(name: str, *options, usage=None):
+    """Decorator: `body(job, **own options) -> output text` becomes the click command `name`
+    with the common AD options (FILE, -o, --opt, --diff, --custom-rules), the pass-manager
+    flags and `options`, run on every input through `_drive`.  `usage(out, split_input,
+    **own)` may refuse a combination of flags before any work."""
+
+    def wrap(body):
+        def command(file, out, opt, show_diff, custom_rules, inst, split_input, **own):
+            if usage is not None:
+                usage(out, split_input, **own)
+            run = lambda job: body(job, **own)  # noqa: E731
+            guarded(_drive)(file, out, opt, show_diff, custom_rules, inst, split_input, name, run)
+
+        command.__doc__, command.__name__ = body.__doc__, body.__name__
+        for option in reversed(options):
+            command = option(command)
+        return click.command(name)(manager_options((name,))(_common(command)))
+
+    return wrap
+
+
 def _note(msg: str) -> None:
     click.echo(f"note: {msg}", err=True)
 
@@ -182,14 +203,16 @@ def _note(msg: str) -> None:
 # ---------------------------------------------------------------- jvp
 
 
-@click.command()
-@manager_options(("jvp",))
-@_common
-@_argnums
-@click.option(
-    "--no-instantiate", is_flag=True, help="Leave out output tangents that are known to be zero."
+@ad_command(
+    "jvp",
+    _argnums,
+    click.option(
+        "--no-instantiate",
+        is_flag=True,
+        help="Leave out output tangents that are known to be zero.",
+    ),
 )
-def jvp(file, out, opt, show_diff, custom_rules, argnums, no_instantiate, inst, split_input):
+def jvp(job, argnums, no_instantiate):
     """Forward mode: (x..., tx...) -> (y..., ty...).
 
     Only float/complex inputs (among --argnums) get a tangent input, and only float/complex
@@ -200,17 +223,7 @@ def jvp(file, out, opt, show_diff, custom_rules, argnums, no_instantiate, inst, 
       jaxprtool jvp f.jaxpr
       jaxprtool jvp --argnums 0 f.jaxpr | jaxprtool jvp
     """
-    guarded(_drive)(
-        file,
-        out,
-        opt,
-        show_diff,
-        custom_rules,
-        inst,
-        split_input,
-        "jvp",
-        lambda job: _jvp(job, argnums, no_instantiate),
-    )
+    return _jvp(job, argnums, no_instantiate)
 
 
 def _jvp(job, argnums, no_instantiate):
@@ -244,23 +257,31 @@ def _jvp(job, argnums, no_instantiate):
 # ---------------------------------------------------------------- linearize
 
 
-@click.command()
-@manager_options(("linearize",))
-@_common
-@_argnums
-@click.option(
-    "--split",
-    nargs=2,
-    type=OUT_ARG,
-    metavar="PRIMAL LINEAR",
-    help="Write the primal program and the linear program to two files instead.",
+def _linearize_usage(out, split_input, split, **_):
+    if split and out:
+        raise UsageError("-o cannot be combined with --split")
+    if split and split_input:
+        raise UsageError("--split PRIMAL LINEAR cannot be combined with --split-input-file")
+
+
+@ad_command(
+    "linearize",
+    _argnums,
+    click.option(
+        "--split",
+        nargs=2,
+        type=OUT_ARG,
+        metavar="PRIMAL LINEAR",
+        help="Write the primal program and the linear program to two files instead.",
+    ),
+    click.option(
+        "--stats",
+        is_flag=True,
+        help="Report the residuals on standard error (count, bytes, producers).",
+    ),
+    usage=_linearize_usage,
 )
-@click.option(
-    "--stats",
-    is_flag=True,
-    help="Report the residuals on standard error (count, bytes, producers).",
-)
-def linearize(file, out, opt, show_diff, custom_rules, argnums, split, stats, inst, split_input):
+def linearize(job, argnums, split, stats):
     """Linearize: the primal computation plus a linear program for the tangents.
 
     The default output has jvp's calling convention (x..., tx...) -> (y..., ty...): the primal
@@ -275,21 +296,7 @@ def linearize(file, out, opt, show_diff, custom_rules, argnums, split, stats, in
       jaxprtool linearize f.jaxpr | jaxprtool transpose
       jaxprtool linearize --split p.jaxpr l.jaxpr --stats f.jaxpr
     """
-    if split and out:
-        raise UsageError("-o cannot be combined with --split")
-    if split and split_input:
-        raise UsageError("--split PRIMAL LINEAR cannot be combined with --split-input-file")
-    guarded(_drive)(
-        file,
-        out,
-        opt,
-        show_diff,
-        custom_rules,
-        inst,
-        split_input,
-        "linearize",
-        lambda job: _linearize(job, argnums, split, stats),
-    )
+    return _linearize(job, argnums, split, stats)
 
 
 def _linearize(job, argnums, split, stats):
@@ -330,23 +337,29 @@ def _report_stats(info) -> None:
 # ---------------------------------------------------------------- transpose
 
 
-@click.command()
-@manager_options(("transpose",))
-@_common
-@click.option(
-    "--linear",
-    "linear",
-    callback=int_list,
-    metavar="I,J",
-    help="The linear inputs (the others are residuals).",
+def _transpose_usage(out, split_input, linear, residuals):
+    if linear is not None and residuals is not None:
+        raise UsageError("--linear and --residuals are mutually exclusive")
+
+
+@ad_command(
+    "transpose",
+    click.option(
+        "--linear",
+        "linear",
+        callback=int_list,
+        metavar="I,J",
+        help="The linear inputs (the others are residuals).",
+    ),
+    click.option(
+        "--residuals",
+        type=click.IntRange(min=0),
+        metavar="K",
+        help="The first K inputs are residuals; the rest are linear.",
+    ),
+    usage=_transpose_usage,
 )
-@click.option(
-    "--residuals",
-    type=click.IntRange(min=0),
-    metavar="K",
-    help="The first K inputs are residuals; the rest are linear.",
-)
-def transpose(file, out, opt, show_diff, custom_rules, linear, residuals, inst, split_input):
+def transpose(job, linear, residuals):
     """Transpose a linear program.
 
     Default: the combined form printed by `linearize` is recognised (its `jit[name=linear]`
@@ -359,19 +372,7 @@ def transpose(file, out, opt, show_diff, custom_rules, linear, residuals, inst, 
       jaxprtool linearize f.jaxpr | jaxprtool transpose
       jaxprtool transpose --residuals 2 lin.jaxpr
     """
-    if linear is not None and residuals is not None:
-        raise UsageError("--linear and --residuals are mutually exclusive")
-    guarded(_drive)(
-        file,
-        out,
-        opt,
-        show_diff,
-        custom_rules,
-        inst,
-        split_input,
-        "transpose",
-        lambda job: _transpose(job, linear, residuals),
-    )
+    return _transpose(job, linear, residuals)
 
 
 def _transpose(job, linear, residuals):
@@ -384,11 +385,11 @@ def _transpose(job, linear, residuals):
 # ---------------------------------------------------------------- vjp, grad
 
 
-@click.command()
-@manager_options(("vjp",))
-@_common
-@_argnums
-def vjp(file, out, opt, show_diff, custom_rules, argnums, inst, split_input):
+@ad_command(
+    "vjp",
+    _argnums,
+)
+def vjp(job, argnums):
     """Reverse mode: (x..., ct_y...) -> (y..., ct_x...).
 
     One cotangent input per float/complex output; one cotangent output per differentiated input.
@@ -397,17 +398,7 @@ def vjp(file, out, opt, show_diff, custom_rules, argnums, inst, split_input):
     Example:
       jaxprtool vjp --argnums 0 f.jaxpr
     """
-    guarded(_drive)(
-        file,
-        out,
-        opt,
-        show_diff,
-        custom_rules,
-        inst,
-        split_input,
-        "vjp",
-        lambda job: _vjp(job, argnums),
-    )
+    return _vjp(job, argnums)
 
 
 def _vjp(job, argnums):
@@ -416,24 +407,24 @@ def _vjp(job, argnums):
     return job.text(job.optimize(job.transform(lambda j: vjp_jaxpr(j, argnums))))
 
 
-@click.command()
-@manager_options(("grad",))
-@_common
-@click.option(
-    "--argnums",
-    callback=int_list,
-    default="0",
-    show_default=True,
-    metavar="I,J",
-    help="Inputs to differentiate.",
+@ad_command(
+    "grad",
+    click.option(
+        "--argnums",
+        callback=int_list,
+        default="0",
+        show_default=True,
+        metavar="I,J",
+        help="Inputs to differentiate.",
+    ),
+    click.option("--with-value", is_flag=True, help="Also return the value (first output)."),
+    click.option(
+        "--has-aux",
+        is_flag=True,
+        help="Differentiate the first output; return the other outputs as auxiliary data.",
+    ),
 )
-@click.option("--with-value", is_flag=True, help="Also return the value (first output).")
-@click.option(
-    "--has-aux",
-    is_flag=True,
-    help="Differentiate the first output; return the other outputs as auxiliary data.",
-)
-def grad(file, out, opt, show_diff, custom_rules, argnums, with_value, has_aux, inst, split_input):
+def grad(job, argnums, with_value, has_aux):
     """Gradient of a scalar float output: (x...) -> ([value,] [aux...,] grads...).
 
     The output must be one scalar (or the first output, with --has-aux); the cotangent is 1.
@@ -445,17 +436,7 @@ def grad(file, out, opt, show_diff, custom_rules, argnums, with_value, has_aux, 
       jaxprtool grad f.jaxpr | jaxprtool grad
       jaxprtool grad f.jaxpr --verify-each --timing
     """
-    guarded(_drive)(
-        file,
-        out,
-        opt,
-        show_diff,
-        custom_rules,
-        inst,
-        split_input,
-        "grad",
-        lambda job: _grad(job, argnums, with_value, has_aux),
-    )
+    return _grad(job, argnums, with_value, has_aux)
 
 
 def _grad(job, argnums, with_value, has_aux):

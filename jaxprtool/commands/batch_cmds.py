@@ -7,11 +7,8 @@ import re
 
 import click
 
-from ..cli import guarded
-from ..io import UsageError
-from .ad_cmds import _argnums, _common, _drive
+from .ad_cmds import ad_command
 from .common import int_list
-from .driver import manager_options
 
 
 def _axes(ctx, param, value):
@@ -67,51 +64,39 @@ def _input_locs(text: str, path: str, jaxpr):
 # ---------------------------------------------------------------- vmap
 
 
-@click.command()
-@manager_options(("vmap",))
-@_common
-@click.option(
-    "--in-axes",
-    "in_axes",
-    callback=_axes,
-    default="0",
-    show_default=True,
-    metavar="A,B,...",
-    help="Batch axis of each input (None: not batched); one entry applies to every input.",
+@ad_command(
+    "vmap",
+    click.option(
+        "--in-axes",
+        "in_axes",
+        callback=_axes,
+        default="0",
+        show_default=True,
+        metavar="A,B,...",
+        help="Batch axis of each input (None: not batched); one entry applies to every input.",
+    ),
+    click.option(
+        "--out-axes",
+        "out_axes",
+        callback=_axes,
+        default="0",
+        show_default=True,
+        metavar="A,B,...",
+        help="Batch axis of each output (None: must not be batched); one entry applies to all.",
+    ),
+    click.option(
+        "--axis-size",
+        type=click.IntRange(min=0),
+        metavar="N",
+        help="The batch size (required: a per-example program does not contain it).",
+    ),
+    click.option(
+        "--axis-name",
+        metavar="NAME",
+        help="Name the batch axis for collectives (not supported yet: refused).",
+    ),
 )
-@click.option(
-    "--out-axes",
-    "out_axes",
-    callback=_axes,
-    default="0",
-    show_default=True,
-    metavar="A,B,...",
-    help="Batch axis of each output (None: must not be batched); one entry applies to all.",
-)
-@click.option(
-    "--axis-size",
-    type=click.IntRange(min=0),
-    metavar="N",
-    help="The batch size (required: a per-example program does not contain it).",
-)
-@click.option(
-    "--axis-name",
-    metavar="NAME",
-    help="Name the batch axis for collectives (not supported yet: refused).",
-)
-def vmap(
-    file,
-    out,
-    opt,
-    show_diff,
-    custom_rules,
-    in_axes,
-    out_axes,
-    axis_size,
-    axis_name,
-    inst,
-    split_input,
-):
+def vmap(job, in_axes, out_axes, axis_size, axis_name):
     """Batch a program as jax.vmap: (x...) -> (y...) becomes the program on a batch.
 
     FILE is the per-example program.  Every input with an axis gets a batch dimension of
@@ -125,17 +110,7 @@ def vmap(
       jaxprtool grad loss.jaxpr | jaxprtool vmap --in-axes None,0,0 --axis-size 32
       jaxprtool vmap --axis-size 4 f.jaxpr | jaxprtool vmap --in-axes 1 --axis-size 2
     """
-    guarded(_drive)(
-        file,
-        out,
-        opt,
-        show_diff,
-        custom_rules,
-        inst,
-        split_input,
-        "vmap",
-        lambda job: _vmap(job, in_axes, out_axes, axis_size, axis_name),
-    )
+    return _vmap(job, in_axes, out_axes, axis_size, axis_name)
 
 
 def _vmap(job, in_axes, out_axes, axis_size, axis_name):
@@ -167,11 +142,8 @@ _argnums0 = click.option(
 )
 
 
-@click.command()
-@manager_options(("jacfwd",))
-@_common
-@_argnums0
-def jacfwd(file, out, opt, show_diff, custom_rules, argnums, inst, split_input):
+@ad_command("jacfwd", _argnums0)
+def jacfwd(job, argnums):
     """Jacobian by forward mode, as jax.jacfwd: vmap of jvp over the standard basis.
 
     (x...) -> (J...): for each output y and each input x among --argnums, one result of
@@ -182,24 +154,11 @@ def jacfwd(file, out, opt, show_diff, custom_rules, argnums, inst, split_input):
       jaxprtool jacfwd f.jaxpr
       jaxprtool jacfwd --argnums 0,1 f.jaxpr
     """
-    guarded(_drive)(
-        file,
-        out,
-        opt,
-        show_diff,
-        custom_rules,
-        inst,
-        split_input,
-        "jacfwd",
-        lambda job: _jac("jacfwd", job, argnums),
-    )
+    return _jac("jacfwd", job, argnums)
 
 
-@click.command()
-@manager_options(("jacrev",))
-@_common
-@_argnums0
-def jacrev(file, out, opt, show_diff, custom_rules, argnums, inst, split_input):
+@ad_command("jacrev", _argnums0)
+def jacrev(job, argnums):
     """Jacobian by reverse mode, as jax.jacrev: vmap of vjp over the standard basis of the
     outputs.
 
@@ -209,24 +168,11 @@ def jacrev(file, out, opt, show_diff, custom_rules, argnums, inst, split_input):
     Example:
       jaxprtool jacrev f.jaxpr
     """
-    guarded(_drive)(
-        file,
-        out,
-        opt,
-        show_diff,
-        custom_rules,
-        inst,
-        split_input,
-        "jacrev",
-        lambda job: _jac("jacrev", job, argnums),
-    )
+    return _jac("jacrev", job, argnums)
 
 
-@click.command()
-@manager_options(("hessian",))
-@_common
-@_argnums0
-def hessian(file, out, opt, show_diff, custom_rules, argnums, inst, split_input):
+@ad_command("hessian", _argnums0)
+def hessian(job, argnums):
     """Hessian, as jax.hessian: jacfwd of jacrev.
 
     (x...) -> (H...): for each output y and inputs x_i, x_j among --argnums, one result of
@@ -236,17 +182,7 @@ def hessian(file, out, opt, show_diff, custom_rules, argnums, inst, split_input)
     Example:
       jaxprtool hessian loss.jaxpr
     """
-    guarded(_drive)(
-        file,
-        out,
-        opt,
-        show_diff,
-        custom_rules,
-        inst,
-        split_input,
-        "hessian",
-        lambda job: _jac("hessian", job, argnums),
-    )
+    return _jac("hessian", job, argnums)
 
 
 def _jac(kind, job, argnums):
@@ -257,6 +193,3 @@ def _jac(kind, job, argnums):
     ]
     res = job.transform(lambda j: fn(j, argnums, style=job.style))
     return job.text(job.optimize(res))
-
-
-_ = (UsageError, _argnums)
