@@ -494,13 +494,37 @@ class _State:
             self.fail(f"the value of '{key}' is nested too deeply", i)
         if not ok and structured:
             self.not_at_delim(e, key)
+        if (
+            not ok
+            and e > i
+            and G.SP.match(s, e).end() < self.n
+            and s[G.SP.match(s, e).end()] == "\n"
+        ):
+            # a whole value, then a line that is no `key=value` (`None` then a broken key)
+            self.not_at_delim(e, key)
         if not ok:
             e = self.raw_end(i, broken)
+            self.balanced_raw(i, e, key)
             return s[i:e], e
         raw = s[i:e]
         if params.format_value(v) != raw:
             v = raw if isinstance(v, str) else params.Opaque(raw)
         return v, e
+
+    def balanced_raw(self, i: int, e: int, key: str) -> None:
+        """An unquoted value kept as text (`jvp_jaxpr_fun=Wrapped function:...`) has
+        balanced brackets; an unmatched one is a broken value (`jaxpr=f32 lambda ... }`)."""
+        stack = []
+        for k in range(i, e):
+            c = self.s[k]
+            if c in "([{":
+                stack.append(k)
+            elif c in ")]}":
+                if not stack or "([{"[")]}".index(c)] != self.s[stack[-1]]:
+                    self.fail(f"unmatched '{c}' in the value of '{key}'", k)
+                stack.pop()
+        if stack:
+            self.fail(f"unclosed '{self.s[stack[-1]]}' in the value of '{key}'", stack[-1])
 
     def not_at_delim(self, e: int, key: str):
         k = self.ws(e)
