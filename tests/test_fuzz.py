@@ -528,3 +528,18 @@ def test_invalid_utf8_column_counts_characters_and_the_excerpt_is_this_file(tmp_
     lines = r.stderr.splitlines()
     assert lines[0] == f"{p}:2:26: error: input is not valid UTF-8"
     assert lines[1] == "    b:f32[3] = sin a # \u00e9 \ufffd" and lines[2] == " " * 25 + "^"
+
+
+def test_variables_named_like_complex_literals():
+    """JAX's 149,536th variable is `infj` (and `nanj` comes later): a bound name is the
+    variable, as for `inf` and `nan`; unbound, it is the literal."""
+    text = (
+        "{ lambda ; infj:f32[3] nanj:f32[3]. let\n    b:f32[3] = add infj nanj\n"
+        "    c:c64[] = mul 2j infj\n  in (b, nanj) }\n"
+    )
+    r = invoke(["check", "-"], text)
+    assert r.stderr.startswith("<stdin>:3:5: error: mul"), r.stderr  # the variable, f32
+    r = invoke(["fmt", "-"], text.replace("    c:c64[] = mul 2j infj\n", ""))
+    assert r.exit_code == 0 and "add a b" in r.stdout and "in (c, b)" in r.stdout, r.stdout
+    r = invoke(["check", "-"], "{ lambda ; a:c64[]. let b:c64[] = add a infj in (b,) }")
+    assert r.exit_code == 0, r.stderr

@@ -317,6 +317,8 @@ class _State:
             if not isinstance(ty, ShapedArray):
                 self.fail("a literal must have an array type", t.start_pos + k + 1)
             return Literal(val, ty)
+        if text in _NAME_LIKE_LITERALS and text in table:
+            return table[text]
         return Literal(self.literal_value(text, t.start_pos), _WEAK_F32, False)
 
     def operands(self, toks, table: dict, off: int = 0) -> tuple:
@@ -342,7 +344,11 @@ class _State:
                     out.append(Literal(self.literal_value(m.group(1), base + m.start(1)), ty))
                 else:
                     p = base + m.start(3)
-                    out.append(Literal(self.literal_value(m.group(3), p), _WEAK_F32, False))
+                    text = m.group(3)
+                    if text in _NAME_LIKE_LITERALS and text in table:
+                        out.append(table[text])  # JAX names its 149,536th variable `infj`
+                        continue
+                    out.append(Literal(self.literal_value(text, p), _WEAK_F32, False))
                     untyped = True
             off = 0
         if untyped:
@@ -584,6 +590,10 @@ class _State:
             )
         return v
 
+
+#: untyped literals that are also variable names (`infj` = complex(0, inf)): a bound
+#: variable of that name wins, as for `inf` and `nan`
+_NAME_LIKE_LITERALS = frozenset({"infj", "nanj"})
 
 #: the longest token quoted in a message (`found '...'`)
 _SHOWN = 40
