@@ -18,7 +18,8 @@ prints it as `FILE:LINE:COL: error: message`.  Checks:
   their agreement with the equation's operands and results is part of the
   call/control-flow shape rules;
 * an unknown primitive is a warning (once per primitive name): its result types
-  are taken from the binders.
+  are taken from the binders;
+* a shape rule that fails on an equation (a parameter of the wrong kind) is an error.
 """
 
 from __future__ import annotations
@@ -157,8 +158,14 @@ class _Checker:
                 msg = f"{e.prim}: {msg}"
             self.err(msg, e.loc)
             return
-        except Exception as ex:  # noqa: BLE001 - a rule's bug or an odd parameter must not crash the checker
-            self.warn(f"{e.prim}: could not check the equation ({type(ex).__name__}: {ex})", e.loc)
+        except Exception as ex:  # noqa: BLE001 - an odd parameter must not crash the checker
+            # a parameter of the wrong kind (`integer_pow[y=(5,)]`): the rule fails where JAX
+            # would too; an error, so that no command transforms what could not be checked
+            self.err(
+                f"{e.prim}: the equation cannot be checked ({type(ex).__name__}: {ex}); "
+                "a parameter is probably malformed",
+                e.loc,
+            )
             return
         if len(inferred) != len(declared):
             self.err(

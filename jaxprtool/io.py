@@ -41,7 +41,10 @@ def read_source(file: str | None) -> tuple[str, str]:
         return data.decode("utf-8"), path
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
-        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        start = data.rfind(b"\n", 0, e.start) + 1
+        col = len(data[start : e.start].decode("utf-8", "replace")) + 1  # in characters
+        # the excerpt under the message shows this text (not an older one of the same name)
+        remember_source(path, data.decode("utf-8", "replace"))
         raise JaxprError("input is not valid UTF-8", Loc(path, line, col)) from None
 
 
@@ -238,7 +241,14 @@ _line_starts: dict[str, list[int]] = {}
 
 
 def remember_source(path: str, text: str) -> None:
-    """Keep the text of an input so that error messages can quote the offending line."""
+    """Keep the text of an input so that error messages can quote the offending line.
+
+    ANSI colour escapes are removed, as the parser removes them before it counts lines
+    and columns (a coloured TTY dump): excerpts and program locations use the same text."""
+    if "\x1b" in text:
+        from .text.grammar import ANSI
+
+        text = ANSI.sub("", text)
     _sources[path] = text
     _line_starts.pop(path, None)
     _sources.pop(_LAST, None)

@@ -317,6 +317,8 @@ class _State:
             if not isinstance(ty, ShapedArray):
                 self.fail("a literal must have an array type", t.start_pos + k + 1)
             return Literal(val, ty)
+        if text in _NAME_LIKE_LITERALS and text in table:
+            return table[text]
         return Literal(self.literal_value(text, t.start_pos), _WEAK_F32, False)
 
     def operands(self, toks, table: dict, off: int = 0) -> tuple:
@@ -342,7 +344,11 @@ class _State:
                     out.append(Literal(self.literal_value(m.group(1), base + m.start(1)), ty))
                 else:
                     p = base + m.start(3)
-                    out.append(Literal(self.literal_value(m.group(3), p), _WEAK_F32, False))
+                    text = m.group(3)
+                    if text in _NAME_LIKE_LITERALS and text in table:
+                        out.append(table[text])  # JAX names its 149,536th variable `infj`
+                        continue
+                    out.append(Literal(self.literal_value(text, p), _WEAK_F32, False))
                     untyped = True
             off = 0
         if untyped:
@@ -494,13 +500,37 @@ class _State:
             self.fail(f"the value of '{key}' is nested too deeply", i)
         if not ok and structured:
             self.not_at_delim(e, key)
+        if (
+            not ok
+            and e > i
+            and G.SP.match(s, e).end() < self.n
+            and s[G.SP.match(s, e).end()] == "\n"
+        ):
+            # a whole value, then a line that is no `key=value` (`None` then a broken key)
+            self.not_at_delim(e, key)
         if not ok:
             e = self.raw_end(i, broken)
+            self.balanced_raw(i, e, key)
             return s[i:e], e
         raw = s[i:e]
         if params.format_value(v) != raw:
             v = raw if isinstance(v, str) else params.Opaque(raw)
         return v, e
+
+    def balanced_raw(self, i: int, e: int, key: str) -> None:
+        """An unquoted value kept as text (`jvp_jaxpr_fun=Wrapped function:...`) has
+        balanced brackets; an unmatched one is a broken value (`jaxpr=f32 lambda ... }`)."""
+        stack = []
+        for k in range(i, e):
+            c = self.s[k]
+            if c in "([{":
+                stack.append(k)
+            elif c in ")]}":
+                if not stack or "([{"[")]}".index(c)] != self.s[stack[-1]]:
+                    self.fail(f"unmatched '{c}' in the value of '{key}'", k)
+                stack.pop()
+        if stack:
+            self.fail(f"unclosed '{self.s[stack[-1]]}' in the value of '{key}'", stack[-1])
 
     def not_at_delim(self, e: int, key: str):
         k = self.ws(e)
@@ -560,6 +590,10 @@ class _State:
             )
         return v
 
+
+#: untyped literals that are also variable names (`infj` = complex(0, inf)): a bound
+#: variable of that name wins, as for `inf` and `nan`
+_NAME_LIKE_LITERALS = frozenset({"infj", "nanj"})
 
 #: the longest token quoted in a message (`found '...'`)
 _SHOWN = 40

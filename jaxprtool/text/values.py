@@ -46,6 +46,10 @@ _OPEN = {"(": ")", "[": "]", "{": "}", "<": ">"}
 _OBJ_REPR = re.compile(r"<(?:function|class|bound|built-in|module|method)\b|<[\w.]+ object\b")
 _DTYPE_CACHE: dict[str, np.dtype | None] = {}
 _CLOSERS = ",)]}"
+#: the text of a dimension expression (`2*b + 1`, `floordiv(b, 2) - 1`)
+_SYM_TEXT = re.compile(r"[\w\s*+\-^(),/]+")
+#: two operands side by side (`0 0`, `b (`): not an expression
+_ADJACENT = re.compile(r"[\w)]\s+[\w(]")
 
 
 class ValueError_(Exception):
@@ -278,7 +282,16 @@ def _elements(s: str, i: int, close: str, hook):
             # an expression such as `2*b + 1` or `b - 2`
             j = _expr_end(s, start)
             text = s[start:j].rstrip()
-            v = SymExpr(text) if re.fullmatch(r"[\w\s*+\-^(),/]+", text) else Opaque(text)
+            if _SYM_TEXT.fullmatch(text):
+                bad = _ADJACENT.search(text)
+                if bad:  # `0 0`: two operands without an operator is no expression
+                    raise ValueError_(
+                        f"expected ',' or '{close}' in parameter value, found {text[bad.end() - 1]!r}",
+                        start + bad.end() - 1,
+                    )
+                v = SymExpr(text)
+            else:
+                v = Opaque(text)
             j = start + len(text)
             k = j
             while k < len(s) and s[k] == " ":
