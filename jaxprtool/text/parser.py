@@ -267,7 +267,8 @@ class _State:
         if ";" in inside:
             inside, named = inside.split(";", 1)
             if not _NAMED_SHAPE.fullmatch(named):
-                self.fail(f"invalid named axes '{named}' in type (expected e.g. 'a:8')", j + 1)
+                at = j + 2 + len(inside)
+                self.fail(f"invalid named axes '{named}' in type (expected e.g. 'a:8')", at)
         dims = _dims(inside)
         if any(isinstance(d, int) and d > MAX_DIM for d in dims):
             self.fail(f"dimension too large in type (at most {MAX_DIM})", j + 1)

@@ -282,6 +282,9 @@ def _elements(s: str, i: int, close: str, hook):
         k = j
         while k < len(s) and s[k] == " ":
             k += 1
+        w = _WS.match(s, k).end()
+        if w < len(s) and s[w] in (",", close):
+            k = w  # `,` or the closer on the next line (a list laid out over lines)
         if k < len(s) and s[k] not in ",)]}":
             # an expression such as `2*b + 1` or `b - 2`
             j = _expr_end(s, start)
@@ -303,9 +306,6 @@ def _elements(s: str, i: int, close: str, hook):
         out.append(v)
         bounds.append((start, j))
         j = k
-        w = _WS.match(s, j).end()
-        if w < len(s) and s[w] in (",", close):
-            j = w  # `,` or the closer on the next line (a list laid out over lines)
         if j < len(s) and s[j] == ",":
             j = _WS.match(s, j + 1).end()
             trailing = True
