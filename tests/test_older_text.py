@@ -124,7 +124,16 @@ def test_jax_style_converts_between_two_real_printouts():
 
 @needs_corpus
 @pytest.mark.parametrize(
-    "case", ["jit_nested", "jit_called_twice_shared", "jit_many_args_long_lines", "switch"]
+    "case",
+    [
+        "jit_nested",  # jit -> pjit
+        "jit_called_twice_shared",
+        "switch",
+        "broadcast_reshape_squeeze",  # broadcast_in_dim shape=, reshape without sharding=
+        "scan",  # ft_in/ft_out -> _split_transpose, linear, num_carry, num_consts
+        "scan_reverse_unroll_length",
+        "lax_map_and_assoc_scan",
+    ],
 )
 def test_jax_style_converts_0_12_text_to_0_4_35(case):
     """The corpus prints the same programs with JAX 0.12 and 0.4.35."""
