@@ -265,3 +265,19 @@ def test_untyped_printouts_stay_refused(cmd):
         r = run([*cmd, str(path)])
         assert r.exit_code == 1
         assert r.output.startswith(f"{path}:1:{col}: error: {message}\n"), r.output
+
+
+@needs_corpus
+@pytest.mark.parametrize("width", ["40", "80", "1000"])
+def test_result_less_equations_in_the_old_style_read_back(width):
+    """`--jax-style 0.4.21` writes ` = debug_callback[...]`, at the start of a block, between
+    equations and in the one-line form (`let  = ...; b:f32[3] = ...`); the text reads back as
+    the same program, detected as 0.4.21."""
+    path = CORPUS / "older" / "jax-0.4.35" / "debug_print_callback.jaxpr"
+    r = run(["--jax-style", "0.4.21", "fmt", "--width", width, str(path)])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.count(" = debug_callback[") == 2
+    j = parse(r.stdout, "old").jaxpr
+    assert core.alpha_equal(j, parse(path.read_text(), "new").jaxpr)
+    assert str(detect_style(j)) == "0.4.21"
+    assert all(e.bare_eq for e in j.eqns if not e.outputs)
