@@ -281,3 +281,46 @@ def test_result_less_equations_in_the_old_style_read_back(width):
     assert core.alpha_equal(j, parse(path.read_text(), "new").jaxpr)
     assert str(detect_style(j)) == "0.4.21"
     assert all(e.bare_eq for e in j.eqns if not e.outputs)
+
+
+# ---------------------------------------------------------------- the whole wild/ folder
+
+WILD = CORPUS.parent / "wild"
+#: wild/ files that are not JAX's text as JAX printed it (wild/SOURCES.md), and what they get
+WILD_REFUSED = {
+    **{
+        n: NO_TYPES  # untyped printouts, JAX <= 0.2.25
+        for n in ("001", "003", "004", "005", "006", "007", "008", "009", "017", "018")
+    },
+    "002": "expected a binder 'name:type' or '.', found ';'",  # 2019 `lambda ; ; a.` header
+    "027": "expected a binder 'name:type' or ';', found '.'",  # autodidax's toy printer
+}
+#: reprinted equal up to the indentation and trailing spaces a poster changed: 054 and 061
+#: re-indented (SOURCES.md: edited), 052's page stripped a trailing space
+WILD_REINDENTED = {"052", "054", "061"}
+
+
+@needs_corpus
+@pytest.mark.parametrize(
+    "path", sorted(WILD.glob("*.jaxpr")) if WILD.is_dir() else [], ids=lambda p: p.name[:3]
+)
+def test_wild_printouts_round_trip(path):
+    """Every printout from JAX's documentation history and public repositories: fmt gives
+    JAX's text back byte for byte, or the located refusal listed above."""
+    key = path.name[:3]
+    r = run(["fmt", str(path)])
+    if key in WILD_REFUSED:
+        assert r.exit_code == 1
+        assert re.match(
+            rf"{re.escape(str(path))}:1:\d+: error: {re.escape(WILD_REFUSED[key])}\n", r.output
+        )
+        return
+    assert r.exit_code == 0, r.output
+    if key in WILD_REINDENTED:
+
+        def flat(s):
+            return [x.strip() for x in s.splitlines()]
+
+        assert flat(r.stdout) == flat(path.read_text())
+        return
+    assert r.stdout == path.read_text()
