@@ -35,6 +35,7 @@ SEARCHSORTED_RUN = (
 )
 SEARCHSORTED_AD = "Differentiation rule for 'SearchSorted' not implemented"
 CHOLESKY_AD = "Differentiation rule for 'cholesky' not implemented"
+LINEAR_SOLVE_AD = "Differentiation rule for 'custom_linear_solve' not implemented"
 NESTED_CONSTS = "'jit': its nested jaxpr has constants (8) whose values the text does not contain"
 EQX_CUSTOM_VJP = (
     "custom_vjp_call 'fn_wrapped' (fwd=fn_fwd_wrapped bwd=fn_bwd_wrapped): the text names a "
@@ -48,6 +49,7 @@ KNOWN_GAPS = {
     ("expm", "run"): SEARCHSORTED_RUN,
     ("expm", "check_grad"): SEARCHSORTED_RUN,
     **{("gp_nll", c): CHOLESKY_AD for c in (*AD_COMMANDS, "check_grad")},
+    **{("ridge_solve", c): LINEAR_SOLVE_AD for c in (*AD_COMMANDS, "check_grad")},
     **{("diffrax_ode", c): EQX_CUSTOM_VJP for c in AD_COMMANDS},
     ("diffrax_ode", "run"): NESTED_CONSTS,
     ("diffrax_ode", "check_grad"): NESTED_CONSTS,

@@ -356,6 +356,20 @@ def gp_nll():
     return Program("gp_nll", nll, [np.float32(-0.3), np.float32(-2.0), x, y], (0, 1, 2, 3))
 
 
+@_zoo("ridge_solve", ())
+def ridge_solve():
+    """Ridge regression in closed form with jnp.linalg.solve (lu and custom_linear_solve), its
+    validation error as the loss of the log-penalty."""
+
+    def loss(log_lam, x, y, xv, yv):
+        a = x.T @ x + jnp.exp(log_lam) * jnp.eye(x.shape[1])
+        w = jnp.linalg.solve(a, x.T @ y)
+        return jnp.mean((xv @ w - yv) ** 2)
+
+    x, y, xv, yv = _images((6, 3), 19), _images((6,), 20), _images((4, 3), 21), _images((4,), 22)
+    return Program("ridge_solve", loss, [np.float32(0.1), x, y, xv, yv], (0, 1, 2))
+
+
 @_zoo("expm", ())
 def expm():
     """jax.scipy.linalg.expm of a small matrix, squared and summed."""
