@@ -3,13 +3,16 @@ diffrax, jax.scipy) traced once per session, then each command on each program a
 
 - fmt prints JAX's text byte for byte; check passes;
 - run gives JAX's numbers (jax.jit of the same function on the same inputs);
-- grad equals jax.grad, jvp equals jax.jvp;
+- grad equals JAX's gradient (jax.vjp pulled back from the loss's unit cotangent, which is what
+  jax.grad computes; the auxiliary outputs of a has_aux program equal JAX's outputs), jvp equals
+  jax.jvp (J v from jax.jacrev where a custom_vjp stops JAX's forward mode);
 - linearize (its combined form, run on x and a tangent v) equals jax.jvp, linearize | transpose
   (run on x and a cotangent w) equals jax.vjp, and the two pass the dot-product test
   <w, L v> = <L^T w, v>;
 - check-grad passes (the tool's jvp and vjp against finite differences).
 
-A program whose packages are missing is skipped with the install command.  A case that fails
+Costs (2 cores): about 110 s of CPU for the 12 programs, threefry dropout in the GPT the
+largest part (XLA compiles each `random_bits` for seconds).  A program whose packages are missing is skipped with the install command.  A case that fails
 today for a known missing rule is `xfail(strict=True)` with the exact error: it fails while the
 tool gives that error, the test turns into a failure (XPASS) once the rule lands, and any other
 error is a failure too.
