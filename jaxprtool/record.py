@@ -67,7 +67,8 @@ class Primitive:
     #: (`let NAME = ...`); None: the equation's `name` parameter
     hoist_name: Callable | None = None
     #: `rule(prim, params, eqn, style) -> (prim, params)`: the parameters an older JAX
-    #: version printed for an equation the tool emitted in 0.12's form
+    #: version printed for an equation the tool emitted in 0.12's form (or the list of
+    #: equations that replace it, for a primitive that version lacks)
     restyle: Callable | None = None
     #: `rule(eqn, params, dims) -> dict`: the params JAX's `bind` expects that differ from the
     #: printed ones converted by `backend.prims.to_jax` (`dims`: sizes of symbolic dimensions)

@@ -161,7 +161,9 @@ def restyle(jaxpr: Jaxpr, style) -> Jaxpr:
 
     AD emits parameters as JAX 0.12 prints them (as the parser reads 0.12 text); older versions
     printed some implied parameters (`broadcast_in_dim` `shape=`/`sharding=`), lacked newer ones
-    (`out_sharding` of reductions, `sharding` of `reshape`) and called `jit` `pjit`."""
+    (`out_sharding` of reductions, `sharding` of `reshape`) and called `jit` `pjit`.  A rule
+    returns the new `(prim, params)`, or the list of equations that replace one of a primitive
+    the older version lacks."""
     from ..core import map_param_jaxprs
 
     v = tuple(style.version)
@@ -178,7 +180,11 @@ def restyle(jaxpr: Jaxpr, style) -> Jaxpr:
             prim = e.prim
             rule = record_of(prim).restyle
             if rule is not None:
-                prim, params = rule(prim, params, e, style)
+                restyled = rule(prim, params, e, style)
+                if isinstance(restyled, list):  # a primitive the older version lacks
+                    eqns.extend(restyled)
+                    continue
+                prim, params = restyled
             eqns.append(e.replace(prim=prim, params=params))
         out = j.replace(eqns=eqns)
         memo[id(j)] = out

@@ -50,7 +50,7 @@ from ..ad.zeros import (
     is_zero,
     tangent_type,
 )
-from ..core import JaxprError, Literal, ShapedArray, is_complex, long_dtype_name
+from ..core import Eqn, JaxprError, Literal, ShapedArray, Var, is_complex, long_dtype_name
 from ..params import EnumValue
 from ..passes import fold as F
 from ..passes import simplify as S
@@ -367,6 +367,19 @@ shape_rule("integer_pow")(_unary_rule("integer_pow", NUM, check=_check_integer_p
 
 defjvp2("square", lambda g, ans, x, **p: mul(g, mul(c(x, 2), x)))
 defjvp("one_minus_square", lambda g, x, **p: mul(g, mul(c(x, -2), x)))
+
+
+def _expand_one_minus_square(prim, params, e, style):
+    """Before JAX 0.12 the rules of tanh, asin, acos and atanh wrote `sub 1 (square x)`."""
+    (x,), (out,) = e.inputs, e.outputs
+    sq = Var(out.type)
+    return [
+        Eqn("square", [x], [sq], {}, loc=e.loc),
+        Eqn("sub", [ops.lit(1, out.type.dtype), sq], [out], {}, loc=e.loc),
+    ]
+
+
+define("one_minus_square", restyle=_expand_one_minus_square)
 defjvp("integer_pow", _integer_pow_jvp)
 defjvp2("reciprocal", lambda g, ans, x, **p: mul(g, neg(square(ans))))
 

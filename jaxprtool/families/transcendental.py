@@ -49,7 +49,8 @@ _nary = partial(nary_shapes, family="transcendental")
 
 
 def one_minus_square(x):
-    return sub(c(x, 1), square(x))
+    """1 - x^2, one primitive as JAX 0.12's rules emit it (older styles expand it back)."""
+    return ops.bind("one_minus_square", x)
 
 
 def _acc(params):

@@ -1,7 +1,8 @@
 """Common-subexpression elimination.
 
-Two equations are equal when they have the same primitive, equal parameters
-(nested jaxprs compared with `core.alpha_equal`) and the same operands after
+Two equations are equal when they have the same primitive, equal parameters as
+JAX prints them (`printer.printed_params`: a parameter JAX leaves implicit does not
+count; nested jaxprs compared with `core.alpha_equal`) and the same operands after
 substitution; the later one is dropped and its results renamed to the earlier
 one's.  Effectful equations (`primitives.EFFECTFUL`, callbacks, Refs, or such an
 equation nested inside) and random-number equations (`primitives.RANDOM`) are
@@ -11,6 +12,7 @@ never merged.  Nested jaxprs are handled separately (they are closed).
 from __future__ import annotations
 
 from ..core import Jaxpr, Literal, _AlphaEq
+from ..text.printer import printed_params
 from .base import Pass
 from .common import EqnRewrite, eqn_is_pure, recursive_pass, same_type
 
@@ -45,16 +47,17 @@ def _cse(jaxpr: Jaxpr, go) -> Jaxpr:
     table: dict = {}
     for e in rw:
         if _mergeable(e):
-            key = (e.prim, tuple(map(_atom_key, e.inputs)), tuple(sorted(e.params)))
+            params = dict(printed_params(e))
+            key = (e.prim, tuple(map(_atom_key, e.inputs)), tuple(sorted(params)))
             bucket = table.get(key)
             if bucket is None:
-                table[key] = [e]
+                table[key] = [(e, params)]
             else:
-                prev = next((p for p in bucket if _params_equal(p, e)), None)
+                prev = next((p for p, pp in bucket if _params_equal(pp, params)), None)
                 if prev is not None and _same_outputs(prev, e):
                     rw.drop(e.outputs, prev.outputs)
                     continue
-                bucket.append(e)
+                bucket.append((e, params))
         rw.keep(e)
     return rw.result()
 
@@ -70,8 +73,8 @@ def _same_outputs(a, b) -> bool:
     )
 
 
-def _params_equal(a, b) -> bool:
+def _params_equal(a: dict, b: dict) -> bool:
     try:
-        return _AlphaEq().params(a.params, b.params)
+        return _AlphaEq().params(a, b)
     except Exception:
         return False

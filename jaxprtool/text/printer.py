@@ -155,9 +155,11 @@ class Namer:
 # ---------------------------------------------------------------- params
 
 
-def _params_to_print(e: core.Eqn, style: Style) -> list[tuple[str, Any]]:
+def printed_params(e: core.Eqn, style: Style = DEFAULT_STYLE) -> list[tuple[str, Any]]:
     """The (key, value) pairs JAX prints for this equation, in order (the primitive's
-    `print_params` rule, else every parameter sorted by key)."""
+    `print_params` rule, else every parameter sorted by key).  Two equations whose printed
+    parameters are equal are the same equation to JAX, whatever the IR holds besides (a
+    parameter that JAX leaves implicit, such as broadcast_in_dim's shape in 0.12)."""
     p = e.params
     if not p:
         return []
@@ -667,7 +669,7 @@ class _Printer:
     def _pairs(self, e: core.Eqn) -> list:
         c = self.pairs_cache.get(id(e))
         if c is None:
-            c = self.pairs_cache[id(e)] = _params_to_print(e, self.style)
+            c = self.pairs_cache[id(e)] = printed_params(e, self.style)
         return c
 
 
