@@ -118,8 +118,11 @@ class _Job:
         from ..ad.registry import set_custom_rule_policy
         from .common import output_style, parse_text
 
+        from ..passes.hoist_consts import hoist_consts
+
         set_custom_rule_policy(custom_rules)
-        self.input = parse_text(part.text, part.path)
+        # nested bodies' constants become the program's (`run --consts` gives their values)
+        self.input = hoist_consts(parse_text(part.text, part.path))
         self.input_path = part.path
         self.source_text, self.source_path = part.text, part.path
         _require_static_shapes(self.input)
