@@ -713,9 +713,13 @@ def _sort(in_types, params, out_hint):
     return list(ts)
 
 
-def _sort_jvp(primals, tangents, *, dimension, is_stable, num_keys, **params):
+def _sort_jvp(primals, tangents, *, dimension, is_stable=True, num_keys=1, **params):
     dim = int(dimension)
     shp = shape(primals[0])
+    if 0 in shp:  # nothing to permute (and no index to gather with)
+        outs = ops.bind("sort", *primals, dimension=dimension, is_stable=is_stable,
+                        num_keys=num_keys, **params)
+        return list(outs), list(tangents)
     iota = bind_iota("i32", shp, dim)
     outs = ops.bind(
         "sort",
