@@ -236,9 +236,12 @@ def transpose_auto(jaxpr: Jaxpr, linear: Sequence[int] | None = None, residuals:
     else:
         found = find_linear_eqn(jaxpr)
         if found is not None:
-            _, t = found
+            k, t = found
             mask = [i >= n - t for i in range(n)]
-            lin_out = linear_dependence(jaxpr, mask)
+            # the linear equation's results are linear outputs even when no tangent reaches them
+            made = {id(o) for o in jaxpr.eqns[k].outputs}
+            dep = linear_dependence(jaxpr, mask)
+            lin_out = [d or id(v) in made for d, v in zip(dep, jaxpr.outvars)]
         else:
             from ..core import is_inexact
 
