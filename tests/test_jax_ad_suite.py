@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 from dataclasses import dataclass, field
-from functools import partial
 
 import numpy as np
 import pytest
@@ -174,15 +173,20 @@ def _structural_cases():
     x34, x4 = _r((3, 4), 1), _r((4,), 2)
     idx = np.array([[1], [1], [3]], np.int32)
     dn1 = lax.ScatterDimensionNumbers((), (0,), (0,))
-    gdn = lax.GatherDimensionNumbers(offset_dims=(1,), collapsed_slice_dims=(0,),
-                                     start_index_map=(0,))
+    gdn = lax.GatherDimensionNumbers(
+        offset_dims=(1,), collapsed_slice_dims=(0,), start_index_map=(0,)
+    )
     return [
         Case("convert_f32_f64", lambda x: lax.convert_element_type(x, F64), [x34], x64=True),
         Case("convert_f32_c64", lambda x: lax.convert_element_type(x, C64), [x34]),
         Case("clamp_operand", lambda x: lax.clamp(x - 10, x, x + 10), [x34], fast=True),
         Case("clamp_all", lax.clamp, [x34 - 1, x34 * 2, x34 + 1], fast=True),
-        Case("concatenate", lambda a, b, c: lax.concatenate([a, b, c], 1),
-             [_r((2, 3), 3), _r((2, 1), 4), _r((2, 4), 5)], fast=True),
+        Case(
+            "concatenate",
+            lambda a, b, c: lax.concatenate([a, b, c], 1),
+            [_r((2, 3), 3), _r((2, 1), 4), _r((2, 4), 5)],
+            fast=True,
+        ),
         Case("split", lambda x: lax.split(x, (1, 0, 3), 0), [x4], fast=True),
         Case("pad", lambda x: lax.pad(x, 0.5, ((1, 2, 1), (-1, 0, 0))), [x34], fast=True),
         Case("reshape", lambda x: lax.reshape(x, (2, 6)), [x34]),
@@ -204,46 +208,79 @@ def _structural_cases():
         Case("cumprod", lambda x: lax.cumprod(x, 1), [x34]),
         Case("cummax", lambda x: lax.cummax(x, 1), [x34], fast=True),
         Case("cumlogsumexp", lambda x: lax.cumlogsumexp(x, 0), [x34]),
-        Case("reduce_window_sum",
-             lambda x: lax.reduce_window(x, 0.0, lax.add, (2, 2), (1, 1), "VALID"), [x34],
-             fast=True),
-        Case("reduce_window_max",
-             lambda x: lax.reduce_window(x, -np.inf, lax.max, (2, 2), (1, 2), "SAME"), [x34]),
+        Case(
+            "reduce_window_sum",
+            lambda x: lax.reduce_window(x, 0.0, lax.add, (2, 2), (1, 1), "VALID"),
+            [x34],
+            fast=True,
+        ),
+        Case(
+            "reduce_window_max",
+            lambda x: lax.reduce_window(x, -np.inf, lax.max, (2, 2), (1, 2), "SAME"),
+            [x34],
+        ),
         Case("sort", lambda x: lax.sort(x, dimension=1), [x34], fast=True),
         Case("sort_empty", lambda x: lax.sort(x, dimension=0), [_r((0, 3), 7)], fast=True),
         Case("sort_two", lambda x, y: lax.sort((x, y), dimension=0, num_keys=1), [x34, -x34]),
         Case("top_k", lambda x: lax.top_k(x, 2)[0], [x34], fast=True),
         Case("dynamic_slice", lambda x: lax.dynamic_slice(x, (1, 1), (2, 2)), [x34]),
-        Case("dynamic_update_slice",
-             lambda x, u: lax.dynamic_update_slice(x, u, (1, 2)), [x34, _r((2, 2), 8)],
-             fast=True),
-        Case("gather", lambda x: lax.gather(x, np.array([[2], [0]], np.int32), gdn, (1, 4)),
-             [x34], fast=True),
+        Case(
+            "dynamic_update_slice",
+            lambda x, u: lax.dynamic_update_slice(x, u, (1, 2)),
+            [x34, _r((2, 2), 8)],
+            fast=True,
+        ),
+        Case(
+            "gather",
+            lambda x: lax.gather(x, np.array([[2], [0]], np.int32), gdn, (1, 4)),
+            [x34],
+            fast=True,
+        ),
         Case("index_take", lambda x: x[np.array([0, 2, 2])], [x34]),
-        Case("scatter_add",
-             lambda x, u: lax.scatter_add(x, idx, u, dn1), [x4, _r((3,), 9)], fast=True),
-        Case("scatter_overlap",
-             lambda x, u: lax.scatter(x, idx, u, dn1, unique_indices=False), [x4, _r((3,), 9)],
-             fast=True),
-        Case("scatter_unique",
-             lambda x, u: lax.scatter(x, np.array([[0], [2]], np.int32), u, dn1,
-                                      unique_indices=True), [x4, _r((2,), 10)]),
-        Case("scatter_mul_unique",
-             lambda x, u: lax.scatter_mul(x, np.array([[0], [2]], np.int32), u, dn1,
-                                          unique_indices=True), [x4, _r((2,), 10)]),
+        Case(
+            "scatter_add",
+            lambda x, u: lax.scatter_add(x, idx, u, dn1),
+            [x4, _r((3,), 9)],
+            fast=True,
+        ),
+        Case(
+            "scatter_overlap",
+            lambda x, u: lax.scatter(x, idx, u, dn1, unique_indices=False),
+            [x4, _r((3,), 9)],
+            fast=True,
+        ),
+        Case(
+            "scatter_unique",
+            lambda x, u: lax.scatter(
+                x, np.array([[0], [2]], np.int32), u, dn1, unique_indices=True
+            ),
+            [x4, _r((2,), 10)],
+        ),
+        Case(
+            "scatter_mul_unique",
+            lambda x, u: lax.scatter_mul(
+                x, np.array([[0], [2]], np.int32), u, dn1, unique_indices=True
+            ),
+            [x4, _r((2,), 10)],
+        ),
         Case("at_set", lambda x, u: x.at[np.array([1, 1, 3])].set(u), [x4, _r((3,), 11)]),
         Case("dot_general", lambda a, b: lax.dot(a, b), [x34, _r((4, 2), 12)], fast=True),
-        Case("dot_general_batch",
-             lambda a, b: lax.dot_general(a, b, (((2,), (1,)), ((0,), (0,)))),
-             [_r((2, 3, 4), 13), _r((2, 4, 5), 14)]),
-        Case("conv",
-             lambda lhs, rhs: lax.conv(lhs, rhs, (1, 1), "SAME",
-                                       precision=lax.Precision.HIGHEST),
-             [_r((2, 2, 3, 4), 15, scale=0.3), _r((3, 2, 1, 2), 16, scale=0.3)], fast=True),
-        Case("conv_strided",
-             lambda lhs, rhs: lax.conv(lhs, rhs, (2, 1), "VALID",
-                                       precision=lax.Precision.HIGHEST),
-             [_r((2, 3, 3, 4), 17, scale=0.3), _r((2, 3, 1, 2), 18, scale=0.3)]),
+        Case(
+            "dot_general_batch",
+            lambda a, b: lax.dot_general(a, b, (((2,), (1,)), ((0,), (0,)))),
+            [_r((2, 3, 4), 13), _r((2, 4, 5), 14)],
+        ),
+        Case(
+            "conv",
+            lambda lhs, rhs: lax.conv(lhs, rhs, (1, 1), "SAME", precision=lax.Precision.HIGHEST),
+            [_r((2, 2, 3, 4), 15, scale=0.3), _r((3, 2, 1, 2), 16, scale=0.3)],
+            fast=True,
+        ),
+        Case(
+            "conv_strided",
+            lambda lhs, rhs: lax.conv(lhs, rhs, (2, 1), "VALID", precision=lax.Precision.HIGHEST),
+            [_r((2, 3, 3, 4), 17, scale=0.3), _r((2, 3, 1, 2), 18, scale=0.3)],
+        ),
         Case("max_broadcast", lax.max, [_r((3, 1), 19), _r((1, 4), 20)], fast=True),
         Case("min_broadcast", lax.min, [_r((3, 1), 21), _r((1, 4), 22)]),
     ]
@@ -377,8 +414,7 @@ def _control_cases():
         Case("fori_static_x64", fori_static, [_r(3, 43, F64)], x64=True, fast=True),
         Case("fori_python_scalar_x64", fori_static, [0.5], x64=True, fast=True),
         Case("while_jvp", while_jvp, [F32(1.5), F32(0.3)], order=1, modes=("fwd",), fast=True),
-        Case("while_jvp_x64", while_jvp, [1.5, 0.3], order=1, modes=("fwd",), x64=True,
-             fast=True),
+        Case("while_jvp_x64", while_jvp, [1.5, 0.3], order=1, modes=("fwd",), x64=True, fast=True),
         Case("assoc_scan_add", assoc_scan, [_r(6, 44)], fast=True),
         Case("assoc_scan_mul_reverse", assoc_scan_mul_reverse, [_r(5, 45)]),
         Case("map", map_grad, [_r((4, 3), 46)], fast=True),
@@ -413,11 +449,16 @@ def _closed_consts(closed):
     out = [np.asarray(c) for c in closed.consts]
     for e in closed.jaxpr.eqns:
         for v in e.params.values():
-            if hasattr(v, "consts") and hasattr(v, "jaxpr") and e.primitive.name in (
-                "jit",
-                "pjit",
-                "closed_call",
-                "core_call",
+            if (
+                hasattr(v, "consts")
+                and hasattr(v, "jaxpr")
+                and e.primitive.name
+                in (
+                    "jit",
+                    "pjit",
+                    "closed_call",
+                    "core_call",
+                )
             ):
                 out += _closed_consts(v)
     return out
@@ -539,8 +580,10 @@ def check_dot_product(prog, j, args, case, seed):
     res = [np.asarray(src[r.source][r.index]) for r in info.residuals]
     n_res, n_tan = len(res), len(linear.invars) - len(res)
     lt = prog.written(transpose_jaxpr(linear, [False] * n_res + [True] * n_tan))
-    v = [_tangent_like(np.zeros(x.type.shape, _np_dtype(x)), seed + k)
-         for k, x in enumerate(linear.invars[n_res:])]
+    v = [
+        _tangent_like(np.zeros(x.type.shape, _np_dtype(x)), seed + k)
+        for k, x in enumerate(linear.invars[n_res:])
+    ]
     lv = prog.run(linear, res + v)
     w = [_tangent_like(x, seed + 50 + k) for k, x in enumerate(lv)]
     ltw = prog.run(lt, res + w)
@@ -572,8 +615,7 @@ def _vjp_fn(fn, args, seed):
         fx, diffx = _partial(fn, xs)
         out, pull = jax.vjp(fx, *(xs[i] for i in diffx))
         it = iter(cts)
-        full = [next(it) if _inexact(o) else np.zeros(np.shape(o), jax.dtypes.float0)
-                for o in out]
+        full = [next(it) if _inexact(o) else np.zeros(np.shape(o), jax.dtypes.float0) for o in out]
         return list(out) + list(pull(full))
 
     return g, list(args) + cts
@@ -686,8 +728,18 @@ def test_commands_hoist_nested_constants(tmp_path):
         assert not has_nested_consts(derived) and len(derived.constvars) == len(consts)
         key = "jvp" if mode == "linearize" else mode
         np.savez(tmp_path / "a.npz", *inputs[key])
-        r = cli(["run", str(out), "--args", str(tmp_path / "a.npz"), "--consts",
-                 str(tmp_path / "c.npz"), "-o", str(tmp_path / "o.npz")])
+        r = cli(
+            [
+                "run",
+                str(out),
+                "--args",
+                str(tmp_path / "a.npz"),
+                "--consts",
+                str(tmp_path / "c.npz"),
+                "-o",
+                str(tmp_path / "o.npz"),
+            ]
+        )
         assert r.exit_code == 0, r.output
         got = np.load(tmp_path / "o.npz")
         got = [got[f"out{k}"] for k in range(len(got.files))]

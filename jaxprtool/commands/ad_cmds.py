@@ -116,9 +116,8 @@ class _Job:
 
     def __init__(self, part, steps, show_diff, custom_rules, inst, name: str):
         from ..ad.registry import set_custom_rule_policy
-        from .common import output_style, parse_text
-
         from ..passes.hoist_consts import hoist_consts
+        from .common import output_style, parse_text
 
         set_custom_rule_policy(custom_rules)
         # nested bodies' constants become the program's (`run --consts` gives their values)
