@@ -745,3 +745,74 @@ def test_commands_hoist_nested_constants(tmp_path):
         got = [got[f"out{k}"] for k in range(len(got.files))]
         for g, w in zip(got, want[key], strict=True):
             np.testing.assert_allclose(g, np.asarray(w), rtol=2e-3, atol=2e-3)
+
+
+def test_linearize_transpose_without_float_inputs(tmp_path):
+    """linearize | transpose of a program whose inputs are all integers follows vjp's
+    convention: (x..., ct_y...) -> (y...), one cotangent per float output, none out."""
+    from jax_oracle import run as cli
+
+    def f(a):
+        return (a * 2).astype(F32) + 1.0
+
+    a = np.array([1, 2, 3], np.int32)
+    src = tmp_path / "f.jaxpr"
+    src.write_text(str(jax.make_jaxpr(f)(a)))
+    lin = cli(["linearize", str(src)])
+    assert lin.exit_code == 0, lin.output
+    vt = cli(["transpose", "-"], stdin=lin.output)
+    vjp = cli(["vjp", str(src)])
+    assert vt.exit_code == 0 and vjp.exit_code == 0, vt.output + vjp.output
+    got, want = parse(vt.output, "<t>").jaxpr, parse(vjp.output, "<vjp>").jaxpr
+    assert [str(v.type) for v in got.invars] == ["i32[3]", "f32[3]"]
+    assert [str(v.type) for v in got.outvars] == ["f32[3]"]
+    assert [str(v.type) for v in want.invars] == [str(v.type) for v in got.invars]
+    assert [str(v.type) for v in want.outvars] == [str(v.type) for v in got.outvars]
+    from jaxprtool import backend
+
+    ct = np.ones(3, F32)
+    (y,) = backend.evaluate(got, [a, ct])
+    np.testing.assert_array_equal(y, np.asarray(f(a)))
+
+
+@pytest.mark.parametrize(
+    "fn,args,drop,param",
+    [
+        (lambda x: lax.cumsum(x), [_r(3, 50)], ("axis=0 reverse=False", "axis=0"), None),
+        (lambda x: lax.sort(x), [_r(3, 51)], ("is_stable=True num_keys=1", "is_stable=True"), None),
+        (lambda x: lax.sort(x), [np.ones(3, F32)], r"dimension=0 ", "'dimension'"),
+        (
+            lambda c, xs: lax.scan(lambda c, x: (c * x, c), c, xs),
+            [np.ones(3, F32), np.ones((4, 3), F32)],
+            r"\n\s*length=4",
+            "'length'",
+        ),
+    ],
+    ids=["cumsum_reverse_default", "sort_num_keys_default", "sort_dimension", "scan_length"],
+)
+def test_missing_parameters(fn, args, drop, param):
+    """A parameter JAX always prints but the text lacks: JAX's default where it has one,
+    otherwise a located error that names it (never a crash)."""
+    import re
+
+    from jaxprtool.ad.api import vjp_jaxpr
+    from jaxprtool.core import JaxprError
+
+    text = str(jax.make_jaxpr(fn)(*args))
+    if param is None:  # JAX's default: the derivative is JAX's
+        full, short = drop
+        j = parse(text.replace(full, short), "<cut>").jaxpr
+        # the copied primal equation keeps the text as it was; give it back for the back end
+        derived = print_jaxpr(vjp_jaxpr(j)).replace(f"[{short}]", f"[{full}]")
+        ct = _r(3, 52)
+        got = Program(fn, args, "x").run(parse(derived, "<vjp>").jaxpr, list(args) + [ct])
+        want = jax.vjp(fn, *args)[1](jnp.asarray(ct))[0]
+        np.testing.assert_allclose(got[-1], want, rtol=1e-6, atol=1e-6)
+        return
+    cut = re.sub(drop, "", text, count=1)
+    assert cut != text
+    j = parse(cut, "<cut>").jaxpr
+    with pytest.raises(JaxprError) as ei:
+        vjp_jaxpr(j)
+    assert ei.value.loc is not None
+    assert param in ei.value.message
