@@ -371,6 +371,23 @@ def while_jvp(x, y):
     )[1:]
 
 
+def while_closure(x):
+    return lax.while_loop(lambda c: c < 10.0, lambda c: c * 1.5 + x, x)
+
+
+def fori_dynamic(x, n):
+    return lax.fori_loop(0, n, lambda i, c: c * jnp.sin(c) + 0.5, x)
+
+
+def fori_weak_init(x):
+    """A Python-float carry (weak-typed) that the body promotes with an input."""
+    return lax.fori_loop(0, 3, lambda i, c: c + i * x, 0.0)
+
+
+def while_weak_carry(x):
+    return lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] + x * c[0]), (0, 0.0))[1]
+
+
 def assoc_scan(x):
     return lax.associative_scan(lax.add, x)
 
@@ -415,6 +432,22 @@ def _control_cases():
         Case("fori_python_scalar_x64", fori_static, [0.5], x64=True, fast=True),
         Case("while_jvp", while_jvp, [F32(1.5), F32(0.3)], order=1, modes=("fwd",), fast=True),
         Case("while_jvp_x64", while_jvp, [1.5, 0.3], order=1, modes=("fwd",), x64=True, fast=True),
+        Case("while_closure_x64", while_closure, [0.5], order=1, modes=("fwd",), x64=True),
+        Case("fori_dynamic_x64", fori_dynamic, [0.5, 3], order=1, modes=("fwd",), x64=True),
+        Case(
+            "fori_dynamic_f32_x64",
+            fori_dynamic,
+            [F32(0.5), np.int32(3)],
+            order=1,
+            modes=("fwd",),
+            x64=True,
+            fast=True,
+        ),
+        Case("fori_weak_init_x64", fori_weak_init, [F32(0.5)], x64=True, fast=True),
+        Case("fori_weak_init_f64", fori_weak_init, [0.5], x64=True),
+        Case(
+            "while_weak_carry_x64", while_weak_carry, [F32(0.5)], order=1, modes=("fwd",), x64=True
+        ),
         Case("assoc_scan_add", assoc_scan, [_r(6, 44)], fast=True),
         Case("assoc_scan_mul_reverse", assoc_scan_mul_reverse, [_r(5, 45)]),
         Case("map", map_grad, [_r((4, 3), 46)], fast=True),
