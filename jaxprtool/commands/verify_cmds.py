@@ -6,7 +6,6 @@ import os
 import sys
 
 import click
-import numpy as np
 
 from ..core import JaxprError
 from ..io import report
