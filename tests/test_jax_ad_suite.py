@@ -858,3 +858,42 @@ def test_missing_parameters(fn, args, drop, param):
         vjp_jaxpr(j)
     assert ei.value.loc is not None
     assert param in ei.value.message
+
+
+def _corpus_with_nested_consts():
+    from conftest import CORPUS
+
+    out = []
+    for p in sorted(CORPUS.rglob("*.jaxpr")) if CORPUS.is_dir() else []:
+        try:
+            j = parse(p.read_text(), str(p)).jaxpr
+        except Exception:  # noqa: BLE001 - files the parser refuses are other tests' business
+            continue
+        if has_nested_consts(j):
+            out.append(pytest.param(p, id=p.parent.name + "/" + p.name))
+    return out
+
+
+@pytest.mark.parametrize("path", _corpus_with_nested_consts())
+def test_corpus_nested_constants_hoisted(path):
+    """JAX's printouts with constants inside nested jaxprs: hoisted, they type-check, and
+    every program derived from them is self-contained (the program's constants only)."""
+    from jaxprtool.ad.api import vjp_jaxpr
+    from jaxprtool.ad.jvp import jvp_jaxpr
+    from jaxprtool.check import check, errors
+    from jaxprtool.core import JaxprError
+
+    j = parse(path.read_text(), str(path)).jaxpr
+    h = hoist_consts(j)
+    assert not has_nested_consts(h)
+    assert len(h.constvars) > len(j.constvars)
+    assert not errors(check(h)), errors(check(h))
+    for transform in (jvp_jaxpr, vjp_jaxpr):
+        try:
+            derived = transform(h)
+        except JaxprError as e:  # a rule the tool lacks, or reverse mode of a while loop
+            assert e.loc is not None
+            continue
+        back = parse(print_jaxpr(derived), "<derived>").jaxpr
+        assert not has_nested_consts(back)
+        assert len(back.constvars) in (0, len(h.constvars))
