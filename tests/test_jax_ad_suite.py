@@ -897,3 +897,32 @@ def test_corpus_nested_constants_hoisted(path):
         back = parse(print_jaxpr(derived), "<derived>").jaxpr
         assert not has_nested_consts(back)
         assert len(back.constvars) in (0, len(h.constvars))
+
+
+@pytest.mark.parametrize("window", [False, True], ids=["points", "rows"])
+def test_transpose_overlapping_scatter(window):
+    """`transpose` of a replacing scatter with repeated indices (a linear program as JAX
+    prints it): the cotangent of an update that a later one overwrote is zero, as in JAX's
+    vjp of the same function (JAX's own transpose rule takes only unique indices)."""
+    from jaxprtool import backend
+    from jaxprtool.ad.transpose import transpose_jaxpr
+
+    idx = np.array([[1], [1], [3], [1]], np.int32)
+    if window:
+        x, u = _r((5, 2), 60), _r((4, 2), 61)
+        dn = lax.ScatterDimensionNumbers((1,), (0,), (0,))
+    else:
+        x, u = _r(5, 60), _r(4, 61)
+        dn = lax.ScatterDimensionNumbers((), (0,), (0,))
+
+    def f(x, u):
+        return lax.scatter(x, idx, u, dn, unique_indices=False)
+
+    prog = Program(f, [x, u], "scatter")
+    t = prog.written(transpose_jaxpr(prog.jaxpr, [True, True]))
+    ct = _r(x.shape, 62)
+    got = backend.evaluate(t, [ct], prog.consts)
+    want = jax.vjp(f, x, u)[1](jnp.asarray(ct))
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, np.asarray(w), rtol=1e-6, atol=1e-6)
+    assert np.count_nonzero(np.asarray(want[1])) < np.asarray(want[1]).size  # losers masked
