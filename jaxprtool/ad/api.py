@@ -97,13 +97,16 @@ def grad_jaxpr(
     n = len(jaxpr.invars)
     for i in argnums:
         if not -n <= i < n:
-            raise JaxprError(f"argnums: input {i} does not exist (the jaxpr has {n} inputs)")
+            raise ProgramError(
+                f"argnums: input {i} does not exist (the jaxpr has {n} inputs)", "inputs"
+            )
         t = jaxpr.invars[i].type
         if not is_inexact(t):
             dt = long_dtype_name(t.dtype) if isinstance(t, ShapedArray) else str(t)
-            raise JaxprError(
+            raise ProgramError(
                 f"grad requires real- or complex-valued inputs (input dtype that is a sub-dtype of np.inexact), "
-                f"but got {dt}. If you want to use Boolean- or integer-valued inputs, use vjp (`jaxprtool vjp`) or set allow_int to True."
+                f"but got {dt}. If you want to use Boolean- or integer-valued inputs, use vjp (`jaxprtool vjp`) or set allow_int to True.",
+                "inputs",
             )
     outs = list(jaxpr.outvars)
     if has_aux:
@@ -128,9 +131,10 @@ def grad_jaxpr(
             if t.dtype.startswith("c")
             else "For differentiation of functions with integer outputs, use jax.vjp directly."
         )
-        raise JaxprError(
+        raise ProgramError(
             f"grad requires real-valued outputs (output dtype that is a sub-dtype of np.floating), "
-            f"but got {dt}. {tail}"
+            f"but got {dt}. {tail}",
+            "outputs",
         )
     from . import ops
 

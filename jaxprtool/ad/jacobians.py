@@ -19,7 +19,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..core import Jaxpr, JaxprError, ShapedArray, Var, gc_paused, is_float, is_inexact
+from ..core import (
+    Jaxpr,
+    JaxprError,
+    ProgramError,
+    ShapedArray,
+    Var,
+    gc_paused,
+    is_float,
+    is_inexact,
+)
 from ..core import long_dtype_name as _long
 from . import builder as B
 from . import ops
@@ -35,9 +44,11 @@ def _argnums(jaxpr: Jaxpr, argnums) -> list[int]:
     out = []
     for i in argnums:
         if not -n <= i < n:
-            raise JaxprError(f"argnums: input {i} does not exist (the jaxpr has {n} inputs)")
+            raise ProgramError(
+                f"argnums: input {i} does not exist (the jaxpr has {n} inputs)", "inputs"
+            )
         if i % n in out:
-            raise JaxprError(f"argnums: input {i % n} is named twice")
+            raise ProgramError(f"argnums: input {i % n} is named twice", "inputs")
         out.append(i % n)
     return out
 

@@ -10,10 +10,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..core import Atom, Eqn, Jaxpr, JaxprError, Literal, Var, gc_paused, is_inexact
+from ..core import (
+    Atom,
+    Eqn,
+    Jaxpr,
+    JaxprError,
+    Literal,
+    ProgramError,
+    Var,
+    gc_paused,
+    is_inexact,
+)
 from ..record import prim as record_of
 from . import builder as B
 from . import observe
+from .registry import located_rule
 from .zeros import Zero, is_zero, tangent_type
 from .zeros import instantiate as inst_zero
 
@@ -89,7 +100,8 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
             if rule is None:
                 raise missing_jvp(eqn)
             b.cur_eqn = eqn
-            pouts, touts = rule(ins, tins, **eqn.params)
+            with located_rule(eqn):
+                pouts, touts = rule(ins, tins, **eqn.params)
             pouts, touts = list(pouts), list(touts)
             if len(pouts) != len(eqn.outputs) or len(touts) != len(eqn.outputs):
                 raise JaxprError(
@@ -161,11 +173,14 @@ def diff_mask(jaxpr: Jaxpr, argnums: Sequence[int] | None) -> list[bool]:
     mask = [False] * n
     for i in argnums:
         if not -n <= i < n:
-            raise JaxprError(f"argnums: input {i} does not exist (the jaxpr has {n} inputs)")
+            raise ProgramError(
+                f"argnums: input {i} does not exist (the jaxpr has {n} inputs)", "inputs"
+            )
         v = jaxpr.invars[i]
         if not is_inexact(v.type):
-            raise JaxprError(
-                f"argnums: input {i % n} has type {v.type}; only float and complex inputs can be differentiated"
+            raise ProgramError(
+                f"argnums: input {i % n} has type {v.type}; only float and complex inputs can be differentiated",
+                "inputs",
             )
         mask[i % n] = True
     return mask

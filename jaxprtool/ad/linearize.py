@@ -235,7 +235,8 @@ def linearize_combined(jaxpr: Jaxpr, argnums=None, instantiate: bool = True, opt
 def find_linear_eqn(jaxpr: Jaxpr):
     """Recognise the combined form: (index of the `jit[name=linear]` equation, number of tangent
     inputs) or None.  With several such equations (a linearized linearization) the last one whose
-    operands end with the jaxpr's last inputs wins."""
+    operands end with the jaxpr's last inputs wins; when none does, the last one, with no tangent
+    inputs (the linearization of a program without float inputs)."""
     idx = [
         i
         for i, e in enumerate(jaxpr.eqns)
@@ -245,7 +246,7 @@ def find_linear_eqn(jaxpr: Jaxpr):
         t = _tangent_suffix(jaxpr, k)
         if t:
             return k, t
-    return None
+    return (idx[-1], 0) if idx else None
 
 
 def _tangent_suffix(jaxpr: Jaxpr, k: int) -> int:

@@ -13,6 +13,8 @@ helpers fill `prim(name).jvp`, `.transpose`, `.fancy_transpose`, `.jvp_kind`.
 
 from __future__ import annotations
 
+import contextlib
+import re
 from collections.abc import Callable
 
 from ..core import JaxprError, ShapedArray
@@ -316,3 +318,36 @@ LOW_LEVEL = "jvp+linearization"
 
 def set_kind(name: str, kind: str = LOW_LEVEL) -> None:
     rule_kind[name] = kind
+
+
+_MISSING_KWARG = re.compile(r"missing \d+ required keyword-only arguments?: (.*)$")
+
+
+@contextlib.contextmanager
+def located_rule(eqn):
+    """Run an AD rule of `eqn`: an error it raises without a location gets the equation's,
+    and a parameter the rule needs but the equation lacks (text from an older or edited
+    printout) is a located error that names it, not a crash."""
+    try:
+        yield
+    except JaxprError as e:
+        if e.loc is None:
+            e.loc = eqn.loc
+        raise
+    except KeyError as e:
+        key = e.args[0] if e.args else None
+        if not isinstance(key, str) or key in eqn.params:
+            raise
+        raise JaxprError(_missing_param(eqn, f"'{key}'"), eqn.loc) from None
+    except TypeError as e:
+        m = _MISSING_KWARG.search(str(e))
+        if m is None:
+            raise
+        raise JaxprError(_missing_param(eqn, m.group(1)), eqn.loc) from None
+
+
+def _missing_param(eqn, names: str) -> str:
+    return (
+        f"'{eqn.prim}': its differentiation rule needs the parameter {names}, which the "
+        "equation does not have (JAX prints it: add it to the equation)"
+    )

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..core import Atom, Jaxpr, JaxprError, Literal, Var, gc_paused
+from ..core import Atom, Jaxpr, JaxprError, Literal, ProgramError, Var, gc_paused
 from ..record import prim as record_of
 from . import builder as B
 from . import observe
+from .registry import located_rule
 from .zeros import (
     UndefinedPrimal,
     Zero,
@@ -122,7 +123,8 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
             step = observe.Emitted(b) if obs is not None else None
             if rec.fancy_transpose is not None:
                 accums = [Accumulator(x.type) if is_lin(x) else None for x in e.inputs]
-                rec.fancy_transpose(cts, *targs, accums=accums, **e.params)
+                with located_rule(e):
+                    rec.fancy_transpose(cts, *targs, accums=accums, **e.params)
                 res = [acc.get() if acc is not None else None for acc in accums]
                 for x, r in zip(e.inputs, res):
                     if r is not None:
@@ -133,7 +135,8 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
             rule = rec.transpose
             if rule is None:
                 raise missing_transpose(e)
-            res = list(rule(cts, *targs, **e.params))
+            with located_rule(e):
+                res = list(rule(cts, *targs, **e.params))
             if len(res) != len(e.inputs):
                 raise JaxprError(
                     f"internal error: the transpose rule of '{e.prim}' returned {len(res)} "
@@ -224,7 +227,9 @@ def transpose_auto(jaxpr: Jaxpr, linear: Sequence[int] | None = None, residuals:
         mask = [False] * n
         for i in linear:
             if not -n <= i < n:
-                raise JaxprError(f"--linear: input {i} does not exist (the jaxpr has {n} inputs)")
+                raise ProgramError(
+                    f"--linear: input {i} does not exist (the jaxpr has {n} inputs)", "inputs"
+                )
             mask[i % n] = True
         lin_out = linear_dependence(jaxpr, mask)
     elif residuals is not None:
@@ -236,9 +241,12 @@ def transpose_auto(jaxpr: Jaxpr, linear: Sequence[int] | None = None, residuals:
     else:
         found = find_linear_eqn(jaxpr)
         if found is not None:
-            _, t = found
+            k, t = found
             mask = [i >= n - t for i in range(n)]
-            lin_out = linear_dependence(jaxpr, mask)
+            # the linear equation's results are linear outputs even when no tangent reaches them
+            made = {id(o) for o in jaxpr.eqns[k].outputs}
+            dep = linear_dependence(jaxpr, mask)
+            lin_out = [d or id(v) in made for d, v in zip(dep, jaxpr.outvars)]
         else:
             from ..core import is_inexact
 

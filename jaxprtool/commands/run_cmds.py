@@ -418,6 +418,7 @@ def run(
       jaxprtool run sharded.jaxpr --random 0 --mesh x=4,y=2 --show-sharding
     """
     from .. import backend
+    from ..passes.hoist_consts import hoist_consts
     from . import run_io
 
     dims = parse_dims(dim_specs)
@@ -430,6 +431,7 @@ def run(
         raise UsageError("JSON goes to standard output without -o: use --print-values none")
     require_jax()
     jaxpr, _, _ = load(file)
+    jaxpr = hoist_consts(jaxpr)  # nested bodies' constants are given with --consts too
     backend.check_runnable(jaxpr)
     args, consts, dims = gather_inputs(
         jaxpr, args_npz, arg_files, seed, consts_npz, dims, inline=inline

@@ -14,11 +14,22 @@ from .common import FILE_ARG, int_list
 
 
 def _runner(consts):
-    """run(jaxpr, args) through XLA, with the program's constants when it has constvars."""
+    """run(jaxpr, args) through XLA, with the program's constants when it has constvars (in
+    its constvars' dtypes: the float64 copy of the program for finite differences takes them
+    widened)."""
+    import numpy as np
+
     from ..backend import evaluate
+    from ..core import ShapedArray, np_dtype
 
     def run(jaxpr, args):
-        return evaluate(jaxpr, args, consts if jaxpr.constvars else None)
+        if not jaxpr.constvars:
+            return evaluate(jaxpr, args, None)
+        typed = [
+            np.asarray(c).astype(np_dtype(v.type.dtype)) if isinstance(v.type, ShapedArray) else c
+            for v, c in zip(jaxpr.constvars, consts)
+        ]
+        return evaluate(jaxpr, args, typed)
 
     return run
 
@@ -83,6 +94,7 @@ def check_grad(files, args_npz, seed, order, modes, argnums, consts_npz, custom_
     from ..cli import require_jax
     from ..commands.common import load
     from ..commands.run_cmds import gather_inputs
+    from ..passes.hoist_consts import hoist_consts
     from ..ui.checkgrad import check_grad as run_checks
     from ..ui.checkgrad import render_table
 
@@ -107,6 +119,7 @@ def check_grad(files, args_npz, seed, order, modes, argnums, consts_npz, custom_
             set_custom_rule_policy(custom_rules)
             try:
                 jaxpr, _, path = load(file)
+                jaxpr = hoist_consts(jaxpr)  # nested bodies' constants come with --consts
                 label = os.path.basename(path) if path != "<stdin>" else path
                 args, consts, _ = gather_inputs(
                     jaxpr, args_npz, None, None if args_npz else seed, consts_npz, {}

@@ -816,11 +816,11 @@ define(
 
 
 def _balanced_cmp(x, y):
-    """1 where x > y, 0.5 where x == y, 0 where x < y (JAX's tie splitting)."""
-    shape = tuple(x.type.shape) if x.type.ndim >= y.type.ndim else tuple(y.type.shape)
-    dt = x.type.dtype
-    t = ShapedArray(shape, dt)
-    return select_n(gt(x, y), select_n(eq(x, y), ops.full(t, 0), ops.full(t, 0.5)), ops.full(t, 1))
+    """1 where x > y, 0.5 where x == y, 0 where x < y (JAX's tie splitting), in the shape
+    of the comparison (operands with size-1 dimensions broadcast against each other)."""
+    greater, equal = gt(x, y), eq(x, y)
+    t = ShapedArray(tuple(greater.type.shape), x.type.dtype)
+    return select_n(greater, select_n(equal, ops.full(t, 0), ops.full(t, 0.5)), ops.full(t, 1))
 
 
 nary_shapes("max min", (ANY,))

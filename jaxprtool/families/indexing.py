@@ -661,28 +661,12 @@ def _scatter_jvp(primals, tangents, **params):
     if params.get("unique_indices", False):
         (y,) = rebind_primal("scatter", primals, params)
         return [y], [ops.bind("scatter", g_operand, indices, g_updates, **params)]
-    # Overlapping updates: tag each update with an id, scatter the ids, read them back and keep
-    # only the winning update (and the untouched operand entries); then scatter-add.
+    # Overlapping updates: keep only the winning update (and the untouched operand entries);
+    # then scatter-add.
+    untouched, won = _scatter_winners(ops.shape(operand), indices, ops.shape(updates), params)
     sd = params["dimension_numbers"]
     sp = _scatter_params(params)
     sp.pop("dnums")
-    ushape = ops.shape(updates)
-    ids_shape = list(ushape)
-    for d in dn(sd, "update_window_dims"):
-        ids_shape[d] = 1
-    num_ids = int(np.prod(ids_shape))
-    id_dtype = "u32" if num_ids < 2**31 else "u64"
-    ids = bind_reshape(bind_iota(id_dtype, (num_ids,), 0), ids_shape)
-    ids = ops.add(ids, ops.lit(1, ids))
-    ids_b = bind_broadcast(ids, ushape, range(len(ushape)))  # size-1 window dims broadcast
-    zeros_ids = ops.full(ShapedArray(ops.shape(operand), id_dtype), 0)
-    scattered_ids = bind_scatter("scatter", zeros_ids, indices, ids_b, sd, **sp)
-    sizes = scatter_slice_sizes(ops.shape(operand), ushape, sd)
-    gathered_ids = bind_gather(
-        scattered_ids, indices, scatter_to_gather_dnums(sd), sizes, mode=sp["mode"]
-    )
-    untouched = ops.eq(scattered_ids, ops.full(ShapedArray(ops.shape(operand), id_dtype), 0))
-    won = ops.eq(ids_b, gathered_ids)
     z_op, z_up = _full_like(operand, 0), _full_like(updates, 0)
     masked_operand = ops.select_n(untouched, z_op, operand)
     masked_updates = ops.select_n(won, z_up, updates)
@@ -693,10 +677,35 @@ def _scatter_jvp(primals, tangents, **params):
     return [y], [t]
 
 
+def _scatter_winners(operand_shape, indices, ushape, params):
+    """(operand entries no update reaches, updates that win where several land on one entry):
+    each update is tagged with an id, the ids are scattered and read back (JAX's
+    _scatter_jvp)."""
+    sd = params["dimension_numbers"]
+    sp = _scatter_params(params)
+    sp.pop("dnums")
+    ids_shape = list(ushape)
+    for d in dn(sd, "update_window_dims"):
+        ids_shape[d] = 1
+    num_ids = int(np.prod(ids_shape))
+    id_dtype = "u32" if num_ids < 2**31 else "u64"
+    ids = bind_reshape(bind_iota(id_dtype, (num_ids,), 0), ids_shape)
+    ids = ops.add(ids, ops.lit(1, ids))
+    ids_b = bind_broadcast(ids, ushape, range(len(ushape)))  # size-1 window dims broadcast
+    zeros_ids = ops.full(ShapedArray(tuple(operand_shape), id_dtype), 0)
+    scattered_ids = bind_scatter("scatter", zeros_ids, indices, ids_b, sd, **sp)
+    sizes = scatter_slice_sizes(tuple(operand_shape), ushape, sd)
+    gathered_ids = bind_gather(
+        scattered_ids, indices, scatter_to_gather_dnums(sd), sizes, mode=sp["mode"]
+    )
+    untouched = ops.eq(scattered_ids, ops.full(ShapedArray(tuple(operand_shape), id_dtype), 0))
+    return untouched, ops.eq(ids_b, gathered_ids)
+
+
 def _scatter_transpose(cts, operand, indices, updates, **params):
+    """Updates that later ones overwrite get no cotangent (JAX transposes only the unique
+    case; its JVP of the general case is this masked form)."""
     (ct,) = cts
-    if not params.get("unique_indices", False):
-        raise JaxprError("scatter transpose is only implemented where unique_indices=True")
     if is_zero(ct):
         return zero_cts([operand, indices, updates])
     sd = params["dimension_numbers"]
@@ -709,6 +718,9 @@ def _scatter_transpose(cts, operand, indices, updates, **params):
         up_t = bind_gather(
             ct, indices, scatter_to_gather_dnums(sd), sizes, mode=params.get("mode"), fill_value=0
         )
+        if not params.get("unique_indices", False):
+            _, won = _scatter_winners(ops.shape(ct), indices, ops.shape(up_t), params)
+            up_t = ops.select_n(won, _full_like(up_t, 0), up_t)
     return [op_t, None, up_t]
 
 

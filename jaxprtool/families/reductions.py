@@ -246,7 +246,7 @@ def _cumulative(in_types, params, out_hint):
     return [x]
 
 
-def _cumsum_transpose(ct, operand, *, axis, reverse, **_):
+def _cumsum_transpose(ct, operand, *, axis, reverse=False, **_):
     if is_zero(ct):
         return [Zero(tangent_type(ty(operand)))]
     return [ops.bind("cumsum", ct, axis=int(axis), reverse=not bool(reverse))]
@@ -336,7 +336,7 @@ def _combine_logaddexp(a, b):
 
 
 def _cumulative_jvp(prim, combine):
-    def rule(primals, tangents, *, axis, reverse, **params):
+    def rule(primals, tangents, *, axis, reverse=False, **params):
         (x,), (t,) = primals, tangents
         (y,) = rebind_primal(prim, primals, dict(params, axis=axis, reverse=reverse))
         if is_zero(t):
@@ -713,9 +713,14 @@ def _sort(in_types, params, out_hint):
     return list(ts)
 
 
-def _sort_jvp(primals, tangents, *, dimension, is_stable, num_keys, **params):
+def _sort_jvp(primals, tangents, *, dimension, is_stable=True, num_keys=1, **params):
     dim = int(dimension)
     shp = shape(primals[0])
+    if 0 in shp:  # nothing to permute (and no index to gather with)
+        outs = ops.bind(
+            "sort", *primals, dimension=dimension, is_stable=is_stable, num_keys=num_keys, **params
+        )
+        return list(outs), list(tangents)
     iota = bind_iota("i32", shp, dim)
     outs = ops.bind(
         "sort",
