@@ -34,7 +34,7 @@ from ..ad.registry import (
     set_kind,
 )
 from ..ad.zeros import Zero, instantiate, is_zero, tangent_type
-from ..core import Eqn, Jaxpr, JaxprError, ShapedArray, Var
+from ..core import Eqn, Jaxpr, JaxprError, ShapedArray, Var, long_dtype_name
 from ..params import Record
 from ..primitives import ShapeError, shape_rule
 from ..primitives.util import (
@@ -748,3 +748,44 @@ def _nonzero(in_types, params, out_hint):
     d = dtype_param(params.get("out_dtype", "int32"))
     batch = tuple(s for i, s in enumerate(a.shape) if i not in axes)
     return [a.update(shape=(*batch, size), dtype=d, weak_type=False)] * len(axes)
+
+
+def _hiprim_evaluate(make):
+    """Run a jnp HiPrim through JAX's own class (`make(operand avals, params, out dtype)`
+    builds it), so that JAX expands it as when it traced the program."""
+
+    def evaluate(interp, eqn, invals, path):
+        import jax
+
+        avals = [jax.typeof(v) for v in invals]
+        out = make(avals, eqn.params, np.dtype(long_dtype_name(eqn.outputs[0].type.dtype)))
+        res = out(*invals)
+        return list(res) if isinstance(res, (list, tuple)) else [res]
+
+    return evaluate
+
+
+def _search_sorted_prim(avals, p, out_dtype):
+    from jax._src.numpy.hijax import SearchSorted
+
+    return SearchSorted(
+        *avals,
+        side=str(p["side"]),
+        dimension=int(p["dimension"]),
+        batch_dims=int(p["batch_dims"]),
+        method=str(p["method"]),
+        out_dtype=out_dtype,
+    )
+
+
+def _nonzero_prim(avals, p, out_dtype):
+    from jax._src.numpy.hijax import Nonzero
+
+    return Nonzero(
+        *avals, size=int(p["size"]), axes=tuple(int(a) for a in p["axes"]), out_dtype=out_dtype
+    )
+
+
+# integer results: no JVP rule needed (the JVP walk gives them no tangent)
+define("SearchSorted", evaluate=_hiprim_evaluate(_search_sorted_prim))
+define("Nonzero", evaluate=_hiprim_evaluate(_nonzero_prim))
