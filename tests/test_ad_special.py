@@ -387,3 +387,63 @@ def test_integer_valued_primitives_differentiate_like_jax(case):
     got = backend.evaluate(vjp_jaxpr(j), [s, q, *cts])
     for a, b in zip(got[len(outs) :], want):
         _close(a, b, 32)
+
+
+# ---------------------------------------------------------------- cumulative reductions
+
+#: JAX's testCumulativeReduceGrad (cumsum, cumprod; order 2, float32 and float64, shapes [10]
+#: and [3, 4, 5], every axis, reverse or not) extended to cummax, cummin and cumlogsumexp, and
+#: an associative_scan (the form jnp's cumulative functions take on some back ends); the
+#: default suite runs the middle axis of [3, 4, 5], the whole sweep is `slow`
+CUMULATIVE = [lax.cumsum, lax.cumprod, lax.cummax, lax.cummin, lax.cumlogsumexp]
+
+
+def _cumulative_params():
+    out = []
+    for op in CUMULATIVE:
+        for shape in [(10,), (3, 4, 5)]:
+            for axis in range(len(shape)):
+                for reverse in (False, True):
+                    tag = f"{op.__name__}-{'x'.join(map(str, shape))}-ax{axis}-{'rev' if reverse else 'fwd'}"
+                    fast = shape == (3, 4, 5) and axis == 1
+                    marks = () if fast else (pytest.mark.slow,)
+                    out.append(pytest.param(op, shape, axis, reverse, id=tag, marks=marks))
+    return out
+
+
+@pytest.mark.parametrize("bits", BITS, ids=["f32", "f64"])
+@pytest.mark.parametrize("op,shape,axis,reverse", _cumulative_params())
+def test_cumulative_first_and_second_order(op, shape, axis, reverse, bits):
+    def f(x):
+        return op(x, axis=axis, reverse=reverse)
+
+    _first_and_second_order(f, shape, bits, f"{op.__name__}{shape}{axis}{reverse}")
+
+
+def test_associative_scan_first_and_second_order():
+    def f(x):
+        return lax.associative_scan(lambda a, b: a * b + jnp.sin(b), x, axis=1)
+
+    _first_and_second_order(f, (3, 8), 64, "associative_scan")
+
+
+def _first_and_second_order(f, shape, bits, name):
+    """jvp and vjp against JAX, and the JVP of the VJP program against jax.jvp of jax.vjp.
+    Distinct values (a random permutation of a grid) keep cummax / cummin off their ties."""
+    with _x64(bits):
+        dtype = np.float32 if bits == 32 else np.float64
+        n = int(np.prod(shape))
+        grid = 0.5 + np.arange(n) / n  # positive: cumprod stays well conditioned
+        x = np.random.default_rng(_seed(name)).permutation(grid).reshape(shape).astype(dtype)
+        j = ir(f, x)
+        t, w = _like(x, 1), _like(x, 2)
+        out, tout = jax.jvp(f, (x,), (t,))
+        got = backend.evaluate(jvp_jaxpr(j), [x, t])
+        _close(got[0], out, bits, "primal")
+        _close(got[1], tout, bits, "tangent")
+        vj = vjp_jaxpr(j)
+        (want,) = jax.vjp(f, x)[1](w)
+        _close(backend.evaluate(vj, [x, w])[1], want, bits, "cotangent")
+        _, want2 = jax.jvp(lambda p: jax.vjp(f, p)[1](w)[0], (x,), (t,))
+        got2 = backend.evaluate(jvp_jaxpr(vj, [0]), [x, w, t])
+        _close(got2[len(vj.outvars) + 1], want2, bits, "second order")
