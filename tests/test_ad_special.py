@@ -447,3 +447,27 @@ def _first_and_second_order(f, shape, bits, name):
         _, want2 = jax.jvp(lambda p: jax.vjp(f, p)[1](w)[0], (x,), (t,))
         got2 = backend.evaluate(jvp_jaxpr(vj, [0]), [x, w, t])
         _close(got2[len(vj.outvars) + 1], want2, bits, "second order")
+
+
+def test_custom_vmap_call_differentiates_like_jax():
+    """JAX's custom_vmap JVP is the JVP of the call (its vmap rule only batches it)."""
+    f = jax.custom_batching.custom_vmap(lambda a: jnp.sin(a) * a)
+    f.def_vmap(lambda axis_size, in_batched, a: (jnp.sin(a) * a, in_batched[0]))
+
+    def g(a):
+        return f(a) + jnp.cos(a)
+
+    x = _rand((2, 3), "r", 32, 1)
+    j = ir(g, x)
+    assert "custom_vmap_call" in str(jax.make_jaxpr(g)(x))
+    t = _like(x, 2)
+    out, tout = jax.jvp(g, (x,), (t,))
+    got = backend.evaluate(jvp_jaxpr(j), [x, t])
+    _close(got[0], out, 32)
+    _close(got[1], tout, 32)
+    # JAX refuses reverse mode through custom_vmap ("Linearization failed to produce known
+    # values"); the tool transposes the body's JVP: compare with the undecorated function
+    with pytest.raises(ValueError, match="Linearization failed"):
+        jax.vjp(g, x)
+    (want,) = jax.vjp(lambda a: jnp.sin(a) * a + jnp.cos(a), x)[1](t)
+    _close(backend.evaluate(vjp_jaxpr(j), [x, t])[1], want, 32)
