@@ -471,3 +471,27 @@ def test_custom_vmap_call_differentiates_like_jax():
         jax.vjp(g, x)
     (want,) = jax.vjp(lambda a: jnp.sin(a) * a + jnp.cos(a), x)[1](t)
     _close(backend.evaluate(vjp_jaxpr(j), [x, t])[1], want, 32)
+
+
+@pytest.mark.parametrize("in_axes", [(0, None), (None, 0), (0, 0), (1, None)], ids=str)
+def test_search_sorted_batches_like_jax(in_axes):
+    """The tool's vmap of SearchSorted (JAX's `SearchSorted.batch`) against jax.vmap, and JAX's
+    own batched program (batch_dims > 0) type-checks and runs with JAX's numbers."""
+    from jaxprtool.check import check
+
+    r = np.random.default_rng(0)
+    s2 = np.sort(r.uniform(0, 1, (3, 5)).astype(np.float32), 1)
+    q2 = r.uniform(0, 1, (3, 4)).astype(np.float32)
+
+    def f(q, s):
+        return jnp.searchsorted(s, q, side="right")
+
+    args = [q2 if in_axes[0] == 0 else q2.T.copy() if in_axes[0] == 1 else q2[0]]
+    args.append(s2 if in_axes[1] == 0 else s2[0])
+    want = jax.vmap(f, in_axes=in_axes)(*args)
+    j = ir(f, q2[0], s2[0])
+    (got,) = backend.evaluate(vmap_jaxpr(j, in_axes=in_axes, axis_size=3), args)
+    np.testing.assert_array_equal(got, want)
+    theirs = ir(jax.vmap(f, in_axes=in_axes), *args)
+    check(theirs)
+    np.testing.assert_array_equal(backend.evaluate(theirs, args)[0], want)

@@ -733,7 +733,14 @@ def _search_sorted(in_types, params, out_hint):
     d = "i32"
     if out_hint and isinstance(out_hint[0], ShapedArray) and out_hint[0].dtype in ("i32", "i64"):
         d = out_hint[0].dtype
-    return [q.update(dtype=d, weak_type=False)]
+    nb, dim = int(params.get("batch_dims", 0)), int(params.get("dimension", a.ndim - 1))
+    if not 0 <= nb <= dim < a.ndim or a.shape[:nb] != q.shape[:nb]:
+        raise ShapeError(
+            f"SearchSorted: batch_dims={nb} and dimension={dim} do not fit {a} and {q}"
+        )
+    # JAX's out_aval: the batch dimensions, the sorted array's other dimensions, the queries'
+    rest = tuple(n for i, n in enumerate(a.shape) if i >= nb and i != dim)
+    return [q.update(shape=a.shape[:nb] + rest + q.shape[nb:], dtype=d, weak_type=False)]
 
 
 @shape_rule("Nonzero")
@@ -786,6 +793,30 @@ def _nonzero_prim(avals, p, out_dtype):
     )
 
 
+def _search_sorted_batching(args, dims, **params):
+    """JAX's `SearchSorted.batch`: the batch axis joins the batch dimensions (both operands
+    batched), the sorted array's dimensions (it alone), or the queries' (they alone)."""
+    from ..ad.batching import bind as bind_batched
+    from ..ad.batching import moveaxis
+
+    a, q = args
+    da, dq = dims
+    dimension, batch_dims = int(params["dimension"]), int(params["batch_dims"])
+    if dq is None:
+        a, dimension, out = moveaxis(a, da, batch_dims), dimension + 1, batch_dims
+    elif da is None:
+        q, out = moveaxis(q, dq, batch_dims), a.type.ndim - 1
+    else:
+        a, q, out = moveaxis(a, da, 0), moveaxis(q, dq, 0), 0
+        dimension, batch_dims = dimension + 1, batch_dims + 1
+    new = {**params, "dimension": dimension, "batch_dims": batch_dims}  # keeps JAX's order
+    return bind_batched("SearchSorted", a, q, **new), [out]
+
+
 # integer results: no JVP rule needed (the JVP walk gives them no tangent)
-define("SearchSorted", evaluate=_hiprim_evaluate(_search_sorted_prim))
+define(
+    "SearchSorted",
+    evaluate=_hiprim_evaluate(_search_sorted_prim),
+    batching=_search_sorted_batching,
+)
 define("Nonzero", evaluate=_hiprim_evaluate(_nonzero_prim))
