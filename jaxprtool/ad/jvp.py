@@ -17,6 +17,7 @@ from ..core import (
     JaxprError,
     Literal,
     ProgramError,
+    ShapedArray,
     Var,
     gc_paused,
     is_inexact,
@@ -31,6 +32,14 @@ from .zeros import instantiate as inst_zero
 
 def missing_jvp(eqn: Eqn) -> JaxprError:
     return JaxprError(f"Differentiation rule for '{eqn.prim}' not implemented", eqn.loc)
+
+
+def integer_valued(eqn: Eqn) -> bool:
+    """Every result is an integer or boolean array: no tangent can flow out of the equation,
+    so it needs no JVP rule (JAX gives such results float0 tangents, i.e. none)."""
+    return bool(eqn.outputs) and all(
+        isinstance(o.type, ShapedArray) and not is_inexact(o.type) for o in eqn.outputs
+    )
 
 
 def jvp_rule(name: str, split: bool):
@@ -81,7 +90,8 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
             tins = [tread(x) for x in eqn.inputs]
             b.loc = eqn.loc
             step = observe.Emitted(b) if obs is not None else None
-            if all(is_zero(t) for t in tins):
+            rule = jvp_rule(eqn.prim, b.split)
+            if all(is_zero(t) for t in tins) or (rule is None and integer_valued(eqn)):
                 b.cur_eqn = eqn
                 outs = b.emit(
                     eqn.prim,
@@ -96,7 +106,6 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
                     obs.jvp_step(eqn, "copy", ins, tins, outs, [], step)
                 continue
             rec = record_of(eqn.prim)
-            rule = jvp_rule(eqn.prim, b.split)
             if rule is None:
                 raise missing_jvp(eqn)
             b.cur_eqn = eqn

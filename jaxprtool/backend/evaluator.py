@@ -25,7 +25,8 @@ IMPLS: dict[str, Callable] = {}
 
 def refusal(eqn: Eqn) -> str | None:
     """Why this back end cannot run an equation (None: it can): the record's `refusal`
-    (a string, or `rule(eqn) -> str`), or a 0.12 high-level primitive (CamelCase name)."""
+    (a string, or `rule(eqn) -> str`), or a 0.12 high-level primitive (CamelCase name) whose
+    record has no `evaluate` rule."""
     name = eqn.prim
     if name in IMPLS:
         return None
@@ -34,7 +35,7 @@ def refusal(eqn: Eqn) -> str | None:
         why = why(eqn)
     if why is not None:
         return f"'{name}' {why} (supply it with a plugin: backend.IMPLS['{name}'])"
-    if name[:1].isupper():
+    if name[:1].isupper() and record_of(name).evaluate is None:
         hi = eqn.params.get("_prim", name)
         return f"'{hi}' is a high-level primitive with no lowering in the text (supply it with a plugin: backend.IMPLS['{hi}'])"
     return None

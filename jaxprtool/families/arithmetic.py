@@ -1149,8 +1149,62 @@ defjvp_zero("bitcast_convert_type")
 define("bitcast_convert_type", bind_params=_bind_new_dtype, flops=_no_flops)
 
 # ---------------------------------------------------------------- polynomial
+# polynomial x c0 c1 ... cN = c0 + c1 x + ... + cN x^N (JAX 0.12, behind jnp.sinc and others);
+# the JVP and the transpose (linear in the coefficients) follow JAX's `_polynomial_jvp` and
+# `_polynomial_transpose`
 
 nary_shapes("polynomial", NUM, arity=None)
+
+
+def _polynomial(x, coeffs, params):
+    """JAX's `lax.polynomial` wrapper: zeros for no coefficient, the broadcast coefficient for
+    one, the primitive otherwise."""
+    if not coeffs:
+        return zeros_of(x)
+    if len(coeffs) == 1:
+        return ops.maybe_broadcast(ops.shape(x), coeffs[0])
+    return ops.bind("polynomial", x, *coeffs, **params)
+
+
+def _polynomial_jvp(primals, tangents, **params):
+    x, *coeffs = primals
+    dx, *dcoeffs = tangents
+    y = ops.bind("polynomial", x, *coeffs, **params)
+    dy = Zero(tangent_type(y.type))
+    if not is_zero(dx):
+        deriv = [mul(c(cf, k), cf) for k, cf in enumerate(coeffs[1:], 1)]
+        dy = add_tangents(dy, mul(dx, _polynomial(x, deriv, params)))
+    if any(not is_zero(t) for t in dcoeffs):
+        concrete = [
+            ops.zeros(ShapedArray(ops.shape(cf), ops.ty(cf).dtype)) if is_zero(t) else t
+            for cf, t in zip(coeffs, dcoeffs)
+        ]
+        dy = add_tangents(dy, _polynomial(x, concrete, params))
+    return [y], [dy]
+
+
+def _polynomial_transpose(cts, x, *coeffs, **params):
+    (ct,) = cts
+    if is_undefined_primal(x):
+        raise JaxprError(
+            "polynomial is linear in its coefficients only: its point x cannot be transposed",
+            current().loc,
+        )
+    if is_zero(ct):
+        return [None] + [Zero(cf.type) if is_undefined_primal(cf) else None for cf in coeffs]
+    out, xk_ct = [None], ct
+    for k, cf in enumerate(coeffs):
+        out.append(ops.unbroadcast(cf.type, xk_ct) if is_undefined_primal(cf) else None)
+        if k + 1 < len(coeffs):
+            xk_ct = mul(xk_ct, x)
+    return out
+
+
+define(
+    "polynomial",
+    jvp=_polynomial_jvp,
+    transpose=_polynomial_transpose,
+)
 
 
 # ---------------------------------------------------------------- cheap constants

@@ -34,7 +34,7 @@ from ..ad.registry import (
     set_kind,
 )
 from ..ad.zeros import Zero, instantiate, is_zero, tangent_type
-from ..core import Eqn, Jaxpr, JaxprError, ShapedArray, Var
+from ..core import Eqn, Jaxpr, JaxprError, ShapedArray, Var, long_dtype_name
 from ..params import Record
 from ..primitives import ShapeError, shape_rule
 from ..primitives.util import (
@@ -745,7 +745,14 @@ def _search_sorted(in_types, params, out_hint):
     d = "i32"
     if out_hint and isinstance(out_hint[0], ShapedArray) and out_hint[0].dtype in ("i32", "i64"):
         d = out_hint[0].dtype
-    return [q.update(dtype=d, weak_type=False)]
+    nb, dim = int(params.get("batch_dims", 0)), int(params.get("dimension", a.ndim - 1))
+    if not 0 <= nb <= dim < a.ndim or a.shape[:nb] != q.shape[:nb]:
+        raise ShapeError(
+            f"SearchSorted: batch_dims={nb} and dimension={dim} do not fit {a} and {q}"
+        )
+    # JAX's out_aval: the batch dimensions, the sorted array's other dimensions, the queries'
+    rest = tuple(n for i, n in enumerate(a.shape) if i >= nb and i != dim)
+    return [q.update(shape=a.shape[:nb] + rest + q.shape[nb:], dtype=d, weak_type=False)]
 
 
 @shape_rule("Nonzero")
@@ -760,3 +767,68 @@ def _nonzero(in_types, params, out_hint):
     d = dtype_param(params.get("out_dtype", "int32"))
     batch = tuple(s for i, s in enumerate(a.shape) if i not in axes)
     return [a.update(shape=(*batch, size), dtype=d, weak_type=False)] * len(axes)
+
+
+def _hiprim_evaluate(make):
+    """Run a jnp HiPrim through JAX's own class (`make(operand avals, params, out dtype)`
+    builds it), so that JAX expands it as when it traced the program."""
+
+    def evaluate(interp, eqn, invals, path):
+        import jax
+
+        avals = [jax.typeof(v) for v in invals]
+        out = make(avals, eqn.params, np.dtype(long_dtype_name(eqn.outputs[0].type.dtype)))
+        res = out(*invals)
+        return list(res) if isinstance(res, (list, tuple)) else [res]
+
+    return evaluate
+
+
+def _search_sorted_prim(avals, p, out_dtype):
+    from jax._src.numpy.hijax import SearchSorted
+
+    return SearchSorted(
+        *avals,
+        side=str(p["side"]),
+        dimension=int(p["dimension"]),
+        batch_dims=int(p["batch_dims"]),
+        method=str(p["method"]),
+        out_dtype=out_dtype,
+    )
+
+
+def _nonzero_prim(avals, p, out_dtype):
+    from jax._src.numpy.hijax import Nonzero
+
+    return Nonzero(
+        *avals, size=int(p["size"]), axes=tuple(int(a) for a in p["axes"]), out_dtype=out_dtype
+    )
+
+
+def _search_sorted_batching(args, dims, **params):
+    """JAX's `SearchSorted.batch`: the batch axis joins the batch dimensions (both operands
+    batched), the sorted array's dimensions (it alone), or the queries' (they alone)."""
+    from ..ad.batching import bind as bind_batched
+    from ..ad.batching import moveaxis
+
+    a, q = args
+    da, dq = dims
+    dimension, batch_dims = int(params["dimension"]), int(params["batch_dims"])
+    if dq is None:
+        a, dimension, out = moveaxis(a, da, batch_dims), dimension + 1, batch_dims
+    elif da is None:
+        q, out = moveaxis(q, dq, batch_dims), a.type.ndim - 1
+    else:
+        a, q, out = moveaxis(a, da, 0), moveaxis(q, dq, 0), 0
+        dimension, batch_dims = dimension + 1, batch_dims + 1
+    new = {**params, "dimension": dimension, "batch_dims": batch_dims}  # keeps JAX's order
+    return bind_batched("SearchSorted", a, q, **new), [out]
+
+
+# integer results: no JVP rule needed (the JVP walk gives them no tangent)
+define(
+    "SearchSorted",
+    evaluate=_hiprim_evaluate(_search_sorted_prim),
+    batching=_search_sorted_batching,
+)
+define("Nonzero", evaluate=_hiprim_evaluate(_nonzero_prim))

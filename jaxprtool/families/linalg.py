@@ -22,7 +22,7 @@ from ..ad.ops import (
     shape,
     ty,
 )
-from ..ad.registry import defbilinear, primitive_jvps, primitive_transposes, rule_kind
+from ..ad.registry import defbilinear, deflinear2, primitive_jvps, primitive_transposes, rule_kind
 from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import ShapedArray, short_dtype_name
 from ..params import EnumValue, Record, as_int_tuple
@@ -869,19 +869,40 @@ def _lu_pivots_to_permutation(in_types, params, out_hint):
 
 
 # ---------------------------------------------------------------- fft
+# fft[fft_type, fft_lengths]: FFT, IFFT (complex -> complex), RFFT (real -> half spectrum),
+# IRFFT (half spectrum -> real).  Linear: the JVP rebinds it on the tangent; the transposes
+# are JAX's `_fft_transpose_rule` (FFT and IFFT are their own transposes: the DFT matrix is
+# symmetric), `_rfft_transpose` (an IRFFT of the conjugated cotangent halved off the DC and
+# Nyquist bins, times N) and `_irfft_transpose` (an RFFT of the cotangent, twice off those
+# bins, over N, conjugated: JAX's convention for complex cotangents).  The batching rule moves
+# the batch axis to the front (the transformed axes are the minor ones).
+
+_FFT_KINDS = ("FFT", "IFFT", "RFFT", "IRFFT")
+
+
+def _fft_kind(ft) -> str:
+    """FFT / IFFT / RFFT / IRFFT from the printed `fft_type` (an int, `FftType.X` or a name)."""
+    if isinstance(ft, EnumValue):
+        return ft.member.upper()
+    if isinstance(ft, int) or str(ft).isdigit():
+        return _FFT_KINDS[int(ft)]
+    return str(ft).rsplit(".", 1)[-1].upper()
+
+
+def _fft_type_like(ft, kind: str):
+    """The `fft_type` value of `kind`, written as `ft` is (int, enum or name)."""
+    if isinstance(ft, EnumValue):
+        return EnumValue(ft.cls, kind)
+    if isinstance(ft, int) or str(ft).isdigit():
+        return _FFT_KINDS.index(kind)
+    prefix = str(ft).rpartition(".")[0]
+    return f"{prefix}.{kind}" if prefix else kind
 
 
 @shape_rule("fft")
 def _fft(in_types, params, out_hint):
     x = one_arr(in_types, "fft")
-    ft = params.get("fft_type")
-    kind = (
-        str(ft).rsplit(".", 1)[-1].upper()
-        if not isinstance(ft, int)
-        else ["FFT", "IFFT", "RFFT", "IRFFT"][ft]
-    )
-    if kind in ("0", "1", "2", "3"):
-        kind = ["FFT", "IFFT", "RFFT", "IRFFT"][int(kind)]
+    kind = _fft_kind(params.get("fft_type"))
     lengths = param_dims(need(params, "fft_lengths"))
     if len(lengths) > x.ndim:
         raise ShapeError(f"fft: fft_lengths {fmt_shape(lengths)} exceed the rank of {x}")
@@ -908,14 +929,64 @@ def _bind_fft(eqn, p, dims):
 
     from ..backend.prims import to_jax
 
-    t = p["fft_type"]
-    if isinstance(t, EnumValue):
-        ft = jax.lax.FftType[t.member]
-    elif isinstance(t, str):
-        ft = jax.lax.FftType[t.split(".")[-1]]
-    else:
-        ft = jax.lax.FftType(int(t))
+    ft = jax.lax.FftType[_fft_kind(p["fft_type"])]
     return {"fft_type": ft, "fft_lengths": to_jax(p["fft_lengths"])}
 
 
-define("fft", bind_params=_bind_fft)
+def _static_lengths(fft_lengths) -> tuple[int, ...]:
+    lengths = param_dims(fft_lengths)
+    if not all(isinstance(n, int) for n in lengths):
+        from ..ad.builder import current
+        from ..core import JaxprError
+
+        raise JaxprError(
+            f"the transpose of an fft with symbolic fft_lengths {fmt_shape(lengths)} is not "
+            "supported: give the dimensions sizes (--dim) first",
+            current().loc,
+        )
+    return lengths
+
+
+def _hermitian_mask(like, m: int, n_last: int, dtype: str):
+    """JAX's mask over the half spectrum (m bins of an n_last-point transform): 1 at the DC
+    bin and, for even n_last, at the Nyquist bin, 2 elsewhere; broadcast to `like`'s shape."""
+    mask = ops.full(ShapedArray((m,), dtype), 2.0)
+    index = ShapedArray((), "i32")
+    ends = [0] if n_last % 2 else [0, m - 1]
+    for k in ends:
+        one = ops.full(ShapedArray((1,), dtype), 1.0)
+        mask = ops.bind("dynamic_update_slice", mask, one, ops.lit(k, index))
+    return ops.broadcast_in_dim(mask, shape(like), (len(shape(like)) - 1,))
+
+
+def _fft_transpose(ct, operand, *, fft_type, fft_lengths):
+    kind = _fft_kind(fft_type)
+    if kind in ("FFT", "IFFT"):
+        return [ops.bind("fft", ct, fft_type=fft_type, fft_lengths=fft_lengths)]
+    lengths = _static_lengths(fft_lengths)
+    size = int(np.prod(lengths))
+    if kind == "RFFT":
+        cdt = ty(ct).dtype
+        mask = _hermitian_mask(ct, shape(ct)[-1], lengths[-1], cdt)
+        half = ops.div(ops.conj(ct), mask)
+        out = ops.bind(
+            "fft", half, fft_type=_fft_type_like(fft_type, "IRFFT"), fft_lengths=fft_lengths
+        )
+        return [ops.mul(ops.lit(size, out), out)]
+    spec = ops.bind("fft", ct, fft_type=_fft_type_like(fft_type, "RFFT"), fft_lengths=fft_lengths)
+    cdt = ty(spec).dtype
+    mask = _hermitian_mask(spec, shape(spec)[-1], lengths[-1], cdt)
+    scaled = ops.mul(ops.mul(ops.lit(1 / size, spec), mask), spec)
+    return [ops.conj(scaled)]
+
+
+def _fft_batching(args, dims, **params):
+    from ..ad.batching import bind as bind_batched
+    from ..ad.batching import moveaxis
+
+    x = moveaxis(args[0], dims[0], 0)
+    return bind_batched("fft", x, **params), [0]
+
+
+deflinear2("fft", _fft_transpose)
+define("fft", bind_params=_bind_fft, batching=_fft_batching)

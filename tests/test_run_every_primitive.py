@@ -1,0 +1,228 @@
+"""Every primitive of every family that JAX can trace runs under `jaxprtool run` and
+`run --eager` and gives JAX's numbers.
+
+The table is `test_shapes._cases()` (one small jax function per primitive, or a few
+primitives per function) plus the cases below for the primitives it does not reach.  Each case
+is traced with `jax.make_jaxpr`, its text, inputs and constants written to files, run through
+the CLI in-process (`run FILE --args IN.npz [--consts C.npz] -o OUT.npz`, compiled and
+`--eager`), and its outputs compared with `jax.jit(fn)` on the same inputs (JAX is the
+oracle).  A case the back end cannot run must be refused with a located error, listed in
+`REFUSED` with the reason; the whole table is marked `slow` but for the cases in `FAST`.
+`test_every_family_primitive_is_run_or_listed` checks that every
+primitive of every family is either run here or listed in `NOT_TRACED` with the reason.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+from jax import lax  # noqa: E402
+from jax.ad_checkpoint import checkpoint_name  # noqa: E402
+from jax_oracle import run  # noqa: E402
+from test_shapes import _cases  # noqa: E402
+
+from jaxprtool.core import all_eqns  # noqa: E402
+from jaxprtool.record import records  # noqa: E402
+from jaxprtool.text.parser import parse  # noqa: E402
+
+
+def _extra_cases():
+    """The primitives `test_shapes._cases()` does not trace."""
+    f32 = jnp.float32
+    x = jnp.linspace(0.1, 0.9, 12, dtype=f32).reshape(3, 4)
+    i = jnp.arange(12, dtype=jnp.int32).reshape(3, 4)
+    k = jnp.array([0, 2, 1], jnp.int32)
+    cases = {
+        "log2_exp2": (lambda a: (jnp.log2(a), jnp.exp2(a)), (x,)),
+        "polynomial": (lambda a: (jnp.sinc(a), lax.polynomial(a, [1.0, 2.0, 0.5, a[0, 0]])), (x,)),
+        "copysign": (lambda a, b: jnp.copysign(a, b), (x, -x)),
+        "scatter_sub": (lambda a: a.at[k].subtract(1.0), (x,)),
+        "lu_pivots_to_permutation": (
+            lambda p: lax.linalg.lu_pivots_to_permutation(p, 5),
+            (jnp.array([2, 2, 3], jnp.int32),),
+        ),
+        "checkpoint_name": (
+            lambda a: checkpoint_name(jnp.sin(a), "s") * 2,
+            (x,),
+        ),
+        "searchsorted_digitize": (
+            lambda s, q: (
+                jnp.searchsorted(s, q, side="right"),
+                jnp.digitize(q, s),
+                jnp.interp(q, s, s * s),
+            ),
+            (jnp.linspace(0.0, 1.0, 7, dtype=f32), x),
+        ),
+        "nonzero": (lambda a: jnp.nonzero(a > 0.5, size=5), (x,)),
+        "integer_ops": (lambda a, b: (lax.rem(a, b + 1), lax.div(a, b + 1), a // 3), (i, i)),
+    }
+    m4 = jnp.eye(4, dtype=f32) + 0.1
+    cases["more_linalg_cpu"] = (  # test_shapes' more_linalg without eigh's subset_by_index
+        lambda a: (
+            jnp.linalg.eig(a),
+            lax.linalg.tridiagonal(a),
+            lax.linalg.schur(a),
+            lax.linalg.hessenberg(a),
+            lax.linalg.householder_product(a, jnp.ones(3, f32)),
+            lax.linalg.tridiagonal_solve(a[0], a[1], a[2], a),
+        ),
+        (m4,),
+    )
+    u = jnp.asarray(np.arange(1, 5, dtype=np.uint32) * np.uint32(0x9E3779B9))
+    cases["mulhi"] = (lambda a: lax.mulhi(a, a), (u,))
+    cv = jax.custom_batching.custom_vmap(lambda a: jnp.sin(a))
+    cv.def_vmap(lambda axis_size, in_batched, a: (jnp.sin(a), in_batched[0]))
+    cases["custom_vmap"] = (lambda a: cv(a) + 1, (x,))
+    return cases
+
+
+def _all_cases():
+    cases = dict(_cases())
+    cases.update(_extra_cases())
+    return cases
+
+
+#: cases the back end refuses, with the reason its located error gives
+REFUSED = {
+    "callbacks": "'pure_callback' calls back into Python",
+    "hiprims": "'CustomRoot' is a high-level primitive with no lowering in the text",
+}
+#: cases JAX itself cannot run on CPU: the tool's error must be a clean, located one
+JAX_CANNOT = {"more_linalg": "subset_by_index not supported on CPU"}
+
+#: primitives of the families that no case runs, and why
+NOT_TRACED = {
+    **dict.fromkeys(
+        "call closed_call core_call named_call remat_call xla_call pjit remat checkpoint "
+        "custom_jvp_call_jaxpr custom_vjp_call_jaxpr custom_vmap_call_jaxpr eq_to le_to lt_to "
+        "ragged_dot copysign add_jaxvals copy_p reduced_vary_cast_p vary_unreduced_cast_p psum2 pmean "
+        "pbroadcast xla_pmap".split(),
+        "a name of older JAX versions (the installed 0.12 no longer traces it)",
+    ),
+    **dict.fromkeys(
+        "all_gather_invariant all_reduce pcast preduced pshuffle psum_scatter ragged_all_to_all "
+        "reduced_vary_cast unreduced_pmax unreduced_pmin unreduced_psum vary_unreduced_cast "
+        "mesh_cast reshard shard_alike sharding_constraint layout_constraint "
+        "inspect_sharding_p pin unpin remove_memory_space with_memory_space_constraint "
+        "compute_on compute_on2 xla_metadata_call".split(),
+        "needs a device mesh, explicit shardings or memory kinds (tests/test_multidevice.py)",
+    ),
+    **dict.fromkeys(
+        "buffer_callback ffi_call pure_callback_ordered debug_callback check "
+        "call_hi_primitive call_hi_primitive_linearized core_map custom_call mosaic_gpu_p "
+        "tpu_custom_call triton_kernel_call pallas_call".split(),
+        "calls back into Python or a custom kernel: refused by the back end",
+    ),
+    **dict.fromkeys(
+        "max_contiguous multiple_of num_programs program_id tie trace_value".split(),
+        "exists only inside Pallas kernels",
+    ),
+    **dict.fromkeys(
+        "custom_lin eval_jaxpr run_state addupdate select_and_scatter zeros_like "
+        "reduce_precision_multi _copysign reciprocal broadcast_to expand_dims dim_as_value "
+        "iota_2x32_shape rng_uniform random_gamma_grad scatter_add scatter_max scatter_min "
+        "scatter_mul scatter_sub".split(),
+        "not emitted by the installed JAX's public API at trace time (an internal form, an "
+        "alias of another spelling, or a transformation-only primitive)",
+    ),
+}
+
+
+_CASES = _all_cases()
+_TRACED: dict = {}
+
+
+def _traced(name):
+    """(text, flat inputs, constants) of a case, traced once."""
+    if name not in _TRACED:
+        fn, args = _CASES[name]
+        closed = jax.make_jaxpr(fn)(*args)
+        flat = [_as_numpy(a) for a in jax.tree_util.tree_leaves(args)]
+        _TRACED[name] = (str(closed), flat, [_as_numpy(c) for c in closed.consts])
+    return _TRACED[name]
+
+
+def _jax_outputs(fn, args):
+    """JAX's flat outputs: jitted, else op by op (JAX cannot jit a function returning a frozen
+    Ref), else the exception JAX raised."""
+    for f in (jax.jit(fn), fn):
+        try:
+            return [_as_numpy(o) for o in jax.tree_util.tree_leaves(f(*args))]
+        except Exception as e:  # noqa: BLE001 - recorded and checked against JAX_CANNOT
+            err = e
+    return err
+
+
+def _as_numpy(x):
+    if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+        x = jax.random.key_data(x)
+    return np.asarray(x)
+
+
+def _run_case(tmp_path, name, text, flat, consts, eager):
+    prog = tmp_path / f"{name}.jaxpr"
+    prog.write_text(text)
+    np.savez(tmp_path / "in.npz", **{f"arg{k}": a for k, a in enumerate(flat)})
+    args = ["run", str(prog), "--args", str(tmp_path / "in.npz"), "-o", str(tmp_path / "o.npz")]
+    if consts:
+        np.savez(tmp_path / "c.npz", **{f"const{k}": c for k, c in enumerate(consts)})
+        args += ["--consts", str(tmp_path / "c.npz")]
+    return prog, run(args + (["--eager"] if eager else []))
+
+
+def _compare(got, want, name):
+    assert got.shape == want.shape, (name, got.shape, want.shape)
+    if got.dtype.kind == "V":  # ml_dtypes (bf16) come back from an .npz as raw bytes
+        got = got.view(want.dtype)
+    if np.issubdtype(want.dtype, np.inexact):
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6, err_msg=name)
+    else:
+        np.testing.assert_array_equal(got, want, err_msg=name)
+
+
+#: run by the default suite: the cases of primitives whose parameters the back end completes
+#: (accuracy, fft_type, HiPrims, ...); the whole table is `slow` (make test-full)
+FAST = set(_extra_cases()) | {"fft", "unary_exp", "unary_tan", "unary_erfc", "callbacks"}
+NAMES = [n if n in FAST else pytest.param(n, marks=pytest.mark.slow) for n in sorted(_CASES)]
+
+
+@pytest.mark.parametrize("eager", [False, True], ids=["compiled", "eager"])
+@pytest.mark.parametrize("name", NAMES)
+def test_run_matches_jax(tmp_path, name, eager):
+    text, flat, consts = _traced(name)
+    want = _jax_outputs(*_CASES[name])
+    prog, r = _run_case(tmp_path, name, text, flat, consts, eager)
+    if name in REFUSED or name in JAX_CANNOT:
+        reason = REFUSED.get(name) or JAX_CANNOT[name]
+        if name in JAX_CANNOT:
+            assert isinstance(want, Exception) and reason in str(want), want
+        assert r.exit_code == 1, r.output
+        assert reason in r.output, r.output
+        assert "Traceback" not in r.output
+        if name in REFUSED or eager:
+            assert re.search(rf"{re.escape(str(prog))}:\d+:\d+: error:", r.output), r.output
+        return
+    assert not isinstance(want, Exception), want
+    assert r.exit_code == 0, r.output
+    with np.load(tmp_path / "o.npz", allow_pickle=False) as z:
+        got = [z[f"out{k}"] for k in range(len(z.files))]
+    assert len(got) == len(want), (len(got), len(want))
+    for k, (g, w) in enumerate(zip(got, want)):
+        _compare(g, w, f"{name} output {k}")
+
+
+def test_every_family_primitive_is_run_or_listed():
+    seen = set()
+    for name in _CASES:
+        if name not in JAX_CANNOT:  # a refused case's primitives are checked by their refusal
+            seen |= {e.prim for e in all_eqns(parse(_traced(name)[0], name).jaxpr)}
+    family_prims = {n for n, r in records().items() if r.family is not None}
+    missing = sorted(family_prims - seen - set(NOT_TRACED))
+    assert not missing, f"primitives neither run by a case nor listed in NOT_TRACED: {missing}"
+    stale = sorted(set(NOT_TRACED) & seen)
+    assert not stale, f"listed in NOT_TRACED but run by a case: {stale}"
