@@ -76,8 +76,9 @@ Representation choices the printer relies on
 * Top-level `name=` and `fmt=` values are raw strings up to the next
   `key=`/`]`; in a broken parameter list the next key must start a line, so
   a `fmt` containing newlines and `]` is read whole (H3).
-* Warnings (`ParseResult.warnings`, located): each *use* of `_` (read as the
-  most recent `_` binding of that jaxpr; the text is ambiguous, FORMAT §2).
+* Warnings (`ParseResult.warnings`, located): each *use* of `_` after `_` was bound
+  twice in that jaxpr (read as the most recent `_` binding; the text is ambiguous,
+  FORMAT §2).  A use of `_` bound once is unambiguous and read silently.
 * `Eqn.loc` is the position of the equation's first token (1-based).
 * 0.4.35 printed unused binders as `f_`: the hint keeps the underscore.
 """
@@ -92,6 +93,7 @@ from dataclasses import dataclass, field
 from .. import core, params
 from ..core import Eqn, Jaxpr, JaxprError, Literal, Loc, ShapedArray, Var
 from . import grammar as G
+from .style import walk_jaxprs
 from .values import ValueError_, balanced_end, parse_value
 
 __all__ = ["ParseResult", "parse"]
@@ -300,7 +302,7 @@ class _State:
                 raise JaxprError(
                     f"variable '{name}' used before definition", Loc(self.path, t.line, t.column)
                 )
-            if name == "_":
+            if name == "_" and _REBOUND in table:
                 self.warnings.append(
                     JaxprError(
                         "use of '_' is ambiguous: it is read as the most recent '_' binding in this jaxpr, "
@@ -361,7 +363,7 @@ class _State:
             if name == "inf" or name == "nan":
                 return Literal(float(name), _WEAK_F32, False)
             self.fail(f"variable '{name}' used before definition", pos)
-        if name == "_":
+        if name == "_" and _REBOUND in table:
             self.warnings.append(
                 JaxprError(
                     "use of '_' is ambiguous: it is read as the most recent '_' binding in this jaxpr, "
@@ -589,6 +591,18 @@ class _State:
                 v.cls, tuple((k, self.subst(x, own, document)) for k, x in v.fields)
             )
         return v
+
+
+#: symbol-table key (never a name) present once `_` has been bound twice in that jaxpr: from
+#: then on a use of `_` may not mean the most recent `_` binding (FORMAT.md §2)
+_REBOUND = " _"
+
+
+def _bind(table: dict, v: Var) -> None:
+    """Bind `v` under its printed name in the jaxpr's symbol table."""
+    if v.hint == "_" and "_" in table:
+        table[_REBOUND] = v
+    table[v.hint] = v
 
 
 #: untyped literals that are also variable names (`infj` = complex(0, inf)): a bound
@@ -876,6 +890,8 @@ class _Build:
     def start(self, c):
         st = self.st
         st.close_scope(c[:-1], 0, st.n + 1, True)
+        if len(c) > 1:
+            _share_unreferenced(c[-1], [j for _, j, _ in c[:-1]])
         return c[-1]
 
     def shared(self, c):
@@ -910,7 +926,7 @@ class _Build:
         st = self.st
         lst, t = c
         v = st.binder(t)
-        st.tables[-1][v.hint] = v
+        _bind(st.tables[-1], v)
         lst.append(v)
         return lst
 
@@ -978,7 +994,7 @@ class _Build:
             k += 1
         inputs = st.operands(c[k:], table) if k < n else ()
         for v in outs:
-            table[v.hint] = v
+            _bind(table, v)
         return Eqn(prim, inputs, tuple(outs), prm, Loc(st.path, first.line, first.column))
 
     def eqn_head_ops(self, c):
@@ -991,7 +1007,7 @@ class _Build:
         v = Var(st.type_at(text[k + 1 : e], t.start_pos + k + 1), text[:k])
         table = st.tables[-1]
         inputs = st.operands([t, *c[1]] if len(c) > 1 else c, table, p)
-        table[v.hint] = v
+        _bind(table, v)
         return Eqn(text[e + 3 : p], inputs, (v,), {}, Loc(st.path, t.line, t.column))
 
     def eqn_head(self, c):
@@ -1015,7 +1031,7 @@ class _Build:
             inputs = st.operands(ops, table)
         else:
             inputs = ()
-        table[v.hint] = v
+        _bind(table, v)
         return Eqn(text[e + 3 :], inputs, (v,), prm, Loc(st.path, t.line, t.column))
 
     def eqn_noout(self, c):
@@ -1037,7 +1053,7 @@ class _Build:
         table = st.tables[-1]
         y = st.binder(c[0])
         x, tpl, ivars = st.ref(c[1], table)
-        table[y.hint] = y
+        _bind(table, y)
         return Eqn("get", (x, *ivars), (y,), {"indexer": params.Opaque(tpl)}, self._loc(c[0]))
 
     def eqn_set(self, c):
@@ -1066,7 +1082,7 @@ class _Build:
         if x2 is not x or tpl2 != tpl or ivars2 != ivars:
             st.fail("the two sides of a swap equation index different references", c[0].start_pos)
         a = st.atom(c[3], table)
-        table[y.hint] = y
+        _bind(table, y)
         prm = {"indexer": params.Opaque(tpl)}
         return Eqn("swap", (x, a, *ivars), (y,), prm, self._loc(c[0]))
 
@@ -1182,6 +1198,32 @@ def parse(text: str, path: str = "<stdin>") -> ParseResult:
         if st.shared_defs:
             _check_shared(st, j)
     return ParseResult(j, st.warnings)
+
+
+def _share_unreferenced(top: Jaxpr, defs: list[Jaxpr]) -> None:
+    """H5: JAX hoists a jaxpr it finds twice inside `str()`-ed values (custom_linear_solve's
+    `_LinearSolveTuple`: the forward and the transposed solve hold the same objects) and
+    then prints it inline there, so its `let NAME = ... in` is referenced by nothing.  Such
+    a definition is the same object as the jaxprs alpha-equal to it inside those values:
+    make them one object, so that the printer finds it shared and hoists it again."""
+    reached = {id(j) for j in walk_jaxprs(top, core.eqn_subjaxprs)}
+    loose = [j for j in defs if id(j) not in reached]
+    if not loose:
+        return
+    for e in core.all_eqns(top):
+        for k, v in e.params.items():
+            if isinstance(v, params.Record) and any(isinstance(x, Jaxpr) for _, x in v.fields):
+                e.params[k] = params.Record(
+                    v.cls, tuple((f, _same_as(x, loose)) for f, x in v.fields)
+                )
+
+
+def _same_as(x, loose: list[Jaxpr]):
+    if isinstance(x, Jaxpr):
+        for j in loose:
+            if j is x or core.alpha_equal(j, x):
+                return j
+    return x
 
 
 def _check_shared(st: _State, top: Jaxpr) -> None:

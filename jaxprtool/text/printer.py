@@ -16,10 +16,11 @@ followed by `Doc.format(width)` (no trailing newline):
    `jit`/`pjit` (0.6.2+) the inner jaxpr's invars/outvars take the names of the
    equation's operands/results (JAX's `suggest_same_var_names`).
 3. Safety.  JAX's naming can produce text that reads back as a different
-   program (FORMAT.md §2: `_` used inside a nested jaxpr, or a name bound
-   twice in one scope before a use).  After naming, every printed scope is
-   checked with the reader's rule ("a use refers to the most recent binding
-   of that name in its own jaxpr"; `_` is never a valid use) and every
+   program (FORMAT.md §2: a name, `_` included, bound twice in one scope
+   before a use: `_` is bound again and again inside nested jaxprs, where it
+   comes from the outer `_` by name suggestion).  After naming, every printed
+   scope is checked with the reader's rule ("a use refers to the most recent
+   binding of that name in its own jaxpr", for `_` as for any name) and every
    variable that would be misread gets a fresh name from the counter.  So
    `parse(print_jaxpr(ir))` is alpha-equal to `ir`, and the text equals JAX's
    whenever JAX's text is unambiguous.
@@ -440,7 +441,7 @@ class _Printer:
                 self.names[vid] = self.fresh()
 
     def _check_scope(self, j: Jaxpr, bad: dict[int, None]) -> None:
-        """Mark the variables whose use would be read as another binding (or as `_`), and
+        """Mark the variables whose use would be read as another binding, and
         variables named `nan`/`inf` where a bare (untyped) `nan`/`inf` literal is printed."""
         names = self.names
         scope: dict[str, int] = {}
@@ -462,7 +463,7 @@ class _Printer:
                 if a.__class__ is not Literal:
                     i = id(a)
                     n = names[i]
-                    if (n == "_" or scope.get(n) != i) and i in bound:
+                    if scope.get(n) != i and i in bound:
                         bad[i] = None
                 elif not a.typed:
                     lit = True
