@@ -27,7 +27,7 @@ from jaxprtool.text.style import DEFAULT_STYLE, Style, detect_style, scan_counts
 GOLDEN = __import__("pathlib").Path(__file__).resolve().parent / "golden" / "printer"
 AMBIGUOUS = "dropvar_name_aliasing_ambiguity.jaxpr"
 # files whose JAX text uses `_` inside nested jaxprs (FORMAT.md §2): re-printed with fresh names
-AMBIGUOUS_OLDER = {AMBIGUOUS, "jnp_misc_highlevel.jaxpr"}
+AMBIGUOUS_OLDER = {AMBIGUOUS}
 H3 = "debug_print_newline_in_fmt.jaxpr"
 
 

@@ -1204,25 +1204,43 @@ def _share_unreferenced(top: Jaxpr, defs: list[Jaxpr]) -> None:
     """H5: JAX hoists a jaxpr it finds twice inside `str()`-ed values (custom_linear_solve's
     `_LinearSolveTuple`: the forward and the transposed solve hold the same objects) and
     then prints it inline there, so its `let NAME = ... in` is referenced by nothing.  Such
-    a definition is the same object as the jaxprs alpha-equal to it inside those values:
-    make them one object, so that the printer finds it shared and hoists it again."""
+    a definition is the same object as a jaxpr alpha-equal to it inside each of those
+    values (a field, or a jaxpr nested in one): make them one object, so that the printer
+    finds it shared and hoists it again.  Within one field at most one inline jaxpr can be
+    that object (two would have printed as a local `let`)."""
     reached = {id(j) for j in walk_jaxprs(top, core.eqn_subjaxprs)}
-    loose = [j for j in defs if id(j) not in reached]
+    loose = {}
+    for j in defs:
+        if id(j) not in reached:
+            loose.setdefault(_shape_key(j), []).append(j)
     if not loose:
         return
-    for e in core.all_eqns(top):
+    for e in list(core.all_eqns(top)):
         for k, v in e.params.items():
             if isinstance(v, params.Record) and any(isinstance(x, Jaxpr) for _, x in v.fields):
-                e.params[k] = params.Record(
-                    v.cls, tuple((f, _same_as(x, loose)) for f, x in v.fields)
-                )
+                fields = tuple((f, _merge_into(x, loose, set())) for f, x in v.fields)
+                e.params[k] = params.Record(v.cls, fields)
 
 
-def _same_as(x, loose: list[Jaxpr]):
-    if isinstance(x, Jaxpr):
-        for j in loose:
-            if j is x or core.alpha_equal(j, x):
-                return j
+def _shape_key(j: Jaxpr) -> tuple[int, int, int, int]:
+    return len(j.constvars), len(j.invars), len(j.eqns), len(j.outvars)
+
+
+def _merge_into(x, loose: dict, used: set[int]):
+    """`x` (a field value), with the first jaxpr alpha-equal to each loose definition
+    (itself or one nested in it) replaced by that definition."""
+    if not isinstance(x, Jaxpr):
+        return x
+    for d in loose.get(_shape_key(x), ()):
+        if id(d) not in used and (d is x or core.alpha_equal(d, x)):
+            used.add(id(d))
+            return d
+    for e in x.eqns:
+        for k, v in e.params.items():
+            if isinstance(v, Jaxpr):
+                e.params[k] = _merge_into(v, loose, used)
+            elif type(v) is tuple and any(isinstance(y, Jaxpr) for y in v):
+                e.params[k] = tuple(_merge_into(y, loose, used) for y in v)
     return x
 
 
