@@ -84,6 +84,7 @@ FAMILIES_OF: dict[str, tuple[str, ...]] = {
     "dynamic_update_slice": ("indexing", "batching"),
     "eig": ("linalg",),
     "eigh": ("linalg",),
+    "empty2": ("shape", "batching"),
     "eq": ("arithmetic", "batching"),
     "eq_to": ("arithmetic", "batching"),
     "erf": ("arithmetic", "transcendental", "batching"),

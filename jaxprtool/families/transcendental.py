@@ -79,7 +79,7 @@ def _unsupported(msg):
 # exp, exp2, log, log2, log1p, expm1, logistic
 
 _unary("exp exp2 log log2 log1p expm1 logistic", INEXACT)
-_accuracy("exp exp2 log expm1 log1p logistic")
+_accuracy("exp exp2 log log2 expm1 log1p logistic")
 
 defjvp2("exp", lambda g, ans, x, **p: mul(g, ans))
 defjvp2("exp2", lambda g, ans, x, **p: mul(c(x, math.log(2.0)), mul(g, ans)))

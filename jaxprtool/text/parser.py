@@ -92,6 +92,7 @@ from dataclasses import dataclass, field
 
 from .. import core, params
 from ..core import Eqn, Jaxpr, JaxprError, Literal, Loc, ShapedArray, Var
+from ..record import prim as record_of
 from . import grammar as G
 from .style import walk_jaxprs
 from .values import ValueError_, balanced_end, parse_value
@@ -150,6 +151,10 @@ class _State:
         self.shared_names = set(G.SHARED_DEF_NAME.findall(text))
         self.types: dict[str, core.Type] = {}
         self.tables: list[dict[str, Var]] = []
+        # warnings of `_` outvars held back until the equation holding the jaxpr is read:
+        # id(jaxpr) -> (jaxpr, [(outvar index, warning)])
+        self.outvar_pending: dict[int, tuple[Jaxpr, list]] = {}
+        self.last_outvar_pending: list = []
         # shared-jaxpr scopes
         self.pending: list[tuple[int, dict, str]] = []
         self.open_defs: dict[str, list[Jaxpr]] = {}
@@ -303,13 +308,7 @@ class _State:
                     f"variable '{name}' used before definition", Loc(self.path, t.line, t.column)
                 )
             if name == "_" and _REBOUND in table:
-                self.warnings.append(
-                    JaxprError(
-                        "use of '_' is ambiguous: it is read as the most recent '_' binding in this jaxpr, "
-                        "which may not be the value JAX meant (FORMAT.md §2)",
-                        Loc(self.path, t.line, t.column),
-                    )
-                )
+                self.warnings.append(_underscore_warning(Loc(self.path, t.line, t.column)))
             return v
         text = t.value
         if kind == "LITERAL":
@@ -364,13 +363,7 @@ class _State:
                 return Literal(float(name), _WEAK_F32, False)
             self.fail(f"variable '{name}' used before definition", pos)
         if name == "_" and _REBOUND in table:
-            self.warnings.append(
-                JaxprError(
-                    "use of '_' is ambiguous: it is read as the most recent '_' binding in this jaxpr, "
-                    "which may not be the value JAX meant (FORMAT.md §2)",
-                    self.loc(pos),
-                )
-            )
+            self.warnings.append(_underscore_warning(self.loc(pos)))
         return v
 
     def literal_value(self, t: str, pos: int):
@@ -943,6 +936,9 @@ class _Build:
             inner = inner[inner.index("{") + 1 : -1].strip()
             effects = tuple(x.strip() for x in inner.split(", ")) if inner else ()
         j = Jaxpr(tuple(c[1]), tuple(c[2]), c[4], c[6], effects)
+        if st.last_outvar_pending:
+            st.outvar_pending[id(j)] = (j, st.last_outvar_pending)
+            st.last_outvar_pending = []
         st.jaxpr_at[lam.start_pos] = (j, end)
         st.last_end = end
         return j
@@ -967,7 +963,18 @@ class _Build:
     def outvars(self, c):
         st = self.st
         table = st.tables[-1]
-        out = [st.atom(t, table) for t in c]
+        if _REBOUND in table:
+            # `_` as an outvar after two `_` bindings: the jit equation holding this jaxpr
+            # may tell which one from its result types (`_resolve_dropped_outvars`)
+            pending = [(i, t) for i, t in enumerate(c) if t.type == "VAR" and t.value == "_"]
+            st.last_outvar_pending = [
+                (i, _underscore_warning(st.loc(t.start_pos))) for i, t in pending
+            ]
+            out = [
+                table["_"] if t.type == "VAR" and t.value == "_" else st.atom(t, table) for t in c
+            ]
+        else:
+            out = [st.atom(t, table) for t in c]
         if any(type(a) is Literal and not a.typed for a in out):
             _fix_untyped(out, [])
         return tuple(out)
@@ -992,6 +999,8 @@ class _Build:
         if k < n and type(c[k]) is dict:
             prm = c[k]
             k += 1
+            if st.outvar_pending:
+                _resolve_dropped_outvars(st, prim, prm, outs)
         inputs = st.operands(c[k:], table) if k < n else ()
         for v in outs:
             _bind(table, v)
@@ -1023,6 +1032,8 @@ class _Build:
         if n > 1 and type(c[1]) is dict:
             prm = c[1]
             i = 2
+            if st.outvar_pending:
+                _resolve_dropped_outvars(st, text[e + 3 :], prm, (v,))
         table = st.tables[-1]
         if i < n:
             ops = c[i:]
@@ -1197,7 +1208,47 @@ def parse(text: str, path: str = "<stdin>") -> ParseResult:
             lk.options.postlex.st = lk.options.transformer.st = None
         if st.shared_defs:
             _check_shared(st, j)
+    if st.outvar_pending:
+        for _, pend in st.outvar_pending.values():
+            st.warnings.extend(w for _, w in pend)
+        st.warnings.sort(key=lambda w: (w.loc.line, w.loc.col))
     return ParseResult(j, st.warnings)
+
+
+def _underscore_warning(loc: Loc) -> JaxprError:
+    return JaxprError(
+        "use of '_' is ambiguous: it is read as the most recent '_' binding in this jaxpr, "
+        "which may not be the value JAX meant (FORMAT.md §2)",
+        loc,
+    )
+
+
+def _resolve_dropped_outvars(st: _State, prim: str, prm: dict, outs) -> None:
+    """`_:f32[3] b:f32[3] _:f32[] = jit[jaxpr={ ... in (_, b, _) }]`: JAX names the nested
+    jaxpr's outvars after the equation's results, so an outvar `_` is one of the nested
+    jaxpr's `_` binders of that result's type.  Read it as the most recent such binder
+    (instead of the most recent `_`); warn only where several have that type and the
+    result may be used (a top-level `_` result is not: JAX's `_dropvars`)."""
+    key = record_of(prim).suggest_names
+    inner = prm.get(key) if key is not None else None
+    entry = st.outvar_pending.pop(id(inner), None) if isinstance(inner, Jaxpr) else None
+    if entry is None:
+        return
+    pending = entry[1]
+    if len(inner.outvars) != len(outs):
+        st.warnings.extend(w for _, w in pending)
+        return
+    bound = [v for v in (*inner.constvars, *inner.invars) if v.hint == "_"]
+    bound += [v for e in inner.eqns for v in e.outputs if v.hint == "_"]
+    outvars = list(inner.outvars)
+    top = len(st.tables) == 1  # a top-level `_` result is unused: any such binder will do
+    for i, w in pending:
+        same = [v for v in bound if v.type == outs[i].type]
+        if same:
+            outvars[i] = same[-1]
+        if len(same) != 1 and not (top and same and outs[i].hint == "_"):
+            st.warnings.append(w)
+    prm[key] = inner.replace(outvars=tuple(outvars))
 
 
 def _share_unreferenced(top: Jaxpr, defs: list[Jaxpr]) -> None:

@@ -221,6 +221,9 @@ class _Printer:
         self.keep: list = []
         self.pairs_cache: dict[int, list] = {}
         self.drop_hints: set[int] = set()
+        # jaxprs whose outvars take the names of an equation's results: the reader takes an
+        # outvar `_` there to be the most recent `_` binder of that result's type
+        self.typed_outvars: set[int] = set()
         self.scopes: list[Jaxpr] = []  # every jaxpr printed in full (each is one naming scope)
         self.value_cache: dict = {}
         self.suffixes = style.version < (
@@ -423,6 +426,7 @@ class _Printer:
             if isinstance(inner, Jaxpr) and id(inner) not in self.shared:
                 self.suggest(inner.invars, e.inputs)
                 self.suggest(inner.outvars, e.outputs)
+                self.typed_outvars.add(id(inner))
         self._name_binders(e.outputs)
         for _, v in self._pairs(e):
             self._name_sub(v)
@@ -479,10 +483,33 @@ class _Printer:
                 bound.add(i)
                 if n == "nan" or n == "inf":
                     special.append(i)
-        if read(j.outvars):
+        if id(j) in self.typed_outvars:
+            self._check_typed_outvars(j, bad)
+            if any(a.__class__ is Literal and not a.typed for a in j.outvars):
+                untyped = True
+        elif read(j.outvars):
             untyped = True
         if untyped:
             for i in special:
+                bad[i] = None
+
+    def _check_typed_outvars(self, j: Jaxpr, bad: dict[int, None]) -> None:
+        """The outvars of a jaxpr named after an equation's results (`jit`): `_` reads as
+        the most recent `_` binder of its type, any other name as its most recent binder."""
+        names = self.names
+        last: dict[str, int] = {}  # name, or `_` + type -> id of its most recent binder
+        bound: set[int] = set()
+        for v in (*j.constvars, *j.invars, *(o for e in j.eqns for o in e.outputs)):
+            n = names[id(v)]
+            last[n + ":" + self._type(v.type) if n == "_" else n] = id(v)
+            bound.add(id(v))
+        for a in j.outvars:
+            if a.__class__ is Literal:
+                continue
+            i = id(a)
+            n = names[i]
+            key = n + ":" + self._type(a.type) if n == "_" else n
+            if last.get(key) != i and i in bound:
                 bad[i] = None
 
     # ------------------------------------------------------------ pass 3: documents
