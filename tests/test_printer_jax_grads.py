@@ -6,7 +6,8 @@ test run, for a table of transformed functions: linear algebra through custom_li
 (JAX hoists its jaxprs and prints the definitions that only the `str()`-ed `_LinearSolveTuple`
 uses), JAX's custom_jvp functions (relu, softplus, logsumexp, silu) and a user one, custom_vjp,
 cond/switch (JAX fills the residuals with `empty2[memory_space=MemorySpace.Device]`), scan,
-while, remat, and nested jits whose unused results JAX prints as `_` inside the nested jaxpr.
+while, remat, nested jits whose unused results JAX prints as `_` inside the nested jaxpr
+(several, of different types: `grad_jit_with_unused`, `grad_lu`), and lax.composite.
 The expected numbers are `jax.jit(g)(*args)`.  Inputs are arguments (no closed-over arrays).
 """
 
@@ -145,6 +146,8 @@ TABLE = [
     ("grad_remat_policy", grad(remat_policy), (M,)),
     ("grad_norm", jax.grad(jnp.linalg.norm), (M,)),
     ("grad_jit_with_unused", grad(jit_with_unused), (V3,)),
+    ("grad_lu", grad(lambda m: jax.scipy.linalg.lu(m)[2]), (M,)),
+    ("composite", lambda x: lax.composite(lambda y: jnp.sin(y) * 2, name="my.op")(x), (V3,)),
     ("grad_cholesky", grad(jnp.linalg.cholesky), (SPD,)),
     ("grad_eigh", grad(lambda m: jnp.linalg.eigh(m)[0]), (SPD,)),
     ("grad_fft", grad(lambda x: jnp.abs(jnp.fft.fft(x))), (V8,)),

@@ -45,6 +45,7 @@ FAMILIES_OF: dict[str, tuple[str, ...]] = {
     "closed_call": ("calls", "batching"),
     "clz": ("arithmetic", "batching"),
     "complex": ("arithmetic", "batching"),
+    "composite": ("calls",),
     "compute_on": ("calls", "batching"),
     "compute_on2": ("calls", "batching"),
     "concatenate": ("shape", "batching"),
