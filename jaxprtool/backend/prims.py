@@ -90,6 +90,7 @@ _ENUMS = {
     "FftType": ("jax.lax", "FftType"),
     "AccuracyMode": ("jax.lax", "AccuracyMode"),
     "DotAlgorithmPreset": ("jax.lax", "DotAlgorithmPreset"),
+    "MemorySpace": ("jax._src.core", "MemorySpace"),
 }
 
 _RECORDS = {

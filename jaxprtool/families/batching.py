@@ -206,7 +206,7 @@ define("clamp", batching=_clamp_rule)
 
 # ================================================================ shape
 
-for _n in ("iota", "dim_as_value"):
+for _n in ("iota", "dim_as_value", "empty2"):
     define(_n, batching=_unbatched(_n))
 
 

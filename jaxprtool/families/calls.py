@@ -317,6 +317,12 @@ for _p, (_body, _keys) in _PLAIN_CALLS.items():
         linearization=_call_linearize(_p),
         transpose=_call_transpose(_p),
     )
+
+# composite (lax.composite): a named decomposition, run as its body (what XLA runs where no
+# back end recognises the composite); JAX gives it no JVP, transpose or batching rule
+shape_rule("composite")(_call_shape("composite", *_CALL_JAXPR_FIRST))
+define("composite", call_body="call_jaxpr", multiple_results=True)
+
 for _p in ("jit", "pjit", "closed_call", "core_call"):
     define(_p, inlinable=True)
 for _p in ("jit", "pjit", "closed_call", "core_call", "eval_jaxpr"):

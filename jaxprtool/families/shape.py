@@ -1,7 +1,7 @@
 """The shape family: primitives that move data without arithmetic.
 
 broadcast_in_dim, broadcast_to, reshape, squeeze, expand_dims, transpose, rev, concatenate,
-pad, slice, iota, split, stack, unstack, tile and dim_as_value.  Each block holds the
+pad, slice, iota, empty2, split, stack, unstack, tile and dim_as_value.  Each block holds the
 primitive's shape rule, its JVP and transpose rules (JAX's `lax.py` / `slicing.py` are the
 reference: every one of them is linear, `deflinear2`, its transpose moves the cotangent back),
 its printing, simplification and binding rules, and no FLOPs.  The emitters the rules use
@@ -556,6 +556,28 @@ def _bind_iota(eqn, p, dims):
 
 defjvp_zero("iota")
 define("iota", bind_params=_bind_iota, flops=_no_flops)
+
+
+# ---------------------------------------------------------------- empty2
+
+# `empty2[dtype=float32 memory_space=MemorySpace.Device]`: an uninitialised scalar (JAX's
+# partial evaluation of cond fills the residuals a branch does not compute with it).
+
+
+@shape_rule("empty2")
+def _empty2(in_types, params, out_hint):
+    nargs(in_types, (0,), "empty2")
+    space = params.get("memory_space")
+    member = getattr(space, "member", "Device")
+    return [ShapedArray((), dtype_param(need(params, "dtype")), memory_space=_SPACES.get(member))]
+
+
+#: MemorySpace member -> the memory space a type prints (`f32<host>[]`; Device prints none)
+_SPACES = {"Host": "host", "Any": "any"}
+
+
+defjvp_zero("empty2")
+define("empty2", flops=_no_flops)
 
 
 # ---------------------------------------------------------------- split

@@ -76,8 +76,9 @@ Representation choices the printer relies on
 * Top-level `name=` and `fmt=` values are raw strings up to the next
   `key=`/`]`; in a broken parameter list the next key must start a line, so
   a `fmt` containing newlines and `]` is read whole (H3).
-* Warnings (`ParseResult.warnings`, located): each *use* of `_` (read as the
-  most recent `_` binding of that jaxpr; the text is ambiguous, FORMAT §2).
+* Warnings (`ParseResult.warnings`, located): each *use* of `_` after `_` was bound
+  twice in that jaxpr (read as the most recent `_` binding; the text is ambiguous,
+  FORMAT §2).  A use of `_` bound once is unambiguous and read silently.
 * `Eqn.loc` is the position of the equation's first token (1-based).
 * 0.4.35 printed unused binders as `f_`: the hint keeps the underscore.
 """
@@ -91,7 +92,9 @@ from dataclasses import dataclass, field
 
 from .. import core, params
 from ..core import Eqn, Jaxpr, JaxprError, Literal, Loc, ShapedArray, Var
+from ..record import prim as record_of
 from . import grammar as G
+from .style import walk_jaxprs
 from .values import ValueError_, balanced_end, parse_value
 
 __all__ = ["ParseResult", "parse"]
@@ -148,6 +151,10 @@ class _State:
         self.shared_names = set(G.SHARED_DEF_NAME.findall(text))
         self.types: dict[str, core.Type] = {}
         self.tables: list[dict[str, Var]] = []
+        # warnings of `_` outvars held back until the equation holding the jaxpr is read:
+        # id(jaxpr) -> (jaxpr, [(outvar index, warning)])
+        self.outvar_pending: dict[int, tuple[Jaxpr, list]] = {}
+        self.last_outvar_pending: list = []
         # shared-jaxpr scopes
         self.pending: list[tuple[int, dict, str]] = []
         self.open_defs: dict[str, list[Jaxpr]] = {}
@@ -307,14 +314,8 @@ class _State:
                 raise JaxprError(
                     f"variable '{name}' used before definition", Loc(self.path, t.line, t.column)
                 )
-            if name == "_":
-                self.warnings.append(
-                    JaxprError(
-                        "use of '_' is ambiguous: it is read as the most recent '_' binding in this jaxpr, "
-                        "which may not be the value JAX meant (FORMAT.md §2)",
-                        Loc(self.path, t.line, t.column),
-                    )
-                )
+            if name == "_" and _REBOUND in table:
+                self.warnings.append(_underscore_warning(Loc(self.path, t.line, t.column)))
             return v
         text = t.value
         if kind == "LITERAL":
@@ -368,14 +369,8 @@ class _State:
             if name == "inf" or name == "nan":
                 return Literal(float(name), _WEAK_F32, False)
             self.fail(f"variable '{name}' used before definition", pos)
-        if name == "_":
-            self.warnings.append(
-                JaxprError(
-                    "use of '_' is ambiguous: it is read as the most recent '_' binding in this jaxpr, "
-                    "which may not be the value JAX meant (FORMAT.md §2)",
-                    self.loc(pos),
-                )
-            )
+        if name == "_" and _REBOUND in table:
+            self.warnings.append(_underscore_warning(self.loc(pos)))
         return v
 
     def literal_value(self, t: str, pos: int):
@@ -596,6 +591,18 @@ class _State:
                 v.cls, tuple((k, self.subst(x, own, document)) for k, x in v.fields)
             )
         return v
+
+
+#: symbol-table key (never a name) present once `_` has been bound twice in that jaxpr: from
+#: then on a use of `_` may not mean the most recent `_` binding (FORMAT.md §2)
+_REBOUND = " _"
+
+
+def _bind(table: dict, v: Var) -> None:
+    """Bind `v` under its printed name in the jaxpr's symbol table."""
+    if v.hint == "_" and "_" in table:
+        table[_REBOUND] = v
+    table[v.hint] = v
 
 
 #: untyped literals that are also variable names (`infj` = complex(0, inf)): a bound
@@ -893,6 +900,8 @@ class _Build:
     def start(self, c):
         st = self.st
         st.close_scope(c[:-1], 0, st.n + 1, True)
+        if len(c) > 1:
+            _share_unreferenced(c[-1], [j for _, j, _ in c[:-1]])
         return c[-1]
 
     def shared(self, c):
@@ -927,7 +936,7 @@ class _Build:
         st = self.st
         lst, t = c
         v = st.binder(t)
-        st.tables[-1][v.hint] = v
+        _bind(st.tables[-1], v)
         lst.append(v)
         return lst
 
@@ -944,6 +953,9 @@ class _Build:
             inner = inner[inner.index("{") + 1 : -1].strip()
             effects = tuple(x.strip() for x in inner.split(", ")) if inner else ()
         j = Jaxpr(tuple(c[1]), tuple(c[2]), c[4], c[6], effects)
+        if st.last_outvar_pending:
+            st.outvar_pending[id(j)] = (j, st.last_outvar_pending)
+            st.last_outvar_pending = []
         st.jaxpr_at[lam.start_pos] = (j, end)
         st.last_end = end
         return j
@@ -968,7 +980,18 @@ class _Build:
     def outvars(self, c):
         st = self.st
         table = st.tables[-1]
-        out = [st.atom(t, table) for t in c]
+        if _REBOUND in table:
+            # `_` as an outvar after two `_` bindings: the jit equation holding this jaxpr
+            # may tell which one from its result types (`_resolve_dropped_outvars`)
+            pending = [(i, t) for i, t in enumerate(c) if t.type == "VAR" and t.value == "_"]
+            st.last_outvar_pending = [
+                (i, _underscore_warning(st.loc(t.start_pos))) for i, t in pending
+            ]
+            out = [
+                table["_"] if t.type == "VAR" and t.value == "_" else st.atom(t, table) for t in c
+            ]
+        else:
+            out = [st.atom(t, table) for t in c]
         if any(type(a) is Literal and not a.typed for a in out):
             _fix_untyped(out, [])
         return tuple(out)
@@ -993,9 +1016,11 @@ class _Build:
         if k < n and type(c[k]) is dict:
             prm = c[k]
             k += 1
+            if st.outvar_pending:
+                _resolve_dropped_outvars(st, prim, prm, outs)
         inputs = st.operands(c[k:], table) if k < n else ()
         for v in outs:
-            table[v.hint] = v
+            _bind(table, v)
         return Eqn(prim, inputs, tuple(outs), prm, Loc(st.path, first.line, first.column))
 
     def eqn_head_ops(self, c):
@@ -1008,7 +1033,7 @@ class _Build:
         v = Var(st.type_at(text[k + 1 : e], t.start_pos + k + 1), text[:k])
         table = st.tables[-1]
         inputs = st.operands([t, *c[1]] if len(c) > 1 else c, table, p)
-        table[v.hint] = v
+        _bind(table, v)
         return Eqn(text[e + 3 : p], inputs, (v,), {}, Loc(st.path, t.line, t.column))
 
     def eqn_head(self, c):
@@ -1024,6 +1049,8 @@ class _Build:
         if n > 1 and type(c[1]) is dict:
             prm = c[1]
             i = 2
+            if st.outvar_pending:
+                _resolve_dropped_outvars(st, text[e + 3 :], prm, (v,))
         table = st.tables[-1]
         if i < n:
             ops = c[i:]
@@ -1032,7 +1059,7 @@ class _Build:
             inputs = st.operands(ops, table)
         else:
             inputs = ()
-        table[v.hint] = v
+        _bind(table, v)
         return Eqn(text[e + 3 :], inputs, (v,), prm, Loc(st.path, t.line, t.column))
 
     def eqn_noout(self, c):
@@ -1059,7 +1086,7 @@ class _Build:
         table = st.tables[-1]
         y = st.binder(c[0])
         x, tpl, ivars = st.ref(c[1], table)
-        table[y.hint] = y
+        _bind(table, y)
         return Eqn("get", (x, *ivars), (y,), {"indexer": params.Opaque(tpl)}, self._loc(c[0]))
 
     def eqn_set(self, c):
@@ -1088,7 +1115,7 @@ class _Build:
         if x2 is not x or tpl2 != tpl or ivars2 != ivars:
             st.fail("the two sides of a swap equation index different references", c[0].start_pos)
         a = st.atom(c[3], table)
-        table[y.hint] = y
+        _bind(table, y)
         prm = {"indexer": params.Opaque(tpl)}
         return Eqn("swap", (x, a, *ivars), (y,), prm, self._loc(c[0]))
 
@@ -1203,7 +1230,91 @@ def parse(text: str, path: str = "<stdin>") -> ParseResult:
             lk.options.postlex.st = lk.options.transformer.st = None
         if st.shared_defs:
             _check_shared(st, j)
+    if st.outvar_pending:
+        for _, pend in st.outvar_pending.values():
+            st.warnings.extend(w for _, w in pend)
+        st.warnings.sort(key=lambda w: (w.loc.line, w.loc.col))
     return ParseResult(j, st.warnings)
+
+
+def _underscore_warning(loc: Loc) -> JaxprError:
+    return JaxprError(
+        "use of '_' is ambiguous: it is read as the most recent '_' binding in this jaxpr, "
+        "which may not be the value JAX meant (FORMAT.md §2)",
+        loc,
+    )
+
+
+def _resolve_dropped_outvars(st: _State, prim: str, prm: dict, outs) -> None:
+    """`_:f32[3] b:f32[3] _:f32[] = jit[jaxpr={ ... in (_, b, _) }]`: JAX names the nested
+    jaxpr's outvars after the equation's results, so an outvar `_` is one of the nested
+    jaxpr's `_` binders of that result's type.  Read it as the most recent such binder
+    (instead of the most recent `_`); warn only where several have that type and the
+    result may be used (a top-level `_` result is not: JAX's `_dropvars`)."""
+    key = record_of(prim).suggest_names
+    inner = prm.get(key) if key is not None else None
+    entry = st.outvar_pending.pop(id(inner), None) if isinstance(inner, Jaxpr) else None
+    if entry is None:
+        return
+    pending = entry[1]
+    if len(inner.outvars) != len(outs):
+        st.warnings.extend(w for _, w in pending)
+        return
+    bound = [v for v in (*inner.constvars, *inner.invars) if v.hint == "_"]
+    bound += [v for e in inner.eqns for v in e.outputs if v.hint == "_"]
+    outvars = list(inner.outvars)
+    top = len(st.tables) == 1  # a top-level `_` result is unused: any such binder will do
+    for i, w in pending:
+        same = [v for v in bound if v.type == outs[i].type]
+        if same:
+            outvars[i] = same[-1]
+        if len(same) != 1 and not (top and same and outs[i].hint == "_"):
+            st.warnings.append(w)
+    prm[key] = inner.replace(outvars=tuple(outvars))
+
+
+def _share_unreferenced(top: Jaxpr, defs: list[Jaxpr]) -> None:
+    """H5: JAX hoists a jaxpr it finds twice inside `str()`-ed values (custom_linear_solve's
+    `_LinearSolveTuple`: the forward and the transposed solve hold the same objects) and
+    then prints it inline there, so its `let NAME = ... in` is referenced by nothing.  Such
+    a definition is the same object as a jaxpr alpha-equal to it inside each of those
+    values (a field, or a jaxpr nested in one): make them one object, so that the printer
+    finds it shared and hoists it again.  Within one field at most one inline jaxpr can be
+    that object (two would have printed as a local `let`)."""
+    reached = {id(j) for j in walk_jaxprs(top, core.eqn_subjaxprs)}
+    loose = {}
+    for j in defs:
+        if id(j) not in reached:
+            loose.setdefault(_shape_key(j), []).append(j)
+    if not loose:
+        return
+    for e in list(core.all_eqns(top)):
+        for k, v in e.params.items():
+            if isinstance(v, params.Record) and any(isinstance(x, Jaxpr) for _, x in v.fields):
+                fields = tuple((f, _merge_into(x, loose, set())) for f, x in v.fields)
+                e.params[k] = params.Record(v.cls, fields)
+
+
+def _shape_key(j: Jaxpr) -> tuple[int, int, int, int]:
+    return len(j.constvars), len(j.invars), len(j.eqns), len(j.outvars)
+
+
+def _merge_into(x, loose: dict, used: set[int]):
+    """`x` (a field value), with the first jaxpr alpha-equal to each loose definition
+    (itself or one nested in it) replaced by that definition."""
+    if not isinstance(x, Jaxpr):
+        return x
+    for d in loose.get(_shape_key(x), ()):
+        if id(d) not in used and (d is x or core.alpha_equal(d, x)):
+            used.add(id(d))
+            return d
+    for e in x.eqns:
+        for k, v in e.params.items():
+            if isinstance(v, Jaxpr):
+                e.params[k] = _merge_into(v, loose, used)
+            elif type(v) is tuple and any(isinstance(y, Jaxpr) for y in v):
+                e.params[k] = tuple(_merge_into(y, loose, used) for y in v)
+    return x
 
 
 def _check_shared(st: _State, top: Jaxpr) -> None:

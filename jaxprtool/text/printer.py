@@ -16,10 +16,11 @@ followed by `Doc.format(width)` (no trailing newline):
    `jit`/`pjit` (0.6.2+) the inner jaxpr's invars/outvars take the names of the
    equation's operands/results (JAX's `suggest_same_var_names`).
 3. Safety.  JAX's naming can produce text that reads back as a different
-   program (FORMAT.md §2: `_` used inside a nested jaxpr, or a name bound
-   twice in one scope before a use).  After naming, every printed scope is
-   checked with the reader's rule ("a use refers to the most recent binding
-   of that name in its own jaxpr"; `_` is never a valid use) and every
+   program (FORMAT.md §2: a name, `_` included, bound twice in one scope
+   before a use: `_` is bound again and again inside nested jaxprs, where it
+   comes from the outer `_` by name suggestion).  After naming, every printed
+   scope is checked with the reader's rule ("a use refers to the most recent
+   binding of that name in its own jaxpr", for `_` as for any name) and every
    variable that would be misread gets a fresh name from the counter.  So
    `parse(print_jaxpr(ir))` is alpha-equal to `ir`, and the text equals JAX's
    whenever JAX's text is unambiguous.
@@ -222,6 +223,9 @@ class _Printer:
         self.keep: list = []
         self.pairs_cache: dict[int, list] = {}
         self.drop_hints: set[int] = set()
+        # jaxprs whose outvars take the names of an equation's results: the reader takes an
+        # outvar `_` there to be the most recent `_` binder of that result's type
+        self.typed_outvars: set[int] = set()
         self.scopes: list[Jaxpr] = []  # every jaxpr printed in full (each is one naming scope)
         self.value_cache: dict = {}
         self.suffixes = style.version < (
@@ -424,6 +428,7 @@ class _Printer:
             if isinstance(inner, Jaxpr) and id(inner) not in self.shared:
                 self.suggest(inner.invars, e.inputs)
                 self.suggest(inner.outvars, e.outputs)
+                self.typed_outvars.add(id(inner))
         self._name_binders(e.outputs)
         for _, v in self._pairs(e):
             self._name_sub(v)
@@ -442,7 +447,7 @@ class _Printer:
                 self.names[vid] = self.fresh()
 
     def _check_scope(self, j: Jaxpr, bad: dict[int, None]) -> None:
-        """Mark the variables whose use would be read as another binding (or as `_`), and
+        """Mark the variables whose use would be read as another binding, and
         variables named `nan`/`inf` where a bare (untyped) `nan`/`inf` literal is printed."""
         names = self.names
         scope: dict[str, int] = {}
@@ -464,7 +469,7 @@ class _Printer:
                 if a.__class__ is not Literal:
                     i = id(a)
                     n = names[i]
-                    if (n == "_" or scope.get(n) != i) and i in bound:
+                    if scope.get(n) != i and i in bound:
                         bad[i] = None
                 elif not a.typed:
                     lit = True
@@ -480,10 +485,33 @@ class _Printer:
                 bound.add(i)
                 if n == "nan" or n == "inf":
                     special.append(i)
-        if read(j.outvars):
+        if id(j) in self.typed_outvars:
+            self._check_typed_outvars(j, bad)
+            if any(a.__class__ is Literal and not a.typed for a in j.outvars):
+                untyped = True
+        elif read(j.outvars):
             untyped = True
         if untyped:
             for i in special:
+                bad[i] = None
+
+    def _check_typed_outvars(self, j: Jaxpr, bad: dict[int, None]) -> None:
+        """The outvars of a jaxpr named after an equation's results (`jit`): `_` reads as
+        the most recent `_` binder of its type, any other name as its most recent binder."""
+        names = self.names
+        last: dict[str, int] = {}  # name, or `_` + type -> id of its most recent binder
+        bound: set[int] = set()
+        for v in (*j.constvars, *j.invars, *(o for e in j.eqns for o in e.outputs)):
+            n = names[id(v)]
+            last[n + ":" + self._type(v.type) if n == "_" else n] = id(v)
+            bound.add(id(v))
+        for a in j.outvars:
+            if a.__class__ is Literal:
+                continue
+            i = id(a)
+            n = names[i]
+            key = n + ":" + self._type(a.type) if n == "_" else n
+            if last.get(key) != i and i in bound:
                 bad[i] = None
 
     # ------------------------------------------------------------ pass 3: documents
