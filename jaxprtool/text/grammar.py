@@ -95,31 +95,44 @@ OPERAND = re.compile(rf" ?(?:({_LITVAL}):({_ARRAY_TYPE})|({_ULITVAL})|({_VAR}))"
 CACHE_FORMAT = "jaxprtool-grammar-json-1"
 
 
-def cache_dir() -> str | None:
-    """The user's cache folder for jaxprtool, created 0700; None when it cannot be trusted.
-
-    A relative `XDG_CACHE_HOME` is ignored (the XDG spec says so, and a relative path would
-    let a file planted in the working folder stand in for the cache).  The folder must be a
-    real directory owned by the user and writable by no one else."""
+def cache_path(sub: str | None = None) -> str | None:
+    """Where the user's cache folder for jaxprtool (or its subfolder `sub`) is; nothing is
+    created.  A relative `XDG_CACHE_HOME` is ignored (the XDG spec says so, and a relative
+    path would let a file planted in the working folder stand in for the cache)."""
     base = os.environ.get("XDG_CACHE_HOME", "")
     if not os.path.isabs(base):
         base = os.path.join(os.path.expanduser("~"), ".cache")
     if not os.path.isabs(base):
         return None
     d = os.path.join(base, "jaxprtool")
+    return d if sub is None else os.path.join(d, sub)
+
+
+def cache_dir(sub: str | None = None) -> str | None:
+    """The user's cache folder for jaxprtool (or its subfolder `sub`, e.g. JAX's compilation
+    cache), created 0700; None when it cannot be trusted: each folder must be a real
+    directory owned by the user and writable by no one else."""
+    top = cache_path()
+    if top is None or not _private_dir(top):
+        return None
+    d = cache_path(sub)
+    return d if sub is None or _private_dir(d) else None
+
+
+def _private_dir(d: str) -> bool:
     try:
         os.makedirs(d, mode=0o700, exist_ok=True)
         st = os.lstat(d)
     except OSError:
-        return None
+        return False
     if not stat.S_ISDIR(st.st_mode) or not _owned_by_user(st):
-        return None
+        return False
     if stat.S_IMODE(st.st_mode) != 0o700:
         try:
             os.chmod(d, 0o700)  # a folder made by an older version, or under another umask
         except OSError:
-            return None
-    return d
+            return False
+    return True
 
 
 def _owned_by_user(st: os.stat_result) -> bool:
