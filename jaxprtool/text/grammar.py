@@ -65,6 +65,9 @@ RAW_END_BROKEN = re.compile(r"(?=\n[ \t]*[A-Za-z_]\w*=|\n[ \t]*\])")
 INDEX_PART = re.compile(r"\[[^\]]*\]|\{(?:[^{}]|\{[^{}]*\})*\}")
 INDEX_VAR = re.compile(r"([0-9][\w.]*)|([a-z]+)")
 SHOW_TOKEN = re.compile(r"[\w.\-]+|\S")
+#: the first characters of a parameter value (before any delimiter): where the parser
+#: looks for values it has read before
+VALUE_HEAD = re.compile(r"[^\] \n]{0,8}")
 
 _INT = r"-?(?:0|[1-9][0-9]*)"
 #: a simple parameter value that ends at a delimiter (`]`, or space and `key=` or `]`)
@@ -215,34 +218,43 @@ def _write_cache(path: str, tables: dict) -> None:
             os.unlink(tmp)
 
 
-def build_lark(postlex, transformer):
+def lark_plugins() -> dict:
+    """lark-cython's lexer and LALR parser (the `fast` extra) when installed, unless
+    JAXPRTOOL_PURE_PYTHON_PARSER is set; else {} (lark's own, pure Python)."""
+    if os.environ.get("JAXPRTOOL_PURE_PYTHON_PARSER"):
+        return {}
+    try:
+        import lark_cython
+    except ImportError:
+        return {}
+    return lark_cython.plugins
+
+
+def build_lark(postlex, transformer, plugins: dict | None = None):
     """The LALR parser of the grammar; the transformer's callbacks run during the parse,
-    so no parse tree is built.  The analysed tables are cached as JSON (never a pickle)."""
+    so no parse tree is built.  The analysed tables are cached as JSON (never a pickle);
+    `plugins` (lark-cython's) do not change them."""
     import lark
     from lark.lark import Rule, TerminalDef
 
     grammar = GRAMMAR_PATH.read_text(encoding="utf-8")
     path = cache_file(grammar, lark.__version__)
     tables = _read_cache(path) if path else None
+    options = dict(postlex=postlex, transformer=transformer, _plugins=plugins or {})
     if tables is not None:
         try:
-            return lark.Lark._load_from_dict(
-                tables["data"], tables["memo"], postlex=postlex, transformer=transformer
-            )
+            return lark.Lark._load_from_dict(tables["data"], tables["memo"], **options)
         except Exception:  # a damaged or foreign cache: rebuild it
             pass
     parser = lark.Lark(
-        grammar,
-        parser="lalr",
-        lexer="contextual",
-        postlex=postlex,
-        transformer=transformer,
-        maybe_placeholders=False,
+        grammar, parser="lalr", lexer="contextual", maybe_placeholders=False, **options
     )
     if path:
         data, memo = parser.memo_serialize([TerminalDef, Rule])
         data["options"] = {
-            k: v for k, v in data["options"].items() if k not in ("postlex", "transformer")
+            k: v
+            for k, v in data["options"].items()
+            if k not in ("postlex", "transformer", "_plugins")
         }
         _write_cache(path, {"data": data, "memo": memo})
     return parser
