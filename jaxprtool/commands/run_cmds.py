@@ -23,7 +23,7 @@ DEVICES = click.Choice(["cpu", "gpu"])
 
 def cache_option(fn):
     """`--no-cache`: JAX's persistent compilation cache is on by default (its folder in --help)."""
-    from ..backend.compile_cache import folder_for_help
+    from ..compile_cache import folder_for_help
 
     return click.option(
         "--no-cache",
@@ -431,8 +431,7 @@ def run(
       jaxprtool run f.jaxpr --random 0 --eager --debug-nans
       jaxprtool run sharded.jaxpr --random 0 --mesh x=4,y=2 --show-sharding
     """
-    from .. import backend
-    from ..backend import compile_cache
+    from .. import backend, compile_cache
     from . import run_io
 
     dims = parse_dims(dim_specs)
@@ -574,8 +573,7 @@ def compile_(file, emit, device, dim_specs, stats, output, no_cache):
       jaxprtool compile mlp.jaxpr --emit optimized-hlo --stats
       jaxprtool compile sharded.jaxpr --emit optimized-hlo --stats --mesh x=4,y=2
     """
-    from .. import backend
-    from ..backend import compile_cache
+    from .. import backend, compile_cache
 
     require_jax()
     dims = parse_dims(dim_specs)

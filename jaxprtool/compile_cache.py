@@ -1,4 +1,5 @@
-"""JAX's persistent compilation cache for `run` and `compile`.
+"""JAX's persistent compilation cache for `run` and `compile` (jax is imported only when it is
+switched on or off, so `--help` does not import the back end).
 
 On by default, in the subfolder `xla` of the user's jaxprtool cache folder (the folder the
 grammar cache uses: 0700, owned by the user; JAX's cache is trusted code, so a folder others
@@ -9,7 +10,7 @@ next process of the same program on the same device skips XLA.
 
 from __future__ import annotations
 
-from ..text.grammar import cache_dir, cache_path
+from .text.grammar import cache_dir, cache_path
 
 SUBFOLDER = "xla"
 
