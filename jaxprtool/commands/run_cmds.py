@@ -21,6 +21,18 @@ from .mesh_options import mesh_options
 DEVICES = click.Choice(["cpu", "gpu"])
 
 
+def cache_option(fn):
+    """`--no-cache`: JAX's persistent compilation cache is on by default (its folder in --help)."""
+    from ..compile_cache import folder_for_help
+
+    return click.option(
+        "--no-cache",
+        is_flag=True,
+        help="Do not use JAX's persistent compilation cache (on by default, so a second run "
+        f"of a program on the same device skips XLA compilation; folder: {folder_for_help()}).",
+    )(fn)
+
+
 # ---------------------------------------------------------------- inputs
 
 
@@ -383,6 +395,7 @@ def print_summary(outs, jaxpr) -> None:
 @click.option(
     "--repeat", type=click.IntRange(min=1), metavar="N", help="Time compilation and N executions."
 )
+@cache_option
 @guarded
 @mesh_options()
 def run(
@@ -404,6 +417,7 @@ def run(
     trace_,
     debug_nans,
     repeat,
+    no_cache,
 ):
     """Run FILE through XLA (via JAX) on the given inputs.
 
@@ -417,7 +431,7 @@ def run(
       jaxprtool run f.jaxpr --random 0 --eager --debug-nans
       jaxprtool run sharded.jaxpr --random 0 --mesh x=4,y=2 --show-sharding
     """
-    from .. import backend
+    from .. import backend, compile_cache
     from ..passes.hoist_consts import hoist_consts
     from . import run_io
 
@@ -433,6 +447,7 @@ def run(
     jaxpr, _, _ = load(file)
     jaxpr = hoist_consts(jaxpr)  # nested bodies' constants are given with --consts too
     backend.check_runnable(jaxpr)
+    compile_cache.configure(not no_cache)
     args, consts, dims = gather_inputs(
         jaxpr, args_npz, arg_files, seed, consts_npz, dims, inline=inline
     )
@@ -547,9 +562,10 @@ def shape_structs(jaxpr, dims):
     type=OUT_ARG,
     help="Write the IR here (default: standard output).",
 )
+@cache_option
 @guarded
 @mesh_options(distributed=False, show=False)
-def compile_(file, emit, device, dim_specs, stats, output):
+def compile_(file, emit, device, dim_specs, stats, output, no_cache):
     """Lower FILE to StableHLO / HLO, or compile it to optimised HLO.
 
     \b
@@ -559,12 +575,13 @@ def compile_(file, emit, device, dim_specs, stats, output):
       jaxprtool compile mlp.jaxpr --emit optimized-hlo --stats
       jaxprtool compile sharded.jaxpr --emit optimized-hlo --stats --mesh x=4,y=2
     """
-    from .. import backend
+    from .. import backend, compile_cache
 
     require_jax()
     dims = parse_dims(dim_specs)
     jaxpr, _, _ = load(file)
     backend.check_runnable(jaxpr)
+    compile_cache.configure(not no_cache)
     with backend.x64_scope(jaxpr), progress(f"compiling {file or '<stdin>'} ({emit})"):
         text, compiled = _compile(jaxpr, emit, device, dims, stats)
     write_output(text, output)

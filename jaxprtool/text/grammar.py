@@ -65,6 +65,9 @@ RAW_END_BROKEN = re.compile(r"(?=\n[ \t]*[A-Za-z_]\w*=|\n[ \t]*\])")
 INDEX_PART = re.compile(r"\[[^\]]*\]|\{(?:[^{}]|\{[^{}]*\})*\}")
 INDEX_VAR = re.compile(r"([0-9][\w.]*)|([a-z]+)")
 SHOW_TOKEN = re.compile(r"[\w.\-]+|\S")
+#: the first characters of a parameter value (before any delimiter): where the parser
+#: looks for values it has read before
+VALUE_HEAD = re.compile(r"[^\] \n]{0,8}")
 
 _INT = r"-?(?:0|[1-9][0-9]*)"
 #: a simple parameter value that ends at a delimiter (`]`, or space and `key=` or `]`)
@@ -95,31 +98,44 @@ OPERAND = re.compile(rf" ?(?:({_LITVAL}):({_ARRAY_TYPE})|({_ULITVAL})|({_VAR}))"
 CACHE_FORMAT = "jaxprtool-grammar-json-1"
 
 
-def cache_dir() -> str | None:
-    """The user's cache folder for jaxprtool, created 0700; None when it cannot be trusted.
-
-    A relative `XDG_CACHE_HOME` is ignored (the XDG spec says so, and a relative path would
-    let a file planted in the working folder stand in for the cache).  The folder must be a
-    real directory owned by the user and writable by no one else."""
+def cache_path(sub: str | None = None) -> str | None:
+    """Where the user's cache folder for jaxprtool (or its subfolder `sub`) is; nothing is
+    created.  A relative `XDG_CACHE_HOME` is ignored (the XDG spec says so, and a relative
+    path would let a file planted in the working folder stand in for the cache)."""
     base = os.environ.get("XDG_CACHE_HOME", "")
     if not os.path.isabs(base):
         base = os.path.join(os.path.expanduser("~"), ".cache")
     if not os.path.isabs(base):
         return None
     d = os.path.join(base, "jaxprtool")
+    return d if sub is None else os.path.join(d, sub)
+
+
+def cache_dir(sub: str | None = None) -> str | None:
+    """The user's cache folder for jaxprtool (or its subfolder `sub`, e.g. JAX's compilation
+    cache), created 0700; None when it cannot be trusted: each folder must be a real
+    directory owned by the user and writable by no one else."""
+    top = cache_path()
+    if top is None or not _private_dir(top):
+        return None
+    d = cache_path(sub)
+    return d if sub is None or _private_dir(d) else None
+
+
+def _private_dir(d: str) -> bool:
     try:
         os.makedirs(d, mode=0o700, exist_ok=True)
         st = os.lstat(d)
     except OSError:
-        return None
+        return False
     if not stat.S_ISDIR(st.st_mode) or not _owned_by_user(st):
-        return None
+        return False
     if stat.S_IMODE(st.st_mode) != 0o700:
         try:
             os.chmod(d, 0o700)  # a folder made by an older version, or under another umask
         except OSError:
-            return None
-    return d
+            return False
+    return True
 
 
 def _owned_by_user(st: os.stat_result) -> bool:
@@ -202,34 +218,43 @@ def _write_cache(path: str, tables: dict) -> None:
             os.unlink(tmp)
 
 
-def build_lark(postlex, transformer):
+def lark_plugins() -> dict:
+    """lark-cython's lexer and LALR parser (the `fast` extra) when installed, unless
+    JAXPRTOOL_PURE_PYTHON_PARSER is set; else {} (lark's own, pure Python)."""
+    if os.environ.get("JAXPRTOOL_PURE_PYTHON_PARSER"):
+        return {}
+    try:
+        import lark_cython
+    except ImportError:
+        return {}
+    return lark_cython.plugins
+
+
+def build_lark(postlex, transformer, plugins: dict | None = None):
     """The LALR parser of the grammar; the transformer's callbacks run during the parse,
-    so no parse tree is built.  The analysed tables are cached as JSON (never a pickle)."""
+    so no parse tree is built.  The analysed tables are cached as JSON (never a pickle);
+    `plugins` (lark-cython's) do not change them."""
     import lark
     from lark.lark import Rule, TerminalDef
 
     grammar = GRAMMAR_PATH.read_text(encoding="utf-8")
     path = cache_file(grammar, lark.__version__)
     tables = _read_cache(path) if path else None
+    options = dict(postlex=postlex, transformer=transformer, _plugins=plugins or {})
     if tables is not None:
         try:
-            return lark.Lark._load_from_dict(
-                tables["data"], tables["memo"], postlex=postlex, transformer=transformer
-            )
+            return lark.Lark._load_from_dict(tables["data"], tables["memo"], **options)
         except Exception:  # a damaged or foreign cache: rebuild it
             pass
     parser = lark.Lark(
-        grammar,
-        parser="lalr",
-        lexer="contextual",
-        postlex=postlex,
-        transformer=transformer,
-        maybe_placeholders=False,
+        grammar, parser="lalr", lexer="contextual", maybe_placeholders=False, **options
     )
     if path:
         data, memo = parser.memo_serialize([TerminalDef, Rule])
         data["options"] = {
-            k: v for k, v in data["options"].items() if k not in ("postlex", "transformer")
+            k: v
+            for k, v in data["options"].items()
+            if k not in ("postlex", "transformer", "_plugins")
         }
         _write_cache(path, {"data": data, "memo": memo})
     return parser

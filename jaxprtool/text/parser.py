@@ -163,6 +163,7 @@ class _State:
         self.last_end = 0
         # values read by the post-lexer, by start position
         self.values: dict[int, object] = {}
+        self.value_memo: dict[tuple, tuple] = {}
         self.first_hook = self.scan_hook({})
         # id(jaxpr) -> (name, position of `let NAME =`) of every shared definition
         self.shared_defs: dict[int, tuple[str, int]] = {}
@@ -453,6 +454,39 @@ class _State:
         return hook
 
     def read_value(self, i: int, key: str, broken: bool):
+        """`_read_value`, remembered: a program repeats the same parameter values
+        (`dimension_numbers=...`) many times.  A value is remembered with the text that
+        decided it (the value and the delimiter after it, `]` or the next `key=`, on the same
+        line: `_read_value` looks no further) and reused where that text recurs; each reuse
+        gets fresh lists."""
+        s = self.s
+        head = (key, broken, G.VALUE_HEAD.match(s, i).group())
+        for window, v, length in self.value_memo.get(head, ()):
+            if s.startswith(window, i):
+                return _fresh(v), i + length
+        r = self._read_value(i, key, broken)
+        if r is not None and _memoizable(r[0]):
+            w = self.delimiter_end(r[1])
+            known = self.value_memo.setdefault(head, [])
+            if w is not None and len(known) < 8:
+                known.append((s[i:w], r[0], r[1] - i))
+        return r
+
+    def delimiter_end(self, e: int) -> int | None:
+        """The end of the `]` or `key=` that follows a value ending at s[e], when it is on the
+        value's line; else None."""
+        s = self.s
+        if s.startswith("]", e):
+            return e + 1
+        j = G.SP.match(s, e).end()
+        if j == e:
+            return None
+        if s.startswith("]", j):
+            return j + 1
+        m = G.KEY.match(s, j)
+        return m.end() if m is not None else None
+
+    def _read_value(self, i: int, key: str, broken: bool):
         """The value after `key=` at s[i]: (value, end), or None when the grammar reads it
         (a jaxpr, a tuple of jaxprs, `let ... in {...}`).  Raises _Nested for a value with
         jaxprs inside."""
@@ -690,6 +724,28 @@ def _bare_eq_at(s: str, e: int, col: int, eqcol: int) -> bool:
     return col == eqcol + 1 and s.startswith("= ", e)
 
 
+_PLAIN_VALUES = frozenset({int, float, complex, bool, str, type(None)})
+_PLAIN_VALUES |= {params.EnumValue, params.NpScalar, params.SymExpr, params.Opaque}
+
+
+def _memoizable(v) -> bool:
+    """Built of immutable values, tuples, lists and frozensets (no jaxpr, no reference)."""
+    t = type(v)
+    if t in _PLAIN_VALUES:
+        return True
+    return t in (tuple, list, frozenset) and all(_memoizable(x) for x in v)
+
+
+def _fresh(v):
+    """A remembered parameter value with new lists (a pass may change one in place)."""
+    t = type(v)
+    if t is list:
+        return [_fresh(x) for x in v]
+    if t is tuple and any(type(x) in (list, tuple) for x in v):
+        return tuple(_fresh(x) for x in v)
+    return v
+
+
 def _has_ref(v) -> bool:
     if isinstance(v, _SharedRef):
         return True
@@ -721,22 +777,23 @@ class _Layout:
 
     always_accept = ("NL", "SEMICOLON")
 
+    Token: type  # the lark token class of its parser (set by _build)
+
     def __init__(self):
         self.st: _State | None = None
 
-    def process(self, stream):
+    def process(self, stream, lexer_state):
+        """The tokens of `stream` with the layout applied; `lexer_state` is the lexer's
+        position (a value read here is skipped by advancing it)."""
         st = self.st
         s = st.s
-        Token = _Token
-        # The lexer's position: a value read here is skipped by advancing it.  lark hands
-        # the post-lexer only the token generator (ContextualLexer.lex(lexer_state,
-        # parser_state)), whose frame holds the state.
-        line_ctr = stream.gi_frame.f_locals["lexer_state"].line_ctr
+        Token = self.Token
+        line_ctr = lexer_state.line_ctr
 
         def emit(kind: str, a: int, b: int):
             text = s[a:b]
             t = Token(kind, text, a, line_ctr.line, line_ctr.column)
-            line_ctr.feed(text)
+            line_ctr.feed(text, True)
             t.end_line, t.end_column, t.end_pos = line_ctr.line, line_ctr.column, b
             return t
 
@@ -809,7 +866,7 @@ class _Layout:
                     t.type = "PARAM"
                     t.value += text
                     if "\n" in text:
-                        line_ctr.feed(text)
+                        line_ctr.feed(text, True)
                     else:
                         line_ctr.char_pos = e
                         line_ctr.column += e - i
@@ -893,6 +950,8 @@ class _Layout:
 
 class _Build:
     """Rule callbacks: each builds its piece of the IR from its children."""
+
+    Token: type  # the lark token class of its parser (set by _build)
 
     def __init__(self):
         self.st: _State | None = None
@@ -1147,7 +1206,7 @@ class _Build:
         st = self.st
         k = c[0]
         key = k.value.lstrip()[:-1]
-        if len(c) == 2 and not isinstance(c[1], _Token):
+        if len(c) == 2 and not isinstance(c[1], self.Token):
             return (key, c[1], k.start_pos)
         i = k.end_pos
         try:
@@ -1173,26 +1232,75 @@ class _Build:
 
 # ---------------------------------------------------------------- building the parser
 
-_PARSER = None
-_Token = None
+_PARSERS: dict[bool, object] = {}  # compiled (lark-cython)? -> the parser
 _LOCK = threading.Lock()
 
+#: shorter texts are parsed by the pure-Python parser even where lark-cython is installed:
+#: importing it costs more time than it saves on them
+COMPILED_MIN_CHARS = 128_000
 
-def _build():
-    global _PARSER, _Token
-    if _PARSER is None:
-        from lark import Token
 
-        _Token = Token
-        _PARSER = G.build_lark(_Layout(), _Build())
-    return _PARSER
+def _connector(base: type):
+    """A connector of the lexer to the post-lexer that hands the post-lexer the lexer's
+    state with the token stream (lark's own passes only the stream); a subclass of the
+    lexer class lark-cython's lexer thread requires."""
+
+    class Connector(base):
+        def __init__(self, lexer, postlex: _Layout):
+            self.lexer = lexer
+            self.postlex = postlex
+            self._state = self._tokens = None
+
+        def make_lexer_state(self, text):
+            return self.lexer.make_lexer_state(text)
+
+        def lex(self, lexer_state, parser_state):
+            return self.postlex.process(self.lexer.lex(lexer_state, parser_state), lexer_state)
+
+        def next_token(self, lexer_state, parser_state):
+            # lark-cython's lexer thread pulls one token at a time
+            if self._state is not lexer_state:
+                self._state = lexer_state
+                self._tokens = self.lex(lexer_state, parser_state)
+            try:
+                return next(self._tokens)
+            except StopIteration:
+                self._state = self._tokens = None
+                raise EOFError from None
+
+    return Connector
+
+
+def _build(compiled: bool = False):
+    """The parser: lark-cython's when `compiled` and it is installed, else lark's."""
+    plugins = G.lark_plugins() if compiled else {}
+    compiled = bool(plugins)
+    lk = _PARSERS.get(compiled)
+    if lk is None:
+        if compiled:
+            from lark_cython import Token
+            from lark_cython.lark_cython import Lexer
+        else:
+            from lark import Token
+
+            Lexer = object
+        layout, build = _Layout(), _Build()
+        layout.Token = build.Token = Token
+        lk = G.build_lark(layout, build, plugins)
+        frontend = lk.parser
+        frontend.lexer = _connector(Lexer)(frontend.lexer.lexer, frontend.lexer.postlexer)
+        _PARSERS[compiled] = lk
+    return lk
 
 
 # ---------------------------------------------------------------- entry point
 
 
-def parse(text: str, path: str = "<stdin>") -> ParseResult:
-    """Parse printed jaxpr text into the typed IR.  Raises a located `JaxprError`."""
+def parse(text: str, path: str = "<stdin>", *, compiled: bool | None = None) -> ParseResult:
+    """Parse printed jaxpr text into the typed IR.  Raises a located `JaxprError`.
+
+    `compiled`: use lark-cython's parser (where installed) or lark's; by default the first
+    for texts of `COMPILED_MIN_CHARS` or more.  Both give the same result."""
     if "\x1b" in text:
         text = G.ANSI.sub("", text)
     if "\r" in text:
@@ -1200,7 +1308,7 @@ def parse(text: str, path: str = "<stdin>") -> ParseResult:
             text = text.replace("\r\n", "\n")  # same lines and columns
         elif "\n" not in text:
             text = text.replace("\r", "\n")  # old Mac line endings
-    lk = _build()
+    lk = _build(len(text) >= COMPILED_MIN_CHARS if compiled is None else compiled)
     st = _State(text, path)
     i = st.ws(0)
     if i >= st.n:
