@@ -34,7 +34,7 @@ def refusal(eqn: Eqn) -> str | None:
         why = why(eqn)
     if why is not None:
         return f"'{name}' {why} (supply it with a plugin: backend.IMPLS['{name}'])"
-    if name[:1].isupper():
+    if name[:1].isupper() and record_of(name).evaluate is None:
         hi = eqn.params.get("_prim", name)
         return f"'{hi}' is a high-level primitive with no lowering in the text (supply it with a plugin: backend.IMPLS['{hi}'])"
     return None

@@ -27,6 +27,7 @@ from ..ad.ops import (
 )
 from ..ad.registry import (
     defjvp,
+    defjvp_zero,
     fancy_transposes,
     primitive_jvps,
     primitive_transposes,
@@ -734,6 +735,28 @@ def _search_sorted(in_types, params, out_hint):
     if out_hint and isinstance(out_hint[0], ShapedArray) and out_hint[0].dtype in ("i32", "i64"):
         d = out_hint[0].dtype
     return [q.update(dtype=d, weak_type=False)]
+
+
+def _search_sorted_evaluate(interp, eqn, invals, path):
+    """`jnp.searchsorted` on a 1-D sorted array (the form jnp.searchsorted binds)."""
+    import jax.numpy as jnp
+
+    p = eqn.params
+    a, q = invals
+    if int(p.get("batch_dims", 0)) != 0 or int(p.get("dimension", 0)) != 0 or a.ndim != 1:
+        raise JaxprError(
+            "cannot run 'SearchSorted' with batch dimensions: only a 1-D sorted array is "
+            "supported (supply it with a plugin: backend.IMPLS['SearchSorted'])",
+            eqn.loc,
+        )
+    out = jnp.searchsorted(
+        a, q, side=str(p.get("side", "left")), method=str(p.get("method", "scan"))
+    )
+    return [out.astype(eqn.outputs[0].type.np_dtype)]
+
+
+defjvp_zero("SearchSorted")  # integer result (jax.scipy.linalg.expm picks its degree with it)
+define("SearchSorted", evaluate=_search_sorted_evaluate)
 
 
 @shape_rule("Nonzero")
