@@ -126,8 +126,43 @@ def _cg(a, b):
     return jax.scipy.sparse.linalg.cg(lambda x: a @ x, b, tol=1e-10, maxiter=40)[0]
 
 
+def _complex_args():
+    rng = np.random.default_rng(37)
+    m = (rng.standard_normal((3, 3)) + 1j * rng.standard_normal((3, 3))).astype(np.complex64)
+    return (m @ m.conj().T + 3 * np.eye(3)).astype(np.complex64), m + 2 * np.eye(3, dtype=m.dtype)
+
+
+def _complex_fn(h, m):
+    """Hermitian and general complex matrices through the complex branches of the rules."""
+    return (
+        jnp.linalg.cholesky(h),
+        jnp.linalg.eigh(h)[0],
+        jnp.linalg.qr(m),
+        jnp.linalg.solve(h + m, m[:, 0]),
+    )
+
+
+def _batched_fn(s, w):
+    """Stacks of matrices: the rules on leading batch dimensions."""
+    return (
+        jnp.linalg.cholesky(s),
+        jnp.linalg.qr(w),
+        jsl.lu_factor(w)[0],
+        jnp.linalg.solve(w, s[..., :1]),
+        jnp.linalg.eigh(s)[0],
+        jnp.linalg.svd(w, compute_uv=False),
+    )
+
+
 #: (name, f, args, tolerance)
 CASES = [
+    ("complex", _complex_fn, _complex_args(), 5e-3),
+    (
+        "batched",
+        _batched_fn,
+        (np.stack([_spd(4, 38), _spd(4, 39)]), np.stack([_well(4, 38), _well(4, 39)])),
+        5e-3,
+    ),
     ("custom_linear_solve_symmetric", _symmetric_solve, (_spd(4, 33), _mat(4, 1, 34)[:, 0]), 2e-3),
     ("cg", _cg, (_spd(4, 35), _mat(4, 1, 36)[:, 0]), 2e-3),
     ("solve_vec", lambda a, b: jnp.linalg.solve(a, b), (_well(4, 1), _mat(4, 1, 2)[:, 0]), 2e-3),
@@ -224,7 +259,7 @@ def _scalar(f):
 
     def loss(*a):
         leaves = jax.tree_util.tree_leaves(f(*a))
-        return sum(jnp.sum(jnp.sin(o) * (k + 1)) for k, o in enumerate(leaves))
+        return sum(jnp.sum(jnp.real(jnp.sin(o)) * (k + 1)) for k, o in enumerate(leaves))
 
     return loss
 
@@ -279,8 +314,9 @@ def _check_case(name, f, args, tol):
         _close(g, r, tol, f"{name}: linearize")
     for g, r in zip(ltw, ref_ct):
         _close(g, r, tol, f"{name}: linearize|transpose")
-    lhs = sum(float(np.vdot(w, a).real) for w, a in zip(cts, lv))
-    rhs = sum(float(np.vdot(a, v).real) for a, v in zip(ltw, tangents))
+    # the bilinear pairing (no conjugation) JAX's transposes satisfy, real part for complex
+    lhs = sum(float(np.sum(w * a).real) for w, a in zip(cts, lv))
+    rhs = sum(float(np.sum(a * v).real) for a, v in zip(ltw, tangents))
     assert abs(lhs - rhs) <= 1e-3 * max(1.0, abs(lhs)), (name, lhs, rhs)
 
 
