@@ -204,6 +204,8 @@ CASES = [
         2e-3,
     ),
     ("lu_factor", lambda a: jsl.lu_factor(a)[0], (_well(4, 25),), 2e-3),
+    ("lu_tall", lambda a: jsl.lu(a)[1:], (_mat(5, 3, 29) + np.eye(5, 3, dtype=F32),), 2e-3),
+    ("lu_wide", lambda a: jsl.lu(a)[1:], (_mat(3, 5, 29) + np.eye(3, 5, dtype=F32),), 2e-3),
     ("gp_nll", _gp_nll, (F32(0.3), _mat(6, 1, 26)[:, 0] * 2, _mat(6, 1, 27)[:, 0]), 2e-3),
     (
         "tridiagonal_solve",

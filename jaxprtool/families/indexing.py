@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ad import ops
+from ..ad.batching import loop_fallback
 from ..ad.ops import (
     bind_broadcast,
     bind_gather,
@@ -756,7 +757,8 @@ def _search_sorted_evaluate(interp, eqn, invals, path):
 
 
 defjvp_zero("SearchSorted")  # integer result (jax.scipy.linalg.expm picks its degree with it)
-define("SearchSorted", evaluate=_search_sorted_evaluate)
+# batching: one example at a time (the evaluation above takes one 1-D sorted array)
+define("SearchSorted", evaluate=_search_sorted_evaluate, batching=loop_fallback)
 
 
 @shape_rule("Nonzero")

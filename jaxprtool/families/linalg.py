@@ -6,6 +6,15 @@ dot_general and conv_general_dilated are bilinear; their transposes follow JAX's
 one side is another dot_general / convolution of the output cotangent with the other side (for
 convolutions: the reversed kernel, with the roles of strides and lhs dilation exchanged, and
 feature/batch groups swapped).  A contraction costs 2 FLOPs per multiply-add (`flops`).
+
+The decompositions and solves carry JAX's JVP rules (`jax/_src/lax/linalg.py`: cholesky, lu,
+qr, eigh, svd, eig, triangular_solve, tridiagonal_solve; lu_pivots_to_permutation has an
+integer result), written with the matrix emitters of `ops` (tril, triu, eye, batch_matmul,
+adjoint, diagonal).  Their tangents are linear maps of the input tangents with primal
+coefficients, so linearize splits them and only the two solves need transpose rules (in their
+right-hand side).  tridiagonal, hessenberg, schur and householder_product have no rule in JAX
+either and refuse at the equation.  All batch by moving the batch dimension in front (JAX's
+`expand_dims_batcher`).
 """
 
 from __future__ import annotations
