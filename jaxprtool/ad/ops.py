@@ -415,6 +415,102 @@ def bind_iota(dtype: str, shp, dimension: int):
     )
 
 
+# ---------------------------------------------------------------- matrices (linear algebra rules)
+# Operands are stacks of matrices: leading batch dimensions, the matrix in the last two.
+
+#: dot_general's `precision` for JAX's `Precision.HIGHEST` on both operands
+HIGHEST = (EnumValue("Precision", "HIGHEST"), EnumValue("Precision", "HIGHEST"))
+
+
+def batch_matmul(a, b, precision=None):
+    """`a @ b` for stacks of matrices with the same batch dimensions (JAX's `batch_matmul`)."""
+    nd = len(shape(a))
+    batch = list(range(nd - 2))
+    return dot_general(a, b, (([nd - 1], [nd - 2]), (batch, batch)), precision=precision)
+
+
+def matrix_transpose(x):
+    """Swap the last two dimensions (JAX's `_T`)."""
+    nd = len(shape(x))
+    return bind_transpose(x, (*range(nd - 2), nd - 1, nd - 2))
+
+
+def adjoint(x):
+    """The conjugate transpose of each matrix (JAX's `_H`); conj only for complex dtypes."""
+    t = matrix_transpose(x)
+    return conj(t) if _dtype(x).startswith("c") else t
+
+
+def _matrix_dims(x):
+    nd = len(shape(x))
+    return shape(x), (nd - 2, nd - 1)
+
+
+def tri_mask(shp, k: int = 0):
+    """bool[N, M], true where `col <= row + k` (JAX's `_tri(bool, shape, k)`)."""
+    rows = bind_iota("i32", shp, 0)
+    cols = bind_iota("i32", shp, 1)
+    return ge(add(rows, lit(k, "i32")) if k else rows, cols)
+
+
+def _masked(x, k, keep_below):
+    shp, dims = _matrix_dims(x)
+    mask = broadcast_in_dim(tri_mask(shp[-2:], k), shp, dims)
+    zero = full(ShapedArray(shp, _dtype(x)), 0)
+    return select_n(mask, zero, x) if keep_below else select_n(mask, x, zero)
+
+
+def tril(x, k: int = 0):
+    """The lower triangle of each matrix, from diagonal `k` down (JAX's `_tril`)."""
+    return _masked(x, k, True)
+
+
+def triu(x, k: int = 0):
+    """The upper triangle of each matrix, from diagonal `k` up (JAX's `_triu`)."""
+    return _masked(x, k - 1, False)
+
+
+def eye(dtype: str, n: int, m: int | None = None):
+    """The identity matrix of `dtype` (JAX's `_eye`)."""
+    shp = (n, n if m is None else m)
+    return convert_element_type(eq(bind_iota("i32", shp, 0), bind_iota("i32", shp, 1)), dtype)
+
+
+def eye_like(x):
+    """The identity broadcast over `x`'s batch dimensions (x: a stack of square matrices)."""
+    shp, dims = _matrix_dims(x)
+    return broadcast_in_dim(eye(_dtype(x), shp[-2], shp[-1]), shp, dims)
+
+
+def diagonal(x):
+    """The diagonal of each square matrix (`x[..., i, i]`), as a sum of `x * I`: linear and
+    transposable without a gather."""
+    return reduce_sum(mul(x, eye_like(x)), (len(shape(x)) - 1,))
+
+
+def diag_matrix(s):
+    """The diagonal matrices with the vectors `s` (`...,n`) on their diagonals."""
+    shp = shape(s)
+    nd = len(shp)
+    out = shp + (shp[-1],)
+    spread = broadcast_in_dim(s, out, (*range(nd - 1), nd))
+    return mul(spread, broadcast_in_dim(eye(_dtype(s), shp[-1]), out, (nd - 1, nd)))
+
+
+def row_vector(v):
+    """`v[..., None, :]`: each vector as a row, for broadcasting against matrices."""
+    shp = shape(v)
+    nd = len(shp)
+    return broadcast_in_dim(v, shp[:-1] + (shp[-1], shp[-1]), (*range(nd - 1), nd))
+
+
+def col_vector(v):
+    """`v[..., :, None]`: each vector as a column, for broadcasting against matrices."""
+    shp = shape(v)
+    nd = len(shp)
+    return broadcast_in_dim(v, shp[:-1] + (shp[-1], shp[-1]), tuple(range(nd)))
+
+
 # ---------------------------------------------------------------- gather (also used by sort's JVP)
 
 

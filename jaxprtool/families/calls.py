@@ -35,7 +35,7 @@ from ..ad.registry import (
     rebind_primal,
 )
 from ..ad.transpose import backward_pass, transpose_jaxpr
-from ..ad.zeros import Zero, instantiate, is_undefined_primal, is_zero, tangent_type
+from ..ad.zeros import Zero, add_tangents, instantiate, is_undefined_primal, is_zero, tangent_type
 from ..core import Jaxpr, JaxprError, ShapedArray, Var
 from ..params import Opaque, Record, format_value
 from ..primitives import ShapeError, shape_rule
@@ -882,7 +882,175 @@ def _custom_linear_solve_evaluate(interp, eqn, invals, path):
     return interp.fn(get(jaxprs, "solve"), eqn, path, "custom_linear_solve")(*solve_consts, *b)
 
 
-define("custom_linear_solve", evaluate=_custom_linear_solve_evaluate)
+def _solve_field(rec, key):
+    """A field of a `_LinearSolveTuple` record (const_lengths or jaxprs)."""
+    return rec.get(key) if hasattr(rec, "get") else rec[_SOLVE_NAMES.index(key)]
+
+
+def _split_solve_args(args, const_lengths):
+    """JAX's `_split_linear_solve_args`: {name: its consts} and b."""
+    groups, start = {}, 0
+    for k in _SOLVE_NAMES:
+        n = int(_solve_field(const_lengths, k) or 0)
+        groups[k] = list(args[start : start + n])
+        start += n
+    return groups, list(args[start:])
+
+
+def _solve_record(values: dict) -> Record:
+    return Record("_LinearSolveTuple", tuple((k, values[k]) for k in _SOLVE_NAMES))
+
+
+#: the roles exchanged by transposition (JAX's `_LinearSolveTuple.transpose`)
+_SOLVE_TRANSPOSED = {
+    "matvec": "vecmat",
+    "vecmat": "matvec",
+    "solve": "transpose_solve",
+    "transpose_solve": "solve",
+}
+
+
+def _transposed_solve(rec: Record) -> Record:
+    return _solve_record({k: _solve_field(rec, _SOLVE_TRANSPOSED[k]) for k in _SOLVE_NAMES})
+
+
+def _bind_linear_solve(consts: dict, b, const_lengths, jaxprs):
+    flat = [x for k in _SOLVE_NAMES for x in consts[k]]
+    return current().bind(
+        "custom_linear_solve", flat + list(b), {"const_lengths": const_lengths, "jaxprs": jaxprs}
+    )
+
+
+def _tangent_linear_map(matvec: Jaxpr, consts, consts_dot, xs):
+    """JAX's `_tangent_linear_map`: for matvec(consts, x) = A x, the tangent A' x (the JVP of
+    matvec with respect to its consts only)."""
+    if matvec.constvars:
+        raise JaxprError(
+            "custom_linear_solve: a matvec with constants cannot be differentiated", current().loc
+        )
+    _, touts = jvp_eval(
+        matvec, consts + list(xs), consts_dot + [Zero(tangent_type(x.type)) for x in xs]
+    )
+    return touts
+
+
+def _custom_linear_solve_jvp(primals, tangents, *, const_lengths, jaxprs):
+    """JAX's `_custom_linear_solve_jvp`: A x = b gives x' = A^-1 (b' - A' x), solved by the
+    same custom_linear_solve (so its linear part is a solve, transposed by transpose_solve)."""
+    xs = _bind_linear_solve(*_split_solve_args(primals, const_lengths), const_lengths, jaxprs)
+    consts, _ = _split_solve_args(primals, const_lengths)
+    consts_dot, b_dot = _split_solve_args(tangents, const_lengths)
+    n = len(b_dot)
+    x_leaves = xs[:n]
+    if all(is_zero(t) for t in consts_dot["matvec"]):
+        rhs = b_dot
+    else:
+        matvec_tangents = _tangent_linear_map(
+            _solve_field(jaxprs, "matvec"), consts["matvec"], consts_dot["matvec"], x_leaves
+        )
+        rhs = [
+            add_tangents(bd, Zero(tangent_type(mt.type)) if is_zero(mt) else ops.neg(mt))
+            for bd, mt in zip(b_dot, matvec_tangents)
+        ]
+    if all(is_zero(r) for r in rhs):
+        return xs, [Zero(tangent_type(x.type)) for x in xs]
+    x_dot = _bind_linear_solve(consts, [instantiate(r) for r in rhs], const_lengths, jaxprs)
+    return xs, x_dot[:n] + [Zero(tangent_type(x.type)) for x in x_dot[n:]]
+
+
+def _custom_linear_solve_transpose(cts, *args, const_lengths, jaxprs):
+    """JAX's `_linear_solve_transpose_rule`: the cotangent of b is the solve with the
+    transposed operator (matvec and vecmat, solve and transpose_solve exchanged)."""
+    loc = current().loc
+    if _solve_field(jaxprs, "transpose_solve") is None:
+        raise JaxprError(
+            "transpose_solve required for backwards mode automatic differentiation of "
+            "custom_linear_solve (pass transpose_solve=, or symmetric=True, to "
+            "lax.custom_linear_solve)",
+            loc,
+        )
+    consts, b = _split_solve_args(args, const_lengths)
+    if any(is_undefined_primal(x) for k in _SOLVE_NAMES for x in consts[k]):
+        raise JaxprError(
+            "custom_linear_solve is not linear in its operator's constants: only b may depend "
+            "on the linear inputs",
+            loc,
+        )
+    x_ct, other = list(cts[: len(b)]), cts[len(b) :]
+    if any(not is_zero(c) for c in other):
+        raise JaxprError("custom_linear_solve: cotangents of auxiliary outputs", loc)
+    if all(is_zero(c) for c in x_ct):
+        return [None] * (len(args) - len(b)) + [Zero(tangent_type(x.type)) for x in b]
+    swapped = {k: consts[_SOLVE_TRANSPOSED[k]] for k in _SOLVE_NAMES}
+    lengths_t = _solve_record(
+        {k: _solve_field(const_lengths, _SOLVE_TRANSPOSED[k]) for k in _SOLVE_NAMES}
+    )
+    out = _bind_linear_solve(
+        swapped, [instantiate(c) for c in x_ct], lengths_t, _transposed_solve(jaxprs)
+    )
+    return [None] * (len(args) - len(b)) + out[: len(b)]
+
+
+def _custom_linear_solve_batching(args, dims, *, const_lengths, jaxprs):
+    """JAX's `_linear_solve_batching_rule`: a fixpoint of which parts of x and b are batched,
+    consistent across the four jaxprs; batched operands move to axis 0."""
+    from ..ad.batching import axis_size, batch_jaxpr, broadcast, moveaxis
+
+    consts, b = _split_solve_args(args, const_lengths)
+    cdims, b_dims = _split_solve_args(dims, const_lengths)
+    cbat = {k: [d is not None for d in cdims[k]] for k in _SOLVE_NAMES}
+    orig_b_bat = [d is not None for d in b_dims]
+    js = {k: _solve_field(jaxprs, k) for k in _SOLVE_NAMES}
+    n_op = len(js["matvec"].outvars)
+    num_aux = len(js["solve"].outvars) - n_op
+    b_bat, x_bat = orig_b_bat, [False] * len(js["solve"].outvars)
+    for _ in range(2 + len(orig_b_bat) + len(x_bat)):
+        batched = {}
+        batched["solve"], solve_x_bat = batch_jaxpr(js["solve"], cbat["solve"] + b_bat, x_bat)
+        if js["vecmat"] is None:
+            batched["vecmat"], x_bat_out = None, solve_x_bat
+        else:
+            batched["vecmat"], vecmat_x_bat = batch_jaxpr(
+                js["vecmat"], cbat["vecmat"] + b_bat, b_bat
+            )
+            x_bat_out = [a or c for a, c in zip(vecmat_x_bat + [True] * num_aux, solve_x_bat)]
+        x_noaux = x_bat_out[:n_op]
+        batched["matvec"], matvec_b_bat = batch_jaxpr(js["matvec"], cbat["matvec"] + x_noaux, b_bat)
+        if js["transpose_solve"] is None:
+            batched["transpose_solve"] = None
+            b_bat_out = [a or c for a, c in zip(matvec_b_bat, orig_b_bat)]
+        else:
+            batched["transpose_solve"], st_bat = batch_jaxpr(
+                js["transpose_solve"], cbat["transpose_solve"] + x_noaux, x_bat_out
+            )
+            b_bat_out = [a or c or o for a, c, o in zip(matvec_b_bat, st_bat[: len(b)], orig_b_bat)]
+        if x_bat_out == x_bat and b_bat_out == b_bat:
+            break
+        x_bat, b_bat = x_bat_out, b_bat_out
+    else:
+        raise JaxprError("custom_linear_solve: batching did not reach a fixpoint", current().loc)
+
+    def front(x, d):
+        return x if d is None else moveaxis(x, d, 0)
+
+    new_consts = {k: [front(x, d) for x, d in zip(consts[k], cdims[k])] for k in _SOLVE_NAMES}
+    new_b = [
+        broadcast(x, axis_size(), 0) if now and d is None else front(x, d)
+        for x, d, now in zip(b, b_dims, b_bat)
+    ]
+    outs = _bind_linear_solve(new_consts, new_b, const_lengths, _solve_record(batched))
+    return outs, [0 if bat else None for bat in solve_x_bat]
+
+
+define(
+    "custom_linear_solve",
+    multiple_results=True,
+    batching=_custom_linear_solve_batching,
+    evaluate=_custom_linear_solve_evaluate,
+    jvp=_custom_linear_solve_jvp,
+    jvp_kind=LOW_LEVEL,
+    transpose=_custom_linear_solve_transpose,
+)
 
 
 @shape_rule("CustomRoot")

@@ -6,6 +6,15 @@ dot_general and conv_general_dilated are bilinear; their transposes follow JAX's
 one side is another dot_general / convolution of the output cotangent with the other side (for
 convolutions: the reversed kernel, with the roles of strides and lhs dilation exchanged, and
 feature/batch groups swapped).  A contraction costs 2 FLOPs per multiply-add (`flops`).
+
+The decompositions and solves carry JAX's JVP rules (`jax/_src/lax/linalg.py`: cholesky, lu,
+qr, eigh, svd, eig, triangular_solve, tridiagonal_solve; lu_pivots_to_permutation has an
+integer result), written with the matrix emitters of `ops` (tril, triu, eye, batch_matmul,
+adjoint, diagonal).  Their tangents are linear maps of the input tangents with primal
+coefficients, so linearize splits them and only the two solves need transpose rules (in their
+right-hand side).  tridiagonal, hessenberg, schur and householder_product have no rule in JAX
+either and refuse at the equation.  All batch by moving the batch dimension in front (JAX's
+`expand_dims_batcher`).
 """
 
 from __future__ import annotations
@@ -13,6 +22,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..ad import ops
+from ..ad.batching import leading_batch
+from ..ad.builder import current
 from ..ad.ops import (
     bind_convert,
     bind_reshape,
@@ -21,8 +32,19 @@ from ..ad.ops import (
     ints,
     shape,
     ty,
+    und,
 )
-from ..ad.registry import defbilinear, deflinear2, primitive_jvps, primitive_transposes, rule_kind
+from ..ad.registry import (
+    LOW_LEVEL,
+    defbilinear,
+    defjvp2,
+    defjvp_zero,
+    deflinear2,
+    primitive_jvps,
+    primitive_transposes,
+    rebind_primal,
+    rule_kind,
+)
 from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import ShapedArray, short_dtype_name
 from ..params import EnumValue, Record, as_int_tuple
@@ -730,11 +752,86 @@ def _bind_defaults(**defaults):
     return rule
 
 
+# The JVP rules below are JAX's (`jax/_src/lax/linalg.py`), written with `ops`; their
+# tangents are linear in the input tangents with primal coefficients, so linearize splits them
+# and transpose needs rules only for the linear primitives they bind (triangular_solve and
+# tridiagonal_solve in their right-hand side).  Batching: the primitives take leading batch
+# dimensions (JAX's `expand_dims_batcher`).
+
+
+def _hmm(a, b):
+    """`a @ b` at `Precision.HIGHEST`, as JAX's rules multiply."""
+    return ops.batch_matmul(a, b, precision=ops.HIGHEST)
+
+
+def _multi_bind(name, inputs, **params):
+    """Bind `name` on `inputs`; always the list of its results."""
+    return current().bind(name, inputs, params)
+
+
+def _int_zeros(outs):
+    return [Zero(tangent_type(ty(o))) for o in outs]
+
+
+def _refuse_jvp(name, why):
+    """JAX has no JVP rule for `name`: refuse at the equation, saying how to proceed."""
+
+    def rule(primals, tangents, **params):
+        from ..core import JaxprError
+
+        raise JaxprError(
+            f"Differentiation rule for '{name}' not implemented ({why}; JAX has none either: "
+            "stop the gradient of its operand, or give the function that calls it a "
+            "jax.custom_jvp / custom_vjp rule and trace it with `jaxprtool trace`)",
+            current().loc,
+        )
+
+    return rule
+
+
+def _tri_solve(
+    a, b, *, left_side=False, lower=False, transpose_a=False, conjugate_a=False, unit_diagonal=False
+):
+    """JAX's `triangular_solve` wrapper (its defaults: right side, upper)."""
+    return ops.bind(
+        "triangular_solve",
+        a,
+        b,
+        conjugate_a=bool(conjugate_a),
+        left_side=bool(left_side),
+        lower=bool(lower),
+        transpose_a=bool(transpose_a),
+        unit_diagonal=bool(unit_diagonal),
+    )
+
+
 @shape_rule("cholesky")
 def _cholesky(in_types, params, out_hint):
     nargs(in_types, 1, "cholesky")
     x, _, _, _ = _matrix("cholesky", in_types[0], square=True)
     return [x]
+
+
+def _cholesky_jvp(primals, tangents, **params):
+    """JAX's `_cholesky_jvp_rule` (arXiv:1602.07527): L' = L phi(L^-1 sym(A') L^-H)."""
+    (x,), (sigma_dot,) = primals, tangents
+    if is_complex_dtype(ty(x).dtype):
+        r, i = ops.real(sigma_dot), ops.imag(sigma_dot)
+        sigma_dot = ops.complex(
+            ops.add(ops.tril(r), ops.matrix_transpose(ops.tril(r, -1))),
+            ops.sub(ops.tril(i, -1), ops.matrix_transpose(ops.tril(i, -1))),
+        )
+    else:
+        sigma_dot = ops.add(ops.tril(sigma_dot), ops.matrix_transpose(ops.tril(sigma_dot, -1)))
+    (chol,) = rebind_primal("cholesky", primals, params)
+    L = ops.tril(chol)
+    tmp = _tri_solve(L, sigma_dot, left_side=False, transpose_a=True, conjugate_a=True, lower=True)
+    inner = _tri_solve(L, tmp, left_side=True, transpose_a=False, lower=True)
+    phi = ops.div(ops.tril(inner), ops.add(ops.eye_like(inner), ops.lit(1, inner)))
+    return [L], [_hmm(L, phi)]
+
+
+define("cholesky", jvp=_cholesky_jvp, jvp_kind=LOW_LEVEL, batching=leading_batch("cholesky"))
 
 
 @shape_rule("eigh")
@@ -744,6 +841,39 @@ def _eigh(in_types, params, out_hint):
     sub = params.get("subset_by_index")
     d = n if sub is None else int(sub[1]) - int(sub[0])
     return [x.update(shape=b + (n, d)), x.update(shape=b + (d,), dtype=real_dtype(x.dtype))]
+
+
+def _eigh_jvp(primals, tangents, *, lower, sort_eigenvalues, subset_by_index=None, algorithm=None):
+    """JAX's `_eigh_jvp_rule`: nondegenerate perturbation theory (distinct eigenvalues)."""
+    (a,), (a_dot,) = primals, tangents
+    n = shape(a)[-1]
+    if not (subset_by_index is None or tuple(int(i) for i in subset_by_index) == (0, n)):
+        from ..core import JaxprError
+
+        raise JaxprError(
+            "Derivatives not defined for partial eigen decomposition (eigh with "
+            "subset_by_index): differentiate the full decomposition and slice it",
+            current().loc,
+        )
+    v, w_real = _multi_bind(
+        "eigh",
+        [ops.div(ops.add(a, ops.adjoint(a)), ops.lit(2, a))],
+        algorithm=algorithm,
+        lower=lower,
+        sort_eigenvalues=sort_eigenvalues,
+        subset_by_index=subset_by_index,
+    )
+    w = ops.bind_convert(w_real, ty(a).dtype)
+    eye = ops.eye_like(a)
+    delta_w = ops.sub(ops.row_vector(w), ops.col_vector(w))
+    fmat = ops.sub(ops.integer_pow(ops.add(delta_w, eye), -1), eye)
+    vdag_adot_v = _hmm(_hmm(ops.adjoint(v), a_dot), v)
+    dv = _hmm(v, ops.mul(fmat, vdag_adot_v))
+    re = ops.real(vdag_adot_v) if is_complex_dtype(ty(a).dtype) else vdag_adot_v
+    return [v, w_real], [dv, ops.diagonal(re)]
+
+
+define("eigh", jvp=_eigh_jvp, jvp_kind=LOW_LEVEL, batching=leading_batch("eigh"))
 
 
 define(
@@ -763,6 +893,86 @@ def _eig(in_types, params, out_hint):
     return [x.update(shape=b + (n,), dtype=c)] + [x.update(dtype=c)] * k
 
 
+def _lu_solve_square(a, rhs):
+    """a^-1 rhs through an LU of `a` (the factorization JAX's `_solve` uses; its tangent is
+    linear in `rhs` only)."""
+    lu, _, permutation = _multi_bind("lu", [a])
+    y = _tri_solve(lu, _take_rows(rhs, permutation), left_side=True, lower=True, unit_diagonal=True)
+    return _tri_solve(lu, y, left_side=True, lower=False)
+
+
+def _eig_vec_jvp(w, v, da):
+    """JAX's `_eig_vec_jvp`: nondegenerate perturbation theory, with LAPACK's normalisation of
+    each eigenvector (unit norm, real largest component) differentiated through."""
+    nd = len(shape(v))
+    eye = ops.eye_like(v)
+    fmat = ops.sub(
+        ops.div(ops.lit(1, w), ops.add(eye, ops.sub(ops.row_vector(w), ops.col_vector(w)))), eye
+    )
+    P = _hmm(_lu_solve_square(v, da), v)
+    dw = ops.diagonal(P)
+    U = _hmm(v, ops.mul(fmat, P))
+    k = ops.bind("argmax", ops.abs(v), axes=(nd - 2,), index_dtype=np.dtype("int32"))
+    rows = ops.bind_iota("i32", shape(v), nd - 2)
+    mask = ops.convert_element_type(ops.eq(rows, ops.row_vector(k)), ty(v).dtype)
+    col_sum = lambda x: ops.reduce_sum(x, (nd - 2,))  # noqa: E731
+    re = ops.neg(ops.real(col_sum(ops.mul(ops.conj(v), U))))
+    im = ops.div(ops.neg(ops.imag(col_sum(ops.mul(mask, U)))), ops.real(col_sum(ops.mul(mask, v))))
+    return dw, ops.add(U, ops.mul(v, ops.row_vector(ops.complex(re, im))))
+
+
+def _eig_jvp(
+    primals,
+    tangents,
+    *,
+    compute_left_eigenvectors=False,
+    compute_right_eigenvectors=True,
+    enable_eigvec_derivs=False,
+    implementation=None,
+):
+    """JAX's `eig_jvp_rule`: eigenvalues always; eigenvectors only with enable_eigvec_derivs."""
+    (a,), (da,) = primals, tangents
+    left, right = bool(compute_left_eigenvectors), bool(compute_right_eigenvectors)
+    if (left or right) and not enable_eigvec_derivs:
+        from ..core import JaxprError
+
+        raise JaxprError(
+            "Derivatives of non-symmetric eigenvectors are only valid under assumptions on the "
+            "input that JAX cannot check (see the enable_eigvec_derivs argument to "
+            "jax.lax.linalg.eig). Pass enable_eigvec_derivs=True to jax.lax.linalg.eig to opt "
+            "in. See https://github.com/jax-ml/jax/issues/2748 for discussion.",
+            current().loc,
+        )
+    outs = _multi_bind(
+        "eig",
+        [a],
+        compute_left_eigenvectors=left,
+        compute_right_eigenvectors=True,
+        enable_eigvec_derivs=enable_eigvec_derivs,
+        implementation=implementation,
+    )
+    w, vr = outs[0], outs[-1]
+    da = ops.bind_convert(da, ty(vr).dtype)
+    if not (left or right):
+        dw = ops.reduce_sum(
+            ops.mul(_lu_solve_square(vr, da), ops.matrix_transpose(vr)), (len(shape(vr)) - 1,)
+        )
+        return [w], [dw]
+    dw, dvr = _eig_vec_jvp(w, vr, da)
+    primal_out, tangent_out = [w], [dw]
+    if left:
+        _, dvl = _eig_vec_jvp(ops.conj(w), outs[1], ops.adjoint(da))
+        primal_out.append(outs[1])
+        tangent_out.append(dvl)
+    if right:
+        primal_out.append(vr)
+        tangent_out.append(dvr)
+    return primal_out, tangent_out
+
+
+define("eig", jvp=_eig_jvp, jvp_kind=LOW_LEVEL, batching=leading_batch("eig"))
+
+
 @shape_rule("lu")
 def _lu(in_types, params, out_hint):
     nargs(in_types, 1, "lu")
@@ -772,6 +982,62 @@ def _lu(in_types, params, out_hint):
         x.update(shape=b + (_min(m, n),), dtype="i32", weak_type=False),
         x.update(shape=b + (m,), dtype="i32", weak_type=False),
     ]
+
+
+def _lu_factors(lu):
+    """The unit lower L (m x m) and upper U (n x n) of a packed LU (m x n), as JAX pads them."""
+    *_, m, n = shape(lu)
+    k = min(m, n)
+    nd = len(shape(lu))
+    zero = ops.lit(0, lu)
+    keep = [(0, 0, 0)] * (nd - 2)
+    l_part = ops.tril(ops.slice_in_dim(lu, 0, k, axis=nd - 1), -1)
+    l = ops.add(ops.bind_pad(l_part, zero, keep + [(0, 0, 0), (0, m - k, 0)]), _eye_over(lu, m))
+    u = ops.bind_pad(
+        ops.triu(ops.slice_in_dim(lu, 0, k, axis=nd - 2)), zero, keep + [(0, n - k, 0), (0, 0, 0)]
+    )
+    if n > k:
+        pad = ops.bind_pad(ops.eye(ty(lu).dtype, n - k), zero, ((k, 0, 0), (k, 0, 0)))
+        u = ops.add(u, ops.broadcast_in_dim(pad, shape(u), (nd - 2, nd - 1)))
+    return l, u
+
+
+def _eye_over(x, n):
+    """I_n broadcast over `x`'s batch dimensions."""
+    nd = len(shape(x))
+    return ops.broadcast_in_dim(ops.eye(ty(x).dtype, n), shape(x)[:-2] + (n, n), (nd - 2, nd - 1))
+
+
+def _take_rows(x, perm):
+    """`x[..., perm, :]` per batch element (`perm`: `...,m` indices)."""
+    nd = len(shape(x))
+    idx = ops.broadcast_in_dim(perm, shape(x), tuple(range(nd - 1)))
+    return ops.take_along(x, idx, nd - 2)
+
+
+def _take_cols(x, perm):
+    """`x[..., :, perm]` per batch element (`perm`: `...,n` indices)."""
+    nd = len(shape(x))
+    idx = ops.broadcast_in_dim(perm, shape(x), (*range(nd - 2), nd - 1))
+    return ops.take_along(x, idx, nd - 1)
+
+
+def _lu_jvp(primals, tangents, **params):
+    """JAX's `_lu_jvp_rule` (De Hoog, Anderssen, Lukas): with X = L^-1 P A' U^-1,
+    LU' = L tril(X, -1) + triu(X) U."""
+    (a_dot,) = tangents
+    outs = rebind_primal("lu", primals, params)
+    lu, _, permutation = outs
+    l, u = _lu_factors(lu)
+    la = _tri_solve(
+        l, _take_rows(a_dot, permutation), left_side=True, lower=True, unit_diagonal=True
+    )
+    lau = _tri_solve(u, la, left_side=False, lower=False)
+    lu_dot = ops.add(_hmm(l, ops.tril(lau, -1)), _hmm(ops.triu(lau), u))
+    return outs, [lu_dot] + _int_zeros(outs[1:])
+
+
+define("lu", jvp=_lu_jvp, jvp_kind=LOW_LEVEL, batching=leading_batch("lu"))
 
 
 @shape_rule("qr")
@@ -785,7 +1051,56 @@ def _qr(in_types, params, out_hint):
     return outs
 
 
-define("qr", bind_params=_bind_defaults(pivoting=False, use_magma=None))
+def _thin_qr_jvp(q, r, dx):
+    """JAX's `_thin_qr_jvp` (m >= n): see j-towns.github.io/papers/qr-derivative.pdf."""
+    dx_rinv = _tri_solve(r, dx)
+    qt_dx_rinv = ops.batch_matmul(ops.adjoint(q), dx_rinv)
+    lower = ops.tril(qt_dx_rinv, -1)
+    do = ops.sub(lower, ops.adjoint(lower))
+    if is_complex_dtype(ty(q).dtype):
+        im = ops.sub(qt_dx_rinv, ops.bind_convert(ops.real(qt_dx_rinv), ty(q).dtype))
+        do = ops.add(do, ops.mul(ops.eye_like(do), im))
+    dq = ops.add(ops.batch_matmul(q, ops.sub(do, qt_dx_rinv)), dx_rinv)
+    dr = ops.batch_matmul(ops.sub(qt_dx_rinv, do), r)
+    return dq, dr
+
+
+def _qr_jvp(primals, tangents, *, pivoting=False, full_matrices=False, use_magma=None):
+    """JAX's `qr_jvp_rule`: thin and square QR, and the wide case (m < n) by blocks."""
+    (x,), (dx,) = primals, tangents
+    params = {"full_matrices": full_matrices, "pivoting": pivoting, "use_magma": use_magma}
+    outs = rebind_primal("qr", primals, params)
+    q, r = outs[:2]
+    *_, m, n = shape(x)
+    nd = len(shape(x))
+    if pivoting:
+        dx = _take_cols(dx, outs[2])
+    if m < n:
+        x2 = ops.slice_in_dim(x, m, n, axis=nd - 1)
+        dx1 = ops.slice_in_dim(dx, 0, m, axis=nd - 1)
+        dx2 = ops.slice_in_dim(dx, m, n, axis=nd - 1)
+        dq, dr1 = _thin_qr_jvp(q, ops.slice_in_dim(r, 0, m, axis=nd - 1), dx1)
+        dr2 = ops.add(ops.batch_matmul(ops.adjoint(dq), x2), ops.batch_matmul(ops.adjoint(q), dx2))
+        return outs, [dq, ops.bind_concatenate([dr1, dr2], nd - 1)] + _int_zeros(outs[2:])
+    if full_matrices and m != n:
+        from ..core import JaxprError
+
+        raise JaxprError(
+            "qr JVP for full_matrices=True with m > n is not implemented in jaxprtool (JAX "
+            "follows arXiv:2409.13374): use the reduced decomposition (mode='reduced')",
+            current().loc,
+        )
+    dq, dr = _thin_qr_jvp(q, r, dx)
+    return outs, [dq, dr] + _int_zeros(outs[2:])
+
+
+define(
+    "qr",
+    bind_params=_bind_defaults(pivoting=False, use_magma=None),
+    jvp=_qr_jvp,
+    jvp_kind=LOW_LEVEL,
+    batching=leading_batch("qr"),
+)
 
 
 @shape_rule("svd")
@@ -803,7 +1118,85 @@ def _svd(in_types, params, out_hint):
     return [s, x.update(shape=b + (m, m if full else r)), x.update(shape=b + (n if full else r, n))]
 
 
-define("svd", bind_params=_bind_defaults(algorithm=None, subset_by_index=None))
+def _svd_jvp(
+    primals, tangents, *, full_matrices, compute_uv=True, subset_by_index=None, algorithm=None
+):
+    """JAX's `_svd_jvp_rule` (distinct nonzero singular values for U and V)."""
+    from ..core import JaxprError
+
+    (A,), (dA,) = primals, tangents
+    *_, m, n = shape(A)
+    k = min(m, n)
+    if compute_uv and full_matrices and m != n:
+        raise JaxprError(
+            "Singular value decomposition JVP not implemented for full matrices (as in JAX): "
+            "use full_matrices=False",
+            current().loc,
+        )
+    if compute_uv and not (
+        subset_by_index is None or tuple(int(i) for i in subset_by_index) == (0, k)
+    ):
+        raise JaxprError(
+            "Singular value decomposition JVP not implemented for subset_by_index with "
+            "compute_uv=True (as in JAX)",
+            current().loc,
+        )
+    s, U, Vt = _multi_bind(
+        "svd",
+        [A],
+        algorithm=algorithm,
+        compute_uv=True,
+        full_matrices=False,
+        subset_by_index=subset_by_index,
+    )
+    dtype = ty(A).dtype
+    cplx = is_complex_dtype(dtype)
+    Ut, V = ops.adjoint(U), ops.adjoint(Vt)
+    dS = ops.batch_matmul(ops.batch_matmul(Ut, dA), V)
+    ds = ops.diagonal(ops.real(dS) if cplx else dS)
+    if not compute_uv:
+        return [s], [ds]
+    s_row, s_col = ops.row_vector(s), ops.col_vector(s)
+    s_diffs = ops.mul(ops.add(s_row, s_col), ops.sub(s_row, s_col))
+    eye = ops.eye_like(s_diffs)
+    F = ops.sub(ops.div(ops.lit(1, s), ops.add(s_diffs, eye)), eye)
+    s_row_a, s_col_a = ops.bind_convert(s_row, dtype), ops.bind_convert(s_col, dtype)
+    dSS = ops.mul(s_row_a, dS)
+    SdS = ops.mul(s_col_a, dS)
+    s_zeros = ops.convert_element_type(ops.eq(s, ops.lit(0, s)), ty(s).dtype)
+    s_inv = ops.sub(ops.div(ops.lit(1, s), ops.add(s, s_zeros)), s_zeros)
+    s_inv_mat = ops.bind_convert(ops.diag_matrix(s_inv), dtype)
+    dUdV_diag = ops.mul(ops.mul(ops.lit(0.5, dS), ops.sub(dS, ops.adjoint(dS))), s_inv_mat)
+    Fa = ops.bind_convert(F, dtype)
+    dU = ops.batch_matmul(U, ops.add(ops.mul(Fa, ops.add(dSS, ops.adjoint(dSS))), dUdV_diag))
+    dV = ops.batch_matmul(V, ops.mul(Fa, ops.add(SdS, ops.adjoint(SdS))))
+    if m > n:
+        dAV = ops.batch_matmul(dA, V)
+        proj = ops.sub(dAV, ops.batch_matmul(U, ops.batch_matmul(Ut, dAV)))
+        dU = ops.add(dU, ops.div(proj, _rows_like(s, dtype, m)))
+    if n > m:
+        dAHU = ops.batch_matmul(ops.adjoint(dA), U)
+        proj = ops.sub(dAHU, ops.batch_matmul(V, ops.batch_matmul(Vt, dAHU)))
+        dV = ops.add(dV, ops.div(proj, _rows_like(s, dtype, n)))
+    outs = [s, U, Vt]
+    return outs, [ds, dU, ops.adjoint(dV)]
+
+
+def _rows_like(s, dtype, rows):
+    """`s[..., None, :]` broadcast to `rows` rows, in `dtype`."""
+    shp = shape(s)
+    nd = len(shp)
+    out = shp[:-1] + (rows, shp[-1])
+    return ops.bind_convert(ops.broadcast_in_dim(s, out, (*range(nd - 1), nd)), dtype)
+
+
+define(
+    "svd",
+    bind_params=_bind_defaults(algorithm=None, subset_by_index=None),
+    jvp=_svd_jvp,
+    jvp_kind=LOW_LEVEL,
+    batching=leading_batch("svd"),
+)
 
 
 @shape_rule("triangular_solve")
@@ -821,10 +1214,133 @@ def _triangular_solve(in_types, params, out_hint):
     return [bt]
 
 
+def _triangular_solve_jvp_a(
+    g_a, ans, a, b, *, left_side, lower, transpose_a, conjugate_a, unit_diagonal
+):
+    """JAX's `_triangular_solve_jvp_rule_a`: -A^-1 A' X (or -X A' A^-1), in the cheaper order."""
+    m, n = shape(b)[-2:]
+    k = 1 if unit_diagonal else 0
+    g_a = ops.tril(g_a, -k) if lower else ops.triu(g_a, k)
+    g_a = ops.neg(g_a)
+    g_a = ops.matrix_transpose(g_a) if transpose_a else g_a
+    g_a = ops.conj(g_a) if conjugate_a and is_complex_dtype(ty(g_a).dtype) else g_a
+    kws = dict(
+        left_side=left_side,
+        lower=lower,
+        transpose_a=transpose_a,
+        conjugate_a=conjugate_a,
+        unit_diagonal=unit_diagonal,
+    )
+
+    def a_inverse(rhs):
+        return _tri_solve(a, rhs, **kws)
+
+    if left_side:
+        return a_inverse(_hmm(g_a, ans)) if m > n else _hmm(a_inverse(g_a), ans)
+    return a_inverse(_hmm(ans, g_a)) if m < n else _hmm(ans, a_inverse(g_a))
+
+
+def _triangular_solve_jvp_b(g_b, ans, a, b, **params):
+    return _tri_solve(a, g_b, **params)
+
+
+def _triangular_solve_transpose(cts, a, b, *, transpose_a, **params):
+    """JAX's `_triangular_solve_transpose_rule`: linear in b only; solve with op(A)^T."""
+    from ..core import JaxprError
+
+    if und(a):
+        raise JaxprError(
+            "'triangular_solve' is not linear in its matrix operand: only b may depend on the "
+            "linear inputs",
+            current().loc,
+        )
+    (ct,) = cts
+    if is_zero(ct):
+        return [None, Zero(tangent_type(ty(b)))]
+    return [None, _tri_solve(a, ct, transpose_a=not transpose_a, **params)]
+
+
+defjvp2("triangular_solve", _triangular_solve_jvp_a, _triangular_solve_jvp_b)
+define(
+    "triangular_solve",
+    transpose=_triangular_solve_transpose,
+    batching=leading_batch("triangular_solve"),
+)
+
+
 @shape_rule("tridiagonal_solve")
 def _tridiagonal_solve(in_types, params, out_hint):
     nargs(in_types, 4, "tridiagonal_solve")
     return [arr(in_types[3], "tridiagonal_solve", 3)]
+
+
+def _tridiagonal_product(dl, d, du, b):
+    """The tridiagonal matrix (dl, d, du) times b (JAX's `_tridiagonal_product`)."""
+    nd = len(shape(b))
+    m = shape(b)[-2]
+    keep = [(0, 0, 0)] * (nd - 2)
+
+    def col(v):
+        return ops.broadcast_in_dim(v, shape(v) + (shape(b)[-1],), tuple(range(nd - 1)))
+
+    def rows(x, lo, hi, axis):
+        return ops.slice_in_dim(x, lo, hi, axis=axis)
+
+    y = ops.mul(col(d), b)
+    below = ops.mul(col(rows(dl, 1, m, nd - 2)), rows(b, 0, m - 1, nd - 2))
+    above = ops.mul(col(rows(du, 0, m - 1, nd - 2)), rows(b, 1, m, nd - 2))
+    zero = ops.lit(0, b)
+    y = ops.add(y, ops.bind_pad(below, zero, keep + [(1, 0, 0), (0, 0, 0)]))
+    return ops.add(y, ops.bind_pad(above, zero, keep + [(0, 1, 0), (0, 0, 0)]))
+
+
+def _tridiagonal_solve_jvp(primals, tangents, *, perturb_singular=False):
+    """JAX's `_tridiagonal_solve_jvp_rule`: x' = T^-1 (b' - T' x)."""
+    from ..ad.zeros import add_tangents, instantiate
+
+    *diags, _ = primals
+    *diags_dot, b_dot = tangents
+    params = {"perturb_singular": perturb_singular}
+    (ans,) = rebind_primal("tridiagonal_solve", primals, params)
+    if all(is_zero(t) for t in diags_dot):
+        rhs = b_dot
+    else:
+        matvec_dot = _tridiagonal_product(*[instantiate(t) for t in diags_dot], ans)
+        rhs = add_tangents(b_dot, ops.neg(matvec_dot))
+    return [ans], [ops.bind("tridiagonal_solve", *diags, instantiate(rhs), **params)]
+
+
+def _tridiagonal_solve_transpose(cts, dl, d, du, b, *, perturb_singular=False):
+    """JAX's `_tridiagonal_solve_transpose_rule`: solve with the transposed matrix, whose
+    sub-diagonal is du shifted down and super-diagonal dl shifted up."""
+    from ..core import JaxprError
+
+    if und(dl) or und(d) or und(du):
+        raise JaxprError(
+            "'tridiagonal_solve' is not linear in its diagonals: only b may depend on the "
+            "linear inputs",
+            current().loc,
+        )
+    (ct,) = cts
+    if is_zero(ct):
+        return [None, None, None, Zero(tangent_type(ty(b)))]
+    nd = len(shape(dl))
+    m = shape(dl)[-1]
+    keep = [(0, 0, 0)] * (nd - 1)
+    zero = ops.lit(0, dl)
+    dl_t = ops.bind_pad(ops.slice_in_dim(du, 0, m - 1, axis=nd - 1), zero, keep + [(1, 0, 0)])
+    du_t = ops.bind_pad(ops.slice_in_dim(dl, 1, m, axis=nd - 1), zero, keep + [(0, 1, 0)])
+    out = ops.bind("tridiagonal_solve", dl_t, d, du_t, ct, perturb_singular=perturb_singular)
+    return [None, None, None, out]
+
+
+define(
+    "tridiagonal_solve",
+    jvp=_tridiagonal_solve_jvp,
+    jvp_kind=LOW_LEVEL,
+    transpose=_tridiagonal_solve_transpose,
+    batching=leading_batch("tridiagonal_solve"),
+)
 
 
 @shape_rule("tridiagonal")
@@ -841,11 +1357,25 @@ def _tridiagonal(in_types, params, out_hint):
     ]
 
 
+define(
+    "tridiagonal",
+    jvp=_refuse_jvp("tridiagonal", "a reduction to tridiagonal form"),
+    batching=leading_batch("tridiagonal"),
+)
+
+
 @shape_rule("hessenberg")
 def _hessenberg(in_types, params, out_hint):
     nargs(in_types, 1, "hessenberg")
     x, b, m, n = _matrix("hessenberg", in_types[0], square=True)
     return [x, x.update(shape=b + (dim_add(n, -1),))]
+
+
+define(
+    "hessenberg",
+    jvp=_refuse_jvp("hessenberg", "a reduction to Hessenberg form"),
+    batching=leading_batch("hessenberg"),
+)
 
 
 @shape_rule("schur")
@@ -855,10 +1385,24 @@ def _schur(in_types, params, out_hint):
     return [x, x] if params.get("compute_schur_vectors", True) else [x]
 
 
+define(
+    "schur",
+    jvp=_refuse_jvp("schur", "a Schur decomposition"),
+    batching=leading_batch("schur"),
+)
+
+
 @shape_rule("householder_product")
 def _householder_product(in_types, params, out_hint):
     nargs(in_types, 2, "householder_product")
     return [arr(in_types[0], "householder_product", 0)]
+
+
+define(
+    "householder_product",
+    jvp=_refuse_jvp("householder_product", "a product of Householder reflectors"),
+    batching=leading_batch("householder_product"),
+)
 
 
 @shape_rule("lu_pivots_to_permutation")
@@ -866,6 +1410,10 @@ def _lu_pivots_to_permutation(in_types, params, out_hint):
     x = one_arr(in_types, "lu_pivots_to_permutation")
     size = int_param(params, "permutation_size")
     return [x.update(shape=x.shape[:-1] + (size,))]
+
+
+defjvp_zero("lu_pivots_to_permutation")
+define("lu_pivots_to_permutation", batching=leading_batch("lu_pivots_to_permutation"))
 
 
 # ---------------------------------------------------------------- fft
