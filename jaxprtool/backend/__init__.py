@@ -55,9 +55,22 @@ def check_runnable(jaxpr) -> None:
     if err is not None:
         raise err
     for e in all_eqns(jaxpr):
-        why = refusal(e)
+        why = refusal(e) or _elided_literal(e)
         if why:
             raise JaxprError(f"cannot run {why}", e.loc)
+
+
+def _elided_literal(e) -> str | None:
+    """An array literal printed without its values (`...`): nothing to run it with."""
+    from ..core import Literal
+
+    for a in e.inputs:
+        if isinstance(a, Literal) and a.value is Ellipsis:
+            return (
+                f"'{e.prim}': its operand is an array literal ...:{a.type} whose values the "
+                "text does not hold (JAX elided them when it printed the program)"
+            )
+    return None
 
 
 def as_jax_function(jaxpr, dims=None, enable_x64: bool = True):
