@@ -14,8 +14,18 @@ machinery JAX's own JVP uses (the equation's `jvp_jaxpr_fun`, `fwd_jaxpr_thunk`,
 Custom calls inside the traced rules are not annotated themselves (JAX's own rules often
 call the function again, e.g. relu's JVP computes relu, so recording them would not end);
 differentiating a rule again therefore meets those calls without their rules.  An equation whose rule
-cannot be recorded exactly (closed-over constants, symbolic zeros) keeps its JAX text and
-gets a warning; the AD commands then treat it as a rule the text lacks.
+cannot be recorded exactly (closed-over constants), or whose rule raises when traced (Equinox's
+`nondifferentiable`), keeps its JAX text and gets a warning; the AD commands then treat it
+as a rule the text lacks.
+
+A `symbolic_zeros=True` custom_vjp (Equinox's `filter_custom_vjp`, behind its checkpointed
+while loops and so diffrax's `diffeqsolve`) is recorded as JAX calls it when every float
+input of the traced program is differentiated: its fwd rule gets the perturbed flags of that
+case (`stop_gradient` and integer values unperturbed), recorded as
+`jaxprtool_perturbed=(True, False, ...)` when some are False (a tangent on an unperturbed
+operand is then refused), and its bwd rule gets zeros for symbolic-zero cotangents.
+Residuals the fwd rule returns as constants (Equinox's flags) reach the bwd rule as Python
+values, as in JAX.
 """
 
 from __future__ import annotations
@@ -53,7 +63,8 @@ def annotate(closed, ours: Jaxpr, warn: Callable[[str, Eqn], None]) -> dict[int,
             warn(str(e), eqn)
             continue
         except Exception as e:  # noqa: BLE001 - the user's rule failed when traced
-            warn(_failed(live, e), eqn)
+            if not _library_rule(eqn):
+                warn(_failed(live, e), eqn)
             continue
         for key, (live_rule, text_rule) in rules.items():
             eqn.params[key] = text_rule
@@ -118,6 +129,19 @@ def _perturbed(live, active: set[int]) -> list[bool] | None:
     if not live.params.get("symbolic_zeros"):
         return None
     return [not hasattr(x, "val") and id(x) in active for x in live.invars]
+
+
+def _library_rule(eqn: Eqn) -> bool:
+    """Whether the tool has its own rule for this custom_jvp function (a family's library
+    rule, e.g. Equinox's `nondifferentiable`, whose JVP raises by design)."""
+    from ..ad.registry import find_library_jvp
+    from ..record import ensure_loaded
+
+    body = eqn.params.get("call_jaxpr")
+    if eqn.prim != "custom_jvp_call" or not isinstance(body, Jaxpr):
+        return False
+    ensure_loaded("custom_jvp_call")  # the families that register library rules
+    return find_library_jvp(str(eqn.params.get("name")), eqn.params, body) is not None
 
 
 def _failed(live, e: Exception) -> str:

@@ -286,6 +286,7 @@ def _maybe_set_impl(pred, xs, x, *idx, makes_false_steps, **params):
     """Equinox's `_maybe_set_impl` for an index of integer scalars."""
     import jax.lax as lax
 
+    xs, x = _jnp().asarray(xs), _jnp().asarray(x)  # the evaluator may hold numpy arrays
     i = idx[0] if params.get("i_static") is None else tuple(idx)
     if makes_false_steps:
         x = lax.select(pred, x, xs.at[i].get())
@@ -353,7 +354,7 @@ define(
     multiple_results=True,
     evaluate=_maybe_set_evaluate,
     batching=refuse(
-        "batching 'maybe_set' is not supported: Equinox batches it by vmapping its rules "
+        "batching maybe_set is not supported: Equinox batches it by vmapping its rules "
         "(its `vprim`), which the text cannot express"
     ),
 )
@@ -379,7 +380,7 @@ class _NondifferentiableRule:
     @staticmethod
     def tangent(primals, tangents, ans):
         raise JaxprError(
-            "Unexpected tangent: this value went through Equinox's `eqx.nondifferentiable`, "
+            "Unexpected tangent: this value went through `eqx.nondifferentiable` (Equinox), "
             "which cannot be autodifferentiated (JAX raises here too)",
             current().loc,
         )
