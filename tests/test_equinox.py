@@ -484,6 +484,11 @@ def test_trace_consts_out_feeds_run_consts(tmp_path):
     g = derived(tmp_path, "grad", prog, label="grad")
     (grad,) = tool_outputs(tmp_path, g, [x], tmp_path / "c.npz", "grad")
     close(grad, jax.grad(mod.f)(x))
+    np.savez(tmp_path / "x.npz", arg0=x)
+    r = tool("check-grad", prog, "--args", tmp_path / "x.npz", "--consts", tmp_path / "c.npz")
+    assert r.exit_code == 0 and "0 failures" in r.output, r.output
+    r = tool("explain", prog, "--args", tmp_path / "x.npz", "--consts", tmp_path / "c.npz")
+    assert r.exit_code == 1 and "explain cannot yet use the constants of nested" in r.output
     np.save(tmp_path / "x.npy", x)
     r = tool("run", prog, "--arg", tmp_path / "x.npy")  # no values for the program's own
     assert r.exit_code == 1

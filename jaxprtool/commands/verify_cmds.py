@@ -14,13 +14,32 @@ from .common import FILE_ARG, int_list
 
 
 def _runner(consts):
-    """run(jaxpr, args) through XLA, with the program's constants when it has constvars."""
+    """run(jaxpr, args) through XLA, with the program's constants when it has constvars
+    (its nested jaxprs' included, `backend/consts.py`), in the program's float width (the
+    float64 copy finite differences use)."""
     from ..backend import evaluate
+    from ..backend.consts import all_constvars
 
     def run(jaxpr, args):
-        return evaluate(jaxpr, args, consts if jaxpr.constvars else None)
+        cvars = all_constvars(jaxpr)
+        if not cvars:
+            return evaluate(jaxpr, args, None)
+        if len(consts) == len(jaxpr.constvars):
+            cvars = list(jaxpr.constvars)
+        return evaluate(jaxpr, args, [_as_type(c, v.type) for c, v in zip(consts, cvars)])
 
     return run
+
+
+def _as_type(value, t):
+    """A float constant in the float type of its binder (float32 data for float64 binders)."""
+    import numpy as np
+
+    a = np.asarray(value)
+    want = getattr(t, "np_dtype", None)
+    if want is not None and a.dtype.kind in "fc" and np.dtype(want).kind in "fc":
+        return a.astype(want)
+    return a
 
 
 @click.command("check-grad")
