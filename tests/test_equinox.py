@@ -243,6 +243,10 @@ def error_checked(x):
 
 def callback(x):
     return jax.pure_callback(lambda v: v * 2, jax.ShapeDtypeStruct((), jnp.float32), x) + x
+
+
+def not_inlined(x):
+    return jnp.sum(eqxi.noinline(jnp.sin)(x))
 """
 
 
@@ -423,7 +427,7 @@ def test_checkpointed_while_loop(zoo, tmp_path):
 
 
 @needs_eqx
-def test_callbacks_say_that_eqx_on_error_nan_avoids_them(zoo, tmp_path):
+def test_callbacks_and_python_level_primitives_are_refused_saying_why(zoo, tmp_path):
     prog, _, _ = zoo.trace("error_checked", "f32[]")
     r = tool("run", prog, "--input", "f32[]=1.0")
     assert r.exit_code == 1
@@ -436,6 +440,11 @@ def test_callbacks_say_that_eqx_on_error_nan_avoids_them(zoo, tmp_path):
     r = tool("grad", prog)
     assert r.exit_code == 1 and "Pure callbacks do not support JVP" in r.output
     assert "EQX_ON_ERROR=nan" in r.output
+    prog, _, _ = zoo.trace("not_inlined", "f32[3]")  # its function is a Python object
+    r = tool("run", prog, "--random", "0")
+    assert r.exit_code == 1 and "cannot run 'noinline' is an Equinox noinline call" in r.output
+    r = tool("grad", prog)
+    assert r.exit_code == 1 and "cannot differentiate an Equinox noinline call" in r.output
 
 
 # ---------------------------------------------------------------- constants (plain JAX)

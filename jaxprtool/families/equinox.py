@@ -18,7 +18,8 @@ primitives under their own names.  Each rule below follows Equinox's own definit
 
 `eqx.nondifferentiable` is a `custom_jvp` function (`_nondifferentiable`), not a primitive:
 its JVP rule, registered below as a library rule, raises as Equinox's does when a tangent
-reaches it.  Batching `maybe_set` (Equinox's `vprim`) is refused with a message.
+reaches it.  Batching `maybe_set` (Equinox's `vprim`) is refused with a message, and so are
+running and differentiating `noinline`, whose function is a Python object.
 """
 
 from __future__ import annotations
@@ -360,6 +361,31 @@ define(
 )
 primitive_jvps["maybe_set"] = _maybe_set_jvp
 primitive_transposes["maybe_set"] = _maybe_set_transpose
+
+
+# ---------------------------------------------------------------- Python-level primitives
+
+#: primitives whose parameters are Python objects (the function of a noinline call)
+_PYTHON_LEVEL = {
+    "noinline": "an Equinox noinline call (eqx.internal.noinline), whose function",
+}
+
+
+def _python_level_refusal(what):
+    def rule(*args, **params):
+        raise JaxprError(
+            f"cannot differentiate {what} the text cannot hold (a Python object)", current().loc
+        )
+
+    return rule
+
+
+for _n, _what in _PYTHON_LEVEL.items():
+    define(
+        _n,
+        refusal=f"is {_what} the text cannot hold (a Python object)",
+        jvp=_python_level_refusal(_what),
+    )
 
 
 # ---------------------------------------------------------------- eqx.nondifferentiable

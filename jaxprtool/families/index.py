@@ -142,6 +142,7 @@ FAMILIES_OF: dict[str, tuple[str, ...]] = {
     "neg": ("arithmetic", "batching"),
     "new_ref": ("state",),
     "nextafter": ("arithmetic", "batching"),
+    "noinline": ("equinox",),
     "nonbatchable": ("equinox",),
     "nondifferentiable_backward": ("equinox",),
     "nontraceable": ("equinox",),
