@@ -1,6 +1,7 @@
 """`make bench`: run every bench/bench_*.py in its own process and print their tables
 (bench_ad, bench_parse, bench_print, bench_run, bench_sharded: the last one runs sharded
-programs on a mesh of host devices, the tool against jax.jit)."""
+programs on a mesh of host devices, the tool against jax.jit), then zoo_counts.py (the zoo's
+gradient equation counts against JAX's)."""
 
 import subprocess
 import sys
@@ -12,7 +13,7 @@ HERE = Path(__file__).resolve().parent
 
 def main() -> int:
     failed = []
-    for script in sorted(HERE.glob("bench_*.py")):
+    for script in [*sorted(HERE.glob("bench_*.py")), HERE / "zoo_counts.py"]:
         print(f"\n=== {script.name} ===", flush=True)
         t0 = time.perf_counter()
         rc = subprocess.call([sys.executable, str(script)])

@@ -103,6 +103,8 @@ class ShapedArray:
     weak_type: bool = field(default=False, compare=False)
     memory_space: str | None = None  # from `f32<host>[3]`
     vma: str | None = None  # raw text inside the `{...}` suffix, e.g. "V:(x,y)"
+    #: xmap's named axes after `;` (`f16[4,512,512;a:8]`, JAX <= 0.4.30), raw text "a:8"
+    named_shape: str | None = None
 
     @property
     def ndim(self) -> int:
@@ -130,11 +132,14 @@ class ShapedArray:
             self.weak_type if weak_type is None else weak_type,
             self.memory_space,
             self.vma,
+            self.named_shape,
         )
 
     def __str__(self) -> str:
         space = f"<{self.memory_space}>" if self.memory_space else ""
         dims = ",".join(str(d) for d in self.shape)
+        if self.named_shape is not None:
+            dims += ";" + self.named_shape
         vma = f"{{{self.vma}}}" if self.vma is not None else ""
         return f"{self.dtype}{space}[{dims}]{vma}"
 
@@ -253,6 +258,9 @@ class Eqn:
     outputs: tuple[Var, ...]
     params: dict[str, Any]
     loc: Loc | None = None
+    #: the text printed this result-less equation as ` = prim ...` (JAX < 0.4.22); read only
+    #: by version detection (the printer follows the style)
+    bare_eq: bool = False
 
     def replace(self, **kw) -> Eqn:
         d = dict(
@@ -261,6 +269,7 @@ class Eqn:
             outputs=self.outputs,
             params=self.params,
             loc=self.loc,
+            bare_eq=self.bare_eq,
         )
         d.update(kw)
         d["inputs"] = tuple(d["inputs"])
@@ -381,6 +390,45 @@ def map_param_jaxprs(value: Any, fn) -> Any:
     if hasattr(value, "map_jaxprs"):
         return value.map_jaxprs(fn)
     return value
+
+
+def named_axes_use(jaxpr: Jaxpr) -> tuple[Eqn | None, ShapedArray] | None:
+    """Where xmap's named axes (`f16[4,512,512;a:8]`, JAX <= 0.4.30) first appear: (None,
+    type) for an input or constant of `jaxpr`, (equation, type) for the first equation whose
+    results or whose nested jaxprs' binders carry them; None when nothing does."""
+
+    def named(vs):
+        for v in vs:
+            t = v.type
+            if isinstance(t, ShapedArray) and t.named_shape is not None:
+                return t
+        return None
+
+    t = named(jaxpr.constvars + jaxpr.invars)
+    if t is not None:
+        return None, t
+    for e in all_eqns(jaxpr):
+        t = named(e.outputs)
+        for sub in eqn_subjaxprs(e):
+            t = t or named(sub.constvars + sub.invars)
+        if t is not None:
+            return e, t
+    return None
+
+
+def named_axes_refusal(jaxpr: Jaxpr, doing: str) -> JaxprError | None:
+    """The located error refusing `doing` ("running", "differentiating") a program with xmap's
+    named axes (no installed JAX has xmap), or None."""
+    use = named_axes_use(jaxpr)
+    if use is None:
+        return None
+    e, t = use
+    what = f"'{e.prim}' uses the type {t}" if e else f"input type {t}"
+    message = (
+        f"{doing} a program with xmap's named axes is not supported: {what} (xmap was deleted "
+        "in JAX 0.4.31); re-trace the function with jax.vmap or shard_map on a current JAX"
+    )
+    return ProgramError(message, "inputs") if e is None else JaxprError(message, e.loc)
 
 
 def all_eqns(jaxpr: Jaxpr):

@@ -111,6 +111,27 @@ class Opaque:
         return self.text
 
 
+class SpacedList(list):
+    """A list printed with other spacing than `str(list)`'s `[a, b]`: `branch_jaxprs=[⏎
+    { lambda ...},⏎  { lambda ...}⏎]` (Catalyst's cond, JAX 0.4.x).  `seps` is the text
+    before each element (after `[`, or from the previous element's end: `,⏎  `) and, last,
+    before `]`; it reprints the layout as long as the elements print as they were read."""
+
+    def __init__(self, items, seps: tuple[str, ...]):
+        super().__init__(items)
+        self.seps = tuple(seps)
+
+    @staticmethod
+    def standard(n: int) -> tuple[str, ...]:
+        """The separators of `str(list)` for n elements."""
+        return ("",) + (", ",) * (n - 1) + ("",) if n else ("",)
+
+    def join(self, texts: list[str]) -> str:
+        """`[...]` around the element texts, with this list's separators when they fit."""
+        seps = self.seps if len(self.seps) == len(texts) + 1 else self.standard(len(texts))
+        return "[" + "".join(a + b for a, b in zip(seps, texts)) + seps[-1] + "]"
+
+
 def format_value(v: Any, nested: bool = False) -> str:
     """JAX's `str(value)` for a parameter value that contains no jaxpr."""
     if isinstance(v, str):
@@ -125,6 +146,8 @@ def format_value(v: Any, nested: bool = False) -> str:
         if len(v) == 1:
             return f"({format_value(v[0], True)},)"
         return "(" + ", ".join(format_value(x, True) for x in v) + ")"
+    if isinstance(v, SpacedList):
+        return v.join([format_value(x, True) for x in v])
     if isinstance(v, list):
         return "[" + ", ".join(format_value(x, True) for x in v) + "]"
     if isinstance(v, frozenset):

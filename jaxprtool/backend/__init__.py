@@ -49,8 +49,11 @@ def x64_scope(jaxpr):
 
 def check_runnable(jaxpr) -> None:
     """Raise JaxprError naming the first equation the back end refuses, before any tracing."""
-    from ..core import JaxprError, all_eqns
+    from ..core import JaxprError, all_eqns, named_axes_refusal
 
+    err = named_axes_refusal(jaxpr, "running")
+    if err is not None:
+        raise err
     for e in all_eqns(jaxpr):
         why = refusal(e)
         if why:

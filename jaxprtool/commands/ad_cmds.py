@@ -91,7 +91,11 @@ def _pipeline_steps(spec):
 
 
 def _require_static_shapes(jaxpr) -> None:
-    from ..core import JaxprError, ProgramError, ShapedArray, all_eqns
+    from ..core import JaxprError, ProgramError, ShapedArray, all_eqns, named_axes_refusal
+
+    err = named_axes_refusal(jaxpr, "differentiating")
+    if err is not None:
+        raise err
 
     for v in jaxpr.invars:
         if isinstance(v.type, ShapedArray) and not v.type.is_static:

@@ -77,7 +77,9 @@ def _formatted(part, width) -> str:
     jaxpr = parse_text(part.text, part.path, verify=False)
     style = output_style(jaxpr)
     if OPTIONS.jax_style:
-        jaxpr = _without_traced_rules(jaxpr)
+        from ..ad.api import restyle
+
+        jaxpr = restyle(_without_traced_rules(jaxpr), style)
     try:
         with timed("print"):
             return print_jaxpr(jaxpr, style, width)

@@ -260,8 +260,11 @@ def _call_transpose(prim):
 
 
 def _print_jit(e, style):
+    """pjit's print rule (jax-ml/jax#14384, JAX 0.4.4+: defaults hidden; #18862, 0.4.22+:
+    `name=` first); before 0.4.4 every parameter printed, sorted."""
     d = dict(e.params)
-    d.pop("inline", None)
+    if style.jit_hides_defaults:
+        d.pop("inline", None)
     for k, hidden in (
         ("donated_invars", lambda v: isinstance(v, tuple) and not any(v)),
         ("in_shardings", lambda v: isinstance(v, tuple) and all(map(unspecified, v))),
@@ -275,9 +278,9 @@ def _print_jit(e, style):
         ),
         ("compiler_options_kvs", lambda v: v is None or v == ()),
     ):
-        if k in d and hidden(d[k]):
+        if k in d and hidden(d[k]) and style.jit_hides_defaults:
             del d[k]
-    return name_first(d)
+    return name_first(d) if style.jit_name_first else sorted_params(d)
 
 
 def _restyle_jit(prim, params, e, style):
@@ -728,7 +731,7 @@ def _custom_lin_shape(in_types, params, out_hint):
 
 
 def _print_custom_call(e, style):
-    if style.version < (0, 5):
+    if not style.custom_call_rule:  # JAX <= 0.6.0: no print rule, every parameter sorted
         return sorted_params(e.params)
     d = dict(e.params)
     if "num_consts" in d and d["num_consts"] == 0 and d["num_consts"] is not False:

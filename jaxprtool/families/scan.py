@@ -1058,3 +1058,27 @@ define(
     evaluate=_scan_evaluate,
     body_cost=_scan_cost,
 )
+
+
+def _restyle_scan(prim, params, e, style):
+    """A scan read from 0.12 text (`ft_in`/`ft_out`) in the `num_consts`/`num_carry` encoding
+    of older styles (`linear` all False, as JAX printed it for a traced scan)."""
+    from ..text.style import scan_counts
+
+    if style.scan_ft or "ft_in" not in params or not isinstance(params.get("jaxpr"), Jaxpr):
+        return prim, params
+    counts = scan_counts(params)
+    if counts is None:
+        return prim, params
+    p = style.scan_params(
+        jaxpr=params["jaxpr"],
+        length=params.get("length", 1),
+        num_consts=counts[0],
+        num_carry=counts[1],
+        reverse=params.get("reverse", False),
+        unroll=params.get("unroll", 1),
+    )
+    return prim, p
+
+
+define("scan", restyle=_restyle_scan)

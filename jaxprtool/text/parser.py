@@ -262,7 +262,14 @@ class _State:
         nl = s.find("\n", j)
         if end < 0 or (0 <= nl < end):
             self.fail("unterminated '[' in type", j)
-        dims = _dims(s[j + 1 : end])
+        inside = s[j + 1 : end]
+        named = None
+        if ";" in inside:
+            inside, named = inside.split(";", 1)
+            if not _NAMED_SHAPE.fullmatch(named):
+                at = j + 2 + len(inside)
+                self.fail(f"invalid named axes '{named}' in type (expected e.g. 'a:8')", at)
+        dims = _dims(inside)
         if any(isinstance(d, int) and d > MAX_DIM for d in dims):
             self.fail(f"dimension too large in type (at most {MAX_DIM})", j + 1)
         for d in dims:
@@ -274,7 +281,7 @@ class _State:
             e = self.balanced(k)
             vma = s[k + 1 : e - 1]
             k = e
-        return ShapedArray(dims, dtype, memory_space=mspace, vma=vma), k
+        return ShapedArray(dims, dtype, memory_space=mspace, vma=vma, named_shape=named), k
 
     def balanced(self, i: int) -> int:
         try:
@@ -598,6 +605,9 @@ _NAME_LIKE_LITERALS = frozenset({"infj", "nanj"})
 #: the longest token quoted in a message (`found '...'`)
 _SHOWN = 40
 
+#: xmap's named axes after `;` in a type: `a:8`, `a:8,b:2`
+_NAMED_SHAPE = re.compile(r"[^\W\d]\w*:[0-9]+(?:,[^\W\d]\w*:[0-9]+)*")
+
 _SYMBOLIC_DIM = re.compile(r"(?=.*[A-Za-z_])[\w *+\-^(),@']+")
 
 
@@ -667,6 +677,12 @@ def _fix_untyped(atoms: list, siblings: list):
             atoms[n] = Literal(a.value, _infer(a.value, siblings), False)
 
 
+def _bare_eq_at(s: str, e: int, col: int, eqcol: int) -> bool:
+    """A line that starts one column right of the equation column with `= `: an equation
+    without results printed by JAX < 0.4.22 (` = prim ...`, empty binders before the `=`)."""
+    return col == eqcol + 1 and s.startswith("= ", e)
+
+
 def _has_ref(v) -> bool:
     if isinstance(v, _SharedRef):
         return True
@@ -731,7 +747,7 @@ class _Layout:
                     f = frames[-1]
                     e = t.end_pos
                     if f[0] and not f[1] and e < n and not G.IN_KW.match(s, e):
-                        if t.end_column == f[2]:
+                        if t.end_column == f[2] or _bare_eq_at(s, e, t.end_column, f[2]):
                             yield Token("EQSEP", "", e, t.end_line, t.end_column)
                             head = True
                         elif t.end_column < f[2]:
@@ -742,7 +758,8 @@ class _Layout:
                 after_let = False
                 f = frames[-1]
                 if tt != "IN_KW":
-                    f[2] = t.column
+                    # ` = prim` (JAX < 0.4.22): the empty binder list sits one column left
+                    f[2] = t.column - 1 if tt == "EQ_PRIM" and t.value[0] == "=" else t.column
                     st.eqn_start = t.start_pos
                 else:
                     f[0] = False
@@ -758,7 +775,7 @@ class _Layout:
                     f = frames[-1]
                     e = t.end_pos
                     if f[0] and not f[1] and e < n and s[e] != "#" and not G.IN_KW.match(s, e):
-                        if t.end_column == f[2]:
+                        if t.end_column == f[2] or _bare_eq_at(s, e, t.end_column, f[2]):
                             yield Token("EQSEP", "", e, t.end_line, t.end_column)
                             head = True
                         elif t.end_column < f[2]:
@@ -1028,6 +1045,11 @@ class _Build:
             k = 2
         inputs = st.operands(c[k:], st.tables[-1])
         return Eqn(first.value, inputs, (), prm, Loc(st.path, first.line, first.column))
+
+    def eqn_bare(self, c):
+        """` = prim[...] operands`: an equation without results as JAX < 0.4.22 printed it."""
+        e = self.eqn_noout(c)
+        return Eqn(c[0].value.lstrip(" =\t\n"), e.inputs, (), e.params, e.loc, bare_eq=True)
 
     def _loc(self, t) -> Loc:
         return Loc(self.st.path, t.line, t.column)

@@ -45,7 +45,7 @@ import numpy as np
 
 from .. import core
 from ..core import Jaxpr, Literal, Var
-from ..params import EnumValue, Record, format_value
+from ..params import EnumValue, Record, SpacedList, format_value
 from ..record import prim as record_of
 from . import pretty as pp
 from .style import DEFAULT_STYLE, Style, walk_jaxprs
@@ -617,6 +617,8 @@ class _Printer:
         if isinstance(v, tuple) and type(v) is tuple:
             items = [self._str_with_jaxprs(x, True) for x in v]
             return "(" + items[0] + ",)" if len(items) == 1 else "(" + ", ".join(items) + ")"
+        if isinstance(v, SpacedList):
+            return v.join([self._str_with_jaxprs(x, True) for x in v])
         if isinstance(v, list):
             return "[" + ", ".join(self._str_with_jaxprs(x, True) for x in v) + "]"
         if isinstance(v, Record):
@@ -648,16 +650,17 @@ class _Printer:
             outs = self._binder_strs(e.outputs)
             ins = self._atom_strs(e.inputs)
             flat = name + ("[" + " ".join(kvs) + "]" if kvs else "") + " " + " ".join(ins)
-            if outs:
+            eq = bool(outs) or self.style.eq_without_outputs
+            if eq:
                 flat = " ".join(outs) + " = " + flat
 
-            return pp.lazy(flat, partial(_build_eqn, name, kvs, ins, outs))
+            return pp.lazy(flat, partial(_build_eqn, name, kvs, ins, outs, eq))
         rhs = [
             pp.text(name),
             self._kv_pairs(pairs),
             pp.concat([_SPACE, self._atoms(e.inputs)]),
         ]
-        if e.outputs:
+        if e.outputs or self.style.eq_without_outputs:
             return pp.concat([self._binders(e.outputs), _EQ, *rhs])
         return pp.concat(rhs)
 
@@ -720,10 +723,11 @@ _BRK0 = pp.brk("")
 _BRK1 = pp.brk()
 
 
-def _build_eqn(name: str, kvs: list[str], ins: list[str], outs: list[str]) -> pp.Doc:
-    """The full document of an equation without nested jaxprs (JAX's `_pp_eqn`)."""
+def _build_eqn(name: str, kvs: list[str], ins: list[str], outs: list[str], eq: bool) -> pp.Doc:
+    """The full document of an equation without nested jaxprs (JAX's `_pp_eqn`); `eq`: the
+    ` = ` is printed (JAX < 0.4.22 printed it after an empty binder list too)."""
     rhs = [pp.text(name), _kv_doc([pp.text(x) for x in kvs]), pp.concat([_SPACE, pp.fill(ins)])]
-    if outs:
+    if eq:
         return pp.concat([pp.fill(outs), _EQ, *rhs])
     return pp.concat(rhs)
 

@@ -9,7 +9,13 @@ printer (and code that builds equations, e.g. AD) needs is a derived property:
 * `hoist_large`: nested jaxprs with more than 10 equations are hoisted (0.10+);
 * `broadcast_shape_param`: `broadcast_in_dim` prints `shape=`/`sharding=` (<= 0.7.2);
 * `scan_ft`: scan params `ft_in`/`ft_out` (0.12) vs `num_consts`/`num_carry` (< 0.12);
-* `mask_addresses`: ` at 0x...` printed as `0xXXXXXXXXXXXX` (0.10+).
+* `mask_addresses`: ` at 0x...` printed as `0xXXXXXXXXXXXX` (0.10+);
+* `eq_without_outputs`: an equation without results printed as ` = prim ...` (< 0.4.22,
+  before jax-ml/jax#18845);
+* `jit_name_first`: `pjit[name=... ...]` (0.4.22+, jax-ml/jax#18862) vs sorted keys;
+* `jit_hides_defaults`: pjit's print rule hides default parameters (0.4.4+, jax-ml/jax#14384);
+* `custom_call_rule`: custom_jvp_call / custom_vjp_call print `name=` first and hide their
+  thunks (0.6.1+, jax-ml/jax#28608, #28715); before, every parameter sorted.
 
 `detect_style(jaxpr)` guesses the style of a parsed program; `scan_params` and
 `scan_counts` build and read scan parameters in either encoding.
@@ -26,7 +32,16 @@ from ..params import Opaque, Record, format_value
 
 _REAL_ADDR = re.compile(r" at 0x(?!X+\b)[0-9a-fA-F]+")
 _NEW_IN_0_12 = frozenset({"eval_jaxpr", "one_minus_square", "polynomial", "unstack"})
-KNOWN_VERSIONS = ((0, 4, 35), (0, 6, 2), (0, 7, 2), (0, 10, 2), (0, 12, 0, 1))
+KNOWN_VERSIONS = (
+    (0, 4, 3),
+    (0, 4, 21),
+    (0, 4, 35),
+    (0, 6, 0),
+    (0, 6, 2),
+    (0, 7, 2),
+    (0, 10, 2),
+    (0, 12, 0, 1),
+)
 
 
 @dataclass(frozen=True)
@@ -46,9 +61,7 @@ class Style:
             raise ValueError(f"not a JAX version: {text!r} (expected e.g. 0.4.35 or 0.12)")
         v = tuple(int(x) for x in t.split("."))
         if v < (0, 4):
-            raise ValueError(
-                f"JAX version {text} is older than the oldest supported style (0.4.35)"
-            )
+            raise ValueError(f"JAX version {text} is older than the oldest supported style (0.4.1)")
         return Style(v)
 
     def __str__(self) -> str:
@@ -82,6 +95,23 @@ class Style:
     @property
     def mask_addresses(self) -> bool:
         return self.version >= (0, 8)
+
+    @property
+    def eq_without_outputs(self) -> bool:
+        """An equation without results prints `= prim ...` after its (empty) binders."""
+        return self.version < (0, 4, 22)
+
+    @property
+    def jit_name_first(self) -> bool:
+        return self.version >= (0, 4, 22)
+
+    @property
+    def jit_hides_defaults(self) -> bool:
+        return self.version >= (0, 4, 4)
+
+    @property
+    def custom_call_rule(self) -> bool:
+        return self.version >= (0, 6, 1)
 
     @property
     def scan_split_transpose(self) -> bool:
@@ -211,13 +241,16 @@ def scan_counts(params: dict[str, Any]) -> tuple[int, int] | None:
 def detect_style(jaxpr: core.Jaxpr) -> Style:
     """Guess the JAX version whose printing a parsed program follows.
 
-    Untyped literals -> 0.4.35; `pjit` -> 0.6.2 (0.4.35 when names are not
+    A result-less equation printed ` = prim`, or `pjit` with `name=` among the sorted keys
+    -> 0.4.21 (0.4.3 when pjit prints its defaults); untyped literals -> 0.4.35;
+    custom_jvp_call / custom_vjp_call with their thunks -> 0.6.0; `pjit` -> 0.6.2 (0.4.35 when names are not
     suggested cannot be told apart, but then the output is the same); scan with
     `ft_in` or a 0.12-only primitive -> 0.12; `broadcast_in_dim[shape=...]`,
     scan `_split_transpose`, `MemRef` types -> 0.7.2; otherwise 0.10.2, which
     prints the same text as 0.12 for everything that does not distinguish them.
     """
     pjit = untyped = old_bcast = ft = old_scan = real_addr = suggested = fresh = False
+    before_0_4_4 = before_0_4_22 = before_0_6_1 = False
     seen: set[int] = set()
     shared: set[int] = (
         set()
@@ -227,8 +260,15 @@ def detect_style(jaxpr: core.Jaxpr) -> Style:
             (shared if id(sub) in seen else seen).add(id(sub))
     for e in core.all_eqns(jaxpr):
         p = e.prim
+        if e.bare_eq:
+            before_0_4_22 = True
         if p == "pjit":
             pjit = True
+            keys = list(e.params)
+            if "name" in keys and keys[0] != "name" and min(keys) != "name":
+                before_0_4_22 = True  # `name=` among the sorted keys (jax-ml/jax#18862)
+            if _jit_default_printed(e.params):
+                before_0_4_4 = True  # no pjit print rule yet (jax-ml/jax#14384)
             inner = e.params.get("jaxpr")
             if (
                 isinstance(inner, core.Jaxpr)
@@ -252,6 +292,10 @@ def detect_style(jaxpr: core.Jaxpr) -> Style:
             p == "custom_jvp_call" and "jvp_jaxpr_thunk" in e.params
         ):
             untyped = True  # only 0.4.35 printed these
+        elif (p == "custom_vjp_call" and {"out_trees", "fwd_jaxpr_thunk"} & e.params.keys()) or (
+            p == "custom_jvp_call" and "jvp_jaxpr_fun" in e.params
+        ):
+            before_0_6_1 = True  # no print rule yet (jax-ml/jax#28608, #28715)
         elif (
             p in _NEW_IN_0_12
             or (p == "top_k" and "is_stable" in e.params)
@@ -272,8 +316,14 @@ def detect_style(jaxpr: core.Jaxpr) -> Style:
                     break
     if not untyped:
         untyped = any(isinstance(a, core.Literal) and not a.typed for a in _all_outvars(jaxpr))
+    if before_0_4_4:
+        return Style((0, 4, 3))
+    if before_0_4_22:
+        return Style((0, 4, 21))
     if untyped:
         return Style((0, 4, 35))
+    if before_0_6_1:
+        return Style((0, 6, 0))
     if pjit:
         # 0.4.35 never gave an inner jaxpr the names of the outer operands
         return Style((0, 4, 35)) if fresh and not suggested else Style((0, 6, 2))
@@ -293,6 +343,14 @@ def detect_style(jaxpr: core.Jaxpr) -> Style:
     if ft:
         return DEFAULT_STYLE
     return STYLE_0_10
+
+
+def _jit_default_printed(params: dict) -> bool:
+    """A pjit parameter printed with the value that pjit's print rule (JAX 0.4.4+) hides."""
+    donated = params.get("donated_invars")
+    if isinstance(donated, tuple) and donated and not any(donated):
+        return True
+    return params.get("inline") is False or "in_positional_semantics" in params
 
 
 def walk_jaxprs(top: core.Jaxpr, subjaxprs):

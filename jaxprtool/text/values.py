@@ -8,7 +8,8 @@ back the printed text exactly.  Mapping:
 * `None`, `True`, `False`, ints, floats (`nan`, `inf`, `-inf`) -> Python values
 * `'x'` / `"x"` -> str (inside containers; a top-level unquoted string is the
   caller's business)
-* `(..)` -> tuple, `[..]` -> list, `frozenset({..})` -> frozenset
+* `(..)` -> tuple, `[..]` -> list (`SpacedList` when laid out other than `[a, b]`, e.g. a
+  list of jaxprs over several lines), `frozenset({..})` -> frozenset
 * `np.int64(1)` -> `NpScalar("int64", 1)`
 * `Cls.MEMBER` -> `EnumValue`
 * `Name(k=v, ...)` (keyword arguments only, at least one) -> `Record`
@@ -35,7 +36,7 @@ import re
 import numpy as np
 
 from .. import core
-from ..params import EnumValue, NpScalar, Opaque, Record, SymExpr
+from ..params import EnumValue, NpScalar, Opaque, Record, SpacedList, SymExpr
 
 _IDENT = re.compile(r"[^\W\d]\w*")
 _NUM = re.compile(r"-?(?:\d+\.\d*(?:e[+-]?\d+)?|\d+e[+-]?\d+|inf\b|nan\b|\d+)")
@@ -264,20 +265,26 @@ def parse_value(s: str, i: int, top: bool = False, hook=None) -> tuple[object, i
 
 
 def _elements(s: str, i: int, close: str, hook):
-    """Elements of a container whose opener is at s[i]: ([values], trailing_comma, end)."""
+    """Elements of a container whose opener is at s[i]: ([values], trailing_comma, end,
+    separators): the text around the elements (after the opener, between elements, before the
+    closer), for lists laid out over several lines."""
     out = []
     j = _WS.match(s, i + 1).end()
     trailing = False
+    bounds: list[tuple[int, int]] = []
     while True:
         if j >= len(s):
             raise ValueError_(f"unterminated '{s[i]}' in parameter value", i)
         if s[j] == close:
-            return out, trailing, j + 1
+            return out, trailing, j + 1, _separators(s, i + 1, bounds, j)
         start = j
         v, j = parse_value(s, j, False, hook)
         k = j
         while k < len(s) and s[k] == " ":
             k += 1
+        w = _WS.match(s, k).end()
+        if w < len(s) and s[w] in (",", close):
+            k = w  # `,` or the closer on the next line (a list laid out over lines)
         if k < len(s) and s[k] not in ",)]}":
             # an expression such as `2*b + 1` or `b - 2`
             j = _expr_end(s, start)
@@ -297,6 +304,7 @@ def _elements(s: str, i: int, close: str, hook):
             while k < len(s) and s[k] == " ":
                 k += 1
         out.append(v)
+        bounds.append((start, j))
         j = k
         if j < len(s) and s[j] == ",":
             j = _WS.match(s, j + 1).end()
@@ -309,9 +317,21 @@ def _elements(s: str, i: int, close: str, hook):
             raise ValueError_(f"expected ',' or '{close}' in parameter value, found {s[j]!r}", j)
 
 
+def _separators(s: str, begin: int, bounds, close_at: int) -> tuple[str, ...]:
+    """The text before each element, and before the closer (from `begin`, after the opener)."""
+    out = []
+    for start, end in bounds:
+        out.append(s[begin:start])
+        begin = end
+    out.append(s[begin:close_at])
+    return tuple(out)
+
+
 def _seq(s: str, i: int, close: str, hook):
-    vals, trailing, end = _elements(s, i, close, hook)
+    vals, trailing, end, seps = _elements(s, i, close, hook)
     if close == "]":
+        if seps != SpacedList.standard(len(vals)):
+            return SpacedList(vals, seps), end
         return vals, end
     if len(vals) == 1 and not trailing:
         # a parenthesised expression, not a tuple
@@ -320,7 +340,7 @@ def _seq(s: str, i: int, close: str, hook):
 
 
 def _frozenset(s: str, i: int, e: int, hook):
-    vals, _, end = _elements(s, e + 1, "}", hook)
+    vals, _, end, _ = _elements(s, e + 1, "}", hook)
     if s[end : end + 1] != ")":
         end2 = balanced_end(s, e)
         return Opaque(s[i:end2]), end2
