@@ -409,6 +409,8 @@ def test_equinox_mlp_and_filter_grad_programs(zoo, tmp_path):
 def test_checkpointed_while_loop(zoo, tmp_path):
     prog, consts, _ = zoo.trace("checkpointed", "f32[3]", "f32[3]")
     assert "jaxprtool_bwd=" in prog.read_text()  # the checkpointed rule, recorded
+    r = tool("fmt", prog)
+    assert r.exit_code == 0 and r.stdout == prog.read_text()  # trace prints canonical text
     x, w = vec(3, 70), vec(3, 71, 0.5, 1.5)
     f = zoo.mod.checkpointed
     (got,) = tool_outputs(tmp_path, prog, [x, w], consts, "run")

@@ -66,7 +66,7 @@ def annotate(closed, ours: Jaxpr, warn: Callable[[str, Eqn], None]) -> dict[int,
             if not _library_rule(eqn):
                 warn(_failed(live, e), eqn)
             continue
-        for key, (live_rule, text_rule) in rules.items():
+        for key, (live_rule, text_rule) in sorted(rules.items()):  # in printed order
             eqn.params[key] = text_rule
             if getattr(live_rule, "consts", None):
                 consts[id(text_rule)] = list(live_rule.consts)
