@@ -145,6 +145,31 @@ def test_equinox_primitives_run_jvp_vjp_as_jax():
 
 
 @needs_eqx
+def test_what_equinox_refuses_the_tool_refuses():
+    eqx = _equinox()
+    from equinox.internal._nontraceable import nonbatchable
+
+    def nondiff(x):
+        return jnp.sum(eqx.internal.nondifferentiable(x) * 2.0)
+
+    with pytest.raises(RuntimeError, match="cannot be autodifferentiated"):
+        jax.jvp(nondiff, (X3,), (Y3,))
+    with pytest.raises(JaxprError, match="Unexpected tangent") as err:
+        jvp_jaxpr(ir(nondiff, X3))
+    assert err.value.loc is not None
+    got = backend.evaluate(jvp_jaxpr(ir(nondiff, X3), []), [X3])  # no tangent reaches it
+    close(got[0], nondiff(X3))
+
+    def unbatchable(x):
+        return nonbatchable(x) * 2.0
+
+    with pytest.raises(ValueError, match="cannot be vmap'd"):
+        jax.vmap(unbatchable)(vec((5, 3), 3))
+    with pytest.raises(JaxprError, match="cannot be vmap'd"):
+        vmap_jaxpr(ir(unbatchable, X3), [0], 0, 5)
+
+
+@needs_eqx
 def test_select_if_vmap_linear_part_passes_the_dot_product_test():
     select = _prims()[0]
     j = ir(select, X3, Y3)
@@ -350,6 +375,7 @@ def test_diffrax_neural_ode_runs_and_differentiates_as_jax(zoo, tmp_path):
 
 
 @needs_eqx
+@pytest.mark.slow  # about 25 s of CPU; test_trace_consts_out_feeds_run_consts is the fast check
 def test_diffrax_ode_closing_over_its_weights_needs_the_nested_constants(zoo, tmp_path):
     prog, consts, _ = zoo.trace("node_closed", "f32[2]")
     j = parse(prog.read_text(), str(prog)).jaxpr
