@@ -11,7 +11,8 @@
 - Constants the text lacks: the located message naming them, `trace --consts-out` feeding
   `run --consts`; Python callbacks: the refusal names EQX_ON_ERROR=nan.
 
-Each program is traced once per module (about 30 s on 2 cores in all).
+Each program is traced once per module: about 30 s of CPU in all (the closed-over ODE, 25 s more,
+is marked slow).
 """
 
 from __future__ import annotations
