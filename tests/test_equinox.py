@@ -447,6 +447,17 @@ def test_checkpointed_while_loop(zoo, tmp_path):
         tool_outputs(tmp_path, g, [x, w], consts, "grad"), jax.grad(f, argnums=(0, 1))(x, w)
     ):
         close(a, b)
+    # the recorded rule states which operands it takes as perturbed; a tangent on another one
+    # is refused (here the text is edited so that the loop's initial value is not perturbed)
+    text = prog.read_text()
+    assert text.count("jaxprtool_perturbed=(True, True,") == 1
+    edited = tmp_path / "edited.jaxpr"
+    edited.write_text(
+        text.replace("jaxprtool_perturbed=(True, True,", "jaxprtool_perturbed=(False, True,")
+    )
+    r = tool("grad", "--argnums", "0", edited)
+    assert r.exit_code == 1 and "operand 0 has a tangent, but the rule" in r.output
+    assert tool("grad", "--argnums", "1", edited).exit_code == 0
     r = tool("jvp", prog)  # JAX refuses forward mode through a custom_vjp, and so does the tool
     assert (
         r.exit_code == 1 and "can't apply forward-mode autodiff (jvp) to a custom_vjp" in r.output
