@@ -308,7 +308,8 @@ def _source_line(path: str, n: int) -> str | None:
 
 #: the widest excerpt of a source line quoted under a message
 EXCERPT = 120
-_LONG_QUOTE = re.compile(r"'[^'\n]{%d,}'" % EXCERPT)
+#: a huge quoted name (no spaces: not the prose between two quoted names of a long message)
+_LONG_QUOTE = re.compile(r"'[^'\s]{%d,}'" % EXCERPT)
 
 
 def _excerpt(line: str, col: int) -> tuple[str, int]:

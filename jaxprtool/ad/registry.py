@@ -67,7 +67,9 @@ custom_vjps: dict[str, tuple[Callable, Callable]] = {}
 JVP_RULE_PARAM = "jaxprtool_jvp"
 FWD_RULE_PARAM = "jaxprtool_fwd"
 BWD_RULE_PARAM = "jaxprtool_bwd"
-EXTENSION_PARAMS = (JVP_RULE_PARAM, FWD_RULE_PARAM, BWD_RULE_PARAM)
+#: a `symbolic_zeros=True` custom_vjp's operands the recorded fwd rule took as perturbed
+PERTURBED_RULE_PARAM = "jaxprtool_perturbed"
+EXTENSION_PARAMS = (JVP_RULE_PARAM, FWD_RULE_PARAM, BWD_RULE_PARAM, PERTURBED_RULE_PARAM)
 
 #: what to do with a custom_jvp_call / custom_vjp_call whose rule is not available:
 #: "default" (custom_vjp: error; custom_jvp: differentiate the body, warn once per function),

@@ -73,31 +73,37 @@ def _elided_literal(e) -> str | None:
     return None
 
 
-def as_jax_function(jaxpr, dims=None, enable_x64: bool = True):
+def as_jax_function(jaxpr, dims=None, enable_x64: bool = True, nested: bool = False):
     """f(*consts, *args) -> list of outputs; traceable by jax.jit, jax.grad, jax.vmap, ...
 
     With 64-bit types in the program, jax_enable_x64 is switched on (globally) unless
-    enable_x64=False (the caller then scopes it, as evaluate() does).
+    enable_x64=False (the caller then scopes it, as evaluate() does).  nested=True: `consts`
+    also holds the nested jaxprs' constants (`backend/consts.py`, `all_constvars` order).
     """
+    from .consts import all_constvars, split
     from .evaluator import Interpreter
 
     if enable_x64:
         prepare(jaxpr)
-    nc = len(jaxpr.constvars)
+    cvars = all_constvars(jaxpr) if nested else list(jaxpr.constvars)
+    nc = len(cvars)
 
     def f(*xs):
-        xs = _wrap_keys(jaxpr, xs)
-        outs = Interpreter("jit", dims=dims).run(jaxpr, xs[:nc], xs[nc:])
+        xs = _wrap_keys(jaxpr, xs, cvars + list(jaxpr.invars))
+        top, inner = split(jaxpr, xs[:nc])
+        outs = Interpreter("jit", dims=dims, nested=inner, root=jaxpr).run(jaxpr, top, xs[nc:])
         return _unwrap_keys(jaxpr, outs)
 
     return f
 
 
-def _wrap_keys(jaxpr, xs) -> list:
-    """Key-typed inputs arrive as uint32 key data; wrap them into JAX key arrays."""
+def _wrap_keys(jaxpr, xs, vs=None) -> list:
+    """Key-typed inputs arrive as uint32 key data; wrap them into JAX key arrays (`vs`: the
+    binders of `xs`, by default the constvars and invars)."""
     from .keys import is_key, wrap
 
-    vs = list(jaxpr.constvars) + list(jaxpr.invars)
+    if vs is None:
+        vs = list(jaxpr.constvars) + list(jaxpr.invars)
     return [wrap(v.type, x) if is_key(v.type) else x for v, x in zip(vs, xs)]
 
 
@@ -142,16 +148,16 @@ def _to_numpy(outs):
 _JIT_CACHE: dict = {}  # (id(jaxpr), dims) -> (jaxpr, jitted); the jaxpr is held so its id stays unique
 
 
-def _jitted(jaxpr, dims):
+def _jitted(jaxpr, dims, nested: bool = False):
     import jax
 
-    key = (id(jaxpr), tuple(sorted((dims or {}).items())))
+    key = (id(jaxpr), tuple(sorted((dims or {}).items())), nested)
     hit = _JIT_CACHE.get(key)
     if hit is not None and hit[0] is jaxpr:
         return hit[1]
     if len(_JIT_CACHE) >= 64:
         _JIT_CACHE.pop(next(iter(_JIT_CACHE)))
-    fn = jax.jit(as_jax_function(jaxpr, dims, enable_x64=False))
+    fn = jax.jit(as_jax_function(jaxpr, dims, enable_x64=False, nested=nested))
     _JIT_CACHE[key] = (jaxpr, fn)
     return fn
 
@@ -171,7 +177,7 @@ def evaluate(jaxpr, args, consts=None, device: str = "cpu", dims=None, jitted=No
         return sharding.evaluate(jaxpr, args, consts or [], dims, device=device, jitted=jitted)
     dev = get_device(device)
     consts = list(consts or [])
-    fn = jitted or _jitted(jaxpr, dims)
+    fn = jitted or _jitted(jaxpr, dims, _with_nested(jaxpr, consts))
     with x64_scope(jaxpr), jax.default_device(dev):
         xs = [jax.device_put(x, dev) for x in consts + list(args)]
         try:
@@ -181,6 +187,17 @@ def evaluate(jaxpr, args, consts=None, device: str = "cpu", dims=None, jitted=No
         except (TypeError, ValueError, NotImplementedError) as e:  # lowering rejected it
             raise compile_error(jaxpr, e) from None
         return _to_numpy(out)
+
+
+def _with_nested(jaxpr, consts) -> bool:
+    """Whether `consts` also holds the nested jaxprs' constants (a JaxprError if the count
+    fits neither way)."""
+    from .consts import check_count
+
+    if len(consts) == len(jaxpr.constvars):
+        return False
+    check_count(jaxpr, len(consts))
+    return True
 
 
 def compile_error(jaxpr, e: Exception) -> JaxprError:
@@ -225,10 +242,21 @@ def eval_eager(
         )
     dev = get_device(device)
     with x64_scope(jaxpr), jax.default_device(dev):
-        interp = Interpreter(
-            "eager", dims=dims, trace=trace, debug_nans=debug_nans, observer=observer
-        )
+        from .consts import all_constvars, split
+
         consts = list(consts or [])
-        xs = _wrap_keys(jaxpr, [jax.device_put(x, dev) for x in consts + list(args)])
-        outs = interp.run(jaxpr, xs[: len(consts)], xs[len(consts) :])
+        cvars = all_constvars(jaxpr) if _with_nested(jaxpr, consts) else list(jaxpr.constvars)
+        xs = [jax.device_put(x, dev) for x in consts + list(args)]
+        xs = _wrap_keys(jaxpr, xs, cvars + list(jaxpr.invars))
+        top, inner = split(jaxpr, xs[: len(consts)])
+        interp = Interpreter(
+            "eager",
+            dims=dims,
+            trace=trace,
+            debug_nans=debug_nans,
+            observer=observer,
+            nested=inner,
+            root=jaxpr,
+        )
+        outs = interp.run(jaxpr, top, xs[len(consts) :])
         return _to_numpy(_unwrap_keys(jaxpr, outs))

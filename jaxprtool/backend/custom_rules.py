@@ -14,8 +14,18 @@ machinery JAX's own JVP uses (the equation's `jvp_jaxpr_fun`, `fwd_jaxpr_thunk`,
 Custom calls inside the traced rules are not annotated themselves (JAX's own rules often
 call the function again, e.g. relu's JVP computes relu, so recording them would not end);
 differentiating a rule again therefore meets those calls without their rules.  An equation whose rule
-cannot be recorded exactly (closed-over constants, symbolic zeros) keeps its JAX text and
-gets a warning; the AD commands then treat it as a rule the text lacks.
+cannot be recorded exactly (closed-over constants), or whose rule raises when traced (Equinox's
+`nondifferentiable`), keeps its JAX text and gets a warning; the AD commands then treat it
+as a rule the text lacks.
+
+A `symbolic_zeros=True` custom_vjp (Equinox's `filter_custom_vjp`, behind its checkpointed
+while loops and so diffrax's `diffeqsolve`) is recorded as JAX calls it when every float
+input of the traced program is differentiated: its fwd rule gets the perturbed flags of that
+case (`stop_gradient` and integer values unperturbed), recorded as
+`jaxprtool_perturbed=(True, False, ...)` when some are False (a tangent on an unperturbed
+operand is then refused), and its bwd rule gets zeros for symbolic-zero cotangents.
+Residuals the fwd rule returns as constants (Equinox's flags) reach the bwd rule as Python
+values, as in JAX.
 """
 
 from __future__ import annotations
@@ -27,37 +37,121 @@ from ..core import Eqn, Jaxpr, JaxprError
 JVP_PARAM = "jaxprtool_jvp"
 FWD_PARAM = "jaxprtool_fwd"
 BWD_PARAM = "jaxprtool_bwd"
+PERTURBED_PARAM = "jaxprtool_perturbed"
 #: every parameter the tool adds to JAX's text
-EXTENSION_PARAMS = (JVP_PARAM, FWD_PARAM, BWD_PARAM)
+EXTENSION_PARAMS = (JVP_PARAM, FWD_PARAM, BWD_PARAM, PERTURBED_PARAM)
 
 
 class NotRecorded(Exception):
     """A rule that cannot be traced exactly (the reason is the message)."""
 
 
-def annotate(closed, ours: Jaxpr, warn: Callable[[str, Eqn], None]) -> None:
+def annotate(closed, ours: Jaxpr, warn: Callable[[str, Eqn], None]) -> dict[int, list]:
     """Attach the traced rules of every custom call of JAX's `closed` jaxpr to the matching
-    equation of `ours` (the tool's parse of JAX's printout of `closed`), in place."""
+    equation of `ours` (the tool's parse of JAX's printout of `closed`), in place.  Returns
+    the values of the recorded rules' constants, by `id` of the rule's jaxpr in `ours`."""
     theirs = list(_custom_eqns(_open(closed)))
     mine = list(_custom_eqns_ours(ours))
     if [e.primitive.name for e in theirs] != [e.prim for e in mine]:
         raise JaxprError("internal: the printed program does not match the traced one")
+    active = _active_vars(_open(closed))
+    consts: dict[int, list] = {}
     for live, eqn in zip(theirs, mine):
         try:
-            rules = _rules_of(live)
+            rules = _rules_of(live, active)
         except NotRecorded as e:
             warn(str(e), eqn)
             continue
-        for key, (_live_rule, text_rule) in rules.items():
+        except Exception as e:  # noqa: BLE001 - the user's rule failed when traced
+            if not _library_rule(eqn):
+                warn(_failed(live, e), eqn)
+            continue
+        for key, (live_rule, text_rule) in sorted(rules.items()):  # in printed order
             eqn.params[key] = text_rule
+            if getattr(live_rule, "consts", None):
+                consts[id(text_rule)] = list(live_rule.consts)
+    return consts
 
 
-def _rules_of(live) -> dict:
+def _rules_of(live, active: set[int]) -> dict:
     name = live.primitive.name
     if name == "custom_jvp_call":
         return {JVP_PARAM: _with_text(_jvp_rule(live))}
-    fwd, bwd = _vjp_rules(live)
-    return {FWD_PARAM: _with_text(fwd), BWD_PARAM: _with_text(bwd)}
+    perturbed = _perturbed(live, active)
+    fwd, bwd = _vjp_rules(live, perturbed)
+    rules = {FWD_PARAM: _with_text(fwd), BWD_PARAM: _with_text(bwd)}
+    if perturbed is not None and not all(perturbed):
+        rules[PERTURBED_PARAM] = (None, tuple(perturbed))
+    return rules
+
+
+# ---------------------------------------------------------------- which inputs are perturbed
+
+
+def _is_float(v) -> bool:
+    import numpy as np
+
+    dtype = getattr(getattr(v, "aval", None), "dtype", None)
+    return dtype is not None and np.issubdtype(dtype, np.inexact)
+
+
+def _active_vars(jaxpr) -> set[int]:
+    """The variables of JAX's jaxpr (and its nested jaxprs) that carry a tangent when every
+    float input of the program is differentiated: float values that depend on a float input
+    other than through `stop_gradient`.  A call's body (one binder per operand) follows its
+    operands; the binders of other nested jaxprs (loop and branch bodies) count as active
+    when they are floats, which only ever marks more inputs perturbed than JAX would."""
+    active: set[int] = set()
+    _mark(jaxpr, [_is_float(v) for v in jaxpr.invars], active)
+    return active
+
+
+def _mark(jaxpr, invars_active, active: set[int]) -> None:
+    for v, a in zip(jaxpr.invars, invars_active):
+        if a:
+            active.add(id(v))
+    for e in jaxpr.eqns:
+        ins = [not hasattr(x, "val") and id(x) in active for x in e.invars]
+        for k in sorted(e.params):
+            for sub in _live_jaxprs(e.params[k]):
+                if len(sub.invars) == len(ins):
+                    _mark(sub, ins, active)
+                else:
+                    _mark(sub, [_is_float(v) for v in sub.invars], active)
+        if e.primitive.name != "stop_gradient" and any(ins):
+            active.update(id(v) for v in e.outvars if _is_float(v))
+
+
+def _perturbed(live, active: set[int]) -> list[bool] | None:
+    """For a `symbolic_zeros=True` custom_vjp, which operands JAX would mark perturbed when
+    every float input of the program is differentiated (its fwd rule sees the flags: Equinox
+    asserts that its non-differentiable operands are unperturbed); None for the others."""
+    if not live.params.get("symbolic_zeros"):
+        return None
+    return [not hasattr(x, "val") and id(x) in active for x in live.invars]
+
+
+def _library_rule(eqn: Eqn) -> bool:
+    """Whether the tool has its own rule for this custom_jvp function (a family's library
+    rule, e.g. Equinox's `nondifferentiable`, whose JVP raises by design)."""
+    from ..ad.registry import find_library_jvp
+    from ..record import ensure_loaded
+
+    body = eqn.params.get("call_jaxpr")
+    if eqn.prim != "custom_jvp_call" or not isinstance(body, Jaxpr):
+        return False
+    ensure_loaded("custom_jvp_call")  # the families that register library rules
+    return find_library_jvp(str(eqn.params.get("name")), eqn.params, body) is not None
+
+
+def _failed(live, e: Exception) -> str:
+    """A rule that raised when traced (Equinox's `nondifferentiable` raises in its JVP):
+    the AD commands then meet it as a rule the text lacks."""
+    first = (str(e).strip().splitlines() or [""])[0]
+    return (
+        f"{live.primitive.name} '{_fn_name(live)}': tracing its custom rule raised "
+        f"{type(e).__name__}: {first}; its custom rule was not recorded"
+    )
 
 
 def _with_text(closed):
@@ -166,21 +260,18 @@ def _jvp_rule(live):
     return jax.make_jaxpr(rule)(*_specs(avals), *_specs(tangents))
 
 
-def _vjp_rules(live):
-    """(fwd, bwd) as jaxprs: primals -> (outs, residuals); (residuals, cts) -> input cts."""
+def _vjp_rules(live, perturbed: list[bool] | None = None):
+    """(fwd, bwd) as jaxprs: primals -> (outs, residuals); (residuals, cts) -> input cts.
+    `perturbed`: the fwd rule's perturbed flags (`symbolic_zeros=True`; default all)."""
     import jax
     from jax._src import ad_util
 
     _no_consts(live)
     p = live.params
-    if p.get("symbolic_zeros"):
-        raise NotRecorded(
-            f"custom_vjp_call '{_fn_name(live)}' uses symbolic_zeros=True; "
-            "its custom rule was not recorded"
-        )
     avals = _avals(live)
     n = len(avals)
-    fwd_jaxpr, fwd_consts = p["fwd_jaxpr_thunk"].call_wrapped(*[True] * n)
+    flags = perturbed if perturbed is not None else [True] * n
+    fwd_jaxpr, fwd_consts = p["fwd_jaxpr_thunk"].call_wrapped(*flags)
     trees = p["out_trees"]()
     res_tree = trees[1]
     input_fwds = list(trees[2]) if len(trees) > 2 else [None] * res_tree.num_leaves
@@ -198,8 +289,12 @@ def _vjp_rules(live):
     res_avals = fwd_closed.out_avals[n_out:]
     ct_avals = [a.to_tangent_aval() for a in fwd_closed.out_avals[:n_out]]
     bwd = p["bwd"]
+    # residuals the fwd rule returns as constants (Equinox's perturbed flags) reach JAX's bwd
+    # as Python values, not tracers: the bwd rule may branch on them
+    known = {i: v.val for i, v in enumerate(fwd_closed.jaxpr.outvars[n_out:]) if hasattr(v, "val")}
 
     def backward(*xs):
+        xs = [known.get(i, x) for i, x in enumerate(xs)]
         cts_in = bwd.call_wrapped(*xs)
         if len(cts_in) == 2 and isinstance(cts_in[0], (list, tuple)):
             if cts_in[1] is None or isinstance(cts_in[1], dict):

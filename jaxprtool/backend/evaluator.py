@@ -73,9 +73,20 @@ class Namer:
 
 class Interpreter:
     def __init__(
-        self, mode: str = "jit", dims=None, trace=None, debug_nans: bool = False, observer=None
+        self,
+        mode: str = "jit",
+        dims=None,
+        trace=None,
+        debug_nans: bool = False,
+        observer=None,
+        nested=None,
+        root=None,
     ):
         self.mode = mode
+        #: values of nested jaxprs' constants by `id` of the jaxpr (`backend/consts.py`), and
+        #: the program they belong to (for the message naming missing ones)
+        self.nested: dict[int, list] = nested or {}
+        self.root = root
         self.dims = dims or {}
         self.trace = trace  # callable(str) for --trace lines
         self.debug_nans = debug_nans
@@ -87,6 +98,8 @@ class Interpreter:
 
     def run(self, jaxpr: Jaxpr, consts, args, path=()) -> list:
         env: dict[int, Any] = {}
+        if not consts and jaxpr.constvars and id(jaxpr) in self.nested:
+            consts = self.nested[id(jaxpr)]
         if len(consts) != len(jaxpr.constvars):
             names = ", ".join(self.namer(v) for v in jaxpr.constvars[len(consts) :])
             raise JaxprError(f"constants without values: {names}")
@@ -144,11 +157,10 @@ class Interpreter:
     def body(self, j: Jaxpr, eqn: Eqn) -> Jaxpr:
         if not isinstance(j, Jaxpr):
             raise JaxprError(f"'{eqn.prim}': its body jaxpr is missing from the text", eqn.loc)
-        if j.constvars:
-            raise JaxprError(
-                f"'{eqn.prim}': its nested jaxpr has constants ({len(j.constvars)}) whose values the text does not contain",
-                eqn.loc,
-            )
+        if j.constvars and id(j) not in self.nested:
+            from .consts import missing_message
+
+            raise JaxprError(missing_message(j, eqn, self.root, self.namer), eqn.loc)
         return j
 
     def fn(self, j: Jaxpr, eqn: Eqn, path, label: str | None = None):

@@ -33,6 +33,13 @@ from .common import FILE_ARG, OUT_ARG, int_list
     help="Seed for random inputs (default 0) and for the random direction / cotangent.",
 )
 @click.option(
+    "--consts",
+    "consts_npz",
+    metavar="C.npz",
+    type=FILE_ARG,
+    help="Constants: const0, const1, ... (`trace --consts-out`; default: random).",
+)
+@click.option(
     "--mode",
     type=click.Choice(["jvp", "vjp", "grad"]),
     default=None,
@@ -54,7 +61,9 @@ from .common import FILE_ARG, OUT_ARG, int_list
 )
 @click.option("--width", type=click.IntRange(60, 400), default=None, help="Output width.")
 @custom_rules_option
-def explain(file, args_npz, seed, mode, argnums, no_color, html_out, width, custom_rules):
+def explain(
+    file, args_npz, seed, consts_npz, mode, argnums, no_color, html_out, width, custom_rules
+):
     """Walk through the differentiation of FILE: primal equations, the JVP rule of each
     equation and the tangent equations it emits, the linear program and its residuals, the
     reverse (transpose) walk with every cotangent and accumulation, and the derivative checked
@@ -70,16 +79,21 @@ def explain(file, args_npz, seed, mode, argnums, no_color, html_out, width, cust
       jaxprtool explain samples/sin_cos.jaxpr --mode vjp
       jaxprtool explain loss.jaxpr --args in.npz --html walk.html
     """
-    guarded(_explain)(file, args_npz, seed, mode, argnums, no_color, html_out, width, custom_rules)
+    guarded(_explain)(
+        file, args_npz, seed, consts_npz, mode, argnums, no_color, html_out, width, custom_rules
+    )
 
 
-def _explain(file, args_npz, seed, mode, argnums, no_color, html_out, width, custom_rules):
+def _explain(
+    file, args_npz, seed, consts_npz, mode, argnums, no_color, html_out, width, custom_rules
+):
     from rich.console import Console
 
     from ..ad.registry import set_custom_rule_policy
     from ..cli import require_jax
     from ..commands.common import load, output_style
     from ..commands.run_cmds import gather_inputs
+    from ..core import JaxprError
     from ..passes.hoist_consts import hoist_consts
     from ..ui.explain import explain_data, render
 
@@ -88,7 +102,12 @@ def _explain(file, args_npz, seed, mode, argnums, no_color, html_out, width, cus
     jaxpr, _, path = load(file)
     jaxpr = hoist_consts(jaxpr)  # as the AD commands read it
     input_seed = None if args_npz is not None else (seed or 0)  # with --args: seeds v / w only
-    args, consts, _ = gather_inputs(jaxpr, args_npz, None, input_seed, None, {})
+    args, consts, _ = gather_inputs(jaxpr, args_npz, None, input_seed, consts_npz, {})
+    if len(consts) > len(jaxpr.constvars):
+        raise JaxprError(
+            "explain cannot yet use the constants of nested jaxprs (its walks copy those "
+            "jaxprs); check-grad and run take them with --consts"
+        )
     data = explain_data(
         jaxpr,
         args,

@@ -220,30 +220,44 @@ def gather_inputs(jaxpr, args_npz, arg_files, seed, consts_npz, dims, inline=Non
                 f"expected {len(jaxpr.invars)} arguments ({names}), got 0: pass --args IN.npz, "
                 "--arg X.npy, --input 'TYPE=VALUES' or --random SEED"
             )
+    from ..backend.consts import all_constvars, check_count
+
+    every = all_constvars(jaxpr)
     if consts_npz is not None:
         consts = _npz_list(_load_npz(consts_npz, "constants"), "const", consts_npz)
     elif jaxpr.constvars and rng is None:
-        names = ", ".join(_var_name(v, i, "const") for i, v in enumerate(jaxpr.constvars))
-        raise JaxprError(
-            f"constants without values: {names} (pass --consts C.npz or --random SEED)"
-        )
+        raise JaxprError(_missing_consts(jaxpr))
     else:
         consts = None
     if args is not None:
         if len(args) != len(jaxpr.invars):
             raise JaxprError(f"expected {len(jaxpr.invars)} arguments, got {len(args)}")
         dims = bind_dims(jaxpr.invars, args, dims)
+    cvars = every if rng is not None else list(jaxpr.constvars)
     if consts is not None:
-        if len(consts) != len(jaxpr.constvars):
-            raise JaxprError(f"expected {len(jaxpr.constvars)} constants, got {len(consts)}")
-        dims = bind_dims(jaxpr.constvars, consts, dims)
+        check_count(jaxpr, len(consts))
+        cvars = every if len(consts) == len(every) else list(jaxpr.constvars)
+        dims = bind_dims(cvars, consts, dims)
     if args is None:
         args = [random_array(_shaped(v), rng, dims) for v in jaxpr.invars]
     if consts is None:
-        consts = [random_array(_shaped(v), rng, dims) for v in jaxpr.constvars]
+        consts = [random_array(_shaped(v), rng, dims) for v in cvars]
     args = check_arrays(jaxpr.invars, args, dims, "argument")
-    consts = check_arrays(jaxpr.constvars, consts, dims, "constant")
+    consts = check_arrays(cvars, consts, dims, "constant")
     return args, consts, dims
+
+
+def _missing_consts(jaxpr) -> str:
+    """The program's constants without values: their names, types and where they are
+    declared, and how to save and pass them."""
+    vs = jaxpr.constvars
+    names = ", ".join(f"{_var_name(v, i, 'const')}:{v.type}" for i, v in enumerate(vs))
+    return (
+        f"the program has {len(vs)} constant{'s' if len(vs) != 1 else ''} (the binders before "
+        f"the ';' of its outer lambda) whose values the text does not contain: {names}; pass --consts C.npz (keys const0, const1, ...; "
+        "`jaxprtool trace MODULE:FUNCTION --consts-out C.npz` saves them when printing the "
+        "program) or --random SEED"
+    )
 
 
 def _shaped(v):
@@ -703,13 +717,22 @@ def parse_spec(spec: str):
     type=OUT_ARG,
     help="Write here (default: standard output).",
 )
+@click.option(
+    "--consts-out",
+    "consts_out",
+    metavar="C.npz",
+    type=OUT_ARG,
+    help="Save the values of the program's constants, nested jaxprs' included "
+    "(const0, const1, ...; read back by run --consts).",
+)
 @guarded
-def trace(target, specs, args_npz, output):
+def trace(target, specs, args_npz, output, consts_out):
     """Import MODULE (from the current folder) and print the jaxpr of FUNCTION.
 
     \b
     Example:
       jaxprtool trace model:loss --arg 'f32[8,4]' --arg 'f32[8]' > loss.jaxpr
+      jaxprtool trace model:loss --arg 'f32[8,4]' --consts-out c.npz -o loss.jaxpr
     """
     import importlib
     import os
@@ -749,22 +772,93 @@ def trace(target, specs, args_npz, output):
             j = jax.make_jaxpr(fn)(*args)
     except Exception as e:  # noqa: BLE001 - the user's function failed to trace
         raise JaxprError(f"tracing '{target}' failed: {type(e).__name__}: {e}") from None
-    write_output(_with_custom_rules(j, target) + "\n", output)
+    text, ours, rule_consts = _with_custom_rules(j, target)
+    if consts_out is not None:
+        values = _const_values(j, ours, rule_consts, text, target)
+        buf = io.BytesIO()
+        np.savez(buf, **{f"const{i}": np.asarray(v) for i, v in enumerate(values)})
+        write_output(buf.getvalue(), consts_out)
+    write_output(text + "\n", output)
 
 
-def _with_custom_rules(closed, target: str) -> str:
+def _with_custom_rules(closed, target: str):
     """JAX's printout of `closed`; when it has custom_jvp/custom_vjp calls, the tool's
     printout of the same program with each call's traced rules added
-    (`backend/custom_rules.py`), so that the AD commands differentiate as JAX does."""
+    (`backend/custom_rules.py`), so that the AD commands differentiate as JAX does.
+    Returns (text, the program the text was printed from, the rules' constants)."""
+    from ..text.parser import parse
+
     text = str(closed)
+    parsed = parse(text, f"<trace {target}>")
     if "custom_jvp_call" not in text and "custom_vjp_call" not in text:
-        return text
+        return text, parsed.jaxpr, {}
     from ..backend.custom_rules import annotate
     from ..io import warn
-    from ..text.parser import parse
     from ..text.printer import print_jaxpr
     from ..text.style import detect_style
 
-    parsed = parse(text, f"<trace {target}>")
-    annotate(closed, parsed.jaxpr, lambda msg, eqn: warn(msg, eqn.loc))
-    return print_jaxpr(parsed.jaxpr, detect_style(parsed.jaxpr))
+    rule_consts = annotate(closed, parsed.jaxpr, lambda msg, eqn: warn(msg, eqn.loc))
+    return print_jaxpr(parsed.jaxpr, detect_style(parsed.jaxpr)), parsed.jaxpr, rule_consts
+
+
+def _const_values(closed, ours, rule_consts: dict, text: str, target: str) -> list:
+    """The values of `ours`' constants in `--consts` order (`backend/consts.py`): the
+    program's own (`closed.consts`), then each nested jaxpr's, read off JAX's matching
+    nested jaxpr (or the recorded custom rule)."""
+    from ..backend.consts import all_constvars, nested_with_consts
+    from ..text.parser import parse
+
+    values: dict[int, list] = dict(rule_consts)
+    values[id(ours)] = list(getattr(closed, "consts", ()))
+    _match_nested(getattr(closed, "jaxpr", closed), ours, values, set())
+    out = list(values[id(ours)])
+    for sub, eqn in nested_with_consts(ours):
+        got = values.get(id(sub))
+        if got is None or len(got) != len(sub.constvars):
+            raise JaxprError(
+                f"cannot save the constants of the jaxpr nested in '{eqn.prim}': no values "
+                "for them were found in the traced program",
+                eqn.loc,
+            )
+        out.extend(got)
+    reread = parse(text, f"<trace {target}>").jaxpr
+    if [str(v.type) for v in all_constvars(reread)] != [str(v.type) for v in all_constvars(ours)]:
+        raise JaxprError("internal: the printed program's constants differ from the traced ones")
+    return out
+
+
+def _match_nested(live, mine, values: dict, seen: set) -> None:
+    """Walk JAX's jaxpr `live` and the tool's parse `mine` of its printout together,
+    recording each nested jaxpr's constants (JAX 0.12 keeps them on the jaxpr,
+    older versions on a ClosedJaxpr) by `id` of the tool's jaxpr."""
+    from ..core import subjaxprs
+
+    if id(mine) in seen:
+        return
+    seen.add(id(mine))
+    if len(live.eqns) != len(mine.eqns):
+        raise JaxprError("internal: the printed program does not match the traced one")
+    for le, me in zip(live.eqns, mine.eqns):
+        for k in sorted(le.params):
+            theirs = list(_live_subjaxprs(le.params[k]))
+            ours = subjaxprs(me.params.get(k))
+            if len(theirs) != len(ours):
+                raise JaxprError(
+                    f"internal: '{me.prim}' parameter {k}: the printed jaxprs do not match",
+                    me.loc,
+                )
+            for (lj, consts), mj in zip(theirs, ours):
+                if mj.constvars and id(mj) not in values:
+                    values[id(mj)] = list(consts)
+                _match_nested(lj, mj, values, seen)
+
+
+def _live_subjaxprs(v):
+    """(jaxpr, consts) for each JAX jaxpr inside a parameter value."""
+    if hasattr(v, "eqns"):
+        yield v, list(getattr(v, "consts", ()) or ())
+    elif hasattr(v, "jaxpr") and hasattr(v.jaxpr, "eqns"):
+        yield v.jaxpr, list(v.consts)
+    elif isinstance(v, (tuple, list)):
+        for x in v:
+            yield from _live_subjaxprs(x)

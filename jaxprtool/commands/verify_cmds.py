@@ -14,24 +14,32 @@ from .common import FILE_ARG, int_list
 
 
 def _runner(consts):
-    """run(jaxpr, args) through XLA, with the program's constants when it has constvars (in
-    its constvars' dtypes: the float64 copy of the program for finite differences takes them
-    widened)."""
-    import numpy as np
-
+    """run(jaxpr, args) through XLA, with the program's constants when it has constvars
+    (its nested jaxprs' included, `backend/consts.py`), in the program's float width (the
+    float64 copy finite differences use)."""
     from ..backend import evaluate
-    from ..core import ShapedArray, np_dtype
+    from ..backend.consts import all_constvars
 
     def run(jaxpr, args):
-        if not jaxpr.constvars:
+        cvars = all_constvars(jaxpr)
+        if not cvars:
             return evaluate(jaxpr, args, None)
-        typed = [
-            np.asarray(c).astype(np_dtype(v.type.dtype)) if isinstance(v.type, ShapedArray) else c
-            for v, c in zip(jaxpr.constvars, consts)
-        ]
-        return evaluate(jaxpr, args, typed)
+        if len(consts) == len(jaxpr.constvars):
+            cvars = list(jaxpr.constvars)
+        return evaluate(jaxpr, args, [_as_type(c, v.type) for c, v in zip(consts, cvars)])
 
     return run
+
+
+def _as_type(value, t):
+    """A float constant in the float type of its binder (float32 data for float64 binders)."""
+    import numpy as np
+
+    a = np.asarray(value)
+    want = getattr(t, "np_dtype", None)
+    if want is not None and a.dtype.kind in "fc" and np.dtype(want).kind in "fc":
+        return a.astype(want)
+    return a
 
 
 @click.command("check-grad")

@@ -26,6 +26,7 @@ MODULES = (
     "jaxprtool.families.jax_library",
     "jaxprtool.families.collectives",
     "jaxprtool.families.batching",
+    "jaxprtool.families.equinox",
 )
 
 

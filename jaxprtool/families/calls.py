@@ -26,6 +26,7 @@ from ..ad.registry import (
     BWD_RULE_PARAM,
     FWD_RULE_PARAM,
     JVP_RULE_PARAM,
+    PERTURBED_RULE_PARAM,
     MissingCustomRule,
     custom_jvps,
     custom_rule_fallbacks,
@@ -642,6 +643,7 @@ def _custom_vjp_linearize(primals, tangents, **params):
         return outs, [Zero(tangent_type(o.type)) for o in outs]
     if fwd is None:
         return _plugin_vjp(plugin, primals, tangents, bwd_name, fwd_name)
+    _check_perturbed(params, tangents, fwd_name)
     out = ops.emit_jaxpr(fwd, list(primals))
     n_out = len(body.outvars)
     outs, res = out[:n_out], out[n_out:]
@@ -659,6 +661,23 @@ def _custom_vjp_linearize(primals, tangents, **params):
         [tangent_type(o.type) for o in outs],
     )
     return outs, touts
+
+
+def _check_perturbed(params, tangents, fwd_name) -> None:
+    """A `symbolic_zeros=True` rule is recorded for the operands JAX would perturb when every
+    float input of the traced program is differentiated; a tangent on another operand would
+    be dropped by it, so it is refused."""
+    flags = params.get(PERTURBED_RULE_PARAM)
+    if not isinstance(flags, tuple):
+        return
+    for k, (t, perturbed) in enumerate(zip(tangents, flags)):
+        if perturbed is False and not is_zero(t):
+            raise JaxprError(
+                f"custom_vjp_call (fwd={fwd_name}): operand {k} has a tangent, but the rule "
+                "`jaxprtool trace` recorded takes it as unperturbed (it did not depend on the "
+                "traced function's inputs); trace the function again with that value as an input",
+                current().loc,
+            )
 
 
 def _plugin_vjp(pair, primals, tangents, bwd_name, fwd_name):

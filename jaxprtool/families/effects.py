@@ -41,13 +41,46 @@ def _refuse(msg):
 
 # ---------------------------------------------------------------- pure_callback, io_callback
 
+#: Equinox's run-time checks (`eqx.error_if`, `branched_error_if`, and so every diffrax
+#: solve) call back into Python unless EQX_ON_ERROR=nan makes them return NaN instead
+_EQX_HINT = (
+    "if it is an Equinox error check (`eqx.error_if`, used by diffrax, optimistix, lineax), "
+    "set EQX_ON_ERROR=nan in the environment before importing equinox and print the "
+    "program again: its errors then give NaN instead of calling back"
+)
+
+
+def _is_equinox_check(eqn) -> bool:
+    """Equinox's callback prints as `_FlatCallback(callback_func=<function
+    _error.<locals>.raises ...>` (equinox/_errors.py)."""
+    return "_error.<locals>" in str(eqn.params.get("callback", ""))
+
+
+def _pure_callback_refusal(eqn) -> str:
+    if _is_equinox_check(eqn):
+        return (
+            "is an Equinox run-time error check (`eqx.error_if`), which calls back into Python "
+            "and cannot "
+            "run from a text file; set EQX_ON_ERROR=nan in the environment before importing "
+            "equinox and print the program again: its errors then give NaN instead"
+        )
+    return f"{_CALLS_BACK} ({_EQX_HINT})"
+
+
+def _refuse_callback(msg):
+    def rule(*args, **params):
+        raise JaxprError(f"{msg} ({_EQX_HINT})", current().loc)
+
+    return rule
+
+
 shape_rule("pure_callback", "io_callback")(_avals_rule("result_avals"))
 define(
     "pure_callback",
-    jvp=_refuse(
+    jvp=_refuse_callback(
         "Pure callbacks do not support JVP. Please use `jax.custom_jvp` to use callbacks while taking gradients."
     ),
-    transpose=_refuse(
+    transpose=_refuse_callback(
         "Pure callbacks do not support transpose. Please use `jax.custom_vjp` to use callbacks while taking gradients."
     ),
 )
@@ -104,6 +137,7 @@ for _n in (
     "buffer_callback",
 ):
     define(_n, refusal=_CALLS_BACK)
+define("pure_callback", refusal=_pure_callback_refusal)
 for _n in (
     "pallas_call",
     "tpu_custom_call",
