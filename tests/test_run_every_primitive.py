@@ -130,6 +130,16 @@ NOT_TRACED = {
         "not emitted by the installed JAX's public API at trace time (an internal form, an "
         "alias of another spelling, or a transformation-only primitive)",
     ),
+    **dict.fromkeys(
+        "maybe_set nonbatchable nondifferentiable_backward nontraceable select_if_vmap "
+        "unvmap_all unvmap_any unvmap_max".split(),
+        "Equinox's own primitives: run against Equinox in tests/test_equinox.py",
+    ),
+    **dict.fromkeys(
+        "composite empty2".split(),
+        "traced through JAX's grad of cond / lax.composite: run against JAX in "
+        "tests/test_printer_jax_grads.py",
+    ),
 }
 
 

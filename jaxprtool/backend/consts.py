@@ -91,4 +91,4 @@ def check_count(jaxpr: Jaxpr, n: int) -> None:
     top, every = len(jaxpr.constvars), len(all_constvars(jaxpr))
     if n not in (top, every):
         want = f"{top}" if top == every else f"{top} (the program's own) or {every} (with nested)"
-        raise JaxprError(f"expected {want} constants, got {n}")
+        raise JaxprError(f"--consts: expected {want} constants (const0, const1, ...), got {n}")

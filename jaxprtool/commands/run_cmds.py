@@ -254,7 +254,8 @@ def _missing_consts(jaxpr) -> str:
     names = ", ".join(f"{_var_name(v, i, 'const')}:{v.type}" for i, v in enumerate(vs))
     return (
         f"the program has {len(vs)} constant{'s' if len(vs) != 1 else ''} (the binders before "
-        f"the ';' of its outer lambda) whose values the text does not contain: {names}; pass --consts C.npz (keys const0, const1, ...; "
+        "the ';' of its lambda and of the jitted bodies it calls) whose values the text does "
+        f"not contain: {names}; pass --consts C.npz (keys const0, const1, ...; "
         "`jaxprtool trace MODULE:FUNCTION --consts-out C.npz` saves them when printing the "
         "program) or --random SEED"
     )
@@ -595,7 +596,9 @@ def compile_(file, emit, device, dim_specs, stats, output, no_cache):
     dims = parse_dims(dim_specs)
     jaxpr, _, _ = load(file)
     backend.check_runnable(jaxpr)
-    compile_cache.configure(not no_cache)
+    # a cached executable's optimised HLO carries the source metadata of the process that
+    # compiled it (a `run`'s stack), so the text it prints would depend on the cache's history
+    compile_cache.configure(not no_cache and emit != "optimized-hlo")
     with backend.x64_scope(jaxpr), progress(f"compiling {file or '<stdin>'} ({emit})"):
         text, compiled = _compile(jaxpr, emit, device, dims, stats)
     write_output(text, output)
