@@ -11,6 +11,10 @@ diffrax, jax.scipy) traced once per session, then each command on each program a
   <w, L v> = <L^T w, v>;
 - check-grad passes (the tool's jvp and vjp against finite differences).
 
+expm and the diffrax ODE are also traced with `jaxprtool trace --consts-out`: JAX's printout
+lacks the values of the constants their nested jits close over (and Equinox's custom_vjp rule),
+so the commands other than fmt read the tool's text and pass the saved constants.
+
 Costs (2 cores): about 110 s of CPU for the 12 programs, threefry dropout in the GPT the
 largest part (XLA compiles each `random_bits` for seconds).  A program whose packages are missing is skipped with the install command.  A case that fails
 today for a known missing rule is `xfail(strict=True)` with the exact error: it fails while the
@@ -21,6 +25,7 @@ error is a failure too.
 from __future__ import annotations
 
 import functools
+import os
 
 import numpy as np
 import pytest
@@ -32,23 +37,23 @@ from jax_oracle import close, run  # noqa: E402
 
 RUN_TOL = 1e-5  # the tool's `run` binds JAX's own primitives: the same numbers up to fusion order
 
-#: JAX 0.12 prints what a nested jit closes over as constvars without values; the tool hoists
-#: them to the program's constants and refuses to run without them (`jaxprtool trace
-#: --consts-out` saves them: tests/test_equinox.py runs the same ODE that way)
-NESTED_CONSTS = "whose values the text does not contain: "
-EQX_CUSTOM_VJP = (
-    "custom_vjp_call 'fn_wrapped' (fwd=fn_fwd_wrapped bwd=fn_bwd_wrapped): the text names a "
-)
+FORWARD_MODE_CUSTOM_VJP = "can't apply forward-mode autodiff (jvp) to a custom_vjp function"
 AD_COMMANDS = ("grad", "jvp", "linearize_transpose")
 
 #: (program, command) -> the error the tool gives today (a rule that other work adds);
 #: check-grad runs the program first, so it meets a run error before a missing rule
 KNOWN_GAPS = {
-    **{("expm", c): NESTED_CONSTS for c in (*AD_COMMANDS, "run", "check_grad")},
-    **{("diffrax_ode", c): EQX_CUSTOM_VJP for c in AD_COMMANDS},
-    ("diffrax_ode", "run"): NESTED_CONSTS,
-    ("diffrax_ode", "check_grad"): NESTED_CONSTS,
+    # JAX refuses it too (its jvp reference here is J v from jax.jacrev); check-grad checks jvp
+    ("diffrax_ode", "jvp"): FORWARD_MODE_CUSTOM_VJP,
+    ("diffrax_ode", "check_grad"): FORWARD_MODE_CUSTOM_VJP,
+    # linearize's own program holds the recorded bwd as a custom_lin, which `run` cannot run
+    ("diffrax_ode", "linearize_transpose"): "cannot run 'custom_lin' holds a Python function",
 }
+
+#: programs whose JAX printout lacks what the commands need (the values of constants a nested
+#: jit closes over, Equinox's custom_vjp rule): the commands other than fmt read what
+#: `jaxprtool trace --consts-out` writes for them
+TRACED_BY_THE_TOOL = ("expm", "diffrax_ode")
 
 
 class KnownGap(Exception):
@@ -95,11 +100,35 @@ class Case:
         self.path = folder / f"{name}.jaxpr"
         self.path.write_text(self.text)
         self.folder = folder
+        self.src, self.consts = self.path, None  # the text the commands other than fmt read
+        if name in TRACED_BY_THE_TOOL:
+            self.src, self.consts = self._trace_with_the_tool()
         rng = np.random.default_rng(0)
         self.v = [
             rng.uniform(-1, 1, np.shape(p.args[i])).astype(p.args[i].dtype) for i in p.argnums
         ]
         self.argnums = ",".join(map(str, p.argnums))
+
+    def _trace_with_the_tool(self):
+        """`jaxprtool trace --consts-out` of the program: its text with the custom rules
+        recorded, and the values of the constants JAX's printout names but lacks."""
+        module = self.folder / f"zoo_traced_{self.name}.py"
+        module.write_text(f"import zoo\n\nf = zoo.build({self.name!r}).fn\n")
+        args = self.save("trace_args", self.program.args)
+        src = self.folder / f"{self.name}.traced.jaxpr"
+        consts = self.folder / f"{self.name}.consts.npz"
+        cwd = os.getcwd()
+        os.chdir(self.folder)
+        try:
+            target = f"{module.stem}:f"
+            r = run(["trace", target, "--args", args, "-o", str(src), "--consts-out", str(consts)])
+        finally:
+            os.chdir(cwd)
+        assert r.exit_code == 0, r.output
+        return src, str(consts)
+
+    def with_consts(self, args):
+        return [*args, "--consts", self.consts] if self.consts else list(args)
 
     @functools.cached_property
     def ref(self):
@@ -122,7 +151,9 @@ class Case:
         """`jaxprtool run` of a program file on these inputs: its outputs."""
         out = self.folder / f"{self.name}.{tag}.out.npz"
         inputs = self.save(tag, inputs)
-        self.tool(command, "run", str(program_path), "--args", inputs, "-o", str(out))
+        self.tool(
+            command, "run", *self.with_consts([str(program_path), "--args", inputs, "-o", str(out)])
+        )
         with np.load(out) as d:
             return [d[f"out{i}"] for i in range(len(d.files))]
 
@@ -220,12 +251,13 @@ def test_fmt_is_jax_text(zoo_cases, name):
 def test_check(zoo_cases, name):
     c = zoo_cases(name)
     c.tool("check", "check", str(c.path))
+    c.tool("check", "check", str(c.src))
 
 
 @pytest.mark.parametrize("name", cases("run"))
 def test_run_equals_jax(zoo_cases, name):
     c = zoo_cases(name)
-    got = c.run_program("run", c.path, c.program.args, "args")
+    got = c.run_program("run", c.src, c.program.args, "args")
     assert len(got) == len(c.ref["outs"])
     for a, b in zip(got, c.ref["outs"]):
         assert a.dtype == b.dtype and a.shape == b.shape
@@ -237,7 +269,7 @@ def test_grad_equals_jax_grad(zoo_cases, name):
     c = zoo_cases(name)
     g = c.folder / f"{name}.grad.jaxpr"
     aux = ["--has-aux"] if c.program.has_aux else []
-    c.tool("grad", "grad", "--argnums", c.argnums, *aux, str(c.path), "-o", str(g))
+    c.tool("grad", "grad", "--argnums", c.argnums, *aux, str(c.src), "-o", str(g))
     got = c.run_program("grad", g, c.program.args, "grad")
     n_aux = len(c.ref["outs"]) - 1 if c.program.has_aux else 0
     for a, b in zip(got[:n_aux], c.ref["outs"][1:]):
@@ -251,7 +283,7 @@ def test_grad_equals_jax_grad(zoo_cases, name):
 def test_jvp_equals_jax_jvp(zoo_cases, name):
     c = zoo_cases(name)
     j = c.folder / f"{name}.jvp.jaxpr"
-    c.tool("jvp", "jvp", "--argnums", c.argnums, str(c.path), "-o", str(j))
+    c.tool("jvp", "jvp", "--argnums", c.argnums, str(c.src), "-o", str(j))
     got = c.run_program("jvp", j, c.program.args + c.v, "jvp")
     _compare_primal_then(got, c.ref["outs"], c.ref["jvp"])
 
@@ -271,7 +303,7 @@ def test_linearize_transpose_equals_jax_vjp(zoo_cases, name):
     c = zoo_cases(name)
     lin, vjp = c.folder / f"{name}.lin.jaxpr", c.folder / f"{name}.vjp.jaxpr"
     cmd = "linearize_transpose"
-    c.tool(cmd, "linearize", "--argnums", c.argnums, str(c.path), "-o", str(lin))
+    c.tool(cmd, "linearize", "--argnums", c.argnums, str(c.src), "-o", str(lin))
     c.tool(cmd, "transpose", str(lin), "-o", str(vjp))
     lv = c.run_program(cmd, lin, c.program.args + c.v, "lin")
     _compare_primal_then(lv, c.ref["outs"], c.ref["jvp"])
@@ -286,5 +318,6 @@ def test_linearize_transpose_equals_jax_vjp(zoo_cases, name):
 def test_check_grad(zoo_cases, name):
     c = zoo_cases(name)
     args = c.save("args", c.program.args)
-    out = c.tool("check_grad", "check-grad", "--argnums", c.argnums, "--args", args, str(c.path))
+    argv = ["check-grad", "--argnums", c.argnums, "--args", args, str(c.src)]
+    out = c.tool("check_grad", *c.with_consts(argv))
     assert "FAIL" not in out and out.count("pass") == 3, out
