@@ -267,16 +267,20 @@ def test_deep_chain_of_shared_jaxprs_is_refused_where_it_gets_too_deep():
 def test_many_type_errors_are_reported_in_linear_time(tmp_path):
     """20k ill-typed equations: every error reported, time linear in the count (the
     excerpt under each message once took quadratic time).  CPU time, which a loaded
-    machine disturbs less than wall time; `make bench` reports the wall time."""
+    machine disturbs less than wall time; `make bench` reports the wall time.  The best of
+    two runs: the first large text also pays for importing the compiled parser."""
     times = {}
     for n in (5000, 20000):
         p = tmp_path / f"e{n}.jaxpr"
         p.write_text(chain(n, bad_every=1))
-        t0 = time.process_time()
-        r = invoke(["check", str(p)])
-        times[n] = time.process_time() - t0
-        assert r.exit_code == 1
-        assert len(LOCATED.findall(r.stderr)) == n
+        runs = []
+        for _ in range(2):
+            t0 = time.process_time()
+            r = invoke(["check", str(p)])
+            runs.append(time.process_time() - t0)
+            assert r.exit_code == 1
+            assert len(LOCATED.findall(r.stderr)) == n
+        times[n] = min(runs)
     assert times[20000] < 6 * times[5000] + 0.5, times
     assert times[20000] < 15, times
 
