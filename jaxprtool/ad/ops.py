@@ -326,6 +326,19 @@ def und(x) -> bool:
     return is_undefined_primal(x)
 
 
+def require_primal(what: str, operands, loc=None) -> None:
+    """A transpose rule linear only in some operands: refuse, located, when one of the
+    others (`what`, e.g. "'triangular_solve' in its matrix operand") depends on the linear
+    inputs."""
+    if any(und(x) for x in operands):
+        from ..core import JaxprError
+
+        raise JaxprError(
+            f"{what} is not linear: only b may depend on the linear inputs",
+            loc if loc is not None else current().loc,
+        )
+
+
 def zero_cts(args) -> list:
     """The all-Zero answer of a transpose rule: Zero for undefined args, None for the others."""
     return [Zero(tangent_type(ty(a))) if und(a) else None for a in args]

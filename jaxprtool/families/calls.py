@@ -989,12 +989,8 @@ def _custom_linear_solve_transpose(cts, *args, const_lengths, jaxprs):
             loc,
         )
     consts, b = _split_solve_args(args, const_lengths)
-    if any(is_undefined_primal(x) for k in _SOLVE_NAMES for x in consts[k]):
-        raise JaxprError(
-            "custom_linear_solve is not linear in its operator's constants: only b may depend "
-            "on the linear inputs",
-            loc,
-        )
+    operator = [x for k in _SOLVE_NAMES for x in consts[k]]
+    ops.require_primal("custom_linear_solve in its operator's constants", operator, loc)
     x_ct, other = list(cts[: len(b)]), cts[len(b) :]
     if any(not is_zero(c) for c in other):
         raise JaxprError("custom_linear_solve: cotangents of auxiliary outputs", loc)

@@ -327,7 +327,6 @@ def _ragged_dot_jvp(primals, tangents, **params):
 
 
 def _ragged_dot_transpose(cts, x, y, gs, *, ragged_dot_dimension_numbers, **params):
-    from ..ad.ops import und
     from ..core import JaxprError
 
     _ragged_check(params)
@@ -1246,14 +1245,7 @@ def _triangular_solve_jvp_b(g_b, ans, a, b, **params):
 
 def _triangular_solve_transpose(cts, a, b, *, transpose_a, **params):
     """JAX's `_triangular_solve_transpose_rule`: linear in b only; solve with op(A)^T."""
-    from ..core import JaxprError
-
-    if und(a):
-        raise JaxprError(
-            "'triangular_solve' is not linear in its matrix operand: only b may depend on the "
-            "linear inputs",
-            current().loc,
-        )
+    ops.require_primal("'triangular_solve' in its matrix operand", [a])
     (ct,) = cts
     if is_zero(ct):
         return [None, Zero(tangent_type(ty(b)))]
@@ -1313,14 +1305,7 @@ def _tridiagonal_solve_jvp(primals, tangents, *, perturb_singular=False):
 def _tridiagonal_solve_transpose(cts, dl, d, du, b, *, perturb_singular=False):
     """JAX's `_tridiagonal_solve_transpose_rule`: solve with the transposed matrix, whose
     sub-diagonal is du shifted down and super-diagonal dl shifted up."""
-    from ..core import JaxprError
-
-    if und(dl) or und(d) or und(du):
-        raise JaxprError(
-            "'tridiagonal_solve' is not linear in its diagonals: only b may depend on the "
-            "linear inputs",
-            current().loc,
-        )
+    ops.require_primal("'tridiagonal_solve' in its diagonals", [dl, d, du])
     (ct,) = cts
     if is_zero(ct):
         return [None, None, None, Zero(tangent_type(ty(b)))]
