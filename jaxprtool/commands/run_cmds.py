@@ -10,11 +10,11 @@ import time
 import zipfile
 
 import click
-import numpy as np
 
 from ..cli import guarded, require_jax
 from ..core import JaxprError, ShapedArray, np_dtype, short_dtype_name
 from ..io import UsageError, progress, write_output
+from ..lazy import np
 from .common import FILE_ARG, OUT_ARG, load
 from .mesh_options import mesh_options
 
