@@ -139,6 +139,26 @@ def test_run_consts_of_the_traced_text_is_jax(traced, tmp_path):
         close(got, getattr(mod, fn)(X))
 
 
+def test_run_repeat_and_compile_take_every_constant(traced, tmp_path):
+    """`run --repeat` compiles with the cond and loop bodies' constants too, and `compile`
+    takes every constant as a parameter before the input."""
+    progs, mod = traced
+    prog, consts = progs["f"]
+    a, o = tmp_path / "a.npz", tmp_path / "o.npz"
+    np.savez(a, X)
+    r = run(
+        ["run", str(prog), "--args", str(a), "--consts", str(consts), "--repeat", "2"]
+        + ["-o", str(o)]
+    )
+    assert r.exit_code == 0, r.output
+    with np.load(o) as d:
+        close(d["out0"], mod.f(X))
+    r = run(["compile", str(prog)])
+    assert r.exit_code == 0, r.output
+    main = next(line for line in r.output.splitlines() if "func.func public @main(" in line)
+    assert main.count("tensor<3xf32>") == 5  # four constants and x, no result of that type
+
+
 def test_a_swap_of_same_typed_constants_changes_the_answer(traced, tmp_path):
     """The check above can fail: the same archive with two of its same-typed constants
     swapped (the order a walk of the unhoisted program gives: the cond branch's before the

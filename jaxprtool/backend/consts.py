@@ -69,11 +69,11 @@ def all_constvars(jaxpr: Jaxpr) -> list[Var]:
 def split(jaxpr: Jaxpr, consts: list) -> tuple[list, dict[int, list]]:
     """`consts` (the top-level ones, or all of them in `all_constvars` order) as the
     top-level values and the values of each nested jaxpr of step 3 by `id`."""
-    require_hoisted(jaxpr)
     top = len(jaxpr.constvars)
     nested: dict[int, list] = {}
     if len(consts) == top:
         return list(consts), nested
+    require_hoisted(jaxpr)
     rest = list(consts[top:])
     for sub, _ in nested_with_consts(jaxpr):
         n = len(sub.constvars)

@@ -513,7 +513,8 @@ def _timed(jaxpr, args, consts, dims, device, repeat):
             dev = backend.get_device(device)
             xs = [jax.device_put(x, dev) for x in list(consts) + list(args)]
         t0 = time.perf_counter()
-        fn = backend.as_jax_function(jaxpr, dims, enable_x64=False)
+        nested = len(consts) != len(jaxpr.constvars)  # cond/loop bodies' too (backend/consts)
+        fn = backend.as_jax_function(jaxpr, dims, enable_x64=False, nested=nested)
         compiled = jax.jit(fn).lower(*xs).compile()
         t_compile = time.perf_counter() - t0
         times = []
@@ -536,13 +537,14 @@ def _timed(jaxpr, args, consts, dims, device, repeat):
 # ---------------------------------------------------------------- compile
 
 
-def shape_structs(jaxpr, dims):
+def shape_structs(jaxpr, dims, constvars=None):
+    """The parameters' shapes: `constvars` (by default the program's) then the inputs."""
     import jax
 
     from ..backend.values import static_shape
 
     out = []
-    for v in list(jaxpr.constvars) + list(jaxpr.invars):
+    for v in list(jaxpr.constvars if constvars is None else constvars) + list(jaxpr.invars):
         if not isinstance(v.type, ShapedArray):
             raise JaxprError(f"cannot compile an input of type {v.type}")
         shape = static_shape(v.type, dims)
@@ -591,10 +593,12 @@ def compile_(file, emit, device, dim_specs, stats, output, no_cache):
       jaxprtool compile sharded.jaxpr --emit optimized-hlo --stats --mesh x=4,y=2
     """
     from .. import backend, compile_cache
+    from ..passes.hoist_consts import hoist_consts
 
     require_jax()
     dims = parse_dims(dim_specs)
     jaxpr, _, _ = load(file)
+    jaxpr = hoist_consts(jaxpr)  # parameters: every constant in `run --consts` order, the inputs
     backend.check_runnable(jaxpr)
     # a cached executable's optimised HLO carries the source metadata of the process that
     # compiled it (a `run`'s stack), so the text it prints would depend on the cache's history
@@ -611,11 +615,14 @@ def _compile(jaxpr, emit, device, dims, stats):
 
     from .. import backend
     from ..backend import sharding
+    from ..backend.consts import all_constvars
 
-    structs = shape_structs(jaxpr, dims)
+    multi = sharding.is_multi_device(jaxpr)
+    every = all_constvars(jaxpr)
+    nested = not multi and len(every) > len(jaxpr.constvars)  # cond/loop bodies' constants
+    structs = shape_structs(jaxpr, dims, every if nested else None)
     platform = "cuda" if device == "gpu" else "cpu"
     needs_device = emit == "optimized-hlo" or stats
-    multi = sharding.is_multi_device(jaxpr)
     if needs_device and not multi:
         backend.get_device(device)
     scope = sharding.run_scope(jaxpr, device) if multi else contextlib.nullcontext()
@@ -623,7 +630,7 @@ def _compile(jaxpr, emit, device, dims, stats):
         with scope:
             if multi:
                 structs = sharding.sharded_structs(jaxpr, structs)
-            fn = jax.jit(backend.as_jax_function(jaxpr, dims, enable_x64=False))
+            fn = jax.jit(backend.as_jax_function(jaxpr, dims, enable_x64=False, nested=nested))
             lowered = fn.trace(*structs).lower(lowering_platforms=(platform,))
     except JaxprError:
         raise
