@@ -95,7 +95,7 @@ from ..core import Eqn, Jaxpr, JaxprError, Literal, Loc, ShapedArray, Var
 from ..record import prim as record_of
 from . import grammar as G
 from .style import walk_jaxprs
-from .values import ValueError_, balanced_end, parse_value
+from .values import ValueError_, balanced_end, is_dtype, parse_value
 
 __all__ = ["ParseResult", "parse"]
 
@@ -141,8 +141,9 @@ class _Nested(Exception):
 class _State:
     """Everything one parse needs: the text, symbol tables, shared-jaxpr scopes, layout frames."""
 
-    def __init__(self, text: str, path: str):
+    def __init__(self, text: str, path: str, fast: bool = True):
         self.s = text
+        self.fast = fast  # read simple equations without the grammar (`read_run`)
         self.n = len(text)
         self.path = path
         self.warnings: list[JaxprError] = []
@@ -164,6 +165,10 @@ class _State:
         # values read by the post-lexer, by start position
         self.values: dict[int, object] = {}
         self.value_memo: dict[tuple, tuple] = {}
+        # parameter lists of plain values read by the fast path, by their text
+        self.param_lists: dict[str, tuple[dict, bool]] = {}
+        # equations read by the fast path (EQNS tokens), by start position
+        self.runs: dict[int, list[Eqn]] = {}
         self.first_hook = self.scan_hook({})
         # id(jaxpr) -> (name, position of `let NAME =`) of every shared definition
         self.shared_defs: dict[int, tuple[str, int]] = {}
@@ -335,34 +340,40 @@ class _State:
         out = []
         untyped = False
         for t in toks:
-            base = t.start_pos
-            for m in G.OPERAND.finditer(t.value, off):
-                name = m.group(4)
-                if name is not None:
-                    v = table.get(name)
-                    if v is None or name == "_":
-                        v = self.var_or_untyped(name, base + m.start(4), table)
-                        if type(v) is Literal:
-                            untyped = True
-                    out.append(v)
-                elif m.group(1) is not None:
-                    p = base + m.start(2)
-                    ty = self.type_at(m.group(2), p)
-                    if not isinstance(ty, ShapedArray):
-                        self.fail("a literal must have an array type", p)
-                    out.append(Literal(self.literal_value(m.group(1), base + m.start(1)), ty))
-                else:
-                    p = base + m.start(3)
-                    text = m.group(3)
-                    if text in _NAME_LIKE_LITERALS and text in table:
-                        out.append(table[text])  # JAX names its 149,536th variable `infj`
-                        continue
-                    out.append(Literal(self.literal_value(text, p), _WEAK_F32, False))
-                    untyped = True
+            untyped |= self.operand_atoms(t.value, t.start_pos, off, table, out)
             off = 0
         if untyped:
             _fix_untyped(out, [a for a in out if type(a) is Var])
         return tuple(out)
+
+    def operand_atoms(self, text: str, base: int, off: int, table: dict, out: list) -> bool:
+        """Append the atoms of `text` (operands; it starts at s[base]) from offset `off`;
+        whether an untyped (0.4.35) literal is among them."""
+        untyped = False
+        for m in G.OPERAND.finditer(text, off):
+            name = m.group(4)
+            if name is not None:
+                v = table.get(name)
+                if v is None or name == "_":
+                    v = self.var_or_untyped(name, base + m.start(4), table)
+                    if type(v) is Literal:
+                        untyped = True
+                out.append(v)
+            elif m.group(1) is not None:
+                p = base + m.start(2)
+                ty = self.type_at(m.group(2), p)
+                if not isinstance(ty, ShapedArray):
+                    self.fail("a literal must have an array type", p)
+                out.append(Literal(self.literal_value(m.group(1), base + m.start(1)), ty))
+            else:
+                p = base + m.start(3)
+                text3 = m.group(3)
+                if text3 in _NAME_LIKE_LITERALS and text3 in table:
+                    out.append(table[text3])  # JAX names its 149,536th variable `infj`
+                    continue
+                out.append(Literal(self.literal_value(text3, p), _WEAK_F32, False))
+                untyped = True
+        return untyped
 
     def var_or_untyped(self, name: str, pos: int, table: dict):
         v = table.get(name)
@@ -586,6 +597,137 @@ class _State:
             self.not_at_delim(e, key)
         return e
 
+    # ------------------------------------------------------------ the fast path
+
+    def read_run(self, p: int, line: int, eqcol: int) -> tuple[list[Eqn], int] | None:
+        """The simple equations from s[p] on, which starts an equation on line `line` at
+        the block's equation column `eqcol`: (the equations, where the last one's line
+        break is), or None when the first one is not simple.
+
+        An equation is simple when it is all on its line, or its parameter list alone goes
+        on over lines, its parameters hold no jaxpr, and the next line starts at the
+        equation column (another equation) or is the block's `in (`.  It is read with the
+        grammar's checks and values (`read_value`, `type_at`, `operand_atoms`) into the same
+        `Eqn` as the grammar's rules build, and its results are bound.  The first equation
+        that is not simple (or has an error) ends the run, untouched, for the grammar."""
+        s = self.s
+        n = self.n
+        table = self.tables[-1]
+        path = self.path
+        warnings = self.warnings
+        match = G.FAST_EQN.match
+        eqns = []
+        end = -1
+        while True:
+            m = match(s, p)
+            if m is None:
+                break
+            nw = len(warnings)
+            try:
+                r = self.fast_eqn(m, table)
+            except (JaxprError, _Nested):
+                r = None
+            if r is not None:
+                prim, inputs, outs, prm, q = r
+                k = G.INDENT.match(s, q + 1).end()
+                col = k - q
+                if k < n and col <= eqcol and G.IN_KW.match(s, k):
+                    more = False  # the block's `in (`
+                elif k < n and col == eqcol and ("a" <= s[k] <= "z" or s[k] == "_"):
+                    more = True  # the next equation
+                else:
+                    r = None  # operands on the next line, a comment, another layout
+            if r is None:
+                del warnings[nw:]
+                break
+            for v in outs:
+                _bind(table, v)
+            eqns.append(Eqn(prim, inputs, outs, prm, Loc(path, line, eqcol)))
+            self.eqn_start = p
+            end = q
+            if not more:
+                break
+            line += s.count("\n", p, k)
+            p = k
+        return (eqns, end) if eqns else None
+
+    def fast_eqn(self, m, table: dict):
+        """The equation that `G.FAST_EQN` matched: (primitive, inputs, outputs, parameters,
+        where its line break is), or None where it is not simple after all."""
+        s = self.s
+        outs = [Var(self.type_at(m.group(2), m.start(2)), m.group(1))]
+        more = m.group(3)
+        if more:
+            base = m.start(3)
+            for b in G.FAST_BINDER.finditer(more):
+                outs.append(Var(self.type_at(b.group(2), base + b.start(2)), b.group(1)))
+        if m.group(5) is None:
+            prm = {}
+            ops = m.group(6)
+            base = m.start(6)
+            q = m.end() - 1
+        else:
+            r = self.fast_params(m.end())
+            if r is None:
+                return None
+            prm, j = r
+            mo = G.FAST_OPS.match(s, j)
+            if mo is None:
+                return None
+            ops = mo.group(1)
+            base = j
+            q = mo.end() - 1
+        inputs = self.fast_operands(ops, base, table) if ops else ()
+        return m.group(4), inputs, tuple(outs), prm, q
+
+    def fast_params(self, j: int) -> tuple[dict, int] | None:
+        """The parameters of the list whose `[` ends at s[j]: (dict, end of its `]`), or None
+        where a value is left to the grammar (a jaxpr, a shared-jaxpr name).  A list of plain
+        values is remembered with its text (the parse of a list depends on nothing else) and
+        reused, with fresh lists, where that text recurs."""
+        s = self.s
+        me = G.PARAMS_END.search(s, j)
+        text = s[j - 1 : me.end()] if me is not None else None
+        known = self.param_lists.get(text) if text is not None else None
+        if known is not None:
+            d, has_lists = known
+            return ({k: _fresh(v) for k, v in d.items()} if has_lists else d.copy()), me.end()
+        k = G.SP.match(s, j).end()
+        broken = s[k : k + 1] in ("\n", "#")  # as the post-lexer decides at `[`
+        d = {}
+        while True:
+            mk = G.KEY_TOKEN.match(s, j)
+            if mk is None:
+                break
+            r = self.read_value(mk.end(), mk.group(1), broken)
+            if r is None or type(r[0]) is _SharedRef:
+                return None
+            d[mk.group(1)], j = r
+        mr = G.RSQB_TOKEN.match(s, j)
+        if mr is None:
+            return None
+        end = mr.end()
+        if text is not None and end == me.end() and all(_memoizable(v) for v in d.values()):
+            has_lists = any(type(v) in (list, tuple) for v in d.values())
+            self.param_lists[text] = ({k: _fresh(v) for k, v in d.items()}, has_lists)
+        return d, end
+
+    def fast_operands(self, ops: str, base: int, table: dict) -> tuple:
+        """The atoms of `ops` (` a b 1.0:f32[]`, at s[base]), as `operands` reads them."""
+        if ":" not in ops and "(" not in ops:
+            out = []
+            for name in ops[1:].split(" "):
+                v = table.get(name)
+                if v is None or name == "_":
+                    break  # a literal, `_`, or an undefined name
+                out.append(v)
+            else:
+                return tuple(out)
+        out = []
+        if self.operand_atoms(ops, base, 0, table, out):
+            _fix_untyped(out, [a for a in out if type(a) is Var])
+        return tuple(out)
+
     # ------------------------------------------------------------ shared-jaxpr scopes
 
     def close_scope(self, shareds: list, start: int, end: int, document: bool):
@@ -729,11 +871,14 @@ _PLAIN_VALUES |= {params.EnumValue, params.NpScalar, params.SymExpr, params.Opaq
 
 
 def _memoizable(v) -> bool:
-    """Built of immutable values, tuples, lists and frozensets (no jaxpr, no reference)."""
+    """Built of immutable values (dtypes too), tuples, lists and frozensets (no jaxpr, no
+    reference)."""
     t = type(v)
     if t in _PLAIN_VALUES:
         return True
-    return t in (tuple, list, frozenset) and all(_memoizable(x) for x in v)
+    if t in (tuple, list, frozenset):
+        return all(_memoizable(x) for x in v)
+    return is_dtype(v)
 
 
 def _fresh(v):
@@ -797,6 +942,16 @@ class _Layout:
             t.end_line, t.end_column, t.end_pos = line_ctr.line, line_ctr.column, b
             return t
 
+        def run(e: int, line: int, col: int):
+            """The simple equations from s[e] on as one EQNS token (the lexer moved past
+            them), or None (`_State.read_run`)."""
+            r = st.read_run(e, line, col)
+            if r is None:
+                return None
+            st.runs[e] = r[0]
+            return emit("EQNS", e, r[1])
+
+        fast = st.fast
         frames = st.frames  # per open `{ lambda`: [in_block, depth, eqcol, start]
         broken: list[bool] = []  # per open parameter list: broken over lines?
         mixed: list[_Mixed] = []
@@ -811,9 +966,24 @@ class _Layout:
                     f = frames[-1]
                     e = t.end_pos
                     if f[0] and not f[1] and e < n and not G.IN_KW.match(s, e):
-                        if t.end_column == f[2] or _bare_eq_at(s, e, t.end_column, f[2]):
+                        if (
+                            after_let
+                            and fast
+                            and st.block_end < 0
+                            and (r := run(e, t.end_line, t.end_column)) is not None
+                        ):
+                            # the block's first equation, on the line after `let`
+                            after_let = False
+                            f[2] = t.end_column
+                            yield r
+                        elif t.end_column == f[2] or _bare_eq_at(s, e, t.end_column, f[2]):
                             yield Token("EQSEP", "", e, t.end_line, t.end_column)
                             head = True
+                            if fast and st.block_end < 0:
+                                r = run(e, t.end_line, t.end_column)
+                                if r is not None:
+                                    head = False
+                                    yield r
                         elif t.end_column < f[2]:
                             st.block_end = e
                 continue
@@ -842,6 +1012,11 @@ class _Layout:
                         if t.end_column == f[2] or _bare_eq_at(s, e, t.end_column, f[2]):
                             yield Token("EQSEP", "", e, t.end_line, t.end_column)
                             head = True
+                            if fast and st.block_end < 0:
+                                r = run(e, t.end_line, t.end_column)
+                                if r is not None:
+                                    head = False
+                                    yield r
                         elif t.end_column < f[2]:
                             st.block_end = e
             elif tt == "HEAD" or tt == "BINDER" or tt == "EQ_PRIM":
@@ -1023,11 +1198,19 @@ class _Build:
         return tuple(c[0]) if c else ()
 
     def eqn_list(self, c):
+        # an item is an equation, or a list of them (EQNS)
         if len(c) == 1:
-            return c
+            return c[0] if type(c[0]) is list else c
         lst = c[0]
-        lst.append(c[2])
+        x = c[2]
+        if type(x) is list:
+            lst.extend(x)
+        else:
+            lst.append(x)
         return lst
+
+    def eqn_run(self, c):
+        return self.st.runs.pop(c[0].start_pos)
 
     def more_operands(self, c):
         if len(c) == 1:
@@ -1296,11 +1479,14 @@ def _build(compiled: bool = False):
 # ---------------------------------------------------------------- entry point
 
 
-def parse(text: str, path: str = "<stdin>", *, compiled: bool | None = None) -> ParseResult:
+def parse(
+    text: str, path: str = "<stdin>", *, compiled: bool | None = None, fast: bool = True
+) -> ParseResult:
     """Parse printed jaxpr text into the typed IR.  Raises a located `JaxprError`.
 
     `compiled`: use lark-cython's parser (where installed) or lark's; by default the first
-    for texts of `COMPILED_MIN_CHARS` or more.  Both give the same result."""
+    for texts of `COMPILED_MIN_CHARS` or more.  Both give the same result.  `fast=False`: every
+    equation is read by the grammar (`_State.read_run` gives the same result; for tests)."""
     if "\x1b" in text:
         text = G.ANSI.sub("", text)
     if "\r" in text:
@@ -1309,7 +1495,7 @@ def parse(text: str, path: str = "<stdin>", *, compiled: bool | None = None) -> 
         elif "\n" not in text:
             text = text.replace("\r", "\n")  # old Mac line endings
     lk = _build(len(text) >= COMPILED_MIN_CHARS if compiled is None else compiled)
-    st = _State(text, path)
+    st = _State(text, path, fast)
     i = st.ws(0)
     if i >= st.n:
         st.fail("empty input: expected a jaxpr ('{ lambda ...')", i)
@@ -1530,6 +1716,7 @@ _SHOW = {
     "EFFECTS": "': { effects }'",
     "HEAD": "an equation",
     "HEAD_OPS": "an equation",
+    "EQNS": "an equation",
     "OPERANDS": "an operand",
     "ULITERAL": "a literal",
     "PARAM": "a parameter 'name=value'",
