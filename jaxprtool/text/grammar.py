@@ -94,33 +94,27 @@ OPERANDS_PATTERN = rf"(?: |(?<=[ \t\n])){_OPND}(?: {_OPND})*(?:[ \t]*\n[ \t]*)*"
 #: one operand inside an OPERANDS token: (literal value, its type) | untyped literal | variable
 OPERAND = re.compile(rf" ?(?:({_LITVAL}):({_ARRAY_TYPE})|({_ULITVAL})|({_VAR}))")
 
-# the fast path (parser.py, `_State.read_run`): one match per simple equation.  Each part
-# matches what the grammar's terminals match there (HEAD_OPS, HEAD, BINDER, EQ_PRIM, KEY,
-# RSQB, OPERANDS) or less, never more; the repetitions are possessive or atomic, so a part
-# matches where the terminal's regular expression first matches (lark takes that match).
+# the fast path (parser.py, `_State.read_run`).  Each part matches what the grammar's
+# terminals match there (HEAD_OPS, HEAD, BINDER, EQ_PRIM, KEY, RSQB, OPERANDS) or less,
+# never more; the repetitions are possessive or atomic, so that a part matches where the
+# terminal's regular expression first matches (lark takes that match).
 _NAME = r"(?:[a-z]+_?|_)"
 #: a binder's type: an array type with a lower-case dtype and no `{...}` suffix (the array
 #: form of the grammar's _TYPE)
 _FAST_TYPE = r"[a-z][a-z0-9_]*+(?:<[^<>\s]*>)?\[[^\]\n]*\](?!\{)"
-#: the operands of an equation on one line, up to its line break
-_FAST_OPS = rf"((?>(?: {_OPND})*))\n"
-#: an equation's binders and primitive, then `[` (its parameters) or its operands and the
-#: line break: groups (first binder's name, its type, the other binders, primitive, `[`,
-#: operands)
-FAST_EQN = re.compile(
+#: an equation's binders and primitive: groups (first binder's name, its type, the other
+#: binders, primitive)
+FAST_HEAD = re.compile(
     rf"({_NAME}):({_FAST_TYPE})((?: {_NAME}:{_FAST_TYPE})*) = ([A-Za-z_][A-Za-z0-9_.\-]*+)"
-    rf"(?:(\[)|{_FAST_OPS})"
 )
-#: one more binder of an equation (in FAST_EQN's third group): name, type
+#: one more binder of an equation (in FAST_HEAD's third group): name, type
 FAST_BINDER = re.compile(rf" ({_NAME}):({_FAST_TYPE})")
-#: the operands after an equation's parameters
-FAST_OPS = re.compile(_FAST_OPS)
+#: the operands of an equation on one line, up to its line break
+FAST_OPS = re.compile(rf"(?>(?: {_OPND})*)\n")
 #: the grammar's KEY terminal, the key as group 1
 KEY_TOKEN = re.compile(r"[ \t\n]*([A-Za-z_][A-Za-z0-9_]*)=")
 #: the grammar's RSQB terminal
 RSQB_TOKEN = re.compile(r"[ \t\n]*\]")
-#: where a parameter list may end (the text up to there is the key of remembered lists)
-PARAMS_END = re.compile(r"\](?=[ \n])")
 #: the indentation of a line
 INDENT = re.compile(r"[ \t]*")
 

@@ -85,6 +85,7 @@ Representation choices the printer relies on
 
 from __future__ import annotations
 
+import marshal
 import re
 import threading
 from bisect import bisect_right
@@ -149,7 +150,8 @@ class _State:
         self.warnings: list[JaxprError] = []
         self._line_starts: list[int] | None = None
         self.frames: list = []
-        self.shared_names = set(G.SHARED_DEF_NAME.findall(text))
+        # (the search needs its ` = {`: most texts have none)
+        self.shared_names = set(G.SHARED_DEF_NAME.findall(text)) if " = {" in text else set()
         self.types: dict[str, core.Type] = {}
         self.tables: list[dict[str, Var]] = []
         # warnings of `_` outvars held back until the equation holding the jaxpr is read:
@@ -615,11 +617,12 @@ class _State:
         table = self.tables[-1]
         path = self.path
         warnings = self.warnings
-        match = G.FAST_EQN.match
+        head = G.FAST_HEAD.match
+        indent = s[p - eqcol + 1 : p]  # of the block's equations
         eqns = []
         end = -1
         while True:
-            m = match(s, p)
+            m = head(s, p)
             if m is None:
                 break
             nw = len(warnings)
@@ -628,70 +631,90 @@ class _State:
             except (JaxprError, _Nested):
                 r = None
             if r is not None:
-                prim, inputs, outs, prm, q = r
-                k = G.INDENT.match(s, q + 1).end()
-                col = k - q
-                if k < n and col <= eqcol and G.IN_KW.match(s, k):
-                    more = False  # the block's `in (`
-                elif k < n and col == eqcol and ("a" <= s[k] <= "z" or s[k] == "_"):
-                    more = True  # the next equation
+                # the next line: another equation, the block's `in (`, or something else
+                q = r[4]
+                k = q + eqcol
+                if k < n and s.startswith(indent, q + 1) and s[k] not in " \t":
+                    c = s[k]
+                    more = not (c == "i" and G.IN_KW.match(s, k))
+                    if more and not ("a" <= c <= "z" or c == "_"):
+                        r = None
                 else:
-                    r = None  # operands on the next line, a comment, another layout
+                    k = G.INDENT.match(s, q + 1).end()
+                    more = False
+                    if not (k < n and k - q <= eqcol and G.IN_KW.match(s, k)):
+                        r = None
             if r is None:
-                del warnings[nw:]
+                del warnings[nw:]  # read again by the grammar
                 break
+            prim, inputs, outs, prm, q = r
             for v in outs:
-                _bind(table, v)
+                if v.hint == "_" and "_" in table:
+                    table[_REBOUND] = v
+                table[v.hint] = v
             eqns.append(Eqn(prim, inputs, outs, prm, Loc(path, line, eqcol)))
             self.eqn_start = p
             end = q
             if not more:
                 break
-            line += s.count("\n", p, k)
+            line += 1 if not prm else s.count("\n", p, k)
             p = k
         return (eqns, end) if eqns else None
 
     def fast_eqn(self, m, table: dict):
-        """The equation that `G.FAST_EQN` matched: (primitive, inputs, outputs, parameters,
-        where its line break is), or None where it is not simple after all."""
+        """The equation whose binders and primitive `G.FAST_HEAD` matched: (primitive,
+        inputs, outputs, parameters, where its line break is), or None where it is not
+        simple after all."""
         s = self.s
-        outs = [Var(self.type_at(m.group(2), m.start(2)), m.group(1))]
-        more = m.group(3)
+        e = m.end()
+        c = s[e : e + 1]
+        prm = {}
+        if c == "[":
+            r = self.fast_params(e + 1)
+            if r is None:
+                return None
+            prm, e = r
+            c = s[e : e + 1]
+        if c == "\n":
+            q = e
+            inputs = ()
+        elif c == " ":
+            q = s.find("\n", e)
+            inputs = self.fast_operands(e, q, table) if q > 0 else None
+            if inputs is None:
+                return None
+        else:
+            return None
+        types = self.types
+        name, text, more = m.group(1, 2, 3)
+        t = types.get(text) or self.type_at(text, m.start(2))
+        outs = [Var(t, name)]
         if more:
             base = m.start(3)
             for b in G.FAST_BINDER.finditer(more):
-                outs.append(Var(self.type_at(b.group(2), base + b.start(2)), b.group(1)))
-        if m.group(5) is None:
-            prm = {}
-            ops = m.group(6)
-            base = m.start(6)
-            q = m.end() - 1
-        else:
-            r = self.fast_params(m.end())
-            if r is None:
-                return None
-            prm, j = r
-            mo = G.FAST_OPS.match(s, j)
-            if mo is None:
-                return None
-            ops = mo.group(1)
-            base = j
-            q = mo.end() - 1
-        inputs = self.fast_operands(ops, base, table) if ops else ()
+                text = b.group(2)
+                t = types.get(text) or self.type_at(text, base + b.start(2))
+                outs.append(Var(t, b.group(1)))
         return m.group(4), inputs, tuple(outs), prm, q
 
     def fast_params(self, j: int) -> tuple[dict, int] | None:
         """The parameters of the list whose `[` ends at s[j]: (dict, end of its `]`), or None
         where a value is left to the grammar (a jaxpr, a shared-jaxpr name).  A list of plain
-        values is remembered with its text (the parse of a list depends on nothing else) and
-        reused, with fresh lists, where that text recurs."""
+        values is remembered with its text (the parse of a list depends on nothing else; the
+        text goes up to the first `]` before a space or line break) and reused, with fresh
+        lists, where that text recurs."""
         s = self.s
-        me = G.PARAMS_END.search(s, j)
-        text = s[j - 1 : me.end()] if me is not None else None
+        a = s.find("] ", j)
+        b = s.find("]\n", j)
+        stop = a if b < 0 or 0 <= a < b else b
+        text = s[j - 1 : stop + 1] if stop >= 0 else None
         known = self.param_lists.get(text) if text is not None else None
         if known is not None:
-            d, has_lists = known
-            return ({k: _fresh(v) for k, v in d.items()} if has_lists else d.copy()), me.end()
+            d, lists = known
+            d = d.copy()
+            for k, blob, v in lists:
+                d[k] = marshal.loads(blob) if blob is not None else _fresh(v)
+            return d, stop + 1
         k = G.SP.match(s, j).end()
         broken = s[k : k + 1] in ("\n", "#")  # as the post-lexer decides at `[`
         d = {}
@@ -706,25 +729,29 @@ class _State:
         mr = G.RSQB_TOKEN.match(s, j)
         if mr is None:
             return None
-        end = mr.end()
-        if text is not None and end == me.end() and all(_memoizable(v) for v in d.values()):
-            has_lists = any(type(v) in (list, tuple) for v in d.values())
-            self.param_lists[text] = ({k: _fresh(v) for k, v in d.items()}, has_lists)
-        return d, end
+        if text is not None and mr.end() == stop + 1 and all(map(_memoizable, d.values())):
+            self.param_lists[text] = _remembered(d)
+        return d, mr.end()
 
-    def fast_operands(self, ops: str, base: int, table: dict) -> tuple:
-        """The atoms of `ops` (` a b 1.0:f32[]`, at s[base]), as `operands` reads them."""
+    def fast_operands(self, e: int, q: int, table: dict) -> tuple | None:
+        """The atoms of the operands s[e:q] (` a b 1.0:f32[]`, up to the line break at s[q])
+        as the grammar's OPERANDS reads them; None where that token would end elsewhere."""
+        s = self.s
+        ops = s[e:q]
         if ":" not in ops and "(" not in ops:
             out = []
             for name in ops[1:].split(" "):
                 v = table.get(name)
                 if v is None or name == "_":
-                    break  # a literal, `_`, or an undefined name
-                out.append(v)
+                    break  # a literal, `_`, an undefined name, or not an operand
+                out.append(v)  # (the names in the table are variable names)
             else:
                 return tuple(out)
+        mo = G.FAST_OPS.match(s, e)
+        if mo is None or mo.end() != q + 1:
+            return None
         out = []
-        if self.operand_atoms(ops, base, 0, table, out):
+        if self.operand_atoms(ops, e, 0, table, out):
             _fix_untyped(out, [a for a in out if type(a) is Var])
         return tuple(out)
 
@@ -879,6 +906,32 @@ def _memoizable(v) -> bool:
     if t in (tuple, list, frozenset):
         return all(_memoizable(x) for x in v)
     return is_dtype(v)
+
+
+def _remembered(d: dict) -> tuple[dict, list]:
+    """A parameter list of memoizable values, as `fast_params` remembers it: the dict, and
+    for each value with lists inside, (key, its marshal bytes or None, the value) to make
+    fresh copies from (`marshal` rebuilds plain data, lists included, in C)."""
+    lists = []
+    for k, v in d.items():
+        if type(v) in (list, tuple) and _has_list(v):
+            lists.append((k, marshal.dumps(v) if _marshalable(v) else None, _fresh(v)))
+    return dict(d), lists
+
+
+def _has_list(v) -> bool:
+    t = type(v)
+    return t is list or (t is tuple and any(map(_has_list, v)))
+
+
+_MARSHALABLE = frozenset({int, float, complex, bool, str, type(None)})
+
+
+def _marshalable(v) -> bool:
+    """Plain data that `marshal` gives back with the same types: Python scalars, tuples and
+    lists of them."""
+    t = type(v)
+    return t in _MARSHALABLE or (t in (tuple, list) and all(map(_marshalable, v)))
 
 
 def _fresh(v):
@@ -1503,7 +1556,7 @@ def parse(
         if text.startswith("let", i):
             st.expected("a shared jaxpr 'let NAME = { lambda ...' or a jaxpr '{ lambda ...'", i)
         st.expected("a jaxpr ('{ lambda ...')", i)
-    m = _HUGE_NUMBER.search(text)
+    m = _huge_number(text)
     if m is not None:
         st.fail(
             f"a number of {len(m.group())} digits is too long (at most {MAX_DIGITS})", m.start()
@@ -1680,6 +1733,17 @@ MAX_NESTING = 100
 #: longer digit strings are refused before any int() (Python's limit is 4300 digits)
 MAX_DIGITS = 400
 _HUGE_NUMBER = re.compile(r"[0-9]{%d,}" % (MAX_DIGITS + 1))
+_TWO_DIGITS = re.compile(r"[0-9]{2}")
+_SAMPLE_STEP = (MAX_DIGITS + 1) // 2
+
+
+def _huge_number(text: str):
+    """The first run of more than MAX_DIGITS digits in `text`, or None.  The search over the
+    whole text runs only where every `_SAMPLE_STEP`-th character has two digits in a row:
+    such a run holds at least two consecutive sampled characters."""
+    if _TWO_DIGITS.search(text[::_SAMPLE_STEP]) is None:
+        return None
+    return _HUGE_NUMBER.search(text)
 #: a dimension must fit JAX's int64 shapes
 MAX_DIM = 2**63 - 1
 
