@@ -40,6 +40,7 @@ SHARED_DEF = re.compile(r"let (\S+) = (?=\{ *lambda\b)")
 #: `in` after a shared definition's `}`
 SHARED_IN = re.compile(r"\s*in(?![\w:])")
 LAMBDA = re.compile(r"\{[ \t]*lambda(?=[\s;])")
+LET = re.compile(r"let(?=\s)")
 #: the keyword `in` before the output list; a variable `in` followed by a
 #: complex or float0 literal operand is excluded
 IN_KW = re.compile(r"in \((?!b'|[-+0-9.einfa]*j\):)")
@@ -109,14 +110,21 @@ FAST_HEAD = re.compile(
 )
 #: one more binder of an equation (in FAST_HEAD's third group): name, type
 FAST_BINDER = re.compile(rf" ({_NAME}):({_FAST_TYPE})")
-#: the operands of an equation on one line, up to its line break
-FAST_OPS = re.compile(rf"(?>(?: {_OPND})*)\n")
+#: the operands of an equation on one line (the grammar's OPERANDS, but the line break)
+FAST_OPS = re.compile(rf"(?>(?: {_OPND})*)")
 #: the grammar's KEY terminal, the key as group 1
 KEY_TOKEN = re.compile(r"[ \t\n]*([A-Za-z_][A-Za-z0-9_]*)=")
 #: the grammar's RSQB terminal
 RSQB_TOKEN = re.compile(r"[ \t\n]*\]")
 #: the indentation of a line
 INDENT = re.compile(r"[ \t]*")
+#: spaces and line breaks between tokens (no comment)
+BLANK = re.compile(r"[ \t\n]*")
+#: a binder of a jaxpr (BINDER, with FAST_HEAD's types)
+FAST_BINDER_TOKEN = re.compile(rf"{_NAME}:{_FAST_TYPE}")
+#: an output of a jaxpr as the grammar's terminals there read it, in lark's order of them
+#: (by priority): LITERAL | ULITERAL | VAR
+OUTVAR_TOKEN = re.compile(rf"({_LITVAL}:{_ARRAY_TYPE})|({_ULITVAL})|([a-z]+_?|_)")
 
 
 CACHE_FORMAT = "jaxprtool-grammar-json-1"

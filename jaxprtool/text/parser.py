@@ -661,10 +661,35 @@ class _State:
             p = k
         return (eqns, end) if eqns else None
 
-    def fast_eqn(self, m, table: dict):
+    def read_inline(self, p: int, line: int) -> tuple[list[Eqn], int] | None:
+        """The equations of a block on one line, `let EQN; EQN in (...)`, from s[p] on: (the
+        equations, where the ` in (` after them is), or None unless all are simple."""
+        s = self.s
+        table = self.tables[-1]
+        eqns = []
+        while True:
+            m = G.FAST_HEAD.match(s, p)
+            r = self.fast_eqn(m, table, True) if m is not None else None
+            if r is None:
+                return None
+            prim, inputs, outs, prm, q = r
+            for v in outs:
+                _bind(table, v)
+            col = p - s.rfind("\n", 0, p)
+            eqns.append(Eqn(prim, inputs, outs, prm, Loc(self.path, line, col)))
+            if s.startswith("; ", q):
+                line += s.count("\n", p, q)
+                p = q + 2
+            elif s.startswith(" in (", q) and G.IN_KW.match(s, q + 1):
+                return eqns, q
+            else:
+                return None
+
+    def fast_eqn(self, m, table: dict, inline: bool = False):
         """The equation whose binders and primitive `G.FAST_HEAD` matched: (primitive,
-        inputs, outputs, parameters, where its line break is), or None where it is not
-        simple after all."""
+        inputs, outputs, parameters, where it ends), or None where it is not simple after
+        all.  It ends at its line break, or `inline` (`read_inline`) at the first `;`, ` in (`
+        or line break."""
         s = self.s
         e = m.end()
         c = s[e : e + 1]
@@ -675,14 +700,22 @@ class _State:
                 return None
             prm, e = r
             c = s[e : e + 1]
-        if c == "\n":
+        if c == "\n" and not inline:
             q = e
             inputs = ()
         elif c == " ":
-            q = s.find("\n", e)
-            inputs = self.fast_operands(e, q, table) if q > 0 else None
+            q = s.find("\n", e) if not inline else _inline_end(s, e)
+            if q < 0:
+                return None
+            k = q
+            while s[k - 1] in " \t":
+                k -= 1  # blanks before the line break (skipped by the grammar)
+            inputs = () if k <= e else self.fast_operands(e, k, table)
             if inputs is None:
                 return None
+        elif c == ";" and inline:
+            q = e
+            inputs = ()
         else:
             return None
         types = self.types
@@ -734,8 +767,8 @@ class _State:
         return d, mr.end()
 
     def fast_operands(self, e: int, q: int, table: dict) -> tuple | None:
-        """The atoms of the operands s[e:q] (` a b 1.0:f32[]`, up to the line break at s[q])
-        as the grammar's OPERANDS reads them; None where that token would end elsewhere."""
+        """The atoms of the operands s[e:q] (` a b 1.0:f32[]`) as the grammar's OPERANDS
+        reads them; None where that token would end elsewhere."""
         s = self.s
         ops = s[e:q]
         if ":" not in ops and "(" not in ops:
@@ -748,7 +781,7 @@ class _State:
             else:
                 return tuple(out)
         mo = G.FAST_OPS.match(s, e)
-        if mo is None or mo.end() != q + 1:
+        if mo is None or mo.end() != q:
             return None
         out = []
         if self.operand_atoms(ops, e, 0, table, out):
@@ -906,6 +939,13 @@ def _memoizable(v) -> bool:
     if t in (tuple, list, frozenset):
         return all(_memoizable(x) for x in v)
     return is_dtype(v)
+
+
+def _inline_end(s: str, e: int) -> int:
+    """Where the operands of an equation on one line may end: the first `;`, ` in (` or line
+    break from s[e] on (`fast_operands` checks that they do), or -1."""
+    ends = [k for k in (s.find(";", e), s.find(" in (", e), s.find("\n", e)) if k >= 0]
+    return min(ends) if ends else -1
 
 
 def _remembered(d: dict) -> tuple[dict, list]:
@@ -1547,7 +1587,6 @@ def parse(
             text = text.replace("\r\n", "\n")  # same lines and columns
         elif "\n" not in text:
             text = text.replace("\r", "\n")  # old Mac line endings
-    lk = _build(len(text) >= COMPILED_MIN_CHARS if compiled is None else compiled)
     st = _State(text, path, fast)
     i = st.ws(0)
     if i >= st.n:
@@ -1562,13 +1601,160 @@ def parse(
             f"a number of {len(m.group())} digits is too long (at most {MAX_DIGITS})", m.start()
         )
     # the IR has no reference cycles: pausing the cyclic GC saves its many passes over
-    # the young objects built here.  (One parser object: the post-lexer and the
-    # transformer hold this parse's state.)
-    with core.gc_paused(), _LOCK:
+    # the young objects built here.
+    with core.gc_paused():
+        # a text of one jaxpr (one `lambda`) is first read without lark (`_parse_plain`)
+        plain = fast and text.count("lambda") == 1
+        j = _parse_plain(st) if plain else None
+        if j is None:
+            if plain:
+                st = _State(text, path, fast)
+            j = _parse_lark(st, compiled)
+    if st.outvar_pending:
+        for _, pend in st.outvar_pending.values():
+            st.warnings.extend(w for _, w in pend)
+        st.warnings.sort(key=lambda w: (w.loc.line, w.loc.col))
+    return ParseResult(j, st.warnings)
+
+
+# ---------------------------------------------------------------- texts read without lark
+
+
+class _Tok:
+    """A token as `_Build`'s callbacks read lark's: kind, text, position (line and column
+    from the position)."""
+
+    __slots__ = ("type", "value", "start_pos", "end_pos", "_st")
+
+    def __init__(self, st: _State, kind: str, value: str, start_pos: int):
+        self.type = kind
+        self.value = value
+        self.start_pos = start_pos
+        self.end_pos = start_pos + len(value)
+        self._st = st
+
+    @property
+    def line(self) -> int:
+        return self._st.loc(self.start_pos).line
+
+    @property
+    def column(self) -> int:
+        return self._st.loc(self.start_pos).col
+
+
+def _parse_plain(st: _State) -> Jaxpr | None:
+    """The jaxpr of a text that is one jaxpr whose equations the fast path reads all
+    (`_State.read_run`, `read_inline`), read without building lark: the grammar's callbacks
+    (`_Build`) are called as lark would call them, so the IR is the same.  None (with `st`
+    spent) at anything else: another layout, a nested or shared jaxpr, an error; the
+    grammar then reads the text afresh, and reports errors in its words."""
+    try:
+        return _plain(st)
+    except (JaxprError, _Nested):
+        return None
+
+
+def _plain(st: _State) -> Jaxpr | None:
+    s = st.s
+    n = st.n
+    b = _Build()
+    b.st = st
+    i = st.ws(0)
+    m = G.LAMBDA.match(s, i)
+    if m is None:
+        return None
+    lam = b.lam([_Tok(st, "LAMBDA", m.group(), i)])
+    consts, j = _plain_binders(st, b, m.end())
+    if not s.startswith(";", j):
+        return None
+    invars, j = _plain_binders(st, b, j + 1)
+    if not s.startswith(".", j):
+        return None
+    j = G.BLANK.match(s, j + 1).end()
+    if not G.LET.match(s, j):
+        return None
+    j += 3
+    if s.startswith("\n", j):  # equations on their own lines
+        e = G.BLANK.match(s, j).end()
+        if G.IN_KW.match(s, e):
+            eqns, k = [], e
+        else:
+            r = st.read_run(e, s.count("\n", 0, e) + 1, e - s.rfind("\n", 0, e))
+            if r is None:
+                return None
+            eqns, q = r
+            k = G.INDENT.match(s, q + 1).end()
+            if not G.IN_KW.match(s, k):
+                return None  # the run ended before an equation it does not read
+    else:  # on the line of `let`
+        e = G.INDENT.match(s, j).end()
+        if e == j:
+            return None
+        if G.IN_KW.match(s, e):
+            eqns, k = [], e
+        else:
+            r = st.read_inline(e, s.count("\n", 0, e) + 1)
+            if r is None:
+                return None
+            eqns, k = r[0], r[1] + 1
+    r = _plain_outvars(st, k + 4)  # after `in (`
+    if r is None:
+        return None
+    outs, j = r
+    j = G.BLANK.match(s, j).end()
+    if not s.startswith("}", j) or st.ws(j + 1) != n:
+        return None
+    rbrace = _Tok(st, "RBRACE", "}", j)
+    jaxpr = b.jaxpr([lam, consts, invars, None, tuple(eqns), None, b.outvars(outs), rbrace])
+    return b.start([jaxpr])
+
+
+def _plain_binders(st: _State, b: _Build, j: int) -> tuple[list[Var], int]:
+    """The binders from s[j] on, bound as `_Build.constvars` binds them, and where the text
+    after them is."""
+    s = st.s
+    lst = b.constvars([])
+    while True:
+        j = G.BLANK.match(s, j).end()
+        m = G.FAST_BINDER_TOKEN.match(s, j)
+        if m is None:
+            return lst, j
+        lst = b.constvars([lst, _Tok(st, "BINDER", m.group(), j)])
+        j = m.end()
+
+
+def _plain_outvars(st: _State, j: int) -> tuple[list[_Tok], int] | None:
+    """The tokens of an output list from s[j] on (after its `(`), and where its `)` ends;
+    None where the grammar would read other tokens there."""
+    s = st.s
+    toks = []
+    j = G.BLANK.match(s, j).end()
+    if s.startswith(")", j):
+        return toks, j + 1
+    while True:
+        m = G.OUTVAR_TOKEN.match(s, j)
+        if m is None:
+            return None
+        kind = "LITERAL" if m.group(1) else "ULITERAL" if m.group(2) else "VAR"
+        toks.append(_Tok(st, kind, m.group(), j))
+        j = G.BLANK.match(s, m.end()).end()
+        if s.startswith(",", j):
+            j = G.BLANK.match(s, j + 1).end()
+        elif not s.startswith(")", j):
+            return None
+        if s.startswith(")", j):
+            return toks, j + 1
+
+
+def _parse_lark(st: _State, compiled: bool | None) -> Jaxpr:
+    """The text of `st` read by the grammar (one parser object: its post-lexer and
+    transformer hold this parse's state)."""
+    lk = _build(st.n >= COMPILED_MIN_CHARS if compiled is None else compiled)
+    with _LOCK:
         lk.options.postlex.st = st
         lk.options.transformer.st = st
         try:
-            j = lk.parse(text)
+            j = lk.parse(st.s)
         except _lark_errors() as e:
             raise _error(st, e) from None
         except RecursionError:
@@ -1577,11 +1763,7 @@ def parse(
             lk.options.postlex.st = lk.options.transformer.st = None
         if st.shared_defs:
             _check_shared(st, j)
-    if st.outvar_pending:
-        for _, pend in st.outvar_pending.values():
-            st.warnings.extend(w for _, w in pend)
-        st.warnings.sort(key=lambda w: (w.loc.line, w.loc.col))
-    return ParseResult(j, st.warnings)
+    return j
 
 
 def _underscore_warning(loc: Loc) -> JaxprError:
