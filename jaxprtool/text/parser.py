@@ -1926,6 +1926,8 @@ def _huge_number(text: str):
     if _TWO_DIGITS.search(text[::_SAMPLE_STEP]) is None:
         return None
     return _HUGE_NUMBER.search(text)
+
+
 #: a dimension must fit JAX's int64 shapes
 MAX_DIM = 2**63 - 1
 

@@ -1,0 +1,196 @@
+"""The parser's fast path (`_State.read_run`, `read_inline`, `_parse_plain`) gives what the
+grammar gives: the same IR, printed text, locations, warnings and error messages, on every
+corpus file, on generated programs and on damaged texts; where it does not read an equation
+the grammar does, and a text of one simple jaxpr is read without building lark."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import CORPUS, needs_corpus
+from fuzzgen import Drawn, ProgramGen
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_roundtrip_property import STYLES, _Gen
+
+from jaxprtool import core
+from jaxprtool.core import JaxprError
+from jaxprtool.text import grammar, parser
+from jaxprtool.text.parser import parse
+from jaxprtool.text.printer import print_jaxpr
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def outcome(text: str, fast: bool, compiled: bool = False):
+    """What a parse gives: printed program, warnings and locations, or the error message."""
+    try:
+        r = parse(text, "f.jaxpr", fast=fast, compiled=compiled)
+    except JaxprError as e:
+        return ("error", str(e))
+    j = r.jaxpr
+    locs = [e.loc for e in core.all_eqns(j)]
+    return (print_jaxpr(j), [str(w) for w in r.warnings], locs, j)
+
+
+def assert_same(text: str, compiled: bool = False) -> None:
+    a, b = outcome(text, True, compiled), outcome(text, False, compiled)
+    assert a[:3] == b[:3], text
+    if a[0] != "error":
+        assert core.alpha_equal(a[3], b[3]), text
+
+
+def plain_reads(text: str) -> bool:
+    """Whether the text is read without lark."""
+    return parser._parse_plain(parser._State(text, "f.jaxpr")) is not None
+
+
+@needs_corpus
+def test_fast_path_reads_every_corpus_file_as_the_grammar():
+    files = sorted(CORPUS.parent.rglob("*.jaxpr"))
+    files += sorted((REPO / "tests" / "data").rglob("*.jaxpr"))
+    files += sorted((REPO / "samples").glob("*.jaxpr"))
+    assert len(files) > 100
+    plain = 0
+    for f in files:
+        text = f.read_text()
+        assert_same(text)
+        plain += plain_reads(text)
+    assert plain > 50  # most corpus texts are read without lark
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_fast_path_reads_printed_random_programs_as_the_grammar(data):
+    style = data.draw(st.sampled_from(STYLES))
+    gen = _Gen(data, style.call_prim)
+    ir = gen.jaxpr([gen._type() for _ in range(data.draw(st.integers(0, 4)))], 0)
+    text = print_jaxpr(ir, style, data.draw(st.sampled_from([80, 30, 120, 8])))
+    assert_same(text)
+    # and damaged: a character dropped, doubled or replaced
+    k = data.draw(st.integers(0, len(text) - 1))
+    how = data.draw(st.sampled_from(["drop", "double", " ", "\n", ":", "(", "]", "_", "1"]))
+    if how == "drop":
+        bad = text[:k] + text[k + 1 :]
+    elif how == "double":
+        bad = text[:k] + text[k] + text[k:]
+    else:
+        bad = text[:k] + how + text[k + 1 :]
+    assert_same(bad)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_fast_path_reads_generated_text_as_the_grammar(data):
+    ch = Drawn(data)
+    text = ProgramGen(ch, max_depth=ch.int(0, 2), max_eqns=ch.pick([3, 8])).program()
+    assert_same(text)
+
+
+SIMPLE = """{ lambda ; a:f32[3] b:f32[3]. let
+    c:f32[3] = add a b
+    d:f32[] = reduce_sum[axes=(0,) out_sharding=None] c
+    e:f32[3] = mul c 2.0:f32[]
+  in (d, e) }
+"""
+
+# texts with an equation the fast path leaves to the grammar
+MISSES = {
+    "operands continued on the next line": SIMPLE.replace("add a b", "add a\n      b"),
+    "a comment line": SIMPLE.replace("    d:f32[]", "    # here\n    d:f32[]"),
+    "a nested jaxpr": SIMPLE.replace(
+        "c:f32[3] = add a b",
+        "c:f32[3] = pjit[name=f jaxpr={ lambda ; x:f32[3] y:f32[3]. let\n"
+        "        z:f32[3] = add x y\n      in (z,) }] a b",
+    ),
+    "a ref update": "{ lambda ; a:Ref{f32[3]} b:f32[3]. let\n    a[...] += b\n  in () }",
+    "a type with a suffix": SIMPLE.replace("c:f32[3] = add", "c:f32[3]{V:x} = add"),
+    "two spaces between operands": SIMPLE.replace("add a b", "add a  b"),
+    "an equation after a blank line": SIMPLE.replace("\n    e:f32[3]", "\n\n    e:f32[3]"),
+    "effects": SIMPLE.replace("in (d, e) }", "in (d, e) : { Debug } }"),
+}
+
+
+@pytest.mark.parametrize("what", sorted(MISSES))
+def test_a_fast_path_miss_is_read_by_the_grammar(what):
+    text = MISSES[what]
+    assert not plain_reads(text)
+    assert_same(text)
+    assert outcome(text, True)[0] != "error"
+
+
+def test_a_run_ends_before_an_equation_it_does_not_read():
+    text = MISSES["operands continued on the next line"]
+    st = parser._State(text, "f.jaxpr")
+    st.tables.append({x: core.Var(core.ShapedArray((3,), "f32"), x) for x in "abc"})
+    start = text.index("c:f32[3]")
+    assert st.read_run(start, 2, 5) is None  # its operands go on: not read
+    start = text.index("d:f32[]")
+    eqns, end = st.read_run(start, 4, 5)  # the next two equations are read
+    assert [e.prim for e in eqns] == ["reduce_sum", "mul"]
+    assert text[end] == "\n" and text[end:].lstrip().startswith("in (")
+    j = parse(text).jaxpr
+    assert [e.prim for e in j.eqns] == ["add", "reduce_sum", "mul"]
+    assert [x.hint for x in j.eqns[0].inputs] == ["a", "b"]
+
+
+UNDEFINED = "{ lambda ; a:f32[3]. let b:f32[3] = sin c in (b,) }"
+
+
+def test_simple_texts_are_read_without_lark():
+    assert plain_reads(SIMPLE)
+    assert plain_reads(
+        "{ lambda ; a:f32[2]. let b:f32[2] = sin a; c:f32[2] = mul b 2.0:f32[] in (c,) }"
+    )
+    assert plain_reads("{ lambda ; a:f32[3]. let  in (a,) }")
+    code = (
+        "import sys\n"
+        "from jaxprtool.text.parser import parse\n"
+        f"j = parse({SIMPLE!r}).jaxpr\n"
+        "assert [e.prim for e in j.eqns] == ['add', 'reduce_sum', 'mul']\n"
+        "assert 'lark' not in sys.modules, 'lark was imported'\n"
+        "try:\n"
+        f"    parse({UNDEFINED!r})\n"
+        "except Exception as e:\n"
+        "    print(e)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+        cwd=REPO,
+    )
+    assert r.returncode == 0, r.stderr
+    # an error is reported by the grammar, in its words
+    col = UNDEFINED.index(" c in") + 2
+    assert r.stdout.strip() == f"<stdin>:1:{col}: error: variable 'c' used before definition"
+
+
+BROKEN = [
+    "{ lambda ; a:f32[3]. let b:f32[3] = sin a c in (b,) }",
+    "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin a\n   c:f32[3] = cos b\n  in (c,) }",
+    "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin a\n      c:f32[3] = cos b\n  in (c,) }",
+    "{ lambda ; a:f32[3]. let b:f32[3] = reduce_sum[axes=(0, out_sharding=None] a in (b,) }",
+    "{ lambda ; a:f32[3]. let\n    b:f32[3] = reduce_sum[axes=(0,)out_sharding=None] a\n  in (b,) }",
+    "{ lambda ; a:f32[3]. let b:f32[3] = sin a in (b, }",
+    "{ lambda ; a:f32[3]. let b:f33[3] = sin a in (b,) }",
+    "{ lambda ; a:f32[3]. let\n    b:f33[3] = sin a\n  in (b,) }",
+    "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin _\n  in (b,) }",
+    "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin a\n  in (b,) } x",
+    "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin a\n    c:f32[3] = cos d\n  in (c,) }",
+    "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin a\n  in (b,)",
+    "{ lambda ; a. let b = sin a in (b,) }",
+    "{ lambda ; a:f32[3]. let\n    _:f32[3] = sin a\n    _:f32[3] = cos a\n    b:f32[3] = add _ a\n"
+    "  in (b, _) }",
+]
+
+
+@pytest.mark.parametrize("text", BROKEN)
+def test_fast_path_refuses_and_warns_as_the_grammar(text):
+    assert_same(text)
+    if grammar.lark_plugins():
+        assert_same(text, compiled=True)
