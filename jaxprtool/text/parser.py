@@ -93,10 +93,11 @@ from dataclasses import dataclass, field
 
 from .. import core, params
 from ..core import Eqn, Jaxpr, JaxprError, Literal, Loc, ShapedArray, Var
+from ..lazy import is_dtype
 from ..record import prim as record_of
 from . import grammar as G
 from .style import walk_jaxprs
-from .values import ValueError_, balanced_end, is_dtype, parse_value
+from .values import ValueError_, balanced_end, parse_value
 
 __all__ = ["ParseResult", "parse"]
 
@@ -1915,17 +1916,19 @@ MAX_NESTING = 100
 #: longer digit strings are refused before any int() (Python's limit is 4300 digits)
 MAX_DIGITS = 400
 _HUGE_NUMBER = re.compile(r"[0-9]{%d,}" % (MAX_DIGITS + 1))
-_TWO_DIGITS = re.compile(r"[0-9]{2}")
-_SAMPLE_STEP = (MAX_DIGITS + 1) // 2
+_TWO_DIGITS = re.compile(r"(?=[0-9]{2})")
+_STEP = (MAX_DIGITS + 1) // 2
 
 
 def _huge_number(text: str):
-    """The first run of more than MAX_DIGITS digits in `text`, or None.  The search over the
-    whole text runs only where every `_SAMPLE_STEP`-th character has two digits in a row:
-    such a run holds at least two consecutive sampled characters."""
-    if _TWO_DIGITS.search(text[::_SAMPLE_STEP]) is None:
-        return None
-    return _HUGE_NUMBER.search(text)
+    """The first run of more than MAX_DIGITS digits in `text`, or None.  Such a run holds two
+    consecutive characters of those at multiples of `_STEP`, and all between them: the text
+    is searched only where some two and all between them are digits."""
+    for m in _TWO_DIGITS.finditer(text[::_STEP]):
+        k = m.start() * _STEP
+        if text[k : k + _STEP + 1].isdigit():
+            return _HUGE_NUMBER.search(text)
+    return None
 
 
 #: a dimension must fit JAX's int64 shapes

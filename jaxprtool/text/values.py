@@ -81,11 +81,6 @@ def dtype_of_name(name: str) -> np.dtype | None:
     return dt
 
 
-def is_dtype(v) -> bool:
-    """Whether `v` is a dtype (a value `dtype_of_name` gives; immutable)."""
-    return isinstance(v, np.dtype)
-
-
 def balanced_end(s: str, i: int) -> int:
     """End of the bracketed group opening at s[i] (quotes respected); raises ValueError_."""
     stack = [_OPEN[s[i]]]
