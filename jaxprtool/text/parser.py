@@ -25,7 +25,32 @@ with it:
   tree).  Each `{ lambda` opens a symbol table when it is shifted; equation
   outputs enter the table after the equation's operands are resolved.
 
-Coarse tokens keep the parser fast: a binder `name:TYPE`, a literal
+The fast path reads most equations without lark's lexer and LALR loop, and gives
+exactly what the grammar gives (tests/test_parser_fast.py compares the two on the corpus,
+generated programs and damaged texts):
+
+* `_State.read_run`: where the post-lexer starts an equation (after an EQSEP, or on the
+  line after `let`), it reads the run of *simple* equations from there with a few
+  regular expressions (grammar.py `FAST_HEAD`, `FAST_OPS`, ...), each matching what the
+  grammar's terminals match there or less, and hands the parser the whole run as ONE
+  EQNS token (the lexer moved past it); the rule `eqn: EQNS` gives its equations.  A
+  simple equation is `binders = prim[params] operands` with array types, all on its
+  line but for its parameter list, whose parameters hold no jaxpr, followed by a line at
+  the equation column or by the block's `in (`.  Its pieces are read by the grammar's
+  own functions (`read_value`, `type_at`, `operand_atoms`), its results bound as the
+  rules bind them.  The first equation that is not simple, or has an error, ends the run
+  untouched (warnings it added are dropped) and is read by the grammar: every error is
+  the grammar's, in its words.  A parameter list of plain values is remembered with its
+  text and reused, with fresh lists (`marshal` copies), where the text recurs.
+* `_parse_plain`: a text of one jaxpr (one `lambda`) whose equations the fast path reads
+  all (`read_run`, or `read_inline` for `let EQN; EQN in (...)` on one line) is read
+  without building lark at all: the header, outputs and jaxpr are handed to `_Build`'s
+  callbacks as lark would hand them.  At anything else (a nested or shared jaxpr, another
+  layout, an error) the text is read by the grammar afresh.  So a small program costs no
+  lark import and no grammar load (start-up), and a large flat one no LALR loop.
+* `parse(..., fast=False)` reads every equation with the grammar (for tests).
+
+Coarse tokens keep the grammar's own path fast: a binder `name:TYPE`, a literal
 `VALUE:TYPE`, an equation head `name:TYPE = prim` and the operands of an
 equation on one line (OPERANDS, split by `grammar.OPERAND`) are one token
 each, and an equation without parameters, `name:TYPE = prim OPERANDS`, is a
