@@ -40,8 +40,10 @@ generated programs and damaged texts):
   own functions (`read_value`, `type_at`, `operand_atoms`), its results bound as the
   rules bind them.  The first equation that is not simple, or has an error, ends the run
   untouched (warnings it added are dropped) and is read by the grammar: every error is
-  the grammar's, in its words.  A parameter list of plain values is remembered with its
-  text and reused, with fresh lists (`marshal` copies), where the text recurs.
+  the grammar's, in its words.  A block all on the line of `let` (`let EQN; EQN in (`,
+  how JAX prints small jaxprs) is read whole by `read_inline`, or not at all.  A
+  parameter list of plain values is remembered with its text and reused, with fresh
+  lists (`marshal` copies), where the text recurs.
 * `_parse_plain`: a text of one jaxpr (one `lambda`) whose equations the fast path reads
   all (`read_run`, or `read_inline` for `let EQN; EQN in (...)` on one line) is read
   without building lark at all: the header, outputs and jaxpr are handed to `_Build`'s
@@ -689,27 +691,39 @@ class _State:
 
     def read_inline(self, p: int, line: int) -> tuple[list[Eqn], int] | None:
         """The equations of a block on one line, `let EQN; EQN in (...)`, from s[p] on: (the
-        equations, where the ` in (` after them is), or None unless all are simple."""
+        equations, where the ` in (` after them is), or None (nothing bound) unless all are
+        simple."""
         s = self.s
         table = self.tables[-1]
+        bound = dict(table)
+        nw = len(self.warnings)
         eqns = []
         while True:
             m = G.FAST_HEAD.match(s, p)
-            r = self.fast_eqn(m, table, True) if m is not None else None
+            try:
+                r = self.fast_eqn(m, table, True) if m is not None else None
+            except (JaxprError, _Nested):
+                r = None
             if r is None:
-                return None
+                break
             prim, inputs, outs, prm, q = r
             for v in outs:
                 _bind(table, v)
             col = p - s.rfind("\n", 0, p)
             eqns.append(Eqn(prim, inputs, outs, prm, Loc(self.path, line, col)))
+            self.eqn_start = p
             if s.startswith("; ", q):
                 line += s.count("\n", p, q)
                 p = q + 2
             elif s.startswith(" in (", q) and G.IN_KW.match(s, q + 1):
                 return eqns, q
             else:
-                return None
+                break
+        # the grammar reads the block: as it was
+        table.clear()
+        table.update(bound)
+        del self.warnings[nw:]
+        return None
 
     def fast_eqn(self, m, table: dict, inline: bool = False):
         """The equation whose binders and primitive `G.FAST_HEAD` matched: (primitive,
@@ -1070,6 +1084,20 @@ class _Layout:
             st.runs[e] = r[0]
             return emit("EQNS", e, r[1])
 
+        def inline(j: int):
+            """The block after `let` (at s[j]) when it is all on that line (`read_inline`)
+            as one EQNS token, or None."""
+            e = G.INDENT.match(s, j).end()
+            if e == j or G.IN_KW.match(s, e):
+                return None
+            r = st.read_inline(e, line_ctr.line)
+            if r is None:
+                return None
+            line_ctr.feed(s[j:e], False)  # the blanks the grammar skips
+            frames[-1][2] = line_ctr.column  # the first equation's column
+            st.runs[e] = r[0]
+            return emit("EQNS", e, r[1])
+
         fast = st.fast
         frames = st.frames  # per open `{ lambda`: [in_block, depth, eqcol, start]
         broken: list[bool] = []  # per open parameter list: broken over lines?
@@ -1197,6 +1225,9 @@ class _Layout:
                 if frames:
                     frames[-1][0] = True
                     after_let = True
+                    if fast and st.block_end < 0 and (r := inline(t.end_pos)) is not None:
+                        after_let = False
+                        yield r
             elif tt == "IN_KW":
                 if frames and not frames[-1][1]:
                     frames[-1][0] = False
