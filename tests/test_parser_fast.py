@@ -194,3 +194,19 @@ def test_fast_path_refuses_and_warns_as_the_grammar(text):
     assert_same(text)
     if grammar.lark_plugins():
         assert_same(text, compiled=True)
+
+
+def test_a_block_on_one_line_that_is_not_all_simple_is_read_by_the_grammar_as_it_was():
+    # the third equation's type has a suffix: the grammar reads the whole block, with the
+    # first two equations' results unbound again (else `_` would be bound twice, and its
+    # use ambiguous)
+    inner = (
+        "{ lambda ; x:f32[]. let _:f32[] = sin x; y:f32[] = add _ x; z:f32[]{V:i} = cos y in (z,) }"
+    )
+    text = f"{{ lambda ; a:f32[]. let\n    b:f32[] = pjit[name=f jaxpr={inner}] a\n  in (b,) }}\n"
+    assert_same(text)
+    r = parse(text)
+    assert r.warnings == []
+    (inner_j,) = [v for v in r.jaxpr.eqns[0].params.values() if isinstance(v, core.Jaxpr)]
+    assert [e.prim for e in inner_j.eqns] == ["sin", "add", "cos"]
+    assert inner_j.eqns[1].inputs[0] is inner_j.eqns[0].outputs[0]
