@@ -1634,9 +1634,10 @@ def parse(
 ) -> ParseResult:
     """Parse printed jaxpr text into the typed IR.  Raises a located `JaxprError`.
 
-    `compiled`: use lark-cython's parser (where installed) or lark's; by default the first
-    for texts of `COMPILED_MIN_CHARS` or more.  Both give the same result.  `fast=False`: every
-    equation is read by the grammar (`_State.read_run` gives the same result; for tests)."""
+    `compiled`: where the grammar reads the text, use lark-cython's parser (where installed)
+    or lark's; by default the first for texts of `COMPILED_MIN_CHARS` or more.  Both give the
+    same result.  `fast=False`: every equation is read by the grammar, and lark is used for
+    every text (the fast path gives the same result; for tests)."""
     if "\x1b" in text:
         text = G.ANSI.sub("", text)
     if "\r" in text:
