@@ -114,6 +114,32 @@ MISSES = {
 }
 
 
+# texts of odd but valid layout the fast path reads
+HITS = {
+    "an empty parameter list over two lines": SIMPLE.replace("add a b", "add[\n    ] a b"),
+    "an empty parameter list": SIMPLE.replace("add a b", "add[] a b"),
+    "blanks before line breaks": SIMPLE.replace("add a b", "add a b  ").replace(
+        "None] c", "None] c\t"
+    ),
+    "a parameter list without operands": SIMPLE.replace("] c", "] ").replace("mul c", "mul a"),
+    "no operands": SIMPLE.replace("add a b", "iota"),
+    "several results": SIMPLE.replace("c:f32[3] = add", "c:f32[3] _:f32[3] = add"),
+    "untyped literals (0.4.35)": SIMPLE.replace("2.0:f32[]", "2.0"),
+    "an output literal": SIMPLE.replace("in (d, e)", "in (d, 1.0:f32[], e, 2)"),
+    "the equations on one line": "{ lambda ; a:f32[]. let b:f32[] = sin a; c:f32[] = cos b in (c,) }",
+    "a header over lines": SIMPLE.replace(" b:f32[3].", "\n    b:f32[3]\n    ."),
+    "in ( at the equation column": SIMPLE.replace("  in (", "    in ("),
+}
+
+
+@pytest.mark.parametrize("what", sorted(HITS))
+def test_the_fast_path_reads_odd_layouts_as_the_grammar(what):
+    text = HITS[what]
+    assert plain_reads(text)
+    assert_same(text)
+    assert outcome(text, True)[0] != "error"
+
+
 @pytest.mark.parametrize("what", sorted(MISSES))
 def test_a_fast_path_miss_is_read_by_the_grammar(what):
     text = MISSES[what]

@@ -196,7 +196,7 @@ class _State:
         self.values: dict[int, object] = {}
         self.value_memo: dict[tuple, tuple] = {}
         # parameter lists of plain values read by the fast path, by their text
-        self.param_lists: dict[str, tuple[dict, bool]] = {}
+        self.param_lists: dict[str, tuple[dict, list]] = {}
         # equations read by the fast path (EQNS tokens), by start position
         self.runs: dict[int, list[Eqn]] = {}
         self.first_hook = self.scan_hook({})
@@ -685,7 +685,7 @@ class _State:
             end = q
             if not more:
                 break
-            line += 1 if not prm else s.count("\n", p, k)
+            line += s.count("\n", p, k)
             p = k
         return (eqns, end) if eqns else None
 
