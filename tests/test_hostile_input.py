@@ -51,6 +51,22 @@ def test_dtype_object_is_refused_before_jax_sees_it():
     assert error_line(r) == "<stdin>:1:28: error: unknown dtype 'object'"
 
 
+def test_malformed_dimension_numbers_print_back_and_are_located_at_check():
+    """A dimension list the parser keeps as text (`[0];`) is printed back by fmt as it was
+    written (dot_general's print rule crashed on it) and refused, located, by check."""
+    text = (
+        "{ lambda ; a:f32[3] b:f32[3]. let c:f32[] = dot_general[dimension_numbers="
+        "(([0], [0];), ([], [])) preferred_element_type=float32] a b in (c,) }"
+    )
+    r = tool("fmt", "-", text=text)
+    assert r.exit_code == 0, r.output
+    assert "dimension_numbers=(([0], [0];), ([], []))" in r.stdout
+    r = tool("check", "-", text=text)
+    assert r.exit_code == 1
+    assert error_line(r).startswith("<stdin>:1:35: error: dot_general: malformed parameter value")
+    assert "internal error" not in r.output
+
+
 def test_an_enum_written_as_a_call_is_a_located_error_at_run():
     text = (
         "{ lambda ; a:f32[3,3]. let b:f32[3,3] = dot_general[dimension_numbers=(([1], [0]), ([], []))"

@@ -194,6 +194,7 @@ def _print_dot_general(e, style):
         isinstance(dn, tuple)
         and len(dn) == 2
         and all(isinstance(x, tuple) and len(x) == 2 for x in dn)
+        and all(isinstance(axes, (tuple, list)) for pair in dn for axes in pair)
     ):
         (lc, rc), (lb, rb) = dn
         d["dimension_numbers"] = ((list(lc), list(rc)), (list(lb), list(rb)))
