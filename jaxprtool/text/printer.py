@@ -39,7 +39,6 @@ JAX does (own names, own shared jaxprs, column 0, width 80).
 from __future__ import annotations
 
 import re
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -49,7 +48,7 @@ from ..core import Jaxpr, Literal, Var
 from ..params import EnumValue, Record, SpacedList, format_value
 from ..record import prim as record_of
 from . import pretty as pp
-from .style import DEFAULT_STYLE, Style, walk_jaxprs
+from .style import DEFAULT_STYLE, Style
 
 __all__ = ["print_jaxpr", "encode_name", "literal_text", "Namer"]
 
@@ -199,6 +198,30 @@ def _bfs_subjaxprs(e: core.Eqn):
                     yield x
 
 
+def _int_tree_text(v) -> str | None:
+    """`format_value(v)` of tuples and lists of ints and None (dimension numbers, axes), in one
+    walk; None for anything else."""
+    parts = []
+    for x in v:
+        c = x.__class__
+        if c is int:
+            parts.append(str(x))
+        elif x is None:
+            parts.append("None")
+        elif c is tuple or c is list:
+            t = _int_tree_text(x)
+            if t is None:
+                return None
+            parts.append(t)
+        else:
+            return None
+    if v.__class__ is list:
+        return "[" + ", ".join(parts) + "]"
+    if len(parts) == 1:
+        return "(" + parts[0] + ",)"
+    return "(" + ", ".join(parts) + ")"
+
+
 def _has_jaxpr(v) -> bool:
     if isinstance(v, Jaxpr):
         return True
@@ -213,8 +236,13 @@ def _has_jaxpr(v) -> bool:
 
 
 class _Printer:
-    def __init__(self, style: Style):
+    """`fast=False` prints every equation through the generic document path (`_name_eqn`,
+    `_check_scope`, `_eqn`); the default builds the line of an ordinary equation while
+    naming it (tests check that both print the same text)."""
+
+    def __init__(self, style: Style, fast: bool = True):
         self.style = style
+        self.fast = fast
         self.names: dict[int, str] = {}  # id(var) -> printed name
         self.shared: dict[int, str] = {}  # id(jaxpr) -> hoisted name
         self.shared_names: set[str] = set()
@@ -228,10 +256,14 @@ class _Printer:
         self.typed_outvars: set[int] = set()
         self.scopes: list[Jaxpr] = []  # every jaxpr printed in full (each is one naming scope)
         self.value_cache: dict = {}
-        self.suffixes = style.version < (
-            0,
-            5,
-        )  # keeps objects alive while their ids are used as keys
+        # id(value) -> printed text, for one printout (`keep` holds the values alive)
+        self.value_ids: dict[int, str] = {}
+        self.recs: dict[str, Any] = {}  # prim -> its record
+        # id(jaxpr) -> the line documents of its equations (None: built by `_eqn`)
+        self.lines: dict[int, list] = {}
+        # id(jaxpr) -> what the naming pass saw of its scope (`_Scope`), this printout
+        self.scope_state: dict[int, _Scope] = {}
+        self.suffixes = style.version < (0, 5)
         self.naming_handle = _NamingHandle(self)
         self.doc_handle = _DocHandle(self)
 
@@ -271,17 +303,18 @@ class _Printer:
 
     # ------------------------------------------------------------ pass 1: names
     def toplevel(self, top: Jaxpr) -> pp.Doc:
-        self._find_shared(top)
+        self.value_ids = {}
+        self.lines = {}
+        self.scope_state = {}
         # JAX's _dropvars: top-level equation outputs never used are `_`
-        used = {id(a) for a in top.outvars if isinstance(a, Var)}
+        names = self.names
+        used = {id(a) for a in top.outvars}  # (ids of literals never equal a var's)
         for e in reversed(top.eqns):
             for v in e.outputs:
                 if id(v) not in used:
-                    self.names[id(v)] = "_"
-            for a in e.inputs:
-                if isinstance(a, Var):
-                    used.add(id(a))
-        self.drop_hints = self._drop_hinted(top)
+                    names[id(v)] = "_"
+            used.update(map(id, e.inputs))
+        self._find_shared(top, used)
         shared = [(self.shared[id(j)], j) for j in self.shared_order]
         # 0.4.35 registered a shared jaxpr only once its definition was printed:
         # earlier definitions print later-defined ones inline.
@@ -303,18 +336,27 @@ class _Printer:
         docs.append(self._jaxpr_doc(top))
         return pp.concat(docs)
 
-    def _find_shared(self, top: Jaxpr) -> None:
-        """JAX's breadth-first count of sub-jaxpr occurrences (see module docstring)."""
+    def _find_shared(self, top: Jaxpr, top_used: set[int]) -> None:
+        """JAX's breadth-first count of sub-jaxpr occurrences (see module docstring); on the
+        way, the binders that print `_` as JAX's DropVar (`drop_hints`).  `top_used`: the
+        ids of every atom `top` reads."""
         from collections import deque
 
         order: list[Jaxpr] = []
         index: dict[int, int] = {id(top): -1}
         parents: dict[int, list[int]] = {}  # id(child) -> ids of parents (one per occurrence)
         hint: dict[int, str] = {}
+        drops = self.drop_hints = set()
         q = deque([top])
         while q:
             j = q.popleft()
+            cand = []  # binders read as `_` (hint)
             for e in j.eqns:
+                for v in e.outputs:
+                    if v.hint == "_":
+                        cand.append(v)
+                if not e.params:
+                    continue
                 nm = None
                 for sub in _bfs_subjaxprs(e):
                     if id(sub) not in index:
@@ -327,6 +369,8 @@ class _Printer:
                             nm = _hoist_name(e) or ""
                         if nm:
                             hint[id(sub)] = nm.strip("<>")
+            if cand:
+                drops.update(self._unused(j, cand, top_used if j is top else None))
         multi: dict[int, bool] = {id(top): False}
         for j in order:  # BFS order is not topological in general: resolve lazily
             self._multi(id(j), parents, multi)
@@ -368,16 +412,14 @@ class _Printer:
                 stack.append(p)
         return multi[jid]
 
-    def _drop_hinted(self, top: Jaxpr) -> set[int]:
-        """Vars read as `_` (hint) and never used in their jaxpr: JAX's DropVar, always `_`."""
-        out: set[int] = set()
-        for j in walk_jaxprs(top, _bfs_subjaxprs):
-            cand = [v for e in j.eqns for v in e.outputs if v.hint == "_"]
-            if cand:
-                used = {id(a) for e in j.eqns for a in e.inputs if isinstance(a, Var)}
-                used.update(id(a) for a in j.outvars if isinstance(a, Var))
-                out.update(id(v) for v in cand if id(v) not in used)
-        return out
+    @staticmethod
+    def _unused(j: Jaxpr, cand: list[Var], used: set[int] | None) -> list[int]:
+        """The ids of the binders in `cand` that `j` never reads (`used`: what it reads)."""
+        if used is None:
+            used = {id(a) for a in j.outvars}
+            for e in j.eqns:
+                used.update(map(id, e.inputs))
+        return [id(v) for v in cand if id(v) not in used]
 
     def _name_binders(self, vs) -> None:
         names = self.names
@@ -404,9 +446,148 @@ class _Printer:
         self.scopes.append(j)
         self._name_binders(j.constvars)
         self._name_binders(j.invars)
-        for e in j.eqns:
-            self._name_eqn(e)
+        if self.fast:
+            self._name_eqns(j)
+        else:
+            for e in j.eqns:
+                self._name_eqn(e)
         self._name_uses(j.outvars)
+
+    def _name_eqns(self, j: Jaxpr) -> None:
+        """`_name_eqn` of each equation of `j`, in one walk that also builds the line document
+        of each ordinary equation (what `_eqn` builds, kept in `lines`) and reads the scope
+        as `_check_scope` does (kept in `scope_state`, finished by `_fix_ambiguities`)."""
+        names = self.names
+        scope: dict[str, int] = {}
+        bound: set[int] = set()
+        for v in (*j.constvars, *j.invars):
+            scope[names[id(v)]] = id(v)
+            bound.add(id(v))
+        bad: list[int] = []
+        style = self.style
+        typed = style.typed_literals
+        untyped = not typed
+        eq_empty = style.eq_without_outputs
+        recs = self.recs
+        vids = self.value_ids
+        ts = self.type_str
+        drops = self.drop_hints
+        suffixes = self.suffixes
+        fresh = self.fresh
+        keep = self.keep
+        docs: list = []
+        for e in j.eqns:
+            prim = e.prim
+            rec = recs.get(prim)
+            if rec is None:
+                rec = recs[prim] = record_of(prim)
+            line = None
+            if rec.print_eqn is None and rec.suggest_names is None:
+                # an ordinary equation: its parameters' texts, unless one is a jaxpr
+                kvs = []
+                p = e.params
+                if p:
+                    rule = rec.print_params
+                    if rule is not None:
+                        pairs = rule(e, style)
+                        keep.append(pairs)  # the texts are kept by the ids of its values
+                    elif prim[:1].isupper():
+                        pairs = list(p.items())
+                    else:
+                        pairs = sorted(p.items())
+                    for k, v in pairs:
+                        t = vids.get(id(v))
+                        if t is None:
+                            if isinstance(v, Jaxpr) or _is_jaxpr_tuple(v):
+                                self.pairs_cache[id(e)] = pairs
+                                kvs = None
+                                break
+                            t = vids[id(v)] = self._value_str(v)
+                        kvs.append(k + "=" + t)
+                if kvs is not None:
+                    # the uses as the reader sees them (before the results are bound)
+                    ins = []
+                    late = False  # a use not named yet: named after the results
+                    for a in e.inputs:
+                        if a.__class__ is Var:
+                            i = id(a)
+                            n = names.get(i)
+                            if n is None:
+                                late = True
+                            elif scope.get(n) != i and i in bound:
+                                bad.append(i)
+                            ins.append(n)
+                        else:
+                            ins.append(self._literal(a))
+                            if not a.typed:
+                                untyped = True
+                    outs = []
+                    for v in e.outputs:
+                        i = id(v)
+                        n = names.get(i)
+                        if n is None:
+                            if i in drops:
+                                n = "_"
+                            else:
+                                n = fresh()
+                                if suffixes:
+                                    h = v.hint
+                                    if h and h[-1] == "_" and len(h) > 1:
+                                        n += "_"  # as `_name_binders`
+                            names[i] = n
+                        scope[n] = i
+                        bound.add(i)
+                        t = v.type
+                        outs.append(n + ":" + (ts.get(id(t)) or self._type(t)))
+                    if late:
+                        self._name_uses(e.inputs)
+                        ins = [names[id(a)] if n is None else n for a, n in zip(e.inputs, ins)]
+                    name = prim if rec.print_name is None else rec.print_name(e, style)
+                    if outs or eq_empty:
+                        if kvs:
+                            flat = f"{' '.join(outs)} = {name}[{' '.join(kvs)}] {' '.join(ins)}"
+                        else:
+                            flat = f"{' '.join(outs)} = {name} {' '.join(ins)}"
+                        eq = True
+                    else:
+                        if kvs:
+                            flat = f"{name}[{' '.join(kvs)}] {' '.join(ins)}"
+                        else:
+                            flat = f"{name} {' '.join(ins)}"
+                        eq = False
+                    w = len(flat) if flat.isascii() else len(flat.encode("utf-8"))
+                    line = (pp.LAZY, flat, _build_eqn, (name, kvs, ins, outs, eq), _render_eqn, w)
+            if line is None:
+                self._name_eqn(e)
+                for a in e.inputs:
+                    if a.__class__ is not Literal:
+                        i = id(a)
+                        if scope.get(names[i]) != i and i in bound:
+                            bad.append(i)
+                    elif not a.typed:
+                        untyped = True
+                for v in e.outputs:
+                    scope[names[id(v)]] = id(v)
+                    bound.add(id(v))
+            docs.append(line)
+        self.lines[id(j)] = docs
+        if id(j) not in self.scope_state:
+            self.scope_state[id(j)] = _Scope(scope, bound, bad, untyped)
+
+    def _literal(self, a: Literal) -> str:
+        """`literal_text(a, a.typed and style.typed_literals)`, its type text cached."""
+        v = a.value
+        c = v.__class__
+        if c is float:
+            s = repr(v)
+        elif c is int:
+            s = str(v)
+        else:
+            s = literal_text(a, False)
+        if a.typed and self.style.typed_literals:
+            t = a.type
+            return s + ":" + (self.type_str.get(id(t)) or self._type(t))
+        return s
 
     def _name_sub(self, v) -> None:
         if isinstance(v, Jaxpr):
@@ -437,12 +618,18 @@ class _Printer:
     # ------------------------------------------------------------ pass 2: safety
     def _fix_ambiguities(self) -> None:
         scopes = list({id(j): j for j in self.scopes}.values())
-        for _ in range(100):
+        state = self.scope_state
+        for r in range(100):
             bad: dict[int, None] = {}  # ordered: fresh names must not depend on ids
             for j in scopes:
-                self._check_scope(j, bad)
+                st = state.get(id(j)) if r == 0 else None
+                if st is None:
+                    self._check_scope(j, bad)
+                else:  # read by the naming walk
+                    self._finish_scope(j, st, bad)
             if not bad:
                 return
+            self.lines.clear()  # their names change
             for vid in bad:
                 self.names[vid] = self.fresh()
 
@@ -452,48 +639,48 @@ class _Printer:
         names = self.names
         scope: dict[str, int] = {}
         bound: set[int] = set()
-        special: list[int] = []  # vars named nan/inf
+        shadowed: list[int] = []
         untyped = not self.style.typed_literals
         for v in j.constvars + j.invars:
-            i = id(v)
-            n = names[i]
-            scope[n] = i
-            bound.add(i)
-            if n == "nan" or n == "inf":
-                special.append(i)
-
-        def read(args) -> bool:
-            """Mark the shadowed vars among `args`; True if one is an untyped literal."""
-            lit = False
-            for a in args:
+            scope[names[id(v)]] = id(v)
+            bound.add(id(v))
+        for e in j.eqns:
+            for a in e.inputs:
                 if a.__class__ is not Literal:
                     i = id(a)
-                    n = names[i]
-                    if scope.get(n) != i and i in bound:
-                        bad[i] = None
+                    if scope.get(names[i]) != i and i in bound:
+                        shadowed.append(i)
                 elif not a.typed:
-                    lit = True
-            return lit
-
-        for e in j.eqns:
-            if read(e.inputs):
-                untyped = True
+                    untyped = True
             for v in e.outputs:
-                i = id(v)
-                n = names[i]
-                scope[n] = i
-                bound.add(i)
-                if n == "nan" or n == "inf":
-                    special.append(i)
+                scope[names[id(v)]] = id(v)
+                bound.add(id(v))
+        self._finish_scope(j, _Scope(scope, bound, shadowed, untyped), bad)
+
+    def _finish_scope(self, j: Jaxpr, st: _Scope, bad: dict[int, None]) -> None:
+        """`_check_scope` after the equations: the shadowed uses `st` found, the outvars, and
+        the variables named `nan`/`inf` when an untyped literal is printed."""
+        names = self.names
+        for i in st.shadowed:
+            bad[i] = None
+        untyped = st.untyped
         if id(j) in self.typed_outvars:
             self._check_typed_outvars(j, bad)
             if any(a.__class__ is Literal and not a.typed for a in j.outvars):
                 untyped = True
-        elif read(j.outvars):
-            untyped = True
+        else:
+            scope, bound = st.scope, st.bound
+            for a in j.outvars:
+                if a.__class__ is not Literal:
+                    i = id(a)
+                    if scope.get(names[i]) != i and i in bound:
+                        bad[i] = None
+                elif not a.typed:
+                    untyped = True
         if untyped:
-            for i in special:
-                bad[i] = None
+            for v in (*j.constvars, *j.invars, *(o for e in j.eqns for o in e.outputs)):
+                if names[id(v)] in ("nan", "inf"):
+                    bad[id(v)] = None
 
     def _check_typed_outvars(self, j: Jaxpr, bad: dict[int, None]) -> None:
         """The outvars of a jaxpr named after an equation's results (`jit`): `_` reads as
@@ -561,7 +748,12 @@ class _Printer:
     def _skeleton(self, j: Jaxpr) -> pp.Doc:
         constvars = self._binders(j.constvars)
         invars = self._binders(j.invars)
-        eqns = pp.join(pp.brk("; "), [self._eqn(e) for e in j.eqns])
+        lines = self.lines.get(id(j)) if self.fast else None
+        if lines is None:
+            docs = [self._eqn(e) for e in j.eqns]
+        else:
+            docs = [d if d is not None else self._eqn(e) for d, e in zip(lines, j.eqns)]
+        eqns = pp.lines(docs) if self.fast else pp.join(pp.brk("; "), docs)
         n_out = len(j.outvars)
         outvars = pp.concat(
             [pp.text("("), self._atoms(j.outvars, ","), pp.text(",)" if n_out == 1 else ")")]
@@ -622,6 +814,8 @@ class _Printer:
                 return s
         if isinstance(v, (int, str, float, np.dtype)) or v is None:
             s = format_value(v)
+        elif (cls is tuple or cls is list) and (t := _int_tree_text(v)) is not None:
+            s = t
         elif _has_jaxpr(v):
             s = self._str_with_jaxprs(v, nested=False)
         elif isinstance(v, frozenset):
@@ -684,7 +878,8 @@ class _Printer:
             if eq:
                 flat = " ".join(outs) + " = " + flat
 
-            return pp.lazy(flat, partial(_build_eqn, name, kvs, ins, outs, eq))
+            render = _render_eqn if self.fast else None
+            return pp.lazy(flat, _build_eqn, (name, kvs, ins, outs, eq), render)
         rhs = [
             pp.text(name),
             self._kv_pairs(pairs),
@@ -702,6 +897,19 @@ class _Printer:
 
 
 # ---------------------------------------------------------------- equations in their own syntax
+
+
+class _Scope:
+    """What `_check_scope` reads of a jaxpr's equations: the most recent binder of each name,
+    the binders, the uses read as another binding, whether an untyped literal is printed."""
+
+    __slots__ = ("scope", "bound", "shadowed", "untyped")
+
+    def __init__(self, scope: dict[str, int], bound: set[int], shadowed: list[int], untyped):
+        self.scope = scope
+        self.bound = bound
+        self.shadowed = shadowed
+        self.untyped = untyped
 
 
 class _DocHandle:
@@ -760,6 +968,51 @@ def _build_eqn(name: str, kvs: list[str], ins: list[str], outs: list[str], eq: b
     if eq:
         return pp.concat([pp.fill(outs), _EQ, *rhs])
     return pp.concat(rhs)
+
+
+def _render_eqn(out: list[str], k: int, indent: int, width: int, name, kvs, ins, outs, eq) -> int:
+    """`pp.format` of `_build_eqn(name, kvs, ins, outs, eq)` from column `k` in break mode at
+    `indent`, appended to `out` directly; the new column."""
+    app = out.append
+    if eq and outs:
+        flat = " ".join(outs)
+        w = len(flat) if flat.isascii() else len(flat.encode("utf-8"))
+        if w <= width - k:
+            app(flat)
+            k += w
+        else:
+            k = pp.fill_broken(out, k, indent, width, outs, "")
+    if eq:
+        app(" = ")
+        k += 3
+    app(name)
+    k += len(name) if name.isascii() else len(name.encode("utf-8"))
+    if kvs:  # _kv_doc: a group
+        flat = "[" + " ".join(kvs) + "]"
+        w = len(flat) if flat.isascii() else len(flat.encode("utf-8"))
+        if w <= width - k:
+            app(flat)
+            k += w
+        else:
+            nl = "\n" + " " * (indent + 2)
+            app("[")
+            for x in kvs:
+                app(nl)
+                app(x)
+                k = indent + 2 + (len(x) if x.isascii() else len(x.encode("utf-8")))
+            app("\n" + " " * indent + "]")
+            k = indent + 1
+    app(" ")
+    k += 1
+    if ins:
+        flat = " ".join(ins)
+        w = len(flat) if flat.isascii() else len(flat.encode("utf-8"))
+        if w <= width - k:
+            app(flat)
+            k += w
+        else:
+            k = pp.fill_broken(out, k, indent, width, ins, "")
+    return k
 
 
 def _kv_doc(kvs: list) -> pp.Doc:
