@@ -241,6 +241,8 @@ class _Printer:
     naming it (tests check that both print the same text)."""
 
     def __init__(self, style: Style, fast: bool = True):
+        # (no reference cycles: a printout's structures go as soon as it is printed,
+        # rather than on the collector's next pass over everything allocated meanwhile)
         self.style = style
         self.fast = fast
         self.names: dict[int, str] = {}  # id(var) -> printed name
@@ -264,8 +266,6 @@ class _Printer:
         # id(jaxpr) -> what the naming pass saw of its scope (`_Scope`), this printout
         self.scope_state: dict[int, _Scope] = {}
         self.suffixes = style.version < (0, 5)
-        self.naming_handle = _NamingHandle(self)
-        self.doc_handle = _DocHandle(self)
 
     # ------------------------------------------------------------ naming
     def fresh(self) -> str:
@@ -498,11 +498,17 @@ class _Printer:
                     for k, v in pairs:
                         t = vids.get(id(v))
                         if t is None:
-                            if isinstance(v, Jaxpr) or _is_jaxpr_tuple(v):
+                            c = v.__class__
+                            if (c is list or (c is tuple and v)) and (
+                                t := _int_tree_text(v)
+                            ) is not None:
+                                vids[id(v)] = t  # (as `_value_str`, without its cache)
+                            elif isinstance(v, Jaxpr) or _is_jaxpr_tuple(v):
                                 self.pairs_cache[id(e)] = pairs
                                 kvs = None
                                 break
-                            t = vids[id(v)] = self._value_str(v)
+                            else:
+                                t = vids[id(v)] = self._value_str(v)
                         kvs.append(k + "=" + t)
                 if kvs is not None:
                     # the uses as the reader sees them (before the results are bound)
@@ -601,7 +607,7 @@ class _Printer:
     def _name_eqn(self, e: core.Eqn) -> None:
         prim = e.prim
         own = record_of(prim).print_eqn
-        if own is not None and own(e, self.naming_handle) is not None:
+        if own is not None and own(e, _NamingHandle(self)) is not None:
             return
         key = record_of(prim).suggest_names
         if key is not None and self.style.suggest_names:
@@ -857,7 +863,7 @@ class _Printer:
         prim = e.prim
         own = record_of(prim).print_eqn
         if own is not None:
-            doc = own(e, self.doc_handle)
+            doc = own(e, _DocHandle(self))
             if doc is not None:
                 return doc
         name = prim
