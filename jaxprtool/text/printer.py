@@ -183,19 +183,21 @@ def _hoist_name(e: core.Eqn) -> str | None:
     return n if isinstance(n, str) else None
 
 
-def _bfs_subjaxprs(e: core.Eqn):
+def _bfs_subjaxprs(e: core.Eqn) -> list[Jaxpr]:
     """The jaxprs JAX's shared-jaxpr walk finds in an equation (`jaxprs_in_params`)."""
+    out = []
     for v in e.params.values():
-        if isinstance(v, Jaxpr):
-            yield v
-        elif isinstance(v, tuple):
+        if isinstance(v, tuple):
             for x in v:
                 if isinstance(x, Jaxpr):
-                    yield x
+                    out.append(x)
+        elif isinstance(v, Jaxpr):
+            out.append(v)
         elif isinstance(v, Record) and v.cls in _NAMEDTUPLES:
             for _, x in v.fields:
                 if isinstance(x, Jaxpr):
-                    yield x
+                    out.append(x)
+    return out
 
 
 def _int_tree_text(v) -> str | None:
@@ -269,15 +271,15 @@ class _Printer:
 
     # ------------------------------------------------------------ naming
     def fresh(self) -> str:
-        names = _NAMES
-        while True:
-            c = self.counter
-            self.counter = c + 1
-            if c >= len(names):
-                names.extend(encode_name(i) for i in range(len(names), 2 * c + 64))
-            n = names[c]
-            if n not in self.shared_names:
-                return n
+        """The next name of the counter that no shared jaxpr has taken."""
+        c = self.counter
+        self.counter = c + 1
+        if c >= len(_NAMES):
+            _NAMES.extend(encode_name(i) for i in range(len(_NAMES), 2 * c + 64))
+        n = _NAMES[c]
+        if n in self.shared_names:
+            return self.fresh()
+        return n
 
     def name(self, v: Var) -> str:
         n = self.names.get(id(v))
@@ -306,15 +308,7 @@ class _Printer:
         self.value_ids = {}
         self.lines = {}
         self.scope_state = {}
-        # JAX's _dropvars: top-level equation outputs never used are `_`
-        names = self.names
-        used = {id(a) for a in top.outvars}  # (ids of literals never equal a var's)
-        for e in reversed(top.eqns):
-            for v in e.outputs:
-                if id(v) not in used:
-                    names[id(v)] = "_"
-            used.update(map(id, e.inputs))
-        self._find_shared(top, used)
+        self._find_shared(top)
         shared = [(self.shared[id(j)], j) for j in self.shared_order]
         # 0.4.35 registered a shared jaxpr only once its definition was printed:
         # earlier definitions print later-defined ones inline.
@@ -336,10 +330,10 @@ class _Printer:
         docs.append(self._jaxpr_doc(top))
         return pp.concat(docs)
 
-    def _find_shared(self, top: Jaxpr, top_used: set[int]) -> None:
+    def _find_shared(self, top: Jaxpr) -> None:
         """JAX's breadth-first count of sub-jaxpr occurrences (see module docstring); on the
-        way, the binders that print `_` as JAX's DropVar (`drop_hints`).  `top_used`: the
-        ids of every atom `top` reads."""
+        way, JAX's `_dropvars` of `top` and the binders that print `_` as JAX's DropVar
+        (`drop_hints`)."""
         from collections import deque
 
         order: list[Jaxpr] = []
@@ -350,13 +344,17 @@ class _Printer:
         q = deque([top])
         while q:
             j = q.popleft()
-            cand = []  # binders read as `_` (hint)
-            for e in j.eqns:
-                for v in e.outputs:
-                    if v.hint == "_":
-                        cand.append(v)
-                if not e.params:
-                    continue
+            if j is top:
+                with_params, cand, used = self._drop_unused(top)
+            else:
+                with_params, cand, used = [], [], None
+                for e in j.eqns:
+                    for v in e.outputs:
+                        if v.hint == "_":
+                            cand.append(v)
+                    if e.params:
+                        with_params.append(e)
+            for e in with_params:
                 nm = None
                 for sub in _bfs_subjaxprs(e):
                     if id(sub) not in index:
@@ -370,7 +368,7 @@ class _Printer:
                         if nm:
                             hint[id(sub)] = nm.strip("<>")
             if cand:
-                drops.update(self._unused(j, cand, top_used if j is top else None))
+                drops.update(self._unused(j, cand, used))
         multi: dict[int, bool] = {id(top): False}
         for j in order:  # BFS order is not topological in general: resolve lazily
             self._multi(id(j), parents, multi)
@@ -411,6 +409,27 @@ class _Printer:
             else:
                 stack.append(p)
         return multi[jid]
+
+    def _drop_unused(self, top: Jaxpr) -> tuple[list[core.Eqn], list[Var], set[int]]:
+        """JAX's `_dropvars`: the results of `top`'s equations that no later equation reads
+        and `top` does not return are `_`; in the same (backward) walk, what `_find_shared`
+        needs of `top`: its equations with parameters, in order, the binders whose hint is
+        `_`, and the ids of every atom `top` reads."""
+        names = self.names
+        used = {id(a) for a in top.outvars}  # (ids of literals never equal a var's)
+        with_params = []
+        cand = []
+        for e in reversed(top.eqns):
+            for v in e.outputs:
+                if id(v) not in used:
+                    names[id(v)] = "_"
+                if v.hint == "_":
+                    cand.append(v)
+            used.update(map(id, e.inputs))
+            if e.params:
+                with_params.append(e)
+        with_params.reverse()
+        return with_params, cand, used
 
     @staticmethod
     def _unused(j: Jaxpr, cand: list[Var], used: set[int] | None) -> list[int]:
