@@ -7,9 +7,15 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-full lint bench fuzz clean
+.PHONY: install bytecode demo test test-full lint bench fuzz clean
 
-install: $(STAMP)
+install: bytecode
+
+# An editable install leaves the tool's modules uncompiled, and where
+# PYTHONDONTWRITEBYTECODE is set every command would compile them again (~0.09 s of a
+# 0.3 s start-up): compile them as pip does for an ordinary install.
+bytecode: $(STAMP)
+	$(BIN)/python -m compileall -q jaxprtool
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

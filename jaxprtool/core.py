@@ -9,12 +9,12 @@ up to renaming is `alpha_equal`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-import ml_dtypes
-import numpy as np
+from .lazy import ml_dtypes, np
 
 # ---------------------------------------------------------------- dtypes
 
@@ -62,14 +62,17 @@ def long_dtype_name(short: str) -> str:
     return short
 
 
-FLOAT0 = np.dtype([("float0", np.void, 0)])
+@functools.cache
+def float0() -> np.dtype:
+    """JAX's float0: the dtype of tangents of integer and boolean values."""
+    return np.dtype([("float0", np.void, 0)])
 
 
 def np_dtype(short: str) -> np.dtype:
     """The numpy dtype of a short dtype name; raises KeyError for unknown names."""
     long = long_dtype_name(short)
     if long == "float0":
-        return FLOAT0
+        return float0()
     if hasattr(ml_dtypes, long):
         return np.dtype(getattr(ml_dtypes, long))
     try:
@@ -82,6 +85,8 @@ def np_dtype(short: str) -> np.dtype:
 
 
 def is_known_dtype(short: str) -> bool:
+    if short in SHORT_TO_LONG:  # without importing numpy (start-up)
+        return True
     try:
         np_dtype(short)
     except KeyError:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
+from .lazy import np
 
 
 @dataclass(frozen=True, slots=True)

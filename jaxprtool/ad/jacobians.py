@@ -15,9 +15,8 @@ batched program inline, and the unravelling (split, reshape).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-
-import numpy as np
 
 from ..core import (
     Jaxpr,
@@ -30,6 +29,7 @@ from ..core import (
     is_inexact,
 )
 from ..core import long_dtype_name as _long
+from ..lazy import np
 from . import builder as B
 from . import ops
 from .batching import inline_jaxpr, vmap_jaxpr
@@ -54,7 +54,7 @@ def _argnums(jaxpr: Jaxpr, argnums) -> list[int]:
 
 
 def _size(t: ShapedArray) -> int:
-    return int(np.prod(t.shape, dtype=np.int64))
+    return math.prod(t.shape)
 
 
 def _eye_parts(n: int, dtype: str, shapes, axis: int):
@@ -69,7 +69,7 @@ def _eye_parts(n: int, dtype: str, shapes, axis: int):
 def _split(x, shapes, axis: int, lead=None, trail=None):
     """Split axis `axis` of `x` into consecutive parts of the given shapes' sizes, each
     reshaped to `x.shape[:axis] + shape + x.shape[axis+1:]`."""
-    sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]
+    sizes = [math.prod(s) for s in shapes]
     xs = list(x.type.shape)
     if len(sizes) == 1:
         parts = [x]

@@ -7,10 +7,10 @@ with the primitive's shape rule.  Rules read like math: `mul(g, cos(x))`.
 from __future__ import annotations
 
 import builtins
-
-import numpy as np
+import struct
 
 from ..core import Atom, Literal, ShapedArray, Type, Var, long_dtype_name, np_dtype
+from ..lazy import np
 from ..params import EnumValue, Record
 from ..record import prim as record_of
 from .builder import current
@@ -41,11 +41,18 @@ def _py_value(value, dtype: str):
     if dtype.startswith(("f", "bf")):
         v = float(value)
         if dtype in ("f32", "f16", "bf16"):
-            v = float(
-                np.asarray(v, dtype=long_dtype_name(dtype) if dtype != "bf16" else np.float32)
-            )
+            v = _rounded(v, "e" if dtype == "f16" else "f")
         return v
     return int(value)
+
+
+def _rounded(v: float, fmt: str) -> float:
+    """`v` rounded to float32 (`fmt` "f") or float16 ("e") as numpy rounds it (to nearest,
+    ties to even), without importing numpy; beyond the format's range numpy gives inf."""
+    try:
+        return struct.unpack(fmt, struct.pack(fmt, v))[0]
+    except OverflowError:
+        return float(np.asarray(v, dtype=np.float32 if fmt == "f" else np.float16))
 
 
 def lit(value, like) -> Literal:

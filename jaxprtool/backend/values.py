@@ -7,7 +7,7 @@ import operator
 
 import numpy as np
 
-from ..core import FLOAT0, JaxprError, Literal, ShapedArray, Type
+from ..core import JaxprError, Literal, ShapedArray, Type, float0
 
 _BINOPS = {
     ast.Add: operator.add,
@@ -96,7 +96,7 @@ def literal_value(lit: Literal) -> np.ndarray:
     """A literal as a numpy scalar of its dtype (rounded to the dtype)."""
     t = lit.type
     if lit.value == "float0" or (isinstance(t, ShapedArray) and t.dtype == "float0"):
-        return np.zeros((), FLOAT0)
+        return np.zeros((), float0())
     dt = t.np_dtype
     v = lit.value
     if v is Ellipsis or not isinstance(v, (bool, int, float, complex)):
@@ -119,7 +119,7 @@ def random_array(
     if t.dtype == "bool":
         return rng.random(shape) < 0.5
     if t.dtype == "float0":
-        return np.zeros(shape, FLOAT0)
+        return np.zeros(shape, float0())
     k = kind(dt)
     if k in "iu":
         return rng.integers(1, 5, size=shape).astype(dt)

@@ -10,11 +10,11 @@ import time
 import zipfile
 
 import click
-import numpy as np
 
 from ..cli import guarded, require_jax
 from ..core import JaxprError, ShapedArray, np_dtype, short_dtype_name
 from ..io import UsageError, progress, write_output
+from ..lazy import np
 from .common import FILE_ARG, OUT_ARG, load
 from .mesh_options import mesh_options
 
@@ -513,7 +513,8 @@ def _timed(jaxpr, args, consts, dims, device, repeat):
             dev = backend.get_device(device)
             xs = [jax.device_put(x, dev) for x in list(consts) + list(args)]
         t0 = time.perf_counter()
-        fn = backend.as_jax_function(jaxpr, dims, enable_x64=False)
+        nested = len(consts) != len(jaxpr.constvars)  # cond/loop bodies' too (backend/consts)
+        fn = backend.as_jax_function(jaxpr, dims, enable_x64=False, nested=nested)
         compiled = jax.jit(fn).lower(*xs).compile()
         t_compile = time.perf_counter() - t0
         times = []
@@ -536,13 +537,14 @@ def _timed(jaxpr, args, consts, dims, device, repeat):
 # ---------------------------------------------------------------- compile
 
 
-def shape_structs(jaxpr, dims):
+def shape_structs(jaxpr, dims, constvars=None):
+    """The parameters' shapes: `constvars` (by default the program's) then the inputs."""
     import jax
 
     from ..backend.values import static_shape
 
     out = []
-    for v in list(jaxpr.constvars) + list(jaxpr.invars):
+    for v in list(jaxpr.constvars if constvars is None else constvars) + list(jaxpr.invars):
         if not isinstance(v.type, ShapedArray):
             raise JaxprError(f"cannot compile an input of type {v.type}")
         shape = static_shape(v.type, dims)
@@ -591,10 +593,12 @@ def compile_(file, emit, device, dim_specs, stats, output, no_cache):
       jaxprtool compile sharded.jaxpr --emit optimized-hlo --stats --mesh x=4,y=2
     """
     from .. import backend, compile_cache
+    from ..passes.hoist_consts import hoist_consts
 
     require_jax()
     dims = parse_dims(dim_specs)
     jaxpr, _, _ = load(file)
+    jaxpr = hoist_consts(jaxpr)  # parameters: every constant in `run --consts` order, the inputs
     backend.check_runnable(jaxpr)
     # a cached executable's optimised HLO carries the source metadata of the process that
     # compiled it (a `run`'s stack), so the text it prints would depend on the cache's history
@@ -611,11 +615,14 @@ def _compile(jaxpr, emit, device, dims, stats):
 
     from .. import backend
     from ..backend import sharding
+    from ..backend.consts import all_constvars
 
-    structs = shape_structs(jaxpr, dims)
+    multi = sharding.is_multi_device(jaxpr)
+    every = all_constvars(jaxpr)
+    nested = not multi and len(every) > len(jaxpr.constvars)  # cond/loop bodies' constants
+    structs = shape_structs(jaxpr, dims, every if nested else None)
     platform = "cuda" if device == "gpu" else "cpu"
     needs_device = emit == "optimized-hlo" or stats
-    multi = sharding.is_multi_device(jaxpr)
     if needs_device and not multi:
         backend.get_device(device)
     scope = sharding.run_scope(jaxpr, device) if multi else contextlib.nullcontext()
@@ -623,7 +630,7 @@ def _compile(jaxpr, emit, device, dims, stats):
         with scope:
             if multi:
                 structs = sharding.sharded_structs(jaxpr, structs)
-            fn = jax.jit(backend.as_jax_function(jaxpr, dims, enable_x64=False))
+            fn = jax.jit(backend.as_jax_function(jaxpr, dims, enable_x64=False, nested=nested))
             lowered = fn.trace(*structs).lower(lowering_platforms=(platform,))
     except JaxprError:
         raise
@@ -805,29 +812,56 @@ def _with_custom_rules(closed, target: str):
 
 
 def _const_values(closed, ours, rule_consts: dict, text: str, target: str) -> list:
-    """The values of `ours`' constants in `--consts` order (`backend/consts.py`): the
-    program's own (`closed.consts`), then each nested jaxpr's, read off JAX's matching
-    nested jaxpr (or the recorded custom rule)."""
-    from ..backend.consts import all_constvars, nested_with_consts
+    """The values of the constants of `ours` as `run --consts` numbers them: those of
+    `hoist_consts(ours)` in `backend/consts.py`'s order, each the value of the constvar of
+    `ours` it stands for: the program's own (`closed.consts`), a nested jaxpr's (read off
+    JAX's matching nested jaxpr) or a recorded custom rule's."""
+    from ..backend.consts import all_constvars
+    from ..passes.hoist_consts import hoist_consts, hoist_with_sources
     from ..text.parser import parse
 
     values: dict[int, list] = dict(rule_consts)
     values[id(ours)] = list(getattr(closed, "consts", ()))
     _match_nested(getattr(closed, "jaxpr", closed), ours, values, set())
-    out = list(values[id(ours)])
-    for sub, eqn in nested_with_consts(ours):
-        got = values.get(id(sub))
-        if got is None or len(got) != len(sub.constvars):
+    by_var, lacking = _values_by_var(ours, values)
+    hoisted, sources = hoist_with_sources(ours)
+    out = []
+    for v in all_constvars(hoisted):
+        source = sources.get(id(v), v)
+        if id(source) not in by_var:
+            eqn = lacking[id(source)]
             raise JaxprError(
                 f"cannot save the constants of the jaxpr nested in '{eqn.prim}': no values "
                 "for them were found in the traced program",
                 eqn.loc,
             )
-        out.extend(got)
-    reread = parse(text, f"<trace {target}>").jaxpr
-    if [str(v.type) for v in all_constvars(reread)] != [str(v.type) for v in all_constvars(ours)]:
+        out.append(by_var[id(source)])
+    reread = hoist_consts(parse(text, f"<trace {target}>").jaxpr)
+    if [str(v.type) for v in all_constvars(reread)] != [
+        str(v.type) for v in all_constvars(hoisted)
+    ]:
         raise JaxprError("internal: the printed program's constants differ from the traced ones")
     return out
+
+
+def _values_by_var(ours, values: dict) -> tuple[dict, dict]:
+    """The value of each constvar of `ours` and of its nested jaxprs, by `id` of the
+    constvar (from `values`, by `id` of the jaxpr), and the equation using each nested
+    jaxpr whose values are missing, by `id` of its constvars."""
+    from ..core import all_eqns, eqn_subjaxprs
+
+    if len(values[id(ours)]) != len(ours.constvars):
+        raise JaxprError("internal: the printed program's constants differ from the traced ones")
+    by_var = {id(v): x for v, x in zip(ours.constvars, values[id(ours)])}
+    lacking: dict[int, object] = {}
+    for e in all_eqns(ours):
+        for sub in eqn_subjaxprs(e):
+            got = values.get(id(sub))
+            if got is not None and len(got) == len(sub.constvars):
+                by_var.update((id(v), x) for v, x in zip(sub.constvars, got))
+            else:
+                lacking.update((id(v), e) for v in sub.constvars)
+    return by_var, lacking
 
 
 def _match_nested(live, mine, values: dict, seen: set) -> None:

@@ -20,10 +20,9 @@ import os
 import re
 import sys
 
-import numpy as np
-
 from ..core import JaxprError, UsageProblem, np_dtype, short_dtype_name
 from ..io import UsageError, write_output
+from ..lazy import np
 
 _INPUT = re.compile(r"\s*([A-Za-z][A-Za-z0-9_]*)\[([0-9,\s]*)\]\s*=(.*)\Z", re.S)
 

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from ..ad import ops
 from ..ad.builder import current
 from ..ad.ops import (
@@ -51,6 +49,7 @@ from ..ad.zeros import (
     tangent_type,
 )
 from ..core import Eqn, JaxprError, Literal, ShapedArray, Var, is_complex, long_dtype_name
+from ..lazy import np
 from ..params import EnumValue
 from ..passes import fold as F
 from ..passes import simplify as S
@@ -447,8 +446,9 @@ def _fold_not(xs, dt):
     return np.logical_not(xs[0]) if F.kind(dt) == "b" else np.invert(xs[0])
 
 
-def _fold_bitwise(fn):
-    return _folds_in("biu")(lambda xs, dt: fn(xs[0], xs[1]))
+def _fold_bitwise(ufunc: str):
+    """Folding by the numpy ufunc named `ufunc` (looked up when folding: numpy loads lazily)."""
+    return _folds_in("biu")(lambda xs, dt: getattr(np, ufunc)(xs[0], xs[1]))
 
 
 unary_shapes("not", (BOOL, INT))
@@ -461,9 +461,9 @@ for _n in (
 ).split():
     defjvp_zero(_n)
 define("not", fold=_fold_not)
-define("and", fold=_fold_bitwise(np.bitwise_and))
-define("or", fold=_fold_bitwise(np.bitwise_or))
-define("xor", fold=_fold_bitwise(np.bitwise_xor))
+define("and", fold=_fold_bitwise("bitwise_and"))
+define("or", fold=_fold_bitwise("bitwise_or"))
+define("xor", fold=_fold_bitwise("bitwise_xor"))
 
 # ---------------------------------------------------------------- reduce_precision
 
@@ -861,10 +861,10 @@ defjvp("nextafter", lambda g, x, y, **p: g, None)
 # ---------------------------------------------------------------- comparisons
 
 
-def _fold_compare(fn):
+def _fold_compare(ufunc: str):
     def rule(e, xs):
         a, b = xs
-        return fn(a, b) if a.dtype == b.dtype else None
+        return getattr(np, ufunc)(a, b) if a.dtype == b.dtype else None
 
     return rule
 
@@ -874,12 +874,12 @@ nary_shapes("lt le gt ge le_to lt_to", (INT, FLOAT, BOOL), _to_bool)
 for _n in "eq ne lt le gt ge eq_to le_to lt_to".split():
     defjvp_zero(_n)
 for _n, _fn in (
-    ("eq", np.equal),
-    ("ne", np.not_equal),
-    ("lt", np.less),
-    ("le", np.less_equal),
-    ("gt", np.greater),
-    ("ge", np.greater_equal),
+    ("eq", "equal"),
+    ("ne", "not_equal"),
+    ("lt", "less"),
+    ("le", "less_equal"),
+    ("gt", "greater"),
+    ("ge", "greater_equal"),
 ):
     define(_n, fold=_fold_compare(_fn))
 

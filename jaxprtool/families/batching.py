@@ -9,8 +9,6 @@ leave the batch dimension, so that a batched program has no more equations than 
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..ad import batching as BT
 from ..ad import builder as B
 from ..ad import ops
@@ -34,6 +32,7 @@ from ..ad.batching import (
     vectorized,
 )
 from ..core import Jaxpr, JaxprError, Literal, ShapedArray
+from ..lazy import np
 from ..params import EnumValue, Record
 from ..record import define
 

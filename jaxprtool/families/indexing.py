@@ -10,8 +10,6 @@ the gather dimension numbers live in `jaxprtool.ad.ops` (the sort JVP gathers to
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..ad import ops
 from ..ad.ops import (
     bind_broadcast,
@@ -35,6 +33,7 @@ from ..ad.registry import (
 )
 from ..ad.zeros import Zero, instantiate, is_zero, tangent_type
 from ..core import Eqn, Jaxpr, JaxprError, ShapedArray, Var, long_dtype_name
+from ..lazy import np
 from ..params import Record
 from ..primitives import ShapeError, shape_rule
 from ..primitives.util import (

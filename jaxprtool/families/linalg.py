@@ -19,8 +19,6 @@ either and refuse at the equation.  All batch by moving the batch dimension in f
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..ad import ops
 from ..ad.batching import leading_batch
 from ..ad.builder import current
@@ -47,6 +45,7 @@ from ..ad.registry import (
 )
 from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import ShapedArray, short_dtype_name
+from ..lazy import np
 from ..params import EnumValue, Record, as_int_tuple
 from ..primitives import ShapeError, shape_rule
 from ..primitives.util import (

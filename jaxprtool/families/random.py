@@ -15,12 +15,11 @@ The primitives that draw numbers are `random` (never merged by CSE).
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..ad import ops
 from ..ad.ops import ty
 from ..ad.registry import defjvp2, defjvp_zero
 from ..core import JaxprError, ShapedArray
+from ..lazy import np
 from ..params import EnumValue
 from ..primitives import ShapeError, shape_rule
 from ..primitives.util import (

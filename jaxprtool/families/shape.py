@@ -10,8 +10,6 @@ its printing, simplification and binding rules, and no FLOPs.  The emitters the 
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..ad import ops
 from ..ad.ops import (
     bind_concatenate,
@@ -29,6 +27,7 @@ from ..ad.ops import (
 from ..ad.registry import defjvp_zero, deflinear2, primitive_jvps, rebind_primal
 from ..ad.zeros import Zero, instantiate, is_zero, tangent_type
 from ..core import ShapedArray
+from ..lazy import np
 from ..passes import simplify as S
 from ..primitives import ShapeError, shape_rule
 from ..primitives.util import (

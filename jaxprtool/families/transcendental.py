@@ -14,8 +14,6 @@ from __future__ import annotations
 import math
 from functools import partial
 
-import numpy as np
-
 from ..ad import ops
 from ..ad.builder import current
 from ..ad.ops import (
@@ -38,6 +36,7 @@ from ..ad.ops import (
 )
 from ..ad.registry import defjvp, defjvp2
 from ..core import JaxprError, ShapedArray, long_dtype_name
+from ..lazy import np
 from ..record import define
 from ..text.param_rules import drop_if_none
 from .arithmetic import FLOAT, INEXACT, c, nary_shapes, unary_shapes

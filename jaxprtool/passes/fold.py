@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from ..core import Eqn, Jaxpr, Literal, ShapedArray, np_dtype
+from ..lazy import np
 from ..record import prim
 from .base import Pass
 from .common import EqnRewrite, eqn_has_effects, recursive_pass

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
-
 from ..core import RefType, ShapedArray, Type
+from ..lazy import np
 from ..params import EnumValue, NpScalar, Opaque, Record, SymExpr
 from ..record import FieldView, define
 from ..record import prim as record_of

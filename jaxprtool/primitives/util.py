@@ -5,9 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import numpy as np
-
 from ..core import Jaxpr, OpaqueType, RefType, ShapedArray, Type, short_dtype_name
+from ..lazy import np
 from ..params import format_value
 from . import ShapeError
 

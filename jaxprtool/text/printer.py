@@ -41,10 +41,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import numpy as np
-
 from .. import core
 from ..core import Jaxpr, Literal, Var
+from ..lazy import is_dtype, is_numpy_scalar
 from ..params import EnumValue, Record, SpacedList, format_value
 from ..record import prim as record_of
 from . import pretty as pp
@@ -86,7 +85,7 @@ def literal_text(lit: Literal, typed: bool = True) -> str:
         s = "(b'',)" if v == "float0" else v
     elif v is Ellipsis:
         s = "[...]"
-    elif isinstance(v, np.generic):
+    elif is_numpy_scalar(v):
         s = str(v.item())
     else:
         s = str(v)
@@ -830,14 +829,14 @@ class _Printer:
         key = s = None
         if (
             cls in _CACHEABLE
-            or isinstance(v, np.dtype)
+            or is_dtype(v)
             or (cls is tuple and all(x.__class__ is int for x in v))
         ):
             key = (cls, v)
             s = self.value_cache.get(key)
             if s is not None:
                 return s
-        if isinstance(v, (int, str, float, np.dtype)) or v is None:
+        if isinstance(v, (int, str, float)) or v is None or is_dtype(v):
             s = format_value(v)
         elif (cls is tuple or cls is list) and (t := _int_tree_text(v)) is not None:
             s = t
@@ -977,7 +976,7 @@ class _NamingHandle(_DocHandle):
 
 
 _NAMES: list[str] = []  # encode_name(i), grown on demand
-_CACHEABLE = frozenset({int, bool, str, np.dtype, EnumValue})
+_CACHEABLE = frozenset({int, bool, str, EnumValue})
 _SPACE = pp.text(" ")
 _EQ = pp.text(" = ")
 _OPEN = pp.text("[")

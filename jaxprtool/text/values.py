@@ -33,9 +33,8 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
-
 from .. import core
+from ..lazy import np
 from ..params import EnumValue, NpScalar, Opaque, Record, SpacedList, SymExpr
 
 _IDENT = re.compile(r"[^\W\d]\w*")

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..core import Jaxpr, JaxprError, is_inexact
+from ..lazy import np
 
 #: JAX's default gradient tolerances (jax._src.public_test_util.default_gradient_tolerance)
 TOLERANCE = {

@@ -8,9 +8,8 @@ primitive), `widen` returns None and the caller keeps the original precision.
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..core import Jaxpr, Literal, RefType, ShapedArray, Var, map_param_jaxprs
+from ..lazy import np
 
 _WIDER = {"f16": "f64", "bf16": "f64", "f32": "f64", "c64": "c128"}
 _WIDER_NP = {

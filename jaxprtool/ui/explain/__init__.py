@@ -42,9 +42,8 @@ from __future__ import annotations
 
 import contextlib
 
-import numpy as np
-
 from ...core import Jaxpr, JaxprError, ShapedArray, Var, is_float, is_inexact
+from ...lazy import np
 from ..checkgrad import _random_like
 from . import checks
 from .record import (  # noqa: F401  (the data model, re-exported)

@@ -10,9 +10,8 @@ primitive, an analytic formula (`analytic_partials`).
 
 from __future__ import annotations
 
-import numpy as np
-
 from ...core import Jaxpr, JaxprError, Literal, Var, is_float, is_inexact
+from ...lazy import np
 from ...record import prim
 from ..checkgrad import EPS, TOLERANCE, Check, _rel_err, _vdot, least_precise_dtype
 from .record import ExplainData, Value, err_text, literal_array

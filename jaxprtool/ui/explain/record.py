@@ -13,8 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from ...core import (
     Eqn,
     Jaxpr,
@@ -26,6 +24,7 @@ from ...core import (
     is_inexact,
     short_dtype_name,
 )
+from ...lazy import np
 from ...record import prim as record_of
 from ..checkgrad import Check
 

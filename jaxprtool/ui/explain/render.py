@@ -4,9 +4,8 @@ as rich markup."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from ...core import JaxprError
+from ...lazy import np
 from .record import ExplainData, summarize
 
 HEADINGS = {

@@ -1,0 +1,90 @@
+"""Start-up (issue 13): commands that only read, transform and print a program import neither
+jax nor, unless the text holds a numpy value, numpy and ml_dtypes (`jaxprtool/lazy.py`).
+Each case runs the command in a fresh interpreter and looks at what it executed; times are
+measured by `make bench`, never here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ONE_EQN = "{ lambda ; a:f32[]. let b:f32[] = sin a in (b,) }\n"
+#: a dtype parameter is a numpy dtype in the IR: numpy is loaded for it
+WITH_DTYPE = (
+    "{ lambda ; a:f32[3]. let\n"
+    "    b:f64[3] = convert_element_type[new_dtype=float64 weak_type=False] a\n"
+    "  in (b,) }\n"
+)
+
+PROBE = r"""
+import io, json, sys, contextlib
+from click.testing import CliRunner
+from jaxprtool.cli import main
+
+r = CliRunner().invoke(main, sys.argv[1:])
+def executed(name):
+    m = sys.modules.get(name)
+    return m is not None and type(m).__name__ != "_LazyModule"
+print(json.dumps({"rc": r.exit_code, "out": r.output, "numpy": executed("numpy"),
+                  "ml_dtypes": executed("ml_dtypes"), "jax": "jax" in sys.modules}))
+"""
+
+
+def _probe(tmp_path, text: str, *args: str) -> dict:
+    f = tmp_path / "p.jaxpr"
+    f.write_text(text)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, *args, str(f)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["fmt"], ["check"], ["jvp"], ["linearize"], ["vjp"], ["grad"], ["vmap", "--axis-size", "2"],
+     ["dce"], ["canonicalize"], ["opt", "-p", "inline,simplify,fold,cse,dce"]],
+    ids=lambda a: a[0],
+)  # fmt: skip
+def test_numpy_free_text_never_loads_numpy(tmp_path, args):
+    got = _probe(tmp_path, ONE_EQN, *args)
+    assert got["rc"] == 0, got["out"]
+    assert not got["jax"], "a command that does not run imported jax"
+    assert not got["numpy"] and not got["ml_dtypes"], (
+        f"{args[0]} executed numpy on a text without numpy values: find the module-level or "
+        "eager use (tests/test_startup.py's probe) and make it lazy"
+    )
+
+
+def test_a_dtype_parameter_loads_numpy_and_prints_back(tmp_path):
+    got = _probe(tmp_path, WITH_DTYPE, "fmt")
+    assert got["rc"] == 0, got["out"]
+    assert got["numpy"]
+    assert got["out"] == WITH_DTYPE
+
+
+def test_rounding_without_numpy_matches_numpy():
+    """AD's literals (`ad.ops.lit`) are rounded to float32/float16 with `struct`, not numpy."""
+    import random
+
+    import numpy as np
+
+    from jaxprtool.ad.ops import _rounded
+
+    rng = random.Random(0)
+    values = [0.1, 1 / 3, 65504.0, 65519.99, 65520.0, 6e-8, 3.4028235e38, 3.5e38, 1e300]
+    values += [float("inf"), float("-inf"), 5e-324, 1e-45, 7e-46, -0.0]
+    values += [rng.uniform(-1, 1) * 10 ** rng.randint(-50, 50) for _ in range(5000)]
+    with np.errstate(over="ignore"):
+        for v in values:
+            assert _rounded(v, "f") == float(np.float32(v)), v
+            assert _rounded(v, "e") == float(np.float16(v)), v
+    assert _rounded(float("nan"), "f") != _rounded(float("nan"), "f")
