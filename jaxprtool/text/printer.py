@@ -27,6 +27,12 @@ followed by `Doc.format(width)` (no trailing newline):
 4. Layout.  Documents mirror JAX's (`pp_jaxpr_skeleton`, `pp_eqn`,
    `pp_kv_pairs`, `pp_vars`, the custom `pp_eqn_rules`) and are laid out by
    `pretty.format`, which reproduces JAX's Wadler-Lindig printer exactly.
+   An ordinary equation (no nested jaxpr, no syntax of its own) is one lazy
+   document: its flat line, built while naming it (passes 2 and 3 read the
+   scope in the same walk), and its full form laid out directly by
+   `_render_eqn` only where the line does not fit.  `_Printer(style,
+   fast=False)` builds every equation's document as JAX does instead; the
+   two print the same text (tests/test_printer_fast.py).
 
 Parameters print sorted by key (`name=` first for jit/pjit/custom_jvp_call/
 custom_vjp_call; 0.12 HiPrims such as `CustomRoot` keep their order), and the
@@ -141,6 +147,7 @@ class Namer:
     def eqn_text(self, e: core.Eqn, width: int = 80) -> str:
         """`e` as a program printout shows it (its variables named if they are not yet)."""
         self._keep.append(e)
+        self._p.value_ids = {}  # (a value may have changed since the last printout)
         self._p._name_eqn(e)
         return pp.format(self._p._eqn(e), width)
 
@@ -267,6 +274,13 @@ class _Printer:
         # id(jaxpr) -> what the naming pass saw of its scope (`_Scope`), this printout
         self.scope_state: dict[int, _Scope] = {}
         self.suffixes = style.version < (0, 5)
+
+    def _rec(self, prim: str):
+        """`record.prim(prim)`, looked up once per printout."""
+        rec = self.recs.get(prim)
+        if rec is None:
+            rec = self.recs[prim] = record_of(prim)
+        return rec
 
     # ------------------------------------------------------------ naming
     def fresh(self) -> str:
@@ -496,9 +510,7 @@ class _Printer:
         docs: list = []
         for e in j.eqns:
             prim = e.prim
-            rec = recs.get(prim)
-            if rec is None:
-                rec = recs[prim] = record_of(prim)
+            rec = recs.get(prim) or self._rec(prim)
             line = None
             if rec.print_eqn is None and rec.suggest_names is None:
                 # an ordinary equation: its parameters' texts, unless one is a jaxpr
@@ -624,10 +636,11 @@ class _Printer:
 
     def _name_eqn(self, e: core.Eqn) -> None:
         prim = e.prim
-        own = record_of(prim).print_eqn
+        rec = self._rec(prim)
+        own = rec.print_eqn
         if own is not None and own(e, _NamingHandle(self)) is not None:
             return
-        key = record_of(prim).suggest_names
+        key = rec.suggest_names
         if key is not None and self.style.suggest_names:
             inner = e.params.get(key)
             if isinstance(inner, Jaxpr) and id(inner) not in self.shared:
@@ -879,13 +892,14 @@ class _Printer:
 
     def _eqn(self, e: core.Eqn) -> pp.Doc:
         prim = e.prim
-        own = record_of(prim).print_eqn
+        rec = self._rec(prim)
+        own = rec.print_eqn
         if own is not None:
             doc = own(e, _DocHandle(self))
             if doc is not None:
                 return doc
         name = prim
-        print_name = record_of(prim).print_name
+        print_name = rec.print_name
         if print_name is not None:
             name = print_name(e, self.style)
         pairs = self._pairs(e)
