@@ -274,6 +274,7 @@ class _Printer:
         # id(jaxpr) -> what the naming pass saw of its scope (`_Scope`), this printout
         self.scope_state: dict[int, _Scope] = {}
         self.suffixes = style.version < (0, 5)
+        self.typed_literals = style.typed_literals
 
     def _rec(self, prim: str):
         """`record.prim(prim)`, looked up once per printout."""
@@ -620,7 +621,7 @@ class _Printer:
             s = str(v)
         else:
             s = literal_text(a, False)
-        if a.typed and self.style.typed_literals:
+        if a.typed and self.typed_literals:
             t = a.type
             return s + ":" + (self.type_str.get(id(t)) or self._type(t))
         return s
