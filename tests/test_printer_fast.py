@@ -11,6 +11,8 @@ parameter lists and binder lists inside equations).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from conftest import CORPUS, needs_corpus
 
@@ -20,9 +22,12 @@ from jaxprtool.text.parser import parse
 from jaxprtool.text.printer import _Printer
 from jaxprtool.text.style import Style, detect_style
 
+HERE = Path(__file__).resolve().parent
 FILES = sorted(CORPUS.parent.glob("corpus/**/*.jaxpr")) + sorted(
     CORPUS.parent.glob("wild/**/*.jaxpr")
 )
+# (tests/golden/lit/ holds several programs a file: the lit tests' commands and outputs)
+OURS = sorted(HERE.glob("golden/printer/**/*.jaxpr")) + sorted(HERE.glob("data/**/*.jaxpr"))
 STYLES = ("0.4.21", "0.4.35", "0.6.2", "0.7.2", "0.12")
 WIDTHS = (12, 40, 80, 100)
 
@@ -34,11 +39,13 @@ def both(j: core.Jaxpr, style: Style, width: int) -> tuple[str, str]:
     return fast, slow
 
 
-def _parsed(path):
+def _parsed(path) -> core.Jaxpr | str:
+    """The program, or why the reader refuses it (untyped 2019-2021 docs printouts; their
+    refusal is tested elsewhere)."""
     try:
         return parse(path.read_text(), str(path)).jaxpr
-    except core.JaxprError:
-        return None  # a file the reader refuses (tested elsewhere)
+    except core.JaxprError as e:
+        return str(e).splitlines()[0]
 
 
 @needs_corpus
@@ -46,17 +53,27 @@ def test_corpus_has_files():
     assert len(FILES) > 300, f"expected the corpus under {CORPUS.parent}, found {len(FILES)}"
 
 
-@needs_corpus
-@pytest.mark.parametrize("path", FILES, ids=[f"{p.parent.name}/{p.name}" for p in FILES])
-def test_fast_path_prints_the_document_text(path):
+def _check_both_ways(path) -> None:
     j = _parsed(path)
-    if j is None:
-        pytest.skip("the reader refuses this file")
+    if isinstance(j, str):
+        pytest.skip(f"the reader refuses this file: {j}")
     styles = [detect_style(j), *(Style.parse(s) for s in STYLES)]
     for style in styles:
         for width in WIDTHS:
             fast, slow = both(j, style, width)
             assert fast == slow, f"style {style}, width {width}"
+
+
+@needs_corpus
+@pytest.mark.parametrize("path", FILES, ids=[f"{p.parent.name}/{p.name}" for p in FILES])
+def test_fast_path_prints_the_document_text(path):
+    _check_both_ways(path)
+
+
+@pytest.mark.parametrize("path", OURS, ids=[f"{p.parent.name}/{p.name}" for p in OURS])
+def test_fast_path_prints_the_document_text_of_test_data(path):
+    """The printer goldens (JAX's printouts) and the test programs, without the corpus."""
+    _check_both_ways(path)
 
 
 def _renamed(fast: bool, width: int) -> tuple[_Printer, core.Jaxpr, str]:
