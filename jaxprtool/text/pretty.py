@@ -21,7 +21,7 @@ building and formatting large programs stays fast.
 
 from __future__ import annotations
 
-TEXT, BRK, CONCAT, GROUP, NEST, LAZY, FILL = 0, 1, 2, 3, 4, 5, 6
+TEXT, BRK, CONCAT, GROUP, NEST, LAZY, FILL, LINES = 0, 1, 2, 3, 4, 5, 6, 7
 
 Doc = tuple
 
@@ -50,11 +50,13 @@ def concat(children) -> Doc:
     return (CONCAT, children, sum([c[-1] for c in children]))
 
 
-def lazy(flat_text: str, builder) -> Doc:
-    """A document whose flat rendering is `flat_text` and whose full form `builder()`
-    is built only when it does not fit.  Valid when every break of `builder()` lies
-    inside a group (then, if the whole fits, JAX prints it flat)."""
-    return (LAZY, flat_text, builder, _w(flat_text))
+def lazy(flat_text: str, builder, args: tuple = (), render=None) -> Doc:
+    """A document whose flat rendering is `flat_text` and whose full form `builder(*args)`
+    is built only when it does not fit.  Valid when every break of `builder(*args)` lies
+    inside a group (then, if the whole fits, JAX prints it flat).  `render(out, k, indent,
+    width, *args) -> k`, when given, lays the full form out directly (appending to `out`
+    from column `k` in break mode at `indent`; the new column), as `format` would."""
+    return (LAZY, flat_text, builder, args, render, _w(flat_text))
 
 
 def fill(items: list[str], sep: str = "") -> Doc:
@@ -64,6 +66,16 @@ def fill(items: list[str], sep: str = "") -> Doc:
         return NIL
     flat_text = (sep + " ").join(items)
     return (FILL, items, sep, flat_text, _w(flat_text))
+
+
+def lines(docs: list, sep: str = "; ") -> Doc:
+    """`join(brk(sep), docs)`, laid out without an agenda entry per item: the equations of a
+    jaxpr, most of them one flat line each."""
+    if not docs:
+        return NIL
+    if len(docs) == 1:
+        return docs[0]
+    return (LINES, docs, sep, 0, sum([d[-1] for d in docs]) + _w(sep) * (len(docs) - 1))
 
 
 def group(d: Doc) -> Doc:
@@ -105,8 +117,36 @@ def flat(d: Doc, out: list[str]) -> None:
             push(d[1])
         elif tag == FILL:
             app(d[3])
+        elif tag == LINES:
+            sep = (BRK, d[2], 0)
+            items = d[1]
+            xs = [sep] * (2 * len(items) - 1)
+            xs[::2] = items
+            extend(reversed(xs))
         else:
             push(d[2])
+
+
+def fill_broken(out: list[str], k: int, indent: int, width: int, items, sep: str) -> int:
+    """A `fill` that does not fit, laid out from column `k` at `indent`; the new column."""
+    app = out.append
+    ws = len(sep)
+    ind = indent + 2
+    first = True
+    for it in items:
+        if not first:
+            app(sep)
+            k += ws
+            if k < width:  # group(brk()) fits iff 1 <= width - k
+                app(" ")
+                k += 1
+            else:
+                app("\n" + " " * ind)
+                k = ind
+        first = False
+        app(it)
+        k += len(it) if it.isascii() else len(it.encode("utf-8"))
+    return k
 
 
 def format(doc: Doc, width: int = 80) -> str:
@@ -142,34 +182,55 @@ def format(doc: Doc, width: int = 80) -> str:
                 app(d[1])
                 k += d[2]
         elif tag == LAZY:
-            if d[3] <= width - k:
+            if d[5] <= width - k:
                 app(d[1])
-                k += d[3]
+                k += d[5]
+            elif brk_mode and d[4] is not None:
+                k = d[4](out, k, indent, width, *d[3])
             else:
-                push((indent, brk_mode, d[2]()))
+                push((indent, brk_mode, d[2](*d[3])))
+        elif tag == LINES:
+            # each item after a break: a flat line if it fits, else laid out on the agenda
+            # (after it, the rest of the items as a new LINES entry)
+            items = d[1]
+            i = d[3]
+            if brk_mode:
+                nl = "\n" + " " * indent
+                sep_w = indent
+            else:
+                nl = d[2]
+                sep_w = _w(nl)
+            n = len(items)
+            while i < n:
+                x = items[i]
+                if i:
+                    app(nl)
+                    k = indent if brk_mode else k + sep_w
+                i += 1
+                t = x[0]
+                if t == LAZY:
+                    if x[5] <= width - k:
+                        app(x[1])
+                        k += x[5]
+                        continue
+                    if brk_mode and x[4] is not None:
+                        k = x[4](out, k, indent, width, *x[3])
+                        continue
+                    x = x[2](*x[3])
+                elif t == TEXT:
+                    app(x[1])
+                    k += x[2]
+                    continue
+                if i < n:
+                    push((indent, brk_mode, (LINES, items, d[2], i, 0)))
+                push((indent, brk_mode, x))
+                break
         elif tag == FILL:
             if d[4] <= width - k:
                 app(d[3])
                 k += d[4]
-                continue
-            items = d[1]
-            sep = d[2]
-            ws = len(sep)
-            ind = indent + 2
-            first = True
-            for it in items:
-                if not first:
-                    app(sep)
-                    k += ws
-                    if k < width:  # group(brk()) fits iff 1 <= width - k
-                        app(" ")
-                        k += 1
-                    else:
-                        app("\n" + " " * ind)
-                        k = ind
-                first = False
-                app(it)
-                k += len(it) if it.isascii() else len(it.encode("utf-8"))
+            else:
+                k = fill_broken(out, k, indent, width, d[1], d[2])
         else:  # NEST
             push((indent + d[1], brk_mode, d[2]))
     return "".join(out)

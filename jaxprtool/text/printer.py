@@ -27,6 +27,12 @@ followed by `Doc.format(width)` (no trailing newline):
 4. Layout.  Documents mirror JAX's (`pp_jaxpr_skeleton`, `pp_eqn`,
    `pp_kv_pairs`, `pp_vars`, the custom `pp_eqn_rules`) and are laid out by
    `pretty.format`, which reproduces JAX's Wadler-Lindig printer exactly.
+   An ordinary equation (no nested jaxpr, no syntax of its own) is one lazy
+   document: its flat line, built while naming it (passes 2 and 3 read the
+   scope in the same walk), and its full form laid out directly by
+   `_render_eqn` only where the line does not fit.  `_Printer(style,
+   fast=False)` builds every equation's document as JAX does instead; the
+   two print the same text (tests/test_printer_fast.py).
 
 Parameters print sorted by key (`name=` first for jit/pjit/custom_jvp_call/
 custom_vjp_call; 0.12 HiPrims such as `CustomRoot` keep their order), and the
@@ -39,7 +45,6 @@ JAX does (own names, own shared jaxprs, column 0, width 80).
 from __future__ import annotations
 
 import re
-from functools import partial
 from typing import Any
 
 from .. import core
@@ -48,7 +53,7 @@ from ..lazy import is_dtype, is_numpy_scalar
 from ..params import EnumValue, Record, SpacedList, format_value
 from ..record import prim as record_of
 from . import pretty as pp
-from .style import DEFAULT_STYLE, Style, walk_jaxprs
+from .style import DEFAULT_STYLE, Style
 
 __all__ = ["print_jaxpr", "encode_name", "literal_text", "Namer"]
 
@@ -142,6 +147,7 @@ class Namer:
     def eqn_text(self, e: core.Eqn, width: int = 80) -> str:
         """`e` as a program printout shows it (its variables named if they are not yet)."""
         self._keep.append(e)
+        self._p.value_ids = {}  # (a value may have changed since the last printout)
         self._p._name_eqn(e)
         return pp.format(self._p._eqn(e), width)
 
@@ -183,19 +189,45 @@ def _hoist_name(e: core.Eqn) -> str | None:
     return n if isinstance(n, str) else None
 
 
-def _bfs_subjaxprs(e: core.Eqn):
+def _bfs_subjaxprs(e: core.Eqn) -> list[Jaxpr]:
     """The jaxprs JAX's shared-jaxpr walk finds in an equation (`jaxprs_in_params`)."""
+    out = []
     for v in e.params.values():
-        if isinstance(v, Jaxpr):
-            yield v
-        elif isinstance(v, tuple):
+        if isinstance(v, tuple):
             for x in v:
                 if isinstance(x, Jaxpr):
-                    yield x
+                    out.append(x)
+        elif isinstance(v, Jaxpr):
+            out.append(v)
         elif isinstance(v, Record) and v.cls in _NAMEDTUPLES:
             for _, x in v.fields:
                 if isinstance(x, Jaxpr):
-                    yield x
+                    out.append(x)
+    return out
+
+
+def _int_tree_text(v) -> str | None:
+    """`format_value(v)` of tuples and lists of ints and None (dimension numbers, axes), in one
+    walk; None for anything else."""
+    parts = []
+    for x in v:
+        c = x.__class__
+        if c is int:
+            parts.append(str(x))
+        elif x is None:
+            parts.append("None")
+        elif c is tuple or c is list:
+            t = _int_tree_text(x)
+            if t is None:
+                return None
+            parts.append(t)
+        else:
+            return None
+    if v.__class__ is list:
+        return "[" + ", ".join(parts) + "]"
+    if len(parts) == 1:
+        return "(" + parts[0] + ",)"
+    return "(" + ", ".join(parts) + ")"
 
 
 def _has_jaxpr(v) -> bool:
@@ -212,8 +244,15 @@ def _has_jaxpr(v) -> bool:
 
 
 class _Printer:
-    def __init__(self, style: Style):
+    """`fast=False` prints every equation through the generic document path (`_name_eqn`,
+    `_check_scope`, `_eqn`); the default builds the line of an ordinary equation while
+    naming it (tests check that both print the same text)."""
+
+    def __init__(self, style: Style, fast: bool = True):
+        # (no reference cycles: a printout's structures go as soon as it is printed,
+        # rather than on the collector's next pass over everything allocated meanwhile)
         self.style = style
+        self.fast = fast
         self.names: dict[int, str] = {}  # id(var) -> printed name
         self.shared: dict[int, str] = {}  # id(jaxpr) -> hoisted name
         self.shared_names: set[str] = set()
@@ -227,24 +266,34 @@ class _Printer:
         self.typed_outvars: set[int] = set()
         self.scopes: list[Jaxpr] = []  # every jaxpr printed in full (each is one naming scope)
         self.value_cache: dict = {}
-        self.suffixes = style.version < (
-            0,
-            5,
-        )  # keeps objects alive while their ids are used as keys
-        self.naming_handle = _NamingHandle(self)
-        self.doc_handle = _DocHandle(self)
+        # id(value) -> printed text, for one printout (`keep` holds the values alive)
+        self.value_ids: dict[int, str] = {}
+        self.recs: dict[str, Any] = {}  # prim -> its record
+        # id(jaxpr) -> the line documents of its equations (None: built by `_eqn`)
+        self.lines: dict[int, list] = {}
+        # id(jaxpr) -> what the naming pass saw of its scope (`_Scope`), this printout
+        self.scope_state: dict[int, _Scope] = {}
+        self.suffixes = style.version < (0, 5)
+        self.typed_literals = style.typed_literals
+
+    def _rec(self, prim: str):
+        """`record.prim(prim)`, looked up once per printout."""
+        rec = self.recs.get(prim)
+        if rec is None:
+            rec = self.recs[prim] = record_of(prim)
+        return rec
 
     # ------------------------------------------------------------ naming
     def fresh(self) -> str:
-        names = _NAMES
-        while True:
-            c = self.counter
-            self.counter = c + 1
-            if c >= len(names):
-                names.extend(encode_name(i) for i in range(len(names), 2 * c + 64))
-            n = names[c]
-            if n not in self.shared_names:
-                return n
+        """The next name of the counter that no shared jaxpr has taken."""
+        c = self.counter
+        self.counter = c + 1
+        if c >= len(_NAMES):
+            _NAMES.extend(encode_name(i) for i in range(len(_NAMES), 2 * c + 64))
+        n = _NAMES[c]
+        if n in self.shared_names:
+            return self.fresh()
+        return n
 
     def name(self, v: Var) -> str:
         n = self.names.get(id(v))
@@ -270,17 +319,10 @@ class _Printer:
 
     # ------------------------------------------------------------ pass 1: names
     def toplevel(self, top: Jaxpr) -> pp.Doc:
+        self.value_ids = {}
+        self.lines = {}
+        self.scope_state = {}
         self._find_shared(top)
-        # JAX's _dropvars: top-level equation outputs never used are `_`
-        used = {id(a) for a in top.outvars if isinstance(a, Var)}
-        for e in reversed(top.eqns):
-            for v in e.outputs:
-                if id(v) not in used:
-                    self.names[id(v)] = "_"
-            for a in e.inputs:
-                if isinstance(a, Var):
-                    used.add(id(a))
-        self.drop_hints = self._drop_hinted(top)
         shared = [(self.shared[id(j)], j) for j in self.shared_order]
         # 0.4.35 registered a shared jaxpr only once its definition was printed:
         # earlier definitions print later-defined ones inline.
@@ -303,17 +345,30 @@ class _Printer:
         return pp.concat(docs)
 
     def _find_shared(self, top: Jaxpr) -> None:
-        """JAX's breadth-first count of sub-jaxpr occurrences (see module docstring)."""
+        """JAX's breadth-first count of sub-jaxpr occurrences (see module docstring); on the
+        way, JAX's `_dropvars` of `top` and the binders that print `_` as JAX's DropVar
+        (`drop_hints`)."""
         from collections import deque
 
         order: list[Jaxpr] = []
         index: dict[int, int] = {id(top): -1}
         parents: dict[int, list[int]] = {}  # id(child) -> ids of parents (one per occurrence)
         hint: dict[int, str] = {}
+        drops = self.drop_hints = set()
         q = deque([top])
         while q:
             j = q.popleft()
-            for e in j.eqns:
+            if j is top:
+                with_params, cand, used = self._drop_unused(top)
+            else:
+                with_params, cand, used = [], [], None
+                for e in j.eqns:
+                    for v in e.outputs:
+                        if v.hint == "_":
+                            cand.append(v)
+                    if e.params:
+                        with_params.append(e)
+            for e in with_params:
                 nm = None
                 for sub in _bfs_subjaxprs(e):
                     if id(sub) not in index:
@@ -326,6 +381,8 @@ class _Printer:
                             nm = _hoist_name(e) or ""
                         if nm:
                             hint[id(sub)] = nm.strip("<>")
+            if cand:
+                drops.update(self._unused(j, cand, used))
         multi: dict[int, bool] = {id(top): False}
         for j in order:  # BFS order is not topological in general: resolve lazily
             self._multi(id(j), parents, multi)
@@ -367,16 +424,35 @@ class _Printer:
                 stack.append(p)
         return multi[jid]
 
-    def _drop_hinted(self, top: Jaxpr) -> set[int]:
-        """Vars read as `_` (hint) and never used in their jaxpr: JAX's DropVar, always `_`."""
-        out: set[int] = set()
-        for j in walk_jaxprs(top, _bfs_subjaxprs):
-            cand = [v for e in j.eqns for v in e.outputs if v.hint == "_"]
-            if cand:
-                used = {id(a) for e in j.eqns for a in e.inputs if isinstance(a, Var)}
-                used.update(id(a) for a in j.outvars if isinstance(a, Var))
-                out.update(id(v) for v in cand if id(v) not in used)
-        return out
+    def _drop_unused(self, top: Jaxpr) -> tuple[list[core.Eqn], list[Var], set[int]]:
+        """JAX's `_dropvars`: the results of `top`'s equations that no later equation reads
+        and `top` does not return are `_`; in the same (backward) walk, what `_find_shared`
+        needs of `top`: its equations with parameters, in order, the binders whose hint is
+        `_`, and the ids of every atom `top` reads."""
+        names = self.names
+        used = {id(a) for a in top.outvars}  # (ids of literals never equal a var's)
+        with_params = []
+        cand = []
+        for e in reversed(top.eqns):
+            for v in e.outputs:
+                if id(v) not in used:
+                    names[id(v)] = "_"
+                if v.hint == "_":
+                    cand.append(v)
+            used.update(map(id, e.inputs))
+            if e.params:
+                with_params.append(e)
+        with_params.reverse()
+        return with_params, cand, used
+
+    @staticmethod
+    def _unused(j: Jaxpr, cand: list[Var], used: set[int] | None) -> list[int]:
+        """The ids of the binders in `cand` that `j` never reads (`used`: what it reads)."""
+        if used is None:
+            used = {id(a) for a in j.outvars}
+            for e in j.eqns:
+                used.update(map(id, e.inputs))
+        return [id(v) for v in cand if id(v) not in used]
 
     def _name_binders(self, vs) -> None:
         names = self.names
@@ -403,9 +479,152 @@ class _Printer:
         self.scopes.append(j)
         self._name_binders(j.constvars)
         self._name_binders(j.invars)
-        for e in j.eqns:
-            self._name_eqn(e)
+        if self.fast:
+            self._name_eqns(j)
+        else:
+            for e in j.eqns:
+                self._name_eqn(e)
         self._name_uses(j.outvars)
+
+    def _name_eqns(self, j: Jaxpr) -> None:
+        """`_name_eqn` of each equation of `j`, in one walk that also builds the line document
+        of each ordinary equation (what `_eqn` builds, kept in `lines`) and reads the scope
+        as `_check_scope` does (kept in `scope_state`, finished by `_fix_ambiguities`)."""
+        names = self.names
+        scope: dict[str, int] = {}
+        bound: set[int] = set()
+        for v in (*j.constvars, *j.invars):
+            scope[names[id(v)]] = id(v)
+            bound.add(id(v))
+        bad: list[int] = []
+        style = self.style
+        typed = style.typed_literals
+        untyped = not typed
+        eq_empty = style.eq_without_outputs
+        recs = self.recs
+        vids = self.value_ids
+        ts = self.type_str
+        drops = self.drop_hints
+        suffixes = self.suffixes
+        fresh = self.fresh
+        keep = self.keep
+        docs: list = []
+        for e in j.eqns:
+            prim = e.prim
+            rec = recs.get(prim) or self._rec(prim)
+            line = None
+            if rec.print_eqn is None and rec.suggest_names is None:
+                # an ordinary equation: its parameters' texts, unless one is a jaxpr
+                kvs = []
+                p = e.params
+                if p:
+                    rule = rec.print_params
+                    if rule is not None:
+                        pairs = rule(e, style)
+                        keep.append(pairs)  # the texts are kept by the ids of its values
+                    elif prim[:1].isupper():
+                        pairs = list(p.items())
+                    else:
+                        pairs = sorted(p.items())
+                    for k, v in pairs:
+                        t = vids.get(id(v))
+                        if t is None:
+                            c = v.__class__
+                            if (c is list or (c is tuple and v)) and (
+                                t := _int_tree_text(v)
+                            ) is not None:
+                                vids[id(v)] = t  # (as `_value_str`, without its cache)
+                            elif isinstance(v, Jaxpr) or _is_jaxpr_tuple(v):
+                                self.pairs_cache[id(e)] = pairs
+                                kvs = None
+                                break
+                            else:
+                                t = vids[id(v)] = self._value_str(v)
+                        kvs.append(k + "=" + t)
+                if kvs is not None:
+                    # the uses as the reader sees them (before the results are bound)
+                    ins = []
+                    late = False  # a use not named yet: named after the results
+                    for a in e.inputs:
+                        if a.__class__ is Var:
+                            i = id(a)
+                            n = names.get(i)
+                            if n is None:
+                                late = True
+                            elif scope.get(n) != i and i in bound:
+                                bad.append(i)
+                            ins.append(n)
+                        else:
+                            ins.append(self._literal(a))
+                            if not a.typed:
+                                untyped = True
+                    outs = []
+                    for v in e.outputs:
+                        i = id(v)
+                        n = names.get(i)
+                        if n is None:
+                            if i in drops:
+                                n = "_"
+                            else:
+                                n = fresh()
+                                if suffixes:
+                                    h = v.hint
+                                    if h and h[-1] == "_" and len(h) > 1:
+                                        n += "_"  # as `_name_binders`
+                            names[i] = n
+                        scope[n] = i
+                        bound.add(i)
+                        t = v.type
+                        outs.append(n + ":" + (ts.get(id(t)) or self._type(t)))
+                    if late:
+                        self._name_uses(e.inputs)
+                        ins = [names[id(a)] if n is None else n for a, n in zip(e.inputs, ins)]
+                    name = prim if rec.print_name is None else rec.print_name(e, style)
+                    if outs or eq_empty:
+                        if kvs:
+                            flat = f"{' '.join(outs)} = {name}[{' '.join(kvs)}] {' '.join(ins)}"
+                        else:
+                            flat = f"{' '.join(outs)} = {name} {' '.join(ins)}"
+                        eq = True
+                    else:
+                        if kvs:
+                            flat = f"{name}[{' '.join(kvs)}] {' '.join(ins)}"
+                        else:
+                            flat = f"{name} {' '.join(ins)}"
+                        eq = False
+                    w = len(flat) if flat.isascii() else len(flat.encode("utf-8"))
+                    line = (pp.LAZY, flat, _build_eqn, (name, kvs, ins, outs, eq), _render_eqn, w)
+            if line is None:
+                self._name_eqn(e)
+                for a in e.inputs:
+                    if a.__class__ is not Literal:
+                        i = id(a)
+                        if scope.get(names[i]) != i and i in bound:
+                            bad.append(i)
+                    elif not a.typed:
+                        untyped = True
+                for v in e.outputs:
+                    scope[names[id(v)]] = id(v)
+                    bound.add(id(v))
+            docs.append(line)
+        self.lines[id(j)] = docs
+        if id(j) not in self.scope_state:
+            self.scope_state[id(j)] = _Scope(scope, bound, bad, untyped)
+
+    def _literal(self, a: Literal) -> str:
+        """`literal_text(a, a.typed and style.typed_literals)`, its type text cached."""
+        v = a.value
+        c = v.__class__
+        if c is float:
+            s = repr(v)
+        elif c is int:
+            s = str(v)
+        else:
+            s = literal_text(a, False)
+        if a.typed and self.typed_literals:
+            t = a.type
+            return s + ":" + (self.type_str.get(id(t)) or self._type(t))
+        return s
 
     def _name_sub(self, v) -> None:
         if isinstance(v, Jaxpr):
@@ -418,10 +637,11 @@ class _Printer:
 
     def _name_eqn(self, e: core.Eqn) -> None:
         prim = e.prim
-        own = record_of(prim).print_eqn
-        if own is not None and own(e, self.naming_handle) is not None:
+        rec = self._rec(prim)
+        own = rec.print_eqn
+        if own is not None and own(e, _NamingHandle(self)) is not None:
             return
-        key = record_of(prim).suggest_names
+        key = rec.suggest_names
         if key is not None and self.style.suggest_names:
             inner = e.params.get(key)
             if isinstance(inner, Jaxpr) and id(inner) not in self.shared:
@@ -436,12 +656,18 @@ class _Printer:
     # ------------------------------------------------------------ pass 2: safety
     def _fix_ambiguities(self) -> None:
         scopes = list({id(j): j for j in self.scopes}.values())
-        for _ in range(100):
+        state = self.scope_state
+        for r in range(100):
             bad: dict[int, None] = {}  # ordered: fresh names must not depend on ids
             for j in scopes:
-                self._check_scope(j, bad)
+                st = state.get(id(j)) if r == 0 else None
+                if st is None:
+                    self._check_scope(j, bad)
+                else:  # read by the naming walk
+                    self._finish_scope(j, st, bad)
             if not bad:
                 return
+            self.lines.clear()  # their names change
             for vid in bad:
                 self.names[vid] = self.fresh()
 
@@ -451,48 +677,48 @@ class _Printer:
         names = self.names
         scope: dict[str, int] = {}
         bound: set[int] = set()
-        special: list[int] = []  # vars named nan/inf
+        shadowed: list[int] = []
         untyped = not self.style.typed_literals
         for v in j.constvars + j.invars:
-            i = id(v)
-            n = names[i]
-            scope[n] = i
-            bound.add(i)
-            if n == "nan" or n == "inf":
-                special.append(i)
-
-        def read(args) -> bool:
-            """Mark the shadowed vars among `args`; True if one is an untyped literal."""
-            lit = False
-            for a in args:
+            scope[names[id(v)]] = id(v)
+            bound.add(id(v))
+        for e in j.eqns:
+            for a in e.inputs:
                 if a.__class__ is not Literal:
                     i = id(a)
-                    n = names[i]
-                    if scope.get(n) != i and i in bound:
-                        bad[i] = None
+                    if scope.get(names[i]) != i and i in bound:
+                        shadowed.append(i)
                 elif not a.typed:
-                    lit = True
-            return lit
-
-        for e in j.eqns:
-            if read(e.inputs):
-                untyped = True
+                    untyped = True
             for v in e.outputs:
-                i = id(v)
-                n = names[i]
-                scope[n] = i
-                bound.add(i)
-                if n == "nan" or n == "inf":
-                    special.append(i)
+                scope[names[id(v)]] = id(v)
+                bound.add(id(v))
+        self._finish_scope(j, _Scope(scope, bound, shadowed, untyped), bad)
+
+    def _finish_scope(self, j: Jaxpr, st: _Scope, bad: dict[int, None]) -> None:
+        """`_check_scope` after the equations: the shadowed uses `st` found, the outvars, and
+        the variables named `nan`/`inf` when an untyped literal is printed."""
+        names = self.names
+        for i in st.shadowed:
+            bad[i] = None
+        untyped = st.untyped
         if id(j) in self.typed_outvars:
             self._check_typed_outvars(j, bad)
             if any(a.__class__ is Literal and not a.typed for a in j.outvars):
                 untyped = True
-        elif read(j.outvars):
-            untyped = True
+        else:
+            scope, bound = st.scope, st.bound
+            for a in j.outvars:
+                if a.__class__ is not Literal:
+                    i = id(a)
+                    if scope.get(names[i]) != i and i in bound:
+                        bad[i] = None
+                elif not a.typed:
+                    untyped = True
         if untyped:
-            for i in special:
-                bad[i] = None
+            for v in (*j.constvars, *j.invars, *(o for e in j.eqns for o in e.outputs)):
+                if names[id(v)] in ("nan", "inf"):
+                    bad[id(v)] = None
 
     def _check_typed_outvars(self, j: Jaxpr, bad: dict[int, None]) -> None:
         """The outvars of a jaxpr named after an equation's results (`jit`): `_` reads as
@@ -560,7 +786,12 @@ class _Printer:
     def _skeleton(self, j: Jaxpr) -> pp.Doc:
         constvars = self._binders(j.constvars)
         invars = self._binders(j.invars)
-        eqns = pp.join(pp.brk("; "), [self._eqn(e) for e in j.eqns])
+        lines = self.lines.get(id(j)) if self.fast else None
+        if lines is None:
+            docs = [self._eqn(e) for e in j.eqns]
+        else:
+            docs = [d if d is not None else self._eqn(e) for d, e in zip(lines, j.eqns)]
+        eqns = pp.lines(docs) if self.fast else pp.join(pp.brk("; "), docs)
         n_out = len(j.outvars)
         outvars = pp.concat(
             [pp.text("("), self._atoms(j.outvars, ","), pp.text(",)" if n_out == 1 else ")")]
@@ -621,6 +852,8 @@ class _Printer:
                 return s
         if isinstance(v, (int, str, float)) or v is None or is_dtype(v):
             s = format_value(v)
+        elif (cls is tuple or cls is list) and (t := _int_tree_text(v)) is not None:
+            s = t
         elif _has_jaxpr(v):
             s = self._str_with_jaxprs(v, nested=False)
         elif isinstance(v, frozenset):
@@ -660,13 +893,14 @@ class _Printer:
 
     def _eqn(self, e: core.Eqn) -> pp.Doc:
         prim = e.prim
-        own = record_of(prim).print_eqn
+        rec = self._rec(prim)
+        own = rec.print_eqn
         if own is not None:
-            doc = own(e, self.doc_handle)
+            doc = own(e, _DocHandle(self))
             if doc is not None:
                 return doc
         name = prim
-        print_name = record_of(prim).print_name
+        print_name = rec.print_name
         if print_name is not None:
             name = print_name(e, self.style)
         pairs = self._pairs(e)
@@ -683,7 +917,8 @@ class _Printer:
             if eq:
                 flat = " ".join(outs) + " = " + flat
 
-            return pp.lazy(flat, partial(_build_eqn, name, kvs, ins, outs, eq))
+            render = _render_eqn if self.fast else None
+            return pp.lazy(flat, _build_eqn, (name, kvs, ins, outs, eq), render)
         rhs = [
             pp.text(name),
             self._kv_pairs(pairs),
@@ -701,6 +936,19 @@ class _Printer:
 
 
 # ---------------------------------------------------------------- equations in their own syntax
+
+
+class _Scope:
+    """What `_check_scope` reads of a jaxpr's equations: the most recent binder of each name,
+    the binders, the uses read as another binding, whether an untyped literal is printed."""
+
+    __slots__ = ("scope", "bound", "shadowed", "untyped")
+
+    def __init__(self, scope: dict[str, int], bound: set[int], shadowed: list[int], untyped):
+        self.scope = scope
+        self.bound = bound
+        self.shadowed = shadowed
+        self.untyped = untyped
 
 
 class _DocHandle:
@@ -759,6 +1007,51 @@ def _build_eqn(name: str, kvs: list[str], ins: list[str], outs: list[str], eq: b
     if eq:
         return pp.concat([pp.fill(outs), _EQ, *rhs])
     return pp.concat(rhs)
+
+
+def _render_eqn(out: list[str], k: int, indent: int, width: int, name, kvs, ins, outs, eq) -> int:
+    """`pp.format` of `_build_eqn(name, kvs, ins, outs, eq)` from column `k` in break mode at
+    `indent`, appended to `out` directly; the new column."""
+    app = out.append
+    if eq and outs:
+        flat = " ".join(outs)
+        w = len(flat) if flat.isascii() else len(flat.encode("utf-8"))
+        if w <= width - k:
+            app(flat)
+            k += w
+        else:
+            k = pp.fill_broken(out, k, indent, width, outs, "")
+    if eq:
+        app(" = ")
+        k += 3
+    app(name)
+    k += len(name) if name.isascii() else len(name.encode("utf-8"))
+    if kvs:  # _kv_doc: a group
+        flat = "[" + " ".join(kvs) + "]"
+        w = len(flat) if flat.isascii() else len(flat.encode("utf-8"))
+        if w <= width - k:
+            app(flat)
+            k += w
+        else:
+            nl = "\n" + " " * (indent + 2)
+            app("[")
+            for x in kvs:
+                app(nl)
+                app(x)
+                k = indent + 2 + (len(x) if x.isascii() else len(x.encode("utf-8")))
+            app("\n" + " " * indent + "]")
+            k = indent + 1
+    app(" ")
+    k += 1
+    if ins:
+        flat = " ".join(ins)
+        w = len(flat) if flat.isascii() else len(flat.encode("utf-8"))
+        if w <= width - k:
+            app(flat)
+            k += w
+        else:
+            k = pp.fill_broken(out, k, indent, width, ins, "")
+    return k
 
 
 def _kv_doc(kvs: list) -> pp.Doc:

@@ -1,0 +1,108 @@
+"""The printer's fast path gives the text of its document path.
+
+`_Printer(style)` builds the line of an ordinary equation while naming it, reads the scopes in
+the same walk, and lays lines out without an agenda entry each (`pretty.lines`, `_render_eqn`);
+`_Printer(style, fast=False)` names, checks and lays out every equation through the generic
+documents (`_name_eqn`, `_check_scope`, `_eqn`, `pretty.join`), the layout that the printer
+tests compare with JAX's printouts.  Every corpus file (JAX's printouts of several versions)
+must print the same text both ways in every style and at several widths (narrow ones break
+parameter lists and binder lists inside equations).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import CORPUS, needs_corpus
+
+from jaxprtool import core
+from jaxprtool.text import pretty
+from jaxprtool.text.parser import parse
+from jaxprtool.text.printer import _Printer
+from jaxprtool.text.style import Style, detect_style
+
+HERE = Path(__file__).resolve().parent
+FILES = sorted(CORPUS.parent.glob("corpus/**/*.jaxpr")) + sorted(
+    CORPUS.parent.glob("wild/**/*.jaxpr")
+)
+# (tests/golden/lit/ holds several programs a file: the lit tests' commands and outputs)
+OURS = sorted(HERE.glob("golden/printer/**/*.jaxpr")) + sorted(HERE.glob("data/**/*.jaxpr"))
+STYLES = ("0.4.21", "0.4.35", "0.6.2", "0.7.2", "0.12")
+WIDTHS = (12, 40, 80, 100)
+
+
+def both(j: core.Jaxpr, style: Style, width: int) -> tuple[str, str]:
+    with core.gc_paused():
+        fast = pretty.format(_Printer(style).toplevel(j), width)
+        slow = pretty.format(_Printer(style, fast=False).toplevel(j), width)
+    return fast, slow
+
+
+def _parsed(path) -> core.Jaxpr | str:
+    """The program, or why the reader refuses it (untyped 2019-2021 docs printouts; their
+    refusal is tested elsewhere)."""
+    try:
+        return parse(path.read_text(), str(path)).jaxpr
+    except core.JaxprError as e:
+        return str(e).splitlines()[0]
+
+
+@needs_corpus
+def test_corpus_has_files():
+    assert len(FILES) > 300, f"expected the corpus under {CORPUS.parent}, found {len(FILES)}"
+
+
+def _check_both_ways(path) -> None:
+    j = _parsed(path)
+    if isinstance(j, str):
+        pytest.skip(f"the reader refuses this file: {j}")
+    styles = [detect_style(j), *(Style.parse(s) for s in STYLES)]
+    for style in styles:
+        for width in WIDTHS:
+            fast, slow = both(j, style, width)
+            assert fast == slow, f"style {style}, width {width}"
+
+
+@needs_corpus
+@pytest.mark.parametrize("path", FILES, ids=[f"{p.parent.name}/{p.name}" for p in FILES])
+def test_fast_path_prints_the_document_text(path):
+    _check_both_ways(path)
+
+
+@pytest.mark.parametrize("path", OURS, ids=[f"{p.parent.name}/{p.name}" for p in OURS])
+def test_fast_path_prints_the_document_text_of_test_data(path):
+    """The printer goldens (JAX's printouts) and the test programs, without the corpus."""
+    _check_both_ways(path)
+
+
+def _renamed(fast: bool, width: int) -> tuple[_Printer, core.Jaxpr, str]:
+    """`b` and `c` given the same name before printing (as `Namer.set_name` does): the use of
+    `b` after `c` is bound would read as `c`, so the safety pass renames `b`."""
+    f32 = core.ShapedArray((), "f32")
+    a, b, c, d = (core.Var(f32) for _ in range(4))
+    eqns = (
+        core.Eqn("sin", (a,), (b,), {}),
+        core.Eqn("cos", (a,), (c,), {}),
+        core.Eqn("mul", (b, c), (d,), {}),
+    )
+    j = core.Jaxpr((), (a,), eqns, (d,))
+    p = _Printer(Style.parse("0.12"), fast=fast)
+    p.names[id(b)] = p.names[id(c)] = "x"
+    return p, j, pretty.format(p.toplevel(j), width)
+
+
+def test_fast_path_after_renaming():
+    """A printout whose names the safety pass changes (the lines built while naming are
+    dropped and built again), and one with a use that no binder names (named after the
+    equation's results), both ways."""
+    p, j, fast = _renamed(True, 80)
+    assert not p.lines, "expected the safety pass to rename"
+    assert core.alpha_equal(parse(fast).jaxpr, j), fast  # reads back as the same program
+    for width in (20, 80, 200):
+        assert _renamed(True, width)[2] == _renamed(False, width)[2]
+    free = core.Var(core.ShapedArray((), "f32"))
+    out = core.Var(core.ShapedArray((), "f32"))
+    j2 = core.Jaxpr((), (), (core.Eqn("neg", (free, free), (out,), {}),), (out,))
+    fast, slow = both(j2, Style.parse("0.12"), 80)
+    assert fast == slow == "{ lambda ; . let a:f32[] = neg b b in (a,) }"
