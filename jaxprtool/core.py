@@ -263,18 +263,20 @@ class Eqn:
     bare_eq: bool = False
 
     def replace(self, **kw) -> Eqn:
-        d = dict(
-            prim=self.prim,
-            inputs=self.inputs,
-            outputs=self.outputs,
-            params=self.params,
-            loc=self.loc,
-            bare_eq=self.bare_eq,
+        if not _EQN_FIELDS.issuperset(kw):
+            raise TypeError(f"Eqn has no field {sorted(set(kw) - _EQN_FIELDS)[0]!r}")
+        get = kw.get
+        return Eqn(
+            get("prim", self.prim),
+            tuple(get("inputs", self.inputs)),
+            tuple(get("outputs", self.outputs)),
+            get("params", self.params),
+            get("loc", self.loc),
+            get("bare_eq", self.bare_eq),
         )
-        d.update(kw)
-        d["inputs"] = tuple(d["inputs"])
-        d["outputs"] = tuple(d["outputs"])
-        return Eqn(**d)
+
+
+_EQN_FIELDS = frozenset({"prim", "inputs", "outputs", "params", "loc", "bare_eq"})
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -358,25 +360,63 @@ def subjaxprs(value: Any) -> list[Jaxpr]:
 
 
 def _collect_jaxprs(value: Any, found: list[Jaxpr]) -> None:
-    if type(value) in _LEAF_TYPES:
+    kind = _KIND_OF_TYPE.get(type(value))
+    if kind is None:
+        kind = _kind_of_type(type(value))
+    if kind is _LEAF:
         return
-    if isinstance(value, Jaxpr):
+    if kind is _JAXPR:
         found.append(value)
-    elif isinstance(value, (tuple, list)):
+    elif kind is _SEQ:
         for v in value:
             if type(v) not in _LEAF_TYPES:
                 _collect_jaxprs(v, found)
-    elif hasattr(value, "jaxprs_inside"):
+    else:
         found.extend(value.jaxprs_inside())
 
 
+_LEAF, _JAXPR, _SEQ, _HOLDER = "leaf", "jaxpr", "seq", "holder"
+#: parameter value type -> how `_collect_jaxprs` looks into its values
+_KIND_OF_TYPE: dict[type, str] = {t: _LEAF for t in _LEAF_TYPES}
+
+
+def _kind_of_type(cls: type) -> str:
+    if issubclass(cls, Jaxpr):
+        kind = _JAXPR
+    elif issubclass(cls, (tuple, list)):
+        kind = _SEQ
+    elif hasattr(cls, "jaxprs_inside"):
+        kind = _HOLDER
+    else:
+        kind = _LEAF
+    _KIND_OF_TYPE[cls] = kind
+    return kind
+
+
 def eqn_subjaxprs(eqn: Eqn) -> list[Jaxpr]:
-    """The jaxprs directly inside an equation's parameters, in parameter order."""
+    """The jaxprs directly inside an equation's parameters, in parameter order.
+
+    Every walk and pass asks this of every equation, and most have none: a parameter dict
+    found to hold no jaxpr is remembered (by identity, kept alive so that its id stays
+    unique; equations rebuilt with new operands share it).  Only that negative answer is
+    remembered: the parser's and the backend's in-place updates replace a jaxpr by another,
+    never put one into a dict that held none."""
+    params = eqn.params
+    if _NO_JAXPRS.get(id(params)) is params:
+        return []
     found: list[Jaxpr] = []
-    for v in eqn.params.values():
+    for v in params.values():
         if type(v) not in _LEAF_TYPES:
             _collect_jaxprs(v, found)
+    if not found:
+        if len(_NO_JAXPRS) > 500_000:  # bound what the table keeps alive
+            _NO_JAXPRS.clear()
+        _NO_JAXPRS[id(params)] = params
     return found
+
+
+#: id(params) -> params, for parameter dicts that hold no jaxpr (see `eqn_subjaxprs`)
+_NO_JAXPRS: dict[int, dict] = {}
 
 
 def map_param_jaxprs(value: Any, fn) -> Any:

@@ -139,7 +139,7 @@ class Subst:
     def atoms(self, atoms: tuple[Atom, ...]) -> tuple[Atom, ...]:
         """The atoms substituted: the same tuple object when none of them is replaced."""
         env = self.env
-        if not env or not any(id(a) in env for a in atoms):
+        if not env or env.keys().isdisjoint(map(id, atoms)):
             return atoms
         return tuple(self(a) for a in atoms)
 
@@ -201,7 +201,10 @@ class EqnRewrite:
     def __iter__(self):
         sub, go = self.sub, self.go
         for e in self.jaxpr.eqns:
-            ne = sub.eqn(map_eqn_jaxprs(e, go))
+            ne = map_eqn_jaxprs(e, go)
+            inputs = sub.atoms(ne.inputs)
+            if inputs is not ne.inputs:
+                ne = ne.replace(inputs=inputs)
             if ne is not e:
                 self.changed = True
             yield ne

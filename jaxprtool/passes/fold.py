@@ -47,13 +47,21 @@ FOLD = Pass(
 def _fold(jaxpr: Jaxpr, go) -> Jaxpr:
     rw = EqnRewrite(jaxpr, go)
     for e in rw:
-        if prim(e.prim).fold is not None and len(e.outputs) == 1:
+        if _all_literals(e.inputs) and len(e.outputs) == 1 and prim(e.prim).fold is not None:
             lit = fold_eqn(e)
             if lit is not None and not eqn_has_effects(e):
                 rw.drop(e.outputs, (lit,))
                 continue
         rw.keep(e)
     return rw.result()
+
+
+def _all_literals(inputs) -> bool:
+    """Operands that are all literals (and at least one): the only equations that fold."""
+    for a in inputs:
+        if not isinstance(a, Literal):
+            return False
+    return bool(inputs)
 
 
 def kind(dt: np.dtype) -> str:
