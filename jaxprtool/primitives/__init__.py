@@ -50,6 +50,11 @@ def infer_types(prim: str, in_types: list[Type], params: dict, out_hint=None) ->
     rule = record_of(prim).shape_rule
     if rule is None:
         raise KeyError(prim)
+    return infer_with_rule(rule, in_types, params, out_hint)
+
+
+def infer_with_rule(rule: ShapeRule, in_types: list[Type], params: dict, out_hint=None):
+    """`infer_types` with the primitive's shape rule already looked up."""
     try:
         key = (rule, _freeze_types(in_types), _freeze_params(params), _freeze_hint(out_hint))
         hit = _INFER_MEMO.get(key)
@@ -91,6 +96,8 @@ def _freeze_params(params: dict) -> tuple:
     return tuple([(k, _freeze(v)) for k, v in params.items()])
 
 
+#: marks the key of a tuple, list or frozenset of plain ints in `_freeze`
+_INT_SEQ = object()
 _PLAIN = frozenset({int, bool, str, type(None), EnumValue, SymExpr, Opaque})
 
 
@@ -103,7 +110,10 @@ def _freeze(v):
     if cls is float:
         return cls, v.hex()
     if cls is tuple or cls is list or cls is frozenset:
-        return cls, tuple(map(_freeze, v))
+        for x in v:
+            if x.__class__ is not int:
+                return cls, tuple(map(_freeze, v))
+        return _INT_SEQ, cls, tuple(v)  # the common case (axes, shapes): no key per item
     if isinstance(v, np.dtype):
         return np.dtype, v
     if cls is NpScalar:
