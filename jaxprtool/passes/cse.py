@@ -11,7 +11,7 @@ never merged.  Nested jaxprs are handled separately (they are closed).
 
 from __future__ import annotations
 
-from ..core import Jaxpr, Literal, _AlphaEq
+from ..core import Jaxpr, _AlphaEq
 from ..text.printer import printed_params
 from .base import Pass
 from .common import EqnRewrite, eqn_is_pure, recursive_pass, same_type
@@ -36,12 +36,6 @@ CSE = Pass(
 )
 
 
-def _atom_key(a):
-    if isinstance(a, Literal):
-        return ("lit", a)
-    return ("var", id(a))
-
-
 def _cse(jaxpr: Jaxpr, go) -> Jaxpr:
     """Equations are bucketed by primitive and operands; whether one may be merged and its
     printed parameters are looked at only when another equation lands in its bucket (most
@@ -49,7 +43,8 @@ def _cse(jaxpr: Jaxpr, go) -> Jaxpr:
     rw = EqnRewrite(jaxpr, go)
     table: dict = {}
     for e in rw:
-        key = (e.prim, tuple(map(_atom_key, e.inputs)))
+        # Vars hash and compare by identity, literals by value: the operands are the key
+        key = (e.prim, e.inputs)
         bucket = table.get(key)
         if bucket is None:
             table[key] = [_Candidate(e)]

@@ -96,8 +96,19 @@ def _freeze_params(params: dict) -> tuple:
     return tuple([(k, _freeze(v)) for k, v in params.items()])
 
 
-#: marks the key of a tuple, list or frozenset of plain ints in `_freeze`
-_INT_SEQ = object()
+#: marks the key of a tuple of plain ints and such tuples in `_freeze` (two such values
+#: are equal exactly when they have the same structure and ints: no bool, float or list)
+_INT_TREE = object()
+
+
+def _is_int_tree(v: tuple) -> bool:
+    for x in v:
+        cls = x.__class__
+        if cls is not int and not (cls is tuple and _is_int_tree(x)):
+            return False
+    return True
+
+
 _PLAIN = frozenset({int, bool, str, type(None), EnumValue, SymExpr, Opaque})
 
 
@@ -109,11 +120,10 @@ def _freeze(v):
         return cls, v
     if cls is float:
         return cls, v.hex()
+    if cls is tuple and _is_int_tree(v):
+        return _INT_TREE, v  # the common case (axes, shapes, dimension numbers): itself
     if cls is tuple or cls is list or cls is frozenset:
-        for x in v:
-            if x.__class__ is not int:
-                return cls, tuple(map(_freeze, v))
-        return _INT_SEQ, cls, tuple(v)  # the common case (axes, shapes): no key per item
+        return cls, tuple(map(_freeze, v))
     if isinstance(v, np.dtype):
         return np.dtype, v
     if cls is NpScalar:
