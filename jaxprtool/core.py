@@ -279,6 +279,29 @@ class Eqn:
 _EQN_FIELDS = frozenset({"prim", "inputs", "outputs", "params", "loc", "bare_eq"})
 
 
+def _fast_eqn_init():
+    """An `Eqn.__init__` that stores the fields through the slots' own setters: the frozen
+    dataclass's generated one goes through `object.__setattr__` by name for each field, and
+    AD and the passes build tens of thousands of equations.  Same signature and fields."""
+    setters = [Eqn.__dict__[f].__set__ for f in ("prim", "inputs", "outputs", "params")]
+    set_prim, set_inputs, set_outputs, set_params = setters
+    set_loc, set_bare_eq = Eqn.__dict__["loc"].__set__, Eqn.__dict__["bare_eq"].__set__
+
+    def __init__(self, prim, inputs, outputs, params, loc=None, bare_eq=False):
+        set_prim(self, prim)
+        set_inputs(self, inputs)
+        set_outputs(self, outputs)
+        set_params(self, params)
+        set_loc(self, loc)
+        set_bare_eq(self, bare_eq)
+
+    __init__.__qualname__ = "Eqn.__init__"
+    return __init__
+
+
+Eqn.__init__ = _fast_eqn_init()
+
+
 @dataclass(frozen=True, eq=False, slots=True)
 class Jaxpr:
     """`{ lambda constvars ; invars . let eqns in (outvars) }`.

@@ -200,11 +200,11 @@ class EqnRewrite:
 
     def __iter__(self):
         sub, go = self.sub, self.go
+        env = sub.env
         for e in self.jaxpr.eqns:
             ne = map_eqn_jaxprs(e, go)
-            inputs = sub.atoms(ne.inputs)
-            if inputs is not ne.inputs:
-                ne = ne.replace(inputs=inputs)
+            if env and not env.keys().isdisjoint(map(id, ne.inputs)):
+                ne = ne.replace(inputs=tuple(map(sub, ne.inputs)))
             if ne is not e:
                 self.changed = True
             yield ne

@@ -41,15 +41,17 @@ def _cse(jaxpr: Jaxpr, go) -> Jaxpr:
     printed parameters are looked at only when another equation lands in its bucket (most
     equations of a program have operands of their own)."""
     rw = EqnRewrite(jaxpr, go)
-    table: dict = {}
+    table: dict = {}  # key -> the one equation with it, or a list of candidates
     for e in rw:
         # Vars hash and compare by identity, literals by value: the operands are the key
         key = (e.prim, e.inputs)
         bucket = table.get(key)
         if bucket is None:
-            table[key] = [_Candidate(e)]
+            table[key] = e
             rw.keep(e)
             continue
+        if bucket.__class__ is not list:
+            bucket = table[key] = [_Candidate(bucket)]
         cand = _Candidate(e)
         if cand.mergeable():
             params = cand.params()

@@ -93,18 +93,23 @@ def _freeze_hint(out_hint) -> tuple | None:
 
 
 def _freeze_params(params: dict) -> tuple:
-    return tuple([(k, _freeze(v)) for k, v in params.items()])
+    key = []
+    for k, v in params.items():
+        cls = v.__class__
+        # a plain value inline (as `_freeze` keys it, one tuple level less); the rest frozen
+        key.append((k, cls, v) if cls in _PLAIN else (k, _freeze(v)))
+    return tuple(key)
 
 
-#: marks the key of a tuple of plain ints and such tuples in `_freeze` (two such values
-#: are equal exactly when they have the same structure and ints: no bool, float or list)
+#: marks the key of a tuple or list of plain ints and such tuples and lists in `_freeze`:
+#: its repr, which tells tuples from lists and each int from every other
 _INT_TREE = object()
 
 
-def _is_int_tree(v: tuple) -> bool:
+def _is_int_tree(v: tuple | list) -> bool:
     for x in v:
         cls = x.__class__
-        if cls is not int and not (cls is tuple and _is_int_tree(x)):
+        if cls is not int and not ((cls is tuple or cls is list) and _is_int_tree(x)):
             return False
     return True
 
@@ -120,8 +125,8 @@ def _freeze(v):
         return cls, v
     if cls is float:
         return cls, v.hex()
-    if cls is tuple and _is_int_tree(v):
-        return _INT_TREE, v  # the common case (axes, shapes, dimension numbers): itself
+    if (cls is tuple or cls is list) and _is_int_tree(v):
+        return _INT_TREE, repr(v)  # the common case (axes, shapes, dimension numbers)
     if cls is tuple or cls is list or cls is frozenset:
         return cls, tuple(map(_freeze, v))
     if isinstance(v, np.dtype):
