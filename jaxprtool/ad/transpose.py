@@ -108,8 +108,11 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
             ):
                 ct = ops.unbroadcast(v.type, ct)
             prev = ct_env.get(id(v))
-            if prev is None:
-                prev = Zero(tangent_type(v.type))
+            if prev is None:  # the first cotangent: add_tangents(Zero, ct) is ct
+                ct_env[id(v)] = ct
+                if obs is not None and hasattr(obs, "cotangent"):
+                    obs.cotangent(eqn, v, ct, Zero(tangent_type(v.type)), ct)
+                return
             ct_env[id(v)] = add_tangents(prev, ct)
             if obs is not None and hasattr(obs, "cotangent"):
                 obs.cotangent(eqn, v, ct, prev, ct_env[id(v)])
@@ -121,7 +124,7 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
         for e in reversed(lin_eqns):
             cts = [ct_env.pop(id(o), None) or Zero(tangent_type(o.type)) for o in e.outputs]
             rec = record_of(e.prim)
-            if all(is_zero(c) for c in cts) and rec.fancy_transpose is None:
+            if rec.fancy_transpose is None and all(map(is_zero, cts)):
                 continue
             targs = [
                 UndefinedPrimal(x.type) if id(x) in linear and isinstance(x, Var) else read(x)
@@ -152,7 +155,7 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
                     e.loc,
                 )
             for x, r in zip(e.inputs, res):
-                if is_lin(x):
+                if id(x) in linear and isinstance(x, Var):
                     add_ct(x, r, e)
             if obs is not None and hasattr(obs, "transpose_step"):
                 obs.transpose_step(

@@ -75,14 +75,22 @@ class _Unfreezable(Exception):
 
 
 def _freeze_types(types) -> tuple:
-    return tuple(map(_type_key, types))
+    # a ShapedArray by its fields, which hash and compare without a Python-level call; its
+    # == ignores weak_type, which rules propagate: the key has it
+    return tuple(
+        [
+            (t.shape, t.dtype, t.weak_type, t.memory_space, t.vma, t.named_shape)
+            if t.__class__ is ShapedArray
+            else _type_key(t)
+            for t in types
+        ]
+    )
 
 
 def _type_key(t: Type):
-    # ShapedArray's == ignores weak_type, which rules propagate: make it part of the key
     cls = t.__class__
     if cls is ShapedArray:
-        return t, t.weak_type
+        return t.shape, t.dtype, t.weak_type, t.memory_space, t.vma, t.named_shape
     if cls is RefType:
         return t, t.inner.weak_type
     return t
