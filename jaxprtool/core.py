@@ -261,12 +261,14 @@ class Eqn:
     #: the text printed this result-less equation as ` = prim ...` (JAX < 0.4.22); read only
     #: by version detection (the printer follows the style)
     bare_eq: bool = False
+    #: `eqn_subjaxprs` found no jaxpr in `params` (a cache: not part of the equation)
+    no_subjaxprs: bool = field(default=False, init=False, repr=False)
 
     def replace(self, **kw) -> Eqn:
         if not _EQN_FIELDS.issuperset(kw):
             raise TypeError(f"Eqn has no field {sorted(set(kw) - _EQN_FIELDS)[0]!r}")
         get = kw.get
-        return Eqn(
+        e = Eqn(
             get("prim", self.prim),
             tuple(get("inputs", self.inputs)),
             tuple(get("outputs", self.outputs)),
@@ -274,6 +276,9 @@ class Eqn:
             get("loc", self.loc),
             get("bare_eq", self.bare_eq),
         )
+        if self.no_subjaxprs and e.params is self.params:
+            _set_no_subjaxprs(e, True)
+        return e
 
 
 _EQN_FIELDS = frozenset({"prim", "inputs", "outputs", "params", "loc", "bare_eq"})
@@ -294,11 +299,13 @@ def _fast_eqn_init():
         set_params(self, params)
         set_loc(self, loc)
         set_bare_eq(self, bare_eq)
+        _set_no_subjaxprs(self, False)
 
     __init__.__qualname__ = "Eqn.__init__"
     return __init__
 
 
+_set_no_subjaxprs = Eqn.__dict__["no_subjaxprs"].__set__
 Eqn.__init__ = _fast_eqn_init()
 
 
@@ -419,27 +426,20 @@ def _kind_of_type(cls: type) -> str:
 def eqn_subjaxprs(eqn: Eqn) -> list[Jaxpr]:
     """The jaxprs directly inside an equation's parameters, in parameter order.
 
-    Every walk and pass asks this of every equation, and most have none: a parameter dict
-    found to hold no jaxpr is remembered (by identity, kept alive so that its id stays
-    unique; equations rebuilt with new operands share it).  Only that negative answer is
-    remembered: the parser's and the backend's in-place updates replace a jaxpr by another,
-    never put one into a dict that held none."""
-    params = eqn.params
-    if _NO_JAXPRS.get(id(params)) is params:
+    Every walk and pass asks this of every equation, and most have none: that answer is
+    remembered on the equation (`Eqn.no_subjaxprs`, kept by `Eqn.replace` when the params
+    stay).  Only that negative answer is remembered: the parser's and the backend's
+    in-place updates of params replace a jaxpr by another, never put one into params that
+    held none."""
+    if eqn.no_subjaxprs:
         return []
     found: list[Jaxpr] = []
-    for v in params.values():
+    for v in eqn.params.values():
         if type(v) not in _LEAF_TYPES:
             _collect_jaxprs(v, found)
     if not found:
-        if len(_NO_JAXPRS) > 500_000:  # bound what the table keeps alive
-            _NO_JAXPRS.clear()
-        _NO_JAXPRS[id(params)] = params
+        _set_no_subjaxprs(eqn, True)
     return found
-
-
-#: id(params) -> params, for parameter dicts that hold no jaxpr (see `eqn_subjaxprs`)
-_NO_JAXPRS: dict[int, dict] = {}
 
 
 def map_param_jaxprs(value: Any, fn) -> Any:

@@ -56,18 +56,15 @@ class Builder:
 
     def add_eqn(self, eqn: Eqn) -> None:
         """Append an already built equation (choosing the program in split mode)."""
-        if self.split and (self._force_tangent or self._any_tangent(eqn.inputs)):
+        # the marked Vars are alive (inputs, or results of kept equations): no literal
+        # operand can have one's id
+        if self.split and (
+            self._force_tangent or not self._tangent_ids.isdisjoint(map(id, eqn.inputs))
+        ):
             self.tangent_eqns.append(eqn)
             self.mark_tangent(*eqn.outputs)
         else:
             self.primal_eqns.append(eqn)
-
-    def _any_tangent(self, atoms) -> bool:
-        ids = self._tangent_ids
-        for x in atoms:
-            if id(x) in ids and isinstance(x, Var):
-                return True
-        return False
 
     def emit(
         self, prim: str, inputs: Iterable[Atom], params: dict, out_types: Iterable[Type], hints=None

@@ -86,7 +86,7 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
     eqn = None
     try:
         for eqn in jaxpr.eqns:
-            ins = [read(x) for x in eqn.inputs]
+            ins = [x if isinstance(x, Literal) else env[id(x)] for x in eqn.inputs]  # read
             # `tenv` holds ids of this jaxpr's live Vars: no literal operand can match one
             no_tangent = tenv.keys().isdisjoint(map(id, eqn.inputs))
             tins = None if no_tangent and obs is None else [tread(x) for x in eqn.inputs]

@@ -127,7 +127,11 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
             if rec.fancy_transpose is None and all(map(is_zero, cts)):
                 continue
             targs = [
-                UndefinedPrimal(x.type) if id(x) in linear and isinstance(x, Var) else read(x)
+                x
+                if isinstance(x, Literal)
+                else UndefinedPrimal(x.type)
+                if id(x) in linear
+                else env[id(x)]  # read(x)
                 for x in e.inputs
             ]
             b.loc = e.loc

@@ -202,7 +202,7 @@ class EqnRewrite:
         sub, go = self.sub, self.go
         env = sub.env
         for e in self.jaxpr.eqns:
-            ne = map_eqn_jaxprs(e, go)
+            ne = e if e.no_subjaxprs else map_eqn_jaxprs(e, go)
             if env and not env.keys().isdisjoint(map(id, ne.inputs)):
                 ne = ne.replace(inputs=tuple(map(sub, ne.inputs)))
             if ne is not e:

@@ -116,7 +116,7 @@ class _DCE:
             if live.isdisjoint(map(id, e.outputs)) and not eqn_has_effects(e):
                 changed = True  # dead
                 continue
-            if not eqn_subjaxprs(e):  # kept whole: the rules are for equations with bodies
+            if e.no_subjaxprs or not eqn_subjaxprs(e):  # kept whole: rules are for bodies
                 new_eqns.append(e)
                 live.update([id(a) for a in e.inputs if isinstance(a, Var)])
                 continue
