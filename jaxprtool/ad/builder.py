@@ -130,7 +130,8 @@ def dce_eqns(eqns: list[Eqn], live_out: Iterable[Atom]) -> list[Eqn]:
     for e in reversed(eqns):
         if not live.isdisjoint(map(id, e.outputs)) or record_of(e.prim).effectful:
             kept.append(e)
-            live.update([id(x) for x in e.inputs if isinstance(x, Var)])
+            # a literal's id is no live Var's: every equation here is alive
+            live.update(map(id, e.inputs))
     kept.reverse()
     return kept
 

@@ -196,6 +196,8 @@ class EqnRewrite:
         self.go = go
         self.sub = Subst()
         self.eqns: list[Eqn] = []
+        #: `keep(e)`: the equation stays (the list's own append: called once per equation)
+        self.keep = self.eqns.append
         self.changed = False
 
     def __iter__(self):
@@ -208,9 +210,6 @@ class EqnRewrite:
             if ne is not e:
                 self.changed = True
             yield ne
-
-    def keep(self, e: Eqn) -> None:
-        self.eqns.append(e)
 
     def drop(self, outputs, atoms) -> None:
         """Leave out the equation whose `outputs` are bound to `atoms`."""

@@ -118,7 +118,7 @@ class _DCE:
                 continue
             if e.no_subjaxprs or not eqn_subjaxprs(e):  # kept whole: rules are for bodies
                 new_eqns.append(e)
-                live.update([id(a) for a in e.inputs if isinstance(a, Var)])
+                live.update(map(id, e.inputs))  # a literal's id is no live Var's
                 continue
             used_outs = [id(o) in live for o in e.outputs]
             used_ins, ne = self.rule(e, used_outs)

@@ -122,6 +122,18 @@ def _is_int_tree(v: tuple | list) -> bool:
     return True
 
 
+def _is_int_tuple_tree(v: tuple) -> bool:
+    for x in v:
+        cls = x.__class__
+        if cls is not int and not (cls is tuple and _is_int_tuple_tree(x)):
+            return False
+    return True
+
+
+#: id(tuple) -> (tuple, key) for the int-tree tuples `_freeze` has keyed (kept alive so that
+#: the id stays theirs): parameter values are passed on from equation to equation
+_TUPLE_KEYS: dict[int, tuple] = {}
+
 _PLAIN = frozenset({int, bool, str, type(None), EnumValue, SymExpr, Opaque})
 
 
@@ -133,6 +145,15 @@ def _freeze(v):
         return cls, v
     if cls is float:
         return cls, v.hex()
+    if cls is tuple:
+        hit = _TUPLE_KEYS.get(id(v))
+        if hit is not None and hit[0] is v:
+            return hit[1]
+        if _is_int_tuple_tree(v):  # immutable all through: its key can be remembered
+            if len(_TUPLE_KEYS) > 100_000:
+                _TUPLE_KEYS.clear()
+            key = _TUPLE_KEYS[id(v)] = (v, (_INT_TREE, repr(v)))
+            return key[1]
     if (cls is tuple or cls is list) and _is_int_tree(v):
         return _INT_TREE, repr(v)  # the common case (axes, shapes, dimension numbers)
     if cls is tuple or cls is list or cls is frozenset:
