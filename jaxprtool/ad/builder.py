@@ -39,9 +39,7 @@ class Builder:
         return self.primal_eqns
 
     def mark_tangent(self, *vs: Atom) -> None:
-        for v in vs:
-            if isinstance(v, Var):
-                self._tangent_ids.add(id(v))
+        self._tangent_ids.update([id(v) for v in vs if isinstance(v, Var)])
 
     def is_tangent(self, x: Atom) -> bool:
         return isinstance(x, Var) and id(x) in self._tangent_ids
@@ -87,7 +85,9 @@ class Builder:
                 )
         if out_types is None:
             out_types = infer([x.type for x in inputs], prim, params, self.loc)
-        return self.emit(prim, inputs, params, out_types)
+        outs = [Var(t, None) for t in out_types]  # self.emit(prim, inputs, params, out_types)
+        self.add_eqn(Eqn(prim, inputs, tuple(outs), dict(params), self.loc))
+        return outs
 
 
 def current() -> Builder:
