@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from ..core import Eqn, Jaxpr, Literal, ShapedArray, np_dtype
+from ..core import Eqn, Jaxpr, Literal, ShapedArray, eqn_subjaxprs, np_dtype
 from ..record import prim
 from .base import Pass
 from .common import EqnRewrite, eqn_has_effects, recursive_pass
@@ -45,6 +45,8 @@ FOLD = Pass(
 
 
 def _fold(jaxpr: Jaxpr, go) -> Jaxpr:
+    if _nothing_to_fold(jaxpr):
+        return jaxpr  # what the walk below returns when it folds nothing
     rw = EqnRewrite(jaxpr, go)
     for e in rw:
         if _all_literals(e.inputs) and len(e.outputs) == 1 and prim(e.prim).fold is not None:
@@ -54,6 +56,18 @@ def _fold(jaxpr: Jaxpr, go) -> Jaxpr:
                 continue
         rw.keep(e)
     return rw.result()
+
+
+def _nothing_to_fold(jaxpr: Jaxpr) -> bool:
+    """No equation has only literal operands, and none has a nested jaxpr: a cheap look that
+    spares the rewrite in the common case."""
+    for e in jaxpr.eqns:
+        inputs = e.inputs
+        if inputs and isinstance(inputs[0], Literal) and _all_literals(inputs):
+            return False
+        if not e.no_subjaxprs and eqn_subjaxprs(e):
+            return False
+    return True
 
 
 def _all_literals(inputs) -> bool:
