@@ -266,20 +266,52 @@ class Eqn:
     #: the text printed this result-less equation as ` = prim ...` (JAX < 0.4.22); read only
     #: by version detection (the printer follows the style)
     bare_eq: bool = False
+    #: `eqn_subjaxprs` found no jaxpr in `params` (a cache: not part of the equation)
+    no_subjaxprs: bool = field(default=False, init=False, repr=False)
 
     def replace(self, **kw) -> Eqn:
-        d = dict(
-            prim=self.prim,
-            inputs=self.inputs,
-            outputs=self.outputs,
-            params=self.params,
-            loc=self.loc,
-            bare_eq=self.bare_eq,
+        if not _EQN_FIELDS.issuperset(kw):
+            raise TypeError(f"Eqn has no field {sorted(set(kw) - _EQN_FIELDS)[0]!r}")
+        get = kw.get
+        e = Eqn(
+            get("prim", self.prim),
+            tuple(get("inputs", self.inputs)),
+            tuple(get("outputs", self.outputs)),
+            get("params", self.params),
+            get("loc", self.loc),
+            get("bare_eq", self.bare_eq),
         )
-        d.update(kw)
-        d["inputs"] = tuple(d["inputs"])
-        d["outputs"] = tuple(d["outputs"])
-        return Eqn(**d)
+        if self.no_subjaxprs and e.params is self.params:
+            _set_no_subjaxprs(e, True)
+        return e
+
+
+_EQN_FIELDS = frozenset({"prim", "inputs", "outputs", "params", "loc", "bare_eq"})
+
+
+def _fast_eqn_init():
+    """An `Eqn.__init__` that stores the fields through the slots' own setters: the frozen
+    dataclass's generated one goes through `object.__setattr__` by name for each field, and
+    AD and the passes build tens of thousands of equations.  Same signature and fields."""
+    setters = [Eqn.__dict__[f].__set__ for f in ("prim", "inputs", "outputs", "params")]
+    set_prim, set_inputs, set_outputs, set_params = setters
+    set_loc, set_bare_eq = Eqn.__dict__["loc"].__set__, Eqn.__dict__["bare_eq"].__set__
+
+    def __init__(self, prim, inputs, outputs, params, loc=None, bare_eq=False):
+        set_prim(self, prim)
+        set_inputs(self, inputs)
+        set_outputs(self, outputs)
+        set_params(self, params)
+        set_loc(self, loc)
+        set_bare_eq(self, bare_eq)
+        _set_no_subjaxprs(self, False)
+
+    __init__.__qualname__ = "Eqn.__init__"
+    return __init__
+
+
+_set_no_subjaxprs = Eqn.__dict__["no_subjaxprs"].__set__
+Eqn.__init__ = _fast_eqn_init()
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -363,24 +395,55 @@ def subjaxprs(value: Any) -> list[Jaxpr]:
 
 
 def _collect_jaxprs(value: Any, found: list[Jaxpr]) -> None:
-    if type(value) in _LEAF_TYPES:
+    kind = _KIND_OF_TYPE.get(type(value))
+    if kind is None:
+        kind = _kind_of_type(type(value))
+    if kind is _LEAF:
         return
-    if isinstance(value, Jaxpr):
+    if kind is _JAXPR:
         found.append(value)
-    elif isinstance(value, (tuple, list)):
+    elif kind is _SEQ:
         for v in value:
             if type(v) not in _LEAF_TYPES:
                 _collect_jaxprs(v, found)
-    elif hasattr(value, "jaxprs_inside"):
+    else:
         found.extend(value.jaxprs_inside())
 
 
+_LEAF, _JAXPR, _SEQ, _HOLDER = "leaf", "jaxpr", "seq", "holder"
+#: parameter value type -> how `_collect_jaxprs` looks into its values
+_KIND_OF_TYPE: dict[type, str] = {t: _LEAF for t in _LEAF_TYPES}
+
+
+def _kind_of_type(cls: type) -> str:
+    if issubclass(cls, Jaxpr):
+        kind = _JAXPR
+    elif issubclass(cls, (tuple, list)):
+        kind = _SEQ
+    elif hasattr(cls, "jaxprs_inside"):
+        kind = _HOLDER
+    else:
+        kind = _LEAF
+    _KIND_OF_TYPE[cls] = kind
+    return kind
+
+
 def eqn_subjaxprs(eqn: Eqn) -> list[Jaxpr]:
-    """The jaxprs directly inside an equation's parameters, in parameter order."""
+    """The jaxprs directly inside an equation's parameters, in parameter order.
+
+    Every walk and pass asks this of every equation, and most have none: that answer is
+    remembered on the equation (`Eqn.no_subjaxprs`, kept by `Eqn.replace` when the params
+    stay).  Only that negative answer is remembered: the parser's and the backend's
+    in-place updates of params replace a jaxpr by another, never put one into params that
+    held none."""
+    if eqn.no_subjaxprs:
+        return []
     found: list[Jaxpr] = []
     for v in eqn.params.values():
         if type(v) not in _LEAF_TYPES:
             _collect_jaxprs(v, found)
+    if not found:
+        _set_no_subjaxprs(eqn, True)
     return found
 
 

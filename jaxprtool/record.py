@@ -154,6 +154,8 @@ def define(name: str, **values) -> Primitive:
 
 
 _UNKNOWN: dict[str, Primitive] = {}
+#: registered records whose families are loaded: `prim`'s first look (one dict lookup)
+_LOADED: dict[str, Primitive] = {}
 #: names whose families the loader has imported (`prim` skips the loader for them: it is
 #: asked on every equation of every walk, print and pass)
 _ready: set[str] = set()
@@ -161,10 +163,15 @@ _ready: set[str] = set()
 
 def prim(name: str) -> Primitive:
     """The record of `name`; an empty (all-default) record for a primitive nobody registered."""
+    rec = _LOADED.get(name)
+    if rec is not None:
+        return rec
     if _loader is not None and name not in _ready:
         _loader(name)
         _ready.add(name)
     rec = _RECORDS.get(name)
+    if rec is not None and _loader is not None:
+        _LOADED[name] = rec  # `define` updates a record in place: this one stays current
     if rec is None:
         rec = _UNKNOWN.get(name)
         if rec is None:

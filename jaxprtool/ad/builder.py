@@ -39,9 +39,7 @@ class Builder:
         return self.primal_eqns
 
     def mark_tangent(self, *vs: Atom) -> None:
-        for v in vs:
-            if isinstance(v, Var):
-                self._tangent_ids.add(id(v))
+        self._tangent_ids.update([id(v) for v in vs if isinstance(v, Var)])
 
     def is_tangent(self, x: Atom) -> bool:
         return isinstance(x, Var) and id(x) in self._tangent_ids
@@ -56,7 +54,11 @@ class Builder:
 
     def add_eqn(self, eqn: Eqn) -> None:
         """Append an already built equation (choosing the program in split mode)."""
-        if self.split and (self._force_tangent or any(self.is_tangent(x) for x in eqn.inputs)):
+        # the marked Vars are alive (inputs, or results of kept equations): no literal
+        # operand can have one's id
+        if self.split and (
+            self._force_tangent or not self._tangent_ids.isdisjoint(map(id, eqn.inputs))
+        ):
             self.tangent_eqns.append(eqn)
             self.mark_tangent(*eqn.outputs)
         else:
@@ -66,23 +68,26 @@ class Builder:
         self, prim: str, inputs: Iterable[Atom], params: dict, out_types: Iterable[Type], hints=None
     ) -> list[Var]:
         """Append `prim[params] inputs` with the given result types; returns the new Vars."""
-        out_types = list(out_types)
-        hints = list(hints) if hints is not None else [None] * len(out_types)
-        outs = [Var(t, h) for t, h in zip(out_types, hints)]
+        if hints is None:
+            outs = [Var(t, None) for t in out_types]
+        else:
+            outs = [Var(t, h) for t, h in zip(out_types, hints)]
         self.add_eqn(Eqn(prim, tuple(inputs), tuple(outs), dict(params), self.loc))
         return outs
 
     def bind(self, prim: str, inputs: Iterable[Atom], params: dict, out_types=None) -> list[Var]:
         """Append an equation, inferring result types unless `out_types` is given."""
-        inputs = list(inputs)
+        inputs = tuple(inputs)
         for x in inputs:
-            if not isinstance(x, (Var, Literal)):
+            if x.__class__ is not Var and not isinstance(x, (Var, Literal)):
                 raise TypeError(
                     f"ops.{prim}: operand {x!r} is not an Atom (instantiate Zero tangents first)"
                 )
         if out_types is None:
             out_types = infer([x.type for x in inputs], prim, params, self.loc)
-        return self.emit(prim, inputs, params, out_types)
+        outs = [Var(t, None) for t in out_types]  # self.emit(prim, inputs, params, out_types)
+        self.add_eqn(Eqn(prim, inputs, tuple(outs), dict(params), self.loc))
+        return outs
 
 
 def current() -> Builder:
@@ -106,10 +111,11 @@ def use(b: Builder):
 
 def infer(in_types: list[Type], prim: str, params: dict, loc: Loc | None = None) -> list[Type]:
     """Result types of a new equation, from the primitive's shape rule."""
-    if not primitives.is_known(prim):
+    rule = record_of(prim).shape_rule
+    if rule is None:
         raise JaxprError(f"cannot infer the result type of '{prim}' (no shape rule)", loc)
     try:
-        return primitives.infer_types(prim, in_types, params, None)
+        return primitives.infer_with_rule(rule, in_types, params, None)
     except primitives.ShapeError as e:
         raise JaxprError(f"while differentiating: {prim}: {e}", loc) from None
 
@@ -122,9 +128,10 @@ def dce_eqns(eqns: list[Eqn], live_out: Iterable[Atom]) -> list[Eqn]:
     live = {id(v) for v in live_out if isinstance(v, Var)}
     kept: list[Eqn] = []
     for e in reversed(eqns):
-        if record_of(e.prim).effectful or not live.isdisjoint(map(id, e.outputs)):
+        if not live.isdisjoint(map(id, e.outputs)) or record_of(e.prim).effectful:
             kept.append(e)
-            live.update([id(x) for x in e.inputs if isinstance(x, Var)])
+            # a literal's id is no live Var's: every equation here is alive
+            live.update(map(id, e.inputs))
     kept.reverse()
     return kept
 
@@ -150,9 +157,16 @@ def free_vars(eqns: list[Eqn], outvars: Iterable[Atom], bound: Iterable[Var] = (
 
 
 def substitute(eqns: list[Eqn], mapping: dict[int, Atom]) -> list[Eqn]:
-    """Rename the inputs (and outvars) of equations through `mapping` (id(Var) -> Atom)."""
+    """Rename the inputs (and outvars) of equations through `mapping` (id(Var) -> Atom); an
+    equation none of whose operands is renamed is kept as it is (the keys are ids of live
+    Vars, so no literal operand matches one)."""
+    keys = mapping.keys()
     return [
-        e.replace(inputs=[mapping.get(id(x), x) if isinstance(x, Var) else x for x in e.inputs])
+        e
+        if keys.isdisjoint(map(id, e.inputs))
+        else e.replace(
+            inputs=[mapping.get(id(x), x) if isinstance(x, Var) else x for x in e.inputs]
+        )
         for e in eqns
     ]
 

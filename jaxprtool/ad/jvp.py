@@ -86,12 +86,14 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
     eqn = None
     try:
         for eqn in jaxpr.eqns:
-            ins = [read(x) for x in eqn.inputs]
-            tins = [tread(x) for x in eqn.inputs]
+            ins = [x if isinstance(x, Literal) else env[id(x)] for x in eqn.inputs]  # read
+            # `tenv` holds ids of this jaxpr's live Vars: no literal operand can match one
+            no_tangent = tenv.keys().isdisjoint(map(id, eqn.inputs))
+            tins = None if no_tangent and obs is None else [tread(x) for x in eqn.inputs]
             b.loc = eqn.loc
             step = observe.Emitted(b) if obs is not None else None
             rule = jvp_rule(eqn.prim, b.split)
-            if all(is_zero(t) for t in tins) or (rule is None and integer_valued(eqn)):
+            if no_tangent or (rule is None and integer_valued(eqn)):
                 b.cur_eqn = eqn
                 outs = b.emit(
                     eqn.prim,

@@ -74,15 +74,19 @@ def _split(jaxpr: Jaxpr, nonzeros: Sequence[bool], instantiate):
             with b.tangent_mode():
                 tout_atoms.append(inst_zero(t))
     teqns = B.dce_eqns(b.tangent_eqns, tout_atoms)
-    teqns = _recompute_constants(b.primal_eqns, teqns, tout_atoms, tan_in)
     residuals = B.free_vars(teqns, tout_atoms, bound=tan_in)
+    recomputed = _recompute_constants(b.primal_eqns, teqns, tout_atoms, residuals)
+    if recomputed is not teqns:
+        teqns = recomputed
+        residuals = B.free_vars(teqns, tout_atoms, bound=tan_in)
     peqns = B.dce_eqns(b.primal_eqns, list(outs) + residuals)
     return consts, primals, outs, peqns, residuals, tan_in, teqns, tout_atoms, nonzeros, out_nz
 
 
-def _recompute_constants(peqns, teqns, tout_atoms, tan_in):
+def _recompute_constants(peqns, teqns, tout_atoms, residuals):
     """Residuals that are constants (built from literals only, e.g. the zeros or 0.5s of a rule)
-    are recomputed in the linear program rather than passed from the primal program."""
+    are recomputed in the linear program rather than passed from the primal program.  Returns
+    `teqns` itself when there are none (`residuals`: the free Vars of `teqns`)."""
     from ..core import eqn_subjaxprs
 
     const_eqn: dict[int, Eqn] = {}
@@ -96,7 +100,6 @@ def _recompute_constants(peqns, teqns, tout_atoms, tan_in):
                 const_eqn[id(o)] = e
     if not const_eqn:
         return teqns
-    residuals = B.free_vars(teqns, tout_atoms, bound=tan_in)
     need: set[int] = set()
     stack = [r for r in residuals if id(r) in const_eqn]
     if not stack:

@@ -321,7 +321,7 @@ def shape(x) -> tuple[int, ...]:
 
 
 def ints(v) -> tuple[int, ...]:
-    return tuple(int(i) for i in v)
+    return tuple(map(int, v))
 
 
 def sdims(v) -> tuple:

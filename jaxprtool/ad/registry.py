@@ -13,7 +13,6 @@ helpers fill `prim(name).jvp`, `.transpose`, `.fancy_transpose`, `.jvp_kind`.
 
 from __future__ import annotations
 
-import contextlib
 import re
 from collections.abc import Callable
 
@@ -325,27 +324,39 @@ def set_kind(name: str, kind: str = LOW_LEVEL) -> None:
 _MISSING_KWARG = re.compile(r"missing \d+ required keyword-only arguments?: (.*)$")
 
 
-@contextlib.contextmanager
-def located_rule(eqn):
+class located_rule:  # noqa: N801 - used as `with located_rule(eqn):`, once per equation
     """Run an AD rule of `eqn`: an error it raises without a location gets the equation's,
     and a parameter the rule needs but the equation lacks (text from an older or edited
-    printout) is a located error that names it, not a crash."""
-    try:
-        yield
-    except JaxprError as e:
-        if e.loc is None:
-            e.loc = eqn.loc
-        raise
-    except KeyError as e:
-        key = e.args[0] if e.args else None
-        if not isinstance(key, str) or key in eqn.params:
-            raise
-        raise JaxprError(_missing_param(eqn, f"'{key}'"), eqn.loc) from None
-    except TypeError as e:
-        m = _MISSING_KWARG.search(str(e))
-        if m is None:
-            raise
-        raise JaxprError(_missing_param(eqn, m.group(1)), eqn.loc) from None
+    printout) is a located error that names it, not a crash.  (A class, not a generator
+    context manager: AD enters one per equation.)"""
+
+    __slots__ = ("eqn",)
+
+    def __init__(self, eqn):
+        self.eqn = eqn
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, kind, e, tb):
+        if kind is None:
+            return False
+        eqn = self.eqn
+        if isinstance(e, JaxprError):
+            if e.loc is None:
+                e.loc = eqn.loc
+            return False
+        if isinstance(e, KeyError):
+            key = e.args[0] if e.args else None
+            if not isinstance(key, str) or key in eqn.params:
+                return False
+            raise JaxprError(_missing_param(eqn, f"'{key}'"), eqn.loc) from None
+        if isinstance(e, TypeError):
+            m = _MISSING_KWARG.search(str(e))
+            if m is None:
+                return False
+            raise JaxprError(_missing_param(eqn, m.group(1)), eqn.loc) from None
+        return False
 
 
 def _missing_param(eqn, names: str) -> str:

@@ -78,8 +78,9 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
     e = None
     try:
         for e in jaxpr.eqns:
-            if any(is_lin(x) for x in e.inputs):
-                linear.update(id(o) for o in e.outputs)
+            # `linear` holds ids of this jaxpr's live Vars: no literal operand can match one
+            if not linear.isdisjoint(map(id, e.inputs)):
+                linear.update([id(o) for o in e.outputs])
                 lin_eqns.append(e)
                 continue
             b.loc = e.loc
@@ -102,9 +103,16 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
         def add_ct(v, ct, eqn=None):
             if ct is None or is_zero(ct):
                 return
-            if tuple(getattr(ct.type, "shape", ())) != tuple(getattr(v.type, "shape", ())):
+            if ct.type is not v.type and tuple(getattr(ct.type, "shape", ())) != tuple(
+                getattr(v.type, "shape", ())
+            ):
                 ct = ops.unbroadcast(v.type, ct)
-            prev = ct_env.get(id(v), Zero(tangent_type(v.type)))
+            prev = ct_env.get(id(v))
+            if prev is None:  # the first cotangent: add_tangents(Zero, ct) is ct
+                ct_env[id(v)] = ct
+                if obs is not None and hasattr(obs, "cotangent"):
+                    obs.cotangent(eqn, v, ct, Zero(tangent_type(v.type)), ct)
+                return
             ct_env[id(v)] = add_tangents(prev, ct)
             if obs is not None and hasattr(obs, "cotangent"):
                 obs.cotangent(eqn, v, ct, prev, ct_env[id(v)])
@@ -116,9 +124,16 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
         for e in reversed(lin_eqns):
             cts = [ct_env.pop(id(o), None) or Zero(tangent_type(o.type)) for o in e.outputs]
             rec = record_of(e.prim)
-            if all(is_zero(c) for c in cts) and rec.fancy_transpose is None:
+            if rec.fancy_transpose is None and all(map(is_zero, cts)):
                 continue
-            targs = [UndefinedPrimal(x.type) if is_lin(x) else read(x) for x in e.inputs]
+            targs = [
+                x
+                if isinstance(x, Literal)
+                else UndefinedPrimal(x.type)
+                if id(x) in linear
+                else env[id(x)]  # read(x)
+                for x in e.inputs
+            ]
             b.loc = e.loc
             step = observe.Emitted(b) if obs is not None else None
             if rec.fancy_transpose is not None:
@@ -144,7 +159,7 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
                     e.loc,
                 )
             for x, r in zip(e.inputs, res):
-                if is_lin(x):
+                if id(x) in linear and isinstance(x, Var):
                     add_ct(x, r, e)
             if obs is not None and hasattr(obs, "transpose_step"):
                 obs.transpose_step(

@@ -7,11 +7,25 @@ from ..core import Atom, Literal, ShapedArray, Type, is_inexact
 
 def tangent_type(t: Type) -> Type:
     """The type of a tangent of a value of type `t`: itself for float/complex, `float0` otherwise."""
+    if t.__class__ is ShapedArray and not t.weak_type and is_inexact_dtype(t.dtype):
+        return t  # the common case
     if isinstance(t, ShapedArray) and not is_inexact(t):
         return ShapedArray(t.shape, "float0")
     if isinstance(t, ShapedArray) and t.weak_type:
         return t.update(weak_type=False)
     return t
+
+
+#: dtype -> whether a ShapedArray of it is float or complex (filled in by `is_inexact_dtype`)
+_INEXACT: dict[str, bool] = {}
+
+
+def is_inexact_dtype(dtype: str) -> bool:
+    """`core.is_inexact` of an array of `dtype`, remembered per dtype."""
+    hit = _INEXACT.get(dtype)
+    if hit is None:
+        hit = _INEXACT[dtype] = is_inexact(ShapedArray((), dtype))
+    return hit
 
 
 class Zero:

@@ -206,6 +206,12 @@ def _dims(dimension_numbers):
     return ints(xc), ints(yc), ints(xb), ints(yb)
 
 
+def _argsort(xs) -> list[int]:
+    """`np.argsort` of distinct axis numbers (no ties: any sort gives numpy's order), without
+    numpy's per-call cost: the transpose rule runs once per dot_general."""
+    return sorted(range(len(xs)), key=xs.__getitem__)
+
+
 def _dot_transpose_lhs(g, x, y, *, dimension_numbers, swap_ans=False, **params):
     if is_zero(g):
         return Zero(tangent_type(ty(x)))
@@ -218,9 +224,9 @@ def _dot_transpose_lhs(g, x, y, *, dimension_numbers, swap_ans=False, **params):
     else:
         ans_batch, _, ans_y = _ranges_like(xb, x_kept, y_kept)
     dims = ((list(ans_y), list(y_kept)), (list(ans_batch), list(yb)))
-    x_contract_sorted_by_y = [xc[i] for i in np.argsort(yc)] if yc else []
+    x_contract_sorted_by_y = [xc[i] for i in _argsort(yc)] if yc else []
     unsorted_axes = list(xb) + x_kept + x_contract_sorted_by_y
-    out_axes = [int(i) for i in np.argsort(unsorted_axes)]
+    out_axes = _argsort(unsorted_axes)
     p = dict(params)
     p.setdefault("precision", None)
     p.setdefault("preferred_element_type", None)

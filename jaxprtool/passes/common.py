@@ -139,7 +139,7 @@ class Subst:
     def atoms(self, atoms: tuple[Atom, ...]) -> tuple[Atom, ...]:
         """The atoms substituted: the same tuple object when none of them is replaced."""
         env = self.env
-        if not env or not any(id(a) in env for a in atoms):
+        if not env or env.keys().isdisjoint(map(id, atoms)):
             return atoms
         return tuple(self(a) for a in atoms)
 
@@ -196,18 +196,20 @@ class EqnRewrite:
         self.go = go
         self.sub = Subst()
         self.eqns: list[Eqn] = []
+        #: `keep(e)`: the equation stays (the list's own append: called once per equation)
+        self.keep = self.eqns.append
         self.changed = False
 
     def __iter__(self):
         sub, go = self.sub, self.go
+        env = sub.env
         for e in self.jaxpr.eqns:
-            ne = sub.eqn(map_eqn_jaxprs(e, go))
+            ne = e if e.no_subjaxprs else map_eqn_jaxprs(e, go)
+            if env and not env.keys().isdisjoint(map(id, ne.inputs)):
+                ne = ne.replace(inputs=tuple(map(sub, ne.inputs)))
             if ne is not e:
                 self.changed = True
             yield ne
-
-    def keep(self, e: Eqn) -> None:
-        self.eqns.append(e)
 
     def drop(self, outputs, atoms) -> None:
         """Leave out the equation whose `outputs` are bound to `atoms`."""

@@ -11,7 +11,7 @@ never merged.  Nested jaxprs are handled separately (they are closed).
 
 from __future__ import annotations
 
-from ..core import Jaxpr, Literal, _AlphaEq
+from ..core import Jaxpr, _AlphaEq
 from ..text.printer import printed_params
 from .base import Pass
 from .common import EqnRewrite, eqn_is_pure, recursive_pass, same_type
@@ -36,30 +36,57 @@ CSE = Pass(
 )
 
 
-def _atom_key(a):
-    if isinstance(a, Literal):
-        return ("lit", a)
-    return ("var", id(a))
-
-
 def _cse(jaxpr: Jaxpr, go) -> Jaxpr:
+    """Equations are bucketed by primitive and operands; whether one may be merged and its
+    printed parameters are looked at only when another equation lands in its bucket (most
+    equations of a program have operands of their own)."""
     rw = EqnRewrite(jaxpr, go)
-    table: dict = {}
+    table: dict = {}  # key -> the one equation with it, or a list of candidates
     for e in rw:
-        if _mergeable(e):
-            params = dict(printed_params(e))
-            key = (e.prim, tuple(map(_atom_key, e.inputs)), tuple(sorted(params)))
-            bucket = table.get(key)
-            if bucket is None:
-                table[key] = [(e, params)]
-            else:
-                prev = next((p for p, pp in bucket if _params_equal(pp, params)), None)
-                if prev is not None and _same_outputs(prev, e):
-                    rw.drop(e.outputs, prev.outputs)
-                    continue
-                bucket.append((e, params))
+        # Vars hash and compare by identity, literals by value: the operands are the key
+        key = (e.prim, e.inputs)
+        bucket = table.get(key)
+        if bucket is None:
+            table[key] = e
+            rw.keep(e)
+            continue
+        if bucket.__class__ is not list:
+            bucket = table[key] = [_Candidate(bucket)]
+        cand = _Candidate(e)
+        if cand.mergeable():
+            params = cand.params()
+            prev = next(
+                (c.eqn for c in bucket if c.mergeable() and _params_equal(c.params(), params)),
+                None,
+            )
+            if prev is not None and _same_outputs(prev, e):
+                rw.drop(e.outputs, prev.outputs)
+                continue
+        bucket.append(cand)
         rw.keep(e)
     return rw.result()
+
+
+class _Candidate:
+    """An equation kept in a bucket; its mergeability and printed parameters are computed
+    once, when first asked."""
+
+    __slots__ = ("eqn", "_mergeable", "_params")
+
+    def __init__(self, eqn):
+        self.eqn = eqn
+        self._mergeable = None
+        self._params = None
+
+    def mergeable(self) -> bool:
+        if self._mergeable is None:
+            self._mergeable = _mergeable(self.eqn)
+        return self._mergeable
+
+    def params(self) -> dict:
+        if self._params is None:
+            self._params = dict(printed_params(self.eqn))
+        return self._params
 
 
 def _mergeable(e) -> bool:

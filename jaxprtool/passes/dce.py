@@ -113,6 +113,13 @@ class _DCE:
         new_eqns: list[Eqn] = []
         changed = False
         for e in reversed(jaxpr.eqns):
+            if live.isdisjoint(map(id, e.outputs)) and not eqn_has_effects(e):
+                changed = True  # dead
+                continue
+            if e.no_subjaxprs or not eqn_subjaxprs(e):  # kept whole: rules are for bodies
+                new_eqns.append(e)
+                live.update(map(id, e.inputs))  # a literal's id is no live Var's
+                continue
             used_outs = [id(o) in live for o in e.outputs]
             used_ins, ne = self.rule(e, used_outs)
             if ne is not e:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from ..core import Eqn, Jaxpr, Literal, ShapedArray, np_dtype
+from ..core import Eqn, Jaxpr, Literal, ShapedArray, eqn_subjaxprs, np_dtype
 from ..lazy import np
 from ..record import prim
 from .base import Pass
@@ -44,15 +44,37 @@ FOLD = Pass(
 
 
 def _fold(jaxpr: Jaxpr, go) -> Jaxpr:
+    if _nothing_to_fold(jaxpr):
+        return jaxpr  # what the walk below returns when it folds nothing
     rw = EqnRewrite(jaxpr, go)
     for e in rw:
-        if prim(e.prim).fold is not None and len(e.outputs) == 1:
+        if _all_literals(e.inputs) and len(e.outputs) == 1 and prim(e.prim).fold is not None:
             lit = fold_eqn(e)
             if lit is not None and not eqn_has_effects(e):
                 rw.drop(e.outputs, (lit,))
                 continue
         rw.keep(e)
     return rw.result()
+
+
+def _nothing_to_fold(jaxpr: Jaxpr) -> bool:
+    """No equation has only literal operands, and none has a nested jaxpr: a cheap look that
+    spares the rewrite in the common case."""
+    for e in jaxpr.eqns:
+        inputs = e.inputs
+        if inputs and isinstance(inputs[0], Literal) and _all_literals(inputs):
+            return False
+        if not e.no_subjaxprs and eqn_subjaxprs(e):
+            return False
+    return True
+
+
+def _all_literals(inputs) -> bool:
+    """Operands that are all literals (and at least one): the only equations that fold."""
+    for a in inputs:
+        if not isinstance(a, Literal):
+            return False
+    return bool(inputs)
 
 
 def kind(dt: np.dtype) -> str:

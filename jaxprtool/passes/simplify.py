@@ -86,7 +86,7 @@ class Context:
         producing primitive's `fills_with` rule says is filled with a literal."""
         if isinstance(a, Literal):
             return a.value
-        p = self.producer(a)
+        p = self.producers.get(id(a))  # self.producer(a): `a` is a Var
         if p is not None:
             fills = prim(p.prim).fills_with
             x = fills(p) if fills is not None else None
@@ -104,6 +104,16 @@ def kind(a) -> str:
     d = dtype_of(a)
     if d is None:
         return "?"
+    k = _KIND_OF_DTYPE.get(d)
+    if k is None:
+        k = _KIND_OF_DTYPE[d] = _dtype_kind(d)
+    return k
+
+
+_KIND_OF_DTYPE: dict[str, str] = {}
+
+
+def _dtype_kind(d: str) -> str:
     if d == "bool":
         return "b"
     if d.startswith("i"):

@@ -49,6 +49,11 @@ def infer_types(prim: str, in_types: list[Type], params: dict, out_hint=None) ->
     rule = record_of(prim).shape_rule
     if rule is None:
         raise KeyError(prim)
+    return infer_with_rule(rule, in_types, params, out_hint)
+
+
+def infer_with_rule(rule: ShapeRule, in_types: list[Type], params: dict, out_hint=None):
+    """`infer_types` with the primitive's shape rule already looked up."""
     try:
         key = (rule, _freeze_types(in_types), _freeze_params(params), _freeze_hint(out_hint))
         hit = _INFER_MEMO.get(key)
@@ -69,14 +74,22 @@ class _Unfreezable(Exception):
 
 
 def _freeze_types(types) -> tuple:
-    return tuple(map(_type_key, types))
+    # a ShapedArray by its fields, which hash and compare without a Python-level call; its
+    # == ignores weak_type, which rules propagate: the key has it
+    return tuple(
+        [
+            (t.shape, t.dtype, t.weak_type, t.memory_space, t.vma, t.named_shape)
+            if t.__class__ is ShapedArray
+            else _type_key(t)
+            for t in types
+        ]
+    )
 
 
 def _type_key(t: Type):
-    # ShapedArray's == ignores weak_type, which rules propagate: make it part of the key
     cls = t.__class__
     if cls is ShapedArray:
-        return t, t.weak_type
+        return t.shape, t.dtype, t.weak_type, t.memory_space, t.vma, t.named_shape
     if cls is RefType:
         return t, t.inner.weak_type
     return t
@@ -87,8 +100,38 @@ def _freeze_hint(out_hint) -> tuple | None:
 
 
 def _freeze_params(params: dict) -> tuple:
-    return tuple([(k, _freeze(v)) for k, v in params.items()])
+    key = []
+    for k, v in params.items():
+        cls = v.__class__
+        # a plain value inline (as `_freeze` keys it, one tuple level less); the rest frozen
+        key.append((k, cls, v) if cls in _PLAIN else (k, _freeze(v)))
+    return tuple(key)
 
+
+#: marks the key of a tuple or list of plain ints and such tuples and lists in `_freeze`:
+#: its repr, which tells tuples from lists and each int from every other
+_INT_TREE = object()
+
+
+def _is_int_tree(v: tuple | list) -> bool:
+    for x in v:
+        cls = x.__class__
+        if cls is not int and not ((cls is tuple or cls is list) and _is_int_tree(x)):
+            return False
+    return True
+
+
+def _is_int_tuple_tree(v: tuple) -> bool:
+    for x in v:
+        cls = x.__class__
+        if cls is not int and not (cls is tuple and _is_int_tuple_tree(x)):
+            return False
+    return True
+
+
+#: id(tuple) -> (tuple, key) for the int-tree tuples `_freeze` has keyed (kept alive so that
+#: the id stays theirs): parameter values are passed on from equation to equation
+_TUPLE_KEYS: dict[int, tuple] = {}
 
 _PLAIN = frozenset({int, bool, str, type(None), EnumValue, SymExpr, Opaque})
 
@@ -101,6 +144,17 @@ def _freeze(v):
         return cls, v
     if cls is float:
         return cls, v.hex()
+    if cls is tuple:
+        hit = _TUPLE_KEYS.get(id(v))
+        if hit is not None and hit[0] is v:
+            return hit[1]
+        if _is_int_tuple_tree(v):  # immutable all through: its key can be remembered
+            if len(_TUPLE_KEYS) > 100_000:
+                _TUPLE_KEYS.clear()
+            key = _TUPLE_KEYS[id(v)] = (v, (_INT_TREE, repr(v)))
+            return key[1]
+    if (cls is tuple or cls is list) and _is_int_tree(v):
+        return _INT_TREE, repr(v)  # the common case (axes, shapes, dimension numbers)
     if cls is tuple or cls is list or cls is frozenset:
         return cls, tuple(map(_freeze, v))
     if isinstance(v, np.dtype):
