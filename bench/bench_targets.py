@@ -225,7 +225,7 @@ def ad_pipeline(f, leaves, text: str, repeat: int, folder: Path) -> None:
         "<= 0.50",
         tt <= 0.5 * tj,
     )
-    n_tool, n_jax = count(parse(out).jaxpr), count(closed.jaxpr)
+    n_tool, n_jax = count(parse(out).jaxpr), count(parse(str(closed)).jaxpr)
     row("grad: equations (tool's output vs JAX's grad jaxpr)", n_tool, n_jax, f"{n_tool / n_jax:.2f}",
         "<= 1.00", n_tool <= n_jax)  # fmt: skip
     j = parse(text).jaxpr

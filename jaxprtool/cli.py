@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 import sys
 
 import click
 
 from .core import JaxprError, ProgramError
 from .io import Reported, program_loc, report
+from .lazy import numpy_loaded
 
 #: command name -> "module:attribute" inside jaxprtool.commands
 COMMANDS: dict[str, str] = {
@@ -46,6 +48,18 @@ COMMANDS: dict[str, str] = {
 }
 
 
+#: commands that run programs through JAX (numerical work may use numpy's BLAS threads)
+RUNS_PROGRAMS = frozenset({"run", "compile", "trace", "check-grad", "explain"})
+
+
+def _one_blas_thread() -> None:
+    """The commands that only read, transform and print never call BLAS, yet numpy's
+    OpenBLAS starts a thread per core when numpy is imported (about 0.1 s of CPU, a third of
+    `fmt` of a typical program): ask it for one, unless the user chose a number."""
+    if "OPENBLAS_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"
+
+
 class OptionalValue(click.Option):
     """An option whose value may be left out (`--diff` or `--diff=text`).  Only the `=`
     form gives a value: a bare `--diff` never takes the next word (a FILE) as its value."""
@@ -63,6 +77,8 @@ class LazyGroup(click.Group):
         target = COMMANDS.get(name)
         if target is None:
             return None
+        if name not in RUNS_PROGRAMS and not numpy_loaded():
+            _one_blas_thread()
         module, attr = target.split(":")
         cmd = getattr(importlib.import_module(f"jaxprtool.commands.{module}"), attr)
         _add_global_options(cmd)

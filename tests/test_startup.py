@@ -88,3 +88,40 @@ def test_rounding_without_numpy_matches_numpy():
             assert _rounded(v, "f") == float(np.float32(v)), v
             assert _rounded(v, "e") == float(np.float16(v)), v
     assert _rounded(float("nan"), "f") != _rounded(float("nan"), "f")
+
+
+BLAS_PROBE = r"""
+import os, sys
+from click.testing import CliRunner
+from jaxprtool.cli import main
+
+r = CliRunner().invoke(main, sys.argv[1:])
+assert r.exit_code == 0, r.output
+print(os.environ.get("OPENBLAS_NUM_THREADS"))
+"""
+
+
+@pytest.mark.parametrize(
+    "args, user, expected",
+    [
+        (["fmt"], None, "1"),  # numpy's thread pool is never used: one thread
+        (["grad"], None, "1"),
+        (["fmt"], "3", "3"),  # the user's choice stands
+        (["run", "--random", "0"], None, "None"),  # running programs keeps numpy's default
+    ],
+)
+def test_commands_that_do_not_run_ask_numpy_for_one_blas_thread(tmp_path, args, user, expected):
+    import os
+
+    f = tmp_path / "p.jaxpr"
+    f.write_text(ONE_EQN)
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")
+    }
+    if user is not None:
+        env["OPENBLAS_NUM_THREADS"] = user
+    out = subprocess.run(
+        [sys.executable, "-c", BLAS_PROBE, *args, str(f)],
+        capture_output=True, text=True, check=True, cwd=ROOT, env=env,
+    )  # fmt: skip
+    assert out.stdout.strip().splitlines()[-1] == expected

@@ -168,7 +168,7 @@ def restyle(jaxpr: Jaxpr, style) -> Jaxpr:
     (`out_sharding` of reductions, `sharding` of `reshape`) and called `jit` `pjit`.  A rule
     returns the new `(prim, params)`, or the list of equations that replace one of a primitive
     the older version lacks."""
-    from ..core import map_param_jaxprs
+    from ..core import eqn_subjaxprs, map_param_jaxprs
 
     v = tuple(style.version)
     if v >= (0, 12):
@@ -180,9 +180,13 @@ def restyle(jaxpr: Jaxpr, style) -> Jaxpr:
             return memo[id(j)]
         eqns = []
         for e in j.eqns:
-            params = {k: map_param_jaxprs(val, fix_jaxpr) for k, val in e.params.items()}
             prim = e.prim
             rule = record_of(prim).restyle
+            nested = bool(eqn_subjaxprs(e))
+            if rule is None and not nested:  # most equations: kept as they are
+                eqns.append(e)
+                continue
+            params = {k: map_param_jaxprs(val, fix_jaxpr) for k, val in e.params.items()}
             if rule is not None:
                 restyled = rule(prim, params, e, style)
                 if isinstance(restyled, list):  # a primitive the older version lacks
