@@ -1041,6 +1041,13 @@ def test_corpus_batches_checks_and_prints_in_its_style(sub):
         assert not errs, (p.name, errs)
 
 
+#: corpus programs that never finish on random inputs, under JAX as under the tool
+NONTERMINATING = {
+    "vmap_cond_while.jaxpr": "its while loop doubles each value until all reach 10: the sine of "
+    "a negative input is negative and never does (jax.vmap loops forever too)",
+}
+
+
 @pytest.mark.slow
 def test_corpus_matches_jax_vmap():
     """JAX batches the same program (its primitives bound by the evaluator under jax.vmap)."""
@@ -1050,7 +1057,10 @@ def test_corpus_matches_jax_vmap():
     cases = _corpus_cases("jax-0.12.0.1")
     if not cases:
         pytest.skip("reference corpus not found")
+    assert set(NONTERMINATING) <= {p.name for p, _ in cases}, "stale NONTERMINATING entry"
     for p, j in cases:
+        if p.name in NONTERMINATING:
+            continue
         try:
             backend.check_runnable(j)
         except JaxprError:
