@@ -13,6 +13,7 @@ import sys
 
 import click
 
+from . import core
 from .core import JaxprError, ProgramError
 from .io import Reported, program_loc, report
 from .lazy import numpy_loaded
@@ -52,12 +53,28 @@ COMMANDS: dict[str, str] = {
 RUNS_PROGRAMS = frozenset({"run", "compile", "trace", "check-grad", "explain"})
 
 
-def _one_blas_thread() -> None:
-    """The commands that only read, transform and print never call BLAS, yet numpy's
-    OpenBLAS starts a thread per core when numpy is imported (about 0.1 s of CPU, a third of
-    `fmt` of a typical program): ask it for one, unless the user chose a number."""
-    if "OPENBLAS_NUM_THREADS" not in os.environ and "OMP_NUM_THREADS" not in os.environ:
+#: set by `entry`: this process runs one command (not a library or test process)
+_STANDALONE = False
+
+
+def entry() -> None:
+    """The `jaxprtool` program (its console script and `python -m jaxprtool`)."""
+    global _STANDALONE
+    _STANDALONE = True
+    main(prog_name="jaxprtool")
+
+
+def _one_program_process() -> None:
+    """Settings for a process that reads, transforms and prints one program and exits:
+
+    * numpy's OpenBLAS starts a thread per core when numpy is imported (about 0.1 s of CPU,
+      a third of `fmt` of a typical program) and these commands never call BLAS: ask it for
+      one, unless the user chose a number;
+    * the collector leaves the IR alone after each paused block (`core.FREEZE_AFTER_PAUSE`:
+      about 0.05 s of a transformer's grad)."""
+    if not numpy_loaded() and not {"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"} & set(os.environ):
         os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    core.FREEZE_AFTER_PAUSE = True
 
 
 class OptionalValue(click.Option):
@@ -77,8 +94,8 @@ class LazyGroup(click.Group):
         target = COMMANDS.get(name)
         if target is None:
             return None
-        if name not in RUNS_PROGRAMS and not numpy_loaded():
-            _one_blas_thread()
+        if _STANDALONE and name not in RUNS_PROGRAMS:
+            _one_program_process()
         module, attr = target.split(":")
         cmd = getattr(importlib.import_module(f"jaxprtool.commands.{module}"), attr)
         _add_global_options(cmd)

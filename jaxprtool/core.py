@@ -515,6 +515,13 @@ def all_eqns(jaxpr: Jaxpr):
     yield from walk(jaxpr)
 
 
+#: set by the command line (one program per process): at the end of a paused block, what
+#: it allocated is moved out of the collector's generations (`gc.freeze`), so the first
+#: collection after it does not scan the whole new IR.  Off in a library or test process,
+#: where frozen cyclic garbage would never be collected.
+FREEZE_AFTER_PAUSE = False
+
+
 @contextlib.contextmanager
 def gc_paused():
     """Pause the cyclic garbage collector inside the block (as a decorator: inside the call).
@@ -527,6 +534,8 @@ def gc_paused():
         yield
     finally:
         if enabled:
+            if FREEZE_AFTER_PAUSE:
+                gc.freeze()
             gc.enable()
 
 

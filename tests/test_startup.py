@@ -92,11 +92,13 @@ def test_rounding_without_numpy_matches_numpy():
 
 BLAS_PROBE = r"""
 import os, sys
-from click.testing import CliRunner
-from jaxprtool.cli import main
+import jaxprtool.cli
 
-r = CliRunner().invoke(main, sys.argv[1:])
-assert r.exit_code == 0, r.output
+sys.argv[0] = "jaxprtool"
+try:
+    jaxprtool.cli.entry()  # the program itself (not CliRunner: a test process keeps defaults)
+except SystemExit as e:
+    assert e.code in (0, None), e.code
 print(os.environ.get("OPENBLAS_NUM_THREADS"))
 """
 
@@ -125,3 +127,16 @@ def test_commands_that_do_not_run_ask_numpy_for_one_blas_thread(tmp_path, args, 
         capture_output=True, text=True, check=True, cwd=ROOT, env=env,
     )  # fmt: skip
     assert out.stdout.strip().splitlines()[-1] == expected
+
+
+def test_a_test_process_keeps_the_collector_and_blas_defaults():
+    """Only the program itself (`cli.entry`) freezes the collector's generations and asks for
+    one BLAS thread: a library or test process (CliRunner) keeps both defaults."""
+    from click.testing import CliRunner
+
+    from jaxprtool import core
+    from jaxprtool.cli import main
+
+    r = CliRunner().invoke(main, ["fmt", "-"], input=ONE_EQN)
+    assert r.exit_code == 0, r.output
+    assert core.FREEZE_AFTER_PAUSE is False
