@@ -596,16 +596,7 @@ class _Printer:
                     line = (pp.LAZY, flat, _build_eqn, (name, kvs, ins, outs, eq), _render_eqn, w)
             if line is None:
                 self._name_eqn(e)
-                for a in e.inputs:
-                    if a.__class__ is not Literal:
-                        i = id(a)
-                        if scope.get(names[i]) != i and i in bound:
-                            bad.append(i)
-                    elif not a.typed:
-                        untyped = True
-                for v in e.outputs:
-                    scope[names[id(v)]] = id(v)
-                    bound.add(id(v))
+                untyped = _read_scope(e, names, scope, bound, bad) or untyped
             docs.append(line)
         self.lines[id(j)] = docs
         if id(j) not in self.scope_state:
@@ -683,16 +674,7 @@ class _Printer:
             scope[names[id(v)]] = id(v)
             bound.add(id(v))
         for e in j.eqns:
-            for a in e.inputs:
-                if a.__class__ is not Literal:
-                    i = id(a)
-                    if scope.get(names[i]) != i and i in bound:
-                        shadowed.append(i)
-                elif not a.typed:
-                    untyped = True
-            for v in e.outputs:
-                scope[names[id(v)]] = id(v)
-                bound.add(id(v))
+            untyped = _read_scope(e, names, scope, bound, shadowed) or untyped
         self._finish_scope(j, _Scope(scope, bound, shadowed, untyped), bad)
 
     def _finish_scope(self, j: Jaxpr, st: _Scope, bad: dict[int, None]) -> None:
@@ -936,6 +918,24 @@ class _Printer:
 
 
 # ---------------------------------------------------------------- equations in their own syntax
+
+
+def _read_scope(e, names, scope: dict, bound: set, shadowed: list) -> bool:
+    """One equation of the scope check, in the order the reader sees it: each use that
+    would read another binding of its name goes into `shadowed`, then the results are bound.
+    True when the equation prints an untyped literal."""
+    untyped = False
+    for a in e.inputs:
+        if a.__class__ is not Literal:
+            i = id(a)
+            if scope.get(names[i]) != i and i in bound:
+                shadowed.append(i)
+        elif not a.typed:
+            untyped = True
+    for v in e.outputs:
+        scope[names[id(v)]] = id(v)
+        bound.add(id(v))
+    return untyped
 
 
 class _Scope:
