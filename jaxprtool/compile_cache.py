@@ -1,18 +1,25 @@
 """JAX's persistent compilation cache for `run` and `compile` (jax is imported only when it is
 switched on or off, so `--help` does not import the back end).
 
-On by default, in the subfolder `xla` of the user's jaxprtool cache folder (the folder the
-grammar cache uses: 0700, owned by the user; JAX's cache is trusted code, so a folder others
-could write to is refused and the cache stays off).  Every compilation is kept, however short
-(`jax_persistent_cache_min_compile_time_secs=0`): a command compiles once per process, so the
-next process of the same program on the same device skips XLA.
+On by default, in the subfolder `xla` of the user's jaxprtool cache folder.  A cached entry is
+a compiled executable, that is machine code that `run` executes: so the folder is used only
+when `cachefs.cache_dir` trusts it (the user's, writable by no one else; else a warning and the
+cache stays off), and every entry is read through `cachefs.read_entry` (a regular file of the
+user's, writable by no one else, size-capped, opened without blocking or following links):
+JAX's own file cache would read whatever is in the folder.  Every compilation is kept, however
+short (`jax_persistent_cache_min_compile_time_secs=0`): a command compiles once per process,
+so the next process of the same program on the same device skips XLA.
 """
 
 from __future__ import annotations
 
-from .text.grammar import cache_dir, cache_path
+import os
+
+from .cachefs import cache_dir, cache_path, read_entry, write_entry
 
 SUBFOLDER = "xla"
+#: the file name JAX's own file cache gives an entry (`KEY-cache`)
+SUFFIX = "-cache"
 
 
 def folder_for_help() -> str:
@@ -20,19 +27,56 @@ def folder_for_help() -> str:
     return cache_path(SUBFOLDER) or "(no cache folder: HOME is not set)"
 
 
+def trusted_cache(folder: str):
+    """JAX's cache interface over `folder`, reading only entries `cachefs` trusts."""
+    from jax._src.compilation_cache_interface import CacheInterface
+
+    class TrustedFileCache(CacheInterface):
+        def __init__(self, path: str):
+            self._path = path
+
+        def get(self, key: str) -> bytes | None:
+            path = self._entry(key)
+            return read_entry(path) if path else None
+
+        def put(self, key: str, value: bytes) -> None:
+            path = self._entry(key)
+            if path:
+                write_entry(path, value, replace=False)  # leave others' files alone
+
+        def _entry(self, key: str) -> str | None:
+            """The entry's file (None for a key that is not a plain file name)."""
+            if not key or os.sep in key or key.startswith(".") or "\0" in key:
+                return None
+            return os.path.join(self._path, key + SUFFIX)
+
+    return TrustedFileCache(folder)
+
+
 def configure(enabled: bool) -> str | None:
-    """Switch JAX's persistent compilation cache on (in the user's folder) or off, before the
-    first compilation of this command; returns the folder in use (None: off)."""
+    """Switch JAX's persistent compilation cache on (in the user's folder, through
+    `trusted_cache`) or off, before the first compilation of this command; returns the folder
+    in use (None: off)."""
     import jax
-    from jax.experimental.compilation_cache import compilation_cache
+    from jax._src import compilation_cache as cc
 
     folder = cache_dir(SUBFOLDER) if enabled else None
-    want = (folder, folder is not None)
-    have = (jax.config.jax_compilation_cache_dir, jax.config.jax_enable_compilation_cache)
-    if want != have:
+    if folder is not None and not _can_install(cc):
+        folder = None  # a JAX whose cache we cannot supervise: compile every time
+    current = cc._cache._path if cc._cache is not None else None
+    if (folder, folder is not None) != (current, jax.config.jax_enable_compilation_cache):
         jax.config.update("jax_compilation_cache_dir", folder)
         jax.config.update("jax_enable_compilation_cache", folder is not None)
-        compilation_cache.reset_cache()  # JAX decides once per process whether to use it
+        cc.reset_cache()  # JAX decides once per process whether to use it
+        if folder is not None:
+            with cc._cache_initialized_mutex:
+                cc._cache = trusted_cache(folder)
+                cc._cache_initialized = True  # JAX must not open its own file cache there
     if folder is not None:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     return folder
+
+
+def _can_install(cc) -> bool:
+    """Whether this JAX's cache module has the hooks `configure` sets."""
+    return all(hasattr(cc, a) for a in ("_cache", "_cache_initialized", "_cache_initialized_mutex"))

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import jax
+import numpy as np
 import pytest
 from jax.experimental.compilation_cache import compilation_cache
 from jax_oracle import run
@@ -114,22 +118,157 @@ def test_a_second_process_finds_the_first_ones_executable(tmp_path, program):
     assert entries(folder) == first and out2 == out1
 
 
-def test_a_folder_others_can_write_is_not_used(cache_home, program):
+SIN = "{ lambda ; a:f32[]. let b:f32[] = sin a in (b,) }\n"
+COS = "{ lambda ; a:f32[]. let b:f32[] = cos a in (b,) }\n"
+OTHER_UID = 65534  # nobody
+
+
+def value_of(result) -> float:
+    """The one output `run --print-values full --output-format json` printed."""
+    assert result.exit_code == 0, result.output
+    return float(np.asarray(json.loads(result.stdout)["outputs"][0]["data"]))
+
+
+def run_at(path, x=0.5):
+    return run(["run", str(path), "--input", f"f32[]={x}", "--output-format", "json"])
+
+
+@pytest.fixture
+def sin_cos(tmp_path, cache_home):
+    """Programs sin and cos, each run once; returns (sin path, cos path, sin's entry, cos's)."""
+    (tmp_path / "sin.jaxpr").write_text(SIN)
+    (tmp_path / "cos.jaxpr").write_text(COS)
+    assert value_of(run_at(tmp_path / "sin.jaxpr")) == pytest.approx(np.sin(0.5))
+    (sin_entry,) = entries(cache_home)
+    assert value_of(run_at(tmp_path / "cos.jaxpr")) == pytest.approx(np.cos(0.5))
+    (cos_entry,) = entries(cache_home) - {sin_entry}
+    return tmp_path / "sin.jaxpr", tmp_path / "cos.jaxpr", sin_entry, cos_entry
+
+
+def plant(folder: Path, name: str, data: bytes) -> Path:
+    path = folder / name
+    path.unlink()
+    path.write_bytes(data)
+    return path
+
+
+def test_an_entry_of_another_user_is_not_run(sin_cos, cache_home):
+    """The reported attack: another user's `sin` executable planted as the `cos` entry."""
+    sin, cos, sin_entry, cos_entry = sin_cos
+    if os.getuid() != 0:
+        pytest.skip("giving a file to another user needs root (chown)")
+    planted = plant(cache_home, cos_entry, (cache_home / sin_entry).read_bytes())
+    os.chown(planted, OTHER_UID, OTHER_UID)
+    assert value_of(run_at(cos)) == pytest.approx(np.cos(0.5))
+    assert planted.stat().st_uid == OTHER_UID  # ignored and left alone
+    assert planted.read_bytes() == (cache_home / sin_entry).read_bytes()
+
+
+@pytest.mark.parametrize("kind", ["group-writable", "symlink", "fifo", "too large"])
+def test_an_untrusted_entry_is_ignored_and_left_alone(sin_cos, cache_home, kind, monkeypatch):
+    sin, cos, sin_entry, cos_entry = sin_cos
+    target = cache_home / cos_entry
+    sin_bytes = (cache_home / sin_entry).read_bytes()
+    target.unlink()
+    if kind == "group-writable":
+        target.write_bytes(sin_bytes)
+        os.chmod(target, 0o660)
+    elif kind == "symlink":
+        os.symlink(cache_home / sin_entry, target)
+    elif kind == "fifo":
+        os.mkfifo(target, 0o600)
+    else:
+        from jaxprtool import cachefs
+
+        target.write_bytes(sin_bytes)
+        monkeypatch.setattr(cachefs, "MAX_ENTRY_BYTES", len(sin_bytes) - 1)
+    before = os.lstat(target)
+    assert value_of(run_at(cos)) == pytest.approx(np.cos(0.5))  # (a fifo would hang a read)
+    after = os.lstat(target)
+    assert (after.st_mode, after.st_ino, after.st_size) == (
+        before.st_mode,
+        before.st_ino,
+        before.st_size,
+    )
+
+
+def test_a_folder_others_can_write_is_refused_not_remoded(cache_home, program):
     cache_home.mkdir(parents=True)
     os.chmod(cache_home.parent, 0o700)
-    os.chmod(cache_home, 0o777)  # repaired to 0700 (it is the user's own folder)
+    os.chmod(cache_home, 0o777)
     r = run(["run", program, "--random", "0"])
     assert r.exit_code == 0, r.output
-    assert cache_home.stat().st_mode & 0o777 == 0o700
-    link = cache_home.parent / "elsewhere"
-    link.mkdir()
-    for p in cache_home.iterdir():
-        p.unlink()
-    cache_home.rmdir()
-    os.symlink(link, cache_home)  # a link is not a private folder: the cache stays off
+    assert r.stderr.count("warning: cache folder") == 1
+    assert f"{cache_home} can be written by others (mode 0777): not used" in r.stderr
+    assert cache_home.stat().st_mode & 0o777 == 0o777  # never re-moded and trusted
+    assert entries(cache_home) == set()
+
+
+def test_a_linked_folder_is_refused(cache_home, program):
+    cache_home.parent.mkdir(parents=True, mode=0o700)
+    elsewhere = cache_home.parent / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    os.symlink(elsewhere, cache_home)
     r = run(["run", program, "--random", "0"])
     assert r.exit_code == 0, r.output
-    assert entries(link) == set()
+    assert "is not a folder (a link or a file): not used" in r.stderr
+    assert entries(elsewhere) == set()
+
+
+def test_a_folder_of_another_user_is_refused(cache_home, program):
+    if os.getuid() != 0:
+        pytest.skip("giving a folder to another user needs root (chown)")
+    cache_home.mkdir(parents=True, mode=0o700)
+    os.chown(cache_home, OTHER_UID, OTHER_UID)
+    r = run(["run", program, "--random", "0"])
+    assert r.exit_code == 0, r.output
+    assert f"belongs to another user (uid {OTHER_UID}): not used" in r.stderr
+    assert entries(cache_home) == set()
+
+
+@pytest.fixture
+def open_cache_home(monkeypatch, cache_home):
+    """A cache home that another user can reach (tmp_path's folders are private to root)."""
+    base = Path(tempfile.mkdtemp(prefix="jaxprtool-cache-"))
+    os.chmod(base, 0o755)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(base))
+    yield base / "jaxprtool" / "xla"
+    shutil.rmtree(base)
+
+
+def test_a_real_write_by_another_user_is_never_run(open_cache_home, tmp_path):
+    """The reproduction with a real second user: folders made 0777, then uid 65534 replaces
+    the `cos` entry with the `sin` executable from its own process."""
+    if os.getuid() != 0:
+        pytest.skip("writing as another user needs root to drop privileges (setuid)")
+    folder = open_cache_home
+    (tmp_path / "sin.jaxpr").write_text(SIN)
+    (tmp_path / "cos.jaxpr").write_text(COS)
+    value_of(run_at(tmp_path / "sin.jaxpr"))
+    (sin_entry,) = entries(folder)
+    value_of(run_at(tmp_path / "cos.jaxpr"))
+    (cos_entry,) = entries(folder) - {sin_entry}
+    for d in (folder.parent, folder):
+        os.chmod(d, 0o777)
+    attacker = (
+        "import os, sys; os.setgid(%d); os.setuid(%d); t = sys.argv[1]; "
+        "data = sys.stdin.buffer.read(); os.unlink(t); open(t, 'wb').write(data)"
+    ) % (OTHER_UID, OTHER_UID)
+    done = subprocess.run(
+        [sys.executable, "-c", attacker, str(folder / cos_entry)],
+        input=(folder / sin_entry).read_bytes(),
+        capture_output=True,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"could not write as uid {OTHER_UID}: {done.stderr.decode()[-200:]}")
+    assert (folder / cos_entry).stat().st_uid == OTHER_UID
+    r = run_at(tmp_path / "cos.jaxpr")
+    assert value_of(r) == pytest.approx(np.cos(0.5))
+    assert "can be written by others (mode 0777): not used" in r.stderr
+    for d in (folder.parent, folder):  # the user repairs the folders: the entry stays unread
+        os.chmod(d, 0o700)
+    assert value_of(run_at(tmp_path / "cos.jaxpr")) == pytest.approx(np.cos(0.5))
+    assert (folder / cos_entry).stat().st_uid == OTHER_UID
 
 
 def test_help_shows_the_folder(cache_home):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import re
 from pathlib import Path
 
@@ -832,8 +833,76 @@ def test_a_planted_pickle_in_the_grammar_cache_runs_no_code(tmp_path, monkeypatc
     lk = grammar.build_lark(parser._Layout(), parser._Build())
     assert not marker.exists()
     assert lk.options.parser == "lalr"
-    # the foreign file was replaced by a JSON cache
-    assert json.loads(Path(path).read_text())["format"] == grammar.CACHE_FORMAT
+    # the foreign file was replaced by a JSON cache, its first line the format and digest
+    head, body = Path(path).read_bytes().split(b"\n", 1)
+    assert head.split()[0].decode() == grammar.CACHE_FORMAT
+    assert isinstance(json.loads(body), dict)
+
+
+def _fresh_cache(tmp_path, monkeypatch):
+    """A grammar cache written under tmp_path; returns its path."""
+    from jaxprtool.text import grammar, parser
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    grammar.build_lark(parser._Layout(), parser._Build())
+    (cached,) = (tmp_path / "jaxprtool").glob("*.json")
+    return cached
+
+
+NESTED = "{ lambda ; a:f32[]. let b:f32[] = pjit[name=f jaxpr={ lambda ; c:f32[]. let d:f32[] = sin c in (d,) }] a in (b,) }"
+
+
+def test_an_altered_grammar_cache_is_rebuilt(tmp_path, monkeypatch):
+    """A cache that still loads but whose tables were changed (here: one terminal's pattern)
+    fails its digest and is rebuilt, instead of misleading the parser."""
+    from jaxprtool.text import grammar, parser
+
+    cached = _fresh_cache(tmp_path, monkeypatch)
+    head, body = cached.read_bytes().split(b"\n", 1)
+    altered = body.replace(b'"value": "let(', b'"value": "lex(', 1)
+    assert altered != body
+    cached.write_bytes(head + b"\n" + altered)
+    lk = grammar.build_lark(parser._Layout(), parser._Build())
+    assert lk.options.parser == "lalr"
+    assert grammar._read_cache(str(cached)) is not None  # rebuilt: its digest holds
+    assert b'"value": "let(' in cached.read_bytes()
+    assert parse(NESTED, "t.jaxpr", fast=False).jaxpr.eqns[0].prim == "pjit"
+
+
+def test_a_fifo_or_huge_grammar_cache_is_ignored(tmp_path, monkeypatch):
+    """A FIFO planted as the cache would block a plain open; a 3 GiB file would be read whole."""
+    from jaxprtool.text import grammar, parser
+
+    cached = _fresh_cache(tmp_path, monkeypatch)
+    cached.unlink()
+    os.mkfifo(cached, 0o600)
+    assert grammar.build_lark(parser._Layout(), parser._Build()).options.parser == "lalr"
+    assert stat.S_ISFIFO(os.lstat(cached).st_mode)  # ignored and left alone: nothing written
+    cached.unlink()
+    with open(cached, "wb") as f:
+        f.truncate(3 << 30)  # sparse: no disk used
+    assert grammar.build_lark(parser._Layout(), parser._Build()).options.parser == "lalr"
+    assert cached.stat().st_size < 3 << 30  # replaced by a fresh cache
+
+
+def test_a_grammar_cache_folder_others_can_write_is_not_used(tmp_path, monkeypatch, capsys):
+    from jaxprtool import cachefs
+    from jaxprtool.text import grammar
+
+    (tmp_path / "jaxprtool").mkdir(mode=0o700)
+    os.chmod(tmp_path / "jaxprtool", 0o777)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(cachefs, "_warned", set())
+    assert grammar.cache_file("g", "1") is None
+    assert grammar.cache_file("g", "1") is None
+    err = capsys.readouterr().err
+    assert err == (
+        f"warning: cache folder {tmp_path / 'jaxprtool'} can be written by others (mode 0777):"
+        " not used (remove it, or `chmod 700` a folder of your own, or set XDG_CACHE_HOME to a"
+        " private folder)\n"
+    )
+    assert (tmp_path / "jaxprtool").stat().st_mode & 0o777 == 0o777
+    assert parse(NESTED, "t.jaxpr", fast=False).jaxpr.eqns[0].prim == "pjit"
 
 
 def test_a_relative_cache_home_is_ignored(tmp_path, monkeypatch):
@@ -858,7 +927,7 @@ def test_a_symlinked_cache_file_is_not_followed(tmp_path, monkeypatch):
     grammar.build_lark(parser._Layout(), parser._Build())
     assert not marker.exists()
     assert target.read_bytes() == payload  # the link's target is neither read nor overwritten
-    assert not os.path.islink(path) and os.path.isfile(path)
+    assert os.path.islink(path)  # ignored and left alone
 
 
 def test_grammar_forms():

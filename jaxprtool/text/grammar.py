@@ -14,15 +14,14 @@ that they agree).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import re
-import stat
 from pathlib import Path
 
 import jaxprtool
+from jaxprtool.cachefs import cache_dir, read_entry, write_entry
 
 #: the grammar (lark syntax)
 GRAMMAR_PATH = Path(jaxprtool.__file__).parent / "grammars" / "jaxpr.lark"
@@ -127,51 +126,7 @@ FAST_BINDER_TOKEN = re.compile(rf"{_NAME}:{_FAST_TYPE}")
 OUTVAR_TOKEN = re.compile(rf"({_LITVAL}:{_ARRAY_TYPE})|({_ULITVAL})|([a-z]+_?|_)")
 
 
-CACHE_FORMAT = "jaxprtool-grammar-json-1"
-
-
-def cache_path(sub: str | None = None) -> str | None:
-    """Where the user's cache folder for jaxprtool (or its subfolder `sub`) is; nothing is
-    created.  A relative `XDG_CACHE_HOME` is ignored (the XDG spec says so, and a relative
-    path would let a file planted in the working folder stand in for the cache)."""
-    base = os.environ.get("XDG_CACHE_HOME", "")
-    if not os.path.isabs(base):
-        base = os.path.join(os.path.expanduser("~"), ".cache")
-    if not os.path.isabs(base):
-        return None
-    d = os.path.join(base, "jaxprtool")
-    return d if sub is None else os.path.join(d, sub)
-
-
-def cache_dir(sub: str | None = None) -> str | None:
-    """The user's cache folder for jaxprtool (or its subfolder `sub`, e.g. JAX's compilation
-    cache), created 0700; None when it cannot be trusted: each folder must be a real
-    directory owned by the user and writable by no one else."""
-    top = cache_path()
-    if top is None or not _private_dir(top):
-        return None
-    d = cache_path(sub)
-    return d if sub is None or _private_dir(d) else None
-
-
-def _private_dir(d: str) -> bool:
-    try:
-        os.makedirs(d, mode=0o700, exist_ok=True)
-        st = os.lstat(d)
-    except OSError:
-        return False
-    if not stat.S_ISDIR(st.st_mode) or not _owned_by_user(st):
-        return False
-    if stat.S_IMODE(st.st_mode) != 0o700:
-        try:
-            os.chmod(d, 0o700)  # a folder made by an older version, or under another umask
-        except OSError:
-            return False
-    return True
-
-
-def _owned_by_user(st: os.stat_result) -> bool:
-    return not hasattr(os, "getuid") or st.st_uid == os.getuid()
+CACHE_FORMAT = "jaxprtool-grammar-json-2"
 
 
 def cache_file(grammar: str, version: str) -> str | None:
@@ -211,43 +166,28 @@ def _decode(x):
 
 
 def _read_cache(path: str):
-    """The cached tables, or None when the file is missing, not a regular file of the user's
-    (a symlink, say), or not what `_write_cache` writes.  The file is JSON: reading it can
-    run no code, whoever wrote it."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
+    """The cached tables, or None when the file is not one `cachefs.read_entry` trusts, or not
+    what `_write_cache` wrote: its first line is the format and the SHA-256 of the rest, so a
+    damaged or altered file is rebuilt instead of loading tables that mislead the parser.  The
+    file is JSON: reading it can run no code, whoever wrote it."""
+    data = read_entry(path)
+    if data is None:
+        return None
+    head, _, body = data.partition(b"\n")
+    if head != f"{CACHE_FORMAT} {hashlib.sha256(body).hexdigest()}".encode():
         return None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or not _owned_by_user(st) or st.st_mode & 0o022:
-            return None
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            doc = json.loads(f.read().decode("utf-8"))
-        if not isinstance(doc, dict) or doc.get("format") != CACHE_FORMAT:
-            return None
-        tables = _decode(doc["tables"])
-        return tables if isinstance(tables, dict) and {"data", "memo"} <= tables.keys() else None
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        tables = _decode(json.loads(body.decode("utf-8")))
+    except (ValueError, KeyError, TypeError, RecursionError):
         return None
-    finally:
-        os.close(fd)
+    return tables if isinstance(tables, dict) and {"data", "memo"} <= tables.keys() else None
 
 
 def _write_cache(path: str, tables: dict) -> None:
     """Write the tables atomically, 0600, never through a link planted at `path`."""
-    text = json.dumps({"format": CACHE_FORMAT, "tables": _encode(tables)})
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        fd = os.open(
-            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600
-        )
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)  # replaces a link itself, never its target
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+    body = json.dumps(_encode(tables)).encode("utf-8")
+    head = f"{CACHE_FORMAT} {hashlib.sha256(body).hexdigest()}\n".encode()
+    write_entry(path, head + body)
 
 
 def lark_plugins() -> dict:
