@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 
+from ..ad import batching as BT
 from ..ad import builder as B
 from ..ad import ops
 from ..ad.builder import current
@@ -158,6 +159,33 @@ def _evaluate_body(key: str):
 
     def rule(interp, eqn, invals, path):
         return interp.call(eqn, invals, path, key)
+
+    return rule
+
+
+def _body_key(name, params) -> str:
+    """The parameter holding the body of the call `name` (its record's, or the one present)."""
+    k = record_of(name).call_body
+    if k in params:
+        return k
+    for alt in ("jaxpr", "call_jaxpr", "fun_jaxpr"):
+        if alt in params and isinstance(params[alt], Jaxpr):
+            return alt
+    raise JaxprError(f"vmap: '{name}': no body jaxpr in its parameters", B.current().loc)
+
+
+def _emit_call(name, args, params, key, body: Jaxpr):
+    return B.current().emit(name, args, dict(params, **{key: body}), [v.type for v in body.outvars])
+
+
+def _call_batching(name):
+    """JAX's `_pjit_batcher` / `_eval_jaxpr_batch` / custom_jvp/vjp calls: the body is
+    batched with the operands' batch dimensions where they are, and the results keep theirs."""
+
+    def rule(args, dims, **params):
+        key = _body_key(name, params)
+        body, out_dims = BT.batch_jaxpr2(params[key], dims)
+        return _emit_call(name, args, params, key, body), out_dims
 
     return rule
 
@@ -317,6 +345,7 @@ for _p, (_body, _keys) in _PLAIN_CALLS.items():
         jvp_kind=LOW_LEVEL,
         linearization=_call_linearize(_p),
         transpose=_call_transpose(_p),
+        batching=_call_batching(_p),
     )
 
 # composite (lax.composite): a named decomposition, run as its body (what XLA runs where no
@@ -465,6 +494,19 @@ def _name_transpose(ct, x, **params):
     return [ct]
 
 
+def _remat_batching(name):
+    """JAX's `remat_vmap`: batched results at axis 0."""
+
+    def rule(args, dims, **params):
+        key = _body_key(name, params)
+        inner = params[key]
+        dest = [BT.ZERO_IF_MAPPED] * len(inner.outvars)
+        body, out_dims = BT.batch_jaxpr_axes(inner, dims, dest)
+        return _emit_call(name, args, params, key, body), out_dims
+
+    return rule
+
+
 for _p, _body, _keys in (
     ("remat2", "jaxpr", _JAXPR_FIRST),
     ("checkpoint", "jaxpr", _JAXPR_FIRST),
@@ -480,6 +522,7 @@ for _p, _body, _keys in (
         linearization=_remat_linearize(_p),
         transpose=_call_transpose(_p),
         evaluate=_remat_evaluate,
+        batching=_remat_batching(_p),
     )
 for _p in ("remat2", "checkpoint"):
     define(_p, multiple_results=True)
@@ -775,6 +818,8 @@ for _p in ("custom_jvp_call", "custom_vjp_call"):
         evaluate=_evaluate_body("call_jaxpr"),
     )
 define("custom_vjp_call_jaxpr", evaluate=_evaluate_body("fun_jaxpr"))
+for _p in ("custom_jvp_call", "custom_jvp_call_jaxpr", "custom_vjp_call", "custom_vjp_call_jaxpr"):
+    define(_p, batching=_call_batching(_p))
 
 
 def _custom_vmap_jvp(primals, tangents, **params):
@@ -840,6 +885,7 @@ define(
     transpose=_opt_barrier_transpose,
     evaluate=_opt_barrier_evaluate,
     flops=lambda e: 0,
+    batching=BT.same_dims("optimization_barrier"),
 )
 
 

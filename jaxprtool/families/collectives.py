@@ -1063,6 +1063,30 @@ for _n in (
     define(_n, family="collectives")
 
 
+def _collective_batching(name):
+    """vmap of a collective: refused (the batch axis would have to become a named axis)."""
+
+    def rule(args, dims, **params):
+        axis = params.get("axis_name", params.get("axes"))
+        what = f" over axis_name {axis}" if axis is not None else ""
+        raise JaxprError(
+            f"vmap: '{name}' is a collective{what}; batching collectives (axis_name) is not "
+            "supported yet",
+            B.current().loc,
+        )
+
+    return rule
+
+
+COLLECTIVES = """
+psum pmax pmin ppermute pshuffle all_gather all_gather_invariant all_to_all ragged_all_to_all
+reduce_scatter psum_scatter psum_invariant pbroadcast pvary pcast axis_index unreduced_pmax
+unreduced_pmin
+""".split()
+for _n in COLLECTIVES:
+    define(_n, batching=_collective_batching(_n))
+
+
 for _n in ("psum", "pmax", "pmin"):
     define(_n, evaluate=_eval_each)
 

@@ -9,6 +9,7 @@ the JVP rebinds the primitive on the tangent and the transpose passes the cotang
 
 from __future__ import annotations
 
+from ..ad import batching as BT
 from ..ad.registry import defidentity
 from ..core import ShapedArray
 from ..primitives import shape_rule
@@ -43,7 +44,13 @@ def _identity(in_types, params, out_hint):
 # ---------------------------------------------------------------- device_put (several operands)
 
 defidentity("device_put")
-define("device_put", multiple_results=True, evaluate=_evaluate_identity, flops=_no_flops)
+define(
+    "device_put",
+    multiple_results=True,
+    evaluate=_evaluate_identity,
+    flops=_no_flops,
+    batching=BT.same_dims("device_put"),
+)
 
 
 # ---------------------------------------------------------------- reshard, mesh_cast
@@ -76,12 +83,14 @@ defidentity("mesh_cast")
 # (its JVP, transpose and evaluation are in collectives.py: reshard moves data across devices)
 define("reshard", print_params=_print_reshard, flops=_no_flops)
 define("mesh_cast", evaluate=_evaluate_identity)
+for _n in ("reshard", "mesh_cast"):
+    define(_n, batching=BT.vectorized(_n))
 
 
 # ---------------------------------------------------------------- sharding_constraint, memory space
 
 # (its JVP, transpose and evaluation are in collectives.py, with the mesh it constrains to)
-define("sharding_constraint", flops=_no_flops)
+define("sharding_constraint", flops=_no_flops, batching=BT.vectorized("sharding_constraint"))
 for _n in (
     "layout_constraint",
     "with_memory_space_constraint",
@@ -90,3 +99,5 @@ for _n in (
     "remove_memory_space",
 ):
     defidentity(_n)
+    define(_n, batching=BT.vectorized(_n))
+define("shard_alike", batching=BT.vectorized("shard_alike"))
