@@ -48,10 +48,20 @@ class Primitive:
     effectful: bool = False
     #: draws random numbers: never merged by CSE
     random: bool = False
+    #: JAX's custom-derivative call ("jvp": custom_jvp, "vjp": custom_vjp): `trace` traces
+    #: its rules and attaches them to the equation (`backend/custom_rules.py`), so the AD
+    #: commands differentiate as JAX does
+    traced_rules: str | None = None
     #: the parameter holding the called body, for call-like primitives (jit, remat, ...)
     call_body: str | None = None
     #: a call whose body the `inline` pass may copy into the caller (jit, not remat)
     inlinable: bool = False
+    #: the first JAX version that prints the primitive: a program using it is that version's
+    #: (`text.style.detect_style`)
+    first_version: tuple[int, ...] | None = None
+    #: `rule(eqn) -> set[str]`: what the way the equation is printed says about the JAX version
+    #: that printed it, in the clues `text.style.detect_style` reads (`style.CLUE_*`)
+    version_clues: Callable | None = None
     #: `rule(eqn, style) -> [(key, value), ...]`: the parameters JAX prints, in order
     #: (JAX's `pp_eqn_rules`); None: every parameter, sorted by key
     print_params: Callable | None = None
@@ -114,6 +124,12 @@ class Primitive:
     #: `(text, fn)`: the analytic derivative `explain` checks, `fn(x)` (one operand) or
     #: `fn(x, y) -> (d/dx, d/dy)` (two) on float64 numpy arrays
     derivative_formula: tuple[str, Callable] | None = None
+    #: `rule(eqn, key, body) -> [atom, ...] | None`: the operands of the equation that the
+    #: binders of its nested jaxpr `body` (parameter `key`) bind (the graph's edges into a
+    #: body); None: one binder per operand when the counts agree, else no correspondence
+    body_operands: Callable | None = None
+    #: a loop whose trip count the program does not fix (`stats` counts them)
+    unbounded_loop: bool = False
     #: `rule(eqn, costs) -> (flops, bytes)`: the cost of an equation with bodies from the
     #: (flops, bytes) of one run of each body (stats); None: their sum
     body_cost: Callable | None = None

@@ -43,6 +43,7 @@ from ..core import (
 )
 from ..record import prim as record_of
 from . import builder as B
+from . import ops
 
 __all__ = [
     "not_mapped",
@@ -242,8 +243,6 @@ def moveaxis(x: Atom, src: int, dst: int) -> Atom:
 
 def broadcast(x: Atom, size: int, axis: int) -> Atom:
     """`x` with a new axis of `size` at `axis` (a `broadcast_in_dim`)."""
-    from . import ops
-
     t = x.type
     shape = list(t.shape)
     shape.insert(axis, size)
@@ -437,9 +436,7 @@ def batch_jaxpr2(jaxpr: Jaxpr, in_axes: Sequence[int | None]) -> tuple[Jaxpr, li
 
 def inline_jaxpr(jaxpr: Jaxpr, args: Sequence[Atom]) -> list[Atom]:
     """Copy the equations of `jaxpr` into the current builder on `args` (`ops.emit_jaxpr`)."""
-    from .ops import emit_jaxpr
-
-    return emit_jaxpr(jaxpr, args)
+    return ops.emit_jaxpr(jaxpr, args)
 
 
 # ---------------------------------------------------------------- vmap of a whole program
@@ -564,8 +561,6 @@ def vectorized(name: str):
 
 
 def _expand_trailing(x: Atom, nd: int) -> Atom:
-    from . import ops
-
     k = ndim(x)
     if k == nd:
         return x
@@ -701,5 +696,5 @@ def loop_fallback(args, dims, warn: bool = False, **_params):
 
     style = c.style if c.style is not None else DEFAULT_STYLE
     params = style.scan_params(jaxpr=body, length=size, num_consts=len(consts), num_carry=0)
-    res = b.emit("scan", consts + xs, params, [batched_type(o.type, 0, size) for o in outs])
+    res = ops.emit_scan(consts + xs, params, [batched_type(o.type, 0, size) for o in outs])
     return res, [0] * len(res)

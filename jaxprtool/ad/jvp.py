@@ -25,9 +25,9 @@ from ..core import (
 from ..record import prim as record_of
 from . import builder as B
 from . import observe
+from .ops import instantiate as inst_zero
 from .registry import located_rule
 from .zeros import Zero, is_zero, tangent_type
-from .zeros import instantiate as inst_zero
 
 
 def missing_jvp(eqn: Eqn) -> JaxprError:

@@ -15,8 +15,8 @@ from ..record import prim as record_of
 from . import builder as B
 from . import observe
 from .jvp import _inst_list, diff_mask, jvp_eval
+from .ops import instantiate as inst_zero
 from .zeros import Zero, is_zero, tangent_type
-from .zeros import instantiate as inst_zero
 
 LINEAR_NAME = "linear"
 

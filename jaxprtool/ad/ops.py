@@ -14,7 +14,7 @@ from ..lazy import np
 from ..params import EnumValue, Record
 from ..record import prim as record_of
 from .builder import current
-from .zeros import Zero, is_undefined_primal, tangent_type
+from .zeros import Zero, is_undefined_primal, is_zero, tangent_type
 
 
 def typeof(x) -> Type:
@@ -642,3 +642,46 @@ def emit_jaxpr(jaxpr, inputs) -> list:
         )
         env.update((id(o), n) for o, n in zip(e.outputs, outs))
     return [read(a) for a in jaxpr.outvars]
+
+
+# ---------------------------------------------------------------- tangents
+
+
+def instantiate(t) -> Atom:
+    """An Atom for a tangent: a Zero becomes a literal (scalars) or a `broadcast_in_dim` of one.
+
+    In a split (linearize) builder the zeros equation goes to the tangent program."""
+    if not is_zero(t):
+        return t
+    return zeros(t.type)
+
+
+def add_tangents(a, b):
+    """a + b on tangents; short-circuits on Zero, emits `add_any` otherwise."""
+    if is_zero(a):
+        return b
+    if is_zero(b):
+        return a
+    return add_any(a, b)
+
+
+# ---------------------------------------------------------------- structural emitters
+
+
+def iota(shape, dimension: int, dtype: str = "int32"):
+    """`iota` of `shape` counting along `dimension`."""
+    return bind(
+        "iota", dimension=dimension, dtype=np.dtype(dtype), shape=tuple(shape), sharding=None
+    )
+
+
+def split(x, sizes, axis: int) -> list:
+    """`split` of axis `axis` of `x` into consecutive parts of `sizes`."""
+    parts = bind("split", x, sizes=tuple(sizes), axis=axis)
+    return parts if isinstance(parts, list) else [parts]
+
+
+def emit_scan(inputs, params: dict, out_types) -> list:
+    """A `scan` equation with the given parameters (in the encoding of the style that made
+    them: `Style.scan_params`) and result types."""
+    return current().emit("scan", list(inputs), params, list(out_types))

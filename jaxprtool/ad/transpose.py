@@ -15,17 +15,10 @@ from ..core import Atom, Jaxpr, JaxprError, Literal, ProgramError, Var, gc_pause
 from ..record import prim as record_of
 from . import builder as B
 from . import observe
+from .ops import add_tangents
+from .ops import instantiate as inst_zero
 from .registry import located_rule
-from .zeros import (
-    UndefinedPrimal,
-    Zero,
-    add_tangents,
-    is_zero,
-    tangent_type,
-)
-from .zeros import (
-    instantiate as inst_zero,
-)
+from .zeros import UndefinedPrimal, Zero, is_zero, tangent_type
 
 
 def missing_transpose(eqn) -> JaxprError:

@@ -19,9 +19,11 @@ from ..ad import ops
 from ..ad.builder import current
 from ..ad.ops import (
     add,
+    add_tangents,
     div,
     eq,
     gt,
+    instantiate,
     integer_pow,
     lit,
     log,
@@ -41,14 +43,7 @@ from ..ad.registry import (
     linear_jvp,
     rebind_primal,
 )
-from ..ad.zeros import (
-    Zero,
-    add_tangents,
-    instantiate,
-    is_undefined_primal,
-    is_zero,
-    tangent_type,
-)
+from ..ad.zeros import Zero, is_undefined_primal, is_zero, tangent_type
 from ..core import Eqn, JaxprError, Literal, ShapedArray, Var, is_complex, long_dtype_name
 from ..lazy import np
 from ..params import EnumValue
@@ -382,7 +377,7 @@ def _expand_one_minus_square(prim, params, e, style):
     ]
 
 
-define("one_minus_square", restyle=_expand_one_minus_square)
+define("one_minus_square", restyle=_expand_one_minus_square, first_version=(0, 12))
 defjvp("integer_pow", _integer_pow_jvp)
 define("integer_pow", batching=BT.vectorized("integer_pow"))
 defjvp2("reciprocal", lambda g, ans, x, **p: mul(g, neg(square(ans))))
@@ -1311,6 +1306,7 @@ define(
     "polynomial",
     jvp=_polynomial_jvp,
     transpose=_polynomial_transpose,
+    first_version=(0, 12),
 )
 
 

@@ -23,6 +23,7 @@ from ..ad import ops
 from ..ad.builder import current
 from ..ad.jvp import jvp_eval, jvp_masked
 from ..ad.linearize import LINEAR_NAME, _split, linearize_masked
+from ..ad.ops import add_tangents, instantiate
 from ..ad.registry import (
     BWD_RULE_PARAM,
     FWD_RULE_PARAM,
@@ -37,7 +38,7 @@ from ..ad.registry import (
     rebind_primal,
 )
 from ..ad.transpose import backward_pass, transpose_jaxpr
-from ..ad.zeros import Zero, add_tangents, instantiate, is_undefined_primal, is_zero, tangent_type
+from ..ad.zeros import Zero, is_undefined_primal, is_zero, tangent_type
 from ..core import Jaxpr, JaxprError, ShapedArray, Var
 from ..params import Opaque, Record, format_value
 from ..primitives import ShapeError, shape_rule
@@ -50,6 +51,7 @@ from ..primitives.util import (
 )
 from ..record import define
 from ..record import prim as record_of
+from ..text import style as ST
 from ..text.param_rules import drop, name_first, sorted_params, unspecified
 
 #: the kind `explain` shows for the rules below
@@ -311,12 +313,35 @@ def _print_jit(e, style):
     return name_first(d) if style.jit_name_first else sorted_params(d)
 
 
+def _jit_name(style) -> str:
+    """JAX printed jit as `pjit` before 0.7."""
+    return "pjit" if style.version < (0, 7) else "jit"
+
+
 def _restyle_jit(prim, params, e, style):
-    return style.call_prim, params
+    return _jit_name(style), params
 
 
 def _print_name_jit(e, style):
-    return style.call_prim
+    return _jit_name(style)
+
+
+def _jit_default_printed(params: dict) -> bool:
+    """A pjit parameter printed with the value that pjit's print rule (JAX 0.4.4+) hides."""
+    donated = params.get("donated_invars")
+    if isinstance(donated, tuple) and donated and not any(donated):
+        return True
+    return params.get("inline") is False or "in_positional_semantics" in params
+
+
+def _pjit_version_clues(e) -> set[str]:
+    clues = {ST.CLUE_OLD_CALL_NAME}
+    keys = list(e.params)
+    if "name" in keys and keys[0] != "name" and min(keys) != "name":
+        clues.add(ST.CLUE_BEFORE_0_4_22)  # `name=` among the sorted keys (jax-ml/jax#18862)
+    if _jit_default_printed(e.params):
+        clues.add(ST.CLUE_BEFORE_0_4_4)  # no pjit print rule yet (jax-ml/jax#14384)
+    return clues
 
 
 #: where shape rules look for a call's body, in order
@@ -357,6 +382,7 @@ for _p in ("jit", "pjit", "closed_call", "core_call"):
     define(_p, inlinable=True)
 for _p in ("jit", "pjit", "closed_call", "core_call", "eval_jaxpr"):
     define(_p, multiple_results=True)
+define("eval_jaxpr", first_version=(0, 12))
 for _p in ("jit", "pjit"):
     define(
         _p,
@@ -365,6 +391,7 @@ for _p in ("jit", "pjit"):
         print_name=_print_name_jit,
         suggest_names="jaxpr",
     )
+define("pjit", version_clues=_pjit_version_clues)
 
 
 # ---------------------------------------------------------------- remat2 (checkpoint), name
@@ -822,6 +849,24 @@ for _p in ("custom_jvp_call", "custom_jvp_call_jaxpr", "custom_vjp_call", "custo
     define(_p, batching=_call_batching(_p))
 
 
+def _custom_jvp_version_clues(e) -> set[str]:
+    if "jvp_jaxpr_thunk" in e.params:
+        return {ST.CLUE_0_4_35}  # only 0.4.35 printed it
+    if "jvp_jaxpr_fun" in e.params:
+        return {ST.CLUE_BEFORE_0_6_1}  # no print rule yet (jax-ml/jax#28715)
+    return set()
+
+
+def _custom_vjp_version_clues(e) -> set[str]:
+    if {"out_trees", "fwd_jaxpr_thunk"} & e.params.keys():
+        return {ST.CLUE_BEFORE_0_6_1}  # no print rule yet (jax-ml/jax#28608)
+    return set()
+
+
+define("custom_jvp_call", version_clues=_custom_jvp_version_clues, traced_rules="jvp")
+define("custom_vjp_call", version_clues=_custom_vjp_version_clues, traced_rules="vjp")
+
+
 def _custom_vmap_jvp(primals, tangents, **params):
     """JAX's `custom_vmap_jvp` binds custom_vmap_call on the JVP of `call` with a rule built in
     Python, which no text holds; the rule changes only how the call batches, so the JVP of
@@ -841,6 +886,8 @@ define(
         f"holds a Python function ({format_value(e.params.get('bwd'))}) that the text "
         "does not contain"
     ),
+    # only 0.4.35 printed its out_avals
+    version_clues=lambda e: {ST.CLUE_0_4_35} if "out_avals" in e.params else set(),
 )
 
 # ================================================================ end of custom derivatives

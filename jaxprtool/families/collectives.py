@@ -37,6 +37,7 @@ from __future__ import annotations
 from ..ad import builder as B
 from ..ad import ops
 from ..ad.builder import current
+from ..ad.ops import instantiate
 from ..ad.registry import (
     defidentity,
     defjvp_zero,
@@ -45,7 +46,7 @@ from ..ad.registry import (
     rebind_primal,
     rule_kind,
 )
-from ..ad.zeros import Zero, instantiate, is_undefined_primal, is_zero, tangent_type
+from ..ad.zeros import Zero, is_undefined_primal, is_zero, tangent_type
 from ..core import Eqn, Jaxpr, JaxprError, Literal, ShapedArray, Var
 from ..primitives import ShapeError, shape_rule
 from ..primitives.util import (

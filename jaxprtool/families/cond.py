@@ -15,16 +15,9 @@ from ..ad import builder as B
 from ..ad import ops
 from ..ad.jvp import jvp_masked
 from ..ad.linearize import linearize_masked
+from ..ad.ops import instantiate
 from ..ad.transpose import backward_pass
-from ..ad.zeros import (
-    Zero,
-    instantiate,
-    is_undefined_primal,
-    is_zero,
-    nonzero_mask,
-    tangent_type,
-    zero_tangents,
-)
+from ..ad.zeros import Zero, is_undefined_primal, is_zero, nonzero_mask, tangent_type, zero_tangents
 from ..core import Jaxpr, JaxprError, ShapedArray, Var
 from ..primitives import ShapeError, shape_rule
 from ..primitives.util import arr, check_call_operands, is_int_dtype, out_types_of, types_agree
@@ -331,6 +324,11 @@ def _cond_cost(e, costs):
     return max(costs) if costs else (0, 0)
 
 
+def _cond_body_operands(eqn, key, body):
+    """The branch index selects; the branches bind the rest."""
+    return list(eqn.inputs[1:])
+
+
 # ---------------------------------------------------------------- registration
 
 define(
@@ -344,5 +342,6 @@ define(
     evaluate=_cond_evaluate,
     binder_type=_cond_binder_type,
     body_cost=_cond_cost,
+    body_operands=_cond_body_operands,
     batching=_cond_batching,
 )

@@ -19,6 +19,7 @@ from ..ad.ops import (
     bind_reshape,
     gather_dnums,
     gather_fill_value,
+    instantiate,
     mode_enum,
     ty,
     und,
@@ -32,7 +33,7 @@ from ..ad.registry import (
     rebind_primal,
     set_kind,
 )
-from ..ad.zeros import Zero, instantiate, is_zero, tangent_type
+from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import Eqn, Jaxpr, JaxprError, ShapedArray, Var, long_dtype_name
 from ..lazy import np
 from ..params import EnumValue, Record

@@ -348,8 +348,8 @@ def _ragged_check(params):
 
 
 def _ragged_dot_jvp(primals, tangents, **params):
+    from ..ad.ops import add_tangents
     from ..ad.registry import rebind_primal
-    from ..ad.zeros import add_tangents
 
     _ragged_check(params)
     x, y, gs = primals
@@ -1399,7 +1399,7 @@ def _tridiagonal_product(dl, d, du, b):
 
 def _tridiagonal_solve_jvp(primals, tangents, *, perturb_singular=False):
     """JAX's `_tridiagonal_solve_jvp_rule`: x' = T^-1 (b' - T' x)."""
-    from ..ad.zeros import add_tangents, instantiate
+    from ..ad.ops import add_tangents, instantiate
 
     *diags, _ = primals
     *diags_dot, b_dot = tangents

@@ -33,6 +33,7 @@ from ..ad.ops import (
     bind_rev,
     bind_slice,
     bind_transpose,
+    instantiate,
     ints,
     shape,
     slice_in_dim,
@@ -49,7 +50,7 @@ from ..ad.registry import (
     rebind_primal,
     set_kind,
 )
-from ..ad.zeros import Zero, instantiate, is_zero, tangent_type
+from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import Jaxpr, JaxprError, ShapedArray
 from ..passes import simplify as S
 from ..primitives import ShapeError, shape_rule
@@ -77,6 +78,7 @@ from ..primitives.util import (
     strided_dim,
 )
 from ..record import define
+from ..text import style as ST
 
 # ---------------------------------------------------------------- monoid reductions over axes
 # reduce_sum, reduce_max, reduce_min, reduce_prod, reduce_and, reduce_or, reduce_xor
@@ -904,7 +906,13 @@ def _top_k_batching(args, dims, **params):
 
 
 set_kind("top_k")
-define("top_k", bind_params=_bind_top_k, flops=input_elements, batching=_top_k_batching)
+define(
+    "top_k",
+    bind_params=_bind_top_k,
+    flops=input_elements,
+    batching=_top_k_batching,
+    version_clues=lambda e: {ST.CLUE_0_12} if "is_stable" in e.params else set(),
+)
 
 # ---------------------------------------------------------------- approx_top_k
 

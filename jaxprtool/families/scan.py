@@ -22,22 +22,15 @@ from ..ad import batching as BT
 from ..ad import builder as B
 from ..ad.jvp import jvp_masked
 from ..ad.linearize import linearize_masked
+from ..ad.ops import add_tangents, instantiate
 from ..ad.transpose import backward_pass
-from ..ad.zeros import (
-    Zero,
-    add_tangents,
-    instantiate,
-    is_undefined_primal,
-    is_zero,
-    nonzero_mask,
-    tangent_type,
-    zero_tangents,
-)
+from ..ad.zeros import Zero, is_undefined_primal, is_zero, nonzero_mask, tangent_type, zero_tangents
 from ..core import Jaxpr, JaxprError, Literal, ShapedArray, Var
 from ..params import Opaque, format_value
 from ..primitives import ShapeError, shape_rule
 from ..primitives.util import arr, dim_eq, int_param, jaxpr_param, types_agree
 from ..record import define, prim
+from ..text import style as ST
 
 # ---------------------------------------------------------------- flat trees (0.12's ft_in / ft_out)
 #
@@ -1126,4 +1119,13 @@ def _restyle_scan(prim, params, e, style):
     return prim, p
 
 
-define("scan", restyle=_restyle_scan)
+def _scan_version_clues(e) -> set[str]:
+    clues = set()
+    if "ft_in" in e.params or "ft_out" in e.params:
+        clues.add(ST.CLUE_0_12)
+    if "_split_transpose" in e.params:
+        clues.add(ST.CLUE_0_7_2)
+    return clues
+
+
+define("scan", restyle=_restyle_scan, version_clues=_scan_version_clues)

@@ -20,13 +20,14 @@ from ..ad.ops import (
     bind_rev,
     bind_slice,
     bind_transpose,
+    instantiate,
     slice_in_dim,
     ty,
     und,
     zero_cts,
 )
 from ..ad.registry import defjvp_zero, deflinear2, primitive_jvps, rebind_primal
-from ..ad.zeros import Zero, instantiate, is_zero, tangent_type
+from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import Literal, ShapedArray
 from ..lazy import np
 from ..passes import simplify as S
@@ -56,6 +57,7 @@ from ..primitives.util import (
     strided_dim,
 )
 from ..record import define
+from ..text import style as ST
 from ..text.param_rules import sorted_params
 
 
@@ -219,6 +221,8 @@ define(
     flops=_no_flops,
     literal_like_result=True,
     batching=_broadcast_in_dim_batching,
+    # `shape=` printed: 0.7.2 and before
+    version_clues=lambda e: {ST.CLUE_0_7_2} if "shape" in e.params else set(),
 )
 
 
@@ -851,6 +855,7 @@ def _unstack_batching(args, dims, *, axis=0, **params):
     return outs, [out_d] * len(outs)
 
 
+define("unstack", first_version=(0, 12))
 define("unstack", multiple_results=True, flops=_no_flops, batching=_unstack_batching)
 
 

@@ -15,6 +15,7 @@ from ..core import ShapedArray
 from ..primitives import shape_rule
 from ..primitives.util import types_agree
 from ..record import define
+from ..text import style as ST
 from ..text.param_rules import sorted_params
 
 
@@ -81,7 +82,13 @@ def _print_reshard(e, style):
 
 defidentity("mesh_cast")
 # (its JVP, transpose and evaluation are in collectives.py: reshard moves data across devices)
-define("reshard", print_params=_print_reshard, flops=_no_flops)
+define(
+    "reshard",
+    print_params=_print_reshard,
+    flops=_no_flops,
+    # 0.10+ prints no parameter
+    version_clues=lambda e: {ST.CLUE_0_7_2} if e.params else set(),
+)
 define("mesh_cast", evaluate=_evaluate_identity)
 for _n in ("reshard", "mesh_cast"):
     define(_n, batching=BT.vectorized(_n))

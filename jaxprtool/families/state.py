@@ -18,6 +18,7 @@ from ..primitives import ShapeError, shape_rule
 from ..primitives.util import broadcast_shapes, nargs, one_arr
 from ..record import define
 from ..text import pretty as pp
+from ..text import style as ST
 
 # ---------------------------------------------------------------- Refs in the back end
 
@@ -97,7 +98,12 @@ def _evaluate_freeze(interp, eqn, invals, path):
     return [_box(invals[0], eqn).value]
 
 
-define("new_ref", effectful=True, evaluate=_evaluate_new_ref)
+define(
+    "new_ref",
+    effectful=True,
+    evaluate=_evaluate_new_ref,
+    version_clues=lambda e: {ST.CLUE_0_12} if "pin" in e.params else set(),
+)
 define("freeze", effectful=True, evaluate=_evaluate_freeze)
 
 

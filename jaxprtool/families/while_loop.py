@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from ..ad import batching as BT
 from ..ad import builder as B
 from ..ad.jvp import jvp_masked
-from ..ad.zeros import Zero, instantiate, nonzero_mask, tangent_type, zero_tangents
+from ..ad.ops import instantiate
+from ..ad.zeros import Zero, nonzero_mask, tangent_type, zero_tangents
 from ..core import Jaxpr, JaxprError, ShapedArray, Var
 from ..primitives import ShapeError, shape_rule
 from ..primitives.util import check_call_operands, int_param, jaxpr_param, out_types_of, types_agree
@@ -348,6 +349,21 @@ def _while_binder_type(eqn, pos):
     return v.type if isinstance(v.type, ShapedArray) else None
 
 
+# ---------------------------------------------------------------- the graph's edges into the bodies
+
+
+def _while_body_operands(eqn, key, body):
+    nc = int(eqn.params.get("cond_nconsts", 0))
+    nb = int(eqn.params.get("body_nconsts", 0))
+    ops = list(eqn.inputs)
+    carry = ops[nc + nb :]
+    if key == "cond_jaxpr":
+        return ops[:nc] + carry
+    if key == "body_jaxpr":
+        return ops[nc : nc + nb] + carry
+    return None
+
+
 # ---------------------------------------------------------------- registration
 
 define(
@@ -361,4 +377,6 @@ define(
     evaluate=_while_evaluate,
     binder_type=_while_binder_type,
     batching=_while_batching,
+    body_operands=_while_body_operands,
+    unbounded_loop=True,
 )
