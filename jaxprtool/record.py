@@ -89,6 +89,9 @@ class Primitive:
     #: `rule(eqn, pos) -> ShapedArray | None`: the type of a literal operand printed without
     #: one (JAX 0.4.35) where the primitive fixes it; None: it follows the other operands
     literal_type: Callable | None = None
+    #: {"jvp" | "transpose": the plugin file that registered (or replaced) that rule}: the
+    #: AD walks note it for their observers (`explain`)
+    plugin_sources: dict[str, str] | None = None
     #: `impl(*values, **params)`: a plugin implementation (evaluated eagerly by `run`)
     impl: Callable | None = None
     #: why the back end cannot run it, completing "'NAME' ..." ("is a multi-device primitive"),
@@ -128,6 +131,9 @@ class Primitive:
     #: binders of its nested jaxpr `body` (parameter `key`) bind (the graph's edges into a
     #: body); None: one binder per operand when the counts agree, else no correspondence
     body_operands: Callable | None = None
+    #: a dot product: the `dots_saveable` remat policies save its results (JAX's check for
+    #: `dot_general_p`)
+    dot: bool = False
     #: a loop whose trip count the program does not fix (`stats` counts them)
     unbounded_loop: bool = False
     #: `rule(eqn, costs) -> (flops, bytes)`: the cost of an equation with bodies from the

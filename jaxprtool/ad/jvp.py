@@ -111,7 +111,9 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
             if rule is None:
                 raise missing_jvp(eqn)
             b.cur_eqn = eqn
-            with located_rule(eqn):
+            with observe.noting(obs, eqn, rec.jvp_kind), located_rule(eqn):
+                if obs is not None and rule is rec.jvp:
+                    observe.note_plugin_rule(rec, "jvp")
                 pouts, touts = rule(ins, tins, **eqn.params)
             pouts, touts = list(pouts), list(touts)
             if len(pouts) != len(eqn.outputs) or len(touts) != len(eqn.outputs):

@@ -255,11 +255,13 @@ def broadcast_to(x, shape):
     )
 
 
-def reshape(x, shape):
+def reshape(x, shape, dimensions=None):
+    """`x` reshaped to `shape`, its axes first read in the order `dimensions` (None: as
+    they are)."""
     shape = tuple(shape)
-    if tuple(x.type.shape) == shape:
+    if tuple(x.type.shape) == shape and dimensions is None:
         return x
-    return bind("reshape", x, new_sizes=shape, dimensions=None, sharding=None)
+    return bind("reshape", x, new_sizes=shape, dimensions=dimensions, sharding=None)
 
 
 def transpose(x, perm):
@@ -394,6 +396,23 @@ def bind_transpose(x, perm):
     if perm == tuple(range(len(perm))):
         return x
     return bind("transpose", x, permutation=perm)
+
+
+def broadcast_to_type(x, t: ShapedArray):
+    """The scalar `x` broadcast to the array type `t` (its memory space and varying axes
+    kept, which `broadcast_in_dim`'s shape rule would not give)."""
+    return current().bind(
+        "broadcast_in_dim", [x], {"broadcast_dimensions": (), "sharding": None}, [t]
+    )[0]
+
+
+def broadcast_eqn(x: Atom, out: Var):
+    """The equation (outside any builder) that broadcasts the scalar `x` to `out`, as 0.7.2
+    printed it (`shape=` given)."""
+    from ..core import Eqn
+
+    params = {"broadcast_dimensions": (), "shape": tuple(out.type.shape), "sharding": None}
+    return Eqn("broadcast_in_dim", (x,), (out,), params, None)
 
 
 def bind_broadcast(x, new_shape, dims):

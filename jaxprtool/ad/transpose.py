@@ -131,7 +131,8 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
             step = observe.Emitted(b) if obs is not None else None
             if rec.fancy_transpose is not None:
                 accums = [Accumulator(x.type) if is_lin(x) else None for x in e.inputs]
-                with located_rule(e):
+                with observe.noting(obs, e, "transpose"), located_rule(e):
+                    observe.note_plugin_rule(rec, "transpose")
                     rec.fancy_transpose(cts, *targs, accums=accums, **e.params)
                 res = [acc.get() if acc is not None else None for acc in accums]
                 for x, r in zip(e.inputs, res):
@@ -143,7 +144,8 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
             rule = rec.transpose
             if rule is None:
                 raise missing_transpose(e)
-            with located_rule(e):
+            with observe.noting(obs, e, "transpose"), located_rule(e):
+                observe.note_plugin_rule(rec, "transpose")
                 res = list(rule(cts, *targs, **e.params))
             if len(res) != len(e.inputs):
                 raise JaxprError(

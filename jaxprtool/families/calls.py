@@ -19,7 +19,7 @@ import re
 
 from ..ad import batching as BT
 from ..ad import builder as B
-from ..ad import ops
+from ..ad import observe, ops
 from ..ad.builder import current
 from ..ad.jvp import jvp_eval, jvp_masked
 from ..ad.linearize import LINEAR_NAME, _split, linearize_masked
@@ -397,6 +397,10 @@ define("pjit", version_clues=_pjit_version_clues)
 # ---------------------------------------------------------------- remat2 (checkpoint), name
 
 
+def _is_dot(e) -> bool:
+    return record_of(e.prim).dot
+
+
 def _policy_saveable(policy):
     """A predicate eqn -> bool saying which primal values a remat policy lets us save."""
     if policy is None:
@@ -413,7 +417,7 @@ def _policy_saveable(policy):
             }
             return lambda e: e.prim == "name" and str(e.params.get("name")) in names
         if cls == "DotsSaveable":
-            return lambda e: e.prim == "dot_general"
+            return _is_dot
         if cls in ("EverythingSaveable",):
             return lambda e: True
         if cls in ("NothingSaveable",):
@@ -421,9 +425,9 @@ def _policy_saveable(policy):
     for key, pred in (
         ("everything_saveable", lambda e: True),
         ("nothing_saveable", lambda e: False),
-        ("dots_with_no_batch_dims_saveable", lambda e: e.prim == "dot_general"),
-        ("dots_saveable", lambda e: e.prim == "dot_general"),
-        ("checkpoint_dots", lambda e: e.prim == "dot_general"),
+        ("dots_with_no_batch_dims_saveable", _is_dot),
+        ("dots_saveable", _is_dot),
+        ("checkpoint_dots", _is_dot),
     ):
         if key in text:
             return pred
@@ -625,6 +629,7 @@ def _fall_back_to_body(kind: str, params, primals, tangents, rule_text: str, ref
             current().loc,
         )
     note = f"{what}: custom rule replaced by the derivative of its body"
+    observe.note(note)
     if custom_rule_fallbacks.note(note):
         from ..io import warn
 
@@ -655,6 +660,7 @@ def _custom_jvp_jvp(primals, tangents, **params):
     jvp_name = fn_name(params.get("jvp", params.get("jvp_jaxpr_thunk")))
     plugin = custom_jvps.get(jvp_name)
     if plugin is not None:
+        observe.note(f"custom_jvp rule '{jvp_name}' from a plugin (register_custom_jvp)")
         outs, touts = plugin(list(primals), [instantiate(t) for t in tangents])
         if outs is None:
             outs = current().bind("custom_jvp_call", list(primals), params, _out_types(body))
@@ -712,6 +718,8 @@ def _custom_vjp_linearize(primals, tangents, **params):
         outs = rebind_primal("custom_vjp_call", list(primals), params)
         return outs, [Zero(tangent_type(o.type)) for o in outs]
     if fwd is None:
+        hit = fwd_name if fwd_name in custom_vjps else bwd_name
+        observe.note(f"custom_vjp rules '{hit}' from a plugin (register_custom_vjp)")
         return _plugin_vjp(plugin, primals, tangents, bwd_name, fwd_name)
     _check_perturbed(params, tangents, fwd_name)
     out = ops.emit_jaxpr(fwd, list(primals))
@@ -787,6 +795,7 @@ def _custom_lin_transpose(cts, *args, bwd, num_res, in_zeros=None, **params):
             f"(no plugin rule for bwd={fn_name(bwd)}; {_how_to_proceed('custom_vjp')})",
             current().loc,
         )
+    observe.note(f"custom_vjp bwd rule '{fn_name(bwd)}' from a plugin")
     _, bwd_fn = pair
     return [None] * num_res + list(bwd_fn(res, cts))
 

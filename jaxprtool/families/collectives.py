@@ -748,15 +748,7 @@ def _promote(jaxpr: Jaxpr, which_out: list[int]) -> Jaxpr:
         r = outs[k]
         t = r.type
         new = Var(ShapedArray((1,), t.dtype, False, t.memory_space, t.vma), None)
-        eqns.append(
-            Eqn(
-                "broadcast_in_dim",
-                (r,),
-                (new,),
-                {"broadcast_dimensions": (), "shape": (1,), "sharding": None},
-                None,
-            )
-        )
+        eqns.append(ops.broadcast_eqn(r, new))
         outs[k] = new
     return jaxpr.replace(eqns=eqns, outvars=outs)
 
@@ -924,11 +916,8 @@ def _shard_map_transpose(cts, *args, **params):
 
 def instantiate_literal(lit: Literal, t):
     """A literal cotangent (a scalar zero, say) as a value of the input's type."""
-    b = current()
     if isinstance(t, ShapedArray) and t.shape:
-        return b.bind(
-            "broadcast_in_dim", [lit], {"broadcast_dimensions": (), "sharding": None}, [t]
-        )[0]
+        return ops.broadcast_to_type(lit, t)
     return lit
 
 

@@ -298,6 +298,7 @@ define(
     bind_params=_bind_precision,
     flops=_dot_general_flops,
     batching=_dot_general_batching,
+    dot=True,
 )
 
 # ---------------------------------------------------------------- ragged_dot_general
@@ -769,8 +770,7 @@ def _merge_axis_into(src: int, dst: int, x):
     perm.insert(dst, src)
     shp = [s for i, s in enumerate(BT.shape_of(x)) if i != src]
     shp[dst] *= BT.shape_of(x)[src]
-    dm = None if perm == list(range(n)) else tuple(perm)
-    return BT.bind("reshape", x, new_sizes=tuple(shp), dimensions=dm, sharding=None)[0]
+    return ops.reshape(x, shp, None if perm == list(range(n)) else tuple(perm))
 
 
 def _conv_batching(args, dims, **params):
