@@ -1,0 +1,391 @@
+"""Liveness: how many bytes a program holds while it runs, step by step, in JAX's order.
+
+The model (static, from the types alone; what `jaxprtool memory` reports):
+
+* A *step* is one equation, in the order the text lists them.  The bodies of calls (records
+  with a `call_body`: `jit`, `closed_call`, `remat2`, ...) are inlined: their equations are
+  steps of the caller, their binders are the caller's operands (no copy) and their results
+  are the caller's.  So the linear call of a linearize form is walked too, and the step where
+  it starts is the forward/backward boundary.
+* A value is allocated by the step that defines it and freed after the last step that uses
+  it.  The program's inputs and constants are live from the start to the end (the caller
+  holds them: nothing is donated); its outputs are live from their step to the end.  A result
+  nothing uses is freed after its own step.  Literals hold nothing.
+* An equation with nested jaxprs that is not an inlined call (cond, while, scan, custom_jvp
+  and custom_vjp calls, shard_map, ...) holds, while it runs, its operands, its results, and
+  the largest *inner peak* of its jaxprs: the most bytes live at once among the values
+  defined inside one run of the jaxpr (its binders excluded: they are the operands, or the
+  previous iteration's carry).  For a scan that is one iteration of the body, whose new carry
+  is part of it; the stacked outputs (`ys`, among them a linearized scan's stacked
+  residuals: length times one iteration's) are the equation's results, counted in full from
+  the start of the loop.  For a cond it is the larger branch; for a while loop the larger of
+  its condition and body.
+* The bytes of a value: elements times the dtype's item size (4-bit types: half a byte,
+  rounded up); a `Ref` counts its contents; tokens and opaque types hold nothing; symbolic
+  dimensions count as 0 (the figures are then lower bounds, `Timeline.symbolic` says so).
+
+API (used by `jaxprtool memory` and the rematerialization planner):
+
+* `liveness(jaxpr, boundary=None) -> Timeline`: per-step live bytes, the peak, the step and
+  equation where it peaks, the values live there with the equations that made them, and the
+  forward/backward boundary (found in a linearize form, or given as a top-level equation
+  index for a flat vjp/grad program: `ad.api.grad_jaxpr(..., boundary=[])` reports it).
+* `residual_bytes(program, boundary=None) -> Residuals`: the values held across that
+  boundary, by residual (in a linearize form: the linear call's non-tangent operands, as
+  `linearize --stats` lists them).
+* `value_bytes(type) -> int`.
+
+The walk is linear in the number of equations (inlined call bodies counted at each call; the
+inner peak of a loop or branch body is computed once per jaxpr object).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .core import (
+    Eqn,
+    Jaxpr,
+    JaxprError,
+    Loc,
+    RefType,
+    ShapedArray,
+    Type,
+    Var,
+    eqn_subjaxprs,
+    subjaxprs,
+)
+from .record import prim as record_of
+
+__all__ = [
+    "LiveValue",
+    "Residuals",
+    "Timeline",
+    "liveness",
+    "residual_bytes",
+    "value_bytes",
+]
+
+
+def value_bytes(t: Type) -> int:
+    """The bytes one value of type `t` occupies (0 for tokens, opaque types, symbolic dims)."""
+    if isinstance(t, RefType):
+        t = t.inner
+    if not isinstance(t, ShapedArray):
+        return 0
+    try:
+        item = t.np_dtype.itemsize
+    except KeyError:  # key<fry>, an unknown dtype: the tool cannot size it
+        return 0
+    if t.dtype in ("i4", "u4"):
+        return (t.size + 1) // 2
+    return t.size * item
+
+
+@dataclass(frozen=True)
+class LiveValue:
+    """One value live at a step: its variable, bytes, and the equation that made it.
+
+    `kind`: "input" or "const" (of the program; `eqn` is None), "value" (defined by `eqn`), or
+    "inside" (the inner peak of `eqn`'s nested jaxprs while it runs; `var` is None)."""
+
+    var: Var | None
+    nbytes: int
+    eqn: Eqn | None
+    kind: str
+    #: "input 2", "const 0": which binder of the program (for kind input/const)
+    origin: str = ""
+
+    @property
+    def loc(self) -> Loc | None:
+        return self.eqn.loc if self.eqn is not None else None
+
+
+@dataclass
+class Timeline:
+    """The program's liveness, one entry per step (equations, call bodies inlined)."""
+
+    #: the equation of each step
+    eqns: list[Eqn]
+    #: bytes live while each step runs (its operands, its results, everything still needed)
+    live_bytes: list[int]
+    #: the most bytes live at once (the inputs alone for a program without equations)
+    peak_bytes: int
+    #: the step where the peak is reached first (None without equations)
+    peak_index: int | None
+    #: the values live at the peak, largest first (ties in definition order)
+    peak_values: list[LiveValue]
+    #: the step where the linear (backward) part begins, when the program has one
+    boundary: int | None = None
+    #: bytes of the program's inputs and constants (live throughout)
+    input_bytes: int = 0
+    #: some type has a symbolic dimension: the figures count it as 0
+    symbolic: bool = False
+    #: nested jaxprs' inner peaks by jaxpr identity (shared with residual_bytes)
+    _inner: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def peak_eqn(self) -> Eqn | None:
+        return None if self.peak_index is None else self.eqns[self.peak_index]
+
+
+@dataclass
+class Residuals:
+    """The values held across the forward/backward boundary, in the linear part's order."""
+
+    values: list[LiveValue]
+    #: the step of the boundary in the program's timeline
+    boundary: int
+
+    @property
+    def total(self) -> int:
+        return sum(v.nbytes for v in self.values)
+
+
+# ---------------------------------------------------------------- the walk
+
+
+class _Walk:
+    """Flattens a jaxpr into steps and buffers.
+
+    Buffers are numbered; a variable maps to the buffer it names (a call body's binder
+    names its operand's buffer), so an alias is never counted twice."""
+
+    END = 1 << 62  # placeholder last use: live to the end of the program
+
+    def __init__(self, inner: dict):
+        self.steps: list[Eqn] = []
+        self.transient: list[int] = []  # inner peak of a step's nested jaxprs
+        self.buf_bytes: list[int] = []
+        self.buf_var: list[Var] = []
+        self.buf_eqn: list[Eqn | None] = []
+        self.buf_def: list[int] = []
+        self.buf_last: list[int] = []  # last step it is live in
+        self.buf_read: list[int] = []  # last step that reads it (-1: none)
+        self.buf_origin: list[str] = []
+        self.inner = inner  # id(jaxpr) -> inner peak
+        self.symbolic = False
+        self.boundary: int | None = None
+
+    def new_buffer(self, v: Var, eqn: Eqn | None, step: int, origin: str = "") -> int:
+        t = v.type
+        if isinstance(t, ShapedArray) and not t.is_static:
+            self.symbolic = True
+        self.buf_bytes.append(value_bytes(t))
+        self.buf_var.append(v)
+        self.buf_eqn.append(eqn)
+        self.buf_def.append(step)
+        self.buf_last.append(step)
+        self.buf_read.append(-1)
+        self.buf_origin.append(origin)
+        return len(self.buf_bytes) - 1
+
+    def use(self, env: dict, a) -> None:
+        if isinstance(a, Var):
+            b = env.get(id(a))
+            if b is not None:
+                n = len(self.steps)
+                self.buf_last[b] = max(self.buf_last[b], n)
+                self.buf_read[b] = n
+
+    def jaxpr(self, j: Jaxpr, env: dict, linear_index: int | None = None) -> None:
+        """Walk j's equations with `env` (id(var) -> buffer) holding its binders."""
+        for k, e in enumerate(j.eqns):
+            if k == linear_index:
+                self.boundary = len(self.steps)
+            body = _inlined_body(e)
+            if body is not None:
+                self.call(e, body, env)
+            else:
+                self.step(e, env)
+
+    def step(self, e: Eqn, env: dict) -> None:
+        for a in e.inputs:
+            self.use(env, a)
+        n = len(self.steps)
+        self.steps.append(e)
+        subs = eqn_subjaxprs(e)
+        self.transient.append(max((self.inner_peak(s) for s in subs), default=0))
+        for o in e.outputs:
+            env[id(o)] = self.new_buffer(o, e, n)
+
+    def call(self, e: Eqn, body: Jaxpr, env: dict) -> None:
+        inner: dict = {}
+        for v in body.constvars:  # a nested jaxpr's own constants: held like the program's
+            inner[id(v)] = self.new_buffer(v, None, 0, "const of a call body")
+            self.buf_last[inner[id(v)]] = self.END
+        for bv, a in zip(body.invars, e.inputs):
+            if isinstance(a, Var) and id(a) in env:
+                inner[id(bv)] = env[id(a)]
+        self.jaxpr(body, inner)
+        for o, r in zip(e.outputs, body.outvars):
+            b = inner.get(id(r)) if isinstance(r, Var) else None
+            if b is None:  # a literal (or unbound) result becomes an array here
+                b = self.new_buffer(o, e, max(len(self.steps) - 1, 0))
+            env[id(o)] = b
+
+    def inner_peak(self, j: Jaxpr) -> int:
+        """The most bytes live at once among the values defined inside one run of j."""
+        got = self.inner.get(id(j))
+        if got is not None:
+            return got
+        w = _Walk(self.inner)
+        env: dict = {}
+        w.jaxpr(j, env)
+        for a in j.outvars:
+            if isinstance(a, Var) and id(a) in env:
+                w.buf_last[env[id(a)]] = w.END
+        live = w.sweep()
+        peak = max(live, default=0)
+        self.symbolic |= w.symbolic
+        self.inner[id(j)] = peak
+        return peak
+
+    def sweep(self) -> list[int]:
+        """Bytes live at each step (END last uses resolved to the last step)."""
+        n = len(self.steps)
+        last_step = max(n - 1, 0)
+        added = [0] * (n + 1)
+        freed = [0] * (n + 1)
+        for b, nbytes in enumerate(self.buf_bytes):
+            if self.buf_last[b] == self.END:
+                self.buf_last[b] = last_step
+            added[self.buf_def[b]] += nbytes
+            freed[self.buf_last[b]] += nbytes
+        live: list[int] = []
+        running = 0
+        for i in range(n):
+            running += added[i]
+            live.append(running + self.transient[i])
+            running -= freed[i]
+        return live
+
+
+def _inlined_body(e: Eqn) -> Jaxpr | None:
+    """The body of a call whose equations are walked in place, or None."""
+    key = record_of(e.prim).call_body
+    if key is None or key not in e.params:
+        return None
+    found = subjaxprs(e.params[key])
+    if len(found) != 1:
+        return None
+    body = found[0]
+    if len(body.invars) != len(e.inputs) or len(body.outvars) != len(e.outputs):
+        return None
+    return body
+
+
+def _linear_call_index(jaxpr: Jaxpr) -> int | None:
+    from .ad.linearize import find_linear_eqn
+
+    found = find_linear_eqn(jaxpr)
+    return None if found is None else found[0]
+
+
+def _walk(jaxpr: Jaxpr, boundary: int | None) -> tuple[_Walk, dict]:
+    if boundary is not None and not 0 <= boundary <= len(jaxpr.eqns):
+        raise JaxprError(
+            f"boundary {boundary}: the program has {len(jaxpr.eqns)} top-level equations"
+        )
+    w = _Walk({})
+    env: dict = {}
+    for i, v in enumerate(jaxpr.constvars):
+        env[id(v)] = w.new_buffer(v, None, 0, f"const {i}")
+    for i, v in enumerate(jaxpr.invars):
+        env[id(v)] = w.new_buffer(v, None, 0, f"input {i}")
+    for b in env.values():
+        w.buf_last[b] = w.END
+    linear_index = _linear_call_index(jaxpr) if boundary is None else boundary
+    w.jaxpr(jaxpr, env, linear_index)
+    if linear_index is not None and linear_index == len(jaxpr.eqns):
+        w.boundary = len(w.steps)
+    for a in jaxpr.outvars:
+        if isinstance(a, Var) and id(a) in env:
+            w.buf_last[env[id(a)]] = w.END
+    return w, env
+
+
+def liveness(jaxpr: Jaxpr, boundary: int | None = None) -> Timeline:
+    """The program's timeline (see the module docstring for the model).
+
+    `boundary`: the index of the top-level equation where the backward part begins (for a
+    flat vjp/grad program); by default the linear call of a linearize form, if any."""
+    w, _ = _walk(jaxpr, boundary)
+    live = w.sweep()
+    inputs = sum(
+        w.buf_bytes[b]
+        for b in range(len(w.buf_bytes))
+        if w.buf_eqn[b] is None and w.buf_def[b] == 0
+    )
+    if not live:
+        return Timeline(
+            [], [], inputs, None, _values_at(w, None), w.boundary, inputs, w.symbolic, w.inner
+        )
+    peak = max(live)
+    at = live.index(peak)
+    return Timeline(
+        w.steps, live, peak, at, _values_at(w, at), w.boundary, inputs, w.symbolic, w.inner
+    )
+
+
+def _values_at(w: _Walk, step: int | None) -> list[LiveValue]:
+    """The buffers live at `step` (every input when None), largest first, and the step's inner
+    peak as one entry."""
+    found: list[tuple[int, int, LiveValue]] = []
+    for b, nbytes in enumerate(w.buf_bytes):
+        live = w.buf_eqn[b] is None if step is None else w.buf_def[b] <= step <= w.buf_last[b]
+        if live:
+            kind = "value" if w.buf_eqn[b] is not None else w.buf_origin[b].split(" ")[0]
+            found.append(
+                (nbytes, b, LiveValue(w.buf_var[b], nbytes, w.buf_eqn[b], kind, w.buf_origin[b]))
+            )
+    if step is not None and w.transient[step]:
+        t = w.transient[step]
+        found.append((t, len(w.buf_bytes), LiveValue(None, t, w.steps[step], "inside")))
+    found.sort(key=lambda x: (-x[0], x[1]))
+    return [v for _, _, v in found]
+
+
+def residual_bytes(program: Jaxpr, boundary: int | None = None) -> Residuals:
+    """The values held across the forward/backward boundary of a linearize or vjp/grad program.
+
+    In a linearize form (found without `boundary`): the operands of the linear call before its
+    tangents, each once.  With `boundary` (a top-level equation index, e.g. from
+    `ad.api.grad_jaxpr(..., boundary=[])`): every value defined before it (program inputs and
+    constants included) that a step at or after it uses.  Raises JaxprError when the program
+    has no boundary to measure."""
+    from .ad.linearize import find_linear_eqn
+
+    if boundary is None:
+        found = find_linear_eqn(program)
+        if found is None:
+            raise JaxprError(
+                "the program has no forward/backward boundary: it is not in linearize form "
+                "(one `jit[name=linear]` equation); run `jaxprtool memory --of linearize|vjp|grad` "
+                "on the original program, or give the boundary"
+            )
+        k, n_tan = found
+        e = program.eqns[k]
+        operands = e.inputs[: len(e.inputs) - n_tan]
+        w, env = _walk(program, k)
+        seen: set[int] = set()
+        values = []
+        for a in operands:
+            if not isinstance(a, Var) or id(a) not in env or env[id(a)] in seen:
+                continue
+            b = env[id(a)]
+            seen.add(b)
+            values.append(_buffer_value(w, b))
+        return Residuals(values, w.boundary if w.boundary is not None else len(w.steps))
+    w, _ = _walk(program, boundary)
+    cut = w.boundary if w.boundary is not None else len(w.steps)
+    values = [
+        _buffer_value(w, b) for b in range(len(w.buf_bytes)) if w.buf_def[b] < cut <= w.buf_read[b]
+    ]
+    return Residuals(values, cut)
+
+
+def _buffer_value(w: _Walk, b: int) -> LiveValue:
+    eqn = w.buf_eqn[b]
+    kind = "value" if eqn is not None else w.buf_origin[b].split(" ")[0]
+    return LiveValue(w.buf_var[b], w.buf_bytes[b], eqn, kind, w.buf_origin[b])
