@@ -162,6 +162,7 @@ class _Walk:
         self.buf_def: list[int] = []
         self.buf_last: list[int] = []  # last step it is live in
         self.buf_read: list[int] = []  # last step that reads it (-1: none)
+        self.forward_read: list[bool] = []  # read by a step before the boundary
         self.buf_origin: list[str] = []
         self.inner = inner  # id(jaxpr) -> inner peak
         self.symbolic = False
@@ -177,6 +178,7 @@ class _Walk:
         self.buf_def.append(step)
         self.buf_last.append(step)
         self.buf_read.append(-1)
+        self.forward_read.append(False)
         self.buf_origin.append(origin)
         return len(self.buf_bytes) - 1
 
@@ -187,6 +189,8 @@ class _Walk:
                 n = len(self.steps)
                 self.buf_last[b] = max(self.buf_last[b], n)
                 self.buf_read[b] = n
+                if self.boundary is None:
+                    self.forward_read[b] = True
 
     def jaxpr(self, j: Jaxpr, env: dict, linear_index: int | None = None) -> None:
         """Walk j's equations with `env` (id(var) -> buffer) holding its binders."""
@@ -351,8 +355,9 @@ def residual_bytes(program: Jaxpr, boundary: int | None = None) -> Residuals:
 
     In a linearize form (found without `boundary`): the operands of the linear call before its
     tangents, each once.  With `boundary` (a top-level equation index, e.g. from
-    `ad.api.grad_jaxpr(..., boundary=[])`): every value defined before it (program inputs and
-    constants included) that a step at or after it uses.  Raises JaxprError when the program
+    `ad.api.grad_jaxpr(..., boundary=[])`): every value defined before it that a step at or
+    after it uses, and the program inputs and constants that steps on both sides read (a
+    cotangent input, read only after it, is no residual).  Raises JaxprError when the program
     has no boundary to measure."""
     from .ad.linearize import find_linear_eqn
 
@@ -380,7 +385,9 @@ def residual_bytes(program: Jaxpr, boundary: int | None = None) -> Residuals:
     w, _ = _walk(program, boundary)
     cut = w.boundary if w.boundary is not None else len(w.steps)
     values = [
-        _buffer_value(w, b) for b in range(len(w.buf_bytes)) if w.buf_def[b] < cut <= w.buf_read[b]
+        _buffer_value(w, b)
+        for b in range(len(w.buf_bytes))
+        if w.buf_def[b] < cut <= w.buf_read[b] and (w.buf_eqn[b] is not None or w.forward_read[b])
     ]
     return Residuals(values, cut)
 
