@@ -55,6 +55,7 @@ from .core import (
     eqn_subjaxprs,
     subjaxprs,
 )
+from .lazy import np
 from .record import prim as record_of
 
 __all__ = [
@@ -149,75 +150,86 @@ class _Walk:
     """Flattens a jaxpr into steps and buffers.
 
     Buffers are numbered; a variable maps to the buffer it names (a call body's binder
-    names its operand's buffer), so an alias is never counted twice."""
-
-    END = 1 << 62  # placeholder last use: live to the end of the program
+    names its operand's buffer), so an alias is never counted twice.  The loop over
+    equations is the hot path of `jaxprtool memory` on large programs: per-buffer facts are
+    kept in flat lists, and the bytes of each type object are computed once."""
 
     def __init__(self, inner: dict):
         self.steps: list[Eqn] = []
         self.transient: list[int] = []  # inner peak of a step's nested jaxprs
         self.buf_bytes: list[int] = []
         self.buf_var: list[Var] = []
-        self.buf_eqn: list[Eqn | None] = []
-        self.buf_def: list[int] = []
-        self.buf_last: list[int] = []  # last step it is live in
-        self.buf_read: list[int] = []  # last step that reads it (-1: none)
-        self.forward_read: list[bool] = []  # read by a step before the boundary
-        self.buf_origin: list[str] = []
+        self.buf_eqn: list[Eqn | None] = []  # None: a program input or constant
+        self.buf_def: list[int] = []  # the step that defines it
+        self.buf_read: list[int] = []  # the last step that reads it (-1: none)
+        self.pinned: list[int] = []  # live to the end (inputs, constants, outputs)
+        self.origin: dict[int, str] = {}  # "input 2", "const 0"
+        self.read_before: set[int] = set()  # inputs and constants read before the boundary
         self.inner = inner  # id(jaxpr) -> inner peak
+        self.sizes: dict[int, tuple[Type, int]] = {}  # id(type) -> (type, bytes)
         self.symbolic = False
         self.boundary: int | None = None
 
-    def new_buffer(self, v: Var, eqn: Eqn | None, step: int, origin: str = "") -> int:
-        t = v.type
-        if isinstance(t, ShapedArray) and not t.is_static:
-            self.symbolic = True
-        self.buf_bytes.append(value_bytes(t))
-        self.buf_var.append(v)
-        self.buf_eqn.append(eqn)
-        self.buf_def.append(step)
-        self.buf_last.append(step)
-        self.buf_read.append(-1)
-        self.forward_read.append(False)
-        self.buf_origin.append(origin)
-        return len(self.buf_bytes) - 1
+    def size(self, t: Type) -> int:
+        got = self.sizes.get(id(t))
+        if got is None:
+            if isinstance(t, ShapedArray) and not t.is_static:
+                self.symbolic = True
+            got = self.sizes[id(t)] = (t, value_bytes(t))
+        return got[1]
 
-    def use(self, env: dict, a) -> None:
-        if isinstance(a, Var):
-            b = env.get(id(a))
-            if b is not None:
-                n = len(self.steps)
-                self.buf_last[b] = max(self.buf_last[b], n)
-                self.buf_read[b] = n
-                if self.boundary is None:
-                    self.forward_read[b] = True
+    def held(self, v: Var, origin: str) -> int:
+        """A new buffer for an input or constant, live from the start to the end."""
+        b = len(self.buf_bytes)
+        self.buf_bytes.append(self.size(v.type))
+        self.buf_var.append(v)
+        self.buf_eqn.append(None)
+        self.buf_def.append(0)
+        self.buf_read.append(-1)
+        self.pinned.append(b)
+        self.origin[b] = origin
+        return b
+
+    def mark_boundary(self) -> None:
+        self.boundary = len(self.steps)
+        read = self.buf_read
+        self.read_before = {b for b in self.origin if read[b] >= 0}
 
     def jaxpr(self, j: Jaxpr, env: dict, linear_index: int | None = None) -> None:
         """Walk j's equations with `env` (id(var) -> buffer) holding its binders."""
+        steps, transient, get = self.steps, self.transient, env.get
+        buf_bytes, buf_var, buf_eqn = self.buf_bytes, self.buf_var, self.buf_eqn
+        buf_def, buf_read, sizes = self.buf_def, self.buf_read, self.sizes
         for k, e in enumerate(j.eqns):
             if k == linear_index:
-                self.boundary = len(self.steps)
-            body = _inlined_body(e)
-            if body is not None:
-                self.call(e, body, env)
-            else:
-                self.step(e, env)
-
-    def step(self, e: Eqn, env: dict) -> None:
-        for a in e.inputs:
-            self.use(env, a)
-        n = len(self.steps)
-        self.steps.append(e)
-        subs = eqn_subjaxprs(e)
-        self.transient.append(max((self.inner_peak(s) for s in subs), default=0))
-        for o in e.outputs:
-            env[id(o)] = self.new_buffer(o, e, n)
+                self.mark_boundary()
+            if record_of(e.prim).call_body is not None:
+                body = _inlined_body(e)
+                if body is not None:
+                    self.call(e, body, env)
+                    continue
+            n = len(steps)
+            for a in e.inputs:
+                b = get(id(a))
+                if b is not None:
+                    buf_read[b] = n
+            steps.append(e)
+            subs = eqn_subjaxprs(e)
+            transient.append(max(map(self.inner_peak, subs)) if subs else 0)
+            for o in e.outputs:
+                t = o.type
+                got = sizes.get(id(t))
+                env[id(o)] = len(buf_bytes)
+                buf_bytes.append(got[1] if got is not None else self.size(t))
+                buf_var.append(o)
+                buf_eqn.append(e)
+                buf_def.append(n)
+                buf_read.append(-1)
 
     def call(self, e: Eqn, body: Jaxpr, env: dict) -> None:
         inner: dict = {}
         for v in body.constvars:  # a nested jaxpr's own constants: held like the program's
-            inner[id(v)] = self.new_buffer(v, None, 0, "const of a call body")
-            self.buf_last[inner[id(v)]] = self.END
+            inner[id(v)] = self.held(v, "const of a call body")
         for bv, a in zip(body.invars, e.inputs):
             if isinstance(a, Var) and id(a) in env:
                 inner[id(bv)] = env[id(a)]
@@ -225,7 +237,12 @@ class _Walk:
         for o, r in zip(e.outputs, body.outvars):
             b = inner.get(id(r)) if isinstance(r, Var) else None
             if b is None:  # a literal (or unbound) result becomes an array here
-                b = self.new_buffer(o, e, max(len(self.steps) - 1, 0))
+                b = len(self.buf_bytes)
+                self.buf_bytes.append(self.size(o.type))
+                self.buf_var.append(o)
+                self.buf_eqn.append(e)
+                self.buf_def.append(max(len(self.steps) - 1, 0))
+                self.buf_read.append(-1)
             env[id(o)] = b
 
     def inner_peak(self, j: Jaxpr) -> int:
@@ -234,35 +251,33 @@ class _Walk:
         if got is not None:
             return got
         w = _Walk(self.inner)
+        w.sizes = self.sizes
         env: dict = {}
         w.jaxpr(j, env)
-        for a in j.outvars:
-            if isinstance(a, Var) and id(a) in env:
-                w.buf_last[env[id(a)]] = w.END
-        live = w.sweep()
-        peak = max(live, default=0)
+        w.pinned.extend(env[id(a)] for a in j.outvars if isinstance(a, Var) and id(a) in env)
+        peak = max(w.sweep(), default=0)
         self.symbolic |= w.symbolic
         self.inner[id(j)] = peak
         return peak
 
+    def last_steps(self):
+        """The last step each buffer is live in (a numpy array)."""
+        last = np.maximum(np.asarray(self.buf_def, np.int64), np.asarray(self.buf_read, np.int64))
+        last[np.asarray(self.pinned, np.int64)] = max(len(self.steps) - 1, 0)
+        return last
+
     def sweep(self) -> list[int]:
-        """Bytes live at each step (END last uses resolved to the last step)."""
+        """Bytes live at each step: what is allocated by then, less what was freed before it,
+        plus the step's inner peak."""
         n = len(self.steps)
-        last_step = max(n - 1, 0)
-        added = [0] * (n + 1)
-        freed = [0] * (n + 1)
-        for b, nbytes in enumerate(self.buf_bytes):
-            if self.buf_last[b] == self.END:
-                self.buf_last[b] = last_step
-            added[self.buf_def[b]] += nbytes
-            freed[self.buf_last[b]] += nbytes
-        live: list[int] = []
-        running = 0
-        for i in range(n):
-            running += added[i]
-            live.append(running + self.transient[i])
-            running -= freed[i]
-        return live
+        if n == 0:
+            return []
+        nbytes = np.asarray(self.buf_bytes, np.float64)  # exact below 2**53 bytes
+        added = np.bincount(self.buf_def, nbytes, n).astype(np.int64)
+        freed = np.bincount(self.last_steps(), nbytes, n).astype(np.int64)
+        freed_before = np.concatenate(([0], np.cumsum(freed)[:-1]))
+        live = np.cumsum(added) - freed_before + np.asarray(self.transient, np.int64)
+        return live.tolist()
 
 
 def _inlined_body(e: Eqn) -> Jaxpr | None:
@@ -294,18 +309,14 @@ def _walk(jaxpr: Jaxpr, boundary: int | None) -> tuple[_Walk, dict]:
     w = _Walk({})
     env: dict = {}
     for i, v in enumerate(jaxpr.constvars):
-        env[id(v)] = w.new_buffer(v, None, 0, f"const {i}")
+        env[id(v)] = w.held(v, f"const {i}")
     for i, v in enumerate(jaxpr.invars):
-        env[id(v)] = w.new_buffer(v, None, 0, f"input {i}")
-    for b in env.values():
-        w.buf_last[b] = w.END
+        env[id(v)] = w.held(v, f"input {i}")
     linear_index = _linear_call_index(jaxpr) if boundary is None else boundary
     w.jaxpr(jaxpr, env, linear_index)
     if linear_index is not None and linear_index == len(jaxpr.eqns):
-        w.boundary = len(w.steps)
-    for a in jaxpr.outvars:
-        if isinstance(a, Var) and id(a) in env:
-            w.buf_last[env[id(a)]] = w.END
+        w.mark_boundary()
+    w.pinned.extend(env[id(a)] for a in jaxpr.outvars if isinstance(a, Var) and id(a) in env)
     return w, env
 
 
@@ -316,11 +327,7 @@ def liveness(jaxpr: Jaxpr, boundary: int | None = None) -> Timeline:
     flat vjp/grad program); by default the linear call of a linearize form, if any."""
     w, _ = _walk(jaxpr, boundary)
     live = w.sweep()
-    inputs = sum(
-        w.buf_bytes[b]
-        for b in range(len(w.buf_bytes))
-        if w.buf_eqn[b] is None and w.buf_def[b] == 0
-    )
+    inputs = sum(w.buf_bytes[b] for b in w.origin)
     if not live:
         return Timeline(
             [], [], inputs, None, _values_at(w, None), w.boundary, inputs, w.symbolic, w.inner
@@ -335,14 +342,12 @@ def liveness(jaxpr: Jaxpr, boundary: int | None = None) -> Timeline:
 def _values_at(w: _Walk, step: int | None) -> list[LiveValue]:
     """The buffers live at `step` (every input when None), largest first, and the step's inner
     peak as one entry."""
-    found: list[tuple[int, int, LiveValue]] = []
-    for b, nbytes in enumerate(w.buf_bytes):
-        live = w.buf_eqn[b] is None if step is None else w.buf_def[b] <= step <= w.buf_last[b]
-        if live:
-            kind = "value" if w.buf_eqn[b] is not None else w.buf_origin[b].split(" ")[0]
-            found.append(
-                (nbytes, b, LiveValue(w.buf_var[b], nbytes, w.buf_eqn[b], kind, w.buf_origin[b]))
-            )
+    if step is None:
+        live = list(w.origin)
+    else:
+        defined = np.asarray(w.buf_def, np.int64)
+        live = np.flatnonzero((defined <= step) & (w.last_steps() >= step)).tolist()
+    found = [(w.buf_bytes[b], b, _buffer_value(w, b)) for b in live]
     if step is not None and w.transient[step]:
         t = w.transient[step]
         found.append((t, len(w.buf_bytes), LiveValue(None, t, w.steps[step], "inside")))
@@ -387,12 +392,13 @@ def residual_bytes(program: Jaxpr, boundary: int | None = None) -> Residuals:
     values = [
         _buffer_value(w, b)
         for b in range(len(w.buf_bytes))
-        if w.buf_def[b] < cut <= w.buf_read[b] and (w.buf_eqn[b] is not None or w.forward_read[b])
+        if w.buf_def[b] < cut <= w.buf_read[b] and (w.buf_eqn[b] is not None or b in w.read_before)
     ]
     return Residuals(values, cut)
 
 
 def _buffer_value(w: _Walk, b: int) -> LiveValue:
     eqn = w.buf_eqn[b]
-    kind = "value" if eqn is not None else w.buf_origin[b].split(" ")[0]
-    return LiveValue(w.buf_var[b], w.buf_bytes[b], eqn, kind, w.buf_origin[b])
+    origin = w.origin.get(b, "")
+    kind = "value" if eqn is not None else origin.split(" ")[0]
+    return LiveValue(w.buf_var[b], w.buf_bytes[b], eqn, kind, origin)
