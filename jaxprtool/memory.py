@@ -19,7 +19,9 @@ The model (static, from the types alone; what `jaxprtool memory` reports):
   is part of it; the stacked outputs (`ys`, among them a linearized scan's stacked
   residuals: length times one iteration's) are the equation's results, counted in full from
   the start of the loop.  For a cond it is the larger branch; for a while loop the larger of
-  its condition and body.
+  its condition and body.  A shard_map's body values are one device's shards: its inner peak
+  counts once per device of its manual axes (the record's `body_copies`), so every figure is
+  of the whole (logical) program, all devices together; XLA's figures are per device.
 * The bytes of a value: elements times the dtype's item size (4-bit types: half a byte,
   rounded up); a `Ref` counts its contents; tokens and opaque types hold nothing; symbolic
   dimensions count as 0 (the figures are then lower bounds, `Timeline.symbolic` says so).
@@ -215,7 +217,7 @@ class _Walk:
                     buf_read[b] = n
             steps.append(e)
             subs = eqn_subjaxprs(e)
-            transient.append(max(map(self.inner_peak, subs)) if subs else 0)
+            transient.append(self.nested_peak(e, subs) if subs else 0)
             for o in e.outputs:
                 t = o.type
                 got = sizes.get(id(t))
@@ -244,6 +246,12 @@ class _Walk:
                 self.buf_def.append(max(len(self.steps) - 1, 0))
                 self.buf_read.append(-1)
             env[id(o)] = b
+
+    def nested_peak(self, e: Eqn, subs: list[Jaxpr]) -> int:
+        """What an equation with nested jaxprs holds inside while it runs: the largest inner
+        peak, times the instances that run at once (the record's `body_copies`)."""
+        copies = record_of(e.prim).body_copies
+        return max(map(self.inner_peak, subs)) * (copies(e) if copies is not None else 1)
 
     def inner_peak(self, j: Jaxpr) -> int:
         """The most bytes live at once among the values defined inside one run of j."""

@@ -229,3 +229,32 @@ def test_errors(tmp_path):
     bad.write_text(SIMPLE.replace("mul c b", "mul c zz"))
     r = cli("memory", str(bad), "--no-xla")
     assert r.exit_code == 1 and "Traceback" not in r.output
+
+
+@pytest.mark.skipif(len(jax.devices("cpu")) < 4, reason="needs 4 host CPU devices (conftest)")
+def test_sharded_program_per_device(tmp_path):
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((4,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+    f = jax.shard_map(
+        lambda a: jnp.sum(jnp.sin(a) * 2, keepdims=True),
+        mesh=mesh,
+        in_specs=P("x"),
+        out_specs=P("x"),
+    )
+    x = np.ones((64, 32), np.float32)
+    p = tmp_path / "sm.jaxpr"
+    p.write_text(str(jax.make_jaxpr(f)(x)))
+    r = cli("memory", str(p), "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    # a (64*32*4 = 8192) and the result (4 * 1 * 4 = 16), and the body on each of the 4
+    # devices: its shard f32[16,32] is 2048 bytes; the body peaks at its mul (sin's result,
+    # the scalar 2.0 and the product: 2048 + 4 + 2048)
+    assert d["peak_bytes"] == 8192 + 16 + 4 * (2048 + 4 + 2048)
+    mem = jax.jit(f).lower(x).compile().memory_analysis()
+    xla = d["xla"]
+    assert xla["per_device"] and xla["devices"] == 4
+    assert xla["temp_bytes"] == mem.temp_size_in_bytes
+    assert xla["argument_bytes"] == mem.argument_size_in_bytes
+    assert xla["output_bytes"] == mem.output_size_in_bytes

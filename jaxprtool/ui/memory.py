@@ -3,6 +3,7 @@ terminal plot (rich) and as an image (matplotlib, imported only for --plot)."""
 
 from __future__ import annotations
 
+from ..core import JaxprError
 from ..memory import LiveValue, Residuals, Timeline
 
 
@@ -170,7 +171,13 @@ def write_plot(r: dict, fmt: str) -> bytes:
     date and fixed ids, so the same program gives the same file."""
     import io
 
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        raise JaxprError(
+            "--plot needs matplotlib, which is not installed: pip install 'jaxprtool[plot]' "
+            "(or leave out --plot)"
+        ) from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
