@@ -127,6 +127,22 @@ def test_scan_one_iteration_and_stacked_outputs():
     assert t.live_bytes[0] == 32 + 160 + 32 + 160 + 64
 
 
+def test_while_holds_its_larger_jaxpr():
+    def f(x):
+        return lax.while_loop(
+            lambda c: c[0] < 3, lambda c: (c[0] + 1, jnp.sin(c[1]) * c[1]), (0, x)
+        )[1]
+
+    t = liveness(traced(f, np.ones(4, np.float32)))
+    # a (16); the results, the counter (4, unused but made) and the value (16); inside: the
+    # body at its mul holds e (4), f (16) and g (16); the condition only a bool (1)
+    assert t.live_bytes == [16 + 4 + 16 + (4 + 16 + 16)]
+
+
+def _remat_fn(x):
+    return jnp.sum(jax.checkpoint(lambda y: jnp.sin(jnp.sin(y)))(x))
+
+
 def test_residuals_match_jax_vjp():
     def f(x, w):
         return jnp.sum(jnp.sin(x @ w))
@@ -135,7 +151,13 @@ def test_residuals_match_jax_vjp():
         return jnp.sum(jnp.tanh(x @ w) * x[:, :1])
 
     x, w = np.ones((5, 4), np.float32), np.ones((4, 3), np.float32)
-    for fn, args in ((f, (x, w)), (g, (x, w)), (_scan_fn, SCAN_ARGS)):
+    cases = [
+        (f, (x, w)),
+        (g, (x, w)),
+        (_scan_fn, SCAN_ARGS),
+        (_remat_fn, (np.ones(4, np.float32),)),
+    ]
+    for fn, args in cases:
         _, vjp_fn = jax.vjp(fn, *args)
         jax_saved = sorted(leaf.nbytes for leaf in jax.tree_util.tree_leaves(vjp_fn))
         lin = linearize_combined(traced(fn, *args))

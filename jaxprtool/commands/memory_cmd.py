@@ -12,8 +12,7 @@ from ..io import UsageError, write_output
 from .common import FILE_ARG, OUT_ARG, int_list, load
 from .mesh_options import mesh_options
 
-#: how `--of` builds the program analysed: (its name, function(jaxpr, argnums) -> (program,
-#: boundary or None: then a linearize form's own linear call is the boundary))
+#: what `--of` can analyse: FILE itself, or the program an AD command makes of it
 _OF = ("program", "linearize", "vjp", "grad")
 
 
@@ -21,11 +20,14 @@ def _transformed(jaxpr, of: str, argnums):
     """The program `--of` names, and its forward/backward boundary (a top-level equation
     index) where the form itself does not mark it."""
     from ..ad import api
+    from ..ad.linearize import find_linear_eqn
 
     if of == "program":
         return jaxpr, None
     if of == "linearize":
-        return api.linearize_combined(jaxpr, argnums), None
+        lin = api.linearize_combined(jaxpr, argnums)
+        # without float outputs there is no linear call, and nothing is held for it
+        return lin, None if find_linear_eqn(lin) is not None else len(lin.eqns)
     boundary: list[int] = []
     if of == "vjp":
         return api.vjp_jaxpr(jaxpr, argnums, boundary=boundary), boundary[0]
