@@ -151,4 +151,4 @@ def _print_text(r: dict, output) -> None:
         return
     c = console(sys.stdout)
     c.print(text, end="", markup=False, soft_wrap=True)
-    c.print(ui.terminal_plot(r, c.width), end="")
+    c.print(ui.terminal_plot(r, c.width), end="", soft_wrap=True)

@@ -115,11 +115,15 @@ _BLOCKS = " ▁▂▃▄▅▆▇█"
 
 
 def _columns(values: list[int], width: int) -> list[tuple[int, int, int]]:
-    """(first step, last step, max bytes) of each plot column: steps grouped evenly."""
+    """(first step, last step, max bytes) of each plot column: steps grouped evenly into at
+    most `width` columns, each step repeated over several columns when there are fewer."""
     n = len(values)
+    if n <= width:
+        repeat = width // n
+        return [(i, i, v) for i, v in enumerate(values) for _ in range(repeat)]
     cols = []
-    for c in range(min(width, n)):
-        lo, hi = c * n // min(width, n), (c + 1) * n // min(width, n) - 1
+    for c in range(width):
+        lo, hi = c * n // width, (c + 1) * n // width - 1
         cols.append((lo, hi, max(values[lo : hi + 1])))
     return cols
 
@@ -151,10 +155,11 @@ def terminal_plot(r: dict, width: int, height: int = 8):
             out.append(cell, style=style)
         out.append("\n")
     marks = []
-    for lo, hi, _ in cols:
-        if lo <= peak_step <= hi:
+    for k, (lo, hi, _) in enumerate(cols):
+        first = k == 0 or cols[k - 1][0] != lo  # a step's first column carries its mark
+        if first and lo <= peak_step <= hi:
             marks.append("^")
-        elif boundary is not None and lo <= boundary <= hi:
+        elif first and boundary is not None and lo <= boundary <= hi:
             marks.append("|")
         else:
             marks.append("─")
