@@ -124,8 +124,8 @@ class Timeline:
     input_bytes: int = 0
     #: some type has a symbolic dimension: the figures count it as 0
     symbolic: bool = False
-    #: nested jaxprs' inner peaks by jaxpr identity (shared with residual_bytes)
-    _inner: dict = field(default_factory=dict, repr=False)
+    #: of each step's live bytes, what its nested jaxprs hold inside (0 for most steps)
+    inside: list[int] = field(default_factory=list)
 
     @property
     def peak_eqn(self) -> Eqn | None:
@@ -337,13 +337,11 @@ def liveness(jaxpr: Jaxpr, boundary: int | None = None) -> Timeline:
     live = w.sweep()
     inputs = sum(w.buf_bytes[b] for b in w.origin)
     if not live:
-        return Timeline(
-            [], [], inputs, None, _values_at(w, None), w.boundary, inputs, w.symbolic, w.inner
-        )
+        return Timeline([], [], inputs, None, _values_at(w, None), w.boundary, inputs, w.symbolic)
     peak = max(live)
     at = live.index(peak)
     return Timeline(
-        w.steps, live, peak, at, _values_at(w, at), w.boundary, inputs, w.symbolic, w.inner
+        w.steps, live, peak, at, _values_at(w, at), w.boundary, inputs, w.symbolic, w.transient
     )
 
 

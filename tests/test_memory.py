@@ -101,7 +101,7 @@ def test_cond_holds_its_larger_branch():
     # at its mul step: g, h and i (48)
     assert t.live_bytes == [4 + F4 + F4 + 3 * F4]
     inside = [v for v in t.peak_values if v.kind == "inside"]
-    assert [v.nbytes for v in inside] == [3 * F4]
+    assert [v.nbytes for v in inside] == [3 * F4] and t.inside == [3 * F4]
 
 
 def _scan_fn(c, xs):
