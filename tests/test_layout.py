@@ -174,3 +174,24 @@ def test_no_rule_registry_is_read_in_the_ui():
         for mod in sorted(_imports(rel, tree, known) & REGISTRIES)
     ]
     assert offenders == []
+
+
+def test_a_batching_rule_loads_with_its_family():
+    """Families load on demand (`families/index.py`): asking a fresh process for a
+    primitive's batching rule loads the family that defines it, which holds the rule."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, jaxprtool\n"
+        "from jaxprtool.record import prim\n"
+        f"print([prim(n).batching is not None for n in {list(PROBES)!r}])\n"
+        "print(sorted(m.rpartition('.')[2] for m in sys.modules"
+        " if m.startswith('jaxprtool.families.') and m != 'jaxprtool.families.index'))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PKG.parent
+    ).stdout.splitlines()
+    assert ast.literal_eval(out[0]) == [True] * len(PROBES)
+    loaded = set(ast.literal_eval(out[1]))
+    assert "random" not in loaded and "equinox" not in loaded  # only the probes' families
