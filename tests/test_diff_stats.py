@@ -72,6 +72,35 @@ def test_diff_wiring_change():
     assert "-  c:f32[3] = sub a b" in d and "+  c:f32[3] = sub b a" in d
 
 
+def test_diff_shows_each_files_own_names_and_renames(tmp_path):
+    """Removed and kept lines in the left file's names, added lines in the right file's, the
+    outputs with JAX's trailing comma; --renames maps the paired names (issue 27)."""
+    a, b = tmp_path / "a.jaxpr", tmp_path / "b.jaxpr"
+    a.write_text(
+        "{ lambda ; x:f32[3]. let\n    y:f32[3] = sin x\n    z:f32[3] = cos y\n"
+        "    w:f32[3] = exp y\n  in (z, w) }\n"
+    )
+    b.write_text(
+        "{ lambda ; p:f32[3]. let\n    q:f32[3] = sin p\n    e:f32[3] = exp q\n  in (e,) }\n"
+    )
+    r = run(["diff", "--renames", str(a), str(b)])
+    assert r.exit_code == 1, r.output
+    assert r.stdout.split("\n", 2)[2] == (
+        "@@ -1,5 +1,4 @@\n"
+        " { lambda ; x:f32[3]. let\n"
+        "   y:f32[3] = sin x\n"
+        "-  z:f32[3] = cos y\n"
+        "   w:f32[3] = exp y\n"
+        "-  in (z, w) }\n"
+        "+  in (e,) }\n"
+        "renamed: x -> p\n"
+        "renamed: y -> q\n"
+        "renamed: w -> e\n"
+    )
+    r = run(["diff", "--renames", str(a), str(a)])
+    assert r.exit_code == 0 and r.stdout == ""
+
+
 def test_diff_numpy_scalar_params_equal_python_numbers(tmp_path):
     """`np.int64(1)` (numpy >= 2 prints it inside tuples) is the value 1: equal programs."""
     a, b = tmp_path / "a.jaxpr", tmp_path / "b.jaxpr"
