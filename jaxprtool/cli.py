@@ -64,6 +64,11 @@ def entry() -> None:
     main(prog_name="jaxprtool")
 
 
+def is_standalone() -> bool:
+    """The process is the `jaxprtool` program (not a library or test runner calling it)."""
+    return _STANDALONE
+
+
 def _one_program_process() -> None:
     """Settings for a process that reads, transforms and prints one program and exits:
 

@@ -158,7 +158,11 @@ def console(stream=None, **kwargs):
     kwargs.setdefault("emoji", False)
     if color:
         system = "auto" if is_terminal(stream) else "standard"
-        return Console(file=stream, force_terminal=True, color_system=system, **kwargs)
+        # (no_color=False: rich would otherwise read NO_COLOR itself, and `--color always`
+        # must win over it; the tool's decision alone drives the console)
+        return Console(
+            file=stream, force_terminal=True, color_system=system, no_color=False, **kwargs
+        )
     return Console(file=stream, no_color=True, color_system=None, force_terminal=False, **kwargs)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -103,3 +104,21 @@ def test_folder_of_programs(tmp_path):
     r = invoke(str(tmp_path))
     assert r.exit_code == 0, r.output
     assert r.stdout.splitlines()[-1] == "check-grad: 2 files, 6 checks, 0 failures"
+
+
+def test_table_is_plain_aligned_text_when_piped():
+    """Off a terminal the table is plain text: title, header and one line per check, columns
+    two spaces apart, numbers right-aligned, no box-drawing (issue 27)."""
+    r = invoke(str(SAMPLES / "sin_cos.jaxpr"))
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"check-grad {SAMPLES / 'sin_cos.jaxpr'}"
+    assert lines[1] == "program        check                         error    tol  result"
+    pattern = r"sin_cos\.jaxpr  (.{25})  \d\.\d\de-\d\d  2e-0[35]  pass"
+    names = [re.fullmatch(pattern, ln)[1].rstrip() for ln in lines[2:5]]
+    assert names == [
+        "jvp vs finite differences",
+        "vjp vs finite differences",
+        "dot product (adjoint)",
+    ]
+    assert lines[5] == "check-grad: 1 file, 3 checks, 0 failures"

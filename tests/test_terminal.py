@@ -238,3 +238,77 @@ def test_programs_on_a_terminal_are_highlighted(monkeypatch):
     r = invoke(["fmt", str(SAMPLES / "cond.jaxpr")])
     assert ANSI.search(r.stdout)
     assert ANSI.sub("", r.stdout) == plain
+
+
+# ---------------------------------------------------------------- tables
+
+
+def test_tables_are_plain_aligned_text_off_a_terminal():
+    """A table written to a pipe or a file: no box-drawing, no wrapping, columns justified
+    as the table says (issue 27); on a terminal (or colour forced) rich draws it."""
+    from rich.table import Table
+
+    from jaxprtool.ui.tables import print_table
+
+    table = Table(title="2 outputs")
+    table.add_column("#", justify="right")
+    table.add_column("type")
+    table.add_column("values", justify="left")
+    table.add_row("out0", "f32[3]", "[green]0.5[/], 1, 2 " + "3, " * 40 + "...")
+    table.add_row("out10", "i32[]", "7")
+    pipe = _io.StringIO()
+    monkey = io.COLOR_MODE
+    try:
+        io.COLOR_MODE = "auto"
+        print_table(io.console(pipe), table)
+        tty = FakeTTY()
+        print_table(io.console(tty, width=60), table)
+    finally:
+        io.COLOR_MODE = monkey
+    assert pipe.getvalue() == (
+        "2 outputs\n"
+        "    #  type    values\n"
+        " out0  f32[3]  0.5, 1, 2 " + "3, " * 39 + "3, ...\n"
+        "out10  i32[]   7\n"
+    )
+    assert "┃" in tty.getvalue() and max(map(len, ANSI.sub("", tty.getvalue()).splitlines())) <= 60
+
+
+def test_color_always_beats_no_color_in_tables():
+    """`--color always` drives rich's console too: NO_COLOR does not switch rich off."""
+    args = ["opt", "-p", "dce", "--timing", str(SAMPLES / "sin_cos.jaxpr")]
+    forced = invoke(["--color", "always", *args], env={"NO_COLOR": "1", "FORCE_COLOR": None})
+    assert forced.exit_code == 0 and ANSI.search(forced.stderr) and "┃" in forced.stderr
+    plain = invoke(args, env={"NO_COLOR": "1", "FORCE_COLOR": None})
+    assert plain.exit_code == 0 and not ANSI.search(plain.stderr)
+    assert plain.stderr.splitlines()[:2] == ["timing (wall clock)", "stage  runs  time (ms)      %"]
+
+
+def test_timing_has_start_up_and_rest_rows_in_its_own_process(tmp_path):
+    """Run as its own program, --timing bills the process's start-up to a row of its own
+    and the time between stages to `rest`, so the rows add up to the total."""
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "-m", "jaxprtool", "fmt", "--timing", str(SAMPLES / "sin_cos.jaxpr")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "NO_COLOR": "1"},
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    names = [ln.split()[0] for ln in r.stderr.splitlines()[2:]]
+    assert names == [
+        "start-up",
+        "read",
+        "parse",
+        "print",
+        "write",
+        "rest",
+        "total",
+    ]  # fmt: no check
+    ms = {ln.split()[0]: float(ln.split()[-2]) for ln in r.stderr.splitlines()[2:]}
+    assert ms["start-up"] > 0
+    assert abs(ms["total"] - sum(v for k, v in ms.items() if k != "total")) < 0.01

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
@@ -40,11 +41,17 @@ SPLIT_LINE = "# -----"
 
 
 class Timer:
-    """Wall time per stage, in first-seen order; a stage seen twice adds up (and counts)."""
+    """Wall time per stage, in first-seen order; a stage seen twice adds up (and counts).
 
-    def __init__(self):
+    As mlir-opt's `--mlir-timing`, the table ends with a `rest` row (the time between the
+    stages: imports, the command's own set-up) so the rows add up to the total; `startup`
+    (seconds from the process's start to this timer's, when known) is a row of its own,
+    before the stages, and part of the total."""
+
+    def __init__(self, startup: float | None = None):
         self.rows: dict[str, list] = {}
         self.start = time.perf_counter()
+        self.startup = startup
 
     @contextmanager
     def stage(self, name: str):
@@ -56,26 +63,58 @@ class Timer:
             row[0] += time.perf_counter() - t0
             row[1] += 1
 
+    def table_rows(self) -> list[tuple[str, str, float]]:
+        """(stage, runs, seconds) for every row, `total` last."""
+        work = time.perf_counter() - self.start
+        rows = [("start-up", "1", self.startup)] if self.startup is not None else []
+        rows += [(name, str(runs), secs) for name, (secs, runs) in self.rows.items()]
+        staged = sum(secs for name, (secs, _) in self.rows.items())
+        rows.append(("rest", "", max(work - staged, 0.0)))
+        rows.append(("total", "", work + (self.startup or 0.0)))
+        return rows
+
     def render(self, stream=None) -> None:
         from rich.table import Table
 
         from ..io import console
+        from ..ui.tables import print_table
 
-        total = time.perf_counter() - self.start
+        rows = self.table_rows()
+        total = rows[-1][2]
         table = Table(title="timing (wall clock)", title_justify="left")
         table.add_column("stage")
         table.add_column("runs", justify="right")
         table.add_column("time (ms)", justify="right")
         table.add_column("%", justify="right")
-        for name, (secs, runs) in self.rows.items():
+        for name, runs, secs in rows:
             share = 100 * secs / total if total > 0 else 0.0
-            table.add_row(name, str(runs), f"{secs * 1e3:.3f}", f"{share:.1f}")
-        table.add_row("total", "", f"{total * 1e3:.3f}", "100.0", style="bold")
-        console(stream or sys.stderr).print(table)
+            bold = "bold" if name == "total" else None
+            table.add_row(name, runs, f"{secs * 1e3:.3f}", f"{share:.1f}", style=bold)
+        print_table(console(stream or sys.stderr), table)
+
+
+def process_age() -> float | None:
+    """Seconds since this process started (Linux's /proc, at the kernel's clock-tick
+    resolution, 10 ms), or None where that is not known."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: starttime
+        return max(time.clock_gettime(time.CLOCK_BOOTTIME) - started, 0.0)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
 
 
 #: the timer of the running command (None: no --timing)
 TIMER: Timer | None = None
+
+
+def _startup() -> float | None:
+    """The start-up row's time: the process's age when the tool is its own program (not
+    when a library or a test runner calls the command)."""
+    from .. import cli
+
+    return process_age() if cli.is_standalone() else None
 
 
 def timed(name: str):
@@ -475,7 +514,7 @@ def run_parts(
     global TIMER
     from ..io import remember_source, report, write_program
 
-    TIMER = Timer() if inst is not None and inst.timing else None
+    TIMER = Timer(_startup()) if inst is not None and inst.timing else None
     try:
         outputs: list[str] = []
         ok = True

@@ -206,7 +206,9 @@ def render_mismatches(rows: list[dict], path: str, rtol: float, atol: float, str
             r.get("got_value", ""),
             r.get("expected_value", ""),
         )
-    console(stream or sys.stdout).print(table)
+    from ..ui.tables import print_table
+
+    print_table(console(stream or sys.stdout), table)
 
 
 def mismatch_message(rows: list[dict], n: int, path: str, rtol: float, atol: float) -> str:
