@@ -278,8 +278,7 @@ def program_loc(where: str) -> Loc | None:
 
 def format_error(err: JaxprError, kind: str = "error") -> str:
     """`FILE:LINE:COL: error: message`, then the source line and a caret when known."""
-    if err.loc is None and isinstance(getattr(err, "where", None), str):
-        err.loc = program_loc(err.where)  # about the program as a whole: its inputs or outputs
+    _locate(err)
     message = err.message
     if len(message) > 2 * EXCERPT:  # a huge name quoted in the message: shorten it
         message = _LONG_QUOTE.sub(lambda m: m.group()[: EXCERPT // 2] + "...'", message)
@@ -292,6 +291,12 @@ def format_error(err: JaxprError, kind: str = "error") -> str:
             lines.append(text)
             lines.append(" " * (col - 1) + "^")
     return "\n".join(lines)
+
+
+def _locate(err: JaxprError) -> None:
+    """An error about the program as a whole is located at its inputs or its outputs."""
+    if err.loc is None and isinstance(getattr(err, "where", None), str):
+        err.loc = program_loc(err.where)
 
 
 def _source_line(path: str, n: int) -> str | None:
@@ -329,7 +334,14 @@ def _excerpt(line: str, col: int) -> tuple[str, int]:
 
 
 def report(err: JaxprError, kind: str = "error") -> None:
-    """Print a located diagnostic on standard error (rich colour on a terminal)."""
+    """Print a located diagnostic on standard error (rich colour on a terminal), or hand it
+    to the machine format `--output-format` chose."""
+    from . import diagnostics
+
+    if diagnostics.FORMAT != "text":
+        _locate(err)
+        diagnostics.emit(err, kind)
+        return
     msg = format_error(err, kind)
     if use_color():
         from rich.markup import escape
