@@ -278,7 +278,7 @@ def _print_version(ctx, param, value):
         return
     from importlib import metadata
 
-    from .text.style import KNOWN_VERSIONS
+    from .text.style import KNOWN_VERSIONS, OLDEST
 
     def version(name: str) -> str | None:
         try:
@@ -298,7 +298,7 @@ def _print_version(ctx, param, value):
     styles = ", ".join(".".join(map(str, v)) for v in KNOWN_VERSIONS)
     lines.append(
         f"JAX printing styles: {styles} (text printed by any JAX from "
-        f"{'.'.join(map(str, KNOWN_VERSIONS[0]))} to "
+        f"{'.'.join(map(str, OLDEST))} to "
         f"{'.'.join(map(str, KNOWN_VERSIONS[-1][:2]))} is read)"
     )
     click.echo("\n".join(lines))

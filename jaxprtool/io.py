@@ -269,6 +269,11 @@ def program_loc(where: str) -> Loc | None:
     text = _sources.get(path) if path else None
     if text is None:
         return None
+    return text_loc(path, text, where)
+
+
+def text_loc(path: str, text: str, where: str) -> Loc | None:
+    """`program_loc` in the given text of `path`."""
     pos = text.find("{ lambda") if where == "inputs" else text.rfind("in (")
     if pos < 0:
         return None

@@ -129,6 +129,13 @@ def test_version_names_jax_and_the_styles():
     assert lines[1] == f"JAX {metadata.version('jax')} (jaxlib {metadata.version('jaxlib')})"
     for v in KNOWN_VERSIONS:
         assert ".".join(map(str, v)) in lines[2]
+    # one oldest version everywhere: --version, --jax-style's refusal, the README
+    assert lines[2].endswith("(text printed by any JAX from 0.4.1 to 0.12 is read)")
+    old = invoke(["--jax-style", "0.4.0", "fmt", str(SAMPLES / "sin_cos.jaxpr")])
+    assert old.exit_code == 2
+    assert "--jax-style: JAX version 0.4.0 is older than the oldest supported (0.4.1)" in old.stderr
+    assert invoke(["--jax-style", "0.4.1", "fmt", str(SAMPLES / "sin_cos.jaxpr")]).exit_code == 0
+    assert "JAX 0.4.1 to 0.12" in (ROOT / "README.md").read_text()
 
 
 def test_version_without_jax(monkeypatch):
