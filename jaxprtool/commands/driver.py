@@ -424,11 +424,13 @@ def manager_options(transforms: tuple[str, ...] = ()):
 @dataclass
 class Part:
     """One program of an input: its text (padded with empty lines so that line numbers are
-    those of the whole file), the display path and the first line."""
+    those of the whole file), the display path, the first line and the whole file's text
+    (`file_text`: what `fmt --write` rebuilds)."""
 
     text: str
     path: str
     line: int
+    file_text: str = ""
 
     @property
     def source(self) -> str:
@@ -445,7 +447,7 @@ def split_parts(text: str, path: str) -> list[Part]:
         end = m.start() if m else len(text)
         chunk = text[pos:end]
         if _has_code(chunk):
-            parts.append(Part("\n" * (line - 1) + chunk, path, line))
+            parts.append(Part("\n" * (line - 1) + chunk, path, line, text))
         if m is not None:
             line += text.count("\n", pos, m.end()) + 1
             pos = m.end() + 1
@@ -458,20 +460,16 @@ def _has_code(chunk: str) -> bool:
 
 def expand_inputs(files: Iterable[str]) -> list[str]:
     """FILE arguments with each folder replaced by its jaxpr files (`*.jaxpr`, and the
-    `*.jaxpr.txt` files of a JAX_DUMP_IR_TO folder), recursively, in name order."""
-    import os
-    from pathlib import Path
-
+    `*.jaxpr.txt` files of a JAX_DUMP_IR_TO folder), recursively, in name order, leaving out
+    what ruff leaves out (`walk.jaxpr_files`): hidden folders, virtual environments and what
+    `.gitignore` files ignore."""
     from ..core import UsageProblem
+    from .walk import jaxpr_files
 
     out = []
     for f in files:
         if f != "-" and os.path.isdir(f):
-            found = sorted(
-                str(p)
-                for p in Path(f).rglob("*")
-                if p.is_file() and (p.name.endswith(".jaxpr") or p.name.endswith(".jaxpr.txt"))
-            )
+            found = jaxpr_files(f)
             if not found:
                 raise UsageProblem(f"folder '{f}' holds no *.jaxpr or *.jaxpr.txt files")
             out.extend(found)
@@ -480,15 +478,18 @@ def expand_inputs(files: Iterable[str]) -> list[str]:
     return out
 
 
-def read_parts(file: str | None, split: bool) -> list[Part]:
-    """The parts of one input (one part without --split-input-file)."""
+def read_parts(file: str | None, split: bool | str) -> list[Part]:
+    """The parts of one input (one part without --split-input-file; `split="auto"`: split
+    when the file has a `# -----` line)."""
     from ..io import read_source, remember_source
 
     with timed("read"):
         text, path = read_source(file)
     remember_source(path, text)
+    if split == "auto":
+        split = SPLIT_MARKER.search(text) is not None
     if not split:
-        return [Part(text, path, 1)]
+        return [Part(text, path, 1, text)]
     parts = split_parts(text, path)
     if not parts:
         raise JaxprError(
