@@ -117,6 +117,12 @@ class LazyGroup(click.Group):
             diagnostics.end()
 
     def resolve_command(self, ctx, args):
+        if args and not args[0].startswith("-") and args[0] not in COMMANDS:
+            import difflib
+
+            close = difflib.get_close_matches(args[0], list(COMMANDS), n=1)
+            if close:
+                ctx.fail(f"No such command '{args[0]}'. Did you mean '{close[0]}'?")
         name, cmd, rest = super().resolve_command(ctx, args)
         if cmd is not None:
             rest = _bare_optional_values(cmd, rest)
@@ -235,8 +241,8 @@ def _global_option_specs() -> list[tuple[list[str], dict]]:
                 metavar="FORMAT",
                 help="How errors and warnings are written (on standard error): text "
                 "(FILE:LINE:COL: error: ...), json (one array), github (GitHub Actions "
-                "annotations) or sarif (SARIF 2.1.0).  After `run`, --output-format is "
-                "run's own: write --diagnostic-format there.",
+                "annotations) or sarif (SARIF 2.1.0).  After `run`, whose --output-format "
+                "is its own, this is --diagnostic-format.",
             ),
         ),
     ]
@@ -266,8 +272,9 @@ def _add_global_options(cmd: click.Command) -> None:
             continue
         names = [d for d in decls if not d.startswith("-")]
         key = names[0] if names else flags[0][2:].replace("-", "_")
+        # the first spelling the command leaves free (run: --diagnostic-format)
         opt = click.Option(
-            [*free, *names], expose_value=False, callback=_GLOBAL_CALLBACKS[key], **kw
+            [free[0], *names], expose_value=False, callback=_GLOBAL_CALLBACKS[key], **kw
         )
         cmd.params.append(opt)
     cmd._jaxprtool_globals = True
@@ -307,7 +314,8 @@ def _print_version(ctx, param, value):
 
 def _main_options(f):
     for decls, kw in reversed(_global_option_specs()):
-        f = click.option(*decls, **kw)(f)
+        first = [d for d in decls if d.startswith("-")][:1]
+        f = click.option(*first, *[d for d in decls if not d.startswith("-")], **kw)(f)
     return f
 
 
@@ -325,6 +333,9 @@ def main(debug, plugins, jax_style, color, no_color, diagnostic_format):
     """jaxprtool: read, transform, check and run JAX jaxprs from text files.
 
     Global options may also follow the command (`jaxprtool run f.jaxpr --debug`).
+    Shell completion (commands, options, files, pass names): add
+    `eval "$(_JAXPRTOOL_COMPLETE=bash_source jaxprtool)"` to ~/.bashrc (zsh_source for
+    ~/.zshrc; fish: `_JAXPRTOOL_COMPLETE=fish_source jaxprtool | source`).
 
     \b
     Example:

@@ -319,3 +319,34 @@ def test_timing_has_start_up_and_rest_rows_in_its_own_process(tmp_path):
     ms = {ln.split()[0]: float(ln.split()[-2]) for ln in r.stderr.splitlines()[2:]}
     assert ms["start-up"] > 0
     assert abs(ms["total"] - sum(v for k, v in ms.items() if k != "total")) < 0.01
+
+
+# ---------------------------------------------------------------- conventions (issue 27)
+
+
+def test_did_you_mean_for_commands_and_passes():
+    r = invoke(["fmtt", "x.jaxpr"])
+    assert r.exit_code == 2
+    assert r.stderr.endswith("Error: No such command 'fmtt'. Did you mean 'fmt'?\n")
+    r = invoke(["opt", "-p", "dcee", str(SAMPLES / "sin_cos.jaxpr")])
+    assert r.exit_code == 2
+    assert r.stderr.endswith(
+        "Error: Invalid value for -p: unknown pass 'dcee' (did you mean 'dce'? known: "
+        "canonicalize, cse, dce, fold, inline, simplify, none)\n"
+    )
+    r = invoke(["grad", "--opt", "cannonicalize", str(SAMPLES / "sin_cos.jaxpr")])
+    assert "unknown pass 'cannonicalize' (did you mean 'canonicalize'?" in r.stderr
+    assert invoke(["zzz"]).stderr.endswith("Error: No such command 'zzz'.\n")
+
+
+def test_opt_without_passes_prints_the_input_back():
+    """As mlir-opt with no passes: the program, unchanged."""
+    for sample in ("sin_cos.jaxpr", "cond.jaxpr"):
+        r = invoke(["opt", str(SAMPLES / sample)])
+        assert r.exit_code == 0, r.output
+        assert r.stdout == (SAMPLES / sample).read_text()
+
+
+def test_help_mentions_completion():
+    out = invoke(["--help"]).stdout
+    assert 'eval "$(_JAXPRTOOL_COMPLETE=bash_source jaxprtool)"' in " ".join(out.split())

@@ -163,7 +163,7 @@ _OPT_HELP = f"""Run a pipeline of clean-up passes.
 PASS,... is a list of passes separated by commas, as in MLIR and xDSL.  A pass may take
 options in braces, separated by spaces, as in 'inline{{names=relu,gelu}}': a comma inside
 braces belongs to the option (a list).  Values are integers, true/false or comma lists;
-'none' runs nothing.
+'none' (or no -p, as mlir-opt without passes) runs nothing: the input is printed back.
 
 {_pass_table()}
 
@@ -183,10 +183,10 @@ Example:
     "-p",
     "--pipeline",
     "pipeline",
-    required=True,
+    default="none",
     metavar="PASS,...",
     shell_complete=complete_pass_list,
-    help=f"Passes to run in order: {', '.join(PASSES)} (or none).",
+    help=f"Passes to run in order: {', '.join(PASSES)} (default: none).",
 )
 @manager_options()
 def opt(file, out, show_diff, pipeline, inst, split_input):
