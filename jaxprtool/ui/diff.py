@@ -165,12 +165,9 @@ def source_names(jaxpr: Jaxpr) -> Callable[[Var], str]:
 
 
 def printed_names(jaxpr: Jaxpr, style=None) -> Callable[[Var], str]:
-    """The names `print_jaxpr(jaxpr, style)` gives the variables of `jaxpr`."""
-    from ..text.printer import Namer
+    from ..text.printer import printed_names as names
 
-    namer = Namer(style)
-    namer.jaxpr_text(jaxpr)
-    return namer.name
+    return names(jaxpr, style)
 
 
 def _name(i: int) -> str:
