@@ -5,7 +5,8 @@ PYTHON ?= $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12*/bin/python3.1
 	$$p -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null && { echo $$p; break; }; done)
 VENV := .venv
 BIN := $(VENV)/bin
-# the tool and JAX (all `make demo` needs); the test tools and the zoo's libraries on top
+# the tool and JAX (all `make demo` needs); the test tools, the zoo's libraries and
+# matplotlib (memory --plot) on top
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
@@ -31,7 +32,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 $(TEST_STAMP): $(STAMP)
-	$(BIN)/python -m pip install -q -e '.[test,zoo]'
+	$(BIN)/python -m pip install -q -e '.[test,zoo,plot]'
 	touch $(TEST_STAMP)
 
 demo: install

@@ -99,4 +99,4 @@ def test_make_demo_installs_only_the_tool_and_jax(tmp_path):
     demo = recipe("demo")
     assert any("-e '.[jax]'" in ln for ln in demo)
     assert not any("[test" in ln or "zoo]" in ln for ln in demo)
-    assert any("-e '.[test,zoo]'" in ln for ln in recipe("test"))
+    assert any("-e '.[test,zoo,plot]'" in ln for ln in recipe("test"))
