@@ -34,8 +34,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+# (the checker and liveness modules load here, before the package binds this module's
+# `check` and `memory` functions to its own names: see jaxprtool/__init__.py)
 from .check import Diagnostic
 from .core import Jaxpr, JaxprError, Loc, ProgramError
+from .memory import Residuals, Timeline
 
 __all__ = [
     "CheckError",
@@ -51,6 +54,7 @@ __all__ = [
     "jvp",
     "linearize",
     "load",
+    "memory",
     "parse",
     "run",
     "run_passes",
@@ -329,6 +333,27 @@ def _passes(jaxpr: Jaxpr, pipeline: str | None) -> Jaxpr:
     from .passes.registry import run_pipeline
 
     return run_pipeline(jaxpr, pipeline)
+
+
+def memory(
+    program: Program | Jaxpr,
+    *,
+    of: str = "program",
+    argnums: Sequence[int] | None = None,
+) -> tuple[Timeline, Residuals | None]:
+    """Liveness, as `jaxprtool memory --no-xla`: `(timeline, residuals)`, a
+    `jaxprtool.memory.Timeline` (bytes live per step, the peak, the values live there) and
+    the `Residuals` held across the forward/backward boundary (None where there is none), of
+    the program or of its `of="linearize"|"vjp"|"grad"` transformation."""
+    from .commands.memory_cmd import _OF, _residuals, _transformed
+    from .memory import liveness
+
+    if of not in _OF:
+        raise JaxprError(f"memory of: expected one of {', '.join(_OF)}, got {of!r}")
+    p = _program(program)
+    with _located(p):
+        jaxpr, boundary = _transformed(p.jaxpr, of, argnums)
+        return liveness(jaxpr, boundary), _residuals(jaxpr, boundary)
 
 
 # ---------------------------------------------------------------- through JAX

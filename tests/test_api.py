@@ -165,3 +165,30 @@ def test_programs_keep_their_style_and_bare_jaxprs_are_taken():
     assert jt.format(jt.jvp(p.jaxpr)) == jt.format(g)
     with pytest.raises(TypeError, match="expected a jaxprtool Program or Jaxpr, got str"):
         jt.jvp(old)
+
+
+def test_memory_peak_by_hand():
+    """sin then cos of 1000 floats: the input (4000 B) lives throughout; the cos step holds
+    a, b and c: 12000 B.  Its linearization holds cos a and sin b (the two derivatives'
+    factors, 4000 B each) across the boundary."""
+    p = jt.parse(
+        "{ lambda ; a:f32[1000]. let\n    b:f32[1000] = sin a\n    c:f32[1000] = cos b\n  in (c,) }"
+    )
+    timeline, residuals = jt.memory(p)
+    assert timeline.live_bytes == [8000, 12000] and timeline.peak_bytes == 12000
+    assert residuals is None
+    _, res = jt.memory(p, of="linearize")
+    assert res is not None and res.total == 8000
+    with pytest.raises(jt.JaxprError, match="memory of: expected one of"):
+        jt.memory(p, of="hessian")
+
+
+def test_api_names_survive_the_modules_of_the_same_name():
+    import importlib
+
+    importlib.import_module("jaxprtool.check")
+    importlib.import_module("jaxprtool.memory")
+    assert jt.check is jt.api.check and jt.memory is jt.api.memory
+    from jaxprtool.memory import liveness  # the modules are still there by name
+
+    assert callable(liveness)
