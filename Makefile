@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: install install-test bytecode demo test test-full lint bench fuzz clean
+.PHONY: install install-test browser bytecode demo test test-full lint bench fuzz clean
 
 install: bytecode
 
@@ -49,7 +49,18 @@ lint: install-test
 test: install-test lint
 	$(BIN)/python -m pytest -n 2 tests
 
-test-full: install-test
+# the browser checks of tests/test_browser.py: selenium, and Debian's chromium, its driver and
+# Graphviz where this user may install them (else those tests are skipped, saying why)
+browser: install-test
+	$(BIN)/python -m pip install -q -e '.[browser]'
+	@command -v chromedriver >/dev/null && command -v dot >/dev/null || { \
+		[ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+		&& apt-get update -q >/dev/null \
+		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+			chromium chromium-driver graphviz >/dev/null; \
+	} || echo "chromium/chromedriver/graphviz not installed: the browser checks will be skipped"
+
+test-full: install-test browser
 	$(BIN)/python -m pytest -n 2 -m '' tests
 
 bench: install-test
