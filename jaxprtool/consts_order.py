@@ -12,7 +12,8 @@ up to the top level.  The numbering is that of the hoisted program:
 1. the program's own constvars;
 2. the constvars of its nested jaxprs that hoisting made the program's, after its own:
    each equation in order, depth first (a call body's or loop body's own constants, then
-   those of the equations inside it; a cond's branch by branch);
+   those of the equations inside it; a cond's branch by branch, a while loop's cond jaxpr
+   before its body);
 3. the constvars left in nested jaxprs that hoisting does not reach (a recorded custom
    rule's, a primitive without a `hoist_consts` rule): each jaxpr object once, equations in
    order, an equation's parameters sorted by name, depth first.
