@@ -46,6 +46,7 @@ D = _c(1.5, 1.25, 1.1)  # a jitted call in a while body
 B = _c(2.0, 2.5, -3.0)  # a jitted call at the top level, after the others
 P = _c(0.5, -0.25, 0.75)  # a jitted call at the top level, before the loop
 Q = _c(1.5, 0.5, -1.0)  # what the loop body closes over itself: the program's own constant
+K = _c(0.5, 1.0, 0.25)  # a jitted call in a while loop's cond
 
 
 def _tail(y):
@@ -79,6 +80,25 @@ def c(x):
     return _tail(y * E)
 
 
+def s(x):
+    i = jnp.clip(jnp.floor(x[0] * 2.0), 0, 2).astype(jnp.int32)
+    branches = [
+        lambda v: jax.jit(lambda u: jnp.sin(u) * A)(v),
+        lambda v: jax.jit(lambda u: jnp.cos(u) * C)(v),
+        lambda v: v * 2.0,
+    ]
+    return jnp.sum(jax.lax.switch(i, branches, x) * E)
+
+
+def u(x):
+    y, _ = jax.lax.while_loop(
+        lambda s: jax.jit(lambda v: jnp.sum(v * K) < 6.0)(s[0]) & (s[1] < 3),
+        lambda s: (jax.jit(lambda v: jnp.tanh(v) * D + v)(s[0]), s[1] + 1),
+        (x, 0),
+    )
+    return jnp.sum(y**2)
+
+
 def h(x):
     y = jax.jit(lambda v: jnp.sin(v) * P)(x)
     y, _ = jax.lax.while_loop(lambda s: s[1] < 2, lambda s: (jnp.cos(s[0]) * Q + s[0], s[1] + 1), (y, 0))
@@ -86,9 +106,9 @@ def h(x):
 """
 
 #: each traced function's constants in the archive's order (the values JAX closes over)
-ORDER = {"f": "EACB", "w": "EADB", "g": "QP", "h": "QP", "c": "EAB"}
+ORDER = {"f": "EACB", "w": "EADB", "g": "QP", "h": "QP", "c": "EAB", "s": "EAC", "u": "KD"}
 #: the functions with a while loop, whose reverse mode JAX refuses too
-WHILE = ("w", "h")
+WHILE = ("w", "h", "u")
 
 X = np.array([0.7, -0.4, 1.3], np.float32)  # x[0] > 0: the branch with the call
 T = np.array([0.3, 1.0, -0.6], np.float32)
