@@ -351,3 +351,55 @@ def test_numbering_refuses_a_jaxpr_not_hoisted():
         assert e.value.loc is not None and e.value.loc.line == 2
         assert "number_constants" in str(e.value)
         assert [str(v.type) for v in number_constants(j).constvars] == ["f32[3]"]
+
+
+RULE_SOURCE = """
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+W = jnp.array([1.5, -0.5, 2.0], np.float32)  # the program's own
+V = jnp.array([0.25, 3.0, -1.0], np.float32)  # what the custom_vjp's bwd closes over
+
+
+@jax.custom_vjp
+def g(x):
+    return jnp.sin(x) * 2.0
+
+
+g.defvjp(lambda x: (g(x), jnp.cos(x)), lambda r, ct: (ct * r * V,))
+
+
+def f(x):
+    return jnp.sum(g(x * W))
+"""
+
+
+def test_constants_that_stay_nested_come_last(tmp_path, monkeypatch):
+    """A recorded custom rule's constants stay in its jaxpr (step 3): numbered after the
+    program's, `run` with the archive is JAX; differentiating through that rule is refused
+    (located, saying what to do), and explain refuses the constants, saying what takes
+    them."""
+    name = f"consts_rule_{next(_IDS)}"
+    (tmp_path / f"{name}.py").write_text(RULE_SOURCE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    mod = importlib.import_module(name)
+    prog, consts = tmp_path / "f.jaxpr", tmp_path / "f.npz"
+    r = run(["trace", f"{name}:f", "--arg", "f32[3]", "-o", str(prog), "--consts-out", str(consts)])
+    assert r.exit_code == 0, r.output
+    numbered = number_constants(parse(prog.read_text(), str(prog)).jaxpr)
+    assert len(numbered.program.constvars) == 1 and len(numbered.constvars) == 2
+    assert [e.prim for _, e in nested_with_consts(numbered.program)] == ["custom_vjp_call"]
+    for got, want in zip(_archive(consts), (mod.W, mod.V), strict=True):
+        np.testing.assert_array_equal(got, np.asarray(want))
+    (got,) = _run(tmp_path, prog, [X], consts)
+    close(got, mod.f(X))
+    r = run(["grad", str(prog)])
+    assert r.exit_code == 1 and "f.jaxpr:3:5: error: 'custom_vjp_call'" in r.output, r.output
+    assert "jaxprtool_bwd closes over 1 constant" in r.output
+    np.savez(tmp_path / "x.npz", arg0=X)
+    r = run(["explain", str(prog), "--args", str(tmp_path / "x.npz"), "--consts", str(consts)])
+    assert r.exit_code == 1 and "constants that stay in nested jaxprs" in r.output, r.output
