@@ -43,8 +43,8 @@ COMMANDS: dict[str, str] = {
     "graph": "graph_cmd:graph",
     "check-grad": "verify_cmds:check_grad",
     "run": "run_cmds:run",
-    "compile": "run_cmds:compile_",
-    "trace": "run_cmds:trace",
+    "compile": "compile_cmd:compile_",
+    "trace": "trace_cmd:trace",
     "explain": "explain_cmd:explain",
 }
 

@@ -27,7 +27,7 @@ ALLOWED = {
     "text/parser.py": "the state syntax `c[...] += x` is the addupdate equation",
     "text/style.py": "JAX-version detection from primitives that appeared or were renamed",
     "backend/custom_rules.py": "finds JAX's own custom_jvp_call/custom_vjp_call objects",
-    "commands/run_cmds.py": "trace adds the traced custom rules to JAX's custom calls",
+    "commands/trace_cmd.py": "trace adds the traced custom rules to JAX's custom calls",
     "backend/__init__.py": "the compiled program is one jax.jit",
     "ui/explain/record.py": "reports which custom calls used a plugin's rule (to become a "
     "record field)",

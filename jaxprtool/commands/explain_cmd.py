@@ -92,7 +92,7 @@ def _explain(
     from ..ad.registry import set_custom_rule_policy
     from ..cli import require_jax
     from ..commands.common import load, output_style
-    from ..commands.run_cmds import gather_inputs
+    from ..commands.run_inputs import gather_inputs
     from ..core import JaxprError
     from ..passes.hoist_consts import hoist_consts
     from ..ui.explain import explain_data, render

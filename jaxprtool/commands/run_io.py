@@ -72,9 +72,9 @@ def parse_input(spec: str) -> np.ndarray:
     """One `--input` value: `TYPE=VALUES` (e.g. `f32[2,3]=1 2 3 4 5 6`, `f32[]=0.5`,
     `i32[4]=7`: one value fills the array) or `@FILE.npy`."""
     if spec.startswith("@"):
-        from .run_cmds import _load_npy
+        from .run_inputs import load_npy
 
-        return _load_npy(spec[1:])
+        return load_npy(spec[1:])
     m = _INPUT.match(spec)
     if not m:
         raise UsageError(
@@ -107,14 +107,14 @@ def parse_input(spec: str) -> np.ndarray:
 
 def load_expected(path: str, n: int) -> list[np.ndarray]:
     """The expected outputs: an .npz (out0.. or arr_0..) or, for one output, an .npy."""
-    from .run_cmds import _npz_list, _read_array_file
+    from .run_inputs import npz_list, read_array_file
 
-    data = _read_array_file(path, "expected-output")
+    data = read_array_file(path, "expected-output")
     if isinstance(data, np.ndarray):
         arrays = [data]
     else:
         with data:
-            arrays = _npz_list({k: data[k] for k in data.files}, "out", path)
+            arrays = npz_list({k: data[k] for k in data.files}, "out", path)
     if len(arrays) != n:
         raise JaxprError(
             f"'{path}' holds {len(arrays)} expected output{'s' if len(arrays) != 1 else ''}; "
@@ -264,7 +264,7 @@ def outputs_json(outs) -> str:
 def write_outputs(outs, path: str | None, fmt: str | None) -> None:
     """The outputs to `path` in `fmt` (default: from the path: .npy one array, .json JSON,
     else .npz); JSON goes to standard output without a path; npy-dir: PATH/out0.npy ..."""
-    from .run_cmds import save_npz
+    from .run_report import save_npz
 
     if fmt is None:
         fmt = "json" if path and path.endswith(".json") else "npz"

@@ -101,7 +101,7 @@ def check_grad(files, args_npz, seed, order, modes, argnums, consts_npz, custom_
     from ..ad.registry import MissingCustomRule, custom_rule_fallbacks, set_custom_rule_policy
     from ..cli import require_jax
     from ..commands.common import load
-    from ..commands.run_cmds import gather_inputs
+    from ..commands.run_inputs import gather_inputs
     from ..passes.hoist_consts import hoist_consts
     from ..ui.checkgrad import check_grad as run_checks
     from ..ui.checkgrad import render_table
