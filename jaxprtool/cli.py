@@ -53,6 +53,9 @@ COMMANDS: dict[str, str] = {
 RUNS_PROGRAMS = frozenset({"run", "compile", "trace", "check-grad", "explain"})
 
 
+#: where LazyGroup keeps the command line's arguments (click's context `meta`)
+ARGV_KEY = "jaxprtool.argv"
+
 #: set by `entry`: this process runs one command (not a library or test process)
 _STANDALONE = False
 
@@ -87,6 +90,12 @@ class OptionalValue(click.Option):
 
 
 class LazyGroup(click.Group):
+    def parse_args(self, ctx, args):
+        """Keep the raw arguments: `run --coordinator` runs them again in a supervised
+        child process (`commands/supervise.py`)."""
+        ctx.meta[ARGV_KEY] = list(args)
+        return super().parse_args(ctx, args)
+
     def list_commands(self, ctx):
         return sorted(COMMANDS)
 
