@@ -80,6 +80,7 @@ def run(
     args, consts, dims = gather_inputs(
         jaxpr, args_npz, arg_files, seed, consts_npz, dims, inline=inline
     )
+    want = None if expected is None else run_io.load_expected(expected, jaxpr.outvars, dims)
     with progress(f"running {file or '<stdin>'}"):
         if eager or trace_ or debug_nans:
             tr = (lambda line: click.echo(line)) if trace_ else None
@@ -91,8 +92,8 @@ def run(
         else:
             outs = backend.evaluate(jaxpr, args, consts, device=device, dims=dims)
     report_outputs(outs, jaxpr, output, output_format, print_values)
-    if expected is not None:
-        check_expected(outs, expected, rtol, atol)
+    if want is not None:
+        check_expected(outs, want, expected, rtol, atol)
 
 
 def _timed(jaxpr, args, consts, dims, device, repeat):

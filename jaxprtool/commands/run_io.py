@@ -23,6 +23,7 @@ import sys
 from ..core import JaxprError, UsageProblem, np_dtype, short_dtype_name
 from ..io import UsageError, write_output
 from ..lazy import np
+from .npfiles import open_arrays
 
 _INPUT = re.compile(r"\s*([A-Za-z][A-Za-z0-9_]*)\[([0-9,\s]*)\]\s*=(.*)\Z", re.S)
 
@@ -68,13 +69,15 @@ def _value(text: str, dt: np.dtype, spec: str):
         raise UsageError(f"bad --input '{spec}': '{t}' is not {kind}") from None
 
 
-def parse_input(spec: str) -> np.ndarray:
-    """One `--input` value: `TYPE=VALUES` (e.g. `f32[2,3]=1 2 3 4 5 6`, `f32[]=0.5`,
+def parse_input(spec: str):
+    """One `--input` value, its data not built yet (a `npfiles.Declared`, checked against
+    the program's types first): `TYPE=VALUES` (e.g. `f32[2,3]=1 2 3 4 5 6`, `f32[]=0.5`,
     `i32[4]=7`: one value fills the array) or `@FILE.npy`."""
-    if spec.startswith("@"):
-        from .run_inputs import load_npy
+    from .npfiles import Declared
+    from .run_inputs import declared_npy
 
-        return load_npy(spec[1:])
+    if spec.startswith("@"):
+        return declared_npy(spec[1:])
     m = _INPUT.match(spec)
     if not m:
         raise UsageError(
@@ -82,7 +85,10 @@ def parse_input(spec: str) -> np.ndarray:
             "'f32[]=0.5', or @FILE.npy"
         )
     dt = _dtype_of(m.group(1), spec)
-    shape = tuple(int(x) for x in m.group(2).split(",") if x.strip())
+    try:
+        shape = tuple(int(x) for x in m.group(2).split(",") if x.strip())
+    except ValueError:  # more digits than int() reads
+        raise UsageError(f"bad --input '{spec}': a dimension is too large") from None
     words = [w for w in re.split(r"[\s,]+", m.group(3).strip()) if w]
     size = math.prod(shape)
     if not words:
@@ -93,6 +99,10 @@ def parse_input(spec: str) -> np.ndarray:
             f"(give {size}, or one to fill the array)"
         )
     values = [_value(w, dt, spec) for w in words]
+    return Declared(dt, shape, f"--input '{_short(spec)}'", lambda: _build(values, dt, shape))
+
+
+def _build(values: list, dt: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
     if dt.kind == "f" and dt.itemsize < 8 or dt.kind == "V":
         arr = np.array(values, np.float64).astype(dt)
     else:
@@ -102,25 +112,56 @@ def parse_input(spec: str) -> np.ndarray:
     return arr.reshape(shape)
 
 
+def _short(spec: str) -> str:
+    return spec if len(spec) <= 40 else spec[:37] + "..."
+
+
 # ---------------------------------------------------------------- --expected-output
 
 
-def load_expected(path: str, n: int) -> list[np.ndarray]:
-    """The expected outputs: an .npz (out0.. or arr_0..) or, for one output, an .npy."""
-    from .run_inputs import npz_list, read_array_file
+def load_expected(path: str, outvars, dims: dict[str, int]) -> list[np.ndarray]:
+    """The expected outputs: an .npz (out0.. or arr_0..) or, for one output, an .npy; read
+    before the run, their headers checked against the program's output types (`outvars`,
+    sizes from `dims`) and the memory limit before their data is read."""
+    from .npfiles import Declared
+    from .run_inputs import memory_budget, npz_list, read_all
 
-    data = read_array_file(path, "expected-output")
-    if isinstance(data, np.ndarray):
-        arrays = [data]
-    else:
-        with data:
-            arrays = npz_list({k: data[k] for k in data.files}, "out", path)
+    data = open_arrays(path, "expected-output", memory_budget())
+    arrays = [data] if isinstance(data, Declared) else npz_list(data, "out", path)
+    n = len(outvars)
     if len(arrays) != n:
         raise JaxprError(
             f"'{path}' holds {len(arrays)} expected output{'s' if len(arrays) != 1 else ''}; "
             f"the program has {n}"
         )
-    return arrays
+    for i, (v, a) in enumerate(zip(outvars, arrays)):
+        want = _output_type(v.type, dims)
+        if want is not None and (a.shape, a.dtype) != want and not _void_of(a.dtype, want[1]):
+            raise JaxprError(
+                f"{a.name} holds {_type_of(a.shape, a.dtype)}, but output {i} of the program "
+                f"is {v.type}"
+            )
+    return read_all(arrays, "expected outputs")
+
+
+def _output_type(t, dims):
+    """(shape, dtype) of an output type with static sizes, or None (keys, tokens)."""
+    from ..backend.values import static_shape
+    from ..core import ShapedArray
+
+    if not isinstance(t, ShapedArray) or t.dtype.startswith("key<") or t.dtype == "float0":
+        return None
+    return static_shape(t, dims), t.np_dtype
+
+
+def _void_of(dtype: np.dtype, want: np.dtype) -> bool:
+    return dtype.kind == "V" and dtype.names is None and dtype.itemsize == want.itemsize
+
+
+def _type_of(shape, dtype) -> str:
+    from ..backend.values import type_str
+
+    return type_str(shape, dtype)
 
 
 def _type(a: np.ndarray) -> str:

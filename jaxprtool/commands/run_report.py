@@ -71,11 +71,11 @@ def report_outputs(outs, jaxpr, output, output_format, print_values) -> None:
         run_io.print_full(outs)
 
 
-def check_expected(outs, expected: str, rtol: float, atol: float) -> None:
-    """Compare the outputs with `--expected-output`: a table and an error when they differ."""
+def check_expected(outs, want: list, expected: str, rtol: float, atol: float) -> None:
+    """Compare the outputs with `want`, read from `--expected-output` before the run: a
+    table and an error when they differ."""
     from . import run_io
 
-    want = run_io.load_expected(expected, len(outs))
     rows = run_io.compare(outs, want, rtol, atol)
     if rows:
         run_io.render_mismatches(rows, expected, rtol, atol)
