@@ -59,8 +59,7 @@ def write_output(text: str | bytes, out: str | None) -> None:
     Errors name the path and the reason (missing or read-only folder, a directory)."""
     data = text.encode("utf-8") if isinstance(text, str) else text
     if out in (None, "-"):
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
+        _write_stdout(data)
         return
     try:
         st = os.stat(out)  # follows links: /dev/stdout is the process's standard output
@@ -97,6 +96,23 @@ def write_output(text: str | bytes, out: str | None) -> None:
     except BaseException:
         _unlink_quietly(tmp)
         raise
+
+
+def _write_stdout(data: bytes) -> None:
+    """Write to standard output through its file descriptor when it has one: a buffered
+    write that the file-size limit cuts short can end without an error, os.write cannot."""
+    sys.stdout.flush()
+    out = sys.stdout.buffer
+    out.flush()
+    try:
+        fd = out.fileno()
+    except (AttributeError, OSError, ValueError):  # an in-memory stream (tests)
+        out.write(data)
+        out.flush()
+        return
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _write_into(out: str, data: bytes) -> None:

@@ -5,12 +5,13 @@ need more than the limit (`JAXPRTOOL_MAX_MEMORY`, bytes with an optional K/M/G/T
 default half of the memory the process may use: the machine's, `ulimit -v`'s or the
 cgroup's, the smallest), with the figure and the largest value's location
 in the message.  The estimate adds up every top-level input and result (an upper bound on
-the live set) plus the largest need of any nested body; symbolic dimensions whose size is
-not given count as 1.  The transformations themselves never allocate arrays.
+the live set) plus the largest need of any nested body; symbolic dimensions are evaluated
+with the sizes known (1 for a name without a size).  The transformations themselves never allocate arrays.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -119,12 +120,28 @@ def nbytes(t, dims: dict[str, int]) -> int:
         return 0
     n = 1
     for d in t.shape:
-        n *= d if isinstance(d, int) else max(int(dims.get(str(d).strip(), 1)), 1)
+        n *= d if isinstance(d, int) else _size(str(d), dims)
     try:
         item = t.np_dtype.itemsize
     except KeyError:
         item = 4
     return n * max(item, 1)
+
+
+def _size(dim: str, dims: dict[str, int]) -> int:
+    return _size_of(dim, tuple(sorted(dims.items())))
+
+
+@functools.lru_cache(maxsize=4096)
+def _size_of(dim: str, dims: tuple) -> int:
+    """A symbolic dimension's size with the given sizes; 1 when it cannot be evaluated yet
+    (a name without a size: `values.check_dims` reports the others)."""
+    from .values import eval_dim
+
+    try:
+        return max(eval_dim(dim.split("@")[0], dict(dims)), 1)
+    except JaxprError:
+        return 1
 
 
 def memory_needed(jaxpr: Jaxpr, dims: dict[str, int]) -> tuple[int, int, Loc | None, object]:

@@ -70,6 +70,7 @@ def compile_(file, emit, device, dim_specs, stats, output, no_cache):
       jaxprtool compile sharded.jaxpr --emit optimized-hlo --stats --mesh x=4,y=2
     """
     from .. import backend, compile_cache
+    from ..backend.values import check_dims
     from ..passes.hoist_consts import hoist_consts
 
     require_jax()
@@ -77,6 +78,7 @@ def compile_(file, emit, device, dim_specs, stats, output, no_cache):
     jaxpr, _, _ = load(file)
     jaxpr = hoist_consts(jaxpr)  # parameters: every constant in `run --consts` order, the inputs
     backend.check_runnable(jaxpr)
+    check_dims(jaxpr, dims, require=True)
     # a cached executable's optimised HLO carries the source metadata of the process that
     # compiled it (a `run`'s stack), so the text it prints would depend on the cache's history
     compile_cache.configure(not no_cache and emit != "optimized-hlo")

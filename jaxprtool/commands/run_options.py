@@ -31,7 +31,12 @@ def dim_option(fn):
     )(fn)
 
 
+#: the largest --dim size (int64, as XLA's shapes)
+MAX_DIM = 2**63 - 1
+
+
 def parse_dims(specs) -> dict[str, int]:
+    """`--dim b=4,n=8` (repeatable) -> {'b': 4, 'n': 8}: sizes from 0 to 2^63 - 1."""
     dims: dict[str, int] = {}
     for spec in specs or ():
         for part in spec.split(","):
@@ -39,8 +44,13 @@ def parse_dims(specs) -> dict[str, int]:
             if not part:
                 continue
             name, eq, val = part.partition("=")
-            if not eq or not name.strip().isidentifier() or not val.strip().lstrip("-").isdigit():
+            val = val.strip()
+            if not eq or not name.strip().isidentifier() or not val.lstrip("-").isdigit():
                 raise UsageError(f"bad --dim '{part}': expected NAME=INT, e.g. --dim b=4,n=8")
+            if val.startswith("-") or len(val) > 19 or int(val) > MAX_DIM:
+                raise UsageError(
+                    f"bad --dim '{part}': a size is from 0 to {MAX_DIM}, e.g. --dim b=4"
+                )
             dims[name.strip()] = int(val)
     return dims
 
