@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -118,3 +119,224 @@ def test_a_bad_coordinator_address_is_a_usage_error(address):
 def test_device_and_process_counts_are_bounded(argv, message):
     r = tool("run", "-", "--random", "0", *argv, text=SIN)
     assert r.exit_code == 2 and message in r.output, r.output
+
+
+# ---------------------------------------------------------------- 4. sizes before work
+
+
+def _npy_header(shape, descr="<f4") -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        buf, {"descr": descr, "fortran_order": False, "shape": shape}
+    )
+    return buf.getvalue()
+
+
+def _located(r, path) -> str:
+    line = error_line(r)
+    assert line.startswith(f"{path}:"), r.output
+    assert "Traceback" not in r.output and "internal error" not in r.output
+    return line.split(": error: ", 1)[1]
+
+
+def test_an_inline_input_is_checked_against_the_program_before_it_is_built(tmp_path):
+    prog = tmp_path / "sin.jaxpr"
+    prog.write_text(SIN)
+    r = tool("run", prog, "--input", "f32[1000000000000]=1")
+    assert r.exit_code == 1
+    assert _located(r, prog) == "argument 0 (a): expected f32[3], got float32[1000000000000]"
+
+
+def test_array_files_are_read_as_headers_first(tmp_path):
+    """/dev/zero, an .npy header claiming 4 TB, an .npz member whose header claims more than
+    it inflates to, a zip bomb (64 MiB of zeros in 64 KB) and truncated files: each a
+    message before any large allocation."""
+    import zipfile
+
+    prog = tmp_path / "sin.jaxpr"
+    prog.write_text(SIN)
+    r = tool("run", prog, "--input", "@/dev/zero")
+    assert r.exit_code == 1 and error_line(r) == (
+        "error: cannot read argument from '/dev/zero': it is not .npy or .npz data (pickles "
+        "and other formats are never read)"
+    )
+    big = tmp_path / "big.npy"
+    big.write_bytes(_npy_header((10**12,)) + b"\0" * 16)
+    r = tool("run", prog, "--arg", big)
+    assert r.exit_code == 1
+    assert _located(r, prog) == "argument 0 (a): expected f32[3], got float32[1000000000000]"
+    with zipfile.ZipFile(tmp_path / "big.npz", "w") as z:
+        z.write(big, "arg0.npy")
+    r = tool("run", prog, "--args", tmp_path / "big.npz")
+    assert r.exit_code == 1 and error_line(r) == (
+        f"error: cannot read arguments from '{tmp_path / 'big.npz'}' member arg0: corrupt: "
+        "the member inflates to 144 bytes but its header declares 4000000000128"
+    )
+    with zipfile.ZipFile(tmp_path / "bomb.npz", "w", compression=zipfile.ZIP_DEFLATED) as z:
+        with z.open("arg0.npy", "w") as m:
+            m.write(_npy_header((2**24,)))
+            for _ in range(64):
+                m.write(bytes(2**20))
+    assert (tmp_path / "bomb.npz").stat().st_size < 2**20
+    r = tool("run", prog, "--args", tmp_path / "bomb.npz")
+    assert r.exit_code == 1
+    assert _located(r, prog) == "argument 0 (a): expected f32[3], got float32[16777216]"
+    np.savez(tmp_path / "ok.npz", arg0=np.ones(3, np.float32))
+    data = (tmp_path / "ok.npz").read_bytes()
+    (tmp_path / "cut.npz").write_bytes(data[: len(data) // 2])
+    r = tool("run", prog, "--args", tmp_path / "cut.npz")
+    assert r.exit_code == 1 and error_line(r) == (
+        f"error: cannot read arguments from '{tmp_path / 'cut.npz'}': truncated or corrupt "
+        "(File is not a zip file)"
+    )
+    np.save(tmp_path / "ok.npy", np.ones(3, np.float32))
+    (tmp_path / "cut.npy").write_bytes((tmp_path / "ok.npy").read_bytes()[:-4])
+    r = tool("run", prog, "--arg", tmp_path / "cut.npy")
+    assert r.exit_code == 1 and error_line(r) == (
+        f"error: cannot read argument from '{tmp_path / 'cut.npy'}': truncated: its header "
+        "declares 12 bytes of data, it holds 8"
+    )
+
+
+def test_a_declared_input_over_the_memory_limit_is_refused_at_the_inputs(tmp_path, monkeypatch):
+    prog = tmp_path / "big.jaxpr"
+    prog.write_text("{ lambda ; a:f32[16777216]. let b:f32[16777216] = sin a in (b,) }\n")
+    monkeypatch.setenv("JAXPRTOOL_MAX_MEMORY", "1M")
+    np.save(tmp_path / "small.npy", np.ones(3, np.float32))
+    r = tool("run", prog, "--arg", tmp_path / "small.npy")
+    assert r.exit_code == 1
+    assert _located(r, prog) == (
+        "running this program needs about 128.0 MB for its inputs and intermediates (the "
+        "largest, f32[16777216], is an input: 64.0 MB), over the limit of 1.0 MB (set "
+        "JAXPRTOOL_MAX_MEMORY to change it)"
+    )
+
+
+def test_expected_output_is_read_and_checked_before_the_run(tmp_path):
+    """A bad --expected-output file is an error before the run: no outputs table."""
+    import zipfile
+
+    prog = tmp_path / "sin.jaxpr"
+    prog.write_text(SIN)
+    big = tmp_path / "out.npy"
+    big.write_bytes(_npy_header((10**12,)) + b"\0" * 16)
+    with zipfile.ZipFile(tmp_path / "want.npz", "w") as z:
+        z.write(big, "out0.npy")
+    r = tool("run", prog, "--random", "0", "--expected-output", tmp_path / "want.npz")
+    assert r.exit_code == 1 and r.stdout == ""
+    assert error_line(r) == (
+        f"error: cannot read expected-output from '{tmp_path / 'want.npz'}' member out0: "
+        "corrupt: the member inflates to 144 bytes but its header declares 4000000000128"
+    )
+    np.savez(tmp_path / "four.npz", out0=np.ones(4, np.float32))
+    r = tool("run", prog, "--random", "0", "--expected-output", tmp_path / "four.npz")
+    assert r.exit_code == 1 and r.stdout == ""
+    assert error_line(r) == (
+        f"error: '{tmp_path / 'four.npz'}' member out0 holds float32[4], but output 0 of the "
+        "program is f32[3]"
+    )
+
+
+@pytest.mark.parametrize("value", ["inf", "1e400", "infG", "nan", "-1G", "0"])
+def test_a_memory_limit_that_is_not_a_size_is_a_usage_error(value, monkeypatch):
+    monkeypatch.setenv("JAXPRTOOL_MAX_MEMORY", value)
+    r = tool("run", "-", "--random", "0", text=SIN)
+    assert r.exit_code == 2
+    assert error_line(r) == (
+        f"error: JAXPRTOOL_MAX_MEMORY={value!r} is not a size: give a number of bytes from 1 "
+        "to 2^63 with an optional K, M, G or T suffix, such as 8G"
+    )
+
+
+def test_the_default_memory_limit_honours_ulimit_v():
+    """Under a 4 GiB address-space limit the default limit is half of it (a real
+    RLIMIT_AS, set in a child process before the tool reads it)."""
+    code = (
+        "import resource; resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30)); "
+        "from jaxprtool.backend.limits import default_limit; print(default_limit())"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "JAXPRTOOL_MAX_MEMORY"}
+    env["PYTHONPATH"] = str(ROOT)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) <= 2 << 30
+
+
+def test_the_cgroup_memory_limit_is_read_for_v1_and_v2(tmp_path):
+    from jaxprtool.backend.limits import cgroup_limit
+
+    (tmp_path / "v2" / "job").mkdir(parents=True)
+    (tmp_path / "v2" / "job" / "memory.max").write_text("3221225472\n")
+    (tmp_path / "v2.table").write_text("0::/job\n")
+    assert cgroup_limit(str(tmp_path / "v2"), str(tmp_path / "v2.table")) == 3 << 30
+    (tmp_path / "v2" / "job" / "memory.max").write_text("max\n")
+    assert cgroup_limit(str(tmp_path / "v2"), str(tmp_path / "v2.table")) is None
+    (tmp_path / "v1" / "memory" / "job").mkdir(parents=True)
+    (tmp_path / "v1" / "memory" / "job" / "memory.limit_in_bytes").write_text("1073741824\n")
+    (tmp_path / "v1.table").write_text("4:memory:/job\n3:cpuset:/\n")
+    assert cgroup_limit(str(tmp_path / "v1"), str(tmp_path / "v1.table")) == 1 << 30
+
+
+@pytest.mark.parametrize(
+    "dim, message",
+    [
+        ("b^(10^9)", "dimension expression 'b^(10^9)' exceeds 9223372036854775807 with the given sizes"),
+        ("b**10**9", "dimension expression 'b**10**9' exceeds 9223372036854775807 with the given sizes"),
+        ("floordiv(b,0)", "dimension expression 'floordiv(b,0)' has a division by zero"),
+        ("max(9)", "dimension expression 'max(9)': max takes at least 2 arguments, got 1"),
+        ("b-7", "dimension expression 'b-7' is -4, a negative size"),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("command", ["run", "compile", "check-grad"])
+def test_symbolic_dimension_bombs_are_located_errors(tmp_path, dim, message, command):
+    """`b` is known (from --dim, or from the first argument's shape for check-grad); the
+    second input's dimension expression is evaluated at once, never for minutes."""
+    prog = tmp_path / "d.jaxpr"
+    prog.write_text(f"{{ lambda ; a:f32[b] x:f32[{dim}]. let c:f32[b] = sin a in (c,) }}\n")
+    if command == "check-grad":
+        np.savez(tmp_path / "x.npz", arg0=np.ones(3, np.float32), arg1=np.ones(3, np.float32))
+        argv = ["check-grad", prog, "--args", tmp_path / "x.npz"]
+    else:
+        argv = [command, prog, "--dim", "b=3"] + (["--random", "0"] if command == "run" else [])
+    t0 = time.monotonic()
+    r = tool(*argv)
+    assert time.monotonic() - t0 < 30
+    assert r.exit_code in (1, 2) and _located(r, prog) == message
+
+
+def test_a_hundred_thousand_minus_signs_are_a_located_error(tmp_path):
+    prog = tmp_path / "d.jaxpr"
+    dim = "-" * 100_000 + "3"
+    prog.write_text(f"{{ lambda ; a:f32[{dim}]. let  in (a,) }}\n")
+    r = tool("run", prog, "--random", "0")
+    assert r.exit_code == 1
+    assert _located(r, prog).startswith("invalid dimension '-----")
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--dim", "b=-5"], "bad --dim 'b=-5': a size is from 0 to 9223372036854775807"),
+        (["--dim", "b=" + "9" * 30], "a size is from 0 to 9223372036854775807"),
+        (["--random", "-1"], "--random -1: the seed must be 0 or more"),
+    ],
+)
+def test_negative_sizes_and_seeds_are_usage_errors(argv, message):
+    r = tool("run", "-", *(["--random", "0"] if argv[0] != "--random" else []), *argv, text=SIN)
+    assert r.exit_code == 2 and message in r.output, r.output
+
+
+def test_standard_output_on_dev_full_is_an_error_not_a_traceback(tmp_path):
+    prog = tmp_path / "sin.jaxpr"
+    prog.write_text(SIN)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    for argv in (["fmt", str(prog)], ["run", str(prog), "--random", "0"]):
+        with open("/dev/full", "wb") as full:
+            out = subprocess.run(
+                [sys.executable, "-m", "jaxprtool", *argv], stdout=full,
+                stderr=subprocess.PIPE, env=env, text=True,
+            )  # fmt: skip
+        assert out.returncode == 2
+        assert out.stderr == "error: cannot write the output: No space left on device\n"
