@@ -37,6 +37,9 @@ def read_source(file: str | None) -> tuple[str, str]:
         path = file
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]  # a UTF-8 byte-order mark (some editors write one): not part of the text
+    kind = _binary_kind(data)
+    if kind is not None:  # said plainly, without quoting its bytes
+        raise JaxprError(f"this is a binary file ({kind}), not jaxpr text", Loc(path, 1, 1))
     try:
         return data.decode("utf-8"), path
     except UnicodeDecodeError as e:
@@ -46,6 +49,27 @@ def read_source(file: str | None) -> tuple[str, str]:
         # the excerpt under the message shows this text (not an older one of the same name)
         remember_source(path, data.decode("utf-8", "replace"))
         raise JaxprError("input is not valid UTF-8", Loc(path, line, col)) from None
+
+
+#: how binary files given as programs begin, and what they are
+_BINARY_MAGICS = (
+    (b"PK\x03\x04", "a zip archive: an .npz of arrays is read with --args or --consts"),
+    (b"PK\x05\x06", "an empty zip archive"),
+    (b"\x93NUMPY", "a numpy .npy array: arrays are read with --arg or --input @FILE"),
+    (b"\x1f\x8b", "gzip-compressed data"),
+    (b"\x7fELF", "an executable"),
+)
+
+
+def _binary_kind(data: bytes) -> str | None:
+    """What a binary file is, from its first bytes, or None (other bytes that are not text
+    get the parser's located message, which quotes them escaped)."""
+    for magic, kind in _BINARY_MAGICS:
+        if data.startswith(magic):
+            return kind
+    if data[:1] == b"\x80" and data[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        return "a Python pickle, never read"
+    return None
 
 
 def write_output(text: str | bytes, out: str | None) -> None:
@@ -300,7 +324,8 @@ def format_error(err: JaxprError, kind: str = "error") -> str:
     if err.loc and err.loc.file in _sources:
         line = _source_line(err.loc.file, err.loc.line)
         if line is not None:
-            text, col = _excerpt(line.replace("\t", " ").replace("\r", " "), err.loc.col)
+            shown, col = _escaped(line.replace("\t", " ").replace("\r", " "), err.loc.col)
+            text, col = _excerpt(shown, col)
             lines.append(text)
             lines.append(" " * (col - 1) + "^")
     return "\n".join(lines)
@@ -326,6 +351,16 @@ def _source_line(path: str, n: int) -> str | None:
 EXCERPT = 120
 #: a huge quoted name (no spaces: not the prose between two quoted names of a long message)
 _LONG_QUOTE = re.compile(r"'[^'\s]{%d,}'" % EXCERPT)
+
+
+def _escaped(line: str, col: int) -> tuple[str, int]:
+    """The line with control characters (an escape sequence that retitles the terminal, a
+    NUL byte) shown escaped as `\\x1b`, as the messages show them, and the caret's column
+    in it."""
+    if line.isprintable():
+        return line, col
+    parts = [c if c.isprintable() else repr(c)[1:-1] for c in line]
+    return "".join(parts), len("".join(parts[: col - 1])) + 1
 
 
 def _excerpt(line: str, col: int) -> tuple[str, int]:
