@@ -84,10 +84,15 @@ _argnums = click.option(
 
 
 def _pipeline_steps(spec):
-    """The parsed --opt pipeline (an unknown pass is reported before any work)."""
+    """The parsed --opt pipeline: an unknown pass or option is a usage error (exit 2),
+    reported before any work."""
+    from ..core import JaxprError
     from ..passes.registry import parse_pipeline_steps
 
-    return parse_pipeline_steps(spec)
+    try:
+        return parse_pipeline_steps(spec)
+    except JaxprError as e:
+        raise click.BadParameter(e.message, param_hint="--opt") from None
 
 
 def _require_static_shapes(jaxpr) -> None:

@@ -234,15 +234,17 @@ def diff(a, b, quiet, context):
       jaxprtool diff before.jaxpr after.jaxpr
     """
     from ..core import JaxprError
-    from ..io import report, write_output
+    from ..io import Reported, report, write_output
     from ..ui.diff import semantic_diff
 
     try:
-        from .common import load
+        from .common import load_reporting
 
-        ja, _, pa = load(a)
-        jb, _, pb = load(b)
+        ja, _, pa = load_reporting(a)
+        jb, _, pb = load_reporting(b)
         d = semantic_diff(ja, jb, pa, pb, context=context)
+    except Reported:  # the checker's errors are printed: trouble, not a difference
+        sys.exit(2)
     except JaxprError as e:
         report(e)
         sys.exit(2)
