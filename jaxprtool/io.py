@@ -79,7 +79,8 @@ def write_output(text: str | bytes, out: str | None) -> None:
     folder is renamed into place, so a failed run leaves neither a partial file nor a
     clobbered input.  The new file gets the old file's mode, or the umask's default for a
     new one.  A symbolic link is followed and its target replaced, as editors do.  A file
-    that is not regular (`/dev/stdout`, a FIFO, a character device) is written into.
+    that is not regular (a FIFO, a character device) or is reached through a descriptor
+    (`/dev/stdout`, `/proc/self/fd/1`) is written into.
     Errors name the path and the reason (missing or read-only folder, a directory)."""
     data = text.encode("utf-8") if isinstance(text, str) else text
     if out in (None, "-"):
@@ -93,15 +94,11 @@ def write_output(text: str | bytes, out: str | None) -> None:
         raise UsageProblem(f"cannot write '{out}': {e.strerror}") from None
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise UsageProblem(f"cannot write '{out}': it is a directory")
-    if st is not None and not stat.S_ISREG(st.st_mode):
+    if st is not None and (not stat.S_ISREG(st.st_mode) or _through_descriptor(out)):
         _write_into(out, data)
         return
     target = os.path.realpath(out)  # a link is replaced through: its target gets the text
-    folder = os.path.dirname(target)
-    if not os.path.isdir(folder):
-        raise UsageProblem(
-            f"cannot write '{out}': folder '{os.path.dirname(out) or '.'}' does not exist"
-        )
+    folder = _existing_folder(out, target)
     mode = stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask()
     try:
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".jaxprtool-", suffix=".tmp")
@@ -120,6 +117,47 @@ def write_output(text: str | bytes, out: str | None) -> None:
     except BaseException:
         _unlink_quietly(tmp)
         raise
+
+
+def check_writable(out: str | None) -> None:
+    """Raise the error `write_output(..., out)` would for a missing folder or a directory,
+    before anything is written (a command writing two files checks both first)."""
+    if out in (None, "-"):
+        return
+    try:
+        st = os.stat(out)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise UsageProblem(f"cannot write '{out}': {e.strerror}") from None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise UsageProblem(f"cannot write '{out}': it is a directory")
+    if st is None or stat.S_ISREG(st.st_mode):
+        _existing_folder(out, os.path.realpath(out))
+
+
+def _existing_folder(out: str, target: str) -> str:
+    folder = os.path.dirname(target)
+    if not os.path.isdir(folder):
+        raise UsageProblem(
+            f"cannot write '{out}': folder '{os.path.dirname(out) or '.'}' does not exist"
+        )
+    return folder
+
+
+def _through_descriptor(path: str) -> bool:
+    """Whether `path` reaches its file through a process's descriptor (`/proc/self/fd/1`,
+    `/dev/stdout`, `/dev/fd/3`): such a file is written into, since replacing the link's
+    target would leave the descriptor's holder (the shell's `>`) with the old file."""
+    p = os.path.abspath(path)
+    for _ in range(40):  # the kernel's limit of links followed
+        parent = os.path.realpath(os.path.dirname(p))
+        if re.fullmatch(r"/proc/(?:self|thread-self|\d+)(?:/task/\d+)?/fd", parent):
+            return True
+        if not os.path.islink(p):
+            return False
+        p = os.path.normpath(os.path.join(os.path.dirname(p), os.readlink(p)))
+    return False
 
 
 def _write_stdout(data: bytes) -> None:

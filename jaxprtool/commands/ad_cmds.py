@@ -8,7 +8,7 @@ import sys
 import click
 
 from ..cli import OptionalValue, guarded
-from ..io import UsageError, write_output
+from ..io import UsageError, check_writable, write_output
 from .common import FILE_ARG, OUT_ARG, int_list
 from .driver import complete_pass_list, manager_options
 
@@ -169,9 +169,6 @@ class _Job:
             show_change(self.input, jaxpr, self.show_diff, before, text, "input", "result")
         return text
 
-    def emit(self, jaxpr, out) -> None:
-        write_output(self.text(jaxpr), out)
-
 
 def _drive(file, out, opt, show_diff, custom_rules, inst, split, name, body) -> None:
     """Run body(job) -> output text on each input program (each part of a split input)."""
@@ -319,9 +316,12 @@ def _linearize(job, argnums, split, stats):
     linear = job.optimize(linear)
     if stats:
         _report_stats(info)
-    if split:
-        job.emit(job.optimize(primal), split[0])
-        job.emit(linear, split[1])
+    if split:  # both texts made and both places checked before either file is written
+        texts = [job.text(job.optimize(primal)), job.text(linear)]
+        for path in split:
+            check_writable(path)
+        for text, path in zip(texts, split):
+            write_output(text, path)
         return None
     return job.text(combine(primal, linear, info))
 
