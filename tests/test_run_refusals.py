@@ -340,3 +340,140 @@ def test_standard_output_on_dev_full_is_an_error_not_a_traceback(tmp_path):
             )  # fmt: skip
         assert out.returncode == 2
         assert out.stderr == "error: cannot write the output: No space left on device\n"
+
+
+# ---------------------------------------------------------------- 5. a terminal and a script
+
+
+def test_control_bytes_in_a_quoted_line_are_escaped(tmp_path):
+    """A file ending in an OSC sequence (which retitles a terminal) is quoted escaped."""
+    prog = tmp_path / "t.jaxpr"
+    prog.write_bytes(SIN.rstrip("\n").encode() + b" \x1b]0;pwned\x07\n")
+    r = tool("check", prog)
+    assert r.exit_code == 1
+    assert r.stderr.splitlines() == [
+        f"{prog}:1:53: error: unexpected text after the jaxpr: '\\x1b'",
+        SIN.rstrip("\n") + " \\x1b]0;pwned\\x07",
+        " " * 52 + "^",
+    ]
+    assert "\x1b" not in r.stderr and "\x07" not in r.stderr
+
+
+def test_a_binary_file_given_as_a_program_is_named_as_such(tmp_path):
+    np.savez(tmp_path / "o.npz", out0=np.ones(3, np.float32))
+    np.save(tmp_path / "o.npy", np.ones(3, np.float32))
+    r = tool("check", tmp_path / "o.npz")
+    assert r.exit_code == 1 and r.stderr == (
+        f"{tmp_path / 'o.npz'}:1:1: error: this is a binary file (a zip archive: an .npz of "
+        "arrays is read with --args or --consts), not jaxpr text\n"
+    )
+    r = tool("check", tmp_path / "o.npy")
+    assert r.exit_code == 1 and r.stderr == (
+        f"{tmp_path / 'o.npy'}:1:1: error: this is a binary file (a numpy .npy array: arrays "
+        "are read with --arg or --input @FILE), not jaxpr text\n"
+    )
+
+
+ILL = "{ lambda ; a:f32[3]. let b:i32[3] = sin a in (b,) }\n"
+ILL_ERROR = "1:26: error: sin: result type i32[3] does not match inferred f32[3]"
+
+
+def test_diff_and_check_grad_of_an_ill_typed_file_exit_2(tmp_path):
+    ill, good = tmp_path / "ill.jaxpr", tmp_path / "good.jaxpr"
+    ill.write_text(ILL)
+    good.write_text(SIN)
+    for argv in (["diff", ill, good], ["diff", good, ill], ["check-grad", ill]):
+        r = tool(*argv)
+        assert r.exit_code == 2, (argv, r.output)
+        assert error_line(r) == f"{ill}:{ILL_ERROR}"
+    r = tool("check-grad", ill, good)
+    assert r.exit_code == 2
+    assert r.stdout.splitlines()[-1] == (
+        "check-grad: 1 file, 3 checks, 0 failures, 1 not checked (errors above)"
+    )
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["jvp", "--opt", "nosuch"], "Invalid value for --opt: unknown pass 'nosuch' (known: "),
+        (["grad", "--opt", "dce{x=1}"], "Invalid value for --opt: unknown option 'x' for pass 'dce'"),
+        (["vmap"], "vmap needs the batch size: give --axis-size N (a per-example program does not contain it)"),
+    ],
+)  # fmt: skip
+def test_usage_errors_of_transformations_exit_2(argv, message):
+    r = tool(*argv, "-", text=SIN)
+    assert r.exit_code == 2 and message in r.output, r.output
+
+
+def _names(n: int) -> list[str]:
+    return [chr(97 + i // 26) + chr(97 + i % 26) for i in range(n)]
+
+
+def test_a_write_cut_off_by_the_file_size_limit_exits_2_and_keeps_the_old_file(tmp_path):
+    """Under `ulimit -f` (1 KB; set in the child before it runs the tool) a longer output
+    is an error: -o keeps the old file and leaves no temporary; standard output too."""
+    prog, out = tmp_path / "big.jaxpr", tmp_path / "out.jaxpr"
+    v = _names(100)
+    eqns = "".join(f"    {v[i]}:f32[3] = sin {v[i - 1]}\n" for i in range(1, 100))
+    prog.write_text(f"{{ lambda ; {v[0]}:f32[3]. let\n{eqns}  in ({v[99]},) }}\n")
+    out.write_text("old\n")
+    limited = (
+        "import os, resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024)); "
+        "os.execv(sys.executable, [sys.executable, '-m', 'jaxprtool', *sys.argv[1:]])"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1")
+    for argv, where in ((["-o", str(out)], f"'{out}'"), ([], "the output")):
+        with open(tmp_path / "stdout.txt", "wb") as sink:
+            p = subprocess.run(
+                [sys.executable, "-c", limited, "fmt", str(prog), *argv], stdout=sink,
+                stderr=subprocess.PIPE, env=env, text=True,
+            )  # fmt: skip
+        assert p.returncode == 2, p.stderr
+        assert p.stderr == f"error: cannot write {where}: File too large\n"
+    assert out.read_text() == "old\n"
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".jaxprtool-")]
+
+
+def test_output_through_proc_self_fd_1_is_written_into_not_replaced(tmp_path):
+    prog, out = tmp_path / "sin.jaxpr", tmp_path / "stdout.txt"
+    prog.write_text(SIN)
+    out.write_text("old contents, longer than the program's text " * 4)
+    inode = out.stat().st_ino
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    for path in ("/proc/self/fd/1", "/dev/stdout"):
+        with open(out, "wb") as f:  # as the shell's `>` opens it
+            p = subprocess.run(
+                [sys.executable, "-m", "jaxprtool", "fmt", str(prog), "-o", path],
+                stdout=f, stderr=subprocess.PIPE, env=env, text=True,
+            )  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        assert out.stat().st_ino == inode and out.read_text() == SIN
+
+
+def test_linearize_split_with_a_missing_folder_writes_nothing(tmp_path):
+    primal = tmp_path / "p.jaxpr"
+    r = tool("linearize", "--split", primal, tmp_path / "none" / "l.jaxpr", "-", text=SIN)
+    assert r.exit_code == 2
+    assert error_line(r) == (
+        f"error: cannot write '{tmp_path / 'none' / 'l.jaxpr'}': folder "
+        f"'{tmp_path / 'none'}' does not exist"
+    )
+    assert not primal.exists()
+
+
+def test_separators_only_and_too_large_graphs_are_located(tmp_path):
+    seps = tmp_path / "seps.jaxpr"
+    seps.write_text("// -----\n// -----\n")
+    r = tool("fmt", "--split-input-file", seps)
+    assert r.exit_code == 1 and error_line(r) == (
+        f"{seps}:1:1: error: no program in {seps}: every part between '# -----' lines is empty"
+    )
+    prog = tmp_path / "sin.jaxpr"
+    prog.write_text(SIN)
+    r = tool("graph", "--max-nodes", "2", prog)
+    assert r.exit_code == 1 and error_line(r) == (
+        f"{prog}:1:1: error: the graph has more than 2 nodes, too many to lay out quickly: "
+        "draw it with --collapse-nested, draw a part of the program, or raise the limit with "
+        "--max-nodes N"
+    )
