@@ -320,12 +320,18 @@ def test_a_hundred_thousand_minus_signs_are_a_located_error(tmp_path):
     [
         (["--dim", "b=-5"], "bad --dim 'b=-5': a size is from 0 to 9223372036854775807"),
         (["--dim", "b=" + "9" * 30], "a size is from 0 to 9223372036854775807"),
-        (["--random", "-1"], "--random -1: the seed must be 0 or more"),
     ],
 )
-def test_negative_sizes_and_seeds_are_usage_errors(argv, message):
-    r = tool("run", "-", *(["--random", "0"] if argv[0] != "--random" else []), *argv, text=SIN)
+def test_negative_sizes_are_usage_errors(argv, message):
+    r = tool("run", "-", "--random", "0", *argv, text=SIN)
     assert r.exit_code == 2 and message in r.output, r.output
+
+
+@pytest.mark.parametrize("command", ["run", "check-grad", "explain"])
+def test_a_negative_seed_is_a_usage_error(command):
+    r = tool(command, "-", "--random", "-1", text=SIN)
+    assert r.exit_code == 2
+    assert "Invalid value for '--random': -1 is not in the range x>=0." in r.output, r.output
 
 
 def test_standard_output_on_dev_full_is_an_error_not_a_traceback(tmp_path):

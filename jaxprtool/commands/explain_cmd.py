@@ -27,7 +27,7 @@ from .common import FILE_ARG, OUT_ARG, int_list
 @click.option(
     "--random",
     "seed",
-    type=int,
+    type=click.IntRange(min=0),
     default=None,
     metavar="SEED",
     help="Seed for random inputs (default 0) and for the random direction / cotangent.",

@@ -181,8 +181,6 @@ def gather_inputs(jaxpr, args_npz, arg_files, seed, consts_npz, dims, inline=Non
     sources = sum(x is not None and x != () for x in (args_npz, arg_files or None, seed, inline))
     if sources > 1:
         raise UsageError("give only one of --args, --arg, --input and --random")
-    if seed is not None and seed < 0:
-        raise UsageError(f"--random {seed}: the seed must be 0 or more")
     check_dims(jaxpr, dims)
     check_memory(jaxpr, dims)
     rng = np.random.default_rng(seed) if seed is not None else None

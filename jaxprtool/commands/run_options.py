@@ -81,7 +81,11 @@ _RUN_OPTIONS = [
         help="One argument (repeat, in order).",
     ),
     click.option(
-        "--random", "seed", type=int, metavar="SEED", help="Random arguments (and constants)."
+        "--random",
+        "seed",
+        type=click.IntRange(min=0),
+        metavar="SEED",
+        help="Random arguments (and constants).",
     ),
     click.option(
         "--consts",

@@ -54,7 +54,7 @@ def _as_type(value, t):
 @click.option(
     "--random",
     "seed",
-    type=int,
+    type=click.IntRange(min=0),
     default=0,
     show_default=True,
     metavar="SEED",
