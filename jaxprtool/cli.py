@@ -47,11 +47,12 @@ COMMANDS: dict[str, str] = {
     "compile": "compile_cmd:compile_",
     "trace": "trace_cmd:trace",
     "explain": "explain_cmd:explain",
+    "memory": "memory_cmd:memory",
 }
 
 
 #: commands that run programs through JAX (numerical work may use numpy's BLAS threads)
-RUNS_PROGRAMS = frozenset({"run", "compile", "trace", "check-grad", "explain"})
+RUNS_PROGRAMS = frozenset({"run", "compile", "trace", "check-grad", "explain", "memory"})
 
 
 #: where LazyGroup keeps the command line's arguments (click's context `meta`)
