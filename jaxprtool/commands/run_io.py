@@ -302,11 +302,24 @@ def outputs_json(outs) -> str:
     return json.dumps({"outputs": items}, indent=2, allow_nan=False) + "\n"
 
 
+def save_npz(outs, path: str) -> None:
+    """Outputs to `path`: an .npz archive (out0, out1, ...), or one array for an .npy path."""
+    buf = _io.BytesIO()
+    if path.endswith(".npy"):
+        if len(outs) != 1:
+            raise JaxprError(
+                f"cannot write {len(outs)} outputs to the single-array file '{path}': "
+                "use an .npz path"
+            )
+        np.save(buf, np.asarray(outs[0]), allow_pickle=False)
+    else:
+        np.savez(buf, **{f"out{i}": np.asarray(o) for i, o in enumerate(outs)})
+    write_output(buf.getvalue(), path)
+
+
 def write_outputs(outs, path: str | None, fmt: str | None) -> None:
     """The outputs to `path` in `fmt` (default: from the path: .npy one array, .json JSON,
     else .npz); JSON goes to standard output without a path; npy-dir: PATH/out0.npy ..."""
-    from .run_report import save_npz
-
     if fmt is None:
         fmt = "json" if path and path.endswith(".json") else "npz"
     if fmt == "json":

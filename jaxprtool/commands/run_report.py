@@ -3,29 +3,12 @@ with `--expected-output`."""
 
 from __future__ import annotations
 
-import io
 import sys
 
 import click
 
 from ..core import JaxprError
-from ..io import write_output
 from ..lazy import np
-
-
-def save_npz(outs, path: str) -> None:
-    """Outputs to `path`: an .npz archive (out0, out1, ...), or one array for an .npy path."""
-    buf = io.BytesIO()
-    if path.endswith(".npy"):
-        if len(outs) != 1:
-            raise JaxprError(
-                f"cannot write {len(outs)} outputs to the single-array file '{path}': "
-                "use an .npz path"
-            )
-        np.save(buf, np.asarray(outs[0]), allow_pickle=False)
-    else:
-        np.savez(buf, **{f"out{i}": np.asarray(o) for i, o in enumerate(outs)})
-    write_output(buf.getvalue(), path)
 
 
 def print_summary(outs, jaxpr) -> None:
