@@ -54,24 +54,34 @@ def _join(tmp_path, pid: int, nproc: int, port: int) -> subprocess.Popen:
 
 
 def test_a_distributed_run_that_cannot_form_is_an_error_naming_what_did_not_answer(tmp_path):
-    """Process 1 with no coordinator listening, and process 0 of 3 whose peers never start:
+    """Process 1 with no coordinator listening or with a silent one, and process 0 of 3
+    whose peers never start:
     each exits 1 within --join-timeout (plus JAX's start), with one line naming the
     coordinator, its process id and what did not answer, and no abort or stack dump."""
     t0 = time.monotonic()
-    procs = [_join(tmp_path, 1, 2, _free_port()), _join(tmp_path, 0, 3, _free_port())]
+    silent = socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # accepts, never answers
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    procs = [
+        _join(tmp_path, 1, 2, _free_port()),
+        _join(tmp_path, 0, 3, _free_port()),
+        _join(tmp_path, 1, 2, silent.getsockname()[1]),
+    ]
     outs = []
     try:
         for p in procs:
             out, err = p.communicate(timeout=60)
             outs.append((p.returncode, out.decode(), err.decode()))
     finally:
+        silent.close()
         for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
     assert time.monotonic() - t0 < 60
-    (rc1, out1, err1), (rc0, out0, err0) = outs
-    assert (rc1, rc0, out1, out0) == (1, 1, "", "")
+    (rc1, out1, err1), (rc0, out0, err0), (rcs, outs_, errs) = outs
+    assert (rc1, rc0, rcs, out1, out0, outs_) == (1, 1, 1, "", "", "")
+    assert errs.split(":", 3)[3] == err1.split(":", 3)[3]  # the same message, its own port
     for err in (err1, err0):
         assert len(err.splitlines()) == 1, err  # no XLA log, no stack dump
         assert "Check failure" not in err and "Traceback" not in err

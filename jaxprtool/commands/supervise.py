@@ -38,7 +38,8 @@ GRACE_S = 15
 
 
 def is_child() -> bool:
-    return CHILD_ENV in os.environ
+    """Whether this process is a supervised child (its environment names the two pipes)."""
+    return re.fullmatch(r"\d+,\d+", os.environ.get(CHILD_ENV, "")) is not None
 
 
 def child_progress():
