@@ -156,7 +156,7 @@ def test_an_inline_input_is_checked_against_the_program_before_it_is_built(tmp_p
     prog.write_text(SIN)
     r = tool("run", prog, "--input", "f32[1000000000000]=1")
     assert r.exit_code == 1
-    assert _located(r, prog) == "argument 0 (a): expected f32[3], got float32[1000000000000]"
+    assert _located(r, prog) == "argument 0 (a): expected f32[3], got f32[1000000000000]"
 
 
 def test_array_files_are_read_as_headers_first(tmp_path):
@@ -176,7 +176,7 @@ def test_array_files_are_read_as_headers_first(tmp_path):
     big.write_bytes(_npy_header((10**12,)) + b"\0" * 16)
     r = tool("run", prog, "--arg", big)
     assert r.exit_code == 1
-    assert _located(r, prog) == "argument 0 (a): expected f32[3], got float32[1000000000000]"
+    assert _located(r, prog) == "argument 0 (a): expected f32[3], got f32[1000000000000]"
     with zipfile.ZipFile(tmp_path / "big.npz", "w") as z:
         z.write(big, "arg0.npy")
     r = tool("run", prog, "--args", tmp_path / "big.npz")
@@ -192,7 +192,7 @@ def test_array_files_are_read_as_headers_first(tmp_path):
     assert (tmp_path / "bomb.npz").stat().st_size < 2**20
     r = tool("run", prog, "--args", tmp_path / "bomb.npz")
     assert r.exit_code == 1
-    assert _located(r, prog) == "argument 0 (a): expected f32[3], got float32[16777216]"
+    assert _located(r, prog) == "argument 0 (a): expected f32[3], got f32[16777216]"
     np.savez(tmp_path / "ok.npz", arg0=np.ones(3, np.float32))
     data = (tmp_path / "ok.npz").read_bytes()
     (tmp_path / "cut.npz").write_bytes(data[: len(data) // 2])
@@ -244,7 +244,7 @@ def test_expected_output_is_read_and_checked_before_the_run(tmp_path):
     r = tool("run", prog, "--random", "0", "--expected-output", tmp_path / "four.npz")
     assert r.exit_code == 1 and r.stdout == ""
     assert error_line(r) == (
-        f"error: '{tmp_path / 'four.npz'}' member out0 holds float32[4], but output 0 of the "
+        f"error: '{tmp_path / 'four.npz'}' member out0 holds f32[4], but output 0 of the "
         "program is f32[3]"
     )
 

@@ -7,7 +7,7 @@ import operator
 
 import numpy as np
 
-from ..core import JaxprError, Literal, ShapedArray, Type, eqn_subjaxprs, float0
+from ..core import JaxprError, Literal, ShapedArray, Type, eqn_subjaxprs, float0, short_dtype_name
 
 #: the largest size a dimension expression may reach at any step (int64, as XLA's shapes)
 MAX_DIM = 2**63 - 1
@@ -186,7 +186,8 @@ def kind(dt) -> str:
 
 
 def type_str(shape, dtype: np.dtype) -> str:
-    return f"{np.dtype(dtype).name}[{','.join(str(d) for d in shape)}]"
+    """An array's type as a jaxpr spells it (`f32[3,4]`), in every table and message."""
+    return f"{short_dtype_name(np.dtype(dtype).name)}[{','.join(str(d) for d in shape)}]"
 
 
 def literal_value(lit: Literal) -> np.ndarray:

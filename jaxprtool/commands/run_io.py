@@ -2,10 +2,13 @@
 
 * `--input 'f32[2,3]=1 2 3 4 5 6'`: an argument written inline, its type as the jaxpr
   prints it and its values separated by spaces or commas, in row-major order (one value
-  fills the whole array); `--input @x.npy` reads a file.
+  fills the whole array); iree-run-module's spelling `2x3xf32=1 2 3 4 5 6` (`f32=0.5` for
+  a scalar, `[1 2 3][4 5 6]` brackets allowed) too; `--input @x.npy` reads a file.
 * `--expected-output OUT.npz` (keys out0, out1, ... or arr_0, ...; an .npy for a single
-  output) with `--rtol`/`--atol`: exact for integers and booleans, `|got - want| <= atol +
-  rtol * |want|` for floats (NaN equals NaN); a table of the outputs that differ.
+  output), or the outputs inline as `--input` writes them, separated by `;`
+  (`'f32[]=1.89'`, `'f32[2]=1 2; i32[]=3'`), with `--rtol`/`--atol`: exact for integers and
+  booleans, `|got - want| <= atol + rtol * |want|` for floats (NaN equals NaN); a table of
+  the outputs that differ.
 * `--print-values full|summary|none`, `--output-format npz|npy-dir|json`.
 
 numpy only: nothing here imports jax.
@@ -26,6 +29,8 @@ from ..lazy import np
 from .npfiles import open_arrays
 
 _INPUT = re.compile(r"\s*([A-Za-z][A-Za-z0-9_]*)\[([0-9,\s]*)\]\s*=(.*)\Z", re.S)
+#: iree-run-module's `2x3xf32=...` (dimensions, then the element type; `f32=` a scalar)
+_IREE_INPUT = re.compile(r"\s*((?:[0-9]+x)*)([A-Za-z][A-Za-z0-9_]*)\s*=(.*)\Z", re.S)
 
 # ---------------------------------------------------------------- --input
 
@@ -69,7 +74,7 @@ def _value(text: str, dt: np.dtype, spec: str):
         raise UsageError(f"bad --input '{spec}': '{t}' is not {kind}") from None
 
 
-def parse_input(spec: str):
+def parse_input(spec: str, option: str = "--input"):
     """One `--input` value, its data not built yet (a `npfiles.Declared`, checked against
     the program's types first): `TYPE=VALUES` (e.g. `f32[2,3]=1 2 3 4 5 6`, `f32[]=0.5`,
     `i32[4]=7`: one value fills the array) or `@FILE.npy`."""
@@ -78,7 +83,7 @@ def parse_input(spec: str):
 
     if spec.startswith("@"):
         return declared_npy(spec[1:])
-    m = _INPUT.match(spec)
+    m = _INPUT.match(_from_iree(spec))
     if not m:
         raise UsageError(
             f"bad --input '{spec}': expected TYPE=VALUES, e.g. 'f32[2,3]=1 2 3 4 5 6' or "
@@ -89,7 +94,7 @@ def parse_input(spec: str):
         shape = tuple(int(x) for x in m.group(2).split(",") if x.strip())
     except ValueError:  # more digits than int() reads
         raise UsageError(f"bad --input '{spec}': a dimension is too large") from None
-    words = [w for w in re.split(r"[\s,]+", m.group(3).strip()) if w]
+    words = [w for w in re.split(r"[\s,\[\]]+", m.group(3).strip()) if w]
     size = math.prod(shape)
     if not words:
         raise UsageError(f"bad --input '{spec}': no values after '='")
@@ -99,7 +104,7 @@ def parse_input(spec: str):
             f"(give {size}, or one to fill the array)"
         )
     values = [_value(w, dt, spec) for w in words]
-    return Declared(dt, shape, f"--input '{_short(spec)}'", lambda: _build(values, dt, shape))
+    return Declared(dt, shape, f"{option} '{_short(spec)}'", lambda: _build(values, dt, shape))
 
 
 def _build(values: list, dt: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
@@ -116,19 +121,43 @@ def _short(spec: str) -> str:
     return spec if len(spec) <= 40 else spec[:37] + "..."
 
 
+def _from_iree(spec: str) -> str:
+    """iree-run-module's `2x3xf32=VALUES` as the jaxpr spelling `f32[2,3]=VALUES`; any
+    other text as it is."""
+    m = _IREE_INPUT.match(spec)
+    if m is None or "[" in spec.split("=", 1)[0]:
+        return spec
+    dims = ",".join(d for d in m.group(1).split("x") if d)
+    return f"{m.group(2)}[{dims}]={m.group(3)}"
+
+
+def is_inline(spec: str) -> bool:
+    """`--expected-output` holds values (`TYPE=VALUES`), not the name of a file."""
+    return "=" in spec and not os.path.exists(spec)
+
+
 # ---------------------------------------------------------------- --expected-output
 
 
 def load_expected(path: str, outvars, dims: dict[str, int]) -> list[np.ndarray]:
-    """The expected outputs: an .npz (out0.. or arr_0..) or, for one output, an .npy; read
-    before the run, their headers checked against the program's output types (`outvars`,
-    sizes from `dims`) and the memory limit before their data is read."""
+    """The expected outputs: an .npz (out0.. or arr_0..) or, for one output, an .npy; or
+    inline values (`is_inline`), one `--input`-style array per output, separated by `;`.
+    Read before the run: their types (headers) checked against the program's output types
+    (`outvars`, sizes from `dims`) and the memory limit before their data is read."""
     from .npfiles import Declared
     from .run_inputs import memory_budget, npz_list, read_all
 
-    data = open_arrays(path, "expected-output", memory_budget())
-    arrays = [data] if isinstance(data, Declared) else npz_list(data, "out", path)
     n = len(outvars)
+    if is_inline(path):
+        arrays = [parse_input(s, "--expected-output") for s in path.split(";") if s.strip()]
+        if len(arrays) != n:
+            raise JaxprError(
+                f"--expected-output gives {len(arrays)} output{'s' if len(arrays) != 1 else ''} "
+                f"inline; the program has {n} (separate them with ';')"
+            )
+    else:
+        data = open_arrays(path, "expected-output", memory_budget())
+        arrays = [data] if isinstance(data, Declared) else npz_list(data, "out", path)
     if len(arrays) != n:
         raise JaxprError(
             f"'{path}' holds {len(arrays)} expected output{'s' if len(arrays) != 1 else ''}; "
@@ -247,7 +276,9 @@ def render_mismatches(rows: list[dict], path: str, rtol: float, atol: float, str
             r.get("got_value", ""),
             r.get("expected_value", ""),
         )
-    console(stream or sys.stdout).print(table)
+    from ..ui.tables import print_table
+
+    print_table(console(stream or sys.stdout), table)
 
 
 def mismatch_message(rows: list[dict], n: int, path: str, rtol: float, atol: float) -> str:
