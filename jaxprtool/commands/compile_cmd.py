@@ -71,12 +71,12 @@ def compile_(file, emit, device, dim_specs, stats, output, no_cache):
     """
     from .. import backend, compile_cache
     from ..backend.values import check_dims
-    from ..passes.hoist_consts import hoist_consts
+    from ..consts_order import number_constants
 
     require_jax()
     dims = parse_dims(dim_specs)
     jaxpr, _, _ = load(file)
-    jaxpr = hoist_consts(jaxpr)  # parameters: every constant in `run --consts` order, the inputs
+    jaxpr = number_constants(jaxpr).program  # parameters: every constant in order, the inputs
     backend.check_runnable(jaxpr)
     check_dims(jaxpr, dims, require=True)
     # a cached executable's optimised HLO carries the source metadata of the process that

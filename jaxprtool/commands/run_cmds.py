@@ -61,7 +61,7 @@ def run(
       jaxprtool run sharded.jaxpr --random 0 --mesh x=4,y=2 --show-sharding
     """
     from .. import backend, compile_cache
-    from ..passes.hoist_consts import hoist_consts
+    from ..consts_order import number_constants
     from . import run_io
 
     dims = parse_dims(dim_specs)
@@ -74,7 +74,7 @@ def run(
         raise UsageError("JSON goes to standard output without -o: use --print-values none")
     require_jax()
     jaxpr, _, _ = load(file)
-    jaxpr = hoist_consts(jaxpr)  # nested bodies' constants are given with --consts too
+    jaxpr = number_constants(jaxpr).program  # nested jaxprs' constants come with --consts
     backend.check_runnable(jaxpr)
     compile_cache.configure(not no_cache)
     args, consts, dims = gather_inputs(

@@ -145,22 +145,21 @@ def _with_custom_rules(closed, target: str):
 
 
 def _const_values(closed, ours, rule_consts: dict, text: str, target: str) -> list:
-    """The values of the constants of `ours` as `run --consts` numbers them: those of
-    `hoist_consts(ours)` in `backend/consts.py`'s order, each the value of the constvar of
-    `ours` it stands for: the program's own (`closed.consts`), a nested jaxpr's (read off
-    JAX's matching nested jaxpr) or a recorded custom rule's."""
-    from ..backend.consts import all_constvars
-    from ..passes.hoist_consts import hoist_consts, hoist_with_sources
+    """The values of the constants of `ours` as `run --consts` numbers them
+    (`consts_order.number_constants`), each the value of the constvar of `ours` it stands
+    for: the program's own (`closed.consts`), a nested jaxpr's (read off JAX's matching
+    nested jaxpr) or a recorded custom rule's."""
+    from ..consts_order import number_constants
     from ..text.parser import parse
 
     values: dict[int, list] = dict(rule_consts)
     values[id(ours)] = list(getattr(closed, "consts", ()))
     _match_nested(getattr(closed, "jaxpr", closed), ours, values, set())
     by_var, lacking = _values_by_var(ours, values)
-    hoisted, sources = hoist_with_sources(ours)
+    numbered = number_constants(ours)
     out = []
-    for v in all_constvars(hoisted):
-        source = sources.get(id(v), v)
+    for v in numbered.constvars:
+        source = numbered.sources.get(id(v), v)
         if id(source) not in by_var:
             eqn = lacking[id(source)]
             raise JaxprError(
@@ -169,10 +168,8 @@ def _const_values(closed, ours, rule_consts: dict, text: str, target: str) -> li
                 eqn.loc,
             )
         out.append(by_var[id(source)])
-    reread = hoist_consts(parse(text, f"<trace {target}>").jaxpr)
-    if [str(v.type) for v in all_constvars(reread)] != [
-        str(v.type) for v in all_constvars(hoisted)
-    ]:
+    reread = number_constants(parse(text, f"<trace {target}>").jaxpr)
+    if [str(v.type) for v in reread.constvars] != [str(v.type) for v in numbered.constvars]:
         raise JaxprError("internal: the printed program's constants differ from the traced ones")
     return out
 
