@@ -299,7 +299,7 @@ def min_cut_saved(g: Graph, may_recompute: Callable[[int], bool]) -> set[int]:
     Of the minimum cuts, the one nearest the residuals (least recomputation)."""
     import numpy as np
     from scipy.sparse import csr_matrix
-    from scipy.sparse.csgraph import maximum_flow
+    from scipy.sparse.csgraph import breadth_first_order, maximum_flow
 
     # the equations that can matter: those a residual reaches through recomputable equations
     relevant: dict[int, None] = {}
@@ -327,7 +327,9 @@ def min_cut_saved(g: Graph, may_recompute: Callable[[int], bool]) -> set[int]:
     rows: list[int] = []
     cols: list[int] = []
     caps: list[int] = []
-    INF = -1  # replaced below
+    # scipy's maximum_flow takes int32 capacities: bytes in units keeping their sum < 2**30,
+    # and "infinite" above that sum
+    inf = (1 << 30) + 1
 
     def edge(a, b, c):
         rows.append(a)
@@ -341,38 +343,30 @@ def min_cut_saved(g: Graph, may_recompute: Callable[[int], bool]) -> set[int]:
             for x in e.inputs:
                 if isinstance(x, Var) and id(x) not in g.free:
                     for o in outs:
-                        edge(node(x) + 1, o, INF)
+                        edge(node(x) + 1, o, inf)
         else:
             for o in outs:
-                edge(0, o, INF)
+                edge(0, o, inf)
     for v in g.residuals:
         if isinstance(v, Var) and id(v) not in g.free:
-            edge(node(v) + 1, 1, INF)
+            edge(node(v) + 1, 1, inf)
     sizes = [nbytes(v) for v in vars_]
-    # scipy's maximum_flow takes int32 capacities: bytes in units keeping their sum < 2**30
     unit = max(1, -(-sum(sizes) // (1 << 29)))
-    inf = (1 << 30) + 1
     for k, s in enumerate(sizes):
         edge(2 + 2 * k, 3 + 2 * k, max(1, -(-s // unit)))
     n = 2 + 2 * len(vars_)
-    cap = np.array([inf if c == INF else c for c in caps], dtype=np.int32)
+    cap = np.array(caps, dtype=np.int32)
     m = csr_matrix((cap, (np.array(rows), np.array(cols))), shape=(n, n))
     m.sum_duplicates()
     flow = maximum_flow(m, 0, 1).flow
     residual = (m - flow).tocsr()
+    residual.data[residual.data < 0] = 0
+    residual.eliminate_zeros()
     # nodes that can still reach the sink in the residual graph: the sink side, as small as
     # possible for the cut nearest the residuals
-    rev = residual.T.tocsr()
+    order = breadth_first_order(residual.T.tocsr(), 1, directed=True, return_predecessors=False)
     reach = np.zeros(n, bool)
-    reach[1] = True
-    stack2 = [1]
-    while stack2:
-        u = stack2.pop()
-        lo, hi = rev.indptr[u], rev.indptr[u + 1]
-        for w, c in zip(rev.indices[lo:hi], rev.data[lo:hi]):
-            if c > 0 and not reach[w]:
-                reach[w] = True
-                stack2.append(w)
+    reach[order] = True
     return {id(v) for k, v in enumerate(vars_) if reach[3 + 2 * k] and not reach[2 + 2 * k]}
 
 
@@ -630,22 +624,26 @@ def _segments(eqns, outvars, recomputed, g: Graph, by_saved) -> list[Eqn]:
             merged[-1][1] = max(merged[-1][1], b)
         else:
             merged.append([a, b])
-    used_after: list[set[int]] = [set() for _ in range(len(eqns) + 1)]
-    live = {id(x) for x in outvars if isinstance(x, Var)}
-    for k in range(len(eqns) - 1, -1, -1):
-        used_after[k + 1] = set(live)
-        live.update(id(x) for x in eqns[k].inputs if isinstance(x, Var))
+    last_use: dict[int, int] = {}
+    for k, e in enumerate(eqns):
+        for x in e.inputs:
+            last_use[id(x)] = k
+    for x in outvars:
+        last_use[id(x)] = len(eqns)
     out: list[Eqn] = []
     pos = 0
     for a, b in merged:
         out.extend(eqns[pos:a])
-        out.append(_remat_call(eqns[a : b + 1], used_after[b + 1], recomputed, g, by_saved))
+        out.append(_remat_call(eqns[a : b + 1], b, last_use, recomputed, g, by_saved))
         pos = b + 1
     out.extend(eqns[pos:])
     return out
 
 
-def _remat_call(stretch, used_later: set[int], recomputed, g: Graph, by_saved) -> Eqn:
+def _remat_call(stretch, end: int, last_use, recomputed, g: Graph, by_saved) -> Eqn:
+    """The `remat2` call of one stretch (ending at linear equation `end`): its body
+    recomputes what the stretch reads, then runs the stretch; its results are the stretch's
+    values read after `end`."""
     want = list(
         {
             id(x): recomputed[id(x)]
@@ -696,7 +694,7 @@ def _remat_call(stretch, used_later: set[int], recomputed, g: Graph, by_saved) -
         outs = [B.fresh_like(o) for o in e.outputs]
         env.update({id(o): n for o, n in zip(e.outputs, outs)})
         body_eqns.append(e.replace(inputs=ins, outputs=outs))
-    results = [o for e in stretch for o in e.outputs if id(o) in used_later]
+    results = [o for e in stretch for o in e.outputs if last_use.get(id(o), -1) > end]
     inner = B.make_jaxpr(binders, cloned + body_eqns, [env[id(o)] for o in results])
     # the call's results are the stretch's own Vars: later equations keep reading them
     return Eqn(
