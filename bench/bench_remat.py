@@ -114,10 +114,9 @@ def table_xla(model, layer, args, label):
     out["jax"] = xla_figures(grad, leaves)
     print(f"{'jax.grad':44} {fmt(out['jax'][0]):>12} {fmt(out['jax'][1]):>14}")
     for pol in ("nothing_saveable", "dots_saveable"):
-        fc, _ = flat_fn(
-            stack(layer, lambda g: jax.checkpoint(g, policy=getattr(jax.checkpoint_policies, pol))),
-            args,
-        )
+        policy = getattr(jax.checkpoint_policies, pol)
+        wrap = lambda g, policy=policy: jax.checkpoint(g, policy=policy)  # noqa: E731
+        fc, _ = flat_fn(stack(layer, wrap), args)
         t, fl = xla_figures(jax.grad(fc, argnums=tuple(range(n))), leaves)
         print(f"{'jax.grad, jax.checkpoint(' + pol + ') per layer':44} {fmt(t):>12} {fmt(fl):>14}")
     j = parse(str(jax.make_jaxpr(f)(*leaves)), "<bench>").jaxpr
@@ -219,7 +218,7 @@ def table_planning(plan_eqns):
     for frac in (0.5, 0.25, 0.1):
         budget = max(int(frac * default), remat.smallest_budget(g))
         exact = remat.budget_plan(g, remat.Spec(budget=budget))
-        greedy = remat._plan_from_saved(g, remat._greedy_budget(g, cands, budget, eqn_flops), "")
+        greedy = remat._greedy_budget(g, cands, budget, eqn_flops)[0]
         fe = sum(eqn_flops(g.eqns[i]) for i in exact.recompute)
         fg = sum(eqn_flops(g.eqns[i]) for i in greedy.recompute)
         gap = (fg - fe) / max(1, fe)
@@ -246,7 +245,7 @@ def main() -> int:
     table_xla(*mlp, f"residual MLP, {a.blocks} blocks, width 256, batch 128")
     table_xla(*tr, f"transformer, {a.layers} layers (bench_ad.py's)")
     print("\ntargets")
-    for name, value, limit, ok, unit in ROWS:
+    for name, value, _limit, ok, unit in ROWS:
         print(f"  {name:66} {value:8.3f}{unit:2} {'met' if ok else 'MISSED'}")
     missed = sum(not r[3] for r in ROWS)
     print(

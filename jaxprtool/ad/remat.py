@@ -185,9 +185,34 @@ class Graph:
         src = {"input": primal.invars, "const": primal.constvars, "output": outs, "new": new}
         self.residuals: list = [src[r.source][r.index] for r in info.residuals]
 
+        self._bytes: dict[int, int] = {}
+        self._cheap: dict[int, bool] = {}
+        self._pure: dict[int, bool] = {}
+        self.order = {id(v): k for k, v in enumerate((*primal.constvars, *primal.invars))}
+        for i, e in enumerate(self.eqns):
+            for o in e.outputs:
+                self.order[id(o)] = len(self.order) + i
+
     def cost(self, v) -> int:
         """Bytes held to save `v` (0 for inputs, constants and literals)."""
-        return 0 if not isinstance(v, Var) or id(v) in self.free else nbytes(v)
+        if not isinstance(v, Var) or id(v) in self.free:
+            return 0
+        b = self._bytes.get(id(v))
+        if b is None:
+            b = self._bytes[id(v)] = nbytes(v)
+        return b
+
+    def cheap(self, i: int) -> bool:
+        c = self._cheap.get(i)
+        if c is None:
+            c = self._cheap[i] = cheap(self.eqns[i])
+        return c
+
+    def pure(self, i: int) -> bool:
+        c = self._pure.get(i)
+        if c is None:
+            c = self._pure[i] = recomputable(self.eqns[i])
+        return c
 
     def made_by(self, v) -> int | None:
         return self.producer.get(id(v)) if isinstance(v, Var) else None
@@ -249,10 +274,7 @@ class Plan:
 
 
 def _plan_from_saved(g: Graph, saved_ids: set[int], method: str) -> Plan:
-    order = {id(v): k for k, v in enumerate((*g.primal.constvars, *g.primal.invars))}
-    for i, e in enumerate(g.eqns):
-        for o in e.outputs:
-            order[id(o)] = len(order) + i
+    order = g.order
     rec = g.closure(saved_ids, g.residuals)
     # a saved value no recomputation reads and no residual is, is not needed
     used: dict[int, Var] = {}
@@ -371,7 +393,7 @@ def min_cut_saved(g: Graph, may_recompute: Callable[[int], bool]) -> set[int]:
 
 
 def min_cut_plan(g: Graph) -> Plan:
-    plan = _plan_from_saved(g, min_cut_saved(g, lambda i: cheap(g.eqns[i])), "min-cut")
+    plan = _plan_from_saved(g, min_cut_saved(g, g.cheap), "min-cut")
     if plan.bytes_after > plan.bytes_before:  # cannot happen with exact capacities
         return _plan_from_saved(g, {id(v) for v in g.residuals if isinstance(v, Var)}, "min-cut")
     return plan
@@ -386,7 +408,7 @@ def _candidates(g: Graph) -> list[int]:
     stack = [g.made_by(v) for v in g.residuals]
     while stack:
         i = stack.pop()
-        if i is None or i in seen or not recomputable(g.eqns[i]):
+        if i is None or i in seen or not g.pure(i):
             continue
         seen[i] = None
         stack.extend(g.made_by(x) for x in g.eqns[i].inputs)
@@ -467,33 +489,34 @@ def _greedy_budget(g: Graph, cands: list[int], budget: int, flops):
     """The heuristic: the min-cut over cheap equations first; while its bytes exceed the
     budget, costly equations become recomputable in order of FLOPs per byte of result, the
     shortest such prefix whose min-cut fits (binary search: more recomputable equations never
-    need more bytes).  None when even every candidate does not fit."""
-    costly = [i for i in cands if not cheap(g.eqns[i])]
+    need more bytes).  Returns (the plan or None, the smallest budget any plan meets: None
+    when not computed, i.e. when the cheap cut fits)."""
+    costly = [i for i in cands if not g.cheap(i)]
     costly.sort(key=lambda i: flops(g.eqns[i]) / max(1, sum(nbytes(o) for o in g.eqns[i].outputs)))
 
     def cut(k):
         allowed = set(costly[:k])
-        return min_cut_saved(g, lambda i: cheap(g.eqns[i]) or i in allowed)
+        return min_cut_saved(g, lambda i: g.cheap(i) or i in allowed)
 
-    def held(ids):
-        return _plan_from_saved(g, ids, "").bytes_after
+    def plan(k):
+        return _plan_from_saved(g, cut(k), "")
 
     lo, hi = 0, len(costly)
-    best = cut(lo)
-    if held(best) <= budget:
-        return best
-    top = cut(hi)
-    if held(top) > budget:
-        return None
-    best = top
+    best = plan(lo)
+    if best.bytes_after <= budget:
+        return best, None
+    best = plan(hi)
+    floor = best.bytes_after
+    if floor > budget:
+        return None, floor
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        s = cut(mid)
-        if held(s) <= budget:
-            hi, best = mid, s
+        p = plan(mid)
+        if p.bytes_after <= budget:
+            hi, best = mid, p
         else:
             lo = mid
-    return best
+    return best, floor
 
 
 def smallest_budget(g: Graph) -> int:
@@ -502,34 +525,41 @@ def smallest_budget(g: Graph) -> int:
     return _plan_from_saved(g, min_cut_saved(g, lambda i: i in cands), "").bytes_after
 
 
+def _unmeetable(budget, floor, default, loc) -> JaxprError:
+    return JaxprError(
+        f"--remat-budget: the residuals cannot fit {budget} bytes; the smallest budget "
+        f"that can be met is {floor} bytes (--remat-budget {floor}); the default holds "
+        f"{default} bytes",
+        loc,
+    )
+
+
 def budget_plan(g: Graph, spec: Spec, loc=None) -> Plan:
     from ..ui.stats import eqn_flops
 
-    default = _plan_from_saved(g, {id(v) for v in g.residuals if isinstance(v, Var)}, "")
-    budget = int(spec.budget * default.bytes_before) if spec.fraction else int(spec.budget)
+    everything = {id(v): v for v in g.residuals if isinstance(v, Var)}
+    held = sum(g.cost(v) for v in everything.values())
+    budget = int(spec.budget * held) if spec.fraction else int(spec.budget)
     what = f"--remat-budget {budget} bytes"
-    if default.bytes_after <= budget:
-        plan = _plan_from_saved(g, {id(v) for v in g.residuals if isinstance(v, Var)}, what)
+    if held <= budget:
+        plan = _plan_from_saved(g, set(everything), what)
         plan.exact = True
         return plan
-    floor = smallest_budget(g)
-    if floor > budget:
-        raise JaxprError(
-            f"--remat-budget: the residuals cannot fit {budget} bytes; the smallest budget "
-            f"that can be met is {floor} bytes (--remat-budget {floor}); the default holds "
-            f"{default.bytes_before} bytes",
-            loc,
-        )
     cands = _candidates(g)
     found = None
     if len(cands) <= EXACT_LIMIT:
+        floor = smallest_budget(g)
+        if floor > budget:
+            raise _unmeetable(budget, floor, held, loc)
         found = _ilp_budget(g, cands, budget, eqn_flops)
     if found is not None:
         plan = _plan_from_saved(g, found[0], what)
         plan.exact = found[1]
-    else:
-        plan = _plan_from_saved(g, _greedy_budget(g, cands, budget, eqn_flops), what)
-        plan.exact = False
+        return plan
+    plan, floor = _greedy_budget(g, cands, budget, eqn_flops)
+    if plan is None:
+        raise _unmeetable(budget, floor, held, loc)
+    plan.method, plan.exact = what, False
     return plan
 
 
