@@ -97,7 +97,6 @@ def _remat_spec(ctx, param, value):
 
 _remat = click.option(
     "--remat",
-    "remat",
     metavar="POLICY",
     callback=_remat_spec,
     help="Rematerialize: save only what POLICY lets save and recompute the rest in the "
