@@ -18,7 +18,7 @@ from jax_oracle import close, ir, run, vec  # noqa: E402
 
 from jaxprtool import backend  # noqa: E402
 from jaxprtool.ad import remat  # noqa: E402
-from jaxprtool.ad.api import grad_jaxpr, linearize_jaxpr, transpose_jaxpr  # noqa: E402
+from jaxprtool.ad.api import grad_jaxpr, linearize_jaxpr, transpose_jaxpr, vjp_jaxpr  # noqa: E402
 from jaxprtool.core import JaxprError, ShapedArray, Var, all_eqns  # noqa: E402
 from jaxprtool.ui.stats import eqn_flops  # noqa: E402
 
@@ -304,34 +304,48 @@ def test_budget_sizes():
     assert remat.parse_budget("4096").budget == 4096
 
 
-def _random_inputs(j, seed=0):
+def _random_inputs(types, seed=0):
     vals = []
-    for k, v in enumerate(j.invars):
-        t = v.type
-        if not isinstance(t, ShapedArray) or not t.dtype.startswith("f"):
+    for k, t in enumerate(types):
+        if not isinstance(t, ShapedArray) or not t.is_static or not t.dtype.startswith("f"):
             return None
         vals.append(vec(tuple(t.shape), seed + k))
     return vals
 
 
 def _check_program(path, specs):
+    """vjp of the program (random primals and cotangents) under each spec against the plain
+    vjp's values."""
     from jaxprtool.text.parser import parse
 
     j = parse(path.read_text(), str(path)).jaxpr
-    args = _random_inputs(j)
-    if args is None or len(j.outvars) != 1 or j.outvars[0].type.shape != ():
-        pytest.skip(f"{path.name}: not a scalar function of float inputs")
-    argnums = list(range(len(j.invars)))
-    want = backend.evaluate(grad_jaxpr(j, argnums), args)
+    args = _random_inputs([v.type for v in j.invars])
+    cts = _random_inputs([v.type for v in j.outvars], 100)
+    consts = _random_inputs([v.type for v in j.constvars], 200)
+    if args is None or cts is None or consts is None or not args:
+        pytest.skip(f"{path.name}: not a function of static float arrays to float arrays")
+    try:
+        plain = vjp_jaxpr(j)
+    except JaxprError as e:
+        pytest.skip(f"{path.name}: reverse mode refuses it without remat too: {e}")
+    try:
+        want = backend.evaluate(plain, args + cts, consts)
+    except JaxprError as e:
+        pytest.skip(f"{path.name}: the back end cannot run its plain vjp either: {e}")
     for spec in specs:
         try:
-            g, _ = _grad(j, spec, argnums)
+            with remat.planning(spec):
+                v = vjp_jaxpr(j)
         except JaxprError as e:  # a budget below what the program can meet: use the floor
             assert spec.budget is not None, e
             floor = int(str(e).split("smallest budget that can be met is ")[1].split()[0])
-            g, _ = _grad(j, remat.Spec(budget=floor), argnums)
-        for a, b in zip(backend.evaluate(g, args), want):
-            close(a, b, 1e-4)
+            with remat.planning(remat.Spec(budget=floor)):
+                v = vjp_jaxpr(j)
+        # recomputed matmuls may round differently inside XLA's fusions (a min-cut plan,
+        # recomputing no matmul, gives the same bits here): compared at the program's scale
+        scale = max(1.0, *(float(np.abs(np.asarray(w)).max(initial=0)) for w in want))
+        for a, b in zip(backend.evaluate(v, args + cts, consts), want):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-3, atol=1e-3 * scale)
 
 
 SPECS = [
@@ -348,21 +362,13 @@ def test_samples(name):
     _check_program(Path(__file__).parent.parent / "samples" / f"{name}.jaxpr", SPECS)
 
 
-def _corpus_grads():
+def _corpus_programs():
     from conftest import corpus_files
 
-    return [p for p in corpus_files("jax-0.12.0.1") if "grad" not in p.name][:80]
+    return corpus_files("jax-0.12.0.1")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", _corpus_grads(), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", _corpus_programs(), ids=lambda p: p.name)
 def test_corpus_programs(path):
-    try:
-        _check_program(path, SPECS)
-    except JaxprError as e:  # a program reverse mode refuses is refused with or without remat
-        from jaxprtool.text.parser import parse
-
-        j = parse(path.read_text(), str(path)).jaxpr
-        with pytest.raises(JaxprError):
-            grad_jaxpr(j, list(range(len(j.invars))))
-        pytest.skip(f"{path.name}: reverse mode refuses it: {e}")
+    _check_program(path, SPECS)
