@@ -117,6 +117,13 @@ class Primitive:
     #: cheap to recompute from constants: linearize recomputes such residuals (AD's zeros and
     #: 0.5s) in the linear program instead of passing them from the primal one
     recompute_constant: bool = False
+    #: how rematerialization (`ad/remat.py`) sees it, or `rule(eqn) -> str | None`:
+    #: "cheap" (element-wise or shape: min-cut may recompute it), "dot" (a matmul or
+    #: convolution: what `dots_saveable` saves), "dot_unbatched" (a matmul without batch
+    #: dimensions: also what `dots_with_no_batch_dims_saveable` saves), "name"
+    #: (`checkpoint_name`: what the name policies match); None: recomputed only under a
+    #: policy or a byte budget, at its FLOPs
+    remat: str | Callable | None = None
     #: operands from this position on are indices (dynamic_slice: 1), for untyped literals
     index_operands: int | None = None
     #: an untyped operand literal with no typed sibling has the result's dtype (reshape)
@@ -148,9 +155,6 @@ class Primitive:
     #: binders of its nested jaxpr `body` (parameter `key`) bind (the graph's edges into a
     #: body); None: one binder per operand when the counts agree, else no correspondence
     body_operands: Callable | None = None
-    #: a dot product: the `dots_saveable` remat policies save its results (JAX's check for
-    #: `dot_general_p`)
-    dot: bool = False
     #: a loop whose trip count the program does not fix (`stats` counts them)
     unbounded_loop: bool = False
     #: `rule(eqn, costs) -> (flops, bytes)`: the cost of an equation with bodies from the

@@ -149,8 +149,6 @@ KNOWN_CYCLES = {
     ("jaxprtool.backend", "jaxprtool.backend.sharding"): "the single-device runner "
     "(backend/__init__.py) dispatches to the multi-device one, which uses its helpers: the "
     "runner is to move to its own module",
-    ("jaxprtool.commands.run_cmds", "jaxprtool.commands.run_io"): "removed by the split of "
-    "run_cmds.py (issue 23, branch runsplit): run_io then imports run_inputs/run_report",
 }
 
 

@@ -8,47 +8,17 @@ returned twice (top-level form).  See docs/LINEARIZE_FORM.md for the combined pr
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
-from ..core import Eqn, Jaxpr, Loc, Var, gc_paused, is_inexact
+from ..core import Eqn, Jaxpr, Var, gc_paused, is_inexact
 from ..record import prim as record_of
 from . import builder as B
 from . import observe
 from .jvp import _inst_list, diff_mask, jvp_eval
 from .ops import instantiate as inst_zero
+from .residuals import LinearizeInfo, Residual
 from .zeros import Zero, is_zero, tangent_type
 
 LINEAR_NAME = "linear"
-
-
-@dataclass
-class Residual:
-    """One input of the linear program that is not a tangent."""
-
-    type: object
-    source: str  # "input" | "output" | "new" | "const"
-    index: int  # input index, output index, index among the new primal outputs, const index
-    prim: str | None = None  # equation that produced it (for "new"/"output")
-    loc: Loc | None = None
-
-    @property
-    def nbytes(self) -> int:
-        t = self.type
-        try:
-            return int(t.size) * int(t.np_dtype.itemsize)
-        except Exception:
-            return 0
-
-
-@dataclass
-class LinearizeInfo:
-    in_mask: list[bool]
-    out_mask: list[bool]
-    residuals: list[Residual] = field(default_factory=list)
-
-    @property
-    def num_new_residuals(self) -> int:
-        return sum(1 for r in self.residuals if r.source == "new")
 
 
 def _split(jaxpr: Jaxpr, nonzeros: Sequence[bool], instantiate):
@@ -148,7 +118,11 @@ def linearize_masked(
         jaxpr, nonzeros, instantiate
     )
     primal = B.make_jaxpr(primals, peqns, list(outs) + residuals, consts)
-    return primal, _linear_jaxpr(residuals, tan_in, teqns, touts), out_nz, len(residuals)
+    linear = _linear_jaxpr(residuals, tan_in, teqns, touts)
+    from .remat import rematerialize_masked
+
+    primal, linear, num_res = rematerialize_masked(primal, linear, len(outs), len(residuals))
+    return primal, linear, out_nz, num_res
 
 
 @gc_paused()
@@ -186,6 +160,9 @@ def linearize_jaxpr(jaxpr: Jaxpr, argnums: Sequence[int] | None = None, instanti
             new.append(r)
     primal = B.make_jaxpr(primals, peqns, list(outs) + new, consts)
     linear = _linear_jaxpr(residuals, tan_in, teqns, touts)
+    from .remat import rematerialize
+
+    primal, linear, info = rematerialize(primal, linear, info)
     observe.notify("linearized", primal, linear, info)
     return primal, linear, info
 

@@ -37,6 +37,7 @@ from ..ad.registry import (
     find_library_jvp,
     rebind_primal,
 )
+from ..ad.remat import current_spec, remat_class
 from ..ad.transpose import backward_pass, transpose_jaxpr
 from ..ad.zeros import Zero, is_undefined_primal, is_zero, tangent_type
 from ..core import Jaxpr, JaxprError, ShapedArray, Var
@@ -125,7 +126,7 @@ _MEMO: dict = {}
 def _memo(kind, fn, inner: Jaxpr, nz):
     """One JVP/linearization per (body, nonzero pattern): a body called twice gets one derivative
     jaxpr object, which the printer shares (`let NAME = { lambda ... }`) as JAX does."""
-    key = (kind, id(inner), tuple(nz))
+    key = (kind, id(inner), tuple(nz), current_spec())  # a remat spec changes linearizations
     hit = _MEMO.get(key)
     if hit is not None and hit[0] is inner:
         return hit[1]
@@ -416,7 +417,13 @@ for _p in ("jit", "pjit"):
 
 
 def _is_dot(e) -> bool:
-    return record_of(e.prim).dot
+    """What JAX's `dots_saveable` saves: matmuls and convolutions (the records' `remat`)."""
+    return remat_class(e) in ("dot", "dot_unbatched")
+
+
+def _is_unbatched_dot(e) -> bool:
+    """What JAX's `dots_with_no_batch_dims_saveable` saves."""
+    return remat_class(e) == "dot_unbatched"
 
 
 def _policy_saveable(policy):
@@ -443,7 +450,7 @@ def _policy_saveable(policy):
     for key, pred in (
         ("everything_saveable", lambda e: True),
         ("nothing_saveable", lambda e: False),
-        ("dots_with_no_batch_dims_saveable", _is_dot),
+        ("dots_with_no_batch_dims_saveable", _is_unbatched_dot),
         ("dots_saveable", _is_dot),
         ("checkpoint_dots", _is_dot),
     ):
@@ -535,6 +542,10 @@ def _remat_evaluate(interp, eqn, invals, path):
         import jax
 
         prevent = eqn.params.get("prevent_cse", True)
+        if prevent and eqn.params.get("differentiated"):
+            # JAX's remat lowering: XLA neither merges the recomputation with the forward
+            # pass nor moves it ahead of its operands (the cotangents, once transposed)
+            invals = list(jax.lax.optimization_barrier(tuple(invals)))
         return list(jax.checkpoint(lambda *xs: f(*xs), prevent_cse=bool(prevent))(*invals))
     return f(*invals)
 
