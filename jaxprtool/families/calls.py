@@ -324,6 +324,23 @@ for _p, (_body, _keys) in _PLAIN_CALLS.items():
 shape_rule("composite")(_call_shape("composite", *_CALL_JAXPR_FIRST))
 define("composite", call_body="call_jaxpr", multiple_results=True)
 
+#: what `run` reads of a plain call besides its body: names, donation, inlining and
+#: placement (shardings, layouts, the mesh, where it computes) do not change its values;
+#: compiler options would, and are accepted only when empty
+_CALL_PARAMS = frozenset(
+    "name donated_invars inline keep_unused in_shardings out_shardings in_layouts out_layouts "
+    "ctx_mesh device backend compute_type out_memory_spaces xla_metadata ad_metadata".split()
+)
+for _p, (_body, _keys) in _PLAIN_CALLS.items():
+    define(
+        _p,
+        evaluated_params=_CALL_PARAMS | {_body},
+        default_params={"compiler_options_kvs": (), "compiler_options_json": None},
+    )
+#: composite runs as its decomposition: its name, attributes and version label it for back
+#: ends that recognise it
+define("composite", evaluated_params=frozenset("call_jaxpr name attributes version".split()))
+
 for _p in ("jit", "pjit", "closed_call", "core_call"):
     define(_p, inlinable=True)
 for _p in ("jit", "pjit", "closed_call", "core_call", "eval_jaxpr"):
@@ -480,6 +497,8 @@ for _p, _body, _keys in (
         linearization=_remat_linearize(_p),
         transpose=_call_transpose(_p),
         evaluate=_remat_evaluate,
+        # the policy and `differentiated` say what AD saves: the values are the body's
+        evaluated_params=frozenset({_body, "prevent_cse", "policy", "differentiated", "concrete"}),
     )
 for _p in ("remat2", "checkpoint"):
     define(_p, multiple_results=True)
@@ -774,7 +793,19 @@ for _p in ("custom_jvp_call", "custom_vjp_call"):
         hoist_name=_no_hoist_name,
         evaluate=_evaluate_body("call_jaxpr"),
     )
-define("custom_vjp_call_jaxpr", evaluate=_evaluate_body("fun_jaxpr"))
+#: a custom-derivative call's value is its body's: the rules and their bookkeeping
+#: (jvp, fwd, bwd, thunks, trees, zeros) matter to AD only
+_CUSTOM_CALL_PARAMS = frozenset(
+    "jvp jvp_jaxpr_fun jvp_jaxpr_thunk fwd bwd fwd_jaxpr_thunk out_trees num_consts "
+    "symbolic_zeros name".split()
+)
+define("custom_jvp_call", evaluated_params=_CUSTOM_CALL_PARAMS | {"call_jaxpr"})
+define("custom_vjp_call", evaluated_params=_CUSTOM_CALL_PARAMS | {"call_jaxpr"})
+define(
+    "custom_vjp_call_jaxpr",
+    evaluate=_evaluate_body("fun_jaxpr"),
+    evaluated_params=_CUSTOM_CALL_PARAMS | {"fun_jaxpr"},
+)
 
 
 def _custom_vmap_jvp(primals, tangents, **params):
@@ -785,7 +816,13 @@ def _custom_vmap_jvp(primals, tangents, **params):
     return jvp_eval(body, list(primals), list(tangents), list(body.constvars))
 
 
-define("custom_vmap_call", evaluate=_evaluate_body("call"), jvp=_custom_vmap_jvp)
+define(
+    "custom_vmap_call",
+    evaluate=_evaluate_body("call"),
+    jvp=_custom_vmap_jvp,
+    # the rule and its trees change how the call batches, not its value
+    evaluated_params=frozenset("call rule in_tree out_tree".split()),
+)
 define(
     "custom_lin",
     multiple_results=True,
@@ -1062,6 +1099,8 @@ define(
     multiple_results=True,
     batching=_custom_linear_solve_batching,
     evaluate=_custom_linear_solve_evaluate,
+    # the solve jaxpr gives the value; matvec and the transposes serve AD
+    evaluated_params=frozenset({"const_lengths", "jaxprs"}),
     jvp=_custom_linear_solve_jvp,
     jvp_kind=LOW_LEVEL,
     transpose=_custom_linear_solve_transpose,
@@ -1107,7 +1146,13 @@ def _run_state_evaluate(interp, eqn, invals, path):
     return [b.value for b in boxes]
 
 
-define("run_state", effectful=True, evaluate=_run_state_evaluate)
+define(
+    "run_state",
+    effectful=True,
+    evaluate=_run_state_evaluate,
+    # which_linear is AD's bookkeeping
+    evaluated_params=frozenset("jaxpr is_initialized which_linear".split()),
+)
 
 
 # shard_map, xla_pmap: the body runs per shard / per device
