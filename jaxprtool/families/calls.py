@@ -794,10 +794,10 @@ for _p in ("custom_jvp_call", "custom_vjp_call"):
         evaluate=_evaluate_body("call_jaxpr"),
     )
 #: a custom-derivative call's value is its body's: the rules and their bookkeeping
-#: (jvp, fwd, bwd, thunks, trees, zeros) matter to AD only
+#: (jvp, fwd, bwd, thunks, trees, zeros, and the rules `trace` writes) matter to AD only
 _CUSTOM_CALL_PARAMS = frozenset(
     "jvp jvp_jaxpr_fun jvp_jaxpr_thunk fwd bwd fwd_jaxpr_thunk out_trees num_consts "
-    "symbolic_zeros name".split()
+    "symbolic_zeros name jaxprtool_jvp jaxprtool_fwd jaxprtool_bwd jaxprtool_perturbed".split()
 )
 define("custom_jvp_call", evaluated_params=_CUSTOM_CALL_PARAMS | {"call_jaxpr"})
 define("custom_vjp_call", evaluated_params=_CUSTOM_CALL_PARAMS | {"call_jaxpr"})

@@ -218,7 +218,7 @@ define(
     "nonbatchable",
     evaluate=_evaluate(lambda x, **p: x),
     batching=_nonbatchable_batching,
-    evaluated_params=frozenset({"allow_constant_across_batch"}),  # batching only
+    evaluated_params=frozenset({"allow_constant_across_batch", "msg"}),  # batching only
 )
 primitive_jvps["nonbatchable"] = _no_jvp("nonbatchable")
 define(
