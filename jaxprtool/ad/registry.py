@@ -262,9 +262,13 @@ def defbilinear(name: str, lhs_rule, rhs_rule):
         (ans,) = rebind_primal(name, primals, params)
         out = Zero(tangent_type(ans.type))
         if not is_zero(tx):
-            out = add_tangents(out, _fit(current().bind(name, [tx, y], params)[0], ans))
+            out = add_tangents(
+                out, _fit(current().bind(name, [tx, y], params)[0], ans, x, name, jvp)
+            )
         if not is_zero(ty):
-            out = add_tangents(out, _fit(current().bind(name, [x, ty], params)[0], ans))
+            out = add_tangents(
+                out, _fit(current().bind(name, [x, ty], params)[0], ans, y, name, jvp)
+            )
         return [ans], [out]
 
     def transpose(cts, x, y, /, **params):
