@@ -551,10 +551,13 @@ def function_name(params) -> str | None:
     return None
 
 
+def _plugin_helper(kind: str) -> str:
+    return "register_custom_jvp" if kind == "custom_jvp" else "register_custom_vjp"
+
+
 def _how_to_proceed(kind: str) -> str:
-    plugin = "register_custom_jvp" if kind == "custom_jvp" else "register_custom_vjp"
     ways = (
-        f"give the rule with --plugin RULES.py ({plugin}, docs/PLUGINS.md), or trace the "
+        f"give the rule with --plugin RULES.py ({_plugin_helper(kind)}, docs/PLUGINS.md), or trace the "
         "function with `jaxprtool trace MODULE:FUNCTION` so that the rule travels with the "
         "program"
     )
@@ -577,14 +580,13 @@ def _fall_back_to_body(kind: str, params, primals, tangents, rule_text: str, ref
     if custom_rule_fallbacks.note(note):
         from ..io import warn
 
-        where = (
-            "at points where the body is not differentiable (kinks such as relu at 0)"
-            if kind == "custom_jvp"
-            else "wherever the custom rule differs from the body's derivative"
-        )
         warn(
-            f"{what}: the text does not contain its custom rule; differentiating its body "
-            f"instead, so results may differ from JAX {where} ({_how_to_proceed(kind)})",
+            f"{what}: the text does not contain its custom rule; the derivative here is its "
+            "body's, which differs from JAX's wherever the custom rule does (a rule may differ "
+            "everywhere, not only at kinks); for JAX's derivative, trace the function with "
+            "`jaxprtool trace MODULE:FUNCTION` (its rule travels with the program) or give the "
+            f"rule with --plugin RULES.py ({_plugin_helper(kind)}, docs/PLUGINS.md); "
+            "--custom-rules strict makes this an error",
             current().loc,
         )
     body = _custom_body(params)
