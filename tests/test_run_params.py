@@ -36,7 +36,7 @@ def _scatter_apply_case():
 
 CASES = dict(_all_cases(), scatter_apply=_scatter_apply_case())
 #: the default suite's cases: scatters, control flow, reductions with bodies, calls
-FAST = {"scatter_apply", "scatter_sub", "reduce_window_general", "fft", "unary_exp"}
+FAST = {"scatter_apply", "scatter_sub", "reduce_window", "fft", "scan", "cond"}
 NAMES = [n if n in FAST else pytest.param(n, marks=pytest.mark.slow) for n in sorted(CASES)]
 
 

@@ -10,7 +10,7 @@ discrete choices (dropout masks) as the program; where the copy still does not t
 
 from __future__ import annotations
 
-from ..core import Jaxpr, Literal, RefType, ShapedArray, Var, map_param_jaxprs
+from ..core import Jaxpr, Literal, RefType, ShapedArray, Var, eqn_subjaxprs, map_param_jaxprs
 from ..lazy import np
 
 _WIDER = {"f16": "f64", "bf16": "f64", "f32": "f64", "c64": "c128"}
@@ -70,7 +70,9 @@ class _Widen:
             if _widens(e, ins, params, outs):
                 eqns.append(e.replace(inputs=ins, outputs=outs, params=params))
             else:
-                eqns.extend(_kept_narrow(e, ins, outs))
+                narrow, wide_outs = _kept_narrow(e, ins)
+                eqns.extend(narrow)
+                env.update((id(o), w) for o, w in zip(e.outputs, wide_outs))
         out = j.replace(
             constvars=constvars,
             invars=invars,
@@ -92,9 +94,7 @@ def _widens(e, ins, params, outs) -> bool:
     """Whether equation `e` type-checks in float64: its shape rule, on the widened operands
     and parameters, gives the widened result types.  (An equation with bodies is widened
     as a whole: its bodies' equations are decided one by one.)"""
-    if any(
-        isinstance(v, Jaxpr) or map_param_jaxprs(v, lambda j: j) is not v for v in e.params.values()
-    ):
+    if eqn_subjaxprs(e):
         return True
     if all(a.type is b.type for a, b in zip(ins + outs, tuple(e.inputs) + tuple(e.outputs))):
         return True  # nothing to widen
@@ -112,32 +112,35 @@ def _widens(e, ins, params, outs) -> bool:
     return len(got) == len(outs) and all(types_agree(g, o.type) for g, o in zip(got, outs))
 
 
-def _kept_narrow(e, ins, outs) -> list:
+def _kept_narrow(e, ins):
     """`e` in its own precision inside the float64 copy (a bitcast of random bits to f32, a
     dtype-specific primitive): its widened operands converted back, its results converted
-    to float64.  Its values are then those of the original program (dropout masks drawn
-    from the same bits), so finite differences of the copy are those of the program."""
-    eqns = []
-    narrow_ins = []
-    for orig, wide in zip(e.inputs, ins):
-        if isinstance(orig, Literal) or wide.type is orig.type:
-            narrow_ins.append(orig if isinstance(orig, Literal) else wide)
-            continue
-        n = Var(orig.type, orig.hint)
-        eqns.append(_convert(wide, n))
-        narrow_ins.append(n)
-    narrow_outs = [w if w.type == o.type else Var(o.type, o.hint) for o, w in zip(e.outputs, outs)]
-    eqns.append(e.replace(inputs=tuple(narrow_ins), outputs=tuple(narrow_outs)))
-    eqns.extend(_convert(n, w) for n, w in zip(narrow_outs, outs) if n is not w)
-    return eqns
+    to float64; returns (equations, the results to read on).  Its values are then those of
+    the original program (dropout masks drawn from the same bits), so finite differences of
+    the copy are those of the program."""
+    from ..ad import builder as B
+
+    b = B.Builder(loc=e.loc)
+    with B.use(b):
+        narrow_ins = [
+            orig
+            if isinstance(orig, Literal)
+            else wide
+            if wide.type is orig.type
+            else _cast(wide, orig.type)
+            for orig, wide in zip(e.inputs, ins)
+        ]
+        outs = [Var(o.type, o.hint) for o in e.outputs]
+        b.add_eqn(e.replace(inputs=tuple(narrow_ins), outputs=tuple(outs)))
+        wide_outs = [_cast(o, _type(o.type)) if _type(o.type) != o.type else o for o in outs]
+    return b.eqns, wide_outs
 
 
-def _convert(x, out: Var):
-    from ..core import Eqn, long_dtype_name
+def _cast(x, t):
+    """`x` converted to the dtype (and weak type) of `t` (emitted into the current builder)."""
+    from ..ad import ops
 
-    t = out.type
-    params = {"new_dtype": np.dtype(long_dtype_name(t.dtype)), "weak_type": bool(t.weak_type)}
-    return Eqn("convert_element_type", (x,), (out,), params)
+    return ops.convert_element_type(x, t.dtype, bool(t.weak_type))
 
 
 def _type(t):
