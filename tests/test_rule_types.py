@@ -116,3 +116,34 @@ def test_a_defjvp_contribution_of_the_wrong_shape_is_not_broadcast(tmp_path):
         r"f32\[4\]",
         r.output,
     ), r.output
+
+
+BATCHING_PLUGIN = """
+from jaxprtool.plugins import ops, register_shape_rule
+from jaxprtool.record import define
+
+
+def same_type(in_types, params, out_hint):
+    return [in_types[0]]
+
+
+def dropped_batch_axis(args, dims, **params):
+    return [ops.reduce_sum(args[0], (dims[0],))], [0]  # f32[4] claimed batched along 0
+
+
+register_shape_rule("{prim}", same_type)
+define("{prim}", batching=dropped_batch_axis)
+"""
+
+
+def test_a_batching_rule_returning_a_wrong_shape_is_a_located_error(tmp_path):
+    prim = "badbatch"
+    prog, r = _invoke(tmp_path, BATCHING_PLUGIN, prim, "vmap", "--axis-size", "3")
+    assert r.exit_code == 1, r.output
+    assert "Traceback" not in r.output
+    assert re.search(
+        rf"{re.escape(str(prog))}:2:5: error: internal error: the batching rule of '{prim}' "
+        r"\(.*dropped_batch_axis\) returned f32\[4\] with batch dimension 0 for a result of "
+        r"type f32\[4\]",
+        r.output,
+    ), r.output
