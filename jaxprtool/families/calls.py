@@ -329,7 +329,8 @@ define("composite", call_body="call_jaxpr", multiple_results=True)
 #: compiler options would, and are accepted only when empty
 _CALL_PARAMS = frozenset(
     "name donated_invars inline keep_unused in_shardings out_shardings in_layouts out_layouts "
-    "ctx_mesh device backend compute_type out_memory_spaces xla_metadata ad_metadata".split()
+    "ctx_mesh resource_env in_positional_semantics out_positional_semantics device backend "
+    "compute_type out_memory_spaces xla_metadata ad_metadata".split()
 )
 for _p, (_body, _keys) in _PLAIN_CALLS.items():
     define(
@@ -498,7 +499,9 @@ for _p, _body, _keys in (
         transpose=_call_transpose(_p),
         evaluate=_remat_evaluate,
         # the policy and `differentiated` say what AD saves: the values are the body's
-        evaluated_params=frozenset({_body, "prevent_cse", "policy", "differentiated", "concrete"}),
+        evaluated_params=frozenset(
+            {_body, "prevent_cse", "policy", "differentiated", "concrete", "name"}
+        ),
     )
 for _p in ("remat2", "checkpoint"):
     define(_p, multiple_results=True)

@@ -1056,8 +1056,8 @@ define("reshard", evaluate=_eval_reshard)
 define(
     "shard_map",
     evaluated_params=frozenset(
-        "jaxpr mesh in_specs out_specs check_vma check_rep manual_axes newly_manual_axes "
-        "auto".split()
+        "jaxpr mesh in_specs out_specs in_names out_names check_vma check_rep manual_axes "
+        "newly_manual_axes auto rewrite".split()
     ),
 )
 define(

@@ -323,7 +323,8 @@ define(
     transpose=_cond_transpose,
     dce=_cond_dce,
     evaluate=_cond_evaluate,
-    evaluated_params=frozenset({"branches", "branches_platforms"}),
+    # `linear` (older texts) is AD's bookkeeping
+    evaluated_params=frozenset({"branches", "branches_platforms", "linear"}),
     binder_type=_cond_binder_type,
     body_cost=_cond_cost,
 )
