@@ -32,6 +32,8 @@ from ..params import Opaque, Record, format_value
 
 _REAL_ADDR = re.compile(r" at 0x(?!X+\b)[0-9a-fA-F]+")
 _NEW_IN_0_12 = frozenset({"eval_jaxpr", "one_minus_square", "polynomial", "unstack"})
+#: the oldest JAX whose printouts the tool reads and writes (its printing is the 0.4.3 style's)
+OLDEST = (0, 4, 1)
 KNOWN_VERSIONS = (
     (0, 4, 3),
     (0, 4, 21),
@@ -60,8 +62,9 @@ class Style:
         if not re.fullmatch(r"\d+(\.\d+)*", t):
             raise ValueError(f"not a JAX version: {text!r} (expected e.g. 0.4.35 or 0.12)")
         v = tuple(int(x) for x in t.split("."))
-        if v < (0, 4):
-            raise ValueError(f"JAX version {text} is older than the oldest supported style (0.4.1)")
+        if v < OLDEST:
+            oldest = ".".join(map(str, OLDEST))
+            raise ValueError(f"JAX version {text} is older than the oldest supported ({oldest})")
         return Style(v)
 
     def __str__(self) -> str:
