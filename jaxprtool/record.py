@@ -82,7 +82,7 @@ class Primitive:
     #: may drop only these: every parameter JAX prints is bound, evaluated or refused
     evaluated_params: frozenset[str] = frozenset()
     #: `{param: value}`: parameters `run` accepts only at that value (JAX's default), with a
-    #: located refusal for any other (`cond`'s branches_platforms, jit's compiler options)
+    #: located refusal for any other (jit's compiler options, reduce_window's consts)
     default_params: dict[str, Any] | None = None
     #: `rule(eqn, pos) -> ShapedArray | None`: the type of a literal operand printed without
     #: one (JAX 0.4.35) where the primitive fixes it; None: it follows the other operands

@@ -438,7 +438,7 @@ def _evaluate_scatter(fn_name):
     def rule(interp, eqn, invals, path):
         import jax
 
-        from ..backend.prims import to_jax
+        from ..backend.prims import lookup, to_jax
 
         p = eqn.params
         if tuple(p.get("update_consts") or ()):
@@ -459,20 +459,20 @@ def _evaluate_scatter(fn_name):
         if body is None:
             return [getattr(jax.lax, fn_name)(operand, indices, updates, **kw)]
         combiner = _traced_combiner(interp, interp.body(body, eqn), eqn, operand.dtype, path)
-        from ..backend import prims
-
-        jax_prim = prims.lookup(fn_name.replace("_", "-"))
         kw["mode"] = jax.lax.GatherScatterMode.from_any(kw["mode"])
-        return [
-            jax_prim.bind(
-                operand,
-                indices,
-                updates,
-                update_jaxpr=combiner,
-                update_consts=tuple(combiner.consts),
-                **kw,
-            )
-        ]
+        try:
+            return [
+                lookup(fn_name.replace("_", "-")).bind(
+                    operand,
+                    indices,
+                    updates,
+                    update_jaxpr=combiner,
+                    update_consts=tuple(combiner.consts),
+                    **kw,
+                )
+            ]
+        except Exception as e:  # noqa: BLE001 - JAX's complaint, located at the equation
+            raise JaxprError(f"'{eqn.prim}' failed in JAX: {type(e).__name__}: {e}", eqn.loc) from e
 
     return rule
 
