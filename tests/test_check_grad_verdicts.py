@@ -130,3 +130,34 @@ def test_the_float64_copy_keeps_dropout_masks(tmp_path):
     (got,) = evaluate(wide, [np.asarray(key), x.astype(np.float64)], None)
     np.testing.assert_allclose(np.asarray(got), np.asarray(fn(key, x)), rtol=1e-6)
     assert np.asarray(got).dtype == np.float64
+
+
+BROKEN_RULE = """
+from jaxprtool.plugins import defjvp, register_impl, register_shape_rule
+
+
+def same_type(in_types, params, out_hint):
+    return [in_types[0]]
+
+
+def broken_jvp(g, x, **params):
+    raise ValueError("the plugin's rule is broken")
+
+
+register_shape_rule("brokenrule", same_type)
+register_impl("brokenrule", lambda x, **params: x * 2)
+defjvp("brokenrule", broken_jvp)
+"""
+
+
+def test_an_internal_error_shows_its_traceback_under_debug(tmp_path):
+    plugin = tmp_path / "broken_rules.py"
+    plugin.write_text(BROKEN_RULE)
+    prog = tmp_path / "f.jaxpr"
+    prog.write_text("{ lambda ; a:f32[3]. let b:f32[3] = brokenrule a in (b,) }\n")
+    for debug in (False, True):
+        flags = ["--debug"] if debug else []
+        r = _check_grad(str(prog), "--plugin", str(plugin), *flags)
+        assert r.exit_code == 2, r.output
+        assert "internal error: ValueError: the plugin's rule is broken" in r.output
+        assert ("Traceback" in r.output) is debug, r.output
