@@ -433,7 +433,12 @@ def _evaluate_ragged_dot(interp, eqn, invals, path):
     ]
 
 
-define("ragged_dot", evaluate=_evaluate_ragged_dot)
+define(
+    "ragged_dot",
+    evaluate=_evaluate_ragged_dot,
+    evaluated_params=frozenset({"precision", "preferred_element_type"}),
+    default_params={"group_offset": None},
+)
 
 # ---------------------------------------------------------------- conv_general_dilated
 
