@@ -24,7 +24,7 @@ PKG = Path(jaxprtool.__file__).parent
 ALLOWED = {
     "ad/ops.py": "the emit layer: ops.mul(x, y) binds mul",
     "ad/linearize.py": "the linearize form is a jit[name=linear] call (docs/LINEARIZE_FORM.md)",
-    "text/parser.py": "the state syntax `c[...] += x` is the addupdate equation",
+    "text/parser/build.py": "the state syntax `c[...] += x` is the addupdate equation",
     "text/style.py": "JAX-version detection from primitives that appeared or were renamed",
     "backend/custom_rules.py": "finds JAX's own custom_jvp_call/custom_vjp_call objects",
     "commands/run_cmds.py": "trace adds the traced custom rules to JAX's custom calls",

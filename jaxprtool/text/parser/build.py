@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from ... import core, params
 from ...core import Eqn, Jaxpr, Literal, Loc, Var
 from .diagnostics import underscore_warning
-from .readers import REBOUND, bind, fix_untyped
+from .readers import REBOUND, bind, define, fix_untyped
 from .scopes import SharedRef, has_ref, resolve_dropped_outvars, share_unreferenced
 
 if TYPE_CHECKING:
@@ -174,9 +174,7 @@ class _Build:
             if st.outvar_pending:
                 resolve_dropped_outvars(st, prim, prm, outs)
         inputs = st.operands(c[k:], table) if k < n else ()
-        for v in outs:
-            bind(table, v)
-        return Eqn(prim, inputs, tuple(outs), prm, Loc(st.path, first.line, first.column))
+        return define(table, prim, inputs, outs, prm, self._loc(first))
 
     def eqn_head_ops(self, c):
         st = self.st
@@ -188,8 +186,7 @@ class _Build:
         v = st.new_var(text[:k], text[k + 1 : e], t.start_pos + k + 1)
         table = st.tables[-1]
         inputs = st.operands([t, *c[1]] if len(c) > 1 else c, table, p)
-        bind(table, v)
-        return Eqn(text[e + 3 : p], inputs, (v,), {}, Loc(st.path, t.line, t.column))
+        return define(table, text[e + 3 : p], inputs, (v,), {}, self._loc(t))
 
     def eqn_head(self, c):
         st = self.st
@@ -214,8 +211,7 @@ class _Build:
             inputs = st.operands(ops, table)
         else:
             inputs = ()
-        bind(table, v)
-        return Eqn(text[e + 3 :], inputs, (v,), prm, Loc(st.path, t.line, t.column))
+        return define(table, text[e + 3 :], inputs, (v,), prm, self._loc(t))
 
     def eqn_noout(self, c):
         st = self.st
@@ -226,7 +222,7 @@ class _Build:
             prm = c[1]
             k = 2
         inputs = st.operands(c[k:], st.tables[-1])
-        return Eqn(first.value, inputs, (), prm, Loc(st.path, first.line, first.column))
+        return Eqn(first.value, inputs, (), prm, self._loc(first))
 
     def eqn_bare(self, c):
         """` = prim[...] operands`: an equation without results as JAX < 0.4.22 printed it."""
@@ -241,15 +237,15 @@ class _Build:
         table = st.tables[-1]
         y = st.binder(c[0])
         x, tpl, ivars = st.ref(c[1], table)
-        bind(table, y)
-        return Eqn("get", (x, *ivars), (y,), {"indexer": params.Opaque(tpl)}, self._loc(c[0]))
+        prm = {"indexer": params.Opaque(tpl)}
+        return define(table, "get", (x, *ivars), (y,), prm, self._loc(c[0]))
 
     def eqn_set(self, c):
         st = self.st
         table = st.tables[-1]
         x, tpl, ivars = st.ref(c[0], table)
         a = st.atom(c[1], table)
-        dummy = Var(a.type, "_")
+        dummy = Var(a.type, "_")  # (not a binder: it enters no table)
         prm = {"indexer": params.Opaque(tpl)}
         return Eqn("swap", (x, a, *ivars), (dummy,), prm, self._loc(c[0]))
 
@@ -270,9 +266,8 @@ class _Build:
         if x2 is not x or tpl2 != tpl or ivars2 != ivars:
             st.fail("the two sides of a swap equation index different references", c[0].start_pos)
         a = st.atom(c[3], table)
-        bind(table, y)
         prm = {"indexer": params.Opaque(tpl)}
-        return Eqn("swap", (x, a, *ivars), (y,), prm, self._loc(c[0]))
+        return define(table, "swap", (x, a, *ivars), (y,), prm, self._loc(c[0]))
 
     def params(self, c):
         d = {}

@@ -35,7 +35,7 @@ from ...core import Eqn, Jaxpr, JaxprError, Loc, Var
 from .. import grammar as G
 from .build import _Build
 from .param_values import Nested, ParamValues, fresh, memoizable
-from .readers import Readers, bind, fix_untyped_operands
+from .readers import Readers, define, fix_untyped_operands
 from .scopes import SharedRef
 
 
@@ -96,9 +96,7 @@ class FastPath(Readers, ParamValues):
                 del warnings[nw:]  # read again by the grammar
                 break
             prim, inputs, outs, prm, q = r
-            for v in outs:
-                bind(table, v)
-            eqns.append(Eqn(prim, inputs, outs, prm, Loc(path, line, eqcol)))
+            eqns.append(define(table, prim, inputs, outs, prm, Loc(path, line, eqcol)))
             self.eqn_start = p
             end = q
             if not more:
@@ -125,10 +123,8 @@ class FastPath(Readers, ParamValues):
             if r is None:
                 break
             prim, inputs, outs, prm, q = r
-            for v in outs:
-                bind(table, v)
             col = p - s.rfind("\n", 0, p)
-            eqns.append(Eqn(prim, inputs, outs, prm, Loc(self.path, line, col)))
+            eqns.append(define(table, prim, inputs, outs, prm, Loc(self.path, line, col)))
             self.eqn_start = p
             if s.startswith("; ", q):
                 line += s.count("\n", p, q)

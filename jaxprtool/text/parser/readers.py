@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from ... import core
-from ...core import JaxprError, Literal, ShapedArray, Var
+from ...core import Eqn, JaxprError, Literal, Loc, ShapedArray, Var
 from .. import grammar as G
 from ..values import ValueError_, balanced_end
 from .diagnostics import MAX_DIM, Source, underscore_warning
@@ -29,6 +29,14 @@ def bind(table: dict, v: Var) -> None:
     if v.hint == "_" and "_" in table:
         table[REBOUND] = v
     table[v.hint] = v
+
+
+def define(table: dict, prim: str, inputs: tuple, outs, prm: dict, loc: Loc) -> Eqn:
+    """The equation `outs = prim[prm] inputs`, its results bound in its jaxpr's `table`
+    after its operands were read (an equation's operands cannot be its own results)."""
+    for v in outs:
+        bind(table, v)
+    return Eqn(prim, inputs, tuple(outs), prm, loc)
 
 
 #: untyped literals that are also variable names (`infj` = complex(0, inf)): a bound
