@@ -20,7 +20,7 @@ bytecode: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,zoo]'
+	$(BIN)/python -m pip install -q -e '.[test,zoo,plot]'
 	$(BIN)/python -m pip install -q -e '.[fast]' || echo "lark-cython does not install here: the pure-Python parser is used"
 	touch $(STAMP)
 

@@ -46,11 +46,12 @@ COMMANDS: dict[str, str] = {
     "compile": "run_cmds:compile_",
     "trace": "run_cmds:trace",
     "explain": "explain_cmd:explain",
+    "memory": "memory_cmd:memory",
 }
 
 
 #: commands that run programs through JAX (numerical work may use numpy's BLAS threads)
-RUNS_PROGRAMS = frozenset({"run", "compile", "trace", "check-grad", "explain"})
+RUNS_PROGRAMS = frozenset({"run", "compile", "trace", "check-grad", "explain", "memory"})
 
 
 #: set by `entry`: this process runs one command (not a library or test process)
