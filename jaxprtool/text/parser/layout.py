@@ -82,6 +82,27 @@ class _Layout:
             st.runs[e] = r[0]
             return emit("EQNS", e, r[1])
 
+        def line_break(t, f):
+            """The layout rule (§5.5) at the line break that token `t` ends with, in the
+            equation block of frame `f` outside brackets: a line at the equation column (or
+            ` = prim` one column right of it) starts an equation: EQSEP, then the fast path's
+            run from there where it reads one; a line left of it ends the block (its `in (`
+            must follow); a deeper one goes on with the equation.  Yields the tokens to pass
+            on; returns whether the next token starts an equation (None: as it was)."""
+            e, col = t.end_pos, t.end_column
+            if col == f[2] or _bare_eq_at(s, e, col, f[2]):
+                yield Token("EQSEP", "", e, t.end_line, col)
+                # (only now: taking EQSEP, the parser reduced the equation before it, whose
+                # results the run may use)
+                r = run(e, t.end_line, col) if fast and st.block_end < 0 else None
+                if r is None:
+                    return True
+                yield r
+                return False
+            if col < f[2]:
+                st.block_end = e
+            return None
+
         def inline(j: int):
             """The block after `let` (at s[j]) when it is all on that line (`read_inline`)
             as one EQNS token, or None."""
@@ -121,16 +142,8 @@ class _Layout:
                             after_let = False
                             f[2] = t.end_column
                             yield r
-                        elif t.end_column == f[2] or _bare_eq_at(s, e, t.end_column, f[2]):
-                            yield Token("EQSEP", "", e, t.end_line, t.end_column)
-                            head = True
-                            if fast and st.block_end < 0:
-                                r = run(e, t.end_line, t.end_column)
-                                if r is not None:
-                                    head = False
-                                    yield r
-                        elif t.end_column < f[2]:
-                            st.block_end = e
+                        elif (starts := (yield from line_break(t, f))) is not None:
+                            head = starts
                 continue
             if after_let:
                 # the first token of the equation block: its column is the equation column
@@ -154,16 +167,8 @@ class _Layout:
                     f = frames[-1]
                     e = t.end_pos
                     if f[0] and not f[1] and e < n and s[e] != "#" and not G.IN_KW.match(s, e):
-                        if t.end_column == f[2] or _bare_eq_at(s, e, t.end_column, f[2]):
-                            yield Token("EQSEP", "", e, t.end_line, t.end_column)
-                            head = True
-                            if fast and st.block_end < 0:
-                                r = run(e, t.end_line, t.end_column)
-                                if r is not None:
-                                    head = False
-                                    yield r
-                        elif t.end_column < f[2]:
-                            st.block_end = e
+                        if (starts := (yield from line_break(t, f))) is not None:
+                            head = starts
             elif tt == "HEAD" or tt == "BINDER" or tt == "EQ_PRIM":
                 yield t
             elif tt == "KEY":
