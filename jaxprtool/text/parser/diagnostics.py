@@ -77,6 +77,25 @@ class Source:
         self.fail(NO_TYPES, pos)
 
 
+#: a binder `name:` (an equation's start), for the mis-indented equation message
+_BINDER_START = re.compile(r"(?:[a-z]+_?|_):")
+
+
+def block_ended(st):
+    """A line left of the block's equation column ended the block (at `st.block_end`, the
+    post-lexer's), and no `in (` follows: an equation there is mis-indented (the block's
+    first one sits further right), else the output list is missing."""
+    pos = st.block_end
+    if _BINDER_START.match(st.s, pos) and st.frames:
+        col = pos - (st.s.rfind("\n", 0, pos) + 1) + 1
+        st.fail(
+            f"an equation must start at column {st.frames[-1][2]}, the column of the first "
+            f"equation of this block (this one starts at column {col})",
+            pos,
+        )
+    st.expected("'in (' followed by the output list", pos)
+
+
 # ---------------------------------------------------------------- warnings and limits
 
 
@@ -218,7 +237,7 @@ def _diagnose(st, expected: set, pos: int):
     if "IN_KW" in expected and "OPERANDS" in expected:
         # among operands
         if 0 <= st.block_end <= pos:
-            st.expected("'in (' followed by the output list", st.block_end)
+            block_ended(st)
         if (
             pos > 0
             and s[pos - 1] not in " \t\n"

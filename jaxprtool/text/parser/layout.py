@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .. import grammar as G
-from .diagnostics import MAX_NESTING, too_deep
+from .diagnostics import MAX_NESTING, block_ended, too_deep
 from .param_values import Nested
 
 if TYPE_CHECKING:
@@ -156,7 +156,7 @@ class _Layout:
                 else:
                     f[0] = False
             if st.block_end >= 0 and tt != "IN_KW":
-                st.expected("'in (' followed by the output list", st.block_end)
+                block_ended(st)
             if head:
                 head = False
                 st.eqn_start = t.start_pos
