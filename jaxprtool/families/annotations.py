@@ -87,3 +87,5 @@ def _bind_platform_index(eqn, p, dims):
 for _n in ("platform_index", "program_id", "num_programs"):
     defjvp_zero(_n)
 define("platform_index", bind_params=_bind_platform_index)
+
+define("name", remat="name")  # what the name policies of rematerialization match
