@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from ..core import Jaxpr, OpaqueType, RefType, ShapedArray, Type, short_dtype_name
-from ..lazy import np
+from ..lazy import is_dtype, np
 from ..params import format_value
 from . import ShapeError
 
@@ -61,7 +61,7 @@ def dtype_param(v: Any) -> str:
     """A dtype parameter (np.dtype, numpy scalar type, or name) -> short dtype name."""
     if v is None:
         raise ShapeError("missing dtype parameter")
-    if isinstance(v, np.dtype):
+    if is_dtype(v):
         if v.names is not None:
             return "float0"
         return short_dtype_name(v.name)
