@@ -342,7 +342,7 @@ def batch_pipelines(f, leaves, text: str, repeat: int, folder: Path) -> None:
             "<= 0.50",
             tt <= 0.5 * tj,
         )
-        n_tool, n_jax = count(parse(out).jaxpr), count(closed.jaxpr)
+        n_tool, n_jax = count(parse(out).jaxpr), count(parse(str(closed)).jaxpr)
         NOTES.append(f"{name}: {n_tool} equations out (JAX's: {n_jax})")
 
 
@@ -394,9 +394,9 @@ def hwm_kb():  # this process's peak resident memory
             return int(line.split()[1])
 src, out, *argv = sys.argv[1:]
 before, c0 = hwm_kb(), time.process_time()
-main([*argv, src, "-o", out], standalone_mode=False)
+main([*argv, src, *(["-o", out] if argv[0] != "check" else [])], standalone_mode=False)
 cpu = time.process_time() - c0
-eqns = sum(1 for line in open(out) if " = " in line)
+eqns = sum(1 for line in open(out) if " = " in line) if argv[0] != "check" else 0
 print(cpu, hwm_kb() - before, eqns)
 """
 #: command -> (argv, KB of peak memory growth allowed per equation, per input or output eqn)
@@ -428,7 +428,8 @@ def scale(sizes: list[int], folder: Path) -> None:
                 [sys.executable, "-c", SCALE, str(src), str(folder / "out.jaxpr"), *argv]
             )
             if r.returncode:
-                row(f"scale: {name} at {n} eqns: failed", r.stderr[-60:], "", "", "", False)
+                why = (r.stderr.strip().splitlines() or ["?"])[-1][:60]
+                row(f"scale: {name} at {n} eqns: failed: {why}", "", "", "", "", False)
                 continue
             t, grow, k = r.stdout.split()
             cpu[name, n] = float(t)
