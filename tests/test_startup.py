@@ -71,6 +71,42 @@ def test_a_dtype_parameter_loads_numpy_and_prints_back(tmp_path):
     assert got["out"] == WITH_DTYPE
 
 
+@pytest.mark.parametrize("args", [["fmt"], ["grad"]], ids=lambda a: a[0])
+def test_a_numpy_dtype_parameter_does_not_load_ml_dtypes(tmp_path, args):
+    """float64 is numpy's own: ml_dtypes (~0.1 s) is loaded only for its own dtypes."""
+    text = WITH_DTYPE.replace("f64[3]", "f32[3]").replace("float64", "float32")
+    text = text.replace(
+        "  in (b,)", "    c:f32[] = reduce_sum[axes=(0,) out_sharding=None] b\n  in (c,)"
+    )
+    got = _probe(tmp_path, text, *args)
+    assert got["rc"] == 0, got["out"]
+    assert got["numpy"] and not got["ml_dtypes"]
+
+
+def test_an_ml_dtypes_parameter_loads_it_and_prints_back(tmp_path):
+    text = WITH_DTYPE.replace("f64[3]", "bf16[3]").replace("float64", "bfloat16")
+    got = _probe(tmp_path, text, "fmt")
+    assert got["rc"] == 0, got["out"]
+    assert got["ml_dtypes"]
+    assert got["out"] == text
+
+
+def test_np_dtype_of_every_name_is_numpys():
+    """core.np_dtype's numpy-only shortcut gives the dtype numpy and ml_dtypes give."""
+    import ml_dtypes
+    import numpy as np
+
+    from jaxprtool.core import SHORT_TO_LONG, float0, np_dtype
+
+    for short, long in SHORT_TO_LONG.items():
+        want = (
+            float0()
+            if long == "float0"
+            else np.dtype(getattr(ml_dtypes, long) if hasattr(ml_dtypes, long) else long)
+        )
+        assert np_dtype(short) == want, short
+
+
 def test_rounding_without_numpy_matches_numpy():
     """AD's literals (`ad.ops.lit`) are rounded to float32/float16 with `struct`, not numpy."""
     import random
