@@ -23,6 +23,7 @@ printer (and code that builds equations, e.g. AD) needs is a derived property:
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -249,10 +250,13 @@ def detect_style(jaxpr: core.Jaxpr) -> Style:
     custom_jvp_call / custom_vjp_call with their thunks -> 0.6.0; `pjit` -> 0.6.2 (0.4.35 when names are not
     suggested cannot be told apart, but then the output is the same); scan with
     `ft_in` or a 0.12-only primitive -> 0.12; `broadcast_in_dim[shape=...]`,
-    scan `_split_transpose`, `MemRef` types -> 0.7.2; otherwise 0.10.2, which
-    prints the same text as 0.12 for everything that does not distinguish them.
+    scan `_split_transpose`, `MemRef` types -> 0.7.2; scan's `num_consts`, reduce_max or
+    reduce_min without `out_sharding` -> 0.10.2; otherwise `unmarked_style()` (0.10.2 and
+    0.12 print such a text alike; what the tool adds to it, e.g. tanh's derivative
+    `one_minus_square`, follows the installed JAX).
     """
     pjit = untyped = old_bcast = ft = old_scan = real_addr = suggested = fresh = False
+    before_0_11 = False
     before_0_4_4 = before_0_4_22 = before_0_6_1 = False
     seen: set[int] = set()
     shared: set[int] = (
@@ -287,8 +291,12 @@ def detect_style(jaxpr: core.Jaxpr) -> Style:
         elif p == "scan":
             if "ft_in" in e.params or "ft_out" in e.params:
                 ft = True
+            elif "num_consts" in e.params:
+                before_0_11 = True  # the counts encoding (0.11 printed flat trees)
             if "_split_transpose" in e.params:
                 old_scan = True
+        elif p in ("reduce_max", "reduce_min") and "out_sharding" not in e.params:
+            before_0_11 = True
         elif (p == "broadcast_in_dim" and "shape" in e.params) or (p == "reshard" and e.params):
             old_bcast = True
         elif (p == "custom_lin" and "out_avals" in e.params) or (
@@ -345,7 +353,23 @@ def detect_style(jaxpr: core.Jaxpr) -> Style:
         return Style((0, 7, 2))
     if ft:
         return DEFAULT_STYLE
-    return STYLE_0_10
+    if before_0_11:
+        return STYLE_0_10
+    return unmarked_style()
+
+
+@functools.cache
+def unmarked_style() -> Style:
+    """The style of a text that no 0.10-only or 0.12-only form marks (the two print it
+    alike): the installed JAX's (read from its package metadata: no jax import), else the
+    newest.  `--jax-style` chooses another."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        installed = tuple(int(p) for p in re.findall(r"\d+", version("jax"))[:4])
+    except (PackageNotFoundError, ValueError):
+        return DEFAULT_STYLE
+    return STYLE_0_10 if (0, 10) <= installed < (0, 12) else DEFAULT_STYLE
 
 
 def _jit_default_printed(params: dict) -> bool:
