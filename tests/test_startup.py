@@ -64,6 +64,31 @@ def test_numpy_free_text_never_loads_numpy(tmp_path, args):
     )
 
 
+#: integer parameters (axes, exponents) are plain ints: the shape rules read them without numpy
+INT_PARAMS = (
+    "{ lambda ; a:f32[3]. let\n"
+    "    b:f32[3] = integer_pow[y=2] a\n"
+    "    c:f32[] = reduce_sum[axes=(0,) out_sharding=None] b\n"
+    "  in (c,) }\n"
+)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["fmt"], ["check"], ["jvp"], ["grad"], ["vmap", "--axis-size", "2"], ["canonicalize"]],
+    ids=lambda a: a[0],
+)
+def test_integer_parameters_never_load_numpy(tmp_path, args):
+    got = _probe(tmp_path, INT_PARAMS, *args)
+    assert got["rc"] == 0, got["out"]
+    assert not got["numpy"] and not got["ml_dtypes"], (
+        f"{args[0]} executed numpy for integer parameters (a numpy type test where "
+        "`lazy.is_integer`/`lazy.is_dtype` would do)"
+    )
+    if args == ["fmt"]:
+        assert got["out"] == INT_PARAMS
+
+
 def test_a_dtype_parameter_loads_numpy_and_prints_back(tmp_path):
     got = _probe(tmp_path, WITH_DTYPE, "fmt")
     assert got["rc"] == 0, got["out"]
