@@ -81,6 +81,14 @@ class Primitive:
     #: `rule(interpreter, eqn, values, path) -> list`: how the evaluator runs the equation
     #: itself (a reducer body, a primitive the installed JAX lacks) instead of binding JAX's
     evaluate: Callable | None = None
+    #: the parameters the `evaluate` rule (or, for a call, the run of its body) honours, and
+    #: those that cannot change a value (names, debug data, AD annotations, placement hints
+    #: on one device); `run` refuses an equation printing any other, and a `bind_params` rule
+    #: may drop only these: every parameter JAX prints is bound, evaluated or refused
+    evaluated_params: frozenset[str] = frozenset()
+    #: `{param: value}`: parameters `run` accepts only at that value (JAX's default), with a
+    #: located refusal for any other (jit's compiler options, reduce_window's consts)
+    default_params: dict[str, Any] | None = None
     #: `rule(eqn, pos) -> ShapedArray | None`: the type of a literal operand printed without
     #: one (JAX 0.4.35) where the primitive fixes it; None: it follows the other operands
     literal_type: Callable | None = None
@@ -92,6 +100,13 @@ class Primitive:
     #: cheap to recompute from constants: linearize recomputes such residuals (AD's zeros and
     #: 0.5s) in the linear program instead of passing them from the primal one
     recompute_constant: bool = False
+    #: how rematerialization (`ad/remat.py`) sees it, or `rule(eqn) -> str | None`:
+    #: "cheap" (element-wise or shape: min-cut may recompute it), "dot" (a matmul or
+    #: convolution: what `dots_saveable` saves), "dot_unbatched" (a matmul without batch
+    #: dimensions: also what `dots_with_no_batch_dims_saveable` saves), "name"
+    #: (`checkpoint_name`: what the name policies match); None: recomputed only under a
+    #: policy or a byte budget, at its FLOPs
+    remat: str | Callable | None = None
     #: operands from this position on are indices (dynamic_slice: 1), for untyped literals
     index_operands: int | None = None
     #: an untyped operand literal with no typed sibling has the result's dtype (reshape)

@@ -285,7 +285,7 @@ def batch_eval(
             else:
                 outs, out_dims = rule(vals, ds, **eqn.params)
             outs, out_dims = list(outs), list(out_dims)
-            _check_results(eqn, outs, out_dims)
+            _check_results(eqn, outs, out_dims, rule)
             for o, n, d in zip(eqn.outputs, outs, out_dims):
                 env[id(o)] = (n, d)
     finally:
@@ -294,11 +294,15 @@ def batch_eval(
     return [v for v, _ in outs], [d for _, d in outs]
 
 
-def _check_results(eqn: Eqn, outs, dims) -> None:
-    """A rule's results must be the equation's results with a batch axis (or none)."""
+def _check_results(eqn: Eqn, outs, dims, rule=None) -> None:
+    """A rule's results must be the equation's results with a batch axis (or none); a wrong
+    rule is a located error naming it."""
+    from .registry import rule_name
+
+    which = f" ({rule_name(rule)})" if rule is not None else ""
     if len(outs) != len(eqn.outputs) or len(dims) != len(eqn.outputs):
         raise JaxprError(
-            f"internal error: the batching rule of '{eqn.prim}' returned {len(outs)} results "
+            f"internal error: the batching rule of '{eqn.prim}'{which} returned {len(outs)} results "
             f"for {len(eqn.outputs)}",
             eqn.loc,
         )
@@ -316,7 +320,7 @@ def _check_results(eqn: Eqn, outs, dims) -> None:
             )
         if not ok:
             raise JaxprError(
-                f"internal error: the batching rule of '{eqn.prim}' returned {got} with batch "
+                f"internal error: the batching rule of '{eqn.prim}'{which} returned {got} with batch "
                 f"dimension {d} for a result of type {want}",
                 eqn.loc,
             )

@@ -35,6 +35,7 @@ from ..ad.registry import (
     find_library_jvp,
     rebind_primal,
 )
+from ..ad.remat import current_spec
 from ..ad.transpose import backward_pass, transpose_jaxpr
 from ..ad.zeros import Zero, add_tangents, instantiate, is_undefined_primal, is_zero, tangent_type
 from ..core import Jaxpr, JaxprError, ShapedArray, Var
@@ -122,7 +123,7 @@ _MEMO: dict = {}
 def _memo(kind, fn, inner: Jaxpr, nz):
     """One JVP/linearization per (body, nonzero pattern): a body called twice gets one derivative
     jaxpr object, which the printer shares (`let NAME = { lambda ... }`) as JAX does."""
-    key = (kind, id(inner), tuple(nz))
+    key = (kind, id(inner), tuple(nz), current_spec())  # a remat spec changes linearizations
     hit = _MEMO.get(key)
     if hit is not None and hit[0] is inner:
         return hit[1]
@@ -324,6 +325,24 @@ for _p, (_body, _keys) in _PLAIN_CALLS.items():
 shape_rule("composite")(_call_shape("composite", *_CALL_JAXPR_FIRST))
 define("composite", call_body="call_jaxpr", multiple_results=True)
 
+#: what `run` reads of a plain call besides its body: names, donation, inlining and
+#: placement (shardings, layouts, the mesh, where it computes) do not change its values;
+#: compiler options would, and are accepted only when empty
+_CALL_PARAMS = frozenset(
+    "name donated_invars inline keep_unused in_shardings out_shardings in_layouts out_layouts "
+    "ctx_mesh resource_env in_positional_semantics out_positional_semantics device backend "
+    "compute_type out_memory_spaces xla_metadata ad_metadata".split()
+)
+for _p, (_body, _keys) in _PLAIN_CALLS.items():
+    define(
+        _p,
+        evaluated_params=_CALL_PARAMS | {_body},
+        default_params={"compiler_options_kvs": (), "compiler_options_json": None},
+    )
+#: composite runs as its decomposition: its name, attributes and version label it for back
+#: ends that recognise it
+define("composite", evaluated_params=frozenset("call_jaxpr name attributes version".split()))
+
 for _p in ("jit", "pjit", "closed_call", "core_call"):
     define(_p, inlinable=True)
 for _p in ("jit", "pjit", "closed_call", "core_call", "eval_jaxpr"):
@@ -457,6 +476,10 @@ def _remat_evaluate(interp, eqn, invals, path):
         import jax
 
         prevent = eqn.params.get("prevent_cse", True)
+        if prevent and eqn.params.get("differentiated"):
+            # JAX's remat lowering: XLA neither merges the recomputation with the forward
+            # pass nor moves it ahead of its operands (the cotangents, once transposed)
+            invals = list(jax.lax.optimization_barrier(tuple(invals)))
         return list(jax.checkpoint(lambda *xs: f(*xs), prevent_cse=bool(prevent))(*invals))
     return f(*invals)
 
@@ -480,6 +503,10 @@ for _p, _body, _keys in (
         linearization=_remat_linearize(_p),
         transpose=_call_transpose(_p),
         evaluate=_remat_evaluate,
+        # the policy and `differentiated` say what AD saves: the values are the body's
+        evaluated_params=frozenset(
+            {_body, "prevent_cse", "policy", "differentiated", "concrete", "name"}
+        ),
     )
 for _p in ("remat2", "checkpoint"):
     define(_p, multiple_results=True)
@@ -532,10 +559,13 @@ def function_name(params) -> str | None:
     return None
 
 
+def _plugin_helper(kind: str) -> str:
+    return "register_custom_jvp" if kind == "custom_jvp" else "register_custom_vjp"
+
+
 def _how_to_proceed(kind: str) -> str:
-    plugin = "register_custom_jvp" if kind == "custom_jvp" else "register_custom_vjp"
     ways = (
-        f"give the rule with --plugin RULES.py ({plugin}, docs/PLUGINS.md), or trace the "
+        f"give the rule with --plugin RULES.py ({_plugin_helper(kind)}, docs/PLUGINS.md), or trace the "
         "function with `jaxprtool trace MODULE:FUNCTION` so that the rule travels with the "
         "program"
     )
@@ -558,14 +588,13 @@ def _fall_back_to_body(kind: str, params, primals, tangents, rule_text: str, ref
     if custom_rule_fallbacks.note(note):
         from ..io import warn
 
-        where = (
-            "at points where the body is not differentiable (kinks such as relu at 0)"
-            if kind == "custom_jvp"
-            else "wherever the custom rule differs from the body's derivative"
-        )
         warn(
-            f"{what}: the text does not contain its custom rule; differentiating its body "
-            f"instead, so results may differ from JAX {where} ({_how_to_proceed(kind)})",
+            f"{what}: the text does not contain its custom rule; the derivative here is its "
+            "body's, which differs from JAX's wherever the custom rule does (a rule may differ "
+            "everywhere, not only at kinks); for JAX's derivative, trace the function with "
+            "`jaxprtool trace MODULE:FUNCTION` (its rule travels with the program) or give the "
+            f"rule with --plugin RULES.py ({_plugin_helper(kind)}, docs/PLUGINS.md); "
+            "--custom-rules strict makes this an error",
             current().loc,
         )
     body = _custom_body(params)
@@ -791,7 +820,19 @@ for _p in ("custom_jvp_call", "custom_vjp_call"):
         hoist_name=_no_hoist_name,
         evaluate=_evaluate_body("call_jaxpr"),
     )
-define("custom_vjp_call_jaxpr", evaluate=_evaluate_body("fun_jaxpr"))
+#: a custom-derivative call's value is its body's: the rules and their bookkeeping
+#: (jvp, fwd, bwd, thunks, trees, zeros, and the rules `trace` writes) matter to AD only
+_CUSTOM_CALL_PARAMS = frozenset(
+    "jvp jvp_jaxpr_fun jvp_jaxpr_thunk fwd bwd fwd_jaxpr_thunk out_trees num_consts "
+    "symbolic_zeros name jaxprtool_jvp jaxprtool_fwd jaxprtool_bwd jaxprtool_perturbed".split()
+)
+define("custom_jvp_call", evaluated_params=_CUSTOM_CALL_PARAMS | {"call_jaxpr"})
+define("custom_vjp_call", evaluated_params=_CUSTOM_CALL_PARAMS | {"call_jaxpr"})
+define(
+    "custom_vjp_call_jaxpr",
+    evaluate=_evaluate_body("fun_jaxpr"),
+    evaluated_params=_CUSTOM_CALL_PARAMS | {"fun_jaxpr"},
+)
 
 
 def _custom_vmap_jvp(primals, tangents, **params):
@@ -802,7 +843,13 @@ def _custom_vmap_jvp(primals, tangents, **params):
     return jvp_eval(body, list(primals), list(tangents), list(body.constvars))
 
 
-define("custom_vmap_call", evaluate=_evaluate_body("call"), jvp=_custom_vmap_jvp)
+define(
+    "custom_vmap_call",
+    evaluate=_evaluate_body("call"),
+    jvp=_custom_vmap_jvp,
+    # the rule and its trees change how the call batches, not its value
+    evaluated_params=frozenset("call rule in_tree out_tree".split()),
+)
 define(
     "custom_lin",
     multiple_results=True,
@@ -1079,6 +1126,8 @@ define(
     multiple_results=True,
     batching=_custom_linear_solve_batching,
     evaluate=_custom_linear_solve_evaluate,
+    # the solve jaxpr gives the value; matvec and the transposes serve AD
+    evaluated_params=frozenset({"const_lengths", "jaxprs"}),
     jvp=_custom_linear_solve_jvp,
     jvp_kind=LOW_LEVEL,
     transpose=_custom_linear_solve_transpose,
@@ -1124,7 +1173,13 @@ def _run_state_evaluate(interp, eqn, invals, path):
     return [b.value for b in boxes]
 
 
-define("run_state", effectful=True, evaluate=_run_state_evaluate)
+define(
+    "run_state",
+    effectful=True,
+    evaluate=_run_state_evaluate,
+    # which_linear is AD's bookkeeping
+    evaluated_params=frozenset("jaxpr is_initialized which_linear".split()),
+)
 
 
 # shard_map, xla_pmap: the body runs per shard / per device

@@ -214,11 +214,17 @@ def _nondiff_backward_transpose(cts, x, /, *, msg, symbolic, **params):
     )
 
 
-define("nonbatchable", evaluate=_evaluate(lambda x, **p: x), batching=_nonbatchable_batching)
+define(
+    "nonbatchable",
+    evaluate=_evaluate(lambda x, **p: x),
+    batching=_nonbatchable_batching,
+    evaluated_params=frozenset({"allow_constant_across_batch", "msg"}),  # batching only
+)
 primitive_jvps["nonbatchable"] = _no_jvp("nonbatchable")
 define(
     "nondifferentiable_backward",
     evaluate=_evaluate(lambda x, **p: x),
+    evaluated_params=frozenset({"msg", "symbolic"}),  # AD's message: the value is x
     batching=lambda args, dims, **params: (
         [ops.bind("nondifferentiable_backward", args[0], **params)],
         list(dims),
@@ -229,6 +235,7 @@ primitive_transposes["nondifferentiable_backward"] = _nondiff_backward_transpose
 define(
     "nontraceable",
     evaluate=_evaluate(lambda x, **p: x),
+    evaluated_params=frozenset({"name"}),  # named in the refusals of transformations
     batching=_nontraceable_refusal("batching"),
 )
 primitive_jvps["nontraceable"] = _nontraceable_refusal("differentiation")
@@ -354,6 +361,7 @@ define(
     "maybe_set",
     multiple_results=True,
     evaluate=_maybe_set_evaluate,
+    evaluated_params=frozenset("makes_false_steps i_treedef i_static kwargs".split()),
     batching=refuse(
         "batching maybe_set is not supported: Equinox batches it by vmapping its rules "
         "(its `vprim`), which the text cannot express"

@@ -257,7 +257,14 @@ def _dot_general_flops(e):
         return 2 * outs
 
 
+def _dot_remat(e) -> str:
+    """Rematerialization's class: batch dimensions or not (`dots_with_no_batch_dims_saveable`)."""
+    _, _, lb, rb = _dims(e.params["dimension_numbers"])
+    return "dot" if (lb or rb) else "dot_unbatched"
+
+
 defbilinear("dot_general", _dot_transpose_lhs, _dot_transpose_rhs)
+define("dot_general", remat=_dot_remat)
 define(
     "dot_general",
     print_params=_print_dot_general,
@@ -426,7 +433,12 @@ def _evaluate_ragged_dot(interp, eqn, invals, path):
     ]
 
 
-define("ragged_dot", evaluate=_evaluate_ragged_dot)
+define(
+    "ragged_dot",
+    evaluate=_evaluate_ragged_dot,
+    evaluated_params=frozenset({"precision", "preferred_element_type"}),
+    default_params={"group_offset": None},
+)
 
 # ---------------------------------------------------------------- conv_general_dilated
 
@@ -728,6 +740,7 @@ def _conv_flops(e):
 
 defbilinear("conv_general_dilated", _conv_transpose_lhs, _conv_transpose_rhs)
 define("conv_general_dilated", bind_params=_bind_precision, flops=_conv_flops)
+define("conv_general_dilated", remat="dot")  # what dots_saveable saves
 
 # ---------------------------------------------------------------- decompositions and solves
 

@@ -690,7 +690,15 @@ def _evaluate_reduce_window(interp, eqn, invals, path):
 
 primitive_jvps["reduce_window"] = _reduce_window_generic_jvp
 set_kind("reduce_window")
-define("reduce_window", evaluate=_evaluate_reduce_window, flops=input_elements)
+define(
+    "reduce_window",
+    evaluate=_evaluate_reduce_window,
+    flops=input_elements,
+    evaluated_params=frozenset(
+        "jaxpr window_dimensions window_strides padding base_dilation window_dilation".split()
+    ),
+    default_params={"consts": ()},
+)
 
 # ---------------------------------------------------------------- sort
 
@@ -946,7 +954,14 @@ def _evaluate_reduce(interp, eqn, invals, path):
 
 primitive_jvps["reduce"] = _reduce_jvp
 set_kind("reduce")
-define("reduce", evaluate=_evaluate_reduce, flops=input_elements)
+define(
+    "reduce",
+    evaluate=_evaluate_reduce,
+    flops=input_elements,
+    # `computation` is the Python function JAX traced `jaxpr` from (printed as its repr)
+    evaluated_params=frozenset({"jaxpr", "dimensions", "computation"}),
+    default_params={"consts": ()},
+)
 
 # ---------------------------------------------------------------- reduce_precision_multi
 # (a name without a shape rule, kept as the tool has always described it: a list of results,

@@ -1076,6 +1076,11 @@ define(
     transpose=_scan_transpose,
     dce=_scan_dce,
     evaluate=_scan_evaluate,
+    # `linear` and `_split_transpose` are AD's bookkeeping
+    evaluated_params=frozenset(
+        "jaxpr length reverse unroll num_consts num_carry ft_in ft_out linear "
+        "_split_transpose".split()
+    ),
     body_cost=_scan_cost,
     hoist_consts=_scan_hoist_consts,
 )

@@ -43,7 +43,14 @@ def _identity(in_types, params, out_hint):
 # ---------------------------------------------------------------- device_put (several operands)
 
 defidentity("device_put")
-define("device_put", multiple_results=True, evaluate=_evaluate_identity, flops=_no_flops)
+define(
+    "device_put",
+    multiple_results=True,
+    evaluate=_evaluate_identity,
+    flops=_no_flops,
+    # placement only: the values pass unchanged
+    evaluated_params=frozenset("devices srcs copy_semantics".split()),
+)
 
 
 # ---------------------------------------------------------------- reshard, mesh_cast
@@ -75,7 +82,7 @@ def _print_reshard(e, style):
 defidentity("mesh_cast")
 # (its JVP, transpose and evaluation are in collectives.py: reshard moves data across devices)
 define("reshard", print_params=_print_reshard, flops=_no_flops)
-define("mesh_cast", evaluate=_evaluate_identity)
+define("mesh_cast", evaluate=_evaluate_identity, evaluated_params=frozenset({"dst_sharding"}))
 
 
 # ---------------------------------------------------------------- sharding_constraint, memory space

@@ -97,7 +97,12 @@ def _evaluate_freeze(interp, eqn, invals, path):
     return [_box(invals[0], eqn).value]
 
 
-define("new_ref", effectful=True, evaluate=_evaluate_new_ref)
+define(
+    "new_ref",
+    effectful=True,
+    evaluate=_evaluate_new_ref,
+    evaluated_params=frozenset({"memory_space", "kind", "pin"}),  # placement of the box
+)
 define("freeze", effectful=True, evaluate=_evaluate_freeze)
 
 
@@ -220,7 +225,13 @@ def _evaluate_get(interp, eqn, invals, path):
     return [box.value if idx is None else box.value[idx]]
 
 
-define("get", effectful=True, print_eqn=_print_get, evaluate=_evaluate_get)
+define(
+    "get",
+    effectful=True,
+    print_eqn=_print_get,
+    evaluate=_evaluate_get,
+    evaluated_params=frozenset({"indexer"}),
+)
 
 
 # ---------------------------------------------------------------- swap: `y, r[IDX] <- r[IDX], v`
@@ -265,7 +276,13 @@ def _evaluate_swap(interp, eqn, invals, path):
     return [old] if eqn.outputs else []
 
 
-define("swap", effectful=True, print_eqn=_print_swap, evaluate=_evaluate_swap)
+define(
+    "swap",
+    effectful=True,
+    print_eqn=_print_swap,
+    evaluate=_evaluate_swap,
+    evaluated_params=frozenset({"indexer"}),
+)
 
 
 # ---------------------------------------------------------------- addupdate: `r[IDX] += v`
@@ -301,4 +318,10 @@ def _evaluate_addupdate(interp, eqn, invals, path):
     return []
 
 
-define("addupdate", effectful=True, print_eqn=_print_addupdate, evaluate=_evaluate_addupdate)
+define(
+    "addupdate",
+    effectful=True,
+    print_eqn=_print_addupdate,
+    evaluate=_evaluate_addupdate,
+    evaluated_params=frozenset({"indexer"}),
+)

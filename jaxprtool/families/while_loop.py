@@ -328,6 +328,7 @@ define(
     transpose=_while_transpose,
     dce=_while_dce,
     evaluate=_while_evaluate,
+    evaluated_params=frozenset("cond_jaxpr body_jaxpr cond_nconsts body_nconsts".split()),
     binder_type=_while_binder_type,
     hoist_consts=_while_hoist_consts,
 )
