@@ -26,7 +26,7 @@ class Primitive:
     name: str
     #: the family module that registered it (None for plugins and unknown primitives)
     family: str | None = None
-    #: `rule(in_types, params, out_hint) -> list[Type]`, raises `primitives.ShapeError`
+    #: `rule(in_types, params, out_hint) -> list[Type]`, raises `shapes.ShapeError`
     shape_rule: Callable | None = None
     #: `rule(primals, tangents, **params) -> (primal_outs, tangent_outs)`
     jvp: Callable | None = None

@@ -25,7 +25,7 @@ ALLOWED = {
     "ad/ops.py": "the emit layer: ops.mul(x, y) binds mul",
     "ad/linearize.py": "the linearize form is a jit[name=linear] call (docs/LINEARIZE_FORM.md)",
     "ad/remat.py": "the recomputation is emitted as JAX emits it: a remat2 call",
-    "text/parser.py": "the state syntax `c[...] += x` is the addupdate equation",
+    "text/parser/build.py": "the state syntax `c[...] += x` is the addupdate equation",
     "text/style.py": "JAX-version detection from primitives that appeared or were renamed",
     "backend/custom_rules.py": "finds JAX's own custom_jvp_call/custom_vjp_call objects",
     "commands/trace_cmd.py": "trace adds the traced custom rules to JAX's custom calls",

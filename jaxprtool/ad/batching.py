@@ -27,7 +27,7 @@ import contextvars
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .. import primitives
+from .. import shapes
 from ..core import (
     Atom,
     Eqn,
@@ -139,13 +139,13 @@ class BatchBuilder(B.Builder):
     def bind(self, prim: str, inputs, params: dict, out_types=None) -> list[Var]:
         inputs = list(inputs)
         if out_types is None:
-            if not primitives.is_known(prim):
+            if not shapes.is_known(prim):
                 raise JaxprError(
                     f"cannot infer the result type of '{prim}' (no shape rule)", self.loc
                 )
             try:
-                out_types = primitives.infer_types(prim, [x.type for x in inputs], params, None)
-            except primitives.ShapeError as e:
+                out_types = shapes.infer_types(prim, [x.type for x in inputs], params, None)
+            except shapes.ShapeError as e:
                 raise JaxprError(f"while batching: {prim}: {e}", self.loc) from None
         return super().bind(prim, inputs, params, out_types)
 

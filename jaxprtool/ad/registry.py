@@ -354,7 +354,7 @@ def check_rule_type(kind: str, eqn, rule, what: str, got, want) -> None:
     if got is want:
         return
     if isinstance(got, ShapedArray) and isinstance(want, ShapedArray):
-        from ..primitives.util import dims_eq
+        from ..shapes.util import dims_eq
 
         if got.dtype == want.dtype and dims_eq(got.shape, want.shape):
             return

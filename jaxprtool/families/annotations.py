@@ -18,9 +18,9 @@ from ..ad.registry import (
     set_kind,
 )
 from ..core import ShapedArray
-from ..primitives import shape_rule
-from ..primitives.util import nargs
 from ..record import define
+from ..shapes import shape_rule
+from ..shapes.util import nargs
 
 
 @shape_rule("name", "zeros_like", "trace_value", "multiple_of", "max_contiguous")

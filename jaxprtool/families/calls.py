@@ -40,16 +40,16 @@ from ..ad.transpose import backward_pass, transpose_jaxpr
 from ..ad.zeros import Zero, add_tangents, instantiate, is_undefined_primal, is_zero, tangent_type
 from ..core import Jaxpr, JaxprError, ShapedArray, Var
 from ..params import Opaque, Record, format_value
-from ..primitives import ShapeError, shape_rule
-from ..primitives.util import (
+from ..record import define
+from ..record import prim as record_of
+from ..shapes import ShapeError, shape_rule
+from ..shapes.util import (
     check_call_operands,
     int_param,
     jaxpr_param,
     out_types_of,
     parse_avals,
 )
-from ..record import define
-from ..record import prim as record_of
 from ..text.param_rules import drop, name_first, sorted_params, unspecified
 
 #: the kind `explain` shows for the rules below

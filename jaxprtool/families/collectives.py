@@ -47,8 +47,9 @@ from ..ad.registry import (
 )
 from ..ad.zeros import Zero, instantiate, is_undefined_primal, is_zero, tangent_type
 from ..core import Eqn, Jaxpr, JaxprError, Literal, ShapedArray, Var
-from ..primitives import ShapeError, shape_rule
-from ..primitives.util import (
+from ..record import define
+from ..shapes import ShapeError, shape_rule
+from ..shapes.util import (
     canon_axis,
     dim_floordiv,
     dim_mul,
@@ -58,7 +59,6 @@ from ..primitives.util import (
     vma_format,
     vma_parts,
 )
-from ..record import define
 from ..shardings import MeshText, SpecText, make_spec, names_to_spec, read_mesh, read_spec
 
 # ================================================================ shape rules

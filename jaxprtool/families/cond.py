@@ -24,9 +24,9 @@ from ..ad.zeros import (
     zero_tangents,
 )
 from ..core import Jaxpr, JaxprError, ShapedArray, Var
-from ..primitives import ShapeError, shape_rule
-from ..primitives.util import arr, check_call_operands, is_int_dtype, out_types_of, types_agree
 from ..record import define
+from ..shapes import ShapeError, shape_rule
+from ..shapes.util import arr, check_call_operands, is_int_dtype, out_types_of, types_agree
 
 # ---------------------------------------------------------------- shape
 

@@ -31,10 +31,10 @@ from ..ad.registry import defjvp_zero, primitive_jvps, primitive_transposes, reg
 from ..ad.zeros import Zero, instantiate, is_undefined_primal, is_zero, tangent_type
 from ..core import Jaxpr, JaxprError, ShapedArray
 from ..params import Opaque
-from ..primitives import ShapeError, shape_rule
-from ..primitives.util import nargs
 from ..record import define
 from ..record import prim as record_of
+from ..shapes import ShapeError, shape_rule
+from ..shapes.util import nargs
 
 
 def _jnp():

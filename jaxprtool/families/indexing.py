@@ -35,8 +35,9 @@ from ..ad.zeros import Zero, instantiate, is_zero, tangent_type
 from ..core import Eqn, Jaxpr, JaxprError, ShapedArray, Var, long_dtype_name
 from ..lazy import np
 from ..params import Record
-from ..primitives import ShapeError, shape_rule
-from ..primitives.util import (
+from ..record import define
+from ..shapes import ShapeError, shape_rule
+from ..shapes.util import (
     arr,
     dim_param,
     dtype_param,
@@ -50,7 +51,6 @@ from ..primitives.util import (
     need,
     static_ints,
 )
-from ..record import define
 
 
 def _no_flops(e) -> int:

@@ -47,8 +47,9 @@ from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import ShapedArray, short_dtype_name
 from ..lazy import np
 from ..params import EnumValue, Record, as_int_tuple
-from ..primitives import ShapeError, shape_rule
-from ..primitives.util import (
+from ..record import define
+from ..shapes import ShapeError, shape_rule
+from ..shapes.util import (
     arr,
     complex_dtype,
     conv_vjp_lhs_padding,
@@ -76,8 +77,7 @@ from ..primitives.util import (
     static_ints,
     strided_dim,
 )
-from ..primitives.util import ints as param_dims
-from ..record import define
+from ..shapes.util import ints as param_dims
 
 # ---------------------------------------------------------------- shared by the contractions
 

@@ -21,8 +21,9 @@ from ..ad.registry import defjvp2, defjvp_zero
 from ..core import JaxprError, ShapedArray
 from ..lazy import np
 from ..params import EnumValue
-from ..primitives import ShapeError, shape_rule
-from ..primitives.util import (
+from ..record import define
+from ..shapes import ShapeError, shape_rule
+from ..shapes.util import (
     arr,
     broadcast_shapes,
     dtype_param,
@@ -34,7 +35,6 @@ from ..primitives.util import (
     need,
     one_arr,
 )
-from ..record import define
 
 # ---------------------------------------------------------------- keys
 

@@ -51,8 +51,9 @@ from ..ad.registry import (
 from ..ad.zeros import Zero, instantiate, is_zero, tangent_type
 from ..core import Jaxpr, JaxprError, ShapedArray
 from ..passes import simplify as S
-from ..primitives import ShapeError, shape_rule
-from ..primitives.util import (
+from ..record import define
+from ..shapes import ShapeError, shape_rule
+from ..shapes.util import (
     arr,
     canon_axis,
     conv_vjp_lhs_padding,
@@ -75,7 +76,6 @@ from ..primitives.util import (
     static_ints,
     strided_dim,
 )
-from ..record import define
 
 # ---------------------------------------------------------------- monoid reductions over axes
 # reduce_sum, reduce_max, reduce_min, reduce_prod, reduce_and, reduce_or, reduce_xor

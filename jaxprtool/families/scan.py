@@ -34,9 +34,9 @@ from ..ad.zeros import (
 )
 from ..core import Jaxpr, JaxprError, Literal, ShapedArray, Var
 from ..params import Opaque, format_value
-from ..primitives import ShapeError, shape_rule
-from ..primitives.util import arr, dim_eq, int_param, jaxpr_param, types_agree
 from ..record import define, prim
+from ..shapes import ShapeError, shape_rule
+from ..shapes.util import arr, dim_eq, int_param, jaxpr_param, types_agree
 
 # ---------------------------------------------------------------- flat trees (0.12's ft_in / ft_out)
 #

@@ -29,8 +29,9 @@ from ..ad.zeros import Zero, instantiate, is_zero, tangent_type
 from ..core import ShapedArray
 from ..lazy import np
 from ..passes import simplify as S
-from ..primitives import ShapeError, shape_rule
-from ..primitives.util import (
+from ..record import define
+from ..shapes import ShapeError, shape_rule
+from ..shapes.util import (
     arr,
     canon_axis,
     dilate_dim,
@@ -54,7 +55,6 @@ from ..primitives.util import (
     static_ints,
     strided_dim,
 )
-from ..record import define
 from ..text.param_rules import sorted_params
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from ..ad.registry import defidentity
 from ..core import ShapedArray
-from ..primitives import shape_rule
-from ..primitives.util import types_agree
 from ..record import define
+from ..shapes import shape_rule
+from ..shapes.util import types_agree
 from ..text.param_rules import sorted_params
 
 

@@ -14,9 +14,9 @@ import re
 
 from ..core import JaxprError, OpaqueType, RefType, ShapedArray, short_dtype_name
 from ..params import format_value
-from ..primitives import ShapeError, shape_rule
-from ..primitives.util import broadcast_shapes, nargs, one_arr
 from ..record import define
+from ..shapes import ShapeError, shape_rule
+from ..shapes.util import broadcast_shapes, nargs, one_arr
 from ..text import pretty as pp
 
 # ---------------------------------------------------------------- Refs in the back end

@@ -15,9 +15,9 @@ from ..ad import builder as B
 from ..ad.jvp import jvp_masked
 from ..ad.zeros import Zero, instantiate, nonzero_mask, tangent_type, zero_tangents
 from ..core import Jaxpr, JaxprError, ShapedArray, Var
-from ..primitives import ShapeError, shape_rule
-from ..primitives.util import check_call_operands, int_param, jaxpr_param, out_types_of, types_agree
 from ..record import define
+from ..shapes import ShapeError, shape_rule
+from ..shapes.util import check_call_operands, int_param, jaxpr_param, out_types_of, types_agree
 
 WHILE_TRANSPOSE_ERROR = (
     "Reverse-mode differentiation does not work for lax.while_loop or lax.fori_loop with dynamic "

@@ -309,7 +309,7 @@ def _call_like_body(e):
     """The nested jaxpr that computes `e`'s results from its operands, if it has one (same
     arity and types both ways, no constants of its own); None otherwise (a loop body, a
     branch, a reducer)."""
-    from ..primitives.util import types_agree
+    from ..shapes.util import types_agree
 
     for v in e.params.values():
         if (

@@ -98,9 +98,9 @@ def _widens(e, ins, params, outs) -> bool:
         return True
     if all(a.type is b.type for a, b in zip(ins + outs, tuple(e.inputs) + tuple(e.outputs))):
         return True  # nothing to widen
-    from ..primitives import infer_with_rule
-    from ..primitives.util import types_agree
     from ..record import prim
+    from ..shapes import infer_with_rule
+    from ..shapes.util import types_agree
 
     rule = prim(e.prim).shape_rule
     if rule is None:
