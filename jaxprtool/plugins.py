@@ -34,6 +34,7 @@ from .ad.registry import (  # noqa: F401  (re-exported for plugin authors)
     rule_kind,
 )
 from .core import JaxprError
+from .record import define, prim
 
 __all__ = [
     "load_plugins",
@@ -62,8 +63,6 @@ __all__ = [
 
 def register_shape_rule(name: str, fn: Callable) -> None:
     """`fn(in_types, params, out_hint) -> list[Type]` becomes the shape rule of primitive `name`."""
-    from .record import define
-
     define(name, shape_rule=fn)
 
 
@@ -96,10 +95,6 @@ def register_custom_vjp(name: str, fwd: Callable, bwd: Callable) -> None:
 
 
 _loaded: dict[str, object] = {}
-
-#: primitive name -> {"jvp" | "transpose": the plugin file that registered (or replaced) that
-#: rule}; `explain` reports the parts of a program differentiated by a plugin's rule
-plugin_rules: dict[str, dict[str, str]] = {}
 
 _RULE_FIELDS = ("jvp", "transpose", "fancy_transpose")
 
@@ -139,7 +134,8 @@ def load_plugins(paths: Iterable[str]) -> list[object]:
             for f, r, o in zip(_RULE_FIELDS, rules, old):
                 if r is not None and r is not o:
                     kind = "jvp" if f == "jvp" else "transpose"
-                    plugin_rules.setdefault(prim_name, {})[kind] = p
+                    sources = dict(prim(prim_name).plugin_sources or {}, **{kind: p})
+                    define(prim_name, plugin_sources=sources)
         _loaded[full] = mod
         mods.append(mod)
     return mods

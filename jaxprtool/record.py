@@ -48,6 +48,10 @@ class Primitive:
     effectful: bool = False
     #: draws random numbers: never merged by CSE
     random: bool = False
+    #: JAX's custom-derivative call ("jvp": custom_jvp, "vjp": custom_vjp): `trace` traces
+    #: its rules and attaches them to the equation (`backend/custom_rules.py`), so the AD
+    #: commands differentiate as JAX does
+    traced_rules: str | None = None
     #: the parameter holding the called body, for call-like primitives (jit, remat, ...)
     call_body: str | None = None
     #: `rule(eqn, outer) -> Eqn`: the equation with the constvars of its nested jaxprs (cond
@@ -57,6 +61,12 @@ class Primitive:
     hoist_consts: Callable | None = None
     #: a call whose body the `inline` pass may copy into the caller (jit, not remat)
     inlinable: bool = False
+    #: the first JAX version that prints the primitive: a program using it is that version's
+    #: (`text.style.detect_style`)
+    first_version: tuple[int, ...] | None = None
+    #: `rule(eqn) -> set[str]`: what the way the equation is printed says about the JAX version
+    #: that printed it, in the clues `text.style.detect_style` reads (`style.CLUE_*`)
+    version_clues: Callable | None = None
     #: `rule(eqn, style) -> [(key, value), ...]`: the parameters JAX prints, in order
     #: (JAX's `pp_eqn_rules`); None: every parameter, sorted by key
     print_params: Callable | None = None
@@ -92,8 +102,23 @@ class Primitive:
     #: `rule(eqn, pos) -> ShapedArray | None`: the type of a literal operand printed without
     #: one (JAX 0.4.35) where the primitive fixes it; None: it follows the other operands
     literal_type: Callable | None = None
+    #: {"jvp" | "transpose": the plugin file that registered (or replaced) that rule}: the
+    #: AD walks note it for their observers (`explain`)
+    plugin_sources: dict[str, str] | None = None
     #: `impl(*values, **params)`: a plugin implementation (evaluated eagerly by `run`)
     impl: Callable | None = None
+    #: its presence makes a program multi-device (`run` places it on a mesh)
+    multi_device: bool = False
+    #: `rule(eqn) -> shardings.MeshText | None`: the device mesh the equation prints
+    #: (shard_map's `mesh`, xla_pmap's axis), beside those of its `*sharding*` parameters
+    mesh_of: Callable | None = None
+    #: `rule(eqn, k, atom) -> jax.sharding.Sharding | None`: where the equation wants its
+    #: operand `k` placed (a program input it reads is placed so); raises `JaxprError` only
+    #: for a placement it reads but cannot make
+    operand_placement: Callable | None = None
+    #: `rule(eqn, k) -> jax.sharding.Sharding | None`: where the equation puts its result `k`
+    #: (a program output it produces is gathered from there)
+    result_placement: Callable | None = None
     #: why the back end cannot run it, completing "'NAME' ..." ("is a multi-device primitive"),
     #: or `rule(eqn) -> str | None`
     refusal: str | Callable | None = None
@@ -134,6 +159,12 @@ class Primitive:
     #: `(text, fn)`: the analytic derivative `explain` checks, `fn(x)` (one operand) or
     #: `fn(x, y) -> (d/dx, d/dy)` (two) on float64 numpy arrays
     derivative_formula: tuple[str, Callable] | None = None
+    #: `rule(eqn, key, body) -> [atom, ...] | None`: the operands of the equation that the
+    #: binders of its nested jaxpr `body` (parameter `key`) bind (the graph's edges into a
+    #: body); None: one binder per operand when the counts agree, else no correspondence
+    body_operands: Callable | None = None
+    #: a loop whose trip count the program does not fix (`stats` counts them)
+    unbounded_loop: bool = False
     #: `rule(eqn, costs) -> (flops, bytes)`: the cost of an equation with bodies from the
     #: (flops, bytes) of one run of each body (stats); None: their sum
     body_cost: Callable | None = None

@@ -254,11 +254,6 @@ COMMANDS = (
     "hessian",
 )
 REVERSE = ("linearize|transpose", "vjp", "grad", "jacrev", "hessian")
-#: hessian of a scan fails with or without constants (a bug of its own, reported)
-HESSIAN_OF_SCAN = pytest.mark.xfail(
-    strict=True,
-    reason="hessian of a scan: 'cannot tell its constants, carries and scanned inputs apart'",
-)
 
 
 def _cases():
@@ -266,8 +261,7 @@ def _cases():
         for command in COMMANDS:
             if fn in WHILE and command in REVERSE:
                 continue  # reverse mode of a while loop: refused, as by JAX
-            marks = HESSIAN_OF_SCAN if command == "hessian" and fn in ("f", "g") else ()
-            yield pytest.param(fn, command, marks=marks, id=f"{fn}-{command}")
+            yield pytest.param(fn, command, id=f"{fn}-{command}")
 
 
 @pytest.mark.parametrize(("fn", "command"), list(_cases()))

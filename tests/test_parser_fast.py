@@ -18,6 +18,7 @@ from test_roundtrip_property import STYLES, _Gen
 
 from jaxprtool import core
 from jaxprtool.core import JaxprError
+from jaxprtool.record import prim
 from jaxprtool.text import grammar, parser
 from jaxprtool.text.parser import parse
 from jaxprtool.text.printer import print_jaxpr
@@ -77,7 +78,7 @@ def test_fast_path_reads_printed_random_programs_as_the_grammar_many(data):
 
 def _printed_random_program_reads_as_the_grammar(data):
     style = data.draw(st.sampled_from(STYLES))
-    gen = _Gen(data, style.call_prim)
+    gen = _Gen(data, prim("jit").print_name(None, style))
     ir = gen.jaxpr([gen._type() for _ in range(data.draw(st.integers(0, 4)))], 0)
     text = print_jaxpr(ir, style, data.draw(st.sampled_from([80, 30, 120, 8])))
     assert_same(text)

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jaxprtool.core import Eqn, Jaxpr, Literal, ShapedArray, Var, alpha_equal, map_param_jaxprs
+from jaxprtool.record import prim
 from jaxprtool.text.parser import parse
 from jaxprtool.text.printer import print_jaxpr
 from jaxprtool.text.style import Style
@@ -205,7 +206,7 @@ def test_print_parse_round_trip_many(data):
 
 def _round_trip(data):
     style = data.draw(st.sampled_from(STYLES))
-    gen = _Gen(data, style.call_prim)
+    gen = _Gen(data, prim("jit").print_name(None, style))
     n_in = data.draw(st.integers(0, 4))
     ir = gen.jaxpr([gen._type() for _ in range(n_in)], 0)
     width = data.draw(st.sampled_from([80, 80, 30, 120, 8]))

@@ -26,9 +26,9 @@ from .linearize import (  # noqa: F401
     linearize_jaxpr,
     linearize_masked,
 )
+from .ops import instantiate as inst_zero
 from .transpose import backward_pass, transpose_auto, transpose_jaxpr  # noqa: F401
 from .zeros import Zero, tangent_type
-from .zeros import instantiate as inst_zero
 
 
 def _vjp_build(jaxpr: Jaxpr, argnums, out_ct_mask: Sequence[bool], make_cts):

@@ -44,6 +44,7 @@ from ..core import (
 )
 from ..record import prim as record_of
 from . import builder as B
+from . import ops
 
 __all__ = [
     "not_mapped",
@@ -51,6 +52,13 @@ __all__ = [
     "INFER",
     "axis_size",
     "current_eqn",
+    "ndim",
+    "shape_of",
+    "ints",
+    "bump",
+    "replace_fields",
+    "field_or",
+    "result_types",
     "batched_type",
     "unbatched_type",
     "moveaxis",
@@ -68,6 +76,8 @@ __all__ = [
     "broadcasting",
     "reducer",
     "leading_batch",
+    "unbatched",
+    "same_dims",
     "loop_fallback",
     "refuse",
     "missing_batching",
@@ -181,8 +191,39 @@ def unbatched_type(t: Type, d: int | None) -> Type:
     return t.update(shape=shape)
 
 
-def _ndim(x) -> int:
+def ndim(x) -> int:
+    """The rank of `x` (0 for a value that is not an array)."""
     return x.type.ndim if isinstance(x.type, ShapedArray) else 0
+
+
+def shape_of(x) -> tuple:
+    return tuple(x.type.shape)
+
+
+def ints(v) -> tuple[int, ...]:
+    """A parameter's integers (a tuple, list or numpy array of them) as a tuple of ints."""
+    return tuple(int(i) for i in v)
+
+
+def bump(axes, b: int) -> tuple[int, ...]:
+    """Axes of an unbatched operand, renumbered for the operand with a batch axis at `b`."""
+    return tuple(int(d) + (int(d) >= b) for d in axes)
+
+
+def replace_fields(rec, **changes):
+    """The `params.Record` `rec` (dimension numbers) with some fields replaced (fields it
+    lacks are appended)."""
+    fields = [(k, changes.pop(k) if k in changes else v) for k, v in rec.fields]
+    fields.extend(changes.items())
+    return type(rec)(rec.cls, tuple(fields))
+
+
+def field_or(rec, name, default=()):
+    """Field `name` of the `params.Record` `rec`, or `default` where it has none."""
+    try:
+        return rec[name]
+    except (KeyError, TypeError, IndexError):
+        return default
 
 
 def bind(prim: str, *args: Atom, _out_types=None, **params) -> list[Var]:
@@ -192,7 +233,7 @@ def bind(prim: str, *args: Atom, _out_types=None, **params) -> list[Var]:
 
 def moveaxis(x: Atom, src: int, dst: int) -> Atom:
     """`x` with its axis `src` moved to `dst` (a `transpose`, none when they agree)."""
-    n = _ndim(x)
+    n = ndim(x)
     src, dst = _canon(src, n), _canon(dst, n)
     if src == dst:
         return x
@@ -203,8 +244,6 @@ def moveaxis(x: Atom, src: int, dst: int) -> Atom:
 
 def broadcast(x: Atom, size: int, axis: int) -> Atom:
     """`x` with a new axis of `size` at `axis` (a `broadcast_in_dim`)."""
-    from . import ops
-
     t = x.type
     shape = list(t.shape)
     shape.insert(axis, size)
@@ -231,7 +270,7 @@ def matchaxis(src: int | None, dst, x: Atom) -> Atom:
     if src is not None and dst is not None:
         return moveaxis(x, src, dst)
     if src is None:
-        return broadcast(x, axis_size(), _canon(dst, _ndim(x) + 1))
+        return broadcast(x, axis_size(), _canon(dst, ndim(x) + 1))
     raise JaxprError(f"at vmap out_axes, got axis spec None but output was batched on axis {src}")
 
 
@@ -375,7 +414,7 @@ def batch_jaxpr_axes(
             if dst is ZERO_IF_MAPPED:
                 res_dims.append(None if d is None else 0)
             else:
-                res_dims.append(None if dst is None else _canon(dst, _ndim(res[-1])))
+                res_dims.append(None if dst is None else _canon(dst, ndim(res[-1])))
     out = B.make_jaxpr(invars, B.dce_eqns(b.eqns, res), res, consts)
     if len(_MEMO) > 4096:
         _MEMO.clear()
@@ -403,9 +442,7 @@ def batch_jaxpr2(jaxpr: Jaxpr, in_axes: Sequence[int | None]) -> tuple[Jaxpr, li
 def inline_jaxpr(jaxpr: Jaxpr, args: Sequence[Atom], consts: Sequence[Atom] = ()) -> list[Atom]:
     """Copy the equations of `jaxpr` into the current builder on `args` and `consts`
     (`ops.emit_jaxpr`)."""
-    from .ops import emit_jaxpr
-
-    return emit_jaxpr(jaxpr, args, consts)
+    return ops.emit_jaxpr(jaxpr, args, consts)
 
 
 # ---------------------------------------------------------------- vmap of a whole program
@@ -495,7 +532,7 @@ def vmap_jaxpr(
         if d is None:
             dest.append(None)
             continue
-        nd = _ndim(x) + 1
+        nd = ndim(x) + 1
         if not -nd <= d < nd:
             raise JaxprError(f"axis {d} is out of bounds for array of dimension {nd}")
         dest.append(_canon(d, nd))
@@ -507,7 +544,8 @@ def vmap_jaxpr(
 # ---------------------------------------------------------------- rule helpers
 
 
-def _eqn_out_types(dims_out) -> list[Type] | None:
+def result_types(dims_out) -> list[Type] | None:
+    """The current equation's result types with a batch axis at each of `dims_out`."""
     eqn = current_eqn()
     if eqn is None:
         return None
@@ -524,7 +562,7 @@ def vectorized(name: str):
         args = [x if e is None or e == d else moveaxis(x, e, d) for x, e in zip(args, dims)]
         eqn = current_eqn()
         n = len(eqn.outputs) if eqn is not None and eqn.prim == name else None
-        out_types = _eqn_out_types([d] * n) if n is not None else None
+        out_types = result_types([d] * n) if n is not None else None
         outs = bind(name, *args, _out_types=out_types, **params)
         return outs, [d] * len(outs)
 
@@ -532,16 +570,14 @@ def vectorized(name: str):
 
 
 def _expand_trailing(x: Atom, nd: int) -> Atom:
-    from . import ops
-
-    k = _ndim(x)
+    k = ndim(x)
     if k == nd:
         return x
     return ops.broadcast_in_dim(x, tuple(x.type.shape) + (1,) * (nd - k), tuple(range(k)))
 
 
 def _broadcast_shape(args) -> tuple:
-    shapes = [tuple(x.type.shape) for x in args if _ndim(x)]
+    shapes = [tuple(x.type.shape) for x in args if ndim(x)]
     if not shapes:
         return ()
     return tuple(max(ds) if 1 in ds else ds[0] for ds in zip(*shapes))
@@ -563,11 +599,11 @@ def broadcasting(name: str, result_dtypes=None):
 
     def rule(args, dims, **params):
         shape, dim = next((tuple(x.type.shape), d) for x, d in zip(args, dims) if d is not None)
-        if all(tuple(x.type.shape) == shape and d == dim for x, d in zip(args, dims) if _ndim(x)):
+        if all(tuple(x.type.shape) == shape and d == dim for x, d in zip(args, dims) if ndim(x)):
             outs = emit(args, params)
             return outs, [dim] * len(outs)
-        args = [bdim_at_front(x, d, 1) if _ndim(x) else x for x, d in zip(args, dims)]
-        nd = max(_ndim(x) for x in args)
+        args = [bdim_at_front(x, d, 1) if ndim(x) else x for x, d in zip(args, dims)]
+        nd = max(ndim(x) for x in args)
         args = [x if d is None else _expand_trailing(x, nd) for x, d in zip(args, dims)]
         outs = emit(args, params)
         return outs, [0] * len(outs)
@@ -582,7 +618,7 @@ def reducer(name: str):
     def rule(args, dims, *, axes, **params):
         (x,), (d,) = args, dims
         axes = tuple(int(a) if int(a) < d else int(a) + 1 for a in axes)
-        rest = [i for i in range(_ndim(x)) if i not in axes]
+        rest = [i for i in range(ndim(x)) if i not in axes]
         out = bind(name, x, axes=axes, **params)
         return out, [rest.index(d)]
 
@@ -597,6 +633,28 @@ def leading_batch(name: str):
         args = [bdim_at_front(x, d) for x, d in zip(args, dims)]
         outs = bind(name, *args, **params)
         return outs, [0] * len(outs)
+
+    return rule
+
+
+def unbatched(name: str):
+    """For primitives without operands (iota, axis_index...): never called with a batched
+    operand; rebinding them is their batching."""
+
+    def rule(args, dims, **params):
+        outs = bind(name, *args, **params)
+        return outs, [None] * len(outs)
+
+    return rule
+
+
+def same_dims(name: str):
+    """Each operand's batch dimension passes to the matching result (device_put,
+    optimization_barrier)."""
+
+    def rule(args, dims, **params):
+        outs = bind(name, *args, _out_types=result_types(dims), **params)
+        return outs, list(dims)
 
     return rule
 
@@ -647,5 +705,5 @@ def loop_fallback(args, dims, warn: bool = False, **_params):
 
     style = c.style if c.style is not None else DEFAULT_STYLE
     params = style.scan_params(jaxpr=body, length=size, num_consts=len(consts), num_carry=0)
-    res = b.emit("scan", consts + xs, params, [batched_type(o.type, 0, size) for o in outs])
+    res = ops.emit_scan(consts + xs, params, [batched_type(o.type, 0, size) for o in outs])
     return res, [0] * len(res)

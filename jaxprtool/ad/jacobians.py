@@ -60,8 +60,8 @@ def _size(t: ShapedArray) -> int:
 def _eye_parts(n: int, dtype: str, shapes, axis: int):
     """JAX's `_std_basis`: an identity of size n, split along `axis` into parts of the given
     shapes (each part reshaped so that `axis` becomes the part's shape)."""
-    r = ops.bind("iota", dimension=0, dtype=np.dtype("int32"), shape=(n, n), sharding=None)
-    c = ops.bind("iota", dimension=1, dtype=np.dtype("int32"), shape=(n, n), sharding=None)
+    r = ops.iota((n, n), 0)
+    c = ops.iota((n, n), 1)
     eye = ops.convert_element_type(ops.eq(r, c), dtype)
     return _split(eye, shapes, axis)
 
@@ -74,8 +74,7 @@ def _split(x, shapes, axis: int, lead=None, trail=None):
     if len(sizes) == 1:
         parts = [x]
     else:
-        parts = ops.bind("split", x, sizes=tuple(sizes), axis=axis)
-        parts = parts if isinstance(parts, list) else [parts]
+        parts = ops.split(x, sizes, axis)
     return [
         ops.reshape(p, tuple(xs[:axis]) + tuple(s) + tuple(xs[axis + 1 :]))
         for p, s in zip(parts, shapes)

@@ -25,9 +25,9 @@ from ..core import (
 from ..record import prim as record_of
 from . import builder as B
 from . import observe
+from .ops import instantiate as inst_zero
 from .registry import check_rule_type, located_rule
 from .zeros import Zero, is_zero, tangent_type
-from .zeros import instantiate as inst_zero
 
 
 def missing_jvp(eqn: Eqn) -> JaxprError:
@@ -111,7 +111,9 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
             if rule is None:
                 raise missing_jvp(eqn)
             b.cur_eqn = eqn
-            with located_rule(eqn):
+            with observe.noting(obs, eqn, rec.jvp_kind), located_rule(eqn):
+                if rule is rec.jvp:
+                    observe.note_plugin_rule(rec, "jvp")
                 pouts, touts = rule(ins, tins, **eqn.params)
             pouts, touts = list(pouts), list(touts)
             if len(pouts) != len(eqn.outputs) or len(touts) != len(eqn.outputs):

@@ -20,6 +20,11 @@ An observer implements any of (a missing method is not called):
   linear value of the program transposed) by the transpose of `eqn` (None: an output's
   cotangent); `previous` is what it had (Zero at first), `result` what it has now;
 - `transpose_step(eqn, cts, cts_in, emitted)`; `cts_in` per operand (None: not linear);
+- `step_notes(eqn, kind, notes)`: after the rule of `eqn` ran (or raised), before
+  `jvp_step`/`transpose_step`/`step_failed`: `kind` the helper that registered the rule
+  ("transpose" for a transpose rule), `notes` what the rules noted while they ran (`note`:
+  a plugin's rule used, a custom rule replaced by its body's derivative), those made in a
+  walk nested in the rule ending in " (in a nested equation)";
 - `step_failed(eqn, error)`: the walk stops with `error` at `eqn` (None: outside any
   equation); the error propagates as it would unobserved.
 
@@ -32,6 +37,10 @@ import contextlib
 import contextvars
 
 _OBSERVER: contextvars.ContextVar = contextvars.ContextVar("jaxprtool_ad_observer", default=None)
+#: the notes of the observed step whose rule is running (None: no observed step)
+_NOTES: contextvars.ContextVar = contextvars.ContextVar("jaxprtool_ad_notes", default=None)
+#: a walk nested in an observed step's rule is running
+_NESTED: contextvars.ContextVar = contextvars.ContextVar("jaxprtool_ad_nested", default=False)
 
 
 @contextlib.contextmanager
@@ -48,10 +57,50 @@ def take():
     """The observer for this walk (or None); nested walks inside see none."""
     obs = _OBSERVER.get()
     token = _OBSERVER.set(None)
+    nested = _NESTED.set(_NESTED.get() or _NOTES.get() is not None)
     try:
         yield obs
     finally:
+        _NESTED.reset(nested)
         _OBSERVER.reset(token)
+
+
+@contextlib.contextmanager
+def noting(obs, eqn, kind: str | None):
+    """Around the rule of `eqn` in an observed walk (`obs` not None): collect what it notes
+    and report it (`step_notes`) when it returns or raises."""
+    if obs is None:
+        yield
+        return
+    notes: list[str] = []
+    token = _NOTES.set(notes)
+    try:
+        yield
+    finally:
+        _NOTES.reset(token)
+        fn = getattr(obs, "step_notes", None)
+        if fn is not None:
+            fn(eqn, kind, notes)
+
+
+def note(text: str) -> None:
+    """Tell the observer of the step under way how its rule differentiated (once per step;
+    nothing when no walk is observed)."""
+    notes = _NOTES.get()
+    if notes is None:
+        return
+    if _NESTED.get():
+        text += " (in a nested equation)"
+    if text not in notes:
+        notes.append(text)
+
+
+def note_plugin_rule(rec, field: str) -> None:
+    """Note that the rule `field` ("jvp" or "transpose") of the record `rec` is a plugin's."""
+    source = (rec.plugin_sources or {}).get(field)
+    if source is not None:
+        what = "JVP" if field == "jvp" else "transpose"
+        note(f"{what} rule of '{rec.name}' from plugin {source}")
 
 
 def notify(hook: str, *args) -> None:

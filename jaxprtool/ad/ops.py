@@ -14,7 +14,7 @@ from ..lazy import np
 from ..params import EnumValue, Record
 from ..record import prim as record_of
 from .builder import current
-from .zeros import Zero, is_undefined_primal, tangent_type
+from .zeros import Zero, is_undefined_primal, is_zero, tangent_type
 
 
 def typeof(x) -> Type:
@@ -255,11 +255,13 @@ def broadcast_to(x, shape):
     )
 
 
-def reshape(x, shape):
+def reshape(x, shape, dimensions=None):
+    """`x` reshaped to `shape`, its axes first read in the order `dimensions` (None: as
+    they are)."""
     shape = tuple(shape)
-    if tuple(x.type.shape) == shape:
+    if tuple(x.type.shape) == shape and dimensions is None:
         return x
-    return bind("reshape", x, new_sizes=shape, dimensions=None, sharding=None)
+    return bind("reshape", x, new_sizes=shape, dimensions=dimensions, sharding=None)
 
 
 def transpose(x, perm):
@@ -394,6 +396,23 @@ def bind_transpose(x, perm):
     if perm == tuple(range(len(perm))):
         return x
     return bind("transpose", x, permutation=perm)
+
+
+def broadcast_to_type(x, t: ShapedArray):
+    """The scalar `x` broadcast to the array type `t` (its memory space and varying axes
+    kept, which `broadcast_in_dim`'s shape rule would not give)."""
+    return current().bind(
+        "broadcast_in_dim", [x], {"broadcast_dimensions": (), "sharding": None}, [t]
+    )[0]
+
+
+def broadcast_eqn(x: Atom, out: Var):
+    """The equation (outside any builder) that broadcasts the scalar `x` to `out`, as 0.7.2
+    printed it (`shape=` given)."""
+    from ..core import Eqn
+
+    params = {"broadcast_dimensions": (), "shape": tuple(out.type.shape), "sharding": None}
+    return Eqn("broadcast_in_dim", (x,), (out,), params, None)
 
 
 def bind_broadcast(x, new_shape, dims):
@@ -644,3 +663,46 @@ def emit_jaxpr(jaxpr, inputs, consts=()) -> list:
         )
         env.update((id(o), n) for o, n in zip(e.outputs, outs))
     return [read(a) for a in jaxpr.outvars]
+
+
+# ---------------------------------------------------------------- tangents
+
+
+def instantiate(t) -> Atom:
+    """An Atom for a tangent: a Zero becomes a literal (scalars) or a `broadcast_in_dim` of one.
+
+    In a split (linearize) builder the zeros equation goes to the tangent program."""
+    if not is_zero(t):
+        return t
+    return zeros(t.type)
+
+
+def add_tangents(a, b):
+    """a + b on tangents; short-circuits on Zero, emits `add_any` otherwise."""
+    if is_zero(a):
+        return b
+    if is_zero(b):
+        return a
+    return add_any(a, b)
+
+
+# ---------------------------------------------------------------- structural emitters
+
+
+def iota(shape, dimension: int, dtype: str = "int32"):
+    """`iota` of `shape` counting along `dimension`."""
+    return bind(
+        "iota", dimension=dimension, dtype=np.dtype(dtype), shape=tuple(shape), sharding=None
+    )
+
+
+def split(x, sizes, axis: int) -> list:
+    """`split` of axis `axis` of `x` into consecutive parts of `sizes`."""
+    parts = bind("split", x, sizes=tuple(sizes), axis=axis)
+    return parts if isinstance(parts, list) else [parts]
+
+
+def emit_scan(inputs, params: dict, out_types) -> list:
+    """A `scan` equation with the given parameters (in the encoding of the style that made
+    them: `Style.scan_params`) and result types."""
+    return current().emit("scan", list(inputs), params, list(out_types))

@@ -21,15 +21,8 @@ from ..core import JaxprError, ShapedArray
 from ..record import FieldView, prim
 from . import ops
 from .builder import current
-from .zeros import (
-    UndefinedPrimal,
-    Zero,
-    add_tangents,
-    instantiate,
-    is_undefined_primal,
-    is_zero,
-    tangent_type,
-)
+from .ops import add_tangents, instantiate
+from .zeros import UndefinedPrimal, Zero, is_undefined_primal, is_zero, tangent_type
 
 __all__ = [
     "primitive_jvps",

@@ -15,17 +15,10 @@ from ..core import Atom, Jaxpr, JaxprError, Literal, ProgramError, Var, gc_pause
 from ..record import prim as record_of
 from . import builder as B
 from . import observe
+from .ops import add_tangents
+from .ops import instantiate as inst_zero
 from .registry import check_rule_type, located_rule
-from .zeros import (
-    UndefinedPrimal,
-    Zero,
-    add_tangents,
-    is_zero,
-    tangent_type,
-)
-from .zeros import (
-    instantiate as inst_zero,
-)
+from .zeros import UndefinedPrimal, Zero, is_zero, tangent_type
 
 
 def missing_transpose(eqn) -> JaxprError:
@@ -136,7 +129,8 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
             if rec.fancy_transpose is not None:
                 owner = (e, rec.fancy_transpose)
                 accums = [Accumulator(x.type, owner) if is_lin(x) else None for x in e.inputs]
-                with located_rule(e):
+                with observe.noting(obs, e, "transpose"), located_rule(e):
+                    observe.note_plugin_rule(rec, "transpose")
                     rec.fancy_transpose(cts, *targs, accums=accums, **e.params)
                 res = [acc.get() if acc is not None else None for acc in accums]
                 for x, r in zip(e.inputs, res):
@@ -148,7 +142,8 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
             rule = rec.transpose
             if rule is None:
                 raise missing_transpose(e)
-            with located_rule(e):
+            with observe.noting(obs, e, "transpose"), located_rule(e):
+                observe.note_plugin_rule(rec, "transpose")
                 res = list(rule(cts, *targs, **e.params))
             if len(res) != len(e.inputs):
                 raise JaxprError(

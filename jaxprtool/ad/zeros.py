@@ -80,28 +80,6 @@ def zero_literal_value(dtype: str):
     return 0
 
 
-def instantiate(t) -> Atom:
-    """An Atom for a tangent: a Zero becomes a literal (scalars) or a `broadcast_in_dim` of one.
-
-    In a split (linearize) builder the zeros equation goes to the tangent program."""
-    if not is_zero(t):
-        return t
-    from . import ops
-
-    return ops.zeros(t.type)
-
-
-def add_tangents(a, b):
-    """a + b on tangents; short-circuits on Zero, emits `add_any` otherwise."""
-    if is_zero(a):
-        return b
-    if is_zero(b):
-        return a
-    from . import ops
-
-    return ops.add_any(a, b)
-
-
 def is_literal(x) -> bool:
     return isinstance(x, Literal)
 

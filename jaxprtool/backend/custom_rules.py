@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from ..core import Eqn, Jaxpr, JaxprError
+from ..record import prim as record_of
 
 JVP_PARAM = "jaxprtool_jvp"
 FWD_PARAM = "jaxprtool_fwd"
@@ -74,8 +75,7 @@ def annotate(closed, ours: Jaxpr, warn: Callable[[str, Eqn], None]) -> dict[int,
 
 
 def _rules_of(live, active: set[int]) -> dict:
-    name = live.primitive.name
-    if name == "custom_jvp_call":
+    if record_of(live.primitive.name).traced_rules == "jvp":
         return {JVP_PARAM: _with_text(_jvp_rule(live))}
     perturbed = _perturbed(live, active)
     fwd, bwd = _vjp_rules(live, perturbed)
@@ -98,7 +98,8 @@ def _is_float(v) -> bool:
 def _active_vars(jaxpr) -> set[int]:
     """The variables of JAX's jaxpr (and its nested jaxprs) that carry a tangent when every
     float input of the program is differentiated: float values that depend on a float input
-    other than through `stop_gradient`.  A call's body (one binder per operand) follows its
+    other than through a primitive whose JVP is zero (`defjvp_zero`: stop_gradient, floor,
+    ...; JAX gives their results symbolic zero tangents).  A call's body (one binder per operand) follows its
     operands; the binders of other nested jaxprs (loop and branch bodies) count as active
     when they are floats, which only ever marks more inputs perturbed than JAX would."""
     active: set[int] = set()
@@ -118,7 +119,7 @@ def _mark(jaxpr, invars_active, active: set[int]) -> None:
                     _mark(sub, ins, active)
                 else:
                     _mark(sub, [_is_float(v) for v in sub.invars], active)
-        if e.primitive.name != "stop_gradient" and any(ins):
+        if any(ins) and record_of(e.primitive.name).jvp_kind != "defjvp_zero":
             active.update(id(v) for v in e.outvars if _is_float(v))
 
 
@@ -138,9 +139,9 @@ def _library_rule(eqn: Eqn) -> bool:
     from ..record import ensure_loaded
 
     body = eqn.params.get("call_jaxpr")
-    if eqn.prim != "custom_jvp_call" or not isinstance(body, Jaxpr):
+    if record_of(eqn.prim).traced_rules != "jvp" or not isinstance(body, Jaxpr):
         return False
-    ensure_loaded("custom_jvp_call")  # the families that register library rules
+    ensure_loaded(eqn.prim)  # the families that register library rules
     return find_library_jvp(str(eqn.params.get("name")), eqn.params, body) is not None
 
 
@@ -168,7 +169,7 @@ def _custom_eqns(jaxpr) -> Iterator:
     """JAX's custom-call equations of `jaxpr` and its nested jaxprs, depth first, nested
     jaxprs in the order of their parameter names (as `_custom_eqns_ours`)."""
     for e in jaxpr.eqns:
-        if e.primitive.name in ("custom_jvp_call", "custom_vjp_call"):
+        if record_of(e.primitive.name).traced_rules:
             yield e
         for k in sorted(e.params):
             for sub in _live_jaxprs(e.params[k]):
@@ -187,7 +188,7 @@ def _live_jaxprs(v) -> Iterator:
 
 def _custom_eqns_ours(jaxpr: Jaxpr) -> Iterator[Eqn]:
     for e in jaxpr.eqns:
-        if e.prim in ("custom_jvp_call", "custom_vjp_call"):
+        if record_of(e.prim).traced_rules:
             yield e
         for k in sorted(e.params):
             for sub in _our_jaxprs(e.params[k]):

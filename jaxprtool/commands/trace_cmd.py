@@ -129,11 +129,13 @@ def _with_custom_rules(closed, target: str):
     printout of the same program with each call's traced rules added
     (`backend/custom_rules.py`), so that the AD commands differentiate as JAX does.
     Returns (text, the program the text was printed from, the rules' constants)."""
+    from ..core import all_eqns
+    from ..record import prim as record_of
     from ..text.parser import parse
 
     text = str(closed)
     parsed = parse(text, f"<trace {target}>")
-    if "custom_jvp_call" not in text and "custom_vjp_call" not in text:
+    if not any(record_of(e.prim).traced_rules for e in all_eqns(parsed.jaxpr)):
         return text, parsed.jaxpr, {}
     from ..backend.custom_rules import annotate
     from ..io import warn

@@ -25,7 +25,6 @@ MODULES = (
     "jaxprtool.families.while_loop",
     "jaxprtool.families.jax_library",
     "jaxprtool.families.collectives",
-    "jaxprtool.families.batching",
     "jaxprtool.families.equinox",
 )
 

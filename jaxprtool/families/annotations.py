@@ -8,6 +8,7 @@ checkpoint `name`, `tie`, `trace_value`, Pallas' `multiple_of` / `max_contiguous
 
 from __future__ import annotations
 
+from ..ad import batching as BT
 from ..ad.registry import (
     defidentity,
     defjvp_zero,
@@ -40,7 +41,12 @@ def _evaluate_identity(interp, eqn, invals, path):
 
 
 deflinear2("name", _name_transpose)
-define("name", evaluate=_evaluate_identity, evaluated_params=frozenset({"name"}))
+define(
+    "name",
+    evaluate=_evaluate_identity,
+    evaluated_params=frozenset({"name"}),
+    batching=BT.vectorized("name"),
+)
 
 
 # ---------------------------------------------------------------- tie x y: y, after x
@@ -57,18 +63,29 @@ def _tie_jvp(primals, tangents, /, **params):
     return outs, [tangents[-1]]
 
 
+def _tie_batching(args, dims, **params):
+    (x, y), (xd, yd) = args, dims
+    if xd != yd:
+        x, y = BT.bdim_at_front(x, xd), BT.bdim_at_front(y, yd)
+        yd = 0
+    return BT.bind("tie", x, y, **params), [yd]
+
+
 primitive_jvps["tie"] = _tie_jvp
 primitive_transposes["tie"] = lambda cts, x, y, /, **params: [None, cts[0]]
 set_kind("tie")
+define("tie", batching=_tie_batching)
+define("trace_value", batching=BT.vectorized("trace_value"))
 
 
 # ---------------------------------------------------------------- Pallas hints, zeros_like
 
 for _n in ("multiple_of", "max_contiguous"):
     defidentity(_n)
+    define(_n, batching=BT.vectorized(_n))
 
 defjvp_zero("zeros_like")
-define("zeros_like", flops=lambda e: 0)  # no arithmetic
+define("zeros_like", flops=lambda e: 0, batching=BT.vectorized("zeros_like"))  # no arithmetic
 
 
 # ---------------------------------------------------------------- platform_index, program_id, ...
@@ -92,6 +109,7 @@ def _bind_platform_index(eqn, p, dims):
 
 for _n in ("platform_index", "program_id", "num_programs"):
     defjvp_zero(_n)
+    define(_n, batching=BT.unbatched(_n))
 define(
     "platform_index",
     bind_params=_bind_platform_index,

@@ -3,9 +3,10 @@ parts, bitwise logic, add/sub/mul/div/rem/pow/max/min, comparisons, select_n, cl
 dtype conversions (the transcendental and special functions are in `transcendental.py`).
 
 Each block holds everything about its primitives: the shape rule, the JVP and transpose
-rules (formulas from JAX's `lax.py`), printing and binding of parameters, simplification
-and constant-folding rules, FLOPs (one per result element unless set), and the analytic
-derivative `explain` checks against.  The dtype classes, the shape rules of plain
+rules (formulas from JAX's `lax.py`), the batching rule (`vectorized` / `broadcasting`, given
+by `unary_shapes` / `nary_shapes` as JAX's `unop` / `naryop` do, or JAX's own), printing and
+binding of parameters, simplification and constant-folding rules, FLOPs (one per result
+element unless set), and the analytic derivative `explain` checks against.  The dtype classes, the shape rules of plain
 element-wise maps (`unary_shapes`, `nary_shapes`) and `c` are shared with
 `transcendental.py`.
 """
@@ -14,13 +15,16 @@ from __future__ import annotations
 
 import math
 
+from ..ad import batching as BT
 from ..ad import ops
 from ..ad.builder import current
 from ..ad.ops import (
     add,
+    add_tangents,
     div,
     eq,
     gt,
+    instantiate,
     integer_pow,
     lit,
     log,
@@ -40,14 +44,7 @@ from ..ad.registry import (
     linear_jvp,
     rebind_primal,
 )
-from ..ad.zeros import (
-    Zero,
-    add_tangents,
-    instantiate,
-    is_undefined_primal,
-    is_zero,
-    tangent_type,
-)
+from ..ad.zeros import Zero, is_undefined_primal, is_zero, tangent_type
 from ..core import Eqn, JaxprError, Literal, ShapedArray, Var, is_complex, long_dtype_name
 from ..lazy import np
 from ..params import EnumValue
@@ -128,10 +125,12 @@ def _unary_rule(prim: str, classes, result=None, check=None):
 
 
 def unary_shapes(names: str, classes, result=None, family=None):
-    """Register the shape rule of the unary primitives `names` (space separated); `family`:
-    the record's family when another module of the family registers them."""
+    """Register the shape rule of the unary primitives `names` (space separated) and their
+    batching rule (`vectorized`, as JAX's `unop` does); `family`: the record's family when
+    another module of the family registers them."""
     for n in names.split():
         shape_rule(n)(_unary_rule(n, classes, result))
+        define(n, batching=BT.vectorized(n))
         if family is not None:
             define(n, family=family)
 
@@ -163,10 +162,11 @@ def _nary_rule(prim: str, classes, result=None, *, arity=2, keys=False, out_dtyp
 
 
 def nary_shapes(names: str, classes, result=None, family=None, **kw):
-    """Register the shape rule of the n-ary primitives `names` (space separated); `family`
-    as for `unary_shapes`."""
+    """Register the shape rule of the n-ary primitives `names` (space separated) and their
+    batching rule (`broadcasting`, as JAX's `naryop` does); `family` as for `unary_shapes`."""
     for n in names.split():
         shape_rule(n)(_nary_rule(n, classes, result, **kw))
+        define(n, batching=BT.broadcasting(n))
         if family is not None:
             define(n, family=family)
 
@@ -378,8 +378,9 @@ def _expand_one_minus_square(prim, params, e, style):
     ]
 
 
-define("one_minus_square", restyle=_expand_one_minus_square)
+define("one_minus_square", restyle=_expand_one_minus_square, first_version=(0, 12))
 defjvp("integer_pow", _integer_pow_jvp)
+define("integer_pow", batching=BT.vectorized("integer_pow"))
 defjvp2("reciprocal", lambda g, ans, x, **p: mul(g, neg(square(ans))))
 
 define("square", derivative_formula=("2x", lambda x: 2 * x))
@@ -555,6 +556,24 @@ def _add_any_shape(in_types, params, out_hint):
     return [x]
 
 
+def _add_any_batching(name):
+    """JAX's `add_batched`: the operands' batch dimensions are matched directly."""
+
+    def rule(args, dims, **params):
+        (x, y), (dx, dy) = args, dims
+        if dx == dy:
+            d = dx
+        elif dx is None:
+            x, d = BT.broadcast(x, BT.axis_size(), dy), dy
+        elif dy is None:
+            y, d = BT.broadcast(y, BT.axis_size(), dx), dx
+        else:
+            x, d = BT.moveaxis(x, dx, dy), dy
+        return BT.bind(name, x, y, **params), [d]
+
+    return rule
+
+
 def _simplify_additive(e, ctx):
     """`add`, `add_any`, `sub` with an identity operand: 0 for integers, -0.0 for floats
     (the exact additive identity), any zero for `add_any` (AD's zeros)."""
@@ -619,8 +638,15 @@ define(
     transpose=_add_transpose,
     jvp_kind="deflinear",
     simplify=_simplify_additive,
+    batching=_add_any_batching("add_any"),
 )
-define("add_jaxvals", jvp=_add_any_jvp, transpose=_add_transpose, jvp_kind="deflinear")
+define(
+    "add_jaxvals",
+    jvp=_add_any_jvp,
+    transpose=_add_transpose,
+    jvp_kind="deflinear",
+    batching=_add_any_batching("add_jaxvals"),
+)
 
 # ---------------------------------------------------------------- mul
 
@@ -700,6 +726,7 @@ define(
     simplify=_simplify_mul,
     fold=_fold_mul,
     derivative_formula=("d/dx = y, d/dy = x", lambda x, y: (y, x)),
+    batching=BT.broadcasting("mul"),
 )
 
 # ---------------------------------------------------------------- div, rem
@@ -810,6 +837,7 @@ define(
         "d/dx = y x^(y-1), d/dy = log(x) x^y",
         lambda x, y: (y * x ** (y - 1), np.log(x) * x**y),
     ),
+    batching=BT.broadcasting("pow"),
 )
 
 # ---------------------------------------------------------------- max, min
@@ -967,6 +995,34 @@ def _select_n_literal_type(e, pos):
     return ShapedArray((), "i32") if pos == 0 else None  # the predicate; cases follow each other
 
 
+def _select_n_batching(args, dims, **params):
+    """JAX's `_select_batch_rule`."""
+    which, *cases = args
+    wd, *cds = dims
+    size = BT.axis_size()
+    shape, ndim = BT.shape_of, BT.ndim
+    if all(wd == d for d in cds):
+        if shape(which) == shape(cases[0]):
+            return BT.bind("select_n", which, *cases), [wd]
+        which = ops.broadcast_in_dim(which, shape(cases[0]), (wd,))
+        return BT.bind("select_n", which, *cases), [wd]
+    if ndim(which) == 0 and all(d is not None for d in cds):
+        if all(cds[0] == d for d in cds[1:]):
+            return BT.bind("select_n", which, *cases), [cds[0]]
+        if all(shape(cases[0]) == shape(c) for c in cases):
+            d0 = cds[0]
+            rest = [BT.moveaxis(c, d, d0) for c, d in zip(cases[1:], cds[1:])]
+            return BT.bind("select_n", which, cases[0], *rest), [d0]
+    which = BT.bdim_at_front(which, wd, size) if ndim(which) else which
+    if not all(shape(c) == () for c in cases):
+        cases = [BT.bdim_at_front(c, d, size) for c, d in zip(cases, cds)]
+    if 0 < ndim(which) < ndim(cases[0]):
+        which = ops.broadcast_in_dim(which, shape(cases[0]), (0,))
+    if ndim(which) > ndim(cases[0]):
+        cases = [ops.broadcast_in_dim(c, shape(which), ()) for c in cases]
+    return BT.bind("select_n", which, *cases), [0]
+
+
 define(
     "select_n",
     literal_type=_select_n_literal_type,
@@ -975,6 +1031,7 @@ define(
     jvp_kind="jvp+linearization",
     simplify=_simplify_select_n,
     fold=_fold_select_n,
+    batching=_select_n_batching,
 )
 
 # ---------------------------------------------------------------- clamp
@@ -1014,8 +1071,39 @@ def _clamp_bounds(e):
     return [gt(x, lo), lt(x, hi)]
 
 
+def _clamp_batching(args, dims, **params):
+    """JAX's `_clamp_batch_rule`."""
+    lo, x, hi = args
+    ld, xd, hd = dims
+    size = BT.axis_size()
+    shape, ndim, front = BT.shape_of, BT.ndim, BT.bdim_at_front
+    if ld == xd == hd:
+        if shape(lo) == shape(x) == shape(hi) or ndim(lo) == ndim(hi) == 0:
+            return BT.bind("clamp", lo, x, hi), [xd]
+        if ndim(lo) == ndim(hi) == 1:
+            lo = ops.broadcast_in_dim(lo, shape(x), (ld,))
+            hi = ops.broadcast_in_dim(hi, shape(x), (hd,))
+            return BT.bind("clamp", lo, x, hi), [xd]
+    elif ndim(lo) == 0 and ndim(hi) == 0 and xd is not None:
+        return BT.bind("clamp", lo, x, hi), [xd]
+    lo = front(lo, ld, size) if shape(lo) else lo
+    hi = front(hi, hd, size) if shape(hi) else hi
+    x = front(x, xd, size) if shape(x) else x
+    if ndim(lo) == 0 and ndim(x) > 0:
+        lo = ops.broadcast_in_dim(lo, shape(x), ())
+    if ndim(hi) == 0 and ndim(x) > 0:
+        hi = ops.broadcast_in_dim(hi, shape(x), ())
+    if 0 < ndim(lo) < ndim(x):
+        lo = ops.broadcast_in_dim(lo, shape(x), (0,))
+    if 0 < ndim(hi) < ndim(x):
+        hi = ops.broadcast_in_dim(hi, shape(x), (0,))
+    if ndim(lo) > ndim(x):
+        x = ops.broadcast_in_dim(x, shape(lo), ())
+    return BT.bind("clamp", lo, x, hi), [0]
+
+
 defjvp("clamp", _clamp_lo, _clamp_x, _clamp_hi)
-define("clamp", kink_indicator=_clamp_bounds)
+define("clamp", kink_indicator=_clamp_bounds, batching=_clamp_batching)
 
 # ---------------------------------------------------------------- convert_element_type
 
@@ -1108,6 +1196,7 @@ define(
     bind_params=_bind_convert,
     simplify=_simplify_convert,
     fold=_fold_convert,
+    batching=BT.vectorized("convert_element_type"),
 )
 
 # ---------------------------------------------------------------- bitcast_convert_type
@@ -1145,8 +1234,22 @@ def _bind_new_dtype(eqn, p, dims):
     return {"new_dtype": dtype_param(p["new_dtype"])} if "new_dtype" in p else {}
 
 
+def _bitcast_batching(args, dims, **params):
+    # a narrowing bitcast reads the last axis: the batch axis must not be it
+    (x,), (d,) = args, dims
+    eqn = BT.current_eqn()
+    if d == BT.ndim(x) - 1 and eqn.outputs[0].type.ndim < eqn.inputs[0].type.ndim:
+        x, d = BT.moveaxis(x, d, 0), 0
+    return BT.bind("bitcast_convert_type", x, _out_types=BT.result_types([d]), **params), [d]
+
+
 defjvp_zero("bitcast_convert_type")
-define("bitcast_convert_type", bind_params=_bind_new_dtype, flops=_no_flops)
+define(
+    "bitcast_convert_type",
+    bind_params=_bind_new_dtype,
+    flops=_no_flops,
+    batching=_bitcast_batching,
+)
 
 # ---------------------------------------------------------------- polynomial
 # polynomial x c0 c1 ... cN = c0 + c1 x + ... + cN x^N (JAX 0.12, behind jnp.sinc and others);
@@ -1204,6 +1307,7 @@ define(
     "polynomial",
     jvp=_polynomial_jvp,
     transpose=_polynomial_transpose,
+    first_version=(0, 12),
 )
 
 

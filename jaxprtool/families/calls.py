@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import re
 
+from ..ad import batching as BT
 from ..ad import builder as B
-from ..ad import ops
+from ..ad import observe, ops
 from ..ad.builder import current
 from ..ad.jvp import jvp_eval, jvp_masked
 from ..ad.linearize import LINEAR_NAME, _split, linearize_masked
+from ..ad.ops import add_tangents, instantiate
 from ..ad.registry import (
     BWD_RULE_PARAM,
     FWD_RULE_PARAM,
@@ -35,9 +37,9 @@ from ..ad.registry import (
     find_library_jvp,
     rebind_primal,
 )
-from ..ad.remat import current_spec
+from ..ad.remat import current_spec, remat_class
 from ..ad.transpose import backward_pass, transpose_jaxpr
-from ..ad.zeros import Zero, add_tangents, instantiate, is_undefined_primal, is_zero, tangent_type
+from ..ad.zeros import Zero, is_undefined_primal, is_zero, tangent_type
 from ..core import Jaxpr, JaxprError, ShapedArray, Var
 from ..params import Opaque, Record, format_value
 from ..record import define
@@ -50,6 +52,7 @@ from ..shapes.util import (
     out_types_of,
     parse_avals,
 )
+from ..text import style as ST
 from ..text.param_rules import drop, name_first, sorted_params, unspecified
 
 #: the kind `explain` shows for the rules below
@@ -159,6 +162,33 @@ def _evaluate_body(key: str):
 
     def rule(interp, eqn, invals, path):
         return interp.call(eqn, invals, path, key)
+
+    return rule
+
+
+def _body_key(name, params) -> str:
+    """The parameter holding the body of the call `name` (its record's, or the one present)."""
+    k = record_of(name).call_body
+    if k in params:
+        return k
+    for alt in ("jaxpr", "call_jaxpr", "fun_jaxpr"):
+        if alt in params and isinstance(params[alt], Jaxpr):
+            return alt
+    raise JaxprError(f"vmap: '{name}': no body jaxpr in its parameters", B.current().loc)
+
+
+def _emit_call(name, args, params, key, body: Jaxpr):
+    return B.current().emit(name, args, dict(params, **{key: body}), [v.type for v in body.outvars])
+
+
+def _call_batching(name):
+    """JAX's `_pjit_batcher` / `_eval_jaxpr_batch` / custom_jvp/vjp calls: the body is
+    batched with the operands' batch dimensions where they are, and the results keep theirs."""
+
+    def rule(args, dims, **params):
+        key = _body_key(name, params)
+        body, out_dims = BT.batch_jaxpr2(params[key], dims)
+        return _emit_call(name, args, params, key, body), out_dims
 
     return rule
 
@@ -284,12 +314,35 @@ def _print_jit(e, style):
     return name_first(d) if style.jit_name_first else sorted_params(d)
 
 
+def _jit_name(style) -> str:
+    """JAX printed jit as `pjit` before 0.7."""
+    return "pjit" if style.version < (0, 7) else "jit"
+
+
 def _restyle_jit(prim, params, e, style):
-    return style.call_prim, params
+    return _jit_name(style), params
 
 
 def _print_name_jit(e, style):
-    return style.call_prim
+    return _jit_name(style)
+
+
+def _jit_default_printed(params: dict) -> bool:
+    """A pjit parameter printed with the value that pjit's print rule (JAX 0.4.4+) hides."""
+    donated = params.get("donated_invars")
+    if isinstance(donated, tuple) and donated and not any(donated):
+        return True
+    return params.get("inline") is False or "in_positional_semantics" in params
+
+
+def _pjit_version_clues(e) -> set[str]:
+    clues = {ST.CLUE_OLD_CALL_NAME}
+    keys = list(e.params)
+    if "name" in keys and keys[0] != "name" and min(keys) != "name":
+        clues.add(ST.CLUE_BEFORE_0_4_22)  # `name=` among the sorted keys (jax-ml/jax#18862)
+    if _jit_default_printed(e.params):
+        clues.add(ST.CLUE_BEFORE_0_4_4)  # no pjit print rule yet (jax-ml/jax#14384)
+    return clues
 
 
 #: where shape rules look for a call's body, in order
@@ -318,6 +371,7 @@ for _p, (_body, _keys) in _PLAIN_CALLS.items():
         jvp_kind=LOW_LEVEL,
         linearization=_call_linearize(_p),
         transpose=_call_transpose(_p),
+        batching=_call_batching(_p),
     )
 
 # composite (lax.composite): a named decomposition, run as its body (what XLA runs where no
@@ -347,6 +401,7 @@ for _p in ("jit", "pjit", "closed_call", "core_call"):
     define(_p, inlinable=True)
 for _p in ("jit", "pjit", "closed_call", "core_call", "eval_jaxpr"):
     define(_p, multiple_results=True)
+define("eval_jaxpr", first_version=(0, 12))
 for _p in ("jit", "pjit"):
     define(
         _p,
@@ -355,9 +410,38 @@ for _p in ("jit", "pjit"):
         print_name=_print_name_jit,
         suggest_names="jaxpr",
     )
+define("pjit", version_clues=_pjit_version_clues)
+
+
+def _jit_operand_placement(e, k, a):
+    from ..backend.sharding import named_sharding
+
+    shs = e.params.get("in_shardings")
+    return named_sharding(shs[k], e) if isinstance(shs, (tuple, list)) and k < len(shs) else None
+
+
+def _jit_result_placement(e, k):
+    from ..backend.sharding import named_sharding
+
+    shs = e.params.get("out_shardings")
+    return named_sharding(shs[k], e) if isinstance(shs, (tuple, list)) and k < len(shs) else None
+
+
+for _p in ("jit", "pjit"):
+    define(_p, operand_placement=_jit_operand_placement, result_placement=_jit_result_placement)
 
 
 # ---------------------------------------------------------------- remat2 (checkpoint), name
+
+
+def _is_dot(e) -> bool:
+    """What JAX's `dots_saveable` saves: matmuls and convolutions (the records' `remat`)."""
+    return remat_class(e) in ("dot", "dot_unbatched")
+
+
+def _is_unbatched_dot(e) -> bool:
+    """What JAX's `dots_with_no_batch_dims_saveable` saves."""
+    return remat_class(e) == "dot_unbatched"
 
 
 def _policy_saveable(policy):
@@ -376,7 +460,7 @@ def _policy_saveable(policy):
             }
             return lambda e: e.prim == "name" and str(e.params.get("name")) in names
         if cls == "DotsSaveable":
-            return lambda e: e.prim == "dot_general"
+            return _is_dot
         if cls in ("EverythingSaveable",):
             return lambda e: True
         if cls in ("NothingSaveable",):
@@ -384,9 +468,9 @@ def _policy_saveable(policy):
     for key, pred in (
         ("everything_saveable", lambda e: True),
         ("nothing_saveable", lambda e: False),
-        ("dots_with_no_batch_dims_saveable", lambda e: e.prim == "dot_general"),
-        ("dots_saveable", lambda e: e.prim == "dot_general"),
-        ("checkpoint_dots", lambda e: e.prim == "dot_general"),
+        ("dots_with_no_batch_dims_saveable", _is_unbatched_dot),
+        ("dots_saveable", _is_dot),
+        ("checkpoint_dots", _is_dot),
     ):
         if key in text:
             return pred
@@ -488,6 +572,19 @@ def _name_transpose(ct, x, **params):
     return [ct]
 
 
+def _remat_batching(name):
+    """JAX's `remat_vmap`: batched results at axis 0."""
+
+    def rule(args, dims, **params):
+        key = _body_key(name, params)
+        inner = params[key]
+        dest = [BT.ZERO_IF_MAPPED] * len(inner.outvars)
+        body, out_dims = BT.batch_jaxpr_axes(inner, dims, dest)
+        return _emit_call(name, args, params, key, body), out_dims
+
+    return rule
+
+
 for _p, _body, _keys in (
     ("remat2", "jaxpr", _JAXPR_FIRST),
     ("checkpoint", "jaxpr", _JAXPR_FIRST),
@@ -503,6 +600,7 @@ for _p, _body, _keys in (
         linearization=_remat_linearize(_p),
         transpose=_call_transpose(_p),
         evaluate=_remat_evaluate,
+        batching=_remat_batching(_p),
         # the policy and `differentiated` say what AD saves: the values are the body's
         evaluated_params=frozenset(
             {_body, "prevent_cse", "policy", "differentiated", "concrete", "name"}
@@ -585,6 +683,7 @@ def _fall_back_to_body(kind: str, params, primals, tangents, rule_text: str, ref
             current().loc,
         )
     note = f"{what}: custom rule replaced by the derivative of its body"
+    observe.note(note)
     if custom_rule_fallbacks.note(note):
         from ..io import warn
 
@@ -631,6 +730,7 @@ def _custom_jvp_jvp(primals, tangents, **params):
     jvp_name = fn_name(params.get("jvp", params.get("jvp_jaxpr_thunk")))
     plugin = custom_jvps.get(jvp_name)
     if plugin is not None:
+        observe.note(f"custom_jvp rule '{jvp_name}' from a plugin (register_custom_jvp)")
         outs, touts = plugin(list(primals), [instantiate(t) for t in tangents])
         if outs is None:
             outs = current().bind("custom_jvp_call", list(primals), params, _out_types(body))
@@ -688,6 +788,8 @@ def _custom_vjp_linearize(primals, tangents, **params):
         outs = rebind_primal("custom_vjp_call", list(primals), params)
         return outs, [Zero(tangent_type(o.type)) for o in outs]
     if fwd is None:
+        hit = fwd_name if fwd_name in custom_vjps else bwd_name
+        observe.note(f"custom_vjp rules '{hit}' from a plugin (register_custom_vjp)")
         return _plugin_vjp(plugin, primals, tangents, bwd_name, fwd_name)
     _check_perturbed(params, tangents, fwd_name)
     out = _emit_rule("custom_vjp_call", FWD_RULE_PARAM, fwd, list(primals))
@@ -763,6 +865,7 @@ def _custom_lin_transpose(cts, *args, bwd, num_res, in_zeros=None, **params):
             f"(no plugin rule for bwd={fn_name(bwd)}; {_how_to_proceed('custom_vjp')})",
             current().loc,
         )
+    observe.note(f"custom_vjp bwd rule '{fn_name(bwd)}' from a plugin")
     _, bwd_fn = pair
     return [None] * num_res + list(bwd_fn(res, cts))
 
@@ -833,6 +936,26 @@ define(
     evaluate=_evaluate_body("fun_jaxpr"),
     evaluated_params=_CUSTOM_CALL_PARAMS | {"fun_jaxpr"},
 )
+for _p in ("custom_jvp_call", "custom_jvp_call_jaxpr", "custom_vjp_call", "custom_vjp_call_jaxpr"):
+    define(_p, batching=_call_batching(_p))
+
+
+def _custom_jvp_version_clues(e) -> set[str]:
+    if "jvp_jaxpr_thunk" in e.params:
+        return {ST.CLUE_0_4_35}  # only 0.4.35 printed it
+    if "jvp_jaxpr_fun" in e.params:
+        return {ST.CLUE_BEFORE_0_6_1}  # no print rule yet (jax-ml/jax#28715)
+    return set()
+
+
+def _custom_vjp_version_clues(e) -> set[str]:
+    if {"out_trees", "fwd_jaxpr_thunk"} & e.params.keys():
+        return {ST.CLUE_BEFORE_0_6_1}  # no print rule yet (jax-ml/jax#28608)
+    return set()
+
+
+define("custom_jvp_call", version_clues=_custom_jvp_version_clues, traced_rules="jvp")
+define("custom_vjp_call", version_clues=_custom_vjp_version_clues, traced_rules="vjp")
 
 
 def _custom_vmap_jvp(primals, tangents, **params):
@@ -860,6 +983,8 @@ define(
         f"holds a Python function ({format_value(e.params.get('bwd'))}) that the text "
         "does not contain"
     ),
+    # only 0.4.35 printed its out_avals
+    version_clues=lambda e: {ST.CLUE_0_4_35} if "out_avals" in e.params else set(),
 )
 
 # ================================================================ end of custom derivatives
@@ -904,6 +1029,7 @@ define(
     transpose=_opt_barrier_transpose,
     evaluate=_opt_barrier_evaluate,
     flops=lambda e: 0,
+    batching=BT.same_dims("optimization_barrier"),
 )
 
 

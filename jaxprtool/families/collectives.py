@@ -37,6 +37,7 @@ from __future__ import annotations
 from ..ad import builder as B
 from ..ad import ops
 from ..ad.builder import current
+from ..ad.ops import instantiate
 from ..ad.registry import (
     defidentity,
     defjvp_zero,
@@ -45,7 +46,7 @@ from ..ad.registry import (
     rebind_primal,
     rule_kind,
 )
-from ..ad.zeros import Zero, instantiate, is_undefined_primal, is_zero, tangent_type
+from ..ad.zeros import Zero, is_undefined_primal, is_zero, tangent_type
 from ..core import Eqn, Jaxpr, JaxprError, Literal, ShapedArray, Var
 from ..record import define
 from ..shapes import ShapeError, shape_rule
@@ -753,15 +754,7 @@ def _promote(jaxpr: Jaxpr, which_out: list[int]) -> Jaxpr:
         r = outs[k]
         t = r.type
         new = Var(ShapedArray((1,), t.dtype, False, t.memory_space, t.vma), None)
-        eqns.append(
-            Eqn(
-                "broadcast_in_dim",
-                (r,),
-                (new,),
-                {"broadcast_dimensions": (), "shape": (1,), "sharding": None},
-                None,
-            )
-        )
+        eqns.append(ops.broadcast_eqn(r, new))
         outs[k] = new
     return jaxpr.replace(eqns=eqns, outvars=outs)
 
@@ -929,11 +922,8 @@ def _shard_map_transpose(cts, *args, **params):
 
 def instantiate_literal(lit: Literal, t):
     """A literal cotangent (a scalar zero, say) as a value of the input's type."""
-    b = current()
     if isinstance(t, ShapedArray) and t.shape:
-        return b.bind(
-            "broadcast_in_dim", [lit], {"broadcast_dimensions": (), "sharding": None}, [t]
-        )[0]
+        return ops.broadcast_to_type(lit, t)
     return lit
 
 
@@ -1113,6 +1103,80 @@ for _n in (
     "pbroadcast",
 ):
     define(_n, family="collectives")
+
+
+def _collective_batching(name):
+    """vmap of a collective: refused (the batch axis would have to become a named axis)."""
+
+    def rule(args, dims, **params):
+        axis = params.get("axis_name", params.get("axes"))
+        what = f" over axis_name {axis}" if axis is not None else ""
+        raise JaxprError(
+            f"vmap: '{name}' is a collective{what}; batching collectives (axis_name) is not "
+            "supported yet",
+            B.current().loc,
+        )
+
+    return rule
+
+
+# ---------------------------------------------------------------- placement on a mesh
+
+
+def _pmap_mesh(e) -> MeshText:
+    p = e.params
+    return MeshText((str(p.get("axis_name")),), (int(p.get("axis_size", 1)),), ("Auto",))
+
+
+def _shard_map_operand_placement(e, k, a):
+    import jax
+
+    from ..backend import sharding as S
+
+    p = e.params
+    specs = p.get("in_specs", p.get("in_names"))
+    if isinstance(specs, (tuple, list)) and k < len(specs):
+        mesh = S.concrete_mesh(p["mesh"], e)
+        ndim = len(a.type.shape) if isinstance(a.type, ShapedArray) else None
+        return jax.sharding.NamedSharding(mesh, S.partition_spec(specs[k], e, ndim))
+    return None
+
+
+def _xla_pmap_operand_placement(e, k, a):
+    import jax
+    from jax.sharding import PartitionSpec as P
+
+    from ..backend import sharding as S
+
+    axes = e.params.get("in_axes")
+    if isinstance(axes, (tuple, list)) and k < len(axes) and axes[k] is not None:
+        mesh = S.concrete_mesh(_pmap_mesh(e), e)
+        ax = int(axes[k])
+        return jax.sharding.NamedSharding(mesh, P(*([None] * ax), str(e.params["axis_name"])))
+    return None
+
+
+define(
+    "shard_map",
+    mesh_of=lambda e: read_mesh(e.params["mesh"]) if "mesh" in e.params else None,
+    operand_placement=_shard_map_operand_placement,
+)
+define("xla_pmap", mesh_of=_pmap_mesh, operand_placement=_xla_pmap_operand_placement)
+#: their presence makes a program multi-device
+for _n in """
+shard_map xla_pmap psum pmax pmin ppermute all_gather all_gather_invariant all_to_all
+reduce_scatter psum_scatter axis_index psum_invariant pvary pbroadcast
+""".split():
+    define(_n, multi_device=True)
+
+
+COLLECTIVES = """
+psum pmax pmin ppermute pshuffle all_gather all_gather_invariant all_to_all ragged_all_to_all
+reduce_scatter psum_scatter psum_invariant pbroadcast pvary pcast axis_index unreduced_pmax
+unreduced_pmin
+""".split()
+for _n in COLLECTIVES:
+    define(_n, batching=_collective_batching(_n))
 
 
 for _n in ("psum", "pmax", "pmin"):

@@ -10,19 +10,14 @@ and residuals kept.
 
 from __future__ import annotations
 
+from ..ad import batching as BT
 from ..ad import builder as B
+from ..ad import ops
 from ..ad.jvp import jvp_masked
 from ..ad.linearize import linearize_masked
+from ..ad.ops import instantiate
 from ..ad.transpose import backward_pass
-from ..ad.zeros import (
-    Zero,
-    instantiate,
-    is_undefined_primal,
-    is_zero,
-    nonzero_mask,
-    tangent_type,
-    zero_tangents,
-)
+from ..ad.zeros import Zero, is_undefined_primal, is_zero, nonzero_mask, tangent_type, zero_tangents
 from ..core import Jaxpr, JaxprError, ShapedArray, Var
 from ..record import define
 from ..shapes import ShapeError, shape_rule
@@ -219,6 +214,44 @@ def _cond_transpose(cts, index, *args, branches, **params):
     return [None] + [next(it) if m else None for m in lin]
 
 
+# ---------------------------------------------------------------- batching
+
+
+def _bcast_select_n(pred, *cases):
+    if BT.ndim(pred) != BT.ndim(cases[0]):
+        pred = ops.broadcast_in_dim(pred, BT.shape_of(cases[0]), tuple(range(BT.ndim(pred))))
+    return BT.bind("select_n", pred, *cases)[0]
+
+
+def _cond_batching(args, dims, *, branches, **params):
+    """JAX's `_cond_batching_rule`.  A batched index: every branch runs on every example and
+    `select_n` picks each example's results (the operands given to the branches not taken pass
+    through `stop_gradient`, as JAX does for reverse mode); otherwise one cond of the batched
+    branches."""
+    branches = list(branches) if isinstance(branches, (tuple, list)) else [branches]
+    index, *xs = args
+    idd, *xds = dims
+    size = BT.axis_size()
+    if idd is not None:
+        index, *xs = (BT.bdim_at_front(x, d, size) for x, d in zip(args, dims))
+        n_in, n_out = len(branches[0].invars), len(branches[0].outvars)
+        batched = [BT.batch_jaxpr(br, [True] * n_in, [True] * n_out)[0] for br in branches]
+        branch_outs = []
+        for i, br in enumerate(batched):
+            (pred,) = BT.bind("eq", index, ops.lit(i, index))
+            sel = [_bcast_select_n(pred, ops.stop_gradient(x), x) for x in xs]
+            branch_outs.append(BT.inline_jaxpr(br, sel))
+        outs = [_bcast_select_n(index, *o) for o in zip(*branch_outs)]
+        return outs, [0] * len(outs)
+    bat = [d is not None for d in xds]
+    xs = [BT.moveaxis(x, d, 0) if d is not None else x for x, d in zip(xs, xds)]
+    out_bat = [any(z) for z in zip(*(BT.batch_jaxpr(br, bat, False)[1] for br in branches))]
+    new = [BT.batch_jaxpr(br, bat, out_bat)[0] for br in branches]
+    p = dict(params, branches=tuple(new))
+    outs = B.current().emit("cond", [index, *xs], p, [v.type for v in new[0].outvars])
+    return outs, [0 if b else None for b in out_bat]
+
+
 # ---------------------------------------------------------------- DCE
 
 
@@ -312,6 +345,11 @@ def _cond_cost(e, costs):
     return max(costs) if costs else (0, 0)
 
 
+def _cond_body_operands(eqn, key, body):
+    """The branch index selects; the branches bind the rest."""
+    return list(eqn.inputs[1:])
+
+
 # ---------------------------------------------------------------- constants of the branches
 
 
@@ -353,5 +391,7 @@ define(
     evaluated_params=frozenset({"branches", "branches_platforms", "linear"}),
     binder_type=_cond_binder_type,
     body_cost=_cond_cost,
+    body_operands=_cond_body_operands,
+    batching=_cond_batching,
     hoist_consts=_cond_hoist_consts,
 )

@@ -5,6 +5,7 @@ for them (the text cannot carry a Python function or a kernel)."""
 
 from __future__ import annotations
 
+from ..ad import batching as BT
 from ..ad.builder import current
 from ..ad.zeros import Zero, tangent_type
 from ..core import JaxprError, ShapedArray
@@ -115,8 +116,19 @@ def _effect_only_jvp(name):
     return rule
 
 
+def _debug_batching(args, dims, **params):
+    # JAX's `debug_batching_rule` runs the callback once per example
+    return BT.loop_fallback(args, dims)
+
+
 for _n in ("debug_print", "debug_callback"):
-    define(_n, effectful=True, jvp=_effect_only_jvp(_n), jvp_kind="defjvp_zero")
+    define(
+        _n,
+        effectful=True,
+        jvp=_effect_only_jvp(_n),
+        jvp_kind="defjvp_zero",
+        batching=_debug_batching,
+    )
 define("check", effectful=True, print_params=drop("err_tree"))
 
 

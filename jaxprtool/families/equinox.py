@@ -27,8 +27,9 @@ from __future__ import annotations
 from ..ad import ops
 from ..ad.batching import refuse
 from ..ad.builder import current
+from ..ad.ops import instantiate
 from ..ad.registry import defjvp_zero, primitive_jvps, primitive_transposes, register_library_jvp
-from ..ad.zeros import Zero, instantiate, is_undefined_primal, is_zero, tangent_type
+from ..ad.zeros import Zero, is_undefined_primal, is_zero, tangent_type
 from ..core import Jaxpr, JaxprError, ShapedArray
 from ..params import Opaque
 from ..record import define

@@ -4,12 +4,14 @@ dynamic_slice, dynamic_update_slice, gather, the scatter family (scatter, scatte
 -mul, -min, -max; also spelled with `_`), and the 0.12 jnp HiPrims that compute indices
 (SearchSorted, Nonzero).  Each block holds the shape rule, the JVP and transpose rules (JAX's
 `slicing.py` is the reference: gather and dynamic_slice transpose into an accumulator, a
-scatter-add / dynamic_update_slice of the cotangent), evaluation and FLOPs.  `bind_gather` and
+scatter-add / dynamic_update_slice of the cotangent), the batching rule (JAX's: dynamic_slice
+and dynamic_update_slice batch into a gather and a scatter), evaluation and FLOPs.  `bind_gather` and
 the gather dimension numbers live in `jaxprtool.ad.ops` (the sort JVP gathers too).
 """
 
 from __future__ import annotations
 
+from ..ad import batching as BT
 from ..ad import ops
 from ..ad.ops import (
     bind_broadcast,
@@ -18,6 +20,7 @@ from ..ad.ops import (
     bind_reshape,
     gather_dnums,
     gather_fill_value,
+    instantiate,
     mode_enum,
     ty,
     und,
@@ -31,10 +34,10 @@ from ..ad.registry import (
     rebind_primal,
     set_kind,
 )
-from ..ad.zeros import Zero, instantiate, is_zero, tangent_type
+from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import Eqn, Jaxpr, JaxprError, ShapedArray, Var, long_dtype_name
 from ..lazy import np
-from ..params import Record
+from ..params import EnumValue, Record
 from ..record import define
 from ..shapes import ShapeError, shape_rule
 from ..shapes.util import (
@@ -124,7 +127,63 @@ primitive_jvps["dynamic_slice"] = _dynamic_slice_jvp
 set_kind("dynamic_slice")
 fancy_transposes["dynamic_slice"] = _dynamic_slice_transpose_fancy
 primitive_transposes["dynamic_slice"] = _dynamic_slice_transpose
-define("dynamic_slice", flops=_no_flops, index_operands=1)
+
+
+def _batch_dynamic_slice_indices(indices, dims):
+    """JAX's `_batch_dynamic_slice_indices`: the scalar start indices as one index vector
+    (batched: one row per example)."""
+    size = BT.axis_size()
+    if all(d is None for d in dims):
+        parts = [ops.broadcast_in_dim(i, (1,), ()) for i in indices]
+        if len(parts) == 1:
+            return parts[0], None
+        return BT.bind("concatenate", *parts, dimension=0)[0], None
+    parts = [
+        ops.broadcast_in_dim(i, (size, 1), (0,) if d is not None else ())
+        for i, d in zip(indices, dims)
+    ]
+    return (parts[0] if len(parts) == 1 else BT.bind("concatenate", *parts, dimension=1)[0]), 0
+
+
+def _identity_gather_dnums(n: int) -> Record:
+    r = tuple(range(n))
+    return Record(
+        "GatherDimensionNumbers",
+        (
+            ("offset_dims", r),
+            ("collapsed_slice_dims", ()),
+            ("start_index_map", r),
+            ("operand_batching_dims", ()),
+            ("start_indices_batching_dims", ()),
+        ),
+    )
+
+
+#: the mode of the gathers and scatters that batch dynamic_slice and dynamic_update_slice
+CLIP = EnumValue("GatherScatterMode", "CLIP")
+
+
+def _dynamic_slice_batching(args, dims, *, slice_sizes, **params):
+    """JAX's `_dynamic_slice_batching_rule`: a gather."""
+    x, *starts = args
+    xd, *sds = dims
+    nd = BT.ndim(x) - (0 if xd is None else 1)
+    if nd == 0 or len(starts) != nd:
+        return BT.loop_fallback(args, dims, warn=len(starts) != nd)
+    idx, idd = _batch_dynamic_slice_indices(starts, sds)
+    return _gather_batching(
+        [x, idx],
+        [xd, idd],
+        dimension_numbers=_identity_gather_dnums(nd),
+        slice_sizes=BT.ints(slice_sizes),
+        fill_value=None,
+        indices_are_sorted=True,
+        mode=CLIP,
+        unique_indices=True,
+    )
+
+
+define("dynamic_slice", flops=_no_flops, index_operands=1, batching=_dynamic_slice_batching)
 
 
 # ---------------------------------------------------------------- dynamic_update_slice
@@ -187,7 +246,45 @@ def _dynamic_update_slice_transpose(cts, operand, update, *idx, **params):
 primitive_jvps["dynamic_update_slice"] = _dynamic_update_slice_jvp
 set_kind("dynamic_update_slice")
 primitive_transposes["dynamic_update_slice"] = _dynamic_update_slice_transpose
-define("dynamic_update_slice", flops=_no_flops, index_operands=2)
+
+
+def _dynamic_update_slice_batching(args, dims, **params):
+    """JAX's `_dynamic_update_slice_batching_rule`: a scatter."""
+    x, upd, *starts = args
+    xd, ud, *sds = dims
+    nd = BT.ndim(upd) - (0 if ud is None else 1)
+    if nd == 0 or len(starts) != nd:
+        return BT.loop_fallback(args, dims, warn=len(starts) != nd)
+    r = tuple(range(nd))
+    dnums = Record(
+        "ScatterDimensionNumbers",
+        (
+            ("update_window_dims", r),
+            ("inserted_window_dims", ()),
+            ("scatter_dims_to_operand_dims", r),
+            ("operand_batching_dims", ()),
+            ("scatter_indices_batching_dims", ()),
+        ),
+    )
+    idx, idd = _batch_dynamic_slice_indices(starts, sds)
+    return _scatter_batching("scatter")(
+        [x, idx, upd],
+        [xd, idd, ud],
+        dimension_numbers=dnums,
+        indices_are_sorted=True,
+        mode=CLIP,
+        unique_indices=True,
+        update_consts=(),
+        update_jaxpr=None,
+    )
+
+
+define(
+    "dynamic_update_slice",
+    flops=_no_flops,
+    index_operands=2,
+    batching=_dynamic_update_slice_batching,
+)
 
 
 # ---------------------------------------------------------------- dimension numbers
@@ -334,7 +431,64 @@ def _gather_transpose(cts, operand, indices, **params):
 defjvp("gather", _gather_jvp, None)
 fancy_transposes["gather"] = _gather_transpose_fancy
 primitive_transposes["gather"] = _gather_transpose
-define("gather", flops=_no_flops, index_operands=1)
+
+
+def _gather_batching(args, dims, *, dimension_numbers, slice_sizes, **params):
+    """JAX's `_gather_batching_rule` (the three cases: operand, indices, or both batched)."""
+    (x, idx), (xd, id_) = args, dims
+    dnums = dimension_numbers
+    offset = BT.ints(BT.field_or(dnums, "offset_dims"))
+    collapsed = BT.ints(BT.field_or(dnums, "collapsed_slice_dims"))
+    sim = BT.ints(BT.field_or(dnums, "start_index_map"))
+    obd = BT.ints(BT.field_or(dnums, "operand_batching_dims"))
+    sibd = BT.ints(BT.field_or(dnums, "start_indices_batching_dims"))
+    sizes = BT.ints(slice_sizes)
+    p = dict(params)
+    if xd is not None and id_ is None:
+        x = BT.moveaxis(x, xd, 0)
+        new = BT.replace_fields(
+            dnums,
+            offset_dims=(0,) + tuple(1 + d for d in offset),
+            collapsed_slice_dims=tuple(1 + d for d in collapsed),
+            start_index_map=tuple(1 + d for d in sim),
+            operand_batching_dims=tuple(1 + d for d in obd),
+            start_indices_batching_dims=sibd,
+        )
+        sizes = (BT.shape_of(x)[0], *sizes)
+        out = BT.bind("gather", x, idx, dimension_numbers=new, slice_sizes=sizes, **p)
+        return out, [0]
+    if xd is None and id_ is not None:
+        idx = BT.moveaxis(idx, id_, 0)
+        new = BT.replace_fields(
+            dnums,
+            offset_dims=tuple(1 + d for d in offset),
+            collapsed_slice_dims=collapsed,
+            start_index_map=sim,
+            operand_batching_dims=obd,
+            start_indices_batching_dims=tuple(1 + d for d in sibd),
+        )
+        if "unique_indices" in p:
+            p["unique_indices"] = False
+        if "indices_are_sorted" in p:
+            p["indices_are_sorted"] = False
+        out = BT.bind("gather", x, idx, dimension_numbers=new, slice_sizes=sizes, **p)
+        return out, [0]
+    x = BT.moveaxis(x, xd, 0)
+    idx = BT.moveaxis(idx, id_, 0)
+    new = BT.replace_fields(
+        dnums,
+        offset_dims=tuple(1 + d for d in offset),
+        collapsed_slice_dims=tuple(1 + d for d in collapsed),
+        start_index_map=tuple(1 + d for d in sim),
+        operand_batching_dims=(0,) + tuple(1 + d for d in obd),
+        start_indices_batching_dims=(0,) + tuple(1 + d for d in sibd),
+    )
+    first = 0 if BT.shape_of(x)[0] == 0 else 1
+    out = BT.bind("gather", x, idx, dimension_numbers=new, slice_sizes=(first, *sizes), **p)
+    return out, [0]
+
+
+define("gather", flops=_no_flops, index_operands=1, batching=_gather_batching)
 
 
 # ---------------------------------------------------------------- scatters
@@ -507,6 +661,49 @@ for _p in ("", "-add", "-mul", "-min", "-max", "-sub"):
         )
 define("scatter", index_operands=1)
 define("scatter-add", index_operands=1)
+
+
+def _scatter_batching(name):
+    """JAX's `_scatter_batching_rule`."""
+
+    def rule(args, dims, *, dimension_numbers, **params):
+        (x, idx, upd), (xd, id_, ud) = args, dims
+        dnums = dimension_numbers
+        uwd = BT.ints(BT.field_or(dnums, "update_window_dims"))
+        iwd = BT.ints(BT.field_or(dnums, "inserted_window_dims"))
+        sdod = BT.ints(BT.field_or(dnums, "scatter_dims_to_operand_dims"))
+        obd = BT.ints(BT.field_or(dnums, "operand_batching_dims"))
+        sibd = BT.ints(BT.field_or(dnums, "scatter_indices_batching_dims"))
+        size = BT.axis_size()
+        x = BT.bdim_at_front(x, xd, size)
+        upd = BT.bdim_at_front(upd, ud, size)
+        if id_ is None:
+            new = BT.replace_fields(
+                dnums,
+                update_window_dims=(0,) + tuple(1 + d for d in uwd),
+                inserted_window_dims=tuple(1 + d for d in iwd),
+                scatter_dims_to_operand_dims=tuple(1 + d for d in sdod),
+                operand_batching_dims=tuple(1 + d for d in obd),
+                scatter_indices_batching_dims=sibd,
+            )
+            return BT.bind(name, x, idx, upd, dimension_numbers=new, **params), [0]
+        idx = BT.bdim_at_front(idx, id_, size)
+        new = BT.replace_fields(
+            dnums,
+            update_window_dims=tuple(1 + d for d in uwd),
+            inserted_window_dims=tuple(1 + d for d in iwd),
+            scatter_dims_to_operand_dims=tuple(1 + d for d in sdod),
+            operand_batching_dims=(0,) + tuple(1 + d for d in obd),
+            scatter_indices_batching_dims=(0,) + tuple(1 + d for d in sibd),
+        )
+        return BT.bind(name, x, idx, upd, dimension_numbers=new, **params), [0]
+
+    return rule
+
+
+for _p in ("", "-add", "-mul", "-min", "-max", "-sub"):
+    for _name in ("scatter" + _p, "scatter" + _p.replace("-", "_")):
+        define(_name, batching=_scatter_batching(_name))
 
 
 def _scatter_params(params):
@@ -852,21 +1049,18 @@ def _nonzero_prim(avals, p, out_dtype):
 def _search_sorted_batching(args, dims, **params):
     """JAX's `SearchSorted.batch`: the batch axis joins the batch dimensions (both operands
     batched), the sorted array's dimensions (it alone), or the queries' (they alone)."""
-    from ..ad.batching import bind as bind_batched
-    from ..ad.batching import moveaxis
-
     a, q = args
     da, dq = dims
     dimension, batch_dims = int(params["dimension"]), int(params["batch_dims"])
     if dq is None:
-        a, dimension, out = moveaxis(a, da, batch_dims), dimension + 1, batch_dims
+        a, dimension, out = BT.moveaxis(a, da, batch_dims), dimension + 1, batch_dims
     elif da is None:
-        q, out = moveaxis(q, dq, batch_dims), a.type.ndim - 1
+        q, out = BT.moveaxis(q, dq, batch_dims), a.type.ndim - 1
     else:
-        a, q, out = moveaxis(a, da, 0), moveaxis(q, dq, 0), 0
+        a, q, out = BT.moveaxis(a, da, 0), BT.moveaxis(q, dq, 0), 0
         dimension, batch_dims = dimension + 1, batch_dims + 1
     new = {**params, "dimension": dimension, "batch_dims": batch_dims}  # keeps JAX's order
-    return bind_batched("SearchSorted", a, q, **new), [out]
+    return BT.bind("SearchSorted", a, q, **new), [out]
 
 
 # integer results: no JVP rule needed (the JVP walk gives them no tangent)

@@ -19,6 +19,7 @@ either and refuse at the equation.  All batch by moving the batch dimension in f
 
 from __future__ import annotations
 
+from ..ad import batching as BT
 from ..ad import ops
 from ..ad.batching import leading_batch
 from ..ad.builder import current
@@ -257,6 +258,39 @@ def _dot_general_flops(e):
         return 2 * outs
 
 
+def _dot_batch_dim_nums(ndims, bdims, dimension_numbers):
+    """JAX's `_dot_general_batch_dim_nums`: the new dimension numbers and the result's batch
+    dimension (a shared batch axis becomes a dot_general batch dimension, in front; a batch
+    axis of one operand becomes one of its free dimensions)."""
+    lnd, rnd = ndims
+    lbd, rbd = bdims
+    (lc, rc), (lb, rb) = dimension_numbers
+    lc, rc, lb, rb = BT.ints(lc), BT.ints(rc), BT.ints(lb), BT.ints(rb)
+    if lbd is not None and rbd is not None:
+        lb = (lbd,) + BT.bump(lb, lbd)
+        rb = (rbd,) + BT.bump(rb, rbd)
+        lc = BT.bump(lc, lbd)
+        rc = BT.bump(rc, rbd)
+        out = 0
+    elif lbd is not None:
+        lt = [d for d in range(lnd) if d not in lb and d not in lc]
+        out = len(lb) + sum(1 for d in lt if d < lbd)
+        lb = BT.bump(lb, lbd)
+        lc = BT.bump(lc, lbd)
+    else:
+        rt = [d for d in range(rnd) if d not in rb and d not in rc]
+        out = lnd - len(lc) + sum(1 for d in rt if d < rbd)
+        rb = BT.bump(rb, rbd)
+        rc = BT.bump(rc, rbd)
+    return ((list(lc), list(rc)), (list(lb), list(rb))), out
+
+
+def _dot_general_batching(args, dims, *, dimension_numbers, **params):
+    (x, y), (xd, yd) = args, dims
+    new, out = _dot_batch_dim_nums((BT.ndim(x), BT.ndim(y)), (xd, yd), dimension_numbers)
+    return BT.bind("dot_general", x, y, dimension_numbers=new, **params), [out]
+
+
 def _dot_remat(e) -> str:
     """Rematerialization's class: batch dimensions or not (`dots_with_no_batch_dims_saveable`)."""
     _, _, lb, rb = _dims(e.params["dimension_numbers"])
@@ -270,6 +304,7 @@ define(
     print_params=_print_dot_general,
     bind_params=_bind_precision,
     flops=_dot_general_flops,
+    batching=_dot_general_batching,
 )
 
 # ---------------------------------------------------------------- ragged_dot_general
@@ -320,8 +355,8 @@ def _ragged_check(params):
 
 
 def _ragged_dot_jvp(primals, tangents, **params):
+    from ..ad.ops import add_tangents
     from ..ad.registry import rebind_primal
-    from ..ad.zeros import add_tangents
 
     _ragged_check(params)
     x, y, gs = primals
@@ -738,8 +773,77 @@ def _conv_flops(e):
         return 2 * outs * max(num_elements(rhs) // max(rhs.shape[0] if rhs.shape else 1, 1), 1)
 
 
+def _merge_axis_into(src: int, dst: int, x):
+    """Merge axis `src` of `x` into axis `dst` (numbered after removing `src`): one reshape
+    (JAX's batching `_reshape_axis_into`)."""
+    n = BT.ndim(x)
+    perm = [i for i in range(n) if i != src]
+    perm.insert(dst, src)
+    shp = [s for i, s in enumerate(BT.shape_of(x)) if i != src]
+    shp[dst] *= BT.shape_of(x)[src]
+    return ops.reshape(x, shp, None if perm == list(range(n)) else tuple(perm))
+
+
+def _conv_batching(args, dims, **params):
+    """JAX's `_conv_general_dilated_batch_rule`: the batch axis is folded into the batch
+    dimension (lhs), the output features (rhs), or the feature groups (both)."""
+    (lhs, rhs), (ld, rd) = args, dims
+    dnums = params["dimension_numbers"]
+    lhs_spec = BT.ints(BT.field_or(dnums, "lhs_spec"))
+    rhs_spec = BT.ints(BT.field_or(dnums, "rhs_spec"))
+    out_spec = BT.ints(BT.field_or(dnums, "out_spec"))
+    fgc = int(params.get("feature_group_count", 1))
+    bgc = int(params.get("batch_group_count", 1))
+    lshape, rshape = BT.shape_of(lhs), BT.shape_of(rhs)
+    if (ld is not None and lshape[ld] == 0) or (rd is not None and rshape[rd] == 0):
+        return BT.loop_fallback(args, dims)
+    into, out_of = _merge_axis_into, _reshape_axis_out_of
+
+    def conv(a, b, **changes):
+        return BT.bind("conv_general_dilated", a, b, **dict(params, **changes))[0]
+
+    if ld is not None and rd is not None:
+        b = lshape[ld]
+        if bgc > 1:
+            new_lhs = into(ld, lhs_spec[0], lhs)
+            changes = {"batch_group_count": bgc * b}
+        else:
+            new_lhs = into(ld, lhs_spec[1], lhs)
+            changes = {"feature_group_count": fgc * b}
+        new_rhs = into(rd, rhs_spec[0], rhs)
+        out = conv(new_lhs, new_rhs, **changes)
+        return [out_of(out_spec[1], b, out)], [out_spec[1]]
+    if ld is not None:
+        b = lshape[ld]
+        if bgc == 1:
+            new_lhs = into(ld, lhs_spec[0], lhs)
+            out = conv(new_lhs, rhs)
+            return [out_of(out_spec[0], b, out)], [out_spec[0]]
+        new_lhs = out_of(lhs_spec[0] + int(ld <= lhs_spec[0]), bgc, lhs)
+        new_lhs = into(ld + int(lhs_spec[0] < ld), lhs_spec[0] + 1, new_lhs)
+        new_lhs = into(lhs_spec[0], lhs_spec[0], new_lhs)
+        out = conv(new_lhs, rhs)
+        return [out_of(out_spec[0], b, out)], [out_spec[0]]
+    b = rshape[rd]
+    if fgc == 1 and bgc == 1:
+        new_rhs = into(rd, rhs_spec[0], rhs)
+        out = conv(lhs, new_rhs)
+        return [out_of(out_spec[1], b, out)], [out_spec[1]]
+    group = fgc if fgc > 1 else bgc
+    new_rhs = out_of(rhs_spec[0] + int(rd <= rhs_spec[0]), group, rhs)
+    new_rhs = into(rd + int(rhs_spec[0] < rd), rhs_spec[0] + 1, new_rhs)
+    new_rhs = into(rhs_spec[0], rhs_spec[0], new_rhs)
+    out = conv(lhs, new_rhs)
+    out = out_of(out_spec[1], group, out)
+    out = out_of(out_spec[1] + 1, b, out)
+    out = into(out_spec[1], out_spec[1] + 1, out)
+    return [out], [out_spec[1]]
+
+
 defbilinear("conv_general_dilated", _conv_transpose_lhs, _conv_transpose_rhs)
-define("conv_general_dilated", bind_params=_bind_precision, flops=_conv_flops)
+define(
+    "conv_general_dilated", bind_params=_bind_precision, flops=_conv_flops, batching=_conv_batching
+)
 define("conv_general_dilated", remat="dot")  # what dots_saveable saves
 
 # ---------------------------------------------------------------- decompositions and solves
@@ -1307,7 +1411,7 @@ def _tridiagonal_product(dl, d, du, b):
 
 def _tridiagonal_solve_jvp(primals, tangents, *, perturb_singular=False):
     """JAX's `_tridiagonal_solve_jvp_rule`: x' = T^-1 (b' - T' x)."""
-    from ..ad.zeros import add_tangents, instantiate
+    from ..ad.ops import add_tangents, instantiate
 
     *diags, _ = primals
     *diags_dot, b_dot = tangents

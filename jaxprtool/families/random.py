@@ -15,10 +15,11 @@ The primitives that draw numbers are `random` (never merged by CSE).
 
 from __future__ import annotations
 
+from ..ad import batching as BT
 from ..ad import ops
 from ..ad.ops import ty
 from ..ad.registry import defjvp2, defjvp_zero
-from ..core import JaxprError, ShapedArray
+from ..core import JaxprError, Literal, ShapedArray
 from ..lazy import np
 from ..params import EnumValue
 from ..record import define
@@ -83,7 +84,7 @@ def _random_seed(in_types, params, out_hint):
 
 
 defjvp_zero("random_seed")
-define("random_seed", bind_params=_bind_prng_impl)
+define("random_seed", bind_params=_bind_prng_impl, batching=BT.vectorized("random_seed"))
 
 # ---------------------------------------------------------------- random_bits
 
@@ -100,6 +101,7 @@ def _random_bits(in_types, params, out_hint):
 
 
 defjvp_zero("random_bits")
+define("random_bits", batching=BT.vectorized("random_bits"))
 
 # ---------------------------------------------------------------- random_split
 
@@ -112,6 +114,7 @@ def _random_split(in_types, params, out_hint):
 
 
 defjvp_zero("random_split")
+define("random_split", batching=BT.vectorized("random_split"))
 
 # ---------------------------------------------------------------- random_fold_in
 
@@ -124,7 +127,23 @@ def _random_fold_in(in_types, params, out_hint):
     return [k]
 
 
+def _fold_in_batching(args, dims, **params):
+    """JAX's rule is `defbroadcasting`; the checker's `random_fold_in` takes operands of one
+    shape (or a scalar message), so an unbatched operand is broadcast to the batch."""
+    (k, m), (kd, md) = args, dims
+    shape, ndim = BT.shape_of, BT.ndim
+    if kd is not None and (md is None and ndim(m) == 0 or md == kd and shape(m) == shape(k)):
+        return BT.bind("random_fold_in", k, m, **params), [kd]
+    k, m = BT.bdim_at_front(k, kd), BT.bdim_at_front(m, md)
+    if ndim(m) < ndim(k):
+        m = ops.broadcast_in_dim(m, shape(k), tuple(range(ndim(m))))
+    if ndim(k) < ndim(m):
+        k = ops.broadcast_in_dim(k, shape(m), tuple(range(ndim(k))))
+    return BT.bind("random_fold_in", k, m, **params), [0]
+
+
 defjvp_zero("random_fold_in")
+define("random_fold_in", batching=_fold_in_batching)
 
 # ---------------------------------------------------------------- random_clone
 
@@ -136,6 +155,7 @@ def _random_clone(in_types, params, out_hint):
 
 
 defjvp_zero("random_clone")
+define("random_clone", batching=BT.vectorized("random_clone"))
 
 # ---------------------------------------------------------------- random_wrap, random_unwrap
 
@@ -154,8 +174,14 @@ def _random_wrap(in_types, params, out_hint):
     return [x.update(shape=x.shape[: x.ndim - len(ks)], dtype=f"key<{impl}>", weak_type=False)]
 
 
+def _random_wrap_batching(args, dims, **params):
+    (x,), (d,) = args, dims
+    x = BT.moveaxis(x, d, 0)
+    return BT.bind("random_wrap", x, _out_types=BT.result_types([0]), **params), [0]
+
+
 defjvp_zero("random_wrap")
-define("random_wrap", bind_params=_bind_prng_impl)
+define("random_wrap", bind_params=_bind_prng_impl, batching=_random_wrap_batching)
 
 
 @shape_rule("random_unwrap")
@@ -167,6 +193,7 @@ def _random_unwrap(in_types, params, out_hint):
 
 
 defjvp_zero("random_unwrap")
+define("random_unwrap", batching=BT.vectorized("random_unwrap"))
 
 # ---------------------------------------------------------------- random_gamma
 
@@ -197,6 +224,7 @@ def _random_gamma_jvp_a(g, ans, key, a, *, log_space=False, **_):
 
 
 defjvp2("random_gamma", None, _random_gamma_jvp_a)
+define("random_gamma", batching=BT.leading_batch("random_gamma"))
 
 # ---------------------------------------------------------------- random_gamma_grad (older JAX
 # versions; its shape rule is in the elementwise table)
@@ -238,8 +266,32 @@ def _bind_rng_bit_generator(eqn, p, dims):
     }
 
 
+def _rng_bit_generator_batching(args, dims, *, shape, **params):
+    """JAX's `_rng_bit_generator_batching_rule`: one generator call for the whole batch from
+    the first example's key; every example's new key is that call's new key at row 0."""
+    (keys,), (d,) = args, dims
+    keys = BT.moveaxis(keys, d, 0)
+    size = BT.axis_size()
+    kshape = BT.shape_of(keys)[1:]
+    first = BT.bind(
+        "slice",
+        keys,
+        start_indices=(0,) * (len(kshape) + 1),
+        limit_indices=(1, *kshape),
+        strides=None,
+    )[0]
+    (key,) = BT.bind("squeeze", first, dimensions=(0,))
+    new_key, bits = BT.bind("rng_bit_generator", key, shape=(size, *BT.ints(shape)), **params)
+    upd = ops.broadcast_in_dim(new_key, (1, *kshape), tuple(range(1, len(kshape) + 1)))
+    zero = Literal(0, ShapedArray((), "i32"))
+    (new_keys,) = BT.bind("dynamic_update_slice", keys, upd, *([zero] * (len(kshape) + 1)))
+    return [new_keys, bits], [0, 0]
+
+
 defjvp_zero("rng_bit_generator")
-define("rng_bit_generator", bind_params=_bind_rng_bit_generator)
+define(
+    "rng_bit_generator", bind_params=_bind_rng_bit_generator, batching=_rng_bit_generator_batching
+)
 
 # ---------------------------------------------------------------- rng_uniform
 
@@ -268,6 +320,7 @@ def _threefry(in_types, params, out_hint):
 
 
 defjvp_zero("threefry2x32")
+define("threefry2x32", batching=BT.broadcasting("threefry2x32"))
 
 # ---------------------------------------------------------------- iota_2x32_shape
 
@@ -279,3 +332,4 @@ def _iota_2x32(in_types, params, out_hint):
 
 
 defjvp_zero("iota_2x32_shape")
+define("iota_2x32_shape", batching=BT.unbatched("iota_2x32_shape"))

@@ -20,6 +20,7 @@ Each reduction costs one FLOP per operand element (`flops`).
 
 from __future__ import annotations
 
+from ..ad import batching as BT
 from ..ad import ops
 from ..ad.ops import (
     bind_broadcast,
@@ -32,6 +33,7 @@ from ..ad.ops import (
     bind_rev,
     bind_slice,
     bind_transpose,
+    instantiate,
     ints,
     shape,
     slice_in_dim,
@@ -48,7 +50,7 @@ from ..ad.registry import (
     rebind_primal,
     set_kind,
 )
-from ..ad.zeros import Zero, instantiate, is_zero, tangent_type
+from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import Jaxpr, JaxprError, ShapedArray
 from ..passes import simplify as S
 from ..record import define
@@ -76,6 +78,7 @@ from ..shapes.util import (
     static_ints,
     strided_dim,
 )
+from ..text import style as ST
 
 # ---------------------------------------------------------------- monoid reductions over axes
 # reduce_sum, reduce_max, reduce_min, reduce_prod, reduce_and, reduce_or, reduce_xor
@@ -132,7 +135,7 @@ def _bind_out_sharding(eqn, p, dims):
 
 
 for _n in MONOID_REDUCTIONS:
-    define(_n, flops=input_elements)
+    define(_n, flops=input_elements, batching=BT.reducer(_n))
 for _n in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or"):
     define(_n, simplify=_simplify_reduce_nothing)
 
@@ -163,9 +166,19 @@ def _chooser_jvp(g, ans, operand, *, axes, **_):
     return ops.div(bind_reduce_sum(ops.mul(g, location), axes), counts)
 
 
+def _no_out_sharding_clue(e) -> set[str]:
+    """0.12 prints reduce_max/reduce_min with `out_sharding`, 0.10 and 0.11 without."""
+    return set() if "out_sharding" in e.params else {ST.CLUE_0_10}
+
+
 for _n in ("reduce_max", "reduce_min"):
     defjvp2(_n, _chooser_jvp)
-    define(_n, restyle=_restyle_out_sharding((0, 11)), bind_params=_bind_out_sharding)
+    define(
+        _n,
+        restyle=_restyle_out_sharding((0, 11)),
+        bind_params=_bind_out_sharding,
+        version_clues=_no_out_sharding_clue,
+    )
 
 # ---------------------------------------------------------------- reduce_prod
 
@@ -231,7 +244,7 @@ def _bind_index_dtype(eqn, p, dims):
 
 for _n in ("argmax", "argmin"):
     defjvp_zero(_n)
-    define(_n, bind_params=_bind_index_dtype, flops=input_elements)
+    define(_n, bind_params=_bind_index_dtype, flops=input_elements, batching=BT.reducer(_n))
 
 # ---------------------------------------------------------------- cumulative reductions
 # cumsum (linear), cumprod, cummax, cummin, cumlogsumexp (JVP of a parallel prefix scan)
@@ -361,8 +374,19 @@ for _p, _c in (
 ):
     primitive_jvps[_p] = _cumulative_jvp(_p, _c)
     set_kind(_p)
+
+
+def _cumulative_batching(name):
+    def rule(args, dims, *, axis, **params):
+        (x,), (d,) = args, dims
+        axis = int(axis)
+        return BT.bind(name, x, axis=axis if axis < d else axis + 1, **params), [d]
+
+    return rule
+
+
 for _n in ("cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp"):
-    define(_n, flops=input_elements)
+    define(_n, flops=input_elements, batching=_cumulative_batching(_n))
 
 # ---------------------------------------------------------------- windowed reductions
 # reduce_window_sum (linear), reduce_window_max / _min (through select_and_gather_add)
@@ -449,8 +473,40 @@ def _window_chooser_jvp(select_name):
 
 defjvp("reduce_window_max", _window_chooser_jvp("ge"))
 defjvp("reduce_window_min", _window_chooser_jvp("le"))
+
+
+def _batched_window_params(params, d: int):
+    """The window parameters with a window of 1 (no padding) along a new axis at `d`."""
+    p = dict(params)
+    for k, one in (
+        ("window_dimensions", 1),
+        ("window_strides", 1),
+        ("base_dilation", 1),
+        ("window_dilation", 1),
+    ):
+        if k in p and p[k] is not None:
+            v = list(p[k])
+            v.insert(d, one)
+            p[k] = tuple(v)
+    if "padding" in p:
+        v = list(p["padding"])
+        v.insert(d, (0, 0))
+        p["padding"] = tuple(v)
+    return p
+
+
+def _reduce_window_monoid_batching(name):
+    """JAX's `_reduce_window_batch_rule`: a window of 1 along the batch axis."""
+
+    def rule(args, dims, **params):
+        (x,), (d,) = args, dims
+        return BT.bind(name, x, **_batched_window_params(params, d)), [d]
+
+    return rule
+
+
 for _n in ("reduce_window_sum", "reduce_window_max", "reduce_window_min"):
-    define(_n, flops=input_elements)
+    define(_n, flops=input_elements, batching=_reduce_window_monoid_batching(_n))
 
 # ---------------------------------------------------------------- select_and_gather_add,
 # select_and_scatter_add, select_and_scatter: the selections of windowed max / min
@@ -523,7 +579,23 @@ def _select_and_gather_add_transpose(cts, tangents, operand, *, select_prim, **p
 primitive_jvps["select_and_gather_add"] = _linear_in_first_jvp("select_and_gather_add")
 set_kind("select_and_gather_add")
 primitive_transposes["select_and_gather_add"] = _select_and_gather_add_transpose
-define("select_and_gather_add", bind_params=_bind_select_prim)
+
+
+def _select_and_window_batching(name):
+    """JAX's `_select_and_{gather,scatter}_add_batch_rule`: both operands batched first."""
+
+    def rule(args, dims, **params):
+        xs = [BT.bdim_at_front(x, d) for x, d in zip(args, dims)]
+        return BT.bind(name, *xs, **_batched_window_params(params, 0)), [0]
+
+    return rule
+
+
+define(
+    "select_and_gather_add",
+    bind_params=_bind_select_prim,
+    batching=_select_and_window_batching("select_and_gather_add"),
+)
 
 
 def _select_and_scatter_add(s, x, select_prim, wd, ws, padding):
@@ -564,7 +636,11 @@ def _select_and_scatter_add_transpose(
 primitive_jvps["select_and_scatter_add"] = _linear_in_first_jvp("select_and_scatter_add")
 set_kind("select_and_scatter_add")
 primitive_transposes["select_and_scatter_add"] = _select_and_scatter_add_transpose
-define("select_and_scatter_add", bind_params=_bind_select_prim)
+define(
+    "select_and_scatter_add",
+    bind_params=_bind_select_prim,
+    batching=_select_and_window_batching("select_and_scatter_add"),
+)
 
 
 @shape_rule("select_and_scatter")
@@ -689,11 +765,24 @@ def _evaluate_reduce_window(interp, eqn, invals, path):
 
 
 primitive_jvps["reduce_window"] = _reduce_window_generic_jvp
+
+
+def _reduce_window_batching(args, dims, **params):
+    """JAX's `_generic_reduce_window_batch_rule`."""
+    n = len(args) // 2
+    if any(d is not None for d in dims[n:]):
+        return BT.loop_fallback(args, dims)
+    xs = [BT.bdim_at_front(x, d) for x, d in zip(args[:n], dims[:n])]
+    outs = BT.bind("reduce_window", *xs, *args[n:], **_batched_window_params(params, 0))
+    return outs, [0] * len(outs)
+
+
 set_kind("reduce_window")
 define(
     "reduce_window",
     evaluate=_evaluate_reduce_window,
     flops=input_elements,
+    batching=_reduce_window_batching,
     evaluated_params=frozenset(
         "jaxpr window_dimensions window_strides padding base_dilation window_dilation".split()
     ),
@@ -748,8 +837,25 @@ def _sort_jvp(primals, tangents, *, dimension, is_stable=True, num_keys=1, **par
 
 
 primitive_jvps["sort"] = _sort_jvp
+
+
+def _sort_batching(args, dims, *, dimension, **params):
+    """JAX's `_sort_batch_rule`: every operand batched along the first batched one's axis."""
+    proto, nd = next((x, d) for x, d in zip(args, dims) if d is not None)
+    new = []
+    for x, d in zip(args, dims):
+        if d is None:
+            keep = tuple(i for i in range(BT.ndim(proto)) if i != nd)
+            new.append(ops.broadcast_in_dim(x, BT.shape_of(proto), keep))
+        else:
+            new.append(BT.moveaxis(x, d, nd))
+    dimension = int(dimension)
+    outs = BT.bind("sort", *new, dimension=dimension + (nd <= dimension), **params)
+    return outs, [nd] * len(outs)
+
+
 set_kind("sort")
-define("sort", flops=input_elements)
+define("sort", flops=input_elements, batching=_sort_batching)
 
 # ---------------------------------------------------------------- top_k
 
@@ -799,8 +905,28 @@ def _bind_top_k(eqn, p, dims):
 
 
 primitive_jvps["top_k"] = _top_k_jvp
+
+
+def _top_k_batching(args, dims, **params):
+    (x,), (d,) = args, dims
+    p = dict(params)
+    if "axis" in p:
+        axis = int(p["axis"]) % (BT.ndim(x) - 1) if BT.ndim(x) > 1 else 0
+        p["axis"] = axis + 1 if d <= axis else axis
+    elif d == BT.ndim(x) - 1:  # older JAX: top_k works on the last axis
+        x, d = BT.moveaxis(x, d, 0), 0
+    outs = BT.bind("top_k", x, **p)
+    return outs, [d] * len(outs)
+
+
 set_kind("top_k")
-define("top_k", bind_params=_bind_top_k, flops=input_elements)
+define(
+    "top_k",
+    bind_params=_bind_top_k,
+    flops=input_elements,
+    batching=_top_k_batching,
+    version_clues=lambda e: {ST.CLUE_0_12} if "is_stable" in e.params else set(),
+)
 
 # ---------------------------------------------------------------- approx_top_k
 
@@ -835,8 +961,18 @@ def _approx_top_k_jvp(primals, tangents, *, reduction_dimension, **params):
 
 
 primitive_jvps["approx_top_k"] = _approx_top_k_jvp
+
+
+def _approx_top_k_batching(args, dims, *, reduction_dimension, **params):
+    (x,), (d,) = args, dims
+    dim_map = [i for i in range(BT.ndim(x)) if i != d]
+    rd = dim_map[int(reduction_dimension) % len(dim_map)]
+    outs = BT.bind("approx_top_k", x, reduction_dimension=rd, **params)
+    return outs, [d] * len(outs)
+
+
 set_kind("approx_top_k")
-define("approx_top_k", flops=input_elements)
+define("approx_top_k", flops=input_elements, batching=_approx_top_k_batching)
 
 # ---------------------------------------------------------------- reduce (user reducer)
 
@@ -953,6 +1089,20 @@ def _evaluate_reduce(interp, eqn, invals, path):
 
 
 primitive_jvps["reduce"] = _reduce_jvp
+
+
+def _reduce_batching(args, dims, *, dimensions, **params):
+    """JAX's `_reduce_batch_rule` (batched init values: a loop)."""
+    n = len(args) // 2
+    if any(d is not None for d in dims[n:]):
+        return BT.loop_fallback(args, dims)
+    size = BT.axis_size()
+    xs = [BT.bdim_at_front(x, d, size) for x, d in zip(args[:n], dims[:n])]
+    dm = tuple(int(d) + 1 for d in dimensions)
+    outs = BT.bind("reduce", *xs, *args[n:], dimensions=dm, **params)
+    return outs, [0] * len(outs)
+
+
 set_kind("reduce")
 define(
     "reduce",
@@ -961,6 +1111,7 @@ define(
     # `computation` is the Python function JAX traced `jaxpr` from (printed as its repr)
     evaluated_params=frozenset({"jaxpr", "dimensions", "computation"}),
     default_params={"consts": ()},
+    batching=_reduce_batching,
 )
 
 # ---------------------------------------------------------------- reduce_precision_multi

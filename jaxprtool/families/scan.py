@@ -18,25 +18,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..ad import batching as BT
 from ..ad import builder as B
 from ..ad.jvp import jvp_masked
 from ..ad.linearize import linearize_masked
+from ..ad.ops import add_tangents, instantiate
 from ..ad.transpose import backward_pass
-from ..ad.zeros import (
-    Zero,
-    add_tangents,
-    instantiate,
-    is_undefined_primal,
-    is_zero,
-    nonzero_mask,
-    tangent_type,
-    zero_tangents,
-)
+from ..ad.zeros import Zero, is_undefined_primal, is_zero, nonzero_mask, tangent_type, zero_tangents
 from ..core import Jaxpr, JaxprError, Literal, ShapedArray, Var
 from ..params import Opaque, format_value
 from ..record import define, prim
 from ..shapes import ShapeError, shape_rule
 from ..shapes.util import arr, dim_eq, int_param, jaxpr_param, types_agree
+from ..text import style as ST
 
 # ---------------------------------------------------------------- flat trees (0.12's ft_in / ft_out)
 #
@@ -916,6 +910,49 @@ def _transpose_scan_body(body: Jaxpr, nc, nk, lc, lk, lx, ys_mask) -> Jaxpr:
     )
 
 
+# ---------------------------------------------------------------- batching
+
+
+def _scan_batching(args, dims, **params):
+    """JAX's `_scan_batching_rule`: constants keep their batch axes, carries are batched at
+    axis 0 (to a fixed point of which carries the body makes batched), scanned inputs and
+    outputs at axis 1 outside (0 inside the body)."""
+    try:
+        sp = ScanParams.from_eqn(BT.current_eqn())
+    except ShapeError:
+        raise JaxprError(
+            "scan: cannot tell its constants, carries and scanned inputs apart", B.current().loc
+        ) from None
+    body, nk, ny = sp.jaxpr, sp.num_carry, sp.num_ys
+    cd, kd, xd = sp.split(dims)
+    consts, init, xs = sp.split(args)
+    xs_axes = [None if d is None else 0 for d in xd]
+    carry_b = [d is not None for d in kd]
+    for _ in range(nk + 1):
+        in_axes = list(cd) + [0 if b else None for b in carry_b] + xs_axes
+        dest = [0 if b else BT.ZERO_IF_MAPPED for b in carry_b] + [BT.ZERO_IF_MAPPED] * ny
+        jb, out_dims = BT.batch_jaxpr_axes(body, in_axes, dest)
+        carry_out = [d is not None for d in out_dims[:nk]]
+        if carry_out == carry_b:
+            break
+        carry_b = [a or b for a, b in zip(carry_b, carry_out)]
+    size = BT.axis_size()
+    new_init = [
+        BT.broadcast(x, size, 0) if b and d is None else BT.moveaxis(x, d, 0) if b else x
+        for x, d, b in zip(init, kd, carry_b)
+    ]
+    new_xs = [x if d is None or d == 1 else BT.moveaxis(x, d, 1) for x, d in zip(xs, xd)]
+    length = params["length"]
+    out_types = [v.type for v in jb.outvars[:nk]] + [
+        v.type.update(shape=(int(length), *v.type.shape)) for v in jb.outvars[nk:]
+    ]
+    outs = B.current().emit(
+        "scan", [*consts, *new_init, *new_xs], dict(params, jaxpr=jb), out_types
+    )
+    ys_d = [None if d is None else 1 for d in out_dims[nk:]]
+    return outs, [0 if b else None for b in carry_b] + ys_d
+
+
 # ---------------------------------------------------------------- DCE
 
 
@@ -1082,6 +1119,7 @@ define(
         "_split_transpose".split()
     ),
     body_cost=_scan_cost,
+    batching=_scan_batching,
     hoist_consts=_scan_hoist_consts,
 )
 
@@ -1107,4 +1145,15 @@ def _restyle_scan(prim, params, e, style):
     return prim, p
 
 
-define("scan", restyle=_restyle_scan)
+def _scan_version_clues(e) -> set[str]:
+    clues = set()
+    if "ft_in" in e.params or "ft_out" in e.params:
+        clues.add(ST.CLUE_0_12)
+    elif "num_consts" in e.params:
+        clues.add(ST.CLUE_0_10)  # the counts encoding (0.11 printed it too, 0.12 flat trees)
+    if "_split_transpose" in e.params:
+        clues.add(ST.CLUE_0_7_2)
+    return clues
+
+
+define("scan", restyle=_restyle_scan, version_clues=_scan_version_clues)

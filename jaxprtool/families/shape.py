@@ -4,12 +4,14 @@ broadcast_in_dim, broadcast_to, reshape, squeeze, expand_dims, transpose, rev, c
 pad, slice, iota, empty2, split, stack, unstack, tile and dim_as_value.  Each block holds the
 primitive's shape rule, its JVP and transpose rules (JAX's `lax.py` / `slicing.py` are the
 reference: every one of them is linear, `deflinear2`, its transpose moves the cotangent back),
-its printing, simplification and binding rules, and no FLOPs.  The emitters the rules use
+its batching rule (JAX's, `lax.py`), its printing, simplification and binding rules, and no
+FLOPs.  The emitters the rules use
 (`bind_reshape`, `bind_pad`, ...) live in `jaxprtool.ad.ops`, shared with the other families.
 """
 
 from __future__ import annotations
 
+from ..ad import batching as BT
 from ..ad import ops
 from ..ad.ops import (
     bind_concatenate,
@@ -19,14 +21,15 @@ from ..ad.ops import (
     bind_rev,
     bind_slice,
     bind_transpose,
+    instantiate,
     slice_in_dim,
     ty,
     und,
     zero_cts,
 )
 from ..ad.registry import defjvp_zero, deflinear2, primitive_jvps, rebind_primal
-from ..ad.zeros import Zero, instantiate, is_zero, tangent_type
-from ..core import ShapedArray
+from ..ad.zeros import Zero, is_zero, tangent_type
+from ..core import Literal, ShapedArray
 from ..lazy import np
 from ..passes import simplify as S
 from ..record import define
@@ -55,6 +58,7 @@ from ..shapes.util import (
     static_ints,
     strided_dim,
 )
+from ..text import style as ST
 from ..text.param_rules import sorted_params
 
 
@@ -183,6 +187,29 @@ def _bind_broadcast_in_dim(eqn, p, dims):
     }
 
 
+def _broadcast_in_dim_batching(args, dims, **params):
+    x, d = args[0], dims[0]
+    if any(e is not None for e in dims[1:]):
+        return BT.loop_fallback(args, dims)  # batched dynamic shapes
+    eqn = BT.current_eqn()
+    shape = BT.ints(params["shape"]) if "shape" in params else BT.shape_of(eqn.outputs[0])
+    bdims = BT.ints(params.get("broadcast_dimensions", ()))
+    x = BT.moveaxis(x, d, 0)
+    new_shape = (BT.axis_size(), *shape)
+    new_dims = (0,) + tuple(1 + i for i in bdims)
+    p = dict(params, broadcast_dimensions=new_dims)
+    if "shape" in p:
+        p["shape"] = new_shape
+    out = BT.bind(
+        "broadcast_in_dim",
+        x,
+        *args[1:],
+        _out_types=[ShapedArray(new_shape, x.type.dtype, eqn.outputs[0].type.weak_type)],
+        **p,
+    )
+    return out, [0]
+
+
 deflinear2("broadcast_in_dim", _broadcast_in_dim_transpose)
 primitive_jvps["broadcast_in_dim"] = _broadcast_in_dim_jvp  # fills the hidden `shape`
 define(
@@ -194,6 +221,9 @@ define(
     bind_params=_bind_broadcast_in_dim,
     flops=_no_flops,
     literal_like_result=True,
+    batching=_broadcast_in_dim_batching,
+    # `shape=` printed: 0.7.2 and before
+    version_clues=lambda e: {ST.CLUE_0_7_2} if "shape" in e.params else set(),
 )
 
 
@@ -266,6 +296,20 @@ def _bind_reshape(eqn, p, dims):
     }
 
 
+def _reshape_batching(args, dims, **params):
+    (x,), (d,) = args[:1], dims[:1]
+    if any(e is not None for e in dims[1:]):
+        return BT.loop_fallback(args, dims)
+    x = BT.moveaxis(x, d, 0)
+    new = (BT.axis_size(), *BT.ints(params["new_sizes"]))
+    dm = params.get("dimensions")
+    if dm is not None:
+        dm = (0,) + tuple(1 + int(i) for i in dm)
+    if BT.shape_of(x) == new and dm is None:
+        return [x], [0]
+    return BT.bind("reshape", x, *args[1:], **dict(params, new_sizes=new, dimensions=dm)), [0]
+
+
 deflinear2("reshape", _reshape_transpose)
 define(
     "reshape",
@@ -274,6 +318,7 @@ define(
     bind_params=_bind_reshape,
     flops=_no_flops,
     literal_like_result=True,
+    batching=_reshape_batching,
 )
 
 
@@ -307,7 +352,17 @@ def _squeeze_transpose(ct, operand, *, dimensions=(), **_):
 
 
 deflinear2("squeeze", _squeeze_transpose)
-define("squeeze", simplify=_simplify_squeeze, flops=_no_flops)
+
+
+def _squeeze_batching(args, dims, *, dimensions, **params):
+    (x,), (d,) = args, dims
+    x = BT.moveaxis(x, d, 0)
+    nd = BT.ndim(x) - 1
+    dm = tuple(1 + (int(i) % nd if nd else int(i)) for i in dimensions)
+    return BT.bind("squeeze", x, dimensions=dm, **params), [0]
+
+
+define("squeeze", simplify=_simplify_squeeze, flops=_no_flops, batching=_squeeze_batching)
 
 
 @shape_rule("expand_dims")
@@ -329,7 +384,17 @@ def _expand_dims_transpose(ct, operand, *, dimensions=(), **_):
 
 
 deflinear2("expand_dims", _expand_dims_transpose)
-define("expand_dims", flops=_no_flops)
+
+
+def _expand_dims_batching(args, dims, *, dimensions, **params):
+    (x,), (d,) = args, dims
+    x = BT.moveaxis(x, d, 0)
+    nd = BT.ndim(x) - 1 + len(dimensions)
+    dm = tuple(1 + (int(i) % nd) for i in dimensions)
+    return BT.bind("expand_dims", x, dimensions=dm, **params), [0]
+
+
+define("expand_dims", flops=_no_flops, batching=_expand_dims_batching)
 
 
 # ---------------------------------------------------------------- transpose
@@ -360,7 +425,17 @@ def _transpose_transpose(ct, operand, *, permutation, **_):
 
 
 deflinear2("transpose", _transpose_transpose)
-define("transpose", simplify=_simplify_transpose, flops=_no_flops)
+
+
+def _transpose_batching(args, dims, *, permutation, **params):
+    (x,), (d,) = args, dims
+    perm = (d,) + tuple(int(i) if int(i) < d else int(i) + 1 for i in permutation)
+    if perm == tuple(range(len(perm))):
+        return [x], [0]
+    return BT.bind("transpose", x, permutation=perm, **params), [0]
+
+
+define("transpose", simplify=_simplify_transpose, flops=_no_flops, batching=_transpose_batching)
 
 
 # ---------------------------------------------------------------- rev
@@ -383,7 +458,14 @@ def _rev_transpose(ct, operand, *, dimensions, **_):
 
 
 deflinear2("rev", _rev_transpose)
-define("rev", flops=_no_flops)
+
+
+def _rev_batching(args, dims, *, dimensions, **params):
+    (x,), (d,) = args, dims
+    return BT.bind("rev", x, dimensions=BT.bump(dimensions, d), **params), [d]
+
+
+define("rev", flops=_no_flops, batching=_rev_batching)
 
 
 # ---------------------------------------------------------------- concatenate
@@ -426,7 +508,18 @@ def _concatenate_transpose(ct, *operands, dimension, **_):
 
 
 deflinear2("concatenate", _concatenate_transpose)
-define("concatenate", flops=_no_flops)
+
+
+def _concatenate_batching(args, dims, *, dimension, **params):
+    size = BT.axis_size()
+    xs = [
+        BT.moveaxis(x, d, 0) if d is not None else BT.broadcast(x, size, 0)
+        for x, d in zip(args, dims)
+    ]
+    return BT.bind("concatenate", *xs, dimension=int(dimension) + 1, **params), [0]
+
+
+define("concatenate", flops=_no_flops, batching=_concatenate_batching)
 
 
 # ---------------------------------------------------------------- pad
@@ -474,7 +567,29 @@ def _pad_transpose(ct, operand, padding_value, *, padding_config, **_):
 
 
 deflinear2("pad", _pad_transpose)
-define("pad", flops=_no_flops)
+
+
+def _pad_batching(args, dims, *, padding_config, **params):
+    """JAX's `_pad_batch_rule` (a batched padding value: pad with zeros, then select)."""
+    (x, pv), (xd, pd) = args, dims
+    if xd is None:
+        xd = 0
+        x = BT.broadcast(x, BT.axis_size(), 0)
+    cfg = list(padding_config)
+    cfg.insert(xd, (0, 0, 0))
+    cfg = tuple(cfg)
+    if pd is None:
+        return BT.bind("pad", x, pv, padding_config=cfg, **params), [xd]
+    (y,) = BT.bind("pad", x, ops.lit(0, x), padding_config=cfg, **params)
+    ones = ops.broadcast_in_dim(Literal(True, ShapedArray((), "bool")), BT.shape_of(x), ())
+    (mask,) = BT.bind(
+        "pad", ones, Literal(False, ShapedArray((), "bool")), padding_config=cfg, **params
+    )
+    bpv = ops.broadcast_in_dim(pv, BT.shape_of(y), (xd,))
+    return BT.bind("select_n", mask, bpv, y), [xd]
+
+
+define("pad", flops=_no_flops, batching=_pad_batching)
 
 
 # ---------------------------------------------------------------- slice
@@ -523,7 +638,30 @@ def _slice_transpose(ct, operand, *, start_indices, limit_indices, strides=None,
 
 
 deflinear2("slice", _slice_transpose)
-define("slice", flops=_no_flops)
+
+
+def _slice_batching(args, dims, *, start_indices, limit_indices, strides=None, **params):
+    (x,), (d,) = args, dims
+    start = list(BT.ints(start_indices))
+    start.insert(d, 0)
+    limit = list(BT.ints(limit_indices))
+    limit.insert(d, BT.shape_of(x)[d])
+    if strides is not None:
+        strides = list(BT.ints(strides))
+        strides.insert(d, 1)
+        strides = tuple(strides)
+    out = BT.bind(
+        "slice",
+        x,
+        start_indices=tuple(start),
+        limit_indices=tuple(limit),
+        strides=strides,
+        **params,
+    )
+    return out, [d]
+
+
+define("slice", flops=_no_flops, batching=_slice_batching)
 
 
 # ---------------------------------------------------------------- iota
@@ -554,7 +692,7 @@ def _bind_iota(eqn, p, dims):
 
 
 defjvp_zero("iota")
-define("iota", bind_params=_bind_iota, flops=_no_flops)
+define("iota", bind_params=_bind_iota, flops=_no_flops, batching=BT.unbatched("iota"))
 
 
 # ---------------------------------------------------------------- empty2
@@ -576,7 +714,7 @@ _SPACES = {"Host": "host", "Any": "any"}
 
 
 defjvp_zero("empty2")
-define("empty2", flops=_no_flops)
+define("empty2", flops=_no_flops, batching=BT.unbatched("empty2"))
 
 
 # ---------------------------------------------------------------- split
@@ -614,7 +752,22 @@ def _bind_split(eqn, p, dims):
 
 
 deflinear2("split", _split_transpose)
-define("split", multiple_results=True, bind_params=_bind_split, flops=_no_flops)
+
+
+def _split_batching(args, dims, *, sizes, axis, **params):
+    (x,), (d,) = args, dims
+    axis = int(axis)
+    outs = BT.bind("split", x, sizes=sizes, axis=axis + 1 if axis >= d else axis, **params)
+    return outs, [d] * len(outs)
+
+
+define(
+    "split",
+    multiple_results=True,
+    bind_params=_bind_split,
+    flops=_no_flops,
+    batching=_split_batching,
+)
 
 
 # ---------------------------------------------------------------- stack, unstack, tile
@@ -647,7 +800,23 @@ def _stack_transpose(ct, *operands, axis, **_):
 
 
 deflinear2("stack", _stack_transpose)
-define("stack", flops=_no_flops)
+
+
+def _stack_batching(args, dims, *, axis, **params):
+    axis = int(axis)
+    d = dims[0]
+    if d is not None and all(e == d for e in dims):
+        if axis <= d:
+            return BT.bind("stack", *args, axis=axis, **params), [d + 1]
+        return BT.bind("stack", *args, axis=axis + 1, **params), [d]
+    xs = [
+        BT.moveaxis(x, e, 0) if e is not None else BT.broadcast(x, BT.axis_size(), 0)
+        for x, e in zip(args, dims)
+    ]
+    return BT.bind("stack", *xs, axis=axis + 1, **params), [0]
+
+
+define("stack", flops=_no_flops, batching=_stack_batching)
 
 
 @shape_rule("unstack")
@@ -674,7 +843,21 @@ def _unstack_transpose(cts, operand, *, axis, **_):
 
 
 deflinear2("unstack", _unstack_transpose)
-define("unstack", multiple_results=True, flops=_no_flops)
+
+
+def _unstack_batching(args, dims, *, axis=0, **params):
+    (x,), (d,) = args, dims
+    axis = int(axis)
+    if axis < d:
+        out_axis, out_d = axis, d - 1
+    else:
+        out_axis, out_d = axis + 1, d
+    outs = BT.bind("unstack", x, axis=out_axis, **params)
+    return outs, [out_d] * len(outs)
+
+
+define("unstack", first_version=(0, 12))
+define("unstack", multiple_results=True, flops=_no_flops, batching=_unstack_batching)
 
 
 @shape_rule("tile")
@@ -699,7 +882,16 @@ def _tile_transpose(ct, operand, *, reps, **_):
 
 
 deflinear2("tile", _tile_transpose)
-define("tile", flops=_no_flops)
+
+
+def _tile_batching(args, dims, *, reps, **params):
+    (x,), (d,) = args, dims
+    r = list(BT.ints(reps))
+    r.insert(d, 1)
+    return BT.bind("tile", x, reps=tuple(r), **params), [d]
+
+
+define("tile", flops=_no_flops, batching=_tile_batching)
 
 
 # ---------------------------------------------------------------- dim_as_value
@@ -711,6 +903,7 @@ def _dim_as_value(in_types, params, out_hint):
 
 
 defjvp_zero("dim_as_value")
+define("dim_as_value", batching=BT.unbatched("dim_as_value"))
 
 
 # linearize recomputes residuals built only from literals with these (broadcast zeros)

@@ -9,11 +9,13 @@ the JVP rebinds the primitive on the tangent and the transpose passes the cotang
 
 from __future__ import annotations
 
+from ..ad import batching as BT
 from ..ad.registry import defidentity
 from ..core import ShapedArray
 from ..record import define
 from ..shapes import shape_rule
 from ..shapes.util import types_agree
+from ..text import style as ST
 from ..text.param_rules import sorted_params
 
 
@@ -48,6 +50,7 @@ define(
     multiple_results=True,
     evaluate=_evaluate_identity,
     flops=_no_flops,
+    batching=BT.same_dims("device_put"),
     # placement only: the values pass unchanged
     evaluated_params=frozenset("devices srcs copy_semantics".split()),
 )
@@ -81,14 +84,22 @@ def _print_reshard(e, style):
 
 defidentity("mesh_cast")
 # (its JVP, transpose and evaluation are in collectives.py: reshard moves data across devices)
-define("reshard", print_params=_print_reshard, flops=_no_flops)
+define(
+    "reshard",
+    print_params=_print_reshard,
+    flops=_no_flops,
+    # 0.10+ prints no parameter
+    version_clues=lambda e: {ST.CLUE_0_7_2} if e.params else set(),
+)
 define("mesh_cast", evaluate=_evaluate_identity, evaluated_params=frozenset({"dst_sharding"}))
+for _n in ("reshard", "mesh_cast"):
+    define(_n, batching=BT.vectorized(_n))
 
 
 # ---------------------------------------------------------------- sharding_constraint, memory space
 
 # (its JVP, transpose and evaluation are in collectives.py, with the mesh it constrains to)
-define("sharding_constraint", flops=_no_flops)
+define("sharding_constraint", flops=_no_flops, batching=BT.vectorized("sharding_constraint"))
 for _n in (
     "layout_constraint",
     "with_memory_space_constraint",
@@ -97,3 +108,5 @@ for _n in (
     "remove_memory_space",
 ):
     defidentity(_n)
+    define(_n, batching=BT.vectorized(_n))
+define("shard_alike", batching=BT.vectorized("shard_alike"))

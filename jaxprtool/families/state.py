@@ -18,6 +18,7 @@ from ..record import define
 from ..shapes import ShapeError, shape_rule
 from ..shapes.util import broadcast_shapes, nargs, one_arr
 from ..text import pretty as pp
+from ..text import style as ST
 
 # ---------------------------------------------------------------- Refs in the back end
 
@@ -101,6 +102,7 @@ define(
     "new_ref",
     effectful=True,
     evaluate=_evaluate_new_ref,
+    version_clues=lambda e: {ST.CLUE_0_12} if "pin" in e.params else set(),
     evaluated_params=frozenset({"memory_space", "kind", "pin"}),  # placement of the box
 )
 define("freeze", effectful=True, evaluate=_evaluate_freeze)

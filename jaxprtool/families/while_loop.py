@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..ad import batching as BT
 from ..ad import builder as B
 from ..ad.jvp import jvp_masked
-from ..ad.zeros import Zero, instantiate, nonzero_mask, tangent_type, zero_tangents
+from ..ad.ops import instantiate
+from ..ad.zeros import Zero, nonzero_mask, tangent_type, zero_tangents
 from ..core import Jaxpr, JaxprError, ShapedArray, Var
 from ..record import define
 from ..shapes import ShapeError, shape_rule
@@ -174,6 +176,57 @@ def _while_transpose(cts, *args, **params):
     raise JaxprError(WHILE_TRANSPOSE_ERROR, B.current().loc)
 
 
+# ---------------------------------------------------------------- batching
+
+
+def _while_batching(args, dims, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, **params):
+    """JAX's `_while_loop_batching_rule`.  A batched predicate: every carry is batched at axis
+    0 and the loop runs until every example is done, each example's carry frozen once its
+    predicate is false (the `while` primitive's semantics for a predicate of rank > 0, as JAX
+    lowers it); otherwise the carries are batched at the predicate's rank."""
+    ncc, nbc = int(cond_nconsts), int(body_nconsts)
+    ccd, bcd, kd = dims[:ncc], dims[ncc : ncc + nbc], dims[ncc + nbc :]
+    init = args[ncc + nbc :]
+    nk = len(kd)
+    carry_b = [d is not None for d in kd]
+    cb_bat, bc_bat = [d is not None for d in ccd], [d is not None for d in bcd]
+    for _ in range(nk + 1):
+        _, out_b = BT.batch_jaxpr(body_jaxpr, bc_bat + carry_b, carry_b)
+        if out_b == carry_b:
+            break
+        carry_b = [a or b for a, b in zip(carry_b, out_b)]
+    _, (pred_b,) = BT.batch_jaxpr(cond_jaxpr, cb_bat + carry_b, False)
+    if pred_b:
+        carry_dims = [0] * nk
+        body_b, _ = BT.batch_jaxpr_axes(body_jaxpr, list(bcd) + carry_dims, carry_dims)
+        cond_b, _ = BT.batch_jaxpr_axes(cond_jaxpr, list(ccd) + carry_dims, [0])
+    else:
+        rank = cond_jaxpr.outvars[0].type.ndim
+        carry_dims = [rank if b else None for b in carry_b]
+        body_b, _ = BT.batch_jaxpr_axes(body_jaxpr, list(bcd) + carry_dims, carry_dims)
+        cond_b, _ = BT.batch_jaxpr_axes(cond_jaxpr, list(ccd) + carry_dims, [None])
+    size = BT.axis_size()
+    new_init = []
+    for x, old, new in zip(init, kd, carry_dims):
+        if old is None and new is not None:
+            new_init.append(BT.broadcast(x, size, new))
+        elif old is None:
+            new_init.append(x)
+        else:
+            new_init.append(BT.moveaxis(x, old, new))
+    p = dict(
+        params,
+        cond_jaxpr=cond_b,
+        body_jaxpr=body_b,
+        cond_nconsts=cond_nconsts,
+        body_nconsts=body_nconsts,
+    )
+    outs = B.current().emit(
+        "while", [*args[: ncc + nbc], *new_init], p, [v.type for v in body_b.outvars]
+    )
+    return outs, carry_dims
+
+
 # ---------------------------------------------------------------- DCE
 
 
@@ -296,6 +349,21 @@ def _while_binder_type(eqn, pos):
     return v.type if isinstance(v.type, ShapedArray) else None
 
 
+# ---------------------------------------------------------------- the graph's edges into the bodies
+
+
+def _while_body_operands(eqn, key, body):
+    nc = int(eqn.params.get("cond_nconsts", 0))
+    nb = int(eqn.params.get("body_nconsts", 0))
+    ops = list(eqn.inputs)
+    carry = ops[nc + nb :]
+    if key == "cond_jaxpr":
+        return ops[:nc] + carry
+    if key == "body_jaxpr":
+        return ops[nc : nc + nb] + carry
+    return None
+
+
 # ---------------------------------------------------------------- registration
 
 
@@ -330,5 +398,8 @@ define(
     evaluate=_while_evaluate,
     evaluated_params=frozenset("cond_jaxpr body_jaxpr cond_nconsts body_nconsts".split()),
     binder_type=_while_binder_type,
+    batching=_while_batching,
+    body_operands=_while_body_operands,
+    unbounded_loop=True,
     hoist_consts=_while_hoist_consts,
 )

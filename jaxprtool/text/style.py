@@ -3,7 +3,6 @@
 A `Style` is a frozen dataclass holding the JAX version tuple; every switch the
 printer (and code that builds equations, e.g. AD) needs is a derived property:
 
-* `call_prim`: `pjit` (0.4.35, 0.6.2) or `jit` (0.7.2 and later);
 * `typed_literals`: `1.0:f32[]` (0.6.2+) vs `1.0` (0.4.35);
 * `suggest_names`: inner jit names copied from the outer equation (0.6.2+);
 * `hoist_large`: nested jaxprs with more than 10 equations are hoisted (0.10+);
@@ -17,8 +16,11 @@ printer (and code that builds equations, e.g. AD) needs is a derived property:
 * `custom_call_rule`: custom_jvp_call / custom_vjp_call print `name=` first and hide their
   thunks (0.6.1+, jax-ml/jax#28608, #28715); before, every parameter sorted.
 
-`detect_style(jaxpr)` guesses the style of a parsed program; `scan_params` and
-`scan_counts` build and read scan parameters in either encoding.
+`detect_style(jaxpr)` guesses the style of a parsed program from what its equations'
+records say (`Primitive.first_version`, `Primitive.version_clues`); `scan_params` and
+`scan_counts` build and read scan parameters in either encoding.  What a style prints for a
+primitive (jit's name, a parameter's presence) is its record's (`print_name`,
+`print_params`, `restyle`).
 """
 
 from __future__ import annotations
@@ -30,9 +32,22 @@ from typing import Any
 
 from .. import core
 from ..params import Opaque, Record, format_value
+from ..record import prim as record_of
 
 _REAL_ADDR = re.compile(r" at 0x(?!X+\b)[0-9a-fA-F]+")
-_NEW_IN_0_12 = frozenset({"eval_jaxpr", "one_minus_square", "polynomial", "unstack"})
+
+#: the clues an equation gives about the JAX version that printed it (`version_clues`):
+#: printed by that version (or one before it, for the `BEFORE_` ones)
+CLUE_BEFORE_0_4_4 = "before 0.4.4"
+CLUE_BEFORE_0_4_22 = "before 0.4.22"
+CLUE_0_4_35 = "0.4.35"
+CLUE_BEFORE_0_6_1 = "before 0.6.1"
+#: jit printed under its old name (0.4.35 or 0.6.2, told apart by the names of its body)
+CLUE_OLD_CALL_NAME = "old call name"
+CLUE_0_7_2 = "0.7.2"
+#: a form 0.10 and 0.11 print and 0.12 does not
+CLUE_0_10 = "0.10"
+CLUE_0_12 = "0.12"
 #: the oldest JAX whose printouts the tool reads and writes (its printing is the 0.4.3 style's)
 OLDEST = (0, 4, 1)
 KNOWN_VERSIONS = (
@@ -72,10 +87,6 @@ class Style:
         return ".".join(str(x) for x in self.version)
 
     # ------------------------------------------------------------ switches
-    @property
-    def call_prim(self) -> str:
-        return "pjit" if self.version < (0, 7) else "jit"
-
     @property
     def typed_literals(self) -> bool:
         return self.version >= (0, 5)
@@ -245,100 +256,67 @@ def scan_counts(params: dict[str, Any]) -> tuple[int, int] | None:
 def detect_style(jaxpr: core.Jaxpr) -> Style:
     """Guess the JAX version whose printing a parsed program follows.
 
-    A result-less equation printed ` = prim`, or `pjit` with `name=` among the sorted keys
-    -> 0.4.21 (0.4.3 when pjit prints its defaults); untyped literals -> 0.4.35;
-    custom_jvp_call / custom_vjp_call with their thunks -> 0.6.0; `pjit` -> 0.6.2 (0.4.35 when names are not
-    suggested cannot be told apart, but then the output is the same); scan with
-    `ft_in` or a 0.12-only primitive -> 0.12; `broadcast_in_dim[shape=...]`,
-    scan `_split_transpose`, `MemRef` types -> 0.7.2; scan's `num_consts`, reduce_max or
-    reduce_min without `out_sharding` -> 0.10.2; otherwise `unmarked_style()` (0.10.2 and
-    0.12 print such a text alike; what the tool adds to it, e.g. tanh's derivative
-    `one_minus_square`, follows the installed JAX).
+    The clues, oldest first: a result-less equation printed ` = prim`, or jit's old name with
+    `name=` among the sorted keys -> 0.4.21 (0.4.3 when it prints its defaults); untyped
+    literals -> 0.4.35; custom calls with their thunks -> 0.6.0; jit's old name -> 0.6.2
+    (0.4.35 when names are not suggested cannot be told apart, but then the output is the
+    same); parameters only 0.7.2 printed, real addresses, or a large nested jaxpr printed
+    inline -> 0.7.2; a 0.12-only primitive or parameter -> 0.12; a form only 0.10 and 0.11
+    printed (scan's `num_consts`, reduce_max without `out_sharding`) -> 0.10.2; otherwise
+    `unmarked_style()` (0.10.2 and 0.12 print such a text alike; what the tool adds to it,
+    e.g. tanh's derivative `one_minus_square`, follows the installed JAX).  Each primitive's
+    clues are its record's (`version_clues`, `first_version`).
     """
-    pjit = untyped = old_bcast = ft = old_scan = real_addr = suggested = fresh = False
-    before_0_11 = False
-    before_0_4_4 = before_0_4_22 = before_0_6_1 = False
+    real_addr = suggested = fresh = False
+    clues: set[str] = set()
     seen: set[int] = set()
-    shared: set[int] = (
-        set()
-    )  # jaxprs referenced more than once: printed hoisted, no name suggestion
+    shared: set[int] = set()  # jaxprs referenced more than once: printed hoisted, no names
     for e in core.all_eqns(jaxpr):
         for sub in core.eqn_subjaxprs(e):
             (shared if id(sub) in seen else seen).add(id(sub))
     for e in core.all_eqns(jaxpr):
-        p = e.prim
+        rec = record_of(e.prim)
         if e.bare_eq:
-            before_0_4_22 = True
-        if p == "pjit":
-            pjit = True
-            keys = list(e.params)
-            if "name" in keys and keys[0] != "name" and min(keys) != "name":
-                before_0_4_22 = True  # `name=` among the sorted keys (jax-ml/jax#18862)
-            if _jit_default_printed(e.params):
-                before_0_4_4 = True  # no pjit print rule yet (jax-ml/jax#14384)
-            inner = e.params.get("jaxpr")
-            if (
-                isinstance(inner, core.Jaxpr)
-                and len(inner.invars) == len(e.inputs)
-                and id(inner) not in shared
-            ):
+            clues.add(CLUE_BEFORE_0_4_22)
+        if rec.version_clues is not None:
+            clues |= rec.version_clues(e)
+        if rec.first_version is not None and rec.first_version > STYLE_0_10.version:
+            clues.add(CLUE_0_12)
+        elif e.prim[:1].isupper():  # 0.12 HiPrims: CustomRoot[...], SearchSorted[...]
+            clues.add(CLUE_0_12)
+        inner = e.params.get(rec.suggest_names) if rec.suggest_names else None
+        if isinstance(inner, core.Jaxpr) and len(inner.invars) == len(e.inputs):
+            if id(inner) not in shared:
                 for a, b in zip(e.inputs, inner.invars):
                     if isinstance(a, core.Var) and a.hint:
                         if a.hint == b.hint:
                             suggested = True
                         else:
                             fresh = True
-        elif p == "scan":
-            if "ft_in" in e.params or "ft_out" in e.params:
-                ft = True
-            elif "num_consts" in e.params:
-                before_0_11 = True  # the counts encoding (0.11 printed flat trees)
-            if "_split_transpose" in e.params:
-                old_scan = True
-        elif p in ("reduce_max", "reduce_min") and "out_sharding" not in e.params:
-            before_0_11 = True
-        elif (p == "broadcast_in_dim" and "shape" in e.params) or (p == "reshard" and e.params):
-            old_bcast = True
-        elif (p == "custom_lin" and "out_avals" in e.params) or (
-            p == "custom_jvp_call" and "jvp_jaxpr_thunk" in e.params
-        ):
-            untyped = True  # only 0.4.35 printed these
-        elif (p == "custom_vjp_call" and {"out_trees", "fwd_jaxpr_thunk"} & e.params.keys()) or (
-            p == "custom_jvp_call" and "jvp_jaxpr_fun" in e.params
-        ):
-            before_0_6_1 = True  # no print rule yet (jax-ml/jax#28608, #28715)
-        elif (
-            p in _NEW_IN_0_12
-            or (p == "top_k" and "is_stable" in e.params)
-            or (p == "new_ref" and "pin" in e.params)
-        ):
-            ft = True
-        elif p[:1].isupper():  # 0.12 HiPrims: CustomRoot[...], SearchSorted[...]
-            ft = True
         if not real_addr:
             for v in e.params.values():
                 if isinstance(v, (Opaque, Record, str)) and _REAL_ADDR.search(format_value(v)):
                     real_addr = True
                     break
-        if not untyped:
-            for a in e.inputs:
-                if isinstance(a, core.Literal) and not a.typed:
-                    untyped = True
-                    break
-    if not untyped:
-        untyped = any(isinstance(a, core.Literal) and not a.typed for a in _all_outvars(jaxpr))
-    if before_0_4_4:
+        if CLUE_0_4_35 not in clues:
+            if any(isinstance(a, core.Literal) and not a.typed for a in e.inputs):
+                clues.add(CLUE_0_4_35)  # untyped literals
+    if any(isinstance(a, core.Literal) and not a.typed for a in _all_outvars(jaxpr)):
+        clues.add(CLUE_0_4_35)
+    if CLUE_BEFORE_0_4_4 in clues:
         return Style((0, 4, 3))
-    if before_0_4_22:
+    if CLUE_BEFORE_0_4_22 in clues:
         return Style((0, 4, 21))
-    if untyped:
+    if CLUE_0_4_35 in clues:
         return Style((0, 4, 35))
-    if before_0_6_1:
+    if CLUE_BEFORE_0_6_1 in clues:
         return Style((0, 6, 0))
-    if pjit:
+    if CLUE_OLD_CALL_NAME in clues:
         # 0.4.35 never gave an inner jaxpr the names of the outer operands
         return Style((0, 4, 35)) if fresh and not suggested else Style((0, 6, 2))
-    if not old_bcast and any(
+    if real_addr:
+        clues.add(CLUE_0_7_2)
+    if CLUE_0_7_2 not in clues and any(
         len(e.params[k].eqns) > 10
         for e in core.all_eqns(jaxpr)
         for k in e.params
@@ -348,12 +326,12 @@ def detect_style(jaxpr: core.Jaxpr) -> Style:
         # main jaxpr's first binder is not `a`; printed inline it is (0.7.2)
         first = (jaxpr.constvars + jaxpr.invars)[:1]
         if first and first[0].hint == "a":
-            old_bcast = True
-    if old_bcast or old_scan or real_addr:
+            clues.add(CLUE_0_7_2)
+    if CLUE_0_7_2 in clues:
         return Style((0, 7, 2))
-    if ft:
+    if CLUE_0_12 in clues:
         return DEFAULT_STYLE
-    if before_0_11:
+    if CLUE_0_10 in clues:
         return STYLE_0_10
     return unmarked_style()
 
@@ -370,14 +348,6 @@ def unmarked_style() -> Style:
     except (PackageNotFoundError, ValueError):
         return DEFAULT_STYLE
     return STYLE_0_10 if (0, 10) <= installed < (0, 12) else DEFAULT_STYLE
-
-
-def _jit_default_printed(params: dict) -> bool:
-    """A pjit parameter printed with the value that pjit's print rule (JAX 0.4.4+) hides."""
-    donated = params.get("donated_invars")
-    if isinstance(donated, tuple) and donated and not any(donated):
-        return True
-    return params.get("inline") is False or "in_positional_semantics" in params
 
 
 def walk_jaxprs(top: core.Jaxpr, subjaxprs):

@@ -16,6 +16,7 @@ Labels are plain text: the `graphviz` package quotes them, and line breaks are D
 from __future__ import annotations
 
 from ..core import Eqn, Jaxpr, Literal, ProgramError, Var, eqn_subjaxprs, subjaxprs
+from ..record import prim as record_of
 
 PRIMAL_COLOUR = "#dbe9f6"
 LINEAR_COLOUR = "#fde0c5"
@@ -69,26 +70,13 @@ def _bodies(eqn: Eqn) -> list[tuple[str, str, Jaxpr]]:
 def body_operands(eqn: Eqn, key: str, body: Jaxpr) -> list | None:
     """The operands of `eqn` that the inputs of its nested `body` (parameter `key`) bind, or
     None when that is not a plain correspondence (a custom rule's own signature)."""
-    ops = list(eqn.inputs)
-    n = len(body.invars)
     if key in _RULE_PARAMS:
         return None
-    if eqn.prim == "while":
-        nc = int(eqn.params.get("cond_nconsts", 0))
-        nb = int(eqn.params.get("body_nconsts", 0))
-        carry = ops[nc + nb :]
-        if key == "cond_jaxpr":
-            got = ops[:nc] + carry
-        elif key == "body_jaxpr":
-            got = ops[nc : nc + nb] + carry
-        else:
-            return None
-        return got if len(got) == n else None
-    if n == len(ops):
-        return ops
-    if eqn.prim == "cond" and n == len(ops) - 1:
-        return ops[1:]  # the branch index selects; the branches bind the rest
-    return None
+    rule = record_of(eqn.prim).body_operands
+    if rule is not None:
+        got = rule(eqn, key, body)
+        return got if got is not None and len(got) == len(body.invars) else None
+    return list(eqn.inputs) if len(body.invars) == len(eqn.inputs) else None
 
 
 class _Graph:

@@ -145,7 +145,7 @@ def stats(j: Jaxpr) -> dict:
         "bytes": nbytes,
         "bytes_in": sum(_nbytes(v.type) for v in (*j.constvars, *j.invars)),
         "bytes_out": sum(_nbytes(a.type) for a in j.outvars),
-        "while_loops": counts.get("while", 0),
+        "while_loops": sum(n for p, n in counts.items() if prim(p).unbounded_loop),
     }
 
 

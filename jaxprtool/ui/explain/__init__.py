@@ -13,7 +13,7 @@ Stages:
 
 1. the primal program, printed as JAX prints it;
 2. forward: for each primal equation, the step `jvp_eval` took: the helper that registered
-   its JVP rule (`registry.rule_kind`), the primal-side work the rule added (future residuals),
+   its JVP rule (as the walk reports it), the primal-side work the rule added (future residuals),
    the tangent equations, and the output tangents with a value summary for a random input
    direction; equations whose input tangents are all symbolically zero get no rule ("no
    tangent (all inputs constant)");
@@ -39,8 +39,6 @@ programs, finite differences, analytic formulas), `render` (rich output).
 """
 
 from __future__ import annotations
-
-import contextlib
 
 from ...core import Jaxpr, JaxprError, ShapedArray, Var, is_float, is_inexact
 from ...lazy import np
@@ -109,22 +107,6 @@ def _guard(stage: int, fn, *args):
         raise _Stop(stage, e if isinstance(e, JaxprError) else JaxprError(err_text(e))) from None
 
 
-@contextlib.contextmanager
-def _own_fallback_notes():
-    """Collect the custom-rule fallbacks of this walk alone (the registry notes each function
-    once), then merge them back into the notes already there."""
-    from ...ad.registry import custom_rule_fallbacks
-
-    notes = custom_rule_fallbacks.notes
-    saved = list(notes)
-    notes.clear()
-    try:
-        yield
-    finally:
-        mine = list(notes)
-        notes[:] = saved + [n for n in mine if n not in saved]
-
-
 def explain_data(
     jaxpr: Jaxpr,
     args,
@@ -173,8 +155,7 @@ def explain_data(
     rec = Recorder(data, namer, width)
     data.keep.append(rec)
     try:
-        with _own_fallback_notes():
-            _pipeline(data, rec, jaxpr, args, consts, mask, seed, namer.style)
+        _pipeline(data, rec, jaxpr, args, consts, mask, seed, namer.style)
     except _Stop as stop:
         data.error, data.stopped_in = stop.error, stop.stage
     return data

@@ -19,13 +19,10 @@ from ...core import (
     JaxprError,
     Literal,
     Var,
-    all_eqns,
-    eqn_subjaxprs,
     is_inexact,
     short_dtype_name,
 )
 from ...lazy import np
-from ...record import prim as record_of
 from ..checkgrad import Check
 
 # ---------------------------------------------------------------- value summaries
@@ -192,55 +189,6 @@ def rule_error(err: Exception, kind: str, eqn: Eqn | None) -> JaxprError:
     return JaxprError(f"the {kind} rule of '{eqn.prim}' failed: {err_text(err)}", loc)
 
 
-# ---------------------------------------------------------------- fallback rules
-
-
-def plugin_rules_in(eqn: Eqn, transpose: bool = False) -> list[str]:
-    """The plugin rules differentiating `eqn` (or an equation nested in it): a primitive's
-    JVP/transpose rule registered by a plugin, or a custom_jvp/custom_vjp rule given by one."""
-    from ...ad.registry import (
-        BWD_RULE_PARAM,
-        FWD_RULE_PARAM,
-        JVP_RULE_PARAM,
-        custom_jvps,
-        custom_vjps,
-    )
-    from ...plugins import plugin_rules
-
-    found: list[str] = []
-
-    def name_of(v) -> str:
-        s = str(v)
-        return s[len("<function ") :].split(" at ")[0] if s.startswith("<function ") else s
-
-    def look(e: Eqn, inside: bool) -> None:
-        where = " (in a nested equation)" if inside else ""
-        what = "transpose" if transpose else "JVP"
-        p = e.params
-        path = plugin_rules.get(e.prim, {}).get("transpose" if transpose else "jvp")
-        if path is not None:
-            found.append(f"{what} rule of '{e.prim}' from plugin {path}{where}")
-        if not transpose and e.prim.startswith("custom_jvp_call"):
-            jvp = name_of(p.get("jvp", p.get("jvp_jaxpr_thunk")))
-            if jvp in custom_jvps and not isinstance(p.get(JVP_RULE_PARAM), Jaxpr):
-                found.append(f"custom_jvp rule '{jvp}' from a plugin (register_custom_jvp){where}")
-        if not transpose and e.prim.startswith("custom_vjp_call"):
-            names = [name_of(p.get("fwd")), name_of(p.get("bwd"))]
-            hit = next((n for n in names if n in custom_vjps), None)
-            if hit is not None and not isinstance(p.get(FWD_RULE_PARAM), Jaxpr):
-                found.append(f"custom_vjp rules '{hit}' from a plugin (register_custom_vjp){where}")
-        if transpose and e.prim == "custom_lin":
-            bwd = name_of(p.get("bwd"))
-            if bwd in custom_vjps and not isinstance(p.get(BWD_RULE_PARAM), Jaxpr):
-                found.append(f"custom_vjp bwd rule '{bwd}' from a plugin{where}")
-
-    look(eqn, False)
-    for sub in eqn_subjaxprs(eqn):
-        for e in all_eqns(sub):
-            look(e, True)
-    return list(dict.fromkeys(found))
-
-
 # ---------------------------------------------------------------- the recorder
 
 
@@ -259,8 +207,6 @@ class Recorder:
     over the walks' inputs (for `checks.fill_values`)."""
 
     def __init__(self, data: ExplainData, namer, width: int = 100):
-        from ...ad.registry import custom_rule_fallbacks
-
         self.data = data
         self.namer = namer
         self.lnamer = None
@@ -268,8 +214,8 @@ class Recorder:
         self.walk: str | None = None  # "jvp" | "transpose": the walk under way
         self.failed: str | None = None  # the walk that stopped (step_failed)
         self.error: JaxprError | None = None
-        self._notes = custom_rule_fallbacks.notes
-        self._n_notes = len(self._notes)
+        #: (eqn, kind, notes) of the step whose rule ran last (`step_notes`)
+        self._rule_run: tuple | None = None
         # forward walk
         self.fwd_consts: list = []
         self.fwd_primals: list = []
@@ -307,21 +253,22 @@ class Recorder:
     def _eqn(self, namer, e: Eqn) -> str:
         return namer.eqn_text(e, self.width)
 
-    def _new_notes(self) -> list[str]:
-        new = self._notes[self._n_notes :]
-        self._n_notes = len(self._notes)
-        return list(new)
-
-    def _fallbacks(self, where: str, eqn: Eqn, transpose: bool) -> list[str]:
-        found = ([] if transpose else self._new_notes()) + plugin_rules_in(eqn, transpose)
+    def _fallbacks(self, where: str, eqn: Eqn) -> list[str]:
+        """What the rule of `eqn` noted (a fallback, a plugin's rule), as the walk reported it
+        (`step_notes`), also in the summary under `where`."""
+        run = self._rule_run
+        found = list(run[2]) if run is not None and run[0] is eqn else []
         self.data.fallbacks.extend((where, f) for f in found)
         return found
+
+    # ------------------------------------------------------------ what the rules noted
+    def step_notes(self, eqn, kind, notes) -> None:
+        self._rule_run = (eqn, kind, list(notes))
 
     # ------------------------------------------------------------ forward (jvp_eval)
     def jvp_begin(self, jaxpr, primals, tangents, consts) -> None:
         n = self.namer
         self.walk = "jvp"
-        self._n_notes = len(self._notes)
         self.fwd_consts = list(consts)
         self.fwd_primals = list(primals)
         for v, p in zip(jaxpr.constvars, consts):
@@ -343,7 +290,7 @@ class Recorder:
         self.fwd_eqns.extend(eqns)
         for o, p in zip(eqn.outputs, primal_outs):
             self._alias(n, p, o)
-        step.fallbacks = self._fallbacks(f"eqn {step.index} ({eqn.prim})", eqn, False)
+        step.fallbacks = self._fallbacks(f"eqn {step.index} ({eqn.prim})", eqn)
         if kind == "copy":
             step.constant = True
             return
@@ -527,7 +474,7 @@ class Recorder:
         eqns = emitted.eqns()
         self.rev_eqns.extend(eqns)
         step.eqns = [self._eqn(ln, q) for q in eqns]
-        step.fallbacks = self._fallbacks(f"linear eqn {step.index} ({eqn.prim})", eqn, True)
+        step.fallbacks = self._fallbacks(f"linear eqn {step.index} ({eqn.prim})", eqn)
 
     def finish_reverse(self) -> None:
         """After a walk that went to the end: the linear equations no cotangent reached."""
@@ -551,9 +498,10 @@ class Recorder:
                 return
             n = self.namer
             step = ForwardStep(len(self.data.forward), eqn, self._eqn(n, eqn), error=self.error)
-            rec = record_of(eqn.prim)
-            step.kind = rec.jvp_kind or ("primitive_jvps" if rec.jvp is not None else None)
-            step.fallbacks = self._fallbacks(f"eqn {step.index} ({eqn.prim})", eqn, False)
+            run = self._rule_run
+            if run is not None and run[0] is eqn:  # the rule ran and raised
+                step.kind = run[1] or "primitive_jvps"
+            step.fallbacks = self._fallbacks(f"eqn {step.index} ({eqn.prim})", eqn)
             self.data.forward.append(step)
         elif self.walk == "transpose":
             self.error = rule_error(error, "transpose", eqn)
