@@ -64,8 +64,6 @@ KNOWN = [
     # printer: a shared jaxpr named after a `name=` value that is no name (`let g g = `)
     ("bad output", r"does not parse: .*(found 'let'|expected a name|expected '=', found)"),
     ("bad output", r"fmt printed a program that fails: .*missing jaxpr parameter 'jaxpr'"),
-    # printer: `fmt --width N` breaks inside a parameter value (`(\n\n)`), read back opaque
-    ("bad output", r"malformed parameter value|cannot be checked \(TypeError: .*'Opaque'"),
     # printer: --jax-style 0.4.35 prints the array literal `[...]` without its type
     ("bad output", r"expected an operand \(a variable or a literal\), found '\['"),
     # primitives: shape rules accept malformed (Opaque, np.int64) parameters and dtypes

@@ -315,3 +315,24 @@ def test_bf16_arrays_saved_by_numpy_are_read_as_bf16(tmp_path):
     assert r.exit_code == 0, r.output
     y = np.load(tmp_path / "y.npy").view(ml_dtypes.bfloat16)
     np.testing.assert_array_equal(y.astype(np.float32), (x * x).astype(np.float32))
+
+
+# ---------------------------------------------------------------- found by the fuzzer
+
+
+def test_an_empty_tuple_broken_over_lines_reads_back_as_the_empty_tuple(tmp_path):
+    """JAX prints an empty tuple parameter as a (empty) tuple of jaxprs, which a narrow width
+    breaks over three lines (`new_sizes=(` ... `)`); read back, that is `()`, not an opaque
+    value that the reshape rule refuses (the fuzzer's `fmt --width 1` finding)."""
+    jax = pytest.importorskip("jax", reason="JAX prints the reference text")
+    jaxpr = jax.make_jaxpr(lambda a: jax.numpy.reshape(a, ()))(np.ones((1,), np.float32))
+    narrow = jaxpr.pretty_print(width=1, source_info=False) + "\n"
+    assert "new_sizes=(\n        \n      )" in narrow  # JAX's own layout, the case in point
+    p = tmp_path / "narrow.jaxpr"
+    p.write_text(narrow)
+    r = tool("check", p)
+    assert r.exit_code == 0 and not r.stderr, r.stderr
+    r = tool("--jax-style", jax.__version__, "fmt", p)
+    assert r.exit_code == 0 and r.stdout == jaxpr.pretty_print(source_info=False) + "\n"
+    r = tool("--jax-style", jax.__version__, "fmt", "--width", "1", p)
+    assert r.exit_code == 0 and r.stdout == narrow

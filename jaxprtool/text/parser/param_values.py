@@ -181,7 +181,7 @@ class ParamValues(Source):
             self.balanced_raw(i, e, key)
             return s[i:e], e
         raw = s[i:e]
-        if params.format_value(v) != raw:
+        if params.format_value(v) != raw and not _broken_empty_tuple(v, raw):
             v = raw if isinstance(v, str) else params.Opaque(raw)
         return v, e
 
@@ -228,6 +228,12 @@ class ParamValues(Source):
         except RecursionError:
             self.fail(f"the value of '{key}' is nested too deeply", i)
         return v
+
+
+def _broken_empty_tuple(v, raw: str) -> bool:
+    """`(` and `)` on lines of their own: JAX prints an empty tuple as a tuple of jaxprs
+    (pp_jaxprs), which a narrow `--width` breaks; it is the empty tuple."""
+    return v == () and type(v) is tuple and raw[1:-1].isspace()
 
 
 _PLAIN_VALUES = frozenset({int, float, complex, bool, str, type(None)})
