@@ -336,3 +336,33 @@ def test_an_empty_tuple_broken_over_lines_reads_back_as_the_empty_tuple(tmp_path
     assert r.exit_code == 0 and r.stdout == jaxpr.pretty_print(source_info=False) + "\n"
     r = tool("--jax-style", jax.__version__, "fmt", "--width", "1", p)
     assert r.exit_code == 0 and r.stdout == narrow
+
+
+def test_text_that_is_no_dimension_in_a_shape_parameter_is_refused():
+    """`new_sizes=(let f = 1, 4)` was taken as a symbolic size: check passed and linearize
+    printed the type `f32[let f = 1,4]`, which no reader accepts (a fuzz finding)."""
+    text = (
+        "{ lambda ; c:f32[1,4]. let\n"
+        "    i:f32[1,4] = reshape[dimensions=None new_sizes=(let f = 1, 4) sharding=None] c\n"
+        "  in (i,) }\n"
+    )
+    for cmd in ("check", "linearize", "vmap --axis-size 2"):
+        r = tool(*cmd.split(), "-", text=text)
+        assert r.exit_code == 1, (cmd, r.output)
+        assert error_line(r) == (
+            "<stdin>:2:5: error: reshape: malformed dimension 'let f = 1' in a parameter "
+            "(expected an integer or a symbolic dimension)"
+        ), (cmd, r.stderr)
+        assert not r.stdout
+
+
+def test_a_hash_right_after_a_parameter_value_is_part_of_it_on_one_line_or_several():
+    """`sharding=N#one` read as `N#one` on one line but as `N` and a comment once `fmt
+    --width` broke the list over lines (fmt was no fixed point: a fuzz finding)."""
+    flat = "{ lambda ; . let\n    e:i32[3] = iota[dimension=0 dtype=int32 shape=(3,) sharding=N#one] \n  in (e,) }\n"
+    r = tool("fmt", "--width", "40", "-", text=flat)
+    assert r.exit_code == 0, r.stderr
+    assert "      sharding=N#one\n    ] \n" in r.stdout
+    again = tool("fmt", "--width", "40", "-", text=r.stdout)
+    assert again.exit_code == 0 and again.stdout == r.stdout
+    assert tool("fmt", "-", text=r.stdout).stdout == tool("fmt", "-", text=flat).stdout

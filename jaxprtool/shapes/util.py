@@ -7,7 +7,7 @@ from typing import Any
 
 from ..core import Jaxpr, OpaqueType, RefType, ShapedArray, Type, short_dtype_name
 from ..lazy import is_dtype, is_integer, np
-from ..params import format_value
+from ..params import Opaque, format_value
 from . import ShapeError
 
 # ---------------------------------------------------------------- dtype classes
@@ -113,7 +113,13 @@ def pairs(v: Any, what: str = "padding") -> list[tuple]:
 
 
 def dim_param(x: Any):
-    """One dimension from a param: int, or a symbolic dim as a string."""
+    """One dimension from a param: int, or a symbolic dim as a string.  Text the value
+    reader could not interpret (`Opaque`, such as `let f = 1`) is no dimension: taking it as
+    one would print it into a type that no reader accepts."""
+    if isinstance(x, Opaque):
+        raise ShapeError(
+            f"malformed dimension '{x}' in a parameter (expected an integer or a symbolic dimension)"
+        )
     if isinstance(x, bool):
         return int(x)
     if is_integer(x):

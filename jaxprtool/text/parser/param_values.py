@@ -54,9 +54,14 @@ class ParamValues(Source):
         return self.s[k : k + 1] in ("\n", "#")
 
     def at_delim(self, e: int) -> bool:
+        """A value ends at `]`, or at blanks and comments before `]` or the next `key=`.  A
+        `#` right after the value (`sharding=N#one`) is part of it, not a comment, on one
+        line as over several (where a comment would end before the line break)."""
         s = self.s
         if s.startswith("]", e):
             return True
+        if s.startswith("#", e):
+            return False
         j = self.ws(e)
         if j == e:
             return False
