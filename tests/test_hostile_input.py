@@ -366,3 +366,22 @@ def test_a_hash_right_after_a_parameter_value_is_part_of_it_on_one_line_or_sever
     again = tool("fmt", "--width", "40", "-", text=r.stdout)
     assert again.exit_code == 0 and again.stdout == r.stdout
     assert tool("fmt", "-", text=r.stdout).stdout == tool("fmt", "-", text=flat).stdout
+
+
+def test_an_ill_typed_jit_keeps_its_outvars_when_printed_and_read_back():
+    """The reader takes an outvar `_` of a jit's jaxpr to be the latest `_` binder of the
+    jit result's type; in an ill-typed program that type is not the outvar's own, and fmt
+    printed `in (_, _)`, read back as the second result twice (a fuzz finding: fmt was no
+    fixed point).  The printer now names the outvar the reader would misread."""
+    from jaxprtool.text import parser
+
+    text = (
+        "let h0 = { lambda ; f:f32[3]. let\n    h:f32[3] = sin f\n    j:f32[3,3] = cos h\n"
+        "  in (h, j) } in\n{ lambda ; a:f32[3]. let\n"
+        "    k:f32[3,3] l:f32[3,3] = jit[name=h0 jaxpr=h0] a\n  in (a,) }\n"
+    )
+    r = tool("fmt", "-", text=text)
+    assert r.exit_code == 0, r.stderr
+    inner = parser.parse(r.stdout).jaxpr.eqns[0].params["jaxpr"]
+    assert inner.outvars == (inner.eqns[0].outputs[0], inner.eqns[1].outputs[0])
+    assert tool("fmt", "-", text=r.stdout).stdout == r.stdout

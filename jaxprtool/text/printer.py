@@ -269,9 +269,10 @@ class _Printer:
         self.keep: list = []
         self.pairs_cache: dict[int, list] = {}
         self.drop_hints: set[int] = set()
-        # jaxprs whose outvars take the names of an equation's results: the reader takes an
-        # outvar `_` there to be the most recent `_` binder of that result's type
-        self.typed_outvars: set[int] = set()
+        # jaxprs whose outvars take the names of an equation's results (id -> those results):
+        # the reader takes an outvar `_` there to be the most recent `_` binder of that
+        # result's type
+        self.typed_outvars: dict[int, tuple] = {}
         self.scopes: list[Jaxpr] = []  # every jaxpr printed in full (each is one naming scope)
         self.value_cache: dict = {}
         # id(value) -> printed text, for one printout (`keep` holds the values alive)
@@ -646,7 +647,7 @@ class _Printer:
             if isinstance(inner, Jaxpr) and id(inner) not in self.shared:
                 self.suggest(inner.invars, e.inputs)
                 self.suggest(inner.outvars, e.outputs)
-                self.typed_outvars.add(id(inner))
+                self.typed_outvars[id(inner)] = tuple(e.outputs)
         self._name_binders(e.outputs)
         for _, v in self._pairs(e):
             self._name_sub(v)
@@ -712,21 +713,33 @@ class _Printer:
 
     def _check_typed_outvars(self, j: Jaxpr, bad: dict[int, None]) -> None:
         """The outvars of a jaxpr named after an equation's results (`jit`): `_` reads as
-        the most recent `_` binder of its type, any other name as its most recent binder."""
+        the most recent `_` binder of the type of the equation's result (the reader's
+        `resolve_dropped_outvars`; in an ill-typed program not the outvar's own type), or
+        the most recent `_` where none has that type; any other name as its most recent
+        binder."""
         names = self.names
         last: dict[str, int] = {}  # name, or `_` + type -> id of its most recent binder
         bound: set[int] = set()
         for v in (*j.constvars, *j.invars, *(o for e in j.eqns for o in e.outputs)):
             n = names[id(v)]
-            last[n + ":" + self._type(v.type) if n == "_" else n] = id(v)
+            if n == "_":
+                last["_"] = id(v)
+                n += ":" + self._type(v.type)
+            last[n] = id(v)
             bound.add(id(v))
-        for a in j.outvars:
+        results = self.typed_outvars[id(j)]
+        if len(results) != len(j.outvars):
+            results = j.outvars
+        for a, r in zip(j.outvars, results):
             if a.__class__ is Literal:
                 continue
             i = id(a)
             n = names[i]
-            key = n + ":" + self._type(a.type) if n == "_" else n
-            if last.get(key) != i and i in bound:
+            if n == "_":
+                read = last.get("_:" + self._type(r.type), last.get("_"))
+            else:
+                read = last.get(n)
+            if read != i and i in bound:
                 bad[i] = None
 
     # ------------------------------------------------------------ pass 3: documents
