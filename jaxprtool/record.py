@@ -42,6 +42,9 @@ class Primitive:
     linearization: Callable | None = None
     #: `rule(args, batch_dims, **params) -> (outs, out_batch_dims)` (vmap)
     batching: Callable | None = None
+    #: `fn(params) -> tuple[str, ...]`: the named axes a collective communicates over (JAX's
+    #: `skippable_batchers`): vmap with that axis name batches it even when no operand is
+    axis_names: Callable | None = None
     #: the equation has a list of results even when it has one (JAX's `multiple_results`)
     multiple_results: bool = False
     #: never removed, merged or reordered by a pass, nor dropped inside AD
