@@ -860,6 +860,33 @@ def test_collectives_over_other_axes_and_inside_bodies():
         assert len(list(all_eqns(vj))) <= _jax_eqns(g, xs), (label, print_jaxpr(vj))
 
 
+_LINEAR_NAMED = [
+    c
+    for c in _NAMED
+    if c[0].split()[0] in ("psum", "all_gather", "ppermute", "psum_scatter", "all_to_all")
+]
+
+
+def test_batched_collectives_transpose_as_jax_s_vjp():
+    """The batched programs of the linear collectives are linear: their transposes pass the
+    dot-product test and are jax.vjp of jax.vmap(f, axis_name='i')."""
+    from jaxprtool.ad.api import transpose_jaxpr
+
+    rng = np.random.default_rng(3)
+    for label, f, shape in _LINEAR_NAMED:
+        x0 = np.ones(shape, np.float32)
+        j = parse(str(jax.make_jaxpr(f, axis_env=[("i", N_I)])(x0)), "<jax>").jaxpr
+        vj = vmap_jaxpr(j, 0, 0, N_I, axis_name="i")
+        xs = rng.normal(size=(N_I, *shape)).astype(np.float32)
+        (lv,) = backend.evaluate(vj, [xs])
+        w = rng.normal(size=lv.shape).astype(np.float32)
+        (ltw,) = backend.evaluate(transpose_jaxpr(vj, [True]), [w])
+        lhs, rhs = float(np.sum(w * lv)), float(np.sum(ltw * xs))
+        assert abs(lhs - rhs) <= 1e-4 * max(1.0, abs(lhs)), label
+        (ref,) = jax.vjp(jax.vmap(f, axis_name="i"), xs)[1](w)
+        np.testing.assert_allclose(ltw, ref, rtol=1e-5, atol=1e-5, err_msg=label)
+
+
 def test_vmap_axis_name_on_the_command_line(tmp_path):
     src = tmp_path / "p.jaxpr"
     f = lambda x: x - lax.pmean(x, "i")  # noqa: E731

@@ -640,7 +640,19 @@ def _named(axes):
 
 
 def _psum_t(ct, x, *, axes, axis_index_groups=None, **_):
-    return _emit("psum", ct, {"axes": _named(axes), "axis_index_groups": axis_index_groups}, x.type)
+    """JAX's `_psum_transpose_rule`: positional axes broadcast back (reduce_sum's
+    transpose); the named ones psum again (psum is psum + pbroadcast)."""
+    t = tangent_type(x.type)
+    positional = {
+        canon_axis(int(a), t.ndim, "axes") for a in _raw_axes({"axes": axes}) if isinstance(a, int)
+    }
+    if positional:
+        kept = [i for i in range(t.ndim) if i not in positional]
+        ct = ops.broadcast_in_dim(ct, t.shape, kept)
+    named = _named(axes)
+    if not named:
+        return ct
+    return _emit("psum", ct, {"axes": named, "axis_index_groups": axis_index_groups}, t)
 
 
 def _psum_invariant_t(ct, x, *, axes, **_):
