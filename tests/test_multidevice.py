@@ -139,8 +139,33 @@ def two_axes(check_vma):
     return f, [rnd(9, 8, 4), rnd(10, 4, 3)]
 
 
+MESH_2X2 = mesh(("x", 2), ("y", 2))
+
+
+def varying_cond(check_vma):
+    """A cond whose predicate varies along x, one operand along y (issue 25): the zero
+    cotangent of the y-varying operand in the branch that ignores it must vary along y too
+    (JAX's zeros are pvary'd), or the branches' types differ and JAX refuses to lower."""
+
+    def f(a, b):
+        def body(a, b):
+            def other(a, b):
+                y = a * 2.0
+                return lax.pcast(y, ("y",), to="varying") if check_vma else y
+
+            r = lax.cond(a[0] > 0, lambda a, b: jnp.sin(a) * b[0], other, a, b)
+            return lax.psum(jnp.sum(r), ("x", "y"))
+
+        return jax.shard_map(
+            body, mesh=MESH_2X2, in_specs=(P("x"), P("y")), out_specs=P(), check_vma=check_vma
+        )(a, b)
+
+    return f, [np.array([1.0, -2.0, 3.0, 4.0], np.float32), rnd(12, 4)]
+
+
 PROGRAMS = {"dp_mlp": dp_loss, "tp_matmul": tp_matmul, "permute": permute_all_to_all}
 PROGRAMS["two_axes"] = two_axes
+PROGRAMS["varying_cond"] = varying_cond
 CASES = [(n, cv) for n in PROGRAMS for cv in (True, False)]
 IDS = [f"{n}-{'vma' if cv else 'novma'}" for n, cv in CASES]
 

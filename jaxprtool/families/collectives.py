@@ -57,6 +57,7 @@ from ..primitives.util import (
     input_elements,
     int_param,
     one_arr,
+    varying_axes,
     vma_format,
     vma_parts,
 )
@@ -744,16 +745,6 @@ def _sel(xs, mask):
 def _scatter(mask, vals, types):
     it = iter(vals)
     return [next(it) if m else Zero(tangent_type(t)) for m, t in zip(mask, types)]
-
-
-def varying_axes(t) -> list[str]:
-    """The mesh axes a body value varies along: `{V:(x,y)}` (0.8+) or `{y,x}` (0.7)."""
-    v = getattr(t, "vma", None)
-    if not v:
-        return []
-    if ":" not in v:
-        return [a.strip() for a in v.strip("{}()").split(",") if a.strip()]
-    return vma_parts(v).get("V", [])
 
 
 def _residual_spec(t, mesh: MeshText, manual, check: bool, like: SpecText | None) -> SpecText:
