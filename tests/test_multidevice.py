@@ -522,3 +522,23 @@ def test_jit_shardings_follow_the_new_operands_and_results(tmp_path):
     close(np.load(out)["out1"], 2.0 * ct)
     r = run(["run", path, "--random", "0", "--show-sharding"])
     assert "out0: P() over mesh x=4,y=2" in r.output
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_vmap_of_jit_moves_its_shardings_past_the_batch_axis(axis):
+    """vmap of jit[in_shardings=(P('x'),)]: the spec gets None at the batch dimension, as JAX
+    prints it (P(None, 'x') for axis 0), and the batched program runs (3 examples on a mesh
+    of 4: the batch axis itself is not sharded)."""
+    from jax.sharding import NamedSharding
+
+    from jaxprtool.ad.batching import vmap_jaxpr
+
+    s = NamedSharding(MESH_X, P("x"))
+    g = jax.jit(lambda x: jnp.sin(x) * 2.0, in_shardings=(s,), out_shardings=s)
+    j = ir(g, np.ones(8, np.float32))
+    xs = rnd(13, *((3, 8) if axis == 0 else (8, 3)))
+    vj = vmap_jaxpr(j, axis, axis, 3)
+    vg = jax.vmap(g, in_axes=axis, out_axes=axis)
+    assert print_jaxpr(vj) == str(jax.make_jaxpr(vg)(xs))
+    (got,) = backend.evaluate(vj, [xs])
+    close(got, vg(xs))

@@ -51,6 +51,7 @@ from ..primitives.util import (
 )
 from ..record import define
 from ..record import prim as record_of
+from ..shardings import with_batch_dim
 from ..text import style as ST
 from ..text.param_rules import drop, name_first, sorted_params, unspecified
 
@@ -187,9 +188,20 @@ def _call_batching(name):
     def rule(args, dims, **params):
         key = _body_key(name, params)
         body, out_dims = BT.batch_jaxpr2(params[key], dims)
+        params = _batched_shardings(params, dims, out_dims)
         return _emit_call(name, args, params, key, body), out_dims
 
     return rule
+
+
+def _batched_shardings(params, dims, out_dims):
+    """jit's in/out_shardings with None at each batch dimension (as JAX's pjit batcher)."""
+    p = dict(params)
+    for k, ds in (("in_shardings", dims), ("out_shardings", out_dims)):
+        v = params.get(k)
+        if isinstance(v, tuple) and len(v) == len(ds):
+            p[k] = tuple(with_batch_dim(s, d) for s, d in zip(v, ds))
+    return p
 
 
 # ---------------------------------------------------------------- plain calls
