@@ -542,3 +542,49 @@ def test_vmap_of_jit_moves_its_shardings_past_the_batch_axis(axis):
     assert print_jaxpr(vj) == str(jax.make_jaxpr(vg)(xs))
     (got,) = backend.evaluate(vj, [xs])
     close(got, vg(xs))
+
+
+@pytest.mark.parametrize("name", ["dp_mlp", "tp_matmul", "permute", "two_axes"])
+def test_vmap_of_shard_map_batches_the_body(name, recwarn):
+    """vmap of a shard_map program batches its body (JAX's _shard_map_batch: an unsharded
+    spec entry at the batch dimension): no scan over the examples, no warning, values of
+    jax.vmap on the same mesh, no more equations than JAX's.  (Not varying_cond: JAX's own
+    vmap of it fails, its batched cond pvarys an operand that already varies.)"""
+    from jaxprtool.ad.batching import vmap_jaxpr
+    from jaxprtool.core import all_eqns
+
+    f, args = PROGRAMS[name](True)
+    j = ir(f, *args)
+    for k in range(len(args)):  # batch each operand in turn, at its last axis
+        axes = [None] * len(args)
+        axes[k] = np.ndim(args[k])
+        bargs = list(args)
+        bargs[k] = np.stack([args[k] * (1.0 + 0.5 * i) for i in range(3)], axis=-1)
+        vj = reparse(vmap_jaxpr(j, axes, 0, 3))
+        assert not errors(vj)
+        assert not any(e.prim == "scan" for e in all_eqns(vj))
+        vf = jax.vmap(f, in_axes=tuple(axes))
+        for a, b in zip(backend.evaluate(vj, bargs), jax.tree_util.tree_leaves(vf(*bargs))):
+            close(a, b)
+        theirs = len(list(all_eqns(ir(vf, *bargs))))
+        assert len(list(all_eqns(vj))) <= theirs, print_jaxpr(vj)
+    assert not [w for w in recwarn if "no batching rule" in str(w.message)]
+
+
+@needs_corpus
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_vmap_of_xla_pmap_batches_the_body(axis):
+    """vmap of JAX 0.4.35's xla_pmap (JAX's process_map): the mapped axis moves past the
+    batch dimension; values of jax.vmap of jax.pmap."""
+    from jaxprtool.ad.batching import vmap_jaxpr
+    from jaxprtool.core import all_eqns
+
+    path = CORPUS / "older" / "jax-0.4.35" / "pmap.jaxpr"
+    j = parse(path.read_text(), str(path)).jaxpr
+    pm = jax.pmap(lambda x: lax.psum(x**2, "d"), axis_name="d")
+    shape = [8, 3]
+    shape.insert(axis, 2)
+    x = rnd(3, *shape)
+    vj = vmap_jaxpr(j, axis, 0, 2)
+    assert not any(e.prim == "scan" for e in all_eqns(vj))
+    close(backend.evaluate(vj, [x])[0], jax.vmap(pm, in_axes=axis)(x))

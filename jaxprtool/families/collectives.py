@@ -1043,15 +1043,69 @@ def _xla_pmap_transpose(cts, *args, **params):
     ]
 
 
+# ---------------------------------------------------------------- batching: shard_map, xla_pmap
+
+
+def _batch_spec(spec: SpecText, d: int | None) -> SpecText:
+    """JAX's `pxla.batch_spec(spec, d, None)`: the spec with an unsharded entry at `d`."""
+    if d is None:
+        return spec
+    entries = list(spec.entries) + [None] * max(0, d - len(spec.entries))
+    entries.insert(d, None)
+    return SpecText(tuple(entries), spec.cls, spec.extra)
+
+
+def _shard_map_batching(args, dims, **params):
+    """JAX's `_shard_map_batch`: the body is batched with the operands' batch dimensions
+    (the batch axis is not sharded: each shard holds every example of its slice), and the
+    in/out specs get an unsharded entry at each batch dimension."""
+    body: Jaxpr = params["jaxpr"]
+    mesh = mesh_of(params)
+    new_body, out_dims = BT.batch_jaxpr2(body, dims)
+    in_specs = [_batch_spec(s, d) for s, d in zip(specs_of(params, "in", body.invars), dims)]
+    out_specs = [_batch_spec(s, d) for s, d in zip(specs_of(params, "out", body.outvars), out_dims)]
+    in_p = [
+        s.as_param() if d is not None else v
+        for s, d, v in zip(in_specs, dims, _spec_params(params, "in", body.invars))
+    ]
+    out_p = [
+        s.as_param() if d is not None else v
+        for s, d, v in zip(out_specs, out_dims, _spec_params(params, "out", body.outvars))
+    ]
+    types = _outer_types(new_body.outvars, out_specs, mesh)
+    p = _with_specs(params, new_body, in_p, out_p)
+    return B.current().bind("shard_map", list(args), p, types), out_dims
+
+
+def _both(axis, d) -> bool:
+    return axis is not None and d is not None
+
+
+def _xla_pmap_batching(args, dims, **params):
+    """JAX's `BatchTrace.process_map`: a batch dimension before a mapped axis moves that axis
+    one further; one after it is one lower inside the body."""
+    body: Jaxpr = params["call_jaxpr"]
+    in_axes = pmap_axes(params, "in_axes", len(args))
+    out_axes = pmap_axes(params, "out_axes", len(body.outvars))
+    new_in = [a + 1 if _both(a, d) and d <= a else a for a, d in zip(in_axes, dims)]
+    inner = [d - 1 if _both(a, d) and a < d else d for a, d in zip(in_axes, dims)]
+    new_body, body_dims = BT.batch_jaxpr2(body, inner)
+    new_out = [a + 1 if _both(a, d) and d < a else a for a, d in zip(out_axes, body_dims)]
+    outer = [d + 1 if _both(a, d) and a <= d else d for a, d in zip(out_axes, body_dims)]
+    p = _pmap_params(params, new_body, new_in, new_out, len(args))
+    p.pop("out_axes_thunk", None)
+    return B.current().bind("xla_pmap", list(args), p), outer
+
+
 # ---------------------------------------------------------------- the records
 
 define("shard_map", shape_rule=_shard_map_shape, family="collectives")
 for _n in ("shard_map", "xla_pmap"):
     define(_n, multiple_results=True, family="collectives")
 define("shard_map", evaluate=_eval_shard_map, jvp=_shard_map_jvp, jvp_kind=LOW_LEVEL)
-define("shard_map", transpose=_shard_map_transpose)
+define("shard_map", transpose=_shard_map_transpose, batching=_shard_map_batching)
 define("xla_pmap", evaluate=_eval_xla_pmap, jvp=_xla_pmap_jvp, jvp_kind=LOW_LEVEL)
-define("xla_pmap", transpose=_xla_pmap_transpose)
+define("xla_pmap", transpose=_xla_pmap_transpose, batching=_xla_pmap_batching)
 define("all_gather_invariant", shape_rule=_all_gather_shape, family="collectives")
 define("psum_scatter", shape_rule=_reduce_scatter_shape, family="collectives")
 define("sharding_constraint", evaluate=_eval_sharding_constraint)
