@@ -717,11 +717,9 @@ def test_every_primitive_with_a_jvp_rule_has_a_batching_rule():
     no_rule = sorted(
         n for n, r in recs.items() if n in FAMILIES_OF and r.jvp is not None and r.batching is None
     )
-    # the callbacks and these two run one example at a time (the fallback, with a warning)
-    # shard_map and xla_pmap (differentiable since the multi-device issue) have no batching
-    # rule yet: they go through the scan fallback; so does custom_vmap_call, whose custom
-    # rule is Python that the text lacks; and Equinox's noinline (its function is a Python
-    # object: run and AD refuse it)
+    # the callbacks and these two run one example at a time (the fallback, with a warning);
+    # so does custom_vmap_call, whose custom rule is Python that the text lacks; and
+    # Equinox's noinline (its function is a Python object: run and AD refuse it)
     expected = [
         "custom_vmap_call",
         "io_callback",
@@ -730,7 +728,7 @@ def test_every_primitive_with_a_jvp_rule_has_a_batching_rule():
         "ragged_dot_general",
         "rng_uniform",
     ]
-    assert no_rule == sorted(expected + ["shard_map", "xla_pmap"]), no_rule
+    assert no_rule == sorted(expected), no_rule
 
 
 def test_fallback_loops_with_a_warning(tmp_path, monkeypatch):
@@ -750,6 +748,37 @@ def test_fallback_loops_with_a_warning(tmp_path, monkeypatch):
         backend.evaluate(j, [xs])[0], jax.vmap(f, in_axes=1)(xs), rtol=1e-5, atol=1e-5
     )
     batching._MEMO.clear()
+
+
+def test_rank0_dynamic_slices_and_empty_conv_batches_without_a_loop(capsys):
+    """dynamic_slice / dynamic_update_slice of rank-0 operands and conv with an empty batch
+    batch without a scan (JAX uses a gather, a scatter, and zeros of the empty result)."""
+    cases = [
+        (lambda x: lax.dynamic_slice(x, (), ()), [np.arange(3.0, dtype=np.float32)], (0,)),
+        (
+            lambda x, u: lax.dynamic_update_slice(x, u, ()),
+            [np.arange(3.0, dtype=np.float32), np.float32(5)],
+            (0, None),
+        ),
+        (
+            lambda x, u: lax.dynamic_update_slice(x, u, ()),
+            [np.float32(2), np.arange(3.0, dtype=np.float32)],
+            (None, 0),
+        ),
+    ]
+    for f, args, axes in cases:
+        per = [a[0] if d == 0 else a for a, d in zip(args, axes)]
+        vj = vmap_jaxpr(ir(f, *per), list(axes), 0, 3)
+        assert not any(e.prim == "scan" for e in all_eqns(vj)), print_jaxpr(vj)
+        (got,) = backend.evaluate(vj, args)
+        np.testing.assert_array_equal(got, jax.vmap(f, in_axes=axes)(*args))
+    conv = lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "SAME")  # noqa: E731
+    j = ir(conv, np.ones((1, 2, 5, 5), np.float32), np.ones((3, 2, 3, 3), np.float32))
+    a, b = np.ones((0, 1, 2, 5, 5), np.float32), np.ones((0, 3, 2, 3, 3), np.float32)
+    vj = vmap_jaxpr(j, 0, 0, 0)
+    assert print_jaxpr(vj) == str(jax.make_jaxpr(jax.vmap(conv))(a, b))
+    assert backend.evaluate(vj, [a, b])[0].shape == jax.vmap(conv)(a, b).shape
+    assert "warning" not in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- named axes: collectives

@@ -341,7 +341,7 @@ def batch_eval(
                 continue
             rule = record_of(eqn.prim).batching
             if rule is None:
-                outs, out_dims = loop_fallback(vals, ds, warn=True)
+                outs, out_dims = loop_fallback(vals, ds)
             else:
                 outs, out_dims = rule(vals, ds, **eqn.params)
             outs, out_dims = list(outs), list(out_dims)
@@ -684,10 +684,12 @@ def refuse(message: str):
     return rule
 
 
-def loop_fallback(args, dims, warn: bool = False, **_params):
+def loop_fallback(args, dims, warn: bool = True, why: str | None = None, **_params):
     """Batch any primitive by looping over the examples: a `scan` whose body is the equation
     on one example (unbatched operands become the scan's constants, batched ones its scanned
-    inputs, moved to axis 0; the results are stacked along axis 0)."""
+    inputs, moved to axis 0; the results are stacked along axis 0).  It warns (once per
+    primitive and batch), naming the primitive and `why` (default: it has no rule), unless
+    `warn` is False: only for a loop that is JAX's own rule (debug callbacks)."""
     b = B.current()
     eqn: Eqn = b.cur_eqn
     c = _ctx()
@@ -695,11 +697,8 @@ def loop_fallback(args, dims, warn: bool = False, **_params):
         c.warned.add(eqn.prim)
         from ..io import warn as io_warn
 
-        io_warn(
-            f"vmap: no batching rule for '{eqn.prim}'; it runs once per example in a scan "
-            "over the batch",
-            eqn.loc,
-        )
+        reason = why or f"no batching rule for '{eqn.prim}'"
+        io_warn(f"vmap: {reason}; it runs once per example in a scan over the batch", eqn.loc)
     size = c.size
     consts, cvars, xs, xvars, body_in = [], [], [], [], []
     for x, d, orig in zip(args, dims, eqn.inputs):

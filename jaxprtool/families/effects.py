@@ -118,7 +118,7 @@ def _effect_only_jvp(name):
 
 def _debug_batching(args, dims, **params):
     # JAX's `debug_batching_rule` runs the callback once per example
-    return BT.loop_fallback(args, dims)
+    return BT.loop_fallback(args, dims, warn=False)
 
 
 for _n in ("debug_print", "debug_callback"):

@@ -785,7 +785,9 @@ def _conv_batching(args, dims, **params):
     bgc = int(params.get("batch_group_count", 1))
     lshape, rshape = BT.shape_of(lhs), BT.shape_of(rhs)
     if (ld is not None and lshape[ld] == 0) or (rd is not None and rshape[rd] == 0):
-        return BT.loop_fallback(args, dims)
+        # an empty batch: JAX's rule returns the (empty) zeros of the batched result type
+        (t,) = BT.result_types([0])
+        return [ops.full(t, 0)], [0]
     into, out_of = _merge_axis_into, _reshape_axis_out_of
 
     def conv(a, b, **changes):
