@@ -781,6 +781,21 @@ def test_rank0_dynamic_slices_and_empty_conv_batches_without_a_loop(capsys):
     assert "warning" not in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("shape,axis,size", [((5,), 0, 3), ((4, 5), 1, 3), ((4, 5), 2, 6)])
+def test_nonzero_batches_as_jax(shape, axis, size):
+    """jnp.nonzero(size=...) prints as the 0.12 HiPrim Nonzero: batched as JAX's
+    Nonzero.batch (the batch axis first, one more dimension searched separately)."""
+    f = lambda x: jnp.nonzero(x, size=size)  # noqa: E731
+    bshape = list(shape)
+    bshape.insert(axis, B)
+    xs = (np.random.default_rng(0).uniform(size=bshape) > 0.5).astype(np.float32)
+    vj = vmap_jaxpr(ir(f, np.ones(shape, np.float32)), axis, 0, B)
+    for a, r in zip(backend.evaluate(vj, [xs]), jax.vmap(f, in_axes=axis)(xs), strict=True):
+        np.testing.assert_array_equal(a, r)
+    assert len(vj.eqns) <= len(jax.make_jaxpr(jax.vmap(f, in_axes=axis))(xs).eqns)
+    assert not any(e.prim == "scan" for e in all_eqns(vj))
+
+
 # ---------------------------------------------------------------- named axes: collectives
 
 

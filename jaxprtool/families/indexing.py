@@ -1027,4 +1027,18 @@ define(
     evaluate=_hiprim_evaluate(_search_sorted_prim),
     batching=_search_sorted_batching,
 )
-define("Nonzero", evaluate=_hiprim_evaluate(_nonzero_prim))
+
+
+def _nonzero_batching(args, dims, **params):
+    """JAX's `Nonzero.batch`: the batch axis is one more of the dimensions searched
+    separately (not in `axes`); it goes first, as JAX moves it, and so do the results'."""
+    (x,), (d,) = args, dims
+    x = BT.moveaxis(x, d, 0)
+    axes = tuple(int(a) + 1 for a in params["axes"])
+    outs = BT.bind(
+        "Nonzero", x, _out_types=BT.result_types([0] * len(axes)), **{**params, "axes": axes}
+    )
+    return outs, [0] * len(outs)
+
+
+define("Nonzero", evaluate=_hiprim_evaluate(_nonzero_prim), batching=_nonzero_batching)
