@@ -897,16 +897,42 @@ def _custom_vmap_jvp(primals, tangents, **params):
 
 
 define("custom_vmap_call", evaluate=_evaluate_body("call"), jvp=_custom_vmap_jvp)
+def _custom_lin_forward(eqn) -> Jaxpr:
+    """The linear map a custom_lin stands for, (residuals..., tangents...) -> (out
+    tangents...): the transpose of its recorded bwd (which maps the output cotangents to
+    the input ones, linearly in them), the zero tangents (`in_zeros`) left out.  JAX
+    cannot run a custom_lin (it only transposes it); the tool can, from the traced bwd."""
+    p = eqn.params
+    bwd: Jaxpr = p[BWD_RULE_PARAM]
+    nres = int(p.get("num_res", 0))
+    zeros = p.get("in_zeros") or [False] * len(bwd.outvars)
+    kept = bwd.replace(outvars=[o for o, z in zip(bwd.outvars, zeros) if not z])
+    n_cts = len(bwd.invars) - nres
+    return transpose_jaxpr(kept, [False] * nres + [True] * n_cts)
+
+
+def _evaluate_custom_lin(interp, eqn, invals, path):
+    return interp.run(_custom_lin_forward(eqn), [], list(invals), path)
+
+
+def _custom_lin_refusal(e):
+    """Runnable with a recorded bwd (`jaxprtool trace`); otherwise the text lacks it."""
+    if isinstance(e.params.get(BWD_RULE_PARAM), Jaxpr):
+        return None
+    return (
+        f"holds a Python function ({format_value(e.params.get('bwd'))}) that the text does "
+        "not contain (record it: print the program with `jaxprtool trace`)"
+    )
+
+
 define(
     "custom_lin",
     multiple_results=True,
     transpose=_custom_lin_transpose,
     print_params=_print_custom_lin,
-    # its value is the custom VJP's linear map, which only a transpose (its bwd) can use
-    refusal=lambda e: (
-        f"holds a Python function ({format_value(e.params.get('bwd'))}) that the text "
-        "does not contain"
-    ),
+    # its value is the custom VJP's linear map: the transpose of the recorded bwd
+    refusal=_custom_lin_refusal,
+    evaluate=_evaluate_custom_lin,
     # only 0.4.35 printed its out_avals
     version_clues=lambda e: {ST.CLUE_0_4_35} if "out_avals" in e.params else set(),
 )
