@@ -5,11 +5,16 @@ PYTHON ?= $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12*/bin/python3.1
 	$$p -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null && { echo $$p; break; }; done)
 VENV := .venv
 BIN := $(VENV)/bin
+# the tool and JAX (all `make demo` needs); the test tools, the zoo's libraries and
+# matplotlib (memory --plot) on top
 STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: install bytecode demo test test-full lint bench fuzz clean
+.PHONY: install install-test browser bytecode demo test test-full lint bench fuzz clean
 
 install: bytecode
+
+install-test: install $(TEST_STAMP)
 
 # An editable install leaves the tool's modules uncompiled, and where
 # PYTHONDONTWRITEBYTECODE is set every command would compile them again (~0.09 s of a
@@ -20,9 +25,15 @@ bytecode: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,zoo]'
-	$(BIN)/python -m pip install -q -e '.[fast]' || echo "lark-cython does not install here: the pure-Python parser is used"
+	$(BIN)/python -m pip install -q -e '.[jax]'
+	@# the `fast` extra, from a wheel only (no compiler run, no build log where there is none)
+	$(BIN)/python -m pip install -q --only-binary lark-cython -e '.[fast]' 2>/dev/null \
+		|| echo "lark-cython has no wheel here: the pure-Python parser is used"
 	touch $(STAMP)
+
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[test,zoo,plot]'
+	touch $(TEST_STAMP)
 
 demo: install
 	$(BIN)/jaxprtool fmt samples/mlp.jaxpr
@@ -31,24 +42,35 @@ demo: install
 	$(BIN)/jaxprtool grad --argnums 0 samples/mlp.jaxpr | $(BIN)/jaxprtool run - --random 0
 	$(BIN)/jaxprtool check-grad samples/mlp.jaxpr
 
-lint: install
+lint: install-test
 	$(BIN)/ruff check jaxprtool tests bench
 	$(BIN)/ruff format --check jaxprtool tests bench
 
-test: install lint
+test: install-test lint
 	$(BIN)/python -m pytest -n 2 tests
 
-test-full: install
+# the browser checks of tests/test_browser.py: selenium, and Debian's chromium, its driver and
+# Graphviz where this user may install them (else those tests are skipped, saying why)
+browser: install-test
+	$(BIN)/python -m pip install -q -e '.[browser]'
+	@command -v chromedriver >/dev/null && command -v dot >/dev/null || { \
+		[ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+		&& apt-get update -q >/dev/null \
+		&& DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+			chromium chromium-driver graphviz >/dev/null; \
+	} || echo "chromium/chromedriver/graphviz not installed: the browser checks will be skipped"
+
+test-full: install-test browser
 	$(BIN)/python -m pytest -n 2 -m '' tests
 
-bench: install
+bench: install-test
 	$(BIN)/python bench/run_all.py
 
 # the long fuzzing run: FUZZ_EXAMPLES cases on FUZZ_WORKERS processes (tests/fuzzgen.py);
 # FUZZ_SAVE=DIR keeps the failing inputs, FUZZ_SEED picks another campaign
 FUZZ_EXAMPLES ?= 100000
 FUZZ_WORKERS ?= 2
-fuzz: install
+fuzz: install-test
 	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_WORKERS=$(FUZZ_WORKERS) FUZZ_HASHSEED_EVERY=1000 \
 		$(BIN)/python -m pytest -s -m "" -p no:xdist tests/test_fuzz.py::test_fuzz_campaign
 

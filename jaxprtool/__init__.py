@@ -17,3 +17,10 @@ def _install_loader() -> None:
 
 
 _install_loader()
+
+
+# the public API (jaxprtool/api.py).  `jaxprtool.check` and `jaxprtool.memory` are its
+# functions; the checker and liveness modules stay importable by name
+# (`from jaxprtool.check import check`, `from jaxprtool.memory import liveness`).
+from .api import *  # noqa: E402, F403
+from .api import __all__ as __all__  # noqa: E402

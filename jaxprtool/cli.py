@@ -46,11 +46,12 @@ COMMANDS: dict[str, str] = {
     "compile": "run_cmds:compile_",
     "trace": "run_cmds:trace",
     "explain": "explain_cmd:explain",
+    "memory": "memory_cmd:memory",
 }
 
 
 #: commands that run programs through JAX (numerical work may use numpy's BLAS threads)
-RUNS_PROGRAMS = frozenset({"run", "compile", "trace", "check-grad", "explain"})
+RUNS_PROGRAMS = frozenset({"run", "compile", "trace", "check-grad", "explain", "memory"})
 
 
 #: set by `entry`: this process runs one command (not a library or test process)
@@ -62,6 +63,11 @@ def entry() -> None:
     global _STANDALONE
     _STANDALONE = True
     main(prog_name="jaxprtool")
+
+
+def is_standalone() -> bool:
+    """The process is the `jaxprtool` program (not a library or test runner calling it)."""
+    return _STANDALONE
 
 
 def _one_program_process() -> None:
@@ -101,7 +107,23 @@ class LazyGroup(click.Group):
         _add_global_options(cmd)
         return cmd
 
+    def invoke(self, ctx):
+        """Run the command; the machine-readable diagnostics it collected (json, sarif) are
+        written when it ends, however it ends."""
+        from . import diagnostics
+
+        try:
+            return super().invoke(ctx)
+        finally:
+            diagnostics.end()
+
     def resolve_command(self, ctx, args):
+        if args and not args[0].startswith("-") and args[0] not in COMMANDS:
+            import difflib
+
+            close = difflib.get_close_matches(args[0], list(COMMANDS), n=1)
+            if close:
+                ctx.fail(f"No such command '{args[0]}'. Did you mean '{close[0]}'?")
         name, cmd, rest = super().resolve_command(ctx, args)
         if cmd is not None:
             rest = _bare_optional_values(cmd, rest)
@@ -156,6 +178,13 @@ def _set_color(ctx, param, value):
         OPTIONS.color = io.COLOR_MODE = value
 
 
+def _set_output_format(ctx, param, value):
+    from . import diagnostics
+
+    if value is not None:
+        diagnostics.set_format(value)
+
+
 def _set_no_color(ctx, param, value):
     if value:
         _set_color(ctx, param, "never")
@@ -205,6 +234,18 @@ def _global_option_specs() -> list[tuple[list[str], dict]]:
             ),
         ),
         (["--no-color"], dict(is_flag=True, help="Same as --color never.")),
+        (
+            ["--output-format", "--diagnostic-format", "diagnostic_format"],
+            dict(
+                type=click.Choice(["text", "json", "github", "sarif"]),
+                default=None,
+                metavar="FORMAT",
+                help="How errors and warnings are written (on standard error): text "
+                "(FILE:LINE:COL: error: ...), json (one array), github (GitHub Actions "
+                "annotations) or sarif (SARIF 2.1.0).  After `run`, whose --output-format "
+                "is its own, this is --diagnostic-format.",
+            ),
+        ),
     ]
 
 
@@ -214,21 +255,28 @@ _GLOBAL_CALLBACKS = {
     "jax_style": _set_jax_style,
     "color": _set_color,
     "no_color": _set_no_color,
+    "diagnostic_format": _set_output_format,
 }
 
 
 def _add_global_options(cmd: click.Command) -> None:
     """Let `cmd` accept the global options after its name too (`jaxprtool run f --debug`);
-    a command's own option of the same name (explain's --no-color) wins."""
+    a command's own option of the same name (explain's --no-color, run's --output-format)
+    wins, and the global option keeps its other spellings there."""
     if getattr(cmd, "_jaxprtool_globals", False):
         return
     taken = {name for p in cmd.params for name in getattr(p, "opts", ())}
     for decls, kw in _global_option_specs():
-        flag = next(d for d in decls if d.startswith("--"))
-        if flag in taken:
+        flags = [d for d in decls if d.startswith("-")]
+        free = [d for d in flags if d not in taken]
+        if not free:
             continue
-        key = decls[1] if len(decls) > 1 else flag[2:].replace("-", "_")
-        opt = click.Option(decls, expose_value=False, callback=_GLOBAL_CALLBACKS[key], **kw)
+        names = [d for d in decls if not d.startswith("-")]
+        key = names[0] if names else flags[0][2:].replace("-", "_")
+        # the first spelling the command leaves free (run: --diagnostic-format)
+        opt = click.Option(
+            [free[0], *names], expose_value=False, callback=_GLOBAL_CALLBACKS[key], **kw
+        )
         cmd.params.append(opt)
     cmd._jaxprtool_globals = True
 
@@ -238,7 +286,7 @@ def _print_version(ctx, param, value):
         return
     from importlib import metadata
 
-    from .text.style import KNOWN_VERSIONS
+    from .text.style import KNOWN_VERSIONS, OLDEST
 
     def version(name: str) -> str | None:
         try:
@@ -258,7 +306,7 @@ def _print_version(ctx, param, value):
     styles = ", ".join(".".join(map(str, v)) for v in KNOWN_VERSIONS)
     lines.append(
         f"JAX printing styles: {styles} (text printed by any JAX from "
-        f"{'.'.join(map(str, KNOWN_VERSIONS[0]))} to "
+        f"{'.'.join(map(str, OLDEST))} to "
         f"{'.'.join(map(str, KNOWN_VERSIONS[-1][:2]))} is read)"
     )
     click.echo("\n".join(lines))
@@ -267,7 +315,8 @@ def _print_version(ctx, param, value):
 
 def _main_options(f):
     for decls, kw in reversed(_global_option_specs()):
-        f = click.option(*decls, **kw)(f)
+        first = [d for d in decls if d.startswith("-")][:1]
+        f = click.option(*first, *[d for d in decls if not d.startswith("-")], **kw)(f)
     return f
 
 
@@ -281,18 +330,22 @@ def _main_options(f):
     callback=_print_version,
     help="Show the version, the JAX version found and the JAX printing styles, then exit.",
 )
-def main(debug, plugins, jax_style, color, no_color):
+def main(debug, plugins, jax_style, color, no_color, diagnostic_format):
     """jaxprtool: read, transform, check and run JAX jaxprs from text files.
 
     Global options may also follow the command (`jaxprtool run f.jaxpr --debug`).
+    Shell completion (commands, options, files, pass names): add
+    `eval "$(_JAXPRTOOL_COMPLETE=bash_source jaxprtool)"` to ~/.bashrc (zsh_source for
+    ~/.zshrc; fish: `_JAXPRTOOL_COMPLETE=fish_source jaxprtool | source`).
 
     \b
     Example:
       jaxprtool fmt f.jaxpr
       jaxprtool linearize f.jaxpr | jaxprtool transpose
     """
-    from . import io
+    from . import diagnostics, io
 
+    diagnostics.begin(diagnostic_format or "text")
     OPTIONS.debug = debug
     OPTIONS.jax_style = jax_style
     OPTIONS.plugins = plugins

@@ -158,7 +158,11 @@ def console(stream=None, **kwargs):
     kwargs.setdefault("emoji", False)
     if color:
         system = "auto" if is_terminal(stream) else "standard"
-        return Console(file=stream, force_terminal=True, color_system=system, **kwargs)
+        # (no_color=False: rich would otherwise read NO_COLOR itself, and `--color always`
+        # must win over it; the tool's decision alone drives the console)
+        return Console(
+            file=stream, force_terminal=True, color_system=system, no_color=False, **kwargs
+        )
     return Console(file=stream, no_color=True, color_system=None, force_terminal=False, **kwargs)
 
 
@@ -265,6 +269,11 @@ def program_loc(where: str) -> Loc | None:
     text = _sources.get(path) if path else None
     if text is None:
         return None
+    return text_loc(path, text, where)
+
+
+def text_loc(path: str, text: str, where: str) -> Loc | None:
+    """`program_loc` in the given text of `path`."""
     pos = text.find("{ lambda") if where == "inputs" else text.rfind("in (")
     if pos < 0:
         return None
@@ -274,8 +283,7 @@ def program_loc(where: str) -> Loc | None:
 
 def format_error(err: JaxprError, kind: str = "error") -> str:
     """`FILE:LINE:COL: error: message`, then the source line and a caret when known."""
-    if err.loc is None and isinstance(getattr(err, "where", None), str):
-        err.loc = program_loc(err.where)  # about the program as a whole: its inputs or outputs
+    _locate(err)
     message = err.message
     if len(message) > 2 * EXCERPT:  # a huge name quoted in the message: shorten it
         message = _LONG_QUOTE.sub(lambda m: m.group()[: EXCERPT // 2] + "...'", message)
@@ -288,6 +296,12 @@ def format_error(err: JaxprError, kind: str = "error") -> str:
             lines.append(text)
             lines.append(" " * (col - 1) + "^")
     return "\n".join(lines)
+
+
+def _locate(err: JaxprError) -> None:
+    """An error about the program as a whole is located at its inputs or its outputs."""
+    if err.loc is None and isinstance(getattr(err, "where", None), str):
+        err.loc = program_loc(err.where)
 
 
 def _source_line(path: str, n: int) -> str | None:
@@ -325,7 +339,14 @@ def _excerpt(line: str, col: int) -> tuple[str, int]:
 
 
 def report(err: JaxprError, kind: str = "error") -> None:
-    """Print a located diagnostic on standard error (rich colour on a terminal)."""
+    """Print a located diagnostic on standard error (rich colour on a terminal), or hand it
+    to the machine format `--output-format` chose."""
+    from . import diagnostics
+
+    if diagnostics.FORMAT != "text":
+        _locate(err)
+        diagnostics.emit(err, kind)
+        return
     msg = format_error(err, kind)
     if use_color():
         from rich.markup import escape

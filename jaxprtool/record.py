@@ -142,6 +142,10 @@ class Primitive:
     #: `rule(eqn, costs) -> (flops, bytes)`: the cost of an equation with bodies from the
     #: (flops, bytes) of one run of each body (stats); None: their sum
     body_cost: Callable | None = None
+    #: `rule(eqn) -> int`: how many instances of its nested jaxprs run at once (shard_map: one
+    #: per device of its manual axes, whose values are one device's shards): the liveness
+    #: count (`jaxprtool memory`) multiplies their inner peak by it; None: 1
+    body_copies: Callable | None = None
     #: free-form data a family shares between its own rules (never read by the machinery)
     extra: dict[str, Any] | None = None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -103,3 +104,44 @@ def test_folder_of_programs(tmp_path):
     r = invoke(str(tmp_path))
     assert r.exit_code == 0, r.output
     assert r.stdout.splitlines()[-1] == "check-grad: 2 files, 6 checks, 0 failures"
+
+
+def test_table_is_plain_aligned_text_when_piped():
+    """Off a terminal the table is plain text: title, header and one line per check, columns
+    two spaces apart, numbers right-aligned, no box-drawing (issue 27)."""
+    r = invoke(str(SAMPLES / "sin_cos.jaxpr"))
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"check-grad {SAMPLES / 'sin_cos.jaxpr'}"
+    assert lines[1] == "program        check                         error    tol  result"
+    pattern = r"sin_cos\.jaxpr  (.{25})  \d\.\d\de-\d\d  2e-0[35]  pass"
+    names = [re.fullmatch(pattern, ln)[1].rstrip() for ln in lines[2:5]]
+    assert names == [
+        "jvp vs finite differences",
+        "vjp vs finite differences",
+        "dot product (adjoint)",
+    ]
+    assert lines[5] == "check-grad: 1 file, 3 checks, 0 failures"
+
+
+def test_json_report(tmp_path, wrong_sin_rule):
+    """--json: one document, the same checks as the table, the failure marked (exit 1)."""
+    import json
+
+    bad = tmp_path / "bad.jaxpr"
+    bad.write_text("{ lambda ; a:f32[3]. let b:f32[3] = sin a in (b,) ")
+    r = invoke("--json", str(SAMPLES / "sin_cos.jaxpr"), str(bad))
+    assert r.exit_code == 2 and f"{bad}:1:" in r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["summary"] == {"files": 1, "checks": 3, "failures": 2, "not_checked": 1}
+    (report,) = doc["files"]
+    assert report["file"] == str(SAMPLES / "sin_cos.jaxpr") and report["replaced"] == []
+    assert [(c["program"], c["check"]) for c in report["checks"]] == [
+        ("sin_cos.jaxpr", "jvp vs finite differences"),
+        ("sin_cos.jaxpr", "vjp vs finite differences"),
+        ("sin_cos.jaxpr", "dot product (adjoint)"),
+    ]
+    # the wrong sin rule is caught by both finite-difference checks, not by the dot product
+    assert [c["result"] for c in report["checks"]] == ["FAIL", "FAIL", "pass"]
+    for c in report["checks"]:
+        assert (c["result"] == "pass") == (c["error"] <= c["tolerance"])

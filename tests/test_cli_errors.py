@@ -16,7 +16,9 @@ def invoke(*args, input=None):
     return CliRunner().invoke(main, ["--no-color", *args], input=input)
 
 
-@pytest.mark.parametrize("cmd", ["fmt", "check", "jvp", "vjp", "grad", "dce", "stats", "run"])
+@pytest.mark.parametrize(
+    "cmd", ["fmt", "check", "jvp", "vjp", "grad", "dce", "stats", "run", "memory"]
+)
 def test_missing_input_file_is_usage_exit_2(cmd, tmp_path):
     missing = tmp_path / "missing.jaxpr"
     r = invoke(cmd, str(missing))

@@ -72,6 +72,35 @@ def test_diff_wiring_change():
     assert "-  c:f32[3] = sub a b" in d and "+  c:f32[3] = sub b a" in d
 
 
+def test_diff_shows_each_files_own_names_and_renames(tmp_path):
+    """Removed and kept lines in the left file's names, added lines in the right file's, the
+    outputs with JAX's trailing comma; --renames maps the paired names (issue 27)."""
+    a, b = tmp_path / "a.jaxpr", tmp_path / "b.jaxpr"
+    a.write_text(
+        "{ lambda ; x:f32[3]. let\n    y:f32[3] = sin x\n    z:f32[3] = cos y\n"
+        "    w:f32[3] = exp y\n  in (z, w) }\n"
+    )
+    b.write_text(
+        "{ lambda ; p:f32[3]. let\n    q:f32[3] = sin p\n    e:f32[3] = exp q\n  in (e,) }\n"
+    )
+    r = run(["diff", "--renames", str(a), str(b)])
+    assert r.exit_code == 1, r.output
+    assert r.stdout.split("\n", 2)[2] == (
+        "@@ -1,5 +1,4 @@\n"
+        " { lambda ; x:f32[3]. let\n"
+        "   y:f32[3] = sin x\n"
+        "-  z:f32[3] = cos y\n"
+        "   w:f32[3] = exp y\n"
+        "-  in (z, w) }\n"
+        "+  in (e,) }\n"
+        "renamed: x -> p\n"
+        "renamed: y -> q\n"
+        "renamed: w -> e\n"
+    )
+    r = run(["diff", "--renames", str(a), str(a)])
+    assert r.exit_code == 0 and r.stdout == ""
+
+
 def test_diff_numpy_scalar_params_equal_python_numbers(tmp_path):
     """`np.int64(1)` (numpy >= 2 prints it inside tuples) is the value 1: equal programs."""
     a, b = tmp_path / "a.jaxpr", tmp_path / "b.jaxpr"
@@ -205,3 +234,24 @@ def test_stats_whole_corpus(sub):
         s = stats(parse(f.read_text(), str(f)).jaxpr)
         assert s["equations"] >= 0 and s["flops"] >= 0
         json.dumps(s)
+
+
+def test_stats_counts_are_shown_once_unless_rounding_helps():
+    """`estimated flops: 601`, not `601 (601)`; a large count also gets its rounded form.
+    mlp's 601 by hand: its two matmuls 2*5*4*8 + 2*5*8*2 = 480, then add and tanh on 5x8
+    (80), add, sub and integer_pow on 5x2 (30), the 10-element sum (10) and the division (1)."""
+    from jaxprtool.ui.stats import render_text
+
+    r = run(["stats", str(Path(__file__).resolve().parents[1] / "samples" / "mlp.jaxpr")])
+    line = r.stdout.splitlines()[3]
+    assert re.fullmatch(
+        r"estimated flops: 601  bytes accessed: \d+B \(\d\.\dKB\)  in: \d+B  out: 4B", line
+    )
+    s = {
+        "equations": 1, "depth": 0, "inputs": 1, "outputs": 1, "constvars": 0, "residuals": 0,
+        "residual_bytes": 0, "while_loops": 0, "flops": 1234567, "bytes": 999, "bytes_in": 4,
+        "bytes_out": 4, "by_primitive": {"sin": 1},
+    }  # fmt: skip
+    assert render_text(s).splitlines()[2] == (
+        "estimated flops: 1234567 (1.2M)  bytes accessed: 999B  in: 4B  out: 4B"
+    )

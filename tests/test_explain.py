@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -60,6 +61,12 @@ def test_sin_cos_stages_and_rules():
     assert "residuals" in out and "'cos' from the JVP rule of eqn 0" in out
     assert "pass" in out and "FAIL" not in out
     assert "\x1b[" not in out
+    # the checks table, piped: plain aligned text (issue 27)
+    lines = out.splitlines()
+    at = lines.index("checks")
+    first = "<w, FD(J v)> = <J^T w, v> (central differences, random v)"
+    assert lines[at + 1] == "check".ljust(len(first)) + "  error     tolerance  result"
+    assert re.fullmatch(re.escape(first) + r"  \d\.\d\de-\d\d  2e-03      pass", lines[at + 2])
 
 
 def test_mlp_grad_matches_jax(tmp_path):

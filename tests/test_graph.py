@@ -80,7 +80,7 @@ def test_dot_on_stdout_without_output():
     labels = _labels(r.output)
     # primitive, then the result type on the next line (DOT's \n escape, not a doubled one)
     assert labels and all("\\\\" not in v for v in labels.values())
-    assert "reduce_sum\\nf32[]" in labels.values()
+    assert "reduce_sum\\nk:f32[]" in labels.values()
     again = _graph([str(SAMPLES / "cond.jaxpr")])
     assert again.output == r.output, "graph output must be deterministic"
 
@@ -90,11 +90,16 @@ def test_cond_branches_are_wired_to_the_operands():
     dot, labels, edges = r.output, _labels(r.output), _edges(r.output)
     assert dot.count("subgraph cluster_") == 2  # one per branch
     (call,) = [n for n, v in labels.items() if v.startswith("cond\\n")]
-    # `a` (top-level in0) feeds the f32[3] input of each branch
-    top_in0 = next(n for n, v in labels.items() if v == "in0: f32[3]")
-    branch_ins = [n for n, v in labels.items() if v == "in0: f32[3]" and n != top_in0]
+    # `a` feeds each branch's input (`f`, `h`: the file's names, one per value)
+    top_in0 = next(n for n, v in labels.items() if v == "a:f32[3]")
+    branch_ins = [n for n, v in labels.items() if v in ("f:f32[3]", "h:f32[3]")]
     assert len(branch_ins) == 2
     assert all((top_in0, b) in edges for b in branch_ins)
+    assert sorted(labels.values()) == sorted(
+        ["a:f32[3]", "b:i32[]", "0:i32[]", "gt\\nc:bool[]", "convert_element_type\\nd:i32[]",
+         "cond\\ne:f32[3]", "f:f32[3]", "exp\\ng:f32[3]", "h:f32[3]", "sin\\ni:f32[3]",
+         "2.0:f32[]", "mul\\nj:f32[3]", "reduce_sum\\nk:f32[]", "out0 = k:f32[]"]
+    )  # fmt: skip
     # each branch's output (exp, mul) leads to the call node; the index goes straight in
     exp = next(n for n, v in labels.items() if v.startswith("exp\\n"))
     mul = next(n for n, v in labels.items() if v.startswith("mul\\n"))
@@ -110,15 +115,16 @@ def test_while_bodies_bind_their_consts_and_carry():
     assert r.exit_code == 0, r.output
     labels, edges = _labels(r.output), _edges(r.output)
     # the program's own inputs come first in the DOT text
-    a, b = (next(n for n, v in labels.items() if v == lbl) for lbl in ("in0: f32[3]", "in1: i32[]"))
-    ins = {n: v for n, v in labels.items() if v.startswith("in") and n not in (a, b)}
+    a, b = (next(n for n, v in labels.items() if v == lbl) for lbl in ("a:f32[3]", "b:i32[]"))
+    ins = {n: v for n, v in labels.items() if n.startswith("in") and n not in (a, b)}
     feeds = {}
     for src, dst in edges:
         if dst in ins:
             feeds.setdefault(src, set()).add(ins[dst])
-    # cond binds (b; carry), body binds (a; carry): a feeds body in0 and both carries' f32[3]
-    assert feeds[b] == {"in0: i32[]"}
-    assert feeds[a] == {"in0: f32[3]", "in2: f32[3]"}
+    # cond binds (b; carry) as i, j, k, body binds (a; carry) as d, e, f: a feeds the body's
+    # const d and both carries' f32[3] (f, k)
+    assert feeds[b] == {"i:i32[]"}
+    assert feeds[a] == {"d:f32[3]", "f:f32[3]", "k:f32[3]"}
 
 
 def test_collapse_nested():
@@ -157,9 +163,10 @@ def test_svg_labels_have_primitive_and_type_on_separate_lines(tmp_path):
     texts = [t for ts in nodes.values() for t in ts]
     assert texts and not any("\\" in t for t in texts), [t for t in texts if "\\" in t]
     # the first dot_general of mlp.jaxpr: f32[5,4] x f32[4,8] -> f32[5,8]
-    assert ["dot_general", "f32[5,8]"] in nodes.values()
-    assert ["tanh", "f32[5,8]"] in nodes.values()
-    assert ["out0: f32[]"] in nodes.values()
+    assert ["dot_general", "g:f32[5,8]"] in nodes.values()
+    assert ["tanh", "j:f32[5,8]"] in nodes.values()
+    assert ["out0 = q:f32[]"] in nodes.values()
+    assert ["e:f32[5,4]"] in nodes.values()  # an input: its name and type
 
 
 @needs_dot
@@ -174,7 +181,7 @@ def test_svg_of_nested_program_is_connected(tmp_path):
         if n.startswith("lit") or n in ("in1", "in2"):  # literals, the program's inputs
             continue
         assert n in into, (n, texts)
-    assert ["exp", "f32[3]"] in nodes.values() and ["cond", "f32[3]"] in nodes.values()
+    assert ["exp", "g:f32[3]"] in nodes.values() and ["cond", "e:f32[3]"] in nodes.values()
 
 
 def test_missing_graphviz_message(tmp_path, monkeypatch):

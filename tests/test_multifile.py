@@ -114,3 +114,102 @@ def test_stats_several_files(jax_dumps):
     assert one == {k: v for k, v in reports[0].items() if k != "file"}
     text = invoke("stats", str(SAMPLES / "mlp.jaxpr"), str(SAMPLES / "cond.jaxpr")).stdout
     assert text.count("equations:") == 2 and str(SAMPLES / "cond.jaxpr") in text
+
+
+# ---------------------------------------------------------------- fmt as ruff/black (issue 27)
+
+LOOSE = "{ lambda ; a:f32[3]. let\n  b:f32[3] = sin a in (b,) }\n"
+TIGHT = "{ lambda ; a:f32[3]. let b:f32[3] = sin a in (b,) }\n"
+
+
+def _tree(root: Path) -> None:
+    """A folder as a repository holds it: files to format, and ones a walk leaves out."""
+    (root / ".git").mkdir()
+    for sub in ("src", "src/gen", ".hidden", "env", "build"):
+        (root / sub).mkdir()
+    (root / "env" / "pyvenv.cfg").write_text("home = /usr\n")
+    (root / ".gitignore").write_text("build/\n*.tmp.jaxpr\n")
+    (root / "src" / ".gitignore").write_text("gen/\n!keep.tmp.jaxpr\n")
+    for rel in (
+        "src/a.jaxpr",
+        "src/b.jaxpr.txt",
+        "src/x.tmp.jaxpr",
+        "src/keep.tmp.jaxpr",
+        "src/gen/g.jaxpr",
+        ".hidden/h.jaxpr",
+        "env/e.jaxpr",
+        "build/o.jaxpr",
+    ):
+        (root / rel).write_text(LOOSE)
+
+
+def test_folder_walk_skips_hidden_venvs_and_gitignored(tmp_path):
+    pytest.importorskip("pathspec", reason="folder walks read .gitignore with pathspec")
+    _tree(tmp_path)
+    r = invoke("fmt", "--check", str(tmp_path))
+    assert r.exit_code == 1
+    assert r.stdout.splitlines() == [
+        f"Would reformat: {tmp_path / 'src' / 'a.jaxpr'}",
+        f"Would reformat: {tmp_path / 'src' / 'b.jaxpr.txt'}",
+        f"Would reformat: {tmp_path / 'src' / 'keep.tmp.jaxpr'}",
+        "3 files would be reformatted",
+    ]
+    # a file named on the command line is always read
+    r = invoke("fmt", "--check", str(tmp_path / "build" / "o.jaxpr"))
+    assert r.stdout.splitlines()[-1] == "1 file would be reformatted"
+
+
+def test_fmt_write_diff_and_quiet(tmp_path):
+    a, b, ok = tmp_path / "a.jaxpr", tmp_path / "b.jaxpr", tmp_path / "ok.jaxpr"
+    for f in (a, b):
+        f.write_text(LOOSE)
+    ok.write_text(TIGHT)
+    r = invoke("fmt", "--diff", str(a), str(ok))
+    assert r.exit_code == 1 and a.read_text() == LOOSE
+    assert r.stdout == (
+        f"--- {a}\n+++ {a}\n@@ -1,2 +1 @@\n"
+        "-{ lambda ; a:f32[3]. let\n-  b:f32[3] = sin a in (b,) }\n"
+        "+{ lambda ; a:f32[3]. let b:f32[3] = sin a in (b,) }\n"
+    )
+    assert r.stderr == "1 file would be reformatted, 1 file already formatted\n"
+    r = invoke("fmt", "-q", "--check", str(a))
+    assert r.exit_code == 1 and r.output == ""
+    mtime = ok.stat().st_mtime_ns
+    r = invoke("fmt", "-i", str(a), str(b), str(ok))
+    assert r.exit_code == 0, r.output
+    assert r.stdout == "2 files reformatted, 1 file left unchanged\n"
+    assert a.read_text() == TIGHT and b.read_text() == TIGHT
+    assert ok.stat().st_mtime_ns == mtime, "an unchanged file is not rewritten"
+    r = invoke("fmt", "--write", "-q", str(a))
+    assert r.exit_code == 0 and r.output == ""
+    assert invoke("fmt", "-i").exit_code == 2  # standard input has no file to rewrite
+    assert invoke("fmt", "-i", "--check", str(a)).exit_code == 2
+
+
+def test_fmt_check_and_write_honour_split_lines(tmp_path):
+    """A file of several programs (`# -----` lines, as pass dumps and test files hold them):
+    each program is formatted; the separators and the comments above a program stay."""
+    f = tmp_path / "multi.jaxpr"
+    f.write_text("# first\n" + LOOSE + "# -----\n# second\n" + TIGHT)
+    r = invoke("fmt", "--check", str(f))
+    assert r.exit_code == 1 and r.stdout.splitlines()[0] == f"Would reformat: {f}"
+    assert invoke("fmt", "-i", str(f)).exit_code == 0
+    assert f.read_text() == "# first\n" + TIGHT + "# -----\n# second\n" + TIGHT
+    r = invoke("fmt", "--check", str(f))
+    assert r.exit_code == 0 and r.stdout == "1 file already formatted\n"
+    # a comment inside a program would be lost: refused, located, the file left alone
+    inner = tmp_path / "inner.jaxpr"
+    text = "{ lambda ; a:f32[3]. let\n    # why\n    b:f32[3] = sin a\n  in (b,) }\n"
+    inner.write_text(text)
+    r = invoke("fmt", "-i", str(inner))
+    assert r.exit_code == 1 and inner.read_text() == text
+    assert r.stderr.startswith(
+        f"{inner}:2:5: error: fmt cannot keep a comment inside a program (the printer writes "
+        "none): move it above the program's first line\n"
+    )
+
+
+def test_the_help_example_checks_the_samples():
+    r = invoke("fmt", "--check", str(SAMPLES))
+    assert r.exit_code == 0 and r.stdout == "5 files already formatted\n"
+    assert "jaxprtool fmt --check samples/" in invoke("fmt", "--help").stdout

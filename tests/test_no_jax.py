@@ -37,6 +37,7 @@ def no_jax(monkeypatch):
         ["trace", "os.path:join", "--arg", "f32[3]"],
         ["explain", str(SAMPLES / "sin_cos.jaxpr")],
         ["check-grad", str(SAMPLES / "sin_cos.jaxpr")],
+        ["memory", MLP],
     ],
     ids=lambda a: a[0],
 )
@@ -60,6 +61,7 @@ def test_missing_jax_is_explained(no_jax, args):
         ["opt", "-p", "dce", MLP],
         ["stats", MLP],
         ["graph", MLP],
+        ["memory", "--no-xla", "--of", "grad", MLP],
         ["diff", MLP, MLP],
         ["--version"],
     ],

@@ -8,6 +8,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -74,3 +76,27 @@ def test_wheel_carries_grammar_and_parses(tmp_path):
         timeout=120,
     )
     assert r.returncode == 0, r.stderr
+
+
+def test_make_demo_installs_only_the_tool_and_jax(tmp_path):
+    """`make demo` on a fresh machine installs `.[jax]`; the test and zoo extras come with
+    `make test` (issue 27).  Read off `make -n` with a venv that does not exist yet."""
+    import shutil
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+
+    def recipe(target):
+        r = subprocess.run(
+            ["make", "-n", "-C", str(ROOT), target, f"VENV={tmp_path / 'venv'}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 0, r.stderr
+        return [ln for ln in r.stdout.splitlines() if "pip install" in ln]
+
+    demo = recipe("demo")
+    assert any("-e '.[jax]'" in ln for ln in demo)
+    assert not any("[test" in ln or "zoo]" in ln for ln in demo)
+    assert any("-e '.[test,zoo,plot]'" in ln for ln in recipe("test"))

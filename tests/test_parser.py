@@ -717,6 +717,11 @@ HEAD = "{ lambda ; a:f32[3]. let\n"
             "3:7: a binder cannot appear among operands; a new equation must start at column 5, "
             "the column of the first equation of this block",
         ),
+        (  # the reverse: the first equation indented further than the next (issue 27)
+            HEAD + "      b:f32[3] = sin a\n    c:f32[3] = cos b\n  in (c,) }",
+            "3:5: an equation must start at column 7, the column of the first equation of this "
+            "block (this one starts at column 5)",
+        ),
         ("", "1:1: empty input: expected a jaxpr ('{ lambda ...')"),
         ("hello", "1:1: expected a jaxpr ('{ lambda ...'), found 'hello'"),
         (

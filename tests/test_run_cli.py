@@ -109,7 +109,7 @@ def test_run_npz_roundtrip(prog, tmp_path):
 def test_run_summary_and_repeat(prog):
     r = invoke("run", prog, "--random", "0")
     assert r.exit_code == 0, r.output
-    assert "out0" in r.output and "float32[3]" in r.output and "float32[3,4]" in r.output
+    assert "out0" in r.output and "f32[3]" in r.output and "f32[3,4]" in r.output
     r = invoke("run", prog, "--random", "0", "--repeat", "3")
     assert r.exit_code == 0, r.output
     assert "compile:" in r.output and "median" in r.output
@@ -138,7 +138,7 @@ def test_debug_nans_finds_the_log(tmp_path):
     r = invoke("run", p, "--arg", tmp_path / "x.npy", "--eager", "--debug-nans")
     assert r.exit_code == 1
     assert f"{p}:3:5: error: 'log' produced NaN/inf: c:f32[3] = log b" in r.output
-    assert "input b: float32[3]" in r.output
+    assert "input b: f32[3]" in r.output
     assert "mul" not in r.output.split("error:")[1].splitlines()[0]
 
 
@@ -160,11 +160,11 @@ def test_run_errors(prog, tmp_path):
     np.savez(tmp_path / "bad.npz", arg0=a, arg1=b)
     r = invoke("run", prog, "--args", tmp_path / "bad.npz")
     assert r.exit_code == 1
-    assert r.output.strip() == "error: argument 0 (a): expected f32[3,4], got float32[4,3]"
+    assert r.output.strip() == "error: argument 0 (a): expected f32[3,4], got f32[4,3]"
 
     np.savez(tmp_path / "dt.npz", arg0=a.T.astype(np.float64), arg1=b)
     r = invoke("run", prog, "--args", tmp_path / "dt.npz")
-    assert r.output.strip() == "error: argument 0 (a): expected f32[3,4], got float64[3,4]"
+    assert r.output.strip() == "error: argument 0 (a): expected f32[3,4], got f64[3,4]"
 
     np.savez(tmp_path / "three.npz", arg0=a.T, arg1=b, arg2=b)
     r = invoke("run", prog, "--args", tmp_path / "three.npz")
@@ -385,7 +385,7 @@ def test_key_inputs_are_key_data(tmp_path):
     np.save(tmp_path / "bad.npy", np.zeros(3, np.uint32))
     r = invoke("run", p, "--arg", tmp_path / "bad.npy")
     assert r.exit_code == 1
-    assert "argument 0 (k): expected key<fry>[] (key data uint32[2]), got uint32[3]" in r.output
+    assert "argument 0 (k): expected key<fry>[] (key data u32[2]), got u32[3]" in r.output
 
 
 def test_npy_given_as_npz(prog, tmp_path):

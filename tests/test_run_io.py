@@ -83,7 +83,7 @@ def test_inline_splat_commas_and_bad_inputs(tmp_path):
         assert r.exit_code == 2 and why in r.output, (spec, r.output)
     # a well-formed input of the wrong type is the program's complaint (exit 1)
     r = invoke(SIN_COS, "--input", "f32[4]=1", "--input", "f32[3]=1")
-    assert r.exit_code == 1 and "argument 0 (a): expected f32[3], got float32[4]" in r.output
+    assert r.exit_code == 1 and "argument 0 (a): expected f32[3], got f32[4]" in r.output
     r = invoke(SIN_COS, "--input", "f32[3]=1", "--input", "f32[3]=1", "--random", "0")
     assert r.exit_code == 2 and "give only one of" in r.output
 
@@ -112,7 +112,11 @@ def test_expected_output_passes_and_fails(tmp_path, two_file):
     r = invoke(*args, "--expected-output", str(wrong), "--print-values", "none")
     assert r.exit_code == 1
     assert "error: 2 of 2 outputs differ from" in r.stderr and "Traceback" not in r.output
-    rows = {ln.split("│")[1].strip(): ln for ln in r.stdout.splitlines() if ln.count("│") > 5}
+    # a plain aligned table (not a terminal): a title, a header, one line per output
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"outputs that differ from {wrong} (rtol=1e-05, atol=1e-08)"
+    assert lines[1].split() == "output type differ max abs max rel first got expected".split()
+    rows = {ln.split()[0]: f" {ln} " for ln in lines[2:]}
     assert set(rows) == {"out0", "out1"}
     assert "1/6" in rows["out0"] and "[1,2]" in rows["out0"]
     assert "0.01" in rows["out0"]  # the largest absolute error
@@ -173,3 +177,37 @@ def test_json_non_finite_values(tmp_path):
     r = invoke(str(prog), "--input", "f32[3]=0 -1 1", "--output-format", "json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["outputs"][0]["data"] == ["-Infinity", "NaN", 0.0]
+
+
+# ---------------------------------------------------------------- iree-run-module's spellings
+
+
+def test_iree_input_spelling_and_inline_expected_outputs(two_file):
+    """`2x3xf32=...` (iree-run-module) reads as `f32[2,3]=...`; `--expected-output` takes
+    the outputs inline, `;`-separated, in either spelling (issue 27)."""
+    d, f = two(A, 0.5)
+    want_d = " ".join(repr(float(x)) for x in d.reshape(-1))
+    ins = ["--input", "2x3xf32=[1 2 3][4 5 6]", "--input", "f32=0.5"]
+    r = invoke(two_file, *ins, "--expected-output", f"f32[2,3]={want_d}; i32[]={int(f)}")
+    assert r.exit_code == 0, r.output
+    assert r.stderr.startswith("all 2 outputs match 'f32[2,3]=")
+    r = invoke(
+        two_file, *ins, "--expected-output", f"2x3xf32={want_d}; i32={int(f) + 1}",
+        "--print-values", "none",
+    )  # fmt: skip
+    assert r.exit_code == 1
+    assert "error: 1 of 2 outputs differ from '2x3xf32=" in r.stderr
+    lines = r.stdout.splitlines()
+    row = next(ln for ln in lines if ln.startswith("out1 "))
+    assert row.split() == ["out1", "i32[]", "1/1", "1", f"{1 / (int(f) + 1):.3g}", "[]",
+                           str(int(f)), str(int(f) + 1)]  # fmt: skip
+    r = invoke(two_file, *ins, "--expected-output", "f32[2,3]=0")
+    assert r.exit_code == 1
+    assert (
+        "--expected-output gives 1 output inline; the program has 2 (separate them with ';')"
+        in r.stderr
+    )
+    one = invoke(SIN_COS, "--input", "3xf32=1 2 3", "--input", "3xf32=0.5", "--print-values", "none",
+                 "--expected-output", "3xf32=" + " ".join(repr(float(x)) for x in sin_cos(
+                     np.array([1, 2, 3], np.float32), np.float32(0.5))))  # fmt: skip
+    assert one.exit_code == 0, one.output

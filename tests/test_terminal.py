@@ -129,6 +129,13 @@ def test_version_names_jax_and_the_styles():
     assert lines[1] == f"JAX {metadata.version('jax')} (jaxlib {metadata.version('jaxlib')})"
     for v in KNOWN_VERSIONS:
         assert ".".join(map(str, v)) in lines[2]
+    # one oldest version everywhere: --version, --jax-style's refusal, the README
+    assert lines[2].endswith("(text printed by any JAX from 0.4.1 to 0.12 is read)")
+    old = invoke(["--jax-style", "0.4.0", "fmt", str(SAMPLES / "sin_cos.jaxpr")])
+    assert old.exit_code == 2
+    assert "--jax-style: JAX version 0.4.0 is older than the oldest supported (0.4.1)" in old.stderr
+    assert invoke(["--jax-style", "0.4.1", "fmt", str(SAMPLES / "sin_cos.jaxpr")]).exit_code == 0
+    assert "JAX 0.4.1 to 0.12" in (ROOT / "README.md").read_text()
 
 
 def test_version_without_jax(monkeypatch):
@@ -238,3 +245,108 @@ def test_programs_on_a_terminal_are_highlighted(monkeypatch):
     r = invoke(["fmt", str(SAMPLES / "cond.jaxpr")])
     assert ANSI.search(r.stdout)
     assert ANSI.sub("", r.stdout) == plain
+
+
+# ---------------------------------------------------------------- tables
+
+
+def test_tables_are_plain_aligned_text_off_a_terminal():
+    """A table written to a pipe or a file: no box-drawing, no wrapping, columns justified
+    as the table says (issue 27); on a terminal (or colour forced) rich draws it."""
+    from rich.table import Table
+
+    from jaxprtool.ui.tables import print_table
+
+    table = Table(title="2 outputs")
+    table.add_column("#", justify="right")
+    table.add_column("type")
+    table.add_column("values", justify="left")
+    table.add_row("out0", "f32[3]", "[green]0.5[/], 1, 2 " + "3, " * 40 + "...")
+    table.add_row("out10", "i32[]", "7")
+    pipe = _io.StringIO()
+    monkey = io.COLOR_MODE
+    try:
+        io.COLOR_MODE = "auto"
+        print_table(io.console(pipe), table)
+        tty = FakeTTY()
+        print_table(io.console(tty, width=60), table)
+    finally:
+        io.COLOR_MODE = monkey
+    assert pipe.getvalue() == (
+        "2 outputs\n"
+        "    #  type    values\n"
+        " out0  f32[3]  0.5, 1, 2 " + "3, " * 39 + "3, ...\n"
+        "out10  i32[]   7\n"
+    )
+    assert "┃" in tty.getvalue() and max(map(len, ANSI.sub("", tty.getvalue()).splitlines())) <= 60
+
+
+def test_color_always_beats_no_color_in_tables():
+    """`--color always` drives rich's console too: NO_COLOR does not switch rich off."""
+    args = ["opt", "-p", "dce", "--timing", str(SAMPLES / "sin_cos.jaxpr")]
+    forced = invoke(["--color", "always", *args], env={"NO_COLOR": "1", "FORCE_COLOR": None})
+    assert forced.exit_code == 0 and ANSI.search(forced.stderr) and "┃" in forced.stderr
+    plain = invoke(args, env={"NO_COLOR": "1", "FORCE_COLOR": None})
+    assert plain.exit_code == 0 and not ANSI.search(plain.stderr)
+    assert plain.stderr.splitlines()[:2] == ["timing (wall clock)", "stage  runs  time (ms)      %"]
+
+
+def test_timing_has_start_up_and_rest_rows_in_its_own_process(tmp_path):
+    """Run as its own program, --timing bills the process's start-up to a row of its own
+    and the time between stages to `rest`, so the rows add up to the total."""
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "-m", "jaxprtool", "fmt", "--timing", str(SAMPLES / "sin_cos.jaxpr")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "NO_COLOR": "1"},
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    names = [ln.split()[0] for ln in r.stderr.splitlines()[2:]]
+    assert names == [
+        "start-up",
+        "read",
+        "parse",
+        "print",
+        "write",
+        "rest",
+        "total",
+    ]  # fmt: no check
+    ms = {ln.split()[0]: float(ln.split()[-2]) for ln in r.stderr.splitlines()[2:]}
+    assert ms["start-up"] > 0
+    assert abs(ms["total"] - sum(v for k, v in ms.items() if k != "total")) < 0.01
+
+
+# ---------------------------------------------------------------- conventions (issue 27)
+
+
+def test_did_you_mean_for_commands_and_passes():
+    r = invoke(["fmtt", "x.jaxpr"])
+    assert r.exit_code == 2
+    assert r.stderr.endswith("Error: No such command 'fmtt'. Did you mean 'fmt'?\n")
+    r = invoke(["opt", "-p", "dcee", str(SAMPLES / "sin_cos.jaxpr")])
+    assert r.exit_code == 2
+    assert r.stderr.endswith(
+        "Error: Invalid value for -p: unknown pass 'dcee' (did you mean 'dce'? known: "
+        "canonicalize, cse, dce, fold, inline, simplify, none)\n"
+    )
+    r = invoke(["grad", "--opt", "cannonicalize", str(SAMPLES / "sin_cos.jaxpr")])
+    assert "unknown pass 'cannonicalize' (did you mean 'canonicalize'?" in r.stderr
+    assert invoke(["zzz"]).stderr.endswith("Error: No such command 'zzz'.\n")
+
+
+def test_opt_without_passes_prints_the_input_back():
+    """As mlir-opt with no passes: the program, unchanged."""
+    for sample in ("sin_cos.jaxpr", "cond.jaxpr"):
+        r = invoke(["opt", str(SAMPLES / sample)])
+        assert r.exit_code == 0, r.output
+        assert r.stdout == (SAMPLES / sample).read_text()
+
+
+def test_help_mentions_completion():
+    out = invoke(["--help"]).stdout
+    assert 'eval "$(_JAXPRTOOL_COMPLETE=bash_source jaxprtool)"' in " ".join(out.split())

@@ -7,6 +7,8 @@ every `jax.vmap(f, in_axes)` of the family (one compile on each side)."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -985,6 +987,10 @@ def test_errors_in_jax_words_with_a_location(fxy):
     ) in r.output
     r = run(["vmap", "--in-axes", "0,0,0", "--axis-size", "4", str(fxy)])
     assert r.exit_code == 1 and "but got len(in_axes)=3, len(args)=2." in r.output
+    assert r.stderr.startswith(f"{fxy}:1:1: error: vmap in_axes must be")  # at the inputs
+    r = run(["vmap", "--out-axes", "0,0", "--axis-size", "4", str(fxy)])
+    assert r.exit_code == 1 and "got len(out_axes)=2 for 1 outputs." in r.stderr
+    assert re.match(rf"{re.escape(str(fxy))}:\d+:\d+: error: vmap out_axes", r.stderr)
     r = run(["vmap", "--in-axes", "None", str(fxy)])
     assert r.exit_code == 1
     assert (

@@ -49,22 +49,37 @@ def _vjp_build(jaxpr: Jaxpr, argnums, out_ct_mask: Sequence[bool], make_cts):
             linear, [False] * n_res + [True] * n_tan, res_atoms + [None] * n_tan, cts
         )
         grads = [inst_zero(c) for c in cts_in[n_res:]]
-    return consts, prim_in, ct_vars, b.eqns, outs, grads, info
+    return consts, prim_in, ct_vars, b.eqns, outs, grads, eqns
+
+
+def _report_boundary(boundary: list | None, kept, primal_eqns) -> None:
+    """Append to `boundary` how many leading equations of `kept` are the forward part's (they
+    come first: the backward pass is emitted after them, and DCE keeps the order)."""
+    if boundary is not None:
+        forward = {id(e) for e in primal_eqns}
+        boundary.append(sum(1 for e in kept if id(e) in forward))
 
 
 @gc_paused()
-def vjp_jaxpr(jaxpr: Jaxpr, argnums: Sequence[int] | None = None) -> Jaxpr:
+def vjp_jaxpr(
+    jaxpr: Jaxpr, argnums: Sequence[int] | None = None, boundary: list | None = None
+) -> Jaxpr:
     """`(primals..., cts...) -> (outs..., input cts...)`: one cotangent input per float/complex
-    output, one cotangent output per differentiated input (the inexact ones among `argnums`)."""
+    output, one cotangent output per differentiated input (the inexact ones among `argnums`).
+
+    `boundary`: a list to which the index of the first backward equation is appended (the
+    forward/backward boundary `memory.residual_bytes` measures)."""
     mask = [is_inexact(v.type) for v in jaxpr.outvars]
 
     def make_cts(types, out_mask):
         vs = [Var(t, None) for t in types]
         return vs, vs
 
-    consts, prim_in, ct_vars, eqns, outs, grads, _ = _vjp_build(jaxpr, argnums, mask, make_cts)
+    consts, prim_in, ct_vars, eqns, outs, grads, fwd = _vjp_build(jaxpr, argnums, mask, make_cts)
     outvars = list(outs) + grads
-    return B.make_jaxpr(prim_in + ct_vars, B.dce_eqns(eqns, outvars), outvars, consts)
+    kept = B.dce_eqns(eqns, outvars)
+    _report_boundary(boundary, kept, fwd)
+    return B.make_jaxpr(prim_in + ct_vars, kept, outvars, consts)
 
 
 def _scalar_error(t) -> str:
@@ -86,12 +101,17 @@ def _scalar_error(t) -> str:
 
 @gc_paused()
 def grad_jaxpr(
-    jaxpr: Jaxpr, argnums: Sequence[int] | int = 0, has_aux: bool = False, with_value: bool = False
+    jaxpr: Jaxpr,
+    argnums: Sequence[int] | int = 0,
+    has_aux: bool = False,
+    with_value: bool = False,
+    boundary: list | None = None,
 ) -> Jaxpr:
     """Gradient of a scalar float output (the first output with `has_aux`).
 
     Result: `(inputs...) -> ([value,] [aux...,] grads...)`: the value with `with_value`, the
-    auxiliary outputs with `has_aux`, then one gradient per entry of `argnums`."""
+    auxiliary outputs with `has_aux`, then one gradient per entry of `argnums`.  `boundary`:
+    as for `vjp_jaxpr`."""
     if isinstance(argnums, int):
         argnums = (argnums,)
     n = len(jaxpr.invars)
@@ -150,11 +170,13 @@ def grad_jaxpr(
 
     mask = [True] + [False] * (len(outs) - 1)
     uniq = list(dict.fromkeys(i % n for i in argnums))
-    consts, prim_in, _, eqns, pouts, grads, _ = _vjp_build(jaxpr, uniq, mask, make_cts)
+    consts, prim_in, _, eqns, pouts, grads, fwd = _vjp_build(jaxpr, uniq, mask, make_cts)
     by_arg = dict(zip(sorted(uniq), grads))  # tangent inputs come in input order
     g = [by_arg[i % n] for i in argnums]
     outvars = ([pouts[0]] if with_value else []) + (list(pouts[1:]) if has_aux else []) + g
-    return B.make_jaxpr(prim_in, B.dce_eqns(eqns, outvars), outvars, consts)
+    kept = B.dce_eqns(eqns, outvars)
+    _report_boundary(boundary, kept, fwd)
+    return B.make_jaxpr(prim_in, kept, outvars, consts)
 
 
 # ---------------------------------------------------------------- printing in an older style

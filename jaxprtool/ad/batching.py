@@ -35,6 +35,7 @@ from ..core import (
     JaxprError,
     Literal,
     Loc,
+    ProgramError,
     ShapedArray,
     Type,
     Var,
@@ -476,15 +477,18 @@ def _axes_list(spec, n: int, what: str) -> list[int | None]:
         return [spec] * n
     spec = list(spec)
     if len(spec) != n:
+        # (about the program's inputs or outputs as a whole: located at their list)
         if what == "in_axes":
-            raise JaxprError(
+            raise ProgramError(
                 "vmap in_axes must be an int, None, or a tuple of entries corresponding to the "
                 f"positional arguments passed to the function, but got len(in_axes)={len(spec)}, "
-                f"len(args)={n}."
+                f"len(args)={n}.",
+                "inputs",
             )
-        raise JaxprError(
+        raise ProgramError(
             "vmap out_axes must be an int, None, or a tuple of entries corresponding to the "
-            f"outputs of the function, but got len(out_axes)={len(spec)} for {n} outputs."
+            f"outputs of the function, but got len(out_axes)={len(spec)} for {n} outputs.",
+            "outputs",
         )
     return spec
 

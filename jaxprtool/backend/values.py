@@ -7,7 +7,7 @@ import operator
 
 import numpy as np
 
-from ..core import JaxprError, Literal, ShapedArray, Type, float0
+from ..core import JaxprError, Literal, ShapedArray, Type, float0, short_dtype_name
 
 _BINOPS = {
     ast.Add: operator.add,
@@ -89,7 +89,8 @@ def kind(dt) -> str:
 
 
 def type_str(shape, dtype: np.dtype) -> str:
-    return f"{np.dtype(dtype).name}[{','.join(str(d) for d in shape)}]"
+    """An array's type as a jaxpr spells it (`f32[3,4]`), in every table and message."""
+    return f"{short_dtype_name(np.dtype(dtype).name)}[{','.join(str(d) for d in shape)}]"
 
 
 def literal_value(lit: Literal) -> np.ndarray:

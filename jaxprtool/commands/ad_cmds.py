@@ -161,7 +161,9 @@ class _Job:
             from ..ui.diff import show_change
 
             before = print_jaxpr(self.input, self.style) + "\n"
-            show_change(self.input, jaxpr, self.show_diff, before, text, "input", "result")
+            show_change(
+                self.input, jaxpr, self.show_diff, before, text, "input", "result", self.style
+            )
         return text
 
     def emit(self, jaxpr, out) -> None:

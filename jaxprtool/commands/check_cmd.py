@@ -14,23 +14,30 @@ from .driver import split_option, timing_option
 
 @click.command("check")
 @click.argument("files", nargs=-1, metavar="[FILE|DIR|-]...", type=FILE_ARG)
+@click.option(
+    "--werror",
+    is_flag=True,
+    help="Treat warnings as errors: report them as errors and exit 1 (as a compiler's -Werror).",
+)
 @split_option
 @timing_option
 @guarded
-def check(files, split_input, timing):
+def check(files, werror, split_input, timing):
     """Check printed jaxprs: scoping, operand counts and types, nested jaxprs.
 
     Reads each FILE (or standard input when FILE is `-` or absent); a DIR stands for the
     jaxpr files under it (`*.jaxpr`, and the `*.jaxpr.txt` files JAX writes with
     JAX_DUMP_IR_TO=DIR JAX_DUMP_IR_MODES=jaxpr).  Prints nothing when every program is well
     formed; otherwise prints located diagnostics (`FILE:LINE:COL: error: ...`) on
-    standard error, for every file.  Unknown primitives are warnings.  Exit status: 0 when
-    there are no errors, 1 otherwise.
+    standard error, for every file (`--output-format json|github|sarif` for CI).  Unknown
+    primitives are warnings (errors with --werror).  Exit status: 0 when there are no
+    errors, 1 otherwise.
 
     \b
     Example:
       jaxprtool check f.jaxpr
       jaxprtool check a.jaxpr b.jaxpr dumps/
+      jaxprtool check --werror --output-format github samples/
       python -c 'import jax; print(jax.make_jaxpr(jax.numpy.sin)(1.0))' | jaxprtool check -
     """
     from ..check import check as run_check
@@ -42,13 +49,14 @@ def check(files, split_input, timing):
     def body(part):
         with timed("parse"):
             result = parse(part.text, part.path)
-        for w in result.warnings:
-            io.report(w, "warning")
         with timed("check"):
             diags = run_check(result.jaxpr, part.path, check_names=True)
-        for d in diags:
-            io.report(d, d.kind)
-        if any(d.kind == "error" for d in diags):
+        kinds = [*(["warning"] * len(result.warnings)), *(d.kind for d in diags)]
+        if werror:
+            kinds = ["error"] * len(kinds)
+        for d, kind in zip([*result.warnings, *diags], kinds):
+            io.report(d, kind)
+        if "error" in kinds:
             raise io.Reported()
         return None
 

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
@@ -40,11 +41,17 @@ SPLIT_LINE = "# -----"
 
 
 class Timer:
-    """Wall time per stage, in first-seen order; a stage seen twice adds up (and counts)."""
+    """Wall time per stage, in first-seen order; a stage seen twice adds up (and counts).
 
-    def __init__(self):
+    As mlir-opt's `--mlir-timing`, the table ends with a `rest` row (the time between the
+    stages: imports, the command's own set-up) so the rows add up to the total; `startup`
+    (seconds from the process's start to this timer's, when known) is a row of its own,
+    before the stages, and part of the total."""
+
+    def __init__(self, startup: float | None = None):
         self.rows: dict[str, list] = {}
         self.start = time.perf_counter()
+        self.startup = startup
 
     @contextmanager
     def stage(self, name: str):
@@ -56,26 +63,58 @@ class Timer:
             row[0] += time.perf_counter() - t0
             row[1] += 1
 
+    def table_rows(self) -> list[tuple[str, str, float]]:
+        """(stage, runs, seconds) for every row, `total` last."""
+        work = time.perf_counter() - self.start
+        rows = [("start-up", "1", self.startup)] if self.startup is not None else []
+        rows += [(name, str(runs), secs) for name, (secs, runs) in self.rows.items()]
+        staged = sum(secs for name, (secs, _) in self.rows.items())
+        rows.append(("rest", "", max(work - staged, 0.0)))
+        rows.append(("total", "", work + (self.startup or 0.0)))
+        return rows
+
     def render(self, stream=None) -> None:
         from rich.table import Table
 
         from ..io import console
+        from ..ui.tables import print_table
 
-        total = time.perf_counter() - self.start
+        rows = self.table_rows()
+        total = rows[-1][2]
         table = Table(title="timing (wall clock)", title_justify="left")
         table.add_column("stage")
         table.add_column("runs", justify="right")
         table.add_column("time (ms)", justify="right")
         table.add_column("%", justify="right")
-        for name, (secs, runs) in self.rows.items():
+        for name, runs, secs in rows:
             share = 100 * secs / total if total > 0 else 0.0
-            table.add_row(name, str(runs), f"{secs * 1e3:.3f}", f"{share:.1f}")
-        table.add_row("total", "", f"{total * 1e3:.3f}", "100.0", style="bold")
-        console(stream or sys.stderr).print(table)
+            bold = "bold" if name == "total" else None
+            table.add_row(name, runs, f"{secs * 1e3:.3f}", f"{share:.1f}", style=bold)
+        print_table(console(stream or sys.stderr), table)
+
+
+def process_age() -> float | None:
+    """Seconds since this process started (Linux's /proc, at the kernel's clock-tick
+    resolution, 10 ms), or None where that is not known."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: starttime
+        return max(time.clock_gettime(time.CLOCK_BOOTTIME) - started, 0.0)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
 
 
 #: the timer of the running command (None: no --timing)
 TIMER: Timer | None = None
+
+
+def _startup() -> float | None:
+    """The start-up row's time: the process's age when the tool is its own program (not
+    when a library or a test runner calls the command)."""
+    from .. import cli
+
+    return process_age() if cli.is_standalone() else None
 
 
 def timed(name: str):
@@ -385,11 +424,13 @@ def manager_options(transforms: tuple[str, ...] = ()):
 @dataclass
 class Part:
     """One program of an input: its text (padded with empty lines so that line numbers are
-    those of the whole file), the display path and the first line."""
+    those of the whole file), the display path, the first line and the whole file's text
+    (`file_text`: what `fmt --write` rebuilds)."""
 
     text: str
     path: str
     line: int
+    file_text: str = ""
 
     @property
     def source(self) -> str:
@@ -406,7 +447,7 @@ def split_parts(text: str, path: str) -> list[Part]:
         end = m.start() if m else len(text)
         chunk = text[pos:end]
         if _has_code(chunk):
-            parts.append(Part("\n" * (line - 1) + chunk, path, line))
+            parts.append(Part("\n" * (line - 1) + chunk, path, line, text))
         if m is not None:
             line += text.count("\n", pos, m.end()) + 1
             pos = m.end() + 1
@@ -419,20 +460,16 @@ def _has_code(chunk: str) -> bool:
 
 def expand_inputs(files: Iterable[str]) -> list[str]:
     """FILE arguments with each folder replaced by its jaxpr files (`*.jaxpr`, and the
-    `*.jaxpr.txt` files of a JAX_DUMP_IR_TO folder), recursively, in name order."""
-    import os
-    from pathlib import Path
-
+    `*.jaxpr.txt` files of a JAX_DUMP_IR_TO folder), recursively, in name order, leaving out
+    what ruff leaves out (`walk.jaxpr_files`): hidden folders, virtual environments and what
+    `.gitignore` files ignore."""
     from ..core import UsageProblem
+    from .walk import jaxpr_files
 
     out = []
     for f in files:
         if f != "-" and os.path.isdir(f):
-            found = sorted(
-                str(p)
-                for p in Path(f).rglob("*")
-                if p.is_file() and (p.name.endswith(".jaxpr") or p.name.endswith(".jaxpr.txt"))
-            )
+            found = jaxpr_files(f)
             if not found:
                 raise UsageProblem(f"folder '{f}' holds no *.jaxpr or *.jaxpr.txt files")
             out.extend(found)
@@ -441,15 +478,18 @@ def expand_inputs(files: Iterable[str]) -> list[str]:
     return out
 
 
-def read_parts(file: str | None, split: bool) -> list[Part]:
-    """The parts of one input (one part without --split-input-file)."""
+def read_parts(file: str | None, split: bool | str) -> list[Part]:
+    """The parts of one input (one part without --split-input-file; `split="auto"`: split
+    when the file has a `# -----` line)."""
     from ..io import read_source, remember_source
 
     with timed("read"):
         text, path = read_source(file)
     remember_source(path, text)
+    if split == "auto":
+        split = SPLIT_MARKER.search(text) is not None
     if not split:
-        return [Part(text, path, 1)]
+        return [Part(text, path, 1, text)]
     parts = split_parts(text, path)
     if not parts:
         raise JaxprError(
@@ -475,7 +515,7 @@ def run_parts(
     global TIMER
     from ..io import remember_source, report, write_program
 
-    TIMER = Timer() if inst is not None and inst.timing else None
+    TIMER = Timer(_startup()) if inst is not None and inst.timing else None
     try:
         outputs: list[str] = []
         ok = True

@@ -11,7 +11,7 @@ import click
 from ..cli import guarded
 from ..core import JaxprError
 from ..io import write_output
-from .common import FILE_ARG, load
+from .common import FILE_ARG, load, output_style
 
 #: seconds Graphviz may take to lay a graph out before it is stopped
 RENDER_TIMEOUT = 60
@@ -55,7 +55,7 @@ def graph(file, output, collapse_nested, max_nodes):
             f"unknown graph format '{ext}' (use .dot, .svg, .png or .pdf)", param_hint="-o"
         )
     jaxpr, _, _ = load(file)
-    dot = to_dot(jaxpr, collapse_nested, max_nodes or MAX_NODES)
+    dot = to_dot(jaxpr, collapse_nested, max_nodes or MAX_NODES, output_style(jaxpr))
     if ext in ("", ".dot", ".gv"):
         write_output(dot, output)
         return

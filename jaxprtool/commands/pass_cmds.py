@@ -54,6 +54,7 @@ def _run(file, out, show_diff, fn, inst=None, split=False, total=1):
                 text + "\n",
                 f"{name} (before)",
                 f"{name} (after)",
+                style,
             )
         return text + "\n"
 
@@ -162,7 +163,7 @@ _OPT_HELP = f"""Run a pipeline of clean-up passes.
 PASS,... is a list of passes separated by commas, as in MLIR and xDSL.  A pass may take
 options in braces, separated by spaces, as in 'inline{{names=relu,gelu}}': a comma inside
 braces belongs to the option (a list).  Values are integers, true/false or comma lists;
-'none' runs nothing.
+'none' (or no -p, as mlir-opt without passes) runs nothing: the input is printed back.
 
 {_pass_table()}
 
@@ -182,10 +183,10 @@ Example:
     "-p",
     "--pipeline",
     "pipeline",
-    required=True,
+    default="none",
     metavar="PASS,...",
     shell_complete=complete_pass_list,
-    help=f"Passes to run in order: {', '.join(PASSES)} (or none).",
+    help=f"Passes to run in order: {', '.join(PASSES)} (default: none).",
 )
 @manager_options()
 def opt(file, out, show_diff, pipeline, inst, split_input):
@@ -222,12 +223,18 @@ def opt(file, out, show_diff, pipeline, inst, split_input):
     type=click.IntRange(min=0),
     help="Lines of context.",
 )
-def diff(a, b, quiet, context):
+@click.option(
+    "--renames",
+    is_flag=True,
+    help="After the diff, the map from A's variable names to B's (`renamed: z -> e`) for "
+    "the variables the alignment pairs.",
+)
+def diff(a, b, quiet, context, renames):
     """Semantic diff of two programs, ignoring variable names.
 
     Exit status: 0 when A and B are the same program up to renaming, 1 when they differ
-    (the changed equations are shown aligned, with canonical names), 2 on any trouble
-    (unreadable file, parse error).
+    (the changed equations are shown aligned: removed and kept lines in A's names, added
+    lines in B's), 2 on any trouble (unreadable file, parse error).
 
     \b
     Example:
@@ -235,7 +242,7 @@ def diff(a, b, quiet, context):
     """
     from ..core import JaxprError
     from ..io import report, write_output
-    from ..ui.diff import semantic_diff
+    from ..ui.diff import rename_map, semantic_diff
 
     try:
         from .common import load
@@ -243,6 +250,7 @@ def diff(a, b, quiet, context):
         ja, _, pa = load(a)
         jb, _, pb = load(b)
         d = semantic_diff(ja, jb, pa, pb, context=context)
+        pairs = rename_map(ja, jb) if renames and not quiet else []
     except JaxprError as e:
         report(e)
         sys.exit(2)
@@ -258,9 +266,11 @@ def diff(a, b, quiet, context):
             )
         )
         sys.exit(2)
+    renamed = "".join(f"renamed: {x} -> {y}\n" for x, y in pairs)
     if d is None:
         if not quiet:
             click.echo("equal (up to variable names)", err=True)
+            write_output(renamed, None)
         sys.exit(0)
     if not quiet:
         from ..io import use_color
@@ -271,6 +281,7 @@ def diff(a, b, quiet, context):
             show_text(d, sys.stdout)
         else:
             write_output(d, None)
+        write_output(renamed, None)
     sys.exit(1)
 
 

@@ -310,7 +310,9 @@ def print_summary(outs, jaxpr) -> None:
             f"{s['mean']:.6g}" if "mean" in s else "",
             str(s.get("nan", "")),
         )
-    console(sys.stdout).print(table)
+    from ..ui.tables import print_table
+
+    print_table(console(sys.stdout), table)
 
 
 # ---------------------------------------------------------------- run

@@ -2,10 +2,13 @@
 
 * `--input 'f32[2,3]=1 2 3 4 5 6'`: an argument written inline, its type as the jaxpr
   prints it and its values separated by spaces or commas, in row-major order (one value
-  fills the whole array); `--input @x.npy` reads a file.
+  fills the whole array); iree-run-module's spelling `2x3xf32=1 2 3 4 5 6` (`f32=0.5` for
+  a scalar, `[1 2 3][4 5 6]` brackets allowed) too; `--input @x.npy` reads a file.
 * `--expected-output OUT.npz` (keys out0, out1, ... or arr_0, ...; an .npy for a single
-  output) with `--rtol`/`--atol`: exact for integers and booleans, `|got - want| <= atol +
-  rtol * |want|` for floats (NaN equals NaN); a table of the outputs that differ.
+  output), or the outputs inline as `--input` writes them, separated by `;`
+  (`'f32[]=1.89'`, `'f32[2]=1 2; i32[]=3'`), with `--rtol`/`--atol`: exact for integers and
+  booleans, `|got - want| <= atol + rtol * |want|` for floats (NaN equals NaN); a table of
+  the outputs that differ.
 * `--print-values full|summary|none`, `--output-format npz|npy-dir|json`.
 
 numpy only: nothing here imports jax.
@@ -25,6 +28,8 @@ from ..io import UsageError, write_output
 from ..lazy import np
 
 _INPUT = re.compile(r"\s*([A-Za-z][A-Za-z0-9_]*)\[([0-9,\s]*)\]\s*=(.*)\Z", re.S)
+#: iree-run-module's `2x3xf32=...` (dimensions, then the element type; `f32=` a scalar)
+_IREE_INPUT = re.compile(r"\s*((?:[0-9]+x)*)([A-Za-z][A-Za-z0-9_]*)\s*=(.*)\Z", re.S)
 
 # ---------------------------------------------------------------- --input
 
@@ -75,7 +80,7 @@ def parse_input(spec: str) -> np.ndarray:
         from .run_cmds import _load_npy
 
         return _load_npy(spec[1:])
-    m = _INPUT.match(spec)
+    m = _INPUT.match(_from_iree(spec))
     if not m:
         raise UsageError(
             f"bad --input '{spec}': expected TYPE=VALUES, e.g. 'f32[2,3]=1 2 3 4 5 6' or "
@@ -83,7 +88,7 @@ def parse_input(spec: str) -> np.ndarray:
         )
     dt = _dtype_of(m.group(1), spec)
     shape = tuple(int(x) for x in m.group(2).split(",") if x.strip())
-    words = [w for w in re.split(r"[\s,]+", m.group(3).strip()) if w]
+    words = [w for w in re.split(r"[\s,\[\]]+", m.group(3).strip()) if w]
     size = math.prod(shape)
     if not words:
         raise UsageError(f"bad --input '{spec}': no values after '='")
@@ -102,13 +107,37 @@ def parse_input(spec: str) -> np.ndarray:
     return arr.reshape(shape)
 
 
+def _from_iree(spec: str) -> str:
+    """iree-run-module's `2x3xf32=VALUES` as the jaxpr spelling `f32[2,3]=VALUES`; any
+    other text as it is."""
+    m = _IREE_INPUT.match(spec)
+    if m is None or "[" in spec.split("=", 1)[0]:
+        return spec
+    dims = ",".join(d for d in m.group(1).split("x") if d)
+    return f"{m.group(2)}[{dims}]={m.group(3)}"
+
+
+def is_inline(spec: str) -> bool:
+    """`--expected-output` holds values (`TYPE=VALUES`), not the name of a file."""
+    return "=" in spec and not os.path.exists(spec)
+
+
 # ---------------------------------------------------------------- --expected-output
 
 
 def load_expected(path: str, n: int) -> list[np.ndarray]:
-    """The expected outputs: an .npz (out0.. or arr_0..) or, for one output, an .npy."""
+    """The expected outputs: an .npz (out0.. or arr_0..) or, for one output, an .npy; or
+    inline values (`is_inline`), one `--input`-style array per output, separated by `;`."""
     from .run_cmds import _npz_list, _read_array_file
 
+    if is_inline(path):
+        arrays = [parse_input(s) for s in path.split(";") if s.strip()]
+        if len(arrays) != n:
+            raise JaxprError(
+                f"--expected-output gives {len(arrays)} output{'s' if len(arrays) != 1 else ''} "
+                f"inline; the program has {n} (separate them with ';')"
+            )
+        return arrays
     data = _read_array_file(path, "expected-output")
     if isinstance(data, np.ndarray):
         arrays = [data]
@@ -206,7 +235,9 @@ def render_mismatches(rows: list[dict], path: str, rtol: float, atol: float, str
             r.get("got_value", ""),
             r.get("expected_value", ""),
         )
-    console(stream or sys.stdout).print(table)
+    from ..ui.tables import print_table
+
+    print_table(console(stream or sys.stdout), table)
 
 
 def mismatch_message(rows: list[dict], n: int, path: str, rtol: float, atol: float) -> str:

@@ -7,12 +7,14 @@ import sys
 import click
 
 from ..cli import guarded
+from ..core import JaxprError, Loc
+from ..io import report
 from .common import FILE_ARG, OUT_ARG
 from .driver import split_option, timing_option
 
 
 @click.command()
-@click.argument("files", nargs=-1, metavar="[FILE|-]...", type=FILE_ARG)
+@click.argument("files", nargs=-1, metavar="[FILE|DIR|-]...", type=FILE_ARG)
 @click.option(
     "-o",
     "--output",
@@ -35,33 +37,63 @@ from .driver import split_option, timing_option
     help="Write nothing; list the FILES (or folders' jaxpr files) whose text is not in "
     "canonical form and exit 1 if there are any (as `ruff format --check`).",
 )
+@click.option(
+    "-i",
+    "--write",
+    "write",
+    is_flag=True,
+    help="Reformat the FILES (and folders' jaxpr files) in place (atomically; unchanged "
+    "files are not touched).",
+)
+@click.option(
+    "--diff",
+    "show_diff",
+    is_flag=True,
+    help="Write nothing; print a unified diff of each file against its canonical form and "
+    "exit 1 if there is any (as `ruff format --diff`).",
+)
+@click.option(
+    "-q", "--quiet", is_flag=True, help="Print no file lists or summary lines (only errors)."
+)
 @split_option
 @timing_option
-def fmt(files, out, width, check_only, split_input, timing):
+def fmt(files, out, width, check_only, write, show_diff, quiet, split_input, timing):
     """Re-print a jaxpr exactly as JAX's str(jaxpr) would.
 
     Reads FILE (or standard input), and prints it in the style of the JAX
     version it was printed by (detected), or of --jax-style VERSION.  Text
     printed by JAX comes back byte-identical; where JAX's own text would be
     ambiguous (a `_` used inside a nested jaxpr), fresh names are printed.
-    With --check, several FILES (and folders) are read and compared with their
-    canonical form (a missing final newline is allowed, as JAX's dumps have none).
+
+    With --check, --diff or -i/--write, several FILES and folders are taken (a
+    folder stands for its jaxpr files, skipping hidden folders, virtual
+    environments and what .gitignore ignores) and compared with their canonical
+    form (a missing final newline is allowed, as JAX's dumps have none); a file
+    with `# -----` lines is read as the programs between them, and the comment
+    lines before each program are kept.
 
     \b
     Example:
       jaxprtool fmt f.jaxpr
       jaxprtool --jax-style 0.4.35 fmt f.jaxpr -o old.jaxpr
       jaxprtool fmt --width 120 - < f.jaxpr
-      jaxprtool fmt --check samples/ tests/golden/
+      jaxprtool fmt --check samples/
+      jaxprtool fmt -i a.jaxpr b.jaxpr dumps/
     """
-    if check_only:
+    if check_only or write or show_diff:
         if out:
-            raise click.UsageError("--check writes nothing; it does not take -o")
-        guarded(_fmt_check)(files, width, split_input, timing)
+            raise click.UsageError("--check, --diff and -i write no output file: drop -o")
+        if write and (check_only or show_diff):
+            raise click.UsageError("-i/--write rewrites files; --check and --diff write nothing")
+        if write and (not files or "-" in files):
+            raise click.UsageError("-i/--write rewrites files: name them (not standard input)")
+        mode = "write" if write else "diff" if show_diff else "check"
+        guarded(_fmt_files)(files, width, mode, quiet, split_input, timing)
         return
     if len(files) > 1:
         raise click.UsageError(
-            "fmt prints one program (or one --split-input-file); give one FILE, or --check FILES"
+            "fmt prints one program (or one --split-input-file); give one FILE, or "
+            "--check / --diff / -i FILES"
         )
     guarded(_fmt)(files[0] if files else "-", out, width, split_input, timing)
 
@@ -97,33 +129,123 @@ def _fmt(file, out, width, split_input, timing):
         sys.exit(1)
 
 
-def _fmt_check(files, width, split_input, timing):
+def _fmt_files(files, width, mode, quiet, split_input, timing):
+    """fmt --check / --diff / --write over FILES and folders: each file rebuilt from its
+    parts' canonical text (`_rebuilt`), then listed, diffed or written."""
+    from ..io import Reported, write_output
     from .driver import Instruments, expand_inputs, run_parts
 
     inputs = expand_inputs(files or ("-",))
-    changed: list[str] = []
-    seen: list[str] = []
+    done: dict[str, list] = {}  # path -> [(part, canonical text)]
+    failed: set[str] = set()
 
     def body(part):
-        text = _formatted(part, width)
-        if part.path not in seen:
-            seen.append(part.path)
-        if part.source.strip("\n") != text and part.path not in changed:
-            changed.append(part.path)
+        try:
+            done.setdefault(part.path, []).append((part, _formatted(part, width)))
+        except BaseException:
+            failed.add(part.path)
+            raise
         return None
 
-    ok = run_parts(inputs, split_input, body, inst=Instruments(timing=timing), keep_going=True)
-    for path in changed:
-        click.echo(f"Would reformat: {path}")
-    n, m = len(changed), len(seen) - len(changed)
-    summary = [f"{n} file{'s' if n != 1 else ''} would be reformatted"] if n else []
-    if m:
-        summary.append(f"{m} file{'s' if m != 1 else ''} already formatted")
-    if not ok:
-        summary.append("some files could not be read (errors above)")
-    click.echo(", ".join(summary) or "no files", err=False)
-    if changed or not ok:
-        sys.exit(1)
+    status = 0
+    try:
+        if not run_parts(
+            inputs, split_input or "auto", body, None, Instruments(timing=timing), True
+        ):
+            status = 1
+    except Reported as e:  # an unreadable file: the others are done, then exit 2
+        status = e.exit_code
+    changed, unchanged = [], 0
+    for path, parts in done.items():
+        if path in failed:
+            continue
+        before = parts[0][0].file_text
+        try:
+            after = _rebuilt(before, parts)
+        except JaxprError as e:
+            report(e)
+            status = max(status, 1)
+            continue
+        if after == before or after == before + "\n":
+            unchanged += 1
+            continue
+        changed.append(path)
+        if mode == "write":
+            write_output(after, path)
+        elif mode == "diff":
+            from ..ui.diff import show_text, text_diff
+
+            show_text(text_diff(before, after, path, path), sys.stdout)
+        elif not quiet:
+            click.echo(f"Would reformat: {path}")
+    if not quiet:
+        _summary(len(changed), unchanged, mode, status != 0)
+    if changed and mode != "write":
+        status = max(status, 1)
+    if status:
+        sys.exit(status)
+
+
+def _summary(n: int, m: int, mode: str, trouble: bool) -> None:
+    """ruff's summary line: `2 files would be reformatted, 3 files already formatted`."""
+
+    def files(k):
+        return f"{k} file{'s' if k != 1 else ''}"
+
+    if mode == "write":
+        parts = [f"{files(n)} reformatted"] * bool(n) + [f"{files(m)} left unchanged"] * bool(m)
+    else:
+        parts = [f"{files(n)} would be reformatted"] * bool(n)
+        parts += [f"{files(m)} already formatted"] * bool(m)
+    if trouble:
+        parts.append("some files could not be read (errors above)")
+    # (with --diff, standard output is the patch)
+    click.echo(", ".join(parts) or "no files", err=mode == "diff")
+
+
+def _rebuilt(text: str, parts) -> str:
+    """`text` with each part's program replaced by its canonical text; the comment and
+    blank lines before a program, the `# -----` lines and what follows a program's last
+    line are kept.  A comment inside a program would be lost: refused, located."""
+    for part, canonical in reversed(parts):
+        start = _line_offset(text, part.line)
+        chunk = part.source
+        head = _leading_comments(chunk)
+        program = chunk[len(head) :]
+        body = program.rstrip("\n")
+        _refuse_inner_comments(body, part.path, part.line + head.count("\n"))
+        new = head + canonical + program[len(body) :]
+        text = text[:start] + new + text[start + len(chunk) :]
+    return text
+
+
+def _line_offset(text: str, line: int) -> int:
+    pos = 0
+    for _ in range(line - 1):
+        pos = text.index("\n", pos) + 1
+    return pos
+
+
+def _leading_comments(chunk: str) -> str:
+    """The blank and comment lines (`#`, `//`) a part starts with."""
+    end = 0
+    for line in chunk.splitlines(keepends=True):
+        s = line.strip()
+        if s and not s.startswith(("#", "//")):
+            break
+        end += len(line)
+    return chunk[:end]
+
+
+def _refuse_inner_comments(body: str, path: str, first_line: int) -> None:
+    for k, line in enumerate(body.split("\n")):
+        s = line.lstrip()
+        if s.startswith(("#", "//")):
+            raise JaxprError(
+                "fmt cannot keep a comment inside a program (the printer writes none): move "
+                "it above the program's first line",
+                Loc(path, first_line + k, len(line) - len(s) + 1),
+            )
 
 
 def _without_traced_rules(jaxpr):

@@ -80,8 +80,16 @@ def _as_type(value, t):
     help="Inputs to perturb (default: every float input), e.g. not an optimiser's state.",
 )
 @click.option("--consts", "consts_npz", metavar="C.npz", help="Constants: const0, const1, ...")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print one JSON document instead of the tables: {"files": [{"file", "checks": '
+    '[{"program", "check", "error", "tolerance", "result"}], "replaced"}], "summary": '
+    '{"files", "checks", "failures", "not_checked"}}.',
+)
 @custom_rules_option
-def check_grad(files, args_npz, seed, order, modes, argnums, consts_npz, custom_rules):
+def check_grad(files, args_npz, seed, order, modes, argnums, consts_npz, as_json, custom_rules):
     """Check the tool's jvp and vjp of each FILE against finite differences.
 
     As JAX's check_grads: jvp against central differences along a random
@@ -119,6 +127,7 @@ def check_grad(files, args_npz, seed, order, modes, argnums, consts_npz, custom_
     from .driver import expand_inputs
 
     inputs = expand_inputs(files or ("-",))
+    reports: list[dict] = []
     failed = trouble = False
     n_files = n_checks = n_failed = 0
     with progress(f"check-grad: 0 of {len(inputs)} files") as prog:
@@ -163,7 +172,10 @@ def check_grad(files, args_npz, seed, order, modes, argnums, consts_npz, custom_
                 trouble = True
                 continue
             replaced = list(custom_rule_fallbacks.notes)
-            render_table(checks, f"check-grad {path}", None, replaced)
+            if as_json:
+                reports.append(_report(path, checks, replaced))
+            else:
+                render_table(checks, f"check-grad {path}", None, replaced)
             n_files += 1
             n_checks += len(checks)
             n_failed += sum(not c.passed for c in checks)
@@ -174,5 +186,34 @@ def check_grad(files, args_npz, seed, order, modes, argnums, consts_npz, custom_
     )
     if trouble:
         summary += f", {len(inputs) - n_files} not checked (errors above)"
-    click.echo(summary)
+    if as_json:
+        import json
+
+        totals = {
+            "files": n_files,
+            "checks": n_checks,
+            "failures": n_failed,
+            "not_checked": len(inputs) - n_files,
+        }
+        click.echo(json.dumps({"files": reports, "summary": totals}, indent=2))
+    else:
+        click.echo(summary)
     sys.exit(2 if trouble else 1 if failed else 0)
+
+
+def _report(path: str, checks, replaced: list[str]) -> dict:
+    """One file's checks for --json (`result`: pass, FAIL, or the non-smooth verdict)."""
+    return {
+        "file": path,
+        "checks": [
+            {
+                "program": c.program,
+                "check": c.name,
+                "error": float(c.error),
+                "tolerance": float(c.tolerance),
+                "result": c.verdict,
+            }
+            for c in checks
+        ],
+        "replaced": replaced,
+    }

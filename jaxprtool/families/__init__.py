@@ -87,12 +87,17 @@ def build_index() -> dict[str, tuple[str, ...]]:
             frame = frame.f_back
         return original(name, **values)
 
-    record.define = watched
+    # every module that bound `define` before (`jaxprtool.primitives`, loaded with the
+    # package's API) calls the watched one too
+    holders = [m for m in list(sys.modules.values()) if getattr(m, "define", None) is original]
+    for m in holders:
+        m.define = watched
     try:
         for m in MODULES:
             importlib.import_module(m)
     finally:
-        record.define = original
+        for m in holders:
+            m.define = original
     order = [m.rpartition(".")[2] for m in MODULES]
     return {n: tuple(sorted(o, key=order.index)) for n, o in sorted(defined.items())}
 

@@ -897,6 +897,8 @@ def _custom_vmap_jvp(primals, tangents, **params):
 
 
 define("custom_vmap_call", evaluate=_evaluate_body("call"), jvp=_custom_vmap_jvp)
+
+
 def _custom_lin_forward(eqn) -> Jaxpr:
     """The linear map a custom_lin stands for, (residuals..., tangents...) -> (out
     tangents...): the transpose of its recorded bwd (which maps the output cotangents to

@@ -1097,6 +1097,23 @@ def _xla_pmap_batching(args, dims, **params):
     return B.current().bind("xla_pmap", list(args), p), outer
 
 
+def _shard_map_body_copies(eqn) -> int:
+    """The body runs on every device of the manual axes at once, on that device's shards."""
+    mesh = mesh_of(eqn.params)
+    if not mesh.complete:  # no sizes in the text: the tool's types cannot be sized either
+        return 1
+    sizes = mesh.shape
+    n = 1
+    for a in manual_axes(eqn.params, mesh):
+        n *= sizes.get(a, 1)
+    return n
+
+
+def _pmap_body_copies(eqn) -> int:
+    """One instance of the body per index of the mapped axis."""
+    return int(eqn.params["axis_size"]) if "axis_size" in eqn.params else 1
+
+
 # ---------------------------------------------------------------- the records
 
 define("shard_map", shape_rule=_shard_map_shape, family="collectives")
@@ -1104,6 +1121,8 @@ for _n in ("shard_map", "xla_pmap"):
     define(_n, multiple_results=True, family="collectives")
 define("shard_map", evaluate=_eval_shard_map, jvp=_shard_map_jvp, jvp_kind=LOW_LEVEL)
 define("shard_map", transpose=_shard_map_transpose, batching=_shard_map_batching)
+define("shard_map", body_copies=_shard_map_body_copies)
+define("xla_pmap", body_copies=_pmap_body_copies)
 define("xla_pmap", evaluate=_eval_xla_pmap, jvp=_xla_pmap_jvp, jvp_kind=LOW_LEVEL)
 define("xla_pmap", transpose=_xla_pmap_transpose, batching=_xla_pmap_batching)
 define("all_gather_invariant", shape_rule=_all_gather_shape, family="collectives")

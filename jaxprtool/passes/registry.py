@@ -66,7 +66,13 @@ class PipelineStep:
 
 
 def _unknown_pass(name: str) -> JaxprError:
-    return JaxprError(f"unknown pass '{name}' (known: {', '.join(sorted(PASSES))}, none)")
+    import difflib
+
+    # (a typo gets the nearest pass; not `none` among others, nor passes without commas)
+    plain = name != "none" and not any(ch.isspace() for ch in name)
+    close = difflib.get_close_matches(name, list(PASSES), n=1) if plain else []
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    return JaxprError(f"unknown pass '{name}' ({hint}known: {', '.join(sorted(PASSES))}, none)")
 
 
 def _split(text: str, spec: str, at: Callable[[str], bool]) -> list[str]:

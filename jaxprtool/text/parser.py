@@ -234,6 +234,20 @@ class _State:
             t = "".join(c if c.isprintable() else repr(c)[1:-1] for c in t)
         return f"'{t}'"
 
+    def block_ended(self):
+        """A line left of the block's equation column ended the block, and no `in (` follows:
+        an equation there is mis-indented (the block's first one sits further right), else
+        the output list is missing."""
+        pos = self.block_end
+        if _BINDER_START.match(self.s, pos) and self.frames:
+            col = pos - (self.s.rfind("\n", 0, pos) + 1) + 1
+            self.fail(
+                f"an equation must start at column {self.frames[-1][2]}, the column of the first "
+                f"equation of this block (this one starts at column {col})",
+                pos,
+            )
+        self.expected("'in (' followed by the output list", pos)
+
     def expected(self, what: str, pos: int):
         if pos >= self.n:
             self.fail(f"unexpected end of input: expected {what}", pos)
@@ -874,6 +888,10 @@ class _State:
 _REBOUND = " _"
 
 
+#: a binder `name:` (an equation's start), for the mis-indented equation message
+_BINDER_START = re.compile(r"(?:[a-z]+_?|_):")
+
+
 def _bind(table: dict, v: Var) -> None:
     """Bind `v` under its printed name in the jaxpr's symbol table."""
     if v.hint == "_" and "_" in table:
@@ -1145,7 +1163,7 @@ class _Layout:
                 else:
                     f[0] = False
             if st.block_end >= 0 and tt != "IN_KW":
-                st.expected("'in (' followed by the output list", st.block_end)
+                st.block_ended()
             if head:
                 head = False
                 st.eqn_start = t.start_pos
@@ -2097,7 +2115,7 @@ def _diagnose(st: _State, expected: set, pos: int):
     if "IN_KW" in expected and "OPERANDS" in expected:
         # among operands
         if 0 <= st.block_end <= pos:
-            st.expected("'in (' followed by the output list", st.block_end)
+            st.block_ended()
         if (
             pos > 0
             and s[pos - 1] not in " \t\n"

@@ -158,6 +158,14 @@ class Namer:
             return pp.format(self._p.toplevel(j), width)
 
 
+def printed_names(jaxpr: Jaxpr, style: Style | None = None):
+    """`name(var)`: the name `print_jaxpr(jaxpr, style)` gives each variable of `jaxpr`
+    (for what shows a program beside its printout: diffs, graphs)."""
+    namer = Namer(style)
+    namer.jaxpr_text(jaxpr)
+    return namer.name
+
+
 # ---------------------------------------------------------------- params
 
 

@@ -45,6 +45,8 @@ CLUE_BEFORE_0_6_1 = "before 0.6.1"
 CLUE_OLD_CALL_NAME = "old call name"
 CLUE_0_7_2 = "0.7.2"
 CLUE_0_12 = "0.12"
+#: the oldest JAX whose printouts the tool reads and writes (its printing is the 0.4.3 style's)
+OLDEST = (0, 4, 1)
 KNOWN_VERSIONS = (
     (0, 4, 3),
     (0, 4, 21),
@@ -73,8 +75,9 @@ class Style:
         if not re.fullmatch(r"\d+(\.\d+)*", t):
             raise ValueError(f"not a JAX version: {text!r} (expected e.g. 0.4.35 or 0.12)")
         v = tuple(int(x) for x in t.split("."))
-        if v < (0, 4):
-            raise ValueError(f"JAX version {text} is older than the oldest supported style (0.4.1)")
+        if v < OLDEST:
+            oldest = ".".join(map(str, OLDEST))
+            raise ValueError(f"JAX version {text} is older than the oldest supported ({oldest})")
         return Style(v)
 
     def __str__(self) -> str:

@@ -326,6 +326,7 @@ def render_table(
     from rich.table import Table
 
     from ..io import console
+    from .tables import print_table
 
     caption = None
     if replaced:
@@ -345,4 +346,4 @@ def render_table(
     con = console(sys.stdout)
     if color is False:
         con.no_color = True
-    con.print(table)
+    print_table(con, table)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import sys
+from collections.abc import Callable
 
 import click
 
@@ -85,14 +86,25 @@ def show_change(
     after_text: str,
     a_name: str = "before",
     b_name: str = "after",
+    style=None,
 ) -> None:
     """`--diff` of a pass or an AD command on stderr.  `semantic` (the default): the two
     programs aligned up to renaming (as `jaxprtool diff` does), showing only the equations
-    removed, added or changed, in canonical names; `text`: a unified diff of the printouts."""
+    removed, added or changed, the input in its file's names and the result in those its
+    printout (in `style`) shows;
+    `text`: a unified diff of the printouts."""
     if mode == "text":
         show_diff(before_text, after_text, a_name, b_name)
         return
-    d = semantic_diff(before, after, a_name, b_name, context=0)
+    d = semantic_diff(
+        before,
+        after,
+        a_name,
+        b_name,
+        context=0,
+        names_a=source_names(before),
+        names_b=printed_names(after, style),
+    )
     if d is None:
         click.echo(f"(no change: {b_name} is {a_name} up to variable names)", err=True)
     else:
@@ -125,11 +137,37 @@ class _Namer:
 
     def use(self, a) -> str:
         if isinstance(a, Literal):
-            return (
-                f"{a.value!r}:{a.type}" if not isinstance(a.value, str) else f"{a.value}:{a.type}"
-            )
+            return _literal(a)
         n = self.names.get(id(a))
         return n if n is not None else "?"
+
+
+class _Given:
+    """The names one side of a diff is shown in (`names(var)`: the file's own, or those
+    its printout shows), with the same interface as `_Namer`."""
+
+    def __init__(self, names: Callable[[Var], str]):
+        self.bind = names
+
+    def use(self, a) -> str:
+        return _literal(a) if isinstance(a, Literal) else self.bind(a)
+
+
+def _literal(a: Literal) -> str:
+    return f"{a.value!r}:{a.type}" if not isinstance(a.value, str) else f"{a.value}:{a.type}"
+
+
+def source_names(jaxpr: Jaxpr) -> Callable[[Var], str]:
+    """The names a parsed file gives its variables (`Var.hint`); a variable without one
+    (made by a transformation) takes the name the printer would give it."""
+    printed = printed_names(jaxpr)
+    return lambda v: v.hint or printed(v)
+
+
+def printed_names(jaxpr: Jaxpr, style=None) -> Callable[[Var], str]:
+    from ..text.printer import printed_names as names
+
+    return names(jaxpr, style)
 
 
 def _name(i: int) -> str:
@@ -192,9 +230,15 @@ def _render(j: Jaxpr, indent: int, out: list, nm: _Namer) -> None:
                 label = f"{pad}    {k}" + (f"[{i}]" if isinstance(v, (tuple, list)) else "") + "="
                 out.append((label, label, []))
                 _render(sj, indent + 3, out, nm)
-    outs = ", ".join(nm.use(a) for a in j.outvars)
-    outs_k = ", ".join(str(a.type) if isinstance(a, Var) else nm.use(a) for a in j.outvars)
-    out.append((f"{pad}  in ({outs_k}) }}", f"{pad}  in ({outs}) }}", []))
+    outs = _tuple(nm.use(a) for a in j.outvars)
+    outs_k = _tuple(str(a.type) if isinstance(a, Var) else nm.use(a) for a in j.outvars)
+    out.append((f"{pad}  in {outs_k} }}", f"{pad}  in {outs} }}", []))
+
+
+def _tuple(items) -> str:
+    """A tuple as JAX prints a program's outputs: `(a,)` for one, `(a, b)`, `()`."""
+    items = list(items)
+    return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
 
 
 def _plain(value, memo: dict):
@@ -226,45 +270,90 @@ def plain_values(jaxpr: Jaxpr, memo: dict | None = None) -> Jaxpr:
 
 
 def semantic_diff(
-    a: Jaxpr, b: Jaxpr, a_name: str = "a", b_name: str = "b", context: int = 2
+    a: Jaxpr,
+    b: Jaxpr,
+    a_name: str = "a",
+    b_name: str = "b",
+    context: int = 2,
+    names_a: Callable[[Var], str] | None = None,
+    names_b: Callable[[Var], str] | None = None,
 ) -> str | None:
     """None when a and b are alpha-equivalent (a numpy scalar parameter equals the Python
-    number it holds); else a unified diff of their canonical renderings.  Lines are aligned
-    by a name-insensitive key; the variables bound by aligned lines of b take the names of
-    a's, so only real changes (and their data flow) show."""
+    number it holds); else a unified diff of their
+    equations.  Lines are aligned by a name-insensitive key and compared in canonical
+    names, the variables bound by aligned lines of b taking the names of a's, so only real
+    changes (and their data flow) show.  Removed and kept lines are shown in a's names
+    (`names_a`, default: the file's own), added lines in b's."""
     a, b = plain_values(a), plain_values(b)
     if alpha_equal(a, b):
         return None
+    names_a = names_a or source_names(a)
+    names_b = names_b or source_names(b)
     na = _Namer()
     la = render_lines(a, na)
-    lb0 = render_lines(b, _Namer())
-    preset: dict[int, str] = {}
-    for tag, a1, a2, b1, b2 in _align([x[0] for x in la], [x[0] for x in lb0]):
+    pairs = _paired_binders(la, render_lines(b, _Namer()))
+    preset = {id(vb): na.names[id(va)] for va, vb in pairs}
+    lb = render_lines(b, _Namer(preset, taken=set(na.names.values())))
+    lines = [f"--- {a_name}", f"+++ {b_name}"]
+    shown_a, shown_b = render_lines(a, _Given(names_a)), render_lines(b, _Given(names_b))
+    lines += _hunks(la, lb, shown_a, shown_b, context)
+    return "\n".join(lines) + "\n"
+
+
+def rename_map(
+    a: Jaxpr,
+    b: Jaxpr,
+    names_a: Callable[[Var], str] | None = None,
+    names_b: Callable[[Var], str] | None = None,
+) -> list[tuple[str, str]]:
+    """(a's name, b's name) for each variable the diff's alignment pairs with one of b's
+    under another name, in a's order (default names: the files' own)."""
+    a, b = plain_values(a), plain_values(b)
+    names_a = names_a or source_names(a)
+    names_b = names_b or source_names(b)
+    out: list[tuple[str, str]] = []
+    for va, vb in _paired_binders(render_lines(a), render_lines(b)):
+        pair = (names_a(va), names_b(vb))
+        if pair[0] != pair[1] and pair not in out:
+            out.append(pair)
+    return out
+
+
+def _paired_binders(la: list, lb: list) -> list[tuple[Var, Var]]:
+    """(a's variable, b's variable) bound by each pair of lines aligned as equal, in order
+    (a variable of b paired twice keeps its first partner)."""
+    pairs, seen = [], set()
+    for tag, a1, a2, b1, b2 in _align([x[0] for x in la], [x[0] for x in lb]):
         if tag != "equal":
             continue
-        for x, y in zip(la[a1:a2], lb0[b1:b2]):
+        for x, y in zip(la[a1:a2], lb[b1:b2]):
             for va, vb in zip(x[2], y[2]):
-                if id(vb) not in preset:
-                    preset[id(vb)] = na.names[id(va)]
-    lb = render_lines(b, _Namer(preset, taken=set(na.names.values())))
-    sm = _RefinedMatcher(la, lb)
-    lines = [f"--- {a_name}", f"+++ {b_name}"]
-    for group in sm.get_grouped_opcodes(context):
+                if id(vb) not in seen:
+                    seen.add(id(vb))
+                    pairs.append((va, vb))
+    return pairs
+
+
+def _hunks(la, lb, shown_a, shown_b, context: int) -> list[str]:
+    """The hunks of the diff: aligned by `la`/`lb` (canonical names), shown as
+    `shown_a`/`shown_b` (the same lines in each side's own names)."""
+    lines = []
+    for group in _RefinedMatcher(la, lb).get_grouped_opcodes(context):
         if all(tag == "equal" for tag, *_ in group):
             continue
         i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
         lines.append(f"@@ -{i1 + 1},{i2 - i1} +{j1 + 1},{j2 - j1} @@")
         for tag, a1, a2, b1, b2 in group:
             if tag == "equal":
-                lines.extend(" " + x[1] for x in la[a1:a2])
+                lines.extend(" " + x[1] for x in shown_a[a1:a2])
                 continue
-            lines.extend("-" + x[1] for x in la[a1:a2])
-            lines.extend("+" + x[1] for x in lb[b1:b2])
-    if len(lines) == 2:
+            lines.extend("-" + x[1] for x in shown_a[a1:a2])
+            lines.extend("+" + x[1] for x in shown_b[b1:b2])
+    if not lines:
         lines.append(
             "@@ the programs differ in what this rendering does not show (effects, weak types) @@"
         )
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 #: above this many differing middle lines, difflib's popular-line heuristic is switched on

@@ -1,7 +1,9 @@
 """A jaxpr as a Graphviz data-flow graph (DOT text, written by the `graphviz` package).
 
-Inputs are boxes, equations are ellipses labelled with the primitive and, on a second
-line, the result types; outputs are double octagons.  A nested jaxpr is a cluster: each
+Inputs are boxes labelled `a:f32[3]`, equations are ellipses labelled with the primitive
+and, on a second line, the results (`c:f32[3]`); outputs are double octagons (`out0 =
+d:f32[]`).  The names are those of the program's printout (`jaxprtool fmt`), which names
+every variable once, nested jaxprs' included, so a name means one value everywhere.  A nested jaxpr is a cluster: each
 operand of the call is connected to the body input it binds (dashed), and each body
 output to the call's node, whose edges carry the results on; `collapse_nested` draws a
 call as one node instead.  In linearize output the primal part, the residuals and the
@@ -78,8 +80,10 @@ def body_operands(eqn: Eqn, key: str, body: Jaxpr) -> list | None:
 
 
 class _Graph:
-    def __init__(self, collapse_nested: bool, max_nodes: int):
+    def __init__(self, collapse_nested: bool, max_nodes: int, names):
         from graphviz import Digraph
+
+        self.name = names
 
         self.g = Digraph("jaxpr")
         self.g.attr(rankdir="TB")
@@ -106,8 +110,14 @@ class _Graph:
 
     def source(self, g, atom) -> str:
         if isinstance(atom, Literal):
-            return self.node(g, "lit", label(f"{atom.value!r}:{atom.type}"), shape="plaintext")
+            return self.node(g, "lit", label(_literal(atom)), shape="plaintext")
         return self.ids[id(atom)]
+
+    def typed(self, atom) -> str:
+        """`a:f32[3]` (a literal: its text)."""
+        if isinstance(atom, Literal):
+            return _literal(atom)
+        return f"{self.name(atom)}:{atom.type}"
 
     def jaxpr(self, g, jaxpr: Jaxpr, colour: str, bound: list | None, top: bool) -> list[str]:
         """Draw `jaxpr` into `g`; `bound`: for a body, the node of the operand each input
@@ -117,7 +127,7 @@ class _Graph:
                 nid = self.node(
                     g,
                     kind,
-                    label(f"{kind}{i}: {v.type}"),
+                    label(self.typed(v) + (" (const)" if kind == "const" else "")),
                     shape="box",
                     style="filled",
                     fillcolor=INPUT_COLOUR,
@@ -131,7 +141,8 @@ class _Graph:
         outs = [self.source(g, a) for a in jaxpr.outvars]
         if top:
             for i, (src, atom) in enumerate(zip(outs, jaxpr.outvars)):
-                nid = self.node(g, "out", label(f"out{i}: {atom.type}"), shape="doubleoctagon")
+                text = label(f"out{i} = {self.typed(atom)}")
+                nid = self.node(g, "out", text, shape="doubleoctagon")
                 g.edge(src, nid)
         return outs
 
@@ -147,7 +158,7 @@ class _Graph:
     def eqn(self, g, eqn: Eqn, colour: str, residuals: set[int]) -> None:
         bodies = _bodies(eqn)
         fill = LINEAR_COLOUR if is_linear_call(eqn) else colour
-        types = " ".join(str(v.type) for v in eqn.outputs)
+        types = " ".join(self.typed(v) for v in eqn.outputs)
         srcs = [self.source(g, a) for a in eqn.inputs]
         if bodies and not self.collapse:
             name = eqn.params.get("name")
@@ -184,7 +195,7 @@ class _Graph:
                 rid = self.node(
                     g,
                     "res",
-                    label(f"residual: {v.type}"),
+                    label(f"residual {self.typed(v)}"),
                     shape="note",
                     style="filled",
                     fillcolor=RESIDUAL_COLOUR,
@@ -193,10 +204,21 @@ class _Graph:
                 self.ids[id(v)] = rid
 
 
-def to_dot(jaxpr: Jaxpr, collapse_nested: bool = False, max_nodes: int = MAX_NODES) -> str:
-    """DOT text for `jaxpr`; deterministic for a given program.  Raises GraphTooLarge (before
-    any layout) when the graph would have more than `max_nodes` nodes."""
-    w = _Graph(collapse_nested, max_nodes)
+def _literal(atom: Literal) -> str:
+    from ..text.printer import literal_text
+
+    return literal_text(atom)
+
+
+def to_dot(
+    jaxpr: Jaxpr, collapse_nested: bool = False, max_nodes: int = MAX_NODES, style=None
+) -> str:
+    """DOT text for `jaxpr`, its variables named as its printout in `style` names them;
+    deterministic for a given program.  Raises GraphTooLarge (before any layout) when the
+    graph would have more than `max_nodes` nodes."""
+    from ..text.printer import printed_names
+
+    w = _Graph(collapse_nested, max_nodes, printed_names(jaxpr, style))
     w.jaxpr(w.g, jaxpr, PRIMAL_COLOUR, None, top=True)
     for a, b in w.cross:
         w.g.edge(a, b, style="dashed")

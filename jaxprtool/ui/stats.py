@@ -152,6 +152,13 @@ def _human(n: int) -> str:
     return f"{n:.1f}P"
 
 
+def _count(n: int, unit: str = "") -> str:
+    """`601`, or `1234567 (1.2M)`: the exact count, and its rounded form when that is
+    shorter to read."""
+    short = _human(n)
+    return f"{n}{unit}" if short == str(n) else f"{n}{unit} ({short}{unit})"
+
+
 def render_text(s: dict, path: str = "") -> str:
     lines = []
     if path:
@@ -163,8 +170,8 @@ def render_text(s: dict, path: str = "") -> str:
     lines.append(f"residual-like values: {s['residuals']} ({_human(s['residual_bytes'])}B)")
     note = f"  (while loops counted once: {s['while_loops']})" if s["while_loops"] else ""
     lines.append(
-        f"estimated flops: {s['flops']} ({_human(s['flops'])})  bytes accessed: {s['bytes']} "
-        f"({_human(s['bytes'])}B)  in: {s['bytes_in']}B  out: {s['bytes_out']}B{note}"
+        f"estimated flops: {_count(s['flops'])}  bytes accessed: {_count(s['bytes'], 'B')}  "
+        f"in: {s['bytes_in']}B  out: {s['bytes_out']}B{note}"
     )
     lines.append("by primitive:")
     width = max((len(k) for k in s["by_primitive"]), default=0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ...core import JaxprError
 from ...lazy import np
+from ..tables import print_table
 from .record import ExplainData, summarize
 
 HEADINGS = {
@@ -161,7 +162,7 @@ def _linear(data: ExplainData, out: _Out) -> None:
     if not data.residuals:
         out.line("no residuals: the linear program uses no primal values", indent=2)
     else:
-        out.console.print(table)
+        print_table(out.console, table)
 
 
 def _reverse(data: ExplainData, out: _Out) -> None:
@@ -243,7 +244,7 @@ def _derivative(data: ExplainData, out: _Out) -> None:
     for c in data.checks:
         verdict = Text("pass", style="green") if c.passed else Text("FAIL", style="bold red")
         table.add_row(Text(c.name), f"{c.error:.2e}", f"{c.tolerance:.0e}", verdict)
-    out.console.print(table)
+    print_table(out.console, table)
     if data.fallbacks:
         line(("differentiated by a fallback or a plugin rule:", "bold yellow"))
         for where, what in data.fallbacks:

@@ -1,0 +1,403 @@
+"""jaxprtool as a library: the commands as Python functions, for a notebook or a test suite.
+
+    import jaxprtool as jt
+
+    f = jt.parse(text)                    # or jt.load("f.jaxpr"): a Program
+    g = jt.grad(f, argnums=(0,))          # the program `jaxprtool grad` prints
+    print(jt.format(g))                   # its text, exactly as the command writes it
+    jt.run(g, x, y)                       # [numpy arrays], through JAX (as `jaxprtool run`)
+
+A `Program` is a parsed or transformed program: `.jaxpr` (the IR, `jaxprtool.core.Jaxpr`),
+`.style` (the JAX version whose printing it follows: its source's, kept through every
+transformation, as the commands print a result in their input's style), `.path` and, for
+a parsed one, `.text`; `str(program)` is its text.  Every function also takes a bare Jaxpr.
+
+Every function does what the command of the same name does, with the same defaults (the AD
+functions run the `--opt` clean-up pipeline, `canonicalize`, unless `opt="none"`), and
+raises what the command reports: `JaxprError` (`.message`, `.loc`, a `Loc(file, line,
+col)` or None; `str(err)` is the command's `FILE:LINE:COL: error: message`), `CheckError`
+(a JaxprError whose `.diagnostics` lists every checker error) for an ill-typed program.
+An error about the program as a whole (`ProgramError`: a non-scalar `grad` output, a
+wrong number of arguments) says `.where` it is ("inputs" or "outputs"); the command
+line locates it in the file it read, and so does the API for a parsed Program.
+Parser and checker warnings are Python warnings of category `JaxprWarning`.  Programs are
+values: no function changes its argument.
+
+This module is the stable surface: its names and parameters change only additively.
+`run` and `to_stablehlo` import JAX; the others never do.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+# (the checker and liveness modules load here, before the package binds this module's
+# `check` and `memory` functions to its own names: see jaxprtool/__init__.py)
+from .check import Diagnostic
+from .core import Jaxpr, JaxprError, Loc, ProgramError
+from .memory import Residuals, Timeline
+
+__all__ = [
+    "CheckError",
+    "Diagnostic",
+    "Jaxpr",
+    "JaxprError",
+    "JaxprWarning",
+    "Loc",
+    "Program",
+    "check",
+    "format",
+    "grad",
+    "jvp",
+    "linearize",
+    "load",
+    "memory",
+    "parse",
+    "run",
+    "run_passes",
+    "to_stablehlo",
+    "transpose",
+    "vjp",
+    "vmap",
+]
+
+#: the AD functions' clean-up pipeline, as the commands' `--opt`
+DEFAULT_OPT = "canonicalize"
+
+
+class JaxprWarning(UserWarning):
+    """A parser or checker warning (an unknown primitive, a dropped binder read as used)."""
+
+
+class CheckError(JaxprError):
+    """The checker rejected the program: `.diagnostics` holds every error (the first is
+    the exception's own message and location)."""
+
+    def __init__(self, diagnostics: list[Diagnostic]):
+        first = diagnostics[0]
+        super().__init__(first.message, first.loc)
+        self.diagnostics = diagnostics
+
+
+@dataclass(frozen=True, eq=False)
+class Program:
+    """A program and how to print it (see the module's docstring)."""
+
+    jaxpr: Jaxpr
+    style: object  # jaxprtool.text.style.Style
+    path: str = "<string>"
+    text: str | None = None
+
+    def __str__(self) -> str:
+        return format(self)
+
+    def derived(self, jaxpr: Jaxpr) -> Program:
+        """A program made from this one: its style and path, no source text."""
+        return Program(jaxpr, self.style, self.path)
+
+
+def _program(p: Program | Jaxpr) -> Program:
+    if isinstance(p, Program):
+        return p
+    if not isinstance(p, Jaxpr):
+        raise TypeError(f"expected a jaxprtool Program or Jaxpr, got {type(p).__name__}")
+    from .text.style import detect_style
+
+    return Program(p, detect_style(p))
+
+
+@contextmanager
+def _located(p: Program) -> Iterator[None]:
+    """An error about the program as a whole gets the place in `p`'s text the CLI gives it."""
+    try:
+        yield
+    except ProgramError as e:
+        if e.loc is None and p.text is not None:
+            from .io import text_loc
+
+            e.loc = text_loc(p.path, p.text, e.where)
+        raise
+
+
+# ---------------------------------------------------------------- text
+
+
+def parse(text: str, path: str = "<string>", *, check: bool = True) -> Program:
+    """The program printed in `text` (any JAX version's printout).  `path` names it in
+    error locations.  With `check` (the default, as every command that transforms or runs
+    a program does) the checker runs too: an ill-typed program raises CheckError."""
+    from .text.parser import parse as parse_text
+    from .text.style import detect_style
+
+    result = parse_text(text, path)
+    for w in result.warnings:
+        _warn(w)
+    if check:
+        _checked(result.jaxpr, path)
+    return Program(result.jaxpr, detect_style(result.jaxpr), path, text)
+
+
+def load(path: str, *, check: bool = True) -> Program:
+    """`parse` of a file's text (a missing or unreadable file is a JaxprError)."""
+    from .io import read_source
+
+    text, shown = read_source(path)
+    return parse(text, shown, check=check)
+
+
+def format(program: Program | Jaxpr, jax_style: str | None = None, width: int = 80) -> str:
+    """The text of the program as the commands write it (no final newline): in the style of
+    JAX version `jax_style` (e.g. "0.4.35"), else in the program's own (`Program.style`)."""
+    from .ad.api import restyle
+    from .text.printer import print_jaxpr
+    from .text.style import Style
+
+    p = _program(program)
+    style = p.style
+    if jax_style is not None:
+        try:
+            style = Style.parse(jax_style)
+        except ValueError as e:
+            raise JaxprError(f"jax_style: {e}") from None
+    jaxpr = p.jaxpr
+    if jax_style is not None or p.text is None:  # (a parsed program prints as it was read)
+        jaxpr = restyle(jaxpr, style)
+    return print_jaxpr(jaxpr, style, width)
+
+
+def check(program: Program | Jaxpr) -> list[Diagnostic]:
+    """Check types, scopes and arities (as `jaxprtool check`): the warnings, also issued as
+    JaxprWarning; CheckError when there are errors."""
+    p = _program(program)
+    return _checked(p.jaxpr, p.path)
+
+
+def _checked(jaxpr: Jaxpr, path: str | None) -> list[Diagnostic]:
+    from .check import check as run_check
+
+    diags = run_check(jaxpr, path, check_names=True)
+    errors = [d for d in diags if d.kind == "error"]
+    if errors:
+        raise CheckError(errors)
+    for d in diags:
+        _warn(d)
+    return diags
+
+
+def _warn(w: JaxprError) -> None:
+    text = f"{w.loc}: warning: {w.message}" if w.loc else f"warning: {w.message}"
+    warnings.warn(text, JaxprWarning, stacklevel=3)
+
+
+# ---------------------------------------------------------------- transformations
+
+
+def _ad_input(p: Program, custom_rules: str) -> Jaxpr:
+    """What the AD commands transform: the program with its nested bodies' constants
+    hoisted, refused when a shape is not static."""
+    from .ad.registry import set_custom_rule_policy
+    from .commands.ad_cmds import _require_static_shapes
+    from .passes.hoist_consts import hoist_consts
+
+    set_custom_rule_policy(custom_rules)
+    j = hoist_consts(p.jaxpr)
+    _require_static_shapes(j)
+    return j
+
+
+def jvp(
+    program: Program | Jaxpr,
+    argnums: Sequence[int] | None = None,
+    *,
+    instantiate: bool = True,
+    opt: str = DEFAULT_OPT,
+    custom_rules: str = "default",
+) -> Program:
+    """Forward mode, as `jaxprtool jvp`: (x..., tx...) -> (y..., ty...)."""
+    from .ad.api import jvp_jaxpr_info
+
+    p = _program(program)
+    with _located(p):
+        j = jvp_jaxpr_info(_ad_input(p, custom_rules), argnums, instantiate=instantiate)[0]
+        return p.derived(_passes(j, opt))
+
+
+def linearize(
+    program: Program | Jaxpr,
+    argnums: Sequence[int] | None = None,
+    *,
+    split: bool = False,
+    opt: str = DEFAULT_OPT,
+    custom_rules: str = "default",
+):
+    """As `jaxprtool linearize`: the combined program (jvp's calling convention, the linear
+    part in one `jit[name=linear]` equation, which `transpose` recognises); with `split`,
+    the pair (primal: x -> (y..., new residuals...), linear: (residuals..., tx...) -> ty)."""
+    from .ad.linearize import combine, linearize_jaxpr
+
+    p = _program(program)
+    with _located(p):
+        primal, linear, info = linearize_jaxpr(_ad_input(p, custom_rules), argnums)
+        linear = _passes(linear, opt)
+        if split:
+            return p.derived(_passes(primal, opt)), p.derived(linear)
+        return p.derived(combine(primal, linear, info))
+
+
+def transpose(
+    program: Program | Jaxpr,
+    *,
+    linear: Sequence[int] | None = None,
+    residuals: int | None = None,
+    opt: str = DEFAULT_OPT,
+) -> Program:
+    """As `jaxprtool transpose`: linearize's combined form becomes a VJP (x..., ct_y...) ->
+    (y..., ct_x...); any other program is linear in every input, or in `linear` (indices),
+    or in all but the first `residuals` inputs: (residuals..., ct_y...) -> (ct_x...)."""
+    from .ad.transpose import transpose_auto
+
+    if linear is not None and residuals is not None:
+        raise JaxprError("give linear or residuals, not both")
+    p = _program(program)
+    with _located(p):
+        j = transpose_auto(_ad_input(p, "default"), linear, residuals)[0]
+        return p.derived(_passes(j, opt))
+
+
+def vjp(
+    program: Program | Jaxpr,
+    argnums: Sequence[int] | None = None,
+    *,
+    opt: str = DEFAULT_OPT,
+    custom_rules: str = "default",
+) -> Program:
+    """Reverse mode, as `jaxprtool vjp`: (x..., ct_y...) -> (y..., ct_x...)."""
+    from .ad.api import vjp_jaxpr
+
+    p = _program(program)
+    with _located(p):
+        return p.derived(_passes(vjp_jaxpr(_ad_input(p, custom_rules), argnums), opt))
+
+
+def grad(
+    program: Program | Jaxpr,
+    argnums: Sequence[int] = (0,),
+    *,
+    has_aux: bool = False,
+    with_value: bool = False,
+    opt: str = DEFAULT_OPT,
+    custom_rules: str = "default",
+) -> Program:
+    """The gradient of a scalar output, as `jaxprtool grad`: (x...) -> ([value,] [aux...,]
+    grads...)."""
+    from .ad.api import grad_jaxpr
+
+    p = _program(program)
+    with _located(p):
+        j = _ad_input(p, custom_rules)
+        j = grad_jaxpr(j, argnums, has_aux=has_aux, with_value=with_value)
+        return p.derived(_passes(j, opt))
+
+
+def vmap(
+    program: Program | Jaxpr,
+    in_axes: int | None | Sequence[int | None] = 0,
+    out_axes: int | None | Sequence[int | None] = 0,
+    axis_size: int | None = None,
+    *,
+    opt: str = DEFAULT_OPT,
+) -> Program:
+    """Batching, as `jax.vmap` and `jaxprtool vmap`: input i gets a batch axis of
+    `axis_size` at `in_axes[i]` (one entry: every input; None: not batched)."""
+    from .ad.batching import vmap_jaxpr
+
+    p = _program(program)
+    with _located(p):
+        j = vmap_jaxpr(_ad_input(p, "default"), in_axes, out_axes, axis_size, p.style)
+        return p.derived(_passes(j, opt))
+
+
+def run_passes(program: Program | Jaxpr, pipeline: str | None) -> Program:
+    """The clean-up passes of `pipeline`, as `jaxprtool opt -p PIPELINE`
+    (`"inline,simplify,cse,dce"`, options in braces: `"canonicalize{max-iterations=5}"`;
+    None or "none": the program itself, unchanged)."""
+    p = _program(program)
+    j = _passes(p.jaxpr, pipeline)
+    return p if j is p.jaxpr else p.derived(j)
+
+
+def _passes(jaxpr: Jaxpr, pipeline: str | None) -> Jaxpr:
+    from .passes.registry import run_pipeline
+
+    return run_pipeline(jaxpr, pipeline)
+
+
+def memory(
+    program: Program | Jaxpr,
+    *,
+    of: str = "program",
+    argnums: Sequence[int] | None = None,
+) -> tuple[Timeline, Residuals | None]:
+    """Liveness, as `jaxprtool memory --no-xla`: `(timeline, residuals)`, a
+    `jaxprtool.memory.Timeline` (bytes live per step, the peak, the values live there) and
+    the `Residuals` held across the forward/backward boundary (None where there is none), of
+    the program or of its `of="linearize"|"vjp"|"grad"` transformation."""
+    from .commands.memory_cmd import _OF, _residuals, _transformed
+    from .memory import liveness
+
+    if of not in _OF:
+        raise JaxprError(f"memory of: expected one of {', '.join(_OF)}, got {of!r}")
+    p = _program(program)
+    with _located(p):
+        jaxpr, boundary = _transformed(p.jaxpr, of, argnums)
+        return liveness(jaxpr, boundary), _residuals(jaxpr, boundary)
+
+
+# ---------------------------------------------------------------- through JAX
+
+
+def to_stablehlo(program: Program | Jaxpr, device: str = "cpu") -> str:
+    """The StableHLO module JAX lowers the program to for `device` ("cpu" or "gpu"; no
+    GPU needed), as `jaxprtool compile --emit stablehlo` prints it."""
+    from . import backend
+    from .cli import require_jax
+    from .commands.run_cmds import _compile
+    from .passes.hoist_consts import hoist_consts
+
+    require_jax()
+    p = _program(program)
+    with _located(p):
+        j = hoist_consts(p.jaxpr)
+        backend.check_runnable(j)
+        with backend.x64_scope(j):
+            return _compile(j, "stablehlo", device, {}, False)[0]
+
+
+def run(program: Program | Jaxpr, *args, consts: Sequence = (), device: str = "cpu") -> list:
+    """The program's outputs (numpy arrays) on `args` (arrays of the inputs' types) and
+    `consts` (one per constvar, nested bodies' after the program's: `run --consts`
+    order), compiled by XLA on `device`, as `jaxprtool run`."""
+    from . import backend
+    from .backend.consts import all_constvars
+    from .cli import require_jax
+    from .commands.run_cmds import bind_dims, check_arrays
+    from .passes.hoist_consts import hoist_consts
+
+    require_jax()
+    p = _program(program)
+    with _located(p):
+        j = hoist_consts(p.jaxpr)
+        backend.check_runnable(j)
+        if len(args) != len(j.invars):
+            raise ProgramError(f"expected {len(j.invars)} arguments, got {len(args)}", "inputs")
+        every = all_constvars(j)
+        cvars = every if consts and len(consts) == len(every) else list(j.constvars)
+        if len(consts) != len(cvars):
+            raise ProgramError(f"expected {len(cvars)} constants, got {len(consts)}", "inputs")
+        dims = bind_dims(j.invars, args, {})
+        args = check_arrays(j.invars, args, dims, "argument")
+        consts = check_arrays(cvars, consts, dims, "constant")
+        return backend.evaluate(j, args, consts, device=device, dims=dims)

@@ -1,0 +1,37 @@
+"""XLA's own memory figures for a compiled program (`jaxprtool memory`).
+
+`xla_memory(compiled, jaxpr)` reads `compiled.memory_analysis()` of a
+`jax.jit(...).lower(...).compile()` result: the bytes XLA's buffer assignment gives the
+arguments, the outputs, the outputs that alias arguments, and the temporaries.  For a program
+partitioned over a device mesh (SPMD), XLA compiles one program per device and these are
+figures of one device; `devices` says over how many they are repeated.
+"""
+
+from __future__ import annotations
+
+from ..core import JaxprError
+
+#: key in the report -> attribute of jax's CompiledMemoryStats
+FIELDS = {
+    "temp_bytes": "temp_size_in_bytes",
+    "argument_bytes": "argument_size_in_bytes",
+    "output_bytes": "output_size_in_bytes",
+    "alias_bytes": "alias_size_in_bytes",
+}
+
+
+def xla_memory(compiled, jaxpr) -> dict:
+    """{temp_bytes, argument_bytes, output_bytes, alias_bytes, devices, per_device}."""
+    from . import sharding
+
+    mem = compiled.memory_analysis()
+    if mem is None:
+        raise JaxprError(
+            "XLA gives no memory analysis for this program on this platform: "
+            "pass --no-xla for the tool's own figures alone"
+        )
+    report = {key: int(getattr(mem, attr)) for key, attr in FIELDS.items()}
+    multi = sharding.is_multi_device(jaxpr)
+    report["devices"] = sharding.devices_needed(jaxpr) if multi else 1
+    report["per_device"] = multi
+    return report

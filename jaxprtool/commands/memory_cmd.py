@@ -1,0 +1,154 @@
+"""`jaxprtool memory`: where a program's memory goes (liveness), beside XLA's own figures."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import click
+
+from ..cli import guarded
+from ..io import UsageError, write_output
+from .common import FILE_ARG, OUT_ARG, int_list, load
+from .mesh_options import mesh_options
+
+#: what `--of` can analyse: FILE itself, or the program an AD command makes of it
+_OF = ("program", "linearize", "vjp", "grad")
+
+
+def _transformed(jaxpr, of: str, argnums):
+    """The program `--of` names, and its forward/backward boundary (a top-level equation
+    index) where the form itself does not mark it."""
+    from ..ad import api
+    from ..ad.linearize import find_linear_eqn
+
+    if of == "program":
+        return jaxpr, None
+    if of == "linearize":
+        lin = api.linearize_combined(jaxpr, argnums)
+        # without float outputs there is no linear call, and nothing is held for it
+        return lin, None if find_linear_eqn(lin) is not None else len(lin.eqns)
+    boundary: list[int] = []
+    if of == "vjp":
+        return api.vjp_jaxpr(jaxpr, argnums, boundary=boundary), boundary[0]
+    return api.grad_jaxpr(jaxpr, argnums or (0,), boundary=boundary), boundary[0]
+
+
+def _residuals(program, boundary):
+    from ..core import JaxprError
+    from ..memory import residual_bytes
+
+    try:
+        return residual_bytes(program, boundary)
+    except JaxprError:  # no boundary: the report says no residuals were measured
+        return None
+
+
+def _xla(program, device: str, dim_specs) -> dict:
+    from .. import backend, compile_cache
+    from ..backend.memory_analysis import xla_memory
+    from ..cli import require_jax
+    from ..passes.hoist_consts import hoist_consts
+    from .run_cmds import _compile, parse_dims
+
+    require_jax()
+    program = hoist_consts(program)
+    backend.check_runnable(program)
+    compile_cache.configure(False)
+    with backend.x64_scope(program):
+        _, compiled = _compile(program, "hlo", device, parse_dims(dim_specs), stats=True)
+    return {"device": device, **xla_memory(compiled, program)}
+
+
+def _plot_format(plot: str | None) -> str | None:
+    if plot is None:
+        return None
+    ext = os.path.splitext(plot)[1].lower()
+    if ext not in (".svg", ".png"):
+        raise UsageError(f"--plot: unknown image format '{ext}' (use .svg or .png)")
+    return ext[1:]
+
+
+@click.command()
+@click.argument("file", required=False, type=FILE_ARG)
+@click.option(
+    "--of",
+    type=click.Choice(_OF),
+    default="program",
+    show_default=True,
+    help="Analyse FILE itself, or the program `jaxprtool linearize|vjp|grad` makes of it.",
+)
+@click.option(
+    "--argnums",
+    callback=int_list,
+    metavar="I,J",
+    help="With --of: the inputs to differentiate (grad: 0; the others: every float input).",
+)
+@click.option("--device", type=click.Choice(["cpu", "gpu"]), default="cpu", show_default=True)
+@click.option("--no-xla", is_flag=True, help="Leave out XLA's figures (no JAX needed).")
+@click.option(
+    "--dim", "dim_specs", multiple=True, metavar="b=4,n=8", help="Sizes of symbolic dimensions."
+)
+@click.option(
+    "--plot",
+    metavar="OUT.svg|OUT.png",
+    type=OUT_ARG,
+    help="Also draw the timeline into an image (matplotlib).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print every figure as JSON.")
+@click.option(
+    "--top",
+    type=click.IntRange(min=0),
+    default=10,
+    show_default=True,
+    help="How many of the values live at the peak to list.",
+)
+@click.option("-o", "--output", metavar="OUT", type=OUT_ARG, help="Write the report here.")
+@guarded
+@mesh_options(distributed=False, show=False)
+def memory(file, of, argnums, device, no_xla, dim_specs, plot, as_json, top, output):
+    """Where FILE's memory goes: live bytes step by step, the peak, the residuals.
+
+    Liveness in JAX's order (call bodies inlined, a loop body's or cond branch's peak inside
+    its equation), the values live at the peak with the equations that made them, the bytes
+    held across the forward/backward boundary of a linearize, vjp or grad program (its
+    residuals), and XLA's own figures for the same program (lower().compile()
+    .memory_analysis(): argument, output, alias and temp bytes; per device when sharded).
+
+    \b
+    Example:
+      jaxprtool memory mlp.jaxpr
+      jaxprtool memory --of grad mlp.jaxpr --plot grad.svg
+      jaxprtool linearize mlp.jaxpr | jaxprtool memory --json --no-xla
+    """
+    from ..memory import liveness
+    from ..ui import memory as ui
+
+    fmt = _plot_format(plot)
+    jaxpr, _, path = load(file)
+    program, boundary = _transformed(jaxpr, of, argnums)
+    timeline = liveness(program, boundary)
+    residuals = _residuals(program, boundary)
+    xla = None if no_xla else _xla(program, device, dim_specs)
+    r = ui.report(path, timeline, residuals, xla, top)
+    if fmt is not None:
+        write_output(ui.write_plot(r, fmt), plot)
+    if as_json:
+        write_output(json.dumps(r, indent=1) + "\n", output)
+        return
+    _print_text(r, output)
+
+
+def _print_text(r: dict, output) -> None:
+    import sys
+
+    from ..io import console
+    from ..ui import memory as ui
+
+    text = "\n".join(ui.text_lines(r)) + "\n"
+    if output not in (None, "-"):
+        write_output(text, output)
+        return
+    c = console(sys.stdout)
+    c.print(text, end="", markup=False, soft_wrap=True)
+    c.print(ui.terminal_plot(r, c.width), end="", soft_wrap=True)

@@ -1,0 +1,108 @@
+"""The jaxpr files under a folder, found as ruff finds Python files: hidden folders (`.git`,
+`.venv`, `.tox`, ...) and virtual environments (a folder holding `pyvenv.cfg`) are skipped,
+and so is whatever a `.gitignore` ignores, read with pathspec's Git-compatible matcher:
+the `.gitignore` files inside the folder and those above it up to the top of its Git work
+tree (the folder holding `.git`), a deeper file's patterns winning over a shallower's.
+
+Files named on the command line are always read; only folder walks skip anything.
+"""
+
+from __future__ import annotations
+
+import os
+
+#: the names of the files a folder stands for
+SUFFIXES = (".jaxpr", ".jaxpr.txt")
+
+
+def jaxpr_files(root: str) -> list[str]:
+    """The jaxpr files under `root`, recursively, in name order."""
+    ignores = _Ignores(root)
+    found = []
+    for folder, subdirs, names in os.walk(root):
+        ignores.enter(folder)
+        subdirs[:] = [
+            d
+            for d in subdirs
+            if not d.startswith(".")
+            and not os.path.isfile(os.path.join(folder, d, "pyvenv.cfg"))
+            and not ignores.ignored(os.path.join(folder, d), is_dir=True)
+        ]
+        found.extend(
+            os.path.join(folder, n)
+            for n in names
+            if n.endswith(SUFFIXES) and not ignores.ignored(os.path.join(folder, n))
+        )
+    return sorted(found)
+
+
+class _Ignores:
+    """The `.gitignore` specs that apply under a walk's root: (folder, spec) pairs."""
+
+    def __init__(self, root: str):
+        self.specs: list[tuple[str, object]] = []
+        self.seen: set[str] = set()
+        for folder in reversed(_enclosing(os.path.abspath(root))):
+            self._read(folder)
+
+    def enter(self, folder: str) -> None:
+        self._read(os.path.abspath(folder))
+
+    def _read(self, folder: str) -> None:
+        if folder in self.seen:
+            return
+        self.seen.add(folder)
+        path = os.path.join(folder, ".gitignore")
+        if not os.path.isfile(path):
+            return
+        with open(path, encoding="utf-8", errors="replace") as f:
+            spec = _spec(f.read().splitlines())
+        if spec is not None:
+            self.specs.append((folder, spec))
+
+    def ignored(self, path: str, is_dir: bool = False) -> bool:
+        """Whether the deepest `.gitignore` with a pattern for `path` ignores it."""
+        path = os.path.abspath(path)
+        for folder, spec in reversed(self.specs):
+            if os.path.commonpath([folder, path]) != folder:
+                continue
+            rel = os.path.relpath(path, folder).replace(os.sep, "/") + ("/" if is_dir else "")
+            result = spec.check_file(rel)
+            if result.include is not None:
+                return bool(result.include)
+        return False
+
+
+def _enclosing(folder: str) -> list[str]:
+    """`folder` and the folders above it up to the top of its Git work tree (only `folder`
+    when it is in none: a `.gitignore` outside a repository still counts, as ruff does)."""
+    chain = [folder]
+    here = folder
+    while not os.path.exists(os.path.join(here, ".git")):
+        parent = os.path.dirname(here)
+        if parent == here:
+            return [folder]
+        here = parent
+        chain.append(here)
+    return chain
+
+
+def _spec(lines: list[str]):
+    """The matcher of one `.gitignore` (None, with one warning per process, where the
+    pathspec package is missing: an environment older than the dependency)."""
+    global _WARNED
+    try:
+        import pathspec
+    except ImportError:
+        if not _WARNED:
+            from ..io import warn
+
+            warn(
+                ".gitignore files are not honoured: the pathspec package is missing (pip install pathspec)"
+            )
+            _WARNED = True
+        return None
+    return pathspec.GitIgnoreSpec.from_lines(lines)
+
+
+_WARNED = False

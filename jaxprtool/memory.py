@@ -1,0 +1,410 @@
+"""Liveness: how many bytes a program holds while it runs, step by step, in JAX's order.
+
+The model (static, from the types alone; what `jaxprtool memory` reports):
+
+* A *step* is one equation, in the order the text lists them.  The bodies of calls (records
+  with a `call_body`: `jit`, `closed_call`, `remat2`, ...) are inlined: their equations are
+  steps of the caller, their binders are the caller's operands (no copy) and their results
+  are the caller's.  So the linear call of a linearize form is walked too, and the step where
+  it starts is the forward/backward boundary.
+* A value is allocated by the step that defines it and freed after the last step that uses
+  it.  The program's inputs and constants are live from the start to the end (the caller
+  holds them: nothing is donated); its outputs are live from their step to the end.  A result
+  nothing uses is freed after its own step.  Literals hold nothing.
+* An equation with nested jaxprs that is not an inlined call (cond, while, scan, custom_jvp
+  and custom_vjp calls, shard_map, ...) holds, while it runs, its operands, its results, and
+  the largest *inner peak* of its jaxprs: the most bytes live at once among the values
+  defined inside one run of the jaxpr (its binders excluded: they are the operands, or the
+  previous iteration's carry).  For a scan that is one iteration of the body, whose new carry
+  is part of it; the stacked outputs (`ys`, among them a linearized scan's stacked
+  residuals: length times one iteration's) are the equation's results, counted in full from
+  the start of the loop.  For a cond it is the larger branch; for a while loop the larger of
+  its condition and body.  A shard_map's body values are one device's shards: its inner peak
+  counts once per device of its manual axes (the record's `body_copies`), so every figure is
+  of the whole (logical) program, all devices together; XLA's figures are per device.
+* The bytes of a value: elements times the dtype's item size (4-bit types: half a byte,
+  rounded up); a `Ref` counts its contents; tokens and opaque types hold nothing; symbolic
+  dimensions count as 0 (the figures are then lower bounds, `Timeline.symbolic` says so).
+
+API (used by `jaxprtool memory` and the rematerialization planner):
+
+* `liveness(jaxpr, boundary=None) -> Timeline`: per-step live bytes, the peak, the step and
+  equation where it peaks, the values live there with the equations that made them, and the
+  forward/backward boundary (found in a linearize form, or given as a top-level equation
+  index for a flat vjp/grad program: `ad.api.grad_jaxpr(..., boundary=[])` reports it).
+* `residual_bytes(program, boundary=None) -> Residuals`: the values held across that
+  boundary, by residual (in a linearize form: the linear call's non-tangent operands, as
+  `linearize --stats` lists them).
+* `value_bytes(type) -> int`.
+
+The walk is linear in the number of equations (inlined call bodies counted at each call; the
+inner peak of a loop or branch body is computed once per jaxpr object).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .core import (
+    Eqn,
+    Jaxpr,
+    JaxprError,
+    Loc,
+    RefType,
+    ShapedArray,
+    Type,
+    Var,
+    eqn_subjaxprs,
+    subjaxprs,
+)
+from .lazy import np
+from .record import prim as record_of
+
+__all__ = [
+    "LiveValue",
+    "Residuals",
+    "Timeline",
+    "liveness",
+    "residual_bytes",
+    "value_bytes",
+]
+
+
+def value_bytes(t: Type) -> int:
+    """The bytes one value of type `t` occupies (0 for tokens, opaque types, symbolic dims)."""
+    if isinstance(t, RefType):
+        t = t.inner
+    if not isinstance(t, ShapedArray):
+        return 0
+    try:
+        item = t.np_dtype.itemsize
+    except KeyError:  # key<fry>, an unknown dtype: the tool cannot size it
+        return 0
+    if t.dtype in ("i4", "u4"):
+        return (t.size + 1) // 2
+    return t.size * item
+
+
+@dataclass(frozen=True)
+class LiveValue:
+    """One value live at a step: its variable, bytes, and the equation that made it.
+
+    `kind`: "input" or "const" (of the program; `eqn` is None), "value" (defined by `eqn`), or
+    "inside" (the inner peak of `eqn`'s nested jaxprs while it runs; `var` is None)."""
+
+    var: Var | None
+    nbytes: int
+    eqn: Eqn | None
+    kind: str
+    #: "input 2", "const 0": which binder of the program (for kind input/const)
+    origin: str = ""
+
+    @property
+    def loc(self) -> Loc | None:
+        return self.eqn.loc if self.eqn is not None else None
+
+
+@dataclass
+class Timeline:
+    """The program's liveness, one entry per step (equations, call bodies inlined)."""
+
+    #: the equation of each step
+    eqns: list[Eqn]
+    #: bytes live while each step runs (its operands, its results, everything still needed)
+    live_bytes: list[int]
+    #: the most bytes live at once (the inputs alone for a program without equations)
+    peak_bytes: int
+    #: the step where the peak is reached first (None without equations)
+    peak_index: int | None
+    #: the values live at the peak, largest first (ties in definition order)
+    peak_values: list[LiveValue]
+    #: the step where the linear (backward) part begins, when the program has one
+    boundary: int | None = None
+    #: bytes of the program's inputs and constants (live throughout)
+    input_bytes: int = 0
+    #: some type has a symbolic dimension: the figures count it as 0
+    symbolic: bool = False
+    #: of each step's live bytes, what its nested jaxprs hold inside (0 for most steps)
+    inside: list[int] = field(default_factory=list)
+
+    @property
+    def peak_eqn(self) -> Eqn | None:
+        return None if self.peak_index is None else self.eqns[self.peak_index]
+
+
+@dataclass
+class Residuals:
+    """The values held across the forward/backward boundary, in the linear part's order."""
+
+    values: list[LiveValue]
+    #: the step of the boundary in the program's timeline
+    boundary: int
+
+    @property
+    def total(self) -> int:
+        return sum(v.nbytes for v in self.values)
+
+
+# ---------------------------------------------------------------- the walk
+
+
+class _Walk:
+    """Flattens a jaxpr into steps and buffers.
+
+    Buffers are numbered; a variable maps to the buffer it names (a call body's binder
+    names its operand's buffer), so an alias is never counted twice.  The loop over
+    equations is the hot path of `jaxprtool memory` on large programs: per-buffer facts are
+    kept in flat lists, and the bytes of each type object are computed once."""
+
+    def __init__(self, inner: dict):
+        self.steps: list[Eqn] = []
+        self.transient: list[int] = []  # inner peak of a step's nested jaxprs
+        self.buf_bytes: list[int] = []
+        self.buf_var: list[Var] = []
+        self.buf_eqn: list[Eqn | None] = []  # None: a program input or constant
+        self.buf_def: list[int] = []  # the step that defines it
+        self.buf_read: list[int] = []  # the last step that reads it (-1: none)
+        self.pinned: list[int] = []  # live to the end (inputs, constants, outputs)
+        self.origin: dict[int, str] = {}  # "input 2", "const 0"
+        self.read_before: set[int] = set()  # inputs and constants read before the boundary
+        self.inner = inner  # id(jaxpr) -> inner peak
+        self.sizes: dict[int, tuple[Type, int]] = {}  # id(type) -> (type, bytes)
+        self.symbolic = False
+        self.boundary: int | None = None
+
+    def size(self, t: Type) -> int:
+        got = self.sizes.get(id(t))
+        if got is None:
+            if isinstance(t, ShapedArray) and not t.is_static:
+                self.symbolic = True
+            got = self.sizes[id(t)] = (t, value_bytes(t))
+        return got[1]
+
+    def held(self, v: Var, origin: str) -> int:
+        """A new buffer for an input or constant, live from the start to the end."""
+        b = len(self.buf_bytes)
+        self.buf_bytes.append(self.size(v.type))
+        self.buf_var.append(v)
+        self.buf_eqn.append(None)
+        self.buf_def.append(0)
+        self.buf_read.append(-1)
+        self.pinned.append(b)
+        self.origin[b] = origin
+        return b
+
+    def mark_boundary(self) -> None:
+        self.boundary = len(self.steps)
+        read = self.buf_read
+        self.read_before = {b for b in self.origin if read[b] >= 0}
+
+    def jaxpr(self, j: Jaxpr, env: dict, linear_index: int | None = None) -> None:
+        """Walk j's equations with `env` (id(var) -> buffer) holding its binders."""
+        steps, transient, get = self.steps, self.transient, env.get
+        buf_bytes, buf_var, buf_eqn = self.buf_bytes, self.buf_var, self.buf_eqn
+        buf_def, buf_read, sizes = self.buf_def, self.buf_read, self.sizes
+        for k, e in enumerate(j.eqns):
+            if k == linear_index:
+                self.mark_boundary()
+            if record_of(e.prim).call_body is not None:
+                body = _inlined_body(e)
+                if body is not None:
+                    self.call(e, body, env)
+                    continue
+            n = len(steps)
+            for a in e.inputs:
+                b = get(id(a))
+                if b is not None:
+                    buf_read[b] = n
+            steps.append(e)
+            subs = eqn_subjaxprs(e)
+            transient.append(self.nested_peak(e, subs) if subs else 0)
+            for o in e.outputs:
+                t = o.type
+                got = sizes.get(id(t))
+                env[id(o)] = len(buf_bytes)
+                buf_bytes.append(got[1] if got is not None else self.size(t))
+                buf_var.append(o)
+                buf_eqn.append(e)
+                buf_def.append(n)
+                buf_read.append(-1)
+
+    def call(self, e: Eqn, body: Jaxpr, env: dict) -> None:
+        inner: dict = {}
+        for v in body.constvars:  # a nested jaxpr's own constants: held like the program's
+            inner[id(v)] = self.held(v, "const of a call body")
+        for bv, a in zip(body.invars, e.inputs):
+            if isinstance(a, Var) and id(a) in env:
+                inner[id(bv)] = env[id(a)]
+        self.jaxpr(body, inner)
+        for o, r in zip(e.outputs, body.outvars):
+            b = inner.get(id(r)) if isinstance(r, Var) else None
+            if b is None:  # a literal (or unbound) result becomes an array here
+                b = len(self.buf_bytes)
+                self.buf_bytes.append(self.size(o.type))
+                self.buf_var.append(o)
+                self.buf_eqn.append(e)
+                self.buf_def.append(max(len(self.steps) - 1, 0))
+                self.buf_read.append(-1)
+            env[id(o)] = b
+
+    def nested_peak(self, e: Eqn, subs: list[Jaxpr]) -> int:
+        """What an equation with nested jaxprs holds inside while it runs: the largest inner
+        peak, times the instances that run at once (the record's `body_copies`)."""
+        copies = record_of(e.prim).body_copies
+        return max(map(self.inner_peak, subs)) * (copies(e) if copies is not None else 1)
+
+    def inner_peak(self, j: Jaxpr) -> int:
+        """The most bytes live at once among the values defined inside one run of j."""
+        got = self.inner.get(id(j))
+        if got is not None:
+            return got
+        w = _Walk(self.inner)
+        w.sizes = self.sizes
+        env: dict = {}
+        w.jaxpr(j, env)
+        w.pinned.extend(env[id(a)] for a in j.outvars if isinstance(a, Var) and id(a) in env)
+        peak = max(w.sweep(), default=0)
+        self.symbolic |= w.symbolic
+        self.inner[id(j)] = peak
+        return peak
+
+    def last_steps(self):
+        """The last step each buffer is live in (a numpy array)."""
+        last = np.maximum(np.asarray(self.buf_def, np.int64), np.asarray(self.buf_read, np.int64))
+        last[np.asarray(self.pinned, np.int64)] = max(len(self.steps) - 1, 0)
+        return last
+
+    def sweep(self) -> list[int]:
+        """Bytes live at each step: what is allocated by then, less what was freed before it,
+        plus the step's inner peak."""
+        n = len(self.steps)
+        if n == 0:
+            return []
+        nbytes = np.asarray(self.buf_bytes, np.float64)  # exact below 2**53 bytes
+        added = np.bincount(self.buf_def, nbytes, n).astype(np.int64)
+        freed = np.bincount(self.last_steps(), nbytes, n).astype(np.int64)
+        freed_before = np.concatenate(([0], np.cumsum(freed)[:-1]))
+        live = np.cumsum(added) - freed_before + np.asarray(self.transient, np.int64)
+        return live.tolist()
+
+
+def _inlined_body(e: Eqn) -> Jaxpr | None:
+    """The body of a call whose equations are walked in place, or None."""
+    key = record_of(e.prim).call_body
+    if key is None or key not in e.params:
+        return None
+    found = subjaxprs(e.params[key])
+    if len(found) != 1:
+        return None
+    body = found[0]
+    if len(body.invars) != len(e.inputs) or len(body.outvars) != len(e.outputs):
+        return None
+    return body
+
+
+def _linear_call_index(jaxpr: Jaxpr) -> int | None:
+    from .ad.linearize import find_linear_eqn
+
+    found = find_linear_eqn(jaxpr)
+    return None if found is None else found[0]
+
+
+def _walk(jaxpr: Jaxpr, boundary: int | None) -> tuple[_Walk, dict]:
+    if boundary is not None and not 0 <= boundary <= len(jaxpr.eqns):
+        raise JaxprError(
+            f"boundary {boundary}: the program has {len(jaxpr.eqns)} top-level equations"
+        )
+    w = _Walk({})
+    env: dict = {}
+    for i, v in enumerate(jaxpr.constvars):
+        env[id(v)] = w.held(v, f"const {i}")
+    for i, v in enumerate(jaxpr.invars):
+        env[id(v)] = w.held(v, f"input {i}")
+    linear_index = _linear_call_index(jaxpr) if boundary is None else boundary
+    w.jaxpr(jaxpr, env, linear_index)
+    if linear_index is not None and linear_index == len(jaxpr.eqns):
+        w.mark_boundary()
+    w.pinned.extend(env[id(a)] for a in jaxpr.outvars if isinstance(a, Var) and id(a) in env)
+    return w, env
+
+
+def liveness(jaxpr: Jaxpr, boundary: int | None = None) -> Timeline:
+    """The program's timeline (see the module docstring for the model).
+
+    `boundary`: the index of the top-level equation where the backward part begins (for a
+    flat vjp/grad program); by default the linear call of a linearize form, if any."""
+    w, _ = _walk(jaxpr, boundary)
+    live = w.sweep()
+    inputs = sum(w.buf_bytes[b] for b in w.origin)
+    if not live:
+        return Timeline([], [], inputs, None, _values_at(w, None), w.boundary, inputs, w.symbolic)
+    peak = max(live)
+    at = live.index(peak)
+    return Timeline(
+        w.steps, live, peak, at, _values_at(w, at), w.boundary, inputs, w.symbolic, w.transient
+    )
+
+
+def _values_at(w: _Walk, step: int | None) -> list[LiveValue]:
+    """The buffers live at `step` (every input when None), largest first, and the step's inner
+    peak as one entry."""
+    if step is None:
+        live = list(w.origin)
+    else:
+        defined = np.asarray(w.buf_def, np.int64)
+        live = np.flatnonzero((defined <= step) & (w.last_steps() >= step)).tolist()
+    found = [(w.buf_bytes[b], b, _buffer_value(w, b)) for b in live]
+    if step is not None and w.transient[step]:
+        t = w.transient[step]
+        found.append((t, len(w.buf_bytes), LiveValue(None, t, w.steps[step], "inside")))
+    found.sort(key=lambda x: (-x[0], x[1]))
+    return [v for _, _, v in found]
+
+
+def residual_bytes(program: Jaxpr, boundary: int | None = None) -> Residuals:
+    """The values held across the forward/backward boundary of a linearize or vjp/grad program.
+
+    In a linearize form (found without `boundary`): the operands of the linear call before its
+    tangents, each once.  With `boundary` (a top-level equation index, e.g. from
+    `ad.api.grad_jaxpr(..., boundary=[])`): every value defined before it that a step at or
+    after it uses, and the program inputs and constants that steps on both sides read (a
+    cotangent input, read only after it, is no residual).  Raises JaxprError when the program
+    has no boundary to measure."""
+    from .ad.linearize import find_linear_eqn
+
+    if boundary is None:
+        found = find_linear_eqn(program)
+        if found is None:
+            raise JaxprError(
+                "the program has no forward/backward boundary: it is not in linearize form "
+                "(one `jit[name=linear]` equation); run `jaxprtool memory --of linearize|vjp|grad` "
+                "on the original program, or give the boundary"
+            )
+        k, n_tan = found
+        e = program.eqns[k]
+        operands = e.inputs[: len(e.inputs) - n_tan]
+        w, env = _walk(program, k)
+        seen: set[int] = set()
+        values = []
+        for a in operands:
+            if not isinstance(a, Var) or id(a) not in env or env[id(a)] in seen:
+                continue
+            b = env[id(a)]
+            seen.add(b)
+            values.append(_buffer_value(w, b))
+        return Residuals(values, w.boundary if w.boundary is not None else len(w.steps))
+    w, _ = _walk(program, boundary)
+    cut = w.boundary if w.boundary is not None else len(w.steps)
+    values = [
+        _buffer_value(w, b)
+        for b in range(len(w.buf_bytes))
+        if w.buf_def[b] < cut <= w.buf_read[b] and (w.buf_eqn[b] is not None or b in w.read_before)
+    ]
+    return Residuals(values, cut)
+
+
+def _buffer_value(w: _Walk, b: int) -> LiveValue:
+    eqn = w.buf_eqn[b]
+    origin = w.origin.get(b, "")
+    kind = "value" if eqn is not None else origin.split(" ")[0]
+    return LiveValue(w.buf_var[b], w.buf_bytes[b], eqn, kind, origin)

@@ -1,0 +1,194 @@
+"""The Python API (`jaxprtool/api.py`, re-exported as `jaxprtool.*`): every function checked
+against JAX on the same function and inputs, its errors the CLI's, located (issue 27)."""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax_oracle import close, vec
+from jax_oracle import run as cli
+
+import jaxprtool as jt
+
+
+def f(x, y):
+    return jnp.sum(jnp.sin(x) * jnp.cos(y) + x * x)
+
+
+X, Y = vec((3,), 0), vec((3,), 1)
+TEXT = str(jax.make_jaxpr(f)(X, Y))
+
+
+@pytest.fixture
+def prog():
+    return jt.parse(TEXT, "f.jaxpr")
+
+
+def test_parse_and_format_give_back_jax_s_text(prog):
+    assert jt.format(prog) == TEXT
+    assert jt.parse(TEXT, check=False) is not None
+
+
+def test_parse_errors_are_located():
+    with pytest.raises(jt.JaxprError) as e:
+        jt.parse("{ lambda ; a:f32[3]. let\n    b:f32[3] = sin\n  in (b,) }", "bad.jaxpr")
+    assert e.value.loc is not None and e.value.loc.file == "bad.jaxpr"
+    assert str(e.value).startswith(f"bad.jaxpr:{e.value.loc.line}:{e.value.loc.col}: error: ")
+
+
+def test_check_error_carries_every_diagnostic():
+    bad = "{ lambda ; a:f32[3]. let\n    b:f32[4] = sin a\n    c:f32[2] = cos a\n  in (b, c) }"
+    with pytest.raises(jt.CheckError) as e:
+        jt.parse(bad, "bad.jaxpr")
+    assert (
+        str(e.value)
+        == "bad.jaxpr:2:5: error: sin: result type f32[4] does not match inferred f32[3]"
+    )
+    assert [(d.loc.line, d.loc.col) for d in e.value.diagnostics] == [(2, 5), (3, 5)]
+    assert e.value.loc == jt.Loc("bad.jaxpr", 2, 5)
+
+
+def test_warnings_are_python_warnings():
+    text = "{ lambda ; a:f32[3]. let\n    b:f32[3] = my_prim a\n  in (b,) }"
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        j = jt.parse(text, "u.jaxpr")
+    assert [w.category for w in seen] == [jt.JaxprWarning]
+    assert str(seen[0].message).startswith("u.jaxpr:2:5: warning: unknown primitive 'my_prim'")
+    assert j.jaxpr.eqns[0].prim == "my_prim" and j.path == "u.jaxpr"
+
+
+def test_jvp_matches_jax(prog):
+    tx, ty = vec((3,), 2), vec((3,), 3)
+    want = jax.jvp(f, (X, Y), (tx, ty))
+    got = jt.run(jt.jvp(prog), X, Y, tx, ty)
+    close(got[0], want[0])
+    close(got[1], want[1])
+
+
+def test_vjp_and_grad_match_jax(prog):
+    y, pullback = jax.vjp(f, X, Y)
+    ct = np.float32(0.7)
+    out = jt.run(jt.vjp(prog), X, Y, ct)
+    close(out[0], y)
+    for got, want in zip(out[1:], pullback(ct)):
+        close(got, want)
+    (gx,) = jt.run(jt.grad(prog), X, Y)
+    close(gx, jax.grad(f)(X, Y))
+    both = jt.run(jt.grad(prog, argnums=(0, 1), with_value=True), X, Y)
+    close(both[0], f(X, Y))
+    for got, want in zip(both[1:], jax.grad(f, argnums=(0, 1))(X, Y)):
+        close(got, want)
+
+
+def test_linearize_then_transpose_is_jax_s_vjp(prog):
+    tx, ty = vec((3,), 4), vec((3,), 5)
+    lin = jt.linearize(prog)
+    y, t = jt.run(lin, X, Y, tx, ty)
+    close(y, f(X, Y))
+    close(t, jax.jvp(f, (X, Y), (tx, ty))[1])
+    out = jt.run(jt.transpose(lin), X, Y, np.float32(1.0))
+    for got, want in zip(out[1:], jax.grad(f, argnums=(0, 1))(X, Y)):
+        close(got, want)
+    primal, linear = jt.linearize(prog, split=True)
+    assert len(primal.jaxpr.invars) == 2 and len(linear.jaxpr.outvars) == 1
+    close(jt.run(primal, X, Y)[0], f(X, Y))
+
+
+def test_linear_program_passes_the_dot_product_test(prog):
+    """At a fixed primal point, <ct, L(t)> == <T(ct), t> for linearize's program L and its
+    transpose T."""
+    lin = jt.linearize(prog)
+    tx, ty, ct = vec((3,), 6), vec((3,), 7), np.float32(0.3)
+    _, lt = jt.run(lin, X, Y, tx, ty)
+    _, cx, cy = jt.run(jt.transpose(lin), X, Y, ct)
+    close(float(ct * lt), float(np.dot(cx, tx) + np.dot(cy, ty)))
+
+
+def test_vmap_matches_jax(prog):
+    xs = vec((4, 3), 8)
+    batched = jt.vmap(prog, in_axes=(0, None), axis_size=4)
+    (got,) = jt.run(batched, xs, Y)
+    close(got, jax.vmap(f, in_axes=(0, None))(xs, Y))
+    with pytest.raises(jt.JaxprError, match="vmap in_axes"):
+        jt.vmap(prog, in_axes=(0, None, 0), axis_size=4)
+
+
+def test_run_passes_keep_the_numbers(prog):
+    opt = jt.run_passes(prog, "inline,simplify,cse,dce")
+    close(jt.run(opt, X, Y)[0], f(X, Y))
+    assert jt.run_passes(prog, "none") is prog and jt.run_passes(prog, None) is prog
+    with pytest.raises(jt.JaxprError, match="unknown pass 'nope'"):
+        jt.run_passes(prog, "nope")
+
+
+def test_the_api_prints_what_the_commands_print(tmp_path, prog):
+    src = tmp_path / "f.jaxpr"
+    src.write_text(TEXT + "\n")
+    loaded = jt.load(str(src))
+    for command, fn in (("grad", jt.grad), ("jvp", jt.jvp), ("vjp", jt.vjp)):
+        r = cli([command, str(src)])
+        assert r.exit_code == 0, r.output
+        assert r.stdout == jt.format(fn(loaded)) + "\n", command
+    r = cli(["compile", "--emit", "stablehlo", str(src)])
+    assert r.exit_code == 0 and r.stdout == jt.to_stablehlo(loaded)
+    assert "stablehlo.sine" in r.stdout and "stablehlo.cosine" in r.stdout
+
+
+def test_run_errors_are_the_command_s(prog):
+    with pytest.raises(jt.JaxprError) as e:
+        jt.run(prog, X)
+    assert e.value.message == "expected 2 arguments, got 1"
+    with pytest.raises(jt.JaxprError) as e:
+        jt.run(prog, X, vec((4,), 0))
+    assert e.value.message == "argument 1 (b): expected f32[3], got f32[4]"
+    # an error about the program as a whole is located where the CLI locates it
+    text = "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin a\n  in (b,) }"
+    with pytest.raises(jt.JaxprError) as e:
+        jt.grad(jt.parse(text, "v.jaxpr"))
+    assert e.value.loc == jt.Loc("v.jaxpr", 3, 3)
+    r = cli(["grad", "-"], stdin=text)
+    assert r.exit_code == 1 and r.stderr.startswith(f"<stdin>:3:3: error: {e.value.message}\n")
+
+
+def test_programs_keep_their_style_and_bare_jaxprs_are_taken():
+    """A transformed program prints in its source's style (as the commands do), and a bare
+    Jaxpr is accepted everywhere."""
+    old = "{ lambda ; a:f32[3]. let b:f32[3] = sin a in (b,) }"
+    p = jt.parse(old)
+    g = jt.jvp(p)
+    assert g.style == p.style and str(g) == jt.format(g)
+    assert jt.format(jt.jvp(p.jaxpr)) == jt.format(g)
+    with pytest.raises(TypeError, match="expected a jaxprtool Program or Jaxpr, got str"):
+        jt.jvp(old)
+
+
+def test_memory_peak_by_hand():
+    """sin then cos of 1000 floats: the input (4000 B) lives throughout; the cos step holds
+    a, b and c: 12000 B.  Its linearization holds cos a and sin b (the two derivatives'
+    factors, 4000 B each) across the boundary."""
+    p = jt.parse(
+        "{ lambda ; a:f32[1000]. let\n    b:f32[1000] = sin a\n    c:f32[1000] = cos b\n  in (c,) }"
+    )
+    timeline, residuals = jt.memory(p)
+    assert timeline.live_bytes == [8000, 12000] and timeline.peak_bytes == 12000
+    assert residuals is None
+    _, res = jt.memory(p, of="linearize")
+    assert res is not None and res.total == 8000
+    with pytest.raises(jt.JaxprError, match="memory of: expected one of"):
+        jt.memory(p, of="hessian")
+
+
+def test_api_names_survive_the_modules_of_the_same_name():
+    import importlib
+
+    importlib.import_module("jaxprtool.check")
+    importlib.import_module("jaxprtool.memory")
+    assert jt.check is jt.api.check and jt.memory is jt.api.memory
+    from jaxprtool.memory import liveness  # the modules are still there by name
+
+    assert callable(liveness)
