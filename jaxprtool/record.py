@@ -97,6 +97,18 @@ class Primitive:
     plugin_sources: dict[str, str] | None = None
     #: `impl(*values, **params)`: a plugin implementation (evaluated eagerly by `run`)
     impl: Callable | None = None
+    #: its presence makes a program multi-device (`run` places it on a mesh)
+    multi_device: bool = False
+    #: `rule(eqn) -> shardings.MeshText | None`: the device mesh the equation prints
+    #: (shard_map's `mesh`, xla_pmap's axis), beside those of its `*sharding*` parameters
+    mesh_of: Callable | None = None
+    #: `rule(eqn, k, atom) -> jax.sharding.Sharding | None`: where the equation wants its
+    #: operand `k` placed (a program input it reads is placed so); raises `JaxprError` only
+    #: for a placement it reads but cannot make
+    operand_placement: Callable | None = None
+    #: `rule(eqn, k) -> jax.sharding.Sharding | None`: where the equation puts its result `k`
+    #: (a program output it produces is gathered from there)
+    result_placement: Callable | None = None
     #: why the back end cannot run it, completing "'NAME' ..." ("is a multi-device primitive"),
     #: or `rule(eqn) -> str | None`
     refusal: str | Callable | None = None

@@ -378,3 +378,35 @@ def test_plugin_rule_is_reported(tmp_path):
     assert r.exit_code == 0, r.output
     assert f"fallback: JVP rule of 'softsign_x' from plugin {plugin}" in r.output
     assert f"eqn 0 (softsign_x): JVP rule of 'softsign_x' from plugin {plugin}" in r.output
+
+
+def test_plugin_rule_in_a_nested_equation_is_reported_at_the_call(tmp_path):
+    """The walk nested in jit's rule uses the plugin's rule: the jit step says so."""
+    plugin = tmp_path / "softsign_nested_rules.py"
+    plugin.write_text(
+        "from jaxprtool.plugins import defjvp, ops, register_impl, register_shape_rule\n"
+        "register_shape_rule('softsign_y', lambda in_types, params, out_hint: [in_types[0]])\n"
+        "def impl(x, **params):\n"
+        "    import jax.numpy as jnp\n"
+        "    return x / (1 + jnp.abs(x))\n"
+        "register_impl('softsign_y', impl)\n"
+        "defjvp('softsign_y', lambda g, x, **p: ops.div(g, ops.square("
+        "ops.add(ops.lit(1.0, x), ops.abs(x)))))\n"
+    )
+    p = tmp_path / "f.jaxpr"
+    p.write_text(
+        "{ lambda ; a:f32[3]. let\n"
+        "    b:f32[3] = jit[\n"
+        "      jaxpr={ lambda ; c:f32[3]. let d:f32[3] = softsign_y c in (d,) }\n"
+        "      name=inner\n"
+        "    ] a\n"
+        "    e:f32[] = reduce_sum[axes=(0,) out_sharding=None] b\n"
+        "  in (e,) }\n"
+    )
+    r = CliRunner().invoke(
+        main, ["--plugin", str(plugin), "explain", str(p), "--no-color", "--width", "200"]
+    )
+    assert r.exit_code == 0, r.output
+    note = f"JVP rule of 'softsign_y' from plugin {plugin} (in a nested equation)"
+    assert f"eqn 0 (jit): {note}" in r.output
+    assert "eqn 1 (reduce_sum)" not in r.output  # only the step whose walk used it

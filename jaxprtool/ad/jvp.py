@@ -112,7 +112,7 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
                 raise missing_jvp(eqn)
             b.cur_eqn = eqn
             with observe.noting(obs, eqn, rec.jvp_kind), located_rule(eqn):
-                if obs is not None and rule is rec.jvp:
+                if rule is rec.jvp:
                     observe.note_plugin_rule(rec, "jvp")
                 pouts, touts = rule(ins, tins, **eqn.params)
             pouts, touts = list(pouts), list(touts)

@@ -98,7 +98,8 @@ def _is_float(v) -> bool:
 def _active_vars(jaxpr) -> set[int]:
     """The variables of JAX's jaxpr (and its nested jaxprs) that carry a tangent when every
     float input of the program is differentiated: float values that depend on a float input
-    other than through `stop_gradient`.  A call's body (one binder per operand) follows its
+    other than through a primitive whose JVP is zero (`defjvp_zero`: stop_gradient, floor,
+    ...; JAX gives their results symbolic zero tangents).  A call's body (one binder per operand) follows its
     operands; the binders of other nested jaxprs (loop and branch bodies) count as active
     when they are floats, which only ever marks more inputs perturbed than JAX would."""
     active: set[int] = set()
@@ -118,7 +119,7 @@ def _mark(jaxpr, invars_active, active: set[int]) -> None:
                     _mark(sub, ins, active)
                 else:
                     _mark(sub, [_is_float(v) for v in sub.invars], active)
-        if e.primitive.name != "stop_gradient" and any(ins):
+        if any(ins) and record_of(e.primitive.name).jvp_kind != "defjvp_zero":
             active.update(id(v) for v in e.outvars if _is_float(v))
 
 

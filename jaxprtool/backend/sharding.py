@@ -16,29 +16,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..core import JaxprError, ShapedArray, all_eqns
+from ..core import JaxprError, all_eqns
+from ..record import prim as record_of
 from ..shardings import MeshText, read_mesh, read_sharding, read_spec, type_spec
-
-#: primitives whose presence makes a program multi-device
-MULTI_DEVICE_PRIMS = frozenset(
-    {
-        "shard_map",
-        "xla_pmap",
-        "psum",
-        "pmax",
-        "pmin",
-        "ppermute",
-        "all_gather",
-        "all_gather_invariant",
-        "all_to_all",
-        "reduce_scatter",
-        "psum_scatter",
-        "axis_index",
-        "psum_invariant",
-        "pvary",
-        "pbroadcast",
-    }
-)
 
 
 @dataclass
@@ -103,10 +83,10 @@ def program_meshes(jaxpr) -> list[MeshText]:
 
     for e in all_eqns(jaxpr):
         p = e.params
-        if e.prim == "shard_map" and "mesh" in p:
-            add(read_mesh(p["mesh"]))
-        elif e.prim == "xla_pmap":
-            add(MeshText((str(p.get("axis_name")),), (int(p.get("axis_size", 1)),), ("Auto",)))
+        mesh_of = record_of(e.prim).mesh_of
+        m = mesh_of(e) if mesh_of is not None else None
+        if m is not None:
+            add(m)
         for k in ("sharding", "in_shardings", "out_shardings", "dst_sharding"):
             vals = p.get(k)
             for v in vals if isinstance(vals, (tuple, list)) else (vals,):
@@ -142,7 +122,7 @@ def is_multi_device(jaxpr) -> bool:
     if sharded_type_axes(jaxpr):
         return True
     for e in all_eqns(jaxpr):
-        if e.prim in MULTI_DEVICE_PRIMS:
+        if record_of(e.prim).multi_device:
             return True
     return any(m.complete and m.size > 1 for m in program_meshes(jaxpr))
 
@@ -364,38 +344,15 @@ def input_shardings(jaxpr, mesh_text: MeshText | None):
 
 
 def _operand_sharding(e, k, a):
-    import jax
-
-    p = e.params
+    rule = record_of(e.prim).operand_placement
+    if rule is None:
+        return None
     try:
-        if e.prim in ("jit", "pjit"):
-            shs = p.get("in_shardings")
-            if isinstance(shs, (tuple, list)) and k < len(shs):
-                return named_sharding(shs[k], e)
-        elif e.prim == "shard_map":
-            specs = p.get("in_specs", p.get("in_names"))
-            if isinstance(specs, (tuple, list)) and k < len(specs):
-                mesh = concrete_mesh(p["mesh"], e)
-                ndim = len(a.type.shape) if isinstance(a.type, ShapedArray) else None
-                return jax.sharding.NamedSharding(mesh, partition_spec(specs[k], e, ndim))
-        elif e.prim == "xla_pmap":
-            axes = p.get("in_axes")
-            if isinstance(axes, (tuple, list)) and k < len(axes) and axes[k] is not None:
-                from jax.sharding import PartitionSpec as P
-
-                mesh = concrete_mesh(_pmap_mesh(e), e)
-                ax = int(axes[k])
-                return jax.sharding.NamedSharding(mesh, P(*([None] * ax), str(p["axis_name"])))
+        return rule(e, k, a)
     except JaxprError:
         raise
     except Exception:  # noqa: BLE001 - a placement we cannot read: replicate
         return None
-    return None
-
-
-def _pmap_mesh(e) -> MeshText:
-    p = e.params
-    return MeshText((str(p.get("axis_name")),), (int(p.get("axis_size", 1)),), ("Auto",))
 
 
 def place(x, sharding):
@@ -516,11 +473,9 @@ def output_shardings(jaxpr) -> list:
     for v in jaxpr.outvars:
         sh = None
         hit = producer.get(id(v))
-        if hit is not None and hit[0].prim in ("jit", "pjit"):
-            e, k = hit
-            shs = e.params.get("out_shardings")
-            if isinstance(shs, (tuple, list)) and k < len(shs):
-                sh = named_sharding(shs[k], e)
+        rule = record_of(hit[0].prim).result_placement if hit is not None else None
+        if rule is not None:
+            sh = rule(*hit)
         spec = type_spec(v.type)
         if sh is None and spec is not None:
             mesh_text = mesh_text or run_mesh(jaxpr)

@@ -3,9 +3,10 @@ parts, bitwise logic, add/sub/mul/div/rem/pow/max/min, comparisons, select_n, cl
 dtype conversions (the transcendental and special functions are in `transcendental.py`).
 
 Each block holds everything about its primitives: the shape rule, the JVP and transpose
-rules (formulas from JAX's `lax.py`), printing and binding of parameters, simplification
-and constant-folding rules, FLOPs (one per result element unless set), and the analytic
-derivative `explain` checks against.  The dtype classes, the shape rules of plain
+rules (formulas from JAX's `lax.py`), the batching rule (`vectorized` / `broadcasting`, given
+by `unary_shapes` / `nary_shapes` as JAX's `unop` / `naryop` do, or JAX's own), printing and
+binding of parameters, simplification and constant-folding rules, FLOPs (one per result
+element unless set), and the analytic derivative `explain` checks against.  The dtype classes, the shape rules of plain
 element-wise maps (`unary_shapes`, `nary_shapes`) and `c` are shared with
 `transcendental.py`.
 """

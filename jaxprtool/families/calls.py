@@ -406,6 +406,24 @@ for _p in ("jit", "pjit"):
 define("pjit", version_clues=_pjit_version_clues)
 
 
+def _jit_operand_placement(e, k, a):
+    from ..backend.sharding import named_sharding
+
+    shs = e.params.get("in_shardings")
+    return named_sharding(shs[k], e) if isinstance(shs, (tuple, list)) and k < len(shs) else None
+
+
+def _jit_result_placement(e, k):
+    from ..backend.sharding import named_sharding
+
+    shs = e.params.get("out_shardings")
+    return named_sharding(shs[k], e) if isinstance(shs, (tuple, list)) and k < len(shs) else None
+
+
+for _p in ("jit", "pjit"):
+    define(_p, operand_placement=_jit_operand_placement, result_placement=_jit_result_placement)
+
+
 # ---------------------------------------------------------------- remat2 (checkpoint), name
 
 

@@ -1437,6 +1437,56 @@ for _n in ("pshuffle", "ragged_all_to_all", "pcast", "unreduced_pmax", "unreduce
     define(_n, batching=_refused_batching(_n))
 
 
+# ---------------------------------------------------------------- placement on a mesh
+
+
+def _pmap_mesh(e) -> MeshText:
+    p = e.params
+    return MeshText((str(p.get("axis_name")),), (int(p.get("axis_size", 1)),), ("Auto",))
+
+
+def _shard_map_operand_placement(e, k, a):
+    import jax
+
+    from ..backend import sharding as S
+
+    p = e.params
+    specs = p.get("in_specs", p.get("in_names"))
+    if isinstance(specs, (tuple, list)) and k < len(specs):
+        mesh = S.concrete_mesh(p["mesh"], e)
+        ndim = len(a.type.shape) if isinstance(a.type, ShapedArray) else None
+        return jax.sharding.NamedSharding(mesh, S.partition_spec(specs[k], e, ndim))
+    return None
+
+
+def _xla_pmap_operand_placement(e, k, a):
+    import jax
+    from jax.sharding import PartitionSpec as P
+
+    from ..backend import sharding as S
+
+    axes = e.params.get("in_axes")
+    if isinstance(axes, (tuple, list)) and k < len(axes) and axes[k] is not None:
+        mesh = S.concrete_mesh(_pmap_mesh(e), e)
+        ax = int(axes[k])
+        return jax.sharding.NamedSharding(mesh, P(*([None] * ax), str(e.params["axis_name"])))
+    return None
+
+
+define(
+    "shard_map",
+    mesh_of=lambda e: read_mesh(e.params["mesh"]) if "mesh" in e.params else None,
+    operand_placement=_shard_map_operand_placement,
+)
+define("xla_pmap", mesh_of=_pmap_mesh, operand_placement=_xla_pmap_operand_placement)
+#: their presence makes a program multi-device
+for _n in """
+shard_map xla_pmap psum pmax pmin ppermute all_gather all_gather_invariant all_to_all
+reduce_scatter psum_scatter axis_index psum_invariant pvary pbroadcast
+""".split():
+    define(_n, multi_device=True)
+
+
 for _n in ("psum", "pmax", "pmin"):
     define(_n, evaluate=_eval_each)
 

@@ -4,7 +4,8 @@ dynamic_slice, dynamic_update_slice, gather, the scatter family (scatter, scatte
 -mul, -min, -max; also spelled with `_`), and the 0.12 jnp HiPrims that compute indices
 (SearchSorted, Nonzero).  Each block holds the shape rule, the JVP and transpose rules (JAX's
 `slicing.py` is the reference: gather and dynamic_slice transpose into an accumulator, a
-scatter-add / dynamic_update_slice of the cotangent), evaluation and FLOPs.  `bind_gather` and
+scatter-add / dynamic_update_slice of the cotangent), the batching rule (JAX's: dynamic_slice
+and dynamic_update_slice batch into a gather and a scatter), evaluation and FLOPs.  `bind_gather` and
 the gather dimension numbers live in `jaxprtool.ad.ops` (the sort JVP gathers too).
 """
 

@@ -4,7 +4,8 @@ broadcast_in_dim, broadcast_to, reshape, squeeze, expand_dims, transpose, rev, c
 pad, slice, iota, empty2, split, stack, unstack, tile and dim_as_value.  Each block holds the
 primitive's shape rule, its JVP and transpose rules (JAX's `lax.py` / `slicing.py` are the
 reference: every one of them is linear, `deflinear2`, its transpose moves the cotangent back),
-its printing, simplification and binding rules, and no FLOPs.  The emitters the rules use
+its batching rule (JAX's, `lax.py`), its printing, simplification and binding rules, and no
+FLOPs.  The emitters the rules use
 (`bind_reshape`, `bind_pad`, ...) live in `jaxprtool.ad.ops`, shared with the other families.
 """
 

@@ -2,7 +2,7 @@
 trigonometric and hyperbolic functions and their inverses, roots, and the special
 functions of JAX's `special.py` (erf, gamma functions, incomplete beta, Bessel functions).
 
-Each block holds everything about its primitives: the shape rule (built by
+Each block holds everything about its primitives: the shape and batching rules (built by
 `arithmetic.unary_shapes` / `nary_shapes` from the dtypes accepted), the JVP rule (formulas
 from JAX's `lax.py`/`special.py`), printing and binding of JAX's `accuracy` parameter, and
 the analytic derivative `explain` checks against.  None of them folds or simplifies, and

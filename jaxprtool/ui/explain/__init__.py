@@ -13,7 +13,7 @@ Stages:
 
 1. the primal program, printed as JAX prints it;
 2. forward: for each primal equation, the step `jvp_eval` took: the helper that registered
-   its JVP rule (`registry.rule_kind`), the primal-side work the rule added (future residuals),
+   its JVP rule (as the walk reports it), the primal-side work the rule added (future residuals),
    the tangent equations, and the output tangents with a value summary for a random input
    direction; equations whose input tangents are all symbolically zero get no rule ("no
    tangent (all inputs constant)");
