@@ -104,6 +104,28 @@ def sz_jvp(primals, tangents):
 
 def symbolic(x, y):
     return sz(x, y).sum()
+
+
+@jax.custom_vjp
+def looped(x):
+    return jnp.sin(x)
+
+
+def looped_fwd(x):
+    return jnp.sin(x), jnp.cos(x)
+
+
+def looped_bwd(c, g):
+    # a while loop (as diffrax's adjoint solve has): the tool cannot transpose this bwd
+    _, acc = jax.lax.while_loop(lambda s: s[0] < 3, lambda s: (s[0] + 1, s[1] + g * c), (0, g * 0))
+    return (acc,)
+
+
+looped.defvjp(looped_fwd, looped_bwd)
+
+
+def with_loop(x):
+    return looped(x) * x
 """
 
 X = np.array([-2.0, -0.5, 0.0, 0.7, 3.0], np.float32)
@@ -364,6 +386,17 @@ def test_linearized_custom_vjp_runs_and_its_linear_program_transposes_alone(rule
     assert abs(float(lin_out * ct) - float(gx @ tx + gy @ ty)) <= 1e-4 * max(1.0, abs(lin_out))
     for g, e in zip((gx, gy), jax.vjp(mod.with_residuals, X, Y)[1](ct)):
         np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-6)
+
+
+def test_linearized_custom_vjp_with_a_looping_bwd_runs_by_rows(rules):
+    """A bwd with a while loop does not transpose: the custom_lin runs as J t from the rows
+    of J (the bwd on each output basis vector); J is jax.jacrev's."""
+    mod, trace = rules
+    lin = tool("linearize", "-", text=trace("with_loop", "f32[5]"))
+    assert lin.exit_code == 0, lin.output
+    got = run_text(lin.stdout, X, Y)
+    np.testing.assert_allclose(got[0], mod.with_loop(X), rtol=1e-6)
+    np.testing.assert_allclose(got[1], jax.jacrev(mod.with_loop)(X) @ Y, rtol=1e-5, atol=1e-5)
 
 
 def test_jvp_of_traced_custom_jvp_with_symbolic_zeros_equals_jax(rules):

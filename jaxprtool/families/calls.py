@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from ..ad import batching as BT
@@ -39,12 +40,13 @@ from ..ad.registry import (
 )
 from ..ad.transpose import backward_pass, transpose_jaxpr
 from ..ad.zeros import Zero, is_undefined_primal, is_zero, tangent_type
-from ..core import Jaxpr, JaxprError, ShapedArray, Var
+from ..core import Jaxpr, JaxprError, ShapedArray, Var, np_dtype
 from ..params import Opaque, Record, format_value
 from ..primitives import ShapeError, shape_rule
 from ..primitives.util import (
     check_call_operands,
     int_param,
+    is_complex_dtype,
     jaxpr_param,
     out_types_of,
     parse_avals,
@@ -932,7 +934,47 @@ def _custom_lin_forward(eqn) -> Jaxpr:
 
 
 def _evaluate_custom_lin(interp, eqn, invals, path):
-    return interp.run(_custom_lin_forward(eqn), [], list(invals), path)
+    try:
+        forward = _custom_lin_forward(eqn)
+    except JaxprError:  # a bwd the tool cannot transpose (a while loop: diffrax's adjoint)
+        return _custom_lin_by_rows(interp, eqn, invals, path)
+    return interp.run(forward, [], list(invals), path)
+
+
+def _custom_lin_by_rows(interp, eqn, invals, path):
+    """J t from the rows of J: the bwd run (vmapped by JAX) on each basis vector of the
+    output cotangents, each row paired with the tangents.  One bwd per output element."""
+    import jax
+    import jax.numpy as jnp
+
+    p = eqn.params
+    bwd: Jaxpr = p[BWD_RULE_PARAM]
+    nres = int(p.get("num_res", 0))
+    zeros = p.get("in_zeros") or [False] * len(bwd.outvars)
+    res, ts = list(invals[:nres]), list(invals[nres:])
+    outs = [o.type for o in eqn.outputs]
+    if any(is_complex_dtype(t.dtype) for t in outs) or any(jnp.iscomplexobj(t) for t in ts):
+        raise JaxprError(
+            "cannot run 'custom_lin' of complex values: its recorded bwd does not transpose",
+            eqn.loc,
+        )
+    sizes = [math.prod(int(d) for d in t.shape) for t in outs]
+
+    def row(e):
+        cts, k = [], 0
+        for t, n in zip(outs, sizes):
+            cts.append(e[k : k + n].reshape(t.shape).astype(np_dtype(t.dtype)))
+            k += n
+        got = interp.run(bwd, [], res + cts, path)
+        return [g for g, z in zip(got, zeros) if not z]
+
+    rows = jax.vmap(row)(jnp.eye(sum(sizes), dtype=jnp.float32))
+    jt = sum(jnp.tensordot(r, t, axes=jnp.ndim(t)) for r, t in zip(rows, ts))
+    results, k = [], 0
+    for t, n in zip(outs, sizes):
+        results.append(jt[k : k + n].reshape(t.shape).astype(np_dtype(t.dtype)))
+        k += n
+    return results
 
 
 def _custom_lin_refusal(e):
