@@ -200,10 +200,10 @@ def _ad_input(p: Program, custom_rules: str) -> Jaxpr:
     hoisted, refused when a shape is not static."""
     from .ad.registry import set_custom_rule_policy
     from .commands.ad_cmds import _require_static_shapes
-    from .passes.hoist_consts import hoist_consts
+    from .consts_order import number_constants
 
     set_custom_rule_policy(custom_rules)
-    j = hoist_consts(p.jaxpr)
+    j = number_constants(p.jaxpr).program
     _require_static_shapes(j)
     return j
 
@@ -365,12 +365,12 @@ def to_stablehlo(program: Program | Jaxpr, device: str = "cpu") -> str:
     from . import backend
     from .cli import require_jax
     from .commands.run_cmds import _compile
-    from .passes.hoist_consts import hoist_consts
+    from .consts_order import number_constants
 
     require_jax()
     p = _program(program)
     with _located(p):
-        j = hoist_consts(p.jaxpr)
+        j = number_constants(p.jaxpr).program
         backend.check_runnable(j)
         with backend.x64_scope(j):
             return _compile(j, "stablehlo", device, {}, False)[0]
@@ -384,12 +384,12 @@ def run(program: Program | Jaxpr, *args, consts: Sequence = (), device: str = "c
     from .backend.consts import all_constvars
     from .cli import require_jax
     from .commands.run_cmds import bind_dims, check_arrays
-    from .passes.hoist_consts import hoist_consts
+    from .consts_order import number_constants
 
     require_jax()
     p = _program(program)
     with _located(p):
-        j = hoist_consts(p.jaxpr)
+        j = number_constants(p.jaxpr).program
         backend.check_runnable(j)
         if len(args) != len(j.invars):
             raise ProgramError(f"expected {len(j.invars)} arguments, got {len(args)}", "inputs")

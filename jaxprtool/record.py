@@ -60,6 +60,11 @@ class Primitive:
     traced_rules: str | None = None
     #: the parameter holding the called body, for call-like primitives (jit, remat, ...)
     call_body: str | None = None
+    #: `rule(eqn, outer) -> Eqn`: the equation with the constvars of its nested jaxprs (cond
+    #: branches, loop bodies) made operands, so that `passes/hoist_consts.py` can move them to
+    #: the program's constants; `outer(binders) -> [Var, ...]` gives the new operands that
+    #: carry the values of those binders.  Call bodies (`call_body`) need no rule.
+    hoist_consts: Callable | None = None
     #: a call whose body the `inline` pass may copy into the caller (jit, not remat)
     inlinable: bool = False
     #: the first JAX version that prints the primitive: a program using it is that version's

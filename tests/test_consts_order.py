@@ -1,12 +1,15 @@
-"""The one numbering of a program's constants (`backend/consts.py`): what `trace
---consts-out` writes is what `run --consts` and the AD commands read.
+"""The one numbering of nested constants (`jaxprtool/consts_order.py`): what `trace
+--consts-out` writes is what `run --consts`, `compile`, `check-grad`, `explain` and the
+programs every AD command writes read.
 
 JAX 0.12 prints what a jitted function closes over as constvars of its body; hoisting
-(`passes/hoist_consts.py`) moves a body's constants to the program, or to the cond branch or
-loop body around the call.  The programs below have same-typed (f32[3]) constants in all of
-these places, with a top-level call *after* the cond and the loops, so that numbering the
-unhoisted program in walk order would give the archive's values to the wrong binders without
-any type error.  Every number is compared with JAX's on the same function and input.
+(`passes/hoist_consts.py`) makes a body's constants operands of its equation, up to the
+program's constants.  The programs below have same-typed (f32[3]) constants of different
+values in all of these places: the program's own (what a scan or while body closes over
+directly, which JAX makes operands of the loop), a jitted call's body at the top level, and
+jitted calls inside a cond branch, a scan body and a while body, so that any other order
+would give the archive's values to the wrong binders without a type error.  Every number is
+compared with JAX's on the same function and input.
 """
 
 from __future__ import annotations
@@ -21,9 +24,9 @@ import pytest
 jax = pytest.importorskip("jax")
 from jax_oracle import close, run  # noqa: E402
 
-from jaxprtool.backend.consts import all_constvars, nested_with_consts  # noqa: E402
-from jaxprtool.core import JaxprError  # noqa: E402
-from jaxprtool.passes.hoist_consts import hoist_consts  # noqa: E402
+from jaxprtool.backend.consts import all_constvars  # noqa: E402
+from jaxprtool.consts_order import nested_with_consts, number_constants  # noqa: E402
+from jaxprtool.core import JaxprError, all_eqns, eqn_subjaxprs  # noqa: E402
 from jaxprtool.text.parser import parse  # noqa: E402
 
 _IDS = itertools.count()
@@ -40,7 +43,10 @@ E = _c(0.25, -0.5, 0.75)  # used at the top level: the program's own constant
 A = _c(1.0, 2.0, 3.0)  # a jitted call in a cond branch
 C = _c(0.5, -1.0, 2.0)  # a jitted call in a scan body
 D = _c(1.5, 1.25, 1.1)  # a jitted call in a while body
-B = _c(10.0, 20.0, 30.0)  # a jitted call at the top level, after the others
+B = _c(2.0, 2.5, -3.0)  # a jitted call at the top level, after the others
+P = _c(0.5, -0.25, 0.75)  # a jitted call at the top level, before the loop
+Q = _c(1.5, 0.5, -1.0)  # what the loop body closes over itself: the program's own constant
+K = _c(0.5, 1.0, 0.25)  # a jitted call in a while loop's cond
 
 
 def _tail(y):
@@ -61,7 +67,48 @@ def w(x):
         lambda s: s[1] < 3, lambda s: (jax.jit(lambda v: jnp.tanh(v) * D)(s[0]), s[1] + 1), (y, 0)
     )
     return _tail(y * E)
+
+
+def g(x):
+    y = jax.jit(lambda v: jnp.sin(v) * P)(x)
+    y, _ = jax.lax.scan(lambda c, _: (jnp.cos(c) * Q + c, None), y, None, length=2)
+    return jnp.sum(y**2)
+
+
+def c(x):
+    y = jax.lax.cond(x[0] > 0, lambda: jax.jit(lambda v: jnp.sin(v) * A)(x), lambda: x - 1.0)
+    return _tail(y * E)
+
+
+def s(x):
+    i = jnp.clip(jnp.floor(x[0] * 2.0), 0, 2).astype(jnp.int32)
+    branches = [
+        lambda v: jax.jit(lambda u: jnp.sin(u) * A)(v),
+        lambda v: jax.jit(lambda u: jnp.cos(u) * C)(v),
+        lambda v: v * 2.0,
+    ]
+    return jnp.sum(jax.lax.switch(i, branches, x) * E)
+
+
+def u(x):
+    y, _ = jax.lax.while_loop(
+        lambda s: jax.jit(lambda v: jnp.sum(v * K) < 6.0)(s[0]) & (s[1] < 3),
+        lambda s: (jax.jit(lambda v: jnp.tanh(v) * D + v)(s[0]), s[1] + 1),
+        (x, 0),
+    )
+    return jnp.sum(y**2)
+
+
+def h(x):
+    y = jax.jit(lambda v: jnp.sin(v) * P)(x)
+    y, _ = jax.lax.while_loop(lambda s: s[1] < 2, lambda s: (jnp.cos(s[0]) * Q + s[0], s[1] + 1), (y, 0))
+    return jnp.sum(y**2)
 """
+
+#: each traced function's constants in the archive's order (the values JAX closes over)
+ORDER = {"f": "EACB", "w": "EADB", "g": "QP", "h": "QP", "c": "EAB", "s": "EAC", "u": "KD"}
+#: the functions with a while loop, whose reverse mode JAX refuses too
+WHILE = ("w", "h", "u")
 
 X = np.array([0.7, -0.4, 1.3], np.float32)  # x[0] > 0: the branch with the call
 T = np.array([0.3, 1.0, -0.6], np.float32)
@@ -82,7 +129,7 @@ def traced(tmp_path_factory):
 
         mod = importlib.import_module(name)
         out = {}
-        for fn in ("f", "w"):
+        for fn in ORDER:
             prog, consts = folder / f"{fn}.jaxpr", folder / f"{fn}.npz"
             r = run(
                 ["trace", f"{name}:{fn}", "--arg", "f32[3]", "-o", str(prog)]
@@ -105,54 +152,58 @@ def _run(tmp_path, prog, args, consts):
         return [d[f"out{i}"] for i in range(len(d.files))]
 
 
-def _derive(tmp_path, command, prog):
+def _derive(tmp_path, command, prog, extra=()):
     out = tmp_path / f"{command}.jaxpr"
-    r = run([command, str(prog), "-o", str(out)])
+    r = run([command, str(prog), "-o", str(out), *extra])
     assert r.exit_code == 0, r.output
     return out
 
 
-def test_constants_sit_where_a_walk_order_would_swap_them(traced):
-    """The traced programs have what this module is about: after hoisting, f32[3] constants
-    at the top level (the program's own, the last call's) and in a cond branch and a loop
-    body (the calls inside them), each with a value of its own."""
-    (progs, mod) = traced
-    for fn, loop in (("f", "scan"), ("w", "while")):
+def _archive(path) -> list[np.ndarray]:
+    with np.load(path) as d:
+        return [d[f"const{i}"] for i in range(len(d.files))]
+
+
+def test_every_constant_is_the_programs_in_one_order(traced):
+    """Hoisted, every constant is the program's (none stays in a cond branch, loop body or
+    call body), all f32[3], numbered the program's own first, then equation by equation,
+    depth first; the archive holds JAX's values in that order."""
+    progs, mod = traced
+    for fn, names in ORDER.items():
         prog, consts = progs[fn]
-        h = hoist_consts(parse(prog.read_text(), str(prog)).jaxpr)
-        every = all_constvars(h)
-        assert [str(v.type) for v in every] == ["f32[3]"] * 4
-        assert len(h.constvars) == 2
-        assert [e.prim for _, e in nested_with_consts(h)] == ["cond", loop]
-        with np.load(consts) as d:
-            values = [d[f"const{i}"] for i in range(len(d.files))]
-        want = [mod.E, mod.B, mod.A, mod.C if fn == "f" else mod.D]
-        for got, value in zip(values, want, strict=True):
-            np.testing.assert_array_equal(got, np.asarray(value))
+        j = parse(prog.read_text(), str(prog)).jaxpr
+        assert any(s.constvars for e in all_eqns(j) for s in eqn_subjaxprs(e))
+        numbered = number_constants(j)
+        h = numbered.program
+        assert not any(s.constvars for e in all_eqns(h) for s in eqn_subjaxprs(e))
+        assert nested_with_consts(h) == []
+        assert numbered.constvars == list(h.constvars) == all_constvars(h)
+        assert [str(v.type) for v in h.constvars] == ["f32[3]"] * len(names)
+        for got, name in zip(_archive(consts), names, strict=True):
+            np.testing.assert_array_equal(got, np.asarray(getattr(mod, name)))
+        assert number_constants(h).program is h  # reading a hoisted program changes nothing
 
 
 def test_run_consts_of_the_traced_text_is_jax(traced, tmp_path):
     progs, mod = traced
-    for fn in ("f", "w"):
+    for fn in ORDER:
         prog, consts = progs[fn]
         (got,) = _run(tmp_path, prog, [X], consts)
         close(got, getattr(mod, fn)(X))
 
 
-def test_run_repeat_and_compile_take_every_constant(traced, tmp_path):
-    """`run --repeat` compiles with the cond and loop bodies' constants too, and `compile`
-    takes every constant as a parameter before the input."""
+def test_run_repeat_eager_and_compile_take_every_constant(traced, tmp_path):
+    """`run --repeat` and `run --eager` take the same archive, and `compile` takes every
+    constant as a parameter before the input."""
     progs, mod = traced
     prog, consts = progs["f"]
     a, o = tmp_path / "a.npz", tmp_path / "o.npz"
     np.savez(a, X)
-    r = run(
-        ["run", str(prog), "--args", str(a), "--consts", str(consts), "--repeat", "2"]
-        + ["-o", str(o)]
-    )
-    assert r.exit_code == 0, r.output
-    with np.load(o) as d:
-        close(d["out0"], mod.f(X))
+    for extra in (["--repeat", "2"], ["--eager"]):
+        r = run(["run", str(prog), "--args", str(a), "--consts", str(consts), "-o", str(o)] + extra)
+        assert r.exit_code == 0, r.output
+        with np.load(o) as d:
+            close(d["out0"], mod.f(X))
     r = run(["compile", str(prog)])
     assert r.exit_code == 0, r.output
     main = next(line for line in r.output.splitlines() if "func.func public @main(" in line)
@@ -160,56 +211,189 @@ def test_run_repeat_and_compile_take_every_constant(traced, tmp_path):
 
 
 def test_a_swap_of_same_typed_constants_changes_the_answer(traced, tmp_path):
-    """The check above can fail: the same archive with two of its same-typed constants
-    swapped (the order a walk of the unhoisted program gives: the cond branch's before the
-    last call's) runs, and its answer is not JAX's."""
+    """The checks here can fail: the same archive with two of its same-typed constants
+    swapped runs without an error, and its answer is not JAX's."""
     progs, mod = traced
-    prog, consts = progs["f"]
-    with np.load(consts) as d:
-        values = [d[f"const{i}"] for i in range(len(d.files))]
-    values[1], values[2] = values[2], values[1]
-    swapped = tmp_path / "swapped.npz"
-    np.savez(swapped, **{f"const{i}": v for i, v in enumerate(values)})
-    (got,) = _run(tmp_path, prog, [X], swapped)
-    assert abs(float(got) - float(mod.f(X))) > 1.0
+    for fn, (i, k) in (("f", (1, 3)), ("g", (0, 1))):
+        prog, consts = progs[fn]
+        values = _archive(consts)
+        values[i], values[k] = values[k], values[i]
+        swapped = tmp_path / "swapped.npz"
+        np.savez(swapped, **{f"const{n}": v for n, v in enumerate(values)})
+        (got,) = _run(tmp_path, prog, [X], swapped)
+        assert not np.allclose(got, getattr(mod, fn)(X), rtol=1e-3), fn
 
 
-def test_grad_and_jvp_with_the_traced_constants_are_jax(traced, tmp_path):
+def _jax_answers(f, command):
+    """(the inputs of the program `command` writes, JAX's results for them)."""
+    xs = np.stack([X, 0.5 * X + 0.3, -X])
+    one = np.float32(1.0)
+    answers = {
+        "jvp": lambda: ([X, T], list(jax.jvp(f, (X,), (T,)))),
+        "linearize": lambda: ([X, T], list(jax.jvp(f, (X,), (T,)))),
+        "linearize|transpose": lambda: ([X, one], [f(X), jax.grad(f)(X)]),
+        "vjp": lambda: ([X, one], [f(X), jax.grad(f)(X)]),
+        "grad": lambda: ([X], [jax.grad(f)(X)]),
+        "vmap": lambda: ([xs], [jax.vmap(f)(xs)]),
+        "jacfwd": lambda: ([X], [jax.jacfwd(f)(X)]),
+        "jacrev": lambda: ([X], [jax.jacrev(f)(X)]),
+        "hessian": lambda: ([X], [jax.hessian(f)(X)]),
+    }
+    return answers[command]()
+
+
+COMMANDS = (
+    "jvp",
+    "linearize",
+    "linearize|transpose",
+    "vjp",
+    "grad",
+    "vmap",
+    "jacfwd",
+    "jacrev",
+    "hessian",
+)
+REVERSE = ("linearize|transpose", "vjp", "grad", "jacrev", "hessian")
+
+
+def _cases():
+    for fn in ORDER:
+        for command in COMMANDS:
+            if fn in WHILE and command in REVERSE:
+                continue  # reverse mode of a while loop: refused, as by JAX
+            yield pytest.param(fn, command, id=f"{fn}-{command}")
+
+
+@pytest.mark.parametrize(("fn", "command"), list(_cases()))
+def test_every_ad_command_takes_the_traced_constants(traced, tmp_path, fn, command):
+    """The program each AD command writes takes the archive `trace` wrote for the input,
+    and computes JAX's numbers with it."""
     progs, mod = traced
-    prog, consts = progs["f"]
-    (grad,) = _run(tmp_path, _derive(tmp_path, "grad", prog), [X], consts)
-    close(grad, jax.grad(mod.f)(X))
-    prog, consts = progs["w"]  # reverse mode of a while loop is refused, as by JAX
-    y, ty = _run(tmp_path, _derive(tmp_path, "jvp", prog), [X, T], consts)
-    want_y, want_ty = jax.jvp(mod.w, (X,), (T,))
-    close(y, want_y)
-    close(ty, want_ty)
+    prog, consts = progs[fn]
+    derived = prog
+    for step in command.split("|"):
+        extra = ["--in-axes", "0", "--axis-size", "3"] if step == "vmap" else []
+        derived = _derive(tmp_path, step, derived, extra)
+    args, want = _jax_answers(getattr(mod, fn), command)
+    got = _run(tmp_path, derived, args, consts)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        close(a, b)
 
 
 def test_check_grad_takes_the_traced_constants(traced, tmp_path):
     progs, _ = traced
-    prog, consts = progs["f"]
     np.savez(tmp_path / "x.npz", arg0=X)
-    r = run(["check-grad", str(prog), "--args", str(tmp_path / "x.npz"), "--consts", str(consts)])
-    assert r.exit_code == 0 and "0 failures" in r.output, r.output
-    # explain takes the program's constants, not yet those of a cond branch or loop body:
-    # it says so rather than run with wrong values
-    r = run(["explain", str(prog), "--args", str(tmp_path / "x.npz"), "--consts", str(consts)])
-    assert r.exit_code == 1 and "cannot yet use the constants of nested jaxprs" in r.output
+    for fn in ORDER:
+        prog, consts = progs[fn]
+        modes = ["--modes", "fwd"] if fn in WHILE else []
+        r = run(
+            ["check-grad", str(prog), "--args", str(tmp_path / "x.npz"), "--consts", str(consts)]
+            + modes
+        )
+        assert r.exit_code == 0 and "0 failures" in r.output, r.output
 
 
-def test_numbering_refuses_a_call_body_not_hoisted():
-    """`backend/consts.py` numbers the hoisted program only: a call body that still has
-    constvars is refused, located at the call."""
-    text = (
+def test_explain_takes_the_constants_of_cond_and_loop_bodies(traced, tmp_path):
+    """explain with the archive: its checks pass, and the derivative it shows is JAX's
+    (the tangent along the direction it drew, the gradient)."""
+    from jaxprtool.ui.explain import explain_data
+
+    progs, mod = traced
+    np.savez(tmp_path / "x.npz", arg0=X)
+    for fn in ORDER:
+        prog, consts = progs[fn]
+        f = getattr(mod, fn)
+        for mode in ("jvp",) if fn in WHILE else ("jvp", "grad"):
+            r = run(
+                ["explain", str(prog), "--args", str(tmp_path / "x.npz"), "--mode", mode]
+                + ["--consts", str(consts)]
+            )
+            assert r.exit_code == 0 and "all checks pass" in r.output, r.output
+            j = number_constants(parse(prog.read_text(), str(prog)).jaxpr).program
+            data = explain_data(j, [X], mode, consts=_archive(consts))
+            assert data.error is None and data.passed
+            if mode == "jvp":
+                want = jax.jvp(f, (X,), (data.direction[0].astype(np.float32),))[1]
+            else:
+                want = jax.grad(f)(X)
+            (got,) = data.gradient
+            close(got, want)
+
+
+def test_numbering_refuses_a_jaxpr_not_hoisted():
+    """The backend numbers hoisted programs only: a call body or cond branch that still
+    has constvars is refused, located at its equation."""
+    call = (
         "{ lambda ; a:f32[3]. let\n"
         "    b:f32[3] = jit[name=g jaxpr={ lambda c:f32[3]; d:f32[3]. let\n"
         "        e:f32[3] = mul d c in (e,) }] a\n"
         "  in (b,) }\n"
     )
-    j = parse(text, "<p>").jaxpr
-    with pytest.raises(JaxprError) as e:
-        all_constvars(j)
-    assert e.value.loc is not None and e.value.loc.line == 2
-    assert "hoist" in str(e.value)
-    assert [str(v.type) for v in all_constvars(hoist_consts(j))] == ["f32[3]"]
+    branch = (
+        "{ lambda ; a:f32[3] i:i32[]. let\n"
+        "    b:f32[3] = cond[branches=(\n"
+        "      { lambda ; d:f32[3]. let  in (d,) }\n"
+        "      { lambda c:f32[3]; d:f32[3]. let e:f32[3] = mul d c in (e,) }\n"
+        "    )] i a\n"
+        "  in (b,) }\n"
+    )
+    for text in (call, branch):
+        j = parse(text, "<p>").jaxpr
+        with pytest.raises(JaxprError) as e:
+            all_constvars(j)
+        assert e.value.loc is not None and e.value.loc.line == 2
+        assert "number_constants" in str(e.value)
+        assert [str(v.type) for v in number_constants(j).constvars] == ["f32[3]"]
+
+
+RULE_SOURCE = """
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+W = jnp.array([1.5, -0.5, 2.0], np.float32)  # the program's own
+V = jnp.array([0.25, 3.0, -1.0], np.float32)  # what the custom_vjp's bwd closes over
+
+
+@jax.custom_vjp
+def g(x):
+    return jnp.sin(x) * 2.0
+
+
+g.defvjp(lambda x: (g(x), jnp.cos(x)), lambda r, ct: (ct * r * V,))
+
+
+def f(x):
+    return jnp.sum(g(x * W))
+"""
+
+
+def test_constants_that_stay_nested_come_last(tmp_path, monkeypatch):
+    """A recorded custom rule's constants stay in its jaxpr (step 3): numbered after the
+    program's, `run` with the archive is JAX; differentiating through that rule is refused
+    (located, saying what to do), and explain refuses the constants, saying what takes
+    them."""
+    name = f"consts_rule_{next(_IDS)}"
+    (tmp_path / f"{name}.py").write_text(RULE_SOURCE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    mod = importlib.import_module(name)
+    prog, consts = tmp_path / "f.jaxpr", tmp_path / "f.npz"
+    r = run(["trace", f"{name}:f", "--arg", "f32[3]", "-o", str(prog), "--consts-out", str(consts)])
+    assert r.exit_code == 0, r.output
+    numbered = number_constants(parse(prog.read_text(), str(prog)).jaxpr)
+    assert len(numbered.program.constvars) == 1 and len(numbered.constvars) == 2
+    assert [e.prim for _, e in nested_with_consts(numbered.program)] == ["custom_vjp_call"]
+    for got, want in zip(_archive(consts), (mod.W, mod.V), strict=True):
+        np.testing.assert_array_equal(got, np.asarray(want))
+    (got,) = _run(tmp_path, prog, [X], consts)
+    close(got, mod.f(X))
+    r = run(["grad", str(prog)])
+    assert r.exit_code == 1 and "f.jaxpr:3:5: error: 'custom_vjp_call'" in r.output, r.output
+    assert "jaxprtool_bwd closes over 1 constant" in r.output
+    np.savez(tmp_path / "x.npz", arg0=X)
+    r = run(["explain", str(prog), "--args", str(tmp_path / "x.npz"), "--consts", str(consts)])
+    assert r.exit_code == 1 and "constants that stay in nested jaxprs" in r.output, r.output

@@ -39,10 +39,9 @@ from jaxprtool.ad.api import (  # noqa: E402
     vjp_jaxpr,
 )
 from jaxprtool.ad.batching import vmap_jaxpr  # noqa: E402
-from jaxprtool.backend.consts import all_constvars  # noqa: E402
 from jaxprtool.cli import main  # noqa: E402
+from jaxprtool.consts_order import number_constants  # noqa: E402
 from jaxprtool.core import JaxprError, all_eqns  # noqa: E402
-from jaxprtool.passes.hoist_consts import hoist_consts  # noqa: E402
 from jaxprtool.text.parser import parse  # noqa: E402
 
 HAVE_EQX = all(importlib.util.find_spec(m) is not None for m in ("equinox", "diffrax"))
@@ -381,7 +380,7 @@ def test_diffrax_neural_ode_runs_and_differentiates_as_jax(zoo, tmp_path):
 def test_diffrax_ode_closing_over_its_weights_needs_the_nested_constants(zoo, tmp_path):
     prog, consts, _ = zoo.trace("node_closed", "f32[2]")
     j = parse(prog.read_text(), str(prog)).jaxpr
-    every = all_constvars(hoist_consts(j))  # the `--consts` numbering (backend/consts.py)
+    every = number_constants(j).constvars  # the `--consts` numbering (consts_order.py)
     assert len(every) > len(j.constvars)  # the weights are nested constants
     with np.load(consts) as d:
         assert len(d.files) == len(every)
@@ -529,8 +528,8 @@ def test_trace_consts_out_feeds_run_consts(tmp_path):
     assert r.exit_code == 0, r.output
     prog = tmp_path / "f.jaxpr"
     j = parse(prog.read_text(), str(prog)).jaxpr
-    # W, then inner's W and MASK (hoisted: backend/consts.py's numbering)
-    assert len(j.constvars) == 1 and len(all_constvars(hoist_consts(j))) == 3
+    # W, then inner's W and MASK (hoisted: consts_order.py's numbering)
+    assert len(j.constvars) == 1 and len(number_constants(j).constvars) == 3
     x = np.array([0.5, -0.3], np.float32)
     (got,) = tool_outputs(tmp_path, prog, [x], tmp_path / "c.npz", "run")
     close(got, mod.f(x))

@@ -35,7 +35,8 @@ jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
 
-from jaxprtool.passes.hoist_consts import has_nested_consts, hoist_consts  # noqa: E402
+from jaxprtool.consts_order import number_constants  # noqa: E402
+from jaxprtool.passes.hoist_consts import has_nested_consts  # noqa: E402
 from jaxprtool.text.parser import parse  # noqa: E402
 from jaxprtool.text.printer import print_jaxpr  # noqa: E402
 
@@ -475,23 +476,16 @@ def _leaves(out):
 
 
 def _closed_consts(closed):
-    """The constants of a traced program in hoist_consts' order: the program's own, then each
-    nested call body's (its own, then those nested in it), in equation order."""
+    """The constants of a traced program in `consts_order.number_constants`' order: the
+    program's own, then equation by equation, depth first, those of every nested closed
+    jaxpr (a call body's, or a jitted call's inside a cond branch or loop body: JAX gives
+    cond and loop bodies themselves no constants), parameters in JAX's order."""
     out = [np.asarray(c) for c in closed.consts]
     for e in closed.jaxpr.eqns:
         for v in e.params.values():
-            if (
-                hasattr(v, "consts")
-                and hasattr(v, "jaxpr")
-                and e.primitive.name
-                in (
-                    "jit",
-                    "pjit",
-                    "closed_call",
-                    "core_call",
-                )
-            ):
-                out += _closed_consts(v)
+            for sub in v if isinstance(v, (tuple, list)) else (v,):
+                if hasattr(sub, "consts") and hasattr(sub, "jaxpr"):
+                    out += _closed_consts(sub)
     return out
 
 
@@ -501,7 +495,7 @@ class Program:
 
     def __init__(self, fn, args, name):
         closed = jax.make_jaxpr(fn)(*args)
-        self.jaxpr = hoist_consts(parse(str(closed), f"<{name}>").jaxpr)
+        self.jaxpr = number_constants(parse(str(closed), f"<{name}>").jaxpr).program
         self.consts = _closed_consts(closed)
         assert len(self.consts) == len(self.jaxpr.constvars), "hoisted constants' order"
 
@@ -884,7 +878,7 @@ def test_corpus_nested_constants_hoisted(path):
     from jaxprtool.core import JaxprError
 
     j = parse(path.read_text(), str(path)).jaxpr
-    h = hoist_consts(j)
+    h = number_constants(j).program
     assert not has_nested_consts(h)
     assert len(h.constvars) > len(j.constvars)
     assert not errors(check(h)), errors(check(h))

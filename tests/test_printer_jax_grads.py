@@ -4,7 +4,8 @@
 The texts are printed here by the installed JAX (`str(jax.make_jaxpr(g)(*args))`), once per
 test run, for a table of transformed functions: linear algebra through custom_linear_solve
 (JAX hoists its jaxprs and prints the definitions that only the `str()`-ed `_LinearSolveTuple`
-uses), JAX's custom_jvp functions (relu, softplus, logsumexp, silu) and a user one, custom_vjp,
+uses, also when two of them are alpha-equal: `jax.scipy.linalg.solve(assume_a="pos")`),
+JAX's custom_jvp functions (relu, softplus, logsumexp, silu) and a user one, custom_vjp,
 cond/switch (JAX fills the residuals with `empty2[memory_space=MemorySpace.Device]`), scan,
 while, remat, nested jits whose unused results JAX prints as `_` inside the nested jaxpr
 (several, of different types: `grad_jit_with_unused`, `grad_lu`), and lax.composite.
@@ -109,6 +110,10 @@ def user_linear_solve(m, b):
     )
 
 
+def solve_pos(m, b):
+    return jax.scipy.linalg.solve(m, b, assume_a="pos")
+
+
 def stacked(*xs):
     return tuple(np.stack([x, x * 0.9 + 0.01]) for x in xs)
 
@@ -123,6 +128,16 @@ TABLE = [
     ("jvp_solve", jvp(jnp.linalg.solve), (M, V3)),
     ("vmap_solve", jax.vmap(jnp.linalg.solve), stacked(M, V3)),
     ("grad_user_linear_solve", grad(user_linear_solve), (M, V3)),
+    # solve and transpose_solve: two alpha-equal objects (`jaxpr1`, `jaxpr2`), matvec and
+    # vecmat one (`jaxpr`), their definitions referenced by nothing in the text
+    ("grad_solve_pos", grad(solve_pos), (SPD, V3)),
+    ("vjp_solve_pos", lambda m, b: jax.vjp(solve_pos, m, b)[1](b), (SPD, V3)),
+    # ... and a general solve after it: JAX's `jaxpr3`, `jaxpr4` follow `jaxpr2`
+    (
+        "grad_solve_pos_and_gen",
+        grad(lambda m, b: solve_pos(m, b) * jnp.linalg.solve(m, b)),
+        (SPD, V3),
+    ),
     ("vmap_user_linear_solve", jax.vmap(user_linear_solve), stacked(M, V3)),
     ("grad_relu", grad(jax.nn.relu), (X45,)),
     ("grad_softplus", grad(jax.nn.softplus), (X45,)),

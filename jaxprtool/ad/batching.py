@@ -458,9 +458,10 @@ def batch_jaxpr2(jaxpr: Jaxpr, in_axes: Sequence[int | None]) -> tuple[Jaxpr, li
     return batch_jaxpr_axes(jaxpr, in_axes, [INFER] * len(jaxpr.outvars))
 
 
-def inline_jaxpr(jaxpr: Jaxpr, args: Sequence[Atom]) -> list[Atom]:
-    """Copy the equations of `jaxpr` into the current builder on `args` (`ops.emit_jaxpr`)."""
-    return ops.emit_jaxpr(jaxpr, args)
+def inline_jaxpr(jaxpr: Jaxpr, args: Sequence[Atom], consts: Sequence[Atom] = ()) -> list[Atom]:
+    """Copy the equations of `jaxpr` into the current builder on `args` and `consts`
+    (`ops.emit_jaxpr`)."""
+    return ops.emit_jaxpr(jaxpr, args, consts)
 
 
 # ---------------------------------------------------------------- vmap of a whole program

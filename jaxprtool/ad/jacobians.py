@@ -92,12 +92,21 @@ def _short(long: str) -> str:
 
 
 def _wrap(jaxpr: Jaxpr, body):
-    """A program with `jaxpr`'s inputs whose equations `body(inputs)` emits; its results."""
+    """A program with `jaxpr`'s constants and inputs whose equations `body(inputs, consts)`
+    emits; its results.  The derived programs keep the constants in order, so the
+    Jacobian takes the program's `--consts`."""
     b = B.Builder()
+    consts = [B.fresh_like(v) for v in jaxpr.constvars]
     invars = [B.fresh_like(v) for v in jaxpr.invars]
     with B.use(b):
-        outs = body(invars)
-    return B.make_jaxpr(invars, B.dce_eqns(b.eqns, outs), outs)
+        outs = body(invars, consts)
+    return B.make_jaxpr(invars, B.dce_eqns(b.eqns, outs), outs, consts)
+
+
+def _same_constants(jaxpr: Jaxpr, derived: Jaxpr) -> None:
+    """The derived program takes `jaxpr`'s constants, in order (an internal error else)."""
+    if [v.type for v in derived.constvars] != [v.type for v in jaxpr.constvars]:
+        raise JaxprError("internal error: the derived program's constants differ")
 
 
 @gc_paused()
@@ -126,12 +135,14 @@ def jacfwd(jaxpr: Jaxpr, argnums=0, style=None) -> Jaxpr:
     batched = vmap_jaxpr(tan, [None] * n_in + [0] * len(args), -1, N, style)
     order = sorted(args)  # the tangent inputs come in input order
 
-    def body(xs):
+    _same_constants(jaxpr, batched)
+
+    def body(xs, consts):
         dtype = _short(_result_dtype(in_types))
         basis = _eye_parts(N, dtype, [tuple(t.shape) for t in in_types], 1)
         basis = [ops.convert_element_type(p, t.dtype) for p, t in zip(basis, in_types)]
         by_arg = dict(zip(args, basis))
-        touts = iter(inline_jaxpr(batched, list(xs) + [by_arg[i] for i in order]))
+        touts = iter(inline_jaxpr(batched, list(xs) + [by_arg[i] for i in order], consts))
         res = []
         for y, nz in zip(jaxpr.outvars, out_nz):
             if not nz:  # an int/bool output: zero Jacobian (JAX casts float0 to its dtype)
@@ -184,11 +195,13 @@ def jacrev(jaxpr: Jaxpr, argnums=0, style=None) -> Jaxpr:
     batched = vmap_jaxpr(cts, [None] * n_in + [0] * n_out, 0, N, style)
     order = sorted(args)
 
-    def body(xs):
+    _same_constants(jaxpr, batched)
+
+    def body(xs, consts):
         dtype = _short(_result_dtype(out_types))
         basis = _eye_parts(N, dtype, [tuple(t.shape) for t in out_types], 1)
         basis = [ops.convert_element_type(p, t.dtype) for p, t in zip(basis, out_types)]
-        ct_x = dict(zip(order, inline_jaxpr(batched, list(xs) + basis)))
+        ct_x = dict(zip(order, inline_jaxpr(batched, list(xs) + basis, consts)))
         per_arg = {}
         for i in args:
             t = jaxpr.invars[i].type

@@ -646,16 +646,18 @@ __all__ = [n for n in dir() if not n.startswith("_") and n not in ("np", "annota
 _ = Var  # re-export for rule modules
 
 
-def emit_jaxpr(jaxpr, inputs) -> list:
+def emit_jaxpr(jaxpr, inputs, consts=()) -> list:
     """Copy `jaxpr`'s equations (types and name hints kept) into the current builder on
-    `inputs`; its results.  (The one way rules inline a body: traced custom rules, vmap's
-    batched bodies and Jacobians, cond's branches under a batched predicate.)"""
+    `inputs` (and `consts` for its constvars); its results.  (The one way rules inline a
+    body: traced custom rules, vmap's batched bodies and Jacobians, cond's branches under a
+    batched predicate.)"""
     from ..core import JaxprError
 
     b = current()
-    if jaxpr.constvars:
+    if len(consts) != len(jaxpr.constvars):
         raise JaxprError("internal error: inlining a jaxpr with constants", b.loc)
-    env = {id(v): x for v, x in zip(jaxpr.invars, inputs)}
+    env = {id(v): x for v, x in zip(jaxpr.constvars, consts)}
+    env.update((id(v), x) for v, x in zip(jaxpr.invars, inputs))
 
     def read(a):
         return env.get(id(a), a) if isinstance(a, Var) else a

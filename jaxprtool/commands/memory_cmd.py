@@ -48,11 +48,11 @@ def _xla(program, device: str, dim_specs) -> dict:
     from .. import backend, compile_cache
     from ..backend.memory_analysis import xla_memory
     from ..cli import require_jax
-    from ..passes.hoist_consts import hoist_consts
+    from ..consts_order import number_constants
     from .run_cmds import _compile, parse_dims
 
     require_jax()
-    program = hoist_consts(program)
+    program = number_constants(program).program  # as compile reads it
     backend.check_runnable(program)
     compile_cache.configure(False)
     with backend.x64_scope(program):

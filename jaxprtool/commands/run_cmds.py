@@ -449,7 +449,7 @@ def run(
       jaxprtool run sharded.jaxpr --random 0 --mesh x=4,y=2 --show-sharding
     """
     from .. import backend, compile_cache
-    from ..passes.hoist_consts import hoist_consts
+    from ..consts_order import number_constants
     from . import run_io
 
     dims = parse_dims(dim_specs)
@@ -462,7 +462,7 @@ def run(
         raise UsageError("JSON goes to standard output without -o: use --print-values none")
     require_jax()
     jaxpr, _, _ = load(file)
-    jaxpr = hoist_consts(jaxpr)  # nested bodies' constants are given with --consts too
+    jaxpr = number_constants(jaxpr).program  # nested jaxprs' constants come with --consts
     backend.check_runnable(jaxpr)
     compile_cache.configure(not no_cache)
     args, consts, dims = gather_inputs(
@@ -595,12 +595,12 @@ def compile_(file, emit, device, dim_specs, stats, output, no_cache):
       jaxprtool compile sharded.jaxpr --emit optimized-hlo --stats --mesh x=4,y=2
     """
     from .. import backend, compile_cache
-    from ..passes.hoist_consts import hoist_consts
+    from ..consts_order import number_constants
 
     require_jax()
     dims = parse_dims(dim_specs)
     jaxpr, _, _ = load(file)
-    jaxpr = hoist_consts(jaxpr)  # parameters: every constant in `run --consts` order, the inputs
+    jaxpr = number_constants(jaxpr).program  # parameters: every constant in order, the inputs
     backend.check_runnable(jaxpr)
     # a cached executable's optimised HLO carries the source metadata of the process that
     # compiled it (a `run`'s stack), so the text it prints would depend on the cache's history
@@ -816,22 +816,21 @@ def _with_custom_rules(closed, target: str):
 
 
 def _const_values(closed, ours, rule_consts: dict, text: str, target: str) -> list:
-    """The values of the constants of `ours` as `run --consts` numbers them: those of
-    `hoist_consts(ours)` in `backend/consts.py`'s order, each the value of the constvar of
-    `ours` it stands for: the program's own (`closed.consts`), a nested jaxpr's (read off
-    JAX's matching nested jaxpr) or a recorded custom rule's."""
-    from ..backend.consts import all_constvars
-    from ..passes.hoist_consts import hoist_consts, hoist_with_sources
+    """The values of the constants of `ours` as `run --consts` numbers them
+    (`consts_order.number_constants`), each the value of the constvar of `ours` it stands
+    for: the program's own (`closed.consts`), a nested jaxpr's (read off JAX's matching
+    nested jaxpr) or a recorded custom rule's."""
+    from ..consts_order import number_constants
     from ..text.parser import parse
 
     values: dict[int, list] = dict(rule_consts)
     values[id(ours)] = list(getattr(closed, "consts", ()))
     _match_nested(getattr(closed, "jaxpr", closed), ours, values, set())
     by_var, lacking = _values_by_var(ours, values)
-    hoisted, sources = hoist_with_sources(ours)
+    numbered = number_constants(ours)
     out = []
-    for v in all_constvars(hoisted):
-        source = sources.get(id(v), v)
+    for v in numbered.constvars:
+        source = numbered.sources.get(id(v), v)
         if id(source) not in by_var:
             eqn = lacking[id(source)]
             raise JaxprError(
@@ -840,10 +839,8 @@ def _const_values(closed, ours, rule_consts: dict, text: str, target: str) -> li
                 eqn.loc,
             )
         out.append(by_var[id(source)])
-    reread = hoist_consts(parse(text, f"<trace {target}>").jaxpr)
-    if [str(v.type) for v in all_constvars(reread)] != [
-        str(v.type) for v in all_constvars(hoisted)
-    ]:
+    reread = number_constants(parse(text, f"<trace {target}>").jaxpr)
+    if [str(v.type) for v in reread.constvars] != [str(v.type) for v in numbered.constvars]:
         raise JaxprError("internal: the printed program's constants differ from the traced ones")
     return out
 

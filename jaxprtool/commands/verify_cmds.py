@@ -110,7 +110,7 @@ def check_grad(files, args_npz, seed, order, modes, argnums, consts_npz, as_json
     from ..cli import require_jax
     from ..commands.common import load
     from ..commands.run_cmds import gather_inputs
-    from ..passes.hoist_consts import hoist_consts
+    from ..consts_order import number_constants
     from ..ui.checkgrad import check_grad as run_checks
     from ..ui.checkgrad import render_table
 
@@ -136,7 +136,7 @@ def check_grad(files, args_npz, seed, order, modes, argnums, consts_npz, as_json
             set_custom_rule_policy(custom_rules)
             try:
                 jaxpr, _, path = load(file)
-                jaxpr = hoist_consts(jaxpr)  # nested bodies' constants come with --consts
+                jaxpr = number_constants(jaxpr).program  # nested ones come with --consts
                 label = os.path.basename(path) if path != "<stdin>" else path
                 args, consts, _ = gather_inputs(
                     jaxpr, args_npz, None, None if args_npz else seed, consts_npz, {}

@@ -679,6 +679,21 @@ def _fall_back_to_body(kind: str, params, primals, tangents, rule_text: str, ref
     return jvp_eval(body, list(primals), list(tangents), list(body.constvars))
 
 
+def _emit_rule(prim: str, param: str, traced: Jaxpr, inputs) -> list:
+    """The equations of a recorded rule, inlined on `inputs`; refused when the rule closes
+    over constants (their values are not the program's: the walks cannot take them)."""
+    if traced.constvars:
+        n = len(traced.constvars)
+        raise JaxprError(
+            f"'{prim}': its recorded rule {param} closes over {n} constant"
+            f"{'s' if n != 1 else ''} (the last keys of a --consts archive); the AD commands "
+            "cannot differentiate through such a rule yet: run takes the program with "
+            "--consts; to differentiate, make the rule take the arrays as arguments",
+            current().loc,
+        )
+    return ops.emit_jaxpr(traced, inputs)
+
+
 # ---------------------------------------------------------------- custom_jvp_call
 
 
@@ -687,7 +702,9 @@ def _custom_jvp_jvp(primals, tangents, **params):
     traced = params.get(JVP_RULE_PARAM)
     n_out = len(body.outvars)
     if isinstance(traced, Jaxpr):
-        out = ops.emit_jaxpr(traced, [*primals, *map(instantiate, tangents)])
+        out = _emit_rule(
+            "custom_jvp_call", JVP_RULE_PARAM, traced, [*primals, *map(instantiate, tangents)]
+        )
         return out[:n_out], out[n_out:]
     jvp_name = fn_name(params.get("jvp", params.get("jvp_jaxpr_thunk")))
     plugin = custom_jvps.get(jvp_name)
@@ -754,7 +771,7 @@ def _custom_vjp_linearize(primals, tangents, **params):
         observe.note(f"custom_vjp rules '{hit}' from a plugin (register_custom_vjp)")
         return _plugin_vjp(plugin, primals, tangents, bwd_name, fwd_name)
     _check_perturbed(params, tangents, fwd_name)
-    out = ops.emit_jaxpr(fwd, list(primals))
+    out = _emit_rule("custom_vjp_call", FWD_RULE_PARAM, fwd, list(primals))
     n_out = len(body.outvars)
     outs, res = out[:n_out], out[n_out:]
     in_zeros = [is_zero(t) for t in tangents]
@@ -817,7 +834,7 @@ def _custom_lin_transpose(cts, *args, bwd, num_res, in_zeros=None, **params):
     cts = [instantiate(c) for c in cts]
     traced = params.get(BWD_RULE_PARAM)
     if isinstance(traced, Jaxpr):
-        cts_in = ops.emit_jaxpr(traced, [*res, *cts])
+        cts_in = _emit_rule("custom_vjp_call", BWD_RULE_PARAM, traced, [*res, *cts])
         zeros = list(in_zeros) if in_zeros is not None else [False] * len(cts_in)
         return [None] * num_res + [c for c, z in zip(cts_in, zeros) if not z]
     pair = custom_vjps.get(fn_name(bwd))

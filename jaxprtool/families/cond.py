@@ -329,6 +329,32 @@ def _cond_body_operands(eqn, key, body):
     return list(eqn.inputs[1:])
 
 
+# ---------------------------------------------------------------- constants of the branches
+
+
+def _cond_hoist_consts(e, outer):
+    """The constants of every branch (a hoisted call's), branch by branch, become operands
+    after the index that every branch takes (each ignoring the others')."""
+    branches = _branches_of(e.params)
+    if branches is None:
+        return e
+    unique = list({id(b): b for b in branches}.values())
+    consts = [v for b in unique for v in b.constvars]
+    new_ops = outer(consts)
+
+    def closed(b):
+        own = {id(v) for v in b.constvars}
+        binders = [v if id(v) in own else Var(v.type, v.hint) for v in consts]
+        return b.replace(constvars=(), invars=tuple(binders) + tuple(b.invars))
+
+    rewritten = {id(b): closed(b) for b in unique}
+    params = _cond_params(e.params, [rewritten[id(b)] for b in branches])
+    lin = params.get("linear")
+    if isinstance(lin, tuple) and len(lin) == len(e.inputs) - 1:
+        params["linear"] = (False,) * len(new_ops) + lin
+    return e.replace(inputs=(e.inputs[0], *new_ops, *e.inputs[1:]), params=params)
+
+
 # ---------------------------------------------------------------- registration
 
 define(
@@ -344,4 +370,5 @@ define(
     body_cost=_cond_cost,
     body_operands=_cond_body_operands,
     batching=_cond_batching,
+    hoist_consts=_cond_hoist_consts,
 )

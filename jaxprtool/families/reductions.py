@@ -166,9 +166,19 @@ def _chooser_jvp(g, ans, operand, *, axes, **_):
     return ops.div(bind_reduce_sum(ops.mul(g, location), axes), counts)
 
 
+def _no_out_sharding_clue(e) -> set[str]:
+    """0.12 prints reduce_max/reduce_min with `out_sharding`, 0.10 and 0.11 without."""
+    return set() if "out_sharding" in e.params else {ST.CLUE_0_10}
+
+
 for _n in ("reduce_max", "reduce_min"):
     defjvp2(_n, _chooser_jvp)
-    define(_n, restyle=_restyle_out_sharding((0, 11)), bind_params=_bind_out_sharding)
+    define(
+        _n,
+        restyle=_restyle_out_sharding((0, 11)),
+        bind_params=_bind_out_sharding,
+        version_clues=_no_out_sharding_clue,
+    )
 
 # ---------------------------------------------------------------- reduce_prod
 

@@ -1084,6 +1084,26 @@ def _scan_cost(e, costs):
 
 # ---------------------------------------------------------------- registration
 
+
+def _scan_hoist_consts(e, outer):
+    """The body's constants become new leading consts of the scan."""
+    enc = ScanParams.from_eqn(e)
+    body = enc.jaxpr
+    new_ops = outer(body.constvars)
+    consts_g, carry_g, xs_g = enc.ft_in.unpack()
+    extra = FT.nones(len(new_ops))
+    consts_g = (
+        FT.tup(*extra.elts, *consts_g.elts) if consts_g.kind == "tup" else FT.tup(extra, consts_g)
+    )
+    params = enc.to_params(
+        jaxpr=body.replace(constvars=(), invars=tuple(body.constvars) + tuple(body.invars)),
+        ft_in=FT.tup(consts_g, carry_g, xs_g),
+        num_consts=enc.num_consts + len(new_ops),
+        linear=[False] * len(new_ops) + enc.linear,
+    )
+    return e.replace(inputs=(*new_ops, *e.inputs), params=params)
+
+
 define(
     "scan",
     multiple_results=True,
@@ -1095,6 +1115,7 @@ define(
     evaluate=_scan_evaluate,
     body_cost=_scan_cost,
     batching=_scan_batching,
+    hoist_consts=_scan_hoist_consts,
 )
 
 
@@ -1123,6 +1144,8 @@ def _scan_version_clues(e) -> set[str]:
     clues = set()
     if "ft_in" in e.params or "ft_out" in e.params:
         clues.add(ST.CLUE_0_12)
+    elif "num_consts" in e.params:
+        clues.add(ST.CLUE_0_10)  # the counts encoding (0.11 printed it too, 0.12 flat trees)
     if "_split_transpose" in e.params:
         clues.add(ST.CLUE_0_7_2)
     return clues

@@ -366,6 +366,27 @@ def _while_body_operands(eqn, key, body):
 
 # ---------------------------------------------------------------- registration
 
+
+def _while_hoist_consts(e, outer):
+    """The cond jaxpr's constants become cond consts and the body's body consts (new
+    operands before the others of their group)."""
+    wp = WhileParams.from_eqn(e)
+    cj, bj = wp.cond_jaxpr, wp.body_jaxpr
+    cconsts, bconsts, carry = wp.split(e.inputs)
+    new_c, new_b = outer(cj.constvars), outer(bj.constvars)
+
+    def closed(j):
+        return j.replace(constvars=(), invars=tuple(j.constvars) + tuple(j.invars))
+
+    params = wp.to_params(
+        cond_jaxpr=closed(cj),
+        body_jaxpr=closed(bj),
+        cond_nconsts=wp.cond_nconsts + len(new_c),
+        body_nconsts=wp.body_nconsts + len(new_b),
+    )
+    return e.replace(inputs=(*new_c, *cconsts, *new_b, *bconsts, *carry), params=params)
+
+
 define(
     "while",
     multiple_results=True,
@@ -379,4 +400,5 @@ define(
     batching=_while_batching,
     body_operands=_while_body_operands,
     unbounded_loop=True,
+    hoist_consts=_while_hoist_consts,
 )

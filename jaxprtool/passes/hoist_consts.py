@@ -1,19 +1,22 @@
-"""Hoist the constants of nested call bodies to the program's constants.
+"""Hoist the constants of nested jaxprs to the program's constants.
 
 JAX 0.12 prints the constants a jitted function closes over as constvars of the nested
 jaxpr (`jit[jaxpr={ lambda c:f32[2]; a:f32[2]. ... }]`), and the text has no values for
 them.  `hoist_consts` makes such a body take its constants as leading inputs, and the call
-takes them as leading operands, up to the nearest enclosing jaxpr that is not a call body:
-the top level, where they become constvars after the program's own, or a cond branch or
-loop body, where they become that body's constvars after its own.  This is the first step
-of the one numbering of the constants that `run --consts` reads and `trace --consts-out`
-writes; `backend/consts.py` documents the whole of it.
+take them as leading operands; a cond branch or loop body that has constants (those of a
+call inside it, hoisted to it) passes them on the same way through its primitive's
+`hoist_consts` rule (cond: new leading operands after the index, scan: new consts, while:
+new cond/body consts), up to the top level, where they become constvars after the
+program's own.  What is left nested (a recorded custom rule's constants, a primitive
+without a rule) keeps its constvars.  This is the first step of the one numbering of the
+constants (`consts_order.py`).
 """
 
 from __future__ import annotations
 
 from ..core import Eqn, Jaxpr, Var
 from ..params import Opaque
+from ..record import prim
 from .common import JaxprMemo, call_body_param, map_eqn_jaxprs
 
 #: the value a new operand gets in each per-operand parameter of a call (as JAX's pjit adds
@@ -42,9 +45,10 @@ def hoistable_body(e: Eqn) -> Jaxpr | None:
 
 
 def hoist_consts(jaxpr: Jaxpr) -> Jaxpr:
-    """`jaxpr` with the constvars of its nested call bodies made operands of the calls and
-    constvars of the top level (the same object when there are none).  Constvars of other
-    nested jaxprs (cond branches, loop bodies) stay where they are."""
+    """`jaxpr` with the constvars of its nested call bodies, cond branches and loop bodies
+    made operands of their equations and constvars of the top level (the same object when
+    there are none), equations in order, depth first (a body's own constants, then those
+    of the equations inside it)."""
     return hoist_with_sources(jaxpr)[0]
 
 
@@ -64,7 +68,7 @@ def hoist_with_sources(jaxpr: Jaxpr) -> tuple[Jaxpr, dict[int, Var]]:
         eqns, lifted = [], []
         for e in j.eqns:
             e2 = map_eqn_jaxprs(e, lift)
-            e2, outer = _close_call(e2, sources)
+            e2, outer = _close_eqn(e2, sources)
             lifted.extend(outer)
             eqns.append(e2)
         if not lifted and all(a is b for a, b in zip(eqns, j.eqns)):
@@ -74,21 +78,49 @@ def hoist_with_sources(jaxpr: Jaxpr) -> tuple[Jaxpr, dict[int, Var]]:
     return lift(jaxpr), sources
 
 
-def _close_call(e: Eqn, sources: dict[int, Var]) -> tuple[Eqn, list[Var]]:
-    """A call whose body has constvars, with them as the body's leading inputs and new
-    leading operands (returned: they are constants of the enclosing jaxpr, and `sources`
-    gets the original constvar each stands for)."""
-    body = hoistable_body(e)
-    if body is None:
+def hoistable(e: Eqn) -> bool:
+    """Whether hoisting makes constants of nested jaxprs of `e` operands of `e`."""
+    if hoistable_body(e) is not None:
+        return True
+    return prim(e.prim).hoist_consts is not None and _has_own_consts(e)
+
+
+def _close_eqn(e: Eqn, sources: dict[int, Var]) -> tuple[Eqn, list[Var]]:
+    """`e` with the constvars of its nested jaxprs made operands: new operands (returned:
+    they are constants of the enclosing jaxpr, and `sources` gets the original constvar
+    each stands for), by the call-body rule or the primitive's `hoist_consts` rule."""
+    if not hoistable(e):
         return e, []
+    rule = prim(e.prim).hoist_consts
+    lifted: list[Var] = []
+
+    def outer(binders) -> list[Var]:
+        new = [Var(v.type, v.hint) for v in binders]
+        for n, inner in zip(new, binders):
+            sources[id(n)] = sources.get(id(inner), inner)
+        lifted.extend(new)
+        return new
+
+    e2 = _close_call(e, outer) if hoistable_body(e) is not None else rule(e, outer)
+    return e2, lifted
+
+
+def _has_own_consts(e: Eqn) -> bool:
+    from ..core import eqn_subjaxprs
+
+    return any(s.constvars for s in eqn_subjaxprs(e))
+
+
+def _close_call(e: Eqn, outer) -> Eqn:
+    """A call whose body has constvars, with them as the body's leading inputs and new
+    leading operands."""
+    body = hoistable_body(e)
     key = call_body_param(e.prim)
-    outer = [Var(v.type, v.hint) for v in body.constvars]
-    for new, inner in zip(outer, body.constvars):
-        sources[id(new)] = sources.get(id(inner), inner)
     new_body = body.replace(constvars=(), invars=tuple(body.constvars) + tuple(body.invars))
+    new_operands = outer(body.constvars)
     params = dict(e.params, **{key: new_body})
     for k, default in _NEW_OPERAND.items():
         v = params.get(k)
         if isinstance(v, tuple) and len(v) == len(e.inputs):
-            params[k] = (default,) * len(outer) + v
-    return e.replace(inputs=tuple(outer) + tuple(e.inputs), params=params), outer
+            params[k] = (default,) * len(new_operands) + v
+    return e.replace(inputs=tuple(new_operands) + tuple(e.inputs), params=params)

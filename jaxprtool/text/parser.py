@@ -1884,42 +1884,91 @@ def _share_unreferenced(top: Jaxpr, defs: list[Jaxpr]) -> None:
     then prints it inline there, so its `let NAME = ... in` is referenced by nothing.  Such
     a definition is the same object as a jaxpr alpha-equal to it inside each of those
     values (a field, or a jaxpr nested in one): make them one object, so that the printer
-    finds it shared and hoists it again.  Within one field at most one inline jaxpr can be
-    that object (two would have printed as a local `let`)."""
+    finds it shared and hoists it again.
+
+    A value whose fields are all alpha-equal to the definitions an earlier value took holds
+    those objects again (the transposed solve's roles are the forward one's, exchanged).
+    Otherwise its fields take the definitions in the order JAX printed them: a field takes
+    the next one not taken yet when it is alpha-equal to it, else one the value's earlier
+    fields took (`sl.solve(assume_a='pos')`: matvec and vecmat are one object, `jaxpr`,
+    while solve and transpose_solve are two, `jaxpr1` and `jaxpr2`)."""
     reached = {id(j) for j in walk_jaxprs(top, core.eqn_subjaxprs)}
-    loose = {}
-    for j in defs:
-        if id(j) not in reached:
-            loose.setdefault(_shape_key(j), []).append(j)
+    loose = [j for j in defs if id(j) not in reached]
     if not loose:
         return
+    matcher = _LooseDefs(loose)
     for e in list(core.all_eqns(top)):
         for k, v in e.params.items():
             if isinstance(v, params.Record) and any(isinstance(x, Jaxpr) for _, x in v.fields):
-                fields = tuple((f, _merge_into(x, loose, set())) for f, x in v.fields)
-                e.params[k] = params.Record(v.cls, fields)
+                e.params[k] = params.Record(v.cls, matcher.fields(v.fields))
 
 
-def _shape_key(j: Jaxpr) -> tuple[int, int, int, int]:
-    return len(j.constvars), len(j.invars), len(j.eqns), len(j.outvars)
+class _LooseDefs:
+    """The unreferenced definitions, given out to the fields of `str()`-ed values."""
 
+    def __init__(self, loose: list[Jaxpr]):
+        self.order = loose  # in the text's order
+        self.taken: set[int] = set()
+        self.values: list[list[Jaxpr]] = []  # the definitions each earlier value took
 
-def _merge_into(x, loose: dict, used: set[int]):
-    """`x` (a field value), with the first jaxpr alpha-equal to each loose definition
-    (itself or one nested in it) replaced by that definition."""
-    if not isinstance(x, Jaxpr):
-        return x
-    for d in loose.get(_shape_key(x), ()):
-        if id(d) not in used and (d is x or core.alpha_equal(d, x)):
-            used.add(id(d))
+    def fields(self, fields) -> tuple:
+        for earlier in self.values:
+            again = self._again(fields, earlier)
+            if again is not None:
+                return again
+        took: list[Jaxpr] = []
+        out = tuple((f, self._field(x, took)) for f, x in fields)
+        if took:
+            self.values.append(took)
+        return out
+
+    def _again(self, fields, earlier: list[Jaxpr]) -> tuple | None:
+        """`fields` as the objects of `earlier`, each jaxpr field alpha-equal to one of them
+        (distinct ones preferred, as the roles are exchanged), or None."""
+        given: list[Jaxpr] = []
+        out = []
+        for f, x in fields:
+            if not isinstance(x, Jaxpr):
+                out.append((f, x))
+                continue
+            d = self._among(x, [d for d in earlier if all(g is not d for g in given)])
+            if d is None:
+                d = self._among(x, given)
+            if d is None:
+                return None
+            given.append(d)
+            out.append((f, d))
+        return tuple(out)
+
+    @staticmethod
+    def _among(x, defs: list[Jaxpr]) -> Jaxpr | None:
+        if not isinstance(x, Jaxpr):
+            return None
+        return next((d for d in defs if d is x or core.alpha_equal(d, x)), None)
+
+    def _field(self, x, took: list[Jaxpr]):
+        """`x` (a field value), or the definition it stands for; a jaxpr nested in it
+        (itself not one) likewise."""
+        if not isinstance(x, Jaxpr):
+            return x
+        free = [d for d in self.order if id(d) not in self.taken]
+        d = self._among(x, free[:1])
+        if d is None:
+            d = self._among(x, took)
+        if d is None:
+            d = self._among(x, free)
+        if d is not None:
+            self.taken.add(id(d))
+            if all(t is not d for t in took):
+                took.append(d)
             return d
-    for e in x.eqns:
-        for k, v in e.params.items():
-            if isinstance(v, Jaxpr):
-                e.params[k] = _merge_into(v, loose, used)
-            elif type(v) is tuple and any(isinstance(y, Jaxpr) for y in v):
-                e.params[k] = tuple(_merge_into(y, loose, used) for y in v)
-    return x
+        for e in x.eqns:
+            for k, v in e.params.items():
+                if isinstance(v, Jaxpr):
+                    e.params[k] = self._field(v, took)
+                elif type(v) is tuple and any(isinstance(y, Jaxpr) for y in v):
+                    e.params[k] = tuple(self._field(y, took) for y in v)
+        return x
 
 
 def _check_shared(st: _State, top: Jaxpr) -> None:

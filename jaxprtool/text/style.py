@@ -25,6 +25,7 @@ primitive (jit's name, a parameter's presence) is its record's (`print_name`,
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +45,8 @@ CLUE_BEFORE_0_6_1 = "before 0.6.1"
 #: jit printed under its old name (0.4.35 or 0.6.2, told apart by the names of its body)
 CLUE_OLD_CALL_NAME = "old call name"
 CLUE_0_7_2 = "0.7.2"
+#: a form 0.10 and 0.11 print and 0.12 does not
+CLUE_0_10 = "0.10"
 CLUE_0_12 = "0.12"
 #: the oldest JAX whose printouts the tool reads and writes (its printing is the 0.4.3 style's)
 OLDEST = (0, 4, 1)
@@ -258,9 +261,11 @@ def detect_style(jaxpr: core.Jaxpr) -> Style:
     literals -> 0.4.35; custom calls with their thunks -> 0.6.0; jit's old name -> 0.6.2
     (0.4.35 when names are not suggested cannot be told apart, but then the output is the
     same); parameters only 0.7.2 printed, real addresses, or a large nested jaxpr printed
-    inline -> 0.7.2; a 0.12-only primitive or parameter -> 0.12; otherwise 0.10.2, which
-    prints the same text as 0.12 for everything that does not distinguish them.  Each
-    primitive's clues are its record's (`version_clues`, `first_version`).
+    inline -> 0.7.2; a 0.12-only primitive or parameter -> 0.12; a form only 0.10 and 0.11
+    printed (scan's `num_consts`, reduce_max without `out_sharding`) -> 0.10.2; otherwise
+    `unmarked_style()` (0.10.2 and 0.12 print such a text alike; what the tool adds to it,
+    e.g. tanh's derivative `one_minus_square`, follows the installed JAX).  Each primitive's
+    clues are its record's (`version_clues`, `first_version`).
     """
     real_addr = suggested = fresh = False
     clues: set[str] = set()
@@ -326,7 +331,23 @@ def detect_style(jaxpr: core.Jaxpr) -> Style:
         return Style((0, 7, 2))
     if CLUE_0_12 in clues:
         return DEFAULT_STYLE
-    return STYLE_0_10
+    if CLUE_0_10 in clues:
+        return STYLE_0_10
+    return unmarked_style()
+
+
+@functools.cache
+def unmarked_style() -> Style:
+    """The style of a text that no 0.10-only or 0.12-only form marks (the two print it
+    alike): the installed JAX's (read from its package metadata: no jax import), else the
+    newest.  `--jax-style` chooses another."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        installed = tuple(int(p) for p in re.findall(r"\d+", version("jax"))[:4])
+    except (PackageNotFoundError, ValueError):
+        return DEFAULT_STYLE
+    return STYLE_0_10 if (0, 10) <= installed < (0, 12) else DEFAULT_STYLE
 
 
 def walk_jaxprs(top: core.Jaxpr, subjaxprs):

@@ -1,0 +1,85 @@
+"""The one numbering of a program's constants: `trace --consts-out C.npz` writes them in this
+order and `run --consts C.npz`, `compile`, `check-grad`, `explain` and the programs every AD
+command writes read them in it (keys `const0, const1, ...`).
+
+JAX 0.12 prints what a jitted function closes over as constvars of the nested jaxpr
+(`jit[jaxpr={ lambda a:f32[8,2]; x:f32[2]. ... }]`), and the text cannot hold their values.
+Every command reads a program through `number_constants`, which hoists them
+(`passes/hoist_consts.py`): a call body's constants become operands of the call, a cond
+branch's or loop body's operands of the cond or loop (its primitive's `hoist_consts` rule),
+up to the top level.  The numbering is that of the hoisted program:
+
+1. the program's own constvars;
+2. the constvars of its nested jaxprs that hoisting made the program's, after its own:
+   each equation in order, depth first (a call body's or loop body's own constants, then
+   those of the equations inside it; a cond's branch by branch, a while loop's cond jaxpr
+   before its body);
+3. the constvars left in nested jaxprs that hoisting does not reach (a recorded custom
+   rule's, a primitive without a `hoist_consts` rule): each jaxpr object once, equations in
+   order, an equation's parameters sorted by name, depth first.
+
+The programs the AD commands write keep steps 1 and 2 as their own constvars, in order, so
+they take the archive of the program they were derived from.  No jax import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .core import Eqn, Jaxpr, Var, subjaxprs
+
+
+@dataclass(frozen=True)
+class Numbered:
+    """A program as every command reads it, and its constants in the archive's order."""
+
+    #: the hoisted program (the same object as the input when there was nothing to hoist)
+    program: Jaxpr
+    #: every constant, `const0, const1, ...`: the program's constvars, then step 3's
+    constvars: list[Var]
+    #: for each constvar hoisting created (by `id`), the constvar of the input's nested
+    #: jaxpr whose value it carries (`trace --consts-out` reads the values by it)
+    sources: dict[int, Var]
+
+
+def number_constants(jaxpr: Jaxpr) -> Numbered:
+    """The only source of the constants' order (the module docstring)."""
+    from .passes.hoist_consts import hoist_with_sources
+
+    program, sources = hoist_with_sources(jaxpr)
+    every = list(program.constvars)
+    for sub, _ in nested_with_consts(program):
+        every.extend(sub.constvars)
+    return Numbered(program, every, sources)
+
+
+def nested_with_consts(jaxpr: Jaxpr) -> list[tuple[Jaxpr, Eqn]]:
+    """The nested jaxprs with constants that hoisting leaves in place (step 3), each once,
+    with the first equation using it (call bodies not yet hoisted are skipped: the
+    program is numbered only once hoisted)."""
+    from .passes.hoist_consts import hoistable_body
+
+    seen: set[int] = set()
+    found: list[tuple[Jaxpr, Eqn]] = []
+
+    def walk(j: Jaxpr) -> None:
+        for e in j.eqns:
+            call_body = hoistable_body(e)
+            for _key, sub in _param_jaxprs(e):
+                if id(sub) in seen:
+                    continue
+                seen.add(id(sub))
+                if sub.constvars and sub is not call_body:
+                    found.append((sub, e))
+                walk(sub)
+
+    walk(jaxpr)
+    return found
+
+
+def _param_jaxprs(e: Eqn) -> Iterator[tuple[str, Jaxpr]]:
+    """The jaxprs in an equation's parameters, parameters sorted by name."""
+    for k in sorted(e.params):
+        for sub in subjaxprs(e.params[k]):
+            yield k, sub
