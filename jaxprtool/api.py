@@ -364,7 +364,7 @@ def to_stablehlo(program: Program | Jaxpr, device: str = "cpu") -> str:
     GPU needed), as `jaxprtool compile --emit stablehlo` prints it."""
     from . import backend
     from .cli import require_jax
-    from .commands.run_cmds import _compile
+    from .commands.compile_cmd import _compile
     from .consts_order import number_constants
 
     require_jax()
@@ -383,7 +383,7 @@ def run(program: Program | Jaxpr, *args, consts: Sequence = (), device: str = "c
     from . import backend
     from .backend.consts import all_constvars
     from .cli import require_jax
-    from .commands.run_cmds import bind_dims, check_arrays
+    from .commands.run_inputs import bind_dims, check_arrays
     from .consts_order import number_constants
 
     require_jax()

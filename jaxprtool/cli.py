@@ -6,6 +6,7 @@ command which does not run or compile never imports jax.
 
 from __future__ import annotations
 
+import errno
 import functools
 import importlib
 import os
@@ -14,7 +15,7 @@ import sys
 import click
 
 from . import core
-from .core import JaxprError, ProgramError
+from .core import JaxprError, ProgramError, UsageProblem
 from .io import Reported, program_loc, report
 from .lazy import numpy_loaded
 
@@ -43,8 +44,8 @@ COMMANDS: dict[str, str] = {
     "graph": "graph_cmd:graph",
     "check-grad": "verify_cmds:check_grad",
     "run": "run_cmds:run",
-    "compile": "run_cmds:compile_",
-    "trace": "run_cmds:trace",
+    "compile": "compile_cmd:compile_",
+    "trace": "trace_cmd:trace",
     "explain": "explain_cmd:explain",
     "memory": "memory_cmd:memory",
 }
@@ -54,6 +55,9 @@ COMMANDS: dict[str, str] = {
 RUNS_PROGRAMS = frozenset({"run", "compile", "trace", "check-grad", "explain", "memory"})
 
 
+#: where LazyGroup keeps the command line's arguments (click's context `meta`)
+ARGV_KEY = "jaxprtool.argv"
+
 #: set by `entry`: this process runs one command (not a library or test process)
 _STANDALONE = False
 
@@ -62,7 +66,17 @@ def entry() -> None:
     """The `jaxprtool` program (its console script and `python -m jaxprtool`)."""
     global _STANDALONE
     _STANDALONE = True
+    _keep_writes_reportable()
     main(prog_name="jaxprtool")
+
+
+def _keep_writes_reportable() -> None:
+    """A write beyond the file-size limit (`ulimit -f`) kills the process with SIGXFSZ by
+    default; ignored, the write fails with EFBIG and is reported (exit 2)."""
+    import signal
+
+    if hasattr(signal, "SIGXFSZ"):
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 
 
 def is_standalone() -> bool:
@@ -93,6 +107,12 @@ class OptionalValue(click.Option):
 
 
 class LazyGroup(click.Group):
+    def parse_args(self, ctx, args):
+        """Keep the raw arguments: `run --coordinator` runs them again in a supervised
+        child process (`commands/supervise.py`)."""
+        ctx.meta[ARGV_KEY] = list(args)
+        return super().parse_args(ctx, args)
+
     def list_commands(self, ctx):
         return sorted(COMMANDS)
 
@@ -376,6 +396,15 @@ def guarded(fn):
         except RecursionError:
             report(JaxprError("input nests too deeply", program_loc("inputs")))
             sys.exit(1)
+        except OSError as e:
+            if e.errno not in _WRITE_ERRNOS:
+                if OPTIONS.debug:
+                    raise
+                report(internal_error(e))
+                sys.exit(1)
+            _drop_unwritten_stdout()
+            report(UsageProblem(f"cannot write the output: {e.strerror}"))
+            sys.exit(2)
         except Exception as e:  # an internal error: still no traceback by default
             missing = missing_jax(e)
             if missing is not None:
@@ -387,6 +416,25 @@ def guarded(fn):
             sys.exit(1)
 
     return wrapper
+
+
+#: errors of a write that the disk, a quota or a limit cut off (standard output on
+#: /dev/full, `ulimit -f`): reported as trouble (exit 2), not as internal errors
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EIO})
+
+
+def _drop_unwritten_stdout() -> None:
+    """After a failed write to standard output, point it at /dev/null, so that Python's
+    final flush does not fail a second time with a traceback."""
+    try:
+        sys.stdout.flush()
+    except OSError:
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):
+            pass
 
 
 #: what to install for the commands that run programs through JAX

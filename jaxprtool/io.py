@@ -37,6 +37,9 @@ def read_source(file: str | None) -> tuple[str, str]:
         path = file
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]  # a UTF-8 byte-order mark (some editors write one): not part of the text
+    kind = _binary_kind(data)
+    if kind is not None:  # said plainly, without quoting its bytes
+        raise JaxprError(f"this is a binary file ({kind}), not jaxpr text", Loc(path, 1, 1))
     try:
         return data.decode("utf-8"), path
     except UnicodeDecodeError as e:
@@ -48,6 +51,27 @@ def read_source(file: str | None) -> tuple[str, str]:
         raise JaxprError("input is not valid UTF-8", Loc(path, line, col)) from None
 
 
+#: how binary files given as programs begin, and what they are
+_BINARY_MAGICS = (
+    (b"PK\x03\x04", "a zip archive: an .npz of arrays is read with --args or --consts"),
+    (b"PK\x05\x06", "an empty zip archive"),
+    (b"\x93NUMPY", "a numpy .npy array: arrays are read with --arg or --input @FILE"),
+    (b"\x1f\x8b", "gzip-compressed data"),
+    (b"\x7fELF", "an executable"),
+)
+
+
+def _binary_kind(data: bytes) -> str | None:
+    """What a binary file is, from its first bytes, or None (other bytes that are not text
+    get the parser's located message, which quotes them escaped)."""
+    for magic, kind in _BINARY_MAGICS:
+        if data.startswith(magic):
+            return kind
+    if data[:1] == b"\x80" and data[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        return "a Python pickle, never read"
+    return None
+
+
 def write_output(text: str | bytes, out: str | None) -> None:
     """Write to standard output, or to `out`.
 
@@ -55,12 +79,12 @@ def write_output(text: str | bytes, out: str | None) -> None:
     folder is renamed into place, so a failed run leaves neither a partial file nor a
     clobbered input.  The new file gets the old file's mode, or the umask's default for a
     new one.  A symbolic link is followed and its target replaced, as editors do.  A file
-    that is not regular (`/dev/stdout`, a FIFO, a character device) is written into.
+    that is not regular (a FIFO, a character device) or is reached through a descriptor
+    (`/dev/stdout`, `/proc/self/fd/1`) is written into.
     Errors name the path and the reason (missing or read-only folder, a directory)."""
     data = text.encode("utf-8") if isinstance(text, str) else text
     if out in (None, "-"):
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
+        _write_stdout(data)
         return
     try:
         st = os.stat(out)  # follows links: /dev/stdout is the process's standard output
@@ -70,15 +94,11 @@ def write_output(text: str | bytes, out: str | None) -> None:
         raise UsageProblem(f"cannot write '{out}': {e.strerror}") from None
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise UsageProblem(f"cannot write '{out}': it is a directory")
-    if st is not None and not stat.S_ISREG(st.st_mode):
+    if st is not None and (not stat.S_ISREG(st.st_mode) or _through_descriptor(out)):
         _write_into(out, data)
         return
     target = os.path.realpath(out)  # a link is replaced through: its target gets the text
-    folder = os.path.dirname(target)
-    if not os.path.isdir(folder):
-        raise UsageProblem(
-            f"cannot write '{out}': folder '{os.path.dirname(out) or '.'}' does not exist"
-        )
+    folder = _existing_folder(out, target)
     mode = stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask()
     try:
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".jaxprtool-", suffix=".tmp")
@@ -97,6 +117,64 @@ def write_output(text: str | bytes, out: str | None) -> None:
     except BaseException:
         _unlink_quietly(tmp)
         raise
+
+
+def check_writable(out: str | None) -> None:
+    """Raise the error `write_output(..., out)` would for a missing folder or a directory,
+    before anything is written (a command writing two files checks both first)."""
+    if out in (None, "-"):
+        return
+    try:
+        st = os.stat(out)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise UsageProblem(f"cannot write '{out}': {e.strerror}") from None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise UsageProblem(f"cannot write '{out}': it is a directory")
+    if st is None or stat.S_ISREG(st.st_mode):
+        _existing_folder(out, os.path.realpath(out))
+
+
+def _existing_folder(out: str, target: str) -> str:
+    folder = os.path.dirname(target)
+    if not os.path.isdir(folder):
+        raise UsageProblem(
+            f"cannot write '{out}': folder '{os.path.dirname(out) or '.'}' does not exist"
+        )
+    return folder
+
+
+def _through_descriptor(path: str) -> bool:
+    """Whether `path` reaches its file through a process's descriptor (`/proc/self/fd/1`,
+    `/dev/stdout`, `/dev/fd/3`): such a file is written into, since replacing the link's
+    target would leave the descriptor's holder (the shell's `>`) with the old file."""
+    p = os.path.abspath(path)
+    for _ in range(40):  # the kernel's limit of links followed
+        parent = os.path.realpath(os.path.dirname(p))
+        if re.fullmatch(r"/proc/(?:self|thread-self|\d+)(?:/task/\d+)?/fd", parent):
+            return True
+        if not os.path.islink(p):
+            return False
+        p = os.path.normpath(os.path.join(os.path.dirname(p), os.readlink(p)))
+    return False
+
+
+def _write_stdout(data: bytes) -> None:
+    """Write to standard output through its file descriptor when it has one: a buffered
+    write that the file-size limit cuts short can end without an error, os.write cannot."""
+    sys.stdout.flush()
+    out = sys.stdout.buffer
+    out.flush()
+    try:
+        fd = out.fileno()
+    except (AttributeError, OSError, ValueError):  # an in-memory stream (tests)
+        out.write(data)
+        out.flush()
+        return
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _write_into(out: str, data: bytes) -> None:
@@ -292,7 +370,8 @@ def format_error(err: JaxprError, kind: str = "error") -> str:
     if err.loc and err.loc.file in _sources:
         line = _source_line(err.loc.file, err.loc.line)
         if line is not None:
-            text, col = _excerpt(line.replace("\t", " ").replace("\r", " "), err.loc.col)
+            shown, col = _escaped(line.replace("\t", " ").replace("\r", " "), err.loc.col)
+            text, col = _excerpt(shown, col)
             lines.append(text)
             lines.append(" " * (col - 1) + "^")
     return "\n".join(lines)
@@ -324,6 +403,16 @@ def _source_line(path: str, n: int) -> str | None:
 EXCERPT = 120
 #: a huge quoted name (no spaces: not the prose between two quoted names of a long message)
 _LONG_QUOTE = re.compile(r"'[^'\s]{%d,}'" % EXCERPT)
+
+
+def _escaped(line: str, col: int) -> tuple[str, int]:
+    """The line with control characters (an escape sequence that retitles the terminal, a
+    NUL byte) shown escaped as `\\x1b`, as the messages show them, and the caret's column
+    in it."""
+    if line.isprintable():
+        return line, col
+    parts = [c if c.isprintable() else repr(c)[1:-1] for c in line]
+    return "".join(parts), len("".join(parts[: col - 1])) + 1
 
 
 def _excerpt(line: str, col: int) -> tuple[str, int]:

@@ -123,6 +123,13 @@ class Primitive:
     #: cheap to recompute from constants: linearize recomputes such residuals (AD's zeros and
     #: 0.5s) in the linear program instead of passing them from the primal one
     recompute_constant: bool = False
+    #: how rematerialization (`ad/remat.py`) sees it, or `rule(eqn) -> str | None`:
+    #: "cheap" (element-wise or shape: min-cut may recompute it), "dot" (a matmul or
+    #: convolution: what `dots_saveable` saves), "dot_unbatched" (a matmul without batch
+    #: dimensions: also what `dots_with_no_batch_dims_saveable` saves), "name"
+    #: (`checkpoint_name`: what the name policies match); None: recomputed only under a
+    #: policy or a byte budget, at its FLOPs
+    remat: str | Callable | None = None
     #: operands from this position on are indices (dynamic_slice: 1), for untyped literals
     index_operands: int | None = None
     #: an untyped operand literal with no typed sibling has the result's dtype (reshape)

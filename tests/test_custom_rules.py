@@ -217,7 +217,7 @@ def test_custom_jvp_without_a_rule_warns_once_per_function(rules):
     assert strict.exit_code == 1 and "error: custom_jvp_call 'mine'" in strict.stderr
 
 
-def test_check_grad_names_replaced_rules_and_fails_under_strict(rules):
+def test_check_grad_names_replaced_rules_and_refuses_under_strict(rules):
     mod, _ = rules
     text = plain(mod.clipped, X)
     body = tool("check-grad", "--custom-rules", "body", "-", text=text)
@@ -225,8 +225,11 @@ def test_check_grad_names_replaced_rules_and_fails_under_strict(rules):
     assert "checked against the body, not the custom rule" in body.stdout
     assert "clip_grad" in body.stdout
     strict = tool("check-grad", "--custom-rules", "strict", "-", text=text)
-    assert strict.exit_code == 1
+    assert strict.exit_code == 2  # a refusal: not checked (README, exit codes)
     assert "error: custom_vjp_call 'clip_grad'" in strict.stderr
+    assert strict.stdout.splitlines()[-1] == (
+        "check-grad: 0 files, 0 checks, 0 failures, 1 not checked (errors above)"
+    )
 
 
 # ---------------------------------------------------------------- 2. JAX's library rules

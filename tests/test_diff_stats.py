@@ -122,9 +122,10 @@ def test_diff_numpy_scalar_params_equal_python_numbers(tmp_path):
     assert r.exit_code == 0, r.output
     assert "equal (up to variable names)" in r.stderr
     # a different value still differs, and only that line shows
-    b.write_text(b.read_text().replace("axes=(1,)", "axes=(0,)").replace("f32[4] =", "f32[3] ="))
+    # (a well-typed change: an ill-typed B is trouble, exit 2)
+    b.write_text(b.read_text().replace("shape=(4, 1)", "shape=(4, 2)").replace("[4,1]", "[4,2]"))
     r = run(["diff", str(a), str(b)])
-    assert r.exit_code == 1
+    assert r.exit_code == 1, r.output
 
 
 def test_text_diff():

@@ -61,8 +61,6 @@ KNOWN = [
     # messages are not located (and say `Ellipsis`)
     ("unlocated", r"the array literal .* has no values in the text"),
     ("unlocated", r"unknown PRNG implementation"),
-    # run_cmds/backend: a symbolic dimension without --dim is not located
-    ("unlocated", r"symbolic dimension '.*' has no size"),
     # printer: a shared jaxpr named after a `name=` value that is no name (`let g g = `)
     ("bad output", r"does not parse: .*(found 'let'|expected a name|expected '=', found)"),
     ("bad output", r"fmt printed a program that fails: .*missing jaxpr parameter 'jaxpr'"),

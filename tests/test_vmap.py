@@ -998,7 +998,14 @@ def test_errors_in_jax_words_with_a_location(fxy):
         in r.output
     )
     r = run(["vmap", str(fxy)])
-    assert r.exit_code == 1 and "--axis-size" in r.output
+    assert (
+        r.exit_code == 2
+        and (
+            "vmap needs the batch size: give --axis-size N (a per-example program does not "
+            "contain it)"
+        )
+        in r.output
+    )
     r = run(["vmap", "--axis-size", "4", "--out-axes", "2", str(fxy)])
     assert r.exit_code == 1 and "axis 2 is out of bounds for array of dimension 2" in r.output
     r = run(["vmap", "--in-axes", "0,None", "--out-axes", "None", "--axis-size", "4", str(fxy)])

@@ -148,7 +148,11 @@ def linearize_masked(
         jaxpr, nonzeros, instantiate
     )
     primal = B.make_jaxpr(primals, peqns, list(outs) + residuals, consts)
-    return primal, _linear_jaxpr(residuals, tan_in, teqns, touts), out_nz, len(residuals)
+    linear = _linear_jaxpr(residuals, tan_in, teqns, touts)
+    from .remat import rematerialize_masked
+
+    primal, linear, num_res = rematerialize_masked(primal, linear, len(outs), len(residuals))
+    return primal, linear, out_nz, num_res
 
 
 @gc_paused()
@@ -186,6 +190,9 @@ def linearize_jaxpr(jaxpr: Jaxpr, argnums: Sequence[int] | None = None, instanti
             new.append(r)
     primal = B.make_jaxpr(primals, peqns, list(outs) + new, consts)
     linear = _linear_jaxpr(residuals, tan_in, teqns, touts)
+    from .remat import rematerialize
+
+    primal, linear, info = rematerialize(primal, linear, info)
     observe.notify("linearized", primal, linear, info)
     return primal, linear, info
 

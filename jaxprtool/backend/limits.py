@@ -2,36 +2,115 @@
 
 `run`, `check-grad` and `explain` refuse a program whose inputs and intermediates would
 need more than the limit (`JAXPRTOOL_MAX_MEMORY`, bytes with an optional K/M/G/T suffix;
-default half of the machine's memory), with the figure and the largest value's location
+default half of the memory the process may use: the machine's, `ulimit -v`'s or the
+cgroup's, the smallest), with the figure and the largest value's location
 in the message.  The estimate adds up every top-level input and result (an upper bound on
-the live set) plus the largest need of any nested body; symbolic dimensions whose size is
-not given count as 1.  The transformations themselves never allocate arrays.
+the live set) plus the largest need of any nested body; symbolic dimensions are evaluated
+with the sizes known (1 for a name without a size).  The transformations themselves never allocate arrays.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import os
+import re
 
-from ..core import Jaxpr, JaxprError, Loc, RefType, ShapedArray, eqn_subjaxprs
+from ..core import (
+    Jaxpr,
+    JaxprError,
+    Loc,
+    ProgramError,
+    RefType,
+    ShapedArray,
+    UsageProblem,
+    eqn_subjaxprs,
+)
 
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
 def default_limit() -> int:
-    text = os.environ.get("JAXPRTOOL_MAX_MEMORY", "").strip().upper().rstrip("B")
+    """JAXPRTOOL_MAX_MEMORY, or half of the memory this process may use: the smallest of the
+    machine's memory, the address-space limit (`ulimit -v`) and the cgroup's memory limit."""
+    text = os.environ.get("JAXPRTOOL_MAX_MEMORY", "").strip()
     if text:
-        unit = text[-1] if text[-1] in _UNITS else ""
-        try:
-            return int(float(text[: len(text) - len(unit)]) * _UNITS[unit])
-        except ValueError:
-            raise JaxprError(
-                f"JAXPRTOOL_MAX_MEMORY='{os.environ['JAXPRTOOL_MAX_MEMORY']}' is not a size "
-                "such as 8G"
-            ) from None
+        return parse_size(text)
+    caps = [_physical_memory(), _rlimit_as(), cgroup_limit()]
+    return min(c for c in caps if c is not None) // 2
+
+
+def parse_size(text: str) -> int:
+    """`8G`, `512M`, `1.5T`, `1000000` (bytes): a finite positive size below 2**63."""
+    body = text.strip().upper().removesuffix("B")
+    unit = body[-1:] if body[-1:] in _UNITS else ""
+    number = body[: len(body) - len(unit)].strip()
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+        value = float(number) if _NUMBER.fullmatch(number) else math.nan
+    except OverflowError:
+        value = math.inf
+    size = value * _UNITS[unit]
+    if not (math.isfinite(size) and 1 <= size < 2**63):
+        raise UsageProblem(
+            f"JAXPRTOOL_MAX_MEMORY={text!r} is not a size: give a number of bytes from 1 to "
+            "2^63 with an optional K, M, G or T suffix, such as 8G"
+        )
+    return int(size)
+
+
+_NUMBER = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:E[+-]?[0-9]+)?")
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
-        return 8 * 2**30
+        return 16 * 2**30
+
+
+def _rlimit_as() -> int | None:
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return None if soft == resource.RLIM_INFINITY or soft <= 0 else soft
+
+
+def cgroup_limit(root: str = "/sys/fs/cgroup", table: str = "/proc/self/cgroup") -> int | None:
+    """The memory limit of this process's cgroup (v2 `memory.max`, v1
+    `memory.limit_in_bytes`), or None when there is none or it cannot be read."""
+    try:
+        with open(table, encoding="utf-8", errors="replace") as f:
+            lines = f.read(65536).splitlines()
+    except OSError:
+        lines = []
+    candidates = []
+    for line in lines:
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        path = path.strip().lstrip("/")
+        if controllers == "":
+            candidates += [os.path.join(root, path, "memory.max"), os.path.join(root, "memory.max")]
+        elif "memory" in controllers.split(","):
+            folder = os.path.join(root, "memory")
+            candidates += [
+                os.path.join(folder, path, "memory.limit_in_bytes"),
+                os.path.join(folder, "memory.limit_in_bytes"),
+            ]
+    found = [n for n in map(_read_limit, candidates) if n is not None]
+    return min(found) if found else None
+
+
+def _read_limit(path: str) -> int | None:
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            text = f.read(64).strip()
+    except OSError:
+        return None
+    if not text.isdigit():
+        return None  # "max": no limit
+    n = int(text)
+    return n if 0 < n < 2**62 else None  # v1 prints a huge number for "no limit"
 
 
 def nbytes(t, dims: dict[str, int]) -> int:
@@ -41,12 +120,28 @@ def nbytes(t, dims: dict[str, int]) -> int:
         return 0
     n = 1
     for d in t.shape:
-        n *= d if isinstance(d, int) else max(int(dims.get(str(d).strip(), 1)), 1)
+        n *= d if isinstance(d, int) else _size(str(d), dims)
     try:
         item = t.np_dtype.itemsize
     except KeyError:
         item = 4
     return n * max(item, 1)
+
+
+def _size(dim: str, dims: dict[str, int]) -> int:
+    return _size_of(dim, tuple(sorted(dims.items())))
+
+
+@functools.lru_cache(maxsize=4096)
+def _size_of(dim: str, dims: tuple) -> int:
+    """A symbolic dimension's size with the given sizes; 1 when it cannot be evaluated yet
+    (a name without a size: `values.check_dims` reports the others)."""
+    from .values import eval_dim
+
+    try:
+        return max(eval_dim(dim.split("@")[0], dict(dims)), 1)
+    except JaxprError:
+        return 1
 
 
 def memory_needed(jaxpr: Jaxpr, dims: dict[str, int]) -> tuple[int, int, Loc | None, object]:
@@ -85,13 +180,15 @@ def check_memory(jaxpr: Jaxpr, dims: dict[str, int], limit: int | None = None) -
     limit = default_limit() if limit is None else limit
     total, big, loc, ty = memory_needed(jaxpr, dims)
     if total > limit:
-        where = "" if loc is None else " at this equation"
-        raise JaxprError(
+        where = " an input" if loc is None else " at this equation"
+        message = (
             f"running this program needs about {human(total)} for its inputs and "
-            f"intermediates (the largest, {ty}, is {human(big)}{where}), over the limit of "
-            f"{human(limit)} (set JAXPRTOOL_MAX_MEMORY to change it)",
-            loc,
+            f"intermediates (the largest, {ty}, is{where}: {human(big)}), over the limit of "
+            f"{human(limit)} (set JAXPRTOOL_MAX_MEMORY to change it)"
         )
+        if loc is None:  # located at the input binders of the program
+            raise ProgramError(message, "inputs")
+        raise JaxprError(message, loc)
 
 
 def human(n: int) -> str:

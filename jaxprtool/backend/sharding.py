@@ -12,6 +12,7 @@ jax is imported lazily.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,6 +32,10 @@ class RunConfig:
     coordinator: str | None = None
     num_processes: int | None = None
     process_id: int | None = None
+    #: seconds JAX waits for every process to join (--join-timeout)
+    join_timeout: int = 60
+    #: called with b"j" before joining and b"J" once joined (the supervisor's pipe)
+    join_progress: Callable[[bytes], None] | None = None
     #: shardings of the last run's outputs (for --show-sharding)
     last_shardings: list = field(default_factory=list)
     #: > 0 while a multi-device run or compile is in progress
@@ -198,19 +203,7 @@ def setup(jaxpr=None, needed: int | None = None) -> None:
         if cfg.coordinator:
             if cfg.platform == "cpu":
                 jax.config.update("jax_cpu_collectives_implementation", "gloo")
-            try:
-                jax.distributed.initialize(
-                    cfg.coordinator,
-                    num_processes=nproc,
-                    process_id=cfg.process_id or 0,
-                    initialization_timeout=60,
-                    cluster_detection_method="deactivate",
-                )
-            except Exception as e:  # noqa: BLE001 - JAX's complaint, reported plainly
-                raise JaxprError(
-                    f"cannot join the distributed run at {cfg.coordinator}: "
-                    f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                ) from None
+            _join(cfg, nproc)
     elif cfg.coordinator and not jax.distributed.is_initialized():
         raise JaxprError(
             "--coordinator: JAX was already started in this process; the distributed runtime "
@@ -240,6 +233,31 @@ def setup(jaxpr=None, needed: int | None = None) -> None:
             f"the mesh needs {needed} devices but {have} {cfg.platform} device"
             f"{'s are' if have != 1 else ' is'} available{hint}"
         )
+
+
+def _join(cfg: RunConfig, nproc: int) -> None:
+    """jax.distributed.initialize, reporting its start and end to `cfg.join_progress` (JAX
+    aborts the process when the run does not form: the supervisor reports that)."""
+    import jax
+
+    if cfg.join_progress is not None:
+        cfg.join_progress(b"j")
+    try:
+        jax.distributed.initialize(
+            cfg.coordinator,
+            num_processes=nproc,
+            process_id=cfg.process_id or 0,
+            initialization_timeout=cfg.join_timeout,
+            cluster_detection_method="deactivate",
+        )
+    except Exception as e:  # noqa: BLE001 - JAX's complaint, reported plainly
+        raise JaxprError(
+            f"cannot join the distributed run at {cfg.coordinator} (process "
+            f"{cfg.process_id or 0} of {nproc}): "
+            f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        ) from None
+    if cfg.join_progress is not None:
+        cfg.join_progress(b"J")
 
 
 def platform_devices() -> list:

@@ -7,34 +7,65 @@ import operator
 
 import numpy as np
 
-from ..core import JaxprError, Literal, ShapedArray, Type, float0, short_dtype_name
+from ..core import JaxprError, Literal, ShapedArray, Type, eqn_subjaxprs, float0, short_dtype_name
+
+#: the largest size a dimension expression may reach at any step (int64, as XLA's shapes)
+MAX_DIM = 2**63 - 1
+#: the longest dimension expression evaluated (JAX prints a few dozen characters)
+MAX_DIM_TEXT = 1000
+
+
+def _power(base: int, exp: int) -> int:
+    if exp < 0:
+        raise ArithmeticError("a negative power")
+    if abs(base) > 1 and exp > 63:
+        raise OverflowError
+    return base**exp
+
+
+def _divide(op):
+    def f(a: int, b: int) -> int:
+        if b == 0:
+            raise ArithmeticError("a division by zero")
+        return op(a, b)
+
+    return f
+
 
 _BINOPS = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
     ast.Mult: operator.mul,
-    ast.FloorDiv: operator.floordiv,
-    ast.Mod: operator.mod,
-    ast.BitXor: operator.pow,  # JAX prints powers of dims as `b^2`
-    ast.Pow: operator.pow,
+    ast.FloorDiv: _divide(operator.floordiv),
+    ast.Mod: _divide(operator.mod),
+    ast.BitXor: _power,  # JAX prints powers of dims as `b^2`
+    ast.Pow: _power,
 }
+#: name -> (function, number of arguments: exact, or at least -N for max/min)
 _FUNCS = {
-    "floordiv": operator.floordiv,
-    "mod": operator.mod,
-    "max": max,
-    "min": min,
-    "non_negative": lambda x: max(x, 0),
+    "floordiv": (_divide(operator.floordiv), 2),
+    "mod": (_divide(operator.mod), 2),
+    "max": (max, -2),
+    "min": (min, -2),
+    "non_negative": (lambda x: max(x, 0), 1),
 }
 
 
 def eval_dim(expr: str, dims: dict[str, int]) -> int:
-    """Evaluate a symbolic dim (`b`, `2*b + 1`, `floordiv(n, 2)`) with the given sizes; no eval()."""
+    """Evaluate a symbolic dim (`b`, `2*b + 1`, `floordiv(n, 2)`) with the given sizes; no
+    eval().  Every step stays within int64 (`MAX_DIM`), so `b^(10^9)` is an error at once,
+    not a hang; divisions by zero, wrong argument counts and negative results are errors."""
+    text = str(expr).strip()
+    if len(text) > MAX_DIM_TEXT:
+        raise JaxprError(
+            f"dimension expression of {len(text)} characters is too long (at most {MAX_DIM_TEXT})"
+        )
 
     def ev(node):
         if isinstance(node, ast.Expression):
             return ev(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            return node.value
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return _bounded(node.value)
         if isinstance(node, ast.Name):
             if node.id not in dims:
                 raise JaxprError(
@@ -42,22 +73,88 @@ def eval_dim(expr: str, dims: dict[str, int]) -> int:
                 )
             return dims[node.id]
         if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-            return _BINOPS[type(node.op)](ev(node.left), ev(node.right))
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -ev(node.operand)
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id in _FUNCS
-        ):
-            return _FUNCS[node.func.id](*[ev(a) for a in node.args])
-        raise JaxprError(f"cannot evaluate dimension expression '{expr}'")
+            return _bounded(_BINOPS[type(node.op)](ev(node.left), ev(node.right)))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            v = ev(node.operand)
+            return -v if isinstance(node.op, ast.USub) else v
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:
+            fn, arity = _FUNCS.get(node.func.id, (None, 0))
+            n = len(node.args)
+            if fn is not None and (n == arity or (arity < 0 and n >= -arity)):
+                return _bounded(fn(*[ev(a) for a in node.args]))
+            if fn is not None:
+                want = f"at least {-arity}" if arity < 0 else str(arity)
+                raise JaxprError(
+                    f"dimension expression '{_short(text)}': {node.func.id} takes {want} "
+                    f"argument{'s' if arity != 1 else ''}, got {n}"
+                )
+        raise JaxprError(f"cannot evaluate dimension expression '{_short(text)}'")
 
     try:
-        tree = ast.parse(str(expr).strip(), mode="eval")
-    except SyntaxError:
-        raise JaxprError(f"cannot evaluate dimension expression '{expr}'") from None
-    return int(ev(tree))
+        value = ev(ast.parse(text, mode="eval"))
+    except (SyntaxError, ValueError):
+        raise JaxprError(f"cannot evaluate dimension expression '{_short(text)}'") from None
+    except (RecursionError, MemoryError):
+        raise JaxprError(f"dimension expression '{_short(text)}' nests too deeply") from None
+    except OverflowError:
+        raise JaxprError(
+            f"dimension expression '{_short(text)}' exceeds {MAX_DIM} with the given sizes"
+        ) from None
+    except ArithmeticError as e:
+        raise JaxprError(f"dimension expression '{_short(text)}' has {e}") from None
+    if value < 0:
+        raise JaxprError(f"dimension expression '{_short(text)}' is {value}, a negative size")
+    return int(value)
+
+
+def _bounded(v: int) -> int:
+    if abs(v) > MAX_DIM:
+        raise OverflowError
+    return v
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_dims(jaxpr, dims: dict[str, int], require: bool = False) -> None:
+    """Evaluate every symbolic dimension of the program's types before anything is built:
+    one that overflows, divides by zero or is negative is a located error (at its equation,
+    or at the program's inputs).  A name without a size is an error only with `require`."""
+    from ..core import ProgramError, RefType
+
+    seen: set[int] = set()
+
+    def check(t, loc) -> None:
+        t = t.inner if isinstance(t, RefType) else t
+        if not isinstance(t, ShapedArray):
+            return
+        for d in t.shape:
+            text = str(d).split("@")[0]
+            if isinstance(d, int) or text.strip().isdigit():
+                continue
+            try:
+                eval_dim(text, dims)
+            except JaxprError as e:
+                if not require and "has no size" in e.message:
+                    continue
+                if loc is None:
+                    raise ProgramError(e.message, "inputs") from None
+                raise JaxprError(e.message, loc) from None
+
+    def walk(j, loc) -> None:
+        if id(j) in seen:
+            return
+        seen.add(id(j))
+        for v in (*j.constvars, *j.invars):
+            check(v.type, loc)
+        for e in j.eqns:
+            for o in e.outputs:
+                check(o.type, e.loc)
+            for sub in eqn_subjaxprs(e):
+                walk(sub, e.loc)
+
+    walk(jaxpr, None)
 
 
 def static_shape(t: Type, dims: dict[str, int] | None = None) -> tuple[int, ...]:

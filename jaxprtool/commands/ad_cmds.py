@@ -8,7 +8,7 @@ import sys
 import click
 
 from ..cli import OptionalValue, guarded
-from ..io import UsageError, write_output
+from ..io import UsageError, check_writable, write_output
 from .common import FILE_ARG, OUT_ARG, int_list
 from .driver import complete_pass_list, manager_options
 
@@ -83,11 +83,68 @@ _argnums = click.option(
 )
 
 
+def _remat_spec(ctx, param, value):
+    """--remat POLICY / --remat-budget B, parsed (a bad value is a usage error)."""
+    if value is None:
+        return None
+    from ..ad.remat import parse_budget, parse_policy
+
+    try:
+        return parse_budget(value) if param.name == "remat_budget" else parse_policy(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+_remat = click.option(
+    "--remat",
+    metavar="POLICY",
+    callback=_remat_spec,
+    help="Rematerialize: save only what POLICY lets save and recompute the rest in the "
+    "backward part (JAX's policies: everything_saveable, nothing_saveable, dots_saveable, "
+    "dots_with_no_batch_dims_saveable, save_only_these_names=a,b, "
+    "save_any_names_but_these=a,b), or min-cut (the fewest bytes held, recomputing only "
+    "element-wise and shape equations).  The plan is printed on standard error.",
+)
+_remat_budget = click.option(
+    "--remat-budget",
+    "remat_budget",
+    metavar="B",
+    callback=_remat_spec,
+    help="Hold at most B bytes of residuals (a fraction of the default's: 0.5, or bytes: "
+    "2GiB, 300MB), recomputing what costs the fewest FLOPs (exact ILP when small, a greedy "
+    "heuristic beyond).  The plan is printed on standard error.",
+)
+
+
+def _remat_usage(remat, remat_budget):
+    if remat is not None and remat_budget is not None:
+        raise UsageError("--remat and --remat-budget are mutually exclusive")
+
+
+def _with_remat(job, remat, remat_budget, fn):
+    """fn() under the rematerialization asked for; the plans printed on standard error."""
+    from ..ad.remat import planning
+
+    spec = remat or remat_budget
+    if spec is None:
+        return fn()
+    with planning(spec) as plans:
+        out = fn()
+    for plan in plans:
+        click.echo(plan.render(), err=True)
+    return out
+
+
 def _pipeline_steps(spec):
-    """The parsed --opt pipeline (an unknown pass is reported before any work)."""
+    """The parsed --opt pipeline: an unknown pass or option is a usage error (exit 2),
+    reported before any work."""
+    from ..core import JaxprError
     from ..passes.registry import parse_pipeline_steps
 
-    return parse_pipeline_steps(spec)
+    try:
+        return parse_pipeline_steps(spec)
+    except JaxprError as e:
+        raise click.BadParameter(e.message, param_hint="--opt") from None
 
 
 def _require_static_shapes(jaxpr) -> None:
@@ -165,9 +222,6 @@ class _Job:
                 self.input, jaxpr, self.show_diff, before, text, "input", "result", self.style
             )
         return text
-
-    def emit(self, jaxpr, out) -> None:
-        write_output(self.text(jaxpr), out)
 
 
 def _drive(file, out, opt, show_diff, custom_rules, inst, split, name, body) -> None:
@@ -265,7 +319,8 @@ def _jvp(job, argnums, no_instantiate):
 # ---------------------------------------------------------------- linearize
 
 
-def _linearize_usage(out, split_input, split, **_):
+def _linearize_usage(out, split_input, split, remat=None, remat_budget=None, **_):
+    _remat_usage(remat, remat_budget)
     if split and out:
         raise UsageError("-o cannot be combined with --split")
     if split and split_input:
@@ -287,9 +342,11 @@ def _linearize_usage(out, split_input, split, **_):
         is_flag=True,
         help="Report the residuals on standard error (count, bytes, producers).",
     ),
+    _remat,
+    _remat_budget,
     usage=_linearize_usage,
 )
-def linearize(job, argnums, split, stats):
+def linearize(job, argnums, split, stats, remat, remat_budget):
     """Linearize: the primal computation plus a linear program for the tangents.
 
     The default output has jvp's calling convention (x..., tx...) -> (y..., ty...): the primal
@@ -303,22 +360,29 @@ def linearize(job, argnums, split, stats):
     Example:
       jaxprtool linearize f.jaxpr | jaxprtool transpose
       jaxprtool linearize --split p.jaxpr l.jaxpr --stats f.jaxpr
+      jaxprtool linearize --remat min-cut --stats f.jaxpr
     """
-    return _linearize(job, argnums, split, stats)
+    return _linearize(job, argnums, split, stats, remat, remat_budget)
 
 
-def _linearize(job, argnums, split, stats):
+def _linearize(job, argnums, split, stats, remat=None, remat_budget=None):
     from ..ad.linearize import combine, linearize_jaxpr
 
-    primal, linear, info = job.transform(
-        lambda j: linearize_jaxpr(j, argnums), view=lambda r: combine(*r)
+    primal, linear, info = _with_remat(
+        job,
+        remat,
+        remat_budget,
+        lambda: job.transform(lambda j: linearize_jaxpr(j, argnums), view=lambda r: combine(*r)),
     )
     linear = job.optimize(linear)
     if stats:
         _report_stats(info)
-    if split:
-        job.emit(job.optimize(primal), split[0])
-        job.emit(linear, split[1])
+    if split:  # both texts made and both places checked before either file is written
+        texts = [job.text(job.optimize(primal)), job.text(linear)]
+        for path in split:
+            check_writable(path)
+        for text, path in zip(texts, split):
+            write_output(text, path)
         return None
     return job.text(combine(primal, linear, info))
 
@@ -393,11 +457,12 @@ def _transpose(job, linear, residuals):
 # ---------------------------------------------------------------- vjp, grad
 
 
-@ad_command(
-    "vjp",
-    _argnums,
-)
-def vjp(job, argnums):
+def _vjp_usage(out, split_input, remat=None, remat_budget=None, **_):
+    _remat_usage(remat, remat_budget)
+
+
+@ad_command("vjp", _argnums, _remat, _remat_budget, usage=_vjp_usage)
+def vjp(job, argnums, remat, remat_budget):
     """Reverse mode: (x..., ct_y...) -> (y..., ct_x...).
 
     One cotangent input per float/complex output; one cotangent output per differentiated input.
@@ -405,14 +470,18 @@ def vjp(job, argnums):
     \b
     Example:
       jaxprtool vjp --argnums 0 f.jaxpr
+      jaxprtool vjp --remat dots_saveable f.jaxpr
     """
-    return _vjp(job, argnums)
+    return _vjp(job, argnums, remat, remat_budget)
 
 
-def _vjp(job, argnums):
+def _vjp(job, argnums, remat=None, remat_budget=None):
     from ..ad.api import vjp_jaxpr
 
-    return job.text(job.optimize(job.transform(lambda j: vjp_jaxpr(j, argnums))))
+    res = _with_remat(
+        job, remat, remat_budget, lambda: job.transform(lambda j: vjp_jaxpr(j, argnums))
+    )
+    return job.text(job.optimize(res))
 
 
 @ad_command(
@@ -431,8 +500,11 @@ def _vjp(job, argnums):
         is_flag=True,
         help="Differentiate the first output; return the other outputs as auxiliary data.",
     ),
+    _remat,
+    _remat_budget,
+    usage=_vjp_usage,
 )
-def grad(job, argnums, with_value, has_aux):
+def grad(job, argnums, with_value, has_aux, remat, remat_budget):
     """Gradient of a scalar float output: (x...) -> ([value,] [aux...,] grads...).
 
     The output must be one scalar (or the first output, with --has-aux); the cotangent is 1.
@@ -443,17 +515,23 @@ def grad(job, argnums, with_value, has_aux):
       jaxprtool grad --argnums 0,2 loss.jaxpr
       jaxprtool grad f.jaxpr | jaxprtool grad
       jaxprtool grad f.jaxpr --verify-each --timing
+      jaxprtool grad --remat min-cut f.jaxpr ; jaxprtool grad --remat-budget 0.5 f.jaxpr
     """
-    return _grad(job, argnums, with_value, has_aux)
+    return _grad(job, argnums, with_value, has_aux, remat, remat_budget)
 
 
-def _grad(job, argnums, with_value, has_aux):
+def _grad(job, argnums, with_value, has_aux, remat=None, remat_budget=None):
     from ..ad.api import grad_jaxpr
     from ..io import progress
 
     with progress(f"differentiating {job.input_path}") as prog:
-        res = job.transform(
-            lambda j: grad_jaxpr(j, argnums, has_aux=has_aux, with_value=with_value)
+        res = _with_remat(
+            job,
+            remat,
+            remat_budget,
+            lambda: job.transform(
+                lambda j: grad_jaxpr(j, argnums, has_aux=has_aux, with_value=with_value)
+            ),
         )
         prog.update(f"cleaning up the gradient of {job.input_path}")
         return job.text(job.optimize(res))

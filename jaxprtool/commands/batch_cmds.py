@@ -7,6 +7,7 @@ import re
 
 import click
 
+from ..io import UsageError
 from .ad_cmds import ad_command
 from .common import int_list
 
@@ -64,6 +65,18 @@ def _input_locs(text: str, path: str, jaxpr):
 # ---------------------------------------------------------------- vmap
 
 
+def _vmap_usage(out, split_input, in_axes, axis_size, **_):
+    """A batched input needs the batch size, which a per-example program does not hold:
+    without --axis-size that is a usage error (exit 2).  (With every input unbatched, JAX's
+    own message says that axis_size must be specified.)"""
+    axes = in_axes if isinstance(in_axes, list) else [in_axes]
+    if axis_size is None and any(a is not None for a in axes):
+        raise UsageError(
+            "vmap needs the batch size: give --axis-size N (a per-example program does not "
+            "contain it)"
+        )
+
+
 @ad_command(
     "vmap",
     click.option(
@@ -95,6 +108,7 @@ def _input_locs(text: str, path: str, jaxpr):
         metavar="NAME",
         help="Name the batch axis: collectives over NAME (psum, axis_index, ...) act on it.",
     ),
+    usage=_vmap_usage,
 )
 def vmap(job, in_axes, out_axes, axis_size, axis_name):
     """Batch a program as jax.vmap: (x...) -> (y...) becomes the program on a batch.

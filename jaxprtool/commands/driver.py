@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import click
 
-from ..core import Jaxpr, JaxprError, ProgramError
+from ..core import Jaxpr, JaxprError, Loc, ProgramError
 from ..io import Reported
 
 #: a line that separates the programs of a split input file: `# -----` or `// -----`
@@ -494,7 +494,7 @@ def read_parts(file: str | None, split: bool | str) -> list[Part]:
     if not parts:
         raise JaxprError(
             f"no program in {path}: every part between '{SPLIT_LINE}' lines is empty",
-            None,
+            Loc(path, 1, 1),
         )
     return parts
 

@@ -27,7 +27,7 @@ from .common import FILE_ARG, OUT_ARG, int_list
 @click.option(
     "--random",
     "seed",
-    type=int,
+    type=click.IntRange(min=0),
     default=None,
     metavar="SEED",
     help="Seed for random inputs (default 0) and for the random direction / cotangent.",
@@ -92,7 +92,7 @@ def _explain(
     from ..ad.registry import set_custom_rule_policy
     from ..cli import require_jax
     from ..commands.common import load, output_style
-    from ..commands.run_cmds import gather_inputs
+    from ..commands.run_inputs import gather_inputs
     from ..consts_order import number_constants
     from ..core import JaxprError
     from ..ui.explain import explain_data, render

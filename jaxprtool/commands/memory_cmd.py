@@ -49,7 +49,8 @@ def _xla(program, device: str, dim_specs) -> dict:
     from ..backend.memory_analysis import xla_memory
     from ..cli import require_jax
     from ..consts_order import number_constants
-    from .run_cmds import _compile, parse_dims
+    from .compile_cmd import _compile
+    from .run_options import parse_dims
 
     require_jax()
     program = number_constants(program).program  # as compile reads it

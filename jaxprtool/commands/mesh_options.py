@@ -1,10 +1,17 @@
 """The device-mesh options of `run` and `compile`: `--mesh`, `--devices`, `--show-sharding` and
-the distributed runtime's `--coordinator`, `--num-processes`, `--process-id`.
+the distributed runtime's `--coordinator`, `--num-processes`, `--process-id` and
+`--join-timeout`.
 
 `mesh_options(...)` is a decorator placed under `@guarded`: it adds the options, sets the
 back end's run configuration (`backend/sharding.py`) for the command's body and, after it,
 prints the outputs' shardings.  With several processes only process 0 writes outputs (the
-others run the same SPMD program and print nothing to standard output).
+others run the same SPMD program and print nothing to standard output).  A distributed
+command runs in a supervised child process (`supervise.py`), since JAX aborts a process
+whose join fails.
+
+The sizes are bounded (`MAX_*`): XLA's CPU client aborts or runs out of memory on absurd
+device counts and JAX's coordinator hangs on absurd process counts, so they are usage
+errors here.
 """
 
 from __future__ import annotations
@@ -12,14 +19,28 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import math
 import re
+import sys
 
 import click
 
 from ..core import JaxprError
 from ..io import UsageError
+from . import supervise
 
-_ADDRESS = re.compile(r"^[A-Za-z0-9_.\-]+:\d{1,5}$|^\[[0-9a-fA-F:]+\]:\d{1,5}$")
+_ADDRESS = re.compile(
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9_.\-]*[A-Za-z0-9])?|\[[0-9a-fA-F:.]+\]):(\d{1,5})"
+)
+
+#: host devices one process may ask for (XLA's CPU client takes seconds per thousand)
+MAX_DEVICES = 1024
+#: processes of one distributed run
+MAX_PROCESSES = 4096
+#: devices of a --mesh (all processes together)
+MAX_MESH = MAX_DEVICES * 64
+#: default seconds to wait for the distributed run to form
+JOIN_TIMEOUT_S = 60
 
 
 def mesh_options(distributed: bool = True, show: bool = True):
@@ -34,12 +55,15 @@ def mesh_options(distributed: bool = True, show: bool = True):
             coordinator = kwargs.pop("coordinator", None) if distributed else None
             nproc = kwargs.pop("num_processes", None) if distributed else None
             pid = kwargs.pop("process_id", None) if distributed else None
+            timeout = kwargs.pop("join_timeout", JOIN_TIMEOUT_S) if distributed else None
             if distributed:
                 _check_distributed(coordinator, nproc, pid)
-            try:
-                axes = sharding.parse_mesh_option(mesh) if mesh else None
-            except JaxprError as e:
-                raise UsageError(str(e)) from None
+            axes = _parse_mesh(mesh) if mesh else None
+            if coordinator is not None and not supervise.is_child():
+                rc = _run_supervised(coordinator, pid, nproc, timeout)
+                if rc:
+                    sys.exit(rc)
+                return None
             cfg = sharding.RunConfig(
                 mesh=axes,
                 devices=devices,
@@ -47,6 +71,8 @@ def mesh_options(distributed: bool = True, show: bool = True):
                 coordinator=coordinator,
                 num_processes=nproc,
                 process_id=pid,
+                join_timeout=timeout,
+                join_progress=supervise.child_progress() if coordinator is not None else None,
             )
             with sharding.configured(cfg):
                 if cfg.mesh or cfg.devices or cfg.coordinator:
@@ -72,9 +98,10 @@ def mesh_options(distributed: bool = True, show: bool = True):
             ),
             click.option(
                 "--devices",
-                type=click.IntRange(min=1),
+                type=click.IntRange(min=1, max=MAX_DEVICES),
                 metavar="N",
-                help="CPU: N host devices for this process (default: what the mesh needs).",
+                help="CPU: N host devices for this process (default: what the mesh needs; "
+                f"at most {MAX_DEVICES}).",
             ),
         ]
         if show:
@@ -90,15 +117,23 @@ def mesh_options(distributed: bool = True, show: bool = True):
                 ),
                 click.option(
                     "--num-processes",
-                    type=click.IntRange(min=1),
+                    type=click.IntRange(min=1, max=MAX_PROCESSES),
                     metavar="P",
-                    help="With --coordinator: the number of processes.",
+                    help=f"With --coordinator: the number of processes (at most {MAX_PROCESSES}).",
                 ),
                 click.option(
                     "--process-id",
                     type=click.IntRange(min=0),
                     metavar="I",
                     help="With --coordinator: this process's index (0 writes the outputs).",
+                ),
+                click.option(
+                    "--join-timeout",
+                    type=click.IntRange(min=1, max=86400),
+                    default=JOIN_TIMEOUT_S,
+                    show_default=True,
+                    metavar="SECONDS",
+                    help="With --coordinator: how long to wait for every process to join.",
                 ),
             ]
         for opt in reversed(options):
@@ -114,10 +149,39 @@ def _check_distributed(coordinator, nproc, pid) -> None:
         raise UsageError("--coordinator, --num-processes and --process-id go together")
     if coordinator is None:
         return
-    if not _ADDRESS.match(coordinator):
-        raise UsageError(f"bad --coordinator '{coordinator}': expected HOST:PORT")
+    m = _ADDRESS.fullmatch(coordinator)
+    if m is None or not 1 <= int(m.group(1)) <= 65535:
+        raise UsageError(
+            f"bad --coordinator {coordinator!r}: expected HOST:PORT with a port from 1 to "
+            "65535, e.g. 10.0.0.1:1234 or [::1]:1234"
+        )
     if pid >= nproc:
         raise UsageError(f"--process-id {pid} is not below --num-processes {nproc}")
+
+
+def _parse_mesh(text: str) -> dict[str, int]:
+    from ..backend import sharding
+
+    try:
+        axes = sharding.parse_mesh_option(text)
+    except JaxprError as e:
+        raise UsageError(str(e)) from None
+    if math.prod(axes.values()) > MAX_MESH:
+        raise UsageError(
+            f"bad --mesh '{text}': {math.prod(axes.values())} devices; at most {MAX_MESH}"
+        )
+    return axes
+
+
+def _run_supervised(coordinator: str, pid: int, nproc: int, timeout: int) -> int:
+    """This command again, in a child process whose join is watched (`supervise.py`)."""
+    from ..cli import ARGV_KEY, OPTIONS
+
+    ctx = click.get_current_context(silent=True)
+    argv = ctx.meta.get(ARGV_KEY) if ctx is not None else None
+    if argv is None:
+        argv = sys.argv[1:]
+    return supervise.supervise(argv, coordinator, pid, nproc, timeout, OPTIONS.debug)
 
 
 def _print_shardings(cfg) -> None:

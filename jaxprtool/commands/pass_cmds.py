@@ -241,16 +241,18 @@ def diff(a, b, quiet, context, renames):
       jaxprtool diff before.jaxpr after.jaxpr
     """
     from ..core import JaxprError
-    from ..io import report, write_output
+    from ..io import Reported, report, write_output
     from ..ui.diff import rename_map, semantic_diff
 
     try:
-        from .common import load
+        from .common import load_reporting
 
-        ja, _, pa = load(a)
-        jb, _, pb = load(b)
+        ja, _, pa = load_reporting(a)
+        jb, _, pb = load_reporting(b)
         d = semantic_diff(ja, jb, pa, pb, context=context)
         pairs = rename_map(ja, jb) if renames and not quiet else []
+    except Reported:  # the checker's errors are printed: trouble, not a difference
+        sys.exit(2)
     except JaxprError as e:
         report(e)
         sys.exit(2)

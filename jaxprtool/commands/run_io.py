@@ -26,6 +26,7 @@ import sys
 from ..core import JaxprError, UsageProblem, np_dtype, short_dtype_name
 from ..io import UsageError, write_output
 from ..lazy import np
+from .npfiles import open_arrays
 
 _INPUT = re.compile(r"\s*([A-Za-z][A-Za-z0-9_]*)\[([0-9,\s]*)\]\s*=(.*)\Z", re.S)
 #: iree-run-module's `2x3xf32=...` (dimensions, then the element type; `f32=` a scalar)
@@ -73,13 +74,15 @@ def _value(text: str, dt: np.dtype, spec: str):
         raise UsageError(f"bad --input '{spec}': '{t}' is not {kind}") from None
 
 
-def parse_input(spec: str) -> np.ndarray:
-    """One `--input` value: `TYPE=VALUES` (e.g. `f32[2,3]=1 2 3 4 5 6`, `f32[]=0.5`,
+def parse_input(spec: str, option: str = "--input"):
+    """One `--input` value, its data not built yet (a `npfiles.Declared`, checked against
+    the program's types first): `TYPE=VALUES` (e.g. `f32[2,3]=1 2 3 4 5 6`, `f32[]=0.5`,
     `i32[4]=7`: one value fills the array) or `@FILE.npy`."""
-    if spec.startswith("@"):
-        from .run_cmds import _load_npy
+    from .npfiles import Declared
+    from .run_inputs import declared_npy
 
-        return _load_npy(spec[1:])
+    if spec.startswith("@"):
+        return declared_npy(spec[1:])
     m = _INPUT.match(_from_iree(spec))
     if not m:
         raise UsageError(
@@ -87,7 +90,10 @@ def parse_input(spec: str) -> np.ndarray:
             "'f32[]=0.5', or @FILE.npy"
         )
     dt = _dtype_of(m.group(1), spec)
-    shape = tuple(int(x) for x in m.group(2).split(",") if x.strip())
+    try:
+        shape = tuple(int(x) for x in m.group(2).split(",") if x.strip())
+    except ValueError:  # more digits than int() reads
+        raise UsageError(f"bad --input '{spec}': a dimension is too large") from None
     words = [w for w in re.split(r"[\s,\[\]]+", m.group(3).strip()) if w]
     size = math.prod(shape)
     if not words:
@@ -98,6 +104,10 @@ def parse_input(spec: str) -> np.ndarray:
             f"(give {size}, or one to fill the array)"
         )
     values = [_value(w, dt, spec) for w in words]
+    return Declared(dt, shape, f"{option} '{_short(spec)}'", lambda: _build(values, dt, shape))
+
+
+def _build(values: list, dt: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
     if dt.kind == "f" and dt.itemsize < 8 or dt.kind == "V":
         arr = np.array(values, np.float64).astype(dt)
     else:
@@ -105,6 +115,10 @@ def parse_input(spec: str) -> np.ndarray:
     if len(values) == 1:
         return np.full(shape, arr[0], dt)
     return arr.reshape(shape)
+
+
+def _short(spec: str) -> str:
+    return spec if len(spec) <= 40 else spec[:37] + "..."
 
 
 def _from_iree(spec: str) -> str:
@@ -125,31 +139,58 @@ def is_inline(spec: str) -> bool:
 # ---------------------------------------------------------------- --expected-output
 
 
-def load_expected(path: str, n: int) -> list[np.ndarray]:
+def load_expected(path: str, outvars, dims: dict[str, int]) -> list[np.ndarray]:
     """The expected outputs: an .npz (out0.. or arr_0..) or, for one output, an .npy; or
-    inline values (`is_inline`), one `--input`-style array per output, separated by `;`."""
-    from .run_cmds import _npz_list, _read_array_file
+    inline values (`is_inline`), one `--input`-style array per output, separated by `;`.
+    Read before the run: their types (headers) checked against the program's output types
+    (`outvars`, sizes from `dims`) and the memory limit before their data is read."""
+    from .npfiles import Declared
+    from .run_inputs import memory_budget, npz_list, read_all
 
+    n = len(outvars)
     if is_inline(path):
-        arrays = [parse_input(s) for s in path.split(";") if s.strip()]
+        arrays = [parse_input(s, "--expected-output") for s in path.split(";") if s.strip()]
         if len(arrays) != n:
             raise JaxprError(
                 f"--expected-output gives {len(arrays)} output{'s' if len(arrays) != 1 else ''} "
                 f"inline; the program has {n} (separate them with ';')"
             )
-        return arrays
-    data = _read_array_file(path, "expected-output")
-    if isinstance(data, np.ndarray):
-        arrays = [data]
     else:
-        with data:
-            arrays = _npz_list({k: data[k] for k in data.files}, "out", path)
+        data = open_arrays(path, "expected-output", memory_budget())
+        arrays = [data] if isinstance(data, Declared) else npz_list(data, "out", path)
     if len(arrays) != n:
         raise JaxprError(
             f"'{path}' holds {len(arrays)} expected output{'s' if len(arrays) != 1 else ''}; "
             f"the program has {n}"
         )
-    return arrays
+    for i, (v, a) in enumerate(zip(outvars, arrays)):
+        want = _output_type(v.type, dims)
+        if want is not None and (a.shape, a.dtype) != want and not _void_of(a.dtype, want[1]):
+            raise JaxprError(
+                f"{a.name} holds {_type_of(a.shape, a.dtype)}, but output {i} of the program "
+                f"is {v.type}"
+            )
+    return read_all(arrays, "expected outputs")
+
+
+def _output_type(t, dims):
+    """(shape, dtype) of an output type with static sizes, or None (keys, tokens)."""
+    from ..backend.values import static_shape
+    from ..core import ShapedArray
+
+    if not isinstance(t, ShapedArray) or t.dtype.startswith("key<") or t.dtype == "float0":
+        return None
+    return static_shape(t, dims), t.np_dtype
+
+
+def _void_of(dtype: np.dtype, want: np.dtype) -> bool:
+    return dtype.kind == "V" and dtype.names is None and dtype.itemsize == want.itemsize
+
+
+def _type_of(shape, dtype) -> str:
+    from ..backend.values import type_str
+
+    return type_str(shape, dtype)
 
 
 def _type(a: np.ndarray) -> str:
@@ -292,11 +333,24 @@ def outputs_json(outs) -> str:
     return json.dumps({"outputs": items}, indent=2, allow_nan=False) + "\n"
 
 
+def save_npz(outs, path: str) -> None:
+    """Outputs to `path`: an .npz archive (out0, out1, ...), or one array for an .npy path."""
+    buf = _io.BytesIO()
+    if path.endswith(".npy"):
+        if len(outs) != 1:
+            raise JaxprError(
+                f"cannot write {len(outs)} outputs to the single-array file '{path}': "
+                "use an .npz path"
+            )
+        np.save(buf, np.asarray(outs[0]), allow_pickle=False)
+    else:
+        np.savez(buf, **{f"out{i}": np.asarray(o) for i, o in enumerate(outs)})
+    write_output(buf.getvalue(), path)
+
+
 def write_outputs(outs, path: str | None, fmt: str | None) -> None:
     """The outputs to `path` in `fmt` (default: from the path: .npy one array, .json JSON,
     else .npz); JSON goes to standard output without a path; npy-dir: PATH/out0.npy ..."""
-    from .run_cmds import save_npz
-
     if fmt is None:
         fmt = "json" if path and path.endswith(".json") else "npz"
     if fmt == "json":

@@ -54,7 +54,7 @@ def _as_type(value, t):
 @click.option(
     "--random",
     "seed",
-    type=int,
+    type=click.IntRange(min=0),
     default=0,
     show_default=True,
     metavar="SEED",
@@ -102,23 +102,29 @@ def check_grad(files, args_npz, seed, order, modes, argnums, consts_npz, as_json
     Example:
       jaxprtool check-grad samples/*.jaxpr --order 2
 
+    Exit 2 covers every refusal: a file that does not parse or check, a program the tool
+    will not differentiate (a missing rule; under --custom-rules strict a custom rule the
+    text lacks), missing JAX; such a file is counted as not checked and the others are
+    still checked.
+
     Finite differences see a custom_jvp/custom_vjp function's body, not its custom rule:
     the table's caption lists every custom rule replaced by the body's derivative, and
-    --custom-rules strict makes each such replacement a failure.
+    --custom-rules strict refuses each such replacement.
     """
-    from ..ad.registry import MissingCustomRule, custom_rule_fallbacks, set_custom_rule_policy
+    from ..ad.registry import custom_rule_fallbacks, set_custom_rule_policy
     from ..cli import require_jax
-    from ..commands.common import load
-    from ..commands.run_cmds import gather_inputs
+    from ..commands.common import load_reporting
+    from ..commands.run_inputs import gather_inputs
     from ..consts_order import number_constants
+    from ..io import Reported
     from ..ui.checkgrad import check_grad as run_checks
     from ..ui.checkgrad import render_table
 
     try:
         require_jax()
-    except JaxprError as e:
+    except JaxprError as e:  # nothing can be checked: trouble
         report(e)
-        sys.exit(1)
+        sys.exit(2)
     mode_set = {m.strip() for m in modes.split(",") if m.strip()}
     if not mode_set or not mode_set <= {"fwd", "rev"}:
         report(JaxprError(f"--modes must name fwd and/or rev, got '{modes}'"))
@@ -135,7 +141,7 @@ def check_grad(files, args_npz, seed, order, modes, argnums, consts_npz, as_json
             prog.update(f"check-grad: {k} of {len(inputs)} files ({file})")
             set_custom_rule_policy(custom_rules)
             try:
-                jaxpr, _, path = load(file)
+                jaxpr, _, path = load_reporting(file)
                 jaxpr = number_constants(jaxpr).program  # nested ones come with --consts
                 label = os.path.basename(path) if path != "<stdin>" else path
                 args, consts, _ = gather_inputs(
@@ -151,11 +157,8 @@ def check_grad(files, args_npz, seed, order, modes, argnums, consts_npz, as_json
                     label=label,
                     argnums=argnums,
                 )
-            except MissingCustomRule as e:
-                report(e)
-                failed = True
-                n_files += 1
-                n_failed += 1
+            except Reported:  # the checker's errors are printed
+                trouble = True
                 continue
             except JaxprError as e:
                 report(e)
@@ -167,7 +170,7 @@ def check_grad(files, args_npz, seed, order, modes, argnums, consts_npz, as_json
                 missing = missing_jax(e)
                 if missing is not None:  # nothing can be checked: say what to install
                     report(missing)
-                    sys.exit(1)
+                    sys.exit(2)
                 report(JaxprError(f"{file}: internal error: {type(e).__name__}: {e}"))
                 trouble = True
                 continue

@@ -100,3 +100,5 @@ for _n in ("platform_index", "program_id", "num_programs"):
     defjvp_zero(_n)
     define(_n, batching=BT.unbatched(_n))
 define("platform_index", bind_params=_bind_platform_index)
+
+define("name", remat="name")  # what the name policies of rematerialization match

@@ -1318,3 +1318,14 @@ for _n in ("convert_element_type", "select_n", "eq", "ne", "gt", "lt", "ge", "le
     define(_n, recompute_constant=True)
 for _n in ("neg", "mul", "add", "sub", "div"):
     define(_n, recompute_constant=True)
+
+# rematerialization (ad/remat.py): element-wise equations are cheap to recompute
+for _n in """abs acos acosh asin asinh atan atanh bessel_i0e bessel_i1e cbrt ceil clz conj copy
+copy_p cos cosh digamma erf erf_inv erfc exp exp2 expm1 floor imag integer_pow is_finite lgamma
+log log1p log2 logistic neg not one_minus_square population_count real reciprocal
+reduce_precision round rsqrt sign sin sinh sqrt square tan tanh convert_element_type
+stop_gradient add sub mul div rem pow max min atan2 nextafter and or xor eq ne lt le gt ge eq_to
+lt_to le_to shift_left shift_right_arithmetic shift_right_logical mulhi complex igamma igammac
+igamma_grad_a polygamma zeta regularized_incomplete_beta copysign _copysign polynomial select_n
+clamp add_any add_jaxvals""".split():
+    define(_n, remat="cheap")

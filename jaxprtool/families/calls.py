@@ -38,6 +38,7 @@ from ..ad.registry import (
     find_library_jvp,
     rebind_primal,
 )
+from ..ad.remat import current_spec
 from ..ad.transpose import backward_pass, transpose_jaxpr
 from ..ad.zeros import Zero, is_undefined_primal, is_zero, tangent_type
 from ..core import Jaxpr, JaxprError, ShapedArray, Var, np_dtype
@@ -128,7 +129,7 @@ _MEMO: dict = {}
 def _memo(kind, fn, inner: Jaxpr, nz):
     """One JVP/linearization per (body, nonzero pattern): a body called twice gets one derivative
     jaxpr object, which the printer shares (`let NAME = { lambda ... }`) as JAX does."""
-    key = (kind, id(inner), tuple(nz))
+    key = (kind, id(inner), tuple(nz), current_spec())  # a remat spec changes linearizations
     hit = _MEMO.get(key)
     if hit is not None and hit[0] is inner:
         return hit[1]
@@ -549,6 +550,10 @@ def _remat_evaluate(interp, eqn, invals, path):
         import jax
 
         prevent = eqn.params.get("prevent_cse", True)
+        if prevent and eqn.params.get("differentiated"):
+            # JAX's remat lowering: XLA neither merges the recomputation with the forward
+            # pass nor moves it ahead of its operands (the cotangents, once transposed)
+            invals = list(jax.lax.optimization_barrier(tuple(invals)))
         return list(jax.checkpoint(lambda *xs: f(*xs), prevent_cse=bool(prevent))(*invals))
     return f(*invals)
 

@@ -291,7 +291,14 @@ def _dot_general_batching(args, dims, *, dimension_numbers, **params):
     return BT.bind("dot_general", x, y, dimension_numbers=new, **params), [out]
 
 
+def _dot_remat(e) -> str:
+    """Rematerialization's class: batch dimensions or not (`dots_with_no_batch_dims_saveable`)."""
+    _, _, lb, rb = _dims(e.params["dimension_numbers"])
+    return "dot" if (lb or rb) else "dot_unbatched"
+
+
 defbilinear("dot_general", _dot_transpose_lhs, _dot_transpose_rhs)
+define("dot_general", remat=_dot_remat)
 define(
     "dot_general",
     print_params=_print_dot_general,
@@ -835,6 +842,7 @@ defbilinear("conv_general_dilated", _conv_transpose_lhs, _conv_transpose_rhs)
 define(
     "conv_general_dilated", bind_params=_bind_precision, flops=_conv_flops, batching=_conv_batching
 )
+define("conv_general_dilated", remat="dot")  # what dots_saveable saves
 
 # ---------------------------------------------------------------- decompositions and solves
 

@@ -909,3 +909,7 @@ define("dim_as_value", batching=BT.unbatched("dim_as_value"))
 # linearize recomputes residuals built only from literals with these (broadcast zeros)
 for _n in ("broadcast_in_dim", "iota", "reshape"):
     define(_n, recompute_constant=True)
+
+# rematerialization (ad/remat.py): shape equations are cheap to recompute
+for _n in "broadcast_in_dim reshape squeeze expand_dims transpose rev concatenate pad slice iota broadcast_to".split():
+    define(_n, remat="cheap")

@@ -15,7 +15,7 @@ Labels are plain text: the `graphviz` package quotes them, and line breaks are D
 
 from __future__ import annotations
 
-from ..core import Eqn, Jaxpr, JaxprError, Literal, Var, eqn_subjaxprs, subjaxprs
+from ..core import Eqn, Jaxpr, Literal, ProgramError, Var, eqn_subjaxprs, subjaxprs
 from ..record import prim as record_of
 
 PRIMAL_COLOUR = "#dbe9f6"
@@ -40,8 +40,8 @@ _RULE_PARAMS = (
 )
 
 
-class GraphTooLarge(JaxprError):
-    """More nodes than --max-nodes."""
+class GraphTooLarge(ProgramError):
+    """More nodes than --max-nodes: about the program as a whole, located at its inputs."""
 
 
 def is_linear_call(eqn: Eqn) -> bool:
@@ -102,7 +102,8 @@ class _Graph:
             raise GraphTooLarge(
                 f"the graph has more than {self.max_nodes} nodes, too many to lay out "
                 "quickly: draw it with --collapse-nested, draw a part of the program, or "
-                "raise the limit with --max-nodes N"
+                "raise the limit with --max-nodes N",
+                "inputs",
             )
         nid = f"{prefix}{self.counter}"
         g.node(nid, label=text, **attrs)

@@ -112,6 +112,11 @@ def _cost(j: Jaxpr, memo: dict) -> tuple[int, int]:
     return flops, nbytes
 
 
+def flops(j: Jaxpr) -> int:
+    """Estimated floating-point operations of one run of `j` (bodies included)."""
+    return _cost(j, {})[0]
+
+
 def residuals(j: Jaxpr) -> list[Var]:
     defined = {id(o) for e in j.eqns if not eqn_has_body(e) for o in e.outputs}
     seen: dict[int, Var] = {}

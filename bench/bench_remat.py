@@ -1,0 +1,259 @@
+"""Rematerialization against JAX (issue 24, "Measured"): `make bench` runs it.
+
+    .venv/bin/python bench/bench_remat.py [--layers 24] [--blocks 12] [--plan-eqns 10000]
+
+Table 1, for a residual MLP (`--blocks` blocks of layer norm, gelu, width 256, batch 128) and
+the transformer of bench_ad.py (`--layers` layers): XLA's temp bytes
+(`compile().memory_analysis()`) and FLOPs (`cost_analysis()`, with the tool's own estimate
+beside it for the tool's programs) of JAX's `jax.grad`, of `jax.grad` with `jax.checkpoint`
+per layer (nothing_saveable, dots_saveable), and of the tool's `grad`, `grad --remat
+min-cut` and `grad --remat-budget 0.5` (each compiled by jax.jit on the CPU).
+Table 2: residual bytes held under each named policy, the tool's plan against
+`jax.checkpoint(f, policy=...)`'s saved residuals (arguments left out on both sides).
+Table 3: planning time (Graph + plan, scipy imported beforehand) for programs of about
+`--plan-eqns` equations and twice that, and the greedy heuristic's FLOPs gap to the exact
+plan on a small program.
+Each target is printed met or missed (a missed target does not fail the run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from jax._src.ad_checkpoint import saved_residuals  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(__file__))
+from bench_ad import attention_block, block_params, flat_fn, layernorm  # noqa: E402
+
+from jaxprtool import backend  # noqa: E402
+from jaxprtool.ad import remat  # noqa: E402
+from jaxprtool.ad.api import grad_jaxpr, linearize_jaxpr  # noqa: E402
+from jaxprtool.passes.registry import run_pipeline  # noqa: E402
+from jaxprtool.text.parser import parse  # noqa: E402
+from jaxprtool.ui.stats import eqn_flops, flops  # noqa: E402
+
+# ---------------------------------------------------------------- the models
+
+
+def mlp_block(p, x):
+    return x + jax.nn.gelu(layernorm(x) @ p["w1"]) @ p["w2"]
+
+
+def stack(layer, wrap=None):
+    """loss(ps, x): the layers one after the other (each under `wrap`, e.g. jax.checkpoint)."""
+    f = layer if wrap is None else wrap(layer)
+
+    def loss(ps, x):
+        for p in ps:
+            x = f(p, x)
+        return jnp.sum(x**2)
+
+    return loss
+
+
+def resmlp_args(blocks, width=256, batch=128):
+    ks = jax.random.split(jax.random.PRNGKey(0), 2 * blocks + 1)
+    ps = [
+        {
+            "w1": 0.05 * jax.random.normal(ks[2 * i], (width, width)),
+            "w2": 0.05 * jax.random.normal(ks[2 * i + 1], (width, width)),
+        }
+        for i in range(blocks)
+    ]
+    return ps, jax.random.normal(ks[-1], (batch, width))
+
+
+def transformer_args(layers):
+    key = jax.random.PRNGKey(0)
+    return [block_params(k) for k in jax.random.split(key, layers)], jax.random.normal(key, (6, 16))
+
+
+# ---------------------------------------------------------------- measuring
+
+
+def xla_figures(fn, leaves):
+    compiled = jax.jit(fn).lower(*leaves).compile()
+    cost = compiled.cost_analysis()
+    cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}
+    return compiled.memory_analysis().temp_size_in_bytes, float(cost.get("flops", float("nan")))
+
+
+def tool_grad(j, spec, n):
+    with remat.planning(spec) as plans:
+        g = grad_jaxpr(j, list(range(n)))
+    g = run_pipeline(g, "canonicalize")
+    return g, plans
+
+
+def fmt(n) -> str:
+    return f"{n:,.0f}"
+
+
+ROWS: list[tuple] = []
+
+
+def target(name, value, limit, unit=""):
+    ok = value <= limit
+    ROWS.append((name, value, limit, ok, unit))
+
+
+def table_xla(model, layer, args, label):
+    f, leaves = flat_fn(stack(layer), args)
+    n = len(leaves)
+    grad = jax.grad(f, argnums=tuple(range(n)))
+    print(f"\n{label}: XLA temp bytes and FLOPs of the gradient")
+    print(f"{'variant':44} {'temp bytes':>12} {'XLA FLOPs':>14} {'tool FLOPs est.':>16}")
+    out = {}
+    out["jax"] = xla_figures(grad, leaves)
+    print(f"{'jax.grad':44} {fmt(out['jax'][0]):>12} {fmt(out['jax'][1]):>14}")
+    for pol in ("nothing_saveable", "dots_saveable"):
+        policy = getattr(jax.checkpoint_policies, pol)
+        wrap = lambda g, policy=policy: jax.checkpoint(g, policy=policy)  # noqa: E731
+        fc, _ = flat_fn(stack(layer, wrap), args)
+        t, fl = xla_figures(jax.grad(fc, argnums=tuple(range(n))), leaves)
+        print(f"{'jax.grad, jax.checkpoint(' + pol + ') per layer':44} {fmt(t):>12} {fmt(fl):>14}")
+    j = parse(str(jax.make_jaxpr(f)(*leaves)), "<bench>").jaxpr
+    for name, spec in (
+        ("grad", None),
+        ("grad --remat min-cut", remat.parse_policy("min-cut")),
+        ("grad --remat-budget 0.5", remat.parse_budget("0.5")),
+    ):
+        g, plans = tool_grad(j, spec, n)
+        fn = backend.as_jax_function(g, enable_x64=False)
+        t, fl = xla_figures(lambda *a, fn=fn: fn(*a), leaves)
+        est = flops(g)
+        out[name] = (t, fl, est)
+        print(f"{'jaxprtool ' + name:44} {fmt(t):>12} {fmt(fl):>14} {fmt(est):>16}")
+        for p in plans:
+            if not p.nested:
+                print(f"{'':6}residual bytes {p.bytes_before:,} -> {p.bytes_after:,}")
+    plain, cut, bud = out["grad"], out["grad --remat min-cut"], out["grad --remat-budget 0.5"]
+    target(f"{model}: budget 0.5 temp bytes / plain grad's (<= 0.75)", bud[0] / plain[0], 0.75, "x")
+    target(f"{model}: budget 0.5 XLA FLOPs / plain grad's (<= 1.5)", bud[1] / plain[1], 1.5, "x")
+    target(f"{model}: budget 0.5 tool FLOPs / plain grad's (<= 1.5)", bud[2] / plain[2], 1.5, "x")
+    target(f"{model}: min-cut temp bytes / jax.grad's (<= 1)", cut[0] / out["jax"][0], 1.0, "x")
+    target(f"{model}: min-cut XLA FLOPs / jax.grad's (<= 1.05)", cut[1] / out["jax"][1], 1.05, "x")
+    target(f"{model}: min-cut tool FLOPs / plain grad's (<= 1.05)", cut[2] / plain[2], 1.05, "x")
+
+
+POLICIES = (
+    "nothing_saveable",
+    "dots_saveable",
+    "dots_with_no_batch_dims_saveable",
+    "everything_saveable",
+)
+
+
+def table_policies(model, layer, args):
+    f, leaves = flat_fn(stack(layer), args)
+    j = parse(str(jax.make_jaxpr(f)(*leaves)), "<bench>").jaxpr
+    print(f"\n{model}: residual bytes held per policy (tool vs jax.checkpoint(f, policy))")
+    for pol in POLICIES:
+        with remat.planning(remat.parse_policy(pol)) as plans:
+            linearize_jaxpr(j, list(range(len(leaves))))
+        ours = plans[-1].bytes_after
+        res = saved_residuals(
+            jax.checkpoint(f, policy=getattr(jax.checkpoint_policies, pol)), *leaves
+        )
+        theirs = sum(
+            a.size * a.dtype.itemsize for a, why in res if not why.startswith("from the arg")
+        )
+        print(f"  {pol:36} tool {fmt(ours):>12}  JAX {fmt(theirs):>12}")
+        target(f"{model}: {pol} residual bytes / JAX's (<= 1)", ours / max(1, theirs), 1.0, "x")
+
+
+def plan_time(layers):
+    f, leaves = flat_fn(stack(attention_block), transformer_args(layers))
+    j = parse(str(jax.make_jaxpr(f)(*leaves)), "<bench>").jaxpr
+    primal, _, info = linearize_jaxpr(j, list(range(len(leaves))))
+    times = {}
+    for name, spec in (
+        ("min-cut", remat.parse_policy("min-cut")),
+        ("budget 0.5", remat.parse_budget("0.5")),
+    ):
+        best = float("inf")
+        for _ in range(2):
+            t0 = time.perf_counter()
+            remat.plan_for(remat.Graph(primal, info), spec)
+            best = min(best, time.perf_counter() - t0)
+        times[name] = best
+    return len(j.eqns), len(primal.eqns), times
+
+
+def table_planning(plan_eqns):
+    import scipy.optimize  # noqa: F401  (imported once, outside the timings)
+    import scipy.sparse.csgraph  # noqa: F401
+
+    print("\nplanning time (Graph + plan on the linearization's primal program), best of 2")
+    per_layer = 53  # equations per transformer layer in the input program
+    first = None
+    for k in (1, 2):
+        n_in, n_primal, t = plan_time(max(1, k * plan_eqns // per_layer))
+        print(
+            f"  {n_in:>7} input eqns ({n_primal} primal): "
+            + ", ".join(f"{a} {b:.2f} s" for a, b in t.items())
+        )
+        if k == 1:
+            first = (n_in, t)
+            for a, b in t.items():
+                target(f"planning {a}, {n_in} eqns (<= 1 s)", b, 1.0, " s")
+        else:
+            for a, b in t.items():
+                ratio = (b / first[1][a]) / (n_in / first[0])
+                target(f"planning {a}: time growth / size growth (<= 1.3, linear)", ratio, 1.3, "x")
+    # the heuristic against the exact plan, on a small program
+    f, leaves = flat_fn(stack(mlp_block), resmlp_args(3, width=16, batch=8))
+    j = parse(str(jax.make_jaxpr(f)(*leaves)), "<bench>").jaxpr
+    primal, _, info = linearize_jaxpr(j, list(range(len(leaves))))
+    g = remat.Graph(primal, info)
+    cands = remat._candidates(g)
+    default = remat._plan_from_saved(g, {id(v) for v in g.residuals}, "").bytes_before
+    for frac in (0.5, 0.25, 0.1):
+        budget = max(int(frac * default), remat.smallest_budget(g))
+        exact = remat.budget_plan(g, remat.Spec(budget=budget))
+        greedy = remat._greedy_budget(g, cands, budget, eqn_flops)[0]
+        fe = sum(eqn_flops(g.eqns[i]) for i in exact.recompute)
+        fg = sum(eqn_flops(g.eqns[i]) for i in greedy.recompute)
+        gap = (fg - fe) / max(1, fe)
+        print(
+            f"  budget {budget} B ({len(cands)} candidates): exact recomputes {fe} FLOPs "
+            f"(proved optimal: {exact.exact}), greedy {fg} FLOPs: gap {100 * gap:+.1f}%"
+        )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--layers", type=int, default=24)
+    ap.add_argument("--blocks", type=int, default=12)
+    ap.add_argument("--plan-eqns", type=int, default=10_000)
+    a = ap.parse_args()
+    sys.setrecursionlimit(10000)
+    mlp = ("residual MLP", mlp_block, resmlp_args(a.blocks))
+    tr = ("transformer", attention_block, transformer_args(a.layers))
+    table_planning(a.plan_eqns)
+    for model, layer, args in (mlp, tr):
+        table_policies(model, layer, args)
+    table_xla(*mlp, f"residual MLP, {a.blocks} blocks, width 256, batch 128")
+    table_xla(*tr, f"transformer, {a.layers} layers (bench_ad.py's)")
+    print("\ntargets")
+    for name, value, _limit, ok, unit in ROWS:
+        print(f"  {name:66} {value:8.3f}{unit:2} {'met' if ok else 'MISSED'}")
+    missed = sum(not r[3] for r in ROWS)
+    print(
+        f"{len(ROWS) - missed} of {len(ROWS)} targets met"
+        + (f"; {missed} missed" if missed else "")
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,233 @@
+"""`jaxprtool trace MODULE:FUNCTION`: JAX's jaxpr of a Python function, with the traced
+rules of its custom_jvp/custom_vjp calls and, on request, the values of its constants in
+`run --consts` order."""
+
+from __future__ import annotations
+
+import io
+import re
+import sys
+
+import click
+
+from ..cli import guarded, require_jax
+from ..core import JaxprError, np_dtype, short_dtype_name
+from ..io import UsageError, write_output
+from ..lazy import np
+from .common import FILE_ARG, OUT_ARG
+from .run_inputs import load_npz, npz_list
+
+_SPEC = re.compile(r"^\s*([A-Za-z0-9_]+)\[([0-9,\s]*)\]\s*$")
+
+
+def parse_spec(spec: str):
+    import jax
+
+    m = _SPEC.match(spec)
+    if not m:
+        raise UsageError(f"bad --arg '{spec}': expected a type such as f32[3,4] or i32[]")
+    try:
+        dt = np_dtype(m.group(1)) if m.group(1) != "float32" else np.dtype("float32")
+    except KeyError:
+        try:
+            dt = np_dtype(short_dtype_name(m.group(1)))
+        except KeyError:
+            raise UsageError(f"bad --arg '{spec}': unknown dtype '{m.group(1)}'") from None
+    shape = tuple(int(x) for x in m.group(2).split(",") if x.strip())
+    return jax.ShapeDtypeStruct(shape, dt)
+
+
+@click.command()
+@click.argument("target", metavar="MODULE:FUNCTION")
+@click.option(
+    "--arg",
+    "specs",
+    multiple=True,
+    metavar="TYPE",
+    help="An argument type, e.g. 'f32[3,4]' (repeat).",
+)
+@click.option(
+    "--args",
+    "args_npz",
+    metavar="IN.npz",
+    type=FILE_ARG,
+    help="Example arguments (arg0, arg1, ...).",
+)
+@click.option(
+    "-o",
+    "--output",
+    metavar="OUT.jaxpr",
+    type=OUT_ARG,
+    help="Write here (default: standard output).",
+)
+@click.option(
+    "--consts-out",
+    "consts_out",
+    metavar="C.npz",
+    type=OUT_ARG,
+    help="Save the values of the program's constants, nested jaxprs' included "
+    "(const0, const1, ...; read back by run --consts).",
+)
+@guarded
+def trace(target, specs, args_npz, output, consts_out):
+    """Import MODULE (from the current folder) and print the jaxpr of FUNCTION.
+
+    \b
+    Example:
+      jaxprtool trace model:loss --arg 'f32[8,4]' --arg 'f32[8]' > loss.jaxpr
+      jaxprtool trace model:loss --arg 'f32[8,4]' --consts-out c.npz -o loss.jaxpr
+    """
+    import importlib
+    import os
+
+    module, sep, func = target.partition(":")
+    if not sep or not module or not func:
+        raise UsageError(f"bad target '{target}': expected MODULE:FUNCTION")
+    if specs and args_npz:
+        raise UsageError("give either --arg types or --args IN.npz, not both")
+    require_jax()
+    import jax
+
+    if args_npz:
+        args = npz_list(load_npz(args_npz, "arguments"), "arg", args_npz)
+    else:
+        args = [parse_spec(s) for s in specs]
+    import contextlib
+
+    wide = any(np.dtype(a.dtype).name in ("float64", "int64", "uint64", "complex128") for a in args)
+    scope = jax.enable_x64(True) if wide else contextlib.nullcontext()
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as e:
+        raise JaxprError(f"cannot import module '{module}': {e}") from None
+    fn = mod
+    for part in func.split("."):
+        if not hasattr(fn, part):
+            raise JaxprError(f"module '{module}' has no attribute '{func}'")
+        fn = getattr(fn, part)
+    if not callable(fn):
+        raise JaxprError(f"'{target}' is not callable")
+    try:
+        with scope:
+            j = jax.make_jaxpr(fn)(*args)
+    except Exception as e:  # noqa: BLE001 - the user's function failed to trace
+        raise JaxprError(f"tracing '{target}' failed: {type(e).__name__}: {e}") from None
+    text, ours, rule_consts = _with_custom_rules(j, target)
+    if consts_out is not None:
+        values = _const_values(j, ours, rule_consts, text, target)
+        buf = io.BytesIO()
+        np.savez(buf, **{f"const{i}": np.asarray(v) for i, v in enumerate(values)})
+        write_output(buf.getvalue(), consts_out)
+    write_output(text + "\n", output)
+
+
+def _with_custom_rules(closed, target: str):
+    """JAX's printout of `closed`; when it has custom_jvp/custom_vjp calls, the tool's
+    printout of the same program with each call's traced rules added
+    (`backend/custom_rules.py`), so that the AD commands differentiate as JAX does.
+    Returns (text, the program the text was printed from, the rules' constants)."""
+    from ..core import all_eqns
+    from ..record import prim as record_of
+    from ..text.parser import parse
+
+    text = str(closed)
+    parsed = parse(text, f"<trace {target}>")
+    if not any(record_of(e.prim).traced_rules for e in all_eqns(parsed.jaxpr)):
+        return text, parsed.jaxpr, {}
+    from ..backend.custom_rules import annotate
+    from ..io import warn
+    from ..text.printer import print_jaxpr
+    from ..text.style import detect_style
+
+    rule_consts = annotate(closed, parsed.jaxpr, lambda msg, eqn: warn(msg, eqn.loc))
+    return print_jaxpr(parsed.jaxpr, detect_style(parsed.jaxpr)), parsed.jaxpr, rule_consts
+
+
+def _const_values(closed, ours, rule_consts: dict, text: str, target: str) -> list:
+    """The values of the constants of `ours` as `run --consts` numbers them
+    (`consts_order.number_constants`), each the value of the constvar of `ours` it stands
+    for: the program's own (`closed.consts`), a nested jaxpr's (read off JAX's matching
+    nested jaxpr) or a recorded custom rule's."""
+    from ..consts_order import number_constants
+    from ..text.parser import parse
+
+    values: dict[int, list] = dict(rule_consts)
+    values[id(ours)] = list(getattr(closed, "consts", ()))
+    _match_nested(getattr(closed, "jaxpr", closed), ours, values, set())
+    by_var, lacking = _values_by_var(ours, values)
+    numbered = number_constants(ours)
+    out = []
+    for v in numbered.constvars:
+        source = numbered.sources.get(id(v), v)
+        if id(source) not in by_var:
+            eqn = lacking[id(source)]
+            raise JaxprError(
+                f"cannot save the constants of the jaxpr nested in '{eqn.prim}': no values "
+                "for them were found in the traced program",
+                eqn.loc,
+            )
+        out.append(by_var[id(source)])
+    reread = number_constants(parse(text, f"<trace {target}>").jaxpr)
+    if [str(v.type) for v in reread.constvars] != [str(v.type) for v in numbered.constvars]:
+        raise JaxprError("internal: the printed program's constants differ from the traced ones")
+    return out
+
+
+def _values_by_var(ours, values: dict) -> tuple[dict, dict]:
+    """The value of each constvar of `ours` and of its nested jaxprs, by `id` of the
+    constvar (from `values`, by `id` of the jaxpr), and the equation using each nested
+    jaxpr whose values are missing, by `id` of its constvars."""
+    from ..core import all_eqns, eqn_subjaxprs
+
+    if len(values[id(ours)]) != len(ours.constvars):
+        raise JaxprError("internal: the printed program's constants differ from the traced ones")
+    by_var = {id(v): x for v, x in zip(ours.constvars, values[id(ours)])}
+    lacking: dict[int, object] = {}
+    for e in all_eqns(ours):
+        for sub in eqn_subjaxprs(e):
+            got = values.get(id(sub))
+            if got is not None and len(got) == len(sub.constvars):
+                by_var.update((id(v), x) for v, x in zip(sub.constvars, got))
+            else:
+                lacking.update((id(v), e) for v in sub.constvars)
+    return by_var, lacking
+
+
+def _match_nested(live, mine, values: dict, seen: set) -> None:
+    """Walk JAX's jaxpr `live` and the tool's parse `mine` of its printout together,
+    recording each nested jaxpr's constants (JAX 0.12 keeps them on the jaxpr,
+    older versions on a ClosedJaxpr) by `id` of the tool's jaxpr."""
+    from ..core import subjaxprs
+
+    if id(mine) in seen:
+        return
+    seen.add(id(mine))
+    if len(live.eqns) != len(mine.eqns):
+        raise JaxprError("internal: the printed program does not match the traced one")
+    for le, me in zip(live.eqns, mine.eqns):
+        for k in sorted(le.params):
+            theirs = list(_live_subjaxprs(le.params[k]))
+            ours = subjaxprs(me.params.get(k))
+            if len(theirs) != len(ours):
+                raise JaxprError(
+                    f"internal: '{me.prim}' parameter {k}: the printed jaxprs do not match",
+                    me.loc,
+                )
+            for (lj, consts), mj in zip(theirs, ours):
+                if mj.constvars and id(mj) not in values:
+                    values[id(mj)] = list(consts)
+                _match_nested(lj, mj, values, seen)
+
+
+def _live_subjaxprs(v):
+    """(jaxpr, consts) for each JAX jaxpr inside a parameter value."""
+    if hasattr(v, "eqns"):
+        yield v, list(getattr(v, "consts", ()) or ())
+    elif hasattr(v, "jaxpr") and hasattr(v.jaxpr, "eqns"):
+        yield v.jaxpr, list(v.consts)
+    elif isinstance(v, (tuple, list)):
+        for x in v:
+            yield from _live_subjaxprs(x)
