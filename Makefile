@@ -46,8 +46,10 @@ lint: install-test
 	$(BIN)/ruff check jaxprtool tests bench
 	$(BIN)/ruff format --check jaxprtool tests bench
 
+# the default run leaves out what is marked slow (pyproject's addopts: -m 'not slow'), and
+# lists its ten slowest tests
 test: install-test lint
-	$(BIN)/python -m pytest -n 2 tests
+	$(BIN)/python -m pytest -n 2 --durations=10 tests
 
 # the browser checks of tests/test_browser.py: selenium, and Debian's chromium, its driver and
 # Graphviz where this user may install them (else those tests are skipped, saying why)
@@ -72,7 +74,7 @@ FUZZ_EXAMPLES ?= 100000
 FUZZ_WORKERS ?= 2
 fuzz: install-test
 	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_WORKERS=$(FUZZ_WORKERS) FUZZ_HASHSEED_EVERY=1000 \
-		$(BIN)/python -m pytest -s -m "" -p no:xdist tests/test_fuzz.py::test_fuzz_campaign
+		$(BIN)/python -m pytest -s -m "" -p no:xdist "tests/test_fuzz.py::test_fuzz_campaign[full]"
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -36,8 +36,8 @@ from .core import (
     Var,
     eqn_subjaxprs,
 )
-from .primitives import ShapeError, infer_types, is_known
-from .primitives.util import types_agree
+from .shapes import ShapeError, infer_types, is_known
+from .shapes.util import types_agree
 
 
 class Diagnostic(JaxprError):

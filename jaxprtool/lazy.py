@@ -7,9 +7,37 @@ touches an attribute of them; the modules that use them write `from .lazy import
 
 from __future__ import annotations
 
+import importlib.abc
 import importlib.util
 import sys
 from types import ModuleType
+
+
+class _LoadedDuringImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Keeps a submodule of a lazy module from being executed twice.
+
+    Importing `numpy._core._multiarray_umath` (jaxlib's C extension does, as it starts)
+    while numpy is still lazy makes importlib read `numpy.__path__`, which executes numpy,
+    which imports `numpy._core`; importlib then loads `numpy._core` a second time, a copy
+    without its submodule attributes (`AttributeError: module 'numpy._core' has no attribute
+    '_multiarray_umath'` in scipy, which check-grad of a linalg program imports).  Asked
+    for a submodule of a lazy module that is already in `sys.modules`, this finder hands
+    back that module instead of a second copy."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.partition(".")[0] in _LAZY and fullname in sys.modules:
+            return importlib.util.spec_from_loader(fullname, self)
+        return None
+
+    def create_module(self, spec):
+        return sys.modules[spec.name]
+
+    def exec_module(self, module):
+        return None
+
+
+#: names of the modules made lazy here
+_LAZY: set[str] = set()
 
 
 def lazy_module(name: str) -> ModuleType:
@@ -17,6 +45,9 @@ def lazy_module(name: str) -> ModuleType:
     LazyLoader); the module itself when it is already imported."""
     if name in sys.modules:
         return sys.modules[name]
+    if not _LAZY:
+        sys.meta_path.insert(0, _LoadedDuringImport())
+    _LAZY.add(name)
     spec = importlib.util.find_spec(name)
     loader = importlib.util.LazyLoader(spec.loader)
     spec.loader = loader

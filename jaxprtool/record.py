@@ -26,7 +26,7 @@ class Primitive:
     name: str
     #: the family module that registered it (None for plugins and unknown primitives)
     family: str | None = None
-    #: `rule(in_types, params, out_hint) -> list[Type]`, raises `primitives.ShapeError`
+    #: `rule(in_types, params, out_hint) -> list[Type]`, raises `shapes.ShapeError`
     shape_rule: Callable | None = None
     #: `rule(primals, tangents, **params) -> (primal_outs, tangent_outs)`
     jvp: Callable | None = None
@@ -97,6 +97,14 @@ class Primitive:
     #: `rule(interpreter, eqn, values, path) -> list`: how the evaluator runs the equation
     #: itself (a reducer body, a primitive the installed JAX lacks) instead of binding JAX's
     evaluate: Callable | None = None
+    #: the parameters the `evaluate` rule (or, for a call, the run of its body) honours, and
+    #: those that cannot change a value (names, debug data, AD annotations, placement hints
+    #: on one device); `run` refuses an equation printing any other, and a `bind_params` rule
+    #: may drop only these: every parameter JAX prints is bound, evaluated or refused
+    evaluated_params: frozenset[str] = frozenset()
+    #: `{param: value}`: parameters `run` accepts only at that value (JAX's default), with a
+    #: located refusal for any other (jit's compiler options, reduce_window's consts)
+    default_params: dict[str, Any] | None = None
     #: `rule(eqn, pos) -> ShapedArray | None`: the type of a literal operand printed without
     #: one (JAX 0.4.35) where the primitive fixes it; None: it follows the other operands
     literal_type: Callable | None = None
@@ -161,9 +169,6 @@ class Primitive:
     #: binders of its nested jaxpr `body` (parameter `key`) bind (the graph's edges into a
     #: body); None: one binder per operand when the counts agree, else no correspondence
     body_operands: Callable | None = None
-    #: a dot product: the `dots_saveable` remat policies save its results (JAX's check for
-    #: `dot_general_p`)
-    dot: bool = False
     #: a loop whose trip count the program does not fix (`stats` counts them)
     unbounded_loop: bool = False
     #: `rule(eqn, costs) -> (flops, bytes)`: the cost of an equation with bodies from the

@@ -212,7 +212,15 @@ def test_custom_jvp_without_a_rule_warns_once_per_function(rules):
     r = tool("jvp", "-", text=plain(f, X))
     assert r.exit_code == 0, r.output
     assert r.stderr.count("warning: custom_jvp_call 'mine'") == 1
-    assert "not differentiable" in r.stderr
+    # the rule (7 t) differs from the body's derivative (cos x t) everywhere, not at kinks
+    assert (
+        "the text does not contain its custom rule; the derivative here is its body's, which "
+        "differs from JAX's wherever the custom rule does (a rule may differ everywhere, not "
+        "only at kinks); for JAX's derivative, trace the function with `jaxprtool trace "
+        "MODULE:FUNCTION` (its rule travels with the program) or give the rule with --plugin "
+        "RULES.py (register_custom_jvp, docs/PLUGINS.md); --custom-rules strict makes this an "
+        "error"
+    ) in " ".join(r.stderr.split())
     strict = tool("jvp", "--custom-rules", "strict", "-", text=plain(f, X))
     assert strict.exit_code == 1 and "error: custom_jvp_call 'mine'" in strict.stderr
 

@@ -354,6 +354,7 @@ def derived(tmp_path, command, prog, *flags, label):
 Y0 = np.array([0.5, -0.3], np.float32)
 
 
+@pytest.mark.slow  # the zoo's diffrax programs too; the Equinox primitives have the tests above
 @needs_eqx
 def test_diffrax_neural_ode_runs_and_differentiates_as_jax(zoo, tmp_path):
     prog, consts, _ = zoo.trace("node", "f32[2]", *zoo.leaf_types)

@@ -1,7 +1,7 @@
 """Fuzzing: generated and mutated programs never break the tool (tests/fuzzgen.py).
 
 * `test_fuzz_campaign`: a short run of the grammar-aware fuzzer (fixed seed, FUZZ_EXAMPLES
-  cases, default 300): well-typed generated programs and mutated corpus programs through
+  cases, default 300; the default run's `quick` case, 40): well-typed generated programs and mutated corpus programs through
   fmt, check, jvp, linearize, vjp, grad, transpose, dce, cse, opt, fold, canonicalize,
   stats, diff and (tiny inputs) run, each in process with a time and memory limit.  It
   fails on any crash, hang, memory blow-up, unlocated error, partial or clobbered -o
@@ -101,17 +101,28 @@ def invoke(args, text=None):
 # ---------------------------------------------------------------- the campaign
 
 
-def test_fuzz_campaign():
+#: the default run's campaign (`make test`); `make test-full` and `make fuzz` run EXAMPLES
+QUICK_EXAMPLES = min(EXAMPLES, 40)
+
+
+@pytest.mark.parametrize(
+    "examples",
+    [
+        pytest.param(QUICK_EXAMPLES, id="quick"),
+        pytest.param(EXAMPLES, marks=pytest.mark.slow, id="full"),
+    ],
+)
+def test_fuzz_campaign(examples):
     budget = None if "FUZZ_EXAMPLES" in os.environ else 120.0
     camp = Campaign(
-        EXAMPLES,
+        examples,
         seed=int(os.environ.get("FUZZ_SEED", "17")),
         workers=WORKERS,
         hashseed_every=int(os.environ.get("FUZZ_HASHSEED_EVERY", "100")),
         budget_s=budget,
         save_dir=os.environ.get("FUZZ_SAVE"),
         progress=(lambda n, s: print(f"  {n} inputs, {s:.0f} s", flush=True))
-        if EXAMPLES >= 5000
+        if examples >= 5000
         else None,
     )
     rep = camp.run()
@@ -193,7 +204,14 @@ def test_every_pathological_class_has_an_expectation():
     assert set(pathological(0.001)) == set(EXPECT)
 
 
-@pytest.mark.parametrize("cls", sorted(EXPECT))
+#: pathological classes left to `make test-full` (the others cover their kind fast)
+SLOW_CLASSES = {"long line: equations on one 10 MB line"}
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [pytest.param(c, marks=pytest.mark.slow) if c in SLOW_CLASSES else c for c in sorted(EXPECT)],
+)
 def test_pathological_input(cls, tmp_path):
     data = pathological(0.02)[cls]
     path = tmp_path / "p.jaxpr"

@@ -75,12 +75,25 @@ def _module_name(rel: str) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """The ids of the imports under `if TYPE_CHECKING:` (for annotations: never run)."""
+    skip: set[int] = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test):
+            skip.update(id(m) for stmt in n.body for m in ast.walk(stmt))
+    return skip
+
+
 def _imports(rel: str, tree: ast.Module, known: set[str]) -> set[str]:
-    """The jaxprtool modules `rel` imports, at module level or inside functions."""
+    """The jaxprtool modules `rel` imports, at module level or inside functions (not those
+    only type checkers read)."""
     me = _module_name(rel)
     package = me if rel.endswith("__init__.py") else me.rpartition(".")[0]
+    skip = _type_checking_only(tree)
     out: set[str] = set()
     for n in ast.walk(tree):
+        if id(n) in skip:
+            continue
         if isinstance(n, ast.Import):
             out.update(a.name for a in n.names if a.name in known)
         elif isinstance(n, ast.ImportFrom):
@@ -149,8 +162,6 @@ KNOWN_CYCLES = {
     ("jaxprtool.backend", "jaxprtool.backend.sharding"): "the single-device runner "
     "(backend/__init__.py) dispatches to the multi-device one, which uses its helpers: the "
     "runner is to move to its own module",
-    ("jaxprtool.commands.run_cmds", "jaxprtool.commands.run_io"): "removed by the split of "
-    "run_cmds.py (issue 23, branch runsplit): run_io then imports run_inputs/run_report",
 }
 
 

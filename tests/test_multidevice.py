@@ -295,7 +295,9 @@ def _jax_vjp(fn, args, cts):
 
 
 @needs_corpus
-@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize(
+    "version", [VERSIONS[0]] + [pytest.param(v, marks=pytest.mark.slow) for v in VERSIONS[1:]]
+)  # the newest printout in the default run, the older ones in `make test-full`
 def test_corpus_sharded_programs_run_and_differentiate_like_jax(version):
     """Each version's printout of the sharded cases: run == JAX running the case; vjp ==
     jax.vjp of the case (pmin has no derivative, so that file is only run)."""
@@ -454,6 +456,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # two more processes, each importing jax (jax.distributed over loopback)
 def test_two_processes_on_loopback_equal_one_process(tmp_path):
     """The same command in two processes of 2 CPU devices each (jax.distributed over
     127.0.0.1, gloo collectives) gives the one-process 4-device result; only process 0

@@ -63,9 +63,20 @@ def test_fast_path_reads_every_corpus_file_as_the_grammar():
     assert plain > 50  # most corpus texts are read without lark
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_fast_path_reads_printed_random_programs_as_the_grammar(data):
+    _printed_random_program_reads_as_the_grammar(data)
+
+
+@pytest.mark.slow
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_fast_path_reads_printed_random_programs_as_the_grammar_many(data):
+    _printed_random_program_reads_as_the_grammar(data)
+
+
+def _printed_random_program_reads_as_the_grammar(data):
     style = data.draw(st.sampled_from(STYLES))
     gen = _Gen(data, prim("jit").print_name(None, style))
     ir = gen.jaxpr([gen._type() for _ in range(data.draw(st.integers(0, 4)))], 0)

@@ -26,7 +26,7 @@ PKG = Path(jaxprtool.__file__).parent
 ALLOWED = {
     "ad/ops.py": "the emit layer: ops.mul(x, y) binds mul",
     "ad/remat.py": "the recomputation is emitted as JAX emits it: a remat2 call",
-    "text/parser.py": "the state syntax `c[...] += x` is the addupdate equation",
+    "text/parser/build.py": "the state syntax `c[...] += x` is the addupdate equation",
 }
 #: words that are primitive names but also ordinary words or option values
 ORDINARY = {"name", "call", "check", "copy", "get", "swap", "while", "scan", "cond", "rev",

@@ -191,9 +191,20 @@ def _erase_literal_types(j: Jaxpr, memo=None) -> Jaxpr:
     return out
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_print_parse_round_trip(data):
+    _round_trip(data)
+
+
+@pytest.mark.slow
+@settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_print_parse_round_trip_many(data):
+    _round_trip(data)
+
+
+def _round_trip(data):
     style = data.draw(st.sampled_from(STYLES))
     gen = _Gen(data, prim("jit").print_name(None, style))
     n_in = data.draw(st.integers(0, 4))

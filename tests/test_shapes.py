@@ -13,8 +13,8 @@ import pytest
 from conftest import corpus_files, needs_corpus
 
 from jaxprtool.core import ShapedArray, all_eqns
-from jaxprtool.primitives import SHAPE_RULES, ShapeError, infer_types, is_known
-from jaxprtool.primitives.util import types_agree
+from jaxprtool.shapes import SHAPE_RULES, ShapeError, infer_types, is_known
+from jaxprtool.shapes.util import types_agree
 from jaxprtool.text.parser import parse
 
 #: the text hides what the rule needs: broadcast_in_dim's `shape` param; all_to_all's mesh axis size

@@ -1067,7 +1067,7 @@ def _close(got, ref, tol=2e-4):
         np.testing.assert_allclose(g, np.asarray(r), rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("model", ["mlp", "cnn"])
+@pytest.mark.parametrize("model", ["mlp", pytest.param("cnn", marks=pytest.mark.slow)])
 def test_per_example_gradients(model):
     """`grad f | vmap --in-axes None,..,0,0`: per-example gradients, as vmap(grad(f))."""
     rng = np.random.default_rng(1)
@@ -1172,8 +1172,16 @@ def test_vmap_of_vmap_and_jvp_block_and_linearize_transpose():
     _close(backend.evaluate(j, [x, y, c1, c2]), ref)
 
 
-@pytest.mark.parametrize("kind", ["jacfwd", "jacrev", "hessian"])
-def test_jacobians_match_jax(kind):
+#: each command on reordered argnums in the default run, on the others in `make test-full`
+JACOBIAN_CASES = [
+    pytest.param(kind, argnums, marks=[] if argnums == "1,0" else [pytest.mark.slow])
+    for kind in ("jacfwd", "jacrev", "hessian")
+    for argnums in ("0", "0,1", "1,0")
+]
+
+
+@pytest.mark.parametrize("kind, argnums", JACOBIAN_CASES)
+def test_jacobians_match_jax(kind, argnums):
     rng = np.random.default_rng(4)
 
     def f(x, m):
@@ -1181,11 +1189,10 @@ def test_jacobians_match_jax(kind):
 
     x, m = rng.normal(size=3).astype(np.float32), rng.normal(size=(2, 3)).astype(np.float32)
     text = _text(f, x, m)
-    for argnums in ("0", "0,1", "1,0"):
-        j = _pipe(text, [kind, "--argnums", argnums])
-        nums = tuple(int(a) for a in argnums.split(","))
-        ref = getattr(jax, kind)(f, argnums=nums if len(nums) > 1 else nums[0])(x, m)
-        _close(backend.evaluate(j, [x, m]), ref, tol=1e-3)
+    j = _pipe(text, [kind, "--argnums", argnums])
+    nums = tuple(int(a) for a in argnums.split(","))
+    ref = getattr(jax, kind)(f, argnums=nums if len(nums) > 1 else nums[0])(x, m)
+    _close(backend.evaluate(j, [x, m]), ref, tol=1e-3)
 
 
 def test_jacobian_errors(fxy, tmp_path):

@@ -15,7 +15,8 @@ expm and the diffrax ODE are also traced with `jaxprtool trace --consts-out`: JA
 lacks the values of the constants their nested jits close over (and Equinox's custom_vjp rule),
 so the commands other than fmt read the tool's text and pass the saved constants.
 
-Costs (2 cores): about 110 s of CPU for the 12 programs, threefry dropout in the GPT the
+The default run checks the programs in FAST; `make test-full` the whole zoo.  Costs (2
+cores): about 110 s of CPU for the 12 programs, threefry dropout in the GPT the
 largest part (XLA compiles each `random_bits` for seconds).  A program whose packages are missing is skipped with the install command.  A case that fails
 today for a known missing rule is `xfail(strict=True)` with the exact error: it fails while the
 tool gives that error, the test turns into a failure (XPASS) once the rule lands, and any other
@@ -53,6 +54,11 @@ KNOWN_GAPS = {
 #: `jaxprtool trace --consts-out` writes for them
 TRACED_BY_THE_TOOL = ("expm", "diffrax_ode")
 
+#: the programs every command is checked on in the default run (`make test`); the rest of the
+#: zoo is marked slow (`make test-full`): gp_nll needs only JAX (cholesky, solve_triangular,
+#: a nested jit), expm is traced by the tool (`trace --consts-out`, `--consts`)
+FAST = ("gp_nll", "expm")
+
 
 class KnownGap(Exception):
     """The tool failed with the error recorded in KNOWN_GAPS."""
@@ -62,7 +68,7 @@ def cases(command):
     """The zoo's programs for one command, with their skip and xfail marks."""
     params = []
     for name in zoo.NAMES:
-        marks = []
+        marks = [] if name in FAST else [pytest.mark.slow]
         missing = [p for p in zoo.NEEDS[name] if not zoo.have(p)]
         if missing:
             why = f"needs {', '.join(missing)}: pip install -e '.[zoo]'"

@@ -27,7 +27,7 @@ import contextvars
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .. import primitives
+from .. import shapes
 from ..core import (
     Atom,
     Eqn,
@@ -170,13 +170,13 @@ class BatchBuilder(B.Builder):
     def bind(self, prim: str, inputs, params: dict, out_types=None) -> list[Var]:
         inputs = list(inputs)
         if out_types is None:
-            if not primitives.is_known(prim):
+            if not shapes.is_known(prim):
                 raise JaxprError(
                     f"cannot infer the result type of '{prim}' (no shape rule)", self.loc
                 )
             try:
-                out_types = primitives.infer_types(prim, [x.type for x in inputs], params, None)
-            except primitives.ShapeError as e:
+                out_types = shapes.infer_types(prim, [x.type for x in inputs], params, None)
+            except shapes.ShapeError as e:
                 raise JaxprError(f"while batching: {prim}: {e}", self.loc) from None
         return super().bind(prim, inputs, params, out_types)
 
@@ -346,7 +346,7 @@ def batch_eval(
             else:
                 outs, out_dims = rule(vals, ds, **eqn.params)
             outs, out_dims = list(outs), list(out_dims)
-            _check_results(eqn, outs, out_dims)
+            _check_results(eqn, outs, out_dims, rule)
             for o, n, d in zip(eqn.outputs, outs, out_dims):
                 env[id(o)] = (n, d)
     finally:
@@ -355,11 +355,15 @@ def batch_eval(
     return [v for v, _ in outs], [d for _, d in outs]
 
 
-def _check_results(eqn: Eqn, outs, dims) -> None:
-    """A rule's results must be the equation's results with a batch axis (or none)."""
+def _check_results(eqn: Eqn, outs, dims, rule=None) -> None:
+    """A rule's results must be the equation's results with a batch axis (or none); a wrong
+    rule is a located error naming it."""
+    from .registry import rule_name
+
+    which = f" ({rule_name(rule)})" if rule is not None else ""
     if len(outs) != len(eqn.outputs) or len(dims) != len(eqn.outputs):
         raise JaxprError(
-            f"internal error: the batching rule of '{eqn.prim}' returned {len(outs)} results "
+            f"internal error: the batching rule of '{eqn.prim}'{which} returned {len(outs)} results "
             f"for {len(eqn.outputs)}",
             eqn.loc,
         )
@@ -377,7 +381,7 @@ def _check_results(eqn: Eqn, outs, dims) -> None:
             )
         if not ok:
             raise JaxprError(
-                f"internal error: the batching rule of '{eqn.prim}' returned {got} with batch "
+                f"internal error: the batching rule of '{eqn.prim}'{which} returned {got} with batch "
                 f"dimension {d} for a result of type {want}",
                 eqn.loc,
             )

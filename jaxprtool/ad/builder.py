@@ -1,6 +1,6 @@
 """The equation builder that rules emit into (one program, or two at once for linearize).
 
-`Builder.bind` types a new equation with `primitives.infer_types` and appends it.  A *split*
+`Builder.bind` types a new equation with `shapes.infer_types` and appends it.  A *split*
 builder (linearize) sends every equation that touches a tangent value to the tangent program and
 every other one to the primal program; `tangent_mode()` forces equations (e.g. instantiated
 zeros) into the tangent program.  `ops` functions emit into the *current* builder (`current()`),
@@ -13,7 +13,7 @@ import contextlib
 import contextvars
 from collections.abc import Iterable
 
-from .. import primitives
+from .. import shapes
 from ..core import Atom, Eqn, Jaxpr, JaxprError, Literal, Loc, Type, Var
 from ..record import prim as record_of
 
@@ -115,8 +115,8 @@ def infer(in_types: list[Type], prim: str, params: dict, loc: Loc | None = None)
     if rule is None:
         raise JaxprError(f"cannot infer the result type of '{prim}' (no shape rule)", loc)
     try:
-        return primitives.infer_with_rule(rule, in_types, params, None)
-    except primitives.ShapeError as e:
+        return shapes.infer_with_rule(rule, in_types, params, None)
+    except shapes.ShapeError as e:
         raise JaxprError(f"while differentiating: {prim}: {e}", loc) from None
 
 

@@ -27,7 +27,7 @@ from ..record import prim as record_of
 from . import builder as B
 from . import observe
 from .ops import instantiate as inst_zero
-from .registry import located_rule
+from .registry import check_rule_type, located_rule
 from .zeros import Zero, is_zero, tangent_type
 
 
@@ -129,9 +129,12 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
                     f"internal error: the JVP rule of '{eqn.prim}' returned the wrong number of results",
                     eqn.loc,
                 )
-            for o, p, t in zip(eqn.outputs, pouts, touts):
+            for k, (o, p, t) in enumerate(zip(eqn.outputs, pouts, touts)):
                 env[id(o)] = p
                 if t is not None and not is_zero(t) and _carries_tangent(o.type):
+                    check_rule_type(
+                        "JVP", eqn, rule, f"tangent for result {k}", t.type, tangent_type(o.type)
+                    )
                     tenv[id(o)] = t
             if obs is not None and hasattr(obs, "jvp_step"):
                 obs.jvp_step(eqn, rec.jvp_kind, ins, tins, pouts, touts, step)

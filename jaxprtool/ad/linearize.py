@@ -8,47 +8,17 @@ returned twice (top-level form).  See docs/LINEARIZE_FORM.md for the combined pr
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
-from ..core import Eqn, Jaxpr, Loc, Var, gc_paused, is_inexact
+from ..core import Eqn, Jaxpr, Var, gc_paused, is_inexact
 from ..record import prim as record_of
 from . import builder as B
 from . import observe
 from .jvp import _inst_list, diff_mask, jvp_eval
 from .ops import instantiate as inst_zero
+from .residuals import LinearizeInfo, Residual
 from .zeros import Zero, is_zero, tangent_type
 
 LINEAR_NAME = "linear"
-
-
-@dataclass
-class Residual:
-    """One input of the linear program that is not a tangent."""
-
-    type: object
-    source: str  # "input" | "output" | "new" | "const"
-    index: int  # input index, output index, index among the new primal outputs, const index
-    prim: str | None = None  # equation that produced it (for "new"/"output")
-    loc: Loc | None = None
-
-    @property
-    def nbytes(self) -> int:
-        t = self.type
-        try:
-            return int(t.size) * int(t.np_dtype.itemsize)
-        except Exception:
-            return 0
-
-
-@dataclass
-class LinearizeInfo:
-    in_mask: list[bool]
-    out_mask: list[bool]
-    residuals: list[Residual] = field(default_factory=list)
-
-    @property
-    def num_new_residuals(self) -> int:
-        return sum(1 for r in self.residuals if r.source == "new")
 
 
 def _split(jaxpr: Jaxpr, nonzeros: Sequence[bool], instantiate):

@@ -13,6 +13,7 @@ helpers fill `prim(name).jvp`, `.transpose`, `.fancy_transpose`, `.jvp_kind`.
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Callable
 
@@ -120,15 +121,20 @@ def find_library_jvp(name: str | None, params: dict, body):
 class Accumulator:
     """The cotangent being accumulated for one linear value (used by fancy transposes)."""
 
-    def __init__(self, type):
+    def __init__(self, type, owner=None):
         self.type = type
         self.value = Zero(tangent_type(type))
+        #: (equation, rule) whose transpose fills it: named when a cotangent has the wrong type
+        self.owner = owner
 
     def add(self, value) -> None:
         if value is None or is_zero(value):
             return
-        if isinstance(self.type, ShapedArray) and tuple(value.type.shape) != tuple(self.type.shape):
-            value = ops.unbroadcast(self.type, value)
+        if self.owner is not None:
+            eqn, rule = self.owner
+            check_rule_type(
+                "transpose", eqn, rule, "cotangent", value.type, tangent_type(self.type)
+            )
         self.value = add_tangents(self.value, value)
 
     def get(self):
@@ -156,11 +162,15 @@ def rebind_primal(name: str, primals, params):
     return outs
 
 
-def _fit(t, like):
-    """Make the tangent contribution `t` match the type of the primal output `like`."""
+def _fit(t, like, operand, name: str, fn):
+    """Make the tangent contribution `t` of `operand` match the type of the primal output
+    `like`: a scalar operand's contribution (its shape) is broadcast; any other shape is a
+    wrong rule."""
     if t is None or is_zero(t):
         return Zero(tangent_type(like.type))
     if isinstance(like.type, ShapedArray) and tuple(t.type.shape) != tuple(like.type.shape):
+        if tuple(t.type.shape) != tuple(getattr(operand.type, "shape", ())):
+            check_rule_type("JVP", name, fn, "tangent", t.type, tangent_type(like.type))
         t = ops.maybe_broadcast(like.type.shape, t)
     return t
 
@@ -171,11 +181,11 @@ def _summed_jvp(name: str, fns, with_ans: bool):
     def rule(primals, tangents, /, **params):
         (ans,) = rebind_primal(name, primals, params)
         out = Zero(tangent_type(ans.type))
-        for fn, t in zip(fns, tangents):
+        for fn, t, x in zip(fns, tangents, primals):
             if fn is None or is_zero(t):
                 continue
             contribution = fn(t, ans, *primals, **params) if with_ans else fn(t, *primals, **params)
-            out = add_tangents(out, _fit(contribution, ans))
+            out = add_tangents(out, _fit(contribution, ans, x, name, fn))
         return [ans], [out]
 
     return rule
@@ -214,6 +224,7 @@ def _linear_transpose(name: str, transpose_fn, with_args: bool):
         res = transpose_fn(ct, *args, **params) if with_args else transpose_fn(ct, **params)
         return [r if is_undefined_primal(a) else None for r, a in zip(list(res), args)]
 
+    rule.__wrapped__ = transpose_fn  # the function a wrong cotangent is blamed on
     return rule
 
 
@@ -244,9 +255,13 @@ def defbilinear(name: str, lhs_rule, rhs_rule):
         (ans,) = rebind_primal(name, primals, params)
         out = Zero(tangent_type(ans.type))
         if not is_zero(tx):
-            out = add_tangents(out, _fit(current().bind(name, [tx, y], params)[0], ans))
+            out = add_tangents(
+                out, _fit(current().bind(name, [tx, y], params)[0], ans, x, name, jvp)
+            )
         if not is_zero(ty):
-            out = add_tangents(out, _fit(current().bind(name, [x, ty], params)[0], ans))
+            out = add_tangents(
+                out, _fit(current().bind(name, [x, ty], params)[0], ans, y, name, jvp)
+            )
         return [ans], [out]
 
     def transpose(cts, x, y, /, **params):
@@ -315,6 +330,33 @@ def set_kind(name: str, kind: str = LOW_LEVEL) -> None:
 
 
 _MISSING_KWARG = re.compile(r"missing \d+ required keyword-only arguments?: (.*)$")
+
+
+def rule_name(rule) -> str:
+    """A rule function as `module.qualified_name` (plugins' rules say where they live); a
+    helper's wrapper names the function it wraps."""
+    rule = inspect.unwrap(rule)
+    return f"{getattr(rule, '__module__', '?')}.{getattr(rule, '__qualname__', repr(rule))}"
+
+
+def check_rule_type(kind: str, eqn, rule, what: str, got, want) -> None:
+    """A (co)tangent a rule returned must have the type its primal implies (dtype and shape):
+    a wrong rule is a located error naming it, never a value later broadcast or summed into
+    shape.  Types are compared, nothing inferred: this runs once per result.  `eqn`: the
+    equation (its location), or the primitive's name inside a rule (`located_rule` adds it)."""
+    if got is want:
+        return
+    if isinstance(got, ShapedArray) and isinstance(want, ShapedArray):
+        from ..shapes.util import dims_eq
+
+        if got.dtype == want.dtype and dims_eq(got.shape, want.shape):
+            return
+        prim_name, loc = (eqn, None) if isinstance(eqn, str) else (eqn.prim, eqn.loc)
+        raise JaxprError(
+            f"the {kind} rule of '{prim_name}' ({rule_name(rule)}) returned a {what} of type "
+            f"{got} where the primal implies {want}: fix the rule (JAX raises here too)",
+            loc,
+        )
 
 
 class located_rule:  # noqa: N801 - used as `with located_rule(eqn):`, once per equation

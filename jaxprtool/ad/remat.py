@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from ..core import Eqn, Jaxpr, JaxprError, Var, eqn_subjaxprs
 from ..record import prim as record_of
 from . import builder as B
-from .linearize import LinearizeInfo, Residual
+from .residuals import LinearizeInfo, Residual
 
 #: candidate equations up to which a byte budget is solved exactly (HiGHS takes well under
 #: a second there); beyond, the greedy heuristic

@@ -17,7 +17,7 @@ from . import builder as B
 from . import observe
 from .ops import add_tangents
 from .ops import instantiate as inst_zero
-from .registry import located_rule
+from .registry import check_rule_type, located_rule
 from .zeros import UndefinedPrimal, Zero, is_zero, tangent_type
 
 
@@ -43,7 +43,6 @@ def backward_pass(
 
 
 def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
-    from . import ops
     from .registry import Accumulator
 
     b = B.current()
@@ -93,13 +92,11 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
 
         ct_env: dict[int, object] = {}
 
-        def add_ct(v, ct, eqn=None):
+        def add_ct(v, ct, eqn=None, rule=None):
             if ct is None or is_zero(ct):
                 return
-            if ct.type is not v.type and tuple(getattr(ct.type, "shape", ())) != tuple(
-                getattr(v.type, "shape", ())
-            ):
-                ct = ops.unbroadcast(v.type, ct)
+            if rule is not None and ct.type is not v.type:
+                check_rule_type("transpose", eqn, rule, "cotangent", ct.type, tangent_type(v.type))
             prev = ct_env.get(id(v))
             if prev is None:  # the first cotangent: add_tangents(Zero, ct) is ct
                 ct_env[id(v)] = ct
@@ -130,14 +127,15 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
             b.loc = e.loc
             step = observe.Emitted(b) if obs is not None else None
             if rec.fancy_transpose is not None:
-                accums = [Accumulator(x.type) if is_lin(x) else None for x in e.inputs]
+                owner = (e, rec.fancy_transpose)
+                accums = [Accumulator(x.type, owner) if is_lin(x) else None for x in e.inputs]
                 with observe.noting(obs, e, "transpose"), located_rule(e):
                     observe.note_plugin_rule(rec, "transpose")
                     rec.fancy_transpose(cts, *targs, accums=accums, **e.params)
                 res = [acc.get() if acc is not None else None for acc in accums]
                 for x, r in zip(e.inputs, res):
                     if r is not None:
-                        add_ct(x, r, e)
+                        add_ct(x, r, e, rec.fancy_transpose)
                 if obs is not None and hasattr(obs, "transpose_step"):
                     obs.transpose_step(e, cts, res, step)
                 continue
@@ -155,7 +153,7 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
                 )
             for x, r in zip(e.inputs, res):
                 if id(x) in linear and isinstance(x, Var):
-                    add_ct(x, r, e)
+                    add_ct(x, r, e, rule)
             if obs is not None and hasattr(obs, "transpose_step"):
                 obs.transpose_step(
                     e, cts, [r if is_lin(x) else None for x, r in zip(e.inputs, res)], step

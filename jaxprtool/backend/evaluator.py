@@ -41,6 +41,40 @@ def refusal(eqn: Eqn) -> str | None:
     return None
 
 
+def unevaluated_param(eqn: Eqn, bound: bool) -> str | None:
+    """Why `run` cannot honour a parameter of an equation (None: it honours them all).
+    `bound`: the equation binds JAX's primitive, which receives every parameter; otherwise
+    the record's `evaluate` rule (or a call's body run) acts on its `evaluated_params` only."""
+    rec = record_of(eqn.prim)
+    for k, default in (rec.default_params or {}).items():
+        v = eqn.params.get(k, default)
+        if v != default and not (isinstance(v, (tuple, list)) and tuple(v) == default):
+            return (
+                f"cannot run '{eqn.prim}': the back end supports {k}={format_value(default)} "
+                f"only, the text has {k}={_short(v)}"
+            )
+    if bound:
+        return None
+    extra = sorted(
+        k
+        for k in eqn.params
+        if k not in rec.evaluated_params and k not in (rec.default_params or {})
+    )
+    if extra:
+        shown = ", ".join(f"{k}={_short(eqn.params[k])}" for k in extra)
+        return (
+            f"cannot run '{eqn.prim}': the back end does not evaluate its parameter"
+            f"{'s' if len(extra) > 1 else ''} {shown} (supply the primitive with a plugin: "
+            f"backend.IMPLS['{eqn.prim}'])"
+        )
+    return None
+
+
+def _short(v) -> str:
+    text = "{...}" if isinstance(v, Jaxpr) else format_value(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def eqn_text(eqn: Eqn, names: Callable[[Any], str]) -> str:
     """A one-line rendering of an equation (nested jaxprs elided)."""
 
@@ -182,13 +216,14 @@ class Interpreter:
         if why:
             raise JaxprError(f"cannot run {why}", eqn.loc)
         rec = record_of(name)
+        runs_itself = rec.evaluate is not None or rec.call_body is not None
+        why = unevaluated_param(eqn, bound=not runs_itself)
+        if why:
+            raise JaxprError(why, eqn.loc)
         if rec.evaluate is not None:
             return rec.evaluate(self, eqn, invals, path)
         if rec.call_body is not None:
             return self.call(eqn, invals, path)
-        handler = getattr(self, "p_" + name.replace("-", "_"), None)
-        if handler is not None:
-            return handler(eqn, invals, path)
         prim = prims.lookup(name)
         if prim is None:
             raise JaxprError(

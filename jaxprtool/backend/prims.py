@@ -197,4 +197,11 @@ def bind_params(eqn: Eqn, dims: dict[str, int] | None = None) -> dict[str, Any]:
                 eqn.loc,
             ) from None
     out.update(special)
+    dropped = sorted(set(eqn.params) - set(out) - record_of(name).evaluated_params)
+    if dropped:
+        raise JaxprError(
+            f"cannot run '{name}': the back end does not pass its parameter"
+            f"{'s' if len(dropped) > 1 else ''} {', '.join(dropped)} to JAX",
+            eqn.loc,
+        )
     return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 
 import click
 
@@ -171,6 +172,10 @@ def check_grad(files, args_npz, seed, order, modes, argnums, consts_npz, as_json
                 if missing is not None:  # nothing can be checked: say what to install
                     report(missing)
                     sys.exit(2)
+                from ..cli import OPTIONS
+
+                if OPTIONS.debug:  # --debug: the traceback too, as for other internal errors
+                    traceback.print_exception(e, file=sys.stderr)
                 report(JaxprError(f"{file}: internal error: {type(e).__name__}: {e}"))
                 trouble = True
                 continue

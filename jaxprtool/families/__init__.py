@@ -87,7 +87,7 @@ def build_index() -> dict[str, tuple[str, ...]]:
             frame = frame.f_back
         return original(name, **values)
 
-    # every module that bound `define` before (`jaxprtool.primitives`, loaded with the
+    # every module that bound `define` before (`jaxprtool.shapes`, loaded with the
     # package's API) calls the watched one too
     holders = [m for m in list(sys.modules.values()) if getattr(m, "define", None) is original]
     for m in holders:

@@ -19,9 +19,9 @@ from ..ad.registry import (
     set_kind,
 )
 from ..core import ShapedArray
-from ..primitives import shape_rule
-from ..primitives.util import nargs
 from ..record import define
+from ..shapes import shape_rule
+from ..shapes.util import nargs
 
 
 @shape_rule("name", "zeros_like", "trace_value", "multiple_of", "max_contiguous")
@@ -41,7 +41,12 @@ def _evaluate_identity(interp, eqn, invals, path):
 
 
 deflinear2("name", _name_transpose)
-define("name", evaluate=_evaluate_identity, batching=BT.vectorized("name"))
+define(
+    "name",
+    evaluate=_evaluate_identity,
+    evaluated_params=frozenset({"name"}),
+    batching=BT.vectorized("name"),
+)
 
 
 # ---------------------------------------------------------------- tie x y: y, after x
@@ -92,13 +97,23 @@ def _i32_scalar(in_types, params, out_hint):
 
 
 def _bind_platform_index(eqn, p, dims):
-    p.pop("has_default", None)  # printed by older JAX versions; the installed one takes none
-    return {}
+    """Older JAX printed the default branch as `has_default=True`; the installed one spells
+    it as a trailing `None` platform."""
+    from ..backend.prims import to_jax
+
+    platforms = tuple(to_jax(p.get("platforms", ())))
+    if p.pop("has_default", False):
+        platforms += (None,)
+    return {"platforms": platforms}
 
 
 for _n in ("platform_index", "program_id", "num_programs"):
     defjvp_zero(_n)
     define(_n, batching=BT.unbatched(_n))
-define("platform_index", bind_params=_bind_platform_index)
+define(
+    "platform_index",
+    bind_params=_bind_platform_index,
+    evaluated_params=frozenset({"has_default"}),
+)
 
 define("name", remat="name")  # what the name policies of rematerialization match

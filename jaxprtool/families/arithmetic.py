@@ -50,8 +50,9 @@ from ..lazy import np
 from ..params import EnumValue
 from ..passes import fold as F
 from ..passes import simplify as S
-from ..primitives import ShapeError, shape_rule
-from ..primitives.util import (
+from ..record import define
+from ..shapes import ShapeError, shape_rule
+from ..shapes.util import (
     arr,
     broadcast_shapes,
     complex_dtype,
@@ -68,7 +69,6 @@ from ..primitives.util import (
     real_dtype,
     same_dtypes,
 )
-from ..record import define
 from ..text.param_rules import drop, drop_if_none
 
 # ---------------------------------------------------------------- dtype classes, shape rules

@@ -38,13 +38,15 @@ from ..ad.registry import (
     find_library_jvp,
     rebind_primal,
 )
-from ..ad.remat import current_spec
+from ..ad.remat import current_spec, remat_class
 from ..ad.transpose import backward_pass, transpose_jaxpr
 from ..ad.zeros import Zero, is_undefined_primal, is_zero, tangent_type
 from ..core import Jaxpr, JaxprError, ShapedArray, Var, np_dtype
 from ..params import Opaque, Record, format_value
-from ..primitives import ShapeError, shape_rule
-from ..primitives.util import (
+from ..record import define
+from ..record import prim as record_of
+from ..shapes import ShapeError, shape_rule
+from ..shapes.util import (
     check_call_operands,
     int_param,
     is_complex_dtype,
@@ -52,8 +54,6 @@ from ..primitives.util import (
     out_types_of,
     parse_avals,
 )
-from ..record import define
-from ..record import prim as record_of
 from ..shardings import with_batch_dim
 from ..text import style as ST
 from ..text.param_rules import drop, name_first, sorted_params, unspecified
@@ -393,6 +393,24 @@ for _p, (_body, _keys) in _PLAIN_CALLS.items():
 shape_rule("composite")(_call_shape("composite", *_CALL_JAXPR_FIRST))
 define("composite", call_body="call_jaxpr", multiple_results=True)
 
+#: what `run` reads of a plain call besides its body: names, donation, inlining and
+#: placement (shardings, layouts, the mesh, where it computes) do not change its values;
+#: compiler options would, and are accepted only when empty
+_CALL_PARAMS = frozenset(
+    "name donated_invars inline keep_unused in_shardings out_shardings in_layouts out_layouts "
+    "ctx_mesh resource_env in_positional_semantics out_positional_semantics device backend "
+    "compute_type out_memory_spaces xla_metadata ad_metadata".split()
+)
+for _p, (_body, _keys) in _PLAIN_CALLS.items():
+    define(
+        _p,
+        evaluated_params=_CALL_PARAMS | {_body},
+        default_params={"compiler_options_kvs": (), "compiler_options_json": None},
+    )
+#: composite runs as its decomposition: its name, attributes and version label it for back
+#: ends that recognise it
+define("composite", evaluated_params=frozenset("call_jaxpr name attributes version".split()))
+
 for _p in ("jit", "pjit", "closed_call", "core_call"):
     define(_p, inlinable=True)
 for _p in ("jit", "pjit", "closed_call", "core_call", "eval_jaxpr"):
@@ -431,7 +449,13 @@ for _p in ("jit", "pjit"):
 
 
 def _is_dot(e) -> bool:
-    return record_of(e.prim).dot
+    """What JAX's `dots_saveable` saves: matmuls and convolutions (the records' `remat`)."""
+    return remat_class(e) in ("dot", "dot_unbatched")
+
+
+def _is_unbatched_dot(e) -> bool:
+    """What JAX's `dots_with_no_batch_dims_saveable` saves."""
+    return remat_class(e) == "dot_unbatched"
 
 
 def _policy_saveable(policy):
@@ -458,7 +482,7 @@ def _policy_saveable(policy):
     for key, pred in (
         ("everything_saveable", lambda e: True),
         ("nothing_saveable", lambda e: False),
-        ("dots_with_no_batch_dims_saveable", _is_dot),
+        ("dots_with_no_batch_dims_saveable", _is_unbatched_dot),
         ("dots_saveable", _is_dot),
         ("checkpoint_dots", _is_dot),
     ):
@@ -591,6 +615,10 @@ for _p, _body, _keys in (
         transpose=_call_transpose(_p),
         evaluate=_remat_evaluate,
         batching=_remat_batching(_p),
+        # the policy and `differentiated` say what AD saves: the values are the body's
+        evaluated_params=frozenset(
+            {_body, "prevent_cse", "policy", "differentiated", "concrete", "name"}
+        ),
     )
 for _p in ("remat2", "checkpoint"):
     define(_p, multiple_results=True)
@@ -643,10 +671,13 @@ def function_name(params) -> str | None:
     return None
 
 
+def _plugin_helper(kind: str) -> str:
+    return "register_custom_jvp" if kind == "custom_jvp" else "register_custom_vjp"
+
+
 def _how_to_proceed(kind: str) -> str:
-    plugin = "register_custom_jvp" if kind == "custom_jvp" else "register_custom_vjp"
     ways = (
-        f"give the rule with --plugin RULES.py ({plugin}, docs/PLUGINS.md), or trace the "
+        f"give the rule with --plugin RULES.py ({_plugin_helper(kind)}, docs/PLUGINS.md), or trace the "
         "function with `jaxprtool trace MODULE:FUNCTION` so that the rule travels with the "
         "program"
     )
@@ -670,14 +701,13 @@ def _fall_back_to_body(kind: str, params, primals, tangents, rule_text: str, ref
     if custom_rule_fallbacks.note(note):
         from ..io import warn
 
-        where = (
-            "at points where the body is not differentiable (kinks such as relu at 0)"
-            if kind == "custom_jvp"
-            else "wherever the custom rule differs from the body's derivative"
-        )
         warn(
-            f"{what}: the text does not contain its custom rule; differentiating its body "
-            f"instead, so results may differ from JAX {where} ({_how_to_proceed(kind)})",
+            f"{what}: the text does not contain its custom rule; the derivative here is its "
+            "body's, which differs from JAX's wherever the custom rule does (a rule may differ "
+            "everywhere, not only at kinks); for JAX's derivative, trace the function with "
+            "`jaxprtool trace MODULE:FUNCTION` (its rule travels with the program) or give the "
+            f"rule with --plugin RULES.py ({_plugin_helper(kind)}, docs/PLUGINS.md); "
+            "--custom-rules strict makes this an error",
             current().loc,
         )
     body = _custom_body(params)
@@ -907,7 +937,19 @@ for _p in ("custom_jvp_call", "custom_vjp_call"):
         hoist_name=_no_hoist_name,
         evaluate=_evaluate_body("call_jaxpr"),
     )
-define("custom_vjp_call_jaxpr", evaluate=_evaluate_body("fun_jaxpr"))
+#: a custom-derivative call's value is its body's: the rules and their bookkeeping
+#: (jvp, fwd, bwd, thunks, trees, zeros, and the rules `trace` writes) matter to AD only
+_CUSTOM_CALL_PARAMS = frozenset(
+    "jvp jvp_jaxpr_fun jvp_jaxpr_thunk fwd bwd fwd_jaxpr_thunk out_trees num_consts "
+    "symbolic_zeros name jaxprtool_jvp jaxprtool_fwd jaxprtool_bwd jaxprtool_perturbed".split()
+)
+define("custom_jvp_call", evaluated_params=_CUSTOM_CALL_PARAMS | {"call_jaxpr"})
+define("custom_vjp_call", evaluated_params=_CUSTOM_CALL_PARAMS | {"call_jaxpr"})
+define(
+    "custom_vjp_call_jaxpr",
+    evaluate=_evaluate_body("fun_jaxpr"),
+    evaluated_params=_CUSTOM_CALL_PARAMS | {"fun_jaxpr"},
+)
 for _p in ("custom_jvp_call", "custom_jvp_call_jaxpr", "custom_vjp_call", "custom_vjp_call_jaxpr"):
     define(_p, batching=_call_batching(_p))
 
@@ -1017,6 +1059,10 @@ define(
     # its value is the custom VJP's linear map: the transpose of the recorded bwd
     refusal=_custom_lin_refusal,
     evaluate=_evaluate_custom_lin,
+    # the recorded bwd is the map; the others say which operands it reads and returns
+    evaluated_params=frozenset(
+        {BWD_RULE_PARAM, "bwd", "in_zeros", "num_res", "symbolic_zeros", "out_avals"}
+    ),
     # only 0.4.35 printed its out_avals
     version_clues=lambda e: {ST.CLUE_0_4_35} if "out_avals" in e.params else set(),
 )
@@ -1286,6 +1332,8 @@ define(
     multiple_results=True,
     batching=_custom_linear_solve_batching,
     evaluate=_custom_linear_solve_evaluate,
+    # the solve jaxpr gives the value; matvec and the transposes serve AD
+    evaluated_params=frozenset({"const_lengths", "jaxprs"}),
     jvp=_custom_linear_solve_jvp,
     jvp_kind=LOW_LEVEL,
     transpose=_custom_linear_solve_transpose,
@@ -1331,7 +1379,13 @@ def _run_state_evaluate(interp, eqn, invals, path):
     return [b.value for b in boxes]
 
 
-define("run_state", effectful=True, evaluate=_run_state_evaluate)
+define(
+    "run_state",
+    effectful=True,
+    evaluate=_run_state_evaluate,
+    # which_linear is AD's bookkeeping
+    evaluated_params=frozenset("jaxpr is_initialized which_linear".split()),
+)
 
 
 # shard_map, xla_pmap: the body runs per shard / per device

@@ -49,8 +49,9 @@ from ..ad.registry import (
 )
 from ..ad.zeros import Zero, is_undefined_primal, is_zero, tangent_type
 from ..core import Eqn, Jaxpr, JaxprError, Literal, ShapedArray, Var
-from ..primitives import ShapeError, shape_rule
-from ..primitives.util import (
+from ..record import define
+from ..shapes import ShapeError, shape_rule
+from ..shapes.util import (
     canon_axis,
     dim_floordiv,
     dim_mul,
@@ -61,7 +62,6 @@ from ..primitives.util import (
     vma_format,
     vma_parts,
 )
-from ..record import define
 from ..shardings import MeshText, SpecText, make_spec, names_to_spec, read_mesh, read_spec
 
 # ================================================================ shape rules
@@ -586,7 +586,13 @@ def _axes_tuple(v):
 
 def _bind_axes_only(eqn, p, dims):
     """psum_invariant / pvary take `axes` only in this JAX (older texts add axis_index_groups)."""
-    p.pop("axis_index_groups", None)
+    groups = p.pop("axis_index_groups", None)
+    if groups is not None:
+        raise JaxprError(
+            f"cannot run '{eqn.prim}': axis_index_groups={groups} (the installed JAX's "
+            f"{eqn.prim} has no axis groups)",
+            eqn.loc,
+        )
     return {"axes": _axes_tuple(p.get("axes", ()))}
 
 
@@ -1129,10 +1135,37 @@ define("all_gather_invariant", shape_rule=_all_gather_shape, family="collectives
 define("psum_scatter", shape_rule=_reduce_scatter_shape, family="collectives")
 define("sharding_constraint", evaluate=_eval_sharding_constraint)
 define("reshard", evaluate=_eval_reshard)
+# what the evaluators above read; the rest places data and cannot change a value
+define(
+    "shard_map",
+    evaluated_params=frozenset(
+        "jaxpr mesh in_specs out_specs in_names out_names check_vma check_rep manual_axes "
+        "newly_manual_axes auto rewrite".split()
+    ),
+)
+define(
+    "xla_pmap",
+    evaluated_params=frozenset(
+        "call_jaxpr axis_name axis_size in_axes out_axes global_axis_size devices backend "
+        "donated_invars name is_explicit_global_axis_size".split()
+    ),
+)
+define(
+    "sharding_constraint",
+    evaluated_params=frozenset(
+        "sharding layout unconstrained_dims context_mesh resource_env".split()
+    ),
+)
+define("reshard", evaluated_params=frozenset({"dst_sharding"}))
 for _n in ("psum", "pmax", "pmin"):
     define(_n, bind_params=_bind_reduction, family="collectives")
 for _n in ("psum_invariant", "pvary"):
-    define(_n, bind_params=_bind_axes_only, family="collectives")
+    define(
+        _n,
+        bind_params=_bind_axes_only,
+        family="collectives",
+        evaluated_params=frozenset({"axis_index_groups"}),  # refused unless None
+    )
 define("ppermute", bind_params=_bind_perm, family="collectives")
 for _n in (
     "all_gather",
@@ -1488,7 +1521,8 @@ reduce_scatter psum_scatter axis_index psum_invariant pvary pbroadcast
 
 
 for _n in ("psum", "pmax", "pmin"):
-    define(_n, evaluate=_eval_each)
+    # bound once per operand with every parameter (`_eval_each`)
+    define(_n, evaluate=_eval_each, evaluated_params=frozenset({"axes", "axis_index_groups"}))
 
 _linear_each("psum", _psum_t)
 _linear_each("psum_invariant", _psum_invariant_t)

@@ -19,9 +19,9 @@ from ..ad.ops import instantiate
 from ..ad.transpose import backward_pass
 from ..ad.zeros import Zero, is_undefined_primal, is_zero, nonzero_mask, tangent_type, zero_tangents
 from ..core import Jaxpr, JaxprError, ShapedArray, Var
-from ..primitives import ShapeError, shape_rule
-from ..primitives.util import arr, check_call_operands, is_int_dtype, out_types_of, types_agree
 from ..record import define
+from ..shapes import ShapeError, shape_rule
+from ..shapes.util import arr, check_call_operands, is_int_dtype, out_types_of, types_agree
 
 # ---------------------------------------------------------------- shape
 
@@ -292,6 +292,9 @@ def _cond_evaluate(interp, eqn, invals, path):
     if isinstance(branches, Jaxpr):
         branches = (branches,)
     idx, ops = invals[0], invals[1:]
+    platforms = eqn.params.get("branches_platforms")
+    if platforms is not None:
+        return _platform_dependent(interp, eqn, branches, platforms, ops, path)
     if interp.mode == "eager":
         import numpy as np
 
@@ -308,6 +311,24 @@ def _cond_evaluate(interp, eqn, invals, path):
     if idx.dtype == jnp.bool_:
         idx = idx.astype(jnp.int32)
     return list(jax.lax.switch(idx, fns, *ops))
+
+
+def _platform_dependent(interp, eqn, branches, platforms, ops, path):
+    """A `lax.platform_dependent` cond: JAX lowers only the branch of the platform it compiles
+    for (the index operand is ignored), so `run` calls `lax.platform_dependent` too."""
+    import jax
+
+    fns = [interp.fn(b, eqn, path) for b in branches]
+    per_platform, default = {}, None
+    for fn, names in zip(fns, platforms):
+        if names is None:
+            default = fn
+        for name in names or ():
+            per_platform[str(name)] = fn
+    try:
+        return list(jax.lax.platform_dependent(*ops, default=default, **per_platform))
+    except (ValueError, NotImplementedError) as e:
+        raise JaxprError(f"'cond' with branches_platforms={platforms}: {e}", eqn.loc) from None
 
 
 def _cond_binder_type(eqn, pos):
@@ -366,6 +387,8 @@ define(
     transpose=_cond_transpose,
     dce=_cond_dce,
     evaluate=_cond_evaluate,
+    # `linear` (older texts) is AD's bookkeeping
+    evaluated_params=frozenset({"branches", "branches_platforms", "linear"}),
     binder_type=_cond_binder_type,
     body_cost=_cond_cost,
     body_operands=_cond_body_operands,

@@ -9,9 +9,9 @@ from ..ad import batching as BT
 from ..ad.builder import current
 from ..ad.zeros import Zero, tangent_type
 from ..core import JaxprError, ShapedArray
-from ..primitives import ShapeError, shape_rule
-from ..primitives.util import parse_avals, types_agree
 from ..record import define
+from ..shapes import ShapeError, shape_rule
+from ..shapes.util import parse_avals, types_agree
 from ..text.param_rules import drop
 
 

@@ -32,10 +32,10 @@ from ..ad.registry import defjvp_zero, primitive_jvps, primitive_transposes, reg
 from ..ad.zeros import Zero, is_undefined_primal, is_zero, tangent_type
 from ..core import Jaxpr, JaxprError, ShapedArray
 from ..params import Opaque
-from ..primitives import ShapeError, shape_rule
-from ..primitives.util import nargs
 from ..record import define
 from ..record import prim as record_of
+from ..shapes import ShapeError, shape_rule
+from ..shapes.util import nargs
 
 
 def _jnp():
@@ -215,11 +215,17 @@ def _nondiff_backward_transpose(cts, x, /, *, msg, symbolic, **params):
     )
 
 
-define("nonbatchable", evaluate=_evaluate(lambda x, **p: x), batching=_nonbatchable_batching)
+define(
+    "nonbatchable",
+    evaluate=_evaluate(lambda x, **p: x),
+    batching=_nonbatchable_batching,
+    evaluated_params=frozenset({"allow_constant_across_batch", "msg"}),  # batching only
+)
 primitive_jvps["nonbatchable"] = _no_jvp("nonbatchable")
 define(
     "nondifferentiable_backward",
     evaluate=_evaluate(lambda x, **p: x),
+    evaluated_params=frozenset({"msg", "symbolic"}),  # AD's message: the value is x
     batching=lambda args, dims, **params: (
         [ops.bind("nondifferentiable_backward", args[0], **params)],
         list(dims),
@@ -230,6 +236,7 @@ primitive_transposes["nondifferentiable_backward"] = _nondiff_backward_transpose
 define(
     "nontraceable",
     evaluate=_evaluate(lambda x, **p: x),
+    evaluated_params=frozenset({"name"}),  # named in the refusals of transformations
     batching=_nontraceable_refusal("batching"),
 )
 primitive_jvps["nontraceable"] = _nontraceable_refusal("differentiation")
@@ -355,6 +362,7 @@ define(
     "maybe_set",
     multiple_results=True,
     evaluate=_maybe_set_evaluate,
+    evaluated_params=frozenset("makes_false_steps i_treedef i_static kwargs".split()),
     batching=refuse(
         "batching maybe_set is not supported: Equinox batches it by vmapping its rules "
         "(its `vprim`), which the text cannot express"

@@ -38,8 +38,9 @@ from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import Eqn, Jaxpr, JaxprError, ShapedArray, Var, long_dtype_name
 from ..lazy import np
 from ..params import EnumValue, Record
-from ..primitives import ShapeError, shape_rule
-from ..primitives.util import (
+from ..record import define
+from ..shapes import ShapeError, shape_rule
+from ..shapes.util import (
     arr,
     dim_param,
     dtype_param,
@@ -53,7 +54,6 @@ from ..primitives.util import (
     need,
     static_ints,
 )
-from ..record import define
 
 
 def _no_flops(e) -> int:
@@ -588,36 +588,81 @@ def scatter_slice_sizes(operand_shape, updates_shape, sd) -> tuple[int, ...]:
 
 
 def _evaluate_scatter(fn_name):
-    """Through `jax.lax.<fn_name>` (its bind wants the update jaxpr as a Python function)."""
+    """Without an update jaxpr, through `jax.lax.<fn_name>` (it builds the combiner the
+    primitive's name implies: overwrite, add, ...); with one (`lax.scatter_apply`, or any
+    combiner the text spells out), JAX's primitive is bound with the text's body traced as
+    the combiner, as `scatter_apply` binds it."""
 
     def rule(interp, eqn, invals, path):
         import jax
 
-        from ..backend.prims import to_jax
+        from ..backend.prims import lookup, to_jax
 
         p = eqn.params
-        operand, indices, updates = invals
-        dn = to_jax(p["dimension_numbers"])
-        mode = to_jax(p.get("mode"))
-        fn = getattr(jax.lax, fn_name)
-        return [
-            fn(
-                operand,
-                indices,
-                updates,
-                dn,
-                indices_are_sorted=bool(p.get("indices_are_sorted", False)),
-                unique_indices=bool(p.get("unique_indices", False)),
-                mode=mode,
+        if tuple(p.get("update_consts") or ()):
+            raise JaxprError(
+                f"cannot run '{eqn.prim}': update_consts={p['update_consts']} (constants of the "
+                "update jaxpr) cannot be reconstructed from the text; make the combiner close "
+                "over no arrays",
+                eqn.loc,
             )
-        ]
+        operand, indices, updates = invals
+        kw = dict(
+            dimension_numbers=to_jax(p["dimension_numbers"]),
+            indices_are_sorted=bool(p.get("indices_are_sorted", False)),
+            unique_indices=bool(p.get("unique_indices", False)),
+            mode=to_jax(p.get("mode")),
+        )
+        body = p.get("update_jaxpr")
+        if body is None:
+            return [getattr(jax.lax, fn_name)(operand, indices, updates, **kw)]
+        combiner = _traced_combiner(interp, interp.body(body, eqn), eqn, operand.dtype, path)
+        kw["mode"] = jax.lax.GatherScatterMode.from_any(kw["mode"])
+        try:
+            return [
+                lookup(fn_name.replace("_", "-")).bind(
+                    operand,
+                    indices,
+                    updates,
+                    update_jaxpr=combiner,
+                    update_consts=tuple(combiner.consts),
+                    **kw,
+                )
+            ]
+        except Exception as e:  # noqa: BLE001 - JAX's complaint, located at the equation
+            raise JaxprError(f"'{eqn.prim}' failed in JAX: {type(e).__name__}: {e}", eqn.loc) from e
 
     return rule
 
 
+def _traced_combiner(interp, body: Jaxpr, eqn: Eqn, dtype, path):
+    """The text's scalar update jaxpr as a JAX ClosedJaxpr (what `lax.scatter_apply` binds)."""
+    import jax
+
+    if len(body.invars) != 2 or len(body.outvars) != 1:
+        raise JaxprError(
+            f"'{eqn.prim}': its update_jaxpr must take two scalars and return one, got "
+            f"{len(body.invars)} inputs and {len(body.outvars)} outputs",
+            eqn.loc,
+        )
+    scalar = jax.ShapeDtypeStruct((), dtype)
+
+    def combine(a, b):
+        return tuple(interp.run(body, [], [a, b], path))
+
+    return jax.make_jaxpr(combine)(scalar, scalar)
+
+
 for _p in ("", "-add", "-mul", "-min", "-max", "-sub"):
     for _name in {"scatter" + _p, "scatter" + _p.replace("-", "_")}:
-        define(_name, evaluate=_evaluate_scatter("scatter" + _p.replace("-", "_")))
+        define(
+            _name,
+            evaluate=_evaluate_scatter("scatter" + _p.replace("-", "_")),
+            evaluated_params=frozenset(
+                "dimension_numbers indices_are_sorted unique_indices mode update_jaxpr "
+                "update_consts".split()
+            ),
+        )
 define("scatter", index_operands=1)
 define("scatter-add", index_operands=1)
 
@@ -1027,6 +1072,12 @@ define(
     "SearchSorted",
     evaluate=_hiprim_evaluate(_search_sorted_prim),
     batching=_search_sorted_batching,
+    evaluated_params=frozenset("side dimension batch_dims method".split()),
+)
+define(
+    "Nonzero",
+    evaluate=_hiprim_evaluate(_nonzero_prim),
+    evaluated_params=frozenset({"size", "axes", "out_dtype"}),
 )
 
 
@@ -1042,4 +1093,4 @@ def _nonzero_batching(args, dims, **params):
     return outs, [0] * len(outs)
 
 
-define("Nonzero", evaluate=_hiprim_evaluate(_nonzero_prim), batching=_nonzero_batching)
+define("Nonzero", batching=_nonzero_batching)

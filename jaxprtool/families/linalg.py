@@ -48,8 +48,9 @@ from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import ShapedArray, short_dtype_name
 from ..lazy import np
 from ..params import EnumValue, Record, as_int_tuple
-from ..primitives import ShapeError, shape_rule
-from ..primitives.util import (
+from ..record import define
+from ..shapes import ShapeError, shape_rule
+from ..shapes.util import (
     arr,
     complex_dtype,
     conv_vjp_lhs_padding,
@@ -77,8 +78,7 @@ from ..primitives.util import (
     static_ints,
     strided_dim,
 )
-from ..primitives.util import ints as param_dims
-from ..record import define
+from ..shapes.util import ints as param_dims
 
 # ---------------------------------------------------------------- shared by the contractions
 
@@ -305,7 +305,6 @@ define(
     bind_params=_bind_precision,
     flops=_dot_general_flops,
     batching=_dot_general_batching,
-    dot=True,
 )
 
 # ---------------------------------------------------------------- ragged_dot_general
@@ -469,7 +468,12 @@ def _evaluate_ragged_dot(interp, eqn, invals, path):
     ]
 
 
-define("ragged_dot", evaluate=_evaluate_ragged_dot)
+define(
+    "ragged_dot",
+    evaluate=_evaluate_ragged_dot,
+    evaluated_params=frozenset({"precision", "preferred_element_type"}),
+    default_params={"group_offset": None},
+)
 
 # ---------------------------------------------------------------- conv_general_dilated
 

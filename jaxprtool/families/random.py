@@ -22,8 +22,9 @@ from ..ad.registry import defjvp2, defjvp_zero
 from ..core import JaxprError, Literal, ShapedArray
 from ..lazy import np
 from ..params import EnumValue
-from ..primitives import ShapeError, shape_rule
-from ..primitives.util import (
+from ..record import define
+from ..shapes import ShapeError, shape_rule
+from ..shapes.util import (
     arr,
     broadcast_shapes,
     dtype_param,
@@ -35,7 +36,6 @@ from ..primitives.util import (
     need,
     one_arr,
 )
-from ..record import define
 
 # ---------------------------------------------------------------- keys
 

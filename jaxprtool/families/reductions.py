@@ -53,8 +53,9 @@ from ..ad.registry import (
 from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import Jaxpr, JaxprError, ShapedArray
 from ..passes import simplify as S
-from ..primitives import ShapeError, shape_rule
-from ..primitives.util import (
+from ..record import define
+from ..shapes import ShapeError, shape_rule
+from ..shapes.util import (
     arr,
     canon_axis,
     conv_vjp_lhs_padding,
@@ -77,7 +78,6 @@ from ..primitives.util import (
     static_ints,
     strided_dim,
 )
-from ..record import define
 from ..text import style as ST
 
 # ---------------------------------------------------------------- monoid reductions over axes
@@ -784,6 +784,10 @@ define(
     evaluate=_evaluate_reduce_window,
     flops=input_elements,
     batching=_reduce_window_batching,
+    evaluated_params=frozenset(
+        "jaxpr window_dimensions window_strides padding base_dilation window_dilation".split()
+    ),
+    default_params={"consts": ()},
 )
 
 # ---------------------------------------------------------------- sort
@@ -1102,7 +1106,15 @@ def _reduce_batching(args, dims, *, dimensions, **params):
 
 
 set_kind("reduce")
-define("reduce", evaluate=_evaluate_reduce, flops=input_elements, batching=_reduce_batching)
+define(
+    "reduce",
+    evaluate=_evaluate_reduce,
+    flops=input_elements,
+    # `computation` is the Python function JAX traced `jaxpr` from (printed as its repr)
+    evaluated_params=frozenset({"jaxpr", "dimensions", "computation"}),
+    default_params={"consts": ()},
+    batching=_reduce_batching,
+)
 
 # ---------------------------------------------------------------- reduce_precision_multi
 # (a name without a shape rule, kept as the tool has always described it: a list of results,

@@ -27,9 +27,9 @@ from ..ad.transpose import backward_pass
 from ..ad.zeros import Zero, is_undefined_primal, is_zero, nonzero_mask, tangent_type, zero_tangents
 from ..core import Jaxpr, JaxprError, Literal, ShapedArray, Var
 from ..params import Opaque, format_value
-from ..primitives import ShapeError, shape_rule
-from ..primitives.util import arr, dim_eq, int_param, jaxpr_param, types_agree
 from ..record import define, prim
+from ..shapes import ShapeError, shape_rule
+from ..shapes.util import arr, dim_eq, int_param, jaxpr_param, types_agree
 from ..text import style as ST
 
 # ---------------------------------------------------------------- flat trees (0.12's ft_in / ft_out)
@@ -1113,6 +1113,11 @@ define(
     transpose=_scan_transpose,
     dce=_scan_dce,
     evaluate=_scan_evaluate,
+    # `linear` and `_split_transpose` are AD's bookkeeping
+    evaluated_params=frozenset(
+        "jaxpr length reverse unroll num_consts num_carry ft_in ft_out linear "
+        "_split_transpose".split()
+    ),
     body_cost=_scan_cost,
     batching=_scan_batching,
     hoist_consts=_scan_hoist_consts,

@@ -32,8 +32,9 @@ from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import Literal, ShapedArray
 from ..lazy import np
 from ..passes import simplify as S
-from ..primitives import ShapeError, shape_rule
-from ..primitives.util import (
+from ..record import define
+from ..shapes import ShapeError, shape_rule
+from ..shapes.util import (
     arr,
     canon_axis,
     dilate_dim,
@@ -57,7 +58,6 @@ from ..primitives.util import (
     static_ints,
     strided_dim,
 )
-from ..record import define
 from ..text import style as ST
 from ..text.param_rules import sorted_params
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from ..ad import batching as BT
 from ..ad.registry import defidentity
 from ..core import ShapedArray
-from ..primitives import shape_rule
-from ..primitives.util import types_agree
 from ..record import define
+from ..shapes import shape_rule
+from ..shapes.util import types_agree
 from ..text import style as ST
 from ..text.param_rules import sorted_params
 
@@ -51,6 +51,8 @@ define(
     evaluate=_evaluate_identity,
     flops=_no_flops,
     batching=BT.same_dims("device_put"),
+    # placement only: the values pass unchanged
+    evaluated_params=frozenset("devices srcs copy_semantics".split()),
 )
 
 
@@ -89,7 +91,7 @@ define(
     # 0.10+ prints no parameter
     version_clues=lambda e: {ST.CLUE_0_7_2} if e.params else set(),
 )
-define("mesh_cast", evaluate=_evaluate_identity)
+define("mesh_cast", evaluate=_evaluate_identity, evaluated_params=frozenset({"dst_sharding"}))
 for _n in ("reshard", "mesh_cast"):
     define(_n, batching=BT.vectorized(_n))
 

@@ -18,9 +18,9 @@ from ..ad.registry import rebind_primal
 from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import JaxprError, OpaqueType, RefType, ShapedArray, is_inexact, short_dtype_name
 from ..params import format_value
-from ..primitives import ShapeError, shape_rule
-from ..primitives.util import broadcast_shapes, nargs, one_arr
 from ..record import define
+from ..shapes import ShapeError, shape_rule
+from ..shapes.util import broadcast_shapes, nargs, one_arr
 from ..text import pretty as pp
 from ..text import style as ST
 
@@ -107,6 +107,7 @@ define(
     effectful=True,
     evaluate=_evaluate_new_ref,
     version_clues=lambda e: {ST.CLUE_0_12} if "pin" in e.params else set(),
+    evaluated_params=frozenset({"memory_space", "kind", "pin"}),  # placement of the box
 )
 define("freeze", effectful=True, evaluate=_evaluate_freeze)
 
@@ -230,7 +231,13 @@ def _evaluate_get(interp, eqn, invals, path):
     return [box.value if idx is None else box.value[idx]]
 
 
-define("get", effectful=True, print_eqn=_print_get, evaluate=_evaluate_get)
+define(
+    "get",
+    effectful=True,
+    print_eqn=_print_get,
+    evaluate=_evaluate_get,
+    evaluated_params=frozenset({"indexer"}),
+)
 
 
 # ---------------------------------------------------------------- swap: `y, r[IDX] <- r[IDX], v`
@@ -275,7 +282,13 @@ def _evaluate_swap(interp, eqn, invals, path):
     return [old] if eqn.outputs else []
 
 
-define("swap", effectful=True, print_eqn=_print_swap, evaluate=_evaluate_swap)
+define(
+    "swap",
+    effectful=True,
+    print_eqn=_print_swap,
+    evaluate=_evaluate_swap,
+    evaluated_params=frozenset({"indexer"}),
+)
 
 
 # ---------------------------------------------------------------- addupdate: `r[IDX] += v`
@@ -311,7 +324,13 @@ def _evaluate_addupdate(interp, eqn, invals, path):
     return []
 
 
-define("addupdate", effectful=True, print_eqn=_print_addupdate, evaluate=_evaluate_addupdate)
+define(
+    "addupdate",
+    effectful=True,
+    print_eqn=_print_addupdate,
+    evaluate=_evaluate_addupdate,
+    evaluated_params=frozenset({"indexer"}),
+)
 
 
 # ---------------------------------------------------------------- forward mode (JAX's state JVPs)

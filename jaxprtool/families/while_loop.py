@@ -17,9 +17,9 @@ from ..ad.jvp import jvp_masked
 from ..ad.ops import instantiate
 from ..ad.zeros import Zero, nonzero_mask, tangent_type, zero_tangents
 from ..core import Jaxpr, JaxprError, ShapedArray, Var
-from ..primitives import ShapeError, shape_rule
-from ..primitives.util import check_call_operands, int_param, jaxpr_param, out_types_of, types_agree
 from ..record import define
+from ..shapes import ShapeError, shape_rule
+from ..shapes.util import check_call_operands, int_param, jaxpr_param, out_types_of, types_agree
 
 WHILE_TRANSPOSE_ERROR = (
     "Reverse-mode differentiation does not work for lax.while_loop or lax.fori_loop with dynamic "
@@ -396,6 +396,7 @@ define(
     transpose=_while_transpose,
     dce=_while_dce,
     evaluate=_while_evaluate,
+    evaluated_params=frozenset("cond_jaxpr body_jaxpr cond_nconsts body_nconsts".split()),
     binder_type=_while_binder_type,
     batching=_while_batching,
     body_operands=_while_body_operands,

@@ -18,8 +18,8 @@ The top-level jaxpr keeps all its inputs and constvars.
 from __future__ import annotations
 
 from ..core import Eqn, Jaxpr, OpaqueType, RefType, Var, eqn_subjaxprs
-from ..primitives import ShapeError
 from ..record import prim
+from ..shapes import ShapeError
 from .base import Pass, PassOption, PassOptionError
 from .common import (
     CALL_IN_PARAMS,

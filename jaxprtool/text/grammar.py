@@ -94,7 +94,7 @@ OPERANDS_PATTERN = rf"(?: |(?<=[ \t\n])){_OPND}(?: {_OPND})*(?:[ \t]*\n[ \t]*)*"
 #: one operand inside an OPERANDS token: (literal value, its type) | untyped literal | variable
 OPERAND = re.compile(rf" ?(?:({_LITVAL}):({_ARRAY_TYPE})|({_ULITVAL})|({_VAR}))")
 
-# the fast path (parser.py, `_State.read_run`).  Each part matches what the grammar's
+# the fast path (parser/fast.py, `FastPath.read_run`).  Each part matches what the grammar's
 # terminals match there (HEAD_OPS, HEAD, BINDER, EQ_PRIM, KEY, RSQB, OPERANDS) or less,
 # never more; the repetitions are possessive or atomic, so that a part matches where the
 # terminal's regular expression first matches (lark takes that match).

@@ -22,7 +22,7 @@ back the printed text exactly.  Mapping:
   `Opaque(exact text)`.
 
 Where the interpretation would not print back exactly, the caller wraps the
-whole printed text in `Opaque` instead (see parser.py).
+whole printed text in `Opaque` instead (see the parser's package docstring).
 
 `hook(i)` lets the jaxpr parser take over where a value position holds a
 jaxpr (`{ lambda ...}` or `let NAME = {...} in {...}`, H5); it returns

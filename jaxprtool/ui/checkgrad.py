@@ -263,29 +263,65 @@ class FiniteDifferences:
 
 
 def kink_indicators(jaxpr: Jaxpr):
-    """(a program computing the branch indicators of `jaxpr`'s top-level equations, their
-    locations), or None when it has none."""
+    """(a program computing the branch indicators of `jaxpr`'s equations, their locations),
+    or None when it has none.  The body of a call-like equation (a nested jaxpr taking its
+    operands and giving its results: jit, custom_jvp/custom_vjp functions such as relu,
+    remat) is copied in, so that a kink inside it (relu's `max x 0`) is one too."""
     from ..ad import builder as B
-    from ..record import prim
 
     b = B.Builder()
     outs, locs = [], []
     with B.use(b):
         for e in jaxpr.eqns:
             b.add_eqn(e)
-            for o in e.outputs:
-                if _discrete(o.type):
-                    outs.append(o)
-                    locs.append(e.loc)
-            rule = prim(e.prim).kink_indicator
-            if rule is not None:
-                b.loc = e.loc
-                for x in rule(e):
-                    outs.append(x)
-                    locs.append(e.loc)
+            _indicate(b, e, outs, locs)
     if not outs:
         return None
     return B.make_jaxpr(jaxpr.invars, b.eqns, outs, jaxpr.constvars), locs
+
+
+def _indicate(b, e, outs, locs) -> None:
+    """Append the branch indicators of equation `e` (already in builder `b`) to outs/locs."""
+    from ..ad import builder as B
+    from ..record import prim
+
+    for o in e.outputs:
+        if _discrete(o.type):
+            outs.append(o)
+            locs.append(e.loc)
+    rule = prim(e.prim).kink_indicator
+    if rule is not None:
+        b.loc = e.loc
+        for x in rule(e):
+            outs.append(x)
+            locs.append(e.loc)
+        return
+    body = _call_like_body(e)
+    if body is not None:
+        body = B.clone_jaxpr(body)
+        mapping = {id(v): x for v, x in zip(body.invars, e.inputs)}
+        for inner in B.substitute(list(body.eqns), mapping):
+            b.add_eqn(inner)
+            _indicate(b, inner, outs, locs)
+
+
+def _call_like_body(e):
+    """The nested jaxpr that computes `e`'s results from its operands, if it has one (same
+    arity and types both ways, no constants of its own); None otherwise (a loop body, a
+    branch, a reducer)."""
+    from ..shapes.util import types_agree
+
+    for v in e.params.values():
+        if (
+            isinstance(v, Jaxpr)
+            and not v.constvars
+            and len(v.invars) == len(e.inputs)
+            and len(v.outvars) == len(e.outputs)
+            and all(types_agree(i.type, x.type) for i, x in zip(v.invars, e.inputs))
+            and all(types_agree(o.type, y.type) for o, y in zip(v.outvars, e.outputs))
+        ):
+            return v
+    return None
 
 
 def _discrete(t) -> bool:

@@ -1,11 +1,13 @@
-"""Primitive registry: shape rules keyed by primitive name.
+"""Shape rules: how they are registered on the primitive records, and type inference.
 
-Each family module (`unary.py`, `shape.py`, ...) registers, for each of its
-primitives, a shape rule `rule(in_types, params, out_hint) -> list[Type]`.
-`out_hint` is the list of result types the text declared (or None when a pass
-is building a new equation); rules use it only for parameters that JAX's
-printer hides (broadcast_in_dim's `shape`, for example).  A rule raises
-`ShapeError` when operands or parameters are wrong.
+Each primitive's block in its family module (`jaxprtool/families/*.py`) registers its shape
+rule `rule(in_types, params, out_hint) -> list[Type]` with `@shape_rule(name, ...)`, which
+sets the record's `shape_rule` field (and the other fields it is given).  `out_hint` is the
+list of result types the text declared (or None when a pass is building a new equation);
+rules use it only for parameters that JAX's printer hides (broadcast_in_dim's `shape`, for
+example).  A rule raises `ShapeError` when operands or parameters are wrong.
+`infer_types` applies a primitive's rule, memoised; `util.py` holds the helpers the rules
+share.
 """
 
 from __future__ import annotations

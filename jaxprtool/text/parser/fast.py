@@ -1,0 +1,400 @@
+"""The fast path: most equations, and most whole texts, read without lark's lexer and LALR
+loop, giving exactly what the grammar gives.
+
+* `FastPath.read_run`: where the post-lexer starts an equation (after an EQSEP, or on the
+  line after `let`), it reads the run of *simple* equations from there with a few regular
+  expressions (grammar.py `FAST_HEAD`, `FAST_OPS`, ...), each matching what the grammar's
+  terminals match there or less, and hands the parser the whole run as ONE EQNS token (the
+  lexer moved past it); the rule `eqn: EQNS` gives its equations.  A simple equation is
+  `binders = prim[params] operands` with array types, all on its line but for its
+  parameter list, whose parameters hold no jaxpr, followed by a line at the equation column
+  or by the block's `in (`.  What it finds is read by the readers the grammar's rules use
+  (readers.py: `new_var`, `operand_atoms`, `bind`; param_values.py: `read_value`), so the
+  two paths share every rule but how tokens are found.  The first equation that is not
+  simple, or has an error, ends the run untouched (warnings it added are dropped) and is
+  read by the grammar: every error is the grammar's, in its words.  A block all on the line
+  of `let` (`let EQN; EQN in (`, how JAX prints small jaxprs) is read whole by
+  `read_inline`, or not at all.  A parameter list of plain values is remembered with its
+  text and reused, with fresh lists (`marshal` copies), where the text recurs.
+* `parse_plain`: a text of one jaxpr (one `lambda`) whose equations the fast path reads all
+  is read without building lark at all: the header, outputs and jaxpr are handed to the
+  grammar's rule callbacks (`build._Build`) as lark would hand them.  At anything else (a
+  nested or shared jaxpr, another layout, an error) the text is read by the grammar afresh.
+  So a small program costs no lark import and no grammar load (start-up), and a large flat
+  one no LALR loop.
+
+tests/test_parser_fast.py compares the two paths on the corpus, generated programs and
+damaged texts.
+"""
+
+from __future__ import annotations
+
+import marshal
+
+from ...core import Eqn, Jaxpr, JaxprError, Loc, Var
+from .. import grammar as G
+from .build import _Build
+from .param_values import Nested, ParamValues, fresh, memoizable
+from .readers import Readers, define, fix_untyped_operands
+from .scopes import SharedRef
+
+
+class FastPath(Readers, ParamValues):
+    """The fast path's readers of one parse.  `fast`: whether it is used at all; the
+    parameter lists read so far (`param_lists`, by text).  It sets the post-lexer's
+    `eqn_start` (for messages) at each equation it reads."""
+
+    def __init__(self, text: str, path: str, fast: bool = True):
+        super().__init__(text, path)
+        self.fast = fast
+        self.param_lists: dict[str, tuple[dict, list]] = {}
+
+    def read_run(self, p: int, line: int, eqcol: int) -> tuple[list[Eqn], int] | None:
+        """The simple equations from s[p] on, which starts an equation on line `line` at
+        the block's equation column `eqcol`: (the equations, where the last one's line
+        break is), or None when the first one is not simple.
+
+        An equation is simple when it is all on its line, or its parameter list alone goes
+        on over lines, its parameters hold no jaxpr, and the next line starts at the
+        equation column (another equation) or is the block's `in (`.  It is read with the
+        grammar's readers into the same `Eqn` as the grammar's rules build, and its results
+        are bound.  The first equation that is not simple (or has an error) ends the run,
+        untouched, for the grammar."""
+        s = self.s
+        n = self.n
+        table = self.tables[-1]
+        path = self.path
+        warnings = self.warnings
+        head = G.FAST_HEAD.match
+        indent = s[p - eqcol + 1 : p]  # of the block's equations
+        eqns = []
+        end = -1
+        while True:
+            m = head(s, p)
+            if m is None:
+                break
+            nw = len(warnings)
+            try:
+                r = self.fast_eqn(m, table)
+            except (JaxprError, Nested):
+                r = None
+            if r is not None:
+                # the next line: another equation, the block's `in (`, or something else
+                q = r[4]
+                k = q + eqcol
+                if k < n and s.startswith(indent, q + 1) and s[k] not in " \t":
+                    c = s[k]
+                    more = not (c == "i" and G.IN_KW.match(s, k))
+                    if more and not ("a" <= c <= "z" or c == "_"):
+                        r = None
+                else:
+                    k = G.INDENT.match(s, q + 1).end()
+                    more = False
+                    if not (k < n and k - q <= eqcol and G.IN_KW.match(s, k)):
+                        r = None
+            if r is None:
+                del warnings[nw:]  # read again by the grammar
+                break
+            prim, inputs, outs, prm, q = r
+            eqns.append(define(table, prim, inputs, outs, prm, Loc(path, line, eqcol)))
+            self.eqn_start = p
+            end = q
+            if not more:
+                break
+            line += s.count("\n", p, k)
+            p = k
+        return (eqns, end) if eqns else None
+
+    def read_inline(self, p: int, line: int) -> tuple[list[Eqn], int] | None:
+        """The equations of a block on one line, `let EQN; EQN in (...)`, from s[p] on: (the
+        equations, where the ` in (` after them is), or None (nothing bound) unless all are
+        simple."""
+        s = self.s
+        table = self.tables[-1]
+        bound = dict(table)
+        nw = len(self.warnings)
+        eqns = []
+        while True:
+            m = G.FAST_HEAD.match(s, p)
+            try:
+                r = self.fast_eqn(m, table, True) if m is not None else None
+            except (JaxprError, Nested):
+                r = None
+            if r is None:
+                break
+            prim, inputs, outs, prm, q = r
+            col = p - s.rfind("\n", 0, p)
+            eqns.append(define(table, prim, inputs, outs, prm, Loc(self.path, line, col)))
+            self.eqn_start = p
+            if s.startswith("; ", q):
+                line += s.count("\n", p, q)
+                p = q + 2
+            elif s.startswith(" in (", q) and G.IN_KW.match(s, q + 1):
+                return eqns, q
+            else:
+                break
+        # the grammar reads the block: as it was
+        table.clear()
+        table.update(bound)
+        del self.warnings[nw:]
+        return None
+
+    def fast_eqn(self, m, table: dict, inline: bool = False):
+        """The equation whose binders and primitive `G.FAST_HEAD` matched: (primitive,
+        inputs, outputs, parameters, where it ends), or None where it is not simple after
+        all.  It ends at its line break, or `inline` (`read_inline`) at the first `;`, ` in (`
+        or line break."""
+        s = self.s
+        e = m.end()
+        c = s[e : e + 1]
+        prm = {}
+        if c == "[":
+            r = self.fast_params(e + 1)
+            if r is None:
+                return None
+            prm, e = r
+            c = s[e : e + 1]
+        if c == "\n" and not inline:
+            q = e
+            inputs = ()
+        elif c == " ":
+            q = s.find("\n", e) if not inline else _inline_end(s, e)
+            if q < 0:
+                return None
+            k = q
+            while s[k - 1] in " \t":
+                k -= 1  # blanks before the line break (skipped by the grammar)
+            inputs = () if k <= e else self.fast_operands(e, k, table)
+            if inputs is None:
+                return None
+        elif c == ";" and inline:
+            q = e
+            inputs = ()
+        else:
+            return None
+        outs = [self.new_var(m.group(1), m.group(2), m.start(2))]
+        more = m.group(3)
+        if more:
+            base = m.start(3)
+            for b in G.FAST_BINDER.finditer(more):
+                outs.append(self.new_var(b.group(1), b.group(2), base + b.start(2)))
+        return m.group(4), inputs, tuple(outs), prm, q
+
+    def fast_params(self, j: int) -> tuple[dict, int] | None:
+        """The parameters of the list whose `[` ends at s[j]: (dict, end of its `]`), or None
+        where a value is left to the grammar (a jaxpr, a shared-jaxpr name).  A list of plain
+        values is remembered with its text (the parse of a list depends on nothing else; the
+        text goes up to the first `]` before a space or line break) and reused, with fresh
+        lists, where that text recurs."""
+        s = self.s
+        a = s.find("] ", j)
+        b = s.find("]\n", j)
+        stop = a if b < 0 or 0 <= a < b else b
+        text = s[j - 1 : stop + 1] if stop >= 0 else None
+        known = self.param_lists.get(text) if text is not None else None
+        if known is not None:
+            d, lists = known
+            d = d.copy()
+            for k, blob, v in lists:
+                d[k] = marshal.loads(blob) if blob is not None else fresh(v)
+            return d, stop + 1
+        broken = self.list_is_broken(j)
+        d = {}
+        while True:
+            mk = G.KEY_TOKEN.match(s, j)
+            if mk is None:
+                break
+            r = self.read_value(mk.end(), mk.group(1), broken)
+            if r is None or type(r[0]) is SharedRef:
+                return None
+            d[mk.group(1)], j = r
+        mr = G.RSQB_TOKEN.match(s, j)
+        if mr is None:
+            return None
+        if text is not None and mr.end() == stop + 1 and all(map(memoizable, d.values())):
+            self.param_lists[text] = _remembered(d)
+        return d, mr.end()
+
+    def fast_operands(self, e: int, q: int, table: dict) -> tuple | None:
+        """The atoms of the operands s[e:q] (` a b 1.0:f32[]`) as the grammar's OPERANDS
+        reads them; None where that token would end elsewhere."""
+        s = self.s
+        ops = s[e:q]
+        if ":" not in ops and "(" not in ops:
+            out = []
+            for name in ops[1:].split(" "):
+                v = table.get(name)
+                if v is None or name == "_":
+                    break  # a literal, `_`, an undefined name, or not an operand
+                out.append(v)  # (the names in the table are variable names)
+            else:
+                return tuple(out)
+        mo = G.FAST_OPS.match(s, e)
+        if mo is None or mo.end() != q:
+            return None
+        out = []
+        if self.operand_atoms(ops, e, 0, table, out):
+            fix_untyped_operands(out)
+        return tuple(out)
+
+
+def _inline_end(s: str, e: int) -> int:
+    """Where the operands of an equation on one line may end: the first `;`, ` in (` or line
+    break from s[e] on (`fast_operands` checks that they do), or -1."""
+    ends = [k for k in (s.find(";", e), s.find(" in (", e), s.find("\n", e)) if k >= 0]
+    return min(ends) if ends else -1
+
+
+def _remembered(d: dict) -> tuple[dict, list]:
+    """A parameter list of memoizable values, as `fast_params` remembers it: the dict, and
+    for each value with lists inside, (key, its marshal bytes or None, the value) to make
+    fresh copies from (`marshal` rebuilds plain data, lists included, in C)."""
+    lists = []
+    for k, v in d.items():
+        if type(v) in (list, tuple) and _has_list(v):
+            lists.append((k, marshal.dumps(v) if _marshalable(v) else None, fresh(v)))
+    return dict(d), lists
+
+
+def _has_list(v) -> bool:
+    t = type(v)
+    return t is list or (t is tuple and any(map(_has_list, v)))
+
+
+_MARSHALABLE = frozenset({int, float, complex, bool, str, type(None)})
+
+
+def _marshalable(v) -> bool:
+    """Plain data that `marshal` gives back with the same types: Python scalars, tuples and
+    lists of them."""
+    t = type(v)
+    return t in _MARSHALABLE or (t in (tuple, list) and all(map(_marshalable, v)))
+
+
+# ---------------------------------------------------------------- texts read without lark
+
+
+class _Tok:
+    """A token as `_Build`'s callbacks read lark's: kind, text, position (line and column
+    from the position)."""
+
+    __slots__ = ("type", "value", "start_pos", "end_pos", "_st")
+
+    def __init__(self, st: FastPath, kind: str, value: str, start_pos: int):
+        self.type = kind
+        self.value = value
+        self.start_pos = start_pos
+        self.end_pos = start_pos + len(value)
+        self._st = st
+
+    @property
+    def line(self) -> int:
+        return self._st.loc(self.start_pos).line
+
+    @property
+    def column(self) -> int:
+        return self._st.loc(self.start_pos).col
+
+
+def parse_plain(st) -> Jaxpr | None:
+    """The jaxpr of a text that is one jaxpr whose equations the fast path reads all
+    (`FastPath.read_run`, `read_inline`), read without building lark: the grammar's callbacks
+    (`_Build`) are called as lark would call them, so the IR is the same.  None (with `st`
+    spent) at anything else: another layout, a nested or shared jaxpr, an error; the
+    grammar then reads the text afresh, and reports errors in its words."""
+    try:
+        return _plain(st)
+    except (JaxprError, Nested):
+        return None
+
+
+def _plain(st) -> Jaxpr | None:
+    s = st.s
+    n = st.n
+    b = _Build()
+    b.st = st
+    i = st.ws(0)
+    m = G.LAMBDA.match(s, i)
+    if m is None:
+        return None
+    lam = b.lam([_Tok(st, "LAMBDA", m.group(), i)])
+    consts, j = _plain_binders(st, b, m.end())
+    if not s.startswith(";", j):
+        return None
+    invars, j = _plain_binders(st, b, j + 1)
+    if not s.startswith(".", j):
+        return None
+    j = G.BLANK.match(s, j + 1).end()
+    if not G.LET.match(s, j):
+        return None
+    j += 3
+    if s.startswith("\n", j):  # equations on their own lines
+        e = G.BLANK.match(s, j).end()
+        if G.IN_KW.match(s, e):
+            eqns, k = [], e
+        else:
+            r = st.read_run(e, s.count("\n", 0, e) + 1, e - s.rfind("\n", 0, e))
+            if r is None:
+                return None
+            eqns, q = r
+            k = G.INDENT.match(s, q + 1).end()
+            if not G.IN_KW.match(s, k):
+                return None  # the run ended before an equation it does not read
+    else:  # on the line of `let`
+        e = G.INDENT.match(s, j).end()
+        if e == j:
+            return None
+        if G.IN_KW.match(s, e):
+            eqns, k = [], e
+        else:
+            r = st.read_inline(e, s.count("\n", 0, e) + 1)
+            if r is None:
+                return None
+            eqns, k = r[0], r[1] + 1
+    r = _plain_outvars(st, k + 4)  # after `in (`
+    if r is None:
+        return None
+    outs, j = r
+    j = G.BLANK.match(s, j).end()
+    if not s.startswith("}", j) or st.ws(j + 1) != n:
+        return None
+    rbrace = _Tok(st, "RBRACE", "}", j)
+    jaxpr = b.jaxpr([lam, consts, invars, None, tuple(eqns), None, b.outvars(outs), rbrace])
+    return b.start([jaxpr])
+
+
+def _plain_binders(st, b: _Build, j: int) -> tuple[list[Var], int]:
+    """The binders from s[j] on, bound as `_Build.constvars` binds them, and where the text
+    after them is."""
+    s = st.s
+    lst = b.constvars([])
+    while True:
+        j = G.BLANK.match(s, j).end()
+        m = G.FAST_BINDER_TOKEN.match(s, j)
+        if m is None:
+            return lst, j
+        lst = b.constvars([lst, _Tok(st, "BINDER", m.group(), j)])
+        j = m.end()
+
+
+def _plain_outvars(st, j: int) -> tuple[list[_Tok], int] | None:
+    """The tokens of an output list from s[j] on (after its `(`), and where its `)` ends;
+    None where the grammar would read other tokens there."""
+    s = st.s
+    toks = []
+    j = G.BLANK.match(s, j).end()
+    if s.startswith(")", j):
+        return toks, j + 1
+    while True:
+        m = G.OUTVAR_TOKEN.match(s, j)
+        if m is None:
+            return None
+        kind = "LITERAL" if m.group(1) else "ULITERAL" if m.group(2) else "VAR"
+        toks.append(_Tok(st, kind, m.group(), j))
+        j = G.BLANK.match(s, m.end()).end()
+        if s.startswith(",", j):
+            j = G.BLANK.match(s, j + 1).end()
+        elif not s.startswith(")", j):
+            return None
+        if s.startswith(")", j):
+            return toks, j + 1

@@ -1,0 +1,163 @@
+"""check-grad's verdicts (issue 22, item 6): a linalg program is checked (it was an internal
+error from the lazy numpy loader), relu's kink at 0 is "non-smooth at FILE:LINE:COL" as for
+max/abs, and an MLP with dropout (Haiku's structure) is checked in float64 with the same
+dropout masks as the program (it failed: the float64 copy was refused, and float32
+differences crossed relu kinks nobody saw)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from jaxprtool.cli import main
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+
+
+def _check_grad(*args):
+    return CliRunner(env={"COLUMNS": "400"}).invoke(main, ["--no-color", "check-grad", *args])
+
+
+def _write(tmp_path, name, fn, *args):
+    path = tmp_path / f"{name}.jaxpr"
+    path.write_text(str(jax.make_jaxpr(fn)(*args)))
+    return path
+
+
+def _linalg_program(a, b):
+    spd = a @ a.T + 4.0 * jnp.eye(3, dtype=a.dtype)
+    inv = jnp.linalg.inv(spd)
+    chol = jnp.linalg.cholesky(spd)
+    sol = jnp.linalg.solve(spd, b)
+    q, r = jnp.linalg.qr(a)
+    w, v = jnp.linalg.eigh(spd)
+    return jnp.sum(inv) + jnp.sum(chol) + jnp.sum(sol * b) + jnp.sum(r * r) + jnp.sum(w)
+
+
+def test_check_grad_of_a_linalg_program_runs_in_a_fresh_process(tmp_path):
+    """A fresh `jaxprtool` process (numpy still lazy when jaxlib starts): the failure needed
+    one, an in-process CLI run would import numpy first."""
+    a = np.random.default_rng(0).normal(size=(3, 3)).astype(np.float32)
+    prog = _write(tmp_path, "linalg", _linalg_program, a, a[:, :1])
+    env = {**os.environ, "NO_COLOR": "1"}
+    r = subprocess.run(
+        [sys.executable, "-m", "jaxprtool", "check-grad", str(prog)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "internal error" not in r.stderr
+    assert r.stdout.count("pass") == 3, r.stdout
+    assert "check-grad: 1 file, 3 checks, 0 failures" in r.stdout
+
+
+def test_relu_kink_at_zero_is_non_smooth_at_its_location(tmp_path):
+    """JAX's relu rule gives 0 at 0; central differences give 0.5: a kink, located at the
+    `max` inside relu's body (as for a plain max)."""
+    prog = _write(tmp_path, "relu", lambda x: jnp.sum(jax.nn.relu(x)), jnp.zeros(3, jnp.float32))
+    np.savez(tmp_path / "x.npz", arg0=np.array([0.0, 1.0, -1.0], np.float32))
+    r = _check_grad(str(prog), "--args", str(tmp_path / "x.npz"))
+    assert r.exit_code == 0, r.output
+    line, col = _max_location(prog.read_text())
+    text = " ".join(r.output.split())
+    assert "FAIL" not in text, r.output
+    assert text.count(f"non-smooth at {prog}:{line}:{col}") == 2, r.output
+
+
+def _max_location(text: str) -> tuple[int, int]:
+    for n, row in enumerate(text.splitlines(), 1):
+        m = re.search(r"\S+ = max ", row)
+        if m:
+            return n, m.start() + 1
+    raise AssertionError("no max in relu's printout")
+
+
+def _dropout(rng, rate, x):
+    """Haiku's hk.dropout: keep * x / keep_rate with keep ~ Bernoulli(1 - rate)."""
+    keep_rate = 1.0 - rate
+    keep = jax.random.bernoulli(rng, keep_rate, shape=x.shape)
+    return keep * x / keep_rate
+
+
+def _haiku_style_mlp(w1, b1, w2, b2, w3, b3, key, x, y):
+    """hk.nets.MLP([64, 64, 10])(x, dropout_rate=0.2, rng=...): Linear, dropout, relu per
+    hidden layer; softmax cross-entropy."""
+    k1, k2 = jax.random.split(key)
+    h = jax.nn.relu(_dropout(k1, 0.2, x @ w1 + b1))
+    h = jax.nn.relu(_dropout(k2, 0.2, h @ w2 + b2))
+    logits = h @ w3 + b3
+    return -jnp.mean(jnp.sum(jax.nn.log_softmax(logits) * y, -1))
+
+
+@pytest.mark.parametrize("seed", ["0", "2"])
+def test_mlp_with_dropout_passes_in_float64(tmp_path, seed):
+    rng = np.random.default_rng(1)
+    shapes = [(32, 64), (64,), (64, 64), (64,), (64, 10), (10,)]
+    params = [rng.normal(size=s).astype(np.float32) / 4 for s in shapes]
+    x = rng.normal(size=(16, 32)).astype(np.float32)
+    y = np.eye(10, dtype=np.float32)[np.arange(16) % 10]
+    args = (*params, jax.random.PRNGKey(0), x, y)
+    prog = _write(tmp_path, "mlp", _haiku_style_mlp, *args)
+    r = _check_grad(str(prog), "--random", seed)
+    assert r.exit_code == 0, r.output
+    assert len(re.findall(r" pass\s*$", r.output, re.M)) == 3, r.output
+    errors = [float(e) for e in re.findall(r"differences\s+([0-9.e+-]+)", r.output)]
+    assert len(errors) == 2 and max(errors) < 1e-4, r.output  # float64 differences
+
+
+def test_the_float64_copy_keeps_dropout_masks(tmp_path):
+    """The float64 copy of a dropout program exists and draws the program's masks: its
+    outputs equal JAX's on the float32 program to float32 rounding."""
+    from jaxprtool.backend import evaluate
+    from jaxprtool.text.parser import parse
+    from jaxprtool.ui.widen import widen
+
+    x = np.random.default_rng(2).normal(size=(4, 8)).astype(np.float32)
+    key = jax.random.PRNGKey(3)
+    fn = lambda k, a: _dropout(k, 0.5, a)  # noqa: E731
+    prog = parse(str(jax.make_jaxpr(fn)(key, x)), "dropout").jaxpr
+    wide = widen(prog)
+    assert wide is not None
+    (got,) = evaluate(wide, [np.asarray(key), x.astype(np.float64)], None)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(fn(key, x)), rtol=1e-6)
+    assert np.asarray(got).dtype == np.float64
+
+
+BROKEN_RULE = """
+from jaxprtool.plugins import defjvp, register_impl, register_shape_rule
+
+
+def same_type(in_types, params, out_hint):
+    return [in_types[0]]
+
+
+def broken_jvp(g, x, **params):
+    raise ValueError("the plugin's rule is broken")
+
+
+register_shape_rule("brokenrule", same_type)
+register_impl("brokenrule", lambda x, **params: x * 2)
+defjvp("brokenrule", broken_jvp)
+"""
+
+
+def test_an_internal_error_shows_its_traceback_under_debug(tmp_path):
+    plugin = tmp_path / "broken_rules.py"
+    plugin.write_text(BROKEN_RULE)
+    prog = tmp_path / "f.jaxpr"
+    prog.write_text("{ lambda ; a:f32[3]. let b:f32[3] = brokenrule a in (b,) }\n")
+    for debug in (False, True):
+        flags = ["--debug"] if debug else []
+        r = _check_grad(str(prog), "--plugin", str(plugin), *flags)
+        assert r.exit_code == 2, r.output
+        assert "internal error: ValueError: the plugin's rule is broken" in r.output
+        assert ("Traceback" in r.output) is debug, r.output
