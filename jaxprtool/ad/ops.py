@@ -12,8 +12,8 @@ import struct
 from ..core import Atom, Literal, ShapedArray, Type, Var, long_dtype_name, np_dtype
 from ..lazy import np
 from ..params import EnumValue, Record
-from ..primitives.util import varying_axes
 from ..record import prim as record_of
+from ..shapes.util import varying_axes
 from .builder import current
 from .zeros import Zero, is_undefined_primal, is_zero, tangent_type
 
