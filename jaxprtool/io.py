@@ -86,14 +86,7 @@ def write_output(text: str | bytes, out: str | None) -> None:
     if out in (None, "-"):
         _write_stdout(data)
         return
-    try:
-        st = os.stat(out)  # follows links: /dev/stdout is the process's standard output
-    except FileNotFoundError:
-        st = None
-    except OSError as e:
-        raise UsageProblem(f"cannot write '{out}': {e.strerror}") from None
-    if st is not None and stat.S_ISDIR(st.st_mode):
-        raise UsageProblem(f"cannot write '{out}': it is a directory")
+    st = _output_stat(out)
     if st is not None and (not stat.S_ISREG(st.st_mode) or _through_descriptor(out)):
         _write_into(out, data)
         return
@@ -119,19 +112,26 @@ def write_output(text: str | bytes, out: str | None) -> None:
         raise
 
 
+def _output_stat(out: str):
+    """What is at `out` (following links: /dev/stdout is the process's standard output), or
+    None; a directory or an unreadable path is a usage problem."""
+    try:
+        st = os.stat(out)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise UsageProblem(f"cannot write '{out}': {e.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise UsageProblem(f"cannot write '{out}': it is a directory")
+    return st
+
+
 def check_writable(out: str | None) -> None:
     """Raise the error `write_output(..., out)` would for a missing folder or a directory,
     before anything is written (a command writing two files checks both first)."""
     if out in (None, "-"):
         return
-    try:
-        st = os.stat(out)
-    except FileNotFoundError:
-        st = None
-    except OSError as e:
-        raise UsageProblem(f"cannot write '{out}': {e.strerror}") from None
-    if st is not None and stat.S_ISDIR(st.st_mode):
-        raise UsageProblem(f"cannot write '{out}': it is a directory")
+    st = _output_stat(out)
     if st is None or stat.S_ISREG(st.st_mode):
         _existing_folder(out, os.path.realpath(out))
 

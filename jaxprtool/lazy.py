@@ -71,5 +71,10 @@ def is_dtype(v) -> bool:
     return numpy_loaded() and isinstance(v, np.dtype)
 
 
+def is_integer(v) -> bool:
+    """An int or a numpy integer scalar (numpy is not imported to tell)."""
+    return isinstance(v, int) or (numpy_loaded() and isinstance(v, np.integer))
+
+
 def is_numpy_scalar(v) -> bool:
     return numpy_loaded() and isinstance(v, np.generic)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .lazy import np
+from .lazy import is_dtype
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +140,7 @@ def format_value(v: Any, nested: bool = False) -> str:
         return str(v)
     if isinstance(v, float):
         return repr(v)
-    if isinstance(v, np.dtype):
+    if is_dtype(v):
         return v.name if v.names is None else "float0"
     if isinstance(v, tuple):
         if len(v) == 1:

@@ -146,16 +146,23 @@ def test_linear_program_dot_product(resmlp_ir, spec):
     close(out_t, want_t, 1e-5)
 
 
-def test_check_grad_accepts_remat_programs(tmp_path):
+@pytest.mark.parametrize(
+    "flag",
+    [
+        ["--remat", "min-cut"],
+        pytest.param(["--remat-budget", "0.4"], marks=pytest.mark.slow),
+        pytest.param(["--remat", "dots_saveable"], marks=pytest.mark.slow),
+    ],
+)
+def test_check_grad_accepts_remat_programs(tmp_path, flag):
     src = tmp_path / "f.jaxpr"
     src.write_text(str(jax.make_jaxpr(lambda x, w1, w2: resmlp(x, w1, w2))(*ARGS)) + "\n")
-    for flag in (["--remat", "min-cut"], ["--remat-budget", "0.4"], ["--remat", "dots_saveable"]):
-        out = tmp_path / "g.jaxpr"
-        r = run(["grad", "--argnums", "1", *flag, str(src), "-o", str(out)])
-        assert r.exit_code == 0, r.output
-        assert "remat2[" in out.read_text()
-        r = run(["check-grad", str(out)])
-        assert r.exit_code == 0, r.output
+    out = tmp_path / "g.jaxpr"
+    r = run(["grad", "--argnums", "1", *flag, str(src), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "remat2[" in out.read_text()
+    r = run(["check-grad", str(out)])
+    assert r.exit_code == 0, r.output
 
 
 def test_budget_exact_plan_is_the_optimum():

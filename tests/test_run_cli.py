@@ -174,7 +174,7 @@ def test_run_errors(prog, tmp_path):
     np.savez(tmp_path / "three.npz", arg0=a.T, arg1=b, arg2=b)
     r = invoke("run", prog, "--args", tmp_path / "three.npz")
     assert r.exit_code == 1
-    assert r.output.strip() == "error: expected 2 arguments, got 3"
+    assert r.output.splitlines()[0] == f"{prog}:1:1: error: expected 2 arguments (a b), got 3"
 
     np.savez(tmp_path / "keys.npz", x=a.T, y=b)
     r = invoke("run", prog, "--args", tmp_path / "keys.npz")

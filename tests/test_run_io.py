@@ -211,3 +211,29 @@ def test_iree_input_spelling_and_inline_expected_outputs(two_file):
                  "--expected-output", "3xf32=" + " ".join(repr(float(x)) for x in sin_cos(
                      np.array([1, 2, 3], np.float32), np.float32(0.5))))  # fmt: skip
     assert one.exit_code == 0, one.output
+
+
+def test_args_archive_keyed_by_the_programs_input_names(tmp_path):
+    """`--args` keys may be the text's input names (as iree-run-module names inputs)."""
+    prog = tmp_path / "ab.jaxpr"
+    prog.write_text("{ lambda ; a:f32[3] b:f32[3]. let c:f32[3] = sub a b in (c,) }\n")
+    a, b = np.arange(3, dtype=np.float32), np.ones(3, np.float32)
+    np.savez(tmp_path / "named.npz", b=b, a=a)  # order in the archive does not matter
+    r = CliRunner().invoke(
+        main, ["run", str(prog), "--args", str(tmp_path / "named.npz"), "--output-format", "json"]
+    )
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["outputs"][0]["data"] == list(a - b)
+    np.savez(tmp_path / "wrong.npz", a=a, c=b)  # neither the names nor arg0, arg1
+    r = CliRunner().invoke(main, ["run", str(prog), "--args", str(tmp_path / "wrong.npz")])
+    assert r.exit_code == 1
+    assert "expected keys arg0, arg1, ... (or arr_0, ...), found a, c" in r.stderr
+
+
+def test_too_few_inline_inputs_is_located(tmp_path):
+    prog = tmp_path / "ab.jaxpr"
+    prog.write_text("{ lambda ; a:f32[3] b:f32[3]. let c:f32[3] = sub a b in (c,) }\n")
+    r = CliRunner().invoke(main, ["run", str(prog), "--input", "f32[3]=1 2 3"])
+    assert r.exit_code == 1
+    assert r.stderr.startswith(f"{prog}:1:")
+    assert "error: expected 2 arguments (a b), got 1" in r.stderr

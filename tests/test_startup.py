@@ -64,11 +64,72 @@ def test_numpy_free_text_never_loads_numpy(tmp_path, args):
     )
 
 
+#: integer parameters (axes, exponents) are plain ints: the shape rules read them without numpy
+INT_PARAMS = (
+    "{ lambda ; a:f32[3]. let\n"
+    "    b:f32[3] = integer_pow[y=2] a\n"
+    "    c:f32[] = reduce_sum[axes=(0,) out_sharding=None] b\n"
+    "  in (c,) }\n"
+)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["fmt"], ["check"], ["jvp"], ["grad"], ["vmap", "--axis-size", "2"], ["canonicalize"]],
+    ids=lambda a: a[0],
+)
+def test_integer_parameters_never_load_numpy(tmp_path, args):
+    got = _probe(tmp_path, INT_PARAMS, *args)
+    assert got["rc"] == 0, got["out"]
+    assert not got["numpy"] and not got["ml_dtypes"], (
+        f"{args[0]} executed numpy for integer parameters (a numpy type test where "
+        "`lazy.is_integer`/`lazy.is_dtype` would do)"
+    )
+    if args == ["fmt"]:
+        assert got["out"] == INT_PARAMS
+
+
 def test_a_dtype_parameter_loads_numpy_and_prints_back(tmp_path):
     got = _probe(tmp_path, WITH_DTYPE, "fmt")
     assert got["rc"] == 0, got["out"]
     assert got["numpy"]
     assert got["out"] == WITH_DTYPE
+
+
+@pytest.mark.parametrize("args", [["fmt"], ["grad"]], ids=lambda a: a[0])
+def test_a_numpy_dtype_parameter_does_not_load_ml_dtypes(tmp_path, args):
+    """float64 is numpy's own: ml_dtypes (~0.1 s) is loaded only for its own dtypes."""
+    text = WITH_DTYPE.replace("f64[3]", "f32[3]").replace("float64", "float32")
+    text = text.replace(
+        "  in (b,)", "    c:f32[] = reduce_sum[axes=(0,) out_sharding=None] b\n  in (c,)"
+    )
+    got = _probe(tmp_path, text, *args)
+    assert got["rc"] == 0, got["out"]
+    assert got["numpy"] and not got["ml_dtypes"]
+
+
+def test_an_ml_dtypes_parameter_loads_it_and_prints_back(tmp_path):
+    text = WITH_DTYPE.replace("f64[3]", "bf16[3]").replace("float64", "bfloat16")
+    got = _probe(tmp_path, text, "fmt")
+    assert got["rc"] == 0, got["out"]
+    assert got["ml_dtypes"]
+    assert got["out"] == text
+
+
+def test_np_dtype_of_every_name_is_numpys():
+    """core.np_dtype's numpy-only shortcut gives the dtype numpy and ml_dtypes give."""
+    import ml_dtypes
+    import numpy as np
+
+    from jaxprtool.core import SHORT_TO_LONG, float0, np_dtype
+
+    for short, long in SHORT_TO_LONG.items():
+        want = (
+            float0()
+            if long == "float0"
+            else np.dtype(getattr(ml_dtypes, long) if hasattr(ml_dtypes, long) else long)
+        )
+        assert np_dtype(short) == want, short
 
 
 def test_rounding_without_numpy_matches_numpy():

@@ -15,7 +15,7 @@ from . import builder as B
 from . import observe
 from .jvp import _inst_list, diff_mask, jvp_eval
 from .ops import instantiate as inst_zero
-from .residuals import LinearizeInfo, Residual
+from .residuals import LinearizeInfo, forward_residuals
 from .zeros import Zero, is_zero, tangent_type
 
 LINEAR_NAME = "linear"
@@ -138,26 +138,8 @@ def linearize_jaxpr(jaxpr: Jaxpr, argnums: Sequence[int] | None = None, instanti
         jaxpr, mask, instantiate
     )
     producer = {id(o): e for e in peqns for o in e.outputs}
-    in_pos = {id(v): i for i, v in enumerate(primals)}
-    const_pos = {id(v): i for i, v in enumerate(consts)}
-    out_pos: dict[int, int] = {}
-    for j, o in enumerate(outs):
-        if isinstance(o, Var):
-            out_pos.setdefault(id(o), j)
     info = LinearizeInfo(mask, out_nz)
-    new: list[Var] = []
-    for r in residuals:
-        e: Eqn | None = producer.get(id(r))
-        prim, loc = (e.prim, e.loc) if e is not None else (None, None)
-        if id(r) in in_pos:
-            info.residuals.append(Residual(r.type, "input", in_pos[id(r)]))
-        elif id(r) in const_pos:
-            info.residuals.append(Residual(r.type, "const", const_pos[id(r)]))
-        elif id(r) in out_pos:
-            info.residuals.append(Residual(r.type, "output", out_pos[id(r)], prim, loc))
-        else:
-            info.residuals.append(Residual(r.type, "new", len(new), prim, loc))
-            new.append(r)
+    new = forward_residuals(residuals, lambda r: producer.get(id(r)), primals, consts, outs, info)
     primal = B.make_jaxpr(primals, peqns, list(outs) + new, consts)
     linear = _linear_jaxpr(residuals, tan_in, teqns, touts)
     from .remat import rematerialize

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from ..core import Eqn, Jaxpr, JaxprError, Var, eqn_subjaxprs
 from ..record import prim as record_of
 from . import builder as B
-from .residuals import LinearizeInfo, Residual
+from .residuals import LinearizeInfo, Residual, forward_residuals
 
 #: candidate equations up to which a byte budget is solved exactly (HiGHS takes well under
 #: a second there); beyond, the greedy heuristic
@@ -575,29 +575,15 @@ def apply_plan(
     n_out = len(info.out_mask)
     n_res = len(info.residuals)
     outs = list(primal.outvars[:n_out])
-    if not forward:
-        in_pos, const_pos = {}, {}
-    else:
-        in_pos = {id(v): i for i, v in enumerate(primal.invars)}
-        const_pos = {id(v): i for i, v in enumerate(primal.constvars)}
-    out_pos: dict[int, int] = {}
-    for j, o in enumerate(outs if forward else ()):
-        if isinstance(o, Var):
-            out_pos.setdefault(id(o), j)
     new_info = LinearizeInfo(info.in_mask, info.out_mask)
-    new: list[Var] = []
-    for v in plan.saved:
-        e = g.eqns[g.producer[id(v)]] if id(v) in g.producer else None
-        prim, loc = (e.prim, e.loc) if e is not None else (None, None)
-        if id(v) in in_pos:
-            new_info.residuals.append(Residual(v.type, "input", in_pos[id(v)]))
-        elif id(v) in const_pos:
-            new_info.residuals.append(Residual(v.type, "const", const_pos[id(v)]))
-        elif id(v) in out_pos:
-            new_info.residuals.append(Residual(v.type, "output", out_pos[id(v)], prim, loc))
-        else:
-            new_info.residuals.append(Residual(v.type, "new", len(new), prim, loc))
-            new.append(v)
+    new = forward_residuals(
+        plan.saved,
+        lambda v: g.eqns[g.producer[id(v)]] if id(v) in g.producer else None,
+        primal.invars if forward else (),
+        primal.constvars if forward else (),
+        outs if forward else (),
+        new_info,
+    )
     new_primal = B.make_jaxpr(
         primal.invars,
         B.dce_eqns(list(primal.eqns), outs + new),

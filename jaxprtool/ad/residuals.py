@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..core import Loc
+from ..core import Loc, Var
 
 
 @dataclass
@@ -37,3 +37,30 @@ class LinearizeInfo:
     @property
     def num_new_residuals(self) -> int:
         return sum(1 for r in self.residuals if r.source == "new")
+
+
+def forward_residuals(residuals, made_by, invars, constvars, outvars, info: LinearizeInfo) -> list:
+    """Record in `info` where each residual comes from: a primal input, constant or output
+    when it is one (forwarded: the primal program need not return it again), else a new
+    primal output; returns the new ones, in order.  `made_by(v)`: the equation that made
+    `v`, or None."""
+    in_pos = {id(v): i for i, v in enumerate(invars)}
+    const_pos = {id(v): i for i, v in enumerate(constvars)}
+    out_pos: dict[int, int] = {}
+    for j, o in enumerate(outvars):
+        if isinstance(o, Var):
+            out_pos.setdefault(id(o), j)
+    new: list = []
+    for r in residuals:
+        e = made_by(r)
+        prim, loc = (e.prim, e.loc) if e is not None else (None, None)
+        if id(r) in in_pos:
+            info.residuals.append(Residual(r.type, "input", in_pos[id(r)]))
+        elif id(r) in const_pos:
+            info.residuals.append(Residual(r.type, "const", const_pos[id(r)]))
+        elif id(r) in out_pos:
+            info.residuals.append(Residual(r.type, "output", out_pos[id(r)], prim, loc))
+        else:
+            info.residuals.append(Residual(r.type, "new", len(new), prim, loc))
+            new.append(r)
+    return new

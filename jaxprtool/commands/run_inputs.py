@@ -82,6 +82,16 @@ def npz_list(d: dict[str, np.ndarray], prefix: str, path: str) -> list[np.ndarra
     )
 
 
+def npz_arguments(d: dict, invars, path: str) -> list:
+    """The arguments of an --args archive: keyed by the program's input names (`a`, `b`,
+    ... as the text binds them, like iree-run-module's named inputs) when its keys are
+    exactly those names, else arg0, arg1, ... (or np.savez's arr_0, ...)."""
+    names = [v.hint for v in invars]
+    if d and all(names) and len(set(names)) == len(names) and set(d) == set(names):
+        return [d[n] for n in names]
+    return npz_list(d, "arg", path)
+
+
 def load_npy(path: str) -> np.ndarray:
     return read_all([declared_npy(path)], "arguments")[0]
 
@@ -136,7 +146,7 @@ def check_arrays(vars_, arrays, dims, what: str = "argument") -> list:
     from ..backend.values import static_shape, type_str
 
     if len(arrays) != len(vars_):
-        raise JaxprError(f"expected {len(vars_)} {what}s, got {len(arrays)}")
+        raise ProgramError(f"expected {len(vars_)} {what}s, got {len(arrays)}", "inputs")
     out = []
     for i, (v, a) in enumerate(zip(vars_, arrays)):
         t = v.type
@@ -187,7 +197,7 @@ def gather_inputs(jaxpr, args_npz, arg_files, seed, consts_npz, dims, inline=Non
     if inline is not None:
         args = list(inline)
     elif args_npz is not None:
-        args = npz_list(declared_npz(args_npz, "arguments"), "arg", args_npz)
+        args = npz_arguments(declared_npz(args_npz, "arguments"), jaxpr.invars, args_npz)
     elif arg_files:
         args = [declared_npy(p) for p in arg_files]
     elif rng is not None:
@@ -209,7 +219,10 @@ def gather_inputs(jaxpr, args_npz, arg_files, seed, consts_npz, dims, inline=Non
         consts = None
     if args is not None:
         if len(args) != len(jaxpr.invars):
-            raise JaxprError(f"expected {len(jaxpr.invars)} arguments, got {len(args)}")
+            names = " ".join(var_name(v, i, "arg") for i, v in enumerate(jaxpr.invars))
+            raise ProgramError(
+                f"expected {len(jaxpr.invars)} arguments ({names}), got {len(args)}", "inputs"
+            )
         dims = bind_dims(jaxpr.invars, args, dims)
     cvars = every if rng is not None else list(jaxpr.constvars)
     if consts is not None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..core import RefType, ShapedArray, Type
-from ..lazy import np
+from ..lazy import is_dtype, np
 from ..params import EnumValue, NpScalar, Opaque, Record, SymExpr
 from ..record import FieldView, define
 from ..record import prim as record_of
@@ -159,7 +159,7 @@ def _freeze(v):
         return _INT_TREE, repr(v)  # the common case (axes, shapes, dimension numbers)
     if cls is tuple or cls is list or cls is frozenset:
         return cls, tuple(map(_freeze, v))
-    if isinstance(v, np.dtype):
+    if is_dtype(v):
         return np.dtype, v
     if cls is NpScalar:
         return cls, v.dtype, _freeze(v.value)

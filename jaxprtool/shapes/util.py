@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from ..core import Jaxpr, OpaqueType, RefType, ShapedArray, Type, short_dtype_name
-from ..lazy import np
+from ..lazy import is_dtype, is_integer, np
 from ..params import format_value
 from . import ShapeError
 
@@ -61,7 +61,7 @@ def dtype_param(v: Any) -> str:
     """A dtype parameter (np.dtype, numpy scalar type, or name) -> short dtype name."""
     if v is None:
         raise ShapeError("missing dtype parameter")
-    if isinstance(v, np.dtype):
+    if is_dtype(v):
         if v.names is not None:
             return "float0"
         return short_dtype_name(v.name)
@@ -86,7 +86,7 @@ def ints(v: Any) -> tuple:
     """A tuple of dims from a param: ints (numpy scalars allowed), symbolic ones as strings."""
     if v is None:
         return ()
-    if isinstance(v, (int, np.integer)):
+    if is_integer(v):
         return (int(v),)
     if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
         raise ShapeError(f"malformed parameter value {v} (expected a tuple of integers)")
@@ -116,7 +116,7 @@ def dim_param(x: Any):
     """One dimension from a param: int, or a symbolic dim as a string."""
     if isinstance(x, bool):
         return int(x)
-    if isinstance(x, (int, np.integer)):
+    if is_integer(x):
         return int(x)
     try:
         return int(x)

@@ -32,23 +32,10 @@ from __future__ import annotations
 from collections import Counter
 
 from ..core import Eqn, Jaxpr, RefType, ShapedArray, Var, all_eqns, eqn_subjaxprs
+from ..memory import value_bytes
 from ..record import prim
 
 MOVEMENT = {"squeeze_p"}  # moves data, computes nothing
-
-
-def _nbytes(t) -> int:
-    if isinstance(t, RefType):
-        t = t.inner
-    if not isinstance(t, ShapedArray):
-        return 0
-    try:
-        item = t.np_dtype.itemsize
-    except KeyError:
-        item = 0
-    if t.dtype in ("i4", "u4"):
-        return (t.size + 1) // 2
-    return t.size * item
 
 
 def _size(t) -> int:
@@ -96,8 +83,8 @@ def _cost(j: Jaxpr, memo: dict) -> tuple[int, int]:
         subs = list(eqn_subjaxprs(e))
         if not subs:
             flops += eqn_flops(e)
-            nbytes += sum(_nbytes(a.type) for a in e.inputs) + sum(
-                _nbytes(o.type) for o in e.outputs
+            nbytes += sum(value_bytes(a.type) for a in e.inputs) + sum(
+                value_bytes(o.type) for o in e.outputs
             )
             continue
         costs = [_cost(s, memo) for s in subs]
@@ -140,11 +127,11 @@ def stats(j: Jaxpr) -> dict:
         "outputs": len(j.outvars),
         "constvars": len(j.constvars),
         "residuals": len(res),
-        "residual_bytes": sum(_nbytes(v.type) for v in res),
+        "residual_bytes": sum(value_bytes(v.type) for v in res),
         "flops": flops,
         "bytes": nbytes,
-        "bytes_in": sum(_nbytes(v.type) for v in (*j.constvars, *j.invars)),
-        "bytes_out": sum(_nbytes(a.type) for a in j.outvars),
+        "bytes_in": sum(value_bytes(v.type) for v in (*j.constvars, *j.invars)),
+        "bytes_out": sum(value_bytes(a.type) for a in j.outvars),
         "while_loops": sum(n for p, n in counts.items() if prim(p).unbounded_loop),
     }
 

@@ -188,7 +188,9 @@ class FastPath(Readers, ParamValues):
         lists, where that text recurs."""
         s = self.s
         a = s.find("] ", j)
-        b = s.find("]\n", j)
+        # only a `]` line end before `a` matters: searching the rest of the text each time is
+        # quadratic where no `]` ends a line (programs whose lists all close mid-line)
+        b = s.find("]\n", j, a if a >= 0 else len(s))
         stop = a if b < 0 or 0 <= a < b else b
         text = s[j - 1 : stop + 1] if stop >= 0 else None
         known = self.param_lists.get(text) if text is not None else None
