@@ -386,3 +386,21 @@ def test_an_ill_typed_jit_keeps_its_outvars_when_printed_and_read_back():
     inner = parser.parse(r.stdout).jaxpr.eqns[0].params["jaxpr"]
     assert inner.outvars == (inner.eqns[0].outputs[0], inner.eqns[1].outputs[0])
     assert tool("fmt", "-", text=r.stdout).stdout == r.stdout
+
+
+def test_iota_without_a_dimension_is_refused_before_jax_sees_it():
+    """`iota[dimension=None ...]` passed the checker (taken as 0) and then failed inside JAX's
+    bind, unlocated: "JAX could not compile the program: TypeError: int() argument ..."."""
+    text = (
+        "{ lambda ; . let\n"
+        "    z:u32[4] = iota[dimension=None dtype=uint32 shape=(4,) sharding=None] \n"
+        "  in (z,) }\n"
+    )
+    for cmd in ("check", "run --random 0", "jvp"):
+        r = tool(*cmd.split(), "-", text=text)
+        assert r.exit_code == 1, (cmd, r.output)
+        assert error_line(r) == (
+            "<stdin>:2:5: error: iota: dimension=None: give the axis that counts up "
+            "(dimension=0, ...)"
+        ), (cmd, r.stderr)
+        assert not r.stdout

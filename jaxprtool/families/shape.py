@@ -672,6 +672,9 @@ def _iota(in_types, params, out_hint):
     nargs(in_types, (0,) + tuple(range(1, 8)), "iota")
     d = dtype_param(need(params, "dtype"))
     shape = ints(need(params, "shape"))
+    dim = params.get("dimension", 0)  # absent in old printouts
+    if dim is None:  # JAX's bind refuses it
+        raise ShapeError("iota: dimension=None: give the axis that counts up (dimension=0, ...)")
     dim = int_param(params, "dimension", 0)
     if shape and not 0 <= dim < len(shape):
         raise ShapeError(f"iota: dimension {dim} is out of range for shape {fmt_shape(shape)}")
