@@ -980,7 +980,13 @@ def _custom_vmap_jvp(primals, tangents, **params):
     return jvp_eval(body, list(primals), list(tangents), list(body.constvars))
 
 
-define("custom_vmap_call", evaluate=_evaluate_body("call"), jvp=_custom_vmap_jvp)
+define(
+    "custom_vmap_call",
+    evaluate=_evaluate_body("call"),
+    jvp=_custom_vmap_jvp,
+    # the rule and its trees change how the call batches, not its value
+    evaluated_params=frozenset("call rule in_tree out_tree".split()),
+)
 
 
 def _custom_lin_forward(eqn) -> Jaxpr:
