@@ -404,3 +404,17 @@ def test_iota_without_a_dimension_is_refused_before_jax_sees_it():
             "(dimension=0, ...)"
         ), (cmd, r.stderr)
         assert not r.stdout
+
+
+@pytest.mark.parametrize("cmd", ["check", "vjp", "linearize", "run --random 0"])
+def test_a_reduction_with_a_bare_integer_axis_is_refused(cmd):
+    """`reduce_max[axes=0]` passed the checker; then the AD rule crashed ("internal error:
+    'int' object is not iterable") and JAX's bind refused it (a fuzz finding)."""
+    text = "{ lambda ; a:f32[3]. let\n    c:f32[] = reduce_max[axes=0 out_sharding=None] a\n  in (c,) }\n"
+    r = tool(*cmd.split(), "-", text=text)
+    assert r.exit_code == 1, r.output
+    assert (
+        error_line(r)
+        == "<stdin>:2:5: error: reduce_max: axes=0 is no tuple of axes: write axes=(0,)"
+    )
+    assert "internal error" not in r.output and not r.stdout

@@ -103,10 +103,18 @@ def _reduce_axes(prim, x, axes):
     return tuple(d for i, d in enumerate(x.shape) if i not in axes)
 
 
+def _axes_param(params) -> tuple[int, ...]:
+    """`axes`, a tuple: JAX's bind (and the AD rules) refuse a bare integer."""
+    v = need(params, "axes")
+    if isinstance(v, (bool, int)):
+        raise ShapeError(f"axes={v} is no tuple of axes: write axes=({v},)")
+    return static_ints(v)
+
+
 @shape_rule(*MONOID_REDUCTIONS)
 def _reduce_monoid(in_types, params, out_hint):
     x = one_arr(in_types, "reduce")
-    shape = _reduce_axes("reduce", x, static_ints(need(params, "axes")))
+    shape = _reduce_axes("reduce", x, _axes_param(params))
     return [x.update(shape=shape)]
 
 
@@ -226,7 +234,7 @@ for _n in ("reduce_and", "reduce_or", "reduce_xor"):
 @shape_rule("argmax", "argmin")
 def _argminmax(in_types, params, out_hint):
     x = one_arr(in_types, "argmax")
-    axes = static_ints(need(params, "axes"))
+    axes = _axes_param(params)
     if len(axes) != 1:
         raise ShapeError(f"argmax/argmin expects exactly one axis, got {fmt_shape(axes)}")
     d = dtype_param(need(params, "index_dtype"))
