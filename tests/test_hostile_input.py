@@ -418,3 +418,19 @@ def test_a_reduction_with_a_bare_integer_axis_is_refused(cmd):
         == "<stdin>:2:5: error: reduce_max: axes=0 is no tuple of axes: write axes=(0,)"
     )
     assert "internal error" not in r.output and not r.stdout
+
+
+def test_two_operands_side_by_side_are_no_symbolic_dimension():
+    """`f32[ let 2,3]` was read as a symbolic dimension `let 2`; the cumulative-reduction
+    JVP then compared it with an integer (internal error: '<' not supported between
+    instances of 'str' and 'int'; a fuzz finding)."""
+    text = (
+        "{ lambda ; a:f32[ let 2,3]. let\n    c:f32[ let 2,3] = cummax[axis=0 reverse=False] a\n"
+        "  in (c,) }\n"
+    )
+    for cmd in ("check", "vjp"):
+        r = tool(cmd, "-", text=text)
+        assert r.exit_code == 1, r.output
+        assert error_line(r) == "<stdin>:1:18: error: invalid dimension ' let 2' in type"
+    r = tool("check", "-", text="{ lambda ; a:f32[2*b + 1,floordiv(b, 2)]. let  in (a,) }\n")
+    assert r.exit_code == 0, r.stderr

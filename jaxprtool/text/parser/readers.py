@@ -292,9 +292,14 @@ class Readers(Source):
         return x, tpl, ivars
 
 
+#: two operands without an operator between them: no dimension expression
+_ADJACENT_OPERANDS = re.compile(r"[\w)]\s+[\w(]")
+
+
 def _valid_symbolic_dim(d: str) -> bool:
-    """A symbolic (`2*b + 1`, `floordiv(b, 2)`) or sharded (`8@x`) dim, brackets balanced."""
-    if not _SYMBOLIC_DIM.fullmatch(d):
+    """A symbolic (`2*b + 1`, `floordiv(b, 2)`) or sharded (`8@x`) dim, brackets balanced,
+    no two operands side by side (`let 2`)."""
+    if not _SYMBOLIC_DIM.fullmatch(d) or _ADJACENT_OPERANDS.search(d):
         return False
     depth = 0
     for c in d:
