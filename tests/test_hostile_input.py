@@ -434,3 +434,12 @@ def test_two_operands_side_by_side_are_no_symbolic_dimension():
         assert error_line(r) == "<stdin>:1:18: error: invalid dimension ' let 2' in type"
     r = tool("check", "-", text="{ lambda ; a:f32[2*b + 1,floordiv(b, 2)]. let  in (a,) }\n")
     assert r.exit_code == 0, r.stderr
+
+
+def test_a_jit_name_with_brackets_reads_back_on_one_line():
+    """`jit[name=0:u32[] jaxpr=...]` read on one line ended the name at its own `]` (dce
+    printed a program that did not parse: a fuzz finding)."""
+    text = "{ lambda ; a:i32[3]. let\n    b:i32[3] = jit[name=0:u32[] jaxpr={ lambda ; a:i32[3]. let  in (a,) }] a\n  in (b,) }\n"
+    r = tool("dce", "-", text=text)
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout == text

@@ -68,9 +68,19 @@ class ParamValues(Source):
         return s.startswith("]", j) or G.KEY.match(s, j) is not None
 
     def raw_end(self, i: int, broken: bool) -> int:
-        """End of an unquoted top-level string value (H3): up to the next `key=` or `]`."""
-        pat = G.RAW_END_BROKEN if broken else G.RAW_END_FLAT
-        m = pat.search(self.s, i)
+        """End of an unquoted top-level string value (H3): up to the next `key=` or `]`; on
+        one line, the first such place where the value's own brackets are balanced (a jit
+        named `0:u32[]`), else the first."""
+        s = self.s
+        if broken:
+            m = G.RAW_END_BROKEN.search(s, i)
+        else:
+            line_end = s.find("\n", i)
+            ends = G.RAW_END_FLAT.finditer(s, i, len(s) if line_end < 0 else line_end)
+            m = first = next(ends, None)
+            while m is not None and s.count("[", i, m.start()) != s.count("]", i, m.start()):
+                m = next(ends, None)
+            m = m or first or G.RAW_END_FLAT.search(s, i)
         if m is None:
             self.fail("unterminated parameter list: expected ']'", i)
         return m.start()
