@@ -622,3 +622,18 @@ class _AlphaEq:
         if hasattr(x, "alpha_equal"):
             return x.alpha_equal(y, self.value)
         return type(x) is type(y) and x == y
+
+
+def value_bytes(t: Type) -> int:
+    """The bytes one value of type `t` occupies (0 for tokens, opaque types, symbolic dims)."""
+    if isinstance(t, RefType):
+        t = t.inner
+    if not isinstance(t, ShapedArray):
+        return 0
+    try:
+        item = t.np_dtype.itemsize
+    except KeyError:  # key<fry>, an unknown dtype: the tool cannot size it
+        return 0
+    if t.dtype in ("i4", "u4"):
+        return (t.size + 1) // 2
+    return t.size * item

@@ -50,12 +50,12 @@ from .core import (
     Jaxpr,
     JaxprError,
     Loc,
-    RefType,
     ShapedArray,
     Type,
     Var,
     eqn_subjaxprs,
     subjaxprs,
+    value_bytes,
 )
 from .lazy import np
 from .record import prim as record_of
@@ -68,21 +68,6 @@ __all__ = [
     "residual_bytes",
     "value_bytes",
 ]
-
-
-def value_bytes(t: Type) -> int:
-    """The bytes one value of type `t` occupies (0 for tokens, opaque types, symbolic dims)."""
-    if isinstance(t, RefType):
-        t = t.inner
-    if not isinstance(t, ShapedArray):
-        return 0
-    try:
-        item = t.np_dtype.itemsize
-    except KeyError:  # key<fry>, an unknown dtype: the tool cannot size it
-        return 0
-    if t.dtype in ("i4", "u4"):
-        return (t.size + 1) // 2
-    return t.size * item
 
 
 @dataclass(frozen=True)

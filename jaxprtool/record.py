@@ -40,8 +40,14 @@ class Primitive:
     #: (JAX's `primitive_linearizations`): `rule(primals, tangents, **params)`, run with a
     #: split builder; None: the JVP rule's equations are sorted into the two programs
     linearization: Callable | None = None
+    #: the JVP rule runs even when no operand has a tangent (JAX's
+    #: `linearize_on_zero_tangents`: new_ref makes the tangent Ref of every Ref)
+    jvp_on_zero_tangents: bool = False
     #: `rule(args, batch_dims, **params) -> (outs, out_batch_dims)` (vmap)
     batching: Callable | None = None
+    #: `fn(params) -> tuple[str, ...]`: the named axes a collective communicates over (JAX's
+    #: `skippable_batchers`): vmap with that axis name batches it even when no operand is
+    axis_names: Callable | None = None
     #: the equation has a list of results even when it has one (JAX's `multiple_results`)
     multiple_results: bool = False
     #: never removed, merged or reordered by a pass, nor dropped inside AD

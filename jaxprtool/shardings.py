@@ -180,6 +180,24 @@ def read_sharding(v) -> ShardingText | None:
     return ShardingText(read_mesh(text), spec)
 
 
+def with_batch_dim(v, d: int | None):
+    """A jit's `NamedSharding` entry for an operand or result that gained a batch dimension
+    at `d` (JAX's `_pjit_batcher_for_sharding`): the spec gets None there, so the mesh axes
+    stay on the dimensions they sharded.  Other entries (unspecified) are kept."""
+    if d is None:
+        return v
+    text = str(v).strip()
+    sh = read_sharding(text)
+    if sh is None or d >= len(sh.spec.entries):
+        return v
+    entries = list(sh.spec.entries)
+    entries.insert(d, None)
+    start = text.index("spec=") + len("spec=")
+    old = _head(text[start:])
+    new = SpecText(tuple(entries), sh.spec.cls, sh.spec.extra).to_text()
+    return Opaque(text[:start] + new + text[start + len(old) :])
+
+
 # ---------------------------------------------------------------- sharded dims (`8@x`)
 
 

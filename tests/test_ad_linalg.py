@@ -175,6 +175,7 @@ CASES = [
     ("qr_square", jnp.linalg.qr, (_well(4, 10),), 2e-3),
     ("qr_tall", jnp.linalg.qr, (_mat(5, 3, 11),), 2e-3),
     ("qr_wide", jnp.linalg.qr, (_mat(3, 5, 12),), 2e-3),
+    ("qr_tall_complete", lambda a: jnp.linalg.qr(a, mode="complete"), (_mat(5, 3, 37),), 2e-3),
     ("svd_values", lambda a: jnp.linalg.svd(a, compute_uv=False), (_distinct_sv(5, 3, 13),), 2e-3),
     ("svd_square", _svd_fn, (_distinct_sv(4, 4, 14),), 5e-3),
     ("svd_tall", _svd_fn, (_distinct_sv(5, 3, 15),), 5e-3),

@@ -104,6 +104,28 @@ def sz_jvp(primals, tangents):
 
 def symbolic(x, y):
     return sz(x, y).sum()
+
+
+@jax.custom_vjp
+def looped(x):
+    return jnp.sin(x)
+
+
+def looped_fwd(x):
+    return jnp.sin(x), jnp.cos(x)
+
+
+def looped_bwd(c, g):
+    # a while loop (as diffrax's adjoint solve has): the tool cannot transpose this bwd
+    _, acc = jax.lax.while_loop(lambda s: s[0] < 3, lambda s: (s[0] + 1, s[1] + g * c), (0, g * 0))
+    return (acc,)
+
+
+looped.defvjp(looped_fwd, looped_bwd)
+
+
+def with_loop(x):
+    return looped(x) * x
 """
 
 X = np.array([-2.0, -0.5, 0.0, 0.7, 3.0], np.float32)
@@ -343,6 +365,49 @@ def test_linearize_then_transpose_through_files_equals_jax_vjp(rules):
     _, pullback = jax.vjp(mod.with_residuals, X, Y)
     for g, e in zip(outs[-2:], pullback(ct)):
         np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-6)
+
+
+def test_linearized_custom_vjp_runs_and_its_linear_program_transposes_alone(rules):
+    """linearize | run: the custom_lin runs as the transpose of its recorded bwd, so the
+    tangents are J t with J jax.jacrev's (JAX itself cannot run a linearized custom_vjp);
+    the linear program runs and transposes on its own (the dot-product test, and
+    its transpose is jax.vjp's pullback)."""
+    mod, trace = rules
+    text = trace("with_residuals", "f32[5]", "f32[5]")
+    lin = tool("linearize", "-", text=text)
+    assert lin.exit_code == 0, lin.output
+    tx, ty = Y * 0.5 - 0.25, X * 0.25 + 0.5
+    got = run_text(lin.stdout, X, Y, tx, ty)
+    jx, jy = jax.jacrev(mod.with_residuals, argnums=(0, 1))(X, Y)
+    np.testing.assert_allclose(got[0], mod.with_residuals(X, Y), rtol=1e-6)
+    np.testing.assert_allclose(got[1], jx @ tx + jy @ ty, rtol=1e-5, atol=1e-5)
+    from jaxprtool.ad.api import linearize_jaxpr, transpose_jaxpr
+    from jaxprtool.text.printer import print_jaxpr
+
+    primal, linear, info = linearize_jaxpr(parse(text, "<traced>").jaxpr)
+    linear = parse(print_jaxpr(linear), "<linear>").jaxpr  # on its own, as a file holds it
+    pouts = run_text(print_jaxpr(primal), X, Y)
+    src = {"input": [X, Y], "output": pouts[:1], "new": pouts[1:]}
+    res = [src[r.source][r.index] for r in info.residuals]
+    (lin_out,) = backend.evaluate(linear, [*res, tx, ty])
+    np.testing.assert_allclose(lin_out, got[1], rtol=1e-5, atol=1e-5)
+    lt = transpose_jaxpr(linear, [False] * len(res) + [True, True])
+    ct = np.float32(1.5)
+    gx, gy = backend.evaluate(lt, [*res, ct])
+    assert abs(float(lin_out * ct) - float(gx @ tx + gy @ ty)) <= 1e-4 * max(1.0, abs(lin_out))
+    for g, e in zip((gx, gy), jax.vjp(mod.with_residuals, X, Y)[1](ct)):
+        np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-6)
+
+
+def test_linearized_custom_vjp_with_a_looping_bwd_runs_by_rows(rules):
+    """A bwd with a while loop does not transpose: the custom_lin runs as J t from the rows
+    of J (the bwd on each output basis vector); J is jax.jacrev's."""
+    mod, trace = rules
+    lin = tool("linearize", "-", text=trace("with_loop", "f32[5]"))
+    assert lin.exit_code == 0, lin.output
+    got = run_text(lin.stdout, X, Y)
+    np.testing.assert_allclose(got[0], mod.with_loop(X), rtol=1e-6)
+    np.testing.assert_allclose(got[1], jax.jacrev(mod.with_loop)(X) @ Y, rtol=1e-5, atol=1e-5)
 
 
 def test_jvp_of_traced_custom_jvp_with_symbolic_zeros_equals_jax(rules):

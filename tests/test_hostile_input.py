@@ -236,11 +236,12 @@ def test_check_grad_still_fails_a_wrong_rule(tmp_path):
         "from jaxprtool.plugins import defjvp, ops\n"
         "defjvp('sin', lambda g, x, **p: ops.mul(g, ops.mul(ops.lit(1.01, x), ops.cos(x))))\n"
     )
-    saved = prim("sin").jvp, prim("sin").jvp_kind
+    rec = prim("sin")
+    saved = {"jvp": rec.jvp, "jvp_kind": rec.jvp_kind, "plugin_sources": rec.plugin_sources}
     try:
         r = tool("--plugin", plugin, "check-grad", "-", text=CURVY)
     finally:
-        define("sin", jvp=saved[0], jvp_kind=saved[1])
+        define("sin", **saved)  # the plugin also recorded itself as sin's rule's source
     assert r.exit_code == 1
     assert "FAIL" in r.stdout
 

@@ -158,16 +158,8 @@ def _import_graph() -> dict[str, set[str]]:
 
 
 #: cycles still there, each with the work that removes it (a new cycle fails the test)
-KNOWN_CYCLES = {
-    ("jaxprtool.backend", "jaxprtool.backend.sharding"): "the single-device runner "
-    "(backend/__init__.py) dispatches to the multi-device one, which uses its helpers: the "
-    "runner is to move to its own module",
-}
-
-
 def test_no_import_cycle_among_the_modules():
-    new = [c for c in _cycles(_import_graph()) if tuple(c) not in KNOWN_CYCLES]
-    assert new == []
+    assert _cycles(_import_graph()) == []
 
 
 def test_the_cycle_finder_finds_a_cycle():

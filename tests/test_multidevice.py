@@ -139,8 +139,33 @@ def two_axes(check_vma):
     return f, [rnd(9, 8, 4), rnd(10, 4, 3)]
 
 
+MESH_2X2 = mesh(("x", 2), ("y", 2))
+
+
+def varying_cond(check_vma):
+    """A cond whose predicate varies along x, one operand along y (issue 25): the zero
+    cotangent of the y-varying operand in the branch that ignores it must vary along y too
+    (JAX's zeros are pvary'd), or the branches' types differ and JAX refuses to lower."""
+
+    def f(a, b):
+        def body(a, b):
+            def other(a, b):
+                y = a * 2.0
+                return lax.pcast(y, ("y",), to="varying") if check_vma else y
+
+            r = lax.cond(a[0] > 0, lambda a, b: jnp.sin(a) * b[0], other, a, b)
+            return lax.psum(jnp.sum(r), ("x", "y"))
+
+        return jax.shard_map(
+            body, mesh=MESH_2X2, in_specs=(P("x"), P("y")), out_specs=P(), check_vma=check_vma
+        )(a, b)
+
+    return f, [np.array([1.0, -2.0, 3.0, 4.0], np.float32), rnd(12, 4)]
+
+
 PROGRAMS = {"dp_mlp": dp_loss, "tp_matmul": tp_matmul, "permute": permute_all_to_all}
 PROGRAMS["two_axes"] = two_axes
+PROGRAMS["varying_cond"] = varying_cond
 CASES = [(n, cv) for n in PROGRAMS for cv in (True, False)]
 IDS = [f"{n}-{'vma' if cv else 'novma'}" for n, cv in CASES]
 
@@ -500,3 +525,69 @@ def test_jit_shardings_follow_the_new_operands_and_results(tmp_path):
     close(np.load(out)["out1"], 2.0 * ct)
     r = run(["run", path, "--random", "0", "--show-sharding"])
     assert "out0: P() over mesh x=4,y=2" in r.output
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_vmap_of_jit_moves_its_shardings_past_the_batch_axis(axis):
+    """vmap of jit[in_shardings=(P('x'),)]: the spec gets None at the batch dimension, as JAX
+    prints it (P(None, 'x') for axis 0), and the batched program runs (3 examples on a mesh
+    of 4: the batch axis itself is not sharded)."""
+    from jax.sharding import NamedSharding
+
+    from jaxprtool.ad.batching import vmap_jaxpr
+
+    s = NamedSharding(MESH_X, P("x"))
+    g = jax.jit(lambda x: jnp.sin(x) * 2.0, in_shardings=(s,), out_shardings=s)
+    j = ir(g, np.ones(8, np.float32))
+    xs = rnd(13, *((3, 8) if axis == 0 else (8, 3)))
+    vj = vmap_jaxpr(j, axis, axis, 3)
+    vg = jax.vmap(g, in_axes=axis, out_axes=axis)
+    assert print_jaxpr(vj) == str(jax.make_jaxpr(vg)(xs))
+    (got,) = backend.evaluate(vj, [xs])
+    close(got, vg(xs))
+
+
+@pytest.mark.parametrize("name", ["dp_mlp", "tp_matmul", "permute", "two_axes"])
+def test_vmap_of_shard_map_batches_the_body(name, capsys):
+    """vmap of a shard_map program batches its body (JAX's _shard_map_batch: an unsharded
+    spec entry at the batch dimension): no scan over the examples, no warning, values of
+    jax.vmap on the same mesh, no more equations than JAX's.  (Not varying_cond: JAX's own
+    vmap of it fails, its batched cond pvarys an operand that already varies.)"""
+    from jaxprtool.ad.batching import vmap_jaxpr
+    from jaxprtool.core import all_eqns
+
+    f, args = PROGRAMS[name](True)
+    j = ir(f, *args)
+    for k in range(len(args)):  # batch each operand in turn, at its last axis
+        axes = [None] * len(args)
+        axes[k] = np.ndim(args[k])
+        bargs = list(args)
+        bargs[k] = np.stack([args[k] * (1.0 + 0.5 * i) for i in range(3)], axis=-1)
+        vj = reparse(vmap_jaxpr(j, axes, 0, 3))
+        assert not errors(vj)
+        assert not any(e.prim == "scan" for e in all_eqns(vj))
+        vf = jax.vmap(f, in_axes=tuple(axes))
+        for a, b in zip(backend.evaluate(vj, bargs), jax.tree_util.tree_leaves(vf(*bargs))):
+            close(a, b)
+        theirs = len(list(all_eqns(ir(vf, *bargs))))
+        assert len(list(all_eqns(vj))) <= theirs, print_jaxpr(vj)
+    assert "no batching rule" not in capsys.readouterr().err
+
+
+@needs_corpus
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_vmap_of_xla_pmap_batches_the_body(axis):
+    """vmap of JAX 0.4.35's xla_pmap (JAX's process_map): the mapped axis moves past the
+    batch dimension; values of jax.vmap of jax.pmap."""
+    from jaxprtool.ad.batching import vmap_jaxpr
+    from jaxprtool.core import all_eqns
+
+    path = CORPUS / "older" / "jax-0.4.35" / "pmap.jaxpr"
+    j = parse(path.read_text(), str(path)).jaxpr
+    pm = jax.pmap(lambda x: lax.psum(x**2, "d"), axis_name="d")
+    shape = [8, 3]
+    shape.insert(axis, 2)
+    x = rnd(3, *shape)
+    vj = vmap_jaxpr(j, axis, 0, 2)
+    assert not any(e.prim == "scan" for e in all_eqns(vj))
+    close(backend.evaluate(vj, [x])[0], jax.vmap(pm, in_axes=axis)(x))

@@ -270,6 +270,30 @@ def test_refused_primitive(tmp_path):
     assert f"{p}:2:5: error: cannot run 'pure_callback' calls back into Python" in r.output
 
 
+def test_ffi_call_refusal_names_the_missing_target(tmp_path):
+    """ffi_call (as JAX prints jax.ffi.ffi_call): refused at its location, naming the FFI
+    target the text lacks; JAX's own words for its derivative; no output file written."""
+    p = tmp_path / "ffi.jaxpr"
+    p.write_text(
+        "{ lambda ; a:f32[3]. let\n"
+        "    b:f32[3] = ffi_call[attributes=() custom_call_api_version=4 has_side_effect=False "
+        "input_layouts=((0,),) input_output_aliases=() legacy_backend_config=None "
+        "output_layouts=((0,),) result_avals=(ShapedArray(float32[3]),) target_name=my_target "
+        "vmap_method=sequential] a\n"
+        "  in (b,) }\n"
+    )
+    out = tmp_path / "out.npz"
+    r = invoke("run", p, "--random", "0", "-o", out)
+    assert r.exit_code == 1 and not out.exists()
+    assert f"{p}:2:5: error: cannot run 'ffi_call' calls the XLA FFI target 'my_target'" in (
+        r.output
+    )
+    assert "jax.ffi.register_ffi_target" in r.output and "Traceback" not in r.output
+    r = invoke("jvp", p)
+    assert r.exit_code == 1
+    assert f"{p}:2:5: error: Differentiation rule for 'ffi_call' not implemented" in r.output
+
+
 def test_compile_emits(prog, tmp_path):
     r = invoke("compile", prog, "--emit", "stablehlo")
     assert r.exit_code == 0, r.output

@@ -47,8 +47,6 @@ KNOWN_GAPS = {
     # JAX refuses it too (its jvp reference here is J v from jax.jacrev); check-grad checks jvp
     ("diffrax_ode", "jvp"): FORWARD_MODE_CUSTOM_VJP,
     ("diffrax_ode", "check_grad"): FORWARD_MODE_CUSTOM_VJP,
-    # linearize's own program holds the recorded bwd as a custom_lin, which `run` cannot run
-    ("diffrax_ode", "linearize_transpose"): "cannot run 'custom_lin' holds a Python function",
 }
 
 #: programs whose JAX printout lacks what the commands need (the values of constants a nested

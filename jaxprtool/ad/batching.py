@@ -39,6 +39,7 @@ from ..core import (
     ShapedArray,
     Type,
     Var,
+    eqn_subjaxprs,
     gc_paused,
     long_dtype_name,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "ZERO_IF_MAPPED",
     "INFER",
     "axis_size",
+    "axis_name",
     "current_eqn",
     "ndim",
     "shape_of",
@@ -109,6 +111,7 @@ INFER = _Dest("infer")
 @dataclass
 class _Ctx:
     size: int
+    name: str | None = None  # the batch axis's name, for the collectives (--axis-name)
     style: object | None = None  # text.style.Style of emitted scans (fallback); None: 0.12
     warned: set = field(default_factory=set)
 
@@ -130,10 +133,28 @@ def axis_size() -> int:
     return _ctx().size
 
 
+def axis_name() -> str | None:
+    """The name of the batch axis being added (JAX's `axis_data.name`; None: unnamed)."""
+    return _ctx().name
+
+
+def _names_batch_axis(eqn: Eqn, name: str | None) -> bool:
+    """Whether `eqn` (or an equation in its bodies) communicates over the batch axis `name`
+    (JAX's `skippable_batchers`): such an equation is batched even when no operand is."""
+    if name is None:
+        return False
+    names = record_of(eqn.prim).axis_names
+    if names is not None and name in names(eqn.params):
+        return True
+    return any(_names_batch_axis(e, name) for j in eqn_subjaxprs(eqn) for e in j.eqns)
+
+
 @contextlib.contextmanager
-def _context(size: int, style=None):
+def _context(size: int, style=None, name: str | None = None):
     outer = _CTX.get()
-    c = _Ctx(size, style if style is not None else (outer.style if outer else None))
+    if name is None and outer is not None and outer.size == size:
+        name = outer.name
+    c = _Ctx(size, name, style if style is not None else (outer.style if outer else None))
     if outer is not None and outer.size == size:
         c.warned = outer.warned
     token = _CTX.set(c)
@@ -289,6 +310,7 @@ def batch_eval(
 ):
     """Emit the batched equations of `jaxpr` into the current builder: (outs, out dims)."""
     b = B.current()
+    c = _ctx()
     env: dict[int, tuple[Atom, int | None]] = {}
     consts = list(consts) if consts is not None else list(jaxpr.constvars)
     for v, x in zip(jaxpr.constvars, consts):
@@ -307,7 +329,7 @@ def batch_eval(
             ds = [d for _, d in ins]
             b.loc = eqn.loc
             b.cur_eqn = eqn
-            if all(d is None for d in ds):
+            if all(d is None for d in ds) and not _names_batch_axis(eqn, c.name):
                 outs = b.emit(
                     eqn.prim,
                     vals,
@@ -320,7 +342,7 @@ def batch_eval(
                 continue
             rule = record_of(eqn.prim).batching
             if rule is None:
-                outs, out_dims = loop_fallback(vals, ds, warn=True)
+                outs, out_dims = loop_fallback(vals, ds)
             else:
                 outs, out_dims = rule(vals, ds, **eqn.params)
             outs, out_dims = list(outs), list(out_dims)
@@ -392,6 +414,7 @@ def batch_jaxpr_axes(
     key = (
         id(jaxpr),
         c.size,
+        c.name,
         id(c.style),
         tuple(in_axes),
         tuple(_dest_key(d) for d in out_dest),
@@ -483,12 +506,14 @@ def vmap_jaxpr(
     axis_size: int | None = None,
     style=None,
     in_locs: Sequence[Loc | None] | None = None,
+    axis_name: str | None = None,
 ) -> Jaxpr:
     """`jax.vmap` of a program.  `jaxpr` is the per-example program; in the result, input i
     has a batch axis of `axis_size` at `in_axes[i]` (None: not batched, the same for every
     example) and output j its batch axis at `out_axes[j]` (outputs that do not depend on a
-    batched input are broadcast; None: the output must not be batched).  Errors use JAX's
-    texts, located at the input's binder when `in_locs` is given."""
+    batched input are broadcast; None: the output must not be batched).  `axis_name` names
+    the batch axis for the collectives in the program (`jax.vmap(..., axis_name=...)`).
+    Errors use JAX's texts, located at the input's binder when `in_locs` is given."""
     n = len(jaxpr.invars)
     dims = _axes_list(in_axes, n, "in_axes")
     locs = list(in_locs) if in_locs is not None else [None] * n
@@ -536,7 +561,7 @@ def vmap_jaxpr(
         if not -nd <= d < nd:
             raise JaxprError(f"axis {d} is out of bounds for array of dimension {nd}")
         dest.append(_canon(d, nd))
-    with _context(size, style):
+    with _context(size, style, axis_name):
         res, _ = batch_jaxpr_axes(jaxpr, canon, dest)
     return res
 
@@ -668,10 +693,12 @@ def refuse(message: str):
     return rule
 
 
-def loop_fallback(args, dims, warn: bool = False, **_params):
+def loop_fallback(args, dims, warn: bool = True, why: str | None = None, **_params):
     """Batch any primitive by looping over the examples: a `scan` whose body is the equation
     on one example (unbatched operands become the scan's constants, batched ones its scanned
-    inputs, moved to axis 0; the results are stacked along axis 0)."""
+    inputs, moved to axis 0; the results are stacked along axis 0).  It warns (once per
+    primitive and batch), naming the primitive and `why` (default: it has no rule), unless
+    `warn` is False: only for a loop that is JAX's own rule (debug callbacks)."""
     b = B.current()
     eqn: Eqn = b.cur_eqn
     c = _ctx()
@@ -679,11 +706,8 @@ def loop_fallback(args, dims, warn: bool = False, **_params):
         c.warned.add(eqn.prim)
         from ..io import warn as io_warn
 
-        io_warn(
-            f"vmap: no batching rule for '{eqn.prim}'; it runs once per example in a scan "
-            "over the batch",
-            eqn.loc,
-        )
+        reason = why or f"no batching rule for '{eqn.prim}'"
+        io_warn(f"vmap: {reason}; it runs once per example in a scan over the batch", eqn.loc)
     size = c.size
     consts, cvars, xs, xvars, body_in = [], [], [], [], []
     for x, d, orig in zip(args, dims, eqn.inputs):

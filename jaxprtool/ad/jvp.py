@@ -17,6 +17,7 @@ from ..core import (
     JaxprError,
     Literal,
     ProgramError,
+    RefType,
     ShapedArray,
     Var,
     gc_paused,
@@ -40,6 +41,11 @@ def integer_valued(eqn: Eqn) -> bool:
     return bool(eqn.outputs) and all(
         isinstance(o.type, ShapedArray) and not is_inexact(o.type) for o in eqn.outputs
     )
+
+
+def _carries_tangent(t) -> bool:
+    """A float/complex value, or a Ref holding one (its tangent is a Ref of tangents)."""
+    return is_inexact(t.inner if isinstance(t, RefType) else t)
 
 
 def jvp_rule(name: str, split: bool):
@@ -89,10 +95,12 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
             ins = [x if isinstance(x, Literal) else env[id(x)] for x in eqn.inputs]  # read
             # `tenv` holds ids of this jaxpr's live Vars: no literal operand can match one
             no_tangent = tenv.keys().isdisjoint(map(id, eqn.inputs))
+            rule = jvp_rule(eqn.prim, b.split)
+            if no_tangent and rule is not None and record_of(eqn.prim).jvp_on_zero_tangents:
+                no_tangent = False
             tins = None if no_tangent and obs is None else [tread(x) for x in eqn.inputs]
             b.loc = eqn.loc
             step = observe.Emitted(b) if obs is not None else None
-            rule = jvp_rule(eqn.prim, b.split)
             if no_tangent or (rule is None and integer_valued(eqn)):
                 b.cur_eqn = eqn
                 outs = b.emit(
@@ -123,7 +131,7 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
                 )
             for k, (o, p, t) in enumerate(zip(eqn.outputs, pouts, touts)):
                 env[id(o)] = p
-                if t is not None and not is_zero(t) and is_inexact(o.type):
+                if t is not None and not is_zero(t) and _carries_tangent(o.type):
                     check_rule_type(
                         "JVP", eqn, rule, f"tangent for result {k}", t.type, tangent_type(o.type)
                     )

@@ -13,6 +13,7 @@ from ..core import Atom, Literal, ShapedArray, Type, Var, long_dtype_name, np_dt
 from ..lazy import np
 from ..params import EnumValue, Record
 from ..record import prim as record_of
+from ..shapes.util import varying_axes
 from .builder import current
 from .zeros import Zero, is_undefined_primal, is_zero, tangent_type
 
@@ -66,11 +67,16 @@ def lit(value, like) -> Literal:
 
 
 def full(type: ShapedArray, value) -> Atom:
-    """An array of `type` filled with `value` (a Literal when `type` is a scalar)."""
+    """An array of `type` filled with `value` (a Literal when `type` is a scalar and varies
+    along no mesh axis).  Inside a shard_map body a value of a type that varies along mesh
+    axes is `pvary`ed to them, as JAX's `zeros_like_shaped_array` does, so that the branches
+    of a cond (and a loop's carries) keep the types JAX checks."""
     sc = lit(value, type.dtype)
-    if type.shape == ():
-        return sc
-    return broadcast_in_dim(sc, type.shape, ())
+    out = sc if type.shape == () else broadcast_in_dim(sc, type.shape, ())
+    axes = varying_axes(type)
+    if not axes:
+        return out
+    return bind("pvary", out, axes=tuple(axes), _out_types=[type])
 
 
 def zeros(type: ShapedArray) -> Atom:

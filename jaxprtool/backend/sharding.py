@@ -263,7 +263,7 @@ def _join(cfg: RunConfig, nproc: int) -> None:
 def platform_devices() -> list:
     import jax
 
-    from . import get_device
+    from .jaxfn import get_device
 
     get_device(CONFIG.platform)
     return jax.devices({"gpu": "gpu"}.get(CONFIG.platform, CONFIG.platform))
@@ -537,8 +537,8 @@ def evaluate(
     (or op by op, shard_maps compiled), outputs gathered to the host."""
     import jax
 
-    from . import _unwrap_keys, _wrap_keys, as_jax_function, compile_error, x64_scope
     from .evaluator import Interpreter
+    from .jaxfn import _unwrap_keys, _wrap_keys, as_jax_function, compile_error, x64_scope
 
     if device is not None:
         CONFIG.platform = "gpu" if device in ("gpu", "cuda") else device

@@ -106,7 +106,7 @@ def _vmap_usage(out, split_input, in_axes, axis_size, **_):
     click.option(
         "--axis-name",
         metavar="NAME",
-        help="Name the batch axis for collectives (not supported yet: refused).",
+        help="Name the batch axis: collectives over NAME (psum, axis_index, ...) act on it.",
     ),
     usage=_vmap_usage,
 )
@@ -123,22 +123,19 @@ def vmap(job, in_axes, out_axes, axis_size, axis_name):
       jaxprtool vmap --in-axes 0,None --axis-size 8 f.jaxpr
       jaxprtool grad loss.jaxpr | jaxprtool vmap --in-axes None,0,0 --axis-size 32
       jaxprtool vmap --axis-size 4 f.jaxpr | jaxprtool vmap --in-axes 1 --axis-size 2
+      jaxprtool vmap --axis-name i --axis-size 4 uses_psum_over_i.jaxpr
     """
     return _vmap(job, in_axes, out_axes, axis_size, axis_name)
 
 
 def _vmap(job, in_axes, out_axes, axis_size, axis_name):
     from ..ad.batching import vmap_jaxpr
-    from ..core import JaxprError
 
-    if axis_name is not None:
-        raise JaxprError(
-            f"--axis-name {axis_name}: named batch axes (for collectives inside the program) "
-            "are not supported yet"
-        )
     locs = _input_locs(job.source_text, job.source_path, job.input)
     res = job.transform(
-        lambda j: vmap_jaxpr(j, in_axes, out_axes, axis_size, job.style, in_locs=locs)
+        lambda j: vmap_jaxpr(
+            j, in_axes, out_axes, axis_size, job.style, in_locs=locs, axis_name=axis_name
+        )
     )
     return job.text(job.optimize(res))
 

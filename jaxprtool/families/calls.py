@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from ..ad import batching as BT
@@ -40,7 +41,7 @@ from ..ad.registry import (
 from ..ad.remat import current_spec, remat_class
 from ..ad.transpose import backward_pass, transpose_jaxpr
 from ..ad.zeros import Zero, is_undefined_primal, is_zero, tangent_type
-from ..core import Jaxpr, JaxprError, ShapedArray, Var
+from ..core import Jaxpr, JaxprError, ShapedArray, Var, np_dtype
 from ..params import Opaque, Record, format_value
 from ..record import define
 from ..record import prim as record_of
@@ -48,10 +49,12 @@ from ..shapes import ShapeError, shape_rule
 from ..shapes.util import (
     check_call_operands,
     int_param,
+    is_complex_dtype,
     jaxpr_param,
     out_types_of,
     parse_avals,
 )
+from ..shardings import with_batch_dim
 from ..text import style as ST
 from ..text.param_rules import drop, name_first, sorted_params, unspecified
 
@@ -188,9 +191,20 @@ def _call_batching(name):
     def rule(args, dims, **params):
         key = _body_key(name, params)
         body, out_dims = BT.batch_jaxpr2(params[key], dims)
+        params = _batched_shardings(params, dims, out_dims)
         return _emit_call(name, args, params, key, body), out_dims
 
     return rule
+
+
+def _batched_shardings(params, dims, out_dims):
+    """jit's in/out_shardings with None at each batch dimension (as JAX's pjit batcher)."""
+    p = dict(params)
+    for k, ds in (("in_shardings", dims), ("out_shardings", out_dims)):
+        v = params.get(k)
+        if isinstance(v, tuple) and len(v) == len(ds):
+            p[k] = tuple(with_batch_dim(s, d) for s, d in zip(v, ds))
+    return p
 
 
 # ---------------------------------------------------------------- plain calls
@@ -973,15 +987,87 @@ define(
     # the rule and its trees change how the call batches, not its value
     evaluated_params=frozenset("call rule in_tree out_tree".split()),
 )
+
+
+def _custom_lin_forward(eqn) -> Jaxpr:
+    """The linear map a custom_lin stands for, (residuals..., tangents...) -> (out
+    tangents...): the transpose of its recorded bwd (which maps the output cotangents to
+    the input ones, linearly in them), the zero tangents (`in_zeros`) left out.  JAX
+    cannot run a custom_lin (it only transposes it); the tool can, from the traced bwd."""
+    p = eqn.params
+    bwd: Jaxpr = p[BWD_RULE_PARAM]
+    nres = int(p.get("num_res", 0))
+    zeros = p.get("in_zeros") or [False] * len(bwd.outvars)
+    kept = bwd.replace(outvars=[o for o, z in zip(bwd.outvars, zeros) if not z])
+    n_cts = len(bwd.invars) - nres
+    return transpose_jaxpr(kept, [False] * nres + [True] * n_cts)
+
+
+def _evaluate_custom_lin(interp, eqn, invals, path):
+    try:
+        forward = _custom_lin_forward(eqn)
+    except JaxprError:  # a bwd the tool cannot transpose (a while loop: diffrax's adjoint)
+        return _custom_lin_by_rows(interp, eqn, invals, path)
+    return interp.run(forward, [], list(invals), path)
+
+
+def _custom_lin_by_rows(interp, eqn, invals, path):
+    """J t from the rows of J: the bwd run (vmapped by JAX) on each basis vector of the
+    output cotangents, each row paired with the tangents.  One bwd per output element."""
+    import jax
+    import jax.numpy as jnp
+
+    p = eqn.params
+    bwd: Jaxpr = p[BWD_RULE_PARAM]
+    nres = int(p.get("num_res", 0))
+    zeros = p.get("in_zeros") or [False] * len(bwd.outvars)
+    res, ts = list(invals[:nres]), list(invals[nres:])
+    outs = [o.type for o in eqn.outputs]
+    if any(is_complex_dtype(t.dtype) for t in outs) or any(jnp.iscomplexobj(t) for t in ts):
+        raise JaxprError(
+            "cannot run 'custom_lin' of complex values: its recorded bwd does not transpose",
+            eqn.loc,
+        )
+    sizes = [math.prod(int(d) for d in t.shape) for t in outs]
+
+    def row(e):
+        cts, k = [], 0
+        for t, n in zip(outs, sizes):
+            cts.append(e[k : k + n].reshape(t.shape).astype(np_dtype(t.dtype)))
+            k += n
+        got = interp.run(bwd, [], res + cts, path)
+        return [g for g, z in zip(got, zeros) if not z]
+
+    rows = jax.vmap(row)(jnp.eye(sum(sizes), dtype=jnp.float32))
+    jt = sum(jnp.tensordot(r, t, axes=jnp.ndim(t)) for r, t in zip(rows, ts))
+    results, k = [], 0
+    for t, n in zip(outs, sizes):
+        results.append(jt[k : k + n].reshape(t.shape).astype(np_dtype(t.dtype)))
+        k += n
+    return results
+
+
+def _custom_lin_refusal(e):
+    """Runnable with a recorded bwd (`jaxprtool trace`); otherwise the text lacks it."""
+    if isinstance(e.params.get(BWD_RULE_PARAM), Jaxpr):
+        return None
+    return (
+        f"holds a Python function ({format_value(e.params.get('bwd'))}) that the text does "
+        "not contain (record it: print the program with `jaxprtool trace`)"
+    )
+
+
 define(
     "custom_lin",
     multiple_results=True,
     transpose=_custom_lin_transpose,
     print_params=_print_custom_lin,
-    # its value is the custom VJP's linear map, which only a transpose (its bwd) can use
-    refusal=lambda e: (
-        f"holds a Python function ({format_value(e.params.get('bwd'))}) that the text "
-        "does not contain"
+    # its value is the custom VJP's linear map: the transpose of the recorded bwd
+    refusal=_custom_lin_refusal,
+    evaluate=_evaluate_custom_lin,
+    # the recorded bwd is the map; the others say which operands it reads and returns
+    evaluated_params=frozenset(
+        {BWD_RULE_PARAM, "bwd", "in_zeros", "num_res", "symbolic_zeros", "out_avals"}
     ),
     # only 0.4.35 printed its out_avals
     version_clues=lambda e: {ST.CLUE_0_4_35} if "out_avals" in e.params else set(),

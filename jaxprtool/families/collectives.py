@@ -34,6 +34,7 @@ shard_map over a one-axis mesh; `sharding_constraint` is `jax.lax.with_sharding_
 
 from __future__ import annotations
 
+from ..ad import batching as BT
 from ..ad import builder as B
 from ..ad import ops
 from ..ad.builder import current
@@ -57,6 +58,7 @@ from ..shapes.util import (
     input_elements,
     int_param,
     one_arr,
+    varying_axes,
     vma_format,
     vma_parts,
 )
@@ -125,8 +127,24 @@ for _n in ("pvary", "pbroadcast"):
 
 @shape_rule("psum", "pmax", "pmin", "pmean", "psum_invariant")
 def _psum(in_types, params, out_hint):
+    """Named axes leave the varying set; positional (int) axes, as vmap writes them for its
+    batch axis, are reduced away as JAX's `_allreduce_effectful_abstract_eval` does."""
     axes = _axes_param(params)
-    return [_with_vma(t, lambda v: [a for a in v if a not in axes]) for t in in_types]
+    positional = [int(a) for a in _raw_axes(params) if isinstance(a, int)]
+    out = []
+    for t in in_types:
+        t = _with_vma(t, lambda v: [a for a in v if a not in axes])
+        if positional and isinstance(t, ShapedArray):
+            pos = {canon_axis(a, t.ndim, "axes") for a in positional}
+            t = t.update(shape=[d for i, d in enumerate(t.shape) if i not in pos])
+        out.append(t)
+    return out
+
+
+def _raw_axes(params) -> tuple:
+    """The `axes` / `axis_name` parameter as a tuple, names and positions as printed."""
+    v = params.get("axes", params.get("axis_name", ()))
+    return tuple(v) if isinstance(v, (tuple, list, frozenset)) else (v,)
 
 
 define("psum", flops=_no_flops)
@@ -629,7 +647,19 @@ def _named(axes):
 
 
 def _psum_t(ct, x, *, axes, axis_index_groups=None, **_):
-    return _emit("psum", ct, {"axes": _named(axes), "axis_index_groups": axis_index_groups}, x.type)
+    """JAX's `_psum_transpose_rule`: positional axes broadcast back (reduce_sum's
+    transpose); the named ones psum again (psum is psum + pbroadcast)."""
+    t = tangent_type(x.type)
+    positional = {
+        canon_axis(int(a), t.ndim, "axes") for a in _raw_axes({"axes": axes}) if isinstance(a, int)
+    }
+    if positional:
+        kept = [i for i in range(t.ndim) if i not in positional]
+        ct = ops.broadcast_in_dim(ct, t.shape, kept)
+    named = _named(axes)
+    if not named:
+        return ct
+    return _emit("psum", ct, {"axes": named, "axis_index_groups": axis_index_groups}, t)
 
 
 def _psum_invariant_t(ct, x, *, axes, **_):
@@ -721,16 +751,6 @@ def _sel(xs, mask):
 def _scatter(mask, vals, types):
     it = iter(vals)
     return [next(it) if m else Zero(tangent_type(t)) for m, t in zip(mask, types)]
-
-
-def varying_axes(t) -> list[str]:
-    """The mesh axes a body value varies along: `{V:(x,y)}` (0.8+) or `{y,x}` (0.7)."""
-    v = getattr(t, "vma", None)
-    if not v:
-        return []
-    if ":" not in v:
-        return [a.strip() for a in v.strip("{}()").split(",") if a.strip()]
-    return vma_parts(v).get("V", [])
 
 
 def _residual_spec(t, mesh: MeshText, manual, check: bool, like: SpecText | None) -> SpecText:
@@ -1029,6 +1049,60 @@ def _xla_pmap_transpose(cts, *args, **params):
     ]
 
 
+# ---------------------------------------------------------------- batching: shard_map, xla_pmap
+
+
+def _batch_spec(spec: SpecText, d: int | None) -> SpecText:
+    """JAX's `pxla.batch_spec(spec, d, None)`: the spec with an unsharded entry at `d`."""
+    if d is None:
+        return spec
+    entries = list(spec.entries) + [None] * max(0, d - len(spec.entries))
+    entries.insert(d, None)
+    return SpecText(tuple(entries), spec.cls, spec.extra)
+
+
+def _shard_map_batching(args, dims, **params):
+    """JAX's `_shard_map_batch`: the body is batched with the operands' batch dimensions
+    (the batch axis is not sharded: each shard holds every example of its slice), and the
+    in/out specs get an unsharded entry at each batch dimension."""
+    body: Jaxpr = params["jaxpr"]
+    mesh = mesh_of(params)
+    new_body, out_dims = BT.batch_jaxpr2(body, dims)
+    in_specs = [_batch_spec(s, d) for s, d in zip(specs_of(params, "in", body.invars), dims)]
+    out_specs = [_batch_spec(s, d) for s, d in zip(specs_of(params, "out", body.outvars), out_dims)]
+    in_p = [
+        s.as_param() if d is not None else v
+        for s, d, v in zip(in_specs, dims, _spec_params(params, "in", body.invars))
+    ]
+    out_p = [
+        s.as_param() if d is not None else v
+        for s, d, v in zip(out_specs, out_dims, _spec_params(params, "out", body.outvars))
+    ]
+    types = _outer_types(new_body.outvars, out_specs, mesh)
+    p = _with_specs(params, new_body, in_p, out_p)
+    return B.current().bind("shard_map", list(args), p, types), out_dims
+
+
+def _both(axis, d) -> bool:
+    return axis is not None and d is not None
+
+
+def _xla_pmap_batching(args, dims, **params):
+    """JAX's `BatchTrace.process_map`: a batch dimension before a mapped axis moves that axis
+    one further; one after it is one lower inside the body."""
+    body: Jaxpr = params["call_jaxpr"]
+    in_axes = pmap_axes(params, "in_axes", len(args))
+    out_axes = pmap_axes(params, "out_axes", len(body.outvars))
+    new_in = [a + 1 if _both(a, d) and d <= a else a for a, d in zip(in_axes, dims)]
+    inner = [d - 1 if _both(a, d) and a < d else d for a, d in zip(in_axes, dims)]
+    new_body, body_dims = BT.batch_jaxpr2(body, inner)
+    new_out = [a + 1 if _both(a, d) and d < a else a for a, d in zip(out_axes, body_dims)]
+    outer = [d + 1 if _both(a, d) and a <= d else d for a, d in zip(out_axes, body_dims)]
+    p = _pmap_params(params, new_body, new_in, new_out, len(args))
+    p.pop("out_axes_thunk", None)
+    return B.current().bind("xla_pmap", list(args), p), outer
+
+
 def _shard_map_body_copies(eqn) -> int:
     """The body runs on every device of the manual axes at once, on that device's shards."""
     mesh = mesh_of(eqn.params)
@@ -1052,11 +1126,11 @@ define("shard_map", shape_rule=_shard_map_shape, family="collectives")
 for _n in ("shard_map", "xla_pmap"):
     define(_n, multiple_results=True, family="collectives")
 define("shard_map", evaluate=_eval_shard_map, jvp=_shard_map_jvp, jvp_kind=LOW_LEVEL)
-define("shard_map", transpose=_shard_map_transpose)
+define("shard_map", transpose=_shard_map_transpose, batching=_shard_map_batching)
 define("shard_map", body_copies=_shard_map_body_copies)
 define("xla_pmap", body_copies=_pmap_body_copies)
 define("xla_pmap", evaluate=_eval_xla_pmap, jvp=_xla_pmap_jvp, jvp_kind=LOW_LEVEL)
-define("xla_pmap", transpose=_xla_pmap_transpose)
+define("xla_pmap", transpose=_xla_pmap_transpose, batching=_xla_pmap_batching)
 define("all_gather_invariant", shape_rule=_all_gather_shape, family="collectives")
 define("psum_scatter", shape_rule=_reduce_scatter_shape, family="collectives")
 define("sharding_constraint", evaluate=_eval_sharding_constraint)
@@ -1105,19 +1179,295 @@ for _n in (
     define(_n, family="collectives")
 
 
-def _collective_batching(name):
-    """vmap of a collective: refused (the batch axis would have to become a named axis)."""
+# ---------------------------------------------------------------- batching (vmap)
+# JAX's rules (`jax/_src/lax/parallel.py`): a collective over the vmap axis itself becomes
+# ordinary array code along the batch dimension; one over other axes is rebound with its
+# positional parameters shifted past the batch dimension.
+
+
+def _names(params) -> tuple[str, ...]:
+    """The axis names a collective communicates over (its `axes` or `axis_name`)."""
+    return tuple(str(a) for a in _raw_axes(params) if not isinstance(a, int))
+
+
+def _over_batch_axis(params) -> bool:
+    name = BT.axis_name()
+    return name is not None and name in _names(params)
+
+
+def _unsupported(what: str):
+    """JAX's own refusals (NotImplementedError in its batchers), located."""
+    raise JaxprError(f"vmap: {what} (JAX does not batch this either)", current().loc)
+
+
+def _no_groups(params, name: str) -> None:
+    if params.get("axis_index_groups") is not None:
+        _unsupported(f"'{name}' with axis_index_groups over the vmap axis is not supported")
+
+
+def _reduction_batching(name: str, unmapped_factor: bool):
+    """psum / pmax / pmin / psum_invariant (JAX's `_batched_reduction_collective`), one
+    operand at a time: over the vmap axis the batch dimension is reduced as a positional
+    axis of the same collective (an unbatched operand is multiplied by the axis size for a
+    sum, kept for a max or min); over other axes positional axes move past it."""
+
+    def one(x, d, params):
+        axes = _raw_axes(params)
+        p = dict(params)
+        if _over_batch_axis(params):
+            _no_groups(params, name)
+            batch = BT.axis_name()
+            if d is None:
+                rest = tuple(a for a in axes if a != batch)
+                if rest:
+                    x = BT.bind(name, x, **dict(p, axes=rest))[0]
+                if unmapped_factor:
+                    x = ops.mul(ops.lit(BT.axis_size(), x), x)
+                return x, None
+            new = tuple(
+                (a + (a >= d)) if isinstance(a, int) else (d if a == batch else a) for a in axes
+            )
+            return BT.bind(name, x, **dict(p, axes=new))[0], None
+        if d is None:
+            return BT.bind(name, x, **p)[0], None
+        positional = [int(a) for a in axes if isinstance(a, int)]
+        new = tuple((a + (a >= d)) if isinstance(a, int) else a for a in axes)
+        out = BT.bind(name, x, **dict(p, axes=new))[0]
+        return out, d - sum(1 for a in positional if a + (a >= d) < d)
 
     def rule(args, dims, **params):
-        axis = params.get("axis_name", params.get("axes"))
-        what = f" over axis_name {axis}" if axis is not None else ""
+        res = [one(x, d, params) for x, d in zip(args, dims)]
+        return [r for r, _ in res], [d for _, d in res]
+
+    return rule
+
+
+def _fold(x, axis: int):
+    """JAX's `_foldaxis`: axes `axis` and `axis + 1` merged into one."""
+    shape = list(x.type.shape)
+    shape[axis : axis + 2] = [dim_mul(shape[axis], shape[axis + 1])]
+    return ops.reshape(x, shape)
+
+
+def _split(x, axis: int, factor: int):
+    """JAX's `_splitaxis`: axis `axis` split into (factor, size // factor)."""
+    shape = list(x.type.shape)
+    shape[axis : axis + 1] = [factor, dim_floordiv(shape[axis], factor)]
+    return ops.reshape(x, shape)
+
+
+def _single_batch_axis(params, name: str) -> None:
+    if len(_names(params)) > 1:
+        _unsupported(f"'{name}' over several axes including the vmap axis is not supported")
+
+
+def _all_gather_batching(name: str):
+    def rule(args, dims, **params):
+        (x,), (d,) = args, dims
+        g, tiled = int(params["all_gather_dimension"]), bool(params.get("tiled"))
+        if not _over_batch_axis(params):
+            if d is None:
+                return BT.bind(name, x, **params), [None]
+            if d <= g:
+                g += 1
+            elif not tiled:
+                d += 1
+            return BT.bind(name, x, **dict(params, all_gather_dimension=g)), [d]
+        _no_groups(params, name)
+        _single_batch_axis(params, name)
+        if d is None:
+            y = BT.broadcast(x, BT.axis_size(), g)
+        else:
+            y = BT.moveaxis(x, d, g)
+        return [_fold(y, g) if tiled else y], [None]
+
+    return rule
+
+
+def _reduce_scatter_batching(name: str):
+    def rule(args, dims, **params):
+        (x,), (d,) = args, dims
+        s, tiled = int(params["scatter_dimension"]), bool(params.get("tiled"))
+        if not _over_batch_axis(params):
+            if d is None:
+                return BT.bind(name, x, **params), [None]
+            if d <= s:
+                s += 1
+            elif not tiled:
+                d += 1
+            return BT.bind(name, x, **dict(params, scatter_dimension=s)), [d]
+        _no_groups(params, name)
+        _single_batch_axis(params, name)
+        n = BT.axis_size()
+        y = ops.mul(x, ops.lit(n, x)) if d is None else ops.reduce_sum(x, (d,))
+        return [_split(y, s, n) if tiled else y], [s]
+
+    return rule
+
+
+def _ppermute_batching(args, dims, **params):
+    """Over the vmap axis: the examples permuted along the batch dimension (JAX takes
+    them with a gather; the tool slices the runs of consecutive sources, one concatenate)."""
+    (x,), (d,) = args, dims
+    if not _over_batch_axis(params):
+        return BT.bind("ppermute", x, **params), [d]
+    batch = BT.axis_name()
+    rest = tuple(a for a in _names(params) if a != batch)
+    if rest:
+        return BT.bind("ppermute", x, **dict(params, axis_name=rest)), [d]
+    n = BT.axis_size()
+    perm = [(int(a), int(b)) for a, b in params["perm"]]
+    if len(perm) != n or sorted(dst for _, dst in perm) != list(range(n)):
         raise JaxprError(
-            f"vmap: '{name}' is a collective{what}; batching collectives (axis_name) is not "
-            "supported yet",
+            f"vmap: the permutation {perm} of 'ppermute' over the vmap axis must move every "
+            f"one of its {n} examples (as JAX asserts)",
+            current().loc,
+        )
+    if d is None:
+        return [x], [None]
+    source = dict((dst, src) for src, dst in perm)
+    runs: list[list[int]] = []
+    for dst in range(n):
+        src = source[dst]
+        if runs and runs[-1][1] == src:
+            runs[-1][1] += 1
+        else:
+            runs.append([src, src + 1])
+    parts = [ops.slice_in_dim(x, lo, hi, axis=d) for lo, hi in runs]
+    return [parts[0] if len(parts) == 1 else ops.bind_concatenate(parts, d)], [d]
+
+
+def _all_to_all_batching(args, dims, **params):
+    """JAX's `_all_to_all_batched_collective`."""
+    (x,), (d,) = args, dims
+    split, concat = int(params["split_axis"]), int(params["concat_axis"])
+    if not _over_batch_axis(params):
+        if d is None:
+            return BT.bind("all_to_all", x, _out_types=BT.result_types([None]), **params), [None]
+        p = dict(params, split_axis=split + (d <= split), concat_axis=concat + (d <= concat))
+        return BT.bind("all_to_all", x, _out_types=BT.result_types([d]), **p), [d]
+    _no_groups(params, "all_to_all")
+    n = BT.axis_size()
+    if d is None:
+        x, d = BT.broadcast(x, n, 0), 0
+    names = _names(params)
+    pos = names.index(BT.axis_name())
+    major, minor = names[:pos], names[pos + 1 :]
+    if not major and not minor:
+        if split == concat:
+            axis = split + (d <= split)
+            d_pre = d
+            x = _split(x, axis, n)
+            d += axis <= d
+            perm = list(range(ndim_of(x)))
+            perm[d], perm[axis] = perm[axis], perm[d]
+            return [_fold(ops.transpose(x, perm), axis)], [d_pre]
+        x = _fold(BT.moveaxis(x, d, concat), concat)
+        return [_split(x, split, n)], [split]
+    return _all_to_all_nested(x, d, split, concat, major, minor, params, n)
+
+
+def _all_to_all_nested(x, d, split, concat, major, minor, params, n):
+    """The vmap axis among several (JAX's chunks gathered in leading [major, current, minor]
+    axes); the other axes' size is read off the equation's per-example types."""
+    eqn = BT.current_eqn()
+    i_t, o_t = eqn.inputs[0].type, eqn.outputs[0].type
+    if (major and minor) or split == concat or not isinstance(i_t.shape[split], int):
+        _unsupported(
+            "'all_to_all' over the vmap axis and axes on both sides of it, or with "
+            "split_axis == concat_axis, has mesh axis sizes the program does not state"
+        )
+    other = i_t.shape[split] // o_t.shape[split] // n
+    x = BT.moveaxis(x, d, 0)
+    shape = list(x.type.shape)
+    x = ops.reshape(x, [1, shape[0], 1] + shape[1:])
+    split, concat = split + 3, concat + 3
+    if major:
+        x = _a2a(x, dict(params, axis_name=major, split_axis=split, concat_axis=0), other)
+    x = _split(x, split, n)
+    new_d = split
+    concat += split <= concat
+    split += 1
+    if minor:
+        x = _a2a(x, dict(params, axis_name=minor, split_axis=split, concat_axis=2), other)
+    x = _fold(_fold(x, 0), 0)
+    concat, new_d = concat - 2, new_d - 2
+    x = _fold(BT.moveaxis(x, 0, concat - 1), concat - 1)
+    return [x], [new_d - 1]
+
+
+def _a2a(x, params, size: int):
+    """all_to_all over axes of `size` devices, its result type stated."""
+    shape = list(x.type.shape)
+    shape[params["split_axis"]] //= size
+    shape[params["concat_axis"]] *= size
+    return BT.bind("all_to_all", x, _out_types=[x.type.update(shape=shape)], **params)[0]
+
+
+def ndim_of(x) -> int:
+    return x.type.ndim
+
+
+def _axis_index_batching(args, dims, **params):
+    """Over the vmap axis: each example's index, an iota along the batch dimension."""
+    if not _over_batch_axis(params):
+        return BT.bind("axis_index", **params), [None]
+    _single_batch_axis(params, "axis_index")
+    return [ops.iota((BT.axis_size(),), 0)], [0]
+
+
+def _pbroadcast_batching(args, dims, **params):
+    """Over the vmap axis: example `source` for every example."""
+    (x,), (d,) = args, dims
+    if not _over_batch_axis(params):
+        return BT.bind("pbroadcast", x, **params), [d]
+    _single_batch_axis(params, "pbroadcast")
+    if d is None:
+        return [x], [None]
+    src = int(params["source"])
+    one = ops.slice_in_dim(x, src, src + 1, axis=d)
+    return [ops.broadcast_in_dim(one, x.type.shape, range(ndim_of(x)))], [d]
+
+
+def _pvary_batching(args, dims, **params):
+    """pvary keeps the batch dimension; the vmap axis is no mesh axis, so it leaves `axes`."""
+    batch = BT.axis_name()
+    axes = tuple(a for a in _raw_axes(params) if a != batch)
+    if any(isinstance(a, int) for a in axes):
+        _unsupported("'pvary' with positional axes is not supported")
+    if not axes:
+        return list(args), list(dims)
+    outs = [BT.bind("pvary", x, **dict(params, axes=axes))[0] for x in args]
+    return outs, list(dims)
+
+
+for _n, _factor in (("psum", True), ("psum_invariant", True), ("pmax", False), ("pmin", False)):
+    define(_n, batching=_reduction_batching(_n, _factor), axis_names=_names)
+for _n in ("all_gather", "all_gather_invariant"):
+    define(_n, batching=_all_gather_batching(_n), axis_names=_names)
+for _n in ("reduce_scatter", "psum_scatter"):
+    define(_n, batching=_reduce_scatter_batching(_n), axis_names=_names)
+define("ppermute", batching=_ppermute_batching, axis_names=_names)
+define("all_to_all", batching=_all_to_all_batching, axis_names=_names)
+define("axis_index", batching=_axis_index_batching, axis_names=_names)
+define("pbroadcast", batching=_pbroadcast_batching, axis_names=_names)
+define("pvary", batching=_pvary_batching)
+
+
+def _refused_batching(name):
+    """The collectives the tool has no shape rule for: refused, located."""
+
+    def rule(args, dims, **params):
+        raise JaxprError(
+            f"vmap: '{name}' is a collective the tool cannot check or batch yet",
             B.current().loc,
         )
 
     return rule
+
+
+for _n in ("pshuffle", "ragged_all_to_all", "pcast", "unreduced_pmax", "unreduced_pmin"):
+    define(_n, batching=_refused_batching(_n))
 
 
 # ---------------------------------------------------------------- placement on a mesh
@@ -1168,15 +1518,6 @@ shard_map xla_pmap psum pmax pmin ppermute all_gather all_gather_invariant all_t
 reduce_scatter psum_scatter axis_index psum_invariant pvary pbroadcast
 """.split():
     define(_n, multi_device=True)
-
-
-COLLECTIVES = """
-psum pmax pmin ppermute pshuffle all_gather all_gather_invariant all_to_all ragged_all_to_all
-reduce_scatter psum_scatter psum_invariant pbroadcast pvary pcast axis_index unreduced_pmax
-unreduced_pmin
-""".split()
-for _n in COLLECTIVES:
-    define(_n, batching=_collective_batching(_n))
 
 
 for _n in ("psum", "pmax", "pmin"):

@@ -118,7 +118,7 @@ def _effect_only_jvp(name):
 
 def _debug_batching(args, dims, **params):
     # JAX's `debug_batching_rule` runs the callback once per example
-    return BT.loop_fallback(args, dims)
+    return BT.loop_fallback(args, dims, warn=False)
 
 
 for _n in ("debug_print", "debug_callback"):
@@ -145,11 +145,23 @@ for _n in (
     "debug_print",
     "io_callback",
     "pure_callback",
-    "ffi_call",
     "buffer_callback",
 ):
     define(_n, refusal=_CALLS_BACK)
 define("pure_callback", refusal=_pure_callback_refusal)
+
+
+def _ffi_call_refusal(eqn) -> str:
+    """What an ffi_call needs that the text lacks: the compiled foreign function itself."""
+    target = eqn.params.get("target_name", "?")
+    return (
+        f"calls the XLA FFI target '{target}', compiled code that the program's Python "
+        "registered (jax.ffi.register_ffi_target); the text names the target but does not "
+        "carry it"
+    )
+
+
+define("ffi_call", refusal=_ffi_call_refusal)
 for _n in (
     "pallas_call",
     "tpu_custom_call",

@@ -168,8 +168,10 @@ def _dynamic_slice_batching(args, dims, *, slice_sizes, **params):
     x, *starts = args
     xd, *sds = dims
     nd = BT.ndim(x) - (0 if xd is None else 1)
-    if nd == 0 or len(starts) != nd:
-        return BT.loop_fallback(args, dims, warn=len(starts) != nd)
+    if nd == 0:
+        return [x], [xd]  # a rank-0 operand has no start indices: the slice is the operand
+    if len(starts) != nd:
+        return BT.loop_fallback(args, dims, why="start indices that do not match the rank")
     idx, idd = _batch_dynamic_slice_indices(starts, sds)
     return _gather_batching(
         [x, idx],
@@ -253,8 +255,10 @@ def _dynamic_update_slice_batching(args, dims, **params):
     x, upd, *starts = args
     xd, ud, *sds = dims
     nd = BT.ndim(upd) - (0 if ud is None else 1)
-    if nd == 0 or len(starts) != nd:
-        return BT.loop_fallback(args, dims, warn=len(starts) != nd)
+    if nd == 0:
+        return [upd], [ud]  # a rank-0 update replaces the whole rank-0 operand
+    if len(starts) != nd:
+        return BT.loop_fallback(args, dims, why="start indices that do not match the rank")
     r = tuple(range(nd))
     dnums = Record(
         "ScatterDimensionNumbers",
@@ -1075,3 +1079,18 @@ define(
     evaluate=_hiprim_evaluate(_nonzero_prim),
     evaluated_params=frozenset({"size", "axes", "out_dtype"}),
 )
+
+
+def _nonzero_batching(args, dims, **params):
+    """JAX's `Nonzero.batch`: the batch axis is one more of the dimensions searched
+    separately (not in `axes`); it goes first, as JAX moves it, and so do the results'."""
+    (x,), (d,) = args, dims
+    x = BT.moveaxis(x, d, 0)
+    axes = tuple(int(a) + 1 for a in params["axes"])
+    outs = BT.bind(
+        "Nonzero", x, _out_types=BT.result_types([0] * len(axes)), **{**params, "axes": axes}
+    )
+    return outs, [0] * len(outs)
+
+
+define("Nonzero", batching=_nonzero_batching)

@@ -796,7 +796,9 @@ def _conv_batching(args, dims, **params):
     bgc = int(params.get("batch_group_count", 1))
     lshape, rshape = BT.shape_of(lhs), BT.shape_of(rhs)
     if (ld is not None and lshape[ld] == 0) or (rd is not None and rshape[rd] == 0):
-        return BT.loop_fallback(args, dims)
+        # an empty batch: JAX's rule returns the (empty) zeros of the batched result type
+        (t,) = BT.result_types([0])
+        return [ops.full(t, 0)], [0]
     into, out_of = _merge_axis_into, _reshape_axis_out_of
 
     def conv(a, b, **changes):
@@ -1188,7 +1190,8 @@ def _thin_qr_jvp(q, r, dx):
 
 
 def _qr_jvp(primals, tangents, *, pivoting=False, full_matrices=False, use_magma=None):
-    """JAX's `qr_jvp_rule`: thin and square QR, and the wide case (m < n) by blocks."""
+    """JAX's `qr_jvp_rule`: thin and square QR, the wide case (m < n) by blocks, and full
+    matrices of a tall one (m > n)."""
     (x,), (dx,) = primals, tangents
     params = {"full_matrices": full_matrices, "pivoting": pivoting, "use_magma": use_magma}
     outs = rebind_primal("qr", primals, params)
@@ -1205,15 +1208,36 @@ def _qr_jvp(primals, tangents, *, pivoting=False, full_matrices=False, use_magma
         dr2 = ops.add(ops.batch_matmul(ops.adjoint(dq), x2), ops.batch_matmul(ops.adjoint(q), dx2))
         return outs, [dq, ops.bind_concatenate([dr1, dr2], nd - 1)] + _int_zeros(outs[2:])
     if full_matrices and m != n:
-        from ..core import JaxprError
-
-        raise JaxprError(
-            "qr JVP for full_matrices=True with m > n is not implemented in jaxprtool (JAX "
-            "follows arXiv:2409.13374): use the reduced decomposition (mode='reduced')",
-            current().loc,
-        )
+        return outs, list(_full_qr_jvp(q, r, dx, m, n, nd)) + _int_zeros(outs[2:])
     dq, dr = _thin_qr_jvp(q, r, dx)
     return outs, [dq, dr] + _int_zeros(outs[2:])
+
+
+def _full_qr_jvp(q, r, dx, m, n, nd):
+    """JAX's full-matrices QR JVP for m > n (arXiv:2409.13374, eqs. 32-33): the thin JVP
+    of the first n columns, the other m - n columns of dQ from it, dR padded with zero rows."""
+    rows, cols = nd - 2, nd - 1
+    q_mn = ops.slice_in_dim(q, 0, n, axis=cols)
+    q_mp = ops.slice_in_dim(q, n, m, axis=cols)
+    dq_mn, dr_nn = _thin_qr_jvp(q_mn, ops.slice_in_dim(r, 0, n, axis=rows), dx)
+    q_nn = ops.slice_in_dim(q_mn, 0, n, axis=rows)
+    q_pn = ops.slice_in_dim(q_mn, n, m, axis=rows)
+    dq_nn = ops.slice_in_dim(dq_mn, 0, n, axis=rows)
+    dq_pn = ops.slice_in_dim(dq_mn, n, m, axis=rows)
+    # Eq 33: Z_pn = Q_pn (Q_nn - I)^-1, as Z_pn^H = (Q_nn - I)^-H Q_pn^H (a solve, no inverse)
+    z_pn_h = _lu_solve_square(ops.adjoint(ops.sub(q_nn, ops.eye_like(q_nn))), ops.adjoint(q_pn))
+    z_pn = ops.adjoint(z_pn_h)
+    # Eq 32: dQ_mp = dQ_mn Z_pn^H - (Q_mn + Q_mp Z_pn) (dQ_pn - Z_pn dQ_nn)^H
+    mm = ops.batch_matmul
+    dq_mp = ops.sub(
+        mm(dq_mn, z_pn_h),
+        mm(ops.add(q_mn, mm(q_mp, z_pn)), ops.adjoint(ops.sub(dq_pn, mm(z_pn, dq_nn)))),
+    )
+    zero_rows = ops.zeros(ty(dr_nn).update(shape=shape(dr_nn)[:-2] + (m - n, n)))
+    return (
+        ops.bind_concatenate([dq_mn, dq_mp], cols),
+        ops.bind_concatenate([dr_nn, zero_rows], rows),
+    )
 
 
 define(

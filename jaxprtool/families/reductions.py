@@ -771,7 +771,8 @@ def _reduce_window_batching(args, dims, **params):
     """JAX's `_generic_reduce_window_batch_rule`."""
     n = len(args) // 2
     if any(d is not None for d in dims[n:]):
-        return BT.loop_fallback(args, dims)
+        # JAX refuses batched init values (NotImplementedError); the tool loops
+        return BT.loop_fallback(args, dims, why="'reduce_window' with batched init values")
     xs = [BT.bdim_at_front(x, d) for x, d in zip(args[:n], dims[:n])]
     outs = BT.bind("reduce_window", *xs, *args[n:], **_batched_window_params(params, 0))
     return outs, [0] * len(outs)
@@ -1095,7 +1096,8 @@ def _reduce_batching(args, dims, *, dimensions, **params):
     """JAX's `_reduce_batch_rule` (batched init values: a loop)."""
     n = len(args) // 2
     if any(d is not None for d in dims[n:]):
-        return BT.loop_fallback(args, dims)
+        # JAX refuses batched init values (NotImplementedError); the tool loops
+        return BT.loop_fallback(args, dims, why="'reduce' with batched init values")
     size = BT.axis_size()
     xs = [BT.bdim_at_front(x, d, size) for x, d in zip(args[:n], dims[:n])]
     dm = tuple(int(d) + 1 for d in dimensions)

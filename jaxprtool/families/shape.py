@@ -190,7 +190,7 @@ def _bind_broadcast_in_dim(eqn, p, dims):
 def _broadcast_in_dim_batching(args, dims, **params):
     x, d = args[0], dims[0]
     if any(e is not None for e in dims[1:]):
-        return BT.loop_fallback(args, dims)  # batched dynamic shapes
+        return BT.loop_fallback(args, dims, why="'broadcast_in_dim' with a batched dynamic shape")
     eqn = BT.current_eqn()
     shape = BT.ints(params["shape"]) if "shape" in params else BT.shape_of(eqn.outputs[0])
     bdims = BT.ints(params.get("broadcast_dimensions", ()))
@@ -299,7 +299,7 @@ def _bind_reshape(eqn, p, dims):
 def _reshape_batching(args, dims, **params):
     (x,), (d,) = args[:1], dims[:1]
     if any(e is not None for e in dims[1:]):
-        return BT.loop_fallback(args, dims)
+        return BT.loop_fallback(args, dims, why="'reshape' with a batched dynamic shape")
     x = BT.moveaxis(x, d, 0)
     new = (BT.axis_size(), *BT.ints(params["new_sizes"]))
     dm = params.get("dimensions")

@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import re
 
-from ..core import JaxprError, OpaqueType, RefType, ShapedArray, short_dtype_name
+from ..ad.builder import current
+from ..ad.ops import instantiate
+from ..ad.registry import rebind_primal
+from ..ad.zeros import Zero, is_zero, tangent_type
+from ..core import JaxprError, OpaqueType, RefType, ShapedArray, is_inexact, short_dtype_name
 from ..params import format_value
 from ..record import define
 from ..shapes import ShapeError, shape_rule
@@ -327,3 +331,127 @@ define(
     evaluate=_evaluate_addupdate,
     evaluated_params=frozenset({"indexer"}),
 )
+
+
+# ---------------------------------------------------------------- forward mode (JAX's state JVPs)
+# A Ref's tangent is a Ref (of the tangents), made beside it by new_ref and read, written and
+# accumulated into by the same indexed operations (`jax/_src/state/primitives.py`: `_get_jvp`,
+# `_swap_jvp`, `addupdate_jvp_rule`; new_ref's and freeze's JVPs in `jax/_src/core.py`).
+
+
+def _bind_like(name, inputs, params):
+    """`name` on `inputs`, its result types those of the equation being differentiated."""
+    b = current()
+    eqn = getattr(b, "cur_eqn", None)
+    types = [o.type for o in eqn.outputs] if eqn is not None and eqn.prim == name else None
+    return b.bind(name, list(inputs), params, types)
+
+
+def _new_ref_jvp(primals, tangents, **params):
+    """The tangent Ref starts from the initial value's tangent, zeros instantiated (JAX)."""
+    (ref,) = rebind_primal("new_ref", primals, params)
+    (t,) = tangents
+    if not is_inexact(tangent_type(primals[0].type)):
+        return [ref], [Zero(tangent_type(ref.type))]
+    (tref,) = current().bind("new_ref", [instantiate(t)], params, [ref.type])
+    return [ref], [tref]
+
+
+def _freeze_jvp(primals, tangents, **params):
+    outs = rebind_primal("freeze", primals, params)
+    if is_zero(tangents[0]):
+        return outs, [Zero(tangent_type(outs[0].type))]
+    return outs, current().bind("freeze", [tangents[0]], params, [outs[0].type])
+
+
+def _get_jvp(primals, tangents, **params):
+    ref, *idx = primals
+    outs = rebind_primal("get", primals, params)
+    if is_zero(tangents[0]):
+        return outs, [Zero(tangent_type(outs[0].type))]
+    return outs, _bind_like("get", [tangents[0], *idx], params)
+
+
+def _written_ref_tangent(name, tangents):
+    """The Ref's tangent of a write; a differentiated value written into a Ref that has none
+    is refused, as JAX refuses it."""
+    tref, tx = tangents[0], tangents[1]
+    if is_zero(tref) and not is_zero(tx):
+        raise JaxprError(
+            f"'{name}': a differentiated value is written into a Ref that is not "
+            "differentiated (its initial value has no tangent); JAX refuses this too",
+            current().loc,
+        )
+    return tref, tx
+
+
+def _swap_jvp(primals, tangents, **params):
+    ref, x, *idx = primals
+    outs = _bind_like("swap", primals, params)
+    tref, tx = _written_ref_tangent("swap", tangents)
+    if is_zero(tref):
+        return outs, [Zero(tangent_type(o.type)) for o in outs]
+    touts = _bind_like("swap", [tref, instantiate(tx), *idx], params)
+    if not outs:
+        return outs, []
+    return outs, touts
+
+
+def _addupdate_jvp(primals, tangents, **params):
+    ref, x, *idx = primals
+    current().bind("addupdate", list(primals), params, [])
+    tref, tx = _written_ref_tangent("addupdate", tangents)
+    if not is_zero(tref) and not is_zero(tx):
+        current().bind("addupdate", [tref, tx, *idx], params, [])
+    return [], []
+
+
+for _n, _rule in (
+    ("new_ref", _new_ref_jvp),
+    ("freeze", _freeze_jvp),
+    ("get", _get_jvp),
+    ("swap", _swap_jvp),
+    ("addupdate", _addupdate_jvp),
+):
+    define(_n, jvp=_rule, jvp_kind="jvp")
+define("new_ref", jvp_on_zero_tangents=True)
+
+
+# ---------------------------------------------------------------- what the tool does not do yet
+# JAX transposes Ref programs (its fancy get/swap/addupdate transposes, Refs as accumulators)
+# and batches them (`_get_vmap`, ...); the tool does neither yet.  Its transpose walk follows
+# values, not the effects on a Ref, so a linearized Ref program would transpose to a silently
+# wrong program, and a loop over the examples would lose the writes: both are refused.
+
+_NO_REVERSE = (
+    "reverse mode (linearize, vjp, grad) of a program that differentiates through a Ref is "
+    "not supported yet (JAX transposes Refs as accumulators; the tool does not): use jvp"
+)
+_NO_VMAP = (
+    "vmap of a program that batches a Ref is not supported yet (JAX batches Ref reads and "
+    "writes; the tool does not, and a loop over the examples would lose the writes)"
+)
+
+
+def _refuse_linearization(name):
+    """Linearized, a Ref operation whose operands have no tangent is the primal one (a Ref
+    the differentiated values never reach); one that has a tangent is refused."""
+
+    def rule(primals, tangents, **params):
+        if any(not is_zero(t) for t in tangents):
+            raise JaxprError(f"'{name}': {_NO_REVERSE}", current().loc)
+        outs = _bind_like(name, primals, params)
+        return outs, [Zero(tangent_type(o.type)) for o in outs]
+
+    return rule
+
+
+def _refuse_batching(name):
+    def rule(args, dims, **params):
+        raise JaxprError(f"'{name}': {_NO_VMAP}", current().loc)
+
+    return rule
+
+
+for _n in ("new_ref", "freeze", "get", "swap", "addupdate"):
+    define(_n, linearization=_refuse_linearization(_n), batching=_refuse_batching(_n))

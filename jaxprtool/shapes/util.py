@@ -442,6 +442,17 @@ def vma_parts(v: str | None) -> dict[str, list[str]]:
     return out
 
 
+def varying_axes(t) -> list[str]:
+    """The mesh axes a shard_map body value varies along: `{V:(x,y)}` (0.8+) or `{y,x}`
+    (0.7)."""
+    v = getattr(t, "vma", None)
+    if not v:
+        return []
+    if ":" not in v:
+        return [a.strip() for a in v.strip("{}()").split(",") if a.strip()]
+    return vma_parts(v).get("V", [])
+
+
 def vma_format(parts: dict[str, list[str]]) -> str | None:
     items = []
     for k, axes in parts.items():

@@ -31,8 +31,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..core import Eqn, Jaxpr, RefType, ShapedArray, Var, all_eqns, eqn_subjaxprs
-from ..memory import value_bytes
+from ..core import Eqn, Jaxpr, RefType, ShapedArray, Var, all_eqns, eqn_subjaxprs, value_bytes
 from ..record import prim
 
 MOVEMENT = {"squeeze_p"}  # moves data, computes nothing

@@ -1,0 +1,81 @@
+"""Refs (new_ref / get / swap / addupdate / freeze) under the transformations: forward mode
+as JAX's state JVPs (a Ref's tangent is a Ref), against jax.jvp; reverse mode and vmap,
+which the tool does not do yet, refused with the location (never a silently wrong program)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+from jax_oracle import close, ir, run  # noqa: E402
+
+from jaxprtool import backend  # noqa: E402
+from jaxprtool.ad.api import jvp_jaxpr  # noqa: E402
+from jaxprtool.core import all_eqns  # noqa: E402
+from jaxprtool.text.parser import parse  # noqa: E402
+
+
+def written(x):
+    r = jax.new_ref(jnp.zeros_like(x))
+    r[...] = jnp.sin(x)
+    r[1:] += x[1:] * 2.0
+    y = r[...]
+    r[2:] = r[2:] * y[:2]
+    return jax.freeze(r) * y
+
+
+def accumulated(x, w):
+    r = jax.new_ref(w)
+    for k in range(3):
+        r[k] += x[k] * w[k]
+    return r[...] + jax.freeze(r)
+
+
+X = np.array([0.1, 0.4, -0.7, 1.0], np.float32)
+T = np.array([0.7, -0.5, 0.3, 0.2], np.float32)
+W = np.array([1.5, -1.0, 0.5, 2.0], np.float32)
+
+
+@pytest.mark.parametrize(
+    "f,args,tangents",
+    [(written, [X], [T]), (accumulated, [X, W], [T, W * 0.5])],
+    ids=["written", "accumulated"],
+)
+def test_jvp_through_refs_is_jax_s(f, args, tangents):
+    j = ir(f, *args)
+    jj = jvp_jaxpr(j)
+    got = backend.evaluate(jj, args + tangents)
+    out, tout = jax.jvp(f, tuple(args), tuple(tangents))
+    close(got[0], out)
+    close(got[1], tout)
+    theirs = ir(lambda a, t: jax.jvp(f, a, t), args, tangents)
+    assert len(list(all_eqns(jj))) <= len(list(all_eqns(theirs)))
+
+
+def test_reverse_mode_and_vmap_of_refs_are_refused_with_the_location(tmp_path):
+    src = tmp_path / "w.jaxpr"
+    src.write_text(str(jax.make_jaxpr(lambda x: written(x).sum())(X)) + "\n")
+    for cmd in (["grad"], ["vjp"], ["linearize"]):
+        r = run([*cmd, str(src)])
+        assert r.exit_code == 1, (cmd, r.output)
+        assert f"{src}:5:5: error: 'swap': reverse mode" in r.output, r.output
+        assert "Traceback" not in r.output
+    r = run(["vmap", "--axis-size", "2", str(src)])
+    assert r.exit_code == 1 and "vmap of a program that batches a Ref" in r.output
+    assert f"{src}:5:5: error: 'swap': vmap" in r.output
+
+
+def test_refs_untouched_by_the_derivative_still_linearize():
+    """A Ref the differentiated inputs never reach is primal work: grad goes through."""
+
+    def f(x, c):
+        r = jax.new_ref(c)
+        r[...] = c * 2.0
+        return jnp.sum(jnp.sin(x) * r[...])
+
+    r = run(["grad", "-"], stdin=str(jax.make_jaxpr(f)(X, W)))
+    assert r.exit_code == 0, r.output
+    (got,) = backend.evaluate(parse(r.stdout, "<grad>").jaxpr, [X, W])
+    close(got, jax.grad(f)(X, W))
