@@ -156,6 +156,7 @@ class _Walk:
         self.sizes: dict[int, tuple[Type, int]] = {}  # id(type) -> (type, bytes)
         self.symbolic = False
         self.boundary: int | None = None
+        self.calls: dict[str, bool] = {}  # primitive -> whether it is a call (a body inlined)
 
     def size(self, t: Type) -> int:
         got = self.sizes.get(id(t))
@@ -187,10 +188,14 @@ class _Walk:
         steps, transient, get = self.steps, self.transient, env.get
         buf_bytes, buf_var, buf_eqn = self.buf_bytes, self.buf_var, self.buf_eqn
         buf_def, buf_read, sizes = self.buf_def, self.buf_read, self.sizes
+        calls = self.calls
         for k, e in enumerate(j.eqns):
             if k == linear_index:
                 self.mark_boundary()
-            if record_of(e.prim).call_body is not None:
+            call = calls.get(e.prim)
+            if call is None:
+                call = calls[e.prim] = record_of(e.prim).call_body is not None
+            if call:
                 body = _inlined_body(e)
                 if body is not None:
                     self.call(e, body, env)

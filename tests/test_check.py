@@ -95,6 +95,28 @@ def test_result_type_mismatch(tmp_path):
     )
 
 
+def test_repeated_equations_are_each_checked(tmp_path):
+    # the checker skips an equation identical in types and parameters to one that passed:
+    # a near-identical one after it (another declared type, another operand dtype) and
+    # every repetition of a failing one are still reported, each at its own line
+    text = (
+        "{ lambda ; a:f32[3] b:f32[3] i:i32[3]. let\n"
+        "    c:f32[3] = mul a b\n"
+        "    d:f32[3] = mul c b\n"
+        "    e:f32[4] = mul d b\n"
+        "    f:f32[4] = mul d b\n"
+        "    g:f32[3] = mul d i\n"
+        "    h:f32[3] = mul a b\n"
+        "  in (h, e, f, g) }\n"
+    )
+    r, p = _run(tmp_path, text)
+    assert r.exit_code == 1
+    errs = [line for line in r.stderr.splitlines() if ": error: " in line]
+    assert [e.split(": error: ")[0] for e in errs] == [f"{p}:4:5", f"{p}:5:5", f"{p}:6:5"]
+    assert "result type f32[4] does not match inferred f32[3]" in errs[0]
+    assert errs[0].split(": error: ")[1] == errs[1].split(": error: ")[1]
+
+
 def test_dtype_mismatch_of_operands(tmp_path):
     first, p = _first_error(
         tmp_path, "{ lambda ; a:f32[3] b:i32[3]. let\n    c:f32[3] = add a b\n  in (c,) }\n"

@@ -199,11 +199,14 @@ def find_linear_eqn(jaxpr: Jaxpr):
     inputs) or None.  With several such equations (a linearized linearization) the last one whose
     operands end with the jaxpr's last inputs wins; when none does, the last one, with no tangent
     inputs (the linearization of a program without float inputs)."""
-    idx = [
-        i
-        for i, e in enumerate(jaxpr.eqns)
-        if record_of(e.prim).inlinable and str(e.params.get("name")) == LINEAR_NAME
-    ]
+    inlinable: dict[str, bool] = {}  # by primitive: the records are asked once each
+    idx = []
+    for i, e in enumerate(jaxpr.eqns):
+        call = inlinable.get(e.prim)
+        if call is None:
+            call = inlinable[e.prim] = bool(record_of(e.prim).inlinable)
+        if call and str(e.params.get("name")) == LINEAR_NAME:
+            idx.append(i)
     for k in reversed(idx):
         t = _tangent_suffix(jaxpr, k)
         if t:

@@ -71,6 +71,18 @@ def infer_with_rule(rule: ShapeRule, in_types: list[Type], params: dict, out_hin
 _INFER_MEMO: dict[tuple, tuple[Type, ...]] = {}
 
 
+def equation_key(prim: str, in_types: list[Type], params: dict, declared: list[Type]):
+    """A hashable key of everything the shape check of an equation depends on (primitive,
+    operand types, parameters, declared result types), or None where a parameter is not a
+    plain value (a jaxpr): the checker skips an equation whose key already passed."""
+    try:
+        key = (prim, _freeze_types(in_types), _freeze_params(params), _freeze_types(declared))
+        hash(key)
+    except (_Unfreezable, TypeError):  # TypeError: an unhashable type (a list shape)
+        return None
+    return key
+
+
 class _Unfreezable(Exception):
     """A parameter value that is not a plain value (a jaxpr, an unknown object)."""
 

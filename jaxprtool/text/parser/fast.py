@@ -172,13 +172,16 @@ class FastPath(Readers, ParamValues):
             inputs = ()
         else:
             return None
-        outs = [self.new_var(m.group(1), m.group(2), m.start(2))]
-        more = m.group(3)
-        if more:
-            base = m.start(3)
-            for b in G.FAST_BINDER.finditer(more):
-                outs.append(self.new_var(b.group(1), b.group(2), base + b.start(2)))
-        return m.group(4), inputs, tuple(outs), prm, q
+        name, type_text, more, prim = m.groups()  # one call: this runs per equation
+        t = self.types.get(type_text)
+        out = Var(t, name) if t is not None else self.new_var(name, type_text, m.start(2))
+        if not more:
+            return prim, inputs, (out,), prm, q
+        outs = [out]
+        base = m.start(3)
+        for b in G.FAST_BINDER.finditer(more):
+            outs.append(self.new_var(b.group(1), b.group(2), base + b.start(2)))
+        return prim, inputs, tuple(outs), prm, q
 
     def fast_params(self, j: int) -> tuple[dict, int] | None:
         """The parameters of the list whose `[` ends at s[j]: (dict, end of its `]`), or None
