@@ -95,8 +95,9 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
             ins = [x if isinstance(x, Literal) else env[id(x)] for x in eqn.inputs]  # read
             # `tenv` holds ids of this jaxpr's live Vars: no literal operand can match one
             no_tangent = tenv.keys().isdisjoint(map(id, eqn.inputs))
+            rec = record_of(eqn.prim)
             rule = jvp_rule(eqn.prim, b.split)
-            if no_tangent and rule is not None and record_of(eqn.prim).jvp_on_zero_tangents:
+            if no_tangent and rule is not None and rec.jvp_on_zero_tangents:
                 no_tangent = False
             tins = None if no_tangent and obs is None else [tread(x) for x in eqn.inputs]
             b.loc = eqn.loc
@@ -115,12 +116,11 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
                 if obs is not None and hasattr(obs, "jvp_step"):
                     obs.jvp_step(eqn, "copy", ins, tins, outs, [], step)
                 continue
-            rec = record_of(eqn.prim)
             if rule is None:
                 raise missing_jvp(eqn)
             b.cur_eqn = eqn
             with observe.noting(obs, eqn, rec.jvp_kind), located_rule(eqn):
-                if rule is rec.jvp:
+                if rule is rec.jvp:  # (a nested walk notes into its caller's step)
                     observe.note_plugin_rule(rec, "jvp")
                 pouts, touts = rule(ins, tins, **eqn.params)
             pouts, touts = list(pouts), list(touts)
@@ -132,9 +132,9 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
             for k, (o, p, t) in enumerate(zip(eqn.outputs, pouts, touts)):
                 env[id(o)] = p
                 if t is not None and not is_zero(t) and _carries_tangent(o.type):
-                    check_rule_type(
-                        "JVP", eqn, rule, f"tangent for result {k}", t.type, tangent_type(o.type)
-                    )
+                    want = tangent_type(o.type)
+                    if t.type is not want:  # (the message only when the types differ)
+                        check_rule_type("JVP", eqn, rule, f"tangent for result {k}", t.type, want)
                     tenv[id(o)] = t
             if obs is not None and hasattr(obs, "jvp_step"):
                 obs.jvp_step(eqn, rec.jvp_kind, ins, tins, pouts, touts, step)

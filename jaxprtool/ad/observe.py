@@ -65,13 +65,18 @@ def take():
         _OBSERVER.reset(token)
 
 
-@contextlib.contextmanager
+_UNOBSERVED = contextlib.nullcontext()
+
+
 def noting(obs, eqn, kind: str | None):
     """Around the rule of `eqn` in an observed walk (`obs` not None): collect what it notes
-    and report it (`step_notes`) when it returns or raises."""
-    if obs is None:
-        yield
-        return
+    and report it (`step_notes`) when it returns or raises.  An unobserved walk (every AD
+    command) gets a shared null context: no generator per equation."""
+    return _UNOBSERVED if obs is None else _noting(obs, eqn, kind)
+
+
+@contextlib.contextmanager
+def _noting(obs, eqn, kind: str | None):
     notes: list[str] = []
     token = _NOTES.set(notes)
     try:
