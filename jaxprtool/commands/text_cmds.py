@@ -103,10 +103,12 @@ def _formatted(part, width) -> str:
     from ..cli import OPTIONS
     from ..core import JaxprError
     from ..text.printer import print_jaxpr
+    from ..text.values import light_dtypes
     from .common import output_style, parse_text
     from .driver import timed
 
-    jaxpr = parse_text(part.text, part.path, verify=False)
+    with light_dtypes(not OPTIONS.jax_style):  # only printed, unless restyled
+        jaxpr = parse_text(part.text, part.path, verify=False)
     style = output_style(jaxpr)
     if OPTIONS.jax_style:
         from ..ad.api import restyle

@@ -49,7 +49,7 @@ from typing import Any
 
 from .. import core
 from ..core import Jaxpr, Literal, Var
-from ..lazy import is_dtype, is_numpy_scalar
+from ..lazy import DTypeName, is_dtype, is_numpy_scalar
 from ..params import EnumValue, Record, SpacedList, format_value
 from ..record import prim as record_of
 from . import pretty as pp
@@ -843,6 +843,8 @@ class _Printer:
     def _value_str(self, v) -> str:
         # cache scalars and int tuples (keys must not confuse True with 1 or 1.0)
         cls = v.__class__
+        if cls is DTypeName:  # its name, without numpy (hashing it would import numpy)
+            return v.name
         key = s = None
         if (
             cls in _CACHEABLE
