@@ -14,7 +14,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 ONE_EQN = "{ lambda ; a:f32[]. let b:f32[] = sin a in (b,) }\n"
-#: a dtype parameter is a numpy dtype in the IR: numpy is loaded for it
+#: a dtype parameter is a numpy dtype in the IR (numpy is loaded for it), except in `fmt`,
+#: which reads one of numpy's own as a `lazy.DTypeName`
 WITH_DTYPE = (
     "{ lambda ; a:f32[3]. let\n"
     "    b:f64[3] = convert_element_type[new_dtype=float64 weak_type=False] a\n"
@@ -89,11 +90,31 @@ def test_integer_parameters_never_load_numpy(tmp_path, args):
         assert got["out"] == INT_PARAMS
 
 
-def test_a_dtype_parameter_loads_numpy_and_prints_back(tmp_path):
+def test_fmt_prints_a_dtype_parameter_back_without_numpy(tmp_path):
     got = _probe(tmp_path, WITH_DTYPE, "fmt")
     assert got["rc"] == 0, got["out"]
-    assert got["numpy"]
+    assert not got["numpy"], "fmt executed numpy for a dtype parameter numpy defines"
     assert got["out"] == WITH_DTYPE
+
+
+def test_check_of_a_dtype_parameter_loads_numpy(tmp_path):
+    """The shape rules read dtype parameters as np.dtype (the light value is fmt's only)."""
+    got = _probe(tmp_path, WITH_DTYPE, "check")
+    assert got["rc"] == 0, got["out"]
+    assert got["numpy"]
+
+
+def test_a_dtype_name_compares_and_hashes_as_its_numpy_dtype():
+    import numpy as np
+
+    from jaxprtool.lazy import DTypeName
+
+    for name in ("float32", "int32", "bool", "complex64", "uint8"):
+        light, real = DTypeName(name), np.dtype(name)
+        assert light == real and real == light and hash(light) == hash(real)
+        assert np.dtype(light) == real and light.itemsize == real.itemsize
+        assert str(light) == str(real) and repr(light) == repr(real)
+    assert DTypeName("float32") != np.dtype("float64")
 
 
 @pytest.mark.parametrize("args", [["fmt"], ["grad"]], ids=lambda a: a[0])
@@ -105,7 +126,7 @@ def test_a_numpy_dtype_parameter_does_not_load_ml_dtypes(tmp_path, args):
     )
     got = _probe(tmp_path, text, *args)
     assert got["rc"] == 0, got["out"]
-    assert got["numpy"] and not got["ml_dtypes"]
+    assert got["numpy"] == (args != ["fmt"]) and not got["ml_dtypes"]
 
 
 def test_an_ml_dtypes_parameter_loads_it_and_prints_back(tmp_path):
