@@ -620,3 +620,18 @@ def test_nested_jit_out_shardings_are_enforced_as_in_jax(tmp_path, eager):
     for i, w in enumerate(want):
         assert f"out{i}: {w.sharding.spec} over mesh x=4" in r.output, (r.output, w.sharding)
         close(np.load(out)[f"out{i}"], np.asarray(w))
+
+
+def test_vmap_broadcast_of_a_varying_value_keeps_its_vma():
+    """vmap of a clamp with scalar bounds in a check_vma shard_map: the batched rule broadcasts
+    the pvary'd bounds, and the broadcast varies over 'x' as in JAX's printout (it was dropped)."""
+    from jaxprtool.ad.batching import vmap_jaxpr
+
+    f = jax.shard_map(lax.clamp, mesh=mesh(("x", 4)), in_specs=(P(), P("x"), P()), out_specs=P("x"))
+    j = ir(f, np.float32(0), np.ones(8, np.float32), np.float32(1))
+    lo, x, hi = rnd(1, 3) - 1, rnd(2, 3, 8), rnd(3, 3) + 1
+    vj = vmap_jaxpr(j, [0, 0, 0], 0, 3)
+    assert print_jaxpr(vj) == str(jax.make_jaxpr(jax.vmap(f))(lo, x, hi))
+    assert not errors(reparse(vj))
+    (got,) = backend.evaluate(vj, [lo, x, hi])
+    close(got, jax.vmap(f)(lo, x, hi))
