@@ -308,15 +308,20 @@ def vmap(
     out_axes: int | None | Sequence[int | None] = 0,
     axis_size: int | None = None,
     *,
+    axis_name: str | None = None,
     opt: str = DEFAULT_OPT,
 ) -> Program:
     """Batching, as `jax.vmap` and `jaxprtool vmap`: input i gets a batch axis of
-    `axis_size` at `in_axes[i]` (one entry: every input; None: not batched)."""
+    `axis_size` at `in_axes[i]` (one entry: every input; None: not batched); `axis_name`
+    names the batch axis for the program's collectives and `axis_index`, as
+    `jaxprtool vmap --axis-name`."""
     from .ad.batching import vmap_jaxpr
 
     p = _program(program)
     with _located(p):
-        j = vmap_jaxpr(_ad_input(p, "default"), in_axes, out_axes, axis_size, p.style)
+        j = vmap_jaxpr(
+            _ad_input(p, "default"), in_axes, out_axes, axis_size, p.style, axis_name=axis_name
+        )
         return p.derived(_passes(j, opt))
 
 

@@ -118,6 +118,20 @@ def test_vmap_matches_jax(prog):
         jt.vmap(prog, in_axes=(0, None, 0), axis_size=4)
 
 
+def test_vmap_axis_name_binds_the_programs_collectives_as_jax_vmap():
+    """A per-example program over a named axis 'i' (psum, axis_index): `axis_name` binds it
+    to the batch axis, as jax.vmap(axis_name=...) and `jaxprtool vmap --axis-name` do."""
+
+    def g(x):
+        return x * jax.lax.axis_index("i") - jax.lax.psum(x, "i")
+
+    text = str(jax.make_jaxpr(g, axis_env=[("i", 4)])(X))
+    xs = vec((4, 3), 9)
+    batched = jt.vmap(jt.parse(text), axis_size=4, axis_name="i")
+    (got,) = jt.run(batched, xs)
+    close(got, jax.vmap(g, axis_name="i")(xs))
+
+
 def test_run_passes_keep_the_numbers(prog):
     opt = jt.run_passes(prog, "inline,simplify,cse,dce")
     close(jt.run(opt, X, Y)[0], f(X, Y))

@@ -591,3 +591,47 @@ def test_vmap_of_xla_pmap_batches_the_body(axis):
     vj = vmap_jaxpr(j, axis, 0, 2)
     assert not any(e.prim == "scan" for e in all_eqns(vj))
     close(backend.evaluate(vj, [x])[0], jax.vmap(pm, in_axes=axis)(x))
+
+
+@pytest.mark.parametrize("eager", [False, True])
+def test_nested_jit_out_shardings_are_enforced_as_in_jax(tmp_path, eager):
+    """A nested `jit(..., out_shardings=...)` leaves its results with its shardings, inside
+    an outer jit that names none: `--show-sharding` says what JAX's outputs' `.sharding` say
+    (before, the nested out_shardings were dropped and every output read P())."""
+    from jax.sharding import NamedSharding
+
+    m = mesh(("x", 4))
+    rows = jax.jit(lambda a: jnp.sin(a) * 2, out_shardings=NamedSharding(m, P("x")))
+    cols = jax.jit(jnp.cos, out_shardings=NamedSharding(m, P(None, "x")))
+
+    def f(a):
+        return rows(a) + 1, cols(a.T), a * 3
+
+    a = rnd(0, 8, 4)
+    path = tmp_path / "nested.jaxpr"
+    path.write_text(str(jax.make_jaxpr(jax.jit(f))(a)))
+    np.savez(tmp_path / "in.npz", arg0=a)
+    out = tmp_path / "o.npz"
+    args = ["run", str(path), "--args", str(tmp_path / "in.npz"), "--show-sharding"]
+    r = run(args + ["-o", str(out)] + (["--eager"] if eager else []))
+    assert r.exit_code == 0, r.output
+    # the tool places an input that names no sharding replicated on the mesh: so does JAX here
+    want = jax.jit(f)(jax.device_put(a, NamedSharding(m, P())))
+    for i, w in enumerate(want):
+        assert f"out{i}: {w.sharding.spec} over mesh x=4" in r.output, (r.output, w.sharding)
+        close(np.load(out)[f"out{i}"], np.asarray(w))
+
+
+def test_vmap_broadcast_of_a_varying_value_keeps_its_vma():
+    """vmap of a clamp with scalar bounds in a check_vma shard_map: the batched rule broadcasts
+    the pvary'd bounds, and the broadcast varies over 'x' as in JAX's printout (it was dropped)."""
+    from jaxprtool.ad.batching import vmap_jaxpr
+
+    f = jax.shard_map(lax.clamp, mesh=mesh(("x", 4)), in_specs=(P(), P("x"), P()), out_specs=P("x"))
+    j = ir(f, np.float32(0), np.ones(8, np.float32), np.float32(1))
+    lo, x, hi = rnd(1, 3) - 1, rnd(2, 3, 8), rnd(3, 3) + 1
+    vj = vmap_jaxpr(j, [0, 0, 0], 0, 3)
+    assert print_jaxpr(vj) == str(jax.make_jaxpr(jax.vmap(f))(lo, x, hi))
+    assert not errors(reparse(vj))
+    (got,) = backend.evaluate(vj, [lo, x, hi])
+    close(got, jax.vmap(f)(lo, x, hi))

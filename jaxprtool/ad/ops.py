@@ -237,13 +237,15 @@ def reduce_precision(x, exponent_bits: int, mantissa_bits: int):
 
 def broadcast_in_dim(x, shape, dims):
     """Emitted as JAX 0.12 prints it (and the parser reads it): the result shape lives in the
-    binder's type, `broadcast_dimensions` only when not empty."""
+    binder's type, `broadcast_dimensions` only when not empty; the result varies over the
+    mesh axes its operand varies over (its `{V:...}`), as JAX's does."""
     shape = tuple(shape)
     dims = tuple(int(d) for d in dims)
     if tuple(x.type.shape) == shape and dims == tuple(range(len(shape))):
         return x
     params = {"broadcast_dimensions": dims} if dims else {}
-    return bind("broadcast_in_dim", x, _out_types=[ShapedArray(shape, x.type.dtype)], **params)
+    out = ShapedArray(shape, x.type.dtype, vma=getattr(x.type, "vma", None))
+    return bind("broadcast_in_dim", x, _out_types=[out], **params)
 
 
 def broadcast_to(x, shape):

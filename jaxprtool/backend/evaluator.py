@@ -105,6 +105,15 @@ class Namer:
         return n
 
 
+def _as_they_are(eqn, values, results: bool, eager: bool) -> list:
+    return values
+
+
+#: how a call's operands and results are placed: `sharding.enforce_call_placements` once that
+#: module is loaded (it imports this one, so this one cannot import it), else as they are
+CALL_PLACEMENT: list[Callable] = [_as_they_are]
+
+
 class Interpreter:
     def __init__(
         self,
@@ -254,7 +263,10 @@ class Interpreter:
         return self.fn(j, eqn, path, None if label is None else f"{eqn.prim} {label}")
 
     def call(self, eqn, invals, path, key: str | None = None):
-        return self.call_fn(eqn, path, key)(*invals)
+        eager = self.mode == "eager"
+        ins = CALL_PLACEMENT[0](eqn, list(invals), False, eager)
+        outs = self.call_fn(eqn, path, key)(*ins)
+        return CALL_PLACEMENT[0](eqn, list(outs), True, eager)
 
     # ------------------------------------------------------------ state (refs as boxes)
 

@@ -20,6 +20,7 @@ import numpy as np
 from ..core import JaxprError, all_eqns
 from ..record import prim as record_of
 from ..shardings import MeshText, read_mesh, read_sharding, read_spec, type_spec
+from . import evaluator
 
 
 @dataclass
@@ -371,6 +372,37 @@ def _operand_sharding(e, k, a):
         raise
     except Exception:  # noqa: BLE001 - a placement we cannot read: replicate
         return None
+
+
+def enforce_call_placements(eqn, values, results: bool, eager: bool) -> list:
+    """`values` (a call's operands, or its results) placed as the call asks, as JAX enforces
+    a nested jit's in_shardings and out_shardings: constrained inside a traced run, moved in
+    an eager one. Outside a multi-device run, and for keys, they are returned as they are."""
+    if not is_multi_device_run():
+        return values
+    rec = record_of(eqn.prim)
+    if (rec.result_placement if results else rec.operand_placement) is None:
+        return values
+    atoms = eqn.outputs if results else eqn.inputs
+    out = []
+    for k, (a, x) in enumerate(zip(atoms, values)):
+        sh = rec.result_placement(eqn, k) if results else _operand_sharding(eqn, k, a)
+        if sh is None or getattr(a.type, "dtype", "").startswith("key<"):
+            out.append(x)
+        else:
+            out.append(_moved(x, sh, eager))
+    return out
+
+
+evaluator.CALL_PLACEMENT[0] = enforce_call_placements
+
+
+def _moved(x, sharding, eager: bool):
+    import jax
+
+    if eager:
+        return jax.device_put(x, sharding)
+    return jax.lax.with_sharding_constraint(x, sharding)
 
 
 def place(x, sharding):
