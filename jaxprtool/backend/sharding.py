@@ -337,6 +337,22 @@ def named_sharding(value, eqn=None):
     return jax.sharding.NamedSharding(concrete_mesh(s.mesh, eqn), partition_spec(s.spec.to_text()))
 
 
+def explicit_result_sharding(eqn):
+    """The result sharding to bind for an equation of an explicitly sharded program: its
+    printed result type's spec (`f32[4,8@x]` -> P(None, 'x'), `f32[4,3]` -> P()) on the
+    current explicit mesh, for a primitive whose printout omits its result sharding parameter
+    but whose bind needs one (a contraction over a sharded dim) or would replicate the result.
+    None outside an explicit mesh or when no operand or result type is sharded."""
+    import jax
+
+    types = [a.type for a in eqn.inputs if hasattr(a, "type")] + [eqn.outputs[0].type]
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or not mesh.are_all_axes_explicit or not any(map(type_spec, types)):
+        return None
+    spec = type_spec(eqn.outputs[0].type)
+    return jax.sharding.NamedSharding(mesh, partition_spec(spec.to_text()) if spec else jax.P())
+
+
 # ---------------------------------------------------------------- inputs and outputs
 
 

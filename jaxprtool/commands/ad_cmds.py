@@ -147,25 +147,34 @@ def _pipeline_steps(spec):
         raise click.BadParameter(e.message, param_hint="--opt") from None
 
 
+def _has_static_sizes(t) -> bool:
+    """Every dim a number: `8`, or an explicitly sharded `8@x` (its global size is static,
+    and the walks keep the `@x` on the tangent and cotangent types as JAX does)."""
+    from ..core import ShapedArray
+    from ..shardings import dim_axes
+
+    return not isinstance(t, ShapedArray) or all(dim_axes(d)[0] is not None for d in t.shape)
+
+
 def _require_static_shapes(jaxpr) -> None:
-    from ..core import JaxprError, ProgramError, ShapedArray, all_eqns, named_axes_refusal
+    from ..core import JaxprError, ProgramError, all_eqns, named_axes_refusal
 
     err = named_axes_refusal(jaxpr, "differentiating")
     if err is not None:
         raise err
 
     for v in jaxpr.invars:
-        if isinstance(v.type, ShapedArray) and not v.type.is_static:
+        if not _has_static_sizes(v.type):
             raise ProgramError(
-                f"automatic differentiation needs static shapes; input type {v.type} has a symbolic or sharded dimension",
+                f"automatic differentiation needs static shapes; input type {v.type} has a symbolic dimension",
                 "inputs",
             )
     for e in all_eqns(jaxpr):
         for o in e.outputs:
-            if isinstance(o.type, ShapedArray) and not o.type.is_static:
+            if not _has_static_sizes(o.type):
                 raise JaxprError(
                     f"automatic differentiation needs static shapes; {e.prim} result type {o.type} "
-                    "has a symbolic or sharded dimension",
+                    "has a symbolic dimension",
                     e.loc,
                 )
 

@@ -142,13 +142,15 @@ def _ranges_like(*xs):
 
 
 def _bind_precision(eqn, p, dims):
-    """dot_general and conv_general_dilated: enum / dtype params, no output sharding."""
+    """dot_general and conv_general_dilated: enum / dtype params; the result type's sharding
+    under an explicit mesh."""
     from ..backend.prims import dtype_param, to_jax
+    from ..backend.sharding import explicit_result_sharding
 
     return {
         "precision": to_jax(p.get("precision")),
         "preferred_element_type": dtype_param(p.get("preferred_element_type")),
-        "out_sharding": None,
+        "out_sharding": explicit_result_sharding(eqn),
     }
 
 

@@ -178,12 +178,13 @@ def _broadcast_in_dim_jvp(primals, tangents, **params):
 
 def _bind_broadcast_in_dim(eqn, p, dims):
     from ..backend.prims import to_jax
+    from ..backend.sharding import explicit_result_sharding
     from ..backend.values import static_shape
 
     return {
         "shape": static_shape(eqn.outputs[0].type, dims),
         "broadcast_dimensions": to_jax(p.get("broadcast_dimensions", ())),
-        "sharding": None,
+        "sharding": explicit_result_sharding(eqn),
     }
 
 
