@@ -42,6 +42,11 @@ def reshard_then_square(x):
     return jnp.sum(jax.sharding.reshard(x, P()) ** 2)
 
 
+def where_then_batch_dot(a, w):
+    """A select on a sharded operand and a dot over a replicated contracting dim."""
+    return jnp.sum(jnp.tanh(jnp.where(a > 1.0, a**2, jnp.exp(a)) @ w))
+
+
 def reduce_rows(a):
     return jnp.sum(jnp.cos(a) * 2.0, axis=0)
 
@@ -51,6 +56,10 @@ PROGRAMS = {
     "dot": (
         dot_sharded_contraction,
         lambda: [rnd(1, (4, 8), P(None, "x")), rnd(2, (8, 3), P("x", None))],
+    ),
+    "where_dot": (
+        where_then_batch_dot,
+        lambda: [rnd(7, (8, 4), P("x", None)), rnd(8, (4, 3), P())],
     ),
     "reshard": (reshard_then_square, lambda: [rnd(3, (8,), P("x"))]),
 }
@@ -140,3 +149,16 @@ def test_symbolic_dim_still_refused(tmp_path):
     r = run(["grad", str(src)])
     assert r.exit_code == 1
     assert "needs static shapes; input type f32[b@x] has a symbolic dimension" in r.output
+
+
+def test_rule_that_computes_with_sizes_refuses_at_the_equation(tmp_path):
+    """slice's transpose pads by the operand's size: on `f32[8@x]` it refuses, located."""
+    with jax.set_mesh(MESH):
+        text = str(jax.make_jaxpr(lambda x: jnp.sum(x[2:6] ** 2))(rnd(9, (8,), P("x"))))
+    src = tmp_path / "s.jaxpr"
+    src.write_text(text)
+    out = tmp_path / "s.grad.jaxpr"
+    r = run(["grad", str(src), "-o", str(out)])
+    assert r.exit_code == 1 and not out.exists()
+    assert f"{src}:2:5: error: 'slice': its differentiation rule" in r.output
+    assert "Traceback" not in r.output
