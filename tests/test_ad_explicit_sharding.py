@@ -10,6 +10,7 @@ import pytest
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
+from jax import lax  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 from jax_oracle import close, run  # noqa: E402
@@ -47,6 +48,11 @@ def where_then_batch_dot(a, w):
     return jnp.sum(jnp.tanh(jnp.where(a > 1.0, a**2, jnp.exp(a)) @ w))
 
 
+def slice_split_concatenate(x):
+    """Rules that compute with sizes (slice -> pad, split -> concatenate, concatenate -> slice)."""
+    return jnp.sum(jnp.concatenate([x[2:6] ** 2, jnp.split(x, 2)[1] * 3.0]) * jnp.arange(8.0))
+
+
 def reduce_rows(a):
     return jnp.sum(jnp.cos(a) * 2.0, axis=0)
 
@@ -61,6 +67,7 @@ PROGRAMS = {
         where_then_batch_dot,
         lambda: [rnd(7, (8, 4), P("x", None)), rnd(8, (4, 3), P())],
     ),
+    "slice_split": (slice_split_concatenate, lambda: [rnd(10, (8,), P("x"))]),
     "reshard": (reshard_then_square, lambda: [rnd(3, (8,), P("x"))]),
 }
 
@@ -151,14 +158,20 @@ def test_symbolic_dim_still_refused(tmp_path):
     assert "needs static shapes; input type f32[b@x] has a symbolic dimension" in r.output
 
 
-def test_rule_that_computes_with_sizes_refuses_at_the_equation(tmp_path):
-    """slice's transpose pads by the operand's size: on `f32[8@x]` it refuses, located."""
+def test_result_sharding_it_cannot_compute_refuses_at_the_equation(tmp_path):
+    """An AD rule of reduce_window_sum emits an equation whose result size it computes from a
+    sharded dim: the tool does not know that result's sharding, so it refuses at the equation
+    (no output) instead of printing a guess."""
+
+    def f(x):
+        return jnp.sum(lax.reduce_window(x, 0.0, lax.add, (1, 2), (1, 1), "VALID") ** 2)
+
     with jax.set_mesh(MESH):
-        text = str(jax.make_jaxpr(lambda x: jnp.sum(x[2:6] ** 2))(rnd(9, (8,), P("x"))))
-    src = tmp_path / "s.jaxpr"
+        text = str(jax.make_jaxpr(f)(rnd(11, (8, 4), P("x", None))))
+    src = tmp_path / "r.jaxpr"
     src.write_text(text)
-    out = tmp_path / "s.grad.jaxpr"
+    out = tmp_path / "r.grad.jaxpr"
     r = run(["grad", str(src), "-o", str(out)])
     assert r.exit_code == 1 and not out.exists()
-    assert f"{src}:2:5: error: 'slice': its differentiation rule" in r.output
+    assert f"{src}:2:5: error: while differentiating: 'reduce_window_sum' on explicitly" in r.output
     assert "Traceback" not in r.output

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from .. import shapes
 from ..core import Atom, Eqn, Jaxpr, JaxprError, Literal, Loc, Type, Var
 from ..record import prim as record_of
+from ..shapes.util import is_sharded_dim
 
 _CURRENT: contextvars.ContextVar[Builder | None] = contextvars.ContextVar(
     "jaxprtool_ad_builder", default=None
@@ -115,9 +116,25 @@ def infer(in_types: list[Type], prim: str, params: dict, loc: Loc | None = None)
     if rule is None:
         raise JaxprError(f"cannot infer the result type of '{prim}' (no shape rule)", loc)
     try:
-        return shapes.infer_with_rule(rule, in_types, params, None)
+        types = shapes.infer_with_rule(rule, in_types, params, None)
     except shapes.ShapeError as e:
         raise JaxprError(f"while differentiating: {prim}: {e}", loc) from None
+    for t in types:
+        for d in getattr(t, "shape", ()):
+            if d.__class__ is str and "@" in d and not is_sharded_dim(d):
+                raise JaxprError(_garbled_sharding(prim, t), loc)
+    return types
+
+
+def _garbled_sharding(prim: str, t: Type) -> str:
+    """A shape rule that adds or scales sharded dims (`8@x + 8@x`) as if they were symbolic:
+    the tool cannot say how JAX shards the result, so it refuses rather than print it."""
+    return (
+        f"while differentiating: '{prim}' on explicitly sharded operands gives {t}: the tool "
+        "does not know the sharding of this result; reshard the operands to replicated before "
+        "it (`jax.sharding.reshard(x, P())`) or differentiate the program traced without an "
+        "explicit mesh"
+    )
 
 
 # ---------------------------------------------------------------- small jaxpr utilities

@@ -55,6 +55,8 @@ from ..shapes.util import (
     pairs,
     prod,
     same_dtypes,
+    sharded_like,
+    sharded_size,
     static_ints,
     strided_dim,
 )
@@ -259,6 +261,8 @@ def _reshape(in_types, params, out_hint):
             raise ShapeError(
                 f"reshape: dimensions {fmt_shape(dims)} must be a permutation of the operand axes"
             )
+    if tuple(map(sharded_size, x.shape)) == tuple(new):
+        new = x.shape  # a reshape to its own sizes keeps an explicitly sharded dim's axes
     return [fill_sym_from_hint(x.update(shape=new), out_hint)]
 
 
@@ -288,12 +292,13 @@ def _reshape_transpose(ct, operand, *dyn, new_sizes=None, dimensions=None, **_):
 
 def _bind_reshape(eqn, p, dims):
     from ..backend.prims import to_jax
+    from ..backend.sharding import explicit_result_sharding
     from ..backend.values import static_shape
 
     return {
         "new_sizes": static_shape(eqn.outputs[0].type, dims),
         "dimensions": to_jax(p.get("dimensions")),
-        "sharding": None,
+        "sharding": explicit_result_sharding(eqn),
     }
 
 
@@ -490,9 +495,9 @@ def _concatenate(in_types, params, out_hint):
                 raise ShapeError(
                     f"concatenate: operands must agree except in dimension {dim}, got {t0} and {t}"
                 )
-        total = dim_add(total, t.shape[dim])
+        total = dim_add(total, sharded_size(t.shape[dim]))
     shape = list(t0.shape)
-    shape[dim] = total
+    shape[dim] = sharded_like(t0.shape[dim], total)
     return [fill_sym_from_hint(mk(shape, t0.dtype, all(t.weak_type for t in ts), ts), out_hint)]
 
 
@@ -502,7 +507,7 @@ def _concatenate_transpose(ct, *operands, dimension, **_):
     dim = int(dimension)
     out, start = [], 0
     for o in operands:
-        n = ops.shape(o)[dim]
+        n = sharded_size(ops.shape(o)[dim])
         out.append(slice_in_dim(ct, start, start + n, 1, dim) if und(o) else None)
         start += n
     return out
@@ -543,10 +548,10 @@ def _pad(in_types, params, out_hint):
     for (lo, hi, interior), d in zip(cfg, x.shape):
         if isinstance(interior, int) and interior < 0:
             raise ShapeError(f"pad: interior padding must be nonnegative, got {interior}")
-        r = dim_add(dim_add(lo, hi), dilate_dim(d, interior + 1))
+        r = dim_add(dim_add(lo, hi), dilate_dim(sharded_size(d), interior + 1))
         if isinstance(r, int) and r < 0:
             raise ShapeError(f"pad: result dimension is negative ({r})")
-        shape.append(r)
+        shape.append(sharded_like(d, r))
     return [fill_sym_from_hint(x.update(shape=shape), out_hint)]
 
 
@@ -615,7 +620,7 @@ def _slice(in_types, params, out_hint):
         if isinstance(s, int) and isinstance(lim, int):
             if s < 0 or lim < s:
                 raise ShapeError(f"slice: invalid slice [{s}:{lim}] of {x}")
-            shape.append(0 if lim == s else (lim - s - 1) // st + 1)
+            shape.append(sharded_like(d, 0 if lim == s else (lim - s - 1) // st + 1))
         else:
             shape.append(strided_dim(dim_add(lim, f"-({s})") if s else lim, 1, st))
     return [fill_sym_from_hint(x.update(shape=shape), out_hint)]
@@ -624,13 +629,13 @@ def _slice(in_types, params, out_hint):
 def _slice_transpose(ct, operand, *, start_indices, limit_indices, strides=None, **_):
     if is_zero(ct):
         return [Zero(tangent_type(ty(operand)))]
-    op_shape = ops.shape(operand)
+    op_shape = [sharded_size(d) for d in ops.shape(operand)]
     start = ops.ints(start_indices)
     if strides is None or all(int(s) == 1 for s in strides):
         pads = [(s, d - lim, 0) for s, d, lim in zip(start, op_shape, ops.ints(limit_indices))]
     else:
         st = ops.ints(strides)
-        ct_shape = ops.shape(ct)
+        ct_shape = [sharded_size(d) for d in ops.shape(ct)]
         real_limits = [
             s + (0 if n == 0 else 1 + (n - 1) * k) for s, n, k in zip(start, ct_shape, st)
         ]
@@ -729,15 +734,16 @@ def _split(in_types, params, out_hint):
     x = one_arr(in_types, "split")
     axis = canon_axis(int_param(params, "axis"), x.ndim, "split axis")
     sizes = ints(need(params, "sizes"))
-    if all(isinstance(s, int) for s in sizes) and isinstance(x.shape[axis], int):
-        if sum(sizes) != x.shape[axis]:
+    whole = sharded_size(x.shape[axis])
+    if all(isinstance(s, int) for s in sizes) and isinstance(whole, int):
+        if sum(sizes) != whole:
             raise ShapeError(
                 f"split: sizes {fmt_shape(sizes)} do not sum to dimension {axis} of {x}"
             )
     outs = []
     for s in sizes:
         shape = list(x.shape)
-        shape[axis] = s
+        shape[axis] = sharded_like(x.shape[axis], s)
         outs.append(x.update(shape=shape))
     return outs
 
