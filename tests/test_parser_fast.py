@@ -248,3 +248,14 @@ def test_a_block_on_one_line_that_is_not_all_simple_is_read_by_the_grammar_as_it
     (inner_j,) = [v for v in r.jaxpr.eqns[0].params.values() if isinstance(v, core.Jaxpr)]
     assert [e.prim for e in inner_j.eqns] == ["sin", "add", "cos"]
     assert inner_j.eqns[1].inputs[0] is inner_j.eqns[0].outputs[0]
+
+
+def test_fast_path_shares_one_primitive_name_string():
+    """Memory at scale: equations of one primitive share one `prim` string, not one each."""
+    text = (
+        "{ lambda ; a:f32[3]. let\n    b:f32[3] = tanh a\n    c:f32[3] = tanh b\n"
+        "    d:f32[3] = tanh c\n  in (d,) }\n"
+    )
+    eqns = parse(text).jaxpr.eqns
+    assert [e.prim for e in eqns] == ["tanh"] * 3
+    assert eqns[0].prim is eqns[1].prim is eqns[2].prim

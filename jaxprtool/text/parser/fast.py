@@ -30,6 +30,7 @@ damaged texts.
 from __future__ import annotations
 
 import marshal
+from sys import intern
 
 from ...core import Eqn, Jaxpr, JaxprError, Loc, Var
 from .. import grammar as G
@@ -173,6 +174,7 @@ class FastPath(Readers, ParamValues):
         else:
             return None
         name, type_text, more, prim = m.groups()  # one call: this runs per equation
+        prim = intern(prim)  # one string per primitive, not one per equation (memory)
         t = self.types.get(type_text)
         out = Var(t, name) if t is not None else self.new_var(name, type_text, m.start(2))
         if not more:
