@@ -25,3 +25,41 @@ def corpus_files(sub: str, pattern: str = "*.jaxpr") -> list[Path]:
 needs_corpus = pytest.mark.skipif(
     not CORPUS.is_dir(), reason=f"reference corpus not found at {CORPUS} (set JAXPR_FORMAT_DIR)"
 )
+
+
+# ---------------------------------------------------------------- the default run samples sweeps
+#: parametrised sweeps of which `make test` runs one case in N (the case at offset k of each N,
+#: in collection order) and `make test-full` runs all: the rest are marked `slow`.  The three
+#: AD checks of test_ad_structural take different offsets, so each case keeps one of them.
+SAMPLED = {
+    "test_jax_ad_suite.py::test_jax_ad": (3, 0),
+    "test_ad_linalg.py::test_jvp_vjp_grad_linearize_transpose": (3, 0),
+    "test_ad_structural.py::test_jvp": (3, 0),
+    "test_ad_structural.py::test_vjp": (3, 1),
+    "test_ad_structural.py::test_dot_product": (3, 2),
+    "test_ad_structural.py::test_jvp_of_vjp": (2, 0),
+    "test_ad_special.py::test_cumulative_first_and_second_order": (4, 0),
+    "test_ad_special.py::test_special_first_and_second_order": (2, 0),
+    "test_ad_special.py::test_fft_grad_and_second_order": (2, 0),
+    "test_ad_special.py::test_fft_jvp_and_vjp_match_jax": (2, 1),
+    "test_printer_fast.py::test_fast_path_prints_the_document_text": (3, 0),
+    "test_consts_order.py::test_every_ad_command_takes_the_traced_constants": (2, 0),
+    "test_ad_elementwise.py::test_jvp_and_vjp_match_jax": (2, 0),
+    "test_multidevice.py::test_run_vjp_jvp_linearize_match_jax": (2, 0),
+    "test_ad_control_flow.py::test_jvp": (2, 0),
+    "test_ad_control_flow.py::test_grad": (2, 1),
+    "test_printer_jax_grads.py::test_run_gives_jax_numbers": (2, 0),
+    "test_remat.py::test_policy_grad_and_bytes_against_jax": (2, 0),
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    seen: dict[str, int] = {}
+    for item in items:
+        key = item.nodeid.split("/")[-1].split("[", 1)[0]
+        if key not in SAMPLED or "[" not in item.nodeid:
+            continue
+        n, k = SAMPLED[key]
+        i = seen[key] = seen.get(key, -1) + 1
+        if i % n != k:
+            item.add_marker(pytest.mark.slow)
