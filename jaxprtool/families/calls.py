@@ -1359,6 +1359,55 @@ def _custom_root_shape(in_types, params, out_hint):
     return out_types_of(j)
 
 
+def _custom_root_evaluate(interp, eqn, invals, path):
+    """JAX's `CustomRoot.expand`: the solve jaxpr on its closed-over values and the initial
+    guess, the first operands; the rest (f's and tangent_solve's closed-over values) serve AD."""
+    j = jaxpr_param(eqn.params, "solve_jaxpr")
+    return interp.fn(j, eqn, path, "CustomRoot")(*invals[: len(j.invars)])
+
+
+_CUSTOM_ROOT_NO_AD = (
+    "'CustomRoot': differentiating a root with respect to the values its function `f` closes "
+    "over needs `f` and `tangent_solve`, which JAX does not print (only `solve_jaxpr`); "
+    "differentiate in JAX (`jax.grad` of the traced function) and pass the printed gradient"
+)
+
+
+def _custom_root_jvp(primals, tangents, **params):
+    """JAX's `CustomRoot.lin`: the root's tangent is zero unless f's closed-over values have
+    tangents (the solve's values and the guess do not move the root).  Those operands come
+    after solve_jaxpr's; the text does not say which are f's and which tangent_solve's, so
+    the rule is exact only when none of them has a tangent, and refuses otherwise."""
+    k = len(jaxpr_param(params, "solve_jaxpr").invars)
+    outs = rebind_primal("CustomRoot", list(primals), params)
+    if any(not is_zero(t) for t in tangents[k:]):
+        raise JaxprError(_CUSTOM_ROOT_NO_AD, current().loc)
+    return outs, [Zero(tangent_type(o.type)) for o in outs]
+
+
+def _custom_root_batching(args, dims, **params):
+    """JAX's `CustomRoot.batch`: the operands stay where they are, the solve jaxpr is batched
+    on its operands' axes, and the roots are batched at axis 0 (once anything is batched)."""
+    j = jaxpr_param(params, "solve_jaxpr")
+    k = len(j.invars)
+    if all(d is None for d in dims):
+        return current().bind("CustomRoot", list(args), params), [None] * len(j.outvars)
+    solve, _ = BT.batch_jaxpr_axes(j, dims[:k], [0] * len(j.outvars))
+    outs = current().bind("CustomRoot", list(args), {**params, "solve_jaxpr": solve})
+    return outs, [0] * len(outs)
+
+
+define(
+    "CustomRoot",
+    multiple_results=True,
+    batching=_custom_root_batching,
+    evaluate=_custom_root_evaluate,
+    evaluated_params=frozenset({"solve_jaxpr", "has_aux"}),
+    jvp=_custom_root_jvp,
+    jvp_kind=LOW_LEVEL,
+)
+
+
 # run_state: the body runs on references initialised from the operands
 
 

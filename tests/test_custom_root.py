@@ -1,0 +1,68 @@
+"""`lax.custom_root` as JAX 0.12 prints it (the `CustomRoot` HiPrim, only its `solve_jaxpr`
+printed): run, jvp and vmap checked against JAX; the derivative through `f`'s closed-over
+values, which needs the unprinted `f` and `tangent_solve`, is refused at the equation."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+from jax import lax
+
+import jaxprtool as jt
+
+
+def newton_sqrt(x, scale):
+    """The root of y^2 - x; `scale` reaches only the solver (its first step), not `f`."""
+
+    def f(y):
+        return y * y - x
+
+    def solve(g, y0):
+        y = y0 * scale
+        for _ in range(30):
+            y = y - g(y) / (2 * y)
+        return y
+
+    return lax.custom_root(f, 1.0, solve, lambda g, y: y / g(1.0))
+
+
+X, S = np.float32(2.0), np.float32(1.5)
+TEXT = str(jax.make_jaxpr(newton_sqrt)(X, S))
+
+
+@pytest.fixture(scope="module")
+def prog():
+    assert "CustomRoot[" in TEXT
+    return jt.parse(TEXT, "root.jaxpr")
+
+
+def test_custom_root_runs_as_jax(prog):
+    (got,) = jt.run(prog, X, S)
+    np.testing.assert_allclose(got, newton_sqrt(X, S), rtol=1e-6)
+
+
+def test_custom_root_jvp_through_the_solver_only_is_zero_as_in_jax(prog):
+    """The root does not move with what only the solver sees: JAX's tangent is 0."""
+    _, want = jax.jvp(lambda s: newton_sqrt(X, s), (S,), (np.float32(1.0),))
+    j = jt.jvp(prog, argnums=[1])
+    outs = jt.run(j, X, S, np.float32(1.0))
+    np.testing.assert_allclose(outs[-1], want, atol=0)
+    assert float(want) == 0.0
+
+
+def test_custom_root_grad_through_f_is_refused_at_the_equation(prog):
+    with pytest.raises(jt.JaxprError) as e:
+        jt.grad(prog, argnums=[0])
+    assert "CustomRoot" in e.value.message and "tangent_solve" in e.value.message
+    assert e.value.loc is not None and "CustomRoot[" in TEXT.splitlines()[e.value.loc.line - 1]
+
+
+def test_custom_root_vmap_is_one_batched_root_as_in_jax(prog):
+    xs = np.array([1.0, 2.0, 4.0], np.float32)
+    want = jax.vmap(newton_sqrt, in_axes=(0, None))(xs, S)
+    b = jt.vmap(prog, in_axes=[0, None], axis_size=3)
+    text = jt.format(b)
+    assert text.count("CustomRoot[") == 1 and "scan[" not in text and "while[" not in text
+    (got,) = jt.run(b, xs, S)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
