@@ -57,6 +57,7 @@ from ..shapes.util import (
     dim_mul,
     input_elements,
     int_param,
+    is_int_dtype,
     one_arr,
     varying_axes,
     vma_format,
@@ -233,7 +234,7 @@ defjvp_zero("axis_index")
 # ---------------------------------------------------------------- collectives `run` refuses
 # (no shape rule: the tool cannot check or differentiate them either)
 
-for _n in ("pshuffle", "ragged_all_to_all", "pcast", "unreduced_pmax", "unreduced_pmin"):
+for _n in ("pshuffle", "pcast", "unreduced_pmax", "unreduced_pmin"):
     define(_n, family="collectives", refusal=_MULTI_DEVICE)
 
 
@@ -1466,7 +1467,7 @@ def _refused_batching(name):
     return rule
 
 
-for _n in ("pshuffle", "ragged_all_to_all", "pcast", "unreduced_pmax", "unreduced_pmin"):
+for _n in ("pshuffle", "pcast", "unreduced_pmax", "unreduced_pmin"):
     define(_n, batching=_refused_batching(_n))
 
 
@@ -1537,3 +1538,75 @@ _linear_each("pbroadcast", _pbroadcast_t)
 _linear_each("sharding_constraint", _sharding_constraint_t)
 _linear_each("reshard", _reshard_t)
 defjvp_zero("axis_index")
+
+
+# ---------------------------------------------------------------- ragged_all_to_all
+# JAX's `ragged_all_to_all_p` (`jax/_src/lax/parallel.py`): operand, output and four integer
+# vectors (input_offsets, send_sizes, output_offsets, recv_sizes); the result has the type of
+# `output`, and it is linear in (operand, output) together.
+
+_RAGGED_INDEXES = ("input_offsets", "send_sizes", "output_offsets", "recv_sizes")
+
+
+@shape_rule("ragged_all_to_all")
+def _ragged_all_to_all_shape(in_types, params, out_hint):
+    """JAX's `_ragged_all_to_all_effectful_abstract_eval`: the four index operands are
+    integer vectors of positive length; the result is `output` (not weak)."""
+    if len(in_types) != 6:
+        raise ShapeError(f"ragged_all_to_all: expected 6 operands, got {len(in_types)}")
+    _, output, *indexes = in_types
+    for what, t in zip(_RAGGED_INDEXES, indexes):
+        if not isinstance(t, ShapedArray) or not is_int_dtype(t.dtype):
+            raise ShapeError(f"ragged_all_to_all: {what} must be of integer type, got {t}")
+        if t.ndim != 1 or (isinstance(t.shape[0], int) and t.shape[0] < 1):
+            raise ShapeError(
+                f"ragged_all_to_all: {what} must be rank 1 with positive dimension size, got {t}"
+            )
+    if not isinstance(output, ShapedArray):
+        raise ShapeError(f"ragged_all_to_all: output must be an array, got {output}")
+    return [output.update(weak_type=False)]
+
+
+def _eval_ragged_all_to_all(interp, eqn, invals, path):
+    """Binds JAX's primitive; XLA:CPU has no `ragged-all-to-all` (JAX lowers it to a custom
+    call that only the GPU and TPU compilers implement), so a CPU run is refused here rather
+    than failing later in XLA."""
+    import jax
+
+    from ..backend import prims
+
+    if jax.default_backend() == "cpu":
+        raise JaxprError(
+            "cannot run 'ragged_all_to_all' on CPU: XLA:CPU does not implement "
+            "ragged-all-to-all; run the program on a GPU or TPU (JAX_PLATFORMS=cuda)",
+            eqn.loc,
+        )
+    params = {
+        "axis_name": _axes_tuple(eqn.params.get("axis_name", ())),
+        "axis_index_groups": eqn.params.get("axis_index_groups"),
+    }
+    return [prims.lookup("ragged_all_to_all").bind(*invals, **params)]
+
+
+def _ragged_all_to_all_jvp(primals, tangents, /, **params):
+    """JAX's `_ragged_all_to_all_jvp`: the same exchange on the tangents of operand and output
+    (both instantiated), with the primal offsets and sizes."""
+    (ans,) = rebind_primal("ragged_all_to_all", primals, params)
+    t_operand, t_output = tangents[:2]
+    if is_zero(t_operand) and is_zero(t_output):
+        return [ans], [Zero(tangent_type(ans.type))]
+    args = [instantiate(t_operand), instantiate(t_output), *primals[2:]]
+    return [ans], current().bind("ragged_all_to_all", args, params, [tangent_type(ans.type)])
+
+
+define(
+    "ragged_all_to_all",
+    family="collectives",
+    flops=_no_flops,
+    multi_device=True,
+    axis_names=_names,
+    evaluate=_eval_ragged_all_to_all,
+    evaluated_params=frozenset({"axis_name", "axis_index_groups"}),
+)
+primitive_jvps["ragged_all_to_all"] = _ragged_all_to_all_jvp
+rule_kind["ragged_all_to_all"] = LOW_LEVEL
