@@ -5,6 +5,7 @@ values, which needs the unprinted `f` and `tangent_solve`, is refused at the equ
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
@@ -66,3 +67,30 @@ def test_custom_root_vmap_is_one_batched_root_as_in_jax(prog):
     assert text.count("CustomRoot[") == 1 and "scan[" not in text and "while[" not in text
     (got,) = jt.run(b, xs, S)
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_hiprims_through_split_input_file_and_the_pass_manager(tmp_path):
+    """CustomRoot and SearchSorted (0.12's HiPrims) in one file: `vmap --split-input-file
+    --verify-each --timing` batches each part, and each part gives jax.vmap's numbers."""
+    from click.testing import CliRunner
+
+    from jaxprtool.cli import main
+
+    def search(a, q):
+        return jnp.searchsorted(a, q)
+
+    sorted_rows = np.sort(np.random.default_rng(0).normal(size=(3, 5)).astype(np.float32), 1)
+    q = np.float32(0.1)
+    search_text = str(jax.make_jaxpr(search)(sorted_rows[0], q))
+    path = tmp_path / "both.jaxpr"
+    path.write_text(TEXT + "\n// -----\n" + search_text + "\n")
+    argv = ["--no-color", "vmap", "--split-input-file", "--verify-each", "--timing"]
+    r = CliRunner().invoke(main, [*argv, "--in-axes", "0,None", "--axis-size", "3", str(path)])
+    assert r.exit_code == 0, r.output
+    assert "vmap" in r.stderr
+    root_part, search_part = r.stdout.split("\n# -----\n")
+    xs = np.array([1.0, 2.0, 4.0], np.float32)
+    (got,) = jt.run(jt.parse(root_part), xs, S)
+    np.testing.assert_allclose(got, jax.vmap(newton_sqrt, in_axes=(0, None))(xs, S), rtol=1e-6)
+    (got,) = jt.run(jt.parse(search_part), sorted_rows, q)
+    np.testing.assert_array_equal(got, jax.vmap(search, in_axes=(0, None))(sorted_rows, q))
