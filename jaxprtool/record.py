@@ -48,6 +48,9 @@ class Primitive:
     #: `fn(params) -> tuple[str, ...]`: the named axes a collective communicates over (JAX's
     #: `skippable_batchers`): vmap with that axis name batches it even when no operand is
     axis_names: Callable | None = None
+    #: vmap batches it even when no operand is batched (new_ref: its Ref may be written with
+    #: batched values, so JAX makes every Ref inside a vmap batched)
+    always_batched: bool = False
     #: the equation has a list of results even when it has one (JAX's `multiple_results`)
     multiple_results: bool = False
     #: never removed, merged or reordered by a pass, nor dropped inside AD

@@ -329,7 +329,11 @@ def batch_eval(
             ds = [d for _, d in ins]
             b.loc = eqn.loc
             b.cur_eqn = eqn
-            if all(d is None for d in ds) and not _names_batch_axis(eqn, c.name):
+            if (
+                all(d is None for d in ds)
+                and not _names_batch_axis(eqn, c.name)
+                and not record_of(eqn.prim).always_batched
+            ):
                 outs = b.emit(
                     eqn.prim,
                     vals,

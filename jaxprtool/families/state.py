@@ -17,7 +17,7 @@ from ..ad.ops import instantiate
 from ..ad.registry import rebind_primal
 from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import JaxprError, OpaqueType, RefType, ShapedArray, is_inexact, short_dtype_name
-from ..params import format_value
+from ..params import Opaque, format_value
 from ..record import define
 from ..shapes import ShapeError, shape_rule
 from ..shapes.util import broadcast_shapes, nargs, one_arr
@@ -417,19 +417,90 @@ for _n, _rule in (
 define("new_ref", jvp_on_zero_tangents=True)
 
 
+# ---------------------------------------------------------------- vmap: a batched Ref holds
+# the batch at its axis 0 (JAX's `_get_vmap`, `_swap_vmap`, `_addupdate_vmap` for indices that
+# are not batched): new_ref moves its value's batch axis to the front, and every read, write
+# and accumulation indexes `[:, IDX]`, as JAX prints it (`d[:,1:] <- i`).
+
+_NO_VMAP_INDEX = (
+    "vmap with batched indices into a Ref is not supported yet (JAX gathers and scatters "
+    "them); batch the values, not the indices"
+)
+_NO_VMAP_WRITE = (
+    "vmap writes a batched value into a Ref that is not batched (one made outside the "
+    "batched values); JAX refuses this too: make the Ref from a batched value"
+)
+
+
+def _batched_indexer(params) -> dict:
+    tpl = str(params.get("indexer", "[...]")).strip()
+    if not (tpl.startswith("[") and tpl.endswith("]")):
+        raise JaxprError(f"vmap: cannot batch the Ref indexing {tpl}", current().loc)
+    new = tpl if tpl == "[...]" else "[:," + tpl[1:]
+    return {**params, "indexer": Opaque(new)}
+
+
+def _ref_batch_dim(name, d) -> None:
+    if d not in (None, 0):  # every batched Ref the rules make holds the batch at axis 0
+        raise JaxprError(f"'{name}': a Ref batched at axis {d} cannot be indexed", current().loc)
+
+
+def _new_ref_batching(args, dims, **params):
+    """Every Ref made inside a vmap is batched, as JAX's are (its writes may be batched)."""
+    from ..ad.batching import axis_size, broadcast, moveaxis
+
+    (x,), (d,) = args, dims
+    x = broadcast(x, axis_size(), 0) if d is None else moveaxis(x, d, 0)
+    return current().bind("new_ref", [x], params), [0]
+
+
+def _freeze_batching(args, dims, **params):
+    _ref_batch_dim("freeze", dims[0])
+    return current().bind("freeze", list(args), params), [dims[0]]
+
+
+def _indexed_batching(name, n_values):
+    """get (no value), swap and addupdate (one value): the Ref and its value batched at
+    axis 0, an unbatched value broadcast along the batch, the indices not batched."""
+
+    def rule(args, dims, **params):
+        from ..ad.batching import axis_size, broadcast, moveaxis
+
+        ref_dim, value_dims, index_dims = dims[0], dims[1 : 1 + n_values], dims[1 + n_values :]
+        if any(d is not None for d in index_dims):
+            raise JaxprError(f"'{name}': {_NO_VMAP_INDEX}", current().loc)
+        _ref_batch_dim(name, ref_dim)
+        if ref_dim is None:
+            if any(d is not None for d in value_dims):
+                raise JaxprError(f"'{name}': {_NO_VMAP_WRITE}", current().loc)
+            outs = current().bind(name, list(args), params)
+            return outs, [None] * len(outs)
+        values = [
+            broadcast(v, axis_size(), 0) if d is None else moveaxis(v, d, 0)
+            for v, d in zip(args[1 : 1 + n_values], value_dims)
+        ]
+        ins = [args[0], *values, *args[1 + n_values :]]
+        outs = current().bind(name, ins, _batched_indexer(params))
+        return outs, [0] * len(outs)
+
+    return rule
+
+
+define("new_ref", batching=_new_ref_batching, always_batched=True)
+define("freeze", batching=_freeze_batching)
+define("get", batching=_indexed_batching("get", 0))
+define("swap", batching=_indexed_batching("swap", 1))
+define("addupdate", batching=_indexed_batching("addupdate", 1))
+
+
 # ---------------------------------------------------------------- what the tool does not do yet
-# JAX transposes Ref programs (its fancy get/swap/addupdate transposes, Refs as accumulators)
-# and batches them (`_get_vmap`, ...); the tool does neither yet.  Its transpose walk follows
-# values, not the effects on a Ref, so a linearized Ref program would transpose to a silently
-# wrong program, and a loop over the examples would lose the writes: both are refused.
+# JAX transposes Ref programs (its fancy get/swap/addupdate transposes, Refs as accumulators);
+# the tool does not yet.  Its transpose walk follows values, not the effects on a Ref, so a
+# linearized Ref program would transpose to a silently wrong program: it is refused.
 
 _NO_REVERSE = (
     "reverse mode (linearize, vjp, grad) of a program that differentiates through a Ref is "
     "not supported yet (JAX transposes Refs as accumulators; the tool does not): use jvp"
-)
-_NO_VMAP = (
-    "vmap of a program that batches a Ref is not supported yet (JAX batches Ref reads and "
-    "writes; the tool does not, and a loop over the examples would lose the writes)"
 )
 
 
@@ -446,12 +517,5 @@ def _refuse_linearization(name):
     return rule
 
 
-def _refuse_batching(name):
-    def rule(args, dims, **params):
-        raise JaxprError(f"'{name}': {_NO_VMAP}", current().loc)
-
-    return rule
-
-
 for _n in ("new_ref", "freeze", "get", "swap", "addupdate"):
-    define(_n, linearization=_refuse_linearization(_n), batching=_refuse_batching(_n))
+    define(_n, linearization=_refuse_linearization(_n))
