@@ -107,3 +107,27 @@ def test_vmap_with_a_batched_index_into_a_ref_is_refused_with_the_location(tmp_p
     r = run(["vmap", "--in-axes", "None,0", "--axis-size", "2", str(src)])
     assert r.exit_code == 1 and "batched indices into a Ref" in r.output, r.output
     assert f"{src}:3:5: error: 'get'" in r.output and "Traceback" not in r.output
+
+
+def test_vmap_of_run_state_batches_its_refs():
+    """JAX 0.12 has no batching rule for run_state; the tool batches its body's Refs at axis 0
+    (the equations of one example, batched), checked against JAX run on each example."""
+    from jax._src.state.discharge import run_state
+
+    from jaxprtool.ad.batching import vmap_jaxpr
+
+    def f(x, w):
+        def body(refs):
+            a, b = refs
+            b[...] = a[...] * 2.0 + b[...]
+            a[1:] = jnp.sin(b[1:]) * w[1:]
+
+        return run_state(body)((x, x + 1.0))
+
+    xs = np.stack([X, W, X * 3.0])
+    j = vmap_jaxpr(ir(f, X, W), [0, None], 0, 3)
+    assert [e.prim for e in j.eqns].count("run_state") == 1
+    assert "scan" not in {e.prim for e in j.eqns}
+    got = backend.evaluate(j, [xs, W])
+    for k, out in enumerate(got):
+        close(out, np.stack([np.asarray(f(x, W)[k]) for x in xs]))

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -36,6 +37,7 @@ from ..core import (
     Literal,
     Loc,
     ProgramError,
+    RefType,
     ShapedArray,
     Type,
     Var,
@@ -197,11 +199,18 @@ def batched_type(t: Type, d: int | None, size: int | None = None) -> Type:
     """`t` with a batch axis of `size` (default: the current axis size) inserted at `d`."""
     if d is None:
         return t
+    if isinstance(t, RefType):  # a batched Ref holds batched values (run_state's bodies)
+        return dataclasses.replace(t, inner=batched_type(t.inner, d, size))
     if not isinstance(t, ShapedArray):
         raise JaxprError(f"vmap: cannot batch a value of type {t} (only arrays can be batched)")
     shape = list(t.shape)
     shape.insert(d, axis_size() if size is None else size)
     return t.update(shape=shape)
+
+
+def _value_type(t: Type) -> Type:
+    """The array a Ref holds, or the type itself."""
+    return t.inner if isinstance(t, RefType) else t
 
 
 def unbatched_type(t: Type, d: int | None) -> Type:
@@ -409,7 +418,8 @@ def batch_jaxpr_axes(
     One batched jaxpr per (jaxpr, axis size, axes): a body called twice the same way gets one
     object, which the printer shares as JAX does."""
     in_axes = [
-        None if d is None else _canon(d, v.type.ndim + 1) for d, v in zip(in_axes, jaxpr.invars)
+        None if d is None else _canon(d, _value_type(v.type).ndim + 1)
+        for d, v in zip(in_axes, jaxpr.invars)
     ]
     out_dest = list(out_dest)
     if len(out_dest) == 1 and len(jaxpr.outvars) != 1:

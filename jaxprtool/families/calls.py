@@ -1434,9 +1434,22 @@ def _run_state_evaluate(interp, eqn, invals, path):
     return [b.value for b in boxes]
 
 
+def _run_state_batching(args, dims, **params):
+    """Every Ref of the body batched at axis 0 (an unbatched initial value broadcast), as
+    vmap batches every Ref made inside it; JAX 0.12 has no batching rule for run_state."""
+    body, _ = BT.batch_jaxpr_axes(jaxpr_param(params, "jaxpr"), [0] * len(args), [])
+    ins = [
+        BT.broadcast(x, BT.axis_size(), 0) if d is None else BT.moveaxis(x, d, 0)
+        for x, d in zip(args, dims)
+    ]
+    outs = current().bind("run_state", ins, {**params, "jaxpr": body})
+    return outs, [0] * len(outs)
+
+
 define(
     "run_state",
     effectful=True,
+    batching=_run_state_batching,
     evaluate=_run_state_evaluate,
     # which_linear is AD's bookkeeping
     evaluated_params=frozenset("jaxpr is_initialized which_linear".split()),
