@@ -216,6 +216,31 @@ def dim_axes(d) -> tuple[int | None, tuple[str, ...]]:
     return (int(size) if size.strip().isdigit() else None), names
 
 
+_AXIS_NAME = re.compile(r"[^\W\d]\w*")
+
+
+def is_sharded_dim(d) -> bool:
+    """A dim printed `SIZE@AXES` with a static size and mesh axis names (`8@x`, `8@(x,y)`),
+    not an expression that merely contains one (`8@x + 8@x`)."""
+    if not isinstance(d, str) or "@" not in d:
+        return False
+    size, names = dim_axes(d)
+    return size is not None and bool(names) and all(map(_AXIS_NAME.fullmatch, names))
+
+
+def sharded_size(d):
+    """The global size of an explicitly sharded dim (`'8@x'` -> 8); any other dim unchanged."""
+    return dim_axes(d)[0] if is_sharded_dim(d) else d
+
+
+def sharded_like(src, size):
+    """`size` on the mesh axes of dim `src` (`('8@x', 4)` -> `'4@x'`), as JAX keeps a sliced,
+    padded or concatenated dim's sharding; `size` itself when `src` is not sharded."""
+    if is_sharded_dim(src) and isinstance(size, int):
+        return f"{size}@{src.partition('@')[2]}"
+    return size
+
+
 def type_spec(t) -> SpecText | None:
     """The spec of an explicitly sharded type (`f32[8@x,4]` -> P('x', None)); None if it has
     no sharded dim."""

@@ -338,10 +338,11 @@ def batch_eval(
             ds = [d for _, d in ins]
             b.loc = eqn.loc
             b.cur_eqn = eqn
+            rec = record_of(eqn.prim)
             if (
                 all(d is None for d in ds)
+                and not rec.always_batched
                 and not _names_batch_axis(eqn, c.name)
-                and not record_of(eqn.prim).always_batched
             ):
                 outs = b.emit(
                     eqn.prim,
@@ -353,7 +354,7 @@ def batch_eval(
                 for o, n in zip(eqn.outputs, outs):
                     env[id(o)] = (n, None)
                 continue
-            rule = record_of(eqn.prim).batching
+            rule = rec.batching
             if rule is None:
                 outs, out_dims = loop_fallback(vals, ds)
             else:

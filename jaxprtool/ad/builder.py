@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from .. import shapes
 from ..core import Atom, Eqn, Jaxpr, JaxprError, Literal, Loc, Type, Var
 from ..record import prim as record_of
-from ..shapes.util import is_sharded_dim
+from ..shardings import is_sharded_dim
 
 _CURRENT: contextvars.ContextVar[Builder | None] = contextvars.ContextVar(
     "jaxprtool_ad_builder", default=None

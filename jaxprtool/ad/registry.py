@@ -388,26 +388,10 @@ class located_rule:  # noqa: N801 - used as `with located_rule(eqn):`, once per 
             raise JaxprError(_missing_param(eqn, f"'{key}'"), eqn.loc) from None
         if isinstance(e, TypeError):
             m = _MISSING_KWARG.search(str(e))
-            if m is not None:
-                raise JaxprError(_missing_param(eqn, m.group(1)), eqn.loc) from None
-        if isinstance(e, (TypeError, ValueError)) and _has_sharded_dim(eqn):
-            raise JaxprError(_sharded_refusal(eqn), eqn.loc) from None
+            if m is None:
+                return False
+            raise JaxprError(_missing_param(eqn, m.group(1)), eqn.loc) from None
         return False
-
-
-def _has_sharded_dim(eqn) -> bool:
-    """Whether an operand or result type of `eqn` has an explicitly sharded dim (`8@x`)."""
-    atoms = list(eqn.inputs) + list(eqn.outputs)
-    return any("@" in str(d) for a in atoms for d in getattr(getattr(a, "type", None), "shape", ()))
-
-
-def _sharded_refusal(eqn) -> str:
-    return (
-        f"'{eqn.prim}': its differentiation rule computes with sizes and does not handle "
-        "explicitly sharded types (`f32[8@x]`) yet; reshard its operands to replicated before "
-        "it (`jax.sharding.reshard(x, P())`) or differentiate the program traced without an "
-        "explicit mesh"
-    )
 
 
 def _missing_param(eqn, names: str) -> str:

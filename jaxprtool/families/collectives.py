@@ -1607,6 +1607,6 @@ define(
     axis_names=_names,
     evaluate=_eval_ragged_all_to_all,
     evaluated_params=frozenset({"axis_name", "axis_index_groups"}),
+    jvp=_ragged_all_to_all_jvp,
+    jvp_kind=LOW_LEVEL,
 )
-primitive_jvps["ragged_all_to_all"] = _ragged_all_to_all_jvp
-rule_kind["ragged_all_to_all"] = LOW_LEVEL

@@ -55,11 +55,10 @@ from ..shapes.util import (
     pairs,
     prod,
     same_dtypes,
-    sharded_like,
-    sharded_size,
     static_ints,
     strided_dim,
 )
+from ..shardings import sharded_like, sharded_size
 from ..text import style as ST
 from ..text.param_rules import sorted_params
 

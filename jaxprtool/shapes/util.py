@@ -342,27 +342,6 @@ def hint_dim(out_hint, i_out: int, axis: int, computed):
     return computed
 
 
-#: an explicitly sharded dim as printed: `8@x`, `8@(x,y)`
-_SHARDED_DIM = re.compile(r"(\d+)@([A-Za-z_]\w*|\([A-Za-z_\w, ']*\))")
-
-
-def is_sharded_dim(d) -> bool:
-    return isinstance(d, str) and _SHARDED_DIM.fullmatch(d) is not None
-
-
-def sharded_size(d):
-    """The global size of an explicitly sharded dim (`'8@x'` -> 8); any other dim unchanged."""
-    m = _SHARDED_DIM.fullmatch(d) if isinstance(d, str) else None
-    return int(m.group(1)) if m else d
-
-
-def sharded_like(src, size):
-    """`size` on the mesh axes of dim `src` (`('8@x', 4)` -> `'4@x'`), as JAX keeps a sliced,
-    padded or concatenated dim's sharding; `size` itself when `src` is not sharded."""
-    m = _SHARDED_DIM.fullmatch(src) if isinstance(src, str) else None
-    return f"{size}@{m.group(2)}" if m and isinstance(size, int) else size
-
-
 def fill_sym_from_hint(t: Type, out_hint, i: int = 0) -> Type:
     """Replace computed symbolic dims by the declared ones (same rank) so printing keeps JAX's form."""
     if not isinstance(t, ShapedArray) or not out_hint or i >= len(out_hint):
