@@ -90,7 +90,6 @@ def _all_cases():
 #: cases the back end refuses, with the reason its located error gives
 REFUSED = {
     "callbacks": "'pure_callback' calls back into Python",
-    "hiprims": "'CustomRoot' is a high-level primitive with no lowering in the text",
 }
 #: cases JAX itself cannot run on CPU: the tool's error must be a clean, located one
 JAX_CANNOT = {"more_linalg": "subset_by_index not supported on CPU"}
