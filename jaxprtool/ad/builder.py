@@ -141,11 +141,15 @@ def _garbled_sharding(prim: str, t: Type) -> str:
 
 
 def dce_eqns(eqns: list[Eqn], live_out: Iterable[Atom]) -> list[Eqn]:
-    """Drop equations whose results are not needed by `live_out` (effectful ones are kept)."""
+    """Drop equations whose results are not needed by `live_out`; effectful ones are kept,
+    with those that hold one in a body (a jit or scan around a debug_print, as vmap's
+    per-example loop makes), as JAX keeps them."""
+    from ..passes.common import eqn_has_effects
+
     live = {id(v) for v in live_out if isinstance(v, Var)}
     kept: list[Eqn] = []
     for e in reversed(eqns):
-        if not live.isdisjoint(map(id, e.outputs)) or record_of(e.prim).effectful:
+        if not live.isdisjoint(map(id, e.outputs)) or eqn_has_effects(e):
             kept.append(e)
             # a literal's id is no live Var's: every equation here is alive
             live.update(map(id, e.inputs))

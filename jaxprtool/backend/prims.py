@@ -47,6 +47,7 @@ _MODULES = (
     "jax._src.core",
     "jax._src.state.primitives",
     "jax._src.state.discharge",
+    "jax._src.debugging",
 )
 
 _TABLE: dict[str, Any] | None = None

@@ -1,14 +1,18 @@
 """Effectful primitives without a body: callbacks into Python (pure_callback, io_callback,
 debug_callback, debug_print, buffer_callback), `check` (checkify) and custom kernels
 (pallas_call).  None of them is removed, merged or reordered by a pass; `run` needs a plugin
-for them (the text cannot carry a Python function or a kernel)."""
+for them (the text cannot carry a Python function or a kernel), but for debug_print, whose
+text holds all that JAX's own callback uses."""
 
 from __future__ import annotations
+
+import re
 
 from ..ad import batching as BT
 from ..ad.builder import current
 from ..ad.zeros import Zero, tangent_type
 from ..core import JaxprError, ShapedArray
+from ..params import format_value
 from ..record import define
 from ..shapes import ShapeError, shape_rule
 from ..shapes.util import parse_avals, types_agree
@@ -132,6 +136,53 @@ for _n in ("debug_print", "debug_callback"):
 define("check", effectful=True, print_params=drop("err_tree"))
 
 
+# `run` of debug_print: unlike the other callbacks, everything JAX's callback does is in the
+# text (the format string, which arguments are positional or named, numpy's print options),
+# so it binds JAX's debug_print with those parameters rebuilt, and JAX prints.
+
+_PRINT_TREE = re.compile(r"PyTreeDef\(\(\(((?:\*, )*\*,?)?\), \{((?:'\w+': \*(?:, )?)*)\}\)\)")
+_OPTION_VALUE = (int, float, str, bool, type(None))
+
+
+def _print_tree(text: str):
+    """`PyTreeDef(((*, *), {'x': *}))` (positional and keyword leaves) as JAX's treedef."""
+    import jax
+
+    from ..backend.prims import Unconvertible
+
+    m = _PRINT_TREE.fullmatch(text)
+    if m is None:
+        raise Unconvertible(f"in_tree={text} (only flat positional and keyword arguments)")
+    n = (m.group(1) or "").count("*")
+    keys = re.findall(r"'(\w+)'", m.group(2) or "")
+    return jax.tree_util.tree_structure(((0,) * n, {k: 0 for k in keys}))
+
+
+def _plain_pairs(name: str, v) -> tuple:
+    """A tuple of (key, plain value) pairs as printed (`np_printoptions`, `static_args`)."""
+    from ..backend.prims import Unconvertible
+
+    pairs = tuple(tuple(x) for x in v) if isinstance(v, (tuple, list)) else None
+    if pairs is None or not all(len(x) == 2 and isinstance(x[1], _OPTION_VALUE) for x in pairs):
+        raise Unconvertible(f"{name}={format_value(v)}")
+    return pairs
+
+
+def _debug_print_bind(eqn, p, dims):
+    from ..backend.prims import Unconvertible
+
+    if p.get("logging_record") is not None:
+        raise Unconvertible(f"logging_record={format_value(p['logging_record'])} (jax.debug.log)")
+    return {
+        "in_tree": _print_tree(str(p.get("in_tree"))),
+        "np_printoptions": _plain_pairs("np_printoptions", p.get("np_printoptions")),
+        "static_args": _plain_pairs("static_args", p.get("static_args", ())),
+    }
+
+
+define("debug_print", bind_params=_debug_print_bind)
+
+
 # ---------------------------------------------------------------- pallas_call and other kernels
 
 shape_rule("pallas_call")(_avals_rule("out_avals"))
@@ -142,7 +193,6 @@ define("pallas_call", effectful=True)
 _CALLS_BACK = "calls back into Python, which cannot run from a text file"
 for _n in (
     "debug_callback",
-    "debug_print",
     "io_callback",
     "pure_callback",
     "buffer_callback",
