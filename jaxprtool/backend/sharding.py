@@ -12,12 +12,14 @@ jax is imported lazily.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..core import JaxprError, all_eqns
+from ..params import split_top_level
 from ..record import prim as record_of
 from ..shardings import MeshText, read_mesh, read_sharding, read_spec, type_spec
 from . import evaluator
@@ -319,12 +321,28 @@ def partition_spec(spec_value, eqn=None, ndim: int | None = None):
             f"cannot read the partition spec {spec_value} (expected P(...))",
             getattr(eqn, "loc", None),
         )
-    if s.extra:
-        raise JaxprError(
-            f"cannot run the partition spec {spec_value}: unreduced/reduced axes are not supported",
-            getattr(eqn, "loc", None),
-        )
-    return P(*[e if e is None or len(e) != 1 else e[0] for e in s.entries])
+    entries = [e if e is None or len(e) != 1 else e[0] for e in s.entries]
+    return P(*entries, **_spec_keywords(s.extra, spec_value, eqn))
+
+
+def _spec_keywords(extra: str, spec_value, eqn) -> dict:
+    """The keyword parts of a printed spec (`unreduced={'x'}`, `reduced={'y'}`,
+    `unreduced_kind=max`) as PartitionSpec's keyword arguments."""
+    from jax._src.partition_spec import UnreducedKind
+
+    out: dict = {}
+    for part in split_top_level(extra) if extra else ():
+        key, _, value = (x.strip() for x in part.partition("="))
+        if key in ("unreduced", "reduced") and re.fullmatch(r"\{('[^']*'(, *'[^']*')*)?\}", value):
+            out[key] = frozenset(re.findall(r"'([^']*)'", value))
+        elif key == "unreduced_kind" and value in UnreducedKind.__members__:
+            out[key] = UnreducedKind[value]
+        else:
+            raise JaxprError(
+                f"cannot run the partition spec {spec_value}: unknown part {part!r}",
+                getattr(eqn, "loc", None),
+            )
+    return out
 
 
 def named_sharding(value, eqn=None):

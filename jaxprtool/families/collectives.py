@@ -103,6 +103,8 @@ def _pvary(in_types, params, out_hint):
     "pbroadcast",
     "ppermute",
     "unreduced_psum",
+    "unreduced_pmax",
+    "unreduced_pmin",
     "preduced",
     "reduced_vary_cast",
     "reduced_vary_cast_p",
@@ -231,10 +233,11 @@ def _axis_index(in_types, params, out_hint):
 defjvp_zero("axis_index")
 
 
-# ---------------------------------------------------------------- collectives `run` refuses
-# (no shape rule: the tool cannot check or differentiate them either)
+# ---------------------------------------------------------------- names `run` refuses
+# (no JAX from 0.10 to 0.12 binds them: jax.lax.pshuffle binds ppermute, jax.lax.pcast one
+# of the casts; no shape rule: the tool cannot check or differentiate them either)
 
-for _n in ("pshuffle", "pcast", "unreduced_pmax", "unreduced_pmin"):
+for _n in ("pshuffle", "pcast"):
     define(_n, family="collectives", refusal=_MULTI_DEVICE)
 
 
@@ -1467,8 +1470,21 @@ def _refused_batching(name):
     return rule
 
 
-for _n in ("pshuffle", "pcast", "unreduced_pmax", "unreduced_pmin"):
+for _n in ("pshuffle", "pcast"):
     define(_n, batching=_refused_batching(_n))
+
+
+def _jax_refuses_batching(name):
+    """JAX 0.12's batcher of the unreduced collectives raises NotImplementedError."""
+
+    def rule(args, dims, **params):
+        raise JaxprError(f"Batching rule for '{name}' not implemented", B.current().loc)
+
+    return rule
+
+
+for _n in ("unreduced_psum", "unreduced_pmax", "unreduced_pmin"):
+    define(_n, batching=_jax_refuses_batching(_n))
 
 
 # ---------------------------------------------------------------- placement on a mesh

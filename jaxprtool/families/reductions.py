@@ -139,7 +139,19 @@ def _restyle_out_sharding(since: tuple[int, ...]):
 
 
 def _bind_out_sharding(eqn, p, dims):
-    return {"out_sharding": None}
+    """None (JAX infers the result's sharding from the operand's), but for a result JAX left
+    unreduced (`out_sharding=NamedSharding(..., spec=P(unreduced={'x'}, ...))`, a type
+    `f32[4]{U:x}`): that sharding, which no operand implies."""
+    from ..backend.sharding import named_sharding
+    from ..shardings import read_sharding
+
+    sh = read_sharding(p.get("out_sharding"))
+    if sh is None or not sh.spec.extra:
+        return {"out_sharding": None}
+    import jax
+
+    concrete = named_sharding(p["out_sharding"], eqn)
+    return {"out_sharding": jax.NamedSharding(concrete.mesh.abstract_mesh, concrete.spec)}
 
 
 for _n in MONOID_REDUCTIONS:
