@@ -75,7 +75,7 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
         env[id(v)] = x
     for v, x, t in zip(jaxpr.invars, primals, tangents):
         env[id(v)] = x
-        if not is_zero(t) and is_inexact(v.type):
+        if not is_zero(t) and _carries_tangent(v.type):
             tenv[id(v)] = t
 
     def read(x):

@@ -41,7 +41,7 @@ from ..ad.registry import (
 from ..ad.remat import current_spec, remat_class
 from ..ad.transpose import backward_pass, transpose_jaxpr
 from ..ad.zeros import Zero, is_undefined_primal, is_zero, tangent_type
-from ..core import Jaxpr, JaxprError, ShapedArray, Var, np_dtype
+from ..core import Jaxpr, JaxprError, RefType, ShapedArray, Var, is_inexact, np_dtype
 from ..params import Opaque, Record, format_value
 from ..record import define
 from ..record import prim as record_of
@@ -1446,9 +1446,82 @@ def _run_state_batching(args, dims, **params):
     return outs, [0] * len(outs)
 
 
+def _tangent_refs(body: Jaxpr, start: list[bool]) -> list[bool]:
+    """Which of the body's Refs carry a tangent: those given one, and, to a fixpoint (as
+    JAX's `_run_state_jvp` finds on the discharged body), float Refs written a value that
+    depends on one.  Conservative through nested equations (any input differentiated: every
+    result, and every float Ref operand)."""
+    live = list(start)
+    index = {id(v): k for k, v in enumerate(body.invars)}
+    while True:
+        carries = {id(v) for v, on in zip(body.invars, live) if on}
+        for e in body.eqns:
+            if not any(id(x) in carries for x in e.inputs if isinstance(x, Var)):
+                continue
+            carries.update(id(o) for o in e.outputs)
+            for x in e.inputs:
+                k = index.get(id(x))
+                if k is not None and isinstance(x.type, RefType) and is_inexact(x.type.inner):
+                    carries.add(id(x))
+        new = [on or id(v) in carries for v, on in zip(body.invars, live)]
+        if new == live:
+            return live
+        live = new
+
+
+def _run_state_jvp(primals, tangents, **params):
+    """JAX's `_run_state_jvp`: one run_state whose body, differentiated, has a tangent Ref
+    beside each Ref that carries one (`_tangent_refs`); the tangents' initial values are
+    appended to the operands (linear ones in `which_linear`), and the tangent Refs' final
+    values are the results' tangents."""
+    body = jaxpr_param(params, "jaxpr")
+    n = len(primals)
+    if not all(params.get("is_initialized") or (True,) * n):
+        raise JaxprError("Uninitialized Refs are not supported in jvp.", current().loc)
+    start = [not is_zero(t) and is_inexact(v.type.inner) for t, v in zip(tangents, body.invars)]
+    live = _tangent_refs(body, start) if any(start) else start
+    if not any(live):
+        outs = rebind_primal("run_state", list(primals), params)
+        return outs, [Zero(tangent_type(o.type)) for o in outs]
+    refs = [B.fresh_like(v) for v in body.invars]
+    trefs = [Var(v.type, None) for v, on in zip(body.invars, live) if on]
+    it = iter(trefs)
+    b = B.Builder()
+    with B.use(b):
+        jvp_eval(
+            body, refs, [next(it) if on else Zero(v.type) for v, on in zip(body.invars, live)], []
+        )
+    jbody = B.make_jaxpr(refs + trefs, B.dce_eqns(b.eqns, []), [])
+    tvals = [instantiate(t) for t, on in zip(tangents, live) if on]
+    linear = tuple(params.get("which_linear") or (False,) * n) + (True,) * len(tvals)
+    new = {**params, "jaxpr": jbody, "which_linear": linear}
+    new["is_initialized"] = (True,) * (n + len(tvals))
+    outs = current().bind("run_state", list(primals) + tvals, new)
+    it = iter(outs[n:])
+    return outs[:n], [next(it) if on else Zero(tangent_type(o.type)) for o, on in zip(outs, live)]
+
+
+def _run_state_linearization(primals, tangents, **params):
+    """Reverse mode through run_state is refused in JAX's words (JAX 0.12 cannot linearize
+    it: its JVP's primal results depend on the tangent Refs' run); with no tangent, the
+    primal run_state."""
+    if any(not is_zero(t) for t in tangents):
+        raise JaxprError(
+            "Linearization failed to produce known values for all output primals. This is "
+            "typically caused by attempting to differentiate a function uses an operation "
+            "that does not support reverse-mode autodiff (run_state: JAX refuses it too)",
+            current().loc,
+        )
+    outs = rebind_primal("run_state", list(primals), params)
+    return outs, [Zero(tangent_type(o.type)) for o in outs]
+
+
 define(
     "run_state",
     effectful=True,
+    jvp=_run_state_jvp,
+    jvp_kind="jvp",
+    linearization=_run_state_linearization,
     batching=_run_state_batching,
     evaluate=_run_state_evaluate,
     # which_linear is AD's bookkeeping
