@@ -202,6 +202,39 @@ def test_equinox_primitives_vmap_as_jax():
         close(got, jax.vmap(f, in_axes=axes)(*args))
 
 
+@needs_eqx
+def test_maybe_set_vmaps_as_equinox():
+    """Equinox batches maybe_set by `jax.vmap` of its implementation, where select_if_vmap
+    selects by the predicate once it is batched (unbatched, Equinox takes it as True): the
+    tool's per-example loop gives jax.vmap's numbers for batched and unbatched predicates,
+    indices and buffers, and its vjp is jax.vjp of the vmapped function."""
+    _equinox()
+    from equinox.internal._loop.common import _maybe_set
+
+    def set_if(xs, v, i, k):  # written where v[k] > 0, batched; always, unbatched
+        xs = jnp.asarray(xs) * 2.0
+        return _maybe_set(v[k] > 0, xs, jnp.cos(v), i, kwargs={}, makes_false_steps=False)
+
+    n = 5
+    xs, vs = vec((n, 4, 3), 50), vec((n, 3), 51)
+    idx, ks = np.array([0, 3, 1, 2, -1], np.int32), np.array([0, 1, 2, 0, 1], np.int32)
+    assert (vs[np.arange(n), ks] > 0).any() and (vs[np.arange(n), ks] <= 0).any()
+    batched = {}
+    for axes in [(None, 0, None, 0), (0, None, 0, None), (None, 0, 0, None), (0, 0, 0, 0)]:
+        args = [a if d == 0 else a[0] for a, d in zip([xs, vs, idx, ks], axes)]
+        j = vmap_jaxpr(ir(set_if, *[a[0] if d == 0 else a for a, d in zip(args, axes)]),
+                       list(axes), 0, n)  # fmt: skip
+        (got,) = backend.evaluate(j, args)
+        close(got, jax.vmap(set_if, in_axes=axes)(*args))
+        batched[axes] = j
+    # reverse mode, all batched (Equinox's own transpose fails with an unbatched buffer)
+    ct = vec((n, 4, 3), 52)
+    _, pull = jax.vjp(lambda a, b: jax.vmap(set_if)(a, b, idx, ks), xs, vs)
+    got = backend.evaluate(vjp_jaxpr(batched[0, 0, 0, 0], [0, 1]), [xs, vs, idx, ks, ct])
+    for g, w in zip(got[1:], pull(ct)):
+        close(g, w)
+
+
 # ---------------------------------------------------------------- real programs, traced
 
 ZOO = """

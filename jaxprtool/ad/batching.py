@@ -708,12 +708,15 @@ def refuse(message: str):
     return rule
 
 
-def loop_fallback(args, dims, warn: bool = True, why: str | None = None, **_params):
+def loop_fallback(
+    args, dims, warn: bool = True, why: str | None = None, body_params=None, **_params
+):
     """Batch any primitive by looping over the examples: a `scan` whose body is the equation
     on one example (unbatched operands become the scan's constants, batched ones its scanned
-    inputs, moved to axis 0; the results are stacked along axis 0).  It warns (once per
-    primitive and batch), naming the primitive and `why` (default: it has no rule), unless
-    `warn` is False: only for a loop that is JAX's own rule (debug callbacks)."""
+    inputs, moved to axis 0; the results are stacked along axis 0), with `body_params` in
+    place of the equation's parameters when given.  It warns (once per primitive and
+    batch), naming the primitive and `why` (default: it has no rule), unless `warn` is
+    False: only for a loop that is JAX's own rule (debug callbacks)."""
     b = B.current()
     eqn: Eqn = b.cur_eqn
     c = _ctx()
@@ -739,7 +742,10 @@ def loop_fallback(args, dims, warn: bool = True, why: str | None = None, **_para
             xvars.append(v)
             body_in.append(v)
     outs = [Var(o.type, o.hint) for o in eqn.outputs]
-    body = B.make_jaxpr(cvars + xvars, [eqn.replace(inputs=body_in, outputs=outs)], outs)
+    one = eqn.replace(inputs=body_in, outputs=outs)
+    if body_params is not None:
+        one = one.replace(params=body_params)
+    body = B.make_jaxpr(cvars + xvars, [one], outs)
     from ..text.style import DEFAULT_STYLE
 
     style = c.style if c.style is not None else DEFAULT_STYLE

@@ -18,14 +18,15 @@ primitives under their own names.  Each rule below follows Equinox's own definit
 
 `eqx.nondifferentiable` is a `custom_jvp` function (`_nondifferentiable`), not a primitive:
 its JVP rule, registered below as a library rule, raises as Equinox's does when a tangent
-reaches it.  Batching `maybe_set` (Equinox's `vprim`) is refused with a message, and so are
-running and differentiating `noinline`, whose function is a Python object.
+reaches it.  Batching `maybe_set` (Equinox's `vprim`: `jax.vmap` of its implementation)
+runs it once per example; running and differentiating `noinline`, whose function is a
+Python object, are refused.
 """
 
 from __future__ import annotations
 
+from ..ad import batching as BT
 from ..ad import ops
-from ..ad.batching import refuse
 from ..ad.builder import current
 from ..ad.ops import instantiate
 from ..ad.registry import defjvp_zero, primitive_jvps, primitive_transposes, register_library_jvp
@@ -358,15 +359,25 @@ def _maybe_set_transpose(cts, pred, xs, x, *idx, **params):
     return [None, ct_xs, ct_x] + [None] * len(idx)
 
 
+def _maybe_set_batching(args, dims, **params):
+    """Equinox's `vprim` rule: `jax.vmap` of `_maybe_set_impl`, in which select_if_vmap
+    becomes a real select by the predicate once the predicate is batched.  Run once per
+    example, with makes_false_steps (that select) when the predicate is batched."""
+    masked = bool(params.get("makes_false_steps")) or dims[0] is not None
+    return BT.loop_fallback(
+        args,
+        dims,
+        why="Equinox vmaps maybe_set's implementation, which the tool does not vectorize",
+        body_params={**params, "makes_false_steps": masked},
+    )
+
+
 define(
     "maybe_set",
     multiple_results=True,
     evaluate=_maybe_set_evaluate,
     evaluated_params=frozenset("makes_false_steps i_treedef i_static kwargs".split()),
-    batching=refuse(
-        "batching maybe_set is not supported: Equinox batches it by vmapping its rules "
-        "(its `vprim`), which the text cannot express"
-    ),
+    batching=_maybe_set_batching,
 )
 primitive_jvps["maybe_set"] = _maybe_set_jvp
 primitive_transposes["maybe_set"] = _maybe_set_transpose
