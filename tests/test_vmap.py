@@ -963,6 +963,21 @@ def test_collective_refusals_are_jax_s_and_located(tmp_path):
     assert "Traceback" not in r.output
 
 
+def test_all_to_all_whose_other_axis_sizes_the_text_lacks_is_refused_not_as_jax_s(tmp_path):
+    """JAX batches an all_to_all over ('i', 'j') with split_axis == concat_axis, knowing both
+    axes' sizes; the per-example text does not state the other axis's size, so the tool
+    refuses, located, saying so (not claiming that JAX refuses it)."""
+    f = lambda x: lax.all_to_all(x, ("i", "j"), 0, 0, tiled=True)  # noqa: E731
+    xs = np.arange(2 * 3 * 6, dtype=np.float32).reshape(2, 3, 6)
+    jax.vmap(jax.vmap(f, axis_name="j"), axis_name="i")(xs)  # JAX batches it
+    src = tmp_path / "a.jaxpr"
+    src.write_text(str(jax.make_jaxpr(f, axis_env=[("i", 2), ("j", 3)])(xs[0, 0])) + "\n")
+    r = run(["vmap", "--axis-size", "3", "--axis-name", "j", str(src)])
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert f"{src}:2:5: error: vmap: 'all_to_all' over the vmap axis" in r.output, r.output
+    assert "needs the sizes of its other axes, which the program does not state" in r.output
+
+
 # ---------------------------------------------------------------- the command and its errors
 
 

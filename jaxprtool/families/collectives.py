@@ -1377,9 +1377,11 @@ def _all_to_all_nested(x, d, split, concat, major, minor, params, n):
     eqn = BT.current_eqn()
     i_t, o_t = eqn.inputs[0].type, eqn.outputs[0].type
     if (major and minor) or split == concat or not isinstance(i_t.shape[split], int):
-        _unsupported(
-            "'all_to_all' over the vmap axis and axes on both sides of it, or with "
-            "split_axis == concat_axis, has mesh axis sizes the program does not state"
+        raise JaxprError(
+            "vmap: 'all_to_all' over the vmap axis and axes on both sides of it, or with "
+            "split_axis == concat_axis, needs the sizes of its other axes, which the "
+            "program does not state (JAX, which knows them, batches it)",
+            current().loc,
         )
     other = i_t.shape[split] // o_t.shape[split] // n
     x = BT.moveaxis(x, d, 0)
