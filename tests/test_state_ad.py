@@ -144,30 +144,80 @@ def test_reverse_mode_through_refs_on_the_command_line(tmp_path):
     close(got[-1], 0.5 * jax.grad(indexed)(X))
 
 
-def test_a_ref_passed_into_a_call_under_reverse_mode_is_refused_with_the_location(tmp_path):
-    """JAX differentiates through it; the tool does not yet, and says so where it happens
-    (forward mode goes through: the call's body gets the tangent Ref)."""
+def through_jit(x):
+    r = jax.new_ref(x)
 
-    def f(x):
-        r = jax.new_ref(x)
+    @jax.jit
+    def h(y):
+        r[...] = r[...] * y
 
-        @jax.jit
-        def h(y):
-            r[...] = r[...] * y
+    h(x)
+    return r[...].sum()
 
-        h(x)
-        return r[...].sum()
 
-    src = tmp_path / "j.jaxpr"
-    src.write_text(str(jax.make_jaxpr(f)(X)) + "\n")
-    r = run(["grad", str(src)])
-    assert r.exit_code == 1, r.output
-    assert f"{src}:8:11: error: 'swap': a differentiated value is written into a Ref" in r.output
-    assert "Traceback" not in r.output
-    jj = jvp_jaxpr(ir(f, X))
-    got = backend.evaluate(jj, [X, T])
+def through_scan(x):
+    r = jax.new_ref(jnp.zeros_like(x))
+
+    def body(i, c):
+        r[i] += jnp.sin(x[i]) * c
+        return c * 1.5
+
+    jax.lax.fori_loop(0, 4, body, x[0])
+    return (r[...] ** 2).sum()
+
+
+def through_while(x, n):
+    r = jax.new_ref(x)
+
+    def body(i, c):
+        r[i] = r[i] * c + jnp.sin(c)
+        return c * 1.5
+
+    jax.lax.fori_loop(0, n, body, x[0])
+    return (r[...] ** 2).sum()
+
+
+def through_cond(x, p):
+    r = jax.new_ref(x)
+    jax.lax.cond(p, lambda: r.__setitem__(..., jnp.sin(r[...])), lambda: None)
+    return (r[...] * x).sum()
+
+
+@pytest.mark.parametrize("f", [through_jit, through_scan], ids=["jit", "scan"])
+def test_a_ref_written_inside_a_call_or_loop_differentiates_as_jax_s(f):
+    """The body gets the tangent Ref (forward) and writes into the cotangent Ref (reverse),
+    which the transposed call or loop takes among its operands."""
+    from jaxprtool.ad.api import grad_jaxpr
+
+    j = ir(f, X)
+    got = backend.evaluate(jvp_jaxpr(j), [X, T])
     for a, b in zip(got, jax.jvp(f, (X,), (T,))):
         close(a, b)
+    g = grad_jaxpr(j, (0,))
+    close(backend.evaluate(g, [X])[0], jax.grad(f)(X))
+    assert len(list(all_eqns(g))) <= len(list(all_eqns(ir(jax.grad(f), X))))
+
+
+@pytest.mark.parametrize(
+    "f,args,line",
+    [(through_while, [X, np.int32(3)], 5), (through_cond, [X, True], 4)],
+    ids=["while", "cond"],
+)
+def test_loops_and_branches_that_write_a_ref_run_and_refuse_ad_with_the_location(
+    f, args, line, tmp_path
+):
+    """`run` carries the Refs' values through the traced loop or branch (as JAX's discharge
+    does); differentiating a Ref through a while or cond body is a gap of the tool (JAX goes
+    through), refused where it happens."""
+    j = ir(f, *args)
+    close(backend.evaluate(j, args)[0], jax.jit(f)(*args))
+    src = tmp_path / "w.jaxpr"
+    src.write_text(str(jax.make_jaxpr(f)(*args)) + "\n")
+    for cmd in (["jvp"], ["grad", "--argnums", "0"]):
+        r = run([*cmd, str(src)])
+        assert r.exit_code == 1, (cmd, r.output)
+        assert f"{src}:{line}:5: error: differentiating a Ref passed into" in r.output, r.output
+        assert "Traceback" not in r.output
 
 
 def test_reverse_mode_of_run_state_is_refused_as_jax_refuses_it(tmp_path):

@@ -98,6 +98,12 @@ def current() -> Builder:
     return b
 
 
+def current_loc() -> Loc | None:
+    """The location of the equation being differentiated, if any."""
+    b = _CURRENT.get()
+    return None if b is None else b.loc
+
+
 @contextlib.contextmanager
 def use(b: Builder):
     token = _CURRENT.set(b)

@@ -17,6 +17,7 @@ from ..core import (
     JaxprError,
     Literal,
     ProgramError,
+    RefType,
     ShapedArray,
     Var,
     gc_paused,
@@ -149,6 +150,19 @@ def _inst_list(instantiate, n):
     return list(instantiate)
 
 
+def refuse_tangent_refs(jaxpr: Jaxpr, nonzeros: Sequence[bool]) -> None:
+    """A body whose caller does not carry tangent Refs through it (a cond, a while, a
+    shard_map...) given a differentiated Ref: refused where it happens, never dropped."""
+    for v, nz in zip(jaxpr.invars, nonzeros):
+        if nz and isinstance(v.type, RefType):
+            raise JaxprError(
+                "differentiating a Ref passed into this equation's body is not supported yet "
+                "(the tool carries tangent and cotangent Refs through calls and scans only; "
+                "JAX goes through): move the Ref's reads and writes out of the body",
+                B.current_loc(),
+            )
+
+
 def jvp_masked(
     jaxpr: Jaxpr,
     nonzeros: Sequence[bool],
@@ -163,6 +177,8 @@ def jvp_masked(
     `nonzeros[i]`; outputs are the primal outputs then one tangent per output with
     `out_nonzeros[j]` (an output is nonzero when its tangent is not symbolically zero or when
     `instantiate[j]`; int/bool outputs never have tangents)."""
+    if not refs:
+        refuse_tangent_refs(jaxpr, nonzeros)
     has_tangent = carries_tangent if refs else is_inexact
     nonzeros = [bool(nz) and has_tangent(v.type) for nz, v in zip(nonzeros, jaxpr.invars)]
     inst = _inst_list(instantiate, len(jaxpr.outvars))

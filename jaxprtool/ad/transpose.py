@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from ..core import Atom, Jaxpr, JaxprError, Literal, ProgramError, RefType, Var, gc_paused
 from ..record import prim as record_of
 from . import builder as B
-from . import observe
+from . import observe, ops
 from .ops import add_tangents
 from .ops import instantiate as inst_zero
 from .registry import check_rule_type, located_rule
@@ -28,14 +28,14 @@ def missing_transpose(eqn) -> JaxprError:
     )
 
 
-def _linear_refs(jaxpr: Jaxpr, linear: set[int]) -> set[int]:
+def _linear_refs(jaxpr: Jaxpr, linear: set[int], ref_inputs) -> set[int]:
     """The Refs that hold linear values: those made from one or written with one (to a fixed
     point, since a read from such a Ref is linear in turn).  As in JAX's backward pass their
     cotangents are Refs, made when the first cotangent arrives; the Refs of primal work (the
     combined linearize form's primal part, scratch Refs of residual arithmetic) stay forward."""
-    if not any(o.type.__class__ is RefType for e in jaxpr.eqns for o in e.outputs):
-        return set()
-    refs: set[int] = set()
+    refs: set[int] = set(ref_inputs)
+    if not refs and not any(o.type.__class__ is RefType for e in jaxpr.eqns for o in e.outputs):
+        return refs
     while True:
         lin = linear | refs
         found = set()
@@ -49,16 +49,23 @@ def _linear_refs(jaxpr: Jaxpr, linear: set[int]) -> set[int]:
         refs |= found
 
 
-def _no_ref_operand(e, linear) -> None:
-    """A transpose rule that returns cotangents (not one that accumulates) cannot take a Ref."""
-    for x in e.inputs:
-        if x.__class__ is Var and id(x) in linear and x.type.__class__ is RefType:
+def _ref_operands(e, rec, linear, ct_env, targs) -> None:
+    """A differentiated Ref operand of a rule that returns cotangents: the rules marked
+    `transposes_refs` (calls, loops) get its cotangent Ref (made of zeros if no cotangent has
+    reached it yet) to pass into their transposed bodies; other rules cannot take one."""
+    for k, x in enumerate(e.inputs):
+        if x.__class__ is not Var or id(x) not in linear or x.type.__class__ is not RefType:
+            continue
+        if not rec.transposes_refs:
             raise JaxprError(
                 f"reverse mode of '{e.prim}' with a differentiated Ref operand is not supported "
-                "(only the Ref operations transpose into a cotangent Ref): move the Ref's reads "
-                "and writes out of it, or use jvp",
+                "(JAX goes through it; the tool does not yet): move the Ref's reads and writes "
+                "out of it, or use jvp",
                 e.loc,
             )
+        ref = ct_env.get(id(x)) or ops.zeros_ref(x.type)
+        ct_env[id(x)] = ref
+        targs[k] = UndefinedPrimal(x.type, ref)
 
 
 def backward_pass(
@@ -66,7 +73,8 @@ def backward_pass(
 ):
     """Emit the transpose of `jaxpr` into the current builder.
 
-    `args[i]` is an Atom for a non-linear input (ignored for linear ones); `cts_out[j]` the
+    `args[i]` is an Atom for a non-linear input (for a linear Ref, its cotangent Ref; ignored
+    for other linear ones); `cts_out[j]` the
     cotangent (Atom or Zero) of output j.  Returns `(outs, cts_in)`: `outs[j]` is the value of
     output j when it is non-linear (None otherwise), `cts_in[i]` the cotangent (Atom or Zero) of
     each linear input (None for non-linear ones).  Each step is reported to the observer
@@ -81,17 +89,20 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
     b = B.current()
     env: dict[int, Atom] = {}
     linear: set[int] = set()
+    ct_ref_in: dict[int, Atom] = {}
     consts = list(consts) if consts is not None else list(jaxpr.constvars)
     for v, x in zip(jaxpr.constvars, consts):
         env[id(v)] = x
     for v, lin, a in zip(jaxpr.invars, linear_mask, args):
         if lin:
-            if v.type.__class__ is RefType:
-                raise JaxprError(
-                    "reverse mode of a program that takes a differentiated Ref as an input is "
-                    "not supported (its cotangent would be a Ref): make the Ref inside it"
-                )
             linear.add(id(v))
+            if v.type.__class__ is RefType:  # a body's Ref: the cotangent Ref it writes into
+                if a is None:
+                    raise JaxprError(
+                        "reverse mode of a program that takes a differentiated Ref as an input "
+                        "is not supported (its cotangent would be a Ref): make the Ref inside it"
+                    )
+                ct_ref_in[id(v)] = a
         else:
             env[id(v)] = a
 
@@ -105,7 +116,7 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
         obs.transpose_begin(jaxpr, list(linear_mask), list(args), list(cts_out), consts)
     lin_eqns = []
     saved = b.loc
-    refs = _linear_refs(jaxpr, linear)
+    refs = _linear_refs(jaxpr, linear, ct_ref_in)
     e = None
     try:
         for e in jaxpr.eqns:
@@ -131,7 +142,7 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
                 obs.forward_step(e, step)
         e = None
 
-        ct_env: dict[int, object] = {}
+        ct_env: dict[int, object] = dict(ct_ref_in)
 
         def add_ct(v, ct, eqn=None, rule=None):
             if ct is None or is_zero(ct):
@@ -155,7 +166,11 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
         for e in reversed(lin_eqns):
             cts = [ct_env.pop(id(o), None) or Zero(tangent_type(o.type)) for o in e.outputs]
             rec = record_of(e.prim)
-            if rec.fancy_transpose is None and all(map(is_zero, cts)):
+            if (
+                rec.fancy_transpose is None
+                and all(map(is_zero, cts))
+                and (not refs or refs.isdisjoint(map(id, e.inputs)))  # a write into a Ref
+            ):
                 continue
             targs = [
                 x
@@ -191,7 +206,7 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
             rule = rec.transpose
             if rule is None:
                 raise missing_transpose(e)
-            _no_ref_operand(e, linear)
+            _ref_operands(e, rec, linear, ct_env, targs)
             with observe.noting(obs, e, "transpose"), located_rule(e):
                 observe.note_plugin_rule(rec, "transpose")
                 res = list(rule(cts, *targs, **e.params))
@@ -202,7 +217,7 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
                     e.loc,
                 )
             for x, r in zip(e.inputs, res):
-                if id(x) in linear and isinstance(x, Var):
+                if id(x) in linear and isinstance(x, Var) and x.type.__class__ is not RefType:
                     add_ct(x, r, e, rule)
             if obs is not None and hasattr(obs, "transpose_step"):
                 obs.transpose_step(
@@ -216,7 +231,9 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
         b.loc = saved
     outs = [None if is_lin(v) else read(v) for v in jaxpr.outvars]
     cts_in = [
-        (ct_env.get(id(v)) or Zero(tangent_type(v.type))) if lin else None
+        (ct_env.get(id(v)) or Zero(tangent_type(v.type)))
+        if lin and id(v) not in ct_ref_in
+        else None
         for v, lin in zip(jaxpr.invars, linear_mask)
     ]
     return outs, cts_in
@@ -230,15 +247,22 @@ def transpose_jaxpr(
 
     Result: `(non-linear inputs..., cotangents of the linear outputs...) -> (non-linear outputs...,
     cotangents of the linear inputs...)`.  With `linear_outputs=None` every output is linear (the
-    plain case: `(residuals..., cts...) -> (cts of the linear inputs...)`)."""
+    plain case: `(residuals..., cts...) -> (cts of the linear inputs...)`).  A linear Ref input
+    stays among the non-linear inputs, as its cotangent Ref (written into; no cotangent out)."""
     linear_mask = list(linear_mask)
     if len(linear_mask) != len(jaxpr.invars):
         raise JaxprError(f"transpose: {len(linear_mask)} flags for {len(jaxpr.invars)} inputs")
     lin_out = [True] * len(jaxpr.outvars) if linear_outputs is None else list(linear_outputs)
     consts = [B.fresh_like(v) for v in jaxpr.constvars]
-    nl_in = [B.fresh_like(v) for v, lin in zip(jaxpr.invars, linear_mask) if not lin]
+    # a differentiated Ref input becomes the cotangent Ref the transposed program writes into
+    ref_in = [lin and v.type.__class__ is RefType for v, lin in zip(jaxpr.invars, linear_mask)]
+    nl_in = [
+        Var(RefType(tangent_type(v.type.inner)), None) if r else B.fresh_like(v)
+        for v, lin, r in zip(jaxpr.invars, linear_mask, ref_in)
+        if r or not lin
+    ]
     it = iter(nl_in)
-    args = [None if lin else next(it) for lin in linear_mask]
+    args = [next(it) if r or not lin else None for lin, r in zip(linear_mask, ref_in)]
     ct_in = [Var(tangent_type(v.type), None) for v, lo in zip(jaxpr.outvars, lin_out) if lo]
     it2 = iter(ct_in)
     cts_out = [
@@ -256,7 +280,7 @@ def transpose_jaxpr(
                     "transpose: an output marked non-linear depends on the linear inputs"
                 )
             res.append(o)
-        ct_atoms = [inst_zero(c) for c, lin in zip(cts, linear_mask) if lin]
+        ct_atoms = [inst_zero(c) for c, lin, r in zip(cts, linear_mask, ref_in) if lin and not r]
     outvars = res + ct_atoms
     eqns = B.dce_eqns(b.eqns, outvars)
     return B.make_jaxpr(nl_in + ct_in, eqns, outvars, consts)

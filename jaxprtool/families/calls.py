@@ -41,7 +41,7 @@ from ..ad.registry import (
 from ..ad.remat import current_spec, remat_class
 from ..ad.transpose import backward_pass, transpose_jaxpr
 from ..ad.zeros import Zero, carries_tangent, is_undefined_primal, is_zero, tangent_type
-from ..core import Jaxpr, JaxprError, ShapedArray, Var, is_inexact, np_dtype
+from ..core import Jaxpr, JaxprError, RefType, ShapedArray, Var, is_inexact, np_dtype
 from ..params import Opaque, Record, format_value
 from ..record import define
 from ..record import prim as record_of
@@ -268,17 +268,26 @@ def _call_jvp(prim):
     return rule
 
 
+def _linearize_with_refs(inner, nz, instantiate):
+    return linearize_masked(inner, nz, instantiate, refs=True)
+
+
+def _passes_tangent_ref(tangents) -> bool:
+    """A tangent Ref goes in: the body's linear half writes into it even with no tangent out."""
+    return any(not is_zero(t) and isinstance(t.type, RefType) for t in tangents)
+
+
 def _call_linearize(prim):
     def rule(primals, tangents, **params):
         key, inner, nz, nz_t, n, out_types = _call_parts(prim, params, tangents)
-        pj, lj, out_nz, _ = _memo("lin", linearize_masked, inner, nz)
+        pj, lj, out_nz, _ = _memo("lin", _linearize_with_refs, inner, nz)
         pj, src = _memo("fwd", lambda j, m, instantiate: _forward_plan(j, n), pj, ())
         residuals = _residuals_from(src, primals)
         ins, nz_in = list(range(len(primals))), [i for i, m in enumerate(nz) if m]
         n_new = len(pj.outvars) - n
         p = _resized(dict(params, **{key: pj}), ins, list(range(n)) + [None] * n_new)
         outs = _emit(prim, primals, p, pj)
-        if not any(out_nz):
+        if not any(out_nz) and not _passes_tangent_ref(tangents):
             return outs[:n], [Zero(tangent_type(t)) for t in out_types]
         lin_out = [j for j, m in enumerate(out_nz) if m]
         p = _resized(dict(params, **{key: lj}), [None] * len(src) + nz_in, lin_out)
@@ -289,23 +298,29 @@ def _call_linearize(prim):
 
 
 def _call_transpose(prim):
+    """A differentiated Ref operand enters the transposed body as its cotangent Ref (written
+    into there), in the operand's place among the non-linear inputs."""
+
     def rule(cts, *args, **params):
         key = _key(prim, params)
         inner: Jaxpr = params[key]
         mask = [is_undefined_primal(a) for a in args]
+        ct_refs = [a.ct_ref if m else None for a, m in zip(args, mask)]
         if prim in ("jit", "pjit") and str(params.get("name")) == LINEAR_NAME:
             # the combined linearize form: inline the transposed linear program
             _, cts_in = backward_pass(
-                inner, mask, [None if m else a for a, m in zip(args, mask)], cts
+                inner, mask, [r if m else a for a, m, r in zip(args, mask, ct_refs)], cts
             )
             return cts_in
-        if all(is_zero(c) for c in cts):
+        values = [m and r is None for m, r in zip(mask, ct_refs)]  # cotangents come out
+        if all(is_zero(c) for c in cts) and not any(r is not None for r in ct_refs):
             return [Zero(tangent_type(a.type)) if m else None for a, m in zip(args, mask)]
         tj = _memo("T", lambda j, m, instantiate: transpose_jaxpr(j, list(m)), inner, mask)
-        ops_in = [a for a, m in zip(args, mask) if not m] + [instantiate(c) for c in cts]
-        p = _transposed(dict(params, **{key: tj}), mask, len(cts))
+        ops_in = [a if r is None else r for a, v, r in zip(args, values, ct_refs) if not v]
+        ops_in += [instantiate(c) for c in cts]
+        p = _transposed(dict(params, **{key: tj}), values, len(cts))
         outs = iter(_emit(prim, ops_in, p, tj))
-        return [next(outs) if m else None for m in mask]
+        return [next(outs) if v else None for v in values]
 
     return rule
 
@@ -391,6 +406,7 @@ for _p, (_body, _keys) in _PLAIN_CALLS.items():
         jvp_kind=LOW_LEVEL,
         linearization=_call_linearize(_p),
         transpose=_call_transpose(_p),
+        transposes_refs=True,
         batching=_call_batching(_p),
     )
 
@@ -1486,7 +1502,7 @@ def _run_state_linearization(primals, tangents, **params):
         ]
     raise JaxprError(
         "reverse mode (linearize, vjp, grad) of run_state is not supported; JAX 0.12 refuses "
-        "it too (\"Linearization failed to produce known values\"): use jvp, or write the "
+        'it too ("Linearization failed to produce known values"): use jvp, or write the '
         "program with jax.new_ref instead of run_state",
         current().loc,
     )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from ..ad.builder import current
-from ..ad.ops import instantiate
+from ..ad.ops import instantiate, new_ref, zeros_ref
 from ..ad.registry import rebind_primal
 from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import JaxprError, OpaqueType, RefType, ShapedArray, is_inexact, short_dtype_name
@@ -380,11 +380,9 @@ def _written_ref_tangent(name, tangents):
     tref, tx = tangents[0], tangents[1]
     if is_zero(tref) and not is_zero(tx):
         raise JaxprError(
-            f"'{name}': a differentiated value is written into a Ref that has no tangent here: "
-            "either the Ref was made from a value that is not differentiated (JAX refuses this "
-            "too: make it from a float value), or it was passed into a loop or cond body, or "
-            "into a call under reverse mode, which the tool does not differentiate through yet "
-            "(JAX does: use jvp, or move the Ref's reads and writes out of the body)",
+            f"'{name}': a differentiated value is written into a Ref that has no tangent (it "
+            "was made from a value that is not differentiated, or is an input of the "
+            "program); JAX refuses this too: make the Ref from a float value inside it",
             current().loc,
         )
     return tref, tx
@@ -506,18 +504,11 @@ define("addupdate", batching=_indexed_batching("addupdate", 1))
 # of the cotangent Ref and freeze to an accumulation.  The walk hands each rule the Ref's
 # accumulator, holding its cotangent Ref (or a Zero before the first cotangent).
 
-#: the parameters JAX 0.12 gives the Refs its backward pass makes (`core.new_ref(x)`)
-_CT_REF_PARAMS = {"kind": None, "memory_space": None, "pin": False}
-
 
 def _cotangent_ref(acc):
     """The accumulator's cotangent Ref, made of zeros when no cotangent has reached it."""
     if is_zero(acc.get()):
-        inner = tangent_type(acc.type.inner)
-        (r,) = current().bind(
-            "new_ref", [instantiate(Zero(inner))], _CT_REF_PARAMS, [RefType(inner)]
-        )
-        acc.set(r)
+        acc.set(zeros_ref(acc.type))
     return acc.get()
 
 
@@ -527,8 +518,7 @@ def _accumulate(acc, ct, idx, params) -> None:
         return
     whole = str(params.get("indexer", "[...]")).strip() in ("[...]", "")
     if is_zero(acc.get()) and whole:
-        (r,) = current().bind("new_ref", [ct], _CT_REF_PARAMS, [RefType(ct.type)])
-        acc.set(r)
+        acc.set(new_ref(ct))
         return
     current().bind("addupdate", [_cotangent_ref(acc), ct, *idx], params, [])
 
