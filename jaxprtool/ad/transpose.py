@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..core import Atom, Jaxpr, JaxprError, Literal, ProgramError, Var, gc_paused
+from ..core import Atom, Jaxpr, JaxprError, Literal, ProgramError, RefType, Var, gc_paused
 from ..record import prim as record_of
 from . import builder as B
 from . import observe
@@ -26,6 +26,39 @@ def missing_transpose(eqn) -> JaxprError:
         f"Transpose rule (for reverse-mode differentiation) for '{eqn.prim}' not implemented",
         eqn.loc,
     )
+
+
+def _linear_refs(jaxpr: Jaxpr, linear: set[int]) -> set[int]:
+    """The Refs that hold linear values: those made from one or written with one (to a fixed
+    point, since a read from such a Ref is linear in turn).  As in JAX's backward pass their
+    cotangents are Refs, made when the first cotangent arrives; the Refs of primal work (the
+    combined linearize form's primal part, scratch Refs of residual arithmetic) stay forward."""
+    if not any(o.type.__class__ is RefType for e in jaxpr.eqns for o in e.outputs):
+        return set()
+    refs: set[int] = set()
+    while True:
+        lin = linear | refs
+        found = set()
+        for e in jaxpr.eqns:
+            if lin.isdisjoint(map(id, e.inputs)) and refs.isdisjoint(map(id, e.outputs)):
+                continue
+            lin.update(map(id, e.outputs))
+            found.update(id(x) for x in (*e.inputs, *e.outputs) if x.type.__class__ is RefType)
+        if found <= refs:
+            return refs
+        refs |= found
+
+
+def _no_ref_operand(e, linear) -> None:
+    """A transpose rule that returns cotangents (not one that accumulates) cannot take a Ref."""
+    for x in e.inputs:
+        if x.__class__ is Var and id(x) in linear and x.type.__class__ is RefType:
+            raise JaxprError(
+                f"reverse mode of '{e.prim}' with a differentiated Ref operand is not supported "
+                "(only the Ref operations transpose into a cotangent Ref): move the Ref's reads "
+                "and writes out of it, or use jvp",
+                e.loc,
+            )
 
 
 def backward_pass(
@@ -53,6 +86,11 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
         env[id(v)] = x
     for v, lin, a in zip(jaxpr.invars, linear_mask, args):
         if lin:
+            if v.type.__class__ is RefType:
+                raise JaxprError(
+                    "reverse mode of a program that takes a differentiated Ref as an input is "
+                    "not supported (its cotangent would be a Ref): make the Ref inside it"
+                )
             linear.add(id(v))
         else:
             env[id(v)] = a
@@ -67,11 +105,14 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
         obs.transpose_begin(jaxpr, list(linear_mask), list(args), list(cts_out), consts)
     lin_eqns = []
     saved = b.loc
+    refs = _linear_refs(jaxpr, linear)
     e = None
     try:
         for e in jaxpr.eqns:
             # `linear` holds ids of this jaxpr's live Vars: no literal operand can match one
-            if not linear.isdisjoint(map(id, e.inputs)):
+            if not linear.isdisjoint(map(id, e.inputs)) or (
+                refs and not refs.isdisjoint(map(id, e.outputs))
+            ):
                 linear.update([id(o) for o in e.outputs])
                 lin_eqns.append(e)
                 continue
@@ -129,12 +170,20 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
             if rec.fancy_transpose is not None:
                 owner = (e, rec.fancy_transpose)
                 accums = [Accumulator(x.type, owner) if is_lin(x) else None for x in e.inputs]
+                for x, acc in zip(e.inputs, accums):
+                    if acc is not None and x.type.__class__ is RefType:
+                        acc.set(ct_env.get(id(x)) or Zero(tangent_type(x.type)))
                 with observe.noting(obs, e, "transpose"), located_rule(e):
                     observe.note_plugin_rule(rec, "transpose")
                     rec.fancy_transpose(cts, *targs, accums=accums, **e.params)
                 res = [acc.get() if acc is not None else None for acc in accums]
                 for x, r in zip(e.inputs, res):
-                    if r is not None:
+                    if r is None:
+                        continue
+                    if x.type.__class__ is RefType:  # the cotangent Ref, made or kept
+                        if not is_zero(r):
+                            ct_env[id(x)] = r
+                    else:
                         add_ct(x, r, e, rec.fancy_transpose)
                 if obs is not None and hasattr(obs, "transpose_step"):
                     obs.transpose_step(e, cts, res, step)
@@ -142,6 +191,7 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
             rule = rec.transpose
             if rule is None:
                 raise missing_transpose(e)
+            _no_ref_operand(e, linear)
             with observe.noting(obs, e, "transpose"), located_rule(e):
                 observe.note_plugin_rule(rec, "transpose")
                 res = list(rule(cts, *targs, **e.params))

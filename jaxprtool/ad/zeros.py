@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..core import Atom, Literal, ShapedArray, Type, is_inexact
+from ..core import Atom, Literal, RefType, ShapedArray, Type, is_inexact
 
 
 def tangent_type(t: Type) -> Type:
@@ -82,6 +82,11 @@ def zero_literal_value(dtype: str):
 
 def is_literal(x) -> bool:
     return isinstance(x, Literal)
+
+
+def carries_tangent(t) -> bool:
+    """A float/complex value, or a Ref holding one (its tangent is a Ref of tangents)."""
+    return is_inexact(t.inner if isinstance(t, RefType) else t)
 
 
 def nonzero_mask(invars, tangents) -> list[bool]:

@@ -404,7 +404,9 @@ def _new_ref_jvp(primals, tangents, **params):
     (t,) = tangents
     if not is_inexact(tangent_type(primals[0].type)):
         return [ref], [Zero(tangent_type(ref.type))]
-    (tref,) = current().bind("new_ref", [instantiate(t)], params, [ref.type])
+    b = current()
+    with b.tangent_mode():  # linearize: the tangent Ref belongs to the linear program
+        (tref,) = b.bind("new_ref", [instantiate(t)], params, [ref.type])
     return [ref], [tref]
 
 
@@ -425,12 +427,15 @@ def _get_jvp(primals, tangents, **params):
 
 def _written_ref_tangent(name, tangents):
     """The Ref's tangent of a write; a differentiated value written into a Ref that has none
-    is refused, as JAX refuses it."""
+    is refused."""
     tref, tx = tangents[0], tangents[1]
     if is_zero(tref) and not is_zero(tx):
         raise JaxprError(
-            f"'{name}': a differentiated value is written into a Ref that is not "
-            "differentiated (its initial value has no tangent); JAX refuses this too",
+            f"'{name}': a differentiated value is written into a Ref that has no tangent here: "
+            "either the Ref was made from a value that is not differentiated (JAX refuses this "
+            "too: make it from a float value), or it was passed into a loop or cond body, or "
+            "into a call under reverse mode, which the tool does not differentiate through yet "
+            "(JAX does: use jvp, or move the Ref's reads and writes out of the body)",
             current().loc,
         )
     return tref, tx
@@ -687,29 +692,80 @@ define("swap", batching=_indexed_batching("swap", 1))
 define("addupdate", batching=_indexed_batching("addupdate", 1))
 
 
-# ---------------------------------------------------------------- what the tool does not do yet
-# JAX transposes Ref programs (its fancy get/swap/addupdate transposes, Refs as accumulators);
-# the tool does not yet.  Its transpose walk follows values, not the effects on a Ref, so a
-# linearized Ref program would transpose to a silently wrong program: it is refused.
+# ---------------------------------------------------------------- reverse mode (JAX's backward
+# pass over Refs, `jax/_src/interpreters/ad.py` RefAccum, and the fancy transposes of
+# `state/primitives.py`): a differentiated Ref's cotangent is a Ref of cotangents, made by the
+# first cotangent that reaches it (new_ref of it), accumulated into with addupdate; a get
+# transposes to an accumulation, an addupdate to a read, a swap to a swap, new_ref to a freeze
+# of the cotangent Ref and freeze to an accumulation.  The walk hands each rule the Ref's
+# accumulator, holding its cotangent Ref (or a Zero before the first cotangent).
 
-_NO_REVERSE = (
-    "reverse mode (linearize, vjp, grad) of a program that differentiates through a Ref is "
-    "not supported yet (JAX transposes Refs as accumulators; the tool does not): use jvp"
-)
-
-
-def _refuse_linearization(name):
-    """Linearized, a Ref operation whose operands have no tangent is the primal one (a Ref
-    the differentiated values never reach); one that has a tangent is refused."""
-
-    def rule(primals, tangents, **params):
-        if any(not is_zero(t) for t in tangents):
-            raise JaxprError(f"'{name}': {_NO_REVERSE}", current().loc)
-        outs = _bind_like(name, primals, params)
-        return outs, [Zero(tangent_type(o.type)) for o in outs]
-
-    return rule
+#: the parameters JAX 0.12 gives the Refs its backward pass makes (`core.new_ref(x)`)
+_CT_REF_PARAMS = {"kind": None, "memory_space": None, "pin": False}
 
 
-for _n in ("new_ref", "freeze", "get", "swap", "addupdate"):
-    define(_n, linearization=_refuse_linearization(_n))
+def _cotangent_ref(acc):
+    """The accumulator's cotangent Ref, made of zeros when no cotangent has reached it."""
+    if is_zero(acc.get()):
+        inner = tangent_type(acc.type.inner)
+        (r,) = current().bind(
+            "new_ref", [instantiate(Zero(inner))], _CT_REF_PARAMS, [RefType(inner)]
+        )
+        acc.set(r)
+    return acc.get()
+
+
+def _accumulate(acc, ct, idx, params) -> None:
+    """Add `ct` into the part `params["indexer"]` of the Ref whose accumulator is `acc`."""
+    if acc is None or is_zero(ct):
+        return
+    whole = str(params.get("indexer", "[...]")).strip() in ("[...]", "")
+    if is_zero(acc.get()) and whole:
+        (r,) = current().bind("new_ref", [ct], _CT_REF_PARAMS, [RefType(ct.type)])
+        acc.set(r)
+        return
+    current().bind("addupdate", [_cotangent_ref(acc), ct, *idx], params, [])
+
+
+def _get_transpose(cts, ref, *idx, accums, **params):
+    _accumulate(accums[0], cts[0], idx, params)
+
+
+def _swap_transpose(cts, ref, x, *idx, accums, **params):
+    """`y = r[i]; r[i] = x` transposes to `x_ct = ct_r[i]; ct_r[i] = y_ct`."""
+    acc, (g,) = accums[0], cts
+    if acc is None or (is_zero(acc.get()) and is_zero(g)):
+        return
+    (x_ct,) = current().bind(
+        "swap", [_cotangent_ref(acc), instantiate(g), *idx], params, [tangent_type(x.type)]
+    )
+    if accums[1] is not None:
+        accums[1].add(x_ct)
+
+
+def _addupdate_transpose(cts, ref, x, *idx, accums, **params):
+    acc = accums[0]
+    if acc is None or accums[1] is None or is_zero(acc.get()):
+        return
+    (x_ct,) = current().bind("get", [acc.get(), *idx], params, [tangent_type(x.type)])
+    accums[1].add(x_ct)
+
+
+def _new_ref_transpose(cts, x, *, accums, **params):
+    (ct_ref,) = cts
+    if accums[0] is not None and not is_zero(ct_ref):
+        accums[0].add(current().bind("freeze", [ct_ref], {}, [tangent_type(x.type)])[0])
+
+
+def _freeze_transpose(cts, ref, *, accums, **params):
+    _accumulate(accums[0], cts[0], (), {})
+
+
+for _n, _rule in (
+    ("get", _get_transpose),
+    ("swap", _swap_transpose),
+    ("addupdate", _addupdate_transpose),
+    ("new_ref", _new_ref_transpose),
+    ("freeze", _freeze_transpose),
+):
+    define(_n, fancy_transpose=_rule)
