@@ -317,3 +317,20 @@ def test_cli_vmap_then_run_computes_jax_vmap(tmp_path):
     assert r.exit_code == 0, r.output
     with np.load(out, allow_pickle=False) as got:
         close(got["out0"], _outputs(f, args, in_axes)[0])
+
+
+def test_vmap_of_a_gradient_through_a_ref_at_batched_indices_is_jax_s():
+    """The reverse-mode program (its cotangent Ref read and accumulated into at the same
+    index) batched over examples with their own indices, against jax.vmap(jax.grad)."""
+
+    def f(x, i):
+        r = jax.new_ref(jnp.zeros_like(x))
+        r[...] = jnp.sin(x)
+        r[i] += x[i] * 3.0
+        return jnp.sum(r[...] * x)
+
+    xs, i = vec((B, 5), 47), idx(5, B)
+    r = run(["grad", "-"], stdin=str(jax.make_jaxpr(f)(xs[0], 1)))
+    assert r.exit_code == 0, r.output
+    j = vmap_jaxpr(parse(r.stdout, "<grad>").jaxpr, [0, 0], [0], B)
+    close(backend.evaluate(j, [xs, i])[0], jax.vmap(jax.grad(f))(xs, i))
