@@ -305,6 +305,14 @@ def test_writing_at_batched_indices_into_an_unbatched_ref_is_refused_as_by_jax(t
     _refused(tmp_path, text, "None,0", "1:39", "'swap': vmap writes into a Ref that is not batched")
 
 
+def test_an_indexing_with_a_transform_is_refused_at_the_equation(tmp_path):
+    text = """{ lambda ; a:f32[4] b:i32[]. let
+    c:Ref{f32[4]} = new_ref[kind=None memory_space=None pin=False] a
+    d:f32[] <- c[b]{bitcast(f32)}
+  in (d,) }"""
+    _refused(tmp_path, text, "0,0", "3:5", "'get': vmap with batched indices cannot batch")
+
+
 def test_cli_vmap_then_run_computes_jax_vmap(tmp_path):
     f, args, in_axes, _ = CASES["addupdate-[$0,:,$1]-arrays"]
     src = tmp_path / "add.jaxpr"

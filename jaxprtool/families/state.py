@@ -494,6 +494,7 @@ _NO_VMAP_SLICE = (
     "vmap of a dynamic slice `i:i+n` into a Ref with a batched start `i` is not supported "
     "(JAX refuses it too); index with an array (`i + iota`) instead"
 )
+_PLAIN_ONLY = "only a plain indexing `[i,:,1:3]` (no transform, no `...` among others) is batched"
 _OPERAND = re.compile(r"\$(\d+)$")
 
 
@@ -530,12 +531,12 @@ def _at_front_indexer(name, params, index_types) -> tuple[dict, int]:
     tpl = str(params.get("indexer", "[...]")).strip()
     entries = _template_entries(tpl)
     if entries is None:
-        raise JaxprError(f"vmap: cannot batch the Ref indexing {tpl}", current().loc)
+        raise JaxprError(f"vmap: cannot batch the Ref indexing {tpl}: {_PLAIN_ONLY}", current().loc)
     new = tpl if tpl == "[...]" else "[:," + tpl[1:]
     positions = [k for k, e in enumerate(entries) if _is_integer_entry(e)]
     block = _index_shape(name, entries, index_types)
     if block and "..." in entries:  # where `...` ends decides whether the arrays are apart
-        raise JaxprError(f"vmap: cannot batch the Ref indexing {tpl}", current().loc)
+        raise JaxprError(f"vmap: cannot batch the Ref indexing {tpl}: {_PLAIN_ONLY}", current().loc)
     at = len(block) if block and not _contiguous(positions) else 0
     return {**params, "indexer": Opaque(new)}, at
 
@@ -546,7 +547,8 @@ def _entries(name, params, rank: int) -> list[str]:
     entries = _template_entries(tpl)
     if entries is None or "..." in entries or len(entries) > rank:
         raise JaxprError(
-            f"'{name}': vmap with batched indices cannot batch the Ref indexing {tpl}",
+            f"'{name}': vmap with batched indices cannot batch the Ref indexing {tpl}: "
+            f"{_PLAIN_ONLY}",
             current().loc,
         )
     return entries + [":"] * (rank - len(entries))
