@@ -292,18 +292,6 @@ def test_vmap_through_refs_is_jax_s(f, args, in_axes):
     assert print_jaxpr(j) == theirs.replace("(np.int64(1),)", "(1,)")
 
 
-def test_vmap_with_a_batched_index_into_a_ref_is_refused_with_the_location(tmp_path):
-    def f(x, i):
-        r = jax.new_ref(x)
-        return r[i]
-
-    src = tmp_path / "i.jaxpr"
-    src.write_text(str(jax.make_jaxpr(f)(X, 1)) + "\n")
-    r = run(["vmap", "--in-axes", "None,0", "--axis-size", "2", str(src)])
-    assert r.exit_code == 1 and "batched indices into a Ref" in r.output, r.output
-    assert f"{src}:3:5: error: 'get'" in r.output and "Traceback" not in r.output
-
-
 def test_vmap_of_run_state_batches_its_refs():
     """JAX 0.12 has no batching rule for run_state; the tool batches its body's Refs at axis 0
     (the equations of one example, batched), checked against JAX run on each example."""
