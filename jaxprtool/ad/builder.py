@@ -98,6 +98,12 @@ def current() -> Builder:
     return b
 
 
+def current_loc() -> Loc | None:
+    """The location of the equation being differentiated, if any."""
+    b = _CURRENT.get()
+    return None if b is None else b.loc
+
+
 @contextlib.contextmanager
 def use(b: Builder):
     token = _CURRENT.set(b)
@@ -142,8 +148,8 @@ def _garbled_sharding(prim: str, t: Type) -> str:
 
 def dce_eqns(eqns: list[Eqn], live_out: Iterable[Atom]) -> list[Eqn]:
     """Drop equations whose results are not needed by `live_out`; effectful ones are kept,
-    with those that hold one in a body (a jit or scan around a debug_print, as vmap's
-    per-example loop makes), as JAX keeps them."""
+    with those that touch a Ref (a call writing into one) or hold an effect in a body (a jit
+    or scan around a debug_print, as vmap's per-example loop makes), as JAX keeps them."""
     from ..passes.common import eqn_has_effects
 
     live = {id(v) for v in live_out if isinstance(v, Var)}

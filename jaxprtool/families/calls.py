@@ -40,8 +40,15 @@ from ..ad.registry import (
 )
 from ..ad.remat import current_spec, remat_class
 from ..ad.transpose import backward_pass, transpose_jaxpr
-from ..ad.zeros import Zero, is_undefined_primal, is_zero, tangent_type
-from ..core import Jaxpr, JaxprError, RefType, ShapedArray, Var, is_inexact, np_dtype
+from ..ad.zeros import (
+    Zero,
+    carries_tangent,
+    is_undefined_primal,
+    is_zero,
+    tangent_type,
+    writes_tangent_ref,
+)
+from ..core import Jaxpr, JaxprError, ShapedArray, Var, np_dtype
 from ..params import Opaque, Record, format_value
 from ..record import define
 from ..record import prim as record_of
@@ -249,10 +256,16 @@ def _transposed(params, mask, n_cts):
     return p
 
 
+def _jvp_with_refs(inner, nz, instantiate):
+    """A call's body differentiated with its Ref operands' tangent Refs (the call is emitted
+    even when no tangent comes out of it, so its writes into them stay)."""
+    return jvp_masked(inner, nz, instantiate, refs=True)
+
+
 def _call_jvp(prim):
     def rule(primals, tangents, **params):
         key, inner, nz, nz_t, n, out_types = _call_parts(prim, params, tangents)
-        jj, out_nz = _memo("jvp", jvp_masked, inner, nz)
+        jj, out_nz = _memo("jvp", _jvp_with_refs, inner, nz)
         ins, nz_in = list(range(len(primals))), [i for i, m in enumerate(nz) if m]
         outs_ix = list(range(n)) + [j for j, m in enumerate(out_nz) if m]
         p = _resized(dict(params, **{key: jj}), ins + nz_in, outs_ix)
@@ -262,17 +275,21 @@ def _call_jvp(prim):
     return rule
 
 
+def _linearize_with_refs(inner, nz, instantiate):
+    return linearize_masked(inner, nz, instantiate, refs=True)
+
+
 def _call_linearize(prim):
     def rule(primals, tangents, **params):
         key, inner, nz, nz_t, n, out_types = _call_parts(prim, params, tangents)
-        pj, lj, out_nz, _ = _memo("lin", linearize_masked, inner, nz)
+        pj, lj, out_nz, _ = _memo("lin", _linearize_with_refs, inner, nz)
         pj, src = _memo("fwd", lambda j, m, instantiate: _forward_plan(j, n), pj, ())
         residuals = _residuals_from(src, primals)
         ins, nz_in = list(range(len(primals))), [i for i, m in enumerate(nz) if m]
         n_new = len(pj.outvars) - n
         p = _resized(dict(params, **{key: pj}), ins, list(range(n)) + [None] * n_new)
         outs = _emit(prim, primals, p, pj)
-        if not any(out_nz):
+        if not any(out_nz) and not writes_tangent_ref(inner.invars, nz):
             return outs[:n], [Zero(tangent_type(t)) for t in out_types]
         lin_out = [j for j, m in enumerate(out_nz) if m]
         p = _resized(dict(params, **{key: lj}), [None] * len(src) + nz_in, lin_out)
@@ -283,23 +300,29 @@ def _call_linearize(prim):
 
 
 def _call_transpose(prim):
+    """A differentiated Ref operand enters the transposed body as its cotangent Ref (written
+    into there), in the operand's place among the non-linear inputs."""
+
     def rule(cts, *args, **params):
         key = _key(prim, params)
         inner: Jaxpr = params[key]
         mask = [is_undefined_primal(a) for a in args]
+        ct_refs = [a.ct_ref if m else None for a, m in zip(args, mask)]
         if prim in ("jit", "pjit") and str(params.get("name")) == LINEAR_NAME:
             # the combined linearize form: inline the transposed linear program
             _, cts_in = backward_pass(
-                inner, mask, [None if m else a for a, m in zip(args, mask)], cts
+                inner, mask, [r if m else a for a, m, r in zip(args, mask, ct_refs)], cts
             )
             return cts_in
-        if all(is_zero(c) for c in cts):
+        values = [m and r is None for m, r in zip(mask, ct_refs)]  # cotangents come out
+        if all(is_zero(c) for c in cts) and not any(r is not None for r in ct_refs):
             return [Zero(tangent_type(a.type)) if m else None for a, m in zip(args, mask)]
         tj = _memo("T", lambda j, m, instantiate: transpose_jaxpr(j, list(m)), inner, mask)
-        ops_in = [a for a, m in zip(args, mask) if not m] + [instantiate(c) for c in cts]
-        p = _transposed(dict(params, **{key: tj}), mask, len(cts))
+        ops_in = [a if r is None else r for a, v, r in zip(args, values, ct_refs) if not v]
+        ops_in += [instantiate(c) for c in cts]
+        p = _transposed(dict(params, **{key: tj}), values, len(cts))
         outs = iter(_emit(prim, ops_in, p, tj))
-        return [next(outs) if m else None for m in mask]
+        return [next(outs) if v else None for v in values]
 
     return rule
 
@@ -385,6 +408,7 @@ for _p, (_body, _keys) in _PLAIN_CALLS.items():
         jvp_kind=LOW_LEVEL,
         linearization=_call_linearize(_p),
         transpose=_call_transpose(_p),
+        transposes_refs=True,
         batching=_call_batching(_p),
     )
 
@@ -1447,81 +1471,71 @@ def _run_state_batching(args, dims, **params):
 
 
 def _tangent_refs(body: Jaxpr, start: list[bool]) -> list[bool]:
-    """Which of the body's Refs carry a tangent: those given one, and, to a fixpoint (as
-    JAX's `_run_state_jvp` finds on the discharged body), float Refs written a value that
-    depends on one.  Conservative through nested equations (any input differentiated: every
-    result, and every float Ref operand)."""
+    """Which of the body's Refs carry a tangent: those given one and, to a fixpoint (as JAX's
+    `_run_state_jvp` finds on the discharged body), float Refs written a value that depends
+    on one.  Conservative through nested equations (any differentiated input: every result
+    and every float Ref operand)."""
     live = list(start)
-    index = {id(v): k for k, v in enumerate(body.invars)}
+    refs = {id(v) for v in body.invars if carries_tangent(v.type)}
     while True:
         carries = {id(v) for v, on in zip(body.invars, live) if on}
         for e in body.eqns:
             if not any(id(x) in carries for x in e.inputs if isinstance(x, Var)):
                 continue
             carries.update(id(o) for o in e.outputs)
-            for x in e.inputs:
-                k = index.get(id(x))
-                if k is not None and isinstance(x.type, RefType) and is_inexact(x.type.inner):
-                    carries.add(id(x))
+            carries.update(id(x) for x in e.inputs if id(x) in refs)
         new = [on or id(v) in carries for v, on in zip(body.invars, live)]
         if new == live:
             return live
         live = new
 
 
-def _run_state_jvp(primals, tangents, **params):
-    """JAX's `_run_state_jvp`: one run_state whose body, differentiated, has a tangent Ref
-    beside each Ref that carries one (`_tangent_refs`); the tangents' initial values are
-    appended to the operands (linear ones in `which_linear`), and the tangent Refs' final
-    values are the results' tangents."""
-    body = jaxpr_param(params, "jaxpr")
+def _run_state_jvp(primals, tangents, *, jaxpr, **params):
+    """JAX's `_run_state_jvp`: one run_state over the Refs and the tangent Refs of those that
+    carry one (`_tangent_refs`; zeros where the initial value has none), marked linear."""
+    body = jaxpr_param({"jaxpr": jaxpr}, "jaxpr")
+    start = [not is_zero(t) and carries_tangent(v.type) for t, v in zip(tangents, body.invars)]
+    nz = _tangent_refs(body, start) if any(start) else start
+    outs_types = [x.type for x in primals]
+    if not any(nz):
+        return current().bind("run_state", list(primals), {**params, "jaxpr": jaxpr}), [
+            Zero(tangent_type(t)) for t in outs_types
+        ]
+    jv, _ = jvp_masked(body, nz, False, refs=True)
+    tans = [instantiate(t) for t, m in zip(tangents, nz) if m]
+    p = dict(params, jaxpr=jv)
+    if "is_initialized" in p:
+        init = tuple(p["is_initialized"])
+        p["is_initialized"] = init + tuple(i for i, m in zip(init, nz) if m)
+    if "which_linear" in p:
+        p["which_linear"] = tuple(p["which_linear"]) + (True,) * len(tans)
+    outs = current().bind("run_state", list(primals) + tans, p)
     n = len(primals)
-    if not all(params.get("is_initialized") or (True,) * n):
-        raise JaxprError("Uninitialized Refs are not supported in jvp.", current().loc)
-    start = [not is_zero(t) and is_inexact(v.type.inner) for t, v in zip(tangents, body.invars)]
-    live = _tangent_refs(body, start) if any(start) else start
-    if not any(live):
-        outs = rebind_primal("run_state", list(primals), params)
-        return outs, [Zero(tangent_type(o.type)) for o in outs]
-    refs = [B.fresh_like(v) for v in body.invars]
-    trefs = [Var(v.type, None) for v, on in zip(body.invars, live) if on]
-    it = iter(trefs)
-    b = B.Builder()
-    with B.use(b):
-        jvp_eval(
-            body, refs, [next(it) if on else Zero(v.type) for v, on in zip(body.invars, live)], []
-        )
-    jbody = B.make_jaxpr(refs + trefs, B.dce_eqns(b.eqns, []), [])
-    tvals = [instantiate(t) for t, on in zip(tangents, live) if on]
-    linear = tuple(params.get("which_linear") or (False,) * n) + (True,) * len(tvals)
-    new = {**params, "jaxpr": jbody, "which_linear": linear}
-    new["is_initialized"] = (True,) * (n + len(tvals))
-    outs = current().bind("run_state", list(primals) + tvals, new)
     it = iter(outs[n:])
-    return outs[:n], [next(it) if on else Zero(tangent_type(o.type)) for o, on in zip(outs, live)]
+    return outs[:n], [next(it) if m else Zero(tangent_type(t)) for t, m in zip(outs_types, nz)]
 
 
 def _run_state_linearization(primals, tangents, **params):
-    """Reverse mode through run_state is refused in JAX's words (JAX 0.12 cannot linearize
-    it: its JVP's primal results depend on the tangent Refs' run); with no tangent, the
-    primal run_state."""
-    if any(not is_zero(t) for t in tangents):
-        raise JaxprError(
-            "Linearization failed to produce known values for all output primals. This is "
-            "typically caused by attempting to differentiate a function uses an operation "
-            "that does not support reverse-mode autodiff (run_state: JAX refuses it too)",
-            current().loc,
-        )
-    outs = rebind_primal("run_state", list(primals), params)
-    return outs, [Zero(tangent_type(o.type)) for o in outs]
+    """JAX 0.12 cannot linearize run_state either ("Linearization failed to produce known
+    values for all output primals"): its body's primal and tangent halves share Refs."""
+    if all(is_zero(t) for t in tangents):
+        return current().bind("run_state", list(primals), params), [
+            Zero(tangent_type(x.type)) for x in primals
+        ]
+    raise JaxprError(
+        "reverse mode (linearize, vjp, grad) of run_state is not supported; JAX 0.12 refuses "
+        'it too ("Linearization failed to produce known values"): use jvp, or write the '
+        "program with jax.new_ref instead of run_state",
+        current().loc,
+    )
 
 
 define(
     "run_state",
     effectful=True,
     jvp=_run_state_jvp,
-    jvp_kind="jvp",
     linearization=_run_state_linearization,
+    jvp_kind=LOW_LEVEL,
     batching=_run_state_batching,
     evaluate=_run_state_evaluate,
     # which_linear is AD's bookkeeping
