@@ -385,9 +385,10 @@ def test_diff_flag_and_static_shapes_required(tmp_path):
     )
     poly = tmp_path / "p.jaxpr"
     poly.write_text("{ lambda ; a:f32[b]. let c:f32[b] = sin a in (c,) }\n")
-    r = CliRunner().invoke(main, ["jvp", str(poly)])
-    assert r.exit_code == 1
-    assert (
-        "error: automatic differentiation needs static shapes; input type f32[b] has a symbolic dimension"
-        in r.output
-    )
+    for argv in (["jvp"], ["vmap", "--axis-size", "2"]):
+        r = CliRunner().invoke(main, [*argv, str(poly)])
+        assert r.exit_code == 1
+        assert (
+            "error: automatic differentiation and vmap need static shapes; input type f32[b] has "
+            "a symbolic dimension (JAX transforms symbolic shapes"
+        ) in r.output

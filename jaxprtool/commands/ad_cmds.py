@@ -166,17 +166,21 @@ def _require_static_shapes(jaxpr) -> None:
     for v in jaxpr.invars:
         if not _has_static_sizes(v.type):
             raise ProgramError(
-                f"automatic differentiation needs static shapes; input type {v.type} has a symbolic dimension",
+                f"{_NEEDS_STATIC}; input type {v.type} has a symbolic dimension {_NOT_YET}",
                 "inputs",
             )
     for e in all_eqns(jaxpr):
         for o in e.outputs:
             if not _has_static_sizes(o.type):
                 raise JaxprError(
-                    f"automatic differentiation needs static shapes; {e.prim} result type {o.type} "
-                    "has a symbolic dimension",
+                    f"{_NEEDS_STATIC}; {e.prim} result type {o.type} has a symbolic dimension "
+                    f"{_NOT_YET}",
                     e.loc,
                 )
+
+
+_NEEDS_STATIC = "automatic differentiation and vmap need static shapes"
+_NOT_YET = "(JAX transforms symbolic shapes, as jax.export traces them; the tool does not yet)"
 
 
 class _Job:
