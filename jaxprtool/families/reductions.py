@@ -78,6 +78,7 @@ from ..shapes.util import (
     static_ints,
     strided_dim,
 )
+from ..shardings import sharded_like, sharded_size
 from ..text import style as ST
 
 # ---------------------------------------------------------------- monoid reductions over axes
@@ -425,9 +426,11 @@ def _window_shape(prim, x: ShapedArray, params):
         )
     out = []
     for d, w, s, (lo, hi), b, wdi in zip(x.shape, wd, ws, pad, bd, wdl):
-        padded = dim_add(dim_add(dilate_dim(d, b), lo), hi)
+        padded = dim_add(dim_add(dilate_dim(sharded_size(d), b), lo), hi)
         out.append(strided_dim(padded, dilate_dim(w, wdi), s))
-    return tuple(out)
+    if all(o == 1 for o in out):  # JAX's `_get_sharding_for_varying_out_shape`: replicated
+        return tuple(out)
+    return tuple(sharded_like(d, o) for d, o in zip(x.shape, out))  # the operand's spec
 
 
 def _window_params(p):
@@ -450,8 +453,9 @@ def _reduce_window_sum_transpose(ct, operand, **params):
     if is_zero(ct):
         return [Zero(tangent_type(ty(operand)))]
     wd, ws, padding, bd, wdil = _window_params(params)
-    in_shape = shape(operand)
-    pads = conv_vjp_lhs_padding(in_shape, wd, ws, shape(ct), padding, bd, wdil)
+    in_shape = [sharded_size(d) for d in shape(operand)]
+    ct_shape = [sharded_size(d) for d in shape(ct)]
+    pads = conv_vjp_lhs_padding(in_shape, wd, ws, ct_shape, padding, bd, wdil)
     cfg = [(lo, hi, s - 1) for (lo, hi), s in zip(pads, ws)]
     padded = bind_pad(ct, ops.lit(0, ct), cfg)
     r = ops.bind(
