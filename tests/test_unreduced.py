@@ -4,7 +4,8 @@
 collectives that finish the reduction (`unreduced_psum`, `unreduced_pmax`,
 `unreduced_pmin`) or a `reshard` to replicated.  `run` of what JAX prints gives
 `jax.jit`'s numbers on the same 4-device CPU mesh; `vmap` refuses the collectives, as
-JAX's batchers do, and so does the JVP of unreduced_pmax/pmin (JAX has none)."""
+JAX's batchers do, and so does the JVP of unreduced_pmax/pmin (JAX has none).  `pshuffle`
+and `pcast`, which no JAX binds, are refused saying so."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ pytestmark = pytest.mark.skipif(
 MESH = jax.make_mesh(
     (4,), ("x",), axis_types=(jax.sharding.AxisType.Explicit,), devices=jax.devices("cpu")[:4]
 )
+X0 = np.ones(3, np.float32)
 REDUCE = {"sum": lax.reduce_sum, "max": lax.reduce_max, "min": lax.reduce_min}
 FINISH = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}
 
@@ -89,3 +91,18 @@ def test_vmap_and_jvp_refuse_what_jax_refuses(tmp_path):
     r = run(["jvp", str(src)])
     assert r.exit_code == 1 and "Traceback" not in r.output
     assert "error: Differentiation rule for 'unreduced_pmax' not implemented" in r.output, r.output
+
+
+@pytest.mark.parametrize("name", ["pshuffle", "pcast"])
+def test_names_no_jax_binds_are_refused_saying_so(tmp_path, name):
+    """jax.lax.pshuffle binds ppermute and jax.lax.pcast one of the casts: no JAX from 0.10 to
+    0.12 prints `pshuffle` or `pcast`, so a text that does is refused, naming that."""
+    text = str(jax.make_jaxpr(lambda x: lax.pshuffle(x, "i", [1, 0]), axis_env=[("i", 2)])(X0))
+    assert "ppermute[" in text and "pshuffle" not in text
+    src = tmp_path / "p.jaxpr"
+    src.write_text(f"{{ lambda ; a:f32[3]. let b:f32[3] = {name}[axis_name=i] a in (b,) }}\n")
+    r = run(["run", str(src), "--random", "0"])
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert f"{src}:1:26: error: cannot run '{name}' is no primitive of JAX 0.10 to 0.12" in (
+        r.output
+    )

@@ -67,7 +67,10 @@ from ..shardings import MeshText, SpecText, make_spec, names_to_spec, read_mesh,
 
 # ================================================================ shape rules
 
-_MULTI_DEVICE = "is a multi-device primitive; running on several devices is not supported"
+_NOT_BOUND = (
+    "is no primitive of JAX 0.10 to 0.12 (jax.lax.pshuffle binds ppermute, jax.lax.pcast "
+    "pvary or one of the unreduced/reduced casts), so the tool has no rule for it"
+)
 
 
 def _no_flops(e) -> int:
@@ -238,7 +241,7 @@ defjvp_zero("axis_index")
 # of the casts; no shape rule: the tool cannot check or differentiate them either)
 
 for _n in ("pshuffle", "pcast"):
-    define(_n, family="collectives", refusal=_MULTI_DEVICE)
+    define(_n, family="collectives", refusal=_NOT_BOUND)
 
 
 # ================================================================ running and differentiating
