@@ -306,6 +306,13 @@ def callback(x):
 
 def not_inlined(x):
     return jnp.sum(eqxi.noinline(jnp.sin)(x))
+
+
+def lineax_solve(b):
+    import lineax as lx
+
+    a = jnp.array([[3.0, 1.0], [1.0, 4.0]])
+    return jnp.sum(lx.linear_solve(lx.MatrixLinearOperator(a), b, solver=lx.LU()).value)
 """
 
 
@@ -521,6 +528,12 @@ def test_callbacks_and_python_level_primitives_are_refused_saying_why(zoo, tmp_p
     assert r.exit_code == 1 and "cannot run 'noinline' is an Equinox noinline call" in r.output
     r = tool("grad", prog)
     assert r.exit_code == 1 and "cannot differentiate an Equinox noinline call" in r.output
+    prog, _, _ = zoo.trace("lineax_solve", "f32[2]")  # JAX with lineax runs it; the text
+    r = tool("run", prog, "--random", "0")  # holds its operator and solver as reprs only
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert "cannot run 'linear_solve' is lineax's linear_solve (an Equinox primitive)" in r.output
+    r = tool("grad", prog)
+    assert r.exit_code == 1 and "cannot differentiate lineax's linear_solve" in r.output
 
 
 # ---------------------------------------------------------------- constants (plain JAX)

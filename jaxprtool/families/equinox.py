@@ -388,6 +388,9 @@ primitive_transposes["maybe_set"] = _maybe_set_transpose
 #: primitives whose parameters are Python objects (the function of a noinline call)
 _PYTHON_LEVEL = {
     "noinline": "an Equinox noinline call (eqx.internal.noinline), whose function",
+    # lineax: the operator's and solver's classes print as reprs, and the solver's state
+    # operands as '_' (JAX's text names several values so: which is which is lost)
+    "linear_solve": "lineax's linear_solve (an Equinox primitive), whose operator and solver",
 }
 
 

@@ -121,6 +121,7 @@ FAMILIES_OF: dict[str, tuple[str, ...]] = {
     "le": ("arithmetic",),
     "le_to": ("arithmetic",),
     "lgamma": ("arithmetic", "transcendental"),
+    "linear_solve": ("equinox",),
     "log": ("arithmetic", "transcendental"),
     "log1p": ("arithmetic", "transcendental"),
     "log2": ("arithmetic", "transcendental"),
