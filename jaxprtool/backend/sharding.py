@@ -20,7 +20,6 @@ import numpy as np
 from ..core import JaxprError, all_eqns
 from ..record import prim as record_of
 from ..shardings import MeshText, read_mesh, read_sharding, read_spec, type_spec
-from . import evaluator
 
 
 @dataclass
@@ -410,8 +409,6 @@ def enforce_call_placements(eqn, values, results: bool, eager: bool) -> list:
     return out
 
 
-evaluator.CALL_PLACEMENT[0] = enforce_call_placements
-
 
 def _moved(x, sharding, eager: bool):
     import jax
@@ -595,14 +592,25 @@ def evaluate(
         xs = placed_inputs(jaxpr, list(consts) + list(args))
         try:
             if eager:
-                interp = Interpreter("eager", dims=dims, trace=trace, debug_nans=debug_nans)
+                interp = Interpreter(
+                    "eager",
+                    dims=dims,
+                    trace=trace,
+                    debug_nans=debug_nans,
+                    placement=enforce_call_placements,
+                )
                 nc = len(jaxpr.constvars)
                 ws = _wrap_keys(jaxpr, xs)
                 outs = _unwrap_keys(jaxpr, interp.run(jaxpr, ws[:nc], ws[nc:]))
                 shs = output_shardings(jaxpr)
                 outs = [o if sh is None else jax.device_put(o, sh) for o, sh in zip(outs, shs)]
             else:
-                fn = jitted or jax.jit(_constrained(jaxpr, as_jax_function(jaxpr, dims, False)))
+                fn = jitted or jax.jit(
+                    _constrained(
+                        jaxpr,
+                        as_jax_function(jaxpr, dims, False, placement=enforce_call_placements),
+                    )
+                )
                 outs = fn(*xs)
         except JaxprError:
             raise

@@ -113,7 +113,8 @@ def _timed(jaxpr, args, consts, dims, device, repeat):
             xs = [jax.device_put(x, dev) for x in list(consts) + list(args)]
         t0 = time.perf_counter()
         nested = len(consts) != len(jaxpr.constvars)  # cond/loop bodies' too (backend/consts)
-        fn = backend.as_jax_function(jaxpr, dims, enable_x64=False, nested=nested)
+        placement = sharding.enforce_call_placements if multi else None
+        fn = backend.as_jax_function(jaxpr, dims, False, nested, placement)
         compiled = jax.jit(fn).lower(*xs).compile()
         t_compile = time.perf_counter() - t0
         times = []
