@@ -330,3 +330,23 @@ def test_vmap_of_run_state_batches_its_refs():
     got = backend.evaluate(j, [xs, W])
     for k, out in enumerate(got):
         close(out, np.stack([np.asarray(f(x, W)[k]) for x in xs]))
+
+
+def test_vmap_of_a_cond_that_writes_a_ref(tmp_path):
+    """An unbatched predicate: one cond of the batched branches (JAX 0.12 refuses any vmap of
+    a cond with Refs: the tool's numbers are checked against JAX run on each example); a
+    batched predicate (every branch would run and write the Ref) is refused, located."""
+    from jaxprtool.ad.batching import vmap_jaxpr
+
+    xs = np.stack([X, W, X * 2.0])
+    with pytest.raises(NotImplementedError, match="State effect not supported in vmap-of-cond"):
+        jax.vmap(through_cond, in_axes=(0, None))(xs, True)
+    for p in (True, False):
+        j = vmap_jaxpr(ir(through_cond, X, p), [0, None], [0], 3)
+        close(backend.evaluate(j, [xs, p])[0], np.stack([jax.jit(through_cond)(x, p) for x in xs]))
+    src = tmp_path / "c.jaxpr"
+    src.write_text(str(jax.make_jaxpr(through_cond)(X, True)) + "\n")
+    r = run(["vmap", "--in-axes", "0,0", "--axis-size", "3", str(src)])
+    assert r.exit_code == 1, r.output
+    assert "vmap of a cond with a batched predicate whose branches use a Ref" in r.output
+    assert "Traceback" not in r.output
