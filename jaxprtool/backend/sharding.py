@@ -359,7 +359,12 @@ def explicit_result_sharding(eqn):
 
 
 def input_shardings(jaxpr, mesh_text: MeshText | None):
-    """One sharding (or None: replicated over the run mesh) per const and input."""
+    """One sharding (or None: the text does not place it) per const and input: its explicitly
+    sharded type's, or the operand placement of the first top-level call that reads it (a
+    jit's in_shardings: JAX puts the arguments of a jit there).  A shard_map's in_specs or a
+    pmap's in_axes do not place the input they read: under `jax.jit` they constrain it, and
+    XLA chooses (it need not choose theirs: an input that a P() shard_map reads before a
+    P('x') one is sharded over x)."""
     import jax
 
     vs = list(jaxpr.constvars) + list(jaxpr.invars)
@@ -372,6 +377,8 @@ def input_shardings(jaxpr, mesh_text: MeshText | None):
                 concrete_mesh(mesh_text), partition_spec(spec.to_text())
             )
     for e in jaxpr.eqns:
+        if record_of(e.prim).call_body is None:
+            continue
         for k, a in enumerate(e.inputs):
             i = pos.get(id(a))
             if i is None or out[i] is not None:
@@ -483,17 +490,19 @@ def active():
         CONFIG.active -= 1
 
 
-def input_placements(jaxpr) -> list:
+def input_placements(jaxpr, count: int | None = None) -> list:
     """Per const and input, the sharding the text places it with, or None: left to XLA.
 
-    The text places an input by its explicitly sharded type, a top-level jit's in_shardings or
-    the in_specs of the shard_map (in_axes of the pmap) it feeds.  One it does not place is
-    left uncommitted, as JAX leaves a numpy argument of `jax.jit`: XLA's sharding propagation
-    chooses its sharding (`compiled.input_shardings`).  As in JAX, it is replicated instead on
+    The text places an input by its explicitly sharded type or a top-level jit's in_shardings
+    (`input_shardings`).  One it does not place is left uncommitted, as JAX leaves a numpy
+    argument of `jax.jit`: XLA's sharding propagation chooses its sharding
+    (`compiled.input_shardings`) from the shard_maps, constraints and calls that read it.  As in JAX, it is replicated instead on
     an explicit mesh (its unsharded type says so) and when the text names no mesh at all
     (the mesh is --mesh's alone, `jax.jit` under `jax.set_mesh`: nothing to propagate from,
     and no device assignment without it).  Keys are never placed by the rule of the equation
-    they feed (the rule reads the key's type, not its uint32 data)."""
+    they feed (the rule reads the key's type, not its uint32 data).  `count`: how many values
+    are given, when they include the nested jaxprs' constants (`backend/consts.py`: after the
+    program's own, placed as the text places nothing)."""
     import jax
 
     mesh_text = run_mesh(jaxpr)
@@ -502,15 +511,17 @@ def input_placements(jaxpr) -> list:
     if mesh_text is not None and ("Explicit" in mesh_text.types or not program_meshes(jaxpr)):
         default = jax.sharding.NamedSharding(concrete_mesh(mesh_text), jax.sharding.PartitionSpec())
     vs = list(jaxpr.constvars) + list(jaxpr.invars)
-    return [
+    out = [
         default if sh is None or getattr(v.type, "dtype", "").startswith("key<") else sh
         for v, sh in zip(vs, shardings)
     ]
-
-
-def _labels(jaxpr) -> list[str]:
-    """`const0`, ..., `arg0`, ...: the names --consts and --args give the inputs."""
     nc = len(jaxpr.constvars)
+    return out[:nc] + [default] * ((count or len(vs)) - len(vs)) + out[nc:]
+
+
+def _labels(jaxpr, count: int) -> list[str]:
+    """`const0`, ..., `arg0`, ...: the names --consts and --args give the `count` inputs."""
+    nc = count - len(jaxpr.invars)
     return [f"const{i}" for i in range(nc)] + [f"arg{i}" for i in range(len(jaxpr.invars))]
 
 
@@ -521,7 +532,7 @@ def placed_inputs(jaxpr, xs_host) -> list:
     join a global one)."""
     import jax
 
-    placements = input_placements(jaxpr)
+    placements = input_placements(jaxpr, len(xs_host))
     spans = jax.process_count() > 1
     mesh_text = run_mesh(jaxpr) if spans else None
     xs = []
@@ -530,7 +541,7 @@ def placed_inputs(jaxpr, xs_host) -> list:
             sh = jax.sharding.NamedSharding(concrete_mesh(mesh_text), jax.sharding.PartitionSpec())
         xs.append(place(x, sh) if sh is not None else jax.device_put(x))
     CONFIG.last_input_shardings = [
-        (label, x.sharding, False) for label, x in zip(_labels(jaxpr), xs)
+        (label, x.sharding, False) for label, x in zip(_labels(jaxpr, len(xs)), xs)
     ]
     return xs
 
@@ -543,7 +554,7 @@ def compile_for_inputs(jaxpr, jitted, xs_host):
 
     structs = [
         jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype, sharding=sh)
-        for x, sh in zip(xs_host, input_placements(jaxpr))
+        for x, sh in zip(xs_host, input_placements(jaxpr, len(xs_host)))
     ]
     return jitted.lower(*structs).compile()
 
@@ -552,10 +563,10 @@ def inputs_for(jaxpr, compiled, xs_host) -> list:
     """The host inputs placed as the compiled executable takes them (an input the program
     does not use, which jit drops, stays on the host)."""
     chosen = list(compiled.input_shardings[0])
-    placed = input_placements(jaxpr)
+    placed = input_placements(jaxpr, len(xs_host))
     CONFIG.last_input_shardings = [
         (label, _on_a_mesh(jaxpr, sh), sh is not None and given is None)
-        for label, sh, given in zip(_labels(jaxpr), chosen, placed)
+        for label, sh, given in zip(_labels(jaxpr, len(xs_host)), chosen, placed)
     ]
     return [x if sh is None else place(x, sh) for x, sh in zip(xs_host, chosen)]
 
@@ -612,7 +623,7 @@ def sharded_structs(jaxpr, structs) -> list:
 
     return [
         st if sh is None else jax.ShapeDtypeStruct(st.shape, st.dtype, sharding=sh)
-        for st, sh in zip(structs, input_placements(jaxpr))
+        for st, sh in zip(structs, input_placements(jaxpr, len(structs)))
     ]
 
 
