@@ -672,6 +672,30 @@ def _constrained(jaxpr, fn):
     return f
 
 
+#: (id(jaxpr), dims, --mesh, platform) -> (jaxpr, jitted); the jaxpr is held so its id stays
+#: unique, the mesh and platform are in the key since the traced program's meshes follow them
+_JIT_CACHE: dict = {}
+
+
+def _jitted(jaxpr, dims):
+    """The program under `jax.jit`, its outputs constrained as it asks, made once per program
+    (and dims, mesh, platform): JAX's caches then skip tracing and XLA compiling it again."""
+    import jax
+
+    from .jaxfn import as_jax_function
+
+    key = (id(jaxpr), tuple(sorted((dims or {}).items())), tuple((CONFIG.mesh or {}).items()))
+    key += (CONFIG.platform,)
+    hit = _JIT_CACHE.get(key)
+    if hit is not None and hit[0] is jaxpr:
+        return hit[1]
+    if len(_JIT_CACHE) >= 64:
+        _JIT_CACHE.pop(next(iter(_JIT_CACHE)))
+    fn = jax.jit(_constrained(jaxpr, as_jax_function(jaxpr, dims, False)))
+    _JIT_CACHE[key] = (jaxpr, fn)
+    return fn
+
+
 def evaluate(
     jaxpr,
     args,
@@ -688,7 +712,7 @@ def evaluate(
     import jax
 
     from .evaluator import Interpreter
-    from .jaxfn import _unwrap_keys, _wrap_keys, as_jax_function, compile_error, x64_scope
+    from .jaxfn import _unwrap_keys, _wrap_keys, compile_error, x64_scope
 
     if device is not None:
         CONFIG.platform = "gpu" if device in ("gpu", "cuda") else device
@@ -705,8 +729,7 @@ def evaluate(
                 shs = output_shardings(jaxpr)
                 outs = [o if sh is None else jax.device_put(o, sh) for o, sh in zip(outs, shs)]
             else:
-                fn = jitted or jax.jit(_constrained(jaxpr, as_jax_function(jaxpr, dims, False)))
-                compiled = compile_for_inputs(jaxpr, fn, host)
+                compiled = compile_for_inputs(jaxpr, jitted or _jitted(jaxpr, dims), host)
                 outs = compiled(*inputs_for(jaxpr, compiled, host))
         except JaxprError:
             raise
