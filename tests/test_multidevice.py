@@ -645,3 +645,35 @@ def test_vmap_broadcast_of_a_varying_value_keeps_its_vma():
     assert not errors(reparse(vj))
     (got,) = backend.evaluate(vj, [lo, x, hi])
     close(got, jax.vmap(f)(lo, x, hi))
+
+
+def test_running_a_program_again_compiles_nothing():
+    """The multi-device runner makes the jitted program once per program and --mesh: running
+    the same program again lowers it from JAX's caches and XLA compiles nothing (each run
+    compiled it anew before); the values stay JAX's.  (Two runs first: the first run in a
+    process imports the JAX modules that add config states to JAX's trace-cache key.)"""
+    from jaxprtool.backend import sharding
+
+    f = jax.shard_map(
+        lambda a: lax.psum(jnp.sin(a), "x"), mesh=mesh(("x", 4)), in_specs=P("x"), out_specs=P()
+    )
+    x, y = rnd(0, 8, 3), rnd(1, 8, 3)
+    j = ir(f, x)
+    want_x, want_y = np.asarray(f(x)), np.asarray(f(y))
+    compiles = []
+
+    def count(event, duration, **kw):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiles.append(event)
+
+    for _ in range(2):
+        close(backend.evaluate(j, [x])[0], want_x)
+    jax.monitoring.register_event_duration_secs_listener(count)
+    try:
+        close(backend.evaluate(j, [y])[0], want_y)
+        assert compiles == []
+        with sharding.configured(sharding.RunConfig(mesh={"x": 4})):
+            close(backend.evaluate(j, [x])[0], want_x)
+        assert compiles, "another --mesh makes its own program"
+    finally:
+        jax.monitoring.unregister_event_duration_listener(count)
