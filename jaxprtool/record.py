@@ -36,6 +36,10 @@ class Primitive:
     transpose: Callable | None = None
     #: accumulator-style transpose: `rule(cts, *args, accums, **params) -> None`
     fancy_transpose: Callable | None = None
+    #: its `transpose` takes a differentiated Ref operand: an `UndefinedPrimal` whose `ct_ref`
+    #: is the Ref's cotangent Ref, to be accumulated into (a call or loop passes it into its
+    #: transposed body); the rule returns None for it
+    transposes_refs: bool = False
     #: how the primitive splits itself into a primal and a linear part when linearized
     #: (JAX's `primitive_linearizations`): `rule(primals, tangents, **params)`, run with a
     #: split builder; None: the JVP rule's equations are sorted into the two programs

@@ -338,6 +338,38 @@ class Box:
         self.value = value
 
 
+class ThreadedRefs:
+    """The Refs (Boxes) among the operands of a traced loop or branch.  A traced body cannot
+    write into a Python Box (the write would leak a tracer out of the trace), so the Refs'
+    values travel through it as extra carries or results (JAX's state discharge) and are
+    written back into the Boxes after it."""
+
+    def __init__(self, operands):
+        self.boxes: list[Box] = []
+        self.at: dict[int, int] = {}  # operand position -> index into `boxes`
+        index: dict[int, int] = {}
+        for k, x in enumerate(operands):
+            if isinstance(x, Box):
+                self.at[k] = index.setdefault(id(x), len(self.boxes))
+                if self.at[k] == len(self.boxes):
+                    self.boxes.append(x)
+
+    def values(self) -> tuple:
+        return tuple(b.value for b in self.boxes)
+
+    def inside(self, operands, values) -> tuple[list, list[Box]]:
+        """`operands` with fresh Boxes holding `values` (one per Ref), and those Boxes."""
+        fresh = [Box(v) for v in values]
+        ops = list(operands)
+        for k, i in self.at.items():
+            ops[k] = fresh[i]
+        return ops, fresh
+
+    def write_back(self, values) -> None:
+        for b, v in zip(self.boxes, values):
+            b.value = v
+
+
 def needs_x64(jaxpr: Jaxpr) -> bool:
     from ..core import all_eqns
 

@@ -322,18 +322,31 @@ def _while_evaluate(interp, eqn, invals, path):
             i += 1
     import jax
 
+    from ..backend.evaluator import ThreadedRefs
+
+    n, nc = len(init), len(cconsts)
+    refs = ThreadedRefs(list(cconsts) + list(bconsts))  # Refs it uses: their values are carried
+
+    def consts_inside(c):
+        cs, boxes = refs.inside(list(cconsts) + list(bconsts), c[n:])
+        return cs[:nc], cs[nc:], boxes
+
     def cond_fun(c):
-        pred = interp.run(cj, [], list(cconsts) + list(c), path)[0]
+        cc, _, _ = consts_inside(c)
+        pred = interp.run(cj, [], cc + list(c[:n]), path)[0]
         return jnp.any(pred) if batched else pred
 
     def body_fun(c):
-        new = interp.run(bj, [], list(bconsts) + list(c), path)
+        cc, bc, boxes = consts_inside(c)
+        new = interp.run(bj, [], bc + list(c[:n]), path)
         if batched:
-            pred = interp.run(cj, [], list(cconsts) + list(c), path)[0]
-            new = select(pred, new, list(c))
-        return tuple(new)
+            pred = interp.run(cj, [], cc + list(c[:n]), path)[0]
+            new = select(pred, new, list(c[:n]))
+        return tuple(new) + tuple(b.value for b in boxes)
 
-    return list(jax.lax.while_loop(cond_fun, body_fun, tuple(init)))
+    out = jax.lax.while_loop(cond_fun, body_fun, tuple(init) + refs.values())
+    refs.write_back(out[n:])
+    return list(out[:n])
 
 
 def _while_binder_type(eqn, pos):
