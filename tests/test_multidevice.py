@@ -677,3 +677,51 @@ def test_running_a_program_again_compiles_nothing():
         assert compiles, "another --mesh makes its own program"
     finally:
         jax.monitoring.unregister_event_duration_listener(count)
+
+
+NESTED_CONSTS_SOURCE = """
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+MESH = jax.make_mesh((4,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
+W = jnp.arange(8, dtype=np.float32) / 3 - 1  # the program's own constant
+V = jnp.arange(8, dtype=np.float32) / 5 + 0.5  # what the custom_vjp's bwd closes over
+
+
+@jax.custom_vjp
+def g(x):
+    return jnp.sin(x) * 2.0
+
+
+g.defvjp(lambda x: (g(x), jnp.cos(x)), lambda r, ct: (ct * r * V,))
+
+
+def f(x):
+    return jax.lax.with_sharding_constraint(g(x * W), NamedSharding(MESH, P("x")))
+"""
+
+
+@pytest.mark.parametrize("mode", [[], ["--eager"]])
+def test_constants_that_stay_nested_in_a_multi_device_run(tmp_path, monkeypatch, mode):
+    """A multi-device program given every constant (the custom rule's, which stays in its
+    jaxpr, after the program's): the run takes them as the one-device run does and is JAX
+    (before, the nested constant was taken for the argument: a wrong answer)."""
+    (tmp_path / "nested_consts_mesh.py").write_text(NESTED_CONSTS_SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    mod = importlib.import_module("nested_consts_mesh")
+    prog, consts = tmp_path / "f.jaxpr", tmp_path / "c.npz"
+    argv = ["trace", "nested_consts_mesh:f", "--arg", "f32[8]", "-o", str(prog)]
+    r = run(argv + ["--consts-out", str(consts)])
+    assert r.exit_code == 0, r.output
+    assert len(np.load(consts).files) == 2
+    x = np.linspace(-1, 1, 8, dtype=np.float32)
+    np.savez(tmp_path / "x.npz", arg0=x)
+    out = tmp_path / "o.npz"
+    argv = ["run", str(prog), "--args", str(tmp_path / "x.npz"), "--consts", str(consts)]
+    r = run(argv + ["-o", str(out)] + mode)
+    assert r.exit_code == 0, r.output
+    close(np.load(out)["out0"], jax.jit(mod.f)(x))

@@ -677,21 +677,22 @@ def _constrained(jaxpr, fn):
 _JIT_CACHE: dict = {}
 
 
-def _jitted(jaxpr, dims):
+def _jitted(jaxpr, dims, nested: bool = False):
     """The program under `jax.jit`, its outputs constrained as it asks, made once per program
-    (and dims, mesh, platform): JAX's caches then skip tracing and XLA compiling it again."""
+    (and dims, mesh, platform): JAX's caches then skip tracing and XLA compiling it again.
+    nested: it takes the nested jaxprs' constants too (`as_jax_function`)."""
     import jax
 
     from .jaxfn import as_jax_function
 
     key = (id(jaxpr), tuple(sorted((dims or {}).items())), tuple((CONFIG.mesh or {}).items()))
-    key += (CONFIG.platform,)
+    key += (CONFIG.platform, nested)
     hit = _JIT_CACHE.get(key)
     if hit is not None and hit[0] is jaxpr:
         return hit[1]
     if len(_JIT_CACHE) >= 64:
         _JIT_CACHE.pop(next(iter(_JIT_CACHE)))
-    fn = jax.jit(_constrained(jaxpr, as_jax_function(jaxpr, dims, False)))
+    fn = jax.jit(_constrained(jaxpr, as_jax_function(jaxpr, dims, False, nested=nested)))
     _JIT_CACHE[key] = (jaxpr, fn)
     return fn
 
@@ -711,6 +712,7 @@ def evaluate(
     (or op by op, shard_maps compiled), outputs gathered to the host."""
     import jax
 
+    from .consts import all_constvars, check_count, split
     from .evaluator import Interpreter
     from .jaxfn import _unwrap_keys, _wrap_keys, compile_error, x64_scope
 
@@ -718,18 +720,26 @@ def evaluate(
         CONFIG.platform = "gpu" if device in ("gpu", "cuda") else device
     setup(jaxpr)
     host = list(consts) + list(args)
+    nc = len(consts)
+    nested = nc != len(jaxpr.constvars)  # the nested jaxprs' constants too (backend/consts)
+    if nested:
+        check_count(jaxpr, nc)
     with active(), x64_scope(jaxpr), mesh_scope(jaxpr):
         try:
             if eager:
                 xs = placed_inputs(jaxpr, host)
-                interp = Interpreter("eager", dims=dims, trace=trace, debug_nans=debug_nans)
-                nc = len(jaxpr.constvars)
-                ws = _wrap_keys(jaxpr, xs)
-                outs = _unwrap_keys(jaxpr, interp.run(jaxpr, ws[:nc], ws[nc:]))
+                cvars = all_constvars(jaxpr) if nested else list(jaxpr.constvars)
+                ws = _wrap_keys(jaxpr, xs, cvars + list(jaxpr.invars))
+                top, inner = split(jaxpr, ws[:nc])
+                interp = Interpreter(
+                    "eager", dims=dims, trace=trace, debug_nans=debug_nans, nested=inner, root=jaxpr
+                )
+                outs = _unwrap_keys(jaxpr, interp.run(jaxpr, top, ws[nc:]))
                 shs = output_shardings(jaxpr)
                 outs = [o if sh is None else jax.device_put(o, sh) for o, sh in zip(outs, shs)]
             else:
-                compiled = compile_for_inputs(jaxpr, jitted or _jitted(jaxpr, dims), host)
+                fn = jitted or _jitted(jaxpr, dims, nested)
+                compiled = compile_for_inputs(jaxpr, fn, host)
                 outs = compiled(*inputs_for(jaxpr, compiled, host))
         except JaxprError:
             raise
