@@ -496,13 +496,13 @@ def input_placements(jaxpr, count: int | None = None) -> list:
     The text places an input by its explicitly sharded type or a top-level jit's in_shardings
     (`input_shardings`).  One it does not place is left uncommitted, as JAX leaves a numpy
     argument of `jax.jit`: XLA's sharding propagation chooses its sharding
-    (`compiled.input_shardings`) from the shard_maps, constraints and calls that read it.  As in JAX, it is replicated instead on
-    an explicit mesh (its unsharded type says so) and when the text names no mesh at all
-    (the mesh is --mesh's alone, `jax.jit` under `jax.set_mesh`: nothing to propagate from,
-    and no device assignment without it).  Keys are never placed by the rule of the equation
-    they feed (the rule reads the key's type, not its uint32 data).  `count`: how many values
-    are given, when they include the nested jaxprs' constants (`backend/consts.py`: after the
-    program's own, placed as the text places nothing)."""
+    (`compiled.input_shardings`) from the shard_maps, constraints and calls that read it.
+    As in JAX, it is replicated instead on an explicit mesh (its unsharded type says so) and
+    when the text names no mesh at all (the mesh is --mesh's alone, `jax.jit` under
+    `jax.set_mesh`: nothing to propagate from, and no device assignment without it).  Keys
+    are never placed by the rule of the equation they feed (the rule reads the key's type,
+    not its uint32 data).  `count`: how many values are given, when they include the nested
+    jaxprs' constants (`backend/consts.py`: after the program's own; the text places none)."""
     import jax
 
     mesh_text = run_mesh(jaxpr)
@@ -708,8 +708,9 @@ def evaluate(
     debug_nans=False,
     jitted=None,
 ):
-    """Run a multi-device program: inputs placed on the mesh, the program jitted as a whole
-    (or op by op, shard_maps compiled), outputs gathered to the host."""
+    """Run a multi-device program: the program jitted as a whole, compiled with the inputs
+    the text places placed so and the others as XLA chooses (or run op by op, shard_maps
+    compiled), outputs gathered to the host."""
     import jax
 
     from .consts import all_constvars, check_count, split
