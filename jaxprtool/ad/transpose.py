@@ -59,8 +59,8 @@ def _ref_operands(e, rec, linear, ct_env, targs) -> None:
         if not rec.transposes_refs:
             raise JaxprError(
                 f"reverse mode of '{e.prim}' with a differentiated Ref operand is not supported "
-                "(JAX goes through it; the tool does not yet): move the Ref's reads and writes "
-                "out of it, or use jvp",
+                "(calls, scans and conds carry cotangent Refs; this equation does not): move "
+                "the Ref's reads and writes out of it, or use jvp",
                 e.loc,
             )
         ref = ct_env.get(id(x)) or ops.zeros_ref(x.type)

@@ -91,6 +91,12 @@ def carries_tangent(t) -> bool:
     return is_inexact(t.inner if isinstance(t, RefType) else t)
 
 
+def writes_tangent_ref(invars, nonzeros) -> bool:
+    """A tangent Ref goes into a body: the body's derivative writes into it even when no
+    tangent comes out, so the differentiated call, loop or branch must be emitted."""
+    return any(m and isinstance(v.type, RefType) for v, m in zip(invars, nonzeros))
+
+
 def nonzero_mask(invars, tangents) -> list[bool]:
     """Which inputs have a tangent: not symbolically zero and of a float/complex type (or a
     Ref holding one: its tangent is a Ref)."""

@@ -40,8 +40,15 @@ from ..ad.registry import (
 )
 from ..ad.remat import current_spec, remat_class
 from ..ad.transpose import backward_pass, transpose_jaxpr
-from ..ad.zeros import Zero, carries_tangent, is_undefined_primal, is_zero, tangent_type
-from ..core import Jaxpr, JaxprError, RefType, ShapedArray, Var, is_inexact, np_dtype
+from ..ad.zeros import (
+    Zero,
+    carries_tangent,
+    is_undefined_primal,
+    is_zero,
+    tangent_type,
+    writes_tangent_ref,
+)
+from ..core import Jaxpr, JaxprError, ShapedArray, Var, is_inexact, np_dtype
 from ..params import Opaque, Record, format_value
 from ..record import define
 from ..record import prim as record_of
@@ -272,11 +279,6 @@ def _linearize_with_refs(inner, nz, instantiate):
     return linearize_masked(inner, nz, instantiate, refs=True)
 
 
-def _passes_tangent_ref(tangents) -> bool:
-    """A tangent Ref goes in: the body's linear half writes into it even with no tangent out."""
-    return any(not is_zero(t) and isinstance(t.type, RefType) for t in tangents)
-
-
 def _call_linearize(prim):
     def rule(primals, tangents, **params):
         key, inner, nz, nz_t, n, out_types = _call_parts(prim, params, tangents)
@@ -287,7 +289,7 @@ def _call_linearize(prim):
         n_new = len(pj.outvars) - n
         p = _resized(dict(params, **{key: pj}), ins, list(range(n)) + [None] * n_new)
         outs = _emit(prim, primals, p, pj)
-        if not any(out_nz) and not _passes_tangent_ref(tangents):
+        if not any(out_nz) and not writes_tangent_ref(inner.invars, nz):
             return outs[:n], [Zero(tangent_type(t)) for t in out_types]
         lin_out = [j for j, m in enumerate(out_nz) if m]
         p = _resized(dict(params, **{key: lj}), [None] * len(src) + nz_in, lin_out)

@@ -30,6 +30,7 @@ from ..ad.zeros import (
     is_undefined_primal,
     is_zero,
     tangent_type,
+    writes_tangent_ref,
     zero_tangents,
 )
 from ..core import Jaxpr, JaxprError, Literal, RefType, ShapedArray, Var
@@ -587,12 +588,6 @@ def _scan_fixed_point(enc: ScanParams, tangents):
     return const_nz + carry_nz + xs_nz, out_nz, jv
 
 
-def _writes_tangent_ref(body: Jaxpr, nzs) -> bool:
-    """A tangent Ref goes into the loop: its differentiated body writes into it even when no
-    tangent comes out."""
-    return any(m and isinstance(v.type, RefType) for v, m in zip(body.invars, nzs))
-
-
 def _scan_jvp(primals, tangents, **params):
     b = B.current()
     enc = _read(params, primals)
@@ -600,7 +595,7 @@ def _scan_jvp(primals, tangents, **params):
     nc, nk, ny = enc.num_consts, enc.num_carry, enc.num_ys
     nzs, out_nz, jv = _scan_fixed_point(enc, tangents)
     out_types = _scan_out_types(body, nk, length)
-    if not any(out_nz) and not _writes_tangent_ref(body, nzs):
+    if not any(out_nz) and not writes_tangent_ref(body.invars, nzs):
         return b.emit("scan", primals, params, out_types), zero_tangents(out_types)
     const_nz, carry_nz, xs_nz = nzs[:nc], nzs[nc : nc + nk], nzs[nc + nk :]
     n = len(primals)
@@ -665,7 +660,7 @@ def _scan_linearize(primals, tangents, **params):
     nc, nk, ny = enc.num_consts, enc.num_carry, enc.num_ys
     nzs, out_nz, _ = _scan_fixed_point(enc, tangents)
     out_types = _scan_out_types(body, nk, length)
-    if not any(out_nz) and not _writes_tangent_ref(body, nzs):
+    if not any(out_nz) and not writes_tangent_ref(body.invars, nzs):
         return B.current().emit("scan", primals, params, out_types), zero_tangents(out_types)
     carry_nz = nzs[nc : nc + nk]
     pj, lj, out_nz2, nres = linearize_masked(

@@ -15,7 +15,7 @@ from ..ad import batching as BT
 from ..ad import builder as B
 from ..ad.jvp import jvp_masked
 from ..ad.ops import instantiate
-from ..ad.zeros import Zero, nonzero_mask, tangent_type, zero_tangents
+from ..ad.zeros import Zero, nonzero_mask, tangent_type, writes_tangent_ref, zero_tangents
 from ..core import Jaxpr, JaxprError, ShapedArray, Var
 from ..record import define
 from ..shapes import ShapeError, shape_rule
@@ -117,13 +117,17 @@ def _while_tangent_loop(primals, tangents, params):
     out_nz: list[bool] = []
     if any(bnz):
         for _ in range(nk + 1):
-            jv, out_nz = jvp_masked(body_jaxpr, bconst_nz + carry_nz, instantiate=carry_nz)
+            jv, out_nz = jvp_masked(
+                body_jaxpr, bconst_nz + carry_nz, instantiate=carry_nz, refs=True
+            )
             if out_nz == carry_nz:
                 break  # `jv` is the body's JVP at the fixed point
             carry_nz = [x or y for x, y in zip(carry_nz, out_nz)]
         else:
-            jv, out_nz = jvp_masked(body_jaxpr, bconst_nz + carry_nz, instantiate=carry_nz)
-    if not any(carry_nz):
+            jv, out_nz = jvp_masked(
+                body_jaxpr, bconst_nz + carry_nz, instantiate=carry_nz, refs=True
+            )
+    if not any(carry_nz) and not writes_tangent_ref(body_jaxpr.invars, bnz):
         return out_types, carry_nz, None
     P, T = list(jv.invars[: nbc + nk]), list(jv.invars[nbc + nk :])
     s1 = sum(bconst_nz)
