@@ -125,9 +125,10 @@ class Primitive:
     #: `rule(eqn) -> shardings.MeshText | None`: the device mesh the equation prints
     #: (shard_map's `mesh`, xla_pmap's axis), beside those of its `*sharding*` parameters
     mesh_of: Callable | None = None
-    #: `rule(eqn, k, atom) -> jax.sharding.Sharding | None`: where the equation wants its
-    #: operand `k` placed (a program input it reads is placed so); raises `JaxprError` only
-    #: for a placement it reads but cannot make
+    #: `rule(eqn, k, atom) -> jax.sharding.Sharding | None`: where a call puts its operand
+    #: `k` (jit's in_shardings: a program input a top-level call reads is placed so, as JAX
+    #: places a jit's arguments); raises `JaxprError` only for a placement it reads but
+    #: cannot make
     operand_placement: Callable | None = None
     #: `rule(eqn, k) -> jax.sharding.Sharding | None`: where the equation puts its result `k`
     #: (a program output it produces is gathered from there)

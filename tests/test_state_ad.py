@@ -330,3 +330,55 @@ def test_vmap_of_run_state_batches_its_refs():
     got = backend.evaluate(j, [xs, W])
     for k, out in enumerate(got):
         close(out, np.stack([np.asarray(f(x, W)[k]) for x in xs]))
+
+
+def test_vmap_of_a_cond_that_writes_a_ref(tmp_path):
+    """An unbatched predicate: one cond of the batched branches (JAX 0.12 refuses any vmap of
+    a cond with Refs: the tool's numbers are checked against JAX run on each example); a
+    batched predicate (every branch would run and write the Ref) is refused, located."""
+    from jaxprtool.ad.batching import vmap_jaxpr
+
+    xs = np.stack([X, W, X * 2.0])
+    with pytest.raises(NotImplementedError, match="State effect not supported in vmap-of-cond"):
+        jax.vmap(through_cond, in_axes=(0, None))(xs, True)
+    for p in (True, False):
+        j = vmap_jaxpr(ir(through_cond, X, p), [0, None], [0], 3)
+        close(backend.evaluate(j, [xs, p])[0], np.stack([jax.jit(through_cond)(x, p) for x in xs]))
+    src = tmp_path / "c.jaxpr"
+    src.write_text(str(jax.make_jaxpr(through_cond)(X, True)) + "\n")
+    r = run(["vmap", "--in-axes", "0,0", "--axis-size", "3", str(src)])
+    assert r.exit_code == 1, r.output
+    assert "vmap of a cond with a batched predicate whose branches use a Ref" in r.output
+    assert "Traceback" not in r.output
+
+
+def test_explain_walks_reverse_mode_through_refs(tmp_path):
+    """A Ref is shown by its type (its value changes as the program writes it); the
+    gradient it explains is checked against finite differences, and against JAX here."""
+    src, args = tmp_path / "w.jaxpr", tmp_path / "in.npz"
+    src.write_text(str(jax.make_jaxpr(indexed)(X)) + "\n")
+    np.savez(args, arg0=X)
+    r = run(["explain", str(src), "--args", str(args), "--no-color"])
+    assert r.exit_code == 0, r.output
+    assert "result: all checks pass" in r.output and "Ref{f32[4]}" in r.output
+    grads = [
+        float(x) for x in r.output.split("gradient of a")[1].split("[")[2].split("]")[0].split(",")
+    ]
+    close(np.array(grads, np.float32), jax.grad(indexed)(X), tol=1e-4)
+
+
+def test_grad_of_ref_programs_with_split_input_file_and_verify_each(tmp_path):
+    src = tmp_path / "two.jaxpr"
+    src.write_text(
+        str(jax.make_jaxpr(indexed)(X))
+        + "\n// -----\n"
+        + str(jax.make_jaxpr(through_scan)(X))
+        + "\n"
+    )
+    r = run(["grad", "--split-input-file", "--verify-each", str(src)])
+    assert r.exit_code == 0, r.output
+    parts = r.stdout.split("# -----")
+    assert len(parts) == 2
+    for text, f in zip(parts, (indexed, through_scan)):
+        (got,) = backend.evaluate(parse(text.strip() + "\n", "<part>").jaxpr, [X])
+        close(got, jax.grad(f)(X))

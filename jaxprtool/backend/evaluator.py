@@ -105,15 +105,6 @@ class Namer:
         return n
 
 
-def _as_they_are(eqn, values, results: bool, eager: bool) -> list:
-    return values
-
-
-#: how a call's operands and results are placed: `sharding.enforce_call_placements` once that
-#: module is loaded (it imports this one, so this one cannot import it), else as they are
-CALL_PLACEMENT: list[Callable] = [_as_they_are]
-
-
 class Interpreter:
     def __init__(
         self,
@@ -124,8 +115,13 @@ class Interpreter:
         observer=None,
         nested=None,
         root=None,
+        placement: Callable | None = None,
     ):
         self.mode = mode
+        #: `placement(eqn, values, results, eager)`: a call's operands and results placed as
+        #: the call asks (a multi-device run's `sharding.enforce_call_placements`); None: as
+        #: they are
+        self.placement = placement
         #: values of nested jaxprs' constants by `id` of the jaxpr (`backend/consts.py`), and
         #: the program they belong to (for the message naming missing ones)
         self.nested: dict[int, list] = nested or {}
@@ -263,10 +259,12 @@ class Interpreter:
         return self.fn(j, eqn, path, None if label is None else f"{eqn.prim} {label}")
 
     def call(self, eqn, invals, path, key: str | None = None):
+        if self.placement is None:
+            return self.call_fn(eqn, path, key)(*invals)
         eager = self.mode == "eager"
-        ins = CALL_PLACEMENT[0](eqn, list(invals), False, eager)
+        ins = self.placement(eqn, list(invals), False, eager)
         outs = self.call_fn(eqn, path, key)(*ins)
-        return CALL_PLACEMENT[0](eqn, list(outs), True, eager)
+        return self.placement(eqn, list(outs), True, eager)
 
     # ------------------------------------------------------------ state (refs as boxes)
 

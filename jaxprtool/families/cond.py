@@ -250,6 +250,13 @@ def _cond_batching(args, dims, *, branches, **params):
     idd, *xds = dims
     size = BT.axis_size()
     if idd is not None:
+        if any(isinstance(x.type, RefType) for x in xs):
+            raise JaxprError(
+                "vmap of a cond with a batched predicate whose branches use a Ref is not "
+                "supported (every branch would run and write it); JAX refuses vmap of a cond "
+                "with Refs too: select between the values instead",
+                B.current().loc,
+            )
         index, *xs = (BT.bdim_at_front(x, d, size) for x, d in zip(args, dims))
         n_in, n_out = len(branches[0].invars), len(branches[0].outvars)
         batched = [BT.batch_jaxpr(br, [True] * n_in, [True] * n_out)[0] for br in branches]
