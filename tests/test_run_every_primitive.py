@@ -116,9 +116,10 @@ NOT_TRACED = {
     **dict.fromkeys(
         "buffer_callback ffi_call pure_callback_ordered debug_callback check "
         "call_hi_primitive call_hi_primitive_linearized core_map custom_call mosaic_gpu_p "
-        "tpu_custom_call triton_kernel_call pallas_call".split(),
+        "tpu_custom_call triton_kernel_call".split(),
         "calls back into Python or a custom kernel: refused by the back end",
     ),
+    "pallas_call": "whole-array kernels run as JAX's interpret mode (tests/test_run_pallas.py)",
     **dict.fromkeys(
         "max_contiguous multiple_of num_programs program_id tie trace_value".split(),
         "exists only inside Pallas kernels",

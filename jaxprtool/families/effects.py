@@ -2,7 +2,8 @@
 debug_callback, debug_print, buffer_callback), `check` (checkify) and custom kernels
 (pallas_call).  None of them is removed, merged or reordered by a pass; `run` needs a plugin
 for them (the text cannot carry a Python function or a kernel), but for debug_print, whose
-text holds all that JAX's own callback uses."""
+text holds all that JAX's own callback uses, and for a pallas_call without a grid over
+whole-array blocks, whose kernel jaxpr runs as JAX's interpret mode runs it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import re
 from ..ad import batching as BT
 from ..ad.builder import current
 from ..ad.zeros import Zero, tangent_type
-from ..core import JaxprError, ShapedArray
+from ..core import Jaxpr, JaxprError, ShapedArray
 from ..params import format_value
 from ..record import define
 from ..shapes import ShapeError, shape_rule
@@ -188,6 +189,79 @@ define("debug_print", bind_params=_debug_print_bind)
 shape_rule("pallas_call")(_avals_rule("out_avals"))
 define("pallas_call", effectful=True)
 
+# `run` of a kernel without a grid whose blocks are the whole arrays, as JAX's interpret mode
+# runs it (the printed GridMapping shows the block sizes but not the index maps a grid needs)
+
+_BLOCK_SIZES = re.compile(r"BlockMapping\(block_shape=\(((?:Blocked\(block_size=\d+\),? ?)*)\)\)")
+
+
+def _whole_blocks(eqn) -> list[tuple[int, ...]] | None:
+    """The block shapes of a kernel without a grid, one per operand and result, or None."""
+    text = str(eqn.params.get("grid_mapping", ""))
+    m = re.fullmatch(r"GridMapping\(grid=\(\), block_mappings=\((.*)\)\)", text)
+    if m is None:
+        return None
+    blocks = _BLOCK_SIZES.findall(m.group(1))
+    if len(_BLOCK_SIZES.sub("", m.group(1)).strip(", ")) > 0:
+        return None
+    return [tuple(int(n) for n in re.findall(r"block_size=(\d+)", b)) for b in blocks]
+
+
+def _pallas_refusal(eqn) -> str | None:
+    atoms = list(eqn.inputs) + list(eqn.outputs)
+    blocks = _whole_blocks(eqn)
+    kernel = eqn.params.get("jaxpr")
+    whole = (
+        blocks == [tuple(a.type.shape) for a in atoms]
+        and isinstance(kernel, Jaxpr)
+        and len(kernel.invars) == len(atoms)
+        and not eqn.params.get("input_output_aliases")
+        and eqn.params.get("mesh") is None
+    )
+    if whole:
+        return None
+    return (
+        "is a Pallas kernel with a grid, a mesh, scratch buffers, aliased outputs or blocks "
+        "smaller than its arrays: the text prints the block sizes but not the index maps "
+        "that place each block, so the back end runs only whole-array kernels without a grid"
+    )
+
+
+def _uninitialized(aval):
+    """JAX's `uninitialized_value`: what an output Ref holds before the kernel writes it."""
+    import jax.numpy as jnp
+
+    dt = jnp.dtype(aval.np_dtype)
+    if jnp.issubdtype(dt, jnp.floating):
+        fill = jnp.nan
+    elif jnp.issubdtype(dt, jnp.integer):
+        fill = jnp.iinfo(dt).min
+    else:
+        fill = False
+    return jnp.full(tuple(aval.shape), fill, dt)
+
+
+def _pallas_evaluate(interp, eqn, invals, path):
+    from ..backend.evaluator import Box
+
+    kernel = interp.body(eqn.params["jaxpr"], eqn)
+    boxes = [Box(x) for x in invals] + [Box(_uninitialized(o.type)) for o in eqn.outputs]
+    interp.run(kernel, [], boxes, path + (("pallas_call",) if interp.mode == "eager" else ()))
+    return [b.value for b in boxes[len(invals) :]]
+
+
+define(
+    "pallas_call",
+    refusal=_pallas_refusal,
+    evaluate=_pallas_evaluate,
+    # the kernel's values do not depend on how it is compiled (interpret, compiler_params,
+    # cost_estimate, debug, metadata, name); grid_mapping and jaxpr are read above
+    evaluated_params=frozenset(
+        "backend compiler_params cost_estimate debug grid_mapping input_output_aliases interpret "
+        "jaxpr mesh metadata name out_avals".split()
+    ),
+)
+
 # ---------------------------------------------------------------- what `run` cannot do
 
 _CALLS_BACK = "calls back into Python, which cannot run from a text file"
@@ -213,7 +287,6 @@ def _ffi_call_refusal(eqn) -> str:
 
 define("ffi_call", refusal=_ffi_call_refusal)
 for _n in (
-    "pallas_call",
     "tpu_custom_call",
     "mosaic_gpu_p",
     "triton_kernel_call",
