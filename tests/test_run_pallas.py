@@ -99,3 +99,63 @@ def test_the_kernel_each_jax_version_printed_runs(tmp_path, version):
     assert r.exit_code == 0, r.output
     with np.load(tmp_path / "o.npz", allow_pickle=False) as z:
         close(z["out0"], want)
+
+
+def sin_times(x_ref, y_ref, o_ref, p_ref):
+    o_ref[...] = jnp.sin(x_ref[...]) * y_ref[...]
+    p_ref[...] = x_ref[...] * 3.0
+
+
+def sin_times_call(x, y):
+    out = (jax.ShapeDtypeStruct(x.shape, x.dtype),) * 2
+    return pl.pallas_call(sin_times, out_shape=out, interpret=True)(x, y)
+
+
+@pytest.mark.parametrize("argnums", [(0, 1), (0,), (1,)], ids=str)
+def test_jvp_of_a_whole_array_kernel_is_jax_s(argnums):
+    """JAX's `_pallas_call_jvp_rule`: one pallas_call of the kernel's JVP (Refs: inputs,
+    their tangents, outputs, theirs).  JAX's own rule fails to run with a zero tangent (its
+    block mappings count every input twice), so the oracle is jax.jvp with zeros there; with
+    every tangent, the program is the one JAX prints."""
+    from jaxprtool import api
+
+    tangents = [np.sin(X) + 1.0, Y * 2.0][: len(argnums)]
+    prog = api.parse(str(jax.make_jaxpr(sin_times_call)(X, Y)))
+    j = api.jvp(prog, argnums=argnums, opt="none")
+    got = api.run(j, X, Y, *tangents)
+    full = [np.zeros_like(X), np.zeros_like(Y)]
+    for k, t in zip(argnums, tangents):
+        full[k] = t
+    outs, touts = jax.jvp(sin_times_call, (X, Y), tuple(full))
+    for g, w in zip(got, [*outs, *touts]):
+        close(g, w)
+    if argnums == (0, 1):
+        theirs = jax.make_jaxpr(lambda x, y, a, b: jax.jvp(sin_times_call, (x, y), (a, b)))
+        assert api.format(j) == str(theirs(X, Y, X, Y))
+
+
+def test_reverse_mode_of_a_kernel_is_refused_as_jax_refuses_it(tmp_path):
+    def loss(x, y):
+        return sin_times_call(x, y)[0].sum()
+
+    with pytest.raises(ValueError, match="Linearization failed to produce known values"):
+        jax.grad(loss)(X, Y)
+    src = tmp_path / "g.jaxpr"
+    src.write_text(str(jax.make_jaxpr(loss)(X, Y)) + "\n")
+    r = run(["--no-color", "grad", str(src)])
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert f"{src}:2:5: error: reverse mode (linearize, vjp, grad) of pallas_call" in r.output
+
+
+def test_vmap_of_a_whole_array_kernel_loops_over_the_examples(capsys):
+    """JAX batches a kernel by adding a grid dimension, which the text could not carry back
+    (no index maps): the tool runs the kernel once per example, with a warning, and gives
+    jax.vmap's numbers."""
+    from jaxprtool import api
+
+    xs, ys = np.stack([X, X * 2.0, -X]), np.stack([Y, Y + 1.0, Y * Y])
+    prog = api.parse(str(jax.make_jaxpr(sin_times_call)(X, Y)))
+    batched = api.vmap(prog, in_axes=[0, 0], axis_size=3)
+    assert "warning: vmap: no batching rule for 'pallas_call'" in capsys.readouterr().err
+    for g, w in zip(api.run(batched, xs, ys), jax.vmap(sin_times_call)(xs, ys)):
+        close(g, w)

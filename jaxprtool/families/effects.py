@@ -11,9 +11,12 @@ import re
 
 from ..ad import batching as BT
 from ..ad.builder import current
-from ..ad.zeros import Zero, tangent_type
+from ..ad.jvp import jvp_masked
+from ..ad.ops import instantiate
+from ..ad.registry import rebind_primal
+from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import Jaxpr, JaxprError, ShapedArray
-from ..params import format_value
+from ..params import Record, format_value
 from ..record import define
 from ..shapes import ShapeError, shape_rule
 from ..shapes.util import parse_avals, types_agree
@@ -250,8 +253,64 @@ def _pallas_evaluate(interp, eqn, invals, path):
     return [b.value for b in boxes[len(invals) :]]
 
 
+def _split(xs: list, sizes: list[int]) -> list[list]:
+    """`xs` cut into pieces of `sizes`, then the rest."""
+    out, k = [], 0
+    for n in sizes:
+        out.append(xs[k : k + n])
+        k += n
+    return [*out, xs[k:]]
+
+
+def _pallas_jvp(primals, tangents, **params):
+    """JAX's `_pallas_call_jvp_rule` for a whole-array kernel: one pallas_call of the kernel's
+    JVP, its Refs ordered inputs, their tangents, outputs, theirs (each with its whole-array
+    block); a kernel the back end cannot run is refused (its JVP could not be checked)."""
+    why = _pallas_refusal(current().cur_eqn)
+    if why is not None:
+        raise JaxprError(f"cannot differentiate 'pallas_call': it {why[3:]}", current().loc)
+    kernel, n_in = params["jaxpr"], len(primals)
+    n_out = len(kernel.invars) - n_in
+    nz = [not is_zero(t) for t in tangents]
+    if not any(nz):
+        outs = rebind_primal("pallas_call", list(primals), params)
+        return outs, [Zero(tangent_type(o.type)) for o in outs]
+    jv, _ = jvp_masked(kernel, nz + [True] * n_out, False, refs=True)
+    n_t = sum(nz)
+    ins, outs_, t_ins, t_outs = _split(list(jv.invars), [n_in, n_out, n_t])
+    jv = jv.replace(invars=[*ins, *t_ins, *outs_, *t_outs])
+    grid = params["grid_mapping"]
+    in_bms, out_bms = _split(list(grid["block_mappings"]), [n_in])
+    t_bms = [b for b, on in zip(in_bms, nz) if on]
+    bms = (*in_bms, *t_bms, *out_bms, *out_bms)
+    new = dict(params, jaxpr=jv, out_avals=(*params["out_avals"], *params["out_avals"]))
+    new["grid_mapping"] = Record(grid.cls, tuple((k, bms if k == "block_mappings" else v)
+                                                 for k, v in grid.fields))  # fmt: skip
+    types = [o.type for o in current().cur_eqn.outputs]
+    tans = [instantiate(t) for t in tangents if not is_zero(t)]
+    out = current().bind("pallas_call", [*primals, *tans], new, types + types)
+    return out[:n_out], out[n_out:]
+
+
+def _pallas_linearization(primals, tangents, **params):
+    """JAX 0.12 cannot linearize a pallas_call (its JVP's primal and tangent halves are one
+    kernel): refused in its words; with no tangent, the primal call."""
+    if any(not is_zero(t) for t in tangents):
+        raise JaxprError(
+            "reverse mode (linearize, vjp, grad) of pallas_call is not supported; JAX 0.12 "
+            'refuses it too ("Linearization failed to produce known values"): give the kernel '
+            "a jax.custom_vjp rule and trace it with `jaxprtool trace`",
+            current().loc,
+        )
+    outs = rebind_primal("pallas_call", list(primals), params)
+    return outs, [Zero(tangent_type(o.type)) for o in outs]
+
+
 define(
     "pallas_call",
+    jvp=_pallas_jvp,
+    jvp_kind="jvp",
+    linearization=_pallas_linearization,
     refusal=_pallas_refusal,
     evaluate=_pallas_evaluate,
     # the kernel's values do not depend on how it is compiled (interpret, compiler_params,
