@@ -82,7 +82,10 @@ def _split(x, shapes, axis: int, lead=None, trail=None):
 
 
 def _result_dtype(types) -> str:
-    return np.result_type(*[_long(t.dtype) for t in types]).name
+    names = {_long(t.dtype) for t in types}
+    if len(names) == 1:  # numpy's promotion of one dtype is itself (no numpy import)
+        return names.pop()
+    return np.result_type(*names).name
 
 
 def _short(long: str) -> str:

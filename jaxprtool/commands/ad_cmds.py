@@ -235,6 +235,7 @@ class _Job:
 
 def _drive(file, out, opt, show_diff, custom_rules, inst, split, name, body) -> None:
     """Run body(job) -> output text on each input program (each part of a split input)."""
+    from ..text.values import light_dtypes
     from .driver import run_parts
 
     steps = _pipeline_steps(opt)
@@ -242,7 +243,9 @@ def _drive(file, out, opt, show_diff, custom_rules, inst, split, name, body) -> 
     def each(part):
         return body(_Job(part, steps, show_diff, custom_rules, inst, name))
 
-    if not run_parts([file], split, each, out, inst):
+    with light_dtypes():  # dtype parameters stay names: no numpy import
+        ok = run_parts([file], split, each, out, inst)
+    if not ok:
         sys.exit(1)
 
 
