@@ -7,14 +7,15 @@ touches an attribute of them; the modules that use them write `from .lazy import
 
 from __future__ import annotations
 
-import importlib.abc
 import importlib.util
 import sys
 from types import ModuleType
 
 
-class _LoadedDuringImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Keeps a submodule of a lazy module from being executed twice.
+class _LoadedDuringImport:
+    """Keeps a submodule of a lazy module from being executed twice.  (A finder and loader
+    by its methods: `importlib.abc`'s base classes would import `importlib.resources`,
+    ~5 ms of start-up.)
 
     Importing `numpy._core._multiarray_umath` (jaxlib's C extension does, as it starts)
     while numpy is still lazy makes importlib read `numpy.__path__`, which executes numpy,
