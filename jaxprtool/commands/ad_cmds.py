@@ -123,11 +123,11 @@ def _remat_usage(remat, remat_budget):
 
 def _with_remat(job, remat, remat_budget, fn):
     """fn() under the rematerialization asked for; the plans printed on standard error."""
-    from ..ad.remat import planning
-
     spec = remat or remat_budget
     if spec is None:
         return fn()
+    from ..ad.remat import planning
+
     with planning(spec) as plans:
         out = fn()
     for plan in plans:
