@@ -153,7 +153,12 @@ def _has_static_sizes(t) -> bool:
     from ..core import ShapedArray
     from ..shardings import dim_axes
 
-    return not isinstance(t, ShapedArray) or all(dim_axes(d)[0] is not None for d in t.shape)
+    if not isinstance(t, ShapedArray):
+        return True
+    for d in t.shape:
+        if d.__class__ is not int and dim_axes(d)[0] is None:
+            return False
+    return True
 
 
 def _require_static_shapes(jaxpr) -> None:
