@@ -15,8 +15,8 @@ back the printed text exactly.  Mapping:
 * `Name(k=v, ...)` (keyword arguments only, at least one) -> `Record`
 * inside a tuple or list, a symbolic dimension expression (`b*n`,
   `floordiv(b, 2)`, `2*b + 1`, a lower-case name) -> `SymExpr`
-* a bare dtype name at top level -> `np.dtype`; other bare names at top
-  level -> str
+* a bare dtype name at top level -> `np.dtype` (one of numpy's own: a
+  `lazy.DTypeName` within `light_dtypes`); other bare names at top level -> str
 * anything else (`<function ... at 0x...>`, `Mesh(...)`, `PyTreeDef(...)`,
   `P('x')`, dicts, bare capitalised names inside containers, ...) ->
   `Opaque(exact text)`.
