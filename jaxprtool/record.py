@@ -36,6 +36,10 @@ class Primitive:
     transpose: Callable | None = None
     #: accumulator-style transpose: `rule(cts, *args, accums, **params) -> None`
     fancy_transpose: Callable | None = None
+    #: its `transpose` takes a differentiated Ref operand: an `UndefinedPrimal` whose `ct_ref`
+    #: is the Ref's cotangent Ref, to be accumulated into (a call or loop passes it into its
+    #: transposed body); the rule returns None for it
+    transposes_refs: bool = False
     #: how the primitive splits itself into a primal and a linear part when linearized
     #: (JAX's `primitive_linearizations`): `rule(primals, tangents, **params)`, run with a
     #: split builder; None: the JVP rule's equations are sorted into the two programs
@@ -121,9 +125,10 @@ class Primitive:
     #: `rule(eqn) -> shardings.MeshText | None`: the device mesh the equation prints
     #: (shard_map's `mesh`, xla_pmap's axis), beside those of its `*sharding*` parameters
     mesh_of: Callable | None = None
-    #: `rule(eqn, k, atom) -> jax.sharding.Sharding | None`: where the equation wants its
-    #: operand `k` placed (a program input it reads is placed so); raises `JaxprError` only
-    #: for a placement it reads but cannot make
+    #: `rule(eqn, k, atom) -> jax.sharding.Sharding | None`: where a call puts its operand
+    #: `k` (jit's in_shardings: a program input a top-level call reads is placed so, as JAX
+    #: places a jit's arguments); raises `JaxprError` only for a placement it reads but
+    #: cannot make
     operand_placement: Callable | None = None
     #: `rule(eqn, k) -> jax.sharding.Sharding | None`: where the equation puts its result `k`
     #: (a program output it produces is gathered from there)

@@ -1,8 +1,10 @@
 """Refs (new_ref / get / swap / addupdate / freeze) under the transformations: forward mode
-as JAX's state JVPs (a Ref's tangent is a Ref), against jax.jvp; vmap as JAX's (every Ref made
-inside the vmap batched at axis 0, indexed `[:, IDX]`), against jax.vmap and its printout;
-reverse mode, which the tool does not do yet, refused with the location (never a silently
-wrong program)."""
+as JAX's state JVPs (a Ref's tangent is a Ref), against jax.jvp; reverse mode as JAX's backward
+pass (a Ref's cotangent is a Ref: gets transpose to accumulations, swaps to swaps), against
+jax.grad / jax.vjp, with the dot-product test on the linear program; vmap as JAX's (every Ref
+made inside the vmap batched at axis 0, indexed `[:, IDX]`), against jax.vmap and its
+printout; what the tool does not differentiate through (a Ref passed into a body under reverse
+mode, run_state's reverse mode, which JAX refuses too) refused with the location."""
 
 from __future__ import annotations
 
@@ -56,14 +58,223 @@ def test_jvp_through_refs_is_jax_s(f, args, tangents):
     assert len(list(all_eqns(jj))) <= len(list(all_eqns(theirs)))
 
 
-def test_reverse_mode_of_refs_is_refused_with_the_location(tmp_path):
+def indexed(x):
+    r = jax.new_ref(x)
+    r[...] = jnp.sin(r[...])
+    r[1:] += x[:3] * 2.0
+    return r[...].sum() + r[0] * r[2]
+
+
+def dynamic(x, i):
+    r = jax.new_ref(x)
+    r[i] = r[i] * 3.0
+    return jnp.cos(r[...]).sum() * jax.freeze(r)[0]
+
+
+REVERSE = [
+    ("written", lambda x: (written(x) ** 2).sum(), [X]),
+    ("accumulated", lambda x, w: (accumulated(x, w) * x).sum(), [X, W]),
+    ("indexed", indexed, [X]),
+    ("dynamic", dynamic, [X, np.int32(2)]),
+]
+
+
+def _float_argnums(args):
+    return tuple(k for k, a in enumerate(args) if np.asarray(a).dtype.kind == "f")
+
+
+@pytest.mark.parametrize("name,f,args", REVERSE, ids=[c[0] for c in REVERSE])
+def test_grad_and_vjp_through_refs_are_jax_s(name, f, args):
+    from jaxprtool.ad.api import grad_jaxpr, vjp_jaxpr
+
+    argnums = _float_argnums(args)
+    j = ir(f, *args)
+    g = grad_jaxpr(j, argnums)
+    want = jax.grad(f, argnums=argnums)(*args)
+    for a, b in zip(backend.evaluate(g, args), want):
+        close(a, b)
+    theirs = jax.make_jaxpr(jax.grad(f, argnums=argnums))(*args).jaxpr
+    assert len(list(all_eqns(g))) <= len(theirs.eqns)
+    ct = np.float32(0.7)
+    got = backend.evaluate(vjp_jaxpr(j, argnums), args + [ct])
+    out, pullback = jax.vjp(lambda *a: f(*a, *args[len(argnums) :]), *args[: len(argnums)])
+    close(got[0], out)
+    for a, b in zip(got[1:], pullback(ct)):
+        close(a, b)
+
+
+@pytest.mark.parametrize("name,f,args", REVERSE[:3], ids=[c[0] for c in REVERSE[:3]])
+def test_the_linear_program_through_refs_passes_the_dot_product_test(name, f, args):
+    """<w, L v> = <L^T w, v>; the transposed program (it makes a Ref of its cotangent input)
+    transposes back to L."""
+    from jaxprtool.ad.linearize import linearize_jaxpr
+    from jaxprtool.ad.transpose import transpose_jaxpr
+
+    primal, linear, info = linearize_jaxpr(ir(lambda *a: f(*a) * jnp.arange(1.0, 3.0), *args))
+    pouts = backend.evaluate(primal, args)
+    sources = {"input": args, "output": pouts, "new": pouts[len(info.out_mask) :]}
+    res = [sources[r.source][r.index] for r in info.residuals]
+    rng = np.random.default_rng(3)
+    vs = [rng.uniform(-1, 1, np.shape(a)).astype(np.float32) for a in args]
+    ws = [rng.uniform(-1, 1, (2,)).astype(np.float32)]
+    lv = backend.evaluate(linear, res + vs)
+    mask = [False] * len(res) + [True] * len(vs)
+    ltw = backend.evaluate(transpose_jaxpr(linear, mask), res + ws)
+    lhs = float(np.sum(ws[0] * lv[0]))
+    rhs = sum(float(np.sum(a * v)) for a, v in zip(ltw, vs))
+    assert abs(lhs - rhs) <= 1e-4 * max(1.0, abs(lhs)), (lhs, rhs)
+    ltt = transpose_jaxpr(transpose_jaxpr(linear, mask), [False] * len(res) + [True])
+    close(backend.evaluate(ltt, res + vs)[0], lv[0])
+
+
+def test_reverse_mode_through_refs_on_the_command_line(tmp_path):
     src = tmp_path / "w.jaxpr"
-    src.write_text(str(jax.make_jaxpr(lambda x: written(x).sum())(X)) + "\n")
-    for cmd in (["grad"], ["vjp"], ["linearize"]):
-        r = run([*cmd, str(src)])
-        assert r.exit_code == 1, (cmd, r.output)
-        assert f"{src}:5:5: error: 'swap': reverse mode" in r.output, r.output
-        assert "Traceback" not in r.output
+    src.write_text(str(jax.make_jaxpr(indexed)(X)) + "\n")
+    g = run(["grad", str(src)])
+    assert g.exit_code == 0, g.output
+    (got,) = backend.evaluate(parse(g.stdout, "<grad>").jaxpr, [X])
+    close(got, jax.grad(indexed)(X))
+    lin = run(["linearize", str(src)])
+    assert lin.exit_code == 0, lin.output
+    t = run(["transpose", "-"], stdin=lin.stdout)
+    assert t.exit_code == 0, t.output
+    # the transposed combined form: (primal inputs, output cotangent) -> (output, cotangents)
+    got = backend.evaluate(parse(t.stdout, "<t>").jaxpr, [X, np.float32(0.5)])
+    close(got[0], indexed(X))
+    close(got[-1], 0.5 * jax.grad(indexed)(X))
+
+
+def through_jit(x):
+    r = jax.new_ref(x)
+
+    @jax.jit
+    def h(y):
+        r[...] = r[...] * y
+
+    h(x)
+    return r[...].sum()
+
+
+def through_scan(x):
+    r = jax.new_ref(jnp.zeros_like(x))
+
+    def body(i, c):
+        r[i] += jnp.sin(x[i]) * c
+        return c * 1.5
+
+    jax.lax.fori_loop(0, 4, body, x[0])
+    return (r[...] ** 2).sum()
+
+
+def through_while(x, n):
+    r = jax.new_ref(x)
+
+    def body(i, c):
+        r[i] = r[i] * c + jnp.sin(c)
+        return c * 1.5
+
+    jax.lax.fori_loop(0, n, body, x[0])
+    return (r[...] ** 2).sum()
+
+
+def through_cond(x, p):
+    r = jax.new_ref(jnp.zeros_like(x))
+
+    def then():
+        r[...] = x * 2.0
+        return jnp.cos(x)
+
+    def otherwise():
+        r[1:] += jnp.sin(x[1:])
+        return x
+
+    y = jax.lax.cond(p, then, otherwise)
+    return (r[...] * y).sum()
+
+
+@pytest.mark.parametrize(
+    "f,args",
+    [
+        (through_jit, [X]),
+        (through_scan, [X]),
+        (through_cond, [X, True]),
+        (through_cond, [X, False]),
+    ],
+    ids=["jit", "scan", "cond-true", "cond-false"],
+)
+def test_a_ref_written_inside_a_call_loop_or_branch_differentiates_as_jax_s(f, args):
+    """The body gets the tangent Ref (forward) and writes into the cotangent Ref (reverse),
+    which the transposed call, loop or branch takes among its operands; `run` carries the
+    Refs' values through the traced loop or branch (as JAX's state discharge does)."""
+    from jaxprtool.ad.api import grad_jaxpr
+
+    j = ir(f, *args)
+    close(backend.evaluate(j, args)[0], jax.jit(f)(*args))
+    got = backend.evaluate(jvp_jaxpr(j, [0]), args + [T])
+    for a, b in zip(got, jax.jvp(lambda x: f(x, *args[1:]), (X,), (T,))):
+        close(a, b)
+    g = grad_jaxpr(j, (0,))
+    close(backend.evaluate(g, args)[0], jax.grad(f)(*args))
+    assert len(list(all_eqns(g))) <= len(list(all_eqns(ir(jax.grad(f), *args))))
+
+
+def test_a_while_loop_writing_a_ref_runs_and_differentiates_forward_as_jax_s(tmp_path):
+    """Reverse mode of a while loop is refused, as JAX refuses it."""
+    args = [X, np.int32(3)]
+    j = ir(through_while, *args)
+    close(backend.evaluate(j, args)[0], jax.jit(through_while)(*args))
+    got = backend.evaluate(jvp_jaxpr(j, [0]), args + [T])
+    for a, b in zip(got, jax.jvp(lambda x: through_while(x, args[1]), (X,), (T,))):
+        close(a, b)
+    with pytest.raises(ValueError, match="Reverse-mode differentiation does not work"):
+        jax.make_jaxpr(jax.grad(through_while))(*args)
+    src = tmp_path / "w.jaxpr"
+    src.write_text(str(jax.make_jaxpr(through_while)(*args)) + "\n")
+    r = run(["grad", "--argnums", "0", str(src)])
+    assert r.exit_code == 1, r.output
+    assert f"{src}:5:5: error: reverse mode of 'while'" in r.output, r.output
+    assert "Traceback" not in r.output
+
+
+def test_reverse_mode_of_run_state_is_refused_as_jax_refuses_it(tmp_path):
+    from jax._src.state.discharge import run_state
+
+    def f(x):
+        def body(refs):
+            a, b = refs
+            b[...] = jnp.sin(a[...]) * 2.0
+
+        return run_state(body)((x, jnp.zeros_like(x)))[1].sum()
+
+    with pytest.raises(ValueError, match="Linearization failed"):
+        jax.grad(f)(X)
+    src = tmp_path / "rs.jaxpr"
+    src.write_text(str(jax.make_jaxpr(f)(X)) + "\n")
+    r = run(["grad", str(src)])
+    assert r.exit_code == 1, r.output
+    assert f"{src}:3:5: error: reverse mode (linearize, vjp, grad) of run_state" in r.output
+    assert "JAX 0.12 refuses it too" in r.output and "Traceback" not in r.output
+
+
+def test_jvp_of_run_state_is_jax_s():
+    """JAX's `_run_state_jvp`: one run_state over the Refs and their tangent Refs."""
+    from jax._src.state.discharge import run_state
+
+    def f(x):
+        def body(refs):
+            a, b = refs
+            b[...] = jnp.sin(a[...]) * 2.0
+            a[1:] = b[1:] * 3.0
+
+        return run_state(body)((x, jnp.zeros_like(x)))
+
+    jj = jvp_jaxpr(ir(f, X))
+    out, tout = jax.jvp(f, (X,), (T,))
+    for a, b in zip(backend.evaluate(jj, [X, T]), [*out, *tout]):
+        close(a, b)
+    theirs = ir(lambda x, t: jax.jvp(f, (x,), (t,)), X, T)
+    assert [e.prim for e in jj.eqns].count("run_state") == 1
+    assert len(list(all_eqns(jj))) <= len(list(all_eqns(theirs)))
 
 
 def test_refs_untouched_by_the_derivative_still_linearize():
@@ -97,18 +308,6 @@ def test_vmap_through_refs_is_jax_s(f, args, in_axes):
     assert print_jaxpr(j) == theirs.replace("(np.int64(1),)", "(1,)")
 
 
-def test_vmap_with_a_batched_index_into_a_ref_is_refused_with_the_location(tmp_path):
-    def f(x, i):
-        r = jax.new_ref(x)
-        return r[i]
-
-    src = tmp_path / "i.jaxpr"
-    src.write_text(str(jax.make_jaxpr(f)(X, 1)) + "\n")
-    r = run(["vmap", "--in-axes", "None,0", "--axis-size", "2", str(src)])
-    assert r.exit_code == 1 and "batched indices into a Ref" in r.output, r.output
-    assert f"{src}:3:5: error: 'get'" in r.output and "Traceback" not in r.output
-
-
 def test_vmap_of_run_state_batches_its_refs():
     """JAX 0.12 has no batching rule for run_state; the tool batches its body's Refs at axis 0
     (the equations of one example, batched), checked against JAX run on each example."""
@@ -131,3 +330,23 @@ def test_vmap_of_run_state_batches_its_refs():
     got = backend.evaluate(j, [xs, W])
     for k, out in enumerate(got):
         close(out, np.stack([np.asarray(f(x, W)[k]) for x in xs]))
+
+
+def test_vmap_of_a_cond_that_writes_a_ref(tmp_path):
+    """An unbatched predicate: one cond of the batched branches (JAX 0.12 refuses any vmap of
+    a cond with Refs: the tool's numbers are checked against JAX run on each example); a
+    batched predicate (every branch would run and write the Ref) is refused, located."""
+    from jaxprtool.ad.batching import vmap_jaxpr
+
+    xs = np.stack([X, W, X * 2.0])
+    with pytest.raises(NotImplementedError, match="State effect not supported in vmap-of-cond"):
+        jax.vmap(through_cond, in_axes=(0, None))(xs, True)
+    for p in (True, False):
+        j = vmap_jaxpr(ir(through_cond, X, p), [0, None], [0], 3)
+        close(backend.evaluate(j, [xs, p])[0], np.stack([jax.jit(through_cond)(x, p) for x in xs]))
+    src = tmp_path / "c.jaxpr"
+    src.write_text(str(jax.make_jaxpr(through_cond)(X, True)) + "\n")
+    r = run(["vmap", "--in-axes", "0,0", "--axis-size", "3", str(src)])
+    assert r.exit_code == 1, r.output
+    assert "vmap of a cond with a batched predicate whose branches use a Ref" in r.output
+    assert "Traceback" not in r.output

@@ -14,7 +14,7 @@ import contextvars
 from collections.abc import Iterable
 
 from .. import shapes
-from ..core import Atom, Eqn, Jaxpr, JaxprError, Literal, Loc, Type, Var
+from ..core import Atom, Eqn, Jaxpr, JaxprError, Literal, Loc, RefType, Type, Var
 from ..record import prim as record_of
 from ..shardings import is_sharded_dim
 
@@ -98,6 +98,12 @@ def current() -> Builder:
     return b
 
 
+def current_loc() -> Loc | None:
+    """The location of the equation being differentiated, if any."""
+    b = _CURRENT.get()
+    return None if b is None else b.loc
+
+
 @contextlib.contextmanager
 def use(b: Builder):
     token = _CURRENT.set(b)
@@ -141,11 +147,16 @@ def _garbled_sharding(prim: str, t: Type) -> str:
 
 
 def dce_eqns(eqns: list[Eqn], live_out: Iterable[Atom]) -> list[Eqn]:
-    """Drop equations whose results are not needed by `live_out` (effectful ones are kept)."""
+    """Drop equations whose results are not needed by `live_out` (effectful ones, and those
+    that touch a Ref, e.g. a call writing into one, are kept)."""
     live = {id(v) for v in live_out if isinstance(v, Var)}
     kept: list[Eqn] = []
     for e in reversed(eqns):
-        if not live.isdisjoint(map(id, e.outputs)) or record_of(e.prim).effectful:
+        if (
+            not live.isdisjoint(map(id, e.outputs))
+            or record_of(e.prim).effectful
+            or any(x.type.__class__ is RefType for x in e.inputs)
+        ):
             kept.append(e)
             # a literal's id is no live Var's: every equation here is alive
             live.update(map(id, e.inputs))

@@ -28,7 +28,7 @@ from . import builder as B
 from . import observe
 from .ops import instantiate as inst_zero
 from .registry import check_rule_type, located_rule
-from .zeros import Zero, is_zero, tangent_type
+from .zeros import Zero, carries_tangent, is_zero, tangent_type
 
 
 def missing_jvp(eqn: Eqn) -> JaxprError:
@@ -41,11 +41,6 @@ def integer_valued(eqn: Eqn) -> bool:
     return bool(eqn.outputs) and all(
         isinstance(o.type, ShapedArray) and not is_inexact(o.type) for o in eqn.outputs
     )
-
-
-def _carries_tangent(t) -> bool:
-    """A float/complex value, or a Ref holding one (its tangent is a Ref of tangents)."""
-    return is_inexact(t.inner if isinstance(t, RefType) else t)
 
 
 def jvp_rule(name: str, split: bool):
@@ -75,7 +70,7 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
         env[id(v)] = x
     for v, x, t in zip(jaxpr.invars, primals, tangents):
         env[id(v)] = x
-        if not is_zero(t) and is_inexact(v.type):
+        if not is_zero(t) and carries_tangent(v.type):
             tenv[id(v)] = t
 
     def read(x):
@@ -131,7 +126,7 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
                 )
             for k, (o, p, t) in enumerate(zip(eqn.outputs, pouts, touts)):
                 env[id(o)] = p
-                if t is not None and not is_zero(t) and _carries_tangent(o.type):
+                if t is not None and not is_zero(t) and carries_tangent(o.type):
                     want = tangent_type(o.type)
                     if t.type is not want:  # (the message only when the types differ)
                         check_rule_type("JVP", eqn, rule, f"tangent for result {k}", t.type, want)
@@ -155,14 +150,37 @@ def _inst_list(instantiate, n):
     return list(instantiate)
 
 
-def jvp_masked(jaxpr: Jaxpr, nonzeros: Sequence[bool], instantiate: bool | Sequence[bool] = True):
-    """JAX's `jvp_jaxpr(jaxpr, nonzeros, instantiate)`.
+def refuse_tangent_refs(jaxpr: Jaxpr, nonzeros: Sequence[bool]) -> None:
+    """A body whose caller does not carry tangent Refs through it (a cond, a while, a
+    shard_map...) given a differentiated Ref: refused where it happens, never dropped."""
+    for v, nz in zip(jaxpr.invars, nonzeros):
+        if nz and isinstance(v.type, RefType):
+            raise JaxprError(
+                "differentiating a Ref passed into this equation's body is not supported yet "
+                "(the tool carries tangent and cotangent Refs through calls and scans only; "
+                "JAX goes through): move the Ref's reads and writes out of the body",
+                B.current_loc(),
+            )
+
+
+def jvp_masked(
+    jaxpr: Jaxpr,
+    nonzeros: Sequence[bool],
+    instantiate: bool | Sequence[bool] = True,
+    refs: bool = False,
+):
+    """JAX's `jvp_jaxpr(jaxpr, nonzeros, instantiate)`.  With `refs`, a Ref input gets a
+    tangent Ref when `nonzeros` says so (for a caller that keeps the body's effects on it even
+    when no tangent comes out); otherwise only float/complex inputs have tangents.
 
     Returns `(jvp_jaxpr, out_nonzeros)`: inputs are the primals then one tangent per input with
     `nonzeros[i]`; outputs are the primal outputs then one tangent per output with
     `out_nonzeros[j]` (an output is nonzero when its tangent is not symbolically zero or when
     `instantiate[j]`; int/bool outputs never have tangents)."""
-    nonzeros = [bool(nz) and is_inexact(v.type) for nz, v in zip(nonzeros, jaxpr.invars)]
+    if not refs:
+        refuse_tangent_refs(jaxpr, nonzeros)
+    has_tangent = carries_tangent if refs else is_inexact
+    nonzeros = [bool(nz) and has_tangent(v.type) for nz, v in zip(nonzeros, jaxpr.invars)]
     inst = _inst_list(instantiate, len(jaxpr.outvars))
     b = B.Builder()
     consts = [B.fresh_like(v) for v in jaxpr.constvars]

@@ -13,16 +13,19 @@ from ..core import Eqn, Jaxpr, Var, gc_paused, is_inexact
 from ..record import prim as record_of
 from . import builder as B
 from . import observe
-from .jvp import _inst_list, diff_mask, jvp_eval
+from .jvp import _inst_list, diff_mask, jvp_eval, refuse_tangent_refs
 from .ops import instantiate as inst_zero
 from .residuals import LinearizeInfo, forward_residuals
-from .zeros import Zero, is_zero, tangent_type
+from .zeros import Zero, carries_tangent, is_zero, tangent_type
 
 LINEAR_NAME = "linear"
 
 
-def _split(jaxpr: Jaxpr, nonzeros: Sequence[bool], instantiate):
-    nonzeros = [bool(nz) and is_inexact(v.type) for nz, v in zip(nonzeros, jaxpr.invars)]
+def _split(jaxpr: Jaxpr, nonzeros: Sequence[bool], instantiate, refs: bool = False):
+    if not refs:
+        refuse_tangent_refs(jaxpr, nonzeros)
+    has_tangent = carries_tangent if refs else is_inexact
+    nonzeros = [bool(nz) and has_tangent(v.type) for nz, v in zip(nonzeros, jaxpr.invars)]
     inst = _inst_list(instantiate, len(jaxpr.outvars))
     b = B.Builder(split=True)
     consts = [B.fresh_like(v) for v in jaxpr.constvars]
@@ -107,15 +110,19 @@ def _linear_jaxpr(residuals, tan_in, teqns, tout_atoms) -> Jaxpr:
 
 
 def linearize_masked(
-    jaxpr: Jaxpr, nonzeros: Sequence[bool], instantiate: bool | Sequence[bool] = True
+    jaxpr: Jaxpr,
+    nonzeros: Sequence[bool],
+    instantiate: bool | Sequence[bool] = True,
+    refs: bool = False,
 ):
-    """For nested use (call and control-flow rules): no forwarding.
+    """For nested use (call and control-flow rules): no forwarding.  With `refs`, a Ref input
+    gets a tangent Ref when `nonzeros` says so (see `jvp_masked`).
 
     Returns `(primal_jaxpr, linear_jaxpr, out_nonzeros, num_res)`: `primal_jaxpr` maps the primal
     inputs to `(outs..., residuals...)`; `linear_jaxpr` maps `(residuals..., tangents...)` (one
     tangent per `nonzeros[i]`) to one tangent per `out_nonzeros[j]`."""
     consts, primals, outs, peqns, residuals, tan_in, teqns, touts, _, out_nz = _split(
-        jaxpr, nonzeros, instantiate
+        jaxpr, nonzeros, instantiate, refs
     )
     primal = B.make_jaxpr(primals, peqns, list(outs) + residuals, consts)
     linear = _linear_jaxpr(residuals, tan_in, teqns, touts)

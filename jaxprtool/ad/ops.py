@@ -9,7 +9,17 @@ from __future__ import annotations
 import builtins
 import struct
 
-from ..core import Atom, Literal, ShapedArray, Type, Var, dtype_value, np_dtype, short_dtype_name
+from ..core import (
+    Atom,
+    Literal,
+    RefType,
+    ShapedArray,
+    Type,
+    Var,
+    dtype_value,
+    np_dtype,
+    short_dtype_name,
+)
 from ..lazy import np
 from ..params import EnumValue, Record
 from ..record import prim as record_of
@@ -28,6 +38,21 @@ def bind(prim: str, *inputs: Atom, _out_types=None, **params):
     if len(outs) == 1 and not record_of(prim).multiple_results:
         return outs[0]
     return outs
+
+
+#: the parameters JAX 0.12 gives the Refs its backward pass makes (`core.new_ref(x)`)
+NEW_REF_PARAMS = {"kind": None, "memory_space": None, "pin": False}
+
+
+def new_ref(x: Atom) -> Var:
+    """A Ref holding `x` (a cotangent Ref, in a transpose)."""
+    (r,) = current().bind("new_ref", [x], NEW_REF_PARAMS, [RefType(x.type)])
+    return r
+
+
+def zeros_ref(ref_type: RefType) -> Var:
+    """The cotangent Ref of a Ref of type `ref_type` before any cotangent reached it."""
+    return new_ref(zeros(tangent_type(ref_type.inner)))
 
 
 def _dtype(x) -> str:

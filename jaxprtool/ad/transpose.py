@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..core import Atom, Jaxpr, JaxprError, Literal, ProgramError, Var, gc_paused
+from ..core import Atom, Jaxpr, JaxprError, Literal, ProgramError, RefType, Var, gc_paused
 from ..record import prim as record_of
 from . import builder as B
-from . import observe
+from . import observe, ops
 from .ops import add_tangents
 from .ops import instantiate as inst_zero
 from .registry import check_rule_type, located_rule
@@ -28,12 +28,53 @@ def missing_transpose(eqn) -> JaxprError:
     )
 
 
+def _linear_refs(jaxpr: Jaxpr, linear: set[int], ref_inputs) -> set[int]:
+    """The Refs that hold linear values: those made from one or written with one (to a fixed
+    point, since a read from such a Ref is linear in turn).  As in JAX's backward pass their
+    cotangents are Refs, made when the first cotangent arrives; the Refs of primal work (the
+    combined linearize form's primal part, scratch Refs of residual arithmetic) stay forward."""
+    refs: set[int] = set(ref_inputs)
+    if not refs and not any(o.type.__class__ is RefType for e in jaxpr.eqns for o in e.outputs):
+        return refs
+    while True:
+        lin = linear | refs
+        found = set()
+        for e in jaxpr.eqns:
+            if lin.isdisjoint(map(id, e.inputs)) and refs.isdisjoint(map(id, e.outputs)):
+                continue
+            lin.update(map(id, e.outputs))
+            found.update(id(x) for x in (*e.inputs, *e.outputs) if x.type.__class__ is RefType)
+        if found <= refs:
+            return refs
+        refs |= found
+
+
+def _ref_operands(e, rec, linear, ct_env, targs) -> None:
+    """A differentiated Ref operand of a rule that returns cotangents: the rules marked
+    `transposes_refs` (calls, loops) get its cotangent Ref (made of zeros if no cotangent has
+    reached it yet) to pass into their transposed bodies; other rules cannot take one."""
+    for k, x in enumerate(e.inputs):
+        if x.__class__ is not Var or id(x) not in linear or x.type.__class__ is not RefType:
+            continue
+        if not rec.transposes_refs:
+            raise JaxprError(
+                f"reverse mode of '{e.prim}' with a differentiated Ref operand is not supported "
+                "(calls, scans and conds carry cotangent Refs; this equation does not): move "
+                "the Ref's reads and writes out of it, or use jvp",
+                e.loc,
+            )
+        ref = ct_env.get(id(x)) or ops.zeros_ref(x.type)
+        ct_env[id(x)] = ref
+        targs[k] = UndefinedPrimal(x.type, ref)
+
+
 def backward_pass(
     jaxpr: Jaxpr, linear_mask: Sequence[bool], args: Sequence, cts_out: Sequence, consts=None
 ):
     """Emit the transpose of `jaxpr` into the current builder.
 
-    `args[i]` is an Atom for a non-linear input (ignored for linear ones); `cts_out[j]` the
+    `args[i]` is an Atom for a non-linear input (for a linear Ref, its cotangent Ref; ignored
+    for other linear ones); `cts_out[j]` the
     cotangent (Atom or Zero) of output j.  Returns `(outs, cts_in)`: `outs[j]` is the value of
     output j when it is non-linear (None otherwise), `cts_in[i]` the cotangent (Atom or Zero) of
     each linear input (None for non-linear ones).  Each step is reported to the observer
@@ -48,12 +89,20 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
     b = B.current()
     env: dict[int, Atom] = {}
     linear: set[int] = set()
+    ct_ref_in: dict[int, Atom] = {}
     consts = list(consts) if consts is not None else list(jaxpr.constvars)
     for v, x in zip(jaxpr.constvars, consts):
         env[id(v)] = x
     for v, lin, a in zip(jaxpr.invars, linear_mask, args):
         if lin:
             linear.add(id(v))
+            if v.type.__class__ is RefType:  # a body's Ref: the cotangent Ref it writes into
+                if a is None:
+                    raise JaxprError(
+                        "reverse mode of a program that takes a differentiated Ref as an input "
+                        "is not supported (its cotangent would be a Ref): make the Ref inside it"
+                    )
+                ct_ref_in[id(v)] = a
         else:
             env[id(v)] = a
 
@@ -67,11 +116,14 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
         obs.transpose_begin(jaxpr, list(linear_mask), list(args), list(cts_out), consts)
     lin_eqns = []
     saved = b.loc
+    refs = _linear_refs(jaxpr, linear, ct_ref_in)
     e = None
     try:
         for e in jaxpr.eqns:
             # `linear` holds ids of this jaxpr's live Vars: no literal operand can match one
-            if not linear.isdisjoint(map(id, e.inputs)):
+            if not linear.isdisjoint(map(id, e.inputs)) or (
+                refs and not refs.isdisjoint(map(id, e.outputs))
+            ):
                 linear.update([id(o) for o in e.outputs])
                 lin_eqns.append(e)
                 continue
@@ -90,7 +142,7 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
                 obs.forward_step(e, step)
         e = None
 
-        ct_env: dict[int, object] = {}
+        ct_env: dict[int, object] = dict(ct_ref_in)
 
         def add_ct(v, ct, eqn=None, rule=None):
             if ct is None or is_zero(ct):
@@ -114,7 +166,11 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
         for e in reversed(lin_eqns):
             cts = [ct_env.pop(id(o), None) or Zero(tangent_type(o.type)) for o in e.outputs]
             rec = record_of(e.prim)
-            if rec.fancy_transpose is None and all(map(is_zero, cts)):
+            if (
+                rec.fancy_transpose is None
+                and all(map(is_zero, cts))
+                and (not refs or refs.isdisjoint(map(id, e.inputs)))  # a write into a Ref
+            ):
                 continue
             targs = [
                 x
@@ -129,12 +185,20 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
             if rec.fancy_transpose is not None:
                 owner = (e, rec.fancy_transpose)
                 accums = [Accumulator(x.type, owner) if is_lin(x) else None for x in e.inputs]
+                for x, acc in zip(e.inputs, accums):
+                    if acc is not None and x.type.__class__ is RefType:
+                        acc.set(ct_env.get(id(x)) or Zero(tangent_type(x.type)))
                 with observe.noting(obs, e, "transpose"), located_rule(e):
                     observe.note_plugin_rule(rec, "transpose")
                     rec.fancy_transpose(cts, *targs, accums=accums, **e.params)
                 res = [acc.get() if acc is not None else None for acc in accums]
                 for x, r in zip(e.inputs, res):
-                    if r is not None:
+                    if r is None:
+                        continue
+                    if x.type.__class__ is RefType:  # the cotangent Ref, made or kept
+                        if not is_zero(r):
+                            ct_env[id(x)] = r
+                    else:
                         add_ct(x, r, e, rec.fancy_transpose)
                 if obs is not None and hasattr(obs, "transpose_step"):
                     obs.transpose_step(e, cts, res, step)
@@ -142,6 +206,7 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
             rule = rec.transpose
             if rule is None:
                 raise missing_transpose(e)
+            _ref_operands(e, rec, linear, ct_env, targs)
             with observe.noting(obs, e, "transpose"), located_rule(e):
                 observe.note_plugin_rule(rec, "transpose")
                 res = list(rule(cts, *targs, **e.params))
@@ -152,7 +217,7 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
                     e.loc,
                 )
             for x, r in zip(e.inputs, res):
-                if id(x) in linear and isinstance(x, Var):
+                if id(x) in linear and isinstance(x, Var) and x.type.__class__ is not RefType:
                     add_ct(x, r, e, rule)
             if obs is not None and hasattr(obs, "transpose_step"):
                 obs.transpose_step(
@@ -166,7 +231,9 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
         b.loc = saved
     outs = [None if is_lin(v) else read(v) for v in jaxpr.outvars]
     cts_in = [
-        (ct_env.get(id(v)) or Zero(tangent_type(v.type))) if lin else None
+        (ct_env.get(id(v)) or Zero(tangent_type(v.type)))
+        if lin and id(v) not in ct_ref_in
+        else None
         for v, lin in zip(jaxpr.invars, linear_mask)
     ]
     return outs, cts_in
@@ -180,15 +247,22 @@ def transpose_jaxpr(
 
     Result: `(non-linear inputs..., cotangents of the linear outputs...) -> (non-linear outputs...,
     cotangents of the linear inputs...)`.  With `linear_outputs=None` every output is linear (the
-    plain case: `(residuals..., cts...) -> (cts of the linear inputs...)`)."""
+    plain case: `(residuals..., cts...) -> (cts of the linear inputs...)`).  A linear Ref input
+    stays among the non-linear inputs, as its cotangent Ref (written into; no cotangent out)."""
     linear_mask = list(linear_mask)
     if len(linear_mask) != len(jaxpr.invars):
         raise JaxprError(f"transpose: {len(linear_mask)} flags for {len(jaxpr.invars)} inputs")
     lin_out = [True] * len(jaxpr.outvars) if linear_outputs is None else list(linear_outputs)
     consts = [B.fresh_like(v) for v in jaxpr.constvars]
-    nl_in = [B.fresh_like(v) for v, lin in zip(jaxpr.invars, linear_mask) if not lin]
+    # a differentiated Ref input becomes the cotangent Ref the transposed program writes into
+    ref_in = [lin and v.type.__class__ is RefType for v, lin in zip(jaxpr.invars, linear_mask)]
+    nl_in = [
+        Var(RefType(tangent_type(v.type.inner)), None) if r else B.fresh_like(v)
+        for v, lin, r in zip(jaxpr.invars, linear_mask, ref_in)
+        if r or not lin
+    ]
     it = iter(nl_in)
-    args = [None if lin else next(it) for lin in linear_mask]
+    args = [next(it) if r or not lin else None for lin, r in zip(linear_mask, ref_in)]
     ct_in = [Var(tangent_type(v.type), None) for v, lo in zip(jaxpr.outvars, lin_out) if lo]
     it2 = iter(ct_in)
     cts_out = [
@@ -206,7 +280,7 @@ def transpose_jaxpr(
                     "transpose: an output marked non-linear depends on the linear inputs"
                 )
             res.append(o)
-        ct_atoms = [inst_zero(c) for c, lin in zip(cts, linear_mask) if lin]
+        ct_atoms = [inst_zero(c) for c, lin, r in zip(cts, linear_mask, ref_in) if lin and not r]
     outvars = res + ct_atoms
     eqns = B.dce_eqns(b.eqns, outvars)
     return B.make_jaxpr(nl_in + ct_in, eqns, outvars, consts)

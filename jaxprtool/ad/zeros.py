@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..core import Atom, Literal, ShapedArray, Type, is_inexact
+from ..core import Atom, Literal, RefType, ShapedArray, Type, is_inexact
 
 
 def tangent_type(t: Type) -> Type:
@@ -53,12 +53,14 @@ def zeros_like_type(t: Type) -> Zero:
 
 
 class UndefinedPrimal:
-    """Stands for a linear input of an equation being transposed."""
+    """Stands for a linear input of an equation being transposed; for a differentiated Ref,
+    `ct_ref` is its cotangent Ref (for the rules marked `transposes_refs`)."""
 
-    __slots__ = ("type",)
+    __slots__ = ("type", "ct_ref")
 
-    def __init__(self, type: Type):
+    def __init__(self, type: Type, ct_ref: Atom | None = None):
         self.type = type
+        self.ct_ref = ct_ref
 
     def __repr__(self) -> str:
         return f"UndefinedPrimal({self.type})"
@@ -84,9 +86,21 @@ def is_literal(x) -> bool:
     return isinstance(x, Literal)
 
 
+def carries_tangent(t) -> bool:
+    """A float/complex value, or a Ref holding one (its tangent is a Ref of tangents)."""
+    return is_inexact(t.inner if isinstance(t, RefType) else t)
+
+
+def writes_tangent_ref(invars, nonzeros) -> bool:
+    """A tangent Ref goes into a body: the body's derivative writes into it even when no
+    tangent comes out, so the differentiated call, loop or branch must be emitted."""
+    return any(m and isinstance(v.type, RefType) for v, m in zip(invars, nonzeros))
+
+
 def nonzero_mask(invars, tangents) -> list[bool]:
-    """Which inputs have a tangent: not symbolically zero and of a float/complex type."""
-    return [not is_zero(t) and is_inexact(v.type) for v, t in zip(invars, tangents)]
+    """Which inputs have a tangent: not symbolically zero and of a float/complex type (or a
+    Ref holding one: its tangent is a Ref)."""
+    return [not is_zero(t) and carries_tangent(v.type) for v, t in zip(invars, tangents)]
 
 
 def zero_tangents(types) -> list[Zero]:

@@ -105,15 +105,6 @@ class Namer:
         return n
 
 
-def _as_they_are(eqn, values, results: bool, eager: bool) -> list:
-    return values
-
-
-#: how a call's operands and results are placed: `sharding.enforce_call_placements` once that
-#: module is loaded (it imports this one, so this one cannot import it), else as they are
-CALL_PLACEMENT: list[Callable] = [_as_they_are]
-
-
 class Interpreter:
     def __init__(
         self,
@@ -124,8 +115,13 @@ class Interpreter:
         observer=None,
         nested=None,
         root=None,
+        placement: Callable | None = None,
     ):
         self.mode = mode
+        #: `placement(eqn, values, results, eager)`: a call's operands and results placed as
+        #: the call asks (a multi-device run's `sharding.enforce_call_placements`); None: as
+        #: they are
+        self.placement = placement
         #: values of nested jaxprs' constants by `id` of the jaxpr (`backend/consts.py`), and
         #: the program they belong to (for the message naming missing ones)
         self.nested: dict[int, list] = nested or {}
@@ -263,10 +259,12 @@ class Interpreter:
         return self.fn(j, eqn, path, None if label is None else f"{eqn.prim} {label}")
 
     def call(self, eqn, invals, path, key: str | None = None):
+        if self.placement is None:
+            return self.call_fn(eqn, path, key)(*invals)
         eager = self.mode == "eager"
-        ins = CALL_PLACEMENT[0](eqn, list(invals), False, eager)
+        ins = self.placement(eqn, list(invals), False, eager)
         outs = self.call_fn(eqn, path, key)(*ins)
-        return CALL_PLACEMENT[0](eqn, list(outs), True, eager)
+        return self.placement(eqn, list(outs), True, eager)
 
     # ------------------------------------------------------------ state (refs as boxes)
 
@@ -336,6 +334,38 @@ class Box:
 
     def __init__(self, value):
         self.value = value
+
+
+class ThreadedRefs:
+    """The Refs (Boxes) among the operands of a traced loop or branch.  A traced body cannot
+    write into a Python Box (the write would leak a tracer out of the trace), so the Refs'
+    values travel through it as extra carries or results (JAX's state discharge) and are
+    written back into the Boxes after it."""
+
+    def __init__(self, operands):
+        self.boxes: list[Box] = []
+        self.at: dict[int, int] = {}  # operand position -> index into `boxes`
+        index: dict[int, int] = {}
+        for k, x in enumerate(operands):
+            if isinstance(x, Box):
+                self.at[k] = index.setdefault(id(x), len(self.boxes))
+                if self.at[k] == len(self.boxes):
+                    self.boxes.append(x)
+
+    def values(self) -> tuple:
+        return tuple(b.value for b in self.boxes)
+
+    def inside(self, operands, values) -> tuple[list, list[Box]]:
+        """`operands` with fresh Boxes holding `values` (one per Ref), and those Boxes."""
+        fresh = [Box(v) for v in values]
+        ops = list(operands)
+        for k, i in self.at.items():
+            ops[k] = fresh[i]
+        return ops, fresh
+
+    def write_back(self, values) -> None:
+        for b, v in zip(self.boxes, values):
+            b.value = v
 
 
 def needs_x64(jaxpr: Jaxpr) -> bool:

@@ -58,12 +58,15 @@ def _elided_literal(e) -> str | None:
     return None
 
 
-def as_jax_function(jaxpr, dims=None, enable_x64: bool = True, nested: bool = False):
+def as_jax_function(
+    jaxpr, dims=None, enable_x64: bool = True, nested: bool = False, placement=None
+):
     """f(*consts, *args) -> list of outputs; traceable by jax.jit, jax.grad, jax.vmap, ...
 
     With 64-bit types in the program, jax_enable_x64 is switched on (globally) unless
     enable_x64=False (the caller then scopes it, as evaluate() does).  nested=True: `consts`
     also holds the nested jaxprs' constants (`backend/consts.py`, `all_constvars` order).
+    `placement`: how calls place their operands and results (see `Interpreter`).
     """
     from .consts import all_constvars, split
     from .evaluator import Interpreter
@@ -76,7 +79,8 @@ def as_jax_function(jaxpr, dims=None, enable_x64: bool = True, nested: bool = Fa
     def f(*xs):
         xs = _wrap_keys(jaxpr, xs, cvars + list(jaxpr.invars))
         top, inner = split(jaxpr, xs[:nc])
-        outs = Interpreter("jit", dims=dims, nested=inner, root=jaxpr).run(jaxpr, top, xs[nc:])
+        interp = Interpreter("jit", dims=dims, nested=inner, root=jaxpr, placement=placement)
+        outs = interp.run(jaxpr, top, xs[nc:])
         return _unwrap_keys(jaxpr, outs)
 
     return f

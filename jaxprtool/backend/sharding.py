@@ -20,7 +20,6 @@ import numpy as np
 from ..core import JaxprError, all_eqns
 from ..record import prim as record_of
 from ..shardings import MeshText, read_mesh, read_sharding, read_spec, type_spec
-from . import evaluator
 
 
 @dataclass
@@ -39,6 +38,8 @@ class RunConfig:
     join_progress: Callable[[bytes], None] | None = None
     #: shardings of the last run's outputs (for --show-sharding)
     last_shardings: list = field(default_factory=list)
+    #: the last run's inputs (for --show-sharding): (label, sharding, chosen by XLA)
+    last_input_shardings: list = field(default_factory=list)
     #: > 0 while a multi-device run or compile is in progress
     active: int = 0
 
@@ -357,7 +358,12 @@ def explicit_result_sharding(eqn):
 
 
 def input_shardings(jaxpr, mesh_text: MeshText | None):
-    """One sharding (or None: replicated over the run mesh) per const and input."""
+    """One sharding (or None: the text does not place it) per const and input: its explicitly
+    sharded type's, or the operand placement of the first top-level call that reads it (a
+    jit's in_shardings: JAX puts the arguments of a jit there).  A shard_map's in_specs or a
+    pmap's in_axes do not place the input they read: under `jax.jit` they constrain it, and
+    XLA chooses (it need not choose theirs: an input that a P() shard_map reads before a
+    P('x') one is sharded over x)."""
     import jax
 
     vs = list(jaxpr.constvars) + list(jaxpr.invars)
@@ -370,6 +376,8 @@ def input_shardings(jaxpr, mesh_text: MeshText | None):
                 concrete_mesh(mesh_text), partition_spec(spec.to_text())
             )
     for e in jaxpr.eqns:
+        if record_of(e.prim).call_body is None:
+            continue
         for k, a in enumerate(e.inputs):
             i = pos.get(id(a))
             if i is None or out[i] is not None:
@@ -408,9 +416,6 @@ def enforce_call_placements(eqn, values, results: bool, eager: bool) -> list:
         else:
             out.append(_moved(x, sh, eager))
     return out
-
-
-evaluator.CALL_PLACEMENT[0] = enforce_call_placements
 
 
 def _moved(x, sharding, eager: bool):
@@ -453,6 +458,20 @@ def describe(sharding) -> str:
     return str(sharding)
 
 
+def sharding_lines(cfg: RunConfig) -> list[str]:
+    """`--show-sharding`: each input's sharding (`, chosen by XLA` for one the text does not
+    place), then each output's."""
+    lines = []
+    for label, sh, chosen in cfg.last_input_shardings:
+        if sh is None:
+            lines.append(f"{label}: unused (jit drops it)")
+        else:
+            lines.append(f"{label}: {describe(sh)}{', chosen by XLA' if chosen else ''}")
+    for i, sh in enumerate(cfg.last_shardings):
+        lines.append(f"out{i}: {describe(sh) if sh is not None else 'host value'}")
+    return lines
+
+
 def is_multi_device_run() -> bool:
     """Whether a multi-device run (or compile) is in progress."""
     return CONFIG.active > 0
@@ -467,23 +486,109 @@ def active():
         CONFIG.active -= 1
 
 
-def placed_inputs(jaxpr, xs_host) -> list:
-    """Consts then args, placed on the run mesh: each with its input sharding, the others
-    replicated (keys replicated)."""
+def input_placements(jaxpr, count: int | None = None) -> list:
+    """Per const and input, the sharding the text places it with, or None: left to XLA.
+
+    The text places an input by its explicitly sharded type or a top-level jit's in_shardings
+    (`input_shardings`).  One it does not place is left uncommitted, as JAX leaves a numpy
+    argument of `jax.jit`: XLA's sharding propagation chooses its sharding
+    (`compiled.input_shardings`) from the shard_maps, constraints and calls that read it.
+    As in JAX, it is replicated instead on an explicit mesh (its unsharded type says so) and
+    when the text names no mesh at all (the mesh is --mesh's alone, `jax.jit` under
+    `jax.set_mesh`: nothing to propagate from, and no device assignment without it).  Keys
+    are never placed by the rule of the equation they feed (the rule reads the key's type,
+    not its uint32 data).  `count`: how many values are given, when they include the nested
+    jaxprs' constants (`backend/consts.py`: after the program's own; the text places none)."""
     import jax
 
     mesh_text = run_mesh(jaxpr)
     shardings = input_shardings(jaxpr, mesh_text)
-    repl = None
-    if mesh_text is not None:
-        repl = jax.sharding.NamedSharding(concrete_mesh(mesh_text), jax.sharding.PartitionSpec())
+    default = None
+    if mesh_text is not None and ("Explicit" in mesh_text.types or not program_meshes(jaxpr)):
+        default = jax.sharding.NamedSharding(concrete_mesh(mesh_text), jax.sharding.PartitionSpec())
+    vs = list(jaxpr.constvars) + list(jaxpr.invars)
+    out = [
+        default if sh is None or getattr(v.type, "dtype", "").startswith("key<") else sh
+        for v, sh in zip(vs, shardings)
+    ]
+    nc = len(jaxpr.constvars)
+    return out[:nc] + [default] * ((count or len(vs)) - len(vs)) + out[nc:]
+
+
+def _labels(jaxpr, count: int) -> list[str]:
+    """`const0`, ..., `arg0`, ...: the names --consts and --args give the `count` inputs."""
+    nc = count - len(jaxpr.invars)
+    return [f"const{i}" for i in range(nc)] + [f"arg{i}" for i in range(len(jaxpr.invars))]
+
+
+def placed_inputs(jaxpr, xs_host) -> list:
+    """Consts then args for an op-by-op run: each the text places, placed so; the others
+    uncommitted on the default device, as JAX's op-by-op functions take a numpy argument
+    (replicated on the run mesh when the run spans processes: a process-local array cannot
+    join a global one)."""
+    import jax
+
+    placements = input_placements(jaxpr, len(xs_host))
+    spans = jax.process_count() > 1
+    mesh_text = run_mesh(jaxpr) if spans else None
     xs = []
-    for v, x, sh in zip(list(jaxpr.constvars) + list(jaxpr.invars), xs_host, shardings):
-        if getattr(v.type, "dtype", "").startswith("key<"):
-            sh = None
-        sh = sh or repl
+    for x, sh in zip(xs_host, placements):
+        if sh is None and mesh_text is not None:
+            sh = jax.sharding.NamedSharding(concrete_mesh(mesh_text), jax.sharding.PartitionSpec())
         xs.append(place(x, sh) if sh is not None else jax.device_put(x))
+    CONFIG.last_input_shardings = [
+        (label, x.sharding, False) for label, x in zip(_labels(jaxpr, len(xs)), xs)
+    ]
     return xs
+
+
+def compile_for_inputs(jaxpr, jitted, xs_host):
+    """`jitted` (a `jax.jit` of the program) lowered for the host inputs and compiled: the
+    inputs `input_placements` places with their sharding, the others with none, so that XLA
+    chooses theirs as it does for a numpy argument of `jax.jit`."""
+    import jax
+
+    structs = [
+        jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype, sharding=sh)
+        for x, sh in zip(xs_host, input_placements(jaxpr, len(xs_host)))
+    ]
+    return jitted.lower(*structs).compile()
+
+
+def inputs_for(jaxpr, compiled, xs_host) -> list:
+    """The host inputs placed as the compiled executable takes them (an input the program
+    does not use, which jit drops, stays on the host)."""
+    chosen = list(compiled.input_shardings[0])
+    placed = input_placements(jaxpr, len(xs_host))
+    CONFIG.last_input_shardings = [
+        (label, _on_a_mesh(jaxpr, sh), sh is not None and given is None)
+        for label, sh, given in zip(_labels(jaxpr, len(xs_host)), chosen, placed)
+    ]
+    return [x if sh is None else place(x, sh) for x, sh in zip(xs_host, chosen)]
+
+
+def _on_a_mesh(jaxpr, sharding):
+    """A sharding XLA chose (a `GSPMDSharding`, as JAX's `compiled.input_shardings` reads
+    when every argument is uncommitted) as a `NamedSharding` of the program's mesh over the
+    same devices, to be described as the outputs are; otherwise as it is."""
+    import jax
+
+    if sharding is None or isinstance(sharding, jax.sharding.NamedSharding):
+        return sharding
+    try:
+        from jax._src.sharding_impls import GSPMDSharding, _gspmd_to_named_sharding_via_mesh
+    except ImportError:  # another JAX: described as JAX prints it
+        return sharding
+    if not isinstance(sharding, GSPMDSharding):
+        return sharding
+    devices = tuple(sharding._device_assignment)
+    for m in [run_mesh(jaxpr)] + program_meshes(jaxpr):
+        if m is None or (not m.complete and not CONFIG.mesh):
+            continue
+        mesh = concrete_mesh(m)
+        if tuple(mesh.devices.flat) == devices:
+            return _gspmd_to_named_sharding_via_mesh(sharding, mesh)
+    return sharding
 
 
 def mesh_scope(jaxpr):
@@ -508,21 +613,14 @@ def run_scope(jaxpr, device: str | None = None):
 
 
 def sharded_structs(jaxpr, structs) -> list:
-    """`jax.ShapeDtypeStruct`s of the consts and inputs with their placement (compile)."""
+    """`jax.ShapeDtypeStruct`s of the consts and inputs with the placement the text gives
+    them, or none (XLA chooses, as for a numpy argument of `jax.jit`) (compile)."""
     import jax
 
-    mesh_text = run_mesh(jaxpr)
-    shardings = input_shardings(jaxpr, mesh_text)
-    repl = None
-    if mesh_text is not None:
-        repl = jax.sharding.NamedSharding(concrete_mesh(mesh_text), jax.sharding.PartitionSpec())
-    out = []
-    for v, st, sh in zip(list(jaxpr.constvars) + list(jaxpr.invars), structs, shardings):
-        if getattr(v.type, "dtype", "").startswith("key<"):
-            sh = None
-        sh = sh or repl
-        out.append(jax.ShapeDtypeStruct(st.shape, st.dtype, sharding=sh) if sh else st)
-    return out
+    return [
+        st if sh is None else jax.ShapeDtypeStruct(st.shape, st.dtype, sharding=sh)
+        for st, sh in zip(structs, input_placements(jaxpr, len(structs)))
+    ]
 
 
 def output_shardings(jaxpr) -> list:
@@ -570,6 +668,32 @@ def _constrained(jaxpr, fn):
     return f
 
 
+#: (id(jaxpr), dims, --mesh, platform) -> (jaxpr, jitted); the jaxpr is held so its id stays
+#: unique, the mesh and platform are in the key since the traced program's meshes follow them
+_JIT_CACHE: dict = {}
+
+
+def _jitted(jaxpr, dims, nested: bool = False):
+    """The program under `jax.jit`, its outputs constrained as it asks, made once per program
+    (and dims, mesh, platform): JAX's caches then skip tracing and XLA compiling it again.
+    nested: it takes the nested jaxprs' constants too (`as_jax_function`)."""
+    import jax
+
+    from .jaxfn import as_jax_function
+
+    key = (id(jaxpr), tuple(sorted((dims or {}).items())), tuple((CONFIG.mesh or {}).items()))
+    key += (CONFIG.platform, nested)
+    hit = _JIT_CACHE.get(key)
+    if hit is not None and hit[0] is jaxpr:
+        return hit[1]
+    if len(_JIT_CACHE) >= 64:
+        _JIT_CACHE.pop(next(iter(_JIT_CACHE)))
+    f = as_jax_function(jaxpr, dims, False, nested=nested, placement=enforce_call_placements)
+    fn = jax.jit(_constrained(jaxpr, f))
+    _JIT_CACHE[key] = (jaxpr, fn)
+    return fn
+
+
 def evaluate(
     jaxpr,
     args,
@@ -581,29 +705,46 @@ def evaluate(
     debug_nans=False,
     jitted=None,
 ):
-    """Run a multi-device program: inputs placed on the mesh, the program jitted as a whole
-    (or op by op, shard_maps compiled), outputs gathered to the host."""
+    """Run a multi-device program: the program jitted as a whole, compiled with the inputs
+    the text places placed so and the others as XLA chooses (or run op by op, shard_maps
+    compiled), outputs gathered to the host."""
     import jax
 
+    from .consts import all_constvars, check_count, split
     from .evaluator import Interpreter
-    from .jaxfn import _unwrap_keys, _wrap_keys, as_jax_function, compile_error, x64_scope
+    from .jaxfn import _unwrap_keys, _wrap_keys, compile_error, x64_scope
 
     if device is not None:
         CONFIG.platform = "gpu" if device in ("gpu", "cuda") else device
     setup(jaxpr)
+    host = list(consts) + list(args)
+    nc = len(consts)
+    nested = nc != len(jaxpr.constvars)  # the nested jaxprs' constants too (backend/consts)
+    if nested:
+        check_count(jaxpr, nc)
     with active(), x64_scope(jaxpr), mesh_scope(jaxpr):
-        xs = placed_inputs(jaxpr, list(consts) + list(args))
         try:
             if eager:
-                interp = Interpreter("eager", dims=dims, trace=trace, debug_nans=debug_nans)
-                nc = len(jaxpr.constvars)
-                ws = _wrap_keys(jaxpr, xs)
-                outs = _unwrap_keys(jaxpr, interp.run(jaxpr, ws[:nc], ws[nc:]))
+                xs = placed_inputs(jaxpr, host)
+                cvars = all_constvars(jaxpr) if nested else list(jaxpr.constvars)
+                ws = _wrap_keys(jaxpr, xs, cvars + list(jaxpr.invars))
+                top, inner = split(jaxpr, ws[:nc])
+                interp = Interpreter(
+                    "eager",
+                    dims=dims,
+                    trace=trace,
+                    debug_nans=debug_nans,
+                    nested=inner,
+                    root=jaxpr,
+                    placement=enforce_call_placements,
+                )
+                outs = _unwrap_keys(jaxpr, interp.run(jaxpr, top, ws[nc:]))
                 shs = output_shardings(jaxpr)
                 outs = [o if sh is None else jax.device_put(o, sh) for o, sh in zip(outs, shs)]
             else:
-                fn = jitted or jax.jit(_constrained(jaxpr, as_jax_function(jaxpr, dims, False)))
-                outs = fn(*xs)
+                fn = jitted or _jitted(jaxpr, dims, nested)
+                compiled = compile_for_inputs(jaxpr, fn, host)
+                outs = compiled(*inputs_for(jaxpr, compiled, host))
         except JaxprError:
             raise
         except (TypeError, ValueError, NotImplementedError) as e:

@@ -109,7 +109,8 @@ def _compile(jaxpr, emit, device, dims, stats):
         with scope:
             if multi:
                 structs = sharding.sharded_structs(jaxpr, structs)
-            fn = jax.jit(backend.as_jax_function(jaxpr, dims, enable_x64=False, nested=nested))
+            placement = sharding.enforce_call_placements if multi else None
+            fn = jax.jit(backend.as_jax_function(jaxpr, dims, False, nested, placement))
             lowered = fn.trace(*structs).lower(lowering_platforms=(platform,))
     except JaxprError:
         raise

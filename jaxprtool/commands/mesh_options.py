@@ -106,7 +106,12 @@ def mesh_options(distributed: bool = True, show: bool = True):
         ]
         if show:
             options.append(
-                click.option("--show-sharding", is_flag=True, help="Print each output's sharding.")
+                click.option(
+                    "--show-sharding",
+                    is_flag=True,
+                    help="Print each input's sharding (XLA's choice for one the program does "
+                    "not place) and each output's.",
+                )
             )
         if distributed:
             options += [
@@ -187,5 +192,5 @@ def _run_supervised(coordinator: str, pid: int, nproc: int, timeout: int) -> int
 def _print_shardings(cfg) -> None:
     from ..backend import sharding
 
-    for i, s in enumerate(cfg.last_shardings):
-        click.echo(f"out{i}: {sharding.describe(s) if s is not None else 'host value'}")
+    for line in sharding.sharding_lines(cfg):
+        click.echo(line)

@@ -106,16 +106,21 @@ def _timed(jaxpr, args, consts, dims, device, repeat):
     multi = sharding.is_multi_device(jaxpr)
     scope = sharding.run_scope(jaxpr, device) if multi else contextlib.nullcontext()
     with scope, backend.x64_scope(jaxpr):
-        if multi:
-            xs = sharding.placed_inputs(jaxpr, list(consts) + list(args))
-        else:
+        host = list(consts) + list(args)
+        if not multi:
             dev = backend.get_device(device)
-            xs = [jax.device_put(x, dev) for x in list(consts) + list(args)]
+            xs = [jax.device_put(x, dev) for x in host]
         t0 = time.perf_counter()
         nested = len(consts) != len(jaxpr.constvars)  # cond/loop bodies' too (backend/consts)
-        fn = backend.as_jax_function(jaxpr, dims, enable_x64=False, nested=nested)
-        compiled = jax.jit(fn).lower(*xs).compile()
+        placement = sharding.enforce_call_placements if multi else None
+        fn = jax.jit(backend.as_jax_function(jaxpr, dims, False, nested, placement))
+        # multi-device: the inputs the text does not place take the shardings XLA chose
+        compiled = (
+            sharding.compile_for_inputs(jaxpr, fn, host) if multi else fn.lower(*xs).compile()
+        )
         t_compile = time.perf_counter() - t0
+        if multi:
+            xs = sharding.inputs_for(jaxpr, compiled, host)
         times = []
         outs = None
         for _ in range(repeat):

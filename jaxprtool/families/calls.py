@@ -40,8 +40,15 @@ from ..ad.registry import (
 )
 from ..ad.remat import current_spec, remat_class
 from ..ad.transpose import backward_pass, transpose_jaxpr
-from ..ad.zeros import Zero, is_undefined_primal, is_zero, tangent_type
-from ..core import Jaxpr, JaxprError, ShapedArray, Var, np_dtype
+from ..ad.zeros import (
+    Zero,
+    carries_tangent,
+    is_undefined_primal,
+    is_zero,
+    tangent_type,
+    writes_tangent_ref,
+)
+from ..core import Jaxpr, JaxprError, ShapedArray, Var, is_inexact, np_dtype
 from ..params import Opaque, Record, format_value
 from ..record import define
 from ..record import prim as record_of
@@ -249,10 +256,16 @@ def _transposed(params, mask, n_cts):
     return p
 
 
+def _jvp_with_refs(inner, nz, instantiate):
+    """A call's body differentiated with its Ref operands' tangent Refs (the call is emitted
+    even when no tangent comes out of it, so its writes into them stay)."""
+    return jvp_masked(inner, nz, instantiate, refs=True)
+
+
 def _call_jvp(prim):
     def rule(primals, tangents, **params):
         key, inner, nz, nz_t, n, out_types = _call_parts(prim, params, tangents)
-        jj, out_nz = _memo("jvp", jvp_masked, inner, nz)
+        jj, out_nz = _memo("jvp", _jvp_with_refs, inner, nz)
         ins, nz_in = list(range(len(primals))), [i for i, m in enumerate(nz) if m]
         outs_ix = list(range(n)) + [j for j, m in enumerate(out_nz) if m]
         p = _resized(dict(params, **{key: jj}), ins + nz_in, outs_ix)
@@ -262,17 +275,21 @@ def _call_jvp(prim):
     return rule
 
 
+def _linearize_with_refs(inner, nz, instantiate):
+    return linearize_masked(inner, nz, instantiate, refs=True)
+
+
 def _call_linearize(prim):
     def rule(primals, tangents, **params):
         key, inner, nz, nz_t, n, out_types = _call_parts(prim, params, tangents)
-        pj, lj, out_nz, _ = _memo("lin", linearize_masked, inner, nz)
+        pj, lj, out_nz, _ = _memo("lin", _linearize_with_refs, inner, nz)
         pj, src = _memo("fwd", lambda j, m, instantiate: _forward_plan(j, n), pj, ())
         residuals = _residuals_from(src, primals)
         ins, nz_in = list(range(len(primals))), [i for i, m in enumerate(nz) if m]
         n_new = len(pj.outvars) - n
         p = _resized(dict(params, **{key: pj}), ins, list(range(n)) + [None] * n_new)
         outs = _emit(prim, primals, p, pj)
-        if not any(out_nz):
+        if not any(out_nz) and not writes_tangent_ref(inner.invars, nz):
             return outs[:n], [Zero(tangent_type(t)) for t in out_types]
         lin_out = [j for j, m in enumerate(out_nz) if m]
         p = _resized(dict(params, **{key: lj}), [None] * len(src) + nz_in, lin_out)
@@ -283,23 +300,29 @@ def _call_linearize(prim):
 
 
 def _call_transpose(prim):
+    """A differentiated Ref operand enters the transposed body as its cotangent Ref (written
+    into there), in the operand's place among the non-linear inputs."""
+
     def rule(cts, *args, **params):
         key = _key(prim, params)
         inner: Jaxpr = params[key]
         mask = [is_undefined_primal(a) for a in args]
+        ct_refs = [a.ct_ref if m else None for a, m in zip(args, mask)]
         if prim in ("jit", "pjit") and str(params.get("name")) == LINEAR_NAME:
             # the combined linearize form: inline the transposed linear program
             _, cts_in = backward_pass(
-                inner, mask, [None if m else a for a, m in zip(args, mask)], cts
+                inner, mask, [r if m else a for a, m, r in zip(args, mask, ct_refs)], cts
             )
             return cts_in
-        if all(is_zero(c) for c in cts):
+        values = [m and r is None for m, r in zip(mask, ct_refs)]  # cotangents come out
+        if all(is_zero(c) for c in cts) and not any(r is not None for r in ct_refs):
             return [Zero(tangent_type(a.type)) if m else None for a, m in zip(args, mask)]
         tj = _memo("T", lambda j, m, instantiate: transpose_jaxpr(j, list(m)), inner, mask)
-        ops_in = [a for a, m in zip(args, mask) if not m] + [instantiate(c) for c in cts]
-        p = _transposed(dict(params, **{key: tj}), mask, len(cts))
+        ops_in = [a if r is None else r for a, v, r in zip(args, values, ct_refs) if not v]
+        ops_in += [instantiate(c) for c in cts]
+        p = _transposed(dict(params, **{key: tj}), values, len(cts))
         outs = iter(_emit(prim, ops_in, p, tj))
-        return [next(outs) if m else None for m in mask]
+        return [next(outs) if v else None for v in values]
 
     return rule
 
@@ -385,6 +408,7 @@ for _p, (_body, _keys) in _PLAIN_CALLS.items():
         jvp_kind=LOW_LEVEL,
         linearization=_call_linearize(_p),
         transpose=_call_transpose(_p),
+        transposes_refs=True,
         batching=_call_batching(_p),
     )
 
@@ -1446,9 +1470,52 @@ def _run_state_batching(args, dims, **params):
     return outs, [0] * len(outs)
 
 
+def _run_state_jvp(primals, tangents, *, jaxpr, **params):
+    """JAX's `_run_state_jvp`: one run_state over the Refs and their tangent Refs (the body's
+    JVP), every float Ref given a tangent Ref (zeros where its initial value has none, as a
+    write may differentiate it), marked linear."""
+    body = jaxpr_param({"jaxpr": jaxpr}, "jaxpr")
+    nz = [is_inexact(tangent_type(x.type)) for x in primals]
+    outs_types = [x.type for x in primals]
+    if not any(nz) or all(is_zero(t) for t in tangents):
+        return current().bind("run_state", list(primals), {**params, "jaxpr": jaxpr}), [
+            Zero(tangent_type(t)) for t in outs_types
+        ]
+    jv, _ = jvp_masked(body, [carries_tangent(v.type) for v in body.invars], False, refs=True)
+    tans = [instantiate(t) for t, m in zip(tangents, nz) if m]
+    p = dict(params, jaxpr=jv)
+    if "is_initialized" in p:
+        init = tuple(p["is_initialized"])
+        p["is_initialized"] = init + tuple(i for i, m in zip(init, nz) if m)
+    if "which_linear" in p:
+        p["which_linear"] = tuple(p["which_linear"]) + (True,) * len(tans)
+    outs = current().bind("run_state", list(primals) + tans, p)
+    n = len(primals)
+    it = iter(outs[n:])
+    return outs[:n], [next(it) if m else Zero(tangent_type(t)) for t, m in zip(outs_types, nz)]
+
+
+def _run_state_linearization(primals, tangents, **params):
+    """JAX 0.12 cannot linearize run_state either ("Linearization failed to produce known
+    values for all output primals"): its body's primal and tangent halves share Refs."""
+    if all(is_zero(t) for t in tangents):
+        return current().bind("run_state", list(primals), params), [
+            Zero(tangent_type(x.type)) for x in primals
+        ]
+    raise JaxprError(
+        "reverse mode (linearize, vjp, grad) of run_state is not supported; JAX 0.12 refuses "
+        'it too ("Linearization failed to produce known values"): use jvp, or write the '
+        "program with jax.new_ref instead of run_state",
+        current().loc,
+    )
+
+
 define(
     "run_state",
     effectful=True,
+    jvp=_run_state_jvp,
+    linearization=_run_state_linearization,
+    jvp_kind=LOW_LEVEL,
     batching=_run_state_batching,
     evaluate=_run_state_evaluate,
     # which_linear is AD's bookkeeping

@@ -1471,7 +1471,7 @@ for _n in ("pshuffle", "pcast", "unreduced_pmax", "unreduced_pmin"):
     define(_n, batching=_refused_batching(_n))
 
 
-# ---------------------------------------------------------------- placement on a mesh
+# ---------------------------------------------------------------- meshes
 
 
 def _pmap_mesh(e) -> MeshText:
@@ -1479,40 +1479,10 @@ def _pmap_mesh(e) -> MeshText:
     return MeshText((str(p.get("axis_name")),), (int(p.get("axis_size", 1)),), ("Auto",))
 
 
-def _shard_map_operand_placement(e, k, a):
-    import jax
-
-    from ..backend import sharding as S
-
-    p = e.params
-    specs = p.get("in_specs", p.get("in_names"))
-    if isinstance(specs, (tuple, list)) and k < len(specs):
-        mesh = S.concrete_mesh(p["mesh"], e)
-        ndim = len(a.type.shape) if isinstance(a.type, ShapedArray) else None
-        return jax.sharding.NamedSharding(mesh, S.partition_spec(specs[k], e, ndim))
-    return None
-
-
-def _xla_pmap_operand_placement(e, k, a):
-    import jax
-    from jax.sharding import PartitionSpec as P
-
-    from ..backend import sharding as S
-
-    axes = e.params.get("in_axes")
-    if isinstance(axes, (tuple, list)) and k < len(axes) and axes[k] is not None:
-        mesh = S.concrete_mesh(_pmap_mesh(e), e)
-        ax = int(axes[k])
-        return jax.sharding.NamedSharding(mesh, P(*([None] * ax), str(e.params["axis_name"])))
-    return None
-
-
-define(
-    "shard_map",
-    mesh_of=lambda e: read_mesh(e.params["mesh"]) if "mesh" in e.params else None,
-    operand_placement=_shard_map_operand_placement,
-)
-define("xla_pmap", mesh_of=_pmap_mesh, operand_placement=_xla_pmap_operand_placement)
+# their in_specs / in_axes do not place the program inputs they read: XLA chooses (as for a
+# numpy argument of jax.jit), constrained by the body's placement
+define("shard_map", mesh_of=lambda e: read_mesh(e.params["mesh"]) if "mesh" in e.params else None)
+define("xla_pmap", mesh_of=_pmap_mesh)
 #: their presence makes a program multi-device
 for _n in """
 shard_map xla_pmap psum pmax pmin ppermute all_gather all_gather_invariant all_to_all

@@ -17,8 +17,16 @@ from ..ad.jvp import jvp_masked
 from ..ad.linearize import linearize_masked
 from ..ad.ops import instantiate
 from ..ad.transpose import backward_pass
-from ..ad.zeros import Zero, is_undefined_primal, is_zero, nonzero_mask, tangent_type, zero_tangents
-from ..core import Jaxpr, JaxprError, ShapedArray, Var
+from ..ad.zeros import (
+    Zero,
+    is_undefined_primal,
+    is_zero,
+    nonzero_mask,
+    tangent_type,
+    writes_tangent_ref,
+    zero_tangents,
+)
+from ..core import Jaxpr, JaxprError, RefType, ShapedArray, Var
 from ..record import define
 from ..shapes import ShapeError, shape_rule
 from ..shapes.util import arr, check_call_operands, is_int_dtype, out_types_of, types_agree
@@ -78,7 +86,7 @@ def _cond_masks(branches, ops_t):
     nz = nonzero_mask(branches[0].invars, ops_t)
     out_nz = [False] * len(out_types)
     if any(nz):
-        per_branch = [jvp_masked(br, nz, instantiate=False)[1] for br in branches]
+        per_branch = [jvp_masked(br, nz, instantiate=False, refs=True)[1] for br in branches]
         out_nz = [any(z) for z in zip(*per_branch)]
     return branches, nz, out_nz, out_types
 
@@ -88,10 +96,10 @@ def _cond_jvp(primals, tangents, *, branches, **params):
     index, *ops = primals
     _, *ops_t = tangents
     branches, nz, out_nz, out_types = _cond_masks(branches, ops_t)
-    if not any(out_nz):
+    if not any(out_nz) and not writes_tangent_ref(branches[0].invars, nz):
         outs = b.emit("cond", primals, _cond_params(params, branches), out_types)
         return outs, zero_tangents(out_types)
-    jvps = [jvp_masked(br, nz, instantiate=out_nz)[0] for br in branches]
+    jvps = [jvp_masked(br, nz, instantiate=out_nz, refs=True)[0] for br in branches]
     tan_ops = [t for t, m in zip(ops_t, nz) if m]
     outs = b.emit(
         "cond",
@@ -112,11 +120,11 @@ def _cond_linearize(primals, tangents, *, branches, **params):
     index, *ops = primals
     _, *ops_t = tangents
     branches, nz, out_nz, out_types = _cond_masks(branches, ops_t)
-    if not any(out_nz):
+    if not any(out_nz) and not writes_tangent_ref(branches[0].invars, nz):
         outs = b.emit("cond", primals, _cond_params(params, branches), out_types)
         return outs, zero_tangents(out_types)
     n_out = len(out_nz)
-    lins = [linearize_masked(br, nz, instantiate=out_nz) for br in branches]
+    lins = [linearize_masked(br, nz, instantiate=out_nz, refs=True) for br in branches]
     # Unify the residuals: new ones matched by (type, occurrence) as JAX's
     # _merge_branch_residuals does; branch inputs are forwarded (one slot per input).
     new_slots: list = []
@@ -179,30 +187,39 @@ def _cond_linearize(primals, tangents, *, branches, **params):
     return prim_outs, [next(it) if m else Zero(tangent_type(t)) for t, m in zip(out_types, out_nz)]
 
 
-def _transpose_body(j: Jaxpr, lin: list[bool], ct_mask: list[bool]):
-    """`(non-linear inputs..., nonzero output cts...) -> (cts of the linear inputs...)`."""
+def _transpose_body(j: Jaxpr, lin: list[bool], ct_mask: list[bool], ref_lin: list[bool]):
+    """`(non-linear inputs and cotangent Refs..., nonzero output cts...) -> (cts of the
+    linear inputs...)`; `ref_lin`: the differentiated Ref operands, whose cotangent Refs the
+    branch writes into."""
     consts = [B.fresh_like(v) for v in j.constvars]
-    nl = [B.fresh_like(v) for v, m in zip(j.invars, lin) if not m]
+    nl = [
+        Var(RefType(tangent_type(v.type.inner)), None) if r else B.fresh_like(v)
+        for v, m, r in zip(j.invars, lin, ref_lin)
+        if r or not m
+    ]
     ctv = [Var(tangent_type(o.type), None) for o, m in zip(j.outvars, ct_mask) if m]
     it, it2 = iter(nl), iter(ctv)
-    args = [None if m else next(it) for m in lin]
+    args = [next(it) if r or not m else None for m, r in zip(lin, ref_lin)]
     cts = [next(it2) if m else Zero(tangent_type(o.type)) for o, m in zip(j.outvars, ct_mask)]
     bb = B.Builder(loc=B.current().loc)
     with B.use(bb):
         _, cts_in = backward_pass(j, lin, args, cts, consts)
-        outs = [instantiate(c) for c, m in zip(cts_in, lin) if m]
+        outs = [instantiate(c) for c, m, r in zip(cts_in, lin, ref_lin) if m and not r]
     return B.make_jaxpr(nl + ctv, B.dce_eqns(bb.eqns, outs), outs, consts)
 
 
 def _cond_transpose(cts, index, *args, branches, **params):
+    """A differentiated Ref operand enters the transposed branches as its cotangent Ref."""
     if is_undefined_primal(index):
         raise JaxprError("cond: the branch index cannot be linear", B.current().loc)
     lin = [is_undefined_primal(a) for a in args]
+    ref_lin = [m and a.ct_ref is not None for a, m in zip(args, lin)]
+    values = [m and not r for m, r in zip(lin, ref_lin)]
     ct_mask = [not is_zero(c) for c in cts]
-    if not any(ct_mask) or not any(lin):
+    if not any(lin) or not (any(ct_mask) or any(ref_lin)):
         return [None] + [Zero(tangent_type(a.type)) if m else None for a, m in zip(args, lin)]
-    tbranches = [_transpose_body(br, lin, ct_mask) for br in branches]
-    res = [a for a, m in zip(args, lin) if not m]
+    tbranches = [_transpose_body(br, lin, ct_mask, ref_lin) for br in branches]
+    res = [a.ct_ref if r else a for a, m, r in zip(args, lin, ref_lin) if r or not m]
     ct_atoms = [c for c in cts if not is_zero(c)]
     outs = B.current().emit(
         "cond",
@@ -211,7 +228,7 @@ def _cond_transpose(cts, index, *args, branches, **params):
         [o.type for o in tbranches[0].outvars],
     )
     it = iter(outs)
-    return [None] + [next(it) if m else None for m in lin]
+    return [None] + [next(it) if v else None for v in values]
 
 
 # ---------------------------------------------------------------- batching
@@ -233,6 +250,13 @@ def _cond_batching(args, dims, *, branches, **params):
     idd, *xds = dims
     size = BT.axis_size()
     if idd is not None:
+        if any(isinstance(x.type, RefType) for x in xs):
+            raise JaxprError(
+                "vmap of a cond with a batched predicate whose branches use a Ref is not "
+                "supported (every branch would run and write it); JAX refuses vmap of a cond "
+                "with Refs too: select between the values instead",
+                B.current().loc,
+            )
         index, *xs = (BT.bdim_at_front(x, d, size) for x, d in zip(args, dims))
         n_in, n_out = len(branches[0].invars), len(branches[0].outvars)
         batched = [BT.batch_jaxpr(br, [True] * n_in, [True] * n_out)[0] for br in branches]
@@ -304,13 +328,34 @@ def _cond_evaluate(interp, eqn, invals, path):
     import jax
     import jax.numpy as jnp
 
+    from ..backend.evaluator import ThreadedRefs
+
     fns = [interp.fn(b, eqn, path) for b in branches]
     if len(fns) == 1:
         return fns[0](*ops)
     idx = jnp.asarray(idx)
     if idx.dtype == jnp.bool_:
         idx = idx.astype(jnp.int32)
-    return list(jax.lax.switch(idx, fns, *ops))
+    refs = ThreadedRefs(ops)  # Refs the branches use: their values go in and come out
+    if not refs.boxes:
+        return list(jax.lax.switch(idx, fns, *ops))
+    values = [x for k, x in enumerate(ops) if k not in refs.at]
+
+    def threaded(fn):
+        def run_branch(*args):
+            it = iter(args[: len(values)])
+            inside, boxes = refs.inside(
+                [None if k in refs.at else next(it) for k in range(len(ops))],
+                args[len(values) :],
+            )
+            return tuple(fn(*inside)) + tuple(b.value for b in boxes)
+
+        return run_branch
+
+    out = jax.lax.switch(idx, [threaded(f) for f in fns], *values, *refs.values())
+    n_out = len(out) - len(refs.boxes)
+    refs.write_back(out[n_out:])
+    return list(out[:n_out])
 
 
 def _platform_dependent(interp, eqn, branches, platforms, ops, path):
@@ -385,6 +430,7 @@ define(
     jvp_kind="jvp+linearization",
     linearization=_cond_linearize,
     transpose=_cond_transpose,
+    transposes_refs=True,
     dce=_cond_dce,
     evaluate=_cond_evaluate,
     # `linear` (older texts) is AD's bookkeeping

@@ -24,8 +24,16 @@ from ..ad.jvp import jvp_masked
 from ..ad.linearize import linearize_masked
 from ..ad.ops import add_tangents, instantiate
 from ..ad.transpose import backward_pass
-from ..ad.zeros import Zero, is_undefined_primal, is_zero, nonzero_mask, tangent_type, zero_tangents
-from ..core import Jaxpr, JaxprError, Literal, ShapedArray, Var
+from ..ad.zeros import (
+    Zero,
+    carries_tangent,
+    is_undefined_primal,
+    is_zero,
+    tangent_type,
+    writes_tangent_ref,
+    zero_tangents,
+)
+from ..core import Jaxpr, JaxprError, Literal, RefType, ShapedArray, Var
 from ..params import Opaque, format_value
 from ..record import define, prim
 from ..shapes import ShapeError, shape_rule
@@ -560,7 +568,7 @@ def _scan_fixed_point(enc: ScanParams, tangents):
     """The tangent masks at the carries' fixed point (a carry tangent is nonzero when its
     init's is or when the body makes it so): (input mask, output mask, the body's JVP)."""
     body, nc, nk, ny = enc.jaxpr, enc.num_consts, enc.num_carry, enc.num_ys
-    nz = nonzero_mask(body.invars, tangents)
+    nz = [not is_zero(t) and carries_tangent(v.type) for v, t in zip(body.invars, tangents)]
     const_nz, init_nz, xs_nz = nz[:nc], nz[nc : nc + nk], nz[nc + nk :]
     carry_nz = list(init_nz)
     out_nz: list[bool] = []
@@ -568,14 +576,14 @@ def _scan_fixed_point(enc: ScanParams, tangents):
     if any(nz):
         for _ in range(nk + 1):
             jv, out_nz = jvp_masked(
-                body, const_nz + carry_nz + xs_nz, instantiate=carry_nz + [False] * ny
+                body, const_nz + carry_nz + xs_nz, instantiate=carry_nz + [False] * ny, refs=True
             )
             if out_nz[:nk] == carry_nz:
                 break  # `jv` is the body's JVP at the fixed point
             carry_nz = [x or y for x, y in zip(carry_nz, out_nz[:nk])]
         else:
             jv, out_nz = jvp_masked(
-                body, const_nz + carry_nz + xs_nz, instantiate=carry_nz + [False] * ny
+                body, const_nz + carry_nz + xs_nz, instantiate=carry_nz + [False] * ny, refs=True
             )
     return const_nz + carry_nz + xs_nz, out_nz, jv
 
@@ -587,7 +595,7 @@ def _scan_jvp(primals, tangents, **params):
     nc, nk, ny = enc.num_consts, enc.num_carry, enc.num_ys
     nzs, out_nz, jv = _scan_fixed_point(enc, tangents)
     out_types = _scan_out_types(body, nk, length)
-    if not any(out_nz):
+    if not any(out_nz) and not writes_tangent_ref(body.invars, nzs):
         return b.emit("scan", primals, params, out_types), zero_tangents(out_types)
     const_nz, carry_nz, xs_nz = nzs[:nc], nzs[nc : nc + nk], nzs[nc + nk :]
     n = len(primals)
@@ -652,10 +660,12 @@ def _scan_linearize(primals, tangents, **params):
     nc, nk, ny = enc.num_consts, enc.num_carry, enc.num_ys
     nzs, out_nz, _ = _scan_fixed_point(enc, tangents)
     out_types = _scan_out_types(body, nk, length)
-    if not any(out_nz):
+    if not any(out_nz) and not writes_tangent_ref(body.invars, nzs):
         return B.current().emit("scan", primals, params, out_types), zero_tangents(out_types)
     carry_nz = nzs[nc : nc + nk]
-    pj, lj, out_nz2, nres = linearize_masked(body, nzs, instantiate=carry_nz + [False] * ny)
+    pj, lj, out_nz2, nres = linearize_masked(
+        body, nzs, instantiate=carry_nz + [False] * ny, refs=True
+    )
     assert out_nz2 == out_nz
     res = list(pj.outvars[nk + ny :])
     in_pos = {id(v): i for i, v in enumerate(pj.invars)}
@@ -786,6 +796,9 @@ def _scan_transpose(cts, *args, **params):
             break
         lk = new
     consts, init, xs = args[:nc], args[nc : nc + nk], args[nc + nk :]
+    # a differentiated Ref const enters the transposed loop as its cotangent Ref
+    ref_c = [m and a.ct_ref is not None for a, m in zip(consts, lc)]
+    val_c = [m and not r for m, r in zip(lc, ref_c)]
     # Non-linear carries (loop counters...): a forward scan records their value at each iteration,
     # the transposed scan reads them as residual xs.
     nl_k = [i for i in range(nk) if not lk[i]]
@@ -797,10 +810,10 @@ def _scan_transpose(cts, *args, **params):
     ct_carry = [instantiate(c) for c, m in zip(cts[:nk], lk) if m]
     ys_mask = [not is_zero(c) for c in cts[nk:]]
     ct_ys = [c for c in cts[nk:] if not is_zero(c)]
-    res_c = [a for a, m in zip(consts, lc) if not m]
-    ct_c0 = [ops.zeros(tangent_type(a.type)) for a, m in zip(consts, lc) if m]
+    res_c = [a.ct_ref if r else a for a, m, r in zip(consts, lc, ref_c) if r or not m]
+    ct_c0 = [ops.zeros(tangent_type(a.type)) for a, v in zip(consts, val_c) if v]
     res_x = [a for a, m in zip(xs, lx) if not m] + nl_stacked
-    tbody = _transpose_scan_body(body, nc, nk, lc, lk, lx, ys_mask)
+    tbody = _transpose_scan_body(body, nc, nk, lc, lk, lx, ys_mask, ref_c)
     n_acc, n_k = len(ct_c0), len(ct_carry)
     if enc.ft:
         ft_in = _pytree_ft(((len(res_c), 0), (n_acc, n_k), (0, len(ct_ys), len(res_x))))
@@ -829,7 +842,7 @@ def _scan_transpose(cts, *args, **params):
     )
     cts_k = [next(it_k) if m else None for m in lk]
     return (
-        [next(it_c) if m else None for m in lc]
+        [next(it_c) if v else None for v in val_c]
         + [c if is_undefined_primal(a) else None for a, c in zip(init, cts_k)]
         + [next(it_x) if m else None for m in lx]
     )
@@ -873,20 +886,25 @@ def _nonlinear_carry_scan(body, params, enc, lc, lk, lx, consts, init, xs, lengt
     return outs[n_k:]
 
 
-def _transpose_scan_body(body: Jaxpr, nc, nk, lc, lk, lx, ys_mask) -> Jaxpr:
-    """`[res consts][ct accs, ct carry][nonzero ct ys, res xs, non-linear carries]
-    -> [ct accs, ct carry][ct xs]`."""
+def _transpose_scan_body(body: Jaxpr, nc, nk, lc, lk, lx, ys_mask, ref_c) -> Jaxpr:
+    """`[res consts, ct Refs][ct accs, ct carry][nonzero ct ys, res xs, non-linear carries]
+    -> [ct accs, ct carry][ct xs]` (`ref_c`: the differentiated Ref consts, whose cotangent
+    Refs the body writes into)."""
     C, K, X = body.invars[:nc], body.invars[nc : nc + nk], body.invars[nc + nk :]
     Y = body.outvars[nk:]
-    rc = [B.fresh_like(v) for v, m in zip(C, lc) if not m]
-    acc = [Var(tangent_type(v.type), None) for v, m in zip(C, lc) if m]
+    rc = [
+        Var(RefType(tangent_type(v.type.inner)), None) if r else B.fresh_like(v)
+        for v, m, r in zip(C, lc, ref_c)
+        if r or not m
+    ]
+    acc = [Var(tangent_type(v.type), None) for v, m, r in zip(C, lc, ref_c) if m and not r]
     ctk = [Var(tangent_type(v.type), None) for v, m in zip(K, lk) if m]
     cty = [Var(tangent_type(y.type), None) for y, m in zip(Y, ys_mask) if m]
     rx = [B.fresh_like(v) for v, m in zip(X, lx) if not m]
     rk = [B.fresh_like(v) for v, m in zip(K, lk) if not m]
     irc, irx, irk = iter(rc), iter(rx), iter(rk)
     args = (
-        [None if m else next(irc) for m in lc]
+        [next(irc) if r or not m else None for m, r in zip(lc, ref_c)]
         + [None if m else next(irk) for m in lk]
         + [None if m else next(irx) for m in lx]
     )
@@ -900,7 +918,7 @@ def _transpose_scan_body(body: Jaxpr, nc, nk, lc, lk, lx, ys_mask) -> Jaxpr:
     bb = B.Builder(loc=B.current().loc)
     with B.use(bb):
         _, cts_in = backward_pass(body, mask, args, cts_out, consts)
-        ct_c = [c for c, m in zip(cts_in[:nc], lc) if m]
+        ct_c = [c for c, m, r in zip(cts_in[:nc], lc, ref_c) if m and not r]
         new_acc = [instantiate(add_tangents(a, c)) for a, c in zip(acc, ct_c)]
         ct_k = [instantiate(c) for c, m in zip(cts_in[nc : nc + nk], lk) if m]
         ct_x = [instantiate(c) for c, m in zip(cts_in[nc + nk :], lx) if m]
@@ -1056,18 +1074,27 @@ def _scan_evaluate(interp, eqn, invals, path):
         return carry + stacked
     import jax
 
+    from ..backend.evaluator import ThreadedRefs
+
+    refs = ThreadedRefs(consts)  # the Refs it writes into: their values are carried
+
     def f(c, x):
-        out = interp.run(
-            body, [], list(consts) + list(c) + (list(x) if x is not None else []), path
-        )
-        return tuple(out[:nk]), tuple(out[nk:])
+        cs, boxes = refs.inside(consts, c[nk:])
+        out = interp.run(body, [], cs + list(c[:nk]) + (list(x) if x is not None else []), path)
+        return tuple(out[:nk]) + tuple(b.value for b in boxes), tuple(out[nk:])
 
     unroll = eqn.params.get("unroll", 1)
     unroll = bool(unroll) if isinstance(unroll, bool) else int(unroll)
     carry, ys = jax.lax.scan(
-        f, tuple(init), tuple(xs) if xs else None, length=length, reverse=reverse, unroll=unroll
+        f,
+        tuple(init) + refs.values(),
+        tuple(xs) if xs else None,
+        length=length,
+        reverse=reverse,
+        unroll=unroll,
     )
-    return list(carry) + list(ys)
+    refs.write_back(carry[nk:])
+    return list(carry[:nk]) + list(ys)
 
 
 # ---------------------------------------------------------------- cost
@@ -1111,6 +1138,7 @@ define(
     jvp_kind="jvp+linearization",
     linearization=_scan_linearize,
     transpose=_scan_transpose,
+    transposes_refs=True,
     dce=_scan_dce,
     evaluate=_scan_evaluate,
     # `linear` and `_split_transpose` are AD's bookkeeping

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import re
 
+from ..ad import ops
 from ..ad.builder import current
-from ..ad.ops import instantiate
+from ..ad.ops import instantiate, new_ref, zeros_ref
 from ..ad.registry import rebind_primal
 from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import JaxprError, OpaqueType, RefType, ShapedArray, is_inexact, short_dtype_name
@@ -37,8 +38,54 @@ def _box(x, eqn):
     return x
 
 
+class _Window:
+    """A dynamic slice `$a:$b+n` of an indexer (JAX prints `Slice(i, n)` as `i:i+n`): its
+    start, an index operand, and its static size."""
+
+    __slots__ = ("start", "size")
+
+    def __init__(self, start, size: int):
+        self.start, self.size = start, size
+
+
+_WINDOW = re.compile(r"\$(\d+):\$\d+\+(\d+)$")
+
+
+def _window(eqn, part: str, idx_inputs, before: list) -> _Window:
+    m = _WINDOW.match(part)
+    if m is None or Ellipsis in before:
+        raise JaxprError(f"'{eqn.prim}': cannot read the dynamic slice '{part}'", eqn.loc)
+    return _Window(idx_inputs[int(m[1])], int(m[2]))
+
+
+def _windowed(value, idx):
+    """(the part of `value` the indexer's dynamic slices select, their starts per axis, the
+    index with those entries `:`); `(value, None, idx)` when it has none.  The starts clamp
+    into range, as JAX's discharge (`dynamic_slice`) clamps them."""
+    if idx is None or not any(isinstance(e, _Window) for e in idx):
+        return value, None, idx
+    from jax import lax
+
+    starts, sizes = [0] * value.ndim, list(value.shape)
+    for k, e in enumerate(idx):
+        if isinstance(e, _Window):
+            starts[k], sizes[k] = e.start, e.size
+    rest = tuple(slice(None) if isinstance(e, _Window) else e for e in idx)
+    return lax.dynamic_slice(value, starts, sizes), starts, rest
+
+
+def _write_back(value, part, starts):
+    """`value` with the window at `starts` replaced by `part` (all of it when no window)."""
+    if starts is None:
+        return part
+    from jax import lax
+
+    return lax.dynamic_update_slice(value, part, starts)
+
+
 def _indexer(eqn, idx_inputs, shape):
-    """A numpy-style index from a printed ref indexer `[$0,:]`, `[...]`, `[:,1]`, `[$0,1:]`."""
+    """A numpy-style index from a printed ref indexer `[$0,:]`, `[...]`, `[:,1]`, `[$0,1:]`;
+    a dynamic slice `[$0:$1+2]` is a `_Window` (see `_windowed`)."""
     from ..params import split_top_level as split_top
 
     ix = eqn.params.get("indexer")
@@ -52,6 +99,8 @@ def _indexer(eqn, idx_inputs, shape):
         part = part.strip()
         if part == "...":
             out.append(Ellipsis)
+        elif part.startswith("$") and ":" in part:
+            out.append(_window(eqn, part, idx_inputs, out))
         elif part.startswith("$"):
             import jax.numpy as jnp
 
@@ -227,8 +276,8 @@ def _print_get(e, p):
 
 def _evaluate_get(interp, eqn, invals, path):
     box = _box(invals[0], eqn)
-    idx = _indexer(eqn, invals[1:], box.value.shape)
-    return [box.value if idx is None else box.value[idx]]
+    part, _, idx = _windowed(box.value, _indexer(eqn, invals[1:], box.value.shape))
+    return [part if idx is None else part[idx]]
 
 
 define(
@@ -273,12 +322,13 @@ def _evaluate_swap(interp, eqn, invals, path):
     import jax.numpy as jnp
 
     box, val = _box(invals[0], eqn), invals[1]
-    idx = _indexer(eqn, invals[2:], box.value.shape)
-    old = box.value if idx is None else box.value[idx]
+    part, starts, idx = _windowed(box.value, _indexer(eqn, invals[2:], box.value.shape))
+    old = part if idx is None else part[idx]
     if idx is None:
-        box.value = jnp.asarray(val, dtype=box.value.dtype) + jnp.zeros_like(box.value)
+        part = jnp.asarray(val, dtype=part.dtype) + jnp.zeros_like(part)
     else:
-        box.value = box.value.at[idx].set(val)
+        part = part.at[idx].set(val)
+    box.value = _write_back(box.value, part, starts)
     return [old] if eqn.outputs else []
 
 
@@ -319,8 +369,9 @@ def _print_addupdate(e, p):
 
 def _evaluate_addupdate(interp, eqn, invals, path):
     box, val = _box(invals[0], eqn), invals[1]
-    idx = _indexer(eqn, invals[2:], box.value.shape)
-    box.value = box.value + val if idx is None else box.value.at[idx].add(val)
+    part, starts, idx = _windowed(box.value, _indexer(eqn, invals[2:], box.value.shape))
+    part = part + val if idx is None else part.at[idx].add(val)
+    box.value = _write_back(box.value, part, starts)
     return []
 
 
@@ -353,7 +404,9 @@ def _new_ref_jvp(primals, tangents, **params):
     (t,) = tangents
     if not is_inexact(tangent_type(primals[0].type)):
         return [ref], [Zero(tangent_type(ref.type))]
-    (tref,) = current().bind("new_ref", [instantiate(t)], params, [ref.type])
+    b = current()
+    with b.tangent_mode():  # linearize: the tangent Ref belongs to the linear program
+        (tref,) = b.bind("new_ref", [instantiate(t)], params, [ref.type])
     return [ref], [tref]
 
 
@@ -374,12 +427,13 @@ def _get_jvp(primals, tangents, **params):
 
 def _written_ref_tangent(name, tangents):
     """The Ref's tangent of a write; a differentiated value written into a Ref that has none
-    is refused, as JAX refuses it."""
+    is refused."""
     tref, tx = tangents[0], tangents[1]
     if is_zero(tref) and not is_zero(tx):
         raise JaxprError(
-            f"'{name}': a differentiated value is written into a Ref that is not "
-            "differentiated (its initial value has no tangent); JAX refuses this too",
+            f"'{name}': a differentiated value is written into a Ref that has no tangent (it "
+            "was made from a value that is not differentiated, or is an input of the "
+            "program); JAX refuses this too: make the Ref from a float value inside it",
             current().loc,
         )
     return tref, tx
@@ -418,26 +472,170 @@ define("new_ref", jvp_on_zero_tangents=True)
 
 
 # ---------------------------------------------------------------- vmap: a batched Ref holds
-# the batch at its axis 0 (JAX's `_get_vmap`, `_swap_vmap`, `_addupdate_vmap` for indices that
-# are not batched): new_ref moves its value's batch axis to the front, and every read, write
-# and accumulation indexes `[:, IDX]`, as JAX prints it (`d[:,1:] <- i`).
+# the batch at its axis 0 (JAX's `_get_vmap`, `_swap_vmap`, `_addupdate_vmap`): new_ref moves
+# its value's batch axis to the front.  With indices that are not batched, every read, write
+# and accumulation indexes `[:, IDX]`, as JAX prints it (`d[:,1:] <- i`).  With batched
+# indices, JAX's `_batch_indexer`: every index array gets the batch at its front (an unbatched
+# one broadcast along it), and a batched Ref is indexed at its axis 0 by an iota over the
+# batch of the same shape (`d[e,b]`, `e` the iota), so that each example reads and writes its
+# own Ref at its own indices: the Ref operation stays a get/swap/addupdate, with index arrays.
 
-_NO_VMAP_INDEX = (
-    "vmap with batched indices into a Ref is not supported yet (JAX gathers and scatters "
-    "them); batch the values, not the indices"
-)
 _NO_VMAP_WRITE = (
     "vmap writes a batched value into a Ref that is not batched (one made outside the "
     "batched values); JAX refuses this too: make the Ref from a batched value"
 )
+_NO_VMAP_WRITE_AT = (
+    "vmap writes into a Ref that is not batched (one made outside the batched values) at "
+    "batched indices; JAX refuses this too: make the Ref from a batched value"
+)
+_NO_VMAP_SLICE = (
+    "vmap of a dynamic slice `i:i+n` into a Ref with a batched start `i` is not supported "
+    "(JAX refuses it too); index with an array (`i + iota`) instead"
+)
+_PLAIN_ONLY = "only a plain indexing `[i,:,1:3]` (no transform, no `...` among others) is batched"
+_OPERAND = re.compile(r"\$(\d+)$")
 
 
-def _batched_indexer(params) -> dict:
+def _template_entries(tpl: str) -> list[str] | None:
+    """The entries of an indexer `[e0,e1,...]` (`[...]`: none); None for any other form (a
+    transform `{bitcast(...)}`, several indexings)."""
+    from ..params import split_top_level
+
+    body = tpl[1:-1] if tpl.startswith("[") and tpl.endswith("]") else None
+    if body is None or "[" in body or "{" in body:
+        return None
+    return [] if body == "..." else [part.strip() for part in split_top_level(body)]
+
+
+def _is_integer_entry(entry: str) -> bool:
+    """An index operand `$k` or an integer literal: it drops its axis (numpy's advanced
+    indexing when there are index arrays)."""
+    return bool(_OPERAND.match(entry)) or entry.lstrip("-").isdigit()
+
+
+def _contiguous(positions: list[int]) -> bool:
+    return positions == list(range(positions[0], positions[0] + len(positions)))
+
+
+def _index_shape(name, entries, index_types) -> tuple:
+    """The shape the index arrays of one example broadcast to (the advanced block)."""
+    arrays = [index_types[int(m[1])] for e in entries if (m := _OPERAND.match(e))]
+    return broadcast_shapes(name, [t for t in arrays if isinstance(t, ShapedArray)])
+
+
+def _at_front_indexer(name, params, index_types) -> tuple[dict, int]:
+    """Unbatched indices into a batched Ref: `[:, IDX]`, and where the batch lands, at the
+    front unless IDX's index arrays are not contiguous (numpy puts their block first)."""
     tpl = str(params.get("indexer", "[...]")).strip()
-    if not (tpl.startswith("[") and tpl.endswith("]")):
-        raise JaxprError(f"vmap: cannot batch the Ref indexing {tpl}", current().loc)
+    entries = _template_entries(tpl)
+    if entries is None:
+        raise JaxprError(f"vmap: cannot batch the Ref indexing {tpl}: {_PLAIN_ONLY}", current().loc)
     new = tpl if tpl == "[...]" else "[:," + tpl[1:]
-    return {**params, "indexer": Opaque(new)}
+    positions = [k for k, e in enumerate(entries) if _is_integer_entry(e)]
+    block = _index_shape(name, entries, index_types)
+    if block and "..." in entries:  # where `...` ends decides whether the arrays are apart
+        raise JaxprError(f"vmap: cannot batch the Ref indexing {tpl}: {_PLAIN_ONLY}", current().loc)
+    at = len(block) if block and not _contiguous(positions) else 0
+    return {**params, "indexer": Opaque(new)}, at
+
+
+def _entries(name, params, rank: int) -> list[str]:
+    """The indexer's entries, one per axis of the Ref's value (`:` for those it leaves out)."""
+    tpl = str(params.get("indexer", "[...]")).strip()
+    entries = _template_entries(tpl)
+    if entries is None or "..." in entries or len(entries) > rank:
+        raise JaxprError(
+            f"'{name}': vmap with batched indices cannot batch the Ref indexing {tpl}: "
+            f"{_PLAIN_ONLY}",
+            current().loc,
+        )
+    return entries + [":"] * (rank - len(entries))
+
+
+def _index_at_front(x, d, full):
+    """An index operand with the batch at its front, of the batched advanced block's shape
+    `full`; an unbatched scalar stays as it is (every example uses it)."""
+    from ..ad.batching import moveaxis
+
+    if d is None:
+        if not x.type.ndim:
+            return x
+        return ops.broadcast_in_dim(x, full, range(1, len(full)))
+    x = moveaxis(x, d, 0)
+    if x.type.ndim < len(full):  # a batched scalar beside index arrays
+        x = ops.broadcast_in_dim(x, full, (0,))
+    return x
+
+
+def _batched_indices(name, ref, ref_dim, idx, idx_dims, params):
+    """JAX's `_batch_indexer`: (the index operands, the new indexer, the positions of the
+    integer entries in the original one, the shape of one example's advanced block)."""
+    from ..ad.batching import axis_size, unbatched_type
+
+    rank = ref.type.inner.ndim - (0 if ref_dim is None else 1)
+    entries = _entries(name, params, rank)
+    block = _index_shape(name, entries, [unbatched_type(x.type, d) for x, d in zip(idx, idx_dims)])
+    full = (axis_size(), *block)
+    offset = 0 if ref_dim is None else 1  # the iota comes first
+    operands = []
+
+    def slot(x) -> str:
+        operands.append(x)
+        return f"${len(operands) - 1 + offset}"
+
+    texts = []
+    for e in entries:
+        if m := _OPERAND.match(e):
+            k = int(m[1])
+            texts.append(slot(_index_at_front(idx[k], idx_dims[k], full)))
+        elif "$" in e:  # a dynamic slice `$a:$b+n`
+            if any(idx_dims[int(k)] is not None for k in _SLOT.findall(e)):
+                raise JaxprError(f"'{name}': {_NO_VMAP_SLICE}", current().loc)
+            texts.append(_SLOT.sub(lambda m: slot(idx[int(m[1])]), e))
+        else:
+            texts.append(e)
+    if ref_dim is not None:
+        operands.insert(0, ops.iota(full, 0))
+        texts.insert(0, "$0")
+    positions = [k for k, e in enumerate(entries) if _is_integer_entry(e)]
+    return operands, {**params, "indexer": Opaque("[" + ",".join(texts) + "]")}, positions, block
+
+
+def _block_first(ndim: int, pos: int, n: int) -> tuple[int, ...]:
+    """The permutation taking (B, before[pos], block[n], after) to (B, block, before, after):
+    the layout numpy gives `r[iota, ..., idx, ...]` once the iota parts the index arrays."""
+    return (0, *range(1 + pos, 1 + pos + n), *range(1, 1 + pos), *range(1 + pos + n, ndim))
+
+
+def _undo(x, perm):
+    """`x` transposed back by the inverse of `perm`."""
+    return ops.transpose(x, tuple(sorted(range(len(perm)), key=perm.__getitem__)))
+
+
+def _batched_index_op(name, n_values, args, dims, params):
+    """get/swap/addupdate with batched indices, as JAX's rules: outputs and values batched at
+    axis 0, transposed around the operation where the iota moves the index block first."""
+    from ..ad.batching import bdim_at_front
+
+    ref, ref_dim = args[0], dims[0]
+    if ref_dim is None and n_values:
+        raise JaxprError(f"'{name}': {_NO_VMAP_WRITE_AT}", current().loc)
+    idx, idx_dims = args[1 + n_values :], dims[1 + n_values :]
+    operands, new, positions, block = _batched_indices(name, ref, ref_dim, idx, idx_dims, params)
+    contiguous = _contiguous(positions)
+    if ref_dim is None:  # get only: the block (B, *block) lands where numpy puts it
+        outs = current().bind(name, [ref, *operands], new)
+        return outs, [positions[0] if contiguous else 0]
+    moved = contiguous and positions[0] > 0  # the iota parts the index block from the front
+    values = [bdim_at_front(v, d) for v, d in zip(args[1 : 1 + n_values], dims[1 : 1 + n_values])]
+    perms = [_block_first(v.type.ndim, positions[0], len(block)) for v in values]
+    if moved:
+        values = [ops.transpose(v, p) for v, p in zip(values, perms)]
+    outs = current().bind(name, [ref, *values, *operands], new)
+    if moved:
+        perms = perms or [_block_first(outs[0].type.ndim, positions[0], len(block))]
+        outs = [_undo(o, p) for o, p in zip(outs, perms)]
+    return outs, [0] * len(outs)
 
 
 def _ref_batch_dim(name, d) -> None:
@@ -460,28 +658,29 @@ def _freeze_batching(args, dims, **params):
 
 
 def _indexed_batching(name, n_values):
-    """get (no value), swap and addupdate (one value): the Ref and its value batched at
-    axis 0, an unbatched value broadcast along the batch, the indices not batched."""
+    """get (no value), swap and addupdate (one value): the Ref batched at axis 0, an
+    unbatched value broadcast along the batch; batched indices as JAX's `_batch_indexer`."""
 
     def rule(args, dims, **params):
         from ..ad.batching import axis_size, broadcast, moveaxis
 
         ref_dim, value_dims, index_dims = dims[0], dims[1 : 1 + n_values], dims[1 + n_values :]
-        if any(d is not None for d in index_dims):
-            raise JaxprError(f"'{name}': {_NO_VMAP_INDEX}", current().loc)
         _ref_batch_dim(name, ref_dim)
+        if any(d is not None for d in index_dims):
+            return _batched_index_op(name, n_values, args, dims, params)
         if ref_dim is None:
             if any(d is not None for d in value_dims):
                 raise JaxprError(f"'{name}': {_NO_VMAP_WRITE}", current().loc)
             outs = current().bind(name, list(args), params)
             return outs, [None] * len(outs)
+        index_types = [x.type for x in args[1 + n_values :]]
+        new, at = _at_front_indexer(name, params, index_types)
         values = [
-            broadcast(v, axis_size(), 0) if d is None else moveaxis(v, d, 0)
+            broadcast(v, axis_size(), at) if d is None else moveaxis(v, d, at)
             for v, d in zip(args[1 : 1 + n_values], value_dims)
         ]
-        ins = [args[0], *values, *args[1 + n_values :]]
-        outs = current().bind(name, ins, _batched_indexer(params))
-        return outs, [0] * len(outs)
+        outs = current().bind(name, [args[0], *values, *args[1 + n_values :]], new)
+        return outs, [at] * len(outs)
 
     return rule
 
@@ -493,29 +692,72 @@ define("swap", batching=_indexed_batching("swap", 1))
 define("addupdate", batching=_indexed_batching("addupdate", 1))
 
 
-# ---------------------------------------------------------------- what the tool does not do yet
-# JAX transposes Ref programs (its fancy get/swap/addupdate transposes, Refs as accumulators);
-# the tool does not yet.  Its transpose walk follows values, not the effects on a Ref, so a
-# linearized Ref program would transpose to a silently wrong program: it is refused.
-
-_NO_REVERSE = (
-    "reverse mode (linearize, vjp, grad) of a program that differentiates through a Ref is "
-    "not supported yet (JAX transposes Refs as accumulators; the tool does not): use jvp"
-)
+# ---------------------------------------------------------------- reverse mode (JAX's backward
+# pass over Refs, `jax/_src/interpreters/ad.py` RefAccum, and the fancy transposes of
+# `state/primitives.py`): a differentiated Ref's cotangent is a Ref of cotangents, made by the
+# first cotangent that reaches it (new_ref of it), accumulated into with addupdate; a get
+# transposes to an accumulation, an addupdate to a read, a swap to a swap, new_ref to a freeze
+# of the cotangent Ref and freeze to an accumulation.  The walk hands each rule the Ref's
+# accumulator, holding its cotangent Ref (or a Zero before the first cotangent).
 
 
-def _refuse_linearization(name):
-    """Linearized, a Ref operation whose operands have no tangent is the primal one (a Ref
-    the differentiated values never reach); one that has a tangent is refused."""
-
-    def rule(primals, tangents, **params):
-        if any(not is_zero(t) for t in tangents):
-            raise JaxprError(f"'{name}': {_NO_REVERSE}", current().loc)
-        outs = _bind_like(name, primals, params)
-        return outs, [Zero(tangent_type(o.type)) for o in outs]
-
-    return rule
+def _cotangent_ref(acc):
+    """The accumulator's cotangent Ref, made of zeros when no cotangent has reached it."""
+    if is_zero(acc.get()):
+        acc.set(zeros_ref(acc.type))
+    return acc.get()
 
 
-for _n in ("new_ref", "freeze", "get", "swap", "addupdate"):
-    define(_n, linearization=_refuse_linearization(_n))
+def _accumulate(acc, ct, idx, params) -> None:
+    """Add `ct` into the part `params["indexer"]` of the Ref whose accumulator is `acc`."""
+    if acc is None or is_zero(ct):
+        return
+    whole = str(params.get("indexer", "[...]")).strip() in ("[...]", "")
+    if is_zero(acc.get()) and whole:
+        acc.set(new_ref(ct))
+        return
+    current().bind("addupdate", [_cotangent_ref(acc), ct, *idx], params, [])
+
+
+def _get_transpose(cts, ref, *idx, accums, **params):
+    _accumulate(accums[0], cts[0], idx, params)
+
+
+def _swap_transpose(cts, ref, x, *idx, accums, **params):
+    """`y = r[i]; r[i] = x` transposes to `x_ct = ct_r[i]; ct_r[i] = y_ct`."""
+    acc, (g,) = accums[0], cts
+    if acc is None or (is_zero(acc.get()) and is_zero(g)):
+        return
+    (x_ct,) = current().bind(
+        "swap", [_cotangent_ref(acc), instantiate(g), *idx], params, [tangent_type(x.type)]
+    )
+    if accums[1] is not None:
+        accums[1].add(x_ct)
+
+
+def _addupdate_transpose(cts, ref, x, *idx, accums, **params):
+    acc = accums[0]
+    if acc is None or accums[1] is None or is_zero(acc.get()):
+        return
+    (x_ct,) = current().bind("get", [acc.get(), *idx], params, [tangent_type(x.type)])
+    accums[1].add(x_ct)
+
+
+def _new_ref_transpose(cts, x, *, accums, **params):
+    (ct_ref,) = cts
+    if accums[0] is not None and not is_zero(ct_ref):
+        accums[0].add(current().bind("freeze", [ct_ref], {}, [tangent_type(x.type)])[0])
+
+
+def _freeze_transpose(cts, ref, *, accums, **params):
+    _accumulate(accums[0], cts[0], (), {})
+
+
+for _n, _rule in (
+    ("get", _get_transpose),
+    ("swap", _swap_transpose),
+    ("addupdate", _addupdate_transpose),
+    ("new_ref", _new_ref_transpose),
+    ("freeze", _freeze_transpose),
+):
+    define(_n, fancy_transpose=_rule)

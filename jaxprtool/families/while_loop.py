@@ -15,7 +15,7 @@ from ..ad import batching as BT
 from ..ad import builder as B
 from ..ad.jvp import jvp_masked
 from ..ad.ops import instantiate
-from ..ad.zeros import Zero, nonzero_mask, tangent_type, zero_tangents
+from ..ad.zeros import Zero, nonzero_mask, tangent_type, writes_tangent_ref, zero_tangents
 from ..core import Jaxpr, JaxprError, ShapedArray, Var
 from ..record import define
 from ..shapes import ShapeError, shape_rule
@@ -117,13 +117,17 @@ def _while_tangent_loop(primals, tangents, params):
     out_nz: list[bool] = []
     if any(bnz):
         for _ in range(nk + 1):
-            jv, out_nz = jvp_masked(body_jaxpr, bconst_nz + carry_nz, instantiate=carry_nz)
+            jv, out_nz = jvp_masked(
+                body_jaxpr, bconst_nz + carry_nz, instantiate=carry_nz, refs=True
+            )
             if out_nz == carry_nz:
                 break  # `jv` is the body's JVP at the fixed point
             carry_nz = [x or y for x, y in zip(carry_nz, out_nz)]
         else:
-            jv, out_nz = jvp_masked(body_jaxpr, bconst_nz + carry_nz, instantiate=carry_nz)
-    if not any(carry_nz):
+            jv, out_nz = jvp_masked(
+                body_jaxpr, bconst_nz + carry_nz, instantiate=carry_nz, refs=True
+            )
+    if not any(carry_nz) and not writes_tangent_ref(body_jaxpr.invars, bnz):
         return out_types, carry_nz, None
     P, T = list(jv.invars[: nbc + nk]), list(jv.invars[nbc + nk :])
     s1 = sum(bconst_nz)
@@ -322,18 +326,31 @@ def _while_evaluate(interp, eqn, invals, path):
             i += 1
     import jax
 
+    from ..backend.evaluator import ThreadedRefs
+
+    n, nc = len(init), len(cconsts)
+    refs = ThreadedRefs(list(cconsts) + list(bconsts))  # Refs it uses: their values are carried
+
+    def consts_inside(c):
+        cs, boxes = refs.inside(list(cconsts) + list(bconsts), c[n:])
+        return cs[:nc], cs[nc:], boxes
+
     def cond_fun(c):
-        pred = interp.run(cj, [], list(cconsts) + list(c), path)[0]
+        cc, _, _ = consts_inside(c)
+        pred = interp.run(cj, [], cc + list(c[:n]), path)[0]
         return jnp.any(pred) if batched else pred
 
     def body_fun(c):
-        new = interp.run(bj, [], list(bconsts) + list(c), path)
+        cc, bc, boxes = consts_inside(c)
+        new = interp.run(bj, [], bc + list(c[:n]), path)
         if batched:
-            pred = interp.run(cj, [], list(cconsts) + list(c), path)[0]
-            new = select(pred, new, list(c))
-        return tuple(new)
+            pred = interp.run(cj, [], cc + list(c[:n]), path)[0]
+            new = select(pred, new, list(c[:n]))
+        return tuple(new) + tuple(b.value for b in boxes)
 
-    return list(jax.lax.while_loop(cond_fun, body_fun, tuple(init)))
+    out = jax.lax.while_loop(cond_fun, body_fun, tuple(init) + refs.values())
+    refs.write_back(out[n:])
+    return list(out[:n])
 
 
 def _while_binder_type(eqn, pos):

@@ -107,10 +107,12 @@ def runner(jaxpr: Jaxpr, consts):
     """run(args) -> list of arrays, compiled once."""
     import jax
 
-    from ...backend import as_jax_function, check_runnable, evaluate
+    from ...backend import as_jax_function, check_runnable, evaluate, sharding
 
     check_runnable(jaxpr)
-    fn = jax.jit(as_jax_function(jaxpr, None, enable_x64=False))
+    multi = sharding.is_multi_device(jaxpr)
+    placement = sharding.enforce_call_placements if multi else None
+    fn = jax.jit(as_jax_function(jaxpr, None, enable_x64=False, placement=placement))
     consts = list(consts or [])
     return lambda args: evaluate(jaxpr, args, consts, jitted=fn)
 
