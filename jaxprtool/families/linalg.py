@@ -45,7 +45,7 @@ from ..ad.registry import (
     rule_kind,
 )
 from ..ad.zeros import Zero, is_zero, tangent_type
-from ..core import ShapedArray, short_dtype_name
+from ..core import ShapedArray, dtype_value
 from ..lazy import np
 from ..params import EnumValue, Record, as_int_tuple
 from ..record import define
@@ -403,7 +403,7 @@ def _ragged_dot_transpose(cts, x, y, gs, *, ragged_dot_dimension_numbers, **para
     def grad(lhs, rhs, dnums, unsorted_axes, like):
         # typed here: the result of the ragged-contracting form has a leading group dimension
         pet = p.get("preferred_element_type")
-        dtype = short_dtype_name(np.dtype(pet).name) if pet is not None else ty(lhs).dtype
+        dtype = opt_dtype_param(pet) or ty(lhs).dtype
         out_t = ShapedArray(tuple(shape(like)[a] for a in unsorted_axes), dtype)
         out = ops.bind(
             "ragged_dot_general",
@@ -1038,7 +1038,7 @@ def _eig_vec_jvp(w, v, da):
     P = _hmm(_lu_solve_square(v, da), v)
     dw = ops.diagonal(P)
     U = _hmm(v, ops.mul(fmat, P))
-    k = ops.bind("argmax", ops.abs(v), axes=(nd - 2,), index_dtype=np.dtype("int32"))
+    k = ops.bind("argmax", ops.abs(v), axes=(nd - 2,), index_dtype=dtype_value("i32"))
     rows = ops.bind_iota("i32", shape(v), nd - 2)
     mask = ops.convert_element_type(ops.eq(rows, ops.row_vector(k)), ty(v).dtype)
     col_sum = lambda x: ops.reduce_sum(x, (nd - 2,))  # noqa: E731
