@@ -19,6 +19,8 @@ either and refuse at the equation.  All batch by moving the batch dimension in f
 
 from __future__ import annotations
 
+import math
+
 from ..ad import batching as BT
 from ..ad import ops
 from ..ad.batching import leading_batch
@@ -46,7 +48,6 @@ from ..ad.registry import (
 )
 from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import ShapedArray, dtype_value
-from ..lazy import np
 from ..params import EnumValue, Record, as_int_tuple
 from ..record import define
 from ..shapes import ShapeError, shape_rule
@@ -414,9 +415,7 @@ def _ragged_dot_transpose(cts, x, y, gs, *, ragged_dot_dimension_numbers, **para
             _out_types=[out_t],
             **p,
         )
-        return bind_convert(
-            bind_transpose(out, [int(i) for i in np.argsort(unsorted_axes)]), ty(like).dtype
-        )
+        return bind_convert(bind_transpose(out, _argsort(unsorted_axes)), ty(like).dtype)
 
     x_bar = y_bar = None
     if und(x):
@@ -424,12 +423,12 @@ def _ragged_dot_transpose(cts, x, y, gs, *, ragged_dot_dimension_numbers, **para
         dnums = _ragged_dnums(
             ((ans_y, y_kept), (ans_batch, yb)), [len(xb) + x_kept.index(rd)], y_group
         )
-        x_contract_sorted_by_y = [xc[i] for i in np.argsort(yc)] if yc else []
+        x_contract_sorted_by_y = [xc[i] for i in _argsort(yc)] if yc else []
         x_bar = grad(ct, y, dnums, list(xb) + x_kept + x_contract_sorted_by_y, x)
     if und(y):
         ans_batch, ans_x, _ = _ranges_like(xb, x_kept, y_kept)
         dnums = _ragged_dnums(((x_kept, ans_x), (xb, ans_batch)), [rd], ())
-        y_contract_sorted_by_x = [yc[i] for i in np.argsort(xc)] if xc else []
+        y_contract_sorted_by_x = [yc[i] for i in _argsort(xc)] if xc else []
         y_bar = grad(x, ct, dnums, list(y_group) + list(yb) + y_contract_sorted_by_x + y_kept, y)
     return [x_bar, y_bar, None]
 
@@ -724,7 +723,7 @@ def _conv_transpose_rhs(
     batch_group_count=1,
     **params,
 ):
-    if is_zero(g) or int(np.prod(shape(g))) == 0:
+    if is_zero(g) or math.prod(shape(g)) == 0:
         return Zero(tangent_type(ty(rhs)))
     fgc, bgc = int(feature_group_count), int(batch_group_count)
     lhs_spec, rhs_spec, out_spec = _specs(dimension_numbers)
@@ -1646,7 +1645,7 @@ def _fft_transpose(ct, operand, *, fft_type, fft_lengths):
     if kind in ("FFT", "IFFT"):
         return [ops.bind("fft", ct, fft_type=fft_type, fft_lengths=fft_lengths)]
     lengths = _static_lengths(fft_lengths)
-    size = int(np.prod(lengths))
+    size = math.prod(lengths)
     if kind == "RFFT":
         cdt = ty(ct).dtype
         mask = _hermitian_mask(ct, shape(ct)[-1], lengths[-1], cdt)
