@@ -483,6 +483,34 @@ def batch_jaxpr2(jaxpr: Jaxpr, in_axes: Sequence[int | None]) -> tuple[Jaxpr, li
     return batch_jaxpr_axes(jaxpr, in_axes, [INFER] * len(jaxpr.outvars))
 
 
+def emit_vmapped(
+    jaxpr: Jaxpr,
+    args: Sequence[Atom],
+    in_axes: Sequence[int | None],
+    out_axes: int,
+    size: int,
+    consts: Sequence[Atom] = (),
+    style=None,
+) -> list[Atom]:
+    """The batched equations of `jaxpr` emitted into the current builder on `args` (input i
+    batched at `in_axes[i]`, None: not batched), every result's batch axis at `out_axes`:
+    what `inline_jaxpr(vmap_jaxpr(jaxpr, in_axes, out_axes, size, style), args, consts)`
+    emits, without building the batched program and copying it (the Jacobians)."""
+    outer = B.current()
+    if len(consts) != len(jaxpr.constvars):
+        raise JaxprError("internal error: batching a jaxpr with other constants", outer.loc)
+    b = BatchBuilder(loc=outer.loc)
+    with _context(size, style), B.use(b):
+        outs, dims = batch_eval(jaxpr, list(args), list(in_axes), list(consts))
+        res = [
+            matchaxis(d, _canon(out_axes, ndim(y) + 1), x)
+            for x, d, y in zip(outs, dims, jaxpr.outvars)
+        ]
+    for e in b.eqns:
+        outer.add_eqn(e)
+    return res
+
+
 def inline_jaxpr(jaxpr: Jaxpr, args: Sequence[Atom], consts: Sequence[Atom] = ()) -> list[Atom]:
     """Copy the equations of `jaxpr` into the current builder on `args` and `consts`
     (`ops.emit_jaxpr`)."""
