@@ -413,20 +413,43 @@ SCALE_COMMANDS = {
 LINEAR = 4.6
 
 
+def _scale_child(src: Path, folder: Path, argv) -> subprocess.CompletedProcess:
+    return run_child([sys.executable, "-c", SCALE, str(src), str(folder / "out.jaxpr"), *argv])[2]
+
+
+def _one_time_growth(folder: Path) -> dict[str, int]:
+    """Each command's peak memory growth (KB) on a 100-equation program: what it loads once
+    (rule families, numpy), not per equation; subtracted from the scale rows' growth."""
+    src = folder / "layers100.jaxpr"
+    src.write_text(layers_text(25))
+    base = {}
+    for name, (argv, _, _) in SCALE_COMMANDS.items():
+        r = _scale_child(src, folder, argv)
+        base[name] = int(r.stdout.split()[1]) if r.returncode == 0 else 0
+    src.unlink()
+    NOTES.append(
+        "scale rows: peak growth per equation is measured above each command's growth on a "
+        "100-equation program (one-time loading: "
+        + ", ".join(f"{k} {v / 1024:.0f} MB" for k, v in base.items())
+        + ")"
+    )
+    return base
+
+
 def scale(sizes: list[int], folder: Path) -> None:
     """Each command on layer-shaped programs of `sizes` equations, in a fresh process:
-    CPU s, peak memory growth per equation, linearity; grad at 100k against JAX's."""
+    CPU s, peak memory growth per equation (above the one-time growth), linearity; grad at
+    100k against JAX's."""
     small = jax.make_jaxpr(lambda w, x: layers_fn(w, x, 3))(*layers_args())
     assert str(small) + "\n" == layers_text(3), "layers_text no longer prints as JAX does"
     cpu: dict[tuple[str, int], float] = {}
     out_eqns: dict[int, int] = {}
+    base = _one_time_growth(folder)
     for n in sizes:
         src = folder / f"layers{n}.jaxpr"
         src.write_text(layers_text(n // 4))
         for name, (argv, kb, per) in SCALE_COMMANDS.items():
-            _, _, r = run_child(
-                [sys.executable, "-c", SCALE, str(src), str(folder / "out.jaxpr"), *argv]
-            )
+            r = _scale_child(src, folder, argv)
             if r.returncode:
                 why = (r.stderr.strip().splitlines() or ["?"])[-1][:60]
                 row(f"scale: {name} at {n} eqns: failed: {why}", "", "", "", "", False)
@@ -435,7 +458,7 @@ def scale(sizes: list[int], folder: Path) -> None:
             cpu[name, n] = float(t)
             if name == "grad":
                 out_eqns[n] = int(k)
-            per_eqn = int(grow) / (n if per == "in" else max(int(k), 1))
+            per_eqn = (int(grow) - base[name]) / (n if per == "in" else max(int(k), 1))
             row(
                 f"scale: {name} at {n} eqns, CPU s | peak growth KB per {per} eqn",
                 f"{float(t):.1f} | {per_eqn:.2f}",

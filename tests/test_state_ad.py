@@ -350,3 +350,35 @@ def test_vmap_of_a_cond_that_writes_a_ref(tmp_path):
     assert r.exit_code == 1, r.output
     assert "vmap of a cond with a batched predicate whose branches use a Ref" in r.output
     assert "Traceback" not in r.output
+
+
+def test_explain_walks_reverse_mode_through_refs(tmp_path):
+    """A Ref is shown by its type (its value changes as the program writes it); the
+    gradient it explains is checked against finite differences, and against JAX here."""
+    src, args = tmp_path / "w.jaxpr", tmp_path / "in.npz"
+    src.write_text(str(jax.make_jaxpr(indexed)(X)) + "\n")
+    np.savez(args, arg0=X)
+    r = run(["explain", str(src), "--args", str(args), "--no-color"])
+    assert r.exit_code == 0, r.output
+    assert "result: all checks pass" in r.output and "Ref{f32[4]}" in r.output
+    grads = [
+        float(x) for x in r.output.split("gradient of a")[1].split("[")[2].split("]")[0].split(",")
+    ]
+    close(np.array(grads, np.float32), jax.grad(indexed)(X), tol=1e-4)
+
+
+def test_grad_of_ref_programs_with_split_input_file_and_verify_each(tmp_path):
+    src = tmp_path / "two.jaxpr"
+    src.write_text(
+        str(jax.make_jaxpr(indexed)(X))
+        + "\n// -----\n"
+        + str(jax.make_jaxpr(through_scan)(X))
+        + "\n"
+    )
+    r = run(["grad", "--split-input-file", "--verify-each", str(src)])
+    assert r.exit_code == 0, r.output
+    parts = r.stdout.split("# -----")
+    assert len(parts) == 2
+    for text, f in zip(parts, (indexed, through_scan)):
+        (got,) = backend.evaluate(parse(text.strip() + "\n", "<part>").jaxpr, [X])
+        close(got, jax.grad(f)(X))

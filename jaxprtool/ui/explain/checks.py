@@ -10,7 +10,7 @@ primitive, an analytic formula (`analytic_partials`).
 
 from __future__ import annotations
 
-from ...core import Jaxpr, JaxprError, Literal, Var, is_float, is_inexact
+from ...core import Jaxpr, JaxprError, Literal, RefType, Var, is_float, is_inexact
 from ...lazy import np
 from ...record import prim
 from ..checkgrad import EPS, TOLERANCE, Check, _rel_err, _vdot, least_precise_dtype
@@ -68,7 +68,12 @@ def _fill(program, in_values, consts, values: list[Value]) -> JaxprError | None:
     known = {id(v): np.asarray(x) for v, x in zip(invars, in_values)}
     known.update({id(v): np.asarray(x) for v, x in zip(constvars, consts)})
     defined = {id(o) for e in eqns for o in e.outputs}
-    wanted = [v for v in values if v.array is None and isinstance(v.atom, Var)]
+    # a Ref's value changes as the program writes it: it is shown by its type
+    wanted = [
+        v
+        for v in values
+        if v.array is None and isinstance(v.atom, Var) and not isinstance(v.atom.type, RefType)
+    ]
     outs = list({id(v.atom): v.atom for v in wanted if id(v.atom) in defined}.values())
     outs = [a for a in outs if id(a) not in known]
     error = None
