@@ -14,7 +14,7 @@ import gc
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from .lazy import ml_dtypes, np
+from .lazy import LIGHT_DTYPES, NUMPY_DTYPES, DTypeName, dtype_key, is_dtype, ml_dtypes, np
 
 # ---------------------------------------------------------------- dtypes
 
@@ -68,14 +68,6 @@ def float0() -> np.dtype:
     return np.dtype([("float0", np.void, 0)])
 
 
-#: numpy's own element types, none of which ml_dtypes defines: their dtype needs no
-#: ml_dtypes import (~0.1 s of a process's start-up)
-NUMPY_DTYPES = frozenset(
-    "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 float32 float64 "
-    "complex64 complex128".split()
-)
-
-
 def np_dtype(short: str) -> np.dtype:
     """The numpy dtype of a short dtype name; raises KeyError for unknown names."""
     long = long_dtype_name(short)
@@ -92,6 +84,36 @@ def np_dtype(short: str) -> np.dtype:
     if dt.kind not in "biufc":  # object, str, bytes, datetime, void: not array element types
         raise KeyError(short)
     return dt
+
+
+#: the DTypeName of each of numpy's own dtypes, made once
+_LIGHT_VALUES: dict[str, DTypeName] = {}
+
+
+def dtype_value(short: str) -> np.dtype | DTypeName:
+    """The dtype of a short name as a parameter value (`new_dtype=float32`): within
+    `text.values.light_dtypes`, one of numpy's own is a `lazy.DTypeName` (no numpy import);
+    else `np_dtype(short)`.  Raises KeyError for unknown names."""
+    long = long_dtype_name(short)
+    if LIGHT_DTYPES[0] and long in NUMPY_DTYPES:
+        return _light(long)
+    return np_dtype(short)
+
+
+def _light(long: str) -> DTypeName:
+    light = _LIGHT_VALUES.get(long)
+    if light is None:
+        light = _LIGHT_VALUES[long] = DTypeName(long)
+    return light
+
+
+def itemsize(short: str) -> int:
+    """The bytes of one element of the short dtype name (numpy's own without numpy); raises
+    KeyError for unknown names."""
+    long = long_dtype_name(short)
+    if long in NUMPY_DTYPES:
+        return _light(long).itemsize
+    return np_dtype(short).itemsize
 
 
 def is_known_dtype(short: str) -> bool:
@@ -619,6 +641,8 @@ class _AlphaEq:
             )
         if isinstance(x, float) and isinstance(y, float) and x != x and y != y:
             return True
+        if is_dtype(x) or is_dtype(y):  # a DTypeName and the np.dtype it names are equal
+            return is_dtype(x) and is_dtype(y) and dtype_key(x) == dtype_key(y)
         if hasattr(x, "alpha_equal"):
             return x.alpha_equal(y, self.value)
         return type(x) is type(y) and x == y
@@ -631,7 +655,7 @@ def value_bytes(t: Type) -> int:
     if not isinstance(t, ShapedArray):
         return 0
     try:
-        item = t.np_dtype.itemsize
+        item = itemsize(t.dtype)
     except KeyError:  # key<fry>, an unknown dtype: the tool cannot size it
         return 0
     if t.dtype in ("i4", "u4"):

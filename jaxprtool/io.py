@@ -6,7 +6,6 @@ import os
 import re
 import stat
 import sys
-import tempfile
 
 import click
 
@@ -93,6 +92,8 @@ def write_output(text: str | bytes, out: str | None) -> None:
     target = os.path.realpath(out)  # a link is replaced through: its target gets the text
     folder = _existing_folder(out, target)
     mode = stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask()
+    import tempfile  # here: ~3 ms of the start-up of a command that writes to stdout
+
     try:
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".jaxprtool-", suffix=".tmp")
     except OSError as e:

@@ -7,14 +7,15 @@ touches an attribute of them; the modules that use them write `from .lazy import
 
 from __future__ import annotations
 
-import importlib.abc
 import importlib.util
 import sys
 from types import ModuleType
 
 
-class _LoadedDuringImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Keeps a submodule of a lazy module from being executed twice.
+class _LoadedDuringImport:
+    """Keeps a submodule of a lazy module from being executed twice.  (A finder and loader
+    by its methods: `importlib.abc`'s base classes would import `importlib.resources`,
+    ~5 ms of start-up.)
 
     Importing `numpy._core._multiarray_umath` (jaxlib's C extension does, as it starts)
     while numpy is still lazy makes importlib read `numpy.__path__`, which executes numpy,
@@ -67,18 +68,37 @@ def numpy_loaded() -> bool:
     return type(np) is ModuleType
 
 
-class DTypeName:
-    """A dtype parameter of numpy's own (`float32`, `int32`) read by a command that only
-    prints it (`fmt`): its name, and the `np.dtype` only when something asks more of it.
-    numpy's import is ~0.05 s CPU of `fmt` of a 4000-equation program, most of what it
-    does beyond its start-up.  It compares and hashes as the `np.dtype` it names."""
+#: numpy's own element types, none of which ml_dtypes defines: their dtype needs no
+#: ml_dtypes import (~0.1 s of a process's start-up), and can be a `DTypeName`
+NUMPY_DTYPES = frozenset(
+    "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 float32 float64 "
+    "complex64 complex128".split()
+)
 
-    __slots__ = ("name", "_dtype")
+#: while on (`text.values.light_dtypes`), a dtype numpy itself defines is made as a
+#: `DTypeName` (by the parser and by `core.dtype_value`)
+LIGHT_DTYPES = [False]
+
+#: the kind letter (as `np.dtype.kind`) of each family of numpy's own dtype names
+_KINDS = (("bool", "b"), ("uint", "u"), ("int", "i"), ("float", "f"), ("complex", "c"))
+
+
+class DTypeName:
+    """A dtype parameter of numpy's own (`float32`, `int32`) in a command that reads,
+    transforms and prints a program (`fmt`, `check`, the AD commands): its name, and the
+    `np.dtype` only when something asks more of it than its name, kind and size.  numpy's
+    import is ~0.05 s CPU, a quarter of `grad` of a transformer.  It compares and hashes as
+    the `np.dtype` it names (hashing imports numpy: keys use its name, `dtype_key`)."""
+
+    __slots__ = ("name", "_dtype", "kind", "itemsize")
     names = None  # as np.dtype(name).names: no structured dtype is read this way
 
     def __init__(self, name: str) -> None:
         self.name = name
         self._dtype = None
+        self.kind = next(k for prefix, k in _KINDS if name.startswith(prefix))
+        digits = name.lstrip("abcdefghijklmnopqrstuvwxyz")
+        self.itemsize = int(digits) // 8 if digits else 1  # bool: one byte
 
     @property
     def dtype(self):
@@ -107,6 +127,15 @@ class DTypeName:
 
 def is_dtype(v) -> bool:
     return v.__class__ is DTypeName or (numpy_loaded() and isinstance(v, np.dtype))
+
+
+def dtype_key(v):
+    """A dtype's stand-in in a hashed key: its name for a `DTypeName` and for the `np.dtype`
+    it names (equal keys, without numpy), the dtype itself for any other."""
+    if v.__class__ is DTypeName:
+        return v.name
+    name = v.name
+    return name if name in NUMPY_DTYPES and v.names is None and v.isnative else v
 
 
 def is_integer(v) -> bool:

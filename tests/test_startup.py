@@ -14,8 +14,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 ONE_EQN = "{ lambda ; a:f32[]. let b:f32[] = sin a in (b,) }\n"
-#: a dtype parameter is a numpy dtype in the IR (numpy is loaded for it), except in `fmt`,
-#: which reads one of numpy's own as a `lazy.DTypeName`
+#: a dtype parameter of numpy's own is a `lazy.DTypeName` in fmt, check and the AD commands
+#: (numpy is not loaded for it)
 WITH_DTYPE = (
     "{ lambda ; a:f32[3]. let\n"
     "    b:f64[3] = convert_element_type[new_dtype=float64 weak_type=False] a\n"
@@ -97,22 +97,62 @@ def test_fmt_prints_a_dtype_parameter_back_without_numpy(tmp_path):
     assert got["out"] == WITH_DTYPE
 
 
-def test_check_of_a_dtype_parameter_loads_numpy(tmp_path):
-    """The shape rules read dtype parameters as np.dtype (the light value is fmt's only)."""
+def test_check_of_a_dtype_parameter_does_not_load_numpy(tmp_path):
+    """check reads dtype parameters as `DTypeName`s too: the shape rules need their names."""
     got = _probe(tmp_path, WITH_DTYPE, "check")
     assert got["rc"] == 0, got["out"]
-    assert got["numpy"]
+    assert not got["numpy"]
+
+
+def _cast_round_trip(x):
+    """dtype parameters both ways (convert_element_type to float16 and back)."""
+    import jax.numpy as jnp
+
+    return jnp.cos(x.astype(jnp.float16)).astype(jnp.float32) * x
+
+
+@pytest.mark.parametrize("args", [["jacrev"], ["vmap", "--axis-size", "2"]], ids=lambda a: a[0])
+def test_ad_of_dtype_parameters_runs_as_jax_without_numpy(tmp_path, args):
+    """The AD commands keep dtype parameters as `DTypeName`s and make theirs so (the
+    Jacobian's basis: iota, convert_element_type): no numpy import; the result, run through
+    JAX, is what jax.jacrev / jax.vmap compute."""
+    jax = pytest.importorskip("jax")
+    import numpy as np
+    from click.testing import CliRunner
+
+    from jaxprtool.cli import main
+
+    x = np.array([0.3, -1.2, 2.0], np.float32)
+    text = str(jax.make_jaxpr(_cast_round_trip)(x)) + "\n"
+    assert "new_dtype=float16" in text
+    got = _probe(tmp_path, text, *args)
+    assert got["rc"] == 0, got["out"]
+    assert not got["numpy"] and not got["ml_dtypes"], f"{args[0]} executed numpy"
+    prog = tmp_path / "out.jaxpr"
+    prog.write_text(got["out"])
+    if args[0] == "vmap":
+        arg, want = np.stack([x, -x]), jax.vmap(_cast_round_trip)(np.stack([x, -x]))
+    else:
+        arg, want = x, jax.jacrev(_cast_round_trip)(x)
+    np.savez(tmp_path / "a.npz", arg)
+    r = CliRunner().invoke(
+        main, ["run", str(prog), "--args", str(tmp_path / "a.npz"), "-o", str(tmp_path / "o.npz")]
+    )
+    assert r.exit_code == 0, r.output
+    with np.load(tmp_path / "o.npz") as d:
+        np.testing.assert_allclose(d["out0"], want, rtol=2e-3, atol=2e-3)
 
 
 def test_a_dtype_name_compares_and_hashes_as_its_numpy_dtype():
     import numpy as np
 
-    from jaxprtool.lazy import DTypeName
+    from jaxprtool.lazy import NUMPY_DTYPES, DTypeName, dtype_key
 
-    for name in ("float32", "int32", "bool", "complex64", "uint8"):
+    for name in sorted(NUMPY_DTYPES):
         light, real = DTypeName(name), np.dtype(name)
         assert light == real and real == light and hash(light) == hash(real)
         assert np.dtype(light) == real and light.itemsize == real.itemsize
+        assert light.kind == real.kind and dtype_key(light) == dtype_key(real)
         assert str(light) == str(real) and repr(light) == repr(real)
     assert DTypeName("float32") != np.dtype("float64")
 
@@ -126,7 +166,7 @@ def test_a_numpy_dtype_parameter_does_not_load_ml_dtypes(tmp_path, args):
     )
     got = _probe(tmp_path, text, *args)
     assert got["rc"] == 0, got["out"]
-    assert got["numpy"] == (args != ["fmt"]) and not got["ml_dtypes"]
+    assert not got["numpy"] and not got["ml_dtypes"]
 
 
 def test_an_ml_dtypes_parameter_loads_it_and_prints_back(tmp_path):

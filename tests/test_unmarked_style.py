@@ -96,14 +96,23 @@ def test_unmarked_style_follows_the_installed_jax(monkeypatch, installed, want):
 
     def version(name):
         assert name == "jax"
-        if installed is None:
-            raise importlib.metadata.PackageNotFoundError(name)
         return installed
 
-    monkeypatch.setattr(importlib.metadata, "version", version)
+    monkeypatch.setattr(style_mod, "installed_version", version)
     unmarked_style.cache_clear()
     try:
         assert unmarked_style() == Style(want)
     finally:
         unmarked_style.cache_clear()
     assert style_mod.DEFAULT_STYLE == Style((0, 12, 0, 1))  # the newest the tool writes
+
+
+@pytest.mark.parametrize("dist", ["jax", "jaxlib", "numpy", "ml-dtypes", "click", "no-such-dist"])
+def test_installed_version_is_what_importlib_metadata_reads(dist):
+    """The version read from the `.dist-info` folder's name (no importlib.metadata import at
+    start-up) is the one importlib.metadata reads from the package's metadata."""
+    try:
+        want = importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        want = None
+    assert style_mod.installed_version(dist) == want

@@ -372,13 +372,10 @@ def batch_eval(
 def _check_results(eqn: Eqn, outs, dims, rule=None) -> None:
     """A rule's results must be the equation's results with a batch axis (or none); a wrong
     rule is a located error naming it."""
-    from .registry import rule_name
-
-    which = f" ({rule_name(rule)})" if rule is not None else ""
     if len(outs) != len(eqn.outputs) or len(dims) != len(eqn.outputs):
         raise JaxprError(
-            f"internal error: the batching rule of '{eqn.prim}'{which} returned {len(outs)} results "
-            f"for {len(eqn.outputs)}",
+            f"internal error: the batching rule of '{eqn.prim}'{_which(rule)} returned "
+            f"{len(outs)} results for {len(eqn.outputs)}",
             eqn.loc,
         )
     size = axis_size()
@@ -386,19 +383,28 @@ def _check_results(eqn: Eqn, outs, dims, rule=None) -> None:
         want, got = o.type, x.type
         if not isinstance(want, ShapedArray) or not isinstance(got, ShapedArray):
             continue
-        ok = d is None or (0 <= d < got.ndim and got.shape[d] == size)
+        shape = tuple(got.shape)  # without the batch axis (as `unbatched_type`)
+        ok = d is None or (0 <= d < len(shape) and shape[d] == size)
         if ok:
-            u = unbatched_type(got, d)
-            ok = tuple(u.shape) == tuple(want.shape) and (
-                u.dtype == want.dtype
-                or (u.dtype.startswith("key") and want.dtype.startswith("key"))
+            if d is not None:
+                shape = shape[:d] + shape[d + 1 :]
+            ok = shape == tuple(want.shape) and (
+                got.dtype == want.dtype
+                or (got.dtype.startswith("key") and want.dtype.startswith("key"))
             )
         if not ok:
             raise JaxprError(
-                f"internal error: the batching rule of '{eqn.prim}'{which} returned {got} with batch "
-                f"dimension {d} for a result of type {want}",
+                f"internal error: the batching rule of '{eqn.prim}'{_which(rule)} returned {got} "
+                f"with batch dimension {d} for a result of type {want}",
                 eqn.loc,
             )
+
+
+def _which(rule) -> str:
+    """` (module.rule)` naming a batching rule in an error message ('' for none)."""
+    from .registry import rule_name
+
+    return f" ({rule_name(rule)})" if rule is not None else ""
 
 
 _MEMO: dict = {}
@@ -475,6 +481,34 @@ def batch_jaxpr2(jaxpr: Jaxpr, in_axes: Sequence[int | None]) -> tuple[Jaxpr, li
     """JAX's `batch_jaxpr2`: inputs batched where they are, results where the rules put them
     (the batching of call bodies: jit, custom_jvp_call, ...)."""
     return batch_jaxpr_axes(jaxpr, in_axes, [INFER] * len(jaxpr.outvars))
+
+
+def emit_vmapped(
+    jaxpr: Jaxpr,
+    args: Sequence[Atom],
+    in_axes: Sequence[int | None],
+    out_axes: int,
+    size: int,
+    consts: Sequence[Atom] = (),
+    style=None,
+) -> list[Atom]:
+    """The batched equations of `jaxpr` emitted into the current builder on `args` (input i
+    batched at `in_axes[i]`, None: not batched), every result's batch axis at `out_axes`:
+    what `inline_jaxpr(vmap_jaxpr(jaxpr, in_axes, out_axes, size, style), args, consts)`
+    emits, without building the batched program and copying it (the Jacobians)."""
+    outer = B.current()
+    if len(consts) != len(jaxpr.constvars):
+        raise JaxprError("internal error: batching a jaxpr with other constants", outer.loc)
+    b = BatchBuilder(loc=outer.loc)
+    with _context(size, style), B.use(b):
+        outs, dims = batch_eval(jaxpr, list(args), list(in_axes), list(consts))
+        res = [
+            matchaxis(d, _canon(out_axes, ndim(y) + 1), x)
+            for x, d, y in zip(outs, dims, jaxpr.outvars)
+        ]
+    for e in b.eqns:
+        outer.add_eqn(e)
+    return res
 
 
 def inline_jaxpr(jaxpr: Jaxpr, args: Sequence[Atom], consts: Sequence[Atom] = ()) -> list[Atom]:

@@ -32,7 +32,7 @@ from ..core import long_dtype_name as _long
 from ..lazy import np
 from . import builder as B
 from . import ops
-from .batching import inline_jaxpr, vmap_jaxpr
+from .batching import emit_vmapped
 
 
 def _argnums(jaxpr: Jaxpr, argnums) -> list[int]:
@@ -82,7 +82,10 @@ def _split(x, shapes, axis: int, lead=None, trail=None):
 
 
 def _result_dtype(types) -> str:
-    return np.result_type(*[_long(t.dtype) for t in types]).name
+    names = {_long(t.dtype) for t in types}
+    if len(names) == 1:  # numpy's promotion of one dtype is itself (no numpy import)
+        return names.pop()
+    return np.result_type(*names).name
 
 
 def _short(long: str) -> str:
@@ -132,17 +135,18 @@ def jacfwd(jaxpr: Jaxpr, argnums=0, style=None) -> Jaxpr:
     tan = tan.replace(eqns=B.dce_eqns(list(tan.eqns), tan.outvars))
     in_types = [jaxpr.invars[i].type for i in args]
     N = sum(_size(t) for t in in_types)
-    batched = vmap_jaxpr(tan, [None] * n_in + [0] * len(args), -1, N, style)
+    in_axes = [None] * n_in + [0] * len(args)
     order = sorted(args)  # the tangent inputs come in input order
 
-    _same_constants(jaxpr, batched)
+    _same_constants(jaxpr, tan)
 
     def body(xs, consts):
         dtype = _short(_result_dtype(in_types))
         basis = _eye_parts(N, dtype, [tuple(t.shape) for t in in_types], 1)
         basis = [ops.convert_element_type(p, t.dtype) for p, t in zip(basis, in_types)]
         by_arg = dict(zip(args, basis))
-        touts = iter(inline_jaxpr(batched, list(xs) + [by_arg[i] for i in order], consts))
+        tangents = [by_arg[i] for i in order]
+        touts = iter(emit_vmapped(tan, list(xs) + tangents, in_axes, -1, N, consts, style))
         res = []
         for y, nz in zip(jaxpr.outvars, out_nz):
             if not nz:  # an int/bool output: zero Jacobian (JAX casts float0 to its dtype)
@@ -192,16 +196,16 @@ def jacrev(jaxpr: Jaxpr, argnums=0, style=None) -> Jaxpr:
     cts = cts.replace(eqns=B.dce_eqns(list(cts.eqns), cts.outvars))
     out_types = [y.type for y in jaxpr.outvars]
     N = sum(_size(t) for t in out_types)
-    batched = vmap_jaxpr(cts, [None] * n_in + [0] * n_out, 0, N, style)
+    in_axes = [None] * n_in + [0] * n_out
     order = sorted(args)
 
-    _same_constants(jaxpr, batched)
+    _same_constants(jaxpr, cts)
 
     def body(xs, consts):
         dtype = _short(_result_dtype(out_types))
         basis = _eye_parts(N, dtype, [tuple(t.shape) for t in out_types], 1)
         basis = [ops.convert_element_type(p, t.dtype) for p, t in zip(basis, out_types)]
-        ct_x = dict(zip(order, inline_jaxpr(batched, list(xs) + basis, consts)))
+        ct_x = dict(zip(order, emit_vmapped(cts, list(xs) + basis, in_axes, 0, N, consts, style)))
         per_arg = {}
         for i in args:
             t = jaxpr.invars[i].type

@@ -9,7 +9,17 @@ from __future__ import annotations
 import builtins
 import struct
 
-from ..core import Atom, Literal, RefType, ShapedArray, Type, Var, long_dtype_name, np_dtype
+from ..core import (
+    Atom,
+    Literal,
+    RefType,
+    ShapedArray,
+    Type,
+    Var,
+    dtype_value,
+    np_dtype,
+    short_dtype_name,
+)
 from ..lazy import np
 from ..params import EnumValue, Record
 from ..record import prim as record_of
@@ -168,9 +178,7 @@ def conj(x, input_dtype=None):
     return bind(
         "conj",
         x,
-        input_dtype=input_dtype
-        if input_dtype is not None
-        else np.dtype(long_dtype_name(_dtype(x))),
+        input_dtype=input_dtype if input_dtype is not None else dtype_value(_dtype(x)),
     )
 
 
@@ -241,7 +249,7 @@ def convert_element_type(x, dtype_short: str, weak_type: bool = False):
     return bind(
         "convert_element_type",
         x,
-        new_dtype=np.dtype(long_dtype_name(dtype_short)),
+        new_dtype=dtype_value(dtype_short),
         weak_type=weak_type,
     )
 
@@ -473,7 +481,7 @@ def bind_convert(x, dtype: str):
 
 def bind_iota(dtype: str, shp, dimension: int):
     return bind(
-        "iota", dtype=np_dtype(dtype), shape=sdims(shp), dimension=int(dimension), sharding=None
+        "iota", dtype=dtype_value(dtype), shape=sdims(shp), dimension=int(dimension), sharding=None
     )
 
 
@@ -715,7 +723,11 @@ def add_tangents(a, b):
 def iota(shape, dimension: int, dtype: str = "int32"):
     """`iota` of `shape` counting along `dimension`."""
     return bind(
-        "iota", dimension=dimension, dtype=np.dtype(dtype), shape=tuple(shape), sharding=None
+        "iota",
+        dimension=dimension,
+        dtype=dtype_value(short_dtype_name(dtype)),
+        shape=tuple(shape),
+        sharding=None,
     )
 
 

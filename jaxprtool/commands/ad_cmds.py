@@ -123,11 +123,11 @@ def _remat_usage(remat, remat_budget):
 
 def _with_remat(job, remat, remat_budget, fn):
     """fn() under the rematerialization asked for; the plans printed on standard error."""
-    from ..ad.remat import planning
-
     spec = remat or remat_budget
     if spec is None:
         return fn()
+    from ..ad.remat import planning
+
     with planning(spec) as plans:
         out = fn()
     for plan in plans:
@@ -153,7 +153,12 @@ def _has_static_sizes(t) -> bool:
     from ..core import ShapedArray
     from ..shardings import dim_axes
 
-    return not isinstance(t, ShapedArray) or all(dim_axes(d)[0] is not None for d in t.shape)
+    if not isinstance(t, ShapedArray):
+        return True
+    for d in t.shape:
+        if d.__class__ is not int and dim_axes(d)[0] is None:
+            return False
+    return True
 
 
 def _require_static_shapes(jaxpr) -> None:
@@ -239,6 +244,7 @@ class _Job:
 
 def _drive(file, out, opt, show_diff, custom_rules, inst, split, name, body) -> None:
     """Run body(job) -> output text on each input program (each part of a split input)."""
+    from ..text.values import light_dtypes
     from .driver import run_parts
 
     steps = _pipeline_steps(opt)
@@ -246,7 +252,9 @@ def _drive(file, out, opt, show_diff, custom_rules, inst, split, name, body) -> 
     def each(part):
         return body(_Job(part, steps, show_diff, custom_rules, inst, name))
 
-    if not run_parts([file], split, each, out, inst):
+    with light_dtypes():  # dtype parameters stay names: no numpy import
+        ok = run_parts([file], split, each, out, inst)
+    if not ok:
         sys.exit(1)
 
 

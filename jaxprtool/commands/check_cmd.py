@@ -42,6 +42,7 @@ def check(files, werror, split_input, timing):
     """
     from ..check import check as run_check
     from ..text.parser import parse
+    from ..text.values import light_dtypes
     from .driver import Instruments, expand_inputs, run_parts, timed
 
     inputs = expand_inputs(files or ("-",))
@@ -60,6 +61,7 @@ def check(files, werror, split_input, timing):
             raise io.Reported()
         return None
 
-    ok = run_parts(inputs, split_input, body, inst=Instruments(timing=timing), keep_going=True)
+    with light_dtypes():  # dtype parameters stay names: no numpy import
+        ok = run_parts(inputs, split_input, body, inst=Instruments(timing=timing), keep_going=True)
     if not ok:
         sys.exit(1)

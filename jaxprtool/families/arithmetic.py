@@ -45,7 +45,15 @@ from ..ad.registry import (
     rebind_primal,
 )
 from ..ad.zeros import Zero, is_undefined_primal, is_zero, tangent_type
-from ..core import Eqn, JaxprError, Literal, ShapedArray, Var, is_complex, long_dtype_name
+from ..core import (
+    Eqn,
+    JaxprError,
+    Literal,
+    ShapedArray,
+    Var,
+    dtype_value,
+    is_complex,
+)
 from ..lazy import np
 from ..params import EnumValue
 from ..passes import fold as F
@@ -655,7 +663,7 @@ def _out_dtype_for(a, params):
     """JAX: the transpose of `mul[out_dtype=D]` multiplies into the operand's own dtype."""
     if params.get("out_dtype") is None:
         return {}
-    return {"out_dtype": np.dtype(long_dtype_name(a.type.dtype))}
+    return {"out_dtype": dtype_value(a.type.dtype)}
 
 
 def _mul_t_left(ct, x, y, **params):

@@ -19,6 +19,8 @@ either and refuse at the equation.  All batch by moving the batch dimension in f
 
 from __future__ import annotations
 
+import math
+
 from ..ad import batching as BT
 from ..ad import ops
 from ..ad.batching import leading_batch
@@ -45,8 +47,7 @@ from ..ad.registry import (
     rule_kind,
 )
 from ..ad.zeros import Zero, is_zero, tangent_type
-from ..core import ShapedArray, short_dtype_name
-from ..lazy import np
+from ..core import ShapedArray, dtype_value
 from ..params import EnumValue, Record, as_int_tuple
 from ..record import define
 from ..shapes import ShapeError, shape_rule
@@ -403,7 +404,7 @@ def _ragged_dot_transpose(cts, x, y, gs, *, ragged_dot_dimension_numbers, **para
     def grad(lhs, rhs, dnums, unsorted_axes, like):
         # typed here: the result of the ragged-contracting form has a leading group dimension
         pet = p.get("preferred_element_type")
-        dtype = short_dtype_name(np.dtype(pet).name) if pet is not None else ty(lhs).dtype
+        dtype = opt_dtype_param(pet) or ty(lhs).dtype
         out_t = ShapedArray(tuple(shape(like)[a] for a in unsorted_axes), dtype)
         out = ops.bind(
             "ragged_dot_general",
@@ -414,9 +415,7 @@ def _ragged_dot_transpose(cts, x, y, gs, *, ragged_dot_dimension_numbers, **para
             _out_types=[out_t],
             **p,
         )
-        return bind_convert(
-            bind_transpose(out, [int(i) for i in np.argsort(unsorted_axes)]), ty(like).dtype
-        )
+        return bind_convert(bind_transpose(out, _argsort(unsorted_axes)), ty(like).dtype)
 
     x_bar = y_bar = None
     if und(x):
@@ -424,12 +423,12 @@ def _ragged_dot_transpose(cts, x, y, gs, *, ragged_dot_dimension_numbers, **para
         dnums = _ragged_dnums(
             ((ans_y, y_kept), (ans_batch, yb)), [len(xb) + x_kept.index(rd)], y_group
         )
-        x_contract_sorted_by_y = [xc[i] for i in np.argsort(yc)] if yc else []
+        x_contract_sorted_by_y = [xc[i] for i in _argsort(yc)] if yc else []
         x_bar = grad(ct, y, dnums, list(xb) + x_kept + x_contract_sorted_by_y, x)
     if und(y):
         ans_batch, ans_x, _ = _ranges_like(xb, x_kept, y_kept)
         dnums = _ragged_dnums(((x_kept, ans_x), (xb, ans_batch)), [rd], ())
-        y_contract_sorted_by_x = [yc[i] for i in np.argsort(xc)] if xc else []
+        y_contract_sorted_by_x = [yc[i] for i in _argsort(xc)] if xc else []
         y_bar = grad(x, ct, dnums, list(y_group) + list(yb) + y_contract_sorted_by_x + y_kept, y)
     return [x_bar, y_bar, None]
 
@@ -724,7 +723,7 @@ def _conv_transpose_rhs(
     batch_group_count=1,
     **params,
 ):
-    if is_zero(g) or int(np.prod(shape(g))) == 0:
+    if is_zero(g) or math.prod(shape(g)) == 0:
         return Zero(tangent_type(ty(rhs)))
     fgc, bgc = int(feature_group_count), int(batch_group_count)
     lhs_spec, rhs_spec, out_spec = _specs(dimension_numbers)
@@ -1038,7 +1037,7 @@ def _eig_vec_jvp(w, v, da):
     P = _hmm(_lu_solve_square(v, da), v)
     dw = ops.diagonal(P)
     U = _hmm(v, ops.mul(fmat, P))
-    k = ops.bind("argmax", ops.abs(v), axes=(nd - 2,), index_dtype=np.dtype("int32"))
+    k = ops.bind("argmax", ops.abs(v), axes=(nd - 2,), index_dtype=dtype_value("i32"))
     rows = ops.bind_iota("i32", shape(v), nd - 2)
     mask = ops.convert_element_type(ops.eq(rows, ops.row_vector(k)), ty(v).dtype)
     col_sum = lambda x: ops.reduce_sum(x, (nd - 2,))  # noqa: E731
@@ -1646,7 +1645,7 @@ def _fft_transpose(ct, operand, *, fft_type, fft_lengths):
     if kind in ("FFT", "IFFT"):
         return [ops.bind("fft", ct, fft_type=fft_type, fft_lengths=fft_lengths)]
     lengths = _static_lengths(fft_lengths)
-    size = int(np.prod(lengths))
+    size = math.prod(lengths)
     if kind == "RFFT":
         cdt = ty(ct).dtype
         mask = _hermitian_mask(ct, shape(ct)[-1], lengths[-1], cdt)

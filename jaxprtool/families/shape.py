@@ -30,11 +30,11 @@ from ..ad.ops import (
 from ..ad.registry import defjvp_zero, deflinear2, primitive_jvps, rebind_primal
 from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import Literal, ShapedArray
-from ..lazy import np
 from ..passes import simplify as S
 from ..record import define
 from ..shapes import ShapeError, shape_rule
 from ..shapes.util import (
+    argsort,
     arr,
     canon_axis,
     dilate_dim,
@@ -286,7 +286,7 @@ def _reshape_transpose(ct, operand, *dyn, new_sizes=None, dimensions=None, **_):
         return [bind_reshape(ct, ops.shape(operand))] + [None] * len(dyn)
     dims = ops.ints(dimensions)
     r = bind_reshape(ct, tuple(ops.shape(operand)[d] for d in dims))
-    return [bind_transpose(r, np.argsort(dims))] + [None] * len(dyn)
+    return [bind_transpose(r, argsort(dims))] + [None] * len(dyn)
 
 
 def _bind_reshape(eqn, p, dims):
@@ -426,7 +426,7 @@ def _simplify_transpose(e, ctx):
 def _transpose_transpose(ct, operand, *, permutation, **_):
     if is_zero(ct):
         return [Zero(tangent_type(ty(operand)))]
-    return [bind_transpose(ct, np.argsort(ops.ints(permutation)))]
+    return [bind_transpose(ct, argsort(ops.ints(permutation)))]
 
 
 deflinear2("transpose", _transpose_transpose)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..core import RefType, ShapedArray, Type
-from ..lazy import is_dtype, np
+from ..lazy import dtype_key, is_dtype
 from ..params import EnumValue, NpScalar, Opaque, Record, SymExpr
 from ..record import FieldView, define
 from ..record import prim as record_of
@@ -148,6 +148,8 @@ def _is_int_tuple_tree(v: tuple) -> bool:
 _TUPLE_KEYS: dict[int, tuple] = {}
 
 _PLAIN = frozenset({int, bool, str, type(None), EnumValue, SymExpr, Opaque})
+#: marks the key of a dtype in `_freeze` (a DTypeName and the np.dtype it names key alike)
+_DTYPE = object()
 
 
 def _freeze(v):
@@ -172,7 +174,7 @@ def _freeze(v):
     if cls is tuple or cls is list or cls is frozenset:
         return cls, tuple(map(_freeze, v))
     if is_dtype(v):
-        return np.dtype, v
+        return _DTYPE, dtype_key(v)
     if cls is NpScalar:
         return cls, v.dtype, _freeze(v.value)
     if cls is Record:

@@ -49,10 +49,10 @@ def complex_dtype(d: str) -> str:
 def dtype_bits(d: str) -> int:
     if d == "bool":
         return 8
-    from ..core import np_dtype
+    from ..core import itemsize
 
     try:
-        return np_dtype(d).itemsize * 8 if d not in ("i4", "u4", "i2", "u2") else int(d[1:])
+        return itemsize(d) * 8 if d not in ("i4", "u4", "i2", "u2") else int(d[1:])
     except KeyError:
         return 0
 
@@ -91,6 +91,12 @@ def ints(v: Any) -> tuple:
     if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
         raise ShapeError(f"malformed parameter value {v} (expected a tuple of integers)")
     return tuple(dim_param(x) for x in v)
+
+
+def argsort(xs) -> list[int]:
+    """`np.argsort` of distinct ints (a permutation, axis numbers: no ties, so any sort gives
+    numpy's order) without numpy."""
+    return sorted(range(len(xs)), key=xs.__getitem__)
 
 
 def static_ints(v: Any) -> tuple[int, ...]:

@@ -14,7 +14,6 @@ that they agree).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -131,6 +130,8 @@ CACHE_FORMAT = "jaxprtool-grammar-json-2"
 
 def cache_file(grammar: str, version: str) -> str | None:
     """Where the analysed grammar is cached (one file per grammar and lark version)."""
+    import hashlib  # here, as in the two below: ~2 ms of the start-up of the fast path
+
     d = cache_dir()
     if d is None:
         return None
@@ -170,6 +171,8 @@ def _read_cache(path: str):
     what `_write_cache` wrote: its first line is the format and the SHA-256 of the rest, so a
     damaged or altered file is rebuilt instead of loading tables that mislead the parser.  The
     file is JSON: reading it can run no code, whoever wrote it."""
+    import hashlib
+
     data = read_entry(path)
     if data is None:
         return None
@@ -185,6 +188,8 @@ def _read_cache(path: str):
 
 def _write_cache(path: str, tables: dict) -> None:
     """Write the tables atomically, 0600, never through a link planted at `path`."""
+    import hashlib
+
     body = json.dumps(_encode(tables)).encode("utf-8")
     head = f"{CACHE_FORMAT} {hashlib.sha256(body).hexdigest()}\n".encode()
     write_entry(path, head + body)

@@ -15,8 +15,8 @@ back the printed text exactly.  Mapping:
 * `Name(k=v, ...)` (keyword arguments only, at least one) -> `Record`
 * inside a tuple or list, a symbolic dimension expression (`b*n`,
   `floordiv(b, 2)`, `2*b + 1`, a lower-case name) -> `SymExpr`
-* a bare dtype name at top level -> `np.dtype`; other bare names at top
-  level -> str
+* a bare dtype name at top level -> `np.dtype` (one of numpy's own: a
+  `lazy.DTypeName` within `light_dtypes`); other bare names at top level -> str
 * anything else (`<function ... at 0x...>`, `Mesh(...)`, `PyTreeDef(...)`,
   `P('x')`, dicts, bare capitalised names inside containers, ...) ->
   `Opaque(exact text)`.
@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 
 from .. import core
-from ..lazy import DTypeName, np
+from ..lazy import LIGHT_DTYPES, DTypeName, np
 from ..params import EnumValue, NpScalar, Opaque, Record, SpacedList, SymExpr
 
 _IDENT = re.compile(r"[^\W\d]\w*")
@@ -45,8 +45,6 @@ _SYMFUN = frozenset({"floordiv", "mod", "max", "min", "non_negative"})
 _OPEN = {"(": ")", "[": "]", "{": "}", "<": ">"}
 _OBJ_REPR = re.compile(r"<(?:function|class|bound|built-in|module|method)\b|<[\w.]+ object\b")
 _DTYPE_CACHE: dict[str, np.dtype | None] = {}
-#: dtype parameters of numpy's own are read as `DTypeName`s (`light_dtypes`)
-_LIGHT: list[bool] = [False]
 _CLOSERS = ",)]}"
 #: the text of a dimension expression (`2*b + 1`, `floordiv(b, 2) - 1`)
 _SYM_TEXT = re.compile(r"[\w\s*+\-^(),/]+")
@@ -64,24 +62,25 @@ class ValueError_(Exception):
 
 
 class light_dtypes:
-    """Within (when `on`): a dtype parameter numpy itself defines is read as a `DTypeName`
-    (for a command that parses only to print, as `fmt`: no numpy import)."""
+    """Within (when `on`): a dtype parameter numpy itself defines is read, and made by the
+    rules (`core.dtype_value`), as a `DTypeName`: for a command that reads, transforms and
+    prints a program (`fmt`, `check`, the AD commands), no numpy import."""
 
     def __init__(self, on: bool = True) -> None:
         self.on = on
 
     def __enter__(self):
-        self.before = _LIGHT[0]
-        _LIGHT[0] = self.on
+        self.before = LIGHT_DTYPES[0]
+        LIGHT_DTYPES[0] = self.on
 
     def __exit__(self, *exc):
-        _LIGHT[0] = self.before
+        LIGHT_DTYPES[0] = self.before
 
 
 def dtype_of_name(name: str) -> np.dtype | DTypeName | None:
     """np.dtype for a numpy dtype name (`float32`, `bfloat16`, `int4`, `bool`), else None."""
-    if _LIGHT[0] and name in core.NUMPY_DTYPES:
-        return DTypeName(name)
+    if LIGHT_DTYPES[0] and name in core.NUMPY_DTYPES:
+        return core.dtype_value(core.short_dtype_name(name))
     if name in _DTYPE_CACHE:
         return _DTYPE_CACHE[name]
     dt = None
