@@ -37,7 +37,7 @@ from ..core import Jaxpr, JaxprError, Literal, RefType, ShapedArray, Var
 from ..params import Opaque, format_value
 from ..record import define, prim
 from ..shapes import ShapeError, shape_rule
-from ..shapes.util import arr, dim_eq, int_param, jaxpr_param, types_agree
+from ..shapes.util import arr, dim_eq, dim_param, int_param, jaxpr_param, types_agree
 from ..text import style as ST
 
 # ---------------------------------------------------------------- flat trees (0.12's ft_in / ft_out)
@@ -962,7 +962,7 @@ def _scan_batching(args, dims, **params):
     new_xs = [x if d is None or d == 1 else BT.moveaxis(x, d, 1) for x, d in zip(xs, xd)]
     length = params["length"]
     out_types = [v.type for v in jb.outvars[:nk]] + [
-        v.type.update(shape=(int(length), *v.type.shape)) for v in jb.outvars[nk:]
+        v.type.update(shape=(dim_param(length), *v.type.shape)) for v in jb.outvars[nk:]
     ]
     outs = B.current().emit(
         "scan", [*consts, *new_init, *new_xs], dict(params, jaxpr=jb), out_types
@@ -1035,6 +1035,15 @@ def _scan_dce(used_outs, e, dce_jaxpr):
 # ---------------------------------------------------------------- evaluation
 
 
+def _run_length(length, dims) -> int:
+    """The scan's length at run time: a symbolic length (`length=b`) takes its `--dim` size."""
+    if isinstance(length, int):
+        return length
+    from ..backend.values import eval_dim
+
+    return eval_dim(str(length), dims)
+
+
 def _scan_evaluate(interp, eqn, invals, path):
     """`jax.lax.scan` (jit), or the loop in Python (eager)."""
     body = interp.body(eqn.params.get("jaxpr"), eqn)
@@ -1046,7 +1055,7 @@ def _scan_evaluate(interp, eqn, invals, path):
         ) from None
     nk = sp.num_carry
     consts, init, xs = sp.split(invals)
-    length = int(sp.length)
+    length = _run_length(sp.length, interp.dims)
     reverse = sp.reverse
     if interp.mode == "eager":
         import jax.numpy as jnp

@@ -194,10 +194,11 @@ def _broadcast_in_dim_batching(args, dims, **params):
     if any(e is not None for e in dims[1:]):
         return BT.loop_fallback(args, dims, why="'broadcast_in_dim' with a batched dynamic shape")
     eqn = BT.current_eqn()
-    shape = BT.ints(params["shape"]) if "shape" in params else BT.shape_of(eqn.outputs[0])
+    shape = BT.sizes(params["shape"] if "shape" in params else BT.shape_of(eqn.outputs[0]))
     bdims = BT.ints(params.get("broadcast_dimensions", ()))
     x = BT.moveaxis(x, d, 0)
     new_shape = (BT.axis_size(), *shape)
+    out_shape = (BT.axis_size(), *BT.shape_of(eqn.outputs[0]))  # symbolic dims as types hold them
     new_dims = (0,) + tuple(1 + i for i in bdims)
     p = dict(params, broadcast_dimensions=new_dims)
     if "shape" in p:
@@ -206,7 +207,7 @@ def _broadcast_in_dim_batching(args, dims, **params):
         "broadcast_in_dim",
         x,
         *args[1:],
-        _out_types=[ShapedArray(new_shape, x.type.dtype, eqn.outputs[0].type.weak_type)],
+        _out_types=[ShapedArray(out_shape, x.type.dtype, eqn.outputs[0].type.weak_type)],
         **p,
     )
     return out, [0]
@@ -306,11 +307,11 @@ def _reshape_batching(args, dims, **params):
     if any(e is not None for e in dims[1:]):
         return BT.loop_fallback(args, dims, why="'reshape' with a batched dynamic shape")
     x = BT.moveaxis(x, d, 0)
-    new = (BT.axis_size(), *BT.ints(params["new_sizes"]))
+    new = (BT.axis_size(), *BT.sizes(params["new_sizes"]))
     dm = params.get("dimensions")
     if dm is not None:
         dm = (0,) + tuple(1 + int(i) for i in dm)
-    if BT.shape_of(x) == new and dm is None:
+    if BT.sizes(BT.shape_of(x)) == new and dm is None:
         return [x], [0]
     return BT.bind("reshape", x, *args[1:], **dict(params, new_sizes=new, dimensions=dm)), [0]
 
@@ -647,9 +648,9 @@ deflinear2("slice", _slice_transpose)
 
 def _slice_batching(args, dims, *, start_indices, limit_indices, strides=None, **params):
     (x,), (d,) = args, dims
-    start = list(BT.ints(start_indices))
+    start = list(BT.sizes(start_indices))
     start.insert(d, 0)
-    limit = list(BT.ints(limit_indices))
+    limit = list(BT.sizes(limit_indices))
     limit.insert(d, BT.shape_of(x)[d])
     if strides is not None:
         strides = list(BT.ints(strides))
@@ -911,8 +912,25 @@ def _dim_as_value(in_types, params, out_hint):
     return [ShapedArray((), "i64" if out_hint and out_hint[0].dtype == "i64" else "i32")]
 
 
+def _dim_as_value_evaluate(interp, eqn, invals, path):
+    """The size of the symbolic dim `dim` in this run (`run --dim b=5`, or read off the
+    arguments), as a scalar of the result's dtype (JAX has no primitive to bind outside an
+    export)."""
+    import numpy as np
+
+    from ..backend.values import eval_dim
+
+    size = eval_dim(str(eqn.params["dim"]), interp.dims)
+    return [np.asarray(size, eqn.outputs[0].type.np_dtype)]
+
+
 defjvp_zero("dim_as_value")
-define("dim_as_value", batching=BT.unbatched("dim_as_value"))
+define(
+    "dim_as_value",
+    batching=BT.unbatched("dim_as_value"),
+    evaluate=_dim_as_value_evaluate,
+    evaluated_params=frozenset({"dim"}),
+)
 
 
 # linearize recomputes residuals built only from literals with these (broadcast zeros)
