@@ -197,14 +197,14 @@ def _warn(w: JaxprError) -> None:
 
 def _ad_input(p: Program, custom_rules: str) -> Jaxpr:
     """What the AD commands transform: the program with its nested bodies' constants
-    hoisted, refused when a shape is not static."""
+    hoisted, refused when it is over named axes."""
     from .ad.registry import set_custom_rule_policy
-    from .commands.ad_cmds import _require_static_shapes
+    from .commands.ad_cmds import _require_transformable
     from .consts_order import number_constants
 
     set_custom_rule_policy(custom_rules)
     j = number_constants(p.jaxpr).program
-    _require_static_shapes(j)
+    _require_transformable(j)
     return j
 
 

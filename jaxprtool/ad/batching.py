@@ -49,6 +49,7 @@ from ..params import SymExpr
 from ..record import prim as record_of
 from . import builder as B
 from . import ops
+from .registry import located_rule
 
 __all__ = [
     "not_mapped",
@@ -374,7 +375,8 @@ def batch_eval(
             if rule is None:
                 outs, out_dims = loop_fallback(vals, ds)
             else:
-                outs, out_dims = rule(vals, ds, **eqn.params)
+                with located_rule(eqn):
+                    outs, out_dims = rule(vals, ds, **eqn.params)
             outs, out_dims = list(outs), list(out_dims)
             _check_results(eqn, outs, out_dims, rule)
             for o, n, d in zip(eqn.outputs, outs, out_dims):

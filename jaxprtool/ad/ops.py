@@ -21,9 +21,10 @@ from ..core import (
     short_dtype_name,
 )
 from ..lazy import np
-from ..params import EnumValue, Record
+from ..params import EnumValue, Record, SymExpr
 from ..record import prim as record_of
 from ..shapes.util import varying_axes
+from ..shardings import is_sharded_dim
 from .builder import current
 from .zeros import Zero, is_undefined_primal, is_zero, tangent_type
 
@@ -358,8 +359,18 @@ def ints(v) -> tuple[int, ...]:
 
 
 def sdims(v) -> tuple:
-    """A shape-like tuple: ints stay ints, symbolic / sharded dims (`'b'`, `'8@x'`) stay strings."""
-    return tuple(d if isinstance(d, str) else int(d) for d in v)
+    """A shape-like parameter: ints stay ints, sharded dims (`'8@x'`) stay strings, and a
+    symbolic dim of a type (`'b'`, `'2*b + 1'`) becomes the `SymExpr` the parser reads from
+    a parameter, so that it prints as JAX prints it (`(b, 3)`, not `('b', 3)`)."""
+    return tuple(_dim_param(d) for d in v)
+
+
+def _dim_param(d):
+    if isinstance(d, SymExpr):
+        return d
+    if isinstance(d, str):
+        return d if is_sharded_dim(d) else SymExpr(d)
+    return int(d)
 
 
 def und(x) -> bool:
@@ -394,7 +405,7 @@ def bind_slice(x, start, limit, strides=None):
         strides = ints(strides)
         if all(s == 1 for s in strides):
             strides = None
-    if start == (0,) * len(start) and limit == shape(x) and strides is None:
+    if start == (0,) * len(start) and limit == sdims(shape(x)) and strides is None:
         return x
     return bind("slice", x, start_indices=start, limit_indices=limit, strides=strides)
 
@@ -417,7 +428,7 @@ def bind_pad(x, value, config):
 
 def bind_reshape(x, new_shape):
     new_shape = sdims(new_shape)
-    if new_shape == shape(x):
+    if new_shape == sdims(shape(x)):
         return x
     return bind("reshape", x, new_sizes=new_shape, dimensions=None, sharding=None)
 
@@ -442,13 +453,13 @@ def broadcast_eqn(x: Atom, out: Var):
     printed it (`shape=` given)."""
     from ..core import Eqn
 
-    params = {"broadcast_dimensions": (), "shape": tuple(out.type.shape), "sharding": None}
+    params = {"broadcast_dimensions": (), "shape": sdims(out.type.shape), "sharding": None}
     return Eqn("broadcast_in_dim", (x,), (out,), params, None)
 
 
 def bind_broadcast(x, new_shape, dims):
     new_shape, dims = sdims(new_shape), ints(dims)
-    if new_shape == shape(x) and dims == tuple(range(len(new_shape))):
+    if new_shape == sdims(shape(x)) and dims == tuple(range(len(new_shape))):
         return x
     return bind("broadcast_in_dim", x, shape=new_shape, broadcast_dimensions=dims, sharding=None)
 

@@ -388,10 +388,38 @@ class located_rule:  # noqa: N801 - used as `with located_rule(eqn):`, once per 
             raise JaxprError(_missing_param(eqn, f"'{key}'"), eqn.loc) from None
         if isinstance(e, TypeError):
             m = _MISSING_KWARG.search(str(e))
-            if m is None:
-                return False
-            raise JaxprError(_missing_param(eqn, m.group(1)), eqn.loc) from None
+            if m is not None:
+                raise JaxprError(_missing_param(eqn, m.group(1)), eqn.loc) from None
+        if isinstance(e, (TypeError, ValueError)):
+            sym = symbolic_type(eqn)
+            if sym is not None:
+                raise JaxprError(_symbolic_refusal(eqn, sym), eqn.loc) from e
         return False
+
+
+def symbolic_type(eqn):
+    """The first operand or result type of `eqn` with a symbolic dimension (`f32[b,3]`), or
+    None.  (Sharded dims, `8@x`, have a static size.)"""
+    from ..shardings import dim_axes
+
+    for x in (*eqn.inputs, *eqn.outputs):
+        t = getattr(x, "type", None)
+        t = getattr(t, "inner", t)  # a Ref's value
+        if isinstance(t, ShapedArray) and any(
+            not isinstance(d, int) and dim_axes(d)[0] is None for d in t.shape
+        ):
+            return t
+    return None
+
+
+def _symbolic_refusal(eqn, t) -> str:
+    """A rule that computes with sizes as integers met a symbolic one: refused at the
+    equation, never an internal error (JAX transforms it: a gap of the tool)."""
+    return (
+        f"'{eqn.prim}': its transformation rule does not handle the symbolic dimension of "
+        f"{t} yet (JAX's does): transform a program traced at concrete sizes, or one "
+        "without this equation"
+    )
 
 
 def _missing_param(eqn, names: str) -> str:

@@ -147,45 +147,41 @@ def _pipeline_steps(spec):
         raise click.BadParameter(e.message, param_hint="--opt") from None
 
 
-def _has_static_sizes(t) -> bool:
-    """Every dim a number: `8`, or an explicitly sharded `8@x` (its global size is static,
-    and the walks keep the `@x` on the tangent and cotangent types as JAX does)."""
+def _sharded_symbolic(t) -> bool:
+    """A dim both symbolic and on mesh axes (`b@x`): its global size is not static."""
     from ..core import ShapedArray
     from ..shardings import dim_axes
 
     if not isinstance(t, ShapedArray):
-        return True
-    for d in t.shape:
-        if d.__class__ is not int and dim_axes(d)[0] is None:
-            return False
-    return True
+        return False
+    return any(isinstance(d, str) and "@" in d and dim_axes(d)[0] is None for d in t.shape)
 
 
-def _require_static_shapes(jaxpr) -> None:
+def _require_transformable(jaxpr) -> None:
+    """Refuse what the transformations cannot take: a program over named axes, or a dim
+    both symbolic and sharded (`f32[b@x]`).  Plain symbolic dims (`f32[b,3]`) are
+    transformed, and an equation whose rule does not handle them is refused at that
+    equation (`registry.located_rule`)."""
     from ..core import JaxprError, ProgramError, all_eqns, named_axes_refusal
 
     err = named_axes_refusal(jaxpr, "differentiating")
     if err is not None:
         raise err
-
     for v in jaxpr.invars:
-        if not _has_static_sizes(v.type):
-            raise ProgramError(
-                f"{_NEEDS_STATIC}; input type {v.type} has a symbolic dimension {_NOT_YET}",
-                "inputs",
-            )
+        if _sharded_symbolic(v.type):
+            raise ProgramError(_sharded_symbolic_message(f"input type {v.type}"), "inputs")
     for e in all_eqns(jaxpr):
         for o in e.outputs:
-            if not _has_static_sizes(o.type):
-                raise JaxprError(
-                    f"{_NEEDS_STATIC}; {e.prim} result type {o.type} has a symbolic dimension "
-                    f"{_NOT_YET}",
-                    e.loc,
-                )
+            if _sharded_symbolic(o.type):
+                raise JaxprError(_sharded_symbolic_message(f"{e.prim} result type {o.type}"), e.loc)
 
 
-_NEEDS_STATIC = "automatic differentiation and vmap need static shapes"
-_NOT_YET = "(JAX transforms symbolic shapes, as jax.export traces them; the tool does not yet)"
+def _sharded_symbolic_message(what: str) -> str:
+    return (
+        f"automatic differentiation and vmap need static shapes; {what} has a symbolic "
+        "dimension on mesh axes (JAX transforms it, the tool does not yet: give the dimension "
+        "a size)"
+    )
 
 
 class _Job:
@@ -203,7 +199,7 @@ class _Job:
         self.input = number_constants(parse_text(part.text, part.path)).program
         self.input_path = part.path
         self.source_text, self.source_path = part.text, part.path
-        _require_static_shapes(self.input)
+        _require_transformable(self.input)
         self.style = output_style(self.input)
         self.steps = steps
         self.show_diff = show_diff

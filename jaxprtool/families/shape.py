@@ -41,6 +41,7 @@ from ..shapes.util import (
     dim_add,
     dim_eq,
     dim_mul,
+    dim_sub,
     dims_eq,
     dtype_param,
     fill_sym_from_hint,
@@ -508,8 +509,8 @@ def _concatenate_transpose(ct, *operands, dimension, **_):
     out, start = [], 0
     for o in operands:
         n = sharded_size(ops.shape(o)[dim])
-        out.append(slice_in_dim(ct, start, start + n, 1, dim) if und(o) else None)
-        start += n
+        out.append(slice_in_dim(ct, start, dim_add(start, n), 1, dim) if und(o) else None)
+        start = dim_add(start, n)
     return out
 
 
@@ -622,7 +623,7 @@ def _slice(in_types, params, out_hint):
                 raise ShapeError(f"slice: invalid slice [{s}:{lim}] of {x}")
             shape.append(sharded_like(d, 0 if lim == s else (lim - s - 1) // st + 1))
         else:
-            shape.append(strided_dim(dim_add(lim, f"-({s})") if s else lim, 1, st))
+            shape.append(strided_dim(dim_sub(lim, s) if s else lim, 1, st))
     return [fill_sym_from_hint(x.update(shape=shape), out_hint)]
 
 
