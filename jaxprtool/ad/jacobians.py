@@ -54,6 +54,15 @@ def _argnums(jaxpr: Jaxpr, argnums) -> list[int]:
 
 
 def _size(t: ShapedArray) -> int:
+    """The number of elements of `t`: the standard basis's rows.  A symbolic dimension is
+    refused (the basis would be a vmap of symbolic size, which the tool does not build)."""
+    if not all(isinstance(d, int) for d in t.shape):
+        raise ProgramError(
+            f"the Jacobian's basis has one row per element, and {t} has a symbolic dimension "
+            "(the tool batches over static sizes only): give the dimension a size, or use "
+            "jvp / vjp / grad, which take symbolic dimensions",
+            "inputs",
+        )
     return math.prod(t.shape)
 
 

@@ -293,7 +293,7 @@ def reshape(x, shape, dimensions=None):
     shape = tuple(shape)
     if tuple(x.type.shape) == shape and dimensions is None:
         return x
-    return bind("reshape", x, new_sizes=shape, dimensions=dimensions, sharding=None)
+    return bind("reshape", x, new_sizes=sdims(shape), dimensions=dimensions, sharding=None)
 
 
 def transpose(x, perm):
@@ -737,14 +737,14 @@ def iota(shape, dimension: int, dtype: str = "int32"):
         "iota",
         dimension=dimension,
         dtype=dtype_value(short_dtype_name(dtype)),
-        shape=tuple(shape),
+        shape=sdims(shape),
         sharding=None,
     )
 
 
 def split(x, sizes, axis: int) -> list:
     """`split` of axis `axis` of `x` into consecutive parts of `sizes`."""
-    parts = bind("split", x, sizes=tuple(sizes), axis=axis)
+    parts = bind("split", x, sizes=sdims(sizes), axis=axis)
     return parts if isinstance(parts, list) else [parts]
 
 

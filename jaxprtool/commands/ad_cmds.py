@@ -126,6 +126,8 @@ def _with_remat(job, remat, remat_budget, fn):
     spec = remat or remat_budget
     if spec is None:
         return fn()
+    if spec.budget is not None or spec.policy == "min-cut":
+        _require_static_bytes(job.input)
     from ..ad.remat import planning
 
     with planning(spec) as plans:
@@ -133,6 +135,24 @@ def _with_remat(job, remat, remat_budget, fn):
     for plan in plans:
         click.echo(plan.render(), err=True)
     return out
+
+
+def _require_static_bytes(jaxpr) -> None:
+    """--remat-budget and --remat min-cut weigh residuals by their bytes, which a symbolic
+    dimension leaves unknown: refused rather than planned as if the dimension were 0."""
+    from ..core import ProgramError, ShapedArray, all_eqns
+    from ..shardings import dim_axes
+
+    types = [v.type for v in jaxpr.invars]
+    types += [o.type for e in all_eqns(jaxpr) for o in e.outputs]
+    for t in types:
+        if isinstance(t, ShapedArray) and any(dim_axes(d)[0] is None for d in t.shape):
+            raise ProgramError(
+                f"--remat-budget and --remat min-cut weigh residuals by their bytes, and {t} "
+                "has a symbolic dimension: give it a size, or use a policy (--remat "
+                "dots_saveable, ...)",
+                "inputs",
+            )
 
 
 def _pipeline_steps(spec):
