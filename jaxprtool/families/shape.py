@@ -759,7 +759,13 @@ def _split_transpose(cts, operand, *, sizes, axis, **_):
 
 
 def _bind_split(eqn, p, dims):
-    return {"sizes": tuple(int(x) for x in p["sizes"]), "axis": int(p["axis"])}
+    """The part sizes as JAX binds them: a symbolic size (`sizes=(b, b)`) takes its run's
+    value, read off the result types as `reshape`'s `new_sizes`."""
+    from ..backend.values import static_shape
+
+    axis = int(p["axis"])
+    sizes = tuple(static_shape(o.type, dims)[axis] for o in eqn.outputs)
+    return {"sizes": sizes, "axis": axis}
 
 
 deflinear2("split", _split_transpose)
