@@ -57,16 +57,27 @@ CASES = {
     "var": lambda x: jnp.var(x, 0),
     "remat": lambda x: jax.checkpoint(lambda y: jnp.sin(jnp.sin(y)))(x),
     "jit": lambda x: jax.jit(lambda y: y.reshape(-1))(x),
+    "roll": lambda x: jnp.roll(x, 1, 0),  # sizes `- mod(- 1, b) + b`: JAX's form kept
+    "conv": lambda x: lax.conv(x[None, None], jnp.ones((1, 1, 2, 2)), (1, 1), "VALID"),
+    "reduce_window": lambda x: lax.reduce_window(x, 0.0, lax.add, (2, 1), (1, 1), "VALID"),
+    "cholesky": lambda x: jnp.linalg.cholesky(x @ x.T + 10 * jnp.eye(x.shape[0])),
+    "repeat": lambda x: jnp.repeat(x, 2, 0),
+    "segment_sum": lambda x: jax.ops.segment_sum(x, jnp.zeros(x.shape[0], jnp.int32), 2),
+    "reverse_cumsum": lambda x: lax.cumsum(x, 0, reverse=True),
+    "reverse_scan": lambda x: lax.scan(lambda c, t: (c * t, c), jnp.ones(3), x, reverse=True),
+    "map": lambda x: lax.map(jnp.sin, x),
+    "argsort": lambda x: jnp.argsort(x, 0).astype(jnp.float32) * x,
 }
 #: `lax.while_loop` has no reverse mode in JAX either (jax.grad raises the same message)
 VMAP_JVP_ONLY = {
-    "while": lambda x: lax.while_loop(
-        lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] * 2), (0, x)
-    )[1],
+    "while": lambda x: lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] * 2), (0, x))[
+        1
+    ],
 }
 #: the unmarked representatives: a reshape of a symbolic size, a scan of symbolic length,
-#: `dim_as_value` and the symbolic offsets of concatenate's transpose
-FAST = ("reshape", "scan", "dim_as_value", "concatenate")
+#: `dim_as_value`, the symbolic offsets of concatenate's transpose, and roll's sizes outside
+#: the linear algebra of dims
+FAST = ("reshape", "scan", "dim_as_value", "concatenate", "roll")
 
 
 def _params(names):
@@ -192,13 +203,33 @@ def _cli(tmp_path, argv, f):
 
 
 def test_rule_without_symbolic_support_is_refused_at_its_equation(tmp_path):
-    """cumprod's JVP computes with its axis size as an integer: refused at the equation
-    (JAX differentiates it: a gap of the tool), no output, no traceback."""
-    r, src = _cli(tmp_path, ["jvp"], lambda x: jnp.cumprod(x, 0))
+    """triangular_solve's JVP computes with its sizes as integers: refused at the equation,
+    no output, no traceback."""
+
+    def f(x):
+        a = jnp.tril(x @ x.T) + 10 * jnp.eye(x.shape[0])
+        return jax.scipy.linalg.solve_triangular(a, x, lower=True)
+
+    r, src = _cli(tmp_path, ["jvp"], f)
     assert r.exit_code == 1
-    assert f"{src}:" in r.output and ": error: 'cumprod': its transformation rule" in r.output
-    assert "symbolic dimension of f32[b,3]" in r.output
+    assert f"{src}:" in r.output and ": error: 'triangular_solve': the tool's" in r.output
+    assert "symbolic dimension of f32[b,b]" in r.output
     assert "Traceback" not in r.output and "lambda ; a" not in r.output.split("error:")[0]
+
+
+@pytest.mark.parametrize("command", ["jvp", "grad"])
+def test_cumulative_product_refused_in_jax_words(tmp_path, command):
+    """JAX's JVP of cumprod is an associative scan, which refuses a symbolic axis
+    (jax.jvp raises "associative scan over axis of non-constant size: b" too)."""
+
+    def f(x):
+        return jnp.sum(jnp.cumprod(x, 0))
+
+    with pytest.raises(NotImplementedError, match="non-constant size: b"):
+        jax.make_jaxpr(lambda x: jax.jvp(f, (x,), (x,)))(PER_EXAMPLE)
+    r, src = _cli(tmp_path, [command], f)
+    assert r.exit_code == 1
+    assert "error: associative scan over axis of non-constant size: b" in r.output
 
 
 def test_jacobian_of_symbolic_size_is_refused(tmp_path):

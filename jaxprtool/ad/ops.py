@@ -420,7 +420,7 @@ def slice_in_dim(x, start, limit, stride=1, axis=0):
 
 
 def bind_pad(x, value, config):
-    config = tuple((int(lo), int(hi), int(i)) for lo, hi, i in config)
+    config = tuple((*sdims((lo, hi)), int(i)) for lo, hi, i in config)
     if all(c == (0, 0, 0) for c in config):
         return x
     return bind("pad", x, value, padding_config=config)

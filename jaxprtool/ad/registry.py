@@ -414,10 +414,10 @@ def symbolic_type(eqn):
 
 def _symbolic_refusal(eqn, t) -> str:
     """A rule that computes with sizes as integers met a symbolic one: refused at the
-    equation, never an internal error (JAX transforms it: a gap of the tool)."""
+    equation, never an internal error."""
     return (
-        f"'{eqn.prim}': its transformation rule does not handle the symbolic dimension of "
-        f"{t} yet (JAX's does): transform a program traced at concrete sizes, or one "
+        f"'{eqn.prim}': the tool's transformation rule does not handle the symbolic "
+        f"dimension of {t} yet: transform a program traced at concrete sizes, or one "
         "without this equation"
     )
 

@@ -303,6 +303,8 @@ def _interleave(a, b, axis):
 def _assoc_scan(combine, elems, axis):
     """Inclusive prefix scan of the tuple `elems` along `axis` with the associative `combine`."""
     n = shape(elems[0])[axis]
+    if not isinstance(n, int):  # JAX's words: its associative_scan refuses it as well
+        raise JaxprError(f"associative scan over axis of non-constant size: {n}")
     if n < 2:
         return elems
     reduced = combine(

@@ -41,6 +41,7 @@ from ..shapes.util import (
     dim_add,
     dim_eq,
     dim_mul,
+    dim_param,
     dim_sub,
     dims_eq,
     dtype_param,
@@ -631,16 +632,14 @@ def _slice_transpose(ct, operand, *, start_indices, limit_indices, strides=None,
     if is_zero(ct):
         return [Zero(tangent_type(ty(operand)))]
     op_shape = [sharded_size(d) for d in ops.shape(operand)]
-    start = ops.ints(start_indices)
-    if strides is None or all(int(s) == 1 for s in strides):
-        pads = [(s, d - lim, 0) for s, d, lim in zip(start, op_shape, ops.ints(limit_indices))]
-    else:
-        st = ops.ints(strides)
-        ct_shape = [sharded_size(d) for d in ops.shape(ct)]
-        real_limits = [
-            s + (0 if n == 0 else 1 + (n - 1) * k) for s, n, k in zip(start, ct_shape, st)
-        ]
-        pads = [(s, d - r, k - 1) for s, d, r, k in zip(start, op_shape, real_limits, st)]
+    if strides is None or all(int(s) == 1 for s in strides):  # symbolic bounds allowed
+        start, limit = (tuple(map(dim_param, v)) for v in (start_indices, limit_indices))
+        pads = [(s, dim_sub(d, lim), 0) for s, d, lim in zip(start, op_shape, limit)]
+        return [bind_pad(ct, _lit0(ct), pads)]
+    start, st = ops.ints(start_indices), ops.ints(strides)
+    ct_shape = [sharded_size(d) for d in ops.shape(ct)]
+    real_limits = [s + (0 if n == 0 else 1 + (n - 1) * k) for s, n, k in zip(start, ct_shape, st)]
+    pads = [(s, d - r, k - 1) for s, d, r, k in zip(start, op_shape, real_limits, st)]
     return [bind_pad(ct, _lit0(ct), pads)]
 
 

@@ -184,6 +184,18 @@ def dim_eq(a, b) -> bool:
     return True
 
 
+def dim_may_equal(a, b) -> bool:
+    """False only when `a` and `b` surely differ: two ints, or two linear expressions
+    (`2*b + 1`) of different coefficients; an expression outside that algebra (`mod(- 1, b)`,
+    `floordiv(b, 2)`) may equal anything."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    pa, pb = _poly(a), _poly(b)
+    if pa is None or pb is None:
+        return True
+    return {k: c for k, c in pa.items() if c} == {k: c for k, c in pb.items() if c}
+
+
 def dims_eq(a, b) -> bool:
     return len(a) == len(b) and all(dim_eq(x, y) for x, y in zip(a, b))
 
@@ -548,10 +560,13 @@ def out_types_of(jaxpr: Jaxpr) -> list[Type]:
 # the convolution and windowed-reduction rules, and the `flops` rules of several families)
 
 
-def dilate_shape(shp, dilation) -> tuple[int, ...]:
-    """A static shape dilated by `dilation` (aligned to its trailing dimensions; 0 stays 0)."""
+def dilate_shape(shp, dilation) -> tuple:
+    """A shape dilated by `dilation` (aligned to its trailing dimensions; 0 stays 0); a
+    symbolic dim `d` becomes `r*d - r + 1` (JAX's `dilate_dim` on a symbolic size)."""
     dilation = (1,) * (len(shp) - len(dilation)) + tuple(dilation)
-    return tuple(0 if d == 0 else 1 + r * (d - 1) for d, r in zip(shp, dilation))
+    return tuple(
+        0 if d == 0 else dim_add(1, dim_mul(r, dim_sub(d, 1))) for d, r in zip(shp, dilation)
+    )
 
 
 def conv_vjp_lhs_padding(
@@ -562,8 +577,11 @@ def conv_vjp_lhs_padding(
     lhs_d = dilate_shape(in_shape, lhs_dilation)
     rhs_d = dilate_shape(window_dimensions, rhs_dilation)
     out_d = dilate_shape(out_shape, window_strides)
-    before = [r - lo - 1 for r, (lo, _) in zip(rhs_d, padding)]
-    after = [ld + r - 1 - od - b for ld, r, od, b in zip(lhs_d, rhs_d, out_d, before)]
+    before = [dim_sub(dim_sub(r, lo), 1) for r, (lo, _) in zip(rhs_d, padding)]
+    after = [
+        dim_sub(dim_sub(dim_add(ld, dim_sub(r, 1)), od), b)
+        for ld, r, od, b in zip(lhs_d, rhs_d, out_d, before)
+    ]
     return list(zip(before, after))
 
 
