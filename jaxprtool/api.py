@@ -200,10 +200,10 @@ def _ad_input(p: Program, custom_rules: str) -> Jaxpr:
     hoisted, refused when a shape is not static."""
     from .ad.registry import set_custom_rule_policy
     from .commands.ad_cmds import _require_static_shapes
-    from .consts_order import number_constants
+    from .consts_order import for_ad
 
     set_custom_rule_policy(custom_rules)
-    j = number_constants(p.jaxpr).program
+    j = for_ad(p.jaxpr)
     _require_static_shapes(j)
     return j
 
