@@ -238,3 +238,47 @@ def test_explain_and_check_grad_take_the_archive(traced):
         r = run(["check-grad", str(prog), *args, "--modes", "rev"])  # fwd: refused as JAX
         assert r.exit_code == verdict, r.output
         assert f"{verdict} failure" in r.output, r.output  # (0 failures, 1 failure)
+
+
+def test_vmap_keeps_the_calls_with_their_constants_as_operands(traced):
+    """vmap reads the program as the AD commands do: the custom calls it keeps print with
+    their rules' constants as leading operands (`jaxprtool_rule_consts`), read back by
+    `run` with the same archive: jax.vmap's numbers."""
+    progs, mod, folder = traced
+    prog, consts = progs["both"]
+    out = _derive(folder, "vmap", prog, "--axis-size", "4")
+    assert out.read_text().count("jaxprtool_rule_consts=") == 2
+    xs = np.random.RandomState(0).randn(4, 2).astype(np.float32)
+    (got,) = _run(folder, out, [xs], consts)
+    close(got, jax.vmap(mod.both)(xs))
+
+
+MIXED = """{ lambda ; a:f32[3]. let
+    b:f32[3] = custom_jvp_call[
+      name=h
+      call_jaxpr={ lambda c:f32[3]; d:f32[3]. let
+          e:f32[3] = mul d c
+        in (e,) }
+      jaxprtool_jvp={ lambda f:f32[3]; g:f32[3] h:f32[3]. let
+          i:f32[3] = mul g f
+          j:f32[3] = mul h f
+        in (i, j) }
+      jvp=jvp
+      symbolic_zeros=False
+    ] a
+  in (b,) }
+"""
+
+
+def test_rule_constants_beside_other_nested_constants_are_refused(tmp_path):
+    """A body that keeps its constants (here the custom call's own, which hoisting does not
+    move) is numbered between the rules' in the archive: the rules keep theirs, and AD
+    through the rule is refused where it is, saying what works, never misnumbered."""
+    prog = tmp_path / "mixed.jaxpr"
+    prog.write_text(MIXED)
+    j = parse(MIXED, str(prog)).jaxpr
+    assert for_ad(j) is number_constants(j).program
+    r = run(["jvp", str(prog)])
+    assert r.exit_code == 1, r.output
+    assert "mixed.jaxpr:2:5: error: 'custom_jvp_call': its recorded rule jaxprtool_jvp" in r.output
+    assert "nested constants other than its recorded rules'" in r.output

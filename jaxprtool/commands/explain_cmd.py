@@ -105,9 +105,9 @@ def _explain(
     args, consts, _ = gather_inputs(jaxpr, args_npz, None, input_seed, consts_npz, {})
     if len(consts) > len(jaxpr.constvars):
         raise JaxprError(
-            "explain cannot yet use the constants that stay in nested jaxprs (a recorded "
-            "custom rule's; its walks copy those jaxprs); check-grad and run take them "
-            "with --consts"
+            "explain cannot yet use the constants that stay in nested jaxprs (those of a "
+            "primitive that keeps its jaxprs' constants; a recorded custom rule's become the "
+            "program's unless such constants come with them); run takes them with --consts"
         )
     data = explain_data(
         jaxpr,

@@ -871,9 +871,7 @@ def _custom_vjp_linearize(primals, tangents, **params):
     tangents = tangents[n:]  # (the constants' are zero)
     n_fwd = len(fwd.invars) - len(tangents)
     _check_perturbed(params, tangents, fwd_name)
-    out = _emit_rule(
-        "custom_vjp_call", FWD_RULE_PARAM, fwd, [*primals[:n_fwd], *primals[n:]]
-    )
+    out = _emit_rule("custom_vjp_call", FWD_RULE_PARAM, fwd, [*primals[:n_fwd], *primals[n:]])
     n_out = len(body.outvars)
     outs, res = out[:n_out], [*primals[n_fwd:n], *out[n_out:]]  # bwd's constants lead
     in_zeros = [is_zero(t) for t in tangents]
