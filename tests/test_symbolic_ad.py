@@ -10,6 +10,8 @@ a symbolic size is refused at its equation (tested below)."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -91,8 +93,11 @@ def traced(f, arg=PER_EXAMPLE):
 
 
 def reread(program):
-    """The tool's printout, read back (and checked): what a user pipes on."""
-    return api.parse(api.format(program), "<result>")
+    """The tool's printout, read back (and checked): what a user pipes on.  A symbolic size
+    in a parameter prints bare, as JAX prints it (`new_sizes=(b, 3)`, never `('b', 3)`)."""
+    text = api.format(program)
+    assert not re.search(r"'[^'\n]*\bb\b[^'\n]*'", text), text
+    return api.parse(text, "<result>")
 
 
 def run_at(program, *args, consts=()):
