@@ -208,8 +208,8 @@ def _cli(tmp_path, argv, f):
 
 
 def test_rule_without_symbolic_support_is_refused_at_its_equation(tmp_path):
-    """triangular_solve's JVP computes with its sizes as integers: refused at the equation,
-    no output, no traceback."""
+    """triangular_solve's JVP compares its sizes (b > 3), as JAX's does (JAX raises
+    InconclusiveDimensionOperation): refused at the equation, no output, no traceback."""
 
     def f(x):
         a = jnp.tril(x @ x.T) + 10 * jnp.eye(x.shape[0])
