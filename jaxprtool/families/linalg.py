@@ -1609,9 +1609,14 @@ def _bind_fft(eqn, p, dims):
     import jax
 
     from ..backend.prims import to_jax
+    from ..backend.values import eval_dim
 
     ft = jax.lax.FftType[_fft_kind(p["fft_type"])]
-    return {"fft_type": ft, "fft_lengths": to_jax(p["fft_lengths"])}
+    # a symbolic length (`fft_lengths=(b,)`) takes its run's size (`--dim b=5`)
+    lengths = tuple(
+        n if isinstance(n, int) else eval_dim(str(n), dims) for n in param_dims(p["fft_lengths"])
+    )
+    return {"fft_type": ft, "fft_lengths": to_jax(lengths)}
 
 
 def _static_lengths(fft_lengths) -> tuple[int, ...]:
@@ -1621,8 +1626,9 @@ def _static_lengths(fft_lengths) -> tuple[int, ...]:
         from ..core import JaxprError
 
         raise JaxprError(
-            f"the transpose of an fft with symbolic fft_lengths {fmt_shape(lengths)} is not "
-            "supported: give the dimensions sizes (--dim) first",
+            f"the transpose of a real fft with symbolic fft_lengths {fmt_shape(lengths)} is "
+            "not supported yet (JAX's is: a gap of the tool): transform a program traced at "
+            "concrete sizes",
             current().loc,
         )
     return lengths
