@@ -71,6 +71,11 @@ CASES = {
     "map": lambda x: lax.map(jnp.sin, x),
     "argsort": lambda x: jnp.argsort(x, 0).astype(jnp.float32) * x,
     "fft": lambda x: jnp.fft.fft(x, axis=0).real,  # fft_lengths=(b,)
+    "mean_all": lambda x: jnp.mean(x) * x,  # dim_as_value[dim=3*b]
+    "resize": lambda x: jax.image.resize(x, (x.shape[0] * 2, 6), "linear"),
+    # padding=((floordiv(- 2*floordiv(- b, 2) - b, 2), - floordiv(...) ...), (0, 0))
+    "max_pool_same": lambda x: lax.reduce_window(x, -jnp.inf, lax.max, (2, 1), (2, 1), "SAME"),
+    "sum_pool_same": lambda x: lax.reduce_window(x, 0.0, lax.add, (2, 1), (2, 1), "SAME"),
 }
 #: `lax.while_loop` has no reverse mode in JAX either (jax.grad raises the same message)
 VMAP_JVP_ONLY = {

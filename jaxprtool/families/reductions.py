@@ -439,7 +439,7 @@ def _window_params(p):
     return (
         ints(p["window_dimensions"]),
         ints(p["window_strides"]),
-        tuple(tuple(ints(q)) for q in p["padding"]),
+        tuple(ops.sdims(q) for q in p["padding"]),  # symbolic pads (SAME) stay symbolic
         ints(p.get("base_dilation") or (1,) * len(p["window_dimensions"])),
         ints(p.get("window_dilation") or (1,) * len(p["window_dimensions"])),
     )

@@ -295,7 +295,10 @@ def _elements(s: str, i: int, close: str, hook):
         if s[j] == close:
             return out, trailing, j + 1, _separators(s, i + 1, bounds, j)
         start = j
-        v, j = parse_value(s, j, False, hook)
+        if s.startswith("- ", j):  # `- floordiv(- b, 2)`: an expression, read as one below
+            v, j = None, j + 1
+        else:
+            v, j = parse_value(s, j, False, hook)
         k = j
         while k < len(s) and s[k] == " ":
             k += 1

@@ -11,6 +11,8 @@ the balanced text.
 
 from __future__ import annotations
 
+import re
+
 from ... import params
 from ...lazy import is_dtype
 from .. import grammar as G
@@ -20,6 +22,12 @@ from .scopes import SharedRef
 
 # parameter keys whose value is always an unquoted string (may contain anything, H3)
 _STRING_KEYS = frozenset({"name", "fmt"})
+#: keys whose value is one symbolic dimension, printed bare (`dim_as_value[dim=2*b + 1]`)
+_DIM_KEYS = frozenset({"dim"})
+_DIM_EXPR = re.compile(r"(?:- )?[\w(][\w*+\-^(),/ ]*")
+_DIM_OPERATOR = re.compile(r"[*+^/]|\w\(| - |^- ")
+#: two operands side by side (`b c`): no expression
+_ADJACENT = re.compile(r"[\w)]\s+[\w(]")
 
 _CONSTS = {"True": True, "False": False, "None": None}
 
@@ -149,6 +157,8 @@ class ParamValues(Source):
             return None
         if c == "l" and G.SHARED_DEF.match(s, i):
             return None
+        if key in _DIM_KEYS and (r := self.dim_expression(i)) is not None:
+            return r
         if key in _STRING_KEYS:
             m = G.BARE_NAME.match(s, i)
             e = m.end() if m and self.at_delim(m.end()) else self.raw_end(i, broken)
@@ -199,6 +209,23 @@ class ParamValues(Source):
         if params.format_value(v) != raw and not _broken_empty_tuple(v, raw):
             v = raw if isinstance(v, str) else params.Opaque(raw)
         return v, e
+
+    def dim_expression(self, i: int):
+        """A symbolic dimension expression at s[i] (`2*b`, `floordiv(b, 2) - 1`) as the
+        `SymExpr` a tuple element of that text reads as, or None (a plain value)."""
+        m = _DIM_EXPR.match(self.s, i)
+        if m is None:
+            return None
+        text = m.group().rstrip()
+        end = i + len(text)
+        if not _DIM_OPERATOR.search(text) or _ADJACENT.search(text) or not self.at_delim(end):
+            return None
+        depth = 0
+        for c in text:
+            depth += {"(": 1, ")": -1}.get(c, 0)
+            if depth < 0:
+                return None
+        return (params.SymExpr(text), end) if depth == 0 else None
 
     def balanced_raw(self, i: int, e: int, key: str) -> None:
         """An unquoted value kept as text (`jvp_jaxpr_fun=Wrapped function:...`) has
