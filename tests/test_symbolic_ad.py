@@ -282,3 +282,11 @@ def test_policy_remat_runs_as_jax(tmp_path):
     assert r.exit_code == 0, r.output
     x, _ = inputs()
     close(run_at(api.parse(r.stdout, "<grad>"), x), [jax.grad(loss)(x)])
+
+
+@pytest.mark.parametrize("name", ["mean_all", "max_pool_same"])
+def test_symbolic_parameter_values_print_back_as_jax_printed_them(name):
+    """`dim_as_value[dim=3*b]` (a bare expression) and SAME padding's `- floordiv(- b, 2)`
+    (an element with a leading minus) are read and printed back as JAX printed them."""
+    text = str(jax.make_jaxpr(CASES[name])(PER_EXAMPLE))
+    assert api.format(api.parse(text, name)) == text
