@@ -84,9 +84,9 @@ VMAP_JVP_ONLY = {
     ],
 }
 #: the unmarked representatives: a reshape of a symbolic size, a scan of symbolic length,
-#: `dim_as_value`, the symbolic offsets of concatenate's transpose, and roll's sizes outside
-#: the linear algebra of dims
-FAST = ("reshape", "scan", "dim_as_value", "concatenate", "roll")
+#: `dim_as_value`, the symbolic offsets of concatenate's transpose, roll's sizes outside the
+#: linear algebra of dims, and a two-symbol MLP (b, n)
+FAST = ("reshape", "scan", "dim_as_value", "concatenate", "roll", "mlp")
 
 
 def _params(names):
@@ -107,10 +107,10 @@ def reread(program):
     return api.parse(text, "<result>")
 
 
-def run_at(program, *args, consts=()):
-    """`jaxprtool run --dim b=5`: the program at the concrete size."""
+def run_at(program, *args, consts=(), sizes=None):
+    """`jaxprtool run --dim b=5`: the program at the concrete size(s)."""
     j = number_constants(program.jaxpr).program
-    dims = bind_dims(j.invars, args, {"b": SIZE})
+    dims = bind_dims(j.invars, args, dict(sizes or {"b": SIZE}))
     args = check_arrays(j.invars, args, dims, "argument")
     consts = check_arrays(list(j.constvars), consts, dims, "constant")
     return backend.evaluate(j, args, consts, device="cpu", dims=dims)
@@ -205,6 +205,38 @@ def test_grad_matches_jax(name):
     g = reread(api.grad(program))
     x, _ = inputs()
     close(run_at(g, x, consts=consts), [jax.grad(loss)(x)])
+
+
+# ---------------------------------------------------------------- two symbols
+
+
+TWO = {
+    "mlp": lambda x, w: jnp.tanh(x @ w).sum(),
+    "mean": lambda x, w: jnp.mean(x @ w) * x.shape[1],  # dim_as_value[dim=4*b], [dim=n]
+    "scan": lambda x, w: lax.scan(lambda c, r: (jnp.tanh(c + r @ w), None), jnp.zeros(4), x)[
+        0
+    ].sum(),
+}
+
+
+@pytest.mark.parametrize("name", _params(TWO))
+def test_two_symbols_grad_vmap_jvp_match_jax(name):
+    """x: f32[b,n], w: f32[n,4]; run at b = 5, n = 6."""
+    f = TWO[name]
+    b, n = export.symbolic_shape("b, n")
+    xs = jax.ShapeDtypeStruct((b, n), jnp.float32), jax.ShapeDtypeStruct((n, 4), jnp.float32)
+    closed = jax.make_jaxpr(f)(*xs)
+    program, consts = api.parse(str(closed)), [np.asarray(c) for c in closed.consts]
+    sizes = {"b": 5, "n": 6}
+    r = np.random.RandomState(3)
+    x, w = r.randn(5, 6).astype(np.float32), r.randn(6, 4).astype(np.float32)
+    g = reread(api.grad(program, argnums=[0, 1]))
+    close(run_at(g, x, w, consts=consts, sizes=sizes), jax.grad(f, (0, 1))(x, w))
+    v = reread(api.vmap(program, [0, None], 0, 3))
+    xb = r.randn(3, 5, 6).astype(np.float32)
+    close(run_at(v, xb, w, consts=consts, sizes=sizes), [jax.vmap(f, (0, None))(xb, w)])
+    jv = reread(api.jvp(program))
+    close(run_at(jv, x, w, x, w, consts=consts, sizes=sizes), jax.jvp(f, (x, w), (x, w)))
 
 
 # ---------------------------------------------------------------- refusals
