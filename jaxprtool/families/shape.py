@@ -58,7 +58,7 @@ from ..shapes.util import (
     static_ints,
     strided_dim,
 )
-from ..shardings import sharded_like, sharded_size
+from ..shardings import sharded_dim, sharded_like, sharded_size, type_spec
 from ..text import style as ST
 from ..text.param_rules import sorted_params
 
@@ -260,9 +260,99 @@ def _reshape(in_types, params, out_hint):
             raise ShapeError(
                 f"reshape: dimensions {fmt_shape(dims)} must be a permutation of the operand axes"
             )
-    if tuple(map(sharded_size, x.shape)) == tuple(new):
-        new = x.shape  # a reshape to its own sizes keeps an explicitly sharded dim's axes
+    try:
+        new = _reshape_sharding(x, new, dims)
+    except ShapeError:
+        if not out_hint:
+            raise
+        return [out_hint[0]]  # JAX printed the result type: the sharding it chose
     return [fill_sym_from_hint(x.update(shape=new), out_hint)]
+
+
+def _reshape_sharding(x: ShapedArray, new: tuple, dimensions) -> tuple:
+    """`new` with the mesh axes JAX's `_reshape_sharding_rule` gives the result of reshaping
+    the explicitly sharded `x`: dims kept, split or merged keep their axes when no sharded
+    dim is split or merged (that would need the mesh axis sizes, which the types do not say:
+    refused).  Sizes given already sharded (`8@x`, a transpose's) are kept."""
+    spec = type_spec(x)
+    op = tuple(map(sharded_size, x.shape))
+    if spec is None or not all(isinstance(d, int) for d in (*op, *new)):
+        return new
+    parts = [spec.dim_axes(i) for i in range(len(op))]
+    kept = [(s, p) for s, p in zip(op, parts) if s != 1]
+    sizes = [s for s, _ in kept]
+    non1_new = [n for n in new if n != 1]
+    if sizes == non1_new:
+        moved = [p for _, p in kept]
+    else:
+        moved = _split_or_merge_parts(kept, non1_new, x, new, dimensions)
+    it = iter(moved)
+    out = [
+        (parts[i] if i < len(op) and op[i] == 1 else ()) if n == 1 else next(it)
+        for i, n in enumerate(new)
+    ]
+    return tuple(sharded_dim(n, a) for n, a in zip(new, out))
+
+
+def _split_or_merge_parts(kept, non1_new, x, new, dimensions) -> list:
+    """The mesh axes of the non-1 result dims when one operand dim splits into several (JAX's
+    `_split_an_axis_sharding_rule`) or several merge into one (`_merge_an_axis_...`)."""
+    sizes = [s for s, _ in kept]
+    split = _one_axis_groups(sizes, non1_new, x, new)
+    if split is not None:
+        moved = []
+        for (_, p), g in zip(kept, split):
+            if g > 1 and p:
+                raise _reshape_refusal(x, new)
+            moved += [p] if g == 1 else [()] * g
+        return moved
+    merge = _one_axis_groups(non1_new, sizes, x, new)
+    if merge is None:
+        raise _reshape_refusal(x, new)
+    it = iter(p for _, p in kept)
+    moved = []
+    for g in merge:
+        group = [next(it) for _ in range(g)]
+        if g > 1 and any(group):
+            raise _reshape_refusal(x, new)
+        moved.append(group[0] if g == 1 else ())
+    return moved
+
+
+def _one_axis_groups(few, many, x, new) -> list[int] | None:
+    """JAX's `_split_on_one_axis` on non-1 sizes: how many of `many` each of `few` becomes,
+    where exactly one of `few` splits; None when `many` is no such split of `few`."""
+    if len(many) <= len(few):
+        return None
+    groups: list[int] = []
+    i = j = 0
+    while j < len(many):
+        if i >= len(few):
+            return None
+        if few[i] == many[j]:
+            groups.append(1)
+        else:
+            if any(g > 1 for g in groups):
+                raise _reshape_refusal(x, new)  # a second split: JAX refuses it
+            k, size = 1, many[j]
+            while size != few[i]:
+                if size > few[i] or j + 1 >= len(many):
+                    return None
+                j += 1
+                k += 1
+                size *= many[j]
+            groups.append(k)
+        i += 1
+        j += 1
+    return groups if len(groups) == len(few) else None
+
+
+def _reshape_refusal(x, new) -> ShapeError:
+    return ShapeError(
+        f"the sharding of {x} reshaped to {fmt_shape(new)} depends on the mesh axis "
+        "sizes (a sharded dim is split or merged), which the types do not give; reshard it to "
+        "replicated first (`jax.sharding.reshard(x, P())`)"
+    )
 
 
 def _restyle_reshape(prim, params, e, style):

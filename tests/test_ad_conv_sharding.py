@@ -1,0 +1,224 @@
+"""AD of conv_general_dilated on explicitly sharded operands (issue 25): the conv's shape rule
+gives JAX's result sharding (`_conv_general_dilated_sharding_rule`: the `out_sharding`
+parameter, else the lhs's spec position by position), its transposes carry the operand's
+sharding as `out_sharding` as JAX's do, and reshape keeps the axes of the dims it does not
+split or merge.  grad/jvp/vjp of JAX's printouts give the types `jax.make_jaxpr(jax.grad(f))`
+prints and, run on the same mesh, jax.grad's / jax.jvp's / jax.vjp's numbers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+from jax import lax  # noqa: E402
+from jax.sharding import NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+from jax_oracle import close, run  # noqa: E402
+
+from jaxprtool.text.parser import parse  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    len(jax.devices("cpu")) < 4, reason="needs 4 host CPU devices (conftest sets XLA_FLAGS)"
+)
+
+MESH = jax.make_mesh(
+    (2, 2),
+    ("x", "y"),
+    axis_types=(jax.sharding.AxisType.Explicit,) * 2,
+    devices=jax.devices("cpu")[:4],
+)
+
+
+def rnd(seed, shape, spec=P()):
+    a = np.random.default_rng(seed).uniform(0.5, 1.5, shape).astype(np.float32)
+    return jax.device_put(a, NamedSharding(MESH, spec))
+
+
+def conv(x, w, strides=(1, 1), padding="VALID", **kw):
+    return lax.conv_general_dilated(x, w, strides, padding, **kw)
+
+
+def spatial(x, w):
+    """NCHW, the height sharded: the result keeps `@x` there, the kernel's grad is replicated."""
+    return jnp.sum(jnp.tanh(conv(x, w)) ** 2)
+
+
+def nhwc_to_nchw(x, w):
+    """JAX gives the result the lhs's spec by position, not by dimension numbers."""
+    return jnp.sum(conv(x, w, dimension_numbers=("NHWC", "OIHW", "NCHW")) ** 2)
+
+
+def two_axes_same(x, w):
+    return jnp.sum(jnp.sin(conv(x, w, padding="SAME")) * 2.0)
+
+
+def strided(x, w):
+    return jnp.sum(conv(x, w, (2, 1), "SAME", rhs_dilation=(1, 2)) ** 2)
+
+
+def feature_groups(x, w):
+    return jnp.sum(conv(x, w, feature_group_count=2) ** 2)
+
+
+def batch_groups(x, w):
+    """Its lhs transpose splits and merges the unsharded batch and feature dims (reshape)."""
+    return jnp.sum(conv(x, w, batch_group_count=2) ** 2)
+
+
+def replicated_result(x, w):
+    """An explicit `out_sharding`: the forward prints the mesh, the transposes reuse it."""
+    return jnp.sum(conv(x, w, out_sharding=P()) ** 2)
+
+
+PROGRAMS = {
+    "spatial": (spatial, lambda: [rnd(0, (2, 1, 8, 4), P(None, None, "x")), rnd(1, (3, 1, 3, 2))]),
+    "nhwc_to_nchw": (
+        nhwc_to_nchw,
+        lambda: [rnd(2, (2, 8, 4, 2), P(None, "x")), rnd(3, (4, 2, 3, 1))],
+    ),
+    "two_axes_same": (
+        two_axes_same,
+        lambda: [rnd(4, (1, 1, 8, 4), P(None, None, ("x", "y"))), rnd(5, (1, 1, 3, 1))],
+    ),
+    "strided": (strided, lambda: [rnd(6, (1, 2, 8, 6), P(None, None, "x")), rnd(7, (2, 2, 3, 2))]),
+    "feature_groups": (
+        feature_groups,
+        lambda: [rnd(8, (2, 4, 8, 4), P("y", None, "x")), rnd(9, (4, 2, 3, 1))],
+    ),
+    "batch_groups": (
+        batch_groups,
+        lambda: [rnd(10, (4, 2, 8, 4), P(None, None, "x")), rnd(11, (4, 2, 3, 1))],
+    ),
+    "replicated_result": (
+        replicated_result,
+        lambda: [rnd(12, (2, 1, 8, 4), P("x")), rnd(13, (3, 1, 3, 2))],
+    ),
+}
+
+
+def conv_result_types(text):
+    """The result types of the program's convolutions and reshapes, in order."""
+    eqns = parse(text, "<text>").jaxpr.eqns
+    return [
+        str(e.outputs[0].type) for e in eqns if e.prim in ("conv_general_dilated", "reshape")
+    ]
+
+
+def outvar_types(text):
+    return [str(v.type) for v in parse(text, "<text>").jaxpr.outvars]
+
+
+def transform(tmp_path, command, text, *options):
+    src = tmp_path / "f.jaxpr"
+    src.write_text(text)
+    out = tmp_path / f"f.{command}.jaxpr"
+    r = run([command, str(src), *options, "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    return out
+
+
+def run_on_mesh(tmp_path, program, args):
+    files = []
+    for i, a in enumerate(args):
+        np.save(tmp_path / f"arg{i}.npy", np.asarray(a))
+        files += ["--arg", str(tmp_path / f"arg{i}.npy")]
+    out = tmp_path / "out.npz"
+    r = run(["run", str(program), "--mesh", "x=2,y=2", *files, "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    got = np.load(out)
+    return [got[f"out{i}"] for i in range(len(got.files))]
+
+
+def grad_case(tmp_path, name):
+    f, make_args = PROGRAMS[name]
+    with jax.set_mesh(MESH):
+        args = make_args()
+        text = str(jax.make_jaxpr(f)(*args))
+        jax_text = str(jax.make_jaxpr(jax.grad(f, (0, 1)))(*args))
+        want = jax.grad(f, (0, 1))(*args)
+    assert "@" in text
+    program = transform(tmp_path, "grad", text, "--argnums", "0,1")
+    got_text = program.read_text()
+    assert outvar_types(got_text) == outvar_types(jax_text)
+    assert conv_result_types(got_text) == conv_result_types(jax_text)
+    got = run_on_mesh(tmp_path, program, args)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        close(g, w)
+
+
+def test_grad_over_a_sharded_spatial_dim(tmp_path):
+    grad_case(tmp_path, "spatial")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(set(PROGRAMS) - {"spatial"}))
+def test_grad_matches_jax(tmp_path, name):
+    grad_case(tmp_path, name)
+
+
+def test_grad_with_groups_and_two_axes(tmp_path):
+    """The fast representative of the sweep: feature groups, batch over y, height over x."""
+    grad_case(tmp_path, "feature_groups")
+
+
+def test_jvp_and_vjp_match_jax(tmp_path):
+    f, make_args = PROGRAMS["strided"]
+    with jax.set_mesh(MESH):
+        x, w = make_args()
+        tx, tw = rnd(20, x.shape, P(None, None, "x")), rnd(21, w.shape)
+        text = str(jax.make_jaxpr(f)(x, w))
+        jvp_text = str(jax.make_jaxpr(lambda *a: jax.jvp(f, a[:2], a[2:]))(x, w, tx, tw))
+        want_jvp = jax.jvp(f, (x, w), (tx, tw))
+        out, pullback = jax.vjp(f, x, w)
+        want_vjp = pullback(np.float32(0.5))
+    program = transform(tmp_path, "jvp", text)
+    assert outvar_types(program.read_text()) == outvar_types(jvp_text)
+    for g, w_ in zip(run_on_mesh(tmp_path, program, [x, w, tx, tw]), want_jvp):
+        close(g, w_)
+    program = transform(tmp_path, "vjp", text)
+    types = [str(v.type) for v in parse(program.read_text(), "<vjp>").jaxpr.outvars]
+    assert types[-2:] == ["f32[1,2,8@x,6]", "f32[2,2,3,2]"]
+    got = run_on_mesh(tmp_path, program, [x, w, np.float32(0.5)])
+    close(got[0], out)
+    for g, w_ in zip(got[1:], want_vjp):
+        close(g, w_)
+
+
+def test_reshape_merging_a_sharded_dim_refuses_as_jax_does(tmp_path):
+    """batch groups over a sharded batch dim: the lhs transpose merges the feature dim into
+    the `@y` batch dim, which JAX refuses too (it asks for a reshape `out_sharding`)."""
+    f, make_args = PROGRAMS["batch_groups"]
+    with jax.set_mesh(MESH):
+        x, w = rnd(14, (4, 2, 8, 4), P("y", None, "x")), rnd(15, (4, 2, 3, 1))
+        text = str(jax.make_jaxpr(f)(x, w))
+        with pytest.raises(Exception, match="reshape is not supported"):
+            jax.grad(f)(x, w)
+    src = tmp_path / "b.jaxpr"
+    src.write_text(text)
+    out = tmp_path / "b.grad.jaxpr"
+    r = run(["grad", str(src), "-o", str(out)])
+    assert r.exit_code == 1 and not out.exists()
+    assert f"{src}:" in r.output and "Traceback" not in r.output
+    assert "error: while differentiating: reshape: the sharding of f32[2,2@y,2,8@x,4]" in r.output
+
+
+def test_sharded_kernel_without_out_sharding_is_refused(tmp_path):
+    """JAX refuses to trace a conv with a sharded kernel unless given `out_sharding`; a text
+    that has one without it is refused at the equation."""
+    src = tmp_path / "k.jaxpr"
+    src.write_text(
+        "{ lambda ; a:f32[1,1,8,4] b:f32[2@x,1,3,1]. let\n"
+        "    c:f32[1,2,6,4] = conv_general_dilated[batch_group_count=1"
+        " dimension_numbers=ConvDimensionNumbers(lhs_spec=(0, 1, 2, 3), rhs_spec=(0, 1, 2, 3),"
+        " out_spec=(0, 1, 2, 3)) feature_group_count=1 lhs_dilation=(1, 1) out_sharding=None"
+        " padding=((0, 0), (0, 0)) precision=None preferred_element_type=None"
+        " rhs_dilation=(1, 1) window_strides=(1, 1)] a b\n"
+        "  in (c,) }\n"
+    )
+    r = run(["check", str(src)])
+    assert r.exit_code == 1
+    assert f"{src}:2:" in r.output
+    assert "a sharded kernel or lhs feature dimension needs the result sharding" in r.output
