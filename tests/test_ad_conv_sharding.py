@@ -271,3 +271,31 @@ def test_sharded_kernel_without_out_sharding_is_refused(tmp_path):
     assert r.exit_code == 1
     assert f"{src}:2:" in r.output
     assert "a sharded kernel or lhs feature dimension needs the result sharding" in r.output
+
+
+def split_rows(x):
+    return jnp.sum(jnp.sin(x.reshape(2, 4, 4)))
+
+
+def merge_rows(x):
+    return jnp.sum(jnp.sin(x.reshape(32)) * jnp.arange(32.0))
+
+
+@pytest.mark.parametrize("f", [split_rows, merge_rows], ids=["split", "merge"])
+def test_reshape_of_a_sharded_dim_keeps_jax_types(tmp_path, f):
+    """A reshape that splits or merges the sharded dim: its tangent has the primal result's
+    type (the sharding JAX chose, `f32[2@x,4,4]`), its cotangent the operand's."""
+    mesh = MESH_X
+    with jax.set_mesh(mesh):
+        x, t = rnd(mesh, 40, (8, 4), P("x")), rnd(mesh, 41, (8, 4), P("x"))
+        text = str(jax.make_jaxpr(f)(x))
+        jvp_text = str(jax.make_jaxpr(lambda x, t: jax.jvp(f, (x,), (t,)))(x, t))
+        grad_text = str(jax.make_jaxpr(jax.grad(f))(x))
+        want_jvp, want_grad = jax.jvp(f, (x,), (t,)), jax.grad(f)(x)
+    program = transform(tmp_path, "jvp", text)
+    assert conv_result_types(program.read_text()) == conv_result_types(jvp_text)
+    for g, w in zip(run_on_mesh(tmp_path, mesh, program, [x, t]), want_jvp):
+        close(g, w)
+    program = transform(tmp_path, "grad", text)
+    assert outvar_types(program.read_text()) == outvar_types(grad_text) == ["f32[8@x,4]"]
+    close(run_on_mesh(tmp_path, mesh, program, [x])[0], want_grad)
