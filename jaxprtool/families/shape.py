@@ -58,7 +58,17 @@ from ..shapes.util import (
     static_ints,
     strided_dim,
 )
-from ..shardings import sharded_dim, sharded_like, sharded_size, type_spec
+from ..shardings import (
+    SpecText,
+    dim_axes,
+    is_sharded_dim,
+    sharded_dim,
+    sharded_like,
+    sharded_size,
+    sharding_param_spec,
+    type_spec,
+    with_spec,
+)
 from ..text import style as ST
 from ..text.param_rules import sorted_params
 
@@ -260,8 +270,9 @@ def _reshape(in_types, params, out_hint):
             raise ShapeError(
                 f"reshape: dimensions {fmt_shape(dims)} must be a permutation of the operand axes"
             )
+    given = sharding_param_spec(params.get("sharding"))
     try:
-        new = _reshape_sharding(x, new, dims)
+        new = with_spec(new, given) if given is not None else _reshape_sharding(x, new, dims)
     except ShapeError:
         if not out_hint:
             raise
@@ -373,10 +384,20 @@ def _reshape_transpose(ct, operand, *dyn, new_sizes=None, dimensions=None, **_):
     if is_zero(ct):
         return [Zero(tangent_type(ty(operand)))] + [None] * len(dyn)
     if dimensions is None:
-        return [bind_reshape(ct, ops.shape(operand))] + [None] * len(dyn)
+        return [_reshape_to(ct, ty(operand).shape)] + [None] * len(dyn)
     dims = ops.ints(dimensions)
-    r = bind_reshape(ct, tuple(ops.shape(operand)[d] for d in dims))
+    r = _reshape_to(ct, tuple(ty(operand).shape[d] for d in dims))
     return [bind_transpose(r, argsort(dims))] + [None] * len(dyn)
+
+
+def _reshape_to(x, dims):
+    """`x` reshaped to `dims`; explicitly sharded ones given as the `sharding` of a reshape to
+    their global sizes, as JAX's transpose passes the operand's sharding."""
+    if not any(map(is_sharded_dim, dims)):
+        return bind_reshape(x, dims)
+    sizes = tuple(map(sharded_size, dims))
+    spec = SpecText(tuple(dim_axes(d)[1] or None for d in dims))
+    return ops.bind("reshape", x, new_sizes=sizes, dimensions=None, sharding=spec.as_param())
 
 
 def _bind_reshape(eqn, p, dims):
