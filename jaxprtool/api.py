@@ -196,14 +196,15 @@ def _warn(w: JaxprError) -> None:
 
 
 def _ad_input(p: Program, custom_rules: str) -> Jaxpr:
-    """What the AD commands transform: the program with its nested bodies' constants
-    hoisted, refused when a shape is not static."""
+    """What the AD commands transform: the program with its nested bodies' and recorded
+    rules' constants made its own (`consts_order.for_ad`), refused when a shape is not
+    static."""
     from .ad.registry import set_custom_rule_policy
     from .commands.ad_cmds import _require_static_shapes
-    from .consts_order import number_constants
+    from .consts_order import for_ad
 
     set_custom_rule_policy(custom_rules)
-    j = number_constants(p.jaxpr).program
+    j = for_ad(p.jaxpr)
     _require_static_shapes(j)
     return j
 

@@ -18,8 +18,11 @@ up to the top level.  The numbering is that of the hoisted program:
    rule's, a primitive without a `hoist_consts` rule): each jaxpr object once, equations in
    order, an equation's parameters sorted by name, depth first.
 
-The programs the AD commands write keep steps 1 and 2 as their own constvars, in order, so
-they take the archive of the program they were derived from.  No jax import.
+The AD commands (and check-grad, explain) read a program through `for_ad`, which also makes
+step 3's constants of the recorded custom rules the program's, after steps 1 and 2, in step
+3's order (a rule inlined into the program they write needs its constants as values of that
+program): the programs they write keep all of them as their own constvars, in order, so they
+take the whole archive of the program they were derived from.  No jax import.
 """
 
 from __future__ import annotations
@@ -52,6 +55,40 @@ def number_constants(jaxpr: Jaxpr) -> Numbered:
     for sub, _ in nested_with_consts(program):
         every.extend(sub.constvars)
     return Numbered(program, every, sources)
+
+
+def for_ad(jaxpr: Jaxpr) -> Jaxpr:
+    """The program as the AD commands read it: `number_constants`'s, with the constants of
+    its recorded custom rules (step 3) made constvars of the program after its own, in step
+    3's order, so that it takes the same archive as `run` reads, every constant its own.
+    Left as `number_constants` made it when constants other than the rules' stay nested
+    (their numbering after the rules' could not be kept): the AD commands then refuse a
+    rule with constants, as they refuse such a primitive."""
+    from .passes.common import Subst
+    from .passes.hoist_consts import lift_rule_consts
+
+    numbered = number_constants(jaxpr)
+    hoisted = numbered.program
+    program, sources = lift_rule_consts(hoisted)
+    if program is hoisted or nested_with_consts(program):
+        return hoisted
+    rank = {id(v): k for k, v in enumerate(numbered.constvars)}
+    own = len(hoisted.constvars)
+    first: dict[int, Var] = {}  # step 3 position -> the constvar that carries it
+    rename = Subst()
+    for v in program.constvars[own:]:
+        k = rank.get(id(sources.get(id(v), v)))
+        if k is None:
+            return hoisted
+        kept = first.setdefault(k, v)
+        if kept is not v:  # a rule jaxpr shared by several equations: one constant
+            rename.set(v, kept)
+    if len(first) != len(numbered.constvars) - own:
+        return hoisted
+    return program.replace(
+        constvars=tuple(program.constvars[:own]) + tuple(first[k] for k in sorted(first)),
+        eqns=[rename.eqn(e) for e in program.eqns],
+    )
 
 
 def nested_with_consts(jaxpr: Jaxpr) -> list[tuple[Jaxpr, Eqn]]:

@@ -382,3 +382,24 @@ def test_grad_of_ref_programs_with_split_input_file_and_verify_each(tmp_path):
     for text, f in zip(parts, (indexed, through_scan)):
         (got,) = backend.evaluate(parse(text.strip() + "\n", "<part>").jaxpr, [X])
         close(got, jax.grad(f)(X))
+
+
+@pytest.mark.parametrize("f", [indexed, through_scan], ids=["indexed", "scan"])
+def test_jacobians_and_hessian_through_refs(f, tmp_path):
+    """jacrev against jax.jacrev; jacfwd and hessian, which JAX 0.12 cannot take through a
+    Ref ("got axis spec None but output was batched"), against jax.jacrev and central
+    differences of jax.grad."""
+    src = tmp_path / "h.jaxpr"
+    src.write_text(str(jax.make_jaxpr(f)(X)) + "\n")
+    outs = {}
+    for cmd in ("jacrev", "jacfwd", "hessian"):
+        r = run([cmd, str(src)])
+        assert r.exit_code == 0, (cmd, r.output)
+        outs[cmd] = backend.evaluate(parse(r.stdout, cmd).jaxpr, [X])[-1]
+    with pytest.raises(ValueError, match="output was batched"):
+        jax.jacfwd(f)(X)
+    close(outs["jacrev"], jax.jacrev(f)(X))
+    close(outs["jacfwd"], jax.jacrev(f)(X))
+    eye = np.eye(4, dtype=np.float32) * 1e-3
+    fd = np.stack([(jax.grad(f)(X + e) - jax.grad(f)(X - e)) / 2e-3 for e in eye])
+    close(outs["hessian"], fd, tol=1e-3)

@@ -62,7 +62,16 @@ FWD_RULE_PARAM = "jaxprtool_fwd"
 BWD_RULE_PARAM = "jaxprtool_bwd"
 #: a `symbolic_zeros=True` custom_vjp's operands the recorded fwd rule took as perturbed
 PERTURBED_RULE_PARAM = "jaxprtool_perturbed"
-EXTENSION_PARAMS = (JVP_RULE_PARAM, FWD_RULE_PARAM, BWD_RULE_PARAM, PERTURBED_RULE_PARAM)
+#: how many leading operands of a custom call carry the constants its recorded rules closed
+#: over (`lift_rule_consts`: the rules take them as leading inputs; the body ignores them)
+RULE_CONSTS_PARAM = "jaxprtool_rule_consts"
+EXTENSION_PARAMS = (
+    JVP_RULE_PARAM,
+    FWD_RULE_PARAM,
+    BWD_RULE_PARAM,
+    PERTURBED_RULE_PARAM,
+    RULE_CONSTS_PARAM,
+)
 
 #: what to do with a custom_jvp_call / custom_vjp_call whose rule is not available:
 #: "default" (custom_vjp: error; custom_jvp: differentiate the body, warn once per function),

@@ -195,12 +195,12 @@ class _Job:
 
     def __init__(self, part, steps, show_diff, custom_rules, inst, name: str):
         from ..ad.registry import set_custom_rule_policy
-        from ..consts_order import number_constants
+        from ..consts_order import for_ad
         from .common import output_style, parse_text
 
         set_custom_rule_policy(custom_rules)
         # nested jaxprs' constants become the program's (`run --consts` gives their values)
-        self.input = number_constants(parse_text(part.text, part.path)).program
+        self.input = for_ad(parse_text(part.text, part.path))
         self.input_path = part.path
         self.source_text, self.source_path = part.text, part.path
         _require_static_shapes(self.input)

@@ -93,21 +93,21 @@ def _explain(
     from ..cli import require_jax
     from ..commands.common import load, output_style
     from ..commands.run_inputs import gather_inputs
-    from ..consts_order import number_constants
+    from ..consts_order import for_ad
     from ..core import JaxprError
     from ..ui.explain import explain_data, render
 
     require_jax()
     set_custom_rule_policy(custom_rules)
     jaxpr, _, path = load(file)
-    jaxpr = number_constants(jaxpr).program  # as the AD commands read it
+    jaxpr = for_ad(jaxpr)  # as the AD commands read it
     input_seed = None if args_npz is not None else (seed or 0)  # with --args: seeds v / w only
     args, consts, _ = gather_inputs(jaxpr, args_npz, None, input_seed, consts_npz, {})
     if len(consts) > len(jaxpr.constvars):
         raise JaxprError(
-            "explain cannot yet use the constants that stay in nested jaxprs (a recorded "
-            "custom rule's; its walks copy those jaxprs); check-grad and run take them "
-            "with --consts"
+            "explain cannot yet use the constants that stay in nested jaxprs (those of a "
+            "primitive that keeps its jaxprs' constants; a recorded custom rule's become the "
+            "program's unless such constants come with them); run takes them with --consts"
         )
     data = explain_data(
         jaxpr,

@@ -116,7 +116,7 @@ def check_grad(files, args_npz, seed, order, modes, argnums, consts_npz, as_json
     from ..cli import require_jax
     from ..commands.common import load_reporting
     from ..commands.run_inputs import gather_inputs
-    from ..consts_order import number_constants
+    from ..consts_order import for_ad
     from ..io import Reported
     from ..ui.checkgrad import check_grad as run_checks
     from ..ui.checkgrad import render_table
@@ -143,7 +143,7 @@ def check_grad(files, args_npz, seed, order, modes, argnums, consts_npz, as_json
             set_custom_rule_policy(custom_rules)
             try:
                 jaxpr, _, path = load_reporting(file)
-                jaxpr = number_constants(jaxpr).program  # nested ones come with --consts
+                jaxpr = for_ad(jaxpr)  # as the AD commands read it; --consts gives them
                 label = os.path.basename(path) if path != "<stdin>" else path
                 args, consts, _ = gather_inputs(
                     jaxpr, args_npz, None, None if args_npz else seed, consts_npz, {}

@@ -30,6 +30,7 @@ from ..ad.registry import (
     FWD_RULE_PARAM,
     JVP_RULE_PARAM,
     PERTURBED_RULE_PARAM,
+    RULE_CONSTS_PARAM,
     MissingCustomRule,
     custom_jvps,
     custom_rule_fallbacks,
@@ -739,18 +740,56 @@ def _fall_back_to_body(kind: str, params, primals, tangents, rule_text: str, ref
 
 
 def _emit_rule(prim: str, param: str, traced: Jaxpr, inputs) -> list:
-    """The equations of a recorded rule, inlined on `inputs`; refused when the rule closes
-    over constants (their values are not the program's: the walks cannot take them)."""
+    """The equations of a recorded rule, inlined on `inputs`.  The AD commands read the
+    program with the rules' constants made its own (`_lift_rule_consts`); a rule still
+    closing over constants is one whose program keeps other nested constants (refused)."""
     if traced.constvars:
         n = len(traced.constvars)
         raise JaxprError(
             f"'{prim}': its recorded rule {param} closes over {n} constant"
-            f"{'s' if n != 1 else ''} (the last keys of a --consts archive); the AD commands "
-            "cannot differentiate through such a rule yet: run takes the program with "
-            "--consts; to differentiate, make the rule take the arrays as arguments",
+            f"{'s' if n != 1 else ''}, and the program has nested constants other than its "
+            "recorded rules' (a primitive that keeps its jaxprs' constants), after which the "
+            "AD commands cannot number them: run takes the program with --consts; to "
+            "differentiate, make the rule take the arrays as arguments",
             current().loc,
         )
     return ops.emit_jaxpr(traced, inputs)
+
+
+#: the recorded rules of a custom call, in the order their constants become operands
+_RULE_PARAMS = (JVP_RULE_PARAM, FWD_RULE_PARAM, BWD_RULE_PARAM)
+
+
+def _lift_rule_consts(e, outer):
+    """JAX's closure conversion of a custom rule, for the AD commands: the constants the
+    recorded rules close over become new leading operands (`jaxprtool_rule_consts=N` of
+    them), which each rule takes as its leading inputs (its own constants only) and the body
+    ignores; their tangents are zero (they are the program's constants).  custom_vjp's
+    operands are fwd's constants then bwd's: linearized, bwd's travel as residuals."""
+    if RULE_CONSTS_PARAM in e.params:
+        raise JaxprError(
+            f"'{e.prim}': its recorded rules close over constants and already take "
+            f"{e.params[RULE_CONSTS_PARAM]} as operands ({RULE_CONSTS_PARAM})",
+            e.loc,
+        )
+    rules = [k for k in _RULE_PARAMS if isinstance(e.params.get(k), Jaxpr)]
+    binders = [v for k in rules for v in e.params[k].constvars]
+    if not binders:
+        return e
+    key = "call_jaxpr" if "call_jaxpr" in e.params else "fun_jaxpr"
+    body: Jaxpr = e.params[key]
+    ignored = tuple(Var(v.type, None) for v in binders)
+    params = dict(e.params, **{key: body.replace(invars=ignored + tuple(body.invars))})
+    for k in rules:
+        j: Jaxpr = e.params[k]
+        params[k] = j.replace(constvars=(), invars=tuple(j.constvars) + tuple(j.invars))
+    params[RULE_CONSTS_PARAM] = len(binders)
+    return e.replace(inputs=tuple(outer(binders)) + tuple(e.inputs), params=params)
+
+
+def _rule_consts(params) -> int:
+    """How many leading operands carry the recorded rules' constants."""
+    return int(params.get(RULE_CONSTS_PARAM, 0))
 
 
 # ---------------------------------------------------------------- custom_jvp_call
@@ -761,9 +800,8 @@ def _custom_jvp_jvp(primals, tangents, **params):
     traced = params.get(JVP_RULE_PARAM)
     n_out = len(body.outvars)
     if isinstance(traced, Jaxpr):
-        out = _emit_rule(
-            "custom_jvp_call", JVP_RULE_PARAM, traced, [*primals, *map(instantiate, tangents)]
-        )
+        ts = list(map(instantiate, tangents[_rule_consts(params) :]))  # not the constants'
+        out = _emit_rule("custom_jvp_call", JVP_RULE_PARAM, traced, [*primals, *ts])
         return out[:n_out], out[n_out:]
     jvp_name = fn_name(params.get("jvp", params.get("jvp_jaxpr_thunk")))
     plugin = custom_jvps.get(jvp_name)
@@ -829,10 +867,13 @@ def _custom_vjp_linearize(primals, tangents, **params):
         hit = fwd_name if fwd_name in custom_vjps else bwd_name
         observe.note(f"custom_vjp rules '{hit}' from a plugin (register_custom_vjp)")
         return _plugin_vjp(plugin, primals, tangents, bwd_name, fwd_name)
+    n = _rule_consts(params)  # fwd's constants, then bwd's, then the operands
+    tangents = tangents[n:]  # (the constants' are zero)
+    n_fwd = len(fwd.invars) - len(tangents)
     _check_perturbed(params, tangents, fwd_name)
-    out = _emit_rule("custom_vjp_call", FWD_RULE_PARAM, fwd, list(primals))
+    out = _emit_rule("custom_vjp_call", FWD_RULE_PARAM, fwd, [*primals[:n_fwd], *primals[n:]])
     n_out = len(body.outvars)
-    outs, res = out[:n_out], out[n_out:]
+    outs, res = out[:n_out], [*primals[n_fwd:n], *out[n_out:]]  # bwd's constants lead
     in_zeros = [is_zero(t) for t in tangents]
     touts = current().bind(
         "custom_lin",
@@ -965,7 +1006,8 @@ for _p in ("custom_jvp_call", "custom_vjp_call"):
 #: (jvp, fwd, bwd, thunks, trees, zeros, and the rules `trace` writes) matter to AD only
 _CUSTOM_CALL_PARAMS = frozenset(
     "jvp jvp_jaxpr_fun jvp_jaxpr_thunk fwd bwd fwd_jaxpr_thunk out_trees num_consts "
-    "symbolic_zeros name jaxprtool_jvp jaxprtool_fwd jaxprtool_bwd jaxprtool_perturbed".split()
+    "symbolic_zeros name jaxprtool_jvp jaxprtool_fwd jaxprtool_bwd jaxprtool_perturbed "
+    "jaxprtool_rule_consts".split()
 )
 define("custom_jvp_call", evaluated_params=_CUSTOM_CALL_PARAMS | {"call_jaxpr"})
 define("custom_vjp_call", evaluated_params=_CUSTOM_CALL_PARAMS | {"call_jaxpr"})
@@ -994,6 +1036,8 @@ def _custom_vjp_version_clues(e) -> set[str]:
 
 define("custom_jvp_call", version_clues=_custom_jvp_version_clues, traced_rules="jvp")
 define("custom_vjp_call", version_clues=_custom_vjp_version_clues, traced_rules="vjp")
+for _p in ("custom_jvp_call", "custom_vjp_call"):
+    define(_p, lift_rule_consts=_lift_rule_consts)
 
 
 def _custom_vmap_jvp(primals, tangents, **params):

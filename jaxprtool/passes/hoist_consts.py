@@ -124,3 +124,46 @@ def _close_call(e: Eqn, outer) -> Eqn:
         if isinstance(v, tuple) and len(v) == len(e.inputs):
             params[k] = (default,) * len(new_operands) + v
     return e.replace(inputs=tuple(new_operands) + tuple(e.inputs), params=params)
+
+
+def lift_rule_consts(jaxpr: Jaxpr) -> tuple[Jaxpr, dict[int, Var]]:
+    """`jaxpr` (hoisted) with the constvars of its recorded custom rules made leading operands
+    of their equations (each primitive's `lift_rule_consts` rule) and constants of the
+    enclosing jaxpr, then hoisted to the top level like a call body's; and for each new
+    top-level constvar (by `id`), the rule's constvar whose value it carries.  The AD
+    commands inline a rule into the program they write, where its constants must be values
+    that program takes (`consts_order.for_ad` orders them)."""
+    sources: dict[int, Var] = {}
+    memo = JaxprMemo()
+
+    def outer_for(lifted: list[Var]):
+        def outer(binders) -> list[Var]:
+            new = [Var(v.type, v.hint) for v in binders]
+            sources.update((id(n), sources.get(id(i), i)) for n, i in zip(new, binders))
+            lifted.extend(new)
+            return new
+
+        return outer
+
+    def lift(j: Jaxpr) -> Jaxpr:
+        hit = memo.get(j)
+        if hit is not None:
+            return hit
+        eqns, lifted = [], []
+        for e in j.eqns:
+            e2 = map_eqn_jaxprs(e, lift)
+            rule = prim(e2.prim).lift_rule_consts
+            if rule is not None and _has_own_consts(e2):
+                e2 = rule(e2, outer_for(lifted))
+            eqns.append(e2)
+        if not lifted and all(a is b for a, b in zip(eqns, j.eqns)):
+            return memo.put(j, j)
+        return memo.put(j, j.replace(constvars=tuple(j.constvars) + tuple(lifted), eqns=eqns))
+
+    lifted = lift(jaxpr)
+    if lifted is jaxpr:
+        return jaxpr, sources
+    program, hoisted = hoist_with_sources(lifted)
+    for k, v in hoisted.items():
+        sources[k] = sources.get(id(v), v)
+    return program, sources

@@ -1,0 +1,284 @@
+"""AD through recorded custom rules that close over constants (issue 25).
+
+`jaxprtool trace` records a custom_vjp's fwd/bwd and a custom_jvp's jvp as jaxprs; when the
+Python rule closes over an array, the recorded jaxpr has constvars, numbered after the
+program's own in the `--consts` archive (`consts_order.py`, step 3).  The AD commands make
+them constants of the program they write, in that same order, so that the archive `trace
+--consts-out` wrote is the derived program's too.  The arrays below are all distinct, and
+the ones the rules close over have the same types as others, so that a wrong numbering
+gives wrong numbers rather than a type error.  JAX is the oracle: `jax.grad`, `jax.vjp`,
+`jax.jvp`, and the dot-product test on linearize's linear map (whose transpose is also
+compared with `jax.vjp`: JAX cannot run the linear map of a custom_vjp itself).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+from jax_oracle import close, run  # noqa: E402
+
+from jaxprtool.consts_order import for_ad, nested_with_consts, number_constants  # noqa: E402
+from jaxprtool.text.parser import parse  # noqa: E402
+
+_IDS = itertools.count()
+
+SOURCE = """
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+W = jnp.array([[1.5, -0.5, 2.0], [0.25, 1.0, -1.0]], np.float32)  # the program's own
+V = jnp.array([0.25, 3.0, -1.0], np.float32)  # fwd's residual scale; jvp's too
+U = jnp.array([1.25, -0.75, 0.5], np.float32)  # same type as V: only in jvp
+M = jnp.array([[0.5, 1.0, -2.0], [1.0, 0.0, 0.5], [-1.0, 2.0, 1.0]], np.float32)  # bwd
+N = jnp.array([[2.0, -1.0, 0.0], [0.5, 1.5, -0.5], [1.0, 0.25, 3.0]], np.float32)  # jvp
+
+
+@jax.custom_vjp
+def g(x):
+    return jnp.sin(x) * 2.0
+
+
+g.defvjp(lambda x: (g(x), jnp.cos(x) * V), lambda r, ct: (ct * r @ M,))
+
+
+@jax.custom_jvp
+def h(x):
+    return jnp.tanh(x)
+
+
+h.defjvp(lambda p, t: (h(p[0]), (N @ t[0]) * U + t[0] * V))
+
+
+TWO = jnp.full((3,), 2.0, np.float32)  # the true rules' constants
+ONE = jnp.ones((3,), np.float32)
+
+
+@jax.custom_vjp
+def sin2(x):
+    return jnp.sin(x) * 2.0
+
+
+sin2.defvjp(lambda x: (sin2(x), jnp.cos(x) * TWO), lambda r, ct: (ct * r,))
+
+
+@jax.custom_jvp
+def tanh(x):
+    return jnp.tanh(x)
+
+
+tanh.defjvp(lambda p, t: (tanh(p[0]), t[0] * (ONE - jnp.tanh(p[0]) ** 2)))
+
+
+def true_rule(x):
+    return jnp.sum(tanh(sin2(W.T @ x)) ** 2)
+
+
+def both(x):
+    return jnp.sum(h(g(W.T @ x)) ** 2)
+
+
+def vector(x):
+    return h(g(W.T @ x)) * 3.0
+
+
+def forward(x):
+    return h(W.T @ x) ** 2
+
+
+def jitted(x):
+    return jnp.sum(jax.jit(lambda y: g(y) * h(y))(W.T @ x))
+
+
+def scanned(x):
+    y, _ = jax.lax.scan(lambda c, _: (h(c) + c, None), W.T @ x, None, length=2)
+    return jnp.sum(g(y))
+"""
+
+FUNCTIONS = ("true_rule", "both", "vector", "forward", "jitted", "scanned")
+X = np.array([0.7, -0.3], np.float32)
+T = np.array([0.2, 1.1], np.float32)
+CT = np.array([0.3, -1.0, 2.0], np.float32)
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    """{function: (text path, archive path)} from `trace --consts-out`, and the module."""
+    folder = tmp_path_factory.mktemp("rule_consts")
+    name = f"rule_consts_{next(_IDS)}"
+    (folder / f"{name}.py").write_text(SOURCE)
+    mp = pytest.MonkeyPatch()
+    mp.chdir(folder)
+    mp.syspath_prepend(str(folder))
+    try:
+        import importlib
+
+        mod = importlib.import_module(name)
+        out = {}
+        for fn in FUNCTIONS:
+            prog, consts = folder / f"{fn}.jaxpr", folder / f"{fn}.npz"
+            r = run(
+                ["trace", f"{name}:{fn}", "--arg", "f32[2]", "-o", str(prog)]
+                + ["--consts-out", str(consts)]
+            )
+            assert r.exit_code == 0, r.output
+            out[fn] = (prog, consts)
+        yield out, mod, folder
+    finally:
+        mp.undo()
+
+
+def _derive(folder, command, prog, *extra):
+    out = folder / f"{prog.stem}.{command}.jaxpr"
+    r = run([command, str(prog), "-o", str(out), *extra])
+    assert r.exit_code == 0, r.output
+    return out
+
+
+def _run(folder, prog, args, consts):
+    a, o = folder / "a.npz", folder / "o.npz"
+    np.savez(a, *args)
+    r = run(["run", str(prog), "--args", str(a), "--consts", str(consts), "-o", str(o)])
+    assert r.exit_code == 0, r.output
+    with np.load(o) as d:
+        return [d[f"out{i}"] for i in range(len(d.files))]
+
+
+def _constvars(path):
+    return parse(path.read_text(), str(path)).jaxpr.constvars
+
+
+def test_rule_constants_are_numbered_as_run_reads_them(traced):
+    """The program the AD commands read has every constant as its own, in the archive's
+    order: the program's, then each recorded rule's (bwd before fwd: parameters by name)."""
+    progs, mod, _ = traced
+    prog, consts = progs["both"]
+    j = parse(prog.read_text(), str(prog)).jaxpr
+    numbered = number_constants(j)
+    assert [e.prim for _, e in nested_with_consts(numbered.program)] == [
+        "custom_vjp_call",  # its bwd
+        "custom_vjp_call",  # its fwd
+        "custom_jvp_call",
+    ]
+    lifted = for_ad(j)
+    assert not nested_with_consts(lifted)
+    assert [v.type for v in lifted.constvars] == [v.type for v in numbered.constvars]
+    with np.load(consts) as d:
+        got = [d[f"const{i}"] for i in range(len(d.files))]
+    for a, b in zip(got, (mod.W, mod.M, mod.V, mod.N, mod.U, mod.V), strict=True):
+        np.testing.assert_array_equal(a, np.asarray(b))
+
+
+def test_grad_and_vjp_equal_jax(traced):
+    """grad and vjp through a custom_vjp (fwd and bwd with constants) and a custom_jvp (jvp
+    with constants), run with the archive `trace` wrote: JAX's numbers."""
+    progs, mod, folder = traced
+    prog, consts = progs["both"]
+    grad = _derive(folder, "grad", prog)
+    assert len(_constvars(grad)) == 6
+    (got,) = _run(folder, grad, [X], consts)
+    close(got, jax.grad(mod.both)(X))
+    prog, consts = progs["vector"]
+    y, pullback = jax.vjp(mod.vector, X)
+    got_y, got_ct = _run(folder, _derive(folder, "vjp", prog), [X, CT], consts)
+    close(got_y, y)
+    close(got_ct, pullback(CT)[0])
+
+
+def test_jvp_equals_jax(traced):
+    progs, mod, folder = traced
+    prog, consts = progs["forward"]
+    got_y, got_t = _run(folder, _derive(folder, "jvp", prog), [X, T], consts)
+    y, t = jax.jvp(mod.forward, (X,), (T,))
+    close(got_y, y)
+    close(got_t, t)
+
+
+def test_linearize_passes_the_dot_product_test(traced):
+    """linearize's linear map L and its transpose: <w, L t> = <L^T w, t>, and L^T w is
+    JAX's vjp (the bwd's constants reach the linear program as residuals)."""
+    progs, mod, folder = traced
+    prog, consts = progs["vector"]
+    lin = _derive(folder, "linearize", prog)
+    y, lt = _run(folder, lin, [X, T], consts)
+    y2, ltw = _run(folder, _derive(folder, "transpose", lin), [X, CT], consts)
+    want_y, pullback = jax.vjp(mod.vector, X)
+    close(y, want_y)
+    close(y2, want_y)
+    close(ltw, pullback(CT)[0])
+    np.testing.assert_allclose(np.dot(CT, lt), np.dot(ltw, T), rtol=1e-5)
+
+
+@pytest.mark.parametrize("fn", ["jitted", "scanned"])
+def test_rules_inside_bodies(traced, fn):
+    """A rule inside a jitted function or a scan body: its constants become operands of the
+    body's equation, up to the program's constants, in the same order."""
+    progs, mod, folder = traced
+    prog, consts = progs[fn]
+    (got,) = _run(folder, _derive(folder, "grad", prog), [X], consts)
+    close(got, jax.grad(getattr(mod, fn))(X))
+
+
+def test_explain_and_check_grad_take_the_archive(traced):
+    """explain and check-grad read the program as the AD commands do: the archive gives
+    every constant.  Their finite differences agree with rules that are the true
+    derivative, and find that the rules of `both`, which are not, differ from them."""
+    progs, _, folder = traced
+    np.savez(folder / "x.npz", arg0=X)
+    for fn, verdict in (("true_rule", 0), ("both", 1)):
+        prog, consts = progs[fn]
+        args = ["--args", str(folder / "x.npz"), "--consts", str(consts)]
+        r = run(["explain", str(prog), *args])
+        assert r.exit_code == verdict and "custom_vjp_call" in r.output, r.output
+        assert ("a check FAILED" in r.output) == (verdict == 1), r.output
+        r = run(["check-grad", str(prog), *args, "--modes", "rev"])  # fwd: refused as JAX
+        assert r.exit_code == verdict, r.output
+        assert f"{verdict} failure" in r.output, r.output  # (0 failures, 1 failure)
+
+
+def test_vmap_keeps_the_calls_with_their_constants_as_operands(traced):
+    """vmap reads the program as the AD commands do: the custom calls it keeps print with
+    their rules' constants as leading operands (`jaxprtool_rule_consts`), read back by
+    `run` with the same archive: jax.vmap's numbers."""
+    progs, mod, folder = traced
+    prog, consts = progs["both"]
+    out = _derive(folder, "vmap", prog, "--axis-size", "4")
+    assert out.read_text().count("jaxprtool_rule_consts=") == 2
+    xs = np.random.RandomState(0).randn(4, 2).astype(np.float32)
+    (got,) = _run(folder, out, [xs], consts)
+    close(got, jax.vmap(mod.both)(xs))
+
+
+MIXED = """{ lambda ; a:f32[3]. let
+    b:f32[3] = custom_jvp_call[
+      name=h
+      call_jaxpr={ lambda c:f32[3]; d:f32[3]. let
+          e:f32[3] = mul d c
+        in (e,) }
+      jaxprtool_jvp={ lambda f:f32[3]; g:f32[3] h:f32[3]. let
+          i:f32[3] = mul g f
+          j:f32[3] = mul h f
+        in (i, j) }
+      jvp=jvp
+      symbolic_zeros=False
+    ] a
+  in (b,) }
+"""
+
+
+def test_rule_constants_beside_other_nested_constants_are_refused(tmp_path):
+    """A body that keeps its constants (here the custom call's own, which hoisting does not
+    move) is numbered between the rules' in the archive: the rules keep theirs, and AD
+    through the rule is refused where it is, saying what works, never misnumbered."""
+    prog = tmp_path / "mixed.jaxpr"
+    prog.write_text(MIXED)
+    j = parse(MIXED, str(prog)).jaxpr
+    assert for_ad(j) is number_constants(j).program
+    r = run(["jvp", str(prog)])
+    assert r.exit_code == 1, r.output
+    assert "mixed.jaxpr:2:5: error: 'custom_jvp_call': its recorded rule jaxprtool_jvp" in r.output
+    assert "nested constants other than its recorded rules'" in r.output
