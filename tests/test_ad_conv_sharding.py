@@ -82,6 +82,16 @@ def replicated_result(x, w):
     return jnp.sum(conv(x, w, out_sharding=P()) ** 2)
 
 
+def sharded_features(x, w):
+    """lhs features over x: JAX needs `out_sharding`; the lhs grad comes back `@x` there."""
+    return jnp.sum(conv(x, w, out_sharding=P()) ** 2)
+
+
+def sharded_kernel(x, w):
+    """The kernel's output features over x (tensor parallel), the result's features too."""
+    return jnp.sum(conv(x, w, out_sharding=P(None, "x")) ** 2)
+
+
 PROGRAMS = {  # name: (function, mesh, (seed, shape, spec) of each argument)
     "spatial": (spatial, MESH_X, [(0, (2, 1, 8, 4), P(None, None, "x")), (1, (3, 1, 3, 2))]),
     "nhwc_to_nchw": (nhwc_to_nchw, MESH_X, [(2, (2, 8, 4, 2), P(None, "x")), (3, (4, 2, 3, 1))]),
@@ -100,6 +110,16 @@ PROGRAMS = {  # name: (function, mesh, (seed, shape, spec) of each argument)
         batch_groups,
         MESH_X,
         [(10, (4, 2, 8, 4), P(None, None, "x")), (11, (4, 2, 3, 1))],
+    ),
+    "sharded_features": (
+        sharded_features,
+        MESH_X,
+        [(14, (2, 4, 8, 4), P(None, "x")), (15, (3, 4, 3, 2))],
+    ),
+    "sharded_kernel": (
+        sharded_kernel,
+        MESH_X,
+        [(16, (2, 1, 8, 4)), (17, (4, 1, 3, 2), P("x"))],
     ),
     "replicated_result": (
         replicated_result,
