@@ -253,3 +253,44 @@ def type_spec(t) -> SpecText | None:
 def type_mesh_axes(t) -> list[str]:
     spec = type_spec(t)
     return sorted(spec.axes()) if spec else []
+
+
+def sharded_dim(size, axes: tuple[str, ...]):
+    """`size` sharded over mesh `axes` as the types print it (`(8, ('x',))` -> `'8@x'`,
+    `(8, ('x', 'y'))` -> `'8@(x,y)'`); `size` itself when `axes` is empty."""
+    if not axes:
+        return size
+    return f"{size}@{axes[0]}" if len(axes) == 1 else f"{size}@({','.join(axes)})"
+
+
+def with_spec(shape, spec: SpecText | None) -> tuple:
+    """Global sizes `shape` with dim i sharded as `spec`'s entry i (none past its end)."""
+    if spec is None:
+        return tuple(shape)
+    return tuple(sharded_dim(sharded_size(d), spec.dim_axes(i)) for i, d in enumerate(shape))
+
+
+def sharding_param_spec(v) -> SpecText | None:
+    """The spec of an `out_sharding=` value: a `NamedSharding(mesh=..., spec=P(...))` as JAX
+    prints it, or a bare `P(...)`; None for None (or any other text)."""
+    if v is None:
+        return None
+    sh = read_sharding(v)
+    return sh.spec if sh is not None else read_spec(v)
+
+
+def sharding_like(v, spec: SpecText) -> Opaque:
+    """`spec` in the spelling of the sharding value `v`: `v`'s `NamedSharding(mesh=...)` text
+    with its spec replaced (the mesh JAX printed there), or the bare `P(...)` when `v` is
+    not one (the types name the mesh axes but not their sizes)."""
+    text = "" if v is None else str(v).strip()
+    if read_sharding(text) is None:
+        return spec.as_param()
+    start = text.index("spec=") + len("spec=")
+    old = _head(text[start:])
+    return Opaque(text[:start] + spec.to_text() + text[start + len(old) :])
+
+
+def full_type_spec(t) -> SpecText:
+    """The spec of type `t`, one entry per dim (`f32[4,3]` -> P(None, None))."""
+    return SpecText(tuple(dim_axes(d)[1] or None for d in t.shape))

@@ -217,10 +217,17 @@ def defjvp2(name: str, *fns):
 
 
 def linear_jvp(name: str, primals, tangents, /, **params):
+    """The primitive rebound on the tangents; on tangents of the primals' own types its
+    results have the primal results' tangent types (as the explicitly sharded ones JAX chose,
+    which a shape rule without the mesh axis sizes cannot always compute)."""
     outs = rebind_primal(name, primals, params)
     if all(is_zero(t) for t in tangents):
         return outs, [Zero(tangent_type(o.type)) for o in outs]
-    touts = current().bind(name, [instantiate(t) for t in tangents], params)
+    tangents = [instantiate(t) for t in tangents]
+    out_types = None
+    if [t.type for t in tangents] == [tangent_type(p.type) for p in primals]:
+        out_types = [tangent_type(o.type) for o in outs]
+    touts = current().bind(name, tangents, params, out_types)
     return outs, touts
 
 

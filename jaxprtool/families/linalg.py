@@ -80,6 +80,14 @@ from ..shapes.util import (
     strided_dim,
 )
 from ..shapes.util import ints as param_dims
+from ..shardings import (
+    full_type_spec,
+    sharded_size,
+    sharding_like,
+    sharding_param_spec,
+    type_spec,
+    with_spec,
+)
 
 # ---------------------------------------------------------------- shared by the contractions
 
@@ -526,9 +534,10 @@ def _conv(in_types, params, out_hint):
         )
     if fgc < 1 or bgc < 1:
         raise ShapeError("conv_general_dilated: group counts must be positive")
-    lfeat = lhs.shape[ls[1]]
-    rin = rhs.shape[rs[1]]
-    rout = rhs.shape[rs[0]]
+    lg, rg = tuple(map(sharded_size, lhs.shape)), tuple(map(sharded_size, rhs.shape))
+    lfeat = lg[ls[1]]
+    rin = rg[rs[1]]
+    rout = rg[rs[0]]
     if isinstance(lfeat, int) and isinstance(rin, int):
         if lfeat % fgc:
             raise ShapeError(
@@ -543,7 +552,7 @@ def _conv(in_types, params, out_hint):
         raise ShapeError(
             f"conv_general_dilated: rhs output feature size {rout} must be a multiple of the group counts"
         )
-    lbatch = lhs.shape[ls[0]]
+    lbatch = lg[ls[0]]
     if bgc > 1 and isinstance(lbatch, int) and lbatch % bgc:
         raise ShapeError(
             f"conv_general_dilated: batch_group_count {bgc} does not divide lhs batch size {lbatch}"
@@ -551,8 +560,8 @@ def _conv(in_types, params, out_hint):
     # canonical order: spatial dims in rhs_spec order
     out_trans = [dim_floordiv(lbatch, bgc) if bgc > 1 else lbatch, rout]
     for k in range(nsp):
-        ld = dilate_dim(lhs.shape[ls[2 + k]], ldil[k])
-        rd = dilate_dim(rhs.shape[rs[2 + k]], rdil[k])
+        ld = dilate_dim(lg[ls[2 + k]], ldil[k])
+        rd = dilate_dim(rg[rs[2 + k]], rdil[k])
         if pads is None:
             # 'SAME'/'VALID' strings are not expected in a jaxpr: fall back to the declared type
             if out_hint:
@@ -568,10 +577,35 @@ def _conv(in_types, params, out_hint):
     shape = [None] * nd
     for k, p in enumerate(os_):
         shape[p] = out_trans[k]
+    shape = _conv_result_sharding(lhs, rhs, ls, params, shape)
     d = _result_dtype(
         "conv_general_dilated", lhs, rhs, opt_dtype_param(params.get("preferred_element_type"))
     )
     return [fill_sym_from_hint(mk(shape, d, lhs.weak_type and rhs.weak_type, [lhs, rhs]), out_hint)]
+
+
+def _conv_result_sharding(lhs, rhs, lhs_spec, params, shape):
+    """JAX's `_conv_general_dilated_sharding_rule`: the `out_sharding` parameter when given
+    (the transposes give the operand's), else the lhs's spec position by position (not by
+    dimension numbers, as JAX's `_get_sharding_for_varying_out_shape`), replicated for an
+    all-ones result; JAX refuses a sharded kernel or lhs feature dim without one.  The mesh
+    axis sizes are not in the types, so JAX's check that a resized sharded dim stays divisible
+    by them is left to JAX (it made the printout)."""
+    given = params.get("out_sharding")
+    spec = sharding_param_spec(given)
+    if given is not None:
+        if spec is None or spec.extra:
+            raise ShapeError(f"conv_general_dilated: unsupported out_sharding {given}")
+        return with_spec(shape, spec)
+    lspec = type_spec(lhs)
+    if type_spec(rhs) is not None or (lspec is not None and lspec.dim_axes(lhs_spec[1])):
+        raise ShapeError(
+            "conv_general_dilated: a sharded kernel or lhs feature dimension needs the result "
+            "sharding as `out_sharding` (JAX refuses it without one)"
+        )
+    if lspec is None or all(d == 1 for d in shape):
+        return shape
+    return list(with_spec(shape, lspec))
 
 
 def conv_vjp_rhs_padding(
@@ -602,15 +636,20 @@ def _spec_t(spec):
     return (spec[1], spec[0]) + tuple(spec[2:])
 
 
+def _global_shape(x) -> list:
+    """`x`'s sizes with any explicitly sharded dim's global size (reshape finds the axes)."""
+    return [sharded_size(d) for d in shape(x)]
+
+
 def _reshape_axis_out_of(src, size1, x):
-    shp = list(shape(x))
+    shp = _global_shape(x)
     size2 = shp[src] // size1
     shp[src : src + 1] = [size1, size2]
     return bind_reshape(x, shp)
 
 
 def _reshape_axis_into(src, dst, x):
-    shp = shape(x)
+    shp = _global_shape(x)
     perm = [i for i in range(len(shp)) if i != src]
     perm.insert(dst, src)
     new_shape = [d for i, d in enumerate(shp) if i != src]
@@ -618,8 +657,14 @@ def _reshape_axis_into(src, dst, x):
     return bind_reshape(bind_transpose(x, perm), new_shape)
 
 
-def _conv_common(params):
+def _conv_common(params, target, *others):
+    """The forward conv's other parameters for a transpose giving the cotangent of `target`:
+    `out_sharding` is `target`'s sharding in an explicitly sharded program (JAX passes
+    `lhs.aval.sharding` / `rhs.aval.sharding`), in the spelling of the forward's."""
     p = dict(params)
+    forward = p.get("out_sharding")
+    if forward is not None or any(type_spec(ty(x)) is not None for x in (target, *others)):
+        p["out_sharding"] = sharding_like(forward, full_type_spec(ty(target)))
     for k in (
         "window_strides",
         "padding",
@@ -639,10 +684,10 @@ def _vjp_pads(pad_fn, lhs, rhs, g, dimension_numbers, strides, padding, lhs_dil,
     """`pad_fn` (`conv_vjp_lhs_padding` / `_rhs_padding`) on the spatial sizes of lhs, rhs, g."""
     lhs_spec, rhs_spec, out_spec = _specs(dimension_numbers)
     return pad_fn(
-        [shape(lhs)[d] for d in lhs_spec[2:]],
-        [shape(rhs)[d] for d in rhs_spec[2:]],
+        [_global_shape(lhs)[d] for d in lhs_spec[2:]],
+        [_global_shape(rhs)[d] for d in rhs_spec[2:]],
         ints(strides),
-        [shape(g)[d] for d in out_spec[2:]],
+        [_global_shape(g)[d] for d in out_spec[2:]],
         [ints(p) for p in padding],
         ints(lhs_dil),
         ints(rhs_dil),
@@ -700,7 +745,7 @@ def _conv_transpose_lhs(
         dimension_numbers=_conv_dnums(out_spec, t_rhs_spec, lhs_spec),
         feature_group_count=fgc,
         batch_group_count=1,
-        **_conv_common(params),
+        **_conv_common(params, lhs, g, rhs),
     )
     out = bind_convert(out, ty(lhs).dtype)
     if bgc > 1:
@@ -723,7 +768,7 @@ def _conv_transpose_rhs(
     batch_group_count=1,
     **params,
 ):
-    if is_zero(g) or math.prod(shape(g)) == 0:
+    if is_zero(g) or math.prod(_global_shape(g)) == 0:
         return Zero(tangent_type(ty(rhs)))
     fgc, bgc = int(feature_group_count), int(batch_group_count)
     lhs_spec, rhs_spec, out_spec = _specs(dimension_numbers)
@@ -755,7 +800,7 @@ def _conv_transpose_rhs(
         dimension_numbers=dnums,
         feature_group_count=fgc,
         batch_group_count=bgc,
-        **_conv_common(params),
+        **_conv_common(params, rhs, g, lhs),
     )
     return bind_convert(out, ty(rhs).dtype)
 

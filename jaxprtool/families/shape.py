@@ -60,7 +60,17 @@ from ..shapes.util import (
     static_ints,
     strided_dim,
 )
-from ..shardings import sharded_like, sharded_size
+from ..shardings import (
+    SpecText,
+    dim_axes,
+    is_sharded_dim,
+    sharded_dim,
+    sharded_like,
+    sharded_size,
+    sharding_param_spec,
+    type_spec,
+    with_spec,
+)
 from ..text import style as ST
 from ..text.param_rules import sorted_params
 
@@ -263,9 +273,100 @@ def _reshape(in_types, params, out_hint):
             raise ShapeError(
                 f"reshape: dimensions {fmt_shape(dims)} must be a permutation of the operand axes"
             )
-    if tuple(map(sharded_size, x.shape)) == tuple(new):
-        new = x.shape  # a reshape to its own sizes keeps an explicitly sharded dim's axes
+    given = sharding_param_spec(params.get("sharding"))
+    try:
+        new = with_spec(new, given) if given is not None else _reshape_sharding(x, new, dims)
+    except ShapeError:
+        if not out_hint:
+            raise
+        return [out_hint[0]]  # JAX printed the result type: the sharding it chose
     return [fill_sym_from_hint(x.update(shape=new), out_hint)]
+
+
+def _reshape_sharding(x: ShapedArray, new: tuple, dimensions) -> tuple:
+    """`new` with the mesh axes JAX's `_reshape_sharding_rule` gives the result of reshaping
+    the explicitly sharded `x`: dims kept, split or merged keep their axes when no sharded
+    dim is split or merged (that would need the mesh axis sizes, which the types do not say:
+    refused).  Sizes given already sharded (`8@x`, a transpose's) are kept."""
+    spec = type_spec(x)
+    op = tuple(map(sharded_size, x.shape))
+    if spec is None or not all(isinstance(d, int) for d in (*op, *new)):
+        return new
+    parts = [spec.dim_axes(i) for i in range(len(op))]
+    kept = [(s, p) for s, p in zip(op, parts) if s != 1]
+    sizes = [s for s, _ in kept]
+    non1_new = [n for n in new if n != 1]
+    if sizes == non1_new:
+        moved = [p for _, p in kept]
+    else:
+        moved = _split_or_merge_parts(kept, non1_new, x, new, dimensions)
+    it = iter(moved)
+    out = [
+        (parts[i] if i < len(op) and op[i] == 1 else ()) if n == 1 else next(it)
+        for i, n in enumerate(new)
+    ]
+    return tuple(sharded_dim(n, a) for n, a in zip(new, out))
+
+
+def _split_or_merge_parts(kept, non1_new, x, new, dimensions) -> list:
+    """The mesh axes of the non-1 result dims when one operand dim splits into several (JAX's
+    `_split_an_axis_sharding_rule`) or several merge into one (`_merge_an_axis_...`)."""
+    sizes = [s for s, _ in kept]
+    split = _one_axis_groups(sizes, non1_new, x, new)
+    if split is not None:
+        moved = []
+        for (_, p), g in zip(kept, split):
+            if g > 1 and p:
+                raise _reshape_refusal(x, new)
+            moved += [p] if g == 1 else [()] * g
+        return moved
+    merge = _one_axis_groups(non1_new, sizes, x, new)
+    if merge is None:
+        raise _reshape_refusal(x, new)
+    it = iter(p for _, p in kept)
+    moved = []
+    for g in merge:
+        group = [next(it) for _ in range(g)]
+        if g > 1 and any(group):
+            raise _reshape_refusal(x, new)
+        moved.append(group[0] if g == 1 else ())
+    return moved
+
+
+def _one_axis_groups(few, many, x, new) -> list[int] | None:
+    """JAX's `_split_on_one_axis` on non-1 sizes: how many of `many` each of `few` becomes,
+    where exactly one of `few` splits; None when `many` is no such split of `few`."""
+    if len(many) <= len(few):
+        return None
+    groups: list[int] = []
+    i = j = 0
+    while j < len(many):
+        if i >= len(few):
+            return None
+        if few[i] == many[j]:
+            groups.append(1)
+        else:
+            if any(g > 1 for g in groups):
+                raise _reshape_refusal(x, new)  # a second split: JAX refuses it
+            k, size = 1, many[j]
+            while size != few[i]:
+                if size > few[i] or j + 1 >= len(many):
+                    return None
+                j += 1
+                k += 1
+                size *= many[j]
+            groups.append(k)
+        i += 1
+        j += 1
+    return groups if len(groups) == len(few) else None
+
+
+def _reshape_refusal(x, new) -> ShapeError:
+    return ShapeError(
+        f"the sharding of {x} reshaped to {fmt_shape(new)} depends on the mesh axis "
+        "sizes (a sharded dim is split or merged), which the types do not give; reshard it to "
+        "replicated first (`jax.sharding.reshard(x, P())`)"
+    )
 
 
 def _restyle_reshape(prim, params, e, style):
@@ -286,10 +387,20 @@ def _reshape_transpose(ct, operand, *dyn, new_sizes=None, dimensions=None, **_):
     if is_zero(ct):
         return [Zero(tangent_type(ty(operand)))] + [None] * len(dyn)
     if dimensions is None:
-        return [bind_reshape(ct, ops.shape(operand))] + [None] * len(dyn)
+        return [_reshape_to(ct, ty(operand).shape)] + [None] * len(dyn)
     dims = ops.ints(dimensions)
-    r = bind_reshape(ct, tuple(ops.shape(operand)[d] for d in dims))
+    r = _reshape_to(ct, tuple(ty(operand).shape[d] for d in dims))
     return [bind_transpose(r, argsort(dims))] + [None] * len(dyn)
+
+
+def _reshape_to(x, dims):
+    """`x` reshaped to `dims`; explicitly sharded ones given as the `sharding` of a reshape to
+    their global sizes, as JAX's transpose passes the operand's sharding."""
+    if not any(map(is_sharded_dim, dims)):
+        return bind_reshape(x, dims)
+    sizes = tuple(map(sharded_size, dims))
+    spec = SpecText(tuple(dim_axes(d)[1] or None for d in dims))
+    return ops.bind("reshape", x, new_sizes=sizes, dimensions=None, sharding=spec.as_param())
 
 
 def _bind_reshape(eqn, p, dims):

@@ -1,0 +1,321 @@
+"""AD of conv_general_dilated on explicitly sharded operands (issue 25): the conv's shape rule
+gives JAX's result sharding (`_conv_general_dilated_sharding_rule`: the `out_sharding`
+parameter, else the lhs's spec position by position), its transposes carry the operand's
+sharding as `out_sharding` as JAX's do, and reshape keeps the axes of the dims it does not
+split or merge.  grad/jvp/vjp of JAX's printouts give the types `jax.make_jaxpr(jax.grad(f))`
+prints and, run on the same mesh, jax.grad's / jax.jvp's / jax.vjp's numbers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+from jax import lax  # noqa: E402
+from jax.sharding import NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+from jax_oracle import close, run  # noqa: E402
+
+from jaxprtool.text.parser import parse  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    len(jax.devices("cpu")) < 4, reason="needs 4 host CPU devices (conftest sets XLA_FLAGS)"
+)
+
+
+def explicit_mesh(shape, names):
+    return jax.make_mesh(
+        shape,
+        names,
+        axis_types=(jax.sharding.AxisType.Explicit,) * len(shape),
+        devices=jax.devices("cpu")[: int(np.prod(shape))],
+    )
+
+
+# Programs sharded over x alone run on a mesh of x alone: XLA:CPU's SPMD partitioner gives a
+# kernel gradient summed over a dim sharded on x times the size of an unused y axis (jax.grad
+# on a (2, 2) mesh as much as the tool's program: an upstream bug, see `truth`).
+MESH_X = explicit_mesh((2,), ("x",))
+MESH_XY = explicit_mesh((2, 2), ("x", "y"))
+MESH_TEXT = {MESH_X: "x=2", MESH_XY: "x=2,y=2"}
+
+
+def rnd(mesh, seed, shape, spec=P()):
+    a = np.random.default_rng(seed).uniform(0.5, 1.5, shape).astype(np.float32)
+    return jax.device_put(a, NamedSharding(mesh, spec))
+
+
+def conv(x, w, strides=(1, 1), padding="VALID", **kw):
+    return lax.conv_general_dilated(x, w, strides, padding, **kw)
+
+
+def spatial(x, w):
+    """NCHW, the height sharded: the result keeps `@x` there, the kernel's grad is replicated."""
+    return jnp.sum(jnp.tanh(conv(x, w)) ** 2)
+
+
+def nhwc_to_nchw(x, w):
+    """JAX gives the result the lhs's spec by position, not by dimension numbers."""
+    return jnp.sum(conv(x, w, dimension_numbers=("NHWC", "OIHW", "NCHW")) ** 2)
+
+
+def two_axes_same(x, w):
+    return jnp.sum(jnp.sin(conv(x, w, padding="SAME")) * 2.0)
+
+
+def strided(x, w):
+    return jnp.sum(conv(x, w, (2, 1), "SAME", rhs_dilation=(1, 2)) ** 2)
+
+
+def feature_groups(x, w):
+    return jnp.sum(conv(x, w, feature_group_count=2) ** 2)
+
+
+def batch_groups(x, w):
+    """Its lhs transpose splits and merges the unsharded batch and feature dims (reshape)."""
+    return jnp.sum(conv(x, w, batch_group_count=2) ** 2)
+
+
+def replicated_result(x, w):
+    """An explicit `out_sharding`: the forward prints the mesh, the transposes reuse it."""
+    return jnp.sum(conv(x, w, out_sharding=P()) ** 2)
+
+
+def sharded_features(x, w):
+    """lhs features over x: JAX needs `out_sharding`; the lhs grad comes back `@x` there."""
+    return jnp.sum(conv(x, w, out_sharding=P()) ** 2)
+
+
+def sharded_kernel(x, w):
+    """The kernel's output features over x (tensor parallel), the result's features too."""
+    return jnp.sum(conv(x, w, out_sharding=P(None, "x")) ** 2)
+
+
+PROGRAMS = {  # name: (function, mesh, (seed, shape, spec) of each argument)
+    "spatial": (spatial, MESH_X, [(0, (2, 1, 8, 4), P(None, None, "x")), (1, (3, 1, 3, 2))]),
+    "nhwc_to_nchw": (nhwc_to_nchw, MESH_X, [(2, (2, 8, 4, 2), P(None, "x")), (3, (4, 2, 3, 1))]),
+    "two_axes_same": (
+        two_axes_same,
+        MESH_XY,
+        [(4, (1, 1, 8, 4), P(None, None, ("x", "y"))), (5, (1, 1, 3, 1))],
+    ),
+    "strided": (strided, MESH_X, [(6, (1, 2, 8, 6), P(None, None, "x")), (7, (2, 2, 3, 2))]),
+    "feature_groups": (
+        feature_groups,
+        MESH_XY,
+        [(8, (2, 4, 8, 4), P("y", None, "x")), (9, (4, 2, 3, 1))],
+    ),
+    "batch_groups": (
+        batch_groups,
+        MESH_X,
+        [(10, (4, 2, 8, 4), P(None, None, "x")), (11, (4, 2, 3, 1))],
+    ),
+    "sharded_features": (
+        sharded_features,
+        MESH_X,
+        [(14, (2, 4, 8, 4), P(None, "x")), (15, (3, 4, 3, 2))],
+    ),
+    "sharded_kernel": (
+        sharded_kernel,
+        MESH_X,
+        [(16, (2, 1, 8, 4)), (17, (4, 1, 3, 2), P("x"))],
+    ),
+    "replicated_result": (
+        replicated_result,
+        MESH_X,
+        [(12, (2, 1, 8, 4), P("x")), (13, (3, 1, 3, 2))],
+    ),
+}
+
+
+def make_args(mesh, specs):
+    return [rnd(mesh, *spec) for spec in specs]
+
+
+def truth(mesh, fn, args):
+    """`fn` (a jax.grad / jax.vjp of the program) on replicated copies of `args`: no sharded
+    contraction, so no partitioner in the way."""
+    return fn(*[jax.device_put(np.asarray(a), NamedSharding(mesh, P())) for a in args])
+
+
+def conv_result_types(text):
+    """The result types of the program's convolutions and reshapes, in order."""
+    eqns = parse(text, "<text>").jaxpr.eqns
+    return [str(e.outputs[0].type) for e in eqns if e.prim in ("conv_general_dilated", "reshape")]
+
+
+def outvar_types(text):
+    return [str(v.type) for v in parse(text, "<text>").jaxpr.outvars]
+
+
+def transform(tmp_path, command, text, *options):
+    src = tmp_path / "f.jaxpr"
+    src.write_text(text)
+    out = tmp_path / f"f.{command}.jaxpr"
+    r = run([command, str(src), *options, "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    return out
+
+
+def run_on_mesh(tmp_path, mesh, program, args):
+    files = []
+    for i, a in enumerate(args):
+        np.save(tmp_path / f"arg{i}.npy", np.asarray(a))
+        files += ["--arg", str(tmp_path / f"arg{i}.npy")]
+    out = tmp_path / "out.npz"
+    r = run(["run", str(program), "--mesh", MESH_TEXT[mesh], *files, "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    got = np.load(out)
+    return [got[f"out{i}"] for i in range(len(got.files))]
+
+
+def grad_case(tmp_path, name):
+    f, mesh, specs = PROGRAMS[name]
+    with jax.set_mesh(mesh):
+        args = make_args(mesh, specs)
+        text = str(jax.make_jaxpr(f)(*args))
+        jax_text = str(jax.make_jaxpr(jax.grad(f, (0, 1)))(*args))
+        want = jax.grad(f, (0, 1))(*args)
+        exact = truth(mesh, jax.grad(f, (0, 1)), args)
+    assert "@" in text
+    program = transform(tmp_path, "grad", text, "--argnums", "0,1")
+    got_text = program.read_text()
+    assert outvar_types(got_text) == outvar_types(jax_text)
+    assert conv_result_types(got_text) == conv_result_types(jax_text)
+    got = run_on_mesh(tmp_path, mesh, program, args)
+    assert len(got) == len(want)
+    for g, w, e in zip(got, want, exact):
+        close(g, w)
+        close(g, e)
+
+
+def test_grad_over_a_sharded_spatial_dim(tmp_path):
+    grad_case(tmp_path, "spatial")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(set(PROGRAMS) - {"spatial"}))
+def test_grad_matches_jax(tmp_path, name):
+    grad_case(tmp_path, name)
+
+
+def test_grad_with_groups_and_two_axes(tmp_path):
+    """The fast representative of the sweep: feature groups, batch over y, height over x."""
+    grad_case(tmp_path, "feature_groups")
+
+
+def test_jvp_and_vjp_match_jax(tmp_path):
+    f, mesh, specs = PROGRAMS["strided"]
+    ct = np.float32(0.5)
+    with jax.set_mesh(mesh):
+        x, w = make_args(mesh, specs)
+        tx, tw = rnd(mesh, 20, x.shape, P(None, None, "x")), rnd(mesh, 21, w.shape)
+        text = str(jax.make_jaxpr(f)(x, w))
+        jvp_text = str(jax.make_jaxpr(lambda *a: jax.jvp(f, a[:2], a[2:]))(x, w, tx, tw))
+        want_jvp = jax.jvp(f, (x, w), (tx, tw))
+        out, pullback = jax.vjp(f, x, w)
+        want_vjp = pullback(ct)
+        exact_vjp = truth(mesh, lambda x, w: jax.vjp(f, x, w)[1](ct), [x, w])
+    program = transform(tmp_path, "jvp", text)
+    assert outvar_types(program.read_text()) == outvar_types(jvp_text)
+    for g, w_ in zip(run_on_mesh(tmp_path, mesh, program, [x, w, tx, tw]), want_jvp):
+        close(g, w_)
+    program = transform(tmp_path, "vjp", text)
+    types = [str(v.type) for v in parse(program.read_text(), "<vjp>").jaxpr.outvars]
+    assert types[-2:] == ["f32[1,2,8@x,6]", "f32[2,2,3,2]"]
+    got = run_on_mesh(tmp_path, mesh, program, [x, w, ct])
+    close(got[0], out)
+    for g, w_, e in zip(got[1:], want_vjp, exact_vjp):
+        close(g, w_)
+        close(g, e)
+
+
+@pytest.mark.parametrize("linear", [0, 1], ids=["lhs", "rhs"])
+def test_transpose_passes_the_dot_product_test(tmp_path, linear):
+    """The conv linear in one operand (the other a residual), transposed: `<w, L v> = <L^T w,
+    v>` on the mesh, L v is JAX's conv, L^T w is jax.vjp's cotangent with its type."""
+    f = lambda x, w: conv(x, w, (2, 1), "SAME")  # noqa: E731
+    mesh = MESH_X
+    with jax.set_mesh(mesh):
+        x, w = rnd(mesh, 30, (2, 1, 8, 4), P(None, None, "x")), rnd(mesh, 31, (3, 1, 3, 2))
+        y, pullback = jax.vjp(f, x, w)
+        ct = rnd(mesh, 32, y.shape, P(None, None, "x"))
+        want = pullback(ct)[linear]
+        text = str(jax.make_jaxpr(f)(x, w))
+        vjp_text = str(jax.make_jaxpr(lambda x, w, ct: jax.vjp(f, x, w)[1](ct))(x, w, ct))
+    program = transform(tmp_path, "transpose", text, "--linear", str(linear))
+    residual, v = (w, x) if linear == 0 else (x, w)
+    got_t = run_on_mesh(tmp_path, mesh, program, [residual, ct])[0]
+    assert outvar_types(program.read_text()) == [outvar_types(vjp_text)[linear]]
+    close(got_t, want)
+    got_lv = run_on_mesh(tmp_path, mesh, tmp_path / "f.jaxpr", [x, w])[0]
+    close(got_lv, y)
+    lhs = float(np.sum(np.asarray(ct, np.float64) * got_lv))
+    rhs = float(np.sum(got_t.astype(np.float64) * np.asarray(v)))
+    assert abs(lhs - rhs) <= 1e-4 * max(1.0, abs(lhs)), (lhs, rhs)
+
+
+def test_reshape_merging_a_sharded_dim_refuses_as_jax_does(tmp_path):
+    """batch groups over a sharded batch dim: the lhs transpose merges the feature dim into
+    the `@y` batch dim, which JAX refuses too (it asks for a reshape `out_sharding`)."""
+    f, mesh = batch_groups, MESH_XY
+    with jax.set_mesh(mesh):
+        x, w = rnd(mesh, 14, (4, 2, 8, 4), P("y", None, "x")), rnd(mesh, 15, (4, 2, 3, 1))
+        text = str(jax.make_jaxpr(f)(x, w))
+        with pytest.raises(Exception, match="reshape is not supported"):
+            jax.grad(f)(x, w)
+    src = tmp_path / "b.jaxpr"
+    src.write_text(text)
+    out = tmp_path / "b.grad.jaxpr"
+    r = run(["grad", str(src), "-o", str(out)])
+    assert r.exit_code == 1 and not out.exists()
+    assert f"{src}:" in r.output and "Traceback" not in r.output
+    assert "error: while differentiating: reshape: the sharding of f32[2,2@y,2,8@x,4]" in r.output
+
+
+def test_sharded_kernel_without_out_sharding_is_refused(tmp_path):
+    """JAX refuses to trace a conv with a sharded kernel unless given `out_sharding`; a text
+    that has one without it is refused at the equation."""
+    src = tmp_path / "k.jaxpr"
+    src.write_text(
+        "{ lambda ; a:f32[1,1,8,4] b:f32[2@x,1,3,1]. let\n"
+        "    c:f32[1,2,6,4] = conv_general_dilated[batch_group_count=1"
+        " dimension_numbers=ConvDimensionNumbers(lhs_spec=(0, 1, 2, 3), rhs_spec=(0, 1, 2, 3),"
+        " out_spec=(0, 1, 2, 3)) feature_group_count=1 lhs_dilation=(1, 1) out_sharding=None"
+        " padding=((0, 0), (0, 0)) precision=None preferred_element_type=None"
+        " rhs_dilation=(1, 1) window_strides=(1, 1)] a b\n"
+        "  in (c,) }\n"
+    )
+    r = run(["check", str(src)])
+    assert r.exit_code == 1
+    assert f"{src}:2:" in r.output
+    assert "a sharded kernel or lhs feature dimension needs the result sharding" in r.output
+
+
+def split_rows(x):
+    return jnp.sum(jnp.sin(x.reshape(2, 4, 4)))
+
+
+def merge_rows(x):
+    return jnp.sum(jnp.sin(x.reshape(32)) * jnp.arange(32.0))
+
+
+@pytest.mark.parametrize("f", [split_rows, merge_rows], ids=["split", "merge"])
+def test_reshape_of_a_sharded_dim_keeps_jax_types(tmp_path, f):
+    """A reshape that splits or merges the sharded dim: its tangent has the primal result's
+    type (the sharding JAX chose, `f32[2@x,4,4]`), its cotangent the operand's."""
+    mesh = MESH_X
+    with jax.set_mesh(mesh):
+        x, t = rnd(mesh, 40, (8, 4), P("x")), rnd(mesh, 41, (8, 4), P("x"))
+        text = str(jax.make_jaxpr(f)(x))
+        jvp_text = str(jax.make_jaxpr(lambda x, t: jax.jvp(f, (x,), (t,)))(x, t))
+        grad_text = str(jax.make_jaxpr(jax.grad(f))(x))
+        want_jvp, want_grad = jax.jvp(f, (x,), (t,)), jax.grad(f)(x)
+    program = transform(tmp_path, "jvp", text)
+    assert conv_result_types(program.read_text()) == conv_result_types(jvp_text)
+    for g, w in zip(run_on_mesh(tmp_path, mesh, program, [x, t]), want_jvp):
+        close(g, w)
+    program = transform(tmp_path, "grad", text)
+    assert outvar_types(program.read_text()) == outvar_types(grad_text) == ["f32[8@x,4]"]
+    close(run_on_mesh(tmp_path, mesh, program, [x])[0], want_grad)
