@@ -1,11 +1,11 @@
-"""vmap, jvp, linearize/transpose and grad of programs with symbolic dimensions (issue 25).
+"""vmap, jvp, linearize/transpose, vjp and grad of programs with symbolic dimensions (issue 25).
 
 Programs are traced by `jax.make_jaxpr` on `jax.ShapeDtypeStruct(symbolic_shape("b, 3"))`,
 as `jax.export` traces them; the tool transforms the printed text, prints the result, reads
-it back and runs it at a concrete size (b = 5).  JAX is the oracle: `jax.vmap`, `jax.jvp`
-and `jax.grad` of the same function on concrete inputs of that size, the result types of
-`jax.make_jaxpr(jax.vmap(f))` on the same symbolic shapes, and the dot-product test
-<w, L t> = <L^T w, t> on the linear program run at b = 5.  What a rule cannot do yet under
+it back and runs it at a concrete size (b = 5).  JAX is the oracle: `jax.vmap`,
+`jax.jvp`, `jax.vjp` and `jax.grad` of the same function on concrete inputs of that size,
+the result types of `jax.make_jaxpr(jax.vmap(f))` on the same symbolic shapes, the
+dot-product test <w, L t> = <L^T w, t> on the linear program run at b = 5.  What a rule cannot do yet under
 a symbolic size is refused at its equation (tested below)."""
 
 from __future__ import annotations
@@ -189,6 +189,30 @@ def test_linearize_matches_jax_and_transposes(name):
     lhs = sum(float(np.vdot(w, a)) for w, a in zip(ws, floats(lt)))
     rhs = float(np.vdot(ct_x, t))
     assert abs(lhs - rhs) <= 1e-4 * (1 + abs(lhs))
+
+
+# ---------------------------------------------------------------- vjp
+
+
+@pytest.mark.parametrize("name", _params(CASES))
+def test_vjp_matches_jax(name):
+    """(x, ct_y) -> (y, ct_x) against jax.vjp's pullback on the same cotangents."""
+    f = CASES[name]
+    program, consts = traced(f)
+    vjp = reread(api.vjp(program))
+    x, _ = inputs()
+    ys, pullback = jax.vjp(f, x)
+    leaves = jax.tree.leaves(ys)
+    r = np.random.RandomState(4)
+    cts = [
+        r.randn(*np.shape(y)).astype(np.float32)
+        if y.dtype.kind == "f"
+        else np.zeros(np.shape(y), jax.dtypes.float0)
+        for y in leaves
+    ]
+    (want,) = pullback(jax.tree.unflatten(jax.tree.structure(ys), cts))
+    float_cts = [c for c, y in zip(cts, leaves) if y.dtype.kind == "f"]
+    close(run_at(vjp, x, *float_cts, consts=consts), [*leaves, want])
 
 
 # ---------------------------------------------------------------- grad
