@@ -346,3 +346,25 @@ def test_symbolic_parameter_values_print_back_as_jax_printed_them(name):
     (an element with a leading minus) are read and printed back as JAX printed them."""
     text = str(jax.make_jaxpr(CASES[name])(PER_EXAMPLE))
     assert api.format(api.parse(text, name)) == text
+
+
+def test_check_grad_and_explain_take_the_symbolic_sizes(tmp_path):
+    """`--dim b=N` sizes the random inputs; the programs run at the sizes read off them.
+    The gradient explain prints is JAX's at that size."""
+
+    def f(x):
+        return jnp.sum(jnp.sin(x) * x)
+
+    src = tmp_path / "s.jaxpr"
+    src.write_text(str(jax.make_jaxpr(f)(PER_EXAMPLE)) + "\n")
+    r = CliRunner().invoke(main, ["check-grad", str(src), "--dim", f"b={SIZE}"])
+    assert r.exit_code == 0, r.output
+    assert "3 checks, 0 failures" in r.output
+    x = np.linspace(-1, 1, SIZE * 3, dtype=np.float32).reshape(SIZE, 3)
+    np.savez(tmp_path / "in.npz", arg0=x)
+    r = CliRunner().invoke(main, ["explain", str(src), "--args", str(tmp_path / "in.npz")])
+    assert r.exit_code == 0 and "result: all checks pass" in r.output, r.output
+    (g,) = api.run(api.grad(api.parse(src.read_text())), x)
+    np.testing.assert_allclose(g, jax.grad(f)(x), rtol=1e-5, atol=1e-6)
+    r = CliRunner().invoke(main, ["check-grad", str(src)])
+    assert r.exit_code == 2 and "pass --dim b=N" in r.output, r.output

@@ -57,16 +57,35 @@ def _jitted(jaxpr, dims, nested: bool = False):
     return fn
 
 
+def sizes_from_inputs(jaxpr, args, dims=None) -> dict | None:
+    """`dims` completed with the sizes of plain symbolic dims (`b` of `f32[b,3]`) read off the
+    arrays given for the program's inputs (as a function exported with symbolic shapes takes
+    them from its arguments); `dims` itself when the inputs have none."""
+    import numpy as np
+
+    found = dict(dims or {})
+    for v, a in zip(jaxpr.invars, args):
+        shape = getattr(v.type, "shape", ())
+        if not any(isinstance(d, str) for d in shape) or len(np.shape(a)) != len(shape):
+            continue
+        for d, n in zip(shape, np.shape(a)):
+            if isinstance(d, str) and d.strip().isidentifier():
+                found.setdefault(d.strip(), int(n))
+    return found if found else dims
+
+
 def evaluate(jaxpr, args, consts=None, device: str = "cpu", dims=None, jitted=None):
     """Run a jaxpr compiled by XLA (through jax.jit) and return numpy arrays.
 
     The compiled function is cached per jaxpr object (and dims), so evaluating the same
-    jaxpr again with same-typed inputs does not recompile.
+    jaxpr again with same-typed inputs does not recompile.  Symbolic sizes `dims` does not
+    give are read off the inputs.
     """
     import jax
 
     from . import sharding
 
+    dims = sizes_from_inputs(jaxpr, args, dims)
     check_runnable(jaxpr)
     if sharding.is_multi_device(jaxpr):
         return sharding.evaluate(jaxpr, args, consts or [], dims, device=device, jitted=jitted)
@@ -106,10 +125,13 @@ def eval_eager(
     observer=None,
 ):
     """Run op by op with Python control flow; trace(line) gets each equation's summary and
-    `observer.eval_step(eqn, invals, outs)` each top-level equation's values."""
+    `observer.eval_step(eqn, invals, outs)` each top-level equation's values (symbolic sizes
+    as `evaluate` reads them)."""
     import jax
 
     from . import sharding
+
+    dims = sizes_from_inputs(jaxpr, args, dims)
     from .evaluator import Interpreter
 
     check_runnable(jaxpr)

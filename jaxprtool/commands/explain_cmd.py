@@ -13,6 +13,7 @@ from ..cli import guarded
 from ..io import write_output
 from .ad_cmds import custom_rules_option
 from .common import FILE_ARG, OUT_ARG, int_list
+from .run_options import dim_option, parse_dims
 
 
 @click.command("explain")
@@ -61,8 +62,19 @@ from .common import FILE_ARG, OUT_ARG, int_list
 )
 @click.option("--width", type=click.IntRange(60, 400), default=None, help="Output width.")
 @custom_rules_option
+@dim_option
 def explain(
-    file, args_npz, seed, consts_npz, mode, argnums, no_color, html_out, width, custom_rules
+    file,
+    args_npz,
+    seed,
+    consts_npz,
+    mode,
+    argnums,
+    no_color,
+    html_out,
+    width,
+    custom_rules,
+    dim_specs,
 ):
     """Walk through the differentiation of FILE: primal equations, the JVP rule of each
     equation and the tangent equations it emits, the linear program and its residuals, the
@@ -80,12 +92,22 @@ def explain(
       jaxprtool explain loss.jaxpr --args in.npz --html walk.html
     """
     guarded(_explain)(
-        file, args_npz, seed, consts_npz, mode, argnums, no_color, html_out, width, custom_rules
+        file,
+        args_npz,
+        seed,
+        consts_npz,
+        mode,
+        argnums,
+        no_color,
+        html_out,
+        width,
+        custom_rules,
+        parse_dims(dim_specs),
     )
 
 
 def _explain(
-    file, args_npz, seed, consts_npz, mode, argnums, no_color, html_out, width, custom_rules
+    file, args_npz, seed, consts_npz, mode, argnums, no_color, html_out, width, custom_rules, dims
 ):
     from rich.console import Console
 
@@ -102,7 +124,7 @@ def _explain(
     jaxpr, _, path = load(file)
     jaxpr = for_ad(jaxpr)  # as the AD commands read it
     input_seed = None if args_npz is not None else (seed or 0)  # with --args: seeds v / w only
-    args, consts, _ = gather_inputs(jaxpr, args_npz, None, input_seed, consts_npz, {})
+    args, consts, _ = gather_inputs(jaxpr, args_npz, None, input_seed, consts_npz, dims)
     if len(consts) > len(jaxpr.constvars):
         raise JaxprError(
             "explain cannot yet use the constants that stay in nested jaxprs (those of a "

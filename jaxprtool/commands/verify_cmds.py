@@ -12,6 +12,7 @@ from ..core import JaxprError
 from ..io import report
 from .ad_cmds import custom_rules_option
 from .common import FILE_ARG, int_list
+from .run_options import dim_option, parse_dims
 
 
 def _runner(consts):
@@ -90,7 +91,10 @@ def _as_type(value, t):
     '{"files", "checks", "failures", "not_checked"}}.',
 )
 @custom_rules_option
-def check_grad(files, args_npz, seed, order, modes, argnums, consts_npz, as_json, custom_rules):
+@dim_option
+def check_grad(
+    files, args_npz, seed, order, modes, argnums, consts_npz, as_json, custom_rules, dim_specs
+):
     """Check the tool's jvp and vjp of each FILE against finite differences.
 
     As JAX's check_grads: jvp against central differences along a random
@@ -134,6 +138,7 @@ def check_grad(files, args_npz, seed, order, modes, argnums, consts_npz, as_json
     from .driver import expand_inputs
 
     inputs = expand_inputs(files or ("-",))
+    dims = parse_dims(dim_specs)  # the sizes of symbolic dims for the random inputs
     reports: list[dict] = []
     failed = trouble = False
     n_files = n_checks = n_failed = 0
@@ -146,7 +151,7 @@ def check_grad(files, args_npz, seed, order, modes, argnums, consts_npz, as_json
                 jaxpr = for_ad(jaxpr)  # as the AD commands read it; --consts gives them
                 label = os.path.basename(path) if path != "<stdin>" else path
                 args, consts, _ = gather_inputs(
-                    jaxpr, args_npz, None, None if args_npz else seed, consts_npz, {}
+                    jaxpr, args_npz, None, None if args_npz else seed, consts_npz, dims
                 )
                 checks = run_checks(
                     jaxpr,
