@@ -267,14 +267,20 @@ def detect_style(jaxpr: core.Jaxpr) -> Style:
     e.g. tanh's derivative `one_minus_square`, follows the installed JAX).  Each primitive's
     clues are its record's (`version_clues`, `first_version`).
     """
-    real_addr = suggested = fresh = False
+    real_addr = suggested = fresh = large_inline = False
     clues: set[str] = set()
     seen: set[int] = set()
     shared: set[int] = set()  # jaxprs referenced more than once: printed hoisted, no names
-    for e in core.all_eqns(jaxpr):
-        for sub in core.eqn_subjaxprs(e):
+    eqns = list(core.all_eqns(jaxpr))  # one walk: the loops below read it twice
+    for e in eqns:
+        subs = list(core.eqn_subjaxprs(e))
+        for sub in subs:
             (shared if id(sub) in seen else seen).add(id(sub))
-    for e in core.all_eqns(jaxpr):
+        if subs and not large_inline:  # a jaxpr parameter of more than 10 equations
+            large_inline = any(
+                isinstance(v, core.Jaxpr) and len(v.eqns) > 10 for v in e.params.values()
+            )
+    for e in eqns:
         rec = record_of(e.prim)
         if e.bare_eq:
             clues.add(CLUE_BEFORE_0_4_22)
@@ -299,8 +305,10 @@ def detect_style(jaxpr: core.Jaxpr) -> Style:
                     real_addr = True
                     break
         if CLUE_0_4_35 not in clues:
-            if any(isinstance(a, core.Literal) and not a.typed for a in e.inputs):
-                clues.add(CLUE_0_4_35)  # untyped literals
+            for a in e.inputs:
+                if a.__class__ is core.Literal and not a.typed:
+                    clues.add(CLUE_0_4_35)  # untyped literals
+                    break
     if any(isinstance(a, core.Literal) and not a.typed for a in _all_outvars(jaxpr)):
         clues.add(CLUE_0_4_35)
     if CLUE_BEFORE_0_4_4 in clues:
@@ -316,12 +324,7 @@ def detect_style(jaxpr: core.Jaxpr) -> Style:
         return Style((0, 4, 35)) if fresh and not suggested else Style((0, 6, 2))
     if real_addr:
         clues.add(CLUE_0_7_2)
-    if CLUE_0_7_2 not in clues and any(
-        len(e.params[k].eqns) > 10
-        for e in core.all_eqns(jaxpr)
-        for k in e.params
-        if isinstance(e.params[k], core.Jaxpr)
-    ):
+    if CLUE_0_7_2 not in clues and large_inline:
         # 0.10+ hoists nested jaxprs with > 10 equations and prints them first, so the
         # main jaxpr's first binder is not `a`; printed inline it is (0.7.2)
         first = (jaxpr.constvars + jaxpr.invars)[:1]
