@@ -63,19 +63,7 @@ from .run_options import dim_option, parse_dims
 @click.option("--width", type=click.IntRange(60, 400), default=None, help="Output width.")
 @custom_rules_option
 @dim_option
-def explain(
-    file,
-    args_npz,
-    seed,
-    consts_npz,
-    mode,
-    argnums,
-    no_color,
-    html_out,
-    width,
-    custom_rules,
-    dim_specs,
-):
+def explain(file, dim_specs, **options):
     """Walk through the differentiation of FILE: primal equations, the JVP rule of each
     equation and the tangent equations it emits, the linear program and its residuals, the
     reverse (transpose) walk with every cotangent and accumulation, and the derivative checked
@@ -91,23 +79,22 @@ def explain(
       jaxprtool explain samples/sin_cos.jaxpr --mode vjp
       jaxprtool explain loss.jaxpr --args in.npz --html walk.html
     """
-    guarded(_explain)(
-        file,
-        args_npz,
-        seed,
-        consts_npz,
-        mode,
-        argnums,
-        no_color,
-        html_out,
-        width,
-        custom_rules,
-        parse_dims(dim_specs),
-    )
+    guarded(_explain)(file, dims=parse_dims(dim_specs), **options)
 
 
 def _explain(
-    file, args_npz, seed, consts_npz, mode, argnums, no_color, html_out, width, custom_rules, dims
+    file,
+    *,
+    args_npz,
+    seed,
+    consts_npz,
+    mode,
+    argnums,
+    no_color,
+    html_out,
+    width,
+    custom_rules,
+    dims,
 ):
     from rich.console import Console
 
