@@ -59,6 +59,19 @@ def hoist_with_sources(jaxpr: Jaxpr) -> tuple[Jaxpr, dict[int, Var]]:
     sources: dict[int, Var] = {}
     if not has_nested_consts(jaxpr):
         return jaxpr, sources
+
+    def close(e: Eqn, lifted: list[Var]) -> Eqn:
+        e, outer = _close_eqn(e, sources)
+        lifted.extend(outer)
+        return e
+
+    return _lifting(close)(jaxpr), sources
+
+
+def _lifting(rewrite):
+    """`lift(jaxpr)`: every equation, inner jaxprs first, rewritten by `rewrite(eqn, lifted)`,
+    which appends to `lifted` the new constants of the enclosing jaxpr it makes; each jaxpr
+    object once (a shared body stays shared), unchanged ones returned as they are."""
     memo = JaxprMemo()
 
     def lift(j: Jaxpr) -> Jaxpr:
@@ -67,15 +80,12 @@ def hoist_with_sources(jaxpr: Jaxpr) -> tuple[Jaxpr, dict[int, Var]]:
             return hit
         eqns, lifted = [], []
         for e in j.eqns:
-            e2 = map_eqn_jaxprs(e, lift)
-            e2, outer = _close_eqn(e2, sources)
-            lifted.extend(outer)
-            eqns.append(e2)
+            eqns.append(rewrite(map_eqn_jaxprs(e, lift), lifted))
         if not lifted and all(a is b for a, b in zip(eqns, j.eqns)):
             return memo.put(j, j)
         return memo.put(j, j.replace(constvars=tuple(j.constvars) + tuple(lifted), eqns=eqns))
 
-    return lift(jaxpr), sources
+    return lift
 
 
 def hoistable(e: Eqn) -> bool:
@@ -134,7 +144,6 @@ def lift_rule_consts(jaxpr: Jaxpr) -> tuple[Jaxpr, dict[int, Var]]:
     commands inline a rule into the program they write, where its constants must be values
     that program takes (`consts_order.for_ad` orders them)."""
     sources: dict[int, Var] = {}
-    memo = JaxprMemo()
 
     def outer_for(lifted: list[Var]):
         def outer(binders) -> list[Var]:
@@ -145,22 +154,13 @@ def lift_rule_consts(jaxpr: Jaxpr) -> tuple[Jaxpr, dict[int, Var]]:
 
         return outer
 
-    def lift(j: Jaxpr) -> Jaxpr:
-        hit = memo.get(j)
-        if hit is not None:
-            return hit
-        eqns, lifted = [], []
-        for e in j.eqns:
-            e2 = map_eqn_jaxprs(e, lift)
-            rule = prim(e2.prim).lift_rule_consts
-            if rule is not None and _has_own_consts(e2):
-                e2 = rule(e2, outer_for(lifted))
-            eqns.append(e2)
-        if not lifted and all(a is b for a, b in zip(eqns, j.eqns)):
-            return memo.put(j, j)
-        return memo.put(j, j.replace(constvars=tuple(j.constvars) + tuple(lifted), eqns=eqns))
+    def lift_rule(e: Eqn, lifted: list[Var]) -> Eqn:
+        rule = prim(e.prim).lift_rule_consts
+        if rule is not None and _has_own_consts(e):
+            return rule(e, outer_for(lifted))
+        return e
 
-    lifted = lift(jaxpr)
+    lifted = _lifting(lift_rule)(jaxpr)
     if lifted is jaxpr:
         return jaxpr, sources
     program, hoisted = hoist_with_sources(lifted)
