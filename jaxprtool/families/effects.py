@@ -181,6 +181,7 @@ def _debug_print_bind(eqn, p, dims):
         "in_tree": _print_tree(str(p.get("in_tree"))),
         "np_printoptions": _plain_pairs("np_printoptions", p.get("np_printoptions")),
         "static_args": _plain_pairs("static_args", p.get("static_args", ())),
+        "logging_record": None,  # JAX 0.12's for jax.debug.print (older texts lack it)
     }
 
 
