@@ -69,6 +69,7 @@ def test_jvp_of_run_state_is_jax_s(f, argnums):
     for g, w in zip(got, list(outs) + list(touts)):
         close(g, w)
     theirs = ir(jvp_of(f, argnums), X, W, *tangents)
+    assert [e.prim for e in j.eqns].count("run_state") == 1
     assert len(list(all_eqns(j))) <= len(list(all_eqns(theirs)))
 
 
@@ -79,9 +80,14 @@ def test_reverse_mode_of_run_state_is_refused_as_jax_refuses_it(tmp_path):
     with pytest.raises(ValueError, match="Linearization failed to produce known values"):
         jax.grad(loss)(X, W)
     src = tmp_path / "r.jaxpr"
-    src.write_text(str(jax.make_jaxpr(loss)(X, W)) + "\n")
+    text = str(jax.make_jaxpr(loss)(X, W)) + "\n"
+    src.write_text(text)
+    line = next(k for k, t in enumerate(text.splitlines(), 1) if "run_state[" in t)
     for cmd in ("grad", "vjp", "linearize"):
         r = run([cmd, str(src)])
         assert r.exit_code == 1 and "Traceback" not in r.output, (cmd, r.output)
-        assert "error: reverse mode (linearize, vjp, grad) of run_state" in r.output, r.output
+        assert f"{src}:{line}:5: error: reverse mode (linearize, vjp, grad) of run_state" in (
+            r.output
+        ), r.output
         assert '"Linearization failed to produce known values"' in r.output
+        assert "JAX 0.12 refuses it too" in r.output

@@ -4,7 +4,7 @@ pass (a Ref's cotangent is a Ref: gets transpose to accumulations, swaps to swap
 jax.grad / jax.vjp, with the dot-product test on the linear program; vmap as JAX's (every Ref
 made inside the vmap batched at axis 0, indexed `[:, IDX]`), against jax.vmap and its
 printout; what the tool does not differentiate through (a Ref passed into a body under reverse
-mode, run_state's reverse mode, which JAX refuses too) refused with the location."""
+mode) refused with the location; run_state's AD is in test_run_state_ad.py."""
 
 from __future__ import annotations
 
@@ -234,47 +234,6 @@ def test_a_while_loop_writing_a_ref_runs_and_differentiates_forward_as_jax_s(tmp
     assert r.exit_code == 1, r.output
     assert f"{src}:5:5: error: reverse mode of 'while'" in r.output, r.output
     assert "Traceback" not in r.output
-
-
-def test_reverse_mode_of_run_state_is_refused_as_jax_refuses_it(tmp_path):
-    from jax._src.state.discharge import run_state
-
-    def f(x):
-        def body(refs):
-            a, b = refs
-            b[...] = jnp.sin(a[...]) * 2.0
-
-        return run_state(body)((x, jnp.zeros_like(x)))[1].sum()
-
-    with pytest.raises(ValueError, match="Linearization failed"):
-        jax.grad(f)(X)
-    src = tmp_path / "rs.jaxpr"
-    src.write_text(str(jax.make_jaxpr(f)(X)) + "\n")
-    r = run(["grad", str(src)])
-    assert r.exit_code == 1, r.output
-    assert f"{src}:3:5: error: reverse mode (linearize, vjp, grad) of run_state" in r.output
-    assert "JAX 0.12 refuses it too" in r.output and "Traceback" not in r.output
-
-
-def test_jvp_of_run_state_is_jax_s():
-    """JAX's `_run_state_jvp`: one run_state over the Refs and their tangent Refs."""
-    from jax._src.state.discharge import run_state
-
-    def f(x):
-        def body(refs):
-            a, b = refs
-            b[...] = jnp.sin(a[...]) * 2.0
-            a[1:] = b[1:] * 3.0
-
-        return run_state(body)((x, jnp.zeros_like(x)))
-
-    jj = jvp_jaxpr(ir(f, X))
-    out, tout = jax.jvp(f, (X,), (T,))
-    for a, b in zip(backend.evaluate(jj, [X, T]), [*out, *tout]):
-        close(a, b)
-    theirs = ir(lambda x, t: jax.jvp(f, (x,), (t,)), X, T)
-    assert [e.prim for e in jj.eqns].count("run_state") == 1
-    assert len(list(all_eqns(jj))) <= len(list(all_eqns(theirs)))
 
 
 def test_refs_untouched_by_the_derivative_still_linearize():

@@ -45,7 +45,6 @@ from ..core import (
     gc_paused,
     long_dtype_name,
 )
-from ..params import SymExpr
 from ..record import prim as record_of
 from . import builder as B
 from . import ops
@@ -235,21 +234,6 @@ def shape_of(x) -> tuple:
 def ints(v) -> tuple[int, ...]:
     """A parameter's integers (a tuple, list or numpy array of them) as a tuple of ints."""
     return tuple(int(i) for i in v)
-
-
-def sizes(v) -> tuple:
-    """A parameter's dimension sizes (`new_sizes`, `slice_sizes`, `shape`) or a type's shape
-    as a parameter value: ints stay ints, a symbolic size (`b`, `3*b`, from a parameter or
-    a shape) stays symbolic as the `SymExpr` the parser reads, so the rules emit it back."""
-    return tuple(_size(d) for d in v)
-
-
-def _size(d):
-    if isinstance(d, SymExpr):
-        return d
-    if isinstance(d, str):
-        return SymExpr(d)
-    return int(d)
 
 
 def bump(axes, b: int) -> tuple[int, ...]:

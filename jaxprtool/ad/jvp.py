@@ -150,17 +150,23 @@ def _inst_list(instantiate, n):
     return list(instantiate)
 
 
-def refuse_tangent_refs(jaxpr: Jaxpr, nonzeros: Sequence[bool]) -> None:
-    """A body whose caller does not carry tangent Refs through it (a cond, a while, a
-    shard_map...) given a differentiated Ref: refused where it happens, never dropped."""
-    for v, nz in zip(jaxpr.invars, nonzeros):
-        if nz and isinstance(v.type, RefType):
-            raise JaxprError(
-                "differentiating a Ref passed into this equation's body is not supported yet "
-                "(the tool carries tangent and cotangent Refs through calls and scans only; "
-                "JAX goes through): move the Ref's reads and writes out of the body",
-                B.current_loc(),
-            )
+def tangent_mask(jaxpr: Jaxpr, nonzeros: Sequence[bool], refs: bool) -> list[bool]:
+    """Which inputs of a body get a tangent: float/complex ones `nonzeros` marks, and with
+    `refs` the Refs it marks (their tangents are Refs).  A caller that does not carry tangent
+    Refs through its body (a shard_map, a custom rule) given a differentiated Ref is refused
+    where it happens, never dropped."""
+    if not refs:
+        for v, nz in zip(jaxpr.invars, nonzeros):
+            if nz and isinstance(v.type, RefType):
+                raise JaxprError(
+                    "differentiating a Ref passed into this equation's body is not supported "
+                    "yet (the tool carries tangent and cotangent Refs through calls, scans, "
+                    "conds and while loops; JAX goes through): move the Ref's reads and writes "
+                    "out of the body",
+                    B.current_loc(),
+                )
+    has_tangent = carries_tangent if refs else is_inexact
+    return [bool(nz) and has_tangent(v.type) for nz, v in zip(nonzeros, jaxpr.invars)]
 
 
 def jvp_masked(
@@ -177,10 +183,7 @@ def jvp_masked(
     `nonzeros[i]`; outputs are the primal outputs then one tangent per output with
     `out_nonzeros[j]` (an output is nonzero when its tangent is not symbolically zero or when
     `instantiate[j]`; int/bool outputs never have tangents)."""
-    if not refs:
-        refuse_tangent_refs(jaxpr, nonzeros)
-    has_tangent = carries_tangent if refs else is_inexact
-    nonzeros = [bool(nz) and has_tangent(v.type) for nz, v in zip(nonzeros, jaxpr.invars)]
+    nonzeros = tangent_mask(jaxpr, nonzeros, refs)
     inst = _inst_list(instantiate, len(jaxpr.outvars))
     b = B.Builder()
     consts = [B.fresh_like(v) for v in jaxpr.constvars]

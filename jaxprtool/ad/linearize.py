@@ -13,19 +13,16 @@ from ..core import Eqn, Jaxpr, Var, gc_paused, is_inexact
 from ..record import prim as record_of
 from . import builder as B
 from . import observe
-from .jvp import _inst_list, diff_mask, jvp_eval, refuse_tangent_refs
+from .jvp import _inst_list, diff_mask, jvp_eval, tangent_mask
 from .ops import instantiate as inst_zero
 from .residuals import LinearizeInfo, forward_residuals
-from .zeros import Zero, carries_tangent, is_zero, tangent_type
+from .zeros import Zero, is_zero, tangent_type
 
 LINEAR_NAME = "linear"
 
 
 def _split(jaxpr: Jaxpr, nonzeros: Sequence[bool], instantiate, refs: bool = False):
-    if not refs:
-        refuse_tangent_refs(jaxpr, nonzeros)
-    has_tangent = carries_tangent if refs else is_inexact
-    nonzeros = [bool(nz) and has_tangent(v.type) for nz, v in zip(nonzeros, jaxpr.invars)]
+    nonzeros = tangent_mask(jaxpr, nonzeros, refs)
     inst = _inst_list(instantiate, len(jaxpr.outvars))
     b = B.Builder(split=True)
     consts = [B.fresh_like(v) for v in jaxpr.constvars]

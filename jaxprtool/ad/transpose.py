@@ -68,6 +68,24 @@ def _ref_operands(e, rec, linear, ct_env, targs) -> None:
         targs[k] = UndefinedPrimal(x.type, ref)
 
 
+def transposed_inputs(invars, linear_mask, ref_mask) -> tuple[list[Var], list]:
+    """The inputs a transposed body takes for `invars`: a fresh Var per non-linear input and
+    a cotangent Ref (written into) per differentiated Ref (`ref_mask`), in order; and the
+    `args` `backward_pass` takes for them (None for the other linear inputs)."""
+    new: list[Var] = []
+    args: list = []
+    for v, lin, r in zip(invars, linear_mask, ref_mask):
+        if not (r or lin):
+            new.append(B.fresh_like(v))
+        elif r:
+            new.append(Var(RefType(tangent_type(v.type.inner)), None))
+        else:
+            args.append(None)
+            continue
+        args.append(new[-1])
+    return new, args
+
+
 def backward_pass(
     jaxpr: Jaxpr, linear_mask: Sequence[bool], args: Sequence, cts_out: Sequence, consts=None
 ):
@@ -256,13 +274,7 @@ def transpose_jaxpr(
     consts = [B.fresh_like(v) for v in jaxpr.constvars]
     # a differentiated Ref input becomes the cotangent Ref the transposed program writes into
     ref_in = [lin and v.type.__class__ is RefType for v, lin in zip(jaxpr.invars, linear_mask)]
-    nl_in = [
-        Var(RefType(tangent_type(v.type.inner)), None) if r else B.fresh_like(v)
-        for v, lin, r in zip(jaxpr.invars, linear_mask, ref_in)
-        if r or not lin
-    ]
-    it = iter(nl_in)
-    args = [next(it) if r or not lin else None for lin, r in zip(linear_mask, ref_in)]
+    nl_in, args = transposed_inputs(jaxpr.invars, linear_mask, ref_in)
     ct_in = [Var(tangent_type(v.type), None) for v, lo in zip(jaxpr.outvars, lin_out) if lo]
     it2 = iter(ct_in)
     cts_out = [

@@ -58,20 +58,15 @@ def _jitted(jaxpr, dims, nested: bool = False):
 
 
 def sizes_from_inputs(jaxpr, args, dims=None) -> dict | None:
-    """`dims` completed with the sizes of plain symbolic dims (`b` of `f32[b,3]`) read off the
-    arrays given for the program's inputs (as a function exported with symbolic shapes takes
-    them from its arguments); `dims` itself when the inputs have none."""
+    """`dims` completed with the symbolic sizes read off the program's inputs
+    (`values.read_dims`); `dims` itself when the inputs have none."""
+    if not any(isinstance(d, str) for v in jaxpr.invars for d in getattr(v.type, "shape", ())):
+        return dims
     import numpy as np
 
-    found = dict(dims or {})
-    for v, a in zip(jaxpr.invars, args):
-        shape = getattr(v.type, "shape", ())
-        if not any(isinstance(d, str) for d in shape) or len(np.shape(a)) != len(shape):
-            continue
-        for d, n in zip(shape, np.shape(a)):
-            if isinstance(d, str) and d.strip().isidentifier():
-                found.setdefault(d.strip(), int(n))
-    return found if found else dims
+    from .values import read_dims
+
+    return read_dims(jaxpr.invars, [np.shape(a) for a in args], dims) or dims
 
 
 def evaluate(jaxpr, args, consts=None, device: str = "cpu", dims=None, jitted=None):

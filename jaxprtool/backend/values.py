@@ -157,6 +157,21 @@ def check_dims(jaxpr, dims: dict[str, int], require: bool = False) -> None:
     walk(jaxpr, None)
 
 
+def read_dims(vars_, shapes, dims: dict[str, int] | None) -> dict[str, int]:
+    """`dims` completed with the sizes of plain symbolic dims (`b` of `f32[b,3]`) read off
+    the shapes of the arrays given for `vars_` (as a function exported with symbolic shapes
+    takes them from its arguments); a size `dims` gives is kept."""
+    found = dict(dims or {})
+    for v, shape in zip(vars_, shapes):
+        t = v.type
+        if not isinstance(t, ShapedArray) or len(shape) != len(t.shape):
+            continue
+        for d, n in zip(t.shape, shape):
+            if isinstance(d, str) and d.strip().isidentifier() and d.strip() not in found:
+                found[d.strip()] = int(n)
+    return found
+
+
 def static_shape(t: Type, dims: dict[str, int] | None = None) -> tuple[int, ...]:
     if not isinstance(t, ShapedArray):
         raise JaxprError(f"type {t} has no array shape")

@@ -111,16 +111,9 @@ def _shape_dtype(x) -> tuple[tuple[int, ...], np.dtype]:
 def bind_dims(vars_, arrays, dims: dict[str, int]) -> dict[str, int]:
     """Sizes of plain symbolic dims (`b`) read off the given arrays (or their headers),
     when --dim does not set them."""
-    dims = dict(dims)
-    for v, a in zip(vars_, arrays):
-        t = v.type
-        shape, _ = _shape_dtype(a)
-        if not isinstance(t, ShapedArray) or len(shape) != len(t.shape):
-            continue
-        for d, n in zip(t.shape, shape):
-            if isinstance(d, str) and d.strip().isidentifier() and d.strip() not in dims:
-                dims[d.strip()] = int(n)
-    return dims
+    from ..backend.values import read_dims
+
+    return read_dims(vars_, [_shape_dtype(a)[0] for a in arrays], dims)
 
 
 def _as_ml_dtype(a: np.ndarray, want: np.dtype) -> np.ndarray:

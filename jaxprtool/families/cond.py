@@ -16,7 +16,7 @@ from ..ad import ops
 from ..ad.jvp import jvp_masked
 from ..ad.linearize import linearize_masked
 from ..ad.ops import instantiate
-from ..ad.transpose import backward_pass
+from ..ad.transpose import backward_pass, transposed_inputs
 from ..ad.zeros import (
     Zero,
     is_undefined_primal,
@@ -192,14 +192,9 @@ def _transpose_body(j: Jaxpr, lin: list[bool], ct_mask: list[bool], ref_lin: lis
     linear inputs...)`; `ref_lin`: the differentiated Ref operands, whose cotangent Refs the
     branch writes into."""
     consts = [B.fresh_like(v) for v in j.constvars]
-    nl = [
-        Var(RefType(tangent_type(v.type.inner)), None) if r else B.fresh_like(v)
-        for v, m, r in zip(j.invars, lin, ref_lin)
-        if r or not m
-    ]
+    nl, args = transposed_inputs(j.invars, lin, ref_lin)
     ctv = [Var(tangent_type(o.type), None) for o, m in zip(j.outvars, ct_mask) if m]
-    it, it2 = iter(nl), iter(ctv)
-    args = [next(it) if r or not m else None for m, r in zip(lin, ref_lin)]
+    it2 = iter(ctv)
     cts = [next(it2) if m else Zero(tangent_type(o.type)) for o, m in zip(j.outvars, ct_mask)]
     bb = B.Builder(loc=B.current().loc)
     with B.use(bb):

@@ -177,7 +177,7 @@ def _dynamic_slice_batching(args, dims, *, slice_sizes, **params):
         [x, idx],
         [xd, idd],
         dimension_numbers=_identity_gather_dnums(nd),
-        slice_sizes=BT.sizes(slice_sizes),
+        slice_sizes=ops.sdims(slice_sizes),
         fill_value=None,
         indices_are_sorted=True,
         mode=CLIP,
@@ -446,7 +446,7 @@ def _gather_batching(args, dims, *, dimension_numbers, slice_sizes, **params):
     sim = BT.ints(BT.field_or(dnums, "start_index_map"))
     obd = BT.ints(BT.field_or(dnums, "operand_batching_dims"))
     sibd = BT.ints(BT.field_or(dnums, "start_indices_batching_dims"))
-    sizes = BT.sizes(slice_sizes)
+    sizes = ops.sdims(slice_sizes)
     p = dict(params)
     if xd is not None and id_ is None:
         x = BT.moveaxis(x, xd, 0)

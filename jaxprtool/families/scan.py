@@ -23,7 +23,7 @@ from ..ad import builder as B
 from ..ad.jvp import jvp_masked
 from ..ad.linearize import linearize_masked
 from ..ad.ops import add_tangents, instantiate
-from ..ad.transpose import backward_pass
+from ..ad.transpose import backward_pass, transposed_inputs
 from ..ad.zeros import (
     Zero,
     carries_tangent,
@@ -33,7 +33,7 @@ from ..ad.zeros import (
     writes_tangent_ref,
     zero_tangents,
 )
-from ..core import Jaxpr, JaxprError, Literal, RefType, ShapedArray, Var
+from ..core import Jaxpr, JaxprError, Literal, ShapedArray, Var
 from ..params import Opaque, format_value
 from ..record import define, prim
 from ..shapes import ShapeError, shape_rule
@@ -892,22 +892,14 @@ def _transpose_scan_body(body: Jaxpr, nc, nk, lc, lk, lx, ys_mask, ref_c) -> Jax
     Refs the body writes into)."""
     C, K, X = body.invars[:nc], body.invars[nc : nc + nk], body.invars[nc + nk :]
     Y = body.outvars[nk:]
-    rc = [
-        Var(RefType(tangent_type(v.type.inner)), None) if r else B.fresh_like(v)
-        for v, m, r in zip(C, lc, ref_c)
-        if r or not m
-    ]
+    rc, c_args = transposed_inputs(C, lc, ref_c)
     acc = [Var(tangent_type(v.type), None) for v, m, r in zip(C, lc, ref_c) if m and not r]
     ctk = [Var(tangent_type(v.type), None) for v, m in zip(K, lk) if m]
     cty = [Var(tangent_type(y.type), None) for y, m in zip(Y, ys_mask) if m]
     rx = [B.fresh_like(v) for v, m in zip(X, lx) if not m]
     rk = [B.fresh_like(v) for v, m in zip(K, lk) if not m]
-    irc, irx, irk = iter(rc), iter(rx), iter(rk)
-    args = (
-        [next(irc) if r or not m else None for m, r in zip(lc, ref_c)]
-        + [None if m else next(irk) for m in lk]
-        + [None if m else next(irx) for m in lx]
-    )
+    irx, irk = iter(rx), iter(rk)
+    args = c_args + [None if m else next(irk) for m in lk] + [None if m else next(irx) for m in lx]
     mask = list(lc) + list(lk) + list(lx)
     ictk, icty = iter(ctk), iter(cty)
     cts_out = [

@@ -206,7 +206,7 @@ def _broadcast_in_dim_batching(args, dims, **params):
     if any(e is not None for e in dims[1:]):
         return BT.loop_fallback(args, dims, why="'broadcast_in_dim' with a batched dynamic shape")
     eqn = BT.current_eqn()
-    shape = BT.sizes(params["shape"] if "shape" in params else BT.shape_of(eqn.outputs[0]))
+    shape = ops.sdims(params["shape"] if "shape" in params else BT.shape_of(eqn.outputs[0]))
     bdims = BT.ints(params.get("broadcast_dimensions", ()))
     x = BT.moveaxis(x, d, 0)
     new_shape = (BT.axis_size(), *shape)
@@ -420,11 +420,11 @@ def _reshape_batching(args, dims, **params):
     if any(e is not None for e in dims[1:]):
         return BT.loop_fallback(args, dims, why="'reshape' with a batched dynamic shape")
     x = BT.moveaxis(x, d, 0)
-    new = (BT.axis_size(), *BT.sizes(params["new_sizes"]))
+    new = (BT.axis_size(), *ops.sdims(params["new_sizes"]))
     dm = params.get("dimensions")
     if dm is not None:
         dm = (0,) + tuple(1 + int(i) for i in dm)
-    if BT.sizes(BT.shape_of(x)) == new and dm is None:
+    if ops.sdims(BT.shape_of(x)) == new and dm is None:
         return [x], [0]
     return BT.bind("reshape", x, *args[1:], **dict(params, new_sizes=new, dimensions=dm)), [0]
 
@@ -759,9 +759,9 @@ deflinear2("slice", _slice_transpose)
 
 def _slice_batching(args, dims, *, start_indices, limit_indices, strides=None, **params):
     (x,), (d,) = args, dims
-    start = list(BT.sizes(start_indices))
+    start = list(ops.sdims(start_indices))
     start.insert(d, 0)
-    limit = list(BT.sizes(limit_indices))
+    limit = list(ops.sdims(limit_indices))
     limit.insert(d, BT.shape_of(x)[d])
     if strides is not None:
         strides = list(BT.ints(strides))
