@@ -32,12 +32,12 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 # (the checker and liveness modules load here, before the package binds this module's
 # `check` and `memory` functions to its own names: see jaxprtool/__init__.py)
 from .check import Diagnostic
 from .core import Jaxpr, JaxprError, Loc, ProgramError
+from .frozen import Frozen, set_field
 from .memory import Residuals, Timeline
 
 __all__ = [
@@ -82,14 +82,22 @@ class CheckError(JaxprError):
         self.diagnostics = diagnostics
 
 
-@dataclass(frozen=True, eq=False)
-class Program:
+class Program(Frozen, eq=False):
     """A program and how to print it (see the module's docstring)."""
 
+    __slots__ = ("jaxpr", "style", "path", "text")
     jaxpr: Jaxpr
     style: object  # jaxprtool.text.style.Style
-    path: str = "<string>"
-    text: str | None = None
+    path: str
+    text: str | None
+
+    def __init__(
+        self, jaxpr: Jaxpr, style: object, path: str = "<string>", text: str | None = None
+    ) -> None:
+        set_field(self, "jaxpr", jaxpr)
+        set_field(self, "style", style)
+        set_field(self, "path", path)
+        set_field(self, "text", text)
 
     def __str__(self) -> str:
         return format(self)

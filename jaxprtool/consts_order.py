@@ -28,15 +28,15 @@ take the whole archive of the program they were derived from.  No jax import.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from .core import Eqn, Jaxpr, Var, subjaxprs
+from .frozen import Frozen, set_field
 
 
-@dataclass(frozen=True)
-class Numbered:
+class Numbered(Frozen):
     """A program as every command reads it, and its constants in the archive's order."""
 
+    __slots__ = ("program", "constvars", "sources")
     #: the hoisted program (the same object as the input when there was nothing to hoist)
     program: Jaxpr
     #: every constant, `const0, const1, ...`: the program's constvars, then step 3's
@@ -44,6 +44,11 @@ class Numbered:
     #: for each constvar hoisting created (by `id`), the constvar of the input's nested
     #: jaxpr whose value it carries (`trace --consts-out` reads the values by it)
     sources: dict[int, Var]
+
+    def __init__(self, program: Jaxpr, constvars: list[Var], sources: dict[int, Var]) -> None:
+        set_field(self, "program", program)
+        set_field(self, "constvars", constvars)
+        set_field(self, "sources", sources)
 
 
 def number_constants(jaxpr: Jaxpr) -> Numbered:

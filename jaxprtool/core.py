@@ -11,9 +11,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from .frozen import Frozen, set_field
 from .lazy import LIGHT_DTYPES, NUMPY_DTYPES, DTypeName, dtype_key, is_dtype, ml_dtypes, np
 
 # ---------------------------------------------------------------- dtypes
@@ -131,17 +131,34 @@ def is_known_dtype(short: str) -> bool:
 Dim = int | str  # str: a symbolic dim ("b", "2*b + 1") or a sharded dim ("8@x")
 
 
-@dataclass(frozen=True, slots=True)
-class ShapedArray:
-    """An array type: `f32[3,4]`, `key<fry>[]`, `f32<host>[3]`, `f32[2]{V:x}`."""
+class ShapedArray(Frozen, compare=("shape", "dtype", "memory_space", "vma", "named_shape")):
+    """An array type: `f32[3,4]`, `key<fry>[]`, `f32<host>[3]`, `f32[2]{V:x}`.  `weak_type`
+    is not compared."""
 
+    __slots__ = ("shape", "dtype", "weak_type", "memory_space", "vma", "named_shape")
     shape: tuple[Dim, ...]
     dtype: str  # short name as printed: "f32", "bf16", "bool", "float0", "key<fry>"
-    weak_type: bool = field(default=False, compare=False)
-    memory_space: str | None = None  # from `f32<host>[3]`
-    vma: str | None = None  # raw text inside the `{...}` suffix, e.g. "V:(x,y)"
+    weak_type: bool
+    memory_space: str | None  # from `f32<host>[3]`
+    vma: str | None  # raw text inside the `{...}` suffix, e.g. "V:(x,y)"
     #: xmap's named axes after `;` (`f16[4,512,512;a:8]`, JAX <= 0.4.30), raw text "a:8"
-    named_shape: str | None = None
+    named_shape: str | None
+
+    def __init__(
+        self,
+        shape: tuple[Dim, ...],
+        dtype: str,
+        weak_type: bool = False,
+        memory_space: str | None = None,
+        vma: str | None = None,
+        named_shape: str | None = None,
+    ) -> None:
+        set_field(self, "shape", shape)
+        set_field(self, "dtype", dtype)
+        set_field(self, "weak_type", weak_type)
+        set_field(self, "memory_space", memory_space)
+        set_field(self, "vma", vma)
+        set_field(self, "named_shape", named_shape)
 
     @property
     def ndim(self) -> int:
@@ -181,23 +198,30 @@ class ShapedArray:
         return f"{self.dtype}{space}[{dims}]{vma}"
 
 
-@dataclass(frozen=True, slots=True)
-class RefType:
+class RefType(Frozen):
     """A mutable reference: `Ref{f32[3]}`, `Ref<default>{f32[4,8]}`."""
 
+    __slots__ = ("inner", "memory_space")
     inner: ShapedArray
-    memory_space: str | None = None
+    memory_space: str | None
+
+    def __init__(self, inner: ShapedArray, memory_space: str | None = None) -> None:
+        set_field(self, "inner", inner)
+        set_field(self, "memory_space", memory_space)
 
     def __str__(self) -> str:
         space = f"<{self.memory_space}>" if self.memory_space else ""
         return f"Ref{space}{{{self.inner}}}"
 
 
-@dataclass(frozen=True, slots=True)
-class OpaqueType:
+class OpaqueType(Frozen):
     """A type the tool has no model for (`Tok`, `MemRef<None>{float32[4,8]}`); printed verbatim."""
 
+    __slots__ = ("text",)
     text: str
+
+    def __init__(self, text: str) -> None:
+        set_field(self, "text", text)
 
     def __str__(self) -> str:
         return self.text
@@ -280,26 +304,27 @@ Atom = Var | Literal
 # ---------------------------------------------------------------- equations and jaxprs
 
 
-@dataclass(frozen=True, eq=False, slots=True)
-class Eqn:
+class Eqn(Frozen, eq=False, hidden=("no_subjaxprs",)):
     """`outputs = prim[params] inputs`.
 
     `params` maps each parameter name to a typed value (see params.py); it
     holds what the text printed, plus any hidden parameter that a pass chose
     to add.  `loc` is where the equation came from in the user's file; an
-    equation derived from another carries its location on.
+    equation derived from another carries its location on.  Compared by identity.
+    `Eqn(prim, inputs, outputs, params, loc=None, bare_eq=False)` (`_fast_eqn_init`).
     """
 
+    __slots__ = ("prim", "inputs", "outputs", "params", "loc", "bare_eq", "no_subjaxprs")
     prim: str
     inputs: tuple[Atom, ...]
     outputs: tuple[Var, ...]
     params: dict[str, Any]
-    loc: Loc | None = None
+    loc: Loc | None
     #: the text printed this result-less equation as ` = prim ...` (JAX < 0.4.22); read only
     #: by version detection (the printer follows the style)
-    bare_eq: bool = False
+    bare_eq: bool
     #: `eqn_subjaxprs` found no jaxpr in `params` (a cache: not part of the equation)
-    no_subjaxprs: bool = field(default=False, init=False, repr=False)
+    no_subjaxprs: bool
 
     def replace(self, **kw) -> Eqn:
         if not _EQN_FIELDS.issuperset(kw):
@@ -322,9 +347,9 @@ _EQN_FIELDS = frozenset({"prim", "inputs", "outputs", "params", "loc", "bare_eq"
 
 
 def _fast_eqn_init():
-    """An `Eqn.__init__` that stores the fields through the slots' own setters: the frozen
-    dataclass's generated one goes through `object.__setattr__` by name for each field, and
-    AD and the passes build tens of thousands of equations.  Same signature and fields."""
+    """`Eqn.__init__`, storing the fields through the slots' own setters (faster than
+    `object.__setattr__` by name for each field: AD and the passes build tens of thousands
+    of equations)."""
     setters = [Eqn.__dict__[f].__set__ for f in ("prim", "inputs", "outputs", "params")]
     set_prim, set_inputs, set_outputs, set_params = setters
     set_loc, set_bare_eq = Eqn.__dict__["loc"].__set__, Eqn.__dict__["bare_eq"].__set__
@@ -346,19 +371,33 @@ _set_no_subjaxprs = Eqn.__dict__["no_subjaxprs"].__set__
 Eqn.__init__ = _fast_eqn_init()
 
 
-@dataclass(frozen=True, eq=False, slots=True)
-class Jaxpr:
+class Jaxpr(Frozen, eq=False):
     """`{ lambda constvars ; invars . let eqns in (outvars) }`.
 
     Closed: a jaxpr never refers to variables of an enclosing jaxpr.
     Compared by identity; use `alpha_equal` for structure.
     """
 
+    __slots__ = ("constvars", "invars", "eqns", "outvars", "effects")
     constvars: tuple[Var, ...]
     invars: tuple[Var, ...]
     eqns: tuple[Eqn, ...]
     outvars: tuple[Atom, ...]
-    effects: tuple[str, ...] | None = None  # only when printed (`print_effects=True`)
+    effects: tuple[str, ...] | None  # only when printed (`print_effects=True`)
+
+    def __init__(
+        self,
+        constvars: tuple[Var, ...],
+        invars: tuple[Var, ...],
+        eqns: tuple[Eqn, ...],
+        outvars: tuple[Atom, ...],
+        effects: tuple[str, ...] | None = None,
+    ) -> None:
+        set_field(self, "constvars", constvars)
+        set_field(self, "invars", invars)
+        set_field(self, "eqns", eqns)
+        set_field(self, "outvars", outvars)
+        set_field(self, "effects", effects)
 
     @property
     def in_types(self) -> list[Type]:

@@ -19,7 +19,6 @@ each diagnostic.
 
 from __future__ import annotations
 
-import json
 import sys
 
 from .core import JaxprError
@@ -63,10 +62,11 @@ def end(stream=None) -> None:
     """Write the collected document (json, sarif) and start afresh."""
     global FORMAT
     stream = stream or sys.stderr
-    if FORMAT == "json":
-        stream.write(json.dumps(_collected, indent=2) + "\n")
-    elif FORMAT == "sarif":
-        stream.write(json.dumps(sarif_log(_collected), indent=2) + "\n")
+    if FORMAT in ("json", "sarif"):
+        import json  # here: ~1.5 ms of the start-up of every command, for two formats
+
+        doc = _collected if FORMAT == "json" else sarif_log(_collected)
+        stream.write(json.dumps(doc, indent=2) + "\n")
     stream.flush()
     _collected.clear()
     FORMAT = "text"

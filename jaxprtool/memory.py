@@ -43,8 +43,6 @@ inner peak of a loop or branch body is computed once per jaxpr object).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from .core import (
     Eqn,
     Jaxpr,
@@ -57,6 +55,7 @@ from .core import (
     subjaxprs,
     value_bytes,
 )
+from .frozen import Frozen, set_field
 from .lazy import np
 from .record import prim as record_of
 
@@ -70,60 +69,80 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class LiveValue:
+class LiveValue(Frozen):
     """One value live at a step: its variable, bytes, and the equation that made it.
 
     `kind`: "input" or "const" (of the program; `eqn` is None), "value" (defined by `eqn`), or
     "inside" (the inner peak of `eqn`'s nested jaxprs while it runs; `var` is None)."""
 
+    __slots__ = ("var", "nbytes", "eqn", "kind", "origin")
     var: Var | None
     nbytes: int
     eqn: Eqn | None
     kind: str
     #: "input 2", "const 0": which binder of the program (for kind input/const)
-    origin: str = ""
+    origin: str
+
+    def __init__(
+        self, var: Var | None, nbytes: int, eqn: Eqn | None, kind: str, origin: str = ""
+    ) -> None:
+        set_field(self, "var", var)
+        set_field(self, "nbytes", nbytes)
+        set_field(self, "eqn", eqn)
+        set_field(self, "kind", kind)
+        set_field(self, "origin", origin)
 
     @property
     def loc(self) -> Loc | None:
         return self.eqn.loc if self.eqn is not None else None
 
 
-@dataclass
 class Timeline:
     """The program's liveness, one entry per step (equations, call bodies inlined)."""
 
-    #: the equation of each step
-    eqns: list[Eqn]
-    #: bytes live while each step runs (its operands, its results, everything still needed)
-    live_bytes: list[int]
-    #: the most bytes live at once (the inputs alone for a program without equations)
-    peak_bytes: int
-    #: the step where the peak is reached first (None without equations)
-    peak_index: int | None
-    #: the values live at the peak, largest first (ties in definition order)
-    peak_values: list[LiveValue]
-    #: the step where the linear (backward) part begins, when the program has one
-    boundary: int | None = None
-    #: bytes of the program's inputs and constants (live throughout)
-    input_bytes: int = 0
-    #: some type has a symbolic dimension: the figures count it as 0
-    symbolic: bool = False
-    #: of each step's live bytes, what its nested jaxprs hold inside (0 for most steps)
-    inside: list[int] = field(default_factory=list)
+    def __init__(
+        self,
+        eqns: list[Eqn],
+        live_bytes: list[int],
+        peak_bytes: int,
+        peak_index: int | None,
+        peak_values: list[LiveValue],
+        boundary: int | None = None,
+        input_bytes: int = 0,
+        symbolic: bool = False,
+        inside: list[int] | None = None,
+    ) -> None:
+        #: the equation of each step
+        self.eqns = eqns
+        #: bytes live while each step runs (its operands, its results, everything still needed)
+        self.live_bytes = live_bytes
+        #: the most bytes live at once (the inputs alone for a program without equations)
+        self.peak_bytes = peak_bytes
+        #: the step where the peak is reached first (None without equations)
+        self.peak_index = peak_index
+        #: the values live at the peak, largest first (ties in definition order)
+        self.peak_values = peak_values
+        #: the step where the linear (backward) part begins, when the program has one
+        self.boundary = boundary
+        #: bytes of the program's inputs and constants (live throughout)
+        self.input_bytes = input_bytes
+        #: some type has a symbolic dimension: the figures count it as 0
+        self.symbolic = symbolic
+        #: of each step's live bytes, what its nested jaxprs hold inside (0 for most steps)
+        self.inside = [] if inside is None else inside
 
     @property
     def peak_eqn(self) -> Eqn | None:
         return None if self.peak_index is None else self.eqns[self.peak_index]
 
 
-@dataclass
 class Residuals:
     """The values held across the forward/backward boundary, in the linear part's order."""
 
-    values: list[LiveValue]
-    #: the step of the boundary in the program's timeline
-    boundary: int
+    def __init__(self, values: list[LiveValue], boundary: int) -> None:
+        self.values = values
+        #: the step of the boundary in the program's timeline
+        self.boundary = boundary
 
     @property
     def total(self) -> int:

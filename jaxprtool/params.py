@@ -11,29 +11,37 @@ them (without nested-jaxpr layout, which is the printer's job).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from .frozen import Frozen, set_field
 from .lazy import is_dtype
 
 
-@dataclass(frozen=True, slots=True)
-class EnumValue:
+class EnumValue(Frozen):
     """`GatherScatterMode.CLIP`, `Precision.HIGHEST`."""
 
+    __slots__ = ("cls", "member")
     cls: str
     member: str
+
+    def __init__(self, cls: str, member: str) -> None:
+        set_field(self, "cls", cls)
+        set_field(self, "member", member)
 
     def __str__(self) -> str:
         return f"{self.cls}.{self.member}"
 
 
-@dataclass(frozen=True, slots=True)
-class NpScalar:
+class NpScalar(Frozen):
     """`np.int64(1)` (numpy >= 2 repr of a numpy scalar inside a container)."""
 
+    __slots__ = ("dtype", "value")
     dtype: str
     value: Any
+
+    def __init__(self, dtype: str, value: Any) -> None:
+        set_field(self, "dtype", dtype)
+        set_field(self, "value", value)
 
     def __str__(self) -> str:
         return f"np.{self.dtype}({self.value!r})"
@@ -45,15 +53,19 @@ class NpScalar:
         return int(self.value)
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
+class Record(Frozen):
     """A dataclass or namedtuple repr: `GatherDimensionNumbers(offset_dims=(1,), ...)`.
 
     `fields` is a tuple of (name, value) pairs in printed order.
     """
 
+    __slots__ = ("cls", "fields")
     cls: str
     fields: tuple[tuple[str, Any], ...]
+
+    def __init__(self, cls: str, fields: tuple[tuple[str, Any], ...]) -> None:
+        set_field(self, "cls", cls)
+        set_field(self, "fields", fields)
 
     def __getitem__(self, name: str) -> Any:
         for k, v in self.fields:
@@ -91,21 +103,27 @@ class Record:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class SymExpr:
+class SymExpr(Frozen):
     """A symbolic dimension expression inside a parameter: `b*n`, `floordiv(b, 2)`."""
 
+    __slots__ = ("text",)
     text: str
+
+    def __init__(self, text: str) -> None:
+        set_field(self, "text", text)
 
     def __str__(self) -> str:
         return self.text
 
 
-@dataclass(frozen=True, slots=True)
-class Opaque:
+class Opaque(Frozen):
     """A value the tool has no model for (a function repr, a mesh, a PyTreeDef); printed verbatim."""
 
+    __slots__ = ("text",)
     text: str
+
+    def __init__(self, text: str) -> None:
+        set_field(self, "text", text)
 
     def __str__(self) -> str:
         return self.text

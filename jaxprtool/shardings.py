@@ -11,23 +11,31 @@ residuals), and reads the `8@x` dims of JAX 0.12's explicitly sharded types.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+from .frozen import Frozen, set_field
 from .params import Opaque, split_top_level
 
 _AXIS = re.compile(r"'([^']*)'\s*:\s*(\d+)")
 _TYPES = re.compile(r"axis_types=\(([^)]*)\)")
 
 
-@dataclass(frozen=True)
-class MeshText:
+class MeshText(Frozen):
     """A printed mesh: axis names and sizes in order, axis types (Auto/Explicit/Manual)."""
 
+    __slots__ = ("names", "sizes", "types", "complete")
     names: tuple[str, ...]
     sizes: tuple[int, ...]
     types: tuple[str, ...]
     #: False for texts that do not say the sizes (`Mesh()`, a device-id mesh, an object repr)
-    complete: bool = True
+    complete: bool
+
+    def __init__(
+        self, names: tuple[str, ...], sizes: tuple[int, ...], types: tuple[str, ...], complete=True
+    ) -> None:
+        set_field(self, "names", names)
+        set_field(self, "sizes", sizes)
+        set_field(self, "types", types)
+        set_field(self, "complete", complete)
 
     @property
     def shape(self) -> dict[str, int]:
@@ -82,14 +90,21 @@ def _head(text: str) -> str:
     return text
 
 
-@dataclass(frozen=True)
-class SpecText:
+class SpecText(Frozen):
     """A PartitionSpec: per dimension None or a tuple of mesh axis names; extra keyword parts
     (`unreduced={'x'}`) kept verbatim; `cls` is the printed class name (P or PartitionSpec)."""
 
+    __slots__ = ("entries", "cls", "extra")
     entries: tuple[tuple[str, ...] | None, ...]
-    cls: str = "P"
-    extra: str = ""
+    cls: str
+    extra: str
+
+    def __init__(
+        self, entries: tuple[tuple[str, ...] | None, ...], cls: str = "P", extra: str = ""
+    ) -> None:
+        set_field(self, "entries", entries)
+        set_field(self, "cls", cls)
+        set_field(self, "extra", extra)
 
     def axes(self) -> set[str]:
         return {a for e in self.entries if e for a in e}
@@ -159,12 +174,16 @@ def make_spec(entries, like: SpecText | None = None) -> SpecText:
     return SpecText(tuple(tuple(e) if e else None for e in entries), like.cls if like else "P")
 
 
-@dataclass(frozen=True)
-class ShardingText:
+class ShardingText(Frozen):
     """A `NamedSharding(mesh=..., spec=..., memory_kind=...)` value."""
 
+    __slots__ = ("mesh", "spec")
     mesh: MeshText
     spec: SpecText
+
+    def __init__(self, mesh: MeshText, spec: SpecText) -> None:
+        set_field(self, "mesh", mesh)
+        set_field(self, "spec", spec)
 
 
 def read_sharding(v) -> ShardingText | None:

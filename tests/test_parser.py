@@ -778,7 +778,7 @@ def test_the_lark_grammar_is_the_parser():
     import jaxprtool
     from jaxprtool.text import grammar, parser
 
-    assert grammar.GRAMMAR_PATH == Path(jaxprtool.__file__).parent / "grammars" / "jaxpr.lark"
+    assert Path(grammar.GRAMMAR_PATH) == Path(jaxprtool.__file__).parent / "grammars" / "jaxpr.lark"
     lk = parser._build()
     assert lk.options.parser == "lalr" and lk.options.lexer == "contextual"
     assert lk.options.transformer is not None and lk.options.postlex is not None
@@ -817,7 +817,9 @@ def _planted_cache(tmp_path):
         def __reduce__(self):
             return (exec, (_PAYLOAD.format(marker=str(marker)),))
 
-    path = grammar.cache_file(grammar.GRAMMAR_PATH.read_text(encoding="utf-8"), _lark_version())
+    path = grammar.cache_file(
+        Path(grammar.GRAMMAR_PATH).read_text(encoding="utf-8"), _lark_version()
+    )
     return path, pickle.dumps(Payload()), marker
 
 

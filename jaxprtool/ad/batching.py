@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from .. import shapes
 from ..core import (
@@ -111,12 +109,12 @@ INFER = _Dest("infer")
 # ---------------------------------------------------------------- the batching context
 
 
-@dataclass
 class _Ctx:
-    size: int
-    name: str | None = None  # the batch axis's name, for the collectives (--axis-name)
-    style: object | None = None  # text.style.Style of emitted scans (fallback); None: 0.12
-    warned: set = field(default_factory=set)
+    def __init__(self, size: int, name: str | None = None, style: object | None = None):
+        self.size = size
+        self.name = name  # the batch axis's name, for the collectives (--axis-name)
+        self.style = style  # text.style.Style of emitted scans (fallback); None: 0.12
+        self.warned: set = set()
 
 
 _CTX: contextvars.ContextVar[_Ctx | None] = contextvars.ContextVar(
@@ -201,7 +199,7 @@ def batched_type(t: Type, d: int | None, size: int | None = None) -> Type:
     if d is None:
         return t
     if isinstance(t, RefType):  # a batched Ref holds batched values (run_state's bodies)
-        return dataclasses.replace(t, inner=batched_type(t.inner, d, size))
+        return RefType(batched_type(t.inner, d, size), t.memory_space)
     if not isinstance(t, ShapedArray):
         raise JaxprError(f"vmap: cannot batch a value of type {t} (only arrays can be batched)")
     shape = list(t.shape)

@@ -37,9 +37,9 @@ import contextlib
 import contextvars
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from ..core import Eqn, Jaxpr, JaxprError, Var, eqn_subjaxprs
+from ..frozen import Frozen, set_field
 from ..record import prim as record_of
 from . import builder as B
 from .residuals import LinearizeInfo, Residual, forward_residuals
@@ -94,14 +94,26 @@ def nbytes(v) -> int:
 # ---------------------------------------------------------------- the request
 
 
-@dataclass(frozen=True)
-class Spec:
+class Spec(Frozen):
     """What the user asked for: a policy name (with its names) or a byte budget."""
 
-    policy: str | None = None
-    names: frozenset[str] = frozenset()
-    budget: float | None = None  # bytes, or a fraction when `fraction`
-    fraction: bool = False
+    __slots__ = ("policy", "names", "budget", "fraction")
+    policy: str | None
+    names: frozenset[str]
+    budget: float | None  # bytes, or a fraction when `fraction`
+    fraction: bool
+
+    def __init__(
+        self,
+        policy: str | None = None,
+        names: frozenset[str] = frozenset(),
+        budget: float | None = None,
+        fraction: bool = False,
+    ) -> None:
+        set_field(self, "policy", policy)
+        set_field(self, "names", names)
+        set_field(self, "budget", budget)
+        set_field(self, "fraction", fraction)
 
 
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmgt]i?b?|b)?\s*$", re.I)
@@ -234,22 +246,29 @@ class Graph:
         return sorted(need)
 
 
-@dataclass
 class Plan:
     """The values to save (primal Vars, program order) and the equations to recompute."""
 
-    method: str
-    saved: list
-    recompute: list[int]
-    bytes_before: int = 0
-    bytes_after: int = 0
-    flops_before: int = 0
-    flops_after: int = 0
-    exact: bool | None = None
-    #: one line per saved value and per recomputed primitive (filled by `rematerialize`)
-    saved_lines: list[str] = field(default_factory=list)
-    recomputed_counts: dict[str, int] = field(default_factory=dict)
-    nested: bool = False
+    def __init__(
+        self,
+        method: str,
+        saved: list,
+        recompute: list[int],
+        bytes_before: int = 0,
+        bytes_after: int = 0,
+    ) -> None:
+        self.method = method
+        self.saved = saved
+        self.recompute = recompute
+        self.bytes_before = bytes_before
+        self.bytes_after = bytes_after
+        self.flops_before = 0
+        self.flops_after = 0
+        self.exact: bool | None = None
+        #: one line per saved value and per recomputed primitive (filled by `rematerialize`)
+        self.saved_lines: list[str] = []
+        self.recomputed_counts: dict[str, int] = {}
+        self.nested = False
 
     def render(self, limit: int = 12) -> str:
         """The plan as `--remat` prints it on standard error."""

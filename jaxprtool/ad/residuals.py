@@ -4,20 +4,27 @@ linear one (`linearize.linearize_jaxpr`), read by rematerialization (`remat.py`)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from ..core import Loc, Var
 
 
-@dataclass
 class Residual:
     """One input of the linear program that is not a tangent."""
 
-    type: object
-    source: str  # "input" | "output" | "new" | "const"
-    index: int  # input index, output index, index among the new primal outputs, const index
-    prim: str | None = None  # equation that produced it (for "new"/"output")
-    loc: Loc | None = None
+    def __init__(
+        self, type: object, source: str, index: int, prim: str | None = None, loc: Loc | None = None
+    ) -> None:
+        self.type = type
+        self.source = source  # "input" | "output" | "new" | "const"
+        #: input index, output index, index among the new primal outputs, const index
+        self.index = index
+        self.prim = prim  # equation that produced it (for "new"/"output")
+        self.loc = loc
+
+    def __repr__(self) -> str:
+        return (
+            f"Residual(type={self.type!r}, source={self.source!r}, index={self.index!r}, "
+            f"prim={self.prim!r}, loc={self.loc!r})"
+        )
 
     @property
     def nbytes(self) -> int:
@@ -28,11 +35,15 @@ class Residual:
             return 0
 
 
-@dataclass
 class LinearizeInfo:
-    in_mask: list[bool]
-    out_mask: list[bool]
-    residuals: list[Residual] = field(default_factory=list)
+    """Which inputs and outputs have tangents, and where each residual comes from."""
+
+    def __init__(
+        self, in_mask: list[bool], out_mask: list[bool], residuals: list[Residual] | None = None
+    ) -> None:
+        self.in_mask = in_mask
+        self.out_mask = out_mask
+        self.residuals = [] if residuals is None else residuals
 
     @property
     def num_new_residuals(self) -> int:

@@ -24,7 +24,6 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
 
 import click
 
@@ -129,21 +128,29 @@ class VerifyFailed(Reported):
     """--verify-each found a program that does not check (already reported: exit 1)."""
 
 
-@dataclass
 class Instruments:
     """What to do around each pass: verify, print before/after, time."""
 
-    verify_each: bool = False
-    print_before: frozenset[str] = frozenset()
-    print_after: frozenset[str] = frozenset()
-    print_after_change: bool = False
-    print_after_all: bool = False
-    timing: bool = False
-    #: program -> text, in the output's style (set by the command for each input)
-    render: Callable[[Jaxpr], str] | None = None
-    #: how many steps the current input goes through (for the `(2/3)` of the dumps)
-    total: int = 0
-    done: int = field(default=0)
+    def __init__(
+        self,
+        verify_each: bool = False,
+        print_before: frozenset[str] = frozenset(),
+        print_after: frozenset[str] = frozenset(),
+        print_after_change: bool = False,
+        print_after_all: bool = False,
+        timing: bool = False,
+    ) -> None:
+        self.verify_each = verify_each
+        self.print_before = print_before
+        self.print_after = print_after
+        self.print_after_change = print_after_change
+        self.print_after_all = print_after_all
+        self.timing = timing
+        #: program -> text, in the output's style (set by the command for each input)
+        self.render: Callable[[Jaxpr], str] | None = None
+        #: how many steps the current input goes through (for the `(2/3)` of the dumps)
+        self.total = 0
+        self.done = 0
 
     def start(self, render: Callable[[Jaxpr], str], total: int) -> None:
         """A new input: its printer and its number of steps."""
@@ -421,16 +428,16 @@ def manager_options(transforms: tuple[str, ...] = ()):
 # ---------------------------------------------------------------- inputs
 
 
-@dataclass
 class Part:
     """One program of an input: its text (padded with empty lines so that line numbers are
     those of the whole file), the display path, the first line and the whole file's text
     (`file_text`: what `fmt --write` rebuilds)."""
 
-    text: str
-    path: str
-    line: int
-    file_text: str = ""
+    def __init__(self, text: str, path: str, line: int, file_text: str = "") -> None:
+        self.text = text
+        self.path = path
+        self.line = line
+        self.file_text = file_text
 
     @property
     def source(self) -> str:

@@ -6,7 +6,6 @@ PIPELINE` runs a pipeline written as in xDSL/MLIR (`inline{names=relu},simplify,
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
@@ -340,6 +339,8 @@ def _stats(files, as_json, out):
 
     ok = run_parts(inputs, False, body, keep_going=many)
     if as_json:
+        import json  # here: the pass commands need it only for `stats --json`
+
         data = [{"file": p, **s} for p, s in reports] if many else reports[0][1]
         text = json.dumps(data, indent=2) + "\n"
     else:

@@ -15,28 +15,46 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import Jaxpr, UsageProblem
+from ..frozen import Frozen, set_field
 
 _TRUE = ("true", "1")
 _FALSE = ("false", "0")
 
 
-@dataclass(frozen=True)
-class PassOption:
+class PassOption(Frozen):
     """One option of a pass: `name` as written (`keep-outputs`), its type, its default
     (None: not given), a one-line help; `metavar` for the help text, `noun` for the
     message of a bad list of integers, `minimum` for integers."""
 
+    __slots__ = ("name", "type", "default", "help", "metavar", "noun", "minimum")
     name: str
     type: Any
     default: Any
     help: str
-    metavar: str | None = None
-    noun: str | None = None
-    minimum: int | None = None
+    metavar: str | None
+    noun: str | None
+    minimum: int | None
+
+    def __init__(
+        self,
+        name: str,
+        type: Any,
+        default: Any,
+        help: str,
+        metavar: str | None = None,
+        noun: str | None = None,
+        minimum: int | None = None,
+    ) -> None:
+        set_field(self, "name", name)
+        set_field(self, "type", type)
+        set_field(self, "default", default)
+        set_field(self, "help", help)
+        set_field(self, "metavar", metavar)
+        set_field(self, "noun", noun)
+        set_field(self, "minimum", minimum)
 
     @property
     def key(self) -> str:
@@ -100,16 +118,30 @@ class PassOption:
         return str(value)
 
 
-@dataclass(frozen=True)
-class Pass:
+class Pass(Frozen):
     """A named pass: `fn(jaxpr, **options) -> jaxpr`.  Calling the record runs the pass
     with the defaults of the options not given."""
 
+    __slots__ = ("name", "help", "doc", "fn", "options")
     name: str
     help: str
     doc: str
     fn: Callable[..., Jaxpr]
-    options: tuple[PassOption, ...] = field(default=())
+    options: tuple[PassOption, ...]
+
+    def __init__(
+        self,
+        name: str,
+        help: str,
+        doc: str,
+        fn: Callable[..., Jaxpr],
+        options: tuple[PassOption, ...] = (),
+    ) -> None:
+        set_field(self, "name", name)
+        set_field(self, "help", help)
+        set_field(self, "doc", doc)
+        set_field(self, "fn", fn)
+        set_field(self, "options", options)
 
     def option(self, name: str) -> PassOption | None:
         return next((o for o in self.options if o.name == name), None)

@@ -16,10 +16,10 @@ string is the empty pipeline.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import Jaxpr, JaxprError, gc_paused
+from ..frozen import Frozen, set_field
 from .base import Pass, PassOption, PassOptionError
 from .canonicalize import CANONICALIZE
 from .cse import CSE
@@ -42,12 +42,16 @@ __all__ = [
 PASSES: dict[str, Pass] = {p.name: p for p in (DCE, CSE, FOLD, SIMPLIFY, INLINE, CANONICALIZE)}
 
 
-@dataclass(frozen=True)
-class PipelineStep:
+class PipelineStep(Frozen):
     """One pass of a pipeline and the options written for it (by keyword, `keep_outputs`)."""
 
+    __slots__ = ("pass_", "options")
     pass_: Pass
-    options: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any]
+
+    def __init__(self, pass_: Pass, options: dict[str, Any] | None = None) -> None:
+        set_field(self, "pass_", pass_)
+        set_field(self, "options", {} if options is None else options)
 
     @property
     def name(self) -> str:

@@ -14,65 +14,85 @@ that they agree).
 
 from __future__ import annotations
 
-import json
 import os
 import re
-from pathlib import Path
 
 import jaxprtool
 from jaxprtool.cachefs import cache_dir, read_entry, write_entry
 
-#: the grammar (lark syntax)
-GRAMMAR_PATH = Path(jaxprtool.__file__).parent / "grammars" / "jaxpr.lark"
+#: the grammar (lark syntax); a str, not a `pathlib.Path`: pathlib's import is ~3 ms of the
+#: start-up, and no other module of `fmt` needs it
+GRAMMAR_PATH = os.path.join(os.path.dirname(jaxprtool.__file__), "grammars", "jaxpr.lark")
 
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-NEWLINE = re.compile(r"\n")
+#: name -> (pattern, flags) of the regular expressions below, compiled on first use
+_PATTERNS: dict[str, tuple[str, int]] = {}
+
+
+def _lazy(name: str, pattern: str, flags: int = 0) -> None:
+    """Declare the module attribute `name`: `pattern` compiled when first read (`G.NAME`).
+    Compiling all of them costs ~5 ms of every start-up; a command reads a few."""
+    _PATTERNS[name] = (pattern, flags)
+
+
+def __getattr__(name: str):
+    try:
+        pattern, flags = _PATTERNS[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    compiled = globals()[name] = re.compile(pattern, flags)
+    return compiled
+
+
+_lazy("ANSI", r"\x1b\[[0-9;]*m")
+_lazy("NEWLINE", r"\n")
 #: whitespace, newlines and `# ...` comments (source_info / name_stack)
-WS = re.compile(r"(?:[ \t\r\n]+|#[^\n]*)*")
+_lazy("WS", r"(?:[ \t\r\n]+|#[^\n]*)*")
 #: spaces on the current line
-SP = re.compile(r"[ \t\r]*")
+_lazy("SP", r"[ \t\r]*")
 #: names of all shared-jaxpr definitions in a text (pre-scan, for forward references)
-SHARED_DEF_NAME = re.compile(r"(?:^|=)let (\S+) = \{ *lambda\b", re.M)
+_lazy("SHARED_DEF_NAME", r"(?:^|=)let (\S+) = \{ *lambda\b", re.M)
 #: `let NAME = ` before `{ lambda`; the match ends at the `{`
-SHARED_DEF = re.compile(r"let (\S+) = (?=\{ *lambda\b)")
+_lazy("SHARED_DEF", r"let (\S+) = (?=\{ *lambda\b)")
 #: `in` after a shared definition's `}`
-SHARED_IN = re.compile(r"\s*in(?![\w:])")
-LAMBDA = re.compile(r"\{[ \t]*lambda(?=[\s;])")
-LET = re.compile(r"let(?=\s)")
+_lazy("SHARED_IN", r"\s*in(?![\w:])")
+_lazy("LAMBDA", r"\{[ \t]*lambda(?=[\s;])")
+_lazy("LET", r"let(?=\s)")
 #: the keyword `in` before the output list; a variable `in` followed by a
 #: complex or float0 literal operand is excluded
-IN_KW = re.compile(r"in \((?!b'|[-+0-9.einfa]*j\):)")
-VARNAME = re.compile(r"[a-z]+_?|_")
+_lazy("IN_KW", r"in \((?!b'|[-+0-9.einfa]*j\):)")
+_lazy("VARNAME", r"[a-z]+_?|_")
 #: binders printed without types (`print_shapes=False`): `a b = prim`
-UNTYPED_BINDERS = re.compile(r"(?:(?:[a-z]+_?|_) )+= ")
+_lazy("UNTYPED_BINDERS", r"(?:(?:[a-z]+_?|_) )+= ")
 #: the common type form
-SIMPLE_TYPE = re.compile(r"([a-z][a-z0-9_]*)\[((?:[0-9]+(?:,[0-9]+)*)?)\](?!\{)")
-TYPE_HEAD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(<[^<>\s]*>)?")
-LITERAL = re.compile(
+_lazy("SIMPLE_TYPE", r"([a-z][a-z0-9_]*)\[((?:[0-9]+(?:,[0-9]+)*)?)\](?!\{)")
+_lazy("TYPE_HEAD", r"([A-Za-z_][A-Za-z0-9_]*)(<[^<>\s]*>)?")
+_lazy(
+    "LITERAL",
     r"-?inf|nan|True|False|\(b'',\)|\[\.\.\.\]"
     r"|\([^()\s:]*j\)"
     r"|-?(?:[0-9][0-9.]*(?:e[+-]?[0-9]+)?|inf|nan)j"
-    r"|-?[0-9][0-9.]*(?:e[+-]?[0-9]+)?"
+    r"|-?[0-9][0-9.]*(?:e[+-]?[0-9]+)?",
 )
-ATOM_END = re.compile(r"(?=[\s,);]|$)")
-KEY = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=")
-BARE_NAME = re.compile(r"[^\W\d]\w*")
-JAXPR_TUPLE = re.compile(r"\(\s*(?:(\{\s*lambda\b)|([^\W\d]\w*)\s)")
-RAW_END_FLAT = re.compile(r"(?= [A-Za-z_]\w*=)|(?=\])")
-RAW_END_BROKEN = re.compile(r"(?=\n[ \t]*[A-Za-z_]\w*=|\n[ \t]*\])")
+_lazy("ATOM_END", r"(?=[\s,);]|$)")
+_lazy("KEY", r"([A-Za-z_][A-Za-z0-9_]*)=")
+_lazy("BARE_NAME", r"[^\W\d]\w*")
+_lazy("JAXPR_TUPLE", r"\(\s*(?:(\{\s*lambda\b)|([^\W\d]\w*)\s)")
+_lazy("RAW_END_FLAT", r"(?= [A-Za-z_]\w*=)|(?=\])")
+_lazy("RAW_END_BROKEN", r"(?=\n[ \t]*[A-Za-z_]\w*=|\n[ \t]*\])")
 #: one indexing transform of a ref (`[c,1:]`, `{bitcast(f32)}`)
-INDEX_PART = re.compile(r"\[[^\]]*\]|\{(?:[^{}]|\{[^{}]*\})*\}")
-INDEX_VAR = re.compile(r"([0-9][\w.]*)|([a-z]+)")
-SHOW_TOKEN = re.compile(r"[\w.\-]+|\S")
+_lazy("INDEX_PART", r"\[[^\]]*\]|\{(?:[^{}]|\{[^{}]*\})*\}")
+_lazy("INDEX_VAR", r"([0-9][\w.]*)|([a-z]+)")
+_lazy("SHOW_TOKEN", r"[\w.\-]+|\S")
 #: the first characters of a parameter value (before any delimiter): where the parser
 #: looks for values it has read before
-VALUE_HEAD = re.compile(r"[^\] \n]{0,8}")
+_lazy("VALUE_HEAD", r"[^\] \n]{0,8}")
 
 _INT = r"-?(?:0|[1-9][0-9]*)"
 #: a simple parameter value that ends at a delimiter (`]`, or space and `key=` or `]`)
-SIMPLE_VALUE = re.compile(
+_lazy(
+    "SIMPLE_VALUE",
     rf"(?:({_INT})|(True|False|None)|\(({_INT}),\)|\(({_INT}(?:, {_INT})+)\)|\(\))"
-    r"(?=\]|[ \t\n]+(?:\]|[A-Za-z_][A-Za-z0-9_]*=))"
+    r"(?=\]|[ \t\n]+(?:\]|[A-Za-z_][A-Za-z0-9_]*=))",
 )
 
 # the parts of an operand (as in the grammar's _LITVAL, _ARRAY_TYPE, _ULITVAL)
@@ -91,7 +111,7 @@ _OPND = rf"(?:{_LITVAL}:{_ARRAY_TYPE}|{_ULITVAL}|{_VAR})"
 #: the grammar's OPERANDS terminal: the operands of an equation on one line
 OPERANDS_PATTERN = rf"(?: |(?<=[ \t\n])){_OPND}(?: {_OPND})*(?:[ \t]*\n[ \t]*)*"
 #: one operand inside an OPERANDS token: (literal value, its type) | untyped literal | variable
-OPERAND = re.compile(rf" ?(?:({_LITVAL}):({_ARRAY_TYPE})|({_ULITVAL})|({_VAR}))")
+_lazy("OPERAND", rf" ?(?:({_LITVAL}):({_ARRAY_TYPE})|({_ULITVAL})|({_VAR}))")
 
 # the fast path (parser/fast.py, `FastPath.read_run`).  Each part matches what the grammar's
 # terminals match there (HEAD_OPS, HEAD, BINDER, EQ_PRIM, KEY, RSQB, OPERANDS) or less,
@@ -103,26 +123,27 @@ _NAME = r"(?:[a-z]+_?|_)"
 _FAST_TYPE = r"[a-z][a-z0-9_]*+(?:<[^<>\s]*>)?\[[^\]\n]*\](?!\{)"
 #: an equation's binders and primitive: groups (first binder's name, its type, the other
 #: binders, primitive)
-FAST_HEAD = re.compile(
-    rf"({_NAME}):({_FAST_TYPE})((?: {_NAME}:{_FAST_TYPE})*) = ([A-Za-z_][A-Za-z0-9_.\-]*+)"
+_lazy(
+    "FAST_HEAD",
+    rf"({_NAME}):({_FAST_TYPE})((?: {_NAME}:{_FAST_TYPE})*) = ([A-Za-z_][A-Za-z0-9_.\-]*+)",
 )
 #: one more binder of an equation (in FAST_HEAD's third group): name, type
-FAST_BINDER = re.compile(rf" ({_NAME}):({_FAST_TYPE})")
+_lazy("FAST_BINDER", rf" ({_NAME}):({_FAST_TYPE})")
 #: the operands of an equation on one line (the grammar's OPERANDS, but the line break)
-FAST_OPS = re.compile(rf"(?>(?: {_OPND})*)")
+_lazy("FAST_OPS", rf"(?>(?: {_OPND})*)")
 #: the grammar's KEY terminal, the key as group 1
-KEY_TOKEN = re.compile(r"[ \t\n]*([A-Za-z_][A-Za-z0-9_]*)=")
+_lazy("KEY_TOKEN", r"[ \t\n]*([A-Za-z_][A-Za-z0-9_]*)=")
 #: the grammar's RSQB terminal
-RSQB_TOKEN = re.compile(r"[ \t\n]*\]")
+_lazy("RSQB_TOKEN", r"[ \t\n]*\]")
 #: the indentation of a line
-INDENT = re.compile(r"[ \t]*")
+_lazy("INDENT", r"[ \t]*")
 #: spaces and line breaks between tokens (no comment)
-BLANK = re.compile(r"[ \t\n]*")
+_lazy("BLANK", r"[ \t\n]*")
 #: a binder of a jaxpr (BINDER, with FAST_HEAD's types)
-FAST_BINDER_TOKEN = re.compile(rf"{_NAME}:{_FAST_TYPE}")
+_lazy("FAST_BINDER_TOKEN", rf"{_NAME}:{_FAST_TYPE}")
 #: an output of a jaxpr as the grammar's terminals there read it, in lark's order of them
 #: (by priority): LITERAL | ULITERAL | VAR
-OUTVAR_TOKEN = re.compile(rf"({_LITVAL}:{_ARRAY_TYPE})|({_ULITVAL})|([a-z]+_?|_)")
+_lazy("OUTVAR_TOKEN", rf"({_LITVAL}:{_ARRAY_TYPE})|({_ULITVAL})|([a-z]+_?|_)")
 
 
 CACHE_FORMAT = "jaxprtool-grammar-json-2"
@@ -172,6 +193,7 @@ def _read_cache(path: str):
     damaged or altered file is rebuilt instead of loading tables that mislead the parser.  The
     file is JSON: reading it can run no code, whoever wrote it."""
     import hashlib
+    import json
 
     data = read_entry(path)
     if data is None:
@@ -189,6 +211,7 @@ def _read_cache(path: str):
 def _write_cache(path: str, tables: dict) -> None:
     """Write the tables atomically, 0600, never through a link planted at `path`."""
     import hashlib
+    import json
 
     body = json.dumps(_encode(tables)).encode("utf-8")
     head = f"{CACHE_FORMAT} {hashlib.sha256(body).hexdigest()}\n".encode()
@@ -214,7 +237,8 @@ def build_lark(postlex, transformer, plugins: dict | None = None):
     import lark
     from lark.lark import Rule, TerminalDef
 
-    grammar = GRAMMAR_PATH.read_text(encoding="utf-8")
+    with open(GRAMMAR_PATH, encoding="utf-8") as f:
+        grammar = f.read()
     path = cache_file(grammar, lark.__version__)
     tables = _read_cache(path) if path else None
     options = dict(postlex=postlex, transformer=transformer, _plugins=plugins or {})

@@ -1,6 +1,6 @@
 """Printing styles: which JAX version's `str(jaxpr)` the printer imitates.
 
-A `Style` is a frozen dataclass holding the JAX version tuple; every switch the
+A `Style` is a frozen value holding the JAX version tuple; every switch the
 printer (and code that builds equations, e.g. AD) needs is a derived property:
 
 * `typed_literals`: `1.0:f32[]` (0.6.2+) vs `1.0` (0.4.35);
@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from .. import core
+from ..frozen import Frozen, set_field
 from ..params import Opaque, Record, format_value
 from ..record import prim as record_of
 
@@ -62,9 +62,14 @@ KNOWN_VERSIONS = (
 )
 
 
-@dataclass(frozen=True)
-class Style:
-    version: tuple[int, ...] = (0, 12, 0, 1)
+class Style(Frozen):
+    """A JAX version's printing style; `Style()` is the newest one's."""
+
+    __slots__ = ("version",)
+    version: tuple[int, ...]
+
+    def __init__(self, version: tuple[int, ...] = (0, 12, 0, 1)) -> None:
+        set_field(self, "version", version)
 
     # ------------------------------------------------------------ construction
     @staticmethod

@@ -72,8 +72,6 @@ Representation choices the printer relies on
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from ... import core
 from ...core import Jaxpr, JaxprError
 from .. import grammar as G
@@ -91,10 +89,15 @@ __all__ = ["COMPILED_MIN_CHARS", "MAX_DIGITS", "MAX_DIM", "MAX_NESTING", "NO_TYP
 __all__ += ["ParseResult", "parse"]
 
 
-@dataclass
 class ParseResult:
-    jaxpr: Jaxpr
-    warnings: list[JaxprError] = field(default_factory=list)
+    """The program read and the warnings its text gave."""
+
+    def __init__(self, jaxpr: Jaxpr, warnings: list[JaxprError] | None = None) -> None:
+        self.jaxpr = jaxpr
+        self.warnings = [] if warnings is None else warnings
+
+    def __repr__(self) -> str:
+        return f"ParseResult(jaxpr={self.jaxpr!r}, warnings={self.warnings!r})"
 
 
 def parse(
