@@ -170,11 +170,16 @@ def _pipeline_steps(spec):
 def _sharded_symbolic(t) -> bool:
     """A dim both symbolic and on mesh axes (`b@x`): its global size is not static."""
     from ..core import ShapedArray
-    from ..shardings import dim_axes
 
     if not isinstance(t, ShapedArray):
         return False
-    return any(isinstance(d, str) and "@" in d and dim_axes(d)[0] is None for d in t.shape)
+    for d in t.shape:
+        if isinstance(d, str) and "@" in d:
+            from ..shardings import dim_axes
+
+            if dim_axes(d)[0] is None:
+                return True
+    return False
 
 
 def _require_transformable(jaxpr) -> None:
@@ -190,9 +195,14 @@ def _require_transformable(jaxpr) -> None:
     for v in jaxpr.invars:
         if _sharded_symbolic(v.type):
             raise ProgramError(_sharded_symbolic_message(f"input type {v.type}"), "inputs")
+    seen: set[int] = set()  # (types are shared between equations: each is looked at once)
     for e in all_eqns(jaxpr):
         for o in e.outputs:
-            if _sharded_symbolic(o.type):
+            t = o.type
+            if id(t) in seen:
+                continue
+            seen.add(id(t))
+            if _sharded_symbolic(t):
                 raise JaxprError(_sharded_symbolic_message(f"{e.prim} result type {o.type}"), e.loc)
 
 
