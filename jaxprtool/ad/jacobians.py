@@ -15,7 +15,6 @@ batched program inline, and the unravelling (split, reshape).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 from ..core import (
@@ -30,6 +29,7 @@ from ..core import (
 )
 from ..core import long_dtype_name as _long
 from ..lazy import np
+from ..shapes.util import dim_add, prod
 from . import builder as B
 from . import ops
 from .batching import emit_vmapped
@@ -53,17 +53,14 @@ def _argnums(jaxpr: Jaxpr, argnums) -> list[int]:
     return out
 
 
-def _size(t: ShapedArray) -> int:
-    """The number of elements of `t`: the standard basis's rows.  A symbolic dimension is
-    refused (the basis would be a vmap of symbolic size, which the tool does not build)."""
-    if not all(isinstance(d, int) for d in t.shape):
-        raise ProgramError(
-            f"the Jacobian's basis has one row per element, and {t} has a symbolic dimension "
-            "(the tool batches over static sizes only): give the dimension a size, or use "
-            "jvp / vjp / grad, which take symbolic dimensions",
-            "inputs",
-        )
-    return math.prod(t.shape)
+def _basis_size(types) -> int | str:
+    """The number of rows of the standard basis over `types`: their element counts, summed.
+    A symbolic dimension makes it a symbolic size (`3*b`), as JAX's `_std_basis` builds an
+    identity of that size and vmaps over it."""
+    n = 0
+    for t in types:
+        n = dim_add(n, prod(t.shape))
+    return n
 
 
 def _eye_parts(n: int, dtype: str, shapes, axis: int):
@@ -75,19 +72,20 @@ def _eye_parts(n: int, dtype: str, shapes, axis: int):
     return _split(eye, shapes, axis)
 
 
-def _split(x, shapes, axis: int, lead=None, trail=None):
+def _split(x, shapes, axis: int, outer=None):
     """Split axis `axis` of `x` into consecutive parts of the given shapes' sizes, each
-    reshaped to `x.shape[:axis] + shape + x.shape[axis+1:]`."""
-    sizes = [math.prod(s) for s in shapes]
+    reshaped to `outer[:axis] + shape + outer[axis:]` (`outer`: `x`'s other axes, default
+    as its type holds them; the Jacobians give the program's own types, so that a size a
+    rule wrote in another form (`b - mod(- 1, b) + mod(- 1, b)`) reads as JAX's `b`)."""
+    sizes = [prod(s) for s in shapes]
     xs = list(x.type.shape)
+    if outer is None:
+        outer = xs[:axis] + xs[axis + 1 :]
     if len(sizes) == 1:
         parts = [x]
     else:
         parts = ops.split(x, sizes, axis)
-    return [
-        ops.reshape(p, tuple(xs[:axis]) + tuple(s) + tuple(xs[axis + 1 :]))
-        for p, s in zip(parts, shapes)
-    ]
+    return [ops.reshape(p, (*outer[:axis], *s, *outer[axis:])) for p, s in zip(parts, shapes)]
 
 
 def _result_dtype(types) -> str:
@@ -143,7 +141,7 @@ def jacfwd(jaxpr: Jaxpr, argnums=0, style=None) -> Jaxpr:
     tan = jv.replace(outvars=jv.outvars[n_out:])
     tan = tan.replace(eqns=B.dce_eqns(list(tan.eqns), tan.outvars))
     in_types = [jaxpr.invars[i].type for i in args]
-    N = sum(_size(t) for t in in_types)
+    N = _basis_size(in_types)
     in_axes = [None] * n_in + [0] * len(args)
     order = sorted(args)  # the tangent inputs come in input order
 
@@ -163,7 +161,7 @@ def jacfwd(jaxpr: Jaxpr, argnums=0, style=None) -> Jaxpr:
                     res.append(ops.full(y.type.update(shape=(*y.type.shape, *t.shape)), 0))
                 continue
             jt = next(touts)  # y.shape + (N,)
-            parts = _split(jt, [tuple(t.shape) for t in in_types], y.type.ndim)
+            parts = _split(jt, [tuple(t.shape) for t in in_types], y.type.ndim, y.type.shape)
             res.extend(ops.convert_element_type(p, y.type.dtype) for p in parts)
         return res
 
@@ -204,7 +202,7 @@ def jacrev(jaxpr: Jaxpr, argnums=0, style=None) -> Jaxpr:
     cts = vj.replace(outvars=vj.outvars[n_out:])
     cts = cts.replace(eqns=B.dce_eqns(list(cts.eqns), cts.outvars))
     out_types = [y.type for y in jaxpr.outvars]
-    N = sum(_size(t) for t in out_types)
+    N = _basis_size(out_types)
     in_axes = [None] * n_in + [0] * n_out
     order = sorted(args)
 
@@ -218,7 +216,7 @@ def jacrev(jaxpr: Jaxpr, argnums=0, style=None) -> Jaxpr:
         per_arg = {}
         for i in args:
             t = jaxpr.invars[i].type
-            parts = _split(ct_x[i], [tuple(o.shape) for o in out_types], 0)
+            parts = _split(ct_x[i], [tuple(o.shape) for o in out_types], 0, t.shape)
             per_arg[i] = [ops.convert_element_type(p, t.dtype) for p in parts]
         return [per_arg[i][j] for j in range(n_out) for i in args]
 

@@ -102,6 +102,8 @@ class Spec:
     names: frozenset[str] = frozenset()
     budget: float | None = None  # bytes, or a fraction when `fraction`
     fraction: bool = False
+    #: the sizes of symbolic dims the byte and FLOP counts use (`--dim b=5`), sorted pairs
+    dims: tuple[tuple[str, int], ...] = ()
 
 
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmgt]i?b?|b)?\s*$", re.I)
@@ -246,6 +248,7 @@ class Plan:
     flops_before: int = 0
     flops_after: int = 0
     exact: bool | None = None
+    sizes: str = ""  # the symbolic sizes the bytes count (`b=5`), when --dim gave them
     #: one line per saved value and per recomputed primitive (filled by `rematerialize`)
     saved_lines: list[str] = field(default_factory=list)
     recomputed_counts: dict[str, int] = field(default_factory=dict)
@@ -256,8 +259,9 @@ class Plan:
         where = "a nested body" if self.nested else "the program"
         how = {True: " (exact: HiGHS)", False: " (greedy heuristic)"}.get(self.exact, "")
         pct = 100.0 * (self.flops_after - self.flops_before) / max(1, self.flops_before)
+        at = f" at {self.sizes}" if self.sizes else ""
         lines = [
-            f"remat {self.method}{how} on {where}: residual bytes held "
+            f"remat {self.method}{how} on {where}{at}: residual bytes held "
             f"{self.bytes_before} -> {self.bytes_after}; FLOPs {self.flops_before} -> "
             f"{self.flops_after} ({pct:+.1f}%)",
             f"  saved ({len(self.saved)}): "
@@ -756,6 +760,28 @@ def current_spec() -> Spec | None:
     return _SPEC.get()
 
 
+def counted_at(spec: Spec):
+    """The block in which sizes count symbolic dims at `spec.dims` (`--dim b=5`): the
+    planners' bytes and FLOPs.  Without dims, a no-op (a symbolic dim counts as 0, which
+    the byte-weighted planners are never asked to weigh: `ad_cmds` refuses it)."""
+    if not spec.dims:
+        return contextlib.nullcontext()
+    from ..backend.values import eval_dim
+    from ..core import sized_dims
+    from ..shardings import dim_axes
+
+    dims, memo = dict(spec.dims), {}
+
+    def size(d) -> int:
+        n = memo.get(d)
+        if n is None:
+            static = dim_axes(d)[0]
+            n = memo[d] = static if static is not None else eval_dim(str(d), dims)
+        return n
+
+    return sized_dims(size)
+
+
 def rematerialize(primal: Jaxpr, linear: Jaxpr, info: LinearizeInfo, nested: bool = False):
     """Apply the current spec (if any) to a linearization; a byte budget applies to the
     outermost program only (nested bodies follow min-cut then)."""
@@ -767,21 +793,24 @@ def rematerialize(primal: Jaxpr, linear: Jaxpr, info: LinearizeInfo, nested: boo
     from ..ui.stats import flops
 
     g = Graph(primal, info)
-    plan = plan_for(g, spec)
+    with counted_at(spec):
+        plan = plan_for(g, spec)
+        plan.flops_before = flops(primal) + flops(linear)
     plan.nested = nested
-    plan.flops_before = flops(primal) + flops(linear)
+    plan.sizes = ",".join(f"{k}={n}" for k, n in spec.dims)
     out = (primal, linear, info)
-    if plan.recompute:
+    if plan.recompute:  # emitted outside the sizes: the program stays symbolic
         out = apply_plan(primal, linear, info, g, plan, forward=not nested)
-    plan.flops_after = flops(out[0]) + flops(out[1])
-    for v in plan.saved:
-        i = g.made_by(v)
-        src = (
-            "an input"
-            if i is None
-            else f"{g.eqns[i].prim}" + (f" at {g.eqns[i].loc}" if g.eqns[i].loc else "")
-        )
-        plan.saved_lines.append(f"{v.type} ({g.cost(v)} B) from {src}")
+    with counted_at(spec):
+        plan.flops_after = flops(out[0]) + flops(out[1])
+        for v in plan.saved:
+            i = g.made_by(v)
+            src = (
+                "an input"
+                if i is None
+                else f"{g.eqns[i].prim}" + (f" at {g.eqns[i].loc}" if g.eqns[i].loc else "")
+            )
+            plan.saved_lines.append(f"{v.type} ({g.cost(v)} B) from {src}")
     for i in plan.recompute:
         p = g.eqns[i].prim
         plan.recomputed_counts[p] = plan.recomputed_counts.get(p, 0) + 1

@@ -209,7 +209,7 @@ def _broadcast_in_dim_batching(args, dims, **params):
     shape = ops.sdims(params["shape"] if "shape" in params else BT.shape_of(eqn.outputs[0]))
     bdims = BT.ints(params.get("broadcast_dimensions", ()))
     x = BT.moveaxis(x, d, 0)
-    new_shape = (BT.axis_size(), *shape)
+    new_shape = ops.sdims((BT.axis_size(), *shape))
     out_shape = (BT.axis_size(), *BT.shape_of(eqn.outputs[0]))  # symbolic dims as types hold them
     new_dims = (0,) + tuple(1 + i for i in bdims)
     p = dict(params, broadcast_dimensions=new_dims)
@@ -420,7 +420,7 @@ def _reshape_batching(args, dims, **params):
     if any(e is not None for e in dims[1:]):
         return BT.loop_fallback(args, dims, why="'reshape' with a batched dynamic shape")
     x = BT.moveaxis(x, d, 0)
-    new = (BT.axis_size(), *ops.sdims(params["new_sizes"]))
+    new = ops.sdims((BT.axis_size(), *params["new_sizes"]))
     dm = params.get("dimensions")
     if dm is not None:
         dm = (0,) + tuple(1 + int(i) for i in dm)
@@ -762,7 +762,7 @@ def _slice_batching(args, dims, *, start_indices, limit_indices, strides=None, *
     start = list(ops.sdims(start_indices))
     start.insert(d, 0)
     limit = list(ops.sdims(limit_indices))
-    limit.insert(d, BT.shape_of(x)[d])
+    limit.insert(d, ops.sdims(BT.shape_of(x))[d])
     if strides is not None:
         strides = list(BT.ints(strides))
         strides.insert(d, 1)
