@@ -170,11 +170,14 @@ def test_memory_counts_offloaded_residuals_as_no_device_bytes():
             "offload_dot_with_no_batch_dims(device, pinned_host)",
             "--argnums",
             "0,1,2",
+            "--stats",
             "-",
         ],
         stdin=str(jax.make_jaxpr(mlp)(*ARGS)),
     )
     assert r.exit_code == 0, r.output
+    policy = cp.offload_dot_with_no_batch_dims("device", "pinned_host")
+    assert f"{_host_bytes(mlp, policy, ARGS)[1]} of them in host memory" in r.stderr
     form = parse(r.stdout, "<lin>").jaxpr
     res = residual_bytes(form)
     host = [v for v in res.values if "<host>" in str(v.var.type)]
@@ -299,6 +302,12 @@ def test_plain_policies_in_call_form():
         "save_only_these_names=a,b"
     )
     assert remat.parse_policy("dots_saveable()") == remat.Spec(policy="dots_saveable")
+    for alias, name in [
+        ("checkpoint_dots", "dots_saveable"),
+        ("checkpoint_dots_with_no_batch_dims", "dots_with_no_batch_dims_saveable"),
+    ]:
+        assert getattr(cp, alias) is getattr(cp, name)  # JAX's aliases
+        assert remat.parse_policy(alias) == remat.Spec(policy=name)
     assert remat.parse_policy("save_from_both_policies(nothing_saveable, dots_saveable)") == (
         remat.Spec(policy="dots_saveable")
     )

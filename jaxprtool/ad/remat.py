@@ -171,13 +171,19 @@ def parse_policy(text: str) -> Spec:
     return _call_spec(call)
 
 
-#: the policies without arguments, and those whose arguments are checkpoint names
+#: the policies without arguments
 _PLAIN = (
     "everything_saveable",
     "nothing_saveable",
     "dots_saveable",
     "dots_with_no_batch_dims_saveable",
 )
+#: jax.checkpoint_policies' other names of the same policies
+_ALIASES = {
+    "checkpoint_dots": "dots_saveable",
+    "checkpoint_dots_with_no_batch_dims": "dots_with_no_batch_dims_saveable",
+}
+#: the policies whose arguments are checkpoint names
 _NAME_LISTS = ("save_only_these_names", "save_any_names_but_these")
 #: memory kinds JAX's offload policies take (`core.mem_kind_to_space`)
 _KINDS = {"device": None, "pinned_host": "host"}
@@ -282,9 +288,9 @@ def _call_spec(call: _Call) -> Spec:
     """The Spec of a parsed policy call, checked as JAX checks its arguments."""
     name = call.name
     try:
-        if name in _PLAIN:
+        if name in _PLAIN or name in _ALIASES:
             _bind(call, ())
-            return Spec(policy=name)
+            return Spec(policy=_ALIASES.get(name, name))
         if name in _NAME_LISTS:
             if call.kwargs:
                 raise ValueError(f"{name} takes the names as positional arguments")

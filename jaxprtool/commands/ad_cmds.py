@@ -430,9 +430,11 @@ def _linearize(job, argnums, split, stats, remat=None, remat_budget=None):
 
 def _report_stats(info) -> None:
     total = sum(r.nbytes for r in info.residuals)
+    host = sum(r.nbytes for r in info.residuals if getattr(r.type, "memory_space", None) == "host")
     lines = [
-        f"residuals: {len(info.residuals)} ({total} bytes); "
-        f"{info.num_new_residuals} new primal outputs, the others forwarded"
+        f"residuals: {len(info.residuals)} ({total} bytes"
+        + (f", {host} of them in host memory" if host else "")
+        + f"); {info.num_new_residuals} new primal outputs, the others forwarded"
     ]
     for k, r in enumerate(info.residuals):
         if r.source == "input":
