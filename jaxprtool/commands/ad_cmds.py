@@ -102,7 +102,11 @@ _remat = click.option(
     help="Rematerialize: save only what POLICY lets save and recompute the rest in the "
     "backward part (JAX's policies: everything_saveable, nothing_saveable, dots_saveable, "
     "dots_with_no_batch_dims_saveable, save_only_these_names=a,b, "
-    "save_any_names_but_these=a,b), or min-cut (the fewest bytes held, recomputing only "
+    "save_any_names_but_these=a,b, and as JAX's calls: "
+    "'offload_dot_with_no_batch_dims(device, pinned_host)', "
+    "'save_and_offload_only_these_names(names_which_can_be_saved=[a], "
+    "names_which_can_be_offloaded=[b], offload_src=device, offload_dst=pinned_host)', "
+    "'save_from_both_policies(P1, P2)'), or min-cut (the fewest bytes held, recomputing only "
     "element-wise and shape equations).  The plan is printed on standard error.",
 )
 _remat_budget = click.option(
@@ -474,9 +478,11 @@ def _linearize(job, argnums, split, stats, remat=None, remat_budget=None, dim_sp
 
 def _report_stats(info) -> None:
     total = sum(r.nbytes for r in info.residuals)
+    host = sum(r.nbytes for r in info.residuals if getattr(r.type, "memory_space", None) == "host")
     lines = [
-        f"residuals: {len(info.residuals)} ({total} bytes); "
-        f"{info.num_new_residuals} new primal outputs, the others forwarded"
+        f"residuals: {len(info.residuals)} ({total} bytes"
+        + (f", {host} of them in host memory" if host else "")
+        + f"); {info.num_new_residuals} new primal outputs, the others forwarded"
     ]
     for k, r in enumerate(info.residuals):
         if r.source == "input":

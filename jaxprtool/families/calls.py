@@ -513,9 +513,12 @@ def _policy_saveable(policy):
     ):
         if key in text:
             return pred
-    _note_once(
-        ("policy", text), f"remat2: policy {text} is not understood; recomputing every residual"
+    why = (
+        "is an offload policy, whose memory kinds the text does not print"
+        if "offload" in text
+        else "is not understood"
     )
+    _note_once(("policy", text), f"remat2: policy {text} {why}; recomputing every residual")
     return lambda e: False
 
 
