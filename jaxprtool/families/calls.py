@@ -470,6 +470,19 @@ for _p in ("jit", "pjit"):
     define(_p, operand_placement=_jit_operand_placement, result_placement=_jit_result_placement)
 
 
+def _pjit_mesh(e):
+    """2022's pjit prints its mesh in `resource_env=ResourceEnv(Mesh(device_ids=...), ())`
+    (the devices its `OpShardingSharding`s number); later ones print none there."""
+    from ..shardings import read_mesh
+
+    env = e.params.get("resource_env")
+    m = read_mesh(env) if env is not None else None
+    return m if m is not None and m.complete else None
+
+
+define("pjit", mesh_of=_pjit_mesh)
+
+
 # ---------------------------------------------------------------- remat2 (checkpoint), name
 
 
