@@ -212,3 +212,24 @@ def test_jacrev_of_a_sharded_split(tmp_path):
     assert "new_sizes=(8, 4)" in got_text and "'8@x'" not in got_text
     assert types(got_text)[-1] == types(want_text)[-1] == "f32[8@x,4]"
     close(run_on_mesh(tmp_path, program, [x])[0], want)
+
+
+@pytest.mark.parametrize("command", ["jacfwd", "hessian"])
+def test_jacfwd_and_hessian_of_a_sharded_input(tmp_path, command):
+    """The basis rows are converted to the input's sharding (JAX's `convert_element_type`
+    whose sharding the binder type implies), then split as the input's reshape splits it."""
+    jax_fn = getattr(jax, command)
+    with jax.set_mesh(MESH_X):
+        x = rnd(MESH_X, 5, (8, 4), P("x"))
+        text = str(jax.make_jaxpr(jax.jit(split_rows))(x))
+        want_text = str(jax.make_jaxpr(jax_fn(split_rows))(x))
+        want = jax_fn(split_rows)(x)
+    program = tool(tmp_path, [command], text)
+    got_text = program.read_text()
+    assert [str(v.type) for v in parse(got_text, "<t>").jaxpr.outvars] == [
+        str(v.type) for v in parse(want_text, "<t>").jaxpr.outvars
+    ]
+    if command == "jacfwd":  # the basis and its batched split: JAX's types
+        assert types(got_text, ("convert_element_type",))[-1] == "f32[32,8@x,4]"
+        assert "f32[32,2@x,4,4]" in types(want_text) and "f32[32,2@x,4,4]" in types(got_text)
+    close(run_on_mesh(tmp_path, program, [x])[0], want)

@@ -30,6 +30,7 @@ from ..core import (
 )
 from ..core import long_dtype_name as _long
 from ..lazy import np
+from ..shardings import SpecText, sharded_size, type_spec
 from . import builder as B
 from . import ops
 from .batching import emit_vmapped
@@ -56,14 +57,28 @@ def _argnums(jaxpr: Jaxpr, argnums) -> list[int]:
 def _size(t: ShapedArray) -> int:
     """The number of elements of `t`: the standard basis's rows.  A symbolic dimension is
     refused (the basis would be a vmap of symbolic size, which the tool does not build)."""
-    if not all(isinstance(d, int) for d in t.shape):
+    shape = tuple(map(sharded_size, t.shape))  # an explicitly sharded dim: its global size
+    if not all(isinstance(d, int) for d in shape):
         raise ProgramError(
             f"the Jacobian's basis has one row per element, and {t} has a symbolic dimension "
             "(the tool batches over static sizes only): give the dimension a size, or use "
             "jvp / vjp / grad, which take symbolic dimensions",
             "inputs",
         )
-    return math.prod(t.shape)
+    return math.prod(shape)
+
+
+def _global(shape) -> tuple:
+    return tuple(map(sharded_size, shape))
+
+
+def _basis_like(part, t):
+    """A basis part (N rows of `t`'s shape) as tangents of `t`: its dtype, and its sharding
+    when `t` is explicitly sharded (the rows unsharded), as JAX converts the basis to the
+    tangent type (a `convert_element_type` whose `sharding` the binder type implies)."""
+    spec = type_spec(t)
+    sharding = SpecText((None, *spec.entries)) if spec is not None else None
+    return ops.convert_element_type(part, t.dtype, sharding=sharding)
 
 
 def _eye_parts(n: int, dtype: str, shapes, axis: int):
@@ -78,8 +93,9 @@ def _eye_parts(n: int, dtype: str, shapes, axis: int):
 def _split(x, shapes, axis: int, lead=None, trail=None):
     """Split axis `axis` of `x` into consecutive parts of the given shapes' sizes, each
     reshaped to `x.shape[:axis] + shape + x.shape[axis+1:]`."""
+    shapes = [_global(s) for s in shapes]  # the reshapes' sharding rule gives the axes
     sizes = [math.prod(s) for s in shapes]
-    xs = list(x.type.shape)
+    xs = list(_global(x.type.shape))
     if len(sizes) == 1:
         parts = [x]
     else:
@@ -152,7 +168,7 @@ def jacfwd(jaxpr: Jaxpr, argnums=0, style=None) -> Jaxpr:
     def body(xs, consts):
         dtype = _short(_result_dtype(in_types))
         basis = _eye_parts(N, dtype, [tuple(t.shape) for t in in_types], 1)
-        basis = [ops.convert_element_type(p, t.dtype) for p, t in zip(basis, in_types)]
+        basis = [_basis_like(p, t) for p, t in zip(basis, in_types)]
         by_arg = dict(zip(args, basis))
         tangents = [by_arg[i] for i in order]
         touts = iter(emit_vmapped(tan, list(xs) + tangents, in_axes, -1, N, consts, style))
@@ -213,7 +229,7 @@ def jacrev(jaxpr: Jaxpr, argnums=0, style=None) -> Jaxpr:
     def body(xs, consts):
         dtype = _short(_result_dtype(out_types))
         basis = _eye_parts(N, dtype, [tuple(t.shape) for t in out_types], 1)
-        basis = [ops.convert_element_type(p, t.dtype) for p, t in zip(basis, out_types)]
+        basis = [_basis_like(p, t) for p, t in zip(basis, out_types)]
         ct_x = dict(zip(order, emit_vmapped(cts, list(xs) + basis, in_axes, 0, N, consts, style)))
         per_arg = {}
         for i in args:

@@ -243,16 +243,22 @@ def clamp(lo, x, hi):
 # ---------------------------------------------------------------- conversions and shapes
 
 
-def convert_element_type(x, dtype_short: str, weak_type: bool = False):
-    if _dtype(x) == dtype_short and not (
-        isinstance(x.type, ShapedArray) and x.type.weak_type != weak_type
+def convert_element_type(x, dtype_short: str, weak_type: bool = False, sharding=None):
+    """`x` as `dtype_short`; `sharding` (a SpecText): the result's explicit sharding, which
+    JAX prints only in the binder's type."""
+    if (
+        sharding is None
+        and _dtype(x) == dtype_short
+        and not (isinstance(x.type, ShapedArray) and x.type.weak_type != weak_type)
     ):
         return x
+    params = {"sharding": sharding.as_param()} if sharding is not None else {}
     return bind(
         "convert_element_type",
         x,
         new_dtype=dtype_value(dtype_short),
         weak_type=weak_type,
+        **params,
     )
 
 
