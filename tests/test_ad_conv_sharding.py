@@ -304,7 +304,7 @@ def test_grad_of_feature_groups_over_a_sharded_batch_on_four_devices(tmp_path):
     for i, a in enumerate([x, w]):
         np.save(tmp_path / f"arg{i}.npy", np.asarray(a))
         files += ["--arg", str(tmp_path / f"arg{i}.npy")]
-    r = run(["run", str(program), "--mesh", "x=4", *files, "-o", str(tmp_path / "out.npz")])
+    r = run(["run", str(program), *files, "-o", str(tmp_path / "out.npz")])  # ctx_mesh's
     assert r.exit_code == 0, r.output
     got = np.load(tmp_path / "out.npz")
     for i, (w_, e) in enumerate(zip(want, exact)):

@@ -470,17 +470,23 @@ for _p in ("jit", "pjit"):
     define(_p, operand_placement=_jit_operand_placement, result_placement=_jit_result_placement)
 
 
-def _pjit_mesh(e):
-    """2022's pjit prints its mesh in `resource_env=ResourceEnv(Mesh(device_ids=...), ())`
-    (the devices its `OpShardingSharding`s number); later ones print none there."""
-    from ..shardings import read_mesh
+def _call_mesh(key: str):
+    """The mesh a call prints in `key`: 2022's pjit in `resource_env=ResourceEnv(Mesh(
+    device_ids=...), ())` (the devices its `OpShardingSharding`s number), a jit in
+    `ctx_mesh=Mesh('x': 2, ...)` (the mesh it was traced under); None for `Mesh()`."""
 
-    env = e.params.get("resource_env")
-    m = read_mesh(env) if env is not None else None
-    return m if m is not None and m.complete else None
+    def mesh_of(e):
+        from ..shardings import read_mesh
+
+        v = e.params.get(key)
+        m = read_mesh(v) if v is not None else None
+        return m if m is not None and m.complete else None
+
+    return mesh_of
 
 
-define("pjit", mesh_of=_pjit_mesh)
+define("pjit", mesh_of=_call_mesh("resource_env"))
+define("jit", mesh_of=_call_mesh("ctx_mesh"))
 
 
 # ---------------------------------------------------------------- remat2 (checkpoint), name
