@@ -325,7 +325,9 @@ def _split_or_merge_parts(kept, non1_new, x, new, dimensions) -> list:
             if g == 1 or not p:
                 moved += [p] if g == 1 else [()] * g
             elif dimensions is not None:
-                raise _reshape_refusal(x, new, "a sharded dim is split after a transpose")
+                raise _reshape_refusal(
+                    x, new, "a sharded dim is split by a reshape with `dimensions`"
+                )
             else:
                 moved += _split_partitions(p, group, x, new)
         return moved
@@ -338,7 +340,7 @@ def _split_or_merge_parts(kept, non1_new, x, new, dimensions) -> list:
         if g == 1 or not any(group):
             moved.append(group[0] if g == 1 else ())
         elif dimensions is not None:
-            raise _reshape_refusal(x, new, "sharded dims are merged after a transpose")
+            raise _reshape_refusal(x, new, "sharded dims are merged by a reshape with `dimensions`")
         else:
             moved += _split_partitions(_merged_axes(group, x, new), [n], x, new)
     return moved
