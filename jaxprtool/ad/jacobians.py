@@ -30,6 +30,7 @@ from ..core import (
 from ..core import long_dtype_name as _long
 from ..lazy import np
 from ..shapes.util import dim_add, prod
+from ..shardings import SpecText, sharded_size, type_spec
 from . import builder as B
 from . import ops
 from .batching import emit_vmapped
@@ -59,8 +60,21 @@ def _basis_size(types) -> int | str:
     identity of that size and vmaps over it."""
     n = 0
     for t in types:
-        n = dim_add(n, prod(t.shape))
+        n = dim_add(n, prod(_global(t.shape)))  # a sharded dim: its global size
     return n
+
+
+def _global(shape) -> tuple:
+    return tuple(map(sharded_size, shape))
+
+
+def _basis_like(part, t):
+    """A basis part (N rows of `t`'s shape) as tangents of `t`: its dtype, and its sharding
+    when `t` is explicitly sharded (the rows unsharded), as JAX converts the basis to the
+    tangent type (a `convert_element_type` whose `sharding` the binder type implies)."""
+    spec = type_spec(t)
+    sharding = SpecText((None, *spec.entries)) if spec is not None else None
+    return ops.convert_element_type(part, t.dtype, sharding=sharding)
 
 
 def _eye_parts(n: int, dtype: str, shapes, axis: int):
@@ -76,11 +90,12 @@ def _split(x, shapes, axis: int, outer=None):
     """Split axis `axis` of `x` into consecutive parts of the given shapes' sizes, each
     reshaped to `outer[:axis] + shape + outer[axis:]` (`outer`: `x`'s other axes, default
     as its type holds them; the Jacobians give the program's own types, so that a size a
-    rule wrote in another form (`b - mod(- 1, b) + mod(- 1, b)`) reads as JAX's `b`)."""
+    rule wrote in another form (`b - mod(- 1, b) + mod(- 1, b)`) reads as JAX's `b`).
+    Sharded dims count at their global sizes (the reshapes' sharding rule gives the axes)."""
+    shapes = [_global(s) for s in shapes]
     sizes = [prod(s) for s in shapes]
-    xs = list(x.type.shape)
-    if outer is None:
-        outer = xs[:axis] + xs[axis + 1 :]
+    xs = list(_global(x.type.shape))
+    outer = xs[:axis] + xs[axis + 1 :] if outer is None else list(_global(outer))
     if len(sizes) == 1:
         parts = [x]
     else:
@@ -150,7 +165,7 @@ def jacfwd(jaxpr: Jaxpr, argnums=0, style=None) -> Jaxpr:
     def body(xs, consts):
         dtype = _short(_result_dtype(in_types))
         basis = _eye_parts(N, dtype, [tuple(t.shape) for t in in_types], 1)
-        basis = [ops.convert_element_type(p, t.dtype) for p, t in zip(basis, in_types)]
+        basis = [_basis_like(p, t) for p, t in zip(basis, in_types)]
         by_arg = dict(zip(args, basis))
         tangents = [by_arg[i] for i in order]
         touts = iter(emit_vmapped(tan, list(xs) + tangents, in_axes, -1, N, consts, style))
@@ -211,7 +226,7 @@ def jacrev(jaxpr: Jaxpr, argnums=0, style=None) -> Jaxpr:
     def body(xs, consts):
         dtype = _short(_result_dtype(out_types))
         basis = _eye_parts(N, dtype, [tuple(t.shape) for t in out_types], 1)
-        basis = [ops.convert_element_type(p, t.dtype) for p, t in zip(basis, out_types)]
+        basis = [_basis_like(p, t) for p, t in zip(basis, out_types)]
         ct_x = dict(zip(order, emit_vmapped(cts, list(xs) + basis, in_axes, 0, N, consts, style)))
         per_arg = {}
         for i in args:

@@ -48,8 +48,29 @@ def _common(f):
         help="Write to OUT (atomically) instead of standard output.",
     )(f)
     f = custom_rules_option(f)
+    f = click.option(
+        "--mesh",
+        "mesh",
+        metavar="x=2,y=4",
+        default=None,
+        help="Mesh axis sizes, for an explicitly sharded program whose text does not print "
+        "its mesh (no jit ctx_mesh, shard_map mesh or NamedSharding) where a rule needs them "
+        "(a reshape that splits or merges a sharded dim).",
+    )(f)
     f = click.argument("file", required=False, default="-", metavar="[FILE|-]", type=FILE_ARG)(f)
     return f
+
+
+def _mesh_sizes(text: str | None) -> dict[str, int] | None:
+    from ..core import JaxprError
+    from ..shardings import parse_mesh_option
+
+    if text is None:
+        return None
+    try:
+        return parse_mesh_option(text)
+    except JaxprError as e:
+        raise UsageError(e.message) from None
 
 
 def custom_rules_option(f):
@@ -331,7 +352,8 @@ def ad_command(name: str, *options, usage=None):
     **own)` may refuse a combination of flags before any work."""
 
     def wrap(body):
-        def command(file, out, opt, show_diff, custom_rules, inst, split_input, **own):
+        def command(file, out, opt, show_diff, custom_rules, mesh, inst, split_input, **own):
+            inst.mesh = _mesh_sizes(mesh)
             if usage is not None:
                 usage(out, split_input, **own)
             run = lambda job: body(job, **own)  # noqa: E731

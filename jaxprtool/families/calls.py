@@ -470,6 +470,25 @@ for _p in ("jit", "pjit"):
     define(_p, operand_placement=_jit_operand_placement, result_placement=_jit_result_placement)
 
 
+def _call_mesh(key: str):
+    """The mesh a call prints in `key`: 2022's pjit in `resource_env=ResourceEnv(Mesh(
+    device_ids=...), ())` (the devices its `OpShardingSharding`s number), a jit in
+    `ctx_mesh=Mesh('x': 2, ...)` (the mesh it was traced under); None for `Mesh()`."""
+
+    def mesh_of(e):
+        from ..shardings import read_mesh
+
+        v = e.params.get(key)
+        m = read_mesh(v) if v is not None else None
+        return m if m is not None and m.complete else None
+
+    return mesh_of
+
+
+define("pjit", mesh_of=_call_mesh("resource_env"))
+define("jit", mesh_of=_call_mesh("ctx_mesh"))
+
+
 # ---------------------------------------------------------------- remat2 (checkpoint), name
 
 

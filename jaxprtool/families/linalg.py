@@ -651,12 +651,15 @@ def _reshape_axis_out_of(src, size1, x):
 
 
 def _reshape_axis_into(src, dst, x):
+    """JAX's `_reshape_axis_into`: one reshape that reads the axes in the order `perm` (on
+    explicitly sharded operands JAX's reshape sharding rule refuses it when it merges a
+    sharded dim, and so does the tool's)."""
     shp = _global_shape(x)
     perm = [i for i in range(len(shp)) if i != src]
     perm.insert(dst, src)
     new_shape = [d for i, d in enumerate(shp) if i != src]
     new_shape[dst] *= shp[src]
-    return bind_reshape(bind_transpose(x, perm), new_shape)
+    return ops.reshape(x, new_shape, None if perm == list(range(len(shp))) else tuple(perm))
 
 
 def _conv_common(params, target, *others):
