@@ -86,7 +86,7 @@ def _cond_masks(branches, ops_t):
     nz = nonzero_mask(branches[0].invars, ops_t)
     out_nz = [False] * len(out_types)
     if any(nz):
-        per_branch = [jvp_masked(br, nz, instantiate=False, refs=True)[1] for br in branches]
+        per_branch = [jvp_masked(br, nz, instantiate=False)[1] for br in branches]
         out_nz = [any(z) for z in zip(*per_branch)]
     return branches, nz, out_nz, out_types
 
@@ -99,7 +99,7 @@ def _cond_jvp(primals, tangents, *, branches, **params):
     if not any(out_nz) and not writes_tangent_ref(branches[0].invars, nz):
         outs = b.emit("cond", primals, _cond_params(params, branches), out_types)
         return outs, zero_tangents(out_types)
-    jvps = [jvp_masked(br, nz, instantiate=out_nz, refs=True)[0] for br in branches]
+    jvps = [jvp_masked(br, nz, instantiate=out_nz)[0] for br in branches]
     tan_ops = [t for t, m in zip(ops_t, nz) if m]
     outs = b.emit(
         "cond",
@@ -124,7 +124,7 @@ def _cond_linearize(primals, tangents, *, branches, **params):
         outs = b.emit("cond", primals, _cond_params(params, branches), out_types)
         return outs, zero_tangents(out_types)
     n_out = len(out_nz)
-    lins = [linearize_masked(br, nz, instantiate=out_nz, refs=True) for br in branches]
+    lins = [linearize_masked(br, nz, instantiate=out_nz) for br in branches]
     # Unify the residuals: new ones matched by (type, occurrence) as JAX's
     # _merge_branch_residuals does; branch inputs are forwarded (one slot per input).
     new_slots: list = []
