@@ -78,7 +78,55 @@ def written_only(x):
     return (r[...] ** 2).sum()
 
 
-CASES = [sharded, unchecked, replicated, written_only]
+def loop_inside(x):
+    """A loop in the body writes the Ref."""
+    r = jax.new_ref(x * 0.5)
+
+    def body(rr, xs):
+        def step(i, c):
+            rr[i] = rr[i] * c + jnp.sin(xs[i])
+            return c * 1.5
+
+        jax.lax.fori_loop(0, 2, step, xs[0])
+        return xs * rr[...]
+
+    y = jax.shard_map(body, mesh=MESH, in_specs=(P("x"), P("x")), out_specs=P("x"))(r, x)
+    return (r[...] * y).sum()
+
+
+def in_jit_and_scan(x):
+    """The shard_map in a scan's body inside a jit, the Ref closed over by both."""
+    r = jax.new_ref(x)
+
+    def body(rr, xs):
+        rr[...] = jnp.cos(xs) * rr[...]
+        return xs * 2.0
+
+    sm = jax.shard_map(body, mesh=MESH, in_specs=(P("x"), P("x")), out_specs=P("x"))
+
+    @jax.jit
+    def g(x):
+        return jax.lax.scan(lambda c, _: (sm(r, c) + c, None), x, None, length=2)[0]
+
+    y = g(x)
+    return (r[...] * y).sum()
+
+
+def two_refs(x):
+    """Two Refs, one written from the other."""
+    r, s = jax.new_ref(x), jax.new_ref(jnp.zeros_like(x))
+
+    def body(rr, ss, xs):
+        ss[...] += rr[...] * xs
+        rr[...] = jnp.sin(ss[...])
+        return xs
+
+    f = jax.shard_map(body, mesh=MESH, in_specs=(P("x"),) * 3, out_specs=P("x"))
+    y = f(r, s, x)
+    return (r[...] * s[...] * y).sum()
+
+
+CASES = [sharded, unchecked, replicated, written_only, loop_inside, in_jit_and_scan, two_refs]
 IDS = [f.__name__ for f in CASES]
 
 
@@ -109,18 +157,23 @@ def test_a_ref_into_shard_map_runs_and_differentiates_as_jax_s(f):
     close(vj, pullback(ct)[0])
 
 
-@pytest.mark.parametrize("f", [sharded, replicated], ids=["sharded", "replicated"])
+@pytest.mark.parametrize("f", [sharded, replicated, two_refs], ids=["sharded", "replicated", "two"])
 def test_the_linear_program_through_a_shard_map_ref_passes_the_dot_product_test(f):
-    """<w, L v> = <L^T w, v> with L jax.jvp's tangent map; L^T^T = L."""
+    """L is jax.jvp's tangent map."""
+    lv = dot_product_test(ir(f, X))
+    close(lv, jax.jit(lambda x, t: jax.jvp(f, (x,), (t,))[1])(X, T))
+
+
+def dot_product_test(j):
+    """<w, L v> = <L^T w, v> and L^T^T = L for the linear program of `j`; returns L T."""
     from jaxprtool.ad.linearize import linearize_jaxpr
     from jaxprtool.ad.transpose import transpose_jaxpr
 
-    primal, linear, info = linearize_jaxpr(ir(f, X))
+    primal, linear, info = linearize_jaxpr(j)
     pouts = backend.evaluate(primal, [X])
     sources = {"input": [X], "output": pouts, "new": pouts[len(info.out_mask) :]}
     res = [sources[r.source][r.index] for r in info.residuals]
     (lv,) = backend.evaluate(linear, res + [T])
-    close(lv, jax.jit(lambda x, t: jax.jvp(f, (x,), (t,))[1])(X, T))
     mask = [False] * len(res) + [True]
     lt = transpose_jaxpr(linear, mask)
     w = np.float32(-1.3)
@@ -129,6 +182,7 @@ def test_the_linear_program_through_a_shard_map_ref_passes_the_dot_product_test(
     assert abs(lhs - rhs) <= 1e-4 * max(1.0, abs(lhs)), (lhs, rhs)
     ltt = transpose_jaxpr(lt, [False] * len(res) + [True])
     close(backend.evaluate(ltt, res + [T])[0], lv)
+    return lv
 
 
 def test_grad_and_linearize_transpose_of_a_shard_map_ref_on_the_command_line(tmp_path):
@@ -305,6 +359,9 @@ def test_a_ref_into_a_traced_custom_rule_differentiates_as_jax_s(rules, fn):
     g = grad_jaxpr(j)
     close(backend.evaluate(g, [X])[0], jax.jit(jax.grad(f))(X))
     assert count(g) <= count(ir(jax.grad(f), X))
+    ct = np.float32(0.7)
+    close(backend.evaluate(vjp_jaxpr(j), [X, ct])[1], jax.vjp(f, X)[1](ct)[0])
+    dot_product_test(j)
     if fn == "through_cj":
         jj = jvp_jaxpr(j)
         want = jax.jit(lambda x, t: jax.jvp(f, (x,), (t,)))(X, T)

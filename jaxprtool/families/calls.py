@@ -1088,6 +1088,11 @@ def _custom_lin_forward(eqn) -> Jaxpr:
 
 
 def _evaluate_custom_lin(interp, eqn, invals, path):
+    """A tangent Ref operand enters the map as its value: bwd's entry for a Ref is added into
+    the Ref's cotangent Ref, whose transpose reads the tangent Ref."""
+    from ..backend.evaluator import Box
+
+    invals = [x.value if isinstance(x, Box) else x for x in invals]
     try:
         forward = _custom_lin_forward(eqn)
     except JaxprError:  # a bwd the tool cannot transpose (a while loop: diffrax's adjoint)
