@@ -663,9 +663,7 @@ def _scan_linearize(primals, tangents, **params):
     if not any(out_nz) and not writes_tangent_ref(body.invars, nzs):
         return B.current().emit("scan", primals, params, out_types), zero_tangents(out_types)
     carry_nz = nzs[nc : nc + nk]
-    pj, lj, out_nz2, nres = linearize_masked(
-        body, nzs, instantiate=carry_nz + [False] * ny
-    )
+    pj, lj, out_nz2, nres = linearize_masked(body, nzs, instantiate=carry_nz + [False] * ny)
     assert out_nz2 == out_nz
     res = list(pj.outvars[nk + ny :])
     in_pos = {id(v): i for i, v in enumerate(pj.invars)}
