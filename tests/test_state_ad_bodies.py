@@ -199,6 +199,8 @@ def test_grad_and_linearize_transpose_of_a_shard_map_ref_on_the_command_line(tmp
     got = backend.evaluate(parse(t.stdout, "<t>").jaxpr, [X, np.float32(0.5)])
     close(got[0], jax.jit(sharded)(X))
     close(got[-1], 0.5 * jax.jit(jax.grad(sharded))(X))
+    c = run(["check-grad", str(src)])
+    assert c.exit_code == 0 and "0 failure" in c.output, c.output
 
 
 def unchecked_replicated(x):
@@ -229,8 +231,9 @@ def test_reverse_mode_into_an_unchecked_replicated_ref_is_refused_as_jax_refuses
         close(a, b)
 
 
-def test_reverse_mode_of_a_checkpoint_writing_a_ref_is_refused_as_jax_fails_on_it():
-    """JAX 0.12's vjp of such a checkpoint raises (its linearize disagrees with its jvp)."""
+def test_a_checkpoint_writing_a_ref_runs_and_differentiates_forward_as_jax_s():
+    """Reverse mode is refused: JAX 0.12's vjp of such a checkpoint raises (and its
+    linearize disagrees with its jvp)."""
     from jaxprtool.core import JaxprError
 
     def f(x):
@@ -244,10 +247,17 @@ def test_reverse_mode_of_a_checkpoint_writing_a_ref_is_refused_as_jax_fails_on_i
         y = body(r, x)
         return (r[...] * y).sum()
 
+    j = ir(f, X)
+    close(backend.evaluate(j, [X])[0], jax.jit(f)(X))
+    jj = jvp_jaxpr(j)
+    want = jax.jit(lambda x, t: jax.jvp(f, (x,), (t,)))(X, T)
+    for a, b in zip(backend.evaluate(jj, [X, T]), want):
+        close(a, b)
+    assert count(jj) <= count(ir(lambda x, t: jax.jvp(f, (x,), (t,)), X, T))
     with pytest.raises(ValueError, match="Expected cotangent type Ref"):
         jax.vjp(f, X)[1](np.float32(1.0))
     with pytest.raises(JaxprError, match="reverse mode of 'remat2' with a differentiated Ref") as e:
-        grad_jaxpr(ir(f, X))
+        grad_jaxpr(j)
     assert e.value.loc is not None and e.value.loc.line == 4
 
 
@@ -372,3 +382,42 @@ def test_a_ref_into_a_traced_custom_rule_differentiates_as_jax_s(rules, fn):
 
 def print_params(j) -> str:
     return " ".join(k for e in j.eqns for k in e.params)
+
+
+PMAP_WITH_A_REF = """{ lambda ; a:f32[2,3]. let
+    r:Ref{f32[2,3]} = new_ref a
+    b:f32[2,3] = xla_pmap[
+      axis_name=d
+      axis_size=2
+      backend=None
+      call_jaxpr={ lambda ; s:Ref{f32[3]} c:f32[3]. let
+          d:f32[3] = integer_pow[y=2] c
+          s[...] += d
+        in (d,) }
+      devices=None
+      donated_invars=(False, False)
+      global_axis_size=2
+      in_axes=(0, 0)
+      is_explicit_global_axis_size=False
+      name=<lambda>
+      out_axes=(0,)
+    ] r a
+    e:f32[2,3] <- r[...]
+    f:f32[2,3] = mul e b
+  in (f,) }
+"""
+
+
+def test_a_differentiated_ref_into_xla_pmap_is_refused_as_jax_s_pmap_takes_none():
+    """JAX's pmap refuses a Ref argument when tracing; a text with one (written by hand)
+    differentiates nowhere: refused at the xla_pmap, never dropped."""
+
+    def f(x):
+        return jax.pmap(lambda r, y: y * 2.0)(jax.new_ref(x), x)
+
+    with pytest.raises(ValueError, match="Attempting to pass a Ref"):
+        jax.make_jaxpr(f)(np.ones((2, 3), np.float32))
+    for cmd in ("jvp", "vjp"):
+        r = run([cmd, "-"], stdin=PMAP_WITH_A_REF)
+        assert r.exit_code == 1, r.output
+        assert "<stdin>:3:5: error: a differentiated Ref passed into xla_pmap's body" in r.output

@@ -591,18 +591,35 @@ def _remat_linearize(prim):
 
 
 def _remat_evaluate(interp, eqn, invals, path):
-    """`jax.checkpoint` of the body (jit); a plain call (eager)."""
+    """`jax.checkpoint` of the body (jit), the Refs among the operands going in and out as
+    values (a traced body cannot write into the interpreter's Refs); a plain call (eager)."""
     f = interp.call_fn(eqn, path)
-    if interp.mode == "jit":
-        import jax
+    if interp.mode != "jit":
+        return f(*invals)
+    import jax
 
-        prevent = eqn.params.get("prevent_cse", True)
-        if prevent and eqn.params.get("differentiated"):
-            # JAX's remat lowering: XLA neither merges the recomputation with the forward
-            # pass nor moves it ahead of its operands (the cotangents, once transposed)
-            invals = list(jax.lax.optimization_barrier(tuple(invals)))
-        return list(jax.checkpoint(lambda *xs: f(*xs), prevent_cse=bool(prevent))(*invals))
-    return f(*invals)
+    from ..backend.evaluator import ThreadedRefs
+
+    refs = ThreadedRefs(invals)
+    values = [x for k, x in enumerate(invals) if k not in refs.at]
+
+    def body(*xs):
+        it = iter(xs[: len(values)])
+        inside, boxes = refs.inside(
+            [None if k in refs.at else next(it) for k in range(len(invals))], xs[len(values) :]
+        )
+        return tuple(f(*inside)) + tuple(b.value for b in boxes)
+
+    args = [*values, *refs.values()]
+    prevent = eqn.params.get("prevent_cse", True)
+    if prevent and eqn.params.get("differentiated"):
+        # JAX's remat lowering: XLA neither merges the recomputation with the forward
+        # pass nor moves it ahead of its operands (the cotangents, once transposed)
+        args = list(jax.lax.optimization_barrier(tuple(args)))
+    out = list(jax.checkpoint(body, prevent_cse=bool(prevent))(*args))
+    n = len(out) - len(refs.boxes)
+    refs.write_back(out[n:])
+    return out[:n]
 
 
 def _name_transpose(ct, x, **params):
