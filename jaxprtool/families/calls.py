@@ -601,25 +601,14 @@ def _remat_evaluate(interp, eqn, invals, path):
     from ..backend.evaluator import ThreadedRefs
 
     refs = ThreadedRefs(invals)
-    values = [x for k, x in enumerate(invals) if k not in refs.at]
-
-    def body(*xs):
-        it = iter(xs[: len(values)])
-        inside, boxes = refs.inside(
-            [None if k in refs.at else next(it) for k in range(len(invals))], xs[len(values) :]
-        )
-        return tuple(f(*inside)) + tuple(b.value for b in boxes)
-
-    args = [*values, *refs.values()]
+    args = refs.arguments(invals)
     prevent = eqn.params.get("prevent_cse", True)
     if prevent and eqn.params.get("differentiated"):
         # JAX's remat lowering: XLA neither merges the recomputation with the forward
         # pass nor moves it ahead of its operands (the cotangents, once transposed)
         args = list(jax.lax.optimization_barrier(tuple(args)))
-    out = list(jax.checkpoint(body, prevent_cse=bool(prevent))(*args))
-    n = len(out) - len(refs.boxes)
-    refs.write_back(out[n:])
-    return out[:n]
+    out = jax.checkpoint(refs.threaded(f, invals), prevent_cse=bool(prevent))(*args)
+    return refs.results(out)
 
 
 def _name_transpose(ct, x, **params):
@@ -840,7 +829,7 @@ def _custom_jvp_jvp(primals, tangents, **params):
 def _instantiate_tangent(t):
     """A recorded JVP rule takes every tangent: a Zero one as zeros, of a Ref a Ref of zeros."""
     if is_zero(t) and isinstance(t.type, RefType):
-        return ops.new_ref(instantiate(Zero(t.type.inner)))
+        return ops.zeros_ref(t.type)
     return instantiate(t)
 
 

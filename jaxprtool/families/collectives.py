@@ -474,22 +474,16 @@ def _eval_shard_map(interp, eqn, invals, path):
     label = path + ("shard_map",) if interp.mode == "eager" else path
 
     refs = ThreadedRefs(invals)  # Refs the body uses: their values go in and come out
-    values = [x for k, x in enumerate(invals) if k not in refs.at]
     val_p = tuple(s for k, s in enumerate(in_p) if k not in refs.at)
     first = {i: k for k, i in sorted(refs.at.items(), reverse=True)}  # a Ref's first operand
     ref_p = tuple(in_p[first[i]] for i in range(len(refs.boxes)))
 
     def f(*xs):
-        it = iter(xs[: len(values)])
-        inside, boxes = refs.inside(
-            [None if k in refs.at else next(it) for k in range(len(invals))], xs[len(values) :]
-        )
-        outs = tuple(inner.run(body, [], inside, label))
-        return outs + tuple(b.value for b in boxes)
+        return tuple(inner.run(body, [], list(xs), label))
 
     axis_names = frozenset(manual) if set(manual) != set(mesh_text.names) else frozenset()
     fn = jax.shard_map(
-        f,
+        refs.threaded(f, invals),
         mesh=mesh,
         in_specs=val_p + ref_p,
         out_specs=out_p + ref_p,
@@ -499,9 +493,7 @@ def _eval_shard_map(interp, eqn, invals, path):
     if interp.mode == "eager":
         fn = jax.jit(fn)
     try:
-        out = list(fn(*values, *refs.values()))
-        refs.write_back(out[len(out_p) :])
-        return out[: len(out_p)]
+        return refs.results(fn(*refs.arguments(invals)))
     except JaxprError:
         raise
     except Exception as e:  # noqa: BLE001 - JAX's complaint, located at the equation

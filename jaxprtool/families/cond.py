@@ -334,23 +334,8 @@ def _cond_evaluate(interp, eqn, invals, path):
     refs = ThreadedRefs(ops)  # Refs the branches use: their values go in and come out
     if not refs.boxes:
         return list(jax.lax.switch(idx, fns, *ops))
-    values = [x for k, x in enumerate(ops) if k not in refs.at]
-
-    def threaded(fn):
-        def run_branch(*args):
-            it = iter(args[: len(values)])
-            inside, boxes = refs.inside(
-                [None if k in refs.at else next(it) for k in range(len(ops))],
-                args[len(values) :],
-            )
-            return tuple(fn(*inside)) + tuple(b.value for b in boxes)
-
-        return run_branch
-
-    out = jax.lax.switch(idx, [threaded(f) for f in fns], *values, *refs.values())
-    n_out = len(out) - len(refs.boxes)
-    refs.write_back(out[n_out:])
-    return list(out[:n_out])
+    out = jax.lax.switch(idx, [refs.threaded(f, ops) for f in fns], *refs.arguments(ops))
+    return refs.results(out)
 
 
 def _platform_dependent(interp, eqn, branches, platforms, ops, path):
