@@ -811,7 +811,7 @@ def _custom_jvp_jvp(primals, tangents, **params):
     plugin = custom_jvps.get(jvp_name)
     if plugin is not None:
         observe.note(f"custom_jvp rule '{jvp_name}' from a plugin (register_custom_jvp)")
-        outs, touts = plugin(list(primals), [instantiate(t) for t in tangents])
+        outs, touts = plugin(list(primals), [_instantiate_tangent(t) for t in tangents])
         if outs is None:
             outs = current().bind("custom_jvp_call", list(primals), params, _out_types(body))
         return list(outs), list(touts)
@@ -827,7 +827,8 @@ def _custom_jvp_jvp(primals, tangents, **params):
 
 
 def _instantiate_tangent(t):
-    """A recorded JVP rule takes every tangent: a Zero one as zeros, of a Ref a Ref of zeros."""
+    """A recorded or plugin rule takes every tangent: a Zero one as zeros, a Ref's as a Ref
+    of zeros (JAX hands a custom rule a Ref operand's tangent Ref)."""
     if is_zero(t) and isinstance(t.type, RefType):
         return ops.zeros_ref(t.type)
     return instantiate(t)
@@ -922,7 +923,7 @@ def _plugin_vjp(pair, primals, tangents, bwd_name, fwd_name):
     fwd_fn, _ = pair
     outs, res = fwd_fn(*primals)
     outs, res = list(outs), list(res)
-    ts = [instantiate(t) for t in tangents]
+    ts = [_instantiate_tangent(t) for t in tangents]
     touts = current().bind(
         "custom_lin",
         res + ts,
