@@ -136,25 +136,51 @@ def count(j) -> int:
 
 @pytest.mark.parametrize("f", CASES, ids=IDS)
 def test_a_ref_into_shard_map_runs_and_differentiates_as_jax_s(f):
-    j = ir(f, X)
-    close(backend.evaluate(j, [X])[0], jax.jit(f)(X))
+    against_jax(f, X, T)
+
+
+def against_jax(f, x, t):
+    """run, jvp, grad and vjp of f's printout against JAX's, with no more equations."""
+    j = ir(f, x)
+    close(backend.evaluate(j, [x])[0], jax.jit(f)(x))
 
     jj = jvp_jaxpr(j)
-    got = backend.evaluate(jj, [X, T])
-    want = jax.jit(lambda x, t: jax.jvp(f, (x,), (t,)))(X, T)
+    got = backend.evaluate(jj, [x, t])
+    want = jax.jit(lambda x, t: jax.jvp(f, (x,), (t,)))(x, t)
     for a, b in zip(got, want):
         close(a, b)
-    assert count(jj) <= count(ir(lambda x, t: jax.jvp(f, (x,), (t,)), X, T))
+    assert count(jj) <= count(ir(lambda x, t: jax.jvp(f, (x,), (t,)), x, t))
 
     g = grad_jaxpr(j)
-    close(backend.evaluate(g, [X])[0], jax.jit(jax.grad(f))(X))
-    assert count(g) <= count(ir(jax.grad(f), X))
+    close(backend.evaluate(g, [x])[0], jax.jit(jax.grad(f))(x))
+    assert count(g) <= count(ir(jax.grad(f), x))
 
     ct = np.float32(0.7)
-    out, vj = backend.evaluate(vjp_jaxpr(j), [X, ct])
-    want_out, pullback = jax.vjp(jax.jit(f), X)
+    out, vj = backend.evaluate(vjp_jaxpr(j), [x, ct])
+    want_out, pullback = jax.vjp(jax.jit(f), x)
     close(out, want_out)
     close(vj, pullback(ct)[0])
+
+
+@pytest.mark.skipif(len(jax.devices("cpu")) < 4, reason="needs 4 host CPU devices")
+def test_a_ref_left_unsharded_over_a_mesh_axis_is_written_with_an_invariant_value():
+    """On a 2x2 mesh, the Ref sharded over x only (check_vma): the body writes a psum over
+    y into it; its cotangent Ref keeps the in_spec P('x')."""
+    mesh = jax.make_mesh((2, 2), ("x", "y"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+    def f(x):
+        r = jax.new_ref(x * 0.5)
+
+        def body(rr, xs):
+            rr[...] = rr[...] * jnp.sin(jax.lax.psum(xs.sum(1, keepdims=True), "y"))
+            return xs * rr[:, :2]
+
+        specs = (P("x"), P("x", "y"))
+        y = jax.shard_map(body, mesh=mesh, in_specs=specs, out_specs=P("x", "y"))(r, x)
+        return (r[...] * y).sum()
+
+    x = np.arange(16, dtype=np.float32).reshape(4, 4) / 10
+    against_jax(f, x, x[::-1].copy())
 
 
 @pytest.mark.parametrize("f", [sharded, replicated, two_refs], ids=["sharded", "replicated", "two"])
