@@ -57,6 +57,12 @@ def zeros_ref(ref_type: RefType) -> Var:
     return new_ref(zeros(tangent_type(ref_type.inner)))
 
 
+def add_into_ref(ref: Atom, x: Atom) -> None:
+    """`ref[...] += x`: a cotangent a custom rule gives for a Ref operand, added into the
+    Ref's cotangent Ref (as JAX does)."""
+    current().bind("addupdate", [ref, x], {}, [])
+
+
 def _dtype(x) -> str:
     return x.type.dtype
 
