@@ -25,6 +25,8 @@ The model (static, from the types alone; what `jaxprtool memory` reports):
 * The bytes of a value: elements times the dtype's item size (4-bit types: half a byte,
   rounded up); a `Ref` counts its contents; tokens and opaque types hold nothing; symbolic
   dimensions count as 0 (the figures are then lower bounds, `Timeline.symbolic` says so).
+  The figures are of device memory: a value in host memory (`f32<host>[...]`, the copies an
+  offloading remat policy makes) holds none.
 
 API (used by `jaxprtool memory` and the rematerialization planner):
 
@@ -168,7 +170,8 @@ class _Walk:
         if got is None:
             if isinstance(t, ShapedArray) and not t.is_static:
                 self.symbolic = True
-            got = self.sizes[id(t)] = (t, value_bytes(t))
+            host = isinstance(t, ShapedArray) and t.memory_space == "host"
+            got = self.sizes[id(t)] = (t, 0 if host else value_bytes(t))
         return got[1]
 
     def held(self, v: Var, origin: str) -> int:

@@ -20,6 +20,7 @@ from ..lazy import dtype_key, is_dtype
 from ..params import EnumValue, NpScalar, Opaque, Record, SymExpr
 from ..record import FieldView, define
 from ..record import prim as record_of
+from ..shardings import axis_sizes_key
 
 ShapeRule = Callable[[list[Type], dict, "list[Type] | None"], list[Type]]
 
@@ -59,6 +60,7 @@ def infer_with_rule(rule: ShapeRule, in_types: list[Type], params: dict, out_hin
     """`infer_types` with the primitive's shape rule already looked up."""
     try:
         key = (rule, _freeze_types(in_types), _freeze_params(params), _freeze_hint(out_hint))
+        key += axis_sizes_key()  # a sharded reshape's result depends on the mesh axis sizes
         hit = _INFER_MEMO.get(key)
     except (_Unfreezable, TypeError):  # TypeError: an unhashable type (a list shape)
         return rule(list(in_types), params, out_hint)
