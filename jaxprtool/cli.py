@@ -53,6 +53,10 @@ COMMANDS: dict[str, str] = {
 
 #: commands that run programs through JAX (numerical work may use numpy's BLAS threads)
 RUNS_PROGRAMS = frozenset({"run", "compile", "trace", "check-grad", "explain", "memory"})
+#: of those, the ones whose JAX work is one compile at the end of a walk over one program:
+#: the IR they read is still frozen out of the collector (`core.FREEZE_AFTER_PAUSE`; for
+#: `memory` of 1M equations, 1.7 s of collections rescanning it after the parse)
+ONE_PROGRAM_RUNS = frozenset({"memory"})
 
 
 #: where LazyGroup keeps the command line's arguments (click's context `meta`)
@@ -84,17 +88,21 @@ def is_standalone() -> bool:
     return _STANDALONE
 
 
-def _one_program_process() -> None:
+def _one_program_process(command: str) -> None:
     """Settings for a process that reads, transforms and prints one program and exits:
 
     * numpy's OpenBLAS starts a thread per core when numpy is imported (about 0.1 s of CPU,
-      a third of `fmt` of a typical program) and these commands never call BLAS: ask it for
-      one, unless the user chose a number;
+      a third of `fmt` of a typical program) and the commands that run no program never
+      call BLAS: ask it for one, unless the user chose a number;
     * the collector leaves the IR alone after each paused block (`core.FREEZE_AFTER_PAUSE`:
-      about 0.05 s of a transformer's grad)."""
-    if not numpy_loaded() and not {"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"} & set(os.environ):
+      about 0.05 s of a transformer's grad), except in the commands that run programs
+      repeatedly through JAX, whose cyclic garbage would be frozen with it."""
+    runs = command in RUNS_PROGRAMS
+    blas_chosen = {"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"} & set(os.environ)
+    if not runs and not numpy_loaded() and not blas_chosen:
         os.environ["OPENBLAS_NUM_THREADS"] = "1"
-    core.FREEZE_AFTER_PAUSE = True
+    if not runs or command in ONE_PROGRAM_RUNS:
+        core.FREEZE_AFTER_PAUSE = True
 
 
 class OptionalValue(click.Option):
@@ -120,8 +128,8 @@ class LazyGroup(click.Group):
         target = COMMANDS.get(name)
         if target is None:
             return None
-        if _STANDALONE and name not in RUNS_PROGRAMS:
-            _one_program_process()
+        if _STANDALONE:
+            _one_program_process(name)
         module, attr = target.split(":")
         cmd = getattr(importlib.import_module(f"jaxprtool.commands.{module}"), attr)
         _add_global_options(cmd)

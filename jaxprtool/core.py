@@ -9,6 +9,7 @@ up to renaming is `alpha_equal`.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import gc
 from typing import Any, NamedTuple
@@ -130,6 +131,21 @@ def is_known_dtype(short: str) -> bool:
 
 Dim = int | str  # str: a symbolic dim ("b", "2*b + 1") or a sharded dim ("8@x")
 
+#: how `ShapedArray.size` counts a dim that is not an int, inside `sized_dims` (None: as 0)
+_DIM_SIZER: contextvars.ContextVar = contextvars.ContextVar("jaxprtool_dim_sizer", default=None)
+
+
+@contextlib.contextmanager
+def sized_dims(sizer):
+    """Inside the block, `ShapedArray.size` (and so the byte and FLOP estimates built on
+    it) counts a symbolic or sharded dim as `sizer(dim)`: the sizes `--dim b=N` gives the
+    byte-weighted rematerialization planners.  Outside, such a dim counts as 0."""
+    token = _DIM_SIZER.set(sizer)
+    try:
+        yield
+    finally:
+        _DIM_SIZER.reset(token)
+
 
 class ShapedArray(Frozen, compare=("shape", "dtype", "memory_space", "vma", "named_shape")):
     """An array type: `f32[3,4]`, `key<fry>[]`, `f32<host>[3]`, `f32[2]{V:x}`.  `weak_type`
@@ -168,7 +184,11 @@ class ShapedArray(Frozen, compare=("shape", "dtype", "memory_space", "vma", "nam
     def size(self) -> int:
         n = 1
         for d in self.shape:
-            n *= d if isinstance(d, int) else 0
+            if isinstance(d, int):
+                n *= d
+            else:
+                sizer = _DIM_SIZER.get()
+                n *= 0 if sizer is None else sizer(d)
         return n
 
     @property

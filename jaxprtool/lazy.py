@@ -134,8 +134,21 @@ def dtype_key(v):
     it names (equal keys, without numpy), the dtype itself for any other."""
     if v.__class__ is DTypeName:
         return v.name
+    hit = _NP_DTYPE_KEYS.get(id(v))
+    if hit is not None and hit[0] is v:
+        return hit[1]
     name = v.name
-    return name if name in NUMPY_DTYPES and v.names is None and v.isnative else v
+    key = name if name in NUMPY_DTYPES and v.names is None and v.isnative else v
+    if len(_NP_DTYPE_KEYS) > 1000:
+        _NP_DTYPE_KEYS.clear()
+    _NP_DTYPE_KEYS[id(v)] = (v, key)
+    return key
+
+
+#: id(np.dtype) -> (the dtype, its `dtype_key`), the dtype kept alive so that the id stays
+#: its own: an np.dtype's `name` is a Python-level property of numpy's (5 us), asked of
+#: every dot_general's preferred_element_type when the checker keys the equation
+_NP_DTYPE_KEYS: dict[int, tuple] = {}
 
 
 def is_integer(v) -> bool:

@@ -25,6 +25,8 @@ The model (static, from the types alone; what `jaxprtool memory` reports):
 * The bytes of a value: elements times the dtype's item size (4-bit types: half a byte,
   rounded up); a `Ref` counts its contents; tokens and opaque types hold nothing; symbolic
   dimensions count as 0 (the figures are then lower bounds, `Timeline.symbolic` says so).
+  The figures are of device memory: a value in host memory (`f32<host>[...]`, the copies an
+  offloading remat policy makes) holds none.
 
 API (used by `jaxprtool memory` and the rematerialization planner):
 
@@ -158,14 +160,19 @@ class _Walk:
     Buffers are numbered; a variable maps to the buffer it names (a call body's binder
     names its operand's buffer), so an alias is never counted twice.  The loop over
     equations is the hot path of `jaxprtool memory` on large programs: per-buffer facts are
-    kept in flat lists, and the bytes of each type object are computed once."""
+    kept in flat lists, the bytes of each type object are computed once, and what is the
+    same for most buffers or steps is not stored for each: a buffer's equation is the step
+    that defines it (`made_by` holds the others), a step's inner peak is 0 (`transient`
+    holds the others)."""
 
     def __init__(self, inner: dict):
         self.steps: list[Eqn] = []
-        self.transient: list[int] = []  # inner peak of a step's nested jaxprs
+        self.transient: dict[int, int] = {}  # step -> its nested jaxprs' inner peak, if any
         self.buf_bytes: list[int] = []
         self.buf_var: list[Var] = []
-        self.buf_eqn: list[Eqn | None] = []  # None: a program input or constant
+        #: buffer -> its equation where that is not its defining step's (None: an input or
+        #: constant; a call's result that its body does not define: the call)
+        self.made_by: dict[int, Eqn | None] = {}
         self.buf_def: list[int] = []  # the step that defines it
         self.buf_read: list[int] = []  # the last step that reads it (-1: none)
         self.pinned: list[int] = []  # live to the end (inputs, constants, outputs)
@@ -182,7 +189,8 @@ class _Walk:
         if got is None:
             if isinstance(t, ShapedArray) and not t.is_static:
                 self.symbolic = True
-            got = self.sizes[id(t)] = (t, value_bytes(t))
+            host = isinstance(t, ShapedArray) and t.memory_space == "host"
+            got = self.sizes[id(t)] = (t, 0 if host else value_bytes(t))
         return got[1]
 
     def held(self, v: Var, origin: str) -> int:
@@ -190,7 +198,7 @@ class _Walk:
         b = len(self.buf_bytes)
         self.buf_bytes.append(self.size(v.type))
         self.buf_var.append(v)
-        self.buf_eqn.append(None)
+        self.made_by[b] = None
         self.buf_def.append(0)
         self.buf_read.append(-1)
         self.pinned.append(b)
@@ -204,10 +212,16 @@ class _Walk:
 
     def jaxpr(self, j: Jaxpr, env: dict, linear_index: int | None = None) -> None:
         """Walk j's equations with `env` (id(var) -> buffer) holding its binders."""
-        steps, transient, get = self.steps, self.transient, env.get
-        buf_bytes, buf_var, buf_eqn = self.buf_bytes, self.buf_var, self.buf_eqn
-        buf_def, buf_read, sizes = self.buf_def, self.buf_read, self.sizes
-        calls = self.calls
+        steps, get = self.steps, env.get
+        buf_bytes, buf_var, buf_def, buf_read = (
+            self.buf_bytes,
+            self.buf_var,
+            self.buf_def,
+            self.buf_read,
+        )
+        sizes, calls = self.sizes, self.calls
+        add_step, add_bytes, add_var = steps.append, buf_bytes.append, buf_var.append
+        add_def, add_read = buf_def.append, buf_read.append
         for k, e in enumerate(j.eqns):
             if k == linear_index:
                 self.mark_boundary()
@@ -224,18 +238,19 @@ class _Walk:
                 b = get(id(a))
                 if b is not None:
                     buf_read[b] = n
-            steps.append(e)
-            subs = eqn_subjaxprs(e)
-            transient.append(self.nested_peak(e, subs) if subs else 0)
+            add_step(e)
+            if not e.no_subjaxprs:  # (eqn_subjaxprs' remembered answer, asked inline)
+                subs = eqn_subjaxprs(e)
+                if subs:
+                    self.transient[n] = self.nested_peak(e, subs)
             for o in e.outputs:
                 t = o.type
                 got = sizes.get(id(t))
                 env[id(o)] = len(buf_bytes)
-                buf_bytes.append(got[1] if got is not None else self.size(t))
-                buf_var.append(o)
-                buf_eqn.append(e)
-                buf_def.append(n)
-                buf_read.append(-1)
+                add_bytes(got[1] if got is not None else self.size(t))
+                add_var(o)
+                add_def(n)
+                add_read(-1)
 
     def call(self, e: Eqn, body: Jaxpr, env: dict) -> None:
         inner: dict = {}
@@ -251,7 +266,7 @@ class _Walk:
                 b = len(self.buf_bytes)
                 self.buf_bytes.append(self.size(o.type))
                 self.buf_var.append(o)
-                self.buf_eqn.append(e)
+                self.made_by[b] = e
                 self.buf_def.append(max(len(self.steps) - 1, 0))
                 self.buf_read.append(-1)
             env[id(o)] = b
@@ -293,8 +308,22 @@ class _Walk:
         added = np.bincount(self.buf_def, nbytes, n).astype(np.int64)
         freed = np.bincount(self.last_steps(), nbytes, n).astype(np.int64)
         freed_before = np.concatenate(([0], np.cumsum(freed)[:-1]))
-        live = np.cumsum(added) - freed_before + np.asarray(self.transient, np.int64)
+        live = np.cumsum(added) - freed_before
+        for k, t in self.transient.items():
+            live[k] += t
         return live.tolist()
+
+    def inside(self) -> list[int]:
+        """The inner peak of each step (0 for most)."""
+        out = [0] * len(self.steps)
+        for k, t in self.transient.items():
+            out[k] = t
+        return out
+
+    def eqn_of(self, b: int) -> Eqn | None:
+        """The equation that made buffer b (None: a program input or constant)."""
+        made = self.made_by
+        return made[b] if b in made else self.steps[self.buf_def[b]]
 
 
 def _inlined_body(e: Eqn) -> Jaxpr | None:
@@ -350,7 +379,7 @@ def liveness(jaxpr: Jaxpr, boundary: int | None = None) -> Timeline:
     peak = max(live)
     at = live.index(peak)
     return Timeline(
-        w.steps, live, peak, at, _values_at(w, at), w.boundary, inputs, w.symbolic, w.transient
+        w.steps, live, peak, at, _values_at(w, at), w.boundary, inputs, w.symbolic, w.inside()
     )
 
 
@@ -363,7 +392,7 @@ def _values_at(w: _Walk, step: int | None) -> list[LiveValue]:
         defined = np.asarray(w.buf_def, np.int64)
         live = np.flatnonzero((defined <= step) & (w.last_steps() >= step)).tolist()
     found = [(w.buf_bytes[b], b, _buffer_value(w, b)) for b in live]
-    if step is not None and w.transient[step]:
+    if step is not None and w.transient.get(step):
         t = w.transient[step]
         found.append((t, len(w.buf_bytes), LiveValue(None, t, w.steps[step], "inside")))
     found.sort(key=lambda x: (-x[0], x[1]))
@@ -407,13 +436,13 @@ def residual_bytes(program: Jaxpr, boundary: int | None = None) -> Residuals:
     values = [
         _buffer_value(w, b)
         for b in range(len(w.buf_bytes))
-        if w.buf_def[b] < cut <= w.buf_read[b] and (w.buf_eqn[b] is not None or b in w.read_before)
+        if w.buf_def[b] < cut <= w.buf_read[b] and (w.eqn_of(b) is not None or b in w.read_before)
     ]
     return Residuals(values, cut)
 
 
 def _buffer_value(w: _Walk, b: int) -> LiveValue:
-    eqn = w.buf_eqn[b]
+    eqn = w.eqn_of(b)
     origin = w.origin.get(b, "")
     kind = "value" if eqn is not None else origin.split(" ")[0]
     return LiveValue(w.buf_var[b], w.buf_bytes[b], eqn, kind, origin)

@@ -10,8 +10,11 @@ residuals), and reads the `8@x` dims of JAX 0.12's explicitly sharded types.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import re
 
+from .core import JaxprError
 from .frozen import Frozen, set_field
 from .params import Opaque, split_top_level
 
@@ -22,20 +25,29 @@ _TYPES = re.compile(r"axis_types=\(([^)]*)\)")
 class MeshText(Frozen):
     """A printed mesh: axis names and sizes in order, axis types (Auto/Explicit/Manual)."""
 
-    __slots__ = ("names", "sizes", "types", "complete")
+    __slots__ = ("names", "sizes", "types", "complete", "device_ids")
     names: tuple[str, ...]
     sizes: tuple[int, ...]
     types: tuple[str, ...]
-    #: False for texts that do not say the sizes (`Mesh()`, a device-id mesh, an object repr)
+    #: False for texts that do not say the sizes (`Mesh()`, an object repr)
     complete: bool
+    #: the device ids in mesh order, flattened, when the text lists them (2022's
+    #: `Mesh(device_ids=array([[0, 1], [2, 3]]), axis_names=('x', 'y'))`); None: in order
+    device_ids: tuple[int, ...] | None
 
     def __init__(
-        self, names: tuple[str, ...], sizes: tuple[int, ...], types: tuple[str, ...], complete=True
+        self,
+        names: tuple[str, ...],
+        sizes: tuple[int, ...],
+        types: tuple[str, ...],
+        complete: bool = True,
+        device_ids: tuple[int, ...] | None = None,
     ) -> None:
         set_field(self, "names", names)
         set_field(self, "sizes", sizes)
         set_field(self, "types", types)
         set_field(self, "complete", complete)
+        set_field(self, "device_ids", device_ids)
 
     @property
     def shape(self) -> dict[str, int]:
@@ -63,6 +75,9 @@ class MeshText(Frozen):
 def read_mesh(v) -> MeshText:
     """A `mesh=` / `context_mesh=` value (or a NamedSharding's mesh) as a MeshText."""
     text = str(v)
+    old = _device_id_mesh(text)
+    if old is not None:
+        return old
     m = re.search(r"mesh=((?:Abstract)?Mesh\()", text)
     if m and not text.lstrip().startswith(("Mesh(", "AbstractMesh(")):
         text = text[m.start(1) :]
@@ -74,6 +89,87 @@ def read_mesh(v) -> MeshText:
     if len(types) != len(names):
         types = ("Auto",) * len(names)
     return MeshText(names, sizes, types, bool(names))
+
+
+_DEVICE_IDS = re.compile(r"Mesh\(device_ids=(?:array\()?")
+
+
+def _device_id_mesh(text: str) -> MeshText | None:
+    """2022's mesh repr, `Mesh(device_ids=array([[0, 1], [2, 3]]), axis_names=('x', 'y'))`
+    (numpy's repr of the id array, over several lines when it has two dimensions or more,
+    inside a pjit's or xmap's `resource_env=ResourceEnv(...)`): the axis sizes are the
+    array's shape.  None for any other text (an empty `Mesh(device_ids=[], ...)` reads as
+    a mesh without axes)."""
+    m = _DEVICE_IDS.search(text)
+    if m is None:
+        return None
+    parsed = _int_array(text, m.end())
+    names_at = text.find("axis_names=", m.end())
+    if parsed is None or names_at < 0:
+        return None
+    (shape, ids), names_text = parsed, _head(text[names_at:])
+    names = tuple(re.findall(r"'([^']*)'", names_text))
+    if len(names) != len(shape) or (not names and ids):
+        return None
+    return MeshText(names, shape, ("Auto",) * len(names), bool(names), ids)
+
+
+_INT = re.compile(r"\s*(\d+)")
+
+
+def _int_array(text: str, start: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """The nested list of integers at `text[start]` (`[[0, 1], [2, 3]]`): its shape and its
+    elements in order; None when it is not a rectangular one."""
+    pos = start
+
+    def skip():
+        nonlocal pos
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+
+    def value():
+        nonlocal pos
+        skip()
+        if text[pos] != "[":
+            m = _INT.match(text, pos)
+            if m is None:
+                raise ValueError(pos)
+            pos = m.end()
+            return int(m.group(1))
+        pos += 1
+        items: list = []
+        skip()
+        while text[pos] != "]":
+            items.append(value())
+            skip()
+            if text[pos] == ",":
+                pos += 1
+                skip()
+            elif text[pos] != "]":
+                raise ValueError(pos)
+        pos += 1
+        return items
+
+    try:
+        nested = value()
+    except (ValueError, IndexError):
+        return None
+    shape: list[int] = []
+    x = nested
+    while isinstance(x, list):
+        shape.append(len(x))
+        x = x[0] if x else None
+    ids: list[int] = []
+
+    def flat(v, d: int) -> bool:
+        if d == len(shape):
+            ids.append(v)
+            return isinstance(v, int)
+        return isinstance(v, list) and len(v) == shape[d] and all(flat(w, d + 1) for w in v)
+
+    if not flat(nested, 0):
+        return None
+    return (tuple(shape) if ids else ()), tuple(ids)
 
 
 def _head(text: str) -> str:
@@ -199,13 +295,65 @@ def read_sharding(v) -> ShardingText | None:
     return ShardingText(read_mesh(text), spec)
 
 
+class OpShardingText(Frozen):
+    """2022's `OpShardingSharding({devices=[4,1,2]0,1,2,3,4,5,6,7 last_tile_dim_replicate})`
+    or `OpShardingSharding({replicated})`: the tile counts per dim (with the replication
+    count last when `last_tile_dim_replicate`) and the device ids tile by tile."""
+
+    __slots__ = ("tiles", "devices", "replicate_last")
+    tiles: tuple[int, ...]
+    devices: tuple[int, ...]
+    replicate_last: bool
+
+    def __init__(
+        self, tiles: tuple[int, ...], devices: tuple[int, ...], replicate_last: bool = False
+    ) -> None:
+        set_field(self, "tiles", tiles)
+        set_field(self, "devices", devices)
+        set_field(self, "replicate_last", replicate_last)
+
+    @property
+    def replicated(self) -> bool:
+        return not self.tiles
+
+
+_OP_SHARDING = re.compile(
+    r"OpShardingSharding\(\{(?:(replicated)|devices=\[([\d,]+)\]([\d,]+)"
+    r"( last_tile_dim_replicate)?)\}\)"
+)
+
+
+def read_op_sharding(v) -> OpShardingText | None:
+    """An `OpShardingSharding(...)` value, or None for any other text (and for the forms
+    not read: maximal, manual, iota tile assignments)."""
+    m = _OP_SHARDING.fullmatch(str(v).strip())
+    if m is None:
+        return None
+    if m.group(1):
+        return OpShardingText((), ())
+    tiles = tuple(int(t) for t in m.group(2).split(","))
+    devices = tuple(int(d) for d in m.group(3).split(","))
+    n = 1
+    for t in tiles:
+        n *= t
+    if n != len(devices) or len(set(devices)) != n:
+        return None
+    return OpShardingText(tiles, devices, bool(m.group(4)))
+
+
 def with_batch_dim(v, d: int | None):
     """A jit's `NamedSharding` entry for an operand or result that gained a batch dimension
     at `d` (JAX's `_pjit_batcher_for_sharding`): the spec gets None there, so the mesh axes
-    stay on the dimensions they sharded.  Other entries (unspecified) are kept."""
+    stay on the dimensions they sharded; a bare `P(...)` (a reshape's `sharding` the tool
+    wrote) likewise.  Other entries (unspecified) are kept."""
     if d is None:
         return v
     text = str(v).strip()
+    bare = read_spec(text)
+    if bare is not None and d <= len(bare.entries):
+        entries = list(bare.entries)
+        entries.insert(d, None)
+        return SpecText(tuple(entries), bare.cls, bare.extra).as_param()
     sh = read_sharding(text)
     if sh is None or d >= len(sh.spec.entries):
         return v
@@ -313,3 +461,131 @@ def sharding_like(v, spec: SpecText) -> Opaque:
 def full_type_spec(t) -> SpecText:
     """The spec of type `t`, one entry per dim (`f32[4,3]` -> P(None, None))."""
     return SpecText(tuple(dim_axes(d)[1] or None for d in t.shape))
+
+
+# ---------------------------------------------------------------- the mesh axis sizes a text prints
+
+_MESH_AT = re.compile(r"(?:Abstract)?Mesh\(|mesh=\{")
+
+
+def meshes_in(v) -> list[MeshText]:
+    """The complete meshes a parameter value prints: a jit's `ctx_mesh=Mesh('x': 2, ...)`, a
+    shard_map's `mesh=`, the `AbstractMesh('x': 2, ...)` of a `NamedSharding(mesh=...)`
+    (0.4's `NamedSharding(mesh={'x': 2}, ...)`), 2022's `Mesh(device_ids=array(...),
+    axis_names=...)`, in tuples and lists too."""
+    if isinstance(v, (tuple, list)):
+        return [m for x in v for m in meshes_in(x)]
+    if not isinstance(v, (Opaque, str)):
+        return []
+    text = str(v)
+    found = []
+    for at in _MESH_AT.finditer(text):
+        start = at.start() if at.group().endswith("(") else at.start() + len("mesh=")
+        m = read_mesh(text[start:]) if text[start] != "{" else _dict_mesh(text[start:])
+        if m.complete:
+            found.append(m)
+    return found
+
+
+def _dict_mesh(text: str) -> MeshText:
+    """`{'x': 2, 'y': 4}` (0.4's NamedSharding repr prints the mesh as its shape dict)."""
+    body = text[: text.find("}") + 1]
+    axes = _AXIS.findall(body)
+    names = tuple(a for a, _ in axes)
+    return MeshText(names, tuple(int(s) for _, s in axes), ("Auto",) * len(names), bool(names))
+
+
+def printed_axis_sizes(jaxpr) -> dict[str, int | None]:
+    """Mesh axis name -> size, over every mesh the program's parameters print (None for an
+    axis that two meshes give different sizes)."""
+    from .core import all_eqns  # noqa: PLC0415
+
+    sizes: dict[str, int | None] = {}
+    for e in all_eqns(jaxpr):
+        for v in e.params.values():
+            for m in meshes_in(v):
+                for name, size in zip(m.names, m.sizes):
+                    sizes[name] = size if sizes.get(name, size) == size else None
+    return sizes
+
+
+#: the mesh axis sizes of the program being transformed (`axis_sizes_of`), and the same
+#: as a sorted tuple (a key of the shape rules' memo: results may depend on them)
+_AXIS_SIZES: contextvars.ContextVar[dict[str, int | None] | None] = contextvars.ContextVar(
+    "axis_sizes", default=None
+)
+_AXIS_SIZES_KEY: contextvars.ContextVar[tuple] = contextvars.ContextVar(
+    "axis_sizes_key", default=()
+)
+
+
+def axis_sizes_key() -> tuple:
+    """The mesh axis sizes in force, hashable (empty outside `axis_sizes_of`)."""
+    return _AXIS_SIZES_KEY.get()
+
+
+@contextlib.contextmanager
+def axis_sizes_of(jaxpr, given: dict[str, int] | None = None):
+    """Within the block, `axis_size` answers with the sizes `jaxpr` prints (none for None),
+    and `given` (the command line's `--mesh`), for the rules whose results' shardings depend
+    on them (a reshape that splits or merges a sharded dim)."""
+    sizes = dict(printed_axis_sizes(jaxpr)) if jaxpr is not None else {}
+    for name, size in (given or {}).items():
+        if sizes.get(name, size) != size:
+            raise JaxprError(
+                f"--mesh gives mesh axis '{name}' size {size}, but the program's mesh gives "
+                f"it size {sizes[name]}"
+            )
+        sizes[name] = size
+    token = _AXIS_SIZES.set(sizes)
+    key_token = _AXIS_SIZES_KEY.set(tuple(sorted(sizes.items(), key=lambda kv: kv[0])))
+    try:
+        yield sizes
+    finally:
+        _AXIS_SIZES_KEY.reset(key_token)
+        _AXIS_SIZES.reset(token)
+
+
+class AxisSizeUnknown(Exception):
+    """A rule needed the size of mesh axis `name`, which neither the text nor --mesh gives."""
+
+    def __init__(self, name: str, conflicting: bool):
+        super().__init__(name)
+        self.name, self.conflicting = name, conflicting
+
+    def advice(self) -> str:
+        if self.conflicting:
+            return f"the program's meshes give mesh axis '{self.name}' different sizes"
+        return (
+            f"the size of mesh axis '{self.name}' is not printed in the text (JAX prints it "
+            "in a jit's ctx_mesh, a shard_map's mesh or a NamedSharding): give it with "
+            f"--mesh {self.name}=SIZE"
+        )
+
+
+def axis_size(name: str) -> int:
+    """The size of mesh axis `name` in the program being transformed (AxisSizeUnknown)."""
+    sizes = _AXIS_SIZES.get() or {}
+    size = sizes.get(name)
+    if size is None:
+        raise AxisSizeUnknown(name, name in sizes)
+    return size
+
+
+def parse_mesh_option(text: str) -> dict[str, int]:
+    """`x=4,y=2` -> {'x': 4, 'y': 2} (JaxprError on bad syntax)."""
+    out: dict[str, int] = {}
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        name, eq, val = part.partition("=")
+        name, val = name.strip(), val.strip()
+        if not eq or not name.isidentifier() or not val.isdigit() or int(val) < 1:
+            raise JaxprError(f"bad --mesh '{text}': expected NAME=SIZE,... e.g. --mesh x=4,y=2")
+        if name in out:
+            raise JaxprError(f"bad --mesh '{text}': axis '{name}' given twice")
+        out[name] = int(val)
+    if not out:
+        raise JaxprError(f"bad --mesh '{text}': expected NAME=SIZE,... e.g. --mesh x=4,y=2")
+    return out

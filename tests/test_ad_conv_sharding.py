@@ -7,6 +7,8 @@ prints and, run on the same mesh, jax.grad's / jax.jvp's / jax.vjp's numbers."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -256,22 +258,58 @@ def test_transpose_passes_the_dot_product_test(tmp_path, linear):
     assert abs(lhs - rhs) <= 1e-4 * max(1.0, abs(lhs)), (lhs, rhs)
 
 
-def test_reshape_merging_a_sharded_dim_refuses_as_jax_does(tmp_path):
-    """batch groups over a sharded batch dim: the lhs transpose merges the feature dim into
-    the `@y` batch dim, which JAX refuses too (it asks for a reshape `out_sharding`)."""
+@pytest.mark.parametrize("jit", [False, True], ids=["top", "jit"])
+def test_reshape_merging_a_sharded_dim_refuses_as_jax_does(tmp_path, jit):
+    """batch groups over a sharded batch dim: the lhs transpose merges the feature groups
+    into the `@y` batch dim in one reshape with `dimensions` (JAX's `_reshape_axis_into`),
+    which JAX's reshape sharding rule refuses; the tool refuses the same reshape, of the
+    operand type JAX names (with the mesh sizes printed, under jit, as well)."""
     f, mesh = batch_groups, MESH_XY
     with jax.set_mesh(mesh):
         x, w = rnd(mesh, 14, (4, 2, 8, 4), P("y", None, "x")), rnd(mesh, 15, (4, 2, 3, 1))
-        text = str(jax.make_jaxpr(f)(x, w))
-        with pytest.raises(Exception, match="reshape is not supported"):
+        text = str(jax.make_jaxpr(jax.jit(f) if jit else f)(x, w))
+        with pytest.raises(Exception, match="reshape is not supported") as ei:
             jax.grad(f)(x, w)
+    m = re.search(r"operand type: float32(\[[^\]]*\]), new sizes: (\([^)]*\))", str(ei.value))
     src = tmp_path / "b.jaxpr"
     src.write_text(text)
     out = tmp_path / "b.grad.jaxpr"
     r = run(["grad", str(src), "-o", str(out)])
     assert r.exit_code == 1 and not out.exists()
     assert f"{src}:" in r.output and "Traceback" not in r.output
-    assert "error: while differentiating: reshape: the sharding of f32[2,2@y,2,8@x,4]" in r.output
+    assert (
+        f"error: while differentiating: reshape: the sharding of f32{m[1]} reshaped to {m[2]} "
+        "is one JAX's reshape sharding rule refuses"
+    ) in r.output
+
+
+def test_grad_of_feature_groups_over_a_sharded_batch_on_four_devices(tmp_path):
+    """Feature groups with the batch over x=4, under jit (the text prints ctx_mesh): the
+    kernel's reshapes split and merge unsharded dims; types and numbers are jax.grad's."""
+    mesh = explicit_mesh((4,), ("x",))
+    with jax.set_mesh(mesh):
+        x, w = rnd(mesh, 50, (8, 4, 8, 4), P("x")), rnd(mesh, 51, (4, 2, 3, 1))
+        g = jax.jit(feature_groups)
+        text = str(jax.make_jaxpr(g)(x, w))
+        jax_text = str(jax.make_jaxpr(jax.grad(g, (0, 1)))(x, w))
+        want = jax.grad(g, (0, 1))(x, w)
+        exact = truth(mesh, jax.grad(feature_groups, (0, 1)), [x, w])
+    program = transform(tmp_path, "grad", text, "--argnums", "0,1")
+    assert (
+        outvar_types(program.read_text())
+        == outvar_types(jax_text)
+        == ["f32[8@x,4,8,4]", "f32[4,2,3,1]"]
+    )
+    files = []
+    for i, a in enumerate([x, w]):
+        np.save(tmp_path / f"arg{i}.npy", np.asarray(a))
+        files += ["--arg", str(tmp_path / f"arg{i}.npy")]
+    r = run(["run", str(program), *files, "-o", str(tmp_path / "out.npz")])  # ctx_mesh's
+    assert r.exit_code == 0, r.output
+    got = np.load(tmp_path / "out.npz")
+    for i, (w_, e) in enumerate(zip(want, exact)):
+        close(got[f"out{i}"], w_)
+        close(got[f"out{i}"], e)
 
 
 def test_sharded_kernel_without_out_sharding_is_refused(tmp_path):

@@ -163,4 +163,4 @@ def test_symbolic_dim_still_refused(tmp_path):
     src.write_text("{ lambda ; a:f32[b@x]. let c:f32[b@x] = sin a in (c,) }\n")
     r = run(["grad", str(src)])
     assert r.exit_code == 1
-    assert "need static shapes; input type f32[b@x] has a symbolic dimension" in r.output
+    assert "input type f32[b@x] has a dimension both symbolic and on mesh axes" in r.output

@@ -117,6 +117,72 @@ def test_repeated_equations_are_each_checked(tmp_path):
     assert errs[0].split(": error: ")[1] == errs[1].split(": error: ")[1]
 
 
+def test_equation_keys_tell_parameter_values_apart():
+    # the checker skips an equation whose key passed: the key of a parameter value must be
+    # equal only for values of the same types and contents (dimension numbers with lists
+    # inside are keyed by their marshal bytes, an np.dtype by its name, remembered)
+    import numpy as np
+
+    from jaxprtool.lazy import DTypeName
+    from jaxprtool.shapes import equation_key
+
+    t = [ShapedArray((3,), "f32")]
+
+    def key(v):
+        return equation_key("p", t, {"v": v}, t)
+
+    variants = [
+        (([1], [0]), ([], [])),
+        (([1], [1]), ([], [])),
+        (((1,), [0]), ([], [])),
+        (([True], [0]), ([], [])),
+        (([1.0], [0]), ([], [])),
+        (([1], [0]), ([],)),
+        ([[1], [0]], [[], []]),
+        ((1, 0), ()),
+        ((1, 0), []),
+        ((1, (0,)), ()),
+        ((2**70,), ()),
+        ((-1,), ()),
+        (([np.int32(1)], [0]), ([], [])),
+    ]
+    keys = [key(v) for v in variants]
+    assert len(set(keys)) == len(keys)
+    copies = [key((([1], [0]), ([], []))), key(((1, 0), ())), key(((1, (0,)), ()))]
+    assert copies == [keys[0], keys[7], keys[9]]  # equal values, other objects
+    f32, i32 = np.dtype("float32"), np.dtype("int32")
+    assert key(f32) == key(np.dtype("float32")) == key(DTypeName("float32")) != key(i32)
+    assert key(f32) == key(f32) and key(i32) != key(np.dtype(">i4")) != key(i32)
+
+
+def test_repeated_dot_generals_differing_in_a_parameter_are_each_checked():
+    # a dot_general after one that passed, the same but for its contraction or its
+    # preferred dtype, is checked (np.dtype parameters: not the `check` command's names)
+    def dot(out, contract, dtype):
+        return (
+            f"    {out}:f32[4,4] = dot_general[\n"
+            f"      dimension_numbers=(([{contract}], [0]), ([], []))\n"
+            f"      preferred_element_type={dtype}\n"
+            "    ] a a\n"
+        )
+
+    text = (
+        "{ lambda ; a:f32[4,4]. let\n"
+        + dot("b", 1, "float32")
+        + dot("c", 1, "float32")
+        + dot("d", 2, "float32")
+        + dot("e", 1, "int32")
+        + dot("f", 1, "float32")
+        + "  in (b, c, d, e, f) }\n"
+    )
+    found = errors(check(parse(text).jaxpr))
+    assert [(d.loc.line, d.message.split(":")[0]) for d in found] == [
+        (10, "dot_general"),
+        (14, "dot_general"),
+    ]
+    assert "int32" in found[1].message or "i32" in found[1].message
+
+
 def test_dtype_mismatch_of_operands(tmp_path):
     first, p = _first_error(
         tmp_path, "{ lambda ; a:f32[3] b:i32[3]. let\n    c:f32[3] = add a b\n  in (c,) }\n"

@@ -171,6 +171,35 @@ def test_what_equinox_refuses_the_tool_refuses():
 
 
 @needs_eqx
+def test_nonbatchable_constant_across_batch_checks_as_equinox_with_nan(capsys):
+    """`allow_constant_across_batch`: the first example of a constant batch, and, as under
+    EQX_ON_ERROR=nan, NaN (the integer maximum) for a nonconstant one, against jax.vmap."""
+    _equinox()
+    from equinox.internal._nontraceable import nonbatchable
+
+    def scaled(x):
+        return nonbatchable(x, allow_constant_across_batch=True) * 2.0
+
+    def shifted(i):
+        return nonbatchable(i, allow_constant_across_batch=True) + 1
+
+    ints = np.arange(3, dtype=np.int32)
+    cases = [
+        (scaled, X3, np.stack([X3] * 5)),
+        (scaled, X3, vec((5, 3), 42)),
+        (shifted, ints, np.stack([ints] * 5)),
+        (shifted, ints, np.arange(15, dtype=np.int32).reshape(5, 3)),
+    ]
+    for f, x, xb in cases:
+        (got,) = backend.evaluate(vmap_jaxpr(ir(f, x), [0], 0, 5), [xb])
+        want = np.asarray(jax.vmap(f)(xb))
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    assert np.isnan(want_nan := np.asarray(jax.vmap(scaled)(vec((5, 3), 42)))).all(), want_nan
+    assert "EQX_ON_ERROR=nan" in capsys.readouterr().err
+
+
+@needs_eqx
 def test_select_if_vmap_linear_part_passes_the_dot_product_test():
     select = _prims()[0]
     j = ir(select, X3, Y3)

@@ -225,6 +225,26 @@ def test_json_keys_and_text(tmp_path):
     assert "^ peak (step 1)" in text.output
 
 
+@pytest.mark.parametrize("steps", [0, 1, 3])
+def test_json_is_what_json_dumps_writes(tmp_path, steps):
+    # --json joins the timeline itself (json's indenting encoder is slow for 1M steps):
+    # the text is byte for byte json.dumps(report, indent=1)
+    from jaxprtool.ui import memory as ui
+
+    eqns = "".join(f"    {chr(99 + i)}:f32[4] = sin {chr(98 + i)}\n" for i in range(steps))
+    text = "{ lambda ; a:f32[4] b:f32[4]. let\n" + eqns + f"  in ({chr(98 + steps)},) }}\n"
+    p = tmp_path / "s.jaxpr"
+    p.write_text(text)
+    r = cli("memory", str(p), "--json", "--no-xla", "--of", "vjp")
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.output)
+    assert len(report["timeline"]) == report["steps"] and report["residuals"] is not None
+    assert r.output == json.dumps(report, indent=1) + "\n"
+    assert ui.to_json(report) == json.dumps(report, indent=1)
+    reordered = {"timeline": report["timeline"], **report}
+    assert ui.to_json(reordered) == json.dumps(reordered, indent=1)
+
+
 def test_plot_svg_valid_and_deterministic(tmp_path):
     p = tmp_path / "s.jaxpr"
     p.write_text(SIMPLE)

@@ -110,8 +110,8 @@ INFER = _Dest("infer")
 
 
 class _Ctx:
-    def __init__(self, size: int, name: str | None = None, style: object | None = None):
-        self.size = size
+    def __init__(self, size: int | str, name: str | None = None, style: object | None = None):
+        self.size = size  # a symbolic size (`3*b`) as types hold it: a Jacobian's basis
         self.name = name  # the batch axis's name, for the collectives (--axis-name)
         self.style = style  # text.style.Style of emitted scans (fallback); None: 0.12
         self.warned: set = set()
@@ -129,8 +129,9 @@ def _ctx() -> _Ctx:
     return c
 
 
-def axis_size() -> int:
-    """The size of the batch axis being added."""
+def axis_size() -> int | str:
+    """The size of the batch axis being added: an int, or a symbolic size as types hold
+    it (`'3*b'`; a rule that puts it in a parameter passes it through `ops.sdims`)."""
     return _ctx().size
 
 
@@ -150,8 +151,23 @@ def _names_batch_axis(eqn: Eqn, name: str | None) -> bool:
     return any(_names_batch_axis(e, name) for j in eqn_subjaxprs(eqn) for e in j.eqns)
 
 
+class _SymbolicSize(str):
+    """A symbolic batch size (`3*b`) as types hold it, which refuses Python's `*` with an
+    integer: a rule computing `2 * size` would repeat the text (`'3*b3*b'`); the TypeError
+    is the located refusal of a rule that computes with sizes as integers instead."""
+
+    __slots__ = ()
+
+    def __mul__(self, other):
+        raise TypeError(f"the symbolic batch size {self} multiplied as a string")
+
+    __rmul__ = __mul__
+
+
 @contextlib.contextmanager
-def _context(size: int, style=None, name: str | None = None):
+def _context(size: int | str, style=None, name: str | None = None):
+    if isinstance(size, str) and not isinstance(size, _SymbolicSize):
+        size = _SymbolicSize(size)
     outer = _CTX.get()
     if name is None and outer is not None and outer.size == size:
         name = outer.name
@@ -180,6 +196,26 @@ class BatchBuilder(B.Builder):
             except shapes.ShapeError as e:
                 raise JaxprError(f"while batching: {prim}: {e}", self.loc) from None
         return super().bind(prim, inputs, params, out_types)
+
+    def add_eqn(self, eqn: Eqn) -> None:
+        _no_quoted_size(eqn.prim, eqn.params, eqn.loc)
+        super().add_eqn(eqn)
+
+
+def _no_quoted_size(prim: str, params: dict, loc) -> None:
+    """A symbolic batch size a rule put in a parameter as a plain string would print quoted
+    (`slice_sizes=('3*b', 1)`), which no JAX reads back: an internal error naming the rule's
+    primitive, never a program that does not print as JAX prints it."""
+    c = _CTX.get()
+    if c is None or isinstance(c.size, int):
+        return
+    for key, value in params.items():
+        if isinstance(value, tuple) and any(type(v) is str and v == c.size for v in value):
+            raise JaxprError(
+                f"internal error: batching '{prim}' over the symbolic size {c.size} wrote it "
+                f"into '{key}' as text (the rule should pass it through ops.sdims)",
+                loc,
+            )
 
 
 def current_eqn() -> Eqn | None:
@@ -384,7 +420,7 @@ def _check_results(eqn: Eqn, outs, dims, rule=None) -> None:
         if not isinstance(want, ShapedArray) or not isinstance(got, ShapedArray):
             continue
         shape = tuple(got.shape)  # without the batch axis (as `unbatched_type`)
-        ok = d is None or (0 <= d < len(shape) and shape[d] == size)
+        ok = d is None or (0 <= d < len(shape) and _same_size(x, d, size))
         if ok:
             if d is not None:
                 shape = shape[:d] + shape[d + 1 :]
@@ -398,6 +434,22 @@ def _check_results(eqn: Eqn, outs, dims, rule=None) -> None:
                 f"with batch dimension {d} for a result of type {want}",
                 eqn.loc,
             )
+
+
+def _same_size(x, d: int, size) -> bool:
+    """Whether the rule's result `x` has the batch size at axis `d`.  A symbolic batch size
+    (a Jacobian's basis) the rule recomputed in another form (`3*b - 1 + 1`) that cannot be
+    told apart is taken in the context's form, as `_same_shape` does for the other axes."""
+    got = x.type.shape[d]
+    if got == size:
+        return True
+    if isinstance(size, int) or not shapes.util.dim_may_equal(got, size):
+        return False
+    if isinstance(x, Var):
+        full = list(x.type.shape)
+        full[d] = size
+        x.type = x.type.update(shape=full)
+    return True
 
 
 def _same_shape(x, d, got: tuple, want: tuple) -> bool:
@@ -800,6 +852,7 @@ def loop_fallback(
     from ..text.style import DEFAULT_STYLE
 
     style = c.style if c.style is not None else DEFAULT_STYLE
-    params = style.scan_params(jaxpr=body, length=size, num_consts=len(consts), num_carry=0)
+    length = ops.sdims((size,))[0]  # a symbolic size (a Jacobian's basis) prints bare
+    params = style.scan_params(jaxpr=body, length=length, num_consts=len(consts), num_carry=0)
     res = ops.emit_scan(consts + xs, params, [batched_type(o.type, 0, size) for o in outs])
     return res, [0] * len(res)

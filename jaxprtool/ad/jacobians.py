@@ -15,7 +15,6 @@ batched program inline, and the unravelling (split, reshape).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 from ..core import (
@@ -30,6 +29,8 @@ from ..core import (
 )
 from ..core import long_dtype_name as _long
 from ..lazy import np
+from ..shapes.util import dim_add, prod
+from ..shardings import SpecText, sharded_size, type_spec
 from . import builder as B
 from . import ops
 from .batching import emit_vmapped
@@ -53,17 +54,27 @@ def _argnums(jaxpr: Jaxpr, argnums) -> list[int]:
     return out
 
 
-def _size(t: ShapedArray) -> int:
-    """The number of elements of `t`: the standard basis's rows.  A symbolic dimension is
-    refused (the basis would be a vmap of symbolic size, which the tool does not build)."""
-    if not all(isinstance(d, int) for d in t.shape):
-        raise ProgramError(
-            f"the Jacobian's basis has one row per element, and {t} has a symbolic dimension "
-            "(the tool batches over static sizes only): give the dimension a size, or use "
-            "jvp / vjp / grad, which take symbolic dimensions",
-            "inputs",
-        )
-    return math.prod(t.shape)
+def _basis_size(types) -> int | str:
+    """The number of rows of the standard basis over `types`: their element counts, summed.
+    A symbolic dimension makes it a symbolic size (`3*b`), as JAX's `_std_basis` builds an
+    identity of that size and vmaps over it."""
+    n = 0
+    for t in types:
+        n = dim_add(n, prod(_global(t.shape)))  # a sharded dim: its global size
+    return n
+
+
+def _global(shape) -> tuple:
+    return tuple(map(sharded_size, shape))
+
+
+def _basis_like(part, t):
+    """A basis part (N rows of `t`'s shape) as tangents of `t`: its dtype, and its sharding
+    when `t` is explicitly sharded (the rows unsharded), as JAX converts the basis to the
+    tangent type (a `convert_element_type` whose `sharding` the binder type implies)."""
+    spec = type_spec(t)
+    sharding = SpecText((None, *spec.entries)) if spec is not None else None
+    return ops.convert_element_type(part, t.dtype, sharding=sharding)
 
 
 def _eye_parts(n: int, dtype: str, shapes, axis: int):
@@ -75,19 +86,21 @@ def _eye_parts(n: int, dtype: str, shapes, axis: int):
     return _split(eye, shapes, axis)
 
 
-def _split(x, shapes, axis: int, lead=None, trail=None):
+def _split(x, shapes, axis: int, outer=None):
     """Split axis `axis` of `x` into consecutive parts of the given shapes' sizes, each
-    reshaped to `x.shape[:axis] + shape + x.shape[axis+1:]`."""
-    sizes = [math.prod(s) for s in shapes]
-    xs = list(x.type.shape)
+    reshaped to `outer[:axis] + shape + outer[axis:]` (`outer`: `x`'s other axes, default
+    as its type holds them; the Jacobians give the program's own types, so that a size a
+    rule wrote in another form (`b - mod(- 1, b) + mod(- 1, b)`) reads as JAX's `b`).
+    Sharded dims count at their global sizes (the reshapes' sharding rule gives the axes)."""
+    shapes = [_global(s) for s in shapes]
+    sizes = [prod(s) for s in shapes]
+    xs = list(_global(x.type.shape))
+    outer = xs[:axis] + xs[axis + 1 :] if outer is None else list(_global(outer))
     if len(sizes) == 1:
         parts = [x]
     else:
         parts = ops.split(x, sizes, axis)
-    return [
-        ops.reshape(p, tuple(xs[:axis]) + tuple(s) + tuple(xs[axis + 1 :]))
-        for p, s in zip(parts, shapes)
-    ]
+    return [ops.reshape(p, (*outer[:axis], *s, *outer[axis:])) for p, s in zip(parts, shapes)]
 
 
 def _result_dtype(types) -> str:
@@ -143,7 +156,7 @@ def jacfwd(jaxpr: Jaxpr, argnums=0, style=None) -> Jaxpr:
     tan = jv.replace(outvars=jv.outvars[n_out:])
     tan = tan.replace(eqns=B.dce_eqns(list(tan.eqns), tan.outvars))
     in_types = [jaxpr.invars[i].type for i in args]
-    N = sum(_size(t) for t in in_types)
+    N = _basis_size(in_types)
     in_axes = [None] * n_in + [0] * len(args)
     order = sorted(args)  # the tangent inputs come in input order
 
@@ -152,7 +165,7 @@ def jacfwd(jaxpr: Jaxpr, argnums=0, style=None) -> Jaxpr:
     def body(xs, consts):
         dtype = _short(_result_dtype(in_types))
         basis = _eye_parts(N, dtype, [tuple(t.shape) for t in in_types], 1)
-        basis = [ops.convert_element_type(p, t.dtype) for p, t in zip(basis, in_types)]
+        basis = [_basis_like(p, t) for p, t in zip(basis, in_types)]
         by_arg = dict(zip(args, basis))
         tangents = [by_arg[i] for i in order]
         touts = iter(emit_vmapped(tan, list(xs) + tangents, in_axes, -1, N, consts, style))
@@ -163,7 +176,7 @@ def jacfwd(jaxpr: Jaxpr, argnums=0, style=None) -> Jaxpr:
                     res.append(ops.full(y.type.update(shape=(*y.type.shape, *t.shape)), 0))
                 continue
             jt = next(touts)  # y.shape + (N,)
-            parts = _split(jt, [tuple(t.shape) for t in in_types], y.type.ndim)
+            parts = _split(jt, [tuple(t.shape) for t in in_types], y.type.ndim, y.type.shape)
             res.extend(ops.convert_element_type(p, y.type.dtype) for p in parts)
         return res
 
@@ -204,7 +217,7 @@ def jacrev(jaxpr: Jaxpr, argnums=0, style=None) -> Jaxpr:
     cts = vj.replace(outvars=vj.outvars[n_out:])
     cts = cts.replace(eqns=B.dce_eqns(list(cts.eqns), cts.outvars))
     out_types = [y.type for y in jaxpr.outvars]
-    N = sum(_size(t) for t in out_types)
+    N = _basis_size(out_types)
     in_axes = [None] * n_in + [0] * n_out
     order = sorted(args)
 
@@ -213,12 +226,12 @@ def jacrev(jaxpr: Jaxpr, argnums=0, style=None) -> Jaxpr:
     def body(xs, consts):
         dtype = _short(_result_dtype(out_types))
         basis = _eye_parts(N, dtype, [tuple(t.shape) for t in out_types], 1)
-        basis = [ops.convert_element_type(p, t.dtype) for p, t in zip(basis, out_types)]
+        basis = [_basis_like(p, t) for p, t in zip(basis, out_types)]
         ct_x = dict(zip(order, emit_vmapped(cts, list(xs) + basis, in_axes, 0, N, consts, style)))
         per_arg = {}
         for i in args:
             t = jaxpr.invars[i].type
-            parts = _split(ct_x[i], [tuple(o.shape) for o in out_types], 0)
+            parts = _split(ct_x[i], [tuple(o.shape) for o in out_types], 0, t.shape)
             per_arg[i] = [ops.convert_element_type(p, t.dtype) for p in parts]
         return [per_arg[i][j] for j in range(n_out) for i in args]
 

@@ -17,7 +17,6 @@ from ..core import (
     JaxprError,
     Literal,
     ProgramError,
-    RefType,
     ShapedArray,
     Var,
     gc_paused,
@@ -150,40 +149,27 @@ def _inst_list(instantiate, n):
     return list(instantiate)
 
 
-def tangent_mask(jaxpr: Jaxpr, nonzeros: Sequence[bool], refs: bool) -> list[bool]:
-    """Which inputs of a body get a tangent: float/complex ones `nonzeros` marks, and with
-    `refs` the Refs it marks (their tangents are Refs).  A caller that does not carry tangent
-    Refs through its body (a shard_map, a custom rule) given a differentiated Ref is refused
-    where it happens, never dropped."""
-    if not refs:
-        for v, nz in zip(jaxpr.invars, nonzeros):
-            if nz and isinstance(v.type, RefType):
-                raise JaxprError(
-                    "differentiating a Ref passed into this equation's body is not supported "
-                    "yet (the tool carries tangent and cotangent Refs through calls, scans, "
-                    "conds and while loops; JAX goes through): move the Ref's reads and writes "
-                    "out of the body",
-                    B.current_loc(),
-                )
-    has_tangent = carries_tangent if refs else is_inexact
-    return [bool(nz) and has_tangent(v.type) for nz, v in zip(nonzeros, jaxpr.invars)]
+def tangent_mask(jaxpr: Jaxpr, nonzeros: Sequence[bool]) -> list[bool]:
+    """Which inputs of a body get a tangent: the float/complex ones `nonzeros` marks and the
+    Refs it marks (their tangents are Refs).  Every body rule passes a differentiated Ref's
+    tangent Ref into its body and keeps the differentiated equation even when no tangent
+    comes out of it (`zeros.writes_tangent_ref`): the body's derivative writes into it."""
+    return [bool(nz) and carries_tangent(v.type) for nz, v in zip(nonzeros, jaxpr.invars)]
 
 
 def jvp_masked(
     jaxpr: Jaxpr,
     nonzeros: Sequence[bool],
     instantiate: bool | Sequence[bool] = True,
-    refs: bool = False,
 ):
-    """JAX's `jvp_jaxpr(jaxpr, nonzeros, instantiate)`.  With `refs`, a Ref input gets a
-    tangent Ref when `nonzeros` says so (for a caller that keeps the body's effects on it even
-    when no tangent comes out); otherwise only float/complex inputs have tangents.
+    """JAX's `jvp_jaxpr(jaxpr, nonzeros, instantiate)`; a Ref input gets a tangent Ref when
+    `nonzeros` says so (see `tangent_mask`).
 
     Returns `(jvp_jaxpr, out_nonzeros)`: inputs are the primals then one tangent per input with
     `nonzeros[i]`; outputs are the primal outputs then one tangent per output with
     `out_nonzeros[j]` (an output is nonzero when its tangent is not symbolically zero or when
     `instantiate[j]`; int/bool outputs never have tangents)."""
-    nonzeros = tangent_mask(jaxpr, nonzeros, refs)
+    nonzeros = tangent_mask(jaxpr, nonzeros)
     inst = _inst_list(instantiate, len(jaxpr.outvars))
     b = B.Builder()
     consts = [B.fresh_like(v) for v in jaxpr.constvars]

@@ -21,8 +21,8 @@ from .zeros import Zero, is_zero, tangent_type
 LINEAR_NAME = "linear"
 
 
-def _split(jaxpr: Jaxpr, nonzeros: Sequence[bool], instantiate, refs: bool = False):
-    nonzeros = tangent_mask(jaxpr, nonzeros, refs)
+def _split(jaxpr: Jaxpr, nonzeros: Sequence[bool], instantiate):
+    nonzeros = tangent_mask(jaxpr, nonzeros)
     inst = _inst_list(instantiate, len(jaxpr.outvars))
     b = B.Builder(split=True)
     consts = [B.fresh_like(v) for v in jaxpr.constvars]
@@ -110,16 +110,15 @@ def linearize_masked(
     jaxpr: Jaxpr,
     nonzeros: Sequence[bool],
     instantiate: bool | Sequence[bool] = True,
-    refs: bool = False,
 ):
-    """For nested use (call and control-flow rules): no forwarding.  With `refs`, a Ref input
-    gets a tangent Ref when `nonzeros` says so (see `jvp_masked`).
+    """For nested use (call and control-flow rules): no forwarding.  A Ref input gets a
+    tangent Ref when `nonzeros` says so (see `jvp.tangent_mask`).
 
     Returns `(primal_jaxpr, linear_jaxpr, out_nonzeros, num_res)`: `primal_jaxpr` maps the primal
     inputs to `(outs..., residuals...)`; `linear_jaxpr` maps `(residuals..., tangents...)` (one
     tangent per `nonzeros[i]`) to one tangent per `out_nonzeros[j]`."""
     consts, primals, outs, peqns, residuals, tan_in, teqns, touts, _, out_nz = _split(
-        jaxpr, nonzeros, instantiate, refs
+        jaxpr, nonzeros, instantiate
     )
     primal = B.make_jaxpr(primals, peqns, list(outs) + residuals, consts)
     linear = _linear_jaxpr(residuals, tan_in, teqns, touts)

@@ -23,8 +23,9 @@ from ..core import (
 from ..lazy import np
 from ..params import EnumValue, Record, SymExpr
 from ..record import prim as record_of
+from ..shapes import ShapeError, infer_types
 from ..shapes.util import varying_axes
-from ..shardings import is_sharded_dim
+from ..shardings import SpecText, dim_axes, is_sharded_dim, sharded_size
 from .builder import current
 from .zeros import Zero, is_undefined_primal, is_zero, tangent_type
 
@@ -54,6 +55,12 @@ def new_ref(x: Atom) -> Var:
 def zeros_ref(ref_type: RefType) -> Var:
     """The cotangent Ref of a Ref of type `ref_type` before any cotangent reached it."""
     return new_ref(zeros(tangent_type(ref_type.inner)))
+
+
+def add_into_ref(ref: Atom, x: Atom) -> None:
+    """`ref[...] += x`: a cotangent a custom rule gives for a Ref operand, added into the
+    Ref's cotangent Ref (as JAX does)."""
+    current().bind("addupdate", [ref, x], {}, [])
 
 
 def _dtype(x) -> str:
@@ -242,16 +249,22 @@ def clamp(lo, x, hi):
 # ---------------------------------------------------------------- conversions and shapes
 
 
-def convert_element_type(x, dtype_short: str, weak_type: bool = False):
-    if _dtype(x) == dtype_short and not (
-        isinstance(x.type, ShapedArray) and x.type.weak_type != weak_type
+def convert_element_type(x, dtype_short: str, weak_type: bool = False, sharding=None):
+    """`x` as `dtype_short`; `sharding` (a SpecText): the result's explicit sharding, which
+    JAX prints only in the binder's type."""
+    if (
+        sharding is None
+        and _dtype(x) == dtype_short
+        and not (isinstance(x.type, ShapedArray) and x.type.weak_type != weak_type)
     ):
         return x
+    params = {"sharding": sharding.as_param()} if sharding is not None else {}
     return bind(
         "convert_element_type",
         x,
         new_dtype=dtype_value(dtype_short),
         weak_type=weak_type,
+        **params,
     )
 
 
@@ -293,7 +306,19 @@ def reshape(x, shape, dimensions=None):
     shape = tuple(shape)
     if tuple(x.type.shape) == shape and dimensions is None:
         return x
-    return bind("reshape", x, new_sizes=sdims(shape), dimensions=dimensions, sharding=None)
+    sizes = sdims(shape)
+    if not any(map(is_sharded_dim, sizes)):
+        return bind("reshape", x, new_sizes=sizes, dimensions=dimensions, sharding=None)
+    # JAX's new_sizes are global sizes; the sharding is given where the reshape's sharding
+    # rule would not give `shape`'s, as JAX's transposes pass the operand's
+    params = dict(new_sizes=tuple(map(sharded_size, sizes)), dimensions=dimensions)
+    try:
+        (t,) = infer_types("reshape", [x.type], dict(params, sharding=None))
+        ruled = tuple(t.shape) == sizes
+    except ShapeError:
+        ruled = False
+    sharding = None if ruled else SpecText(tuple(dim_axes(d)[1] or None for d in sizes))
+    return bind("reshape", x, **params, sharding=sharding and sharding.as_param())
 
 
 def transpose(x, perm):

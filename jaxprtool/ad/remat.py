@@ -10,7 +10,11 @@ the others.  Plans come from
   `dots_with_no_batch_dims_saveable`, `save_only_these_names=a,b`,
   `save_any_names_but_these=a,b`): a residual is saved when the policy lets its equation's
   result be saved, else that equation is recomputed from its operands, recursively, as
-  `jax.checkpoint(policy=...)` does;
+  `jax.checkpoint(policy=...)` does; JAX's offload policies
+  (`offload_dot_with_no_batch_dims(src, dst)`, `save_and_offload_only_these_names(...)`)
+  save a value in host memory: `device_put` copies there after the equation that makes it
+  and back at the start of the linear program, as JAX's `partial_eval_jaxpr_custom` emits
+  them (policies are parsed from JAX's call syntax, never evaluated);
 * `min-cut`: the saved set of fewest bytes, recomputing only cheap equations (the record
   field `remat == "cheap"`: element-wise and shape equations), found as a minimum s-t cut
   (scipy's `maximum_flow`) of the graph whose nodes are values split into in/out halves with
@@ -28,7 +32,8 @@ operands include the incoming cotangents, and `run`/`compile` put its operands t
 into the forward pass nor hoists it ahead of the backward step that needs it.
 
 Values held in memory anyway cost nothing: the program's inputs and constants.  The bytes of a
-plan are those of the other saved values (primal outputs included).
+plan are the device bytes of the other saved values (primal outputs included); an offloaded
+value's are the plan's `bytes_offloaded`.
 """
 
 from __future__ import annotations
@@ -37,9 +42,10 @@ import contextlib
 import contextvars
 import re
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from ..core import Eqn, Jaxpr, JaxprError, Var, eqn_subjaxprs
-from ..frozen import Frozen, set_field
+from ..core import Eqn, Jaxpr, JaxprError, ShapedArray, Var, eqn_subjaxprs
+from ..params import EnumValue
 from ..record import prim as record_of
 from . import builder as B
 from .residuals import LinearizeInfo, Residual, forward_residuals
@@ -58,6 +64,10 @@ POLICIES = (
     "dots_with_no_batch_dims_saveable",
     "save_only_these_names=NAMES",
     "save_any_names_but_these=NAMES",
+    "offload_dot_with_no_batch_dims(SRC, DST)",
+    "save_and_offload_only_these_names(names_which_can_be_saved=[...], "
+    "names_which_can_be_offloaded=[...], offload_src=SRC, offload_dst=DST)",
+    "save_from_both_policies(P1, P2)",
     "min-cut",
 )
 
@@ -84,7 +94,10 @@ def cheap(e: Eqn) -> bool:
 
 
 def nbytes(v) -> int:
+    """The device bytes of `v` (none for a value in host memory: an offloaded copy)."""
     t = v.type
+    if getattr(t, "memory_space", None) == "host":
+        return 0
     try:
         return int(t.size) * int(t.np_dtype.itemsize)
     except Exception:
@@ -94,26 +107,30 @@ def nbytes(v) -> int:
 # ---------------------------------------------------------------- the request
 
 
-class Spec(Frozen):
-    """What the user asked for: a policy name (with its names) or a byte budget."""
+@dataclass(frozen=True)
+class Offload:
+    """JAX's `Offloadable(src, dst)`: the value is saved, copied from memory kind `src` to
+    `dst` in the forward pass and back in the backward pass."""
 
-    __slots__ = ("policy", "names", "budget", "fraction")
-    policy: str | None
-    names: frozenset[str]
-    budget: float | None  # bytes, or a fraction when `fraction`
-    fraction: bool
+    src: str
+    dst: str
 
-    def __init__(
-        self,
-        policy: str | None = None,
-        names: frozenset[str] = frozenset(),
-        budget: float | None = None,
-        fraction: bool = False,
-    ) -> None:
-        set_field(self, "policy", policy)
-        set_field(self, "names", names)
-        set_field(self, "budget", budget)
-        set_field(self, "fraction", fraction)
+
+@dataclass(frozen=True)
+class Spec:
+    """What the user asked for: a policy (with its names, memory kinds, or the two policies
+    `save_from_both_policies` joins) or a byte budget."""
+
+    policy: str | None = None
+    names: frozenset[str] = frozenset()
+    budget: float | None = None  # bytes, or a fraction when `fraction`
+    fraction: bool = False
+    #: the sizes of symbolic dims the byte and FLOP counts use (`--dim b=5`), sorted pairs
+    dims: tuple[tuple[str, int], ...] = ()
+    #: save_and_offload_only_these_names: the names offloaded (`names`: those saved)
+    offload_names: frozenset[str] = frozenset()
+    offload: Offload | None = None
+    parts: tuple[Spec, ...] = ()
 
 
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmgt]i?b?|b)?\s*$", re.I)
@@ -134,28 +151,224 @@ def parse_budget(text: str) -> Spec:
 
 
 def parse_policy(text: str) -> Spec:
-    name, _, rest = text.partition("=")
+    """`NAME`, `NAME=a,b` (the names policies), or JAX's call: `NAME(args)`, e.g.
+    `offload_dot_with_no_batch_dims(device, pinned_host)`,
+    `save_from_both_policies(dots_saveable, save_only_these_names(h))`."""
+    name, eq, rest = text.partition("=")
     name = name.strip()
-    if name in ("save_only_these_names", "save_any_names_but_these"):
-        names = frozenset(n.strip() for n in rest.split(",") if n.strip())
-        if not names:
-            raise ValueError(f"--remat {name}=NAME,NAME...: give the checkpoint names")
-        return Spec(policy=name, names=names)
-    if name in ("save_and_offload_only_these_names", "offload"):
+    if eq and "(" not in name:
+        if name not in _NAME_LISTS:
+            raise ValueError(f"--remat {text!r}: NAME=a,b is for {' and '.join(_NAME_LISTS)}")
+        return _call_spec(_Call(name, tuple(n.strip() for n in rest.split(",") if n.strip())))
+    if text.strip() == "min-cut":
+        return Spec(policy="min-cut")
+    toks = _tokens(text)
+    call, k = _value(toks, 0, text)
+    if k != len(toks):
+        raise ValueError(f"--remat {text!r}: unexpected {toks[k][1]!r}")
+    if isinstance(call, str):
+        call = _Call(call)
+    if not isinstance(call, _Call):
+        raise ValueError(f"--remat {text!r}: expected a policy")
+    return _call_spec(call)
+
+
+#: the policies without arguments
+_PLAIN = (
+    "everything_saveable",
+    "nothing_saveable",
+    "dots_saveable",
+    "dots_with_no_batch_dims_saveable",
+)
+#: jax.checkpoint_policies' other names of the same policies
+_ALIASES = {
+    "checkpoint_dots": "dots_saveable",
+    "checkpoint_dots_with_no_batch_dims": "dots_with_no_batch_dims_saveable",
+}
+#: the policies whose arguments are checkpoint names
+_NAME_LISTS = ("save_only_these_names", "save_any_names_but_these")
+#: memory kinds JAX's offload policies take (`core.mem_kind_to_space`)
+_KINDS = {"device": None, "pinned_host": "host"}
+
+
+@dataclass(frozen=True)
+class _Call:
+    name: str
+    args: tuple = ()
+    kwargs: tuple[tuple[str, object], ...] = ()
+
+
+_TOKEN = re.compile(r"\s*(?:(\"[^\"]*\"|'[^']*')|([A-Za-z_][\w.\-]*)|([()\[\],=]))")
+
+
+def _tokens(text: str) -> list[tuple[str, str]]:
+    """("str"|"name"|"punct", text) tokens of a policy call; no evaluation of the text."""
+    out, k = [], 0
+    while text[k:].strip():
+        m = _TOKEN.match(text, k)
+        if not m:
+            raise ValueError(f"--remat {text!r}: cannot read {text[k:].strip()!r}")
+        s, n, p = m.groups()
+        out.append(("str", s[1:-1]) if s else ("name", n) if n else ("punct", p))
+        k = m.end()
+    return out
+
+
+def _value(toks, k, text):
+    """One value at `toks[k]`: a string, a list `[a, b]` / `(a, b)` or a call `f(...)`."""
+    if k >= len(toks):
+        raise ValueError(f"--remat {text!r}: ends too early")
+    kind, t = toks[k]
+    if kind == "punct" and t in "([":
+        items, k = _items(toks, k + 1, "])"[t == "("], text)
+        if any(kw for kw, _ in items):
+            raise ValueError(f"--remat {text!r}: a list holds no keyword")
+        return [v for _, v in items], k
+    if kind == "punct":
+        raise ValueError(f"--remat {text!r}: unexpected {t!r}")
+    if kind == "name" and k + 1 < len(toks) and toks[k + 1] == ("punct", "("):
+        items, k = _items(toks, k + 2, ")", text)
+        args = tuple(v for kw, v in items if kw is None)
+        kwargs = tuple((kw, v) for kw, v in items if kw is not None)
+        if any(kw is None for kw, _ in items[len(args) :]):
+            raise ValueError(f"--remat {text!r}: a positional argument after a keyword")
+        return _Call(t, args, kwargs), k
+    return t, k + 1
+
+
+def _items(toks, k, close, text):
+    """`[kw=]value, ...` up to `close`: ([(kw or None, value)], index after `close`)."""
+    items = []
+    while True:
+        if k < len(toks) and toks[k] == ("punct", close):
+            return items, k + 1
+        kw = None
+        if k + 1 < len(toks) and toks[k][0] == "name" and toks[k + 1] == ("punct", "="):
+            kw, k = toks[k][1], k + 2
+        v, k = _value(toks, k, text)
+        items.append((kw, v))
+        if k < len(toks) and toks[k] == ("punct", ","):
+            k += 1
+        elif not (k < len(toks) and toks[k] == ("punct", close)):
+            raise ValueError(f"--remat {text!r}: expected ',' or {close!r}")
+
+
+def _bind(call: _Call, params: tuple[str, ...], keyword_only: bool = False) -> dict:
+    """The arguments of `call` by JAX's parameter names, every one required (as in JAX)."""
+    if keyword_only and call.args:
+        raise ValueError(f"{call.name} takes keyword arguments only: {', '.join(params)}")
+    got = dict(zip(params, call.args))
+    if len(call.args) > len(params):
+        raise ValueError(f"{call.name} takes {len(params)} arguments")
+    for kw, v in call.kwargs:
+        if kw not in params or kw in got:
+            raise ValueError(f"{call.name}: unexpected or repeated argument {kw!r}")
+        got[kw] = v
+    missing = [p for p in params if p not in got]
+    if missing:
+        raise ValueError(f"{call.name}: missing {', '.join(missing)} (JAX requires them)")
+    return got
+
+
+def _names(v, what: str) -> frozenset[str]:
+    vs = v if isinstance(v, list) else [v]
+    if not all(isinstance(x, str) for x in vs):
+        raise ValueError(f"{what}: checkpoint names expected")
+    return frozenset(vs)
+
+
+def _kind(v, what: str) -> str:
+    if not isinstance(v, str) or v not in _KINDS:
         raise ValueError(
-            f"--remat {name}: offloading residuals to host memory is not supported (the "
-            "program would need host memory-kind transfers this tool does not emit); use "
-            "save_only_these_names=... to save the named values on the device, or min-cut"
+            f"{what}={v!r}: a memory kind, device or pinned_host (JAX 0.12 takes any other "
+            "kind as device memory)"
         )
-    if name in POLICIES and not rest:
-        return Spec(policy=name)
+    return v
+
+
+def _call_spec(call: _Call) -> Spec:
+    """The Spec of a parsed policy call, checked as JAX checks its arguments."""
+    name = call.name
+    try:
+        if name in _PLAIN or name in _ALIASES:
+            _bind(call, ())
+            return Spec(policy=_ALIASES.get(name, name))
+        if name in _NAME_LISTS:
+            if call.kwargs:
+                raise ValueError(f"{name} takes the names as positional arguments")
+            names = _names(list(call.args), name)
+            if not names:
+                raise ValueError(
+                    f"{name}=NAME,NAME... or {name}(NAME, ...): give the checkpoint names"
+                )
+            return Spec(policy=name, names=names)
+        if name == "offload_dot_with_no_batch_dims":
+            a = _bind(call, ("offload_src", "offload_dst"))
+            src, dst = (
+                _kind(a["offload_src"], "offload_src"),
+                _kind(a["offload_dst"], "offload_dst"),
+            )
+            return Spec(policy=name, offload=Offload(src, dst))
+        if name == "save_and_offload_only_these_names":
+            a = _bind(call, _SAVE_AND_OFFLOAD, keyword_only=True)
+            saved = _names(a["names_which_can_be_saved"], "names_which_can_be_saved")
+            off = _names(a["names_which_can_be_offloaded"], "names_which_can_be_offloaded")
+            if saved & off:
+                raise ValueError(
+                    "the names should be exclusive: names_which_can_be_saved and "
+                    f"names_which_can_be_offloaded share {', '.join(sorted(saved & off))}"
+                )
+            src, dst = (
+                _kind(a["offload_src"], "offload_src"),
+                _kind(a["offload_dst"], "offload_dst"),
+            )
+            return Spec(policy=name, names=saved, offload_names=off, offload=Offload(src, dst))
+        if name == "save_from_both_policies":
+            a = _bind(call, ("policy_1", "policy_2"))
+            return _both(*(_policy_arg(a[k]) for k in ("policy_1", "policy_2")))
+    except ValueError as e:
+        raise ValueError(f"--remat {name}: {e}") from None
     raise ValueError(
-        f"--remat {text!r}: unknown policy; one of {', '.join(POLICIES)} (JAX's names)"
+        f"--remat {name!r}: unknown policy; one of {', '.join(POLICIES)} (JAX's names)"
     )
 
 
-def saveable(spec: Spec) -> Callable[[Eqn], bool]:
-    """The policy as a predicate on the equation that made a value."""
+_SAVE_AND_OFFLOAD = (
+    "names_which_can_be_saved",
+    "names_which_can_be_offloaded",
+    "offload_src",
+    "offload_dst",
+)
+
+
+def _policy_arg(v) -> Spec:
+    if isinstance(v, str):
+        v = _Call(v)
+    if not isinstance(v, _Call):
+        raise ValueError(f"{v!r} is not a policy")
+    return _call_spec(v)
+
+
+def _both(p1: Spec, p2: Spec) -> Spec:
+    """JAX's `save_from_both_policies`: the logical OR of two boolean policies."""
+    for p in (p1, p2):
+        if p.policy == "everything_saveable":
+            return p
+        if p.offload is not None:
+            raise ValueError(
+                f"{p.policy} does not return a boolean (JAX refuses it here too); write the "
+                "policy as one offload policy"
+            )
+    if p1.policy == "nothing_saveable":
+        return p2
+    if p2.policy == "nothing_saveable":
+        return p1
+    return Spec(policy="save_from_both_policies", parts=(p1, p2))
+
+
+def decision(spec: Spec) -> Callable[[Eqn], bool | Offload]:
+    """The policy on the equation that made a value, as JAX's policy returns: True (save),
+    False (recompute) or an `Offload`."""
     p = spec.policy
     if p == "everything_saveable":
         return lambda e: True
@@ -165,15 +378,22 @@ def saveable(spec: Spec) -> Callable[[Eqn], bool]:
         return lambda e: remat_class(e) in ("dot", "dot_unbatched")
     if p == "dots_with_no_batch_dims_saveable":
         return lambda e: remat_class(e) == "dot_unbatched"
-    names = spec.names
+    if p == "offload_dot_with_no_batch_dims":
+        return lambda e: spec.offload if remat_class(e) == "dot_unbatched" else False
+    if p == "save_from_both_policies":
+        d1, d2 = (decision(q) for q in spec.parts)
+        return lambda e: d1(e) or d2(e)
 
-    def named(e):
-        return remat_class(e) == "name" and str(e.params.get("name")) in names
+    def name(e):
+        return str(e.params.get("name")) if remat_class(e) == "name" else None
 
+    names, off = spec.names, spec.offload_names
     if p == "save_only_these_names":
-        return named
+        return lambda e: name(e) in names
     if p == "save_any_names_but_these":
-        return lambda e: remat_class(e) == "name" and not named(e)
+        return lambda e: name(e) is not None and name(e) not in names
+    if p == "save_and_offload_only_these_names":
+        return lambda e: True if name(e) in names else spec.offload if name(e) in off else False
     raise AssertionError(p)
 
 
@@ -246,39 +466,39 @@ class Graph:
         return sorted(need)
 
 
+@dataclass
 class Plan:
     """The values to save (primal Vars, program order) and the equations to recompute."""
 
-    def __init__(
-        self,
-        method: str,
-        saved: list,
-        recompute: list[int],
-        bytes_before: int = 0,
-        bytes_after: int = 0,
-    ) -> None:
-        self.method = method
-        self.saved = saved
-        self.recompute = recompute
-        self.bytes_before = bytes_before
-        self.bytes_after = bytes_after
-        self.flops_before = 0
-        self.flops_after = 0
-        self.exact: bool | None = None
-        #: one line per saved value and per recomputed primitive (filled by `rematerialize`)
-        self.saved_lines: list[str] = []
-        self.recomputed_counts: dict[str, int] = {}
-        self.nested = False
+    method: str
+    saved: list
+    recompute: list[int]
+    bytes_before: int = 0
+    bytes_after: int = 0
+    flops_before: int = 0
+    flops_after: int = 0
+    exact: bool | None = None
+    sizes: str = ""  # the symbolic sizes the bytes count (`b=5`), when --dim gave them
+    #: one line per saved value and per recomputed primitive (filled by `rematerialize`)
+    saved_lines: list[str] = field(default_factory=list)
+    recomputed_counts: dict[str, int] = field(default_factory=dict)
+    nested: bool = False
+    #: id of a saved value -> where it is offloaded (its bytes are in `bytes_offloaded`,
+    #: not `bytes_after`: those are the bytes held in device memory)
+    offload: dict[int, Offload] = field(default_factory=dict)
+    bytes_offloaded: int = 0
 
     def render(self, limit: int = 12) -> str:
         """The plan as `--remat` prints it on standard error."""
         where = "a nested body" if self.nested else "the program"
         how = {True: " (exact: HiGHS)", False: " (greedy heuristic)"}.get(self.exact, "")
         pct = 100.0 * (self.flops_after - self.flops_before) / max(1, self.flops_before)
+        at = f" at {self.sizes}" if self.sizes else ""
         lines = [
-            f"remat {self.method}{how} on {where}: residual bytes held "
+            f"remat {self.method}{how} on {where}{at}: residual bytes held "
             f"{self.bytes_before} -> {self.bytes_after}; FLOPs {self.flops_before} -> "
-            f"{self.flops_after} ({pct:+.1f}%)",
+            f"{self.flops_after} ({pct:+.1f}%)"
+            + (f"; offloaded {self.bytes_offloaded} bytes" if self.offload else ""),
             f"  saved ({len(self.saved)}): "
             + "; ".join(self.saved_lines[:limit])
             + (
@@ -313,9 +533,11 @@ def _plan_from_saved(g: Graph, saved_ids: set[int], method: str) -> Plan:
 
 def policy_plan(g: Graph, spec: Spec) -> Plan:
     """What `jax.checkpoint(policy=...)` saves: a residual made by an equation the policy lets
-    save (or that cannot be recomputed) is saved; any other is recomputed from its operands."""
-    ok = saveable(spec)
+    save (or that cannot be recomputed) is saved, one it offloads is saved in the policy's
+    memory; any other is recomputed from its operands."""
+    decide = decision(spec)
     saved_ids: set[int] = set()
+    offload: dict[int, Offload] = {}
     seen: set[int] = set()
     stack = [v for v in g.residuals if isinstance(v, Var)]
     while stack:
@@ -324,11 +546,23 @@ def policy_plan(g: Graph, spec: Spec) -> Plan:
             continue
         seen.add(id(v))
         e = g.eqns[g.producer[id(v)]]
-        if ok(e) or not recomputable(e):
+        d = decide(e)
+        if d or not recomputable(e):
             saved_ids.add(id(v))
+            if isinstance(d, Offload) and not record_of(e.prim).effectful:
+                offload[id(v)] = d
         else:
             stack.extend(x for x in e.inputs if isinstance(x, Var))
-    return _plan_from_saved(g, saved_ids, spec.policy)
+    plan = _plan_from_saved(g, saved_ids, spec.policy)
+    plan.offload = {id(v): offload[id(v)] for v in plan.saved if id(v) in offload}
+    moved = sum(
+        g.cost(v)
+        for v in plan.saved
+        if id(v) in plan.offload and _KINDS[plan.offload[id(v)].dst] != v.type.memory_space
+    )
+    plan.bytes_after -= moved
+    plan.bytes_offloaded = moved
+    return plan
 
 
 # ---------------------------------------------------------------- min-cut
@@ -588,16 +822,19 @@ def budget_plan(g: Graph, spec: Spec, loc=None) -> Plan:
 def apply_plan(
     primal: Jaxpr, linear: Jaxpr, info: LinearizeInfo, g: Graph, plan: Plan, forward=True
 ):
-    """(primal', linear', info'): the primal program returns `plan.saved`, the linear program
-    takes them and recomputes the other residuals inside `remat2` calls.  `forward=False`
-    (nested bodies): every saved value is a result of the primal program, none forwarded."""
+    """(primal', linear', info'): the primal program returns `plan.saved` (an offloaded one
+    copied to its memory after the equation that makes it), the linear program takes them
+    (copying the offloaded ones back first) and recomputes the other residuals inside
+    `remat2` calls.  `forward=False` (nested bodies): every saved value is a result of the
+    primal program, none forwarded."""
     n_out = len(info.out_mask)
     n_res = len(info.residuals)
     outs = list(primal.outvars[:n_out])
     new_info = LinearizeInfo(info.in_mask, info.out_mask)
+    peqns, held, made = _offload_copies(g, plan)
     new = forward_residuals(
-        plan.saved,
-        lambda v: g.eqns[g.producer[id(v)]] if id(v) in g.producer else None,
+        held,
+        lambda v: made.get(id(v)) or (g.eqns[g.producer[id(v)]] if id(v) in g.producer else None),
         primal.invars if forward else (),
         primal.constvars if forward else (),
         outs if forward else (),
@@ -605,12 +842,20 @@ def apply_plan(
     )
     new_primal = B.make_jaxpr(
         primal.invars,
-        B.dce_eqns(list(primal.eqns), outs + new),
+        B.dce_eqns(peqns, outs + new),
         outs + new,
         primal.constvars,
     )
-    saved_in = [B.fresh_like(v) for v in plan.saved]
-    by_saved = {id(v): n for v, n in zip(plan.saved, saved_in)}
+    saved_in = [B.fresh_like(v) for v in held]
+    reloads = [
+        _copy(b, v.type, plan.offload[id(v)].src)
+        for v, b in zip(plan.saved, saved_in)
+        if id(v) in plan.offload
+    ]
+    reloaded = iter(e.outputs[0] for e in reloads)
+    by_saved = {
+        id(v): next(reloaded) if id(v) in plan.offload else b for v, b in zip(plan.saved, saved_in)
+    }
     tan_in = [B.fresh_like(v) for v in linear.invars[n_res:]]
     mapping: dict[int, object] = {id(a): b for a, b in zip(linear.invars[n_res:], tan_in)}
     recomputed: dict[int, Var] = {}  # linear residual input -> the primal Var to recompute
@@ -622,9 +867,50 @@ def apply_plan(
     eqns = B.substitute(list(linear.eqns), mapping)
     outvars = [mapping.get(id(x), x) if isinstance(x, Var) else x for x in linear.outvars]
     eqns = _hoist_nonlinear(eqns, tan_in, recomputed)
-    body = _segments(eqns, outvars, recomputed, g, by_saved)
+    body = reloads + _segments(eqns, outvars, recomputed, g, by_saved)
     new_linear = B.make_jaxpr(saved_in + tan_in, body, outvars)
     return new_primal, new_linear, new_info
+
+
+def _offload_copies(g: Graph, plan: Plan):
+    """The primal equations with a copy to its memory after each offloaded value's equation,
+    as JAX's partial evaluation emits it: (equations, the values held (the copies in place
+    of the offloaded values), copy Var id -> its equation)."""
+    copies: dict[int, Eqn] = {}
+    for v in plan.saved:
+        off = plan.offload.get(id(v))
+        if off is None:
+            continue
+        e = g.eqns[g.producer[id(v)]]
+        if _KINDS[off.src] != v.type.memory_space:
+            raise JaxprError(
+                f"--remat {plan.method}: offload_src={off.src}, but {e.prim} makes a value in "
+                f"{v.type.memory_space or 'device'} memory (JAX's partial evaluation asserts "
+                "they agree); give the value's memory kind as offload_src",
+                e.loc,
+            )
+        copies[id(v)] = _copy(v, _in_space(v.type, _KINDS[off.dst]), off.dst)
+    eqns: list[Eqn] = []
+    for e in g.eqns:
+        eqns.append(e)
+        eqns.extend(copies[id(o)] for o in e.outputs if id(o) in copies)
+    held = [copies[id(v)].outputs[0] if id(v) in copies else v for v in plan.saved]
+    return eqns, held, {id(c.outputs[0]): c for c in copies.values()}
+
+
+def _in_space(t, space: str | None):
+    return ShapedArray(t.shape, t.dtype, t.weak_type, space, t.vma, t.named_shape)
+
+
+def _copy(x: Var, out_type, kind: str) -> Eqn:
+    """JAX's `device_put` of `x` to memory `kind`, as `partial_eval_jaxpr_custom` emits it."""
+    space = EnumValue("MemorySpace", "Host" if _KINDS[kind] == "host" else "Device")
+    params = {
+        "copy_semantics": (EnumValue("ArrayCopySemantics", "ALWAYS_COPY"),),
+        "devices": (space,),
+        "srcs": (None,),
+    }
+    return Eqn("device_put", (x,), (Var(out_type, x.hint),), params)
 
 
 def _hoist_nonlinear(eqns, tangents, recomputed) -> list[Eqn]:
@@ -775,6 +1061,28 @@ def current_spec() -> Spec | None:
     return _SPEC.get()
 
 
+def counted_at(spec: Spec):
+    """The block in which sizes count symbolic dims at `spec.dims` (`--dim b=5`): the
+    planners' bytes and FLOPs.  Without dims, a no-op (a symbolic dim counts as 0, which
+    the byte-weighted planners are never asked to weigh: `ad_cmds` refuses it)."""
+    if not spec.dims:
+        return contextlib.nullcontext()
+    from ..backend.values import eval_dim
+    from ..core import sized_dims
+    from ..shardings import dim_axes
+
+    dims, memo = dict(spec.dims), {}
+
+    def size(d) -> int:
+        n = memo.get(d)
+        if n is None:
+            static = dim_axes(d)[0]
+            n = memo[d] = static if static is not None else eval_dim(str(d), dims)
+        return n
+
+    return sized_dims(size)
+
+
 def rematerialize(primal: Jaxpr, linear: Jaxpr, info: LinearizeInfo, nested: bool = False):
     """Apply the current spec (if any) to a linearization; a byte budget applies to the
     outermost program only (nested bodies follow min-cut then)."""
@@ -786,21 +1094,26 @@ def rematerialize(primal: Jaxpr, linear: Jaxpr, info: LinearizeInfo, nested: boo
     from ..ui.stats import flops
 
     g = Graph(primal, info)
-    plan = plan_for(g, spec)
+    with counted_at(spec):
+        plan = plan_for(g, spec)
+        plan.flops_before = flops(primal) + flops(linear)
     plan.nested = nested
-    plan.flops_before = flops(primal) + flops(linear)
+    plan.sizes = ",".join(f"{k}={n}" for k, n in spec.dims)
     out = (primal, linear, info)
-    if plan.recompute:
+    if plan.recompute or plan.offload:  # emitted outside the sizes: stays symbolic
         out = apply_plan(primal, linear, info, g, plan, forward=not nested)
-    plan.flops_after = flops(out[0]) + flops(out[1])
-    for v in plan.saved:
-        i = g.made_by(v)
-        src = (
-            "an input"
-            if i is None
-            else f"{g.eqns[i].prim}" + (f" at {g.eqns[i].loc}" if g.eqns[i].loc else "")
-        )
-        plan.saved_lines.append(f"{v.type} ({g.cost(v)} B) from {src}")
+    with counted_at(spec):
+        plan.flops_after = flops(out[0]) + flops(out[1])
+        for v in plan.saved:
+            i = g.made_by(v)
+            src = (
+                "an input"
+                if i is None
+                else f"{g.eqns[i].prim}" + (f" at {g.eqns[i].loc}" if g.eqns[i].loc else "")
+            )
+            off = plan.offload.get(id(v))
+            to = f", offloaded to {off.dst}" if off else ""
+            plan.saved_lines.append(f"{v.type} ({g.cost(v)} B) from {src}{to}")
     for i in plan.recompute:
         p = g.eqns[i].prim
         plan.recomputed_counts[p] = plan.recomputed_counts.get(p, 0) + 1

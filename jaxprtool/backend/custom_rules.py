@@ -304,7 +304,7 @@ def _vjp_rules(live, perturbed: list[bool] | None = None):
         if len(cts_in) != n:
             raise NotRecorded(f"custom_vjp_call '{_fn_name(live)}': bwd gave {len(cts_in)} results")
         return [
-            _zeros(a.to_tangent_aval()) if c is None or isinstance(c, ad_util.Zero) else c
+            _ct_zeros(a) if c is None or isinstance(c, ad_util.Zero) else c
             for c, a in zip(cts_in, avals)
         ]
 
@@ -313,6 +313,19 @@ def _vjp_rules(live, perturbed: list[bool] | None = None):
 
 
 def _specs(avals):
+    """make_jaxpr's arguments: a ShapeDtypeStruct per array, a Ref's abstract value as it is
+    (a rule of a function taking a Ref takes the Ref, and a tangent Ref in JVP)."""
     import jax
 
-    return [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals]
+    return [a if _is_ref(a) else jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals]
+
+
+def _is_ref(aval) -> bool:
+    return hasattr(aval, "inner_aval")
+
+
+def _ct_zeros(aval):
+    """Zeros for a None cotangent from bwd: for a Ref operand, of its value's type (JAX adds
+    what bwd gives for a Ref into the Ref's cotangent Ref)."""
+    inner = aval.inner_aval if _is_ref(aval) else aval
+    return _zeros(inner.to_tangent_aval())

@@ -367,6 +367,29 @@ class ThreadedRefs:
         for b, v in zip(self.boxes, values):
             b.value = v
 
+    def arguments(self, operands) -> list:
+        """What `threaded(fn, operands)` takes: the other operands, then the Refs' values."""
+        return [x for k, x in enumerate(operands) if k not in self.at] + list(self.values())
+
+    def threaded(self, fn, operands):
+        """`fn` over `operands` as a function of `arguments(operands)` that returns its
+        results, then the Refs' values after it (for `results`)."""
+        n = len(operands) - len(self.at)
+
+        def run(*xs):
+            it = iter(xs[:n])
+            ops = [None if k in self.at else next(it) for k in range(len(operands))]
+            inside, boxes = self.inside(ops, xs[n:])
+            return tuple(fn(*inside)) + tuple(b.value for b in boxes)
+
+        return run
+
+    def results(self, out) -> list:
+        """The threaded function's results, the Refs' new values written back."""
+        n = len(out) - len(self.boxes)
+        self.write_back(out[n:])
+        return list(out[:n])
+
 
 def needs_x64(jaxpr: Jaxpr) -> bool:
     from ..core import all_eqns

@@ -92,6 +92,7 @@ _ENUMS = {
     "AccuracyMode": ("jax.lax", "AccuracyMode"),
     "DotAlgorithmPreset": ("jax.lax", "DotAlgorithmPreset"),
     "MemorySpace": ("jax._src.core", "MemorySpace"),
+    "ArrayCopySemantics": ("jax._src.dispatch", "ArrayCopySemantics"),
 }
 
 _RECORDS = {

@@ -21,7 +21,7 @@ import numpy as np
 from ..core import JaxprError, all_eqns
 from ..params import split_top_level
 from ..record import prim as record_of
-from ..shardings import MeshText, read_mesh, read_sharding, read_spec, type_spec
+from ..shardings import MeshText, read_mesh, read_op_sharding, read_sharding, read_spec, type_spec
 
 
 @dataclass
@@ -59,25 +59,6 @@ def configured(cfg: RunConfig):
         yield cfg
     finally:
         CONFIG = saved
-
-
-def parse_mesh_option(text: str) -> dict[str, int]:
-    """`x=4,y=2` -> {'x': 4, 'y': 2} (JaxprError on bad syntax)."""
-    out: dict[str, int] = {}
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        name, eq, val = part.partition("=")
-        name, val = name.strip(), val.strip()
-        if not eq or not name.isidentifier() or not val.isdigit() or int(val) < 1:
-            raise JaxprError(f"bad --mesh '{text}': expected NAME=SIZE,... e.g. --mesh x=4,y=2")
-        if name in out:
-            raise JaxprError(f"bad --mesh '{text}': axis '{name}' given twice")
-        out[name] = int(val)
-    if not out:
-        raise JaxprError(f"bad --mesh '{text}': expected NAME=SIZE,... e.g. --mesh x=4,y=2")
-    return out
 
 
 # ---------------------------------------------------------------- what a program needs
@@ -286,7 +267,7 @@ def concrete_mesh(m, eqn=None):
     if not isinstance(m, MeshText):
         m = read_mesh(m)
     m = resolve(m, eqn)
-    key = (m.names, m.sizes, m.types, CONFIG.platform)
+    key = (m.names, m.sizes, m.types, m.device_ids, CONFIG.platform)
     hit = _MESHES.get(key)
     if hit is not None:
         return hit
@@ -302,7 +283,15 @@ def concrete_mesh(m, eqn=None):
         getattr(jax.sharding.AxisType, t, jax.sharding.AxisType.Auto)
         for t in (m.types or ("Auto",) * len(m.names))
     )
-    arr = np.array(devs[: m.size], dtype=object).reshape(m.sizes)
+    ids = m.device_ids or range(m.size)
+    if max(ids, default=0) >= len(devs):
+        raise JaxprError(
+            f"the mesh {m.spec_text()} numbers device {max(ids)} but {len(devs)} "
+            f"{CONFIG.platform} devices are available (on CPU, --devices N sets the host "
+            "device count)",
+            getattr(eqn, "loc", None),
+        )
+    arr = np.array([devs[i] for i in ids], dtype=object).reshape(m.sizes)
     mesh = jax.sharding.Mesh(arr, m.names, axis_types=types)
     _MESHES[key] = mesh
     return mesh
@@ -347,13 +336,69 @@ def _spec_keywords(extra: str, spec_value, eqn) -> dict:
 
 
 def named_sharding(value, eqn=None):
-    """A `NamedSharding` for a printed `NamedSharding(...)` value, or None when it has none."""
+    """A `NamedSharding` for a printed `NamedSharding(...)` value (or 2022's
+    `OpShardingSharding({...})` on the mesh of its pjit), or None when it has none."""
     import jax
 
     s = read_sharding(value)
     if s is None:
-        return None
+        return op_sharding(value, eqn)
     return jax.sharding.NamedSharding(concrete_mesh(s.mesh, eqn), partition_spec(s.spec.to_text()))
+
+
+def op_sharding(value, eqn=None):
+    """2022's `OpShardingSharding({devices=[4,1,2]0,1,...,7 last_tile_dim_replicate})` (an
+    XLA HloSharding whose device numbers index the device assignment of its pjit: the
+    devices of its `resource_env` mesh, in mesh order) as the `NamedSharding` of that mesh
+    that lays the array out so; None for any other value.  One that the mesh cannot
+    express, or over more devices than it has, is refused at the equation."""
+    import jax
+
+    text = str(value).strip()
+    hlo = read_op_sharding(text)
+    if hlo is None:
+        return None
+    mesh_of = record_of(eqn.prim).mesh_of if eqn is not None else None
+    m = mesh_of(eqn) if mesh_of is not None else None
+    loc = getattr(eqn, "loc", None)
+    if m is None:
+        raise JaxprError(
+            f"cannot run {text}: its pjit prints no device mesh (resource_env) to place it on",
+            loc,
+        )
+    mesh = concrete_mesh(m, eqn)
+    if hlo.replicated:
+        return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    return _tiled_on_mesh(text, hlo, mesh, m, loc)
+
+
+def _tiled_on_mesh(text, hlo, mesh, m: MeshText, loc):
+    """The NamedSharding of `mesh` whose device tiles are `hlo`'s (JAX's own conversion of
+    an HloSharding to a mesh's spec), refused when there is none."""
+    import jax
+    from jax._src.lib import xla_client as xc
+    from jax._src.sharding_impls import GSPMDSharding, _gspmd_to_named_sharding_via_mesh
+
+    if max(hlo.devices) >= m.size:
+        raise JaxprError(
+            f"cannot run {text}: it numbers device {max(hlo.devices)} of a device "
+            f"assignment of {m.size} (the pjit's mesh {m.spec_text()})",
+            loc,
+        )
+    proto = xc.HloSharding.from_string(text[text.index("{") : text.rindex("}") + 1]).to_proto()
+    gspmd = GSPMDSharding(tuple(mesh.devices.flat), proto)
+    try:
+        named = _gspmd_to_named_sharding_via_mesh(gspmd, mesh)
+    except Exception:  # noqa: BLE001 - no spec of this mesh lays it out so
+        named = None
+    ndim = len(hlo.tiles) - hlo.replicate_last
+    if named is None or not named.is_equivalent_to(gspmd, ndim):
+        raise JaxprError(
+            f"cannot run {text}: no partition spec of the pjit's mesh {m.spec_text()} lays "
+            "the array out as it says",
+            loc,
+        )
+    return jax.sharding.NamedSharding(mesh, named.spec)
 
 
 def explicit_result_sharding(eqn):

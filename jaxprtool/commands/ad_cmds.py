@@ -48,8 +48,29 @@ def _common(f):
         help="Write to OUT (atomically) instead of standard output.",
     )(f)
     f = custom_rules_option(f)
+    f = click.option(
+        "--mesh",
+        "mesh",
+        metavar="x=2,y=4",
+        default=None,
+        help="Mesh axis sizes, for an explicitly sharded program whose text does not print "
+        "its mesh (no jit ctx_mesh, shard_map mesh or NamedSharding) where a rule needs them "
+        "(a reshape that splits or merges a sharded dim).",
+    )(f)
     f = click.argument("file", required=False, default="-", metavar="[FILE|-]", type=FILE_ARG)(f)
     return f
+
+
+def _mesh_sizes(text: str | None) -> dict[str, int] | None:
+    from ..core import JaxprError
+    from ..shardings import parse_mesh_option
+
+    if text is None:
+        return None
+    try:
+        return parse_mesh_option(text)
+    except JaxprError as e:
+        raise UsageError(e.message) from None
 
 
 def custom_rules_option(f):
@@ -102,7 +123,11 @@ _remat = click.option(
     help="Rematerialize: save only what POLICY lets save and recompute the rest in the "
     "backward part (JAX's policies: everything_saveable, nothing_saveable, dots_saveable, "
     "dots_with_no_batch_dims_saveable, save_only_these_names=a,b, "
-    "save_any_names_but_these=a,b), or min-cut (the fewest bytes held, recomputing only "
+    "save_any_names_but_these=a,b, and as JAX's calls: "
+    "'offload_dot_with_no_batch_dims(device, pinned_host)', "
+    "'save_and_offload_only_these_names(names_which_can_be_saved=[a], "
+    "names_which_can_be_offloaded=[b], offload_src=device, offload_dst=pinned_host)', "
+    "'save_from_both_policies(P1, P2)'), or min-cut (the fewest bytes held, recomputing only "
     "element-wise and shape equations).  The plan is printed on standard error.",
 )
 _remat_budget = click.option(
@@ -116,18 +141,47 @@ _remat_budget = click.option(
 )
 
 
-def _remat_usage(remat, remat_budget):
+_remat_dims = click.option(
+    "--dim",
+    "dim_specs",
+    multiple=True,
+    metavar="b=4,n=8",
+    help="Sizes of symbolic dimensions for the residual bytes and FLOPs that --remat-budget "
+    "and --remat min-cut weigh: the plan is the best at those sizes; the program stays "
+    "symbolic (and right at any size).",
+)
+
+
+def _remat_usage(remat, remat_budget, dim_specs=()):
+    from .run_options import parse_dims
+
     if remat is not None and remat_budget is not None:
         raise UsageError("--remat and --remat-budget are mutually exclusive")
+    spec = remat or remat_budget
+    if parse_dims(dim_specs) and not (spec is not None and _byte_weighted(spec)):
+        raise UsageError(
+            "--dim sizes the residual bytes of --remat-budget and --remat min-cut; "
+            "without one of them it has no use"
+        )
 
 
-def _with_remat(job, remat, remat_budget, fn):
+def _byte_weighted(spec) -> bool:
+    return spec.budget is not None or spec.policy == "min-cut"
+
+
+def _with_remat(job, remat, remat_budget, fn, dim_specs=()):
     """fn() under the rematerialization asked for; the plans printed on standard error."""
+    import dataclasses
+
+    from .run_options import parse_dims
+
     spec = remat or remat_budget
     if spec is None:
         return fn()
-    if spec.budget is not None or spec.policy == "min-cut":
-        _require_static_bytes(job.input)
+    if _byte_weighted(spec):
+        dims = parse_dims(dim_specs)
+        _require_static_bytes(job.input, dims)
+        spec = dataclasses.replace(spec, dims=tuple(sorted(dims.items())))
     from ..ad.remat import planning
 
     with planning(spec) as plans:
@@ -137,22 +191,38 @@ def _with_remat(job, remat, remat_budget, fn):
     return out
 
 
-def _require_static_bytes(jaxpr) -> None:
+def _require_static_bytes(jaxpr, dims: dict[str, int]) -> None:
     """--remat-budget and --remat min-cut weigh residuals by their bytes, which a symbolic
-    dimension leaves unknown: refused rather than planned as if the dimension were 0."""
-    from ..core import ProgramError, ShapedArray, all_eqns
+    dimension leaves unknown unless `--dim` sizes it: refused rather than planned as if the
+    dimension were 0.  Every symbolic dim is evaluated at the sizes given (a negative or
+    overflowing size is an error here, located at its equation)."""
+    from ..backend.values import eval_dim
+    from ..core import JaxprError, ProgramError, ShapedArray, all_eqns
     from ..shardings import dim_axes
 
-    types = [v.type for v in jaxpr.invars]
-    types += [o.type for e in all_eqns(jaxpr) for o in e.outputs]
-    for t in types:
-        if isinstance(t, ShapedArray) and any(dim_axes(d)[0] is None for d in t.shape):
-            raise ProgramError(
-                f"--remat-budget and --remat min-cut weigh residuals by their bytes, and {t} "
-                "has a symbolic dimension: give it a size, or use a policy (--remat "
-                "dots_saveable, ...)",
-                "inputs",
-            )
+    typed = [(v.type, None) for v in jaxpr.invars]
+    typed += [(o.type, e.loc) for e in all_eqns(jaxpr) for o in e.outputs]
+    seen: set = set()
+    for t, loc in typed:
+        if not isinstance(t, ShapedArray):
+            continue
+        for d in t.shape:
+            if d in seen or dim_axes(d)[0] is not None:
+                continue
+            try:
+                eval_dim(str(d), dims)
+            except JaxprError as e:
+                why = (
+                    f"and {t} has a symbolic dimension: give its size (--dim b=N; the plan "
+                    "is then the best at that size, the program stays symbolic), or use a "
+                    "policy (--remat dots_saveable, ...)"
+                    if "has no size" in e.message
+                    else f"and {t}'s dimension {d} at the --dim sizes: {e.message}"
+                )
+                msg = f"--remat-budget and --remat min-cut weigh residuals by their bytes, {why}"
+                err = ProgramError(msg, "inputs") if loc is None else JaxprError(msg, loc)
+                raise err from None
+            seen.add(d)
 
 
 def _pipeline_steps(spec):
@@ -170,11 +240,16 @@ def _pipeline_steps(spec):
 def _sharded_symbolic(t) -> bool:
     """A dim both symbolic and on mesh axes (`b@x`): its global size is not static."""
     from ..core import ShapedArray
-    from ..shardings import dim_axes
 
     if not isinstance(t, ShapedArray):
         return False
-    return any(isinstance(d, str) and "@" in d and dim_axes(d)[0] is None for d in t.shape)
+    for d in t.shape:
+        if isinstance(d, str) and "@" in d:
+            from ..shardings import dim_axes
+
+            if dim_axes(d)[0] is None:
+                return True
+    return False
 
 
 def _require_transformable(jaxpr) -> None:
@@ -190,17 +265,23 @@ def _require_transformable(jaxpr) -> None:
     for v in jaxpr.invars:
         if _sharded_symbolic(v.type):
             raise ProgramError(_sharded_symbolic_message(f"input type {v.type}"), "inputs")
+    seen: set[int] = set()  # (types are shared between equations: each is looked at once)
     for e in all_eqns(jaxpr):
         for o in e.outputs:
-            if _sharded_symbolic(o.type):
+            t = o.type
+            if id(t) in seen:
+                continue
+            seen.add(id(t))
+            if _sharded_symbolic(t):
                 raise JaxprError(_sharded_symbolic_message(f"{e.prim} result type {o.type}"), e.loc)
 
 
 def _sharded_symbolic_message(what: str) -> str:
     return (
-        f"automatic differentiation and vmap need static shapes; {what} has a symbolic "
-        "dimension on mesh axes (JAX transforms it, the tool does not yet: give the dimension "
-        "a size)"
+        f"{what} has a dimension both symbolic and on mesh axes, whose sharded sizes the "
+        "tool's rules compute as integers: automatic differentiation and vmap of it are "
+        "not supported yet (JAX 0.12 transforms it: a gap of the tool): give the dimension "
+        "a size"
     )
 
 
@@ -281,7 +362,8 @@ def ad_command(name: str, *options, usage=None):
     **own)` may refuse a combination of flags before any work."""
 
     def wrap(body):
-        def command(file, out, opt, show_diff, custom_rules, inst, split_input, **own):
+        def command(file, out, opt, show_diff, custom_rules, mesh, inst, split_input, **own):
+            inst.mesh = _mesh_sizes(mesh)
             if usage is not None:
                 usage(out, split_input, **own)
             run = lambda job: body(job, **own)  # noqa: E731
@@ -356,8 +438,8 @@ def _jvp(job, argnums, no_instantiate):
 # ---------------------------------------------------------------- linearize
 
 
-def _linearize_usage(out, split_input, split, remat=None, remat_budget=None, **_):
-    _remat_usage(remat, remat_budget)
+def _linearize_usage(out, split_input, split, remat=None, remat_budget=None, dim_specs=(), **_):
+    _remat_usage(remat, remat_budget, dim_specs)
     if split and out:
         raise UsageError("-o cannot be combined with --split")
     if split and split_input:
@@ -381,9 +463,10 @@ def _linearize_usage(out, split_input, split, remat=None, remat_budget=None, **_
     ),
     _remat,
     _remat_budget,
+    _remat_dims,
     usage=_linearize_usage,
 )
-def linearize(job, argnums, split, stats, remat, remat_budget):
+def linearize(job, argnums, split, stats, remat, remat_budget, dim_specs):
     """Linearize: the primal computation plus a linear program for the tangents.
 
     The default output has jvp's calling convention (x..., tx...) -> (y..., ty...): the primal
@@ -399,10 +482,10 @@ def linearize(job, argnums, split, stats, remat, remat_budget):
       jaxprtool linearize --split p.jaxpr l.jaxpr --stats f.jaxpr
       jaxprtool linearize --remat min-cut --stats f.jaxpr
     """
-    return _linearize(job, argnums, split, stats, remat, remat_budget)
+    return _linearize(job, argnums, split, stats, remat, remat_budget, dim_specs)
 
 
-def _linearize(job, argnums, split, stats, remat=None, remat_budget=None):
+def _linearize(job, argnums, split, stats, remat=None, remat_budget=None, dim_specs=()):
     from ..ad.linearize import combine, linearize_jaxpr
 
     primal, linear, info = _with_remat(
@@ -410,6 +493,7 @@ def _linearize(job, argnums, split, stats, remat=None, remat_budget=None):
         remat,
         remat_budget,
         lambda: job.transform(lambda j: linearize_jaxpr(j, argnums), view=lambda r: combine(*r)),
+        dim_specs,
     )
     linear = job.optimize(linear)
     if stats:
@@ -426,9 +510,11 @@ def _linearize(job, argnums, split, stats, remat=None, remat_budget=None):
 
 def _report_stats(info) -> None:
     total = sum(r.nbytes for r in info.residuals)
+    host = sum(r.nbytes for r in info.residuals if getattr(r.type, "memory_space", None) == "host")
     lines = [
-        f"residuals: {len(info.residuals)} ({total} bytes); "
-        f"{info.num_new_residuals} new primal outputs, the others forwarded"
+        f"residuals: {len(info.residuals)} ({total} bytes"
+        + (f", {host} of them in host memory" if host else "")
+        + f"); {info.num_new_residuals} new primal outputs, the others forwarded"
     ]
     for k, r in enumerate(info.residuals):
         if r.source == "input":
@@ -494,12 +580,12 @@ def _transpose(job, linear, residuals):
 # ---------------------------------------------------------------- vjp, grad
 
 
-def _vjp_usage(out, split_input, remat=None, remat_budget=None, **_):
-    _remat_usage(remat, remat_budget)
+def _vjp_usage(out, split_input, remat=None, remat_budget=None, dim_specs=(), **_):
+    _remat_usage(remat, remat_budget, dim_specs)
 
 
-@ad_command("vjp", _argnums, _remat, _remat_budget, usage=_vjp_usage)
-def vjp(job, argnums, remat, remat_budget):
+@ad_command("vjp", _argnums, _remat, _remat_budget, _remat_dims, usage=_vjp_usage)
+def vjp(job, argnums, remat, remat_budget, dim_specs):
     """Reverse mode: (x..., ct_y...) -> (y..., ct_x...).
 
     One cotangent input per float/complex output; one cotangent output per differentiated input.
@@ -509,14 +595,14 @@ def vjp(job, argnums, remat, remat_budget):
       jaxprtool vjp --argnums 0 f.jaxpr
       jaxprtool vjp --remat dots_saveable f.jaxpr
     """
-    return _vjp(job, argnums, remat, remat_budget)
+    return _vjp(job, argnums, remat, remat_budget, dim_specs)
 
 
-def _vjp(job, argnums, remat=None, remat_budget=None):
+def _vjp(job, argnums, remat=None, remat_budget=None, dim_specs=()):
     from ..ad.api import vjp_jaxpr
 
     res = _with_remat(
-        job, remat, remat_budget, lambda: job.transform(lambda j: vjp_jaxpr(j, argnums))
+        job, remat, remat_budget, lambda: job.transform(lambda j: vjp_jaxpr(j, argnums)), dim_specs
     )
     return job.text(job.optimize(res))
 
@@ -539,9 +625,10 @@ def _vjp(job, argnums, remat=None, remat_budget=None):
     ),
     _remat,
     _remat_budget,
+    _remat_dims,
     usage=_vjp_usage,
 )
-def grad(job, argnums, with_value, has_aux, remat, remat_budget):
+def grad(job, argnums, with_value, has_aux, remat, remat_budget, dim_specs):
     """Gradient of a scalar float output: (x...) -> ([value,] [aux...,] grads...).
 
     The output must be one scalar (or the first output, with --has-aux); the cotangent is 1.
@@ -554,10 +641,10 @@ def grad(job, argnums, with_value, has_aux, remat, remat_budget):
       jaxprtool grad f.jaxpr --verify-each --timing
       jaxprtool grad --remat min-cut f.jaxpr ; jaxprtool grad --remat-budget 0.5 f.jaxpr
     """
-    return _grad(job, argnums, with_value, has_aux, remat, remat_budget)
+    return _grad(job, argnums, with_value, has_aux, remat, remat_budget, dim_specs)
 
 
-def _grad(job, argnums, with_value, has_aux, remat=None, remat_budget=None):
+def _grad(job, argnums, with_value, has_aux, remat=None, remat_budget=None, dim_specs=()):
     from ..ad.api import grad_jaxpr
     from ..io import progress
 
@@ -569,6 +656,7 @@ def _grad(job, argnums, with_value, has_aux, remat=None, remat_budget=None):
             lambda: job.transform(
                 lambda j: grad_jaxpr(j, argnums, has_aux=has_aux, with_value=with_value)
             ),
+            dim_specs,
         )
         prog.update(f"cleaning up the gradient of {job.input_path}")
         return job.text(job.optimize(res))

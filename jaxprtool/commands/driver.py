@@ -146,6 +146,8 @@ class Instruments:
         self.print_after_change = print_after_change
         self.print_after_all = print_after_all
         self.timing = timing
+        #: mesh axis sizes the command line gives (`--mesh x=2`) for the rules that need them
+        self.mesh: dict[str, int] | None = None
         #: program -> text, in the output's style (set by the command for each input)
         self.render: Callable[[Jaxpr], str] | None = None
         #: how many steps the current input goes through (for the `(2/3)` of the dumps)
@@ -163,12 +165,13 @@ class Instruments:
         """Run fn(jaxpr) as step `name` (written `label`, e.g. `inline{names=relu}`);
         `view(result)` is the program to verify and print when the result is not a jaxpr."""
         from ..core import gc_paused
+        from ..shardings import axis_sizes_of
 
         self.done += 1
         tag = f"{label} ({self.done}/{self.total})" if self.total > 1 else label
         if self.print_before and (name in self.print_before or "all" in self.print_before):
             self.dump(f"IR Dump Before {tag}", jaxpr)
-        with timed(label), gc_paused():
+        with timed(label), gc_paused(), axis_sizes_of(jaxpr, self.mesh):
             result = fn(jaxpr)
         out = view(result) if view is not None else result
         if self.verify_each:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 
 import click
@@ -135,7 +134,7 @@ def memory(file, of, argnums, device, no_xla, dim_specs, plot, as_json, top, out
     if fmt is not None:
         write_output(ui.write_plot(r, fmt), plot)
     if as_json:
-        write_output(json.dumps(r, indent=1) + "\n", output)
+        write_output(ui.to_json(r) + "\n", output)
         return
     _print_text(r, output)
 

@@ -165,10 +165,10 @@ def _check_distributed(coordinator, nproc, pid) -> None:
 
 
 def _parse_mesh(text: str) -> dict[str, int]:
-    from ..backend import sharding
+    from ..shardings import parse_mesh_option
 
     try:
-        axes = sharding.parse_mesh_option(text)
+        axes = parse_mesh_option(text)
     except JaxprError as e:
         raise UsageError(str(e)) from None
     if math.prod(axes.values()) > MAX_MESH:

@@ -77,6 +77,7 @@ from ..shapes.util import (
     real_dtype,
     same_dtypes,
 )
+from ..shardings import sharded_size, sharding_param_spec, with_spec
 from ..text.param_rules import drop, drop_if_none
 
 # ---------------------------------------------------------------- dtype classes, shape rules
@@ -1120,7 +1121,19 @@ define("clamp", kink_indicator=_clamp_bounds, batching=_clamp_batching)
 def _convert_shape(in_types, params, out_hint):
     x = one_arr(in_types, "convert_element_type")
     d = dtype_param(params.get("new_dtype"))
-    return [x.update(dtype=d, weak_type=bool(params.get("weak_type", False)))]
+    out = x.update(dtype=d, weak_type=bool(params.get("weak_type", False)))
+    spec = sharding_param_spec(params.get("sharding"))
+    if spec is not None:
+        return [out.update(shape=with_spec(x.shape, spec))]
+    # JAX prints a `sharding` only in the binder's type (`_convert_elt_type_pp_rule`)
+    hint = out_hint[0] if out_hint else None
+    if isinstance(hint, ShapedArray) and _global(hint.shape) == _global(x.shape):
+        return [out.update(shape=hint.shape)]
+    return [out]
+
+
+def _global(shape) -> tuple:
+    return tuple(map(sharded_size, shape))
 
 
 def _is_inexact_dtype(dt: str) -> bool:
@@ -1153,12 +1166,19 @@ def _convert_transpose(cts, x, **params):
 
 def _bind_convert(eqn, p, dims):
     from ..backend.prims import dtype_param
+    from ..backend.sharding import explicit_result_sharding
 
     return {
         "new_dtype": dtype_param(p.get("new_dtype", eqn.outputs[0].type.np_dtype)),
         "weak_type": bool(p.get("weak_type", False)),
-        "sharding": None,
+        # a conversion that reshards (a jacfwd basis) binds its result's sharding
+        "sharding": explicit_result_sharding(eqn) if _reshards(eqn) else None,
     }
+
+
+def _reshards(eqn) -> bool:
+    x = eqn.inputs[0]
+    return hasattr(x, "type") and x.type.shape != eqn.outputs[0].type.shape
 
 
 def _simplify_convert(e, ctx):

@@ -49,7 +49,7 @@ from ..ad.zeros import (
     tangent_type,
     writes_tangent_ref,
 )
-from ..core import Jaxpr, JaxprError, ShapedArray, Var, np_dtype
+from ..core import Jaxpr, JaxprError, RefType, ShapedArray, Var, np_dtype
 from ..params import Opaque, Record, format_value
 from ..record import define
 from ..record import prim as record_of
@@ -257,16 +257,10 @@ def _transposed(params, mask, n_cts):
     return p
 
 
-def _jvp_with_refs(inner, nz, instantiate):
-    """A call's body differentiated with its Ref operands' tangent Refs (the call is emitted
-    even when no tangent comes out of it, so its writes into them stay)."""
-    return jvp_masked(inner, nz, instantiate, refs=True)
-
-
 def _call_jvp(prim):
     def rule(primals, tangents, **params):
         key, inner, nz, nz_t, n, out_types = _call_parts(prim, params, tangents)
-        jj, out_nz = _memo("jvp", _jvp_with_refs, inner, nz)
+        jj, out_nz = _memo("jvp", jvp_masked, inner, nz)
         ins, nz_in = list(range(len(primals))), [i for i, m in enumerate(nz) if m]
         outs_ix = list(range(n)) + [j for j, m in enumerate(out_nz) if m]
         p = _resized(dict(params, **{key: jj}), ins + nz_in, outs_ix)
@@ -276,14 +270,10 @@ def _call_jvp(prim):
     return rule
 
 
-def _linearize_with_refs(inner, nz, instantiate):
-    return linearize_masked(inner, nz, instantiate, refs=True)
-
-
 def _call_linearize(prim):
     def rule(primals, tangents, **params):
         key, inner, nz, nz_t, n, out_types = _call_parts(prim, params, tangents)
-        pj, lj, out_nz, _ = _memo("lin", _linearize_with_refs, inner, nz)
+        pj, lj, out_nz, _ = _memo("lin", linearize_masked, inner, nz)
         pj, src = _memo("fwd", lambda j, m, instantiate: _forward_plan(j, n), pj, ())
         residuals = _residuals_from(src, primals)
         ins, nz_in = list(range(len(primals))), [i for i, m in enumerate(nz) if m]
@@ -470,6 +460,25 @@ for _p in ("jit", "pjit"):
     define(_p, operand_placement=_jit_operand_placement, result_placement=_jit_result_placement)
 
 
+def _call_mesh(key: str):
+    """The mesh a call prints in `key`: 2022's pjit in `resource_env=ResourceEnv(Mesh(
+    device_ids=...), ())` (the devices its `OpShardingSharding`s number), a jit in
+    `ctx_mesh=Mesh('x': 2, ...)` (the mesh it was traced under); None for `Mesh()`."""
+
+    def mesh_of(e):
+        from ..shardings import read_mesh
+
+        v = e.params.get(key)
+        m = read_mesh(v) if v is not None else None
+        return m if m is not None and m.complete else None
+
+    return mesh_of
+
+
+define("pjit", mesh_of=_call_mesh("resource_env"))
+define("jit", mesh_of=_call_mesh("ctx_mesh"))
+
+
 # ---------------------------------------------------------------- remat2 (checkpoint), name
 
 
@@ -513,9 +522,12 @@ def _policy_saveable(policy):
     ):
         if key in text:
             return pred
-    _note_once(
-        ("policy", text), f"remat2: policy {text} is not understood; recomputing every residual"
+    why = (
+        "is an offload policy, whose memory kinds the text does not print"
+        if "offload" in text
+        else "is not understood"
     )
+    _note_once(("policy", text), f"remat2: policy {text} {why}; recomputing every residual")
     return lambda e: False
 
 
@@ -578,6 +590,14 @@ def _remat_linearize(prim):
 
     def rule(primals, tangents, **params):
         key, inner, nz, nz_t, n, out_types = _call_parts(prim, params, tangents)
+        if writes_tangent_ref(inner.invars, nz):
+            raise JaxprError(
+                f"reverse mode of '{prim}' with a differentiated Ref operand is not supported: "
+                "JAX 0.12 fails on it too (its vjp raises 'Expected cotangent type Ref{...} "
+                "but got ...', and its linearize disagrees with its jvp); jvp goes through, "
+                "or move the Ref's reads and writes out of the checkpointed function",
+                current().loc,
+            )
         pj, lj, out_nz = _remat_split(inner, nz, _policy_saveable(params.get("policy")))
         pj, residuals = _forward_inputs(pj, n, primals)
         outs = _emit(prim, primals, dict(params, **{key: pj}), pj)
@@ -593,18 +613,24 @@ def _remat_linearize(prim):
 
 
 def _remat_evaluate(interp, eqn, invals, path):
-    """`jax.checkpoint` of the body (jit); a plain call (eager)."""
+    """`jax.checkpoint` of the body (jit), the Refs among the operands going in and out as
+    values (a traced body cannot write into the interpreter's Refs); a plain call (eager)."""
     f = interp.call_fn(eqn, path)
-    if interp.mode == "jit":
-        import jax
+    if interp.mode != "jit":
+        return f(*invals)
+    import jax
 
-        prevent = eqn.params.get("prevent_cse", True)
-        if prevent and eqn.params.get("differentiated"):
-            # JAX's remat lowering: XLA neither merges the recomputation with the forward
-            # pass nor moves it ahead of its operands (the cotangents, once transposed)
-            invals = list(jax.lax.optimization_barrier(tuple(invals)))
-        return list(jax.checkpoint(lambda *xs: f(*xs), prevent_cse=bool(prevent))(*invals))
-    return f(*invals)
+    from ..backend.evaluator import ThreadedRefs
+
+    refs = ThreadedRefs(invals)
+    args = refs.arguments(invals)
+    prevent = eqn.params.get("prevent_cse", True)
+    if prevent and eqn.params.get("differentiated"):
+        # JAX's remat lowering: XLA neither merges the recomputation with the forward
+        # pass nor moves it ahead of its operands (the cotangents, once transposed)
+        args = list(jax.lax.optimization_barrier(tuple(args)))
+    out = jax.checkpoint(refs.threaded(f, invals), prevent_cse=bool(prevent))(*args)
+    return refs.results(out)
 
 
 def _name_transpose(ct, x, **params):
@@ -800,14 +826,14 @@ def _custom_jvp_jvp(primals, tangents, **params):
     traced = params.get(JVP_RULE_PARAM)
     n_out = len(body.outvars)
     if isinstance(traced, Jaxpr):
-        ts = list(map(instantiate, tangents[_rule_consts(params) :]))  # not the constants'
+        ts = list(map(_instantiate_tangent, tangents[_rule_consts(params) :]))  # not the consts'
         out = _emit_rule("custom_jvp_call", JVP_RULE_PARAM, traced, [*primals, *ts])
         return out[:n_out], out[n_out:]
     jvp_name = fn_name(params.get("jvp", params.get("jvp_jaxpr_thunk")))
     plugin = custom_jvps.get(jvp_name)
     if plugin is not None:
         observe.note(f"custom_jvp rule '{jvp_name}' from a plugin (register_custom_jvp)")
-        outs, touts = plugin(list(primals), [instantiate(t) for t in tangents])
+        outs, touts = plugin(list(primals), [_instantiate_tangent(t) for t in tangents])
         if outs is None:
             outs = current().bind("custom_jvp_call", list(primals), params, _out_types(body))
         return list(outs), list(touts)
@@ -820,6 +846,14 @@ def _custom_jvp_jvp(primals, tangents, **params):
         return outs, library.tangent(list(primals), nonzero, outs)
     refuse = custom_rule_fallbacks.policy == "strict"
     return _fall_back_to_body("custom_jvp", params, primals, tangents, f"jvp={jvp_name}", refuse)
+
+
+def _instantiate_tangent(t):
+    """A recorded or plugin rule takes every tangent: a Zero one as zeros, a Ref's as a Ref
+    of zeros (JAX hands a custom rule a Ref operand's tangent Ref)."""
+    if is_zero(t) and isinstance(t.type, RefType):
+        return ops.zeros_ref(t.type)
+    return instantiate(t)
 
 
 def _out_types(body: Jaxpr):
@@ -911,7 +945,7 @@ def _plugin_vjp(pair, primals, tangents, bwd_name, fwd_name):
     fwd_fn, _ = pair
     outs, res = fwd_fn(*primals)
     outs, res = list(outs), list(res)
-    ts = [instantiate(t) for t in tangents]
+    ts = [_instantiate_tangent(t) for t in tangents]
     touts = current().bind(
         "custom_lin",
         res + ts,
@@ -936,7 +970,8 @@ def _custom_lin_transpose(cts, *args, bwd, num_res, in_zeros=None, **params):
     if isinstance(traced, Jaxpr):
         cts_in = _emit_rule("custom_vjp_call", BWD_RULE_PARAM, traced, [*res, *cts])
         zeros = list(in_zeros) if in_zeros is not None else [False] * len(cts_in)
-        return [None] * num_res + [c for c, z in zip(cts_in, zeros) if not z]
+        kept = [c for c, z in zip(cts_in, zeros) if not z]
+        return [None] * num_res + [_into_ct_ref(a, c) for a, c in zip(args[num_res:], kept)]
     pair = custom_vjps.get(fn_name(bwd))
     if pair is None:
         raise JaxprError(
@@ -947,6 +982,16 @@ def _custom_lin_transpose(cts, *args, bwd, num_res, in_zeros=None, **params):
     observe.note(f"custom_vjp bwd rule '{fn_name(bwd)}' from a plugin")
     _, bwd_fn = pair
     return [None] * num_res + list(bwd_fn(res, cts))
+
+
+def _into_ct_ref(arg, ct):
+    """What bwd gives for a differentiated Ref operand is added into its cotangent Ref (JAX's
+    RefAccum); for the other operands it is their cotangent."""
+    ct_ref = getattr(arg, "ct_ref", None)
+    if ct_ref is None:
+        return ct
+    ops.add_into_ref(ct_ref, ct)
+    return None
 
 
 @shape_rule("custom_lin")
@@ -1072,6 +1117,11 @@ def _custom_lin_forward(eqn) -> Jaxpr:
 
 
 def _evaluate_custom_lin(interp, eqn, invals, path):
+    """A tangent Ref operand enters the map as its value: bwd's entry for a Ref is added into
+    the Ref's cotangent Ref, whose transpose reads the tangent Ref."""
+    from ..backend.evaluator import Box
+
+    invals = [x.value if isinstance(x, Box) else x for x in invals]
     try:
         forward = _custom_lin_forward(eqn)
     except JaxprError:  # a bwd the tool cannot transpose (a while loop: diffrax's adjoint)
@@ -1129,6 +1179,7 @@ define(
     "custom_lin",
     multiple_results=True,
     transpose=_custom_lin_transpose,
+    transposes_refs=True,
     print_params=_print_custom_lin,
     # its value is the custom VJP's linear map: the transpose of the recorded bwd
     refusal=_custom_lin_refusal,
@@ -1545,7 +1596,7 @@ def _run_state_jvp(primals, tangents, *, jaxpr, **params):
         return current().bind("run_state", list(primals), {**params, "jaxpr": jaxpr}), [
             Zero(tangent_type(t)) for t in outs_types
         ]
-    jv, _ = jvp_masked(body, nz, False, refs=True)
+    jv, _ = jvp_masked(body, nz, False)
     tans = [instantiate(t) for t, m in zip(tangents, nz) if m]
     p = dict(params, jaxpr=jv)
     if "is_initialized" in p:

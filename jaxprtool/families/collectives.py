@@ -47,7 +47,7 @@ from ..ad.registry import (
     rebind_primal,
     rule_kind,
 )
-from ..ad.zeros import Zero, is_undefined_primal, is_zero, tangent_type
+from ..ad.zeros import Zero, is_undefined_primal, is_zero, tangent_type, writes_tangent_ref
 from ..core import Eqn, Jaxpr, JaxprError, Literal, ShapedArray, Var
 from ..record import define
 from ..shapes import ShapeError, shape_rule
@@ -450,9 +450,12 @@ def _manual_interpreter(interp, check: bool):
 
 
 def _eval_shard_map(interp, eqn, invals, path):
+    """The body under `jax.shard_map`; the Refs among the operands travel through it as
+    extra operands and results with their in_specs (JAX's state discharge of shard_map)."""
     import jax
 
     from ..backend import sharding as S
+    from ..backend.evaluator import ThreadedRefs
 
     p = eqn.params
     body = interp.body(p.get("jaxpr"), eqn)
@@ -470,17 +473,27 @@ def _eval_shard_map(interp, eqn, invals, path):
     inner = _manual_interpreter(interp, check)
     label = path + ("shard_map",) if interp.mode == "eager" else path
 
+    refs = ThreadedRefs(invals)  # Refs the body uses: their values go in and come out
+    val_p = tuple(s for k, s in enumerate(in_p) if k not in refs.at)
+    first = {i: k for k, i in sorted(refs.at.items(), reverse=True)}  # a Ref's first operand
+    ref_p = tuple(in_p[first[i]] for i in range(len(refs.boxes)))
+
     def f(*xs):
         return tuple(inner.run(body, [], list(xs), label))
 
     axis_names = frozenset(manual) if set(manual) != set(mesh_text.names) else frozenset()
     fn = jax.shard_map(
-        f, mesh=mesh, in_specs=in_p, out_specs=out_p, axis_names=axis_names, check_vma=check
+        refs.threaded(f, invals),
+        mesh=mesh,
+        in_specs=val_p + ref_p,
+        out_specs=out_p + ref_p,
+        axis_names=axis_names,
+        check_vma=check,
     )
     if interp.mode == "eager":
         fn = jax.jit(fn)
     try:
-        return list(fn(*invals))
+        return refs.results(fn(*refs.arguments(invals)))
     except JaxprError:
         raise
     except Exception as e:  # noqa: BLE001 - JAX's complaint, located at the equation
@@ -856,7 +869,7 @@ def _shard_map_jvp(primals, tangents, **params):
     outs = b.bind(
         "shard_map", list(primals), _with_specs(params, pj, in_p, out_p + kept_p), prim_types
     )
-    if not any(out_nz):
+    if not any(out_nz) and not writes_tangent_ref(body.invars, nz):
         return outs[:n], [Zero(tangent_type(t)) for t in out_types]
     res_atoms, res_p = [], []
     for kind, i in plan:
@@ -880,8 +893,27 @@ def _unmentioned(spec: SpecText, manual) -> tuple[str, ...]:
     return tuple(a for a in manual if a not in used)
 
 
+def _grad_ref_refusal(in_specs, refs, check: bool, manual) -> None:
+    """JAX's `_check_grad_refs`: without check_vma, a cotangent Ref whose in_spec leaves a
+    manual axis out would need a psum of what the body writes into it."""
+    if check:
+        return
+    for spec, r in zip(in_specs, refs):
+        if r and _unmentioned(spec, manual):
+            raise JaxprError(
+                "Differentiating a shard_map with check_vma=False into a gradient Ref for an "
+                "argument whose in_specs don't mention all manual mesh axes (JAX refuses it "
+                "too): shard the Ref over every manual axis, or use check_vma=True",
+                current().loc,
+            )
+
+
 def _shard_map_transpose(cts, *args, **params):
-    from ..ad.transpose import backward_pass
+    """JAX's `_shard_map_transpose_fancy`: the transposed body takes the non-linear operands
+    and a differentiated Ref's cotangent Ref (written into there, with the Ref's in_spec) in
+    operand order, then the nonzero cotangents; it returns the other linear operands'
+    cotangents (psummed over the manual axes their in_specs leave out, without check_vma)."""
+    from ..ad.transpose import backward_pass, transposed_inputs
 
     body: Jaxpr = params["jaxpr"]
     mesh = mesh_of(params)
@@ -892,12 +924,16 @@ def _shard_map_transpose(cts, *args, **params):
     in_p = _spec_params(params, "in", body.invars)
     out_p = _spec_params(params, "out", body.outvars)
     lin = [is_undefined_primal(a) for a in args]
+    refs = [m and a.ct_ref is not None for a, m in zip(args, lin)]
     nzc = [not is_zero(c) for c in cts]
+    _grad_ref_refusal(in_specs, refs, check, manual)
 
     def zeros():
-        return [Zero(tangent_type(a.type)) if m else None for a, m in zip(args, lin)]
+        return [
+            Zero(tangent_type(a.type)) if m and not r else None for a, m, r in zip(args, lin, refs)
+        ]
 
-    if not any(nzc):
+    if not any(nzc) and not any(refs):
         return zeros()
     sizes = mesh.shape
     ct_atoms = []
@@ -912,10 +948,9 @@ def _shard_map_transpose(cts, *args, **params):
                 c = ops.div(c, ops.lit(f, c))
         ct_atoms.append(c)
     tb = B.Builder(loc=current().loc)
-    res_in = [B.fresh_like(v) for v, m in zip(body.invars, lin) if not m]
+    res_in, bargs = transposed_inputs(body.invars, lin, refs)
     ct_in = [Var(tangent_type(v.type), None) for v, m in zip(body.outvars, nzc) if m]
-    it_r, it_c = iter(res_in), iter(ct_in)
-    bargs = [None if m else next(it_r) for m in lin]
+    it_c = iter(ct_in)
     bcts = [next(it_c) if m else Zero(tangent_type(v.type)) for v, m in zip(body.outvars, nzc)]
     outs, new_out_p, which = [], [], []
     with B.use(tb):
@@ -932,18 +967,19 @@ def _shard_map_transpose(cts, *args, **params):
             outs.append(c)
             new_out_p.append(in_p[i])
             which.append(i)
-    if not outs:
+    if not outs and not any(refs):
         return zeros()
     eqns = B.dce_eqns(tb.eqns, outs)
     tj = B.make_jaxpr(res_in + ct_in, eqns, outs)
-    p = _with_specs(params, tj, _sel(in_p, [not m for m in lin]) + _sel(out_p, nzc), new_out_p)
+    kept = [not m or r for m, r in zip(lin, refs)]  # operands: non-linear ones, cotangent Refs
+    p = _with_specs(params, tj, _sel(in_p, kept) + _sel(out_p, nzc), new_out_p)
     types = [tangent_type(args[i].type) for i in which]
-    nl = [a for a, m in zip(args, lin) if not m]
+    nl = [a.ct_ref if r else a for a, k, r in zip(args, kept, refs) if k]
     res = iter(current().bind("shard_map", nl + ct_atoms, p, types))
     got = {i: next(res) for i in which}
     return [
-        (got[i] if i in got else Zero(tangent_type(a.type))) if m else None
-        for i, (a, m) in enumerate(zip(args, lin))
+        (got[i] if i in got else Zero(tangent_type(a.type))) if m and not r else None
+        for i, (a, m, r) in enumerate(zip(args, lin, refs))
     ]
 
 
@@ -978,6 +1014,12 @@ def _xla_pmap_jvp(primals, tangents, **params):
     out_axes = pmap_axes(params, "out_axes", n)
     nz = [not is_zero(t) for t in tangents]
     nz_t = [t for t in tangents if not is_zero(t)]
+    if writes_tangent_ref(body.invars, nz):
+        raise JaxprError(
+            "a differentiated Ref passed into xla_pmap's body: JAX's pmap takes no Refs (it "
+            "refuses to trace such a function), so neither has a rule for one; use shard_map",
+            b.loc,
+        )
     if not b.split:
         jj, out_nz = jvp_masked(body, nz, instantiate=False)
         ins = list(primals) + nz_t
@@ -1133,7 +1175,12 @@ define("shard_map", shape_rule=_shard_map_shape, family="collectives")
 for _n in ("shard_map", "xla_pmap"):
     define(_n, multiple_results=True, family="collectives")
 define("shard_map", evaluate=_eval_shard_map, jvp=_shard_map_jvp, jvp_kind=LOW_LEVEL)
-define("shard_map", transpose=_shard_map_transpose, batching=_shard_map_batching)
+define(
+    "shard_map",
+    transpose=_shard_map_transpose,
+    transposes_refs=True,
+    batching=_shard_map_batching,
+)
 define("shard_map", body_copies=_shard_map_body_copies)
 define("xla_pmap", body_copies=_pmap_body_copies)
 define("xla_pmap", evaluate=_eval_xla_pmap, jvp=_xla_pmap_jvp, jvp_kind=LOW_LEVEL)

@@ -86,7 +86,7 @@ def _cond_masks(branches, ops_t):
     nz = nonzero_mask(branches[0].invars, ops_t)
     out_nz = [False] * len(out_types)
     if any(nz):
-        per_branch = [jvp_masked(br, nz, instantiate=False, refs=True)[1] for br in branches]
+        per_branch = [jvp_masked(br, nz, instantiate=False)[1] for br in branches]
         out_nz = [any(z) for z in zip(*per_branch)]
     return branches, nz, out_nz, out_types
 
@@ -99,7 +99,7 @@ def _cond_jvp(primals, tangents, *, branches, **params):
     if not any(out_nz) and not writes_tangent_ref(branches[0].invars, nz):
         outs = b.emit("cond", primals, _cond_params(params, branches), out_types)
         return outs, zero_tangents(out_types)
-    jvps = [jvp_masked(br, nz, instantiate=out_nz, refs=True)[0] for br in branches]
+    jvps = [jvp_masked(br, nz, instantiate=out_nz)[0] for br in branches]
     tan_ops = [t for t, m in zip(ops_t, nz) if m]
     outs = b.emit(
         "cond",
@@ -124,7 +124,7 @@ def _cond_linearize(primals, tangents, *, branches, **params):
         outs = b.emit("cond", primals, _cond_params(params, branches), out_types)
         return outs, zero_tangents(out_types)
     n_out = len(out_nz)
-    lins = [linearize_masked(br, nz, instantiate=out_nz, refs=True) for br in branches]
+    lins = [linearize_masked(br, nz, instantiate=out_nz) for br in branches]
     # Unify the residuals: new ones matched by (type, occurrence) as JAX's
     # _merge_branch_residuals does; branch inputs are forwarded (one slot per input).
     new_slots: list = []
@@ -334,23 +334,8 @@ def _cond_evaluate(interp, eqn, invals, path):
     refs = ThreadedRefs(ops)  # Refs the branches use: their values go in and come out
     if not refs.boxes:
         return list(jax.lax.switch(idx, fns, *ops))
-    values = [x for k, x in enumerate(ops) if k not in refs.at]
-
-    def threaded(fn):
-        def run_branch(*args):
-            it = iter(args[: len(values)])
-            inside, boxes = refs.inside(
-                [None if k in refs.at else next(it) for k in range(len(ops))],
-                args[len(values) :],
-            )
-            return tuple(fn(*inside)) + tuple(b.value for b in boxes)
-
-        return run_branch
-
-    out = jax.lax.switch(idx, [threaded(f) for f in fns], *values, *refs.values())
-    n_out = len(out) - len(refs.boxes)
-    refs.write_back(out[n_out:])
-    return list(out[:n_out])
+    out = jax.lax.switch(idx, [refs.threaded(f, ops) for f in fns], *refs.arguments(ops))
+    return refs.results(out)
 
 
 def _platform_dependent(interp, eqn, branches, platforms, ops, path):

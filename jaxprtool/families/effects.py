@@ -276,7 +276,7 @@ def _pallas_jvp(primals, tangents, **params):
     if not any(nz):
         outs = rebind_primal("pallas_call", list(primals), params)
         return outs, [Zero(tangent_type(o.type)) for o in outs]
-    jv, _ = jvp_masked(kernel, nz + [True] * n_out, False, refs=True)
+    jv, _ = jvp_masked(kernel, nz + [True] * n_out, False)
     n_t = sum(nz)
     ins, outs_, t_ins, t_outs = _split(list(jv.invars), [n_in, n_out, n_t])
     jv = jv.replace(invars=[*ins, *t_ins, *outs_, *t_outs])

@@ -10,7 +10,8 @@ primitives under their own names.  Each rule below follows Equinox's own definit
 - `select_if_vmap pred x y`: `x` (Equinox assumes an unbatched `pred` is True); batched,
   `select(pred, x, y)`;
 - `nonbatchable`, `nondifferentiable_backward`, `nontraceable`: identities that refuse to
-  be batched, reverse-differentiated, or transformed at all;
+  be batched (`nonbatchable` with `allow_constant_across_batch`: the first example, checked
+  constant as under EQX_ON_ERROR=nan), reverse-differentiated, or transformed at all;
 - `maybe_set pred xs x i...`: `xs.at[i].set(x)` (with `makes_false_steps`,
   `xs.at[i].set(select(pred, x, xs[i]))`), whose transpose, as Equinox's, assumes every
   location of `xs` is written once (its checkpointed loops' buffers): the cotangent of `xs`
@@ -36,7 +37,7 @@ from ..params import Opaque
 from ..record import define
 from ..record import prim as record_of
 from ..shapes import ShapeError, shape_rule
-from ..shapes.util import nargs
+from ..shapes.util import is_complex_dtype, is_float_dtype, is_int_dtype, nargs
 
 
 def _jnp():
@@ -176,13 +177,47 @@ def _no_jvp(name):
     return rule
 
 
+def _nan_like_value(dtype: str):
+    """What Equinox's `_nan_like` fills an erroring value with (equinox/_errors.py): NaN for
+    inexact dtypes, the largest integer, True; None for any other dtype (left as it is)."""
+    if is_float_dtype(dtype) or is_complex_dtype(dtype):
+        return float("nan")
+    if is_int_dtype(dtype):
+        bits = int(dtype[1:])
+        return 2**bits - 1 if dtype.startswith("u") else 2 ** (bits - 1) - 1
+    return True if dtype == "bool" else None
+
+
 def _nonbatchable_batching(args, dims, *, msg, allow_constant_across_batch, **params):
-    if allow_constant_across_batch:
-        msg = (
-            f"{msg} (Equinox checks at run time that the batch is constant and takes its "
-            "first element; the tool cannot emit that check)"
-        )
-    raise JaxprError(str(msg), current().loc)
+    """Equinox's `_cannot_batch`: refuse a batched operand, or, with
+    `allow_constant_across_batch`, check that the batch is constant and take its first
+    element.  Equinox checks with `eqx.error_if`, which calls back into Python to raise
+    unless EQX_ON_ERROR=nan; a callback cannot run from text, so the tool emits the check as
+    EQX_ON_ERROR=nan does (a nonconstant batch gives NaN) and says so."""
+    (x,), (d,) = args, dims
+    if d is None:
+        return [x], [None]
+    if not allow_constant_across_batch:
+        raise JaxprError(str(msg), current().loc)
+    from ..io import warn
+
+    warn(
+        "vmap: Equinox's nonbatchable(allow_constant_across_batch=True) checks that the batch "
+        "is constant; the check is emitted as EQX_ON_ERROR=nan makes it (a nonconstant batch "
+        "gives NaN, or the integer maximum, instead of raising)",
+        current().loc,
+    )
+    first = BT.bind("squeeze", ops.slice_in_dim(x, 0, 1, axis=d), dimensions=(d,))[0]
+    fill = _nan_like_value(x.type.dtype)
+    if fill is None:
+        return [first], [None]
+    lo = BT.bind("reduce_min", x, axes=(d,), out_sharding=None)[0]
+    hi = BT.bind("reduce_max", x, axes=(d,), out_sharding=None)[0]
+    differs = BT.bind("ne", lo, hi)[0]
+    axes = tuple(range(len(differs.type.shape)))
+    if axes:
+        differs = BT.bind("reduce_or", differs, axes=axes)[0]
+    return [ops.select_n(differs, first, ops.full(first.type, fill))], [None]
 
 
 def _nontraceable_refusal(what):

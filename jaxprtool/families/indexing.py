@@ -458,7 +458,7 @@ def _gather_batching(args, dims, *, dimension_numbers, slice_sizes, **params):
             operand_batching_dims=tuple(1 + d for d in obd),
             start_indices_batching_dims=sibd,
         )
-        sizes = (BT.shape_of(x)[0], *sizes)
+        sizes = (ops.sdims(BT.shape_of(x))[0], *sizes)
         out = BT.bind("gather", x, idx, dimension_numbers=new, slice_sizes=sizes, **p)
         return out, [0]
     if xd is None and id_ is not None:

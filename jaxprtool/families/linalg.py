@@ -47,8 +47,8 @@ from ..ad.registry import (
     rule_kind,
 )
 from ..ad.zeros import Zero, is_zero, tangent_type
-from ..core import ShapedArray, dtype_value
-from ..params import EnumValue, Record, as_int_tuple
+from ..core import JaxprError, ShapedArray, dtype_value
+from ..params import EnumValue, Record, SymExpr, as_int_tuple
 from ..record import define
 from ..shapes import ShapeError, shape_rule
 from ..shapes.util import (
@@ -60,6 +60,7 @@ from ..shapes.util import (
     dim_add,
     dim_eq,
     dim_floordiv,
+    dim_mul,
     dtype_bits,
     field,
     fill_sym_from_hint,
@@ -75,6 +76,7 @@ from ..shapes.util import (
     opt_dtype_param,
     output_elements,
     pairs,
+    prod,
     real_dtype,
     static_ints,
     strided_dim,
@@ -649,12 +651,15 @@ def _reshape_axis_out_of(src, size1, x):
 
 
 def _reshape_axis_into(src, dst, x):
+    """JAX's `_reshape_axis_into`: one reshape that reads the axes in the order `perm` (on
+    explicitly sharded operands JAX's reshape sharding rule refuses it when it merges a
+    sharded dim, and so does the tool's)."""
     shp = _global_shape(x)
     perm = [i for i in range(len(shp)) if i != src]
     perm.insert(dst, src)
     new_shape = [d for i, d in enumerate(shp) if i != src]
     new_shape[dst] *= shp[src]
-    return bind_reshape(bind_transpose(x, perm), new_shape)
+    return ops.reshape(x, new_shape, None if perm == list(range(len(shp))) else tuple(perm))
 
 
 def _conv_common(params, target, *others):
@@ -826,8 +831,17 @@ def _merge_axis_into(src: int, dst: int, x):
     perm = [i for i in range(n) if i != src]
     perm.insert(dst, src)
     shp = [s for i, s in enumerate(BT.shape_of(x)) if i != src]
-    shp[dst] *= BT.shape_of(x)[src]
+    shp[dst] = dim_mul(shp[dst], BT.shape_of(x)[src])
     return ops.reshape(x, shp, None if perm == list(range(n)) else tuple(perm))
+
+
+def _split_batch_out_of(axis: int, b, out):
+    """Axis `axis` of the batched conv's result, `b` examples merged into it, split into
+    (b, the equation's own size there): the reshape JAX's rule makes, which a symbolic `b`
+    (a Jacobian's basis) leaves no integer to divide by."""
+    shp = list(BT.shape_of(out))
+    shp[axis : axis + 1] = [b, BT.shape_of(BT.current_eqn().outputs[0])[axis]]
+    return ops.reshape(out, shp)
 
 
 def _conv_batching(args, dims, **params):
@@ -850,6 +864,14 @@ def _conv_batching(args, dims, **params):
     def conv(a, b, **changes):
         return BT.bind("conv_general_dilated", a, b, **dict(params, **changes))[0]
 
+    size = BT.axis_size()
+    if not isinstance(size, int) and rd is not None and (ld is not None or fgc > 1 or bgc > 1):
+        raise JaxprError(
+            f"'conv_general_dilated': batching a kernel over the symbolic size {size} "
+            "would make that size a feature or batch group count, or divide it by the "
+            "groups, which the tool does with integer sizes only: give the dimension a size",
+            current().loc,
+        )
     if ld is not None and rd is not None:
         b = lshape[ld]
         if bgc > 1:
@@ -866,17 +888,17 @@ def _conv_batching(args, dims, **params):
         if bgc == 1:
             new_lhs = into(ld, lhs_spec[0], lhs)
             out = conv(new_lhs, rhs)
-            return [out_of(out_spec[0], b, out)], [out_spec[0]]
+            return [_split_batch_out_of(out_spec[0], b, out)], [out_spec[0]]
         new_lhs = out_of(lhs_spec[0] + int(ld <= lhs_spec[0]), bgc, lhs)
         new_lhs = into(ld + int(lhs_spec[0] < ld), lhs_spec[0] + 1, new_lhs)
         new_lhs = into(lhs_spec[0], lhs_spec[0], new_lhs)
         out = conv(new_lhs, rhs)
-        return [out_of(out_spec[0], b, out)], [out_spec[0]]
+        return [_split_batch_out_of(out_spec[0], b, out)], [out_spec[0]]
     b = rshape[rd]
     if fgc == 1 and bgc == 1:
         new_rhs = into(rd, rhs_spec[0], rhs)
         out = conv(lhs, new_rhs)
-        return [out_of(out_spec[1], b, out)], [out_spec[1]]
+        return [_split_batch_out_of(out_spec[1], b, out)], [out_spec[1]]
     group = fgc if fgc > 1 else bgc
     new_rhs = out_of(rhs_spec[0] + int(rd <= rhs_spec[0]), group, rhs)
     new_rhs = into(rd + int(rhs_spec[0] < rd), rhs_spec[0] + 1, new_rhs)
@@ -1600,8 +1622,10 @@ define("lu_pivots_to_permutation", batching=leading_batch("lu_pivots_to_permutat
 # are JAX's `_fft_transpose_rule` (FFT and IFFT are their own transposes: the DFT matrix is
 # symmetric), `_rfft_transpose` (an IRFFT of the conjugated cotangent halved off the DC and
 # Nyquist bins, times N) and `_irfft_transpose` (an RFFT of the cotangent, twice off those
-# bins, over N, conjugated: JAX's convention for complex cotangents).  The batching rule moves
-# the batch axis to the front (the transformed axes are the minor ones).
+# bins, over N, conjugated: JAX's convention for complex cotangents).  A symbolic length
+# keeps them symbolic as JAX's do (N a `dim_as_value`, the mask over floordiv(b, 2) + 1 bins),
+# with the Nyquist bin JAX 0.12 leaves out (`_nyquist_index`).  The batching rule moves the
+# batch axis to the front (the transformed axes are the minor ones).
 
 _FFT_KINDS = ("FFT", "IFFT", "RFFT", "IRFFT")
 
@@ -1664,30 +1688,38 @@ def _bind_fft(eqn, p, dims):
     return {"fft_type": ft, "fft_lengths": to_jax(lengths)}
 
 
-def _static_lengths(fft_lengths) -> tuple[int, ...]:
-    lengths = param_dims(fft_lengths)
-    if not all(isinstance(n, int) for n in lengths):
-        from ..ad.builder import current
-        from ..core import JaxprError
-
-        raise JaxprError(
-            f"the transpose of a real fft with symbolic fft_lengths {fmt_shape(lengths)} is "
-            "not supported yet (JAX's is: a gap of the tool): transform a program traced at "
-            "concrete sizes",
-            current().loc,
-        )
-    return lengths
+def _size_value(n, dtype: str, weak_type: bool = False):
+    """The size `n` as a scalar of `dtype`: a literal, or for a symbolic size JAX's
+    `dim_as_value[dim=n]` converted to `dtype` (as JAX's `N * x` on a symbolic N binds)."""
+    if isinstance(n, int):
+        return ops.lit(n, dtype)
+    value = ops.bind("dim_as_value", dim=SymExpr(str(n)))
+    return ops.convert_element_type(value, dtype, weak_type=weak_type)
 
 
-def _hermitian_mask(like, m: int, n_last: int, dtype: str):
-    """JAX's mask over the half spectrum (m bins of an n_last-point transform): 1 at the DC
-    bin and, for even n_last, at the Nyquist bin, 2 elsewhere; broadcast to `like`'s shape."""
+def _nyquist_index(n_last):
+    """Where the mask's Nyquist 1 goes: the last bin `m - 1` of an even length; for a
+    symbolic length `floordiv(n, 2)*mod(n + 1, 2)`, which is that bin when n is even and the
+    DC bin (already 1) when it is odd.  JAX 0.12 takes every symbolic length as odd (its
+    `not n % 2` is `not` of a non-zero expression) and so divides the Nyquist bin of an
+    even one by 2, halving that bin's share of its gradient; this mask does not."""
+    if isinstance(n_last, int):
+        return None if n_last % 2 else ops.lit(n_last // 2, "i32")
+    index = f"{dim_floordiv(n_last, 2)}*mod({dim_add(n_last, 1)}, 2)"
+    return ops.bind("dim_as_value", dim=SymExpr(index))
+
+
+def _hermitian_mask(like, n_last, dtype: str):
+    """JAX's mask over the half spectrum of an n_last-point transform (`like`'s last axis):
+    1 at the DC bin and, for even n_last, at the Nyquist bin, 2 elsewhere; broadcast to
+    `like`'s shape."""
+    m = shape(like)[-1]
     mask = ops.full(ShapedArray((m,), dtype), 2.0)
     index = ShapedArray((), "i32")
-    ends = [0] if n_last % 2 else [0, m - 1]
-    for k in ends:
-        one = ops.full(ShapedArray((1,), dtype), 1.0)
-        mask = ops.bind("dynamic_update_slice", mask, one, ops.lit(k, index))
+    for k in (ops.lit(0, index), _nyquist_index(n_last)):
+        if k is not None:
+            one = ops.full(ShapedArray((1,), dtype), 1.0)
+            mask = ops.bind("dynamic_update_slice", mask, one, k)
     return ops.broadcast_in_dim(mask, shape(like), (len(shape(like)) - 1,))
 
 
@@ -1695,21 +1727,30 @@ def _fft_transpose(ct, operand, *, fft_type, fft_lengths):
     kind = _fft_kind(fft_type)
     if kind in ("FFT", "IFFT"):
         return [ops.bind("fft", ct, fft_type=fft_type, fft_lengths=fft_lengths)]
-    lengths = _static_lengths(fft_lengths)
-    size = math.prod(lengths)
+    lengths = param_dims(fft_lengths)
+    size = prod(lengths)
     if kind == "RFFT":
         cdt = ty(ct).dtype
-        mask = _hermitian_mask(ct, shape(ct)[-1], lengths[-1], cdt)
+        mask = _hermitian_mask(ct, lengths[-1], cdt)
         half = ops.div(ops.conj(ct), mask)
         out = ops.bind(
             "fft", half, fft_type=_fft_type_like(fft_type, "IRFFT"), fft_lengths=fft_lengths
         )
-        return [ops.mul(ops.lit(size, out), out)]
+        return [ops.mul(_size_value(size, ty(out).dtype), out)]
     spec = ops.bind("fft", ct, fft_type=_fft_type_like(fft_type, "RFFT"), fft_lengths=fft_lengths)
     cdt = ty(spec).dtype
-    mask = _hermitian_mask(spec, shape(spec)[-1], lengths[-1], cdt)
-    scaled = ops.mul(ops.mul(ops.lit(1 / size, spec), mask), spec)
+    mask = _hermitian_mask(spec, lengths[-1], cdt)
+    scaled = ops.mul(ops.mul(_inverse_size(size, ty(ct).dtype, cdt), mask), spec)
     return [ops.conj(scaled)]
+
+
+def _inverse_size(size, real: str, cdt: str):
+    """1 / size as a scalar of the complex dtype `cdt`; a symbolic size is divided at run
+    time, in the real dtype, as JAX's `1 / math.prod(fft_lengths)` binds."""
+    if isinstance(size, int):
+        return ops.lit(1 / size, cdt)
+    inverse = ops.div(ops.lit(1.0, real), _size_value(size, real, weak_type=True))
+    return ops.convert_element_type(inverse, cdt)
 
 
 def _fft_batching(args, dims, **params):

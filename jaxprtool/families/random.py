@@ -281,7 +281,7 @@ def _rng_bit_generator_batching(args, dims, *, shape, **params):
         strides=None,
     )[0]
     (key,) = BT.bind("squeeze", first, dimensions=(0,))
-    new_key, bits = BT.bind("rng_bit_generator", key, shape=(size, *ops.sdims(shape)), **params)
+    new_key, bits = BT.bind("rng_bit_generator", key, shape=ops.sdims((size, *shape)), **params)
     upd = ops.broadcast_in_dim(new_key, (1, *kshape), tuple(range(1, len(kshape) + 1)))
     zero = Literal(0, ShapedArray((), "i32"))
     (new_keys,) = BT.bind("dynamic_update_slice", keys, upd, *([zero] * (len(kshape) + 1)))

@@ -576,14 +576,14 @@ def _scan_fixed_point(enc: ScanParams, tangents):
     if any(nz):
         for _ in range(nk + 1):
             jv, out_nz = jvp_masked(
-                body, const_nz + carry_nz + xs_nz, instantiate=carry_nz + [False] * ny, refs=True
+                body, const_nz + carry_nz + xs_nz, instantiate=carry_nz + [False] * ny
             )
             if out_nz[:nk] == carry_nz:
                 break  # `jv` is the body's JVP at the fixed point
             carry_nz = [x or y for x, y in zip(carry_nz, out_nz[:nk])]
         else:
             jv, out_nz = jvp_masked(
-                body, const_nz + carry_nz + xs_nz, instantiate=carry_nz + [False] * ny, refs=True
+                body, const_nz + carry_nz + xs_nz, instantiate=carry_nz + [False] * ny
             )
     return const_nz + carry_nz + xs_nz, out_nz, jv
 
@@ -663,9 +663,7 @@ def _scan_linearize(primals, tangents, **params):
     if not any(out_nz) and not writes_tangent_ref(body.invars, nzs):
         return B.current().emit("scan", primals, params, out_types), zero_tangents(out_types)
     carry_nz = nzs[nc : nc + nk]
-    pj, lj, out_nz2, nres = linearize_masked(
-        body, nzs, instantiate=carry_nz + [False] * ny, refs=True
-    )
+    pj, lj, out_nz2, nres = linearize_masked(body, nzs, instantiate=carry_nz + [False] * ny)
     assert out_nz2 == out_nz
     res = list(pj.outvars[nk + ny :])
     in_pos = {id(v): i for i, v in enumerate(pj.invars)}

@@ -61,7 +61,9 @@ from ..shapes.util import (
     strided_dim,
 )
 from ..shardings import (
+    AxisSizeUnknown,
     SpecText,
+    axis_size,
     dim_axes,
     is_sharded_dim,
     sharded_dim,
@@ -69,6 +71,7 @@ from ..shardings import (
     sharded_size,
     sharding_param_spec,
     type_spec,
+    with_batch_dim,
     with_spec,
 )
 from ..text import style as ST
@@ -209,7 +212,7 @@ def _broadcast_in_dim_batching(args, dims, **params):
     shape = ops.sdims(params["shape"] if "shape" in params else BT.shape_of(eqn.outputs[0]))
     bdims = BT.ints(params.get("broadcast_dimensions", ()))
     x = BT.moveaxis(x, d, 0)
-    new_shape = (BT.axis_size(), *shape)
+    new_shape = ops.sdims((BT.axis_size(), *shape))
     out_shape = (BT.axis_size(), *BT.shape_of(eqn.outputs[0]))  # symbolic dims as types hold them
     new_dims = (0,) + tuple(1 + i for i in bdims)
     p = dict(params, broadcast_dimensions=new_dims)
@@ -285,26 +288,27 @@ def _reshape(in_types, params, out_hint):
 
 def _reshape_sharding(x: ShapedArray, new: tuple, dimensions) -> tuple:
     """`new` with the mesh axes JAX's `_reshape_sharding_rule` gives the result of reshaping
-    the explicitly sharded `x`: dims kept, split or merged keep their axes when no sharded
-    dim is split or merged (that would need the mesh axis sizes, which the types do not say:
-    refused).  Sizes given already sharded (`8@x`, a transpose's) are kept."""
+    the explicitly sharded `x`: dims kept keep their axes; a dim split (or dims merged)
+    hands its axes to the result dims in order, as far as the mesh axis sizes divide them
+    (`split_partitions`), the sizes read from the meshes the program prints (`axis_size`).
+    What JAX refuses is refused.  Sizes given already sharded (`8@x`, a transpose's) are
+    kept."""
     spec = type_spec(x)
     op = tuple(map(sharded_size, x.shape))
     if spec is None or not all(isinstance(d, int) for d in (*op, *new)):
         return new
     parts = [spec.dim_axes(i) for i in range(len(op))]
     kept = [(s, p) for s, p in zip(op, parts) if s != 1]
-    sizes = [s for s, _ in kept]
     non1_new = [n for n in new if n != 1]
-    if sizes == non1_new:
-        moved = [p for _, p in kept]
+    if [s for s, _ in kept] == non1_new:
+        it = iter(p for _, p in kept)
+        out = [() if n == 1 else next(it) for n in new]
     else:
-        moved = _split_or_merge_parts(kept, non1_new, x, new, dimensions)
-    it = iter(moved)
-    out = [
-        (parts[i] if i < len(op) and op[i] == 1 else ()) if n == 1 else next(it)
-        for i, n in enumerate(new)
-    ]
+        it = iter(_split_or_merge_parts(kept, non1_new, x, new, dimensions))
+        out = [
+            (parts[i] if i < len(op) and op[i] == 1 else ()) if n == 1 else next(it)
+            for i, n in enumerate(new)
+        ]
     return tuple(sharded_dim(n, a) for n, a in zip(new, out))
 
 
@@ -313,24 +317,74 @@ def _split_or_merge_parts(kept, non1_new, x, new, dimensions) -> list:
     `_split_an_axis_sharding_rule`) or several merge into one (`_merge_an_axis_...`)."""
     sizes = [s for s, _ in kept]
     split = _one_axis_groups(sizes, non1_new, x, new)
+    moved: list = []
     if split is not None:
-        moved = []
+        outs = iter(non1_new)
         for (_, p), g in zip(kept, split):
-            if g > 1 and p:
-                raise _reshape_refusal(x, new)
-            moved += [p] if g == 1 else [()] * g
+            group = [next(outs) for _ in range(g)]
+            if g == 1 or not p:
+                moved += [p] if g == 1 else [()] * g
+            elif dimensions is not None:
+                raise _reshape_refusal(
+                    x, new, "a sharded dim is split by a reshape with `dimensions`"
+                )
+            else:
+                moved += _split_partitions(p, group, x, new)
         return moved
     merge = _one_axis_groups(non1_new, sizes, x, new)
     if merge is None:
-        raise _reshape_refusal(x, new)
-    it = iter(p for _, p in kept)
-    moved = []
-    for g in merge:
-        group = [next(it) for _ in range(g)]
-        if g > 1 and any(group):
-            raise _reshape_refusal(x, new)
-        moved.append(group[0] if g == 1 else ())
+        raise _reshape_refusal(x, new, "it is neither one dim split nor dims merged into one")
+    parts = iter(p for _, p in kept)
+    for n, g in zip(non1_new, merge):
+        group = [next(parts) for _ in range(g)]
+        if g == 1 or not any(group):
+            moved.append(group[0] if g == 1 else ())
+        elif dimensions is not None:
+            raise _reshape_refusal(x, new, "sharded dims are merged by a reshape with `dimensions`")
+        else:
+            moved += _split_partitions(_merged_axes(group, x, new), [n], x, new)
     return moved
+
+
+def _merged_axes(group, x, new) -> tuple:
+    """The mesh axes of merged dims, major to minor (JAX: unsharded dims only after them)."""
+    axes: list = [a for p in group for a in (p or (None,))]
+    while axes[-1] is None:
+        axes.pop()
+    if None in axes:
+        raise _reshape_refusal(x, new, "an unsharded dim is merged ahead of a sharded one")
+    return tuple(axes)
+
+
+def _split_partitions(axes, outs, x, new) -> list:
+    """JAX's `split_partitions`: `axes` handed, in order, to the dims of sizes `outs`, each
+    taking axes while its size is above 1 and the axis size divides it."""
+    it = iter(axes)
+    parts = []
+    for o in outs:
+        got = []
+        while o > 1:
+            a = next(it, None)
+            if a is None:
+                break
+            o, rest = divmod(o, _axis_size(a, x, new))
+            if rest:
+                raise _reshape_refusal(x, new, f"mesh axis '{a}' does not divide the dims")
+            got.append(a)
+        parts.append(tuple(got))
+    if next(it, None) is not None:
+        raise _reshape_refusal(x, new, "the dims are too small for the mesh axes")
+    return parts
+
+
+def _axis_size(name, x, new) -> int:
+    try:
+        return axis_size(name)
+    except AxisSizeUnknown as e:
+        raise ShapeError(
+            f"the sharding of {x} reshaped to {fmt_shape(new)} depends on the mesh axis "
+            f"sizes (a sharded dim is split or merged), and {e.advice()}"
+        ) from None
 
 
 def _one_axis_groups(few, many, x, new) -> list[int] | None:
@@ -347,7 +401,7 @@ def _one_axis_groups(few, many, x, new) -> list[int] | None:
             groups.append(1)
         else:
             if any(g > 1 for g in groups):
-                raise _reshape_refusal(x, new)  # a second split: JAX refuses it
+                raise _reshape_refusal(x, new, "more than one dim is split or merged")
             k, size = 1, many[j]
             while size != few[i]:
                 if size > few[i] or j + 1 >= len(many):
@@ -361,11 +415,12 @@ def _one_axis_groups(few, many, x, new) -> list[int] | None:
     return groups if len(groups) == len(few) else None
 
 
-def _reshape_refusal(x, new) -> ShapeError:
+def _reshape_refusal(x, new, why: str) -> ShapeError:
     return ShapeError(
-        f"the sharding of {x} reshaped to {fmt_shape(new)} depends on the mesh axis "
-        "sizes (a sharded dim is split or merged), which the types do not give; reshard it to "
-        "replicated first (`jax.sharding.reshard(x, P())`)"
+        f"the sharding of {x} reshaped to {fmt_shape(new)} is one JAX's reshape sharding "
+        f"rule refuses ({why}): give the reshape a `sharding` (jax.lax.reshape's "
+        "out_sharding), or reshard the operand to replicated first "
+        "(`jax.sharding.reshard(x, P())`)"
     )
 
 
@@ -420,13 +475,16 @@ def _reshape_batching(args, dims, **params):
     if any(e is not None for e in dims[1:]):
         return BT.loop_fallback(args, dims, why="'reshape' with a batched dynamic shape")
     x = BT.moveaxis(x, d, 0)
-    new = (BT.axis_size(), *ops.sdims(params["new_sizes"]))
+    new = ops.sdims((BT.axis_size(), *params["new_sizes"]))
     dm = params.get("dimensions")
     if dm is not None:
         dm = (0,) + tuple(1 + int(i) for i in dm)
     if ops.sdims(BT.shape_of(x)) == new and dm is None:
         return [x], [0]
-    return BT.bind("reshape", x, *args[1:], **dict(params, new_sizes=new, dimensions=dm)), [0]
+    # a given result sharding gets the (unsharded) batch dim, as JAX's get_sharding_for_vmap
+    sharding = with_batch_dim(params["sharding"], 0) if params.get("sharding") else None
+    params = dict(params, new_sizes=new, dimensions=dm, sharding=sharding)
+    return BT.bind("reshape", x, *args[1:], **params), [0]
 
 
 deflinear2("reshape", _reshape_transpose)
@@ -762,7 +820,7 @@ def _slice_batching(args, dims, *, start_indices, limit_indices, strides=None, *
     start = list(ops.sdims(start_indices))
     start.insert(d, 0)
     limit = list(ops.sdims(limit_indices))
-    limit.insert(d, BT.shape_of(x)[d])
+    limit.insert(d, ops.sdims(BT.shape_of(x))[d])
     if strides is not None:
         strides = list(BT.ints(strides))
         strides.insert(d, 1)

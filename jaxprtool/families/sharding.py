@@ -12,6 +12,7 @@ from __future__ import annotations
 from ..ad import batching as BT
 from ..ad.registry import defidentity
 from ..core import ShapedArray
+from ..params import EnumValue
 from ..record import define
 from ..shapes import shape_rule
 from ..shapes.util import types_agree
@@ -28,7 +29,6 @@ def _evaluate_identity(interp, eqn, invals, path):
 
 
 @shape_rule(
-    "device_put",
     "sharding_constraint",
     "layout_constraint",
     "shard_alike",
@@ -44,11 +44,47 @@ def _identity(in_types, params, out_hint):
 
 # ---------------------------------------------------------------- device_put (several operands)
 
+#: `devices=(MemorySpace.Host,)` members -> the memory space the result type prints
+#: (`f32<host>[3]`; Device prints none)
+_SPACES = {"Host": "host", "Device": None}
+
+
+@shape_rule("device_put")
+def _device_put(in_types, params, out_hint):
+    """Each operand unchanged, in the memory space its `devices` entry names when that is a
+    `MemorySpace` (an offloading remat policy's copies); a device or sharding keeps the
+    operand's."""
+    devices = params.get("devices") or ()
+    out = []
+    for k, t in enumerate(in_types):
+        d = devices[k] if k < len(devices) else None
+        if isinstance(t, ShapedArray) and _is_space(d):
+            space = _SPACES.get(d.member, t.memory_space)
+            t = ShapedArray(t.shape, t.dtype, t.weak_type, space, t.vma, t.named_shape)
+        out.append(t)
+    return out
+
+
+def _evaluate_device_put(interp, eqn, invals, path):
+    """A copy between memory spaces (`devices=(MemorySpace.Host,)`, an offloading remat
+    policy's) is bound as JAX's device_put, which XLA places (on CPU JAX lowers it to the
+    identity); a put on a device or sharding is the identity on one device."""
+    if not any(_is_space(d) for d in eqn.params.get("devices") or ()):
+        return list(invals)
+    from ..backend.prims import bind_params, lookup
+
+    return list(lookup("device_put").bind(*invals, **bind_params(eqn, interp.dims)))
+
+
+def _is_space(d) -> bool:
+    return isinstance(d, EnumValue) and d.cls == "MemorySpace"
+
+
 defidentity("device_put")
 define(
     "device_put",
     multiple_results=True,
-    evaluate=_evaluate_identity,
+    evaluate=_evaluate_device_put,
     flops=_no_flops,
     batching=BT.same_dims("device_put"),
     # placement only: the values pass unchanged

@@ -117,16 +117,12 @@ def _while_tangent_loop(primals, tangents, params):
     out_nz: list[bool] = []
     if any(bnz):
         for _ in range(nk + 1):
-            jv, out_nz = jvp_masked(
-                body_jaxpr, bconst_nz + carry_nz, instantiate=carry_nz, refs=True
-            )
+            jv, out_nz = jvp_masked(body_jaxpr, bconst_nz + carry_nz, instantiate=carry_nz)
             if out_nz == carry_nz:
                 break  # `jv` is the body's JVP at the fixed point
             carry_nz = [x or y for x, y in zip(carry_nz, out_nz)]
         else:
-            jv, out_nz = jvp_masked(
-                body_jaxpr, bconst_nz + carry_nz, instantiate=carry_nz, refs=True
-            )
+            jv, out_nz = jvp_masked(body_jaxpr, bconst_nz + carry_nz, instantiate=carry_nz)
     if not any(carry_nz) and not writes_tangent_ref(body_jaxpr.invars, bnz):
         return out_types, carry_nz, None
     P, T = list(jv.invars[: nbc + nk]), list(jv.invars[nbc + nk :])

@@ -12,6 +12,7 @@ share.
 
 from __future__ import annotations
 
+import marshal
 from collections.abc import Callable
 
 from ..core import RefType, ShapedArray, Type
@@ -19,6 +20,7 @@ from ..lazy import dtype_key, is_dtype
 from ..params import EnumValue, NpScalar, Opaque, Record, SymExpr
 from ..record import FieldView, define
 from ..record import prim as record_of
+from ..shardings import axis_sizes_key
 
 ShapeRule = Callable[[list[Type], dict, "list[Type] | None"], list[Type]]
 
@@ -58,6 +60,7 @@ def infer_with_rule(rule: ShapeRule, in_types: list[Type], params: dict, out_hin
     """`infer_types` with the primitive's shape rule already looked up."""
     try:
         key = (rule, _freeze_types(in_types), _freeze_params(params), _freeze_hint(out_hint))
+        key += axis_sizes_key()  # a sharded reshape's result depends on the mesh axis sizes
         hit = _INFER_MEMO.get(key)
     except (_Unfreezable, TypeError):  # TypeError: an unhashable type (a list shape)
         return rule(list(in_types), params, out_hint)
@@ -123,24 +126,30 @@ def _freeze_params(params: dict) -> tuple:
 
 
 #: marks the key of a tuple or list of plain ints and such tuples and lists in `_freeze`:
-#: its repr, which tells tuples from lists and each int from every other
+#: its marshal bytes (version 2: no back-references), which tell tuples from lists and each
+#: int from every other, and cost a fifth of its repr
 _INT_TREE = object()
+#: `_int_tree`'s answers: not an int tree, one of tuples all through, one with a list inside
+_NOT_INTS, _INT_TUPLES, _INT_LISTS = 0, 1, 2
 
 
-def _is_int_tree(v: tuple | list) -> bool:
+def _int_tree(v: tuple | list) -> int:
+    """Whether v holds only ints and tuples and lists of such (one walk): `_NOT_INTS`, or
+    `_INT_TUPLES` where every container is a tuple (immutable all through), else
+    `_INT_LISTS`."""
+    kind = _INT_TUPLES if v.__class__ is tuple else _INT_LISTS
     for x in v:
         cls = x.__class__
-        if cls is not int and not ((cls is tuple or cls is list) and _is_int_tree(x)):
-            return False
-    return True
-
-
-def _is_int_tuple_tree(v: tuple) -> bool:
-    for x in v:
-        cls = x.__class__
-        if cls is not int and not (cls is tuple and _is_int_tuple_tree(x)):
-            return False
-    return True
+        if cls is int:
+            continue
+        if cls is not tuple and cls is not list:
+            return _NOT_INTS
+        inner = _int_tree(x)
+        if inner == _NOT_INTS:
+            return _NOT_INTS
+        if inner == _INT_LISTS:
+            kind = _INT_LISTS
+    return kind
 
 
 #: id(tuple) -> (tuple, key) for the int-tree tuples `_freeze` has keyed (kept alive so that
@@ -160,17 +169,19 @@ def _freeze(v):
         return cls, v
     if cls is float:
         return cls, v.hex()
-    if cls is tuple:
-        hit = _TUPLE_KEYS.get(id(v))
-        if hit is not None and hit[0] is v:
-            return hit[1]
-        if _is_int_tuple_tree(v):  # immutable all through: its key can be remembered
-            if len(_TUPLE_KEYS) > 100_000:
-                _TUPLE_KEYS.clear()
-            key = _TUPLE_KEYS[id(v)] = (v, (_INT_TREE, repr(v)))
-            return key[1]
-    if (cls is tuple or cls is list) and _is_int_tree(v):
-        return _INT_TREE, repr(v)  # the common case (axes, shapes, dimension numbers)
+    if cls is tuple or cls is list:
+        if cls is tuple:
+            hit = _TUPLE_KEYS.get(id(v))
+            if hit is not None and hit[0] is v:
+                return hit[1]
+        kind = _int_tree(v)
+        if kind != _NOT_INTS:  # the common case (axes, shapes, dimension numbers)
+            key = _INT_TREE, marshal.dumps(v, 2)
+            if kind == _INT_TUPLES:  # immutable all through: its key can be remembered
+                if len(_TUPLE_KEYS) > 100_000:
+                    _TUPLE_KEYS.clear()
+                _TUPLE_KEYS[id(v)] = (v, key)
+            return key
     if cls is tuple or cls is list or cls is frozenset:
         return cls, tuple(map(_freeze, v))
     if is_dtype(v):

@@ -3,6 +3,8 @@ terminal plot (rich) and as an image (matplotlib, imported only for --plot)."""
 
 from __future__ import annotations
 
+import json
+
 from ..core import JaxprError
 from ..memory import LiveValue, Residuals, Timeline
 
@@ -61,6 +63,17 @@ def report(
         "symbolic": timeline.symbolic,
         "timeline": list(timeline.live_bytes),
     }
+
+
+def to_json(r: dict) -> str:
+    """The report as `json.dumps(r, indent=1)` writes it, the timeline (one number per step,
+    the report's last key) joined in C: json's indenting encoder is pure Python, 0.3 s for a
+    million steps."""
+    timeline = r["timeline"]
+    if not timeline or list(r)[-1] != "timeline":
+        return json.dumps(r, indent=1)
+    head = json.dumps({**r, "timeline": []}, indent=1)  # ends `"timeline": []`, `}`
+    return head[: -len("[]\n}")] + "[\n  " + ",\n  ".join(map(str, timeline)) + "\n ]\n}"
 
 
 def _where(v: dict) -> str:
