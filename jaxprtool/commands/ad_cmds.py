@@ -196,7 +196,7 @@ def _require_static_bytes(jaxpr, dims: dict[str, int]) -> None:
     dimension leaves unknown unless `--dim` sizes it: refused rather than planned as if the
     dimension were 0.  Every symbolic dim is evaluated at the sizes given (a negative or
     overflowing size is an error here, located at its equation)."""
-    from ..backend.values import eval_dim
+    from ..backend.values import UnsizedDim, eval_dim
     from ..core import JaxprError, ProgramError, ShapedArray, all_eqns
     from ..shardings import dim_axes
 
@@ -216,7 +216,7 @@ def _require_static_bytes(jaxpr, dims: dict[str, int]) -> None:
                     f"and {t} has a symbolic dimension: give its size (--dim b=N; the plan "
                     "is then the best at that size, the program stays symbolic), or use a "
                     "policy (--remat dots_saveable, ...)"
-                    if "has no size" in e.message
+                    if isinstance(e, UnsizedDim)
                     else f"and {t}'s dimension {d} at the --dim sizes: {e.message}"
                 )
                 msg = f"--remat-budget and --remat min-cut weigh residuals by their bytes, {why}"
