@@ -156,6 +156,6 @@ def test_vmap_of_a_whole_array_kernel_loops_over_the_examples(capsys):
     xs, ys = np.stack([X, X * 2.0, -X]), np.stack([Y, Y + 1.0, Y * Y])
     prog = api.parse(str(jax.make_jaxpr(sin_times_call)(X, Y)))
     batched = api.vmap(prog, in_axes=[0, 0], axis_size=3)
-    assert "warning: vmap: no batching rule for 'pallas_call'" in capsys.readouterr().err
+    assert "batching rule for 'pallas_call' adds a grid dimension" in capsys.readouterr().err
     for g, w in zip(api.run(batched, xs, ys), jax.vmap(sin_times_call)(xs, ys)):
         close(g, w)

@@ -307,9 +307,18 @@ def _pallas_linearization(primals, tangents, **params):
     return outs, [Zero(tangent_type(o.type)) for o in outs]
 
 
+def _pallas_batching(args, dims, **params):
+    """JAX batches a kernel by adding a grid dimension over the examples, with block index
+    maps that a printout cannot carry (the tool refuses gridded kernels: their printed
+    GridMapping lacks them); the tool runs the kernel once per example instead, saying so."""
+    why = "JAX's batching rule for 'pallas_call' adds a grid dimension whose block index maps a text cannot hold"
+    return BT.loop_fallback(args, dims, why=why)
+
+
 define(
     "pallas_call",
     jvp=_pallas_jvp,
+    batching=_pallas_batching,
     jvp_kind="jvp",
     linearization=_pallas_linearization,
     refusal=_pallas_refusal,
