@@ -404,6 +404,11 @@ def guarded(fn):
         except RecursionError:
             report(JaxprError("input nests too deeply", program_loc("inputs")))
             sys.exit(1)
+        except BrokenPipeError:
+            # the reader went away (`jaxprtool fmt big.jaxpr | head`): end quietly with the
+            # status a process killed by SIGPIPE has, as cat and grep do
+            _drop_unwritten_stdout()
+            sys.exit(BROKEN_PIPE_EXIT)
         except OSError as e:
             if e.errno not in _WRITE_ERRNOS:
                 if OPTIONS.debug:
@@ -425,6 +430,10 @@ def guarded(fn):
 
     return wrapper
 
+
+#: the exit status of a process whose reader closed the pipe: 128 + SIGPIPE, as a shell
+#: reports a command that SIGPIPE ended
+BROKEN_PIPE_EXIT = 141
 
 #: errors of a write that the disk, a quota or a limit cut off (standard output on
 #: /dev/full, `ulimit -f`): reported as trouble (exit 2), not as internal errors

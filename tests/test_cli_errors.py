@@ -63,3 +63,34 @@ def test_type_error_is_located_before_any_transformation(tmp_path):
     r = invoke("vjp", str(bad))
     assert r.exit_code == 1
     assert f"{bad}:2:5: error: sin: result type f32[4] does not match inferred f32[3]" in r.output
+
+
+def test_a_reader_that_closes_the_pipe_ends_the_tool_quietly(tmp_path):
+    """`jaxprtool fmt big.jaxpr | head -1`: no internal error and no traceback, the status
+    a process SIGPIPE ended has (141), as cat and grep do."""
+    import subprocess
+    import sys
+
+    def name(i):  # b, c, ..., z, ba, bb, ...: JAX's names
+        letters = ""
+        while True:
+            letters = "abcdefghijklmnopqrstuvwxyz"[i % 26] + letters
+            i //= 26
+            if not i:
+                return letters
+
+    n = 20000
+    body = "\n".join(f"    {name(i)}:f32[64] = sin {name(i - 1)}" for i in range(1, n))
+    src = tmp_path / "big.jaxpr"
+    src.write_text(f"{{ lambda ; a:f32[64]. let\n{body}\n  in ({name(n - 1)},) }}\n")
+    for cmd in ("fmt", "dce"):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jaxprtool", cmd, str(src)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert proc.stdout.readline().startswith(b"{ lambda")
+        proc.stdout.close()  # the reader goes away before the program is written
+        err = proc.stderr.read().decode()
+        assert proc.wait() == 141, err
+        assert err == "", err
