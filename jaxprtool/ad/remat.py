@@ -824,8 +824,8 @@ def apply_plan(
 ):
     """(primal', linear', info'): the primal program returns `plan.saved` (an offloaded one
     copied to its memory after the equation that makes it), the linear program takes them
-    (copying the offloaded ones back first) and recomputes the other residuals inside
-    `remat2` calls.  `forward=False` (nested bodies): every saved value is a result of the
+    and, in one `remat2` call, copies the offloaded ones back and recomputes the other
+    residuals.  `forward=False` (nested bodies): every saved value is a result of the
     primal program, none forwarded."""
     n_out = len(info.out_mask)
     n_res = len(info.residuals)
@@ -847,27 +847,22 @@ def apply_plan(
         primal.constvars,
     )
     saved_in = [B.fresh_like(v) for v in held]
-    reloads = [
-        _copy(b, v.type, plan.offload[id(v)].src)
-        for v, b in zip(plan.saved, saved_in)
-        if id(v) in plan.offload
-    ]
-    reloaded = iter(e.outputs[0] for e in reloads)
-    by_saved = {
-        id(v): next(reloaded) if id(v) in plan.offload else b for v, b in zip(plan.saved, saved_in)
-    }
+    by_saved = {id(v): b for v, b in zip(plan.saved, saved_in)}  # offloaded: its host copy
     tan_in = [B.fresh_like(v) for v in linear.invars[n_res:]]
     mapping: dict[int, object] = {id(a): b for a, b in zip(linear.invars[n_res:], tan_in)}
-    recomputed: dict[int, Var] = {}  # linear residual input -> the primal Var to recompute
+    # linear residual input -> the primal Var the remat2 call makes: recomputed, or an
+    # offloaded one copied back
+    inside: dict[int, Var] = {}
     for lv, pv in zip(linear.invars[:n_res], g.residuals):
-        if id(pv) in by_saved:
+        if id(pv) in by_saved and id(pv) not in plan.offload:
             mapping[id(lv)] = by_saved[id(pv)]
         else:
-            recomputed[id(lv)] = pv
+            inside[id(lv)] = pv
     eqns = B.substitute(list(linear.eqns), mapping)
     outvars = [mapping.get(id(x), x) if isinstance(x, Var) else x for x in linear.outvars]
-    eqns = _hoist_nonlinear(eqns, tan_in, recomputed)
-    body = reloads + _segments(eqns, outvars, recomputed, g, by_saved)
+    first, rest = _hoist_nonlinear(eqns, tan_in, inside, plan.offload)
+    reloads, first, rest = _reload_early(first, rest, inside, by_saved, plan.offload)
+    body = reloads + first + _remat_stretch(rest, outvars, inside, g, by_saved, plan.offload)
     new_linear = B.make_jaxpr(saved_in + tan_in, body, outvars)
     return new_primal, new_linear, new_info
 
@@ -913,109 +908,118 @@ def _copy(x: Var, out_type, kind: str) -> Eqn:
     return Eqn("device_put", (x,), (Var(out_type, x.hint),), params)
 
 
-def _hoist_nonlinear(eqns, tangents, recomputed) -> list[Eqn]:
-    """The equations that read no tangent (constants a rule built) moved ahead of the others:
-    a `remat2` call gets only linear results, whose transposition is the call's."""
+def _hoist_nonlinear(eqns, tangents, inside, offload):
+    """(the equations that read no tangent (constants a rule built), the others): the first
+    go ahead, since a `remat2` call gets only linear results, whose transposition is the
+    call's.  One of them reading a recomputed value is refused."""
     lin = {id(t) for t in tangents}
     first, rest = [], []
     for e in eqns:
         if lin.isdisjoint(map(id, e.inputs)):
-            if any(id(x) in recomputed for x in e.inputs):
-                raise JaxprError(f"remat: '{e.prim}' of the linear program reads no tangent", e.loc)
+            for x in e.inputs:
+                if isinstance(x, Var) and id(x) in inside and id(inside[id(x)]) not in offload:
+                    raise JaxprError(
+                        f"remat: '{e.prim}' of the linear program reads no tangent", e.loc
+                    )
             first.append(e)
         else:
             lin.update(id(o) for o in e.outputs)
             rest.append(e)
-    return first + rest
+    return first, rest
 
 
-def _segments(eqns, outvars, recomputed, g: Graph, by_saved) -> list[Eqn]:
-    """The linear equations with each stretch that reads recomputed values wrapped in a
-    `remat2` call recomputing them (stretches: the merged spans from first to last read of
-    each recomputed value)."""
-    spans: dict[int, list[int]] = {}
-    for k, e in enumerate(eqns):
+def _reload_early(first, rest, inside, by_saved, offload):
+    """The copies back of the offloaded values that equations ahead of the `remat2` call
+    read (they cannot wait for the call), those equations and the others renamed to read
+    the copies; the values are no longer made inside the call."""
+    reloads, renamed = [], {}
+    for e in first:
         for x in e.inputs:
-            if isinstance(x, Var) and id(x) in recomputed:
-                s = spans.setdefault(id(x), [k, k])
-                s[1] = k
-    merged: list[list[int]] = []
-    for a, b in sorted(spans.values()):
-        if merged and a <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], b)
-        else:
-            merged.append([a, b])
-    last_use: dict[int, int] = {}
-    for k, e in enumerate(eqns):
-        for x in e.inputs:
-            last_use[id(x)] = k
-    for x in outvars:
-        last_use[id(x)] = len(eqns)
-    out: list[Eqn] = []
-    pos = 0
-    for a, b in merged:
-        out.extend(eqns[pos:a])
-        out.append(_remat_call(eqns[a : b + 1], b, last_use, recomputed, g, by_saved))
-        pos = b + 1
-    out.extend(eqns[pos:])
-    return out
+            if isinstance(x, Var) and id(x) in inside and id(x) not in renamed:
+                pv = inside.pop(id(x))
+                reloads.append(_copy(by_saved[id(pv)], pv.type, offload[id(pv)].src))
+                renamed[id(x)] = reloads[-1].outputs[0]
+    if not renamed:
+        return [], first, rest
+    return reloads, B.substitute(first, renamed), B.substitute(rest, renamed)
 
 
-def _remat_call(stretch, end: int, last_use, recomputed, g: Graph, by_saved) -> Eqn:
-    """The `remat2` call of one stretch (ending at linear equation `end`): its body
-    recomputes what the stretch reads, then runs the stretch; its results are the stretch's
-    values read after `end`."""
+def _remat_stretch(eqns, outvars, inside, g: Graph, by_saved, offload) -> list[Eqn]:
+    """The linear equations with the stretch from the first to the last that reads a value
+    made inside (recomputed or copied back) wrapped in ONE `remat2` call, as JAX's
+    transposed checkpoint is: each recomputed equation once, behind the call's barrier."""
+    reads = [
+        k
+        for k, e in enumerate(eqns)
+        if any(isinstance(x, Var) and id(x) in inside for x in e.inputs)
+    ]
+    if not reads:
+        return eqns
+    a, b = reads[0], reads[-1]
+    read_after = {id(x) for e in eqns[b + 1 :] for x in e.inputs}
+    read_after.update(id(x) for x in outvars)
+    call = _remat_call(eqns[a : b + 1], read_after, inside, g, by_saved, offload)
+    return eqns[:a] + [call] + eqns[b + 1 :]
+
+
+def _remat_call(stretch, read_after, inside, g: Graph, by_saved, offload) -> Eqn:
+    """The `remat2` call of one stretch: its body copies back the offloaded values it reads
+    (from their host copies, its operands), recomputes the others, then runs the stretch;
+    its results are the stretch's values read after it (`read_after`: their ids)."""
     want = list(
         {
-            id(x): recomputed[id(x)]
+            id(x): inside[id(x)]
             for e in stretch
             for x in e.inputs
-            if isinstance(x, Var) and id(x) in recomputed
+            if isinstance(x, Var) and id(x) in inside
         }.items()
     )
-    saved_ids = set(by_saved)
-    rec = g.closure(saved_ids, [pv for _, pv in want])
+    rec = g.closure(set(by_saved), [pv for _, pv in want])
     # the body: fresh binders for the saved values it reads and the outer values the stretch
-    # reads; the recomputation cloned from the primal program; then the stretch
+    # reads; the copies back and the recomputation cloned from the primal program; the stretch
     env: dict[int, Var] = {}
     binders: list[Var] = []
     operands: list = []
+    cloned: list[Eqn] = []
 
-    def bind_outer(outer, like):
+    def bind_outer(outer):
         if id(outer) not in env:
-            n = B.fresh_like(like)
-            env[id(outer)] = n
-            binders.append(n)
+            env[id(outer)] = B.fresh_like(outer)
+            binders.append(env[id(outer)])
             operands.append(outer)
         return env[id(outer)]
 
     prim_env: dict[int, object] = {}
-    cloned: list[Eqn] = []
+
+    def value(x):
+        """The body's value of primal Var `x`: recomputed, else saved (free values are
+        passed as saved ones), an offloaded one copied back at its first read."""
+        if id(x) not in prim_env:
+            v = bind_outer(by_saved[id(x)])
+            if id(x) in offload:
+                cloned.append(_copy(v, x.type, offload[id(x)].src))
+                v = cloned[-1].outputs[0]
+            prim_env[id(x)] = v
+        return prim_env[id(x)]
+
     for i in rec:
         e = g.eqns[i]
-        ins = []
-        for x in e.inputs:
-            if not isinstance(x, Var):
-                ins.append(x)
-            elif id(x) in prim_env:
-                ins.append(prim_env[id(x)])
-            else:  # saved (or free, also passed as a saved value)
-                ins.append(bind_outer(by_saved[id(x)], x))
+        ins = [value(x) if isinstance(x, Var) else x for x in e.inputs]
         outs = [B.fresh_like(o) for o in e.outputs]
         prim_env.update({id(o): n for o, n in zip(e.outputs, outs)})
         cloned.append(e.replace(inputs=ins, outputs=outs))
     for lv, pv in want:
-        env[lv] = prim_env[id(pv)] if id(pv) in prim_env else bind_outer(by_saved[id(pv)], pv)
+        env[lv] = value(pv)
     body_eqns: list[Eqn] = []
     for e in stretch:
         ins = [
-            x if not isinstance(x, Var) else env[id(x)] if id(x) in env else bind_outer(x, x)
+            x if not isinstance(x, Var) else env[id(x)] if id(x) in env else bind_outer(x)
             for x in e.inputs
         ]
         outs = [B.fresh_like(o) for o in e.outputs]
         env.update({id(o): n for o, n in zip(e.outputs, outs)})
         body_eqns.append(e.replace(inputs=ins, outputs=outs))
-    results = [o for e in stretch for o in e.outputs if last_use.get(id(o), -1) > end]
+    results = [o for e in stretch for o in e.outputs if id(o) in read_after]
     inner = B.make_jaxpr(binders, cloned + body_eqns, [env[id(o)] for o in results])
     # the call's results are the stretch's own Vars: later equations keep reading them
     return Eqn(
