@@ -13,8 +13,8 @@ the others.  Plans come from
   `jax.checkpoint(policy=...)` does; JAX's offload policies
   (`offload_dot_with_no_batch_dims(src, dst)`, `save_and_offload_only_these_names(...)`)
   save a value in host memory: `device_put` copies there after the equation that makes it
-  and back at the start of the linear program, as JAX's `partial_eval_jaxpr_custom` emits
-  them (policies are parsed from JAX's call syntax, never evaluated);
+  and back inside the linear program's `remat2` call, as JAX's `partial_eval_jaxpr_custom`
+  emits them (policies are parsed from JAX's call syntax, never evaluated);
 * `min-cut`: the saved set of fewest bytes, recomputing only cheap equations (the record
   field `remat == "cheap"`: element-wise and shape equations), found as a minimum s-t cut
   (scipy's `maximum_flow`) of the graph whose nodes are values split into in/out halves with
@@ -24,12 +24,15 @@ the others.  Plans come from
   when there are at most `EXACT_LIMIT` candidate equations, else the greedy heuristic of
   `_greedy_budget`.
 
-The recomputation is emitted as JAX emits it: each contiguous stretch of the linear program
-that reads recomputed values becomes one `remat2[differentiated=True prevent_cse=True]` call
-whose body recomputes them and then runs that stretch.  Transposed, the call stays a call whose
-operands include the incoming cotangents, and `run`/`compile` put its operands through an
-`optimization_barrier` (JAX's remat lowering), so XLA neither merges the recomputation back
-into the forward pass nor hoists it ahead of the backward step that needs it.
+The recomputation is emitted as JAX emits it: the stretch of the linear program from the
+first to the last equation that reads a recomputed (or offloaded) value becomes ONE
+`remat2[differentiated=True prevent_cse=True]` call whose body copies the offloaded values
+back, recomputes each recomputed equation once and then runs that stretch, as JAX's
+`remat_partial_eval` puts a checkpoint's whole linear part in one call.  Transposed, the call
+stays a call whose operands include the incoming cotangents, and `run`/`compile` put its
+operands through an `optimization_barrier` (JAX's remat lowering), so XLA neither merges the
+recomputation back into the forward pass nor hoists it (or the copies back) ahead of the
+backward step that needs it.
 
 Values held in memory anyway cost nothing: the program's inputs and constants.  The bytes of a
 plan are the device bytes of the other saved values (primal outputs included); an offloaded
@@ -860,9 +863,8 @@ def apply_plan(
             inside[id(lv)] = pv
     eqns = B.substitute(list(linear.eqns), mapping)
     outvars = [mapping.get(id(x), x) if isinstance(x, Var) else x for x in linear.outvars]
-    first, rest = _hoist_nonlinear(eqns, tan_in, inside, plan.offload)
-    reloads, first, rest = _reload_early(first, rest, inside, by_saved, plan.offload)
-    body = reloads + first + _remat_stretch(rest, outvars, inside, g, by_saved, plan.offload)
+    first, rest = _hoist_nonlinear(eqns, tan_in, inside)
+    body = first + _remat_stretch(rest, outvars, inside, g, by_saved, plan.offload)
     new_linear = B.make_jaxpr(saved_in + tan_in, body, outvars)
     return new_primal, new_linear, new_info
 
@@ -908,40 +910,27 @@ def _copy(x: Var, out_type, kind: str) -> Eqn:
     return Eqn("device_put", (x,), (Var(out_type, x.hint),), params)
 
 
-def _hoist_nonlinear(eqns, tangents, inside, offload):
+def _hoist_nonlinear(eqns, tangents, inside):
     """(the equations that read no tangent (constants a rule built), the others): the first
     go ahead, since a `remat2` call gets only linear results, whose transposition is the
-    call's.  One of them reading a recomputed value is refused."""
+    call's.  One of them reading a value made inside the call is refused (no rule builds
+    one: the linear programs of the corpus have none)."""
     lin = {id(t) for t in tangents}
     first, rest = [], []
     for e in eqns:
         if lin.isdisjoint(map(id, e.inputs)):
-            for x in e.inputs:
-                if isinstance(x, Var) and id(x) in inside and id(inside[id(x)]) not in offload:
-                    raise JaxprError(
-                        f"remat: '{e.prim}' of the linear program reads no tangent", e.loc
-                    )
+            if any(isinstance(x, Var) and id(x) in inside for x in e.inputs):
+                raise JaxprError(
+                    f"remat: '{e.prim}' of the linear program reads no tangent but a residual "
+                    "the policy recomputes or offloads; save it (a policy that saves what "
+                    "makes it, or everything_saveable)",
+                    e.loc,
+                )
             first.append(e)
         else:
             lin.update(id(o) for o in e.outputs)
             rest.append(e)
     return first, rest
-
-
-def _reload_early(first, rest, inside, by_saved, offload):
-    """The copies back of the offloaded values that equations ahead of the `remat2` call
-    read (they cannot wait for the call), those equations and the others renamed to read
-    the copies; the values are no longer made inside the call."""
-    reloads, renamed = [], {}
-    for e in first:
-        for x in e.inputs:
-            if isinstance(x, Var) and id(x) in inside and id(x) not in renamed:
-                pv = inside.pop(id(x))
-                reloads.append(_copy(by_saved[id(pv)], pv.type, offload[id(pv)].src))
-                renamed[id(x)] = reloads[-1].outputs[0]
-    if not renamed:
-        return [], first, rest
-    return reloads, B.substitute(first, renamed), B.substitute(rest, renamed)
 
 
 def _remat_stretch(eqns, outvars, inside, g: Graph, by_saved, offload) -> list[Eqn]:
