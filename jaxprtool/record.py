@@ -63,7 +63,8 @@ class Primitive:
     always_batched: bool = False
     #: the equation has a list of results even when it has one (JAX's `multiple_results`)
     multiple_results: bool = False
-    #: never removed, merged or reordered by a pass, nor dropped inside AD
+    #: never removed (but see `ref_access`), merged or reordered by a pass, nor dropped
+    #: inside AD
     effectful: bool = False
     #: how an effectful Ref primitive touches Refs, for DCE (JAX's dceable effects):
     #: "alloc" makes one (new_ref), "read" reads operand 0 (get, freeze), "write" writes

@@ -1,13 +1,17 @@
 """Dead-code elimination, following JAX's `pe.dce_jaxpr` and its `dce_rules`.
 
 * An equation none of whose results is used is removed, unless it has effects
-  (an effectful primitive, Ref operands, or such an equation nested inside).
+  (an effectful primitive, or such an equation nested inside) or writes a live Ref.  Ref
+  liveness is JAX's: a Ref is live where something later reads it or when the program did
+  not make it (an input, unless the caller says it is dead: `live_inputs`); a read or a
+  new_ref whose result is unused is dead.
 * Calls (a record with `call_body`: jit/pjit/closed_call/remat...): unused results are
   pruned, then unused operands (body binders, the equation's operands and the per-operand
   parameters `in_shardings`, `donated_invars`, ... follow).  Body constvars are never
   pruned (as in JAX).
 * A primitive with a `dce` rule on its record (cond, while, scan: see their family
-  modules) prunes its own operands, results and bodies; a rule raising `Unsupported` (or
+  modules) prunes its own operands, results and bodies, its bodies' writes into Refs dead
+  after it included; a rule raising `Unsupported` (or
   failing on malformed parameters) keeps the signature.
 * Any other equation with nested jaxprs keeps its signature; its bodies are
   cleaned with every result and operand kept.
@@ -69,7 +73,8 @@ DCE = Pass(
     help="Remove unused equations, also inside nested jaxprs.",
     doc="""Dead-code elimination: remove equations whose results are unused, also inside nested
     jaxprs (jit bodies, cond branches, scan/while bodies: unused carries and outputs pruned as
-    JAX does).  Effectful equations are kept.
+    JAX does).  Effectful equations are kept, except writes into a Ref the program makes
+    that nothing reads afterwards (dead, as in JAX).
 
     \b
     Example:
