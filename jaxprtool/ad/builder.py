@@ -14,7 +14,7 @@ import contextvars
 from collections.abc import Iterable
 
 from .. import shapes
-from ..core import Atom, Eqn, Jaxpr, JaxprError, Literal, Loc, Type, Var, eqn_subjaxprs
+from ..core import Atom, Eqn, Jaxpr, JaxprError, Literal, Loc, RefType, Type, Var, eqn_subjaxprs
 from ..record import prim as record_of
 from ..shardings import is_sharded_dim
 
@@ -175,14 +175,13 @@ def _prune_dead_refs(e: Eqn, live: set[int], ref_live) -> Eqn:
     """A kept equation with bodies and a Ref operand dead after it: its bodies' writes into
     that Ref are dead (the passes' DCE rule, JAX's live_inputs); unused results and operands
     go with them."""
-    from ..passes.common import RefType
     from ..passes.dce import prune_dead_refs
 
     if all(ref_live(a) for a in e.inputs if isinstance(a.type, RefType)):
         return e
     if not eqn_subjaxprs(e):
         return e
-    _, ne = prune_dead_refs(e, [id(o) in live for o in e.outputs], ref_live)
+    ne = prune_dead_refs(e, [id(o) in live for o in e.outputs], ref_live)
     return e if ne is None else ne
 
 

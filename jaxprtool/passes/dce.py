@@ -206,11 +206,14 @@ def _live_by(e: Eqn, live_ins: list[bool]):
     return lambda r: id(r) in live
 
 
-def prune_dead_refs(e: Eqn, used_outs: list[bool], ref_live) -> tuple[list[bool], Eqn | None]:
-    """The DCE rule of an equation with bodies (AD's flat DCE calls it when a Ref operand is
-    dead after the equation): (used operands, the pruned equation or None)."""
+def prune_dead_refs(e: Eqn, used_outs: list[bool], ref_live) -> Eqn | None:
+    """The equation pruned by its DCE rule (a call's, or its record's), or None when it is
+    dead: AD's flat DCE asks when a Ref operand is dead after the equation.  Any other
+    equation is returned as it is."""
+    if call_body_param(e.prim) is None and prim(e.prim).dce is None:
+        return e
     live_ins = [not is_ref(a) or ref_live(a) for a in e.inputs]
-    return _DCE().rule(e, used_outs, live_ins)
+    return _DCE().rule(e, used_outs, live_ins)[1]
 
 
 class Unsupported(Exception):
