@@ -223,6 +223,36 @@ def test_jvp_of_a_loop_writing_a_dead_ref_drops_it():
     assert _count(jj) <= _count(ir(lambda x, t: jax.jvp(while_dead, (x,), (t,)), X, t))
 
 
+def linear_with_dead_ref(t):
+    """A linear program (as an older linearize printed it) whose jit writes a Ref of its
+    tangent that nothing reads."""
+    r = jax.new_ref(t * 0.5)
+
+    @jax.jit
+    def g(u):
+        r[...] += u * 3.0
+        return u * 4.0
+
+    return (g(t) * 2.0).sum()
+
+
+def test_transposing_a_linear_program_drops_its_dead_ref(tmp_path):
+    """`jaxprtool transpose` of the printout: jax.linear_transpose's values and no more
+    equations, no cotangent Ref; <w, L v> = <L^T w, v>."""
+    path = tmp_path / "lin.jaxpr"
+    path.write_text(str(jax.make_jaxpr(linear_with_dead_ref)(X)))
+    res = run(["transpose", str(path)])
+    assert res.exit_code == 0, res.output
+    lt = parse(res.stdout, "<t>").jaxpr
+    jlt = jax.linear_transpose(linear_with_dead_ref, X)
+    ltw = backend.evaluate(lt, [W])[0]
+    close(ltw, jlt(W)[0])
+    assert _ref_eqns(lt) == 0 and _count(lt) <= _count(ir(jlt, W))
+    lv = backend.evaluate(ir(linear_with_dead_ref, X), [V])[0]
+    lhs, rhs = float(W * lv), float(np.sum(ltw * V))
+    assert abs(lhs - rhs) <= 1e-4 * max(1.0, abs(lhs)), (lhs, rhs)
+
+
 def _with_ref_input(r, x):
     r[...] += jnp.sin(x)
     return x * 2.0
