@@ -63,8 +63,14 @@ class Primitive:
     always_batched: bool = False
     #: the equation has a list of results even when it has one (JAX's `multiple_results`)
     multiple_results: bool = False
-    #: never removed, merged or reordered by a pass, nor dropped inside AD
+    #: never removed (but see `ref_access`), merged or reordered by a pass, nor dropped
+    #: inside AD
     effectful: bool = False
+    #: how an effectful Ref primitive touches Refs, for DCE (JAX's dceable effects):
+    #: "alloc" makes one (new_ref), "read" reads operand 0 (get, freeze), "write" writes
+    #: operand 0 (swap, addupdate).  Unused results make it dead, unless it writes a Ref
+    #: that is live (read later, or not made by an "alloc" of the same program)
+    ref_access: str | None = None
     #: draws random numbers: never merged by CSE
     random: bool = False
     #: JAX's custom-derivative call ("jvp": custom_jvp, "vjp": custom_vjp): `trace` traces
@@ -163,9 +169,11 @@ class Primitive:
     #: `rule(eqn, pos) -> Type | None`: the type of the nested binder that operand `pos`
     #: feeds (types 0.4.35's untyped literals); None: a body with one binder per operand
     binder_type: Callable | None = None
-    #: `rule(used_outputs, eqn, dce_jaxpr) -> (used_inputs, eqn | None)`: DCE of an equation
-    #: with bodies; `dce_jaxpr(jaxpr, used_outputs, instantiate) -> (jaxpr, used_inputs)`
-    #: cleans a body; raising `passes.dce.Unsupported` keeps the signature
+    #: `rule(used_outputs, eqn, dce_jaxpr, live_inputs) -> (used_inputs, eqn | None)`: DCE
+    #: of an equation with bodies (`live_inputs`: whether each operand, a Ref's contents,
+    #: may be read after it); `dce_jaxpr(jaxpr, used_outputs, instantiate, live_inputs=None)
+    #: -> (jaxpr, used_inputs)` cleans a body; raising `passes.dce.Unsupported` keeps the
+    #: signature
     dce: Callable | None = None
     #: `rule(eqn, values) -> value | None`: constant folding of literal operands
     fold: Callable | None = None

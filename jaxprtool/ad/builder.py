@@ -14,7 +14,7 @@ import contextvars
 from collections.abc import Iterable
 
 from .. import shapes
-from ..core import Atom, Eqn, Jaxpr, JaxprError, Literal, Loc, Type, Var
+from ..core import Atom, Eqn, Jaxpr, JaxprError, Literal, Loc, RefType, Type, Var, eqn_subjaxprs
 from ..record import prim as record_of
 from ..shardings import is_sharded_dim
 
@@ -147,20 +147,42 @@ def _garbled_sharding(prim: str, t: Type) -> str:
 
 
 def dce_eqns(eqns: list[Eqn], live_out: Iterable[Atom]) -> list[Eqn]:
-    """Drop equations whose results are not needed by `live_out`; effectful ones are kept,
-    with those that touch a Ref (a call writing into one) or hold an effect in a body (a jit
-    or scan around a debug_print, as vmap's per-example loop makes), as JAX keeps them."""
-    from ..passes.common import eqn_has_effects
+    """Drop equations whose results are not needed by `live_out`; effectful ones are kept
+    (a jit or scan around a debug_print, as vmap's per-example loop makes), as JAX keeps
+    them, and so are writes into a Ref unless the Ref is made here (new_ref) and nothing
+    after the write reads it (JAX's Ref liveness: a Ref made elsewhere may be read later)."""
+    from ..passes.common import eqn_has_live_effects, ref_allocs
 
     live = {id(v) for v in live_out if isinstance(v, Var)}
+    local = ref_allocs(eqns)
+
+    def ref_live(r) -> bool:
+        return id(r) in live or id(r) not in local
+
     kept: list[Eqn] = []
     for e in reversed(eqns):
-        if not live.isdisjoint(map(id, e.outputs)) or eqn_has_effects(e):
+        if not live.isdisjoint(map(id, e.outputs)) or eqn_has_live_effects(e, ref_live):
+            if local and not e.no_subjaxprs:
+                e = _prune_dead_refs(e, live, ref_live)
             kept.append(e)
             # a literal's id is no live Var's: every equation here is alive
             live.update(map(id, e.inputs))
     kept.reverse()
     return kept
+
+
+def _prune_dead_refs(e: Eqn, live: set[int], ref_live) -> Eqn:
+    """A kept equation with bodies and a Ref operand dead after it: its bodies' writes into
+    that Ref are dead (the passes' DCE rule, JAX's live_inputs); unused results and operands
+    go with them."""
+    from ..passes.dce import prune_dead_refs
+
+    if all(ref_live(a) for a in e.inputs if isinstance(a.type, RefType)):
+        return e
+    if not eqn_subjaxprs(e):
+        return e
+    ne = prune_dead_refs(e, [id(o) in live for o in e.outputs], ref_live)
+    return e if ne is None else ne
 
 
 def free_vars(eqns: list[Eqn], outvars: Iterable[Atom], bound: Iterable[Var] = ()) -> list[Var]:

@@ -270,6 +270,7 @@ def transpose_jaxpr(
     linear_mask = list(linear_mask)
     if len(linear_mask) != len(jaxpr.invars):
         raise JaxprError(f"transpose: {len(linear_mask)} flags for {len(jaxpr.invars)} inputs")
+    jaxpr = _without_dead_ref_writes(jaxpr)
     lin_out = [True] * len(jaxpr.outvars) if linear_outputs is None else list(linear_outputs)
     consts = [B.fresh_like(v) for v in jaxpr.constvars]
     # a differentiated Ref input becomes the cotangent Ref the transposed program writes into
@@ -296,6 +297,20 @@ def transpose_jaxpr(
     outvars = res + ct_atoms
     eqns = B.dce_eqns(b.eqns, outvars)
     return B.make_jaxpr(nl_in + ct_in, eqns, outvars, consts)
+
+
+def _without_dead_ref_writes(jaxpr: Jaxpr) -> Jaxpr:
+    """The program without its writes into Refs it makes that nothing reads later (a
+    tangent Ref written, never read: as JAX's linearize drops it, the transpose then carries
+    no cotangent Ref for it)."""
+    from ..passes.common import ref_allocs
+
+    if not ref_allocs(jaxpr.eqns):
+        return jaxpr
+    eqns = B.dce_eqns(list(jaxpr.eqns), jaxpr.outvars)
+    if len(eqns) == len(jaxpr.eqns) and all(a is b for a, b in zip(eqns, jaxpr.eqns)):
+        return jaxpr
+    return jaxpr.replace(eqns=eqns)
 
 
 def linear_dependence(jaxpr: Jaxpr, linear_mask: Sequence[bool]) -> list[bool]:

@@ -48,7 +48,7 @@ from ..ad.registry import (
     rule_kind,
 )
 from ..ad.zeros import Zero, is_undefined_primal, is_zero, tangent_type, writes_tangent_ref
-from ..core import Eqn, Jaxpr, JaxprError, Literal, ShapedArray, Var
+from ..core import Eqn, Jaxpr, JaxprError, Literal, OpaqueType, ShapedArray, Var
 from ..record import define
 from ..shapes import ShapeError, shape_rule
 from ..shapes.util import (
@@ -1169,6 +1169,36 @@ def _pmap_body_copies(eqn) -> int:
     return int(eqn.params["axis_size"]) if "axis_size" in eqn.params else 1
 
 
+# ---------------------------------------------------------------- DCE
+
+
+def _shard_map_dce(used_outs, e, dce_jaxpr, live_ins):
+    """JAX's `_shard_map_dce`: unused results and operands leave the body and their specs
+    (`in_specs`/`out_specs`, an older text's `in_names`/`out_names`), and so do the body's
+    writes into Refs dead after the shard_map."""
+    from ..passes.dce import Unsupported, filter_param, rebuild
+
+    body = e.params.get("jaxpr")
+    if not isinstance(body, Jaxpr):
+        raise Unsupported
+    if len(body.invars) != len(e.inputs) or len(body.outvars) != len(e.outputs):
+        raise Unsupported
+    keys = {}
+    for side, n in (("in", len(e.inputs)), ("out", len(e.outputs))):
+        key = f"{side}_specs" if f"{side}_specs" in e.params else f"{side}_names"
+        if not (isinstance(e.params.get(key), (tuple, list)) and len(e.params[key]) == n):
+            raise Unsupported
+        keys[side] = key
+    inst = tuple(isinstance(v.type, OpaqueType) for v in body.invars)
+    new_body, used_ins = dce_jaxpr(body, tuple(used_outs), inst, tuple(live_ins))
+    if new_body is body and all(used_ins) and all(used_outs):
+        return used_ins, e
+    params = dict(e.params, jaxpr=new_body)
+    params[keys["in"]] = filter_param(e.params, keys["in"], used_ins)
+    params[keys["out"]] = filter_param(e.params, keys["out"], used_outs)
+    return used_ins, rebuild(e, used_ins, used_outs, params)
+
+
 # ---------------------------------------------------------------- the records
 
 define("shard_map", shape_rule=_shard_map_shape, family="collectives")
@@ -1180,6 +1210,7 @@ define(
     transpose=_shard_map_transpose,
     transposes_refs=True,
     batching=_shard_map_batching,
+    dce=_shard_map_dce,
 )
 define("shard_map", body_copies=_shard_map_body_copies)
 define("xla_pmap", body_copies=_pmap_body_copies)

@@ -274,10 +274,10 @@ def _cond_batching(args, dims, *, branches, **params):
 # ---------------------------------------------------------------- DCE
 
 
-def _cond_dce(used_outs, e, dce_jaxpr):
+def _cond_dce(used_outs, e, dce_jaxpr, live_ins):
     """Results unused outside are pruned from every branch; an operand is kept when any
-    branch uses it."""
-    from ..passes.dce import Unsupported, filter_param, is_ref, rebuild
+    branch uses it; a branch's write into a Ref dead after the cond is dead (as in JAX)."""
+    from ..passes.dce import Unsupported, filter_param, rebuild
 
     branches = e.params.get("branches")
     if not (isinstance(branches, (tuple, list)) and len(branches) > 0):
@@ -288,11 +288,14 @@ def _cond_dce(used_outs, e, dce_jaxpr):
     for b in branches:
         if len(b.invars) != nops or len(b.outvars) != len(e.outputs):
             raise Unsupported
+    live_ops = tuple(live_ins[1:])
     used_ops = [False] * nops
     for b in branches:
-        _, u = dce_jaxpr(b, tuple(used_outs), tuple(is_ref(v) for v in b.invars))
+        _, u = dce_jaxpr(b, tuple(used_outs), (False,) * nops, live_ops)
         used_ops = [x or y for x, y in zip(used_ops, u)]
-    new_branches = tuple(dce_jaxpr(b, tuple(used_outs), tuple(used_ops))[0] for b in branches)
+    new_branches = tuple(
+        dce_jaxpr(b, tuple(used_outs), tuple(used_ops), live_ops)[0] for b in branches
+    )
     used_ins = [True, *used_ops]
     if all(used_ops) and all(used_outs) and all(n is b for n, b in zip(new_branches, branches)):
         return used_ins, e

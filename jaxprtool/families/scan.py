@@ -964,10 +964,12 @@ def _scan_batching(args, dims, **params):
 # ---------------------------------------------------------------- DCE
 
 
-def _scan_dce(used_outs, e, dce_jaxpr):
+def _scan_dce(used_outs, e, dce_jaxpr, live_ins):
     """Unused ys and consts/xs are pruned, carries by fixed point (a carry stays when the
-    body needs it for a live carry); the flat trees or counts follow.  A scan whose encoding
-    is not read exactly, or whose flat trees hold `Pytree`/`Static` nodes, is not pruned."""
+    body needs it for a live carry), and writes into Refs dead after the scan and not read
+    by the body (which runs again: a Ref it reads is live throughout), as in JAX; the flat
+    trees or counts follow.  A scan whose encoding is not read exactly, or whose flat trees
+    hold `Pytree`/`Static` nodes, is not pruned."""
     from ..passes.dce import Unsupported, filter_param, is_ref, rebuild
 
     if not isinstance(e.params.get("jaxpr"), Jaxpr):
@@ -986,7 +988,7 @@ def _scan_dce(used_outs, e, dce_jaxpr):
     ):
         raise Unsupported
     nin = len(e.inputs)
-    if len(body.outvars) != len(e.outputs) or nconsts + ncarry > nin:
+    if len(body.outvars) != len(e.outputs) or len(body.invars) != nin or nconsts + ncarry > nin:
         raise Unsupported
     if ncarry > len(e.outputs):
         raise Unsupported
@@ -994,14 +996,16 @@ def _scan_dce(used_outs, e, dce_jaxpr):
         u or is_ref(v) for u, v in zip(used_outs[:ncarry], body.invars[nconsts : nconsts + ncarry])
     ]
     used_ys = list(used_outs[ncarry:])
-    refs = [is_ref(v) for v in body.invars]
-    for _ in range(ncarry + 2):
-        inst = tuple(refs[:nconsts] + used_carry + refs[nconsts + ncarry :])
-        new_body, used_ins = dce_jaxpr(body, tuple(used_carry + used_ys), inst)
+    live = list(live_ins)
+    for _ in range(ncarry + 2 + live.count(False)):
+        inst = tuple([False] * nconsts + used_carry + [False] * (nin - nconsts - ncarry))
+        new_body, used_ins = dce_jaxpr(body, tuple(used_carry + used_ys), inst, tuple(live))
         carry_in = used_ins[nconsts : nconsts + ncarry]
-        if carry_in == used_carry:
+        new_live = [x or y for x, y in zip(live, used_ins)]
+        if carry_in == used_carry and new_live == live:
             break
         used_carry = [x or y for x, y in zip(used_carry, carry_in)]
+        live = new_live
     else:  # pragma: no cover
         raise Unsupported
     new_used_outs = used_carry + used_ys

@@ -5,7 +5,8 @@ addupdate read, exchange and accumulate into an indexed part of it.  The parser 
 indexing the text shows as an `indexer` template (`[...]`, `[$0,1:]`, `$k` standing for index
 operand k); the shape rules read the result type from it, the printer prints the equations in
 JAX's own syntax (`y <- r[i]`, `r[i] <- v`, `r[i] += v`), and the back end runs a Ref as a
-mutable box.  All are effectful: no pass removes, merges or moves them.
+mutable box.  All are effectful: no pass merges or moves them, and DCE removes one only
+as JAX's does (`ref_access`: a read or a new Ref unused, a write into a dead Ref).
 """
 
 from __future__ import annotations
@@ -154,11 +155,12 @@ def _evaluate_freeze(interp, eqn, invals, path):
 define(
     "new_ref",
     effectful=True,
+    ref_access="alloc",
     evaluate=_evaluate_new_ref,
     version_clues=lambda e: {ST.CLUE_0_12} if "pin" in e.params else set(),
     evaluated_params=frozenset({"memory_space", "kind", "pin"}),  # placement of the box
 )
-define("freeze", effectful=True, evaluate=_evaluate_freeze)
+define("freeze", effectful=True, ref_access="read", evaluate=_evaluate_freeze)
 
 
 # ---------------------------------------------------------------- `r[IDX]`: its type, its text
@@ -283,6 +285,7 @@ def _evaluate_get(interp, eqn, invals, path):
 define(
     "get",
     effectful=True,
+    ref_access="read",
     print_eqn=_print_get,
     evaluate=_evaluate_get,
     evaluated_params=frozenset({"indexer"}),
@@ -335,6 +338,7 @@ def _evaluate_swap(interp, eqn, invals, path):
 define(
     "swap",
     effectful=True,
+    ref_access="write",
     print_eqn=_print_swap,
     evaluate=_evaluate_swap,
     evaluated_params=frozenset({"indexer"}),
@@ -378,6 +382,7 @@ def _evaluate_addupdate(interp, eqn, invals, path):
 define(
     "addupdate",
     effectful=True,
+    ref_access="write",
     print_eqn=_print_addupdate,
     evaluate=_evaluate_addupdate,
     evaluated_params=frozenset({"indexer"}),

@@ -230,9 +230,11 @@ def _while_batching(args, dims, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_nc
 # ---------------------------------------------------------------- DCE
 
 
-def _while_dce(used_outs, e, dce_jaxpr):
+def _while_dce(used_outs, e, dce_jaxpr, live_ins):
     """A carry is removed only when it is unused outside, not read by the cond and not needed
-    by the body to compute a live carry (fixed point, as in JAX)."""
+    by the body to compute a live carry; a Ref is live in the loop when it is live after it or
+    used anywhere in it (the cond and body run again), so only writes into the others are
+    dead (fixed points, as in JAX)."""
     from ..passes.dce import Unsupported, is_ref, rebuild
 
     if not isinstance(e.params.get("body_jaxpr"), Jaxpr):
@@ -255,21 +257,28 @@ def _while_dce(used_outs, e, dce_jaxpr):
         raise Unsupported
     carry_ref = [is_ref(v) for v in body_j.invars[bn:]]
     used_carry = [u or r for u, r in zip(used_outs, carry_ref)]
-    cond_inst = tuple(is_ref(v) for v in cond_j.invars)
-    for _ in range(ncarry + 2):
-        _, cu = dce_jaxpr(cond_j, (True,), cond_inst)
+    # by operand identity: one Ref can be both a cond const and a body const
+    live_ids = {id(a) for a, u in zip(e.inputs, live_ins) if u}
+    c_ops, b_ops = e.inputs[:cn], e.inputs[cn : cn + bn]
+
+    def live_of(ops):
+        return tuple(id(a) in live_ids for a in ops) + (True,) * ncarry
+
+    for _ in range(ncarry + 2 + live_ins.count(False)):
+        _, cu = dce_jaxpr(cond_j, (True,), (False,) * (cn + ncarry), live_of(c_ops))
         used_carry = [x or y for x, y in zip(used_carry, cu[cn:])]
-        binst = tuple([is_ref(v) for v in body_j.invars[:bn]] + used_carry)
-        new_body, bu = dce_jaxpr(body_j, tuple(used_carry), binst)
+        binst = tuple([False] * bn + used_carry)
+        new_body, bu = dce_jaxpr(body_j, tuple(used_carry), binst, live_of(b_ops))
         carry_in = bu[bn:]
-        if carry_in == used_carry:
+        used = [a for a, u in zip(c_ops + b_ops, cu[:cn] + bu[:bn]) if u]
+        new_ids = live_ids | {id(a) for a in used if is_ref(a)}
+        if carry_in == used_carry and new_ids == live_ids:
             break
         used_carry = [x or y for x, y in zip(used_carry, carry_in)]
+        live_ids = new_ids
     else:  # pragma: no cover - the fixpoint is reached in ncarry+1 steps
         raise Unsupported
-    new_cond, cu = dce_jaxpr(
-        cond_j, (True,), tuple([is_ref(v) for v in cond_j.invars[:cn]] + used_carry)
-    )
+    new_cond, cu = dce_jaxpr(cond_j, (True,), tuple([False] * cn + used_carry), live_of(c_ops))
     used_ins = [*cu[:cn], *bu[:bn], *used_carry]
     if all(used_ins) and new_cond is cond_j and new_body is body_j:
         return used_ins, e

@@ -71,6 +71,58 @@ def eqn_has_effects(e: Eqn) -> bool:
     return any(jaxpr_has_effects(s) for s in eqn_subjaxprs(e))
 
 
+def eqn_has_live_effects(e: Eqn, ref_live: Callable[[Atom], bool]) -> bool:
+    """Whether an equation none of whose results is used must stay (JAX's
+    `pe.has_effects(eqn, live_ins)`): an effect other than on Refs, or a write into a Ref
+    operand that `ref_live` says may be read afterwards.  A read or a new Ref is dead when
+    unused; an equation whose bodies write Refs writes each of its Ref operands."""
+    rec = prim(e.prim)
+    if rec.ref_access is not None:
+        return rec.ref_access == "write" and ref_live(e.inputs[0])
+    kind = _eqn_effect_kind(e)
+    if kind == _WRITES:
+        return any(ref_live(a) for a in e.inputs if isinstance(a.type, RefType))
+    return kind == _OTHER
+
+
+def ref_allocs(eqns) -> set[int]:
+    """The ids of the Refs the equations make (new_ref): local to the program, so a write
+    into one that nothing reads later is dead."""
+    return {id(o) for e in eqns if prim(e.prim).ref_access == "alloc" for o in e.outputs}
+
+
+_NONE, _WRITES, _OTHER = 0, 1, 2  # what an equation or body does besides computing values
+_kind_memo: dict[int, tuple[Jaxpr, int]] = {}
+
+
+def _jaxpr_effect_kind(j: Jaxpr) -> int:
+    hit = _kind_memo.get(id(j))
+    if hit is not None and hit[0] is j:
+        return hit[1]
+    ref_consts = any(isinstance(v.type, RefType) for v in j.constvars)
+    kind = _OTHER if j.effects or ref_consts else _NONE
+    for e in j.eqns:
+        if kind == _OTHER:
+            break
+        kind = max(kind, _eqn_effect_kind(e))
+    _remember(_kind_memo, j, kind)
+    return kind
+
+
+def _eqn_effect_kind(e: Eqn) -> int:
+    """_OTHER: an effect other than on Refs; _WRITES: it (or a body) may write a Ref; a
+    primitive that touches Refs without saying how (`ref_access`) counts as writing them."""
+    rec = prim(e.prim)
+    if rec.ref_access is not None:
+        return _WRITES if rec.ref_access == "write" else _NONE
+    if rec.effectful:
+        return _OTHER
+    subs = eqn_subjaxprs(e)
+    if not subs:
+        return _WRITES if _touches_ref(e.inputs) or _touches_ref(e.outputs) else _NONE
+    return max(_jaxpr_effect_kind(s) for s in subs)
+
+
 def _touches_ref(atoms) -> bool:
     for a in atoms:
         if isinstance(a.type, RefType):

@@ -1,13 +1,17 @@
 """Dead-code elimination, following JAX's `pe.dce_jaxpr` and its `dce_rules`.
 
 * An equation none of whose results is used is removed, unless it has effects
-  (an effectful primitive, Ref operands, or such an equation nested inside).
+  (an effectful primitive, or such an equation nested inside) or writes a live Ref.  Ref
+  liveness is JAX's: a Ref is live where something later reads it or when the program did
+  not make it (an input, unless the caller says it is dead: `live_inputs`); a read or a
+  new_ref whose result is unused is dead.
 * Calls (a record with `call_body`: jit/pjit/closed_call/remat...): unused results are
   pruned, then unused operands (body binders, the equation's operands and the per-operand
   parameters `in_shardings`, `donated_invars`, ... follow).  Body constvars are never
   pruned (as in JAX).
 * A primitive with a `dce` rule on its record (cond, while, scan: see their family
-  modules) prunes its own operands, results and bodies; a rule raising `Unsupported` (or
+  modules) prunes its own operands, results and bodies, its bodies' writes into Refs dead
+  after it included; a rule raising `Unsupported` (or
   failing on malformed parameters) keeps the signature.
 * Any other equation with nested jaxprs keeps its signature; its bodies are
   cleaned with every result and operand kept.
@@ -26,8 +30,9 @@ from .common import (
     CALL_OUT_PARAMS,
     JaxprMemo,
     call_body_param,
-    eqn_has_effects,
+    eqn_has_live_effects,
     map_eqn_jaxprs,
+    ref_allocs,
 )
 
 
@@ -68,7 +73,8 @@ DCE = Pass(
     help="Remove unused equations, also inside nested jaxprs.",
     doc="""Dead-code elimination: remove equations whose results are unused, also inside nested
     jaxprs (jit bodies, cond branches, scan/while bodies: unused carries and outputs pruned as
-    JAX does).  Effectful equations are kept.
+    JAX does).  Effectful equations are kept, except writes into a Ref the program makes
+    that nothing reads afterwards (dead, as in JAX).
 
     \b
     Example:
@@ -97,12 +103,15 @@ class _DCE:
         self.memo = JaxprMemo()
 
     def run(
-        self, jaxpr: Jaxpr, used_outputs: tuple, instantiate: tuple
+        self, jaxpr: Jaxpr, used_outputs: tuple, instantiate: tuple, live_inputs=None
     ) -> tuple[Jaxpr, list[bool]]:
         """(new jaxpr, used_inputs); the new jaxpr has the outputs where used_outputs and the
-        inputs where used_inputs (instantiate forces an input to stay)."""
+        inputs where used_inputs (instantiate forces an input to stay).  `live_inputs` (None:
+        all): whether a Ref input may be read after the jaxpr returns; a write into one that
+        may not, and that nothing in the jaxpr reads later, is dead (JAX's `live_inputs`)."""
         used_outputs, instantiate = tuple(used_outputs), tuple(instantiate)
-        key = (jaxpr, used_outputs, instantiate)
+        live_inputs = None if live_inputs is None or all(live_inputs) else tuple(live_inputs)
+        key = (jaxpr, used_outputs, instantiate, live_inputs)
         hit = self.memo.get(key)
         if hit is not None:
             return hit
@@ -110,10 +119,17 @@ class _DCE:
         for v, u in zip(jaxpr.outvars, used_outputs):
             if u and isinstance(v, Var):
                 live.add(id(v))
+        local = ref_allocs(jaxpr.eqns)
+        if live_inputs is not None:
+            local.update(id(v) for v, u in zip(jaxpr.invars, live_inputs) if not u)
+
+        def ref_live(r) -> bool:
+            return id(r) in live or id(r) not in local
+
         new_eqns: list[Eqn] = []
         changed = False
         for e in reversed(jaxpr.eqns):
-            if live.isdisjoint(map(id, e.outputs)) and not eqn_has_effects(e):
+            if live.isdisjoint(map(id, e.outputs)) and not eqn_has_live_effects(e, ref_live):
                 changed = True  # dead
                 continue
             if e.no_subjaxprs or not eqn_subjaxprs(e):  # kept whole: rules are for bodies
@@ -121,7 +137,8 @@ class _DCE:
                 live.update(map(id, e.inputs))  # a literal's id is no live Var's
                 continue
             used_outs = [id(o) in live for o in e.outputs]
-            used_ins, ne = self.rule(e, used_outs)
+            live_ins = [not is_ref(a) or ref_live(a) for a in e.inputs]
+            used_ins, ne = self.rule(e, used_outs, live_ins)
             if ne is not e:
                 changed = True
             if ne is not None:
@@ -129,9 +146,7 @@ class _DCE:
                 for a, u in zip(e.inputs, used_ins):
                     if u and isinstance(a, Var):
                         live.add(id(a))
-        used_inputs = [
-            bool(i) or id(v) in live or is_ref(v) for v, i in zip(jaxpr.invars, instantiate)
-        ]
+        used_inputs = [bool(i) or id(v) in live for v, i in zip(jaxpr.invars, instantiate)]
         if not changed and all(used_inputs) and all(used_outputs):
             return self.memo.put(key, (jaxpr, used_inputs))
         new = jaxpr.replace(
@@ -147,28 +162,32 @@ class _DCE:
 
     # ------------------------------------------------------------ rules
 
-    def rule(self, e: Eqn, used_outs: list[bool]) -> tuple[list[bool], Eqn | None]:
-        if not any(used_outs) and not eqn_has_effects(e):
+    def rule(
+        self, e: Eqn, used_outs: list[bool], live_ins: list[bool]
+    ) -> tuple[list[bool], Eqn | None]:
+        """(used operands, the equation pruned or None); `live_ins`: whether each operand
+        (a Ref's contents) may be read after the equation."""
+        if not any(used_outs) and not eqn_has_live_effects(e, _live_by(e, live_ins)):
             return [False] * len(e.inputs), None
         if not eqn_subjaxprs(e):  # the rules below are for equations with nested jaxprs
             return [True] * len(e.inputs), e
         try:
             body_param = call_body_param(e.prim)
             if body_param is not None and isinstance(e.params.get(body_param), Jaxpr):
-                return self.call_rule(e, used_outs)
+                return self.call_rule(e, used_outs, live_ins)
             rule = prim(e.prim).dce
             if rule is not None:
-                return rule(used_outs, e, self.run)
+                return rule(used_outs, e, self.run, live_ins)
         except (Unsupported, ShapeError, ValueError, TypeError, IndexError, KeyError):
             pass  # malformed or unmodelled parameters: keep the signature
         return [True] * len(e.inputs), map_eqn_jaxprs(e, self.clean)
 
-    def call_rule(self, e: Eqn, used_outs):
+    def call_rule(self, e: Eqn, used_outs, live_ins):
         pname = call_body_param(e.prim)
         body: Jaxpr = e.params[pname]
         _check_arity(body, e)
-        inst = tuple(is_ref(v) or isinstance(v.type, OpaqueType) for v in body.invars)
-        new_body, used_ins = self.run(body, tuple(used_outs), inst)
+        inst = tuple(isinstance(v.type, OpaqueType) for v in body.invars)
+        new_body, used_ins = self.run(body, tuple(used_outs), inst, live_ins)
         if new_body is body and all(used_ins) and all(used_outs):
             return used_ins, e
         params = dict(e.params)
@@ -179,6 +198,22 @@ class _DCE:
             params[k] = filter_param(params, k, used_outs)
         params = {k: v for k, v in params.items() if k in e.params}
         return used_ins, rebuild(e, used_ins, used_outs, params)
+
+
+def _live_by(e: Eqn, live_ins: list[bool]):
+    """`ref_live` for the operands of `e`, from their flags."""
+    live = {id(a) for a, u in zip(e.inputs, live_ins) if u}
+    return lambda r: id(r) in live
+
+
+def prune_dead_refs(e: Eqn, used_outs: list[bool], ref_live) -> Eqn | None:
+    """The equation pruned by its DCE rule (a call's, or its record's), or None when it is
+    dead: AD's flat DCE asks when a Ref operand is dead after the equation.  Any other
+    equation is returned as it is."""
+    if call_body_param(e.prim) is None and prim(e.prim).dce is None:
+        return e
+    live_ins = [not is_ref(a) or ref_live(a) for a in e.inputs]
+    return _DCE().rule(e, used_outs, live_ins)[1]
 
 
 class Unsupported(Exception):
