@@ -1673,9 +1673,9 @@ def _normalized_index(index, size: int):
     return ops.select_n(negative, index, wrapped)
 
 
-def _scatter_ones(prim: str, base, index, value: int):
-    """jnp's `base.at[index].set(value)` (`scatter`) or `.add(value)` (`scatter-add`) for an
-    integer vector `index` into a vector `base` (out-of-range indexes dropped)."""
+def _add_at(base, index, value: int):
+    """jnp's `base.at[index].add(value)` (a `scatter-add`) for an integer vector `index` into
+    a vector `base` (out-of-range indexes dropped)."""
     from .indexing import bind_scatter, scatter_dnums
 
     n = index.type.shape[0]
@@ -1684,7 +1684,7 @@ def _scatter_ones(prim: str, base, index, value: int):
         _vary_to(ops.lit(value, base), varying_axes(base.type)), (n,), ()
     )
     base, index, updates = _vary_together(base, index, updates)
-    return bind_scatter(prim, base, index, updates, scatter_dnums((), (0,), (0,)))
+    return bind_scatter("scatter-add", base, index, updates, scatter_dnums((), (0,), (0,)))
 
 
 def _a2a_tiled(x, axis_name, axis_index_groups, vary: bool):
@@ -1705,7 +1705,11 @@ def _a2a_tiled(x, axis_name, axis_index_groups, vary: bool):
 def _received_mask(t, output_offsets, recv_sizes):
     """1 on the rows of `t` that the exchange wrote (those it received), 0 elsewhere: the
     cumulative sum of +1 at each received block's start and -1 past its end, broadcast to
-    `t`'s shape (JAX's mask in `_ragged_all_to_all_transpose`)."""
+    `t`'s shape: JAX's mask in `_ragged_all_to_all_transpose` but for one scatter.  JAX
+    *sets* the +1s (`.at[starts].set(1)`), so an empty block that starts where another one
+    does (zero rows from some device: common) cancels that block's +1, and every received
+    row from there on keeps its cotangent: a wrong gradient.  The tool adds them (a
+    `scatter-add` in place of JAX's `scatter`, the same number of equations)."""
     rows = t.type.shape[0]
     if not isinstance(rows, int):
         raise JaxprError(
@@ -1713,9 +1717,10 @@ def _received_mask(t, output_offsets, recv_sizes):
             f"({rows}) is not supported: trace the program with concrete shapes",
             current().loc,
         )
-    starts = _scatter_ones("scatter", ops.full(ShapedArray((rows,), "i32"), 0), output_offsets, 1)
+    zeros = ops.full(ShapedArray((rows,), "i32"), 0)
+    starts = _add_at(zeros, output_offsets, 1)
     ends = ops.add(*_vary_together(output_offsets, recv_sizes))
-    marks = _scatter_ones("scatter-add", starts, ends, -1)
+    marks = _add_at(starts, ends, -1)
     mask = ops.bind("cumsum", marks, axis=0, reverse=False)
     mask = ops.broadcast_in_dim(mask, (rows,) + (1,) * (t.type.ndim - 1), (0,))
     return ops.broadcast_in_dim(mask, t.type.shape, tuple(range(t.type.ndim)))
@@ -1725,7 +1730,8 @@ def _ragged_all_to_all_transpose(cts, operand, output, *indexes, axis_name, axis
     """JAX's `_ragged_all_to_all_transpose`: the operand's cotangent is the reverse exchange
     (output and input offsets swapped, the offsets seen from the other side through an
     `all_to_all`, send and receive sizes swapped) of `t` into zeros; the output's is `t` with
-    the rows the exchange overwrote zeroed."""
+    the rows the exchange overwrote zeroed (`_received_mask`: where the tool departs from
+    JAX, whose mask is wrong after an empty block)."""
     (t,) = cts
     lin_op, lin_out = is_undefined_primal(operand), is_undefined_primal(output)
     if is_zero(t):
