@@ -313,6 +313,15 @@ def test_vmap_is_the_program_jax_traces(check, axes):
     assert same(got, want)
 
 
+def test_jax_cannot_batch_unbatched_index_vectors():
+    """Why LOOP_AXES's unbatched index vectors have no text oracle: JAX's rule asserts.
+    If a JAX release fixes it, this fails: then compare those programs with JAX's too."""
+    axes = (0, 0, None, None, None, None)
+    args = [batched(x, d) for x, d in zip((FLAT, FLAT, IDX, IDX, IDX, IDX), axes)]
+    with pytest.raises(AssertionError):
+        jax.make_jaxpr(jax.vmap(flat_exchange(True), in_axes=axes))(*args)
+
+
 def test_vmap_over_the_exchanged_axis_is_refused_as_jax_does():
     """JAX's batcher raises NotImplementedError when vmap's axis is the exchange's."""
     body = lambda *a: lax.ragged_all_to_all(*a, axis_name="b")  # noqa: E731
