@@ -1740,8 +1740,11 @@ def _ragged_all_to_all_transpose(cts, operand, output, *indexes, axis_name, axis
             Zero(tangent_type(output.type)) if lin_out else None,
         ] + [None] * 4
     input_offsets, send_sizes, output_offsets, recv_sizes = indexes
+    # a check_vma=True body where nothing varies cannot be told from check_vma=False: JAX
+    # itself fails to transpose that one (its cotangent's type is not the operand's)
     vary = any(varying_axes(x.type) for x in (t, operand, output, *indexes))
     operand_t = output_t = None
+    # emitted in JAX's order; what a one-sided transpose leaves unused, DCE drops
     zero = ops.zeros(tangent_type(operand.type))
     output_offsets_ = _a2a_tiled(output_offsets, axis_name, axis_index_groups, vary)
     input_offsets_ = _a2a_tiled(input_offsets, axis_name, axis_index_groups, vary)
@@ -1756,7 +1759,8 @@ def _ragged_all_to_all_transpose(cts, operand, output, *indexes, axis_name, axis
 
 
 def _bdim_at_second(x, d, size):
-    """JAX's `bdim_at_second` for the index vectors: the batch dimension second."""
+    """JAX's `bdim_at_second` for the index vectors: the batch dimension second (an
+    unbatched vector broadcast, as JAX's means to: its assertion of rank 2 comes first)."""
     if d is None:
         return ops.broadcast_in_dim(x, (x.type.shape[0], size), (0,))
     return x if d == 1 else ops.transpose(x, (1, 0))
