@@ -721,8 +721,7 @@ def test_every_primitive_with_a_jvp_rule_has_a_batching_rule():
     )
     # the callbacks and these two run one example at a time (the fallback, with a warning);
     # so does custom_vmap_call, whose custom rule is Python that the text lacks; and
-    # Equinox's noinline and lineax's linear_solve (Python objects: run and AD refuse them);
-    # and ragged_all_to_all, whose JAX rule is not written (XLA:CPU cannot run it to check one).
+    # Equinox's noinline and lineax's linear_solve (Python objects: run and AD refuse them).
     # (pallas_call has a rule of its own that loops and says why: test_run_pallas.py)
     expected = [
         "custom_vmap_call",
@@ -730,7 +729,6 @@ def test_every_primitive_with_a_jvp_rule_has_a_batching_rule():
         "linear_solve",
         "noinline",
         "pure_callback",
-        "ragged_all_to_all",
         "ragged_dot_general",
         "rng_uniform",
     ]

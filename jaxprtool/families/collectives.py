@@ -1668,6 +1668,168 @@ def _ragged_all_to_all_jvp(primals, tangents, /, **params):
     return [ans], current().bind("ragged_all_to_all", args, params, [tangent_type(ans.type)])
 
 
+# The transpose and batching rules emit what JAX's lax and jnp code emits, `pvary` included:
+# inside a `check_vma=True` body JAX's lax functions vary their operands to a common set of
+# axes (`standard_insert_pvary`), its collectives theirs to the axes they communicate over.
+
+
+def _vary_to(x, axes):
+    """`x` pvary'd to those of `axes` it does not vary along (none: `x` itself)."""
+    missing = tuple(sorted(set(axes) - set(varying_axes(x.type))))
+    return x if not missing else ops.bind("pvary", x, axes=missing)
+
+
+def _vary_together(*xs):
+    """The operands of a lax function varied along the union of their axes, in order."""
+    union = set().union(*(varying_axes(x.type) for x in xs))
+    return [_vary_to(x, union) for x in xs]
+
+
+def _weak_scalar(value, like):
+    """jnp's Python scalar next to `like`: a literal, or when `like` varies, the literal
+    pvary'd (still weakly typed) and then converted to a strong scalar, as jnp promotes it."""
+    lit = ops.lit(value, like)
+    axes = tuple(sorted(varying_axes(like.type)))
+    if not axes:
+        return lit
+    (t,) = B.infer([lit.type], "pvary", {"axes": axes})
+    (v,) = current().bind("pvary", [lit], {"axes": axes}, [t.update(weak_type=True)])
+    return ops.convert_element_type(v, like.type.dtype, weak_type=False)
+
+
+def _normalized_index(index, size: int):
+    """jnp's `_normalize_index`: negative indexes count from the end of an axis of `size`."""
+    negative = ops.lt(*_vary_together(index, _weak_scalar(0, index)))
+    wrapped = ops.add(*_vary_together(index, ops.lit(size, index)))
+    return ops.select_n(negative, index, wrapped)
+
+
+def _add_at(base, index, value: int):
+    """jnp's `base.at[index].add(value)` (a `scatter-add`) for an integer vector `index` into
+    a vector `base` (out-of-range indexes dropped)."""
+    from .indexing import bind_scatter, scatter_dnums
+
+    n = index.type.shape[0]
+    index = ops.broadcast_in_dim(_normalized_index(index, base.type.shape[0]), (n, 1), (0,))
+    updates = ops.broadcast_in_dim(
+        _vary_to(ops.lit(value, base), varying_axes(base.type)), (n,), ()
+    )
+    base, index, updates = _vary_together(base, index, updates)
+    return bind_scatter("scatter-add", base, index, updates, scatter_dnums((), (0,), (0,)))
+
+
+def _a2a_tiled(x, axis_name, axis_index_groups, vary: bool):
+    """JAX's `all_to_all(x, axis_name, 0, 0, tiled=True)` (pvary'd to `axis_name` first
+    inside a `check_vma=True` body)."""
+    if vary:
+        x = _vary_to(x, _named(axis_name))
+    params = {
+        "axis_index_groups": axis_index_groups,
+        "axis_name": axis_name,
+        "concat_axis": 0,
+        "split_axis": 0,
+        "tiled": True,
+    }
+    return ops.bind("all_to_all", x, **params)
+
+
+def _received_mask(t, output_offsets, recv_sizes):
+    """1 on the rows of `t` that the exchange wrote (those it received), 0 elsewhere: the
+    cumulative sum of +1 at each received block's start and -1 past its end, broadcast to
+    `t`'s shape: JAX's mask in `_ragged_all_to_all_transpose` but for one scatter.  JAX
+    *sets* the +1s (`.at[starts].set(1)`), so an empty block that starts where another one
+    does (zero rows from some device: common) cancels that block's +1, and every received
+    row from there on keeps its cotangent: a wrong gradient.  The tool adds them (a
+    `scatter-add` in place of JAX's `scatter`, the same number of equations)."""
+    rows = t.type.shape[0]
+    if not isinstance(rows, int):
+        raise JaxprError(
+            f"transpose: 'ragged_all_to_all' with a symbolic leading output dimension "
+            f"({rows}) is not supported: trace the program with concrete shapes",
+            current().loc,
+        )
+    zeros = ops.full(ShapedArray((rows,), "i32"), 0)
+    starts = _add_at(zeros, output_offsets, 1)
+    ends = ops.add(*_vary_together(output_offsets, recv_sizes))
+    marks = _add_at(starts, ends, -1)
+    mask = ops.bind("cumsum", marks, axis=0, reverse=False)
+    mask = ops.broadcast_in_dim(mask, (rows,) + (1,) * (t.type.ndim - 1), (0,))
+    return ops.broadcast_in_dim(mask, t.type.shape, tuple(range(t.type.ndim)))
+
+
+def _ragged_all_to_all_transpose(cts, operand, output, *indexes, axis_name, axis_index_groups):
+    """JAX's `_ragged_all_to_all_transpose`: the operand's cotangent is the reverse exchange
+    (output and input offsets swapped, the offsets seen from the other side through an
+    `all_to_all`, send and receive sizes swapped) of `t` into zeros; the output's is `t` with
+    the rows the exchange overwrote zeroed (`_received_mask`: where the tool departs from
+    JAX, whose mask is wrong after an empty block)."""
+    (t,) = cts
+    lin_op, lin_out = is_undefined_primal(operand), is_undefined_primal(output)
+    if is_zero(t):
+        return [
+            Zero(tangent_type(operand.type)) if lin_op else None,
+            Zero(tangent_type(output.type)) if lin_out else None,
+        ] + [None] * 4
+    input_offsets, send_sizes, output_offsets, recv_sizes = indexes
+    # a check_vma=True body where nothing varies cannot be told from check_vma=False: JAX
+    # itself fails to transpose that one (its cotangent's type is not the operand's)
+    vary = any(varying_axes(x.type) for x in (t, operand, output, *indexes))
+    operand_t = output_t = None
+    # emitted in JAX's order; what a one-sided transpose leaves unused, DCE drops
+    zero = ops.zeros(tangent_type(operand.type))
+    output_offsets_ = _a2a_tiled(output_offsets, axis_name, axis_index_groups, vary)
+    input_offsets_ = _a2a_tiled(input_offsets, axis_name, axis_index_groups, vary)
+    if lin_op:
+        args = [t, zero, output_offsets_, recv_sizes, input_offsets_, send_sizes]
+        params = {"axis_index_groups": axis_index_groups, "axis_name": axis_name}
+        (operand_t,) = current().bind("ragged_all_to_all", args, params)
+    if lin_out:
+        mask = _received_mask(t, output_offsets_, recv_sizes)
+        output_t = ops.select_n(*_vary_together(mask, t, ops.zeros(t.type)))
+    return [operand_t, output_t] + [None] * 4
+
+
+def _bdim_at_second(x, d, size):
+    """JAX's `bdim_at_second` for the index vectors: the batch dimension second (an
+    unbatched vector broadcast, as JAX's means to: its assertion of rank 2 comes first)."""
+    if d is None:
+        return ops.broadcast_in_dim(x, (x.type.shape[0], size), (0,))
+    return x if d == 1 else ops.transpose(x, (1, 0))
+
+
+def _offset_by_example(offsets, d, size: int):
+    """Offsets of example k moved by k * d: the examples' rows lie one after another."""
+    step = ops.broadcast_in_dim(ops.iota((size,), 0, offsets.type.dtype), (1, size), (1,))
+    step = ops.mul(step, ops.lit(d, offsets))
+    return ops.add(*_vary_together(offsets, step))
+
+
+def _merge(x):
+    return ops.reshape(x, (dim_mul(x.type.shape[0], x.type.shape[1]), *x.type.shape[2:]))
+
+
+def _ragged_all_to_all_batching(args, dims, **params):
+    """JAX's `_ragged_all_to_all_batched_collective`: the examples' operands and outputs laid
+    end to end (batch dimension first, merged with the next), each example's offsets moved
+    past the rows of the examples before it; one exchange, split back into examples."""
+    if _over_batch_axis(params):
+        _unsupported("'ragged_all_to_all' over the vmap axis is not supported")
+    if params.get("axis_index_groups"):
+        _unsupported("'ragged_all_to_all' with axis_index_groups is not supported")
+    size = BT.axis_size()
+    operand, output = (BT.bdim_at_front(x, d, size) for x, d in zip(args[:2], dims[:2]))
+    input_offsets, send_sizes, output_offsets, recv_sizes = (
+        _bdim_at_second(x, d, size) for x, d in zip(args[2:], dims[2:])
+    )
+    input_offsets = _offset_by_example(input_offsets, operand.type.shape[1], size)
+    output_offsets = _offset_by_example(output_offsets, output.type.shape[1], size)
+    merged = [
+        _merge(x) for x in (operand, output, input_offsets, send_sizes, output_offsets, recv_sizes)
+    ]
+    (out,) = BT.bind("ragged_all_to_all", *merged, **params)
+    return [ops.reshape(out, (size, *output.type.shape[1:]))], [0]
+
+
 define(
     "ragged_all_to_all",
     family="collectives",
@@ -1678,4 +1840,6 @@ define(
     evaluated_params=frozenset({"axis_name", "axis_index_groups"}),
     jvp=_ragged_all_to_all_jvp,
     jvp_kind=LOW_LEVEL,
+    transpose=_ragged_all_to_all_transpose,
+    batching=_ragged_all_to_all_batching,
 )
