@@ -200,6 +200,12 @@ def dims_eq(a, b) -> bool:
     return len(a) == len(b) and all(dim_eq(x, y) for x, y in zip(a, b))
 
 
+def _at(d):
+    """A sharded operand (`2*b@x`) in parentheses, so that a sum is never read as a
+    sharded dim of the sum's size (`b + 2*b@x`)."""
+    return f"({d})" if "@" in str(d) else d
+
+
 def _sym(d) -> str:
     s = str(d)
     return s if s.replace("_", "").isalnum() else f"({s})"
@@ -274,7 +280,7 @@ def dim_add(a, b):
         return a
     if a == 0:
         return b
-    return f"{a} + {b}"
+    return f"{_at(a)} + {_at(b)}"
 
 
 def dim_sub(a, b):
@@ -285,7 +291,7 @@ def dim_sub(a, b):
         return dim_add(a, _poly_str({k: -c for k, c in pb.items()}))
     if b == 0:
         return a
-    return f"{a} - {_sym(b)}"
+    return f"{_at(a)} - {_sym(b)}"
 
 
 def dim_mul(a, b):
