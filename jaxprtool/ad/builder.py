@@ -125,11 +125,17 @@ def infer(in_types: list[Type], prim: str, params: dict, loc: Loc | None = None)
         types = shapes.infer_with_rule(rule, in_types, params, None)
     except shapes.ShapeError as e:
         raise JaxprError(f"while differentiating: {prim}: {e}", loc) from None
+    require_shardings_known(prim, types, loc)
+    return types
+
+
+def require_shardings_known(prim: str, types: list[Type], loc: Loc | None) -> None:
+    """Refuse, at the equation, a result type that a rule computed by arithmetic on sharded
+    dims (`4*(2*b@x)`, `8@x + 8@x`) rather than by JAX's sharding rule."""
     for t in types:
         for d in getattr(t, "shape", ()):
             if d.__class__ is str and "@" in d and not is_sharded_dim(d):
                 raise JaxprError(_garbled_sharding(prim, t), loc)
-    return types
 
 
 def _garbled_sharding(prim: str, t: Type) -> str:

@@ -33,6 +33,7 @@ from ..core import Literal, ShapedArray
 from ..passes import simplify as S
 from ..record import define
 from ..shapes import ShapeError, shape_rule
+from ..shapes.sizes import Size
 from ..shapes.util import (
     argsort,
     arr,
@@ -292,11 +293,13 @@ def _reshape_sharding(x: ShapedArray, new: tuple, dimensions) -> tuple:
     hands its axes to the result dims in order, as far as the mesh axis sizes divide them
     (`split_partitions`), the sizes read from the meshes the program prints (`axis_size`).
     What JAX refuses is refused.  Sizes given already sharded (`8@x`, a transpose's) are
-    kept."""
+    kept.  Symbolic sizes (`2*b@x`) compare and divide as JAX's do (`sizes.Size`)."""
     spec = type_spec(x)
-    op = tuple(map(sharded_size, x.shape))
-    if spec is None or not all(isinstance(d, int) for d in (*op, *new)):
+    if spec is None or any(map(is_sharded_dim, new)):
         return new
+    given, op = new, tuple(map(sharded_size, x.shape))
+    if not all(isinstance(d, int) for d in (*op, *new)):
+        op, new = tuple(map(Size.of, op)), tuple(map(Size.of, new))
     parts = [spec.dim_axes(i) for i in range(len(op))]
     kept = [(s, p) for s, p in zip(op, parts) if s != 1]
     non1_new = [n for n in new if n != 1]
@@ -309,7 +312,7 @@ def _reshape_sharding(x: ShapedArray, new: tuple, dimensions) -> tuple:
             (parts[i] if i < len(op) and op[i] == 1 else ()) if n == 1 else next(it)
             for i, n in enumerate(new)
         ]
-    return tuple(sharded_dim(n, a) for n, a in zip(new, out))
+    return tuple(sharded_dim(n, a) for n, a in zip(given, out))
 
 
 def _split_or_merge_parts(kept, non1_new, x, new, dimensions) -> list:
