@@ -399,9 +399,7 @@ def is_sharded_dim(d) -> bool:
     if not isinstance(d, str) or "@" not in d:
         return False
     size, names = _split_dim(d)
-    return (
-        _is_size_text(size) and bool(names) and all(map(_AXIS_NAME.fullmatch, names))
-    )
+    return _is_size_text(size) and bool(names) and all(map(_AXIS_NAME.fullmatch, names))
 
 
 def _is_size_text(size: str) -> bool:

@@ -311,7 +311,7 @@ def reshape(x, shape, dimensions=None):
         return bind("reshape", x, new_sizes=sizes, dimensions=dimensions, sharding=None)
     # JAX's new_sizes are global sizes; the sharding is given where the reshape's sharding
     # rule would not give `shape`'s, as JAX's transposes pass the operand's
-    params = dict(new_sizes=tuple(map(sharded_size, sizes)), dimensions=dimensions)
+    params = dict(new_sizes=sdims(map(sharded_size, sizes)), dimensions=dimensions)
     try:
         (t,) = infer_types("reshape", [x.type], dict(params, sharding=None))
         ruled = tuple(t.shape) == sizes

@@ -456,7 +456,7 @@ def _reshape_to(x, dims):
     their global sizes, as JAX's transpose passes the operand's sharding."""
     if not any(map(is_sharded_dim, dims)):
         return bind_reshape(x, dims)
-    sizes = tuple(map(sharded_size, dims))
+    sizes = ops.sdims(map(sharded_size, dims))
     spec = SpecText(tuple(dim_axes(d)[1] or None for d in dims))
     return ops.bind("reshape", x, new_sizes=sizes, dimensions=None, sharding=spec.as_param())
 
@@ -789,15 +789,47 @@ def _slice(in_types, params, out_hint):
         raise ShapeError(f"slice: strides must be positive, got {fmt_shape(strides)}")
     shape = []
     for d, s, lim, st in zip(x.shape, start, limit, strides):
+        s, lim = sharded_size(s), sharded_size(lim)  # a rule's bound: a type's dim
         if isinstance(d, int) and isinstance(lim, int) and lim > d:
             raise ShapeError(f"slice: limit index {lim} exceeds dimension size {d} of {x}")
         if isinstance(s, int) and isinstance(lim, int):
             if s < 0 or lim < s:
                 raise ShapeError(f"slice: invalid slice [{s}:{lim}] of {x}")
-            shape.append(sharded_like(d, 0 if lim == s else (lim - s - 1) // st + 1))
+            n = 0 if lim == s else (lim - s - 1) // st + 1
+            symbolic = not isinstance(sharded_size(d), int)
+            shape.append(
+                _symbolic_slice_like(d, n, x, out_hint) if symbolic else sharded_like(d, n)
+            )
         else:
-            shape.append(strided_dim(dim_sub(lim, s) if s else lim, 1, st))
+            n = strided_dim(dim_sub(lim, s) if s else lim, 1, st)
+            shape.append(_symbolic_slice_like(d, n, x, out_hint))
     return [fill_sym_from_hint(x.update(shape=shape), out_hint)]
+
+
+def _symbolic_slice_like(d, n, x, out_hint):
+    """Dim `d` of `x`, of symbolic size, sliced to size `n`: a sharded dim keeps its mesh axes
+    where `n` is its size or they divide `n`, and is refused where they do not, as JAX's
+    `_get_sharding_for_varying_out_shape` decides (structurally, as its symbolic `%`).
+    Without the mesh axis sizes, JAX's printed result type (`out_hint`) says it."""
+    if not is_sharded_dim(d) or Size.of(n) == Size.of(sharded_size(d)):
+        return sharded_like(d, n)
+    axes = dim_axes(d)[1]
+    try:
+        k = prod([axis_size(a) for a in axes])
+    except AxisSizeUnknown as e:
+        if out_hint:
+            return sharded_like(d, n)  # JAX traced it: its axes divide the size
+        raise ShapeError(
+            f"slicing {x}'s dim {d} to size {n}: whether the mesh axes divide it depends on "
+            f"their sizes, and {e.advice()}"
+        ) from None
+    if divmod(Size.of(n), k)[1]:
+        raise ShapeError(
+            f"slicing on sharded dims where out dim ({n}) is not divisible by mesh axes ({k}) "
+            f"is not implemented (as JAX refuses it): reshard {x} to replicated first "
+            "(`jax.sharding.reshard(x, P())`)"
+        )
+    return sharded_like(d, n)
 
 
 def _slice_transpose(ct, operand, *, start_indices, limit_indices, strides=None, **_):

@@ -319,6 +319,18 @@ def dim_floordiv(a, b):
     return f"floordiv({a}, {b})"
 
 
+def dim_exact_div(a, k: int):
+    """`a / k` for a size that `k` divides (a merged batch split back out): a linear symbolic
+    size divides coefficient by coefficient (`8*b / 4` -> `2*b`); ShapeError where `k` does
+    not divide it so."""
+    if isinstance(a, int):
+        return a // k
+    p = _poly(a)
+    if p is None or any(c % k for c in p.values()):
+        raise ShapeError(f"the size {a} is not divisible by {k} as a linear expression")
+    return _poly_str({s: c // k for s, c in p.items()})
+
+
 def dim_max(a, b):
     if isinstance(a, int) and isinstance(b, int):
         return max(a, b)
