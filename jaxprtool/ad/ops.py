@@ -425,12 +425,14 @@ def zero_cts(args) -> list:
 
 
 def bind_slice(x, start, limit, strides=None):
-    start, limit = sdims(start), sdims(limit)
+    """`x[start:limit:strides]`; bounds taken from a type (`2*b@x`) are its global sizes."""
+    start, limit = sdims(map(sharded_size, start)), sdims(map(sharded_size, limit))
     if strides is not None:
         strides = ints(strides)
         if all(s == 1 for s in strides):
             strides = None
-    if start == (0,) * len(start) and limit == sdims(shape(x)) and strides is None:
+    whole = sdims(map(sharded_size, shape(x)))
+    if start == (0,) * len(start) and limit == whole and strides is None:
         return x
     return bind("slice", x, start_indices=start, limit_indices=limit, strides=strides)
 
