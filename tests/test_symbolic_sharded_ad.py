@@ -23,7 +23,15 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 from jax_oracle import close, run  # noqa: E402
 
 from jaxprtool import api  # noqa: E402
-from jaxprtool.shardings import axis_sizes_of  # noqa: E402
+from jaxprtool.params import SymExpr  # noqa: E402
+from jaxprtool.shapes import ShapeError, infer_types  # noqa: E402
+from jaxprtool.shapes.util import dim_add, dim_mul, dim_sub  # noqa: E402
+from jaxprtool.shardings import (  # noqa: E402
+    axis_sizes_of,
+    is_sharded_dim,
+    sharded_like,
+    sharded_size,
+)
 
 MESH = "x=2"
 (B,) = export.symbolic_shape("b")
@@ -151,3 +159,124 @@ def test_transformations_match_jax(tmp_path, name, explicit_mesh):
     lhs = float(np.vdot(np.asarray(ct, np.float64), lt))
     rhs = float(np.vdot(lt_ct.astype(np.float64), np.asarray(t)))
     assert abs(lhs - rhs) <= 1e-4 * max(1.0, abs(lhs)), (lhs, rhs)
+
+
+# ---------------------------------------------------------------- reshape's sharding rule
+
+#: (mesh, operand shape, spec, new sizes): JAX's `_reshape_sharding_rule` on symbolic sizes
+#: keeps singletons, merges a sharded major dim (`6*b@x`), and finds most splits
+#: inconclusive (`'b' > '1'`) or refuses them
+RESHAPES = [
+    ("x=2", (2 * B, 3), P("x"), (2 * B, 3, 1)),
+    ("x=2", (2 * B, 3), P("x"), (1, 2 * B, 3)),
+    ("x=2", (2 * B, 3), P("x"), (6 * B,)),
+    ("x=2", (4, 2 * B, 1, 3), P(None, "x"), (8 * B, 1, 3)),
+    ("x=2", (3, 2 * B), P(None, "x"), (6 * B,)),
+    ("x=2", (2 * B, 3), P("x"), (B, 2, 3)),
+    ("x=2", (2 * B, 3), P("x"), (2, B, 3)),
+    ("x=2", (2 * B, 3), P("x"), (2, 3, B)),
+    ("x=2", (2 * B, B), P("x"), (2 * B * B,)),
+    ("x=2,y=2", (4 * B, 3), P(("x", "y")), (2, 2 * B, 3)),
+    ("x=2,y=2", (2 * B, 2), P("x", "y"), (4 * B,)),
+]
+
+
+@pytest.mark.parametrize("case", RESHAPES, ids=lambda c: f"{c[0]}:{c[1]}{tuple(c[2])}->{c[3]}")
+def test_reshape_sharding_rule_on_symbolic_sizes_is_jax(case, explicit_mesh):
+    """The result type JAX prints, or a refusal where JAX raises: ShardingTypeError as the
+    rule's refusal, InconclusiveDimensionOperation in JAX's words (a non-linear size, which
+    the tool does not compare, refused as such)."""
+    name, shape, spec, new = case
+    mesh = explicit_mesh(name)
+    with jax.set_mesh(mesh):
+        x = struct(mesh, shape, spec)
+        operand = api.parse(str(jax.make_jaxpr(lambda a: a)(x))).jaxpr.invars[0].type
+        try:
+            jaxpr = jax.make_jaxpr(lambda a: lax.reshape(a, new))(x).jaxpr
+            want, why = jaxpr.outvars[0].aval.str_short(True), None
+        except Exception as e:  # noqa: BLE001 - JAX's refusal
+            want, why = None, str(e)
+    sizes = tuple(d if isinstance(d, int) else SymExpr(str(d)) for d in new)
+    params = {"new_sizes": sizes, "dimensions": None, "sharding": None}
+    with axis_sizes_of(None, dict(mesh.shape)):
+        if want is None:
+            with pytest.raises(ShapeError) as e:
+                infer_types("reshape", [operand], params)
+            msg = str(e.value)
+            if "is inconclusive" in why:  # a product of symbols: outside the tool's algebra
+                assert "is inconclusive" in msg or "not a linear expression" in msg, msg
+            else:
+                assert "reshape sharding rule refuses" in msg, msg
+        else:
+            (got,) = infer_types("reshape", [operand], params)
+            assert str(got) == want
+
+
+# ---------------------------------------------------------------- refusals, dims
+
+
+def test_vmap_of_a_conv_over_the_sharded_batch_refuses_as_jax_does(tmp_path, explicit_mesh):
+    """vmap folds its batch into the conv's sharded batch dim (JAX's `_reshape_axis_into`),
+    which JAX's reshape sharding rule refuses: the tool refuses that reshape, located at the
+    conv, no program written."""
+    mesh = explicit_mesh(MESH)
+
+    def g(x):
+        return lax.conv(x[:, None, :], jnp.ones((1, 1, 2)), (1,), "VALID")
+
+    with jax.set_mesh(mesh):
+        text = str(jax.make_jaxpr(g)(struct(mesh, (2 * B, 3), P("x"))))
+        with pytest.raises(Exception, match="reshape is not supported"):
+            jax.make_jaxpr(jax.vmap(g))(struct(mesh, (BATCH, 2 * B, 3), P(None, "x")))
+    src = tmp_path / "c.jaxpr"
+    src.write_text(text + "\n")
+    out = tmp_path / "c.vmap.jaxpr"
+    r = run(["--no-color", "vmap", "--axis-size", str(BATCH), str(src), "-o", str(out)])
+    assert r.exit_code == 1 and not out.exists() and "Traceback" not in r.output
+    line = 1 + text.splitlines().index(
+        next(s for s in text.splitlines() if "conv_general_dilated" in s)
+    )
+    assert f"{src}:{line}:5: error: while batching: reshape: the sharding of f32[4,2*b@x,1,3]" in (
+        r.output
+    )
+    assert "an unsharded dim is merged ahead of a sharded one" in r.output
+
+
+def test_a_merge_of_the_sharded_dim_asks_for_the_mesh_size(tmp_path, explicit_mesh):
+    """`6*b@x` depends on the size of x, which a top-level printout does not give: refused
+    at the reshape, asking for --mesh; with it, JAX's type."""
+    mesh = explicit_mesh(MESH)
+    f = CASES["reshape_merge"]
+    with jax.set_mesh(mesh):
+        text = str(jax.make_jaxpr(f)(struct(mesh, (2 * B, 3), P("x"))))
+        want = str(jax.make_jaxpr(jax.vmap(f))(struct(mesh, (BATCH, 2 * B, 3), P(None, "x"))))
+    src = tmp_path / "m.jaxpr"
+    src.write_text(text + "\n")
+    argv = ["--no-color", "vmap", "--axis-size", str(BATCH), str(src)]
+    r = run(argv)
+    assert r.exit_code == 1 and f"{src}:2:5: error: while batching: reshape:" in r.output
+    assert "give it with --mesh x=SIZE" in r.output
+    r = run([*argv, "--mesh", MESH])
+    assert r.exit_code == 0, r.output
+    assert outvar_types(r.output) == outvar_types(want) == ["f32[4,6*b@x]"]
+
+
+def test_symbolic_sharded_dims_read_print_and_never_come_from_arithmetic():
+    """`2*b@x` and `2*b - 2@x` are sharded dims of symbolic size, printed back as read; a
+    sum or product with a sharded operand is written in parentheses, so it never reads as
+    one (the AD and vmap builders refuse such a result type at its equation)."""
+    text = "{ lambda ; a:f32[2*b@x,3] b:f32[2*b - 2@(x,y)]. let  in (a, b) }"
+    assert (
+        api.format(api.parse(text))
+        == "{ lambda ; a:f32[2*b@x,3] b:f32[2*b - 2@(x,y)]. let  in (a, b) }"
+    )
+    assert sharded_size("2*b - 2@(x,y)") == "2*b - 2" and sharded_size("8@x") == 8
+    assert sharded_like("2*b@x", "2*b - 2") == "2*b - 2@x"
+    for d in (
+        dim_add("b", "2*b@x"),
+        dim_add("2*b@x", 1),
+        dim_sub("2*b@x", 1),
+        dim_mul(4, "2*b@x"),
+        dim_add("8@x", "8@x"),
+    ):
+        assert "@" in d and not is_sharded_dim(d), d
