@@ -4,7 +4,7 @@ JAX 0.12 types an input `f32[2*b@x,3]` when it is traced at a symbolic shape
 (`jax.export.symbolic_shape`) under an Explicit mesh whose axis divides the size.  The tool
 transforms the printed text; JAX is the oracle: (a) the result types of
 `jax.make_jaxpr(jax.vmap(f))` / `jax.jvp` / `jax.vjp` / `jax.grad` on the same symbolic,
-sharded input, (b) the numbers of the tool's programs run on the mesh at b = 3 (`run --mesh
+sharded input (and no more equations than JAX's vmap and grad), (b) the numbers of the tool's programs run on the mesh at b = 3 (`run --mesh
 x=2 --dim b=3`) against jax.vmap / jax.jvp / jax.vjp / jax.grad of f on a concrete array of
 that size sharded the same way, and the dot-product test <w, L t> = <L^T w, t> of the
 linearized program and its transpose.  What JAX's sharding rules refuse is refused, at the
@@ -23,6 +23,7 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 from jax_oracle import close, run  # noqa: E402
 
 from jaxprtool import api  # noqa: E402
+from jaxprtool.core import all_eqns  # noqa: E402
 from jaxprtool.params import SymExpr  # noqa: E402
 from jaxprtool.shapes import ShapeError, infer_types  # noqa: E402
 from jaxprtool.shapes.util import dim_add, dim_mul, dim_sub  # noqa: E402
@@ -145,6 +146,9 @@ def test_transformations_match_jax(tmp_path, name, explicit_mesh):
         assert outvar_types(got[how])[-n:] == [
             str(v.aval.str_short(True)) for v in jaxpr.jaxpr.outvars
         ]
+    for how in ("vmap", "grad"):  # no more equations than JAX's (the clean-up folds some)
+        jax_eqns = all_eqns(api.parse(str(want_types[how])).jaxpr)
+        assert len(list(all_eqns(got[how].jaxpr))) <= len(list(jax_eqns)), how
     args = {"vmap": [xb], "jvp": [x, t], "vjp": [x, ct], "grad": [x]}
     for how, values in want.items():
         results = run_on_mesh(tmp_path, got[how], args[how])
