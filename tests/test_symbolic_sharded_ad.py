@@ -284,3 +284,41 @@ def test_symbolic_sharded_dims_read_print_and_never_come_from_arithmetic():
         dim_add("8@x", "8@x"),
     ):
         assert "@" in d and not is_sharded_dim(d), d
+
+
+#: (operand shape, spec, start, limit): JAX's `_slice_sharding_rule` keeps the axes where they
+#: divide the result dim, refuses where they do not, and replicates a result of ones
+SLICES = [
+    ((2 * B, 3), (2, 0), (2 * B, 3)),
+    ((2 * B, 3), (0, 1), (2 * B, 3)),
+    ((2 * B, 3), (1, 0), (2 * B, 3)),
+    ((2 * B, 3), (1, 0), (2, 3)),
+    ((2 * B, 3), (0, 0), (2, 3)),
+    ((2 * B, 3), (0, 0), (1, 1)),
+    ((8, 3), (0, 0), (1, 1)),
+    ((8, 3), (0, 0), (4, 2)),
+]
+
+
+@pytest.mark.parametrize("case", SLICES, ids=lambda c: f"{c[0]}[{c[1]}:{c[2]}]")
+def test_slice_sharding_rule_on_symbolic_sizes_is_jax(case, explicit_mesh):
+    shape, start, limit = case
+    mesh = explicit_mesh(MESH)
+    with jax.set_mesh(mesh):
+        x = struct(mesh, shape, P("x"))
+        operand = api.parse(str(jax.make_jaxpr(lambda a: a)(x))).jaxpr.invars[0].type
+        try:
+            jaxpr = jax.make_jaxpr(lambda a: lax.slice(a, start, limit))(x).jaxpr
+            want = jaxpr.outvars[0].aval.str_short(True)
+        except Exception as e:  # noqa: BLE001 - JAX's refusal
+            want, why = None, str(e)
+    limit_p = tuple(d if isinstance(d, int) else SymExpr(str(d)) for d in limit)
+    params = {"start_indices": start, "limit_indices": limit_p, "strides": None}
+    with axis_sizes_of(None, dict(mesh.shape)):
+        if want is None:
+            assert "not divisible by mesh axes" in why or "inconclusive" in why, why
+            with pytest.raises(ShapeError, match="not divisible by mesh axes|inconclusive"):
+                infer_types("slice", [operand], params)
+        else:
+            (got,) = infer_types("slice", [operand], params)
+            assert str(got) == want

@@ -787,7 +787,7 @@ def _slice(in_types, params, out_hint):
         )
     if any(isinstance(st, int) and st <= 0 for st in strides):
         raise ShapeError(f"slice: strides must be positive, got {fmt_shape(strides)}")
-    shape = []
+    sizes = []
     for d, s, lim, st in zip(x.shape, start, limit, strides):
         s, lim = sharded_size(s), sharded_size(lim)  # a rule's bound: a type's dim
         if isinstance(d, int) and isinstance(lim, int) and lim > d:
@@ -795,14 +795,18 @@ def _slice(in_types, params, out_hint):
         if isinstance(s, int) and isinstance(lim, int):
             if s < 0 or lim < s:
                 raise ShapeError(f"slice: invalid slice [{s}:{lim}] of {x}")
-            n = 0 if lim == s else (lim - s - 1) // st + 1
-            symbolic = not isinstance(sharded_size(d), int)
-            shape.append(
-                _symbolic_slice_like(d, n, x, out_hint) if symbolic else sharded_like(d, n)
-            )
+            sizes.append(0 if lim == s else (lim - s - 1) // st + 1)
         else:
-            n = strided_dim(dim_sub(lim, s) if s else lim, 1, st)
-            shape.append(_symbolic_slice_like(d, n, x, out_hint))
+            sizes.append(strided_dim(dim_sub(lim, s) if s else lim, 1, st))
+    if all(n == 1 for n in sizes):  # JAX: a result of ones is replicated
+        return [x.update(shape=tuple(sizes))]
+    shape = [
+        sharded_like(d, n)
+        if isinstance(sharded_size(d), int) and isinstance(n, int)
+        # a size or bound of symbolic size: whether the axes divide the result decides
+        else _symbolic_slice_like(d, n, x, out_hint)
+        for d, n in zip(x.shape, sizes)
+    ]
     return [fill_sym_from_hint(x.update(shape=shape), out_hint)]
 
 
@@ -810,15 +814,19 @@ def _symbolic_slice_like(d, n, x, out_hint):
     """Dim `d` of `x`, of symbolic size, sliced to size `n`: a sharded dim keeps its mesh axes
     where `n` is its size or they divide `n`, and is refused where they do not, as JAX's
     `_get_sharding_for_varying_out_shape` decides (structurally, as its symbolic `%`).
-    Without the mesh axis sizes, JAX's printed result type (`out_hint`) says it."""
-    if not is_sharded_dim(d) or Size.of(n) == Size.of(sharded_size(d)):
-        return sharded_like(d, n)
-    axes = dim_axes(d)[1]
+    Without the mesh axis sizes, or for a size outside the linear algebra of `Size`, JAX's
+    printed result type (`out_hint`) says it."""
+    if not is_sharded_dim(d):
+        return n
     try:
-        k = prod([axis_size(a) for a in axes])
-    except AxisSizeUnknown as e:
+        if Size.of(n) == Size.of(sharded_size(d)):
+            return sharded_like(d, n)
+        k = prod([axis_size(a) for a in dim_axes(d)[1]])
+    except (AxisSizeUnknown, ShapeError) as e:
         if out_hint:
             return sharded_like(d, n)  # JAX traced it: its axes divide the size
+        if isinstance(e, ShapeError):
+            raise
         raise ShapeError(
             f"slicing {x}'s dim {d} to size {n}: whether the mesh axes divide it depends on "
             f"their sizes, and {e.advice()}"
