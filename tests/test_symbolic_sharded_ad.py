@@ -12,6 +12,8 @@ equation."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -322,3 +324,29 @@ def test_slice_sharding_rule_on_symbolic_sizes_is_jax(case, explicit_mesh):
         else:
             (got,) = infer_types("slice", [operand], params)
             assert str(got) == want
+
+
+def test_min_cut_remat_sizes_the_global_dims(tmp_path, explicit_mesh):
+    """`--remat min-cut --dim b=3` weighs `f32[2*b@x,3]` residuals at their global size
+    (2*b = 6 rows); without --dim it asks for the size.  The gradient is jax.grad's."""
+    mesh = explicit_mesh(MESH)
+
+    def loss(x):
+        return jnp.sum(jnp.sin(jnp.sin(x)) * jnp.sin(x))
+
+    with jax.set_mesh(mesh):
+        text = str(jax.make_jaxpr(loss)(struct(mesh, (2 * B, 3), P("x"))))
+        x = concrete(mesh, 7, (2 * SIZE, 3), P("x"))
+        want = jax.grad(loss)(x)
+    src = tmp_path / "r.jaxpr"
+    src.write_text(text + "\n")
+    r = run(["--no-color", "grad", "--remat", "min-cut", str(src)])
+    assert r.exit_code == 1 and "has a symbolic dimension: give its size" in r.output
+    out = tmp_path / "r.grad.jaxpr"
+    argv = ["grad", "--remat", "min-cut", "--dim", f"b={SIZE}", str(src), "-o", str(out)]
+    r = run(argv)
+    assert r.exit_code == 0, r.output
+    held = int(re.search(r"at b=3: residual bytes held (\d+) ->", r.output)[1])
+    assert held > 0 and held % (2 * SIZE * 3 * 4) == 0, r.output  # whole f32[6,3] residuals
+    (got,) = run_on_mesh(tmp_path, api.parse(out.read_text()), [x])
+    close(got, want)

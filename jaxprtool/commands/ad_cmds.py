@@ -198,7 +198,7 @@ def _require_static_bytes(jaxpr, dims: dict[str, int]) -> None:
     overflowing size is an error here, located at its equation)."""
     from ..backend.values import UnsizedDim, eval_dim
     from ..core import JaxprError, ProgramError, ShapedArray, all_eqns
-    from ..shardings import dim_axes
+    from ..shardings import dim_axes, sharded_size
 
     typed = [(v.type, None) for v in jaxpr.invars]
     typed += [(o.type, e.loc) for e in all_eqns(jaxpr) for o in e.outputs]
@@ -210,7 +210,7 @@ def _require_static_bytes(jaxpr, dims: dict[str, int]) -> None:
             if d in seen or dim_axes(d)[0] is not None:
                 continue
             try:
-                eval_dim(str(d), dims)
+                eval_dim(str(sharded_size(d)), dims)
             except JaxprError as e:
                 why = (
                     f"and {t} has a symbolic dimension: give its size (--dim b=N; the plan "
