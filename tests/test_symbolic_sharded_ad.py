@@ -350,3 +350,37 @@ def test_min_cut_remat_sizes_the_global_dims(tmp_path, explicit_mesh):
     assert held > 0 and held % (2 * SIZE * 3 * 4) == 0, r.output  # whole f32[6,3] residuals
     (got,) = run_on_mesh(tmp_path, api.parse(out.read_text()), [x])
     close(got, want)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param("jacfwd", marks=pytest.mark.slow),
+        "jacrev",
+        pytest.param("hessian", marks=pytest.mark.slow),
+    ],
+)
+def test_jacobians_match_jax(tmp_path, command, explicit_mesh):
+    """The basis of a symbolic number of rows (6*b) over `f32[2*b@x,3]`: JAX's result types
+    (jacfwd's replicated, as JAX's is) and, at b = 3 on the mesh, its values."""
+    mesh = explicit_mesh(MESH)
+
+    def loss(x):
+        return jnp.sum(jnp.sin(x) * x)
+
+    jax_fn = getattr(jax, command)(loss)
+    with jax.set_mesh(mesh):
+        sym = struct(mesh, (2 * B, 3), P("x"))
+        text = str(jax.make_jaxpr(loss)(sym))
+        want_types = [v.aval.str_short(True) for v in jax.make_jaxpr(jax_fn)(sym).jaxpr.outvars]
+        x = concrete(mesh, 8, (2 * SIZE, 3), P("x"))
+        want = jax_fn(x)
+    src = tmp_path / "j.jaxpr"
+    src.write_text(text + "\n")
+    out = tmp_path / "j.out.jaxpr"
+    r = run([command, str(src), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    program = api.parse(out.read_text())
+    assert outvar_types(program) == want_types
+    (got,) = run_on_mesh(tmp_path, program, [x])
+    close(got, want)
