@@ -384,3 +384,19 @@ def test_jacobians_match_jax(tmp_path, command, explicit_mesh):
     assert outvar_types(program) == want_types
     (got,) = run_on_mesh(tmp_path, program, [x])
     close(got, want)
+
+
+def test_a_result_of_arithmetic_on_a_sharded_dim_is_refused_at_the_equation():
+    """A rule that would scale a sharded dim as if it were symbolic (`4*(2*b@x)`) does not get
+    its result type printed: the builders refuse it, located at the equation."""
+    from jaxprtool.ad.builder import require_shardings_known
+    from jaxprtool.core import JaxprError, Loc, ShapedArray
+
+    loc = Loc("f.jaxpr", 3, 5)
+    ok = ShapedArray(("2*b@x", dim_sub("2*b", 2)), "f32")
+    require_shardings_known("reshape", [ok], loc)
+    garbled = ShapedArray((dim_mul(4, "2*b@x"), 3), "f32")
+    with pytest.raises(JaxprError) as e:
+        require_shardings_known("reshape", [garbled], loc, "batching")
+    assert str(e.value).startswith("f.jaxpr:3:5: error: while batching: 'reshape' on explicitly")
+    assert "f32[4*(2*b@x),3]" in str(e.value)
