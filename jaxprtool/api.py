@@ -206,7 +206,7 @@ def _warn(w: JaxprError) -> None:
 def _ad_input(p: Program, custom_rules: str) -> Jaxpr:
     """What the AD commands transform: the program with its nested bodies' and recorded
     rules' constants made its own (`consts_order.for_ad`), refused when it is over named
-    axes or has a dim both symbolic and sharded."""
+    axes."""
     from .ad.registry import set_custom_rule_policy
     from .commands.ad_cmds import _require_transformable
     from .consts_order import for_ad

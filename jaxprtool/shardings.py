@@ -369,41 +369,66 @@ def with_batch_dim(v, d: int | None):
 
 
 def dim_axes(d) -> tuple[int | None, tuple[str, ...]]:
-    """`'8@x'` -> (8, ('x',)); `'8@(x,y)'` -> (8, ('x', 'y')); an int -> (d, ())."""
+    """`'8@x'` -> (8, ('x',)); `'8@(x,y)'` -> (8, ('x', 'y')); an int -> (d, ()).  The size is
+    None when it is symbolic (`'2*b@x'` -> (None, ('x',)), `'b'` -> (None, ()))."""
     if isinstance(d, int):
         return d, ()
-    text = str(d)
-    if "@" not in text:
-        return (int(text) if text.strip().isdigit() else None), ()
+    size, names = _split_dim(str(d))
+    return (int(size) if size.isdigit() else None), names
+
+
+def _split_dim(text: str) -> tuple[str, tuple[str, ...]]:
+    """A dim's text as its size's text and its mesh axes (`'2*b@(x,y)'` -> ('2*b', ('x',
+    'y'))); no axes for a dim without `@`."""
     size, _, axes = text.partition("@")
     axes = axes.strip()
     if axes.startswith("(") and axes.endswith(")"):
         axes = axes[1:-1]
-    names = tuple(a.strip().strip("'") for a in axes.split(",") if a.strip())
-    return (int(size) if size.strip().isdigit() else None), names
+    return size.strip(), tuple(a.strip().strip("'") for a in axes.split(",") if a.strip())
 
 
 _AXIS_NAME = re.compile(r"[^\W\d]\w*")
+_SIZE_TEXT = re.compile(r"[\w\s+*(),-]+")
 
 
 def is_sharded_dim(d) -> bool:
-    """A dim printed `SIZE@AXES` with a static size and mesh axis names (`8@x`, `8@(x,y)`),
-    not an expression that merely contains one (`8@x + 8@x`)."""
+    """A dim printed `SIZE@AXES` with mesh axis names and a static (`8@x`, `8@(x,y)`) or
+    symbolic (`2*b@x`, `2*b + 2@x`) size, not an expression that merely contains one (`8@x +
+    8@x`; the dim arithmetic of `shapes.util` writes a sharded operand in parentheses,
+    `2*(2*b@x)`, `(2*b@x) + 1`, so such a result never reads as one)."""
     if not isinstance(d, str) or "@" not in d:
         return False
-    size, names = dim_axes(d)
-    return size is not None and bool(names) and all(map(_AXIS_NAME.fullmatch, names))
+    size, names = _split_dim(d)
+    return _is_size_text(size) and bool(names) and all(map(_AXIS_NAME.fullmatch, names))
+
+
+def _is_size_text(size: str) -> bool:
+    """A static or symbolic size as the types print it: digits, names and `+ - * ( ) ,` with
+    balanced parentheses."""
+    if not _SIZE_TEXT.fullmatch(size):
+        return False
+    depth = 0
+    for c in size:
+        depth += (c == "(") - (c == ")")
+        if depth < 0:
+            return False
+    return depth == 0
 
 
 def sharded_size(d):
-    """The global size of an explicitly sharded dim (`'8@x'` -> 8); any other dim unchanged."""
-    return dim_axes(d)[0] if is_sharded_dim(d) else d
+    """The global size of an explicitly sharded dim (`'8@x'` -> 8, `'2*b@x'` -> `'2*b'`);
+    any other dim unchanged."""
+    if not is_sharded_dim(d):
+        return d
+    size = _split_dim(d)[0]
+    return int(size) if size.isdigit() else size
 
 
 def sharded_like(src, size):
-    """`size` on the mesh axes of dim `src` (`('8@x', 4)` -> `'4@x'`), as JAX keeps a sliced,
-    padded or concatenated dim's sharding; `size` itself when `src` is not sharded."""
-    if is_sharded_dim(src) and isinstance(size, int):
+    """`size` on the mesh axes of dim `src` (`('8@x', 4)` -> `'4@x'`, `('2*b@x', '2*b + 2')`
+    -> `'2*b + 2@x'`), as JAX keeps a sliced, padded or concatenated dim's sharding; `size`
+    itself when `src` is not sharded."""
+    if is_sharded_dim(src) and (isinstance(size, int) or _is_size_text(str(size))):
         return f"{size}@{src.partition('@')[2]}"
     return size
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -25,6 +26,32 @@ def corpus_files(sub: str, pattern: str = "*.jaxpr") -> list[Path]:
 needs_corpus = pytest.mark.skipif(
     not CORPUS.is_dir(), reason=f"reference corpus not found at {CORPUS} (set JAXPR_FORMAT_DIR)"
 )
+
+
+@pytest.fixture(scope="session")
+def explicit_mesh():
+    """`explicit_mesh("x=2,y=2")`: a JAX mesh of those axes and sizes, every axis Explicit,
+    on the first host CPU devices (the XLA_FLAGS above give 8), made once per text; a test
+    that needs more devices than the process has is skipped, saying so."""
+    jax = pytest.importorskip("jax")
+    made = {}
+
+    def make(text: str):
+        if text not in made:
+            axes = [part.split("=") for part in text.split(",")]
+            names, shape = tuple(n for n, _ in axes), tuple(int(s) for _, s in axes)
+            devices = jax.devices("cpu")
+            if len(devices) < math.prod(shape):
+                pytest.skip(f"mesh {text} needs {math.prod(shape)} host CPU devices")
+            made[text] = jax.make_mesh(
+                shape,
+                names,
+                axis_types=(jax.sharding.AxisType.Explicit,) * len(shape),
+                devices=devices[: math.prod(shape)],
+            )
+        return made[text]
+
+    return make
 
 
 # ---------------------------------------------------------------- the default run samples sweeps

@@ -21,26 +21,11 @@ from jax_oracle import close, run  # noqa: E402
 
 from jaxprtool.text.parser import parse  # noqa: E402
 
-pytestmark = pytest.mark.skipif(
-    len(jax.devices("cpu")) < 4, reason="needs 4 host CPU devices (conftest sets XLA_FLAGS)"
-)
-
-
-def explicit_mesh(shape, names):
-    return jax.make_mesh(
-        shape,
-        names,
-        axis_types=(jax.sharding.AxisType.Explicit,) * len(shape),
-        devices=jax.devices("cpu")[: int(np.prod(shape))],
-    )
-
-
 # Programs sharded over x alone run on a mesh of x alone: XLA:CPU's SPMD partitioner gives a
 # kernel gradient summed over a dim sharded on x times the size of an unused y axis (jax.grad
 # on a (2, 2) mesh as much as the tool's program: an upstream bug, see `truth`).
-MESH_X = explicit_mesh((2,), ("x",))
-MESH_XY = explicit_mesh((2, 2), ("x", "y"))
-MESH_TEXT = {MESH_X: "x=2", MESH_XY: "x=2,y=2"}
+# Meshes are named by their `--mesh` text (conftest's `explicit_mesh` makes them).
+MESH_X, MESH_XY = "x=2", "x=2,y=2"
 
 
 def rnd(mesh, seed, shape, spec=P()):
@@ -160,20 +145,21 @@ def transform(tmp_path, command, text, *options):
     return out
 
 
-def run_on_mesh(tmp_path, mesh, program, args):
+def run_on_mesh(tmp_path, mesh_text, program, args):
     files = []
     for i, a in enumerate(args):
         np.save(tmp_path / f"arg{i}.npy", np.asarray(a))
         files += ["--arg", str(tmp_path / f"arg{i}.npy")]
     out = tmp_path / "out.npz"
-    r = run(["run", str(program), "--mesh", MESH_TEXT[mesh], *files, "-o", str(out)])
+    r = run(["run", str(program), "--mesh", mesh_text, *files, "-o", str(out)])
     assert r.exit_code == 0, r.output
     got = np.load(out)
     return [got[f"out{i}"] for i in range(len(got.files))]
 
 
-def grad_case(tmp_path, name):
-    f, mesh, specs = PROGRAMS[name]
+def grad_case(tmp_path, name, explicit_mesh):
+    f, mesh_text, specs = PROGRAMS[name]
+    mesh = explicit_mesh(mesh_text)
     with jax.set_mesh(mesh):
         args = make_args(mesh, specs)
         text = str(jax.make_jaxpr(f)(*args))
@@ -185,30 +171,31 @@ def grad_case(tmp_path, name):
     got_text = program.read_text()
     assert outvar_types(got_text) == outvar_types(jax_text)
     assert conv_result_types(got_text) == conv_result_types(jax_text)
-    got = run_on_mesh(tmp_path, mesh, program, args)
+    got = run_on_mesh(tmp_path, mesh_text, program, args)
     assert len(got) == len(want)
     for g, w, e in zip(got, want, exact):
         close(g, w)
         close(g, e)
 
 
-def test_grad_over_a_sharded_spatial_dim(tmp_path):
-    grad_case(tmp_path, "spatial")
+def test_grad_over_a_sharded_spatial_dim(tmp_path, explicit_mesh):
+    grad_case(tmp_path, "spatial", explicit_mesh)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(set(PROGRAMS) - {"spatial"}))
-def test_grad_matches_jax(tmp_path, name):
-    grad_case(tmp_path, name)
+def test_grad_matches_jax(tmp_path, name, explicit_mesh):
+    grad_case(tmp_path, name, explicit_mesh)
 
 
-def test_grad_with_groups_and_two_axes(tmp_path):
+def test_grad_with_groups_and_two_axes(tmp_path, explicit_mesh):
     """The fast representative of the sweep: feature groups, batch over y, height over x."""
-    grad_case(tmp_path, "feature_groups")
+    grad_case(tmp_path, "feature_groups", explicit_mesh)
 
 
-def test_jvp_and_vjp_match_jax(tmp_path):
-    f, mesh, specs = PROGRAMS["strided"]
+def test_jvp_and_vjp_match_jax(tmp_path, explicit_mesh):
+    f, mesh_text, specs = PROGRAMS["strided"]
+    mesh = explicit_mesh(mesh_text)
     ct = np.float32(0.5)
     with jax.set_mesh(mesh):
         x, w = make_args(mesh, specs)
@@ -221,12 +208,12 @@ def test_jvp_and_vjp_match_jax(tmp_path):
         exact_vjp = truth(mesh, lambda x, w: jax.vjp(f, x, w)[1](ct), [x, w])
     program = transform(tmp_path, "jvp", text)
     assert outvar_types(program.read_text()) == outvar_types(jvp_text)
-    for g, w_ in zip(run_on_mesh(tmp_path, mesh, program, [x, w, tx, tw]), want_jvp):
+    for g, w_ in zip(run_on_mesh(tmp_path, mesh_text, program, [x, w, tx, tw]), want_jvp):
         close(g, w_)
     program = transform(tmp_path, "vjp", text)
     types = [str(v.type) for v in parse(program.read_text(), "<vjp>").jaxpr.outvars]
     assert types[-2:] == ["f32[1,2,8@x,6]", "f32[2,2,3,2]"]
-    got = run_on_mesh(tmp_path, mesh, program, [x, w, ct])
+    got = run_on_mesh(tmp_path, mesh_text, program, [x, w, ct])
     close(got[0], out)
     for g, w_, e in zip(got[1:], want_vjp, exact_vjp):
         close(g, w_)
@@ -234,11 +221,11 @@ def test_jvp_and_vjp_match_jax(tmp_path):
 
 
 @pytest.mark.parametrize("linear", [0, 1], ids=["lhs", "rhs"])
-def test_transpose_passes_the_dot_product_test(tmp_path, linear):
+def test_transpose_passes_the_dot_product_test(tmp_path, linear, explicit_mesh):
     """The conv linear in one operand (the other a residual), transposed: `<w, L v> = <L^T w,
     v>` on the mesh, L v is JAX's conv, L^T w is jax.vjp's cotangent with its type."""
     f = lambda x, w: conv(x, w, (2, 1), "SAME")  # noqa: E731
-    mesh = MESH_X
+    mesh = explicit_mesh(MESH_X)
     with jax.set_mesh(mesh):
         x, w = rnd(mesh, 30, (2, 1, 8, 4), P(None, None, "x")), rnd(mesh, 31, (3, 1, 3, 2))
         y, pullback = jax.vjp(f, x, w)
@@ -248,10 +235,10 @@ def test_transpose_passes_the_dot_product_test(tmp_path, linear):
         vjp_text = str(jax.make_jaxpr(lambda x, w, ct: jax.vjp(f, x, w)[1](ct))(x, w, ct))
     program = transform(tmp_path, "transpose", text, "--linear", str(linear))
     residual, v = (w, x) if linear == 0 else (x, w)
-    got_t = run_on_mesh(tmp_path, mesh, program, [residual, ct])[0]
+    got_t = run_on_mesh(tmp_path, MESH_X, program, [residual, ct])[0]
     assert outvar_types(program.read_text()) == [outvar_types(vjp_text)[linear]]
     close(got_t, want)
-    got_lv = run_on_mesh(tmp_path, mesh, tmp_path / "f.jaxpr", [x, w])[0]
+    got_lv = run_on_mesh(tmp_path, MESH_X, tmp_path / "f.jaxpr", [x, w])[0]
     close(got_lv, y)
     lhs = float(np.sum(np.asarray(ct, np.float64) * got_lv))
     rhs = float(np.sum(got_t.astype(np.float64) * np.asarray(v)))
@@ -259,12 +246,12 @@ def test_transpose_passes_the_dot_product_test(tmp_path, linear):
 
 
 @pytest.mark.parametrize("jit", [False, True], ids=["top", "jit"])
-def test_reshape_merging_a_sharded_dim_refuses_as_jax_does(tmp_path, jit):
+def test_reshape_merging_a_sharded_dim_refuses_as_jax_does(tmp_path, jit, explicit_mesh):
     """batch groups over a sharded batch dim: the lhs transpose merges the feature groups
     into the `@y` batch dim in one reshape with `dimensions` (JAX's `_reshape_axis_into`),
     which JAX's reshape sharding rule refuses; the tool refuses the same reshape, of the
     operand type JAX names (with the mesh sizes printed, under jit, as well)."""
-    f, mesh = batch_groups, MESH_XY
+    f, mesh = batch_groups, explicit_mesh(MESH_XY)
     with jax.set_mesh(mesh):
         x, w = rnd(mesh, 14, (4, 2, 8, 4), P("y", None, "x")), rnd(mesh, 15, (4, 2, 3, 1))
         text = str(jax.make_jaxpr(jax.jit(f) if jit else f)(x, w))
@@ -283,10 +270,10 @@ def test_reshape_merging_a_sharded_dim_refuses_as_jax_does(tmp_path, jit):
     ) in r.output
 
 
-def test_grad_of_feature_groups_over_a_sharded_batch_on_four_devices(tmp_path):
+def test_grad_of_feature_groups_over_a_sharded_batch_on_four_devices(tmp_path, explicit_mesh):
     """Feature groups with the batch over x=4, under jit (the text prints ctx_mesh): the
     kernel's reshapes split and merge unsharded dims; types and numbers are jax.grad's."""
-    mesh = explicit_mesh((4,), ("x",))
+    mesh = explicit_mesh("x=4")
     with jax.set_mesh(mesh):
         x, w = rnd(mesh, 50, (8, 4, 8, 4), P("x")), rnd(mesh, 51, (4, 2, 3, 1))
         g = jax.jit(feature_groups)
@@ -340,10 +327,10 @@ def merge_rows(x):
 
 
 @pytest.mark.parametrize("f", [split_rows, merge_rows], ids=["split", "merge"])
-def test_reshape_of_a_sharded_dim_keeps_jax_types(tmp_path, f):
+def test_reshape_of_a_sharded_dim_keeps_jax_types(tmp_path, f, explicit_mesh):
     """A reshape that splits or merges the sharded dim: its tangent has the primal result's
     type (the sharding JAX chose, `f32[2@x,4,4]`), its cotangent the operand's."""
-    mesh = MESH_X
+    mesh = explicit_mesh(MESH_X)
     with jax.set_mesh(mesh):
         x, t = rnd(mesh, 40, (8, 4), P("x")), rnd(mesh, 41, (8, 4), P("x"))
         text = str(jax.make_jaxpr(f)(x))
@@ -352,8 +339,8 @@ def test_reshape_of_a_sharded_dim_keeps_jax_types(tmp_path, f):
         want_jvp, want_grad = jax.jvp(f, (x,), (t,)), jax.grad(f)(x)
     program = transform(tmp_path, "jvp", text)
     assert conv_result_types(program.read_text()) == conv_result_types(jvp_text)
-    for g, w in zip(run_on_mesh(tmp_path, mesh, program, [x, t]), want_jvp):
+    for g, w in zip(run_on_mesh(tmp_path, MESH_X, program, [x, t]), want_jvp):
         close(g, w)
     program = transform(tmp_path, "grad", text)
     assert outvar_types(program.read_text()) == outvar_types(grad_text) == ["f32[8@x,4]"]
-    close(run_on_mesh(tmp_path, mesh, program, [x])[0], want_grad)
+    close(run_on_mesh(tmp_path, MESH_X, program, [x])[0], want_grad)

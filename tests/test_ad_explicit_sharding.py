@@ -156,11 +156,3 @@ def test_vjp_cotangent_types_are_sharded(tmp_path):
     got = run_on_mesh(tmp_path, program, [x, ct])
     close(got[0], out)
     close(got[1], want)
-
-
-def test_symbolic_dim_still_refused(tmp_path):
-    src = tmp_path / "p.jaxpr"
-    src.write_text("{ lambda ; a:f32[b@x]. let c:f32[b@x] = sin a in (c,) }\n")
-    r = run(["grad", str(src)])
-    assert r.exit_code == 1
-    assert "input type f32[b@x] has a dimension both symbolic and on mesh axes" in r.output

@@ -23,22 +23,6 @@ from jaxprtool.shapes import ShapeError, infer_types  # noqa: E402
 from jaxprtool.shardings import axis_sizes_of  # noqa: E402
 from jaxprtool.text.parser import parse  # noqa: E402
 
-pytestmark = pytest.mark.skipif(
-    len(jax.devices("cpu")) < 4, reason="needs 4 host CPU devices (conftest sets XLA_FLAGS)"
-)
-
-
-def explicit_mesh(shape, names):
-    return jax.make_mesh(
-        shape,
-        names,
-        axis_types=(jax.sharding.AxisType.Explicit,) * len(shape),
-        devices=jax.devices("cpu")[: int(np.prod(shape))],
-    )
-
-
-MESHES = {"x=2": ((2,), ("x",)), "x=4": ((4,), ("x",)), "x=2,y=2": ((2, 2), ("x", "y"))}
-
 # (mesh, operand shape, operand spec, new sizes, dimensions)
 CASES = [
     ("x=2", (8, 4), P("x"), (2, 4, 4), None),
@@ -88,11 +72,12 @@ def sharded_type(shape, spec):
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}:{c[1]}{tuple(c[2])}->{c[3]}")
-def test_reshape_sharding_rule_is_jax(case):
+def test_reshape_sharding_rule_is_jax(case, explicit_mesh):
     name, shape, spec, new, dims = case
-    want = jax_type(explicit_mesh(*MESHES[name]), shape, spec, new, dims)
+    mesh = explicit_mesh(name)
+    want = jax_type(mesh, shape, spec, new, dims)
     params = {"new_sizes": new, "dimensions": dims, "sharding": None}
-    sizes = dict(zip(MESHES[name][1], MESHES[name][0]))
+    sizes = dict(mesh.shape)
     with axis_sizes_of(None, sizes):
         if want is None:
             with pytest.raises(ShapeError, match="reshape sharding rule refuses"):
@@ -109,8 +94,6 @@ def test_the_size_is_asked_for_when_the_text_does_not_print_it():
 
 
 # ---------------------------------------------------------------- the commands, against JAX
-
-MESH_X = explicit_mesh((2,), ("x",))
 
 
 def rnd(mesh, seed, shape, spec=P()):
@@ -155,11 +138,12 @@ def run_on_mesh(tmp_path, program, args, mesh_text="x=2"):
 
 
 @pytest.mark.parametrize("f", [split_rows, merge_rows], ids=["split", "merge"])
-def test_vmap_reads_the_mesh_of_a_jit(tmp_path, f):
+def test_vmap_reads_the_mesh_of_a_jit(tmp_path, f, explicit_mesh):
     """vmap's reshape splits (merges) the sharded dim: the size of x comes from the jit's
     ctx_mesh; the types and the numbers are jax.vmap's."""
-    with jax.set_mesh(MESH_X):
-        xb = rnd(MESH_X, 1, (3, 8, 4), P(None, "x"))
+    mesh = explicit_mesh("x=2")
+    with jax.set_mesh(mesh):
+        xb = rnd(mesh, 1, (3, 8, 4), P(None, "x"))
         text = str(jax.make_jaxpr(jax.jit(f))(xb[0]))
         want_text = str(jax.make_jaxpr(jax.vmap(f))(xb))
         want = jax.vmap(f)(xb)
@@ -169,10 +153,11 @@ def test_vmap_reads_the_mesh_of_a_jit(tmp_path, f):
     close(run_on_mesh(tmp_path, program, [xb])[0], want)
 
 
-def test_vmap_takes_the_sizes_from_the_mesh_option(tmp_path):
+def test_vmap_takes_the_sizes_from_the_mesh_option(tmp_path, explicit_mesh):
     """A top-level printout names no mesh: the refusal asks for --mesh, which gives it."""
-    with jax.set_mesh(MESH_X):
-        xb = rnd(MESH_X, 2, (3, 8, 4), P(None, "x"))
+    mesh = explicit_mesh("x=2")
+    with jax.set_mesh(mesh):
+        xb = rnd(mesh, 2, (3, 8, 4), P(None, "x"))
         text = str(jax.make_jaxpr(split_rows)(xb[0]))
         want_text = str(jax.make_jaxpr(jax.vmap(split_rows))(xb))
     src = tmp_path / "f.jaxpr"
@@ -187,9 +172,9 @@ def test_vmap_takes_the_sizes_from_the_mesh_option(tmp_path):
     assert r.exit_code == 1 and "does not divide" in r.output  # as JAX: 2 rows over 4 devices
 
 
-def test_vmap_on_a_four_device_mesh(tmp_path):
+def test_vmap_on_a_four_device_mesh(tmp_path, explicit_mesh):
     """x=4: 8 rows split as (4, 2) keep x on the 4 (2 would not take it: see the table)."""
-    mesh = explicit_mesh((4,), ("x",))
+    mesh = explicit_mesh("x=4")
     f = lambda x: jnp.sum(jnp.sin(x.reshape(4, 2, 4)))  # noqa: E731
     with jax.set_mesh(mesh):
         xb = rnd(mesh, 3, (3, 8, 4), P(None, "x"))
@@ -201,9 +186,10 @@ def test_vmap_on_a_four_device_mesh(tmp_path):
     close(run_on_mesh(tmp_path, program, [xb], "x=4")[0], want)
 
 
-def test_jacrev_of_a_sharded_split(tmp_path):
-    with jax.set_mesh(MESH_X):
-        x = rnd(MESH_X, 4, (8, 4), P("x"))
+def test_jacrev_of_a_sharded_split(tmp_path, explicit_mesh):
+    mesh = explicit_mesh("x=2")
+    with jax.set_mesh(mesh):
+        x = rnd(mesh, 4, (8, 4), P("x"))
         text = str(jax.make_jaxpr(jax.jit(split_rows))(x))
         want_text = str(jax.make_jaxpr(jax.jacrev(split_rows))(x))
         want = jax.jacrev(split_rows)(x)
@@ -215,12 +201,13 @@ def test_jacrev_of_a_sharded_split(tmp_path):
 
 
 @pytest.mark.parametrize("command", ["jacfwd", "hessian"])
-def test_jacfwd_and_hessian_of_a_sharded_input(tmp_path, command):
+def test_jacfwd_and_hessian_of_a_sharded_input(tmp_path, command, explicit_mesh):
     """The basis rows are converted to the input's sharding (JAX's `convert_element_type`
     whose sharding the binder type implies), then split as the input's reshape splits it."""
+    mesh = explicit_mesh("x=2")
     jax_fn = getattr(jax, command)
-    with jax.set_mesh(MESH_X):
-        x = rnd(MESH_X, 5, (8, 4), P("x"))
+    with jax.set_mesh(mesh):
+        x = rnd(mesh, 5, (8, 4), P("x"))
         text = str(jax.make_jaxpr(jax.jit(split_rows))(x))
         want_text = str(jax.make_jaxpr(jax_fn(split_rows))(x))
         want = jax_fn(split_rows)(x)

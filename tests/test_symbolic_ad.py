@@ -519,33 +519,3 @@ def test_check_grad_and_explain_take_the_symbolic_sizes(tmp_path):
     np.testing.assert_allclose(g, jax.grad(f)(x), rtol=1e-5, atol=1e-6)
     r = CliRunner().invoke(main, ["check-grad", str(src)])
     assert r.exit_code == 2 and "pass --dim b=N" in r.output, r.output
-
-
-def test_symbolic_and_sharded_dim_is_jaxs_and_refused_by_the_tool(tmp_path):
-    """JAX 0.12 makes a dim both symbolic and sharded under an Explicit mesh when the axis
-    divides it (`2*b` over x=2; any `b` over an axis of size 1) and transforms it; the tool
-    reads and prints it back, and its transformations refuse it, located, as a gap."""
-    from jax.sharding import AxisType, NamedSharding
-    from jax.sharding import PartitionSpec as P
-
-    mesh = jax.make_mesh((2,), ("x",), axis_types=(AxisType.Explicit,), devices=jax.devices()[:2])
-    (two_b,) = export.symbolic_shape("2*b")
-    arg = jax.ShapeDtypeStruct((two_b, 3), jnp.float32, sharding=NamedSharding(mesh, P("x")))
-
-    def f(x):
-        return jnp.sum(jnp.sin(x) * 2)
-
-    with jax.set_mesh(mesh):
-        text = str(jax.make_jaxpr(f)(arg))
-        jax.make_jaxpr(jax.grad(f))(arg)  # JAX's does
-    assert "a:f32[2*b@x,3]" in text
-    assert api.format(api.parse(text, "<sharded>")) == text
-    src = tmp_path / "s.jaxpr"
-    src.write_text(text + "\n")
-    for argv in (["grad"], ["vmap", "--axis-size", "2"], ["jacfwd"]):
-        r = CliRunner().invoke(main, ["--no-color", *argv, str(src)])
-        assert r.exit_code == 1, (argv, r.output)
-        assert (
-            f"{src}:1:1: error: input type f32[2*b@x,3] has a dimension both symbolic" in r.output
-        )
-        assert "JAX 0.12 transforms it: a gap of the tool" in r.output

@@ -195,6 +195,7 @@ class BatchBuilder(B.Builder):
                 out_types = shapes.infer_types(prim, [x.type for x in inputs], params, None)
             except shapes.ShapeError as e:
                 raise JaxprError(f"while batching: {prim}: {e}", self.loc) from None
+            B.require_shardings_known(prim, out_types, self.loc, "batching")
         return super().bind(prim, inputs, params, out_types)
 
     def add_eqn(self, eqn: Eqn) -> None:

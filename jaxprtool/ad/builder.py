@@ -125,18 +125,26 @@ def infer(in_types: list[Type], prim: str, params: dict, loc: Loc | None = None)
         types = shapes.infer_with_rule(rule, in_types, params, None)
     except shapes.ShapeError as e:
         raise JaxprError(f"while differentiating: {prim}: {e}", loc) from None
-    for t in types:
-        for d in getattr(t, "shape", ()):
-            if d.__class__ is str and "@" in d and not is_sharded_dim(d):
-                raise JaxprError(_garbled_sharding(prim, t), loc)
+    require_shardings_known(prim, types, loc)
     return types
 
 
-def _garbled_sharding(prim: str, t: Type) -> str:
+def require_shardings_known(
+    prim: str, types: list[Type], loc: Loc | None, doing: str = "differentiating"
+) -> None:
+    """Refuse, at the equation, a result type that a rule computed by arithmetic on sharded
+    dims (`4*(2*b@x)`, `8@x + 8@x`) rather than by JAX's sharding rule."""
+    for t in types:
+        for d in getattr(t, "shape", ()):
+            if d.__class__ is str and "@" in d and not is_sharded_dim(d):
+                raise JaxprError(_garbled_sharding(prim, t, doing), loc)
+
+
+def _garbled_sharding(prim: str, t: Type, doing: str) -> str:
     """A shape rule that adds or scales sharded dims (`8@x + 8@x`) as if they were symbolic:
     the tool cannot say how JAX shards the result, so it refuses rather than print it."""
     return (
-        f"while differentiating: '{prim}' on explicitly sharded operands gives {t}: the tool "
+        f"while {doing}: '{prim}' on explicitly sharded operands gives {t}: the tool "
         "does not know the sharding of this result; reshard the operands to replicated before "
         "it (`jax.sharding.reshard(x, P())`) or differentiate the program traced without an "
         "explicit mesh"

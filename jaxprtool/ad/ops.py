@@ -311,7 +311,7 @@ def reshape(x, shape, dimensions=None):
         return bind("reshape", x, new_sizes=sizes, dimensions=dimensions, sharding=None)
     # JAX's new_sizes are global sizes; the sharding is given where the reshape's sharding
     # rule would not give `shape`'s, as JAX's transposes pass the operand's
-    params = dict(new_sizes=tuple(map(sharded_size, sizes)), dimensions=dimensions)
+    params = dict(new_sizes=sdims(map(sharded_size, sizes)), dimensions=dimensions)
     try:
         (t,) = infer_types("reshape", [x.type], dict(params, sharding=None))
         ruled = tuple(t.shape) == sizes
@@ -425,12 +425,14 @@ def zero_cts(args) -> list:
 
 
 def bind_slice(x, start, limit, strides=None):
-    start, limit = sdims(start), sdims(limit)
+    """`x[start:limit:strides]`; bounds taken from a type (`2*b@x`) are its global sizes."""
+    start, limit = sdims(map(sharded_size, start)), sdims(map(sharded_size, limit))
     if strides is not None:
         strides = ints(strides)
         if all(s == 1 for s in strides):
             strides = None
-    if start == (0,) * len(start) and limit == sdims(shape(x)) and strides is None:
+    whole = sdims(map(sharded_size, shape(x)))
+    if start == (0,) * len(start) and limit == whole and strides is None:
         return x
     return bind("slice", x, start_indices=start, limit_indices=limit, strides=strides)
 

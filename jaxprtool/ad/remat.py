@@ -1062,7 +1062,7 @@ def counted_at(spec: Spec):
         return contextlib.nullcontext()
     from ..backend.values import eval_dim
     from ..core import sized_dims
-    from ..shardings import dim_axes
+    from ..shardings import dim_axes, sharded_size
 
     dims, memo = dict(spec.dims), {}
 
@@ -1070,7 +1070,8 @@ def counted_at(spec: Spec):
         n = memo.get(d)
         if n is None:
             static = dim_axes(d)[0]
-            n = memo[d] = static if static is not None else eval_dim(str(d), dims)
+            global_size = str(sharded_size(d))  # `2*b@x`: the global size 2*b
+            n = memo[d] = static if static is not None else eval_dim(global_size, dims)
         return n
 
     return sized_dims(size)

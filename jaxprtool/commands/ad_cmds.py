@@ -198,7 +198,7 @@ def _require_static_bytes(jaxpr, dims: dict[str, int]) -> None:
     overflowing size is an error here, located at its equation)."""
     from ..backend.values import UnsizedDim, eval_dim
     from ..core import JaxprError, ProgramError, ShapedArray, all_eqns
-    from ..shardings import dim_axes
+    from ..shardings import dim_axes, sharded_size
 
     typed = [(v.type, None) for v in jaxpr.invars]
     typed += [(o.type, e.loc) for e in all_eqns(jaxpr) for o in e.outputs]
@@ -210,7 +210,7 @@ def _require_static_bytes(jaxpr, dims: dict[str, int]) -> None:
             if d in seen or dim_axes(d)[0] is not None:
                 continue
             try:
-                eval_dim(str(d), dims)
+                eval_dim(str(sharded_size(d)), dims)
             except JaxprError as e:
                 why = (
                     f"and {t} has a symbolic dimension: give its size (--dim b=N; the plan "
@@ -237,52 +237,16 @@ def _pipeline_steps(spec):
         raise click.BadParameter(e.message, param_hint="--opt") from None
 
 
-def _sharded_symbolic(t) -> bool:
-    """A dim both symbolic and on mesh axes (`b@x`): its global size is not static."""
-    from ..core import ShapedArray
-
-    if not isinstance(t, ShapedArray):
-        return False
-    for d in t.shape:
-        if isinstance(d, str) and "@" in d:
-            from ..shardings import dim_axes
-
-            if dim_axes(d)[0] is None:
-                return True
-    return False
-
-
 def _require_transformable(jaxpr) -> None:
-    """Refuse what the transformations cannot take: a program over named axes, or a dim
-    both symbolic and sharded (`f32[b@x]`).  Plain symbolic dims (`f32[b,3]`) are
-    transformed, and an equation whose rule does not handle them is refused at that
-    equation (`registry.located_rule`)."""
-    from ..core import JaxprError, ProgramError, all_eqns, named_axes_refusal
+    """Refuse what the transformations cannot take: a program over named axes.  Symbolic
+    dims (`f32[b,3]`), sharded ones (`f32[8@x]`) and both (`f32[2*b@x]`) are transformed,
+    and an equation whose rule does not handle them is refused at that equation
+    (`registry.located_rule`, `builder.infer`)."""
+    from ..core import named_axes_refusal
 
     err = named_axes_refusal(jaxpr, "differentiating")
     if err is not None:
         raise err
-    for v in jaxpr.invars:
-        if _sharded_symbolic(v.type):
-            raise ProgramError(_sharded_symbolic_message(f"input type {v.type}"), "inputs")
-    seen: set[int] = set()  # (types are shared between equations: each is looked at once)
-    for e in all_eqns(jaxpr):
-        for o in e.outputs:
-            t = o.type
-            if id(t) in seen:
-                continue
-            seen.add(id(t))
-            if _sharded_symbolic(t):
-                raise JaxprError(_sharded_symbolic_message(f"{e.prim} result type {o.type}"), e.loc)
-
-
-def _sharded_symbolic_message(what: str) -> str:
-    return (
-        f"{what} has a dimension both symbolic and on mesh axes, whose sharded sizes the "
-        "tool's rules compute as integers: automatic differentiation and vmap of it are "
-        "not supported yet (JAX 0.12 transforms it: a gap of the tool): give the dimension "
-        "a size"
-    )
 
 
 class _Job:

@@ -59,6 +59,7 @@ from ..shapes.util import (
     dilate_shape,
     dim_add,
     dim_eq,
+    dim_exact_div,
     dim_floordiv,
     dim_mul,
     dtype_bits,
@@ -645,7 +646,7 @@ def _global_shape(x) -> list:
 
 def _reshape_axis_out_of(src, size1, x):
     shp = _global_shape(x)
-    size2 = shp[src] // size1
+    size2 = dim_exact_div(shp[src], size1)
     shp[src : src + 1] = [size1, size2]
     return bind_reshape(x, shp)
 
@@ -658,7 +659,7 @@ def _reshape_axis_into(src, dst, x):
     perm = [i for i in range(len(shp)) if i != src]
     perm.insert(dst, src)
     new_shape = [d for i, d in enumerate(shp) if i != src]
-    new_shape[dst] *= shp[src]
+    new_shape[dst] = dim_mul(new_shape[dst], shp[src])
     return ops.reshape(x, new_shape, None if perm == list(range(len(shp))) else tuple(perm))
 
 
@@ -826,13 +827,17 @@ def _conv_flops(e):
 
 def _merge_axis_into(src: int, dst: int, x):
     """Merge axis `src` of `x` into axis `dst` (numbered after removing `src`): one reshape
-    (JAX's batching `_reshape_axis_into`)."""
+    (JAX's batching `_reshape_axis_into`), of global sizes: on explicitly sharded operands
+    the reshape's sharding rule gives the result's sharding, or refuses as JAX's does (a
+    batch merged ahead of a sharded dim)."""
     n = BT.ndim(x)
     perm = [i for i in range(n) if i != src]
     perm.insert(dst, src)
-    shp = [s for i, s in enumerate(BT.shape_of(x)) if i != src]
-    shp[dst] = dim_mul(shp[dst], BT.shape_of(x)[src])
-    return ops.reshape(x, shp, None if perm == list(range(n)) else tuple(perm))
+    full = _global_shape(x)
+    shp = [s for i, s in enumerate(full) if i != src]
+    shp[dst] = dim_mul(shp[dst], full[src])
+    dims = None if perm == list(range(n)) else tuple(perm)
+    return ops.bind("reshape", x, new_sizes=ops.sdims(shp), dimensions=dims, sharding=None)
 
 
 def _split_batch_out_of(axis: int, b, out):

@@ -33,6 +33,7 @@ from ..core import Literal, ShapedArray
 from ..passes import simplify as S
 from ..record import define
 from ..shapes import ShapeError, shape_rule
+from ..shapes.sizes import Size
 from ..shapes.util import (
     argsort,
     arr,
@@ -292,11 +293,13 @@ def _reshape_sharding(x: ShapedArray, new: tuple, dimensions) -> tuple:
     hands its axes to the result dims in order, as far as the mesh axis sizes divide them
     (`split_partitions`), the sizes read from the meshes the program prints (`axis_size`).
     What JAX refuses is refused.  Sizes given already sharded (`8@x`, a transpose's) are
-    kept."""
+    kept.  Symbolic sizes (`2*b@x`) compare and divide as JAX's do (`sizes.Size`)."""
     spec = type_spec(x)
-    op = tuple(map(sharded_size, x.shape))
-    if spec is None or not all(isinstance(d, int) for d in (*op, *new)):
+    if spec is None or any(map(is_sharded_dim, new)):
         return new
+    given, op = new, tuple(map(sharded_size, x.shape))
+    if not all(isinstance(d, int) for d in (*op, *new)):
+        op, new = tuple(map(Size.of, op)), tuple(map(Size.of, new))
     parts = [spec.dim_axes(i) for i in range(len(op))]
     kept = [(s, p) for s, p in zip(op, parts) if s != 1]
     non1_new = [n for n in new if n != 1]
@@ -309,7 +312,7 @@ def _reshape_sharding(x: ShapedArray, new: tuple, dimensions) -> tuple:
             (parts[i] if i < len(op) and op[i] == 1 else ()) if n == 1 else next(it)
             for i, n in enumerate(new)
         ]
-    return tuple(sharded_dim(n, a) for n, a in zip(new, out))
+    return tuple(sharded_dim(n, a) for n, a in zip(given, out))
 
 
 def _split_or_merge_parts(kept, non1_new, x, new, dimensions) -> list:
@@ -453,7 +456,7 @@ def _reshape_to(x, dims):
     their global sizes, as JAX's transpose passes the operand's sharding."""
     if not any(map(is_sharded_dim, dims)):
         return bind_reshape(x, dims)
-    sizes = tuple(map(sharded_size, dims))
+    sizes = ops.sdims(map(sharded_size, dims))
     spec = SpecText(tuple(dim_axes(d)[1] or None for d in dims))
     return ops.bind("reshape", x, new_sizes=sizes, dimensions=None, sharding=spec.as_param())
 
@@ -784,17 +787,57 @@ def _slice(in_types, params, out_hint):
         )
     if any(isinstance(st, int) and st <= 0 for st in strides):
         raise ShapeError(f"slice: strides must be positive, got {fmt_shape(strides)}")
-    shape = []
+    sizes = []
     for d, s, lim, st in zip(x.shape, start, limit, strides):
+        s, lim = sharded_size(s), sharded_size(lim)  # a rule's bound: a type's dim
         if isinstance(d, int) and isinstance(lim, int) and lim > d:
             raise ShapeError(f"slice: limit index {lim} exceeds dimension size {d} of {x}")
         if isinstance(s, int) and isinstance(lim, int):
             if s < 0 or lim < s:
                 raise ShapeError(f"slice: invalid slice [{s}:{lim}] of {x}")
-            shape.append(sharded_like(d, 0 if lim == s else (lim - s - 1) // st + 1))
+            sizes.append(0 if lim == s else (lim - s - 1) // st + 1)
         else:
-            shape.append(strided_dim(dim_sub(lim, s) if s else lim, 1, st))
+            sizes.append(strided_dim(dim_sub(lim, s) if s else lim, 1, st))
+    if all(n == 1 for n in sizes):  # JAX: a result of ones is replicated
+        return [x.update(shape=tuple(sizes))]
+    shape = [
+        sharded_like(d, n)
+        if isinstance(sharded_size(d), int) and isinstance(n, int)
+        # a size or bound of symbolic size: whether the axes divide the result decides
+        else _symbolic_slice_like(d, n, x, out_hint)
+        for d, n in zip(x.shape, sizes)
+    ]
     return [fill_sym_from_hint(x.update(shape=shape), out_hint)]
+
+
+def _symbolic_slice_like(d, n, x, out_hint):
+    """Dim `d` of `x`, of symbolic size, sliced to size `n`: a sharded dim keeps its mesh axes
+    where `n` is its size or they divide `n`, and is refused where they do not, as JAX's
+    `_get_sharding_for_varying_out_shape` decides (structurally, as its symbolic `%`).
+    Without the mesh axis sizes, or for a size outside the linear algebra of `Size`, JAX's
+    printed result type (`out_hint`) says it."""
+    if not is_sharded_dim(d):
+        return n
+    try:
+        if Size.of(n) == Size.of(sharded_size(d)):
+            return sharded_like(d, n)
+        k = prod([axis_size(a) for a in dim_axes(d)[1]])
+    except (AxisSizeUnknown, ShapeError) as e:
+        if out_hint:
+            return sharded_like(d, n)  # JAX traced it: its axes divide the size
+        if isinstance(e, ShapeError):
+            raise
+        raise ShapeError(
+            f"slicing {x}'s dim {d} to size {n}: whether the mesh axes divide it depends on "
+            f"their sizes, and {e.advice()}"
+        ) from None
+    if divmod(Size.of(n), k)[1]:
+        raise ShapeError(
+            f"slicing on sharded dims where out dim ({n}) is not divisible by mesh axes ({k}) "
+            f"is not implemented (as JAX refuses it): reshard {x} to replicated first "
+            "(`jax.sharding.reshard(x, P())`)"
+        )
+    return sharded_like(d, n)
 
 
 def _slice_transpose(ct, operand, *, start_indices, limit_indices, strides=None, **_):

@@ -200,6 +200,12 @@ def dims_eq(a, b) -> bool:
     return len(a) == len(b) and all(dim_eq(x, y) for x, y in zip(a, b))
 
 
+def _at(d):
+    """A sharded operand (`2*b@x`) in parentheses, so that a sum is never read as a
+    sharded dim of the sum's size (`b + 2*b@x`)."""
+    return f"({d})" if "@" in str(d) else d
+
+
 def _sym(d) -> str:
     s = str(d)
     return s if s.replace("_", "").isalnum() else f"({s})"
@@ -274,7 +280,7 @@ def dim_add(a, b):
         return a
     if a == 0:
         return b
-    return f"{a} + {b}"
+    return f"{_at(a)} + {_at(b)}"
 
 
 def dim_sub(a, b):
@@ -285,7 +291,7 @@ def dim_sub(a, b):
         return dim_add(a, _poly_str({k: -c for k, c in pb.items()}))
     if b == 0:
         return a
-    return f"{a} - {_sym(b)}"
+    return f"{_at(a)} - {_sym(b)}"
 
 
 def dim_mul(a, b):
@@ -311,6 +317,18 @@ def dim_floordiv(a, b):
     if b == 1:
         return a
     return f"floordiv({a}, {b})"
+
+
+def dim_exact_div(a, k: int):
+    """`a / k` for a size that `k` divides (a merged batch split back out): a linear symbolic
+    size divides coefficient by coefficient (`8*b / 4` -> `2*b`); ShapeError where `k` does
+    not divide it so."""
+    if isinstance(a, int):
+        return a // k
+    p = _poly(a)
+    if p is None or any(c % k for c in p.values()):
+        raise ShapeError(f"the size {a} is not divisible by {k} as a linear expression")
+    return _poly_str({s: c // k for s, c in p.items()})
 
 
 def dim_max(a, b):
