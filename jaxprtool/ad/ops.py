@@ -453,11 +453,13 @@ def bind_pad(x, value, config):
     return bind("pad", x, value, padding_config=config)
 
 
-def bind_reshape(x, new_shape):
+def bind_reshape(x, new_shape, dimensions=None):
+    """`x` reshaped to the global sizes `new_shape` (axes first read in the order
+    `dimensions`), the result's sharding left to the reshape's sharding rule."""
     new_shape = sdims(new_shape)
-    if new_shape == sdims(shape(x)):
+    if new_shape == sdims(shape(x)) and dimensions is None:
         return x
-    return bind("reshape", x, new_sizes=new_shape, dimensions=None, sharding=None)
+    return bind("reshape", x, new_sizes=new_shape, dimensions=dimensions, sharding=None)
 
 
 def bind_transpose(x, perm):

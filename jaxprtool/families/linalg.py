@@ -837,7 +837,7 @@ def _merge_axis_into(src: int, dst: int, x):
     shp = [s for i, s in enumerate(full) if i != src]
     shp[dst] = dim_mul(shp[dst], full[src])
     dims = None if perm == list(range(n)) else tuple(perm)
-    return ops.bind("reshape", x, new_sizes=ops.sdims(shp), dimensions=dims, sharding=None)
+    return bind_reshape(x, shp, dims)
 
 
 def _split_batch_out_of(axis: int, b, out):
