@@ -425,8 +425,10 @@ def test_symbolic_batch_size_is_no_python_string_in_arithmetic():
         assert ops.sdims((BT.axis_size(), 3)) == (SymExpr("3*b"), 3)
 
 
-def test_kernel_batched_over_a_symbolic_size_is_refused_at_the_conv(tmp_path):
-    """jacfwd in the kernel of a grouped conv: the batch would become a group count."""
+def test_symbolic_kernel_window_jacfwd_runs_and_jacrev_is_refused_at_the_conv(tmp_path):
+    """A grouped conv's kernel of window b: jacfwd batches the kernel over the basis 3*b
+    (tests/test_symbolic_conv_batching.py compares it with JAX); the transposes compute
+    their paddings with the window as an integer: jacrev is refused at the conv."""
 
     def f(w):
         x = jnp.ones((1, 3, 4))
@@ -436,8 +438,10 @@ def test_kernel_batched_over_a_symbolic_size_is_refused_at_the_conv(tmp_path):
     w = jax.ShapeDtypeStruct((3, 1, SYM_B), jnp.float32)
     src.write_text(str(jax.make_jaxpr(f)(w)) + "\n")
     r = CliRunner().invoke(main, ["--no-color", "jacfwd", str(src)])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["--no-color", "jacrev", str(src)])
     assert r.exit_code == 1, r.output
-    assert f"{src}:" in r.output and "'conv_general_dilated': batching a kernel over" in r.output
+    assert f"{src}:3:5: error: 'conv_general_dilated': the tool's" in r.output
     assert "Traceback" not in r.output
 
 

@@ -58,8 +58,8 @@ from ..shapes.util import (
     dilate_dim,
     dilate_shape,
     dim_add,
+    dim_div_exact,
     dim_eq,
-    dim_exact_div,
     dim_floordiv,
     dim_mul,
     dtype_bits,
@@ -645,8 +645,18 @@ def _global_shape(x) -> list:
 
 
 def _reshape_axis_out_of(src, size1, x):
+    """JAX's `_reshape_axis_out_of`: axis `src` split into (size1, the rest), a symbolic size
+    divided exactly as JAX's dimension expressions divide (`9*b` by 3 is `3*b`)."""
     shp = _global_shape(x)
-    size2 = dim_exact_div(shp[src], size1)
+    size2 = dim_div_exact(shp[src], size1)
+    if size2 is None:
+        raise JaxprError(
+            f"'conv_general_dilated': splitting the dimension {shp[src]} of {ty(x)} into "
+            f"{size1} groups needs a size that {size1} divides, which the tool cannot show "
+            "for these symbolic sizes: give the dimensions sizes (trace the program at "
+            "concrete sizes)",
+            current().loc,
+        )
     shp[src : src + 1] = [size1, size2]
     return bind_reshape(x, shp)
 
@@ -870,11 +880,11 @@ def _conv_batching(args, dims, **params):
         return BT.bind("conv_general_dilated", a, b, **dict(params, **changes))[0]
 
     size = BT.axis_size()
-    if not isinstance(size, int) and rd is not None and (ld is not None or fgc > 1 or bgc > 1):
+    if not isinstance(size, int) and rd is not None and ld is not None:
         raise JaxprError(
-            f"'conv_general_dilated': batching a kernel over the symbolic size {size} "
-            "would make that size a feature or batch group count, or divide it by the "
-            "groups, which the tool does with integer sizes only: give the dimension a size",
+            f"'conv_general_dilated': batching both operands over the symbolic size {size} "
+            f"makes it a {'batch' if bgc > 1 else 'feature'} group count, which the tool "
+            "has with integer counts only: give the dimension a size",
             current().loc,
         )
     if ld is not None and rd is not None:

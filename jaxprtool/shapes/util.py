@@ -319,16 +319,30 @@ def dim_floordiv(a, b):
     return f"floordiv({a}, {b})"
 
 
-def dim_exact_div(a, k: int):
-    """`a / k` for a size that `k` divides (a merged batch split back out): a linear symbolic
-    size divides coefficient by coefficient (`8*b / 4` -> `2*b`); ShapeError where `k` does
-    not divide it so."""
-    if isinstance(a, int):
-        return a // k
-    p = _poly(a)
-    if p is None or any(c % k for c in p.values()):
-        raise ShapeError(f"the size {a} is not divisible by {k} as a linear expression")
-    return _poly_str({s: c // k for s, c in p.items()})
+def dim_div_exact(a, b):
+    """`a / b` when `b` divides `a` exactly (JAX's `_DimExpr` division, which a reshape of a
+    symbolic size performs: `9*b / 3 = 3*b`, `6*b / 3*b = 2`), else None (`b / 2`)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a // b if b and a % b == 0 else None
+    pa, pb = _poly(a), _poly(b)
+    if pa is None or pb is None:
+        return None
+    pa = {k: c for k, c in pa.items() if c}
+    pb = {k: c for k, c in pb.items() if c}
+    if not pb:
+        return None
+    if not pa:
+        return 0
+    if set(pb) == {""}:
+        d = pb[""]
+        if any(c % d for c in pa.values()):
+            return None
+        return _poly_str({k: c // d for k, c in pa.items()})
+    key = next(k for k in pb if k)
+    if key not in pa or pa[key] % pb[key]:
+        return None
+    q = pa[key] // pb[key]
+    return q if pa == {k: q * c for k, c in pb.items()} else None
 
 
 def dim_max(a, b):
@@ -361,7 +375,23 @@ def strided_dim(d, window: int, stride: int):
         if d < window:
             return 0
         return (d - window) // stride + 1
-    return dim_add(dim_floordiv(dim_sub(d, window), stride), 1)
+    return _at_least_zero(dim_add(dim_floordiv(dim_sub(d, window), stride), 1))
+
+
+def _at_least_zero(d):
+    """JAX's `max_dim(d, 0)` on a linear size (its symbols are at least 1): `d` when it is
+    surely >= 0 (`b - 1`), 0 when surely <= 0, else `max(d, 0)` (`max(- b + 5, 0)`, a
+    window of symbolic size)."""
+    p = _poly(d)
+    if p is None:
+        return d
+    coeffs = [c for k, c in p.items() if k]
+    at_one = p.get("", 0) + sum(coeffs)
+    if all(c >= 0 for c in coeffs) and at_one >= 0:
+        return d
+    if all(c <= 0 for c in coeffs) and at_one <= 0:
+        return 0
+    return dim_max(d, 0)
 
 
 def fmt_shape(shape) -> str:
