@@ -131,6 +131,17 @@ def is_known_dtype(short: str) -> bool:
 
 Dim = int | str  # str: a symbolic dim ("b", "2*b + 1") or a sharded dim ("8@x")
 
+
+def static_dim_size(d) -> int | None:
+    """A dim's global size when it is static: an int, or a sharded dim of static size
+    (`8@x` -> 8, `8@(x,y)` -> 8); None for a symbolic one (`b`, `2*b@x`)."""
+    if isinstance(d, int):
+        return d
+    size, at, _ = d.partition("@")
+    size = size.strip()
+    return int(size) if at and size.isdigit() else None
+
+
 #: how `ShapedArray.size` counts a dim that is not an int, inside `sized_dims` (None: as 0)
 _DIM_SIZER: contextvars.ContextVar = contextvars.ContextVar("jaxprtool_dim_sizer", default=None)
 
@@ -138,8 +149,9 @@ _DIM_SIZER: contextvars.ContextVar = contextvars.ContextVar("jaxprtool_dim_sizer
 @contextlib.contextmanager
 def sized_dims(sizer):
     """Inside the block, `ShapedArray.size` (and so the byte and FLOP estimates built on
-    it) counts a symbolic or sharded dim as `sizer(dim)`: the sizes `--dim b=N` gives the
-    byte-weighted rematerialization planners.  Outside, such a dim counts as 0."""
+    it) counts a symbolic dim (`b`, `2*b@x`) as `sizer(dim)`: the sizes `--dim b=N` gives
+    the byte-weighted rematerialization planners.  Outside, such a dim counts as 0 (a
+    sharded dim of static size, `8@x`, counts its global size either way)."""
     token = _DIM_SIZER.set(sizer)
     try:
         yield
@@ -186,10 +198,17 @@ class ShapedArray(Frozen, compare=("shape", "dtype", "memory_space", "vma", "nam
         for d in self.shape:
             if isinstance(d, int):
                 n *= d
+            elif (k := static_dim_size(d)) is not None:
+                n *= k  # `8@x`: the global size, as JAX's nbytes counts a sharded array
             else:
                 sizer = _DIM_SIZER.get()
                 n *= 0 if sizer is None else sizer(d)
         return n
+
+    @property
+    def is_sized(self) -> bool:
+        """Every dim has a static global size (ints, and sharded dims such as `8@x`)."""
+        return all(static_dim_size(d) is not None for d in self.shape)
 
     @property
     def np_dtype(self) -> np.dtype:

@@ -23,8 +23,8 @@ The model (static, from the types alone; what `jaxprtool memory` reports):
   counts once per device of its manual axes (the record's `body_copies`), so every figure is
   of the whole (logical) program, all devices together; XLA's figures are per device.
 * The bytes of a value: elements times the dtype's item size (4-bit types: half a byte,
-  rounded up); a `Ref` counts its contents; tokens and opaque types hold nothing; symbolic
-  dimensions count as 0 (the figures are then lower bounds, `Timeline.symbolic` says so).
+  rounded up); a `Ref` counts its contents; tokens and opaque types hold nothing; a sharded
+  dim (`8@x`) counts its global size, as JAX's `nbytes` does; symbolic dimensions count as 0 (the figures are then lower bounds, `Timeline.symbolic` says so).
   The figures are of device memory: a value in host memory (`f32<host>[...]`, the copies an
   offloading remat policy makes) holds none.
 
@@ -187,7 +187,7 @@ class _Walk:
     def size(self, t: Type) -> int:
         got = self.sizes.get(id(t))
         if got is None:
-            if isinstance(t, ShapedArray) and not t.is_static:
+            if isinstance(t, ShapedArray) and not t.is_sized:
                 self.symbolic = True
             host = isinstance(t, ShapedArray) and t.memory_space == "host"
             got = self.sizes[id(t)] = (t, 0 if host else value_bytes(t))

@@ -166,6 +166,29 @@ def test_residuals_match_jax_vjp():
         assert r.total == sum(jax_saved)
 
 
+def test_sharded_values_count_their_global_bytes(explicit_mesh):
+    """A value of type `f32[8@x,4]` holds 8*4 floats over the mesh, as JAX's `nbytes` of
+    the sharded array counts them (it once counted 0, as a symbolic dim does)."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = explicit_mesh("x=2")
+    x = jax.device_put(np.linspace(0.5, 1.5, 32, dtype=np.float32).reshape(8, 4),
+                       NamedSharding(mesh, P("x")))  # fmt: skip
+
+    def f(x):
+        return jnp.sum(jnp.sin(x) * jnp.tanh(x))
+
+    _, vjp_fn = jax.vjp(f, x)
+    jax_saved = sorted(leaf.nbytes for leaf in jax.tree_util.tree_leaves(vjp_fn))
+    j = traced(f, x)
+    assert str(j.invars[0].type) == "f32[8@x,4]"
+    r = residual_bytes(linearize_combined(j))
+    assert sorted(v.nbytes for v in r.values) == jax_saved
+    t = liveness(j)
+    assert not t.symbolic and t.input_bytes == x.nbytes
+
+
 def test_residuals_of_flat_vjp_and_grad_programs():
     def f(x, w):
         return jnp.sum(jnp.sin(x @ w))
