@@ -13,6 +13,7 @@ from ..cli import guarded
 from ..io import write_output
 from .ad_cmds import custom_rules_option
 from .common import FILE_ARG, OUT_ARG, int_list
+from .mesh_options import mesh_options
 from .run_options import dim_option, parse_dims
 
 
@@ -63,6 +64,7 @@ from .run_options import dim_option, parse_dims
 @click.option("--width", type=click.IntRange(60, 400), default=None, help="Output width.")
 @custom_rules_option
 @dim_option
+@mesh_options(distributed=False, show=False)
 def explain(file, dim_specs, **options):
     """Walk through the differentiation of FILE: primal equations, the JVP rule of each
     equation and the tangent equations it emits, the linear program and its residuals, the
@@ -99,11 +101,13 @@ def _explain(
     from rich.console import Console
 
     from ..ad.registry import set_custom_rule_policy
+    from ..backend import sharding as backend
     from ..cli import require_jax
     from ..commands.common import load, output_style
     from ..commands.run_inputs import gather_inputs
     from ..consts_order import for_ad
     from ..core import JaxprError
+    from ..shardings import axis_sizes_of
     from ..ui.explain import explain_data, render
 
     require_jax()
@@ -118,17 +122,18 @@ def _explain(
             "primitive that keeps its jaxprs' constants; a recorded custom rule's become the "
             "program's unless such constants come with them); run takes them with --consts"
         )
-    data = explain_data(
-        jaxpr,
-        args,
-        mode,
-        argnums,
-        seed=seed or 0,
-        consts=consts,
-        label=path,
-        width=width or 100,
-        style=output_style(jaxpr),
-    )
+    with axis_sizes_of(jaxpr, backend.CONFIG.mesh):  # a text without its mesh
+        data = explain_data(
+            jaxpr,
+            args,
+            mode,
+            argnums,
+            seed=seed or 0,
+            consts=consts,
+            label=path,
+            width=width or 100,
+            style=output_style(jaxpr),
+        )
     from .. import io as _io
 
     if no_color:

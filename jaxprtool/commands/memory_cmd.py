@@ -121,12 +121,15 @@ def memory(file, of, argnums, device, no_xla, dim_specs, plot, as_json, top, out
       jaxprtool memory --of grad mlp.jaxpr --plot grad.svg
       jaxprtool linearize mlp.jaxpr | jaxprtool memory --json --no-xla
     """
+    from ..backend import sharding as backend
     from ..memory import liveness
+    from ..shardings import axis_sizes_of
     from ..ui import memory as ui
 
     fmt = _plot_format(plot)
     jaxpr, _, path = load(file)
-    program, boundary = _transformed(jaxpr, of, argnums)
+    with axis_sizes_of(jaxpr, backend.CONFIG.mesh):  # --mesh: a text without its mesh
+        program, boundary = _transformed(jaxpr, of, argnums)
     timeline = liveness(program, boundary)
     residuals = _residuals(program, boundary)
     xla = None if no_xla else _xla(program, device, dim_specs)

@@ -12,6 +12,7 @@ from ..core import JaxprError
 from ..io import report
 from .ad_cmds import custom_rules_option
 from .common import FILE_ARG, int_list
+from .mesh_options import mesh_options
 from .run_options import dim_option, parse_dims
 
 
@@ -92,6 +93,7 @@ def _as_type(value, t):
 )
 @custom_rules_option
 @dim_option
+@mesh_options(distributed=False, show=False)
 def check_grad(
     files, args_npz, seed, order, modes, argnums, consts_npz, as_json, custom_rules, dim_specs
 ):
@@ -117,11 +119,13 @@ def check_grad(
     --custom-rules strict refuses each such replacement.
     """
     from ..ad.registry import custom_rule_fallbacks, set_custom_rule_policy
+    from ..backend import sharding as backend
     from ..cli import require_jax
     from ..commands.common import load_reporting
     from ..commands.run_inputs import gather_inputs
     from ..consts_order import for_ad
     from ..io import Reported
+    from ..shardings import axis_sizes_of
     from ..ui.checkgrad import check_grad as run_checks
     from ..ui.checkgrad import render_table
 
@@ -153,16 +157,17 @@ def check_grad(
                 args, consts, _ = gather_inputs(
                     jaxpr, args_npz, None, None if args_npz else seed, consts_npz, dims
                 )
-                checks = run_checks(
-                    jaxpr,
-                    args,
-                    _runner(consts),
-                    seed=seed,
-                    order=order,
-                    modes=mode_set,
-                    label=label,
-                    argnums=argnums,
-                )
+                with axis_sizes_of(jaxpr, backend.CONFIG.mesh):  # a text without its mesh
+                    checks = run_checks(
+                        jaxpr,
+                        args,
+                        _runner(consts),
+                        seed=seed,
+                        order=order,
+                        modes=mode_set,
+                        label=label,
+                        argnums=argnums,
+                    )
             except Reported:  # the checker's errors are printed
                 trouble = True
                 continue
