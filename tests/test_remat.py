@@ -78,14 +78,19 @@ def plain_grads(resmlp_ir):
     return backend.evaluate(grad_jaxpr(resmlp_ir, [0, 1, 2]), list(ARGS))
 
 
+@pytest.fixture(scope="module")
+def jax_grads():
+    """JAX's gradient of resmlp, which every plan's gradient must give."""
+    return jax.grad(resmlp, argnums=(0, 1, 2))(*ARGS)
+
+
 @pytest.mark.parametrize("policy", sorted(POLICIES))
-def test_policy_grad_and_bytes_against_jax(resmlp_ir, plain_grads, policy):
+def test_policy_grad_and_bytes_against_jax(resmlp_ir, plain_grads, jax_grads, policy):
     g, plans = _grad(resmlp_ir, remat.parse_policy(policy), [0, 1, 2])
     (plan,) = plans
     assert plan.bytes_after <= _jax_residual_bytes(resmlp, POLICIES[policy], ARGS)
     got = backend.evaluate(g, list(ARGS))
-    want = jax.grad(resmlp, argnums=(0, 1, 2))(*ARGS)
-    for a, b, c in zip(got, plain_grads, want):
+    for a, b, c in zip(got, plain_grads, jax_grads):
         close(a, c)
         close(a, b, 1e-5)
     if policy != "everything_saveable":
@@ -93,7 +98,7 @@ def test_policy_grad_and_bytes_against_jax(resmlp_ir, plain_grads, policy):
 
 
 @pytest.mark.parametrize("spec", ["min-cut", "0.5", "0.1"])
-def test_min_cut_and_budget_grads(resmlp_ir, plain_grads, spec):
+def test_min_cut_and_budget_grads(resmlp_ir, plain_grads, jax_grads, spec):
     s = remat.parse_policy(spec) if spec == "min-cut" else remat.parse_budget(spec)
     g, (plan,) = _grad(resmlp_ir, s, [0, 1, 2])
     if s.budget is not None:
@@ -101,8 +106,7 @@ def test_min_cut_and_budget_grads(resmlp_ir, plain_grads, spec):
     else:  # min-cut: never more bytes, only cheap equations recomputed
         assert plan.bytes_after < plan.bytes_before
         assert all(remat.cheap(e) for e in _primal_eqns(resmlp_ir, plan))
-    want = jax.grad(resmlp, argnums=(0, 1, 2))(*ARGS)
-    for a, b, c in zip(backend.evaluate(g, list(ARGS)), plain_grads, want):
+    for a, b, c in zip(backend.evaluate(g, list(ARGS)), plain_grads, jax_grads):
         close(a, c)
         close(a, b, 1e-5)
 
@@ -114,6 +118,22 @@ def _primal_eqns(j, plan):
     return [g.eqns[i] for i in remat.min_cut_plan(g).recompute]
 
 
+#: the tangents the linear programs are applied to
+TANGENTS = [vec(a.shape, 10 + k) for k, a in enumerate(ARGS)]
+
+
+@pytest.fixture(scope="module")
+def plain_linear_output(resmlp_ir):
+    """The plain linearization's output on TANGENTS, which every remat plan's linear
+    program must give."""
+    p0, l0, i0 = linearize_jaxpr(resmlp_ir, [0, 1, 2])
+    outs0 = backend.evaluate(p0, list(ARGS))
+    n_out = len(i0.out_mask)
+    src0 = {"input": list(ARGS), "output": outs0[:n_out], "new": outs0[n_out:]}
+    (want_t,) = backend.evaluate(l0, [src0[r.source][r.index] for r in i0.residuals] + TANGENTS)
+    return want_t
+
+
 def _dot(xs, ys) -> float:
     return float(
         sum(np.vdot(np.asarray(a, np.float64), np.asarray(b, np.float64)) for a, b in zip(xs, ys))
@@ -121,7 +141,7 @@ def _dot(xs, ys) -> float:
 
 
 @pytest.mark.parametrize("spec", ["min-cut", "nothing_saveable", "0.3"])
-def test_linear_program_dot_product(resmlp_ir, spec):
+def test_linear_program_dot_product(resmlp_ir, plain_linear_output, spec):
     s = remat.parse_budget(spec) if spec[0].isdigit() else remat.parse_policy(spec)
     with remat.planning(s):
         primal, linear, info = linearize_jaxpr(resmlp_ir, [0, 1, 2])
@@ -131,7 +151,7 @@ def test_linear_program_dot_product(resmlp_ir, spec):
     srcs = {"input": list(ARGS), "output": pouts[:n_out], "new": pouts[n_out:]}
     res = [srcs[r.source][r.index] for r in info.residuals]
     n_res = len(res)
-    tans = [vec(a.shape, 10 + k) for k, a in enumerate(ARGS)]
+    tans = TANGENTS
     (out_t,) = backend.evaluate(linear, res + tans)
     ct = np.float32(0.7)
     lt = transpose_jaxpr(linear, [False] * n_res + [True] * len(tans))
@@ -139,11 +159,7 @@ def test_linear_program_dot_product(resmlp_ir, spec):
     lhs, rhs = float(out_t) * float(ct), _dot(tans, cts_in)
     assert abs(lhs - rhs) <= 1e-4 * max(1.0, abs(lhs))
     # and the linear program's values are the plain linearization's
-    p0, l0, i0 = linearize_jaxpr(resmlp_ir, [0, 1, 2])
-    outs0 = backend.evaluate(p0, list(ARGS))
-    src0 = {"input": list(ARGS), "output": outs0[:n_out], "new": outs0[n_out:]}
-    (want_t,) = backend.evaluate(l0, [src0[r.source][r.index] for r in i0.residuals] + tans)
-    close(out_t, want_t, 1e-5)
+    close(out_t, plain_linear_output, 1e-5)
 
 
 @pytest.mark.parametrize(

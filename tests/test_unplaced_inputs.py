@@ -7,6 +7,7 @@ arguments' shardings in `compile --emit stablehlo` with those of `jax.jit(f).low
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -25,7 +26,21 @@ TESTS = Path(__file__).resolve().parent
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    out = tmp_path_factory.mktemp("placement")
+    """The fresh process runs once per session: xdist's workers share its output folder
+    in the session's temporary folder, the first to take the lock running it."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    out = root / "placement"
+    with open(root / "placement.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / "result.json").exists():
+            out.mkdir(exist_ok=True)
+            _run_cases(out)
+    return out, json.loads((out / "result.json").read_text())
+
+
+def _run_cases(out: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env.update(JAX_PLATFORMS="cpu", PYTHONPATH=os.pathsep.join([str(TESTS.parent), str(TESTS)]))
     p = subprocess.run(
@@ -36,7 +51,6 @@ def results(tmp_path_factory):
         timeout=300,
     )
     assert p.returncode == 0, p.stderr[-3000:]
-    return out, json.loads((out / "result.json").read_text())
 
 
 @pytest.mark.parametrize("name", list(CASES))
