@@ -142,6 +142,16 @@ def static_dim_size(d) -> int | None:
     return int(size) if at and size.isdigit() else None
 
 
+def parens_balanced(text: str) -> bool:
+    """Every `)` of a dim's text closes an earlier `(`, and every `(` is closed."""
+    depth = 0
+    for c in text:
+        depth += (c == "(") - (c == ")")
+        if depth < 0:
+            return False
+    return depth == 0
+
+
 #: how `ShapedArray.size` counts a dim that is not an int, inside `sized_dims` (None: as 0)
 _DIM_SIZER: contextvars.ContextVar = contextvars.ContextVar("jaxprtool_dim_sizer", default=None)
 

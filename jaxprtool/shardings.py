@@ -14,7 +14,7 @@ import contextlib
 import contextvars
 import re
 
-from .core import JaxprError
+from .core import JaxprError, parens_balanced
 from .frozen import Frozen, set_field
 from .params import Opaque, split_top_level
 
@@ -405,14 +405,7 @@ def is_sharded_dim(d) -> bool:
 def _is_size_text(size: str) -> bool:
     """A static or symbolic size as the types print it: digits, names and `+ - * ( ) ,` with
     balanced parentheses."""
-    if not _SIZE_TEXT.fullmatch(size):
-        return False
-    depth = 0
-    for c in size:
-        depth += (c == "(") - (c == ")")
-        if depth < 0:
-            return False
-    return depth == 0
+    return _SIZE_TEXT.fullmatch(size) is not None and parens_balanced(size)
 
 
 def sharded_size(d):

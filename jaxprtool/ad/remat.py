@@ -1062,16 +1062,14 @@ def counted_at(spec: Spec):
         return contextlib.nullcontext()
     from ..backend.values import eval_dim
     from ..core import sized_dims
-    from ..shardings import dim_axes, sharded_size
+    from ..shardings import sharded_size
 
     dims, memo = dict(spec.dims), {}
 
-    def size(d) -> int:
+    def size(d) -> int:  # (asked only for symbolic dims: `ShapedArray.size` counts `8@x`)
         n = memo.get(d)
         if n is None:
-            static = dim_axes(d)[0]
-            global_size = str(sharded_size(d))  # `2*b@x`: the global size 2*b
-            n = memo[d] = static if static is not None else eval_dim(global_size, dims)
+            n = memo[d] = eval_dim(str(sharded_size(d)), dims)  # `2*b@x`: its global 2*b
         return n
 
     return sized_dims(size)

@@ -12,7 +12,7 @@ code runs unchanged on them; what JAX finds inconclusive raises `ShapeError` in 
 from __future__ import annotations
 
 from . import ShapeError
-from .util import _poly, _poly_str
+from .util import _poly, _poly_str, linear_bounds
 
 
 class Size:
@@ -92,11 +92,10 @@ class Size:
 
 def _geq(a: Size, b: Size, what: str) -> bool:
     """`a >= b`, decided by the bounds of `a - b` with every symbol at least 1."""
-    d = (a - b).poly
-    const, coeffs = d[""], [c for s, c in d.items() if s]
-    if all(c >= 0 for c in coeffs) and const + sum(coeffs) >= 0:
+    rising, falling, at_one = linear_bounds((a - b).poly)
+    if rising and at_one >= 0:
         return True
-    if all(c <= 0 for c in coeffs) and const + sum(coeffs) < 0:
+    if falling and at_one < 0:
         return False
     raise ShapeError(
         f"symbolic dimension comparison {what} is inconclusive (as JAX finds it: "

@@ -385,13 +385,21 @@ def _at_least_zero(d):
     p = _poly(d)
     if p is None:
         return d
-    coeffs = [c for k, c in p.items() if k]
-    at_one = p.get("", 0) + sum(coeffs)
-    if all(c >= 0 for c in coeffs) and at_one >= 0:
+    rising, falling, at_one = linear_bounds(p)
+    if rising and at_one >= 0:
         return d
-    if all(c <= 0 for c in coeffs) and at_one <= 0:
+    if falling and at_one <= 0:
         return 0
     return dim_max(d, 0)
+
+
+def linear_bounds(p: dict[str, int]) -> tuple[bool, bool, int]:
+    """What bounds a linear size `p` has where every symbol is at least 1: (no coefficient
+    negative, so its least value is `at_one`; no coefficient positive, so its greatest value
+    is `at_one`; its value with every symbol 1)."""
+    coeffs = [c for k, c in p.items() if k]
+    at_one = p.get("", 0) + sum(coeffs)
+    return all(c >= 0 for c in coeffs), all(c <= 0 for c in coeffs), at_one
 
 
 def fmt_shape(shape) -> str:

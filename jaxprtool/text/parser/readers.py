@@ -301,12 +301,7 @@ def _valid_symbolic_dim(d: str) -> bool:
     no two operands side by side (`let 2`)."""
     if not _SYMBOLIC_DIM.fullmatch(d) or _ADJACENT_OPERANDS.search(d):
         return False
-    depth = 0
-    for c in d:
-        depth += (c == "(") - (c == ")")
-        if depth < 0:
-            return False
-    return depth == 0
+    return core.parens_balanced(d)
 
 
 def _dims(text: str) -> tuple:
