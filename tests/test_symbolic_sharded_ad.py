@@ -74,6 +74,19 @@ def struct(mesh, shape, spec):
     return jax.ShapeDtypeStruct(shape, jnp.float32, sharding=NamedSharding(mesh, spec))
 
 
+def _jax_result(mesh, shape, spec, fn):
+    """(the tool's reading of the operand's type, the result type JAX prints for `fn` or
+    None, JAX's refusal's text or None) on a symbolic input sharded by `spec`."""
+    with jax.set_mesh(mesh):
+        x = struct(mesh, shape, spec)
+        operand = api.parse(str(jax.make_jaxpr(lambda a: a)(x))).jaxpr.invars[0].type
+        try:
+            jaxpr = jax.make_jaxpr(fn)(x).jaxpr
+        except Exception as e:  # noqa: BLE001 - JAX's refusal
+            return operand, None, str(e)
+    return operand, jaxpr.outvars[0].aval.str_short(True), None
+
+
 def concrete(mesh, seed, shape, spec):
     a = np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32)
     return jax.device_put(a, NamedSharding(mesh, spec))
@@ -194,14 +207,7 @@ def test_reshape_sharding_rule_on_symbolic_sizes_is_jax(case, explicit_mesh):
     the tool does not compare, refused as such)."""
     name, shape, spec, new = case
     mesh = explicit_mesh(name)
-    with jax.set_mesh(mesh):
-        x = struct(mesh, shape, spec)
-        operand = api.parse(str(jax.make_jaxpr(lambda a: a)(x))).jaxpr.invars[0].type
-        try:
-            jaxpr = jax.make_jaxpr(lambda a: lax.reshape(a, new))(x).jaxpr
-            want, why = jaxpr.outvars[0].aval.str_short(True), None
-        except Exception as e:  # noqa: BLE001 - JAX's refusal
-            want, why = None, str(e)
+    operand, want, why = _jax_result(mesh, shape, spec, lambda a: lax.reshape(a, new))
     sizes = tuple(d if isinstance(d, int) else SymExpr(str(d)) for d in new)
     params = {"new_sizes": sizes, "dimensions": None, "sharding": None}
     with axis_sizes_of(None, dict(mesh.shape)):
@@ -306,14 +312,7 @@ SLICES = [
 def test_slice_sharding_rule_on_symbolic_sizes_is_jax(case, explicit_mesh):
     shape, start, limit = case
     mesh = explicit_mesh(MESH)
-    with jax.set_mesh(mesh):
-        x = struct(mesh, shape, P("x"))
-        operand = api.parse(str(jax.make_jaxpr(lambda a: a)(x))).jaxpr.invars[0].type
-        try:
-            jaxpr = jax.make_jaxpr(lambda a: lax.slice(a, start, limit))(x).jaxpr
-            want = jaxpr.outvars[0].aval.str_short(True)
-        except Exception as e:  # noqa: BLE001 - JAX's refusal
-            want, why = None, str(e)
+    operand, want, why = _jax_result(mesh, shape, P("x"), lambda a: lax.slice(a, start, limit))
     limit_p = tuple(d if isinstance(d, int) else SymExpr(str(d)) for d in limit)
     params = {"start_indices": start, "limit_indices": limit_p, "strides": None}
     with axis_sizes_of(None, dict(mesh.shape)):
