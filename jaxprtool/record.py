@@ -162,6 +162,16 @@ class Primitive:
     #: (`checkpoint_name`: what the name policies match); None: recomputed only under a
     #: policy or a byte budget, at its FLOPs
     remat: str | Callable | None = None
+    #: an equation with bodies that a policy (`ad/remat.py`) may run again in the backward
+    #: pass, as JAX's `partial_eval_jaxpr_custom` rule for it does: `rule(eqn, body_saves)
+    #: -> [bool]`, per result, whether the policy saves it (`body_saves(jaxpr) -> [bool |
+    #: None]` says it of a body's results, None for a binder); an unsaved result is made
+    #: again by rerunning the equation.  None: its results are saved
+    remat_saves: Callable | None = None
+    #: `rule(eqn, saved) -> Eqn`: the equation to rerun, with the same results, reading the
+    #: results `saved` (per result) it can take (appended to its operands) instead of
+    #: computing them; the machinery then prunes it (DCE) to the results it needs
+    remat_feed: Callable | None = None
     #: operands from this position on are indices (dynamic_slice: 1), for untyped literals
     index_operands: int | None = None
     #: an untyped operand literal with no typed sibling has the result's dtype (reshape)

@@ -96,11 +96,70 @@ def cheap(e: Eqn) -> bool:
     return remat_class(e) in ("cheap", "name") and recomputable(e)
 
 
+def body_saves(body: Jaxpr, decide) -> list[bool | None]:
+    """Per result of `body`: whether the policy `decide` saves its value (the decision on the
+    equation that makes it; a value that cannot be recomputed, or in host memory: an
+    offloaded copy, is saved), None for a binder, False for a literal."""
+    made = {id(o): (e, k) for e in body.eqns for k, o in enumerate(e.outputs)}
+    binders = {id(v) for v in (*body.invars, *body.constvars)}
+
+    def of(v):
+        if not isinstance(v, Var):
+            return False
+        if id(v) in binders:
+            return None
+        if in_host(v):
+            return True
+        e, k = made[id(v)]
+        saves = eqn_saves(e, decide)
+        if saves is not None:
+            return saves[k]
+        return bool(decide(e)) or not recomputable(e)
+
+    return [of(v) for v in body.outvars]
+
+
+def eqn_saves(e: Eqn, decide) -> list[bool] | None:
+    """Per result of an equation the policy may run again (its record's `remat_saves`: a scan,
+    a call): whether the policy saves it; None for any other equation, or one with effects."""
+    from ..passes.common import eqn_is_pure
+
+    rule = record_of(e.prim).remat_saves
+    if rule is None or not eqn_is_pure(e):
+        return None
+    return rule(e, lambda j: body_saves(j, decide))
+
+
+def rerun_eqn(e: Eqn, saves: list[bool], wanted: list[bool]) -> Eqn | None:
+    """`e` run again for its results `wanted` (and those a loop needs to make them: its
+    carries), reading the saved results it takes instead of computing them (its record's
+    `remat_feed`), pruned to what it needs; None when it cannot be pruned so (a result it
+    reads would stay among those it makes)."""
+    from ..passes.dce import prune_eqn
+
+    ne = prune_eqn(record_of(e.prim).remat_feed(e, saves), list(wanted))
+    if ne is None:
+        return None
+    made = {id(o) for o in ne.outputs}
+    if not made.isdisjoint(map(id, ne.inputs)) or any(
+        w and id(o) not in made for o, w in zip(e.outputs, wanted)
+    ):
+        return None
+    return ne
+
+
 def nbytes(v) -> int:
     """The device bytes of `v` (none for a value in host memory: an offloaded copy)."""
+    return 0 if in_host(v) else all_bytes(v)
+
+
+def in_host(v) -> bool:
+    return getattr(v.type, "memory_space", None) == "host"
+
+
+def all_bytes(v) -> int:
+    """The bytes of `v`, in whichever memory."""
     t = v.type
-    if getattr(t, "memory_space", None) == "host":
-        return 0
     try:
         return int(t.size) * int(t.np_dtype.itemsize)
     except Exception:
@@ -423,6 +482,7 @@ class Graph:
         self._bytes: dict[int, int] = {}
         self._cheap: dict[int, bool] = {}
         self._pure: dict[int, bool] = {}
+        self._saves: dict[int, list[bool] | None] = {}
         self.order = {id(v): k for k, v in enumerate((*primal.constvars, *primal.invars))}
         for i, e in enumerate(self.eqns):
             for o in e.outputs:
@@ -449,12 +509,19 @@ class Graph:
             c = self._pure[i] = recomputable(self.eqns[i])
         return c
 
+    def saves(self, i: int, decide) -> list[bool] | None:
+        """`eqn_saves` of equation `i` (one decision per planning)."""
+        if i not in self._saves:
+            self._saves[i] = eqn_saves(self.eqns[i], decide)
+        return self._saves[i]
+
     def made_by(self, v) -> int | None:
         return self.producer.get(id(v)) if isinstance(v, Var) else None
 
-    def closure(self, saved_ids: set[int], want) -> list[int]:
+    def closure(self, saved_ids: set[int], want, reruns=None) -> list[int]:
         """The equations (indices, in program order) that recompute `want` from the saved
-        values and the free ones."""
+        values and the free ones (`reruns`: index -> the equation run in its place)."""
+        reruns = reruns or {}
         need: set[int] = set()
         stack = [v for v in want if isinstance(v, Var)]
         while stack:
@@ -465,7 +532,8 @@ class Graph:
             if i in need:
                 continue
             need.add(i)
-            stack.extend(x for x in self.eqns[i].inputs if isinstance(x, Var))
+            e = reruns.get(i, self.eqns[i])
+            stack.extend(x for x in e.inputs if isinstance(x, Var))
         return sorted(need)
 
 
@@ -490,6 +558,9 @@ class Plan:
     #: not `bytes_after`: those are the bytes held in device memory)
     offload: dict[int, Offload] = field(default_factory=dict)
     bytes_offloaded: int = 0
+    #: index of a recomputed equation -> the equation run in its place (a scan or call
+    #: rerun for some of its results, reading the saved ones: `rerun_eqn`)
+    reruns: dict[int, Eqn] = field(default_factory=dict)
 
     def render(self, limit: int = 12) -> str:
         """The plan as `--remat` prints it on standard error."""
@@ -501,7 +572,11 @@ class Plan:
             f"remat {self.method}{how} on {where}{at}: residual bytes held "
             f"{self.bytes_before} -> {self.bytes_after}; FLOPs {self.flops_before} -> "
             f"{self.flops_after} ({pct:+.1f}%)"
-            + (f"; offloaded {self.bytes_offloaded} bytes" if self.offload else ""),
+            + (
+                f"; offloaded {self.bytes_offloaded} bytes"
+                if self.offload or self.bytes_offloaded
+                else ""
+            ),
             f"  saved ({len(self.saved)}): "
             + "; ".join(self.saved_lines[:limit])
             + (
@@ -515,40 +590,65 @@ class Plan:
         return "\n".join(lines)
 
 
-def _plan_from_saved(g: Graph, saved_ids: set[int], method: str) -> Plan:
+def _plan_from_saved(g: Graph, saved_ids: set[int], method: str, reruns=None) -> Plan:
     order = g.order
-    rec = g.closure(saved_ids, g.residuals)
+    reruns = reruns or {}
+    rec = g.closure(saved_ids, g.residuals, reruns)
     # a saved value no recomputation reads and no residual is, is not needed
     used: dict[int, Var] = {}
     rec_set = set(rec)
+    remade = {id(o) for i in rec for o in reruns.get(i, g.eqns[i]).outputs}
     for v in g.residuals:
         if isinstance(v, Var) and (id(v) in saved_ids or id(v) in g.free):
             used[id(v)] = v
     for i in rec:
-        for x in g.eqns[i].inputs:
-            if isinstance(x, Var) and g.made_by(x) not in rec_set:
+        for x in reruns.get(i, g.eqns[i]).inputs:
+            if isinstance(x, Var) and id(x) not in remade:
                 used[id(x)] = x
     saved = sorted(used.values(), key=lambda v: order[id(v)])
     before = sum(g.cost(v) for v in dict((id(v), v) for v in g.residuals).values())
     after = sum(g.cost(v) for v in saved)
-    return Plan(method, saved, rec, before, after)
+    plan = Plan(method, saved, rec, before, after)
+    # values a body offloaded (a scan's stacked host copies)
+    plan.bytes_offloaded = sum(all_bytes(v) for v in saved if in_host(v) and id(v) not in g.free)
+    plan.reruns = {i: e for i, e in reruns.items() if i in rec_set}
+    return plan
 
 
 def policy_plan(g: Graph, spec: Spec) -> Plan:
     """What `jax.checkpoint(policy=...)` saves: a residual made by an equation the policy lets
     save (or that cannot be recomputed) is saved, one it offloads is saved in the policy's
-    memory; any other is recomputed from its operands."""
+    memory; any other is recomputed from its operands.  A scan's or call's result is saved
+    when the policy saves the body value it holds, else the equation runs again for it
+    (reading its saved results), as JAX's partial evaluation reruns a loop."""
     decide = decision(spec)
     saved_ids: set[int] = set()
     offload: dict[int, Offload] = {}
     seen: set[int] = set()
+    wanted: dict[int, list[bool]] = {}
+    reruns: dict[int, Eqn] = {}
     stack = [v for v in g.residuals if isinstance(v, Var)]
     while stack:
         v = stack.pop()
         if id(v) in seen or id(v) in g.free:
             continue
         seen.add(id(v))
-        e = g.eqns[g.producer[id(v)]]
+        i = g.producer[id(v)]
+        e = g.eqns[i]
+        saves = g.saves(i, decide)
+        if saves is not None:
+            k = next(k for k, o in enumerate(e.outputs) if o is v)
+            if not saves[k]:
+                w = wanted.setdefault(i, [False] * len(e.outputs))
+                w[k] = True
+                r = rerun_eqn(e, saves, w)
+                if r is not None:
+                    reruns[i] = r
+                    stack.extend(x for x in r.inputs if isinstance(x, Var))
+                    continue
+                w[k] = False
+            saved_ids.add(id(v))
+            continue
         d = decide(e)
         if d or not recomputable(e):
             saved_ids.add(id(v))
@@ -556,7 +656,7 @@ def policy_plan(g: Graph, spec: Spec) -> Plan:
                 offload[id(v)] = d
         else:
             stack.extend(x for x in e.inputs if isinstance(x, Var))
-    plan = _plan_from_saved(g, saved_ids, spec.policy)
+    plan = _plan_from_saved(g, saved_ids, spec.policy, reruns)
     plan.offload = {id(v): offload[id(v)] for v in plan.saved if id(v) in offload}
     moved = sum(
         g.cost(v)
@@ -564,7 +664,7 @@ def policy_plan(g: Graph, spec: Spec) -> Plan:
         if id(v) in plan.offload and _KINDS[plan.offload[id(v)].dst] != v.type.memory_space
     )
     plan.bytes_after -= moved
-    plan.bytes_offloaded = moved
+    plan.bytes_offloaded += moved
     return plan
 
 
@@ -864,7 +964,7 @@ def apply_plan(
     eqns = B.substitute(list(linear.eqns), mapping)
     outvars = [mapping.get(id(x), x) if isinstance(x, Var) else x for x in linear.outvars]
     first, rest = _hoist_nonlinear(eqns, tan_in, inside)
-    body = first + _remat_stretch(rest, outvars, inside, g, by_saved, plan.offload)
+    body = first + _remat_stretch(rest, outvars, inside, g, by_saved, plan)
     new_linear = B.make_jaxpr(saved_in + tan_in, body, outvars)
     return new_primal, new_linear, new_info
 
@@ -933,7 +1033,7 @@ def _hoist_nonlinear(eqns, tangents, inside):
     return first, rest
 
 
-def _remat_stretch(eqns, outvars, inside, g: Graph, by_saved, offload) -> list[Eqn]:
+def _remat_stretch(eqns, outvars, inside, g: Graph, by_saved, plan: Plan) -> list[Eqn]:
     """The linear equations with the stretch from the first to the last that reads a value
     made inside (recomputed or copied back) wrapped in ONE `remat2` call, as JAX's
     transposed checkpoint is: each recomputed equation once, behind the call's barrier."""
@@ -947,11 +1047,11 @@ def _remat_stretch(eqns, outvars, inside, g: Graph, by_saved, offload) -> list[E
     a, b = reads[0], reads[-1]
     read_after = {id(x) for e in eqns[b + 1 :] for x in e.inputs}
     read_after.update(id(x) for x in outvars)
-    call = _remat_call(eqns[a : b + 1], read_after, inside, g, by_saved, offload)
+    call = _remat_call(eqns[a : b + 1], read_after, inside, g, by_saved, plan)
     return eqns[:a] + [call] + eqns[b + 1 :]
 
 
-def _remat_call(stretch, read_after, inside, g: Graph, by_saved, offload) -> Eqn:
+def _remat_call(stretch, read_after, inside, g: Graph, by_saved, plan: Plan) -> Eqn:
     """The `remat2` call of one stretch: its body copies back the offloaded values it reads
     (from their host copies, its operands), recomputes the others, then runs the stretch;
     its results are the stretch's values read after it (`read_after`: their ids)."""
@@ -963,7 +1063,8 @@ def _remat_call(stretch, read_after, inside, g: Graph, by_saved, offload) -> Eqn
             if isinstance(x, Var) and id(x) in inside
         }.items()
     )
-    rec = g.closure(set(by_saved), [pv for _, pv in want])
+    offload = plan.offload
+    rec = g.closure(set(by_saved), [pv for _, pv in want], plan.reruns)
     # the body: fresh binders for the saved values it reads and the outer values the stretch
     # reads; the copies back and the recomputation cloned from the primal program; the stretch
     env: dict[int, Var] = {}
@@ -992,7 +1093,7 @@ def _remat_call(stretch, read_after, inside, g: Graph, by_saved, offload) -> Eqn
         return prim_env[id(x)]
 
     for i in rec:
-        e = g.eqns[i]
+        e = plan.reruns.get(i, g.eqns[i])
         ins = [value(x) if isinstance(x, Var) else x for x in e.inputs]
         outs = [B.fresh_like(o) for o in e.outputs]
         prim_env.update({id(o): n for o, n in zip(e.outputs, outs)})

@@ -318,6 +318,34 @@ def _call_transpose(prim):
     return rule
 
 
+def _call_remat_saves(prim):
+    """Per result: saved when the policy saves the body value it is (one its body passes
+    through is the operand's: the call passes it again)."""
+
+    def rule(e, body_saves):
+        return [bool(s) for s in body_saves(e.params[_key(prim, e.params)])]
+
+    return rule
+
+
+def _call_remat_feed(prim):
+    """The call reading its saved results as new operands (after the others), so that
+    running it again computes only the rest (its per-operand tuples get JAX's defaults)."""
+
+    def rule(e, saved):
+        key = _key(prim, e.params)
+        body, read = B.read_results(e.params[key], [k for k, s in enumerate(saved) if s])
+        n_in, n_out = len(e.inputs), len(e.outputs)
+        p = _resized(
+            dict(e.params, **{key: body}),
+            list(range(n_in)) + [None] * len(read),
+            list(range(n_out)),
+        )
+        return e.replace(inputs=(*e.inputs, *(e.outputs[k] for k in read)), params=p)
+
+    return rule
+
+
 def _print_jit(e, style):
     """pjit's print rule (jax-ml/jax#14384, JAX 0.4.4+: defaults hidden; #18862, 0.4.22+:
     `name=` first); before 0.4.4 every parameter printed, sorted."""
@@ -401,6 +429,8 @@ for _p, (_body, _keys) in _PLAIN_CALLS.items():
         transpose=_call_transpose(_p),
         transposes_refs=True,
         batching=_call_batching(_p),
+        remat_saves=_call_remat_saves(_p),
+        remat_feed=_call_remat_feed(_p),
     )
 
 # composite (lax.composite): a named decomposition, run as its body (what XLA runs where no

@@ -1112,6 +1112,47 @@ def _scan_cost(e, costs):
     return sum(c[0] for c in costs) * n, sum(c[1] for c in costs) * n
 
 
+# ---------------------------------------------------------------- rematerialization
+
+
+def _scan_remat_saves(e, body_saves):
+    """Per result: saved when the policy saves the body value it holds (a stacked carry: the
+    carry's new value), as JAX's `_scan_partial_eval_custom` keeps its extensive residuals;
+    any other result makes a policy run the loop again (`_scan_remat_feed`)."""
+    try:
+        sp = ScanParams.from_eqn(e)
+    except ShapeError:
+        return [True] * len(e.outputs)
+    body, nc, nk = sp.jaxpr, sp.num_consts, sp.num_carry
+    per = body_saves(body)
+    pos = {id(v): i for i, v in enumerate(body.invars)}
+
+    def saved(k: int, seen: frozenset) -> bool:
+        if per[k] is not None:
+            return per[k]
+        i = pos.get(id(body.outvars[k]), -1)
+        if nc <= i < nc + nk and i - nc not in seen:  # a carry: its value made last time
+            return saved(i - nc, seen | {k})
+        return False  # a const or scanned input: the loop passes it again
+
+    return [saved(k, frozenset()) for k in range(len(body.outvars))]
+
+
+def _scan_remat_feed(e, saved):
+    """The scan reading its saved stacked results as new scanned inputs (after the others),
+    so that running it again computes only the rest."""
+    sp = ScanParams.from_eqn(e)
+    nk = sp.num_carry
+    body, read = B.read_results(sp.jaxpr, [k for k in range(nk, len(e.outputs)) if saved[k]])
+    consts_g, carry_g, xs_g = sp.ft_in.unpack()
+    params = sp.to_params(
+        jaxpr=body,
+        ft_in=FT.tup(consts_g, carry_g, FT.tup(xs_g, FT.nones(len(read)))),
+        linear=sp.linear + [False] * len(read),
+    )
+    return e.replace(inputs=(*e.inputs, *(e.outputs[k] for k in read)), params=params)
+
+
 # ---------------------------------------------------------------- registration
 
 
@@ -1152,6 +1193,8 @@ define(
     body_cost=_scan_cost,
     batching=_scan_batching,
     hoist_consts=_scan_hoist_consts,
+    remat_saves=_scan_remat_saves,
+    remat_feed=_scan_remat_feed,
 )
 
 

@@ -216,6 +216,12 @@ def prune_dead_refs(e: Eqn, used_outs: list[bool], ref_live) -> Eqn | None:
     return _DCE().rule(e, used_outs, live_ins)[1]
 
 
+def prune_eqn(e: Eqn, used_outs: list[bool]) -> Eqn | None:
+    """The equation with the results `used_outs` only, its operands and bodies pruned by its
+    DCE rule (None when it is dead); an equation without a rule keeps its signature."""
+    return _DCE().rule(e, used_outs, [True] * len(e.inputs))[1]
+
+
 class Unsupported(Exception):
     """Raised by a DCE rule: the equation keeps its signature (only its bodies are cleaned)."""
 

@@ -1,0 +1,141 @@
+"""`--remat POLICY` on programs with a scan saves what `jax.checkpoint(f, policy=...)` saves
+(JAX's `saved_residuals`, as bytes and as the list of shapes): a stacked residual the policy
+does not save is recomputed by running the scan again in the backward pass, as JAX's
+`_scan_partial_eval_custom` does, and so is a jitted call holding one.  Over every policy of
+README's list: a scan of dot/tanh layers over a stacked weight, a scan with a
+checkpoint_name'd value, a scan inside a jitted call, a scan followed by ordinary layers.
+The gradients are jax.grad's, the equation counts no more than JAX's, and the linear
+programs pass the dot-product test."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+from jax import ad_checkpoint as adc  # noqa: E402
+from jax._src.ad_checkpoint import saved_residuals  # noqa: E402
+from jax_oracle import close, run, vec  # noqa: E402
+from test_remat_count import POLICIES, _count, _jax_count, _join  # noqa: E402
+
+from jaxprtool import backend  # noqa: E402
+from jaxprtool.ad import remat  # noqa: E402
+from jaxprtool.ad.api import linearize_jaxpr, transpose_jaxpr  # noqa: E402
+from jaxprtool.text.parser import parse  # noqa: E402
+
+
+def layers(W, x):
+    def layer(c, w):
+        return jnp.tanh(w @ c), None
+
+    c, _ = jax.lax.scan(layer, x, W)
+    return jnp.sum(c**2)
+
+
+def named(x, ws):
+    def layer(c, w):
+        h = adc.checkpoint_name(jnp.tanh(c @ w), "h")
+        g = adc.checkpoint_name(jnp.sin(h @ w.T), "g")
+        return g * c, jnp.cos(h)
+
+    c, ys = jax.lax.scan(layer, x, ws)
+    return jnp.sum(c**2) + jnp.sum(ys * ys)
+
+
+@jax.jit
+def _scanned(W, x):
+    def layer(c, w):
+        return jnp.sin(w @ c), None
+
+    return jax.lax.scan(layer, x, W)[0]
+
+
+def jitted(W, x):
+    return jnp.sum(jnp.tanh(_scanned(W, x)))
+
+
+def then_layers(W, x, v1, v2):
+    def layer(c, w):
+        return jnp.tanh(w @ c), None
+
+    c, _ = jax.lax.scan(layer, x, W)
+    h = adc.checkpoint_name(jnp.sin(v1 @ c), "h")
+    return jnp.sum(jnp.tanh(v2 @ h))
+
+
+PROGRAMS = {
+    "layers": (layers, (vec((5, 4, 4), 0), vec((4,), 1))),
+    "named": (named, (vec((4, 8), 2), 0.5 * vec((3, 8, 8), 3))),
+    "jitted": (jitted, (vec((5, 4, 4), 4), vec((4,), 5))),
+    "then_layers": (then_layers, (vec((5, 4, 4), 6), vec((4,), 7), vec((6, 4), 8), vec((3, 6), 9))),
+}
+
+#: the outer program's plan on standard error: device bytes held, bytes offloaded
+_HELD = re.compile(
+    r"on the program: residual bytes held \d+ -> (\d+);[^;\n]*(?:; offloaded (\d+))?"
+)
+
+
+def _key(shape, dtype, host) -> tuple:
+    return (tuple(int(d) for d in shape), str(dtype), bool(host))
+
+
+def _jax_saved(f, policy, args) -> list[tuple]:
+    """JAX's residuals, the arguments left out: (shape, dtype, in host memory), sorted."""
+    out = []
+    for a, why in saved_residuals(jax.checkpoint(f, policy=policy), *args):
+        if not why.startswith("from the arg"):
+            out.append(_key(a.shape, a.dtype, "<host>" in a.str_short()))
+    return sorted(out)
+
+
+def _bytes(saved) -> tuple[int, int]:
+    dev = sum(int(np.prod(s)) * np.dtype(d).itemsize for s, d, h in saved if not h)
+    host = sum(int(np.prod(s)) * np.dtype(d).itemsize for s, d, h in saved if h)
+    return dev, host
+
+
+def _ours_saved(primal, info) -> list[tuple]:
+    """The residuals the tool's primal program returns (inputs and constants left out)."""
+    n_out = len(info.out_mask)
+    outs = list(primal.outvars[:n_out])
+    new = list(primal.outvars[n_out:])
+    src = {"output": outs, "new": new}
+    saved = [src[r.source][r.index] for r in info.residuals if r.source in src]
+    return sorted(
+        _key(v.type.shape, v.type.np_dtype, v.type.memory_space == "host") for v in saved
+    )
+
+
+@pytest.mark.parametrize("program", sorted(PROGRAMS))
+def test_saved_counts_and_values_against_jax(tmp_path, program):
+    f, args = PROGRAMS[program]
+    argnums = tuple(range(len(args)))
+    path = tmp_path / "f.jaxpr"
+    text = str(jax.make_jaxpr(f)(*args)) + "\n"
+    path.write_text(text)
+    j = parse(text, str(path)).jaxpr
+    grads = []
+    for policy_text, policy in POLICIES.items():
+        want = _jax_saved(f, policy, args)
+        with remat.planning(remat.parse_policy(policy_text)):
+            primal, _, info = linearize_jaxpr(j, list(argnums))
+        assert _ours_saved(primal, info) == want, policy_text
+        out = tmp_path / "g.jaxpr"
+        argv = ["grad", "--argnums", ",".join(map(str, argnums)), "--remat", policy_text]
+        r = run([*argv, str(path), "-o", str(out)])
+        assert r.exit_code == 0, r.output
+        (held,) = _HELD.findall(r.stderr)
+        assert (int(held[0]), int(held[1] or 0)) == _bytes(want), policy_text
+        ours = parse(out.read_text(), str(out)).jaxpr
+        grads.append(ours)
+        theirs = jax.make_jaxpr(jax.grad(jax.checkpoint(f, policy=policy), argnums=argnums))
+        assert _count(ours) <= _jax_count(theirs(*args).jaxpr), policy_text
+    want = jax.jit(jax.grad(f, argnums=argnums))(*args)
+    got = backend.evaluate(_join(grads), list(args) * len(grads))
+    for k in range(len(grads)):
+        for a, b in zip(got[k * len(args) : (k + 1) * len(args)], want):
+            close(a, b, 1e-5)
