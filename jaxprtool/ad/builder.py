@@ -256,21 +256,3 @@ def clone_jaxpr(j: Jaxpr) -> Jaxpr:
         eqns.append(e.replace(inputs=ins, outputs=[fresh(o) for o in e.outputs]))
     return j.replace(constvars=cv, invars=iv, eqns=eqns, outvars=[sub(x) for x in j.outvars])
 
-
-def read_results(body: Jaxpr, positions) -> tuple[Jaxpr, list[int]]:
-    """`body` reading the values of its results at `positions` from new binders (appended to
-    its inputs) instead of computing them: (the new body, the positions it reads, one per
-    distinct value; literals are left out).  What computed them is left for DCE."""
-    binder: dict[int, Var] = {}
-    read: list[int] = []
-    for k in positions:
-        v = body.outvars[k]
-        if isinstance(v, Var) and id(v) not in binder:
-            binder[id(v)] = fresh_like(v)
-            read.append(k)
-    eqns = substitute(list(body.eqns), binder)
-    outvars = [binder.get(id(x), x) if isinstance(x, Var) else x for x in body.outvars]
-    new = body.replace(
-        invars=(*body.invars, *binder.values()), eqns=tuple(eqns), outvars=tuple(outvars)
-    )
-    return new, read

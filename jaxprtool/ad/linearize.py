@@ -110,9 +110,11 @@ def linearize_masked(
     jaxpr: Jaxpr,
     nonzeros: Sequence[bool],
     instantiate: bool | Sequence[bool] = True,
+    rerun: bool = False,
 ):
     """For nested use (call and control-flow rules): no forwarding.  A Ref input gets a
-    tangent Ref when `nonzeros` says so (see `jvp.tangent_mask`).
+    tangent Ref when `nonzeros` says so (see `jvp.tangent_mask`).  `rerun`: the equation
+    holding the body is one a policy may run again (scan, call): see `remat.rematerialize_masked`.
 
     Returns `(primal_jaxpr, linear_jaxpr, out_nonzeros, num_res)`: `primal_jaxpr` maps the primal
     inputs to `(outs..., residuals...)`; `linear_jaxpr` maps `(residuals..., tangents...)` (one
@@ -124,7 +126,9 @@ def linearize_masked(
     linear = _linear_jaxpr(residuals, tan_in, teqns, touts)
     from .remat import rematerialize_masked
 
-    primal, linear, num_res = rematerialize_masked(primal, linear, len(outs), len(residuals))
+    primal, linear, num_res = rematerialize_masked(
+        primal, linear, len(outs), len(residuals), rerun
+    )
     return primal, linear, out_nz, num_res
 
 

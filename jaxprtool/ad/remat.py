@@ -148,6 +148,40 @@ def rerun_eqn(e: Eqn, saves: list[bool], wanted: list[bool]) -> Eqn | None:
     return ne
 
 
+def feed_results(body: Jaxpr, positions) -> tuple[Jaxpr, list[int]]:
+    """`body` reading the values of its results at `positions` from new binders (appended to
+    its inputs) instead of computing them: (the new body, the positions it reads, one per
+    distinct value; literals are left out).  A value made by an equation the policy may run
+    again (a scan in a call's body) is fed to it too, and an offloaded copy's device value is
+    copied back from it (as JAX's recomputation does), so that DCE can prune what made
+    them."""
+    made = {id(o): e for e in body.eqns for o in e.outputs}
+    binder: dict[int, Var] = {}
+    read: list[int] = []
+    back: list[Eqn] = []
+    for k in positions:
+        v = body.outvars[k]
+        if isinstance(v, Var) and id(v) not in binder:
+            binder[id(v)] = b = B.fresh_like(v)
+            read.append(k)
+            src = _offloaded_from(made.get(id(v)))
+            if src is not None and id(src) not in binder:
+                back.append(_copy(b, src.type, "device"))
+                binder[id(src)] = back[-1].outputs[0]
+    eqns = list(back)
+    for e in body.eqns:
+        fed = [id(o) in binder for o in e.outputs]
+        rule = record_of(e.prim).remat_feed
+        if any(fed) and rule is not None:
+            e = rule(e, fed)
+        eqns.append(e)
+    eqns = B.substitute(eqns, binder)
+    outvars = [binder.get(id(x), x) if isinstance(x, Var) else x for x in body.outvars]
+    binders = [binder[id(body.outvars[k])] for k in read]
+    new = body.replace(invars=(*body.invars, *binders), eqns=eqns, outvars=outvars)
+    return new, read
+
+
 def nbytes(v) -> int:
     """The device bytes of `v` (none for a value in host memory: an offloaded copy)."""
     return 0 if in_host(v) else all_bytes(v)
@@ -1010,6 +1044,16 @@ def _copy(x: Var, out_type, kind: str) -> Eqn:
     return Eqn("device_put", (x,), (Var(out_type, x.hint),), params)
 
 
+def _offloaded_from(e: Eqn | None) -> Var | None:
+    """The device value an offloaded copy (`_copy` to host memory) was made from, else None."""
+    if e is None or e.prim != "device_put" or len(e.inputs) != 1:
+        return None
+    x = e.inputs[0]
+    if not isinstance(x, Var) or in_host(x) or not in_host(e.outputs[0]):
+        return None
+    return x
+
+
 def _hoist_nonlinear(eqns, tangents, inside):
     """(the equations that read no tangent (constants a rule built), the others): the first
     go ahead, since a `remat2` call gets only linear results, whose transposition is the
@@ -1151,6 +1195,44 @@ def planning(spec: Spec | None):
         _PLANS.reset(t2)
 
 
+def _with_saved(primal: Jaxpr, linear: Jaxpr, n_out: int, num_res: int, spec: Spec):
+    """The body's pair with the values the policy saves to recompute its residuals from
+    made residuals too (read by no linear equation): what the rerun of the equation holding
+    the body reads, as JAX's known loop stacks them.  `(primal, linear, num_res)`."""
+    g = Graph(primal, _masked_info(primal, n_out))
+    have = {id(v) for v in primal.outvars if isinstance(v, Var)} | g.free
+    extra = [v for v in policy_plan(g, spec).saved if id(v) not in have]
+    if not extra:
+        return primal, linear, num_res
+    primal = primal.replace(outvars=(*primal.outvars, *extra))
+    ins = linear.invars
+    linear = linear.replace(
+        invars=(*ins[:num_res], *(B.fresh_like(v) for v in extra), *ins[num_res:])
+    )
+    return primal, linear, num_res + len(extra)
+
+
+def _masked_info(primal: Jaxpr, n_out: int) -> LinearizeInfo:
+    """A nested body's residuals: its results after its `n_out` outputs."""
+    info = LinearizeInfo([True] * len(primal.invars), [True] * n_out)
+    info.residuals = [Residual(v.type, "new", k) for k, v in enumerate(primal.outvars[n_out:])]
+    return info
+
+
+def _reruns(spec: Spec, body: Jaxpr) -> bool:
+    """Whether the plan of the program holding a scan or call of `body` may run it again
+    under `spec` (a policy without offloading; a body without effects, random draws or
+    Refs: `eqn_saves` asks the same of the equation)."""
+    from ..core import RefType
+    from ..passes.common import jaxpr_has_effects, jaxpr_has_random
+
+    if spec.budget is not None or spec.policy in (None, "min-cut") or spec.offload is not None:
+        return False
+    if any(isinstance(v.type, RefType) for v in (*body.invars, *body.outvars)):
+        return False
+    return not (jaxpr_has_effects(body) or jaxpr_has_random(body))
+
+
 def current_spec() -> Spec | None:
     return _SPEC.get()
 
@@ -1216,12 +1298,18 @@ def rematerialize(primal: Jaxpr, linear: Jaxpr, info: LinearizeInfo, nested: boo
     return out
 
 
-def rematerialize_masked(primal: Jaxpr, linear: Jaxpr, n_out: int, num_res: int):
+def rematerialize_masked(primal: Jaxpr, linear: Jaxpr, n_out: int, num_res: int, rerun=False):
     """`rematerialize` for `linearize_masked`'s pair (a nested body: residuals are the primal
-    body's results after its `n_out` outputs): `(primal, linear, num_res)`."""
-    if _SPEC.get() is None:
+    body's results after its `n_out` outputs): `(primal, linear, num_res)`.  The body of an
+    equation a policy may run again (`rerun`: a scan, a call) gets no plan of its own when
+    the policy can: the plan of the program holding it reruns the equation for the residuals
+    it does not save, as JAX recomputes a loop's residuals in one forward loop of the
+    backward pass (JAX's policy-saved ones stacked).  Offload policies keep the body's plan
+    (its copies to host memory are made inside the loop, as JAX's are)."""
+    spec = _SPEC.get()
+    if spec is None:
         return primal, linear, num_res
-    info = LinearizeInfo([True] * len(primal.invars), [True] * n_out)
-    info.residuals = [Residual(v.type, "new", k) for k, v in enumerate(primal.outvars[n_out:])]
-    p, lin, new_info = rematerialize(primal, linear, info, nested=True)
+    if rerun and _reruns(spec, primal):
+        return _with_saved(primal, linear, n_out, num_res, spec)
+    p, lin, new_info = rematerialize(primal, linear, _masked_info(primal, n_out), nested=True)
     return p, lin, len(new_info.residuals)

@@ -39,7 +39,7 @@ from ..ad.registry import (
     find_library_jvp,
     rebind_primal,
 )
-from ..ad.remat import current_spec, remat_class
+from ..ad.remat import current_spec, feed_results, remat_class
 from ..ad.transpose import backward_pass, transpose_jaxpr
 from ..ad.zeros import (
     Zero,
@@ -270,10 +270,15 @@ def _call_jvp(prim):
     return rule
 
 
+def _linearize_rerun(inner, nz, instantiate):
+    """The body's linearization, which a policy may run again (`remat_saves` below)."""
+    return linearize_masked(inner, nz, instantiate, rerun=True)
+
+
 def _call_linearize(prim):
     def rule(primals, tangents, **params):
         key, inner, nz, nz_t, n, out_types = _call_parts(prim, params, tangents)
-        pj, lj, out_nz, _ = _memo("lin", linearize_masked, inner, nz)
+        pj, lj, out_nz, _ = _memo("lin", _linearize_rerun, inner, nz)
         pj, src = _memo("fwd", lambda j, m, instantiate: _forward_plan(j, n), pj, ())
         residuals = _residuals_from(src, primals)
         ins, nz_in = list(range(len(primals))), [i for i, m in enumerate(nz) if m]
@@ -334,7 +339,7 @@ def _call_remat_feed(prim):
 
     def rule(e, saved):
         key = _key(prim, e.params)
-        body, read = B.read_results(e.params[key], [k for k, s in enumerate(saved) if s])
+        body, read = feed_results(e.params[key], [k for k, s in enumerate(saved) if s])
         n_in, n_out = len(e.inputs), len(e.outputs)
         p = _resized(
             dict(e.params, **{key: body}),

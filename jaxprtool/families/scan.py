@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from ..ad import batching as BT
 from ..ad import builder as B
 from ..ad.jvp import jvp_masked
+from ..ad.remat import feed_results
 from ..ad.linearize import linearize_masked
 from ..ad.ops import add_tangents, instantiate
 from ..ad.transpose import backward_pass, transposed_inputs
@@ -663,7 +664,9 @@ def _scan_linearize(primals, tangents, **params):
     if not any(out_nz) and not writes_tangent_ref(body.invars, nzs):
         return B.current().emit("scan", primals, params, out_types), zero_tangents(out_types)
     carry_nz = nzs[nc : nc + nk]
-    pj, lj, out_nz2, nres = linearize_masked(body, nzs, instantiate=carry_nz + [False] * ny)
+    pj, lj, out_nz2, nres = linearize_masked(
+        body, nzs, instantiate=carry_nz + [False] * ny, rerun=True
+    )
     assert out_nz2 == out_nz
     res = list(pj.outvars[nk + ny :])
     in_pos = {id(v): i for i, v in enumerate(pj.invars)}
@@ -1143,7 +1146,7 @@ def _scan_remat_feed(e, saved):
     so that running it again computes only the rest."""
     sp = ScanParams.from_eqn(e)
     nk = sp.num_carry
-    body, read = B.read_results(sp.jaxpr, [k for k in range(nk, len(e.outputs)) if saved[k]])
+    body, read = feed_results(sp.jaxpr, [k for k in range(nk, len(e.outputs)) if saved[k]])
     consts_g, carry_g, xs_g = sp.ft_in.unpack()
     params = sp.to_params(
         jaxpr=body,
