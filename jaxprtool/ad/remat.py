@@ -99,7 +99,8 @@ def cheap(e: Eqn) -> bool:
 def body_saves(body: Jaxpr, decide) -> list[bool | None]:
     """Per result of `body`: whether the policy `decide` saves its value (the decision on the
     equation that makes it; a value that cannot be recomputed, or in host memory: an
-    offloaded copy, is saved), None for a binder, False for a literal."""
+    offloaded copy, is saved, while the value it copies is made again from it), None for a
+    binder, False for a literal."""
     made = {id(o): (e, k) for e in body.eqns for k, o in enumerate(e.outputs)}
     binders = {id(v) for v in (*body.invars, *body.constvars)}
 
@@ -114,7 +115,8 @@ def body_saves(body: Jaxpr, decide) -> list[bool | None]:
         saves = eqn_saves(e, decide)
         if saves is not None:
             return saves[k]
-        return bool(decide(e)) or not recomputable(e)
+        d = decide(e)
+        return (bool(d) and not isinstance(d, Offload)) or not recomputable(e)
 
     return [of(v) for v in body.outvars]
 
@@ -1197,14 +1199,16 @@ def planning(spec: Spec | None):
 
 def _with_saved(primal: Jaxpr, linear: Jaxpr, n_out: int, num_res: int, spec: Spec):
     """The body's pair with the values the policy saves to recompute its residuals from
-    made residuals too (read by no linear equation): what the rerun of the equation holding
-    the body reads, as JAX's known loop stacks them.  `(primal, linear, num_res)`."""
+    made residuals too (read by no linear equation; an offloaded one copied to its memory
+    after the equation that makes it): what the rerun of the equation holding the body
+    reads, as JAX's known loop stacks them.  `(primal, linear, num_res)`."""
     g = Graph(primal, _masked_info(primal, n_out))
     have = {id(v) for v in primal.outvars if isinstance(v, Var)} | g.free
-    extra = [v for v in policy_plan(g, spec).saved if id(v) not in have]
+    eqns, held, _ = _offload_copies(g, policy_plan(g, spec))
+    extra = [v for v in held if id(v) not in have]
     if not extra:
         return primal, linear, num_res
-    primal = primal.replace(outvars=(*primal.outvars, *extra))
+    primal = primal.replace(eqns=eqns, outvars=(*primal.outvars, *extra))
     ins = linear.invars
     linear = linear.replace(
         invars=(*ins[:num_res], *(B.fresh_like(v) for v in extra), *ins[num_res:])
@@ -1221,12 +1225,12 @@ def _masked_info(primal: Jaxpr, n_out: int) -> LinearizeInfo:
 
 def _reruns(spec: Spec, body: Jaxpr) -> bool:
     """Whether the plan of the program holding a scan or call of `body` may run it again
-    under `spec` (a policy without offloading; a body without effects, random draws or
-    Refs: `eqn_saves` asks the same of the equation)."""
+    under `spec` (a policy; a body without effects, random draws or Refs: `eqn_saves` asks
+    the same of the equation)."""
     from ..core import RefType
     from ..passes.common import jaxpr_has_effects, jaxpr_has_random
 
-    if spec.budget is not None or spec.policy in (None, "min-cut") or spec.offload is not None:
+    if spec.budget is not None or spec.policy in (None, "min-cut"):
         return False
     if any(isinstance(v.type, RefType) for v in (*body.invars, *body.outvars)):
         return False
@@ -1304,8 +1308,8 @@ def rematerialize_masked(primal: Jaxpr, linear: Jaxpr, n_out: int, num_res: int,
     equation a policy may run again (`rerun`: a scan, a call) gets no plan of its own when
     the policy can: the plan of the program holding it reruns the equation for the residuals
     it does not save, as JAX recomputes a loop's residuals in one forward loop of the
-    backward pass (JAX's policy-saved ones stacked).  Offload policies keep the body's plan
-    (its copies to host memory are made inside the loop, as JAX's are)."""
+    backward pass (JAX's policy-saved ones stacked, offloaded ones copied inside the loop).
+    """
     spec = _SPEC.get()
     if spec is None:
         return primal, linear, num_res
