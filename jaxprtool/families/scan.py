@@ -1119,9 +1119,10 @@ def _scan_cost(e, costs):
 
 
 def _scan_remat_saves(e, body_saves):
-    """Per result: saved when the policy saves the body value it holds (a stacked carry: the
-    carry's new value), as JAX's `_scan_partial_eval_custom` keeps its extensive residuals;
-    any other result makes a policy run the loop again (`_scan_remat_feed`)."""
+    """Per result: a stacked one is saved when the policy saves the body value it holds (a
+    stacked carry: the carry's new value), as JAX's `_scan_partial_eval_custom` keeps its
+    extensive residuals; the final carries and the other results are made by running the
+    loop again (`_scan_remat_feed`), as JAX's staged loop makes them."""
     try:
         sp = ScanParams.from_eqn(e)
     except ShapeError:
@@ -1138,7 +1139,7 @@ def _scan_remat_saves(e, body_saves):
             return saved(i - nc, seen | {k})
         return False  # a const or scanned input: the loop passes it again
 
-    return [saved(k, frozenset()) for k in range(len(body.outvars))]
+    return [k >= nk and saved(k, frozenset()) for k in range(len(body.outvars))]
 
 
 def _scan_remat_feed(e, saved):
