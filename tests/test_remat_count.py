@@ -142,12 +142,9 @@ def test_grad_counts_values_and_residuals_against_jax(tmp_path, program):
         grads.append(ours)
         theirs = jax.make_jaxpr(jax.grad(jax.checkpoint(f, policy=policy), argnums=argnums))
         assert _count(ours) <= _jax_count(theirs(*args).jaxpr), text
-        # what is saved: JAX's bytes, on the device and on the host (but for the scan,
-        # which the tool saves the stacked residuals of and JAX's checkpoint around it
-        # recomputes whole)
+        # what is saved: JAX's bytes, on the device and on the host
         (held,) = _HELD.findall(r.stderr)
-        if program != "scan":
-            assert (int(held[0]), int(held[1] or 0)) == _jax_bytes(f, policy, args), text
+        assert (int(held[0]), int(held[1] or 0)) == _jax_bytes(f, policy, args), text
         for body, in_remat in _bodies(ours):
             assert sum(e.prim == "remat2" for e in body.eqns) <= 1, text
             back = [e for e in body.eqns if e.prim == "device_put" and "Device" in str(e.params)]

@@ -105,9 +105,7 @@ def _ours_saved(primal, info) -> list[tuple]:
     new = list(primal.outvars[n_out:])
     src = {"output": outs, "new": new}
     saved = [src[r.source][r.index] for r in info.residuals if r.source in src]
-    return sorted(
-        _key(v.type.shape, v.type.np_dtype, v.type.memory_space == "host") for v in saved
-    )
+    return sorted(_key(v.type.shape, v.type.np_dtype, v.type.memory_space == "host") for v in saved)
 
 
 @pytest.mark.parametrize("program", sorted(PROGRAMS))
@@ -139,3 +137,50 @@ def test_saved_counts_and_values_against_jax(tmp_path, program):
     for k in range(len(grads)):
         for a, b in zip(got[k * len(args) : (k + 1) * len(args)], want):
             close(a, b, 1e-5)
+
+
+#: the policies whose linear programs rerun a scan (or a call holding one)
+RERUNS = ("dots_saveable", "offload_dot_with_no_batch_dims(device, pinned_host)")
+
+
+def test_linear_programs_dot_product():
+    """`linearize --remat` + `transpose`: <w, L v> = <L^T w, v> for a scan and a jitted call
+    holding one, under the policies that rerun its scan in the linear program (inside its one remat2 call) reading
+    the saved (or offloaded) stacked values, and L v is jax.jvp's tangent."""
+    forms, inputs = [], []
+    for name in ("named", "jitted"):
+        f, args = PROGRAMS[name]
+        j = parse(str(jax.make_jaxpr(f)(*args)), name).jaxpr
+        for text in RERUNS:
+            with remat.planning(remat.parse_policy(text)):
+                forms.append(linearize_jaxpr(j, list(range(len(args)))))
+            inputs.append((f, args))
+    for _, lin, _ in forms:
+        (call,) = [e for e in lin.eqns if e.prim == "remat2"]
+        assert any(e.prim in ("scan", "jit") for e in call.params["jaxpr"].eqns)
+    outs = iter(
+        backend.evaluate(_join([p for p, _, _ in forms]), [x for _, a in inputs for x in a])
+    )
+    res = []
+    for (primal, _, info), (_, args) in zip(forms, inputs):
+        got = [next(outs) for _ in primal.outvars]
+        n_out = len(info.out_mask)
+        src = {"input": list(args), "output": got[:n_out], "new": got[n_out:]}
+        res.append([src[r.source][r.index] for r in info.residuals])
+    tangents = {id(f): [vec(a.shape, 30 + k) for k, a in enumerate(args)] for f, args in inputs}
+    jvps = {id(f): jax.jvp(f, args, tuple(tangents[id(f)]))[1] for f, args in inputs}
+    vs = [tangents[id(f)] for f, _ in inputs]
+    lvs = backend.evaluate(
+        _join([lin for _, lin, _ in forms]), [x for r, v in zip(res, vs) for x in r + v]
+    )
+    w = np.float32(0.7)
+    lts = [
+        transpose_jaxpr(lin, [False] * len(r) + [True] * len(v))
+        for (_, lin, _), r, v in zip(forms, res, vs)
+    ]
+    ltws = iter(backend.evaluate(_join(lts), [x for r in res for x in r + [w]]))
+    for lv, v, (f, args) in zip(lvs, vs, inputs):
+        close(lv, jvps[id(f)], 1e-4)
+        ltw = [next(ltws) for _ in v]
+        rhs = sum(float(np.vdot(np.float64(a), np.float64(b))) for a, b in zip(ltw, v))
+        assert abs(float(lv) * float(w) - rhs) <= 1e-4 * max(1.0, abs(rhs))
