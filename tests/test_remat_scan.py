@@ -179,7 +179,7 @@ def test_linear_programs_dot_product():
         for (_, lin, _), r, v in zip(forms, res, vs)
     ]
     ltws = iter(backend.evaluate(_join(lts), [x for r in res for x in r + [w]]))
-    for lv, v, (f, args) in zip(lvs, vs, inputs):
+    for lv, v, (f, _) in zip(lvs, vs, inputs):
         close(lv, jvps[id(f)], 1e-4)
         ltw = [next(ltws) for _ in v]
         rhs = sum(float(np.vdot(np.float64(a), np.float64(b))) for a, b in zip(ltw, v))

@@ -255,4 +255,3 @@ def clone_jaxpr(j: Jaxpr) -> Jaxpr:
         ins = [sub(x) for x in e.inputs]
         eqns.append(e.replace(inputs=ins, outputs=[fresh(o) for o in e.outputs]))
     return j.replace(constvars=cv, invars=iv, eqns=eqns, outvars=[sub(x) for x in j.outvars])
-

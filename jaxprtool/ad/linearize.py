@@ -126,9 +126,7 @@ def linearize_masked(
     linear = _linear_jaxpr(residuals, tan_in, teqns, touts)
     from .remat import rematerialize_masked
 
-    primal, linear, num_res = rematerialize_masked(
-        primal, linear, len(outs), len(residuals), rerun
-    )
+    primal, linear, num_res = rematerialize_masked(primal, linear, len(outs), len(residuals), rerun)
     return primal, linear, out_nz, num_res
 
 

@@ -966,6 +966,8 @@ def apply_plan(
     and, in one `remat2` call, copies the offloaded ones back and recomputes the other
     residuals.  `forward=False` (nested bodies): every saved value is a result of the
     primal program, none forwarded."""
+    from ..passes.dce import dce
+
     n_out = len(info.out_mask)
     n_res = len(info.residuals)
     outs = list(primal.outvars[:n_out])
@@ -979,12 +981,8 @@ def apply_plan(
         outs if forward else (),
         new_info,
     )
-    new_primal = B.make_jaxpr(
-        primal.invars,
-        B.dce_eqns(peqns, outs + new),
-        outs + new,
-        primal.constvars,
-    )
+    # (DCE prunes the results of a scan or call that the linear program now makes itself)
+    new_primal = dce(B.make_jaxpr(primal.invars, peqns, outs + new, primal.constvars))
     saved_in = [B.fresh_like(v) for v in held]
     by_saved = {id(v): b for v, b in zip(plan.saved, saved_in)}  # offloaded: its host copy
     tan_in = [B.fresh_like(v) for v in linear.invars[n_res:]]

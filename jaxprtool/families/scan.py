@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from ..ad import batching as BT
 from ..ad import builder as B
 from ..ad.jvp import jvp_masked
-from ..ad.remat import feed_results
 from ..ad.linearize import linearize_masked
 from ..ad.ops import add_tangents, instantiate
+from ..ad.remat import feed_results
 from ..ad.transpose import backward_pass, transposed_inputs
 from ..ad.zeros import (
     Zero,
