@@ -16,6 +16,7 @@ from ..ad import ops
 from ..ad.jvp import jvp_masked
 from ..ad.linearize import linearize_masked
 from ..ad.ops import instantiate
+from ..ad.remat import feed_results
 from ..ad.transpose import backward_pass, transposed_inputs
 from ..ad.zeros import (
     Zero,
@@ -27,6 +28,7 @@ from ..ad.zeros import (
     zero_tangents,
 )
 from ..core import Jaxpr, JaxprError, RefType, ShapedArray, Var
+from ..params import EnumValue
 from ..record import define
 from ..shapes import ShapeError, shape_rule
 from ..shapes.util import arr, check_call_operands, is_int_dtype, out_types_of, types_agree
@@ -124,7 +126,7 @@ def _cond_linearize(primals, tangents, *, branches, **params):
         outs = b.emit("cond", primals, _cond_params(params, branches), out_types)
         return outs, zero_tangents(out_types)
     n_out = len(out_nz)
-    lins = [linearize_masked(br, nz, instantiate=out_nz) for br in branches]
+    lins = [linearize_masked(br, nz, instantiate=out_nz, rerun=True) for br in branches]
     # Unify the residuals: new ones matched by (type, occurrence) as JAX's
     # _merge_branch_residuals does; branch inputs are forwarded (one slot per input).
     new_slots: list = []
@@ -156,10 +158,7 @@ def _cond_linearize(primals, tangents, *, branches, **params):
         own_new = {s: r for (kind, s), r in zip(mine, pj.outvars[n_out:]) if kind == "new"}
         bb = B.Builder()
         with B.use(bb):
-            res_out = [
-                own_new[s] if s in own_new else instantiate(Zero(t))
-                for s, t in enumerate(new_slots)
-            ]
+            res_out = [own_new[s] if s in own_new else _filler(t) for s, t in enumerate(new_slots)]
         primal_branches.append(
             pj.replace(eqns=list(pj.eqns) + bb.eqns, outvars=list(pj.outvars[:n_out]) + res_out)
         )
@@ -185,6 +184,21 @@ def _cond_linearize(primals, tangents, *, branches, **params):
         )
     it = iter(touts)
     return prim_outs, [next(it) if m else Zero(tangent_type(t)) for t, m in zip(out_types, out_nz)]
+
+
+def _filler(t):
+    """What a branch returns for another branch's residual: zeros, or for one in host memory
+    (an offloaded copy) JAX's `empty2` there, broadcast (zeros would be device values)."""
+    if getattr(t, "memory_space", None) != "host":
+        return instantiate(Zero(t))
+    space = EnumValue("MemorySpace", "Host")
+    (x,) = B.current().emit(
+        "empty2",
+        [],
+        {"dtype": t.np_dtype, "memory_space": space},
+        [ShapedArray((), t.dtype, memory_space="host")],
+    )
+    return ops.broadcast_in_dim(x, t.shape, ())
 
 
 def _transpose_body(j: Jaxpr, lin: list[bool], ct_mask: list[bool], ref_lin: list[bool]):
@@ -404,6 +418,35 @@ def _cond_hoist_consts(e, outer):
     return e.replace(inputs=(e.inputs[0], *new_ops, *e.inputs[1:]), params=params)
 
 
+# ---------------------------------------------------------------- rematerialization
+
+
+def _cond_remat_saves(e, body_saves):
+    """Per result: saved when the policy saves the value a branch gives it (a residual the
+    other branches fill with zeros included), else a policy runs the cond again, as JAX's
+    `_cond_partial_eval_custom` recomputes it."""
+    branches = _branches_of(e.params)
+    if branches is None:
+        return [True] * len(e.outputs)
+    per = [body_saves(b) for b in branches]
+    return [any(bool(p[k]) for p in per) for k in range(len(e.outputs))]
+
+
+def _cond_remat_feed(e, saved):
+    """The cond reading its saved results as new operands (after the others) in every
+    branch; unchanged when a branch gives two of them one value (the branches would take
+    different operands)."""
+    ks = [k for k, s in enumerate(saved) if s]
+    fed = [feed_results(b, ks) for b in _branches_of(e.params)]
+    if any(read != ks for _, read in fed):
+        return e
+    params = _cond_params(e.params, [b for b, _ in fed])
+    lin = params.get("linear")
+    if isinstance(lin, tuple) and len(lin) == len(e.inputs) - 1:
+        params["linear"] = lin + (False,) * len(ks)
+    return e.replace(inputs=(*e.inputs, *(e.outputs[k] for k in ks)), params=params)
+
+
 # ---------------------------------------------------------------- registration
 
 define(
@@ -423,4 +466,6 @@ define(
     body_operands=_cond_body_operands,
     batching=_cond_batching,
     hoist_consts=_cond_hoist_consts,
+    remat_saves=_cond_remat_saves,
+    remat_feed=_cond_remat_feed,
 )
