@@ -1,8 +1,8 @@
 """`--remat POLICY` on programs with a scan saves what `jax.checkpoint(f, policy=...)` saves
 (JAX's `saved_residuals`, as bytes and as the list of shapes): a stacked residual the policy
 does not save is recomputed by running the scan again in the backward pass, as JAX's
-`_scan_partial_eval_custom` does, and so is a jitted call or a cond holding one.  Over every policy of
-README's list: a scan of dot/tanh layers over a stacked weight, a scan with a
+`_scan_partial_eval_custom` does, and so is a jitted call or a cond holding one.  Over every
+policy of README's list: a scan of dot/tanh layers over a stacked weight, a scan with a
 checkpoint_name'd value, a scan inside a jitted call, a scan followed by ordinary layers, a
 cond inside a scan (rerun too, as JAX's `_cond_partial_eval_custom` does; the branch that
 does not offload fills the other's host residual with `empty2` in host memory, as JAX's).
@@ -158,8 +158,9 @@ RERUNS = ("dots_saveable", "offload_dot_with_no_batch_dims(device, pinned_host)"
 
 def test_linear_programs_dot_product():
     """`linearize --remat` + `transpose`: <w, L v> = <L^T w, v> for a scan and a jitted call
-    holding one, under the policies that rerun its scan in the linear program (inside its one remat2 call) reading
-    the saved (or offloaded) stacked values, and L v is jax.jvp's tangent."""
+    holding one, under the policies that rerun its scan in the linear program (inside its one
+    remat2 call) reading the saved (or offloaded) stacked values, and L v is jax.jvp's
+    tangent."""
     forms, inputs = [], []
     for name in ("named", "jitted"):
         f, args = PROGRAMS[name]

@@ -114,7 +114,8 @@ def linearize_masked(
 ):
     """For nested use (call and control-flow rules): no forwarding.  A Ref input gets a
     tangent Ref when `nonzeros` says so (see `jvp.tangent_mask`).  `rerun`: the equation
-    holding the body is one a policy may run again (scan, call): see `remat.rematerialize_masked`.
+    holding the body is one a policy may run again (scan, call, cond): see
+    `remat.rematerialize_masked`.
 
     Returns `(primal_jaxpr, linear_jaxpr, out_nonzeros, num_res)`: `primal_jaxpr` maps the primal
     inputs to `(outs..., residuals...)`; `linear_jaxpr` maps `(residuals..., tangents...)` (one

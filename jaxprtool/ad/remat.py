@@ -123,7 +123,7 @@ def body_saves(body: Jaxpr, decide) -> list[bool | None]:
 
 def eqn_saves(e: Eqn, decide) -> list[bool] | None:
     """Per result of an equation the policy may run again (its record's `remat_saves`: a scan,
-    a call): whether the policy saves it; None for any other equation, or one with effects."""
+    a call, a cond): whether the policy saves it; None for any other equation, or one with effects."""
     from ..passes.common import eqn_is_pure
 
     rule = record_of(e.prim).remat_saves
@@ -594,7 +594,7 @@ class Plan:
     #: not `bytes_after`: those are the bytes held in device memory)
     offload: dict[int, Offload] = field(default_factory=dict)
     bytes_offloaded: int = 0
-    #: index of a recomputed equation -> the equation run in its place (a scan or call
+    #: index of a recomputed equation -> the equation run in its place (a scan, call or cond
     #: rerun for some of its results, reading the saved ones: `rerun_eqn`)
     reruns: dict[int, Eqn] = field(default_factory=dict)
 
@@ -654,8 +654,8 @@ def _plan_from_saved(g: Graph, saved_ids: set[int], method: str, reruns=None) ->
 def policy_plan(g: Graph, spec: Spec) -> Plan:
     """What `jax.checkpoint(policy=...)` saves: a residual made by an equation the policy lets
     save (or that cannot be recomputed) is saved, one it offloads is saved in the policy's
-    memory; any other is recomputed from its operands.  A scan's or call's result is saved
-    when the policy saves the body value it holds, else the equation runs again for it
+    memory; any other is recomputed from its operands.  A scan's, call's or cond's result is
+    saved when the policy saves the body value it holds, else the equation runs again for it
     (reading its saved results), as JAX's partial evaluation reruns a loop."""
     decide = decision(spec)
     saved_ids: set[int] = set()
@@ -981,7 +981,7 @@ def apply_plan(
         outs if forward else (),
         new_info,
     )
-    # (DCE prunes the results of a scan or call that the linear program now makes itself)
+    # (DCE prunes the results of a scan, call or cond that the linear program now makes)
     new_primal = dce(B.make_jaxpr(primal.invars, peqns, outs + new, primal.constvars))
     saved_in = [B.fresh_like(v) for v in held]
     by_saved = {id(v): b for v, b in zip(plan.saved, saved_in)}  # offloaded: its host copy
@@ -1222,9 +1222,9 @@ def _masked_info(primal: Jaxpr, n_out: int) -> LinearizeInfo:
 
 
 def _reruns(spec: Spec, body: Jaxpr) -> bool:
-    """Whether the plan of the program holding a scan or call of `body` may run it again
-    under `spec` (a policy; a body without effects, random draws or Refs: `eqn_saves` asks
-    the same of the equation)."""
+    """Whether the plan of the program holding a scan, call or cond of `body` may run it
+    again under `spec` (a policy; a body without effects, random draws or Refs: `eqn_saves`
+    asks the same of the equation)."""
     from ..core import RefType
     from ..passes.common import jaxpr_has_effects, jaxpr_has_random
 
@@ -1303,11 +1303,11 @@ def rematerialize(primal: Jaxpr, linear: Jaxpr, info: LinearizeInfo, nested: boo
 def rematerialize_masked(primal: Jaxpr, linear: Jaxpr, n_out: int, num_res: int, rerun=False):
     """`rematerialize` for `linearize_masked`'s pair (a nested body: residuals are the primal
     body's results after its `n_out` outputs): `(primal, linear, num_res)`.  The body of an
-    equation a policy may run again (`rerun`: a scan, a call) gets no plan of its own when
-    the policy can: the plan of the program holding it reruns the equation for the residuals
-    it does not save, as JAX recomputes a loop's residuals in one forward loop of the
-    backward pass (JAX's policy-saved ones stacked, offloaded ones copied inside the loop).
-    """
+    equation a policy may run again (`rerun`: a scan, a call, a cond) gets no plan of its own
+    when the policy can: the plan of the program holding it reruns the equation for the
+    residuals it does not save, as JAX recomputes a loop's residuals in one forward loop of
+    the backward pass (JAX's policy-saved ones stacked, offloaded ones copied inside the
+    loop)."""
     spec = _SPEC.get()
     if spec is None:
         return primal, linear, num_res
