@@ -123,7 +123,8 @@ def body_saves(body: Jaxpr, decide) -> list[bool | None]:
 
 def eqn_saves(e: Eqn, decide) -> list[bool] | None:
     """Per result of an equation the policy may run again (its record's `remat_saves`: a scan,
-    a call, a cond): whether the policy saves it; None for any other equation, or one with effects."""
+    a call, a cond): whether the policy saves it; None for any other equation, or one with
+    effects."""
     from ..passes.common import eqn_is_pure
 
     rule = record_of(e.prim).remat_saves
