@@ -12,7 +12,9 @@ loop, giving exactly what the grammar gives.
   (readers.py: `new_var`, `operand_atoms`, `bind`; param_values.py: `read_value`), so the
   two paths share every rule but how tokens are found.  The first equation that is not
   simple, or has an error, ends the run untouched (warnings it added are dropped) and is
-  read by the grammar: every error is the grammar's, in its words.  A block all on the line
+  read by the grammar: every error is the grammar's, in its words.  The commonest equation
+  (one result, no parameters, variables for operands) is matched a line at a time by one
+  expression (`_plain_line`) before the general reading.  A block all on the line
   of `let` (`let EQN; EQN in (`, how JAX prints small jaxprs) is read whole by
   `read_inline`, or not at all.  A parameter list of plain values is remembered with its
   text and reused, with fresh lists (`marshal` copies), where the text recurs.
@@ -29,7 +31,9 @@ damaged texts.
 
 from __future__ import annotations
 
+import functools
 import marshal
+import re
 from sys import intern
 
 from ...core import Eqn, Jaxpr, JaxprError, Loc, Var
@@ -68,9 +72,28 @@ class FastPath(Readers, ParamValues):
         warnings = self.warnings
         head = G.FAST_HEAD.match
         indent = s[p - eqcol + 1 : p]  # of the block's equations
+        plain = _plain_line(indent)
+        types = self.types
         eqns = []
         end = -1
         while True:
+            # the commonest equation first, a line at a time (`_plain_line`)
+            while (m := plain(s, p)) is not None:
+                name, type_text, prim, ops = m.groups()
+                t = types.get(type_text)
+                if t is None:
+                    break  # a type not read yet: the general way below reads it
+                try:
+                    inputs = tuple([table[o] for o in ops[1:].split(" ")]) if ops else ()
+                except KeyError:
+                    break  # `inf`, `nan`, or an undefined name: as below
+                out = Var(t, name)
+                table[name] = out  # (`bind`: the name is not `_`)
+                eqns.append(Eqn(intern(prim), inputs, (out,), {}, Loc(path, line, eqcol)))
+                self.eqn_start = p
+                end = m.end() - 1
+                p = end + eqcol  # (the next line starts with `indent`)
+                line += 1
             m = head(s, p)
             if m is None:
                 break
@@ -243,6 +266,19 @@ class FastPath(Readers, ParamValues):
         if self.operand_atoms(ops, e, 0, table, out):
             fix_untyped_operands(out)
         return tuple(out)
+
+
+@functools.cache
+def _plain_line(indent: str):
+    """The `match` of the commonest equation, at a block's `indent`: `name:TYPE = prim a b`
+    with one result (not `_`), no parameters and variables for operands, all on its line,
+    the next line another equation or the block's `in (` at the same indentation.  Groups:
+    name, type text, primitive, operands (with a leading space, or empty).  It matches
+    less than `read_run`'s general reading takes, and reads those equations the same."""
+    return re.compile(
+        rf"([a-z]+_?):({G.FAST_TYPE}) = ([A-Za-z_][A-Za-z0-9_.\-]*+)((?: [a-z]+_?)*)\n"
+        rf"(?={re.escape(indent)}[a-z_])"
+    ).match
 
 
 def _inline_end(s: str, e: int) -> int:
