@@ -78,6 +78,21 @@ def _fmt_types(ts) -> str:
 _BINDER_TYPES = (ShapedArray, RefType, OpaqueType)
 
 
+def _alike_key(e: Eqn, defined: set[int]) -> tuple | None:
+    """The key of an equation without parameters whose operands are defined variables: its
+    primitive and the identities of its operand and result types (None for any other).  The
+    parser makes one type object per type text, so most equations of a large program share
+    a key with one checked before; this costs a fraction of `equation_key`."""
+    key = [e.prim]
+    for a in e.inputs:
+        if a.__class__ is not Var or id(a) not in defined:
+            return None
+        key.append(id(a.type))
+    key.append(None)
+    key.extend([id(o.type) for o in e.outputs])
+    return tuple(key)
+
+
 class _Checker:
     def __init__(self, path, check_names):
         self.path = path
@@ -86,6 +101,8 @@ class _Checker:
         self.seen: set[int] = set()
         self.warned_unknown: set[str] = set()
         self.passed: set[tuple] = set()  # `equation_key`s of equations that passed
+        #: `_alike_key`s of equations that passed -> the atoms whose types the key names
+        self.passed_alike: dict[tuple, tuple] = {}
 
     def err(self, message, loc, where=None):
         self.diags.append(Diagnostic("error", message, loc, where if loc is None else None))
@@ -120,10 +137,18 @@ class _Checker:
         for v in (*j.constvars, *j.invars):
             bind(v, first_loc, "inputs")
         check_names = self.check_names
+        passed = self.passed_alike
         for e in j.eqns:
-            self.eqn(e, defined)
-            for sub in eqn_subjaxprs(e):
-                self.jaxpr(sub, e.loc)
+            key = None
+            if not e.params:
+                key = _alike_key(e, defined)
+            if key is None or key not in passed:
+                found = len(self.diags)
+                self.eqn(e, defined)
+                if key is not None and len(self.diags) == found:
+                    passed[key] = (e.inputs, e.outputs)  # keeps the keyed types alive
+                for sub in eqn_subjaxprs(e):
+                    self.jaxpr(sub, e.loc)
             for o in e.outputs:
                 # `bind` inline where it finds nothing wrong (a million equations run this)
                 if (
