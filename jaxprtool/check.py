@@ -78,21 +78,6 @@ def _fmt_types(ts) -> str:
 _BINDER_TYPES = (ShapedArray, RefType, OpaqueType)
 
 
-def _alike_key(e: Eqn, defined: set[int]) -> tuple | None:
-    """The key of an equation without parameters whose operands are defined variables: its
-    primitive and the identities of its operand and result types (None for any other).  The
-    parser makes one type object per type text, so most equations of a large program share
-    a key with one checked before; this costs a fraction of `equation_key`."""
-    key = [e.prim]
-    for a in e.inputs:
-        if a.__class__ is not Var or id(a) not in defined:
-            return None
-        key.append(id(a.type))
-    key.append(None)
-    key.extend([id(o.type) for o in e.outputs])
-    return tuple(key)
-
-
 class _Checker:
     def __init__(self, path, check_names):
         self.path = path
@@ -101,7 +86,10 @@ class _Checker:
         self.seen: set[int] = set()
         self.warned_unknown: set[str] = set()
         self.passed: set[tuple] = set()  # `equation_key`s of equations that passed
-        #: `_alike_key`s of equations that passed -> the atoms whose types the key names
+        #: keys of equations without parameters that passed, by their primitive and the
+        #: identities of their operand and result types (the parser makes one type object
+        #: per type text, so most equations of a large program share a key with one checked
+        #: before, at a fraction of `equation_key`'s cost) -> the atoms whose types they name
         self.passed_alike: dict[tuple, tuple] = {}
 
     def err(self, message, loc, where=None):
@@ -141,7 +129,17 @@ class _Checker:
         for e in j.eqns:
             key = None
             if not e.params:
-                key = _alike_key(e, defined)
+                # (a million equations run this)
+                key = [e.prim]
+                for a in e.inputs:
+                    if a.__class__ is not Var or id(a) not in defined:
+                        key = None
+                        break
+                    key.append(id(a.type))
+                if key is not None:
+                    key.append(None)
+                    key.extend([id(o.type) for o in e.outputs])
+                    key = tuple(key)
             if key is None or key not in passed:
                 found = len(self.diags)
                 self.eqn(e, defined)
