@@ -13,8 +13,8 @@ loop, giving exactly what the grammar gives.
   two paths share every rule but how tokens are found.  The first equation that is not
   simple, or has an error, ends the run untouched (warnings it added are dropped) and is
   read by the grammar: every error is the grammar's, in its words.  The commonest equation
-  (one result, no parameters, variables for operands) is matched a line at a time by one
-  expression (`_plain_line`) before the general reading.  A block all on the line
+  (one result, all on its line, a parameter list read before or none) is matched a line at
+  a time by one expression (`_plain_line`) before the general reading.  A block all on the line
   of `let` (`let EQN; EQN in (`, how JAX prints small jaxprs) is read whole by
   `read_inline`, or not at all.  A parameter list of plain values is remembered with its
   text and reused, with fresh lists (`marshal` copies), where the text recurs.
@@ -79,17 +79,35 @@ class FastPath(Readers, ParamValues):
         while True:
             # the commonest equation first, a line at a time (`_plain_line`)
             while (m := plain(s, p)) is not None:
-                name, type_text, prim, ops = m.groups()
+                name, type_text, prim, params_text, ops = m.groups()
                 t = types.get(type_text)
                 if t is None:
                     break  # a type not read yet: the general way below reads it
-                try:
-                    inputs = tuple([table[o] for o in ops[1:].split(" ")]) if ops else ()
-                except KeyError:
-                    break  # `inf`, `nan`, or an undefined name: as below
+                if params_text is None:
+                    prm = {}
+                elif (prm := self.remembered_params(params_text)) is None:
+                    break  # a list not read yet
+                if not ops:
+                    inputs = ()
+                elif (
+                    ":" in ops
+                    or "_" in ops
+                    or "(" in ops
+                    or None in (ins := [table.get(o) for o in ops[1:].split(" ")])
+                ):  # a literal, `_`, `a_`, `inf`, an undefined name: as the general way
+                    nw = len(warnings)
+                    try:
+                        inputs = self.fast_operands(m.start(5), m.end(5), table)
+                    except JaxprError:
+                        inputs = None
+                    if inputs is None:
+                        del warnings[nw:]
+                        break
+                else:
+                    inputs = tuple(ins)
                 out = Var(t, name)
                 table[name] = out  # (`bind`: the name is not `_`)
-                eqns.append(Eqn(intern(prim), inputs, (out,), {}, Loc(path, line, eqcol)))
+                eqns.append(Eqn(intern(prim), inputs, (out,), prm, Loc(path, line, eqcol)))
                 self.eqn_start = p
                 end = m.end() - 1
                 p = end + eqcol  # (the next line starts with `indent`)
@@ -221,13 +239,9 @@ class FastPath(Readers, ParamValues):
         b = s.find("]\n", j, a if a >= 0 else len(s))
         stop = a if b < 0 or 0 <= a < b else b
         text = s[j - 1 : stop + 1] if stop >= 0 else None
-        known = self.param_lists.get(text) if text is not None else None
+        known = self.remembered_params(text) if text is not None else None
         if known is not None:
-            d, lists = known
-            d = d.copy()
-            for k, blob, v in lists:
-                d[k] = marshal.loads(blob) if blob is not None else fresh(v)
-            return d, stop + 1
+            return known, stop + 1
         broken = self.list_is_broken(j)
         d = {}
         while True:
@@ -244,6 +258,18 @@ class FastPath(Readers, ParamValues):
         if text is not None and mr.end() == stop + 1 and all(map(memoizable, d.values())):
             self.param_lists[text] = _remembered(d)
         return d, mr.end()
+
+    def remembered_params(self, text: str) -> dict | None:
+        """The parameters of the list `text` (`[...]`) if one was read before (`fast_params`),
+        with fresh lists inside, or None."""
+        known = self.param_lists.get(text)
+        if known is None:
+            return None
+        d, lists = known
+        d = d.copy()
+        for k, blob, v in lists:
+            d[k] = marshal.loads(blob) if blob is not None else fresh(v)
+        return d
 
     def fast_operands(self, e: int, q: int, table: dict) -> tuple | None:
         """The atoms of the operands s[e:q] (` a b 1.0:f32[]`) as the grammar's OPERANDS
@@ -270,14 +296,15 @@ class FastPath(Readers, ParamValues):
 
 @functools.cache
 def _plain_line(indent: str):
-    """The `match` of the commonest equation, at a block's `indent`: `name:TYPE = prim a b`
-    with one result (not `_`), no parameters and variables for operands, all on its line,
-    the next line another equation or the block's `in (` at the same indentation.  Groups:
-    name, type text, primitive, operands (with a leading space, or empty).  It matches
-    less than `read_run`'s general reading takes, and reads those equations the same."""
+    """The `match` of the commonest equation, at a block's `indent`: `name:TYPE =
+    prim[params] operands` with one result (not `_`), a parameter list without `]` inside
+    (or none), all on its line, the next line another equation or the block's `in (` at the
+    same indentation.  Groups: name, type text, primitive, parameter list (`[...]`, or
+    None), operands (with a leading space, or empty).  It matches less than `read_run`'s
+    general reading takes, and its parts are read by the same readers."""
     return re.compile(
-        rf"([a-z]+_?):({G.FAST_TYPE}) = ([A-Za-z_][A-Za-z0-9_.\-]*+)((?: [a-z]+_?)*)\n"
-        rf"(?={re.escape(indent)}[a-z_])"
+        rf"([a-z]+_?):({G.FAST_TYPE}) = ([A-Za-z_][A-Za-z0-9_.\-]*+)(\[[^\]\n]*\])?"
+        rf"((?: [^ \n]+)*)\n(?={re.escape(indent)}[a-z_])"
     ).match
 
 
