@@ -51,6 +51,7 @@ from ..ad.zeros import (
 )
 from ..core import Jaxpr, JaxprError, RefType, ShapedArray, Var, np_dtype
 from ..params import Opaque, Record, format_value
+from ..passes.dce import Unsupported, keep_whole, rebuild
 from ..record import define
 from ..record import prim as record_of
 from ..shapes import ShapeError, shape_rule
@@ -1085,6 +1086,33 @@ for _p in ("custom_jvp_call", "custom_vjp_call"):
     define(_p, lift_rule_consts=_lift_rule_consts)
 
 
+def _custom_call_dce(used_outs, e, dce_jaxpr, live_ins):
+    """JAX's `_custom_jvp_call_dce` / `_custom_vjp_call_dce`: unused results leave the call
+    and its body, but every operand stays (a rule may read what the body does not) and so
+    do the body's writes into Ref operands (JAX cleans the body with every input live).  A
+    recorded JVP rule loses the same results and their tangents; a recorded fwd/bwd pair
+    cannot lose results (bwd takes every result's cotangent): that call keeps them, as a
+    call whose results are all used does."""
+    body = e.params.get("call_jaxpr")
+    if not isinstance(body, Jaxpr) or len(body.invars) != len(e.inputs):
+        raise Unsupported
+    if all(used_outs) or any(isinstance(e.params.get(k), Jaxpr) for k in _VJP_RULES):
+        raise Unsupported  # every body and rule cleaned, keeping the signature
+    keep = [True] * len(e.inputs)
+    params = dict(e.params, call_jaxpr=dce_jaxpr(body, tuple(used_outs), tuple(keep))[0])
+    rule = e.params.get(JVP_RULE_PARAM)
+    if isinstance(rule, Jaxpr):
+        params[JVP_RULE_PARAM] = dce_jaxpr(rule, tuple(used_outs) * 2, (True,) * len(rule.invars))[
+            0
+        ]
+    return keep, rebuild(e, keep, used_outs, params)
+
+
+_VJP_RULES = (FWD_RULE_PARAM, BWD_RULE_PARAM)
+for _p in ("custom_jvp_call", "custom_vjp_call"):
+    define(_p, dce=_custom_call_dce)
+
+
 def _custom_vmap_jvp(primals, tangents, **params):
     """JAX's `custom_vmap_jvp` binds custom_vmap_call on the JVP of `call` with a rule built in
     Python, which no text holds; the rule changes only how the call batches, so the JVP of
@@ -1546,6 +1574,9 @@ def _run_state_evaluate(interp, eqn, invals, path):
     init = eqn.params.get("is_initialized")
     boxes = []
     for k, (v, x) in enumerate(zip(j.invars, invals)):
+        if isinstance(x, Box):  # a Ref operand: the body writes that Ref itself
+            boxes.append(x)
+            continue
         if init is not None and not init[k]:
             x = jnp.zeros(static_shape(v.type.inner, interp.dims), v.type.inner.np_dtype)
         boxes.append(Box(x))
@@ -1628,6 +1659,10 @@ def _run_state_linearization(primals, tangents, **params):
 define(
     "run_state",
     effectful=True,
+    # JAX has no DCE rule for run_state: unused, it goes unless its body writes a live Ref
+    # operand; used, it stays whole
+    effects_in_bodies=lambda e: True,
+    dce=keep_whole,
     jvp=_run_state_jvp,
     linearization=_run_state_linearization,
     jvp_kind=LOW_LEVEL,
