@@ -91,11 +91,11 @@ def _dynamic_slice(in_types, params, out_hint):
     check_all_ge(
         zip(shape, sizes),
         "slice slice_sizes must be less than or equal to operand shape, got slice_sizes "
-        f"{fmt_shape(sizes)} for operand shape {fmt_shape(shape)}",
+        f"{fmt_shape(sizes)} for operand shape {fmt_shape(shape)}.",
     )
     check_all_ge(
         ((s, 0) for s in sizes),
-        f"slice slice_sizes must be greater than or equal to zero, got slice_sizes of {fmt_shape(sizes)}",
+        f"slice slice_sizes must be greater than or equal to zero, got slice_sizes of {fmt_shape(sizes)}.",
     )
     return [fill_sym_from_hint(x.update(shape=sizes), out_hint)]
 
@@ -226,7 +226,7 @@ def _dynamic_update_slice(in_types, params, out_hint):
     check_all_ge(
         zip(shape, ushape),
         "dynamic_update_slice update shape must be smaller than operand shape, got update "
-        f"shape {fmt_shape(ushape)} for operand shape {fmt_shape(shape)}",
+        f"shape {fmt_shape(ushape)} for operand shape {fmt_shape(shape)}.",
     )
     return [x]
 

@@ -815,17 +815,17 @@ def _check_slice_bounds(x, start, limit) -> None:
     check_all_ge(
         zip(shape, limit),
         "slice limit_indices must be less than or equal to operand shape, got "
-        f"limit_indices {fmt_shape(limit)} for operand shape {fmt_shape(shape)}",
+        f"limit_indices {fmt_shape(limit)} for operand shape {fmt_shape(shape)}.",
     )
     check_all_ge(
         ((s, 0) for s in start),
         f"slice start_indices must be greater than or equal to zero, got start_indices of "
-        f"{fmt_shape(start)}",
+        f"{fmt_shape(start)}.",
     )
     check_all_ge(
         zip(limit, start),
         "slice limit_indices must be greater than or equal to start_indices, got "
-        f"start_indices {fmt_shape(start)} and limit_indices {fmt_shape(limit)}",
+        f"start_indices {fmt_shape(start)} and limit_indices {fmt_shape(limit)}.",
     )
 
 
