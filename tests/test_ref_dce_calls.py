@@ -225,3 +225,52 @@ def test_xla_pmap_drops_its_unused_result_and_dead_ref_write():
     assert [e.prim for e in d.eqns] == ["xla_pmap", "mul"]  # the Ref went with its write
     x = np.arange(6, dtype=np.float32).reshape(2, 3) / 4
     close(backend.evaluate(d, [x])[0], x * jax.pmap(lambda v: v**2)(x))
+
+
+@jax.custom_jvp
+def _two(y):
+    return y * 3.0, jnp.cos(y)
+
+
+@_two.defjvp
+def _two_rule_dce_calls(p, t):
+    return _two(p[0]), (t[0] * 3.0, -jnp.sin(p[0]) * t[0])
+
+
+def uses_one_of_two(x):
+    return jnp.sin(_two(x)[0]).sum()
+
+
+PLUGIN = """from jaxprtool.plugins import ops, register_custom_jvp
+
+def rule(primals, tangents):
+    (y,), (t,) = primals, tangents
+    return None, [ops.mul(t, ops.lit(3.0, t)), ops.neg(ops.mul(ops.sin(y), t))]
+
+register_custom_jvp("_two_rule_dce_calls", rule)
+"""
+
+
+def test_a_plugin_rule_for_a_pruned_custom_call_is_refused(tmp_path):
+    """A plugin rule gives every result of its function: before `dce` it is JAX's
+    derivative; after `dce` pruned the call's unused result, it is refused, located (which
+    result remains is no longer known), never matched to the wrong one."""
+    from jaxprtool.ad.registry import custom_jvps
+    from jaxprtool.core import JaxprError
+    from jaxprtool.plugins import load_plugins
+
+    plugin = tmp_path / "two_rules.py"
+    plugin.write_text(PLUGIN)
+    try:
+        load_plugins([str(plugin)])
+        j = ir(uses_one_of_two, X)
+        want = jax.jit(_jax_jvp(uses_one_of_two))(X, T)
+        for a, b in zip(backend.evaluate(jvp_jaxpr(j), [X, T]), want):
+            close(a, b)
+        d = dce(j)
+        (call,) = [e for e in d.eqns if e.prim == "custom_jvp_call"]
+        assert len(call.outputs) == 1
+        with pytest.raises(JaxprError, match="the plugin rule gives 2 results and the call has 1"):
+            jvp_jaxpr(d)
+    finally:
+        custom_jvps.pop("_two_rule_dce_calls", None)

@@ -835,6 +835,7 @@ def _custom_jvp_jvp(primals, tangents, **params):
     if plugin is not None:
         observe.note(f"custom_jvp rule '{jvp_name}' from a plugin (register_custom_jvp)")
         outs, touts = plugin(list(primals), [_instantiate_tangent(t) for t in tangents])
+        _check_plugin_results(f"custom_jvp_call (jvp={jvp_name})", touts, n_out)
         if outs is None:
             outs = current().bind("custom_jvp_call", list(primals), params, _out_types(body))
         return list(outs), list(touts)
@@ -847,6 +848,20 @@ def _custom_jvp_jvp(primals, tangents, **params):
         return outs, library.tangent(list(primals), nonzero, outs)
     refuse = custom_rule_fallbacks.policy == "strict"
     return _fall_back_to_body("custom_jvp", params, primals, tangents, f"jvp={jvp_name}", refuse)
+
+
+def _check_plugin_results(what: str, outs, n_out: int) -> None:
+    """A plugin rule gives every result of the function it was written for; a call that DCE
+    left fewer results (JAX's DCE rule prunes a custom call's unused ones) cannot say which
+    of them it kept."""
+    if len(outs) != n_out:
+        raise JaxprError(
+            f"{what}: the plugin rule gives {len(outs)} results and the call has {n_out} (DCE "
+            "removes a custom call's unused results, as JAX's does, and the plugin cannot know "
+            "which remain): differentiate the program before `dce`, or register a rule for "
+            "the call as it stands",
+            current().loc,
+        )
 
 
 def _instantiate_tangent(t):
@@ -901,7 +916,7 @@ def _custom_vjp_linearize(primals, tangents, **params):
     if fwd is None:
         hit = fwd_name if fwd_name in custom_vjps else bwd_name
         observe.note(f"custom_vjp rules '{hit}' from a plugin (register_custom_vjp)")
-        return _plugin_vjp(plugin, primals, tangents, bwd_name, fwd_name)
+        return _plugin_vjp(plugin, primals, tangents, bwd_name, fwd_name, len(body.outvars))
     n = _rule_consts(params)  # fwd's constants, then bwd's, then the operands
     tangents = tangents[n:]  # (the constants' are zero)
     n_fwd = len(fwd.invars) - len(tangents)
@@ -942,10 +957,11 @@ def _check_perturbed(params, tangents, fwd_name) -> None:
             )
 
 
-def _plugin_vjp(pair, primals, tangents, bwd_name, fwd_name):
+def _plugin_vjp(pair, primals, tangents, bwd_name, fwd_name, n_out):
     fwd_fn, _ = pair
     outs, res = fwd_fn(*primals)
     outs, res = list(outs), list(res)
+    _check_plugin_results(f"custom_vjp_call (fwd={fwd_name})", outs, n_out)
     ts = [_instantiate_tangent(t) for t in tangents]
     touts = current().bind(
         "custom_lin",
