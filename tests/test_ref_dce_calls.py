@@ -28,7 +28,7 @@ from jax.experimental import pallas as pl  # noqa: E402
 from jax_oracle import close, ir, run  # noqa: E402
 
 from jaxprtool import backend  # noqa: E402
-from jaxprtool.ad.api import jvp_jaxpr  # noqa: E402
+from jaxprtool.ad.api import grad_jaxpr, jvp_jaxpr  # noqa: E402
 from jaxprtool.core import all_eqns  # noqa: E402
 from jaxprtool.passes.dce import dce  # noqa: E402
 from jaxprtool.text.parser import parse  # noqa: E402
@@ -274,3 +274,85 @@ def test_a_plugin_rule_for_a_pruned_custom_call_is_refused(tmp_path):
             jvp_jaxpr(d)
     finally:
         custom_jvps.pop("_two_rule_dce_calls", None)
+
+
+TRACED_MODULE = """
+import jax
+import jax.numpy as jnp
+
+
+@jax.custom_jvp
+def two(y):
+    return y * 3.0, jnp.cos(y)
+
+
+@two.defjvp
+def two_jvp(p, t):
+    return two(p[0]), (t[0] * 5.0, -jnp.sin(p[0]) * t[0])
+
+
+@jax.custom_vjp
+def two_v(y):
+    return y * 3.0, jnp.cos(y)
+
+
+two_v.defvjp(lambda y: (two_v(y), y), lambda y, c: (c[0] * 5.0 - jnp.sin(y) * c[1],))
+
+
+def uses_first(x):
+    return jnp.sin(two(x)[0]).sum()
+
+
+def uses_first_v(x):
+    return jnp.sin(two_v(x)[0]).sum()
+"""
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    """`jaxprtool trace` of the module's functions (their rules recorded), and the module."""
+    import importlib
+    import os
+    import sys
+
+    folder = tmp_path_factory.mktemp("traced_dce")
+    (folder / "dce_traced_rules.py").write_text(TRACED_MODULE)
+    sys.path.insert(0, str(folder))
+    try:
+        mod = importlib.import_module("dce_traced_rules")
+    finally:
+        sys.path.remove(str(folder))
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        texts = {}
+        for fn in ("uses_first", "uses_first_v"):
+            r = run(["trace", f"dce_traced_rules:{fn}", "--arg", "f32[4]"])
+            assert r.exit_code == 0, r.output
+            texts[fn] = parse(r.stdout, f"<{fn}>").jaxpr
+    finally:
+        os.chdir(cwd)
+    return mod, texts
+
+
+def test_dce_prunes_a_recorded_jvp_rule_with_its_call(traced):
+    """The recorded rule loses the unused result and its tangent; the jvp is still JAX's
+    (the rule's own tangent, 5, not the body's 3)."""
+    mod, texts = traced
+    d = dce(texts["uses_first"])
+    (call,) = [e for e in d.eqns if e.prim == "custom_jvp_call"]
+    assert len(call.outputs) == 1 and len(call.params["jaxprtool_jvp"].outvars) == 2
+    want = jax.jit(_jax_jvp(mod.uses_first))(X, T)
+    for a, b in zip(backend.evaluate(jvp_jaxpr(d), [X, T]), want):
+        close(a, b)
+
+
+def test_a_recorded_fwd_bwd_pair_keeps_its_results(traced):
+    """bwd takes every result's cotangent: the call keeps both results, and grad is JAX's."""
+    mod, texts = traced
+    d = dce(texts["uses_first_v"])
+    (call,) = [e for e in d.eqns if e.prim == "custom_vjp_call"]
+    assert len(call.outputs) == 2
+    g = grad_jaxpr(d, (0,))
+    close(backend.evaluate(g, [X])[0], jax.grad(mod.uses_first_v)(X))
+    assert _count(g) <= _count(ir(jax.grad(mod.uses_first_v), X))

@@ -1118,9 +1118,10 @@ def _custom_call_dce(used_outs, e, dce_jaxpr, live_ins):
     params = dict(e.params, call_jaxpr=dce_jaxpr(body, tuple(used_outs), tuple(keep))[0])
     rule = e.params.get(JVP_RULE_PARAM)
     if isinstance(rule, Jaxpr):
-        params[JVP_RULE_PARAM] = dce_jaxpr(rule, tuple(used_outs) * 2, (True,) * len(rule.invars))[
-            0
-        ]
+        if len(rule.outvars) != 2 * len(used_outs):  # not (outs, out_tangents): keep it all
+            raise Unsupported
+        used = tuple(used_outs) * 2  # the results, then their tangents
+        params[JVP_RULE_PARAM] = dce_jaxpr(rule, used, (True,) * len(rule.invars))[0]
     return keep, rebuild(e, keep, used_outs, params)
 
 
