@@ -30,6 +30,12 @@ CASES = {
     "x[0:2*b]": (lambda x: lax.slice(x, (0,), (2 * B,)), None),
     "x[1:2*b-1]": (lambda x: lax.slice(x, (1,), (2 * B - 1,)), None),
     "x[1:b]": (lambda x: lax.slice(x, (1,), (B,)), None),
+    "x[b:2*b]": (lambda x: lax.slice(x, (B,), (2 * B,)), None),
+    "x[2:b+1]": (lambda x: lax.slice(x, (2,), (B + 1,)), None),
+    "x[3:b+2]": (
+        lambda x: lax.slice(x, (3,), (B + 2,)),
+        "c:f32[b - 1] = slice[limit_indices=(b + 2,) start_indices=(3,) strides=None] a",
+    ),
     "x[0:4:2]": (
         lambda x: lax.slice(x, (0,), (4,), (2,)),
         "c:f32[2] = slice[limit_indices=(4,) start_indices=(0,) strides=(2,)] a",
