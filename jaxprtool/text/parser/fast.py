@@ -74,6 +74,7 @@ class FastPath(Readers, ParamValues):
         indent = s[p - eqcol + 1 : p]  # of the block's equations
         plain = _plain_line(indent)
         types = self.types
+        new_tuple = tuple.__new__
         eqns = []
         end = -1
         while True:
@@ -107,7 +108,8 @@ class FastPath(Readers, ParamValues):
                     inputs = tuple(ins)
                 out = Var(t, name)
                 table[name] = out  # (`bind`: the name is not `_`)
-                eqns.append(Eqn(intern(prim), inputs, (out,), prm, Loc(path, line, eqcol)))
+                loc = new_tuple(Loc, (path, line, eqcol))  # (Loc(...) without its frame)
+                eqns.append(Eqn(intern(prim), inputs, (out,), prm, loc))
                 self.eqn_start = p
                 end = m.end() - 1
                 p = end + eqcol  # (the next line starts with `indent`)
