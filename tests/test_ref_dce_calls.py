@@ -17,11 +17,14 @@ with no more equations than JAX's."""
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
+from conftest import written_module  # noqa: E402
 from jax._src.interpreters import partial_eval as pe  # noqa: E402
 from jax._src.state.discharge import run_state  # noqa: E402
 from jax.experimental import pallas as pl  # noqa: E402
@@ -311,27 +314,14 @@ def uses_first_v(x):
 @pytest.fixture(scope="module")
 def traced(tmp_path_factory):
     """`jaxprtool trace` of the module's functions (their rules recorded), and the module."""
-    import importlib
-    import os
-    import sys
-
     folder = tmp_path_factory.mktemp("traced_dce")
-    (folder / "dce_traced_rules.py").write_text(TRACED_MODULE)
-    sys.path.insert(0, str(folder))
-    try:
-        mod = importlib.import_module("dce_traced_rules")
-    finally:
-        sys.path.remove(str(folder))
-    cwd = os.getcwd()
-    os.chdir(folder)
-    try:
-        texts = {}
+    mod = written_module(folder, "dce_traced_rules", TRACED_MODULE)
+    texts = {}
+    with contextlib.chdir(folder):
         for fn in ("uses_first", "uses_first_v"):
-            r = run(["trace", f"dce_traced_rules:{fn}", "--arg", "f32[4]"])
+            r = run(["trace", f"{mod.__name__}:{fn}", "--arg", "f32[4]"])
             assert r.exit_code == 0, r.output
             texts[fn] = parse(r.stdout, f"<{fn}>").jaxpr
-    finally:
-        os.chdir(cwd)
     return mod, texts
 
 
