@@ -410,7 +410,7 @@ def _fast_eqn_init():
         set_params(self, params)
         set_loc(self, loc)
         set_bare_eq(self, bare_eq)
-        _set_no_subjaxprs(self, False)
+        _set_no_subjaxprs(self, not params)  # (no parameters: no jaxpr inside)
 
     __init__.__qualname__ = "Eqn.__init__"
     return __init__

@@ -225,14 +225,15 @@ class _Walk:
         for k, e in enumerate(j.eqns):
             if k == linear_index:
                 self.mark_boundary()
-            call = calls.get(e.prim)
-            if call is None:
-                call = calls[e.prim] = record_of(e.prim).call_body is not None
-            if call:
-                body = _inlined_body(e)
-                if body is not None:
-                    self.call(e, body, env)
-                    continue
+            if e.params:  # (a call has its body among them)
+                call = calls.get(e.prim)
+                if call is None:
+                    call = calls[e.prim] = record_of(e.prim).call_body is not None
+                if call:
+                    body = _inlined_body(e)
+                    if body is not None:
+                        self.call(e, body, env)
+                        continue
             n = len(steps)
             for a in e.inputs:
                 b = get(id(a))

@@ -63,9 +63,14 @@ class Primitive:
     always_batched: bool = False
     #: the equation has a list of results even when it has one (JAX's `multiple_results`)
     multiple_results: bool = False
-    #: never removed (but see `ref_access`), merged or reordered by a pass, nor dropped
-    #: inside AD
+    #: never removed (but see `ref_access` and `effects_in_bodies`), merged or reordered by
+    #: a pass, nor dropped inside AD
     effectful: bool = False
+    #: `fn(eqn) -> bool`, for an effectful primitive with bodies: whether this equation's only
+    #: effects are its bodies' (JAX's DCE rule: run_state; pallas_call without
+    #: `has_side_effects`), so that DCE removes it when its results are unused and its
+    #: bodies write no Ref operand that is live
+    effects_in_bodies: Callable | None = None
     #: how an effectful Ref primitive touches Refs, for DCE (JAX's dceable effects):
     #: "alloc" makes one (new_ref), "read" reads operand 0 (get, freeze), "write" writes
     #: operand 0 (swap, addupdate).  Unused results make it dead, unless it writes a Ref

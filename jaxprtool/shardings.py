@@ -520,6 +520,8 @@ def printed_axis_sizes(jaxpr) -> dict[str, int | None]:
 
     sizes: dict[str, int | None] = {}
     for e in all_eqns(jaxpr):
+        if not e.params:
+            continue
         for v in e.params.values():
             for m in meshes_in(v):
                 for name, size in zip(m.names, m.sizes):

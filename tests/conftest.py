@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
+import itertools
 import math
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,23 @@ DATA = Path(__file__).resolve().parent / "data"
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
+
+_MODULE_IDS = itertools.count()
+
+
+def written_module(folder: Path, stem: str, source: str):
+    """`source` written to a module in `folder` and imported, for `jaxprtool trace
+    NAME:fn` to trace from that folder (`contextlib.chdir(folder)`): its name is `stem_N`,
+    new in this process (a second module of the same stem is not the first again); the
+    folder is on sys.path only while it is imported."""
+    name = f"{stem}_{next(_MODULE_IDS)}"
+    (folder / f"{name}.py").write_text(source)
+    sys.path.insert(0, str(folder))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(folder))
 
 
 def corpus_files(sub: str, pattern: str = "*.jaxpr") -> list[Path]:

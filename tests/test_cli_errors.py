@@ -94,3 +94,46 @@ def test_a_reader_that_closes_the_pipe_ends_the_tool_quietly(tmp_path):
         err = proc.stderr.read().decode()
         assert proc.wait() == 141, err
         assert err == "", err
+
+
+TEARDOWN_PROBE = r"""
+import atexit, runpy, sys
+atexit.register(lambda: print("teardown ran", file=sys.stderr))
+sys.argv = ["jaxprtool", *sys.argv[1:]]
+runpy.run_module("jaxprtool", run_name="__main__")
+"""
+
+
+def test_the_program_ends_without_teardown_but_writes_everything(tmp_path):
+    """The `jaxprtool` process ends without freeing what it read (`cli._leave`): every byte
+    of its output still reaches the pipe, with each exit status; a command that imported
+    JAX ends the ordinary way, so that JAX's exit hooks run."""
+    import subprocess
+    import sys
+
+    from jaxprtool.text.printer import encode_name
+
+    n = 20000
+    body = "\n".join(f"    {encode_name(i)}:f32[4] = sin {encode_name(i - 1)}" for i in range(1, n))
+    text = f"{{ lambda ; a:f32[4]. let\n{body}\n  in ({encode_name(n - 1)},) }}\n"
+    src = tmp_path / "big.jaxpr"
+    src.write_text(text)
+    bad = tmp_path / "bad.jaxpr"
+    bad.write_text("{ lambda ; a:f32[4]. let\n    b:f32[4] = sin c\n  in (b,) }\n")
+
+    def probe(*args):
+        return subprocess.run(
+            [sys.executable, "-c", TEARDOWN_PROBE, *args], capture_output=True, text=True
+        )
+
+    r = probe("fmt", str(src))
+    assert (r.returncode, r.stdout) == (0, text), r.stderr
+    assert "teardown ran" not in r.stderr  # no teardown: os._exit after the flush
+    r = probe("check", str(bad))
+    assert r.returncode == 1 and f"{bad}:2:20: error: variable 'c'" in r.stderr, r.stderr
+    r = probe("fmt", "--no-such-flag")
+    assert r.returncode == 2 and "No such option" in r.stderr
+    one = tmp_path / "one.jaxpr"
+    one.write_text("{ lambda ; a:f32[]. let\n    b:f32[] = sin a\n  in (b,) }\n")
+    r = probe("run", "--random", "0", str(one))  # JAX imported: its exit hooks must run
+    assert r.returncode == 0 and "teardown ran" in r.stderr, r.stderr

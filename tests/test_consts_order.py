@@ -14,22 +14,19 @@ compared with JAX's on the same function and input.
 
 from __future__ import annotations
 
-import itertools
-import os
-import sys
+import contextlib
 
 import numpy as np
 import pytest
 
 jax = pytest.importorskip("jax")
+from conftest import written_module  # noqa: E402
 from jax_oracle import close, run  # noqa: E402
 
 from jaxprtool.backend.consts import all_constvars  # noqa: E402
 from jaxprtool.consts_order import nested_with_consts, number_constants  # noqa: E402
 from jaxprtool.core import JaxprError, all_eqns, eqn_subjaxprs  # noqa: E402
 from jaxprtool.text.parser import parse  # noqa: E402
-
-_IDS = itertools.count()
 
 SOURCE = """
 import jax
@@ -119,27 +116,17 @@ def traced(tmp_path_factory):
     """The module above, its functions traced by `jaxprtool trace --consts-out`:
     {name: (text path, constants path)}, and the module itself."""
     folder = tmp_path_factory.mktemp("consts_order")
-    name = f"consts_order_{next(_IDS)}"
-    (folder / f"{name}.py").write_text(SOURCE)
-    cwd = os.getcwd()
-    os.chdir(folder)
-    sys.path.insert(0, str(folder))
-    try:
-        import importlib
-
-        mod = importlib.import_module(name)
-        out = {}
+    mod = written_module(folder, "consts_order", SOURCE)
+    out = {}
+    with contextlib.chdir(folder):
         for fn in ORDER:
             prog, consts = folder / f"{fn}.jaxpr", folder / f"{fn}.npz"
             r = run(
-                ["trace", f"{name}:{fn}", "--arg", "f32[3]", "-o", str(prog)]
+                ["trace", f"{mod.__name__}:{fn}", "--arg", "f32[3]", "-o", str(prog)]
                 + ["--consts-out", str(consts)]
             )
             assert r.exit_code == 0, r.output
             out[fn] = (prog, consts)
-    finally:
-        sys.path.remove(str(folder))
-        os.chdir(cwd)
     return out, mod
 
 
@@ -374,15 +361,11 @@ def test_constants_that_stay_nested_come_last(tmp_path, monkeypatch):
     program's, `run` with the archive is JAX; the program grad writes takes the same
     archive, every constant its own (tests/test_custom_rule_consts.py has the rest), and
     explain takes it too."""
-    name = f"consts_rule_{next(_IDS)}"
-    (tmp_path / f"{name}.py").write_text(RULE_SOURCE)
+    mod = written_module(tmp_path, "consts_rule", RULE_SOURCE)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    import importlib
-
-    mod = importlib.import_module(name)
     prog, consts = tmp_path / "f.jaxpr", tmp_path / "f.npz"
-    r = run(["trace", f"{name}:f", "--arg", "f32[3]", "-o", str(prog), "--consts-out", str(consts)])
+    traced = f"{mod.__name__}:f"
+    r = run(["trace", traced, "--arg", "f32[3]", "-o", str(prog), "--consts-out", str(consts)])
     assert r.exit_code == 0, r.output
     numbered = number_constants(parse(prog.read_text(), str(prog)).jaxpr)
     assert len(numbered.program.constvars) == 1 and len(numbered.constvars) == 2

@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-import itertools
+import contextlib
 
 import numpy as np
 import pytest
@@ -18,12 +18,11 @@ from click.testing import CliRunner
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
+from conftest import written_module  # noqa: E402
 
 from jaxprtool import backend  # noqa: E402
 from jaxprtool.cli import main  # noqa: E402
 from jaxprtool.text.parser import parse  # noqa: E402
-
-_MODULE_IDS = itertools.count()
 
 RULES_MODULE = """
 import jax
@@ -136,27 +135,12 @@ Y = np.array([1.5, -1.0, 0.0, 2.0, 0.25], np.float32)
 def rules(tmp_path_factory):
     """The module above, importable, and a helper that traces one of its functions."""
     folder = tmp_path_factory.mktemp("rules")
-    name = f"custom_rules_{next(_MODULE_IDS)}"
-    (folder / f"{name}.py").write_text(RULES_MODULE)
-    import importlib
-    import sys
-
-    sys.path.insert(0, str(folder))
-    try:
-        mod = importlib.import_module(name)
-    finally:
-        sys.path.remove(str(folder))
+    mod = written_module(folder, "custom_rules", RULES_MODULE)
 
     def trace(fn: str, *types: str) -> str:
-        import os
-
-        cwd = os.getcwd()
-        os.chdir(folder)
-        try:
-            args = [a for t in types for a in ("--arg", t)]
-            r = CliRunner().invoke(main, ["trace", f"{name}:{fn}", *args])
-        finally:
-            os.chdir(cwd)
+        args = [a for t in types for a in ("--arg", t)]
+        with contextlib.chdir(folder):
+            r = CliRunner().invoke(main, ["trace", f"{mod.__name__}:{fn}", *args])
         assert r.exit_code == 0, r.output
         return r.stdout
 

@@ -17,11 +17,9 @@ is marked slow).
 
 from __future__ import annotations
 
-import importlib
+import contextlib
 import importlib.util
-import itertools
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -29,6 +27,7 @@ import pytest
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 from click.testing import CliRunner  # noqa: E402
+from conftest import written_module  # noqa: E402
 from jax_oracle import close, ir, vec  # noqa: E402
 
 from jaxprtool import backend  # noqa: E402
@@ -49,7 +48,6 @@ needs_eqx = pytest.mark.skipif(
     not HAVE_EQX,
     reason="equinox and diffrax are not installed (pip install -e '.[zoo]', as make test does)",
 )
-_IDS = itertools.count()
 
 
 def _equinox():
@@ -350,13 +348,7 @@ class Zoo:
 
     def __init__(self, folder):
         self.folder = folder
-        self.name = f"eqx_zoo_{next(_IDS)}"
-        (folder / f"{self.name}.py").write_text(ZOO)
-        sys.path.insert(0, str(folder))
-        try:
-            self.mod = importlib.import_module(self.name)
-        finally:
-            sys.path.remove(str(folder))
+        self.mod = written_module(folder, "eqx_zoo", ZOO)
         self.leaves = [np.asarray(x) for x in self.mod.LEAVES]
         self.leaf_types = [
             f"f32[{','.join(map(str, x.shape))}]" for x in self.leaves
@@ -367,24 +359,12 @@ class Zoo:
         """(text path, constants path) of `jaxprtool trace --consts-out`."""
         if fn not in self._traced:
             out, consts = self.folder / f"{fn}.jaxpr", self.folder / f"{fn}.consts.npz"
-            cwd = os.getcwd()
-            os.chdir(self.folder)
-            try:
-                args = [a for t in types for a in ("--arg", t)]
+            args = [a for t in types for a in ("--arg", t)]
+            traced = f"{self.mod.__name__}:{fn}"
+            with contextlib.chdir(self.folder):
                 r = CliRunner().invoke(
-                    main,
-                    [
-                        "trace",
-                        f"{self.name}:{fn}",
-                        *args,
-                        "-o",
-                        str(out),
-                        "--consts-out",
-                        str(consts),
-                    ],
+                    main, ["trace", traced, *args, "-o", str(out), "--consts-out", str(consts)]
                 )
-            finally:
-                os.chdir(cwd)
             assert r.exit_code == 0, r.output
             self._traced[fn] = (out, consts, r.stderr)
         return self._traced[fn]
@@ -587,20 +567,13 @@ def f(x):
 
 
 def test_trace_consts_out_feeds_run_consts(tmp_path):
-    name = f"closes_{next(_IDS)}"
-    (tmp_path / f"{name}.py").write_text(CLOSES)
-    cwd = os.getcwd()
-    os.chdir(tmp_path)
-    try:
+    mod = written_module(tmp_path, "closes", CLOSES)
+    with contextlib.chdir(tmp_path):
         r = CliRunner().invoke(
             main,
-            ["trace", f"{name}:f", "--arg", "f32[2]", "-o", "f.jaxpr", "--consts-out", "c.npz"],
+            ["trace", f"{mod.__name__}:f", "--arg", "f32[2]", "-o", "f.jaxpr"]
+            + ["--consts-out", "c.npz"],
         )
-        sys.path.insert(0, str(tmp_path))
-        mod = importlib.import_module(name)
-    finally:
-        sys.path.remove(str(tmp_path))
-        os.chdir(cwd)
     assert r.exit_code == 0, r.output
     prog = tmp_path / "f.jaxpr"
     j = parse(prog.read_text(), str(prog)).jaxpr

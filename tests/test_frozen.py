@@ -58,7 +58,8 @@ def test_start_up_imports_no_dataclasses(argv, tmp_path):
     f = tmp_path / "one.jaxpr"
     f.write_text("{ lambda ; a:f32[]. let\n    b:f32[] = sin a\n  in (b,) }\n")
     code = (
-        "import sys, runpy\n"
+        "import os, sys, runpy\n"
+        "os._exit = sys.exit\n"  # the program ends without teardown (`cli._leave`): go on
         f"sys.argv = ['jaxprtool', *{argv!r}, {str(f)!r}]\n"
         "try:\n    runpy.run_module('jaxprtool', run_name='__main__')\n"
         "except SystemExit:\n    pass\n"

@@ -227,6 +227,28 @@ BROKEN = [
 ]
 
 
+#: chains of one-result equations without parameters, read a line at a time
+#: (`fast._plain_line`): a name bound again, variables named like literals, a `_` binder,
+#: a literal operand, the block's `in (` at the equation column
+PLAIN_LINES = [
+    "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin a\n    c:f32[3] = cos b\n"
+    "    b:f32[3] = neg c\n    d:f32[3] = mul b c\n  in (d, b) }",
+    "{ lambda ; a:f32[3]. let\n    inf:f32[3] = sin a\n    c:f32[3] = cos inf\n"
+    "    nan:f32[3] = mul c inf\n  in (nan,) }",
+    "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin a\n    _:f32[3] = cos b\n"
+    "    c:f32[3] = neg b\n    d:f32[3] = mul c 2.0:f32[]\n    e:f32[3] = exp d\n  in (e,) }",
+    "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin a\n    c:f32[3] = cos b\n    in (c,) }",
+    "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin a\n    c:f32[3] = iota\n"
+    "    d:f64[3] = convert b\n    e:f64[3] = exp d\n  in (e, c) }",
+]
+
+
+@pytest.mark.parametrize("text", PLAIN_LINES)
+def test_plain_lines_are_read_as_the_grammar_reads_them(text):
+    assert plain_reads(text)
+    assert_same(text)
+
+
 @pytest.mark.parametrize("text", BROKEN)
 def test_fast_path_refuses_and_warns_as_the_grammar(text):
     assert_same(text)

@@ -217,6 +217,7 @@ import os, sys
 import jaxprtool.cli
 
 sys.argv[0] = "jaxprtool"
+os._exit = sys.exit  # the program ends without teardown (`cli._leave`): here, go on
 try:
     jaxprtool.cli.entry()  # the program itself (not CliRunner: a test process keeps defaults)
 except SystemExit as e:

@@ -6,11 +6,14 @@ whose in_spec leaves a manual axis out) is refused at the equation, in JAX's wor
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
+from conftest import written_module  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 from jax_oracle import close, ir, run  # noqa: E402
 
@@ -358,25 +361,12 @@ def through_cn(x):
 def rules(tmp_path_factory):
     """The module above, importable, and its functions as `jaxprtool trace` prints them
     (the custom rules recorded, Ref operands included)."""
-    import importlib
-    import os
-    import sys
-
     folder = tmp_path_factory.mktemp("refrules")
-    (folder / "ref_rules.py").write_text(RULES)
-    sys.path.insert(0, str(folder))
-    try:
-        mod = importlib.import_module("ref_rules")
-    finally:
-        sys.path.remove(str(folder))
+    mod = written_module(folder, "ref_rules", RULES)
 
     def trace(fn: str) -> str:
-        cwd = os.getcwd()
-        os.chdir(folder)
-        try:
-            r = run(["trace", f"ref_rules:{fn}", "--arg", "f32[4]"])
-        finally:
-            os.chdir(cwd)
+        with contextlib.chdir(folder):
+            r = run(["trace", f"{mod.__name__}:{fn}", "--arg", "f32[4]"])
         assert r.exit_code == 0 and "warning" not in r.stderr, r.output
         return r.stdout
 

@@ -208,6 +208,8 @@ def find_linear_eqn(jaxpr: Jaxpr):
     inlinable: dict[str, bool] = {}  # by primitive: the records are asked once each
     idx = []
     for i, e in enumerate(jaxpr.eqns):
+        if not e.params:
+            continue  # (a call has its body among them)
         call = inlinable.get(e.prim)
         if call is None:
             call = inlinable[e.prim] = bool(record_of(e.prim).inlinable)

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from ..cli import keep_until_exit
 from ..core import Jaxpr
 from ..io import Reported, read_source, remember_source, report, warn
 
@@ -37,7 +38,9 @@ def load_reporting(file: str | None, verify: bool = True) -> tuple[Jaxpr, str, s
     with timed("read"):
         text, path = read_source(file)
     remember_source(path, text)
-    return parse_text(text, path, verify), text, path
+    jaxpr = parse_text(text, path, verify)
+    keep_until_exit(jaxpr)  # (not freed equation by equation at the end)
+    return jaxpr, text, path
 
 
 def parse_text(text: str, path: str, verify: bool = True) -> Jaxpr:

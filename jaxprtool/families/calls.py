@@ -51,6 +51,7 @@ from ..ad.zeros import (
 )
 from ..core import Jaxpr, JaxprError, RefType, ShapedArray, Var, np_dtype
 from ..params import Opaque, Record, format_value
+from ..passes.dce import Unsupported, keep_whole, rebuild
 from ..record import define
 from ..record import prim as record_of
 from ..shapes import ShapeError, shape_rule
@@ -869,6 +870,7 @@ def _custom_jvp_jvp(primals, tangents, **params):
     if plugin is not None:
         observe.note(f"custom_jvp rule '{jvp_name}' from a plugin (register_custom_jvp)")
         outs, touts = plugin(list(primals), [_instantiate_tangent(t) for t in tangents])
+        _check_plugin_results(f"custom_jvp_call (jvp={jvp_name})", touts, n_out)
         if outs is None:
             outs = current().bind("custom_jvp_call", list(primals), params, _out_types(body))
         return list(outs), list(touts)
@@ -881,6 +883,20 @@ def _custom_jvp_jvp(primals, tangents, **params):
         return outs, library.tangent(list(primals), nonzero, outs)
     refuse = custom_rule_fallbacks.policy == "strict"
     return _fall_back_to_body("custom_jvp", params, primals, tangents, f"jvp={jvp_name}", refuse)
+
+
+def _check_plugin_results(what: str, outs, n_out: int) -> None:
+    """A plugin rule gives every result of the function it was written for; a call that DCE
+    left fewer results (JAX's DCE rule prunes a custom call's unused ones) cannot say which
+    of them it kept."""
+    if len(outs) != n_out:
+        raise JaxprError(
+            f"{what}: the plugin rule gives {len(outs)} results and the call has {n_out} (DCE "
+            "removes a custom call's unused results, as JAX's does, and the plugin cannot know "
+            "which remain): differentiate the program before `dce`, or register a rule for "
+            "the call as it stands",
+            current().loc,
+        )
 
 
 def _instantiate_tangent(t):
@@ -935,7 +951,7 @@ def _custom_vjp_linearize(primals, tangents, **params):
     if fwd is None:
         hit = fwd_name if fwd_name in custom_vjps else bwd_name
         observe.note(f"custom_vjp rules '{hit}' from a plugin (register_custom_vjp)")
-        return _plugin_vjp(plugin, primals, tangents, bwd_name, fwd_name)
+        return _plugin_vjp(plugin, primals, tangents, bwd_name, fwd_name, len(body.outvars))
     n = _rule_consts(params)  # fwd's constants, then bwd's, then the operands
     tangents = tangents[n:]  # (the constants' are zero)
     n_fwd = len(fwd.invars) - len(tangents)
@@ -976,10 +992,11 @@ def _check_perturbed(params, tangents, fwd_name) -> None:
             )
 
 
-def _plugin_vjp(pair, primals, tangents, bwd_name, fwd_name):
+def _plugin_vjp(pair, primals, tangents, bwd_name, fwd_name, n_out):
     fwd_fn, _ = pair
     outs, res = fwd_fn(*primals)
     outs, res = list(outs), list(res)
+    _check_plugin_results(f"custom_vjp_call (fwd={fwd_name})", outs, n_out)
     ts = [_instantiate_tangent(t) for t in tangents]
     touts = current().bind(
         "custom_lin",
@@ -1118,6 +1135,34 @@ define("custom_jvp_call", version_clues=_custom_jvp_version_clues, traced_rules=
 define("custom_vjp_call", version_clues=_custom_vjp_version_clues, traced_rules="vjp")
 for _p in ("custom_jvp_call", "custom_vjp_call"):
     define(_p, lift_rule_consts=_lift_rule_consts)
+
+
+def _custom_call_dce(used_outs, e, dce_jaxpr, live_ins):
+    """JAX's `_custom_jvp_call_dce` / `_custom_vjp_call_dce`: unused results leave the call
+    and its body, but every operand stays (a rule may read what the body does not) and so
+    do the body's writes into Ref operands (JAX cleans the body with every input live).  A
+    recorded JVP rule loses the same results and their tangents; a recorded fwd/bwd pair
+    cannot lose results (bwd takes every result's cotangent): that call keeps them, as a
+    call whose results are all used does."""
+    body = e.params.get("call_jaxpr")
+    if not isinstance(body, Jaxpr) or len(body.invars) != len(e.inputs):
+        raise Unsupported
+    if all(used_outs) or any(isinstance(e.params.get(k), Jaxpr) for k in _VJP_RULES):
+        raise Unsupported  # every body and rule cleaned, keeping the signature
+    keep = [True] * len(e.inputs)
+    params = dict(e.params, call_jaxpr=dce_jaxpr(body, tuple(used_outs), tuple(keep))[0])
+    rule = e.params.get(JVP_RULE_PARAM)
+    if isinstance(rule, Jaxpr):
+        if len(rule.outvars) != 2 * len(used_outs):  # not (outs, out_tangents): keep it all
+            raise Unsupported
+        used = tuple(used_outs) * 2  # the results, then their tangents
+        params[JVP_RULE_PARAM] = dce_jaxpr(rule, used, (True,) * len(rule.invars))[0]
+    return keep, rebuild(e, keep, used_outs, params)
+
+
+_VJP_RULES = (FWD_RULE_PARAM, BWD_RULE_PARAM)
+for _p in ("custom_jvp_call", "custom_vjp_call"):
+    define(_p, dce=_custom_call_dce)
 
 
 def _custom_vmap_jvp(primals, tangents, **params):
@@ -1581,6 +1626,9 @@ def _run_state_evaluate(interp, eqn, invals, path):
     init = eqn.params.get("is_initialized")
     boxes = []
     for k, (v, x) in enumerate(zip(j.invars, invals)):
+        if isinstance(x, Box):  # a Ref operand: the body writes that Ref itself
+            boxes.append(x)
+            continue
         if init is not None and not init[k]:
             x = jnp.zeros(static_shape(v.type.inner, interp.dims), v.type.inner.np_dtype)
         boxes.append(Box(x))
@@ -1663,6 +1711,10 @@ def _run_state_linearization(primals, tangents, **params):
 define(
     "run_state",
     effectful=True,
+    # JAX has no DCE rule for run_state: unused, it goes unless its body writes a live Ref
+    # operand; used, it stays whole
+    effects_in_bodies=lambda e: True,
+    dce=keep_whole,
     jvp=_run_state_jvp,
     linearization=_run_state_linearization,
     jvp_kind=LOW_LEVEL,

@@ -1172,31 +1172,59 @@ def _pmap_body_copies(eqn) -> int:
 # ---------------------------------------------------------------- DCE
 
 
-def _shard_map_dce(used_outs, e, dce_jaxpr, live_ins):
-    """JAX's `_shard_map_dce`: unused results and operands leave the body and their specs
-    (`in_specs`/`out_specs`, an older text's `in_names`/`out_names`), and so do the body's
-    writes into Refs dead after the shard_map."""
+def _mapped_dce(used_outs, e, dce_jaxpr, live_ins, body_key, in_keys, out_keys, also=()):
+    """Unused results and operands leave the body and the per-operand (`in_keys`) and
+    per-result (`out_keys`) parameters, each the first of its alternatives the equation has
+    (a tuple of the right length: otherwise the signature stays), and the per-operand
+    parameters `also` where present; the body's writes into Refs dead after the equation
+    go too."""
     from ..passes.dce import Unsupported, filter_param, rebuild
 
-    body = e.params.get("jaxpr")
+    body = e.params.get(body_key)
     if not isinstance(body, Jaxpr):
         raise Unsupported
     if len(body.invars) != len(e.inputs) or len(body.outvars) != len(e.outputs):
         raise Unsupported
-    keys = {}
-    for side, n in (("in", len(e.inputs)), ("out", len(e.outputs))):
-        key = f"{side}_specs" if f"{side}_specs" in e.params else f"{side}_names"
+    keys = []
+    for names, n in ((in_keys, len(e.inputs)), (out_keys, len(e.outputs))):
+        key = next((k for k in names if k in e.params), names[0])
         if not (isinstance(e.params.get(key), (tuple, list)) and len(e.params[key]) == n):
             raise Unsupported
-        keys[side] = key
+        keys.append(key)
     inst = tuple(isinstance(v.type, OpaqueType) for v in body.invars)
     new_body, used_ins = dce_jaxpr(body, tuple(used_outs), inst, tuple(live_ins))
     if new_body is body and all(used_ins) and all(used_outs):
         return used_ins, e
-    params = dict(e.params, jaxpr=new_body)
-    params[keys["in"]] = filter_param(e.params, keys["in"], used_ins)
-    params[keys["out"]] = filter_param(e.params, keys["out"], used_outs)
+    params = dict(e.params, **{body_key: new_body})
+    params[keys[0]] = filter_param(e.params, keys[0], used_ins)
+    params[keys[1]] = filter_param(e.params, keys[1], used_outs)
+    for k in also:
+        if k in params:
+            params[k] = filter_param(params, k, used_ins)
     return used_ins, rebuild(e, used_ins, used_outs, params)
+
+
+def _shard_map_dce(used_outs, e, dce_jaxpr, live_ins):
+    """JAX's `_shard_map_dce`: unused results and operands leave the body and their specs
+    (`in_specs`/`out_specs`, an older text's `in_names`/`out_names`), and so do the body's
+    writes into Refs dead after the shard_map."""
+    keys = (("in_specs", "in_names"), ("out_specs", "out_names"))
+    return _mapped_dce(used_outs, e, dce_jaxpr, live_ins, "jaxpr", *keys)
+
+
+#: xla_pmap's other per-operand parameters (JAX's `_pmap_dce_rule` filters donated_invars;
+#: an older text's mapped_invars and global_arg_shapes follow the operands too)
+_PMAP_OPERAND_PARAMS = ("donated_invars", "mapped_invars", "global_arg_shapes")
+
+
+def _xla_pmap_dce(used_outs, e, dce_jaxpr, live_ins):
+    """JAX's `_pmap_dce_rule` (JAX <= 0.7 printed pmap as xla_pmap): unused results and
+    operands leave the body, `in_axes`/`out_axes` and `donated_invars`.  The body's writes
+    into Refs dead after the pmap go too, as JAX 0.12's pmap (a shard_map) drops them."""
+    keys = (("in_axes",), ("out_axes",))
+    return _mapped_dce(
+        used_outs, e, dce_jaxpr, live_ins, "call_jaxpr", *keys, also=_PMAP_OPERAND_PARAMS
+    )
 
 
 # ---------------------------------------------------------------- the records
@@ -1215,7 +1243,7 @@ define(
 define("shard_map", body_copies=_shard_map_body_copies)
 define("xla_pmap", body_copies=_pmap_body_copies)
 define("xla_pmap", evaluate=_eval_xla_pmap, jvp=_xla_pmap_jvp, jvp_kind=LOW_LEVEL)
-define("xla_pmap", transpose=_xla_pmap_transpose, batching=_xla_pmap_batching)
+define("xla_pmap", transpose=_xla_pmap_transpose, batching=_xla_pmap_batching, dce=_xla_pmap_dce)
 define("all_gather_invariant", shape_rule=_all_gather_shape, family="collectives")
 define("psum_scatter", shape_rule=_reduce_scatter_shape, family="collectives")
 define("sharding_constraint", evaluate=_eval_sharding_constraint)

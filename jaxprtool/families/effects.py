@@ -17,6 +17,7 @@ from ..ad.registry import rebind_primal
 from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import Jaxpr, JaxprError, ShapedArray
 from ..params import Record, format_value
+from ..passes.dce import keep_whole
 from ..record import define
 from ..shapes import ShapeError, shape_rule
 from ..shapes.util import parse_avals, types_agree
@@ -191,7 +192,20 @@ define("debug_print", bind_params=_debug_print_bind)
 # ---------------------------------------------------------------- pallas_call and other kernels
 
 shape_rule("pallas_call")(_avals_rule("out_avals"))
-define("pallas_call", effectful=True)
+#: JAX's `_has_side_effects(compiler_params)`: `has_side_effects=True` (a dict's or a
+#: dataclass's) or Mosaic's `SideEffectType.SIDE_EFFECTING`
+_SIDE_EFFECTS = re.compile(
+    r"has_side_effects'?\s*[=:]\s*(?:True|\S*SideEffectType\.SIDE_EFFECTING\b)"
+)
+
+
+def _pallas_effects_in_kernel(e) -> bool:
+    """JAX's `_pallas_call_dce_rule`: an unused kernel goes unless its compiler_params say
+    it has side effects or it writes a live Ref operand; a used one stays whole."""
+    return not _SIDE_EFFECTS.search(str(e.params.get("compiler_params")))
+
+
+define("pallas_call", effectful=True, effects_in_bodies=_pallas_effects_in_kernel, dce=keep_whole)
 
 # `run` of a kernel without a grid whose blocks are the whole arrays, as JAX's interpret mode
 # runs it (the printed GridMapping shows the block sizes but not the index maps a grid needs)

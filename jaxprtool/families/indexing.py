@@ -40,6 +40,7 @@ from ..lazy import np
 from ..params import EnumValue, Record
 from ..record import define
 from ..shapes import ShapeError, shape_rule
+from ..shapes.sizes import check_all_ge
 from ..shapes.util import (
     arr,
     dim_param,
@@ -54,6 +55,7 @@ from ..shapes.util import (
     need,
     static_ints,
 )
+from ..shardings import sharded_size
 
 
 def _no_flops(e) -> int:
@@ -85,9 +87,16 @@ def _dynamic_slice(in_types, params, out_hint):
             raise ShapeError(
                 f"dynamic_slice: start indices must be integer scalars, got {t} at position {i}"
             )
-    for d, s in zip(x.shape, sizes):
-        if isinstance(d, int) and isinstance(s, int) and (s > d or s < 0):
-            raise ShapeError(f"dynamic_slice: slice_sizes {fmt_shape(sizes)} do not fit in {x}")
+    shape = tuple(sharded_size(d) for d in x.shape)
+    check_all_ge(
+        zip(shape, sizes),
+        "slice slice_sizes must be less than or equal to operand shape, got slice_sizes "
+        f"{fmt_shape(sizes)} for operand shape {fmt_shape(shape)}.",
+    )
+    check_all_ge(
+        ((s, 0) for s in sizes),
+        f"slice slice_sizes must be greater than or equal to zero, got slice_sizes of {fmt_shape(sizes)}.",
+    )
     return [fill_sym_from_hint(x.update(shape=sizes), out_hint)]
 
 
@@ -213,9 +222,12 @@ def _dynamic_update_slice(in_types, params, out_hint):
             raise ShapeError(
                 f"dynamic_update_slice: start indices must be integer scalars, got {t} at position {i}"
             )
-    for d, s in zip(x.shape, u.shape):
-        if isinstance(d, int) and isinstance(s, int) and s > d:
-            raise ShapeError(f"dynamic_update_slice: update {u} does not fit in operand {x}")
+    shape, ushape = (tuple(sharded_size(d) for d in t.shape) for t in (x, u))
+    check_all_ge(
+        zip(shape, ushape),
+        "dynamic_update_slice update shape must be smaller than operand shape, got update "
+        f"shape {fmt_shape(ushape)} for operand shape {fmt_shape(shape)}.",
+    )
     return [x]
 
 

@@ -33,7 +33,7 @@ from ..core import Literal, ShapedArray
 from ..passes import simplify as S
 from ..record import define
 from ..shapes import ShapeError, shape_rule
-from ..shapes.sizes import Size
+from ..shapes.sizes import Size, check_all_ge
 from ..shapes.util import (
     argsort,
     arr,
@@ -787,14 +787,12 @@ def _slice(in_types, params, out_hint):
         )
     if any(isinstance(st, int) and st <= 0 for st in strides):
         raise ShapeError(f"slice: strides must be positive, got {fmt_shape(strides)}")
+    start = tuple(map(sharded_size, start))  # a rule's bound: a type's dim
+    limit = tuple(map(sharded_size, limit))
+    _check_slice_bounds(x, start, limit)
     sizes = []
-    for d, s, lim, st in zip(x.shape, start, limit, strides):
-        s, lim = sharded_size(s), sharded_size(lim)  # a rule's bound: a type's dim
-        if isinstance(d, int) and isinstance(lim, int) and lim > d:
-            raise ShapeError(f"slice: limit index {lim} exceeds dimension size {d} of {x}")
+    for s, lim, st in zip(start, limit, strides):
         if isinstance(s, int) and isinstance(lim, int):
-            if s < 0 or lim < s:
-                raise ShapeError(f"slice: invalid slice [{s}:{lim}] of {x}")
             sizes.append(0 if lim == s else (lim - s - 1) // st + 1)
         else:
             sizes.append(strided_dim(dim_sub(lim, s) if s else lim, 1, st))
@@ -808,6 +806,27 @@ def _slice(in_types, params, out_hint):
         for d, n in zip(x.shape, sizes)
     ]
     return [fill_sym_from_hint(x.update(shape=shape), out_hint)]
+
+
+def _check_slice_bounds(x, start, limit) -> None:
+    """JAX's `_slice_shape_rule` checks, in its order and words, symbolic sizes compared as
+    JAX compares them (`2*b >= 3` is inconclusive: refused, as JAX refuses it)."""
+    shape = tuple(sharded_size(d) for d in x.shape)
+    check_all_ge(
+        zip(shape, limit),
+        "slice limit_indices must be less than or equal to operand shape, got "
+        f"limit_indices {fmt_shape(limit)} for operand shape {fmt_shape(shape)}.",
+    )
+    check_all_ge(
+        ((s, 0) for s in start),
+        f"slice start_indices must be greater than or equal to zero, got start_indices of "
+        f"{fmt_shape(start)}.",
+    )
+    check_all_ge(
+        zip(limit, start),
+        "slice limit_indices must be greater than or equal to start_indices, got "
+        f"start_indices {fmt_shape(start)} and limit_indices {fmt_shape(limit)}.",
+    )
 
 
 def _symbolic_slice_like(d, n, x, out_hint):

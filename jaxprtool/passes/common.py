@@ -115,7 +115,7 @@ def _eqn_effect_kind(e: Eqn) -> int:
     rec = prim(e.prim)
     if rec.ref_access is not None:
         return _WRITES if rec.ref_access == "write" else _NONE
-    if rec.effectful:
+    if rec.effectful and (rec.effects_in_bodies is None or not rec.effects_in_bodies(e)):
         return _OTHER
     subs = eqn_subjaxprs(e)
     if not subs:

@@ -9,10 +9,11 @@
   pruned, then unused operands (body binders, the equation's operands and the per-operand
   parameters `in_shardings`, `donated_invars`, ... follow).  Body constvars are never
   pruned (as in JAX).
-* A primitive with a `dce` rule on its record (cond, while, scan: see their family
-  modules) prunes its own operands, results and bodies, its bodies' writes into Refs dead
-  after it included; a rule raising `Unsupported` (or
-  failing on malformed parameters) keeps the signature.
+* A primitive with a `dce` rule on its record (cond, while, scan, shard_map, xla_pmap,
+  custom_jvp_call, custom_vjp_call: see their family modules) prunes its own operands,
+  results and bodies, its bodies' writes into Refs dead after it included where JAX's rule
+  does; `keep_whole` is JAX's default rule (run_state, pallas_call); a rule raising
+  `Unsupported` (or failing on malformed parameters) keeps the signature.
 * Any other equation with nested jaxprs keeps its signature; its bodies are
   cleaned with every result and operand kept.
 
@@ -220,6 +221,13 @@ def prune_eqn(e: Eqn, used_outs: list[bool]) -> Eqn | None:
     """The equation with the results `used_outs` only, its operands and bodies pruned by its
     DCE rule (None when it is dead); an equation without a rule keeps its signature."""
     return _DCE().rule(e, used_outs, [True] * len(e.inputs))[1]
+
+
+def keep_whole(used_outs, e, dce_jaxpr, live_ins):
+    """JAX's default DCE rule, for a primitive with bodies that JAX gives no rule of its own
+    (run_state, pallas_call keep theirs): used, the equation keeps every operand and result
+    and its bodies as they are."""
+    return [True] * len(e.inputs), e
 
 
 class Unsupported(Exception):

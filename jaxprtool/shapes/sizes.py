@@ -101,3 +101,33 @@ def _geq(a: Size, b: Size, what: str) -> bool:
         f"symbolic dimension comparison {what} is inconclusive (as JAX finds it: "
         "InconclusiveDimensionOperation)"
     )
+
+
+def jax_ge(a, b) -> bool | None:
+    """JAX's `a >= b` on two sizes (ints, or linear symbolic sizes with every symbol at least
+    1), raising ShapeError in its words where it is inconclusive (`2*b >= 3`); None where a
+    size is outside the linear ones (`floordiv(b, 2)`), which the tool does not compare."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a >= b
+    try:
+        sa, sb = Size.of(a), Size.of(b)
+    except ShapeError:
+        return None
+    return _geq(sa, sb, f"'{sa}' >= '{sb}'")
+
+
+def check_all_ge(pairs, message: str) -> None:
+    """JAX's `all(map(operator.ge, ...))` check of a shape rule: `message` (JAX's) where a
+    pair is decidedly smaller; where JAX cannot decide, its inconclusive comparison, which
+    it raises too."""
+    for a, b in pairs:
+        try:
+            ok = jax_ge(a, b)
+        except ShapeError as e:
+            raise ShapeError(
+                f"{e}: JAX refuses this too ({message.split(',')[0]}); give the symbol a "
+                "size, or bound the index by a size JAX can compare (a multiple of the "
+                "dimension's symbols)"
+            ) from None
+        if ok is False:
+            raise ShapeError(message)

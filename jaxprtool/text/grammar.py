@@ -120,15 +120,15 @@ _lazy("OPERAND", rf" ?(?:({_LITVAL}):({_ARRAY_TYPE})|({_ULITVAL})|({_VAR}))")
 _NAME = r"(?:[a-z]+_?|_)"
 #: a binder's type: an array type with a lower-case dtype and no `{...}` suffix (the array
 #: form of the grammar's _TYPE)
-_FAST_TYPE = r"[a-z][a-z0-9_]*+(?:<[^<>\s]*>)?\[[^\]\n]*\](?!\{)"
+FAST_TYPE = r"[a-z][a-z0-9_]*+(?:<[^<>\s]*>)?\[[^\]\n]*\](?!\{)"
 #: an equation's binders and primitive: groups (first binder's name, its type, the other
 #: binders, primitive)
 _lazy(
     "FAST_HEAD",
-    rf"({_NAME}):({_FAST_TYPE})((?: {_NAME}:{_FAST_TYPE})*) = ([A-Za-z_][A-Za-z0-9_.\-]*+)",
+    rf"({_NAME}):({FAST_TYPE})((?: {_NAME}:{FAST_TYPE})*) = ([A-Za-z_][A-Za-z0-9_.\-]*+)",
 )
 #: one more binder of an equation (in FAST_HEAD's third group): name, type
-_lazy("FAST_BINDER", rf" ({_NAME}):({_FAST_TYPE})")
+_lazy("FAST_BINDER", rf" ({_NAME}):({FAST_TYPE})")
 #: the operands of an equation on one line (the grammar's OPERANDS, but the line break)
 _lazy("FAST_OPS", rf"(?>(?: {_OPND})*)")
 #: the grammar's KEY terminal, the key as group 1
@@ -140,7 +140,7 @@ _lazy("INDENT", r"[ \t]*")
 #: spaces and line breaks between tokens (no comment)
 _lazy("BLANK", r"[ \t\n]*")
 #: a binder of a jaxpr (BINDER, with FAST_HEAD's types)
-_lazy("FAST_BINDER_TOKEN", rf"{_NAME}:{_FAST_TYPE}")
+_lazy("FAST_BINDER_TOKEN", rf"{_NAME}:{FAST_TYPE}")
 #: an output of a jaxpr as the grammar's terminals there read it, in lark's order of them
 #: (by priority): LITERAL | ULITERAL | VAR
 _lazy("OUTVAR_TOKEN", rf"({_LITVAL}:{_ARRAY_TYPE})|({_ULITVAL})|([a-z]+_?|_)")

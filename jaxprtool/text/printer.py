@@ -44,7 +44,9 @@ JAX does (own names, own shared jaxprs, column 0, width 80).
 
 from __future__ import annotations
 
+import itertools
 import re
+import string
 from typing import Any
 
 from .. import core
@@ -298,7 +300,7 @@ class _Printer:
         c = self.counter
         self.counter = c + 1
         if c >= len(_NAMES):
-            _NAMES.extend(encode_name(i) for i in range(len(_NAMES), 2 * c + 64))
+            _NAMES.extend(itertools.islice(_NAME_STREAM, len(_NAMES) + c + 64))
         n = _NAMES[c]
         if n in self.shared_names:
             return self.fresh()
@@ -1013,7 +1015,20 @@ class _NamingHandle(_DocHandle):
         return ""
 
 
-_NAMES: list[str] = []  # encode_name(i), grown on demand
+_NAMES: list[str] = []  # encode_name(i), grown on demand from `_NAME_STREAM`
+
+
+def _name_stream():
+    """encode_name(0), encode_name(1), ...: `a`..`z`, then for each width the names whose
+    first letter is not `a` (a leading zero digit), in order (itertools, not a division
+    per letter)."""
+    letters = string.ascii_lowercase
+    yield from letters
+    for width in itertools.count(1):
+        yield from map("".join, itertools.product(letters[1:], *[letters] * width))
+
+
+_NAME_STREAM = _name_stream()
 _CACHEABLE = frozenset({int, bool, str, EnumValue})
 _SPACE = pp.text(" ")
 _EQ = pp.text(" = ")

@@ -258,6 +258,16 @@ def scan_counts(params: dict[str, Any]) -> tuple[int, int] | None:
 # ---------------------------------------------------------------- detection
 
 
+def _record_facts(name: str) -> tuple:
+    """What `detect_style` asks of a primitive's record: its version clues, the parameter
+    whose jaxpr takes its operands' names, and whether only JAX 0.12 prints it (a primitive
+    it added, or one of its HiPrims: `CustomRoot[...]`, `SearchSorted[...]`)."""
+    rec = record_of(name)
+    first = rec.first_version
+    only_0_12 = (first is not None and first > STYLE_0_10.version) or name[:1].isupper()
+    return rec.version_clues, rec.suggest_names, only_0_12
+
+
 def detect_style(jaxpr: core.Jaxpr) -> Style:
     """Guess the JAX version whose printing a parsed program follows.
 
@@ -285,17 +295,26 @@ def detect_style(jaxpr: core.Jaxpr) -> Style:
             large_inline = any(
                 isinstance(v, core.Jaxpr) and len(v.eqns) > 10 for v in e.params.values()
             )
+    by_prim: dict[str, tuple] = {}  # primitive -> what its record says (asked once)
     for e in eqns:
-        rec = record_of(e.prim)
+        facts = by_prim.get(e.prim)
+        if facts is None:
+            facts = by_prim[e.prim] = _record_facts(e.prim)
+        version_clues, suggest_names, only_0_12 = facts
         if e.bare_eq:
             clues.add(CLUE_BEFORE_0_4_22)
-        if rec.version_clues is not None:
-            clues |= rec.version_clues(e)
-        if rec.first_version is not None and rec.first_version > STYLE_0_10.version:
+        if version_clues is not None:
+            clues |= version_clues(e)
+        if only_0_12:
             clues.add(CLUE_0_12)
-        elif e.prim[:1].isupper():  # 0.12 HiPrims: CustomRoot[...], SearchSorted[...]
-            clues.add(CLUE_0_12)
-        inner = e.params.get(rec.suggest_names) if rec.suggest_names else None
+        if CLUE_0_4_35 not in clues:
+            for a in e.inputs:
+                if a.__class__ is core.Literal and not a.typed:
+                    clues.add(CLUE_0_4_35)  # untyped literals
+                    break
+        if not e.params:
+            continue  # (the clues below are in parameters)
+        inner = e.params.get(suggest_names) if suggest_names else None
         if isinstance(inner, core.Jaxpr) and len(inner.invars) == len(e.inputs):
             if id(inner) not in shared:
                 for a, b in zip(e.inputs, inner.invars):
@@ -308,11 +327,6 @@ def detect_style(jaxpr: core.Jaxpr) -> Style:
             for v in e.params.values():
                 if isinstance(v, (Opaque, Record, str)) and _REAL_ADDR.search(format_value(v)):
                     real_addr = True
-                    break
-        if CLUE_0_4_35 not in clues:
-            for a in e.inputs:
-                if a.__class__ is core.Literal and not a.typed:
-                    clues.add(CLUE_0_4_35)  # untyped literals
                     break
     if any(isinstance(a, core.Literal) and not a.typed for a in _all_outvars(jaxpr)):
         clues.add(CLUE_0_4_35)

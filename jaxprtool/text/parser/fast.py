@@ -12,7 +12,9 @@ loop, giving exactly what the grammar gives.
   (readers.py: `new_var`, `operand_atoms`, `bind`; param_values.py: `read_value`), so the
   two paths share every rule but how tokens are found.  The first equation that is not
   simple, or has an error, ends the run untouched (warnings it added are dropped) and is
-  read by the grammar: every error is the grammar's, in its words.  A block all on the line
+  read by the grammar: every error is the grammar's, in its words.  The commonest equation
+  (one result, all on its line, a parameter list read before or none) is matched a line at
+  a time by one expression (`_plain_line`) before the general reading.  A block all on the line
   of `let` (`let EQN; EQN in (`, how JAX prints small jaxprs) is read whole by
   `read_inline`, or not at all.  A parameter list of plain values is remembered with its
   text and reused, with fresh lists (`marshal` copies), where the text recurs.
@@ -29,7 +31,9 @@ damaged texts.
 
 from __future__ import annotations
 
+import functools
 import marshal
+import re
 from sys import intern
 
 from ...core import Eqn, Jaxpr, JaxprError, Loc, Var
@@ -68,9 +72,48 @@ class FastPath(Readers, ParamValues):
         warnings = self.warnings
         head = G.FAST_HEAD.match
         indent = s[p - eqcol + 1 : p]  # of the block's equations
+        plain = _plain_line(indent)
+        types = self.types
+        new_tuple = tuple.__new__
         eqns = []
         end = -1
         while True:
+            # the commonest equation first, a line at a time (`_plain_line`)
+            while (m := plain(s, p)) is not None:
+                name, type_text, prim, params_text, ops = m.groups()
+                t = types.get(type_text)
+                if t is None:
+                    break  # a type not read yet: the general way below reads it
+                if params_text is None:
+                    prm = {}
+                elif (prm := self.remembered_params(params_text)) is None:
+                    break  # a list not read yet
+                if not ops:
+                    inputs = ()
+                elif (
+                    ":" in ops
+                    or "_" in ops
+                    or "(" in ops
+                    or None in (ins := [table.get(o) for o in ops[1:].split(" ")])
+                ):  # a literal, `_`, `a_`, `inf`, an undefined name: as the general way
+                    nw = len(warnings)
+                    try:
+                        inputs = self.fast_operands(m.start(5), m.end(5), table)
+                    except JaxprError:
+                        inputs = None
+                    if inputs is None:
+                        del warnings[nw:]
+                        break
+                else:
+                    inputs = tuple(ins)
+                out = Var(t, name)
+                table[name] = out  # (`bind`: the name is not `_`)
+                loc = new_tuple(Loc, (path, line, eqcol))  # (Loc(...) without its frame)
+                eqns.append(Eqn(intern(prim), inputs, (out,), prm, loc))
+                self.eqn_start = p
+                end = m.end() - 1
+                p = end + eqcol  # (the next line starts with `indent`)
+                line += 1
             m = head(s, p)
             if m is None:
                 break
@@ -198,13 +241,9 @@ class FastPath(Readers, ParamValues):
         b = s.find("]\n", j, a if a >= 0 else len(s))
         stop = a if b < 0 or 0 <= a < b else b
         text = s[j - 1 : stop + 1] if stop >= 0 else None
-        known = self.param_lists.get(text) if text is not None else None
+        known = self.remembered_params(text) if text is not None else None
         if known is not None:
-            d, lists = known
-            d = d.copy()
-            for k, blob, v in lists:
-                d[k] = marshal.loads(blob) if blob is not None else fresh(v)
-            return d, stop + 1
+            return known, stop + 1
         broken = self.list_is_broken(j)
         d = {}
         while True:
@@ -221,6 +260,18 @@ class FastPath(Readers, ParamValues):
         if text is not None and mr.end() == stop + 1 and all(map(memoizable, d.values())):
             self.param_lists[text] = _remembered(d)
         return d, mr.end()
+
+    def remembered_params(self, text: str) -> dict | None:
+        """The parameters of the list `text` (`[...]`) if one was read before (`fast_params`),
+        with fresh lists inside, or None."""
+        known = self.param_lists.get(text)
+        if known is None:
+            return None
+        d, lists = known
+        d = d.copy()
+        for k, blob, v in lists:
+            d[k] = marshal.loads(blob) if blob is not None else fresh(v)
+        return d
 
     def fast_operands(self, e: int, q: int, table: dict) -> tuple | None:
         """The atoms of the operands s[e:q] (` a b 1.0:f32[]`) as the grammar's OPERANDS
@@ -243,6 +294,20 @@ class FastPath(Readers, ParamValues):
         if self.operand_atoms(ops, e, 0, table, out):
             fix_untyped_operands(out)
         return tuple(out)
+
+
+@functools.cache
+def _plain_line(indent: str):
+    """The `match` of the commonest equation, at a block's `indent`: `name:TYPE =
+    prim[params] operands` with one result (not `_`), a parameter list without `]` inside
+    (or none), all on its line, the next line another equation or the block's `in (` at the
+    same indentation.  Groups: name, type text, primitive, parameter list (`[...]`, or
+    None), operands (with a leading space, or empty).  It matches less than `read_run`'s
+    general reading takes, and its parts are read by the same readers."""
+    return re.compile(
+        rf"([a-z]+_?):({G.FAST_TYPE}) = ([A-Za-z_][A-Za-z0-9_.\-]*+)(\[[^\]\n]*\])?"
+        rf"((?: [^ \n]+)*)\n(?={re.escape(indent)}[a-z_])"
+    ).match
 
 
 def _inline_end(s: str, e: int) -> int:
