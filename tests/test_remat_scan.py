@@ -26,6 +26,7 @@ from test_remat_count import POLICIES, _count, _jax_count, _join  # noqa: E402
 from jaxprtool import backend  # noqa: E402
 from jaxprtool.ad import remat  # noqa: E402
 from jaxprtool.ad.api import linearize_jaxpr, transpose_jaxpr  # noqa: E402
+from jaxprtool.ad.linearize import combine  # noqa: E402
 from jaxprtool.text.parser import parse  # noqa: E402
 
 
@@ -157,44 +158,32 @@ RERUNS = ("dots_saveable", "offload_dot_with_no_batch_dims(device, pinned_host)"
 
 
 def test_linear_programs_dot_product():
-    """`linearize --remat` + `transpose`: <w, L v> = <L^T w, v> for a scan and a jitted call
-    holding one, under the policies that rerun its scan in the linear program (inside its one
-    remat2 call) reading the saved (or offloaded) stacked values, and L v is jax.jvp's
-    tangent."""
-    forms, inputs = [], []
+    """`linearize --remat` + `transpose` (the combined form, as the CLI pipes them): <w, L v>
+    = <L^T w, v> for a scan and a jitted call holding one, under the policies that rerun its
+    scan in the linear program (inside its one remat2 call) reading the saved (or offloaded)
+    stacked values, and L v is jax.jvp's tangent.  One XLA compile for all of them."""
+    jvps, vjps, inputs = [], [], []
     for name in ("named", "jitted"):
         f, args = PROGRAMS[name]
         j = parse(str(jax.make_jaxpr(f)(*args)), name).jaxpr
+        v = [vec(a.shape, 30 + k) for k, a in enumerate(args)]
+        want = jax.jvp(f, args, tuple(v))[1]
         for text in RERUNS:
             with remat.planning(remat.parse_policy(text)):
-                forms.append(linearize_jaxpr(j, list(range(len(args)))))
-            inputs.append((f, args))
-    for _, lin, _ in forms:
-        (call,) = [e for e in lin.eqns if e.prim == "remat2"]
-        assert any(e.prim in ("scan", "jit") for e in call.params["jaxpr"].eqns)
-    outs = iter(
-        backend.evaluate(_join([p for p, _, _ in forms]), [x for _, a in inputs for x in a])
-    )
-    res = []
-    for (primal, _, info), (_, args) in zip(forms, inputs):
-        got = [next(outs) for _ in primal.outvars]
-        n_out = len(info.out_mask)
-        src = {"input": list(args), "output": got[:n_out], "new": got[n_out:]}
-        res.append([src[r.source][r.index] for r in info.residuals])
-    tangents = {id(f): [vec(a.shape, 30 + k) for k, a in enumerate(args)] for f, args in inputs}
-    jvps = {id(f): jax.jvp(f, args, tuple(tangents[id(f)]))[1] for f, args in inputs}
-    vs = [tangents[id(f)] for f, _ in inputs]
-    lvs = backend.evaluate(
-        _join([lin for _, lin, _ in forms]), [x for r, v in zip(res, vs) for x in r + v]
-    )
+                primal, lin, info = linearize_jaxpr(j, list(range(len(args))))
+            (call,) = [e for e in lin.eqns if e.prim == "remat2"]
+            assert any(e.prim in ("scan", "jit") for e in call.params["jaxpr"].eqns), text
+            jvp = combine(primal, lin, info)  # (x..., v...) -> (y, L v)
+            n = len(args)
+            jvps.append(jvp)
+            vjps.append(transpose_jaxpr(jvp, [False] * n + [True] * n, [False, True]))
+            inputs.append((args, v, want))
     w = np.float32(0.7)
-    lts = [
-        transpose_jaxpr(lin, [False] * len(r) + [True] * len(v))
-        for (_, lin, _), r, v in zip(forms, res, vs)
-    ]
-    ltws = iter(backend.evaluate(_join(lts), [x for r in res for x in r + [w]]))
-    for lv, v, (f, _) in zip(lvs, vs, inputs):
-        close(lv, jvps[id(f)], 1e-4)
-        ltw = [next(ltws) for _ in v]
+    feed = [x for a, v, _ in inputs for x in (*a, *v)] + [x for a, _, _ in inputs for x in (*a, w)]
+    outs = iter(backend.evaluate(_join(jvps + vjps), feed))
+    lvs = [[next(outs) for _ in j.outvars][1] for j in jvps]
+    for lv, vjp, (_, v, want) in zip(lvs, vjps, inputs):
+        close(lv, want, 1e-4)
+        ltw = [next(outs) for _ in vjp.outvars][1:]
         rhs = sum(float(np.vdot(np.float64(a), np.float64(b))) for a, b in zip(ltw, v))
         assert abs(float(lv) * float(w) - rhs) <= 1e-4 * max(1.0, abs(rhs))
