@@ -154,17 +154,21 @@ def rerun_eqn(e: Eqn, saves: list[bool], wanted: list[bool]) -> Eqn | None:
 def feed_results(body: Jaxpr, positions) -> tuple[Jaxpr, list[int]]:
     """`body` reading the values of its results at `positions` from new binders (appended to
     its inputs) instead of computing them: (the new body, the positions it reads, one per
-    distinct value; literals are left out).  A value made by an equation the policy may run
-    again (a scan in a call's body) is fed to it too, and an offloaded copy's device value is
-    copied back from it (as JAX's recomputation does), so that DCE can prune what made
-    them."""
+    distinct value: a literal result is read too, as the value it stands for).  A value made
+    by an equation the policy may run again (a scan in a call's body) is fed to it too, and
+    an offloaded copy's device value is copied back from it (as JAX's recomputation does),
+    so that DCE can prune what made them."""
     made = {id(o): e for e in body.eqns for o in e.outputs}
     binder: dict[int, Var] = {}
+    literal: dict[int, Var] = {}  # position of a literal result -> its binder
     read: list[int] = []
     back: list[Eqn] = []
     for k in positions:
         v = body.outvars[k]
-        if isinstance(v, Var) and id(v) not in binder:
+        if not isinstance(v, Var):
+            literal[k] = Var(v.type, None)
+            read.append(k)
+        elif id(v) not in binder:
             binder[id(v)] = b = B.fresh_like(v)
             read.append(k)
             src = _offloaded_from(made.get(id(v)))
@@ -179,8 +183,11 @@ def feed_results(body: Jaxpr, positions) -> tuple[Jaxpr, list[int]]:
             e = rule(e, fed)
         eqns.append(e)
     eqns = B.substitute(eqns, binder)
-    outvars = [binder.get(id(x), x) if isinstance(x, Var) else x for x in body.outvars]
-    binders = [binder[id(body.outvars[k])] for k in read]
+    outvars = [
+        binder.get(id(x), x) if isinstance(x, Var) else literal.get(k, x)
+        for k, x in enumerate(body.outvars)
+    ]
+    binders = [literal[k] if k in literal else binder[id(body.outvars[k])] for k in read]
     new = body.replace(invars=(*body.invars, *binders), eqns=eqns, outvars=outvars)
     return new, read
 

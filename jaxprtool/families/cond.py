@@ -435,7 +435,7 @@ def _cond_remat_saves(e, body_saves):
 def _cond_remat_feed(e, saved):
     """The cond reading its saved results as new operands (after the others) in every
     branch; unchanged when a branch gives two of them one value (the branches would take
-    different operands)."""
+    different operands, and the rerun recomputes them)."""
     ks = [k for k, s in enumerate(saved) if s]
     fed = [feed_results(b, ks) for b in _branches_of(e.params)]
     if any(read != ks for _, read in fed):
