@@ -9,7 +9,8 @@ beside it for the tool's programs) of JAX's `jax.grad`, of `jax.grad` with `jax.
 per layer (nothing_saveable, dots_saveable), and of the tool's `grad`, `grad --remat
 min-cut` and `grad --remat-budget 0.5` (each compiled by jax.jit on the CPU).
 Table 2: residual bytes held under each named policy, the tool's plan against
-`jax.checkpoint(f, policy=...)`'s saved residuals (arguments left out on both sides).
+`jax.checkpoint(f, policy=...)`'s saved residuals (arguments left out on both sides), for the
+two models and the residual MLP as one scan over its stacked blocks (issue 25).
 Table 3: planning time (Graph + plan, scipy imported beforehand) for programs of about
 `--plan-eqns` equations and twice that, and the greedy heuristic's FLOPs gap to the exact
 plan on a small program.
@@ -56,6 +57,22 @@ def stack(layer, wrap=None):
         return jnp.sum(x**2)
 
     return loss
+
+
+def scanned(layer):
+    """loss(ps, x): the layers run by one scan over their stacked parameters."""
+
+    def loss(ps, x):
+        x, _ = jax.lax.scan(lambda x, p: (layer(p, x), None), x, ps)
+        return jnp.sum(x**2)
+
+    return loss
+
+
+def stacked(args):
+    """(ps, x) with the layers' parameters stacked (for `scanned`)."""
+    ps, x = args
+    return jax.tree_util.tree_map(lambda *a: jnp.stack(a), *ps), x
 
 
 def resmlp_args(blocks, width=256, batch=128):
@@ -151,8 +168,8 @@ POLICIES = (
 )
 
 
-def table_policies(model, layer, args):
-    f, leaves = flat_fn(stack(layer), args)
+def table_policies(model, layer, args, build=stack):
+    f, leaves = flat_fn(build(layer), args)
     j = parse(str(jax.make_jaxpr(f)(*leaves)), "<bench>").jaxpr
     print(f"\n{model}: residual bytes held per policy (tool vs jax.checkpoint(f, policy))")
     for pol in POLICIES:
@@ -242,6 +259,7 @@ def main() -> int:
     table_planning(a.plan_eqns)
     for model, layer, args in (mlp, tr):
         table_policies(model, layer, args)
+    table_policies("scanned residual MLP", mlp_block, stacked(mlp[2]), build=scanned)
     table_xla(*mlp, f"residual MLP, {a.blocks} blocks, width 256, batch 128")
     table_xla(*tr, f"transformer, {a.layers} layers (bench_ad.py's)")
     print("\ntargets")

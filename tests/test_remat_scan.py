@@ -3,9 +3,10 @@
 does not save is recomputed by running the scan again in the backward pass, as JAX's
 `_scan_partial_eval_custom` does, and so is a jitted call or a cond holding one.  Over every
 policy of README's list: a scan of dot/tanh layers over a stacked weight, a scan with a
-checkpoint_name'd value, a scan inside a jitted call, a scan followed by ordinary layers, a
-cond inside a scan (rerun too, as JAX's `_cond_partial_eval_custom` does; the branch that
-does not offload fills the other's host residual with `empty2` in host memory, as JAX's).
+checkpoint_name'd value, a scan inside a jitted call, a scan of residual blocks followed by
+ordinary layers, a cond inside a scan (rerun too, as JAX's `_cond_partial_eval_custom` does;
+the branch that does not offload fills the other's host residual with `empty2` in host
+memory, as JAX's).
 The gradients are jax.grad's, the equation counts no more than JAX's, and the linear
 programs pass the dot-product test."""
 
@@ -61,8 +62,8 @@ def jitted(W, x):
 
 
 def then_layers(W, x, v1, v2):
-    def layer(c, w):
-        return jnp.tanh(w @ c), None
+    def layer(c, w):  # a residual block: the new carry adds a dot no residual reads
+        return c + jnp.sin(w @ c) @ w, None
 
     c, _ = jax.lax.scan(layer, x, W)
     h = adc.checkpoint_name(jnp.sin(v1 @ c), "h")

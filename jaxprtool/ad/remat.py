@@ -1204,11 +1204,15 @@ def planning(spec: Spec | None):
 
 
 def _with_saved(primal: Jaxpr, linear: Jaxpr, n_out: int, num_res: int, spec: Spec):
-    """The body's pair with the values the policy saves to recompute its residuals from
-    made residuals too (read by no linear equation; an offloaded one copied to its memory
-    after the equation that makes it): what the rerun of the equation holding the body
-    reads, as JAX's known loop stacks them.  `(primal, linear, num_res)`."""
-    g = Graph(primal, _masked_info(primal, n_out))
+    """The body's pair with the values the policy saves to recompute its residuals and its
+    outputs from (a loop's new carries, a call's results the rerun makes) made residuals
+    too (read by no linear equation; an offloaded one copied to its memory after the
+    equation that makes it): what the rerun of the equation holding the body reads, as
+    JAX's known loop stacks them.  `(primal, linear, num_res)`."""
+    info = _masked_info(primal, n_out)
+    outs = primal.outvars[:n_out]
+    info.residuals += [Residual(v.type, "output", j) for j, v in enumerate(outs)]
+    g = Graph(primal, info)
     have = {id(v) for v in primal.outvars if isinstance(v, Var)} | g.free
     eqns, held, _ = _offload_copies(g, policy_plan(g, spec))
     extra = [v for v in held if id(v) not in have]
