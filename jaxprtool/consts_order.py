@@ -70,11 +70,11 @@ def for_ad(jaxpr: Jaxpr) -> Jaxpr:
     (their numbering after the rules' could not be kept): the AD commands then refuse a
     rule with constants, as they refuse such a primitive."""
     from .passes.common import Subst
-    from .passes.hoist_consts import lift_rule_consts
+    from .passes.hoist_consts import lift_kept_consts
 
     numbered = number_constants(jaxpr)
     hoisted = numbered.program
-    program, sources = lift_rule_consts(hoisted)
+    program, sources = lift_kept_consts(hoisted)
     if program is hoisted or nested_with_consts(program):
         return hoisted
     rank = {id(v): k for k, v in enumerate(numbered.constvars)}
