@@ -176,3 +176,22 @@ def test_refused_where_jax_fails_in_its_words(name, tmp_path):
     assert r.exit_code == 1, r.output
     assert f"{src}:2:5: error: 'conv_general_dilated': {words}" in r.output
     assert "trace the program at concrete sizes" in r.output and "Traceback" not in r.output
+
+
+def test_jaxs_jacobian_with_a_square_size_runs_and_the_tools_is_refused(tmp_path):
+    """jacfwd in the kernel of a grouped conv with `3*b` output features: JAX's program
+    has sizes `6*b^2` (`^` binds tighter than `*`: 24 at b = 2) and runs as jax.jacfwd; the
+    tool's sizes are linear in each symbol, so its own jacfwd is refused at the conv."""
+
+    def f(w):
+        return _grouped(3)(jnp.ones((1, 3, 4)), w)
+
+    text = _text(jax.jacfwd(f), [(3 * B, 1, 2)])
+    assert "6*b^2" in text
+    (w,) = _arrays([(3 * SIZE, 1, 2)])
+    close(run_at(api.parse(text, "<jax>"), w, sizes={"b": SIZE}), [jax.jacfwd(f)(w)])
+    src = tmp_path / "w.jaxpr"
+    src.write_text(_text(f, [(3 * B, 1, 2)]))
+    r = CliRunner().invoke(main, ["--no-color", "jacfwd", str(src)])
+    assert r.exit_code == 1, r.output
+    assert f"{src}:3:5: error: 'conv_general_dilated': splitting the dimension" in r.output
