@@ -445,9 +445,9 @@ def _at_least_zero(d):
 
 
 def linear_bounds(p: dict[str, int]) -> tuple[bool, bool, int]:
-    """What bounds a linear size `p` has where every symbol is at least 1: (no coefficient
-    negative, so its least value is `at_one`; no coefficient positive, so its greatest value
-    is `at_one`; its value with every symbol 1)."""
+    """What bounds a size `p` has where every symbol (and so every product of symbols) is
+    at least 1: (no coefficient negative, so its least value is `at_one`; no coefficient
+    positive, so its greatest value is `at_one`; its value with every symbol 1)."""
     coeffs = [c for k, c in p.items() if k]
     at_one = p.get("", 0) + sum(coeffs)
     return all(c >= 0 for c in coeffs), all(c <= 0 for c in coeffs), at_one
