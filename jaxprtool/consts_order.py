@@ -19,10 +19,11 @@ up to the top level.  The numbering is that of the hoisted program:
    order, an equation's parameters sorted by name, depth first.
 
 The AD commands (and check-grad, explain) read a program through `for_ad`, which also makes
-step 3's constants of the recorded custom rules the program's, after steps 1 and 2, in step
-3's order (a rule inlined into the program they write needs its constants as values of that
-program): the programs they write keep all of them as their own constvars, in order, so they
-take the whole archive of the program they were derived from.  No jax import.
+step 3's constants the program's (a recorded custom rule's, a custom call's or shard_map's
+body's: their primitives' `lift_kept_consts` rules), after steps 1 and 2, in step 3's order
+(a rule inlined into the program they write needs its constants as values of that program):
+the programs they write keep all of them as their own constvars, in order, so they take the
+whole archive of the program they were derived from.  No jax import.
 """
 
 from __future__ import annotations
@@ -63,18 +64,19 @@ def number_constants(jaxpr: Jaxpr) -> Numbered:
 
 
 def for_ad(jaxpr: Jaxpr) -> Jaxpr:
-    """The program as the AD commands read it: `number_constants`'s, with the constants of
-    its recorded custom rules (step 3) made constvars of the program after its own, in step
-    3's order, so that it takes the same archive as `run` reads, every constant its own.
-    Left as `number_constants` made it when constants other than the rules' stay nested
-    (their numbering after the rules' could not be kept): the AD commands then refuse a
-    rule with constants, as they refuse such a primitive."""
+    """The program as the AD commands read it: `number_constants`'s, with the constants left
+    nested (step 3: its recorded custom rules', its custom calls' and shard_maps' bodies')
+    made constvars of the program after its own, in step 3's order, so that it takes the
+    same archive as `run` reads, every constant its own.  Left as `number_constants` made it
+    when some stay nested (a primitive without a `lift_kept_consts` rule: their numbering
+    after the program's could not be kept): the AD commands then refuse a rule with
+    constants."""
     from .passes.common import Subst
-    from .passes.hoist_consts import lift_rule_consts
+    from .passes.hoist_consts import lift_kept_consts
 
     numbered = number_constants(jaxpr)
     hoisted = numbered.program
-    program, sources = lift_rule_consts(hoisted)
+    program, sources = lift_kept_consts(hoisted)
     if program is hoisted or nested_with_consts(program):
         return hoisted
     rank = {id(v): k for k, v in enumerate(numbered.constvars)}

@@ -89,10 +89,11 @@ class Primitive:
     #: the program's constants; `outer(binders) -> [Var, ...]` gives the new operands that
     #: carry the values of those binders.  Call bodies (`call_body`) need no rule.
     hoist_consts: Callable | None = None
-    #: `rule(eqn, outer) -> Eqn`: the equation with the constvars of its recorded custom
-    #: rules (the jaxprs `trace` writes) made leading operands, for the AD commands
-    #: (`passes/hoist_consts.py`: `lift_rule_consts`); `outer` as for `hoist_consts`
-    lift_rule_consts: Callable | None = None
+    #: `rule(eqn, outer) -> Eqn`: the equation with the constvars its nested jaxprs keep (those
+    #: hoisting leaves: a recorded custom rule's, a shard_map body's) made leading operands,
+    #: for the AD commands (`passes/hoist_consts.py`: `lift_kept_consts`); `outer` as for
+    #: `hoist_consts`
+    lift_kept_consts: Callable | None = None
     #: a call whose body the `inline` pass may copy into the caller (jit, not remat)
     inlinable: bool = False
     #: the first JAX version that prints the primitive: a program using it is that version's

@@ -251,34 +251,3 @@ def test_vmap_keeps_the_calls_with_their_constants_as_operands(traced):
     xs = np.random.RandomState(0).randn(4, 2).astype(np.float32)
     (got,) = _run(folder, out, [xs], consts)
     close(got, jax.vmap(mod.both)(xs))
-
-
-MIXED = """{ lambda ; a:f32[3]. let
-    b:f32[3] = custom_jvp_call[
-      name=h
-      call_jaxpr={ lambda c:f32[3]; d:f32[3]. let
-          e:f32[3] = mul d c
-        in (e,) }
-      jaxprtool_jvp={ lambda f:f32[3]; g:f32[3] h:f32[3]. let
-          i:f32[3] = mul g f
-          j:f32[3] = mul h f
-        in (i, j) }
-      jvp=jvp
-      symbolic_zeros=False
-    ] a
-  in (b,) }
-"""
-
-
-def test_rule_constants_beside_other_nested_constants_are_refused(tmp_path):
-    """A body that keeps its constants (here the custom call's own, which hoisting does not
-    move) is numbered between the rules' in the archive: the rules keep theirs, and AD
-    through the rule is refused where it is, saying what works, never misnumbered."""
-    prog = tmp_path / "mixed.jaxpr"
-    prog.write_text(MIXED)
-    j = parse(MIXED, str(prog)).jaxpr
-    assert for_ad(j) is number_constants(j).program
-    r = run(["jvp", str(prog)])
-    assert r.exit_code == 1, r.output
-    assert "mixed.jaxpr:2:5: error: 'custom_jvp_call': its recorded rule jaxprtool_jvp" in r.output
-    assert "nested constants other than its recorded rules'" in r.output

@@ -427,8 +427,8 @@ def test_symbolic_batch_size_is_no_python_string_in_arithmetic():
 
 def test_symbolic_kernel_window_jacfwd_runs_and_jacrev_is_refused_at_the_conv(tmp_path):
     """A grouped conv's kernel of window b: jacfwd batches the kernel over the basis 3*b
-    (tests/test_symbolic_conv_batching.py compares it with JAX); the transposes compute
-    their paddings with the window as an integer: jacrev is refused at the conv."""
+    (tests/test_symbolic_conv_batching.py compares it with JAX); the transposes' paddings
+    are symbolic: jacrev is refused at the conv, as JAX refuses it, in its words."""
 
     def f(w):
         x = jnp.ones((1, 3, 4))
@@ -441,8 +441,11 @@ def test_symbolic_kernel_window_jacfwd_runs_and_jacrev_is_refused_at_the_conv(tm
     assert r.exit_code == 0, r.output
     r = CliRunner().invoke(main, ["--no-color", "jacrev", str(src)])
     assert r.exit_code == 1, r.output
-    assert f"{src}:3:5: error: 'conv_general_dilated': the tool's" in r.output
+    words = "padding argument to conv_general_dilated should be a string or a sequence"
+    assert f"{src}:3:5: error: 'conv_general_dilated': {words}" in r.output
     assert "Traceback" not in r.output
+    with pytest.raises(ValueError, match=words):
+        jax.make_jaxpr(jax.jacrev(f))(w)
 
 
 @pytest.mark.parametrize("option", [["--remat-budget", "0.5"], ["--remat", "min-cut"]])

@@ -147,15 +147,3 @@ def test_unprovable_group_split_is_refused_at_the_conv(tmp_path):
     assert r.exit_code == 1, r.output
     assert f"{src}:2:5: error: 'conv_general_dilated': splitting the dimension b" in r.output
     assert "give the dimensions sizes" in r.output and "Traceback" not in r.output
-
-
-def test_both_operands_over_a_symbolic_size_is_refused_at_the_conv():
-    """Both operands batched over a symbolic size would make it a feature group count
-    (JAX's `feature_group_count=3*b`), which the tool has as an integer only."""
-    from jaxprtool.ad import batching as BT
-    from jaxprtool.core import JaxprError
-
-    f = VMAP["feature_groups"][0]
-    program = _traced(f, [(2, 3, 4), (3, 1, 2)])
-    with BT._context("3*b"), pytest.raises(JaxprError, match="makes it a feature group count"):
-        BT.batch_jaxpr_axes(program.jaxpr, [0, 0], [0])

@@ -203,8 +203,8 @@ RESHAPES = [
 @pytest.mark.parametrize("case", RESHAPES, ids=lambda c: f"{c[0]}:{c[1]}{tuple(c[2])}->{c[3]}")
 def test_reshape_sharding_rule_on_symbolic_sizes_is_jax(case, explicit_mesh):
     """The result type JAX prints, or a refusal where JAX raises: ShardingTypeError as the
-    rule's refusal, InconclusiveDimensionOperation in JAX's words (a non-linear size, which
-    the tool does not compare, refused as such)."""
+    rule's refusal, InconclusiveDimensionOperation in JAX's words (a product of symbols,
+    which the tool bounds by 1 only, refused as such)."""
     name, shape, spec, new = case
     mesh = explicit_mesh(name)
     operand, want, why = _jax_result(mesh, shape, spec, lambda a: lax.reshape(a, new))
@@ -215,8 +215,8 @@ def test_reshape_sharding_rule_on_symbolic_sizes_is_jax(case, explicit_mesh):
             with pytest.raises(ShapeError) as e:
                 infer_types("reshape", [operand], params)
             msg = str(e.value)
-            if "is inconclusive" in why:  # a product of symbols: outside the tool's algebra
-                assert "is inconclusive" in msg or "not a linear expression" in msg, msg
+            if "is inconclusive" in why:  # a product of symbols: bounded by 1 only
+                assert "is inconclusive" in msg or "not a polynomial" in msg, msg
             else:
                 assert "reshape sharding rule refuses" in msg, msg
         else:

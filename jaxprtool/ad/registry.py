@@ -62,8 +62,8 @@ FWD_RULE_PARAM = "jaxprtool_fwd"
 BWD_RULE_PARAM = "jaxprtool_bwd"
 #: a `symbolic_zeros=True` custom_vjp's operands the recorded fwd rule took as perturbed
 PERTURBED_RULE_PARAM = "jaxprtool_perturbed"
-#: how many leading operands of a custom call carry the constants its recorded rules closed
-#: over (`lift_rule_consts`: the rules take them as leading inputs; the body ignores them)
+#: how many leading operands of a custom call carry the constants its recorded rules and its
+#: body closed over (`lift_kept_consts`: each takes its own as leading inputs, ignores the others)
 RULE_CONSTS_PARAM = "jaxprtool_rule_consts"
 EXTENSION_PARAMS = (
     JVP_RULE_PARAM,

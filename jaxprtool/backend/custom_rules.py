@@ -47,16 +47,17 @@ class NotRecorded(Exception):
     """A rule that cannot be traced exactly (the reason is the message)."""
 
 
-def annotate(closed, ours: Jaxpr, warn: Callable[[str, Eqn], None]) -> dict[int, list]:
+def annotate(closed, ours: Jaxpr, warn: Callable[[str, Eqn], None]) -> list[tuple]:
     """Attach the traced rules of every custom call of JAX's `closed` jaxpr to the matching
     equation of `ours` (the tool's parse of JAX's printout of `closed`), in place.  Returns
-    the values of the recorded rules' constants, by `id` of the rule's jaxpr in `ours`."""
+    each recorded rule as (JAX's jaxpr, the tool's parse of it), for the values of its
+    constants and of its nested jaxprs' (`trace --consts-out`)."""
     theirs = list(_custom_eqns(_open(closed)))
     mine = list(_custom_eqns_ours(ours))
     if [e.primitive.name for e in theirs] != [e.prim for e in mine]:
         raise JaxprError("internal: the printed program does not match the traced one")
     active = _active_vars(_open(closed))
-    consts: dict[int, list] = {}
+    recorded: list[tuple] = []
     for live, eqn in zip(theirs, mine):
         try:
             rules = _rules_of(live, active)
@@ -69,9 +70,9 @@ def annotate(closed, ours: Jaxpr, warn: Callable[[str, Eqn], None]) -> dict[int,
             continue
         for key, (live_rule, text_rule) in sorted(rules.items()):  # in printed order
             eqn.params[key] = text_rule
-            if getattr(live_rule, "consts", None):
-                consts[id(text_rule)] = list(live_rule.consts)
-    return consts
+            if live_rule is not None:
+                recorded.append((live_rule, text_rule))
+    return recorded
 
 
 def _rules_of(live, active: set[int]) -> dict:

@@ -38,8 +38,7 @@ _BINOPS = {
     ast.Mult: operator.mul,
     ast.FloorDiv: _divide(operator.floordiv),
     ast.Mod: _divide(operator.mod),
-    ast.BitXor: _power,  # JAX prints powers of dims as `b^2`
-    ast.Pow: _power,
+    ast.Pow: _power,  # JAX prints powers of dims as `b^2`, read as `b**2` (`eval_dim`)
 }
 #: name -> (function, number of arguments: exact, or at least -N for max/min)
 _FUNCS = {
@@ -95,8 +94,8 @@ def eval_dim(expr: str, dims: dict[str, int]) -> int:
                 )
         raise JaxprError(f"cannot evaluate dimension expression '{_short(text)}'")
 
-    try:
-        value = ev(ast.parse(text, mode="eval"))
+    try:  # `^` binds tighter than `*` in JAX's `6*b^2`, as `**` does in Python
+        value = ev(ast.parse(text.replace("^", "**"), mode="eval"))
     except (SyntaxError, ValueError):
         raise JaxprError(f"cannot evaluate dimension expression '{_short(text)}'") from None
     except (RecursionError, MemoryError):

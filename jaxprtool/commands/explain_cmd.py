@@ -119,8 +119,10 @@ def _explain(
     if len(consts) > len(jaxpr.constvars):
         raise JaxprError(
             "explain cannot yet use the constants that stay in nested jaxprs (those of a "
-            "primitive that keeps its jaxprs' constants; a recorded custom rule's become the "
-            "program's unless such constants come with them); run takes them with --consts"
+            "primitive that keeps its jaxprs' constants, such as custom_vmap_call, pallas_call "
+            "or run_state; a recorded custom rule's, a custom call's or shard_map's body's "
+            "become the program's unless such constants come with them); run takes them with "
+            "--consts"
         )
     with axis_sizes_of(jaxpr, backend.CONFIG.mesh):  # a text without its mesh
         data = explain_data(

@@ -115,9 +115,9 @@ def trace(target, specs, args_npz, output, consts_out):
             j = jax.make_jaxpr(fn)(*args)
     except Exception as e:  # noqa: BLE001 - the user's function failed to trace
         raise JaxprError(f"tracing '{target}' failed: {type(e).__name__}: {e}") from None
-    text, ours, rule_consts = _with_custom_rules(j, target)
+    text, ours, rules = _with_custom_rules(j, target)
     if consts_out is not None:
-        values = _const_values(j, ours, rule_consts, text, target)
+        values = _const_values(j, ours, rules, text, target)
         buf = io.BytesIO()
         np.savez(buf, **{f"const{i}": np.asarray(v) for i, v in enumerate(values)})
         write_output(buf.getvalue(), consts_out)
@@ -142,21 +142,25 @@ def _with_custom_rules(closed, target: str):
     from ..text.printer import print_jaxpr
     from ..text.style import detect_style
 
-    rule_consts = annotate(closed, parsed.jaxpr, lambda msg, eqn: warn(msg, eqn.loc))
-    return print_jaxpr(parsed.jaxpr, detect_style(parsed.jaxpr)), parsed.jaxpr, rule_consts
+    rules = annotate(closed, parsed.jaxpr, lambda msg, eqn: warn(msg, eqn.loc))
+    return print_jaxpr(parsed.jaxpr, detect_style(parsed.jaxpr)), parsed.jaxpr, rules
 
 
-def _const_values(closed, ours, rule_consts: dict, text: str, target: str) -> list:
+def _const_values(closed, ours, rules: list, text: str, target: str) -> list:
     """The values of the constants of `ours` as `run --consts` numbers them
     (`consts_order.number_constants`), each the value of the constvar of `ours` it stands
     for: the program's own (`closed.consts`), a nested jaxpr's (read off JAX's matching
-    nested jaxpr) or a recorded custom rule's."""
+    nested jaxpr), a recorded custom rule's (`rules`: JAX's and the tool's jaxpr of each)
+    or one nested in a rule."""
     from ..consts_order import number_constants
     from ..text.parser import parse
 
-    values: dict[int, list] = dict(rule_consts)
-    values[id(ours)] = list(getattr(closed, "consts", ()))
-    _match_nested(getattr(closed, "jaxpr", closed), ours, values, set())
+    values: dict[int, list] = {id(ours): list(getattr(closed, "consts", ()))}
+    seen: set[int] = set()
+    _match_nested(getattr(closed, "jaxpr", closed), ours, values, seen)
+    for live, mine in rules:
+        values.setdefault(id(mine), list(getattr(live, "consts", ())))
+        _match_nested(getattr(live, "jaxpr", live), mine, values, seen)
     by_var, lacking = _values_by_var(ours, values)
     numbered = number_constants(ours)
     out = []

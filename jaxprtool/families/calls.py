@@ -803,50 +803,64 @@ def _fall_back_to_body(kind: str, params, primals, tangents, rule_text: str, ref
 
 def _emit_rule(prim: str, param: str, traced: Jaxpr, inputs) -> list:
     """The equations of a recorded rule, inlined on `inputs`.  The AD commands read the
-    program with the rules' constants made its own (`_lift_rule_consts`); a rule still
-    closing over constants is one whose program keeps other nested constants (refused)."""
+    program with the rules' constants made its own (`_lift_kept_consts`); a rule still
+    closing over constants is one whose program keeps nested constants that no rule makes
+    the program's (refused)."""
     if traced.constvars:
         n = len(traced.constvars)
         raise JaxprError(
             f"'{prim}': its recorded rule {param} closes over {n} constant"
-            f"{'s' if n != 1 else ''}, and the program has nested constants other than its "
-            "recorded rules' (a primitive that keeps its jaxprs' constants), after which the "
-            "AD commands cannot number them: run takes the program with --consts; to "
-            "differentiate, make the rule take the arrays as arguments",
+            f"{'s' if n != 1 else ''}, and the program has nested constants the AD commands "
+            "cannot make the program's (a primitive that keeps its jaxprs' constants, listed "
+            "by `run` without --consts), after which they cannot number the rule's: run takes "
+            "the program with --consts; to differentiate, make the rule take the arrays as "
+            "arguments",
             current().loc,
         )
     return ops.emit_jaxpr(traced, inputs)
 
 
-#: the recorded rules of a custom call, in the order their constants become operands
-_RULE_PARAMS = (JVP_RULE_PARAM, FWD_RULE_PARAM, BWD_RULE_PARAM)
+#: the recorded rules of a custom call that take its leading operands (bwd takes its own
+#: constants as residuals)
+_LEADING_RULES = (JVP_RULE_PARAM, FWD_RULE_PARAM)
 
 
-def _lift_rule_consts(e, outer):
+def _lift_kept_consts(e, outer):
     """JAX's closure conversion of a custom rule, for the AD commands: the constants the
-    recorded rules close over become new leading operands (`jaxprtool_rule_consts=N` of
-    them), which each rule takes as its leading inputs (its own constants only) and the body
-    ignores; their tangents are zero (they are the program's constants).  custom_vjp's
-    operands are fwd's constants then bwd's: linearized, bwd's travel as residuals."""
+    recorded rules and the body close over become new leading operands
+    (`jaxprtool_rule_consts=N` of them): jvp's or fwd's, the body's, bwd's.  The body takes
+    all N as its leading inputs (ignoring the rules'), jvp or fwd the first two groups
+    (ignoring the body's: it is the first to run and passes nothing on), bwd its own (as its
+    leading residuals: `_custom_vjp_linearize`); a plugin or library rule gets the
+    operands after them.  Their tangents are zero (they are the program's constants)."""
     if RULE_CONSTS_PARAM in e.params:
         raise JaxprError(
             f"'{e.prim}': its recorded rules close over constants and already take "
             f"{e.params[RULE_CONSTS_PARAM]} as operands ({RULE_CONSTS_PARAM})",
             e.loc,
         )
-    rules = [k for k in _RULE_PARAMS if isinstance(e.params.get(k), Jaxpr)]
-    binders = [v for k in rules for v in e.params[k].constvars]
-    if not binders:
-        return e
+    rules = [k for k in (*_LEADING_RULES, BWD_RULE_PARAM) if isinstance(e.params.get(k), Jaxpr)]
     key = "call_jaxpr" if "call_jaxpr" in e.params else "fun_jaxpr"
     body: Jaxpr = e.params[key]
-    ignored = tuple(Var(v.type, None) for v in binders)
-    params = dict(e.params, **{key: body.replace(invars=ignored + tuple(body.invars))})
+    lead = [v for k in rules if k in _LEADING_RULES for v in e.params[k].constvars]
+    own = list(body.constvars)
+    tail = [v for k in rules if k == BWD_RULE_PARAM for v in e.params[k].constvars]
+    if not (lead or own or tail):
+        return e
+    invars = (*_ignored(lead), *own, *_ignored(tail), *body.invars)
+    params = dict(e.params, **{key: body.replace(constvars=(), invars=invars)})
     for k in rules:
         j: Jaxpr = e.params[k]
-        params[k] = j.replace(constvars=(), invars=tuple(j.constvars) + tuple(j.invars))
+        skipped = _ignored(own) if k in _LEADING_RULES else ()
+        params[k] = j.replace(constvars=(), invars=(*j.constvars, *skipped, *j.invars))
+    binders = lead + own + tail
     params[RULE_CONSTS_PARAM] = len(binders)
     return e.replace(inputs=tuple(outer(binders)) + tuple(e.inputs), params=params)
+
+
+def _ignored(binders) -> tuple[Var, ...]:
+    """Inputs of the types of `binders` that a jaxpr takes and does not use."""
+    return tuple(Var(v.type, None) for v in binders)
 
 
 def _rule_consts(params) -> int:
@@ -867,9 +881,10 @@ def _custom_jvp_jvp(primals, tangents, **params):
         return out[:n_out], out[n_out:]
     jvp_name = fn_name(params.get("jvp", params.get("jvp_jaxpr_thunk")))
     plugin = custom_jvps.get(jvp_name)
+    n = _rule_consts(params)  # the body's constants, which a plugin's rule does not take
     if plugin is not None:
         observe.note(f"custom_jvp rule '{jvp_name}' from a plugin (register_custom_jvp)")
-        outs, touts = plugin(list(primals), [_instantiate_tangent(t) for t in tangents])
+        outs, touts = plugin(list(primals[n:]), [_instantiate_tangent(t) for t in tangents[n:]])
         _check_plugin_results(f"custom_jvp_call (jvp={jvp_name})", touts, n_out)
         if outs is None:
             outs = current().bind("custom_jvp_call", list(primals), params, _out_types(body))
@@ -879,8 +894,8 @@ def _custom_jvp_jvp(primals, tangents, **params):
         outs = rebind_primal("custom_jvp_call", list(primals), params)
         if all(is_zero(t) for t in tangents):
             return outs, [Zero(tangent_type(o.type)) for o in outs]
-        nonzero = [None if is_zero(t) else t for t in tangents]
-        return outs, library.tangent(list(primals), nonzero, outs)
+        nonzero = [None if is_zero(t) else t for t in tangents[n:]]
+        return outs, library.tangent(list(primals[n:]), nonzero, outs)
     refuse = custom_rule_fallbacks.policy == "strict"
     return _fall_back_to_body("custom_jvp", params, primals, tangents, f"jvp={jvp_name}", refuse)
 
@@ -951,8 +966,10 @@ def _custom_vjp_linearize(primals, tangents, **params):
     if fwd is None:
         hit = fwd_name if fwd_name in custom_vjps else bwd_name
         observe.note(f"custom_vjp rules '{hit}' from a plugin (register_custom_vjp)")
-        return _plugin_vjp(plugin, primals, tangents, bwd_name, fwd_name, len(body.outvars))
-    n = _rule_consts(params)  # fwd's constants, then bwd's, then the operands
+        n = _rule_consts(params)  # the body's constants, which a plugin's rule does not take
+        n_out = len(body.outvars)
+        return _plugin_vjp(plugin, primals[n:], tangents[n:], bwd_name, fwd_name, n_out)
+    n = _rule_consts(params)  # fwd's constants, the body's, bwd's, then the operands
     tangents = tangents[n:]  # (the constants' are zero)
     n_fwd = len(fwd.invars) - len(tangents)
     _check_perturbed(params, tangents, fwd_name)
@@ -1134,7 +1151,7 @@ def _custom_vjp_version_clues(e) -> set[str]:
 define("custom_jvp_call", version_clues=_custom_jvp_version_clues, traced_rules="jvp")
 define("custom_vjp_call", version_clues=_custom_vjp_version_clues, traced_rules="vjp")
 for _p in ("custom_jvp_call", "custom_vjp_call"):
-    define(_p, lift_rule_consts=_lift_rule_consts)
+    define(_p, lift_kept_consts=_lift_kept_consts)
 
 
 def _custom_call_dce(used_outs, e, dce_jaxpr, live_ins):

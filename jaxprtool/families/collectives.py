@@ -1227,6 +1227,31 @@ def _xla_pmap_dce(used_outs, e, dce_jaxpr, live_ins):
     )
 
 
+# ---------------------------------------------------------------- constants: shard_map
+
+
+def _shard_map_lift_kept_consts(e, outer):
+    """For the AD commands (`passes/hoist_consts.py`: `lift_kept_consts`): the constants a
+    shard_map body keeps (a jit's inside it, which JAX prints in the nested jaxpr) as its
+    leading operands, replicated (`P()`: each shard sees the whole value, as it sees the
+    constant); an older text's `in_names` keeps them nested."""
+    body: Jaxpr = e.params["jaxpr"]
+    specs = e.params.get("in_specs")
+    if not isinstance(specs, tuple) or not body.constvars:
+        return e
+    first = read_spec(specs[0]) if specs else None
+    whole = SpecText((), first.cls if first is not None else "P").as_param()
+    params = dict(
+        e.params,
+        jaxpr=body.replace(constvars=(), invars=(*body.constvars, *body.invars)),
+        in_specs=(whole,) * len(body.constvars) + specs,
+    )
+    return e.replace(inputs=tuple(outer(body.constvars)) + tuple(e.inputs), params=params)
+
+
+define("shard_map", lift_kept_consts=_shard_map_lift_kept_consts)
+
+
 # ---------------------------------------------------------------- the records
 
 define("shard_map", shape_rule=_shard_map_shape, family="collectives")

@@ -62,6 +62,8 @@ from ..shapes.util import (
     dim_eq,
     dim_floordiv,
     dim_mul,
+    dim_param,
+    dim_sub,
     dtype_bits,
     field,
     fill_sym_from_hint,
@@ -159,11 +161,14 @@ def _bind_precision(eqn, p, dims):
     from ..backend.prims import dtype_param, to_jax
     from ..backend.sharding import explicit_result_sharding
 
-    return {
+    out = {
         "precision": to_jax(p.get("precision")),
         "preferred_element_type": dtype_param(p.get("preferred_element_type")),
         "out_sharding": explicit_result_sharding(eqn),
     }
+    if eqn.prim == "conv_general_dilated":
+        out.update(_sized_group_counts(p, dims))
+    return out
 
 
 # ---------------------------------------------------------------- dot_general
@@ -527,21 +532,20 @@ def _conv(in_types, params, out_hint):
         pads = pairs(padding, "padding")
     ldil = static_ints(params.get("lhs_dilation")) or (1,) * nsp
     rdil = static_ints(params.get("rhs_dilation")) or (1,) * nsp
-    fgc = int_param(params, "feature_group_count", 1)
-    bgc = int_param(params, "batch_group_count", 1)
+    fgc, bgc = _group_count(params, "feature"), _group_count(params, "batch")
     if not (len(strides) == len(ldil) == len(rdil) == nsp) or (
         pads is not None and len(pads) != nsp
     ):
         raise ShapeError(
             f"conv_general_dilated: window_strides, padding and dilations must have {nsp} entries"
         )
-    if fgc < 1 or bgc < 1:
+    if any(isinstance(g, int) and g < 1 for g in (fgc, bgc)):
         raise ShapeError("conv_general_dilated: group counts must be positive")
     lg, rg = tuple(map(sharded_size, lhs.shape)), tuple(map(sharded_size, rhs.shape))
     lfeat = lg[ls[1]]
     rin = rg[rs[1]]
     rout = rg[rs[0]]
-    if isinstance(lfeat, int) and isinstance(rin, int):
+    if isinstance(lfeat, int) and isinstance(rin, int) and isinstance(fgc, int):
         if lfeat % fgc:
             raise ShapeError(
                 f"conv_general_dilated: feature_group_count {fgc} does not divide lhs feature size {lfeat}"
@@ -551,17 +555,17 @@ def _conv(in_types, params, out_hint):
                 f"conv_general_dilated: lhs feature size {lfeat} / feature_group_count {fgc} "
                 f"must equal rhs input feature size {rin}"
             )
-    if isinstance(rout, int) and (rout % fgc or rout % bgc):
+    if all(isinstance(d, int) for d in (rout, fgc, bgc)) and (rout % fgc or rout % bgc):
         raise ShapeError(
             f"conv_general_dilated: rhs output feature size {rout} must be a multiple of the group counts"
         )
     lbatch = lg[ls[0]]
-    if bgc > 1 and isinstance(lbatch, int) and lbatch % bgc:
+    if isinstance(bgc, int) and bgc > 1 and isinstance(lbatch, int) and lbatch % bgc:
         raise ShapeError(
             f"conv_general_dilated: batch_group_count {bgc} does not divide lhs batch size {lbatch}"
         )
     # canonical order: spatial dims in rhs_spec order
-    out_trans = [dim_floordiv(lbatch, bgc) if bgc > 1 else lbatch, rout]
+    out_trans = [_grouped_batch(lbatch, bgc), rout]
     for k in range(nsp):
         ld = dilate_dim(lg[ls[2 + k]], ldil[k])
         rd = dilate_dim(rg[rs[2 + k]], rdil[k])
@@ -585,6 +589,49 @@ def _conv(in_types, params, out_hint):
         "conv_general_dilated", lhs, rhs, opt_dtype_param(params.get("preferred_element_type"))
     )
     return [fill_sym_from_hint(mk(shape, d, lhs.weak_type and rhs.weak_type, [lhs, rhs]), out_hint)]
+
+
+def _group_count(params, kind: str):
+    """`feature_group_count` / `batch_group_count`: an int, or a symbolic size (JAX 0.12
+    traces `feature_group_count=b`, and a vmap over a symbolic batch of both operands makes
+    one, but cannot lower it: `symbolic_group_count` refuses it where a rule computes)."""
+    v = params.get(f"{kind}_group_count")
+    return 1 if v is None else dim_param(v)
+
+
+def _sized_group_counts(params, dims) -> dict:
+    """The group counts to run a conv with: a symbolic one (`feature_group_count=3*b`) at the
+    sizes of this run, as JAX's conv traced at those sizes has it (JAX itself lowers no
+    symbolic count: "Convolutions with non-static strides, dilation, feature_group_count,
+    or batch_group_count")."""
+    from ..backend.values import eval_dim
+
+    out = {}
+    for kind in ("feature", "batch"):
+        g = _group_count(params, kind)
+        out[f"{kind}_group_count"] = g if isinstance(g, int) else eval_dim(g, dims)
+    return out
+
+
+def _more_than_one(count, kind: str) -> bool:
+    """JAX's `count > 1` on a group count, which its conv rules (transposes, batching over
+    the kernel) test: on a symbolic count JAX 0.12 fails, and so does the tool."""
+    if isinstance(count, int):
+        return count > 1
+    raise JaxprError(
+        f"'conv_general_dilated': Symbolic dimension comparison '{count}' > '1' is "
+        f"inconclusive (JAX 0.12's rule compares the {kind}_group_count with 1 here and "
+        "fails so too): trace the program at concrete sizes",
+        current().loc,
+    )
+
+
+def _grouped_batch(lbatch, bgc):
+    """The result's batch size, `lbatch // bgc` (exact when `bgc` divides it symbolically)."""
+    if bgc == 1:
+        return lbatch
+    exact = dim_div_exact(lbatch, bgc)
+    return exact if exact is not None else dim_floordiv(lbatch, bgc)
 
 
 def _conv_result_sharding(lhs, rhs, lhs_spec, params, shape):
@@ -620,7 +667,10 @@ def conv_vjp_rhs_padding(
     rhs_d = dilate_shape(window_dimensions, rhs_dilation)
     out_d = dilate_shape(out_shape, window_strides)
     lo = [p[0] for p in padding]
-    hi = [(od - ld) + (r - p - 1) for od, ld, r, p in zip(out_d, lhs_d, rhs_d, lo)]
+    hi = [
+        dim_add(dim_sub(od, ld), dim_sub(dim_sub(r, p), 1))
+        for od, ld, r, p in zip(out_d, lhs_d, rhs_d, lo)
+    ]
     return list(zip(lo, hi))
 
 
@@ -710,6 +760,20 @@ def _vjp_pads(pad_fn, lhs, rhs, g, dimension_numbers, strides, padding, lhs_dil,
     )
 
 
+def _static_pads(pads) -> tuple[tuple[int, int], ...]:
+    """A transpose's padding, which a symbolic kernel window makes symbolic: JAX 0.12 takes
+    a conv's padding as integers only and refuses it so, as the tool does."""
+    if all(isinstance(d, int) for pair in pads for d in pair):
+        return tuple((int(lo), int(hi)) for lo, hi in pads)
+    raise JaxprError(
+        "'conv_general_dilated': padding argument to conv_general_dilated should be a string "
+        "or a sequence of (low, high) pairs, got symbolic ones: JAX 0.12 refuses so the "
+        "transpose of a conv whose kernel window is symbolic (its padding is computed from "
+        "the window); trace the program at concrete sizes",
+        current().loc,
+    )
+
+
 def _conv_transpose_lhs(
     g,
     lhs,
@@ -726,15 +790,15 @@ def _conv_transpose_lhs(
 ):
     if is_zero(g):
         return Zero(tangent_type(ty(lhs)))
-    fgc, bgc = int(feature_group_count), int(batch_group_count)
+    fgc, bgc = dim_param(feature_group_count), dim_param(batch_group_count)
     lhs_spec, rhs_spec, out_spec = _specs(dimension_numbers)
     rhs_sd = rhs_spec[2:]
     t_rhs_spec = _spec_t(rhs_spec)
     kernel = rhs
-    if fgc > 1:
+    if _more_than_one(fgc, "feature"):
         kernel = _reshape_axis_out_of(rhs_spec[0], fgc, kernel)
         kernel = _reshape_axis_into(rhs_spec[0], rhs_spec[1], kernel)
-    elif bgc > 1:
+    elif _more_than_one(bgc, "batch"):
         kernel = _reshape_axis_out_of(rhs_spec[0], bgc, kernel)
         kernel = _reshape_axis_into(rhs_spec[0], rhs_spec[1], kernel)
         fgc = bgc
@@ -755,7 +819,7 @@ def _conv_transpose_lhs(
         g,
         revd,
         window_strides=ints(lhs_dilation),
-        padding=tuple((int(a), int(b)) for a, b in pads),
+        padding=_static_pads(pads),
         lhs_dilation=ints(window_strides),
         rhs_dilation=ints(rhs_dilation),
         dimension_numbers=_conv_dnums(out_spec, t_rhs_spec, lhs_spec),
@@ -786,11 +850,11 @@ def _conv_transpose_rhs(
 ):
     if is_zero(g) or math.prod(_global_shape(g)) == 0:
         return Zero(tangent_type(ty(rhs)))
-    fgc, bgc = int(feature_group_count), int(batch_group_count)
+    fgc, bgc = dim_param(feature_group_count), dim_param(batch_group_count)
     lhs_spec, rhs_spec, out_spec = _specs(dimension_numbers)
-    if bgc > 1:
+    if _more_than_one(bgc, "batch"):
         fgc, bgc = bgc, 1
-    elif fgc > 1:
+    elif _more_than_one(fgc, "feature"):
         fgc, bgc = 1, fgc
     dnums = _conv_dnums(_spec_t(lhs_spec), _spec_t(out_spec), _spec_t(rhs_spec))
     pads = _vjp_pads(
@@ -810,7 +874,7 @@ def _conv_transpose_rhs(
         x,
         g,
         window_strides=ints(rhs_dilation),
-        padding=tuple((int(a), int(b)) for a, b in pads),
+        padding=_static_pads(pads),
         lhs_dilation=ints(lhs_dilation),
         rhs_dilation=ints(window_strides),
         dimension_numbers=dnums,
@@ -867,8 +931,7 @@ def _conv_batching(args, dims, **params):
     lhs_spec = BT.ints(BT.field_or(dnums, "lhs_spec"))
     rhs_spec = BT.ints(BT.field_or(dnums, "rhs_spec"))
     out_spec = BT.ints(BT.field_or(dnums, "out_spec"))
-    fgc = int(params.get("feature_group_count", 1))
-    bgc = int(params.get("batch_group_count", 1))
+    fgc, bgc = _group_count(params, "feature"), _group_count(params, "batch")
     lshape, rshape = BT.shape_of(lhs), BT.shape_of(rhs)
     if (ld is not None and lshape[ld] == 0) or (rd is not None and rshape[rd] == 0):
         # an empty batch: JAX's rule returns the (empty) zeros of the batched result type
@@ -879,22 +942,14 @@ def _conv_batching(args, dims, **params):
     def conv(a, b, **changes):
         return BT.bind("conv_general_dilated", a, b, **dict(params, **changes))[0]
 
-    size = BT.axis_size()
-    if not isinstance(size, int) and rd is not None and ld is not None:
-        raise JaxprError(
-            f"'conv_general_dilated': batching both operands over the symbolic size {size} "
-            f"makes it a {'batch' if bgc > 1 else 'feature'} group count, which the tool "
-            "has with integer counts only: give the dimension a size",
-            current().loc,
-        )
     if ld is not None and rd is not None:
         b = lshape[ld]
-        if bgc > 1:
+        if _more_than_one(bgc, "batch"):
             new_lhs = into(ld, lhs_spec[0], lhs)
-            changes = {"batch_group_count": bgc * b}
-        else:
+            changes = {"batch_group_count": dim_mul(bgc, b)}
+        else:  # a symbolic size makes a symbolic count (`3*b`), as in JAX
             new_lhs = into(ld, lhs_spec[1], lhs)
-            changes = {"feature_group_count": fgc * b}
+            changes = {"feature_group_count": dim_mul(fgc, b)}
         new_rhs = into(rd, rhs_spec[0], rhs)
         out = conv(new_lhs, new_rhs, **changes)
         return [out_of(out_spec[1], b, out)], [out_spec[1]]
@@ -914,7 +969,7 @@ def _conv_batching(args, dims, **params):
         new_rhs = into(rd, rhs_spec[0], rhs)
         out = conv(lhs, new_rhs)
         return [_split_batch_out_of(out_spec[1], b, out)], [out_spec[1]]
-    group = fgc if fgc > 1 else bgc
+    group = fgc if _more_than_one(fgc, "feature") else bgc
     new_rhs = out_of(rhs_spec[0] + int(rd <= rhs_spec[0]), group, rhs)
     new_rhs = into(rd + int(rhs_spec[0] < rd), rhs_spec[0] + 1, new_rhs)
     new_rhs = into(rhs_spec[0], rhs_spec[0], new_rhs)

@@ -8,8 +8,9 @@ call inside it, hoisted to it) passes them on the same way through its primitive
 `hoist_consts` rule (cond: new leading operands after the index, scan: new consts, while:
 new cond/body consts), up to the top level, where they become constvars after the
 program's own.  What is left nested (a recorded custom rule's constants, a primitive
-without a rule) keeps its constvars.  This is the first step of the one numbering of the
-constants (`consts_order.py`).
+without a rule) keeps its constvars: this is the first step of the one numbering of the
+constants (`consts_order.py`).  `lift_kept_consts` makes those the program's too, for the
+AD commands (numbered as before: `consts_order.for_ad`).
 """
 
 from __future__ import annotations
@@ -136,13 +137,15 @@ def _close_call(e: Eqn, outer) -> Eqn:
     return e.replace(inputs=tuple(new_operands) + tuple(e.inputs), params=params)
 
 
-def lift_rule_consts(jaxpr: Jaxpr) -> tuple[Jaxpr, dict[int, Var]]:
-    """`jaxpr` (hoisted) with the constvars of its recorded custom rules made leading operands
-    of their equations (each primitive's `lift_rule_consts` rule) and constants of the
-    enclosing jaxpr, then hoisted to the top level like a call body's; and for each new
-    top-level constvar (by `id`), the rule's constvar whose value it carries.  The AD
-    commands inline a rule into the program they write, where its constants must be values
-    that program takes (`consts_order.for_ad` orders them)."""
+def lift_kept_consts(jaxpr: Jaxpr) -> tuple[Jaxpr, dict[int, Var]]:
+    """`jaxpr` (hoisted) with the constvars that hoisting leaves nested (a recorded custom
+    rule's, a custom call's or shard_map's body's) made leading operands of their equations
+    (each primitive's `lift_kept_consts` rule) and constants of the enclosing jaxpr, then
+    hoisted to the top level like a call body's; and for each new top-level constvar (by
+    `id`), the nested constvar whose value it carries.  The AD commands inline a rule into
+    the program they write, where its constants must be values that program takes, and
+    number every constant as `run` does only when all of them are the program's
+    (`consts_order.for_ad` orders them)."""
     sources: dict[int, Var] = {}
 
     def outer_for(lifted: list[Var]):
@@ -154,13 +157,13 @@ def lift_rule_consts(jaxpr: Jaxpr) -> tuple[Jaxpr, dict[int, Var]]:
 
         return outer
 
-    def lift_rule(e: Eqn, lifted: list[Var]) -> Eqn:
-        rule = prim(e.prim).lift_rule_consts
+    def lift_kept(e: Eqn, lifted: list[Var]) -> Eqn:
+        rule = prim(e.prim).lift_kept_consts
         if rule is not None and _has_own_consts(e):
             return rule(e, outer_for(lifted))
         return e
 
-    lifted = _lifting(lift_rule)(jaxpr)
+    lifted = _lifting(lift_kept)(jaxpr)
     if lifted is jaxpr:
         return jaxpr, sources
     program, hoisted = hoist_with_sources(lifted)

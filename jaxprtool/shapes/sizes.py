@@ -7,7 +7,8 @@ from the symbols' bounds (every symbol is at least 1) and raise
 axis size divides every coefficient or leaves a non-zero remainder.  `Size` gives a linear
 size (`2*b + 2`, a `shapes.util` polynomial) those operators, so that the rules' integer
 code runs unchanged on them; what JAX finds inconclusive raises `ShapeError` in its words.
-"""
+A product of symbols (`b^2`, `b*c`) counts as one more symbol of at least 1 (so `b^2 > b`,
+which JAX decides, is inconclusive here: refused, never wrong)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from .util import _poly, _poly_str, linear_bounds
 
 
 class Size:
-    """A linear size: {symbol: coefficient, "": constant}."""
+    """A polynomial size: {monomial: coefficient, "": constant}."""
 
     __slots__ = ("poly",)
 
@@ -26,12 +27,12 @@ class Size:
 
     @staticmethod
     def of(d) -> Size:
-        """`d` (an int or a dim's text) as a Size; ShapeError for a size outside the linear
-        algebra of dims (`floordiv(b, 2)`, `b^2`), which the tool's rules do not compare."""
+        """`d` (an int or a dim's text) as a Size; ShapeError for a size outside the
+        polynomials of dims (`floordiv(b, 2)`), which the tool's rules do not compare."""
         p = _poly(d)
         if p is None:
             raise ShapeError(
-                f"the size {d} is not a linear expression of the symbols, which the tool "
+                f"the size {d} is not a polynomial of the symbols, which the tool "
                 "compares only as such: give the dimension a size"
             )
         return Size(p)

@@ -211,15 +211,35 @@ def _sym(d) -> str:
     return s if s.replace("_", "").isalnum() else f"({s})"
 
 
-_TERM = re.compile(r"^(?:(\d+)\*)?([A-Za-z_][A-Za-z0-9_]*)$")
+_FACTOR = r"[A-Za-z_][A-Za-z0-9_]*(?:\^\d+)?"
+_TERM = re.compile(rf"^(?:(\d+)\*)?({_FACTOR}(?:\*{_FACTOR})*)$")
+
+
+def _monomial(factors: dict[str, int]) -> str:
+    """The key of a product of symbols' powers ({"b": 2, "c": 1} -> "b^2*c"), as JAX prints
+    it: symbols by name, powers above 1 as `^k`."""
+    return "*".join(n if k == 1 else f"{n}^{k}" for n, k in sorted(factors.items()) if k)
+
+
+def _factors(key: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for f in key.split("*") if key else ():
+        name, _, power = f.partition("^")
+        out[name] = out.get(name, 0) + (int(power) if power else 1)
+    return out
+
+
+def _degree(key: str) -> int:
+    return sum(_factors(key).values())
 
 
 def _poly(d) -> dict[str, int] | None:
-    """A linear dim as {symbol: coeff, "": const} ("2*b + 1" -> {"b": 2, "": 1}), or None."""
+    """A polynomial dim as {monomial: coeff, "": const} ("2*b + 1" -> {"b": 2, "": 1},
+    "6*b^2" -> {"b^2": 6}), or None (`floordiv(b, 2)`, `max(b, 1)`)."""
     if isinstance(d, int):
         return {"": d}
     text = str(d).strip()
-    if "(" in text or "^" in text:
+    if "(" in text:
         return None
     out: dict[str, int] = {}
     sign = 1
@@ -244,7 +264,8 @@ def _poly(d) -> dict[str, int] | None:
             if not m:
                 return None
             c = int(m.group(1)) if m.group(1) else 1
-            out[m.group(2)] = out.get(m.group(2), 0) + sign * c
+            key = _monomial(_factors(m.group(2)))
+            out[key] = out.get(key, 0) + sign * c
         sign = 1
         expect_term = False
     return out if not expect_term else None
@@ -303,10 +324,26 @@ def dim_mul(a, b):
         return a
     if isinstance(b, int):
         a, b = b, a
-    pb = _poly(b)
-    if isinstance(a, int) and pb is not None:
-        return _poly_str({k: a * c for k, c in pb.items()})
+    pa, pb = _poly(a), _poly(b)
+    if pa is not None and pb is not None:
+        return _poly_str(_poly_mul(pa, pb))
     return f"{_sym(a)}*{_sym(b)}"
+
+
+def _poly_mul(pa: dict[str, int], pb: dict[str, int]) -> dict[str, int]:
+    """The product of two polynomial dims (JAX's `b * 6*b` is `6*b^2`), terms by degree,
+    highest first, the constant last (as JAX prints them)."""
+    out: dict[str, int] = {}
+    for ka, ca in pa.items():
+        for kb, cb in pb.items():
+            factors = _factors(ka)
+            for n, k in _factors(kb).items():
+                factors[n] = factors.get(n, 0) + k
+            key = _monomial(factors)
+            out[key] = out.get(key, 0) + ca * cb
+    if len(pa) == 1 or len(pb) == 1:  # a constant factor or a monomial keeps the order
+        return out
+    return dict(sorted(out.items(), key=lambda kc: -_degree(kc[0])))
 
 
 def dim_floordiv(a, b):
@@ -338,11 +375,25 @@ def dim_div_exact(a, b):
         if any(c % d for c in pa.values()):
             return None
         return _poly_str({k: c // d for k, c in pa.items()})
+    if len(pb) == 1:  # by a monomial (`6*b^2` by `6*b` is `b`)
+        return _by_monomial(pa, *next(iter(pb.items())))
     key = next(k for k in pb if k)
     if key not in pa or pa[key] % pb[key]:
         return None
     q = pa[key] // pb[key]
     return q if pa == {k: q * c for k, c in pb.items()} else None
+
+
+def _by_monomial(pa: dict[str, int], key: str, d: int):
+    """`pa / (d*key)` when every term divides exactly, else None."""
+    out: dict[str, int] = {}
+    by = _factors(key)
+    for k, c in pa.items():
+        f = _factors(k)
+        if c % d or any(f.get(n, 0) < p for n, p in by.items()):
+            return None
+        out[_monomial({n: p - by.get(n, 0) for n, p in f.items()})] = c // d
+    return _poly_str(out)
 
 
 def dim_max(a, b):
@@ -394,9 +445,9 @@ def _at_least_zero(d):
 
 
 def linear_bounds(p: dict[str, int]) -> tuple[bool, bool, int]:
-    """What bounds a linear size `p` has where every symbol is at least 1: (no coefficient
-    negative, so its least value is `at_one`; no coefficient positive, so its greatest value
-    is `at_one`; its value with every symbol 1)."""
+    """What bounds a size `p` has where every symbol (and so every product of symbols) is
+    at least 1: (no coefficient negative, so its least value is `at_one`; no coefficient
+    positive, so its greatest value is `at_one`; its value with every symbol 1)."""
     coeffs = [c for k, c in p.items() if k]
     at_one = p.get("", 0) + sum(coeffs)
     return all(c >= 0 for c in coeffs), all(c <= 0 for c in coeffs), at_one

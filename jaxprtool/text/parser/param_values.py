@@ -22,8 +22,9 @@ from .scopes import SharedRef
 
 # parameter keys whose value is always an unquoted string (may contain anything, H3)
 _STRING_KEYS = frozenset({"name", "fmt"})
-#: keys whose value is one symbolic dimension, printed bare (`dim_as_value[dim=2*b + 1]`)
-_DIM_KEYS = frozenset({"dim"})
+#: keys whose value is one symbolic dimension, printed bare (`dim_as_value[dim=2*b + 1]`,
+#: `conv_general_dilated[feature_group_count=3*b]`, JAX's vmap of a conv over a symbolic size)
+_DIM_KEYS = frozenset({"dim", "feature_group_count", "batch_group_count"})
 _DIM_EXPR = re.compile(r"(?:- )?[\w(][\w*+\-^(),/ ]*")
 _DIM_OPERATOR = re.compile(r"[*+^/]|\w\(| - |^- ")
 #: two operands side by side (`b c`): no expression

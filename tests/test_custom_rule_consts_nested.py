@@ -1,0 +1,279 @@
+"""AD through recorded custom rules that close over constants, in programs that also keep
+nested constants of another kind (issue 25).
+
+A shard_map body and a custom call's body keep the constants of a jit inside them (JAX 0.12
+prints them as constvars of the nested jaxpr, and hoisting stops at those primitives), so
+`run` numbers them among the recorded rules' (`consts_order.py`, step 3).  The AD commands
+make all of them constants of the program they write, in that same order, so that the
+archive `trace --consts-out` wrote is the derived program's too.  The arrays are distinct and
+of the same types, so that a wrong numbering gives wrong numbers rather than a type error.
+JAX is the oracle: `jax.grad`, `jax.vjp`, `jax.jvp`, and the dot-product test on linearize's
+linear map and its transpose.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+from jax_oracle import close, run  # noqa: E402
+
+from jaxprtool.consts_order import for_ad, nested_with_consts, number_constants  # noqa: E402
+from jaxprtool.text.parser import parse  # noqa: E402
+
+_IDS = itertools.count()
+
+SOURCE = """
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+W = jnp.array([[1.5, -0.5, 2.0], [0.25, 1.0, -1.0]], np.float32)  # the program's own
+C = jnp.array([0.5, 2.0, -1.0], np.float32)  # fwd's and jvp's
+K = jnp.array([1.0, 3.0, -2.0], np.float32)  # a jit's in a shard_map body
+R = jnp.array([-0.5, 1.5, 0.75], np.float32)  # a jit's in a checkpoint (hoisted)
+B = jnp.array([2.0, -1.0, 0.5], np.float32)  # a jit's in a custom call's body
+M = jnp.array([[0.5, 1.0, -2.0], [1.0, 0.0, 0.5], [-1.0, 2.0, 1.0]], np.float32)  # bwd's
+MESH = jax.make_mesh((1,), ("i",))
+
+
+def sharded_sin(y):
+    body = jax.jit(lambda z: jnp.sin(z) * K)
+    return jax.shard_map(body, mesh=MESH, in_specs=P(), out_specs=P())(y)
+
+
+@jax.custom_vjp
+def g(x):
+    return jnp.sin(x) * 2.0
+
+
+g.defvjp(lambda x: (g(x), jnp.cos(x) * C), lambda r, ct: (ct * r @ M,))
+
+
+@jax.custom_vjp
+def q(x):  # its body keeps B
+    return jax.jit(lambda y: jnp.sin(y) * B)(x)
+
+
+q.defvjp(lambda x: (q(x), jnp.cos(x) * C), lambda r, ct: (ct * r @ M,))
+
+
+@jax.custom_jvp
+def h(x):  # its body keeps B
+    return jax.jit(lambda y: jnp.tanh(y) * B)(x)
+
+
+h.defjvp(lambda p, t: (h(p[0]), t[0] * C))
+
+
+@jax.custom_vjp
+def sin_b(x):  # true rules: fwd closes over B, the body's jit too
+    return jax.jit(lambda y: jnp.sin(y) * B)(x)
+
+
+sin_b.defvjp(lambda x: (sin_b(x), jnp.cos(x) * B), lambda r, ct: (ct * r,))
+
+
+def rematted(y):
+    return jax.checkpoint(jax.jit(lambda z: jnp.cos(z) * R))(y)
+
+
+def before(x):
+    return sharded_sin(g(rematted(W.T @ x))) * 3.0
+
+
+def after(x):
+    return g(sharded_sin(W.T @ x)) * 3.0
+
+
+def bodies(x):
+    return jnp.sum(q(W.T @ x) * sharded_sin(W.T @ x))
+
+
+def forward(x):
+    return h(sharded_sin(W.T @ x)) ** 2
+
+
+def true_rule(x):
+    return jnp.sum(sin_b(sharded_sin(W.T @ x)) ** 2)
+
+
+def false_rule(x):
+    return jnp.sum(g(sharded_sin(W.T @ x)) ** 2)
+"""
+
+FUNCTIONS = ("before", "after", "bodies", "forward", "true_rule", "false_rule")
+X = np.array([0.7, -0.3], np.float32)
+T = np.array([0.2, 1.1], np.float32)
+CT = np.array([0.3, -1.0, 2.0], np.float32)
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    """{function: (text path, archive path)} from `trace --consts-out`, the module, the folder."""
+    folder = tmp_path_factory.mktemp("rule_consts_nested")
+    name = f"rule_consts_nested_{next(_IDS)}"
+    (folder / f"{name}.py").write_text(SOURCE)
+    mp = pytest.MonkeyPatch()
+    mp.chdir(folder)
+    mp.syspath_prepend(str(folder))
+    try:
+        import importlib
+
+        mod = importlib.import_module(name)
+        out = {}
+        for fn in FUNCTIONS:
+            prog, consts = folder / f"{fn}.jaxpr", folder / f"{fn}.npz"
+            r = run(
+                ["trace", f"{name}:{fn}", "--arg", "f32[2]", "-o", str(prog)]
+                + ["--consts-out", str(consts)]
+            )
+            assert r.exit_code == 0, r.output
+            out[fn] = (prog, consts)
+        yield out, mod, folder
+    finally:
+        mp.undo()
+
+
+def _derive(folder, command, prog, *extra):
+    out = folder / f"{prog.stem}.{command}.jaxpr"
+    r = run([command, str(prog), "-o", str(out), *extra])
+    assert r.exit_code == 0, r.output
+    return out
+
+
+def _run(folder, prog, args, consts):
+    a, o = folder / "a.npz", folder / "o.npz"
+    np.savez(a, *args)
+    r = run(["run", str(prog), "--args", str(a), "--consts", str(consts), "-o", str(o)])
+    assert r.exit_code == 0, r.output
+    with np.load(o) as d:
+        return [d[f"out{i}"] for i in range(len(d.files))]
+
+
+def _archive(consts):
+    with np.load(consts) as d:
+        return [d[f"const{i}"] for i in range(len(d.files))]
+
+
+@pytest.mark.parametrize(
+    "fn, kinds, arrays",
+    [
+        # own, the checkpoint's (hoisted), then by equation: bwd, fwd, the shard_map's
+        ("before", ["custom_vjp_call"] * 2 + ["shard_map"], ("W", "R", "M", "C", "K")),
+        ("after", ["shard_map"] + ["custom_vjp_call"] * 2, ("W", "K", "M", "C")),
+        # q's body, bwd, fwd, the body of the q that fwd calls; then the shard_map's
+        ("bodies", ["custom_vjp_call"] * 4 + ["shard_map"], ("W", "B", "M", "C", "B", "K")),
+    ],
+)
+def test_every_constant_is_the_programs_in_the_archives_order(traced, fn, kinds, arrays):
+    """The program the AD commands read has every constant as its own, in the order `run`
+    reads the archive: the rules' and the bodies' kept constants interleaved as numbered."""
+    progs, mod, _ = traced
+    prog, consts = progs[fn]
+    j = parse(prog.read_text(), str(prog)).jaxpr
+    numbered = number_constants(j)
+    assert [e.prim for _, e in nested_with_consts(numbered.program)] == kinds
+    lifted = for_ad(j)
+    assert not nested_with_consts(lifted)
+    assert [v.type for v in lifted.constvars] == [v.type for v in numbered.constvars]
+    for got, want in zip(_archive(consts), arrays, strict=True):
+        np.testing.assert_array_equal(got, np.asarray(getattr(mod, want)))
+
+
+@pytest.mark.parametrize("fn", ["before", "after"])
+def test_vjp_equals_jax(traced, fn):
+    progs, mod, folder = traced
+    prog, consts = progs[fn]
+    got_y, got_ct = _run(folder, _derive(folder, "vjp", prog), [X, CT], consts)
+    y, pullback = jax.vjp(getattr(mod, fn), X)
+    close(got_y, y)
+    close(got_ct, pullback(CT)[0])
+
+
+def test_grad_through_bodies_that_keep_constants(traced):
+    """A custom_vjp whose body keeps constants (and whose fwd calls it), beside a shard_map
+    that keeps its own: grad as jax.grad."""
+    progs, mod, folder = traced
+    prog, consts = progs["bodies"]
+    (got,) = _run(folder, _derive(folder, "grad", prog), [X], consts)
+    close(got, jax.grad(mod.bodies)(X))
+
+
+def test_jvp_equals_jax(traced):
+    progs, mod, folder = traced
+    prog, consts = progs["forward"]
+    got_y, got_t = _run(folder, _derive(folder, "jvp", prog), [X, T], consts)
+    y, t = jax.jvp(mod.forward, (X,), (T,))
+    close(got_y, y)
+    close(got_t, t)
+
+
+def test_linearize_passes_the_dot_product_test(traced):
+    """linearize's linear map L and its transpose: <w, L t> = <L^T w, t>, and L^T w is
+    JAX's vjp (bwd's constants and the shard_map's reach the linear program)."""
+    progs, mod, folder = traced
+    prog, consts = progs["before"]
+    lin = _derive(folder, "linearize", prog)
+    y, lt = _run(folder, lin, [X, T], consts)
+    y2, ltw = _run(folder, _derive(folder, "transpose", lin), [X, CT], consts)
+    want_y, pullback = jax.vjp(mod.before, X)
+    close(y, want_y)
+    close(y2, want_y)
+    close(ltw, pullback(CT)[0])
+    np.testing.assert_allclose(np.dot(CT, lt), np.dot(ltw, T), rtol=1e-5)
+
+
+def test_explain_and_check_grad_take_the_archive(traced):
+    """explain and check-grad read the program as the AD commands do: their finite
+    differences agree with true rules, and find that false ones differ from them."""
+    progs, _, folder = traced
+    np.savez(folder / "x.npz", arg0=X)
+    for fn, verdict in (("true_rule", 0), ("false_rule", 1)):
+        prog, consts = progs[fn]
+        args = ["--args", str(folder / "x.npz"), "--consts", str(consts)]
+        r = run(["explain", str(prog), *args])
+        assert r.exit_code == verdict and "custom_vjp_call" in r.output, r.output
+        assert ("a check FAILED" in r.output) == (verdict == 1), r.output
+        r = run(["check-grad", str(prog), *args, "--modes", "rev"])  # fwd: refused as JAX
+        assert r.exit_code == verdict, r.output
+        assert f"{verdict} failure" in r.output, r.output
+
+
+KEPT = """{ lambda ; a:f32[3]. let
+    b:f32[3] = custom_vmap_call[
+      call={ lambda k:f32[3]; c:f32[3]. let d:f32[3] = mul c k in (d,) }
+      in_tree=PyTreeDef(([], (*,)))
+      out_tree=PyTreeDef(*)
+      rule=<function f_vmap at 0xXXXXXXXXXXXX>
+    ] a
+    e:f32[3] = custom_jvp_call[
+      name=h
+      call_jaxpr={ lambda ; d:f32[3]. let e:f32[3] = tanh d in (e,) }
+      jaxprtool_jvp={ lambda f:f32[3]; g:f32[3] h:f32[3]. let
+          i:f32[3] = tanh g
+          j:f32[3] = mul h f
+        in (i, j) }
+      jvp=jvp
+      symbolic_zeros=False
+    ] b
+  in (e,) }
+"""
+
+
+def test_rule_constants_beside_constants_no_rule_lifts_are_refused(tmp_path):
+    """A primitive whose jaxpr keeps constants that the AD commands do not make the
+    program's (custom_vmap_call has no such rule): the rule keeps its constants, and AD
+    through it is refused where it is, saying what works, never misnumbered."""
+    prog = tmp_path / "kept.jaxpr"
+    prog.write_text(KEPT)
+    j = parse(KEPT, str(prog)).jaxpr
+    assert nested_with_consts(for_ad(j))
+    r = run(["jvp", str(prog)])
+    assert r.exit_code == 1, r.output
+    assert "kept.jaxpr:8:5: error: 'custom_jvp_call': its recorded rule jaxprtool_jvp" in r.output
+    assert "nested constants the AD commands cannot make the program's" in r.output
