@@ -104,8 +104,9 @@ def _leave(code) -> None:
         sys.stdout.flush()
     except BrokenPipeError:
         code = BROKEN_PIPE_EXIT
-    except OSError:
-        code = 2  # (the write was reported where it failed)
+    except OSError as e:  # the last buffered bytes did not fit (a full disk): as `guarded`
+        report(UsageProblem(f"cannot write the output: {e.strerror}"))
+        code = 2
     try:
         sys.stderr.flush()
     except OSError:

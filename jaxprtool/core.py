@@ -553,7 +553,8 @@ def eqn_subjaxprs(eqn: Eqn) -> list[Jaxpr]:
 
     Every walk and pass asks this of every equation, and most have none: that answer is
     remembered on the equation (`Eqn.no_subjaxprs`, kept by `Eqn.replace` when the params
-    stay).  Only that negative answer is remembered: the parser's and the backend's
+    stay; known at construction for an equation without parameters).  Only that negative
+    answer is remembered: the parser's and the backend's
     in-place updates of params replace a jaxpr by another, never put one into params that
     held none."""
     if eqn.no_subjaxprs:

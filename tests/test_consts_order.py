@@ -14,14 +14,13 @@ compared with JAX's on the same function and input.
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 import pytest
 
 jax = pytest.importorskip("jax")
 from conftest import written_module  # noqa: E402
 from jax_oracle import close, run  # noqa: E402
+from traced import archive, derive, run_with_consts, trace_module  # noqa: E402
 
 from jaxprtool.backend.consts import all_constvars  # noqa: E402
 from jaxprtool.consts_order import nested_with_consts, number_constants  # noqa: E402
@@ -116,39 +115,7 @@ def traced(tmp_path_factory):
     """The module above, its functions traced by `jaxprtool trace --consts-out`:
     {name: (text path, constants path)}, and the module itself."""
     folder = tmp_path_factory.mktemp("consts_order")
-    mod = written_module(folder, "consts_order", SOURCE)
-    out = {}
-    with contextlib.chdir(folder):
-        for fn in ORDER:
-            prog, consts = folder / f"{fn}.jaxpr", folder / f"{fn}.npz"
-            r = run(
-                ["trace", f"{mod.__name__}:{fn}", "--arg", "f32[3]", "-o", str(prog)]
-                + ["--consts-out", str(consts)]
-            )
-            assert r.exit_code == 0, r.output
-            out[fn] = (prog, consts)
-    return out, mod
-
-
-def _run(tmp_path, prog, args, consts):
-    a, o = tmp_path / "a.npz", tmp_path / "o.npz"
-    np.savez(a, *args)
-    r = run(["run", str(prog), "--args", str(a), "--consts", str(consts), "-o", str(o)])
-    assert r.exit_code == 0, r.output
-    with np.load(o) as d:
-        return [d[f"out{i}"] for i in range(len(d.files))]
-
-
-def _derive(tmp_path, command, prog, extra=()):
-    out = tmp_path / f"{command}.jaxpr"
-    r = run([command, str(prog), "-o", str(out), *extra])
-    assert r.exit_code == 0, r.output
-    return out
-
-
-def _archive(path) -> list[np.ndarray]:
-    with np.load(path) as d:
-        return [d[f"const{i}"] for i in range(len(d.files))]
+    return trace_module(folder, "consts_order", SOURCE, ORDER, "--arg", "f32[3]")
 
 
 def test_every_constant_is_the_programs_in_one_order(traced):
@@ -166,7 +133,7 @@ def test_every_constant_is_the_programs_in_one_order(traced):
         assert nested_with_consts(h) == []
         assert numbered.constvars == list(h.constvars) == all_constvars(h)
         assert [str(v.type) for v in h.constvars] == ["f32[3]"] * len(names)
-        for got, name in zip(_archive(consts), names, strict=True):
+        for got, name in zip(archive(consts), names, strict=True):
             np.testing.assert_array_equal(got, np.asarray(getattr(mod, name)))
         assert number_constants(h).program is h  # reading a hoisted program changes nothing
 
@@ -175,7 +142,7 @@ def test_run_consts_of_the_traced_text_is_jax(traced, tmp_path):
     progs, mod = traced
     for fn in ORDER:
         prog, consts = progs[fn]
-        (got,) = _run(tmp_path, prog, [X], consts)
+        (got,) = run_with_consts(tmp_path, prog, [X], consts)
         close(got, getattr(mod, fn)(X))
 
 
@@ -203,11 +170,11 @@ def test_a_swap_of_same_typed_constants_changes_the_answer(traced, tmp_path):
     progs, mod = traced
     for fn, (i, k) in (("f", (1, 3)), ("g", (0, 1))):
         prog, consts = progs[fn]
-        values = _archive(consts)
+        values = archive(consts)
         values[i], values[k] = values[k], values[i]
         swapped = tmp_path / "swapped.npz"
         np.savez(swapped, **{f"const{n}": v for n, v in enumerate(values)})
-        (got,) = _run(tmp_path, prog, [X], swapped)
+        (got,) = run_with_consts(tmp_path, prog, [X], swapped)
         assert not np.allclose(got, getattr(mod, fn)(X), rtol=1e-3), fn
 
 
@@ -260,9 +227,9 @@ def test_every_ad_command_takes_the_traced_constants(traced, tmp_path, fn, comma
     derived = prog
     for step in command.split("|"):
         extra = ["--in-axes", "0", "--axis-size", "3"] if step == "vmap" else []
-        derived = _derive(tmp_path, step, derived, extra)
+        derived = derive(tmp_path, step, derived, *extra)
     args, want = _jax_answers(getattr(mod, fn), command)
-    got = _run(tmp_path, derived, args, consts)
+    got = run_with_consts(tmp_path, derived, args, consts)
     assert len(got) == len(want)
     for a, b in zip(got, want):
         close(a, b)
@@ -298,7 +265,7 @@ def test_explain_takes_the_constants_of_cond_and_loop_bodies(traced, tmp_path):
             )
             assert r.exit_code == 0 and "all checks pass" in r.output, r.output
             j = number_constants(parse(prog.read_text(), str(prog)).jaxpr).program
-            data = explain_data(j, [X], mode, consts=_archive(consts))
+            data = explain_data(j, [X], mode, consts=archive(consts))
             assert data.error is None and data.passed
             if mode == "jvp":
                 want = jax.jvp(f, (X,), (data.direction[0].astype(np.float32),))[1]
@@ -370,15 +337,15 @@ def test_constants_that_stay_nested_come_last(tmp_path, monkeypatch):
     numbered = number_constants(parse(prog.read_text(), str(prog)).jaxpr)
     assert len(numbered.program.constvars) == 1 and len(numbered.constvars) == 2
     assert [e.prim for _, e in nested_with_consts(numbered.program)] == ["custom_vjp_call"]
-    for got, want in zip(_archive(consts), (mod.W, mod.V), strict=True):
+    for got, want in zip(archive(consts), (mod.W, mod.V), strict=True):
         np.testing.assert_array_equal(got, np.asarray(want))
-    (got,) = _run(tmp_path, prog, [X], consts)
+    (got,) = run_with_consts(tmp_path, prog, [X], consts)
     close(got, mod.f(X))
     grad = tmp_path / "grad.jaxpr"
     r = run(["grad", str(prog), "-o", str(grad)])
     assert r.exit_code == 0, r.output
     assert len(parse(grad.read_text(), str(grad)).jaxpr.constvars) == 2
-    (got,) = _run(tmp_path, grad, [X], consts)
+    (got,) = run_with_consts(tmp_path, grad, [X], consts)
     close(got, jax.grad(mod.f)(X))
     np.savez(tmp_path / "x.npz", arg0=X)
     r = run(["explain", str(prog), "--args", str(tmp_path / "x.npz"), "--consts", str(consts)])

@@ -13,18 +13,15 @@ compared with `jax.vjp`: JAX cannot run the linear map of a custom_vjp itself).
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 
 jax = pytest.importorskip("jax")
 from jax_oracle import close, run  # noqa: E402
+from traced import derive, run_with_consts, trace_module  # noqa: E402
 
 from jaxprtool.consts_order import for_ad, nested_with_consts, number_constants  # noqa: E402
 from jaxprtool.text.parser import parse  # noqa: E402
-
-_IDS = itertools.count()
 
 SOURCE = """
 import jax
@@ -109,43 +106,13 @@ CT = np.array([0.3, -1.0, 2.0], np.float32)
 def traced(tmp_path_factory):
     """{function: (text path, archive path)} from `trace --consts-out`, and the module."""
     folder = tmp_path_factory.mktemp("rule_consts")
-    name = f"rule_consts_{next(_IDS)}"
-    (folder / f"{name}.py").write_text(SOURCE)
     mp = pytest.MonkeyPatch()
     mp.chdir(folder)
-    mp.syspath_prepend(str(folder))
     try:
-        import importlib
-
-        mod = importlib.import_module(name)
-        out = {}
-        for fn in FUNCTIONS:
-            prog, consts = folder / f"{fn}.jaxpr", folder / f"{fn}.npz"
-            r = run(
-                ["trace", f"{name}:{fn}", "--arg", "f32[2]", "-o", str(prog)]
-                + ["--consts-out", str(consts)]
-            )
-            assert r.exit_code == 0, r.output
-            out[fn] = (prog, consts)
+        out, mod = trace_module(folder, "rule_consts", SOURCE, FUNCTIONS, "--arg", "f32[2]")
         yield out, mod, folder
     finally:
         mp.undo()
-
-
-def _derive(folder, command, prog, *extra):
-    out = folder / f"{prog.stem}.{command}.jaxpr"
-    r = run([command, str(prog), "-o", str(out), *extra])
-    assert r.exit_code == 0, r.output
-    return out
-
-
-def _run(folder, prog, args, consts):
-    a, o = folder / "a.npz", folder / "o.npz"
-    np.savez(a, *args)
-    r = run(["run", str(prog), "--args", str(a), "--consts", str(consts), "-o", str(o)])
-    assert r.exit_code == 0, r.output
-    with np.load(o) as d:
-        return [d[f"out{i}"] for i in range(len(d.files))]
 
 
 def _constvars(path):
@@ -178,13 +145,13 @@ def test_grad_and_vjp_equal_jax(traced):
     with constants), run with the archive `trace` wrote: JAX's numbers."""
     progs, mod, folder = traced
     prog, consts = progs["both"]
-    grad = _derive(folder, "grad", prog)
+    grad = derive(folder, "grad", prog)
     assert len(_constvars(grad)) == 6
-    (got,) = _run(folder, grad, [X], consts)
+    (got,) = run_with_consts(folder, grad, [X], consts)
     close(got, jax.grad(mod.both)(X))
     prog, consts = progs["vector"]
     y, pullback = jax.vjp(mod.vector, X)
-    got_y, got_ct = _run(folder, _derive(folder, "vjp", prog), [X, CT], consts)
+    got_y, got_ct = run_with_consts(folder, derive(folder, "vjp", prog), [X, CT], consts)
     close(got_y, y)
     close(got_ct, pullback(CT)[0])
 
@@ -192,7 +159,7 @@ def test_grad_and_vjp_equal_jax(traced):
 def test_jvp_equals_jax(traced):
     progs, mod, folder = traced
     prog, consts = progs["forward"]
-    got_y, got_t = _run(folder, _derive(folder, "jvp", prog), [X, T], consts)
+    got_y, got_t = run_with_consts(folder, derive(folder, "jvp", prog), [X, T], consts)
     y, t = jax.jvp(mod.forward, (X,), (T,))
     close(got_y, y)
     close(got_t, t)
@@ -203,9 +170,9 @@ def test_linearize_passes_the_dot_product_test(traced):
     JAX's vjp (the bwd's constants reach the linear program as residuals)."""
     progs, mod, folder = traced
     prog, consts = progs["vector"]
-    lin = _derive(folder, "linearize", prog)
-    y, lt = _run(folder, lin, [X, T], consts)
-    y2, ltw = _run(folder, _derive(folder, "transpose", lin), [X, CT], consts)
+    lin = derive(folder, "linearize", prog)
+    y, lt = run_with_consts(folder, lin, [X, T], consts)
+    y2, ltw = run_with_consts(folder, derive(folder, "transpose", lin), [X, CT], consts)
     want_y, pullback = jax.vjp(mod.vector, X)
     close(y, want_y)
     close(y2, want_y)
@@ -219,7 +186,7 @@ def test_rules_inside_bodies(traced, fn):
     body's equation, up to the program's constants, in the same order."""
     progs, mod, folder = traced
     prog, consts = progs[fn]
-    (got,) = _run(folder, _derive(folder, "grad", prog), [X], consts)
+    (got,) = run_with_consts(folder, derive(folder, "grad", prog), [X], consts)
     close(got, jax.grad(getattr(mod, fn))(X))
 
 
@@ -246,8 +213,8 @@ def test_vmap_keeps_the_calls_with_their_constants_as_operands(traced):
     `run` with the same archive: jax.vmap's numbers."""
     progs, mod, folder = traced
     prog, consts = progs["both"]
-    out = _derive(folder, "vmap", prog, "--axis-size", "4")
+    out = derive(folder, "vmap", prog, "--axis-size", "4")
     assert out.read_text().count("jaxprtool_rule_consts=") == 2
     xs = np.random.RandomState(0).randn(4, 2).astype(np.float32)
-    (got,) = _run(folder, out, [xs], consts)
+    (got,) = run_with_consts(folder, out, [xs], consts)
     close(got, jax.vmap(mod.both)(xs))

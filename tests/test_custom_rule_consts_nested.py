@@ -13,18 +13,15 @@ linear map and its transpose.
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 
 jax = pytest.importorskip("jax")
 from jax_oracle import close, run  # noqa: E402
+from traced import archive, derive, run_with_consts, trace_module  # noqa: E402
 
 from jaxprtool.consts_order import for_ad, nested_with_consts, number_constants  # noqa: E402
 from jaxprtool.text.parser import parse  # noqa: E402
-
-_IDS = itertools.count()
 
 SOURCE = """
 import jax
@@ -116,48 +113,13 @@ CT = np.array([0.3, -1.0, 2.0], np.float32)
 def traced(tmp_path_factory):
     """{function: (text path, archive path)} from `trace --consts-out`, the module, the folder."""
     folder = tmp_path_factory.mktemp("rule_consts_nested")
-    name = f"rule_consts_nested_{next(_IDS)}"
-    (folder / f"{name}.py").write_text(SOURCE)
     mp = pytest.MonkeyPatch()
     mp.chdir(folder)
-    mp.syspath_prepend(str(folder))
     try:
-        import importlib
-
-        mod = importlib.import_module(name)
-        out = {}
-        for fn in FUNCTIONS:
-            prog, consts = folder / f"{fn}.jaxpr", folder / f"{fn}.npz"
-            r = run(
-                ["trace", f"{name}:{fn}", "--arg", "f32[2]", "-o", str(prog)]
-                + ["--consts-out", str(consts)]
-            )
-            assert r.exit_code == 0, r.output
-            out[fn] = (prog, consts)
+        out, mod = trace_module(folder, "rule_consts_nested", SOURCE, FUNCTIONS, "--arg", "f32[2]")
         yield out, mod, folder
     finally:
         mp.undo()
-
-
-def _derive(folder, command, prog, *extra):
-    out = folder / f"{prog.stem}.{command}.jaxpr"
-    r = run([command, str(prog), "-o", str(out), *extra])
-    assert r.exit_code == 0, r.output
-    return out
-
-
-def _run(folder, prog, args, consts):
-    a, o = folder / "a.npz", folder / "o.npz"
-    np.savez(a, *args)
-    r = run(["run", str(prog), "--args", str(a), "--consts", str(consts), "-o", str(o)])
-    assert r.exit_code == 0, r.output
-    with np.load(o) as d:
-        return [d[f"out{i}"] for i in range(len(d.files))]
-
-
-def _archive(consts):
-    with np.load(consts) as d:
-        return [d[f"const{i}"] for i in range(len(d.files))]
 
 
 @pytest.mark.parametrize(
@@ -181,7 +143,7 @@ def test_every_constant_is_the_programs_in_the_archives_order(traced, fn, kinds,
     lifted = for_ad(j)
     assert not nested_with_consts(lifted)
     assert [v.type for v in lifted.constvars] == [v.type for v in numbered.constvars]
-    for got, want in zip(_archive(consts), arrays, strict=True):
+    for got, want in zip(archive(consts), arrays, strict=True):
         np.testing.assert_array_equal(got, np.asarray(getattr(mod, want)))
 
 
@@ -189,7 +151,7 @@ def test_every_constant_is_the_programs_in_the_archives_order(traced, fn, kinds,
 def test_vjp_equals_jax(traced, fn):
     progs, mod, folder = traced
     prog, consts = progs[fn]
-    got_y, got_ct = _run(folder, _derive(folder, "vjp", prog), [X, CT], consts)
+    got_y, got_ct = run_with_consts(folder, derive(folder, "vjp", prog), [X, CT], consts)
     y, pullback = jax.vjp(getattr(mod, fn), X)
     close(got_y, y)
     close(got_ct, pullback(CT)[0])
@@ -200,14 +162,14 @@ def test_grad_through_bodies_that_keep_constants(traced):
     that keeps its own: grad as jax.grad."""
     progs, mod, folder = traced
     prog, consts = progs["bodies"]
-    (got,) = _run(folder, _derive(folder, "grad", prog), [X], consts)
+    (got,) = run_with_consts(folder, derive(folder, "grad", prog), [X], consts)
     close(got, jax.grad(mod.bodies)(X))
 
 
 def test_jvp_equals_jax(traced):
     progs, mod, folder = traced
     prog, consts = progs["forward"]
-    got_y, got_t = _run(folder, _derive(folder, "jvp", prog), [X, T], consts)
+    got_y, got_t = run_with_consts(folder, derive(folder, "jvp", prog), [X, T], consts)
     y, t = jax.jvp(mod.forward, (X,), (T,))
     close(got_y, y)
     close(got_t, t)
@@ -218,9 +180,9 @@ def test_linearize_passes_the_dot_product_test(traced):
     JAX's vjp (bwd's constants and the shard_map's reach the linear program)."""
     progs, mod, folder = traced
     prog, consts = progs["before"]
-    lin = _derive(folder, "linearize", prog)
-    y, lt = _run(folder, lin, [X, T], consts)
-    y2, ltw = _run(folder, _derive(folder, "transpose", lin), [X, CT], consts)
+    lin = derive(folder, "linearize", prog)
+    y, lt = run_with_consts(folder, lin, [X, T], consts)
+    y2, ltw = run_with_consts(folder, derive(folder, "transpose", lin), [X, CT], consts)
     want_y, pullback = jax.vjp(mod.before, X)
     close(y, want_y)
     close(y2, want_y)
