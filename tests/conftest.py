@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import itertools
 import math
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,7 +20,18 @@ CORPUS = FORMAT_DIR / "corpus"
 DATA = Path(__file__).resolve().parent / "data"
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+# 8 host devices for the mesh tests; LLVM without its optimisations: the tests compare
+# numbers, not speed, and compiling the few thousand small executables they run takes a
+# quarter less CPU so (`make bench` keeps XLA's defaults)
+os.environ.setdefault(
+    "XLA_FLAGS", "--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0"
+)
+# the tests neither read nor fill the user's caches (compiled executables, the analysed
+# grammar): a run here costs what it costs on a fresh machine, and its outcome does not
+# depend on what an earlier run left
+_CACHE_HOME = tempfile.mkdtemp(prefix="jaxprtool-test-cache-")
+atexit.register(shutil.rmtree, _CACHE_HOME, ignore_errors=True)
+os.environ["XDG_CACHE_HOME"] = _CACHE_HOME
 
 
 _MODULE_IDS = itertools.count()
