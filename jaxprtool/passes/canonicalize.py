@@ -15,8 +15,11 @@ MAX_ROUNDS = 20
 def canonicalize(jaxpr: Jaxpr, max_iterations: int = MAX_ROUNDS) -> Jaxpr:
     """simplify,fold,cse,dce to a fixed point (at most `max_iterations` rounds)."""
     cur = jaxpr
+    dced = None  # the program dce last returned: dce is idempotent, so it is dce's own
     for _ in range(max_iterations):
-        nxt = dce(cse(fold(simplify(cur))))
+        nxt = cse(fold(simplify(cur)))
+        if nxt is not dced:  # the confirming round's dce, when nothing else changed, is not run
+            nxt = dced = dce(nxt)
         if nxt is cur or alpha_equal(nxt, cur):
             return cur
         cur = nxt

@@ -88,7 +88,11 @@ def eqn_has_live_effects(e: Eqn, ref_live: Callable[[Atom], bool]) -> bool:
 def ref_allocs(eqns) -> set[int]:
     """The ids of the Refs the equations make (new_ref): local to the program, so a write
     into one that nothing reads later is dead."""
-    return {id(o) for e in eqns if prim(e.prim).ref_access == "alloc" for o in e.outputs}
+    names = {e.prim for e in eqns}  # a record per primitive, not per equation
+    allocs = {n for n in names if prim(n).ref_access == "alloc"}
+    if not allocs:
+        return set()
+    return {id(o) for e in eqns if e.prim in allocs for o in e.outputs}
 
 
 _NONE, _WRITES, _OTHER = 0, 1, 2  # what an equation or body does besides computing values
