@@ -93,7 +93,7 @@ def explicit_mesh():
 #: in collection order) and `make test-full` runs all: the rest are marked `slow`.  The three
 #: AD checks of test_ad_structural take different offsets, so each case keeps one of them.
 SAMPLED = {
-    "test_jax_ad_suite.py::test_jax_ad": (3, 0),
+    "test_jax_ad_suite.py::test_jax_ad": (4, 0),
     "test_ad_linalg.py::test_jvp_vjp_grad_linearize_transpose": (3, 0),
     "test_ad_structural.py::test_jvp": (3, 0),
     "test_ad_structural.py::test_vjp": (3, 1),
@@ -117,7 +117,8 @@ SAMPLED = {
 def pytest_collection_modifyitems(config, items):
     seen: dict[str, int] = {}
     for item in items:
-        key = item.nodeid.split("/")[-1].split("[", 1)[0]
+        path, _, test = item.nodeid.partition("::")  # (a case id may hold a `/`)
+        key = path.rsplit("/", 1)[-1] + "::" + test.split("[", 1)[0]
         if key not in SAMPLED or "[" not in item.nodeid:
             continue
         n, k = SAMPLED[key]
