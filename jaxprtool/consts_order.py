@@ -98,6 +98,16 @@ def for_ad(jaxpr: Jaxpr) -> Jaxpr:
     )
 
 
+def kept_by(jaxpr: Jaxpr) -> list[Eqn]:
+    """The equations whose nested jaxprs keep constants that no `lift_kept_consts` rule
+    makes the program's (a primitive without one, or whose rule cannot: a Pallas kernel
+    with a grid), in step 3's order: where `for_ad` leaves every constant nested."""
+    from .passes.hoist_consts import lift_kept_consts
+
+    program, _ = lift_kept_consts(number_constants(jaxpr).program)
+    return [e for _, e in nested_with_consts(program)]
+
+
 def nested_with_consts(jaxpr: Jaxpr) -> list[tuple[Jaxpr, Eqn]]:
     """The nested jaxprs with constants that hoisting leaves in place (step 3), each once,
     with the first equation using it (call bodies not yet hoisted are skipped: the
