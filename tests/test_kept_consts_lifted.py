@@ -39,6 +39,7 @@ S = jnp.array([-0.5, 1.5, 0.75], np.float32)  # a jit's in the run_state body
 P = jnp.array([0.5, -1.0, 1.25], np.float32)  # a jit's in the Pallas kernel
 C = jnp.array([2.0, 2.0, 2.0], np.float32)  # h's jvp's and g's fwd's (true rules)
 M = jnp.array([1.0, 1.0, 1.0], np.float32)  # g's bwd's
+A = jnp.array([[2.0, 0.5, 0.0], [0.5, 3.0, 0.25], [0.0, 0.25, 1.5]], np.float32)  # matvec's
 
 
 def sin_k(y):
@@ -99,9 +100,16 @@ def vmapped_loss_plain(x):
 
 def forward(x):
     return h(kernel_sin(stateful_cos(cv(W.T @ x))))
+
+
+def solved_loss(x):
+    matvec = lambda v: jax.jit(lambda y: A @ y)(v)
+    solve = lambda _, v: jnp.linalg.solve(A, v)
+    y = jax.lax.custom_linear_solve(matvec, g(W.T @ x), solve, symmetric=True)
+    return jnp.sum(y**2)
 """
 
-FUNCTIONS = ("vmapped", "vmapped_loss", "forward")
+FUNCTIONS = ("vmapped", "vmapped_loss", "forward", "solved_loss")
 X = np.array([0.7, -0.3], np.float32)
 T = np.array([0.2, 1.1], np.float32)
 CT = np.array([0.3, -1.0, 2.0], np.float32)
@@ -167,6 +175,18 @@ def test_grad_through_custom_vmap_equals_jax(traced):
         jax.grad(mod.vmapped_loss)(X)
     (got,) = run_with_consts(folder, derive(folder, "grad", prog), [X], consts)
     close(got, jax.grad(mod.vmapped_loss_plain)(X))
+
+
+def test_grad_through_a_linear_solve_whose_matvec_keeps_constants(traced):
+    """custom_linear_solve's matvec closes over a jit's constant (its tangent map and its
+    transpose need it), after a custom_vjp whose fwd and bwd close over theirs."""
+    progs, mod, folder = traced
+    prog, consts = progs["solved_loss"]
+    j = parse(prog.read_text(), str(prog)).jaxpr
+    kinds = [e.prim for _, e in nested_with_consts(number_constants(j).program)]
+    assert "custom_linear_solve" in kinds and not nested_with_consts(for_ad(j))
+    (got,) = run_with_consts(folder, derive(folder, "grad", prog), [X], consts)
+    close(got, jax.grad(mod.solved_loss)(X))
 
 
 def test_vjp_and_the_dot_product_test(traced):

@@ -118,7 +118,8 @@ def _explain(
         raise JaxprError(
             f"explain cannot use the constants that '{kept[0].prim}' keeps in its nested "
             "jaxprs, which the AD commands cannot make the program's (a Pallas kernel with a "
-            "grid, whose blocks' index maps the text lacks; a reduction's computation): run "
+            "grid, whose blocks' index maps the text lacks; a reduction's computation; "
+            "CustomRoot's solve_jaxpr): run "
             "takes them with --consts",
             kept[0].loc,
         )

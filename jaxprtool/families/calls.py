@@ -1196,7 +1196,8 @@ def _kept_nested(prim: str, what: str, j: Jaxpr) -> str:
         f"'{prim}': {what} closes over {n} constant{'s' if n != 1 else ''}, and the program "
         "also keeps constants in nested jaxprs that the AD commands cannot make the program's "
         "(a Pallas kernel's with a grid, whose blocks' index maps the text lacks; a "
-        "reduction's computation's: `run` without --consts lists every constant), after "
+        "reduction's computation's; CustomRoot's solve_jaxpr's: `run` without --consts "
+        "lists every constant), after "
         "which they cannot number these: run takes the program with --consts; to "
         "differentiate, pass the arrays as arguments"
     )
@@ -1582,8 +1583,27 @@ def _custom_linear_solve_batching(args, dims, *, const_lengths, jaxprs):
     return outs, [0 if bat else None for bat in solve_x_bat]
 
 
+def _custom_linear_solve_lift_kept_consts(e, outer):
+    """For the AD commands (`passes/hoist_consts.py`: `lift_kept_consts`): the constants a
+    jaxpr of the solve keeps (a jit's inside matvec) as its leading inputs, and new
+    operands at the head of its group (`const_lengths` counts them), as JAX's
+    `custom_linear_solve` binds the constants each function closes over."""
+    groups, b = _split_solve_args(e.inputs, e.params["const_lengths"])
+    jaxprs, kept = {}, {}
+    for k in _SOLVE_NAMES:
+        j = _solve_field(e.params["jaxprs"], k)
+        kept[k] = list(j.constvars) if isinstance(j, Jaxpr) else []
+        jaxprs[k] = j.replace(constvars=(), invars=(*kept[k], *j.invars)) if kept[k] else j
+    new = iter(outer([v for k in _SOLVE_NAMES for v in kept[k]]))
+    inputs = [x for k in _SOLVE_NAMES for x in [*(next(new) for _ in kept[k]), *groups[k]]]
+    lengths = _solve_record({k: len(groups[k]) + len(kept[k]) for k in _SOLVE_NAMES})
+    params = dict(e.params, const_lengths=lengths, jaxprs=_solve_record(jaxprs))
+    return e.replace(inputs=(*inputs, *b), params=params)
+
+
 define(
     "custom_linear_solve",
+    lift_kept_consts=_custom_linear_solve_lift_kept_consts,
     multiple_results=True,
     batching=_custom_linear_solve_batching,
     evaluate=_custom_linear_solve_evaluate,
