@@ -67,13 +67,15 @@ def add_into_ref(ref: Atom, x: Atom) -> None:
 
 def consts_as_refs(body: Jaxpr, loc=None, memory_space: str | None = None) -> Jaxpr:
     """`body` with its constvars made leading Ref inputs (in `memory_space`), each read whole
-    (`c <- r[...]`) before its equations: JAX's `hoist_consts_to_refs`, for a body whose
-    operands are Refs (run_state's, a Pallas kernel's)."""
-    refs = [Var(RefType(v.type, memory_space), None) for v in body.constvars]
-    reads = [
-        Eqn("get", (r,), (v,), {"indexer": Opaque("[...]")}, loc)
-        for r, v in zip(refs, body.constvars)
-    ]
+    (`c <- r[...]`) before its equations (a Ref constant is an input as it is): JAX's
+    `hoist_consts_to_refs`, for a body whose operands are Refs (run_state's, a kernel's)."""
+    refs, reads = [], []
+    for v in body.constvars:
+        if isinstance(v.type, RefType):
+            refs.append(v)
+            continue
+        refs.append(Var(RefType(v.type, memory_space), None))
+        reads.append(Eqn("get", (refs[-1],), (v,), {"indexer": Opaque("[...]")}, loc))
     return body.replace(constvars=(), invars=(*refs, *body.invars), eqns=(*reads, *body.eqns))
 
 

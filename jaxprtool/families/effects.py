@@ -337,7 +337,7 @@ def _pallas_lift_kept_consts(e, outer):
     "You should pass them as inputs").  A kernel with a grid keeps them: its blocks' index
     maps are not in the text, so none can be added (the back end refuses it anyway)."""
     kernel: Jaxpr = e.params["jaxpr"]
-    shapes = [v.type.shape for v in kernel.constvars]
+    shapes = [getattr(v.type, "inner", v.type).shape for v in kernel.constvars]  # a Ref's too
     if _pallas_refusal(e) is not None or not all(isinstance(d, int) for s in shapes for d in s):
         return e
     grid = e.params["grid_mapping"]
