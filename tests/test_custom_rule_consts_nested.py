@@ -255,3 +255,6 @@ def test_rule_constants_beside_constants_no_rule_lifts_are_refused(tmp_path):
     assert "kept.jaxpr:20:5: error: 'custom_jvp_call': its recorded rule jaxprtool_jvp" in r.output
     assert "nested jaxprs that the AD commands cannot make the program's" in r.output
     assert "a Pallas kernel's with a grid" in r.output
+    r = run(["explain", str(prog)])
+    assert r.exit_code == 1, r.output
+    assert "kept.jaxpr:3:5: error: explain cannot use the constants that 'pallas_call'" in r.output
