@@ -1197,9 +1197,8 @@ def _kept_nested(prim: str, what: str, j: Jaxpr) -> str:
         "also keeps constants in nested jaxprs that the AD commands cannot make the program's "
         "(a Pallas kernel's with a grid, whose blocks' index maps the text lacks; a "
         "reduction's computation's; CustomRoot's solve_jaxpr's: `run` without --consts "
-        "lists every constant), after "
-        "which they cannot number these: run takes the program with --consts; to "
-        "differentiate, pass the arrays as arguments"
+        "lists every constant), after which they cannot number these: run takes the "
+        "program with --consts; to differentiate, pass the arrays as arguments"
     )
 
 
