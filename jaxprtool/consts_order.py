@@ -19,8 +19,9 @@ up to the top level.  The numbering is that of the hoisted program:
    order, an equation's parameters sorted by name, depth first.
 
 The AD commands (and check-grad, explain) read a program through `for_ad`, which also makes
-step 3's constants the program's (a recorded custom rule's, a custom call's or shard_map's
-body's: their primitives' `lift_kept_consts` rules), after steps 1 and 2, in step 3's order
+step 3's constants the program's (a recorded custom rule's, a custom call's, shard_map's,
+custom_vmap's or run_state's body's, a whole-array Pallas kernel's, a linear solve's: their
+primitives' `lift_kept_consts` rules), after steps 1 and 2, in step 3's order
 (a rule inlined into the program they write needs its constants as values of that program):
 the programs they write keep all of them as their own constvars, in order, so they take the
 whole archive of the program they were derived from.  No jax import.
@@ -65,12 +66,12 @@ def number_constants(jaxpr: Jaxpr) -> Numbered:
 
 def for_ad(jaxpr: Jaxpr) -> Jaxpr:
     """The program as the AD commands read it: `number_constants`'s, with the constants left
-    nested (step 3: its recorded custom rules', its custom calls' and shard_maps' bodies')
+    nested (step 3: its recorded custom rules', the bodies of its custom calls, shard_maps,
+    custom_vmaps and run_states, its whole-array kernels', its linear solves')
     made constvars of the program after its own, in step 3's order, so that it takes the
     same archive as `run` reads, every constant its own.  Left as `number_constants` made it
-    when some stay nested (a primitive without a `lift_kept_consts` rule: their numbering
-    after the program's could not be kept): the AD commands then refuse a rule with
-    constants."""
+    when some stay nested (`kept_by`: their numbering after the program's could not be
+    kept): the AD commands then refuse a rule or body with constants."""
     from .passes.common import Subst
     from .passes.hoist_consts import lift_kept_consts
 
@@ -96,6 +97,16 @@ def for_ad(jaxpr: Jaxpr) -> Jaxpr:
         constvars=tuple(program.constvars[:own]) + tuple(first[k] for k in sorted(first)),
         eqns=[rename.eqn(e) for e in program.eqns],
     )
+
+
+def kept_by(jaxpr: Jaxpr) -> list[Eqn]:
+    """The equations whose nested jaxprs keep constants that no `lift_kept_consts` rule
+    makes the program's (a primitive without one, or whose rule cannot: a Pallas kernel
+    with a grid), in step 3's order: where `for_ad` leaves every constant nested."""
+    from .passes.hoist_consts import lift_kept_consts
+
+    program, _ = lift_kept_consts(number_constants(jaxpr).program)
+    return [e for _, e in nested_with_consts(program)]
 
 
 def nested_with_consts(jaxpr: Jaxpr) -> list[tuple[Jaxpr, Eqn]]:

@@ -90,7 +90,8 @@ class Primitive:
     #: carry the values of those binders.  Call bodies (`call_body`) need no rule.
     hoist_consts: Callable | None = None
     #: `rule(eqn, outer) -> Eqn`: the equation with the constvars its nested jaxprs keep (those
-    #: hoisting leaves: a recorded custom rule's, a shard_map body's) made leading operands,
+    #: hoisting leaves: a recorded custom rule's, a shard_map body's, a run_state body's as
+    #: Refs) made leading operands (a rule may also add leading results),
     #: for the AD commands (`passes/hoist_consts.py`: `lift_kept_consts`); `outer` as for
     #: `hoist_consts`
     lift_kept_consts: Callable | None = None

@@ -206,36 +206,55 @@ def test_explain_and_check_grad_take_the_archive(traced):
         assert f"{verdict} failure" in r.output, r.output
 
 
-KEPT = """{ lambda ; a:f32[3]. let
-    b:f32[3] = custom_vmap_call[
-      call={ lambda k:f32[3]; c:f32[3]. let d:f32[3] = mul c k in (d,) }
-      in_tree=PyTreeDef(([], (*,)))
-      out_tree=PyTreeDef(*)
-      rule=<function f_vmap at 0xXXXXXXXXXXXX>
-    ] a
-    e:f32[3] = custom_jvp_call[
+KEPT = """{ lambda ; a:f32[4]. let
+    z:f32[4] = broadcast_in_dim[broadcast_dimensions=() shape=(4,) sharding=None] 1.0:f32[]
+    b:f32[4] = pallas_call[
+      compiler_params=None
+      cost_estimate=None
+      debug=False
+      grid_mapping=GridMapping(grid=(2,), block_mappings=(BlockMapping(block_shape=(Blocked(block_size=2),)), BlockMapping(block_shape=(Blocked(block_size=2),))))
+      input_output_aliases=()
+      interpret=True
+      jaxpr={ lambda k:f32[2]; c:Ref<default>{f32[2]} d:Ref<default>{f32[2]}. let
+          e:f32[2] <- c[...]
+          f:f32[2] = mul e k
+          g:f32[2], d[...] <- d[...], f
+        in () }
+      mesh=None
+      metadata=None
+      name=None
+      out_avals=(ShapedArray(float32[4]),)
+    ] z
+    e:f32[4] = custom_jvp_call[
       name=h
-      call_jaxpr={ lambda ; d:f32[3]. let e:f32[3] = tanh d in (e,) }
-      jaxprtool_jvp={ lambda f:f32[3]; g:f32[3] h:f32[3]. let
-          i:f32[3] = tanh g
-          j:f32[3] = mul h f
+      call_jaxpr={ lambda ; d:f32[4]. let e:f32[4] = tanh d in (e,) }
+      jaxprtool_jvp={ lambda f:f32[4]; g:f32[4] h:f32[4]. let
+          i:f32[4] = tanh g
+          j:f32[4] = mul h f
         in (i, j) }
       jvp=jvp
       symbolic_zeros=False
-    ] b
-  in (e,) }
+    ] a
+    y:f32[4] = mul b e
+  in (y,) }
 """
 
 
 def test_rule_constants_beside_constants_no_rule_lifts_are_refused(tmp_path):
     """A primitive whose jaxpr keeps constants that the AD commands do not make the
-    program's (custom_vmap_call has no such rule): the rule keeps its constants, and AD
-    through it is refused where it is, saying what works, never misnumbered."""
+    program's (a Pallas kernel with a grid: its blocks' index maps are not in the text, so
+    no block can be added for a constant; its operand has no tangent, so that the kernel
+    itself, which the back end cannot run, needs no JVP): the rule keeps its constants, and AD through it
+    is refused where it is, saying what works, never misnumbered."""
     prog = tmp_path / "kept.jaxpr"
     prog.write_text(KEPT)
     j = parse(KEPT, str(prog)).jaxpr
-    assert nested_with_consts(for_ad(j))
+    assert [e.prim for _, e in nested_with_consts(for_ad(j))] == ["pallas_call", "custom_jvp_call"]
     r = run(["jvp", str(prog)])
     assert r.exit_code == 1, r.output
-    assert "kept.jaxpr:8:5: error: 'custom_jvp_call': its recorded rule jaxprtool_jvp" in r.output
-    assert "nested constants the AD commands cannot make the program's" in r.output
+    assert "kept.jaxpr:20:5: error: 'custom_jvp_call': its recorded rule jaxprtool_jvp" in r.output
+    assert "nested jaxprs that the AD commands cannot make the program's" in r.output
+    assert "a Pallas kernel's with a grid" in r.output
+    r = run(["explain", str(prog)])
+    assert r.exit_code == 1, r.output
+    assert "kept.jaxpr:3:5: error: explain cannot use the constants that 'pallas_call'" in r.output

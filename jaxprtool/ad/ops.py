@@ -11,6 +11,8 @@ import struct
 
 from ..core import (
     Atom,
+    Eqn,
+    Jaxpr,
     Literal,
     RefType,
     ShapedArray,
@@ -21,7 +23,7 @@ from ..core import (
     short_dtype_name,
 )
 from ..lazy import np
-from ..params import EnumValue, Record, SymExpr
+from ..params import EnumValue, Opaque, Record, SymExpr
 from ..record import prim as record_of
 from ..shapes import ShapeError, infer_types
 from ..shapes.util import varying_axes
@@ -61,6 +63,20 @@ def add_into_ref(ref: Atom, x: Atom) -> None:
     """`ref[...] += x`: a cotangent a custom rule gives for a Ref operand, added into the
     Ref's cotangent Ref (as JAX does)."""
     current().bind("addupdate", [ref, x], {}, [])
+
+
+def consts_as_refs(body: Jaxpr, loc=None, memory_space: str | None = None) -> Jaxpr:
+    """`body` with its constvars made leading Ref inputs (in `memory_space`), each read whole
+    (`c <- r[...]`) before its equations (a Ref constant is an input as it is): JAX's
+    `hoist_consts_to_refs`, for a body whose operands are Refs (run_state's, a kernel's)."""
+    refs, reads = [], []
+    for v in body.constvars:
+        if isinstance(v.type, RefType):
+            refs.append(v)
+            continue
+        refs.append(Var(RefType(v.type, memory_space), None))
+        reads.append(Eqn("get", (refs[-1],), (v,), {"indexer": Opaque("[...]")}, loc))
+    return body.replace(constvars=(), invars=(*refs, *body.invars), eqns=(*reads, *body.eqns))
 
 
 def _dtype(x) -> str:
@@ -480,8 +496,6 @@ def broadcast_to_type(x, t: ShapedArray):
 def broadcast_eqn(x: Atom, out: Var):
     """The equation (outside any builder) that broadcasts the scalar `x` to `out`, as 0.7.2
     printed it (`shape=` given)."""
-    from ..core import Eqn
-
     params = {"broadcast_dimensions": (), "shape": sdims(out.type.shape), "sharding": None}
     return Eqn("broadcast_in_dim", (x,), (out,), params, None)
 

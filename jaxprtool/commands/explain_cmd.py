@@ -105,7 +105,7 @@ def _explain(
     from ..cli import require_jax
     from ..commands.common import load, output_style
     from ..commands.run_inputs import gather_inputs
-    from ..consts_order import for_ad
+    from ..consts_order import for_ad, kept_by
     from ..core import JaxprError
     from ..shardings import axis_sizes_of
     from ..ui.explain import explain_data, render
@@ -113,17 +113,18 @@ def _explain(
     require_jax()
     set_custom_rule_policy(custom_rules)
     jaxpr, _, path = load(file)
-    jaxpr = for_ad(jaxpr)  # as the AD commands read it
+    kept = kept_by(jaxpr)
+    if kept:
+        raise JaxprError(
+            f"explain cannot use the constants that '{kept[0].prim}' keeps in its nested "
+            "jaxprs, which the AD commands cannot make the program's (a Pallas kernel with a "
+            "grid, whose blocks' index maps the text lacks; a reduction's computation; "
+            "CustomRoot's solve_jaxpr): run takes them with --consts",
+            kept[0].loc,
+        )
+    jaxpr = for_ad(jaxpr)  # as the AD commands read it: every constant the program's
     input_seed = None if args_npz is not None else (seed or 0)  # with --args: seeds v / w only
     args, consts, _ = gather_inputs(jaxpr, args_npz, None, input_seed, consts_npz, dims)
-    if len(consts) > len(jaxpr.constvars):
-        raise JaxprError(
-            "explain cannot yet use the constants that stay in nested jaxprs (those of a "
-            "primitive that keeps its jaxprs' constants, such as custom_vmap_call, pallas_call "
-            "or run_state; a recorded custom rule's, a custom call's or shard_map's body's "
-            "become the program's unless such constants come with them); run takes them with "
-            "--consts"
-        )
     with axis_sizes_of(jaxpr, backend.CONFIG.mesh):  # a text without its mesh
         data = explain_data(
             jaxpr,

@@ -798,7 +798,9 @@ def _fall_back_to_body(kind: str, params, primals, tangents, rule_text: str, ref
             current().loc,
         )
     body = _custom_body(params)
-    return jvp_eval(body, list(primals), list(tangents), list(body.constvars))
+    if body.constvars:  # kept: the program has constants no rule lifts (`_kept_nested`)
+        raise JaxprError(_kept_nested(f"{kind}_call", "its body", body), current().loc)
+    return jvp_eval(body, list(primals), list(tangents))
 
 
 def _emit_rule(prim: str, param: str, traced: Jaxpr, inputs) -> list:
@@ -807,16 +809,7 @@ def _emit_rule(prim: str, param: str, traced: Jaxpr, inputs) -> list:
     closing over constants is one whose program keeps nested constants that no rule makes
     the program's (refused)."""
     if traced.constvars:
-        n = len(traced.constvars)
-        raise JaxprError(
-            f"'{prim}': its recorded rule {param} closes over {n} constant"
-            f"{'s' if n != 1 else ''}, and the program has nested constants the AD commands "
-            "cannot make the program's (a primitive that keeps its jaxprs' constants, listed "
-            "by `run` without --consts), after which they cannot number the rule's: run takes "
-            "the program with --consts; to differentiate, make the rule take the arrays as "
-            "arguments",
-            current().loc,
-        )
+        raise JaxprError(_kept_nested(prim, f"its recorded rule {param}", traced), current().loc)
     return ops.emit_jaxpr(traced, inputs)
 
 
@@ -1185,15 +1178,55 @@ for _p in ("custom_jvp_call", "custom_vjp_call"):
 def _custom_vmap_jvp(primals, tangents, **params):
     """JAX's `custom_vmap_jvp` binds custom_vmap_call on the JVP of `call` with a rule built in
     Python, which no text holds; the rule changes only how the call batches, so the JVP of
-    the body gives JAX's tangents (a later vmap batches the body, as the tool does anyway)."""
+    the body gives JAX's tangents (a later vmap batches the body, as the tool does anyway).
+    The AD commands read `call` with its constants as leading operands
+    (`_custom_vmap_lift_kept_consts`); one still closing over some is refused."""
     body = params["call"]
-    return jvp_eval(body, list(primals), list(tangents), list(body.constvars))
+    if body.constvars:
+        raise JaxprError(_kept_nested("custom_vmap_call", "its body", body), current().loc)
+    return jvp_eval(body, list(primals), list(tangents))
+
+
+def _kept_nested(prim: str, what: str, j: Jaxpr) -> str:
+    """Why the AD commands refuse a jaxpr of `prim` that still closes over constants: the
+    program also keeps constants that no `lift_kept_consts` rule makes the program's, and
+    numbering those after the program's would misnumber the archive."""
+    n = len(j.constvars)
+    return (
+        f"'{prim}': {what} closes over {n} constant{'s' if n != 1 else ''}, and the program "
+        "also keeps constants in nested jaxprs that the AD commands cannot make the program's "
+        "(a Pallas kernel's with a grid, whose blocks' index maps the text lacks; a "
+        "reduction's computation's; CustomRoot's solve_jaxpr's: `run` without --consts "
+        "lists every constant), after which they cannot number these: run takes the "
+        "program with --consts; to differentiate, pass the arrays as arguments"
+    )
+
+
+#: `in_tree=PyTreeDef(([consts...], args))`: JAX's custom_vmap puts the constants it closes
+#: over first, as a list
+_VMAP_IN_TREE = re.compile(r"PyTreeDef\(\(\[((?:\*(?:, )?)*)\], (.*)\)\)")
+
+
+def _custom_vmap_lift_kept_consts(e, outer):
+    """For the AD commands (`passes/hoist_consts.py`: `lift_kept_consts`): the constants
+    `call` keeps (a jit's inside it) as its leading inputs and the call's leading operands,
+    as JAX's `custom_vmap` binds what it closes over (`in_tree` then counts them among the
+    constants' list; another `in_tree` text is kept: only the rule, which no text holds,
+    reads it)."""
+    body: Jaxpr = e.params["call"]
+    params = dict(e.params, call=body.replace(constvars=(), invars=(*body.constvars, *body.invars)))
+    m = _VMAP_IN_TREE.fullmatch(str(e.params.get("in_tree")))
+    if m is not None:
+        leaves = ", ".join(["*"] * (m.group(1).count("*") + len(body.constvars)))
+        params["in_tree"] = Opaque(f"PyTreeDef(([{leaves}], {m.group(2)}))")
+    return e.replace(inputs=tuple(outer(body.constvars)) + tuple(e.inputs), params=params)
 
 
 define(
     "custom_vmap_call",
     evaluate=_evaluate_body("call"),
     jvp=_custom_vmap_jvp,
+    lift_kept_consts=_custom_vmap_lift_kept_consts,
     # the rule and its trees change how the call batches, not its value
     evaluated_params=frozenset("call rule in_tree out_tree".split()),
 )
@@ -1549,8 +1582,27 @@ def _custom_linear_solve_batching(args, dims, *, const_lengths, jaxprs):
     return outs, [0 if bat else None for bat in solve_x_bat]
 
 
+def _custom_linear_solve_lift_kept_consts(e, outer):
+    """For the AD commands (`passes/hoist_consts.py`: `lift_kept_consts`): the constants a
+    jaxpr of the solve keeps (a jit's inside matvec) as its leading inputs, and new
+    operands at the head of its group (`const_lengths` counts them), as JAX's
+    `custom_linear_solve` binds the constants each function closes over."""
+    groups, b = _split_solve_args(e.inputs, e.params["const_lengths"])
+    jaxprs, kept = {}, {}
+    for k in _SOLVE_NAMES:
+        j = _solve_field(e.params["jaxprs"], k)
+        kept[k] = list(j.constvars) if isinstance(j, Jaxpr) else []
+        jaxprs[k] = j.replace(constvars=(), invars=(*kept[k], *j.invars)) if kept[k] else j
+    new = iter(outer([v for k in _SOLVE_NAMES for v in kept[k]]))
+    inputs = [x for k in _SOLVE_NAMES for x in [*(next(new) for _ in kept[k]), *groups[k]]]
+    lengths = _solve_record({k: len(groups[k]) + len(kept[k]) for k in _SOLVE_NAMES})
+    params = dict(e.params, const_lengths=lengths, jaxprs=_solve_record(jaxprs))
+    return e.replace(inputs=(*inputs, *b), params=params)
+
+
 define(
     "custom_linear_solve",
+    lift_kept_consts=_custom_linear_solve_lift_kept_consts,
     multiple_results=True,
     batching=_custom_linear_solve_batching,
     evaluate=_custom_linear_solve_evaluate,
@@ -1725,8 +1777,29 @@ def _run_state_linearization(primals, tangents, **params):
     )
 
 
+def _run_state_lift_kept_consts(e, outer):
+    """For the AD commands (`passes/hoist_consts.py`: `lift_kept_consts`): JAX's `run_state`
+    binds the constants its body closes over (`hoist_consts_to_refs`): each becomes a
+    leading Ref of the body, initialised from a new leading operand and read whole at the
+    start (the body's constvar is that read's result), not linear, its final value a
+    leading result nothing uses."""
+    body: Jaxpr = e.params["jaxpr"]
+    params = dict(e.params, jaxpr=ops.consts_as_refs(body, e.loc))
+    n = len(body.constvars)
+    for k, lead in (("is_initialized", True), ("which_linear", False)):
+        if isinstance(params.get(k), tuple):
+            params[k] = (lead,) * n + params[k]
+    unused = tuple(Var(v.type, None) for v in body.constvars)
+    return e.replace(
+        inputs=tuple(outer(body.constvars)) + tuple(e.inputs),
+        outputs=unused + tuple(e.outputs),
+        params=params,
+    )
+
+
 define(
     "run_state",
+    lift_kept_consts=_run_state_lift_kept_consts,
     effectful=True,
     # JAX has no DCE rule for run_state: unused, it goes unless its body writes a live Ref
     # operand; used, it stays whole

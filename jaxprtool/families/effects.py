@@ -12,7 +12,7 @@ import re
 from ..ad import batching as BT
 from ..ad.builder import current
 from ..ad.jvp import jvp_masked
-from ..ad.ops import instantiate
+from ..ad.ops import consts_as_refs, instantiate
 from ..ad.registry import rebind_primal
 from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import Jaxpr, JaxprError, ShapedArray
@@ -329,8 +329,38 @@ def _pallas_batching(args, dims, **params):
     return BT.loop_fallback(args, dims, why=why)
 
 
+def _pallas_lift_kept_consts(e, outer):
+    """For the AD commands (`passes/hoist_consts.py`: `lift_kept_consts`): the constants a
+    whole-array kernel without a grid keeps (a jit's inside it) as leading inputs with
+    whole-array blocks, read whole from their Refs at the kernel's start, as a kernel given
+    those arrays as inputs reads them (JAX refuses a kernel closing over an array itself:
+    "You should pass them as inputs").  A kernel with a grid keeps them: its blocks' index
+    maps are not in the text, so none can be added (the back end refuses it anyway)."""
+    kernel: Jaxpr = e.params["jaxpr"]
+    shapes = [getattr(v.type, "inner", v.type).shape for v in kernel.constvars]  # a Ref's too
+    if _pallas_refusal(e) is not None or not all(isinstance(d, int) for s in shapes for d in s):
+        return e
+    grid = e.params["grid_mapping"]
+    blocks = tuple(
+        Record("BlockMapping", (("block_shape", tuple(_blocked(d) for d in s)),)) for s in shapes
+    )
+    fields = tuple((k, blocks + v if k == "block_mappings" else v) for k, v in grid.fields)
+    space = kernel.invars[0].type.memory_space if kernel.invars else None
+    params = dict(
+        e.params,
+        jaxpr=consts_as_refs(kernel, e.loc, space),
+        grid_mapping=Record(grid.cls, fields),
+    )
+    return e.replace(inputs=tuple(outer(kernel.constvars)) + tuple(e.inputs), params=params)
+
+
+def _blocked(size: int) -> Record:
+    return Record("Blocked", (("block_size", size),))
+
+
 define(
     "pallas_call",
+    lift_kept_consts=_pallas_lift_kept_consts,
     jvp=_pallas_jvp,
     batching=_pallas_batching,
     jvp_kind="jvp",

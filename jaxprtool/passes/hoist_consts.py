@@ -139,8 +139,9 @@ def _close_call(e: Eqn, outer) -> Eqn:
 
 def lift_kept_consts(jaxpr: Jaxpr) -> tuple[Jaxpr, dict[int, Var]]:
     """`jaxpr` (hoisted) with the constvars that hoisting leaves nested (a recorded custom
-    rule's, a custom call's or shard_map's body's) made leading operands of their equations
-    (each primitive's `lift_kept_consts` rule) and constants of the enclosing jaxpr, then
+    rule's, a custom call's, shard_map's, custom_vmap's or run_state's body's, a kernel's)
+    made leading operands of their equations (each primitive's `lift_kept_consts` rule)
+    and constants of the enclosing jaxpr, then
     hoisted to the top level like a call body's; and for each new top-level constvar (by
     `id`), the nested constvar whose value it carries.  The AD commands inline a rule into
     the program they write, where its constants must be values that program takes, and
