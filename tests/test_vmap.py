@@ -1212,6 +1212,50 @@ def test_jacobians_match_jax(kind, argnums):
     _close(backend.evaluate(j, [x, m]), ref, tol=1e-3)
 
 
+def _one_row_cases():
+    """Jacobians whose standard basis has one row: a scalar (or one-element) output under
+    jacrev, a scalar (or one-element) input under jacfwd, both under hessian; an integer
+    output's zero Jacobian beside them."""
+    rng = np.random.default_rng(7)
+    x, m = rng.normal(size=3).astype(np.float32), rng.normal(size=(2, 3)).astype(np.float32)
+    s = np.float32(0.7)
+    e = rng.normal(size=(1, 1)).astype(np.float32)
+
+    def loss(x, m):
+        return jnp.sum(jnp.tanh(m @ x) ** 2)
+
+    def curve(t, x):
+        return jnp.sin(t * x), (t * 3).astype(jnp.int32), jnp.cos(t) * x[0]
+
+    def scalar(t):
+        return jnp.sin(t) * jnp.exp(t / 2)
+
+    return [
+        ("jacrev", loss, (x, m), "0,1"),
+        ("jacrev", lambda x, m: (m @ x)[:1], (x, m), "0,1"),  # an f32[1] output
+        ("jacfwd", curve, (s, x), "0"),
+        ("jacfwd", lambda e, x: jnp.sum(e) * x, (e, x), "0"),  # an f32[1,1] input
+        ("hessian", scalar, (s,), "0"),
+        ("hessian", loss, (x, m), "0"),  # (jacfwd's basis: 3 rows)
+    ]
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_one_row_jacobians_are_the_jvp_or_vjp_at_ones(case):
+    """One row of the basis: the Jacobian is the one jvp or vjp at a tangent of ones,
+    reshaped, with JAX's values and no more equations than JAX's vmap over an axis of size
+    1 (a jacrev of a loss has the gradient's equations)."""
+    kind, f, args, argnums = _one_row_cases()[case]
+    nums = tuple(int(a) for a in argnums.split(","))
+    j = _pipe(_text(f, *args), [kind, "--argnums", argnums])
+    ref_fn = getattr(jax, kind)(f, argnums=nums if len(nums) > 1 else nums[0])
+    _close(backend.evaluate(j, list(args)), ref_fn(*args), tol=1e-4)
+    theirs = parse(_text(ref_fn, *args), "<jax>").jaxpr
+    assert sum(1 for _ in all_eqns(j)) <= sum(1 for _ in all_eqns(theirs))
+    if case != 5:
+        assert not any(e.prim == "iota" for e in all_eqns(j)), "no basis is built for one row"
+
+
 def test_jacobian_errors(fxy, tmp_path):
     p = tmp_path / "int.jaxpr"
     p.write_text(_text(lambda x, n: (x * n).astype(jnp.int32), np.ones(3, np.float32), np.int32(2)))

@@ -8,6 +8,9 @@ compositions of the program transformations: jvp or vjp, then vmap over the stan
 - jacrev(f): `vmap(vjp(f), in_axes=(None.., 0..))` fed the identity over the flattened outputs;
   each input cotangent's first axis is split back into the outputs; laid out as jacfwd's.
 - hessian(f) = jacfwd(jacrev(f)).
+- A basis of one row (jacrev of a scalar loss, jacfwd in a scalar): vmapping over it is the
+  program itself at that row, so the Jacobian is the one jvp or vjp at a tangent of ones,
+  reshaped (JAX vmaps over an axis of size 1: the same values, more equations).
 
 The result is one program `(x...) -> (J...)`: the basis equations (iota, eq, convert), the
 batched program inline, and the unravelling (split, reshape).
@@ -103,6 +106,23 @@ def _split(x, shapes, axis: int, outer=None):
     return [ops.reshape(p, (*outer[:axis], *s, *outer[axis:])) for p, s in zip(parts, shapes)]
 
 
+def _one_row(n, types) -> bool:
+    """A standard basis of one row (one differentiated value, of one element, replicated):
+    vmapping over it is the program itself on that row, so the Jacobian is the one jvp or
+    vjp at a tangent of ones, reshaped (JAX vmaps over an axis of size 1; the values are
+    the same, with fewer equations)."""
+    return n == 1 and len(types) == 1 and type_spec(types[0]) is None
+
+
+def _ones(types) -> list:
+    return [ops.full(t, 1) for t in types]
+
+
+def _with_shape(x, shape):
+    """`x` (the one row's result, of as many elements) reshaped to the Jacobian's `shape`."""
+    return x if tuple(x.type.shape) == tuple(shape) else ops.reshape(x, tuple(shape))
+
+
 def _result_dtype(types) -> str:
     names = {_long(t.dtype) for t in types}
     if len(names) == 1:  # numpy's promotion of one dtype is itself (no numpy import)
@@ -163,6 +183,14 @@ def jacfwd(jaxpr: Jaxpr, argnums=0, style=None) -> Jaxpr:
     _same_constants(jaxpr, tan)
 
     def body(xs, consts):
+        if _one_row(N, in_types):
+            touts = iter(ops.emit_jaxpr(tan, list(xs) + _ones(in_types), consts))
+            x = in_types[0]
+            res = []
+            for y, nz in zip(jaxpr.outvars, out_nz):
+                t = y.type.update(shape=(*y.type.shape, *x.shape))
+                res.append(_with_shape(next(touts), t.shape) if nz else ops.full(t, 0))
+            return res
         dtype = _short(_result_dtype(in_types))
         basis = _eye_parts(N, dtype, [tuple(t.shape) for t in in_types], 1)
         basis = [_basis_like(p, t) for p, t in zip(basis, in_types)]
@@ -224,6 +252,10 @@ def jacrev(jaxpr: Jaxpr, argnums=0, style=None) -> Jaxpr:
     _same_constants(jaxpr, cts)
 
     def body(xs, consts):
+        if _one_row(N, out_types):
+            ct_x = dict(zip(order, ops.emit_jaxpr(cts, list(xs) + _ones(out_types), consts)))
+            y = out_types[0]
+            return [_with_shape(ct_x[i], (*y.shape, *jaxpr.invars[i].type.shape)) for i in args]
         dtype = _short(_result_dtype(out_types))
         basis = _eye_parts(N, dtype, [tuple(t.shape) for t in out_types], 1)
         basis = [_basis_like(p, t) for p, t in zip(basis, out_types)]
