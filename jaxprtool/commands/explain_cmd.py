@@ -117,9 +117,8 @@ def _explain(
     if kept:
         raise JaxprError(
             f"explain cannot use the constants that '{kept[0].prim}' keeps in its nested "
-            "jaxprs, which the AD commands cannot make the program's (a Pallas kernel with a "
-            "grid, whose blocks' index maps the text lacks; a reduction's computation; "
-            "CustomRoot's solve_jaxpr): run takes them with --consts",
+            "jaxprs: the AD commands cannot make them the program's (README, Known limits); "
+            "run takes them with --consts",
             kept[0].loc,
         )
     jaxpr = for_ad(jaxpr)  # as the AD commands read it: every constant the program's
