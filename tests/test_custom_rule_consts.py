@@ -18,7 +18,7 @@ import pytest
 
 jax = pytest.importorskip("jax")
 from jax_oracle import close, run  # noqa: E402
-from traced import derive, run_with_consts, trace_module  # noqa: E402
+from traced import CT, X, check_dot_product, check_jvp, derive, run_with_consts, traced_programs  # noqa: E402
 
 from jaxprtool.consts_order import for_ad, nested_with_consts, number_constants  # noqa: E402
 from jaxprtool.text.parser import parse  # noqa: E402
@@ -97,22 +97,12 @@ def scanned(x):
 """
 
 FUNCTIONS = ("true_rule", "both", "vector", "forward", "jitted", "scanned")
-X = np.array([0.7, -0.3], np.float32)
-T = np.array([0.2, 1.1], np.float32)
-CT = np.array([0.3, -1.0, 2.0], np.float32)
 
 
 @pytest.fixture(scope="module")
 def traced(tmp_path_factory):
-    """{function: (text path, archive path)} from `trace --consts-out`, and the module."""
-    folder = tmp_path_factory.mktemp("rule_consts")
-    mp = pytest.MonkeyPatch()
-    mp.chdir(folder)
-    try:
-        out, mod = trace_module(folder, "rule_consts", SOURCE, FUNCTIONS, "--arg", "f32[2]")
-        yield out, mod, folder
-    finally:
-        mp.undo()
+    """{function: (text path, archive path)} from `trace --consts-out`, the module, the folder."""
+    yield from traced_programs(tmp_path_factory, "rule_consts", SOURCE, FUNCTIONS)
 
 
 def _constvars(path):
@@ -157,27 +147,13 @@ def test_grad_and_vjp_equal_jax(traced):
 
 
 def test_jvp_equals_jax(traced):
-    progs, mod, folder = traced
-    prog, consts = progs["forward"]
-    got_y, got_t = run_with_consts(folder, derive(folder, "jvp", prog), [X, T], consts)
-    y, t = jax.jvp(mod.forward, (X,), (T,))
-    close(got_y, y)
-    close(got_t, t)
+    check_jvp(traced, "forward")
 
 
 def test_linearize_passes_the_dot_product_test(traced):
     """linearize's linear map L and its transpose: <w, L t> = <L^T w, t>, and L^T w is
     JAX's vjp (the bwd's constants reach the linear program as residuals)."""
-    progs, mod, folder = traced
-    prog, consts = progs["vector"]
-    lin = derive(folder, "linearize", prog)
-    y, lt = run_with_consts(folder, lin, [X, T], consts)
-    y2, ltw = run_with_consts(folder, derive(folder, "transpose", lin), [X, CT], consts)
-    want_y, pullback = jax.vjp(mod.vector, X)
-    close(y, want_y)
-    close(y2, want_y)
-    close(ltw, pullback(CT)[0])
-    np.testing.assert_allclose(np.dot(CT, lt), np.dot(ltw, T), rtol=1e-5)
+    check_dot_product(traced, "vector")
 
 
 @pytest.mark.parametrize("fn", ["jitted", "scanned"])

@@ -18,9 +18,18 @@ import pytest
 
 jax = pytest.importorskip("jax")
 from jax_oracle import close, run  # noqa: E402
-from traced import archive, derive, run_with_consts, trace_module  # noqa: E402
+from traced import (  # noqa: E402
+    CT,
+    X,
+    check_dot_product,
+    check_jvp,
+    check_numbered_as_archive,
+    derive,
+    run_with_consts,
+    traced_programs,
+)
 
-from jaxprtool.consts_order import for_ad, nested_with_consts, number_constants  # noqa: E402
+from jaxprtool.consts_order import for_ad, nested_with_consts  # noqa: E402
 from jaxprtool.text.parser import parse  # noqa: E402
 
 SOURCE = """
@@ -104,22 +113,12 @@ def false_rule(x):
 """
 
 FUNCTIONS = ("before", "after", "bodies", "forward", "true_rule", "false_rule")
-X = np.array([0.7, -0.3], np.float32)
-T = np.array([0.2, 1.1], np.float32)
-CT = np.array([0.3, -1.0, 2.0], np.float32)
 
 
 @pytest.fixture(scope="module")
 def traced(tmp_path_factory):
     """{function: (text path, archive path)} from `trace --consts-out`, the module, the folder."""
-    folder = tmp_path_factory.mktemp("rule_consts_nested")
-    mp = pytest.MonkeyPatch()
-    mp.chdir(folder)
-    try:
-        out, mod = trace_module(folder, "rule_consts_nested", SOURCE, FUNCTIONS, "--arg", "f32[2]")
-        yield out, mod, folder
-    finally:
-        mp.undo()
+    yield from traced_programs(tmp_path_factory, "rule_consts_nested", SOURCE, FUNCTIONS)
 
 
 @pytest.mark.parametrize(
@@ -135,16 +134,7 @@ def traced(tmp_path_factory):
 def test_every_constant_is_the_programs_in_the_archives_order(traced, fn, kinds, arrays):
     """The program the AD commands read has every constant as its own, in the order `run`
     reads the archive: the rules' and the bodies' kept constants interleaved as numbered."""
-    progs, mod, _ = traced
-    prog, consts = progs[fn]
-    j = parse(prog.read_text(), str(prog)).jaxpr
-    numbered = number_constants(j)
-    assert [e.prim for _, e in nested_with_consts(numbered.program)] == kinds
-    lifted = for_ad(j)
-    assert not nested_with_consts(lifted)
-    assert [v.type for v in lifted.constvars] == [v.type for v in numbered.constvars]
-    for got, want in zip(archive(consts), arrays, strict=True):
-        np.testing.assert_array_equal(got, np.asarray(getattr(mod, want)))
+    check_numbered_as_archive(traced, fn, kinds, arrays)
 
 
 @pytest.mark.parametrize("fn", ["before", "after"])
@@ -167,27 +157,13 @@ def test_grad_through_bodies_that_keep_constants(traced):
 
 
 def test_jvp_equals_jax(traced):
-    progs, mod, folder = traced
-    prog, consts = progs["forward"]
-    got_y, got_t = run_with_consts(folder, derive(folder, "jvp", prog), [X, T], consts)
-    y, t = jax.jvp(mod.forward, (X,), (T,))
-    close(got_y, y)
-    close(got_t, t)
+    check_jvp(traced, "forward")
 
 
 def test_linearize_passes_the_dot_product_test(traced):
     """linearize's linear map L and its transpose: <w, L t> = <L^T w, t>, and L^T w is
     JAX's vjp (bwd's constants and the shard_map's reach the linear program)."""
-    progs, mod, folder = traced
-    prog, consts = progs["before"]
-    lin = derive(folder, "linearize", prog)
-    y, lt = run_with_consts(folder, lin, [X, T], consts)
-    y2, ltw = run_with_consts(folder, derive(folder, "transpose", lin), [X, CT], consts)
-    want_y, pullback = jax.vjp(mod.before, X)
-    close(y, want_y)
-    close(y2, want_y)
-    close(ltw, pullback(CT)[0])
-    np.testing.assert_allclose(np.dot(CT, lt), np.dot(ltw, T), rtol=1e-5)
+    check_dot_product(traced, "before")
 
 
 def test_explain_and_check_grad_take_the_archive(traced):

@@ -21,7 +21,16 @@ import pytest
 
 jax = pytest.importorskip("jax")
 from jax_oracle import close, run  # noqa: E402
-from traced import archive, derive, run_with_consts, trace_module  # noqa: E402
+from traced import (  # noqa: E402
+    CT,
+    T,
+    X,
+    check_jvp,
+    check_numbered_as_archive,
+    derive,
+    run_with_consts,
+    traced_programs,
+)
 
 from jaxprtool.consts_order import for_ad, nested_with_consts, number_constants  # noqa: E402
 from jaxprtool.text.parser import parse  # noqa: E402
@@ -110,22 +119,12 @@ def solved_loss(x):
 """
 
 FUNCTIONS = ("vmapped", "vmapped_loss", "forward", "solved_loss")
-X = np.array([0.7, -0.3], np.float32)
-T = np.array([0.2, 1.1], np.float32)
-CT = np.array([0.3, -1.0, 2.0], np.float32)
 
 
 @pytest.fixture(scope="module")
 def traced(tmp_path_factory):
     """{function: (text path, archive path)} from `trace --consts-out`, the module, the folder."""
-    folder = tmp_path_factory.mktemp("kept_consts_lifted")
-    mp = pytest.MonkeyPatch()
-    mp.chdir(folder)
-    try:
-        out, mod = trace_module(folder, "kept_consts_lifted", SOURCE, FUNCTIONS, "--arg", "f32[2]")
-        yield out, mod, folder
-    finally:
-        mp.undo()
+    yield from traced_programs(tmp_path_factory, "kept_consts_lifted", SOURCE, FUNCTIONS)
 
 
 @pytest.mark.parametrize(
@@ -144,28 +143,14 @@ def traced(tmp_path_factory):
 def test_every_constant_is_the_programs_in_the_archives_order(traced, fn, kinds, arrays):
     """The program the AD commands read has every constant as its own, in the order `run`
     reads the archive."""
-    progs, mod, _ = traced
-    prog, consts = progs[fn]
-    j = parse(prog.read_text(), str(prog)).jaxpr
-    numbered = number_constants(j)
-    assert [e.prim for _, e in nested_with_consts(numbered.program)] == kinds
-    lifted = for_ad(j)
-    assert not nested_with_consts(lifted)
-    assert [v.type for v in lifted.constvars] == [v.type for v in numbered.constvars]
-    for got, want in zip(archive(consts), arrays, strict=True):
-        np.testing.assert_array_equal(got, np.asarray(getattr(mod, want)))
+    check_numbered_as_archive(traced, fn, kinds, arrays)
 
 
 def test_jvp_through_every_kept_kind_equals_jax(traced):
     """custom_vmap, run_state and a Pallas kernel in a row, then a custom_jvp whose rule
     closes over a constant: jvp as jax.jvp (reverse mode of run_state and pallas_call is
     refused, as JAX refuses it)."""
-    progs, mod, folder = traced
-    prog, consts = progs["forward"]
-    got_y, got_t = run_with_consts(folder, derive(folder, "jvp", prog), [X, T], consts)
-    y, t = jax.jvp(mod.forward, (X,), (T,))
-    close(got_y, y)
-    close(got_t, t)
+    check_jvp(traced, "forward")
 
 
 def test_grad_through_custom_vmap_equals_jax(traced):
