@@ -210,3 +210,31 @@ def test_a_parameter_no_rule_evaluates_is_refused(tmp_path):
         r"does not evaluate its parameter weird=3",
         r.output,
     ), r.output
+
+
+@pytest.mark.parametrize("preset", ["BF16_BF16_F32", "F32_F32_F32"])
+def test_a_dot_algorithm_preset_runs_as_jax_s(preset):
+    """JAX prints a dot algorithm preset by its bare name (`precision=BF16_BF16_F32`): run
+    binds the preset itself (XLA aborted the whole process on the name as a string), for
+    dot_general and conv_general_dilated and in their gradients, with JAX's numbers."""
+    from jaxprtool import backend
+    from jaxprtool.ad.api import grad_jaxpr
+    from jaxprtool.text.parser import parse
+
+    alg = lax.DotAlgorithmPreset[preset]
+
+    def f(a, b, k):
+        y = lax.dot_general(a, b, (((1,), (0,)), ((), ())), precision=alg)
+        z = lax.conv_general_dilated(y[None, None], k, (1, 1), "SAME", precision=alg)
+        return jnp.sum(jnp.tanh(z))
+
+    rng = np.random.default_rng(3)
+    args = [rng.normal(size=s).astype(np.float32) for s in ((4, 8), (8, 6), (1, 1, 3, 3))]
+    text = str(jax.make_jaxpr(f)(*args))
+    assert text.count(f"precision={preset}") == 2
+    j = parse(text, "<preset>").jaxpr
+    (got,) = backend.evaluate(j, args)
+    np.testing.assert_allclose(got, jax.jit(f)(*args), rtol=1e-5)
+    grads = backend.evaluate(grad_jaxpr(j, [0, 1, 2]), args)
+    for g, want in zip(grads, jax.jit(jax.grad(f, argnums=(0, 1, 2)))(*args), strict=True):
+        np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-6)

@@ -162,13 +162,32 @@ def _bind_precision(eqn, p, dims):
     from ..backend.sharding import explicit_result_sharding
 
     out = {
-        "precision": to_jax(p.get("precision")),
+        "precision": _precision_param(eqn, p.get("precision"), to_jax),
         "preferred_element_type": dtype_param(p.get("preferred_element_type")),
         "out_sharding": explicit_result_sharding(eqn),
     }
     if eqn.prim == "conv_general_dilated":
         out.update(_sized_group_counts(p, dims))
     return out
+
+
+def _precision_param(eqn, v, to_jax):
+    """JAX's `precision` of the printed one: None, a pair of `Precision`s, or a dot
+    algorithm preset, which JAX prints as its bare name (`precision=BF16_BF16_F32`) and
+    which must be bound as the preset: XLA aborts the process on the name as a string."""
+    if not isinstance(v, str):
+        return to_jax(v)
+    from jax import lax
+
+    try:
+        return lax.DotAlgorithmPreset[v]
+    except KeyError:
+        presets = ", ".join(p.name for p in lax.DotAlgorithmPreset)
+        raise JaxprError(
+            f"{eqn.prim}: precision={v} is not a dot algorithm preset of the installed JAX "
+            f"({presets})",
+            eqn.loc,
+        ) from None
 
 
 # ---------------------------------------------------------------- dot_general
