@@ -183,6 +183,7 @@ class _Walk:
         self.symbolic = False
         self.boundary: int | None = None
         self.calls: dict[str, bool] = {}  # primitive -> whether it is a call (a body inlined)
+        self.made_spans = None  # (`spans`)
 
     def size(self, t: Type) -> int:
         got = self.sizes.get(id(t))
@@ -211,7 +212,8 @@ class _Walk:
         self.read_before = {b for b in self.origin if read[b] >= 0}
 
     def jaxpr(self, j: Jaxpr, env: dict, linear_index: int | None = None) -> None:
-        """Walk j's equations with `env` (id(var) -> buffer) holding its binders."""
+        """Walk j's equations with `env` (var -> buffer; a Var hashes by identity) holding
+        its binders."""
         steps, get = self.steps, env.get
         buf_bytes, buf_var, buf_def, buf_read = (
             self.buf_bytes,
@@ -222,6 +224,8 @@ class _Walk:
         sizes, calls = self.sizes, self.calls
         add_step, add_bytes, add_var = steps.append, buf_bytes.append, buf_var.append
         add_def, add_read = buf_def.append, buf_read.append
+        n, nb = len(steps), len(buf_bytes)  # the next step's and the next buffer's numbers
+        last_type, last_bytes = None, 0  # (most results have the type of the one before)
         for k, e in enumerate(j.eqns):
             if k == linear_index:
                 self.mark_boundary()
@@ -233,12 +237,13 @@ class _Walk:
                     body = _inlined_body(e)
                     if body is not None:
                         self.call(e, body, env)
+                        n, nb = len(steps), len(buf_bytes)
                         continue
-            n = len(steps)
             for a in e.inputs:
-                b = get(id(a))
-                if b is not None:
-                    buf_read[b] = n
+                if a.__class__ is Var:  # (a literal holds nothing, and hashes slowly)
+                    b = get(a)
+                    if b is not None:
+                        buf_read[b] = n
             add_step(e)
             if not e.no_subjaxprs:  # (eqn_subjaxprs' remembered answer, asked inline)
                 subs = eqn_subjaxprs(e)
@@ -246,23 +251,27 @@ class _Walk:
                     self.transient[n] = self.nested_peak(e, subs)
             for o in e.outputs:
                 t = o.type
-                got = sizes.get(id(t))
-                env[id(o)] = len(buf_bytes)
-                add_bytes(got[1] if got is not None else self.size(t))
+                if t is not last_type:
+                    got = sizes.get(id(t))
+                    last_type, last_bytes = t, got[1] if got is not None else self.size(t)
+                env[o] = nb
+                nb += 1
+                add_bytes(last_bytes)
                 add_var(o)
                 add_def(n)
                 add_read(-1)
+            n += 1
 
     def call(self, e: Eqn, body: Jaxpr, env: dict) -> None:
         inner: dict = {}
         for v in body.constvars:  # a nested jaxpr's own constants: held like the program's
-            inner[id(v)] = self.held(v, "const of a call body")
+            inner[v] = self.held(v, "const of a call body")
         for bv, a in zip(body.invars, e.inputs):
-            if isinstance(a, Var) and id(a) in env:
-                inner[id(bv)] = env[id(a)]
+            if isinstance(a, Var) and a in env:
+                inner[bv] = env[a]
         self.jaxpr(body, inner)
         for o, r in zip(e.outputs, body.outvars):
-            b = inner.get(id(r)) if isinstance(r, Var) else None
+            b = inner.get(r) if isinstance(r, Var) else None
             if b is None:  # a literal (or unbound) result becomes an array here
                 b = len(self.buf_bytes)
                 self.buf_bytes.append(self.size(o.type))
@@ -270,7 +279,7 @@ class _Walk:
                 self.made_by[b] = e
                 self.buf_def.append(max(len(self.steps) - 1, 0))
                 self.buf_read.append(-1)
-            env[id(o)] = b
+            env[o] = b
 
     def nested_peak(self, e: Eqn, subs: list[Jaxpr]) -> int:
         """What an equation with nested jaxprs holds inside while it runs: the largest inner
@@ -287,17 +296,21 @@ class _Walk:
         w.sizes = self.sizes
         env: dict = {}
         w.jaxpr(j, env)
-        w.pinned.extend(env[id(a)] for a in j.outvars if isinstance(a, Var) and id(a) in env)
+        w.pinned.extend(env[a] for a in j.outvars if isinstance(a, Var) and a in env)
         peak = max(w.sweep(), default=0)
         self.symbolic |= w.symbolic
         self.inner[id(j)] = peak
         return peak
 
-    def last_steps(self):
-        """The last step each buffer is live in (a numpy array)."""
-        last = np.maximum(np.asarray(self.buf_def, np.int64), np.asarray(self.buf_read, np.int64))
-        last[np.asarray(self.pinned, np.int64)] = max(len(self.steps) - 1, 0)
-        return last
+    def spans(self):
+        """The step that defines each buffer and the last step it is live in (numpy arrays),
+        made once the walk is done (the sweep and the values at the peak both read them)."""
+        if self.made_spans is None:
+            defined = np.asarray(self.buf_def, np.int64)
+            last = np.maximum(defined, np.asarray(self.buf_read, np.int64))
+            last[np.asarray(self.pinned, np.int64)] = max(len(self.steps) - 1, 0)
+            self.made_spans = defined, last
+        return self.made_spans
 
     def sweep(self) -> list[int]:
         """Bytes live at each step: what is allocated by then, less what was freed before it,
@@ -305,9 +318,10 @@ class _Walk:
         n = len(self.steps)
         if n == 0:
             return []
+        defined, last = self.spans()
         nbytes = np.asarray(self.buf_bytes, np.float64)  # exact below 2**53 bytes
-        added = np.bincount(self.buf_def, nbytes, n).astype(np.int64)
-        freed = np.bincount(self.last_steps(), nbytes, n).astype(np.int64)
+        added = np.bincount(defined, nbytes, n).astype(np.int64)
+        freed = np.bincount(last, nbytes, n).astype(np.int64)
         freed_before = np.concatenate(([0], np.cumsum(freed)[:-1]))
         live = np.cumsum(added) - freed_before
         for k, t in self.transient.items():
@@ -356,14 +370,14 @@ def _walk(jaxpr: Jaxpr, boundary: int | None) -> tuple[_Walk, dict]:
     w = _Walk({})
     env: dict = {}
     for i, v in enumerate(jaxpr.constvars):
-        env[id(v)] = w.held(v, f"const {i}")
+        env[v] = w.held(v, f"const {i}")
     for i, v in enumerate(jaxpr.invars):
-        env[id(v)] = w.held(v, f"input {i}")
+        env[v] = w.held(v, f"input {i}")
     linear_index = _linear_call_index(jaxpr) if boundary is None else boundary
     w.jaxpr(jaxpr, env, linear_index)
     if linear_index is not None and linear_index == len(jaxpr.eqns):
         w.mark_boundary()
-    w.pinned.extend(env[id(a)] for a in jaxpr.outvars if isinstance(a, Var) and id(a) in env)
+    w.pinned.extend(env[a] for a in jaxpr.outvars if isinstance(a, Var) and a in env)
     return w, env
 
 
@@ -390,8 +404,8 @@ def _values_at(w: _Walk, step: int | None) -> list[LiveValue]:
     if step is None:
         live = list(w.origin)
     else:
-        defined = np.asarray(w.buf_def, np.int64)
-        live = np.flatnonzero((defined <= step) & (w.last_steps() >= step)).tolist()
+        defined, last = w.spans()
+        live = np.flatnonzero((defined <= step) & (last >= step)).tolist()
     found = [(w.buf_bytes[b], b, _buffer_value(w, b)) for b in live]
     if step is not None and w.transient.get(step):
         t = w.transient[step]
@@ -426,9 +440,9 @@ def residual_bytes(program: Jaxpr, boundary: int | None = None) -> Residuals:
         seen: set[int] = set()
         values = []
         for a in operands:
-            if not isinstance(a, Var) or id(a) not in env or env[id(a)] in seen:
+            if not isinstance(a, Var) or a not in env or env[a] in seen:
                 continue
-            b = env[id(a)]
+            b = env[a]
             seen.add(b)
             values.append(_buffer_value(w, b))
         return Residuals(values, w.boundary if w.boundary is not None else len(w.steps))
