@@ -37,6 +37,7 @@ API (used by `jaxprtool memory` and the rematerialization planner):
 * `residual_bytes(program, boundary=None) -> Residuals`: the values held across that
   boundary, by residual (in a linearize form: the linear call's non-tangent operands, as
   `linearize --stats` lists them).
+* `analyse(jaxpr, boundary=None) -> (Timeline, Residuals | None)`: both from one walk.
 * `value_bytes(type) -> int`.
 
 The walk is linear in the number of equations (inlined call bodies counted at each call; the
@@ -65,6 +66,7 @@ __all__ = [
     "LiveValue",
     "Residuals",
     "Timeline",
+    "analyse",
     "liveness",
     "residual_bytes",
     "value_bytes",
@@ -355,25 +357,28 @@ def _inlined_body(e: Eqn) -> Jaxpr | None:
     return body
 
 
-def _linear_call_index(jaxpr: Jaxpr) -> int | None:
+def _cut(jaxpr: Jaxpr, boundary: int | None):
+    """(the top-level equation index where the backward part begins, or None; the linearize
+    form's `(linear call index, tangent count)` where it was looked for and found)."""
     from .ad.linearize import find_linear_eqn
 
-    found = find_linear_eqn(jaxpr)
-    return None if found is None else found[0]
-
-
-def _walk(jaxpr: Jaxpr, boundary: int | None) -> tuple[_Walk, dict]:
-    if boundary is not None and not 0 <= boundary <= len(jaxpr.eqns):
+    if boundary is None:
+        found = find_linear_eqn(jaxpr)
+        return (None if found is None else found[0]), found
+    if not 0 <= boundary <= len(jaxpr.eqns):
         raise JaxprError(
             f"boundary {boundary}: the program has {len(jaxpr.eqns)} top-level equations"
         )
+    return boundary, None
+
+
+def _walk(jaxpr: Jaxpr, linear_index: int | None) -> tuple[_Walk, dict]:
     w = _Walk({})
     env: dict = {}
     for i, v in enumerate(jaxpr.constvars):
         env[v] = w.held(v, f"const {i}")
     for i, v in enumerate(jaxpr.invars):
         env[v] = w.held(v, f"input {i}")
-    linear_index = _linear_call_index(jaxpr) if boundary is None else boundary
     w.jaxpr(jaxpr, env, linear_index)
     if linear_index is not None and linear_index == len(jaxpr.eqns):
         w.mark_boundary()
@@ -386,7 +391,19 @@ def liveness(jaxpr: Jaxpr, boundary: int | None = None) -> Timeline:
 
     `boundary`: the index of the top-level equation where the backward part begins (for a
     flat vjp/grad program); by default the linear call of a linearize form, if any."""
-    w, _ = _walk(jaxpr, boundary)
+    return _timeline(_walk(jaxpr, _cut(jaxpr, boundary)[0])[0])
+
+
+def analyse(jaxpr: Jaxpr, boundary: int | None = None) -> tuple[Timeline, Residuals | None]:
+    """`liveness` and `residual_bytes` (None where the program has no boundary) from one walk
+    (`jaxprtool memory` reports both)."""
+    index, found = _cut(jaxpr, boundary)
+    w, env = _walk(jaxpr, index)
+    held = None if index is None else _residuals(jaxpr, w, env, found)
+    return _timeline(w), held
+
+
+def _timeline(w: _Walk) -> Timeline:
     live = w.sweep()
     inputs = sum(w.buf_bytes[b] for b in w.origin)
     if not live:
@@ -423,31 +440,33 @@ def residual_bytes(program: Jaxpr, boundary: int | None = None) -> Residuals:
     after it uses, and the program inputs and constants that steps on both sides read (a
     cotangent input, read only after it, is no residual).  Raises JaxprError when the program
     has no boundary to measure."""
-    from .ad.linearize import find_linear_eqn
+    index, found = _cut(program, boundary)
+    if index is None:
+        raise JaxprError(
+            "the program has no forward/backward boundary: it is not in linearize form "
+            "(one `jit[name=linear]` equation); run `jaxprtool memory --of linearize|vjp|grad` "
+            "on the original program, or give the boundary"
+        )
+    w, env = _walk(program, index)
+    return _residuals(program, w, env, found)
 
-    if boundary is None:
-        found = find_linear_eqn(program)
-        if found is None:
-            raise JaxprError(
-                "the program has no forward/backward boundary: it is not in linearize form "
-                "(one `jit[name=linear]` equation); run `jaxprtool memory --of linearize|vjp|grad` "
-                "on the original program, or give the boundary"
-            )
+
+def _residuals(program: Jaxpr, w: _Walk, env: dict, found) -> Residuals:
+    """`residual_bytes` of the walk `w` of `program`: the linear call's operands where the
+    linearize form was `found`, else the values crossing the walk's boundary."""
+    cut = w.boundary if w.boundary is not None else len(w.steps)
+    if found is not None:
         k, n_tan = found
         e = program.eqns[k]
-        operands = e.inputs[: len(e.inputs) - n_tan]
-        w, env = _walk(program, k)
         seen: set[int] = set()
         values = []
-        for a in operands:
+        for a in e.inputs[: len(e.inputs) - n_tan]:
             if not isinstance(a, Var) or a not in env or env[a] in seen:
                 continue
             b = env[a]
             seen.add(b)
             values.append(_buffer_value(w, b))
-        return Residuals(values, w.boundary if w.boundary is not None else len(w.steps))
-    w, _ = _walk(program, boundary)
-    cut = w.boundary if w.boundary is not None else len(w.steps)
+        return Residuals(values, cut)
     values = [
         _buffer_value(w, b)
         for b in range(len(w.buf_bytes))
