@@ -215,7 +215,16 @@ class _Walk:
 
     def jaxpr(self, j: Jaxpr, env: dict, linear_index: int | None = None) -> None:
         """Walk j's equations with `env` (var -> buffer; a Var hashes by identity) holding
-        its binders."""
+        its binders; the boundary is marked before equation `linear_index`."""
+        if linear_index is None:
+            self.eqns(j.eqns, env)
+            return
+        self.eqns(j.eqns[:linear_index], env)
+        self.mark_boundary()
+        self.eqns(j.eqns[linear_index:], env)
+
+    def eqns(self, eqns, env: dict) -> None:
+        """The steps of `eqns` (the hot loop of `jaxprtool memory` on a large program)."""
         steps, get = self.steps, env.get
         buf_bytes, buf_var, buf_def, buf_read = (
             self.buf_bytes,
@@ -228,9 +237,7 @@ class _Walk:
         add_def, add_read = buf_def.append, buf_read.append
         n, nb = len(steps), len(buf_bytes)  # the next step's and the next buffer's numbers
         last_type, last_bytes = None, 0  # (most results have the type of the one before)
-        for k, e in enumerate(j.eqns):
-            if k == linear_index:
-                self.mark_boundary()
+        for e in eqns:
             if e.params:  # (a call has its body among them)
                 call = calls.get(e.prim)
                 if call is None:
@@ -380,8 +387,6 @@ def _walk(jaxpr: Jaxpr, linear_index: int | None) -> tuple[_Walk, dict]:
     for i, v in enumerate(jaxpr.invars):
         env[v] = w.held(v, f"input {i}")
     w.jaxpr(jaxpr, env, linear_index)
-    if linear_index is not None and linear_index == len(jaxpr.eqns):
-        w.mark_boundary()
     w.pinned.extend(env[a] for a in jaxpr.outvars if isinstance(a, Var) and a in env)
     return w, env
 
