@@ -141,7 +141,8 @@ class _Checker:
                     key.append(id(a.type))
                 if key is not None:
                     key.append(None)
-                    key.extend([id(o.type) for o in e.outputs])
+                    for o in e.outputs:
+                        key.append(id(o.type))
                     key = tuple(key)
             if key is None or key not in passed:
                 found = len(self.diags)
