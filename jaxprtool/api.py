@@ -359,15 +359,15 @@ def memory(
     `jaxprtool.memory.Timeline` (bytes live per step, the peak, the values live there) and
     the `Residuals` held across the forward/backward boundary (None where there is none), of
     the program or of its `of="linearize"|"vjp"|"grad"` transformation."""
-    from .commands.memory_cmd import _OF, _residuals, _transformed
-    from .memory import liveness
+    from .commands.memory_cmd import _OF, _transformed
+    from .memory import analyse
 
     if of not in _OF:
         raise JaxprError(f"memory of: expected one of {', '.join(_OF)}, got {of!r}")
     p = _program(program)
     with _located(p):
         jaxpr, boundary = _transformed(p.jaxpr, of, argnums)
-        return liveness(jaxpr, boundary), _residuals(jaxpr, boundary)
+        return analyse(jaxpr, boundary)
 
 
 # ---------------------------------------------------------------- through JAX

@@ -51,12 +51,12 @@ COMMANDS: dict[str, str] = {
 }
 
 
-#: commands that run programs through JAX (numerical work may use numpy's BLAS threads)
-RUNS_PROGRAMS = frozenset({"run", "compile", "trace", "check-grad", "explain", "memory"})
-#: of those, the ones whose JAX work is one compile at the end of a walk over one program:
-#: the IR they read is still frozen out of the collector (`core.FREEZE_AFTER_PAUSE`; for
-#: `memory` of 1M equations, 1.7 s of collections rescanning it after the parse)
-ONE_PROGRAM_RUNS = frozenset({"memory"})
+#: commands that run programs through JAX (numerical work may use numpy's BLAS threads).
+#: `memory` is not one: its JAX work is one compile at the end of a walk over one program,
+#: so it gets one BLAS thread and the IR it read stays frozen out of the collector
+#: (`core.FREEZE_AFTER_PAUSE`; for `memory` of 1M equations, 1.7 s of collections
+#: rescanning it after the parse)
+RUNS_PROGRAMS = frozenset({"run", "compile", "trace", "check-grad", "explain"})
 
 
 #: where LazyGroup keeps the command line's arguments (click's context `meta`)
@@ -141,7 +141,7 @@ def _one_program_process(command: str) -> None:
     blas_chosen = {"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"} & set(os.environ)
     if not runs and not numpy_loaded() and not blas_chosen:
         os.environ["OPENBLAS_NUM_THREADS"] = "1"
-    if not runs or command in ONE_PROGRAM_RUNS:
+    if not runs:
         core.FREEZE_AFTER_PAUSE = True
 
 

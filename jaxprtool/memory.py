@@ -37,6 +37,7 @@ API (used by `jaxprtool memory` and the rematerialization planner):
 * `residual_bytes(program, boundary=None) -> Residuals`: the values held across that
   boundary, by residual (in a linearize form: the linear call's non-tangent operands, as
   `linearize --stats` lists them).
+* `analyse(jaxpr, boundary=None) -> (Timeline, Residuals | None)`: both from one walk.
 * `value_bytes(type) -> int`.
 
 The walk is linear in the number of equations (inlined call bodies counted at each call; the
@@ -65,6 +66,7 @@ __all__ = [
     "LiveValue",
     "Residuals",
     "Timeline",
+    "analyse",
     "liveness",
     "residual_bytes",
     "value_bytes",
@@ -183,6 +185,7 @@ class _Walk:
         self.symbolic = False
         self.boundary: int | None = None
         self.calls: dict[str, bool] = {}  # primitive -> whether it is a call (a body inlined)
+        self.made_spans = None  # (`spans`)
 
     def size(self, t: Type) -> int:
         got = self.sizes.get(id(t))
@@ -211,7 +214,17 @@ class _Walk:
         self.read_before = {b for b in self.origin if read[b] >= 0}
 
     def jaxpr(self, j: Jaxpr, env: dict, linear_index: int | None = None) -> None:
-        """Walk j's equations with `env` (id(var) -> buffer) holding its binders."""
+        """Walk j's equations with `env` (var -> buffer; a Var hashes by identity) holding
+        its binders; the boundary is marked before equation `linear_index`."""
+        if linear_index is None:
+            self.eqns(j.eqns, env)
+            return
+        self.eqns(j.eqns[:linear_index], env)
+        self.mark_boundary()
+        self.eqns(j.eqns[linear_index:], env)
+
+    def eqns(self, eqns, env: dict) -> None:
+        """The steps of `eqns` (the hot loop of `jaxprtool memory` on a large program)."""
         steps, get = self.steps, env.get
         buf_bytes, buf_var, buf_def, buf_read = (
             self.buf_bytes,
@@ -222,9 +235,9 @@ class _Walk:
         sizes, calls = self.sizes, self.calls
         add_step, add_bytes, add_var = steps.append, buf_bytes.append, buf_var.append
         add_def, add_read = buf_def.append, buf_read.append
-        for k, e in enumerate(j.eqns):
-            if k == linear_index:
-                self.mark_boundary()
+        n, nb = len(steps), len(buf_bytes)  # the next step's and the next buffer's numbers
+        last_type, last_bytes = None, 0  # (most results have the type of the one before)
+        for e in eqns:
             if e.params:  # (a call has its body among them)
                 call = calls.get(e.prim)
                 if call is None:
@@ -233,12 +246,13 @@ class _Walk:
                     body = _inlined_body(e)
                     if body is not None:
                         self.call(e, body, env)
+                        n, nb = len(steps), len(buf_bytes)
                         continue
-            n = len(steps)
             for a in e.inputs:
-                b = get(id(a))
-                if b is not None:
-                    buf_read[b] = n
+                if a.__class__ is Var:  # (a literal holds nothing, and hashes slowly)
+                    b = get(a)
+                    if b is not None:
+                        buf_read[b] = n
             add_step(e)
             if not e.no_subjaxprs:  # (eqn_subjaxprs' remembered answer, asked inline)
                 subs = eqn_subjaxprs(e)
@@ -246,23 +260,27 @@ class _Walk:
                     self.transient[n] = self.nested_peak(e, subs)
             for o in e.outputs:
                 t = o.type
-                got = sizes.get(id(t))
-                env[id(o)] = len(buf_bytes)
-                add_bytes(got[1] if got is not None else self.size(t))
+                if t is not last_type:
+                    got = sizes.get(id(t))
+                    last_type, last_bytes = t, got[1] if got is not None else self.size(t)
+                env[o] = nb
+                nb += 1
+                add_bytes(last_bytes)
                 add_var(o)
                 add_def(n)
                 add_read(-1)
+            n += 1
 
     def call(self, e: Eqn, body: Jaxpr, env: dict) -> None:
         inner: dict = {}
         for v in body.constvars:  # a nested jaxpr's own constants: held like the program's
-            inner[id(v)] = self.held(v, "const of a call body")
+            inner[v] = self.held(v, "const of a call body")
         for bv, a in zip(body.invars, e.inputs):
-            if isinstance(a, Var) and id(a) in env:
-                inner[id(bv)] = env[id(a)]
+            if isinstance(a, Var) and a in env:
+                inner[bv] = env[a]
         self.jaxpr(body, inner)
         for o, r in zip(e.outputs, body.outvars):
-            b = inner.get(id(r)) if isinstance(r, Var) else None
+            b = inner.get(r) if isinstance(r, Var) else None
             if b is None:  # a literal (or unbound) result becomes an array here
                 b = len(self.buf_bytes)
                 self.buf_bytes.append(self.size(o.type))
@@ -270,7 +288,7 @@ class _Walk:
                 self.made_by[b] = e
                 self.buf_def.append(max(len(self.steps) - 1, 0))
                 self.buf_read.append(-1)
-            env[id(o)] = b
+            env[o] = b
 
     def nested_peak(self, e: Eqn, subs: list[Jaxpr]) -> int:
         """What an equation with nested jaxprs holds inside while it runs: the largest inner
@@ -287,17 +305,21 @@ class _Walk:
         w.sizes = self.sizes
         env: dict = {}
         w.jaxpr(j, env)
-        w.pinned.extend(env[id(a)] for a in j.outvars if isinstance(a, Var) and id(a) in env)
+        w.pinned.extend(env[a] for a in j.outvars if isinstance(a, Var) and a in env)
         peak = max(w.sweep(), default=0)
         self.symbolic |= w.symbolic
         self.inner[id(j)] = peak
         return peak
 
-    def last_steps(self):
-        """The last step each buffer is live in (a numpy array)."""
-        last = np.maximum(np.asarray(self.buf_def, np.int64), np.asarray(self.buf_read, np.int64))
-        last[np.asarray(self.pinned, np.int64)] = max(len(self.steps) - 1, 0)
-        return last
+    def spans(self):
+        """The step that defines each buffer and the last step it is live in (numpy arrays),
+        made once the walk is done (the sweep and the values at the peak both read them)."""
+        if self.made_spans is None:
+            defined = np.asarray(self.buf_def, np.int64)
+            last = np.maximum(defined, np.asarray(self.buf_read, np.int64))
+            last[np.asarray(self.pinned, np.int64)] = max(len(self.steps) - 1, 0)
+            self.made_spans = defined, last
+        return self.made_spans
 
     def sweep(self) -> list[int]:
         """Bytes live at each step: what is allocated by then, less what was freed before it,
@@ -305,9 +327,10 @@ class _Walk:
         n = len(self.steps)
         if n == 0:
             return []
+        defined, last = self.spans()
         nbytes = np.asarray(self.buf_bytes, np.float64)  # exact below 2**53 bytes
-        added = np.bincount(self.buf_def, nbytes, n).astype(np.int64)
-        freed = np.bincount(self.last_steps(), nbytes, n).astype(np.int64)
+        added = np.bincount(defined, nbytes, n).astype(np.int64)
+        freed = np.bincount(last, nbytes, n).astype(np.int64)
         freed_before = np.concatenate(([0], np.cumsum(freed)[:-1]))
         live = np.cumsum(added) - freed_before
         for k, t in self.transient.items():
@@ -341,29 +364,30 @@ def _inlined_body(e: Eqn) -> Jaxpr | None:
     return body
 
 
-def _linear_call_index(jaxpr: Jaxpr) -> int | None:
+def _cut(jaxpr: Jaxpr, boundary: int | None):
+    """(the top-level equation index where the backward part begins, or None; the linearize
+    form's `(linear call index, tangent count)` where it was looked for and found)."""
     from .ad.linearize import find_linear_eqn
 
-    found = find_linear_eqn(jaxpr)
-    return None if found is None else found[0]
-
-
-def _walk(jaxpr: Jaxpr, boundary: int | None) -> tuple[_Walk, dict]:
-    if boundary is not None and not 0 <= boundary <= len(jaxpr.eqns):
+    if boundary is None:
+        found = find_linear_eqn(jaxpr)
+        return (None if found is None else found[0]), found
+    if not 0 <= boundary <= len(jaxpr.eqns):
         raise JaxprError(
             f"boundary {boundary}: the program has {len(jaxpr.eqns)} top-level equations"
         )
+    return boundary, None
+
+
+def _walk(jaxpr: Jaxpr, linear_index: int | None) -> tuple[_Walk, dict]:
     w = _Walk({})
     env: dict = {}
     for i, v in enumerate(jaxpr.constvars):
-        env[id(v)] = w.held(v, f"const {i}")
+        env[v] = w.held(v, f"const {i}")
     for i, v in enumerate(jaxpr.invars):
-        env[id(v)] = w.held(v, f"input {i}")
-    linear_index = _linear_call_index(jaxpr) if boundary is None else boundary
+        env[v] = w.held(v, f"input {i}")
     w.jaxpr(jaxpr, env, linear_index)
-    if linear_index is not None and linear_index == len(jaxpr.eqns):
-        w.mark_boundary()
-    w.pinned.extend(env[id(a)] for a in jaxpr.outvars if isinstance(a, Var) and id(a) in env)
+    w.pinned.extend(env[a] for a in jaxpr.outvars if isinstance(a, Var) and a in env)
     return w, env
 
 
@@ -372,7 +396,19 @@ def liveness(jaxpr: Jaxpr, boundary: int | None = None) -> Timeline:
 
     `boundary`: the index of the top-level equation where the backward part begins (for a
     flat vjp/grad program); by default the linear call of a linearize form, if any."""
-    w, _ = _walk(jaxpr, boundary)
+    return _timeline(_walk(jaxpr, _cut(jaxpr, boundary)[0])[0])
+
+
+def analyse(jaxpr: Jaxpr, boundary: int | None = None) -> tuple[Timeline, Residuals | None]:
+    """`liveness` and `residual_bytes` (None where the program has no boundary) from one walk
+    (`jaxprtool memory` reports both)."""
+    index, found = _cut(jaxpr, boundary)
+    w, env = _walk(jaxpr, index)
+    held = None if index is None else _residuals(jaxpr, w, env, found)
+    return _timeline(w), held
+
+
+def _timeline(w: _Walk) -> Timeline:
     live = w.sweep()
     inputs = sum(w.buf_bytes[b] for b in w.origin)
     if not live:
@@ -390,8 +426,8 @@ def _values_at(w: _Walk, step: int | None) -> list[LiveValue]:
     if step is None:
         live = list(w.origin)
     else:
-        defined = np.asarray(w.buf_def, np.int64)
-        live = np.flatnonzero((defined <= step) & (w.last_steps() >= step)).tolist()
+        defined, last = w.spans()
+        live = np.flatnonzero((defined <= step) & (last >= step)).tolist()
     found = [(w.buf_bytes[b], b, _buffer_value(w, b)) for b in live]
     if step is not None and w.transient.get(step):
         t = w.transient[step]
@@ -409,31 +445,33 @@ def residual_bytes(program: Jaxpr, boundary: int | None = None) -> Residuals:
     after it uses, and the program inputs and constants that steps on both sides read (a
     cotangent input, read only after it, is no residual).  Raises JaxprError when the program
     has no boundary to measure."""
-    from .ad.linearize import find_linear_eqn
+    index, found = _cut(program, boundary)
+    if index is None:
+        raise JaxprError(
+            "the program has no forward/backward boundary: it is not in linearize form "
+            "(one `jit[name=linear]` equation); run `jaxprtool memory --of linearize|vjp|grad` "
+            "on the original program, or give the boundary"
+        )
+    w, env = _walk(program, index)
+    return _residuals(program, w, env, found)
 
-    if boundary is None:
-        found = find_linear_eqn(program)
-        if found is None:
-            raise JaxprError(
-                "the program has no forward/backward boundary: it is not in linearize form "
-                "(one `jit[name=linear]` equation); run `jaxprtool memory --of linearize|vjp|grad` "
-                "on the original program, or give the boundary"
-            )
+
+def _residuals(program: Jaxpr, w: _Walk, env: dict, found) -> Residuals:
+    """`residual_bytes` of the walk `w` of `program`: the linear call's operands where the
+    linearize form was `found`, else the values crossing the walk's boundary."""
+    cut = w.boundary if w.boundary is not None else len(w.steps)
+    if found is not None:
         k, n_tan = found
         e = program.eqns[k]
-        operands = e.inputs[: len(e.inputs) - n_tan]
-        w, env = _walk(program, k)
         seen: set[int] = set()
         values = []
-        for a in operands:
-            if not isinstance(a, Var) or id(a) not in env or env[id(a)] in seen:
+        for a in e.inputs[: len(e.inputs) - n_tan]:
+            if not isinstance(a, Var) or a not in env or env[a] in seen:
                 continue
-            b = env[id(a)]
+            b = env[a]
             seen.add(b)
             values.append(_buffer_value(w, b))
-        return Residuals(values, w.boundary if w.boundary is not None else len(w.steps))
-    w, _ = _walk(program, boundary)
-    cut = w.boundary if w.boundary is not None else len(w.steps)
+        return Residuals(values, cut)
     values = [
         _buffer_value(w, b)
         for b in range(len(w.buf_bytes))

@@ -14,7 +14,7 @@ import contextlib
 import contextvars
 import re
 
-from .core import JaxprError, parens_balanced
+from .core import JaxprError, eqn_subjaxprs, parens_balanced
 from .frozen import Frozen, set_field
 from .params import Opaque, split_top_level
 
@@ -515,17 +515,27 @@ def _dict_mesh(text: str) -> MeshText:
 
 def printed_axis_sizes(jaxpr) -> dict[str, int | None]:
     """Mesh axis name -> size, over every mesh the program's parameters print (None for an
-    axis that two meshes give different sizes)."""
-    from .core import all_eqns  # noqa: PLC0415
+    axis that two meshes give different sizes).
 
+    Every command runs this over the whole program, so the loop asks only the equations
+    with parameters (a nested jaxpr is one) for more than that (`core.all_eqns` would)."""
     sizes: dict[str, int | None] = {}
-    for e in all_eqns(jaxpr):
-        if not e.params:
-            continue
-        for v in e.params.values():
-            for m in meshes_in(v):
-                for name, size in zip(m.names, m.sizes):
-                    sizes[name] = size if sizes.get(name, size) == size else None
+    seen: set[int] = set()
+
+    def walk(j) -> None:
+        seen.add(id(j))
+        for e in j.eqns:
+            if not e.params:
+                continue
+            for v in e.params.values():
+                for m in meshes_in(v):
+                    for name, size in zip(m.names, m.sizes):
+                        sizes[name] = size if sizes.get(name, size) == size else None
+            for sub in eqn_subjaxprs(e):
+                if id(sub) not in seen:
+                    walk(sub)
+
+    walk(jaxpr)
     return sizes
 
 

@@ -225,6 +225,27 @@ def test_duplicate_binding(tmp_path):
     assert first == f"{p}:3:5: error: variable 'b' is bound more than once in this jaxpr"
 
 
+@pytest.mark.parametrize(
+    "text, where, name",
+    [  # (the name check runs per jaxpr where one name names two binders: the others skip it)
+        (
+            "{ lambda ; a:f32[3]. let\n    b:f32[3] = jit[\n      name=g\n"
+            "      jaxpr={ lambda ; c:f32[3]. let\n          e:f32[3] = sin c\n"
+            "          e:f32[3] = cos c\n        in (e,) }\n    ] a\n  in (b,) }\n",
+            "6:11",
+            "e",
+        ),  # inside a nested jaxpr whose caller's names are distinct
+        ("{ lambda ; a:f32[3]. let\n    a:f32[3] = sin a\n  in (a,) }\n", "2:5", "a"),
+        ("{ lambda ; a:f32[3] a:f32[3]. let\n    b:f32[3] = sin a\n  in (b,) }\n", "2:5", "a"),
+    ],
+)
+def test_duplicate_names_anywhere(tmp_path, text, where, name):
+    errors, p = _error_lines(tmp_path, text)
+    assert errors == [
+        f"{p}:{where}: error: variable '{name}' is bound more than once in this jaxpr"
+    ]
+
+
 def test_duplicate_dropvars_are_fine(tmp_path):
     text = "{ lambda ; a:f32[3]. let\n    _:f32[3] = sin a\n    _:f32[3] = cos a\n    b:f32[3] = neg a\n  in (b,) }\n"
     r, _ = _run(tmp_path, text)

@@ -231,6 +231,7 @@ print(os.environ.get("OPENBLAS_NUM_THREADS"))
     [
         (["fmt"], None, "1"),  # numpy's thread pool is never used: one thread
         (["grad"], None, "1"),
+        (["memory", "--no-xla"], None, "1"),  # (with XLA too: one compile, no BLAS)
         (["fmt"], "3", "3"),  # the user's choice stands
         (["run", "--random", "0"], None, "None"),  # running programs keeps numpy's default
     ],

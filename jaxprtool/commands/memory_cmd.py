@@ -33,16 +33,6 @@ def _transformed(jaxpr, of: str, argnums):
     return api.grad_jaxpr(jaxpr, argnums or (0,), boundary=boundary), boundary[0]
 
 
-def _residuals(program, boundary):
-    from ..core import JaxprError
-    from ..memory import residual_bytes
-
-    try:
-        return residual_bytes(program, boundary)
-    except JaxprError:  # no boundary: the report says no residuals were measured
-        return None
-
-
 def _xla(program, device: str, dim_specs) -> dict:
     from .. import backend, compile_cache
     from ..backend.memory_analysis import xla_memory
@@ -122,7 +112,7 @@ def memory(file, of, argnums, device, no_xla, dim_specs, plot, as_json, top, out
       jaxprtool linearize mlp.jaxpr | jaxprtool memory --json --no-xla
     """
     from ..backend import sharding as backend
-    from ..memory import liveness
+    from ..memory import analyse
     from ..shardings import axis_sizes_of
     from ..ui import memory as ui
 
@@ -130,8 +120,7 @@ def memory(file, of, argnums, device, no_xla, dim_specs, plot, as_json, top, out
     jaxpr, _, path = load(file)
     with axis_sizes_of(jaxpr, backend.CONFIG.mesh):  # --mesh: a text without its mesh
         program, boundary = _transformed(jaxpr, of, argnums)
-    timeline = liveness(program, boundary)
-    residuals = _residuals(program, boundary)
+    timeline, residuals = analyse(program, boundary)  # (no boundary: no residuals measured)
     xla = None if no_xla else _xla(program, device, dim_specs)
     r = ui.report(path, timeline, residuals, xla, top)
     if fmt is not None:

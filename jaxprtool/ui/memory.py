@@ -67,13 +67,14 @@ def report(
 
 def to_json(r: dict) -> str:
     """The report as `json.dumps(r, indent=1)` writes it, the timeline (one number per step,
-    the report's last key) joined in C: json's indenting encoder is pure Python, 0.3 s for a
-    million steps."""
+    the report's last key) written in C: json's indenting encoder is pure Python, 0.3 s for a
+    million steps (the list's repr, a list of ints, is their JSON: 0.09 s, 0.13 s joined)."""
     timeline = r["timeline"]
     if not timeline or list(r)[-1] != "timeline":
         return json.dumps(r, indent=1)
     head = json.dumps({**r, "timeline": []}, indent=1)  # ends `"timeline": []`, `}`
-    return head[: -len("[]\n}")] + "[\n  " + ",\n  ".join(map(str, timeline)) + "\n ]\n}"
+    items = repr(timeline)[1:-1].replace(", ", ",\n  ")
+    return head[: -len("[]\n}")] + "[\n  " + items + "\n ]\n}"
 
 
 def _where(v: dict) -> str:
