@@ -1265,6 +1265,27 @@ def test_jacobian_errors(fxy, tmp_path):
     assert r.exit_code == 1 and "jacrev requires real-valued outputs" in r.output
 
 
+def test_jacobians_of_a_program_without_outputs_are_jax_s(tmp_path):
+    """No outputs: jacfwd is the empty tuple, as JAX's; jacrev and hessian are refused at the
+    outputs with JAX's ValueError (its standard basis over no outputs has no dtype)."""
+
+    def f(a, n):
+        return ()
+
+    args = (np.ones(2, np.float32), np.int32(1))
+    p = tmp_path / "none.jaxpr"
+    p.write_text(_text(f, *args))
+    assert jax.jacfwd(f)(*args) == ()
+    assert _pipe(p.read_text(), ["jacfwd"]).outvars == ()
+    for kind in ("jacrev", "hessian"):
+        with pytest.raises(ValueError, match="at least one array or dtype is required"):
+            getattr(jax, kind)(f)(*args)
+        r = run([kind, str(p)])
+        assert r.exit_code == 1, r.output
+        assert "none.jaxpr:1:" in r.output and "at least one array or dtype is required" in r.output
+        assert "internal error" not in r.output
+
+
 def test_check_grad_and_explain_on_batched_programs(tmp_path, fxy):
     out = tmp_path / "batched.jaxpr"
     r = run(["vmap", "--in-axes", "0,None", "--axis-size", "3", str(fxy), "-o", str(out)])

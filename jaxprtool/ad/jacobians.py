@@ -240,6 +240,12 @@ def jacrev(jaxpr: Jaxpr, argnums=0, style=None) -> Jaxpr:
                 "jacrev requires real-valued outputs (output dtype that is a sub-dtype of "
                 f"np.floating), but got {dt}. {tail}"
             )
+    if not jaxpr.outvars:  # JAX's standard basis of no outputs has no dtype
+        raise ProgramError(
+            "jacrev of a program without outputs: JAX raises 'at least one array or dtype is "
+            "required' (its standard basis over no outputs has no dtype)",
+            "outputs",
+        )
     n_in, n_out = len(jaxpr.invars), len(jaxpr.outvars)
     vj = vjp_jaxpr(jaxpr, args)  # (x..., ct_y...) -> (y..., ct_x in input order...)
     cts = vj.replace(outvars=vj.outvars[n_out:])
