@@ -161,3 +161,38 @@ def test_an_internal_error_shows_its_traceback_under_debug(tmp_path):
         assert r.exit_code == 2, r.output
         assert "internal error: ValueError: the plugin's rule is broken" in r.output
         assert ("Traceback" in r.output) is debug, r.output
+
+
+def test_invented_constants_are_said_and_their_values_pass(tmp_path):
+    """Boolean-mask indexing: JAX prints the indices the mask makes (and a mask of their
+    signs) as constants without values.  check-grad's random ones can break the gather's
+    promise of in-bounds indices (the corpus's gather_fancy_indexing fails so), so
+    it says that the constants were invented; with their values (`trace --consts-out`)
+    every check passes, without the warning."""
+    import contextlib
+
+    from conftest import written_module
+
+    source = (
+        "import numpy as np\n"
+        "def f(x):\n"
+        "    return x[np.array([True, False, True, False, True])] * 2.0\n"
+    )
+    mod = written_module(tmp_path, "masked", source)
+    prog, consts = tmp_path / "masked.jaxpr", tmp_path / "masked.npz"
+    with contextlib.chdir(tmp_path):
+        r = CliRunner().invoke(
+            main,
+            ["trace", f"{mod.__name__}:f", "--arg", "f32[5,4]", "-o", str(prog)]
+            + ["--consts-out", str(consts)],
+        )
+    assert r.exit_code == 0, r.output
+    with np.load(consts) as d:
+        np.testing.assert_array_equal(d["const0"], [0, 2, 4])
+    r = _check_grad(str(prog))
+    assert "warning: check-grad: the program's constants (a:i32[3], b:bool[3])" in r.stderr
+    assert "have no values in the text and get random ones (seed 0)" in r.stderr
+    r = _check_grad(str(prog), "--consts", str(consts))
+    assert r.exit_code == 0, r.output
+    assert "check-grad: 1 file, 3 checks, 0 failures" in r.stdout
+    assert "warning" not in r.stderr

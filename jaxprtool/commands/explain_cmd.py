@@ -104,7 +104,7 @@ def _explain(
     from ..backend import sharding as backend
     from ..cli import require_jax
     from ..commands.common import load, output_style
-    from ..commands.run_inputs import gather_inputs
+    from ..commands.run_inputs import gather_inputs, warn_invented_consts
     from ..consts_order import for_ad, kept_by
     from ..core import JaxprError
     from ..shardings import axis_sizes_of
@@ -124,6 +124,7 @@ def _explain(
     jaxpr = for_ad(jaxpr)  # as the AD commands read it: every constant the program's
     input_seed = None if args_npz is not None else (seed or 0)  # with --args: seeds v / w only
     args, consts, _ = gather_inputs(jaxpr, args_npz, None, input_seed, consts_npz, dims)
+    warn_invented_consts(jaxpr, consts_npz, seed or 0, "explain")
     with axis_sizes_of(jaxpr, backend.CONFIG.mesh):  # a text without its mesh
         data = explain_data(
             jaxpr,

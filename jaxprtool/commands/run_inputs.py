@@ -237,6 +237,28 @@ def gather_inputs(jaxpr, args_npz, arg_files, seed, consts_npz, dims, inline=Non
     return args, consts, dims
 
 
+def warn_invented_consts(jaxpr, consts_npz, seed, command: str) -> None:
+    """check-grad and explain run a program with random inputs by default, its constants
+    too when no --consts gives them: say so, since a program's constants often carry
+    invariants that random values break (indices a gather promises in bounds, a mask and
+    the indices made from it), and a failed check would then blame the derivative."""
+    from ..backend.consts import all_constvars
+    from ..io import warn
+
+    every = all_constvars(jaxpr)
+    if consts_npz is not None or not every:
+        return
+    names = ", ".join(f"{var_name(v, i, 'const')}:{v.type}" for i, v in enumerate(every[:4]))
+    more = f" and {len(every) - 4} more" if len(every) > 4 else ""
+    warn(
+        f"{command}: the program's constants ({names}{more}) have no values in the text and "
+        f"get random ones (seed {seed}); values the program never sees can break what it "
+        "relies on (indices in bounds, a mask and the indices made from it), and a failed "
+        "check may come from them: pass --consts C.npz (`jaxprtool trace --consts-out` "
+        "saves them)"
+    )
+
+
 def _missing_consts(jaxpr) -> str:
     """The program's constants without values: their names, types and where they are
     declared, and how to save and pass them."""

@@ -122,7 +122,7 @@ def check_grad(
     from ..backend import sharding as backend
     from ..cli import require_jax
     from ..commands.common import load_reporting
-    from ..commands.run_inputs import gather_inputs
+    from ..commands.run_inputs import gather_inputs, warn_invented_consts
     from ..consts_order import for_ad
     from ..io import Reported
     from ..shardings import axis_sizes_of
@@ -157,6 +157,7 @@ def check_grad(
                 args, consts, _ = gather_inputs(
                     jaxpr, args_npz, None, None if args_npz else seed, consts_npz, dims
                 )
+                warn_invented_consts(jaxpr, consts_npz, seed, "check-grad")
                 with axis_sizes_of(jaxpr, backend.CONFIG.mesh):  # a text without its mesh
                     checks = run_checks(
                         jaxpr,
