@@ -196,3 +196,48 @@ def test_invented_constants_are_said_and_their_values_pass(tmp_path):
     assert r.exit_code == 0, r.output
     assert "check-grad: 1 file, 3 checks, 0 failures" in r.stdout
     assert "warning" not in r.stderr
+
+
+COMPLEX_PROGRAMS = {
+    "fft": (lambda c: jnp.fft.fft(c) * 1j, "c64"),
+    "rfft": (lambda x: jnp.fft.rfft(jnp.sin(x)), "f32"),
+    "irfft": (lambda c: jnp.fft.irfft(c * c), "c64"),
+    "abs": (lambda c: jnp.abs(c) ** 2 + jnp.real(c * c), "c64"),
+}
+
+
+def test_the_adjoint_pairing_is_jax_s():
+    """JAX's vjp transposes its jvp under Re(sum(a * b)), without conjugation (its
+    check_vjp conjugates the cotangent around the vjp for vdot): the pairing check-grad
+    uses, which vdot is not on complex values."""
+    from jaxprtool.ui.checkgrad import _pairing
+
+    rng = np.random.default_rng(5)
+    for f, dt in COMPLEX_PROGRAMS.values():
+        x = rng.normal(size=8).astype(np.float32)
+        if dt == "c64":
+            x = (x + 1j * rng.normal(size=8)).astype(np.complex64)
+        v = (rng.normal(size=8) + (1j * rng.normal(size=8) if dt == "c64" else 0)).astype(x.dtype)
+        y, jv = jax.jvp(f, (x,), (v,))
+        w = rng.normal(size=y.shape)
+        if np.iscomplexobj(y):
+            w = w + 1j * rng.normal(size=y.shape)
+        w = w.astype(y.dtype)
+        (jtw,) = jax.vjp(f, x)[1](w)
+        np.testing.assert_allclose(_pairing(w, jv), _pairing(jtw, v), rtol=1e-4)
+        if np.iscomplexobj(y):  # (a real output's cotangent is real: there they agree)
+            vdot = lambda a, b: np.real(np.vdot(a, b))  # noqa: E731
+            assert not np.isclose(vdot(w, jv), vdot(jtw, v), rtol=1e-3)
+
+
+@pytest.mark.parametrize("name", sorted(COMPLEX_PROGRAMS))
+def test_complex_programs_pass(tmp_path, name):
+    """check-grad of complex programs (complex to complex, real to complex, complex to
+    real): every check passes (those with complex outputs failed with the conjugating
+    vdot)."""
+    f, dt = COMPLEX_PROGRAMS[name]
+    x = np.ones(8, np.complex64 if dt == "c64" else np.float32)
+    prog = _write(tmp_path, name, f, x)
+    r = _check_grad(str(prog))
+    assert r.exit_code == 0, r.output
+    assert "check-grad: 1 file, 3 checks, 0 failures" in r.stdout, r.stdout

@@ -85,8 +85,14 @@ def least_precise_dtype(jaxpr: Jaxpr) -> str:
     return "float32"
 
 
-def _vdot(a, b) -> float:
-    return float(np.real(np.vdot(np.asarray(a, np.complex128), np.asarray(b, np.complex128))))
+def _pairing(a, b) -> float:
+    """Re(sum(a * b)), without conjugating: the pairing under which a vjp is the transpose
+    of the jvp (JAX's linear transpose; its `check_vjp` conjugates the cotangent before and
+    after the vjp to compare with `vdot`, which is the same).  `vdot`, which conjugates
+    `a`, made every complex program fail the vjp and dot-product checks."""
+    a = np.asarray(a, np.complex128).reshape(-1)
+    b = np.asarray(b, np.complex128).reshape(-1)
+    return float(np.real(np.dot(a, b)))
 
 
 def _rel_err(got, expected) -> float:
@@ -145,15 +151,15 @@ class GradChecker:
             V = vjp_jaxpr(jaxpr, diff)
             vjp_outs = self.run(V, list(args) + w)
             jtw = vjp_outs[n_out:]
-            lhs = sum(_vdot(a, b) for a, b in zip(w, fd))
-            rhs = sum(_vdot(a, b) for a, b in zip(jtw, v))
+            lhs = sum(_pairing(a, b) for a, b in zip(w, fd))
+            rhs = sum(_pairing(a, b) for a, b in zip(jtw, v))
             scale = max(1.0, abs(lhs))
             checks.append(
                 Check("vjp vs finite differences", abs(lhs - rhs) / scale, tol, label, kink)
             )
             derived.append((V, list(args) + w, f"vjp({label})"))
             if jv is not None:
-                a = sum(_vdot(x, y) for x, y in zip(w, jv))
+                a = sum(_pairing(x, y) for x, y in zip(w, jv))
                 scale = max(1.0, abs(a), abs(rhs))
                 checks.append(
                     Check(
