@@ -13,7 +13,7 @@ from __future__ import annotations
 from ...core import Jaxpr, JaxprError, Literal, RefType, Var, is_float, is_inexact
 from ...lazy import np
 from ...record import prim
-from ..checkgrad import EPS, TOLERANCE, Check, _rel_err, _vdot, least_precise_dtype
+from ..checkgrad import EPS, TOLERANCE, Check, _pairing, _rel_err, least_precise_dtype
 from .record import ExplainData, Value, err_text, literal_array
 
 #: coordinate-wise finite differences of the gradient only up to this many input elements
@@ -164,8 +164,8 @@ def jvp_checks(data: ExplainData, fd: FiniteDifferences) -> None:
 def vjp_checks(data: ExplainData, fd: FiniteDifferences, w) -> None:
     args, diff = fd.args, fd.diff
     g = [np.asarray(a) for _, a in data.derivative]
-    lhs = sum(_vdot(a, b) for a, b in zip(w, fd.along(data.direction)))
-    rhs = sum(_vdot(a, b) for a, b in zip(g, data.direction))
+    lhs = sum(_pairing(a, b) for a, b in zip(w, fd.along(data.direction)))
+    rhs = sum(_pairing(a, b) for a, b in zip(g, data.direction))
     data.checks.append(
         Check(
             "<w, FD(J v)> = <J^T w, v> (central differences, random v)",
@@ -183,7 +183,7 @@ def vjp_checks(data: ExplainData, fd: FiniteDifferences, w) -> None:
                 basis = [np.zeros_like(args[k]) for k in diff]
                 basis[diff.index(i)][idx] = 1
                 d = fd.along(basis)
-                gi[idx] = sum(_vdot(a, b) for a, b in zip(w, d))
+                gi[idx] = sum(_pairing(a, b) for a, b in zip(w, d))
             fd_g.append(gi)
         err = max(_rel_err(a, b) for a, b in zip(g, fd_g))
         data.checks.append(
