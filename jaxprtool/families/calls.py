@@ -39,7 +39,6 @@ from ..ad.registry import (
     find_library_jvp,
     rebind_primal,
 )
-from ..ad.remat import current_spec, feed_results, remat_class
 from ..ad.transpose import backward_pass, transpose_jaxpr
 from ..ad.zeros import (
     Zero,
@@ -138,6 +137,8 @@ _MEMO: dict = {}
 def _memo(kind, fn, inner: Jaxpr, nz):
     """One JVP/linearization per (body, nonzero pattern): a body called twice gets one derivative
     jaxpr object, which the printer shares (`let NAME = { lambda ... }`) as JAX does."""
+    from ..ad.remat import current_spec  # (the planner is loaded only where one runs)
+
     key = (kind, id(inner), tuple(nz), current_spec())  # a remat spec changes linearizations
     hit = _MEMO.get(key)
     if hit is not None and hit[0] is inner:
@@ -339,6 +340,8 @@ def _call_remat_feed(prim):
     running it again computes only the rest (its per-operand tuples get JAX's defaults)."""
 
     def rule(e, saved):
+        from ..ad.remat import feed_results
+
         key = _key(prim, e.params)
         body, read = feed_results(e.params[key], [k for k, s in enumerate(saved) if s])
         n_in, n_out = len(e.inputs), len(e.outputs)
@@ -520,11 +523,15 @@ define("jit", mesh_of=_call_mesh("ctx_mesh"))
 
 def _is_dot(e) -> bool:
     """What JAX's `dots_saveable` saves: matmuls and convolutions (the records' `remat`)."""
+    from ..ad.remat import remat_class
+
     return remat_class(e) in ("dot", "dot_unbatched")
 
 
 def _is_unbatched_dot(e) -> bool:
     """What JAX's `dots_with_no_batch_dims_saveable` saves."""
+    from ..ad.remat import remat_class
+
     return remat_class(e) == "dot_unbatched"
 
 

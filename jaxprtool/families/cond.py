@@ -16,7 +16,6 @@ from ..ad import ops
 from ..ad.jvp import jvp_masked
 from ..ad.linearize import linearize_masked
 from ..ad.ops import instantiate
-from ..ad.remat import feed_results
 from ..ad.transpose import backward_pass, transposed_inputs
 from ..ad.zeros import (
     Zero,
@@ -436,6 +435,8 @@ def _cond_remat_feed(e, saved):
     """The cond reading its saved results as new operands (after the others) in every
     branch; unchanged when a branch gives two of them one value (the branches would take
     different operands, and the rerun recomputes them)."""
+    from ..ad.remat import feed_results  # (the planner is loaded only where one runs)
+
     ks = [k for k, s in enumerate(saved) if s]
     fed = [feed_results(b, ks) for b in _branches_of(e.params)]
     if any(read != ks for _, read in fed):
