@@ -15,6 +15,7 @@ cotangent w:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..core import Jaxpr, JaxprError, is_inexact
@@ -58,6 +59,9 @@ class Check:
     tolerance: float
     program: str = ""  # which program was checked (f, jvp(f), vjp(f))
     nonsmooth: str | None = None
+    #: the program's outputs at the point are NaN or infinite (an input outside a
+    #: function's domain): a check there fails, saying so
+    nonfinite: bool = False
 
     @property
     def passed(self) -> bool:
@@ -67,7 +71,16 @@ class Check:
     def verdict(self) -> str:
         if self.nonsmooth is not None:
             return f"non-smooth at {self.nonsmooth}"
-        return "pass" if self.passed else "FAIL"
+        if self.passed:
+            return "pass"
+        return "FAIL (NaN/inf at the point)" if self.nonfinite else "FAIL"
+
+
+def worst(errors) -> float:
+    """The largest error, NaN when one is NaN (Python's `max` skips a NaN after the first
+    element: a NaN output's error would vanish and the check pass)."""
+    errors = list(errors)
+    return math.nan if any(math.isnan(e) for e in errors) else max(errors)
 
 
 def least_precise_dtype(jaxpr: Jaxpr) -> str:
@@ -145,7 +158,7 @@ class GradChecker:
             J = jvp_jaxpr(jaxpr, diff)
             jvp_outs = self.run(J, list(args) + v)
             jv = jvp_outs[n_out:]
-            err = max(_rel_err(a, b) for a, b in zip(jv, fd))
+            err = worst(_rel_err(a, b) for a, b in zip(jv, fd))
             checks.append(Check("jvp vs finite differences", err, tol, label, kink))
             derived.append((J, list(args) + v, f"jvp({label})"))
         if "rev" in modes:
@@ -170,6 +183,9 @@ class GradChecker:
                         label,
                     )
                 )
+        nonfinite = not all(np.isfinite(np.asarray(outs[i])).all() for i in outs_inexact)
+        for c in checks:
+            c.nonfinite = nonfinite
         return checks, derived
 
     def inputs_to_check(self, jaxpr: Jaxpr, label: str, top: bool) -> list[int]:
@@ -384,7 +400,7 @@ def render_table(
         if c.nonsmooth:
             verdict = f"[yellow]{c.verdict}[/]"
         else:
-            verdict = "[green]pass[/]" if c.passed else "[bold red]FAIL[/]"
+            verdict = "[green]pass[/]" if c.passed else f"[bold red]{c.verdict}[/]"
         table.add_row(c.program, c.name, f"{c.error:.2e}", f"{c.tolerance:.0e}", verdict)
     con = console(sys.stdout)
     if color is False:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from ...core import Jaxpr, JaxprError, Literal, RefType, Var, is_float, is_inexact
 from ...lazy import np
 from ...record import prim
-from ..checkgrad import EPS, TOLERANCE, Check, _pairing, _rel_err, least_precise_dtype
+from ..checkgrad import EPS, TOLERANCE, Check, _pairing, _rel_err, least_precise_dtype, worst
 from .record import ExplainData, Value, err_text, literal_array
 
 #: coordinate-wise finite differences of the gradient only up to this many input elements
@@ -157,7 +157,7 @@ class FiniteDifferences:
 
 def jvp_checks(data: ExplainData, fd: FiniteDifferences) -> None:
     want = fd.along(data.direction)
-    err = max(_rel_err(a, b) for (_, a), b in zip(data.derivative, want))
+    err = worst(_rel_err(a, b) for (_, a), b in zip(data.derivative, want))
     data.checks.append(Check("jvp vs central finite differences", err, fd.tol))
 
 
@@ -185,7 +185,7 @@ def vjp_checks(data: ExplainData, fd: FiniteDifferences, w) -> None:
                 d = fd.along(basis)
                 gi[idx] = sum(_pairing(a, b) for a, b in zip(w, d))
             fd_g.append(gi)
-        err = max(_rel_err(a, b) for a, b in zip(g, fd_g))
+        err = worst(_rel_err(a, b) for a, b in zip(g, fd_g))
         data.checks.append(
             Check("J^T w vs central finite differences, coordinate-wise", err, fd.tol)
         )
@@ -262,6 +262,6 @@ def analytic_check(data: ExplainData, jaxpr, args, consts, diff, dtype, w=None) 
                 expected_by_input[i] = expected_by_input[i] + _unbroadcast_np(
                     contrib, tuple(args[i].shape)
                 )
-        err = max(_rel_err(a, expected_by_input[i]) for i, (_, a) in zip(diff, data.derivative))
+        err = worst(_rel_err(a, expected_by_input[i]) for i, (_, a) in zip(diff, data.derivative))
     data.analytic = formula
     data.checks.append(Check(f"analytic formula: {formula}", err, tol))
