@@ -148,6 +148,26 @@ def test_single_elementwise_analytic(tmp_path):
         assert "FAIL" not in r.output
 
 
+def test_a_single_equation_without_results_has_no_analytic_check(tmp_path):
+    """One equation that has no results (a debug_print) beside the program's output: no
+    analytic formula applies, and explain says so (it indexed the missing result)."""
+    p = tmp_path / "print.jaxpr"
+    p.write_text(
+        "{ lambda ; a:f32[2]. let\n"
+        "    debug_print[fmt=x={} has_placeholders=True in_tree=PyTreeDef(((*,), {})) "
+        "logging_record=None np_printoptions=(('edgeitems', 3), ('threshold', 1000), "
+        "('floatmode', 'maxprec'), ('precision', 8), ('suppress', False), ('linewidth', 75), "
+        "('nanstr', 'nan'), ('infstr', 'inf'), ('sign', '-'), ('formatter', None), "
+        "('legacy', False), ('override_repr', None)) ordered=False partitioned=False "
+        "static_args=()] a\n"
+        "  in (a,) }\n"
+    )
+    r = invoke(str(p), "--no-color", "--mode", "vjp")
+    assert r.exit_code == 0, r.output
+    assert "no analytic formula: the program is not a single elementwise primitive" in r.output
+    assert "internal error" not in r.output
+
+
 def test_html(tmp_path):
     out = tmp_path / "walk.html"
     r = invoke(str(SAMPLES / "sin_cos.jaxpr"), "--html", str(out))

@@ -210,7 +210,7 @@ def analytic_partials(jaxpr: Jaxpr, args, consts=()):
     if len(jaxpr.eqns) != 1 or len(jaxpr.outvars) != 1:
         return None
     e = jaxpr.eqns[0]
-    if jaxpr.outvars[0] is not e.outputs[0] or len(e.outputs) != 1 or e.params:
+    if len(e.outputs) != 1 or jaxpr.outvars[0] is not e.outputs[0] or e.params:
         return None
     if not is_float(e.outputs[0].type):
         return None
