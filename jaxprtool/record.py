@@ -159,6 +159,10 @@ class Primitive:
     #: why the back end cannot run it, completing "'NAME' ..." ("is a multi-device primitive"),
     #: or `rule(eqn) -> str | None`
     refusal: str | Callable | None = None
+    #: its value follows its operand smoothly while its derivative is zero by definition
+    #: (stop_gradient): finite differences see a derivative AD does not, and check-grad says
+    #: so where its checks against them fail
+    hides_derivative: bool = False
     #: cheap to recompute from constants: linearize recomputes such residuals (AD's zeros and
     #: 0.5s) in the linear program instead of passing them from the primal one
     recompute_constant: bool = False

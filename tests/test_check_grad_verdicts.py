@@ -260,3 +260,18 @@ def test_a_nan_at_the_point_fails_the_finite_difference_checks_saying_so(tmp_pat
     assert jvp.endswith("FAIL (NaN/inf at the point)"), r.stdout
     assert vjp.endswith("FAIL (NaN/inf at the point)"), r.stdout
     assert dot.endswith("pass"), r.stdout  # the derivative programs are finite, and adjoint
+
+
+def test_stop_gradient_failures_say_that_finite_differences_see_through_it(tmp_path):
+    """x * stop_gradient(x): JAX's gradient is x, finite differences give 2x; the checks
+    against them fail naming the primitive, and the dot-product test passes."""
+    f = lambda x: jnp.sum(x * jax.lax.stop_gradient(x))  # noqa: E731
+    x = np.array([0.5, -1.5, 2.0], np.float32)
+    np.testing.assert_allclose(jax.grad(f)(x), x)
+    prog = _write(tmp_path, "stopped", f, x)
+    r = _check_grad(str(prog))
+    assert r.exit_code == 1, r.output
+    jvp, vjp, dot = (line for line in r.stdout.splitlines() if "stopped.jaxpr  " in line)
+    for line in (jvp, vjp):
+        assert line.endswith("FAIL (stop_gradient: finite differences see through it)"), line
+    assert dot.endswith("pass"), r.stdout

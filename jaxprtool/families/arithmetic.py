@@ -498,7 +498,7 @@ def _stop_gradient_jvp(primals, tangents, **params):
 unary_shapes("copy copy_p stop_gradient", (ANY,))
 deflinear("copy", lambda t, **p: [ops.copy(t)])
 deflinear("copy_p", lambda t, **p: [ops.bind("copy_p", t)])
-define("stop_gradient", jvp=_stop_gradient_jvp, jvp_kind="defjvp_zero")
+define("stop_gradient", jvp=_stop_gradient_jvp, jvp_kind="defjvp_zero", hides_derivative=True)
 define("copy", simplify=_simplify_identity)
 for _n in ("copy", "copy_p", "stop_gradient"):
     define(_n, flops=_no_flops)

@@ -62,6 +62,9 @@ class Check:
     #: the program's outputs at the point are NaN or infinite (an input outside a
     #: function's domain): a check there fails, saying so
     nonfinite: bool = False
+    #: a primitive of the program whose derivative is zero by definition though its value
+    #: moves (`hides_derivative`): finite differences see through it
+    hidden_by: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -73,7 +76,20 @@ class Check:
             return f"non-smooth at {self.nonsmooth}"
         if self.passed:
             return "pass"
-        return "FAIL (NaN/inf at the point)" if self.nonfinite else "FAIL"
+        if self.nonfinite:
+            return "FAIL (NaN/inf at the point)"
+        if self.hidden_by is not None:
+            return f"FAIL ({self.hidden_by}: finite differences see through it)"
+        return "FAIL"
+
+
+def _hides_derivative(jaxpr: Jaxpr) -> str | None:
+    """A primitive of the program (nested ones too) whose derivative is zero by definition
+    while its value moves with its operand (the records' `hides_derivative`), or None."""
+    from ..core import all_eqns
+    from ..record import prim
+
+    return next((e.prim for e in all_eqns(jaxpr) if prim(e.prim).hides_derivative), None)
 
 
 def worst(errors) -> float:
@@ -184,8 +200,11 @@ class GradChecker:
                     )
                 )
         nonfinite = not all(np.isfinite(np.asarray(outs[i])).all() for i in outs_inexact)
+        hidden = _hides_derivative(jaxpr)
         for c in checks:
             c.nonfinite = nonfinite
+            if "finite differences" in c.name:
+                c.hidden_by = hidden
         return checks, derived
 
     def inputs_to_check(self, jaxpr: Jaxpr, label: str, top: bool) -> list[int]:
