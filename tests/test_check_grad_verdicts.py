@@ -275,3 +275,22 @@ def test_stop_gradient_failures_say_that_finite_differences_see_through_it(tmp_p
     for line in (jvp, vjp):
         assert line.endswith("FAIL (stop_gradient: finite differences see through it)"), line
     assert dot.endswith("pass"), r.stdout
+
+
+def test_an_eight_bit_float_inside_sets_the_adjoint_tolerance(tmp_path):
+    """A float8 cast in the middle: JAX's own jvp and vjp satisfy the adjoint identity only
+    to float8 rounding (beyond float32's 2e-5), and JAX's gradient tolerance for float8 is
+    1e-1: check-grad's dot-product test uses it and passes."""
+    from jaxprtool.ui.checkgrad import _pairing
+
+    f8 = jnp.float8_e4m3fn
+    f = lambda x: (x.astype(f8).astype(jnp.float32) * 3.0) ** 2  # noqa: E731
+    rng = np.random.default_rng(0)
+    x, v, w = (rng.normal(size=8).astype(np.float32) for _ in range(3))
+    (jtw,) = jax.vjp(f, x)[1](w)
+    lhs, rhs = _pairing(w, jax.jvp(f, (x,), (v,))[1]), _pairing(jtw, v)
+    assert 2e-5 < abs(lhs - rhs) / max(1.0, abs(lhs)) < 1e-1
+    prog = _write(tmp_path, "f8", f, x)
+    r = _check_grad(str(prog), "--modes", "fwd,rev")
+    dot = next(line for line in r.stdout.splitlines() if "dot product" in line)
+    assert "1e-01" in dot and dot.endswith("pass"), r.stdout

@@ -21,8 +21,22 @@ from dataclasses import dataclass
 from ..core import Jaxpr, JaxprError, is_inexact
 from ..lazy import np
 
+#: JAX's gradient tolerances of its 4- and 8-bit floats, least precise first
+#: (`default_gradient_tolerance`): the adjoint identity holds only as well
+_NARROW = {
+    "float4_e2m1fn": 1e0,
+    "float8_e8m0fnu": 1e0,
+    "float8_e3m4": 1e-1,
+    "float8_e4m3": 1e-1,
+    "float8_e4m3b11fnuz": 1e-1,
+    "float8_e4m3fn": 1e-1,
+    "float8_e4m3fnuz": 1e-1,
+    "float8_e5m2": 1e-1,
+    "float8_e5m2fnuz": 1e-1,
+}
 #: JAX's default gradient tolerances (jax._src.public_test_util.default_gradient_tolerance)
 TOLERANCE = {
+    **_NARROW,
     "float16": 1e-2,
     "bfloat16": 1e-1,
     "float32": 2e-3,
@@ -32,6 +46,7 @@ TOLERANCE = {
 }
 #: the adjoint identity holds to rounding: much tighter
 DOT_TOLERANCE = {
+    **_NARROW,
     "float16": 1e-2,
     "bfloat16": 1e-1,
     "float32": 2e-5,
@@ -41,7 +56,8 @@ DOT_TOLERANCE = {
 }
 #: finite-difference steps in the program's own precision (used when no float64 copy of the
 #: program type-checks), with one Richardson step: (4 D(h/2) - D(h)) / 3 has an O(h^4) error
-EPS = {"float16": 1e-2, "bfloat16": 1e-1, "float32": 1e-3, "float64": 1e-6}
+EPS = {**dict.fromkeys(_NARROW, 1e-1), "float16": 1e-2, "bfloat16": 1e-1, "float32": 1e-3}
+EPS["float64"] = 1e-6
 #: the step in a float64 copy of the program (rounding ~1e-11, truncation ~1e-10)
 WIDE_EPS = 1e-5
 #: directions tried before a check is reported as non-smooth
@@ -108,7 +124,7 @@ def least_precise_dtype(jaxpr: Jaxpr) -> str:
     types = [v.type for v in jaxpr.invars] + [a.type for a in jaxpr.outvars]
     types += [o.type for e in all_eqns(jaxpr) for o in e.outputs]
     names = {long_dtype_name(t.dtype) for t in types if is_inexact(t)}
-    for n in ("bfloat16", "float16", "float32", "complex64", "float64", "complex128"):
+    for n in (*_NARROW, "bfloat16", "float16", "float32", "complex64", "float64", "complex128"):
         if n in names:
             return n
     return "float32"
