@@ -118,11 +118,6 @@ def _ones(types) -> list:
     return [ops.full(t, 1) for t in types]
 
 
-def _with_shape(x, shape):
-    """`x` (the one row's result, of as many elements) reshaped to the Jacobian's `shape`."""
-    return x if tuple(x.type.shape) == tuple(shape) else ops.reshape(x, tuple(shape))
-
-
 def _result_dtype(types) -> str:
     names = {_long(t.dtype) for t in types}
     if len(names) == 1:  # numpy's promotion of one dtype is itself (no numpy import)
@@ -189,7 +184,7 @@ def jacfwd(jaxpr: Jaxpr, argnums=0, style=None) -> Jaxpr:
             res = []
             for y, nz in zip(jaxpr.outvars, out_nz):
                 t = y.type.update(shape=(*y.type.shape, *x.shape))
-                res.append(_with_shape(next(touts), t.shape) if nz else ops.full(t, 0))
+                res.append(ops.reshape(next(touts), t.shape) if nz else ops.full(t, 0))
             return res
         dtype = _short(_result_dtype(in_types))
         basis = _eye_parts(N, dtype, [tuple(t.shape) for t in in_types], 1)
@@ -261,7 +256,7 @@ def jacrev(jaxpr: Jaxpr, argnums=0, style=None) -> Jaxpr:
         if _one_row(N, out_types):
             ct_x = dict(zip(order, ops.emit_jaxpr(cts, list(xs) + _ones(out_types), consts)))
             y = out_types[0]
-            return [_with_shape(ct_x[i], (*y.shape, *jaxpr.invars[i].type.shape)) for i in args]
+            return [ops.reshape(ct_x[i], (*y.shape, *jaxpr.invars[i].type.shape)) for i in args]
         dtype = _short(_result_dtype(out_types))
         basis = _eye_parts(N, dtype, [tuple(t.shape) for t in out_types], 1)
         basis = [_basis_like(p, t) for p, t in zip(basis, out_types)]

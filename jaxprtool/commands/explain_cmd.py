@@ -105,15 +105,16 @@ def _explain(
     from ..cli import require_jax
     from ..commands.common import load, output_style
     from ..commands.run_inputs import gather_inputs, warn_invented_consts
-    from ..consts_order import for_ad, kept_by
+    from ..consts_order import for_ad, kept_by, nested_with_consts
     from ..core import JaxprError
     from ..shardings import axis_sizes_of
     from ..ui.explain import explain_data, render
 
     require_jax()
     set_custom_rule_policy(custom_rules)
-    jaxpr, _, path = load(file)
-    kept = kept_by(jaxpr)
+    read, _, path = load(file)
+    jaxpr = for_ad(read)  # as the AD commands read it: every constant the program's
+    kept = kept_by(read) if nested_with_consts(jaxpr) else []  # (asked only where some stay)
     if kept:
         raise JaxprError(
             f"explain cannot use the constants that '{kept[0].prim}' keeps in its nested "
@@ -121,7 +122,6 @@ def _explain(
             "run takes them with --consts",
             kept[0].loc,
         )
-    jaxpr = for_ad(jaxpr)  # as the AD commands read it: every constant the program's
     input_seed = None if args_npz is not None else (seed or 0)  # with --args: seeds v / w only
     args, consts, _ = gather_inputs(jaxpr, args_npz, None, input_seed, consts_npz, dims)
     warn_invented_consts(jaxpr, consts_npz, seed or 0, "explain")

@@ -158,11 +158,11 @@ def _ranges_like(*xs):
 def _bind_precision(eqn, p, dims):
     """dot_general and conv_general_dilated: enum / dtype params; the result type's sharding
     under an explicit mesh."""
-    from ..backend.prims import dtype_param, to_jax
+    from ..backend.prims import dtype_param
     from ..backend.sharding import explicit_result_sharding
 
     out = {
-        "precision": _precision_param(eqn, p.get("precision"), to_jax),
+        "precision": _precision_param(eqn, p.get("precision")),
         "preferred_element_type": dtype_param(p.get("preferred_element_type")),
         "out_sharding": explicit_result_sharding(eqn),
     }
@@ -171,13 +171,16 @@ def _bind_precision(eqn, p, dims):
     return out
 
 
-def _precision_param(eqn, v, to_jax):
+def _precision_param(eqn, v):
     """JAX's `precision` of the printed one: None, a pair of `Precision`s, or a dot
     algorithm preset, which JAX prints as its bare name (`precision=BF16_BF16_F32`) and
     which must be bound as the preset: XLA aborts the process on the name as a string."""
+    from jax import lax
+
+    from ..backend.prims import to_jax
+
     if not isinstance(v, str):
         return to_jax(v)
-    from jax import lax
 
     try:
         return lax.DotAlgorithmPreset[v]

@@ -56,8 +56,13 @@ DOT_TOLERANCE = {
 }
 #: finite-difference steps in the program's own precision (used when no float64 copy of the
 #: program type-checks), with one Richardson step: (4 D(h/2) - D(h)) / 3 has an O(h^4) error
-EPS = {**dict.fromkeys(_NARROW, 1e-1), "float16": 1e-2, "bfloat16": 1e-1, "float32": 1e-3}
-EPS["float64"] = 1e-6
+EPS = {
+    **dict.fromkeys(_NARROW, 1e-1),
+    "float16": 1e-2,
+    "bfloat16": 1e-1,
+    "float32": 1e-3,
+    "float64": 1e-6,
+}
 #: the step in a float64 copy of the program (rounding ~1e-11, truncation ~1e-10)
 WIDE_EPS = 1e-5
 #: directions tried before a check is reported as non-smooth
@@ -179,6 +184,8 @@ class GradChecker:
         tol = TOLERANCE.get(dtype, 2e-3)
         n_out = len(jaxpr.outvars)
         outs = self.run(jaxpr, args)
+        nonfinite = not all(np.isfinite(np.asarray(outs[i])).all() for i in outs_inexact)
+        hidden = _hides_derivative(jaxpr)  # (what finite differences see through)
         w = [_random_like(outs[i], self.rng) for i in outs_inexact]
         v, fd, kink = FiniteDifferences(self.run, jaxpr, dtype).directional(
             args, diff, outs_inexact, self.rng
@@ -191,7 +198,9 @@ class GradChecker:
             jvp_outs = self.run(J, list(args) + v)
             jv = jvp_outs[n_out:]
             err = worst(_rel_err(a, b) for a, b in zip(jv, fd))
-            checks.append(Check("jvp vs finite differences", err, tol, label, kink))
+            checks.append(
+                Check("jvp vs finite differences", err, tol, label, kink, nonfinite, hidden)
+            )
             derived.append((J, list(args) + v, f"jvp({label})"))
         if "rev" in modes:
             V = vjp_jaxpr(jaxpr, diff)
@@ -201,7 +210,15 @@ class GradChecker:
             rhs = sum(_pairing(a, b) for a, b in zip(jtw, v))
             scale = max(1.0, abs(lhs))
             checks.append(
-                Check("vjp vs finite differences", abs(lhs - rhs) / scale, tol, label, kink)
+                Check(
+                    "vjp vs finite differences",
+                    abs(lhs - rhs) / scale,
+                    tol,
+                    label,
+                    kink,
+                    nonfinite,
+                    hidden,
+                )
             )
             derived.append((V, list(args) + w, f"vjp({label})"))
             if jv is not None:
@@ -213,14 +230,9 @@ class GradChecker:
                         abs(a - rhs) / scale,
                         DOT_TOLERANCE.get(dtype, 2e-5),
                         label,
+                        nonfinite=nonfinite,
                     )
                 )
-        nonfinite = not all(np.isfinite(np.asarray(outs[i])).all() for i in outs_inexact)
-        hidden = _hides_derivative(jaxpr)
-        for c in checks:
-            c.nonfinite = nonfinite
-            if "finite differences" in c.name:
-                c.hidden_by = hidden
         return checks, derived
 
     def inputs_to_check(self, jaxpr: Jaxpr, label: str, top: bool) -> list[int]:
