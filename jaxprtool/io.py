@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
@@ -71,16 +72,19 @@ def _binary_kind(data: bytes) -> str | None:
     return None
 
 
-def write_output(text: str | bytes, out: str | None) -> None:
+def write_output(text: str | bytes, out: str | None, *, replacing: str | None = None) -> None:
     """Write to standard output, or to `out`.
 
     A regular file (new or existing) is replaced atomically: a temporary file in the same
     folder is renamed into place, so a failed run leaves neither a partial file nor a
-    clobbered input.  The new file gets the old file's mode, or the umask's default for a
-    new one.  A symbolic link is followed and its target replaced, as editors do.  A file
-    that is not regular (a FIFO, a character device) or is reached through a descriptor
-    (`/dev/stdout`, `/proc/self/fd/1`) is written into.
-    Errors name the path and the reason (missing or read-only folder, a directory)."""
+    clobbered input.  The new file gets the old file's mode without its set-id bits, or the
+    umask's default for a new one.  A symbolic link is followed and its target replaced, as
+    editors do, except a link that another user planted in a shared sticky folder (as the
+    kernel's protected_symlinks rule and OpenSSH do); another user's file and a read-only
+    file are never replaced.  A file that is not regular (a FIFO, a character device) or is
+    reached through a descriptor (`/dev/stdout`, `/proc/self/fd/1`) is written into.
+    `replacing` (fmt -i) is the text the file held when it was read: a file edited since is
+    left alone.  Errors name the path and the reason."""
     data = text.encode("utf-8") if isinstance(text, str) else text
     if out in (None, "-"):
         _write_stdout(data)
@@ -89,28 +93,169 @@ def write_output(text: str | bytes, out: str | None) -> None:
     if st is not None and (not stat.S_ISREG(st.st_mode) or _through_descriptor(out)):
         _write_into(out, data)
         return
-    target = os.path.realpath(out)  # a link is replaced through: its target gets the text
+    target = _followed_target(out)
     folder = _existing_folder(out, target)
-    mode = stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask()
+    if st is not None:
+        _check_replaceable(out, st)
+    mode = stat.S_IMODE(st.st_mode) & ~SET_ID_BITS if st is not None else 0o666 & ~_umask()
+    read_as = _unchanged_file(out, target, replacing) if replacing is not None else None
+    _remove_stale_temps(folder)
     import tempfile  # here: ~3 ms of the start-up of a command that writes to stdout
 
     try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".jaxprtool-", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".jaxprtool-{os.getpid()}-", suffix=".tmp")
     except OSError as e:
         raise UsageProblem(
             f"cannot write '{out}': folder '{os.path.dirname(out) or '.'}': {e.strerror}"
         ) from None
     try:
-        with os.fdopen(fd, "wb") as f:
+        with _removed_on_sigterm(tmp), os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
+            f.flush()
+            os.chmod(tmp, mode)
+            if read_as is not None:
+                _check_same_file(out, target, read_as)
+            os.replace(tmp, target)
     except OSError as e:
         _unlink_quietly(tmp)
         raise UsageProblem(f"cannot write '{out}': {e.strerror}") from None
     except BaseException:
         _unlink_quietly(tmp)
         raise
+
+
+#: setuid and setgid: never carried over to a file the tool writes
+SET_ID_BITS = stat.S_ISUID | stat.S_ISGID
+_TEMP_NAME = re.compile(r"\.jaxprtool-(\d+)-[^/]*\.tmp")
+
+
+def _followed_target(out: str) -> str:
+    """Where writing `out` lands (links followed), refusing a link in a world-writable sticky
+    folder (/tmp) unless it is the user's or the folder owner's: another user planted it."""
+    me = _uid()
+    p = os.path.abspath(out)
+    for _ in range(40):  # the kernel's limit of links followed
+        try:
+            lst = os.lstat(p)
+        except OSError:
+            break
+        if not stat.S_ISLNK(lst.st_mode):
+            break
+        folder = os.path.dirname(p)
+        dst = os.stat(folder)
+        shared = dst.st_mode & stat.S_ISVTX and dst.st_mode & stat.S_IWOTH
+        if shared and lst.st_uid not in (me, dst.st_uid):
+            raise UsageProblem(
+                f"cannot write '{out}': '{p}' is a symbolic link that another user (uid "
+                f"{lst.st_uid}) made in the shared folder '{folder}': not followed; remove it "
+                "or write elsewhere"
+            )
+        p = os.path.normpath(os.path.join(folder, os.readlink(p)))
+    return os.path.realpath(out)
+
+
+def _check_replaceable(out: str, st: os.stat_result) -> None:
+    """Refuse to replace another user's file (the new one would be ours) or a read-only one
+    (as an editor asks first); `st` is what `out` reaches."""
+    me = _uid()
+    if me >= 0 and st.st_uid != me:
+        raise UsageProblem(
+            f"cannot write '{out}': it belongs to another user (uid {st.st_uid}): not replaced; "
+            "write elsewhere"
+        )
+    if not st.st_mode & stat.S_IWUSR:
+        raise UsageProblem(
+            f"cannot write '{out}': it is read-only (mode {stat.S_IMODE(st.st_mode):04o}); "
+            "`chmod u+w` it first to replace it"
+        )
+
+
+def _unchanged_file(out: str, target: str, text: str) -> os.stat_result:
+    """The status of `target` as it is now, after checking that it still holds `text` (what
+    was read): an edit saved while the tool ran is never overwritten."""
+    try:
+        fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        raise UsageProblem(f"cannot write '{out}': {e.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        data = f.read(len(text.encode("utf-8")) + 4)
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    if data.decode("utf-8", "replace") != text:
+        _changed(out)
+    return st
+
+
+def _check_same_file(out: str, target: str, before: os.stat_result) -> None:
+    try:
+        now = os.lstat(target)
+    except OSError:
+        _changed(out)
+    same = (now.st_ino, now.st_dev, now.st_size, now.st_mtime_ns)
+    if same != (before.st_ino, before.st_dev, before.st_size, before.st_mtime_ns):
+        _changed(out)
+
+
+def _changed(out: str):
+    raise UsageProblem(
+        f"cannot write '{out}': it changed while it was being formatted; not replaced, run again"
+    )
+
+
+def _remove_stale_temps(folder: str) -> None:
+    """Remove this tool's temporary files left in `folder` by a run that was killed: the
+    user's own regular files named `.jaxprtool-PID-*.tmp` whose process is gone."""
+    try:
+        names = [n for n in os.listdir(folder) if _TEMP_NAME.fullmatch(n)]
+    except OSError:
+        return
+    for name in names:
+        pid = int(_TEMP_NAME.fullmatch(name).group(1))
+        path = os.path.join(folder, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_uid == _uid() and not _alive(pid):
+            _unlink_quietly(path)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def _removed_on_sigterm(tmp: str):
+    """While `tmp` exists, SIGTERM removes it before the process ends as it would have."""
+    import signal
+    import threading
+
+    previous = signal.getsignal(signal.SIGTERM)
+    if threading.current_thread() is not threading.main_thread() or previous is signal.SIG_IGN:
+        yield
+        return
+
+    def on_term(signum, frame):
+        _unlink_quietly(tmp)
+        signal.signal(signal.SIGTERM, previous if callable(previous) else signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _uid() -> int:
+    return os.getuid() if hasattr(os, "getuid") else -1
 
 
 def _output_stat(out: str):

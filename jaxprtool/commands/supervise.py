@@ -3,7 +3,8 @@
 JAX's distributed client aborts the whole process from C++ (SIGABRT and a stack dump that
 blames "another task") when the coordinator does not answer, a peer never registers or a
 peer dies.  No Python code can catch that, so the command runs again in a child process
-(`python -m jaxprtool` with the same arguments) and this process watches it:
+(`python -P -m jaxprtool` with the same arguments: `-P` keeps the working folder off
+`sys.path`, so that a `numpy.py` planted there never runs) and this process watches it:
 
 * the child tells us through a pipe when it starts joining and when it has joined
   (`JOINING`, `JOINED`, written by `sharding.setup` through `RunConfig.join_progress`);
@@ -78,7 +79,7 @@ def supervise(argv: list[str], coordinator: str, pid: int, nproc: int, timeout: 
     stdin, feed = _stdin_for_child()
     try:
         child = subprocess.Popen(
-            [sys.executable, "-m", "jaxprtool", *argv],
+            [sys.executable, "-P", "-m", "jaxprtool", *argv],
             stdin=stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

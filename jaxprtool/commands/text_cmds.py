@@ -173,7 +173,7 @@ def _fmt_files(files, width, mode, quiet, split_input, timing):
             continue
         changed.append(path)
         if mode == "write":
-            write_output(after, path)
+            write_output(after, path, replacing=before)
         elif mode == "diff":
             from ..ui.diff import show_text, text_diff
 
