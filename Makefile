@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: install install-test browser bytecode demo test test-full lint bench fuzz clean
+.PHONY: install install-test browser bytecode demo test test-full lint bench fuzz clean tpu-wheels
 
 install: bytecode
 
@@ -75,6 +75,14 @@ FUZZ_WORKERS ?= 2
 fuzz: install-test
 	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_WORKERS=$(FUZZ_WORKERS) FUZZ_HASHSEED_EVERY=1000 \
 		$(BIN)/python -m pytest -s -m "" -p no:xdist "tests/test_fuzz.py::test_fuzz_campaign[full]"
+
+# the wheels bench/device/tpu_check.sh installs on a TPU machine, which has JAX 0.10.2 on
+# Python 3.11 and no package registry: the tool's dependencies its image lacks
+TPU_WHEELS := click lark rich markdown-it-py mdurl pygments graphviz pathspec
+tpu-wheels:
+	python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 \
+		--implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+		--platform manylinux2014_x86_64 -d .whl-tpu $(TPU_WHEELS)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

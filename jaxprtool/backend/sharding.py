@@ -183,7 +183,7 @@ def setup(jaxpr=None, needed: int | None = None) -> None:
         needed = devices_needed(jaxpr) if jaxpr is not None else 1
     local = cfg.devices or max(1, -(-needed // nproc))
     if not xla_bridge.backends_are_initialized():
-        if cfg.platform == "cpu":
+        if cfg.platform in ("cpu", "auto"):  # auto: the CPU's count, in case it is the default
             jax.config.update("jax_num_cpu_devices", local)
         if cfg.coordinator:
             if cfg.platform == "cpu":
@@ -250,8 +250,8 @@ def platform_devices() -> list:
 
     from .jaxfn import get_device
 
-    get_device(CONFIG.platform)
-    return jax.devices({"gpu": "gpu"}.get(CONFIG.platform, CONFIG.platform))
+    first = get_device(CONFIG.platform)
+    return jax.devices(first.platform)  # "auto": JAX's default backend's devices
 
 
 def process_index() -> int:

@@ -10,6 +10,7 @@ from ..cli import guarded
 from ..io import UsageError, write_output
 from .common import FILE_ARG, OUT_ARG, int_list, load
 from .mesh_options import mesh_options
+from .run_options import device_options
 
 #: what `--of` can analyse: FILE itself, or the program an AD command makes of it
 _OF = ("program", "linearize", "vjp", "grad")
@@ -74,7 +75,6 @@ def _plot_format(plot: str | None) -> str | None:
     metavar="I,J",
     help="With --of: the inputs to differentiate (grad: 0; the others: every float input).",
 )
-@click.option("--device", type=click.Choice(["cpu", "gpu"]), default="cpu", show_default=True)
 @click.option("--no-xla", is_flag=True, help="Leave out XLA's figures (no JAX needed).")
 @click.option(
     "--dim", "dim_specs", multiple=True, metavar="b=4,n=8", help="Sizes of symbolic dimensions."
@@ -95,6 +95,7 @@ def _plot_format(plot: str | None) -> str | None:
 )
 @click.option("-o", "--output", metavar="OUT", type=OUT_ARG, help="Write the report here.")
 @guarded
+@device_options(precision=False, help="Where XLA's figures are compiled for.")
 @mesh_options(distributed=False, show=False)
 def memory(file, of, argnums, device, no_xla, dim_specs, plot, as_json, top, output):
     """Where FILE's memory goes: live bytes step by step, the peak, the residuals.

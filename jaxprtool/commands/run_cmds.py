@@ -17,7 +17,7 @@ from ..lazy import np
 from .common import FILE_ARG, load
 from .mesh_options import mesh_options
 from .run_inputs import gather_inputs
-from .run_options import cache_option, parse_dims, run_options
+from .run_options import cache_option, device_options, parse_dims, run_options
 from .run_report import check_expected, report_outputs
 
 
@@ -26,6 +26,7 @@ from .run_report import check_expected, report_outputs
 @run_options
 @cache_option
 @guarded
+@device_options()
 @mesh_options()
 def run(
     file,

@@ -13,7 +13,7 @@ from ..io import report
 from .ad_cmds import custom_rules_option
 from .common import FILE_ARG, int_list
 from .mesh_options import mesh_options
-from .run_options import dim_option, parse_dims
+from .run_options import device_options, dim_option, parse_dims
 
 
 def _runner(consts):
@@ -93,9 +93,20 @@ def _as_type(value, t):
 )
 @custom_rules_option
 @dim_option
+@device_options(highest_on_tpu=True, require_device=True, help="Where the checks run.")
 @mesh_options(distributed=False, show=False)
 def check_grad(
-    files, args_npz, seed, order, modes, argnums, consts_npz, as_json, custom_rules, dim_specs
+    files,
+    args_npz,
+    seed,
+    order,
+    modes,
+    argnums,
+    consts_npz,
+    as_json,
+    custom_rules,
+    dim_specs,
+    device,
 ):
     """Check the tool's jvp and vjp of each FILE against finite differences.
 

@@ -1,0 +1,261 @@
+"""The tool against JAX on one device, command by command (issue 38): the docs' table.
+
+    python bench/device/tpu_table.py --device tpu [--size full|small] [--out DIR] [--only NAME]
+
+For each program of models.py, traced here by the installed JAX and read back from its
+printed text: the outputs of the tool's `run`, `grad | run` (or `jvp | run` where JAX has no
+reverse mode), `vmap | run` and JAX's `jax.jit`, `jax.grad`, `jax.jvp`, `jax.vmap` of the
+same function on the same device and inputs, both at matmul precision 'highest' (the tool's
+`--matmul-precision highest`), as the largest difference relative to the largest magnitude;
+XLA's temp bytes of each compiled program (the tool's `memory`/`xla_memory` against
+`jax.jit(...).lower(...).compile().memory_analysis()`); the time per call of the executable
+the tool compiles (`run --repeat`'s) against `jax.jit`'s, median of --repeat calls at JAX's
+default precision, interleaved; the tool's `compile --emit optimized-hlo --device D` and its
+planned peak (`memory --of grad`, liveness) beside XLA's temp bytes.  Then `check-grad
+--device D` and `run --device D` on the small programs through the command line.
+
+Each row is written to OUT/tpu_table.md as it is measured (a run cut short keeps its rows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import jax  # noqa: E402
+import models  # noqa: E402
+import numpy as np  # noqa: E402
+
+from jaxprtool import api, backend  # noqa: E402
+
+
+def rel_err(got, want) -> float:
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    scale = max(float(np.max(np.abs(want))) if want.size else 0.0, 1e-30)
+    return float(np.max(np.abs(got - want))) / scale if want.size else 0.0
+
+
+def worst(gots, wants) -> float:
+    return max((rel_err(g, w) for g, w in zip(gots, wants)), default=0.0)
+
+
+def temp_bytes(fn, args) -> int:
+    return int(jax.jit(fn).lower(*args).compile().memory_analysis().temp_size_in_bytes)
+
+
+def timed_pair(f_tool, f_jax, args, repeat: int) -> tuple[float, float]:
+    """Median seconds per call of two compiled functions, interleaved, after a warm-up."""
+    for f in (f_tool, f_jax):
+        jax.block_until_ready(f(*args))
+    ts, tj = [], []
+    for _ in range(repeat):
+        for f, acc in ((f_tool, ts), (f_jax, tj)):
+            t0 = time.perf_counter()
+            jax.block_until_ready(f(*args))
+            acc.append(time.perf_counter() - t0)
+    return statistics.median(ts), statistics.median(tj)
+
+
+def tool_fn(program):
+    """The executable `run` compiles for a program: its JAX function under jax.jit."""
+    return jax.jit(backend.as_jax_function(program.jaxpr, None, False))
+
+
+def outs_list(x):
+    return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+class Table:
+    def __init__(self, path: Path, header: list[str]):
+        self.path, self.rows = path, []
+        self.header = header
+        self._write()
+
+    def add(self, row: list) -> None:
+        self.rows.append([str(c) for c in row])
+        print(" | ".join(self.rows[-1]), flush=True)
+        self._write()
+
+    def _write(self) -> None:
+        lines = ["| " + " | ".join(self.header) + " |", "|" + " --- |" * len(self.header)]
+        lines += ["| " + " | ".join(r) + " |" for r in self.rows]
+        self.path.write_text("\n".join(lines) + "\n")
+
+
+def gb(n) -> str:
+    return f"{n / 1e9:.3f} GB" if n >= 1e7 else f"{n / 1e6:.2f} MB"
+
+
+def measure(name, f, args, argnums, batched, device, repeat, table):
+    dev = backend.get_device(device)
+    xs = [jax.device_put(a, dev) for a in args]
+    program = api.parse(str(jax.make_jaxpr(f)(*args)), f"<{name}>")
+    hi = "highest"
+    # forward: run
+    with jax.default_matmul_precision(hi):
+        want = outs_list(jax.jit(f)(*xs))
+    got = api.run(program, *args, device=device, matmul_precision=hi)
+    t_tool, t_jax = timed_pair(tool_fn(program), jax.jit(f), xs, repeat)
+    tb_tool = api.xla_memory(program, device=device)["temp_bytes"]
+    tb_jax = temp_bytes(f, xs)
+    table.add(
+        [
+            name,
+            "run",
+            f"{worst(got, want):.1e}",
+            f"{t_tool / t_jax:.3f}",
+            f"{gb(tb_tool)} / {gb(tb_jax)}",
+            "",
+        ]
+    )
+    # derivatives: grad (or jvp where JAX has no reverse mode of the program)
+    if argnums:
+        derived = api.grad(program, argnums)
+        jax_fn = jax.grad(f, argnums)
+        what = "grad, run"
+    else:
+        derived = api.jvp(program)
+        tangents = [np.ones_like(a) for a in args]
+        n = len(args)
+
+        def jax_fn(*a):
+            return jax.jvp(f, a[:n], a[n:])
+
+        xs = xs + [jax.device_put(t, dev) for t in tangents]
+        args = list(args) + tangents
+        what = "jvp, run"
+    with jax.default_matmul_precision(hi):
+        want = outs_list(jax.jit(jax_fn)(*xs))
+    got = api.run(derived, *args, device=device, matmul_precision=hi)
+    t_tool, t_jax = timed_pair(tool_fn(derived), jax.jit(jax_fn), xs, repeat)
+    tb_tool = api.xla_memory(derived, device=device)["temp_bytes"]
+    tb_jax = temp_bytes(jax_fn, xs)
+    planned = ""
+    if argnums:
+        timeline, _ = api.memory(program, of="grad", argnums=argnums)
+        planned = f"planned peak {gb(timeline.peak_bytes)}"
+    table.add(
+        [
+            name,
+            what,
+            f"{worst(got, want):.1e}",
+            f"{t_tool / t_jax:.3f}",
+            f"{gb(tb_tool)} / {gb(tb_jax)}",
+            planned,
+        ]
+    )
+    if batched:
+        one, in_axes = batched
+        ex = [a[0] if ax == 0 else a for a, ax in zip(args, in_axes)]
+        single = api.parse(str(jax.make_jaxpr(one)(*ex)), f"<{name} example>")
+        vm = api.vmap(single, list(in_axes), axis_size=len(args[0]))
+        jv = jax.vmap(one, in_axes)
+        with jax.default_matmul_precision(hi):
+            want = outs_list(jax.jit(jv)(*xs[: len(in_axes)]))
+        got = api.run(vm, *args[: len(in_axes)], device=device, matmul_precision=hi)
+        t_tool, t_jax = timed_pair(tool_fn(vm), jax.jit(jv), xs[: len(in_axes)], repeat)
+        table.add(
+            [
+                name,
+                "vmap, run",
+                f"{worst(got, want):.1e}",
+                f"{t_tool / t_jax:.3f}",
+                f"{gb(api.xla_memory(vm, device=device)['temp_bytes'])} / "
+                f"{gb(temp_bytes(jv, xs[: len(in_axes)]))}",
+                "",
+            ]
+        )
+
+
+def command_line_checks(device: str, out: Path) -> list[str]:
+    """The commands themselves, in-process, on the small programs: run, compile
+    --emit optimized-hlo, memory, check-grad and explain with --device."""
+    from click.testing import CliRunner
+
+    from jaxprtool.cli import main
+
+    lines = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, f, args, argnums, _ in models.cases("small"):
+            path = Path(tmp) / (name.split()[0].replace(".", "_") + ".jaxpr")
+            path.write_text(str(jax.make_jaxpr(f)(*args)) + "\n")
+            for cmd in (
+                ["run", path, "--random", "0", "--device", device, "--print-values", "none"],
+                ["compile", path, "--emit", "optimized-hlo", "--device", device],
+                ["memory", path, "--device", device, "--of", "grad" if argnums else "program"],
+                ["check-grad", path, "--device", device]
+                + (["--modes", "fwd"] if not argnums else []),
+            ):
+                r = CliRunner().invoke(main, ["--no-color", *map(str, cmd)])
+                last = (r.output.strip().splitlines() or [""])[-1][:120]
+                lines.append(f"| {name} | {cmd[0]} | exit {r.exit_code} | {last} |")
+                print(lines[-1], flush=True)
+    (out / "tpu_commands.md").write_text(
+        "| program | command | exit | last line |\n| --- | --- | --- | --- |\n"
+        + "\n".join(lines)
+        + "\n"
+    )
+    return lines
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="tpu")
+    ap.add_argument("--size", default="full", choices=sorted(models.SIZES))
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--only", default=None, help="programs whose name contains this")
+    ap.add_argument("--no-commands", action="store_true")
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    dev = backend.get_device(a.device)
+    meta = {
+        "device": str(getattr(dev, "device_kind", dev.platform)),
+        "jax": jax.__version__,
+        "date": time.strftime("%Y-%m-%d"),
+        "size": a.size,
+    }
+    print(json.dumps(meta), flush=True)
+    (out / "tpu_meta.json").write_text(json.dumps(meta) + "\n")
+    table = Table(
+        out / "tpu_table.md",
+        [
+            "program",
+            "command",
+            "max rel. diff vs JAX (highest)",
+            "time/call tool/JAX",
+            "XLA temp tool / JAX",
+            "tool's plan",
+        ],
+    )
+    failures = 0
+    for name, f, args, argnums, batched in models.cases(a.size):
+        if a.only and a.only not in name:
+            continue
+        try:
+            measure(name, f, args, argnums, batched, a.device, a.repeat, table)
+        except Exception as e:  # noqa: BLE001 - one program's trouble is one row
+            failures += 1
+            traceback.print_exc()
+            table.add(
+                [name, "error", f"{type(e).__name__}: {str(e).splitlines()[0][:150]}", "", "", ""]
+            )
+    if not a.no_commands:
+        command_line_checks(a.device, out)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
