@@ -7,10 +7,10 @@ printed text: the outputs of the tool's `run`, `grad | run` (or `jvp | run` wher
 reverse mode), `vmap | run` and JAX's `jax.jit`, `jax.grad`, `jax.jvp`, `jax.vmap` of the
 same function on the same device and inputs, both at matmul precision 'highest' (the tool's
 `--matmul-precision highest`), as the largest difference relative to the largest magnitude;
-XLA's temp bytes of each compiled program (the tool's `memory`/`xla_memory` against
-`jax.jit(...).lower(...).compile().memory_analysis()`); the time per call of the executable
-the tool compiles (`run --repeat`'s) against `jax.jit`'s, median of --repeat calls at JAX's
-default precision, interleaved; the tool's `compile --emit optimized-hlo --device D` and its
+XLA's temp bytes of each executable (`compile().memory_analysis()`: the figure `memory`
+prints) and its time per call, the tool's (`run --repeat`'s executable) against JAX's,
+median of --repeat calls interleaved, at the precision the text gives; the seconds each row
+took; the tool's `compile --emit optimized-hlo --device D` and its
 planned peak (`memory --of grad`, liveness) beside XLA's temp bytes.  Then `check-grad
 --device D` and `run --device D` on the small programs through the command line.
 
@@ -20,6 +20,7 @@ Each row is written to OUT/tpu_table.md as it is measured (a run cut short keeps
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -50,26 +51,47 @@ def worst(gots, wants) -> float:
     return max((rel_err(g, w) for g, w in zip(gots, wants)), default=0.0)
 
 
-def temp_bytes(fn, args) -> int:
-    return int(jax.jit(fn).lower(*args).compile().memory_analysis().temp_size_in_bytes)
+def compiled_pair(f_tool, f_jax, xs):
+    """Both functions compiled by XLA for the inputs' device (what each runs and times)."""
+    return [jax.jit(f).lower(*xs).compile() for f in (f_tool, f_jax)]
 
 
-def timed_pair(f_tool, f_jax, args, repeat: int) -> tuple[float, float]:
-    """Median seconds per call of two compiled functions, interleaved, after a warm-up."""
-    for f in (f_tool, f_jax):
-        jax.block_until_ready(f(*args))
+def temp(compiled) -> int:
+    return int(compiled.memory_analysis().temp_size_in_bytes)
+
+
+def timed_pair(c_tool, c_jax, xs, repeat: int) -> tuple[float, float]:
+    """Median seconds per call of two executables, interleaved, after a warm-up."""
+    for c in (c_tool, c_jax):
+        jax.block_until_ready(c(*xs))
     ts, tj = [], []
     for _ in range(repeat):
-        for f, acc in ((f_tool, ts), (f_jax, tj)):
+        for c, acc in ((c_tool, ts), (c_jax, tj)):
             t0 = time.perf_counter()
-            jax.block_until_ready(f(*args))
+            jax.block_until_ready(c(*xs))
             acc.append(time.perf_counter() - t0)
     return statistics.median(ts), statistics.median(tj)
 
 
+def row(table, name, what, got, want, ours, theirs, xs, repeat, t0, note=""):
+    """One command's row: outputs compared, time per call, XLA's temp bytes."""
+    t_tool, t_jax = timed_pair(ours, theirs, xs, repeat)
+    table.add(
+        [
+            name,
+            what,
+            f"{worst(got, want):.1e}",
+            f"{t_tool / t_jax:.3f}",
+            f"{gb(temp(ours))} / {gb(temp(theirs))}",
+            note,
+            f"{time.perf_counter() - t0:.0f}",
+        ]
+    )
+
+
 def tool_fn(program):
-    """The executable `run` compiles for a program: its JAX function under jax.jit."""
-    return jax.jit(backend.as_jax_function(program.jaxpr, None, False))
+    """The function `run` compiles for a program (as `run --repeat` times it)."""
+    return backend.as_jax_function(program.jaxpr, None, False)
 
 
 def outs_list(x):
@@ -101,81 +123,54 @@ def measure(name, f, args, argnums, batched, device, repeat, table):
     dev = backend.get_device(device)
     xs = [jax.device_put(a, dev) for a in args]
     program = api.parse(str(jax.make_jaxpr(f)(*args)), f"<{name}>")
-    hi = "highest"
-    # forward: run
-    with jax.default_matmul_precision(hi):
+    # f32 programs compared at 'highest' (--matmul-precision highest); bf16 ones as written
+    # (XLA's TPU compiler refuses f32 contraction of bf16 operands: Mosaic "Bad lhs type")
+    low = any(np.asarray(a).dtype.itemsize < 4 for a in args)
+    hi = None if low else "highest"
+
+    def at_hi():
+        return contextlib.nullcontext() if low else jax.default_matmul_precision(hi)
+
+    t0 = time.perf_counter()
+    with at_hi():
         want = outs_list(jax.jit(f)(*xs))
     got = api.run(program, *args, device=device, matmul_precision=hi)
-    t_tool, t_jax = timed_pair(tool_fn(program), jax.jit(f), xs, repeat)
-    tb_tool = api.xla_memory(program, device=device)["temp_bytes"]
-    tb_jax = temp_bytes(f, xs)
-    table.add(
-        [
-            name,
-            "run",
-            f"{worst(got, want):.1e}",
-            f"{t_tool / t_jax:.3f}",
-            f"{gb(tb_tool)} / {gb(tb_jax)}",
-            "",
-        ]
-    )
+    row(table, name, "run", got, want, *compiled_pair(tool_fn(program), f, xs), xs, repeat, t0)
     # derivatives: grad (or jvp where JAX has no reverse mode of the program)
+    t0 = time.perf_counter()
     if argnums:
-        derived = api.grad(program, argnums)
-        jax_fn = jax.grad(f, argnums)
-        what = "grad, run"
+        derived, jax_fn, what = api.grad(program, argnums), jax.grad(f, argnums), "grad, run"
     else:
-        derived = api.jvp(program)
-        tangents = [np.ones_like(a) for a in args]
+        derived, what = api.jvp(program), "jvp, run"
         n = len(args)
+        args = list(args) + [np.ones_like(a) for a in args]
+        xs = xs + [jax.device_put(t, dev) for t in args[n:]]
 
         def jax_fn(*a):
             return jax.jvp(f, a[:n], a[n:])
 
-        xs = xs + [jax.device_put(t, dev) for t in tangents]
-        args = list(args) + tangents
-        what = "jvp, run"
-    with jax.default_matmul_precision(hi):
+    with at_hi():
         want = outs_list(jax.jit(jax_fn)(*xs))
     got = api.run(derived, *args, device=device, matmul_precision=hi)
-    t_tool, t_jax = timed_pair(tool_fn(derived), jax.jit(jax_fn), xs, repeat)
-    tb_tool = api.xla_memory(derived, device=device)["temp_bytes"]
-    tb_jax = temp_bytes(jax_fn, xs)
     planned = ""
     if argnums:
         timeline, _ = api.memory(program, of="grad", argnums=argnums)
         planned = f"planned peak {gb(timeline.peak_bytes)}"
-    table.add(
-        [
-            name,
-            what,
-            f"{worst(got, want):.1e}",
-            f"{t_tool / t_jax:.3f}",
-            f"{gb(tb_tool)} / {gb(tb_jax)}",
-            planned,
-        ]
-    )
+    pair = compiled_pair(tool_fn(derived), jax_fn, xs)
+    row(table, name, what, got, want, *pair, xs, repeat, t0, planned)
     if batched:
+        t0 = time.perf_counter()
         one, in_axes = batched
+        k = len(in_axes)
         ex = [a[0] if ax == 0 else a for a, ax in zip(args, in_axes)]
         single = api.parse(str(jax.make_jaxpr(one)(*ex)), f"<{name} example>")
         vm = api.vmap(single, list(in_axes), axis_size=len(args[0]))
         jv = jax.vmap(one, in_axes)
-        with jax.default_matmul_precision(hi):
-            want = outs_list(jax.jit(jv)(*xs[: len(in_axes)]))
-        got = api.run(vm, *args[: len(in_axes)], device=device, matmul_precision=hi)
-        t_tool, t_jax = timed_pair(tool_fn(vm), jax.jit(jv), xs[: len(in_axes)], repeat)
-        table.add(
-            [
-                name,
-                "vmap, run",
-                f"{worst(got, want):.1e}",
-                f"{t_tool / t_jax:.3f}",
-                f"{gb(api.xla_memory(vm, device=device)['temp_bytes'])} / "
-                f"{gb(temp_bytes(jv, xs[: len(in_axes)]))}",
-                "",
-            ]
-        )
+        with at_hi():
+            want = outs_list(jax.jit(jv)(*xs[:k]))
+        got = api.run(vm, *args[:k], device=device, matmul_precision=hi)
+        pair = compiled_pair(tool_fn(vm), jv, xs[:k])
+        row(table, name, "vmap, run", got, want, *pair, xs[:k], repeat, t0)
 
 
 def command_line_checks(device: str, out: Path) -> list[str]:
@@ -234,10 +229,11 @@ def main() -> int:
         [
             "program",
             "command",
-            "max rel. diff vs JAX (highest)",
+            "max rel. diff vs JAX (f32: highest)",
             "time/call tool/JAX",
             "XLA temp tool / JAX",
             "tool's plan",
+            "s",
         ],
     )
     failures = 0
