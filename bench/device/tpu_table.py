@@ -73,14 +73,20 @@ def timed_pair(c_tool, c_jax, xs, repeat: int) -> tuple[float, float]:
     return statistics.median(ts), statistics.median(tj)
 
 
-def row(table, name, what, got, want, ours, theirs, xs, repeat, t0, note=""):
-    """One command's row: outputs compared, time per call, XLA's temp bytes."""
+def row(table, name, what, got, want, ours, theirs, xs, repeat, t0, note="", cpu=None):
+    """One command's row: outputs compared, time per call, XLA's temp bytes; with `cpu`
+    (JAX's outputs on the CPU, f32 at highest) the tool's at the text's precision and at
+    highest against them."""
     t_tool, t_jax = timed_pair(ours, theirs, xs, repeat)
+    vs_cpu = ""
+    if cpu is not None:
+        vs_cpu = f"{worst(outs_list(ours(*xs)), cpu):.1e} / {worst(got, cpu):.1e}"
     table.add(
         [
             name,
             what,
             f"{worst(got, want):.1e}",
+            vs_cpu,
             f"{t_tool / t_jax:.3f}",
             f"{gb(temp(ours))} / {gb(temp(theirs))}",
             note,
@@ -119,7 +125,14 @@ def gb(n) -> str:
     return f"{n / 1e9:.3f} GB" if n >= 1e7 else f"{n / 1e6:.2f} MB"
 
 
-def measure(name, f, args, argnums, batched, device, repeat, table):
+def on_cpu(fn, args):
+    """JAX's outputs on the CPU (f32 products at highest): what a CPU user compares with."""
+    cpu = jax.devices("cpu")[0]
+    with jax.default_matmul_precision("highest"):
+        return outs_list(jax.jit(fn)(*[jax.device_put(a, cpu) for a in args]))
+
+
+def measure(name, f, args, argnums, batched, device, repeat, table, cpu_reference):
     dev = backend.get_device(device)
     xs = [jax.device_put(a, dev) for a in args]
     program = api.parse(str(jax.make_jaxpr(f)(*args)), f"<{name}>")
@@ -135,7 +148,9 @@ def measure(name, f, args, argnums, batched, device, repeat, table):
     with at_hi():
         want = outs_list(jax.jit(f)(*xs))
     got = api.run(program, *args, device=device, matmul_precision=hi)
-    row(table, name, "run", got, want, *compiled_pair(tool_fn(program), f, xs), xs, repeat, t0)
+    cpu = on_cpu(f, args) if cpu_reference else None
+    pair = compiled_pair(tool_fn(program), f, xs)
+    row(table, name, "run", got, want, *pair, xs, repeat, t0, cpu=cpu)
     # derivatives: grad (or jvp where JAX has no reverse mode of the program)
     t0 = time.perf_counter()
     if argnums:
@@ -157,7 +172,8 @@ def measure(name, f, args, argnums, batched, device, repeat, table):
         timeline, _ = api.memory(program, of="grad", argnums=argnums)
         planned = f"planned peak {gb(timeline.peak_bytes)}"
     pair = compiled_pair(tool_fn(derived), jax_fn, xs)
-    row(table, name, what, got, want, *pair, xs, repeat, t0, planned)
+    cpu = on_cpu(jax_fn, args) if cpu_reference else None
+    row(table, name, what, got, want, *pair, xs, repeat, t0, planned, cpu=cpu)
     if batched:
         t0 = time.perf_counter()
         one, in_axes = batched
@@ -212,6 +228,12 @@ def main() -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--only", default=None, help="programs whose name contains this")
     ap.add_argument("--no-commands", action="store_true")
+    ap.add_argument(
+        "--no-cpu-reference",
+        dest="cpu_reference",
+        action="store_false",
+        help="leave out the comparison with JAX on the CPU",
+    )
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -230,6 +252,7 @@ def main() -> int:
             "program",
             "command",
             "max rel. diff vs JAX (f32: highest)",
+            "vs JAX on the CPU: as written / highest",
             "time/call tool/JAX",
             "XLA temp tool / JAX",
             "tool's plan",
@@ -241,7 +264,7 @@ def main() -> int:
         if a.only and a.only not in name:
             continue
         try:
-            measure(name, f, args, argnums, batched, a.device, a.repeat, table)
+            measure(name, f, args, argnums, batched, a.device, a.repeat, table, a.cpu_reference)
         except Exception as e:  # noqa: BLE001 - one program's trouble is one row
             failures += 1
             traceback.print_exc()
