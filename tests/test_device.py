@@ -240,3 +240,19 @@ def test_memory_on_the_tpu_is_xlas_figure_for_the_tpu(prog):
     assert got["temp_bytes"] == want.temp_size_in_bytes
     r = tool("compile", prog, "--emit", "optimized-hlo", "--device", "tpu")
     assert r.exit_code == 0 and "HloModule" in r.output
+
+
+@pytest.mark.tpu
+@needs_tpu
+def test_a_mesh_larger_than_the_tpus_is_a_clear_error():
+    """JAX 0.10.2's printout of a shard_map over an 8-device mesh (the corpus's
+    shard_map_collectives), on the one-chip TPU: the mesh is built from the TPU's devices."""
+    from pathlib import Path
+
+    import jax
+
+    path = Path(__file__).parent / "data" / "device" / "shard_map_collectives_jax0102.jaxpr"
+    r = tool("run", path, "--random", "0", "--device", "tpu")
+    n = len(jax.devices("tpu"))
+    assert r.exit_code == 1, r.output
+    assert f"needs 8 devices but {n} tpu device{'s are' if n != 1 else ' is'} available" in r.output
