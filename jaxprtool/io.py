@@ -588,13 +588,24 @@ def report(err: JaxprError, kind: str = "error") -> None:
 
         head, _, rest = msg.partition("\n")
         colour = "red" if kind == "error" else "yellow"
+        where, text = _split_head(head, kind)
         console(sys.stderr, soft_wrap=True).print(
-            f"[bold]{escape(head.split(f' {kind}: ')[0])}[/bold] [bold {colour}]{kind}:[/] "
-            + escape(head.split(f" {kind}: ", 1)[-1])
+            (f"[bold]{escape(where)}[/bold] " if where else "")
+            + f"[bold {colour}]{kind}:[/] "
+            + escape(text)
             + ("\n" + escape(rest) if rest else "")
         )
     else:
         click.echo(msg, err=True)
+
+
+def _split_head(head: str, kind: str) -> tuple[str, str]:
+    """('FILE:LINE:COL:', message) of a diagnostic's first line; ('', message) when it has
+    no location ('error: ...')."""
+    if head.startswith(f"{kind}: "):
+        return "", head[len(kind) + 2 :]
+    where, _, text = head.partition(f" {kind}: ")
+    return where, text
 
 
 def warn(message: str, loc: Loc | None = None) -> None:

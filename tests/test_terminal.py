@@ -350,3 +350,20 @@ def test_opt_without_passes_prints_the_input_back():
 def test_help_mentions_completion():
     out = invoke(["--help"]).stdout
     assert 'eval "$(_JAXPRTOOL_COMPLETE=bash_source jaxprtool)"' in " ".join(out.split())
+
+
+def test_an_error_without_a_location_is_said_once_in_colour(monkeypatch, capsys):
+    """On a terminal, an error with no FILE:LINE:COL (missing JAX, a missing device) was
+    printed twice on one line (`error: error: ...`)."""
+    import re
+
+    from jaxprtool.core import JaxprError, Loc
+
+    monkeypatch.setattr(io, "COLOR_MODE", "always")
+    io.report(JaxprError("this command runs programs"))
+    io.report(JaxprError("bad thing", Loc("f.jaxpr", 2, 3)))
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().err)
+    assert plain.splitlines() == [
+        "error: this command runs programs",
+        "f.jaxpr:2:3: error: bad thing",
+    ]
