@@ -350,3 +350,27 @@ def test_residuals_of_a_transformer_block_match_jax_but_its_literals():
     # linear program holds as literals; every array residual is the same
     assert sorted(tool_saved) == sorted(leaf.nbytes for leaf in leaves if leaf.ndim > 0)
     assert all(leaf.nbytes == 4 for leaf in leaves if leaf.ndim == 0)
+
+
+def test_the_report_counts_residuals_apart_from_their_bytes_and_names_colours_only_when_shown():
+    """`4 residuals, 344 B (344 bytes)`, not `4, 344 bytes` (which read as 4,344); the count
+    and the bytes are those of the residual lines below it; the plot's legend says 'in cyan'
+    only where the cyan shows (issue 39, item 3)."""
+    import re
+    from pathlib import Path
+
+    from jaxprtool.cli import main
+
+    sample = Path(__file__).resolve().parents[1] / "samples" / "mlp.jaxpr"
+    argv = ["memory", "--of", "grad", str(sample), "--no-xla"]
+    r = CliRunner().invoke(main, ["--color", "never", *argv])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    head = next(x for x in lines if x.startswith("residuals"))
+    m = re.search(r"\): (\d+) residuals?, ([\d.]+ [KMG]?B) \((\d+) bytes\)$", head)
+    assert m, head
+    each = [int(x) for x in re.findall(r"^  residual \d+: .* \((\d+) bytes\)", r.output, re.M)]
+    assert len(each) == int(m.group(1)) and sum(each) == int(m.group(3))
+    assert "backward part after it" in r.output and "cyan" not in r.output
+    r = CliRunner().invoke(main, ["--color", "always", *argv])
+    assert "backward part in cyan" in r.output

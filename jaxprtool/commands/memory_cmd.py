@@ -144,4 +144,5 @@ def _print_text(r: dict, output) -> None:
         return
     c = console(sys.stdout)
     c.print(text, end="", markup=False, soft_wrap=True)
-    c.print(ui.terminal_plot(r, c.width), end="", soft_wrap=True)
+    shown = c.color_system is not None
+    c.print(ui.terminal_plot(r, c.width, color=shown), end="", soft_wrap=True)
