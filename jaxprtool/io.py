@@ -497,12 +497,26 @@ def program_loc(where: str) -> Loc | None:
 
 
 def text_loc(path: str, text: str, where: str) -> Loc | None:
-    """`program_loc` in the given text of `path`."""
-    pos = text.find("{ lambda") if where == "inputs" else text.rfind("in (")
+    """`program_loc` in the given text of `path`: "inputs", "outputs" or "input N" (that
+    binder of the top-level jaxpr)."""
+    pos = text.find("{ lambda") if where.startswith("input") else text.rfind("in (")
+    if where.startswith("input ") and pos >= 0:
+        pos = _binder_pos(text, pos, int(where.split()[1]))
     if pos < 0:
         return None
     line = text.count("\n", 0, pos) + 1
     return Loc(path, line, pos - (text.rfind("\n", 0, pos) + 1) + 1)
+
+
+def _binder_pos(text: str, start: int, n: int) -> int:
+    """Where the n-th input binder (`a:f32[3]`) of the lambda at `start` begins, or `start`
+    when the header does not read plainly."""
+    semi = text.find(";", start)
+    head_end = text.find(". let", semi)
+    if semi < 0 or head_end < 0:
+        return start
+    binders = list(re.finditer(r"\S+", text[semi + 1 : head_end]))
+    return semi + 1 + binders[n].start() if n < len(binders) else start
 
 
 def format_error(err: JaxprError, kind: str = "error") -> str:
