@@ -367,3 +367,20 @@ def test_an_error_without_a_location_is_said_once_in_colour(monkeypatch, capsys)
         "error: this command runs programs",
         "f.jaxpr:2:3: error: bad thing",
     ]
+
+
+def test_check_and_fmt_with_no_file_and_nothing_piped_in(tmp_path, monkeypatch):
+    """Standard input is a terminal (nothing piped in): check reads the current folder and
+    says so, fmt is a usage error, instead of waiting silently (issue 39, item 8)."""
+    (tmp_path / "ok.jaxpr").write_text("{ lambda ; a:f32[]. let b:f32[] = sin a in (b,) }\n")
+    (tmp_path / "bad.jaxpr").write_text("{ lambda ; a:f32[]. let b:f32[] = sin c in (b,) }\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(io, "is_terminal", lambda stream=None: True)
+    r = CliRunner().invoke(main, ["--color", "never", "check"])
+    assert r.exit_code == 1
+    assert (
+        "note: no FILE given and nothing piped in: check reads the current folder (.)" in r.output
+    )
+    assert "bad.jaxpr:1:39: error: variable 'c' used before definition" in r.output
+    r = CliRunner().invoke(main, ["fmt"])
+    assert r.exit_code == 2 and "nothing is piped in: give a FILE" in r.output

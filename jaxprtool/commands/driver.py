@@ -468,6 +468,23 @@ def _has_code(chunk: str) -> bool:
     return any(s.strip() and not s.lstrip().startswith("#") for s in chunk.splitlines())
 
 
+def given_or_default(files, command: str) -> tuple[str, ...]:
+    """The FILE arguments; with none, standard input, unless it is a terminal (nothing is
+    piped in, and no one types a jaxpr): then the current folder, said on standard error,
+    as ruff does."""
+    from ..io import is_terminal
+
+    if files:
+        return tuple(files)
+    if not is_terminal(sys.stdin):
+        return ("-",)
+    click.echo(
+        f"note: no FILE given and nothing piped in: {command} reads the current folder (.)",
+        err=True,
+    )
+    return (".",)
+
+
 def expand_inputs(files: Iterable[str]) -> list[str]:
     """FILE arguments with each folder replaced by its jaxpr files (`*.jaxpr`, and the
     `*.jaxpr.txt` files of a JAX_DUMP_IR_TO folder), recursively, in name order, leaving out
