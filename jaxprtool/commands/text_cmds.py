@@ -8,7 +8,7 @@ import click
 
 from ..cli import guarded
 from ..core import JaxprError, Loc
-from ..io import is_terminal, report
+from ..io import report
 from .common import FILE_ARG, OUT_ARG
 from .driver import split_option, timing_option
 
@@ -95,6 +95,8 @@ def fmt(files, out, width, check_only, write, show_diff, quiet, split_input, tim
             "fmt prints one program (or one --split-input-file); give one FILE, or "
             "--check / --diff / -i FILES"
         )
+    from ..io import is_terminal
+
     if not files and is_terminal(sys.stdin):
         raise click.UsageError(
             "fmt prints FILE, or standard input, and nothing is piped in: give a FILE "
