@@ -145,3 +145,21 @@ def test_json_report(tmp_path, wrong_sin_rule):
     assert [c["result"] for c in report["checks"]] == ["FAIL", "FAIL", "pass"]
     for c in report["checks"]:
         assert (c["result"] == "pass") == (c["error"] <= c["tolerance"])
+
+
+def test_tolerances_and_step_can_be_given():
+    """--tol and --dot-tol replace JAX's default tolerances (as check_grads' atol/rtol), and
+    --eps the finite-difference step (issue 39, item 13): a step of 0.5 leaves a truncation
+    error far above f32's 2e-3, and a zero-width tolerance fails every inexact check."""
+    import json
+
+    f = str(SAMPLES / "sin_cos.jaxpr")
+    doc = json.loads(invoke("--json", f).stdout)
+    assert [c["tolerance"] for c in doc["files"][0]["checks"]] == [2e-3, 2e-3, 2e-5]
+    r = invoke("--json", f, "--tol", "0.5", "--dot-tol", "1e-3")
+    assert [c["tolerance"] for c in json.loads(r.stdout)["files"][0]["checks"]] == [0.5, 0.5, 1e-3]
+    r = invoke("--json", f, "--eps", "0.5")
+    checks = json.loads(r.stdout)["files"][0]["checks"]
+    assert r.exit_code == 1 and [c["result"] for c in checks] == ["FAIL", "FAIL", "pass"]
+    assert invoke(f, "--eps", "0.5", "--tol", "1.0").exit_code == 0
+    assert invoke(f, "--tol", "0").exit_code == 2  # a tolerance is positive: usage

@@ -91,6 +91,26 @@ def _as_type(value, t):
     '[{"program", "check", "error", "tolerance", "result"}], "replaced"}], "summary": '
     '{"files", "checks", "failures", "not_checked"}}.',
 )
+@click.option(
+    "--tol",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Tolerance of the jvp and vjp checks against finite differences (default: JAX's "
+    "default_gradient_tolerance of the least precise float: 2e-3 for f32).",
+)
+@click.option(
+    "--dot-tol",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Tolerance of the dot-product (adjoint) test (default: 2e-5 for f32, 1e-12 for f64).",
+)
+@click.option(
+    "--eps",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Finite-difference step (default: 1e-5 in a float64 copy of the program, else "
+    "1e-3 for f32).",
+)
 @custom_rules_option
 @dim_option
 @device_options(highest_on_tpu=True, require_device=True, help="Where the checks run.")
@@ -104,6 +124,9 @@ def check_grad(
     argnums,
     consts_npz,
     as_json,
+    tol,
+    dot_tol,
+    eps,
     custom_rules,
     dim_specs,
     device,
@@ -179,6 +202,7 @@ def check_grad(
                         modes=mode_set,
                         label=label,
                         argnums=argnums,
+                        tolerances={"tol": tol, "dot_tol": dot_tol, "eps": eps},
                     )
             except Reported:  # the checker's errors are printed
                 trouble = True

@@ -165,10 +165,12 @@ def _random_like(x, rng):
 
 
 class GradChecker:
-    def __init__(self, run, rng, argnums=None):
+    def __init__(self, run, rng, argnums=None, tolerances=None):
         self.run = run  # run(jaxpr, args) -> list[np.ndarray]
         self.rng = rng
         self.argnums = argnums
+        #: the user's {"tol", "dot_tol", "eps"} (check-grad --tol/--dot-tol/--eps); None: JAX's
+        self.given = tolerances or {}
 
     def check(
         self, jaxpr: Jaxpr, args, label: str, modes, top: bool = True
@@ -181,13 +183,13 @@ class GradChecker:
         if not outs_inexact:
             raise JaxprError(f"{label}: no float or complex outputs to differentiate")
         dtype = least_precise_dtype(jaxpr)
-        tol = TOLERANCE.get(dtype, 2e-3)
+        tol = self.given.get("tol") or TOLERANCE.get(dtype, 2e-3)
         n_out = len(jaxpr.outvars)
         outs = self.run(jaxpr, args)
         nonfinite = not all(np.isfinite(np.asarray(outs[i])).all() for i in outs_inexact)
         hidden = _hides_derivative(jaxpr)  # (what finite differences see through)
         w = [_random_like(outs[i], self.rng) for i in outs_inexact]
-        v, fd, kink = FiniteDifferences(self.run, jaxpr, dtype).directional(
+        v, fd, kink = FiniteDifferences(self.run, jaxpr, dtype, self.given.get("eps")).directional(
             args, diff, outs_inexact, self.rng
         )
         checks: list[Check] = []
@@ -228,7 +230,7 @@ class GradChecker:
                     Check(
                         "dot product (adjoint)",
                         abs(a - rhs) / scale,
-                        DOT_TOLERANCE.get(dtype, 2e-5),
+                        self.given.get("dot_tol") or DOT_TOLERANCE.get(dtype, 2e-5),
                         label,
                         nonfinite=nonfinite,
                     )
@@ -265,14 +267,16 @@ class FiniteDifferences:
     sign, ...); when every direction tried crosses a tie, that equation's location is
     returned, so the check is reported as non-smooth there instead of failing."""
 
-    def __init__(self, run, jaxpr: Jaxpr, dtype: str):
+    def __init__(self, run, jaxpr: Jaxpr, dtype: str, eps: float | None = None):
         from .widen import widen
 
         self.run = run
         self.jaxpr = jaxpr
         self.wide = widen(jaxpr)
         self.indicators = kink_indicators(self.wide or jaxpr)
-        if self.wide is not None:
+        if eps is not None:
+            self.eps = eps
+        elif self.wide is not None:
             self.eps = WIDE_EPS
         else:
             self.eps = EPS.get(dtype.replace("complex64", "float32"), 1e-3)
@@ -409,9 +413,11 @@ def check_grad(
     modes=("fwd", "rev"),
     label="f",
     argnums=None,
+    tolerances=None,
 ):
-    """All checks up to `order`; returns the list of `Check`s."""
-    checker = GradChecker(run, np.random.default_rng(seed), argnums)
+    """All checks up to `order`; returns the list of `Check`s.  `tolerances`: {"tol",
+    "dot_tol", "eps"} given by the user (None or missing: JAX's defaults for the dtype)."""
+    checker = GradChecker(run, np.random.default_rng(seed), argnums, tolerances)
     checks, derived = checker.check(jaxpr, args, label, modes)
     if order >= 2:
         for prog, prog_args, name in derived:
