@@ -494,6 +494,11 @@ class ProgramError(JaxprError):
         self.where = where  # "inputs" | "outputs"
 
 
+class NoReverseMode(JaxprError):
+    """JAX itself has no reverse mode of a construct (a while loop with a dynamic trip
+    count): not a missing rule of the tool's, so a forward-mode check can still run."""
+
+
 class UsageProblem(JaxprError):
     """Bad usage found while running (a missing input file, an output folder that does not exist): exit 2."""
 

@@ -179,7 +179,7 @@ def check_grad(
     dims = parse_dims(dim_specs)  # the sizes of symbolic dims for the random inputs
     reports: list[dict] = []
     failed = trouble = False
-    n_files = n_checks = n_failed = 0
+    n_files = n_checks = n_failed = n_skipped = 0
     with progress(f"check-grad: 0 of {len(inputs)} files") as prog:
         for k, file in enumerate(inputs):
             prog.update(f"check-grad: {k} of {len(inputs)} files ({file})")
@@ -233,11 +233,14 @@ def check_grad(
             n_files += 1
             n_checks += len(checks)
             n_failed += sum(not c.passed for c in checks)
+            n_skipped += sum(c.skipped is not None for c in checks)
             failed |= not all(c.passed for c in checks)
     summary = (
         f"check-grad: {n_files} file{'s' if n_files != 1 else ''}, {n_checks} "
         f"check{'s' if n_checks != 1 else ''}, {n_failed} failure{'s' if n_failed != 1 else ''}"
     )
+    if n_skipped:
+        summary += f", {n_skipped} skipped (reasons above)"
     if trouble:
         summary += f", {len(inputs) - n_files} not checked (errors above)"
     if as_json:
@@ -247,6 +250,7 @@ def check_grad(
             "files": n_files,
             "checks": n_checks,
             "failures": n_failed,
+            "skipped": n_skipped,
             "not_checked": len(inputs) - n_files,
         }
         click.echo(json.dumps({"files": reports, "summary": totals}, indent=2))
@@ -263,7 +267,7 @@ def _report(path: str, checks, replaced: list[str]) -> dict:
             {
                 "program": c.program,
                 "check": c.name,
-                "error": float(c.error),
+                "error": None if c.skipped else float(c.error),
                 "tolerance": float(c.tolerance),
                 "result": c.verdict,
             }

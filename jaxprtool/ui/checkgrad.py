@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..core import Jaxpr, JaxprError, is_inexact
+from ..core import Jaxpr, JaxprError, NoReverseMode, is_inexact
 from ..lazy import np
 
 #: JAX's gradient tolerances of its 4- and 8-bit floats, least precise first
@@ -86,13 +86,21 @@ class Check:
     #: a primitive of the program whose derivative is zero by definition though its value
     #: moves (`hides_derivative`): finite differences see through it
     hidden_by: str | None = None
+    #: why the check could not run (JAX has no reverse mode of the program): not a failure
+    skipped: str | None = None
 
     @property
     def passed(self) -> bool:
-        return self.nonsmooth is not None or bool(self.error <= self.tolerance)
+        return (
+            self.skipped is not None
+            or self.nonsmooth is not None
+            or bool(self.error <= self.tolerance)
+        )
 
     @property
     def verdict(self) -> str:
+        if self.skipped is not None:
+            return f"skipped: {self.skipped}"
         if self.nonsmooth is not None:
             return f"non-smooth at {self.nonsmooth}"
         if self.passed:
@@ -205,7 +213,15 @@ class GradChecker:
             )
             derived.append((J, list(args) + v, f"jvp({label})"))
         if "rev" in modes:
-            V = vjp_jaxpr(jaxpr, diff)
+            try:
+                V = vjp_jaxpr(jaxpr, diff)
+            except NoReverseMode as e:
+                why = f"no reverse mode in JAX ({e.message.split('. ')[0]})"
+                dot_tol = self.given.get("dot_tol") or DOT_TOLERANCE.get(dtype, 2e-5)
+                rows = [("vjp vs finite differences", tol)]
+                rows += [("dot product (adjoint)", dot_tol)] * (jv is not None)
+                checks += [Check(n, float("nan"), t, label, skipped=why) for n, t in rows]
+                return checks, derived
             vjp_outs = self.run(V, list(args) + w)
             jtw = vjp_outs[n_out:]
             lhs = sum(_pairing(a, b) for a, b in zip(w, fd))
@@ -435,6 +451,7 @@ def render_table(
     import sys
 
     from rich import box
+    from rich.markup import escape
     from rich.table import Table
 
     from ..io import console
@@ -450,11 +467,12 @@ def render_table(
     table.add_column("tol", justify="right", no_wrap=True)
     table.add_column("result", no_wrap=True)
     for c in checks:
-        if c.nonsmooth:
-            verdict = f"[yellow]{c.verdict}[/]"
+        if c.nonsmooth or c.skipped:
+            verdict = f"[yellow]{escape(c.verdict)}[/]"
         else:
             verdict = "[green]pass[/]" if c.passed else f"[bold red]{c.verdict}[/]"
-        table.add_row(c.program, c.name, f"{c.error:.2e}", f"{c.tolerance:.0e}", verdict)
+        error = "-" if c.skipped else f"{c.error:.2e}"
+        table.add_row(c.program, c.name, error, f"{c.tolerance:.0e}", verdict)
     con = console(sys.stdout)
     if color is False:
         con.no_color = True
