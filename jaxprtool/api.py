@@ -48,6 +48,7 @@ __all__ = [
     "JaxprWarning",
     "Loc",
     "Program",
+    "ProgramError",
     "check",
     "format",
     "grad",
@@ -102,6 +103,24 @@ class Program(Frozen, eq=False):
 
     def __str__(self) -> str:
         return format(self)
+
+    def __repr__(self) -> str:
+        """`<Program f.jaxpr: (a:f32[3], b:f32[]) -> (f32[3],), 12 equations>`: short,
+        where the dataclass repr ran to thousands of characters."""
+        j = self.jaxpr
+        ins = ", ".join(f"{v.hint or '_'}:{v.type}" for v in j.invars)
+        outs = ", ".join(str(getattr(v, "type", v)) for v in j.outvars)
+        n = len(j.eqns)
+        return f"<Program {self.path}: ({ins}) -> ({outs}), {n} equation{'s' if n != 1 else ''}>"
+
+    @property
+    def input_types(self) -> list:
+        """The types of the program's inputs (`ShapedArray`s: `.shape`, `.dtype`), in order."""
+        return [v.type for v in self.jaxpr.invars]
+
+    @property
+    def output_types(self) -> list:
+        return [getattr(v, "type", None) for v in self.jaxpr.outvars]
 
     def derived(self, jaxpr: Jaxpr) -> Program:
         """A program made from this one: its style and path, no source text."""

@@ -139,6 +139,10 @@ class Timeline:
     def peak_eqn(self) -> Eqn | None:
         return None if self.peak_index is None else self.eqns[self.peak_index]
 
+    def __repr__(self) -> str:
+        where = "" if self.peak_index is None else f" at step {self.peak_index}"
+        return f"<Timeline: {len(self.live_bytes)} steps, peak {self.peak_bytes} bytes{where}>"
+
 
 class Residuals:
     """The values held across the forward/backward boundary, in the linear part's order."""
@@ -147,6 +151,13 @@ class Residuals:
         self.values = values
         #: the step of the boundary in the program's timeline
         self.boundary = boundary
+
+    def __repr__(self) -> str:
+        n = len(self.values)
+        return (
+            f"<Residuals: {n} value{'s' if n != 1 else ''}, {self.total} bytes held across "
+            f"the boundary at step {self.boundary}>"
+        )
 
     @property
     def total(self) -> int:
