@@ -499,6 +499,11 @@ class NoReverseMode(JaxprError):
     count): not a missing rule of the tool's, so a forward-mode check can still run."""
 
 
+class NotLinear(JaxprError):
+    """A transpose met an equation that is not linear in the inputs taken as linear (both
+    operands of a product depend on them)."""
+
+
 class UsageProblem(JaxprError):
     """Bad usage found while running (a missing input file, an output folder that does not exist): exit 2."""
 
