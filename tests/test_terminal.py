@@ -384,3 +384,29 @@ def test_check_and_fmt_with_no_file_and_nothing_piped_in(tmp_path, monkeypatch):
     assert "bad.jaxpr:1:39: error: variable 'c' used before definition" in r.output
     r = CliRunner().invoke(main, ["fmt"])
     assert r.exit_code == 2 and "nothing is piped in: give a FILE" in r.output
+
+
+def test_run_summary_keeps_type_and_statistics_whole_and_cuts_the_preview(monkeypatch):
+    """On a terminal: one line per output, the values' preview cut with an ellipsis (at 80
+    columns) or left out where no room is left for it (60), the type and the statistics
+    never cut (issue 39, item 4)."""
+    import numpy as np
+
+    from jaxprtool.commands.run_report import print_summary
+
+    monkeypatch.setattr(io, "COLOR_MODE", "always")
+    outs = [
+        np.linspace(-1.234567, 2.345678, 32, dtype=np.float32).reshape(4, 8),
+        np.float32(4.17712),
+    ]
+    for columns, preview in (("80", True), ("60", False)):
+        monkeypatch.setenv("COLUMNS", columns)
+        buf = _io.StringIO()
+        monkeypatch.setattr("sys.stdout", buf)
+        print_summary(outs, None)
+        lines = re.sub(r"\x1b\[[0-9;]*m", "", buf.getvalue()).splitlines()
+        rows = [x for x in lines if "out0" in x or "out1" in x]
+        assert len(rows) == 2 and all(len(x) <= int(columns) for x in lines), lines
+        for stat in ("f32[4,8]", "-1.23457", "2.34568", "0.555556", "f32[]", "4.17712"):
+            assert stat in "".join(rows), (stat, rows)
+        assert ("…" in rows[0]) == preview and ("values" in lines[2]) == preview
