@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from conftest import JAX_VERSION
 from jax import lax
 
 from jaxprtool.ad.api import grad_jaxpr, linearize_combined, vjp_jaxpr
@@ -269,6 +270,7 @@ def test_json_is_what_json_dumps_writes(tmp_path, steps):
 
 
 def test_plot_svg_valid_and_deterministic(tmp_path):
+    pytest.importorskip("matplotlib", reason="memory --plot draws with matplotlib (the plot extra)")
     p = tmp_path / "s.jaxpr"
     p.write_text(SIMPLE)
     outs = []
@@ -348,7 +350,12 @@ def test_residuals_of_a_transformer_block_match_jax_but_its_literals():
     tool_saved = [v.nbytes for v in residual_bytes(lin).values]
     # JAX also keeps f32[] scalars (print_saved_residuals: "from a literal") that the tool's
     # linear program holds as literals; every array residual is the same
-    assert sorted(tool_saved) == sorted(leaf.nbytes for leaf in leaves if leaf.ndim > 0)
+    jax_saved = sorted(leaf.nbytes for leaf in leaves if leaf.ndim > 0)
+    if JAX_VERSION < (0, 11, 2):
+        # tanh's JVP before JAX 0.11.2, (g + g*ans) * (1 - ans), keeps tanh's f32[6,32] result
+        # besides 1 - ans; the tool's (0.11.2's) g * one_minus_square(ans) keeps one
+        jax_saved.remove(6 * 32 * 4)
+    assert sorted(tool_saved) == jax_saved
     assert all(leaf.nbytes == 4 for leaf in leaves if leaf.ndim == 0)
 
 
