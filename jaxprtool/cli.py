@@ -253,6 +253,13 @@ def _set_output_format(ctx, param, value):
         diagnostics.set_format(value)
 
 
+def _set_max_equations(ctx, param, value):
+    from . import expansion
+
+    if value is not None:
+        expansion.LIMIT = value
+
+
 def _set_no_color(ctx, param, value):
     if value:
         _set_color(ctx, param, "never")
@@ -303,6 +310,17 @@ def _global_option_specs() -> list[tuple[list[str], dict]]:
         ),
         (["--no-color"], dict(is_flag=True, help="Same as --color never.")),
         (
+            ["--max-equations"],
+            dict(
+                type=click.IntRange(min=1),
+                default=None,
+                metavar="N",
+                help="Refuse a program that its shared jaxprs, copied at each use, make more "
+                "than N equations (default 1000000), before inlining, differentiating, "
+                "measuring or running it.",
+            ),
+        ),
+        (
             ["--output-format", "--diagnostic-format", "diagnostic_format"],
             dict(
                 type=click.Choice(["text", "json", "github", "sarif"]),
@@ -323,6 +341,7 @@ _GLOBAL_CALLBACKS = {
     "jax_style": _set_jax_style,
     "color": _set_color,
     "no_color": _set_no_color,
+    "max_equations": _set_max_equations,
     "diagnostic_format": _set_output_format,
 }
 
@@ -398,7 +417,7 @@ def _main_options(f):
     callback=_print_version,
     help="Show the version, the JAX version found and the JAX printing styles, then exit.",
 )
-def main(debug, plugins, jax_style, color, no_color, diagnostic_format):
+def main(debug, plugins, jax_style, color, no_color, max_equations, diagnostic_format):
     """jaxprtool: read, transform, check and run JAX jaxprs from text files.
 
     Global options may also follow the command (`jaxprtool run f.jaxpr --debug`).
@@ -411,9 +430,10 @@ def main(debug, plugins, jax_style, color, no_color, diagnostic_format):
       jaxprtool fmt f.jaxpr
       jaxprtool linearize f.jaxpr | jaxprtool transpose
     """
-    from . import diagnostics, io
+    from . import diagnostics, expansion, io
 
     diagnostics.begin(diagnostic_format or "text")
+    expansion.LIMIT = max_equations or expansion.DEFAULT_LIMIT
     OPTIONS.debug = debug
     OPTIONS.jax_style = jax_style
     OPTIONS.plugins = plugins

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..core import Atom, Jaxpr, JaxprError, Literal, ProgramError, RefType, Var, gc_paused
+from ..expansion import refuse_large
 from ..record import prim as record_of
 from . import builder as B
 from . import observe, ops
@@ -330,6 +331,7 @@ def transpose_auto(jaxpr: Jaxpr, linear: Sequence[int] | None = None, residuals:
     Returns `(jaxpr, linear_mask, linear_outputs)`."""
     from .linearize import find_linear_eqn
 
+    refuse_large(jaxpr)
     n = len(jaxpr.invars)
     lin_out = None
     if linear is not None:
