@@ -260,6 +260,29 @@ def _set_max_equations(ctx, param, value):
         expansion.LIMIT = value
 
 
+def _set_max_input_size(ctx, param, value):
+    from . import io
+
+    if value is not None:
+        io.MAX_INPUT = value
+
+
+class Size(click.ParamType):
+    """A size in bytes: `256M`, `1G`, `1000000`."""
+
+    name = "size"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        from .backend.limits import parse_size
+
+        try:
+            return parse_size(value, param.opts[0])
+        except UsageProblem as e:
+            self.fail(e.message, param, ctx)
+
+
 def _set_no_color(ctx, param, value):
     if value:
         _set_color(ctx, param, "never")
@@ -310,6 +333,16 @@ def _global_option_specs() -> list[tuple[list[str], dict]]:
         ),
         (["--no-color"], dict(is_flag=True, help="Same as --color never.")),
         (
+            ["--max-input-size"],
+            dict(
+                type=Size(),
+                default=None,
+                metavar="SIZE",
+                help="Refuse an input file larger than SIZE bytes (K, M, G suffixes; default "
+                "256M), naming it, instead of reading it all.",
+            ),
+        ),
+        (
             ["--max-equations"],
             dict(
                 type=click.IntRange(min=1),
@@ -342,6 +375,7 @@ _GLOBAL_CALLBACKS = {
     "color": _set_color,
     "no_color": _set_no_color,
     "max_equations": _set_max_equations,
+    "max_input_size": _set_max_input_size,
     "diagnostic_format": _set_output_format,
 }
 
@@ -417,7 +451,9 @@ def _main_options(f):
     callback=_print_version,
     help="Show the version, the JAX version found and the JAX printing styles, then exit.",
 )
-def main(debug, plugins, jax_style, color, no_color, max_equations, diagnostic_format):
+def main(
+    debug, plugins, jax_style, color, no_color, max_input_size, max_equations, diagnostic_format
+):
     """jaxprtool: read, transform, check and run JAX jaxprs from text files.
 
     Global options may also follow the command (`jaxprtool run f.jaxpr --debug`).
@@ -434,6 +470,7 @@ def main(debug, plugins, jax_style, color, no_color, max_equations, diagnostic_f
 
     diagnostics.begin(diagnostic_format or "text")
     expansion.LIMIT = max_equations or expansion.DEFAULT_LIMIT
+    io.MAX_INPUT = max_input_size or io.DEFAULT_MAX_INPUT
     OPTIONS.debug = debug
     OPTIONS.jax_style = jax_style
     OPTIONS.plugins = plugins

@@ -183,10 +183,8 @@ EXPECT = {
     "size: 100k equations": "ok",
     "size: 20k type errors": "check: 2:5: error: sin: result type i32[3] does not match",
     "bytes: binary data": "parse: 1:1: error: input is not valid UTF-8",
-    "bytes: NUL bytes": "parse: 2:19: error: expected an operand (a variable or a literal), "
-    "found '\\x00'",
-    "bytes: NUL at the start": "parse: 1:1: error: expected a jaxpr ('{ lambda ...'), "
-    "found '\\x00'",
+    "bytes: NUL bytes": "parse: 2:19: error: a NUL byte: this is not jaxpr text",
+    "bytes: NUL at the start": "parse: 1:1: error: a NUL byte: this is not jaxpr text",
     "bytes: CRLF line endings": "ok",
     "bytes: CR line endings": "ok",
     "bytes: byte-order mark": "ok",

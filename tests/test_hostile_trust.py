@@ -8,6 +8,9 @@ Each test plants the attack and checks the exact behaviour: a located message an
 
 from __future__ import annotations
 
+import io
+import os
+import threading
 import time
 
 import pytest
@@ -83,3 +86,72 @@ def test_the_limit_can_be_raised_and_lowered():
     r = tool("opt", "-p", "inline", "-", "--max-equations", "200", text=small)
     assert r.exit_code == 0, r.stderr
     assert r.stdout.count(" = sin ") == 64
+
+
+# ---------------------------------------------------------------- 6: unbounded reads
+
+
+def test_an_endless_file_is_refused_by_name():
+    r = tool("check", "/dev/zero")
+    assert_refused(r, "/dev/zero:1:1: error: the input is larger than 256 MiB, the most read")
+    assert "--max-input-size SIZE raises the limit" in error_line(r)
+
+
+class Endless(io.RawIOBase):
+    """`yes |`: standard input that never ends."""
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        b[:] = b"y\n" * (len(b) // 2) + b"y" * (len(b) % 2)
+        return len(b)
+
+
+def test_endless_standard_input_is_refused_at_the_limit_set():
+    r = CliRunner().invoke(main, ["check", "--max-input-size", "1M", "-"], input=Endless())
+    assert_refused(r, "<stdin>:1:1: error: the input is larger than 1 MiB, the most read")
+    r = tool("--max-input-size", "1x", "check", "-", text=SIN)
+    assert r.exit_code == 2 and "'1x' is not a size" in r.stderr
+
+
+# ---------------------------------------------------------------- 8, 10: folder scans
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    """A folder someone else wrote: a program, a FIFO, links to an endless device and to the
+    environment, and a link inside the folder."""
+    (tmp_path / "a.jaxpr").write_text(SIN)
+    os.mkfifo(tmp_path / "b.jaxpr")
+    (tmp_path / "c.jaxpr").symlink_to("/proc/self/environ")
+    (tmp_path / "d.jaxpr").symlink_to("/dev/zero")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "e.jaxpr").symlink_to("../a.jaxpr")
+    # a reader blocked on the FIFO (the bug) is released after a while, and fails the test
+    release = threading.Timer(5, lambda: open(tmp_path / "b.jaxpr", "wb").close())
+    release.start()
+    yield tmp_path
+    release.cancel()
+
+
+@pytest.mark.parametrize("cmd", ["check", "fmt --check", "stats"])
+def test_a_folder_scan_skips_fifos_devices_and_links_out_of_the_folder(checkout, cmd):
+    r = tool(*cmd.split(), checkout)
+    assert r.exit_code == 0, r.output
+    assert r.stderr.splitlines() == [
+        f"warning: skipped {checkout}/b.jaxpr: not a regular file (a FIFO)",
+        f"warning: skipped {checkout}/c.jaxpr: a symbolic link out of the folder walked",
+        f"warning: skipped {checkout}/d.jaxpr: a symbolic link out of the folder walked",
+    ]
+    if cmd == "stats":
+        assert r.stdout.count(".jaxpr") == 2  # a.jaxpr and sub/e.jaxpr, the link inside
+
+
+def test_a_file_that_is_not_text_is_never_quoted():
+    environ = open("/proc/self/environ", "rb").read()
+    first = environ.split(b"\0")[0].decode(errors="replace")
+    r = tool("check", "/proc/self/environ")
+    assert_refused(r, "/proc/self/environ:1:")
+    assert error_line(r).endswith("error: a NUL byte: this is not jaxpr text")
+    assert first[:8] not in r.stderr and len(r.stderr.splitlines()) == 1

@@ -40,8 +40,9 @@ def default_limit() -> int:
     return min(c for c in caps if c is not None) // 2
 
 
-def parse_size(text: str) -> int:
-    """`8G`, `512M`, `1.5T`, `1000000` (bytes): a finite positive size below 2**63."""
+def parse_size(text: str, what: str = "JAXPRTOOL_MAX_MEMORY") -> int:
+    """`8G`, `512M`, `1.5T`, `1000000` (bytes): a finite positive size below 2**63 (`what`
+    names the setting in the refusal)."""
     body = text.strip().upper().removesuffix("B")
     unit = body[-1:] if body[-1:] in _UNITS else ""
     number = body[: len(body) - len(unit)].strip()
@@ -52,7 +53,7 @@ def parse_size(text: str) -> int:
     size = value * _UNITS[unit]
     if not (math.isfinite(size) and 1 <= size < 2**63):
         raise UsageProblem(
-            f"JAXPRTOOL_MAX_MEMORY={text!r} is not a size: give a number of bytes from 1 to "
+            f"{what}={text!r} is not a size: give a number of bytes from 1 to "
             "2^63 with an optional K, M, G or T suffix, such as 8G"
         )
     return int(size)

@@ -4,12 +4,19 @@ and so is whatever a `.gitignore` ignores, read with pathspec's Git-compatible m
 the `.gitignore` files inside the folder and those above it up to the top of its Git work
 tree (the folder holding `.git`), a deeper file's patterns winning over a shallower's.
 
-Files named on the command line are always read; only folder walks skip anything.
+Files named on the command line are always read; only folder walks skip anything.  A walk
+of a checkout someone else wrote also skips, with a warning, what is not a regular file (a
+FIFO would hang the read, a device never ends) and a symbolic link out of the folder (as ruff
+does not follow one: `x.jaxpr -> /proc/self/environ` would have its contents quoted in
+errors); the files it keeps are read only if they are still regular files when opened.
 """
 
 from __future__ import annotations
 
 import os
+import stat
+
+from ..io import FoundPath, warn
 
 #: the names of the files a folder stands for
 SUFFIXES = (".jaxpr", ".jaxpr.txt")
@@ -18,6 +25,7 @@ SUFFIXES = (".jaxpr", ".jaxpr.txt")
 def jaxpr_files(root: str) -> list[str]:
     """The jaxpr files under `root`, recursively, in name order."""
     ignores = _Ignores(root)
+    inside = os.path.realpath(root)
     found = []
     for folder, subdirs, names in os.walk(root):
         ignores.enter(folder)
@@ -29,11 +37,41 @@ def jaxpr_files(root: str) -> list[str]:
             and not ignores.ignored(os.path.join(folder, d), is_dir=True)
         ]
         found.extend(
-            os.path.join(folder, n)
-            for n in names
-            if n.endswith(SUFFIXES) and not ignores.ignored(os.path.join(folder, n))
+            FoundPath(path)
+            for path in (os.path.join(folder, n) for n in names if n.endswith(SUFFIXES))
+            if not ignores.ignored(path) and _readable(path, inside)
         )
     return sorted(found)
+
+
+def _readable(path: str, inside: str) -> bool:
+    """Whether a found file is a regular file in the folder walked (else a warning)."""
+    real = os.path.realpath(path)
+    if os.path.commonpath([inside, real]) != inside:
+        warn(f"skipped {path}: a symbolic link out of the folder walked")
+        return False
+    try:
+        mode = os.stat(real).st_mode
+    except OSError as e:
+        warn(f"skipped {path}: {e.strerror}")
+        return False
+    if not stat.S_ISREG(mode):
+        warn(f"skipped {path}: not a regular file ({_kind(mode)})")
+        return False
+    return True
+
+
+def _kind(mode: int) -> str:
+    for test, kind in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a folder"),
+    ):
+        if test(mode):
+            return kind
+    return "not a file"
 
 
 class _Ignores:
