@@ -155,3 +155,56 @@ def test_a_file_that_is_not_text_is_never_quoted():
     assert_refused(r, "/proc/self/environ:1:")
     assert error_line(r).endswith("error: a NUL byte: this is not jaxpr text")
     assert first[:8] not in r.stderr and len(r.stderr.splitlines()) == 1
+
+
+# ---------------------------------------------------------------- 9: .gitignore patterns
+
+#: one 85-byte .gitignore line that a backtracking matcher takes minutes per name over
+STARS = "*a" * 41 + "*b"
+
+
+def test_a_hostile_gitignore_line_costs_linear_time(tmp_path):
+    (tmp_path / ".gitignore").write_text(STARS + "\n")
+    (tmp_path / ("a" * 60 + ".jaxpr")).write_text(SIN)
+    (tmp_path / ("a" * 60 + "b")).mkdir()  # a folder it ignores
+    (tmp_path / ("a" * 60 + "b") / "x.jaxpr").write_text("not a program")
+    t0 = time.process_time()
+    for cmd in (["check"], ["fmt", "--check"]):
+        r = tool(*cmd, tmp_path)
+        assert r.exit_code == 0, r.output
+    assert time.process_time() - t0 < 2
+
+
+GIT_PATTERNS = [
+    "*.jaxpr", "/build", "build/", "a/**/b", "**/foo", "foo/**", "a/*/c", "*a*b", "[ab]*.txt",
+    "[!a]x", "d?r/", "**/x/**/y", "a/**/**/b", "\\#x", "/a/b/", "*.jaxpr.txt", "s[a-c]b",
+    "a*b*c*d", "x/**/*.jaxpr",
+]  # fmt: skip
+GIT_PATHS = [
+    "a.jaxpr", "build", "x/build/y", "a/b", "a/x/y/b", "a/c/b", "foo", "z/foo", "foo/z", "a/q/c",
+    "a/q/r/c", "ab", "xaxb", "b1.txt", "c.txt", "bx", "ax", "dir", "dxr/q", "x/y", "q/x/r/y",
+    "#x", "a/b/c", "s/b", "sbb", "sab", "k/l.jaxpr.txt", "axbxcxd", "abcdd", "x/y/z.jaxpr",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("pattern", GIT_PATTERNS)
+def test_gitignore_patterns_match_as_git_matches_them(tmp_path, pattern):
+    import shutil
+    import subprocess
+
+    from jaxprtool.commands.gitignore import Spec
+
+    if shutil.which("git") is None:
+        pytest.skip("git is the oracle: not installed")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text(pattern + "\n")
+    queries = [p + "/" * d for p in GIT_PATHS for d in (0, 1)]
+    out = subprocess.run(
+        ["git", "-C", str(tmp_path), "check-ignore", "--no-index", "--stdin"],
+        input="\n".join(queries) + "\n",
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
+    spec = Spec([pattern])
+    mine = [q for q in queries if spec.check(q.rstrip("/"), q.endswith("/"))]
+    assert mine == out

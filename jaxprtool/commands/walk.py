@@ -1,6 +1,6 @@
 """The jaxpr files under a folder, found as ruff finds Python files: hidden folders (`.git`,
 `.venv`, `.tox`, ...) and virtual environments (a folder holding `pyvenv.cfg`) are skipped,
-and so is whatever a `.gitignore` ignores, read with pathspec's Git-compatible matcher:
+and so is whatever a `.gitignore` ignores (`gitignore.Spec`, Git's matching in linear time):
 the `.gitignore` files inside the folder and those above it up to the top of its Git work
 tree (the folder holding `.git`), a deeper file's patterns winning over a shallower's.
 
@@ -17,6 +17,7 @@ import os
 import stat
 
 from ..io import FoundPath, warn
+from .gitignore import Spec
 
 #: the names of the files a folder stands for
 SUFFIXES = (".jaxpr", ".jaxpr.txt")
@@ -78,7 +79,7 @@ class _Ignores:
     """The `.gitignore` specs that apply under a walk's root: (folder, spec) pairs."""
 
     def __init__(self, root: str):
-        self.specs: list[tuple[str, object]] = []
+        self.specs: list[tuple[str, Spec]] = []
         self.seen: set[str] = set()
         for folder in reversed(_enclosing(os.path.abspath(root))):
             self._read(folder)
@@ -94,9 +95,7 @@ class _Ignores:
         if not os.path.isfile(path):
             return
         with open(path, encoding="utf-8", errors="replace") as f:
-            spec = _spec(f.read().splitlines())
-        if spec is not None:
-            self.specs.append((folder, spec))
+            self.specs.append((folder, Spec(f.read().splitlines())))
 
     def ignored(self, path: str, is_dir: bool = False) -> bool:
         """Whether the deepest `.gitignore` with a pattern for `path` ignores it."""
@@ -104,10 +103,9 @@ class _Ignores:
         for folder, spec in reversed(self.specs):
             if os.path.commonpath([folder, path]) != folder:
                 continue
-            rel = os.path.relpath(path, folder).replace(os.sep, "/") + ("/" if is_dir else "")
-            result = spec.check_file(rel)
-            if result.include is not None:
-                return bool(result.include)
+            verdict = spec.check(os.path.relpath(path, folder).replace(os.sep, "/"), is_dir)
+            if verdict is not None:
+                return verdict
         return False
 
 
@@ -123,24 +121,3 @@ def _enclosing(folder: str) -> list[str]:
         here = parent
         chain.append(here)
     return chain
-
-
-def _spec(lines: list[str]):
-    """The matcher of one `.gitignore` (None, with one warning per process, where the
-    pathspec package is missing: an environment older than the dependency)."""
-    global _WARNED
-    try:
-        import pathspec
-    except ImportError:
-        if not _WARNED:
-            from ..io import warn
-
-            warn(
-                ".gitignore files are not honoured: the pathspec package is missing (pip install pathspec)"
-            )
-            _WARNED = True
-        return None
-    return pathspec.GitIgnoreSpec.from_lines(lines)
-
-
-_WARNED = False
