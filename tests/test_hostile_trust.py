@@ -208,3 +208,24 @@ def test_gitignore_patterns_match_as_git_matches_them(tmp_path, pattern):
     spec = Spec([pattern])
     mine = [q for q in queries if spec.check(q.rstrip("/"), q.endswith("/"))]
     assert mine == out
+
+
+# ---------------------------------------------------------------- 7: --repeat
+
+
+def test_repeat_is_capped():
+    r = tool("run", "-", "--random", "0", "--repeat", "1000000000", text=SIN)
+    assert r.exit_code == 2
+    assert "'--repeat': 1000000000 is not in the range 1<=x<=1000000" in r.stderr
+
+
+def test_repeat_stops_when_its_time_budget_is_spent(monkeypatch):
+    from jaxprtool.commands import run_cmds
+
+    monkeypatch.setattr(run_cmds, "REPEAT_BUDGET_S", 0.05)
+    t0 = time.perf_counter()
+    r = tool("run", "-", "--random", "0", "--repeat", "1000000", text=SIN)
+    assert r.exit_code == 0, r.output
+    assert time.perf_counter() - t0 < 30
+    line = next(s for s in r.stderr.splitlines() if s.startswith("compile:"))
+    assert " of 1000000 (the 0.05 s budget was spent): median " in line

@@ -10,6 +10,9 @@ from ..io import UsageError
 from .common import FILE_ARG, OUT_ARG
 
 DEVICES = click.Choice(["cpu", "gpu"])
+#: the most runs `--repeat` times, and the seconds after which its runs stop
+MAX_REPEAT = 1_000_000
+REPEAT_BUDGET_S = 60.0
 
 
 def cache_option(fn):
@@ -159,8 +162,9 @@ _RUN_OPTIONS = [
     ),
     click.option(
         "--repeat",
-        type=click.IntRange(min=1),
+        type=click.IntRange(min=1, max=MAX_REPEAT),
         metavar="N",
-        help="Time compilation and N executions.",
+        help=f"Time compilation and N executions (at most {MAX_REPEAT:,}; the runs stop once "
+        f"they have taken {REPEAT_BUDGET_S:g} s).",
     ),
 ]
