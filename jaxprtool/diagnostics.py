@@ -93,6 +93,15 @@ def github_line(r: dict) -> str:
     return f"::{r['severity']} {','.join(props)}::{_escape(r['message'], False)}"
 
 
+def listed_path(path: str) -> str:
+    """A file name on a line of its own (`Would reformat: NAME`): escaped as a workflow
+    command's message under `github`, its control characters shown escaped otherwise; a
+    name never starts a line of output."""
+    from .io import shown_path
+
+    return _escape(path, False) if FORMAT == "github" else shown_path(path)
+
+
 def _escape(text: str, prop: bool) -> str:
     text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
     if prop:

@@ -436,16 +436,28 @@ def format_error(err: JaxprError, kind: str = "error") -> str:
     message = err.message
     if len(message) > 2 * EXCERPT:  # a huge name quoted in the message: shorten it
         message = _LONG_QUOTE.sub(lambda m: m.group()[: EXCERPT // 2] + "...'", message)
-    head = f"{err.loc}: {kind}: {message}" if err.loc else f"{kind}: {message}"
-    lines = [head]
+    where = f"{shown_path(err.loc.file)}:{err.loc.line}:{err.loc.col}: " if err.loc else ""
+    lines = [f"{where}{kind}: {message}"]
     if err.loc and err.loc.file in _sources:
         line = _source_line(err.loc.file, err.loc.line)
         if line is not None:
             shown, col = _escaped(line.replace("\t", " ").replace("\r", " "), err.loc.col)
             text, col = _excerpt(shown, col)
-            lines.append(text)
-            lines.append(" " * (col - 1) + "^")
+            lines.append(GUTTER + text)
+            lines.append(GUTTER + " " * (col - 1) + "^")
     return "\n".join(lines)
+
+
+#: what begins each quoted line of a source: never the source itself, which could hold a
+#: CI system's command (GitHub's runner reads `::error ...` at the start of any line, after
+#: spaces)
+GUTTER = "  | "
+
+
+def shown_path(path: str) -> str:
+    """A file name as output lines show it: its control characters (a newline that would
+    start a line of the file's choosing) escaped, as `\\n`."""
+    return path if path.isprintable() else _escaped(path, 1)[0]
 
 
 def _locate(err: JaxprError) -> None:

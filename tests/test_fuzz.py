@@ -512,7 +512,7 @@ def test_program_errors_in_a_coloured_dump_are_located_in_the_plain_text():
     assert r.exit_code == 1
     lines = r.stderr.splitlines()
     assert lines[0].startswith("<stdin>:3:3: error: Gradient only defined for scalar-output"), lines
-    assert lines[1:] == ["  in (c, a) }", "  ^"]
+    assert lines[1:] == ["  |   in (c, a) }", "  |   ^"]
 
 
 @pytest.mark.parametrize(
@@ -550,7 +550,8 @@ def test_invalid_utf8_column_counts_characters_and_the_excerpt_is_this_file(tmp_
     r = invoke(["check", str(p)])
     lines = r.stderr.splitlines()
     assert lines[0] == f"{p}:2:26: error: input is not valid UTF-8"
-    assert lines[1] == "    b:f32[3] = sin a # \u00e9 \ufffd" and lines[2] == " " * 25 + "^"
+    assert lines[1] == "  |     b:f32[3] = sin a # \u00e9 \ufffd"
+    assert lines[2] == "  | " + " " * 25 + "^"
 
 
 def test_variables_named_like_complex_literals():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import threading
 import time
 
@@ -229,3 +230,35 @@ def test_repeat_stops_when_its_time_budget_is_spent(monkeypatch):
     assert time.perf_counter() - t0 < 30
     line = next(s for s in r.stderr.splitlines() if s.startswith("compile:"))
     assert " of 1000000 (the 0.05 s budget was spent): median " in line
+
+
+# ---------------------------------------------------------------- 11: output a CI system reads
+
+
+def no_line_starts_a_workflow_command(output: str) -> bool:
+    """GitHub's runner reads `::command ...` at the start of any line, after spaces: no line
+    starts one but the tool's own annotations."""
+    ours = re.compile(r"::(error|warning) file=[^\n]*,title=jaxprtool::")
+    lines = [s.lstrip() for s in output.splitlines()]
+    return not any(s.startswith("::") and not ours.match(s) for s in lines)
+
+
+def test_a_quoted_source_line_never_starts_a_line_of_output():
+    text = "{ lambda ; a:f32[3]. let\n::error file=x,line=1::pwned b:f32[3] = sin a\n in (b,) }\n"
+    r = tool("check", "-", text=text)
+    assert r.exit_code == 1
+    assert "::error file=x,line=1::pwned" in r.stderr  # quoted, behind the gutter
+    assert no_line_starts_a_workflow_command(r.output), r.stderr
+
+
+@pytest.mark.parametrize("fmt", ["text", "github"])
+def test_a_file_name_never_starts_a_line_of_output(tmp_path, fmt):
+    name = tmp_path / "x\n::error file=y,line=1::pwned.jaxpr"
+    name.write_text("{ lambda ; a:f32[3].  let b:f32[3] = sin a in (b,) }\n")  # not canonical
+    bad = tmp_path / "y\n::warning::pwned.jaxpr"
+    bad.write_text("{ lambda ; a:f32[3]. let b:f32[3] = sin c in (b,) }")
+    r = tool("--output-format", fmt, "fmt", "--check", tmp_path)
+    assert r.exit_code == 1
+    assert no_line_starts_a_workflow_command(r.output), r.output
+    escaped = "%0A" if fmt == "github" else "\\n"
+    assert f"Would reformat: {tmp_path}/x{escaped}::error" in r.stdout
