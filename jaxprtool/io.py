@@ -436,6 +436,7 @@ def format_error(err: JaxprError, kind: str = "error") -> str:
     message = err.message
     if len(message) > 2 * EXCERPT:  # a huge name quoted in the message: shorten it
         message = _LONG_QUOTE.sub(lambda m: m.group()[: EXCERPT // 2] + "...'", message)
+    message = _COMMAND_LINE.sub(lambda m: repr(m.group(1))[1:-1] + m.group(2), message)
     where = f"{shown_path(err.loc.file)}:{err.loc.line}:{err.loc.col}: " if err.loc else ""
     lines = [f"{where}{kind}: {message}"]
     if err.loc and err.loc.file in _sources:
@@ -447,6 +448,10 @@ def format_error(err: JaxprError, kind: str = "error") -> str:
             lines.append(GUTTER + " " * (col - 1) + "^")
     return "\n".join(lines)
 
+
+#: a line break in a message (inside a file name it quotes) before what a CI system would
+#: read as a command: shown escaped
+_COMMAND_LINE = re.compile(r"([\r\n]+)(\s*(?:::|##))")
 
 #: what begins each quoted line of a source: never the source itself, which could hold a
 #: CI system's command (GitHub's runner reads `::error ...` at the start of any line, after

@@ -251,6 +251,15 @@ def test_a_quoted_source_line_never_starts_a_line_of_output():
     assert no_line_starts_a_workflow_command(r.output), r.stderr
 
 
+def test_a_file_name_in_a_message_never_starts_a_line_of_output():
+    r = tool("check", "nofile\n::error file=y,line=1::pwned")
+    assert r.exit_code == 2
+    assert (
+        r.stderr
+        == "error: cannot read 'nofile\\n::error file=y,line=1::pwned': No such file or directory\n"
+    )
+
+
 @pytest.mark.parametrize("fmt", ["text", "github"])
 def test_a_file_name_never_starts_a_line_of_output(tmp_path, fmt):
     name = tmp_path / "x\n::error file=y,line=1::pwned.jaxpr"
