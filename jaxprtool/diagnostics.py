@@ -111,12 +111,13 @@ def _escape(text: str, prop: bool) -> str:
 
 def _uri(path: str) -> str:
     """A file's SARIF artifact URI: `file:///...` for an absolute path, else the relative
-    path, percent-encoded."""
+    path, percent-encoded (the bytes of a name that is not UTF-8 as they are)."""
+    import os
     from pathlib import PurePath
     from urllib.parse import quote
 
     p = PurePath(path)
-    return p.as_uri() if p.is_absolute() else quote(p.as_posix())
+    return p.as_uri() if p.is_absolute() else quote(os.fsencode(p.as_posix()))
 
 
 def sarif_log(records: list[dict]) -> dict:

@@ -271,3 +271,21 @@ def test_a_file_name_never_starts_a_line_of_output(tmp_path, fmt):
     assert no_line_starts_a_workflow_command(r.output), r.output
     escaped = "%0A" if fmt == "github" else "\\n"
     assert f"Would reformat: {tmp_path}/x{escaped}::error" in r.stdout
+
+
+# ---------------------------------------------------------------- 12: SARIF of names not UTF-8
+
+
+def test_sarif_names_a_file_whose_name_is_not_utf8(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.chdir(tmp_path)  # a relative name, as `check .` gives
+    with open(b"bad\xff.jaxpr", "wb") as f:
+        f.write(b"{ lambda ; a:f32[3]. let b:f32[3] = sin c in (b,) }\n")
+    r = tool("--output-format", "sarif", "check", ".")
+    assert r.exit_code == 1, r.output
+    log = json.loads(r.stderr)
+    (result,) = log["runs"][0]["results"]
+    where = result["locations"][0]["physicalLocation"]
+    assert where["artifactLocation"]["uri"] == "bad%FF.jaxpr"
+    assert where["region"] == {"startLine": 1, "startColumn": 41}
