@@ -289,3 +289,13 @@ def test_sarif_names_a_file_whose_name_is_not_utf8(tmp_path, monkeypatch):
     where = result["locations"][0]["physicalLocation"]
     assert where["artifactLocation"]["uri"] == "bad%FF.jaxpr"
     assert where["region"] == {"startLine": 1, "startColumn": 41}
+
+
+# ---------------------------------------------------------------- 13: --split-input-file
+
+
+@pytest.mark.parametrize("cmd", ["fmt", "jvp", "dce"])
+def test_split_input_file_writes_nothing_when_a_part_fails(cmd):
+    bad = "{ lambda ; a:f32[3]. let b:f32[3] = sin c in (b,) }\n"
+    r = tool(cmd, "--split-input-file", "-", text=SIN + "# -----\n" + bad)
+    assert_refused(r, "<stdin>:3:41: error: variable 'c' used before definition")
