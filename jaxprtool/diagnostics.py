@@ -97,9 +97,15 @@ def listed_path(path: str) -> str:
     """A file name on a line of its own (`Would reformat: NAME`): escaped as a workflow
     command's message under `github`, its control characters shown escaped otherwise; a
     name never starts a line of output."""
-    from .io import shown_path
-
     return _escape(path, False) if FORMAT == "github" else shown_path(path)
+
+
+def shown_path(path: str) -> str:
+    """A file name as output lines show it: its control characters (a newline that would
+    start a line of the file's choosing) escaped, as `\\n`."""
+    if path.isprintable():
+        return path
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in path)
 
 
 def _escape(text: str, prop: bool) -> str:

@@ -437,6 +437,8 @@ def format_error(err: JaxprError, kind: str = "error") -> str:
     if len(message) > 2 * EXCERPT:  # a huge name quoted in the message: shorten it
         message = _LONG_QUOTE.sub(lambda m: m.group()[: EXCERPT // 2] + "...'", message)
     message = _COMMAND_LINE.sub(lambda m: repr(m.group(1))[1:-1] + m.group(2), message)
+    from .diagnostics import shown_path
+
     where = f"{shown_path(err.loc.file)}:{err.loc.line}:{err.loc.col}: " if err.loc else ""
     lines = [f"{where}{kind}: {message}"]
     if err.loc and err.loc.file in _sources:
@@ -457,12 +459,6 @@ _COMMAND_LINE = re.compile(r"([\r\n]+)(\s*(?:::|##))")
 #: CI system's command (GitHub's runner reads `::error ...` at the start of any line, after
 #: spaces)
 GUTTER = "  | "
-
-
-def shown_path(path: str) -> str:
-    """A file name as output lines show it: its control characters (a newline that would
-    start a line of the file's choosing) escaped, as `\\n`."""
-    return path if path.isprintable() else _escaped(path, 1)[0]
 
 
 def _locate(err: JaxprError) -> None:
