@@ -16,6 +16,7 @@ import click
 
 from . import core
 from .core import JaxprError, ProgramError, UsageProblem
+from .interrupt import exit_on_interrupt
 from .io import Reported, program_loc, report
 from .lazy import numpy_loaded
 
@@ -70,6 +71,7 @@ def entry() -> None:
     """The `jaxprtool` program (its console script and `python -m jaxprtool`)."""
     global _STANDALONE
     _STANDALONE = True
+    exit_on_interrupt()
     _keep_writes_reportable()
     try:
         main(prog_name="jaxprtool")

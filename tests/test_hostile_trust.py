@@ -299,3 +299,31 @@ def test_split_input_file_writes_nothing_when_a_part_fails(cmd):
     bad = "{ lambda ; a:f32[3]. let b:f32[3] = sin c in (b,) }\n"
     r = tool(cmd, "--split-input-file", "-", text=SIN + "# -----\n" + bad)
     assert_refused(r, "<stdin>:3:41: error: variable 'c' used before definition")
+
+
+# ---------------------------------------------------------------- 14: Ctrl-C
+
+
+@pytest.mark.parametrize("after", [0.3, 0.7, 1.2])
+def test_ctrl_c_during_run_exits_130_with_one_line(tmp_path, after):
+    """SIGINT at three moments of `run`'s start-up (the package's imports, JAX's, the compile):
+    each time status 130 and `error: interrupted`, nothing else."""
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    prog = tmp_path / "p.jaxpr"
+    prog.write_text(SIN)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    argv = [sys.executable, "-m", "jaxprtool", "run", str(prog), "--random", "0"]
+    p = subprocess.Popen(
+        argv, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    time.sleep(after)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    if p.returncode == 0:
+        pytest.skip(f"the run ended within {after} s, before the signal")
+    assert (p.returncode, err) == (130, "error: interrupted\n")
