@@ -166,6 +166,18 @@ class LazyGroup(click.Group):
     def list_commands(self, ctx):
         return sorted(COMMANDS)
 
+    def _main_shell_completion(self, ctx_args, prog_name, complete_var=None):
+        """Shell completion (click's), once the variables the shell set are checked."""
+        from .env import check_completion
+
+        name = complete_var or f"_{prog_name}_COMPLETE".replace("-", "_").upper()
+        try:
+            check_completion(name)
+        except UsageProblem as e:
+            report(e)
+            sys.exit(2)
+        return super()._main_shell_completion(ctx_args, prog_name, complete_var)
+
     def get_command(self, ctx, name):
         target = COMMANDS.get(name)
         if target is None:
@@ -277,7 +289,7 @@ class Size(click.ParamType):
     def convert(self, value, param, ctx):
         if isinstance(value, int):
             return value
-        from .backend.limits import parse_size
+        from .env import parse_size
 
         try:
             return parse_size(value, param.opts[0])
@@ -469,8 +481,10 @@ def main(
       jaxprtool linearize f.jaxpr | jaxprtool transpose
     """
     from . import diagnostics, expansion, io
+    from .env import check_environment
 
     diagnostics.begin(diagnostic_format or "text")
+    guarded(check_environment)()
     expansion.LIMIT = max_equations or expansion.DEFAULT_LIMIT
     io.MAX_INPUT = max_input_size or io.DEFAULT_MAX_INPUT
     OPTIONS.debug = debug
@@ -518,7 +532,7 @@ def guarded(fn):
             report(UsageProblem(f"cannot write the output: {e.strerror}"))
             sys.exit(2)
         except Exception as e:  # an internal error: still no traceback by default
-            missing = missing_jax(e)
+            missing = missing_jax(e) or out_of_memory(e)
             if missing is not None:
                 report(missing)
                 sys.exit(1)
@@ -569,6 +583,21 @@ def missing_jax(e: BaseException) -> JaxprError | None:
         return None
     return JaxprError(
         f"this command runs the program through JAX, but {name} is not installed: {JAX_HINT}"
+    )
+
+
+def out_of_memory(e: BaseException) -> JaxprError | None:
+    """The message for XLA's refusal to allocate what a program needs (JAX's
+    RESOURCE_EXHAUSTED), located at the program, else None."""
+    text = str(e)
+    if type(e).__name__ not in ("JaxRuntimeError", "XlaRuntimeError"):
+        return None
+    if not text.startswith("RESOURCE_EXHAUSTED"):
+        return None
+    return JaxprError(
+        f"XLA could not allocate the memory this program needs ({text.splitlines()[0]}); "
+        "the memory check let it through: is JAXPRTOOL_MAX_MEMORY above the memory there is?",
+        program_loc("inputs"),
     )
 
 

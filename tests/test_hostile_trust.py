@@ -327,3 +327,61 @@ def test_ctrl_c_during_run_exits_130_with_one_line(tmp_path, after):
     if p.returncode == 0:
         pytest.skip(f"the run ended within {after} s, before the signal")
     assert (p.returncode, err) == (130, "error: interrupted\n")
+
+
+# ---------------------------------------------------------------- 15: environment variables
+
+
+@pytest.mark.parametrize("value", ["1e3T", "8 G B", "0x10G", "1e3"])
+def test_a_memory_limit_in_odd_notation_is_refused_for_every_command(monkeypatch, value):
+    monkeypatch.setenv("JAXPRTOOL_MAX_MEMORY", value)
+    for cmd in (["run", "--random", "0"], ["fmt"]):
+        r = tool(*cmd, "-", text=SIN)
+        assert r.exit_code == 2, r.output
+        assert r.stderr == (
+            f"error: JAXPRTOOL_MAX_MEMORY={value!r} is not a size: give a number of bytes "
+            "from 1 to 2^63 with an optional K, M, G or T suffix, such as 8G\n"
+        )
+
+
+def test_memory_xla_cannot_allocate_is_a_located_error(monkeypatch):
+    monkeypatch.setenv("JAXPRTOOL_MAX_MEMORY", "8000000T")  # more than there is
+    text = (
+        "{ lambda ; a:f32[]. let b:f32[1073741824,1073741824] = broadcast_in_dim["
+        "broadcast_dimensions=() shape=(1073741824, 1073741824) sharding=None] a in (b,) }\n"
+    )
+    r = tool("run", "-", "--random", "0", text=text)
+    assert_refused(r, "<stdin>:1:1: error: XLA could not allocate the memory this program needs")
+
+
+def test_a_yes_no_variable_reads_0_as_no(monkeypatch):
+    from jaxprtool.text import grammar
+
+    pytest.importorskip("lark_cython", reason="the compiled parser is what 0 keeps")
+    monkeypatch.setenv("JAXPRTOOL_PURE_PYTHON_PARSER", "0")
+    assert grammar.lark_plugins()
+    monkeypatch.setenv("JAXPRTOOL_PURE_PYTHON_PARSER", "1")
+    assert grammar.lark_plugins() == {}
+    monkeypatch.setenv("JAXPRTOOL_PURE_PYTHON_PARSER", "maybe")
+    r = tool("fmt", "-", text=SIN)
+    assert r.exit_code == 2
+    assert r.stderr == (
+        "error: JAXPRTOOL_PURE_PYTHON_PARSER='maybe' is not a yes/no value: give 1 or 0 "
+        "(or unset it)\n"
+    )
+
+
+def test_a_completion_word_index_that_is_no_number_is_one_line(monkeypatch, capsys):
+    monkeypatch.setenv("_JAXPRTOOL_COMPLETE", "bash_complete")
+    monkeypatch.setenv("COMP_WORDS", "jaxprtool f")
+    monkeypatch.setenv("COMP_CWORD", "abc")
+    with pytest.raises(SystemExit) as exit_:
+        main.main(args=[], prog_name="jaxprtool")
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (
+        "error: COMP_CWORD='abc' is not a word index (the shell's completion sets it)\n"
+    )
+    monkeypatch.setenv("COMP_CWORD", "1")
+    with pytest.raises(SystemExit) as exit_:
+        main.main(args=[], prog_name="jaxprtool")
+    assert exit_.value.code == 0 and "plain,fmt" in capsys.readouterr().out
