@@ -385,3 +385,17 @@ def test_a_completion_word_index_that_is_no_number_is_one_line(monkeypatch, caps
     with pytest.raises(SystemExit) as exit_:
         main.main(args=[], prog_name="jaxprtool")
     assert exit_.value.code == 0 and "plain,fmt" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- 16: compile's parameters
+
+
+@pytest.mark.parametrize("emit", ["stablehlo", "hlo"])
+def test_compile_locates_a_parameter_jax_refuses(emit):
+    text = (
+        "{ lambda ; a:f32[3]. let\n    b:f32[3] = jit[name=f jaxpr={ lambda ; c:f32[3]. let\n"
+        "        d:f32[3] = sin[evil=1] c\n      in (d,) }] a\n  in (b,) }\n"
+    )
+    r = tool("compile", "--emit", emit, "-", text=text)
+    assert_refused(r, "<stdin>:3:9: error: 'sin' could not be compiled by JAX: TypeError: ")
+    assert "unexpected keyword argument 'evil'" in error_line(r)
