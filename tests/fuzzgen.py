@@ -1298,6 +1298,7 @@ def pathological(scale: float = 1.0) -> dict[str, bytes]:
         "bytes: invalid UTF-8": SMALL.encode()[:30] + b"\xff\xfe" + SMALL.encode()[30:],
         "bytes: UTF-16": SMALL.encode("utf-16"),
         "bytes: ANSI colours": SMALL.replace("sin", "\x1b[31msin\x1b[0m"),
+        "size: 40 shared jaxprs, each using the previous twice": doubling_shared(40),
         "cycle: mutually recursive shared jaxprs": (
             "let f = { lambda ; a:f32[3]. let b:f32[3] = jit[name=g jaxpr=g] a in (b,) } in\n"
             "let g = { lambda ; a:f32[3]. let b:f32[3] = jit[name=f jaxpr=f] a in (b,) } in\n"
