@@ -363,7 +363,7 @@ def _global_option_specs() -> list[tuple[list[str], dict]]:
                 default=None,
                 metavar="N",
                 help="Refuse a program that its shared jaxprs, copied at each use, make more "
-                "than N equations (default 1000000), before inlining, differentiating, "
+                "than N equations (default 300000), before inlining, differentiating, "
                 "measuring or running it.",
             ),
         ),

@@ -17,7 +17,7 @@ from collections import Counter, OrderedDict
 from .core import Eqn, Jaxpr, JaxprError, eqn_subjaxprs
 
 #: the default of `LIMIT`
-DEFAULT_LIMIT = 1_000_000
+DEFAULT_LIMIT = 300_000
 #: the most equations a program may expand to (the global `--max-equations`)
 LIMIT = DEFAULT_LIMIT
 

@@ -43,9 +43,9 @@ def assert_refused(r, start: str, code: int = 1, stdout: str = ""):
 #: 40 shared jaxprs, each calling the previous one twice: 5 KB of text, 2**41 equations
 DOUBLING = doubling_shared(40)
 TOO_LARGE = (
-    "<stdin>:75:5: error: shared jaxpr 'f19' expands to 1,572,862 equations once its calls "
-    "are inlined, over the limit of 1,000,000: it uses shared jaxpr 'f18' 2 times, of "
-    "786,430 equations each (--max-equations N raises the limit)"
+    "<stdin>:67:5: error: shared jaxpr 'f17' expands to 393,214 equations once its calls "
+    "are inlined, over the limit of 300,000: it uses shared jaxpr 'f16' 2 times, of "
+    "196,606 equations each (--max-equations N raises the limit)"
 )
 EXPANDING = [
     "vjp",
