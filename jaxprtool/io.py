@@ -23,15 +23,28 @@ class Reported(Exception):
     exit_code = 1
 
 
+#: the most bytes an input may hold (the global `--max-input-size`)
+DEFAULT_MAX_INPUT = 256 * 2**20
+MAX_INPUT = DEFAULT_MAX_INPUT
+
+
+class FoundPath(str):
+    """A path that a folder walk found (not one the user named): read only when it is a
+    regular file, opened without blocking (a FIFO planted under that name cannot hang the
+    walk)."""
+
+
 def read_source(file: str | None) -> tuple[str, str]:
-    """(text, display path) from a path, `-` or None (standard input)."""
+    """(text, display path) from a path, `-` or None (standard input); at most MAX_INPUT
+    bytes (`/dev/zero` or an endless pipe is refused, naming it, instead of filling the
+    memory)."""
     if file in (None, "-"):
-        data = sys.stdin.buffer.read()
         path = "<stdin>"
+        data = _read_capped(sys.stdin.buffer, path, 0)
     else:
         try:
-            with open(file, "rb") as f:
-                data = f.read()
+            with _open_input(file) as f:
+                data = _read_capped(f, file, os.fstat(f.fileno()).st_size)
         except OSError as e:
             raise UsageProblem(f"cannot read '{file}': {e.strerror}", None) from None
         path = file
@@ -40,15 +53,72 @@ def read_source(file: str | None) -> tuple[str, str]:
     kind = _binary_kind(data)
     if kind is not None:  # said plainly, without quoting its bytes
         raise JaxprError(f"this is a binary file ({kind}), not jaxpr text", Loc(path, 1, 1))
+    return _text(data, path), path
+
+
+def _text(data: bytes, path: str) -> str:
+    """The text of an input, or the located error at its first invalid UTF-8 or NUL byte.  A
+    file with a NUL byte is not text (`/proc/self/environ`): its lines are never quoted."""
+    nul = data.find(b"\0")
+    _sources.pop(path, None)  # (the excerpt is of this input, not of an older one so named)
     try:
-        return data.decode("utf-8"), path
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        start = data.rfind(b"\n", 0, e.start) + 1
-        col = len(data[start : e.start].decode("utf-8", "replace")) + 1  # in characters
-        # the excerpt under the message shows this text (not an older one of the same name)
-        remember_source(path, data.decode("utf-8", "replace"))
-        raise JaxprError("input is not valid UTF-8", Loc(path, line, col)) from None
+        if nul < 0 or e.start < nul:
+            if nul < 0:
+                remember_source(path, data.decode("utf-8", "replace"))
+            raise JaxprError("input is not valid UTF-8", _byte_loc(data, e.start, path)) from None
+    if nul >= 0:
+        raise JaxprError("a NUL byte: this is not jaxpr text", _byte_loc(data, nul, path))
+    return text
+
+
+def _byte_loc(data: bytes, at: int, path: str) -> Loc:
+    """The location of byte `at` (its column in characters)."""
+    line = data[:at].count(b"\n") + 1
+    start = data.rfind(b"\n", 0, at) + 1
+    return Loc(path, line, len(data[start:at].decode("utf-8", "replace")) + 1)
+
+
+def _open_input(file: str):
+    """The input file, opened for reading; a found one only if it is a regular file."""
+    if not isinstance(file, FoundPath):
+        return open(file, "rb")
+    fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(0, "not a regular file")
+    os.set_blocking(fd, True)
+    return open(fd, "rb")
+
+
+#: the bytes read at a time from a stream whose size is not known
+_CHUNK = 2**22
+
+
+def _read_capped(f, path: str, size_hint: int) -> bytes:
+    """The bytes of `f`, refused (at `path`) past MAX_INPUT."""
+    chunks, total = [], 0
+    want = min(size_hint, MAX_INPUT) + 1 if size_hint else _CHUNK
+    while chunk := f.read(want):
+        total += len(chunk)
+        if total > MAX_INPUT:
+            raise JaxprError(
+                f"the input is larger than {human_size(MAX_INPUT)}, the most read "
+                "(--max-input-size SIZE raises the limit)",
+                Loc(path, 1, 1),
+            )
+        chunks.append(chunk)
+        want = _CHUNK
+    return b"".join(chunks)
+
+
+def human_size(n: int) -> str:
+    """`256 MiB`, `1.5 GiB`, `100 bytes`."""
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.4g} {unit}"
+    return f"{n} bytes"
 
 
 #: how binary files given as programs begin, and what they are
@@ -525,16 +595,29 @@ def format_error(err: JaxprError, kind: str = "error") -> str:
     message = err.message
     if len(message) > 2 * EXCERPT:  # a huge name quoted in the message: shorten it
         message = _LONG_QUOTE.sub(lambda m: m.group()[: EXCERPT // 2] + "...'", message)
-    head = f"{err.loc}: {kind}: {message}" if err.loc else f"{kind}: {message}"
-    lines = [head]
+    message = _COMMAND_LINE.sub(lambda m: repr(m.group(1))[1:-1] + m.group(2), message)
+    from .diagnostics import shown_path
+
+    where = f"{shown_path(err.loc.file)}:{err.loc.line}:{err.loc.col}: " if err.loc else ""
+    lines = [f"{where}{kind}: {message}"]
     if err.loc and err.loc.file in _sources:
         line = _source_line(err.loc.file, err.loc.line)
         if line is not None:
             shown, col = _escaped(line.replace("\t", " ").replace("\r", " "), err.loc.col)
             text, col = _excerpt(shown, col)
-            lines.append(text)
-            lines.append(" " * (col - 1) + "^")
+            lines.append(GUTTER + text)
+            lines.append(GUTTER + " " * (col - 1) + "^")
     return "\n".join(lines)
+
+
+#: a line break in a message (inside a file name it quotes) before what a CI system would
+#: read as a command: shown escaped
+_COMMAND_LINE = re.compile(r"([\r\n]+)(\s*(?:::|##))")
+
+#: what begins each quoted line of a source: never the source itself, which could hold a
+#: CI system's command (GitHub's runner reads `::error ...` at the start of any line, after
+#: spaces)
+GUTTER = "  | "
 
 
 def _locate(err: JaxprError) -> None:

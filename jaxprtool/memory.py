@@ -58,6 +58,7 @@ from .core import (
     subjaxprs,
     value_bytes,
 )
+from .expansion import refuse_large
 from .frozen import Frozen, set_field
 from .lazy import np
 from .record import prim as record_of
@@ -391,6 +392,7 @@ def _cut(jaxpr: Jaxpr, boundary: int | None):
 
 
 def _walk(jaxpr: Jaxpr, linear_index: int | None) -> tuple[_Walk, dict]:
+    refuse_large(jaxpr)
     w = _Walk({})
     env: dict = {}
     for i, v in enumerate(jaxpr.constvars):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..core import Eqn, Jaxpr, Var, gc_paused, is_inexact
+from ..expansion import refuse_large
 from ..record import prim as record_of
 from . import builder as B
 from . import observe
@@ -139,6 +140,7 @@ def linearize_jaxpr(jaxpr: Jaxpr, argnums: Sequence[int] | None = None, instanti
     `(residuals..., tangents...) -> (out_tangents...)`; `info.residuals[k]` says where the k-th
     residual input of the linear program comes from: a primal input, a primal output, or one of the
     new residual outputs of the primal program."""
+    refuse_large(jaxpr)
     mask = diff_mask(jaxpr, argnums)
     consts, primals, outs, peqns, residuals, tan_in, teqns, touts, mask, out_nz = _split(
         jaxpr, mask, instantiate

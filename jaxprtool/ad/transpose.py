@@ -22,6 +22,7 @@ from ..core import (
     Var,
     gc_paused,
 )
+from ..expansion import refuse_large
 from ..record import prim as record_of
 from . import builder as B
 from . import observe, ops
@@ -340,6 +341,7 @@ def transpose_auto(jaxpr: Jaxpr, linear: Sequence[int] | None = None, residuals:
     Returns `(jaxpr, linear_mask, linear_outputs)`."""
     from .linearize import find_linear_eqn
 
+    refuse_large(jaxpr)
     n = len(jaxpr.invars)
     lin_out = None
     if linear is not None:

@@ -35,10 +35,12 @@ def x64_scope(jaxpr):
 def check_runnable(jaxpr) -> None:
     """Raise JaxprError naming the first equation the back end refuses, before any tracing."""
     from ..core import JaxprError, all_eqns, named_axes_refusal
+    from ..expansion import refuse_large
 
     err = named_axes_refusal(jaxpr, "running")
     if err is not None:
         raise err
+    refuse_large(jaxpr)
     for e in all_eqns(jaxpr):
         why = refusal(e) or _elided_literal(e)
         if why:

@@ -119,6 +119,9 @@ def _compile(jaxpr, emit, device, dims, stats):
     except JaxprError:
         raise
     except Exception as e:  # noqa: BLE001
+        located = backend.compile_error(jaxpr, e)  # at the equation it names, as `run` does
+        if located.loc is not None:
+            raise located from None
         raise JaxprError(
             f"lowering for {device} failed: {type(e).__name__}: {str(e).splitlines()[0]}"
         ) from e

@@ -537,7 +537,8 @@ def run_parts(
     """body(part) -> output text for each part of each input; outputs joined by `# -----`
     lines and written to `out` (or standard output).  With several parts (or
     `keep_going`), an error in one is reported and the others still run; then nothing is
-    written to `out` (standard output gets the parts that worked) and the result is False.
+    written, to `out` or standard output, and the result is False: every part is checked
+    before any is written.
     A single part's error propagates (the command's usual exit status)."""
     global TIMER
     from ..io import remember_source, report, write_program
@@ -581,7 +582,7 @@ def run_parts(
                     continue
                 if text is not None:
                     outputs.append(text)
-        if outputs and (ok or out in (None, "-")):
+        if outputs and ok:
             joined = f"{SPLIT_LINE}\n".join(t if t.endswith("\n") else t + "\n" for t in outputs)
             with timed("write"):
                 write_program(joined, out)

@@ -100,6 +100,11 @@ def _is_tpu(device: str | None) -> bool:
     return device == "tpu"
 
 
+#: the most runs `--repeat` times, and the seconds after which its runs stop
+MAX_REPEAT = 1_000_000
+REPEAT_BUDGET_S = 60.0
+
+
 def cache_option(fn):
     """`--no-cache`: JAX's persistent compilation cache is on by default (its folder in --help)."""
     from ..compile_cache import folder_for_help
@@ -246,8 +251,9 @@ _RUN_OPTIONS = [
     ),
     click.option(
         "--repeat",
-        type=click.IntRange(min=1),
+        type=click.IntRange(min=1, max=MAX_REPEAT),
         metavar="N",
-        help="Time compilation and N executions.",
+        help=f"Time compilation and N executions (at most {MAX_REPEAT:,}; the runs stop once "
+        f"they have taken {REPEAT_BUDGET_S:g} s).",
     ),
 ]

@@ -8,6 +8,7 @@ import click
 
 from ..cli import guarded
 from ..core import JaxprError, Loc
+from ..diagnostics import listed_path
 from ..io import report
 from .common import FILE_ARG, OUT_ARG
 from .driver import split_option, timing_option
@@ -186,7 +187,7 @@ def _fmt_files(files, width, mode, quiet, split_input, timing):
 
             show_text(text_diff(before, after, path, path), sys.stdout)
         elif not quiet:
-            click.echo(f"Would reformat: {path}")
+            click.echo(f"Would reformat: {listed_path(path)}")
     if not quiet:
         _summary(len(changed), unchanged, mode, status != 0)
     if changed and mode != "write":

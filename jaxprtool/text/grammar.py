@@ -231,7 +231,9 @@ def _write_cache(path: str, tables: dict) -> None:
 def lark_plugins() -> dict:
     """lark-cython's lexer and LALR parser (the `fast` extra) when installed, unless
     JAXPRTOOL_PURE_PYTHON_PARSER is set; else {} (lark's own, pure Python)."""
-    if os.environ.get("JAXPRTOOL_PURE_PYTHON_PARSER"):
+    from ..env import flag
+
+    if flag("JAXPRTOOL_PURE_PYTHON_PARSER"):
         return {}
     try:
         import lark_cython
