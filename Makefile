@@ -120,7 +120,7 @@ fuzz: install-test
 
 # the wheels bench/device/tpu_check.sh installs on a TPU machine, which has JAX 0.10.2 on
 # Python 3.11 and no package registry: the tool's dependencies its image lacks
-TPU_WHEELS := click lark rich markdown-it-py mdurl pygments graphviz pathspec
+TPU_WHEELS := click lark rich markdown-it-py mdurl pygments graphviz
 tpu-wheels:
 	python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 \
 		--implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \

@@ -246,3 +246,17 @@ def test_sigterm_while_writing_leaves_no_temporary_file(tmp_path):
     assert r.returncode == -signal.SIGTERM, r.stderr
     time.sleep(0.05)
     assert sorted(os.listdir(tmp_path)) == []
+
+
+@pytest.mark.parametrize("value", ["abc", "1,2", "99,98", ""])
+def test_a_supervised_fds_value_set_by_hand_is_one_line_and_exit_2(tmp_path, monkeypatch, value):
+    """JAXPRTOOL_SUPERVISED_FDS is run --coordinator's own: a value that names no two pipes
+    of this process is refused in one line (it gave a silent exit 1, or the join's bytes on
+    standard output before the JSON: issue 37, item 15)."""
+    (tmp_path / "sin.jaxpr").write_text(SIN)
+    monkeypatch.setenv("JAXPRTOOL_SUPERVISED_FDS", value)
+    argv = ["run", tmp_path / "sin.jaxpr", "--random", "0", "--coordinator", "127.0.0.1:1"]
+    r = tool(*argv, "--num-processes", "2", "--process-id", "1", "--join-timeout", "1")
+    assert r.exit_code == 2, r.output
+    assert r.output.startswith(f"error: JAXPRTOOL_SUPERVISED_FDS={value!r}: this variable is set")
+    assert len(r.output.strip().splitlines()) == 1

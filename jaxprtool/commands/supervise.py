@@ -39,14 +39,43 @@ GRACE_S = 15
 
 
 def is_child() -> bool:
-    """Whether this process is a supervised child (its environment names the two pipes)."""
-    return re.fullmatch(r"\d+,\d+", os.environ.get(CHILD_ENV, "")) is not None
+    """Whether this process is a supervised child: its environment names the two pipes
+    (`child_fds`); a value that does not is an error, never a silent exit."""
+    return child_fds() is not None
+
+
+def child_fds() -> tuple[int, int] | None:
+    """(join pipe's write end, lifeline's read end) from JAXPRTOOL_SUPERVISED_FDS, None when
+    it is unset; a UsageProblem when it is not two open pipes (a value set by hand could
+    otherwise make the join's bytes land in the JSON on standard output)."""
+    from ..core import UsageProblem
+
+    value = os.environ.get(CHILD_ENV)
+    if value is None:
+        return None
+    m = re.fullmatch(r"(\d{1,9}),(\d{1,9})", value)
+    fds = (int(m.group(1)), int(m.group(2))) if m else None
+    if fds is None or min(fds) < 3 or fds[0] == fds[1] or not all(map(_is_pipe, fds)):
+        raise UsageProblem(
+            f"{CHILD_ENV}={value[:40]!r}: this variable is set by `run --coordinator` for the "
+            "child process it watches (two pipe descriptors, 'W,R'); unset it"
+        )
+    return fds
+
+
+def _is_pipe(fd: int) -> bool:
+    import stat
+
+    try:
+        return stat.S_ISFIFO(os.fstat(fd).st_mode)
+    except OSError:
+        return False
 
 
 def child_progress():
     """In the child: the function `sharding.setup` calls with JOINING and JOINED, after
     starting the thread that ends this process when the supervisor dies."""
-    join_fd, life_fd = (int(x) for x in os.environ[CHILD_ENV].split(","))
+    join_fd, life_fd = child_fds()
 
     def watch_lifeline():
         while True:
