@@ -119,7 +119,8 @@ class Primitive:
     hoist_name: Callable | None = None
     #: `rule(prim, params, eqn, style) -> (prim, params)`: the parameters an older JAX
     #: version printed for an equation the tool emitted in 0.12's form (or the list of
-    #: equations that replace it, for a primitive that version lacks)
+    #: equations that replace it, for a primitive that version lacks: the back end also runs
+    #: that list where the installed JAX lacks the primitive, `backend.prims.older_form`)
     restyle: Callable | None = None
     #: `rule(eqn, params, dims) -> dict`: the params JAX's `bind` expects that differ from the
     #: printed ones converted by `backend.prims.to_jax` (`dims`: sizes of symbolic dimensions)
@@ -135,6 +136,13 @@ class Primitive:
     #: `{param: value}`: parameters `run` accepts only at that value (JAX's default), with a
     #: located refusal for any other (jit's compiler options, reduce_window's consts)
     default_params: dict[str, Any] | None = None
+    #: `{param: (version, value)}`: parameters JAX added to the primitive after it first
+    #: existed: the first JAX version whose primitive takes it, and the value older versions
+    #: always used.  Bound on an older installed JAX, the parameter is left out when it holds
+    #: that value and refused at its equation otherwise (`backend.prims.bind_params`); the
+    #: primitive itself, when the installed JAX lacks it (or is older than `first_version`),
+    #: runs as its `restyle` rule's older form (`backend.prims.older_form`)
+    params_since: dict[str, tuple[tuple[int, ...], Any]] | None = None
     #: `rule(eqn, pos) -> ShapedArray | None`: the type of a literal operand printed without
     #: one (JAX 0.4.35) where the primitive fixes it; None: it follows the other operands
     literal_type: Callable | None = None

@@ -229,11 +229,12 @@ class Interpreter:
             return rec.evaluate(self, eqn, invals, path)
         if rec.call_body is not None:
             return self.call(eqn, invals, path)
+        older = prims.older_form(eqn)
+        if older is not None:
+            return self.run_older(eqn, older, invals, path)
         prim = prims.lookup(name)
         if prim is None:
-            raise JaxprError(
-                f"cannot run '{name}': the installed JAX has no primitive of that name", eqn.loc
-            )
+            raise JaxprError(prims.missing_message(eqn), eqn.loc)
         params = prims.bind_params(eqn, self.dims)
         try:
             out = prim.bind(*invals, **params)
@@ -243,6 +244,19 @@ class Interpreter:
             msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise JaxprError(f"'{name}' failed in JAX: {type(e).__name__}: {msg}", eqn.loc) from e
         return list(out) if prim.multiple_results else [out]
+
+    def run_older(self, eqn: Eqn, eqns: list[Eqn], invals: list, path) -> list:
+        """`eqn` as the equations `eqns` of the installed JAX's primitives (its record's older
+        form, `prims.older_form`), which read its operands and write its results."""
+        env: dict[int, Any] = {id(a): x for a, x in zip(eqn.inputs, invals)}
+        for e in eqns:
+            ins = [
+                env[id(a)] if id(a) in env or not isinstance(a, Literal) else literal_value(a)
+                for a in e.inputs
+            ]
+            outs = self.eqn(e, ins, path)
+            env.update(zip(map(id, e.outputs), outs))
+        return [env[id(v)] for v in eqn.outputs]
 
     # ------------------------------------------------------------ calls
 

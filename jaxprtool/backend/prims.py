@@ -9,6 +9,7 @@ JAX's `Primitive.bind` expects: `to_jax` for every value, and the primitive's ow
 
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import Any
 
@@ -80,6 +81,62 @@ def primitive_table() -> dict[str, Any]:
 
 def lookup(name: str):
     return primitive_table().get(name)
+
+
+# ---------------------------------------------------------------- the installed JAX's version
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    """`"0.10.2"` -> (0, 10, 2); `"0.12.0.1"`, `"0.11.0.dev20250101"` -> their numbers."""
+    import re
+
+    nums = []
+    for part in text.split("."):
+        m = re.match(r"\d+", part)
+        if m is None:
+            break
+        nums.append(int(m.group()))
+    return tuple(nums)
+
+
+@functools.cache
+def installed_version() -> tuple[int, ...]:
+    """The installed JAX's version, e.g. (0, 10, 2)."""
+    import jax
+
+    return version_tuple(jax.__version__)
+
+
+def version_text(v: tuple[int, ...]) -> str:
+    return ".".join(map(str, v))
+
+
+def older_form(eqn: Eqn) -> list[Eqn] | None:
+    """The equations, of primitives older JAX versions have, that compute `eqn` where the
+    installed JAX cannot bind its primitive (it has none of that name, or it is older than
+    the record's `first_version`): the record's `restyle` rule for the installed version's
+    style, when that rule replaces the equation.  None: bind the primitive itself."""
+    rec = record_of(eqn.prim)
+    if rec.restyle is None:
+        return None
+    if lookup(eqn.prim) is not None and (
+        rec.first_version is None or installed_version() >= tuple(rec.first_version)
+    ):
+        return None
+    from ..text.style import Style
+
+    form = rec.restyle(eqn.prim, dict(eqn.params), eqn, Style(installed_version()))
+    return form if isinstance(form, list) else None
+
+
+def missing_message(eqn: Eqn) -> str:
+    """Why the installed JAX cannot bind `eqn`'s primitive, which it lacks."""
+    first = record_of(eqn.prim).first_version
+    since = f" (JAX {version_text(tuple(first))} added it)" if first else ""
+    return (
+        f"cannot run '{eqn.prim}': the installed JAX ({version_text(installed_version())}) "
+        f"has no primitive of that name{since}"
+    )
 
 
 # ---------------------------------------------------------------- value conversion
@@ -200,7 +257,13 @@ def bind_params(eqn: Eqn, dims: dict[str, int] | None = None) -> dict[str, Any]:
                 eqn.loc,
             ) from None
     out.update(special)
-    dropped = sorted(set(eqn.params) - set(out) - record_of(name).evaluated_params)
+    _older_params(eqn, out)
+    dropped = sorted(
+        set(eqn.params)
+        - set(out)
+        - record_of(name).evaluated_params
+        - set(record_of(name).params_since or ())
+    )
     if dropped:
         raise JaxprError(
             f"cannot run '{name}': the back end does not pass its parameter"
@@ -208,3 +271,24 @@ def bind_params(eqn: Eqn, dims: dict[str, int] | None = None) -> dict[str, Any]:
             eqn.loc,
         )
     return out
+
+
+def _older_params(eqn: Eqn, out: dict[str, Any]) -> None:
+    """Leave out of `out` the parameters that the installed JAX's primitive does not take yet
+    (the record's `params_since`) where they hold the value it always used; refuse the
+    equation where they hold another."""
+    since = record_of(eqn.prim).params_since
+    if not since:
+        return
+    installed = installed_version()
+    for k, (first, old) in since.items():
+        if k not in out or installed >= tuple(first):
+            continue
+        v = out.pop(k)
+        if v != old:
+            raise JaxprError(
+                f"cannot run '{eqn.prim}' with {k}={v!r}: the installed JAX "
+                f"({version_text(installed)}) takes no parameter {k} (JAX "
+                f"{version_text(tuple(first))} added it) and always runs {k}={old!r}",
+                eqn.loc,
+            )
