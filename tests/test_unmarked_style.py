@@ -83,7 +83,7 @@ def test_forms_only_0_10_printed_still_mark_the_text():
     ("installed", "want"),
     [
         ("0.10.2", (0, 10, 2)),
-        ("0.11.1", (0, 10, 2)),
+        ("0.11.1", (0, 11, 0)),
         ("0.12.0.1", (0, 12, 0, 1)),
         ("0.13.0", (0, 12, 0, 1)),
         ("0.7.2", (0, 12, 0, 1)),
@@ -91,7 +91,7 @@ def test_forms_only_0_10_printed_still_mark_the_text():
     ],
 )
 def test_unmarked_style_follows_the_installed_jax(monkeypatch, installed, want):
-    """The installed version where it prints unmarked text as 0.10.2 or 0.12 do, else the
+    """The installed version where it prints unmarked text as 0.10.2, 0.11 or 0.12 do, else the
     newest (an older JAX would print some of it otherwise: hoisting, broadcast_in_dim)."""
 
     def version(name):

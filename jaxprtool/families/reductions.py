@@ -196,7 +196,7 @@ for _n in ("reduce_max", "reduce_min"):
     defjvp2(_n, _chooser_jvp)
     define(
         _n,
-        restyle=_restyle_out_sharding((0, 11)),
+        restyle=_restyle_out_sharding((0, 12)),
         bind_params=_bind_out_sharding,
         version_clues=_no_out_sharding_clue,
     )
@@ -952,7 +952,7 @@ define(
     bind_params=_bind_top_k,
     flops=input_elements,
     batching=_top_k_batching,
-    version_clues=lambda e: {ST.CLUE_0_12} if "is_stable" in e.params else set(),
+    version_clues=lambda e: {ST.CLUE_0_11} if "is_stable" in e.params else set(),
     # JAX 0.11 added is_stable; before, top_k lowered to chlo.top_k, which is stable
     params_since={"is_stable": ((0, 11), True)},
 )

@@ -1203,7 +1203,7 @@ define(
 
 
 def _restyle_scan(prim, params, e, style):
-    """A scan read from 0.12 text (`ft_in`/`ft_out`) in the `num_consts`/`num_carry` encoding
+    """A scan read from 0.11+ text (`ft_in`/`ft_out`) in the `num_consts`/`num_carry` encoding
     of older styles (`linear` all False, as JAX printed it for a traced scan)."""
     from ..text.style import scan_counts
 
@@ -1226,9 +1226,9 @@ def _restyle_scan(prim, params, e, style):
 def _scan_version_clues(e) -> set[str]:
     clues = set()
     if "ft_in" in e.params or "ft_out" in e.params:
-        clues.add(ST.CLUE_0_12)
+        clues.add(ST.CLUE_0_11)  # flat trees: JAX 0.11 and 0.12
     elif "num_consts" in e.params:
-        clues.add(ST.CLUE_0_10)  # the counts encoding (0.11 printed it too, 0.12 flat trees)
+        clues.add(ST.CLUE_BEFORE_0_11)  # the counts encoding: 0.10 and older
     if "_split_transpose" in e.params:
         clues.add(ST.CLUE_0_7_2)
     return clues

@@ -1103,7 +1103,7 @@ def _unstack_batching(args, dims, *, axis=0, **params):
     return outs, [out_d] * len(outs)
 
 
-define("unstack", first_version=(0, 12))
+define("unstack", first_version=(0, 11))
 define("unstack", multiple_results=True, flops=_no_flops, batching=_unstack_batching)
 
 

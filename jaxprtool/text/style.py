@@ -7,7 +7,7 @@ printer (and code that builds equations, e.g. AD) needs is a derived property:
 * `suggest_names`: inner jit names copied from the outer equation (0.6.2+);
 * `hoist_large`: nested jaxprs with more than 10 equations are hoisted (0.10+);
 * `broadcast_shape_param`: `broadcast_in_dim` prints `shape=`/`sharding=` (<= 0.7.2);
-* `scan_ft`: scan params `ft_in`/`ft_out` (0.12) vs `num_consts`/`num_carry` (< 0.12);
+* `scan_ft`: scan params `ft_in`/`ft_out` (0.11+) vs `num_consts`/`num_carry` (< 0.11);
 * `mask_addresses`: ` at 0x...` printed as `0xXXXXXXXXXXXX` (0.10+);
 * `eq_without_outputs`: an equation without results printed as ` = prim ...` (< 0.4.22,
   before jax-ml/jax#18845);
@@ -45,8 +45,12 @@ CLUE_BEFORE_0_6_1 = "before 0.6.1"
 #: jit printed under its old name (0.4.35 or 0.6.2, told apart by the names of its body)
 CLUE_OLD_CALL_NAME = "old call name"
 CLUE_0_7_2 = "0.7.2"
+#: a form JAX printed before 0.11 (0.10 and older) and 0.11 and 0.12 do not
+CLUE_BEFORE_0_11 = "before 0.11"
 #: a form 0.10 and 0.11 print and 0.12 does not
 CLUE_0_10 = "0.10"
+#: a form 0.11 and 0.12 print and 0.10 does not (a primitive or parameter 0.11 added)
+CLUE_0_11 = "0.11"
 CLUE_0_12 = "0.12"
 #: the oldest JAX whose printouts the tool reads and writes (its printing is the 0.4.3 style's)
 OLDEST = (0, 4, 1)
@@ -58,6 +62,7 @@ KNOWN_VERSIONS = (
     (0, 6, 2),
     (0, 7, 2),
     (0, 10, 2),
+    (0, 11, 0),
     (0, 12, 0, 1),
 )
 
@@ -186,6 +191,7 @@ class Style(Frozen):
 
 DEFAULT_STYLE = Style((0, 12, 0, 1))
 STYLE_0_10 = Style((0, 10, 2))
+STYLE_0_11 = Style((0, 11, 0))
 
 
 # ---------------------------------------------------------------- scan encodings
@@ -260,12 +266,17 @@ def scan_counts(params: dict[str, Any]) -> tuple[int, int] | None:
 
 def _record_facts(name: str) -> tuple:
     """What `detect_style` asks of a primitive's record: its version clues, the parameter
-    whose jaxpr takes its operands' names, and whether only JAX 0.12 prints it (a primitive
-    it added, or one of its HiPrims: `CustomRoot[...]`, `SearchSorted[...]`)."""
+    whose jaxpr takes its operands' names, and the clue its presence gives: CLUE_0_12 when
+    only JAX 0.12 prints it (a primitive it added, or one of its HiPrims: `CustomRoot[...]`,
+    `SearchSorted[...]`), CLUE_0_11 for one JAX 0.11 added (`first_version`), else None."""
     rec = record_of(name)
     first = rec.first_version
-    only_0_12 = (first is not None and first > STYLE_0_10.version) or name[:1].isupper()
-    return rec.version_clues, rec.suggest_names, only_0_12
+    clue = None
+    if name[:1].isupper() or (first is not None and tuple(first) >= (0, 12)):
+        clue = CLUE_0_12
+    elif first is not None and tuple(first) >= (0, 11):
+        clue = CLUE_0_11
+    return rec.version_clues, rec.suggest_names, clue
 
 
 def detect_style(jaxpr: core.Jaxpr) -> Style:
@@ -276,11 +287,15 @@ def detect_style(jaxpr: core.Jaxpr) -> Style:
     literals -> 0.4.35; custom calls with their thunks -> 0.6.0; jit's old name -> 0.6.2
     (0.4.35 when names are not suggested cannot be told apart, but then the output is the
     same); parameters only 0.7.2 printed, real addresses, or a large nested jaxpr printed
-    inline -> 0.7.2; a 0.12-only primitive or parameter -> 0.12; a form only 0.10 and 0.11
-    printed (scan's `num_consts`, reduce_max without `out_sharding`) -> 0.10.2; otherwise
-    `unmarked_style()` (0.10.2 and 0.12 print such a text alike; what the tool adds to it,
-    e.g. tanh's derivative `one_minus_square`, follows the installed JAX).  Each primitive's
-    clues are its record's (`version_clues`, `first_version`).
+    inline -> 0.7.2; a 0.12-only primitive or parameter (`one_minus_square`, new_ref's
+    `pin`) -> 0.12; a form only 0.10 and older printed (scan's `num_consts`) -> 0.10.2; a form
+    0.11 and 0.12 print (scan's `ft_in`, top_k's `is_stable`, `unstack`) with one 0.10 and
+    0.11 print (reduce_max without `out_sharding`) -> 0.11.0; one of these alone: the
+    installed JAX's style where it is one of the two versions that print it so, else the
+    older (0.10/0.11 forms) or newer (0.11/0.12 forms) one; otherwise `unmarked_style()`
+    (0.10.2, 0.11 and 0.12 print such a text alike; what the tool adds to it, e.g. tanh's
+    derivative `one_minus_square`, follows the installed JAX).  Each primitive's clues are
+    its record's (`version_clues`, `first_version`).
     """
     real_addr = suggested = fresh = large_inline = False
     clues: set[str] = set()
@@ -300,13 +315,13 @@ def detect_style(jaxpr: core.Jaxpr) -> Style:
         facts = by_prim.get(e.prim)
         if facts is None:
             facts = by_prim[e.prim] = _record_facts(e.prim)
-        version_clues, suggest_names, only_0_12 = facts
+        version_clues, suggest_names, first_clue = facts
         if e.bare_eq:
             clues.add(CLUE_BEFORE_0_4_22)
         if version_clues is not None:
             clues |= version_clues(e)
-        if only_0_12:
-            clues.add(CLUE_0_12)
+        if first_clue is not None:
+            clues.add(first_clue)
         if CLUE_0_4_35 not in clues:
             for a in e.inputs:
                 if a.__class__ is core.Literal and not a.typed:
@@ -353,21 +368,35 @@ def detect_style(jaxpr: core.Jaxpr) -> Style:
         return Style((0, 7, 2))
     if CLUE_0_12 in clues:
         return DEFAULT_STYLE
-    if CLUE_0_10 in clues:
+    if CLUE_BEFORE_0_11 in clues:
         return STYLE_0_10
+    if CLUE_0_11 in clues:  # 0.11 or 0.12
+        return STYLE_0_11 if CLUE_0_10 in clues else _installed_among(STYLE_0_11, DEFAULT_STYLE)
+    if CLUE_0_10 in clues:  # 0.10 or 0.11
+        return _installed_among(STYLE_0_10, STYLE_0_11)
     return unmarked_style()
+
+
+def _installed_among(*styles: Style) -> Style:
+    """Of `styles` (which print the text alike), the installed JAX's, else the first."""
+    mine = unmarked_style()
+    return mine if mine in styles else styles[0]
 
 
 @functools.cache
 def unmarked_style() -> Style:
-    """The style of a text that no 0.10-only or 0.12-only form marks (the two print it
+    """The style of a text that no version-only form marks (0.10, 0.11 and 0.12 print it
     alike): the installed JAX's (read from its package metadata: no jax import), else the
     newest.  `--jax-style` chooses another."""
     found = installed_version("jax")
     if found is None:
         return DEFAULT_STYLE
     installed = tuple(int(p) for p in re.findall(r"\d+", found)[:4])
-    return STYLE_0_10 if (0, 10) <= installed < (0, 12) else DEFAULT_STYLE
+    if (0, 10) <= installed < (0, 11):
+        return STYLE_0_10
+    if (0, 11) <= installed < (0, 12):
+        return STYLE_0_11
+    return DEFAULT_STYLE
 
 
 def installed_version(dist: str) -> str | None:
