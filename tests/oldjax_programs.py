@@ -1,6 +1,7 @@
 """The programs whose printouts the older-JAX tests read: tanh, asin, acos and atanh (whose
 derivatives JAX 0.12 writes with `one_minus_square`, which JAX 0.10 and 0.11.0 lack), a scan,
-a while loop, a cond and a top_k (whose `is_stable` JAX 0.10 does not take).
+a while loop, a cond, a top_k (whose `is_stable` JAX 0.10 does not take) and stack/unstack
+(which JAX 0.10.0 lacks).
 
 `tests/test_installed_jax.py` traces them with the installed JAX; `tests/data/jax-0.11.0/`
 holds what JAX 0.11.0 printed for them, written by
@@ -49,6 +50,12 @@ def f_topk(x):
     return jnp.sum(v * jnp.tanh(v)) + jnp.max(x)
 
 
+def f_stack(x):
+    """stack and unstack: primitives since JAX 0.10.1 (0.10.0 prints concatenate, slices)."""
+    a, b = jnp.unstack(jnp.stack([x, jnp.tanh(x)], axis=1), axis=1)
+    return jnp.sum(a * b)
+
+
 #: name -> (function, reverse mode: whether JAX differentiates it in reverse)
 PROGRAMS = {
     "tanh": (f_tanh, True),
@@ -56,6 +63,7 @@ PROGRAMS = {
     "while": (f_while, False),
     "cond": (f_cond, True),
     "topk": (f_topk, True),
+    "stack": (f_stack, True),
 }
 
 

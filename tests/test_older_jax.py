@@ -159,11 +159,33 @@ def test_check_grad_explain_memory_on_simulated_0_10(installed, tmp_path):
     )
 
 
+def test_stack_and_unstack_run_as_jax_0_10_0_wrote_them(installed):
+    """JAX 0.10.1 added stack and unstack: on 0.10.0, JAX's own printout with them (and the
+    grad the tool writes for it, which has them too) runs as reshapes and a concatenate,
+    slices and squeezes."""
+    installed("0.10.0")
+    p = _program_0_11("stack")
+    g = jt.grad(p)
+    for prog in (p, g):
+        assert not {"stack", "unstack"} & bound_primitives(prog)
+    close(jt.run(p, X)[0], PROGRAMS["stack"][0](X), 1e-6)
+    close(jt.run(g, X)[0], jax.grad(PROGRAMS["stack"][0])(X), 1e-5)
+
+
+def test_stack_and_unstack_in_an_older_style():
+    """`--jax-style 0.7.2` (no stack, unstack): the grad is written with their older forms,
+    and that text runs to jax.grad's numbers."""
+    g = jt.grad(_program_0_11("stack"))
+    text = jt.format(g, "0.7.2")
+    assert "stack[" not in text and "concatenate" in text and "squeeze" in text
+    close(jt.run(jt.parse(text), X)[0], jax.grad(PROGRAMS["stack"][0])(X), 1e-5)
+
+
 def test_older_forms_are_the_records():
     """The machinery names no primitive: each primitive the back end can lower is one whose
     record has both a first version and a restyle rule."""
     lowered = {n for n, r in records().items() if r.first_version and r.restyle}
-    assert "one_minus_square" in lowered
+    assert {"one_minus_square", "stack", "unstack"} <= lowered
 
 
 # ---------------------------------------------------------------- parameters JAX added later

@@ -481,7 +481,12 @@ def _bind_ragged(eqn, p, dims):
 primitive_jvps["ragged_dot_general"] = _ragged_dot_jvp
 rule_kind["ragged_dot_general"] = "jvp+linearization"
 primitive_transposes["ragged_dot_general"] = _ragged_dot_transpose
-define("ragged_dot_general", bind_params=_bind_ragged)
+# JAX 0.10.1 added out_sharding (None: the sharding JAX infers, all 0.10.0 knew)
+define(
+    "ragged_dot_general",
+    bind_params=_bind_ragged,
+    params_since={"out_sharding": ((0, 10, 1), None)},
+)
 
 # ---------------------------------------------------------------- ragged_dot (older JAX versions)
 

@@ -29,7 +29,7 @@ from ..ad.ops import (
 )
 from ..ad.registry import defjvp_zero, deflinear2, primitive_jvps, rebind_primal
 from ..ad.zeros import Zero, is_zero, tangent_type
-from ..core import Literal, ShapedArray
+from ..core import Eqn, Literal, ShapedArray, Var
 from ..passes import simplify as S
 from ..record import define
 from ..shapes import ShapeError, shape_rule
@@ -1063,7 +1063,54 @@ def _stack_batching(args, dims, *, axis, **params):
     return BT.bind("stack", *xs, axis=axis + 1, **params), [0]
 
 
-define("stack", flops=_no_flops, batching=_stack_batching)
+#: JAX 0.10.1 added the stack and unstack primitives (0.10.0's jnp.stack: reshapes and a
+#: concatenate; its unstack: slices and squeezes)
+_STACK_SINCE = (0, 10, 1)
+
+
+def _older_stack(prim, params, e, style):
+    """Before 0.10.1: each operand reshaped with a unit axis, then one concatenate."""
+    if tuple(style.version) >= _STACK_SINCE:
+        return prim, params
+    (out,) = e.outputs
+    ax = canon_axis(int(params.get("axis", 0)), out.type.ndim, "stack axis")
+    eqns, parts = [], []
+    for x in e.inputs:
+        shape = list(out.type.shape)
+        shape[ax] = 1
+        part = Var(out.type.update(shape=tuple(shape)))
+        rp = {"dimensions": None, "new_sizes": tuple(shape), "sharding": None}
+        eqns.append(Eqn("reshape", [x], [part], rp, loc=e.loc))
+        parts.append(part)
+    eqns.append(Eqn("concatenate", parts, [out], {"dimension": ax}, loc=e.loc))
+    return eqns
+
+
+def _older_unstack(prim, params, e, style):
+    """Before 0.10.1: one slice of the operand and a squeeze per result."""
+    if tuple(style.version) >= _STACK_SINCE:
+        return prim, params
+    (x,) = e.inputs
+    shape = list(x.type.shape)
+    ax = canon_axis(int(params.get("axis", 0)), len(shape), "unstack axis")
+    eqns = []
+    for i, out in enumerate(e.outputs):
+        start, limit = [0] * len(shape), list(shape)
+        start[ax], limit[ax] = i, i + 1
+        part = Var(x.type.update(shape=tuple(limit[:ax] + [1] + limit[ax + 1 :])))
+        sp = {"limit_indices": tuple(limit), "start_indices": tuple(start), "strides": None}
+        eqns.append(Eqn("slice", [x], [part], sp, loc=e.loc))
+        eqns.append(Eqn("squeeze", [part], [out], {"dimensions": (ax,)}, loc=e.loc))
+    return eqns
+
+
+define(
+    "stack",
+    flops=_no_flops,
+    batching=_stack_batching,
+    first_version=_STACK_SINCE,
+    restyle=_older_stack,
+)
 
 
 @shape_rule("unstack")
@@ -1103,8 +1150,14 @@ def _unstack_batching(args, dims, *, axis=0, **params):
     return outs, [out_d] * len(outs)
 
 
-define("unstack", first_version=(0, 11))
-define("unstack", multiple_results=True, flops=_no_flops, batching=_unstack_batching)
+define(
+    "unstack",
+    multiple_results=True,
+    flops=_no_flops,
+    batching=_unstack_batching,
+    first_version=_STACK_SINCE,
+    restyle=_older_unstack,
+)
 
 
 @shape_rule("tile")
