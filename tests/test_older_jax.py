@@ -27,6 +27,7 @@ from jax_oracle import close, run
 from oldjax_programs import PROGRAMS, X
 
 jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
 
 import jaxprtool as jt  # noqa: E402
 from jaxprtool import backend  # noqa: E402
@@ -181,11 +182,32 @@ def test_stack_and_unstack_in_an_older_style():
     close(jt.run(jt.parse(text), X)[0], jax.grad(PROGRAMS["stack"][0])(X), 1e-5)
 
 
+def _f_polynomial(x):
+    """jnp.sinc (a polynomial of literal coefficients) and one of mixed coefficients."""
+    coeffs = (0.5, jnp.sin(x), 2.0, 0.25 * x)
+    return jnp.sum(jax.lax.polynomial(x, coeffs) * jnp.sinc(x))
+
+
+@pytest.mark.skipif(prims.lookup("polynomial") is None, reason="JAX before 0.12 prints none")
+def test_polynomial_runs_as_horner_before_0_12(installed):
+    """JAX 0.12 added polynomial: JAX 0.11 runs it (JAX 0.12's printout and the grad the
+    tool writes for it) as mul and add, Horner's rule as JAX lowers it."""
+    p = jt.parse(str(jax.make_jaxpr(_f_polynomial)(X)))
+    assert "polynomial" in bound_primitives(p)
+    installed("0.11.0")
+    g = jt.grad(p)
+    for prog in (p, g):
+        assert "polynomial" not in bound_primitives(prog)
+    close(jt.run(p, X)[0], _f_polynomial(X), 1e-6)
+    close(jt.run(g, X)[0], jax.grad(_f_polynomial)(X), 1e-5)
+    assert "polynomial" not in jt.format(g, "0.11.0")
+
+
 def test_older_forms_are_the_records():
     """The machinery names no primitive: each primitive the back end can lower is one whose
     record has both a first version and a restyle rule."""
     lowered = {n for n, r in records().items() if r.first_version and r.restyle}
-    assert {"one_minus_square", "stack", "unstack"} <= lowered
+    assert {"one_minus_square", "stack", "unstack", "polynomial"} <= lowered
 
 
 # ---------------------------------------------------------------- parameters JAX added later

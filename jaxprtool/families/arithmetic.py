@@ -1332,11 +1332,32 @@ def _polynomial_transpose(cts, x, *coeffs, **params):
     return out
 
 
+def _older_polynomial(prim, params, e, style):
+    """Horner's rule in `mul` and `add` (`c_N x + c_{N-1}`, ...), as JAX 0.12 lowers it."""
+    x, *coeffs = e.inputs
+    (out,) = e.outputs
+
+    def broadcast(a, b):  # the shape of `add a b` (an axis of size 1 stretches)
+        return tuple(m if n == 1 else n for n, m in zip(a, b)) if a and b else a or b
+
+    eqns = []
+    acc = coeffs[-1]
+    for k in range(len(coeffs) - 2, -1, -1):
+        cf = coeffs[k]
+        shape = broadcast(acc.type.shape, x.type.shape)
+        prod = Var(out.type.update(shape=shape, weak_type=False))
+        eqns.append(Eqn("mul", [acc, x], [prod], {}, loc=e.loc))
+        acc = out if k == 0 else Var(prod.type.update(shape=broadcast(shape, cf.type.shape)))
+        eqns.append(Eqn("add", [prod, cf], [acc], {}, loc=e.loc))
+    return eqns
+
+
 define(
     "polynomial",
     jvp=_polynomial_jvp,
     transpose=_polynomial_transpose,
     first_version=(0, 12),
+    restyle=_older_polynomial,
 )
 
 
