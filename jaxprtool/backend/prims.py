@@ -140,6 +140,39 @@ def missing_message(eqn: Eqn) -> str:
     )
 
 
+def older_jax_table() -> str:
+    """The README's table of what the back end lowers for an older installed JAX, from the
+    records: each primitive with a `first_version` (its older form: the first sentence of its
+    `restyle` rule's docstring; a call runs its body), each parameter of `params_since`."""
+    from ..record import records
+
+    def since(v) -> str:
+        return version_text(tuple(v))
+
+    def form(rec) -> str:
+        if rec.call_body is not None or rec.evaluate is not None:
+            return "runs its body (a call: never bound)"
+        if rec.restyle is None:
+            return "refused at its equation (no older form)"
+        doc = " ".join((rec.restyle.__doc__ or "").split())
+        return "runs as " + doc.split(". ")[0].rstrip(".")
+
+    rows = ["| primitive or parameter | first JAX with it | with an older JAX installed |"]
+    rows.append("|---|---|---|")
+    recs = records()
+    for name in sorted(recs, key=lambda n: (tuple(recs[n].first_version or ()), n)):
+        rec = recs[name]
+        if rec.first_version is not None:
+            rows.append(f"| `{name}` | {since(rec.first_version)} | {form(rec)} |")
+    for name in sorted(recs):
+        for param, (first, old) in sorted((recs[name].params_since or {}).items()):
+            rows.append(
+                f"| `{name}` `{param}` | {since(first)} | left out when `{old!r}` (what older "
+                f"JAX always did), refused at its equation otherwise |"
+            )
+    return "\n".join(rows) + "\n"
+
+
 # ---------------------------------------------------------------- value conversion
 
 _ENUMS = {

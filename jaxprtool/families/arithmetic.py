@@ -379,7 +379,8 @@ defjvp("one_minus_square", lambda g, x, **p: mul(g, mul(c(x, -2), x)))
 
 
 def _expand_one_minus_square(prim, params, e, style):
-    """Before JAX 0.12 the rules of tanh, asin, acos and atanh wrote `sub 1 (square x)`."""
+    """`square`, then `sub` from 1 (tanh's, asin's, acos's and atanh's derivatives before JAX
+    0.12)."""
     (x,), (out,) = e.inputs, e.outputs
     sq = Var(out.type)
     return [
@@ -1333,7 +1334,7 @@ def _polynomial_transpose(cts, x, *coeffs, **params):
 
 
 def _older_polynomial(prim, params, e, style):
-    """Horner's rule in `mul` and `add` (`c_N x + c_{N-1}`, ...), as JAX 0.12 lowers it."""
+    """`mul` and `add` by Horner's rule (JAX 0.12's lowering)."""
     x, *coeffs = e.inputs
     (out,) = e.outputs
 

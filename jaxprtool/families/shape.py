@@ -1069,7 +1069,8 @@ _STACK_SINCE = (0, 10, 1)
 
 
 def _older_stack(prim, params, e, style):
-    """Before 0.10.1: each operand reshaped with a unit axis, then one concatenate."""
+    """`reshape` of each operand to a unit axis, then one `concatenate` (JAX 0.10.0's
+    jnp.stack)."""
     if tuple(style.version) >= _STACK_SINCE:
         return prim, params
     (out,) = e.outputs
@@ -1087,7 +1088,7 @@ def _older_stack(prim, params, e, style):
 
 
 def _older_unstack(prim, params, e, style):
-    """Before 0.10.1: one slice of the operand and a squeeze per result."""
+    """`slice` and `squeeze` per result (JAX 0.10.0's random split)."""
     if tuple(style.version) >= _STACK_SINCE:
         return prim, params
     (x,) = e.inputs
