@@ -37,7 +37,6 @@ _MODULES = (
     "jax._src.lax.control_flow.solves",
     "jax._src.lax.eval_jaxpr",
     "jax._src.random.prng",
-    "jax._src.prng",  # (where JAX 0.10 and 0.11 define random_wrap, random_bits, ...)
     "jax._src.random.core",
     "jax._src.random.threefry2x32",
     "jax._src.random",
