@@ -42,8 +42,9 @@ DATA_0_11 = Path(__file__).resolve().parent / "data" / "jax-0.11.0"
 #: installed, tests/test_installed_jax.py exercises the real thing
 newest = pytest.mark.skipif(
     prims.lookup("one_minus_square") is None or prims.installed_version() < (0, 11),
-    reason="simulates an older JAX on one with one_minus_square and top_k's is_stable "
-    "(0.12); test_installed_jax.py runs the commands on the installed JAX",
+    reason="the installed JAX lacks one_minus_square or top_k's is_stable, which this "
+    "simulation pretends it lacks (JAX 0.12 has both); test_installed_jax.py runs the "
+    "commands on it",
 )
 
 
@@ -188,7 +189,10 @@ def _f_polynomial(x):
     return jnp.sum(jax.lax.polynomial(x, coeffs) * jnp.sinc(x))
 
 
-@pytest.mark.skipif(prims.lookup("polynomial") is None, reason="JAX before 0.12 prints none")
+@pytest.mark.skipif(
+    prims.lookup("polynomial") is None,
+    reason="the installed JAX lacks polynomial (JAX 0.12 has it)",
+)
 def test_polynomial_runs_as_horner_before_0_12(installed):
     """JAX 0.12 added polynomial: JAX 0.11 runs it (JAX 0.12's printout and the grad the
     tool writes for it) as mul and add, Horner's rule as JAX lowers it."""
