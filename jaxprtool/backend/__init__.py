@@ -86,7 +86,7 @@ def evaluate(jaxpr, args, consts=None, device: str | None = None, dims=None, jit
     check_runnable(jaxpr)
     if sharding.is_multi_device(jaxpr):
         return sharding.evaluate(jaxpr, args, consts or [], dims, device=device, jitted=jitted)
-    dev = get_device(device)
+    dev = get_device(device or sharding.CONFIG.platform)  # None: the command's --device
     consts = list(consts or [])
     fn = jitted or _jitted(jaxpr, dims, _with_nested(jaxpr, consts))
     with x64_scope(jaxpr), jax.default_device(dev):
@@ -136,7 +136,7 @@ def eval_eager(
         return sharding.evaluate(
             jaxpr, args, consts or [], dims, device, eager=True, trace=trace, debug_nans=debug_nans
         )
-    dev = get_device(device)
+    dev = get_device(device or sharding.CONFIG.platform)  # None: the command's --device
     with x64_scope(jaxpr), jax.default_device(dev):
         from .consts import all_constvars, split
 

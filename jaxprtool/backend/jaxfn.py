@@ -107,18 +107,13 @@ def _unwrap_keys(jaxpr, outs) -> list:
 _PLATFORMS = {"gpu": "gpu", "cuda": "gpu", "cpu": "cpu", "tpu": "tpu"}
 
 
-def get_device(device: str | None = None):
-    """The first JAX device of a platform (None: the command's, `sharding.CONFIG.platform`;
-    "auto": JAX's default backend), or a JaxprError that names what is missing and what JAX
-    found instead."""
+def get_device(device: str = "cpu"):
+    """The first JAX device of a platform ("auto": JAX's default backend), or a JaxprError
+    that names what is missing and what JAX found instead."""
     import jax
 
     from ..core import JaxprError
 
-    if device is None:
-        from .sharding import CONFIG
-
-        device = CONFIG.platform
     if device == "auto":
         return jax.devices()[0]
     platform = _PLATFORMS.get(device)
@@ -138,8 +133,8 @@ def get_device(device: str | None = None):
     return devs[0]
 
 
-def platform_of(device: str | None) -> str:
-    """The platform name JAX lowers for ("cpu", "cuda", "tpu"), "auto" and None resolved."""
+def platform_of(device: str) -> str:
+    """The platform name JAX lowers for ("cpu", "cuda", "tpu"), "auto" resolved."""
     if device in ("cpu", "tpu"):
         return device
     if device in ("gpu", "cuda"):
