@@ -205,8 +205,7 @@ def command_line_checks(device: str, out: Path) -> list[str]:
                 ["run", path, "--random", "0", "--device", device, "--print-values", "none"],
                 ["compile", path, "--emit", "optimized-hlo", "--device", device],
                 ["memory", path, "--device", device, "--of", "grad" if argnums else "program"],
-                ["check-grad", path, "--device", device]
-                + (["--modes", "fwd"] if not argnums else []),
+                ["check-grad", path, "--device", device],
             ):
                 r = CliRunner().invoke(main, ["--no-color", *map(str, cmd)])
                 last = (r.output.strip().splitlines() or [""])[-1][:120]
