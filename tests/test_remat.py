@@ -58,9 +58,13 @@ def _jax_residual_bytes(f, policy, args) -> int:
     return sum(a.size * a.dtype.itemsize for a, why in res if not why.startswith("from the arg"))
 
 
-def _grad(j, spec, argnums):
-    with remat.planning(spec) as plans:
-        g = grad_jaxpr(j, argnums)
+def _grad(j, spec, argnums, segments="none"):
+    """The gradient under `spec`, by default over the whole program at once (today's
+    semantics, JAX's `jax.checkpoint(f, policy)`), and the plans."""
+    plans: list = []
+    if spec is not None:
+        spec = remat.with_segments(spec, segments)
+    g = grad_jaxpr(j, argnums, remat=spec, plans=plans)
     return g, plans
 
 

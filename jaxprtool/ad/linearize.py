@@ -132,13 +132,38 @@ def linearize_masked(
 
 
 @gc_paused()
-def linearize_jaxpr(jaxpr: Jaxpr, argnums: Sequence[int] | None = None, instantiate: bool = True):
+def linearize_jaxpr(
+    jaxpr: Jaxpr,
+    argnums: Sequence[int] | None = None,
+    instantiate: bool = True,
+    remat=None,
+    plans: list | None = None,
+):
     """`(primal_jaxpr, linear_jaxpr, info)` with residual forwarding.
 
     `primal_jaxpr`: `(primals...) -> (outs..., new residuals...)`; `linear_jaxpr`:
     `(residuals..., tangents...) -> (out_tangents...)`; `info.residuals[k]` says where the k-th
     residual input of the linear program comes from: a primal input, a primal output, or one of the
-    new residual outputs of the primal program."""
+    new residual outputs of the primal program.
+
+    `remat`: a rematerialization request (`remat.Spec`; `--remat`, `--remat-budget`), planned
+    on the program and on the bodies the rules linearize (which read it from the planning
+    context this sets); the plans made are appended to `plans` (outermost program last).
+    Without it, the request of an enclosing `remat.planning` block, if any."""
+    from .remat import current_spec, planning
+
+    if remat is not None or plans is not None:
+        with planning(remat if remat is not None else current_spec()) as made:
+            out = _linearize_jaxpr(jaxpr, argnums, instantiate)
+        if plans is not None:
+            plans.extend(made)
+        return out
+    return _linearize_jaxpr(jaxpr, argnums, instantiate)
+
+
+def _linearize_jaxpr(jaxpr: Jaxpr, argnums, instantiate):
+    from .remat import current_spec, rematerialize
+
     mask = diff_mask(jaxpr, argnums)
     consts, primals, outs, peqns, residuals, tan_in, teqns, touts, mask, out_nz = _split(
         jaxpr, mask, instantiate
@@ -148,9 +173,7 @@ def linearize_jaxpr(jaxpr: Jaxpr, argnums: Sequence[int] | None = None, instanti
     new = forward_residuals(residuals, lambda r: producer.get(id(r)), primals, consts, outs, info)
     primal = B.make_jaxpr(primals, peqns, list(outs) + new, consts)
     linear = _linear_jaxpr(residuals, tan_in, teqns, touts)
-    from .remat import rematerialize
-
-    primal, linear, info = rematerialize(primal, linear, info)
+    primal, linear, info = rematerialize(primal, linear, info, spec=current_spec())
     observe.notify("linearized", primal, linear, info)
     return primal, linear, info
 

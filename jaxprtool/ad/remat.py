@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -237,6 +238,20 @@ class Spec:
     offload_names: frozenset[str] = frozenset()
     offload: Offload | None = None
     parts: tuple[Spec, ...] = ()
+    #: `--remat-segments`: "auto" (segments found in the program: each iteration of a scan
+    #: body, each call, the repeated layers, else about sqrt(n) stretches), "none" (the
+    #: whole program at once: JAX's `jax.checkpoint(f)`), or a number of segments
+    segments: str = "auto"
+
+
+def with_segments(spec: Spec, segments) -> Spec:
+    """`spec` with `--remat-segments` set (auto, none or a positive number)."""
+    import dataclasses
+
+    text = str(segments).strip().lower()
+    if text not in ("auto", "none") and not (text.isdigit() and int(text) > 0):
+        raise ValueError(f"--remat-segments {segments!r}: expected auto, none or a number >= 1")
+    return dataclasses.replace(spec, segments=text)
 
 
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmgt]i?b?|b)?\s*$", re.I)
@@ -518,6 +533,11 @@ class Graph:
             for o in e.outputs:
                 self.producer[id(o)] = i
         self.free = {id(v) for v in (*primal.invars, *primal.constvars)}
+        #: the segments (`Segments`), when the program is cut in several; their boundary
+        #: values (made in one segment, read in a later one) are saved, so the planners see
+        #: them as free, while their bytes count (`cost`)
+        self.segments: Segments | None = None
+        self.boundary: set[int] = set()
         n_out = len(info.out_mask)
         outs, new = list(primal.outvars[:n_out]), list(primal.outvars[n_out:])
         src = {"input": primal.invars, "const": primal.constvars, "output": outs, "new": new}
@@ -534,7 +554,7 @@ class Graph:
 
     def cost(self, v) -> int:
         """Bytes held to save `v` (0 for inputs, constants and literals)."""
-        if not isinstance(v, Var) or id(v) in self.free:
+        if not isinstance(v, Var) or (id(v) in self.free and id(v) not in self.boundary):
             return 0
         b = self._bytes.get(id(v))
         if b is None:
@@ -560,7 +580,23 @@ class Graph:
         return self._saves[i]
 
     def made_by(self, v) -> int | None:
-        return self.producer.get(id(v)) if isinstance(v, Var) else None
+        """The index of the equation that makes `v` (None for a free or boundary value)."""
+        if not isinstance(v, Var) or id(v) in self.free:
+            return None
+        return self.producer.get(id(v))
+
+    def cut(self, segments: Segments) -> None:
+        """Plan segment by segment: the values a later segment reads are saved (free to
+        the planners), so each segment's recomputation reads only its own values."""
+        self.segments = segments
+        seg = segments.of
+        for i, e in enumerate(self.eqns):
+            for x in e.inputs:
+                if isinstance(x, Var) and id(x) not in self.free:
+                    j = self.producer.get(id(x))
+                    if j is not None and seg[j] != seg[i]:
+                        self.boundary.add(id(x))
+        self.free = self.free | self.boundary
 
     def closure(self, saved_ids: set[int], want, reruns=None) -> list[int]:
         """The equations (indices, in program order) that recompute `want` from the saved
@@ -605,6 +641,8 @@ class Plan:
     #: index of a recomputed equation -> the equation run in its place (a scan, call or cond
     #: rerun for some of its results, reading the saved ones: `rerun_eqn`)
     reruns: dict[int, Eqn] = field(default_factory=dict)
+    #: the segments planned one by one (None: the whole program at once)
+    segments: Segments | None = None
 
     def render(self, limit: int = 12) -> str:
         """The plan as `--remat` prints it on standard error."""
@@ -629,9 +667,17 @@ class Plan:
                 else ""
             ),
         ]
+        if self.segments is not None:
+            lines.append("  " + self.segments.describe())
         rec = ", ".join(f"{n} x{c}" for n, c in sorted(self.recomputed_counts.items()))
         lines.append(f"  recomputed ({len(self.recompute)} equations): {rec or 'nothing'}")
         return "\n".join(lines)
+
+
+def _by_id(ids: set[int], g: Graph) -> list[Var]:
+    """The primal Vars with these ids, in program order."""
+    out = [o for e in g.eqns for o in e.outputs if id(o) in ids]
+    return out
 
 
 def _plan_from_saved(g: Graph, saved_ids: set[int], method: str, reruns=None) -> Plan:
@@ -710,6 +756,168 @@ def policy_plan(g: Graph, spec: Spec) -> Plan:
     plan.bytes_after -= moved
     plan.bytes_offloaded += moved
     return plan
+
+
+# ---------------------------------------------------------------- segments
+
+
+@dataclass
+class Segments:
+    """The primal program cut into stretches of consecutive equations, each planned and
+    recomputed on its own (Chen et al. 2016): `starts[k]` is the first equation of segment
+    k, `of[i]` the segment of equation i; `kind` says how they were found."""
+
+    kind: str
+    starts: list[int]
+    of: list[int]
+    #: bytes of the values that cross the cuts (made before one, read after it)
+    cut_bytes: int = 0
+
+    @staticmethod
+    def at(kind: str, starts, n: int, cut_bytes: int = 0) -> Segments:
+        starts = sorted({0, *(s for s in starts if 0 < s < n)})
+        of, k = [], 0
+        for i in range(n):
+            while k + 1 < len(starts) and starts[k + 1] <= i:
+                k += 1
+            of.append(k)
+        return Segments(kind, starts, of, cut_bytes)
+
+    def describe(self, limit: int = 6) -> str:
+        n = len(self.of)
+        spans = [f"{a}-{b - 1}" for a, b in zip(self.starts, [*self.starts[1:], n], strict=True)]
+        shown = ", ".join(spans[:limit]) + (
+            f", ... {len(spans) - limit} more" if len(spans) > limit else ""
+        )
+        return (
+            f"{len(self.starts)} segments ({self.kind}) of the {n} primal equations: {shown}; "
+            f"{self.cut_bytes} B cross the cuts (saved)"
+        )
+
+
+#: `--remat-segments auto` cuts a program without calls or repeated layers into about
+#: sqrt(n) segments only from this many primal equations
+SQRT_FROM = 50
+#: the share of the equations the repeated layers must cover
+LAYERS_COVER = 0.25
+
+
+def _crossing_bytes(g: Graph) -> list[int]:
+    """`c[t]`: the bytes of the values made before equation t and read at or after it by
+    the primal program (the values a cut before t would save)."""
+    n = len(g.eqns)
+    last: dict[int, int] = {}
+    for i, e in enumerate(g.eqns):
+        for x in e.inputs:
+            if isinstance(x, Var) and id(x) not in g.free:
+                last[id(x)] = i
+    diff = [0] * (n + 2)
+    for i, e in enumerate(g.eqns):
+        for o in e.outputs:
+            b = last.get(id(o))
+            if b is not None and b > i:
+                nb = nbytes(o)
+                diff[i + 1] += nb
+                diff[b + 1] -= nb
+    out, run = [], 0
+    for t in range(n + 1):
+        run += diff[t]
+        out.append(run)
+    return out
+
+
+def _signature(e: Eqn):
+    """What two structurally equal equations share: primitive, types, parameters (a body
+    by its size), literals by value."""
+    params = []
+    for k, v in e.params.items():
+        if isinstance(v, Jaxpr):
+            params.append((k, "jaxpr", len(v.eqns)))
+        elif isinstance(v, (tuple, list)) and any(isinstance(x, Jaxpr) for x in v):
+            params.append((k, "jaxprs", len(v)))
+        else:
+            text = str(v)
+            params.append((k, text if len(text) < 200 else hash(text)))
+    ins = tuple(str(x.type) if isinstance(x, Var) else ("lit", str(x)) for x in e.inputs)
+    return (e.prim, ins, tuple(str(o.type) for o in e.outputs), tuple(params))
+
+
+def _layer_starts(g: Graph, cross: list[int]) -> list[int] | None:
+    """The repeated layer structure: the L equations of a signature occurring L times at
+    regular intervals (L the count covering most equations), the one whose cuts save the
+    fewest bytes; None when there is none."""
+    n = len(g.eqns)
+    ids: dict = {}
+    occ: dict[int, list[int]] = {}
+    for i, e in enumerate(g.eqns):
+        s = ids.setdefault(_signature(e), len(ids))
+        occ.setdefault(s, []).append(i)
+    cover: dict[int, int] = {}
+    for ps in occ.values():
+        if len(ps) >= 2:
+            cover[len(ps)] = cover.get(len(ps), 0) + len(ps)
+    if not cover:
+        return None
+    layers, covered = max(cover.items(), key=lambda kv: (kv[1], kv[0]))
+    if covered < LAYERS_COVER * n:
+        return None
+    best = None
+    for ps in occ.values():
+        if len(ps) != layers:
+            continue
+        gaps = [b - a for a, b in zip(ps, ps[1:])]
+        mean = sum(gaps) / len(gaps)
+        if mean < 2 or max(gaps) - min(gaps) > 0.1 * mean + 1:
+            continue
+        cost = sum(cross[p] for p in ps[1:])
+        if best is None or cost < best[0]:
+            best = (cost, ps[1:])
+    return None if best is None else best[1]
+
+
+def _even_starts(cross: list[int], k: int) -> list[int]:
+    """k segments of about equal length, each cut moved within its neighbourhood to where
+    the fewest bytes cross."""
+    n = len(cross) - 1
+    starts: list[int] = []
+    half = max(0, n // (4 * k))
+    for j in range(1, k):
+        t = round(j * n / k)
+        lo, hi = max((starts[-1] + 1) if starts else 1, t - half), min(n - 1, t + half)
+        if lo > hi:
+            continue
+        starts.append(min(range(lo, hi + 1), key=lambda u: (cross[u], abs(u - t))))
+    return starts
+
+
+def find_segments(g: Graph, spec: Spec) -> Segments | None:
+    """The segments `spec.segments` asks for on the program of `g`: a number of them, or
+    (auto) each call with a body, else the repeated layers, else about sqrt(n) stretches;
+    None for one segment (the whole program)."""
+    n = len(g.eqns)
+    if spec.segments == "none" or n < 2:
+        return None
+    cross = _crossing_bytes(g)
+
+    def made(kind, starts):
+        seg = Segments.at(kind, starts, n)
+        seg.cut_bytes = 0
+        return seg if len(seg.starts) > 1 else None
+
+    if spec.segments.isdigit():
+        found = made(f"{spec.segments} asked", _even_starts(cross, int(spec.segments)))
+    else:
+        calls = [i for i, e in enumerate(g.eqns) if record_of(e.prim).call_body]
+        found = None
+        if len(calls) >= 2:
+            found = made("each call", calls)
+        if found is None:
+            starts = _layer_starts(g, cross)
+            if starts:
+                found = made(f"{len(starts) + 1} repeated layers", starts)
+        if found is None and n >= SQRT_FROM:
+            found = made("about sqrt(n)", _even_starts(cross, max(2, round(math.sqrt(n)))))
+    return found
 
 
 # ---------------------------------------------------------------- min-cut
@@ -951,7 +1159,9 @@ def budget_plan(g: Graph, spec: Spec, loc=None) -> Plan:
         floor = smallest_budget(g)
         if floor > budget:
             raise _unmeetable(budget, floor, held, loc)
-        found = _ilp_budget(g, cands, budget, eqn_flops)
+        # (the segments' boundary values are saved whatever the plan: the rest must fit)
+        fixed = sum(g.cost(v) for v in _by_id(g.boundary, g))
+        found = _ilp_budget(g, cands, budget - fixed, eqn_flops)
     if found is not None:
         plan = _plan_from_saved(g, found[0], what)
         plan.exact = found[1]
@@ -1086,21 +1296,41 @@ def _hoist_nonlinear(eqns, tangents, inside):
 
 
 def _remat_stretch(eqns, outvars, inside, g: Graph, by_saved, plan: Plan) -> list[Eqn]:
-    """The linear equations with the stretch from the first to the last that reads a value
-    made inside (recomputed or copied back) wrapped in ONE `remat2` call, as JAX's
-    transposed checkpoint is: each recomputed equation once, behind the call's barrier."""
-    reads = [
-        k
-        for k, e in enumerate(eqns)
-        if any(isinstance(x, Var) and id(x) in inside for x in e.inputs)
-    ]
-    if not reads:
+    """The linear equations with each stretch that reads values made inside (recomputed or
+    copied back) wrapped in a `remat2` call, as JAX's transposed checkpoint is: each
+    recomputed equation once, behind the call's barrier.  One stretch per segment of the
+    plan (`g.segments`): from the first to the last equation that reads a value its
+    segment recomputes (stretches that overlap are merged); the whole program's one
+    stretch without segments."""
+    seg_of = g.segments.of if g.segments is not None else None
+
+    def segment(lv_id) -> int:
+        i = g.producer.get(id(inside[lv_id]))
+        return seg_of[i] if seg_of is not None and i is not None else 0
+
+    span: dict[int, list[int]] = {}
+    for k, e in enumerate(eqns):
+        for x in e.inputs:
+            if isinstance(x, Var) and id(x) in inside:
+                s = span.setdefault(segment(id(x)), [k, k])
+                s[1] = k
+    if not span:
         return eqns
-    a, b = reads[0], reads[-1]
-    read_after = {id(x) for e in eqns[b + 1 :] for x in e.inputs}
-    read_after.update(id(x) for x in outvars)
-    call = _remat_call(eqns[a : b + 1], read_after, inside, g, by_saved, plan)
-    return eqns[:a] + [call] + eqns[b + 1 :]
+    merged: list[list[int]] = []
+    for a, b in sorted(span.values()):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    out: list[Eqn] = []
+    prev = 0
+    for a, b in merged:
+        read_after = {id(x) for e in eqns[b + 1 :] for x in e.inputs}
+        read_after.update(id(x) for x in outvars)
+        out.extend(eqns[prev:a])
+        out.append(_remat_call(eqns[a : b + 1], read_after, inside, g, by_saved, plan))
+        prev = b + 1
+    return out + eqns[prev:]
 
 
 def _remat_call(stretch, read_after, inside, g: Graph, by_saved, plan: Plan) -> Eqn:
@@ -1242,6 +1472,8 @@ def _reruns(spec: Spec, body: Jaxpr) -> bool:
 
     if spec.budget is not None or spec.policy in (None, "min-cut"):
         return False
+    if spec.segments != "none":  # the body is a segment: recomputed inside, per iteration
+        return False
     if any(isinstance(v.type, RefType) for v in (*body.invars, *body.outvars)):
         return False
     return not (jaxpr_has_effects(body) or jaxpr_has_random(body))
@@ -1272,10 +1504,15 @@ def counted_at(spec: Spec):
     return sized_dims(size)
 
 
-def rematerialize(primal: Jaxpr, linear: Jaxpr, info: LinearizeInfo, nested: bool = False):
-    """Apply the current spec (if any) to a linearization; a byte budget applies to the
-    outermost program only (nested bodies follow min-cut then)."""
-    spec = _SPEC.get()
+def rematerialize(
+    primal: Jaxpr, linear: Jaxpr, info: LinearizeInfo, nested: bool = False, spec=None
+):
+    """Apply `spec` (by default the current one, if any) to a linearization: the graph,
+    its segments (`find_segments`, the outermost program only: a nested body is one
+    segment), the plan (`plan_for`), the placement (`apply_plan`).  A byte budget applies
+    to the outermost program only (nested bodies follow min-cut then)."""
+    if spec is None:
+        spec = _SPEC.get()
     if spec is None:
         return primal, linear, info
     if nested and spec.budget is not None:
@@ -1284,7 +1521,13 @@ def rematerialize(primal: Jaxpr, linear: Jaxpr, info: LinearizeInfo, nested: boo
 
     g = Graph(primal, info)
     with counted_at(spec):
+        if not nested:
+            segments = find_segments(g, spec)
+            if segments is not None:
+                g.cut(segments)
+                segments.cut_bytes = sum(g.cost(v) for v in _by_id(g.boundary, g))
         plan = plan_for(g, spec)
+        plan.segments = g.segments
         plan.flops_before = flops(primal) + flops(linear)
     plan.nested = nested
     plan.sizes = ",".join(f"{k}={n}" for k, n in spec.dims)
@@ -1294,7 +1537,7 @@ def rematerialize(primal: Jaxpr, linear: Jaxpr, info: LinearizeInfo, nested: boo
     with counted_at(spec):
         plan.flops_after = flops(out[0]) + flops(out[1])
         for v in plan.saved:
-            i = g.made_by(v)
+            i = g.producer.get(id(v))
             src = (
                 "an input"
                 if i is None
