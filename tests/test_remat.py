@@ -147,8 +147,8 @@ def _dot(xs, ys) -> float:
 @pytest.mark.parametrize("spec", ["min-cut", "nothing_saveable", "0.3"])
 def test_linear_program_dot_product(resmlp_ir, plain_linear_output, spec):
     s = remat.parse_budget(spec) if spec[0].isdigit() else remat.parse_policy(spec)
-    with remat.planning(s):
-        primal, linear, info = linearize_jaxpr(resmlp_ir, [0, 1, 2])
+    s = remat.with_segments(s, "none")  # (tests/test_remat_segments.py: segment by segment)
+    primal, linear, info = linearize_jaxpr(resmlp_ir, [0, 1, 2], remat=s)
     assert _has_remat_call(linear)
     pouts = backend.evaluate(primal, list(ARGS))
     n_out = len(info.out_mask)

@@ -111,11 +111,13 @@ def linearize_masked(
     nonzeros: Sequence[bool],
     instantiate: bool | Sequence[bool] = True,
     rerun: bool = False,
+    copies: int = 1,
 ):
     """For nested use (call and control-flow rules): no forwarding.  A Ref input gets a
     tangent Ref when `nonzeros` says so (see `jvp.tangent_mask`).  `rerun`: the equation
     holding the body is one a policy may run again (scan, call, cond): see
-    `remat.rematerialize_masked`.
+    `remat.rematerialize_masked`; `copies`: how many instances of the body's residuals are
+    held at once (a scan's length: they are stacked), for a budget on the peak.
 
     Returns `(primal_jaxpr, linear_jaxpr, out_nonzeros, num_res)`: `primal_jaxpr` maps the primal
     inputs to `(outs..., residuals...)`; `linear_jaxpr` maps `(residuals..., tangents...)` (one
@@ -127,7 +129,9 @@ def linearize_masked(
     linear = _linear_jaxpr(residuals, tan_in, teqns, touts)
     from .remat import rematerialize_masked
 
-    primal, linear, num_res = rematerialize_masked(primal, linear, len(outs), len(residuals), rerun)
+    primal, linear, num_res = rematerialize_masked(
+        primal, linear, len(outs), len(residuals), rerun, copies
+    )
     return primal, linear, out_nz, num_res
 
 

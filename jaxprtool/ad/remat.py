@@ -538,6 +538,9 @@ class Graph:
         #: them as free, while their bytes count (`cost`)
         self.segments: Segments | None = None
         self.boundary: set[int] = set()
+        #: how many instances of the program's saved values are held at once (a scan body's:
+        #: its length, the residuals stacked), for the peak a byte budget bounds
+        self.copies = 1
         n_out = len(info.out_mask)
         outs, new = list(primal.outvars[:n_out]), list(primal.outvars[n_out:])
         src = {"input": primal.invars, "const": primal.constvars, "output": outs, "new": new}
@@ -584,6 +587,20 @@ class Graph:
         if not isinstance(v, Var) or id(v) in self.free:
             return None
         return self.producer.get(id(v))
+
+    def peak_groups(self) -> list[list[Var]] | None:
+        """The residuals of each segment (recomputed together in its backward stretch, so
+        alive together at its start): the terms of `planned_peak`; None when the program
+        has no peak model (one segment, held once: the bytes held across are what a budget
+        bounds then)."""
+        if self.segments is None and self.copies == 1:
+            return None
+        groups: dict[int, dict[int, Var]] = {}
+        for v in self.residuals:
+            if isinstance(v, Var) and id(v) not in self.free:
+                k = self.segments.of[self.producer[id(v)]] if self.segments is not None else 0
+                groups.setdefault(k, {})[id(v)] = v
+        return [list(d.values()) for d in groups.values()]
 
     def cut(self, segments: Segments) -> None:
         """Plan segment by segment: the values a later segment reads are saved (free to
@@ -725,7 +742,8 @@ def policy_plan(g: Graph, spec: Spec) -> Plan:
         seen.add(id(v))
         i = g.producer[id(v)]
         e = g.eqns[i]
-        saves = g.saves(i, decide)
+        # (a body planned as a segment of its own, per iteration, is not run again)
+        saves = g.saves(i, decide) if spec.segments == "none" else None
         if saves is not None:
             k = next(k for k, o in enumerate(e.outputs) if o is v)
             if not saves[k]:
@@ -844,8 +862,9 @@ def _signature(e: Eqn):
 
 def _layer_starts(g: Graph, cross: list[int]) -> list[int] | None:
     """The repeated layer structure: the L equations of a signature occurring L times at
-    regular intervals (L the count covering most equations), the one whose cuts save the
-    fewest bytes; None when there is none."""
+    regular intervals (L the count covering most equations) mark the layers; the cuts are
+    these marks moved by the one offset (within a period) where the fewest bytes cross.
+    None when there is no such structure."""
     n = len(g.eqns)
     ids: dict = {}
     occ: dict[int, list[int]] = {}
@@ -861,17 +880,26 @@ def _layer_starts(g: Graph, cross: list[int]) -> list[int] | None:
     layers, covered = max(cover.items(), key=lambda kv: (kv[1], kv[0]))
     if covered < LAYERS_COVER * n:
         return None
-    best = None
+    marks = None
     for ps in occ.values():
         if len(ps) != layers:
             continue
         gaps = [b - a for a, b in zip(ps, ps[1:])]
-        mean = sum(gaps) / len(gaps)
-        if mean < 2 or max(gaps) - min(gaps) > 0.1 * mean + 1:
+        spread = max(gaps) - min(gaps)
+        if min(gaps) >= 2 and spread <= 0.1 * min(gaps) and (marks is None or spread < marks[0]):
+            marks = (spread, ps)
+    if marks is None:
+        return None
+    ps = marks[1][1:]
+    period = min(b - a for a, b in zip(marks[1], marks[1][1:]))
+    best = None
+    for delta in range(-((period - 1) // 2), period // 2 + 1):
+        cuts = [p + delta for p in ps]
+        if cuts[0] <= 0 or cuts[-1] >= n:
             continue
-        cost = sum(cross[p] for p in ps[1:])
+        cost = sum(cross[c] for c in cuts)
         if best is None or cost < best[0]:
-            best = (cost, ps[1:])
+            best = (cost, cuts)
     return None if best is None else best[1]
 
 
@@ -1023,11 +1051,12 @@ def _candidates(g: Graph) -> list[int]:
     return sorted(seen)
 
 
-def _ilp_budget(g: Graph, cands: list[int], budget: int, flops):
+def _ilp_budget(g: Graph, cands: list[int], budget: int, flops, groups=None):
     """The exact plan: binary c_e (recompute equation e), s_v (save value v); every residual
     saved or recomputed, every operand of a recomputed equation saved, free or recomputed;
     saved bytes <= budget; minimise recomputed FLOPs (then bytes).  None when HiGHS finds no
-    plan in time."""
+    plan in time.  With `groups` (the peak model, `planned_peak`), a continuous m at least
+    each group's recomputed residual bytes, and `copies` * saved bytes + m <= budget."""
     import numpy as np
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import coo_matrix
@@ -1075,16 +1104,23 @@ def _ilp_budget(g: Graph, cands: list[int], budget: int, flops):
             if id(x) not in g.free:
                 constraint(available(x) + [(cset[i], -1.0)], 0.0)
     sizes = np.array([nbytes(v) for v in vlist], float)
-    a = coo_matrix((data, (rows, cols)), shape=(len(lo), nc + nv))
+    nm = 1 if groups else 0  # the peak model's m, last
+    m = nc + nv
+    if groups:
+        for vs in groups:  # m + sum(size * s_v) >= the group's residual bytes
+            terms = [(m, 1.0)] + [(nc + vals[id(v)], float(nbytes(v))) for v in vs]
+            constraint(terms, float(sum(nbytes(v) for v in vs)))
+    a = coo_matrix((data, (rows, cols)), shape=(len(lo), nc + nv + nm))
     cons = [LinearConstraint(a, np.array(lo), np.inf)]
-    cons.append(LinearConstraint(np.concatenate([np.zeros(nc), sizes])[None, :], -np.inf, budget))
+    row = np.concatenate([np.zeros(nc), g.copies * sizes, np.ones(nm)])
+    cons.append(LinearConstraint(row[None, :], -np.inf, budget))
     f = np.array([float(flops(g.eqns[i])) for i in cands])
     tie = sizes / (2.0 * (sizes.sum() + 1.0))  # bytes break ties between equal FLOPs
     res = milp(
-        np.concatenate([f + 1e-3, tie]),
+        np.concatenate([f + 1e-3, tie, np.zeros(nm)]),
         constraints=cons,
-        integrality=np.ones(nc + nv),
-        bounds=Bounds(0, 1),
+        integrality=np.concatenate([np.ones(nc + nv), np.zeros(nm)]),
+        bounds=Bounds(0, np.concatenate([np.ones(nc + nv), np.full(nm, np.inf)])),
         options={"time_limit": ILP_TIME_LIMIT, "mip_rel_gap": 1e-6},
     )
     if res.x is None:
@@ -1093,7 +1129,7 @@ def _ilp_budget(g: Graph, cands: list[int], budget: int, flops):
     return saved_ids, res.status == 0
 
 
-def _greedy_budget(g: Graph, cands: list[int], budget: int, flops):
+def _greedy_budget(g: Graph, cands: list[int], budget: int, flops, groups=None):
     """The heuristic: the min-cut over cheap equations first; while its bytes exceed the
     budget, costly equations become recomputable in order of FLOPs per byte of result, the
     shortest such prefix whose min-cut fits (binary search: more recomputable equations never
@@ -1109,18 +1145,21 @@ def _greedy_budget(g: Graph, cands: list[int], budget: int, flops):
     def plan(k):
         return _plan_from_saved(g, cut(k), "")
 
+    def size(p):  # what the budget bounds
+        return planned_peak(g, p, groups) if groups else p.bytes_after
+
     lo, hi = 0, len(costly)
     best = plan(lo)
-    if best.bytes_after <= budget:
+    if size(best) <= budget:
         return best, None
     best = plan(hi)
-    floor = best.bytes_after
+    floor = size(best)
     if floor > budget:
         return None, floor
     while hi - lo > 1:
         mid = (lo + hi) // 2
         p = plan(mid)
-        if p.bytes_after <= budget:
+        if size(p) <= budget:
             hi, best = mid, p
         else:
             lo = mid
@@ -1133,7 +1172,14 @@ def smallest_budget(g: Graph) -> int:
     return _plan_from_saved(g, min_cut_saved(g, lambda i: i in cands), "").bytes_after
 
 
-def _unmeetable(budget, floor, default, loc) -> JaxprError:
+def _unmeetable(budget, floor, default, loc, what="residuals") -> JaxprError:
+    if what == "peak":
+        return JaxprError(
+            f"--remat-budget: the planned peak cannot fit {budget} bytes; the smallest "
+            f"budget that can be met is {floor} bytes (--remat-budget {floor}); the plain "
+            f"gradient's residuals hold {default} bytes",
+            loc,
+        )
     return JaxprError(
         f"--remat-budget: the residuals cannot fit {budget} bytes; the smallest budget "
         f"that can be met is {floor} bytes (--remat-budget {floor}); the default holds "
@@ -1142,12 +1188,41 @@ def _unmeetable(budget, floor, default, loc) -> JaxprError:
     )
 
 
+def planned_peak(g: Graph, plan: Plan, groups=None) -> int:
+    """The peak the backward part of a segmented plan reaches, as the planners model it:
+    the saved bytes (times `g.copies`: a scan's stacked residuals) plus the largest bytes
+    one segment recomputes (its recomputed residuals, alive together when its backward
+    stretch starts); the saved bytes without a peak model."""
+    groups = g.peak_groups() if groups is None else groups
+    if not groups:
+        return plan.bytes_after
+    saved = {id(v) for v in plan.saved}
+    worst = max(sum(nbytes(v) for v in vs if id(v) not in saved) for vs in groups)
+    return g.copies * plan.bytes_after + worst
+
+
 def budget_plan(g: Graph, spec: Spec, loc=None) -> Plan:
     from ..ui.stats import eqn_flops
 
     everything = {id(v): v for v in g.residuals if isinstance(v, Var)}
     held = sum(g.cost(v) for v in everything.values())
-    budget = int(spec.budget * held) if spec.fraction else int(spec.budget)
+    groups = g.peak_groups()
+    if groups:
+        return _peak_budget_plan(g, spec, held, groups, loc)
+    budget = int(spec.budget)
+    if spec.fraction:
+        # a fraction of the residuals this program's plan can recompute; those an equation
+        # with bodies makes (a scan's stacked residuals) were held to it inside, per iteration
+        inner = sum(
+            g.cost(v)
+            for v in everything.values()
+            if g.made_by(v) is not None and eqn_subjaxprs(g.eqns[g.made_by(v)])
+        )
+        budget = int(spec.budget * (held - inner)) + inner
+        if inner and budget < held:
+            # what is left of the program besides its bodies may not shrink: the bodies
+            # held the fraction, the rest holds what it can
+            budget = max(budget, smallest_budget(g))
     what = f"--remat-budget {budget} bytes"
     if held <= budget:
         plan = _plan_from_saved(g, set(everything), what)
@@ -1169,6 +1244,39 @@ def budget_plan(g: Graph, spec: Spec, loc=None) -> Plan:
     plan, floor = _greedy_budget(g, cands, budget, eqn_flops)
     if plan is None:
         raise _unmeetable(budget, floor, held, loc)
+    plan.method, plan.exact = what, False
+    return plan
+
+
+def _peak_budget_plan(g: Graph, spec: Spec, held: int, groups, loc=None) -> Plan:
+    """A byte budget on the planned peak (`planned_peak`) of a segmented program or a scan
+    body: a fraction of the plain gradient's (every residual saved: `copies * held`), or
+    bytes; the fewest recomputed FLOPs that fit."""
+    from ..ui.stats import eqn_flops
+
+    default = g.copies * held
+    budget = int(spec.budget * default) if spec.fraction else int(spec.budget)
+    what = f"--remat-budget {budget} bytes of peak"
+    everything = {id(v) for v in g.residuals if isinstance(v, Var)}
+    if default <= budget:
+        plan = _plan_from_saved(g, everything, what)
+        plan.exact = True
+        return plan
+    cands = _candidates(g)
+    floor_plan = _plan_from_saved(g, min_cut_saved(g, lambda i: i in set(cands)), "")
+    floor = planned_peak(g, floor_plan, groups)
+    if floor > budget:
+        raise _unmeetable(budget, floor, default, loc, "peak")
+    found = None
+    if len(cands) <= EXACT_LIMIT:
+        fixed = sum(g.cost(v) for v in _by_id(g.boundary, g))
+        found = _ilp_budget(g, cands, budget - g.copies * fixed, eqn_flops, groups)
+    if found is not None:
+        plan = _plan_from_saved(g, found[0], what)
+        plan.exact = found[1]
+        if planned_peak(g, plan, groups) <= budget:
+            return plan
+    plan = _greedy_budget(g, cands, budget, eqn_flops, groups)[0] or floor_plan
     plan.method, plan.exact = what, False
     return plan
 
@@ -1505,21 +1613,31 @@ def counted_at(spec: Spec):
 
 
 def rematerialize(
-    primal: Jaxpr, linear: Jaxpr, info: LinearizeInfo, nested: bool = False, spec=None
+    primal: Jaxpr,
+    linear: Jaxpr,
+    info: LinearizeInfo,
+    nested: bool = False,
+    spec=None,
+    copies: int = 1,
 ):
     """Apply `spec` (by default the current one, if any) to a linearization: the graph,
     its segments (`find_segments`, the outermost program only: a nested body is one
     segment), the plan (`plan_for`), the placement (`apply_plan`).  A byte budget applies
-    to the outermost program only (nested bodies follow min-cut then)."""
+    to the outermost program only (nested bodies follow min-cut then), but a fraction under
+    segments applies to each body too, a scan body's saved values counted `copies` times
+    (its length: they are stacked)."""
     if spec is None:
         spec = _SPEC.get()
     if spec is None:
         return primal, linear, info
-    if nested and spec.budget is not None:
-        spec = Spec(policy="min-cut")
+    if nested and spec.budget is not None and (not spec.fraction or spec.segments == "none"):
+        spec = Spec(policy="min-cut", segments=spec.segments)
+    # (a fraction of the peak applies to each body under segments: a scan's per iteration)
     from ..ui.stats import flops
 
     g = Graph(primal, info)
+    if spec.segments != "none":
+        g.copies = max(1, copies)
     with counted_at(spec):
         if not nested:
             segments = find_segments(g, spec)
@@ -1555,7 +1673,9 @@ def rematerialize(
     return out
 
 
-def rematerialize_masked(primal: Jaxpr, linear: Jaxpr, n_out: int, num_res: int, rerun=False):
+def rematerialize_masked(
+    primal: Jaxpr, linear: Jaxpr, n_out: int, num_res: int, rerun=False, copies: int = 1
+):
     """`rematerialize` for `linearize_masked`'s pair (a nested body: residuals are the primal
     body's results after its `n_out` outputs): `(primal, linear, num_res)`.  The body of an
     equation a policy may run again (`rerun`: a scan, a call, a cond) gets no plan of its own
@@ -1568,5 +1688,7 @@ def rematerialize_masked(primal: Jaxpr, linear: Jaxpr, n_out: int, num_res: int,
         return primal, linear, num_res
     if rerun and _reruns(spec, primal):
         return _with_saved(primal, linear, n_out, num_res, spec)
-    p, lin, new_info = rematerialize(primal, linear, _masked_info(primal, n_out), nested=True)
+    p, lin, new_info = rematerialize(
+        primal, linear, _masked_info(primal, n_out), nested=True, copies=copies
+    )
     return p, lin, len(new_info.residuals)
