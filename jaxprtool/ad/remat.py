@@ -816,8 +816,10 @@ class Segments:
 #: `--remat-segments auto` cuts a program without calls or repeated layers into about
 #: sqrt(n) segments only from this many primal equations
 SQRT_FROM = 50
-#: the share of the equations the repeated layers must cover
+#: the share of the equations the repeated layers must cover, and the fewest equations of
+#: a layer (a few element-wise equations repeated are no layers)
 LAYERS_COVER = 0.25
+LAYER_MIN_EQNS = 8
 
 
 def _crossing_bytes(g: Graph) -> list[int]:
@@ -886,7 +888,11 @@ def _layer_starts(g: Graph, cross: list[int]) -> list[int] | None:
             continue
         gaps = [b - a for a, b in zip(ps, ps[1:])]
         spread = max(gaps) - min(gaps)
-        if min(gaps) >= 2 and spread <= 0.1 * min(gaps) and (marks is None or spread < marks[0]):
+        if (
+            min(gaps) >= LAYER_MIN_EQNS
+            and spread <= 0.1 * min(gaps)
+            and (marks is None or spread < marks[0])
+        ):
             marks = (spread, ps)
     if marks is None:
         return None
