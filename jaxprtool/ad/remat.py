@@ -1142,7 +1142,16 @@ def _greedy_budget(g: Graph, cands: list[int], budget: int, flops, groups=None):
     need more bytes).  Returns (the plan or None, the smallest budget any plan meets: None
     when not computed, i.e. when the cheap cut fits)."""
     costly = [i for i in cands if not g.cheap(i)]
-    costly.sort(key=lambda i: flops(g.eqns[i]) / max(1, sum(nbytes(o) for o in g.eqns[i].outputs)))
+
+    def key(i):
+        return flops(g.eqns[i]) / max(1, sum(nbytes(o) for o in g.eqns[i].outputs))
+
+    keys = {i: key(i) for i in costly}
+    costly.sort(key=keys.__getitem__)
+    # the prefixes tried end where the key changes: the same equation of each repeated
+    # layer is made recomputable in all of them at once
+    ends = [k for k in range(1, len(costly)) if keys[costly[k]] != keys[costly[k - 1]]]
+    ends = [0, *ends, len(costly)]
 
     def cut(k):
         allowed = set(costly[:k])
@@ -1154,17 +1163,17 @@ def _greedy_budget(g: Graph, cands: list[int], budget: int, flops, groups=None):
     def size(p):  # what the budget bounds
         return planned_peak(g, p, groups) if groups else p.bytes_after
 
-    lo, hi = 0, len(costly)
-    best = plan(lo)
+    lo, hi = 0, len(ends) - 1  # indices into `ends`
+    best = plan(ends[lo])
     if size(best) <= budget:
         return best, None
-    best = plan(hi)
+    best = plan(ends[hi])
     floor = size(best)
     if floor > budget:
         return None, floor
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        p = plan(mid)
+        p = plan(ends[mid])
         if size(p) <= budget:
             hi, best = mid, p
         else:
@@ -1269,20 +1278,22 @@ def _peak_budget_plan(g: Graph, spec: Spec, held: int, groups, loc=None) -> Plan
         plan.exact = True
         return plan
     cands = _candidates(g)
-    floor_plan = _plan_from_saved(g, min_cut_saved(g, lambda i: i in set(cands)), "")
-    floor = planned_peak(g, floor_plan, groups)
-    if floor > budget:
-        raise _unmeetable(budget, floor, default, loc, "peak")
-    found = None
     if len(cands) <= EXACT_LIMIT:
+        in_cands = set(cands)
+        floor_plan = _plan_from_saved(g, min_cut_saved(g, in_cands.__contains__), "")
+        floor = planned_peak(g, floor_plan, groups)
+        if floor > budget:
+            raise _unmeetable(budget, floor, default, loc, "peak")
         fixed = sum(g.cost(v) for v in _by_id(g.boundary, g))
         found = _ilp_budget(g, cands, budget - g.copies * fixed, eqn_flops, groups)
-    if found is not None:
-        plan = _plan_from_saved(g, found[0], what)
-        plan.exact = found[1]
-        if planned_peak(g, plan, groups) <= budget:
-            return plan
-    plan = _greedy_budget(g, cands, budget, eqn_flops, groups)[0] or floor_plan
+        if found is not None:
+            plan = _plan_from_saved(g, found[0], what)
+            plan.exact = found[1]
+            if planned_peak(g, plan, groups) <= budget:
+                return plan
+    plan, floor = _greedy_budget(g, cands, budget, eqn_flops, groups)
+    if plan is None:
+        raise _unmeetable(budget, floor, default, loc, "peak")
     plan.method, plan.exact = what, False
     return plan
 
