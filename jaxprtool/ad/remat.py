@@ -57,6 +57,7 @@ from .residuals import LinearizeInfo, Residual, forward_residuals
 #: candidate equations up to which a byte budget is solved exactly (HiGHS takes well under
 #: a second there); beyond, the greedy heuristic
 EXACT_LIMIT = 400
+COVER = False
 #: HiGHS' time limit (s); when it is reached without a proven optimum the best plan found
 #: is kept if it meets the budget, else the heuristic's
 ILP_TIME_LIMIT = 1.0
@@ -660,10 +661,14 @@ class Plan:
     reruns: dict[int, Eqn] = field(default_factory=dict)
     #: the segments planned one by one (None: the whole program at once)
     segments: Segments | None = None
+    #: the planned peak of the backward part (`planned_peak`), without and with the plan,
+    #: where the program has a peak model (segments, a scan body)
+    peak: int | None = None
+    peak_before: int | None = None
 
     def render(self, limit: int = 12) -> str:
         """The plan as `--remat` prints it on standard error."""
-        where = "a nested body" if self.nested else "the program"
+        where = "a nested body (one segment)" if self.nested else "the program"
         how = {True: " (exact: HiGHS)", False: " (greedy heuristic)"}.get(self.exact, "")
         pct = 100.0 * (self.flops_after - self.flops_before) / max(1, self.flops_before)
         at = f" at {self.sizes}" if self.sizes else ""
@@ -675,6 +680,9 @@ class Plan:
                 f"; offloaded {self.bytes_offloaded} bytes"
                 if self.offload or self.bytes_offloaded
                 else ""
+            )
+            + (
+                f"; planned peak {self.peak_before} -> {self.peak}" if self.peak is not None else ""
             ),
             f"  saved ({len(self.saved)}): "
             + "; ".join(self.saved_lines[:limit])
@@ -1148,9 +1156,11 @@ def _greedy_budget(g: Graph, cands: list[int], budget: int, flops, groups=None):
 
     keys = {i: key(i) for i in costly}
     costly.sort(key=keys.__getitem__)
-    # the prefixes tried end where the key changes: the same equation of each repeated
-    # layer is made recomputable in all of them at once
-    ends = [k for k in range(1, len(costly)) if keys[costly[k]] != keys[costly[k - 1]]]
+    # under the peak model (segments) the prefixes tried end where the key changes: the
+    # same equation of each repeated layer is made recomputable in all of them at once
+    ends = [
+        k for k in range(1, len(costly)) if not groups or keys[costly[k]] != keys[costly[k - 1]]
+    ]
     ends = [0, *ends, len(costly)]
 
     def cut(k):
@@ -1447,6 +1457,11 @@ def _remat_stretch(eqns, outvars, inside, g: Graph, by_saved, plan: Plan) -> lis
             merged[-1][1] = max(merged[-1][1], b)
         else:
             merged.append([a, b])
+    if g.segments is not None and len(merged) > 1 and COVER:
+        # each call covers its segment's whole backward stretch: from the end of the one
+        # before (as JAX's checkpoint on each layer holds the layer's whole linear part)
+        for k in range(1, len(merged)):
+            merged[k][0] = merged[k - 1][1] + 1
     out: list[Eqn] = []
     prev = 0
     for a, b in merged:
@@ -1663,6 +1678,9 @@ def rematerialize(
                 segments.cut_bytes = sum(g.cost(v) for v in _by_id(g.boundary, g))
         plan = plan_for(g, spec)
         plan.segments = g.segments
+        if g.peak_groups():
+            plan.peak = planned_peak(g, plan)
+            plan.peak_before = g.copies * plan.bytes_before
         plan.flops_before = flops(primal) + flops(linear)
     plan.nested = nested
     plan.sizes = ",".join(f"{k}={n}" for k, n in spec.dims)
