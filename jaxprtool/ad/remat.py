@@ -57,7 +57,6 @@ from .residuals import LinearizeInfo, Residual, forward_residuals
 #: candidate equations up to which a byte budget is solved exactly (HiGHS takes well under
 #: a second there); beyond, the greedy heuristic
 EXACT_LIMIT = 400
-COVER = False
 #: HiGHS' time limit (s); when it is reached without a proven optimum the best plan found
 #: is kept if it meets the budget, else the heuristic's
 ILP_TIME_LIMIT = 1.0
@@ -1281,13 +1280,24 @@ def _peak_budget_plan(g: Graph, spec: Spec, held: int, groups, loc=None) -> Plan
 
     default = g.copies * held
     budget = int(spec.budget * default) if spec.fraction else int(spec.budget)
-    what = f"--remat-budget {budget} bytes of peak"
     everything = {id(v) for v in g.residuals if isinstance(v, Var)}
+    cands = _candidates(g)
+    inner = any(
+        g.made_by(v) is not None and eqn_subjaxprs(g.eqns[g.made_by(v)])
+        for v in g.residuals
+        if isinstance(v, Var)
+    )
+    if spec.fraction and inner and budget < default:
+        # the residuals that calls and loops make were held to the fraction inside their
+        # bodies: the program around them holds what it can
+        in_cands = set(cands)
+        floor_plan = _plan_from_saved(g, min_cut_saved(g, in_cands.__contains__), "")
+        budget = max(budget, planned_peak(g, floor_plan, groups))
+    what = f"--remat-budget {budget} bytes of peak"
     if default <= budget:
         plan = _plan_from_saved(g, everything, what)
         plan.exact = True
         return plan
-    cands = _candidates(g)
     if len(cands) <= EXACT_LIMIT:
         in_cands = set(cands)
         floor_plan = _plan_from_saved(g, min_cut_saved(g, in_cands.__contains__), "")
@@ -1457,11 +1467,6 @@ def _remat_stretch(eqns, outvars, inside, g: Graph, by_saved, plan: Plan) -> lis
             merged[-1][1] = max(merged[-1][1], b)
         else:
             merged.append([a, b])
-    if g.segments is not None and len(merged) > 1 and COVER:
-        # each call covers its segment's whole backward stretch: from the end of the one
-        # before (as JAX's checkpoint on each layer holds the layer's whole linear part)
-        for k in range(1, len(merged)):
-            merged[k][0] = merged[k - 1][1] + 1
     out: list[Eqn] = []
     prev = 0
     for a, b in merged:
