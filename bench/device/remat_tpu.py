@@ -165,30 +165,48 @@ def measure(fn, leaves, ref, steps):
     return temp, float(cost.get("flops", float("nan"))), statistics.median(times), diff
 
 
-def rows_for(model: str, build, args, heads, steps, segments, log):
+def rows_for(model: str, build, args, heads, steps, segments, log, only=None):
+    """The rows of one model: the plain gradient, JAX's per-layer checkpoints, the tool's
+    plans (those whose label contains one of `only`, when given); each row is logged as
+    soon as it is measured, and a failure is a row that says why."""
     f, leaves = flat(build(heads), args)
     n = len(leaves)
     grad = jax.grad(f, argnums=tuple(range(n)))
     ref = [np.asarray(x) for x in jax.jit(grad)(*leaves)]
-    rows = [(model, "jax.grad (plain)", *measure(grad, leaves, ref, steps), "")]
+    rows = []
+
+    def add(label, make, note=""):
+        if only and not label.startswith("jax.grad") and not any(o in label for o in only):
+            return
+        try:
+            fn, note = make()
+            rows.append((model, label, *measure(fn, leaves, ref, steps), note))
+        except Exception as e:  # a plan refused, an accelerator out of memory: say so
+            msg = " ".join(str(e).split())[:300]
+            rows.append((model, label, None, None, None, None, f"{type(e).__name__}: {msg}"))
+        r = rows[-1]
+        log(f"[{model}] {label}: temp {r[2]}, FLOPs {r[3]}, {r[4]} s/step, diff {r[5]} {r[6]}")
+
+    add("jax.grad (plain)", lambda: (grad, ""))
     for pol in JAX_POLICIES:
         policy = getattr(jax.checkpoint_policies, pol)
-        wrap = lambda g, policy=policy: jax.checkpoint(g, policy=policy)  # noqa: E731
-        fc, _ = flat(build(heads, wrap), args)
-        label = f"JAX checkpoint({pol}) per layer"
-        gc = jax.grad(fc, argnums=tuple(range(n)))
-        rows.append((model, label, *measure(gc, leaves, ref, steps), ""))
+
+        def jax_ckpt(policy=policy):
+            wrap = lambda g: jax.checkpoint(g, policy=policy)  # noqa: E731
+            fc, _ = flat(build(heads, wrap), args)
+            return jax.grad(fc, argnums=tuple(range(n))), ""
+
+        add(f"JAX checkpoint({pol}) per layer", jax_ckpt)
     text = str(jax.make_jaxpr(f)(*leaves))
     for label, value, option in TOOL_PLANS:
-        try:
+
+        def tool(option=option, value=value, label=label):
             g, plans, dt, n_eqns = tool_grad(text, n, option, value, segments)
-        except Exception as e:  # a plan refused: say so, keep going
-            rows.append((model, label, None, None, None, None, f"refused: {e}"))
-            continue
-        for p in plans:
-            log(f"[{model}] {label}:\n{p}")
-        note = f"planned in {dt:.2f} s ({n_eqns} eqns)"
-        rows.append((model, label, *measure(tool_fn(g), leaves, ref, steps), note))
+            for p in plans:
+                log(f"[{model}] {label}:\n{p}")
+            return tool_fn(g), f"planned in {dt:.2f} s ({n_eqns} eqns)"
+
+        add(label, tool)
     return rows
 
 
@@ -205,7 +223,9 @@ def table(rows) -> str:
         if temp is None:
             out.append(f"| {model} | {label} | | | | | | | {note} |")
             continue
-        b = base[model]
+        b = base.get(model) or (temp, fl, t)
+        if b[0] is None:
+            b = (temp, fl, t)
         out.append(
             f"| {model} | {label} | {temp:,} | {temp / max(1, b[0]):.2f}x | {fl / b[1]:.3f}x "
             f"| {1e3 * t:.2f} ms | {t / b[2]:.2f}x | {diff:.2e} | {note} |"
@@ -227,11 +247,18 @@ def main(argv=None) -> int:
     ap.add_argument("--segments", default="auto", help="--remat-segments: auto, none or N")
     ap.add_argument("--no-scan", action="store_true", help="skip the scan twin")
     ap.add_argument("--quiet", action="store_true", help="do not print the plans")
+    ap.add_argument(
+        "--only",
+        default="",
+        help="comma-separated substrings: measure only the gradients whose label has one "
+        "(the plain gradient always), e.g. --only nothing_saveable,budget",
+    )
     a = ap.parse_args(argv)
     if a.small:
         a.width, a.seq, a.batch, a.layers, a.heads, a.steps = 64, 16, 2, 4, 4, 2
     sys.setrecursionlimit(10000)
-    log = (lambda s: None) if a.quiet else (lambda s: print(s, file=sys.stderr))
+    log = (lambda s: None) if a.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
+    only = [o for o in a.only.split(",") if o]
     dev = jax.devices()[0]
     print(
         f"jax {jax.__version__} on {dev.platform} ({getattr(dev, 'device_kind', '')}); "
@@ -239,9 +266,10 @@ def main(argv=None) -> int:
         f"f32; --remat-segments {a.segments}\n"
     )
     ps, x = init(jax.random.PRNGKey(0), a.layers, a.width, a.seq, a.batch)
-    rows = rows_for("unrolled", unrolled, (ps, x), a.heads, a.steps, a.segments, log)
+    rows = rows_for("unrolled", unrolled, (ps, x), a.heads, a.steps, a.segments, log, only)
     if not a.no_scan:
-        rows += rows_for("scan", scanned, (stack(ps), x), a.heads, a.steps, a.segments, log)
+        sx = (stack(ps), x)
+        rows += rows_for("scan", scanned, sx, a.heads, a.steps, a.segments, log, only)
     print(table(rows))
     return 0
 
