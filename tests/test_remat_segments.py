@@ -292,3 +292,23 @@ def test_memory_of_grad_with_remat(tmp_path):
     assert r.exit_code == 2 and "need --of" in r.output
     r = run(["memory", "--of", "grad", "--remat-segments", "2", str(src)])
     assert r.exit_code == 2 and "needs --remat" in r.output
+
+
+@pytest.mark.parametrize("program", ["jitted", "cond_in_scan", "then_layers", "named"])
+def test_bodies_as_segments_against_jax(program):
+    """Scans, calls and conds (tests/test_remat_scan.py's programs) under segments: each body
+    planned as a segment of its own, the gradient jax.grad's under every kind of plan."""
+    from test_remat_scan import PROGRAMS
+
+    f, args = PROGRAMS[program]
+    j = ir(f, *args)
+    argnums = list(range(len(args)))
+    want = jax.grad(f, argnums=tuple(argnums))(*args)
+    for text in ("nothing_saveable", "dots_saveable", "min-cut", "0.8"):
+        try:
+            g = grad_jaxpr(j, argnums, remat=_spec(text))
+        except Exception as e:  # a budget the program cannot meet is refused, in words
+            assert text[0].isdigit() and "smallest budget" in str(e), (text, e)
+            continue
+        for a, b in zip(backend.evaluate(g, list(args)), want):
+            close(a, b, 1e-5)

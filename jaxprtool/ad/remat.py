@@ -24,15 +24,27 @@ the others.  Plans come from
   when there are at most `EXACT_LIMIT` candidate equations, else the greedy heuristic of
   `_greedy_budget`.
 
-The recomputation is emitted as JAX emits it: the stretch of the linear program from the
-first to the last equation that reads a recomputed (or offloaded) value becomes ONE
-`remat2[differentiated=True prevent_cse=True]` call whose body copies the offloaded values
-back, recomputes each recomputed equation once and then runs that stretch, as JAX's
-`remat_partial_eval` puts a checkpoint's whole linear part in one call.  Transposed, the call
-stays a call whose operands include the incoming cotangents, and `run`/`compile` put its
-operands through an `optimization_barrier` (JAX's remat lowering), so XLA neither merges the
-recomputation back into the forward pass nor hoists it (or the copies back) ahead of the
-backward step that needs it.
+The parts, in the order the data flows (`rematerialize`): the request (`Spec`, passed from
+the command to `grad_jaxpr(remat=...)`/`linearize_jaxpr`, which sets the planning context
+the rules' nested linearizations read), the joint graph (`Graph`: the linearization's primal
+program and the residuals its linear program reads), the segments (`find_segments`:
+`--remat-segments auto|none|N`; each call with a body and each scan body is a segment of its
+own, planned when its rule linearizes it, `copies` times for a scan; in the program, the
+repeated layers, else about sqrt(n) stretches; `Graph.cut` makes the values crossing them
+saved), the solver (`plan_for`: a policy, the min-cut or a budget, which under segments
+bounds the planned peak: `planned_peak`), the placement (`apply_plan`).
+
+The recomputation is emitted as JAX emits it: per segment, the stretch of the linear
+program from the first to the last equation that reads a value the segment recomputes (or
+copies back) becomes ONE `remat2[differentiated=True prevent_cse=True]` call whose body
+copies the offloaded values back, recomputes each recomputed equation once and then runs
+that stretch, as JAX's `remat_partial_eval` puts a checkpoint's whole linear part in one
+call (without segments, one call for the whole program: JAX's `jax.checkpoint(f)`).
+Transposed, each call stays a call whose operands include the cotangents arriving at its
+segment, and JAX's remat lowering and the tool's `run`/`compile` put its operands through an
+`optimization_barrier`, so XLA neither merges the recomputation back into the forward pass
+nor hoists it (or the copies back) ahead of the backward step that needs it: one segment's
+recomputed values are alive at a time.
 
 Values held in memory anyway cost nothing: the program's inputs and constants.  The bytes of a
 plan are the device bytes of the other saved values (primal outputs included); an offloaded
