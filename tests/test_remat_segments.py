@@ -312,3 +312,19 @@ def test_bodies_as_segments_against_jax(program):
             continue
         for a, b in zip(backend.evaluate(g, list(args)), want):
             close(a, b, 1e-5)
+
+
+def test_budget_bounds_the_planned_peak():
+    """Under segments a budget bounds the planned peak (the bytes saved plus the most one
+    segment recomputes), a fraction of the plain gradient's; fewer FLOPs are recomputed for
+    a looser one; one below the floor is refused, naming the smallest that can be met."""
+    recomputed = []
+    for frac in (0.45, 0.8):
+        g, plans = _grad(unrolled(), UNROLLED_ARGS, str(frac))
+        p = plans[-1]
+        assert p.peak is not None and p.peak <= frac * p.peak_before, p.render()
+        assert f"planned peak {p.peak_before} -> {p.peak}" in p.render()
+        recomputed.append(p.flops_after)
+    assert recomputed[1] <= recomputed[0]
+    with pytest.raises(Exception, match="the planned peak cannot fit .* smallest budget"):
+        _grad(unrolled(), UNROLLED_ARGS, "0.05")
