@@ -943,6 +943,12 @@ def _even_starts(cross: list[int], k: int) -> list[int]:
     return starts
 
 
+def _body_size(e: Eqn) -> int:
+    """The equations of a call's body (its own level)."""
+    body = e.params.get(record_of(e.prim).call_body)
+    return len(body.eqns) if isinstance(body, Jaxpr) else 0
+
+
 def find_segments(g: Graph, spec: Spec) -> Segments | None:
     """The segments `spec.segments` asks for on the program of `g`: a number of them, or
     (auto) each call with a body, else the repeated layers, else about sqrt(n) stretches;
@@ -961,8 +967,9 @@ def find_segments(g: Graph, spec: Spec) -> Segments | None:
         found = made(f"{spec.segments} asked", _even_starts(cross, int(spec.segments)))
     else:
         calls = [i for i, e in enumerate(g.eqns) if record_of(e.prim).call_body]
+        inside = sum(_body_size(g.eqns[i]) for i in calls)
         found = None
-        if len(calls) >= 2:
+        if len(calls) >= 2 and inside >= n - len(calls):  # the calls hold most of the work
             found = made("each call", calls)
         if found is None:
             starts = _layer_starts(g, cross)
