@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: install install-test browser bytecode demo test test-full lint bench fuzz clean
+.PHONY: install install-test browser bytecode demo test test-floor test-full lint bench fuzz clean tpu-wheels
 
 install: bytecode
 
@@ -51,6 +51,48 @@ lint: install-test
 test: install-test lint
 	$(BIN)/python -m pytest -n 2 --durations=10 tests
 
+# The declared floors (pyproject.toml's lowest versions) installed together, as a
+# lowest-direct resolution of '.[jax,test,plot]' resolves them, in a second venv on Python
+# 3.11 (JAX 0.10.0 there), and the core tests run against them: parse/print, check, every
+# AD command (jvp, linearize, transpose, vjp, grad), vmap, the passes, run and the API,
+# check-grad, memory (--plot too); then lint with the floor ruff.  A test of what a later
+# JAX does is skipped there, saying what the installed JAX lacks.  Where no Python 3.11 is
+# found, nothing runs and it says so.
+FLOOR_PYTHON ?= $(shell for p in python3.11 $$HOME/.pyenv/versions/3.11*/bin/python3.11; do \
+	$$p -c 'import sys; assert sys.version_info[:2] == (3, 11)' 2>/dev/null && { echo $$p; break; }; done)
+FLOOR_VENV := .venv-floor
+FLOOR_STAMP := $(FLOOR_VENV)/.installed
+FLOOR_TESTS := tests/test_parser.py tests/test_printer.py tests/test_check.py \
+	tests/test_ad_jvp.py tests/test_ad_reverse.py tests/test_ad_elementwise.py \
+	tests/test_ad_control_flow.py tests/test_vmap.py tests/test_passes.py \
+	tests/test_run_cli.py tests/test_backend.py tests/test_api.py tests/test_check_grad.py \
+	tests/test_memory.py
+
+# uv resolves the floors (pip has no lowest-version resolution); it comes from the registry
+$(BIN)/uv: $(STAMP)
+	$(BIN)/python -m pip install -q uv
+
+# a fresh venv whenever pyproject.toml changes: nothing of an earlier resolution is kept
+$(FLOOR_STAMP): pyproject.toml $(BIN)/uv
+	rm -rf $(FLOOR_VENV)
+	$(BIN)/uv venv -q --python $(FLOOR_PYTHON) $(FLOOR_VENV)
+	$(BIN)/uv pip install -q --python $(FLOOR_VENV)/bin/python --resolution lowest-direct \
+		-e '.[jax,test,plot]'
+	touch $@
+
+test-floor:
+ifeq ($(FLOOR_PYTHON),)
+	@echo "test-floor: skipped: no Python 3.11 found (the floors, JAX 0.10.0 among them, are tested on 3.11)"
+else
+	$(MAKE) --no-print-directory $(FLOOR_STAMP)
+	@$(FLOOR_VENV)/bin/python -c 'import importlib.metadata as m; \
+		print("test-floor:", ", ".join(f"{p} {m.version(p)}" for p in ("jax", "jaxlib", "numpy", \
+		"scipy", "ml_dtypes", "lark", "click", "rich", "pytest", "hypothesis", "ruff")))'
+	$(FLOOR_VENV)/bin/ruff check jaxprtool tests bench
+	$(FLOOR_VENV)/bin/ruff format --check jaxprtool tests bench
+	$(FLOOR_VENV)/bin/python -m pytest -n 2 -rs $(FLOOR_TESTS)
+endif
+
 # the browser checks of tests/test_browser.py: selenium, and Debian's chromium, its driver and
 # Graphviz where this user may install them (else those tests are skipped, saying why)
 browser: install-test
@@ -76,5 +118,13 @@ fuzz: install-test
 	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_WORKERS=$(FUZZ_WORKERS) FUZZ_HASHSEED_EVERY=1000 \
 		$(BIN)/python -m pytest -s -m "" -p no:xdist "tests/test_fuzz.py::test_fuzz_campaign[full]"
 
+# the wheels bench/device/tpu_check.sh installs on a TPU machine, which has JAX 0.10.2 on
+# Python 3.11 and no package registry: the tool's dependencies its image lacks
+TPU_WHEELS := click lark rich markdown-it-py mdurl pygments graphviz
+tpu-wheels:
+	python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 \
+		--implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+		--platform manylinux2014_x86_64 -d .whl-tpu $(TPU_WHEELS)
+
 clean:
-	rm -rf $(VENV) build dist *.egg-info
+	rm -rf $(VENV) $(FLOOR_VENV) build dist *.egg-info

@@ -2,6 +2,12 @@
 
 __version__ = "0.1.0"
 
+from .interrupt import exit_on_interrupt as _exit_on_interrupt  # noqa: E402
+from .interrupt import program_starting as _program_starting  # noqa: E402
+
+if _program_starting():
+    _exit_on_interrupt()
+
 
 def _load_families(name: str | None = None) -> None:
     from .families import load

@@ -48,6 +48,7 @@ __all__ = [
     "JaxprWarning",
     "Loc",
     "Program",
+    "ProgramError",
     "check",
     "format",
     "grad",
@@ -62,6 +63,7 @@ __all__ = [
     "transpose",
     "vjp",
     "vmap",
+    "xla_memory",
 ]
 
 #: the AD functions' clean-up pipeline, as the commands' `--opt`
@@ -101,6 +103,24 @@ class Program(Frozen, eq=False):
 
     def __str__(self) -> str:
         return format(self)
+
+    def __repr__(self) -> str:
+        """`<Program f.jaxpr: (a:f32[3], b:f32[]) -> (f32[3],), 12 equations>`: short,
+        where the dataclass repr ran to thousands of characters."""
+        j = self.jaxpr
+        ins = ", ".join(f"{v.hint or '_'}:{v.type}" for v in j.invars)
+        outs = ", ".join(str(getattr(v, "type", v)) for v in j.outvars)
+        n = len(j.eqns)
+        return f"<Program {self.path}: ({ins}) -> ({outs}), {n} equation{'s' if n != 1 else ''}>"
+
+    @property
+    def input_types(self) -> list:
+        """The types of the program's inputs (`ShapedArray`s: `.shape`, `.dtype`), in order."""
+        return [v.type for v in self.jaxpr.invars]
+
+    @property
+    def output_types(self) -> list:
+        return [getattr(v, "type", None) for v in self.jaxpr.outvars]
 
     def derived(self, jaxpr: Jaxpr) -> Program:
         """A program made from this one: its style and path, no source text."""
@@ -373,9 +393,32 @@ def memory(
 # ---------------------------------------------------------------- through JAX
 
 
+def xla_memory(
+    program: Program | Jaxpr,
+    *,
+    of: str = "program",
+    argnums: Sequence[int] | None = None,
+    device: str = "cpu",
+) -> dict:
+    """XLA's figures for the compiled program (or its `of` transformation) on `device`, as
+    `jaxprtool memory` prints them: {"device", "temp_bytes", "argument_bytes",
+    "output_bytes", "alias_bytes", "devices", "per_device"}."""
+    from .cli import require_jax
+    from .commands.memory_cmd import _OF, _transformed, _xla
+
+    if of not in _OF:
+        raise JaxprError(f"memory of: expected one of {', '.join(_OF)}, got {of!r}")
+    require_jax()
+    p = _program(program)
+    with _located(p):
+        jaxpr, _ = _transformed(p.jaxpr, of, argnums)
+        return _xla(jaxpr, device, ())
+
+
 def to_stablehlo(program: Program | Jaxpr, device: str = "cpu") -> str:
-    """The StableHLO module JAX lowers the program to for `device` ("cpu" or "gpu"; no
-    GPU needed), as `jaxprtool compile --emit stablehlo` prints it."""
+    """The StableHLO module JAX lowers the program to for `device` ("cpu", "gpu", "tpu"; no
+    such device needed; "auto": JAX's default backend), as `jaxprtool compile --emit
+    stablehlo` prints it."""
     from . import backend
     from .cli import require_jax
     from .commands.compile_cmd import _compile
@@ -390,12 +433,22 @@ def to_stablehlo(program: Program | Jaxpr, device: str = "cpu") -> str:
             return _compile(j, "stablehlo", device, {}, False)[0]
 
 
-def run(program: Program | Jaxpr, *args, consts: Sequence = (), device: str = "cpu") -> list:
+def run(
+    program: Program | Jaxpr,
+    *args,
+    consts: Sequence = (),
+    device: str = "cpu",
+    matmul_precision: str | None = None,
+) -> list:
     """The program's outputs (numpy arrays) on `args` (arrays of the inputs' types) and
     `consts` (one per constvar, nested bodies' after the program's: `run --consts`
-    order), compiled by XLA on `device`, as `jaxprtool run`."""
+    order), compiled by XLA on `device` ("cpu", "gpu", "tpu", or "auto" for JAX's default
+    backend), as `jaxprtool run`; `matmul_precision` ("default", "high", "highest") runs
+    products whose text gives no precision as `jax.default_matmul_precision` would have
+    traced them (`run --matmul-precision`)."""
     from . import backend
     from .backend.consts import all_constvars
+    from .backend.precision import matmul_precision as precision_scope
     from .cli import require_jax
     from .commands.run_inputs import bind_dims, check_arrays
     from .consts_order import number_constants
@@ -414,4 +467,5 @@ def run(program: Program | Jaxpr, *args, consts: Sequence = (), device: str = "c
         dims = bind_dims(j.invars, args, {})
         args = check_arrays(j.invars, args, dims, "argument")
         consts = check_arrays(cvars, consts, dims, "constant")
-        return backend.evaluate(j, args, consts, device=device, dims=dims)
+        with precision_scope(matmul_precision):
+            return backend.evaluate(j, args, consts, device=device, dims=dims)

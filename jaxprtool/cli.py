@@ -16,6 +16,7 @@ import click
 
 from . import core
 from .core import JaxprError, ProgramError, UsageProblem
+from .interrupt import exit_on_interrupt
 from .io import Reported, program_loc, report
 from .lazy import numpy_loaded
 
@@ -70,6 +71,7 @@ def entry() -> None:
     """The `jaxprtool` program (its console script and `python -m jaxprtool`)."""
     global _STANDALONE
     _STANDALONE = True
+    exit_on_interrupt()
     _keep_writes_reportable()
     try:
         main(prog_name="jaxprtool")
@@ -164,6 +166,18 @@ class LazyGroup(click.Group):
     def list_commands(self, ctx):
         return sorted(COMMANDS)
 
+    def _main_shell_completion(self, ctx_args, prog_name, complete_var=None):
+        """Shell completion (click's), once the variables the shell set are checked."""
+        from .env import check_completion
+
+        name = complete_var or f"_{prog_name}_COMPLETE".replace("-", "_").upper()
+        try:
+            check_completion(name)
+        except UsageProblem as e:
+            report(e)
+            sys.exit(2)
+        return super()._main_shell_completion(ctx_args, prog_name, complete_var)
+
     def get_command(self, ctx, name):
         target = COMMANDS.get(name)
         if target is None:
@@ -253,6 +267,36 @@ def _set_output_format(ctx, param, value):
         diagnostics.set_format(value)
 
 
+def _set_max_equations(ctx, param, value):
+    from . import expansion
+
+    if value is not None:
+        expansion.LIMIT = value
+
+
+def _set_max_input_size(ctx, param, value):
+    from . import io
+
+    if value is not None:
+        io.MAX_INPUT = value
+
+
+class Size(click.ParamType):
+    """A size in bytes: `256M`, `1G`, `1000000`."""
+
+    name = "size"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        from .env import parse_size
+
+        try:
+            return parse_size(value, param.opts[0])
+        except UsageProblem as e:
+            self.fail(e.message, param, ctx)
+
+
 def _set_no_color(ctx, param, value):
     if value:
         _set_color(ctx, param, "never")
@@ -303,6 +347,27 @@ def _global_option_specs() -> list[tuple[list[str], dict]]:
         ),
         (["--no-color"], dict(is_flag=True, help="Same as --color never.")),
         (
+            ["--max-input-size"],
+            dict(
+                type=Size(),
+                default=None,
+                metavar="SIZE",
+                help="Refuse an input file larger than SIZE bytes (K, M, G suffixes; default "
+                "256M), naming it, instead of reading it all.",
+            ),
+        ),
+        (
+            ["--max-equations"],
+            dict(
+                type=click.IntRange(min=1),
+                default=None,
+                metavar="N",
+                help="Refuse a program that its shared jaxprs, copied at each use, make more "
+                "than N equations (default 300000), before inlining, differentiating, "
+                "measuring or running it.",
+            ),
+        ),
+        (
             ["--output-format", "--diagnostic-format", "diagnostic_format"],
             dict(
                 type=click.Choice(["text", "json", "github", "sarif"]),
@@ -323,6 +388,8 @@ _GLOBAL_CALLBACKS = {
     "jax_style": _set_jax_style,
     "color": _set_color,
     "no_color": _set_no_color,
+    "max_equations": _set_max_equations,
+    "max_input_size": _set_max_input_size,
     "diagnostic_format": _set_output_format,
 }
 
@@ -398,7 +465,9 @@ def _main_options(f):
     callback=_print_version,
     help="Show the version, the JAX version found and the JAX printing styles, then exit.",
 )
-def main(debug, plugins, jax_style, color, no_color, diagnostic_format):
+def main(
+    debug, plugins, jax_style, color, no_color, max_input_size, max_equations, diagnostic_format
+):
     """jaxprtool: read, transform, check and run JAX jaxprs from text files.
 
     Global options may also follow the command (`jaxprtool run f.jaxpr --debug`).
@@ -411,9 +480,13 @@ def main(debug, plugins, jax_style, color, no_color, diagnostic_format):
       jaxprtool fmt f.jaxpr
       jaxprtool linearize f.jaxpr | jaxprtool transpose
     """
-    from . import diagnostics, io
+    from . import diagnostics, expansion, io
+    from .env import check_environment
 
     diagnostics.begin(diagnostic_format or "text")
+    guarded(check_environment)()
+    expansion.LIMIT = max_equations or expansion.DEFAULT_LIMIT
+    io.MAX_INPUT = max_input_size or io.DEFAULT_MAX_INPUT
     OPTIONS.debug = debug
     OPTIONS.jax_style = jax_style
     OPTIONS.plugins = plugins
@@ -459,7 +532,7 @@ def guarded(fn):
             report(UsageProblem(f"cannot write the output: {e.strerror}"))
             sys.exit(2)
         except Exception as e:  # an internal error: still no traceback by default
-            missing = missing_jax(e)
+            missing = missing_jax(e) or out_of_memory(e)
             if missing is not None:
                 report(missing)
                 sys.exit(1)
@@ -510,6 +583,21 @@ def missing_jax(e: BaseException) -> JaxprError | None:
         return None
     return JaxprError(
         f"this command runs the program through JAX, but {name} is not installed: {JAX_HINT}"
+    )
+
+
+def out_of_memory(e: BaseException) -> JaxprError | None:
+    """The message for XLA's refusal to allocate what a program needs (JAX's
+    RESOURCE_EXHAUSTED), located at the program, else None."""
+    text = str(e)
+    if type(e).__name__ not in ("JaxRuntimeError", "XlaRuntimeError"):
+        return None
+    if not text.startswith("RESOURCE_EXHAUSTED"):
+        return None
+    return JaxprError(
+        f"XLA could not allocate the memory this program needs ({text.splitlines()[0]}); "
+        "the memory check let it through: is JAXPRTOOL_MAX_MEMORY above the memory there is?",
+        program_loc("inputs"),
     )
 
 

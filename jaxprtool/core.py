@@ -494,6 +494,16 @@ class ProgramError(JaxprError):
         self.where = where  # "inputs" | "outputs"
 
 
+class NoReverseMode(JaxprError):
+    """JAX itself has no reverse mode of a construct (a while loop with a dynamic trip
+    count): not a missing rule of the tool's, so a forward-mode check can still run."""
+
+
+class NotLinear(JaxprError):
+    """A transpose met an equation that is not linear in the inputs taken as linear (both
+    operands of a product depend on them)."""
+
+
 class UsageProblem(JaxprError):
     """Bad usage found while running (a missing input file, an output folder that does not exist): exit 2."""
 

@@ -93,6 +93,21 @@ def github_line(r: dict) -> str:
     return f"::{r['severity']} {','.join(props)}::{_escape(r['message'], False)}"
 
 
+def listed_path(path: str) -> str:
+    """A file name on a line of its own (`Would reformat: NAME`): escaped as a workflow
+    command's message under `github`, its control characters shown escaped otherwise; a
+    name never starts a line of output."""
+    return _escape(path, False) if FORMAT == "github" else shown_path(path)
+
+
+def shown_path(path: str) -> str:
+    """A file name as output lines show it: its control characters (a newline that would
+    start a line of the file's choosing) escaped, as `\\n`."""
+    if path.isprintable():
+        return path
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in path)
+
+
 def _escape(text: str, prop: bool) -> str:
     text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
     if prop:
@@ -102,12 +117,13 @@ def _escape(text: str, prop: bool) -> str:
 
 def _uri(path: str) -> str:
     """A file's SARIF artifact URI: `file:///...` for an absolute path, else the relative
-    path, percent-encoded."""
+    path, percent-encoded (the bytes of a name that is not UTF-8 as they are)."""
+    import os
     from pathlib import PurePath
     from urllib.parse import quote
 
     p = PurePath(path)
-    return p.as_uri() if p.is_absolute() else quote(p.as_posix())
+    return p.as_uri() if p.is_absolute() else quote(os.fsencode(p.as_posix()))
 
 
 def sarif_log(records: list[dict]) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
@@ -22,15 +23,28 @@ class Reported(Exception):
     exit_code = 1
 
 
+#: the most bytes an input may hold (the global `--max-input-size`)
+DEFAULT_MAX_INPUT = 256 * 2**20
+MAX_INPUT = DEFAULT_MAX_INPUT
+
+
+class FoundPath(str):
+    """A path that a folder walk found (not one the user named): read only when it is a
+    regular file, opened without blocking (a FIFO planted under that name cannot hang the
+    walk)."""
+
+
 def read_source(file: str | None) -> tuple[str, str]:
-    """(text, display path) from a path, `-` or None (standard input)."""
+    """(text, display path) from a path, `-` or None (standard input); at most MAX_INPUT
+    bytes (`/dev/zero` or an endless pipe is refused, naming it, instead of filling the
+    memory)."""
     if file in (None, "-"):
-        data = sys.stdin.buffer.read()
         path = "<stdin>"
+        data = _read_capped(sys.stdin.buffer, path, 0)
     else:
         try:
-            with open(file, "rb") as f:
-                data = f.read()
+            with _open_input(file) as f:
+                data = _read_capped(f, file, os.fstat(f.fileno()).st_size)
         except OSError as e:
             raise UsageProblem(f"cannot read '{file}': {e.strerror}", None) from None
         path = file
@@ -39,15 +53,72 @@ def read_source(file: str | None) -> tuple[str, str]:
     kind = _binary_kind(data)
     if kind is not None:  # said plainly, without quoting its bytes
         raise JaxprError(f"this is a binary file ({kind}), not jaxpr text", Loc(path, 1, 1))
+    return _text(data, path), path
+
+
+def _text(data: bytes, path: str) -> str:
+    """The text of an input, or the located error at its first invalid UTF-8 or NUL byte.  A
+    file with a NUL byte is not text (`/proc/self/environ`): its lines are never quoted."""
+    nul = data.find(b"\0")
+    _sources.pop(path, None)  # (the excerpt is of this input, not of an older one so named)
     try:
-        return data.decode("utf-8"), path
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        start = data.rfind(b"\n", 0, e.start) + 1
-        col = len(data[start : e.start].decode("utf-8", "replace")) + 1  # in characters
-        # the excerpt under the message shows this text (not an older one of the same name)
-        remember_source(path, data.decode("utf-8", "replace"))
-        raise JaxprError("input is not valid UTF-8", Loc(path, line, col)) from None
+        if nul < 0 or e.start < nul:
+            if nul < 0:
+                remember_source(path, data.decode("utf-8", "replace"))
+            raise JaxprError("input is not valid UTF-8", _byte_loc(data, e.start, path)) from None
+    if nul >= 0:
+        raise JaxprError("a NUL byte: this is not jaxpr text", _byte_loc(data, nul, path))
+    return text
+
+
+def _byte_loc(data: bytes, at: int, path: str) -> Loc:
+    """The location of byte `at` (its column in characters)."""
+    line = data[:at].count(b"\n") + 1
+    start = data.rfind(b"\n", 0, at) + 1
+    return Loc(path, line, len(data[start:at].decode("utf-8", "replace")) + 1)
+
+
+def _open_input(file: str):
+    """The input file, opened for reading; a found one only if it is a regular file."""
+    if not isinstance(file, FoundPath):
+        return open(file, "rb")
+    fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(0, "not a regular file")
+    os.set_blocking(fd, True)
+    return open(fd, "rb")
+
+
+#: the bytes read at a time from a stream whose size is not known
+_CHUNK = 2**22
+
+
+def _read_capped(f, path: str, size_hint: int) -> bytes:
+    """The bytes of `f`, refused (at `path`) past MAX_INPUT."""
+    chunks, total = [], 0
+    want = min(size_hint, MAX_INPUT) + 1 if size_hint else _CHUNK
+    while chunk := f.read(want):
+        total += len(chunk)
+        if total > MAX_INPUT:
+            raise JaxprError(
+                f"the input is larger than {human_size(MAX_INPUT)}, the most read "
+                "(--max-input-size SIZE raises the limit)",
+                Loc(path, 1, 1),
+            )
+        chunks.append(chunk)
+        want = _CHUNK
+    return b"".join(chunks)
+
+
+def human_size(n: int) -> str:
+    """`256 MiB`, `1.5 GiB`, `100 bytes`."""
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.4g} {unit}"
+    return f"{n} bytes"
 
 
 #: how binary files given as programs begin, and what they are
@@ -71,16 +142,19 @@ def _binary_kind(data: bytes) -> str | None:
     return None
 
 
-def write_output(text: str | bytes, out: str | None) -> None:
+def write_output(text: str | bytes, out: str | None, *, replacing: str | None = None) -> None:
     """Write to standard output, or to `out`.
 
     A regular file (new or existing) is replaced atomically: a temporary file in the same
     folder is renamed into place, so a failed run leaves neither a partial file nor a
-    clobbered input.  The new file gets the old file's mode, or the umask's default for a
-    new one.  A symbolic link is followed and its target replaced, as editors do.  A file
-    that is not regular (a FIFO, a character device) or is reached through a descriptor
-    (`/dev/stdout`, `/proc/self/fd/1`) is written into.
-    Errors name the path and the reason (missing or read-only folder, a directory)."""
+    clobbered input.  The new file gets the old file's mode without its set-id bits, or the
+    umask's default for a new one.  A symbolic link is followed and its target replaced, as
+    editors do, except a link that another user planted in a shared sticky folder (as the
+    kernel's protected_symlinks rule and OpenSSH do); another user's file and a read-only
+    file are never replaced.  A file that is not regular (a FIFO, a character device) or is
+    reached through a descriptor (`/dev/stdout`, `/proc/self/fd/1`) is written into.
+    `replacing` (fmt -i) is the text the file held when it was read: a file edited since is
+    left alone.  Errors name the path and the reason."""
     data = text.encode("utf-8") if isinstance(text, str) else text
     if out in (None, "-"):
         _write_stdout(data)
@@ -89,28 +163,169 @@ def write_output(text: str | bytes, out: str | None) -> None:
     if st is not None and (not stat.S_ISREG(st.st_mode) or _through_descriptor(out)):
         _write_into(out, data)
         return
-    target = os.path.realpath(out)  # a link is replaced through: its target gets the text
+    target = _followed_target(out)
     folder = _existing_folder(out, target)
-    mode = stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask()
+    if st is not None:
+        _check_replaceable(out, st)
+    mode = stat.S_IMODE(st.st_mode) & ~SET_ID_BITS if st is not None else 0o666 & ~_umask()
+    read_as = _unchanged_file(out, target, replacing) if replacing is not None else None
+    _remove_stale_temps(folder)
     import tempfile  # here: ~3 ms of the start-up of a command that writes to stdout
 
     try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".jaxprtool-", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".jaxprtool-{os.getpid()}-", suffix=".tmp")
     except OSError as e:
         raise UsageProblem(
             f"cannot write '{out}': folder '{os.path.dirname(out) or '.'}': {e.strerror}"
         ) from None
     try:
-        with os.fdopen(fd, "wb") as f:
+        with _removed_on_sigterm(tmp), os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
+            f.flush()
+            os.chmod(tmp, mode)
+            if read_as is not None:
+                _check_same_file(out, target, read_as)
+            os.replace(tmp, target)
     except OSError as e:
         _unlink_quietly(tmp)
         raise UsageProblem(f"cannot write '{out}': {e.strerror}") from None
     except BaseException:
         _unlink_quietly(tmp)
         raise
+
+
+#: setuid and setgid: never carried over to a file the tool writes
+SET_ID_BITS = stat.S_ISUID | stat.S_ISGID
+_TEMP_NAME = re.compile(r"\.jaxprtool-(\d+)-[^/]*\.tmp")
+
+
+def _followed_target(out: str) -> str:
+    """Where writing `out` lands (links followed), refusing a link in a world-writable sticky
+    folder (/tmp) unless it is the user's or the folder owner's: another user planted it."""
+    me = _uid()
+    p = os.path.abspath(out)
+    for _ in range(40):  # the kernel's limit of links followed
+        try:
+            lst = os.lstat(p)
+        except OSError:
+            break
+        if not stat.S_ISLNK(lst.st_mode):
+            break
+        folder = os.path.dirname(p)
+        dst = os.stat(folder)
+        shared = dst.st_mode & stat.S_ISVTX and dst.st_mode & stat.S_IWOTH
+        if shared and lst.st_uid not in (me, dst.st_uid):
+            raise UsageProblem(
+                f"cannot write '{out}': '{p}' is a symbolic link that another user (uid "
+                f"{lst.st_uid}) made in the shared folder '{folder}': not followed; remove it "
+                "or write elsewhere"
+            )
+        p = os.path.normpath(os.path.join(folder, os.readlink(p)))
+    return os.path.realpath(out)
+
+
+def _check_replaceable(out: str, st: os.stat_result) -> None:
+    """Refuse to replace another user's file (the new one would be ours) or a read-only one
+    (as an editor asks first); `st` is what `out` reaches."""
+    me = _uid()
+    if me >= 0 and st.st_uid != me:
+        raise UsageProblem(
+            f"cannot write '{out}': it belongs to another user (uid {st.st_uid}): not replaced; "
+            "write elsewhere"
+        )
+    if not st.st_mode & stat.S_IWUSR:
+        raise UsageProblem(
+            f"cannot write '{out}': it is read-only (mode {stat.S_IMODE(st.st_mode):04o}); "
+            "`chmod u+w` it first to replace it"
+        )
+
+
+def _unchanged_file(out: str, target: str, text: str) -> os.stat_result:
+    """The status of `target` as it is now, after checking that it still holds `text` (what
+    was read): an edit saved while the tool ran is never overwritten."""
+    try:
+        fd = os.open(target, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        raise UsageProblem(f"cannot write '{out}': {e.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        data = f.read(len(text.encode("utf-8")) + 4)
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    if data.decode("utf-8", "replace") != text:
+        _changed(out)
+    return st
+
+
+def _check_same_file(out: str, target: str, before: os.stat_result) -> None:
+    try:
+        now = os.lstat(target)
+    except OSError:
+        _changed(out)
+    same = (now.st_ino, now.st_dev, now.st_size, now.st_mtime_ns)
+    if same != (before.st_ino, before.st_dev, before.st_size, before.st_mtime_ns):
+        _changed(out)
+
+
+def _changed(out: str):
+    raise UsageProblem(
+        f"cannot write '{out}': it changed while it was being formatted; not replaced, run again"
+    )
+
+
+def _remove_stale_temps(folder: str) -> None:
+    """Remove this tool's temporary files left in `folder` by a run that was killed: the
+    user's own regular files named `.jaxprtool-PID-*.tmp` whose process is gone."""
+    try:
+        names = [n for n in os.listdir(folder) if _TEMP_NAME.fullmatch(n)]
+    except OSError:
+        return
+    for name in names:
+        pid = int(_TEMP_NAME.fullmatch(name).group(1))
+        path = os.path.join(folder, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_uid == _uid() and not _alive(pid):
+            _unlink_quietly(path)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def _removed_on_sigterm(tmp: str):
+    """While `tmp` exists, SIGTERM removes it before the process ends as it would have."""
+    import signal
+    import threading
+
+    previous = signal.getsignal(signal.SIGTERM)
+    if threading.current_thread() is not threading.main_thread() or previous is signal.SIG_IGN:
+        yield
+        return
+
+    def on_term(signum, frame):
+        _unlink_quietly(tmp)
+        signal.signal(signal.SIGTERM, previous if callable(previous) else signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _uid() -> int:
+    return os.getuid() if hasattr(os, "getuid") else -1
 
 
 def _output_stat(out: str):
@@ -352,12 +567,26 @@ def program_loc(where: str) -> Loc | None:
 
 
 def text_loc(path: str, text: str, where: str) -> Loc | None:
-    """`program_loc` in the given text of `path`."""
-    pos = text.find("{ lambda") if where == "inputs" else text.rfind("in (")
+    """`program_loc` in the given text of `path`: "inputs", "outputs" or "input N" (that
+    binder of the top-level jaxpr)."""
+    pos = text.find("{ lambda") if where.startswith("input") else text.rfind("in (")
+    if where.startswith("input ") and pos >= 0:
+        pos = _binder_pos(text, pos, int(where.split()[1]))
     if pos < 0:
         return None
     line = text.count("\n", 0, pos) + 1
     return Loc(path, line, pos - (text.rfind("\n", 0, pos) + 1) + 1)
+
+
+def _binder_pos(text: str, start: int, n: int) -> int:
+    """Where the n-th input binder (`a:f32[3]`) of the lambda at `start` begins, or `start`
+    when the header does not read plainly."""
+    semi = text.find(";", start)
+    head_end = text.find(". let", semi)
+    if semi < 0 or head_end < 0:
+        return start
+    binders = list(re.finditer(r"\S+", text[semi + 1 : head_end]))
+    return semi + 1 + binders[n].start() if n < len(binders) else start
 
 
 def format_error(err: JaxprError, kind: str = "error") -> str:
@@ -366,16 +595,29 @@ def format_error(err: JaxprError, kind: str = "error") -> str:
     message = err.message
     if len(message) > 2 * EXCERPT:  # a huge name quoted in the message: shorten it
         message = _LONG_QUOTE.sub(lambda m: m.group()[: EXCERPT // 2] + "...'", message)
-    head = f"{err.loc}: {kind}: {message}" if err.loc else f"{kind}: {message}"
-    lines = [head]
+    message = _COMMAND_LINE.sub(lambda m: repr(m.group(1))[1:-1] + m.group(2), message)
+    from .diagnostics import shown_path
+
+    where = f"{shown_path(err.loc.file)}:{err.loc.line}:{err.loc.col}: " if err.loc else ""
+    lines = [f"{where}{kind}: {message}"]
     if err.loc and err.loc.file in _sources:
         line = _source_line(err.loc.file, err.loc.line)
         if line is not None:
             shown, col = _escaped(line.replace("\t", " ").replace("\r", " "), err.loc.col)
             text, col = _excerpt(shown, col)
-            lines.append(text)
-            lines.append(" " * (col - 1) + "^")
+            lines.append(GUTTER + text)
+            lines.append(GUTTER + " " * (col - 1) + "^")
     return "\n".join(lines)
+
+
+#: a line break in a message (inside a file name it quotes) before what a CI system would
+#: read as a command: shown escaped
+_COMMAND_LINE = re.compile(r"([\r\n]+)(\s*(?:::|##))")
+
+#: what begins each quoted line of a source: never the source itself, which could hold a
+#: CI system's command (GitHub's runner reads `::error ...` at the start of any line, after
+#: spaces)
+GUTTER = "  | "
 
 
 def _locate(err: JaxprError) -> None:
@@ -443,13 +685,24 @@ def report(err: JaxprError, kind: str = "error") -> None:
 
         head, _, rest = msg.partition("\n")
         colour = "red" if kind == "error" else "yellow"
+        where, text = _split_head(head, kind)
         console(sys.stderr, soft_wrap=True).print(
-            f"[bold]{escape(head.split(f' {kind}: ')[0])}[/bold] [bold {colour}]{kind}:[/] "
-            + escape(head.split(f" {kind}: ", 1)[-1])
+            (f"[bold]{escape(where)}[/bold] " if where else "")
+            + f"[bold {colour}]{kind}:[/] "
+            + escape(text)
             + ("\n" + escape(rest) if rest else "")
         )
     else:
         click.echo(msg, err=True)
+
+
+def _split_head(head: str, kind: str) -> tuple[str, str]:
+    """('FILE:LINE:COL:', message) of a diagnostic's first line; ('', message) when it has
+    no location ('error: ...')."""
+    if head.startswith(f"{kind}: "):
+        return "", head[len(kind) + 2 :]
+    where, _, text = head.partition(f" {kind}: ")
+    return where, text
 
 
 def warn(message: str, loc: Loc | None = None) -> None:

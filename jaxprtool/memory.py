@@ -58,6 +58,7 @@ from .core import (
     subjaxprs,
     value_bytes,
 )
+from .expansion import refuse_large
 from .frozen import Frozen, set_field
 from .lazy import np
 from .record import prim as record_of
@@ -139,6 +140,10 @@ class Timeline:
     def peak_eqn(self) -> Eqn | None:
         return None if self.peak_index is None else self.eqns[self.peak_index]
 
+    def __repr__(self) -> str:
+        where = "" if self.peak_index is None else f" at step {self.peak_index}"
+        return f"<Timeline: {len(self.live_bytes)} steps, peak {self.peak_bytes} bytes{where}>"
+
 
 class Residuals:
     """The values held across the forward/backward boundary, in the linear part's order."""
@@ -147,6 +152,13 @@ class Residuals:
         self.values = values
         #: the step of the boundary in the program's timeline
         self.boundary = boundary
+
+    def __repr__(self) -> str:
+        n = len(self.values)
+        return (
+            f"<Residuals: {n} value{'s' if n != 1 else ''}, {self.total} bytes held across "
+            f"the boundary at step {self.boundary}>"
+        )
 
     @property
     def total(self) -> int:
@@ -380,6 +392,7 @@ def _cut(jaxpr: Jaxpr, boundary: int | None):
 
 
 def _walk(jaxpr: Jaxpr, linear_index: int | None) -> tuple[_Walk, dict]:
+    refuse_large(jaxpr)
     w = _Walk({})
     env: dict = {}
     for i, v in enumerate(jaxpr.constvars):

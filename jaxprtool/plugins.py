@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import stat
 import sys
 from collections.abc import Callable, Iterable
 
@@ -106,24 +107,27 @@ def _ad_rules() -> dict[str, tuple]:
 
 
 def load_plugins(paths: Iterable[str]) -> list[object]:
-    """Import each plugin file (once per path); a failing plugin is a JaxprError naming it."""
+    """Import each plugin file (once per path); a failing plugin is a JaxprError naming it.
+
+    A plugin runs with the user's permissions, so it is read from its source alone (no
+    `__pycache__` bytecode is read or written: another user could plant one beside a plugin
+    in a shared folder), and only when no one else could have written it: the file and its
+    folder follow the caches' ownership rule (`plugin_refusal`)."""
     mods = []
     for p in paths:
         full = os.path.abspath(p)
         if full in _loaded:
             mods.append(_loaded[full])
             continue
-        if not os.path.isfile(full):
-            raise JaxprError(f"cannot load plugin '{p}': no such file")
         name = f"jaxprtool_plugin_{len(_loaded)}_{os.path.splitext(os.path.basename(full))[0]}"
-        spec = importlib.util.spec_from_file_location(name, full)
-        if spec is None or spec.loader is None:
-            raise JaxprError(f"cannot load plugin '{p}': not a Python module")
+        code = _compiled_source(p, full)
+        spec = importlib.util.spec_from_loader(name, loader=None, origin=full)
         mod = importlib.util.module_from_spec(spec)
+        mod.__file__ = full
         sys.modules[name] = mod
         before = _ad_rules()
         try:
-            spec.loader.exec_module(mod)
+            exec(code, mod.__dict__)  # the user's own plugin, asked for by --plugin
         except JaxprError:
             raise
         except Exception as e:  # a plugin is user code: report, don't crash
@@ -139,3 +143,50 @@ def load_plugins(paths: Iterable[str]) -> list[object]:
         _loaded[full] = mod
         mods.append(mod)
     return mods
+
+
+def _compiled_source(p: str, full: str):
+    """The plugin's source, read through one descriptor whose owner and mode are checked,
+    compiled (never through a bytecode cache)."""
+    try:
+        fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise JaxprError(f"cannot load plugin '{p}': no such file") from None
+    except OSError as e:
+        raise JaxprError(f"cannot load plugin '{p}': {e.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        why = plugin_refusal(os.fstat(fd), os.path.dirname(os.path.realpath(full)))
+        if why:
+            raise JaxprError(
+                f"cannot load plugin '{p}': {why}; a plugin runs as you, so it must be "
+                "yours (or root's) and writable by no one else, in a folder no one else can "
+                "write to (or a sticky one, as /tmp): move it to a folder of your own or "
+                "`chmod go-w` it"
+            )
+        source = f.read()
+    try:
+        return compile(source, full, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as e:
+        raise JaxprError(f"cannot load plugin '{p}': {type(e).__name__}: {e}") from None
+
+
+def plugin_refusal(st: os.stat_result, folder: str) -> str | None:
+    """Why a plugin file (`st`, from its open descriptor) in `folder` is not trusted, or None:
+    the caches' rule (cachefs) - the file regular, owned by the user or root, writable by no
+    one else; the folder owned by the user or root, writable by others only when sticky."""
+    me = os.getuid() if hasattr(os, "getuid") else -1
+    if not stat.S_ISREG(st.st_mode):
+        return "it is not a regular file"
+    if me >= 0 and st.st_uid not in (me, 0):
+        return f"the file belongs to another user (uid {st.st_uid})"
+    if st.st_mode & 0o022:
+        return f"the file can be written by others (mode {stat.S_IMODE(st.st_mode):04o})"
+    try:
+        dst = os.stat(folder)
+    except OSError as e:
+        return f"its folder cannot be read ({e.strerror})"
+    if me >= 0 and dst.st_uid not in (me, 0):
+        return f"its folder belongs to another user (uid {dst.st_uid})"
+    if dst.st_mode & 0o022 and not dst.st_mode & stat.S_ISVTX:
+        return f"its folder can be written by others (mode {stat.S_IMODE(dst.st_mode):04o})"
+    return None

@@ -62,6 +62,30 @@ needs_corpus = pytest.mark.skipif(
 )
 
 
+def _installed_jax() -> tuple[str, tuple[int, ...]]:
+    """The installed JAX's version (read from its metadata: jax is not imported here)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        text = version("jax")
+    except PackageNotFoundError:
+        return "none", (0,)
+    return text, tuple(int(p) for p in text.split(".")[:3] if p.isdigit())
+
+
+JAX_VERSION_TEXT, JAX_VERSION = _installed_jax()
+
+
+def needs_jax(first: str, what: str):
+    """A test of what JAX `first` and later do: skipped on an older JAX (the floor run,
+    `make test-floor`), saying that this JAX lacks `what`."""
+    need = tuple(int(p) for p in first.split("."))
+    return pytest.mark.skipif(
+        JAX_VERSION < need,
+        reason=f"the installed JAX {JAX_VERSION_TEXT} lacks {what} (JAX {first} has it)",
+    )
+
+
 @pytest.fixture(scope="session")
 def explicit_mesh():
     """`explicit_mesh("x=2,y=2")`: a JAX mesh of those axes and sizes, every axis Explicit,

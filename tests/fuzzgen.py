@@ -1221,6 +1221,21 @@ def deep_shared(n: int) -> str:
     return "\n".join(out) + "\n"
 
 
+def doubling_shared(n: int) -> str:
+    """n shared jaxprs, each calling the previous one twice: a text of O(n) bytes whose
+    program, inlined, has O(2**n) equations (issue 37's exponential input)."""
+    out = ["let f0 = { lambda ; a:f32[]. let b:f32[] = sin a in (b,) } in"]
+    for i in range(1, n):
+        out.append(
+            f"let f{i} = {{ lambda ; a:f32[]. let\n    b:f32[] = jit[name=f{i - 1} jaxpr=f{i - 1}] a\n"
+            f"    c:f32[] = jit[name=f{i - 1} jaxpr=f{i - 1}] b\n  in (c,) }} in"
+        )
+    out.append(
+        f"{{ lambda ; a:f32[]. let\n    b:f32[] = jit[name=f{n - 1} jaxpr=f{n - 1}] a\n  in (b,) }}"
+    )
+    return "\n".join(out) + "\n"
+
+
 def chain(n: int, dtype: str = "f32", bad_every: int = 0) -> str:
     """`{ lambda ; a:f32[3]. let b = sin a; c = sin b; ... }` with n equations; with
     bad_every=k every k-th binder has a wrong type (i32)."""
@@ -1283,6 +1298,7 @@ def pathological(scale: float = 1.0) -> dict[str, bytes]:
         "bytes: invalid UTF-8": SMALL.encode()[:30] + b"\xff\xfe" + SMALL.encode()[30:],
         "bytes: UTF-16": SMALL.encode("utf-16"),
         "bytes: ANSI colours": SMALL.replace("sin", "\x1b[31msin\x1b[0m"),
+        "size: 40 shared jaxprs, each using the previous twice": doubling_shared(40),
         "cycle: mutually recursive shared jaxprs": (
             "let f = { lambda ; a:f32[3]. let b:f32[3] = jit[name=g jaxpr=g] a in (b,) } in\n"
             "let g = { lambda ; a:f32[3]. let b:f32[3] = jit[name=f jaxpr=f] a in (b,) } in\n"

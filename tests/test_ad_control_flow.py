@@ -14,7 +14,7 @@ import pytest
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
-from conftest import CORPUS, needs_corpus  # noqa: E402
+from conftest import CORPUS, needs_corpus, needs_jax  # noqa: E402
 from jax import lax  # noqa: E402
 
 from jaxprtool.core import JaxprError  # noqa: E402
@@ -364,6 +364,7 @@ def _jvp_text(fn, args, argnums):
     return print_jaxpr(jvp_jaxpr(j, argnums))
 
 
+@needs_jax("0.11", "the flat-tree scan encoding (ft_in/ft_out); it prints num_consts/num_carry")
 def test_jvp_of_scan_encoding_matches_jax():
     """The jvp of a scan groups consts/carry/xs as JAX 0.12 does (ft_in/ft_out zipstar)."""
 
@@ -526,6 +527,7 @@ def test_scan_loop_invariant_residual_hoisted():
     assert scan.inputs[0].type.shape == (3,)  # cos(w) enters the linear scan as a const, unstacked
 
 
+@needs_jax("0.11", "the flat-tree scan encoding (ft_in/ft_out); it prints num_consts/num_carry")
 def test_jvp_of_grad_scan_encoding_matches_jax():
     """jvp of JAX's printed grad program (its transposed scan has `Pytree(...)` flat trees): our
     ft_in/ft_out are JAX's, character for character."""

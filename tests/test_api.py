@@ -206,3 +206,24 @@ def test_api_names_survive_the_modules_of_the_same_name():
     from jaxprtool.memory import liveness  # the modules are still there by name
 
     assert callable(liveness)
+
+
+def test_short_reprs_and_the_input_types():
+    """repr of a program, a Timeline and Residuals: one short line each (the program's repr
+    was the whole dataclass), and the inputs' types without reaching into `.jaxpr`
+    (issue 39, item 17)."""
+    import jaxprtool.api as api
+
+    p = api.parse(
+        "{ lambda ; a:f32[3] b:f32[]. let c:f32[3] = mul a b; d:f32[] = reduce_sum[axes=(0,) out_sharding=None] c in (d,) }"
+    )
+    assert repr(p) == "<Program <string>: (a:f32[3], b:f32[]) -> (f32[]), 2 equations>"
+    assert [str(t) for t in p.input_types] == ["f32[3]", "f32[]"]
+    assert [t.shape for t in p.input_types] == [(3,), ()]
+    timeline, residuals = api.memory(p, of="grad")
+    assert repr(timeline).startswith("<Timeline: ") and "peak" in repr(timeline)
+    assert repr(residuals) == (
+        f"<Residuals: {len(residuals.values)} value{'s' if len(residuals.values) != 1 else ''}, "
+        f"{residuals.total} bytes held across the boundary at step {residuals.boundary}>"
+    )
+    assert issubclass(api.ProgramError, api.JaxprError) and "ProgramError" in api.__all__

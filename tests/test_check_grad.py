@@ -133,7 +133,13 @@ def test_json_report(tmp_path, wrong_sin_rule):
     r = invoke("--json", str(SAMPLES / "sin_cos.jaxpr"), str(bad))
     assert r.exit_code == 2 and f"{bad}:1:" in r.stderr
     doc = json.loads(r.stdout)
-    assert doc["summary"] == {"files": 1, "checks": 3, "failures": 2, "not_checked": 1}
+    assert doc["summary"] == {
+        "files": 1,
+        "checks": 3,
+        "failures": 2,
+        "skipped": 0,
+        "not_checked": 1,
+    }
     (report,) = doc["files"]
     assert report["file"] == str(SAMPLES / "sin_cos.jaxpr") and report["replaced"] == []
     assert [(c["program"], c["check"]) for c in report["checks"]] == [
@@ -145,3 +151,50 @@ def test_json_report(tmp_path, wrong_sin_rule):
     assert [c["result"] for c in report["checks"]] == ["FAIL", "FAIL", "pass"]
     for c in report["checks"]:
         assert (c["result"] == "pass") == (c["error"] <= c["tolerance"])
+
+
+def test_tolerances_and_step_can_be_given():
+    """--tol and --dot-tol replace JAX's default tolerances (as check_grads' atol/rtol), and
+    --eps the finite-difference step (issue 39, item 13): a step of 0.5 leaves a truncation
+    error far above f32's 2e-3, and a zero-width tolerance fails every inexact check."""
+    import json
+
+    f = str(SAMPLES / "sin_cos.jaxpr")
+    doc = json.loads(invoke("--json", f).stdout)
+    assert [c["tolerance"] for c in doc["files"][0]["checks"]] == [2e-3, 2e-3, 2e-5]
+    r = invoke("--json", f, "--tol", "0.5", "--dot-tol", "1e-3")
+    assert [c["tolerance"] for c in json.loads(r.stdout)["files"][0]["checks"]] == [0.5, 0.5, 1e-3]
+    r = invoke("--json", f, "--eps", "0.5")
+    checks = json.loads(r.stdout)["files"][0]["checks"]
+    assert r.exit_code == 1 and [c["result"] for c in checks] == ["FAIL", "FAIL", "pass"]
+    assert invoke(f, "--eps", "0.5", "--tol", "1.0").exit_code == 0
+    assert invoke(f, "--tol", "0").exit_code == 2  # a tolerance is positive: usage
+
+
+def test_a_while_loop_gets_its_forward_check_and_the_reverse_ones_skipped(tmp_path):
+    """JAX has no reverse mode of a while loop with a dynamic trip count: check-grad runs
+    the jvp check, reports the vjp and adjoint checks as skipped with JAX's reason, and
+    counts the file (it refused the whole file: issue 39, item 12)."""
+    import json
+
+    import jax
+    import jax.numpy as jnp
+
+    def f(x, n):
+        body = lambda c: (jnp.sin(c[0]) * 1.1, c[1] + 1)  # noqa: E731
+        return jax.lax.while_loop(lambda c: c[1] < n, body, (x, 0))[0]
+
+    with pytest.raises(ValueError, match="Reverse-mode differentiation does not work"):
+        jax.grad(lambda x: jnp.sum(f(x, 3)))(jnp.ones(3))
+    p = tmp_path / "while.jaxpr"
+    p.write_text(str(jax.make_jaxpr(f)(jnp.ones(3), 3)) + "\n")
+    r = invoke(str(p))
+    assert r.exit_code == 0, r.output
+    assert "check-grad: 1 file, 3 checks, 0 failures, 2 skipped (reasons above)" in r.output
+    doc = json.loads(invoke("--json", str(p)).stdout)
+    results = [c["result"] for c in doc["files"][0]["checks"]]
+    assert results[0] == "pass" and all(
+        x.startswith("skipped: no reverse mode in JAX (Reverse-mode differentiation does not")
+        for x in results[1:]
+    )
+    assert doc["summary"]["skipped"] == 2 and doc["summary"]["not_checked"] == 0

@@ -29,7 +29,7 @@ def test_text_is_the_default(tmp_path):
     f = bad_file(tmp_path)
     r = invoke("check", str(f))
     assert r.exit_code == 1
-    assert r.stderr == f"{f}:2:5: error: {MESSAGE}\n    b:f32[4] = sin a\n    ^\n"
+    assert r.stderr == f"{f}:2:5: error: {MESSAGE}\n  |     b:f32[4] = sin a\n  |     ^\n"
     assert invoke("--output-format", "text", "check", str(f)).stderr == r.stderr
 
 

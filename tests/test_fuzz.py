@@ -182,11 +182,12 @@ EXPECT = {
     "deep: 1000 unclosed { lambda": "parse: 1:5101: error: jaxprs nest too deeply",
     "size: 100k equations": "ok",
     "size: 20k type errors": "check: 2:5: error: sin: result type i32[3] does not match",
+    # (check, fmt and dce keep shared jaxprs shared; the walks that copy them refuse it:
+    # test_hostile_trust.py)
+    "size: 40 shared jaxprs, each using the previous twice": "ok",
     "bytes: binary data": "parse: 1:1: error: input is not valid UTF-8",
-    "bytes: NUL bytes": "parse: 2:19: error: expected an operand (a variable or a literal), "
-    "found '\\x00'",
-    "bytes: NUL at the start": "parse: 1:1: error: expected a jaxpr ('{ lambda ...'), "
-    "found '\\x00'",
+    "bytes: NUL bytes": "parse: 2:19: error: a NUL byte: this is not jaxpr text",
+    "bytes: NUL at the start": "parse: 1:1: error: a NUL byte: this is not jaxpr text",
     "bytes: CRLF line endings": "ok",
     "bytes: CR line endings": "ok",
     "bytes: byte-order mark": "ok",
@@ -514,7 +515,7 @@ def test_program_errors_in_a_coloured_dump_are_located_in_the_plain_text():
     assert r.exit_code == 1
     lines = r.stderr.splitlines()
     assert lines[0].startswith("<stdin>:3:3: error: Gradient only defined for scalar-output"), lines
-    assert lines[1:] == ["  in (c, a) }", "  ^"]
+    assert lines[1:] == ["  |   in (c, a) }", "  |   ^"]
 
 
 @pytest.mark.parametrize(
@@ -552,7 +553,8 @@ def test_invalid_utf8_column_counts_characters_and_the_excerpt_is_this_file(tmp_
     r = invoke(["check", str(p)])
     lines = r.stderr.splitlines()
     assert lines[0] == f"{p}:2:26: error: input is not valid UTF-8"
-    assert lines[1] == "    b:f32[3] = sin a # \u00e9 \ufffd" and lines[2] == " " * 25 + "^"
+    assert lines[1] == "  |     b:f32[3] = sin a # \u00e9 \ufffd"
+    assert lines[2] == "  | " + " " * 25 + "^"
 
 
 def test_variables_named_like_complex_literals():

@@ -144,7 +144,6 @@ def _tree(root: Path) -> None:
 
 
 def test_folder_walk_skips_hidden_venvs_and_gitignored(tmp_path):
-    pytest.importorskip("pathspec", reason="folder walks read .gitignore with pathspec")
     _tree(tmp_path)
     r = invoke("fmt", "--check", str(tmp_path))
     assert r.exit_code == 1

@@ -71,7 +71,11 @@ def error_of(text: str) -> str:
 
 
 @needs_corpus
-@pytest.mark.parametrize("path", all_files(), ids=lambda p: str(p.relative_to(CORPUS)))
+# ids given with each case, not as a function: pytest before 8.4 calls that function on its
+# NOTSET placeholder where there is no case (no corpus)
+@pytest.mark.parametrize(
+    "path", [pytest.param(p, id=str(p.relative_to(CORPUS))) for p in all_files()]
+)
 def test_corpus_file_parses(path):
     text = path.read_text()
     name = path.name
@@ -800,6 +804,31 @@ def test_grammar_is_cached_in_the_user_cache_dir(tmp_path, monkeypatch):
     lk = grammar.build_lark(parser._Layout(), parser._Build())  # loads the cache
     assert lk.options.parser == "lalr"
     assert parse("{ lambda ; a:f32[]. let b:f32[] = sin a in (b,) }").jaxpr.eqns[0].prim == "sin"
+
+
+def test_the_grammar_cache_keeps_lark_tokens():
+    """lark 1.2 names rules by the tokens its grammar loader read (lark 1.3 by strings): the
+    JSON cache writes a token tagged and reads back a token of the same type and value."""
+    from lark.lexer import Token
+
+    from jaxprtool.text import grammar
+
+    tables = {"data": {"rules": [1]}, "memo": {1: {"origin": {"name": Token("RULE", "start")}}}}
+    back = grammar._decode(json.loads(json.dumps(grammar._encode(tables))))
+    assert back == tables
+    name = back["memo"][1]["origin"]["name"]
+    assert type(name) is Token and name.type == "RULE"
+
+
+def test_a_nested_jaxpr_parses_with_a_cold_and_a_warm_grammar_cache(tmp_path, monkeypatch):
+    """The LALR path (nested jaxprs) builds the parser: first writing the cache, then from it."""
+    from jaxprtool.text.parser import lalr
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    for _ in range(2):
+        monkeypatch.setattr(lalr, "_PARSERS", {})
+        assert parse(NESTED, "t.jaxpr", fast=False).jaxpr.eqns[0].prim == "pjit"
+    assert len(list((tmp_path / "jaxprtool").glob("*.json"))) == 1
 
 
 _PAYLOAD = "import pathlib; pathlib.Path({marker!r}).write_text('ran')"

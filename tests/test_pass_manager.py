@@ -229,14 +229,11 @@ def test_split_input_file_locates_errors_in_their_part(tmp_path):
     assert r.exit_code == 1
     assert r.stderr.startswith(f"{f}:{bad_line}:5: error: cos: result type f32[4]")
     assert r.stderr.count("error:") == 1
-    # a pass runs on each part; the broken one is reported, the others are printed
+    # a pass runs on each part; the broken one is reported, and nothing printed (issue 37)
     r = invoke("cse", "--split-input-file", str(f))
     assert r.exit_code == 1 and f"{f}:{bad_line}:5: error:" in r.stderr
-    outs = r.stdout.split("# -----\n")
-    assert len(outs) == 2
-    assert alpha_equal(jaxpr_of(outs[0]), jaxpr_of(SPLIT.split("# -----\n")[0]))
-    assert alpha_equal(jaxpr_of(outs[1]), PASSES["cse"](jaxpr_of(SPLIT.split("// -----\n")[1])))
-    # with -o nothing is written when a part failed
+    assert r.stdout == ""
+    # nor with -o
     out = tmp_path / "out.jaxpr"
     assert invoke("cse", "--split-input-file", str(f), "-o", str(out)).exit_code == 1
     assert not out.exists()
@@ -266,7 +263,7 @@ def test_split_part_errors_about_the_whole_program_point_at_their_part():
     # sin_cos has a vector output: grad's error is located at its `in (`
     line = mlp.count("\n") + 1 + sin_cos.count("\n")
     assert f"<stdin>:{line}:3: error: Gradient only defined for scalar-output" in r.stderr
-    assert r.stdout == invoke("grad", str(SAMPLES / "mlp.jaxpr")).stdout
+    assert r.stdout == ""  # the first part's gradient is not printed either
 
 
 # ---------------------------------------------------------------- --timing

@@ -396,6 +396,6 @@ def _corpus_programs():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", _corpus_programs(), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [pytest.param(p, id=p.name) for p in _corpus_programs()])
 def test_corpus_programs(path):
     _check_program(path, SPECS)

@@ -160,15 +160,15 @@ def test_run_errors(prog, tmp_path):
     np.savez(tmp_path / "bad.npz", arg0=a, arg1=b)
     r = invoke("run", prog, "--args", tmp_path / "bad.npz")
     assert r.exit_code == 1
-    # located at the program's input binders
+    # located at the input binder it does not fit
     assert r.output.splitlines()[0] == (
-        f"{prog}:1:1: error: argument 0 (a): expected f32[3,4], got f32[4,3]"
+        f"{prog}:1:12: error: argument 0 (a): expected f32[3,4], got f32[4,3]"
     )
 
     np.savez(tmp_path / "dt.npz", arg0=a.T.astype(np.float64), arg1=b)
     r = invoke("run", prog, "--args", tmp_path / "dt.npz")
     assert r.output.splitlines()[0] == (
-        f"{prog}:1:1: error: argument 0 (a): expected f32[3,4], got f64[3,4]"
+        f"{prog}:1:12: error: argument 0 (a): expected f32[3,4], got f64[3,4]"
     )
 
     np.savez(tmp_path / "three.npz", arg0=a.T, arg1=b, arg2=b)
@@ -183,7 +183,17 @@ def test_run_errors(prog, tmp_path):
 
     r = invoke("run", prog)
     assert r.exit_code == 1
-    assert "expected 2 arguments (a b), got 0" in r.output
+    assert (
+        f"{prog}:1:1: error: the program takes 2 arguments (a b) and none was given: pass "
+        "--random SEED, --input 'TYPE=VALUES' (one per argument), --arg X.npy (one per "
+        "argument) or --args IN.npz (arg0, arg1, ...)"
+    ) in r.output
+
+    r = invoke("run", prog, "--input", "f32[3,4]=" + " ".join(["1"] * 12), "--input", "f32[2]=1 2")
+    assert r.exit_code == 1
+    assert "argument 1 (b): expected f32[4], got f32[2]" in r.output
+    col = r.output.split(":1:", 1)[1].split(":", 1)[0]  # the column of binder b on line 1
+    assert prog.read_text().splitlines()[0][int(col) - 1 :].startswith("b:f32[4]"), r.output
 
     r = invoke("run", prog, "--args", tmp_path / "missing.npz")
     assert r.exit_code == 1

@@ -369,8 +369,8 @@ def test_control_bytes_in_a_quoted_line_are_escaped(tmp_path):
     assert r.exit_code == 1
     assert r.stderr.splitlines() == [
         f"{prog}:1:53: error: unexpected text after the jaxpr: '\\x1b'",
-        SIN.rstrip("\n") + " \\x1b]0;pwned\\x07",
-        " " * 52 + "^",
+        "  | " + SIN.rstrip("\n") + " \\x1b]0;pwned\\x07",
+        "  | " + " " * 52 + "^",
     ]
     assert "\x1b" not in r.stderr and "\x07" not in r.stderr
 

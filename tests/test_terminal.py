@@ -350,3 +350,63 @@ def test_opt_without_passes_prints_the_input_back():
 def test_help_mentions_completion():
     out = invoke(["--help"]).stdout
     assert 'eval "$(_JAXPRTOOL_COMPLETE=bash_source jaxprtool)"' in " ".join(out.split())
+
+
+def test_an_error_without_a_location_is_said_once_in_colour(monkeypatch, capsys):
+    """On a terminal, an error with no FILE:LINE:COL (missing JAX, a missing device) was
+    printed twice on one line (`error: error: ...`)."""
+    import re
+
+    from jaxprtool.core import JaxprError, Loc
+
+    monkeypatch.setattr(io, "COLOR_MODE", "always")
+    io.report(JaxprError("this command runs programs"))
+    io.report(JaxprError("bad thing", Loc("f.jaxpr", 2, 3)))
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().err)
+    assert plain.splitlines() == [
+        "error: this command runs programs",
+        "f.jaxpr:2:3: error: bad thing",
+    ]
+
+
+def test_check_and_fmt_with_no_file_and_nothing_piped_in(tmp_path, monkeypatch):
+    """Standard input is a terminal (nothing piped in): check reads the current folder and
+    says so, fmt is a usage error, instead of waiting silently (issue 39, item 8)."""
+    (tmp_path / "ok.jaxpr").write_text("{ lambda ; a:f32[]. let b:f32[] = sin a in (b,) }\n")
+    (tmp_path / "bad.jaxpr").write_text("{ lambda ; a:f32[]. let b:f32[] = sin c in (b,) }\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(io, "is_terminal", lambda stream=None: True)
+    r = CliRunner().invoke(main, ["--color", "never", "check"])
+    assert r.exit_code == 1
+    assert (
+        "note: no FILE given and nothing piped in: check reads the current folder (.)" in r.output
+    )
+    assert "bad.jaxpr:1:39: error: variable 'c' used before definition" in r.output
+    r = CliRunner().invoke(main, ["fmt"])
+    assert r.exit_code == 2 and "nothing is piped in: give a FILE" in r.output
+
+
+def test_run_summary_keeps_type_and_statistics_whole_and_cuts_the_preview(monkeypatch):
+    """On a terminal: one line per output, the values' preview cut with an ellipsis (at 80
+    columns) or left out where no room is left for it (60), the type and the statistics
+    never cut (issue 39, item 4)."""
+    import numpy as np
+
+    from jaxprtool.commands.run_report import print_summary
+
+    monkeypatch.setattr(io, "COLOR_MODE", "always")
+    outs = [
+        np.linspace(-1.234567, 2.345678, 32, dtype=np.float32).reshape(4, 8),
+        np.float32(4.17712),
+    ]
+    for columns, preview in (("80", True), ("60", False)):
+        monkeypatch.setenv("COLUMNS", columns)
+        buf = _io.StringIO()
+        monkeypatch.setattr("sys.stdout", buf)
+        print_summary(outs, None)
+        lines = re.sub(r"\x1b\[[0-9;]*m", "", buf.getvalue()).splitlines()
+        rows = [x for x in lines if "out0" in x or "out1" in x]
+        assert len(rows) == 2 and all(len(x) <= int(columns) for x in lines), lines
+        for stat in ("f32[4,8]", "-1.23457", "2.34568", "0.555556", "f32[]", "4.17712"):
+            assert stat in "".join(rows), (stat, rows)
+        assert ("…" in rows[0]) == preview and ("values" in lines[2]) == preview

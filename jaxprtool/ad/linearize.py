@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..core import Eqn, Jaxpr, Var, gc_paused, is_inexact
+from ..expansion import refuse_large
 from ..record import prim as record_of
 from . import builder as B
 from . import observe
@@ -168,6 +169,7 @@ def linearize_jaxpr(
 def _linearize_jaxpr(jaxpr: Jaxpr, argnums, instantiate):
     from .remat import current_spec, rematerialize
 
+    refuse_large(jaxpr)
     mask = diff_mask(jaxpr, argnums)
     consts, primals, outs, peqns, residuals, tan_in, teqns, touts, mask, out_nz = _split(
         jaxpr, mask, instantiate

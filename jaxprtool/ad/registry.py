@@ -283,9 +283,9 @@ def defbilinear(name: str, lhs_rule, rhs_rule):
     def transpose(cts, x, y, /, **params):
         (ct,) = cts
         if is_undefined_primal(x) and is_undefined_primal(y):
-            from ..core import JaxprError
+            from ..core import NotLinear
 
-            raise JaxprError(
+            raise NotLinear(
                 f"'{name}' is not linear: both operands depend on the linear inputs", current().loc
             )
         if is_undefined_primal(x):

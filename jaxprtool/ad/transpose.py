@@ -11,7 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..core import Atom, Jaxpr, JaxprError, Literal, ProgramError, RefType, Var, gc_paused
+from ..core import (
+    Atom,
+    Jaxpr,
+    JaxprError,
+    Literal,
+    NotLinear,
+    ProgramError,
+    RefType,
+    Var,
+    gc_paused,
+)
+from ..expansion import refuse_large
 from ..record import prim as record_of
 from . import builder as B
 from . import observe, ops
@@ -330,6 +341,7 @@ def transpose_auto(jaxpr: Jaxpr, linear: Sequence[int] | None = None, residuals:
     Returns `(jaxpr, linear_mask, linear_outputs)`."""
     from .linearize import find_linear_eqn
 
+    refuse_large(jaxpr)
     n = len(jaxpr.invars)
     lin_out = None
     if linear is not None:
@@ -360,4 +372,29 @@ def transpose_auto(jaxpr: Jaxpr, linear: Sequence[int] | None = None, residuals:
             from ..core import is_inexact
 
             mask = [is_inexact(v.type) for v in jaxpr.invars]  # int/bool inputs cannot be linear
+            try:
+                return transpose_jaxpr(jaxpr, mask, lin_out), mask, lin_out
+            except NotLinear as e:
+                raise _with_residuals_hint(e, jaxpr, mask) from None
     return transpose_jaxpr(jaxpr, mask, lin_out), mask, lin_out
+
+
+#: how many leading-residual counts `_with_residuals_hint` tries
+_HINT_TRIES = 64
+
+
+def _with_residuals_hint(e: NotLinear, jaxpr: Jaxpr, mask: list[bool]) -> NotLinear:
+    """The error, saying which `--residuals K` makes the program linear when one does: the
+    linear half `linearize --split` writes takes its residuals first."""
+    for k in range(1, min(len(mask), _HINT_TRIES + 1)):
+        try:
+            transpose_jaxpr(jaxpr, [m and i >= k for i, m in enumerate(mask)], None)
+        except JaxprError:
+            continue
+        e.message += (
+            f"; taking the first {k} input{'s' if k != 1 else ''} as residuals (as "
+            f"`linearize --split` writes its linear half) makes it linear: transpose "
+            f"--residuals {k}"
+        )
+        break
+    return e

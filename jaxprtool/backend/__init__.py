@@ -18,6 +18,7 @@ from .jaxfn import (  # noqa: F401  (the back end's public names)
     check_runnable,
     compile_error,
     get_device,
+    platform_of,
     prepare,
     x64_scope,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "check_runnable",
     "prepare",
     "get_device",
+    "platform_of",
     "refusal",
 ]
 
@@ -69,7 +71,7 @@ def sizes_from_inputs(jaxpr, args, dims=None) -> dict | None:
     return read_dims(jaxpr.invars, [np.shape(a) for a in args], dims) or dims
 
 
-def evaluate(jaxpr, args, consts=None, device: str = "cpu", dims=None, jitted=None):
+def evaluate(jaxpr, args, consts=None, device: str | None = None, dims=None, jitted=None):
     """Run a jaxpr compiled by XLA (through jax.jit) and return numpy arrays.
 
     The compiled function is cached per jaxpr object (and dims), so evaluating the same
@@ -116,7 +118,7 @@ def eval_eager(
     trace=None,
     debug_nans=False,
     dims=None,
-    device: str = "cpu",
+    device: str | None = None,
     observer=None,
 ):
     """Run op by op with Python control flow; trace(line) gets each equation's summary and

@@ -35,10 +35,12 @@ def x64_scope(jaxpr):
 def check_runnable(jaxpr) -> None:
     """Raise JaxprError naming the first equation the back end refuses, before any tracing."""
     from ..core import JaxprError, all_eqns, named_axes_refusal
+    from ..expansion import refuse_large
 
     err = named_axes_refusal(jaxpr, "running")
     if err is not None:
         raise err
+    refuse_large(jaxpr)
     for e in all_eqns(jaxpr):
         why = refusal(e) or _elided_literal(e)
         if why:
@@ -102,30 +104,80 @@ def _unwrap_keys(jaxpr, outs) -> list:
     return [unwrap(o) for o in outs]
 
 
-def get_device(device: str = "cpu"):
-    """The first JAX device of a platform, or a JaxprError that names what is missing."""
+_PLATFORMS = {"gpu": "gpu", "cuda": "gpu", "cpu": "cpu", "tpu": "tpu"}
+
+
+def get_device(device: str | None = None):
+    """The first JAX device of a platform (None: the command's, `sharding.CONFIG.platform`;
+    "auto": JAX's default backend), or a JaxprError that names what is missing and what JAX
+    found instead."""
     import jax
 
     from ..core import JaxprError
 
-    platform = {"gpu": "gpu", "cuda": "gpu", "cpu": "cpu", "tpu": "tpu"}.get(device)
+    if device is None:
+        from .sharding import CONFIG
+
+        device = CONFIG.platform
+    if device == "auto":
+        return jax.devices()[0]
+    platform = _PLATFORMS.get(device)
     if platform is None:
-        raise JaxprError(f"unknown device '{device}' (expected cpu or gpu)")
+        raise JaxprError(f"unknown device '{device}' (expected cpu, gpu, tpu or auto)")
     try:
         devs = jax.devices(platform)
     except RuntimeError as e:
-        import os
-
-        hint = " (install the CUDA plugin: pip install 'jax[cuda12]')" if platform == "gpu" else ""
-        env = os.environ.get("JAX_PLATFORMS")
-        if env and platform == "gpu" and not any(p in env for p in ("cuda", "gpu", "rocm")):
-            hint = f" (JAX_PLATFORMS={env} excludes it)"
         raise JaxprError(
-            f"device '{device}' is not available: JAX found no {platform} backend{hint}: {str(e).splitlines()[0]}"
+            f"device '{device}' is not available: JAX found no {platform} backend"
+            f"{_missing_hint(platform)}: {_first_sentence(e)}; {_found()}"
         ) from None
     if not devs:
-        raise JaxprError(f"device '{device}' is not available: JAX found no {platform} devices")
+        raise JaxprError(
+            f"device '{device}' is not available: JAX found no {platform} devices; {_found()}"
+        )
     return devs[0]
+
+
+def platform_of(device: str | None) -> str:
+    """The platform name JAX lowers for ("cpu", "cuda", "tpu"), "auto" and None resolved."""
+    if device in ("cpu", "tpu"):
+        return device
+    if device in ("gpu", "cuda"):
+        return "cuda"
+    return get_device(device).platform.replace("gpu", "cuda")
+
+
+def _first_sentence(e: Exception) -> str:
+    """JAX's reason, without the list of backends it goes on with (said by `_found`)."""
+    return str(e).splitlines()[0].split(". Available backends")[0].split(". Platforms present")[0]
+
+
+def _missing_hint(platform: str) -> str:
+    import os
+
+    env = os.environ.get("JAX_PLATFORMS")
+    if env and platform not in env and not (platform == "gpu" and ("cuda" in env or "rocm" in env)):
+        return f" (JAX_PLATFORMS={env} excludes it)"
+    if platform == "gpu":
+        return " (install the CUDA plugin: pip install 'jax[cuda12]')"
+    if platform == "tpu":
+        return " (on a Cloud TPU VM: pip install 'jax[tpu]')"
+    return ""
+
+
+def _found() -> str:
+    """What JAX found: 'JAX found 1 cpu device (TFRT_CPU_0)'."""
+    import jax
+
+    try:
+        devs = jax.devices()
+    except RuntimeError:
+        return "JAX found no devices at all"
+    kinds = sorted({d.platform for d in devs})
+    return (
+        f"JAX found {len(devs)} {'/'.join(kinds)} device{'s' if len(devs) != 1 else ''} "
+        "(--device auto takes JAX's default)"
+    )
 
 
 def compile_error(jaxpr, e: Exception) -> JaxprError:

@@ -12,9 +12,7 @@ with the sizes known (1 for a name without a size).  The transformations themsel
 from __future__ import annotations
 
 import functools
-import math
 import os
-import re
 
 from ..core import (
     Jaxpr,
@@ -23,11 +21,9 @@ from ..core import (
     ProgramError,
     RefType,
     ShapedArray,
-    UsageProblem,
     eqn_subjaxprs,
 )
-
-_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+from ..env import parse_size
 
 
 def default_limit() -> int:
@@ -38,27 +34,6 @@ def default_limit() -> int:
         return parse_size(text)
     caps = [_physical_memory(), _rlimit_as(), cgroup_limit()]
     return min(c for c in caps if c is not None) // 2
-
-
-def parse_size(text: str) -> int:
-    """`8G`, `512M`, `1.5T`, `1000000` (bytes): a finite positive size below 2**63."""
-    body = text.strip().upper().removesuffix("B")
-    unit = body[-1:] if body[-1:] in _UNITS else ""
-    number = body[: len(body) - len(unit)].strip()
-    try:
-        value = float(number) if _NUMBER.fullmatch(number) else math.nan
-    except OverflowError:
-        value = math.inf
-    size = value * _UNITS[unit]
-    if not (math.isfinite(size) and 1 <= size < 2**63):
-        raise UsageProblem(
-            f"JAXPRTOOL_MAX_MEMORY={text!r} is not a size: give a number of bytes from 1 to "
-            "2^63 with an optional K, M, G or T suffix, such as 8G"
-        )
-    return int(size)
-
-
-_NUMBER = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:E[+-]?[0-9]+)?")
 
 
 def _physical_memory() -> int:

@@ -39,6 +39,7 @@ _MODULES = (
     "jax._src.random.core",
     "jax._src.random.threefry2x32",
     "jax._src.random",
+    "jax._src.prng",  # JAX 0.10.0-0.10.1: the random primitives before jax._src.random.*
     "jax._src.ad_util",
     "jax._src.ad_checkpoint",
     "jax._src.custom_derivatives",

@@ -183,7 +183,7 @@ def setup(jaxpr=None, needed: int | None = None) -> None:
         needed = devices_needed(jaxpr) if jaxpr is not None else 1
     local = cfg.devices or max(1, -(-needed // nproc))
     if not xla_bridge.backends_are_initialized():
-        if cfg.platform == "cpu":
+        if cfg.platform in ("cpu", "auto"):  # auto: the CPU's count, in case it is the default
             jax.config.update("jax_num_cpu_devices", local)
         if cfg.coordinator:
             if cfg.platform == "cpu":
@@ -250,8 +250,8 @@ def platform_devices() -> list:
 
     from .jaxfn import get_device
 
-    get_device(CONFIG.platform)
-    return jax.devices({"gpu": "gpu"}.get(CONFIG.platform, CONFIG.platform))
+    first = get_device(CONFIG.platform)
+    return jax.devices(first.platform)  # "auto": JAX's default backend's devices
 
 
 def process_index() -> int:
@@ -318,21 +318,35 @@ def partition_spec(spec_value, eqn=None, ndim: int | None = None):
 def _spec_keywords(extra: str, spec_value, eqn) -> dict:
     """The keyword parts of a printed spec (`unreduced={'x'}`, `reduced={'y'}`,
     `unreduced_kind=max`) as PartitionSpec's keyword arguments."""
-    from jax._src.partition_spec import UnreducedKind
-
     out: dict = {}
     for part in split_top_level(extra) if extra else ():
         key, _, value = (x.strip() for x in part.partition("="))
         if key in ("unreduced", "reduced") and re.fullmatch(r"\{('[^']*'(, *'[^']*')*)?\}", value):
             out[key] = frozenset(re.findall(r"'([^']*)'", value))
-        elif key == "unreduced_kind" and value in UnreducedKind.__members__:
-            out[key] = UnreducedKind[value]
+        elif key == "unreduced_kind" and value in _unreduced_kind(spec_value, eqn).__members__:
+            out[key] = _unreduced_kind(spec_value, eqn)[value]
         else:
             raise JaxprError(
                 f"cannot run the partition spec {spec_value}: unknown part {part!r}",
                 getattr(eqn, "loc", None),
             )
     return out
+
+
+def _unreduced_kind(spec_value, eqn):
+    """JAX's `UnreducedKind` (JAX 0.11 and later); imported only for a spec that names one,
+    so that every other spec runs on older JAX."""
+    try:
+        from jax._src.partition_spec import UnreducedKind
+    except ImportError:
+        import jax
+
+        raise JaxprError(
+            f"cannot run the partition spec {spec_value}: unreduced_kind needs JAX 0.11 or "
+            f"later (the installed JAX {jax.__version__} has no UnreducedKind)",
+            getattr(eqn, "loc", None),
+        ) from None
+    return UnreducedKind
 
 
 def named_sharding(value, eqn=None):

@@ -43,9 +43,9 @@ def check(files, werror, split_input, timing):
     from ..check import check as run_check
     from ..text.parser import parse
     from ..text.values import light_dtypes
-    from .driver import Instruments, expand_inputs, run_parts, timed
+    from .driver import Instruments, expand_inputs, given_or_default, run_parts, timed
 
-    inputs = expand_inputs(files or ("-",))
+    inputs = expand_inputs(given_or_default(files, "check"))
 
     def body(part):
         with timed("parse"):

@@ -13,7 +13,7 @@ from ..io import progress, write_output
 from ..lazy import np
 from .common import FILE_ARG, OUT_ARG, load
 from .mesh_options import mesh_options
-from .run_options import DEVICES, cache_option, dim_option, parse_dims
+from .run_options import cache_option, device_options, dim_option, parse_dims
 
 
 def shape_structs(jaxpr, dims, constvars=None):
@@ -44,7 +44,6 @@ def shape_structs(jaxpr, dims, constvars=None):
     default="stablehlo",
     show_default=True,
 )
-@click.option("--device", type=DEVICES, default="cpu", show_default=True, help="Target platform.")
 @dim_option
 @click.option(
     "--stats", is_flag=True, help="Print cost (flops, bytes accessed) and memory analysis."
@@ -58,6 +57,7 @@ def shape_structs(jaxpr, dims, constvars=None):
 )
 @cache_option
 @guarded
+@device_options(precision=False, help="Target platform (stablehlo and hlo need no such device).")
 @mesh_options(distributed=False, show=False)
 def compile_(file, emit, device, dim_specs, stats, output, no_cache):
     """Lower FILE to StableHLO / HLO, or compile it to optimised HLO.
@@ -66,6 +66,7 @@ def compile_(file, emit, device, dim_specs, stats, output, no_cache):
     Example:
       jaxprtool compile mlp.jaxpr --emit stablehlo
       jaxprtool compile mlp.jaxpr --emit stablehlo --device gpu     # no GPU needed
+      jaxprtool compile mlp.jaxpr --emit optimized-hlo --device tpu  # as XLA compiles it there
       jaxprtool compile mlp.jaxpr --emit optimized-hlo --stats
       jaxprtool compile sharded.jaxpr --emit optimized-hlo --stats --mesh x=4,y=2
     """
@@ -100,13 +101,16 @@ def _compile(jaxpr, emit, device, dims, stats):
     every = all_constvars(jaxpr)
     nested = not multi and len(every) > len(jaxpr.constvars)  # cond/loop bodies' constants
     structs = shape_structs(jaxpr, dims, every if nested else None)
-    platform = "cuda" if device == "gpu" else "cpu"
     needs_device = emit == "optimized-hlo" or stats
-    if needs_device and not multi:
-        backend.get_device(device)
+    platform = backend.platform_of(device)
+    dev = backend.get_device(device) if needs_device and not multi else None
+
+    def on():  # compiled for that device, not JAX's default one
+        return jax.default_device(dev) if dev is not None else contextlib.nullcontext()
+
     scope = sharding.run_scope(jaxpr, device) if multi else contextlib.nullcontext()
     try:
-        with scope:
+        with scope, on():
             if multi:
                 structs = sharding.sharded_structs(jaxpr, structs)
             placement = sharding.enforce_call_placements if multi else None
@@ -115,6 +119,9 @@ def _compile(jaxpr, emit, device, dims, stats):
     except JaxprError:
         raise
     except Exception as e:  # noqa: BLE001
+        located = backend.compile_error(jaxpr, e)  # at the equation it names, as `run` does
+        if located.loc is not None:
+            raise located from None
         raise JaxprError(
             f"lowering for {device} failed: {type(e).__name__}: {str(e).splitlines()[0]}"
         ) from e
@@ -124,7 +131,8 @@ def _compile(jaxpr, emit, device, dims, stats):
         text = lowered.as_text(dialect="hlo")
     compiled = None
     if needs_device:
-        compiled = lowered.compile()
+        with on():
+            compiled = lowered.compile()
     if emit == "optimized-hlo":
         text = compiled.as_text()
     if not text.endswith("\n"):

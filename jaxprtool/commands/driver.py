@@ -468,6 +468,23 @@ def _has_code(chunk: str) -> bool:
     return any(s.strip() and not s.lstrip().startswith("#") for s in chunk.splitlines())
 
 
+def given_or_default(files, command: str) -> tuple[str, ...]:
+    """The FILE arguments; with none, standard input, unless it is a terminal (nothing is
+    piped in, and no one types a jaxpr): then the current folder, said on standard error,
+    as ruff does."""
+    from ..io import is_terminal
+
+    if files:
+        return tuple(files)
+    if not is_terminal(sys.stdin):
+        return ("-",)
+    click.echo(
+        f"note: no FILE given and nothing piped in: {command} reads the current folder (.)",
+        err=True,
+    )
+    return (".",)
+
+
 def expand_inputs(files: Iterable[str]) -> list[str]:
     """FILE arguments with each folder replaced by its jaxpr files (`*.jaxpr`, and the
     `*.jaxpr.txt` files of a JAX_DUMP_IR_TO folder), recursively, in name order, leaving out
@@ -520,7 +537,8 @@ def run_parts(
     """body(part) -> output text for each part of each input; outputs joined by `# -----`
     lines and written to `out` (or standard output).  With several parts (or
     `keep_going`), an error in one is reported and the others still run; then nothing is
-    written to `out` (standard output gets the parts that worked) and the result is False.
+    written, to `out` or standard output, and the result is False: every part is checked
+    before any is written.
     A single part's error propagates (the command's usual exit status)."""
     global TIMER
     from ..io import remember_source, report, write_program
@@ -564,7 +582,7 @@ def run_parts(
                     continue
                 if text is not None:
                     outputs.append(text)
-        if outputs and (ok or out in (None, "-")):
+        if outputs and ok:
             joined = f"{SPLIT_LINE}\n".join(t if t.endswith("\n") else t + "\n" for t in outputs)
             with timed("write"):
                 write_program(joined, out)

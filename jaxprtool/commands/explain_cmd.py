@@ -14,7 +14,7 @@ from ..io import write_output
 from .ad_cmds import custom_rules_option
 from .common import FILE_ARG, OUT_ARG, int_list
 from .mesh_options import mesh_options
-from .run_options import dim_option, parse_dims
+from .run_options import device_options, dim_option, parse_dims
 
 
 @click.command("explain")
@@ -64,8 +64,9 @@ from .run_options import dim_option, parse_dims
 @click.option("--width", type=click.IntRange(60, 400), default=None, help="Output width.")
 @custom_rules_option
 @dim_option
+@device_options(require_device=True, help="Where the checks run.")
 @mesh_options(distributed=False, show=False)
-def explain(file, dim_specs, **options):
+def explain(file, dim_specs, device, **options):
     """Walk through the differentiation of FILE: primal equations, the JVP rule of each
     equation and the tangent equations it emits, the linear program and its residuals, the
     reverse (transpose) walk with every cotangent and accumulation, and the derivative checked
@@ -81,6 +82,7 @@ def explain(file, dim_specs, **options):
       jaxprtool explain samples/sin_cos.jaxpr --mode vjp
       jaxprtool explain loss.jaxpr --args in.npz --html walk.html
     """
+    del device  # the checks run where mesh_options pointed the back end
     guarded(_explain)(file, dims=parse_dims(dim_specs), **options)
 
 

@@ -11,6 +11,7 @@ from ..io import UsageError, write_output
 from .ad_cmds import _byte_weighted, _remat, _remat_budget, _remat_segments
 from .common import FILE_ARG, OUT_ARG, int_list, load
 from .mesh_options import mesh_options
+from .run_options import device_options
 
 #: what `--of` can analyse: FILE itself, or the program an AD command makes of it
 _OF = ("program", "linearize", "vjp", "grad")
@@ -78,7 +79,6 @@ def _plot_format(plot: str | None) -> str | None:
     metavar="I,J",
     help="With --of: the inputs to differentiate (grad: 0; the others: every float input).",
 )
-@click.option("--device", type=click.Choice(["cpu", "gpu"]), default="cpu", show_default=True)
 @click.option("--no-xla", is_flag=True, help="Leave out XLA's figures (no JAX needed).")
 @click.option(
     "--dim", "dim_specs", multiple=True, metavar="b=4,n=8", help="Sizes of symbolic dimensions."
@@ -102,6 +102,7 @@ def _plot_format(plot: str | None) -> str | None:
 @_remat_budget
 @_remat_segments
 @guarded
+@device_options(precision=False, help="Where XLA's figures are compiled for.")
 @mesh_options(distributed=False, show=False)
 def memory(
     file,
@@ -195,4 +196,5 @@ def _print_text(r: dict, output) -> None:
         return
     c = console(sys.stdout)
     c.print(text, end="", markup=False, soft_wrap=True)
-    c.print(ui.terminal_plot(r, c.width), end="", soft_wrap=True)
+    shown = c.color_system is not None
+    c.print(ui.terminal_plot(r, c.width, color=shown), end="", soft_wrap=True)

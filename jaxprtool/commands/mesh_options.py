@@ -67,7 +67,7 @@ def mesh_options(distributed: bool = True, show: bool = True):
             cfg = sharding.RunConfig(
                 mesh=axes,
                 devices=devices,
-                platform="gpu" if kwargs.get("device") == "gpu" else "cpu",
+                platform=kwargs.get("device") or "cpu",
                 coordinator=coordinator,
                 num_processes=nproc,
                 process_id=pid,

@@ -17,7 +17,7 @@ from ..lazy import np
 from .common import FILE_ARG, load
 from .mesh_options import mesh_options
 from .run_inputs import gather_inputs
-from .run_options import cache_option, parse_dims, run_options
+from .run_options import REPEAT_BUDGET_S, cache_option, device_options, parse_dims, run_options
 from .run_report import check_expected, report_outputs
 
 
@@ -26,6 +26,7 @@ from .run_report import check_expected, report_outputs
 @run_options
 @cache_option
 @guarded
+@device_options()
 @mesh_options()
 def run(
     file,
@@ -96,6 +97,21 @@ def run(
         check_expected(outs, want, expected, rtol, atol)
 
 
+def _repeated(call, repeat: int):
+    """(the times of up to `repeat` calls, in an array of at most `repeat` floats; the last
+    outputs), stopping once the runs have taken REPEAT_BUDGET_S seconds."""
+    times = np.empty(repeat)
+    spent, outs = 0.0, None
+    for k in range(repeat):
+        t0 = time.perf_counter()
+        outs = call()
+        times[k] = time.perf_counter() - t0
+        spent += times[k]
+        if spent >= REPEAT_BUDGET_S:
+            return times[: k + 1], outs
+    return times, outs
+
+
 def _timed(jaxpr, args, consts, dims, device, repeat):
     import jax
 
@@ -121,15 +137,13 @@ def _timed(jaxpr, args, consts, dims, device, repeat):
         t_compile = time.perf_counter() - t0
         if multi:
             xs = sharding.inputs_for(jaxpr, compiled, host)
-        times = []
-        outs = None
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            outs = jax.block_until_ready(compiled(*xs))
-            times.append(time.perf_counter() - t0)
+        times, outs = _repeated(lambda: jax.block_until_ready(compiled(*xs)), repeat)
+    ran = f"x{len(times)}" + (
+        f" of {repeat} (the {REPEAT_BUDGET_S:g} s budget was spent)" if len(times) < repeat else ""
+    )
     click.echo(
-        f"compile: {t_compile * 1e3:.2f} ms; run x{repeat}: median {np.median(times) * 1e3:.3f} ms, "
-        f"min {min(times) * 1e3:.3f} ms, max {max(times) * 1e3:.3f} ms",
+        f"compile: {t_compile * 1e3:.2f} ms; run {ran}: median {np.median(times) * 1e3:.3f} ms, "
+        f"min {times.min() * 1e3:.3f} ms, max {times.max() * 1e3:.3f} ms",
         err=True,
     )
     if multi:

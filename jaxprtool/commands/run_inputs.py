@@ -162,8 +162,9 @@ def check_arrays(vars_, arrays, dims, what: str = "argument") -> list:
                 if t.dtype.startswith("key<")
                 else str(t)
             )
+            where = f"input {i}" if what == "argument" and len(vars_) == len(arrays) else "inputs"
             raise ProgramError(
-                f"{what} {i} ({var_name(v, i, what[:3])}): expected {want}, got {got}", "inputs"
+                f"{what} {i} ({var_name(v, i, what[:3])}): expected {want}, got {got}", where
             )
         out.append(a if isinstance(a, Declared) else _as_ml_dtype(np.asarray(a), want_dtype))
     return out
@@ -199,9 +200,12 @@ def gather_inputs(jaxpr, args_npz, arg_files, seed, consts_npz, dims, inline=Non
         args = []
         if jaxpr.invars:
             names = " ".join(var_name(v, i, "arg") for i, v in enumerate(jaxpr.invars))
-            raise JaxprError(
-                f"expected {len(jaxpr.invars)} arguments ({names}), got 0: pass --args IN.npz, "
-                "--arg X.npy, --input 'TYPE=VALUES' or --random SEED"
+            n = len(jaxpr.invars)
+            raise ProgramError(
+                f"the program takes {n} argument{'s' if n != 1 else ''} ({names}) and none "
+                "was given: pass --random SEED, --input 'TYPE=VALUES' (one per argument), "
+                "--arg X.npy (one per argument) or --args IN.npz (arg0, arg1, ...)",
+                "inputs",
             )
     every = all_constvars(jaxpr)
     if consts_npz is not None:

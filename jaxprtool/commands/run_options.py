@@ -4,12 +4,105 @@ compilation cache, symbolic dimension sizes (`--dim`) and the list of `run`'s op
 
 from __future__ import annotations
 
+import functools
+
 import click
 
 from ..io import UsageError
 from .common import FILE_ARG, OUT_ARG
 
-DEVICES = click.Choice(["cpu", "gpu"])
+#: --device: a platform, or "auto" (JAX's default backend)
+DEVICES = click.Choice(["cpu", "gpu", "tpu", "auto"])
+#: --matmul-precision (backend/precision.py; JAX's names)
+MATMUL_PRECISIONS = click.Choice(["default", "high", "highest"])
+
+
+def device_options(
+    *,
+    precision: bool = True,
+    highest_on_tpu: bool = False,
+    require_device: bool = False,
+    help="Where to run.",
+):
+    """`--device` (passed on to the command, which `mesh_options` reads for the platform) and,
+    with `precision`, `--matmul-precision`, applied here around the whole command and said on
+    standard error.  `highest_on_tpu`: on a TPU the default is "highest" (check-grad compares
+    with finite differences at f32 tolerances, as JAX's test suite does on TPUs).
+    `require_device`: a device that is not there is one error line and exit 1 before any
+    work (for commands that report each file's trouble on their own)."""
+
+    def deco(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            from ..backend.precision import matmul_precision
+
+            if require_device:
+                _require(kwargs.get("device"))
+            value = kwargs.pop("matmul_precision", None) if precision else None
+            why = "--matmul-precision"
+            if value is None and highest_on_tpu and _is_tpu(kwargs.get("device")):
+                value, why = "highest", "the default on a TPU; --matmul-precision default undoes it"
+            if value is not None:
+                click.echo(
+                    f"note: matrix products whose text gives no precision run at precision "
+                    f"'{value}', as under jax.default_matmul_precision('{value}') ({why})",
+                    err=True,
+                )
+            with matmul_precision(value):
+                return fn(*args, **kwargs)
+
+        options = [
+            click.option("--device", type=DEVICES, default="cpu", show_default=True, help=help)
+        ]
+        if precision:
+            options.append(
+                click.option(
+                    "--matmul-precision",
+                    type=MATMUL_PRECISIONS,
+                    default=None,
+                    help="Run matrix products whose text gives no precision as "
+                    "jax.default_matmul_precision would have traced them (default: as written; "
+                    "on a TPU 'default' is one bf16 pass, 'highest' f32 accuracy).",
+                )
+            )
+        for option in reversed(options):
+            wrapper = option(wrapper)
+        return wrapper
+
+    return deco
+
+
+def _require(device: str | None) -> None:
+    """Exit 1 with one line when `device` (other than the CPU) is not there."""
+    if device in (None, "cpu"):
+        return
+    import sys
+
+    from ..cli import require_jax
+    from ..core import JaxprError
+    from ..io import report
+
+    try:
+        require_jax()
+        from ..backend import get_device
+
+        get_device(device)
+    except JaxprError as e:
+        report(e)
+        sys.exit(1)
+
+
+def _is_tpu(device: str | None) -> bool:
+    if device == "auto":
+        from ..backend import get_device
+
+        return get_device("auto").platform == "tpu"
+    return device == "tpu"
+
+
+#: the most runs `--repeat` times, and the seconds after which its runs stop
+MAX_REPEAT = 1_000_000
+REPEAT_BUDGET_S = 60.0
 
 
 def cache_option(fn):
@@ -64,7 +157,6 @@ def run_options(fn):
 
 
 _RUN_OPTIONS = [
-    click.option("--device", type=DEVICES, default="cpu", show_default=True, help="Where to run."),
     click.option(
         "--args",
         "args_npz",
@@ -159,8 +251,9 @@ _RUN_OPTIONS = [
     ),
     click.option(
         "--repeat",
-        type=click.IntRange(min=1),
+        type=click.IntRange(min=1, max=MAX_REPEAT),
         metavar="N",
-        help="Time compilation and N executions.",
+        help=f"Time compilation and N executions (at most {MAX_REPEAT:,}; the runs stop once "
+        f"they have taken {REPEAT_BUDGET_S:g} s).",
     ),
 ]

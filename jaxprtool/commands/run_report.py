@@ -12,33 +12,52 @@ from ..lazy import np
 
 
 def print_summary(outs, jaxpr) -> None:
+    """One line per output: its values' preview cut to the line (with an ellipsis), and the
+    type and statistics whole, however narrow the terminal."""
     from rich.table import Table
 
     from ..backend.values import summary, type_str
-    from ..io import console
+    from ..io import console, is_terminal
+    from ..ui.tables import print_table
 
-    table = Table(title=f"{len(outs)} output{'s' if len(outs) != 1 else ''}", show_lines=False)
-    for col in ("#", "type", "values", "min", "max", "mean", "NaN"):
-        table.add_column(
-            col, justify="right" if col in ("#", "min", "max", "mean", "NaN") else "left"
-        )
+    rows = []
     for i, o in enumerate(outs):
         s = summary(o)
         vals = ", ".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in s["values"])
         if s["size"] > len(s["values"]):
             vals += ", ..."
-        table.add_row(
-            f"out{i}",
-            type_str(s["shape"], np.asarray(o).dtype) if s["dtype"] != "float0" else "float0",
-            vals,
-            f"{s['min']:.6g}" if "min" in s else "",
-            f"{s['max']:.6g}" if "max" in s else "",
-            f"{s['mean']:.6g}" if "mean" in s else "",
-            str(s.get("nan", "")),
+        rows.append(
+            [
+                f"out{i}",
+                type_str(s["shape"], np.asarray(o).dtype) if s["dtype"] != "float0" else "float0",
+                vals,
+                f"{s['min']:.6g}" if "min" in s else "",
+                f"{s['max']:.6g}" if "max" in s else "",
+                f"{s['mean']:.6g}" if "mean" in s else "",
+                str(s.get("nan", "")),
+            ]
         )
-    from ..ui.tables import print_table
-
-    print_table(console(sys.stdout), table)
+    con = console(sys.stdout)
+    columns = ("#", "type", "values", "min", "max", "mean", "NaN")
+    widths = [max([len(c)] + [len(r[k]) for r in rows]) for k, c in enumerate(columns)]
+    # on a terminal, what the line leaves the preview: the other columns whole, 2 of padding
+    # each, the rules; a pipe gets the plain table, which never wraps or cuts
+    room = con.width - (sum(widths) - widths[2]) - 2 * len(columns) - 8
+    if not (con.is_terminal or is_terminal(con.file)):
+        room = widths[2]
+    if room < 6:  # no room for a preview: the statistics say what the values are
+        columns, widths = columns[:2] + columns[3:], widths[:2] + widths[3:]
+        rows = [r[:2] + r[3:] for r in rows]
+    table = Table(title=f"{len(outs)} output{'s' if len(outs) != 1 else ''}", show_lines=False)
+    for col, w in zip(columns, widths):
+        right = col not in ("type", "values")
+        width = min(w, room) if col == "values" else w
+        table.add_column(col, justify="right" if right else "left", no_wrap=True, width=width)
+    for r in rows:
+        if "values" in columns and len(r[2]) > room:
+            r[2] = r[2][: room - 1] + "…"
+        table.add_row(*r)
+    print_table(con, table)
 
 
 def report_outputs(outs, jaxpr, output, output_format, print_values) -> None:

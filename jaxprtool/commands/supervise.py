@@ -3,7 +3,8 @@
 JAX's distributed client aborts the whole process from C++ (SIGABRT and a stack dump that
 blames "another task") when the coordinator does not answer, a peer never registers or a
 peer dies.  No Python code can catch that, so the command runs again in a child process
-(`python -m jaxprtool` with the same arguments) and this process watches it:
+(`python -P -m jaxprtool` with the same arguments: `-P` keeps the working folder off
+`sys.path`, so that a `numpy.py` planted there never runs) and this process watches it:
 
 * the child tells us through a pipe when it starts joining and when it has joined
   (`JOINING`, `JOINED`, written by `sharding.setup` through `RunConfig.join_progress`);
@@ -38,14 +39,43 @@ GRACE_S = 15
 
 
 def is_child() -> bool:
-    """Whether this process is a supervised child (its environment names the two pipes)."""
-    return re.fullmatch(r"\d+,\d+", os.environ.get(CHILD_ENV, "")) is not None
+    """Whether this process is a supervised child: its environment names the two pipes
+    (`child_fds`); a value that does not is an error, never a silent exit."""
+    return child_fds() is not None
+
+
+def child_fds() -> tuple[int, int] | None:
+    """(join pipe's write end, lifeline's read end) from JAXPRTOOL_SUPERVISED_FDS, None when
+    it is unset; a UsageProblem when it is not two open pipes (a value set by hand could
+    otherwise make the join's bytes land in the JSON on standard output)."""
+    from ..core import UsageProblem
+
+    value = os.environ.get(CHILD_ENV)
+    if value is None:
+        return None
+    m = re.fullmatch(r"(\d{1,9}),(\d{1,9})", value)
+    fds = (int(m.group(1)), int(m.group(2))) if m else None
+    if fds is None or min(fds) < 3 or fds[0] == fds[1] or not all(map(_is_pipe, fds)):
+        raise UsageProblem(
+            f"{CHILD_ENV}={value[:40]!r}: this variable is set by `run --coordinator` for the "
+            "child process it watches (two pipe descriptors, 'W,R'); unset it"
+        )
+    return fds
+
+
+def _is_pipe(fd: int) -> bool:
+    import stat
+
+    try:
+        return stat.S_ISFIFO(os.fstat(fd).st_mode)
+    except OSError:
+        return False
 
 
 def child_progress():
     """In the child: the function `sharding.setup` calls with JOINING and JOINED, after
     starting the thread that ends this process when the supervisor dies."""
-    join_fd, life_fd = (int(x) for x in os.environ[CHILD_ENV].split(","))
+    join_fd, life_fd = child_fds()
 
     def watch_lifeline():
         while True:
@@ -78,7 +108,7 @@ def supervise(argv: list[str], coordinator: str, pid: int, nproc: int, timeout: 
     stdin, feed = _stdin_for_child()
     try:
         child = subprocess.Popen(
-            [sys.executable, "-m", "jaxprtool", *argv],
+            [sys.executable, "-P", "-m", "jaxprtool", *argv],
             stdin=stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

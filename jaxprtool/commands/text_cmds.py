@@ -8,6 +8,7 @@ import click
 
 from ..cli import guarded
 from ..core import JaxprError, Loc
+from ..diagnostics import listed_path
 from ..io import report
 from .common import FILE_ARG, OUT_ARG
 from .driver import split_option, timing_option
@@ -95,6 +96,13 @@ def fmt(files, out, width, check_only, write, show_diff, quiet, split_input, tim
             "fmt prints one program (or one --split-input-file); give one FILE, or "
             "--check / --diff / -i FILES"
         )
+    from ..io import is_terminal
+
+    if not files and is_terminal(sys.stdin):
+        raise click.UsageError(
+            "fmt prints FILE, or standard input, and nothing is piped in: give a FILE "
+            "(or `fmt --check .` for the folder)"
+        )
     guarded(_fmt)(files[0] if files else "-", out, width, split_input, timing)
 
 
@@ -135,9 +143,9 @@ def _fmt_files(files, width, mode, quiet, split_input, timing):
     """fmt --check / --diff / --write over FILES and folders: each file rebuilt from its
     parts' canonical text (`_rebuilt`), then listed, diffed or written."""
     from ..io import Reported, write_output
-    from .driver import Instruments, expand_inputs, run_parts
+    from .driver import Instruments, expand_inputs, given_or_default, run_parts
 
-    inputs = expand_inputs(files or ("-",))
+    inputs = expand_inputs(given_or_default(files, f"fmt --{mode}"))
     done: dict[str, list] = {}  # path -> [(part, canonical text)]
     failed: set[str] = set()
 
@@ -173,13 +181,13 @@ def _fmt_files(files, width, mode, quiet, split_input, timing):
             continue
         changed.append(path)
         if mode == "write":
-            write_output(after, path)
+            write_output(after, path, replacing=before)
         elif mode == "diff":
             from ..ui.diff import show_text, text_diff
 
             show_text(text_diff(before, after, path, path), sys.stdout)
         elif not quiet:
-            click.echo(f"Would reformat: {path}")
+            click.echo(f"Would reformat: {listed_path(path)}")
     if not quiet:
         _summary(len(changed), unchanged, mode, status != 0)
     if changed and mode != "write":

@@ -16,6 +16,7 @@ from ..io import UsageError, write_output
 from ..lazy import np
 from .common import FILE_ARG, OUT_ARG
 from .run_inputs import load_npz, npz_list
+from .run_options import device_options
 
 _SPEC = re.compile(r"^\s*([A-Za-z0-9_]+)\[([0-9,\s]*)\]\s*$")
 
@@ -69,7 +70,11 @@ def parse_spec(spec: str):
     "(const0, const1, ...; read back by run --consts).",
 )
 @guarded
-def trace(target, specs, args_npz, output, consts_out):
+@device_options(
+    precision=False,
+    help="Where the function runs while it is traced (its constants are computed there).",
+)
+def trace(target, specs, args_npz, output, consts_out, device):
     """Import MODULE (from the current folder) and print the jaxpr of FUNCTION.
 
     \b
@@ -96,6 +101,9 @@ def trace(target, specs, args_npz, output, consts_out):
 
     wide = any(np.dtype(a.dtype).name in ("float64", "int64", "uint64", "complex128") for a in args)
     scope = jax.enable_x64(True) if wide else contextlib.nullcontext()
+    from ..backend import get_device
+
+    on = jax.default_device(get_device(device))
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
@@ -111,7 +119,7 @@ def trace(target, specs, args_npz, output, consts_out):
     if not callable(fn):
         raise JaxprError(f"'{target}' is not callable")
     try:
-        with scope:
+        with scope, on:
             j = jax.make_jaxpr(fn)(*args)
     except Exception as e:  # noqa: BLE001 - the user's function failed to trace
         raise JaxprError(f"tracing '{target}' failed: {type(e).__name__}: {e}") from None

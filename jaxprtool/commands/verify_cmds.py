@@ -13,7 +13,7 @@ from ..io import report
 from .ad_cmds import custom_rules_option
 from .common import FILE_ARG, int_list
 from .mesh_options import mesh_options
-from .run_options import dim_option, parse_dims
+from .run_options import device_options, dim_option, parse_dims
 
 
 def _runner(consts):
@@ -91,11 +91,45 @@ def _as_type(value, t):
     '[{"program", "check", "error", "tolerance", "result"}], "replaced"}], "summary": '
     '{"files", "checks", "failures", "not_checked"}}.',
 )
+@click.option(
+    "--tol",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Tolerance of the jvp and vjp checks against finite differences (default: JAX's "
+    "default_gradient_tolerance of the least precise float: 2e-3 for f32).",
+)
+@click.option(
+    "--dot-tol",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Tolerance of the dot-product (adjoint) test (default: 2e-5 for f32, 1e-12 for f64).",
+)
+@click.option(
+    "--eps",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Finite-difference step (default: 1e-5 in a float64 copy of the program, else "
+    "1e-3 for f32).",
+)
 @custom_rules_option
 @dim_option
+@device_options(highest_on_tpu=True, require_device=True, help="Where the checks run.")
 @mesh_options(distributed=False, show=False)
 def check_grad(
-    files, args_npz, seed, order, modes, argnums, consts_npz, as_json, custom_rules, dim_specs
+    files,
+    args_npz,
+    seed,
+    order,
+    modes,
+    argnums,
+    consts_npz,
+    as_json,
+    tol,
+    dot_tol,
+    eps,
+    custom_rules,
+    dim_specs,
+    device,
 ):
     """Check the tool's jvp and vjp of each FILE against finite differences.
 
@@ -145,7 +179,7 @@ def check_grad(
     dims = parse_dims(dim_specs)  # the sizes of symbolic dims for the random inputs
     reports: list[dict] = []
     failed = trouble = False
-    n_files = n_checks = n_failed = 0
+    n_files = n_checks = n_failed = n_skipped = 0
     with progress(f"check-grad: 0 of {len(inputs)} files") as prog:
         for k, file in enumerate(inputs):
             prog.update(f"check-grad: {k} of {len(inputs)} files ({file})")
@@ -168,6 +202,7 @@ def check_grad(
                         modes=mode_set,
                         label=label,
                         argnums=argnums,
+                        tolerances={"tol": tol, "dot_tol": dot_tol, "eps": eps},
                     )
             except Reported:  # the checker's errors are printed
                 trouble = True
@@ -198,11 +233,14 @@ def check_grad(
             n_files += 1
             n_checks += len(checks)
             n_failed += sum(not c.passed for c in checks)
+            n_skipped += sum(c.skipped is not None for c in checks)
             failed |= not all(c.passed for c in checks)
     summary = (
         f"check-grad: {n_files} file{'s' if n_files != 1 else ''}, {n_checks} "
         f"check{'s' if n_checks != 1 else ''}, {n_failed} failure{'s' if n_failed != 1 else ''}"
     )
+    if n_skipped:
+        summary += f", {n_skipped} skipped (reasons above)"
     if trouble:
         summary += f", {len(inputs) - n_files} not checked (errors above)"
     if as_json:
@@ -212,6 +250,7 @@ def check_grad(
             "files": n_files,
             "checks": n_checks,
             "failures": n_failed,
+            "skipped": n_skipped,
             "not_checked": len(inputs) - n_files,
         }
         click.echo(json.dumps({"files": reports, "summary": totals}, indent=2))
@@ -228,7 +267,7 @@ def _report(path: str, checks, replaced: list[str]) -> dict:
             {
                 "program": c.program,
                 "check": c.name,
-                "error": float(c.error),
+                "error": None if c.skipped else float(c.error),
                 "tolerance": float(c.tolerance),
                 "result": c.verdict,
             }

@@ -1,15 +1,23 @@
 """The jaxpr files under a folder, found as ruff finds Python files: hidden folders (`.git`,
 `.venv`, `.tox`, ...) and virtual environments (a folder holding `pyvenv.cfg`) are skipped,
-and so is whatever a `.gitignore` ignores, read with pathspec's Git-compatible matcher:
+and so is whatever a `.gitignore` ignores (`gitignore.Spec`, Git's matching in linear time):
 the `.gitignore` files inside the folder and those above it up to the top of its Git work
 tree (the folder holding `.git`), a deeper file's patterns winning over a shallower's.
 
-Files named on the command line are always read; only folder walks skip anything.
+Files named on the command line are always read; only folder walks skip anything.  A walk
+of a checkout someone else wrote also skips, with a warning, what is not a regular file (a
+FIFO would hang the read, a device never ends) and a symbolic link out of the folder (as ruff
+does not follow one: `x.jaxpr -> /proc/self/environ` would have its contents quoted in
+errors); the files it keeps are read only if they are still regular files when opened.
 """
 
 from __future__ import annotations
 
 import os
+import stat
+
+from ..io import FoundPath, warn
+from .gitignore import Spec
 
 #: the names of the files a folder stands for
 SUFFIXES = (".jaxpr", ".jaxpr.txt")
@@ -18,6 +26,7 @@ SUFFIXES = (".jaxpr", ".jaxpr.txt")
 def jaxpr_files(root: str) -> list[str]:
     """The jaxpr files under `root`, recursively, in name order."""
     ignores = _Ignores(root)
+    inside = os.path.realpath(root)
     found = []
     for folder, subdirs, names in os.walk(root):
         ignores.enter(folder)
@@ -29,18 +38,48 @@ def jaxpr_files(root: str) -> list[str]:
             and not ignores.ignored(os.path.join(folder, d), is_dir=True)
         ]
         found.extend(
-            os.path.join(folder, n)
-            for n in names
-            if n.endswith(SUFFIXES) and not ignores.ignored(os.path.join(folder, n))
+            FoundPath(path)
+            for path in (os.path.join(folder, n) for n in names if n.endswith(SUFFIXES))
+            if not ignores.ignored(path) and _readable(path, inside)
         )
     return sorted(found)
+
+
+def _readable(path: str, inside: str) -> bool:
+    """Whether a found file is a regular file in the folder walked (else a warning)."""
+    real = os.path.realpath(path)
+    if os.path.commonpath([inside, real]) != inside:
+        warn(f"skipped {path}: a symbolic link out of the folder walked")
+        return False
+    try:
+        mode = os.stat(real).st_mode
+    except OSError as e:
+        warn(f"skipped {path}: {e.strerror}")
+        return False
+    if not stat.S_ISREG(mode):
+        warn(f"skipped {path}: not a regular file ({_kind(mode)})")
+        return False
+    return True
+
+
+def _kind(mode: int) -> str:
+    for test, kind in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a folder"),
+    ):
+        if test(mode):
+            return kind
+    return "not a file"
 
 
 class _Ignores:
     """The `.gitignore` specs that apply under a walk's root: (folder, spec) pairs."""
 
     def __init__(self, root: str):
-        self.specs: list[tuple[str, object]] = []
+        self.specs: list[tuple[str, Spec]] = []
         self.seen: set[str] = set()
         for folder in reversed(_enclosing(os.path.abspath(root))):
             self._read(folder)
@@ -56,9 +95,7 @@ class _Ignores:
         if not os.path.isfile(path):
             return
         with open(path, encoding="utf-8", errors="replace") as f:
-            spec = _spec(f.read().splitlines())
-        if spec is not None:
-            self.specs.append((folder, spec))
+            self.specs.append((folder, Spec(f.read().splitlines())))
 
     def ignored(self, path: str, is_dir: bool = False) -> bool:
         """Whether the deepest `.gitignore` with a pattern for `path` ignores it."""
@@ -66,10 +103,9 @@ class _Ignores:
         for folder, spec in reversed(self.specs):
             if os.path.commonpath([folder, path]) != folder:
                 continue
-            rel = os.path.relpath(path, folder).replace(os.sep, "/") + ("/" if is_dir else "")
-            result = spec.check_file(rel)
-            if result.include is not None:
-                return bool(result.include)
+            verdict = spec.check(os.path.relpath(path, folder).replace(os.sep, "/"), is_dir)
+            if verdict is not None:
+                return verdict
         return False
 
 
@@ -85,24 +121,3 @@ def _enclosing(folder: str) -> list[str]:
         here = parent
         chain.append(here)
     return chain
-
-
-def _spec(lines: list[str]):
-    """The matcher of one `.gitignore` (None, with one warning per process, where the
-    pathspec package is missing: an environment older than the dependency)."""
-    global _WARNED
-    try:
-        import pathspec
-    except ImportError:
-        if not _WARNED:
-            from ..io import warn
-
-            warn(
-                ".gitignore files are not honoured: the pathspec package is missing (pip install pathspec)"
-            )
-            _WARNED = True
-        return None
-    return pathspec.GitIgnoreSpec.from_lines(lines)
-
-
-_WARNED = False

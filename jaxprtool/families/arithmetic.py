@@ -49,6 +49,7 @@ from ..core import (
     Eqn,
     JaxprError,
     Literal,
+    NotLinear,
     ShapedArray,
     Var,
     dtype_value,
@@ -690,7 +691,7 @@ def _mul_jvp(primals, tangents, **params):
 def _mul_transpose(cts, x, y, **params):
     (ct,) = cts
     if is_undefined_primal(x) and is_undefined_primal(y):
-        raise JaxprError(
+        raise NotLinear(
             "'mul' is not linear: both operands depend on the linear inputs", current().loc
         )
     if is_undefined_primal(x):

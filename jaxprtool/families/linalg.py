@@ -177,8 +177,11 @@ def _precision_param(eqn, v):
     which must be bound as the preset: XLA aborts the process on the name as a string."""
     from jax import lax
 
+    from ..backend.precision import unspecified_precision
     from ..backend.prims import to_jax
 
+    if v is None:
+        return unspecified_precision()  # --matmul-precision, else None
     if not isinstance(v, str):
         return to_jax(v)
 

@@ -16,7 +16,7 @@ from ..ad import builder as B
 from ..ad.jvp import jvp_masked
 from ..ad.ops import instantiate
 from ..ad.zeros import Zero, nonzero_mask, tangent_type, writes_tangent_ref, zero_tangents
-from ..core import Jaxpr, JaxprError, ShapedArray, Var
+from ..core import Jaxpr, JaxprError, NoReverseMode, ShapedArray, Var
 from ..record import define
 from ..shapes import ShapeError, shape_rule
 from ..shapes.util import check_call_operands, int_param, jaxpr_param, out_types_of, types_agree
@@ -173,7 +173,7 @@ def _while_linearize(primals, tangents, **params):
 
 
 def _while_transpose(cts, *args, **params):
-    raise JaxprError(WHILE_TRANSPOSE_ERROR, B.current().loc)
+    raise NoReverseMode(WHILE_TRANSPOSE_ERROR, B.current().loc)
 
 
 # ---------------------------------------------------------------- batching

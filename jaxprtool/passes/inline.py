@@ -11,6 +11,7 @@ in the set.  Bodies are inlined innermost first, so nested calls disappear too.
 from __future__ import annotations
 
 from ..core import Eqn, Jaxpr, Literal, Var
+from ..expansion import refuse_large
 from ..record import prim
 from .base import Pass, PassOption
 from .common import EqnRewrite, recursive_pass
@@ -18,6 +19,7 @@ from .common import EqnRewrite, recursive_pass
 
 def inline(jaxpr: Jaxpr, names: set[str] | None = None) -> Jaxpr:
     """Inline every jit/pjit/closed_call body (or only those named in `names`)."""
+    refuse_large(jaxpr)
     return recursive_pass(jaxpr, lambda j, go: _inline(j, go, names))
 
 

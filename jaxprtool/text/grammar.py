@@ -146,7 +146,8 @@ _lazy("FAST_BINDER_TOKEN", rf"{_NAME}:{FAST_TYPE}")
 _lazy("OUTVAR_TOKEN", rf"({_LITVAL}:{_ARRAY_TYPE})|({_ULITVAL})|([a-z]+_?|_)")
 
 
-CACHE_FORMAT = "jaxprtool-grammar-json-2"
+#: 3: lark's tokens are tagged (`__token__`); a format-2 reader would take their tag for a name
+CACHE_FORMAT = "jaxprtool-grammar-json-3"
 
 
 def cache_file(grammar: str, version: str) -> str | None:
@@ -161,7 +162,9 @@ def cache_file(grammar: str, version: str) -> str | None:
 
 
 def _encode(x):
-    """lark's serialized tables as JSON: dicts with non-string keys and tuples are tagged."""
+    """lark's serialized tables as JSON: dicts with non-string keys, tuples and lark's tokens
+    are tagged.  A token (a `str` subclass) is there with lark 1.2, whose grammar loader names
+    rules by the tokens it read (`Rule.origin.name`); lark 1.3 names them by plain strings."""
     if isinstance(x, dict):
         if all(type(k) is str for k in x):
             return {k: _encode(v) for k, v in x.items()}
@@ -170,6 +173,8 @@ def _encode(x):
         return {"__tuple__": [_encode(v) for v in x]}
     if isinstance(x, list):
         return [_encode(v) for v in x]
+    if type(x).__name__ == "Token" and type(x).__module__ == "lark.lexer":
+        return {"__token__": [x.type, str(x)]}
     if x is None or type(x) in (bool, int, float, str):
         return x
     raise TypeError(f"cannot cache a {type(x).__name__}")
@@ -181,6 +186,11 @@ def _decode(x):
             return {_decode(k): _decode(v) for k, v in x["__map__"]}
         if len(x) == 1 and "__tuple__" in x:
             return tuple(_decode(v) for v in x["__tuple__"])
+        if len(x) == 1 and "__token__" in x:
+            from lark.lexer import Token  # lark is imported: a parser is being built
+
+            kind, value = x["__token__"]
+            return Token(str(kind), str(value))
         return {k: _decode(v) for k, v in x.items()}
     if isinstance(x, list):
         return [_decode(v) for v in x]
@@ -221,7 +231,9 @@ def _write_cache(path: str, tables: dict) -> None:
 def lark_plugins() -> dict:
     """lark-cython's lexer and LALR parser (the `fast` extra) when installed, unless
     JAXPRTOOL_PURE_PYTHON_PARSER is set; else {} (lark's own, pure Python)."""
-    if os.environ.get("JAXPRTOOL_PURE_PYTHON_PARSER"):
+    from ..env import flag
+
+    if flag("JAXPRTOOL_PURE_PYTHON_PARSER"):
         return {}
     try:
         import lark_cython

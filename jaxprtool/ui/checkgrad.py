@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..core import Jaxpr, JaxprError, is_inexact
+from ..core import Jaxpr, JaxprError, NoReverseMode, is_inexact
 from ..lazy import np
 
 #: JAX's gradient tolerances of its 4- and 8-bit floats, least precise first
@@ -86,13 +86,21 @@ class Check:
     #: a primitive of the program whose derivative is zero by definition though its value
     #: moves (`hides_derivative`): finite differences see through it
     hidden_by: str | None = None
+    #: why the check could not run (JAX has no reverse mode of the program): not a failure
+    skipped: str | None = None
 
     @property
     def passed(self) -> bool:
-        return self.nonsmooth is not None or bool(self.error <= self.tolerance)
+        return (
+            self.skipped is not None
+            or self.nonsmooth is not None
+            or bool(self.error <= self.tolerance)
+        )
 
     @property
     def verdict(self) -> str:
+        if self.skipped is not None:
+            return f"skipped: {self.skipped}"
         if self.nonsmooth is not None:
             return f"non-smooth at {self.nonsmooth}"
         if self.passed:
@@ -165,10 +173,12 @@ def _random_like(x, rng):
 
 
 class GradChecker:
-    def __init__(self, run, rng, argnums=None):
+    def __init__(self, run, rng, argnums=None, tolerances=None):
         self.run = run  # run(jaxpr, args) -> list[np.ndarray]
         self.rng = rng
         self.argnums = argnums
+        #: the user's {"tol", "dot_tol", "eps"} (check-grad --tol/--dot-tol/--eps); None: JAX's
+        self.given = tolerances or {}
 
     def check(
         self, jaxpr: Jaxpr, args, label: str, modes, top: bool = True
@@ -181,13 +191,13 @@ class GradChecker:
         if not outs_inexact:
             raise JaxprError(f"{label}: no float or complex outputs to differentiate")
         dtype = least_precise_dtype(jaxpr)
-        tol = TOLERANCE.get(dtype, 2e-3)
+        tol = self.given.get("tol") or TOLERANCE.get(dtype, 2e-3)
         n_out = len(jaxpr.outvars)
         outs = self.run(jaxpr, args)
         nonfinite = not all(np.isfinite(np.asarray(outs[i])).all() for i in outs_inexact)
         hidden = _hides_derivative(jaxpr)  # (what finite differences see through)
         w = [_random_like(outs[i], self.rng) for i in outs_inexact]
-        v, fd, kink = FiniteDifferences(self.run, jaxpr, dtype).directional(
+        v, fd, kink = FiniteDifferences(self.run, jaxpr, dtype, self.given.get("eps")).directional(
             args, diff, outs_inexact, self.rng
         )
         checks: list[Check] = []
@@ -203,7 +213,15 @@ class GradChecker:
             )
             derived.append((J, list(args) + v, f"jvp({label})"))
         if "rev" in modes:
-            V = vjp_jaxpr(jaxpr, diff)
+            try:
+                V = vjp_jaxpr(jaxpr, diff)
+            except NoReverseMode as e:
+                why = f"no reverse mode in JAX ({e.message.split('. ')[0]})"
+                dot_tol = self.given.get("dot_tol") or DOT_TOLERANCE.get(dtype, 2e-5)
+                rows = [("vjp vs finite differences", tol)]
+                rows += [("dot product (adjoint)", dot_tol)] * (jv is not None)
+                checks += [Check(n, float("nan"), t, label, skipped=why) for n, t in rows]
+                return checks, derived
             vjp_outs = self.run(V, list(args) + w)
             jtw = vjp_outs[n_out:]
             lhs = sum(_pairing(a, b) for a, b in zip(w, fd))
@@ -228,7 +246,7 @@ class GradChecker:
                     Check(
                         "dot product (adjoint)",
                         abs(a - rhs) / scale,
-                        DOT_TOLERANCE.get(dtype, 2e-5),
+                        self.given.get("dot_tol") or DOT_TOLERANCE.get(dtype, 2e-5),
                         label,
                         nonfinite=nonfinite,
                     )
@@ -265,14 +283,16 @@ class FiniteDifferences:
     sign, ...); when every direction tried crosses a tie, that equation's location is
     returned, so the check is reported as non-smooth there instead of failing."""
 
-    def __init__(self, run, jaxpr: Jaxpr, dtype: str):
+    def __init__(self, run, jaxpr: Jaxpr, dtype: str, eps: float | None = None):
         from .widen import widen
 
         self.run = run
         self.jaxpr = jaxpr
         self.wide = widen(jaxpr)
         self.indicators = kink_indicators(self.wide or jaxpr)
-        if self.wide is not None:
+        if eps is not None:
+            self.eps = eps
+        elif self.wide is not None:
             self.eps = WIDE_EPS
         else:
             self.eps = EPS.get(dtype.replace("complex64", "float32"), 1e-3)
@@ -409,9 +429,11 @@ def check_grad(
     modes=("fwd", "rev"),
     label="f",
     argnums=None,
+    tolerances=None,
 ):
-    """All checks up to `order`; returns the list of `Check`s."""
-    checker = GradChecker(run, np.random.default_rng(seed), argnums)
+    """All checks up to `order`; returns the list of `Check`s.  `tolerances`: {"tol",
+    "dot_tol", "eps"} given by the user (None or missing: JAX's defaults for the dtype)."""
+    checker = GradChecker(run, np.random.default_rng(seed), argnums, tolerances)
     checks, derived = checker.check(jaxpr, args, label, modes)
     if order >= 2:
         for prog, prog_args, name in derived:
@@ -429,6 +451,7 @@ def render_table(
     import sys
 
     from rich import box
+    from rich.markup import escape
     from rich.table import Table
 
     from ..io import console
@@ -444,11 +467,12 @@ def render_table(
     table.add_column("tol", justify="right", no_wrap=True)
     table.add_column("result", no_wrap=True)
     for c in checks:
-        if c.nonsmooth:
-            verdict = f"[yellow]{c.verdict}[/]"
+        if c.nonsmooth or c.skipped:
+            verdict = f"[yellow]{escape(c.verdict)}[/]"
         else:
             verdict = "[green]pass[/]" if c.passed else f"[bold red]{c.verdict}[/]"
-        table.add_row(c.program, c.name, f"{c.error:.2e}", f"{c.tolerance:.0e}", verdict)
+        error = "-" if c.skipped else f"{c.error:.2e}"
+        table.add_row(c.program, c.name, error, f"{c.tolerance:.0e}", verdict)
     con = console(sys.stdout)
     if color is False:
         con.no_color = True

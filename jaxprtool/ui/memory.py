@@ -106,7 +106,8 @@ def text_lines(r: dict) -> list[str]:
     if r["residual_bytes"] is not None:
         lines.append(
             f"residuals (held across the forward/backward boundary at step {r['boundary']}): "
-            f"{len(r['residuals'])}, {r['residual_bytes']} bytes ({human(r['residual_bytes'])})"
+            f"{_count(len(r['residuals']), 'residual')}, {human(r['residual_bytes'])} "
+            f"({r['residual_bytes']} bytes)"
         )
         for k, v in enumerate(r["residuals"]):
             lines.append(f"  residual {k}: {v['type']} ({v['bytes']} bytes): {_where(v)}")
@@ -142,8 +143,13 @@ def _columns(values: list[int], width: int) -> list[tuple[int, int, int]]:
     return cols
 
 
-def terminal_plot(r: dict, width: int, height: int = 8):
-    """rich Text: live bytes against step, the peak (red) and the boundary (`|` below)."""
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' if n != 1 else ''}"
+
+
+def terminal_plot(r: dict, width: int, height: int = 8, color: bool = True):
+    """rich Text: live bytes against step, the peak (red) and the boundary (`|` below); the
+    legend names the colours only where `color` shows them."""
     from rich.text import Text
 
     values = r["timeline"]
@@ -180,7 +186,8 @@ def terminal_plot(r: dict, width: int, height: int = 8):
     out.append(" " * label_w + "└" + "".join(marks) + "\n")
     legend = f"{'':>{label_w}} step 0 .. {len(values) - 1};  ^ peak (step {peak_step})"
     if boundary is not None:
-        legend += f";  | forward/backward boundary (step {boundary}), backward part in cyan"
+        legend += f";  | forward/backward boundary (step {boundary})"
+        legend += ", backward part in cyan" if color else ", backward part after it"
     out.append(legend + "\n")
     return out
 

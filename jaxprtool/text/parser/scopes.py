@@ -222,13 +222,19 @@ def check_shared(st, top: Jaxpr) -> None:
     text, and every command would recurse forever.  Refused at the equation that closes the
     cycle.  A chain of shared jaxprs may not nest deeper than MAX_NESTING either (nesting
     written out in the text is limited by the post-lexer).  Depth first without recursion;
-    each jaxpr once."""
+    each jaxpr once.  The names of the shared jaxprs found go to `expansion`, for its
+    messages."""
+    from ...expansion import remember_shared
+
+    named: dict[int, tuple[Jaxpr, str]] = {}
     on_path: dict[int, int] = {}  # id(jaxpr) -> index in `path`
     path: list[Jaxpr] = []
     height: dict[int, int] = {}  # id(jaxpr) -> levels of jaxprs from it down (itself: 1)
     stack = []  # per jaxpr on the path: (jaxpr, iterator over (equation, nested jaxpr))
 
     def enter(j: Jaxpr) -> None:
+        if id(j) in st.shared_defs:
+            named[id(j)] = (j, st.shared_defs[id(j)][0])
         on_path[id(j)] = len(path)
         path.append(j)
         height[id(j)] = 1
@@ -261,6 +267,7 @@ def check_shared(st, top: Jaxpr) -> None:
             height[id(j)] = max(height[id(j)], height[k] + 1)
             continue
         enter(sub)
+    remember_shared(named)
     if height[id(top)] > MAX_NESTING:
         # follow the deepest chain down to the equation that goes one level too deep
         j, level = top, 1

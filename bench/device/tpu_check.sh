@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The accelerator checks (issue 38), run on a machine with a TPU and its JAX, from the
+# repository's root: the tool from this checkout, its missing dependencies from wheels in
+# .whl-tpu (that machine has no package registry; fetch them here with `make tpu-wheels`).
+#
+#   bash bench/device/tpu_check.sh [tests] [table] [remat] [--size full|small]
+#
+# Stages (default: all): `tests` runs the tests marked tpu (tests/test_device.py) and the
+# command-line checks; `table` writes OUT/tpu_table.md (bench/device/tpu_table.py: each
+# command against jax.jit / jax.grad / jax.jvp / jax.vmap on the chip); `remat` writes
+# OUT/remat_tpu.md (bench/device/remat_tpu.py, where it exists).  OUT defaults to ./tpu-out.
+# One program at a time can hold the chip: the stages run one after the other.
+set -u -o pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/tpu-out}
+mkdir -p "$OUT"
+SIZE=full
+STAGES=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --size) SIZE=$2; shift 2 ;;
+    *) STAGES+=("$1"); shift ;;
+  esac
+done
+[ ${#STAGES[@]} -eq 0 ] && STAGES=(tests table remat)
+
+if ls .whl-tpu/*.whl >/dev/null 2>&1; then
+  PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --no-index --no-deps \
+    --no-compile --no-cache-dir --upgrade --target /tmp/site .whl-tpu/*.whl || exit 1
+  export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}/tmp/site
+fi
+# the tool from this checkout; the machine's JAX stays first where PYTHONPATH names it
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
+export PYTHONUNBUFFERED=1
+# the TPU, not the tests' CPU default; XLA's own flags (the tests' CPU flags do not apply)
+export JAX_PLATFORMS=${JAX_PLATFORMS_TPU:-tpu,cpu}
+export XLA_FLAGS=
+python3 -c 'import jax, platform; print("jax", jax.__version__, jax.devices(), "python", platform.python_version(), "glibc", platform.libc_ver())' \
+  | tee "$OUT/env.txt"
+
+status=0
+for stage in "${STAGES[@]}"; do
+  echo "== $stage"
+  case "$stage" in
+    tests)
+      python3 -m pytest -q -p no:cacheprovider -p no:xdist -o addopts= -m tpu tests/test_device.py \
+        2>&1 | tee "$OUT/tests.txt" | tail -15 || status=1
+      ;;
+    table)
+      python3 bench/device/tpu_table.py --device tpu --size "$SIZE" --out "$OUT" \
+        > "$OUT/table.log" 2>&1 || status=1
+      tail -25 "$OUT/table.log"
+      ;;
+    remat)
+      if [ -f bench/device/remat_tpu.py ]; then
+        python3 bench/device/remat_tpu.py --device tpu --out "$OUT" > "$OUT/remat.log" 2>&1 || status=1
+        tail -25 "$OUT/remat.log"
+      else
+        echo "bench/device/remat_tpu.py is not in this checkout: no remat table"
+      fi
+      ;;
+    *) echo "unknown stage $stage"; status=2 ;;
+  esac
+done
+exit $status

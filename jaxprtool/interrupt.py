@@ -1,0 +1,45 @@
+"""Ctrl-C in the `jaxprtool` program: status 130 and one line, at once, wherever it comes.
+
+A KeyboardInterrupt raised where SIGINT happens to land (an import, XLA's compile, JAX's
+threads starting) could abort the process, be swallowed or become an internal error.  In the
+program (never in a library user's process), SIGINT is blocked in every thread but one that
+waits for it, from the first line of the package on; where SIGINT is ignored (a background
+job), it stays ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+
+#: the exit status of a process that Ctrl-C ended, as a shell reports one
+INTERRUPTED_EXIT = 130
+
+_WAITING = False
+
+
+def program_starting() -> bool:
+    """This process is the `jaxprtool` program starting (its console script, or
+    `python -m jaxprtool`, whose package is imported while `sys.argv[0]` is `-m`)."""
+    first = sys.argv[0] if sys.argv else ""
+    return first == "-m" or os.path.basename(first) == "jaxprtool"
+
+
+def exit_on_interrupt() -> None:
+    """From now on, Ctrl-C ends this process with status 130 and `error: interrupted`."""
+    global _WAITING
+    if _WAITING or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        return
+    if not hasattr(signal, "sigwait"):  # (not on this platform)
+        return
+    _WAITING = True
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    threading.Thread(target=_await_interrupt, name="jaxprtool-interrupt", daemon=True).start()
+
+
+def _await_interrupt() -> None:
+    signal.sigwait({signal.SIGINT})
+    os.write(2, b"error: interrupted\n")
+    os._exit(INTERRUPTED_EXIT)
