@@ -2,10 +2,13 @@
 JAX's own gradients, measured by XLA on whatever device JAX finds first.
 
     PYTHONPATH=REPO python bench/device/remat_tpu.py            # TPU sizes (width 1024, ...)
+    PYTHONPATH=REPO python bench/device/remat_tpu.py --device tpu --out tpu-out  # + a file
     PYTHONPATH=REPO python bench/device/remat_tpu.py --small    # a quick CPU smoke run
     PYTHONPATH=REPO python bench/device/remat_tpu.py --width 256 --seq 128 --batch 4  # CPU's
 
-Needs only JAX (0.10.2 or later) and the repository on PYTHONPATH.  The model is an 8-layer
+Needs JAX (0.10.2 or later, with its scipy) and the repository on PYTHONPATH (with the tool's
+own dependencies: bench/device/tpu_check.sh installs them from .whl-tpu and runs this as its
+`remat` stage).  The model is an 8-layer
 pre-norm transformer (16 heads, f32), unrolled and as one scan over stacked weights (its
 "scan twin").  Each gradient is compiled by `jax.jit(...).lower(...).compile()`; the table
 gives XLA's temp bytes (`memory_analysis().temp_size_in_bytes`), FLOPs (`cost_analysis()`),
@@ -238,6 +241,13 @@ def main(argv=None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--small", action="store_true", help="tiny sizes: a CPU smoke run")
+    ap.add_argument("--size", choices=("full", "small"), default="full", help="small: --small")
+    ap.add_argument(
+        "--device",
+        default=None,
+        help="the platform to run on (tpu, cpu, ...; default: JAX's default backend)",
+    )
+    ap.add_argument("--out", default=None, help="also write the table to OUT/remat_tpu.md")
     ap.add_argument("--width", type=int, default=1024)
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--batch", type=int, default=8)
@@ -254,23 +264,32 @@ def main(argv=None) -> int:
         "(the plain gradient always), e.g. --only nothing_saveable,budget",
     )
     a = ap.parse_args(argv)
-    if a.small:
+    if a.small or a.size == "small":
         a.width, a.seq, a.batch, a.layers, a.heads, a.steps = 64, 16, 2, 4, 4, 2
     sys.setrecursionlimit(10000)
     log = (lambda s: None) if a.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     only = [o for o in a.only.split(",") if o]
-    dev = jax.devices()[0]
-    print(
+    dev = jax.devices(a.device)[0] if a.device else jax.devices()[0]
+    head = (
         f"jax {jax.__version__} on {dev.platform} ({getattr(dev, 'device_kind', '')}); "
         f"width {a.width}, seq {a.seq}, batch {a.batch}, {a.layers} layers, {a.heads} heads, "
         f"f32; --remat-segments {a.segments}\n"
     )
-    ps, x = init(jax.random.PRNGKey(0), a.layers, a.width, a.seq, a.batch)
-    rows = rows_for("unrolled", unrolled, (ps, x), a.heads, a.steps, a.segments, log, only)
-    if not a.no_scan:
-        sx = (stack(ps), x)
-        rows += rows_for("scan", scanned, sx, a.heads, a.steps, a.segments, log, only)
-    print(table(rows))
+    print(head, flush=True)
+    with jax.default_device(dev):
+        ps, x = init(jax.random.PRNGKey(0), a.layers, a.width, a.seq, a.batch)
+        rows = rows_for("unrolled", unrolled, (ps, x), a.heads, a.steps, a.segments, log, only)
+        if not a.no_scan:
+            sx = (stack(ps), x)
+            rows += rows_for("scan", scanned, sx, a.heads, a.steps, a.segments, log, only)
+    text = table(rows)
+    print(text)
+    if a.out:
+        import os
+
+        os.makedirs(a.out, exist_ok=True)
+        with open(os.path.join(a.out, "remat_tpu.md"), "w") as f:
+            f.write(head + "\n" + text + "\n")
     return 0
 
 
