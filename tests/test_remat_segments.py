@@ -227,8 +227,8 @@ def _temp(fn, args):
 
 def test_xla_temp_bytes_against_per_layer_checkpoint():
     """XLA's temp bytes of the tool's nothing_saveable gradient are JAX's per-layer
-    checkpoint's (within 15%), far below the plain gradient's, at a size where XLA's
-    scheduling shows it (width 64, 32 tokens, batch 2, 4 layers)."""
+    checkpoint's (within 15%), far below the plain gradient's where XLA lowers JAX's, at a
+    size where XLA's scheduling shows it (width 64, 32 tokens, batch 2, 4 layers)."""
     d, layers = 64, 4
     x = vec((2, 32, d), 7)
     args = (x, *_flat(params(layers, d)))
@@ -240,7 +240,8 @@ def test_xla_temp_bytes_against_per_layer_checkpoint():
     fn = backend.as_jax_function(g, enable_x64=False)
     ours = _temp(lambda *a: fn(*a), args)
     assert ours <= 1.15 * anchor, (ours, anchor, plain)
-    assert ours <= 0.6 * plain, (ours, anchor, plain)
+    if anchor <= 0.6 * plain:  # (JAX 0.10's CPU compiler keeps the plain peak for both)
+        assert ours <= 0.6 * plain, (ours, anchor, plain)
 
 
 def test_cli_names_segments(tmp_path):
