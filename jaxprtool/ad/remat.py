@@ -626,6 +626,7 @@ class Graph:
                     if j is not None and seg[j] != seg[i]:
                         self.boundary.add(id(x))
         self.free = self.free | self.boundary
+        segments.cut_bytes = sum(self.cost(v) for v in _by_id(self.boundary, self))
 
     def closure(self, saved_ids: set[int], want, reruns=None) -> list[int]:
         """The equations (indices, in program order) that recompute `want` from the saved
@@ -811,14 +812,15 @@ class Segments:
     cut_bytes: int = 0
 
     @staticmethod
-    def at(kind: str, starts, n: int, cut_bytes: int = 0) -> Segments:
+    def at(kind: str, starts, n: int) -> Segments:
+        """The segments of `n` equations starting at `starts` (and 0)."""
         starts = sorted({0, *(s for s in starts if 0 < s < n)})
         of, k = [], 0
         for i in range(n):
             while k + 1 < len(starts) and starts[k + 1] <= i:
                 k += 1
             of.append(k)
-        return Segments(kind, starts, of, cut_bytes)
+        return Segments(kind, starts, of)
 
     def describe(self, limit: int = 6) -> str:
         n = len(self.of)
@@ -958,9 +960,8 @@ def find_segments(g: Graph, spec: Spec) -> Segments | None:
         return None
     cross = _crossing_bytes(g)
 
-    def made(kind, starts):
+    def made(kind, starts):  # (`Graph.cut` counts the bytes crossing)
         seg = Segments.at(kind, starts, n)
-        seg.cut_bytes = 0
         return seg if len(seg.starts) > 1 else None
 
     if spec.segments.isdigit():
@@ -1699,7 +1700,6 @@ def rematerialize(
             segments = find_segments(g, spec)
             if segments is not None:
                 g.cut(segments)
-                segments.cut_bytes = sum(g.cost(v) for v in _by_id(g.boundary, g))
         plan = plan_for(g, spec)
         plan.segments = g.segments
         if g.peak_groups():
