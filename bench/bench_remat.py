@@ -1,6 +1,14 @@
-"""Rematerialization against JAX (issue 24, "Measured"): `make bench` runs it.
+"""Rematerialization against JAX (issues 24 and 40): `make bench` runs it.
 
     .venv/bin/python bench/bench_remat.py [--layers 24] [--blocks 12] [--plan-eqns 10000]
+        [--width 256 --seq 128 --batch 4 --depth 8 --heads 16]
+
+Table 0 (issue 40), at the issue's sizes: the 8-layer pre-norm transformer of
+bench/device/remat_tpu.py (width 256, 128 tokens, batch 4, 16 heads, f32), unrolled and as
+one scan over stacked weights: XLA's temp bytes, FLOPs and time per step of the tool's
+`grad` under each plan (segments found in the program: `--remat-segments auto`) as ratios to
+the plain gradient's, JAX's per-layer `jax.checkpoint` in the same run as the anchor, the
+largest difference to `jax.grad`'s gradient; the targets of the issue's "Done when".
 
 Table 1, for a residual MLP (`--blocks` blocks of layer norm, gelu, width 256, batch 128) and
 the transformer of bench_ad.py (`--layers` layers): XLA's temp bytes
@@ -31,6 +39,8 @@ import jax.numpy as jnp  # noqa: E402
 from jax._src.ad_checkpoint import saved_residuals  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "device"))
+import remat_tpu  # noqa: E402
 from bench_ad import attention_block, block_params, flat_fn, layernorm  # noqa: E402
 
 from jaxprtool import backend  # noqa: E402
@@ -171,9 +181,13 @@ POLICIES = (
 def table_policies(model, layer, args, build=stack):
     f, leaves = flat_fn(build(layer), args)
     j = parse(str(jax.make_jaxpr(f)(*leaves)), "<bench>").jaxpr
-    print(f"\n{model}: residual bytes held per policy (tool vs jax.checkpoint(f, policy))")
+    print(
+        f"\n{model}: residual bytes held per policy, --remat-segments none "
+        "(tool vs jax.checkpoint(f, policy))"
+    )
     for pol in POLICIES:
-        with remat.planning(remat.parse_policy(pol)) as plans:
+        # (the whole program at once: what jax.checkpoint(f, policy) saves)
+        with remat.planning(remat.with_segments(remat.parse_policy(pol), "none")) as plans:
             linearize_jaxpr(j, list(range(len(leaves))))
         ours = plans[-1].bytes_after
         res = saved_residuals(
@@ -194,11 +208,16 @@ def plan_time(layers):
     for name, spec in (
         ("min-cut", remat.parse_policy("min-cut")),
         ("budget 0.5", remat.parse_budget("0.5")),
+        ("budget 0.3", remat.parse_budget("0.3")),
     ):
         best = float("inf")
         for _ in range(2):
             t0 = time.perf_counter()
-            remat.plan_for(remat.Graph(primal, info), spec)
+            g = remat.Graph(primal, info)
+            segments = remat.find_segments(g, spec)
+            if segments is not None:
+                g.cut(segments)
+            remat.plan_for(g, spec)
             best = min(best, time.perf_counter() - t0)
         times[name] = best
     return len(j.eqns), len(primal.eqns), times
@@ -208,7 +227,10 @@ def table_planning(plan_eqns):
     import scipy.optimize  # noqa: F401  (imported once, outside the timings)
     import scipy.sparse.csgraph  # noqa: F401
 
-    print("\nplanning time (Graph + plan on the linearization's primal program), best of 2")
+    print(
+        "\nplanning time (Graph, segments and plan on the linearization's primal program), "
+        "best of 2"
+    )
     per_layer = 53  # equations per transformer layer in the input program
     first = None
     for k in (1, 2):
@@ -245,6 +267,68 @@ def table_planning(plan_eqns):
         )
 
 
+#: issue 40's "Done when" on the CPU: (model, gradient) -> (temp / plain, FLOPs / plain)
+ISSUE40 = {
+    ("unrolled", "tool --remat nothing_saveable"): (0.20, 1.25),
+    ("unrolled", "tool --remat dots_saveable"): (0.45, 1.01),
+    ("unrolled", "tool --remat min-cut"): (0.50, 1.03),
+    ("unrolled", "tool --remat-budget 0.3"): (0.35, 1.15),
+    ("scan", "tool --remat-budget 0.3"): (0.35, 1.15),
+}
+
+
+def table_issue40(a):
+    """Table 0: every plan against JAX's per-layer checkpoint at the issue's sizes."""
+    import jax
+
+    ps, x = remat_tpu.init(jax.random.PRNGKey(0), a.depth, a.width, a.seq, a.batch)
+    print(
+        f"\nissue 40: the pre-norm transformer, width {a.width}, {a.seq} tokens, batch "
+        f"{a.batch}, {a.depth} layers, {a.heads} heads (--remat-segments auto)"
+    )
+    rows = remat_tpu.rows_for(
+        "unrolled", remat_tpu.unrolled, (ps, x), a.heads, 3, "auto", lambda s: None
+    )
+    rows += remat_tpu.rows_for(
+        "scan", remat_tpu.scanned, (remat_tpu.stack(ps), x), a.heads, 3, "auto", lambda s: None
+    )
+    print(remat_tpu.table(rows))
+    by = {(r[0], r[1]): r for r in rows}
+    for model in ("unrolled", "scan"):
+        plain = by[(model, "jax.grad (plain)")]
+        for (m, label), (t_max, f_max) in ISSUE40.items():
+            if m != model:
+                continue
+            r = by[(m, label)]
+            if r[2] is None:
+                target(f"issue 40, {model}: {label} planned ({r[6]})", 1.0, 0.0)
+                continue
+            target(f"issue 40, {model}: {label} temp (<= {t_max})", r[2] / plain[2], t_max, "x")
+            target(f"issue 40, {model}: {label} FLOPs (<= {f_max})", r[3] / plain[3], f_max, "x")
+        for label in [r[1] for r in rows if r[0] == model and r[1].startswith("tool")]:
+            r = by[(model, label)]
+            if r[5] is not None:
+                target(f"issue 40, {model}: {label} max abs diff (<= 1e-5)", r[5], 1e-5)
+    jax_ns = by[("scan", "JAX checkpoint(nothing_saveable) per layer")]
+    ours = by[("scan", "tool --remat nothing_saveable")]
+    target(
+        "issue 40, scan: nothing_saveable temp / JAX scan(checkpoint) (<= 1.1)",
+        ours[2] / jax_ns[2],
+        1.1,
+        "x",
+    )
+    for model in ("unrolled", "scan"):
+        for pol in remat_tpu.JAX_POLICIES:
+            anchor = by[(model, f"JAX checkpoint({pol}) per layer")]
+            r = by[(model, f"tool --remat {pol}")]
+            target(
+                f"issue 40, {model}: {pol} temp / JAX's per-layer (<= 1.05)",
+                r[2] / anchor[2],
+                1.05,
+                "x",
+            )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -252,8 +336,14 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=24)
     ap.add_argument("--blocks", type=int, default=12)
     ap.add_argument("--plan-eqns", type=int, default=10_000)
+    ap.add_argument("--width", type=int, default=256)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--depth", type=int, default=8, help="issue 40's transformer's layers")
+    ap.add_argument("--heads", type=int, default=16)
     a = ap.parse_args()
     sys.setrecursionlimit(10000)
+    table_issue40(a)
     mlp = ("residual MLP", mlp_block, resmlp_args(a.blocks))
     tr = ("transformer", attention_block, transformer_args(a.layers))
     table_planning(a.plan_eqns)

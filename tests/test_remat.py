@@ -58,9 +58,13 @@ def _jax_residual_bytes(f, policy, args) -> int:
     return sum(a.size * a.dtype.itemsize for a, why in res if not why.startswith("from the arg"))
 
 
-def _grad(j, spec, argnums):
-    with remat.planning(spec) as plans:
-        g = grad_jaxpr(j, argnums)
+def _grad(j, spec, argnums, segments="none"):
+    """The gradient under `spec`, by default over the whole program at once (today's
+    semantics, JAX's `jax.checkpoint(f, policy)`), and the plans."""
+    plans: list = []
+    if spec is not None:
+        spec = remat.with_segments(spec, segments)
+    g = grad_jaxpr(j, argnums, remat=spec, plans=plans)
     return g, plans
 
 
@@ -143,8 +147,8 @@ def _dot(xs, ys) -> float:
 @pytest.mark.parametrize("spec", ["min-cut", "nothing_saveable", "0.3"])
 def test_linear_program_dot_product(resmlp_ir, plain_linear_output, spec):
     s = remat.parse_budget(spec) if spec[0].isdigit() else remat.parse_policy(spec)
-    with remat.planning(s):
-        primal, linear, info = linearize_jaxpr(resmlp_ir, [0, 1, 2])
+    s = remat.with_segments(s, "none")  # (tests/test_remat_segments.py: segment by segment)
+    primal, linear, info = linearize_jaxpr(resmlp_ir, [0, 1, 2], remat=s)
     assert _has_remat_call(linear)
     pouts = backend.evaluate(primal, list(ARGS))
     n_out = len(info.out_mask)

@@ -136,6 +136,7 @@ def test_grad_counts_values_and_residuals_against_jax(tmp_path, program):
     for text, policy in POLICIES.items():
         out = tmp_path / "g.jaxpr"
         argv = ["grad", "--argnums", ",".join(map(str, argnums)), "--remat", text]
+        argv += ["--remat-segments", "none"]  # JAX's jax.checkpoint(f, policy)
         r = run([*argv, str(path), "-o", str(out)])
         assert r.exit_code == 0, r.output
         ours = parse(out.read_text(), str(out)).jaxpr
@@ -163,7 +164,11 @@ def test_linear_program_dot_product():
     f, args = PROGRAMS["named"]
     j = parse(str(jax.make_jaxpr(f)(*args)), "<jax>").jaxpr
     argnums = list(range(len(args)))
-    specs = [remat.parse_policy(t) for t in POLICIES if "offload" in t or t[0] == "n"]
+    specs = [
+        remat.with_segments(remat.parse_policy(t), "none")
+        for t in POLICIES
+        if "offload" in t or t[0] == "n"
+    ]
     forms = []
     for spec in [*specs, None]:
         with remat.planning(spec):

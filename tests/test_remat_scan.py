@@ -133,11 +133,12 @@ def test_saved_counts_and_values_against_jax(tmp_path, program):
     grads = {}  # by text: policies that give the same program run it once
     for policy_text, policy in POLICIES.items():
         want = _jax_saved(f, policy, args)
-        with remat.planning(remat.parse_policy(policy_text)):
-            primal, _, info = linearize_jaxpr(j, list(argnums))
+        spec = remat.with_segments(remat.parse_policy(policy_text), "none")
+        primal, _, info = linearize_jaxpr(j, list(argnums), remat=spec)
         assert _ours_saved(primal, info) == want, policy_text
         out = tmp_path / "g.jaxpr"
         argv = ["grad", "--argnums", ",".join(map(str, argnums)), "--remat", policy_text]
+        argv += ["--remat-segments", "none"]  # JAX's jax.checkpoint(f, policy)
         r = run([*argv, str(path), "-o", str(out)])
         assert r.exit_code == 0, r.output
         (held,) = _HELD.findall(r.stderr)
@@ -170,8 +171,8 @@ def test_linear_programs_dot_product():
         v = [vec(a.shape, 30 + k) for k, a in enumerate(args)]
         want = jax.jvp(f, args, tuple(v))[1]
         for text in RERUNS:
-            with remat.planning(remat.parse_policy(text)):
-                primal, lin, info = linearize_jaxpr(j, list(range(len(args))))
+            spec = remat.with_segments(remat.parse_policy(text), "none")  # the rerun
+            primal, lin, info = linearize_jaxpr(j, list(range(len(args))), remat=spec)
             (call,) = [e for e in lin.eqns if e.prim == "remat2"]
             assert any(e.prim in ("scan", "jit") for e in call.params["jaxpr"].eqns), text
             jvp = combine(primal, lin, info)  # (x..., v...) -> (y, L v)

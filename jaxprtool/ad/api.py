@@ -31,12 +31,15 @@ from .transpose import backward_pass, transpose_auto, transpose_jaxpr  # noqa: F
 from .zeros import Zero, tangent_type
 
 
-def _vjp_build(jaxpr: Jaxpr, argnums, out_ct_mask: Sequence[bool], make_cts):
+def _vjp_build(jaxpr: Jaxpr, argnums, out_ct_mask: Sequence[bool], make_cts, remat, plans):
     """Shared by vjp and grad: primal part inline, then the backward pass of the linear program.
 
     `make_cts(tangent_out_types)` returns the cotangent atoms (or Zero) for the outputs that have
-    tangents (in order), and the new input Vars it created."""
-    primal, linear, info = linearize_jaxpr(jaxpr, argnums, instantiate=list(out_ct_mask))
+    tangents (in order), and the new input Vars it created.  `remat`, `plans`: as for
+    `linearize_jaxpr`."""
+    primal, linear, info = linearize_jaxpr(
+        jaxpr, argnums, instantiate=list(out_ct_mask), remat=remat, plans=plans
+    )
     consts, prim_in, eqns, outs, res_atoms = inline_primal(primal, info)
     n_res = len(info.residuals)
     n_tan = len(linear.invars) - n_res
@@ -62,7 +65,11 @@ def _report_boundary(boundary: list | None, kept, primal_eqns) -> None:
 
 @gc_paused()
 def vjp_jaxpr(
-    jaxpr: Jaxpr, argnums: Sequence[int] | None = None, boundary: list | None = None
+    jaxpr: Jaxpr,
+    argnums: Sequence[int] | None = None,
+    boundary: list | None = None,
+    remat=None,
+    plans: list | None = None,
 ) -> Jaxpr:
     """`(primals..., cts...) -> (outs..., input cts...)`: one cotangent input per float/complex
     output, one cotangent output per differentiated input (the inexact ones among `argnums`).
@@ -75,7 +82,9 @@ def vjp_jaxpr(
         vs = [Var(t, None) for t in types]
         return vs, vs
 
-    consts, prim_in, ct_vars, eqns, outs, grads, fwd = _vjp_build(jaxpr, argnums, mask, make_cts)
+    consts, prim_in, ct_vars, eqns, outs, grads, fwd = _vjp_build(
+        jaxpr, argnums, mask, make_cts, remat, plans
+    )
     outvars = list(outs) + grads
     kept = B.dce_eqns(eqns, outvars)
     _report_boundary(boundary, kept, fwd)
@@ -106,12 +115,14 @@ def grad_jaxpr(
     has_aux: bool = False,
     with_value: bool = False,
     boundary: list | None = None,
+    remat=None,
+    plans: list | None = None,
 ) -> Jaxpr:
     """Gradient of a scalar float output (the first output with `has_aux`).
 
     Result: `(inputs...) -> ([value,] [aux...,] grads...)`: the value with `with_value`, the
-    auxiliary outputs with `has_aux`, then one gradient per entry of `argnums`.  `boundary`:
-    as for `vjp_jaxpr`."""
+    auxiliary outputs with `has_aux`, then one gradient per entry of `argnums`.  `boundary`,
+    `remat` (a `remat.Spec`: `--remat`, `--remat-budget`) and `plans`: as for `vjp_jaxpr`."""
     if isinstance(argnums, int):
         argnums = (argnums,)
     n = len(jaxpr.invars)
@@ -170,7 +181,9 @@ def grad_jaxpr(
 
     mask = [True] + [False] * (len(outs) - 1)
     uniq = list(dict.fromkeys(i % n for i in argnums))
-    consts, prim_in, _, eqns, pouts, grads, fwd = _vjp_build(jaxpr, uniq, mask, make_cts)
+    consts, prim_in, _, eqns, pouts, grads, fwd = _vjp_build(
+        jaxpr, uniq, mask, make_cts, remat, plans
+    )
     by_arg = dict(zip(sorted(uniq), grads))  # tangent inputs come in input order
     g = [by_arg[i % n] for i in argnums]
     outvars = ([pouts[0]] if with_value else []) + (list(pouts[1:]) if has_aux else []) + g

@@ -112,11 +112,13 @@ def linearize_masked(
     nonzeros: Sequence[bool],
     instantiate: bool | Sequence[bool] = True,
     rerun: bool = False,
+    copies: int = 1,
 ):
     """For nested use (call and control-flow rules): no forwarding.  A Ref input gets a
     tangent Ref when `nonzeros` says so (see `jvp.tangent_mask`).  `rerun`: the equation
     holding the body is one a policy may run again (scan, call, cond): see
-    `remat.rematerialize_masked`.
+    `remat.rematerialize_masked`; `copies`: how many instances of the body's residuals are
+    held at once (a scan's length: they are stacked), for a budget on the peak.
 
     Returns `(primal_jaxpr, linear_jaxpr, out_nonzeros, num_res)`: `primal_jaxpr` maps the primal
     inputs to `(outs..., residuals...)`; `linear_jaxpr` maps `(residuals..., tangents...)` (one
@@ -128,18 +130,45 @@ def linearize_masked(
     linear = _linear_jaxpr(residuals, tan_in, teqns, touts)
     from .remat import rematerialize_masked
 
-    primal, linear, num_res = rematerialize_masked(primal, linear, len(outs), len(residuals), rerun)
+    primal, linear, num_res = rematerialize_masked(
+        primal, linear, len(outs), len(residuals), rerun, copies
+    )
     return primal, linear, out_nz, num_res
 
 
 @gc_paused()
-def linearize_jaxpr(jaxpr: Jaxpr, argnums: Sequence[int] | None = None, instantiate: bool = True):
+def linearize_jaxpr(
+    jaxpr: Jaxpr,
+    argnums: Sequence[int] | None = None,
+    instantiate: bool = True,
+    remat=None,
+    plans: list | None = None,
+):
     """`(primal_jaxpr, linear_jaxpr, info)` with residual forwarding.
 
     `primal_jaxpr`: `(primals...) -> (outs..., new residuals...)`; `linear_jaxpr`:
     `(residuals..., tangents...) -> (out_tangents...)`; `info.residuals[k]` says where the k-th
     residual input of the linear program comes from: a primal input, a primal output, or one of the
-    new residual outputs of the primal program."""
+    new residual outputs of the primal program.
+
+    `remat`: a rematerialization request (`remat.Spec`; `--remat`, `--remat-budget`), planned
+    on the program and on the bodies the rules linearize (which read it from the planning
+    context this sets); the plans made are appended to `plans` (outermost program last).
+    Without it, the request of an enclosing `remat.planning` block, if any."""
+    from .remat import current_spec, planning
+
+    if remat is not None or plans is not None:
+        with planning(remat if remat is not None else current_spec()) as made:
+            out = _linearize_jaxpr(jaxpr, argnums, instantiate)
+        if plans is not None:
+            plans.extend(made)
+        return out
+    return _linearize_jaxpr(jaxpr, argnums, instantiate)
+
+
+def _linearize_jaxpr(jaxpr: Jaxpr, argnums, instantiate):
+    from .remat import current_spec, rematerialize
+
     refuse_large(jaxpr)
     mask = diff_mask(jaxpr, argnums)
     consts, primals, outs, peqns, residuals, tan_in, teqns, touts, mask, out_nz = _split(
@@ -150,9 +179,7 @@ def linearize_jaxpr(jaxpr: Jaxpr, argnums: Sequence[int] | None = None, instanti
     new = forward_residuals(residuals, lambda r: producer.get(id(r)), primals, consts, outs, info)
     primal = B.make_jaxpr(primals, peqns, list(outs) + new, consts)
     linear = _linear_jaxpr(residuals, tan_in, teqns, touts)
-    from .remat import rematerialize
-
-    primal, linear, info = rematerialize(primal, linear, info)
+    primal, linear, info = rematerialize(primal, linear, info, spec=current_spec())
     observe.notify("linearized", primal, linear, info)
     return primal, linear, info
 

@@ -24,15 +24,27 @@ the others.  Plans come from
   when there are at most `EXACT_LIMIT` candidate equations, else the greedy heuristic of
   `_greedy_budget`.
 
-The recomputation is emitted as JAX emits it: the stretch of the linear program from the
-first to the last equation that reads a recomputed (or offloaded) value becomes ONE
-`remat2[differentiated=True prevent_cse=True]` call whose body copies the offloaded values
-back, recomputes each recomputed equation once and then runs that stretch, as JAX's
-`remat_partial_eval` puts a checkpoint's whole linear part in one call.  Transposed, the call
-stays a call whose operands include the incoming cotangents, and `run`/`compile` put its
-operands through an `optimization_barrier` (JAX's remat lowering), so XLA neither merges the
-recomputation back into the forward pass nor hoists it (or the copies back) ahead of the
-backward step that needs it.
+The parts, in the order the data flows (`rematerialize`): the request (`Spec`, passed from
+the command to `grad_jaxpr(remat=...)`/`linearize_jaxpr`, which sets the planning context
+the rules' nested linearizations read), the joint graph (`Graph`: the linearization's primal
+program and the residuals its linear program reads), the segments (`find_segments`:
+`--remat-segments auto|none|N`; each call with a body and each scan body is a segment of its
+own, planned when its rule linearizes it, `copies` times for a scan; in the program, the
+repeated layers, else about sqrt(n) stretches; `Graph.cut` makes the values crossing them
+saved), the solver (`plan_for`: a policy, the min-cut or a budget, which under segments
+bounds the planned peak: `planned_peak`), the placement (`apply_plan`).
+
+The recomputation is emitted as JAX emits it: per segment, the stretch of the linear
+program from the first to the last equation that reads a value the segment recomputes (or
+copies back) becomes ONE `remat2[differentiated=True prevent_cse=True]` call whose body
+copies the offloaded values back, recomputes each recomputed equation once and then runs
+that stretch, as JAX's `remat_partial_eval` puts a checkpoint's whole linear part in one
+call (without segments, one call for the whole program: JAX's `jax.checkpoint(f)`).
+Transposed, each call stays a call whose operands include the cotangents arriving at its
+segment, and JAX's remat lowering and the tool's `run`/`compile` put its operands through an
+`optimization_barrier`, so XLA neither merges the recomputation back into the forward pass
+nor hoists it (or the copies back) ahead of the backward step that needs it: one segment's
+recomputed values are alive at a time.
 
 Values held in memory anyway cost nothing: the program's inputs and constants.  The bytes of a
 plan are the device bytes of the other saved values (primal outputs included); an offloaded
@@ -43,6 +55,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -237,6 +250,20 @@ class Spec:
     offload_names: frozenset[str] = frozenset()
     offload: Offload | None = None
     parts: tuple[Spec, ...] = ()
+    #: `--remat-segments`: "auto" (segments found in the program: each iteration of a scan
+    #: body, each call, the repeated layers, else about sqrt(n) stretches), "none" (the
+    #: whole program at once: JAX's `jax.checkpoint(f)`), or a number of segments
+    segments: str = "auto"
+
+
+def with_segments(spec: Spec, segments) -> Spec:
+    """`spec` with `--remat-segments` set (auto, none or a positive number)."""
+    import dataclasses
+
+    text = str(segments).strip().lower()
+    if text not in ("auto", "none") and not (text.isdigit() and int(text) > 0):
+        raise ValueError(f"--remat-segments {segments!r}: expected auto, none or a number >= 1")
+    return dataclasses.replace(spec, segments=text)
 
 
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmgt]i?b?|b)?\s*$", re.I)
@@ -518,6 +545,14 @@ class Graph:
             for o in e.outputs:
                 self.producer[id(o)] = i
         self.free = {id(v) for v in (*primal.invars, *primal.constvars)}
+        #: the segments (`Segments`), when the program is cut in several; their boundary
+        #: values (made in one segment, read in a later one) are saved, so the planners see
+        #: them as free, while their bytes count (`cost`)
+        self.segments: Segments | None = None
+        self.boundary: set[int] = set()
+        #: how many instances of the program's saved values are held at once (a scan body's:
+        #: its length, the residuals stacked), for the peak a byte budget bounds
+        self.copies = 1
         n_out = len(info.out_mask)
         outs, new = list(primal.outvars[:n_out]), list(primal.outvars[n_out:])
         src = {"input": primal.invars, "const": primal.constvars, "output": outs, "new": new}
@@ -534,7 +569,7 @@ class Graph:
 
     def cost(self, v) -> int:
         """Bytes held to save `v` (0 for inputs, constants and literals)."""
-        if not isinstance(v, Var) or id(v) in self.free:
+        if not isinstance(v, Var) or (id(v) in self.free and id(v) not in self.boundary):
             return 0
         b = self._bytes.get(id(v))
         if b is None:
@@ -560,7 +595,38 @@ class Graph:
         return self._saves[i]
 
     def made_by(self, v) -> int | None:
-        return self.producer.get(id(v)) if isinstance(v, Var) else None
+        """The index of the equation that makes `v` (None for a free or boundary value)."""
+        if not isinstance(v, Var) or id(v) in self.free:
+            return None
+        return self.producer.get(id(v))
+
+    def peak_groups(self) -> list[list[Var]] | None:
+        """The residuals of each segment (recomputed together in its backward stretch, so
+        alive together at its start): the terms of `planned_peak`; None when the program
+        has no peak model (one segment, held once: the bytes held across are what a budget
+        bounds then)."""
+        if self.segments is None and self.copies == 1:
+            return None
+        groups: dict[int, dict[int, Var]] = {}
+        for v in self.residuals:
+            if isinstance(v, Var) and id(v) not in self.free:
+                k = self.segments.of[self.producer[id(v)]] if self.segments is not None else 0
+                groups.setdefault(k, {})[id(v)] = v
+        return [list(d.values()) for d in groups.values()]
+
+    def cut(self, segments: Segments) -> None:
+        """Plan segment by segment: the values a later segment reads are saved (free to
+        the planners), so each segment's recomputation reads only its own values."""
+        self.segments = segments
+        seg = segments.of
+        for i, e in enumerate(self.eqns):
+            for x in e.inputs:
+                if isinstance(x, Var) and id(x) not in self.free:
+                    j = self.producer.get(id(x))
+                    if j is not None and seg[j] != seg[i]:
+                        self.boundary.add(id(x))
+        self.free = self.free | self.boundary
+        segments.cut_bytes = sum(self.cost(v) for v in _by_id(self.boundary, self))
 
     def closure(self, saved_ids: set[int], want, reruns=None) -> list[int]:
         """The equations (indices, in program order) that recompute `want` from the saved
@@ -605,10 +671,16 @@ class Plan:
     #: index of a recomputed equation -> the equation run in its place (a scan, call or cond
     #: rerun for some of its results, reading the saved ones: `rerun_eqn`)
     reruns: dict[int, Eqn] = field(default_factory=dict)
+    #: the segments planned one by one (None: the whole program at once)
+    segments: Segments | None = None
+    #: the planned peak of the backward part (`planned_peak`), without and with the plan,
+    #: where the program has a peak model (segments, a scan body)
+    peak: int | None = None
+    peak_before: int | None = None
 
     def render(self, limit: int = 12) -> str:
         """The plan as `--remat` prints it on standard error."""
-        where = "a nested body" if self.nested else "the program"
+        where = "a nested body (one segment)" if self.nested else "the program"
         how = {True: " (exact: HiGHS)", False: " (greedy heuristic)"}.get(self.exact, "")
         pct = 100.0 * (self.flops_after - self.flops_before) / max(1, self.flops_before)
         at = f" at {self.sizes}" if self.sizes else ""
@@ -620,6 +692,9 @@ class Plan:
                 f"; offloaded {self.bytes_offloaded} bytes"
                 if self.offload or self.bytes_offloaded
                 else ""
+            )
+            + (
+                f"; planned peak {self.peak_before} -> {self.peak}" if self.peak is not None else ""
             ),
             f"  saved ({len(self.saved)}): "
             + "; ".join(self.saved_lines[:limit])
@@ -629,9 +704,17 @@ class Plan:
                 else ""
             ),
         ]
+        if self.segments is not None:
+            lines.append("  " + self.segments.describe())
         rec = ", ".join(f"{n} x{c}" for n, c in sorted(self.recomputed_counts.items()))
         lines.append(f"  recomputed ({len(self.recompute)} equations): {rec or 'nothing'}")
         return "\n".join(lines)
+
+
+def _by_id(ids: set[int], g: Graph) -> list[Var]:
+    """The primal Vars with these ids, in program order."""
+    out = [o for e in g.eqns for o in e.outputs if id(o) in ids]
+    return out
 
 
 def _plan_from_saved(g: Graph, saved_ids: set[int], method: str, reruns=None) -> Plan:
@@ -679,7 +762,8 @@ def policy_plan(g: Graph, spec: Spec) -> Plan:
         seen.add(id(v))
         i = g.producer[id(v)]
         e = g.eqns[i]
-        saves = g.saves(i, decide)
+        # (a body planned as a segment of its own, per iteration, is not run again)
+        saves = g.saves(i, decide) if spec.segments == "none" else None
         if saves is not None:
             k = next(k for k, o in enumerate(e.outputs) if o is v)
             if not saves[k]:
@@ -710,6 +794,191 @@ def policy_plan(g: Graph, spec: Spec) -> Plan:
     plan.bytes_after -= moved
     plan.bytes_offloaded += moved
     return plan
+
+
+# ---------------------------------------------------------------- segments
+
+
+@dataclass
+class Segments:
+    """The primal program cut into stretches of consecutive equations, each planned and
+    recomputed on its own (Chen et al. 2016): `starts[k]` is the first equation of segment
+    k, `of[i]` the segment of equation i; `kind` says how they were found."""
+
+    kind: str
+    starts: list[int]
+    of: list[int]
+    #: bytes of the values that cross the cuts (made before one, read after it)
+    cut_bytes: int = 0
+
+    @staticmethod
+    def at(kind: str, starts, n: int) -> Segments:
+        """The segments of `n` equations starting at `starts` (and 0)."""
+        starts = sorted({0, *(s for s in starts if 0 < s < n)})
+        of, k = [], 0
+        for i in range(n):
+            while k + 1 < len(starts) and starts[k + 1] <= i:
+                k += 1
+            of.append(k)
+        return Segments(kind, starts, of)
+
+    def describe(self, limit: int = 6) -> str:
+        n = len(self.of)
+        spans = [f"{a}-{b - 1}" for a, b in zip(self.starts, [*self.starts[1:], n], strict=True)]
+        shown = ", ".join(spans[:limit]) + (
+            f", ... {len(spans) - limit} more" if len(spans) > limit else ""
+        )
+        return (
+            f"{len(self.starts)} segments ({self.kind}) of the {n} primal equations: {shown}; "
+            f"{self.cut_bytes} B cross the cuts (saved)"
+        )
+
+
+#: `--remat-segments auto` cuts a program without calls or repeated layers into about
+#: sqrt(n) segments only from this many primal equations
+SQRT_FROM = 50
+#: the share of the equations the repeated layers must cover, and the fewest equations of
+#: a layer (a few element-wise equations repeated are no layers)
+LAYERS_COVER = 0.25
+LAYER_MIN_EQNS = 8
+
+
+def _crossing_bytes(g: Graph) -> list[int]:
+    """`c[t]`: the bytes of the values made before equation t and read at or after it by
+    the primal program (the values a cut before t would save)."""
+    n = len(g.eqns)
+    last: dict[int, int] = {}
+    for i, e in enumerate(g.eqns):
+        for x in e.inputs:
+            if isinstance(x, Var) and id(x) not in g.free:
+                last[id(x)] = i
+    diff = [0] * (n + 2)
+    for i, e in enumerate(g.eqns):
+        for o in e.outputs:
+            b = last.get(id(o))
+            if b is not None and b > i:
+                nb = nbytes(o)
+                diff[i + 1] += nb
+                diff[b + 1] -= nb
+    out, run = [], 0
+    for t in range(n + 1):
+        run += diff[t]
+        out.append(run)
+    return out
+
+
+def _signature(e: Eqn):
+    """What two structurally equal equations share: primitive, types, parameters (a body
+    by its size), literals by value."""
+    params = []
+    for k, v in e.params.items():
+        if isinstance(v, Jaxpr):
+            params.append((k, "jaxpr", len(v.eqns)))
+        elif isinstance(v, (tuple, list)) and any(isinstance(x, Jaxpr) for x in v):
+            params.append((k, "jaxprs", len(v)))
+        else:
+            text = str(v)
+            params.append((k, text if len(text) < 200 else hash(text)))
+    ins = tuple(str(x.type) if isinstance(x, Var) else ("lit", str(x)) for x in e.inputs)
+    return (e.prim, ins, tuple(str(o.type) for o in e.outputs), tuple(params))
+
+
+def _layer_starts(g: Graph, cross: list[int]) -> list[int] | None:
+    """The repeated layer structure: the L equations of a signature occurring L times at
+    regular intervals (L the count covering most equations) mark the layers; the cuts are
+    these marks moved by the one offset (within a period) where the fewest bytes cross.
+    None when there is no such structure."""
+    n = len(g.eqns)
+    ids: dict = {}
+    occ: dict[int, list[int]] = {}
+    for i, e in enumerate(g.eqns):
+        s = ids.setdefault(_signature(e), len(ids))
+        occ.setdefault(s, []).append(i)
+    cover: dict[int, int] = {}
+    for ps in occ.values():
+        if len(ps) >= 2:
+            cover[len(ps)] = cover.get(len(ps), 0) + len(ps)
+    if not cover:
+        return None
+    layers, covered = max(cover.items(), key=lambda kv: (kv[1], kv[0]))
+    if covered < LAYERS_COVER * n:
+        return None
+    marks = None
+    for ps in occ.values():
+        if len(ps) != layers:
+            continue
+        gaps = [b - a for a, b in zip(ps, ps[1:])]
+        spread = max(gaps) - min(gaps)
+        if (
+            min(gaps) >= LAYER_MIN_EQNS
+            and spread <= 0.1 * min(gaps)
+            and (marks is None or spread < marks[0])
+        ):
+            marks = (spread, ps)
+    if marks is None:
+        return None
+    ps = marks[1][1:]
+    period = min(b - a for a, b in zip(marks[1], marks[1][1:]))
+    best = None
+    for delta in range(-((period - 1) // 2), period // 2 + 1):
+        cuts = [p + delta for p in ps]
+        if cuts[0] <= 0 or cuts[-1] >= n:
+            continue
+        cost = sum(cross[c] for c in cuts)
+        if best is None or cost < best[0]:
+            best = (cost, cuts)
+    return None if best is None else best[1]
+
+
+def _even_starts(cross: list[int], k: int) -> list[int]:
+    """k segments of about equal length, each cut moved within its neighbourhood to where
+    the fewest bytes cross."""
+    n = len(cross) - 1
+    starts: list[int] = []
+    half = max(0, n // (4 * k))
+    for j in range(1, k):
+        t = round(j * n / k)
+        lo, hi = max((starts[-1] + 1) if starts else 1, t - half), min(n - 1, t + half)
+        if lo > hi:
+            continue
+        starts.append(min(range(lo, hi + 1), key=lambda u: (cross[u], abs(u - t))))
+    return starts
+
+
+def _body_size(e: Eqn) -> int:
+    """The equations of a call's body (its own level)."""
+    body = e.params.get(record_of(e.prim).call_body)
+    return len(body.eqns) if isinstance(body, Jaxpr) else 0
+
+
+def find_segments(g: Graph, spec: Spec) -> Segments | None:
+    """The segments `spec.segments` asks for on the program of `g`: a number of them, or
+    (auto) each call with a body, else the repeated layers, else about sqrt(n) stretches;
+    None for one segment (the whole program)."""
+    n = len(g.eqns)
+    if spec.segments == "none" or n < 2:
+        return None
+    cross = _crossing_bytes(g)
+
+    def made(kind, starts):  # (`Graph.cut` counts the bytes crossing)
+        seg = Segments.at(kind, starts, n)
+        return seg if len(seg.starts) > 1 else None
+
+    if spec.segments.isdigit():
+        found = made(f"{spec.segments} asked", _even_starts(cross, int(spec.segments)))
+    else:
+        calls = [i for i, e in enumerate(g.eqns) if record_of(e.prim).call_body]
+        inside = sum(_body_size(g.eqns[i]) for i in calls)
+        found = None
+        if len(calls) >= 2 and inside >= n - len(calls):  # the calls hold most of the work
+            found = made("each call", calls)
+        if found is None:
+            starts = _layer_starts(g, cross)
+            if starts:
+                found = made(f"{len(starts) + 1} repeated layers", starts)
+        if found is None and n >= SQRT_FROM:
+            found = made("about sqrt(n)", _even_starts(cross, max(2, round(math.sqrt(n)))))
+    return found
 
 
 # ---------------------------------------------------------------- min-cut
@@ -815,11 +1084,12 @@ def _candidates(g: Graph) -> list[int]:
     return sorted(seen)
 
 
-def _ilp_budget(g: Graph, cands: list[int], budget: int, flops):
+def _ilp_budget(g: Graph, cands: list[int], budget: int, flops, groups=None):
     """The exact plan: binary c_e (recompute equation e), s_v (save value v); every residual
     saved or recomputed, every operand of a recomputed equation saved, free or recomputed;
     saved bytes <= budget; minimise recomputed FLOPs (then bytes).  None when HiGHS finds no
-    plan in time."""
+    plan in time.  With `groups` (the peak model, `planned_peak`), a continuous m at least
+    each group's recomputed residual bytes, and `copies` * saved bytes + m <= budget."""
     import numpy as np
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import coo_matrix
@@ -867,16 +1137,23 @@ def _ilp_budget(g: Graph, cands: list[int], budget: int, flops):
             if id(x) not in g.free:
                 constraint(available(x) + [(cset[i], -1.0)], 0.0)
     sizes = np.array([nbytes(v) for v in vlist], float)
-    a = coo_matrix((data, (rows, cols)), shape=(len(lo), nc + nv))
+    nm = 1 if groups else 0  # the peak model's m, last
+    m = nc + nv
+    if groups:
+        for vs in groups:  # m + sum(size * s_v) >= the group's residual bytes
+            terms = [(m, 1.0)] + [(nc + vals[id(v)], float(nbytes(v))) for v in vs]
+            constraint(terms, float(sum(nbytes(v) for v in vs)))
+    a = coo_matrix((data, (rows, cols)), shape=(len(lo), nc + nv + nm))
     cons = [LinearConstraint(a, np.array(lo), np.inf)]
-    cons.append(LinearConstraint(np.concatenate([np.zeros(nc), sizes])[None, :], -np.inf, budget))
+    row = np.concatenate([np.zeros(nc), g.copies * sizes, np.ones(nm)])
+    cons.append(LinearConstraint(row[None, :], -np.inf, budget))
     f = np.array([float(flops(g.eqns[i])) for i in cands])
     tie = sizes / (2.0 * (sizes.sum() + 1.0))  # bytes break ties between equal FLOPs
     res = milp(
-        np.concatenate([f + 1e-3, tie]),
+        np.concatenate([f + 1e-3, tie, np.zeros(nm)]),
         constraints=cons,
-        integrality=np.ones(nc + nv),
-        bounds=Bounds(0, 1),
+        integrality=np.concatenate([np.ones(nc + nv), np.zeros(nm)]),
+        bounds=Bounds(0, np.concatenate([np.ones(nc + nv), np.full(nm, np.inf)])),
         options={"time_limit": ILP_TIME_LIMIT, "mip_rel_gap": 1e-6},
     )
     if res.x is None:
@@ -885,14 +1162,25 @@ def _ilp_budget(g: Graph, cands: list[int], budget: int, flops):
     return saved_ids, res.status == 0
 
 
-def _greedy_budget(g: Graph, cands: list[int], budget: int, flops):
+def _greedy_budget(g: Graph, cands: list[int], budget: int, flops, groups=None):
     """The heuristic: the min-cut over cheap equations first; while its bytes exceed the
     budget, costly equations become recomputable in order of FLOPs per byte of result, the
     shortest such prefix whose min-cut fits (binary search: more recomputable equations never
     need more bytes).  Returns (the plan or None, the smallest budget any plan meets: None
     when not computed, i.e. when the cheap cut fits)."""
     costly = [i for i in cands if not g.cheap(i)]
-    costly.sort(key=lambda i: flops(g.eqns[i]) / max(1, sum(nbytes(o) for o in g.eqns[i].outputs)))
+
+    def key(i):
+        return flops(g.eqns[i]) / max(1, sum(nbytes(o) for o in g.eqns[i].outputs))
+
+    keys = {i: key(i) for i in costly}
+    costly.sort(key=keys.__getitem__)
+    # under the peak model (segments) the prefixes tried end where the key changes: the
+    # same equation of each repeated layer is made recomputable in all of them at once
+    ends = [
+        k for k in range(1, len(costly)) if not groups or keys[costly[k]] != keys[costly[k - 1]]
+    ]
+    ends = [0, *ends, len(costly)]
 
     def cut(k):
         allowed = set(costly[:k])
@@ -901,18 +1189,21 @@ def _greedy_budget(g: Graph, cands: list[int], budget: int, flops):
     def plan(k):
         return _plan_from_saved(g, cut(k), "")
 
-    lo, hi = 0, len(costly)
-    best = plan(lo)
-    if best.bytes_after <= budget:
+    def size(p):  # what the budget bounds
+        return planned_peak(g, p, groups) if groups else p.bytes_after
+
+    lo, hi = 0, len(ends) - 1  # indices into `ends`
+    best = plan(ends[lo])
+    if size(best) <= budget:
         return best, None
-    best = plan(hi)
-    floor = best.bytes_after
+    best = plan(ends[hi])
+    floor = size(best)
     if floor > budget:
         return None, floor
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        p = plan(mid)
-        if p.bytes_after <= budget:
+        p = plan(ends[mid])
+        if size(p) <= budget:
             hi, best = mid, p
         else:
             lo = mid
@@ -925,7 +1216,14 @@ def smallest_budget(g: Graph) -> int:
     return _plan_from_saved(g, min_cut_saved(g, lambda i: i in cands), "").bytes_after
 
 
-def _unmeetable(budget, floor, default, loc) -> JaxprError:
+def _unmeetable(budget, floor, default, loc, what="residuals") -> JaxprError:
+    if what == "peak":
+        return JaxprError(
+            f"--remat-budget: the planned peak cannot fit {budget} bytes; the smallest "
+            f"budget that can be met is {floor} bytes (--remat-budget {floor}); the plain "
+            f"gradient's residuals hold {default} bytes",
+            loc,
+        )
     return JaxprError(
         f"--remat-budget: the residuals cannot fit {budget} bytes; the smallest budget "
         f"that can be met is {floor} bytes (--remat-budget {floor}); the default holds "
@@ -934,12 +1232,41 @@ def _unmeetable(budget, floor, default, loc) -> JaxprError:
     )
 
 
+def planned_peak(g: Graph, plan: Plan, groups=None) -> int:
+    """The peak the backward part of a segmented plan reaches, as the planners model it:
+    the saved bytes (times `g.copies`: a scan's stacked residuals) plus the largest bytes
+    one segment recomputes (its recomputed residuals, alive together when its backward
+    stretch starts); the saved bytes without a peak model."""
+    groups = g.peak_groups() if groups is None else groups
+    if not groups:
+        return plan.bytes_after
+    saved = {id(v) for v in plan.saved}
+    worst = max(sum(nbytes(v) for v in vs if id(v) not in saved) for vs in groups)
+    return g.copies * plan.bytes_after + worst
+
+
 def budget_plan(g: Graph, spec: Spec, loc=None) -> Plan:
     from ..ui.stats import eqn_flops
 
     everything = {id(v): v for v in g.residuals if isinstance(v, Var)}
     held = sum(g.cost(v) for v in everything.values())
-    budget = int(spec.budget * held) if spec.fraction else int(spec.budget)
+    groups = g.peak_groups()
+    if groups:
+        return _peak_budget_plan(g, spec, held, groups, loc)
+    budget = int(spec.budget)
+    if spec.fraction:
+        # a fraction of the residuals this program's plan can recompute; those an equation
+        # with bodies makes (a scan's stacked residuals) were held to it inside, per iteration
+        inner = sum(
+            g.cost(v)
+            for v in everything.values()
+            if g.made_by(v) is not None and eqn_subjaxprs(g.eqns[g.made_by(v)])
+        )
+        budget = int(spec.budget * (held - inner)) + inner
+        if inner and budget < held:
+            # what is left of the program besides its bodies may not shrink: the bodies
+            # held the fraction, the rest holds what it can
+            budget = max(budget, smallest_budget(g))
     what = f"--remat-budget {budget} bytes"
     if held <= budget:
         plan = _plan_from_saved(g, set(everything), what)
@@ -951,7 +1278,9 @@ def budget_plan(g: Graph, spec: Spec, loc=None) -> Plan:
         floor = smallest_budget(g)
         if floor > budget:
             raise _unmeetable(budget, floor, held, loc)
-        found = _ilp_budget(g, cands, budget, eqn_flops)
+        # (the segments' boundary values are saved whatever the plan: the rest must fit)
+        fixed = sum(g.cost(v) for v in _by_id(g.boundary, g))
+        found = _ilp_budget(g, cands, budget - fixed, eqn_flops)
     if found is not None:
         plan = _plan_from_saved(g, found[0], what)
         plan.exact = found[1]
@@ -959,6 +1288,52 @@ def budget_plan(g: Graph, spec: Spec, loc=None) -> Plan:
     plan, floor = _greedy_budget(g, cands, budget, eqn_flops)
     if plan is None:
         raise _unmeetable(budget, floor, held, loc)
+    plan.method, plan.exact = what, False
+    return plan
+
+
+def _peak_budget_plan(g: Graph, spec: Spec, held: int, groups, loc=None) -> Plan:
+    """A byte budget on the planned peak (`planned_peak`) of a segmented program or a scan
+    body: a fraction of the plain gradient's (every residual saved: `copies * held`), or
+    bytes; the fewest recomputed FLOPs that fit."""
+    from ..ui.stats import eqn_flops
+
+    default = g.copies * held
+    budget = int(spec.budget * default) if spec.fraction else int(spec.budget)
+    everything = {id(v) for v in g.residuals if isinstance(v, Var)}
+    cands = _candidates(g)
+    inner = any(
+        g.made_by(v) is not None and eqn_subjaxprs(g.eqns[g.made_by(v)])
+        for v in g.residuals
+        if isinstance(v, Var)
+    )
+    if spec.fraction and inner and budget < default:
+        # the residuals that calls and loops make were held to the fraction inside their
+        # bodies: the program around them holds what it can
+        in_cands = set(cands)
+        floor_plan = _plan_from_saved(g, min_cut_saved(g, in_cands.__contains__), "")
+        budget = max(budget, planned_peak(g, floor_plan, groups))
+    what = f"--remat-budget {budget} bytes of peak"
+    if default <= budget:
+        plan = _plan_from_saved(g, everything, what)
+        plan.exact = True
+        return plan
+    if len(cands) <= EXACT_LIMIT:
+        in_cands = set(cands)
+        floor_plan = _plan_from_saved(g, min_cut_saved(g, in_cands.__contains__), "")
+        floor = planned_peak(g, floor_plan, groups)
+        if floor > budget:
+            raise _unmeetable(budget, floor, default, loc, "peak")
+        fixed = sum(g.cost(v) for v in _by_id(g.boundary, g))
+        found = _ilp_budget(g, cands, budget - g.copies * fixed, eqn_flops, groups)
+        if found is not None:
+            plan = _plan_from_saved(g, found[0], what)
+            plan.exact = found[1]
+            if planned_peak(g, plan, groups) <= budget:
+                return plan
+    plan, floor = _greedy_budget(g, cands, budget, eqn_flops, groups)
+    if plan is None:
+        raise _unmeetable(budget, floor, default, loc, "peak")
     plan.method, plan.exact = what, False
     return plan
 
@@ -1086,21 +1461,41 @@ def _hoist_nonlinear(eqns, tangents, inside):
 
 
 def _remat_stretch(eqns, outvars, inside, g: Graph, by_saved, plan: Plan) -> list[Eqn]:
-    """The linear equations with the stretch from the first to the last that reads a value
-    made inside (recomputed or copied back) wrapped in ONE `remat2` call, as JAX's
-    transposed checkpoint is: each recomputed equation once, behind the call's barrier."""
-    reads = [
-        k
-        for k, e in enumerate(eqns)
-        if any(isinstance(x, Var) and id(x) in inside for x in e.inputs)
-    ]
-    if not reads:
+    """The linear equations with each stretch that reads values made inside (recomputed or
+    copied back) wrapped in a `remat2` call, as JAX's transposed checkpoint is: each
+    recomputed equation once, behind the call's barrier.  One stretch per segment of the
+    plan (`g.segments`): from the first to the last equation that reads a value its
+    segment recomputes (stretches that overlap are merged); the whole program's one
+    stretch without segments."""
+    seg_of = g.segments.of if g.segments is not None else None
+
+    def segment(lv_id) -> int:
+        i = g.producer.get(id(inside[lv_id]))
+        return seg_of[i] if seg_of is not None and i is not None else 0
+
+    span: dict[int, list[int]] = {}
+    for k, e in enumerate(eqns):
+        for x in e.inputs:
+            if isinstance(x, Var) and id(x) in inside:
+                s = span.setdefault(segment(id(x)), [k, k])
+                s[1] = k
+    if not span:
         return eqns
-    a, b = reads[0], reads[-1]
-    read_after = {id(x) for e in eqns[b + 1 :] for x in e.inputs}
-    read_after.update(id(x) for x in outvars)
-    call = _remat_call(eqns[a : b + 1], read_after, inside, g, by_saved, plan)
-    return eqns[:a] + [call] + eqns[b + 1 :]
+    merged: list[list[int]] = []
+    for a, b in sorted(span.values()):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    out: list[Eqn] = []
+    prev = 0
+    for a, b in merged:
+        read_after = {id(x) for e in eqns[b + 1 :] for x in e.inputs}
+        read_after.update(id(x) for x in outvars)
+        out.extend(eqns[prev:a])
+        out.append(_remat_call(eqns[a : b + 1], read_after, inside, g, by_saved, plan))
+        prev = b + 1
+    return out + eqns[prev:]
 
 
 def _remat_call(stretch, read_after, inside, g: Graph, by_saved, plan: Plan) -> Eqn:
@@ -1242,6 +1637,8 @@ def _reruns(spec: Spec, body: Jaxpr) -> bool:
 
     if spec.budget is not None or spec.policy in (None, "min-cut"):
         return False
+    if spec.segments != "none":  # the body is a segment: recomputed inside, per iteration
+        return False
     if any(isinstance(v.type, RefType) for v in (*body.invars, *body.outvars)):
         return False
     return not (jaxpr_has_effects(body) or jaxpr_has_random(body))
@@ -1272,19 +1669,42 @@ def counted_at(spec: Spec):
     return sized_dims(size)
 
 
-def rematerialize(primal: Jaxpr, linear: Jaxpr, info: LinearizeInfo, nested: bool = False):
-    """Apply the current spec (if any) to a linearization; a byte budget applies to the
-    outermost program only (nested bodies follow min-cut then)."""
-    spec = _SPEC.get()
+def rematerialize(
+    primal: Jaxpr,
+    linear: Jaxpr,
+    info: LinearizeInfo,
+    nested: bool = False,
+    spec=None,
+    copies: int = 1,
+):
+    """Apply `spec` (by default the current one, if any) to a linearization: the graph,
+    its segments (`find_segments`, the outermost program only: a nested body is one
+    segment), the plan (`plan_for`), the placement (`apply_plan`).  A byte budget applies
+    to the outermost program only (nested bodies follow min-cut then), but a fraction under
+    segments applies to each body too, a scan body's saved values counted `copies` times
+    (its length: they are stacked)."""
+    if spec is None:
+        spec = _SPEC.get()
     if spec is None:
         return primal, linear, info
-    if nested and spec.budget is not None:
-        spec = Spec(policy="min-cut")
+    if nested and spec.budget is not None and (not spec.fraction or spec.segments == "none"):
+        spec = Spec(policy="min-cut", segments=spec.segments)
+    # (a fraction of the peak applies to each body under segments: a scan's per iteration)
     from ..ui.stats import flops
 
     g = Graph(primal, info)
+    if spec.segments != "none":
+        g.copies = max(1, copies)
     with counted_at(spec):
+        if not nested:
+            segments = find_segments(g, spec)
+            if segments is not None:
+                g.cut(segments)
         plan = plan_for(g, spec)
+        plan.segments = g.segments
+        if g.peak_groups():
+            plan.peak = planned_peak(g, plan)
+            plan.peak_before = g.copies * plan.bytes_before
         plan.flops_before = flops(primal) + flops(linear)
     plan.nested = nested
     plan.sizes = ",".join(f"{k}={n}" for k, n in spec.dims)
@@ -1294,7 +1714,7 @@ def rematerialize(primal: Jaxpr, linear: Jaxpr, info: LinearizeInfo, nested: boo
     with counted_at(spec):
         plan.flops_after = flops(out[0]) + flops(out[1])
         for v in plan.saved:
-            i = g.made_by(v)
+            i = g.producer.get(id(v))
             src = (
                 "an input"
                 if i is None
@@ -1312,7 +1732,9 @@ def rematerialize(primal: Jaxpr, linear: Jaxpr, info: LinearizeInfo, nested: boo
     return out
 
 
-def rematerialize_masked(primal: Jaxpr, linear: Jaxpr, n_out: int, num_res: int, rerun=False):
+def rematerialize_masked(
+    primal: Jaxpr, linear: Jaxpr, n_out: int, num_res: int, rerun=False, copies: int = 1
+):
     """`rematerialize` for `linearize_masked`'s pair (a nested body: residuals are the primal
     body's results after its `n_out` outputs): `(primal, linear, num_res)`.  The body of an
     equation a policy may run again (`rerun`: a scan, a call, a cond) gets no plan of its own
@@ -1325,5 +1747,7 @@ def rematerialize_masked(primal: Jaxpr, linear: Jaxpr, n_out: int, num_res: int,
         return primal, linear, num_res
     if rerun and _reruns(spec, primal):
         return _with_saved(primal, linear, n_out, num_res, spec)
-    p, lin, new_info = rematerialize(primal, linear, _masked_info(primal, n_out), nested=True)
+    p, lin, new_info = rematerialize(
+        primal, linear, _masked_info(primal, n_out), nested=True, copies=copies
+    )
     return p, lin, len(new_info.residuals)

@@ -141,6 +141,18 @@ _remat_budget = click.option(
 )
 
 
+_remat_segments = click.option(
+    "--remat-segments",
+    "remat_segments",
+    metavar="auto|none|N",
+    help="Plan and recompute segment by segment, each segment's recomputation in its own "
+    "call just before the backward part that needs it (the values crossing segments are "
+    "saved): auto (default) finds them: each iteration of a scan body, each call, the "
+    "repeated layers of the program, else about sqrt(n) stretches; N: N stretches; none: "
+    "the whole program at once, as jax.checkpoint(f) does.  Needs --remat or --remat-budget.",
+)
+
+
 _remat_dims = click.option(
     "--dim",
     "dim_specs",
@@ -152,12 +164,21 @@ _remat_dims = click.option(
 )
 
 
-def _remat_usage(remat, remat_budget, dim_specs=()):
+def _remat_usage(remat, remat_budget, dim_specs=(), remat_segments=None):
     from .run_options import parse_dims
 
     if remat is not None and remat_budget is not None:
         raise UsageError("--remat and --remat-budget are mutually exclusive")
     spec = remat or remat_budget
+    if remat_segments is not None:
+        if spec is None:
+            raise UsageError("--remat-segments needs --remat or --remat-budget")
+        from ..ad.remat import with_segments
+
+        try:
+            with_segments(spec, remat_segments)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
     if parse_dims(dim_specs) and not (spec is not None and _byte_weighted(spec)):
         raise UsageError(
             "--dim sizes the residual bytes of --remat-budget and --remat min-cut; "
@@ -169,23 +190,26 @@ def _byte_weighted(spec) -> bool:
     return spec.budget is not None or spec.policy == "min-cut"
 
 
-def _with_remat(job, remat, remat_budget, fn, dim_specs=()):
-    """fn() under the rematerialization asked for; the plans printed on standard error."""
+def _with_remat(job, remat, remat_budget, fn, dim_specs=(), remat_segments=None):
+    """fn(spec, plans): the transformation under the rematerialization asked for (the spec,
+    or None), given a list to collect the plans into; they are printed on standard error."""
     import dataclasses
 
     from .run_options import parse_dims
 
     spec = remat or remat_budget
     if spec is None:
-        return fn()
+        return fn(None, None)
     if _byte_weighted(spec):
         dims = parse_dims(dim_specs)
         _require_static_bytes(job.input, dims)
         spec = dataclasses.replace(spec, dims=tuple(sorted(dims.items())))
-    from ..ad.remat import planning
+    if remat_segments is not None:
+        from ..ad.remat import with_segments
 
-    with planning(spec) as plans:
-        out = fn()
+        spec = with_segments(spec, remat_segments)
+    plans: list = []
+    out = fn(spec, plans)
     for plan in plans:
         click.echo(plan.render(), err=True)
     return out
@@ -402,8 +426,10 @@ def _jvp(job, argnums, no_instantiate):
 # ---------------------------------------------------------------- linearize
 
 
-def _linearize_usage(out, split_input, split, remat=None, remat_budget=None, dim_specs=(), **_):
-    _remat_usage(remat, remat_budget, dim_specs)
+def _linearize_usage(
+    out, split_input, split, remat=None, remat_budget=None, dim_specs=(), remat_segments=None, **_
+):
+    _remat_usage(remat, remat_budget, dim_specs, remat_segments)
     if split and out:
         raise UsageError("-o cannot be combined with --split")
     if split and split_input:
@@ -427,10 +453,11 @@ def _linearize_usage(out, split_input, split, remat=None, remat_budget=None, dim
     ),
     _remat,
     _remat_budget,
+    _remat_segments,
     _remat_dims,
     usage=_linearize_usage,
 )
-def linearize(job, argnums, split, stats, remat, remat_budget, dim_specs):
+def linearize(job, argnums, split, stats, remat, remat_budget, remat_segments, dim_specs):
     """Linearize: the primal computation plus a linear program for the tangents.
 
     The default output has jvp's calling convention (x..., tx...) -> (y..., ty...): the primal
@@ -446,18 +473,24 @@ def linearize(job, argnums, split, stats, remat, remat_budget, dim_specs):
       jaxprtool linearize --split p.jaxpr l.jaxpr --stats f.jaxpr
       jaxprtool linearize --remat min-cut --stats f.jaxpr
     """
-    return _linearize(job, argnums, split, stats, remat, remat_budget, dim_specs)
+    return _linearize(job, argnums, split, stats, remat, remat_budget, dim_specs, remat_segments)
 
 
-def _linearize(job, argnums, split, stats, remat=None, remat_budget=None, dim_specs=()):
+def _linearize(
+    job, argnums, split, stats, remat=None, remat_budget=None, dim_specs=(), remat_segments=None
+):
     from ..ad.linearize import combine, linearize_jaxpr
 
     primal, linear, info = _with_remat(
         job,
         remat,
         remat_budget,
-        lambda: job.transform(lambda j: linearize_jaxpr(j, argnums), view=lambda r: combine(*r)),
+        lambda spec, plans: job.transform(
+            lambda j: linearize_jaxpr(j, argnums, remat=spec, plans=plans),
+            view=lambda r: combine(*r),
+        ),
         dim_specs,
+        remat_segments,
     )
     linear = job.optimize(linear)
     if stats:
@@ -544,12 +577,14 @@ def _transpose(job, linear, residuals):
 # ---------------------------------------------------------------- vjp, grad
 
 
-def _vjp_usage(out, split_input, remat=None, remat_budget=None, dim_specs=(), **_):
-    _remat_usage(remat, remat_budget, dim_specs)
+def _vjp_usage(
+    out, split_input, remat=None, remat_budget=None, dim_specs=(), remat_segments=None, **_
+):
+    _remat_usage(remat, remat_budget, dim_specs, remat_segments)
 
 
-@ad_command("vjp", _argnums, _remat, _remat_budget, _remat_dims, usage=_vjp_usage)
-def vjp(job, argnums, remat, remat_budget, dim_specs):
+@ad_command("vjp", _argnums, _remat, _remat_budget, _remat_segments, _remat_dims, usage=_vjp_usage)
+def vjp(job, argnums, remat, remat_budget, remat_segments, dim_specs):
     """Reverse mode: (x..., ct_y...) -> (y..., ct_x...).
 
     One cotangent input per float/complex output; one cotangent output per differentiated input.
@@ -559,14 +594,19 @@ def vjp(job, argnums, remat, remat_budget, dim_specs):
       jaxprtool vjp --argnums 0 f.jaxpr
       jaxprtool vjp --remat dots_saveable f.jaxpr
     """
-    return _vjp(job, argnums, remat, remat_budget, dim_specs)
+    return _vjp(job, argnums, remat, remat_budget, dim_specs, remat_segments)
 
 
-def _vjp(job, argnums, remat=None, remat_budget=None, dim_specs=()):
+def _vjp(job, argnums, remat=None, remat_budget=None, dim_specs=(), remat_segments=None):
     from ..ad.api import vjp_jaxpr
 
     res = _with_remat(
-        job, remat, remat_budget, lambda: job.transform(lambda j: vjp_jaxpr(j, argnums)), dim_specs
+        job,
+        remat,
+        remat_budget,
+        lambda spec, plans: job.transform(lambda j: vjp_jaxpr(j, argnums, remat=spec, plans=plans)),
+        dim_specs,
+        remat_segments,
     )
     return job.text(job.optimize(res))
 
@@ -589,10 +629,11 @@ def _vjp(job, argnums, remat=None, remat_budget=None, dim_specs=()):
     ),
     _remat,
     _remat_budget,
+    _remat_segments,
     _remat_dims,
     usage=_vjp_usage,
 )
-def grad(job, argnums, with_value, has_aux, remat, remat_budget, dim_specs):
+def grad(job, argnums, with_value, has_aux, remat, remat_budget, remat_segments, dim_specs):
     """Gradient of a scalar float output: (x...) -> ([value,] [aux...,] grads...).
 
     The output must be one scalar (or the first output, with --has-aux); the cotangent is 1.
@@ -605,10 +646,19 @@ def grad(job, argnums, with_value, has_aux, remat, remat_budget, dim_specs):
       jaxprtool grad f.jaxpr --verify-each --timing
       jaxprtool grad --remat min-cut f.jaxpr ; jaxprtool grad --remat-budget 0.5 f.jaxpr
     """
-    return _grad(job, argnums, with_value, has_aux, remat, remat_budget, dim_specs)
+    return _grad(job, argnums, with_value, has_aux, remat, remat_budget, dim_specs, remat_segments)
 
 
-def _grad(job, argnums, with_value, has_aux, remat=None, remat_budget=None, dim_specs=()):
+def _grad(
+    job,
+    argnums,
+    with_value,
+    has_aux,
+    remat=None,
+    remat_budget=None,
+    dim_specs=(),
+    remat_segments=None,
+):
     from ..ad.api import grad_jaxpr
     from ..io import progress
 
@@ -617,10 +667,13 @@ def _grad(job, argnums, with_value, has_aux, remat=None, remat_budget=None, dim_
             job,
             remat,
             remat_budget,
-            lambda: job.transform(
-                lambda j: grad_jaxpr(j, argnums, has_aux=has_aux, with_value=with_value)
+            lambda spec, plans: job.transform(
+                lambda j: grad_jaxpr(
+                    j, argnums, has_aux=has_aux, with_value=with_value, remat=spec, plans=plans
+                )
             ),
             dim_specs,
+            remat_segments,
         )
         prog.update(f"cleaning up the gradient of {job.input_path}")
         return job.text(job.optimize(res))

@@ -8,6 +8,7 @@ import click
 
 from ..cli import guarded
 from ..io import UsageError, write_output
+from .ad_cmds import _byte_weighted, _remat, _remat_budget, _remat_segments
 from .common import FILE_ARG, OUT_ARG, int_list, load
 from .mesh_options import mesh_options
 from .run_options import device_options
@@ -16,22 +17,25 @@ from .run_options import device_options
 _OF = ("program", "linearize", "vjp", "grad")
 
 
-def _transformed(jaxpr, of: str, argnums):
+def _transformed(jaxpr, of: str, argnums, remat=None, plans=None):
     """The program `--of` names, and its forward/backward boundary (a top-level equation
-    index) where the form itself does not mark it."""
+    index) where the form itself does not mark it; `remat`: the rematerialization asked
+    for (`remat.Spec`), its plans appended to `plans`."""
     from ..ad import api
-    from ..ad.linearize import find_linear_eqn
+    from ..ad.linearize import combine, find_linear_eqn
 
     if of == "program":
         return jaxpr, None
     if of == "linearize":
-        lin = api.linearize_combined(jaxpr, argnums)
+        lin = combine(*api.linearize_jaxpr(jaxpr, argnums, remat=remat, plans=plans))
         # without float outputs there is no linear call, and nothing is held for it
         return lin, None if find_linear_eqn(lin) is not None else len(lin.eqns)
     boundary: list[int] = []
     if of == "vjp":
-        return api.vjp_jaxpr(jaxpr, argnums, boundary=boundary), boundary[0]
-    return api.grad_jaxpr(jaxpr, argnums or (0,), boundary=boundary), boundary[0]
+        g = api.vjp_jaxpr(jaxpr, argnums, boundary=boundary, remat=remat, plans=plans)
+        return g, boundary[0]
+    g = api.grad_jaxpr(jaxpr, argnums or (0,), boundary=boundary, remat=remat, plans=plans)
+    return g, boundary[0]
 
 
 def _xla(program, device: str, dim_specs) -> dict:
@@ -94,10 +98,27 @@ def _plot_format(plot: str | None) -> str | None:
     help="How many of the values live at the peak to list.",
 )
 @click.option("-o", "--output", metavar="OUT", type=OUT_ARG, help="Write the report here.")
+@_remat
+@_remat_budget
+@_remat_segments
 @guarded
 @device_options(precision=False, help="Where XLA's figures are compiled for.")
 @mesh_options(distributed=False, show=False)
-def memory(file, of, argnums, device, no_xla, dim_specs, plot, as_json, top, output):
+def memory(
+    file,
+    of,
+    argnums,
+    device,
+    no_xla,
+    dim_specs,
+    plot,
+    as_json,
+    top,
+    output,
+    remat,
+    remat_budget,
+    remat_segments,
+):
     """Where FILE's memory goes: live bytes step by step, the peak, the residuals.
 
     Liveness in JAX's order (call bodies inlined, a loop body's or cond branch's peak inside
@@ -110,7 +131,12 @@ def memory(file, of, argnums, device, no_xla, dim_specs, plot, as_json, top, out
     Example:
       jaxprtool memory mlp.jaxpr
       jaxprtool memory --of grad mlp.jaxpr --plot grad.svg
+      jaxprtool memory --of grad --remat nothing_saveable layers.jaxpr
       jaxprtool linearize mlp.jaxpr | jaxprtool memory --json --no-xla
+
+    With --of and --remat/--remat-budget (as `grad` takes them), the program analysed is
+    the rematerialized one, and the plan (with its planned peak, segments found) is printed
+    on standard error, beside the liveness peak and XLA's temp bytes of the report.
     """
     from ..backend import sharding as backend
     from ..memory import analyse
@@ -118,9 +144,35 @@ def memory(file, of, argnums, device, no_xla, dim_specs, plot, as_json, top, out
     from ..ui import memory as ui
 
     fmt = _plot_format(plot)
+    spec = remat or remat_budget
+    if remat is not None and remat_budget is not None:
+        raise UsageError("--remat and --remat-budget are mutually exclusive")
+    if spec is not None and of == "program":
+        raise UsageError("--remat and --remat-budget need --of linearize, vjp or grad")
+    if remat_segments is not None:
+        from ..ad.remat import with_segments
+
+        if spec is None:
+            raise UsageError("--remat-segments needs --remat or --remat-budget")
+        try:
+            spec = with_segments(spec, remat_segments)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
     jaxpr, _, path = load(file)
+    if spec is not None and _byte_weighted(spec):
+        import dataclasses
+
+        from .ad_cmds import _require_static_bytes
+        from .run_options import parse_dims
+
+        dims = parse_dims(dim_specs)
+        _require_static_bytes(jaxpr, dims)
+        spec = dataclasses.replace(spec, dims=tuple(sorted(dims.items())))
+    plans: list = []
     with axis_sizes_of(jaxpr, backend.CONFIG.mesh):  # --mesh: a text without its mesh
-        program, boundary = _transformed(jaxpr, of, argnums)
+        program, boundary = _transformed(jaxpr, of, argnums, spec, plans)
+    for plan in plans:
+        click.echo(plan.render(), err=True)
     timeline, residuals = analyse(program, boundary)  # (no boundary: no residuals measured)
     xla = None if no_xla else _xla(program, device, dim_specs)
     r = ui.report(path, timeline, residuals, xla, top)

@@ -665,7 +665,11 @@ def _scan_linearize(primals, tangents, **params):
         return B.current().emit("scan", primals, params, out_types), zero_tangents(out_types)
     carry_nz = nzs[nc : nc + nk]
     pj, lj, out_nz2, nres = linearize_masked(
-        body, nzs, instantiate=carry_nz + [False] * ny, rerun=True
+        body,
+        nzs,
+        instantiate=carry_nz + [False] * ny,
+        rerun=True,
+        copies=length if isinstance(length, int) else 1,
     )
     assert out_nz2 == out_nz
     res = list(pj.outvars[nk + ny :])

@@ -1,0 +1,297 @@
+"""Rematerialization on an accelerator (issue 40): the tool's `grad` under each plan against
+JAX's own gradients, measured by XLA on whatever device JAX finds first.
+
+    PYTHONPATH=REPO python bench/device/remat_tpu.py            # TPU sizes (width 1024, ...)
+    PYTHONPATH=REPO python bench/device/remat_tpu.py --device tpu --out tpu-out  # + a file
+    PYTHONPATH=REPO python bench/device/remat_tpu.py --small    # a quick CPU smoke run
+    PYTHONPATH=REPO python bench/device/remat_tpu.py --width 256 --seq 128 --batch 4  # CPU's
+
+Needs JAX (0.10.2 or later, with its scipy) and the repository on PYTHONPATH (with the tool's
+own dependencies: bench/device/tpu_check.sh installs them from .whl-tpu and runs this as its
+`remat` stage).  The model is an 8-layer
+pre-norm transformer (16 heads, f32), unrolled and as one scan over stacked weights (its
+"scan twin").  Each gradient is compiled by `jax.jit(...).lower(...).compile()`; the table
+gives XLA's temp bytes (`memory_analysis().temp_size_in_bytes`), FLOPs (`cost_analysis()`),
+the median time per step and the largest difference to `jax.grad`'s gradient, each figure
+also as a ratio to the plain gradient's.  The tool's programs are made in-process: JAX's
+printed jaxpr, parsed, differentiated by `jaxprtool.ad.api.grad_jaxpr` with the plan, run
+through `jaxprtool.backend.as_jax_function` under `jax.jit`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+# ---------------------------------------------------------------- the model
+
+
+def layernorm(x, g):
+    m = x.mean(-1, keepdims=True)
+    v = ((x - m) ** 2).mean(-1, keepdims=True)
+    return (x - m) * jax.lax.rsqrt(v + 1e-5) * g
+
+
+def block(p, x, heads):
+    """A pre-norm transformer layer: x + attention(ln(x)), then x + mlp(ln(x))."""
+    b, s, d = x.shape
+    dh = d // heads
+    h = layernorm(x, p["g1"])
+    q, k, v = (
+        (h @ p[w]).reshape(b, s, heads, dh).transpose(0, 2, 1, 3) for w in ("wq", "wk", "wv")
+    )
+    a = jax.nn.softmax(q @ k.transpose(0, 1, 3, 2) / math.sqrt(dh), axis=-1)
+    o = (a @ v).transpose(0, 2, 1, 3).reshape(b, s, d)
+    x = x + o @ p["wo"]
+    h = layernorm(x, p["g2"])
+    return x + jax.nn.gelu(h @ p["w1"]) @ p["w2"]
+
+
+def init(key, layers, width, seq, batch):
+    ks = jax.random.split(key, layers + 1)
+    d, f = width, 4 * width
+    shapes = {"wq": (d, d), "wk": (d, d), "wv": (d, d), "wo": (d, d), "w1": (d, f), "w2": (f, d)}
+    ps = []
+    for k in ks[:layers]:
+        kk = jax.random.split(k, len(shapes))
+        p = {n: jax.random.normal(q, s) / math.sqrt(s[0]) for q, (n, s) in zip(kk, shapes.items())}
+        p["g1"] = jnp.ones((d,))
+        p["g2"] = jnp.ones((d,))
+        ps.append(p)
+    return ps, jax.random.normal(ks[-1], (batch, seq, width))
+
+
+def unrolled(heads, wrap=None):
+    layer = lambda p, x: block(p, x, heads)  # noqa: E731
+    f = layer if wrap is None else wrap(layer)
+
+    def loss(ps, x):
+        for p in ps:
+            x = f(p, x)
+        return jnp.mean(x**2)
+
+    return loss
+
+
+def scanned(heads, wrap=None):
+    layer = lambda p, x: block(p, x, heads)  # noqa: E731
+    f = layer if wrap is None else wrap(layer)
+
+    def loss(ps, x):
+        x, _ = jax.lax.scan(lambda x, p: (f(p, x), None), x, ps)
+        return jnp.mean(x**2)
+
+    return loss
+
+
+def stack(ps):
+    return jax.tree_util.tree_map(lambda *a: jnp.stack(a), *ps)
+
+
+def flat(fn, args):
+    leaves, tree = jax.tree_util.tree_flatten(args)
+    return (lambda *xs: fn(*jax.tree_util.tree_unflatten(tree, xs))), leaves
+
+
+# ---------------------------------------------------------------- the tool's gradients
+
+#: the tool's plans: (label, --remat or --remat-budget text, which option)
+TOOL_PLANS = (
+    ("tool grad", None, None),
+    ("tool --remat nothing_saveable", "nothing_saveable", "policy"),
+    ("tool --remat dots_saveable", "dots_saveable", "policy"),
+    ("tool --remat min-cut", "min-cut", "policy"),
+    ("tool --remat-budget 0.3", "0.3", "budget"),
+)
+JAX_POLICIES = ("nothing_saveable", "dots_saveable")
+
+
+def tool_grad(text: str, n: int, option, value, segments="auto"):
+    """The tool's gradient program of JAX's printed jaxpr `text` (wrt all `n` inputs) under
+    the plan, and the plans' descriptions (what `--remat` prints on standard error)."""
+    from jaxprtool.ad import remat
+    from jaxprtool.ad.api import grad_jaxpr, restyle
+    from jaxprtool.passes.registry import run_pipeline
+    from jaxprtool.text.parser import parse
+    from jaxprtool.text.style import detect_style
+
+    j = parse(text, "<bench>").jaxpr
+    spec = None
+    if option == "policy":
+        spec = remat.parse_policy(value)
+    elif option == "budget":
+        spec = remat.parse_budget(value)
+    if spec is not None:
+        spec = remat.with_segments(spec, segments)
+    t0 = time.perf_counter()
+    plans: list = []
+    g = grad_jaxpr(j, list(range(n)), remat=spec, plans=plans)
+    dt = time.perf_counter() - t0
+    # in the primitives of the JAX that printed the text (0.10 has no one_minus_square)
+    g = restyle(run_pipeline(g, "canonicalize"), detect_style(j))
+    return g, [p.render() for p in plans if not p.nested], dt, len(j.eqns)
+
+
+def tool_fn(g):
+    from jaxprtool import backend
+
+    fn = backend.as_jax_function(g, enable_x64=False)
+    return lambda *a: fn(*a)
+
+
+# ---------------------------------------------------------------- measuring
+
+
+def measure(fn, leaves, ref, steps):
+    """(temp bytes, FLOPs, median seconds per step, max abs diff to `ref`)."""
+    compiled = jax.jit(fn).lower(*leaves).compile()
+    cost = compiled.cost_analysis()
+    cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}
+    temp = compiled.memory_analysis().temp_size_in_bytes
+    out = compiled(*leaves)
+    jax.block_until_ready(out)
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        jax.block_until_ready(compiled(*leaves))
+        times.append(time.perf_counter() - t0)
+    diff = float("nan")
+    if ref is not None:
+        diff = max(float(jnp.max(jnp.abs(jnp.asarray(a) - b))) for a, b in zip(out, ref))
+    return temp, float(cost.get("flops", float("nan"))), statistics.median(times), diff
+
+
+def rows_for(model: str, build, args, heads, steps, segments, log, only=None):
+    """The rows of one model: the plain gradient, JAX's per-layer checkpoints, the tool's
+    plans (those whose label contains one of `only`, when given); each row is logged as
+    soon as it is measured, and a failure is a row that says why."""
+    f, leaves = flat(build(heads), args)
+    n = len(leaves)
+    grad = jax.grad(f, argnums=tuple(range(n)))
+    ref = [np.asarray(x) for x in jax.jit(grad)(*leaves)]
+    rows = []
+
+    def add(label, make, note=""):
+        if only and not label.startswith("jax.grad") and not any(o in label for o in only):
+            return
+        try:
+            fn, note = make()
+            rows.append((model, label, *measure(fn, leaves, ref, steps), note))
+        except Exception as e:  # a plan refused, an accelerator out of memory: say so
+            msg = " ".join(str(e).split())[:300]
+            rows.append((model, label, None, None, None, None, f"{type(e).__name__}: {msg}"))
+        r = rows[-1]
+        log(f"[{model}] {label}: temp {r[2]}, FLOPs {r[3]}, {r[4]} s/step, diff {r[5]} {r[6]}")
+
+    add("jax.grad (plain)", lambda: (grad, ""))
+    for pol in JAX_POLICIES:
+        policy = getattr(jax.checkpoint_policies, pol)
+
+        def jax_ckpt(policy=policy):
+            wrap = lambda g: jax.checkpoint(g, policy=policy)  # noqa: E731
+            fc, _ = flat(build(heads, wrap), args)
+            return jax.grad(fc, argnums=tuple(range(n))), ""
+
+        add(f"JAX checkpoint({pol}) per layer", jax_ckpt)
+    text = str(jax.make_jaxpr(f)(*leaves))
+    for label, value, option in TOOL_PLANS:
+
+        def tool(option=option, value=value, label=label):
+            g, plans, dt, n_eqns = tool_grad(text, n, option, value, segments)
+            for p in plans:
+                log(f"[{model}] {label}:\n{p}")
+            return tool_fn(g), f"planned in {dt:.2f} s ({n_eqns} eqns)"
+
+        add(label, tool)
+    return rows
+
+
+def table(rows) -> str:
+    out = [
+        "| model | gradient | temp bytes | temp / plain | FLOPs / plain | time / step | "
+        "time / plain | max abs diff | note |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    base: dict[str, tuple] = {}
+    for model, label, temp, fl, t, diff, note in rows:
+        if label.startswith("jax.grad"):
+            base[model] = (temp, fl, t)
+        if temp is None:
+            out.append(f"| {model} | {label} | | | | | | | {note} |")
+            continue
+        b = base.get(model) or (temp, fl, t)
+        if b[0] is None:
+            b = (temp, fl, t)
+        out.append(
+            f"| {model} | {label} | {temp:,} | {temp / max(1, b[0]):.2f}x | {fl / b[1]:.3f}x "
+            f"| {1e3 * t:.2f} ms | {t / b[2]:.2f}x | {diff:.2e} | {note} |"
+        )
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--small", action="store_true", help="tiny sizes: a CPU smoke run")
+    ap.add_argument("--size", choices=("full", "small"), default="full", help="small: --small")
+    ap.add_argument(
+        "--device",
+        default=None,
+        help="the platform to run on (tpu, cpu, ...; default: JAX's default backend)",
+    )
+    ap.add_argument("--out", default=None, help="also write the table to OUT/remat_tpu.md")
+    ap.add_argument("--width", type=int, default=1024)
+    ap.add_argument("--seq", type=int, default=512)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=5, help="timed steps per gradient")
+    ap.add_argument("--segments", default="auto", help="--remat-segments: auto, none or N")
+    ap.add_argument("--no-scan", action="store_true", help="skip the scan twin")
+    ap.add_argument("--quiet", action="store_true", help="do not print the plans")
+    ap.add_argument(
+        "--only",
+        default="",
+        help="comma-separated substrings: measure only the gradients whose label has one "
+        "(the plain gradient always), e.g. --only nothing_saveable,budget",
+    )
+    a = ap.parse_args(argv)
+    if a.small or a.size == "small":
+        a.width, a.seq, a.batch, a.layers, a.heads, a.steps = 64, 16, 2, 4, 4, 2
+    sys.setrecursionlimit(10000)
+    log = (lambda s: None) if a.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
+    only = [o for o in a.only.split(",") if o]
+    dev = jax.devices(a.device)[0] if a.device else jax.devices()[0]
+    head = (
+        f"jax {jax.__version__} on {dev.platform} ({getattr(dev, 'device_kind', '')}); "
+        f"width {a.width}, seq {a.seq}, batch {a.batch}, {a.layers} layers, {a.heads} heads, "
+        f"f32; --remat-segments {a.segments}\n"
+    )
+    print(head, flush=True)
+    with jax.default_device(dev):
+        ps, x = init(jax.random.PRNGKey(0), a.layers, a.width, a.seq, a.batch)
+        rows = rows_for("unrolled", unrolled, (ps, x), a.heads, a.steps, a.segments, log, only)
+        if not a.no_scan:
+            sx = (stack(ps), x)
+            rows += rows_for("scan", scanned, sx, a.heads, a.steps, a.segments, log, only)
+    text = table(rows)
+    print(text)
+    if a.out:
+        import os
+
+        os.makedirs(a.out, exist_ok=True)
+        with open(os.path.join(a.out, "remat_tpu.md"), "w") as f:
+            f.write(head + "\n" + text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
