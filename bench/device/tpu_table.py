@@ -125,8 +125,16 @@ def gb(n) -> str:
     return f"{n / 1e9:.3f} GB" if n >= 1e7 else f"{n / 1e6:.2f} MB"
 
 
+#: inputs larger than this get no CPU reference (the CPU's compile and run of the full-size
+#: transformer's gradient would take minutes of the accelerator's lease)
+CPU_REFERENCE_BYTES = 64 << 20
+
+
 def on_cpu(fn, args):
-    """JAX's outputs on the CPU (f32 products at highest): what a CPU user compares with."""
+    """JAX's outputs on the CPU (f32 products at highest): what a CPU user compares with;
+    None for inputs over CPU_REFERENCE_BYTES."""
+    if sum(np.asarray(a).nbytes for a in args) > CPU_REFERENCE_BYTES:
+        return None
     cpu = jax.devices("cpu")[0]
     with jax.default_matmul_precision("highest"):
         return outs_list(jax.jit(fn)(*[jax.device_put(a, cpu) for a in args]))
