@@ -233,7 +233,7 @@ def main() -> int:
     ap.add_argument("--size", default="full", choices=sorted(models.SIZES))
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    ap.add_argument("--only", default=None, help="programs whose name contains this")
+    ap.add_argument("--only", default=None, help="programs whose name contains one of these (comma-separated)")
     ap.add_argument("--no-commands", action="store_true")
     ap.add_argument(
         "--no-cpu-reference",
@@ -268,7 +268,7 @@ def main() -> int:
     )
     failures = 0
     for name, f, args, argnums, batched in models.cases(a.size):
-        if a.only and a.only not in name:
+        if a.only and not any(part in name for part in a.only.split(",")):
             continue
         try:
             measure(name, f, args, argnums, batched, a.device, a.repeat, table, a.cpu_reference)
