@@ -233,7 +233,9 @@ def main() -> int:
     ap.add_argument("--size", default="full", choices=sorted(models.SIZES))
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    ap.add_argument("--only", default=None, help="programs whose name contains one of these (comma-separated)")
+    ap.add_argument(
+        "--only", default=None, help="programs whose name contains one of these (comma-separated)"
+    )
     ap.add_argument("--no-commands", action="store_true")
     ap.add_argument(
         "--no-cpu-reference",
