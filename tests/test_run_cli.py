@@ -413,3 +413,42 @@ def test_npy_given_as_npz(prog, tmp_path):
     assert r.exit_code == 1
     assert "cannot read arguments from" in r.output
     assert "is not .npy or .npz data (pickles and other formats are never read)" in r.output
+
+
+def test_trace_a_file_with_static_keywords_iree_types_and_x64(tmp_path, monkeypatch):
+    """`trace w/mod.py:f` (a module that is not importable from the folder), `--arg 3x4xf32`
+    (run --input's other spelling), `--kw NAME=JSON` and `--x64` (issue 39, item 14): the
+    jaxpr is JAX's own for the same call."""
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "usermod_kw.py").write_text(
+        "import jax.numpy as jnp\n\ndef f(x, y, depth=1, scale=1.0):\n"
+        "    for _ in range(depth):\n        x = jnp.sin(x) * scale\n    return x @ y\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    argv = ["trace", "w/usermod_kw.py:f", "--arg", "3x4xf32", "--arg", "f32[4]"]
+    r = invoke(*argv, "--kw", "depth=2", "--kw", "scale=0.5")
+    assert r.exit_code == 0, r.output
+
+    def f(x, y, depth=1, scale=1.0):
+        for _ in range(depth):
+            x = jnp.sin(x) * scale
+        return x @ y
+
+    want = jax.make_jaxpr(functools.partial(f, depth=2, scale=0.5))(
+        jax.ShapeDtypeStruct((3, 4), jnp.float32), jax.ShapeDtypeStruct((4,), jnp.float32)
+    )
+    assert r.output == str(want) + "\n"
+    (tmp_path / "w" / "usermod_wide.py").write_text(
+        "import jax.numpy as jnp\n\ndef h(x):\n    return x.astype(jnp.float64) * 2\n"
+    )
+    r = invoke("trace", "w/usermod_wide.py:h", "--arg", "f32[3]", "--x64")
+    assert r.exit_code == 0 and "new_dtype=float64" in r.output and "f64[3]" in r.output
+    r = invoke(*argv, "--kw", "depth=two")
+    assert r.exit_code == 2 and "bad --kw 'depth=two': the value is not JSON" in r.output
+    r = invoke("trace", "w/missing.py:f", "--arg", "f32[]")
+    assert r.exit_code == 1 and "cannot import 'w/missing.py': no such file" in r.output

@@ -4,6 +4,7 @@ rules of its custom_jvp/custom_vjp calls and, on request, the values of its cons
 
 from __future__ import annotations
 
+import functools
 import io
 import re
 import sys
@@ -19,14 +20,22 @@ from .run_inputs import load_npz, npz_list
 from .run_options import device_options
 
 _SPEC = re.compile(r"^\s*([A-Za-z0-9_]+)\[([0-9,\s]*)\]\s*$")
+#: iree-run-module's spelling, which `run --input` reads too: 3x4xf32, f32 (a scalar)
+_IREE_SPEC = re.compile(r"^\s*((?:[0-9]+x)*)([A-Za-z][A-Za-z0-9_]*)\s*$")
 
 
 def parse_spec(spec: str):
     import jax
 
     m = _SPEC.match(spec)
+    iree = None if m else _IREE_SPEC.match(spec)
+    if iree:
+        dims = ",".join(d for d in iree.group(1).split("x") if d)
+        m = _SPEC.match(f"{iree.group(2)}[{dims}]")
     if not m:
-        raise UsageError(f"bad --arg '{spec}': expected a type such as f32[3,4] or i32[]")
+        raise UsageError(
+            f"bad --arg '{spec}': expected a type such as f32[3,4] (or 3x4xf32) or i32[]"
+        )
     try:
         dt = np_dtype(m.group(1)) if m.group(1) != "float32" else np.dtype("float32")
     except KeyError:
@@ -55,6 +64,14 @@ def parse_spec(spec: str):
     help="Example arguments (arg0, arg1, ...).",
 )
 @click.option(
+    "--kw",
+    "kwargs",
+    multiple=True,
+    metavar="NAME=JSON",
+    help="A static keyword argument, its value in JSON (repeat): --kw n=3 --kw mode='\"fast\"'.",
+)
+@click.option("--x64", is_flag=True, help="Trace with 64-bit types (jax_enable_x64).")
+@click.option(
     "-o",
     "--output",
     metavar="OUT.jaxpr",
@@ -74,16 +91,16 @@ def parse_spec(spec: str):
     precision=False,
     help="Where the function runs while it is traced (its constants are computed there).",
 )
-def trace(target, specs, args_npz, output, consts_out, device):
-    """Import MODULE (from the current folder) and print the jaxpr of FUNCTION.
+def trace(target, specs, args_npz, kwargs, x64, output, consts_out, device):
+    """Import MODULE (from the current folder, or a file: path/to/mod.py) and print the
+    jaxpr of FUNCTION.  This runs the module's code: trace only what you trust.
 
     \b
     Example:
       jaxprtool trace model:loss --arg 'f32[8,4]' --arg 'f32[8]' > loss.jaxpr
+      jaxprtool trace models/mlp.py:loss --arg 8x4xf32 --kw depth=3 --x64
       jaxprtool trace model:loss --arg 'f32[8,4]' --consts-out c.npz -o loss.jaxpr
     """
-    import importlib
-    import os
 
     module, sep, func = target.partition(":")
     if not sep or not module or not func:
@@ -99,18 +116,15 @@ def trace(target, specs, args_npz, output, consts_out, device):
         args = [parse_spec(s) for s in specs]
     import contextlib
 
-    wide = any(np.dtype(a.dtype).name in ("float64", "int64", "uint64", "complex128") for a in args)
+    wide = x64 or any(
+        np.dtype(a.dtype).name in ("float64", "int64", "uint64", "complex128") for a in args
+    )
     scope = jax.enable_x64(True) if wide else contextlib.nullcontext()
+    static = _static_kwargs(kwargs)
     from ..backend import get_device
 
     on = jax.default_device(get_device(device))
-    cwd = os.getcwd()
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)
-    try:
-        mod = importlib.import_module(module)
-    except ImportError as e:
-        raise JaxprError(f"cannot import module '{module}': {e}") from None
+    mod = _user_module(module)
     fn = mod
     for part in func.split("."):
         if not hasattr(fn, part):
@@ -120,7 +134,7 @@ def trace(target, specs, args_npz, output, consts_out, device):
         raise JaxprError(f"'{target}' is not callable")
     try:
         with scope, on:
-            j = jax.make_jaxpr(fn)(*args)
+            j = jax.make_jaxpr(functools.partial(fn, **static) if static else fn)(*args)
     except Exception as e:  # noqa: BLE001 - the user's function failed to trace
         raise JaxprError(f"tracing '{target}' failed: {type(e).__name__}: {e}") from None
     text, ours, rules = _with_custom_rules(j, target)
@@ -130,6 +144,52 @@ def trace(target, specs, args_npz, output, consts_out, device):
         np.savez(buf, **{f"const{i}": np.asarray(v) for i, v in enumerate(values)})
         write_output(buf.getvalue(), consts_out)
     write_output(text + "\n", output)
+
+
+def _user_module(module: str):
+    """The user's module: a file (`path/to/mod.py`), run under its own name, or a module
+    importable from the current folder."""
+    import importlib
+    import importlib.util
+    import os
+
+    if module.endswith(".py") or os.sep in module:
+        path = os.path.abspath(module)
+        if not os.path.isfile(path):
+            raise JaxprError(f"cannot import '{module}': no such file")
+        name = os.path.splitext(os.path.basename(path))[0]
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        try:
+            spec.loader.exec_module(mod)  # the user's own code, asked for by `trace`
+        except Exception as e:  # noqa: BLE001 - the module failed: say so, with its error
+            sys.modules.pop(name, None)
+            raise JaxprError(f"cannot import '{module}': {type(e).__name__}: {e}") from None
+        return mod
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise JaxprError(f"cannot import module '{module}': {e}") from None
+
+
+def _static_kwargs(specs) -> dict:
+    """`--kw NAME=JSON` values (JSON, never Python: nothing of the command line is run)."""
+    import json
+
+    out = {}
+    for spec in specs:
+        name, eq, text = spec.partition("=")
+        if not eq or not name.strip().isidentifier():
+            raise UsageError(f"bad --kw '{spec}': expected NAME=JSON, e.g. --kw n=3")
+        try:
+            out[name.strip()] = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise UsageError(f"bad --kw '{spec}': the value is not JSON ({e.msg})") from None
+    return out
 
 
 def _with_custom_rules(closed, target: str):
