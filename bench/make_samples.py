@@ -14,6 +14,11 @@ def mlp_loss(w1, b1, w2, b2, x, y):
     return jnp.mean((pred - y) ** 2)
 
 
+def loss(w, x, y):
+    """One example's loss: the README's examples run on it (per-example grads with vmap)."""
+    return jnp.sum((jnp.tanh(x @ w) - y) ** 2)
+
+
 def sin_cos(x, y):
     return jnp.sin(x) * jnp.cos(y) + x
 
@@ -50,6 +55,7 @@ SAMPLES = {
             jnp.ones((5, 2), f32),
         ],
     ),
+    "loss": (loss, [jnp.ones((4, 2), f32), jnp.ones(4, f32), jnp.ones(2, f32)]),
     "sin_cos": (sin_cos, [jnp.ones(3, f32), jnp.ones(3, f32)]),
     "attention": (attention, [jnp.ones((4, 8), f32), jnp.ones((6, 8), f32), jnp.ones((6, 8), f32)]),
     "rnn": (rnn, [jnp.ones(4, f32), jnp.ones((5, 4), f32), jnp.ones((4, 4), f32)]),
