@@ -150,7 +150,7 @@ def test_verify_each_after_an_ad_transformation(monkeypatch):
     import jaxprtool.ad.api as api
 
     real = api.vjp_jaxpr
-    monkeypatch.setattr(api, "vjp_jaxpr", lambda j, argnums=None: break_first_result(real(j)))
+    monkeypatch.setattr(api, "vjp_jaxpr", lambda j, argnums=None, **kw: break_first_result(real(j)))
     r = invoke("vjp", str(SAMPLES / "sin_cos.jaxpr"), "--verify-each")
     assert r.exit_code == 1 and r.stdout == ""
     assert "the program after 'vjp (1/2)' does not pass the checker" in r.stderr
