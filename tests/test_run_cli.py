@@ -452,3 +452,26 @@ def test_trace_a_file_with_static_keywords_iree_types_and_x64(tmp_path, monkeypa
     assert r.exit_code == 2 and "bad --kw 'depth=two': the value is not JSON" in r.output
     r = invoke("trace", "w/missing.py:f", "--arg", "f32[]")
     assert r.exit_code == 1 and "cannot import 'w/missing.py': no such file" in r.output
+
+
+def test_xla_names_point_back_into_the_jaxpr_file(tmp_path):
+    """compile names XLA's module after the file (jit_loss, not jit_f), its parameters after
+    the binders (not xs[0]) and each operation's op_name after the equation's FILE:LINE:COL,
+    so that XLA's dumps and a profiler's trace point into the jaxpr (issue 39, item 15); run
+    --profile DIR writes JAX's profiler trace there."""
+    from pathlib import Path
+
+    sample = Path(__file__).resolve().parents[1] / "samples" / "loss.jaxpr"
+    text = sample.read_text()
+    f = tmp_path / "my-loss.jaxpr"
+    f.write_text(text)
+    r = invoke("compile", f, "--emit", "optimized-hlo")
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith("HloModule jit_my_loss,")
+    line = next(i for i, x in enumerate(text.splitlines(), 1) if "= tanh" in x)
+    assert f'op_name="jit(my_loss)/my-loss.jaxpr:{line}:5/tanh"' in r.output
+    assert 'op_name="a"' in r.output and "xs[0]" not in r.output
+    prof = tmp_path / "prof"
+    r = invoke("run", f, "--random", "0", "--profile", prof, "--print-values", "none")
+    assert r.exit_code == 0, r.output
+    assert list(prof.rglob("*.xplane.pb")) and list(prof.rglob("*.trace.json.gz"))

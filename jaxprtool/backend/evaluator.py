@@ -11,6 +11,9 @@ Two modes share one walker:
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
 from typing import Any, Callable
 
 from ..core import Eqn, Jaxpr, JaxprError, Literal, ShapedArray, Var
@@ -91,6 +94,27 @@ def eqn_text(eqn: Eqn, names: Callable[[Any], str]) -> str:
     return f"{outs} = {eqn.prim}{'[' + ps + ']' if ps else ''} {ins}".rstrip()
 
 
+def located(eqn: Eqn):
+    """JAX's name scope `FILE:LINE:COL` (the file's base name) around an equation's lowering,
+    so that XLA's HLO metadata (op_name), its dumps and a profiler's trace point back into the
+    jaxpr file; no scope for an equation without a location."""
+    loc = eqn.loc
+    if loc is None:
+        return contextlib.nullcontext()
+    import jax
+
+    return jax.named_scope(f"{os.path.basename(loc.file)}:{loc.line}:{loc.col}")
+
+
+def module_name(jaxpr: Jaxpr) -> str:
+    """The name XLA's module gets (`jit_NAME`): the jaxpr file's stem as an identifier, or
+    `jaxpr` for a program with no file."""
+    loc = next((e.loc for e in jaxpr.eqns if e.loc is not None), None)
+    stem = os.path.splitext(os.path.basename(loc.file))[0] if loc else ""
+    name = re.sub(r"\W", "_", stem).strip("_")
+    return name if name and not name[0].isdigit() else f"jaxpr_{name}".rstrip("_")
+
+
 class Namer:
     def __init__(self):
         self.names: dict[int, str] = {}
@@ -163,7 +187,8 @@ class Interpreter:
 
         for eqn in jaxpr.eqns:
             invals = [read(a, eqn, k) for k, a in enumerate(eqn.inputs)]
-            outs = self.eqn(eqn, invals, path)
+            with located(eqn):
+                outs = self.eqn(eqn, invals, path)
             if len(outs) != len(eqn.outputs):
                 raise JaxprError(
                     f"'{eqn.prim}' produced {len(outs)} results, the equation binds {len(eqn.outputs)}",

@@ -85,7 +85,26 @@ def as_jax_function(
         outs = interp.run(jaxpr, top, xs[nc:])
         return _unwrap_keys(jaxpr, outs)
 
+    from .evaluator import module_name
+
+    f.__name__ = f.__qualname__ = module_name(jaxpr)  # XLA's module: jit_<file's stem>
+    f.__signature__ = _binder_signature(cvars + list(jaxpr.invars))  # JAX's argument names
     return f
+
+
+def _binder_signature(binders):
+    """A signature whose parameters are the binders' names (`a`, `b`, ...; unique, else
+    `argN`), which JAX gives XLA's parameters instead of `xs[0]`, `xs[1]`."""
+    import inspect
+
+    names, seen = [], set()
+    for i, v in enumerate(binders):
+        n = v.hint if v.hint and v.hint.isidentifier() and v.hint not in seen else f"arg{i}"
+        while n in seen:
+            n = f"{n}_"
+        seen.add(n)
+        names.append(inspect.Parameter(n, inspect.Parameter.POSITIONAL_ONLY))
+    return inspect.Signature(names)
 
 
 def _wrap_keys(jaxpr, xs, vs=None) -> list:

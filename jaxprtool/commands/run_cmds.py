@@ -47,6 +47,7 @@ def run(
     trace_,
     debug_nans,
     repeat,
+    profile,
     no_cache,
 ):
     """Run FILE through XLA (via JAX) on the given inputs.
@@ -82,7 +83,7 @@ def run(
         jaxpr, args_npz, arg_files, seed, consts_npz, dims, inline=inline
     )
     want = None if expected is None else run_io.load_expected(expected, jaxpr.outvars, dims)
-    with progress(f"running {file or '<stdin>'}"):
+    with progress(f"running {file or '<stdin>'}"), _profiled(profile):
         if eager or trace_ or debug_nans:
             tr = (lambda line: click.echo(line)) if trace_ else None
             outs = backend.eval_eager(
@@ -110,6 +111,20 @@ def _repeated(call, repeat: int):
         if spent >= REPEAT_BUDGET_S:
             return times[: k + 1], outs
     return times, outs
+
+
+def _profiled(folder: str | None):
+    """JAX's profiler trace of the block into `folder` (said on standard error), or nothing."""
+    if folder is None:
+        return contextlib.nullcontext()
+    import jax
+
+    click.echo(
+        f"note: JAX's profiler trace goes to {folder} (tensorboard --logdir {folder}, or its "
+        "*.trace.json.gz in Perfetto); XLA's operations are named FILE:LINE:COL/primitive",
+        err=True,
+    )
+    return jax.profiler.trace(folder)
 
 
 def _timed(jaxpr, args, consts, dims, device, repeat):

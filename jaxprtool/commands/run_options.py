@@ -256,4 +256,11 @@ _RUN_OPTIONS = [
         help=f"Time compilation and N executions (at most {MAX_REPEAT:,}; the runs stop once "
         f"they have taken {REPEAT_BUDGET_S:g} s).",
     ),
+    click.option(
+        "--profile",
+        metavar="DIR",
+        type=OUT_ARG,
+        help="Write JAX's profiler trace of the run into DIR (TensorBoard, XProf, Perfetto); "
+        "XLA's operations are named after the jaxpr's FILE:LINE:COL.",
+    ),
 ]
