@@ -486,16 +486,42 @@ def write_program(text: str, out: str | None) -> None:
 class progress:
     """A transient rich status line on standard error for work that may take a while: shown
     only on a terminal, and only once the work has run for `delay` seconds; never when
-    standard error is piped.  `update(text)` changes the line."""
+    standard error is piped.  It reads `DESCRIPTION: stage: 1,234 of 5,678 steps (21%),
+    12 s`: `update(text)` changes the description, `stage(name)` (or `progress_stage`, from
+    code that has no handle) names the phase, `count(done, total)` the steps done, and the
+    elapsed time ticks on its own.  A progress opened inside another shows in the outer one's
+    line (one status line at a time)."""
+
+    #: the progress lines open now, outermost first
+    open: list = []
 
     def __init__(self, description: str, delay: float = 1.0):
         self.description = description
         self.delay = delay
+        self.phase = None
+        self.done = None
         self.status = None
         self.timer = None
         self.lock = None
+        self.start_time = None
+        self.outer = None
+
+    @property
+    def active(self) -> bool:
+        """Whether this line can be shown (a terminal): callers skip counting otherwise."""
+        return self.lock is not None or (self.outer is not None and self.outer.active)
 
     def __enter__(self):
+        import time
+
+        self.start_time = time.monotonic()
+        if progress.open:
+            self.outer = progress.open[-1]
+            self.saved = (self.outer.description, self.outer.phase, self.outer.done)
+            self.outer._set(self.description, None, None)
+            progress.open.append(self)
+            return self
+        progress.open.append(self)
         if not is_terminal(sys.stderr) or os.environ.get("TERM") == "dumb":
             return self
         import threading
@@ -506,22 +532,71 @@ class progress:
         self.timer.start()
         return self
 
+    def _text(self) -> str:
+        import time
+
+        parts = [self.description]
+        if self.phase:
+            parts.append(self.phase)
+        if self.done is not None:
+            k, n = self.done
+            parts.append(f"{k:,} of {n:,} steps ({100 * k // max(n, 1)}%)")
+        return ": ".join(parts) + f", {time.monotonic() - self.start_time:.0f} s"
+
     def _start(self):
+        import threading
+
         with self.lock:
             if self.timer is None:
                 return
-            self.status = console(sys.stderr).status(self.description)
+            self.status = console(sys.stderr).status(self._text())
             self.status.start()
+        threading.Thread(target=self._tick, daemon=True).start()
 
-    def update(self, description: str) -> None:
-        self.description = description
+    def _tick(self):
+        import time
+
+        while True:
+            time.sleep(0.5)
+            with self.lock:
+                if self.status is None:
+                    return
+                self.status.update(self._text())
+
+    def _set(self, description, phase, done) -> None:
+        if self.outer is not None:
+            self.outer._set(description, phase, done)
+            return
+        self.description, self.phase, self.done = description, phase, done
         if self.lock is None:
             return
         with self.lock:
             if self.status is not None:
-                self.status.update(description)
+                self.status.update(self._text())
+
+    def _current(self):
+        outer = self
+        while outer.outer is not None:
+            outer = outer.outer
+        return outer
+
+    def update(self, description: str) -> None:
+        self._set(description, None, None)
+
+    def stage(self, name: str | None) -> None:
+        top = self._current()
+        self._set(top.description, name, None)
+
+    def count(self, done: int, total: int) -> None:
+        top = self._current()
+        self._set(top.description, top.phase, (done, total))
 
     def __exit__(self, *exc):
+        if progress.open and progress.open[-1] is self:
+            progress.open.pop()
+        if self.outer is not None:
+            self.outer._set(*self.saved)
+            return False
         if self.lock is None:
             return False
         with self.lock:
@@ -531,6 +606,23 @@ class progress:
                 self.status.stop()
                 self.status = None
         return False
+
+
+@contextlib.contextmanager
+def progress_stage(name: str):
+    """Name the phase `name` in the open progress line (parse, check, print, ...) while the
+    block runs; nothing when none is open."""
+    if not progress.open:
+        yield
+        return
+    line = progress.open[-1]
+    top = line._current()
+    saved = top.phase, top.done
+    line.stage(name)
+    try:
+        yield
+    finally:
+        top._set(top.description, *saved)
 
 
 _sources: dict[str, str] = {}

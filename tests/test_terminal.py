@@ -410,3 +410,43 @@ def test_run_summary_keeps_type_and_statistics_whole_and_cuts_the_preview(monkey
         for stat in ("f32[4,8]", "-1.23457", "2.34568", "0.555556", "f32[]", "4.17712"):
             assert stat in "".join(rows), (stat, rows)
         assert ("…" in rows[0]) == preview and ("values" in lines[2]) == preview
+
+
+def test_progress_shows_the_stage_the_steps_and_the_elapsed_time(monkeypatch):
+    """Long work shows where it is (issue 39, item 18): the phase, the steps done of the
+    total and the seconds so far; a progress opened inside another shows in the outer line."""
+    from rich.console import Console
+
+    buf = FakeTTY()
+    monkeypatch.setattr(
+        io, "console", lambda stream=None, **kw: Console(file=buf, force_terminal=True)
+    )
+    monkeypatch.setattr(io, "is_terminal", lambda stream=None: True)
+    with io.progress("grad f.jaxpr", delay=0.0) as p:
+        assert p.active
+        with io.progress("differentiating f.jaxpr") as inner:
+            inner.stage("transpose walk")
+            inner.count(64, 128)
+            time.sleep(0.8)
+    shown = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", buf.getvalue())
+    assert "differentiating f.jaxpr: transpose walk: 64 of 128 steps (50%), 0 s" in shown
+
+
+def test_the_walks_report_their_steps_to_the_progress_line():
+    """The AD walks tell the progress line their phase and how many equations are done
+    (the observer the AD commands install on a terminal)."""
+    from jaxprtool.ad import observe
+    from jaxprtool.ad.api import grad_jaxpr
+    from jaxprtool.text.parser import parse
+
+    def name(i):  # JAX's names: a ... z, ba, bb, ...
+        return "abcdefghijklmnopqrstuvwxyz"[i] if i < 26 else name(i // 26) + name(i % 26)
+
+    n = 200
+    body = "\n".join(f"    {name(i + 1)}:f32[] = sin {name(i)}" for i in range(n))
+    text = f"{{ lambda ; a:f32[]. let\n{body}\n  in ({name(n)},) }}\n"
+    stages, counts = [], []
+    with observe.observing(observe.StepCounter(lambda k, t: counts.append((k, t)), stages.append)):
+        grad_jaxpr(parse(text, "chain.jaxpr").jaxpr, (0,))
+    assert stages == ["forward (jvp) walk", "transpose walk"]
+    assert counts[-1][0] == counts[-1][1] and (64, n) in counts

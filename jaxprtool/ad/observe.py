@@ -43,6 +43,34 @@ _NOTES: contextvars.ContextVar = contextvars.ContextVar("jaxprtool_ad_notes", de
 _NESTED: contextvars.ContextVar = contextvars.ContextVar("jaxprtool_ad_nested", default=False)
 
 
+class StepCounter:
+    """An observer that reports how far the outermost walk is: `stage("jvp"|"transpose")`
+    when a walk begins, `count(done, total)` every few equations (the progress line)."""
+
+    EVERY = 64
+
+    def __init__(self, count, stage):
+        self.count, self.stage = count, stage
+        self.done = self.total = 0
+
+    def _begin(self, name: str, jaxpr) -> None:
+        self.done, self.total = 0, len(jaxpr.eqns)
+        self.stage(name)
+
+    def jvp_begin(self, jaxpr, *_):
+        self._begin("forward (jvp) walk", jaxpr)
+
+    def transpose_begin(self, jaxpr, *_):
+        self._begin("transpose walk", jaxpr)
+
+    def _step(self, *_):
+        self.done += 1
+        if self.done % self.EVERY == 0 or self.done == self.total:
+            self.count(self.done, self.total)
+
+    jvp_step = transpose_step = forward_step = _step
+
+
 @contextlib.contextmanager
 def observing(observer):
     token = _OBSERVER.set(observer)

@@ -3,6 +3,7 @@ printed jaxpr (see docs/AD_DESIGN.md and docs/LINEARIZE_FORM.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import click
@@ -335,7 +336,13 @@ def _drive(file, out, opt, show_diff, custom_rules, inst, split, name, body) -> 
     steps = _pipeline_steps(opt)
 
     def each(part):
-        return body(_Job(part, steps, show_diff, custom_rules, inst, name))
+        from ..ad import observe
+        from ..io import progress
+
+        with progress(f"{name} {part.path}") as line:
+            counting = observe.StepCounter(line.count, line.stage) if line.active else None
+            with observe.observing(counting) if counting else contextlib.nullcontext():
+                return body(_Job(part, steps, show_diff, custom_rules, inst, name))
 
     with light_dtypes():  # dtype parameters stay names: no numpy import
         ok = run_parts([file], split, each, out, inst)

@@ -116,9 +116,15 @@ def _startup() -> float | None:
     return process_age() if cli.is_standalone() else None
 
 
+@contextmanager
 def timed(name: str):
-    """A context that adds its wall time to stage `name` of the running --timing table."""
-    return TIMER.stage(name) if TIMER is not None else nullcontext()
+    """A context that adds its wall time to stage `name` of the running --timing table and
+    names the stage in the progress line (on a terminal)."""
+    from ..io import progress, progress_stage
+
+    staged = progress_stage(name) if progress.open else nullcontext()
+    with staged, TIMER.stage(name) if TIMER is not None else nullcontext():
+        yield
 
 
 # ---------------------------------------------------------------- instruments
