@@ -8,6 +8,9 @@ BIN := $(VENV)/bin
 # the tool and JAX (all `make demo` needs); the test tools, the zoo's libraries and
 # matplotlib (memory --plot) on top
 STAMP := $(VENV)/.installed
+# pip quietly: setuptools' "Editable installation" banner is a warning of its build, which
+# says nothing to someone running make
+PIP := PYTHONWARNINGS=ignore $(BIN)/python -m pip
 TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: install install-test browser bytecode demo test test-floor test-full lint bench fuzz clean tpu-wheels
@@ -25,14 +28,14 @@ bytecode: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[jax]'
+	$(PIP) install -q -e '.[jax]'
 	@# the `fast` extra, from a wheel only (no compiler run, no build log where there is none)
-	$(BIN)/python -m pip install -q --only-binary lark-cython -e '.[fast]' 2>/dev/null \
+	$(PIP) install -q --only-binary lark-cython -e '.[fast]' 2>/dev/null \
 		|| echo "lark-cython has no wheel here: the pure-Python parser is used"
 	touch $(STAMP)
 
 $(TEST_STAMP): $(STAMP)
-	$(BIN)/python -m pip install -q -e '.[test,zoo,plot]'
+	$(PIP) install -q -e '.[test,zoo,plot]'
 	touch $(TEST_STAMP)
 
 demo: install
@@ -98,7 +101,7 @@ endif
 # the browser checks of tests/test_browser.py: selenium, and Debian's chromium, its driver and
 # Graphviz where this user may install them (else those tests are skipped, saying why)
 browser: install-test
-	$(BIN)/python -m pip install -q -e '.[browser]'
+	$(PIP) install -q -e '.[browser]'
 	@command -v chromedriver >/dev/null && command -v dot >/dev/null || { \
 		[ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
 		&& apt-get update -q >/dev/null \
