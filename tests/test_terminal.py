@@ -450,3 +450,22 @@ def test_the_walks_report_their_steps_to_the_progress_line():
         grad_jaxpr(parse(text, "chain.jaxpr").jaxpr, (0,))
     assert stages == ["forward (jvp) walk", "transpose walk"]
     assert counts[-1][0] == counts[-1][1] and (64, n) in counts
+
+
+def test_the_no_change_note_of_a_diff_follows_the_colour_settings():
+    """`opt --diff`'s "no change" note is coloured as the diff would be: FORCE_COLOR on a
+    pipe, not with NO_COLOR or --color never (issue 39, item 10)."""
+    sample = str(SAMPLES / "sin_cos.jaxpr")
+    for diff in ("--diff", "--diff=text"):
+        forced = invoke(
+            ["opt", "-p", "dce", diff, sample], env={"FORCE_COLOR": "1", "NO_COLOR": None}
+        )
+        assert forced.exit_code == 0 and "no change" in forced.stderr
+        assert ANSI.search(forced.stderr), forced.stderr
+        for args, env in (
+            ([], {"FORCE_COLOR": "1", "NO_COLOR": "1"}),
+            (["--color", "never"], {"FORCE_COLOR": "1"}),
+            ([], {"FORCE_COLOR": None, "NO_COLOR": None}),
+        ):
+            plain = invoke([*args, "opt", "-p", "dce", diff, sample], env=env)
+            assert plain.stderr == ANSI.sub("", forced.stderr)

@@ -68,6 +68,19 @@ def show_text(text: str, stream=None) -> None:
         stream.flush()
 
 
+def note(text: str) -> None:
+    """A note beside a diff on standard error, styled as the diff is coloured (`--color`,
+    NO_COLOR, FORCE_COLOR, a terminal: `io.use_color`)."""
+    if use_color(sys.stderr):
+        from rich.text import Text
+
+        from ..io import console
+
+        console(sys.stderr, soft_wrap=True).print(Text(text, style="cyan"))
+    else:
+        click.echo(text, err=True)
+
+
 def show_diff(
     before_text: str, after_text: str, a_name: str = "before", b_name: str = "after"
 ) -> None:
@@ -75,7 +88,7 @@ def show_diff(
     if d:
         show_text(d)
     else:
-        click.echo(f"(no change: {b_name} is identical to {a_name})", err=True)
+        note(f"(no change: {b_name} is identical to {a_name})")
 
 
 def show_change(
@@ -106,7 +119,7 @@ def show_change(
         names_b=printed_names(after, style),
     )
     if d is None:
-        click.echo(f"(no change: {b_name} is {a_name} up to variable names)", err=True)
+        note(f"(no change: {b_name} is {a_name} up to variable names)")
     else:
         show_text(d)
 
