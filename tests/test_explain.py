@@ -178,6 +178,21 @@ def test_html(tmp_path):
         assert HEADINGS[n] in page
     assert "defbilinear" in page
     assert not list(tmp_path.glob(".jaxprtool-*"))  # written atomically, no temp file left
+    assert r.stdout == ""  # the page alone, as `graph -o` (issue 39, item 2)
+
+
+def test_piped_output_never_wraps():
+    """Piped, no line of the walk is cut at rich's 80 columns (the README: piped output never
+    wraps); the same lines as at 400 columns, but for the headings' rules (issue 39, 2)."""
+
+    def lines(*width):
+        r = invoke(str(SAMPLES / "sin_cos.jaxpr"), "--no-color", "--mode", "vjp", *width)
+        assert r.exit_code == 0, r.output
+        return [ln.rstrip() for ln in r.stdout.splitlines() if "──" not in ln]
+
+    piped = lines()
+    assert max(map(len, piped)) > 80
+    assert piped == lines("--width", "400")
 
 
 def test_missing_transpose_stops_the_walk(tmp_path, monkeypatch):

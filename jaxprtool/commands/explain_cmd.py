@@ -59,7 +59,8 @@ from .run_options import device_options, dim_option, parse_dims
     "html_out",
     metavar="OUT.html",
     type=OUT_ARG,
-    help="Also write the walk as an HTML page.",
+    help="Write the walk as an HTML page instead of printing it (as `graph -o` writes only "
+    "its file; errors and a failed check are still said on standard error).",
 )
 @click.option("--width", type=click.IntRange(60, 400), default=None, help="Output width.")
 @custom_rules_option
@@ -143,10 +144,12 @@ def _explain(
 
     if no_color:
         _io.COLOR_MODE = "never"
-    # rich decides the width (the terminal's; else COLUMNS, else 80) unless --width says
-    console = _io.console(sys.stdout, width=width)
-    render(data, console)
-    if html_out:
+    if not html_out:
+        # rich decides the width (the terminal's; else COLUMNS, else 80) unless --width
+        # says; only a terminal or --width wraps lines (piped, a line is never cut)
+        console = _io.console(sys.stdout, width=width)
+        render(data, console, wrap=width is not None or _io.is_terminal(sys.stdout))
+    else:
         rec = Console(
             record=True,
             file=io.StringIO(),
@@ -170,4 +173,6 @@ def _explain(
     if data.error is not None:
         raise data.error
     if not data.passed:
+        if html_out:
+            raise JaxprError(f"a check failed: the walk in '{html_out}' shows which")
         sys.exit(1)

@@ -30,8 +30,9 @@ def _small(a) -> str | None:
 class _Out:
     """Lines, code blocks and headings on one console."""
 
-    def __init__(self, console):
+    def __init__(self, console, wrap: bool = True):
         self.console = console
+        self.wrap = wrap
 
     def line(self, *parts, indent=0):
         from rich.text import Text
@@ -42,7 +43,7 @@ class _Out:
                 t.append(p[0], style=p[1])
             else:
                 t.append(p)
-        self.console.print(t, soft_wrap=False)
+        self.console.print(t, soft_wrap=not self.wrap)
 
     def code(self, text, indent=4, style="cyan"):
         for ln in text.splitlines():
@@ -66,11 +67,12 @@ class _Out:
         self.console.print()
 
 
-def render(data: ExplainData, console) -> None:
-    """Print the walk on a rich Console (Text objects only: program text is never markup)."""
+def render(data: ExplainData, console, wrap: bool = True) -> None:
+    """Print the walk on a rich Console (Text objects only: program text is never markup);
+    `wrap=False`: no line is cut at the console's width (a pipe, a file)."""
     from rich.text import Text
 
-    out = _Out(console)
+    out = _Out(console, wrap)
     console.print(
         Text(f"explain {data.label}  (mode {data.mode})", style="bold underline"), soft_wrap=True
     )
