@@ -45,15 +45,23 @@ from .shapes.util import types_agree
 class Diagnostic(JaxprError):
     """A located finding of the checker: kind is "error" or "warning"."""
 
-    def __init__(self, kind: str, message: str, loc: Loc | None = None, where: str | None = None):
+    def __init__(
+        self,
+        kind: str,
+        message: str,
+        loc: Loc | None = None,
+        where: str | None = None,
+        code: str | None = None,
+    ):
         super().__init__(message, loc)
         self.kind = kind
+        self.code = code  # `diagnostics.CODES`: E1xx, W001
         # without a location: "inputs" or "outputs" of the top-level jaxpr (a jaxpr without
         # equations has no position of its own); `io.report` finds them in the source
         self.where = where
 
     def __repr__(self) -> str:
-        return f"Diagnostic({self.kind!r}, {self.message!r}, {self.loc!r})"
+        return f"Diagnostic({self.kind!r}, {self.message!r}, {self.loc!r}, code={self.code!r})"
 
 
 def check(jaxpr: Jaxpr, path: str | None = None, *, check_names: bool = False) -> list[Diagnostic]:
@@ -95,11 +103,12 @@ class _Checker:
         #: before, at a fraction of `equation_key`'s cost) -> the atoms whose types they name
         self.passed_alike: dict[tuple, tuple] = {}
 
-    def err(self, message, loc, where=None):
-        self.diags.append(Diagnostic("error", message, loc, where if loc is None else None))
+    def err(self, code, message, loc, where=None):
+        where = where if loc is None else None
+        self.diags.append(Diagnostic("error", message, loc, where, code))
 
-    def warn(self, message, loc):
-        self.diags.append(Diagnostic("warning", message, loc))
+    def warn(self, code, message, loc):
+        self.diags.append(Diagnostic("warning", message, loc, code=code))
 
     def jaxpr(self, j: Jaxpr, where: Loc | None) -> None:
         if id(j) in self.seen:
@@ -112,17 +121,20 @@ class _Checker:
 
         def bind(v: Var, loc, where=None):
             if not isinstance(v, Var):
-                self.err(f"binder {v!r} is not a variable", loc, where)
+                self.err("E104", f"binder {v!r} is not a variable", loc, where)
                 return
             if not isinstance(v.type, _BINDER_TYPES):
-                self.err(f"variable '{_name(v)}' has no type", loc, where)
+                self.err("E104", f"variable '{_name(v)}' has no type", loc, where)
             if v in defined:
-                self.err(f"variable '{_name(v)}' is bound more than once", loc, where)
+                self.err("E102", f"variable '{_name(v)}' is bound more than once", loc, where)
             defined.add(v)
             if check_names and v.hint and v.hint != "_":
                 if v.hint in names:
                     self.err(
-                        f"variable '{v.hint}' is bound more than once in this jaxpr", loc, where
+                        "E102",
+                        f"variable '{v.hint}' is bound more than once in this jaxpr",
+                        loc,
+                        where,
                     )
                 names[v.hint] = 1
 
@@ -169,9 +181,11 @@ class _Checker:
             if isinstance(a, Literal):
                 bad = _literal_problem(a)
                 if bad:
-                    self.err(bad, last_loc, "outputs")
+                    self.err("E105", bad, last_loc, "outputs")
             if isinstance(a, Var) and a not in defined:
-                self.err(f"output variable '{_name(a)}' is not defined", last_loc, "outputs")
+                self.err(
+                    "E103", f"output variable '{_name(a)}' is not defined", last_loc, "outputs"
+                )
 
     def eqn(self, e: Eqn, defined: set[Var]) -> None:
         ok = True
@@ -180,10 +194,10 @@ class _Checker:
             if isinstance(a, Literal):
                 bad = _literal_problem(a)
                 if bad:
-                    self.err(bad, e.loc)
+                    self.err("E105", bad, e.loc)
                 plain = plain and a.typed
             elif isinstance(a, Var) and a not in defined:
-                self.err(f"variable '{_name(a)}' used before definition", e.loc)
+                self.err("E101", f"variable '{_name(a)}' used before definition", e.loc)
                 ok = False
         if not ok:
             return
@@ -207,7 +221,10 @@ class _Checker:
             if e.prim not in self.warned_unknown:
                 self.warned_unknown.add(e.prim)
                 self.warn(
-                    f"unknown primitive '{e.prim}': result types taken from the binders", e.loc
+                    "W001",
+                    f"unknown primitive '{e.prim}': result types taken from the binders"
+                    + _did_you_mean(e.prim),
+                    e.loc,
                 )
             return
         try:
@@ -216,12 +233,13 @@ class _Checker:
             msg = str(ex)
             if not msg.startswith(e.prim):
                 msg = f"{e.prim}: {msg}"
-            self.err(msg, e.loc)
+            self.err("E110", msg, e.loc)
             return
         except Exception as ex:  # noqa: BLE001 - an odd parameter must not crash the checker
             # a parameter of the wrong kind (`integer_pow[y=(5,)]`): the rule fails where JAX
             # would too; an error, so that no command transforms what could not be checked
             self.err(
+                "E113",
                 f"{e.prim}: the equation cannot be checked ({type(ex).__name__}: {ex}); "
                 "a parameter is probably malformed",
                 e.loc,
@@ -229,6 +247,7 @@ class _Checker:
             return
         if len(inferred) != len(declared):
             self.err(
+                "E112",
                 f"{e.prim}: the equation binds {len(declared)} result{'s' if len(declared) != 1 else ''}, "
                 f"but the primitive returns {len(inferred)} {_fmt_types(inferred)}",
                 e.loc,
@@ -237,7 +256,7 @@ class _Checker:
         for i, (d, t) in enumerate(zip(declared, inferred)):
             if not types_agree(d, t):
                 which = "result" if len(declared) == 1 else f"result {i}"
-                self.err(f"{e.prim}: {which} type {d} does not match inferred {t}", e.loc)
+                self.err("E111", f"{e.prim}: {which} type {d} does not match inferred {t}", e.loc)
 
     def _infer(self, e: Eqn, in_types, declared):
         untyped = [i for i, a in enumerate(e.inputs) if isinstance(a, Literal) and not a.typed]
@@ -257,6 +276,17 @@ class _Checker:
         if first_exc is not None:
             raise first_exc
         return infer_types(e.prim, in_types, e.params, declared)
+
+
+def _did_you_mean(name: str) -> str:
+    """`; did you mean 'tanh'?` for a misspelt primitive (the closest known name), or ''."""
+    import difflib
+
+    from .record import records
+
+    known = [n for n, r in records().items() if r.shape_rule is not None]
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+    return f"; did you mean '{close[0]}'?" if close else ""
 
 
 def _names_unique(j: Jaxpr) -> bool:

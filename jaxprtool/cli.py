@@ -192,12 +192,16 @@ class LazyGroup(click.Group):
     def invoke(self, ctx):
         """Run the command; the machine-readable diagnostics it collected (json, sarif) are
         written when it ends, however it ends."""
-        from . import diagnostics
+        from . import diagnostics, io
 
         try:
             return super().invoke(ctx)
         finally:
-            diagnostics.end()
+            try:
+                diagnostics.end(write_file=io.write_output)
+            except UsageProblem as e:  # --output-file could not be written after all
+                report(e)
+                sys.exit(2)
 
     def resolve_command(self, ctx, args):
         if args and not args[0].startswith("-") and args[0] not in COMMANDS:
@@ -265,6 +269,17 @@ def _set_output_format(ctx, param, value):
 
     if value is not None:
         diagnostics.set_format(value)
+
+
+def _set_output_file(ctx, param, value):
+    from . import diagnostics, io
+
+    if value is not None:
+        try:
+            io.check_writable(value)
+        except UsageProblem as e:
+            raise click.BadParameter(e.message, ctx, param) from None
+        diagnostics.set_output_file(value)
 
 
 def _set_max_equations(ctx, param, value):
@@ -373,10 +388,22 @@ def _global_option_specs() -> list[tuple[list[str], dict]]:
                 type=click.Choice(["text", "json", "github", "sarif"]),
                 default=None,
                 metavar="FORMAT",
-                help="How errors and warnings are written (on standard error): text "
-                "(FILE:LINE:COL: error: ...), json (one array), github (GitHub Actions "
-                "annotations) or sarif (SARIF 2.1.0).  After `run`, whose --output-format "
+                help="How errors and warnings are written: text (FILE:LINE:COL: error: "
+                "message, `check` adding [CODE]; on standard error), json (one array), "
+                "github (GitHub Actions annotations) or sarif (SARIF 2.1.0), on standard "
+                "output when the command writes its result to a file or has none "
+                "(`check`), else on standard error.  After `run`, whose --output-format "
                 "is its own, this is --diagnostic-format.",
+            ),
+        ),
+        (
+            ["--output-file", "diagnostic_file"],
+            dict(
+                default=None,
+                metavar="FILE",
+                type=click.Path(dir_okay=False, allow_dash=True),
+                help="Write the diagnostics (in --output-format) to FILE instead, when the "
+                "command ends (as ruff's --output-file).",
             ),
         ),
     ]
@@ -391,6 +418,7 @@ _GLOBAL_CALLBACKS = {
     "max_equations": _set_max_equations,
     "max_input_size": _set_max_input_size,
     "diagnostic_format": _set_output_format,
+    "diagnostic_file": _set_output_file,
 }
 
 
@@ -413,7 +441,28 @@ def _add_global_options(cmd: click.Command) -> None:
             [free[0], *names], expose_value=False, callback=_GLOBAL_CALLBACKS[key], **kw
         )
         cmd.params.append(opt)
+    invoke = cmd.invoke
+
+    def invoke_with_stdout_known(ctx):
+        from . import diagnostics
+
+        diagnostics.set_stdout_free(_stdout_free(cmd.name, ctx.params))
+        diagnostics.set_show_codes(cmd.name == "check")
+        return invoke(ctx)
+
+    cmd.invoke = invoke_with_stdout_known
     cmd._jaxprtool_globals = True
+
+
+def _stdout_free(name: str, params: dict) -> bool:
+    """Whether a command leaves standard output to the machine diagnostics: `check`, whose
+    result is its diagnostics, or a command told to write its result to a file (`-o OUT`);
+    a command whose result goes to standard output (a program, a table, a diff) keeps the
+    diagnostics on standard error, as `ruff check --fix -` does."""
+    if name == "check":
+        return True
+    out = params.get("out", params.get("output"))
+    return isinstance(out, str) and out != "-"
 
 
 def _print_version(ctx, param, value):
@@ -466,7 +515,15 @@ def _main_options(f):
     help="Show the version, the JAX version found and the JAX printing styles, then exit.",
 )
 def main(
-    debug, plugins, jax_style, color, no_color, max_input_size, max_equations, diagnostic_format
+    debug,
+    plugins,
+    jax_style,
+    color,
+    no_color,
+    max_input_size,
+    max_equations,
+    diagnostic_format,
+    diagnostic_file,
 ):
     """jaxprtool: read, transform, check and run JAX jaxprs from text files.
 
@@ -484,6 +541,9 @@ def main(
     from .env import check_environment
 
     diagnostics.begin(diagnostic_format or "text")
+    ctx = click.get_current_context()
+    param = next(p for p in ctx.command.params if p.name == "diagnostic_file")
+    _set_output_file(ctx, param, diagnostic_file)
     guarded(check_environment)()
     expansion.LIMIT = max_equations or expansion.DEFAULT_LIMIT
     io.MAX_INPUT = max_input_size or io.DEFAULT_MAX_INPUT
@@ -515,7 +575,9 @@ def guarded(fn):
         except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
             raise
         except RecursionError:
-            report(JaxprError("input nests too deeply", program_loc("inputs")))
+            deep = JaxprError("input nests too deeply", program_loc("inputs"))
+            deep.code = "E003"
+            report(deep)
             sys.exit(1)
         except BrokenPipeError:
             # the reader went away (`jaxprtool fmt big.jaxpr | head`): end quietly with the
@@ -613,7 +675,9 @@ def require_jax() -> None:
 
 
 def internal_error(e: BaseException) -> JaxprError:
-    return JaxprError(f"internal error: {type(e).__name__}: {e} (run with --debug for a traceback)")
+    err = JaxprError(f"internal error: {type(e).__name__}: {e} (run with --debug for a traceback)")
+    err.code = "E999"
+    return err
 
 
 if __name__ == "__main__":

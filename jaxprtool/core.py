@@ -474,6 +474,8 @@ class JaxprError(Exception):
     """An error in the user's program or input, reported as `FILE:LINE:COL: error: msg`."""
 
     exit_code = 1  # the input was rejected
+    #: the diagnostic's stable code (`diagnostics.CODES`); None: its class's
+    code: str | None = None
 
     def __init__(self, message: str, loc: Loc | None = None):
         super().__init__(message)

@@ -52,7 +52,9 @@ def read_source(file: str | None) -> tuple[str, str]:
         data = data[3:]  # a UTF-8 byte-order mark (some editors write one): not part of the text
     kind = _binary_kind(data)
     if kind is not None:  # said plainly, without quoting its bytes
-        raise JaxprError(f"this is a binary file ({kind}), not jaxpr text", Loc(path, 1, 1))
+        raise _coded(
+            JaxprError(f"this is a binary file ({kind}), not jaxpr text", Loc(path, 1, 1)), "E002"
+        )
     return _text(data, path), path
 
 
@@ -67,10 +69,18 @@ def _text(data: bytes, path: str) -> str:
         if nul < 0 or e.start < nul:
             if nul < 0:
                 remember_source(path, data.decode("utf-8", "replace"))
-            raise JaxprError("input is not valid UTF-8", _byte_loc(data, e.start, path)) from None
+            err = JaxprError("input is not valid UTF-8", _byte_loc(data, e.start, path))
+            raise _coded(err, "E002") from None
     if nul >= 0:
-        raise JaxprError("a NUL byte: this is not jaxpr text", _byte_loc(data, nul, path))
+        err = JaxprError("a NUL byte: this is not jaxpr text", _byte_loc(data, nul, path))
+        raise _coded(err, "E002")
     return text
+
+
+def _coded(err: JaxprError, code: str) -> JaxprError:
+    """`err` with its diagnostic code (`diagnostics.CODES`)."""
+    err.code = code
+    return err
 
 
 def _byte_loc(data: bytes, at: int, path: str) -> Loc:
@@ -103,11 +113,12 @@ def _read_capped(f, path: str, size_hint: int) -> bytes:
     while chunk := f.read(want):
         total += len(chunk)
         if total > MAX_INPUT:
-            raise JaxprError(
+            err = JaxprError(
                 f"the input is larger than {human_size(MAX_INPUT)}, the most read "
                 "(--max-input-size SIZE raises the limit)",
                 Loc(path, 1, 1),
             )
+            raise _coded(err, "E003")
         chunks.append(chunk)
         want = _CHUNK
     return b"".join(chunks)
@@ -681,8 +692,9 @@ def _binder_pos(text: str, start: int, n: int) -> int:
     return semi + 1 + binders[n].start() if n < len(binders) else start
 
 
-def format_error(err: JaxprError, kind: str = "error") -> str:
-    """`FILE:LINE:COL: error: message`, then the source line and a caret when known."""
+def format_error(err: JaxprError, kind: str = "error", code: str | None = None) -> str:
+    """`FILE:LINE:COL: error: message [CODE]`, then the source line and a caret when
+    known."""
     _locate(err)
     message = err.message
     if len(message) > 2 * EXCERPT:  # a huge name quoted in the message: shorten it
@@ -691,6 +703,9 @@ def format_error(err: JaxprError, kind: str = "error") -> str:
     from .diagnostics import shown_path
 
     where = f"{shown_path(err.loc.file)}:{err.loc.line}:{err.loc.col}: " if err.loc else ""
+    if code:
+        first, nl, rest = message.partition("\n")
+        message = f"{first} [{code}]{nl}{rest}"
     lines = [f"{where}{kind}: {message}"]
     if err.loc and err.loc.file in _sources:
         line = _source_line(err.loc.file, err.loc.line)
@@ -771,7 +786,12 @@ def report(err: JaxprError, kind: str = "error") -> None:
         _locate(err)
         diagnostics.emit(err, kind)
         return
-    msg = format_error(err, kind)
+    msg = format_error(
+        err, kind, diagnostics.code_of(err, kind) if diagnostics.SHOW_CODES else None
+    )
+    if diagnostics.to_file():
+        diagnostics.collect_text(msg)
+        return
     if use_color():
         from rich.markup import escape
 
@@ -797,5 +817,8 @@ def _split_head(head: str, kind: str) -> tuple[str, str]:
     return where, text
 
 
-def warn(message: str, loc: Loc | None = None) -> None:
-    report(JaxprError(message, loc), "warning")
+def warn(message: str, loc: Loc | None = None, code: str | None = None) -> None:
+    """A warning; `code` its diagnostic code (default W100, `diagnostics.CODES`)."""
+    err = JaxprError(message, loc)
+    err.code = code
+    report(err, "warning")

@@ -91,7 +91,7 @@ def test_result_type_mismatch(tmp_path):
     assert r.stdout == ""
     assert (
         r.stderr.splitlines()[0]
-        == f"{p}:2:5: error: mul: result type f32[4] does not match inferred f32[3]"
+        == f"{p}:2:5: error: mul: result type f32[4] does not match inferred f32[3] [E111]"
     )
 
 
@@ -187,7 +187,7 @@ def test_dtype_mismatch_of_operands(tmp_path):
     first, p = _first_error(
         tmp_path, "{ lambda ; a:f32[3] b:i32[3]. let\n    c:f32[3] = add a b\n  in (c,) }\n"
     )
-    assert first == f"{p}:2:5: error: add requires operands of the same dtype, got f32, i32"
+    assert first == f"{p}:2:5: error: add requires operands of the same dtype, got f32, i32 [E110]"
 
 
 def test_wrong_operand_count(tmp_path):
@@ -196,8 +196,8 @@ def test_wrong_operand_count(tmp_path):
         "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin a a\n    c:f32[3] = add b\n  in (c,) }\n",
     )
     assert lines == [
-        f"{p}:2:5: error: sin expects 1 operand, got 2",
-        f"{p}:3:5: error: add expects 2 operands, got 1",
+        f"{p}:2:5: error: sin expects 1 operand, got 2 [E110]",
+        f"{p}:3:5: error: add expects 2 operands, got 1 [E110]",
     ]
 
 
@@ -206,7 +206,7 @@ def test_wrong_result_count(tmp_path):
         tmp_path, "{ lambda ; a:f32[3]. let\n    b:f32[3] c:f32[3] = sin a\n  in (c,) }\n"
     )
     assert first == (
-        f"{p}:2:5: error: sin: the equation binds 2 results, but the primitive returns 1 (f32[3])"
+        f"{p}:2:5: error: sin: the equation binds 2 results, but the primitive returns 1 (f32[3]) [E112]"
     )
 
 
@@ -214,7 +214,7 @@ def test_use_before_definition(tmp_path):
     first, p = _first_error(
         tmp_path, "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin z\n  in (b,) }\n"
     )
-    assert first == f"{p}:2:20: error: variable 'z' used before definition"
+    assert first == f"{p}:2:20: error: variable 'z' used before definition [E101]"
 
 
 def test_duplicate_binding(tmp_path):
@@ -222,7 +222,7 @@ def test_duplicate_binding(tmp_path):
         tmp_path,
         "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin a\n    b:f32[3] = cos a\n  in (b,) }\n",
     )
-    assert first == f"{p}:3:5: error: variable 'b' is bound more than once in this jaxpr"
+    assert first == f"{p}:3:5: error: variable 'b' is bound more than once in this jaxpr [E102]"
 
 
 @pytest.mark.parametrize(
@@ -242,7 +242,7 @@ def test_duplicate_binding(tmp_path):
 def test_duplicate_names_anywhere(tmp_path, text, where, name):
     errors, p = _error_lines(tmp_path, text)
     assert errors == [
-        f"{p}:{where}: error: variable '{name}' is bound more than once in this jaxpr"
+        f"{p}:{where}: error: variable '{name}' is bound more than once in this jaxpr [E102]"
     ]
 
 
@@ -262,7 +262,7 @@ def test_nested_jaxpr_arity(tmp_path):
         "  in (b,) }\n"
     )
     first, p = _first_error(tmp_path, text)
-    assert first == f"{p}:2:5: error: jit: jaxpr takes 2 inputs, but the equation passes 1"
+    assert first == f"{p}:2:5: error: jit: jaxpr takes 2 inputs, but the equation passes 1 [E110]"
 
 
 def test_nested_jaxpr_operand_type(tmp_path):
@@ -275,7 +275,9 @@ def test_nested_jaxpr_operand_type(tmp_path):
         "  in (b,) }\n"
     )
     lines, p = _error_lines(tmp_path, text)
-    assert lines == [f"{p}:2:5: error: jit: operand 0 has type f32[3], but jaxpr expects f32[4]"]
+    assert lines == [
+        f"{p}:2:5: error: jit: operand 0 has type f32[3], but jaxpr expects f32[4] [E110]"
+    ]
 
 
 def test_nested_jaxpr_is_checked(tmp_path):
@@ -292,8 +294,8 @@ def test_nested_jaxpr_is_checked(tmp_path):
     lines, p = _error_lines(tmp_path, text)
     assert lines == [
         # the outer equation's result disagrees with what the callee returns
-        f"{p}:2:5: error: jit: result type f32[3] does not match inferred i32[3]",
-        f"{p}:5:11: error: neg: result type i32[3] does not match inferred f32[3]",
+        f"{p}:2:5: error: jit: result type f32[3] does not match inferred i32[3] [E111]",
+        f"{p}:5:11: error: neg: result type i32[3] does not match inferred f32[3] [E111]",
     ]
 
 
@@ -309,7 +311,10 @@ def test_cond_branches_disagree(tmp_path):
         "  in (b,) }\n"
     )
     first, p = _first_error(tmp_path, text)
-    assert first == f"{p}:2:5: error: cond: branch 1 returns (f32[]), but branch 0 returns (f32[3])"
+    assert (
+        first
+        == f"{p}:2:5: error: cond: branch 1 returns (f32[]), but branch 0 returns (f32[3]) [E110]"
+    )
 
 
 def test_while_body_carry_mismatch(tmp_path):
@@ -325,7 +330,7 @@ def test_while_body_carry_mismatch(tmp_path):
     )
     first, p = _first_error(tmp_path, text)
     assert first == (
-        f"{p}:2:5: error: while: body_jaxpr result 0 has type f32[], but the carried value has type f32[3]"
+        f"{p}:2:5: error: while: body_jaxpr result 0 has type f32[], but the carried value has type f32[3] [E110]"
     )
 
 
@@ -344,7 +349,7 @@ def test_scan_xs_mismatch(tmp_path):
     )
     first, p = _first_error(tmp_path, text)
     assert first == (
-        f"{p}:2:5: error: scan: operand 1 (xs) has type f32[9,4], but jaxpr expects f32[4] with a leading axis of 10"
+        f"{p}:2:5: error: scan: operand 1 (xs) has type f32[9,4], but jaxpr expects f32[4] with a leading axis of 10 [E110]"
     )
 
 
@@ -355,7 +360,7 @@ def test_unknown_primitive_is_a_warning(tmp_path):
     assert r.exit_code == 0
     assert r.stdout == ""
     assert r.stderr.splitlines()[0] == (
-        f"{p}:2:5: warning: unknown primitive 'frobnicate': result types taken from the binders"
+        f"{p}:2:5: warning: unknown primitive 'frobnicate': result types taken from the binders [W001]"
     )
 
 
@@ -365,7 +370,7 @@ def test_stdin_and_help():
     )
     assert r.exit_code == 1
     assert r.stderr.startswith(
-        "<stdin>:2:5: error: sin: result type f32[2] does not match inferred f32[3]"
+        "<stdin>:2:5: error: sin: result type f32[2] does not match inferred f32[3] [E111]"
     )
     h = CliRunner().invoke(main, ["check", "--help"])
     assert h.exit_code == 0 and "Example" in h.output and "jaxprtool check f.jaxpr" in h.output
@@ -386,12 +391,15 @@ def test_api_on_built_ir():
         "output variable 'ghost' is not defined",
     ]
     assert all(isinstance(d, Diagnostic) and d.kind == "error" for d in check(bad))
+    assert [d.code for d in check(bad)] == ["E101", "E102", "E103"]  # (issue 39, item 7)
 
 
 def test_literal_value_must_fit_its_type(tmp_path):
     first, p = _first_error(
         tmp_path, "{ lambda ; a:i32[3]. let\n    b:i32[3] = add a 1.5:i32[]\n  in (b,) }\n"
     )
-    assert first == f"{p}:2:5: error: literal 1.5 cannot have type i32[]"
+    assert first == f"{p}:2:5: error: literal 1.5 cannot have type i32[] [E105]"
     r, p = _run(tmp_path, "{ lambda ; a:u8[3]. let\n    b:u8[3] = add a 300:u8[]\n  in (b,) }\n")
-    assert r.stderr.splitlines()[0] == f"{p}:2:5: error: literal 300 is out of range for u8[]"
+    assert (
+        r.stderr.splitlines()[0] == f"{p}:2:5: error: literal 300 is out of range for u8[] [E105]"
+    )

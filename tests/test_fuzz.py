@@ -552,7 +552,7 @@ def test_invalid_utf8_column_counts_characters_and_the_excerpt_is_this_file(tmp_
     p.write_bytes(b"{ lambda ; a:f32[3]. let\n    b:f32[3] = sin a # \xc3\xa9 \xff\n  in (b,) }\n")
     r = invoke(["check", str(p)])
     lines = r.stderr.splitlines()
-    assert lines[0] == f"{p}:2:26: error: input is not valid UTF-8"
+    assert lines[0] == f"{p}:2:26: error: input is not valid UTF-8 [E002]"
     assert lines[1] == "  |     b:f32[3] = sin a # \u00e9 \ufffd"
     assert lines[2] == "  | " + " " * 25 + "^"
 

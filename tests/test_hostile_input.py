@@ -27,13 +27,20 @@ def error_line(r) -> str:
     return next(line for line in r.stderr.splitlines() if "error:" in line)
 
 
+def coded(cmd: str, code: str) -> str:
+    """The end of `check`'s line: its code (`check`, the linter, shows it; issue 39)."""
+    return f" [{code}]" if cmd.split()[0] == "check" else ""
+
+
 # ---------------------------------------------------------------- absurd text
 
 
 def test_a_5000_digit_dimension_is_a_located_error():
     r = tool("check", "-", text="{ lambda ; a:f32[" + "9" * 5000 + "]. let  in (a,) }")
     assert r.exit_code == 1
-    assert error_line(r) == "<stdin>:1:18: error: a number of 5000 digits is too long (at most 400)"
+    assert error_line(r) == (
+        "<stdin>:1:18: error: a number of 5000 digits is too long (at most 400) [E003]"
+    )
     assert "Traceback" not in r.output and "internal error" not in r.output
     assert max(map(len, r.stderr.splitlines())) < 200  # the quoted line is an excerpt
 
@@ -352,7 +359,7 @@ def test_text_that_is_no_dimension_in_a_shape_parameter_is_refused():
         assert r.exit_code == 1, (cmd, r.output)
         assert error_line(r) == (
             "<stdin>:2:5: error: reshape: malformed dimension 'let f = 1' in a parameter "
-            "(expected an integer or a symbolic dimension)"
+            "(expected an integer or a symbolic dimension)" + coded(cmd, "E110")
         ), (cmd, r.stderr)
         assert not r.stdout
 
@@ -401,7 +408,7 @@ def test_iota_without_a_dimension_is_refused_before_jax_sees_it():
         assert r.exit_code == 1, (cmd, r.output)
         assert error_line(r) == (
             "<stdin>:2:5: error: iota: dimension=None: give the axis that counts up "
-            "(dimension=0, ...)"
+            "(dimension=0, ...)" + coded(cmd, "E110")
         ), (cmd, r.stderr)
         assert not r.stdout
 
@@ -413,9 +420,9 @@ def test_a_reduction_with_a_bare_integer_axis_is_refused(cmd):
     text = "{ lambda ; a:f32[3]. let\n    c:f32[] = reduce_max[axes=0 out_sharding=None] a\n  in (c,) }\n"
     r = tool(*cmd.split(), "-", text=text)
     assert r.exit_code == 1, r.output
-    assert (
-        error_line(r)
-        == "<stdin>:2:5: error: reduce_max: axes=0 is no tuple of axes: write axes=(0,)"
+    assert error_line(r) == (
+        "<stdin>:2:5: error: reduce_max: axes=0 is no tuple of axes: write axes=(0,)"
+        + coded(cmd, "E110")
     )
     assert "internal error" not in r.output and not r.stdout
 
@@ -431,7 +438,9 @@ def test_two_operands_side_by_side_are_no_symbolic_dimension():
     for cmd in ("check", "vjp"):
         r = tool(cmd, "-", text=text)
         assert r.exit_code == 1, r.output
-        assert error_line(r) == "<stdin>:1:18: error: invalid dimension ' let 2' in type"
+        assert error_line(r) == (
+            "<stdin>:1:18: error: invalid dimension ' let 2' in type" + coded(cmd, "E001")
+        )
     r = tool("check", "-", text="{ lambda ; a:f32[2*b + 1,floordiv(b, 2)]. let  in (a,) }\n")
     assert r.exit_code == 0, r.stderr
 

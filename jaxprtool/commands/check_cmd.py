@@ -19,32 +19,53 @@ from .driver import split_option, timing_option
     is_flag=True,
     help="Treat warnings as errors: report them as errors and exit 1 (as a compiler's -Werror).",
 )
+@click.option(
+    "--select",
+    multiple=True,
+    metavar="CODES",
+    help="Report only the diagnostics whose code starts with one of CODES (comma-separated "
+    "codes or prefixes, repeatable: `--select E1,W001`; the README lists the codes).",
+)
+@click.option(
+    "--ignore",
+    multiple=True,
+    metavar="CODES",
+    help="Do not report the diagnostics whose code starts with one of CODES (as ruff's: the "
+    "longest matching prefix of --select and --ignore decides).  The E0 codes (a text that "
+    "does not read) are always reported.",
+)
 @split_option
 @timing_option
 @guarded
-def check(files, werror, split_input, timing):
+def check(files, werror, select, ignore, split_input, timing):
     """Check printed jaxprs: scoping, operand counts and types, nested jaxprs.
 
     Reads each FILE (or standard input when FILE is `-` or absent); a DIR stands for the
     jaxpr files under it (`*.jaxpr`, and the `*.jaxpr.txt` files JAX writes with
     JAX_DUMP_IR_TO=DIR JAX_DUMP_IR_MODES=jaxpr).  Prints nothing when every program is well
     formed; otherwise prints located diagnostics (`FILE:LINE:COL: error: ...`) on
-    standard error, for every file (`--output-format json|github|sarif` for CI).  Unknown
-    primitives are warnings (errors with --werror).  Exit status: 0 when there are no
-    errors, 1 otherwise.
+    standard error, for every file, each with its code (`... error: message [E111]`);
+    `--output-format json|github|sarif` writes them for CI on standard output (or
+    `--output-file`).  Unknown primitives are warnings (errors with --werror), with the
+    closest known name.  `--select`/`--ignore` choose codes.  Exit status: 0 when there are
+    no errors reported, 1 otherwise.
 
     \b
     Example:
       jaxprtool check f.jaxpr
       jaxprtool check a.jaxpr b.jaxpr dumps/
       jaxprtool check --werror --output-format github samples/
+      jaxprtool check --ignore W001 --select E1,W f.jaxpr
       python -c 'import jax; print(jax.make_jaxpr(jax.numpy.sin)(1.0))' | jaxprtool check -
     """
     from ..check import check as run_check
+    from ..diagnostics import check_prefixes, code_of, selected
     from ..text.parser import parse
     from ..text.values import light_dtypes
     from .driver import Instruments, expand_inputs, given_or_default, run_parts, timed
 
+    select = check_prefixes("--select", select) if select else ()
+    ignore = check_prefixes("--ignore", ignore)
     inputs = expand_inputs(given_or_default(files, "check"))
 
     def body(part):
@@ -52,10 +73,10 @@ def check(files, werror, split_input, timing):
             result = parse(part.text, part.path)
         with timed("check"):
             diags = run_check(result.jaxpr, part.path, check_names=True)
-        kinds = [*(["warning"] * len(result.warnings)), *(d.kind for d in diags)]
-        if werror:
-            kinds = ["error"] * len(kinds)
-        for d, kind in zip([*result.warnings, *diags], kinds):
+        found = [*((w, "warning") for w in result.warnings), *((d, d.kind) for d in diags)]
+        found = [(d, k) for d, k in found if selected(code_of(d, k), select, ignore)]
+        kinds = ["error" if werror else k for _, k in found]
+        for (d, _), kind in zip(found, kinds):
             io.report(d, kind)
         if "error" in kinds:
             raise io.Reported()

@@ -52,7 +52,7 @@ def parse_text(text: str, path: str, verify: bool = True) -> Jaxpr:
     with timed("parse"):
         result = parse(text, path)
     for w in result.warnings:
-        warn(w.message, w.loc)
+        warn(w.message, w.loc, w.code)
     if verify:
         from ..check import check
 

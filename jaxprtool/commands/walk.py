@@ -49,15 +49,15 @@ def _readable(path: str, inside: str) -> bool:
     """Whether a found file is a regular file in the folder walked (else a warning)."""
     real = os.path.realpath(path)
     if os.path.commonpath([inside, real]) != inside:
-        warn(f"skipped {path}: a symbolic link out of the folder walked")
+        warn(f"skipped {path}: a symbolic link out of the folder walked", code="W003")
         return False
     try:
         mode = os.stat(real).st_mode
     except OSError as e:
-        warn(f"skipped {path}: {e.strerror}")
+        warn(f"skipped {path}: {e.strerror}", code="W003")
         return False
     if not stat.S_ISREG(mode):
-        warn(f"skipped {path}: not a regular file ({_kind(mode)})")
+        warn(f"skipped {path}: not a regular file ({_kind(mode)})", code="W003")
         return False
     return True
 

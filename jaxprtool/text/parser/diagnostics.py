@@ -47,8 +47,10 @@ class Source:
         line = bisect_right(ls, pos)
         return Loc(self.path, line, pos - ls[line - 1] + 1)
 
-    def fail(self, message: str, pos: int):
-        raise JaxprError(message, self.loc(pos))
+    def fail(self, message: str, pos: int, code: str = "E001"):
+        err = JaxprError(message, self.loc(pos))
+        err.code = code  # E001: syntax; E003: a limit (`diagnostics.CODES`)
+        raise err
 
     def found(self, pos: int) -> str:
         """The token at s[pos] as a message quotes it."""
@@ -101,11 +103,13 @@ def block_ended(st):
 
 def underscore_warning(loc: Loc) -> JaxprError:
     """The warning at a use of `_` after `_` was bound twice in its jaxpr (FORMAT §2)."""
-    return JaxprError(
+    w = JaxprError(
         "use of '_' is ambiguous: it is read as the most recent '_' binding in this jaxpr, "
         "which may not be the value JAX meant (FORMAT.md §2)",
         loc,
     )
+    w.code = "W002"
+    return w
 
 
 def too_deep() -> str:

@@ -200,7 +200,7 @@ class _Layout:
             elif tt == "LAMBDA":
                 frames.append([False, 0, 0, t.start_pos])
                 if len(frames) > MAX_NESTING:
-                    st.fail(too_deep(), t.start_pos)
+                    st.fail(too_deep(), t.start_pos, "E003")
                 yield t
             elif tt == "RBRACE":
                 yield t

@@ -88,7 +88,7 @@ class Readers(Source):
                 self.fail(f"unknown dtype '{dt}'", i)
             dims = tuple(int(d) for d in m.group(2).split(",")) if m.group(2) else ()
             if any(d > MAX_DIM for d in dims):
-                self.fail(f"dimension too large in type (at most {MAX_DIM})", i)
+                self.fail(f"dimension too large in type (at most {MAX_DIM})", i, "E003")
             return ShapedArray(dims, dt), m.end()
         m = G.TYPE_HEAD.match(s, i)
         if m is None:
@@ -136,7 +136,7 @@ class Readers(Source):
                 self.fail(f"invalid named axes '{named}' in type (expected e.g. 'a:8')", at)
         dims = _dims(inside)
         if any(isinstance(d, int) and d > MAX_DIM for d in dims):
-            self.fail(f"dimension too large in type (at most {MAX_DIM})", j + 1)
+            self.fail(f"dimension too large in type (at most {MAX_DIM})", j + 1, "E003")
         for d in dims:
             if isinstance(d, str) and not _valid_symbolic_dim(d):
                 self.fail(f"invalid dimension '{d}' in type", j + 1)
@@ -176,7 +176,7 @@ class Readers(Source):
         if v is None:
             if name == "inf" or name == "nan":
                 return Literal(float(name), WEAK_F32, False)
-            self.fail(f"variable '{name}' used before definition", pos)
+            self.fail(f"variable '{name}' used before definition", pos, "E101")
         if name == "_" and REBOUND in table:
             self.warnings.append(underscore_warning(self.loc(pos)))
         return v
@@ -263,7 +263,7 @@ class Readers(Source):
         """A variable named in a reference `x[IDX]` (no literal can stand there)."""
         v = table.get(name)
         if v is None:
-            self.fail(f"variable '{name}' used before definition", pos)
+            self.fail(f"variable '{name}' used before definition", pos, "E101")
         return v
 
     def ref(self, t, table: dict) -> tuple[Var, str, list]:

@@ -278,5 +278,7 @@ def check_shared(st, top: Jaxpr) -> None:
             )
             level += 1
             if level > MAX_NESTING:
-                raise JaxprError(too_deep(), e.loc)
+                err = JaxprError(too_deep(), e.loc)
+                err.code = "E003"
+                raise err
             j = sub
