@@ -35,6 +35,8 @@ FORMAT = "text"
 OUTPUT_FILE: str | None = None
 #: whether the running command leaves standard output to the document
 TO_STDOUT = False
+#: a child process runs the command and writes the document (`run --coordinator`)
+DELEGATED = False
 #: whether text diagnostics end with their code (`check`'s, as a linter's; the machine
 #: formats always carry it)
 SHOW_CODES = False
@@ -129,10 +131,10 @@ def selected(code: str, select, ignore) -> bool:
 
 def begin(fmt: str = "text") -> None:
     """Start an invocation whose diagnostics take format `fmt`."""
-    global FORMAT, OUTPUT_FILE, TO_STDOUT, SHOW_CODES
+    global FORMAT, OUTPUT_FILE, TO_STDOUT, SHOW_CODES, DELEGATED
     FORMAT = fmt
     OUTPUT_FILE = None
-    TO_STDOUT = SHOW_CODES = False
+    TO_STDOUT = SHOW_CODES = DELEGATED = False
     _collected.clear()
     _lines.clear()
 
@@ -145,6 +147,13 @@ def set_format(fmt: str) -> None:
 def set_output_file(path: str | None) -> None:
     global OUTPUT_FILE
     OUTPUT_FILE = path
+
+
+def delegate() -> None:
+    """The command runs again in a child process (`run --coordinator`), whose document is
+    the invocation's: this process writes none unless it reports a diagnostic itself."""
+    global DELEGATED
+    DELEGATED = True
 
 
 def set_show_codes(show: bool) -> None:
@@ -192,17 +201,20 @@ def collect_text(text: str) -> None:
 def end(stream_=None, write_file=None) -> None:
     """Write the collected document (json, sarif; github and text lines for --output-file,
     through `write_file(text, path)`: `io.write_output`) and start afresh."""
-    global FORMAT, OUTPUT_FILE
+    global FORMAT, OUTPUT_FILE, SHOW_CODES, DELEGATED
     text = "".join(_lines)
     if FORMAT in ("json", "sarif"):
         import json  # here: ~1.5 ms of the start-up of every command, for two formats
 
         doc = _collected if FORMAT == "json" else sarif_log(_collected)
         text = json.dumps(doc, indent=2) + "\n"
-    global SHOW_CODES
+    delegated = DELEGATED and not _collected and not _lines
     path, FORMAT, OUTPUT_FILE, SHOW_CODES = OUTPUT_FILE, "text", None, False
+    DELEGATED = False
     _collected.clear()
     _lines.clear()
+    if delegated:
+        return
     if path not in (None, "-"):
         write_file(text, path)
         return

@@ -234,3 +234,22 @@ def test_the_readme_lists_every_code():
     readme = (SAMPLES.parent / "README.md").read_text()
     for code, meaning in CODES.items():
         assert f"| `{code}` | {meaning} |" in readme, code
+
+
+def test_a_supervised_run_leaves_the_document_to_its_child():
+    """`run --coordinator` runs again in a child process, which writes the document; the
+    supervisor adds none of its own (two JSON documents in one stream), unless it reports a
+    diagnostic itself (the child never joined)."""
+    import io
+
+    from jaxprtool import diagnostics
+    from jaxprtool.core import JaxprError
+
+    for emitted, want in ((False, ""), (True, '"message": "cannot join"')):
+        out = io.StringIO()
+        diagnostics.begin("json")
+        diagnostics.delegate()
+        if emitted:
+            diagnostics.emit(JaxprError("cannot join"), "error")
+        diagnostics.end(out)
+        assert (want in out.getvalue()) if want else out.getvalue() == ""

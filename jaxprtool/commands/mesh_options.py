@@ -186,6 +186,9 @@ def _run_supervised(coordinator: str, pid: int, nproc: int, timeout: int) -> int
     argv = ctx.meta.get(ARGV_KEY) if ctx is not None else None
     if argv is None:
         argv = sys.argv[1:]
+    from .. import diagnostics
+
+    diagnostics.delegate()  # (the child writes the --output-format document)
     return supervise.supervise(argv, coordinator, pid, nproc, timeout, OPTIONS.debug)
 
 
