@@ -38,6 +38,7 @@ from .core import (
     Var,
     eqn_subjaxprs,
 )
+from .record import did_you_mean
 from .shapes import ShapeError, equation_key, infer_types, is_known
 from .shapes.util import types_agree
 
@@ -223,7 +224,7 @@ class _Checker:
                 self.warn(
                     "W001",
                     f"unknown primitive '{e.prim}': result types taken from the binders"
-                    + _did_you_mean(e.prim),
+                    + did_you_mean(e.prim),
                     e.loc,
                 )
             return
@@ -276,17 +277,6 @@ class _Checker:
         if first_exc is not None:
             raise first_exc
         return infer_types(e.prim, in_types, e.params, declared)
-
-
-def _did_you_mean(name: str) -> str:
-    """`; did you mean 'tanh'?` for a misspelt primitive (the closest known name), or ''."""
-    import difflib
-
-    from .record import records
-
-    known = [n for n, r in records().items() if r.shape_rule is not None]
-    close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
-    return f"; did you mean '{close[0]}'?" if close else ""
 
 
 def _names_unique(j: Jaxpr) -> bool:

@@ -301,6 +301,23 @@ def registered(name: str) -> bool:
     return name in _RECORDS
 
 
+def close_name(name: str) -> str | None:
+    """For a primitive no record has (a misspelt name), the closest known one, if close."""
+    if registered(name):
+        return None
+    import difflib
+
+    known = [n for n, r in records().items() if r.shape_rule is not None]
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+def did_you_mean(name: str) -> str:
+    """`; did you mean 'tanh'?` for a misspelt primitive (`close_name`), else ''."""
+    close = close_name(name)
+    return f"; did you mean '{close}'?" if close else ""
+
+
 def records() -> dict[str, Primitive]:
     """Every registered record by name (a copy)."""
     ensure_loaded()

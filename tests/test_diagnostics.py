@@ -180,6 +180,14 @@ def test_a_misspelt_primitive_gets_the_closest_name(tmp_path):
     )
     f.write_text(UNKNOWN.replace("tnah", "my_custom_thing"))
     assert "did you mean" not in invoke("check", str(f)).stderr
+    # the commands that meet it say so too
+    f.write_text(UNKNOWN.replace("    c:f32[4] = sin b\n", "").replace("(c,)", "(b,)"))
+    r = invoke("jvp", str(f))
+    assert r.exit_code == 1 and r.stderr.startswith(
+        f"{f}:2:5: error: Differentiation rule for 'tnah' not implemented; did you mean 'tanh'?\n"
+    )
+    r = invoke("vmap", "--axis-size", "2", str(f))
+    assert "no batching rule for 'tnah' (did you mean 'tanh'?); it runs" in r.stderr
 
 
 def codes_of(r) -> list[str]:

@@ -43,6 +43,7 @@ from ..core import (
     gc_paused,
     long_dtype_name,
 )
+from ..record import close_name
 from ..record import prim as record_of
 from . import builder as B
 from . import ops
@@ -828,7 +829,9 @@ def loop_fallback(
         c.warned.add(eqn.prim)
         from ..io import warn as io_warn
 
-        reason = why or f"no batching rule for '{eqn.prim}'"
+        close = close_name(eqn.prim)
+        hint = f" (did you mean '{close}'?)" if close else ""
+        reason = why or f"no batching rule for '{eqn.prim}'{hint}"
         io_warn(f"vmap: {reason}; it runs once per example in a scan over the batch", eqn.loc)
     size = c.size
     consts, cvars, xs, xvars, body_in = [], [], [], [], []

@@ -22,6 +22,7 @@ from ..core import (
     gc_paused,
     is_inexact,
 )
+from ..record import did_you_mean
 from ..record import prim as record_of
 from . import builder as B
 from . import observe
@@ -31,7 +32,10 @@ from .zeros import Zero, carries_tangent, is_zero, tangent_type
 
 
 def missing_jvp(eqn: Eqn) -> JaxprError:
-    return JaxprError(f"Differentiation rule for '{eqn.prim}' not implemented", eqn.loc)
+    return JaxprError(
+        f"Differentiation rule for '{eqn.prim}' not implemented" + did_you_mean(eqn.prim),
+        eqn.loc,
+    )
 
 
 def integer_valued(eqn: Eqn) -> bool:

@@ -23,6 +23,7 @@ from ..core import (
     gc_paused,
 )
 from ..expansion import refuse_large
+from ..record import did_you_mean
 from ..record import prim as record_of
 from . import builder as B
 from . import observe, ops
@@ -34,7 +35,8 @@ from .zeros import UndefinedPrimal, Zero, is_zero, tangent_type
 
 def missing_transpose(eqn) -> JaxprError:
     return JaxprError(
-        f"Transpose rule (for reverse-mode differentiation) for '{eqn.prim}' not implemented",
+        f"Transpose rule (for reverse-mode differentiation) for '{eqn.prim}' not implemented"
+        + did_you_mean(eqn.prim),
         eqn.loc,
     )
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..core import Eqn, Jaxpr, JaxprError, ShapedArray
 from ..params import EnumValue, NpScalar, Opaque, Record, SymExpr
+from ..record import did_you_mean
 from ..record import prim as record_of
 
 #: modules that define the primitives a jaxpr can use, in priority order (names collide
@@ -135,7 +136,7 @@ def missing_message(eqn: Eqn) -> str:
     since = f" (JAX {version_text(tuple(first))} added it)" if first else ""
     return (
         f"cannot run '{eqn.prim}': the installed JAX ({version_text(installed_version())}) "
-        f"has no primitive of that name{since}"
+        f"has no primitive of that name{since}{did_you_mean(eqn.prim)}"
     )
 
 
