@@ -9,6 +9,9 @@ JAX's custom_jvp functions (relu, softplus, logsumexp, silu) and a user one, cus
 cond/switch (JAX fills the residuals with `empty2[memory_space=MemorySpace.Device]`), scan,
 while, remat, nested jits whose unused results JAX prints as `_` inside the nested jaxpr
 (several, of different types: `grad_jit_with_unused`, `grad_lu`), and lax.composite.
+Issue 37's printer forms: `vjp_*` programs are printed as `g(*args, *cts)` returning f's
+outputs and then the cotangents of `jax.vjp(f, *args)` applied to `cts`: a dead jit whose body
+prints `_` binders that are used (`vjp_dead_code`).
 The expected numbers are `jax.jit(g)(*args)`.  Inputs are arguments (no closed-over arrays).
 """
 
@@ -31,6 +34,7 @@ M = vec((3, 3), 0) + 3 * np.eye(3, dtype=np.float32)
 SPD = (M @ M.T + np.eye(3, dtype=np.float32)).astype(np.float32)
 V3, V8 = vec(3, 1), vec(8, 2)
 X45 = vec((4, 5), 3)
+V5 = vec(5, 4)
 
 
 @jax.custom_jvp
@@ -114,6 +118,28 @@ def solve_pos(m, b):
     return jax.scipy.linalg.solve(m, b, assume_a="pos")
 
 
+def with_cotangents(f, nargs):
+    """`g(*args, *cts)`: f's outputs (a tuple), then the cotangents of `jax.vjp(f, *args)`
+    applied to `cts` (one per output)."""
+
+    def g(*a):
+        out, pullback = jax.vjp(f, *a[:nargs])
+        return (*out, *pullback(tuple(a[nargs:])))
+
+    return g
+
+
+def dead_code(x, y):
+    """Dead code around live results (issue 37, item 17): JAX prints the dead jit's body as
+    `_:f32[5] = exp b; _:f32[5] = mul _ 2.0:f32[]`."""
+    _ = jnp.sin(x) * jnp.cos(y)
+    _ = jax.jit(lambda t: jnp.exp(t) * 2.0)(y)
+    _ = lax.scan(lambda c, t: (c + t, c * t), 0.0, x)
+    z = x * y + 1.0
+    _ = jnp.sum(z**2)
+    return z, jnp.tanh(x)
+
+
 def stacked(*xs):
     return tuple(np.stack([x, x * 0.9 + 0.01]) for x in xs)
 
@@ -166,6 +192,7 @@ TABLE = [
     ("grad_cholesky", grad(jnp.linalg.cholesky), (SPD,)),
     ("grad_eigh", grad(lambda m: jnp.linalg.eigh(m)[0]), (SPD,)),
     ("grad_fft", grad(lambda x: jnp.abs(jnp.fft.fft(x))), (V8,)),
+    ("vjp_dead_code", with_cotangents(dead_code, 2), (V5, V5 + 1, vec(5, 4), vec(5, 5))),
 ]
 NAMES = [n for n, _, _ in TABLE]
 
@@ -233,6 +260,8 @@ def test_the_table_covers_the_printing_cases(printed):
     assert " _\n" in texts["grad_norm"] or " _ " in texts["grad_norm"]
     # cond residuals
     assert "empty2[dtype=float32 memory_space=MemorySpace.Device]" in texts["grad_cond"]
+    # issue 37: `_` binders that are used
+    assert "_:f32[5] = exp b\n          _:f32[5] = mul _ 2.0:f32[]" in texts["vjp_dead_code"]
 
 
 def test_transforming_jax_cond_grad_printout(printed):

@@ -20,8 +20,10 @@ followed by `Doc.format(width)` (no trailing newline):
    before a use: `_` is bound again and again inside nested jaxprs, where it
    comes from the outer `_` by name suggestion).  After naming, every printed
    scope is checked with the reader's rule ("a use refers to the most recent
-   binding of that name in its own jaxpr", for `_` as for any name) and every
-   variable that would be misread gets a fresh name from the counter.  So
+   binding of that name in its own jaxpr", for `_` as for any name; a jit
+   body's `_` outvars as `resolve_dropped_outvars` reads them) and every
+   variable that would be misread, or whose use of `_` the reader would warn
+   about (after two `_` bindings), gets a fresh name from the counter.  So
    `parse(print_jaxpr(ir))` is alpha-equal to `ir`, and the text equals JAX's
    whenever JAX's text is unambiguous.
 4. Layout.  Documents mirror JAX's (`pp_jaxpr_skeleton`, `pp_eqn`,
@@ -505,7 +507,7 @@ class _Printer:
         scope: dict[str, int] = {}
         bound: set[int] = set()
         for v in (*j.constvars, *j.invars):
-            scope[names[id(v)]] = id(v)
+            _bind(scope, names[id(v)], id(v))
             bound.add(id(v))
         bad: list[int] = []
         style = self.style
@@ -562,7 +564,9 @@ class _Printer:
                             n = names.get(i)
                             if n is None:
                                 late = True
-                            elif scope.get(n) != i and i in bound:
+                            elif (scope.get(n) != i or (n == "_" and _REBOUND in scope)) and (
+                                i in bound
+                            ):
                                 bad.append(i)
                             ins.append(n)
                         else:
@@ -583,6 +587,8 @@ class _Printer:
                                     if h and h[-1] == "_" and len(h) > 1:
                                         n += "_"  # as `_name_binders`
                             names[i] = n
+                        if n == "_" and n in scope:
+                            scope[_REBOUND] = i
                         scope[n] = i
                         bound.add(i)
                         t = v.type
@@ -682,7 +688,7 @@ class _Printer:
         shadowed: list[int] = []
         untyped = not self.style.typed_literals
         for v in j.constvars + j.invars:
-            scope[names[id(v)]] = id(v)
+            _bind(scope, names[id(v)], id(v))
             bound.add(id(v))
         for e in j.eqns:
             untyped = _read_scope(e, names, scope, bound, shadowed) or untyped
@@ -704,7 +710,8 @@ class _Printer:
             for a in j.outvars:
                 if a.__class__ is not Literal:
                     i = id(a)
-                    if scope.get(names[i]) != i and i in bound:
+                    n = names[i]
+                    if (scope.get(n) != i or (n == "_" and _REBOUND in scope)) and i in bound:
                         bad[i] = None
                 elif not a.typed:
                     untyped = True
@@ -720,26 +727,42 @@ class _Printer:
         the most recent `_` where none has that type; any other name as its most recent
         binder."""
         names = self.names
-        last: dict[str, int] = {}  # name, or `_` + type -> id of its most recent binder
+        last: dict[str, int] = {}  # name -> id of its most recent binder
+        unders: dict[str, list] = {}  # type -> its `_` binders: (id, read by an equation)
         bound: set[int] = set()
-        for v in (*j.constvars, *j.invars, *(o for e in j.eqns for o in e.outputs)):
+        read_ids: set[int] | None = None
+        nin = len(j.constvars) + len(j.invars)
+        for k, v in enumerate((*j.constvars, *j.invars, *(o for e in j.eqns for o in e.outputs))):
             n = names[id(v)]
             if n == "_":
-                last["_"] = id(v)
-                n += ":" + self._type(v.type)
+                if read_ids is None:
+                    read_ids = {id(a) for e in j.eqns for a in e.inputs}
+                unders.setdefault(self._type(v.type), []).append(
+                    (id(v), k >= nin and id(v) in read_ids)
+                )
             last[n] = id(v)
             bound.add(id(v))
         results = self.typed_outvars[id(j)]
-        if len(results) != len(j.outvars):
-            results = j.outvars
-        for a, r in zip(j.outvars, results):
+        matched = len(results) == len(j.outvars)
+        taken: dict[str, int] = {}
+        for k, a in enumerate(j.outvars):
             if a.__class__ is Literal:
                 continue
             i = id(a)
             n = names[i]
-            if n == "_":
-                read = last.get("_:" + self._type(r.type), last.get("_"))
-            else:
+            if n == "_" and matched:
+                r = results[k]
+                t = self._type(r.type)
+                same = unders.get(t)
+                if same:
+                    # the reader's `resolve_dropped_outvars`: the most recent `_` binder of
+                    # that type, then the others an equation reads, then the most recent
+                    c = taken[t] = taken.get(t, -1) + 1
+                    order = [same[-1][0], *(b for b, used in same[:-1] if used)]
+                    read = order[c] if c < len(order) else same[-1][0]
+                else:
+                    read = last.get("_")
+            else:  # (where the counts differ, `_` reads as the most recent `_`)
                 read = last.get(n)
             if read != i and i in bound:
                 bad[i] = None
@@ -953,14 +976,26 @@ def _read_scope(e, names, scope: dict, bound: set, shadowed: list) -> bool:
     for a in e.inputs:
         if a.__class__ is not Literal:
             i = id(a)
-            if scope.get(names[i]) != i and i in bound:
+            n = names[i]
+            if (scope.get(n) != i or (n == "_" and _REBOUND in scope)) and i in bound:
                 shadowed.append(i)
         elif not a.typed:
             untyped = True
     for v in e.outputs:
-        scope[names[id(v)]] = id(v)
+        _bind(scope, names[id(v)], id(v))
         bound.add(id(v))
     return untyped
+
+
+#: scope key (never a name) present once `_` is bound twice in the scope: from then on the
+#: reader warns at a use of `_` (`parser.readers.REBOUND`), so such a use gets a fresh name
+_REBOUND = " _"
+
+
+def _bind(scope: dict, n: str, i: int) -> None:
+    if n == "_" and n in scope:
+        scope[_REBOUND] = i
+    scope[n] = i
 
 
 class _Scope:
