@@ -5,7 +5,9 @@ followed by `Doc.format(width)` (no trailing newline):
 
 1. Shared jaxprs.  A breadth-first walk over the parameters counts how often
    each nested jaxpr object occurs (paths, not objects: a jaxpr inside a
-   shared one counts once per occurrence of its parent).  Jaxprs occurring
+   shared one counts once per occurrence of its parent).  It visits an
+   equation's jaxprs in the order of JAX's parameter dict (the record's
+   `jaxpr_params_order`: while's cond_jaxpr before body_jaxpr).  Jaxprs occurring
    more than once, or (0.10+) with more than 10 equations, are printed first
    as `let NAME = { ... } in`, in discovery order, and referenced by NAME.
    NAME is the `name` parameter of the first equation holding it, `<>`
@@ -201,10 +203,17 @@ def _hoist_name(e: core.Eqn) -> str | None:
     return n if isinstance(n, str) else None
 
 
-def _bfs_subjaxprs(e: core.Eqn) -> list[Jaxpr]:
-    """The jaxprs JAX's shared-jaxpr walk finds in an equation (`jaxprs_in_params`)."""
+def _bfs_subjaxprs(e: core.Eqn, first: tuple[str, ...] | None = None) -> list[Jaxpr]:
+    """The jaxprs JAX's shared-jaxpr walk finds in an equation (`jaxprs_in_params`), in the
+    order of JAX's parameter dict: the parameters `first` (the primitive's
+    `jaxpr_params_order`), then the others in the IR's order."""
     out = []
-    for v in e.params.values():
+    p = e.params
+    if first is None:
+        values = p.values()
+    else:
+        values = [p[k] for k in first if k in p] + [v for k, v in p.items() if k not in first]
+    for v in values:
         if isinstance(v, tuple):
             for x in v:
                 if isinstance(x, Jaxpr):
@@ -383,7 +392,8 @@ class _Printer:
                         with_params.append(e)
             for e in with_params:
                 nm = None
-                for sub in _bfs_subjaxprs(e):
+                rec = self.recs.get(e.prim) or self._rec(e.prim)
+                for sub in _bfs_subjaxprs(e, rec.jaxpr_params_order):
                     if id(sub) not in index:
                         index[id(sub)] = len(order)
                         order.append(sub)
