@@ -11,8 +11,9 @@ while, remat, nested jits whose unused results JAX prints as `_` inside the nest
 (several, of different types: `grad_jit_with_unused`, `grad_lu`), and lax.composite.
 Issue 37's printer forms: `vjp_*` programs are printed as `g(*args, *cts)` returning f's
 outputs and then the cotangents of `jax.vjp(f, *args)` applied to `cts`: a dead jit whose body
-prints `_` binders that are used (`vjp_dead_code`), a while whose cond_jaxpr and body_jaxpr
-are both hoisted (cond first), and a diffrax solve with a PID controller.
+prints `_` binders that are used (`vjp_dead_code`), a hoisted copy of a jaxpr holding the same
+Vars, its names restarting at `a` (`vjp_softplus_log_sigmoid`), a while whose cond_jaxpr and
+body_jaxpr are both hoisted (cond first), and a diffrax solve with a PID controller.
 The expected numbers are `jax.jit(g)(*args)`.  Inputs are arguments (no closed-over arrays).
 """
 
@@ -37,7 +38,7 @@ M = vec((3, 3), 0) + 3 * np.eye(3, dtype=np.float32)
 SPD = (M @ M.T + np.eye(3, dtype=np.float32)).astype(np.float32)
 V3, V8 = vec(3, 1), vec(8, 2)
 X45 = vec((4, 5), 3)
-V5 = vec(5, 4)
+V5, X34 = vec(5, 4), vec((3, 4), 4)
 
 
 @jax.custom_jvp
@@ -143,6 +144,12 @@ def dead_code(x, y):
     return z, jnp.tanh(x)
 
 
+def softplus_log_sigmoid(x):
+    """Issue 37, item 18: the softplus inside log_sigmoid is hoisted as `softplus2`, a copy
+    of `softplus` holding the same Vars (JAX prints their names again)."""
+    return jax.nn.softplus(x), jax.nn.log_sigmoid(x)
+
+
 def big_while_f(x):
     """A while whose cond and body both have more than 10 equations: both hoisted, the cond
     first (JAX binds cond_jaxpr before body_jaxpr)."""
@@ -211,6 +218,11 @@ TABLE = [
     ("grad_eigh", grad(lambda m: jnp.linalg.eigh(m)[0]), (SPD,)),
     ("grad_fft", grad(lambda x: jnp.abs(jnp.fft.fft(x))), (V8,)),
     ("vjp_dead_code", with_cotangents(dead_code, 2), (V5, V5 + 1, vec(5, 4), vec(5, 5))),
+    (
+        "vjp_softplus_log_sigmoid",
+        with_cotangents(softplus_log_sigmoid, 1),
+        (X34, vec((3, 4), 5), vec((3, 4), 6)),
+    ),
     ("big_while", big_while_f, (V3,)),
 ]
 NAMES = [n for n, _, _ in TABLE]
@@ -279,8 +291,9 @@ def test_the_table_covers_the_printing_cases(printed):
     assert " _\n" in texts["grad_norm"] or " _ " in texts["grad_norm"]
     # cond residuals
     assert "empty2[dtype=float32 memory_space=MemorySpace.Device]" in texts["grad_cond"]
-    # issue 37: `_` binders that are used, cond hoisted first
+    # issue 37: `_` binders that are used, a copy's names restarting, cond hoisted first
     assert "_:f32[5] = exp b\n          _:f32[5] = mul _ 2.0:f32[]" in texts["vjp_dead_code"]
+    assert "let softplus2 = { lambda ; a:f32[3,4]. let" in texts["vjp_softplus_log_sigmoid"]
     big_while = texts["big_while"]
     assert "body_jaxpr=jaxpr1\n" in big_while and "cond_jaxpr=jaxpr\n" in big_while
 

@@ -16,7 +16,10 @@ followed by `Doc.format(width)` (no trailing newline):
    shared-jaxpr names; names are assigned in printing order.  Top-level
    equation outputs that the top-level jaxpr never uses print as `_`.  For
    `jit`/`pjit` (0.6.2+) the inner jaxpr's invars/outvars take the names of the
-   equation's operands/results (JAX's `suggest_same_var_names`).
+   equation's operands/results (JAX's `suggest_same_var_names`).  JAX names
+   Var objects: a jaxpr holding the same Vars as one printed before (a copy)
+   prints its names again; the text shows it as binders named exactly as that
+   jaxpr's, and such a jaxpr takes its names (`_same_vars`).
 3. Safety.  JAX's naming can produce text that reads back as a different
    program (FORMAT.md §2: a name, `_` included, bound twice in one scope
    before a use: `_` is bound again and again inside nested jaxprs, where it
@@ -59,7 +62,7 @@ from ..lazy import DTypeName, is_dtype, is_numpy_scalar
 from ..params import EnumValue, Record, SpacedList, format_value
 from ..record import prim as record_of
 from . import pretty as pp
-from .style import DEFAULT_STYLE, Style
+from .style import DEFAULT_STYLE, Style, walk_jaxprs
 
 __all__ = ["print_jaxpr", "encode_name", "literal_text", "Namer"]
 
@@ -203,10 +206,13 @@ def _hoist_name(e: core.Eqn) -> str | None:
     return n if isinstance(n, str) else None
 
 
-def _bfs_subjaxprs(e: core.Eqn, first: tuple[str, ...] | None = None) -> list[Jaxpr]:
+def _bfs_subjaxprs(
+    e: core.Eqn, first: tuple[str, ...] | None = None, in_values: list | None = None
+) -> list[Jaxpr]:
     """The jaxprs JAX's shared-jaxpr walk finds in an equation (`jaxprs_in_params`), in the
     order of JAX's parameter dict: the parameters `first` (the primitive's
-    `jaxpr_params_order`), then the others in the IR's order."""
+    `jaxpr_params_order`), then the others in the IR's order.  Those that are fields of a
+    `str()`-ed value are also appended to `in_values`."""
     out = []
     p = e.params
     if first is None:
@@ -224,6 +230,8 @@ def _bfs_subjaxprs(e: core.Eqn, first: tuple[str, ...] | None = None) -> list[Ja
             for _, x in v.fields:
                 if isinstance(x, Jaxpr):
                     out.append(x)
+                    if in_values is not None:
+                        in_values.append(x)
     return out
 
 
@@ -287,6 +295,11 @@ class _Printer:
         # result's type
         self.typed_outvars: dict[int, tuple] = {}
         self.scopes: list[Jaxpr] = []  # every jaxpr printed in full (each is one naming scope)
+        # (number of binders, first and last binder's hint) -> the jaxprs named so far with
+        # such binders, and the ids of the jaxprs already looked up (`_same_vars`)
+        self.twins: dict[tuple, list[Jaxpr]] = {}
+        self.twin_keys: dict[int, tuple | None] = {}
+        self.no_twins: set[int] = set()
         self.value_cache: dict = {}
         # id(value) -> printed text, for one printout (`keep` holds the values alive)
         self.value_ids: dict[int, str] = {}
@@ -377,6 +390,7 @@ class _Printer:
         parents: dict[int, list[int]] = {}  # id(child) -> ids of parents (one per occurrence)
         hint: dict[int, str] = {}
         drops = self.drop_hints = set()
+        in_values: list[Jaxpr] = []
         q = deque([top])
         while q:
             j = q.popleft()
@@ -393,7 +407,7 @@ class _Printer:
             for e in with_params:
                 nm = None
                 rec = self.recs.get(e.prim) or self._rec(e.prim)
-                for sub in _bfs_subjaxprs(e, rec.jaxpr_params_order):
+                for sub in _bfs_subjaxprs(e, rec.jaxpr_params_order, in_values):
                     if id(sub) not in index:
                         index[id(sub)] = len(order)
                         order.append(sub)
@@ -406,6 +420,9 @@ class _Printer:
                             hint[id(sub)] = nm.strip("<>")
             if cand:
                 drops.update(self._unused(j, cand, used))
+        # the jaxprs of `str()`-ed values: their names are a fresh printout's, no clue to
+        # Vars shared with another jaxpr of this one (`_same_vars`)
+        self.no_twins = {id(x) for r in in_values for x in walk_jaxprs(r, core.eqn_subjaxprs)}
         multi: dict[int, bool] = {id(top): False}
         for j in order:  # BFS order is not topological in general: resolve lazily
             self._multi(id(j), parents, multi)
@@ -500,6 +517,7 @@ class _Printer:
     def _name_jaxpr(self, j: Jaxpr) -> None:
         """Assign names in JAX's printing order (a walk mirroring the document build)."""
         self.scopes.append(j)
+        self._same_vars(j)
         self._name_binders(j.constvars)
         self._name_binders(j.invars)
         if self.fast:
@@ -508,6 +526,41 @@ class _Printer:
             for e in j.eqns:
                 self._name_eqn(e)
         self._name_uses(j.outvars)
+        key = self.twin_keys.get(id(j))
+        if key is not None:
+            self.twins.setdefault(key, []).append(j)
+
+    def _same_vars(self, j: Jaxpr) -> None:
+        """JAX names Var objects, once per printout: a jaxpr that is another object than one
+        printed before but holds the same Vars (a copy with one equation rebuilt, as JAX's
+        partial evaluation makes of a jitted function called twice) prints that one's names
+        again, its binders restarting at `a` (`let softplus2 = { lambda ; a:f32[3,4]. let`),
+        where a jaxpr with Vars of its own continues the counter.  The text shows such a
+        copy as binders named exactly as an earlier jaxpr's, in the same order and of the
+        same types: those binders (not named yet) take that jaxpr's names, when it was
+        printed with the names the text gave it.  Runs before the name suggestions of the
+        equation holding `j` (JAX suggests names only for Vars that have none); keeps the key
+        under which `j` is looked up, once it is named, in `twin_keys`."""
+        if id(j) in self.twin_keys:
+            return
+        bs = (*j.constvars, *j.invars, *(o for e in j.eqns for o in e.outputs))
+        if not bs or bs[0].hint is None or bs[-1].hint is None or id(j) in self.no_twins:
+            self.twin_keys[id(j)] = None
+            return
+        key = self.twin_keys[id(j)] = (len(bs), bs[0].hint, bs[-1].hint)
+        names = self.names
+        for k in self.twins.get(key, ()):
+            ks = (*k.constvars, *k.invars, *(o for e in k.eqns for o in e.outputs))
+            if all(
+                v.hint == w.hint
+                and v.type == w.type
+                and (w.hint == "_" or names.get(id(w)) == w.hint)
+                for v, w in zip(bs, ks)
+            ) and any(w.hint != "_" for w in ks):
+                for v, w in zip(bs, ks):
+                    if id(v) not in names:
+                        names[id(v)] = names[id(w)]
+                return
 
     def _name_eqns(self, j: Jaxpr) -> None:
         """`_name_eqn` of each equation of `j`, in one walk that also builds the line document
@@ -663,6 +716,7 @@ class _Printer:
         if key is not None and self.style.suggest_names:
             inner = e.params.get(key)
             if isinstance(inner, Jaxpr) and id(inner) not in self.shared:
+                self._same_vars(inner)
                 self.suggest(inner.invars, e.inputs)
                 self.suggest(inner.outvars, e.outputs)
                 self.typed_outvars[id(inner)] = tuple(e.outputs)
