@@ -117,6 +117,10 @@ class Primitive:
     #: `rule(eqn) -> str | None`: the name of a nested jaxpr printed hoisted
     #: (`let NAME = ...`); None: the equation's `name` parameter
     hoist_name: Callable | None = None
+    #: the parameters holding jaxprs in the order JAX's `bind` gives them (its parameter
+    #: dict's order, which its shared-jaxpr walk follows: while's `cond_jaxpr` before
+    #: `body_jaxpr`, though both print sorted); None: the parameters' own order
+    jaxpr_params_order: tuple[str, ...] | None = None
     #: `rule(prim, params, eqn, style) -> (prim, params)`: the parameters an older JAX
     #: version printed for an equation the tool emitted in 0.12's form (or the list of
     #: equations that replace it, for a primitive that version lacks: the back end also runs

@@ -9,10 +9,17 @@ JAX's custom_jvp functions (relu, softplus, logsumexp, silu) and a user one, cus
 cond/switch (JAX fills the residuals with `empty2[memory_space=MemorySpace.Device]`), scan,
 while, remat, nested jits whose unused results JAX prints as `_` inside the nested jaxpr
 (several, of different types: `grad_jit_with_unused`, `grad_lu`), and lax.composite.
+Issue 37's printer forms: `vjp_*` programs are printed as `g(*args, *cts)` returning f's
+outputs and then the cotangents of `jax.vjp(f, *args)` applied to `cts`: a dead jit whose body
+prints `_` binders that are used (`vjp_dead_code`), a hoisted copy of a jaxpr holding the same
+Vars, its names restarting at `a` (`vjp_softplus_log_sigmoid`), a while whose cond_jaxpr and
+body_jaxpr are both hoisted (cond first), and a diffrax solve with a PID controller.
 The expected numbers are `jax.jit(g)(*args)`.  Inputs are arguments (no closed-over arrays).
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pytest
@@ -31,6 +38,7 @@ M = vec((3, 3), 0) + 3 * np.eye(3, dtype=np.float32)
 SPD = (M @ M.T + np.eye(3, dtype=np.float32)).astype(np.float32)
 V3, V8 = vec(3, 1), vec(8, 2)
 X45 = vec((4, 5), 3)
+V5, X34 = vec(5, 4), vec((3, 4), 4)
 
 
 @jax.custom_jvp
@@ -114,6 +122,49 @@ def solve_pos(m, b):
     return jax.scipy.linalg.solve(m, b, assume_a="pos")
 
 
+def with_cotangents(f, nargs):
+    """`g(*args, *cts)`: f's outputs (a tuple), then the cotangents of `jax.vjp(f, *args)`
+    applied to `cts` (one per output)."""
+
+    def g(*a):
+        out, pullback = jax.vjp(f, *a[:nargs])
+        return (*out, *pullback(tuple(a[nargs:])))
+
+    return g
+
+
+def dead_code(x, y):
+    """Dead code around live results (issue 37, item 17): JAX prints the dead jit's body as
+    `_:f32[5] = exp b; _:f32[5] = mul _ 2.0:f32[]`."""
+    _ = jnp.sin(x) * jnp.cos(y)
+    _ = jax.jit(lambda t: jnp.exp(t) * 2.0)(y)
+    _ = lax.scan(lambda c, t: (c + t, c * t), 0.0, x)
+    z = x * y + 1.0
+    _ = jnp.sum(z**2)
+    return z, jnp.tanh(x)
+
+
+def softplus_log_sigmoid(x):
+    """Issue 37, item 18: the softplus inside log_sigmoid is hoisted as `softplus2`, a copy
+    of `softplus` holding the same Vars (JAX prints their names again)."""
+    return jax.nn.softplus(x), jax.nn.log_sigmoid(x)
+
+
+def big_while_f(x):
+    """A while whose cond and body both have more than 10 equations: both hoisted, the cond
+    first (JAX binds cond_jaxpr before body_jaxpr)."""
+
+    def cond(c):
+        y = jnp.sin(c[1]) * 2.0 + jnp.cos(c[1]) - jnp.exp(c[1]) / 3.0 + jnp.tanh(c[1])
+        return (c[0] < 3) & (jnp.sum(y * y) > -1.0)
+
+    def body(c):
+        y = jnp.sin(jnp.cos(jnp.exp(c[1]) + 1.0) * 2.0) - jnp.tanh(jnp.log1p(c[1] * c[1])) / 3.0
+        return c[0] + 1, y
+
+    return lax.while_loop(cond, body, (0, x))[1]
+
+
 def stacked(*xs):
     return tuple(np.stack([x, x * 0.9 + 0.01]) for x in xs)
 
@@ -166,6 +217,13 @@ TABLE = [
     ("grad_cholesky", grad(jnp.linalg.cholesky), (SPD,)),
     ("grad_eigh", grad(lambda m: jnp.linalg.eigh(m)[0]), (SPD,)),
     ("grad_fft", grad(lambda x: jnp.abs(jnp.fft.fft(x))), (V8,)),
+    ("vjp_dead_code", with_cotangents(dead_code, 2), (V5, V5 + 1, vec(5, 4), vec(5, 5))),
+    (
+        "vjp_softplus_log_sigmoid",
+        with_cotangents(softplus_log_sigmoid, 1),
+        (X34, vec((3, 4), 5), vec((3, 4), 6)),
+    ),
+    ("big_while", big_while_f, (V3,)),
 ]
 NAMES = [n for n, _, _ in TABLE]
 
@@ -233,6 +291,11 @@ def test_the_table_covers_the_printing_cases(printed):
     assert " _\n" in texts["grad_norm"] or " _ " in texts["grad_norm"]
     # cond residuals
     assert "empty2[dtype=float32 memory_space=MemorySpace.Device]" in texts["grad_cond"]
+    # issue 37: `_` binders that are used, a copy's names restarting, cond hoisted first
+    assert "_:f32[5] = exp b\n          _:f32[5] = mul _ 2.0:f32[]" in texts["vjp_dead_code"]
+    assert "let softplus2 = { lambda ; a:f32[3,4]. let" in texts["vjp_softplus_log_sigmoid"]
+    big_while = texts["big_while"]
+    assert "body_jaxpr=jaxpr1\n" in big_while and "cond_jaxpr=jaxpr\n" in big_while
 
 
 def test_transforming_jax_cond_grad_printout(printed):
@@ -249,3 +312,32 @@ def test_transforming_jax_cond_grad_printout(printed):
     xs = np.stack([x, -x, x * 0.5])
     got = backend.evaluate(vmap_jaxpr(j, axis_size=3), [xs])
     close(got[0], jax.vmap(g)(xs))
+
+
+def test_fmt_diffrax_pid_solve_is_byte_identical():
+    """Issue 37, item 19: a diffrax solve with a PID controller saved at several times (the
+    while loops of its checkpointed adjoint hoist both their cond_jaxpr and body_jaxpr): fmt
+    of JAX's printout of its outputs and cotangents numbered the hoisted jaxprs one off."""
+    diffrax = pytest.importorskip("diffrax")
+
+    def solve(y0, a):
+        sol = diffrax.diffeqsolve(
+            diffrax.ODETerm(lambda t, y, a: -a * y + jnp.sin(t)),
+            diffrax.Tsit5(),
+            t0=0.0,
+            t1=1.0,
+            dt0=0.1,
+            y0=y0,
+            args=a,
+            saveat=diffrax.SaveAt(ts=jnp.linspace(0.0, 1.0, 4)),
+            stepsize_controller=diffrax.PIDController(rtol=1e-3, atol=1e-6, pcoeff=0.3, icoeff=0.3),
+            max_steps=16,
+        )
+        return (sol.ys,)
+
+    g = with_cotangents(solve, 2)
+    text = str(jax.make_jaxpr(g)(V3, np.float32(0.5), vec((4, 3), 9))) + "\n"
+    assert re.search(r"cond_jaxpr=jaxpr\d*\n", text) and re.search(r"body_jaxpr=jaxpr\d+\n", text)
+    r = run(["fmt", "-"], text)
+    assert r.exit_code == 0, r.output
+    assert r.stdout == text

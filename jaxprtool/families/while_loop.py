@@ -424,4 +424,7 @@ define(
     body_operands=_while_body_operands,
     unbounded_loop=True,
     hoist_consts=_while_hoist_consts,
+    # (JAX binds cond_nconsts, cond_jaxpr, body_nconsts, body_jaxpr: the printer hoists a
+    # large cond_jaxpr before a large body_jaxpr)
+    jaxpr_params_order=("cond_jaxpr", "body_jaxpr"),
 )

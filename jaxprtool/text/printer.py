@@ -5,7 +5,9 @@ followed by `Doc.format(width)` (no trailing newline):
 
 1. Shared jaxprs.  A breadth-first walk over the parameters counts how often
    each nested jaxpr object occurs (paths, not objects: a jaxpr inside a
-   shared one counts once per occurrence of its parent).  Jaxprs occurring
+   shared one counts once per occurrence of its parent).  It visits an
+   equation's jaxprs in the order of JAX's parameter dict (the record's
+   `jaxpr_params_order`: while's cond_jaxpr before body_jaxpr).  Jaxprs occurring
    more than once, or (0.10+) with more than 10 equations, are printed first
    as `let NAME = { ... } in`, in discovery order, and referenced by NAME.
    NAME is the `name` parameter of the first equation holding it, `<>`
@@ -14,14 +16,19 @@ followed by `Doc.format(width)` (no trailing newline):
    shared-jaxpr names; names are assigned in printing order.  Top-level
    equation outputs that the top-level jaxpr never uses print as `_`.  For
    `jit`/`pjit` (0.6.2+) the inner jaxpr's invars/outvars take the names of the
-   equation's operands/results (JAX's `suggest_same_var_names`).
+   equation's operands/results (JAX's `suggest_same_var_names`).  JAX names
+   Var objects: a jaxpr holding the same Vars as one printed before (a copy)
+   prints its names again; the text shows it as binders named exactly as that
+   jaxpr's, and such a jaxpr takes its names (`_same_vars`).
 3. Safety.  JAX's naming can produce text that reads back as a different
    program (FORMAT.md §2: a name, `_` included, bound twice in one scope
    before a use: `_` is bound again and again inside nested jaxprs, where it
    comes from the outer `_` by name suggestion).  After naming, every printed
    scope is checked with the reader's rule ("a use refers to the most recent
-   binding of that name in its own jaxpr", for `_` as for any name) and every
-   variable that would be misread gets a fresh name from the counter.  So
+   binding of that name in its own jaxpr", for `_` as for any name; a jit
+   body's `_` outvars as `resolve_dropped_outvars` reads them) and every
+   variable that would be misread, or whose use of `_` the reader would warn
+   about (after two `_` bindings), gets a fresh name from the counter.  So
    `parse(print_jaxpr(ir))` is alpha-equal to `ir`, and the text equals JAX's
    whenever JAX's text is unambiguous.
 4. Layout.  Documents mirror JAX's (`pp_jaxpr_skeleton`, `pp_eqn`,
@@ -55,7 +62,7 @@ from ..lazy import DTypeName, is_dtype, is_numpy_scalar
 from ..params import EnumValue, Record, SpacedList, format_value
 from ..record import prim as record_of
 from . import pretty as pp
-from .style import DEFAULT_STYLE, Style
+from .style import DEFAULT_STYLE, Style, walk_jaxprs
 
 __all__ = ["print_jaxpr", "encode_name", "literal_text", "Namer"]
 
@@ -199,10 +206,20 @@ def _hoist_name(e: core.Eqn) -> str | None:
     return n if isinstance(n, str) else None
 
 
-def _bfs_subjaxprs(e: core.Eqn) -> list[Jaxpr]:
-    """The jaxprs JAX's shared-jaxpr walk finds in an equation (`jaxprs_in_params`)."""
+def _bfs_subjaxprs(
+    e: core.Eqn, first: tuple[str, ...] | None = None, in_values: list | None = None
+) -> list[Jaxpr]:
+    """The jaxprs JAX's shared-jaxpr walk finds in an equation (`jaxprs_in_params`), in the
+    order of JAX's parameter dict: the parameters `first` (the primitive's
+    `jaxpr_params_order`), then the others in the IR's order.  Those that are fields of a
+    `str()`-ed value are also appended to `in_values`."""
     out = []
-    for v in e.params.values():
+    p = e.params
+    if first is None:
+        values = p.values()
+    else:
+        values = [p[k] for k in first if k in p] + [v for k, v in p.items() if k not in first]
+    for v in values:
         if isinstance(v, tuple):
             for x in v:
                 if isinstance(x, Jaxpr):
@@ -213,6 +230,8 @@ def _bfs_subjaxprs(e: core.Eqn) -> list[Jaxpr]:
             for _, x in v.fields:
                 if isinstance(x, Jaxpr):
                     out.append(x)
+                    if in_values is not None:
+                        in_values.append(x)
     return out
 
 
@@ -276,6 +295,11 @@ class _Printer:
         # result's type
         self.typed_outvars: dict[int, tuple] = {}
         self.scopes: list[Jaxpr] = []  # every jaxpr printed in full (each is one naming scope)
+        # (number of binders, first and last binder's hint) -> the jaxprs named so far with
+        # such binders, and the ids of the jaxprs already looked up (`_same_vars`)
+        self.twins: dict[tuple, list[Jaxpr]] = {}
+        self.twin_keys: dict[int, tuple | None] = {}
+        self.no_twins: set[int] = set()
         self.value_cache: dict = {}
         # id(value) -> printed text, for one printout (`keep` holds the values alive)
         self.value_ids: dict[int, str] = {}
@@ -366,6 +390,7 @@ class _Printer:
         parents: dict[int, list[int]] = {}  # id(child) -> ids of parents (one per occurrence)
         hint: dict[int, str] = {}
         drops = self.drop_hints = set()
+        in_values: list[Jaxpr] = []
         q = deque([top])
         while q:
             j = q.popleft()
@@ -381,7 +406,8 @@ class _Printer:
                         with_params.append(e)
             for e in with_params:
                 nm = None
-                for sub in _bfs_subjaxprs(e):
+                rec = self.recs.get(e.prim) or self._rec(e.prim)
+                for sub in _bfs_subjaxprs(e, rec.jaxpr_params_order, in_values):
                     if id(sub) not in index:
                         index[id(sub)] = len(order)
                         order.append(sub)
@@ -394,6 +420,9 @@ class _Printer:
                             hint[id(sub)] = nm.strip("<>")
             if cand:
                 drops.update(self._unused(j, cand, used))
+        # the jaxprs of `str()`-ed values: their names are a fresh printout's, no clue to
+        # Vars shared with another jaxpr of this one (`_same_vars`)
+        self.no_twins = {id(x) for r in in_values for x in walk_jaxprs(r, core.eqn_subjaxprs)}
         multi: dict[int, bool] = {id(top): False}
         for j in order:  # BFS order is not topological in general: resolve lazily
             self._multi(id(j), parents, multi)
@@ -488,6 +517,7 @@ class _Printer:
     def _name_jaxpr(self, j: Jaxpr) -> None:
         """Assign names in JAX's printing order (a walk mirroring the document build)."""
         self.scopes.append(j)
+        self._same_vars(j)
         self._name_binders(j.constvars)
         self._name_binders(j.invars)
         if self.fast:
@@ -496,6 +526,41 @@ class _Printer:
             for e in j.eqns:
                 self._name_eqn(e)
         self._name_uses(j.outvars)
+        key = self.twin_keys.get(id(j))
+        if key is not None:
+            self.twins.setdefault(key, []).append(j)
+
+    def _same_vars(self, j: Jaxpr) -> None:
+        """JAX names Var objects, once per printout: a jaxpr that is another object than one
+        printed before but holds the same Vars (a copy with one equation rebuilt, as JAX's
+        partial evaluation makes of a jitted function called twice) prints that one's names
+        again, its binders restarting at `a` (`let softplus2 = { lambda ; a:f32[3,4]. let`),
+        where a jaxpr with Vars of its own continues the counter.  The text shows such a
+        copy as binders named exactly as an earlier jaxpr's, in the same order and of the
+        same types: those binders (not named yet) take that jaxpr's names, when it was
+        printed with the names the text gave it.  Runs before the name suggestions of the
+        equation holding `j` (JAX suggests names only for Vars that have none); keeps the key
+        under which `j` is looked up, once it is named, in `twin_keys`."""
+        if id(j) in self.twin_keys:
+            return
+        bs = (*j.constvars, *j.invars, *(o for e in j.eqns for o in e.outputs))
+        if not bs or bs[0].hint is None or bs[-1].hint is None or id(j) in self.no_twins:
+            self.twin_keys[id(j)] = None
+            return
+        key = self.twin_keys[id(j)] = (len(bs), bs[0].hint, bs[-1].hint)
+        names = self.names
+        for k in self.twins.get(key, ()):
+            ks = (*k.constvars, *k.invars, *(o for e in k.eqns for o in e.outputs))
+            if all(
+                v.hint == w.hint
+                and v.type == w.type
+                and (w.hint == "_" or names.get(id(w)) == w.hint)
+                for v, w in zip(bs, ks)
+            ) and any(w.hint != "_" for w in ks):
+                for v, w in zip(bs, ks):
+                    if id(v) not in names:
+                        names[id(v)] = names[id(w)]
+                return
 
     def _name_eqns(self, j: Jaxpr) -> None:
         """`_name_eqn` of each equation of `j`, in one walk that also builds the line document
@@ -505,7 +570,7 @@ class _Printer:
         scope: dict[str, int] = {}
         bound: set[int] = set()
         for v in (*j.constvars, *j.invars):
-            scope[names[id(v)]] = id(v)
+            _bind(scope, names[id(v)], id(v))
             bound.add(id(v))
         bad: list[int] = []
         style = self.style
@@ -562,7 +627,9 @@ class _Printer:
                             n = names.get(i)
                             if n is None:
                                 late = True
-                            elif scope.get(n) != i and i in bound:
+                            elif (scope.get(n) != i or (n == "_" and _REBOUND in scope)) and (
+                                i in bound
+                            ):
                                 bad.append(i)
                             ins.append(n)
                         else:
@@ -583,6 +650,8 @@ class _Printer:
                                     if h and h[-1] == "_" and len(h) > 1:
                                         n += "_"  # as `_name_binders`
                             names[i] = n
+                        if n == "_" and n in scope:
+                            scope[_REBOUND] = i
                         scope[n] = i
                         bound.add(i)
                         t = v.type
@@ -647,6 +716,7 @@ class _Printer:
         if key is not None and self.style.suggest_names:
             inner = e.params.get(key)
             if isinstance(inner, Jaxpr) and id(inner) not in self.shared:
+                self._same_vars(inner)
                 self.suggest(inner.invars, e.inputs)
                 self.suggest(inner.outvars, e.outputs)
                 self.typed_outvars[id(inner)] = tuple(e.outputs)
@@ -682,7 +752,7 @@ class _Printer:
         shadowed: list[int] = []
         untyped = not self.style.typed_literals
         for v in j.constvars + j.invars:
-            scope[names[id(v)]] = id(v)
+            _bind(scope, names[id(v)], id(v))
             bound.add(id(v))
         for e in j.eqns:
             untyped = _read_scope(e, names, scope, bound, shadowed) or untyped
@@ -704,7 +774,8 @@ class _Printer:
             for a in j.outvars:
                 if a.__class__ is not Literal:
                     i = id(a)
-                    if scope.get(names[i]) != i and i in bound:
+                    n = names[i]
+                    if (scope.get(n) != i or (n == "_" and _REBOUND in scope)) and i in bound:
                         bad[i] = None
                 elif not a.typed:
                     untyped = True
@@ -720,26 +791,42 @@ class _Printer:
         the most recent `_` where none has that type; any other name as its most recent
         binder."""
         names = self.names
-        last: dict[str, int] = {}  # name, or `_` + type -> id of its most recent binder
+        last: dict[str, int] = {}  # name -> id of its most recent binder
+        unders: dict[str, list] = {}  # type -> its `_` binders: (id, read by an equation)
         bound: set[int] = set()
-        for v in (*j.constvars, *j.invars, *(o for e in j.eqns for o in e.outputs)):
+        read_ids: set[int] | None = None
+        nin = len(j.constvars) + len(j.invars)
+        for k, v in enumerate((*j.constvars, *j.invars, *(o for e in j.eqns for o in e.outputs))):
             n = names[id(v)]
             if n == "_":
-                last["_"] = id(v)
-                n += ":" + self._type(v.type)
+                if read_ids is None:
+                    read_ids = {id(a) for e in j.eqns for a in e.inputs}
+                unders.setdefault(self._type(v.type), []).append(
+                    (id(v), k >= nin and id(v) in read_ids)
+                )
             last[n] = id(v)
             bound.add(id(v))
         results = self.typed_outvars[id(j)]
-        if len(results) != len(j.outvars):
-            results = j.outvars
-        for a, r in zip(j.outvars, results):
+        matched = len(results) == len(j.outvars)
+        taken: dict[str, int] = {}
+        for k, a in enumerate(j.outvars):
             if a.__class__ is Literal:
                 continue
             i = id(a)
             n = names[i]
-            if n == "_":
-                read = last.get("_:" + self._type(r.type), last.get("_"))
-            else:
+            if n == "_" and matched:
+                r = results[k]
+                t = self._type(r.type)
+                same = unders.get(t)
+                if same:
+                    # the reader's `resolve_dropped_outvars`: the most recent `_` binder of
+                    # that type, then the others an equation reads, then the most recent
+                    c = taken[t] = taken.get(t, -1) + 1
+                    order = [same[-1][0], *(b for b, used in same[:-1] if used)]
+                    read = order[c] if c < len(order) else same[-1][0]
+                else:
+                    read = last.get("_")
+            else:  # (where the counts differ, `_` reads as the most recent `_`)
                 read = last.get(n)
             if read != i and i in bound:
                 bad[i] = None
@@ -953,14 +1040,26 @@ def _read_scope(e, names, scope: dict, bound: set, shadowed: list) -> bool:
     for a in e.inputs:
         if a.__class__ is not Literal:
             i = id(a)
-            if scope.get(names[i]) != i and i in bound:
+            n = names[i]
+            if (scope.get(n) != i or (n == "_" and _REBOUND in scope)) and i in bound:
                 shadowed.append(i)
         elif not a.typed:
             untyped = True
     for v in e.outputs:
-        scope[names[id(v)]] = id(v)
+        _bind(scope, names[id(v)], id(v))
         bound.add(id(v))
     return untyped
+
+
+#: scope key (never a name) present once `_` is bound twice in the scope: from then on the
+#: reader warns at a use of `_` (`parser.readers.REBOUND`), so such a use gets a fresh name
+_REBOUND = " _"
+
+
+def _bind(scope: dict, n: str, i: int) -> None:
+    if n == "_" and n in scope:
+        scope[_REBOUND] = i
+    scope[n] = i
 
 
 class _Scope:

@@ -98,9 +98,13 @@ class SharedScopes(Source):
 def resolve_dropped_outvars(st, prim: str, prm: dict, outs) -> None:
     """`_:f32[3] b:f32[3] _:f32[] = jit[jaxpr={ ... in (_, b, _) }]`: JAX names the nested
     jaxpr's outvars after the equation's results, so an outvar `_` is one of the nested
-    jaxpr's `_` binders of that result's type.  Read it as the most recent such binder
-    (instead of the most recent `_`); warn only where several have that type and the
-    result may be used (a top-level `_` result is not: JAX's `_dropvars`)."""
+    jaxpr's `_` binders of that result's type.  Read the first such outvar as the most recent
+    such binder (instead of the most recent `_`), and the later ones as the other binders of
+    that type that an equation reads, in binding order, then the most recent again: a `_`
+    binder that is read is no dropped binder (JAX never reads one), so JAX named it after a
+    result (`_:f32[5] = exp b; _:f32[5] = mul _ 2.0:f32[] in (_, _)`: the product, then the
+    exponential).  Warn only where several have that type and the result may be used (a
+    top-level `_` result is not: JAX's `_dropvars`)."""
     key = record_of(prim).suggest_names
     inner = prm.get(key) if key is not None else None
     entry = st.outvar_pending.pop(id(inner), None) if isinstance(inner, Jaxpr) else None
@@ -114,10 +118,18 @@ def resolve_dropped_outvars(st, prim: str, prm: dict, outs) -> None:
     bound += [v for e in inner.eqns for v in e.outputs if v.hint == "_"]
     outvars = list(inner.outvars)
     top = len(st.tables) == 1  # a top-level `_` result is unused: any such binder will do
+    read = None
+    taken: dict = {}  # type -> how many `_` outvars of that type were read so far
     for i, w in pending:
-        same = [v for v in bound if v.type == outs[i].type]
+        t = outs[i].type
+        same = [v for v in bound if v.type == t]
         if same:
-            outvars[i] = same[-1]
+            if read is None:
+                read = {id(a) for e in inner.eqns for a in e.inputs}
+                binders = {id(v) for e in inner.eqns for v in e.outputs}
+            k = taken[t] = taken.get(t, -1) + 1
+            order = [same[-1], *(v for v in same[:-1] if id(v) in read and id(v) in binders)]
+            outvars[i] = order[k] if k < len(order) else same[-1]
         if len(same) != 1 and not (top and same and outs[i].hint == "_"):
             st.warnings.append(w)
     prm[key] = inner.replace(outvars=tuple(outvars))
