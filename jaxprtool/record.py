@@ -317,7 +317,7 @@ def close_name(name: str) -> str | None:
 
 
 def did_you_mean(name: str) -> str:
-    """`; did you mean 'tanh'?` for a misspelt primitive (`close_name`), else ''."""
+    """`; did you mean 'NAME'?` for a misspelt primitive (`close_name`), else ''."""
     close = close_name(name)
     return f"; did you mean '{close}'?" if close else ""
 
