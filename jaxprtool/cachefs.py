@@ -67,13 +67,28 @@ def _trusted_parent(base: str) -> bool:
         st = os.stat(base)  # a link here is the user's own choice of cache home
     except OSError:
         return False
+    why = shared_folder_refusal(st)
+    return True if why is None else _refuse(base, why)
+
+
+def shared_folder_refusal(st: os.stat_result) -> str | None:
+    """Why a folder holding trusted files is not trusted (None: it is): not a folder, or
+    another user's (not the user's or root's), or writable by others and not sticky (as /tmp
+    is: there no one can rename the user's files away).  The plugins' folder follows it too."""
     if not stat.S_ISDIR(st.st_mode):
-        return _refuse(base, "is not a folder")
-    if st.st_uid not in (_uid(), 0):
-        return _refuse(base, f"belongs to another user (uid {st.st_uid})")
-    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
-        return _refuse(base, f"can be written by others (mode {stat.S_IMODE(st.st_mode):04o})")
-    return True
+        return "is not a folder"
+    return writable_refusal(st, (uid(), 0), shared_ok=True)
+
+
+def writable_refusal(st: os.stat_result, owners, shared_ok: bool = False) -> str | None:
+    """Why a file or folder someone else could have written is not trusted: its owner is
+    none of `owners`, or group or others can write it (allowed for a sticky folder with
+    `shared_ok`)."""
+    if uid() >= 0 and st.st_uid not in owners:
+        return f"belongs to another user (uid {st.st_uid})"
+    if st.st_mode & 0o022 and not (shared_ok and st.st_mode & stat.S_ISVTX):
+        return f"can be written by others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
 
 
 def _private_dir(d: str) -> bool:
@@ -89,11 +104,8 @@ def _private_dir(d: str) -> bool:
         return False
     if not stat.S_ISDIR(st.st_mode):
         return _refuse(d, "is not a folder (a link or a file)")
-    if st.st_uid != _uid():
-        return _refuse(d, f"belongs to another user (uid {st.st_uid})")
-    if st.st_mode & 0o022:
-        return _refuse(d, f"can be written by others (mode {stat.S_IMODE(st.st_mode):04o})")
-    return True
+    why = writable_refusal(st, (uid(),))
+    return True if why is None else _refuse(d, why)
 
 
 def _refuse(d: str, why: str) -> bool:
@@ -108,7 +120,8 @@ def _refuse(d: str, why: str) -> bool:
     return False
 
 
-def _uid() -> int:
+def uid() -> int:
+    """This process's user id (-1 where the system has none)."""
     return os.getuid() if hasattr(os, "getuid") else -1
 
 
@@ -137,8 +150,7 @@ def read_entry(path: str) -> bytes | None:
 def _trusted_file(st: os.stat_result) -> bool:
     return (
         stat.S_ISREG(st.st_mode)
-        and (_uid() < 0 or st.st_uid == _uid())
-        and not st.st_mode & 0o022
+        and writable_refusal(st, (uid(),)) is None
         and st.st_size <= MAX_ENTRY_BYTES
     )
 
@@ -154,7 +166,7 @@ def write_entry(path: str, data: bytes, *, replace: bool = True) -> None:
     except OSError:
         return
     else:
-        if not replace or not stat.S_ISREG(st.st_mode) or st.st_uid != _uid():
+        if not replace or not stat.S_ISREG(st.st_mode) or st.st_uid != uid():
             return
     tmp = f"{path}.{os.getpid()}.tmp"
     try:

@@ -10,6 +10,7 @@ import sys
 
 import click
 
+from .cachefs import uid
 from .core import JaxprError, Loc, UsageProblem
 
 
@@ -213,7 +214,7 @@ _TEMP_NAME = re.compile(r"\.jaxprtool-(\d+)-[^/]*\.tmp")
 def _followed_target(out: str) -> str:
     """Where writing `out` lands (links followed), refusing a link in a world-writable sticky
     folder (/tmp) unless it is the user's or the folder owner's: another user planted it."""
-    me = _uid()
+    me = uid()
     p = os.path.abspath(out)
     for _ in range(40):  # the kernel's limit of links followed
         try:
@@ -238,7 +239,7 @@ def _followed_target(out: str) -> str:
 def _check_replaceable(out: str, st: os.stat_result) -> None:
     """Refuse to replace another user's file (the new one would be ours) or a read-only one
     (as an editor asks first); `st` is what `out` reaches."""
-    me = _uid()
+    me = uid()
     if me >= 0 and st.st_uid != me:
         raise UsageProblem(
             f"cannot write '{out}': it belongs to another user (uid {st.st_uid}): not replaced; "
@@ -298,7 +299,7 @@ def _remove_stale_temps(folder: str) -> None:
             st = os.lstat(path)
         except OSError:
             continue
-        if stat.S_ISREG(st.st_mode) and st.st_uid == _uid() and not _alive(pid):
+        if stat.S_ISREG(st.st_mode) and st.st_uid == uid() and not _alive(pid):
             _unlink_quietly(path)
 
 
@@ -333,10 +334,6 @@ def _removed_on_sigterm(tmp: str):
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def _uid() -> int:
-    return os.getuid() if hasattr(os, "getuid") else -1
 
 
 def _output_stat(out: str):

@@ -172,21 +172,16 @@ def _compiled_source(p: str, full: str):
 
 def plugin_refusal(st: os.stat_result, folder: str) -> str | None:
     """Why a plugin file (`st`, from its open descriptor) in `folder` is not trusted, or None:
-    the caches' rule (cachefs) - the file regular, owned by the user or root, writable by no
-    one else; the folder owned by the user or root, writable by others only when sticky."""
-    me = os.getuid() if hasattr(os, "getuid") else -1
+    the caches' rule (`cachefs`), except that a file may also be root's."""
+    from .cachefs import shared_folder_refusal, uid, writable_refusal
+
     if not stat.S_ISREG(st.st_mode):
         return "it is not a regular file"
-    if me >= 0 and st.st_uid not in (me, 0):
-        return f"the file belongs to another user (uid {st.st_uid})"
-    if st.st_mode & 0o022:
-        return f"the file can be written by others (mode {stat.S_IMODE(st.st_mode):04o})"
+    why = writable_refusal(st, (uid(), 0))
+    if why:
+        return f"the file {why}"
     try:
-        dst = os.stat(folder)
+        why = shared_folder_refusal(os.stat(folder))
     except OSError as e:
         return f"its folder cannot be read ({e.strerror})"
-    if me >= 0 and dst.st_uid not in (me, 0):
-        return f"its folder belongs to another user (uid {dst.st_uid})"
-    if dst.st_mode & 0o022 and not dst.st_mode & stat.S_ISVTX:
-        return f"its folder can be written by others (mode {stat.S_IMODE(dst.st_mode):04o})"
-    return None
+    return f"its folder {why}" if why else None

@@ -117,10 +117,9 @@ def tool_grad(text: str, n: int, option, value, segments="auto"):
     """The tool's gradient program of JAX's printed jaxpr `text` (wrt all `n` inputs) under
     the plan, and the plans' descriptions (what `--remat` prints on standard error)."""
     from jaxprtool.ad import remat
-    from jaxprtool.ad.api import grad_jaxpr, restyle
+    from jaxprtool.ad.api import grad_jaxpr
     from jaxprtool.passes.registry import run_pipeline
     from jaxprtool.text.parser import parse
-    from jaxprtool.text.style import detect_style
 
     j = parse(text, "<bench>").jaxpr
     spec = None
@@ -134,8 +133,8 @@ def tool_grad(text: str, n: int, option, value, segments="auto"):
     plans: list = []
     g = grad_jaxpr(j, list(range(n)), remat=spec, plans=plans)
     dt = time.perf_counter() - t0
-    # in the primitives of the JAX that printed the text (0.10 has no one_minus_square)
-    g = restyle(run_pipeline(g, "canonicalize"), detect_style(j))
+    # the back end binds the older JAX's forms of what it lacks (one_minus_square on 0.10)
+    g = run_pipeline(g, "canonicalize")
     return g, [p.render() for p in plans if not p.nested], dt, len(j.eqns)
 
 

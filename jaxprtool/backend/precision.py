@@ -34,10 +34,6 @@ def matmul_precision(value: str | None):
         _ACTIVE.pop()
 
 
-def in_force() -> str | None:
-    return _ACTIVE[-1] if _ACTIVE else None
-
-
 def unspecified_precision():
     """What a product printed with `precision=None` is bound with: None, or the pair of
     `lax.Precision`s in force."""

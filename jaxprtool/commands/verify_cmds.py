@@ -45,6 +45,11 @@ def _as_type(value, t):
     return a
 
 
+def _positive(name: str, help: str):
+    """An optional positive float option (the default: JAX's, said in `help`)."""
+    return click.option(name, type=click.FloatRange(min=0, min_open=True), default=None, help=help)
+
+
 @click.command("check-grad")
 @click.argument("files", nargs=-1, metavar="[FILE|DIR|-]...", type=FILE_ARG)
 @click.option(
@@ -91,25 +96,18 @@ def _as_type(value, t):
     '[{"program", "check", "error", "tolerance", "result"}], "replaced"}], "summary": '
     '{"files", "checks", "failures", "not_checked"}}.',
 )
-@click.option(
+@_positive(
     "--tol",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    help="Tolerance of the jvp and vjp checks against finite differences (default: JAX's "
+    "Tolerance of the jvp and vjp checks against finite differences (default: JAX's "
     "default_gradient_tolerance of the least precise float: 2e-3 for f32).",
 )
-@click.option(
+@_positive(
     "--dot-tol",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    help="Tolerance of the dot-product (adjoint) test (default: 2e-5 for f32, 1e-12 for f64).",
+    "Tolerance of the dot-product (adjoint) test (default: 2e-5 for f32, 1e-12 for f64).",
 )
-@click.option(
+@_positive(
     "--eps",
-    type=click.FloatRange(min=0, min_open=True),
-    default=None,
-    help="Finite-difference step (default: 1e-5 in a float64 copy of the program, else "
-    "1e-3 for f32).",
+    "Finite-difference step (default: 1e-5 in a float64 copy of the program, else 1e-3 for f32).",
 )
 @custom_rules_option
 @dim_option
