@@ -256,3 +256,44 @@ def test_a_mesh_larger_than_the_tpus_is_a_clear_error():
     n = len(jax.devices("tpu"))
     assert r.exit_code == 1, r.output
     assert f"needs 8 devices but {n} tpu device{'s are' if n != 1 else ' is'} available" in r.output
+
+
+@pytest.mark.tpu
+@needs_tpu
+def test_explain_on_the_tpu_shows_jaxs_gradient_there(prog, tmp_path):
+    """`explain --device tpu` walks and checks the gradient on the chip (at 'highest', as
+    check-grad there): the gradient it prints is jax.grad's on the TPU."""
+    import jax
+
+    args = _args()
+    np.savez(tmp_path / "in.npz", **{f"arg{i}": a for i, a in enumerate(args)})
+    r = tool("explain", prog, "--args", tmp_path / "in.npz", "--device", "tpu", "--width", 200)
+    assert r.exit_code == 0, r.output
+    assert "result: all checks pass" in r.output
+    tpu = jax.devices("tpu")[0]
+    with jax.default_matmul_precision("highest"):
+        g = jax.jit(jax.grad(_mlp, (0, 1, 2)))(*[jax.device_put(a, tpu) for a in args])
+    shown = re.search(r"gradient of c\s+f32\[3\].*\n\s+\[([^\]]*)\]", r.output)
+    assert shown, r.output
+    np.testing.assert_allclose(
+        [float(v) for v in shown.group(1).replace(",", " ").split()], g[2], rtol=2e-4
+    )
+
+
+@pytest.mark.tpu
+@needs_tpu
+def test_trace_on_the_tpu_prints_jaxs_jaxpr_there(tmp_path, monkeypatch):
+    import jax
+    import jax.numpy as jnp
+
+    (tmp_path / "usermod_tpu.py").write_text(
+        "import jax.numpy as jnp\ndef f(x, w):\n    return jnp.tanh(x @ w).sum()\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    r = tool("trace", "usermod_tpu:f", "--arg", "f32[4,8]", "--arg", "f32[8,3]", "--device", "tpu")
+    assert r.exit_code == 0, r.output
+    with jax.default_device(jax.devices("tpu")[0]):
+        want = jax.make_jaxpr(lambda x, w: jnp.tanh(x @ w).sum())(
+            jnp.zeros((4, 8), jnp.float32), jnp.zeros((8, 3), jnp.float32)
+        )
+    assert r.output.strip() == str(want).strip()

@@ -3,7 +3,8 @@
 # repository's root: the tool from this checkout, its missing dependencies from wheels in
 # .whl-tpu (that machine has no package registry; fetch them here with `make tpu-wheels`).
 #
-#   bash bench/device/tpu_check.sh [tests] [table] [remat] [--size full|small]
+#   bash bench/device/tpu_check.sh [tests] [table] [remat] [--size full|small] [--only A,B]
+#                                  [--no-commands] [--remat-only P,Q] [--no-scan]
 #
 # Stages (default: all): `tests` runs the tests marked tpu (tests/test_device.py) and the
 # command-line checks; `table` writes OUT/tpu_table.md (bench/device/tpu_table.py: each
@@ -16,9 +17,18 @@ OUT=${OUT:-$PWD/tpu-out}
 mkdir -p "$OUT"
 SIZE=full
 STAGES=()
+TABLE_ARGS=()
+REMAT_ARGS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --size) SIZE=$2; shift 2 ;;
+    # the table's programs whose name holds one of A,B; --no-commands leaves out its
+    # command-line checks
+    --only) TABLE_ARGS+=(--only "$2"); shift 2 ;;
+    --no-commands) TABLE_ARGS+=(--no-commands); shift ;;
+    # the remat table's plans whose label holds one of P,Q; --no-scan leaves out its scan twin
+    --remat-only) REMAT_ARGS+=(--only "$2"); shift 2 ;;
+    --no-scan) REMAT_ARGS+=(--no-scan); shift ;;
     *) STAGES+=("$1"); shift ;;
   esac
 done
@@ -48,12 +58,13 @@ for stage in "${STAGES[@]}"; do
       ;;
     table)
       python3 bench/device/tpu_table.py --device tpu --size "$SIZE" --out "$OUT" \
-        > "$OUT/table.log" 2>&1 || status=1
+        "${TABLE_ARGS[@]}" >> "$OUT/table.log" 2>&1 || status=1
       tail -25 "$OUT/table.log"
       ;;
     remat)
       if [ -f bench/device/remat_tpu.py ]; then
-        python3 bench/device/remat_tpu.py --device tpu --out "$OUT" > "$OUT/remat.log" 2>&1 || status=1
+        python3 bench/device/remat_tpu.py --device tpu --out "$OUT" "${REMAT_ARGS[@]}" \
+          >> "$OUT/remat.log" 2>&1 || status=1
         tail -25 "$OUT/remat.log"
       else
         echo "bench/device/remat_tpu.py is not in this checkout: no remat table"

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import faulthandler
 import json
 import os
 import statistics
@@ -140,6 +141,11 @@ def on_cpu(fn, args):
         return outs_list(jax.jit(fn)(*[jax.device_put(a, cpu) for a in args]))
 
 
+def phase(name: str, what: str, t0: float) -> None:
+    """A line in the log for each step of a row: where a row that stalls stopped."""
+    print(f"  {name}: {what} at {time.perf_counter() - t0:.1f} s", flush=True)
+
+
 def measure(name, f, args, argnums, batched, device, repeat, table, cpu_reference):
     dev = backend.get_device(device)
     xs = [jax.device_put(a, dev) for a in args]
@@ -155,9 +161,12 @@ def measure(name, f, args, argnums, batched, device, repeat, table, cpu_referenc
     t0 = time.perf_counter()
     with at_hi():
         want = outs_list(jax.jit(f)(*xs))
+    phase(name, "JAX's run done", t0)
     got = api.run(program, *args, device=device, matmul_precision=hi)
+    phase(name, "tool's run done", t0)
     cpu = on_cpu(f, args) if cpu_reference else None
     pair = compiled_pair(tool_fn(program), f, xs)
+    phase(name, "CPU reference and compiles done", t0)
     row(table, name, "run", got, want, *pair, xs, repeat, t0, cpu=cpu)
     # derivatives: grad (or jvp where JAX has no reverse mode of the program)
     t0 = time.perf_counter()
@@ -174,13 +183,17 @@ def measure(name, f, args, argnums, batched, device, repeat, table, cpu_referenc
 
     with at_hi():
         want = outs_list(jax.jit(jax_fn)(*xs))
+    phase(name, f"JAX's {what.split(',')[0]} done", t0)
     got = api.run(derived, *args, device=device, matmul_precision=hi)
+    phase(name, f"tool's {what} done", t0)
     planned = ""
     if argnums:
         timeline, _ = api.memory(program, of="grad", argnums=argnums)
         planned = f"planned peak {gb(timeline.peak_bytes)}"
     pair = compiled_pair(tool_fn(derived), jax_fn, xs)
+    phase(name, "compiles done", t0)
     cpu = on_cpu(jax_fn, args) if cpu_reference else None
+    phase(name, "CPU reference done", t0)
     row(table, name, what, got, want, *pair, xs, repeat, t0, planned, cpu=cpu)
     if batched:
         t0 = time.perf_counter()
@@ -238,6 +251,12 @@ def main() -> int:
     )
     ap.add_argument("--no-commands", action="store_true")
     ap.add_argument(
+        "--stall-dump",
+        type=float,
+        default=90.0,
+        help="print every thread's stack each this many seconds a row takes (where it stalls)",
+    )
+    ap.add_argument(
         "--no-cpu-reference",
         dest="cpu_reference",
         action="store_false",
@@ -272,6 +291,7 @@ def main() -> int:
     for name, f, args, argnums, batched in models.cases(a.size):
         if a.only and not any(part in name for part in a.only.split(",")):
             continue
+        faulthandler.dump_traceback_later(a.stall_dump, repeat=True)
         try:
             measure(name, f, args, argnums, batched, a.device, a.repeat, table, a.cpu_reference)
         except Exception as e:  # noqa: BLE001 - one program's trouble is one row
@@ -280,6 +300,8 @@ def main() -> int:
             table.add(
                 [name, "error", f"{type(e).__name__}: {str(e).splitlines()[0][:150]}", "", "", ""]
             )
+        finally:
+            faulthandler.cancel_dump_traceback_later()
     if not a.no_commands:
         command_line_checks(a.device, out)
     return 1 if failures else 0
