@@ -297,3 +297,57 @@ def test_trace_on_the_tpu_prints_jaxs_jaxpr_there(tmp_path, monkeypatch):
             jnp.zeros((4, 8), jnp.float32), jnp.zeros((8, 3), jnp.float32)
         )
     assert r.output.strip() == str(want).strip()
+
+
+# ---------------------------------------------------------------- finite differences' device
+
+
+class _FakeTpu:
+    platform = "tpu"
+
+
+def test_finite_differences_run_on_the_cpu_when_the_checks_run_elsewhere(prog, monkeypatch):
+    """On a TPU an f32 product is a bf16 pass (f32 at 'highest'), its float64 emulated: the
+    TPU's rounding over the step would swamp the differences (check-grad's were off by 0.94
+    on the chip).  check-grad and explain take them on the CPU, the derivatives on the
+    device; a program spanning devices keeps the command's device."""
+    import jax
+
+    import jaxprtool.backend as backend
+    from jaxprtool.backend import sharding
+
+    real = backend.get_device
+    monkeypatch.setattr(
+        backend, "get_device", lambda d="cpu": _FakeTpu() if d == "tpu" else real(d)
+    )
+    monkeypatch.setattr(sharding.CONFIG, "platform", "tpu")
+    program = api.parse(MLP)
+    assert backend.reference_device(program.jaxpr) == "cpu"
+    monkeypatch.setattr(sharding, "is_multi_device", lambda j: True)
+    assert backend.reference_device(program.jaxpr) is None
+    monkeypatch.undo()
+    assert backend.reference_device(program.jaxpr) is None  # on the CPU: the command's
+    assert jax.devices()[0].platform == "cpu"
+
+
+def test_check_grad_takes_its_finite_differences_as_the_reference(prog, monkeypatch):
+    """Every run of the finite differences (and of the kink indicators) asks for the
+    reference device; the derivatives' runs do not."""
+    from jaxprtool.commands import verify_cmds
+
+    asked = []
+    make = verify_cmds._runner
+
+    def recording(consts):
+        run = make(consts)
+
+        def wrapped(jaxpr, args, reference=False):
+            asked.append(reference)
+            return run(jaxpr, args, reference=reference)
+
+        return wrapped
+
+    monkeypatch.setattr(verify_cmds, "_runner", recording)
+    r = tool("check-grad", prog)
+    assert r.exit_code == 0, r.output
+    assert asked.count(True) >= 2 and asked.count(False) >= 1, asked

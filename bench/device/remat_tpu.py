@@ -255,6 +255,7 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=5, help="timed steps per gradient")
     ap.add_argument("--segments", default="auto", help="--remat-segments: auto, none or N")
     ap.add_argument("--no-scan", action="store_true", help="skip the scan twin")
+    ap.add_argument("--no-unrolled", action="store_true", help="skip the unrolled transformer")
     ap.add_argument("--quiet", action="store_true", help="do not print the plans")
     ap.add_argument(
         "--only",
@@ -277,7 +278,9 @@ def main(argv=None) -> int:
     print(head, flush=True)
     with jax.default_device(dev):
         ps, x = init(jax.random.PRNGKey(0), a.layers, a.width, a.seq, a.batch)
-        rows = rows_for("unrolled", unrolled, (ps, x), a.heads, a.steps, a.segments, log, only)
+        rows = []
+        if not a.no_unrolled:
+            rows += rows_for("unrolled", unrolled, (ps, x), a.heads, a.steps, a.segments, log, only)
         if not a.no_scan:
             sx = (stack(ps), x)
             rows += rows_for("scan", scanned, sx, a.heads, a.steps, a.segments, log, only)

@@ -4,7 +4,8 @@
 # .whl-tpu (that machine has no package registry; fetch them here with `make tpu-wheels`).
 #
 #   bash bench/device/tpu_check.sh [tests] [table] [remat] [--size full|small] [--only A,B]
-#                                  [--no-commands] [--remat-only P,Q] [--no-scan]
+#                                  [--no-commands] [--as-written] [--remat-only P,Q]
+#                                  [--no-scan | --no-unrolled]
 #
 # Stages (default: all): `tests` runs the tests marked tpu (tests/test_device.py) and the
 # command-line checks; `table` writes OUT/tpu_table.md (bench/device/tpu_table.py: each
@@ -25,10 +26,10 @@ while [ $# -gt 0 ]; do
     # the table's programs whose name holds one of A,B; --no-commands leaves out its
     # command-line checks
     --only) TABLE_ARGS+=(--only "$2"); shift 2 ;;
-    --no-commands) TABLE_ARGS+=(--no-commands); shift ;;
+    --no-commands|--as-written) TABLE_ARGS+=("$1"); shift ;;
     # the remat table's plans whose label holds one of P,Q; --no-scan leaves out its scan twin
     --remat-only) REMAT_ARGS+=(--only "$2"); shift 2 ;;
-    --no-scan) REMAT_ARGS+=(--no-scan); shift ;;
+    --no-scan|--no-unrolled) REMAT_ARGS+=("$1"); shift ;;
     *) STAGES+=("$1"); shift ;;
   esac
 done

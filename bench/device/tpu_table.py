@@ -146,13 +146,14 @@ def phase(name: str, what: str, t0: float) -> None:
     print(f"  {name}: {what} at {time.perf_counter() - t0:.1f} s", flush=True)
 
 
-def measure(name, f, args, argnums, batched, device, repeat, table, cpu_reference):
+def measure(name, f, args, argnums, batched, device, repeat, table, cpu_reference, as_written):
     dev = backend.get_device(device)
     xs = [jax.device_put(a, dev) for a in args]
     program = api.parse(str(jax.make_jaxpr(f)(*args)), f"<{name}>")
     # f32 programs compared at 'highest' (--matmul-precision highest); bf16 ones as written
     # (XLA's TPU compiler refuses f32 contraction of bf16 operands: Mosaic "Bad lhs type")
-    low = any(np.asarray(a).dtype.itemsize < 4 for a in args)
+    # (--as-written: both as the text gives them, where a compile at highest takes minutes)
+    low = as_written or any(np.asarray(a).dtype.itemsize < 4 for a in args)
     hi = None if low else "highest"
 
     def at_hi():
@@ -190,6 +191,8 @@ def measure(name, f, args, argnums, batched, device, repeat, table, cpu_referenc
     if argnums:
         timeline, _ = api.memory(program, of="grad", argnums=argnums)
         planned = f"planned peak {gb(timeline.peak_bytes)}"
+    if as_written:
+        planned += "; compared as written (precision=None on both sides)"
     pair = compiled_pair(tool_fn(derived), jax_fn, xs)
     phase(name, "compiles done", t0)
     cpu = on_cpu(jax_fn, args) if cpu_reference else None
@@ -251,6 +254,12 @@ def main() -> int:
     )
     ap.add_argument("--no-commands", action="store_true")
     ap.add_argument(
+        "--as-written",
+        action="store_true",
+        help="compare f32 programs at the text's precision too, not at 'highest' (on a TPU, "
+        "XLA compiles the CNN's gradient at highest in minutes)",
+    )
+    ap.add_argument(
         "--stall-dump",
         type=float,
         default=90.0,
@@ -293,7 +302,18 @@ def main() -> int:
             continue
         faulthandler.dump_traceback_later(a.stall_dump, repeat=True)
         try:
-            measure(name, f, args, argnums, batched, a.device, a.repeat, table, a.cpu_reference)
+            measure(
+                name,
+                f,
+                args,
+                argnums,
+                batched,
+                a.device,
+                a.repeat,
+                table,
+                a.cpu_reference,
+                a.as_written,
+            )
         except Exception as e:  # noqa: BLE001 - one program's trouble is one row
             failures += 1
             traceback.print_exc()

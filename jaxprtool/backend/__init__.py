@@ -33,6 +33,7 @@ __all__ = [
     "get_device",
     "platform_of",
     "refusal",
+    "reference_device",
 ]
 
 
@@ -98,6 +99,25 @@ def evaluate(jaxpr, args, consts=None, device: str | None = None, dims=None, jit
         except (TypeError, ValueError, NotImplementedError) as e:  # lowering rejected it
             raise compile_error(jaxpr, e) from None
         return _to_numpy(out)
+
+
+def reference_device(jaxpr) -> str | None:
+    """Where finite differences of `jaxpr` run: "cpu" when the command runs elsewhere, else
+    None (the command's device).  On a TPU the products of an f32 program are bf16 passes
+    (or f32 at 'highest'), its transcendentals a few ulps off and its float64 emulated, so
+    differences taken there measure the device's rounding divided by the step, not the
+    derivative; the CPU's are the reference that the derivatives computed on the device are
+    held to.  A program that spans devices, or a JAX without a CPU backend, keeps the
+    command's device."""
+    from . import sharding
+
+    if sharding.is_multi_device(jaxpr) or get_device(sharding.CONFIG.platform).platform == "cpu":
+        return None
+    try:
+        get_device("cpu")
+    except JaxprError:
+        return None
+    return "cpu"
 
 
 def _with_nested(jaxpr, consts) -> bool:

@@ -65,7 +65,11 @@ from .run_options import device_options, dim_option, parse_dims
 @click.option("--width", type=click.IntRange(60, 400), default=None, help="Output width.")
 @custom_rules_option
 @dim_option
-@device_options(require_device=True, help="Where the checks run.")
+@device_options(
+    highest_on_tpu=True,
+    require_device=True,
+    help="Where the derivatives run (the finite differences: on the CPU).",
+)
 @mesh_options(distributed=False, show=False)
 def explain(file, dim_specs, device, **options):
     """Walk through the differentiation of FILE: primal equations, the JVP rule of each

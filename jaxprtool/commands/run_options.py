@@ -26,8 +26,9 @@ def device_options(
 ):
     """`--device` (passed on to the command, which `mesh_options` reads for the platform) and,
     with `precision`, `--matmul-precision`, applied here around the whole command and said on
-    standard error.  `highest_on_tpu`: on a TPU the default is "highest" (check-grad compares
-    with finite differences at f32 tolerances, as JAX's test suite does on TPUs).
+    standard error.  `highest_on_tpu`, for the commands that check derivatives against finite
+    differences at f32 tolerances: on a TPU the default is "highest", as JAX's test suite does
+    there, and the finite differences run on the CPU (`backend.reference_device`), said.
     `require_device`: a device that is not there is one error line and exit 1 before any
     work (for commands that report each file's trouble on their own)."""
 
@@ -42,6 +43,13 @@ def device_options(
             why = "--matmul-precision"
             if value is None and highest_on_tpu and _is_tpu(kwargs.get("device")):
                 value, why = "highest", "the default on a TPU; --matmul-precision default undoes it"
+            platform = _platform(kwargs.get("device")) if highest_on_tpu else "cpu"
+            if platform != "cpu":
+                click.echo(
+                    f"note: the derivatives run on the {platform}; the finite differences they "
+                    "are checked against run on the CPU (where JAX has one)",
+                    err=True,
+                )
             if value is not None:
                 click.echo(
                     f"note: matrix products whose text gives no precision run at precision "
@@ -92,12 +100,17 @@ def _require(device: str | None) -> None:
         sys.exit(1)
 
 
-def _is_tpu(device: str | None) -> bool:
+def _platform(device: str | None) -> str:
+    """The platform of --device ("auto" resolved; the CPU where none is given)."""
     if device == "auto":
         from ..backend import get_device
 
-        return get_device("auto").platform == "tpu"
-    return device == "tpu"
+        return get_device("auto").platform
+    return device or "cpu"
+
+
+def _is_tpu(device: str | None) -> bool:
+    return _platform(device) == "tpu"
 
 
 #: the most runs `--repeat` times, and the seconds after which its runs stop

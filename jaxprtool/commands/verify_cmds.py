@@ -17,19 +17,22 @@ from .run_options import device_options, dim_option, parse_dims
 
 
 def _runner(consts):
-    """run(jaxpr, args) through XLA, with the program's constants when it has constvars
-    (its nested jaxprs' included, `backend/consts.py`), in the program's float width (the
-    float64 copy finite differences use)."""
-    from ..backend import evaluate
+    """run(jaxpr, args, reference=False) through XLA, with the program's constants when it
+    has constvars (its nested jaxprs' included, `backend/consts.py`), in the program's float
+    width (the float64 copy finite differences use); `reference`: finite differences, run on
+    the CPU when the checks run on another device (`backend.reference_device`)."""
+    from ..backend import evaluate, reference_device
     from ..backend.consts import all_constvars
 
-    def run(jaxpr, args):
+    def run(jaxpr, args, reference=False):
+        device = reference_device(jaxpr) if reference else None
         cvars = all_constvars(jaxpr)
         if not cvars:
-            return evaluate(jaxpr, args, None)
+            return evaluate(jaxpr, args, None, device=device)
         if len(consts) == len(jaxpr.constvars):
             cvars = list(jaxpr.constvars)
-        return evaluate(jaxpr, args, [_as_type(c, v.type) for c, v in zip(consts, cvars)])
+        typed = [_as_type(c, v.type) for c, v in zip(consts, cvars)]
+        return evaluate(jaxpr, args, typed, device=device)
 
     return run
 
@@ -111,7 +114,11 @@ def _positive(name: str, help: str):
 )
 @custom_rules_option
 @dim_option
-@device_options(highest_on_tpu=True, require_device=True, help="Where the checks run.")
+@device_options(
+    highest_on_tpu=True,
+    require_device=True,
+    help="Where the derivatives run (the finite differences: on the CPU).",
+)
 @mesh_options(distributed=False, show=False)
 def check_grad(
     files,

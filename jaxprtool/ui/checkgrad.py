@@ -319,7 +319,7 @@ class FiniteDifferences:
         for i, d in zip(diff, v):
             x = np.asarray(args[i])
             xs[i] = (x + h * np.asarray(d).astype(x.dtype)).astype(x.dtype)
-        return self.run(prog, xs)
+        return self.run(prog, xs, reference=True)
 
     def _central(self, prog, args, diff, v, outs_idx, h):
         plus = self._shifted(prog, args, diff, v, h)

@@ -219,7 +219,8 @@ def _pipeline(data: ExplainData, rec: Recorder, jaxpr, args, consts, mask, seed,
         raise _Stop(2, err)
     run = _guard(2, checks.runner, jaxpr, consts)
     primal_outs = _guard(2, run, args)
-    fd = checks.FiniteDifferences(jaxpr, run, args, diff, lambda e: _stop_with(5, e))
+    fd_run = _guard(2, checks.runner, jaxpr, consts, True)
+    fd = checks.FiniteDifferences(jaxpr, fd_run, args, diff, lambda e: _stop_with(5, e))
     n_out = len(jaxpr.outvars)
 
     if mode == "jvp":

@@ -108,18 +108,20 @@ def _run_observed(prog: Jaxpr, in_values, consts, known: dict) -> JaxprError:
     return error
 
 
-def runner(jaxpr: Jaxpr, consts):
-    """run(args) -> list of arrays, compiled once."""
+def runner(jaxpr: Jaxpr, consts, reference: bool = False):
+    """run(args) -> list of arrays, compiled once; `reference`: for finite differences, on
+    the CPU when the walk runs on another device (`backend.reference_device`)."""
     import jax
 
-    from ...backend import as_jax_function, check_runnable, evaluate, sharding
+    from ...backend import as_jax_function, check_runnable, evaluate, reference_device, sharding
 
     check_runnable(jaxpr)
     multi = sharding.is_multi_device(jaxpr)
     placement = sharding.enforce_call_placements if multi else None
     fn = jax.jit(as_jax_function(jaxpr, None, enable_x64=False, placement=placement))
     consts = list(consts or [])
-    return lambda args: evaluate(jaxpr, args, consts, jitted=fn)
+    device = reference_device(jaxpr) if reference else None
+    return lambda args: evaluate(jaxpr, args, consts, device=device, jitted=fn)
 
 
 # ---------------------------------------------------------------- finite differences
