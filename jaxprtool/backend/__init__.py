@@ -34,6 +34,7 @@ __all__ = [
     "platform_of",
     "refusal",
     "reference_device",
+    "current_platform",
 ]
 
 
@@ -101,6 +102,14 @@ def evaluate(jaxpr, args, consts=None, device: str | None = None, dims=None, jit
         return _to_numpy(out)
 
 
+def current_platform() -> str:
+    """The platform the command's --device points the back end at ("auto" resolved)."""
+    from . import sharding
+
+    platform = sharding.CONFIG.platform
+    return platform if platform in ("cpu", "tpu") else get_device(platform).platform
+
+
 def reference_device(jaxpr) -> str | None:
     """Where finite differences of `jaxpr` run: "cpu" when the command runs elsewhere, else
     None (the command's device).  On a TPU the products of an f32 program are bf16 passes
@@ -111,7 +120,7 @@ def reference_device(jaxpr) -> str | None:
     command's device."""
     from . import sharding
 
-    if sharding.is_multi_device(jaxpr) or get_device(sharding.CONFIG.platform).platform == "cpu":
+    if sharding.is_multi_device(jaxpr) or current_platform() == "cpu":
         return None
     try:
         get_device("cpu")

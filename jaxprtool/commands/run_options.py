@@ -47,7 +47,8 @@ def device_options(
             if platform != "cpu":
                 click.echo(
                     f"note: the derivatives run on the {platform}; the finite differences they "
-                    "are checked against run on the CPU (where JAX has one)",
+                    "are checked against run on the CPU (where JAX has one)"
+                    + (_TPU_TOLERANCE_NOTE if platform == "tpu" else ""),
                     err=True,
                 )
             if value is not None:
@@ -98,6 +99,13 @@ def _require(device: str | None) -> None:
     except JaxprError as e:
         report(e)
         sys.exit(1)
+
+
+#: said on a TPU (ui/checkgrad.py's TPU_TOLERANCE)
+_TPU_TOLERANCE_NOTE = (
+    "; the tolerance against them is at least 1e-2 there (a TPU's tanh is accurate to about "
+    "4e-5: jax.grad's derivatives there are off as much; check-grad --tol sets another)"
+)
 
 
 def _platform(device: str | None) -> str:

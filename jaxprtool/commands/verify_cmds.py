@@ -102,7 +102,8 @@ def _positive(name: str, help: str):
 @_positive(
     "--tol",
     "Tolerance of the jvp and vjp checks against finite differences (default: JAX's "
-    "default_gradient_tolerance of the least precise float: 2e-3 for f32).",
+    "default_gradient_tolerance of the least precise float: 2e-3 for f32; at least 1e-2 "
+    "on a TPU, whose tanh is accurate to about 4e-5).",
 )
 @_positive(
     "--dot-tol",

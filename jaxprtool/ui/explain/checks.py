@@ -13,7 +13,15 @@ from __future__ import annotations
 from ...core import Jaxpr, JaxprError, Literal, RefType, Var, is_float, is_inexact
 from ...lazy import np
 from ...record import prim
-from ..checkgrad import EPS, TOLERANCE, Check, _pairing, _rel_err, least_precise_dtype, worst
+from ..checkgrad import (
+    EPS,
+    Check,
+    _pairing,
+    _rel_err,
+    fd_tolerance,
+    least_precise_dtype,
+    worst,
+)
 from .record import ExplainData, Value, err_text, literal_array
 
 #: coordinate-wise finite differences of the gradient only up to this many input elements
@@ -135,7 +143,7 @@ class FiniteDifferences:
         self.run, self.args, self.diff, self.on_error = run, args, diff, on_error
         self.outs = [j for j, v in enumerate(jaxpr.outvars) if is_inexact(v.type)]
         self.dtype = least_precise_dtype(jaxpr)
-        self.tol = TOLERANCE.get(self.dtype, 2e-3)
+        self.tol = fd_tolerance(self.dtype)
         real = self.dtype.replace("complex64", "float32").replace("complex128", "float64")
         self.eps = EPS.get(real, 1e-3)
 
@@ -245,7 +253,7 @@ def analytic_check(data: ExplainData, jaxpr, args, consts, diff, dtype, w=None) 
     e = jaxpr.eqns[0]
     out_shape = tuple(e.outputs[0].type.shape)
     pos = {id(v): i for i, v in enumerate(jaxpr.invars)}
-    tol = ANALYTIC_TOLERANCE.get(dtype, 1e-5)
+    tol = fd_tolerance(dtype, ANALYTIC_TOLERANCE)
     if data.mode == "jvp":
         v_of = {i: d for i, d in zip(diff, data.direction)}
         expected = np.zeros(out_shape, np.float64)
