@@ -93,6 +93,8 @@ def run(
             outs = _timed(jaxpr, args, consts, dims, device, repeat)
         else:
             outs = backend.evaluate(jaxpr, args, consts, device=device, dims=dims)
+    if profile:
+        _profile_table(profile, jaxpr, device, dims, eager or trace_ or debug_nans)
     report_outputs(outs, jaxpr, output, output_format, print_values)
     if want is not None:
         check_expected(outs, want, expected, rtol, atol)
@@ -125,6 +127,22 @@ def _profiled(folder: str | None):
         err=True,
     )
     return jax.profiler.trace(folder)
+
+
+def _profile_table(folder: str, jaxpr, device, dims, eager: bool) -> None:
+    """After `--profile`: the device time of each XLA operation with the equations of the
+    file it computes (ui/profile_table.py), on standard error."""
+    from ..ui import profile_table
+    from .compile_cmd import _compile
+
+    trace = profile_table.newest_trace(folder)
+    if eager or trace is None:
+        why = "ran op by op (--eager)" if eager else f"no *.trace.json.gz under {folder}"
+        click.echo(f"profile: no per-equation table: the program {why}", err=True)
+        return
+    hlo = profile_table.read_hlo(_compile(jaxpr, "optimized-hlo", device, dims, False)[0])
+    for line in profile_table.render(hlo, profile_table.op_times(trace, hlo), trace):
+        click.echo(line, err=True)
 
 
 def _timed(jaxpr, args, consts, dims, device, repeat):

@@ -282,6 +282,7 @@ _RUN_OPTIONS = [
         metavar="DIR",
         type=OUT_ARG,
         help="Write JAX's profiler trace of the run into DIR (TensorBoard, XProf, Perfetto); "
-        "XLA's operations are named after the jaxpr's FILE:LINE:COL.",
+        "XLA's operations are named after the jaxpr's FILE:LINE:COL, and the device time of "
+        "each, with the equations it computes, is tabled on standard error.",
     ),
 ]

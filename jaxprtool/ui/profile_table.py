@@ -1,0 +1,170 @@
+"""`run --profile DIR`'s table: where the device time went, by XLA operation, each with the
+equations of the file it computes.
+
+The back end names each equation's lowering `FILE:LINE:COL/primitive` (the `op_name` of
+XLA's metadata), so the optimized HLO says which equations every operation XLA runs was made
+from; JAX's profiler trace (`DIR/plugins/profile/*/*.trace.json.gz`) says how long each
+operation ran (`hlo_op` of its events).  A fusion's time is that of all the equations fused
+into it: XLA does not time them apart.  An operation inside a loop or conditional body counts
+toward the top-level operation holding it, unless the trace times that one itself.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%([\w.\-]+)\s*\(.*\{\s*$")
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%([\w.\-]+)\s*=")
+_CALLEES = re.compile(
+    r"\b(?:calls|to_apply|body|condition|true_computation|false_computation|"
+    r"branch_computations)=(\{[^}]*\}|%[\w.\-]+)"
+)
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+_LOCATION = re.compile(r"^.+:\d+:\d+$")
+#: rows printed; the rest are summed in one line
+MAX_ROWS = 30
+
+
+@dataclass
+class Hlo:
+    """What the table needs of an optimized HLO module: its name, the top-level (ENTRY)
+    operations in order, and for every operation the computations it calls and its equation."""
+
+    module: str
+    entry: list[str]
+    calls: dict[str, list[str]]  # operation -> computations it calls
+    body: dict[str, list[str]]  # computation -> its operations
+    equation: dict[str, str]  # operation -> "FILE:LINE:COL primitive"
+
+
+def read_hlo(text: str) -> Hlo:
+    module = re.search(r"^HloModule\s+([^\s,]+)", text, re.M)
+    hlo = Hlo(module.group(1) if module else "", [], {}, {}, {})
+    current = None
+    for line in text.splitlines():
+        head = _COMPUTATION.match(line)
+        if head:
+            current = head.group(1)
+            hlo.body[current] = []
+            if line.startswith("ENTRY"):
+                hlo.entry = hlo.body[current]
+            continue
+        op = _INSTRUCTION.match(line)
+        if op is None or current is None:
+            continue
+        name = op.group(1)
+        hlo.body[current].append(name)
+        hlo.calls[name] = [
+            c for group in _CALLEES.findall(line) for c in re.findall(r"%([\w.\-]+)", group)
+        ]
+        where = _equation(_OP_NAME.search(line))
+        if where:
+            hlo.equation[name] = where
+    return hlo
+
+
+def _equation(match) -> str | None:
+    """`FILE:LINE:COL primitive` of an op_name such as `jit(f)/f.jaxpr:3:5/tanh`."""
+    if match is None:
+        return None
+    parts = match.group(1).split("/")
+    for i in range(len(parts) - 2, -1, -1):
+        if _LOCATION.match(parts[i]):
+            return f"{parts[i]} {parts[i + 1]}"
+    return None
+
+
+def equations_of(hlo: Hlo, op: str) -> list[str]:
+    """The equations an operation computes: its own and those of the computations it calls
+    (a fusion's fused operations, a loop's body), in the order the HLO lists them."""
+    seen: dict[str, None] = {}
+    stack = [op]
+    visited: set[str] = set()
+    while stack:
+        name = stack.pop(0)
+        if name in visited:
+            continue
+        visited.add(name)
+        if name in hlo.equation:
+            seen.setdefault(hlo.equation[name])
+        for comp in hlo.calls.get(name, ()):
+            stack.extend(hlo.body.get(comp, ()))
+    return sorted(seen, key=_line_order)
+
+
+def _line_order(equation: str) -> tuple:
+    loc = equation.split(" ")[0]
+    *_, line, col = loc.split(":")
+    return (int(line), int(col), equation) if line.isdigit() and col.isdigit() else (0, 0, equation)
+
+
+def top_level_of(hlo: Hlo) -> dict[str, str]:
+    """Every operation -> the ENTRY operation that holds it (itself at the top level)."""
+    owner: dict[str, str] = {}
+    for top in hlo.entry:
+        stack = [top]
+        while stack:
+            name = stack.pop()
+            if name in owner:
+                continue
+            owner[name] = top
+            for comp in hlo.calls.get(name, ()):
+                stack.extend(hlo.body.get(comp, ()))
+    return owner
+
+
+def newest_trace(folder: str | Path) -> Path | None:
+    found = sorted(Path(folder).glob("plugins/profile/*/*.trace.json.gz"))
+    return found[-1] if found else None
+
+
+def op_times(trace: Path, hlo: Hlo) -> dict[str, tuple[float, int]]:
+    """ENTRY operation -> (microseconds, events) from the trace's events of this module."""
+    with gzip.open(trace, "rt") as f:
+        events = json.load(f).get("traceEvents", [])
+    owner = top_level_of(hlo)
+    own: dict[str, list[float]] = {}
+    inner: dict[str, list[float]] = {}
+    for e in events:
+        args = e.get("args") or {}
+        op = args.get("hlo_op")
+        if e.get("ph") != "X" or op not in owner:
+            continue
+        if args.get("hlo_module") not in (None, hlo.module):
+            continue
+        top = owner[op]
+        (own if op == top else inner).setdefault(top, []).append(float(e.get("dur", 0.0)))
+    times = {}
+    for top in hlo.entry:
+        durations = own.get(top) or inner.get(top)
+        if durations:
+            times[top] = (sum(durations), len(own.get(top) or ()) or len(durations))
+    return times
+
+
+def render(hlo: Hlo, times: dict[str, tuple[float, int]], trace: Path) -> list[str]:
+    total = sum(t for t, _ in times.values())
+    if not times:
+        return [
+            f"profile: the trace {trace} times no operation of {hlo.module or 'the program'}: "
+            "no per-equation table (the device's trace names its operations otherwise)"
+        ]
+    rows = sorted(times.items(), key=lambda kv: (-kv[1][0], hlo.entry.index(kv[0])))
+    lines = [
+        f"profile: device time by XLA operation of {hlo.module}, {total / 1e3:.3f} ms in all "
+        f"(from {trace}); the equations each one computes (fused equations share its time)",
+        f"  {'time':>10}  {'share':>6}  {'calls':>5}  {'XLA operation':<28}  equations",
+    ]
+    for op, (us, n) in rows[:MAX_ROWS]:
+        eqns = ", ".join(equations_of(hlo, op)) or "(none of the file's: a copy or layout change)"
+        share = 100 * us / total if total else 0.0
+        lines.append(f"  {us / 1e3:>7.3f} ms  {share:>5.1f}%  {n:>5}  {op:<28}  {eqns}")
+    rest = rows[MAX_ROWS:]
+    if rest:
+        us = sum(t for _, (t, _) in rest)
+        lines.append(f"  {us / 1e3:>7.3f} ms  ... and {len(rest)} more operations")
+    return lines
