@@ -13,6 +13,7 @@ the lent TPU v5e); CI has none, so they skip there, saying so.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,15 +22,7 @@ from click.testing import CliRunner
 from jaxprtool import api
 from jaxprtool.cli import main
 
-MLP = """\
-{ lambda ; a:f32[4,8] b:f32[8,3] c:f32[3]. let
-    d:f32[4,3] = dot_general[dimension_numbers=(([1], [0]), ([], [])) preferred_element_type=float32] a b
-    e:f32[1,3] = broadcast_in_dim[broadcast_dimensions=(1,) shape=(1, 3) sharding=None] c
-    f:f32[4,3] = add d e
-    g:f32[4,3] = tanh f
-    h:f32[] = reduce_sum[axes=(0, 1) out_sharding=None] g
-  in (h,) }
-"""
+MLP = (Path(__file__).parent / "data" / "device" / "mlp_tanh.jaxpr").read_text()
 
 
 def tool(*argv):
@@ -247,7 +240,6 @@ def test_memory_on_the_tpu_is_xlas_figure_for_the_tpu(prog):
 def test_a_mesh_larger_than_the_tpus_is_a_clear_error():
     """JAX 0.10.2's printout of a shard_map over an 8-device mesh (the corpus's
     shard_map_collectives), on the one-chip TPU: the mesh is built from the TPU's devices."""
-    from pathlib import Path
 
     import jax
 

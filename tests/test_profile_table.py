@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -14,15 +15,7 @@ from click.testing import CliRunner
 from jaxprtool.cli import main
 from jaxprtool.ui import profile_table
 
-MLP = """\
-{ lambda ; a:f32[4,8] b:f32[8,3] c:f32[3]. let
-    d:f32[4,3] = dot_general[dimension_numbers=(([1], [0]), ([], [])) preferred_element_type=float32] a b
-    e:f32[1,3] = broadcast_in_dim[broadcast_dimensions=(1,) shape=(1, 3) sharding=None] c
-    f:f32[4,3] = add d e
-    g:f32[4,3] = tanh f
-    h:f32[] = reduce_sum[axes=(0, 1) out_sharding=None] g
-  in (h,) }
-"""
+MLP = (Path(__file__).parent / "data" / "device" / "mlp_tanh.jaxpr").read_text()
 
 HLO = """\
 HloModule jit_f, is_scheduled=true
