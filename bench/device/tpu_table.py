@@ -24,6 +24,7 @@ import contextlib
 import faulthandler
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -215,7 +216,7 @@ def measure(name, f, args, argnums, batched, device, repeat, table, cpu_referenc
 
 def command_line_checks(device: str, out: Path) -> list[str]:
     """The commands themselves, in-process, on the small programs: run, compile
-    --emit optimized-hlo, memory, check-grad and explain with --device."""
+    --emit optimized-hlo, memory, check-grad and run --profile with --device."""
     from click.testing import CliRunner
 
     from jaxprtool.cli import main
@@ -230,9 +231,26 @@ def command_line_checks(device: str, out: Path) -> list[str]:
                 ["compile", path, "--emit", "optimized-hlo", "--device", device],
                 ["memory", path, "--device", device, "--of", "grad" if argnums else "program"],
                 ["check-grad", path, "--device", device],
+                # the per-equation time table from the device's trace (its first row)
+                [
+                    "run",
+                    path,
+                    "--random",
+                    "0",
+                    "--device",
+                    device,
+                    "--print-values",
+                    "none",
+                    "--profile",
+                    Path(tmp) / "profile",
+                ],
             ):
                 r = CliRunner().invoke(main, ["--no-color", *map(str, cmd)])
-                last = (r.output.strip().splitlines() or [""])[-1][:120]
+                lines_out = r.output.strip().splitlines() or [""]
+                if "--profile" in cmd:  # the table's first operation
+                    rows = [ln for ln in lines_out if re.match(r"\s+[\d.]+ ms ", ln)]
+                    lines_out = rows[:1] or lines_out[-1:]
+                last = lines_out[-1][:120]
                 lines.append(f"| {name} | {cmd[0]} | exit {r.exit_code} | {last} |")
                 print(lines[-1], flush=True)
     (out / "tpu_commands.md").write_text(
