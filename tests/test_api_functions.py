@@ -1,10 +1,11 @@
 """The API's jacfwd, jacrev, hessian, check_grad, explain, diff and stats (issue 39, item
 17): the derivatives against JAX's on the same function and inputs, the reports against
-what the commands print for the same program."""
+what the commands print for the same program, and docs/API.md against `api.__all__`."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import jax
@@ -14,6 +15,7 @@ from jax_oracle import close, vec
 from jax_oracle import run as cli
 
 import jaxprtool as jt
+from jaxprtool import api
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -209,3 +211,17 @@ def test_stats_are_the_command_s(tmp_path):
     lin = jt.linearize(jt.load(path))
     r = cli(["stats", "--json", "-"], stdin=jt.format(lin))
     assert json.loads(r.stdout) == jt.stats(lin) and jt.stats(lin)["residuals"] == 2
+
+
+# ---------------------------------------------------------------- the page
+
+
+def test_every_api_name_has_its_section_in_docs_api_md():
+    page = (ROOT / "docs" / "API.md").read_text()
+    headings = re.findall(r"^#{2,4} `([A-Za-z_]+)", page, re.M)
+    assert sorted(set(api.__all__) - set(headings)) == []
+    assert sorted(set(headings) - set(api.__all__)) == []
+
+
+def test_the_readme_links_the_api_page():
+    assert "docs/API.md" in (ROOT / "README.md").read_text()
