@@ -676,9 +676,9 @@ def _point(j: Jaxpr, args: Sequence, consts: Sequence, seed: int) -> tuple[list,
         if not consts and random_consts:  # as the commands warn (`warn_invented_consts`)
             _warn(
                 JaxprError(
-                    f"the program's {len(random_consts)} constants have no values in the text "
-                    f"and get random ones (seed {seed}), which can break what it relies on: "
-                    "pass consts="
+                    f"the program's constants ({len(random_consts)}) have no values in the "
+                    f"text and get random ones (seed {seed}), which can break what it relies "
+                    "on: pass consts="
                 )
             )
         args, consts = args or random_args, consts or random_consts

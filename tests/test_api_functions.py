@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from pathlib import Path
 
 import jax
@@ -123,6 +124,16 @@ def test_check_grad_options():
     with pytest.raises(jt.JaxprError) as e:
         jt.check_grad(prog, X, X)
     assert e.value.message == "argument 1 (b): expected f32[2,3], got f32[3]"
+
+
+def test_check_grad_s_constants_are_given_or_random_with_a_warning():
+    text = "{ lambda a:f32[3]; b:f32[3]. let c:f32[3] = mul a b; d:f32[3] = sin c in (d,) }"
+    prog = jt.parse(text, "c.jaxpr")
+    with pytest.warns(jt.JaxprWarning, match=r"constants \(1\) have no values in the text"):
+        assert all(c.passed for c in jt.check_grad(prog))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert all(c.passed for c in jt.check_grad(prog, X, consts=(M[0],)))
 
 
 # ---------------------------------------------------------------- explain
