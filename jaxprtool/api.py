@@ -33,7 +33,6 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 
 # (the checker and liveness modules load here, before the package binds this module's
 # `check` and `memory` functions to its own names: see jaxprtool/__init__.py)
@@ -449,15 +448,20 @@ def memory(
 # ---------------------------------------------------------------- reports
 
 
-@dataclass(frozen=True)
-class Difference:
+class Difference(Frozen):
     """What `diff` found: `equal` (the same program up to variable names), `text` (the
     unified diff `jaxprtool diff` prints, "" when equal) and `renamed` (a's name, b's name)
     for each variable the alignment pairs under another name (`diff --renames`)."""
 
+    __slots__ = ("equal", "text", "renamed")
     equal: bool
-    text: str = field(repr=False)
-    renamed: list[tuple[str, str]] = field(repr=False)
+    text: str
+    renamed: tuple[tuple[str, str], ...]
+
+    def __init__(self, equal: bool, text: str, renamed: tuple[tuple[str, str], ...]) -> None:
+        set_field(self, "equal", equal)
+        set_field(self, "text", text)
+        set_field(self, "renamed", renamed)
 
     def __repr__(self) -> str:
         changed = sum(line[:1] in "+-" for line in self.text.splitlines()[2:])
@@ -472,7 +476,7 @@ def diff(a: Program | Jaxpr, b: Program | Jaxpr, *, context: int = 2) -> Differe
 
     pa, pb = _program(a), _program(b)
     text = semantic_diff(pa.jaxpr, pb.jaxpr, pa.path, pb.path, context=context)
-    return Difference(text is None, text or "", rename_map(pa.jaxpr, pb.jaxpr))
+    return Difference(text is None, text or "", tuple(rename_map(pa.jaxpr, pb.jaxpr)))
 
 
 def stats(program: Program | Jaxpr) -> dict:

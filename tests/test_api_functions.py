@@ -206,7 +206,9 @@ def test_diff_is_the_command_s(tmp_path):
     assert r.exit_code == 1 and r.stdout == d.text + renamed
     same = jt.diff(jt.load(p["a"]), jt.load(p["renamed"]))
     assert same.equal and same.text == "" and repr(same) == "<Difference: equal, 3 renamed>"
-    assert same.renamed == [("a", "x"), ("b", "y"), ("c", "z")]
+    assert same.renamed == (("a", "x"), ("b", "y"), ("c", "z"))
+    assert same == jt.diff(jt.load(p["a"]), jt.load(p["renamed"]))  # a value, hashable
+    assert hash(same) == hash(jt.diff(jt.load(p["a"]), jt.load(p["renamed"])))
     r = cli(["diff", "--renames", p["a"], p["renamed"]])
     assert r.exit_code == 0 and r.stdout == "renamed: a -> x\nrenamed: b -> y\nrenamed: c -> z\n"
 
