@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from jaxprtool import io as tool_io
 from jaxprtool.cli import COMMANDS, main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -289,10 +290,14 @@ def _run(command: str) -> None:
 
 @pytest.fixture
 def folder(tmp_path, monkeypatch):
-    """A fresh copy of the example folder, the current one; `trace`'s imports forgotten."""
+    """A fresh copy of the example folder, the current one; afterwards `trace`'s imports
+    and the sources the commands kept for error excerpts (under relative names like
+    `f.jaxpr`, which another test's error message may name) forgotten."""
     _write_folder(tmp_path)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setattr(tool_io, "_sources", {})
+    monkeypatch.setattr(tool_io, "_line_starts", {})
     yield tmp_path
     for name in ("model", "mlp"):
         sys.modules.pop(name, None)
