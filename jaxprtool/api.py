@@ -24,7 +24,8 @@ Parser and checker warnings are Python warnings of category `JaxprWarning`.  Pro
 values: no function changes its argument.
 
 This module is the stable surface: its names and parameters change only additively.
-`run` and `to_stablehlo` import JAX; the others never do.
+`run`, `to_stablehlo`, `xla_memory`, `check_grad` and `explain` import JAX; the others
+never do.  docs/API.md documents every name.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from .memory import Residuals, Timeline
 __all__ = [
     "CheckError",
     "Diagnostic",
+    "Difference",
     "Jaxpr",
     "JaxprError",
     "JaxprWarning",
@@ -50,8 +52,14 @@ __all__ = [
     "Program",
     "ProgramError",
     "check",
+    "check_grad",
+    "diff",
+    "explain",
     "format",
     "grad",
+    "hessian",
+    "jacfwd",
+    "jacrev",
     "jvp",
     "linearize",
     "load",
@@ -59,6 +67,7 @@ __all__ = [
     "parse",
     "run",
     "run_passes",
+    "stats",
     "to_stablehlo",
     "transpose",
     "vjp",
@@ -354,6 +363,52 @@ def vmap(
         return p.derived(_passes(j, opt))
 
 
+def jacfwd(
+    program: Program | Jaxpr,
+    argnums: int | Sequence[int] = (0,),
+    *,
+    opt: str = DEFAULT_OPT,
+    custom_rules: str = "default",
+) -> Program:
+    """The Jacobian by forward mode, as `jax.jacfwd` and `jaxprtool jacfwd`: (x...) -> (J...),
+    one result of shape y.shape + x.shape per output y and input x among `argnums`."""
+    return _jacobian("jacfwd", program, argnums, opt, custom_rules)
+
+
+def jacrev(
+    program: Program | Jaxpr,
+    argnums: int | Sequence[int] = (0,),
+    *,
+    opt: str = DEFAULT_OPT,
+    custom_rules: str = "default",
+) -> Program:
+    """The Jacobian by reverse mode, as `jax.jacrev` and `jaxprtool jacrev` (laid out as
+    `jacfwd`'s)."""
+    return _jacobian("jacrev", program, argnums, opt, custom_rules)
+
+
+def hessian(
+    program: Program | Jaxpr,
+    argnums: int | Sequence[int] = (0,),
+    *,
+    opt: str = DEFAULT_OPT,
+    custom_rules: str = "default",
+) -> Program:
+    """The Hessian, as `jax.hessian` and `jaxprtool hessian`: (x...) -> (H...), one result
+    of shape y.shape + x_i.shape + x_j.shape per output y and inputs x_i, x_j among
+    `argnums`."""
+    return _jacobian("hessian", program, argnums, opt, custom_rules)
+
+
+def _jacobian(kind: str, program, argnums, opt: str, custom_rules: str) -> Program:
+    from .ad import jacobians
+
+    p = _program(program)
+    with _located(p):
+        j = getattr(jacobians, kind)(_ad_input(p, custom_rules), argnums, style=p.style)
+        return p.derived(_passes(j, opt))
+
+
 def run_passes(program: Program | Jaxpr, pipeline: str | None) -> Program:
     """The clean-up passes of `pipeline`, as `jaxprtool opt -p PIPELINE`
     (`"inline,simplify,cse,dce"`, options in braces: `"canonicalize{max-iterations=5}"`;
@@ -388,6 +443,50 @@ def memory(
     with _located(p):
         jaxpr, boundary = _transformed(p.jaxpr, of, argnums)
         return analyse(jaxpr, boundary)
+
+
+# ---------------------------------------------------------------- reports
+
+
+class Difference(Frozen):
+    """What `diff` found: `equal` (the same program up to variable names), `text` (the
+    unified diff `jaxprtool diff` prints, "" when equal) and `renamed` (a's name, b's name)
+    for each variable the alignment pairs under another name (`diff --renames`)."""
+
+    __slots__ = ("equal", "text", "renamed")
+    equal: bool
+    text: str
+    renamed: tuple[tuple[str, str], ...]
+
+    def __init__(self, equal: bool, text: str, renamed: tuple[tuple[str, str], ...]) -> None:
+        set_field(self, "equal", equal)
+        set_field(self, "text", text)
+        set_field(self, "renamed", renamed)
+
+    def __repr__(self) -> str:
+        changed = sum(line[:1] in "+-" for line in self.text.splitlines()[2:])
+        what = "equal" if self.equal else f"{changed} changed lines"
+        return f"<Difference: {what}, {len(self.renamed)} renamed>"
+
+
+def diff(a: Program | Jaxpr, b: Program | Jaxpr, *, context: int = 2) -> Difference:
+    """A semantic diff of two programs, ignoring variable names, as `jaxprtool diff`
+    (`context`: its `-U`, lines of context)."""
+    from .ui.diff import rename_map, semantic_diff
+
+    pa, pb = _program(a), _program(b)
+    text = semantic_diff(pa.jaxpr, pb.jaxpr, pa.path, pb.path, context=context)
+    return Difference(text is None, text or "", tuple(rename_map(pa.jaxpr, pb.jaxpr)))
+
+
+def stats(program: Program | Jaxpr) -> dict:
+    """Equation counts by primitive, nesting depth, FLOP and byte estimates, as `jaxprtool
+    stats --json` prints them: {"equations", "by_primitive", "depth", "inputs", "outputs",
+    "constvars", "residuals", "residual_bytes", "flops", "bytes", "bytes_in", "bytes_out",
+    "while_loops"} (the definitions: `jaxprtool stats --help`)."""
+    from .ui.stats import stats as compute
+
+    return compute(_program(program).jaxpr)
 
 
 # ---------------------------------------------------------------- through JAX
@@ -447,10 +546,8 @@ def run(
     products whose text gives no precision as `jax.default_matmul_precision` would have
     traced them (`run --matmul-precision`)."""
     from . import backend
-    from .backend.consts import all_constvars
     from .backend.precision import matmul_precision as precision_scope
     from .cli import require_jax
-    from .commands.run_inputs import bind_dims, check_arrays
     from .consts_order import number_constants
 
     require_jax()
@@ -458,14 +555,135 @@ def run(
     with _located(p):
         j = number_constants(p.jaxpr).program
         backend.check_runnable(j)
-        if len(args) != len(j.invars):
-            raise ProgramError(f"expected {len(j.invars)} arguments, got {len(args)}", "inputs")
-        every = all_constvars(j)
-        cvars = every if consts and len(consts) == len(every) else list(j.constvars)
-        if len(consts) != len(cvars):
-            raise ProgramError(f"expected {len(cvars)} constants, got {len(consts)}", "inputs")
-        dims = bind_dims(j.invars, args, {})
-        args = check_arrays(j.invars, args, dims, "argument")
-        consts = check_arrays(cvars, consts, dims, "constant")
+        args, consts, dims = _arrays(j, args, consts)
         with precision_scope(matmul_precision):
             return backend.evaluate(j, args, consts, device=device, dims=dims)
+
+
+def _arrays(j: Jaxpr, args: Sequence, consts: Sequence) -> tuple[list, list, dict]:
+    """`args` and `consts` checked against the program's inputs and constants (the
+    program's own constvars, or every constvar, its nested bodies' after its own), and the
+    sizes of the symbolic dimensions they bind."""
+    from .backend.consts import all_constvars
+    from .commands.run_inputs import bind_dims, check_arrays
+
+    if len(args) != len(j.invars):
+        raise ProgramError(f"expected {len(j.invars)} arguments, got {len(args)}", "inputs")
+    every = all_constvars(j)
+    cvars = every if consts and len(consts) == len(every) else list(j.constvars)
+    if len(consts) != len(cvars):
+        raise ProgramError(f"expected {len(cvars)} constants, got {len(consts)}", "inputs")
+    dims = bind_dims(j.invars, args, {})
+    args = check_arrays(j.invars, args, dims, "argument")
+    return args, check_arrays(cvars, consts, dims, "constant"), dims
+
+
+def check_grad(
+    program: Program | Jaxpr,
+    *args,
+    consts: Sequence = (),
+    seed: int = 0,
+    order: int = 1,
+    modes: Sequence[str] = ("fwd", "rev"),
+    argnums: Sequence[int] | None = None,
+    tol: float | None = None,
+    dot_tol: float | None = None,
+    eps: float | None = None,
+    custom_rules: str = "default",
+) -> list:
+    """The tool's jvp and vjp of the program checked against finite differences, as
+    `jaxprtool check-grad` (on the CPU): a list of `jaxprtool.ui.checkgrad.Check`s (`.name`,
+    `.program`, `.error`, `.tolerance`, `.passed`, `.verdict`), the table's rows.  At `args`
+    (none: random inputs from `seed`, as the command's default) and `consts` (none, where
+    the program has constants: random ones, with a JaxprWarning); `tol`, `dot_tol`, `eps`:
+    None for JAX's defaults for the program's dtype.  A failed check is data, not an
+    exception; a program the tool cannot differentiate raises."""
+    import os
+
+    from .ad.registry import set_custom_rule_policy
+    from .backend import sharding as backend
+    from .cli import require_jax
+    from .commands.verify_cmds import _runner
+    from .consts_order import for_ad
+    from .shardings import axis_sizes_of
+    from .ui.checkgrad import check_grad as run_checks
+
+    mode_set = set(modes)
+    if not mode_set or not mode_set <= {"fwd", "rev"}:
+        raise JaxprError(f"modes must name fwd and/or rev, got {sorted(mode_set)}")
+    require_jax()
+    p = _program(program)
+    with _located(p):
+        set_custom_rule_policy(custom_rules)
+        j = for_ad(p.jaxpr)
+        args, consts = _point(j, args, consts, seed)
+        with axis_sizes_of(j, backend.CONFIG.mesh):
+            return run_checks(
+                j,
+                args,
+                _runner(consts),
+                seed=seed,
+                order=order,
+                modes=mode_set,
+                label=os.path.basename(p.path),
+                argnums=argnums,
+                tolerances={"tol": tol, "dot_tol": dot_tol, "eps": eps},
+            )
+
+
+def explain(
+    program: Program | Jaxpr,
+    *args,
+    consts: Sequence = (),
+    mode: str | None = None,
+    argnums: Sequence[int] | None = None,
+    seed: int = 0,
+    custom_rules: str = "default",
+):
+    """The walk `jaxprtool explain` shows, as data (on the CPU): a
+    `jaxprtool.ui.explain.ExplainData` with the forward steps (`.forward`), the residuals,
+    the reverse steps (`.reverse`), the program built (`.program_text`), the derivative
+    from running it (`.derivative`: (label, array) pairs; `.gradient`: the arrays) and its
+    checks against finite differences (`.checks`, `.passed`).  `mode`: "jvp", "vjp" or
+    "grad" (default: grad for one scalar float output, else vjp); `args`, `consts` and
+    `seed` as for `check_grad`.  A walk that stops (a missing rule) is data too: `.error`
+    and `.stopped_in` (the stage)."""
+    from .ad.registry import set_custom_rule_policy
+    from .backend import sharding as backend
+    from .cli import require_jax
+    from .commands.explain_cmd import refuse_kept_consts
+    from .consts_order import for_ad
+    from .shardings import axis_sizes_of
+    from .ui.explain import explain_data
+
+    require_jax()
+    p = _program(program)
+    with _located(p):
+        set_custom_rule_policy(custom_rules)
+        j = for_ad(p.jaxpr)
+        refuse_kept_consts(p.jaxpr, j)
+        args, consts = _point(j, args, consts, seed)
+        with axis_sizes_of(j, backend.CONFIG.mesh):
+            return explain_data(
+                j, args, mode, argnums, seed=seed, consts=consts, label=p.path, style=p.style
+            )
+
+
+def _point(j: Jaxpr, args: Sequence, consts: Sequence, seed: int) -> tuple[list, list]:
+    """The arguments and constants `check_grad` and `explain` run at: the given ones, checked
+    against the program's types, or random ones from `seed`, as the commands' `--random`."""
+    from .backend.consts import all_constvars
+    from .commands.run_inputs import gather_inputs
+
+    if not args or (not consts and all_constvars(j)):
+        random_args, random_consts, _ = gather_inputs(j, None, None, seed, None, {})
+        if not consts and random_consts:  # as the commands warn (`warn_invented_consts`)
+            _warn(
+                JaxprError(
+                    f"the program's constants ({len(random_consts)}) have no values in the "
+                    f"text and get random ones (seed {seed}), which can break what it relies "
+                    "on: pass consts="
+                )
+            )
+        args, consts = args or random_args, consts or random_consts
+    return _arrays(j, args, consts)[:2]

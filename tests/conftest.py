@@ -51,6 +51,17 @@ def written_module(folder: Path, stem: str, source: str):
         sys.path.remove(str(folder))
 
 
+@pytest.fixture
+def wrong_sin_rule():
+    """Plant a wrong JVP rule for sin (d sin = g * sin x): jvp and vjp share it."""
+    from jaxprtool.ad import ops, registry
+
+    saved = registry.primitive_jvps["sin"], registry.rule_kind.get("sin")
+    registry.defjvp("sin", lambda g, x, **_: ops.mul(g, ops.sin(x)))
+    yield
+    registry.primitive_jvps["sin"], registry.rule_kind["sin"] = saved
+
+
 def corpus_files(sub: str, pattern: str = "*.jaxpr") -> list[Path]:
     """Files of one corpus folder; empty when the reference material is absent."""
     d = CORPUS / sub

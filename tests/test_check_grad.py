@@ -32,17 +32,6 @@ def test_second_order_passes():
     assert "jvp(sin_cos.jaxpr)" in r.output and "vjp(sin_cos.jaxpr)" in r.output
 
 
-@pytest.fixture
-def wrong_sin_rule():
-    """Plant a wrong JVP rule for sin (d sin = g * sin x): jvp and vjp share it."""
-    from jaxprtool.ad import ops, registry
-
-    saved = registry.primitive_jvps["sin"], registry.rule_kind.get("sin")
-    registry.defjvp("sin", lambda g, x, **_: ops.mul(g, ops.sin(x)))
-    yield
-    registry.primitive_jvps["sin"], registry.rule_kind["sin"] = saved
-
-
 def test_wrong_rule_is_caught(wrong_sin_rule):
     r = invoke(str(SAMPLES / "sin_cos.jaxpr"), "--random", "3")
     assert r.exit_code == 1, r.output

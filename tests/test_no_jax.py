@@ -70,3 +70,14 @@ def test_missing_jax_is_explained(no_jax, args):
 def test_commands_that_work_without_jax(no_jax, args):
     r = CliRunner().invoke(main, ["--no-color", *args])
     assert r.exit_code == 0, (args, r.output)
+
+
+def test_the_api_s_report_and_jacobian_functions_work_without_jax(no_jax):
+    """docs/API.md: only run, to_stablehlo, xla_memory, check_grad and explain import JAX."""
+    f = jaxprtool.load(str(SAMPLES / "loss.jaxpr"))
+    assert len(jaxprtool.hessian(f).output_types) == 1
+    assert jaxprtool.jacfwd(f).output_types == jaxprtool.jacrev(f).output_types
+    assert jaxprtool.stats(f)["equations"] == 5 and jaxprtool.diff(f, f).equal
+    for fn in (jaxprtool.check_grad, jaxprtool.explain):
+        with pytest.raises(jaxprtool.JaxprError, match="jax is not installed"):
+            fn(f)

@@ -112,7 +112,7 @@ def _explain(
     from ..cli import require_jax
     from ..commands.common import load, output_style
     from ..commands.run_inputs import gather_inputs, warn_invented_consts
-    from ..consts_order import for_ad, kept_by, nested_with_consts
+    from ..consts_order import for_ad
     from ..core import JaxprError
     from ..shardings import axis_sizes_of
     from ..ui.explain import explain_data, render
@@ -121,14 +121,7 @@ def _explain(
     set_custom_rule_policy(custom_rules)
     read, _, path = load(file)
     jaxpr = for_ad(read)  # as the AD commands read it: every constant the program's
-    kept = kept_by(read) if nested_with_consts(jaxpr) else []  # (asked only where some stay)
-    if kept:
-        raise JaxprError(
-            f"explain cannot use the constants that '{kept[0].prim}' keeps in its nested "
-            "jaxprs: the AD commands cannot make them the program's (README, Known limits); "
-            "run takes them with --consts",
-            kept[0].loc,
-        )
+    refuse_kept_consts(read, jaxpr)
     input_seed = None if args_npz is not None else (seed or 0)  # with --args: seeds v / w only
     args, consts, _ = gather_inputs(jaxpr, args_npz, None, input_seed, consts_npz, dims)
     warn_invented_consts(jaxpr, consts_npz, seed or 0, "explain")
@@ -180,3 +173,19 @@ def _explain(
         if html_out:
             raise JaxprError(f"a check failed: the walk in '{html_out}' shows which")
         sys.exit(1)
+
+
+def refuse_kept_consts(read, jaxpr) -> None:
+    """Refuse a program (`read`; `jaxpr`: its `for_ad` form) whose nested jaxprs keep
+    constants the AD commands cannot make the program's."""
+    from ..consts_order import kept_by, nested_with_consts
+    from ..core import JaxprError
+
+    kept = kept_by(read) if nested_with_consts(jaxpr) else []  # (asked only where some stay)
+    if kept:
+        raise JaxprError(
+            f"explain cannot use the constants that '{kept[0].prim}' keeps in its nested "
+            "jaxprs: the AD commands cannot make them the program's (README, Known limits); "
+            "run takes them with --consts",
+            kept[0].loc,
+        )

@@ -56,7 +56,7 @@ def run(
     Example:
       jaxprtool run mlp.jaxpr --random 0
       jaxprtool run f.jaxpr --args in.npz -o out.npz
-      jaxprtool run f.jaxpr --input 'f32[2,3]=1 2 3 4 5 6' --input 'f32[]=0.5'
+      jaxprtool run f.jaxpr --input 'f32[]=0.5' --input 'f32[2,3]=1 2 3 4 5 6'
       jaxprtool run f.jaxpr --args in.npz --expected-output want.npz --atol 1e-6
       jaxprtool run f.jaxpr --random 0 --output-format json --print-values none
       jaxprtool run f.jaxpr --random 0 --eager --debug-nans

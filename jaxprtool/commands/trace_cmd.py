@@ -99,7 +99,7 @@ def trace(target, specs, args_npz, kwargs, x64, output, consts_out, device):
     Example:
       jaxprtool trace model:loss --arg 'f32[8,4]' --arg 'f32[8]' > loss.jaxpr
       jaxprtool trace models/mlp.py:loss --arg 8x4xf32 --kw depth=3 --x64
-      jaxprtool trace model:loss --arg 'f32[8,4]' --consts-out c.npz -o loss.jaxpr
+      jaxprtool trace model:loss --arg 'f32[8,4]' --arg 'f32[8]' --consts-out c.npz -o loss.jaxpr
     """
 
     module, sep, func = target.partition(":")

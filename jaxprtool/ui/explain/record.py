@@ -160,6 +160,20 @@ class ExplainData:
     stopped_in: int | None = None  # the stage where the walk stopped
     keep: list = field(default_factory=list)
 
+    def __repr__(self) -> str:
+        """One line (the dataclass's repr printed every array and step)."""
+        state = (
+            f"stopped in stage {self.stopped_in}"
+            if self.error is not None
+            else "passed"
+            if self.passed
+            else "a check failed"
+        )
+        return (
+            f"<ExplainData {self.mode} of {self.label}: {len(self.forward)} forward steps, "
+            f"{len(self.reverse)} reverse steps, {state}>"
+        )
+
     @property
     def gradient(self) -> list[np.ndarray]:
         return [a for _, a in self.derivative]
