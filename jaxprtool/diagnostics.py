@@ -281,7 +281,7 @@ def _uri(path: str) -> str:
 
 
 def sarif_log(records: list[dict]) -> dict:
-    from . import __version__
+    from .version import __version__
 
     results = []
     for r in records:
