@@ -112,6 +112,20 @@ def underscore_warning(loc: Loc) -> JaxprError:
     return w
 
 
+def misindented_warning(st, pos: int, eqcol: int) -> JaxprError:
+    """The warning at the first equation of a text that does not start at its block's
+    equation column (`layout._misplaced_equation`: read as an equation all the same)."""
+    col = pos - (st.s.rfind("\n", 0, pos) + 1) + 1
+    w = JaxprError(
+        f"this equation starts at column {col}, the first of its block at column {eqcol}: "
+        "read as an equation (nothing else can start so), but the layout is not JAX's; "
+        "`jaxprtool fmt -i` rewrites it",
+        st.loc(pos),
+    )
+    w.code = "W004"
+    return w
+
+
 def too_deep() -> str:
     return f"jaxprs nest too deeply (at most {MAX_NESTING} levels of nested jaxprs)"
 

@@ -4,6 +4,10 @@
   `{ lambda`, outside brackets, a line break followed by *exactly* the column of the
   block's first equation becomes an EQSEP token (a deeper line continues the equation, a
   shallower one must be the block's `in`); `;` between equations becomes EQSEP too.
+  The rule decides only whether a line starts an equation or continues the one before.
+  A line at another column that nothing but an equation can start (`_misplaced_equation`)
+  starts one all the same, with one warning per text (W004, `misindented_warning`): the
+  text means the same without its layout, and `fmt` prints it in JAX's.
 * Parameter values (H3, H4): after `key=` it finds the end of the value and reads it
   (param_values.py) and hands the parser one PARAM token.  A value that is a jaxpr, a
   tuple of jaxprs or `let NAME = {...} in {...}` is left to the grammar; a value with
@@ -19,10 +23,11 @@ stream, and the layout needs the lexer's state too.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from .. import grammar as G
-from .diagnostics import MAX_NESTING, block_ended, too_deep
+from .diagnostics import MAX_NESTING, block_ended, misindented_warning, too_deep
 from .param_values import Nested
 
 if TYPE_CHECKING:
@@ -33,6 +38,39 @@ def _bare_eq_at(s: str, e: int, col: int, eqcol: int) -> bool:
     """A line that starts one column right of the equation column with `= `: an equation
     without results printed by JAX < 0.4.22 (` = prim ...`, empty binders before the `=`)."""
     return col == eqcol + 1 and s.startswith("= ", e)
+
+
+#: a binder that no operand can be (`nan:` and `inf:` start literals too: FORMAT H1)
+_EQUATION_START = re.compile(r"(?!(?:nan|inf):)(?:[a-z]+_?|_):")
+#: a line of `nan:T` and `inf:T` only: literals, or the binders of an equation (H1)
+_LITERALS_OR_BINDERS = re.compile(r"[ \t]*(?:(?:nan|inf):\S+[ \t]*)+(?:#.*)?")
+
+
+def _misplaced_equation(s: str, e: int, col: int, eqcol: int, last: str) -> bool:
+    """The line at s[e], at column `col`, is not at its block's equation column `eqcol`
+    (known: not 0) but can only start an equation: it starts with a binder no operand can
+    be, the equation before has its binders done (`last`, the token before the line
+    break, is not a binder or the comma of a swap's), and the line before is not one an
+    equation could start at (`nan:T inf:T`: binders or literals, H1).  Read as an
+    equation, the text means what it would in JAX's layout; read as a continuation, it
+    would not read; only the layout could tell the readings of H1 apart."""
+    if col == eqcol or eqcol == 0 or last in ("BINDER", "COMMA"):
+        return False
+    if _EQUATION_START.match(s, e) is None:
+        return False
+    a, b = _line_before(s, e)
+    return _LITERALS_OR_BINDERS.fullmatch(s, a, b) is None
+
+
+def _line_before(s: str, e: int) -> tuple[int, int]:
+    """Where the last line before the one holding s[e] that is not blank starts and ends."""
+    end = s.rfind("\n", 0, e)
+    while end > 0:
+        start = s.rfind("\n", 0, end) + 1
+        if not s[start:end].isspace() and start < end:
+            return start, end
+        end = start - 1
+    return 0, 0
 
 
 class _Mixed:
@@ -82,15 +120,23 @@ class _Layout:
             st.runs[e] = r[0]
             return emit("EQNS", e, r[1])
 
-        def line_break(t, f):
+        def line_break(t, f, last: str):
             """The layout rule (§5.5) at the line break that token `t` ends with, in the
-            equation block of frame `f` outside brackets: a line at the equation column (or
-            ` = prim` one column right of it) starts an equation: EQSEP, then the fast path's
-            run from there where it reads one; a line left of it ends the block (its `in (`
-            must follow); a deeper one goes on with the equation.  Yields the tokens to pass
-            on; returns whether the next token starts an equation (None: as it was)."""
+            equation block of frame `f` outside brackets (`last`: the token before the
+            break): a line at the equation column (or ` = prim` one column right of it), or
+            a misplaced one only an equation can start (`_misplaced_equation`, warned),
+            starts an equation: EQSEP, then the fast path's run from there where it reads
+            one; another line left of it ends the block (its `in (` must follow); a deeper
+            one goes on with the equation.  Yields the tokens to pass on; returns whether
+            the next token starts an equation (None: as it was)."""
             e, col = t.end_pos, t.end_column
-            if col == f[2] or _bare_eq_at(s, e, col, f[2]):
+            starts = col == f[2] or _bare_eq_at(s, e, col, f[2])
+            if not starts and _misplaced_equation(s, e, col, f[2], last):
+                if not st.misindented:
+                    st.misindented = True
+                    st.warnings.append(misindented_warning(st, e, f[2]))
+                starts = True
+            if starts:
                 yield Token("EQSEP", "", e, t.end_line, col)
                 # (only now: taking EQSEP, the parser reduced the equation before it, whose
                 # results the run may use)
@@ -124,6 +170,7 @@ class _Layout:
         n = len(s)
         head = False  # the next token starts an equation
         after_let = False
+        last = ""  # the type of the last token that is not a line break
         for t in stream:
             tt = t.type
             if tt == "NL":
@@ -142,9 +189,10 @@ class _Layout:
                             after_let = False
                             f[2] = t.end_column
                             yield r
-                        elif (starts := (yield from line_break(t, f))) is not None:
+                        elif (starts := (yield from line_break(t, f, last))) is not None:
                             head = starts
                 continue
+            last = tt
             if after_let:
                 # the first token of the equation block: its column is the equation column
                 after_let = False
@@ -167,7 +215,7 @@ class _Layout:
                     f = frames[-1]
                     e = t.end_pos
                     if f[0] and not f[1] and e < n and s[e] != "#" and not G.IN_KW.match(s, e):
-                        if (starts := (yield from line_break(t, f))) is not None:
+                        if (starts := (yield from line_break(t, f, tt))) is not None:
                             head = starts
             elif tt == "HEAD" or tt == "BINDER" or tt == "EQ_PRIM":
                 yield t

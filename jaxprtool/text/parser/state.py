@@ -32,3 +32,5 @@ class ParseState(FastPath, SharedScopes):
         self.eqn_start = -1
         self.block_end = -1
         self.last_shared_name = ""
+        # an equation was read away from its block's column (warned once: W004)
+        self.misindented = False
