@@ -2,10 +2,11 @@
 
 The layout rule (FORMAT §5.5) only tells an equation from the continuation of the one
 before.  A line at another column than its block's first equation that nothing but an
-equation can start is read as one, with one located warning per text (W004); `fmt` prints
-JAX's layout, `fmt -i` repairs the file, `check` passes (`--werror`: fails).  Where the
-layout decides the meaning (a line of `nan:T`/`inf:T`, literals or binders: FORMAT H1),
-the error stays."""
+equation can start is read as one; a block whose equations are all at one column other
+than JAX's reads as before.  Either gives one located warning per text (W004); `fmt`
+prints JAX's layout, `fmt -i` repairs the file, `check` passes (`--werror`: fails).  Where
+the layout decides the meaning (a line of `nan:T`/`inf:T`, literals or binders: FORMAT
+H1), the error stays."""
 
 from __future__ import annotations
 
@@ -63,28 +64,56 @@ def test_misindented_equations_are_read_and_fmt_writes_jax_layout(text):
     assert tool("fmt", "-", text=text).output == r.output  # the same, every time
 
 
-def test_the_warning_is_located_at_the_first_misplaced_equation():
-    text = deeper(FLAT, 2)  # lines 2, 4, 6, ... deeper: line 3 is the first off column 7
+@pytest.mark.parametrize(
+    "text, where, reference",
+    [
+        (first_deeper(FLAT, 3), (3, 7), "the first of its block at column 5"),
+        (deeper(FLAT, 2), (2, 7), "JAX prints this block's equations at column 5"),
+        (deeper(FLAT), (2, 7), "JAX prints this block's equations at column 5"),
+        (deeper(NESTED), (2, 7), "JAX prints this block's equations at column 5"),
+        (first_deeper(NESTED, 4), (4, 13), "JAX prints this block's equations at column 11"),
+        (first_deeper(NESTED, 5), (5, 13), "the first of its block at column 11"),
+    ],
+)
+def test_one_warning_at_the_first_equation_off_its_column(text, where, reference):
     (w,) = parse(text, "f.jaxpr").warnings
-    assert (*w.loc, w.code) == ("f.jaxpr", 3, 5, "W004")
-    assert "column 5, the first of its block at column 7" in w.message
+    assert (*w.loc, w.code) == ("f.jaxpr", *where, "W004")
+    assert reference in w.message
 
 
-def test_equations_one_level_too_deep_throughout_read_silently():
-    """Every equation of a block at the same column: the layout rule reads them (the
-    column is the block's own), and fmt writes JAX's."""
-    text = deeper(NESTED)
-    r = tool("fmt", "-", text=text)
-    assert r.exit_code == 0 and r.stdout == NESTED
+def test_equations_one_level_too_deep_throughout():
+    """Every equation of each block at the same column, one level right of JAX's: the
+    layout rule reads them (the column is the block's own), with the warning."""
+    for original in (FLAT, NESTED):
+        r = tool("fmt", "-", text=deeper(original))
+        assert r.exit_code == 0 and r.stdout == original
+        assert r.stderr.count("warning:") == 1
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "    b:f32[3] = sin a\n      c:f32[3] = cos b\n",
+        "      b:f32[3] = sin a\n    c:f32[3] = cos b\n",  # (issue 27: was an error)
+    ],
+)
+def test_two_equations_at_two_columns_read_as_two(body):
+    r = parse("{ lambda ; a:f32[3]. let\n" + body + "  in (c,) }")
+    assert [e.prim for e in r.jaxpr.eqns] == ["sin", "cos"]
+    assert [w.code for w in r.warnings] == ["W004"]
+
+
+def test_jax_printouts_are_not_warned():
+    assert parse(FLAT).warnings == [] and parse(NESTED).warnings == []
 
 
 def test_fmt_in_place_repairs_and_check_passes_with_the_warning(tmp_path):
     f = tmp_path / "f.jaxpr"
     f.write_text(deeper(NESTED, 2))
     r = tool("check", f)
-    assert r.exit_code == 0 and f"{f}:5:13: warning:" in r.stderr and "[W004]" in r.stderr
+    assert r.exit_code == 0 and f"{f}:2:7: warning:" in r.stderr and "[W004]" in r.stderr
     r = tool("check", "--werror", f)
-    assert r.exit_code == 1 and f"{f}:5:13: error:" in r.stderr
+    assert r.exit_code == 1 and f"{f}:2:7: error:" in r.stderr
     assert tool("fmt", "--check", f).exit_code == 1
     assert tool("fmt", "-i", f).exit_code == 0
     assert f.read_text() == NESTED

@@ -68,7 +68,9 @@ Representation choices the printer relies on
   a `fmt` containing newlines and `]` is read whole (H3).
 * Warnings (`ParseResult.warnings`, located): each *use* of `_` after `_` was bound
   twice in that jaxpr (read as the most recent `_` binding; the text is ambiguous,
-  FORMAT §2).  A use of `_` bound once is unambiguous and read silently.
+  FORMAT §2).  A use of `_` bound once is unambiguous and read silently.  The first equation of a text not where JAX prints it (W004: a block's equations at
+  another column than JAX's, or one off its block's column that only an equation can
+  start, read as one: layout.py), once per text.
 * `Eqn.loc` is the position of the equation's first token (1-based).
 * 0.4.35 printed unused binders as `f_`: the hint keeps the underscore.
 """

@@ -6,8 +6,9 @@
   shallower one must be the block's `in`); `;` between equations becomes EQSEP too.
   The rule decides only whether a line starts an equation or continues the one before.
   A line at another column that nothing but an equation can start (`_misplaced_equation`)
-  starts one all the same, with one warning per text (W004, `misindented_warning`): the
-  text means the same without its layout, and `fmt` prints it in JAX's.
+  starts one all the same: the text means the same without its layout.  That, and a
+  block whose equations sit at one column other than JAX's (`diagnostics.jax_column`),
+  give one warning per text (W004, `warn_misindented`); `fmt` prints JAX's layout.
 * Parameter values (H3, H4): after `key=` it finds the end of the value and reads it
   (param_values.py) and hands the parser one PARAM token.  A value that is a jaxpr, a
   tuple of jaxprs or `let NAME = {...} in {...}` is left to the grammar; a value with
@@ -27,7 +28,7 @@ import re
 from typing import TYPE_CHECKING
 
 from .. import grammar as G
-from .diagnostics import MAX_NESTING, block_ended, misindented_warning, too_deep
+from .diagnostics import MAX_NESTING, block_ended, jax_column, too_deep, warn_misindented
 from .param_values import Nested
 
 if TYPE_CHECKING:
@@ -132,9 +133,7 @@ class _Layout:
             e, col = t.end_pos, t.end_column
             starts = col == f[2] or _bare_eq_at(s, e, col, f[2])
             if not starts and _misplaced_equation(s, e, col, f[2], last):
-                if not st.misindented:
-                    st.misindented = True
-                    st.warnings.append(misindented_warning(st, e, f[2]))
+                warn_misindented(st, e, f"the first of its block at column {f[2]}")
                 starts = True
             if starts:
                 yield Token("EQSEP", "", e, t.end_line, col)
@@ -148,6 +147,12 @@ class _Layout:
             if col < f[2]:
                 st.block_end = e
             return None
+
+        def jax_layout(f, e: int):
+            """Warn where the block of frame `f`, its first equation (at s[e]) on the line
+            after `let`, is not at the column JAX prints it at (`jax_column`)."""
+            if f[2] != f[4]:
+                warn_misindented(st, e, f"JAX prints this block's equations at column {f[4]}")
 
         def inline(j: int):
             """The block after `let` (at s[j]) when it is all on that line (`read_inline`)
@@ -164,13 +169,14 @@ class _Layout:
             return emit("EQNS", e, r[1])
 
         fast = st.fast
-        frames = st.frames  # per open `{ lambda`: [in_block, depth, eqcol, start]
+        frames = st.frames  # per open `{ lambda`: [in_block, depth, eqcol, start, JAX's eqcol]
         broken: list[bool] = []  # per open parameter list: broken over lines?
         mixed: list[_Mixed] = []
         n = len(s)
         head = False  # the next token starts an equation
         after_let = False
         last = ""  # the type of the last token that is not a line break
+        let_line = 0  # the line of the last `let`
         for t in stream:
             tt = t.type
             if tt == "NL":
@@ -188,6 +194,7 @@ class _Layout:
                             # the block's first equation, on the line after `let`
                             after_let = False
                             f[2] = t.end_column
+                            jax_layout(f, e)
                             yield r
                         elif (starts := (yield from line_break(t, f, last))) is not None:
                             head = starts
@@ -201,6 +208,8 @@ class _Layout:
                     # ` = prim` (JAX < 0.4.22): the empty binder list sits one column left
                     f[2] = t.column - 1 if tt == "EQ_PRIM" and t.value[0] == "=" else t.column
                     st.eqn_start = t.start_pos
+                    if t.line != let_line:
+                        jax_layout(f, t.start_pos)
                 else:
                     f[0] = False
             if st.block_end >= 0 and tt != "IN_KW":
@@ -246,7 +255,8 @@ class _Layout:
                     t.end_line, t.end_column, t.end_pos = line_ctr.line, line_ctr.column, e
                     yield t
             elif tt == "LAMBDA":
-                frames.append([False, 0, 0, t.start_pos])
+                in_value = bool(mixed) and len(frames) == mixed[-1].depth
+                frames.append([False, 0, 0, t.start_pos, jax_column(s, t.start_pos, in_value)])
                 if len(frames) > MAX_NESTING:
                     st.fail(too_deep(), t.start_pos, "E003")
                 yield t
@@ -272,6 +282,7 @@ class _Layout:
                     if e > q:
                         yield emit("VPIECE", q, e)
             elif tt == "LET":
+                let_line = t.line
                 yield t
                 if frames:
                     frames[-1][0] = True

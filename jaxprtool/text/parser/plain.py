@@ -14,6 +14,7 @@ from __future__ import annotations
 from ...core import Jaxpr, JaxprError, Var
 from .. import grammar as G
 from .build import _Build
+from .diagnostics import jax_column, warn_misindented
 from .param_values import Nested
 from .state import ParseState
 
@@ -77,9 +78,12 @@ def _plain(st: ParseState) -> Jaxpr | None:
         if G.IN_KW.match(s, e):
             eqns, k = [], e
         else:
-            r = st.read_run(e, s.count("\n", 0, e) + 1, e - s.rfind("\n", 0, e))
+            col = e - s.rfind("\n", 0, e)
+            r = st.read_run(e, s.count("\n", 0, e) + 1, col)
             if r is None:
                 return None
+            if col != (jax := jax_column(s, i, False)):
+                warn_misindented(st, e, f"JAX prints this block's equations at column {jax}")
             eqns, q = r
             k = G.INDENT.match(s, q + 1).end()
             if not G.IN_KW.match(s, k):
