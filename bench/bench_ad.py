@@ -100,6 +100,14 @@ def cases():
     yield "transformer-64", transformer, ([block_params(k) for k in jax.random.split(key, 64)], x)
 
 
+def the_transformer(layers: int):
+    """The transformer of `layers` blocks as a flat function, and its arguments."""
+    key = jax.random.PRNGKey(0)
+    x = jax.random.normal(key, (6, 16))
+    args = ([block_params(k) for k in jax.random.split(key, layers)], x)
+    return flat_fn(transformer, args)
+
+
 def count(jaxpr) -> int:
     return sum(1 for _ in all_eqns(jaxpr))
 

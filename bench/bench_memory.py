@@ -27,7 +27,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
 import jax  # noqa: E402
-from bench_targets import run_child, the_transformer, tool  # noqa: E402
+from bench_ad import the_transformer  # noqa: E402
+from children import run_child, tool  # noqa: E402
 
 from jaxprtool.ad.api import grad_jaxpr, linearize_combined  # noqa: E402
 from jaxprtool.memory import liveness, residual_bytes  # noqa: E402

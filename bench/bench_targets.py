@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -42,7 +41,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
 import jax  # noqa: E402
-from bench_ad import block_params, flat_fn, jax_name, transformer  # noqa: E402
+from bench_ad import jax_name, the_transformer  # noqa: E402
+from bench_memory import chain_text as memory_chain  # noqa: E402
+from children import child_env, run_child, tool  # noqa: E402
 
 from jaxprtool import core  # noqa: E402
 from jaxprtool.ad.api import grad_jaxpr, linearize_jaxpr  # noqa: E402
@@ -68,36 +69,7 @@ def cpu_now() -> float:
     return time.process_time()
 
 
-def child_env(**extra) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), **extra)
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["PYTHONPYCACHEPREFIX"] = os.path.join(tempfile.gettempdir(), "jaxprtool-bench-pyc")
-    return env
-
-
-def run_child(argv, env=None, stdin=None) -> tuple[float, float, subprocess.CompletedProcess]:
-    """(CPU seconds of the child, wall seconds, result)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    r = subprocess.run(argv, env=env or child_env(), capture_output=True, text=True, input=stdin)
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return cpu, wall, r
-
-
-def tool(*args) -> list[str]:
-    return [sys.executable, "-m", "jaxprtool", *args]
-
-
 # ---------------------------------------------------------------- the program
-
-
-def the_transformer(layers: int):
-    key = jax.random.PRNGKey(0)
-    x = jax.random.normal(key, (6, 16))
-    args = ([block_params(k) for k in jax.random.split(key, layers)], x)
-    return flat_fn(transformer, args)
 
 
 def count(j) -> int:
@@ -504,8 +476,6 @@ def scale_against_jax(n: int, t_tool: float, n_tool: int) -> None:
 
 def memory_command(n: int, folder: Path) -> None:
     """`jaxprtool memory --no-xla --json` of n equations, whole process (issue 26: 1M in 10 s)."""
-    from bench_memory import chain_text as memory_chain
-
     src = folder / "memory_chain.jaxpr"
     src.write_text(memory_chain(n))
     cpu, _, r = run_child(tool("memory", "--no-xla", "--json", "-o", os.devnull, str(src)))

@@ -1,9 +1,8 @@
 """jaxprtool: a command-line toolchain for jaxprs."""
 
-__version__ = "0.1.0"
-
 from .interrupt import exit_on_interrupt as _exit_on_interrupt  # noqa: E402
 from .interrupt import program_starting as _program_starting  # noqa: E402
+from .version import __version__ as __version__  # noqa: E402
 
 if _program_starting():
     _exit_on_interrupt()

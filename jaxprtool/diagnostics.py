@@ -71,6 +71,7 @@ CODES = {
     "W001": "unknown primitive (a close known name is suggested): types taken from the binders",
     "W002": "ambiguous use of '_' bound twice in one jaxpr",
     "W003": "a file of a folder walk skipped",
+    "W004": "equations misindented: read by their brackets, not in JAX's layout (fmt rewrites it)",
     "W100": "other warning (a fallback rule, invented constants, ...)",
 }
 #: the codes whose diagnostic says the input could not be read: never deselected
@@ -281,7 +282,7 @@ def _uri(path: str) -> str:
 
 
 def sarif_log(records: list[dict]) -> dict:
-    from . import __version__
+    from .version import __version__
 
     results = []
     for r in records:

@@ -103,6 +103,20 @@ def test_jvp_walk_has_one_program():
     assert kinds == [(False, 0)] * len(j.eqns)
 
 
+def test_the_walk_reports_which_helper_registered_the_rule(monkeypatch):
+    """A rule assigned to `primitive_jvps` by no helper is reported as "primitive_jvps", by
+    `step_notes` (before the step) and `jvp_step` alike: observers need not read the
+    registries to say so."""
+    j = _sample("sin_cos.jaxpr")
+    monkeypatch.delitem(registry.rule_kind, "sin")  # as if assigned by hand: no helper
+    log = Log()
+    with observing(log):
+        jvp_jaxpr(j)
+    kinds = ["primitive_jvps", "defjvp", "defbilinear", "jvp+linearization"]
+    assert [a[1] for a in log.hooks("jvp_step")] == kinds
+    assert [a[1] for a in log.hooks("step_notes")] == kinds
+
+
 def test_failure_is_reported_where_the_walk_stops(monkeypatch):
     j = _sample("sin_cos.jaxpr")
     registry.primitive_jvps.get("cos")  # the records are loaded

@@ -69,6 +69,17 @@ def test_sin_cos_stages_and_rules():
     assert re.fullmatch(re.escape(first) + r"  \d\.\d\de-\d\d  2e-03      pass", lines[at + 2])
 
 
+def test_the_rule_kind_is_the_walks(monkeypatch):
+    """The kind shown is what the walk reported: a rule no helper registered shows as
+    `primitive_jvps`."""
+    from jaxprtool.ad import registry
+
+    monkeypatch.delitem(registry.rule_kind, "sin")
+    r = invoke(str(SAMPLES / "sin_cos.jaxpr"), "--no-color", "--mode", "jvp")
+    assert r.exit_code == 0, r.output
+    assert "rule: primitive_jvps (sin)" in r.output and "rule: defjvp (cos)" in r.output
+
+
 def test_mlp_grad_matches_jax(tmp_path):
     import jax
 

@@ -2,8 +2,9 @@
 
 - each probe primitive is named (a string literal equal to its name) only in the family
   modules that define it (`families/index.py`) and the emit layer (`ad/ops.py`);
-- no import cycle among the jaxprtool modules (every import, including those inside
-  functions, read with `ast`);
+- no import cycle among the jaxprtool modules, nor among the scripts of each bench/ folder
+  (every import, including those inside functions and under `if TYPE_CHECKING:`, read with
+  `ast`; a failure names a cycle, `a -> b -> a`);
 - nothing in `jaxprtool/ui/` reads a rule registry (`ad/registry.py`, the plugins'): the UI
   learns what the walks did from their observers (`ad/observe.py`).
 """
@@ -75,25 +76,13 @@ def _module_name(rel: str) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _type_checking_only(tree: ast.Module) -> set[int]:
-    """The ids of the imports under `if TYPE_CHECKING:` (for annotations: never run)."""
-    skip: set[int] = set()
-    for n in ast.walk(tree):
-        if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test):
-            skip.update(id(m) for stmt in n.body for m in ast.walk(stmt))
-    return skip
-
-
-def _imports(rel: str, tree: ast.Module, known: set[str]) -> set[str]:
-    """The jaxprtool modules `rel` imports, at module level or inside functions (not those
-    only type checkers read)."""
-    me = _module_name(rel)
-    package = me if rel.endswith("__init__.py") else me.rpartition(".")[0]
-    skip = _type_checking_only(tree)
+def _imports(me: str, is_package: bool, tree: ast.Module, known: set[str]) -> set[str]:
+    """The modules of `known` that module `me` imports: every import, at module level,
+    inside a function or under `if TYPE_CHECKING:` (an import moved out of the way of a
+    cycle is still the cycle)."""
+    package = me if is_package else me.rpartition(".")[0]
     out: set[str] = set()
     for n in ast.walk(tree):
-        if id(n) in skip:
-            continue
         if isinstance(n, ast.Import):
             out.update(a.name for a in n.names if a.name in known)
         elif isinstance(n, ast.ImportFrom):
@@ -148,24 +137,76 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def _a_cycle(graph: dict[str, set[str]], component: list[str]) -> str:
+    """One shortest cycle through the first module of a component: `a -> b -> a`."""
+    start = component[0]
+    came_from = {start: start}
+    todo = [start]
+    for v in todo:  # breadth first
+        for w in sorted(graph[v] & set(component)):
+            if w == start:
+                path = [v]
+                while path[-1] != start:
+                    path.append(came_from[path[-1]])
+                return " -> ".join([start, *reversed(path[:-1]), start])
+            if w not in came_from:
+                came_from[w] = v
+                todo.append(w)
+    raise AssertionError(f"{component} is not a cycle")
+
+
+def _named_cycles(graph: dict[str, set[str]]) -> list[str]:
+    return [_a_cycle(graph, c) for c in _cycles(graph)]
+
+
 def _import_graph() -> dict[str, set[str]]:
-    """Who imports whom.  An import of the top package itself (`jaxprtool.__version__`, its
-    path) is left out: every module is below it, and what they read of it is set before its
-    facade imports the public API (`jaxprtool/api.py`)."""
+    """Who imports whom in the package (its `__init__`, the top package, included)."""
     known = {_module_name(rel) for rel in MODULES}
-    graph = {_module_name(rel): _imports(rel, tree, known) for rel, tree in MODULES.items()}
-    return {m: deps - {"jaxprtool"} for m, deps in graph.items()}
+    return {
+        _module_name(rel): _imports(_module_name(rel), rel.endswith("__init__.py"), tree, known)
+        for rel, tree in MODULES.items()
+    }
 
 
-#: cycles still there, each with the work that removes it (a new cycle fails the test)
+#: the folders of scripts under bench/: each imports its siblings by name (`sys.path`)
+BENCH_FOLDERS = ("bench", "bench/device")
+
+
+def _script_graph(folder: Path) -> dict[str, set[str]]:
+    trees = {p.stem: ast.parse(p.read_text(), str(p)) for p in sorted(folder.glob("*.py"))}
+    return {name: _imports(name, False, tree, set(trees)) for name, tree in trees.items()}
+
+
 def test_no_import_cycle_among_the_modules():
-    assert _cycles(_import_graph()) == []
+    assert _named_cycles(_import_graph()) == []
+
+
+@pytest.mark.parametrize("folder", BENCH_FOLDERS)
+def test_no_import_cycle_among_the_bench_scripts(folder):
+    assert _named_cycles(_script_graph(PKG.parent / folder)) == []
 
 
 def test_the_cycle_finder_finds_a_cycle():
-    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    graph = {"a": {"b"}, "b": {"c", "a"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
+    assert _named_cycles(graph) == ["a -> b -> a"]
     graph = _import_graph()
     assert "jaxprtool.ad.builder" in graph["jaxprtool.ad.ops"]  # the graph has the edges
+    assert "jaxprtool.text.parser.fast" in graph["jaxprtool.text.parser.state"]
+    assert "bench_ad" in _script_graph(PKG.parent / "bench")["bench_memory"]
+
+
+def test_every_kind_of_import_is_an_edge():
+    """Imports inside a function and under `if TYPE_CHECKING:` count (a cycle dodged by
+    either is still reported), relative ones resolved from the package."""
+    sources = {
+        "p.a": "from .b import x\n",
+        "p.b": "def f():\n    from . import c\n",
+        "p.c": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from p.a import T\n",
+    }
+    known = set(sources)
+    graph = {m: _imports(m, False, ast.parse(src), known) for m, src in sources.items()}
+    assert _named_cycles(graph) == ["p.a -> p.b -> p.c -> p.a"]
 
 
 #: the rule registries: the helpers' tables, the plugins' own, the custom-rule notes
@@ -173,12 +214,12 @@ REGISTRIES = {"jaxprtool.ad.registry", "jaxprtool.plugins"}
 
 
 def test_no_rule_registry_is_read_in_the_ui():
-    known = {_module_name(rel) for rel in MODULES}
+    graph = _import_graph()
     offenders = [
-        f"{rel} imports {mod}"
-        for rel, tree in MODULES.items()
+        f"{_module_name(rel)} imports {mod}"
+        for rel in MODULES
         if rel.startswith("ui/")
-        for mod in sorted(_imports(rel, tree, known) & REGISTRIES)
+        for mod in sorted(graph[_module_name(rel)] & REGISTRIES)
     ]
     assert offenders == []
 

@@ -119,7 +119,7 @@ def test_stats_several_files(jax_dumps):
 
 # ---------------------------------------------------------------- fmt as ruff/black (issue 27)
 
-LOOSE = "{ lambda ; a:f32[3]. let\n  b:f32[3] = sin a in (b,) }\n"
+LOOSE = "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin a in (b,) }\n"
 TIGHT = "{ lambda ; a:f32[3]. let b:f32[3] = sin a in (b,) }\n"
 
 
@@ -168,7 +168,7 @@ def test_fmt_write_diff_and_quiet(tmp_path):
     assert r.exit_code == 1 and a.read_text() == LOOSE
     assert r.stdout == (
         f"--- {a}\n+++ {a}\n@@ -1,2 +1 @@\n"
-        "-{ lambda ; a:f32[3]. let\n-  b:f32[3] = sin a in (b,) }\n"
+        "-{ lambda ; a:f32[3]. let\n-    b:f32[3] = sin a in (b,) }\n"
         "+{ lambda ; a:f32[3]. let b:f32[3] = sin a in (b,) }\n"
     )
     assert r.stderr == "1 file would be reformatted, 1 file already formatted\n"

@@ -716,15 +716,14 @@ HEAD = "{ lambda ; a:f32[3]. let\n"
             HEAD + "    b:c64[3] = add a (1+2k):c64[]\n  in (b,) }",
             "2:22: expected an operand (a variable or a literal), found '('",
         ),
-        (
-            HEAD + "    b:f32[3] = sin a\n      c:f32[3] = cos b\n  in (b,) }",
-            "3:7: a binder cannot appear among operands; a new equation must start at column 5, "
+        (  # a misplaced equation is read (tests/test_misindented.py) but for after `nan:T` (H1)
+            HEAD + "    b:f32[3] = sin a\n      nan:f32[]\n      c:f32[3] = cos b\n  in (b,) }",
+            "4:7: a binder cannot appear among operands; a new equation must start at column 5, "
             "the column of the first equation of this block",
         ),
-        (  # the reverse: the first equation indented further than the next (issue 27)
-            HEAD + "      b:f32[3] = sin a\n    c:f32[3] = cos b\n  in (c,) }",
-            "3:5: an equation must start at column 7, the column of the first equation of this "
-            "block (this one starts at column 5)",
+        (  # a line left of the block's column that no equation starts ends the block
+            HEAD + "      b:f32[3] = sin a\n    c\n  in (b,) }",
+            "3:5: expected 'in (' followed by the output list, found 'c'",
         ),
         ("", "1:1: empty input: expected a jaxpr ('{ lambda ...')"),
         ("hello", "1:1: expected a jaxpr ('{ lambda ...'), found 'hello'"),

@@ -27,7 +27,7 @@ from ..record import prim as record_of
 from . import builder as B
 from . import observe
 from .ops import instantiate as inst_zero
-from .registry import check_rule_type, located_rule
+from .registry import check_rule_type, jvp_kind_of, located_rule
 from .zeros import Zero, carries_tangent, is_zero, tangent_type
 
 
@@ -117,7 +117,8 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
             if rule is None:
                 raise missing_jvp(eqn)
             b.cur_eqn = eqn
-            with observe.noting(obs, eqn, rec.jvp_kind), located_rule(eqn):
+            kind = jvp_kind_of(rec)
+            with observe.noting(obs, eqn, kind), located_rule(eqn):
                 if rule is rec.jvp:  # (a nested walk notes into its caller's step)
                     observe.note_plugin_rule(rec, "jvp")
                 pouts, touts = rule(ins, tins, **eqn.params)
@@ -135,7 +136,7 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
                         check_rule_type("JVP", eqn, rule, f"tangent for result {k}", t.type, want)
                     tenv[id(o)] = t
             if obs is not None and hasattr(obs, "jvp_step"):
-                obs.jvp_step(eqn, rec.jvp_kind, ins, tins, pouts, touts, step)
+                obs.jvp_step(eqn, kind, ins, tins, pouts, touts, step)
     except Exception as err:
         if obs is not None and hasattr(obs, "step_failed"):
             obs.step_failed(eqn, err)

@@ -11,7 +11,9 @@ An observer implements any of (a missing method is not called):
 - `jvp_begin(jaxpr, primals, tangents, consts)`: the walk's input atoms (tangents: Atom or
   Zero per input);
 - `jvp_step(eqn, kind, primals, tangents, primal_outs, tangent_outs, emitted)`; `kind` is
-  the helper that registered the rule (`defjvp`, ...) or "copy" when every tangent is zero;
+  the helper that registered the rule (`defjvp`, `defjvp2`, `deflinear`, ...;
+  "primitive_jvps" for a rule assigned to that registry directly: `registry.jvp_kind_of`)
+  or "copy" when every tangent is zero;
 - `linearized(primal, linear, info)`: the two programs `linearize_jaxpr` returns;
 - `transpose_begin(jaxpr, linear_mask, args, cts_out, consts)`: the program transposed, the
   non-linear inputs' atoms and the output cotangents;

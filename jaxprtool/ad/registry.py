@@ -6,7 +6,8 @@ helpers fill `prim(name).jvp`, `.transpose`, `.fancy_transpose`, `.jvp_kind`.
 - `primitive_jvps[name] = rule(primals, tangents, **params) -> (primal_outs, tangent_outs)`
 - `primitive_transposes[name] = rule(cts, *args, **params) -> list[Atom | Zero | None]`
 - `fancy_transposes[name] = rule(cts, *args, accums, **params) -> None`
-- `rule_kind[name]`: which helper registered the JVP rule (shown by `explain`).
+- `rule_kind[name]`: which helper registered the JVP rule (None: none, the rule was assigned
+  to `primitive_jvps` directly); the walk reports `jvp_kind_of` to `explain`.
 - `custom_jvps[name]`, `custom_vjps[name]`: plugin rules for `custom_jvp_call jvp=NAME` and
   `custom_vjp_call fwd=NAME bwd=NAME` (see docs/PLUGINS.md).
 """
@@ -49,6 +50,15 @@ primitive_jvps = FieldView("jvp")
 primitive_transposes = FieldView("transpose")
 fancy_transposes = FieldView("fancy_transpose")
 rule_kind = FieldView("jvp_kind")
+
+
+def jvp_kind_of(rec) -> str:
+    """Which helper registered the JVP rule of the record `rec` (`rule_kind`), or
+    "primitive_jvps" for a rule assigned to that registry directly: what the walk reports
+    to its observers (`observe`: `jvp_step`, `step_notes`)."""
+    return rec.jvp_kind or "primitive_jvps"
+
+
 #: plugin rules: custom_jvps[jvp_name] = fn(primals, tangents) -> (outs, tangent_outs)
 custom_jvps: dict[str, Callable] = {}
 #: plugin rules: custom_vjps[fwd_name or bwd_name] = (fwd, bwd)

@@ -17,12 +17,14 @@ from __future__ import annotations
 import os
 import re
 
-import jaxprtool
-from jaxprtool.cachefs import cache_dir, read_entry, write_entry
+from ..cachefs import cache_dir, read_entry, write_entry
 
 #: the grammar (lark syntax); a str, not a `pathlib.Path`: pathlib's import is ~3 ms of the
-#: start-up, and no other module of `fmt` needs it
-GRAMMAR_PATH = os.path.join(os.path.dirname(jaxprtool.__file__), "grammars", "jaxpr.lark")
+#: start-up, and no other module of `fmt` needs it.  The package's folder is found from this
+#: file's, not from `jaxprtool.__file__`: importing the package from here would import the
+#: whole API (and the parser) back (tests/test_layout.py)
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GRAMMAR_PATH = os.path.join(_PACKAGE, "grammars", "jaxpr.lark")
 
 #: name -> (pattern, flags) of the regular expressions below, compiled on first use
 _PATTERNS: dict[str, tuple[str, int]] = {}

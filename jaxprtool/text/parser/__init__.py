@@ -9,8 +9,9 @@ what the grammar gives.  The package's modules, in the order a text meets them:
 
 * `layout`: the post-lexer (`_Layout`): the layout rule of FORMAT.md §5.5 (EQSEP tokens),
   parameter values as PARAM/VPIECE tokens, and the fast path's runs as EQNS tokens.
-* `fast`: the fast path: runs of simple equations (`FastPath.read_run`, `read_inline`) and
-  whole texts of one flat jaxpr (`parse_plain`, no lark import at all).
+* `fast`: the fast path: runs of simple equations (`FastPath.read_run`, `read_inline`).
+* `plain`: whole texts of one flat jaxpr read by the fast path's readers and the builder
+  (`parse_plain`, no lark import at all).
 * `build`: the IR builder (`_Build`), the grammar's rule callbacks, run by lark while the
   LALR parser reduces (no parse tree) and by `parse_plain` as lark would.
 * What the two paths share, so that they cannot disagree: `readers` (types, binders,
@@ -20,7 +21,9 @@ what the grammar gives.  The package's modules, in the order a text meets them:
   errors in the words of the format).  The fast path never words an error: the first
   equation it refuses is read by the grammar, errors included.
 * `lalr`: lark's parser built with the post-lexer and the builder; `state`: the state of
-  one parse (`ParseState`, the readers' classes together).
+  one parse (`ParseState`, the readers' classes together).  The drivers (`plain`, `lalr`)
+  import the builder and the state, the state imports the readers, and none imports back
+  (tests/test_layout.py).
 
 tests/test_parser_fast.py checks the two paths against each other on the corpus, generated
 programs and damaged texts.  `parse(..., fast=False)` reads every equation with the grammar.
@@ -65,7 +68,9 @@ Representation choices the printer relies on
   a `fmt` containing newlines and `]` is read whole (H3).
 * Warnings (`ParseResult.warnings`, located): each *use* of `_` after `_` was bound
   twice in that jaxpr (read as the most recent `_` binding; the text is ambiguous,
-  FORMAT §2).  A use of `_` bound once is unambiguous and read silently.
+  FORMAT §2).  A use of `_` bound once is unambiguous and read silently.  The first equation of a text not where JAX prints it (W004: a block's equations at
+  another column than JAX's, or one off its block's column that only an equation can
+  start, read as one: layout.py), once per text.
 * `Eqn.loc` is the position of the equation's first token (1-based).
 * 0.4.35 printed unused binders as `f_`: the hint keeps the underscore.
 """
@@ -77,9 +82,9 @@ from ...core import Jaxpr, JaxprError
 from .. import grammar as G
 from .build import _Build as _Build  # (tests build lark with it)
 from .diagnostics import MAX_DIGITS, MAX_DIM, MAX_NESTING, NO_TYPES, huge_number
-from .fast import parse_plain
 from .lalr import COMPILED_MIN_CHARS, build_parser, parse_lark
 from .layout import _Layout as _Layout  # (tests build lark with it)
+from .plain import parse_plain
 from .state import ParseState
 
 #: the internals tests reach (tests/test_parser.py, test_parser_fast.py)

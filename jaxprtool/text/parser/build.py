@@ -4,7 +4,7 @@ Each callback builds its piece of the IR from its children while the LALR parser
 (no parse tree is made).  Each `{ lambda` opens a symbol table when it is shifted
 (`lam`); an equation's outputs enter the table after its operands are resolved.  The
 callbacks read tokens with the shared readers (readers.py) and values with param_values.py,
-as the fast path does; the fast path's `parse_plain` calls `lam`, `constvars`, `outvars`,
+as the fast path does; `plain.parse_plain` calls `lam`, `constvars`, `outvars`,
 `jaxpr` and `start` itself, as lark would.
 
 Ref-state syntax becomes ordinary equations (`eqn_get`, `eqn_set`, `eqn_swap`,

@@ -112,6 +112,32 @@ def underscore_warning(loc: Loc) -> JaxprError:
     return w
 
 
+def warn_misindented(st, pos: int, reference: str) -> None:
+    """Warn (once per text: W004) that the equation at s[pos] is not where JAX prints it
+    (`reference` says where that is); it is read all the same (layout.py)."""
+    if st.misindented:
+        return
+    st.misindented = True
+    col = pos - (st.s.rfind("\n", 0, pos) + 1) + 1
+    w = JaxprError(
+        f"this equation starts at column {col}, {reference}: the layout is not JAX's; "
+        "`jaxprtool fmt -i` rewrites it",
+        st.loc(pos),
+    )
+    w.code = "W004"
+    st.warnings.append(w)
+
+
+def jax_column(s: str, lam: int, in_value: bool) -> int:
+    """The column JAX prints the equations of the jaxpr at s[lam] (`{ lambda`) at when they
+    go on the lines after its `let`: four right of the line holding its `{ lambda`, or 5
+    for one `str()`-ed into a parameter value (H5), whose lines restart at column 1."""
+    if in_value:
+        return 5
+    start = s.rfind("\n", 0, lam) + 1
+    return G.INDENT.match(s, start).end() - start + 5
+
+
 def too_deep() -> str:
     return f"jaxprs nest too deeply (at most {MAX_NESTING} levels of nested jaxprs)"
 

@@ -4,6 +4,11 @@
   `{ lambda`, outside brackets, a line break followed by *exactly* the column of the
   block's first equation becomes an EQSEP token (a deeper line continues the equation, a
   shallower one must be the block's `in`); `;` between equations becomes EQSEP too.
+  The rule decides only whether a line starts an equation or continues the one before.
+  A line at another column that nothing but an equation can start (`_misplaced_equation`)
+  starts one all the same: the text means the same without its layout.  That, and a
+  block whose equations sit at one column other than JAX's (`diagnostics.jax_column`),
+  give one warning per text (W004, `warn_misindented`); `fmt` prints JAX's layout.
 * Parameter values (H3, H4): after `key=` it finds the end of the value and reads it
   (param_values.py) and hands the parser one PARAM token.  A value that is a jaxpr, a
   tuple of jaxprs or `let NAME = {...} in {...}` is left to the grammar; a value with
@@ -19,10 +24,11 @@ stream, and the layout needs the lexer's state too.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from .. import grammar as G
-from .diagnostics import MAX_NESTING, block_ended, too_deep
+from .diagnostics import MAX_NESTING, block_ended, jax_column, too_deep, warn_misindented
 from .param_values import Nested
 
 if TYPE_CHECKING:
@@ -33,6 +39,39 @@ def _bare_eq_at(s: str, e: int, col: int, eqcol: int) -> bool:
     """A line that starts one column right of the equation column with `= `: an equation
     without results printed by JAX < 0.4.22 (` = prim ...`, empty binders before the `=`)."""
     return col == eqcol + 1 and s.startswith("= ", e)
+
+
+#: a binder that no operand can be (`nan:` and `inf:` start literals too: FORMAT H1)
+_EQUATION_START = re.compile(r"(?!(?:nan|inf):)(?:[a-z]+_?|_):")
+#: a line of `nan:T` and `inf:T` only: literals, or the binders of an equation (H1)
+_LITERALS_OR_BINDERS = re.compile(r"[ \t]*(?:(?:nan|inf):\S+[ \t]*)+(?:#.*)?")
+
+
+def _misplaced_equation(s: str, e: int, col: int, eqcol: int, last: str) -> bool:
+    """The line at s[e], at column `col`, is not at its block's equation column `eqcol`
+    (known: not 0) but can only start an equation: it starts with a binder no operand can
+    be, the equation before has its binders done (`last`, the token before the line
+    break, is not a binder or the comma of a swap's), and the line before is not one an
+    equation could start at (`nan:T inf:T`: binders or literals, H1).  Read as an
+    equation, the text means what it would in JAX's layout; read as a continuation, it
+    would not read; only the layout could tell the readings of H1 apart."""
+    if col == eqcol or eqcol == 0 or last in ("BINDER", "COMMA"):
+        return False
+    if _EQUATION_START.match(s, e) is None:
+        return False
+    a, b = _line_before(s, e)
+    return _LITERALS_OR_BINDERS.fullmatch(s, a, b) is None
+
+
+def _line_before(s: str, e: int) -> tuple[int, int]:
+    """Where the last line before the one holding s[e] that is not blank starts and ends."""
+    end = s.rfind("\n", 0, e)
+    while end > 0:
+        start = s.rfind("\n", 0, end) + 1
+        if not s[start:end].isspace() and start < end:
+            return start, end
+        end = start - 1
+    return 0, 0
 
 
 class _Mixed:
@@ -82,15 +121,21 @@ class _Layout:
             st.runs[e] = r[0]
             return emit("EQNS", e, r[1])
 
-        def line_break(t, f):
+        def line_break(t, f, last: str):
             """The layout rule (§5.5) at the line break that token `t` ends with, in the
-            equation block of frame `f` outside brackets: a line at the equation column (or
-            ` = prim` one column right of it) starts an equation: EQSEP, then the fast path's
-            run from there where it reads one; a line left of it ends the block (its `in (`
-            must follow); a deeper one goes on with the equation.  Yields the tokens to pass
-            on; returns whether the next token starts an equation (None: as it was)."""
+            equation block of frame `f` outside brackets (`last`: the token before the
+            break): a line at the equation column (or ` = prim` one column right of it), or
+            a misplaced one only an equation can start (`_misplaced_equation`, warned),
+            starts an equation: EQSEP, then the fast path's run from there where it reads
+            one; another line left of it ends the block (its `in (` must follow); a deeper
+            one goes on with the equation.  Yields the tokens to pass on; returns whether
+            the next token starts an equation (None: as it was)."""
             e, col = t.end_pos, t.end_column
-            if col == f[2] or _bare_eq_at(s, e, col, f[2]):
+            starts = col == f[2] or _bare_eq_at(s, e, col, f[2])
+            if not starts and _misplaced_equation(s, e, col, f[2], last):
+                warn_misindented(st, e, f"the first of its block at column {f[2]}")
+                starts = True
+            if starts:
                 yield Token("EQSEP", "", e, t.end_line, col)
                 # (only now: taking EQSEP, the parser reduced the equation before it, whose
                 # results the run may use)
@@ -102,6 +147,12 @@ class _Layout:
             if col < f[2]:
                 st.block_end = e
             return None
+
+        def jax_layout(f, e: int):
+            """Warn where the block of frame `f`, its first equation (at s[e]) on the line
+            after `let`, is not at the column JAX prints it at (`jax_column`)."""
+            if f[2] != f[4]:
+                warn_misindented(st, e, f"JAX prints this block's equations at column {f[4]}")
 
         def inline(j: int):
             """The block after `let` (at s[j]) when it is all on that line (`read_inline`)
@@ -118,12 +169,14 @@ class _Layout:
             return emit("EQNS", e, r[1])
 
         fast = st.fast
-        frames = st.frames  # per open `{ lambda`: [in_block, depth, eqcol, start]
+        frames = st.frames  # per open `{ lambda`: [in_block, depth, eqcol, start, JAX's eqcol]
         broken: list[bool] = []  # per open parameter list: broken over lines?
         mixed: list[_Mixed] = []
         n = len(s)
         head = False  # the next token starts an equation
         after_let = False
+        last = ""  # the type of the last token that is not a line break
+        let_line = 0  # the line of the last `let`
         for t in stream:
             tt = t.type
             if tt == "NL":
@@ -141,10 +194,12 @@ class _Layout:
                             # the block's first equation, on the line after `let`
                             after_let = False
                             f[2] = t.end_column
+                            jax_layout(f, e)
                             yield r
-                        elif (starts := (yield from line_break(t, f))) is not None:
+                        elif (starts := (yield from line_break(t, f, last))) is not None:
                             head = starts
                 continue
+            last = tt
             if after_let:
                 # the first token of the equation block: its column is the equation column
                 after_let = False
@@ -153,6 +208,8 @@ class _Layout:
                     # ` = prim` (JAX < 0.4.22): the empty binder list sits one column left
                     f[2] = t.column - 1 if tt == "EQ_PRIM" and t.value[0] == "=" else t.column
                     st.eqn_start = t.start_pos
+                    if t.line != let_line:
+                        jax_layout(f, t.start_pos)
                 else:
                     f[0] = False
             if st.block_end >= 0 and tt != "IN_KW":
@@ -167,7 +224,7 @@ class _Layout:
                     f = frames[-1]
                     e = t.end_pos
                     if f[0] and not f[1] and e < n and s[e] != "#" and not G.IN_KW.match(s, e):
-                        if (starts := (yield from line_break(t, f))) is not None:
+                        if (starts := (yield from line_break(t, f, tt))) is not None:
                             head = starts
             elif tt == "HEAD" or tt == "BINDER" or tt == "EQ_PRIM":
                 yield t
@@ -198,7 +255,8 @@ class _Layout:
                     t.end_line, t.end_column, t.end_pos = line_ctr.line, line_ctr.column, e
                     yield t
             elif tt == "LAMBDA":
-                frames.append([False, 0, 0, t.start_pos])
+                in_value = bool(mixed) and len(frames) == mixed[-1].depth
+                frames.append([False, 0, 0, t.start_pos, jax_column(s, t.start_pos, in_value)])
                 if len(frames) > MAX_NESTING:
                     st.fail(too_deep(), t.start_pos, "E003")
                 yield t
@@ -224,6 +282,7 @@ class _Layout:
                     if e > q:
                         yield emit("VPIECE", q, e)
             elif tt == "LET":
+                let_line = t.line
                 yield t
                 if frames:
                     frames[-1][0] = True

@@ -17,7 +17,8 @@ class ParseState(FastPath, SharedScopes):
 
     def __init__(self, text: str, path: str, fast: bool = True):
         super().__init__(text, path, fast)
-        # per open `{ lambda`: [in its equation block, bracket depth, equation column, start]
+        # per open `{ lambda`: [in its equation block, bracket depth, equation column, start,
+        # the equation column JAX prints it with (`diagnostics.jax_column`)]
         self.frames: list = []
         # values read by the post-lexer, by the position of their `key=`
         self.values: dict[int, object] = {}
@@ -32,3 +33,5 @@ class ParseState(FastPath, SharedScopes):
         self.eqn_start = -1
         self.block_end = -1
         self.last_shared_name = ""
+        # an equation was read away from its block's column (warned once: W004)
+        self.misindented = False

@@ -79,7 +79,9 @@ class ForwardStep:
     index: int
     eqn: Eqn
     text: str
-    kind: str | None = None  # the helper that registered the JVP rule; None: no rule ran
+    kind: str | None = (
+        None  # the helper that registered the JVP rule (the walk says); None: none ran
+    )
     constant: bool = False  # every input tangent is a symbolic zero
     tangents_in: list[Value] = field(default_factory=list)
     primal_side: list[str] = field(default_factory=list)  # extra primal work (future residuals)
@@ -308,7 +310,7 @@ class Recorder:
         if kind == "copy":
             step.constant = True
             return
-        step.kind = kind or "primitive_jvps"
+        step.kind = kind
         for o, t in zip(eqn.outputs, tangent_outs):
             if not _zero(t) and is_inexact(o.type):
                 n.set_name(t, "t_" + n.name(o))
@@ -514,7 +516,7 @@ class Recorder:
             step = ForwardStep(len(self.data.forward), eqn, self._eqn(n, eqn), error=self.error)
             run = self._rule_run
             if run is not None and run[0] is eqn:  # the rule ran and raised
-                step.kind = run[1] or "primitive_jvps"
+                step.kind = run[1]
             step.fallbacks = self._fallbacks(f"eqn {step.index} ({eqn.prim})", eqn)
             self.data.forward.append(step)
         elif self.walk == "transpose":
