@@ -590,14 +590,18 @@ def check_grad(
     dot_tol: float | None = None,
     eps: float | None = None,
     custom_rules: str = "default",
+    device: str = "cpu",
+    matmul_precision: str | None = None,
 ) -> list:
     """The tool's jvp and vjp of the program checked against finite differences, as
-    `jaxprtool check-grad` (on the CPU): a list of `jaxprtool.ui.checkgrad.Check`s (`.name`,
+    `jaxprtool check-grad`: a list of `jaxprtool.ui.checkgrad.Check`s (`.name`,
     `.program`, `.error`, `.tolerance`, `.passed`, `.verdict`), the table's rows.  At `args`
     (none: random inputs from `seed`, as the command's default) and `consts` (none, where
     the program has constants: random ones, with a JaxprWarning); `tol`, `dot_tol`, `eps`:
-    None for JAX's defaults for the program's dtype.  A failed check is data, not an
-    exception; a program the tool cannot differentiate raises."""
+    None for JAX's defaults for the program's dtype.  `device`, `matmul_precision`: as the
+    command's `--device` and `--matmul-precision` (on a TPU "highest" unless given; the
+    finite differences run on the CPU).  A failed check is data, not an exception; a
+    program the tool cannot differentiate raises."""
     import os
 
     from .ad.registry import set_custom_rule_policy
@@ -617,7 +621,7 @@ def check_grad(
         set_custom_rule_policy(custom_rules)
         j = for_ad(p.jaxpr)
         args, consts = _point(j, args, consts, seed)
-        with axis_sizes_of(j, backend.CONFIG.mesh):
+        with _on_device(device, matmul_precision), axis_sizes_of(j, backend.CONFIG.mesh):
             return run_checks(
                 j,
                 args,
@@ -639,15 +643,17 @@ def explain(
     argnums: Sequence[int] | None = None,
     seed: int = 0,
     custom_rules: str = "default",
+    device: str = "cpu",
+    matmul_precision: str | None = None,
 ):
-    """The walk `jaxprtool explain` shows, as data (on the CPU): a
+    """The walk `jaxprtool explain` shows, as data: a
     `jaxprtool.ui.explain.ExplainData` with the forward steps (`.forward`), the residuals,
     the reverse steps (`.reverse`), the program built (`.program_text`), the derivative
     from running it (`.derivative`: (label, array) pairs; `.gradient`: the arrays) and its
     checks against finite differences (`.checks`, `.passed`).  `mode`: "jvp", "vjp" or
     "grad" (default: grad for one scalar float output, else vjp); `args`, `consts` and
-    `seed` as for `check_grad`.  A walk that stops (a missing rule) is data too: `.error`
-    and `.stopped_in` (the stage)."""
+    `seed`, `device` and `matmul_precision` as for `check_grad`.  A walk that stops (a
+    missing rule) is data too: `.error` and `.stopped_in` (the stage)."""
     from .ad.registry import set_custom_rule_policy
     from .backend import sharding as backend
     from .cli import require_jax
@@ -663,10 +669,26 @@ def explain(
         j = for_ad(p.jaxpr)
         refuse_kept_consts(p.jaxpr, j)
         args, consts = _point(j, args, consts, seed)
-        with axis_sizes_of(j, backend.CONFIG.mesh):
+        with _on_device(device, matmul_precision), axis_sizes_of(j, backend.CONFIG.mesh):
             return explain_data(
                 j, args, mode, argnums, seed=seed, consts=consts, label=p.path, style=p.style
             )
+
+
+@contextmanager
+def _on_device(device: str, matmul_precision: str | None) -> Iterator[None]:
+    """The derivatives of `check_grad` and `explain` on `device` (a missing one: a
+    JaxprError naming what JAX found), its products at `matmul_precision`: "highest" on a
+    TPU unless given, as the commands."""
+    from .backend import get_device, sharding
+    from .backend.precision import matmul_precision as precision_scope
+
+    platform = get_device(device).platform
+    if matmul_precision is None and platform == "tpu":
+        matmul_precision = "highest"
+    with sharding.configured(sharding.RunConfig(platform=platform)):
+        with precision_scope(matmul_precision):
+            yield
 
 
 def _point(j: Jaxpr, args: Sequence, consts: Sequence, seed: int) -> tuple[list, list]:

@@ -238,3 +238,23 @@ def test_every_api_name_has_its_section_in_docs_api_md():
 
 def test_the_readme_links_the_api_page():
     assert "docs/API.md" in (ROOT / "README.md").read_text()
+
+
+def test_check_grad_and_explain_take_a_device_and_a_matmul_precision():
+    """As the commands' --device and --matmul-precision: "auto" is JAX's default backend, a
+    missing device is a JaxprError naming what JAX found (a TPU's checks run on the chip
+    through bench/device/tpu_check.sh)."""
+    import jax
+
+    prog = _program(loss, X, M)
+    checks = jt.check_grad(prog, device="auto", matmul_precision="highest")
+    assert checks and all(c.passed for c in checks)
+    walk = jt.explain(prog, X, M, device="auto", matmul_precision="highest")
+    assert walk.passed
+    for g, w in zip(walk.gradient, jax.grad(loss, (0, 1))(X, M)):
+        close(g, w)
+    if not any(d.platform == "tpu" for d in jax.devices()):
+        with pytest.raises(jt.JaxprError, match="device 'tpu' is not available"):
+            jt.check_grad(prog, device="tpu")
+        with pytest.raises(jt.JaxprError, match="device 'tpu' is not available"):
+            jt.explain(prog, device="tpu")
