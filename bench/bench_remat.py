@@ -35,7 +35,6 @@ import time
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
 from jax._src.ad_checkpoint import saved_residuals  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -57,32 +56,14 @@ def mlp_block(p, x):
     return x + jax.nn.gelu(layernorm(x) @ p["w1"]) @ p["w2"]
 
 
-def stack(layer, wrap=None):
-    """loss(ps, x): the layers one after the other (each under `wrap`, e.g. jax.checkpoint)."""
-    f = layer if wrap is None else wrap(layer)
-
-    def loss(ps, x):
-        for p in ps:
-            x = f(p, x)
-        return jnp.sum(x**2)
-
-    return loss
-
-
-def scanned(layer):
-    """loss(ps, x): the layers run by one scan over their stacked parameters."""
-
-    def loss(ps, x):
-        x, _ = jax.lax.scan(lambda x, p: (layer(p, x), None), x, ps)
-        return jnp.sum(x**2)
-
-    return loss
+# the layers in a chain, unrolled or scanned, as on the TPU (mean square loss)
+stack, scanned = remat_tpu.chain, remat_tpu.scan_chain
 
 
 def stacked(args):
     """(ps, x) with the layers' parameters stacked (for `scanned`)."""
     ps, x = args
-    return jax.tree_util.tree_map(lambda *a: jnp.stack(a), *ps), x
+    return remat_tpu.stack(ps), x
 
 
 def resmlp_args(blocks, width=256, batch=128):

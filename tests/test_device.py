@@ -355,6 +355,7 @@ def test_on_a_tpu_the_tolerance_against_finite_differences_is_at_least_1e_2(monk
 
     assert checkgrad.fd_tolerance("float32") == 2e-3
     assert checkgrad.fd_tolerance("bfloat16") == 1e-1
+    assert checkgrad.fd_tolerance("complex64", ANALYTIC_TOLERANCE, 1e-5) == 1e-5
     monkeypatch.setattr(backend, "current_platform", lambda: "tpu")
     assert checkgrad.fd_tolerance("float32") == 1e-2
     assert checkgrad.fd_tolerance("float32", ANALYTIC_TOLERANCE) == 1e-2

@@ -21,6 +21,7 @@ through `jaxprtool.backend.as_jax_function` under `jax.jit`.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import statistics
 import sys
@@ -68,8 +69,9 @@ def init(key, layers, width, seq, batch):
     return ps, jax.random.normal(ks[-1], (batch, seq, width))
 
 
-def unrolled(heads, wrap=None):
-    layer = lambda p, x: block(p, x, heads)  # noqa: E731
+def chain(layer, wrap=None):
+    """loss(ps, x): the layers one after the other (each under `wrap`, e.g. jax.checkpoint),
+    then the mean square."""
     f = layer if wrap is None else wrap(layer)
 
     def loss(ps, x):
@@ -80,8 +82,8 @@ def unrolled(heads, wrap=None):
     return loss
 
 
-def scanned(heads, wrap=None):
-    layer = lambda p, x: block(p, x, heads)  # noqa: E731
+def scan_chain(layer, wrap=None):
+    """`chain` as one scan over the layers' stacked parameters (`stack`)."""
     f = layer if wrap is None else wrap(layer)
 
     def loss(ps, x):
@@ -89,6 +91,14 @@ def scanned(heads, wrap=None):
         return jnp.mean(x**2)
 
     return loss
+
+
+def unrolled(heads, wrap=None):
+    return chain(functools.partial(block, heads=heads), wrap)
+
+
+def scanned(heads, wrap=None):
+    return scan_chain(functools.partial(block, heads=heads), wrap)
 
 
 def stack(ps):

@@ -51,12 +51,12 @@ TOLERANCE = {
 TPU_TOLERANCE = 1e-2
 
 
-def fd_tolerance(dtype: str, table: dict | None = None) -> float:
-    """The tolerance of `dtype` in `table` (default: JAX's gradient tolerances), raised to
-    TPU_TOLERANCE where the checks run on a TPU."""
+def fd_tolerance(dtype: str, table: dict | None = None, default: float = 2e-3) -> float:
+    """The tolerance of `dtype` in `table` (default: JAX's gradient tolerances; `default`
+    for a dtype it lacks), raised to TPU_TOLERANCE where the checks run on a TPU."""
     from ..backend import current_platform
 
-    tol = (table or TOLERANCE).get(dtype, 2e-3)
+    tol = (table or TOLERANCE).get(dtype, default)
     return max(tol, TPU_TOLERANCE) if current_platform() == "tpu" else tol
 
 

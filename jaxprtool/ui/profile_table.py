@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,17 +83,17 @@ def equations_of(hlo: Hlo, op: str) -> list[str]:
     """The equations an operation computes: its own and those of the computations it calls
     (a fusion's fused operations, a loop's body), in the order the HLO lists them."""
     seen: dict[str, None] = {}
-    stack = [op]
+    queue = deque([op])
     visited: set[str] = set()
-    while stack:
-        name = stack.pop(0)
+    while queue:
+        name = queue.popleft()
         if name in visited:
             continue
         visited.add(name)
         if name in hlo.equation:
             seen.setdefault(hlo.equation[name])
         for comp in hlo.calls.get(name, ()):
-            stack.extend(hlo.body.get(comp, ()))
+            queue.extend(hlo.body.get(comp, ()))
     return sorted(seen, key=_line_order)
 
 
@@ -153,7 +154,8 @@ def render(hlo: Hlo, times: dict[str, tuple[float, int]], trace: Path) -> list[s
             f"profile: the trace {trace} times no operation of {hlo.module or 'the program'}: "
             "no per-equation table (the device's trace names its operations otherwise)"
         ]
-    rows = sorted(times.items(), key=lambda kv: (-kv[1][0], hlo.entry.index(kv[0])))
+    order = {op: k for k, op in enumerate(hlo.entry)}
+    rows = sorted(times.items(), key=lambda kv: (-kv[1][0], order[kv[0]]))
     lines = [
         f"profile: device time by XLA operation of {hlo.module}, {total / 1e3:.3f} ms in all "
         f"(from {trace}); the equations each one computes (fused equations share its time)",

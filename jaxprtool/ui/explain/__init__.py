@@ -177,6 +177,7 @@ def _transform(jaxpr: Jaxpr, mode: str, diff: list[int]) -> tuple[Jaxpr, str]:
 def _pipeline(data: ExplainData, rec: Recorder, jaxpr, args, consts, mask, seed, style):
     from ...ad.api import restyle
     from ...ad.observe import observing
+    from ...backend import reference_device
     from ...text.printer import print_jaxpr
 
     mode = data.mode
@@ -219,8 +220,10 @@ def _pipeline(data: ExplainData, rec: Recorder, jaxpr, args, consts, mask, seed,
         raise _Stop(2, err)
     run = _guard(2, checks.runner, jaxpr, consts)
     primal_outs = _guard(2, run, args)
-    fd_run = _guard(2, checks.runner, jaxpr, consts, True)
-    fd = checks.FiniteDifferences(jaxpr, fd_run, args, diff, lambda e: _stop_with(5, e))
+    reference = reference_device(jaxpr)  # the finite differences' (the CPU's)
+    fd = checks.FiniteDifferences(
+        jaxpr, lambda xs: run(xs, device=reference), args, diff, lambda e: _stop_with(5, e)
+    )
     n_out = len(jaxpr.outvars)
 
     if mode == "jvp":

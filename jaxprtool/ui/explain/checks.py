@@ -116,20 +116,19 @@ def _run_observed(prog: Jaxpr, in_values, consts, known: dict) -> JaxprError:
     return error
 
 
-def runner(jaxpr: Jaxpr, consts, reference: bool = False):
-    """run(args) -> list of arrays, compiled once; `reference`: for finite differences, on
-    the CPU when the walk runs on another device (`backend.reference_device`)."""
+def runner(jaxpr: Jaxpr, consts):
+    """run(args, device=None) -> list of arrays, compiled once (`device`: another than the
+    command's, as finite differences take `backend.reference_device`)."""
     import jax
 
-    from ...backend import as_jax_function, check_runnable, evaluate, reference_device, sharding
+    from ...backend import as_jax_function, check_runnable, evaluate, sharding
 
     check_runnable(jaxpr)
     multi = sharding.is_multi_device(jaxpr)
     placement = sharding.enforce_call_placements if multi else None
     fn = jax.jit(as_jax_function(jaxpr, None, enable_x64=False, placement=placement))
     consts = list(consts or [])
-    device = reference_device(jaxpr) if reference else None
-    return lambda args: evaluate(jaxpr, args, consts, device=device, jitted=fn)
+    return lambda args, device=None: evaluate(jaxpr, args, consts, device=device, jitted=fn)
 
 
 # ---------------------------------------------------------------- finite differences
@@ -253,7 +252,7 @@ def analytic_check(data: ExplainData, jaxpr, args, consts, diff, dtype, w=None) 
     e = jaxpr.eqns[0]
     out_shape = tuple(e.outputs[0].type.shape)
     pos = {id(v): i for i, v in enumerate(jaxpr.invars)}
-    tol = fd_tolerance(dtype, ANALYTIC_TOLERANCE)
+    tol = fd_tolerance(dtype, ANALYTIC_TOLERANCE, 1e-5)
     if data.mode == "jvp":
         v_of = {i: d for i, d in zip(diff, data.direction)}
         expected = np.zeros(out_shape, np.float64)
