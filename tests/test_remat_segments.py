@@ -150,6 +150,32 @@ def test_backward_recomputes_layer_by_layer():
     assert plans[-1].bytes_after == (LAYERS - 1) * X.nbytes
 
 
+@pytest.mark.parametrize("policy", ["nothing_saveable", "dots_saveable"])
+def test_calls_take_and_give_what_per_layer_checkpoint_does(policy):
+    """Each layer's call is JAX's transposed per-layer checkpoint: the whole layer's backward
+    (its layer norms' means included), so between two calls only the cotangent of the
+    layer's input crosses, and each call takes and gives as many values as JAX's
+    (`jax.make_jaxpr(jax.grad(...))` of the layers under `jax.checkpoint(block, policy)`)."""
+    pol = getattr(jax.checkpoint_policies, policy)
+    wrapped = unrolled(lambda f: jax.checkpoint(f, policy=pol))
+    n = len(UNROLLED_ARGS)
+    theirs = jax.make_jaxpr(jax.grad(wrapped, argnums=tuple(range(n))))(*UNROLLED_ARGS)
+    jax_calls = [e for e in theirs.jaxpr.eqns if e.primitive.name in ("remat2", "checkpoint")]
+    g, _ = _grad(unrolled(), UNROLLED_ARGS, policy)
+    ours = _backward_calls(g)
+    assert len(ours) == len(jax_calls) == LAYERS
+    # (the last layer's call, first, may take one more: the policy covers the whole program,
+    # so under dots_saveable the loss's input, an add, is recomputed there from the layer's
+    # last product; JAX's per-layer checkpoint leaves the loss outside and saves it)
+    assert [(len(c.inputs), len(c.outputs)) for c in ours[1:]] == [
+        (len(e.invars), len(e.outvars)) for e in jax_calls[1:]
+    ]
+    assert len(ours[0].outputs) == len(jax_calls[0].outvars)
+    for c in ours:
+        activations = [o for o in c.outputs if o.type.shape == X.shape]
+        assert len(activations) == 1, [str(o.type) for o in c.outputs]
+
+
 def test_none_is_the_whole_program(unrolled_jax_grads):
     g, plans = _grad(unrolled(), UNROLLED_ARGS, "nothing_saveable", segments="none")
     assert plans[-1].segments is None

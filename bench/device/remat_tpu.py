@@ -159,7 +159,11 @@ def tool_fn(g):
 
 
 def measure(fn, leaves, ref, steps):
-    """(temp bytes, FLOPs, median seconds per step, max abs diff to `ref`)."""
+    """(temp bytes, FLOPs, median seconds per step, max abs diff to `ref`, XLA's heap peak).
+
+    The peak is `memory_analysis().peak_memory_in_bytes` (None where the JAX lacks it): on
+    a TPU the most bytes the executable holds at once; XLA:CPU reports its arguments and
+    outputs there (the same for every plan), so on a CPU only the temp bytes compare."""
     compiled = jax.jit(fn).lower(*leaves).compile()
     cost = compiled.cost_analysis()
     cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}
@@ -174,12 +178,14 @@ def measure(fn, leaves, ref, steps):
     diff = float("nan")
     if ref is not None:
         diff = max(float(jnp.max(jnp.abs(jnp.asarray(a) - b))) for a, b in zip(out, ref))
-    return temp, float(cost.get("flops", float("nan"))), statistics.median(times), diff
+    peak = getattr(compiled.memory_analysis(), "peak_memory_in_bytes", None)
+    return temp, float(cost.get("flops", float("nan"))), statistics.median(times), diff, peak
 
 
-def rows_for(model: str, build, args, heads, steps, segments, log, only=None):
+def rows_for(model: str, build, args, heads, steps, segments, log, only=None, budgets=()):
     """The rows of one model: the plain gradient, JAX's per-layer checkpoints, the tool's
-    plans (those whose label contains one of `only`, when given); each row is logged as
+    plans (those whose label contains one of `only`, when given) and one `--remat-budget`
+    row for each further fraction in `budgets`; each row is logged as
     soon as it is measured, and a failure is a row that says why."""
     f, leaves = flat(build(heads), args)
     n = len(leaves)
@@ -192,12 +198,16 @@ def rows_for(model: str, build, args, heads, steps, segments, log, only=None):
             return
         try:
             fn, note = make()
-            rows.append((model, label, *measure(fn, leaves, ref, steps), note))
+            temp, fl, t, diff, peak = measure(fn, leaves, ref, steps)
+            rows.append((model, label, temp, fl, t, diff, note, peak))
         except Exception as e:  # a plan refused, an accelerator out of memory: say so
             msg = " ".join(str(e).split())[:300]
-            rows.append((model, label, None, None, None, None, f"{type(e).__name__}: {msg}"))
+            rows.append((model, label, None, None, None, None, f"{type(e).__name__}: {msg}", None))
         r = rows[-1]
-        log(f"[{model}] {label}: temp {r[2]}, FLOPs {r[3]}, {r[4]} s/step, diff {r[5]} {r[6]}")
+        log(
+            f"[{model}] {label}: temp {r[2]}, FLOPs {r[3]}, {r[4]} s/step, diff {r[5]}, "
+            f"peak {r[7]} {r[6]}"
+        )
 
     add("jax.grad (plain)", lambda: (grad, ""))
     for pol in JAX_POLICIES:
@@ -210,7 +220,8 @@ def rows_for(model: str, build, args, heads, steps, segments, log, only=None):
 
         add(f"JAX checkpoint({pol}) per layer", jax_ckpt)
     text = str(jax.make_jaxpr(f)(*leaves))
-    for label, value, option in TOOL_PLANS:
+    extra = [(f"tool --remat-budget {b}", b, "budget") for b in budgets if b != "0.3"]
+    for label, value, option in (*TOOL_PLANS, *extra):
 
         def tool(option=option, value=value, label=label):
             g, plans, dt, n_eqns = tool_grad(text, n, option, value, segments)
@@ -224,22 +235,23 @@ def rows_for(model: str, build, args, heads, steps, segments, log, only=None):
 
 def table(rows) -> str:
     out = [
-        "| model | gradient | temp bytes | temp / plain | FLOPs / plain | time / step | "
-        "time / plain | max abs diff | note |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| model | gradient | temp bytes | temp / plain | XLA peak | FLOPs / plain | "
+        "time / step | time / plain | max abs diff | note |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     base: dict[str, tuple] = {}
-    for model, label, temp, fl, t, diff, note in rows:
+    for model, label, temp, fl, t, diff, note, peak in rows:
         if label.startswith("jax.grad"):
             base[model] = (temp, fl, t)
         if temp is None:
-            out.append(f"| {model} | {label} | | | | | | | {note} |")
+            out.append(f"| {model} | {label} | | | | | | | | {note} |")
             continue
         b = base.get(model) or (temp, fl, t)
         if b[0] is None:
             b = (temp, fl, t)
         out.append(
-            f"| {model} | {label} | {temp:,} | {temp / max(1, b[0]):.2f}x | {fl / b[1]:.3f}x "
+            f"| {model} | {label} | {temp:,} | {temp / max(1, b[0]):.2f}x | "
+            f"{'' if peak is None else f'{peak:,}'} | {fl / b[1]:.3f}x "
             f"| {1e3 * t:.2f} ms | {t / b[2]:.2f}x | {diff:.2e} | {note} |"
         )
     return "\n".join(out)
@@ -268,6 +280,11 @@ def main(argv=None) -> int:
     ap.add_argument("--no-unrolled", action="store_true", help="skip the unrolled transformer")
     ap.add_argument("--quiet", action="store_true", help="do not print the plans")
     ap.add_argument(
+        "--budgets",
+        default="",
+        help="comma-separated further --remat-budget fractions to measure beside 0.3",
+    )
+    ap.add_argument(
         "--only",
         default="",
         help="comma-separated substrings: measure only the gradients whose label has one "
@@ -279,6 +296,7 @@ def main(argv=None) -> int:
     sys.setrecursionlimit(10000)
     log = (lambda s: None) if a.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     only = [o for o in a.only.split(",") if o]
+    budgets = [b for b in a.budgets.split(",") if b]
     dev = jax.devices(a.device)[0] if a.device else jax.devices()[0]
     head = (
         f"jax {jax.__version__} on {dev.platform} ({getattr(dev, 'device_kind', '')}); "
@@ -290,10 +308,12 @@ def main(argv=None) -> int:
         ps, x = init(jax.random.PRNGKey(0), a.layers, a.width, a.seq, a.batch)
         rows = []
         if not a.no_unrolled:
-            rows += rows_for("unrolled", unrolled, (ps, x), a.heads, a.steps, a.segments, log, only)
+            rows += rows_for(
+                "unrolled", unrolled, (ps, x), a.heads, a.steps, a.segments, log, only, budgets
+            )
         if not a.no_scan:
             sx = (stack(ps), x)
-            rows += rows_for("scan", scanned, sx, a.heads, a.steps, a.segments, log, only)
+            rows += rows_for("scan", scanned, sx, a.heads, a.steps, a.segments, log, only, budgets)
     text = table(rows)
     print(text)
     if a.out:

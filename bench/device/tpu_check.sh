@@ -5,7 +5,7 @@
 #
 #   bash bench/device/tpu_check.sh [tests] [table] [remat] [--size full|small] [--only A,B]
 #                                  [--no-commands] [--as-written] [--remat-only P,Q]
-#                                  [--no-scan | --no-unrolled]
+#                                  [--remat-budgets B,C] [--no-scan | --no-unrolled]
 #
 # Stages (default: all): `tests` runs the tests marked tpu (tests/test_device.py) and the
 # command-line checks; `table` writes OUT/tpu_table.md (bench/device/tpu_table.py: each
@@ -29,6 +29,8 @@ while [ $# -gt 0 ]; do
     --no-commands|--as-written) TABLE_ARGS+=("$1"); shift ;;
     # the remat table's plans whose label holds one of P,Q; --no-scan leaves out its scan twin
     --remat-only) REMAT_ARGS+=(--only "$2"); shift 2 ;;
+    # further --remat-budget fractions for the remat table, e.g. 0.2,0.15
+    --remat-budgets) REMAT_ARGS+=(--budgets "$2"); shift 2 ;;
     --no-scan|--no-unrolled) REMAT_ARGS+=("$1"); shift ;;
     *) STAGES+=("$1"); shift ;;
   esac

@@ -846,22 +846,26 @@ LAYER_MIN_EQNS = 8
 def _crossing_bytes(g: Graph) -> list[int]:
     """`c[t]`: the bytes of the values made before equation t and read at or after it by
     the primal program (the values a cut before t would save)."""
-    n = len(g.eqns)
+    return _crossing(g.eqns)
+
+
+def _crossing(eqns) -> list[int]:
+    """`c[t]`: the bytes of the values equations before t make and equations at or after t
+    read (values no equation makes, inputs, cross every cut alike and are not counted)."""
     last: dict[int, int] = {}
-    for i, e in enumerate(g.eqns):
+    for k, e in enumerate(eqns):
         for x in e.inputs:
-            if isinstance(x, Var) and id(x) not in g.free:
-                last[id(x)] = i
-    diff = [0] * (n + 2)
-    for i, e in enumerate(g.eqns):
+            if isinstance(x, Var):
+                last[id(x)] = k
+    diff = [0] * (len(eqns) + 2)
+    for k, e in enumerate(eqns):
         for o in e.outputs:
-            b = last.get(id(o))
-            if b is not None and b > i:
-                nb = nbytes(o)
-                diff[i + 1] += nb
-                diff[b + 1] -= nb
+            end = last.get(id(o))
+            if end is not None and end > k:
+                diff[k + 1] += nbytes(o)
+                diff[end + 1] -= nbytes(o)
     out, run = [], 0
-    for t in range(n + 1):
+    for t in range(len(eqns) + 1):
         run += diff[t]
         out.append(run)
     return out
@@ -1487,6 +1491,8 @@ def _remat_stretch(eqns, outvars, inside, g: Graph, by_saved, plan: Plan) -> lis
             merged[-1][1] = max(merged[-1][1], b)
         else:
             merged.append([a, b])
+    if seg_of is not None:
+        _close_gaps(merged, eqns)
     out: list[Eqn] = []
     prev = 0
     for a, b in merged:
@@ -1496,6 +1502,21 @@ def _remat_stretch(eqns, outvars, inside, g: Graph, by_saved, plan: Plan) -> lis
         out.append(_remat_call(eqns[a : b + 1], read_after, inside, g, by_saved, plan))
         prev = b + 1
     return out + eqns[prev:]
+
+
+def _close_gaps(stretches: list[list[int]], eqns) -> None:
+    """Make the segments' stretches `[a, b]` (in place) cover the linear program from the
+    first one's start on: the equations between two stretches (those of a segment that read
+    nothing it recomputes, e.g. a layer norm's mean) join the one before or after, cut where
+    the fewest bytes of linear values cross, and the first stretch starts at the program's
+    start.  Each call then transposes into its whole layer's backward, as JAX's per-layer
+    checkpoint does: one cotangent crosses between calls, not the pieces of a layer norm."""
+    cross = _crossing(eqns)
+    stretches[0][0] = 0
+    for prev, nxt in zip(stretches, stretches[1:]):
+        lo, hi = prev[1] + 1, nxt[0]
+        cut = min(range(lo, hi + 1), key=lambda t: (cross[t], -t))
+        prev[1], nxt[0] = cut - 1, cut
 
 
 def _remat_call(stretch, read_after, inside, g: Graph, by_saved, plan: Plan) -> Eqn:
