@@ -94,8 +94,8 @@ def xla_figures(fn, leaves):
 
 
 def tool_grad(j, spec, n):
-    with remat.planning(spec) as plans:
-        g = grad_jaxpr(j, list(range(n)))
+    plans: list = []
+    g = grad_jaxpr(j, list(range(n)), remat=spec, plans=plans)
     g = run_pipeline(g, "canonicalize")
     return g, plans
 
@@ -168,8 +168,9 @@ def table_policies(model, layer, args, build=stack):
     )
     for pol in POLICIES:
         # (the whole program at once: what jax.checkpoint(f, policy) saves)
-        with remat.planning(remat.with_segments(remat.parse_policy(pol), "none")) as plans:
-            linearize_jaxpr(j, list(range(len(leaves))))
+        plans: list = []
+        spec = remat.with_segments(remat.parse_policy(pol), "none")
+        linearize_jaxpr(j, list(range(len(leaves))), remat=spec, plans=plans)
         ours = plans[-1].bytes_after
         res = saved_residuals(
             jax.checkpoint(f, policy=getattr(jax.checkpoint_policies, pol)), *leaves

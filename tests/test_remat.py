@@ -361,13 +361,11 @@ def _check_program(path, specs):
         pytest.skip(f"{path.name}: the back end cannot run its plain vjp either: {e}")
     for spec in specs:
         try:
-            with remat.planning(spec):
-                v = vjp_jaxpr(j)
+            v = vjp_jaxpr(j, remat=spec)
         except JaxprError as e:  # a budget below what the program can meet: use the floor
             assert spec.budget is not None, e
             floor = int(str(e).split("smallest budget that can be met is ")[1].split()[0])
-            with remat.planning(remat.Spec(budget=floor)):
-                v = vjp_jaxpr(j)
+            v = vjp_jaxpr(j, remat=remat.Spec(budget=floor))
         # recomputed matmuls may round differently inside XLA's fusions (a min-cut plan,
         # recomputing no matmul, gives the same bits here): compared at the program's scale
         scale = max(1.0, *(float(np.abs(np.asarray(w)).max(initial=0)) for w in want))

@@ -62,8 +62,8 @@ def _jax_grad(f, policy, args):
 
 
 def _tool_grad(f, text, args):
-    with remat.planning(remat.parse_policy(text)) as plans:
-        g = grad_jaxpr(ir(f, *args), list(ARGNUMS))
+    plans: list = []
+    g = grad_jaxpr(ir(f, *args), list(ARGNUMS), remat=remat.parse_policy(text), plans=plans)
     return g, plans
 
 
@@ -137,8 +137,7 @@ def test_scan_body_offloads_as_jax_does():
     w, xs = 0.5 * vec((3, 3), 3), vec((4, 3), 4)
     text = "offload_dot_with_no_batch_dims(device, pinned_host)"
     policy = POLICIES[text]
-    with remat.planning(remat.parse_policy(text)):
-        g = grad_jaxpr(ir(f, w, xs), [0, 1])
+    g = grad_jaxpr(ir(f, w, xs), [0, 1], remat=remat.parse_policy(text))
     jg = jax.grad(jax.checkpoint(f, policy=policy), argnums=(0, 1))
     for a, b in zip(backend.evaluate(g, [w, xs]), jg(w, xs)):
         close(a, b, 1e-5)
@@ -155,8 +154,7 @@ def test_memory_counts_offloaded_residuals_as_no_device_bytes():
         "dots_with_no_batch_dims_saveable",
         "offload_dot_with_no_batch_dims(device, pinned_host)",
     ):
-        with remat.planning(remat.parse_policy(text)):
-            primal, linear, info = linearize_jaxpr(j, list(ARGNUMS))
+        primal, linear, info = linearize_jaxpr(j, list(ARGNUMS), remat=remat.parse_policy(text))
         forms[text] = (primal, linear, info)
     saved, off = forms.values()
     # the same residuals, the dots' copies on the host instead
@@ -245,9 +243,9 @@ def test_cli_runs_the_offloading_gradient(tmp_path):
 
 
 def test_offload_src_must_be_the_values_memory():
-    with remat.planning(remat.parse_policy("offload_dot_with_no_batch_dims(pinned_host, device)")):
-        with pytest.raises(JaxprError, match="offload_src=pinned_host") as e:
-            grad_jaxpr(ir(mlp, *ARGS), [0])
+    spec = remat.parse_policy("offload_dot_with_no_batch_dims(pinned_host, device)")
+    with pytest.raises(JaxprError, match="offload_src=pinned_host") as e:
+        grad_jaxpr(ir(mlp, *ARGS), [0], remat=spec)
     assert e.value.loc is not None
 
 

@@ -26,9 +26,16 @@ _CURRENT: contextvars.ContextVar[Builder | None] = contextvars.ContextVar(
 class Builder:
     """Appends typed equations.  `split=True`: two programs (primal and tangent)."""
 
-    def __init__(self, split: bool = False, loc: Loc | None = None):
+    def __init__(self, split: bool = False, loc: Loc | None = None, remat=None, plans=None):
         self.split = split
         self.loc: Loc | None = loc
+        # the rematerialization request (`remat.Spec`) of the linearization this builder
+        # emits, and the list its plans go to: `linearize_jaxpr` passes them to the split
+        # builder; a builder made while another runs a rule (a body's linearization, a
+        # rule's helper program) takes the running one's, so nested bodies follow it
+        outer = _CURRENT.get()
+        self.remat = remat if remat is not None else getattr(outer, "remat", None)
+        self.plans = plans if plans is not None else getattr(outer, "plans", None)
         self.primal_eqns: list[Eqn] = []
         self.tangent_eqns: list[Eqn] = []
         self._tangent_ids: set[int] = set()

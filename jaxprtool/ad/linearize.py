@@ -22,10 +22,12 @@ from .zeros import Zero, is_zero, tangent_type
 LINEAR_NAME = "linear"
 
 
-def _split(jaxpr: Jaxpr, nonzeros: Sequence[bool], instantiate):
+def _split(jaxpr: Jaxpr, nonzeros: Sequence[bool], instantiate, remat=None, plans=None):
+    """JVP with a split builder; `remat`, `plans`: the request its rules' nested
+    linearizations follow (by default the running builder's)."""
     nonzeros = tangent_mask(jaxpr, nonzeros)
     inst = _inst_list(instantiate, len(jaxpr.outvars))
-    b = B.Builder(split=True)
+    b = B.Builder(split=True, remat=remat, plans=plans)
     consts = [B.fresh_like(v) for v in jaxpr.constvars]
     primals = [B.fresh_like(v) for v in jaxpr.invars]
     tan_in = [Var(tangent_type(v.type), None) for v, nz in zip(jaxpr.invars, nonzeros) if nz]
@@ -123,15 +125,19 @@ def linearize_masked(
     Returns `(primal_jaxpr, linear_jaxpr, out_nonzeros, num_res)`: `primal_jaxpr` maps the primal
     inputs to `(outs..., residuals...)`; `linear_jaxpr` maps `(residuals..., tangents...)` (one
     tangent per `nonzeros[i]`) to one tangent per `out_nonzeros[j]`."""
+    outer = B._CURRENT.get()  # the builder running the rule: its linearization's request
+    remat, plans = getattr(outer, "remat", None), getattr(outer, "plans", None)
     consts, primals, outs, peqns, residuals, tan_in, teqns, touts, _, out_nz = _split(
         jaxpr, nonzeros, instantiate
     )
     primal = B.make_jaxpr(primals, peqns, list(outs) + residuals, consts)
     linear = _linear_jaxpr(residuals, tan_in, teqns, touts)
+    if remat is None:
+        return primal, linear, out_nz, len(residuals)
     from .remat import rematerialize_masked
 
     primal, linear, num_res = rematerialize_masked(
-        primal, linear, len(outs), len(residuals), rerun, copies
+        primal, linear, len(outs), len(residuals), remat, plans, rerun, copies
     )
     return primal, linear, out_nz, num_res
 
@@ -152,34 +158,32 @@ def linearize_jaxpr(
     new residual outputs of the primal program.
 
     `remat`: a rematerialization request (`remat.Spec`; `--remat`, `--remat-budget`), planned
-    on the program and on the bodies the rules linearize (which read it from the planning
-    context this sets); the plans made are appended to `plans` (outermost program last).
-    Without it, the request of an enclosing `remat.planning` block, if any."""
-    from .remat import current_spec, planning
-
-    if remat is not None or plans is not None:
-        with planning(remat if remat is not None else current_spec()) as made:
-            out = _linearize_jaxpr(jaxpr, argnums, instantiate)
-        if plans is not None:
-            plans.extend(made)
-        return out
-    return _linearize_jaxpr(jaxpr, argnums, instantiate)
+    on the program (`remat.rematerialize`) and on the bodies its rules linearize (the split
+    builder carries it to them: `linearize_masked`); the plans made are appended to `plans`
+    (nested bodies first, the program last).  Without them, those of the linearization this
+    one runs inside (a rule's), if any."""
+    outer = B._CURRENT.get()
+    if remat is None:
+        remat = getattr(outer, "remat", None)
+    if plans is None:
+        plans = getattr(outer, "plans", None)
+    return _linearize_jaxpr(jaxpr, argnums, instantiate, remat, plans)
 
 
-def _linearize_jaxpr(jaxpr: Jaxpr, argnums, instantiate):
-    from .remat import current_spec, rematerialize
+def _linearize_jaxpr(jaxpr: Jaxpr, argnums, instantiate, remat, plans):
+    from .remat import rematerialize
 
     refuse_large(jaxpr)
     mask = diff_mask(jaxpr, argnums)
     consts, primals, outs, peqns, residuals, tan_in, teqns, touts, mask, out_nz = _split(
-        jaxpr, mask, instantiate
+        jaxpr, mask, instantiate, remat, plans
     )
     producer = {id(o): e for e in peqns for o in e.outputs}
     info = LinearizeInfo(mask, out_nz)
     new = forward_residuals(residuals, lambda r: producer.get(id(r)), primals, consts, outs, info)
     primal = B.make_jaxpr(primals, peqns, list(outs) + new, consts)
     linear = _linear_jaxpr(residuals, tan_in, teqns, touts)
-    primal, linear, info = rematerialize(primal, linear, info, spec=current_spec())
+    primal, linear, info = rematerialize(primal, linear, info, spec=remat, plans=plans)
     observe.notify("linearized", primal, linear, info)
     return primal, linear, info
 

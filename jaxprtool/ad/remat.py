@@ -25,8 +25,8 @@ the others.  Plans come from
   `_greedy_budget`.
 
 The parts, in the order the data flows (`rematerialize`): the request (`Spec`, passed from
-the command to `grad_jaxpr(remat=...)`/`linearize_jaxpr`, which sets the planning context
-the rules' nested linearizations read), the joint graph (`Graph`: the linearization's primal
+the command to `grad_jaxpr(remat=...)`/`linearize_jaxpr`, whose split builder carries it to
+the rules' nested linearizations: `linearize_masked`), the joint graph (`Graph`: the linearization's primal
 program and the residuals its linear program reads), the segments (`find_segments`:
 `--remat-segments auto|none|N`; each call with a body and each scan body is a segment of its
 own, planned when its rule linearizes it, `copies` times for a scan; in the program, the
@@ -36,7 +36,10 @@ bounds the planned peak: `planned_peak`), the placement (`apply_plan`).
 
 The recomputation is emitted as JAX emits it: per segment, the stretch of the linear
 program from the first to the last equation that reads a value the segment recomputes (or
-copies back) becomes ONE `remat2[differentiated=True prevent_cse=True]` call whose body
+copies back), widened so that the stretches cover the linear program from its start
+(`_close_gaps`: the equations between two stretches join one, cut where the fewest linear
+bytes cross, so each segment's call holds its whole backward, as JAX's per-layer checkpoint
+does), becomes ONE `remat2[differentiated=True prevent_cse=True]` call whose body
 copies the offloaded values back, recomputes each recomputed equation once and then runs
 that stretch, as JAX's `remat_partial_eval` puts a checkpoint's whole linear part in one
 call (without segments, one call for the whole program: JAX's `jax.checkpoint(f)`).
@@ -54,7 +57,6 @@ value's are the plan's `bytes_offloaded`.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import math
 import re
 from collections.abc import Callable
@@ -1599,26 +1601,6 @@ def plan_for(g: Graph, spec: Spec, loc=None) -> Plan:
     return policy_plan(g, spec)
 
 
-_SPEC: contextvars.ContextVar[Spec | None] = contextvars.ContextVar("jaxprtool_remat", default=None)
-#: the plans made by the current `planning` block, outermost program last
-_PLANS: contextvars.ContextVar[list | None] = contextvars.ContextVar(
-    "jaxprtool_plans", default=None
-)
-
-
-@contextlib.contextmanager
-def planning(spec: Spec | None):
-    """Linearizations inside the block (nested bodies included) follow `spec`; the plans made
-    are collected in the yielded list (`Plan.nested` tells nested bodies' apart)."""
-    plans: list = []
-    t1, t2 = _SPEC.set(spec), _PLANS.set(plans)
-    try:
-        yield plans
-    finally:
-        _SPEC.reset(t1)
-        _PLANS.reset(t2)
-
-
 def _with_saved(primal: Jaxpr, linear: Jaxpr, n_out: int, num_res: int, spec: Spec):
     """The body's pair with the values the policy saves to recompute its residuals and its
     outputs from (a loop's new carries, a call's results the rerun makes) made residuals
@@ -1665,10 +1647,6 @@ def _reruns(spec: Spec, body: Jaxpr) -> bool:
     return not (jaxpr_has_effects(body) or jaxpr_has_random(body))
 
 
-def current_spec() -> Spec | None:
-    return _SPEC.get()
-
-
 def counted_at(spec: Spec):
     """The block in which sizes count symbolic dims at `spec.dims` (`--dim b=5`): the
     planners' bytes and FLOPs.  Without dims, a no-op (a symbolic dim counts as 0, which
@@ -1695,17 +1673,17 @@ def rematerialize(
     linear: Jaxpr,
     info: LinearizeInfo,
     nested: bool = False,
-    spec=None,
+    spec: Spec | None = None,
     copies: int = 1,
+    plans: list | None = None,
 ):
-    """Apply `spec` (by default the current one, if any) to a linearization: the graph,
+    """Apply `spec` (None: nothing to do) to a linearization, the plan appended to `plans`
+    (when given): the graph,
     its segments (`find_segments`, the outermost program only: a nested body is one
     segment), the plan (`plan_for`), the placement (`apply_plan`).  A byte budget applies
     to the outermost program only (nested bodies follow min-cut then), but a fraction under
     segments applies to each body too, a scan body's saved values counted `copies` times
     (its length: they are stacked)."""
-    if spec is None:
-        spec = _SPEC.get()
     if spec is None:
         return primal, linear, info
     if nested and spec.budget is not None and (not spec.fraction or spec.segments == "none"):
@@ -1747,14 +1725,20 @@ def rematerialize(
     for i in plan.recompute:
         p = g.eqns[i].prim
         plan.recomputed_counts[p] = plan.recomputed_counts.get(p, 0) + 1
-    plans = _PLANS.get()
     if plans is not None:
         plans.append(plan)
     return out
 
 
 def rematerialize_masked(
-    primal: Jaxpr, linear: Jaxpr, n_out: int, num_res: int, rerun=False, copies: int = 1
+    primal: Jaxpr,
+    linear: Jaxpr,
+    n_out: int,
+    num_res: int,
+    spec: Spec,
+    plans: list | None,
+    rerun=False,
+    copies: int = 1,
 ):
     """`rematerialize` for `linearize_masked`'s pair (a nested body: residuals are the primal
     body's results after its `n_out` outputs): `(primal, linear, num_res)`.  The body of an
@@ -1763,12 +1747,9 @@ def rematerialize_masked(
     residuals it does not save, as JAX recomputes a loop's residuals in one forward loop of
     the backward pass (JAX's policy-saved ones stacked, offloaded ones copied inside the
     loop)."""
-    spec = _SPEC.get()
-    if spec is None:
-        return primal, linear, num_res
     if rerun and _reruns(spec, primal):
         return _with_saved(primal, linear, n_out, num_res, spec)
     p, lin, new_info = rematerialize(
-        primal, linear, _masked_info(primal, n_out), nested=True, copies=copies
+        primal, linear, _masked_info(primal, n_out), True, spec, copies, plans
     )
     return p, lin, len(new_info.residuals)

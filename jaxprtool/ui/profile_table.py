@@ -4,7 +4,8 @@ equations of the file it computes.
 The back end names each equation's lowering `FILE:LINE:COL/primitive` (the `op_name` of
 XLA's metadata), so the optimized HLO says which equations every operation XLA runs was made
 from; JAX's profiler trace (`DIR/plugins/profile/*/*.trace.json.gz`) says how long each
-operation ran (`hlo_op` of its events).  A fusion's time is that of all the equations fused
+operation ran (`hlo_op` of its events; on a TPU the events of the device's "XLA Ops"
+thread, named after the operation, within the module's event on its "XLA Modules" thread).  A fusion's time is that of all the equations fused
 into it: XLA does not time them apart.  An operation inside a loop or conditional body counts
 toward the top-level operation holding it, unless the trace times that one itself.
 """
@@ -123,19 +124,58 @@ def newest_trace(folder: str | Path) -> Path | None:
     return found[-1] if found else None
 
 
+def _device_threads(events) -> tuple[set, set]:
+    """The (pid, tid) of the device threads a TPU trace times operations and modules on
+    ("XLA Ops", "XLA Modules"; their events carry no `hlo_op`)."""
+    ops, modules = set(), set()
+    for e in events:
+        if e.get("ph") == "M" and e.get("name") == "thread_name":
+            name = (e.get("args") or {}).get("name")
+            if name in ("XLA Ops", "XLA Modules"):
+                (ops if name == "XLA Ops" else modules).add((e.get("pid"), e.get("tid")))
+    return ops, modules
+
+
+def _module_spans(events, modules) -> list[tuple]:
+    """(pid, start, end, module) of each module run on a device thread: the event is named
+    `jit_f(FINGERPRINT)`."""
+    spans = []
+    for e in events:
+        if e.get("ph") == "X" and (e.get("pid"), e.get("tid")) in modules:
+            start = float(e.get("ts", 0.0))
+            name = re.sub(r"\(\d+\)$", "", e.get("name", ""))
+            spans.append((e.get("pid"), start, start + float(e.get("dur", 0.0)), name))
+    return spans
+
+
+def _operation(e, op_threads, spans) -> tuple[str | None, str | None]:
+    """(operation, module) of a trace event: `hlo_op`/`hlo_module` where the event says
+    them (CPU, GPU), else, on a TPU's "XLA Ops" thread, its name and the module running
+    then; (None, None) for other events."""
+    args = e.get("args") or {}
+    if "hlo_op" in args:
+        return args["hlo_op"], args.get("hlo_module")
+    if (e.get("pid"), e.get("tid")) not in op_threads:
+        return None, None
+    ts = float(e.get("ts", 0.0))
+    module = next((m for p, a, b, m in spans if p == e.get("pid") and a <= ts <= b), None)
+    return e.get("name"), module
+
+
 def op_times(trace: Path, hlo: Hlo) -> dict[str, tuple[float, int]]:
     """ENTRY operation -> (microseconds, events) from the trace's events of this module."""
     with gzip.open(trace, "rt") as f:
         events = json.load(f).get("traceEvents", [])
     owner = top_level_of(hlo)
+    op_threads, module_threads = _device_threads(events)
+    spans = _module_spans(events, module_threads)
     own: dict[str, list[float]] = {}
     inner: dict[str, list[float]] = {}
     for e in events:
-        args = e.get("args") or {}
-        op = args.get("hlo_op")
-        if e.get("ph") != "X" or op not in owner:
+        if e.get("ph") != "X":
             continue
-        if args.get("hlo_module") not in (None, hlo.module):
+        op, module = _operation(e, op_threads, spans)
+        if op not in owner or module not in (None, hlo.module):
             continue
         top = owner[op]
         (own if op == top else inner).setdefault(top, []).append(float(e.get("dur", 0.0)))
