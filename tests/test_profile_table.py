@@ -129,3 +129,38 @@ def test_run_profile_eager_says_there_is_no_table(tmp_path):
     )
     assert r.exit_code == 0, r.output
     assert "profile: no per-equation table: the program ran op by op (--eager)" in r.stderr
+
+
+DEVICE = Path(__file__).parent / "data" / "device"
+
+
+def test_a_tpu_trace_times_the_operations_of_its_device_thread(tmp_path):
+    """A TPU's trace names no `hlo_op`: its operations are the events of the device's "XLA
+    Ops" thread, named after them, inside the module's event on its "XLA Modules" thread.
+    The data are the TPU's (v5e, JAX 0.10.2, 2026-12-06): `compile --emit optimized-hlo
+    --device tpu` of mlp_tanh.jaxpr, and the device's events of `run --profile` there; an
+    operation of another module run later is added here and must not count."""
+    hlo = profile_table.read_hlo((DEVICE / "mlp_tanh.tpu.hlo").read_text())
+    with gzip.open(DEVICE / "mlp_tanh.tpu.trace.json.gz", "rt") as f:
+        trace = json.load(f)
+    later = 691100.0
+    trace["traceEvents"] += [
+        {"ph": "X", "pid": 3, "tid": 2, "ts": later, "dur": 5.0, "name": "jit_other(1)"},
+        {"ph": "X", "pid": 3, "tid": 3, "ts": later + 1, "dur": 4.0, "name": "fusion.1"},
+    ]
+    path = tmp_path / "tpu.trace.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump(trace, f)
+    # the durations JAX's profiler wrote for this module's three operations
+    assert profile_table.op_times(path, hlo) == {
+        "copy-start": (0.01375, 1),
+        "copy-done": (0.30625, 1),
+        "fusion.1": (0.746328, 1),
+    }
+    lines = profile_table.render(hlo, profile_table.op_times(path, hlo), path)
+    (fusion,) = [ln for ln in lines if "fusion.1" in ln]
+    found = re.findall(r"mlp_tanh\.jaxpr:(\d+):(\d+) (\w+)", fusion)
+    assert len(found) == 4  # the dot, the bias, tanh and the sum: one fusion on the TPU
+    text = MLP.splitlines()
+    for line, col, prim in found:  # each is the file's equation at that place
+        assert text[int(line) - 1][int(col) - 1 :].split(" = ")[1].startswith(prim), (line, prim)
