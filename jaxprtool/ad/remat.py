@@ -1179,10 +1179,13 @@ def _greedy_budget(g: Graph, cands: list[int], budget: int, flops, groups=None):
     def key(i):
         return flops(g.eqns[i]) / max(1, sum(nbytes(o) for o in g.eqns[i].outputs))
 
-    keys = {i: key(i) for i in costly}
+    # under the peak model (segments) the same equation of every repeated layer (same
+    # FLOPs per byte, same signature) is made recomputable in all of them at once: the
+    # prefixes tried end where that changes; equations of equal FLOPs per byte but another
+    # signature (a layer's other products of the same width) are further steps
+    sigs: dict = {}
+    keys = {i: (key(i), sigs.setdefault(_signature(g.eqns[i]), len(sigs))) for i in costly}
     costly.sort(key=keys.__getitem__)
-    # under the peak model (segments) the prefixes tried end where the key changes: the
-    # same equation of each repeated layer is made recomputable in all of them at once
     ends = [
         k for k in range(1, len(costly)) if not groups or keys[costly[k]] != keys[costly[k - 1]]
     ]
@@ -1213,6 +1216,16 @@ def _greedy_budget(g: Graph, cands: list[int], budget: int, flops, groups=None):
             hi, best = mid, p
         else:
             lo = mid
+    # within the step that first fits, the fewest of its layers' equations that do (in
+    # program order): the budget need not pay for recomputing it in every layer
+    a, b = ends[lo], ends[hi]
+    while b - a > 1:
+        mid = (a + b) // 2
+        p = plan(mid)
+        if size(p) <= budget:
+            b, best = mid, p
+        else:
+            a = mid
     return best, floor
 
 
