@@ -1375,6 +1375,7 @@ def apply_plan(
     outs = list(primal.outvars[:n_out])
     new_info = LinearizeInfo(info.in_mask, info.out_mask)
     peqns, held, made = _offload_copies(g, plan)
+    peqns = _rounded(peqns, [v for v in plan.saved if id(v) not in plan.offload], g)
     new = forward_residuals(
         held,
         lambda v: made.get(id(v)) or (g.eqns[g.producer[id(v)]] if id(v) in g.producer else None),
@@ -1403,6 +1404,47 @@ def apply_plan(
     body = first + _remat_stretch(rest, outvars, inside, g, by_saved, plan)
     new_linear = B.make_jaxpr(saved_in + tan_in, body, outvars)
     return new_primal, new_linear, new_info
+
+
+def _rounded(eqns: list[Eqn], saved, g: Graph) -> list[Eqn]:
+    """`eqns` with each saved floating value that an equation made and another reads rounded
+    to its own precision right after it, `reduce_precision[exponent_bits mantissa_bits]` (the
+    identity in exact arithmetic), which every reader then reads: JAX's remat partial
+    evaluation does so to each residual of a checkpoint (`_insert_reduce_precision`), so that
+    XLA's excess precision cannot make the forward pass and the recomputation disagree.  XLA
+    keeps it, and it changes XLA:TPU's buffers: JAX's per-layer dots_saveable gradient of the
+    transformer of docs/ACCELERATOR.md holds 2.38 GB of temp bytes with it, 2.62 GB without.
+    The values crossing segments are a layer's outputs and inputs, not residuals of one:
+    they stay as they are, as in JAX's per-layer checkpoint; an offloaded value's residual is
+    its host copy, which no equation reads: JAX rounds neither."""
+    from ..core import is_float, long_dtype_name
+    from ..lazy import ml_dtypes
+
+    read = {id(x) for e in eqns for x in e.inputs}
+    wanted = {
+        id(v)
+        for v in saved
+        if id(v) in g.producer and id(v) not in g.boundary and is_float(v.type) and id(v) in read
+    }
+    if not wanted:
+        return eqns
+
+    def bits(v) -> dict:
+        info = ml_dtypes.finfo(long_dtype_name(v.type.dtype))
+        return {"exponent_bits": int(info.nexp), "mantissa_bits": int(info.nmant)}
+
+    out: list[Eqn] = []
+    for e in eqns:
+        rounded = [o for o in e.outputs if id(o) in wanted]
+        if e.prim == "reduce_precision" and rounded and e.params == bits(rounded[0]):
+            rounded = []  # (rounded already)
+        if not rounded:
+            out.append(e)
+            continue
+        raw = {id(o): B.fresh_like(o) for o in rounded}
+        out.append(e.replace(outputs=tuple(raw.get(id(o), o) for o in e.outputs)))
+        out.extend(Eqn("reduce_precision", (raw[id(o)],), (o,), bits(o), e.loc) for o in rounded)
+    return out
 
 
 def _offload_copies(g: Graph, plan: Plan):
@@ -1723,6 +1765,8 @@ def rematerialize(
     out = (primal, linear, info)
     if plan.recompute or plan.offload:  # emitted outside the sizes: stays symbolic
         out = apply_plan(primal, linear, info, g, plan, forward=not nested)
+    else:  # everything saved (as under everything_saveable): rounded as JAX rounds them
+        out = (primal.replace(eqns=tuple(_rounded(list(primal.eqns), plan.saved, g))), *out[1:])
     with counted_at(spec):
         plan.flops_after = flops(out[0]) + flops(out[1])
         for v in plan.saved:
