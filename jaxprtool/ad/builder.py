@@ -33,9 +33,9 @@ class Builder:
         # emits, and the list its plans go to: `linearize_jaxpr` passes them to the split
         # builder; a builder made while another runs a rule (a body's linearization, a
         # rule's helper program) takes the running one's, so nested bodies follow it
-        outer = _CURRENT.get()
-        self.remat = remat if remat is not None else getattr(outer, "remat", None)
-        self.plans = plans if plans is not None else getattr(outer, "plans", None)
+        outer_remat, outer_plans = remat_request()
+        self.remat = remat if remat is not None else outer_remat
+        self.plans = plans if plans is not None else outer_plans
         self.primal_eqns: list[Eqn] = []
         self.tangent_eqns: list[Eqn] = []
         self._tangent_ids: set[int] = set()
@@ -103,6 +103,13 @@ def current() -> Builder:
     if b is None:
         raise RuntimeError("no current AD builder: ops must run inside `with builder.use(b)`")
     return b
+
+
+def remat_request() -> tuple:
+    """(the rematerialization request, the list its plans go to) of the linearization the
+    running builder emits; (None, None) outside one."""
+    b = _CURRENT.get()
+    return (None, None) if b is None else (b.remat, b.plans)
 
 
 def current_loc() -> Loc | None:

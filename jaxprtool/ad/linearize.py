@@ -125,8 +125,7 @@ def linearize_masked(
     Returns `(primal_jaxpr, linear_jaxpr, out_nonzeros, num_res)`: `primal_jaxpr` maps the primal
     inputs to `(outs..., residuals...)`; `linear_jaxpr` maps `(residuals..., tangents...)` (one
     tangent per `nonzeros[i]`) to one tangent per `out_nonzeros[j]`."""
-    outer = B._CURRENT.get()  # the builder running the rule: its linearization's request
-    remat, plans = getattr(outer, "remat", None), getattr(outer, "plans", None)
+    remat, plans = B.remat_request()  # the request of the linearization running the rule
     consts, primals, outs, peqns, residuals, tan_in, teqns, touts, _, out_nz = _split(
         jaxpr, nonzeros, instantiate
     )
@@ -162,11 +161,9 @@ def linearize_jaxpr(
     builder carries it to them: `linearize_masked`); the plans made are appended to `plans`
     (nested bodies first, the program last).  Without them, those of the linearization this
     one runs inside (a rule's), if any."""
-    outer = B._CURRENT.get()
-    if remat is None:
-        remat = getattr(outer, "remat", None)
-    if plans is None:
-        plans = getattr(outer, "plans", None)
+    outer_remat, outer_plans = B.remat_request()
+    remat = remat if remat is not None else outer_remat
+    plans = plans if plans is not None else outer_plans
     return _linearize_jaxpr(jaxpr, argnums, instantiate, remat, plans)
 
 

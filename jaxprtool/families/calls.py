@@ -137,7 +137,7 @@ _MEMO: dict = {}
 def _memo(kind, fn, inner: Jaxpr, nz):
     """One JVP/linearization per (body, nonzero pattern): a body called twice gets one derivative
     jaxpr object, which the printer shares (`let NAME = { lambda ... }`) as JAX does."""
-    key = (kind, id(inner), tuple(nz), getattr(B.current(), "remat", None))  # (changes them)
+    key = (kind, id(inner), tuple(nz), B.remat_request()[0])  # a remat request changes them
     hit = _MEMO.get(key)
     if hit is not None and hit[0] is inner:
         return hit[1]
