@@ -71,6 +71,8 @@ from .residuals import LinearizeInfo, Residual, forward_residuals
 #: candidate equations up to which a byte budget is solved exactly (HiGHS takes well under
 #: a second there); beyond, the greedy heuristic
 EXACT_LIMIT = 400
+#: plans the budget heuristic tries within its last step (see `_greedy_budget`)
+REFINE_TRIES = 2
 #: HiGHS' time limit (s); when it is reached without a proven optimum the best plan found
 #: is kept if it meets the budget, else the heuristic's
 ILP_TIME_LIMIT = 1.0
@@ -1203,26 +1205,33 @@ def _greedy_budget(g: Graph, cands: list[int], budget: int, flops, groups=None):
 
     lo, hi = 0, len(ends) - 1  # indices into `ends`
     best = plan(ends[lo])
-    if size(best) <= budget:
+    sizes = {ends[lo]: size(best)}  # prefix length -> the size of its plan
+    if sizes[ends[lo]] <= budget:
         return best, None
     best = plan(ends[hi])
-    floor = size(best)
+    floor = sizes[ends[hi]] = size(best)
     if floor > budget:
         return None, floor
     while hi - lo > 1:
         mid = (lo + hi) // 2
         p = plan(ends[mid])
-        if size(p) <= budget:
+        sizes[ends[mid]] = size(p)
+        if sizes[ends[mid]] <= budget:
             hi, best = mid, p
         else:
             lo = mid
-    # within the step that first fits, the fewest of its layers' equations that do (in
-    # program order): the budget need not pay for recomputing it in every layer
+    # within the step that first fits, fewer of its layers' equations may do (in program
+    # order): each layer's frees about the same bytes, so the prefix is interpolated
+    # between the step's ends, REFINE_TRIES plans at most (each a min-cut of the program)
     a, b = ends[lo], ends[hi]
-    while b - a > 1:
-        mid = (a + b) // 2
+    for _ in range(REFINE_TRIES):
+        if b - a <= 1:
+            break
+        share = (sizes[a] - budget) / max(1, sizes[a] - sizes[b])
+        mid = min(b - 1, max(a + 1, a + math.ceil(share * (b - a))))
         p = plan(mid)
-        if size(p) <= budget:
+        sizes[mid] = size(p)
+        if sizes[mid] <= budget:
             b, best = mid, p
         else:
             a = mid
