@@ -141,6 +141,7 @@ SAMPLED = {
     "test_ad_special.py::test_special_first_and_second_order": (2, 0),
     "test_ad_special.py::test_fft_grad_and_second_order": (2, 0),
     "test_ad_special.py::test_fft_jvp_and_vjp_match_jax": (2, 1),
+    "test_ad_special.py::test_fft_linearize_transpose": (2, 0),
     "test_printer_fast.py::test_fast_path_prints_the_document_text": (3, 0),
     "test_consts_order.py::test_every_ad_command_takes_the_traced_constants": (2, 0),
     "test_ad_elementwise.py::test_jvp_and_vjp_match_jax": (2, 0),
