@@ -58,6 +58,10 @@ TRACED_BY_THE_TOOL = ("expm", "diffrax_ode")
 #: zoo is marked slow (`make test-full`): gp_nll needs only JAX (cholesky, solve_triangular,
 #: a nested jit), expm is traced by the tool (`trace --consts-out`, `--consts`)
 FAST = ("gp_nll", "expm")
+#: expm's derivatives take seconds each: the default run checks its constants (`--consts`)
+#: through run and grad; its jvp, linearize|transpose and check-grad are `make test-full`'s
+#: (gp_nll's run in the default run, and test_consts_order's check-grad takes an archive)
+FAST_COMMANDS = {"expm": ("fmt", "check", "run", "grad")}
 
 
 class KnownGap(Exception):
@@ -68,7 +72,8 @@ def cases(command):
     """The zoo's programs for one command, with their skip and xfail marks."""
     params = []
     for name in zoo.NAMES:
-        marks = [] if name in FAST else [pytest.mark.slow]
+        fast = name in FAST and command in FAST_COMMANDS.get(name, (command,))
+        marks = [] if fast else [pytest.mark.slow]
         missing = [p for p in zoo.NEEDS[name] if not zoo.have(p)]
         if missing:
             why = f"needs {', '.join(missing)}: pip install -e '.[zoo]'"
