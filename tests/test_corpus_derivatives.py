@@ -7,7 +7,7 @@ with the jaxpr's constants.  Inputs lie in (0.2, 0.9), where the corpus's functi
 smooth and well-conditioned.  Where JAX has no reverse mode (while loops, run_state, ...)
 the jvp alone is compared; float64 cases (made in another process by the generator) and
 the two of `LEFT_OUT` are not collected; a case without a float input or output is skipped,
-saying so.  The default run takes one case in 12; `make test-full` all of them.
+saying so.  The default run takes one case in 24; `make test-full` all of them.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def _cases() -> list:
     for k, (name, fn, x64) in enumerate(cases.CASES):
         if x64 or name in LEFT_OUT:
             continue
-        marks = [] if k % 12 == 0 else [pytest.mark.slow]
+        marks = [] if k % 24 == 0 else [pytest.mark.slow]
         out.append(pytest.param(fn, id=name, marks=marks))
     return out
 
