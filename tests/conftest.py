@@ -132,7 +132,7 @@ def explicit_mesh():
 #: AD checks of test_ad_structural take different offsets (0, 2, 4 of 6), so every other case
 #: keeps one of them, each family several.
 SAMPLED = {
-    "test_jax_ad_suite.py::test_jax_ad": (8, 0),
+    "test_jax_ad_suite.py::test_jax_ad": (11, 0),
     "test_ad_structural.py::test_jvp": (6, 0),
     "test_ad_structural.py::test_vjp": (6, 2),
     "test_ad_structural.py::test_dot_product": (6, 4),
