@@ -255,14 +255,22 @@ def _jitted_tangent(f):
     return jax.jit(lambda x, t: jax.jvp(f, (x,), (t,))[1])
 
 
-def test_explain_takes_the_constants_of_cond_and_loop_bodies(traced, tmp_path):
+#: explain's default functions: jitted calls in a cond branch and a scan body (f), in a while
+#: body (w), in switch branches (s), in a while's cond (u); `make test-full` all of ORDER
+EXPLAINED = ("f", "w", "s", "u")
+
+
+@pytest.mark.parametrize(
+    "fns", [EXPLAINED, pytest.param(tuple(ORDER), marks=pytest.mark.slow)], ids=["some", "all"]
+)
+def test_explain_takes_the_constants_of_cond_and_loop_bodies(traced, tmp_path, fns):
     """explain with the archive: its checks pass, and the derivative it shows is JAX's
     (the tangent along the direction it drew, the gradient)."""
     from jaxprtool.ui.explain import explain_data
 
     progs, mod = traced
     np.savez(tmp_path / "x.npz", arg0=X)
-    for fn in ORDER:
+    for fn in fns:
         prog, consts = progs[fn]
         f = getattr(mod, fn)
         for mode in ("jvp",) if fn in WHILE else ("jvp", "grad"):
