@@ -234,25 +234,22 @@ def _cycle(ops, axes, every: bool):
     return cases
 
 
-#: the default run batches each case of a family along two of its in_axes, the first and,
-#: case by case in turn, one of the others; `make test-full` along every one (`every`)
+#: the default run batches each case of a family along one of its in_axes, case by case in
+#: turn (as the elementwise tests do); `make test-full` along every one (`every`)
 EVERY_IN_AXES = pytest.mark.parametrize(
     "every",
     [False, pytest.param(True, marks=pytest.mark.slow)],
-    ids=["two_in_axes", "every_in_axes"],
+    ids=["one_in_axes", "every_in_axes"],
 )
 
 
 def _axes(cases, every: bool):
     if every:
         return cases
-    out = []
-    for k, (label, f, gens, axes_list) in enumerate(cases):
-        if len(axes_list) > 2:
-            rest = axes_list[1:]
-            axes_list = [axes_list[0], rest[k % len(rest)]]
-        out.append((label, f, gens, axes_list))
-    return out
+    return [
+        (label, f, gens, [axes_list[k % len(axes_list)]])
+        for k, (label, f, gens, axes_list) in enumerate(cases)
+    ]
 
 
 def test_elementwise_unary():
