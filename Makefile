@@ -50,9 +50,12 @@ lint: install-test
 	$(BIN)/ruff format --check jaxprtool tests bench
 
 # the default run leaves out what is marked slow (pyproject's addopts: -m 'not slow'), and
-# lists its ten slowest tests
+# lists its ten slowest tests.  pytest keeps the test modules it rewrote (assertions) in
+# tests/__pycache__ unless PYTHONDONTWRITEBYTECODE is set; cleared for the run, each xdist
+# worker reads them back on the next run instead of rewriting all of them (~4 CPU-s each)
+TEST_ENV := PYTHONDONTWRITEBYTECODE=
 test: install-test lint
-	$(BIN)/python -m pytest -n 2 --durations=10 tests
+	$(TEST_ENV) $(BIN)/python -m pytest -n 2 --durations=10 tests
 
 # The declared floors (pyproject.toml's lowest versions) installed together, as a
 # lowest-direct resolution of '.[jax,test,plot]' resolves them, in a second venv on Python
@@ -110,7 +113,7 @@ browser: install-test
 	} || echo "chromium/chromedriver/graphviz not installed: the browser checks will be skipped"
 
 test-full: install-test browser
-	$(BIN)/python -m pytest -n 2 -m '' tests
+	$(TEST_ENV) $(BIN)/python -m pytest -n 2 -m '' tests
 
 bench: install-test
 	$(BIN)/python bench/run_all.py

@@ -215,6 +215,11 @@ def _vdot(xs, ys):
     )
 
 
+def _jitted_jvp(f):
+    """JAX's jvp of f, jitted: one XLA compilation (eagerly, one a primitive)."""
+    return jax.jit(lambda p, t: jax.jvp(f, p, t))
+
+
 # ---------------------------------------------------------------- tests
 
 
@@ -226,7 +231,7 @@ def test_jvp(case):
     f, diff = _partial(case)
     prim = tuple(jnp.asarray(case.args[i]) for i in diff)
     tans = [normal(np.shape(case.args[i]), 100 + k) for k, i in enumerate(diff)]
-    want_out, want_t = jax.jvp(f, prim, tuple(jnp.asarray(t) for t in tans))
+    want_out, want_t = _jitted_jvp(f)(prim, tuple(tans))
     got = _run(jvp_jaxpr(j, diff), list(case.args) + tans)
     n = len(want_out)
     for k, (g, w) in enumerate(zip(got[:n], want_out)):
@@ -246,7 +251,7 @@ def test_linearize(case):
     f, diff = _partial(case)
     prim = tuple(jnp.asarray(case.args[i]) for i in diff)
     tans = [normal(np.shape(case.args[i]), 150 + k) for k, i in enumerate(diff)]
-    want_out, want_t = jax.jvp(f, prim, tuple(jnp.asarray(t) for t in tans))
+    want_out, want_t = _jitted_jvp(f)(prim, tuple(tans))
     got = _run(linearize_combined(j, diff), list(case.args) + tans)
     n = len(want_out)
     want_float = [t for o, t in zip(want_out, want_t) if _is_float(o)]
@@ -261,16 +266,20 @@ def test_vjp(case):
     j = _our_jaxpr(case)
     f, diff = _partial(case)
     prim = tuple(jnp.asarray(case.args[i]) for i in diff)
-    want_out, vjp_fn = jax.vjp(f, *prim)
     cts_all, cts_ours = [], []
-    for k, o in enumerate(want_out):
+    for k, o in enumerate(jax.eval_shape(f, *prim)):
         if _is_float(o):
             c = normal(o.shape, 200 + k)
             cts_all.append(jnp.asarray(c))
             cts_ours.append(c)
         else:
             cts_all.append(np.zeros(o.shape, jax.dtypes.float0))
-    want_ct = vjp_fn(cts_all)
+
+    def outs_and_cts(p):  # JAX's vjp, jitted (the cotangents closed over: float0 ones too)
+        out, pull = jax.vjp(f, *p)
+        return out, pull(cts_all)
+
+    want_out, want_ct = jax.jit(outs_and_cts)(prim)
     got = _run(vjp_jaxpr(j, diff), list(case.args) + cts_ours)
     n = len(want_out)
     for k, (g, w) in enumerate(zip(got[:n], want_out)):
@@ -289,7 +298,7 @@ def test_grad(case):
 
     j = parse(str(jax.make_jaxpr(loss)(*case.args)), f"<{case.name}>").jaxpr
     diff = _diff(case)
-    want = jax.grad(loss, argnums=tuple(diff))(*case.args)
+    want = jax.jit(jax.grad(loss, argnums=tuple(diff)))(*case.args)
     got = _run(grad_jaxpr(j, diff), case.args)
     for k, (g, w) in enumerate(zip(got, want)):
         _close(g, w, f"gradient of input {diff[k]}")
@@ -451,14 +460,13 @@ def test_old_scan_encoding(version):
         assert "_split_transpose=False" in text and "linear=(False, True, False, True)" in text, (
             text
         )
-    want_out, want_t = jax.jvp(f, tuple(args), tuple(tans))
+    want_out, want_t = _jitted_jvp(f)(tuple(args), tuple(tans))
     got = _run(jv, args + tans)
     for k, (g, w) in enumerate(zip(got, list(want_out) + list(want_t))):
         _close(g, w, f"jvp output {k}")
 
-    want_out, vjp_fn = jax.vjp(f, *args)
-    cts = [normal(np.shape(o), 5 + k) for k, o in enumerate(want_out)]
-    want_ct = vjp_fn(tuple(cts))
+    cts = [normal(o.shape, 5 + k) for k, o in enumerate(jax.eval_shape(f, *args))]
+    want_ct = jax.jit(lambda a, c: jax.vjp(f, *a)[1](c))(args, tuple(cts))
     vj = vjp_jaxpr(j)
     vtext = print_jaxpr(vj)
     assert "num_carry" in vtext and "ft_in" not in vtext, vtext
@@ -490,8 +498,8 @@ def test_second_order():
     t = np.array([1.0, 0.5, -1.0], np.float32)
     j = parse(str(jax.make_jaxpr(_nested_loss)(x)), "<t>").jaxpr
     g = grad_jaxpr(j, 0)
-    _close(_run(g, [x])[0], jax.grad(_nested_loss)(x), "grad")
-    hvp = jax.jvp(jax.grad(_nested_loss), (x,), (t,))[1]
+    grad, hvp = jax.jit(lambda x, t: jax.jvp(jax.grad(_nested_loss), (x,), (t,)))(x, t)
+    _close(_run(g, [x])[0], grad, "grad")
     _close(_run(jvp_jaxpr(g), [x, t])[1], hvp, "forward over reverse")
     vg = vjp_jaxpr(g)
     _close(_run(vg, [x, t])[1], hvp, "reverse over reverse")

@@ -120,10 +120,17 @@ def make_args(mesh, specs):
     return [rnd(mesh, *spec) for spec in specs]
 
 
+def _outs_and_cts(f, ct, *args):
+    """f's outputs and jax.vjp's cotangents of `ct` (to be jitted: one compilation)."""
+    out, pullback = jax.vjp(f, *args)
+    return out, pullback(ct)
+
+
 def truth(mesh, fn, args):
     """`fn` (a jax.grad / jax.vjp of the program) on replicated copies of `args`: no sharded
     contraction, so no partitioner in the way."""
-    return fn(*[jax.device_put(np.asarray(a), NamedSharding(mesh, P())) for a in args])
+    replicated = [jax.device_put(np.asarray(a), NamedSharding(mesh, P())) for a in args]
+    return jax.jit(fn)(*replicated)  # (eagerly, one compilation a primitive)
 
 
 def conv_result_types(text):
@@ -164,7 +171,7 @@ def grad_case(tmp_path, name, explicit_mesh):
         args = make_args(mesh, specs)
         text = str(jax.make_jaxpr(f)(*args))
         jax_text = str(jax.make_jaxpr(jax.grad(f, (0, 1)))(*args))
-        want = jax.grad(f, (0, 1))(*args)
+        want = jax.jit(jax.grad(f, (0, 1)))(*args)
         exact = truth(mesh, jax.grad(f, (0, 1)), args)
     assert "@" in text
     program = transform(tmp_path, "grad", text, "--argnums", "0,1")
@@ -202,9 +209,8 @@ def test_jvp_and_vjp_match_jax(tmp_path, explicit_mesh):
         tx, tw = rnd(mesh, 20, x.shape, P(None, None, "x")), rnd(mesh, 21, w.shape)
         text = str(jax.make_jaxpr(f)(x, w))
         jvp_text = str(jax.make_jaxpr(lambda *a: jax.jvp(f, a[:2], a[2:]))(x, w, tx, tw))
-        want_jvp = jax.jvp(f, (x, w), (tx, tw))
-        out, pullback = jax.vjp(f, x, w)
-        want_vjp = pullback(ct)
+        want_jvp = jax.jit(lambda x, w, tx, tw: jax.jvp(f, (x, w), (tx, tw)))(x, w, tx, tw)
+        out, want_vjp = jax.jit(lambda x, w: _outs_and_cts(f, ct, x, w))(x, w)
         exact_vjp = truth(mesh, lambda x, w: jax.vjp(f, x, w)[1](ct), [x, w])
     program = transform(tmp_path, "jvp", text)
     assert outvar_types(program.read_text()) == outvar_types(jvp_text)
@@ -228,9 +234,9 @@ def test_transpose_passes_the_dot_product_test(tmp_path, linear, explicit_mesh):
     mesh = explicit_mesh(MESH_X)
     with jax.set_mesh(mesh):
         x, w = rnd(mesh, 30, (2, 1, 8, 4), P(None, None, "x")), rnd(mesh, 31, (3, 1, 3, 2))
-        y, pullback = jax.vjp(f, x, w)
-        ct = rnd(mesh, 32, y.shape, P(None, None, "x"))
-        want = pullback(ct)[linear]
+        ct = rnd(mesh, 32, jax.eval_shape(f, x, w).shape, P(None, None, "x"))
+        y, cts = jax.jit(lambda x, w, ct: _outs_and_cts(f, ct, x, w))(x, w, ct)
+        want = cts[linear]
         text = str(jax.make_jaxpr(f)(x, w))
         vjp_text = str(jax.make_jaxpr(lambda x, w, ct: jax.vjp(f, x, w)[1](ct))(x, w, ct))
     program = transform(tmp_path, "transpose", text, "--linear", str(linear))
@@ -279,7 +285,7 @@ def test_grad_of_feature_groups_over_a_sharded_batch_on_four_devices(tmp_path, e
         g = jax.jit(feature_groups)
         text = str(jax.make_jaxpr(g)(x, w))
         jax_text = str(jax.make_jaxpr(jax.grad(g, (0, 1)))(x, w))
-        want = jax.grad(g, (0, 1))(x, w)
+        want = jax.jit(jax.grad(g, (0, 1)))(x, w)
         exact = truth(mesh, jax.grad(feature_groups, (0, 1)), [x, w])
     program = transform(tmp_path, "grad", text, "--argnums", "0,1")
     assert (
@@ -336,7 +342,7 @@ def test_reshape_of_a_sharded_dim_keeps_jax_types(tmp_path, f, explicit_mesh):
         text = str(jax.make_jaxpr(f)(x))
         jvp_text = str(jax.make_jaxpr(lambda x, t: jax.jvp(f, (x,), (t,)))(x, t))
         grad_text = str(jax.make_jaxpr(jax.grad(f))(x))
-        want_jvp, want_grad = jax.jvp(f, (x,), (t,)), jax.grad(f)(x)
+        want_jvp, want_grad = jax.jit(lambda x, t: (jax.jvp(f, (x,), (t,)), jax.grad(f)(x)))(x, t)
     program = transform(tmp_path, "jvp", text)
     assert conv_result_types(program.read_text()) == conv_result_types(jvp_text)
     for g, w in zip(run_on_mesh(tmp_path, MESH_X, program, [x, t]), want_jvp):

@@ -323,7 +323,17 @@ def _check_case(name, f, args, tol):
     assert abs(lhs - rhs) <= 1e-3 * max(1.0, abs(lhs)), (name, lhs, rhs)
 
 
-@pytest.mark.parametrize("case", CASES, ids=IDS)
+#: the default run's cases (`make test-full` runs them all): the complex branches of
+#: cholesky, eigh, qr and solve (lu, triangular_solve); a symmetric custom_linear_solve
+#: around a while loop (cg); a wide svd; the tridiagonal solve; eig's eigenvectors (eigh and
+#: real solves have their second order below, float64 svd beside it)
+FAST_CASES = ("complex", "cg", "svd_wide", "tridiagonal_solve", "eig_vectors")
+
+
+@pytest.mark.parametrize(
+    "case",
+    [pytest.param(c, id=c[0], marks=() if c[0] in FAST_CASES else pytest.mark.slow) for c in CASES],
+)
 def test_jvp_vjp_grad_linearize_transpose(case):
     name, f, args, tol = case
     _check_case(name, f, [np.asarray(a) for a in args], tol)
@@ -342,7 +352,18 @@ SECOND_ORDER = [
 ]
 
 
-@pytest.mark.parametrize("case", SECOND_ORDER, ids=[c[0] for c in SECOND_ORDER])
+#: second order in the default run: through cholesky, det (lu) and eigh; `make test-full`
+#: solve and inv too
+SECOND_ORDER_FAST = ("cholesky_logdet", "det", "eigh")
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(c, id=c[0], marks=() if c[0] in SECOND_ORDER_FAST else pytest.mark.slow)
+        for c in SECOND_ORDER
+    ],
+)
 def test_second_order(case):
     """jvp of grad (a Hessian-vector product) against jax.jvp(jax.grad(f)); grad of grad on a
     scalar path through the matrix."""
@@ -363,18 +384,25 @@ def test_second_order(case):
     _close(gg[0], ref_gg, 5e-3, f"{name}: grad of grad")
 
 
-def test_float64():
+FLOAT64 = [
+    pytest.param(
+        "solve",
+        lambda a, b: jnp.linalg.solve(a, b),
+        [_well(4, 60), _mat(4, 2, 61)],
+        marks=pytest.mark.slow,
+    ),
+    pytest.param("cholesky", jnp.linalg.cholesky, [_spd(4, 62)], marks=pytest.mark.slow),
+    pytest.param("svd", _svd_fn, [_distinct_sv(4, 3, 63)]),  # the default run's
+]
+
+
+@pytest.mark.parametrize("name,f,args", FLOAT64, ids=["solve", "cholesky", "svd"])
+def test_float64(name, f, args):
     """float64 (jax.enable_x64): jvp, vjp, grad, linearize|transpose with tight tolerances."""
     with jax.enable_x64(True):
-        cases = [
-            ("solve", lambda a, b: jnp.linalg.solve(a, b), [_well(4, 60), _mat(4, 2, 61)]),
-            ("cholesky", jnp.linalg.cholesky, [_spd(4, 62)]),
-            ("svd", _svd_fn, [_distinct_sv(4, 3, 63)]),
-        ]
-        for name, f, args in cases:
-            args = [a.astype(np.float64) for a in args]
-            assert ir(f, *args).invars[0].type.dtype == "f64"
-            _check_case(f"{name} f64", f, args, 1e-9)
+        args = [a.astype(np.float64) for a in args]
+        assert ir(f, *args).invars[0].type.dtype == "f64"
+        _check_case(f"{name} f64", f, args, 1e-9)
 
 
 BATCH = 3

@@ -182,16 +182,19 @@ def _jax_answers(f, command):
     """(the inputs of the program `command` writes, JAX's results for them)."""
     xs = np.stack([X, 0.5 * X + 0.3, -X])
     one = np.float32(1.0)
+    # JAX's answers, jitted: one compilation each (eagerly, one a primitive)
+    jvp = jax.jit(lambda x, t: list(jax.jvp(f, (x,), (t,))))
+    value_and_grad = jax.jit(lambda x: [f(x), jax.grad(f)(x)])
     answers = {
-        "jvp": lambda: ([X, T], list(jax.jvp(f, (X,), (T,)))),
-        "linearize": lambda: ([X, T], list(jax.jvp(f, (X,), (T,)))),
-        "linearize|transpose": lambda: ([X, one], [f(X), jax.grad(f)(X)]),
-        "vjp": lambda: ([X, one], [f(X), jax.grad(f)(X)]),
-        "grad": lambda: ([X], [jax.grad(f)(X)]),
-        "vmap": lambda: ([xs], [jax.vmap(f)(xs)]),
-        "jacfwd": lambda: ([X], [jax.jacfwd(f)(X)]),
-        "jacrev": lambda: ([X], [jax.jacrev(f)(X)]),
-        "hessian": lambda: ([X], [jax.hessian(f)(X)]),
+        "jvp": lambda: ([X, T], jvp(X, T)),
+        "linearize": lambda: ([X, T], jvp(X, T)),
+        "linearize|transpose": lambda: ([X, one], value_and_grad(X)),
+        "vjp": lambda: ([X, one], value_and_grad(X)),
+        "grad": lambda: ([X], [jax.jit(jax.grad(f))(X)]),
+        "vmap": lambda: ([xs], [jax.jit(jax.vmap(f))(xs)]),
+        "jacfwd": lambda: ([X], [jax.jit(jax.jacfwd(f))(X)]),
+        "jacrev": lambda: ([X], [jax.jit(jax.jacrev(f))(X)]),
+        "hessian": lambda: ([X], [jax.jit(jax.hessian(f))(X)]),
     }
     return answers[command]()
 
@@ -248,14 +251,26 @@ def test_check_grad_takes_the_traced_constants(traced, tmp_path):
         assert r.exit_code == 0 and "0 failures" in r.output, r.output
 
 
-def test_explain_takes_the_constants_of_cond_and_loop_bodies(traced, tmp_path):
+def _jitted_tangent(f):
+    return jax.jit(lambda x, t: jax.jvp(f, (x,), (t,))[1])
+
+
+#: explain's default functions: jitted calls in a cond branch and a scan body (f), in a while
+#: body (w), in switch branches (s), in a while's cond (u); `make test-full` all of ORDER
+EXPLAINED = ("f", "w", "s", "u")
+
+
+@pytest.mark.parametrize(
+    "fns", [EXPLAINED, pytest.param(tuple(ORDER), marks=pytest.mark.slow)], ids=["some", "all"]
+)
+def test_explain_takes_the_constants_of_cond_and_loop_bodies(traced, tmp_path, fns):
     """explain with the archive: its checks pass, and the derivative it shows is JAX's
     (the tangent along the direction it drew, the gradient)."""
     from jaxprtool.ui.explain import explain_data
 
     progs, mod = traced
     np.savez(tmp_path / "x.npz", arg0=X)
-    for fn in ORDER:
+    for fn in fns:
         prog, consts = progs[fn]
         f = getattr(mod, fn)
         for mode in ("jvp",) if fn in WHILE else ("jvp", "grad"):
@@ -268,9 +283,10 @@ def test_explain_takes_the_constants_of_cond_and_loop_bodies(traced, tmp_path):
             data = explain_data(j, [X], mode, consts=archive(consts))
             assert data.error is None and data.passed
             if mode == "jvp":
-                want = jax.jvp(f, (X,), (data.direction[0].astype(np.float32),))[1]
+                t = data.direction[0].astype(np.float32)
+                want = _jitted_tangent(f)(X, t)
             else:
-                want = jax.grad(f)(X)
+                want = jax.jit(jax.grad(f))(X)
             (got,) = data.gradient
             close(got, want)
 

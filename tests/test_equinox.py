@@ -100,6 +100,12 @@ Y3 = vec(3, 1)
 XS = vec((4, 3), 2)
 
 
+def _jvp_and_vjp(f):
+    """(primals, tangents, ct) -> (jax.jvp's tangent, jax.vjp's cotangents), jitted: one
+    compilation (eagerly, one a primitive)."""
+    return jax.jit(lambda ps, ts, ct: (jax.jvp(f, ps, ts)[1], jax.vjp(f, *ps)[1](ct)))
+
+
 @needs_eqx
 def test_equinox_primitives_run_jvp_vjp_as_jax():
     select, set_row, set_row_masked, unvmaps, backward_only = _prims()
@@ -127,12 +133,11 @@ def test_equinox_primitives_run_jvp_vjp_as_jax():
             return f(*full)
 
         jv = backend.evaluate(jvp_jaxpr(j, diff), args + tangents)
-        _, ref_t = jax.jvp(restricted, [args[k] for k in diff], tangents)
-        close(jv[1], ref_t)
         ct = vec(np.shape(ref), 20)
+        ref_t, ref_ct = _jvp_and_vjp(restricted)([args[k] for k in diff], tangents, ct)
+        close(jv[1], ref_t)
         vj = backend.evaluate(vjp_jaxpr(j, diff), args + [ct])
-        _, pull = jax.vjp(restricted, *[args[k] for k in diff])
-        for a, b in zip(vj[1:], pull(jnp.asarray(ct))):
+        for a, b in zip(vj[1:], ref_ct):
             close(a, b)
     j = ir(backward_only, X3)
     jv = backend.evaluate(jvp_jaxpr(j), [X3, Y3])
@@ -252,13 +257,15 @@ def test_maybe_set_vmaps_as_equinox():
         j = vmap_jaxpr(ir(set_if, *[a[0] if d == 0 else a for a, d in zip(args, axes)]),
                        list(axes), 0, n)  # fmt: skip
         (got,) = backend.evaluate(j, args)
-        close(got, jax.vmap(set_if, in_axes=axes)(*args))
+        close(got, jax.jit(jax.vmap(set_if, in_axes=axes))(*args))
         batched[axes] = j
     # reverse mode, all batched (Equinox's own transpose fails with an unbatched buffer)
     ct = vec((n, 4, 3), 52)
-    _, pull = jax.vjp(lambda a, b: jax.vmap(set_if)(a, b, idx, ks), xs, vs)
+    want = jax.jit(
+        lambda a, b, c: jax.vjp(lambda a, b: jax.vmap(set_if)(a, b, idx, ks), a, b)[1](c)
+    )(xs, vs, ct)
     got = backend.evaluate(vjp_jaxpr(batched[0, 0, 0, 0], [0, 1]), [xs, vs, idx, ks, ct])
-    for g, w in zip(got[1:], pull(ct)):
+    for g, w in zip(got[1:], want):
         close(g, w)
 
 
@@ -463,23 +470,21 @@ def test_equinox_mlp_and_filter_grad_programs(zoo, tmp_path):
     prog, consts, _ = zoo.trace("mlp_loss", "f32[5,2]", *zoo.leaf_types)
     f = zoo.mod.mlp_loss
     (got,) = tool_outputs(tmp_path, prog, args, consts, "mlp")
-    close(got, f(*args))
+    # JAX's value and gradient, jitted: one compilation (eagerly, one a primitive)
+    val, grads = jax.jit(jax.value_and_grad(f, argnums=(1, 2, 3, 4)))(*args)
+    close(got, val)
     g = derived(tmp_path, "grad", prog, "--argnums", "1,2,3,4", label="mlp_grad")
-    for a, b in zip(
-        tool_outputs(tmp_path, g, args, consts, "mlp_grad"),
-        jax.grad(f, argnums=(1, 2, 3, 4))(*args),
-    ):
+    for a, b in zip(tool_outputs(tmp_path, g, args, consts, "mlp_grad"), grads):
         close(a, b)
     prog, consts, _ = zoo.trace("filter_grads", "f32[5,2]", *zoo.leaf_types)
     got = tool_outputs(tmp_path, prog, args, consts, "fg")
-    ref = zoo.mod.filter_grads(*args)
+    ts = [vec(np.shape(a), 60 + k) for k, a in enumerate(args)]
+    ref, ref_t = jax.jit(lambda a, t: jax.jvp(zoo.mod.filter_grads, a, t))(args, ts)
     assert len(got) == len(ref) == 4
     for a, b in zip(got, ref):
         close(a, b)
     jv = derived(tmp_path, "jvp", prog, label="fg_jvp")  # forward over reverse
-    ts = [vec(np.shape(a), 60 + k) for k, a in enumerate(args)]
     outs = tool_outputs(tmp_path, jv, args + ts, consts, "fg_jvp")
-    _, ref_t = jax.jvp(zoo.mod.filter_grads, args, ts)
     for a, b in zip(outs[4:], ref_t):
         close(a, b)
 
@@ -493,11 +498,10 @@ def test_checkpointed_while_loop(zoo, tmp_path):
     x, w = vec(3, 70), vec(3, 71, 0.5, 1.5)
     f = zoo.mod.checkpointed
     (got,) = tool_outputs(tmp_path, prog, [x, w], consts, "run")
-    close(got, f(x, w))
+    val, grads = jax.jit(jax.value_and_grad(f, argnums=(0, 1)))(x, w)  # (one compilation)
+    close(got, val)
     g = derived(tmp_path, "grad", prog, "--argnums", "0,1", label="grad")
-    for a, b in zip(
-        tool_outputs(tmp_path, g, [x, w], consts, "grad"), jax.grad(f, argnums=(0, 1))(x, w)
-    ):
+    for a, b in zip(tool_outputs(tmp_path, g, [x, w], consts, "grad"), grads):
         close(a, b)
     # the recorded rule states which operands it takes as perturbed; a tangent on another one
     # is refused (here the text is edited so that the loop's initial value is not perturbed)

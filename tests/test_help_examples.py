@@ -303,9 +303,30 @@ def folder(tmp_path, monkeypatch):
         sys.modules.pop(name, None)
 
 
-@pytest.mark.parametrize("example", [e for _, e in EXAMPLES])
-def test_the_help_example_runs(example, folder):
+#: examples over every sample (`samples/*.jaxpr`) that take seconds a sample: the default run
+#: keeps these samples in the folder (the glob expands to them), `make test-full` runs the
+#: example over every sample as well
+FEWER_SAMPLES = {
+    "jaxprtool check-grad samples/*.jaxpr --order 2": ("sin_cos.jaxpr", "cond.jaxpr"),
+}
+
+
+def _example_params() -> list:
+    out = []
+    for _, e in EXAMPLES:
+        out.append(pytest.param(e, e in FEWER_SAMPLES, id=e))
+        if e in FEWER_SAMPLES:
+            out.append(pytest.param(e, False, id=f"{e} (every sample)", marks=pytest.mark.slow))
+    return out
+
+
+@pytest.mark.parametrize("example,fewer_samples", _example_params())
+def test_the_help_example_runs(example, fewer_samples, folder):
     for name, behind in OVERRIDES.get(example, {}).items():
         shutil.copy(folder / behind, folder / name)
+    if fewer_samples:
+        for path in (folder / "samples").glob("*.jaxpr"):
+            if path.name not in FEWER_SAMPLES[example]:
+                path.unlink()
     for command in _commands(example):
         _run(command)

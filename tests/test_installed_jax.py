@@ -81,7 +81,10 @@ def test_grad_or_jvp_then_run(programs, name, tmp_path):
     np.savez(tmp_path / "a.npz", *values)
     res = tmp_path / "o.npz"
     _ok(run(["run", "-", "--args", str(tmp_path / "a.npz"), "-o", str(res)], stdin=text))
-    want = [jax.grad(f)(X)] if reverse else jax.jvp(f, (X,), (T,))
+    # JAX's derivative, jitted: one compilation (eagerly, one a primitive)
+    want = (
+        [jax.jit(jax.grad(f))(X)] if reverse else jax.jit(lambda x, t: jax.jvp(f, (x,), (t,)))(X, T)
+    )
     with np.load(res) as d:
         for k, w in enumerate(want):
             close(d[f"out{k}"], w, TOL)
@@ -94,13 +97,13 @@ def test_vmap_then_run(programs, name, tmp_path):
     np.save(tmp_path / "b.npy", BATCH)
     res = tmp_path / "o.npy"
     _ok(run(["run", str(out), "--arg", str(tmp_path / "b.npy"), "-o", str(res)]))
-    close(np.load(res), jax.vmap(PROGRAMS[name][0])(BATCH), TOL)
+    close(np.load(res), jax.jit(jax.vmap(PROGRAMS[name][0]))(BATCH), TOL)
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if PROGRAMS[n][1]])
 def test_api_run_of_grad(programs, name):
     g = jt.grad(jt.load(str(programs[name])))
-    close(jt.run(g, X)[0], jax.grad(PROGRAMS[name][0])(X), TOL)
+    close(jt.run(g, X)[0], jax.jit(jax.grad(PROGRAMS[name][0]))(X), TOL)
 
 
 def test_eager_run_of_jvp(programs, tmp_path):

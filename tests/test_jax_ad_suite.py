@@ -554,7 +554,10 @@ def check_jvp(prog, j, fn, args, case, seed):
 
     f, diff = _partial(fn, args)
     tans = [_tangent_like(args[i], seed + k) for k, i in enumerate(diff)]
-    want_out, want_t = jax.jvp(f, tuple(jnp.asarray(args[i]) for i in diff), tuple(tans))
+    # JAX's jvp, jitted: one compilation (eagerly, one a primitive)
+    want_out, want_t = jax.jit(lambda p, t: jax.jvp(f, p, t))(
+        tuple(jnp.asarray(args[i]) for i in diff), tuple(tans)
+    )
     got = prog.run(prog.written(jvp_jaxpr(j, diff)), list(args) + tans)
     n = len(want_out)
     want_t = [t for o, t in zip(want_out, want_t) if _inexact(o)]
@@ -581,9 +584,15 @@ def check_vjp(prog, j, fn, args, case, seed):
     from jaxprtool.ad.api import vjp_jaxpr
 
     f, diff = _partial(fn, args)
-    want_out, vjp_fn = jax.vjp(f, *(jnp.asarray(args[i]) for i in diff))
-    cts_jax, cts_ours = _cotangents(want_out, seed)
-    want_ct = vjp_fn(cts_jax)
+    prim = tuple(jnp.asarray(args[i]) for i in diff)
+    shapes = jax.eval_shape(f, *prim)
+    cts_jax, cts_ours = _cotangents([np.zeros(o.shape, o.dtype) for o in shapes], seed)
+
+    def outs_and_cts(p):  # JAX's vjp, jitted (the cotangents closed over: float0 ones too)
+        out, pull = jax.vjp(f, *p)
+        return out, pull(cts_jax)
+
+    want_out, want_ct = jax.jit(outs_and_cts)(prim)
     got = prog.run(prog.written(vjp_jaxpr(j, diff)), list(args) + cts_ours)
     want = _leaves(want_out) + _leaves(want_ct)
     assert len(got) == len(want), "number of outputs"

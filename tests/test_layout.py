@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -37,18 +38,30 @@ PROBES = (
 )
 
 
+@functools.cache
 def _modules() -> dict[str, ast.Module]:
+    """The package's modules, parsed once, when a test first asks (not at collection)."""
     return {
         p.relative_to(PKG).as_posix(): ast.parse(p.read_text(), str(p))
         for p in sorted(PKG.rglob("*.py"))
     }
 
 
-MODULES = _modules()
+@functools.cache
+def _string_constants() -> dict[str, dict[str, list[int]]]:
+    """Every string constant of the package: value -> {module: its lines} (one walk of the
+    modules' trees for all the probes)."""
+    found: dict[str, dict[str, list[int]]] = {}
+    for rel, tree in _modules().items():
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Constant) and isinstance(n.value, str):
+                found.setdefault(n.value, {}).setdefault(rel, []).append(n.lineno)
+    return found
 
 
-def _names_in(tree: ast.Module, name: str) -> list[int]:
-    return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value == name]
+def _names_in(rel: str, name: str) -> list[int]:
+    """The lines of module `rel` where the string constant `name` appears."""
+    return _string_constants().get(name, {}).get(rel, [])
 
 
 @pytest.mark.parametrize("name", PROBES)
@@ -56,19 +69,16 @@ def test_a_primitive_is_named_only_in_its_family_and_the_emit_layer(name):
     allowed = EMIT_LAYER | {f"families/{f}.py" for f in FAMILIES_OF[name]}
     allowed.add("families/index.py")
     offenders = [
-        f"{rel}:{line}"
-        for rel, tree in MODULES.items()
-        if rel not in allowed
-        for line in _names_in(tree, name)
+        f"{rel}:{line}" for rel in _modules() if rel not in allowed for line in _names_in(rel, name)
     ]
     assert offenders == [], f"'{name}' is named outside its family ({sorted(allowed)})"
 
 
 def test_the_probe_measurement_sees_a_name():
     """The measurement above finds what it looks for (it would not pass vacuously)."""
-    assert _names_in(MODULES["families/shape.py"], "reshape")
-    assert _names_in(MODULES["families/while_loop.py"], "while")
-    assert _names_in(MODULES["ad/ops.py"], "dot_general")
+    assert _names_in("families/shape.py", "reshape")
+    assert _names_in("families/while_loop.py", "while")
+    assert _names_in("ad/ops.py", "dot_general")
 
 
 def _module_name(rel: str) -> str:
@@ -161,10 +171,10 @@ def _named_cycles(graph: dict[str, set[str]]) -> list[str]:
 
 def _import_graph() -> dict[str, set[str]]:
     """Who imports whom in the package (its `__init__`, the top package, included)."""
-    known = {_module_name(rel) for rel in MODULES}
+    known = {_module_name(rel) for rel in _modules()}
     return {
         _module_name(rel): _imports(_module_name(rel), rel.endswith("__init__.py"), tree, known)
-        for rel, tree in MODULES.items()
+        for rel, tree in _modules().items()
     }
 
 
@@ -217,7 +227,7 @@ def test_no_rule_registry_is_read_in_the_ui():
     graph = _import_graph()
     offenders = [
         f"{_module_name(rel)} imports {mod}"
-        for rel in MODULES
+        for rel in _modules()
         if rel.startswith("ui/")
         for mod in sorted(graph[_module_name(rel)] & REGISTRIES)
     ]

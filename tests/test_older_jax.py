@@ -107,7 +107,7 @@ def test_api_run_of_grad_binds_the_older_form(installed, name):
     assert "one_minus_square" in jt.format(g, "0.12")  # the program has it ...
     assert "one_minus_square" not in bound_primitives(g)  # ... JAX is never asked for it
     (got,) = jt.run(g, X)
-    close(got, jax.grad(PROGRAMS[name][0])(X), 1e-5)
+    close(got, jax.jit(jax.grad(PROGRAMS[name][0]))(X), 1e-5)
 
 
 @newest
@@ -136,7 +136,7 @@ def test_missing_primitive_runs_as_its_older_form(monkeypatch):
     monkeypatch.setattr(prims, "_TABLE", table)
     g = grad_program("tanh")
     assert "one_minus_square" not in bound_primitives(g)
-    close(jt.run(g, X)[0], jax.grad(PROGRAMS["tanh"][0])(X), 1e-5)
+    close(jt.run(g, X)[0], jax.jit(jax.grad(PROGRAMS["tanh"][0]))(X), 1e-5)
 
 
 @newest
@@ -150,7 +150,7 @@ def test_run_of_newer_text_eager_and_jit(installed, tmp_path):
     prog = tmp_path / "jvp.jaxpr"
     prog.write_text(text)
     np.savez(tmp_path / "a.npz", X, t)
-    want = jax.jvp(f, (X,), (t,))
+    want = jax.jit(lambda x, t: jax.jvp(f, (x,), (t,)))(X, t)
     installed("0.10.2")
     for extra in ([], ["--eager"]):
         out = tmp_path / f"out{len(extra)}.npz"
@@ -189,7 +189,7 @@ def test_stack_and_unstack_run_as_jax_0_10_0_wrote_them(installed):
     for prog in (p, g):
         assert not {"stack", "unstack"} & bound_primitives(prog)
     close(jt.run(p, X)[0], PROGRAMS["stack"][0](X), 1e-6)
-    close(jt.run(g, X)[0], jax.grad(PROGRAMS["stack"][0])(X), 1e-5)
+    close(jt.run(g, X)[0], jax.jit(jax.grad(PROGRAMS["stack"][0]))(X), 1e-5)
 
 
 def test_stack_and_unstack_in_an_older_style():
@@ -198,7 +198,7 @@ def test_stack_and_unstack_in_an_older_style():
     g = jt.grad(_program_0_11("stack"))
     text = jt.format(g, "0.7.2")
     assert "stack[" not in text and "concatenate" in text and "squeeze" in text
-    close(jt.run(jt.parse(text), X)[0], jax.grad(PROGRAMS["stack"][0])(X), 1e-5)
+    close(jt.run(jt.parse(text), X)[0], jax.jit(jax.grad(PROGRAMS["stack"][0]))(X), 1e-5)
 
 
 def _f_polynomial(x):
@@ -221,7 +221,7 @@ def test_polynomial_runs_as_horner_before_0_12(installed):
     for prog in (p, g):
         assert "polynomial" not in bound_primitives(prog)
     close(jt.run(p, X)[0], _f_polynomial(X), 1e-6)
-    close(jt.run(g, X)[0], jax.grad(_f_polynomial)(X), 1e-5)
+    close(jt.run(g, X)[0], jax.jit(jax.grad(_f_polynomial))(X), 1e-5)
     assert "polynomial" not in jt.format(g, "0.11.0")
 
 
@@ -275,7 +275,7 @@ def test_top_k_grad_runs_without_is_stable(installed):
     """Under a simulated 0.10.2 the bound top_k has no is_stable; JAX 0.12's top_k needs it,
     so the binding is checked by its parameters, the numbers by running on 0.12 itself."""
     g = grad_program("topk")
-    close(jt.run(g, X)[0], jax.grad(PROGRAMS["topk"][0])(X), 1e-5)
+    close(jt.run(g, X)[0], jax.jit(jax.grad(PROGRAMS["topk"][0]))(X), 1e-5)
     installed("0.10.2")
     eqn = next(e for e in g.jaxpr.eqns if e.prim == "top_k")
     assert "is_stable" not in prims.bind_params(eqn)
@@ -335,7 +335,7 @@ def test_grad_of_0_11_text_is_0_11s(installed, name):
     back = jt.parse(text)
     assert back.style == STYLE_0_11
     assert "one_minus_square" not in bound_primitives(back)
-    close(jt.run(back, X)[0], jax.grad(PROGRAMS[name][0])(X), 1e-5)
+    close(jt.run(back, X)[0], jax.jit(jax.grad(PROGRAMS[name][0]))(X), 1e-5)
 
 
 def test_readme_table_is_the_records():

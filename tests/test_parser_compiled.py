@@ -29,10 +29,12 @@ def outcome(text: str, compiled: bool):
 
 @needs_corpus
 @compiled_available
-def test_both_parsers_read_the_corpus_alike():
+@pytest.mark.parametrize("every", [2, pytest.param(1, marks=pytest.mark.slow)], ids=["half", "all"])
+def test_both_parsers_read_the_corpus_alike(every):
+    """The default run reads every other file (`make test-full` all of them)."""
     files = sorted(CORPUS.rglob("*.jaxpr"))
     assert len(files) > 100
-    for f in files:
+    for f in files[::every]:
         text = f.read_text()
         a, b = outcome(text, True), outcome(text, False)
         assert a[:2] == b[:2], f

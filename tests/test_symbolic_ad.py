@@ -144,6 +144,11 @@ def _cases(names):
     return {**CASES, **VMAP_JVP_ONLY}[names]
 
 
+def _jitted_jvp(f):
+    """JAX's jvp of f, jitted: one XLA compilation (eagerly, one a primitive)."""
+    return jax.jit(lambda x, t: jax.jvp(f, (x,), (t,)))
+
+
 # ---------------------------------------------------------------- vmap
 
 
@@ -159,7 +164,7 @@ def test_vmap_matches_jax(name):
     assert [str(v.type) for v in batched.jaxpr.outvars] == [str(v.type) for v in want.outvars]
     assert len(list(all_eqns(batched.jaxpr))) <= len(list(all_eqns(want)))
     x = np.random.RandomState(1).randn(BATCH, SIZE, 3).astype(np.float32)
-    close(run_at(batched, x, consts=consts), jax.tree.leaves(jax.vmap(f)(x)))
+    close(run_at(batched, x, consts=consts), jax.tree.leaves(jax.jit(jax.vmap(f))(x)))
 
 
 # ---------------------------------------------------------------- jvp
@@ -171,7 +176,7 @@ def test_jvp_matches_jax(name):
     program, consts = traced(f)
     jv = reread(api.jvp(program))
     x, t = inputs()
-    y, ty = jax.jvp(f, (x,), (t,))
+    y, ty = _jitted_jvp(f)(x, t)
     close(run_at(jv, x, t, consts=consts), jax.tree.leaves(y) + jax.tree.leaves(ty))
 
 
@@ -186,7 +191,7 @@ def test_linearize_matches_jax_and_transposes(name):
     program, consts = traced(f)
     combined = reread(api.linearize(program))
     x, t = inputs()
-    ys, tys = jax.jvp(f, (x,), (t,))
+    ys, tys = _jitted_jvp(f)(x, t)
     ys, tys = jax.tree.leaves(ys), jax.tree.leaves(tys)
     lt = run_at(combined, x, t, consts=consts)[len(ys) :]
     close(lt, tys)
@@ -209,16 +214,22 @@ def test_vjp_matches_jax(name):
     program, consts = traced(f)
     vjp = reread(api.vjp(program))
     x, _ = inputs()
-    ys, pullback = jax.vjp(f, x)
-    leaves = jax.tree.leaves(ys)
+    shapes = jax.eval_shape(f, x)
     r = np.random.RandomState(4)
     cts = [
-        r.randn(*np.shape(y)).astype(np.float32)
+        r.randn(*y.shape).astype(np.float32)
         if y.dtype.kind == "f"
-        else np.zeros(np.shape(y), jax.dtypes.float0)
-        for y in leaves
+        else np.zeros(y.shape, jax.dtypes.float0)
+        for y in jax.tree.leaves(shapes)
     ]
-    (want,) = pullback(jax.tree.unflatten(jax.tree.structure(ys), cts))
+    tree_cts = jax.tree.unflatten(jax.tree.structure(shapes), cts)
+
+    def outs_and_cts(x):  # JAX's vjp, jitted (the cotangents closed over: float0 ones too)
+        ys, pullback = jax.vjp(f, x)
+        return ys, pullback(tree_cts)
+
+    ys, (want,) = jax.jit(outs_and_cts)(x)
+    leaves = jax.tree.leaves(ys)
     float_cts = [c for c, y in zip(cts, leaves) if y.dtype.kind == "f"]
     close(run_at(vjp, x, *float_cts, consts=consts), [*leaves, want])
 
@@ -236,7 +247,7 @@ def test_grad_matches_jax(name):
     program, consts = traced(loss)
     g = reread(api.grad(program))
     x, _ = inputs()
-    close(run_at(g, x, consts=consts), [jax.grad(loss)(x)])
+    close(run_at(g, x, consts=consts), [jax.jit(jax.grad(loss))(x)])
 
 
 # ---------------------------------------------------------------- two symbols
@@ -263,12 +274,13 @@ def test_two_symbols_grad_vmap_jvp_match_jax(name):
     r = np.random.RandomState(3)
     x, w = r.randn(5, 6).astype(np.float32), r.randn(6, 4).astype(np.float32)
     g = reread(api.grad(program, argnums=[0, 1]))
-    close(run_at(g, x, w, consts=consts, sizes=sizes), jax.grad(f, (0, 1))(x, w))
+    close(run_at(g, x, w, consts=consts, sizes=sizes), jax.jit(jax.grad(f, (0, 1)))(x, w))
     v = reread(api.vmap(program, [0, None], 0, 3))
     xb = r.randn(3, 5, 6).astype(np.float32)
-    close(run_at(v, xb, w, consts=consts, sizes=sizes), [jax.vmap(f, (0, None))(xb, w)])
+    close(run_at(v, xb, w, consts=consts, sizes=sizes), [jax.jit(jax.vmap(f, (0, None)))(xb, w)])
     jv = reread(api.jvp(program))
-    close(run_at(jv, x, w, x, w, consts=consts, sizes=sizes), jax.jvp(f, (x, w), (x, w)))
+    want = jax.jit(lambda x, w: jax.jvp(f, (x, w), (x, w)))(x, w)
+    close(run_at(jv, x, w, x, w, consts=consts, sizes=sizes), want)
 
 
 # ---------------------------------------------------------------- refusals
@@ -353,7 +365,7 @@ def test_real_fft_grad_of_symbolic_length_matches_jax(name, shape):
     assert "dim_as_value[dim=" in text and "fft_type=3" in text
     for n in (5, 6):
         x = np.random.RandomState(n).randn(*_at(shp, n)).astype(np.float32)
-        close(run_at(g, x, consts=consts, sizes={"b": n}), [jax.grad(f)(x)])
+        close(run_at(g, x, consts=consts, sizes={"b": n}), [jax.jit(jax.grad(f))(x)])
 
 
 def test_jax_symbolic_rfft_transpose_masks_every_length_as_odd():
@@ -397,7 +409,7 @@ def test_jacobians_of_symbolic_size_match_jax(name, how):
         want = traced(jf)[0].jaxpr
         assert [str(v.type) for v in got.jaxpr.outvars] == [str(v.type) for v in want.outvars]
     x, _ = inputs()
-    close(run_at(got, x, consts=consts), jax.tree.leaves(jf(x)))
+    close(run_at(got, x, consts=consts), jax.tree.leaves(jax.jit(jf)(x)))
 
 
 #: what JAX cannot trace on the symbolic shape (the values are still jax's, at b = 5)

@@ -208,7 +208,8 @@ BINARY = [
     (lambda x, y: lax.zeta(jnp.abs(x) + 2.0, jnp.abs(y) + 0.5), [X, Y]),
     (lambda x, y: (x + 2.0, 3.0 * y, x * y[0, 0]), [X, Y]),
 ]
-# XLA takes seconds to compile each of these: one in_axes each outside the slow sweep
+# XLA takes seconds to compile each of these: batched by the broadcasting rule of the other
+# binary elementwise primitives, in the slow sweep only (test_elementwise_every_in_axes)
 SPECIAL = [
     (lambda x, y: lax.igamma(jnp.abs(x) + 0.5, jnp.abs(y) + 0.5), [X, Y]),
     (lambda x, y: lax.igammac(jnp.abs(x) + 0.5, jnp.abs(y) + 0.5), [X, Y]),
@@ -233,14 +234,30 @@ def _cycle(ops, axes, every: bool):
     return cases
 
 
+#: the default run batches each case of a family along one of its in_axes, case by case in
+#: turn (as the elementwise tests do); `make test-full` along every one (`every`)
+EVERY_IN_AXES = pytest.mark.parametrize(
+    "every",
+    [False, pytest.param(True, marks=pytest.mark.slow)],
+    ids=["one_in_axes", "every_in_axes"],
+)
+
+
+def _axes(cases, every: bool):
+    if every:
+        return cases
+    return [
+        (label, f, gens, [axes_list[k % len(axes_list)]])
+        for k, (label, f, gens, axes_list) in enumerate(cases)
+    ]
+
+
 def test_elementwise_unary():
     check_cases(_cycle(UNARY, UNARY_AXES, every=False))
 
 
 def test_elementwise_binary():
-    check_cases(
-        _cycle(BINARY, BINARY_AXES, every=False) + _cycle(SPECIAL, BINARY_AXES[3:], every=True)
-    )
+    check_cases(_cycle(BINARY, BINARY_AXES, every=False))
 
 
 @pytest.mark.slow
@@ -249,7 +266,8 @@ def test_elementwise_every_in_axes():
     check_cases(_cycle(BINARY + SPECIAL, BINARY_AXES, every=True))
 
 
-def test_select_clamp_add_any():
+@EVERY_IN_AXES
+def test_select_clamp_add_any(every):
     cases = [
         (
             "select_n",
@@ -288,10 +306,11 @@ def test_select_clamp_add_any():
             BINARY_AXES,
         ),
     ]
-    check_cases(cases)
+    check_cases(_axes(cases, every))
 
 
-def test_shape_ops():
+@EVERY_IN_AXES
+def test_shape_ops(every):
     cases = [
         ("broadcast_in_dim", lambda x: jnp.broadcast_to(x[:, None, :], (3, 2, 4)), [X], UNARY_AXES),
         ("reshape", lambda x: x.reshape(2, 6), [X], UNARY_AXES),
@@ -317,10 +336,11 @@ def test_shape_ops():
         ("iota", lambda x: x + jnp.arange(4.0), [X], UNARY_AXES),
         ("convert + weak", lambda x: x.astype(jnp.float16) * 2, [X], UNARY_AXES),
     ]
-    check_cases(cases)
+    check_cases(_axes(cases, every))
 
 
-def test_indexing():
+@EVERY_IN_AXES
+def test_indexing(every):
     cases = [
         (
             "dynamic_slice",
@@ -353,10 +373,11 @@ def test_indexing():
             [[0, 0, 0], [None, 0, 1]],
         ),
     ]
-    check_cases(cases)
+    check_cases(_axes(cases, every))
 
 
-def test_reductions():
+@EVERY_IN_AXES
+def test_reductions(every):
     cases = [
         (
             "reduce_*",
@@ -434,10 +455,11 @@ def test_reductions():
         ),
         ("top_k", lambda x: lax.top_k(x, 2), [X], UNARY_AXES),
     ]
-    check_cases(cases)
+    check_cases(_axes(cases, every))
 
 
-def test_linalg():
+@EVERY_IN_AXES
+def test_linalg(every):
     cases = [
         ("matmul", lambda x, w: x @ w, [X, f32(4, 5)], [[0, 0], [1, None], [None, -1], [2, 1]]),
         ("matvec", lambda w, v: w @ v, [X, f32(4)], [[0, 0], [None, 0], [2, None]]),
@@ -495,7 +517,7 @@ def test_linalg():
             [[0, None], [None, 0]],
         ),
     ]
-    check_cases(cases, tol=1e-3)
+    check_cases(_axes(cases, every), tol=1e-3)
 
 
 def _loop_fns():
@@ -527,7 +549,8 @@ def _loop_fns():
     return scan_f, scan_rev, while_f, while_static, cond_f, switch_f
 
 
-def test_control_flow():
+@EVERY_IN_AXES
+def test_control_flow(every):
     scan_f, scan_rev, while_f, while_static, cond_f, switch_f = _loop_fns()
     cases = [
         ("scan", scan_f, [X, Y], [[0, 0], [1, None], [None, 0], [2, 1]]),
@@ -543,7 +566,7 @@ def test_control_flow():
         ("cond", cond_f, [X, Y], [[0, 0], [None, 0], [1, None]]),
         ("switch", switch_f, [ints(hi=3), X], [[0, 0], [0, None], [None, 1]]),
     ]
-    check_cases(cases)
+    check_cases(_axes(cases, every))
 
 
 @jax.jit
@@ -559,7 +582,8 @@ def _cvjp(x):
 _cvjp.defvjp(lambda x: (jnp.sin(x), x), lambda r, ct: (ct * jnp.cos(r),))
 
 
-def test_calls_and_custom_rules():
+@EVERY_IN_AXES
+def test_calls_and_custom_rules(every):
     cases = [
         (
             "jit (shared body)",
@@ -588,10 +612,11 @@ def test_calls_and_custom_rules():
             UNARY_AXES,
         ),
     ]
-    check_cases(cases)
+    check_cases(_axes(cases, every))
 
 
-def test_random():
+@EVERY_IN_AXES
+def test_random(every):
     def normal(kd, x):
         k = jax.random.wrap_key_data(kd)
         return jax.random.normal(k, (3, 4)) * x, jax.random.bits(jax.random.split(k, 2)[1], (2,))
@@ -607,10 +632,11 @@ def test_random():
         ("fold_in", fold, [key(), ints(hi=10)], [[0, None], [None, 0], [0, 0]]),
         ("random_gamma", gamma, [key(), f32(3, lo=0.5, hi=2)], [[0, None], [None, 0]]),
     ]
-    check_cases(cases)
+    check_cases(_axes(cases, every))
 
 
-def test_misc_primitives():
+@EVERY_IN_AXES
+def test_misc_primitives(every):
     try:
         from jax._src.random.threefry2x32 import threefry_2x32
     except ImportError:  # JAX 0.10.0-0.10.1
@@ -649,7 +675,7 @@ def test_misc_primitives():
         ("nested vmap", lambda x: jax.vmap(jnp.outer)(x, x), [X], UNARY_AXES),
         ("lax.map", lambda x: lax.map(jnp.sin, x), [X], UNARY_AXES[:2]),
     ]
-    check_cases(cases)
+    check_cases(_axes(cases, every))
 
 
 def test_float64():
@@ -797,7 +823,8 @@ def test_nonzero_batches_as_jax(shape, axis, size):
     bshape.insert(axis, B)
     xs = (np.random.default_rng(0).uniform(size=bshape) > 0.5).astype(np.float32)
     vj = vmap_jaxpr(ir(f, np.ones(shape, np.float32)), axis, 0, B)
-    for a, r in zip(backend.evaluate(vj, [xs]), jax.vmap(f, in_axes=axis)(xs), strict=True):
+    want = jax.jit(jax.vmap(f, in_axes=axis))(xs)
+    for a, r in zip(backend.evaluate(vj, [xs]), want, strict=True):
         np.testing.assert_array_equal(a, r)
     assert len(vj.eqns) <= len(jax.make_jaxpr(jax.vmap(f, in_axes=axis))(xs).eqns)
     assert not any(e.prim == "scan" for e in all_eqns(vj))
@@ -855,9 +882,9 @@ def test_collectives_over_the_vmap_axis(in_axis):
             # which prepends the per-example shape twice (its TODO); the oracle is the same
             # value given to every example
             xb = np.broadcast_to(x0, (N_I, *shape))
-            ref, theirs = jax.vmap(f, axis_name="i")(xb), None
+            ref, theirs = jax.jit(jax.vmap(f, axis_name="i"))(xb), None
         else:
-            ref, theirs = g(xs), _jax_eqns(g, xs)
+            ref, theirs = jax.jit(g)(xs), _jax_eqns(g, xs)
         (got,) = backend.evaluate(vj, [xs])
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5, err_msg=label)
         if theirs is not None:
@@ -906,7 +933,7 @@ def test_collectives_over_other_axes_and_inside_bodies():
         xs = rng.normal(size=(N_I, N_J, *shape)).astype(np.float32)
         g = jax.vmap(jax.vmap(f, axis_name="j"), axis_name="i")
         got = backend.evaluate(vj, [xs])
-        for a, r in zip(got, jax.tree_util.tree_leaves(g(xs)), strict=True):
+        for a, r in zip(got, jax.tree_util.tree_leaves(jax.jit(g)(xs)), strict=True):
             np.testing.assert_allclose(a, r, rtol=1e-5, atol=1e-5, err_msg=label)
         assert len(list(all_eqns(vj))) <= _jax_eqns(g, xs), (label, print_jaxpr(vj))
 
@@ -916,6 +943,11 @@ _LINEAR_NAMED = [
     for c in _NAMED
     if c[0].split()[0] in ("psum", "all_gather", "ppermute", "psum_scatter", "all_to_all")
 ]
+
+
+def _jitted_vjp(f):
+    """x, ct -> the cotangent of f's input (jax.vjp, jitted: one compilation)."""
+    return jax.jit(lambda x, ct: jax.vjp(f, x)[1](ct))
 
 
 def test_batched_collectives_transpose_as_jax_s_vjp():
@@ -934,7 +966,7 @@ def test_batched_collectives_transpose_as_jax_s_vjp():
         (ltw,) = backend.evaluate(transpose_jaxpr(vj, [True]), [w])
         lhs, rhs = float(np.sum(w * lv)), float(np.sum(ltw * xs))
         assert abs(lhs - rhs) <= 1e-4 * max(1.0, abs(lhs)), label
-        (ref,) = jax.vjp(jax.vmap(f, axis_name="i"), xs)[1](w)
+        (ref,) = _jitted_vjp(jax.vmap(f, axis_name="i"))(xs, w)
         np.testing.assert_allclose(ltw, ref, rtol=1e-5, atol=1e-5, err_msg=label)
 
 
@@ -1211,7 +1243,7 @@ def test_jacobians_match_jax(kind, argnums):
     text = _text(f, x, m)
     j = _pipe(text, [kind, "--argnums", argnums])
     nums = tuple(int(a) for a in argnums.split(","))
-    ref = getattr(jax, kind)(f, argnums=nums if len(nums) > 1 else nums[0])(x, m)
+    ref = jax.jit(getattr(jax, kind)(f, argnums=nums if len(nums) > 1 else nums[0]))(x, m)
     _close(backend.evaluate(j, [x, m]), ref, tol=1e-3)
 
 
@@ -1252,7 +1284,7 @@ def test_one_row_jacobians_are_the_jvp_or_vjp_at_ones(case):
     nums = tuple(int(a) for a in argnums.split(","))
     j = _pipe(_text(f, *args), [kind, "--argnums", argnums])
     ref_fn = getattr(jax, kind)(f, argnums=nums if len(nums) > 1 else nums[0])
-    _close(backend.evaluate(j, list(args)), ref_fn(*args), tol=1e-4)
+    _close(backend.evaluate(j, list(args)), jax.jit(ref_fn)(*args), tol=1e-4)
     theirs = parse(_text(ref_fn, *args), "<jax>").jaxpr
     assert sum(1 for _ in all_eqns(j)) <= sum(1 for _ in all_eqns(theirs))
     if one_row_only:

@@ -58,6 +58,11 @@ TRACED_BY_THE_TOOL = ("expm", "diffrax_ode")
 #: zoo is marked slow (`make test-full`): gp_nll needs only JAX (cholesky, solve_triangular,
 #: a nested jit), expm is traced by the tool (`trace --consts-out`, `--consts`)
 FAST = ("gp_nll", "expm")
+#: expm's derivatives take seconds each: the default run checks its constants (`--consts`)
+#: through run; its grad, jvp, linearize|transpose and check-grad are `make test-full`'s
+#: (gp_nll's run in the default run, and test_consts_order's derivatives and check-grad
+#: take an archive of constants)
+FAST_COMMANDS = {"expm": ("fmt", "check", "run")}
 
 
 class KnownGap(Exception):
@@ -68,7 +73,8 @@ def cases(command):
     """The zoo's programs for one command, with their skip and xfail marks."""
     params = []
     for name in zoo.NAMES:
-        marks = [] if name in FAST else [pytest.mark.slow]
+        fast = name in FAST and command in FAST_COMMANDS.get(name, (command,))
+        marks = [] if fast else [pytest.mark.slow]
         missing = [p for p in zoo.NEEDS[name] if not zoo.have(p)]
         if missing:
             why = f"needs {', '.join(missing)}: pip install -e '.[zoo]'"
@@ -137,6 +143,14 @@ class Case:
     @functools.cached_property
     def ref(self):
         return jax_reference(self.program, self.v, np.random.default_rng(1))
+
+    @functools.cached_property
+    def outs(self):
+        """JAX's outputs (what `ref` holds as "outs", without compiling its derivatives)."""
+        if "ref" in self.__dict__:
+            return self.ref["outs"]
+        outs = jax.jit(_raw(self.program))(*self.program.args)
+        return [np.asarray(o) for o in outs]
 
     @property
     def w(self):
@@ -262,8 +276,8 @@ def test_check(zoo_cases, name):
 def test_run_equals_jax(zoo_cases, name):
     c = zoo_cases(name)
     got = c.run_program("run", c.src, c.program.args, "args")
-    assert len(got) == len(c.ref["outs"])
-    for a, b in zip(got, c.ref["outs"]):
+    assert len(got) == len(c.outs)
+    for a, b in zip(got, c.outs):
         assert a.dtype == b.dtype and a.shape == b.shape
         close(a, b, RUN_TOL)
 
