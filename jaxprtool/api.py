@@ -681,13 +681,12 @@ def _on_device(device: str, matmul_precision: str | None) -> Iterator[None]:
     JaxprError naming what JAX found), its products at `matmul_precision`: "highest" on a
     TPU unless given, as the commands."""
     from .backend import get_device, sharding
+    from .backend.precision import derivative_precision
     from .backend.precision import matmul_precision as precision_scope
 
     platform = get_device(device).platform
-    if matmul_precision is None and platform == "tpu":
-        matmul_precision = "highest"
     with sharding.configured(sharding.RunConfig(platform=platform)):
-        with precision_scope(matmul_precision):
+        with precision_scope(derivative_precision(matmul_precision, platform)):
             yield
 
 

@@ -167,7 +167,8 @@ def measure(fn, leaves, ref, steps):
     compiled = jax.jit(fn).lower(*leaves).compile()
     cost = compiled.cost_analysis()
     cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}
-    temp = compiled.memory_analysis().temp_size_in_bytes
+    memory = compiled.memory_analysis()
+    temp = memory.temp_size_in_bytes
     out = compiled(*leaves)
     jax.block_until_ready(out)
     times = []
@@ -178,7 +179,7 @@ def measure(fn, leaves, ref, steps):
     diff = float("nan")
     if ref is not None:
         diff = max(float(jnp.max(jnp.abs(jnp.asarray(a) - b))) for a, b in zip(out, ref))
-    peak = getattr(compiled.memory_analysis(), "peak_memory_in_bytes", None)
+    peak = getattr(memory, "peak_memory_in_bytes", None)
     return temp, float(cost.get("flops", float("nan"))), statistics.median(times), diff, peak
 
 

@@ -847,15 +847,10 @@ LAYERS_COVER = 0.25
 LAYER_MIN_EQNS = 8
 
 
-def _crossing_bytes(g: Graph) -> list[int]:
-    """`c[t]`: the bytes of the values made before equation t and read at or after it by
-    the primal program (the values a cut before t would save)."""
-    return _crossing(g.eqns)
-
-
 def _crossing(eqns) -> list[int]:
     """`c[t]`: the bytes of the values equations before t make and equations at or after t
-    read (values no equation makes, inputs, cross every cut alike and are not counted)."""
+    read: what a cut before t would save (values no equation makes, inputs, cross every cut
+    alike and are not counted)."""
     last: dict[int, int] = {}
     for k, e in enumerate(eqns):
         for x in e.inputs:
@@ -966,7 +961,7 @@ def find_segments(g: Graph, spec: Spec) -> Segments | None:
     n = len(g.eqns)
     if spec.segments == "none" or n < 2:
         return None
-    cross = _crossing_bytes(g)
+    cross = _crossing(g.eqns)
 
     def made(kind, starts):  # (`Graph.cut` counts the bytes crossing)
         seg = Segments.at(kind, starts, n)
@@ -1775,7 +1770,9 @@ def rematerialize(
     if plan.recompute or plan.offload:  # emitted outside the sizes: stays symbolic
         out = apply_plan(primal, linear, info, g, plan, forward=not nested)
     else:  # everything saved (as under everything_saveable): rounded as JAX rounds them
-        out = (primal.replace(eqns=tuple(_rounded(list(primal.eqns), plan.saved, g))), *out[1:])
+        eqns = _rounded(list(primal.eqns), plan.saved, g)
+        if len(eqns) != len(primal.eqns):
+            out = (primal.replace(eqns=tuple(eqns)), *out[1:])
     with counted_at(spec):
         plan.flops_after = flops(out[0]) + flops(out[1])
         for v in plan.saved:

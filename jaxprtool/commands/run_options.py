@@ -35,14 +35,15 @@ def device_options(
     def deco(fn):
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            from ..backend.precision import matmul_precision
+            from ..backend.precision import derivative_precision, matmul_precision
 
             if require_device:
                 _require(kwargs.get("device"))
             value = kwargs.pop("matmul_precision", None) if precision else None
             why = "--matmul-precision"
             if value is None and highest_on_tpu and _is_tpu(kwargs.get("device")):
-                value, why = "highest", "the default on a TPU; --matmul-precision default undoes it"
+                value = derivative_precision(value, "tpu")
+                why = "the default on a TPU; --matmul-precision default undoes it"
             platform = _platform(kwargs.get("device")) if highest_on_tpu else "cpu"
             if platform != "cpu":
                 click.echo(

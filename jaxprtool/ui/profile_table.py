@@ -12,6 +12,7 @@ toward the top-level operation holding it, unless the trace times that one itsel
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 import re
@@ -136,16 +137,29 @@ def _device_threads(events) -> tuple[set, set]:
     return ops, modules
 
 
-def _module_spans(events, modules) -> list[tuple]:
-    """(pid, start, end, module) of each module run on a device thread: the event is named
-    `jit_f(FINGERPRINT)`."""
-    spans = []
+def _module_spans(events, modules) -> dict:
+    """pid -> (starts, [(end, module)]) of the module runs on that device's "XLA Modules"
+    thread, in start order (the event is named `jit_f(FINGERPRINT)`)."""
+    runs: dict = {}
     for e in events:
         if e.get("ph") == "X" and (e.get("pid"), e.get("tid")) in modules:
             start = float(e.get("ts", 0.0))
             name = re.sub(r"\(\d+\)$", "", e.get("name", ""))
-            spans.append((e.get("pid"), start, start + float(e.get("dur", 0.0)), name))
+            runs.setdefault(e.get("pid"), []).append(
+                (start, start + float(e.get("dur", 0.0)), name)
+            )
+    spans = {}
+    for pid, rs in runs.items():
+        rs.sort()
+        spans[pid] = ([a for a, _, _ in rs], [(b, m) for _, b, m in rs])
     return spans
+
+
+def _module_at(spans: dict, pid, ts: float) -> str | None:
+    """The module running on device `pid` at time `ts` (module runs do not overlap there)."""
+    starts, rest = spans.get(pid, ((), ()))
+    k = bisect.bisect_right(starts, ts) - 1
+    return rest[k][1] if k >= 0 and ts <= rest[k][0] else None
 
 
 def _operation(e, op_threads, spans) -> tuple[str | None, str | None]:
@@ -157,9 +171,7 @@ def _operation(e, op_threads, spans) -> tuple[str | None, str | None]:
         return args["hlo_op"], args.get("hlo_module")
     if (e.get("pid"), e.get("tid")) not in op_threads:
         return None, None
-    ts = float(e.get("ts", 0.0))
-    module = next((m for p, a, b, m in spans if p == e.get("pid") and a <= ts <= b), None)
-    return e.get("name"), module
+    return e.get("name"), _module_at(spans, e.get("pid"), float(e.get("ts", 0.0)))
 
 
 def op_times(trace: Path, hlo: Hlo) -> dict[str, tuple[float, int]]:
