@@ -143,7 +143,11 @@ class Primitive:
     #: `{param: (version, value)}`: parameters JAX added to the primitive after it first
     #: existed: the first JAX version whose primitive takes it, and the value older versions
     #: always used.  Bound on an older installed JAX, the parameter is left out when it holds
-    #: that value and refused at its equation otherwise (`backend.prims.bind_params`); the
+    #: that value and refused at its equation otherwise; bound on a newer one, a text of an
+    #: older version that lacks it gets that value (`backend.prims.versioned_params`).  The
+    #: printer prints it from that version on, the value filled in where the IR lacks it, and
+    #: hides it at that value before (`text.printer.printed_params`); its presence or absence
+    #: marks the version (`text.style.detect_style`).  The
     #: primitive itself, when the installed JAX lacks it (or is older than `first_version`),
     #: runs as its `restyle` rule's older form (`backend.prims.older_form`)
     params_since: dict[str, tuple[tuple[int, ...], Any]] | None = None
@@ -185,6 +189,9 @@ class Primitive:
     #: (`checkpoint_name`: what the name policies match); None: recomputed only under a
     #: policy or a byte budget, at its FLOPs
     remat: str | Callable | None = None
+    #: a call with a body that rematerialization may run again whole (not apart) where
+    #: its body is pure: a custom-derivative call, whose value is its body's
+    recomputed_whole: bool = False
     #: an equation with bodies that a policy (`ad/remat.py`) may run again in the backward
     #: pass, as JAX's `partial_eval_jaxpr_custom` rule for it does: `rule(eqn, body_saves)
     #: -> [bool]`, per result, whether the policy saves it (`body_saves(jaxpr) -> [bool |

@@ -30,6 +30,7 @@ from jaxprtool.ad.api import (  # noqa: E402
 )
 from jaxprtool.ad.batching import vmap_jaxpr  # noqa: E402
 from jaxprtool.ad.jacobians import jacfwd, jacrev  # noqa: E402
+from jaxprtool.backend.prims import installed_version  # noqa: E402
 from jaxprtool.core import Jaxpr, JaxprError  # noqa: E402
 from jaxprtool.text.printer import print_jaxpr  # noqa: E402
 
@@ -330,10 +331,23 @@ def _check_case(name, f, args, tol):
 FAST_CASES = ("complex", "cg", "svd_wide", "tridiagonal_solve", "eig_vectors")
 
 
-@pytest.mark.parametrize(
-    "case",
-    [pytest.param(c, id=c[0], marks=() if c[0] in FAST_CASES else pytest.mark.slow) for c in CASES],
+#: cases a JAX version traces to a primitive the tool does not know yet (refused at its
+#: equation): known gaps, run and expected to fail until the tool has it
+_NEW_PRIMITIVE = pytest.mark.xfail(
+    installed_version() >= (0, 12, 1),
+    reason="JAX 0.12.1's cg calls frexp, printed as the high-level primitive Frexp, which "
+    "the tool has no rule for yet",
+    raises=JaxprError,
+    strict=True,
 )
+
+
+def _marks(name: str) -> list:
+    marks = [] if name in FAST_CASES else [pytest.mark.slow]
+    return marks + ([_NEW_PRIMITIVE] if name == "cg" else [])
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c[0], marks=_marks(c[0])) for c in CASES])
 def test_jvp_vjp_grad_linearize_transpose(case):
     name, f, args, tol = case
     _check_case(name, f, [np.asarray(a) for a in args], tol)

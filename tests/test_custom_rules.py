@@ -258,6 +258,31 @@ def test_library_rule_gives_jax_gradient_exactly_from_plain_text(name):
     assert tool_eqns <= jax_eqns, (tool_eqns, jax_eqns)
 
 
+@pytest.mark.parametrize("axis", [-1, 1, (0, 2)])
+def test_softmax_rule_gives_jax_gradient_on_any_axis(axis):
+    """`jax.nn.softmax` is a custom_jvp function (by default from JAX 0.12.1): JAX's rule, on
+    the axes the body reduces over, with no warning; its jaxpr is no longer than JAX's."""
+    x = np.random.default_rng(3).standard_normal((2, 3, 4)).astype(np.float32)
+
+    def loss(x):  # (weights by iota: the text holds no constant)
+        return (jax.nn.softmax(x, axis=axis) * jnp.arange(24.0).reshape(2, 3, 4)).sum()
+
+    before = jax.config.jax_softmax_custom_jvp
+    jax.config.update("jax_softmax_custom_jvp", True)
+    try:
+        text = plain(loss, x)
+        expected = np.asarray(jax.grad(loss)(x))
+        jax_eqns = len(jax.make_jaxpr(jax.grad(loss))(x).eqns)
+    finally:
+        jax.config.update("jax_softmax_custom_jvp", before)
+    assert "name=_softmax" in text
+    r = tool("grad", "-", text=text)
+    assert r.exit_code == 0 and "warning" not in r.stderr, r.output
+    (got,) = run_text(r.stdout, x)
+    np.testing.assert_allclose(got, expected, rtol=2e-6, atol=1e-6)
+    assert len(parse(r.stdout).jaxpr.eqns) <= jax_eqns
+
+
 def test_relu_at_exact_zero_is_jax_not_the_body():
     x = np.zeros(3, np.float32)
     r = tool("grad", "-", text=plain(lambda x: jax.nn.relu(x).sum(), x))

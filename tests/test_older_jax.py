@@ -35,7 +35,13 @@ from jaxprtool.backend import prims  # noqa: E402
 from jaxprtool.core import JaxprError, np_dtype  # noqa: E402
 from jaxprtool.record import records  # noqa: E402
 from jaxprtool.text import style as style_mod  # noqa: E402
-from jaxprtool.text.style import DEFAULT_STYLE, STYLE_0_10, STYLE_0_11, detect_style  # noqa: E402
+from jaxprtool.text.style import (  # noqa: E402
+    DEFAULT_STYLE,
+    STYLE_0_10,
+    STYLE_0_11,
+    STYLE_0_12_0,
+    detect_style,
+)
 
 DATA_0_11 = Path(__file__).resolve().parent / "data" / "jax-0.11.0"
 #: the simulations run on a JAX that has what they pretend it lacks; with an older one
@@ -298,11 +304,16 @@ def test_0_11_only_forms_mark_0_11(installed):
 
 @pytest.mark.parametrize(
     ("version", "want"),
-    [("0.11.0", STYLE_0_11), ("0.11.2", STYLE_0_11), ("0.12.0.1", DEFAULT_STYLE)],
+    [
+        ("0.11.0", STYLE_0_11),
+        ("0.11.2", STYLE_0_11),
+        ("0.12.0.1", STYLE_0_12_0),
+        ("0.12.1", DEFAULT_STYLE),
+    ],
 )
 def test_scan_flat_trees_follow_the_installed_jax(installed, version, want):
     """scan's ft_in/ft_out: 0.11 and 0.12 print them alike (`tests/data/jax-0.11.0/scan.jaxpr`
-    is also what 0.12 prints), so the installed one of the two decides."""
+    is also what 0.12.0.1 and 0.12.1 print), so the installed one of them decides."""
     installed(version)
     assert _program_0_11("scan").style == want
 

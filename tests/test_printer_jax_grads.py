@@ -32,6 +32,7 @@ from jax_oracle import close, run, vec  # noqa: E402
 from jaxprtool import backend  # noqa: E402
 from jaxprtool.ad.batching import vmap_jaxpr  # noqa: E402
 from jaxprtool.ad.jvp import jvp_jaxpr  # noqa: E402
+from jaxprtool.backend.prims import installed_version  # noqa: E402
 from jaxprtool.text.parser import parse  # noqa: E402
 
 M = vec((3, 3), 0) + 3 * np.eye(3, dtype=np.float32)
@@ -294,7 +295,8 @@ def test_the_table_covers_the_printing_cases(printed):
     assert "empty2[dtype=float32 memory_space=MemorySpace.Device]" in texts["grad_cond"]
     # issue 37: `_` binders that are used, a copy's names restarting, cond hoisted first
     assert "_:f32[5] = exp b\n          _:f32[5] = mul _ 2.0:f32[]" in texts["vjp_dead_code"]
-    assert "let softplus2 = { lambda ; a:f32[3,4]. let" in texts["vjp_softplus_log_sigmoid"]
+    if installed_version() < (0, 12, 1):  # 0.12.1's vjp calls softplus once: no copy to name
+        assert "let softplus2 = { lambda ; a:f32[3,4]. let" in texts["vjp_softplus_log_sigmoid"]
     big_while = texts["big_while"]
     assert "body_jaxpr=jaxpr1\n" in big_while and "cond_jaxpr=jaxpr\n" in big_while
 

@@ -19,6 +19,7 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from jaxprtool.ad.api import jvp_jaxpr, transpose_jaxpr, vjp_jaxpr  # noqa: E402
 from jaxprtool.ad.batching import vmap_jaxpr  # noqa: E402
+from jaxprtool.backend.prims import installed_version  # noqa: E402
 from jaxprtool.check import check  # noqa: E402
 from jaxprtool.cli import main  # noqa: E402
 from jaxprtool.core import JaxprError, eqn_subjaxprs  # noqa: E402
@@ -30,6 +31,10 @@ from jaxprtool.ui.diff import semantic_diff  # noqa: E402
 pytestmark = pytest.mark.skipif(
     len(jax.devices("cpu")) < 4, reason="needs 4 host CPU devices (conftest sets XLA_FLAGS)"
 )
+
+#: JAX 0.12.1 changed ragged_all_to_all's rules: its transpose adds the mask's +1s (right
+#: after an empty block) and compares the sum with 0; its batcher takes unbatched index vectors
+JAX_0_12_1 = installed_version() >= (0, 12, 1)
 
 MESH = jax.make_mesh((4,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
 F32 = np.zeros((4, 8, 2), np.float32)
@@ -204,9 +209,10 @@ def transpose_of(f):
 def _jax_rule_adding_starts(
     t, operand, output, input_offsets, send_sizes, output_offsets, recv_sizes, **params
 ):
-    """JAX 0.12's `_ragged_all_to_all_transpose` (jax/_src/lax/parallel.py) with its
+    """JAX 0.12.0's `_ragged_all_to_all_transpose` (jax/_src/lax/parallel.py) with its
     `.at[output_offsets_].set(1)` made `.add(1)`, the tool's one departure (see
-    `test_jax_mask_is_wrong_after_an_empty_block`); the rest is JAX's code."""
+    `test_jax_mask_is_wrong_after_an_empty_block`); the rest is JAX's code.  JAX 0.12.1's
+    adds them too, but compares the sum with 0 (`gt`) where the tool selects on it."""
     from jax._src.interpreters import ad as jad
     from jax._src.lax import control_flow
     from jax._src.lax import lax as jlax
@@ -254,7 +260,7 @@ def jax_transpose_rule(rule):
 def test_transpose_and_vjp_are_the_programs_jax_traces(check):
     """The transposed exchange, pvary and all, equation for equation as JAX's
     `linear_transpose` and `vjp` trace it with its rule's one `set` an `add`; no more
-    equations than JAX's programs."""
+    equations than JAX's programs.  JAX 0.12.1's own rule adds too (and a `gt`)."""
     f = flat_exchange(check)
     j = tool(f, FLAT, FLAT, IDX, IDX, IDX, IDX)
     got_t = transpose_jaxpr(j, [True, True, False, False, False, False])
@@ -264,12 +270,20 @@ def test_transpose_and_vjp_are_the_programs_jax_traces(check):
         with jax_transpose_rule(_jax_rule_adding_starts):
             want = tool(oracle, FLAT, FLAT, IDX, IDX, IDX, IDX, FLAT)
         assert prims(exchange_body(want)).count("scatter-add") == 2
-        assert prims(exchange_body(jaxs)).count("scatter") == 1  # JAX's own: one set
+        if not JAX_0_12_1:
+            assert prims(exchange_body(jaxs)).count("scatter") == 1  # JAX's own: one set
+        else:  # JAX's own adds the starts too, then compares the sum with 0
+            own = prims(exchange_body(jaxs))
+            assert own.count("scatter-add") == 2 and "scatter" not in own and "gt" in own
         assert errors(got) == []
         assert same(exchange_body(got), exchange_body(want))
         assert count(got) <= count(want)
-        # as many equations as JAX's own rule emits (its scatter has no combiner body)
-        assert len(exchange_body(got).eqns) == len(exchange_body(jaxs).eqns)
+        if not JAX_0_12_1:
+            # as many equations as JAX's own rule emits (its scatter has no combiner body)
+            assert len(exchange_body(got).eqns) == len(exchange_body(jaxs).eqns)
+        else:  # no more than JAX's own (its `> 0` is a `gt`, and a pvary'd weak 0 with vma)
+            assert len(exchange_body(got).eqns) <= len(exchange_body(jaxs).eqns)
+            assert count(got) <= count(jaxs)
 
 
 def prims(j) -> list[str]:
@@ -290,8 +304,9 @@ def test_transpose_of_the_operand_alone_is_no_longer_than_jax():
     assert "cumsum" not in print_jaxpr(got)
 
 
-#: JAX's rule fails an assertion on an unbatched index vector (its `bdim_at_second` asserts
-#: rank 2 before it looks at the batch dimension): those are checked by numbers below
+#: JAX before 0.12.1 fails an assertion on an unbatched index vector (its `bdim_at_second`
+#: asserts rank 2 before it looks at the batch dimension): those are checked by numbers below,
+#: and against JAX 0.12.1's programs in `test_jax_cannot_batch_unbatched_index_vectors`
 VMAP_AXES = [(0, 0, 0, 0, 0, 0), (1, None, 1, 0, 1, 0)]
 
 
@@ -313,13 +328,37 @@ def test_vmap_is_the_program_jax_traces(check, axes):
     assert same(got, want)
 
 
+#: unbatched index vectors: all four, and two beside two batched ones
+UNBATCHED_INDEX_AXES = [(0, 0, None, None, None, None), (1, None, None, 0, None, 1)]
+
+
 def test_jax_cannot_batch_unbatched_index_vectors():
-    """Why LOOP_AXES's unbatched index vectors have no text oracle: JAX's rule asserts.
-    If a JAX release fixes it, this fails: then compare those programs with JAX's too."""
-    axes = (0, 0, None, None, None, None)
-    args = [batched(x, d) for x, d in zip((FLAT, FLAT, IDX, IDX, IDX, IDX), axes)]
-    with pytest.raises(AssertionError):
-        jax.make_jaxpr(jax.vmap(flat_exchange(True), in_axes=axes))(*args)
+    """Why LOOP_AXES's unbatched index vectors have no text oracle before JAX 0.12.1: JAX's
+    rule asserts.  JAX 0.12.1 batches them: there the tool's vmap is the program JAX traces,
+    and the two, interpreted, give the same numbers, those of a loop over the examples."""
+    if not JAX_0_12_1:
+        axes = (0, 0, None, None, None, None)
+        args = [batched(x, d) for x, d in zip((FLAT, FLAT, IDX, IDX, IDX, IDX), axes)]
+        with pytest.raises(AssertionError):
+            jax.make_jaxpr(jax.vmap(flat_exchange(True), in_axes=axes))(*args)
+        return
+    rng = np.random.default_rng(3)
+    n = 3
+    for vma in (True, False):
+        f = flat_exchange(vma)
+        j = tool(f, FLAT, FLAT, IDX, IDX, IDX, IDX)
+        for axes in UNBATCHED_INDEX_AXES:
+            shapes = [batched(x, d, n) for x, d in zip((FLAT, FLAT, IDX, IDX, IDX, IDX), axes)]
+            want = tool(jax.vmap(f, in_axes=axes), *shapes)
+            got = vmap_jaxpr(j, list(axes), 0, axis_size=n)
+            assert errors(got) == []
+            assert same(got, want)
+            examples, args = examples_for(rng, axes, n)
+            (jaxs,) = run_program(want, *args)
+            (ours,) = run_program(got, *args)
+            loop = np.stack([run_program(j, *ex)[0] for ex in examples])
+            np.testing.assert_array_equal(jaxs, loop, err_msg=f"JAX's {axes}")
+            np.testing.assert_array_equal(ours, jaxs, err_msg=str(axes))
 
 
 def test_vmap_over_the_exchanged_axis_is_refused_as_jax_does():
@@ -392,6 +431,7 @@ LOCAL = {
     "broadcast_in_dim": _broadcast_in_dim,
     "convert_element_type": lambda out, x, **_: x,
     "lt": lambda out, x, y: np.less(x, y),
+    "gt": lambda out, x, y: np.greater(x, y),
     "add": lambda out, x, y: np.add(x, y),
     "mul": lambda out, x, y: np.multiply(x, y),
     # XLA's select_n clamps `which` (JAX lowers it to a search comparing with the middle)
@@ -493,6 +533,24 @@ def test_transpose_and_vjp_pass_the_dot_product_test(check):
 LOOP_AXES = VMAP_AXES + [(0, 0, None, None, None, None), (None, 1, 0, 0, 1, 0)]
 
 
+def examples_for(rng, axes, n):
+    """n random examples of a valid exchange, and vmap's arguments for `axes` stacking them
+    (an unbatched operand: example 0's, made every example's)."""
+    examples = [
+        [rng.standard_normal(FLAT.shape).astype(np.float32) for _ in range(2)] + ragged_indexes(rng)
+        for _ in range(n)
+    ]
+    for k, d in enumerate(axes):
+        if d is None:
+            for ex in examples:
+                ex[k] = examples[0][k]
+    args = [
+        examples[0][k] if d is None else np.stack([ex[k] for ex in examples], axis=d)
+        for k, d in enumerate(axes)
+    ]
+    return examples, args
+
+
 @pytest.mark.parametrize("check", [True, False], ids=["check_vma", "no_check_vma"])
 def test_vmap_is_a_loop_over_the_examples(check):
     """The tool's vmap, interpreted, against the model run once per example."""
@@ -500,19 +558,7 @@ def test_vmap_is_a_loop_over_the_examples(check):
     j = tool(flat_exchange(check), FLAT, FLAT, IDX, IDX, IDX, IDX)
     n = 3
     for axes in LOOP_AXES:
-        examples = [
-            [rng.standard_normal(FLAT.shape).astype(np.float32) for _ in range(2)]
-            + ragged_indexes(rng)
-            for _ in range(n)
-        ]
-        for k, d in enumerate(axes):  # an unbatched operand: example 0's for all
-            if d is None:
-                for ex in examples:
-                    ex[k] = examples[0][k]
-        args = [
-            examples[0][k] if d is None else np.stack([ex[k] for ex in examples], axis=d)
-            for k, d in enumerate(axes)
-        ]
+        examples, args = examples_for(rng, axes, n)
         (got,) = run_program(vmap_jaxpr(j, list(axes), 0, axis_size=n), *args)
         want = np.stack([run_program(j, *ex)[0] for ex in examples])
         np.testing.assert_array_equal(got, want, err_msg=str(axes))
@@ -528,10 +574,10 @@ def empty_block_first():
 
 
 def test_jax_mask_is_wrong_after_an_empty_block():
-    """Why the tool's transpose adds its mask's +1s: JAX's program (its own rule, as JAX
-    traces it) fails the dot-product test once an empty block starts where another one
-    does (the output's cotangent is kept on rows the exchange overwrote); the tool's passes.
-    If a JAX release fixes its rule, this fails: then write JAX's again."""
+    """Why the tool's transpose adds its mask's +1s: before 0.12.1 JAX's program (its own
+    rule, as JAX traces it) fails the dot-product test once an empty block starts where
+    another one does (the output's cotangent is kept on rows the exchange overwrote); the
+    tool's passes.  JAX 0.12.1 adds them too: there JAX's passes, and the tool's agrees."""
     rng = np.random.default_rng(2)
     f = flat_exchange(True)
     j = tool(f, FLAT, FLAT, IDX, IDX, IDX, IDX)
@@ -544,6 +590,11 @@ def test_jax_mask_is_wrong_after_an_empty_block():
     jax_op, jax_out = run_program(jaxs, v_op, v_out, *idx, w)
     our_op, our_out = run_program(ours, *idx, w)
     np.testing.assert_array_equal(jax_op, our_op)  # the operand's cotangent agrees
-    np.testing.assert_array_equal(jax_out, w)  # JAX: as if nothing had been received
-    assert abs(dot(jax_op, v_op) + dot(jax_out, v_out) - want) > 1e-2
+    if not JAX_0_12_1:
+        np.testing.assert_array_equal(jax_out, w)  # JAX: as if nothing had been received
+        assert abs(dot(jax_op, v_op) + dot(jax_out, v_out) - want) > 1e-2
+    else:  # JAX's zeroes the received rows and passes; the tool's is the same
+        assert not np.array_equal(jax_out, w)
+        np.testing.assert_allclose(dot(jax_op, v_op) + dot(jax_out, v_out), want, rtol=1e-5)
+        np.testing.assert_array_equal(our_out, jax_out)
     np.testing.assert_allclose(dot(our_op, v_op) + dot(our_out, v_out), want, rtol=1e-5)

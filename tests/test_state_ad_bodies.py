@@ -261,8 +261,9 @@ def test_reverse_mode_into_an_unchecked_replicated_ref_is_refused_as_jax_refuses
 
 
 def test_a_checkpoint_writing_a_ref_runs_and_differentiates_forward_as_jax_s():
-    """Reverse mode is refused: JAX 0.12's vjp of such a checkpoint raises (and its
-    linearize disagrees with its jvp)."""
+    """Reverse mode is refused: JAX 0.12.0's vjp of such a checkpoint raises, 0.12.1's
+    gives a gradient that disagrees with its own jvp (and both linearizes disagree)."""
+    from jaxprtool.backend.prims import installed_version
     from jaxprtool.core import JaxprError
 
     def f(x):
@@ -283,8 +284,12 @@ def test_a_checkpoint_writing_a_ref_runs_and_differentiates_forward_as_jax_s():
     for a, b in zip(backend.evaluate(jj, [X, T]), want):
         close(a, b)
     assert count(jj) <= count(ir(lambda x, t: jax.jvp(f, (x,), (t,)), X, T))
-    with pytest.raises(ValueError, match="Expected cotangent type Ref"):
-        jax.vjp(f, X)[1](np.float32(1.0))
+    if installed_version() < (0, 12, 1):
+        with pytest.raises(ValueError, match="Expected cotangent type Ref"):
+            jax.vjp(f, X)[1](np.float32(1.0))
+    else:  # JAX's gradient against its jvp along each axis: not the same
+        jacobian = [jax.jvp(f, (X,), (e,))[1] for e in np.eye(X.size, dtype=X.dtype)]
+        assert not np.allclose(jax.grad(f)(X), np.stack(jacobian), rtol=1e-3)
     with pytest.raises(JaxprError, match="reverse mode of 'remat2' with a differentiated Ref") as e:
         grad_jaxpr(j)
     assert e.value.loc is not None and e.value.loc.line == 4

@@ -99,14 +99,15 @@ def test_forms_only_0_10_printed_still_mark_the_text():
         ("0.10.2", (0, 10, 2)),
         ("0.11.1", (0, 11, 0)),
         ("0.12.0.1", (0, 12, 0, 1)),
-        ("0.13.0", (0, 12, 0, 1)),
-        ("0.7.2", (0, 12, 0, 1)),
-        (None, (0, 12, 0, 1)),
+        ("0.12.1", (0, 12, 1)),
+        ("0.13.0", (0, 12, 1)),
+        ("0.7.2", (0, 12, 1)),
+        (None, (0, 12, 1)),
     ],
 )
 def test_unmarked_style_follows_the_installed_jax(monkeypatch, installed, want):
-    """The installed version where it prints unmarked text as 0.10.2, 0.11 or 0.12 do, else the
-    newest (an older JAX would print some of it otherwise: hoisting, broadcast_in_dim)."""
+    """The installed version where it prints unmarked text as 0.10.2, 0.11, 0.12.0.1 or 0.12.1
+    do, else the newest (an older JAX would print some of it otherwise: hoisting, broadcast_in_dim)."""
 
     def version(name):
         assert name == "jax"
@@ -118,7 +119,7 @@ def test_unmarked_style_follows_the_installed_jax(monkeypatch, installed, want):
         assert unmarked_style() == Style(want)
     finally:
         unmarked_style.cache_clear()
-    assert style_mod.DEFAULT_STYLE == Style((0, 12, 0, 1))  # the newest the tool writes
+    assert style_mod.DEFAULT_STYLE == Style((0, 12, 1))  # the newest the tool writes
 
 
 @pytest.mark.parametrize("dist", ["jax", "jaxlib", "numpy", "ml-dtypes", "click", "no-such-dist"])

@@ -120,7 +120,7 @@ def set_custom_rule_policy(policy: str) -> None:
 
 
 #: JAX's library functions with custom JVP rules (relu, logaddexp, ...), by function name:
-#: entries with `.matches(params, body)` and `.tangent(primals, tangents, ans)`, filled by
+#: entries with `.matches(params, body)` and `.tangent(primals, tangents, ans, body)`, filled by
 #: `jaxprtool/families/jax_library.py`
 library_jvps: dict[str, list] = {}
 

@@ -103,9 +103,24 @@ def remat_class(e: Eqn) -> str | None:
 
 
 def recomputable(e: Eqn) -> bool:
-    """A pure equation without bodies: recomputing it gives the same values."""
+    """A pure equation without bodies, or a call recomputed whole (its record's
+    `recomputed_whole`) whose bodies are pure through and through: recomputing it gives the
+    same values."""
     rec = record_of(e.prim)
-    return not (rec.effectful or rec.random or eqn_subjaxprs(e))
+    if rec.effectful or rec.random:
+        return False
+    bodies = eqn_subjaxprs(e)
+    return not bodies or (rec.recomputed_whole and all(map(_pure_body, bodies)))
+
+
+def _planned_inside(e: Eqn) -> bool:
+    """A call or loop whose body rematerialization plans on its own (not one it reruns
+    whole)."""
+    return bool(eqn_subjaxprs(e)) and not record_of(e.prim).recomputed_whole
+
+
+def _pure_body(body: Jaxpr) -> bool:
+    return all(recomputable(e) for e in body.eqns)
 
 
 def cheap(e: Eqn) -> bool:
@@ -888,9 +903,11 @@ def _signature(e: Eqn):
 
 def _layer_starts(g: Graph, cross: list[int]) -> list[int] | None:
     """The repeated layer structure: the L equations of a signature occurring L times at
-    regular intervals (L the count covering most equations) mark the layers; the cuts are
-    these marks moved by the one offset (within a period) where the fewest bytes cross.
-    None when there is no such structure."""
+    regular intervals mark the layers (of the counts L covering enough equations, the one
+    covering most that has such a signature: a layer may repeat a shape of its own, say
+    four per-head products, more often than the layers repeat); the cuts are these marks
+    moved by the one offset (within a period) where the fewest bytes cross.  None when
+    there is no such structure."""
     n = len(g.eqns)
     ids: dict = {}
     occ: dict[int, list[int]] = {}
@@ -901,15 +918,20 @@ def _layer_starts(g: Graph, cross: list[int]) -> list[int] | None:
     for ps in occ.values():
         if len(ps) >= 2:
             cover[len(ps)] = cover.get(len(ps), 0) + len(ps)
-    if not cover:
-        return None
-    layers, covered = max(cover.items(), key=lambda kv: (kv[1], kv[0]))
-    if covered < LAYERS_COVER * n:
-        return None
+    for layers, covered in sorted(cover.items(), key=lambda kv: (-kv[1], -kv[0])):
+        if covered < LAYERS_COVER * n:
+            return None
+        marks = _regular_marks([ps for ps in occ.values() if len(ps) == layers])
+        if marks is not None:
+            return _cuts_near(marks, cross, n)
+    return None
+
+
+def _regular_marks(candidates: list[list[int]]) -> list[int] | None:
+    """Of the candidates' positions, those at the most regular intervals of at least
+    LAYER_MIN_EQNS equations (within 10%), None when none are."""
     marks = None
-    for ps in occ.values():
-        if len(ps) != layers:
-            continue
+    for ps in candidates:
         gaps = [b - a for a, b in zip(ps, ps[1:])]
         spread = max(gaps) - min(gaps)
         if (
@@ -918,10 +940,14 @@ def _layer_starts(g: Graph, cross: list[int]) -> list[int] | None:
             and (marks is None or spread < marks[0])
         ):
             marks = (spread, ps)
-    if marks is None:
-        return None
-    ps = marks[1][1:]
-    period = min(b - a for a, b in zip(marks[1], marks[1][1:]))
+    return None if marks is None else marks[1]
+
+
+def _cuts_near(marks: list[int], cross: list[int], n: int) -> list[int] | None:
+    """The layer marks (but the first) moved by the one offset within a period where the
+    fewest bytes cross."""
+    ps = marks[1:]
+    period = min(b - a for a, b in zip(marks, marks[1:]))
     best = None
     for delta in range(-((period - 1) // 2), period // 2 + 1):
         cuts = [p + delta for p in ps]
@@ -1326,7 +1352,7 @@ def _peak_budget_plan(g: Graph, spec: Spec, held: int, groups, loc=None) -> Plan
     everything = {id(v) for v in g.residuals if isinstance(v, Var)}
     cands = _candidates(g)
     inner = any(
-        g.made_by(v) is not None and eqn_subjaxprs(g.eqns[g.made_by(v)])
+        g.made_by(v) is not None and _planned_inside(g.eqns[g.made_by(v)])
         for v in g.residuals
         if isinstance(v, Var)
     )

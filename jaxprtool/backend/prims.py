@@ -168,7 +168,8 @@ def older_jax_table() -> str:
         for param, (first, old) in sorted((recs[name].params_since or {}).items()):
             rows.append(
                 f"| `{name}` `{param}` | {since(first)} | left out when `{old!r}` (what older "
-                f"JAX always did), refused at its equation otherwise |"
+                f"JAX always did), refused at its equation otherwise; a text lacking it "
+                f"runs with `{old!r}` on a newer JAX |"
             )
     return "\n".join(rows) + "\n"
 
@@ -291,7 +292,7 @@ def bind_params(eqn: Eqn, dims: dict[str, int] | None = None) -> dict[str, Any]:
                 eqn.loc,
             ) from None
     out.update(special)
-    _older_params(eqn, out)
+    versioned_params(eqn, out)
     dropped = sorted(
         set(eqn.params)
         - set(out)
@@ -307,16 +308,20 @@ def bind_params(eqn: Eqn, dims: dict[str, int] | None = None) -> dict[str, Any]:
     return out
 
 
-def _older_params(eqn: Eqn, out: dict[str, Any]) -> None:
-    """Leave out of `out` the parameters that the installed JAX's primitive does not take yet
-    (the record's `params_since`) where they hold the value it always used; refuse the
-    equation where they hold another."""
+def versioned_params(eqn: Eqn, out: dict[str, Any]) -> None:
+    """Fit `out` to the installed JAX's primitive by the record's `params_since`: a parameter
+    JAX added after the text's version was printed gets the value older JAX always used (the
+    newer primitive requires it); one the installed JAX does not take yet is left out where
+    it holds that value, and refused at its equation where it holds another."""
     since = record_of(eqn.prim).params_since
     if not since:
         return
     installed = installed_version()
     for k, (first, old) in since.items():
-        if k not in out or installed >= tuple(first):
+        if installed >= tuple(first):
+            out.setdefault(k, old)
+            continue
+        if k not in out:
             continue
         v = out.pop(k)
         if v != old:

@@ -634,9 +634,9 @@ def _remat_linearize(prim):
         if writes_tangent_ref(inner.invars, nz):
             raise JaxprError(
                 f"reverse mode of '{prim}' with a differentiated Ref operand is not supported: "
-                "JAX 0.12 fails on it too (its vjp raises 'Expected cotangent type Ref{...} "
-                "but got ...', and its linearize disagrees with its jvp); jvp goes through, "
-                "or move the Ref's reads and writes out of the checkpointed function",
+                "JAX fails on it too (0.12.0's vjp raises 'Expected cotangent type Ref{...} "
+                "but got ...', 0.12.1's grad and linearize disagree with its jvp); jvp goes "
+                "through, or move the Ref's reads and writes out of the checkpointed function",
                 current().loc,
             )
         pj, lj, out_nz = _remat_split(inner, nz, _policy_saveable(params.get("policy")))
@@ -893,7 +893,7 @@ def _custom_jvp_jvp(primals, tangents, **params):
         if all(is_zero(t) for t in tangents):
             return outs, [Zero(tangent_type(o.type)) for o in outs]
         nonzero = [None if is_zero(t) else t for t in tangents[n:]]
-        return outs, library.tangent(list(primals[n:]), nonzero, outs)
+        return outs, library.tangent(list(primals[n:]), nonzero, outs, body)
     refuse = custom_rule_fallbacks.policy == "strict"
     return _fall_back_to_body("custom_jvp", params, primals, tangents, f"jvp={jvp_name}", refuse)
 
@@ -1106,6 +1106,10 @@ for _p in ("custom_jvp_call", "custom_jvp_call_jaxpr"):
     define(_p, jvp=_custom_jvp_jvp, jvp_kind=LOW_LEVEL)
 for _p in ("custom_vjp_call", "custom_vjp_call_jaxpr"):
     define(_p, jvp=_custom_vjp_jvp, jvp_kind=LOW_LEVEL, linearization=_custom_vjp_linearize)
+
+
+# (recomputed_whole: the primal call a library rule keeps, `jax.nn.softmax`'s, is rerun
+# whole by remat, as JAX's remat partially evaluates its body)
 for _p in ("custom_jvp_call", "custom_vjp_call"):
     define(
         _p,
@@ -1113,6 +1117,7 @@ for _p in ("custom_jvp_call", "custom_vjp_call"):
         print_params=_print_custom_call,
         hoist_name=_no_hoist_name,
         evaluate=_evaluate_body("call_jaxpr"),
+        recomputed_whole=True,
     )
 #: a custom-derivative call's value is its body's: the rules and their bookkeeping
 #: (jvp, fwd, bwd, thunks, trees, zeros, and the rules `trace` writes) matter to AD only

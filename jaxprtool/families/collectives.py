@@ -1790,10 +1790,13 @@ def _received_mask(t, output_offsets, recv_sizes):
     """1 on the rows of `t` that the exchange wrote (those it received), 0 elsewhere: the
     cumulative sum of +1 at each received block's start and -1 past its end, broadcast to
     `t`'s shape: JAX's mask in `_ragged_all_to_all_transpose` but for one scatter.  JAX
-    *sets* the +1s (`.at[starts].set(1)`), so an empty block that starts where another one
-    does (zero rows from some device: common) cancels that block's +1, and every received
-    row from there on keeps its cotangent: a wrong gradient.  The tool adds them (a
-    `scatter-add` in place of JAX's `scatter`, the same number of equations)."""
+    before 0.12.1 *sets* the +1s (`.at[starts].set(1)`), so an empty block that starts where
+    another one does (zero rows from some device: common) cancels that block's +1, and every
+    received row from there on keeps its cotangent: a wrong gradient.  The tool adds them (a
+    `scatter-add` in place of JAX's `scatter`, the same number of equations), as JAX 0.12.1
+    does; 0.12.1 then selects on `sum > 0` (a `gt`, and with vma a pvary'd 0 and its
+    conversion), where the tool selects on the sum itself: 0 or 1 for blocks that do not
+    overlap, as the exchange requires."""
     rows = t.type.shape[0]
     if not isinstance(rows, int):
         raise JaxprError(

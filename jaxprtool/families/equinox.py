@@ -462,7 +462,7 @@ class _NondifferentiableRule:
         return not body.eqns and list(body.outvars) == list(body.invars)
 
     @staticmethod
-    def tangent(primals, tangents, ans):
+    def tangent(primals, tangents, ans, body):
         raise JaxprError(
             "Unexpected tangent: this value went through `eqx.nondifferentiable` (Equinox), "
             "which cannot be autodifferentiated (JAX raises here too)",

@@ -504,7 +504,16 @@ def _gather_batching(args, dims, *, dimension_numbers, slice_sizes, **params):
     return out, [0]
 
 
-define("gather", flops=_no_flops, index_operands=1, batching=_gather_batching)
+#: JAX 0.12.1 added `out_sharding` to gather and the scatters (None: the sharding JAX
+#: infers, all that older versions knew)
+OUT_SHARDING_SINCE = {"out_sharding": ((0, 12, 1), None)}
+define(
+    "gather",
+    flops=_no_flops,
+    index_operands=1,
+    batching=_gather_batching,
+    params_since=OUT_SHARDING_SINCE,
+)
 
 
 # ---------------------------------------------------------------- scatters
@@ -608,7 +617,7 @@ def _evaluate_scatter(fn_name):
     def rule(interp, eqn, invals, path):
         import jax
 
-        from ..backend.prims import lookup, to_jax
+        from ..backend.prims import lookup, to_jax, versioned_params
 
         p = eqn.params
         if tuple(p.get("update_consts") or ()):
@@ -625,6 +634,9 @@ def _evaluate_scatter(fn_name):
             unique_indices=bool(p.get("unique_indices", False)),
             mode=to_jax(p.get("mode")),
         )
+        if "out_sharding" in p:
+            kw["out_sharding"] = to_jax(p["out_sharding"])
+        versioned_params(eqn, kw)
         body = p.get("update_jaxpr")
         if body is None:
             return [getattr(jax.lax, fn_name)(operand, indices, updates, **kw)]
@@ -672,8 +684,9 @@ for _p in ("", "-add", "-mul", "-min", "-max", "-sub"):
             evaluate=_evaluate_scatter("scatter" + _p.replace("-", "_")),
             evaluated_params=frozenset(
                 "dimension_numbers indices_are_sorted unique_indices mode update_jaxpr "
-                "update_consts".split()
+                "update_consts out_sharding".split()
             ),
+            params_since=OUT_SHARDING_SINCE,
         )
 define("scatter", index_operands=1)
 define("scatter-add", index_operands=1)

@@ -1,12 +1,13 @@
 """JAX's own library functions with custom JVP rules, recognised by name and body.
 
 `jax.nn.relu`, `jax.nn.relu6`, `jax.numpy.logaddexp`, `jax.scipy.special.xlogy`, `xlog1py`
-and `logit` are `jax.custom_jvp` functions: the printed `custom_jvp_call` names the rule
+and `logit` (`_logit` from JAX 0.12.1, with another body and the same rule), and
+`jax.nn.softmax` (`_softmax`, by default from JAX 0.12.1) are `jax.custom_jvp` functions: the printed `custom_jvp_call` names the rule
 (`jvp=jvp`, `jvp=_logaddexp_jvp`) but does not contain it, and differentiating the body
 instead is wrong at the kinks (relu's body `max(x, 0)` gives 0.5 at 0, JAX's rule gives 0).
 
 Each entry below is JAX's rule (jax/_src/nn/functions.py, numpy/ufuncs.py,
-scipy/special.py of JAX 0.10-0.12), written with `ops`, and the body JAX prints for the
+scipy/special.py of JAX 0.10-0.12.1), written with `ops`, and the body JAX prints for the
 function.  A rule is used only when the equation's function name matches *and* its body is
 the reference body up to variable names, shapes and dtypes (`same_body`), so a user's own
 function that happens to be called `relu` never gets JAX's rule.
@@ -21,6 +22,7 @@ from ..ad import ops
 from ..ad.registry import register_library_jvp
 from ..core import Jaxpr, Literal
 from ..record import define
+from ..shapes.util import ints
 
 #: parameters that follow from the operand shapes, ignored when comparing bodies
 _SHAPE_PARAMS = frozenset({"shape", "sharding", "out_sharding", "broadcast_dimensions"})
@@ -28,12 +30,15 @@ _SHAPE_PARAMS = frozenset({"shape", "sharding", "out_sharding", "broadcast_dimen
 
 @dataclass(frozen=True)
 class LibraryRule:
-    """JAX's JVP rule of one library function: `tangent(primals, tangents, ans)`."""
+    """JAX's JVP rule of one library function: `rule(primals, tangents, ans, **free)`, where
+    `free` holds the values of the parameters `free` names (a softmax's `axes`), which the
+    body may hold at any value so long as every equation with one holds the same."""
 
     name: str
     jvp_name: str
     body_text: str
-    tangent: object
+    rule: object
+    free: tuple[str, ...] = ()
 
     @property
     def body(self) -> Jaxpr:
@@ -43,7 +48,18 @@ class LibraryRule:
         jvp_name = params.get("jvp")
         if jvp_name is not None and str(jvp_name) != self.jvp_name:
             return False
-        return same_body(body, self.body)
+        if any(len({str(v) for v in _values(body, k)}) > 1 for k in self.free):
+            return False
+        return same_body(body, self.body, ignored=frozenset(self.free))
+
+    def tangent(self, primals, tangents, ans, body: Jaxpr):
+        free = {k: next(iter(_values(body, k))) for k in self.free}
+        return self.rule(primals, tangents, ans, **free)
+
+
+def _values(body: Jaxpr, key: str) -> list:
+    """The values of parameter `key` on the body's equations that have it."""
+    return [e.params[key] for e in body.eqns if key in e.params]
 
 
 @cache
@@ -53,14 +69,18 @@ def _parse_body(text: str) -> Jaxpr:
     return parse(text, "<jax library>").jaxpr
 
 
-def same_body(a: Jaxpr, b: Jaxpr) -> bool:
+def same_body(a: Jaxpr, b: Jaxpr, ignored: frozenset = frozenset()) -> bool:
     """`a` and `b` compute the same function up to variable names, shapes and dtypes:
     the same primitives (jit and pjit alike) on the same operands in the same order,
-    the same literal values, and equal parameters other than shape-derived ones."""
-    return _SameBody().jaxpr(a, b)
+    the same literal values, and equal parameters other than shape-derived ones and
+    `ignored`."""
+    return _SameBody(_SHAPE_PARAMS | ignored).jaxpr(a, b)
 
 
 class _SameBody:
+    def __init__(self, ignored: frozenset) -> None:
+        self.ignored = ignored
+
     def jaxpr(self, a: Jaxpr, b: Jaxpr) -> bool:
         if len(a.invars) != len(b.invars) or len(a.constvars) != len(b.constvars):
             return False
@@ -86,7 +106,7 @@ class _SameBody:
         return env.get(id(x)) == id(y)
 
     def params(self, pa: dict, pb: dict) -> bool:
-        for k in (pa.keys() & pb.keys()) - _SHAPE_PARAMS:
+        for k in (pa.keys() & pb.keys()) - self.ignored:
             x, y = pa[k], pb[k]
             if isinstance(x, Jaxpr) or isinstance(y, Jaxpr):
                 if not (isinstance(x, Jaxpr) and isinstance(y, Jaxpr) and self.jaxpr(x, y)):
@@ -162,6 +182,14 @@ def _logit_tangent(primals, tangents, ans):
     return [ops.div(g, ops.mul(x, ops.sub(ops.lit(1.0, x), x)))]
 
 
+def _softmax_tangent(primals, tangents, ans, *, axes):
+    """JAX's `_softmax_jvp` (where=None): y * (x_dot - sum(y * x_dot, axis, keepdims))."""
+    (x,), (g,), (y,) = primals, tangents, ans
+    kept = [d for d in range(len(ops.shape(x))) if d not in set(ints(axes))]
+    total = ops.bind_reduce_sum(ops.mul(y, g), axes)
+    return [ops.mul(y, ops.sub(g, ops.bind_broadcast(total, ops.shape(x), kept)))]
+
+
 _RELU = """{ lambda ; a:f32[3]. let
     b:f32[3] = jit[
       name=relu
@@ -209,6 +237,48 @@ _LOGIT = """{ lambda ; a:f32[3]. let
     d:f32[3] = log c
   in (d,) }"""
 
+_WHERE = """jit[
+      name=_where
+      jaxpr={ lambda ; t:bool[3] u:f32[3] v:f32[3]. let
+          w:f32[3] = select_n t v u
+        in (w,) }
+    ]"""
+#: JAX 0.12.1's `_logit`: logit folded onto min(x, 1 - x), with log1p near 0.5
+_LOGIT_0_12_1 = """{ lambda ; a:f32[3]. let
+    b:bool[3] = lt a 0.5:f32[]
+    c:f32[3] = sub 1.0:f32[] a
+    d:f32[3] = WHERE b a c
+    e:f32[3] = sub 0.5:f32[] a
+    f:f32[3] = sub a 0.5:f32[]
+    g:f32[3] = WHERE b e f
+    h:bool[3] = le g 0.25:f32[]
+    i:f32[3] = mul 2.0:f32[] g
+    j:f32[3] = div i d
+    k:f32[3] = neg d
+    l:f32[3] = WHERE h j k
+    m:f32[3] = log1p l
+    n:f32[3] = neg m
+    o:f32[3] = log d
+    p:f32[3] = sub o m
+    q:f32[3] = WHERE h n p
+    r:f32[3] = neg q
+    s:f32[3] = WHERE b q r
+  in (s,) }""".replace("WHERE", _WHERE)
+
+#: `jax.nn.softmax` (where=None) as JAX 0.12.1 traces it by default (jax_softmax_custom_jvp;
+#: before, only with that flag): the max is not stopped, the custom rule makes its
+#: derivative vanish
+_SOFTMAX = """{ lambda ; a:f32[3]. let
+    b:f32[] = reduce_max[axes=(0,)] a
+    c:f32[] = max -inf:f32[] b
+    d:f32[1] = broadcast_in_dim[broadcast_dimensions=() shape=(1,) sharding=None] c
+    e:f32[3] = sub a d
+    f:f32[3] = exp e
+    g:f32[] = reduce_sum[axes=(0,)] f
+    h:f32[1] = broadcast_in_dim[broadcast_dimensions=() shape=(1,) sharding=None] g
+    i:f32[3] = div f h
+  in (i,) }"""
+
 for _rule in (
     LibraryRule("relu", "jvp", _RELU, _relu_tangent),
     LibraryRule("relu6", "jvp", _RELU6, _relu6_tangent),
@@ -216,6 +286,8 @@ for _rule in (
     LibraryRule("xlogy", "_xlogy_jvp", _XLOGY.replace("LOG", "log"), _xlogy_tangent(False)),
     LibraryRule("xlog1py", "_xlog1py_jvp", _XLOGY.replace("LOG", "log1p"), _xlogy_tangent(True)),
     LibraryRule("logit", "jvp", _LOGIT, _logit_tangent),
+    LibraryRule("_logit", "jvp", _LOGIT_0_12_1, _logit_tangent),
+    LibraryRule("_softmax", "_softmax_jvp", _SOFTMAX, _softmax_tangent, free=("axes",)),
 ):
     register_library_jvp(_rule)
 

@@ -97,11 +97,19 @@ def _random_bits(in_types, params, out_hint):
     if bw not in (8, 16, 32, 64):
         raise ShapeError(f"random_bits: bit_width must be 8, 16, 32 or 64, got {bw}")
     shape = ints(need(params, "shape"))
-    return [k.update(shape=k.shape + shape, dtype=f"u{bw}", weak_type=False)]
+    streams = int_param(params, "num_streams", 1)
+    return [k.update(shape=k.shape + shape, dtype=f"u{bw}", weak_type=False)] * streams
 
 
 defjvp_zero("random_bits")
-define("random_bits", batching=BT.vectorized("random_bits"))
+# JAX 0.12.1 added `num_streams` (that many results; older versions made one) and
+# `out_sharding` (None: the sharding JAX infers) to random_bits, and `out_sharding` to
+# random_split and random_gamma
+define(
+    "random_bits",
+    batching=BT.vectorized("random_bits"),
+    params_since={"num_streams": ((0, 12, 1), 1), "out_sharding": ((0, 12, 1), None)},
+)
 
 # ---------------------------------------------------------------- random_split
 
@@ -114,7 +122,11 @@ def _random_split(in_types, params, out_hint):
 
 
 defjvp_zero("random_split")
-define("random_split", batching=BT.vectorized("random_split"))
+define(
+    "random_split",
+    batching=BT.vectorized("random_split"),
+    params_since={"out_sharding": ((0, 12, 1), None)},
+)
 
 # ---------------------------------------------------------------- random_fold_in
 
@@ -224,7 +236,11 @@ def _random_gamma_jvp_a(g, ans, key, a, *, log_space=False, **_):
 
 
 defjvp2("random_gamma", None, _random_gamma_jvp_a)
-define("random_gamma", batching=BT.leading_batch("random_gamma"))
+define(
+    "random_gamma",
+    batching=BT.leading_batch("random_gamma"),
+    params_since={"out_sharding": ((0, 12, 1), None)},
+)
 
 # ---------------------------------------------------------------- random_gamma_grad (older JAX
 # versions; its shape rule is in the elementwise table)

@@ -952,7 +952,6 @@ define(
     bind_params=_bind_top_k,
     flops=input_elements,
     batching=_top_k_batching,
-    version_clues=lambda e: {ST.CLUE_0_11} if "is_stable" in e.params else set(),
     # JAX 0.11 added is_stable; before, top_k lowered to chlo.top_k, which is stable
     params_since={"is_stable": ((0, 11), True)},
 )

@@ -134,8 +134,28 @@ for _n in ("reshard", "mesh_cast"):
 
 # ---------------------------------------------------------------- sharding_constraint, memory space
 
+
+def _print_sharding_constraint(e, style):
+    """Every parameter sorted; JAX 0.12.1 no longer prints `unconstrained_dims`."""
+    shown = sorted_params(e.params)
+    if style.version >= (0, 12, 1):
+        return [(k, v) for k, v in shown if k != "unconstrained_dims"]
+    return shown
+
+
+def _unconstrained_dims_clue(e) -> set[str]:
+    """Versions before 0.12.1 print `unconstrained_dims` (0.6.2 to 0.12.0.1 in the corpus)."""
+    return {ST.CLUE_BEFORE_0_12_1 if "unconstrained_dims" in e.params else ST.CLUE_0_12_1}
+
+
 # (its JVP, transpose and evaluation are in collectives.py, with the mesh it constrains to)
-define("sharding_constraint", flops=_no_flops, batching=BT.vectorized("sharding_constraint"))
+define(
+    "sharding_constraint",
+    flops=_no_flops,
+    batching=BT.vectorized("sharding_constraint"),
+    print_params=_print_sharding_constraint,
+    version_clues=_unconstrained_dims_clue,
+)
 for _n in (
     "layout_constraint",
     "with_memory_space_constraint",

@@ -183,15 +183,31 @@ def printed_params(e: core.Eqn, style: Style = DEFAULT_STYLE) -> list[tuple[str,
     `print_params` rule, else every parameter sorted by key).  Two equations whose printed
     parameters are equal are the same equation to JAX, whatever the IR holds besides (a
     parameter that JAX leaves implicit, such as broadcast_in_dim's shape in 0.12)."""
+    rec = record_of(e.prim)
+    if rec.params_since:
+        e = _params_in_style(e, rec.params_since, style)
     p = e.params
     if not p:
         return []
-    rule = record_of(e.prim).print_params
+    rule = rec.print_params
     if rule is not None:
         return rule(e, style)
     if e.prim[:1].isupper():  # 0.12 HiPrims print their params in declaration order
         return list(p.items())
     return sorted(p.items())
+
+
+def _params_in_style(e: core.Eqn, since: dict, style: Style) -> core.Eqn:
+    """`e` with the parameters JAX added after it first had the primitive as `style`'s
+    version prints them: from that version on, printed (with the value older versions always
+    used where the IR lacks it: a text of an older version); before, hidden at that value."""
+    p = e.params
+    for k, (first, old) in since.items():
+        if style.version >= tuple(first) and k not in p:
+            p = {**p, k: old}
+        elif style.version < tuple(first) and k in p and p[k] == old:
+            p = {key: v for key, v in p.items() if key != k}
+    return e if p is e.params else e.replace(params=p)
 
 
 def _is_jaxpr_tuple(v) -> bool:
@@ -594,9 +610,8 @@ class _Printer:
                 kvs = []
                 p = e.params
                 if p:
-                    rule = rec.print_params
-                    if rule is not None:
-                        pairs = rule(e, style)
+                    if rec.print_params is not None or rec.params_since:
+                        pairs = printed_params(e, style)
                         keep.append(pairs)  # the texts are kept by the ids of its values
                     elif prim[:1].isupper():
                         pairs = list(p.items())

@@ -52,6 +52,15 @@ CLUE_0_10 = "0.10"
 #: a form 0.11 and 0.12 print and 0.10 does not (a primitive or parameter 0.11 added)
 CLUE_0_11 = "0.11"
 CLUE_0_12 = "0.12"
+#: a form only 0.12.1 prints (gather's `out_sharding=None`), and one it no longer prints
+CLUE_0_12_1 = "0.12.1"
+CLUE_BEFORE_0_12_1 = "before 0.12.1"
+#: the clues a parameter JAX added in a version gives (a record's `params_since`): by its
+#: presence, by its absence
+PARAM_CLUES = {
+    (0, 11): (CLUE_0_11, CLUE_BEFORE_0_11),
+    (0, 12, 1): (CLUE_0_12_1, CLUE_BEFORE_0_12_1),
+}
 #: the oldest JAX whose printouts the tool reads and writes (its printing is the 0.4.3 style's)
 OLDEST = (0, 4, 1)
 KNOWN_VERSIONS = (
@@ -64,6 +73,7 @@ KNOWN_VERSIONS = (
     (0, 10, 2),
     (0, 11, 0),
     (0, 12, 0, 1),
+    (0, 12, 1),
 )
 
 
@@ -73,7 +83,7 @@ class Style(Frozen):
     __slots__ = ("version",)
     version: tuple[int, ...]
 
-    def __init__(self, version: tuple[int, ...] = (0, 12, 0, 1)) -> None:
+    def __init__(self, version: tuple[int, ...] = (0, 12, 1)) -> None:
         set_field(self, "version", version)
 
     # ------------------------------------------------------------ construction
@@ -189,7 +199,8 @@ class Style(Frozen):
         return p
 
 
-DEFAULT_STYLE = Style((0, 12, 0, 1))
+DEFAULT_STYLE = Style((0, 12, 1))
+STYLE_0_12_0 = Style((0, 12, 0, 1))
 STYLE_0_10 = Style((0, 10, 2))
 STYLE_0_11 = Style((0, 11, 0))
 
@@ -265,10 +276,12 @@ def scan_counts(params: dict[str, Any]) -> tuple[int, int] | None:
 
 
 def _record_facts(name: str) -> tuple:
-    """What `detect_style` asks of a primitive's record: its version clues, the parameter
-    whose jaxpr takes its operands' names, and the clue its presence gives: CLUE_0_12 when
-    only JAX 0.12 prints it (a primitive it added, or one of its HiPrims: `CustomRoot[...]`,
-    `SearchSorted[...]`), CLUE_0_11 for one JAX 0.11 added (`first_version`), else None."""
+    """What `detect_style` asks of a primitive's record: its version clues (its own rule's,
+    and those of the parameters JAX added later: `params_since`, `PARAM_CLUES`), the
+    parameter whose jaxpr takes its operands' names, and the clue its presence gives:
+    CLUE_0_12 when only JAX 0.12 prints it (a primitive it added, or one of its HiPrims:
+    `CustomRoot[...]`, `SearchSorted[...]`), CLUE_0_11 for one JAX 0.11 added
+    (`first_version`), else None."""
     rec = record_of(name)
     first = rec.first_version
     clue = None
@@ -276,7 +289,24 @@ def _record_facts(name: str) -> tuple:
         clue = CLUE_0_12
     elif first is not None and tuple(first) >= (0, 11):
         clue = CLUE_0_11
-    return rec.version_clues, rec.suggest_names, clue
+    return _clues_with_params(rec.version_clues, rec.params_since), rec.suggest_names, clue
+
+
+def _clues_with_params(rule, since):
+    """The record's `version_clues` rule, joined by the clues of its `params_since`."""
+    marked = [
+        (k, PARAM_CLUES[tuple(v)]) for k, (v, _) in (since or {}).items() if tuple(v) in PARAM_CLUES
+    ]
+    if not marked:
+        return rule
+
+    def clues(e) -> set[str]:
+        found = set(rule(e)) if rule is not None else set()
+        for k, (present, absent) in marked:
+            found.add(present if k in e.params else absent)
+        return found
+
+    return clues
 
 
 def detect_style(jaxpr: core.Jaxpr) -> Style:
@@ -287,15 +317,17 @@ def detect_style(jaxpr: core.Jaxpr) -> Style:
     literals -> 0.4.35; custom calls with their thunks -> 0.6.0; jit's old name -> 0.6.2
     (0.4.35 when names are not suggested cannot be told apart, but then the output is the
     same); parameters only 0.7.2 printed, real addresses, or a large nested jaxpr printed
-    inline -> 0.7.2; a 0.12-only primitive or parameter (`one_minus_square`, new_ref's
-    `pin`) -> 0.12; a form only 0.10 and older printed (scan's `num_consts`) -> 0.10.2; a form
+    inline -> 0.7.2; a parameter 0.12.1 added (gather's `out_sharding`) -> 0.12.1; a
+    0.12-only primitive or parameter (`one_minus_square`, new_ref's `pin`) -> 0.12.1, or
+    0.12.0.1 where a form 0.12.1 no longer prints (gather without `out_sharding`) says so; a form only 0.10 and older printed (scan's `num_consts`) -> 0.10.2; a form
     0.11 and 0.12 print (scan's `ft_in`, top_k's `is_stable`, `unstack`) with one 0.10 and
     0.11 print (reduce_max without `out_sharding`) -> 0.11.0; one of these alone: the
     installed JAX's style where it is one of the two versions that print it so, else the
     older (0.10/0.11 forms) or newer (0.11/0.12 forms) one; otherwise `unmarked_style()`
     (0.10.2, 0.11 and 0.12 print such a text alike; what the tool adds to it, e.g. tanh's
-    derivative `one_minus_square`, follows the installed JAX).  Each primitive's clues are
-    its record's (`version_clues`, `first_version`).
+    derivative `one_minus_square`, follows the installed JAX; 0.12.0.1 for an installed
+    0.12.1 where a form 0.12.1 no longer prints says so).  Each primitive's clues are its
+    record's (`version_clues`, `first_version`, `params_since`).
     """
     real_addr = suggested = fresh = large_inline = False
     clues: set[str] = set()
@@ -366,15 +398,19 @@ def detect_style(jaxpr: core.Jaxpr) -> Style:
             clues.add(CLUE_0_7_2)
     if CLUE_0_7_2 in clues:
         return Style((0, 7, 2))
-    if CLUE_0_12 in clues:
+    if CLUE_0_12_1 in clues:
         return DEFAULT_STYLE
+    twelve = (STYLE_0_12_0,) if CLUE_BEFORE_0_12_1 in clues else (DEFAULT_STYLE, STYLE_0_12_0)
+    if CLUE_0_12 in clues:
+        return _installed_among(*twelve)
     if CLUE_BEFORE_0_11 in clues:
         return STYLE_0_10
     if CLUE_0_11 in clues:  # 0.11 or 0.12
-        return STYLE_0_11 if CLUE_0_10 in clues else _installed_among(STYLE_0_11, DEFAULT_STYLE)
+        return STYLE_0_11 if CLUE_0_10 in clues else _installed_among(STYLE_0_11, *twelve)
     if CLUE_0_10 in clues:  # 0.10 or 0.11
         return _installed_among(STYLE_0_10, STYLE_0_11)
-    return unmarked_style()
+    mine = unmarked_style()
+    return STYLE_0_12_0 if mine == DEFAULT_STYLE and CLUE_BEFORE_0_12_1 in clues else mine
 
 
 def _installed_among(*styles: Style) -> Style:
@@ -396,6 +432,8 @@ def unmarked_style() -> Style:
         return STYLE_0_10
     if (0, 11) <= installed < (0, 12):
         return STYLE_0_11
+    if (0, 12) <= installed < (0, 12, 1):
+        return STYLE_0_12_0
     return DEFAULT_STYLE
 
 

@@ -18,6 +18,7 @@ import click
 from ..core import Jaxpr, Literal, Var, alpha_equal
 from ..io import use_color
 from ..params import NpScalar, Record, format_value
+from ..record import prim as record_of
 
 # ---------------------------------------------------------------- text diffs
 
@@ -273,13 +274,23 @@ def _plain(value, memo: dict):
 
 
 def plain_values(jaxpr: Jaxpr, memo: dict | None = None) -> Jaxpr:
-    """`jaxpr` with every parameter value `_plain` (the same variables, new equations)."""
+    """`jaxpr` with every parameter value `_plain` (the same variables, new equations), and
+    the parameters a later JAX added that an older version's text lacks given the value that
+    version always used (gather's `out_sharding=None` before 0.12.1: the record's
+    `params_since`)."""
     memo = {} if memo is None else memo
     if id(jaxpr) in memo:
         return memo[id(jaxpr)]
-    eqns = [e.replace(params={k: _plain(v, memo) for k, v in e.params.items()}) for e in jaxpr.eqns]
+    eqns = [e.replace(params=_plain_params(e, memo)) for e in jaxpr.eqns]
     memo[id(jaxpr)] = out = jaxpr.replace(eqns=eqns)
     return out
+
+
+def _plain_params(e, memo: dict) -> dict:
+    params = {k: _plain(v, memo) for k, v in e.params.items()}
+    for k, (_, old) in (record_of(e.prim).params_since or {}).items():
+        params.setdefault(k, old)
+    return params
 
 
 def semantic_diff(
