@@ -62,7 +62,8 @@ test: install-test lint
 # 3.11 (JAX 0.10.0 there), and the core tests run against them: parse/print, check, every
 # AD command (jvp, linearize, transpose, vjp, grad), vmap, the passes, run and the API,
 # check-grad, memory (--plot too), every in-process command on programs JAX 0.10.0 traces
-# (test_installed_jax.py); then lint with the floor ruff.  A test of what a later
+# (test_installed_jax.py), texts of JAX 0.12.1 and 0.12.0.1 run on it; then lint with the
+# floor ruff.  A test of what a later
 # JAX does is skipped there, saying what the installed JAX lacks.  Where no Python 3.11 is
 # found, nothing runs and it says so.
 FLOOR_PYTHON ?= $(shell for p in python3.11 $$HOME/.pyenv/versions/3.11*/bin/python3.11; do \
@@ -74,7 +75,7 @@ FLOOR_TESTS := tests/test_parser.py tests/test_printer.py tests/test_check.py \
 	tests/test_ad_control_flow.py tests/test_vmap.py tests/test_passes.py \
 	tests/test_run_cli.py tests/test_backend.py tests/test_api.py tests/test_check_grad.py \
 	tests/test_memory.py tests/test_installed_jax.py tests/test_older_jax.py \
-	tests/test_unmarked_style.py
+	tests/test_unmarked_style.py tests/test_jax_0_12_1_style.py
 
 # uv resolves the floors (pip has no lowest-version resolution); it comes from the registry
 $(BIN)/uv: $(STAMP)

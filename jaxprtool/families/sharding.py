@@ -136,11 +136,15 @@ for _n in ("reshard", "mesh_cast"):
 
 
 def _print_sharding_constraint(e, style):
-    """Every parameter sorted; JAX 0.12.1 no longer prints `unconstrained_dims`."""
-    shown = sorted_params(e.params)
+    """Every parameter sorted; JAX 0.12.1 no longer prints `unconstrained_dims` (the
+    sharding's spec says them); for an older style, a 0.12.1 text's constraint whose spec
+    has no `UNCONSTRAINED` entry prints the empty set older versions printed."""
+    params = e.params
     if style.version >= (0, 12, 1):
-        return [(k, v) for k, v in shown if k != "unconstrained_dims"]
-    return shown
+        params = {k: v for k, v in params.items() if k != "unconstrained_dims"}
+    elif "unconstrained_dims" not in params and "UNCONSTRAINED" not in str(params.get("sharding")):
+        params = {**params, "unconstrained_dims": frozenset()}
+    return sorted_params(params)
 
 
 def _unconstrained_dims_clue(e) -> set[str]:
