@@ -110,3 +110,33 @@ def test_both_versions_texts_run_on_the_installed_jax(name):
         assert len(got) == len(want)
         for a, b in zip(got, want):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_random_bits_with_two_streams_runs_and_batches_as_jax():
+    """JAX 0.12.1's random_bits makes `num_streams` results: printed back, run and batched
+    to JAX's bits."""
+    import inspect
+
+    import jax
+    from jax._src.random import prng
+
+    from jaxprtool import backend
+    from jaxprtool.ad.batching import vmap_jaxpr
+
+    if "num_streams" not in inspect.signature(prng.random_bits).parameters:
+        pytest.skip(f"the installed JAX ({jax.__version__}) has no random_bits num_streams")
+
+    def f(seed):
+        return tuple(
+            prng.random_bits(jax.random.key(seed), bit_width=32, shape=(3,), num_streams=2)
+        )
+
+    text = str(jax.make_jaxpr(f)(np.int32(5))) + "\n"
+    j = parse(text, "<two streams>").jaxpr
+    assert "num_streams=2" in text and print_jaxpr(j, detect_style(j)) + "\n" == text
+    for a, b in zip(backend.evaluate(j, [np.int32(5)]), jax.jit(f)(np.int32(5)), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    seeds = np.arange(4, dtype=np.int32)
+    got = backend.evaluate(vmap_jaxpr(j, 0, 0, axis_size=4), [seeds])
+    for a, b in zip(got, jax.vmap(f)(seeds), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
