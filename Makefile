@@ -75,7 +75,7 @@ FLOOR_TESTS := tests/test_parser.py tests/test_printer.py tests/test_check.py \
 	tests/test_ad_control_flow.py tests/test_vmap.py tests/test_passes.py \
 	tests/test_run_cli.py tests/test_backend.py tests/test_api.py tests/test_check_grad.py \
 	tests/test_memory.py tests/test_installed_jax.py tests/test_older_jax.py \
-	tests/test_unmarked_style.py tests/test_jax_0_12_1_style.py
+	tests/test_unmarked_style.py tests/test_jax_0_12_1.py
 
 # uv resolves the floors (pip has no lowest-version resolution); it comes from the registry
 $(BIN)/uv: $(STAMP)

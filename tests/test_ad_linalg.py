@@ -30,7 +30,6 @@ from jaxprtool.ad.api import (  # noqa: E402
 )
 from jaxprtool.ad.batching import vmap_jaxpr  # noqa: E402
 from jaxprtool.ad.jacobians import jacfwd, jacrev  # noqa: E402
-from jaxprtool.backend.prims import installed_version  # noqa: E402
 from jaxprtool.core import Jaxpr, JaxprError  # noqa: E402
 from jaxprtool.text.printer import print_jaxpr  # noqa: E402
 
@@ -331,20 +330,8 @@ def _check_case(name, f, args, tol):
 FAST_CASES = ("complex", "cg", "svd_wide", "tridiagonal_solve", "eig_vectors")
 
 
-#: cases a JAX version traces to a primitive the tool does not know yet (refused at its
-#: equation): known gaps, run and expected to fail until the tool has it
-_NEW_PRIMITIVE = pytest.mark.xfail(
-    installed_version() >= (0, 12, 1),
-    reason="JAX 0.12.1's cg calls frexp, printed as the high-level primitive Frexp, which "
-    "the tool has no rule for yet",
-    raises=JaxprError,
-    strict=True,
-)
-
-
 def _marks(name: str) -> list:
-    marks = [] if name in FAST_CASES else [pytest.mark.slow]
-    return marks + ([_NEW_PRIMITIVE] if name == "cg" else [])
+    return [] if name in FAST_CASES else [pytest.mark.slow]
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c[0], marks=_marks(c[0])) for c in CASES])

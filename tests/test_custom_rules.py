@@ -258,14 +258,18 @@ def test_library_rule_gives_jax_gradient_exactly_from_plain_text(name):
     assert tool_eqns <= jax_eqns, (tool_eqns, jax_eqns)
 
 
+@pytest.mark.parametrize("masked", [False, True], ids=["all", "where"])
 @pytest.mark.parametrize("axis", [-1, 1, (0, 2)])
-def test_softmax_rule_gives_jax_gradient_on_any_axis(axis):
+def test_softmax_rule_gives_jax_gradient_on_any_axis(axis, masked):
     """`jax.nn.softmax` is a custom_jvp function (by default from JAX 0.12.1): JAX's rule, on
-    the axes the body reduces over, with no warning; its jaxpr is no longer than JAX's."""
+    the axes the body reduces over, with or without `where=`, with no warning; its jaxpr is
+    no longer than JAX's."""
     x = np.random.default_rng(3).standard_normal((2, 3, 4)).astype(np.float32)
 
-    def loss(x):  # (weights by iota: the text holds no constant)
-        return (jax.nn.softmax(x, axis=axis) * jnp.arange(24.0).reshape(2, 3, 4)).sum()
+    def loss(x):  # (weights and mask from iota: the text holds no constant)
+        iota = jnp.arange(24.0).reshape(2, 3, 4)
+        where = (iota % 5.0 != 1.0) if masked else None
+        return (jax.nn.softmax(x, axis=axis, where=where) * iota).sum()
 
     before = jax.config.jax_softmax_custom_jvp
     jax.config.update("jax_softmax_custom_jvp", True)

@@ -30,6 +30,8 @@ from jaxprtool.core import all_eqns  # noqa: E402
 from jaxprtool.record import records  # noqa: E402
 from jaxprtool.text.parser import parse  # noqa: E402
 
+JAX_0_12_1 = hasattr(lax, "sinpi")
+
 
 def _extra_cases():
     """The primitives `test_shapes._cases()` does not trace."""
@@ -78,6 +80,26 @@ def _extra_cases():
     cv = jax.custom_batching.custom_vmap(lambda a: jnp.sin(a))
     cv.def_vmap(lambda axis_size, in_batched, a: (jnp.sin(a), in_batched[0]))
     cases["custom_vmap"] = (lambda a: cv(a) + 1, (x,))
+    if JAX_0_12_1:
+        cases["jax_0_12_1_elementwise"] = (
+            lambda a, b: (
+                *(f(a) for f in (lax.sinpi, lax.cospi, lax.asinpi, lax.acospi, lax.atanpi)),
+                *(f(a) for f in (lax.exp2m1, lax.log2p1)),
+                lax.tanpi(a * 0.3),
+                lax.atan2pi(a, b),
+                lax.fma(a, b, a),
+                lax.fmuladd(a, b, a),
+            ),
+            (x, -x),
+        )
+        cases["poisson_frexp"] = (
+            lambda a: (
+                jax.random.poisson(jax.random.key(3), a * 5.0),
+                jnp.frexp(a * 40.0),
+                jnp.ldexp(a, jnp.arange(12, dtype=jnp.int32).reshape(3, 4) - 6),
+            ),
+            (x,),
+        )
     return cases
 
 
@@ -94,8 +116,18 @@ REFUSED = {
 #: cases JAX itself cannot run on CPU: the tool's error must be a clean, located one
 JAX_CANNOT = {"more_linalg": "subset_by_index not supported on CPU"}
 
+#: the primitives JAX 0.12.1 added (the cases above trace them where it is installed)
+ADDED_IN_0_12_1 = (
+    "sinpi cospi tanpi asinpi acospi atanpi atan2pi exp2m1 log2p1 fma fmuladd random_poisson "
+    "Frexp Ldexp".split()
+)
+
 #: primitives of the families that no case runs, and why
 NOT_TRACED = {
+    **dict.fromkeys(
+        () if JAX_0_12_1 else ADDED_IN_0_12_1,
+        "JAX 0.12.1 added it: the installed JAX does not trace it",
+    ),
     **dict.fromkeys(
         "call closed_call core_call named_call remat_call xla_call pjit remat checkpoint "
         "custom_jvp_call_jaxpr custom_vjp_call_jaxpr custom_vmap_call_jaxpr eq_to le_to lt_to "

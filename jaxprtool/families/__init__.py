@@ -10,6 +10,7 @@ import importlib
 MODULES = (
     "jaxprtool.families.arithmetic",
     "jaxprtool.families.transcendental",
+    "jaxprtool.families.frexp",
     "jaxprtool.families.shape",
     "jaxprtool.families.indexing",
     "jaxprtool.families.reductions",

@@ -1365,6 +1365,128 @@ define(
 )
 
 
+# ---------------------------------------------------------------- sinpi, cospi, tanpi, ...
+# sinpi, cospi, tanpi, asinpi, acospi, atanpi, atan2pi, exp2m1, log2p1 (JAX 0.12.1, in
+# `trig.py` and `exp_log.py`): real floats only; the JVPs are JAX's (atanpi's and atan2pi's
+# as the tool's atan2: the same quotient, without JAX's overflow-safe `hypot`).  JAX lowers
+# each as a long range reduction and polynomial, which no older primitive computes bit for
+# bit: no older form (`restyle`), an older installed JAX refuses them at their equation.
+
+_PI, _INV_PI, _LN2 = math.pi, 1.0 / math.pi, math.log(2.0)
+
+
+def _one_minus_square(x):
+    return ops.bind("one_minus_square", x)
+
+
+def _hypot_sq(x, y):
+    return add(square(x), square(y))
+
+
+unary_shapes("sinpi cospi tanpi asinpi acospi atanpi exp2m1 log2p1", (FLOAT,))
+nary_shapes("atan2pi", (FLOAT,))
+
+defjvp("sinpi", lambda g, x, **p: mul(g, mul(c(x, _PI), ops.bind("cospi", x))))
+defjvp("cospi", lambda g, x, **p: mul(neg(g), mul(c(x, _PI), ops.bind("sinpi", x))))
+defjvp2("tanpi", lambda g, ans, x, **p: mul(g, mul(c(x, _PI), add(c(x, 1), mul(ans, ans)))))
+defjvp("asinpi", lambda g, x, **p: mul(g, mul(c(x, _INV_PI), ops.rsqrt(_one_minus_square(x)))))
+defjvp("acospi", lambda g, x, **p: mul(neg(g), mul(c(x, _INV_PI), ops.rsqrt(_one_minus_square(x)))))
+defjvp("atanpi", lambda g, x, **p: div(mul(g, c(x, _INV_PI)), add(c(x, 1), square(x))))
+defjvp(
+    "atan2pi",
+    lambda g, x, y, **p: mul(g, div(mul(c(y, _INV_PI), y), _hypot_sq(x, y))),
+    lambda g, x, y, **p: mul(g, div(mul(c(x, -_INV_PI), x), _hypot_sq(x, y))),
+)
+defjvp("exp2m1", lambda g, x, **p: mul(g, mul(c(x, _LN2), ops.exp2(x))))
+defjvp("log2p1", lambda g, x, **p: div(g, mul(add(x, c(x, 1)), c(x, _LN2))))
+
+for _n, _formula in (
+    ("sinpi", ("pi cos(pi x)", lambda x: np.pi * np.cos(np.pi * x))),
+    ("cospi", ("-pi sin(pi x)", lambda x: -np.pi * np.sin(np.pi * x))),
+    ("tanpi", ("pi (1 + tan(pi x)^2)", lambda x: np.pi * (1 + np.tan(np.pi * x) ** 2))),
+    ("asinpi", ("1/(pi sqrt(1-x^2))", lambda x: 1 / (np.pi * np.sqrt(1 - x**2)))),
+    ("acospi", ("-1/(pi sqrt(1-x^2))", lambda x: -1 / (np.pi * np.sqrt(1 - x**2)))),
+    ("atanpi", ("1/(pi (1+x^2))", lambda x: 1 / (np.pi * (1 + x**2)))),
+    (
+        "atan2pi",
+        (
+            "d/dx = y/(pi (x^2+y^2)), d/dy = -x/(pi (x^2+y^2))",
+            lambda x, y: (y / (np.pi * (x**2 + y**2)), -x / (np.pi * (x**2 + y**2))),
+        ),
+    ),
+    ("exp2m1", ("log(2) 2^x", lambda x: np.log(2) * np.exp2(x))),
+    ("log2p1", ("1/((1+x) log(2))", lambda x: 1 / ((1 + x) * np.log(2)))),
+):
+    define(_n, derivative_formula=_formula, first_version=(0, 12, 1))
+
+# ---------------------------------------------------------------- fma, fmuladd
+# a * b + c (JAX 0.12.1): fma rounds once; fmuladd may round the product or not.  Linear in
+# c, and in a or b while the other is fixed: JAX's `_fma_jvp` accumulates the tangents with
+# the primitive itself, its `_fma_transpose` is mul's for a and b and the identity for c.
+# fma has no older form (a product rounded apart from its sum is not fma); fmuladd runs as
+# `mul` then `add`, JAX's own lowering of it on TPU and with an older jaxlib.
+
+
+def _fma_jvp(name):
+    def rule(primals, tangents, **params):
+        a, b, _ = primals
+        ta, tb, tc = tangents
+        (ans,) = rebind_primal(name, primals, params)
+        acc = tc
+        if not is_zero(tb):
+            acc = mul(a, tb) if is_zero(acc) else ops.bind(name, a, tb, acc)
+        if not is_zero(ta):
+            acc = mul(ta, b) if is_zero(acc) else ops.bind(name, ta, b, acc)
+        if is_zero(acc):
+            return [ans], [Zero(tangent_type(ans.type))]
+        return [ans], [ops.maybe_broadcast(_shape(ans), acc)]
+
+    return rule
+
+
+def _fma_transpose(name):
+    def rule(cts, a, b, c_, **params):
+        (ct,) = cts
+        if is_undefined_primal(a) and is_undefined_primal(b):
+            raise NotLinear(
+                f"'{name}' is not linear: both factors depend on the linear inputs", current().loc
+            )
+        args = (a, b, c_)
+        if is_zero(ct):
+            return [Zero(tangent_type(x.type)) if is_undefined_primal(x) else None for x in args]
+        return [
+            _ub(a, mul(ct, b)) if is_undefined_primal(a) else None,
+            _ub(b, mul(a, ct)) if is_undefined_primal(b) else None,
+            _ub(c_, ct) if is_undefined_primal(c_) else None,
+        ]
+
+    return rule
+
+
+def _older_fmuladd(prim, params, e, style):
+    """`mul` then `add`: a * b + c, as JAX 0.12.1 lowers fmuladd on a TPU and with an older
+    jaxlib (fmuladd lets the product round or not)."""
+    a, b, c_ = e.inputs
+    (out,) = e.outputs
+    prod = Var(out.type.update(shape=broadcast_shapes("mul", [a.type, b.type]), weak_type=False))
+    return [
+        Eqn("mul", [a, b], [prod], {}, loc=e.loc),
+        Eqn("add", [prod, c_], [out], {}, loc=e.loc),
+    ]
+
+
+nary_shapes("fma fmuladd", (FLOAT,), arity=3)
+for _n in ("fma", "fmuladd"):
+    define(
+        _n,
+        jvp=_fma_jvp(_n),
+        transpose=_fma_transpose(_n),
+        jvp_kind="jvp+linearization",
+        first_version=(0, 12, 1),
+    )
+define("fmuladd", restyle=_older_fmuladd)
+
+
 # ---------------------------------------------------------------- cheap constants
 # linearize recomputes residuals built only from literals with these (AD's zeros, the 0.5 of
 # a square root's derivative) in the linear program, instead of passing them as residuals
@@ -1381,5 +1503,6 @@ reduce_precision round rsqrt sign sin sinh sqrt square tan tanh convert_element_
 stop_gradient add sub mul div rem pow max min atan2 nextafter and or xor eq ne lt le gt ge eq_to
 lt_to le_to shift_left shift_right_arithmetic shift_right_logical mulhi complex igamma igammac
 igamma_grad_a polygamma zeta regularized_incomplete_beta copysign _copysign polynomial select_n
-clamp add_any add_jaxvals""".split():
+clamp add_any add_jaxvals sinpi cospi tanpi asinpi acospi atanpi atan2pi exp2m1 log2p1
+fma fmuladd""".split():
     define(_n, remat="cheap")

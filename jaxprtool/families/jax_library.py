@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from ..ad import ops
+from ..ad.ops import ty
 from ..ad.registry import register_library_jvp
 from ..core import Jaxpr, Literal
 from ..record import define
@@ -183,11 +184,18 @@ def _logit_tangent(primals, tangents, ans):
 
 
 def _softmax_tangent(primals, tangents, ans, *, axes):
-    """JAX's `_softmax_jvp` (where=None): y * (x_dot - sum(y * x_dot, axis, keepdims))."""
-    (x,), (g,), (y,) = primals, tangents, ans
+    """JAX's `_softmax_jvp`: y * (x_dot - sum(y * x_dot, axis, keepdims)); with `where`, the
+    tangent and the sum are taken where it holds, and the result is zero elsewhere."""
+    x, where = primals[0], (primals[1] if len(primals) > 1 else None)
+    (g, *_), (y,) = tangents, ans
+
+    def masked(v):
+        return v if where is None else ops.select_n(where, ops.full(ty(v), 0.0), v)
+
+    g = masked(g)
     kept = [d for d in range(len(ops.shape(x))) if d not in set(ints(axes))]
-    total = ops.bind_reduce_sum(ops.mul(y, g), axes)
-    return [ops.mul(y, ops.sub(g, ops.bind_broadcast(total, ops.shape(x), kept)))]
+    total = ops.bind_reduce_sum(masked(ops.mul(y, g)), axes)
+    return [masked(ops.mul(y, ops.sub(g, ops.bind_broadcast(total, ops.shape(x), kept))))]
 
 
 _RELU = """{ lambda ; a:f32[3]. let
@@ -265,7 +273,7 @@ _LOGIT_0_12_1 = """{ lambda ; a:f32[3]. let
     s:f32[3] = WHERE b q r
   in (s,) }""".replace("WHERE", _WHERE)
 
-#: `jax.nn.softmax` (where=None) as JAX 0.12.1 traces it by default (jax_softmax_custom_jvp;
+#: `jax.nn.softmax` as JAX 0.12.1 traces it by default (jax_softmax_custom_jvp;
 #: before, only with that flag): the max is not stopped, the custom rule makes its
 #: derivative vanish
 _SOFTMAX = """{ lambda ; a:f32[3]. let
@@ -279,6 +287,45 @@ _SOFTMAX = """{ lambda ; a:f32[3]. let
     i:f32[3] = div f h
   in (i,) }"""
 
+#: the same with `where=` (a boolean mask): masked max, sum and result
+_SOFTMAX_WHERE = """{ lambda ; a:f32[3] b:bool[3]. let
+    c:f32[3] = WHERE_SCALAR b a -inf:f32[]
+    d:f32[] = reduce_max[axes=(0,)] c
+    e:f32[] = max -inf:f32[] d
+    f:f32[1] = broadcast_in_dim[broadcast_dimensions=() shape=(1,) sharding=None] e
+    g:f32[3] = jit[
+      name=_where
+      jaxpr={ lambda ; b:bool[3] a:f32[3] h:f32[]. let
+          i:f32[] = convert_element_type[new_dtype=float32 weak_type=False] h
+          j:f32[3] = broadcast_in_dim[broadcast_dimensions=() shape=(3,) sharding=None] i
+          g:f32[3] = select_n b j a
+        in (g,) }
+    ] b a -inf:f32[]
+    k:f32[3] = sub g f
+    l:f32[3] = exp k
+    m:f32[3] = WHERE_SCALAR b l 0.0:f32[]
+    n:f32[] = reduce_sum[axes=(0,)] m
+    o:f32[1] = broadcast_in_dim[broadcast_dimensions=() shape=(1,) sharding=None] n
+    p:f32[3] = div l o
+    q:f32[3] = jit[
+      name=_where
+      jaxpr={ lambda ; b:bool[3] p:f32[3] r:i32[]. let
+          s:f32[] = convert_element_type[new_dtype=float32 weak_type=False] r
+          t:f32[3] = broadcast_in_dim[broadcast_dimensions=() shape=(3,) sharding=None] s
+          q:f32[3] = select_n b t p
+        in (q,) }
+    ] b p 0:i32[]
+  in (q,) }""".replace(
+    "WHERE_SCALAR",
+    """jit[
+      name=_where
+      jaxpr={ lambda ; u:bool[3] v:f32[3] w:f32[]. let
+          x:f32[3] = broadcast_in_dim[broadcast_dimensions=() shape=(3,) sharding=None] w
+          y:f32[3] = select_n u x v
+        in (y,) }
+    ]""",
+)
+
 for _rule in (
     LibraryRule("relu", "jvp", _RELU, _relu_tangent),
     LibraryRule("relu6", "jvp", _RELU6, _relu6_tangent),
@@ -288,6 +335,7 @@ for _rule in (
     LibraryRule("logit", "jvp", _LOGIT, _logit_tangent),
     LibraryRule("_logit", "jvp", _LOGIT_0_12_1, _logit_tangent),
     LibraryRule("_softmax", "_softmax_jvp", _SOFTMAX, _softmax_tangent, free=("axes",)),
+    LibraryRule("_softmax", "_softmax_jvp", _SOFTMAX_WHERE, _softmax_tangent, free=("axes",)),
 ):
     register_library_jvp(_rule)
 

@@ -242,6 +242,35 @@ define(
     params_since={"out_sharding": ((0, 12, 1), None)},
 )
 
+# ---------------------------------------------------------------- random_poisson (JAX 0.12.1)
+
+
+@shape_rule("random_poisson", random=True)
+def _random_poisson(in_types, params, out_hint):
+    """Integer counts shaped as the rates, whose leading dimensions are the keys'."""
+    nargs(in_types, 2, "random_poisson")
+    key = _key(in_types[0], "random_poisson")
+    lam = arr(in_types[1], "random_poisson", 1)
+    if tuple(lam.shape[: key.ndim]) != tuple(key.shape):
+        raise ShapeError(
+            f"random_poisson: the rates' leading shape {lam.shape[: key.ndim]} must be the "
+            f"keys' {key.shape}"
+        )
+    dtype = dtype_param(need(params, "dtype"))
+    if dtype[:1] not in ("i", "u"):
+        raise ShapeError(f"random_poisson: dtype must be an integer type, got {dtype}")
+    return [lam.update(dtype=dtype, weak_type=False)]
+
+
+# counts carry no derivative; without the primitive (JAX before 0.12.1) jax.random.poisson
+# was a loop of draws, which no single older equation computes: refused at its equation
+defjvp_zero("random_poisson")
+define(
+    "random_poisson",
+    batching=BT.leading_batch("random_poisson"),
+    first_version=(0, 12, 1),
+)
+
 # ---------------------------------------------------------------- random_gamma_grad (older JAX
 # versions; its shape rule is in the elementwise table)
 

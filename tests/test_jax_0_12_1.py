@@ -1,4 +1,5 @@
-"""JAX 0.12.1's printing beside 0.12.0.1's, on the same programs.
+"""JAX 0.12.1: its printing beside 0.12.0.1's, on the same programs; random_bits' streams
+and random_poisson.
 
 `tests/data/jax-0.12.1/` holds what JAX 0.12.1 printed for six cases of the reference
 corpus (`../shared/jaxpr-format/generator/gen.py`, run with JAX 0.12.1 on 2026-12-06),
@@ -140,3 +141,35 @@ def test_random_bits_with_two_streams_runs_and_batches_as_jax():
     got = backend.evaluate(vmap_jaxpr(j, 0, 0, axis_size=4), [seeds])
     for a, b in zip(got, jax.vmap(f)(seeds), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_random_poisson_runs_and_batches_as_jax():
+    """JAX 0.12.1's jax.random.poisson is one primitive, `random_poisson[dtype out_sharding]`:
+    typed, printed back, run and batched (keys and rates both batched) to JAX's counts; its
+    counts have no derivative (the tool's grad of a function using them is JAX's)."""
+    import jax
+
+    from jaxprtool import backend
+    from jaxprtool.ad.api import grad_jaxpr
+    from jaxprtool.ad.batching import vmap_jaxpr
+
+    def f(seed, rate):
+        counts = jax.random.poisson(jax.random.key(seed), rate, (3,))
+        return counts, (counts * rate).sum()
+
+    seed, rate = np.int32(4), np.float32(2.5)
+    text = str(jax.make_jaxpr(f)(seed, rate)) + "\n"
+    if "random_poisson[" not in text:
+        pytest.skip(f"the installed JAX ({jax.__version__}) has no random_poisson primitive")
+    j = parse(text, "<poisson>").jaxpr
+    assert print_jaxpr(j, detect_style(j)) + "\n" == text
+    for a, b in zip(backend.evaluate(j, [seed, rate]), jax.jit(f)(seed, rate), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    seeds, rates = np.arange(4, dtype=np.int32), np.linspace(0.5, 9.0, 4, dtype=np.float32)
+    got = backend.evaluate(vmap_jaxpr(j, 0, 0, axis_size=4), [seeds, rates])
+    for a, b in zip(got, jax.vmap(f)(seeds, rates), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    loss = jax.make_jaxpr(lambda s, r: f(s, r)[1])(seed, rate)
+    (g,) = backend.evaluate(grad_jaxpr(parse(str(loss) + "\n").jaxpr, 1), [seed, rate])
+    want = jax.grad(lambda r: f(seed, r)[1])(rate)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(want), rtol=1e-6)
