@@ -156,6 +156,15 @@ SAMPLED = {
     "test_state_ad_bodies.py::test_a_ref_into_shard_map_runs_and_differentiates_as_jax_s": (2, 0),
     "test_lit_goldens.py::test_numbers": (2, 0),
     "test_parser.py::test_corpus_file_parses": (2, 0),
+    "test_ad_explicit_sharding.py::test_grad_keeps_sharding_and_matches_jax": (2, 0),
+    "test_symbolic_conv_batching.py::test_vmap_of_grouped_conv_with_symbolic_features_matches_jax": (
+        2,
+        0,
+    ),
+    "test_ref_dce.py::test_linearize_and_transpose_drop_dead_ref_writes_as_jax_does": (2, 0),
+    "test_ref_dce.py::test_grad_and_vjp_drop_dead_ref_writes_as_jax_does": (2, 1),
+    "test_backend.py::test_eager_equals_compiled": (2, 0),
+    "test_ad_special.py::test_integer_valued_primitives_differentiate_like_jax": (2, 1),
     "test_printer.py::test_older_and_dumps_round_trip": (2, 0),
 }
 
@@ -169,5 +178,6 @@ def pytest_collection_modifyitems(config, items):
             continue
         n, k = SAMPLED[key]
         i = seen[key] = seen.get(key, -1) + 1
-        if i % n != k:
+        # (a strict xfail, the sentinel of a known gap, runs in the default run too)
+        if i % n != k and not item.get_closest_marker("xfail"):
             item.add_marker(pytest.mark.slow)
