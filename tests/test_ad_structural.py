@@ -114,9 +114,14 @@ def _conv(
 def _gamma(log_space):
     from jax._src.random import random_gamma_p
 
+    from jaxprtool.backend.prims import installed_version
+
+    # (JAX 0.12.1's primitive also takes out_sharding, None unless the user shards it)
+    extra = {"out_sharding": None} if installed_version() >= (0, 12, 1) else {}
+
     def f(a):
         k = jax.random.key(0)
-        return random_gamma_p.bind(k, a, log_space=log_space)
+        return random_gamma_p.bind(k, a, log_space=log_space, **extra)
 
     return f
 

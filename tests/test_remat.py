@@ -170,7 +170,9 @@ def test_linear_program_dot_product(resmlp_ir, plain_linear_output, spec):
     "flag",
     [
         ["--remat", "min-cut"],
-        pytest.param(["--remat-budget", "0.4"], marks=pytest.mark.slow),
+        # (0.5: this program's planned peak cannot go below 0.44 of the plain gradient's,
+        # which --remat-budget 0.4 refuses, saying so)
+        pytest.param(["--remat-budget", "0.5"], marks=pytest.mark.slow),
         pytest.param(["--remat", "dots_saveable"], marks=pytest.mark.slow),
     ],
 )

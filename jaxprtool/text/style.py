@@ -45,6 +45,9 @@ CLUE_BEFORE_0_6_1 = "before 0.6.1"
 #: jit printed under its old name (0.4.35 or 0.6.2, told apart by the names of its body)
 CLUE_OLD_CALL_NAME = "old call name"
 CLUE_0_7_2 = "0.7.2"
+#: a form JAX printed before 0.10.1 (0.7.2 and older), such as ragged_dot_general without
+#: `out_sharding`
+CLUE_BEFORE_0_10_1 = "before 0.10.1"
 #: a form JAX printed before 0.11 (0.10 and older) and 0.11 and 0.12 do not
 CLUE_BEFORE_0_11 = "before 0.11"
 #: a form 0.10 and 0.11 print and 0.12 does not
@@ -56,8 +59,9 @@ CLUE_0_12 = "0.12"
 CLUE_0_12_1 = "0.12.1"
 CLUE_BEFORE_0_12_1 = "before 0.12.1"
 #: the clues a parameter JAX added in a version gives (a record's `params_since`): by its
-#: presence, by its absence
+#: presence (None: every later version prints it), by its absence
 PARAM_CLUES = {
+    (0, 10, 1): (None, CLUE_BEFORE_0_10_1),
     (0, 11): (CLUE_0_11, CLUE_BEFORE_0_11),
     (0, 12, 1): (CLUE_0_12_1, CLUE_BEFORE_0_12_1),
 }
@@ -303,7 +307,9 @@ def _clues_with_params(rule, since):
     def clues(e) -> set[str]:
         found = set(rule(e)) if rule is not None else set()
         for k, (present, absent) in marked:
-            found.add(present if k in e.params else absent)
+            clue = present if k in e.params else absent
+            if clue is not None:
+                found.add(clue)
         return found
 
     return clues
@@ -316,8 +322,8 @@ def detect_style(jaxpr: core.Jaxpr) -> Style:
     `name=` among the sorted keys -> 0.4.21 (0.4.3 when it prints its defaults); untyped
     literals -> 0.4.35; custom calls with their thunks -> 0.6.0; jit's old name -> 0.6.2
     (0.4.35 when names are not suggested cannot be told apart, but then the output is the
-    same); parameters only 0.7.2 printed, real addresses, or a large nested jaxpr printed
-    inline -> 0.7.2; a parameter 0.12.1 added (gather's `out_sharding`) -> 0.12.1; a
+    same); parameters only 0.7.2 printed, one 0.10.1 added missing (ragged_dot_general's
+    `out_sharding`), real addresses, or a large nested jaxpr printed inline -> 0.7.2; a parameter 0.12.1 added (gather's `out_sharding`) -> 0.12.1; a
     0.12-only primitive or parameter (`one_minus_square`, new_ref's `pin`) -> 0.12.1, or
     0.12.0.1 where a form 0.12.1 no longer prints (gather without `out_sharding`) says so; a form only 0.10 and older printed (scan's `num_consts`) -> 0.10.2; a form
     0.11 and 0.12 print (scan's `ft_in`, top_k's `is_stable`, `unstack`) with one 0.10 and
@@ -396,7 +402,7 @@ def detect_style(jaxpr: core.Jaxpr) -> Style:
         first = (jaxpr.constvars + jaxpr.invars)[:1]
         if first and first[0].hint == "a":
             clues.add(CLUE_0_7_2)
-    if CLUE_0_7_2 in clues:
+    if CLUE_0_7_2 in clues or CLUE_BEFORE_0_10_1 in clues:
         return Style((0, 7, 2))
     if CLUE_0_12_1 in clues:
         return DEFAULT_STYLE
