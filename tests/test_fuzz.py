@@ -203,14 +203,7 @@ def test_every_pathological_class_has_an_expectation():
     assert set(pathological(0.001)) == set(EXPECT)
 
 
-#: pathological classes left to `make test-full` (the others cover their kind fast)
-SLOW_CLASSES = {"long line: equations on one 10 MB line"}
-
-
-@pytest.mark.parametrize(
-    "cls",
-    [pytest.param(c, marks=pytest.mark.slow) if c in SLOW_CLASSES else c for c in sorted(EXPECT)],
-)
+@pytest.mark.parametrize("cls", sorted(EXPECT))
 def test_pathological_input(cls, tmp_path):
     data = pathological(0.02)[cls]
     path = tmp_path / "p.jaxpr"

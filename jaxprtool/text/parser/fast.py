@@ -153,6 +153,9 @@ class FastPath(Readers, ParamValues):
         bound = dict(table)
         nw = len(self.warnings)
         eqns = []
+        # where the current line starts (found again only past a line break: a search back
+        # from each equation would cross the whole line of equations before it)
+        line_start = s.rfind("\n", 0, p)
         while True:
             m = G.FAST_HEAD.match(s, p)
             try:
@@ -162,11 +165,14 @@ class FastPath(Readers, ParamValues):
             if r is None:
                 break
             prim, inputs, outs, prm, q = r
-            col = p - s.rfind("\n", 0, p)
+            col = p - line_start
             eqns.append(define(table, prim, inputs, outs, prm, Loc(self.path, line, col)))
             self.eqn_start = p
             if s.startswith("; ", q):
-                line += s.count("\n", p, q)
+                breaks = s.count("\n", p, q)
+                if breaks:
+                    line += breaks
+                    line_start = s.rfind("\n", p, q)
                 p = q + 2
             elif s.startswith(" in (", q) and G.IN_KW.match(s, q + 1):
                 return eqns, q
@@ -305,11 +311,16 @@ def _plain_line(indent: str):
     ).match
 
 
+_INLINE_END = re.compile(r";| in \(|\n")
+
+
 def _inline_end(s: str, e: int) -> int:
     """Where the operands of an equation on one line may end: the first `;`, ` in (` or line
-    break from s[e] on (`fast_operands` checks that they do), or -1."""
-    ends = [k for k in (s.find(";", e), s.find(" in (", e), s.find("\n", e)) if k >= 0]
-    return min(ends) if ends else -1
+    break from s[e] on (`fast_operands` checks that they do), or -1.  One search that stops
+    at the first of them: three `find`s would each scan to their own (the end of a long line
+    of equations, for every equation on it)."""
+    m = _INLINE_END.search(s, e)
+    return m.start() if m is not None else -1
 
 
 def _remembered(d: dict) -> tuple[dict, list]:
