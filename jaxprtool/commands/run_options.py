@@ -39,12 +39,14 @@ def device_options(
 
             if require_device:
                 _require(kwargs.get("device"))
-            value = kwargs.pop("matmul_precision", None) if precision else None
-            why = "--matmul-precision"
-            if value is None and highest_on_tpu and _is_tpu(kwargs.get("device")):
-                value = derivative_precision(value, "tpu")
-                why = "the default on a TPU; --matmul-precision default undoes it"
+            given = kwargs.pop("matmul_precision", None) if precision else None
             platform = _platform(kwargs.get("device")) if highest_on_tpu else "cpu"
+            value = derivative_precision(given, platform)
+            why = (
+                "--matmul-precision"
+                if given is not None
+                else "the default on a TPU; --matmul-precision default undoes it"
+            )
             if platform != "cpu":
                 click.echo(
                     f"note: the derivatives run on the {platform}; the finite differences they "
@@ -119,10 +121,6 @@ def _platform(device: str | None) -> str:
 
         return get_device("auto").platform
     return device or "cpu"
-
-
-def _is_tpu(device: str | None) -> bool:
-    return _platform(device) == "tpu"
 
 
 #: the most runs `--repeat` times, and the seconds after which its runs stop

@@ -293,38 +293,36 @@ _SOFTMAX_WHERE = """{ lambda ; a:f32[3] b:bool[3]. let
     d:f32[] = reduce_max[axes=(0,)] c
     e:f32[] = max -inf:f32[] d
     f:f32[1] = broadcast_in_dim[broadcast_dimensions=() shape=(1,) sharding=None] e
-    g:f32[3] = jit[
-      name=_where
-      jaxpr={ lambda ; b:bool[3] a:f32[3] h:f32[]. let
-          i:f32[] = convert_element_type[new_dtype=float32 weak_type=False] h
-          j:f32[3] = broadcast_in_dim[broadcast_dimensions=() shape=(3,) sharding=None] i
-          g:f32[3] = select_n b j a
-        in (g,) }
-    ] b a -inf:f32[]
+    g:f32[3] = WHERE_CONVERTING(f32) b a -inf:f32[]
     k:f32[3] = sub g f
     l:f32[3] = exp k
     m:f32[3] = WHERE_SCALAR b l 0.0:f32[]
     n:f32[] = reduce_sum[axes=(0,)] m
     o:f32[1] = broadcast_in_dim[broadcast_dimensions=() shape=(1,) sharding=None] n
     p:f32[3] = div l o
-    q:f32[3] = jit[
-      name=_where
-      jaxpr={ lambda ; b:bool[3] p:f32[3] r:i32[]. let
-          s:f32[] = convert_element_type[new_dtype=float32 weak_type=False] r
-          t:f32[3] = broadcast_in_dim[broadcast_dimensions=() shape=(3,) sharding=None] s
-          q:f32[3] = select_n b t p
-        in (q,) }
-    ] b p 0:i32[]
-  in (q,) }""".replace(
-    "WHERE_SCALAR",
-    """jit[
+    q:f32[3] = WHERE_CONVERTING(i32) b p 0:i32[]
+  in (q,) }"""
+#: jnp.where's jit, its scalar already of the array's type, or converted to it from `{}`
+_WHERE_SCALAR = """jit[
       name=_where
       jaxpr={ lambda ; u:bool[3] v:f32[3] w:f32[]. let
           x:f32[3] = broadcast_in_dim[broadcast_dimensions=() shape=(3,) sharding=None] w
           y:f32[3] = select_n u x v
         in (y,) }
-    ]""",
-)
+    ]"""
+_WHERE_CONVERTING = """jit[
+      name=_where
+      jaxpr={{ lambda ; u:bool[3] v:f32[3] w:{}[]. let
+          c:f32[] = convert_element_type[new_dtype=float32 weak_type=False] w
+          x:f32[3] = broadcast_in_dim[broadcast_dimensions=() shape=(3,) sharding=None] c
+          y:f32[3] = select_n u x v
+        in (y,) }}
+    ]"""
+_SOFTMAX_WHERE = _SOFTMAX_WHERE.replace("WHERE_SCALAR", _WHERE_SCALAR)
+for _scalar in ("f32", "i32"):
+    _SOFTMAX_WHERE = _SOFTMAX_WHERE.replace(
+        f"WHERE_CONVERTING({_scalar})", _WHERE_CONVERTING.format(_scalar)
+    )
 
 for _rule in (
     LibraryRule("relu", "jvp", _RELU, _relu_tangent),
