@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import signal
 import threading
 import time
 
@@ -306,28 +307,71 @@ def test_split_input_file_writes_nothing_when_a_part_fails(cmd):
 # ---------------------------------------------------------------- 14: Ctrl-C
 
 
-@pytest.mark.parametrize("after", [0.3, 0.7, 1.2])
-def test_ctrl_c_during_run_exits_130_with_one_line(tmp_path, after):
-    """SIGINT at three moments of `run`'s start-up (the package's imports, JAX's, the compile):
-    each time status 130 and `error: interrupted`, nothing else."""
-    import signal
+def _proc_status_says(pid: int, moment: str) -> bool:
+    """Whether the process has reached `moment` of its start-up, as Linux's /proc shows it:
+    "imports", SIGINT blocked (the package's first line ran: from then on the tool, not
+    Python, answers Ctrl-C); "jax", jaxlib's library mapped (JAX is being imported)."""
+    try:
+        if moment == "imports":
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith("SigBlk:"):
+                        return bool(int(line.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+            return False
+        with open(f"/proc/{pid}/maps") as f:
+            return "jaxlib" in f.read()
+    except OSError:
+        return False
+
+
+#: a run of some 30 s (a while loop of 2e9 steps): any moment after the compile is mid-run
+_LONG_LOOP = """{ lambda ; a:f32[]. let
+    b:i32[] c:f32[] = while[
+      body_jaxpr={ lambda ; d:i32[] e:f32[]. let
+          f:i32[] = add d 1:i32[]
+          g:f32[] = sin e
+        in (f, g) }
+      body_nconsts=0
+      cond_jaxpr={ lambda ; h:i32[] i:f32[]. let j:bool[] = lt h 2000000000:i32[] in (j,) }
+      cond_nconsts=0
+    ] 0:i32[] a
+  in (c,) }
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs Linux's /proc")
+@pytest.mark.parametrize(
+    "moment, after", [("imports", 0.0), ("jax", 0.0), ("jax", 1.5)], ids=["imports", "jax", "run"]
+)
+def test_ctrl_c_during_run_exits_130_with_one_line(tmp_path, moment, after):
+    """SIGINT at three moments of `run`'s start-up (the package's imports, JAX's, the compile
+    or the run): each time status 130 and `error: interrupted`, nothing else.  Each moment is
+    read from /proc, never guessed by a fixed sleep: a loaded machine may still be importing
+    `site` after any fixed delay, and Python dies there on a signal."""
     import subprocess
     import sys
 
     from conftest import ROOT
 
     prog = tmp_path / "p.jaxpr"
-    prog.write_text(SIN)
+    prog.write_text(_LONG_LOOP)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     argv = [sys.executable, "-m", "jaxprtool", "run", str(prog), "--random", "0"]
     p = subprocess.Popen(
         argv, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
+    deadline = time.monotonic() + 120
+    while not _proc_status_says(p.pid, moment):
+        if p.poll() is not None or time.monotonic() > deadline:
+            p.kill()
+            pytest.fail(f"the run never reached {moment!r} (status {p.returncode})")
+        time.sleep(0.002)
     time.sleep(after)
     p.send_signal(signal.SIGINT)
-    _, err = p.communicate(timeout=60)
-    if p.returncode == 0:
-        pytest.skip(f"the run ended within {after} s, before the signal")
+    try:
+        _, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
     assert (p.returncode, err) == (130, "error: interrupted\n")
 
 
