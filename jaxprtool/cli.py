@@ -636,8 +636,9 @@ JAX_HINT = (
 )
 
 
-def missing_jax(e: BaseException) -> JaxprError | None:
-    """The message for an ImportError of jax or jaxlib (not installed), else None."""
+def missing_jax(e: BaseException, without: str = "") -> JaxprError | None:
+    """The message for an ImportError of jax or jaxlib (not installed), else None; `without`
+    says what the command can do without JAX (e.g. "or leave out XLA's figures: --no-xla")."""
     if not isinstance(e, ImportError):
         return None
     name = (getattr(e, "name", None) or "").split(".")[0]
@@ -645,6 +646,7 @@ def missing_jax(e: BaseException) -> JaxprError | None:
         return None
     return JaxprError(
         f"this command runs the program through JAX, but {name} is not installed: {JAX_HINT}"
+        + (f"; {without}" if without else "")
     )
 
 
@@ -663,12 +665,13 @@ def out_of_memory(e: BaseException) -> JaxprError | None:
     )
 
 
-def require_jax() -> None:
-    """Import jax, or raise the JaxprError that says how to install it (exit 1)."""
+def require_jax(without: str = "") -> None:
+    """Import jax, or raise the JaxprError that says how to install it (exit 1), and
+    `without`, what the command can do without it."""
     try:
         import jax  # noqa: F401
     except ImportError as e:
-        missing = missing_jax(e)
+        missing = missing_jax(e, without)
         if missing is None:
             raise
         raise missing from None

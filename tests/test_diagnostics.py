@@ -238,10 +238,10 @@ def test_codes_of_reading_and_of_the_commands(tmp_path):
     assert r.exit_code == 2 and r.stderr.rstrip().endswith("No such file or directory [E900]")
 
 
-def test_the_readme_lists_every_code():
-    readme = (SAMPLES.parent / "README.md").read_text()
+def test_the_docs_list_every_code():
+    page = (SAMPLES.parent / "docs" / "CI.md").read_text()
     for code, meaning in CODES.items():
-        assert f"| `{code}` | {meaning} |" in readme, code
+        assert f"| `{code}` | {meaning} |" in page, code
 
 
 def test_a_supervised_run_leaves_the_document_to_its_child():

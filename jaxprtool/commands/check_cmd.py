@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from .. import io
+from .. import diagnostics, io
 from ..cli import guarded
 from .common import FILE_ARG
 from .driver import split_option, timing_option
@@ -24,7 +24,7 @@ from .driver import split_option, timing_option
     multiple=True,
     metavar="CODES",
     help="Report only the diagnostics whose code starts with one of CODES (comma-separated "
-    "codes or prefixes, repeatable: `--select E1,W001`; the README lists the codes).",
+    "codes or prefixes, repeatable: `--select E1,W001`; docs/CI.md lists the codes).",
 )
 @click.option(
     "--ignore",
@@ -34,16 +34,20 @@ from .driver import split_option, timing_option
     "longest matching prefix of --select and --ignore decides).  The E0 codes (a text that "
     "does not read) are always reported.",
 )
+@click.option(
+    "-q", "--quiet", is_flag=True, help="No summary line at the end (only the diagnostics)."
+)
 @split_option
 @timing_option
 @guarded
-def check(files, werror, select, ignore, split_input, timing):
+def check(files, werror, select, ignore, quiet, split_input, timing):
     """Check printed jaxprs: scoping, operand counts and types, nested jaxprs.
 
     Reads each FILE (or standard input when FILE is `-` or absent); a DIR stands for the
     jaxpr files under it (`*.jaxpr`, and the `*.jaxpr.txt` files JAX writes with
     JAX_DUMP_IR_TO=DIR JAX_DUMP_IR_MODES=jaxpr).  Prints nothing when every program is well
-    formed; otherwise prints located diagnostics (`FILE:LINE:COL: error: ...`) on
+    formed but the summary line on standard error, as ruff's ("All checks passed." or
+    "Found 2 errors in 1 file.", `-q` leaves it out); otherwise prints located diagnostics (`FILE:LINE:COL: error: ...`) on
     standard error, for every file, each with its code (`... error: message [E111]`);
     `--output-format json|github|sarif` writes them for CI on standard output (or
     `--output-file`).  Unknown primitives are warnings (errors with --werror), with the
@@ -59,6 +63,7 @@ def check(files, werror, select, ignore, split_input, timing):
       python -c 'import jax; print(jax.make_jaxpr(jax.numpy.sin)(1.0))' | jaxprtool check -
     """
     from ..check import check as run_check
+    from ..core import JaxprError
     from ..diagnostics import check_prefixes, code_of, selected
     from ..text.parser import parse
     from ..text.values import light_dtypes
@@ -67,15 +72,21 @@ def check(files, werror, select, ignore, split_input, timing):
     select = check_prefixes("--select", select) if select else ()
     ignore = check_prefixes("--ignore", ignore)
     inputs = expand_inputs(given_or_default(files, "check"))
+    tally = _Tally()
 
     def body(part):
         with timed("parse"):
-            result = parse(part.text, part.path)
+            try:
+                result = parse(part.text, part.path)
+            except JaxprError:
+                tally.add(part.path, ["error"])
+                raise
         with timed("check"):
             diags = run_check(result.jaxpr, part.path, check_names=True)
         found = [*((w, "warning") for w in result.warnings), *((d, d.kind) for d in diags)]
         found = [(d, k) for d, k in found if selected(code_of(d, k), select, ignore)]
         kinds = ["error" if werror else k for _, k in found]
+        tally.add(part.path, kinds)
         for (d, _), kind in zip(found, kinds):
             io.report(d, kind)
         if "error" in kinds:
@@ -84,5 +95,36 @@ def check(files, werror, select, ignore, split_input, timing):
 
     with light_dtypes():  # dtype parameters stay names: no numpy import
         ok = run_parts(inputs, split_input, body, inst=Instruments(timing=timing), keep_going=True)
+    if not quiet and diagnostics.FORMAT == "text":  # a machine document has no summary
+        if diagnostics.to_file():
+            diagnostics.collect_text(tally.summary())
+        else:
+            print(tally.summary(), file=sys.stderr)
     if not ok:
         sys.exit(1)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+class _Tally:
+    """The diagnostics `check` reported, for its summary line (as ruff's)."""
+
+    def __init__(self):
+        self.errors = self.warnings = 0
+        self.error_files: set[str] = set()
+
+    def add(self, path: str, kinds: list[str]) -> None:
+        n = kinds.count("error")
+        self.errors += n
+        self.warnings += len(kinds) - n
+        if n:
+            self.error_files.add(path)
+
+    def summary(self) -> str:
+        warned = f" ({_plural(self.warnings, 'warning')})" if self.warnings else ""
+        if not self.errors:
+            return f"All checks passed{warned}."
+        files = _plural(len(self.error_files), "file")
+        return f"Found {_plural(self.errors, 'error')} in {files}{warned}."
