@@ -429,6 +429,7 @@ def _add_global_options(cmd: click.Command) -> None:
     if getattr(cmd, "_jaxprtool_globals", False):
         return
     taken = {name for p in cmd.params for name in getattr(p, "opts", ())}
+    listed = []
     for decls, kw in _global_option_specs():
         flags = [d for d in decls if d.startswith("-")]
         free = [d for d in flags if d not in taken]
@@ -436,11 +437,25 @@ def _add_global_options(cmd: click.Command) -> None:
             continue
         names = [d for d in decls if not d.startswith("-")]
         key = names[0] if names else flags[0][2:].replace("-", "_")
-        # the first spelling the command leaves free (run: --diagnostic-format)
+        # the first spelling the command leaves free (run: --diagnostic-format); hidden from
+        # the command's --help, which names them once at its end (as git's and ruff's)
         opt = click.Option(
-            [free[0], *names], expose_value=False, callback=_GLOBAL_CALLBACKS[key], **kw
+            [free[0], *names],
+            expose_value=False,
+            callback=_GLOBAL_CALLBACKS[key],
+            hidden=True,
+            **kw,
         )
         cmd.params.append(opt)
+        metavar = kw.get("metavar")
+        listed.append(f"{free[0]} {metavar}" if metavar else free[0])
+    if listed:
+        import textwrap
+
+        names = textwrap.wrap(", ".join(listed), 74, break_on_hyphens=False)
+        text = "\b\nGlobal options (before or after the command; `jaxprtool --help`):\n"
+        text += "\n".join(f"  {line}" for line in names)
+        cmd.epilog = f"{cmd.epilog}\n\n{text}" if cmd.epilog else text
     invoke = cmd.invoke
 
     def invoke_with_stdout_known(ctx):

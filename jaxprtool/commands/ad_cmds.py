@@ -644,12 +644,13 @@ def grad(job, argnums, with_value, has_aux, remat, remat_budget, remat_segments,
     """Gradient of a scalar float output: (x...) -> ([value,] [aux...,] grads...).
 
     The output must be one scalar (or the first output, with --has-aux); the cotangent is 1.
-    Apply it twice for second derivatives.
+    Applied twice it gives the second derivative of a function of a scalar input (the
+    gradient must be a scalar again); `hessian` takes any input.
 
     \b
     Example:
       jaxprtool grad --argnums 0,2 loss.jaxpr
-      jaxprtool grad f.jaxpr | jaxprtool grad
+      jaxprtool grad f.jaxpr | jaxprtool grad       # f''(x), for a scalar x; else hessian
       jaxprtool grad f.jaxpr --verify-each --timing
       jaxprtool grad --remat min-cut f.jaxpr ; jaxprtool grad --remat-budget 0.5 f.jaxpr
     """
