@@ -422,3 +422,36 @@ def test_transpose_of_a_program_no_prefix_makes_linear_is_refused():
     text = "{ lambda ; a:f32[3] b:f32[3]. let c:f32[3] = mul b b in (c,) }\n"
     r = CliRunner().invoke(main, ["--no-color", "transpose", "-"], input=text)
     assert r.exit_code == 1 and "not linear" in r.output, r.output
+
+
+def test_the_two_reverse_routes_agree_on_an_integer_only_program():
+    """vjp gave an integer-only program back as it was (the primals in, the outputs out),
+    while `linearize | transpose` wrote `(i32[5], bool[5], 5 x float0[5]) -> ()` (issue 45,
+    item 24).  The tool's one convention: an integer or boolean value carries no tangent
+    and no cotangent (jax.vjp's pullback takes and gives float0 ones instead, checked
+    below); both routes write the same program, whose outputs are f's, as JAX computes them."""
+    from jaxprtool import api as jt
+    from jaxprtool.core import alpha_equal
+
+    def f(a, b):
+        c = a + a
+        d = jnp.where(b, a, c)
+        e = c * d
+        return c, d, e, -e, -e - a
+
+    a, b = np.arange(5, dtype=np.int32), np.array([True, False, True, True, False])
+    text = str(jax.make_jaxpr(f)(a, b))
+    vjp_r = run(["vjp", "-"], text)
+    lin = run(["linearize", "-"], text)
+    tr = run(["transpose", "-"], lin.stdout)
+    assert vjp_r.exit_code == lin.exit_code == tr.exit_code == 0, tr.output
+    assert "float0" not in tr.stdout
+    got_vjp, got_tr = parse(vjp_r.stdout).jaxpr, parse(tr.stdout).jaxpr
+    assert alpha_equal(got_vjp, got_tr), (vjp_r.stdout, tr.stdout)
+    assert [str(v.type) for v in got_tr.invars] == ["i32[5]", "bool[5]"]
+    for got, want in zip(jt.run(got_tr, a, b), f(a, b)):
+        np.testing.assert_array_equal(got, want)
+    # JAX's convention, documented beside the tool's (docs/TRANSFORMATIONS.md)
+    outs, pullback = jax.vjp(f, a, b)
+    cts = pullback(tuple(np.zeros(o.shape, jax.dtypes.float0) for o in outs))
+    assert [c.dtype for c in cts] == [jax.dtypes.float0] * 2

@@ -374,10 +374,11 @@ def transpose_auto(jaxpr: Jaxpr, linear: Sequence[int] | None = None, residuals:
             from ..core import is_inexact
 
             mask = [is_inexact(v.type) for v in jaxpr.invars]  # int/bool inputs cannot be linear
+            lin_out = _inexact_outputs(jaxpr)
             try:
                 return transpose_jaxpr(jaxpr, mask, lin_out), mask, lin_out
             except NotLinear as e:
-                return _with_leading_residuals(e, jaxpr, mask)
+                return _with_leading_residuals(e, jaxpr, mask, lin_out)
     return transpose_jaxpr(jaxpr, mask, lin_out), mask, lin_out
 
 
@@ -385,7 +386,18 @@ def transpose_auto(jaxpr: Jaxpr, linear: Sequence[int] | None = None, residuals:
 _PREFIX_TRIES = 64
 
 
-def _with_leading_residuals(e: NotLinear, jaxpr: Jaxpr, mask: list[bool]):
+def _inexact_outputs(jaxpr: Jaxpr) -> list[bool] | None:
+    """Which outputs a program read as linear is linear in: its float and complex ones.  An
+    integer or boolean output takes no cotangent (no float0 input), as it gets no tangent
+    from `jvp` and no cotangent in `vjp`; it is an output of the transposed program, as a
+    primal output is of vjp's.  None when every output can be linear (the plain case)."""
+    from ..core import ShapedArray, is_inexact
+
+    flags = [not isinstance(v.type, ShapedArray) or is_inexact(v.type) for v in jaxpr.outvars]
+    return None if all(flags) else flags
+
+
+def _with_leading_residuals(e: NotLinear, jaxpr: Jaxpr, mask: list[bool], lin_out=None):
     """A program not linear in all its float inputs, transposed with its first K inputs as
     residuals, K the fewest that make it linear: the linear half `linearize --split` writes
     takes its residuals first, so `linearize --split P L f; transpose L` just works.  Says
@@ -395,7 +407,7 @@ def _with_leading_residuals(e: NotLinear, jaxpr: Jaxpr, mask: list[bool]):
     for k in range(1, min(len(mask), _PREFIX_TRIES + 1)):
         k_mask = [m and i >= k for i, m in enumerate(mask)]
         try:
-            out = transpose_jaxpr(jaxpr, k_mask, None)
+            out = transpose_jaxpr(jaxpr, k_mask, lin_out)
         except JaxprError:
             continue
         warn(
@@ -403,5 +415,5 @@ def _with_leading_residuals(e: NotLinear, jaxpr: Jaxpr, mask: list[bool]):
             f"as residuals, the fewest that make it linear (as `linearize --split` writes its "
             f"linear half): (residuals..., ct_y...) -> (ct_x...); --residuals {k} says so"
         )
-        return out, k_mask, None
+        return out, k_mask, lin_out
     raise e
