@@ -77,10 +77,10 @@ def _error_lines(tmp_path, text: str, name: str = "bad.jaxpr"):
     return [ln for ln in r.stderr.splitlines() if ": error: " in ln], p
 
 
-def test_clean_prints_nothing(tmp_path):
+def test_clean_prints_only_the_summary(tmp_path):
     r, _ = _run(tmp_path, "{ lambda ; a:f32[3] b:f32[3]. let c:f32[3] = mul a b in (c,) }\n")
     assert r.exit_code == 0
-    assert r.stdout == "" and r.stderr == ""
+    assert r.stdout == "" and r.stderr == "All checks passed.\n"
 
 
 def test_result_type_mismatch(tmp_path):
@@ -383,6 +383,9 @@ def test_check_ends_with_a_summary_as_ruff_does(tmp_path):
     assert r.stderr.endswith("\nFound 4 errors in 2 files (1 warning).\n"), r.stderr
     r = runner.invoke(main, ["check", "--werror", f["odd"]])
     assert r.exit_code == 1 and r.stderr.endswith("\nFound 1 error in 1 file.\n")
+    (tmp_path / "nul.jaxpr").write_bytes(b"{ lambda \0")  # refused as it is read: counted too
+    r = runner.invoke(main, ["check", str(tmp_path / "nul.jaxpr"), f["good"]])
+    assert r.exit_code == 1 and r.stderr.endswith("[E002]\nFound 1 error in 1 file.\n"), r.stderr
     r = runner.invoke(main, ["check", "-q", f["bad1"]])
     assert r.exit_code == 1 and "Found" not in r.stderr and "[E111]" in r.stderr
     r = runner.invoke(main, ["check", "-q", f["good"]])

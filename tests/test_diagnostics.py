@@ -42,7 +42,10 @@ def test_text_is_the_default(tmp_path):
     f = bad_file(tmp_path)
     r = invoke("check", str(f))
     assert r.exit_code == 1
-    assert r.stderr == f"{f}:2:5: error: {MESSAGE} [E111]\n  |     b:f32[4] = sin a\n  |     ^\n"
+    assert r.stderr == (
+        f"{f}:2:5: error: {MESSAGE} [E111]\n  |     b:f32[4] = sin a\n  |     ^\n"
+        "Found 1 error in 1 file.\n"
+    )
     assert invoke("--output-format", "text", "check", str(f)).stderr == r.stderr
 
 
@@ -129,7 +132,10 @@ def test_check_werror(tmp_path):
     assert plain.stderr.count("[W001]") == 1
     strict = invoke("check", "--werror", str(unknown))
     assert strict.exit_code == 1
-    assert strict.stderr == plain.stderr.replace(": warning: ", ": error: ", 1)
+    body = plain.stderr.removesuffix("All checks passed (1 warning).\n")
+    assert (
+        strict.stderr == body.replace(": warning: ", ": error: ", 1) + "Found 1 error in 1 file.\n"
+    )
     assert invoke("check", "--werror", str(SAMPLES / "sin_cos.jaxpr")).exit_code == 0
 
 

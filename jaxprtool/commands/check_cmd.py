@@ -63,7 +63,6 @@ def check(files, werror, select, ignore, quiet, split_input, timing):
       python -c 'import jax; print(jax.make_jaxpr(jax.numpy.sin)(1.0))' | jaxprtool check -
     """
     from ..check import check as run_check
-    from ..core import JaxprError
     from ..diagnostics import check_prefixes, code_of, selected
     from ..text.parser import parse
     from ..text.values import light_dtypes
@@ -71,35 +70,36 @@ def check(files, werror, select, ignore, quiet, split_input, timing):
 
     select = check_prefixes("--select", select) if select else ()
     ignore = check_prefixes("--ignore", ignore)
-    inputs = expand_inputs(given_or_default(files, "check"))
-    tally = _Tally()
 
     def body(part):
         with timed("parse"):
-            try:
-                result = parse(part.text, part.path)
-            except JaxprError:
-                tally.add(part.path, ["error"])
-                raise
+            result = parse(part.text, part.path)
         with timed("check"):
             diags = run_check(result.jaxpr, part.path, check_names=True)
         found = [*((w, "warning") for w in result.warnings), *((d, d.kind) for d in diags)]
         found = [(d, k) for d, k in found if selected(code_of(d, k), select, ignore)]
         kinds = ["error" if werror else k for _, k in found]
-        tally.add(part.path, kinds)
         for (d, _), kind in zip(found, kinds):
             io.report(d, kind)
         if "error" in kinds:
             raise io.Reported()
         return None
 
-    with light_dtypes():  # dtype parameters stay names: no numpy import
-        ok = run_parts(inputs, split_input, body, inst=Instruments(timing=timing), keep_going=True)
+    io.REPORTED = []  # every diagnostic reported from here on, for the summary line
+    try:
+        inputs = expand_inputs(given_or_default(files, "check"))  # W003: a file skipped
+        with light_dtypes():  # dtype parameters stay names: no numpy import
+            ok = run_parts(
+                inputs, split_input, body, inst=Instruments(timing=timing), keep_going=True
+            )
+        summary = _summary(io.REPORTED)
+    finally:
+        io.REPORTED = None
     if not quiet and diagnostics.FORMAT == "text":  # a machine document has no summary
         if diagnostics.to_file():
-            diagnostics.collect_text(tally.summary())
+            diagnostics.collect_text(summary)
         else:
-            print(tally.summary(), file=sys.stderr)
+            print(summary, file=sys.stderr)
     if not ok:
         sys.exit(1)
 
@@ -108,23 +108,12 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-class _Tally:
-    """The diagnostics `check` reported, for its summary line (as ruff's)."""
-
-    def __init__(self):
-        self.errors = self.warnings = 0
-        self.error_files: set[str] = set()
-
-    def add(self, path: str, kinds: list[str]) -> None:
-        n = kinds.count("error")
-        self.errors += n
-        self.warnings += len(kinds) - n
-        if n:
-            self.error_files.add(path)
-
-    def summary(self) -> str:
-        warned = f" ({_plural(self.warnings, 'warning')})" if self.warnings else ""
-        if not self.errors:
-            return f"All checks passed{warned}."
-        files = _plural(len(self.error_files), "file")
-        return f"Found {_plural(self.errors, 'error')} in {files}{warned}."
+def _summary(reported: list[tuple[str, str | None]]) -> str:
+    """ruff's last line: what `check` reported, in how many files, warnings apart."""
+    errors = [f for kind, f in reported if kind == "error"]
+    warnings = len(reported) - len(errors)
+    warned = f" ({_plural(warnings, 'warning')})" if warnings else ""
+    if not errors:
+        return f"All checks passed{warned}."
+    files = _plural(len(set(errors)), "file")
+    return f"Found {_plural(len(errors), 'error')} in {files}{warned}."
