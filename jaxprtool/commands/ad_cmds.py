@@ -563,12 +563,16 @@ def transpose(job, linear, residuals):
 
     Default: the combined form printed by `linearize` is recognised (its `jit[name=linear]`
     equation) and transposed into a VJP (x..., ct_y...) -> (y..., ct_x...); any other jaxpr is
-    taken as linear in every input: (ct_y...) -> (ct_x...).  With --linear or --residuals the
-    non-linear inputs come first: (residuals..., ct_y...) -> (ct_x...).
+    taken as linear in every float input: (ct_y...) -> (ct_x...), or, where it is not, in all
+    but its fewest leading inputs that make it linear, with a warning naming them (the linear
+    half `linearize --split` writes takes its residuals first).  With --linear or --residuals
+    the non-linear inputs come first: (residuals..., ct_y...) -> (ct_x...).  Integer and
+    boolean values take and give no cotangent, as in `vjp`.
 
     \b
     Example:
       jaxprtool linearize f.jaxpr | jaxprtool transpose
+      jaxprtool linearize --split P.jaxpr L.jaxpr f.jaxpr ; jaxprtool transpose L.jaxpr
       jaxprtool transpose --residuals 2 lin.jaxpr
     """
     return _transpose(job, linear, residuals)
