@@ -106,21 +106,21 @@ def recomputable(e: Eqn) -> bool:
     """A pure equation without bodies, or a call recomputed whole (its record's
     `recomputed_whole`) whose bodies are pure through and through: recomputing it gives the
     same values."""
+    from ..passes.common import eqn_is_pure
+
     rec = record_of(e.prim)
     if rec.effectful or rec.random:
         return False
     bodies = eqn_subjaxprs(e)
-    return not bodies or (rec.recomputed_whole and all(map(_pure_body, bodies)))
+    # (a call's body may hold calls of its own, `jax.nn.relu`'s `jit`: pure through and
+    # through is what recomputing it whole needs, not each equation recomputable alone)
+    return not bodies or (rec.recomputed_whole and eqn_is_pure(e))
 
 
 def _planned_inside(e: Eqn) -> bool:
     """A call or loop whose body rematerialization plans on its own (not one it reruns
     whole)."""
     return bool(eqn_subjaxprs(e)) and not record_of(e.prim).recomputed_whole
-
-
-def _pure_body(body: Jaxpr) -> bool:
-    return all(recomputable(e) for e in body.eqns)
 
 
 def cheap(e: Eqn) -> bool:
@@ -273,6 +273,8 @@ class Spec:
     #: body, each call, the repeated layers, else about sqrt(n) stretches), "none" (the
     #: whole program at once: JAX's `jax.checkpoint(f)`), or a number of segments
     segments: str = "auto"
+    #: `--remat-budget device`: the memory the device has free (`remat_fit.py`)
+    on_device: bool = False
 
 
 def with_segments(spec: Spec, segments) -> Spec:
@@ -290,10 +292,15 @@ _UNITS = {"": 1, "b": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 
 
 def parse_budget(text: str) -> Spec:
-    """`0.5` (a fraction of the default residual bytes), `2GiB`, `300MB`, `123456` bytes."""
+    """`0.5` (a fraction of the default residual bytes), `2GiB`, `300MB`, `123456` bytes, or
+    `device` (the memory the device has free)."""
+    if text.strip().lower() == "device":
+        return Spec(budget=1.0, fraction=True, on_device=True)
     m = _SIZE.match(text)
     if not m:
-        raise ValueError(f"--remat-budget {text!r}: expected a fraction (0.5) or bytes (2GiB)")
+        raise ValueError(
+            f"--remat-budget {text!r}: expected a fraction (0.5), bytes (2GiB) or device"
+        )
     num, unit = float(m.group(1)), (m.group(2) or "").lower()
     if not unit and num <= 1 and "." in m.group(1):
         return Spec(budget=num, fraction=True)
@@ -481,8 +488,49 @@ def _call_spec(call: _Call) -> Spec:
     except ValueError as e:
         raise ValueError(f"--remat {name}: {e}") from None
     raise ValueError(
-        f"--remat {name!r}: unknown policy; one of {', '.join(POLICIES)} (JAX's names)"
+        f"--remat {name!r}: unknown policy{_did_you_mean(name, _KNOWN)}; one of "
+        f"{', '.join(POLICIES)} (JAX's names)"
     )
+
+
+#: every policy name the parser takes
+_KNOWN = (
+    *_PLAIN,
+    *_ALIASES,
+    *_NAME_LISTS,
+    "offload_dot_with_no_batch_dims",
+    "save_and_offload_only_these_names",
+    "save_from_both_policies",
+    "min-cut",
+)
+
+
+def _did_you_mean(word: str, known, cutoff: float = 0.75) -> str:
+    """`(did you mean 'x'?)` for the closest of `known`, else nothing."""
+    import difflib
+
+    close = difflib.get_close_matches(word, sorted(known), n=1, cutoff=cutoff)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def check_names(spec: Spec, program: Jaxpr) -> None:
+    """Refuse a checkpoint name the policy asks for that no `checkpoint_name` of the program
+    (bodies included) carries, with the closest one it has: JAX saves nothing for it,
+    silently, and a misspelt name would then recompute what the user meant to save."""
+    from ..core import all_eqns
+
+    asked = spec.names | spec.offload_names
+    for part in spec.parts:
+        check_names(part, program)
+    if not asked:
+        return
+    have = {str(e.params.get("name")) for e in all_eqns(program) if remat_class(e) == "name"}
+    for n in sorted(asked - have):
+        listed = ", ".join(sorted(have)) if have else "none"
+        raise ValueError(
+            f"--remat {spec.policy}: no checkpoint_name {n!r} in the program"
+            f"{_did_you_mean(n, have, 0.6)}; its names: {listed}"
+        )
 
 
 _SAVE_AND_OFFLOAD = (
@@ -696,6 +744,14 @@ class Plan:
     #: where the program has a peak model (segments, a scan body)
     peak: int | None = None
     peak_before: int | None = None
+    #: saved values that are the program's inputs or constants (held anyway: counted, not
+    #: listed)
+    inputs: int = 0
+    #: why nothing is recomputed, when nothing is
+    why_none: str = "every residual is needed"
+    #: (XLA's temp bytes of the program, of the plain gradient's) where the budget's compile
+    #: loop measured them (`remat_fit.py`)
+    xla: tuple[int, int] | None = None
 
     def render(self, limit: int = 12) -> str:
         """The plan as `--remat` prints it on standard error."""
@@ -703,6 +759,10 @@ class Plan:
         how = {True: " (exact: HiGHS)", False: " (greedy heuristic)"}.get(self.exact, "")
         pct = 100.0 * (self.flops_after - self.flops_before) / max(1, self.flops_before)
         at = f" at {self.sizes}" if self.sizes else ""
+        listed = self.saved_lines
+        if self.inputs:
+            s = "s" if self.inputs > 1 else ""
+            listed = [f"{self.inputs} input{s} (held anyway, 0 B)", *listed]
         lines = [
             f"remat {self.method}{how} on {where}{at}: residual bytes held "
             f"{self.bytes_before} -> {self.bytes_after}; FLOPs {self.flops_before} -> "
@@ -712,21 +772,22 @@ class Plan:
                 if self.offload or self.bytes_offloaded
                 else ""
             )
+            + (f"; planned peak {self.peak_before} -> {self.peak}" if self.peak is not None else "")
             + (
-                f"; planned peak {self.peak_before} -> {self.peak}" if self.peak is not None else ""
-            ),
-            f"  saved ({len(self.saved)}): "
-            + "; ".join(self.saved_lines[:limit])
-            + (
-                f"; ... {len(self.saved_lines) - limit} more"
-                if len(self.saved_lines) > limit
+                f"; XLA temp {self.xla[1]} -> {self.xla[0]} "
+                f"({self.xla[0] / max(1, self.xla[1]):.3f}x)"
+                if self.xla is not None
                 else ""
             ),
+            f"  saved ({len(self.saved)}): "
+            + "; ".join(listed[:limit])
+            + (f"; ... {len(listed) - limit} more" if len(listed) > limit else ""),
         ]
         if self.segments is not None:
             lines.append("  " + self.segments.describe())
         rec = ", ".join(f"{n} x{c}" for n, c in sorted(self.recomputed_counts.items()))
-        lines.append(f"  recomputed ({len(self.recompute)} equations): {rec or 'nothing'}")
+        rec = rec or f"nothing ({self.why_none})"
+        lines.append(f"  recomputed ({len(self.recompute)} equations): {rec}")
         return "\n".join(lines)
 
 
@@ -804,6 +865,7 @@ def policy_plan(g: Graph, spec: Spec) -> Plan:
         else:
             stack.extend(x for x in e.inputs if isinstance(x, Var))
     plan = _plan_from_saved(g, saved_ids, spec.policy, reruns)
+    plan.why_none = "the policy saves every residual"
     plan.offload = {id(v): offload[id(v)] for v in plan.saved if id(v) in offload}
     moved = sum(
         g.cost(v)
@@ -1092,6 +1154,10 @@ def min_cut_saved(g: Graph, may_recompute: Callable[[int], bool]) -> set[int]:
 
 def min_cut_plan(g: Graph) -> Plan:
     plan = _plan_from_saved(g, min_cut_saved(g, g.cheap), "min-cut")
+    plan.why_none = (
+        "every residual is needed: no recomputation by element-wise and shape equations "
+        "holds fewer bytes"
+    )
     if plan.bytes_after > plan.bytes_before:  # cannot happen with exact capacities
         return _plan_from_saved(g, {id(v) for v in g.residuals if isinstance(v, Var)}, "min-cut")
     return plan
@@ -1320,6 +1386,7 @@ def budget_plan(g: Graph, spec: Spec, loc=None) -> Plan:
     if held <= budget:
         plan = _plan_from_saved(g, set(everything), what)
         plan.exact = True
+        plan.why_none = "every residual fits the budget"
         return plan
     cands = _candidates(g)
     found = None
@@ -1366,6 +1433,7 @@ def _peak_budget_plan(g: Graph, spec: Spec, held: int, groups, loc=None) -> Plan
     if default <= budget:
         plan = _plan_from_saved(g, everything, what)
         plan.exact = True
+        plan.why_none = "every residual fits the budget"
         return plan
     if len(cands) <= EXACT_LIMIT:
         in_cands = set(cands)
@@ -1679,11 +1747,22 @@ def _remat_call(stretch, read_after, inside, g: Graph, by_saved, plan: Plan) -> 
 
 
 def plan_for(g: Graph, spec: Spec, loc=None) -> Plan:
+    """The plan `spec` asks for, never holding more device bytes than the plain gradient:
+    one that would (a segment's boundary values, saved whatever the policy, outweighing
+    what it recomputes) gives way to saving every residual."""
     if spec.budget is not None:
-        return budget_plan(g, spec, loc)
-    if spec.policy == "min-cut":
-        return min_cut_plan(g)
-    return policy_plan(g, spec)
+        plan = budget_plan(g, spec, loc)
+    elif spec.policy == "min-cut":
+        plan = min_cut_plan(g)
+    else:
+        plan = policy_plan(g, spec)
+    if plan.bytes_after > plan.bytes_before:
+        plain = _plan_from_saved(g, {id(v) for v in g.residuals if isinstance(v, Var)}, "")
+        plain.method = f"{plan.method} (its plan held {plan.bytes_after} B: every residual saved)"
+        plain.exact = plan.exact
+        plain.why_none = "the plain gradient holds the fewest bytes"
+        return plain
+    return plan
 
 
 def _with_saved(primal: Jaxpr, linear: Jaxpr, n_out: int, num_res: int, spec: Spec):
@@ -1803,11 +1882,10 @@ def rematerialize(
         plan.flops_after = flops(out[0]) + flops(out[1])
         for v in plan.saved:
             i = g.producer.get(id(v))
-            src = (
-                "an input"
-                if i is None
-                else f"{g.eqns[i].prim}" + (f" at {g.eqns[i].loc}" if g.eqns[i].loc else "")
-            )
+            if i is None:
+                plan.inputs += 1
+                continue
+            src = f"{g.eqns[i].prim}" + (f" at {g.eqns[i].loc}" if g.eqns[i].loc else "")
             off = plan.offload.get(id(v))
             to = f", offloaded to {off.dst}" if off else ""
             plan.saved_lines.append(f"{v.type} ({g.cost(v)} B) from {src}{to}")

@@ -8,7 +8,7 @@ import click
 
 from ..cli import guarded
 from ..io import UsageError, write_output
-from .ad_cmds import _byte_weighted, _remat, _remat_budget, _remat_segments
+from .ad_cmds import _byte_weighted, _check_names, _remat, _remat_budget, _remat_segments
 from .common import FILE_ARG, OUT_ARG, int_list, load
 from .mesh_options import mesh_options
 from .run_options import device_options
@@ -159,6 +159,8 @@ def memory(
         except ValueError as e:
             raise UsageError(str(e)) from None
     jaxpr, _, path = load(file)
+    if spec is not None:
+        _check_names(spec, jaxpr)
     if spec is not None and _byte_weighted(spec):
         import dataclasses
 
