@@ -126,7 +126,7 @@ JAX_POLICIES = ("nothing_saveable", "dots_saveable")
 def tool_grad(text: str, n: int, option, value, segments="auto", leaves=None, xla=True):
     """The tool's gradient program of JAX's printed jaxpr `text` (wrt all `n` inputs) under
     the plan, and the plans' descriptions (what `--remat` prints on standard error).  A
-    budget is in XLA's temp bytes on this device (`jaxprtool.ad.remat_fit`: each plan
+    budget is in XLA's temp bytes on this device (`jaxprtool.ad.remat.fit`: each plan
     compiled for `leaves`, as `grad --remat-budget` does) unless `xla` is False."""
     from jaxprtool.ad import remat
     from jaxprtool.ad.api import grad_jaxpr
@@ -155,7 +155,7 @@ def tool_grad(text: str, n: int, option, value, segments="auto", leaves=None, xl
     plans: list = []
     lines: list[str] = []
     if option == "budget" and xla and leaves is not None:
-        from jaxprtool.ad.remat_fit import fit_budget
+        from jaxprtool.ad.remat.fit import fit_budget
 
         g, plans, fit = fit_budget(build, spec, measure, flops, None, lines.append)
     else:

@@ -631,7 +631,7 @@ def _vjp_usage(
 
 def _fitted(build, spec, plans, device, no_xla, dim_specs):
     """`build(spec, plans)`, the gradient under `spec`; a byte budget in XLA's temp bytes on
-    `device` (`ad/remat_fit.py`: a bounded compile loop, reported on standard error) unless
+    `device` (`ad/remat/fit.py`: a bounded compile loop, reported on standard error) unless
     `--no-xla`, `--dim` (a symbolic program) or without JAX, where it is in the tool's
     liveness model."""
     # (a symbolic program's XLA bytes are those of one size: its budget stays the model's)
@@ -639,9 +639,9 @@ def _fitted(build, spec, plans, device, no_xla, dim_specs):
         if spec is not None and spec.on_device:
             raise UsageError("--remat-budget device needs JAX (to ask the device its memory)")
         return build(spec, plans)
-    from ..ad.remat_fit import fit_budget
+    from ..ad.remat.fit import fit_budget
     from ..ui.stats import flops
-    from .memory_cmd import _xla
+    from .xla_figures import xla_figures as _xla
 
     def measure(program):
         return _xla(program, device, dim_specs)["temp_bytes"]
@@ -660,7 +660,7 @@ def _device_free(program, device, dim_specs) -> int:
     program's arguments and outputs (XLA's figures) and what is in use already."""
     from .. import backend
     from ..core import JaxprError
-    from .memory_cmd import _xla
+    from .xla_figures import xla_figures as _xla
 
     stats = backend.get_device(device).memory_stats() or {}
     limit = stats.get("bytes_limit")

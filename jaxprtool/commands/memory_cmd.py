@@ -12,6 +12,7 @@ from .ad_cmds import _byte_weighted, _check_names, _remat, _remat_budget, _remat
 from .common import FILE_ARG, OUT_ARG, int_list, load
 from .mesh_options import mesh_options
 from .run_options import device_options
+from .xla_figures import xla_figures as _xla
 
 #: what `--of` can analyse: FILE itself, or the program an AD command makes of it
 _OF = ("program", "linearize", "vjp", "grad")
@@ -36,23 +37,6 @@ def _transformed(jaxpr, of: str, argnums, remat=None, plans=None):
         return g, boundary[0]
     g = api.grad_jaxpr(jaxpr, argnums or (0,), boundary=boundary, remat=remat, plans=plans)
     return g, boundary[0]
-
-
-def _xla(program, device: str, dim_specs) -> dict:
-    from .. import backend, compile_cache
-    from ..backend.memory_analysis import xla_memory
-    from ..cli import require_jax
-    from ..consts_order import number_constants
-    from .compile_cmd import _compile
-    from .run_options import parse_dims
-
-    require_jax()
-    program = number_constants(program).program  # as compile reads it
-    backend.check_runnable(program)
-    compile_cache.configure(False)
-    with backend.x64_scope(program):
-        _, compiled = _compile(program, "hlo", device, parse_dims(dim_specs), stats=True)
-    return {"device": device, **xla_memory(compiled, program)}
 
 
 def _plot_format(plot: str | None) -> str | None:

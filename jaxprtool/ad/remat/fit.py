@@ -2,7 +2,7 @@
 
 With JAX present (and without `--no-xla`), `--remat-budget` speaks XLA's temp bytes on the
 device asked (`--device`): a fraction is of the plain gradient's XLA temp bytes, a byte count
-is XLA's temp bytes.  The planners (`remat.py`) speak the tool's liveness model, which
+is XLA's temp bytes.  The planners (this package) speak the tool's liveness model, which
 XLA's compilers undercut (XLA:TPU's fusions recompute element-wise residuals on their own)
 or exceed; `fit_budget` therefore
 
@@ -29,8 +29,8 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..core import JaxprError
-from . import remat
+from ...core import JaxprError
+from .request import Spec
 
 #: the compiles the loop may spend on budget plans (the plain gradient's and the policies'
 #: are not counted)
@@ -94,7 +94,7 @@ def _model_figure(plans: list) -> tuple[int, int]:
 
 def fit_budget(
     build: Callable,
-    spec: remat.Spec,
+    spec: Spec,
     measure: Callable,
     flops: Callable,
     device_free: Callable | None = None,
@@ -150,7 +150,7 @@ def fit_budget(
     _search(attempt, spec, fit, target)
     best = _best(tried, target)
     for name in CANDIDATES:
-        p_spec = remat.Spec(policy=name, segments=spec.segments, dims=spec.dims)
+        p_spec = Spec(policy=name, segments=spec.segments, dims=spec.dims)
         plans: list = []
         program = build(p_spec, plans)
         f = flops(program)
@@ -170,7 +170,7 @@ def fit_budget(
     return _choose(fit, tried)
 
 
-def _search(attempt, spec: remat.Spec, fit: Fit, target: int) -> None:
+def _search(attempt, spec: Spec, fit: Fit, target: int) -> None:
     """Model budgets (fractions of the model's plain figure) tried until one's XLA temp
     bytes fit the target closely enough, `MAX_COMPILES` compiles at most: the first at the
     target's share of the plain gradient's XLA bytes, then a secant step by the ratio XLA
