@@ -152,3 +152,14 @@ def test_issue_sizes_on_the_cpu(issue_size):
         temp, flops, _ = m.figures(["--remat-budget", b])
         for name, (pt, pf) in policies.items():
             assert not (pt < 0.98 * temp and pf < 0.98 * flops), (b, name, pt, pf, temp, flops)
+
+
+def test_memory_of_grad_fits_the_budget_too(small):
+    """`memory --of grad --remat-budget`: the program analysed is the one `grad` fits."""
+    import json
+
+    argv = ["memory", "--of", "grad", "--argnums", small.argnums, "--json"]
+    r = run([*argv, "--remat-budget", "0.5", str(small.src)])
+    assert r.exit_code == 0, r.output
+    assert "chosen:" in r.stderr
+    assert json.loads(r.stdout)["xla"]["temp_bytes"] <= 0.5 * small.plain[0]

@@ -136,9 +136,11 @@ _remat_budget = click.option(
     "remat_budget",
     metavar="B",
     callback=_remat_spec,
-    help="Hold at most B bytes of residuals (a fraction of the default's: 0.5, or bytes: "
-    "2GiB, 300MB), recomputing what costs the fewest FLOPs (exact ILP when small, a greedy "
-    "heuristic beyond).  The plan is printed on standard error.",
+    help="Hold at most B bytes, recomputing what costs the fewest FLOPs: with JAX (grad, vjp, "
+    "memory), XLA's temp bytes on --device (a fraction of the plain gradient's: 0.5; bytes: "
+    "2GiB, 300MB; device: the memory it has free), each plan compiled and tightened until "
+    "XLA's figure fits; with --no-xla, --dim or linearize, the tool's liveness model (exact "
+    "ILP when small, a greedy heuristic beyond).  The plan is printed on standard error.",
 )
 
 
@@ -637,7 +639,9 @@ def _fitted(build, spec, plans, device, no_xla, dim_specs):
     # (a symbolic program's XLA bytes are those of one size: its budget stays the model's)
     if spec is None or spec.budget is None or no_xla or spec.dims or not _has_jax():
         if spec is not None and spec.on_device:
-            raise UsageError("--remat-budget device needs JAX (to ask the device its memory)")
+            raise UsageError(
+                "--remat-budget device is the device's memory: it needs XLA (JAX, and no --no-xla)"
+            )
         return build(spec, plans)
     from ..ad.remat.fit import fit_budget
     from ..ui.stats import flops

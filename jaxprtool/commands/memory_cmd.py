@@ -39,6 +39,22 @@ def _transformed(jaxpr, of: str, argnums, remat=None, plans=None):
     return g, boundary[0]
 
 
+def _fitted_transform(jaxpr, of, argnums, spec, plans, device, no_xla, dim_specs):
+    """`_transformed` under a byte budget, in XLA's temp bytes as `grad` plans it (the
+    compile loop, `ad_cmds._fitted`): (the program, its boundary)."""
+    from .ad_cmds import _fitted
+
+    bounds: dict[int, int | None] = {}
+
+    def build(s, p):
+        program, boundary = _transformed(jaxpr, of, argnums, s, p)
+        bounds[id(program)] = boundary
+        return program
+
+    program = _fitted(build, spec, plans, device, no_xla, dim_specs)
+    return program, bounds[id(program)]
+
+
 def _plot_format(plot: str | None) -> str | None:
     if plot is None:
         return None
@@ -156,7 +172,11 @@ def memory(
         spec = dataclasses.replace(spec, dims=tuple(sorted(dims.items())))
     plans: list = []
     with axis_sizes_of(jaxpr, backend.CONFIG.mesh):  # --mesh: a text without its mesh
-        program, boundary = _transformed(jaxpr, of, argnums, spec, plans)
+        if spec is not None and spec.budget is not None:
+            fitted = _fitted_transform(jaxpr, of, argnums, spec, plans, device, no_xla, dim_specs)
+            program, boundary = fitted
+        else:
+            program, boundary = _transformed(jaxpr, of, argnums, spec, plans)
     for plan in plans:
         click.echo(plan.render(), err=True)
     timeline, residuals = analyse(program, boundary)  # (no boundary: no residuals measured)

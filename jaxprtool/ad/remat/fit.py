@@ -14,8 +14,10 @@ or exceed; `fit_budget` therefore
    fitted and the tightest that did not, at most `MAX_COMPILES` compiles, each reported;
 3. takes JAX's policies (nothing_saveable, dots_saveable) and min-cut as candidates too, each
    compiled only when it recomputes fewer FLOPs than the best plan found (else it cannot do
-   better on both counts): of the candidates whose XLA temp bytes fit, the one of fewest
-   FLOPs (then fewest bytes) is the plan.
+   better on both counts) and its planned figure is within `PRUNE` times the target: of the
+   candidates whose XLA temp bytes fit, the one of fewest FLOPs (then fewest bytes) is the
+   plan.  A plan the loop made before (the same model figure and FLOPs) is not compiled
+   again.
 
 `--remat-budget device`: the target is the bytes the device has free for temporaries (its
 `bytes_limit` less what the program's arguments and outputs take).
@@ -40,6 +42,9 @@ MAX_COMPILES = 5
 CLOSE_ENOUGH = 0.92
 #: the policy plans that are candidates beside the budget's
 CANDIDATES = ("nothing_saveable", "dots_saveable", "min-cut")
+#: a policy plan whose planned figure (the model's, calibrated to the device) exceeds the
+#: target this many times over is not compiled
+PRUNE = 1.5
 
 
 @dataclass
@@ -119,12 +124,16 @@ def fit_budget(
         f"{plain_temp} B on the device"
     )
     tried: list[Tried] = []
-    if plain_temp <= target:
-        tried.append(Tried("plain gradient", plain, [], plain_temp, flops(plain), None))
+    whole = dataclasses.replace(spec, budget=1.0, fraction=True, on_device=False)
+    if plain_temp <= target:  # every residual saved: the model's plan says so
+        plans: list = []
+        program = build(whole, plans)
+        tried.append(Tried("plain gradient", program, plans, plain_temp, flops(program), None))
         fit.say("  the plain gradient fits: nothing recomputed")
         return _choose(fit, tried)
+    seen: dict[tuple, Tried] = {}  # (the model's figure, FLOPs) -> the plan measured
 
-    def attempt(label, s):
+    def attempt(label, s, policy=False):
         plans: list = []
         try:
             program = build(s, plans)
@@ -137,10 +146,21 @@ def fit_budget(
                 f"  the tool's model holds {before} B for the plain gradient: "
                 f"{fit.scale:.3f} device bytes per byte of it"
             )
-        t = Tried(label, program, plans, measure(program), flops(program), int(after * fit.scale))
+        f = flops(program)
+        planned = int(after * fit.scale)
+        best = _best(tried, target)
+        if policy and best is not None and f >= best.flops:
+            return None  # recomputes no less than the best: it cannot beat it on both counts
+        if policy and planned > PRUNE * target:
+            fit.say(f"  {label}: planned {planned} B, far over the target: not compiled")
+            return None
+        same = seen.get((after, f))
+        temp = same.temp if same is not None else measure(program)
+        t = seen[(after, f)] = Tried(label, program, plans, temp, f, planned)
         tried.append(t)
+        how = f"the plan of {same.label} again" if same is not None else f"compile {len(seen)}"
         fit.say(
-            f"  compile {len(tried)}: {label}: planned {t.planned} B, XLA {t.temp} B "
+            f"  {how}: {label}: planned {t.planned} B, XLA {t.temp} B "
             f"({t.temp / max(1, plain_temp):.3f}x the plain gradient's); "
             + ("fits" if t.fits(target) else "over the target")
             + f"; {t.flops} FLOPs"
@@ -148,25 +168,8 @@ def fit_budget(
         return t
 
     _search(attempt, spec, fit, target)
-    best = _best(tried, target)
     for name in CANDIDATES:
-        p_spec = Spec(policy=name, segments=spec.segments, dims=spec.dims)
-        plans: list = []
-        program = build(p_spec, plans)
-        f = flops(program)
-        if best is not None and f >= best.flops:
-            continue  # recomputes no less: it cannot beat the best on both counts
-        t = Tried(f"--remat {name}", program, plans, measure(program), f, None)
-        after, _ = _model_figure(plans)
-        t.planned = int(after * fit.scale)
-        tried.append(t)
-        fit.say(
-            f"  compile {len(tried)}: policy {name}: planned {t.planned} B, XLA {t.temp} B "
-            f"({t.temp / max(1, plain_temp):.3f}x); "
-            + ("fits" if t.fits(target) else "over the target")
-            + f"; {f} FLOPs"
-        )
-        best = _best(tried, target)
+        attempt(f"--remat {name}", Spec(policy=name, segments=spec.segments, dims=spec.dims), True)
     return _choose(fit, tried)
 
 
@@ -220,6 +223,11 @@ def _best(tried: list[Tried], target: int) -> Tried | None:
 
 def _choose(fit: Fit, tried: list[Tried]):
     best = _best(tried, fit.target)
+    if best is None and not tried:
+        raise JaxprError(
+            f"--remat-budget: XLA's temp bytes cannot be brought to {fit.target} B: no plan "
+            f"the tool can make is planned near it; the plain gradient holds {fit.plain_temp} B"
+        )
     if best is None:
         least = min(tried, key=lambda t: t.temp)
         raise JaxprError(
