@@ -182,7 +182,7 @@ class Primitive:
     #: cheap to recompute from constants: linearize recomputes such residuals (AD's zeros and
     #: 0.5s) in the linear program instead of passing them from the primal one
     recompute_constant: bool = False
-    #: how rematerialization (`ad/remat.py`) sees it, or `rule(eqn) -> str | None`:
+    #: how rematerialization (`ad/remat/`) sees it, or `rule(eqn) -> str | None`:
     #: "cheap" (element-wise or shape: min-cut may recompute it), "dot" (a matmul or
     #: convolution: what `dots_saveable` saves), "dot_unbatched" (a matmul without batch
     #: dimensions: also what `dots_with_no_batch_dims_saveable` saves), "name"
@@ -192,7 +192,7 @@ class Primitive:
     #: a call with a body that rematerialization may run again whole (not apart) where
     #: its body is pure: a custom-derivative call, whose value is its body's
     recomputed_whole: bool = False
-    #: an equation with bodies that a policy (`ad/remat.py`) may run again in the backward
+    #: an equation with bodies that a policy (`ad/remat/`) may run again in the backward
     #: pass, as JAX's `partial_eval_jaxpr_custom` rule for it does: `rule(eqn, body_saves)
     #: -> [bool]`, per result, whether the policy saves it (`body_saves(jaxpr) -> [bool |
     #: None]` says it of a body's results, None for a binder); an unsaved result is made

@@ -25,7 +25,7 @@ PKG = Path(jaxprtool.__file__).parent
 #: (module, why its primitive names are not a table of rules)
 ALLOWED = {
     "ad/ops.py": "the emit layer: ops.mul(x, y) binds mul",
-    "ad/remat.py": "the recomputation is emitted as JAX emits it: a remat2 call",
+    "ad/remat/rewrite.py": "the recomputation is emitted as JAX emits it: a remat2 call",
     "text/parser/build.py": "the state syntax `c[...] += x` is the addupdate equation",
 }
 #: words that are primitive names but also ordinary words or option values

@@ -123,13 +123,16 @@ TOOL_PLANS = (
 JAX_POLICIES = ("nothing_saveable", "dots_saveable")
 
 
-def tool_grad(text: str, n: int, option, value, segments="auto"):
+def tool_grad(text: str, n: int, option, value, segments="auto", leaves=None, xla=True):
     """The tool's gradient program of JAX's printed jaxpr `text` (wrt all `n` inputs) under
-    the plan, and the plans' descriptions (what `--remat` prints on standard error)."""
+    the plan, and the plans' descriptions (what `--remat` prints on standard error).  A
+    budget is in XLA's temp bytes on this device (`jaxprtool.ad.remat.fit`: each plan
+    compiled for `leaves`, as `grad --remat-budget` does) unless `xla` is False."""
     from jaxprtool.ad import remat
     from jaxprtool.ad.api import grad_jaxpr
     from jaxprtool.passes.registry import run_pipeline
     from jaxprtool.text.parser import parse
+    from jaxprtool.ui.stats import flops
 
     j = parse(text, "<bench>").jaxpr
     spec = None
@@ -139,13 +142,26 @@ def tool_grad(text: str, n: int, option, value, segments="auto"):
         spec = remat.parse_budget(value)
     if spec is not None:
         spec = remat.with_segments(spec, segments)
+
+    def build(s, plans):
+        # the back end binds the older JAX's forms of what it lacks (one_minus_square on 0.10)
+        return run_pipeline(grad_jaxpr(j, list(range(n)), remat=s, plans=plans), "canonicalize")
+
+    def measure(g):
+        fn = tool_fn(g)
+        return jax.jit(fn).lower(*leaves).compile().memory_analysis().temp_size_in_bytes
+
     t0 = time.perf_counter()
     plans: list = []
-    g = grad_jaxpr(j, list(range(n)), remat=spec, plans=plans)
+    lines: list[str] = []
+    if option == "budget" and xla and leaves is not None:
+        from jaxprtool.ad.remat.fit import fit_budget
+
+        g, plans, fit = fit_budget(build, spec, measure, flops, None, lines.append)
+    else:
+        g = build(spec, plans)
     dt = time.perf_counter() - t0
-    # the back end binds the older JAX's forms of what it lacks (one_minus_square on 0.10)
-    g = run_pipeline(g, "canonicalize")
-    return g, [p.render() for p in plans if not p.nested], dt, len(j.eqns)
+    return g, lines + [p.render() for p in plans if not p.nested], dt, len(j.eqns)
 
 
 def tool_fn(g):
@@ -225,7 +241,7 @@ def rows_for(model: str, build, args, heads, steps, segments, log, only=None, bu
     for label, value, option in (*TOOL_PLANS, *extra):
 
         def tool(option=option, value=value, label=label):
-            g, plans, dt, n_eqns = tool_grad(text, n, option, value, segments)
+            g, plans, dt, n_eqns = tool_grad(text, n, option, value, segments, leaves)
             for p in plans:
                 log(f"[{model}] {label}:\n{p}")
             return tool_fn(g), f"planned in {dt:.2f} s ({n_eqns} eqns)"

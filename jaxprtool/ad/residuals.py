@@ -1,5 +1,5 @@
 """What a linearization says about the residuals it passes from the primal program to the
-linear one (`linearize.linearize_jaxpr`), read by rematerialization (`remat.py`) and explain.
+linear one (`linearize.linearize_jaxpr`), read by rematerialization (`remat/`) and explain.
 """
 
 from __future__ import annotations

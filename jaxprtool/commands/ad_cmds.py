@@ -136,9 +136,11 @@ _remat_budget = click.option(
     "remat_budget",
     metavar="B",
     callback=_remat_spec,
-    help="Hold at most B bytes of residuals (a fraction of the default's: 0.5, or bytes: "
-    "2GiB, 300MB), recomputing what costs the fewest FLOPs (exact ILP when small, a greedy "
-    "heuristic beyond).  The plan is printed on standard error.",
+    help="Hold at most B bytes, recomputing what costs the fewest FLOPs: with JAX (grad, vjp, "
+    "memory), XLA's temp bytes on --device (a fraction of the plain gradient's: 0.5; bytes: "
+    "2GiB, 300MB; device: the memory it has free), each plan compiled and tightened until "
+    "XLA's figure fits; with --no-xla, --dim or linearize, the tool's liveness model (exact "
+    "ILP when small, a greedy heuristic beyond).  The plan is printed on standard error.",
 )
 
 
@@ -165,6 +167,25 @@ _remat_dims = click.option(
 )
 
 
+_remat_device = click.option(
+    "--device",
+    "device",
+    type=click.Choice(["cpu", "gpu", "tpu", "auto"]),
+    default="cpu",
+    show_default=True,
+    help="With --remat-budget: the device whose XLA temp bytes the budget is in (a fraction "
+    "is of the plain gradient's there; `--remat-budget device`: the memory it has free); the "
+    "plan is compiled for it and tightened until XLA's figure fits, each compile reported.",
+)
+_remat_no_xla = click.option(
+    "--no-xla",
+    "no_xla",
+    is_flag=True,
+    help="With --remat-budget: budget the tool's own liveness model, no compile (the "
+    "default without JAX).",
+)
+
+
 def _remat_usage(remat, remat_budget, dim_specs=(), remat_segments=None):
     from .run_options import parse_dims
 
@@ -187,6 +208,16 @@ def _remat_usage(remat, remat_budget, dim_specs=(), remat_segments=None):
         )
 
 
+def _check_names(spec, program) -> None:
+    """A checkpoint name the policy asks for that the program lacks is a usage error."""
+    from ..ad.remat import check_names
+
+    try:
+        check_names(spec, program)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
 def _byte_weighted(spec) -> bool:
     return spec.budget is not None or spec.policy == "min-cut"
 
@@ -201,6 +232,7 @@ def _with_remat(job, remat, remat_budget, fn, dim_specs=(), remat_segments=None)
     spec = remat or remat_budget
     if spec is None:
         return fn(None, None)
+    _check_names(spec, job.input)
     if _byte_weighted(spec):
         dims = parse_dims(dim_specs)
         _require_static_bytes(job.input, dims)
@@ -589,13 +621,85 @@ def _transpose(job, linear, residuals):
 
 
 def _vjp_usage(
-    out, split_input, remat=None, remat_budget=None, dim_specs=(), remat_segments=None, **_
+    out,
+    split_input,
+    remat=None,
+    remat_budget=None,
+    dim_specs=(),
+    remat_segments=None,
+    no_xla=False,
+    **_,
 ):
     _remat_usage(remat, remat_budget, dim_specs, remat_segments)
+    if remat_budget is not None and remat_budget.on_device and no_xla:
+        raise UsageError("--remat-budget device is the device's memory: it needs XLA, not --no-xla")
 
 
-@ad_command("vjp", _argnums, _remat, _remat_budget, _remat_segments, _remat_dims, usage=_vjp_usage)
-def vjp(job, argnums, remat, remat_budget, remat_segments, dim_specs):
+def _fitted(build, spec, plans, device, no_xla, dim_specs):
+    """`build(spec, plans)`, the gradient under `spec`; a byte budget in XLA's temp bytes on
+    `device` (`ad/remat/fit.py`: a bounded compile loop, reported on standard error) unless
+    `--no-xla`, `--dim` (a symbolic program) or without JAX, where it is in the tool's
+    liveness model."""
+    # (a symbolic program's XLA bytes are those of one size: its budget stays the model's)
+    if spec is None or spec.budget is None or no_xla or spec.dims or not _has_jax():
+        if spec is not None and spec.on_device:
+            raise UsageError(
+                "--remat-budget device is the device's memory: it needs XLA (JAX, and no --no-xla)"
+            )
+        return build(spec, plans)
+    from ..ad.remat.fit import fit_budget
+    from ..ui.stats import flops
+    from .xla_figures import xla_figures as _xla
+
+    def measure(program):
+        return _xla(program, device, dim_specs)["temp_bytes"]
+
+    def device_free(program):
+        return _device_free(program, device, dim_specs)
+
+    echo = lambda text: click.echo(text, err=True)  # noqa: E731
+    program, chosen, _ = fit_budget(build, spec, measure, flops, device_free, echo)
+    plans.extend(chosen)
+    return program
+
+
+def _device_free(program, device, dim_specs) -> int:
+    """The bytes `device` has free for a program's temporaries: its memory limit less the
+    program's arguments and outputs (XLA's figures) and what is in use already."""
+    from .. import backend
+    from ..core import JaxprError
+    from .xla_figures import xla_figures as _xla
+
+    stats = backend.get_device(device).memory_stats() or {}
+    limit = stats.get("bytes_limit")
+    if not limit:
+        raise JaxprError(
+            f"--remat-budget device: the {device} device reports no memory limit; give the "
+            "budget in bytes (--remat-budget 2GB)"
+        )
+    x = _xla(program, device, dim_specs)
+    held = x["argument_bytes"] + x["output_bytes"] - x["alias_bytes"]
+    return int(limit) - int(stats.get("bytes_in_use", 0)) - held
+
+
+def _has_jax() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("jax") is not None
+
+
+@ad_command(
+    "vjp",
+    _argnums,
+    _remat,
+    _remat_budget,
+    _remat_segments,
+    _remat_dims,
+    _remat_device,
+    _remat_no_xla,
+    usage=_vjp_usage,
+)
+def vjp(job, argnums, remat, remat_budget, remat_segments, dim_specs, device, no_xla):
     """Reverse mode: (x..., ct_y...) -> (y..., ct_x...).
 
     One cotangent input per float/complex output; one cotangent output per differentiated input.
@@ -605,17 +709,35 @@ def vjp(job, argnums, remat, remat_budget, remat_segments, dim_specs):
       jaxprtool vjp --argnums 0 f.jaxpr
       jaxprtool vjp --remat dots_saveable f.jaxpr
     """
-    return _vjp(job, argnums, remat, remat_budget, dim_specs, remat_segments)
+    return _vjp(job, argnums, remat, remat_budget, dim_specs, remat_segments, device, no_xla)
 
 
-def _vjp(job, argnums, remat=None, remat_budget=None, dim_specs=(), remat_segments=None):
+def _vjp(
+    job,
+    argnums,
+    remat=None,
+    remat_budget=None,
+    dim_specs=(),
+    remat_segments=None,
+    device="cpu",
+    no_xla=False,
+):
     from ..ad.api import vjp_jaxpr
 
     res = _with_remat(
         job,
         remat,
         remat_budget,
-        lambda spec, plans: job.transform(lambda j: vjp_jaxpr(j, argnums, remat=spec, plans=plans)),
+        lambda spec, plans: job.transform(
+            lambda j: _fitted(
+                lambda s, p: vjp_jaxpr(j, argnums, remat=s, plans=p),
+                spec,
+                plans,
+                device,
+                no_xla,
+                dim_specs,
+            )
+        ),
         dim_specs,
         remat_segments,
     )
@@ -642,9 +764,22 @@ def _vjp(job, argnums, remat=None, remat_budget=None, dim_specs=(), remat_segmen
     _remat_budget,
     _remat_segments,
     _remat_dims,
+    _remat_device,
+    _remat_no_xla,
     usage=_vjp_usage,
 )
-def grad(job, argnums, with_value, has_aux, remat, remat_budget, remat_segments, dim_specs):
+def grad(
+    job,
+    argnums,
+    with_value,
+    has_aux,
+    remat,
+    remat_budget,
+    remat_segments,
+    dim_specs,
+    device,
+    no_xla,
+):
     """Gradient of a scalar float output: (x...) -> ([value,] [aux...,] grads...).
 
     The output must be one scalar (or the first output, with --has-aux); the cotangent is 1.
@@ -658,7 +793,18 @@ def grad(job, argnums, with_value, has_aux, remat, remat_budget, remat_segments,
       jaxprtool grad f.jaxpr --verify-each --timing
       jaxprtool grad --remat min-cut f.jaxpr ; jaxprtool grad --remat-budget 0.5 f.jaxpr
     """
-    return _grad(job, argnums, with_value, has_aux, remat, remat_budget, dim_specs, remat_segments)
+    return _grad(
+        job,
+        argnums,
+        with_value,
+        has_aux,
+        remat,
+        remat_budget,
+        dim_specs,
+        remat_segments,
+        device,
+        no_xla,
+    )
 
 
 def _grad(
@@ -670,6 +816,8 @@ def _grad(
     remat_budget=None,
     dim_specs=(),
     remat_segments=None,
+    device="cpu",
+    no_xla=False,
 ):
     from ..ad.api import grad_jaxpr
     from ..io import progress
@@ -680,8 +828,15 @@ def _grad(
             remat,
             remat_budget,
             lambda spec, plans: job.transform(
-                lambda j: grad_jaxpr(
-                    j, argnums, has_aux=has_aux, with_value=with_value, remat=spec, plans=plans
+                lambda j: _fitted(
+                    lambda s, p: grad_jaxpr(
+                        j, argnums, has_aux=has_aux, with_value=with_value, remat=s, plans=p
+                    ),
+                    spec,
+                    plans,
+                    device,
+                    no_xla,
+                    dim_specs,
                 )
             ),
             dim_specs,

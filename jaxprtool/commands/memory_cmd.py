@@ -8,10 +8,11 @@ import click
 
 from ..cli import guarded
 from ..io import UsageError, write_output
-from .ad_cmds import _byte_weighted, _remat, _remat_budget, _remat_segments
+from .ad_cmds import _byte_weighted, _check_names, _remat, _remat_budget, _remat_segments
 from .common import FILE_ARG, OUT_ARG, int_list, load
 from .mesh_options import mesh_options
 from .run_options import device_options
+from .xla_figures import xla_figures as _xla
 
 #: what `--of` can analyse: FILE itself, or the program an AD command makes of it
 _OF = ("program", "linearize", "vjp", "grad")
@@ -38,22 +39,20 @@ def _transformed(jaxpr, of: str, argnums, remat=None, plans=None):
     return g, boundary[0]
 
 
-def _xla(program, device: str, dim_specs) -> dict:
-    from ..cli import require_jax
+def _fitted_transform(jaxpr, of, argnums, spec, plans, device, no_xla, dim_specs):
+    """`_transformed` under a byte budget, in XLA's temp bytes as `grad` plans it (the
+    compile loop, `ad_cmds._fitted`): (the program, its boundary)."""
+    from .ad_cmds import _fitted
 
-    require_jax("or leave out XLA's figures: `--no-xla` gives the tool's own without JAX")
-    from .. import backend, compile_cache
-    from ..backend.memory_analysis import xla_memory
-    from ..consts_order import number_constants
-    from .compile_cmd import _compile
-    from .run_options import parse_dims
+    bounds: dict[int, int | None] = {}
 
-    program = number_constants(program).program  # as compile reads it
-    backend.check_runnable(program)
-    compile_cache.configure(False)
-    with backend.x64_scope(program):
-        _, compiled = _compile(program, "hlo", device, parse_dims(dim_specs), stats=True)
-    return {"device": device, **xla_memory(compiled, program)}
+    def build(s, p):
+        program, boundary = _transformed(jaxpr, of, argnums, s, p)
+        bounds[id(program)] = boundary
+        return program
+
+    program = _fitted(build, spec, plans, device, no_xla, dim_specs)
+    return program, bounds[id(program)]
 
 
 def _plot_format(plot: str | None) -> str | None:
@@ -160,6 +159,8 @@ def memory(
         except ValueError as e:
             raise UsageError(str(e)) from None
     jaxpr, _, path = load(file)
+    if spec is not None:
+        _check_names(spec, jaxpr)
     if spec is not None and _byte_weighted(spec):
         import dataclasses
 
@@ -171,7 +172,11 @@ def memory(
         spec = dataclasses.replace(spec, dims=tuple(sorted(dims.items())))
     plans: list = []
     with axis_sizes_of(jaxpr, backend.CONFIG.mesh):  # --mesh: a text without its mesh
-        program, boundary = _transformed(jaxpr, of, argnums, spec, plans)
+        if spec is not None and spec.budget is not None:
+            fitted = _fitted_transform(jaxpr, of, argnums, spec, plans, device, no_xla, dim_specs)
+            program, boundary = fitted
+        else:
+            program, boundary = _transformed(jaxpr, of, argnums, spec, plans)
     for plan in plans:
         click.echo(plan.render(), err=True)
     timeline, residuals = analyse(program, boundary)  # (no boundary: no residuals measured)

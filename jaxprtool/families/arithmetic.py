@@ -1495,7 +1495,7 @@ for _n in ("convert_element_type", "select_n", "eq", "ne", "gt", "lt", "ge", "le
 for _n in ("neg", "mul", "add", "sub", "div"):
     define(_n, recompute_constant=True)
 
-# rematerialization (ad/remat.py): element-wise equations are cheap to recompute
+# rematerialization (ad/remat/): element-wise equations are cheap to recompute
 for _n in """abs acos acosh asin asinh atan atanh bessel_i0e bessel_i1e cbrt ceil clz conj copy
 copy_p cos cosh digamma erf erf_inv erfc exp exp2 expm1 floor imag integer_pow is_finite lgamma
 log log1p log2 logistic neg not one_minus_square population_count real reciprocal

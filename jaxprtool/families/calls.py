@@ -711,6 +711,9 @@ for _p, _body, _keys in (
         evaluated_params=frozenset(
             {_body, "prevent_cse", "policy", "differentiated", "concrete", "name"}
         ),
+        # a policy of the program around it recomputes a checkpoint's results by running it
+        # again, as JAX's partial evaluation of the outer checkpoint does
+        recomputed_whole=True,
     )
 for _p in ("remat2", "checkpoint"):
     define(_p, multiple_results=True)

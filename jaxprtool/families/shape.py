@@ -1228,6 +1228,6 @@ define(
 for _n in ("broadcast_in_dim", "iota", "reshape"):
     define(_n, recompute_constant=True)
 
-# rematerialization (ad/remat.py): shape equations are cheap to recompute
+# rematerialization (ad/remat/): shape equations are cheap to recompute
 for _n in "broadcast_in_dim reshape squeeze expand_dims transpose rev concatenate pad slice iota broadcast_to".split():
     define(_n, remat="cheap")
