@@ -634,12 +634,15 @@ def progress_stage(name: str):
 
 
 _sources: dict[str, str] = {}
+#: the line of its file each remembered source starts on (a part of a split file; else 1)
+_first_lines: dict[str, int] = {}
 #: where each line of a remembered source starts (computed on the first message about it)
 _line_starts: dict[str, list[int]] = {}
 
 
-def remember_source(path: str, text: str) -> None:
-    """Keep the text of an input so that error messages can quote the offending line.
+def remember_source(path: str, text: str, first_line: int = 1) -> None:
+    """Keep the text of an input (or of a part of it starting on line `first_line` of the
+    file) so that error messages can quote the offending line.
 
     ANSI colour escapes are removed, as the parser removes them before it counts lines
     and columns (a coloured TTY dump): excerpts and program locations use the same text."""
@@ -648,6 +651,7 @@ def remember_source(path: str, text: str) -> None:
 
         text = ANSI.sub("", text)
     _sources[path] = text
+    _first_lines[path] = first_line
     _line_starts.pop(path, None)
     _sources.pop(_LAST, None)
     _sources[_LAST] = path
@@ -663,7 +667,9 @@ def program_loc(where: str) -> Loc | None:
     text = _sources.get(path) if path else None
     if text is None:
         return None
-    return text_loc(path, text, where)
+    loc = text_loc(path, text, where)
+    lines = _first_lines.get(path, 1) - 1
+    return loc._replace(line=loc.line + lines) if loc and lines else loc
 
 
 def text_loc(path: str, text: str, where: str) -> Loc | None:
@@ -735,6 +741,7 @@ def _source_line(path: str, n: int) -> str | None:
     source, or None.  The line starts are computed once per source, so that reporting many
     errors in a large file stays linear."""
     text = _sources[path]
+    n -= _first_lines.get(path, 1) - 1
     starts = _line_starts.get(path)
     nl = "\n" if "\n" in text or "\r" not in text else "\r"  # old Mac line endings: CR
     if starts is None:

@@ -60,7 +60,7 @@ def check(files, werror, select, ignore, split_input, timing):
     """
     from ..check import check as run_check
     from ..diagnostics import check_prefixes, code_of, selected
-    from ..text.parser import parse
+    from .common import parse_at
     from ..text.values import light_dtypes
     from .driver import Instruments, expand_inputs, given_or_default, run_parts, timed
 
@@ -70,7 +70,7 @@ def check(files, werror, select, ignore, split_input, timing):
 
     def body(part):
         with timed("parse"):
-            result = parse(part.text, part.path)
+            result = parse_at(part.source, part.path, part.line)
         with timed("check"):
             diags = run_check(result.jaxpr, part.path, check_names=True)
         found = [*((w, "warning") for w in result.warnings), *((d, d.kind) for d in diags)]

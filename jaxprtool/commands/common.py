@@ -7,7 +7,7 @@ import sys
 import click
 
 from ..cli import keep_until_exit
-from ..core import Jaxpr
+from ..core import Eqn, Jaxpr, JaxprError, all_eqns
 from ..io import Reported, read_source, remember_source, report, warn
 
 #: the type of a FILE argument: a path (shells complete file names), `-` for standard input;
@@ -43,14 +43,14 @@ def load_reporting(file: str | None, verify: bool = True) -> tuple[Jaxpr, str, s
     return jaxpr, text, path
 
 
-def parse_text(text: str, path: str, verify: bool = True) -> Jaxpr:
-    """Parse `text` (of the input `path`, already remembered for error excerpts); parser
-    warnings go to stderr.  With `verify`, checker errors are reported and Reported raised."""
-    from ..text.parser import parse
+def parse_text(text: str, path: str, verify: bool = True, first_line: int = 1) -> Jaxpr:
+    """Parse `text` (of the input `path`, already remembered for error excerpts; starting on
+    line `first_line` of its file); parser warnings go to stderr.  With `verify`, checker
+    errors are reported and Reported raised."""
     from .driver import timed
 
     with timed("parse"):
-        result = parse(text, path)
+        result = parse_at(text, path, first_line)
     for w in result.warnings:
         warn(w.message, w.loc, w.code)
     if verify:
@@ -64,6 +64,29 @@ def parse_text(text: str, path: str, verify: bool = True) -> Jaxpr:
                 report(e)
             raise Reported()
     return result.jaxpr
+
+
+def parse_at(text: str, path: str, first_line: int = 1):
+    """`parser.parse` of a text that starts on line `first_line` of the file `path` (a part
+    of a split file): its equations, warnings and errors are located in the whole file."""
+    from ..text.parser import parse
+
+    by = first_line - 1
+    try:
+        result = parse(text, path)
+    except JaxprError as e:
+        if by and e.loc is not None and e.loc.file == path:
+            e.loc = e.loc._replace(line=e.loc.line + by)
+        raise
+    if by:
+        set_loc = Eqn.__dict__["loc"].__set__  # (frozen: no one else holds this IR yet)
+        for e in all_eqns(result.jaxpr):
+            if e.loc is not None and e.loc.file == path:
+                set_loc(e, e.loc._replace(line=e.loc.line + by))
+        for w in result.warnings:
+            if w.loc is not None:
+                w.loc = w.loc._replace(line=w.loc.line + by)
+    return result
 
 
 def output_style(jaxpr: Jaxpr):
