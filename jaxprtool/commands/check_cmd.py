@@ -60,8 +60,8 @@ def check(files, werror, select, ignore, split_input, timing):
     """
     from ..check import check as run_check
     from ..diagnostics import check_prefixes, code_of, selected
-    from .common import parse_at
     from ..text.values import light_dtypes
+    from .common import parse_at
     from .driver import Instruments, expand_inputs, given_or_default, run_parts, timed
 
     select = check_prefixes("--select", select) if select else ()
