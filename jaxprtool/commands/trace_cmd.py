@@ -124,7 +124,8 @@ def trace(target, specs, args_npz, kwargs, x64, output, consts_out, device):
     from ..backend import get_device
 
     on = jax.default_device(get_device(device))
-    mod = _user_module(module)
+    with contextlib.redirect_stdout(sys.stderr):  # the user's prints: never into the jaxpr
+        mod = _user_module(module)
     fn = mod
     for part in func.split("."):
         if not hasattr(fn, part):
@@ -133,7 +134,7 @@ def trace(target, specs, args_npz, kwargs, x64, output, consts_out, device):
     if not callable(fn):
         raise JaxprError(f"'{target}' is not callable")
     try:
-        with scope, on:
+        with scope, on, contextlib.redirect_stdout(sys.stderr):
             j = jax.make_jaxpr(functools.partial(fn, **static) if static else fn)(*args)
     except Exception as e:  # noqa: BLE001 - the user's function failed to trace
         raise JaxprError(f"tracing '{target}' failed: {type(e).__name__}: {e}") from None
@@ -146,9 +147,16 @@ def trace(target, specs, args_npz, kwargs, x64, output, consts_out, device):
     write_output(text + "\n", output)
 
 
+#: the prefix of the name a user's file runs under (`sys.modules`): never its own name, which
+#: would replace a module of that name for the whole process (a user's `math.py`, `os.py`,
+#: `threading.py` or `numpy.py` broke the tool itself)
+PRIVATE_PREFIX = "_jaxprtool_user_"
+
+
 def _user_module(module: str):
-    """The user's module: a file (`path/to/mod.py`), run under its own name, or a module
-    importable from the current folder."""
+    """The user's module: a file (`path/to/mod.py`), run under a private name
+    (`PRIVATE_PREFIX`), or a module importable from the current folder.  Its prints go to
+    standard error (the caller's `redirect_stdout`): standard output is the jaxpr."""
     import importlib
     import importlib.util
     import os
@@ -157,7 +165,7 @@ def _user_module(module: str):
         path = os.path.abspath(module)
         if not os.path.isfile(path):
             raise JaxprError(f"cannot import '{module}': no such file")
-        name = os.path.splitext(os.path.basename(path))[0]
+        name = PRIVATE_PREFIX + os.path.splitext(os.path.basename(path))[0]
         spec = importlib.util.spec_from_file_location(name, path)
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod
