@@ -49,6 +49,12 @@ def read_source(file: str | None) -> tuple[str, str]:
         except OSError as e:
             raise UsageProblem(f"cannot read '{file}': {e.strerror}", None) from None
         path = file
+    return decode_input(data, path), path
+
+
+def decode_input(data: bytes, path: str) -> str:
+    """The text of an input's bytes (UTF-8, a byte-order mark dropped), or the located error
+    saying why they are not jaxpr text (binary data, invalid UTF-8, a NUL byte)."""
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]  # a UTF-8 byte-order mark (some editors write one): not part of the text
     kind = _binary_kind(data)
@@ -56,7 +62,7 @@ def read_source(file: str | None) -> tuple[str, str]:
         raise _coded(
             JaxprError(f"this is a binary file ({kind}), not jaxpr text", Loc(path, 1, 1)), "E002"
         )
-    return _text(data, path), path
+    return _text(data, path)
 
 
 def _text(data: bytes, path: str) -> str:
@@ -699,9 +705,7 @@ def format_error(err: JaxprError, kind: str = "error", code: str | None = None) 
     """`FILE:LINE:COL: error: message [CODE]`, then the source line and a caret when
     known."""
     _locate(err)
-    message = err.message
-    if len(message) > 2 * EXCERPT:  # a huge name quoted in the message: shorten it
-        message = _LONG_QUOTE.sub(lambda m: m.group()[: EXCERPT // 2] + "...'", message)
+    message = shorten_words(err.message)
     message = _COMMAND_LINE.sub(lambda m: repr(m.group(1))[1:-1] + m.group(2), message)
     from .diagnostics import shown_path
 
@@ -755,8 +759,18 @@ def _source_line(path: str, n: int) -> str | None:
 
 #: the widest excerpt of a source line quoted under a message
 EXCERPT = 120
-#: a huge quoted name (no spaces: not the prose between two quoted names of a long message)
-_LONG_QUOTE = re.compile(r"'[^'\s]{%d,}'" % EXCERPT)
+
+
+def shorten_words(message: str) -> str:
+    """`message` with each huge word cut to its start (a name, a number, an option value:
+    a message quoting a 100 KB value stays readable)."""
+    if len(message) <= 2 * EXCERPT:
+        return message
+    return _LONG_WORD.sub(lambda m: m.group()[: EXCERPT // 2] + "...", message)
+
+
+#: a huge word in a message (no spaces, no quotes: a quoted name's closing quote stays)
+_LONG_WORD = re.compile(r"[^\s']{%d,}" % EXCERPT)
 
 
 def _escaped(line: str, col: int) -> tuple[str, int]:

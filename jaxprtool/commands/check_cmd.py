@@ -8,6 +8,7 @@ import click
 
 from .. import io
 from ..cli import guarded
+from ..core import JaxprError
 from .common import FILE_ARG
 from .driver import split_option, timing_option
 
@@ -70,7 +71,12 @@ def check(files, werror, select, ignore, split_input, timing):
 
     def body(part):
         with timed("parse"):
-            result = parse_at(part.source, part.path, part.line)
+            try:
+                result = parse_at(part.source, part.path, part.line)
+            except JaxprError as e:
+                if not selected(code_of(e), select, ignore):  # (E101 from the parser)
+                    e.message += " (not ignored: the text cannot be read past it)"
+                raise
         with timed("check"):
             diags = run_check(result.jaxpr, part.path, check_names=True)
         found = [*((w, "warning") for w in result.warnings), *((d, d.kind) for d in diags)]

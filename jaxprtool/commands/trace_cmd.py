@@ -15,11 +15,13 @@ from ..cli import guarded, require_jax
 from ..core import JaxprError, np_dtype, short_dtype_name
 from ..io import UsageError, write_output
 from ..lazy import np
+from ..text.parser.diagnostics import MAX_DIM
 from .common import FILE_ARG, OUT_ARG
 from .run_inputs import load_npz, npz_list
 from .run_options import device_options
 
-_SPEC = re.compile(r"^\s*([A-Za-z0-9_]+)\[([0-9,\s]*)\]\s*$")
+#: a type: dtype and comma-separated dimensions (`f32[3 4]`, `f32[3,,4]` are not types)
+_SPEC = re.compile(r"^\s*([A-Za-z0-9_]+)\[\s*((?:[0-9]+\s*,\s*)*[0-9]*)\s*\]\s*$")
 #: iree-run-module's spelling, which `run --input` reads too: 3x4xf32, f32 (a scalar)
 _IREE_SPEC = re.compile(r"^\s*((?:[0-9]+x)*)([A-Za-z][A-Za-z0-9_]*)\s*$")
 
@@ -34,7 +36,7 @@ def parse_spec(spec: str):
         m = _SPEC.match(f"{iree.group(2)}[{dims}]")
     if not m:
         raise UsageError(
-            f"bad --arg '{spec}': expected a type such as f32[3,4] (or 3x4xf32) or i32[]"
+            f"bad --arg '{_shown(spec)}': expected a type such as f32[3,4] (or 3x4xf32) or i32[]"
         )
     try:
         dt = np_dtype(m.group(1)) if m.group(1) != "float32" else np.dtype("float32")
@@ -42,9 +44,20 @@ def parse_spec(spec: str):
         try:
             dt = np_dtype(short_dtype_name(m.group(1)))
         except KeyError:
-            raise UsageError(f"bad --arg '{spec}': unknown dtype '{m.group(1)}'") from None
-    shape = tuple(int(x) for x in m.group(2).split(",") if x.strip())
-    return jax.ShapeDtypeStruct(shape, dt)
+            raise UsageError(
+                f"bad --arg '{_shown(spec)}': unknown dtype '{_shown(m.group(1))}'"
+            ) from None
+    dims = [x.strip() for x in m.group(2).split(",")] if m.group(2).strip() else []
+    if any(not d for d in dims):
+        raise UsageError(f"bad --arg '{_shown(spec)}': an empty dimension")
+    if any(len(d.lstrip("0")) > 19 or int(d) > MAX_DIM for d in dims):
+        raise UsageError(f"bad --arg '{_shown(spec)}': a dimension is larger than {MAX_DIM}")
+    return jax.ShapeDtypeStruct(tuple(int(d) for d in dims), dt)
+
+
+def _shown(spec: str) -> str:
+    """A spec as a message quotes it (a huge one cut)."""
+    return spec if len(spec) <= 60 else spec[:60] + "..."
 
 
 @click.command()
