@@ -242,7 +242,9 @@ def test_errors_in_a_split_part_are_located_in_the_whole_file(tmp_path):
     program-level errors still name lines of the whole file, with the line quoted."""
     bad_type = ONE_LINE.replace("b:f32[3] = sin", "b:f32[4] = sin")
     f = tmp_path / "parts.jaxpr"
-    f.write_text("# -----\n".join([ONE_LINE, "\n" + ONE_LINE, bad_type, "{ lambda ; a:f32[3]. let\n"]))
+    f.write_text(
+        "# -----\n".join([ONE_LINE, "\n" + ONE_LINE, bad_type, "{ lambda ; a:f32[3]. let\n"])
+    )
     r = invoke("check", "--split-input-file", str(f))
     assert r.exit_code == 1
     errors = [ln for ln in r.stderr.splitlines() if ": error: " in ln]

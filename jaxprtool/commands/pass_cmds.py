@@ -334,7 +334,9 @@ def _stats(files, as_json, out):
     reports: list = []
 
     def body(part):
-        reports.append((part.path, compute(parse_text(part.source, part.path, first_line=part.line))))
+        reports.append(
+            (part.path, compute(parse_text(part.source, part.path, first_line=part.line)))
+        )
         return None
 
     ok = run_parts(inputs, False, body, keep_going=many)
