@@ -440,3 +440,5 @@ def test_a_backend_that_cannot_start_leaves_the_cpu_usable(tmp_path):
         "already in use by process 4242); --device cpu runs on the CPU alone (or set "
         "JAX_PLATFORMS=cpu)\n"
     )
+    r = child(["run"], tmp_path, HELD_TPU, JAX_PLATFORMS="tpu,cpu")  # cpu is allowed
+    assert r.returncode == 0 and "running on the CPU alone" in r.stderr, r.stderr

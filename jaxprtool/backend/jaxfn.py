@@ -159,7 +159,7 @@ def _start_backends(device: str) -> None:
     here (an AssertionError with no message), or a TPU another process holds (a
     RuntimeError for every platform, cpu included).  For `--device cpu` the other backends
     are then left out (JAX_PLATFORMS=cpu for this process) and the run goes on, with a
-    warning; JAX_PLATFORMS set by the user is never overridden."""
+    warning, unless the user's JAX_PLATFORMS leaves out cpu."""
     import os
 
     import jax
@@ -178,13 +178,17 @@ def _start_backends(device: str) -> None:
         ) from None
     except RuntimeError as e:
         reason = _start_failure(e)
-        if device != "cpu" or os.environ.get("JAX_PLATFORMS") or not _only_cpu():
-            raise JaxprError(
-                f"{reason}; --device cpu runs on the CPU alone (or set JAX_PLATFORMS=cpu)"
-            ) from None
-        import sys
+        env = os.environ.get("JAX_PLATFORMS", "")
+        cpu_allowed = not env or "cpu" in env.split(",")
+        if device == "cpu" and cpu_allowed and _only_cpu():
+            import sys
 
-        sys.stderr.write(f"warning: {reason}: running on the CPU alone\n")
+            sys.stderr.write(f"warning: {reason}: running on the CPU alone\n")
+            return
+        hint = "--device cpu runs on the CPU alone (or set JAX_PLATFORMS=cpu)"
+        raise JaxprError(
+            f"{reason}; {hint if device != 'cpu' else 'set JAX_PLATFORMS=cpu'}"
+        ) from None
 
 
 def _start_failure(e: RuntimeError) -> str:
