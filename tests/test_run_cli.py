@@ -525,3 +525,14 @@ def test_trace_a_file_named_like_a_module_the_tool_uses(tmp_path):
     for name, (code, stdout, stderr) in json.loads(done.stdout).items():
         assert (code, stdout) == (0, want), (name, stdout, stderr)
         assert stderr == f"loading {name}\ntracing\n", (name, stderr)
+
+
+def test_trace_of_a_module_name_python_took_names_the_file(tmp_path, monkeypatch):
+    """`trace math:f` beside a user's math.py imported Python's math and said it has no `f`:
+    the message says whose `math` it is and how to name the file."""
+    (tmp_path / "math.py").write_text("def f(x):\n    return x\n")
+    monkeypatch.chdir(tmp_path)
+    r = invoke("trace", "math:f", "--arg", "f32[]")
+    assert r.exit_code == 1
+    assert f"error: module 'math' is not {tmp_path / 'math.py'}: the name is taken by " in r.stderr
+    assert "give the file: trace math.py:FUNCTION" in r.stderr

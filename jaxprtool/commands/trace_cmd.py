@@ -192,9 +192,18 @@ def _user_module(module: str):
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
     try:
-        return importlib.import_module(module)
+        mod = importlib.import_module(module)
     except ImportError as e:
         raise JaxprError(f"cannot import module '{module}': {e}") from None
+    own = os.path.join(cwd, *module.split(".")) + ".py"
+    found = getattr(mod, "__file__", None)
+    if os.path.isfile(own) and (found is None or not os.path.samefile(found, own)):
+        raise JaxprError(  # (`math`: Python's, imported before the current folder is looked at)
+            f"module '{module}' is not {own}: the name is taken by "
+            f"{found or 'a built-in module'}; give the file: "
+            f"trace {os.path.relpath(own)}:FUNCTION"
+        )
+    return mod
 
 
 def _static_kwargs(specs) -> dict:
