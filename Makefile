@@ -40,7 +40,7 @@ $(TEST_STAMP): $(STAMP)
 
 demo: install
 	$(BIN)/jaxprtool fmt samples/mlp.jaxpr
-	$(BIN)/jaxprtool check samples/mlp.jaxpr && echo "check: ok"
+	$(BIN)/jaxprtool check samples/mlp.jaxpr
 	$(BIN)/jaxprtool grad --argnums 0,1,2,3 samples/mlp.jaxpr
 	$(BIN)/jaxprtool grad --argnums 0 samples/mlp.jaxpr | $(BIN)/jaxprtool run - --random 0
 	$(BIN)/jaxprtool check-grad samples/mlp.jaxpr

@@ -51,6 +51,16 @@ def cases():
     )
     cnn = make_cnn(lambda h: jnp.maximum(h, 0.0))
     yield "cnn", (lambda p, x: cnn(*p, x)), cnn_params, (jax.random.normal(ks[3], (1, 8, 8, 1)),)
+    # a classifier's cross entropy: the take-along-axis gather of the labels' log-probabilities
+    labels = jnp.array([1, 0, 3, 2, 9], jnp.int32)
+    yield "xent", xent, (0.1 * jnp.ones((8, 10)),), (jnp.ones((5, 8)), labels)
+
+
+def xent(params, x, labels):
+    """Mean cross entropy of a linear classifier, as tests/zoo.py's `_xent`."""
+    (w,) = params
+    logp = jax.nn.log_softmax(jnp.tanh(x @ w))
+    return -jnp.mean(jnp.take_along_axis(logp, labels[:, None], axis=-1))
 
 
 def count(jaxpr) -> int:
@@ -89,7 +99,8 @@ def rows():
             n_data = len(leaves) - n_params
             in_axes = [None] * n_params + [0] * n_data
             batched = leaves[:n_params] + [
-                jnp.broadcast_to(x, (BATCH, *x.shape)) + 0.01 * i
+                jnp.broadcast_to(x, (BATCH, *x.shape))
+                + (0.01 * i if jnp.issubdtype(x.dtype, jnp.floating) else 0)
                 for i, x in enumerate(leaves[n_params:])
             ]
             text = str(jax.make_jaxpr(f)(*leaves))

@@ -300,8 +300,10 @@ def transpose(
     opt: str = DEFAULT_OPT,
 ) -> Program:
     """As `jaxprtool transpose`: linearize's combined form becomes a VJP (x..., ct_y...) ->
-    (y..., ct_x...); any other program is linear in every input, or in `linear` (indices),
-    or in all but the first `residuals` inputs: (residuals..., ct_y...) -> (ct_x...)."""
+    (y..., ct_x...); any other program is linear in every float input (else in all but its
+    fewest leading inputs that make it linear, with a warning, as the command), or in
+    `linear` (indices), or in all but the first `residuals` inputs: (residuals..., ct_y...)
+    -> (ct_x...)."""
     from .ad.transpose import transpose_auto
 
     if linear is not None and residuals is not None:

@@ -448,6 +448,7 @@ def _add_global_options(cmd: click.Command) -> None:
     if getattr(cmd, "_jaxprtool_globals", False):
         return
     taken = {name for p in cmd.params for name in getattr(p, "opts", ())}
+    listed = []
     for decls, kw in _global_option_specs():
         flags = [d for d in decls if d.startswith("-")]
         free = [d for d in flags if d not in taken]
@@ -455,11 +456,25 @@ def _add_global_options(cmd: click.Command) -> None:
             continue
         names = [d for d in decls if not d.startswith("-")]
         key = names[0] if names else flags[0][2:].replace("-", "_")
-        # the first spelling the command leaves free (run: --diagnostic-format)
+        # the first spelling the command leaves free (run: --diagnostic-format); hidden from
+        # the command's --help, which names them once at its end (as git's and ruff's)
         opt = click.Option(
-            [free[0], *names], expose_value=False, callback=_GLOBAL_CALLBACKS[key], **kw
+            [free[0], *names],
+            expose_value=False,
+            callback=_GLOBAL_CALLBACKS[key],
+            hidden=True,
+            **kw,
         )
         cmd.params.append(opt)
+        metavar = kw.get("metavar")
+        listed.append(f"{free[0]} {metavar}" if metavar else free[0])
+    if listed:
+        import textwrap
+
+        names = textwrap.wrap(", ".join(listed), 74, break_on_hyphens=False)
+        text = "\b\nGlobal options (before or after the command; `jaxprtool --help`):\n"
+        text += "\n".join(f"  {line}" for line in names)
+        cmd.epilog = f"{cmd.epilog}\n\n{text}" if cmd.epilog else text
     invoke = cmd.invoke
 
     def invoke_with_stdout_known(ctx):
@@ -655,8 +670,9 @@ JAX_HINT = (
 )
 
 
-def missing_jax(e: BaseException) -> JaxprError | None:
-    """The message for an ImportError of jax or jaxlib (not installed), else None."""
+def missing_jax(e: BaseException, without: str = "") -> JaxprError | None:
+    """The message for an ImportError of jax or jaxlib (not installed), else None; `without`
+    says what the command can do without JAX (e.g. "or leave out XLA's figures: --no-xla")."""
     if not isinstance(e, ImportError):
         return None
     name = (getattr(e, "name", None) or "").split(".")[0]
@@ -664,6 +680,7 @@ def missing_jax(e: BaseException) -> JaxprError | None:
         return None
     return JaxprError(
         f"this command runs the program through JAX, but {name} is not installed: {JAX_HINT}"
+        + (f"; {without}" if without else "")
     )
 
 
@@ -682,12 +699,13 @@ def out_of_memory(e: BaseException) -> JaxprError | None:
     )
 
 
-def require_jax() -> None:
-    """Import jax, or raise the JaxprError that says how to install it (exit 1)."""
+def require_jax(without: str = "") -> None:
+    """Import jax, or raise the JaxprError that says how to install it (exit 1), and
+    `without`, what the command can do without it."""
     try:
         import jax  # noqa: F401
     except ImportError as e:
-        missing = missing_jax(e)
+        missing = missing_jax(e, without)
         if missing is None:
             raise
         raise missing from None

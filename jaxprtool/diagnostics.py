@@ -1,5 +1,5 @@
 """Diagnostics for machines: `--output-format text|json|github|sarif` (ruff's formats), and
-the diagnostics' stable codes (`CODES`, listed in the README; `check --select/--ignore`).
+the diagnostics' stable codes (`CODES`, listed in docs/CI.md; `check --select/--ignore`).
 
 `text` is the tool's usual `FILE:LINE:COL: error: message` with the source line
 (`io.format_error`; `check` ends the line with the code, ` [E111]`), on standard error.  The
@@ -45,7 +45,7 @@ _collected: list[dict] = []
 _lines: list[str] = []
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
-#: every diagnostic's stable code -> what it means (the README's table; SARIF's rules).
+#: every diagnostic's stable code -> what it means (docs/CI.md's table; SARIF's rules).
 #: E0xx: the input is not a readable jaxpr; E1xx: the checker's errors; E2xx: a command's
 #: refusal of a program it read; E9xx: trouble that is not the program's (exit 2, internal);
 #: Wxxx: warnings.  A code is never reused for another meaning.
@@ -112,7 +112,7 @@ def check_prefixes(option: str, prefixes) -> tuple[str, ...]:
             close = difflib.get_close_matches(p, list(CODES), n=1, cutoff=0.5)
             hint = f"; did you mean '{close[0]}'?" if close else ""
             raise click.BadParameter(
-                f"'{p}' is no diagnostic code or prefix of one (the README lists them){hint}",
+                f"'{p}' is no diagnostic code or prefix of one (docs/CI.md lists them){hint}",
                 param_hint=option,
             )
         out.append("" if p == "ALL" else p)

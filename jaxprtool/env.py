@@ -1,4 +1,4 @@
-"""The environment variables the tool reads, each parsed strictly (README: "Environment
+"""The environment variables the tool reads, each parsed strictly (docs/COMMANDS.md: "Environment
 variables"): a value that is not one the variable takes is a one-line error, never taken for
 another (`JAXPRTOOL_PURE_PYTHON_PARSER=0` is no, not "set")."""
 

@@ -795,10 +795,18 @@ def _excerpt(line: str, col: int) -> tuple[str, int]:
     return head + text + tail, col - start + len(head)
 
 
+#: (kind, file) of each diagnostic reported while a command counts them (`check`'s summary
+#: line); None when none does
+REPORTED: list[tuple[str, str | None]] | None = None
+
+
 def report(err: JaxprError, kind: str = "error") -> None:
     """Print a located diagnostic on standard error (rich colour on a terminal), or hand it
     to the machine format `--output-format` chose."""
     from . import diagnostics
+
+    if REPORTED is not None:
+        REPORTED.append((kind, err.loc.file if err.loc is not None else None))
 
     if diagnostics.FORMAT != "text":
         _locate(err)

@@ -238,6 +238,22 @@ def test_every_api_name_has_its_section_in_docs_api_md():
     assert sorted(set(headings) - set(api.__all__)) == []
 
 
+def test_arrays_of_a_program_s_input_types_as_docs_api_md_makes_them():
+    """`np.ones(t.shape, t.dtype)` fails on the tool's types, whose dtype is the printed name
+    (issue 45, item 16): docs/API.md says so and makes them with `.np_dtype`; the snippet
+    runs, and gives JAX's value of the sample's function at ones."""
+    import numpy as np
+
+    page = (ROOT / "docs" / "API.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", page, re.S) if ".np_dtype" in b)
+    scope = {"jt": jt, "f": jt.load(ROOT / "samples" / "loss.jaxpr")}
+    exec(block, scope)  # the page's own example, not a jaxpr's text
+    assert [a.dtype for a in scope["args"]] == [np.dtype(np.float32)] * 3
+    w, x, y = jnp.ones((4, 2)), jnp.ones(4), jnp.ones(2)
+    want = jnp.sum((jnp.tanh(x @ w) - y) ** 2)
+    close(scope["outs"][0], want, 1e-6)
+
+
 def test_the_readme_links_the_api_page():
     assert "docs/API.md" in (ROOT / "README.md").read_text()
 

@@ -53,7 +53,7 @@ def test_cli_corpus_sample_is_silent():
         for version in ("jax-0.10.2", "jax-0.12.0.1"):
             r = runner.invoke(main, ["check", str(CORPUS / version / name)])
             assert r.exit_code == 0, r.output
-            assert r.output == ""
+            assert r.output == "All checks passed.\n"
 
 
 def _run(tmp_path, text: str, name: str = "bad.jaxpr"):
@@ -77,10 +77,10 @@ def _error_lines(tmp_path, text: str, name: str = "bad.jaxpr"):
     return [ln for ln in r.stderr.splitlines() if ": error: " in ln], p
 
 
-def test_clean_prints_nothing(tmp_path):
+def test_clean_prints_only_the_summary(tmp_path):
     r, _ = _run(tmp_path, "{ lambda ; a:f32[3] b:f32[3]. let c:f32[3] = mul a b in (c,) }\n")
     assert r.exit_code == 0
-    assert r.stdout == "" and r.stderr == ""
+    assert r.stdout == "" and r.stderr == "All checks passed.\n"
 
 
 def test_result_type_mismatch(tmp_path):
@@ -363,6 +363,36 @@ def test_unknown_primitive_is_a_warning(tmp_path):
         f"{p}:2:5: warning: unknown primitive 'frobnicate': result types taken from the binders"
         " (check passes it; run and differentiation (jvp, grad, ...) will fail on it) [W001]"
     )
+
+
+def test_check_ends_with_a_summary_as_ruff_does(tmp_path):
+    """One line on standard error after the diagnostics: what was found, in how many files
+    (warnings counted apart); `-q` leaves it out; a machine document has none."""
+    good = "{ lambda ; a:f32[3]. let b:f32[3] = sin a in (b,) }\n"
+    bad = "{ lambda ; a:f32[3]. let\n    b:f32[2] = sin a\n    c:f32[2] = cos a\n  in (c,) }\n"
+    odd = "{ lambda ; a:f32[3]. let\n    b:f32[3] = frobnicate a\n  in (b,) }\n"
+    for name, text in (("good", good), ("bad1", bad), ("bad2", bad), ("odd", odd)):
+        (tmp_path / f"{name}.jaxpr").write_text(text)
+    f = {n: str(tmp_path / f"{n}.jaxpr") for n in ("good", "bad1", "bad2", "odd")}
+    runner = CliRunner()
+    r = runner.invoke(main, ["check", f["good"]])
+    assert (r.exit_code, r.stderr) == (0, "All checks passed.\n")
+    r = runner.invoke(main, ["check", f["good"], f["odd"]])
+    assert r.exit_code == 0 and r.stderr.endswith("\nAll checks passed (1 warning).\n")
+    r = runner.invoke(main, ["check", f["bad1"], f["bad2"], f["odd"], f["good"]])
+    assert r.exit_code == 1
+    assert r.stderr.endswith("\nFound 4 errors in 2 files (1 warning).\n"), r.stderr
+    r = runner.invoke(main, ["check", "--werror", f["odd"]])
+    assert r.exit_code == 1 and r.stderr.endswith("\nFound 1 error in 1 file.\n")
+    (tmp_path / "nul.jaxpr").write_bytes(b"{ lambda \0")  # refused as it is read: counted too
+    r = runner.invoke(main, ["check", str(tmp_path / "nul.jaxpr"), f["good"]])
+    assert r.exit_code == 1 and r.stderr.endswith("[E002]\nFound 1 error in 1 file.\n"), r.stderr
+    r = runner.invoke(main, ["check", "-q", f["bad1"]])
+    assert r.exit_code == 1 and "Found" not in r.stderr and "[E111]" in r.stderr
+    r = runner.invoke(main, ["check", "-q", f["good"]])
+    assert (r.exit_code, r.output) == (0, "")
+    r = runner.invoke(main, ["check", f["bad1"], "--output-format", "json"])
+    assert "Found" not in r.output
 
 
 def test_stdin_and_help():

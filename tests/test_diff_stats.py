@@ -101,6 +101,32 @@ def test_diff_shows_each_files_own_names_and_renames(tmp_path):
     assert r.exit_code == 0 and r.stdout == ""
 
 
+def test_diff_never_shows_two_values_under_one_name(tmp_path):
+    """B binds `s` to a new value while A's kept `s` is another (issue 45, item 18): the
+    added line's `s` is primed, in its uses too; B's other names stay its own."""
+    a, b = tmp_path / "a.jaxpr", tmp_path / "b.jaxpr"
+    a.write_text(
+        "{ lambda ; a:f32[5,2] b:f32[5,2]. let\n    s:f32[5,2] = mul a b\n"
+        "    t:f32[5,2] = add s a\n  in (t,) }\n"
+    )
+    b.write_text(
+        "{ lambda ; a:f32[5,2] b:f32[5,2]. let\n    c:f32[5,2] = mul a b\n"
+        "    s:f32[5,2] = broadcast_in_dim[broadcast_dimensions=() shape=(5, 2) sharding=None]"
+        " 1.0:f32[]\n    t:f32[5,2] = add c s\n  in (t,) }\n"
+    )
+    r = run(["diff", str(a), str(b)])
+    assert r.exit_code == 1, r.output
+    assert r.stdout.split("\n", 3)[3] == (
+        " { lambda ; a:f32[5,2] b:f32[5,2]. let\n"
+        "   s:f32[5,2] = mul a b\n"
+        "+  s':f32[5,2] = broadcast_in_dim[broadcast_dimensions=() shape=(5, 2) sharding=None]"
+        " 1.0:f32[]\n"
+        "-  t:f32[5,2] = add s a\n"
+        "+  t:f32[5,2] = add c s'\n"
+        "   in (t,) }\n"
+    )
+
+
 def test_diff_numpy_scalar_params_equal_python_numbers(tmp_path):
     """`np.int64(1)` (numpy >= 2 prints it inside tuples) is the value 1: equal programs."""
     a, b = tmp_path / "a.jaxpr", tmp_path / "b.jaxpr"

@@ -182,6 +182,33 @@ def _all_examples() -> list[tuple[str, str]]:
 EXAMPLES = _all_examples()
 
 
+def test_grad_twice_example_says_what_input_it_needs():
+    """`grad f.jaxpr | grad` works only where f's input is a scalar (its gradient is then
+    a scalar), as `jax.grad(jax.grad(f))`: the example says so (issue 45, item 20)."""
+    twice = [e for e in _examples_of(["grad"]) if "| jaxprtool grad" in e]
+    assert twice and all("scalar" in e and "hessian" in e for e in twice), twice
+    vector = (
+        "{ lambda ; a:f32[3]. let b:f32[] = reduce_sum[axes=(0,) out_sharding=None] a in (b,) }\n"
+    )
+    g = CliRunner().invoke(main, ["grad", "-"], input=vector)
+    assert g.exit_code == 0, g.output
+    gg = CliRunner().invoke(main, ["grad", "-"], input=g.stdout)
+    assert gg.exit_code == 1 and "Gradient only defined for scalar-output functions" in gg.output
+
+
+def test_command_help_names_the_global_options_once():
+    """A command's --help listed the ~30 lines of global options again (issue 45, item 20):
+    they are named once at its end, and still accepted after the command."""
+    r = CliRunner().invoke(main, ["grad", "--help"], terminal_width=100)
+    assert r.exit_code == 0
+    assert r.output.count("--max-input-size") == 1 and "Refuse an input file" not in r.output
+    assert "Global options (before or after the command; `jaxprtool --help`):" in r.output
+    top = CliRunner().invoke(main, ["--help"], terminal_width=100).output
+    assert "Refuse an input file" in top
+    ok = CliRunner().invoke(main, ["fmt", str(SAMPLES / "mlp.jaxpr"), "--debug", "--no-color"])
+    assert ok.exit_code == 0, ok.output
+
+
 def test_every_command_has_examples():
     """Every command's help shows how it is used (and this test collects them all)."""
     have = {where for where, _ in EXAMPLES}

@@ -117,7 +117,7 @@ def test_fmt_in_place_repairs_and_check_passes_with_the_warning(tmp_path):
     assert tool("fmt", "--check", f).exit_code == 1
     assert tool("fmt", "-i", f).exit_code == 0
     assert f.read_text() == NESTED
-    r = tool("check", "--werror", f)
+    r = tool("check", "-q", "--werror", f)
     assert r.exit_code == 0 and r.stderr == ""
 
 

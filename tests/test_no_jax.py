@@ -50,6 +50,13 @@ def test_missing_jax_is_explained(no_jax, args):
     assert "cuda" in r.output.lower()
 
 
+def test_memory_without_jax_names_no_xla(no_jax):
+    """memory's XLA figures need JAX, its own do not: the message says how to get them."""
+    r = CliRunner().invoke(main, ["--no-color", "memory", MLP])
+    assert r.exit_code == 1 and "jax is not installed" in r.output
+    assert "--no-xla" in r.output, r.output
+
+
 @pytest.mark.parametrize(
     "args",
     [

@@ -1,4 +1,4 @@
-"""The README's plugin example: a primitive unknown to the tool, differentiated and run."""
+"""docs/PLUGINS.md's plugin example: a primitive unknown to the tool, differentiated and run."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from jaxprtool.cli import main
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "PLUGINS.md"
 PROGRAM = """{ lambda ; a:f32[4]. let
     b:f32[4] = softsign a
     c:f32[4] = mul b a

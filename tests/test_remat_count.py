@@ -1,6 +1,6 @@
 """`grad --remat POLICY` emits no more equations than JAX's
 `jax.make_jaxpr(jax.grad(jax.checkpoint(f, policy=...)))` (counted recursively in both), for
-every policy of README's `--remat` list on an MLP, a program with checkpoint_name'd values
+every policy of docs/REMAT.md's `--remat` list on an MLP, a program with checkpoint_name'd values
 and a scan; its values are jax.grad's, its residual bytes (device and host) JAX's
 `saved_residuals`; the recomputation is in one remat2 call per backward program, the
 offloaded values copied back inside it; the linear programs pass the dot-product test."""
@@ -55,7 +55,7 @@ PROGRAMS = {
     "scan": (scanned, (vec((4, 8), 7), 0.5 * vec((3, 8, 8), 8))),
 }
 
-#: README's --remat list: the tool's text -> JAX's policy
+#: docs/REMAT.md's --remat list: the tool's text -> JAX's policy
 POLICIES = {
     "everything_saveable": cp.everything_saveable,
     "nothing_saveable": cp.nothing_saveable,

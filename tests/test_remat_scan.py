@@ -2,7 +2,7 @@
 (JAX's `saved_residuals`, as bytes and as the list of shapes): a stacked residual the policy
 does not save is recomputed by running the scan again in the backward pass, as JAX's
 `_scan_partial_eval_custom` does, and so is a jitted call or a cond holding one.  Over every
-policy of README's list: a scan of dot/tanh layers over a stacked weight, a scan with a
+policy of docs/REMAT.md's list: a scan of dot/tanh layers over a stacked weight, a scan with a
 checkpoint_name'd value, a scan inside a jitted call, a scan of residual blocks followed by
 ordinary layers, a cond inside a scan (rerun too, as JAX's `_cond_partial_eval_custom` does;
 the branch that does not offload fills the other's host residual with `empty2` in host

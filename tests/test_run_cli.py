@@ -455,6 +455,29 @@ def test_trace_a_file_with_static_keywords_iree_types_and_x64(tmp_path, monkeypa
     assert r.exit_code == 1 and "cannot import 'w/missing.py': no such file" in r.output
 
 
+def test_optimized_hlo_carries_no_python_frames_of_the_tool():
+    """XLA's metadata kept 50+ lines of the tool's own stack (click/core.py, evaluator.py)
+    that JAX recorded while tracing (issue 45, item 19): only the op_names, which name the
+    jaxpr's FILE:LINE:COL, are left; XLA's older form (source_file=, source_line=) too."""
+    from pathlib import Path
+
+    from jaxprtool.commands.compile_cmd import without_python_frames
+
+    sample = Path(__file__).resolve().parents[1] / "samples" / "loss.jaxpr"
+    r = invoke("compile", sample, "--emit", "optimized-hlo")
+    assert r.exit_code == 0, r.output
+    for python in (".py", "StackFrames", "FileNames", "stack_frame_id", "source_file"):
+        assert python not in r.output, python
+    assert 'op_name="jit(loss)/loss.jaxpr:' in r.output and "\n\n\n" not in r.output
+    old = (
+        '%t = f32[2]{0} tanh(%x), metadata={op_name="jit(f)/f.jaxpr:6:5/tanh" '
+        'source_file="/x/click/core.py" source_line=1653 source_end_line=1653}\n'
+    )
+    assert without_python_frames(old) == (
+        '%t = f32[2]{0} tanh(%x), metadata={op_name="jit(f)/f.jaxpr:6:5/tanh"}\n'
+    )
+
+
 def test_xla_names_point_back_into_the_jaxpr_file(tmp_path):
     """compile names XLA's module after the file (jit_loss, not jit_f), its parameters after
     the binders (not xs[0]) and each operation's op_name after the equation's FILE:LINE:COL,

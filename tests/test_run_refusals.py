@@ -366,7 +366,7 @@ def test_control_bytes_in_a_quoted_line_are_escaped(tmp_path):
     """A file ending in an OSC sequence (which retitles a terminal) is quoted escaped."""
     prog = tmp_path / "t.jaxpr"
     prog.write_bytes(SIN.rstrip("\n").encode() + b" \x1b]0;pwned\x07\n")
-    r = tool("check", prog)
+    r = tool("check", "-q", prog)
     assert r.exit_code == 1
     assert r.stderr.splitlines() == [
         f"{prog}:1:53: error: unexpected text after the jaxpr: '\\x1b' [E001]",
@@ -379,12 +379,12 @@ def test_control_bytes_in_a_quoted_line_are_escaped(tmp_path):
 def test_a_binary_file_given_as_a_program_is_named_as_such(tmp_path):
     np.savez(tmp_path / "o.npz", out0=np.ones(3, np.float32))
     np.save(tmp_path / "o.npy", np.ones(3, np.float32))
-    r = tool("check", tmp_path / "o.npz")
+    r = tool("check", "-q", tmp_path / "o.npz")
     assert r.exit_code == 1 and r.stderr == (
         f"{tmp_path / 'o.npz'}:1:1: error: this is a binary file (a zip archive: an .npz of "
         "arrays is read with --args or --consts), not jaxpr text [E002]\n"
     )
-    r = tool("check", tmp_path / "o.npy")
+    r = tool("check", "-q", tmp_path / "o.npy")
     assert r.exit_code == 1 and r.stderr == (
         f"{tmp_path / 'o.npy'}:1:1: error: this is a binary file (a numpy .npy array: arrays "
         "are read with --arg or --input @FILE), not jaxpr text [E002]\n"

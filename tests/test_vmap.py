@@ -726,6 +726,8 @@ def test_equation_counts_not_above_jax():
         ("scan", scan_f, [X, Y], [[0, 0], [2, 1]]),
         ("while", while_f, [X], [[0]]),
         ("cond", cond_f, [X, Y], [[0, 0], [None, 0]]),
+        # the new axis at the batch one: after it, as JAX's rule puts it (no transpose)
+        ("stack", lambda x, y: jnp.stack([x, y]), [f32(2, 3), f32(2, 3)], [[0, 0], [1, 1]]),
     ]
     check_cases(cases, counts=counts)
     over = [c for c in counts if c[2] > c[3]]

@@ -136,7 +136,8 @@ def grad_jaxpr(
             dt = long_dtype_name(t.dtype) if isinstance(t, ShapedArray) else str(t)
             raise ProgramError(
                 f"grad requires real- or complex-valued inputs (input dtype that is a sub-dtype of np.inexact), "
-                f"but got {dt}. If you want to use Boolean- or integer-valued inputs, use vjp (`jaxprtool vjp`) or set allow_int to True.",
+                f"but got {dt}. If you want to use Boolean- or integer-valued inputs, use vjp (`jaxprtool vjp`), "
+                "which gives them no cotangent.",
                 "inputs",
             )
     outs = list(jaxpr.outvars)

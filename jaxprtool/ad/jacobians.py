@@ -219,7 +219,7 @@ def jacrev(jaxpr: Jaxpr, argnums=0, style=None) -> Jaxpr:
             raise JaxprError(
                 "jacrev requires real- or complex-valued inputs (input dtype that is a "
                 f"sub-dtype of np.inexact), but got {dt}. If you want to use Boolean- or "
-                "integer-valued inputs, use vjp or set allow_int to True."
+                "integer-valued inputs, use vjp (`jaxprtool vjp`), which gives them no cotangent."
             )
     for y in jaxpr.outvars:
         t = y.type

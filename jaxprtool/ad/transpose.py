@@ -374,29 +374,46 @@ def transpose_auto(jaxpr: Jaxpr, linear: Sequence[int] | None = None, residuals:
             from ..core import is_inexact
 
             mask = [is_inexact(v.type) for v in jaxpr.invars]  # int/bool inputs cannot be linear
+            lin_out = _inexact_outputs(jaxpr)
             try:
                 return transpose_jaxpr(jaxpr, mask, lin_out), mask, lin_out
             except NotLinear as e:
-                raise _with_residuals_hint(e, jaxpr, mask) from None
+                return _with_leading_residuals(e, jaxpr, mask, lin_out)
     return transpose_jaxpr(jaxpr, mask, lin_out), mask, lin_out
 
 
-#: how many leading-residual counts `_with_residuals_hint` tries
-_HINT_TRIES = 64
+#: how many leading-residual counts `_with_leading_residuals` tries
+_PREFIX_TRIES = 64
 
 
-def _with_residuals_hint(e: NotLinear, jaxpr: Jaxpr, mask: list[bool]) -> NotLinear:
-    """The error, saying which `--residuals K` makes the program linear when one does: the
-    linear half `linearize --split` writes takes its residuals first."""
-    for k in range(1, min(len(mask), _HINT_TRIES + 1)):
+def _inexact_outputs(jaxpr: Jaxpr) -> list[bool] | None:
+    """Which outputs a program read as linear is linear in: its float and complex ones.  An
+    integer or boolean output takes no cotangent (no float0 input), as it gets no tangent
+    from `jvp` and no cotangent in `vjp`; it is an output of the transposed program, as a
+    primal output is of vjp's.  None when every output can be linear (the plain case)."""
+    from ..core import ShapedArray, is_inexact
+
+    flags = [not isinstance(v.type, ShapedArray) or is_inexact(v.type) for v in jaxpr.outvars]
+    return None if all(flags) else flags
+
+
+def _with_leading_residuals(e: NotLinear, jaxpr: Jaxpr, mask: list[bool], lin_out=None):
+    """A program not linear in all its float inputs, transposed with its first K inputs as
+    residuals, K the fewest that make it linear: the linear half `linearize --split` writes
+    takes its residuals first, so `linearize --split P L f; transpose L` just works.  Says
+    so in a warning (`--residuals K` states it); raises `e` when no such K exists."""
+    from ..io import warn
+
+    for k in range(1, min(len(mask), _PREFIX_TRIES + 1)):
+        k_mask = [m and i >= k for i, m in enumerate(mask)]
         try:
-            transpose_jaxpr(jaxpr, [m and i >= k for i, m in enumerate(mask)], None)
+            out = transpose_jaxpr(jaxpr, k_mask, lin_out)
         except JaxprError:
             continue
-        e.message += (
-            f"; taking the first {k} input{'s' if k != 1 else ''} as residuals (as "
-            f"`linearize --split` writes its linear half) makes it linear: transpose "
-            f"--residuals {k}"
+        warn(
+            f"transpose: the program is not linear in all its inputs; taking the first {k} "
+            f"as residuals, the fewest that make it linear (as `linearize --split` writes its "
+            f"linear half): (residuals..., ct_y...) -> (ct_x...); --residuals {k} says so"
         )
-        break
-    return e
+        return out, k_mask, lin_out
+    raise e

@@ -141,7 +141,7 @@ def missing_message(eqn: Eqn) -> str:
 
 
 def older_jax_table() -> str:
-    """The README's table of what the back end lowers for an older installed JAX, from the
+    """docs/OLDER_JAX.md's table of what the back end lowers for an older installed JAX, from the
     records: each primitive with a `first_version` (its older form: the first sentence of its
     `restyle` rule's docstring; a call runs its body), each parameter of `params_since`."""
     from ..record import records

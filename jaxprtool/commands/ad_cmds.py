@@ -563,12 +563,16 @@ def transpose(job, linear, residuals):
 
     Default: the combined form printed by `linearize` is recognised (its `jit[name=linear]`
     equation) and transposed into a VJP (x..., ct_y...) -> (y..., ct_x...); any other jaxpr is
-    taken as linear in every input: (ct_y...) -> (ct_x...).  With --linear or --residuals the
-    non-linear inputs come first: (residuals..., ct_y...) -> (ct_x...).
+    taken as linear in every float input: (ct_y...) -> (ct_x...), or, where it is not, in all
+    but its fewest leading inputs that make it linear, with a warning naming them (the linear
+    half `linearize --split` writes takes its residuals first).  With --linear or --residuals
+    the non-linear inputs come first: (residuals..., ct_y...) -> (ct_x...).  Integer and
+    boolean values take and give no cotangent, as in `vjp`.
 
     \b
     Example:
       jaxprtool linearize f.jaxpr | jaxprtool transpose
+      jaxprtool linearize --split P.jaxpr L.jaxpr f.jaxpr ; jaxprtool transpose L.jaxpr
       jaxprtool transpose --residuals 2 lin.jaxpr
     """
     return _transpose(job, linear, residuals)
@@ -644,12 +648,13 @@ def grad(job, argnums, with_value, has_aux, remat, remat_budget, remat_segments,
     """Gradient of a scalar float output: (x...) -> ([value,] [aux...,] grads...).
 
     The output must be one scalar (or the first output, with --has-aux); the cotangent is 1.
-    Apply it twice for second derivatives.
+    Applied twice it gives the second derivative of a function of a scalar input (the
+    gradient must be a scalar again); `hessian` takes any input.
 
     \b
     Example:
       jaxprtool grad --argnums 0,2 loss.jaxpr
-      jaxprtool grad f.jaxpr | jaxprtool grad
+      jaxprtool grad f.jaxpr | jaxprtool grad       # f''(x), for a scalar x; else hessian
       jaxprtool grad f.jaxpr --verify-each --timing
       jaxprtool grad --remat min-cut f.jaxpr ; jaxprtool grad --remat-budget 0.5 f.jaxpr
     """

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from .. import io
+from .. import diagnostics, io
 from ..cli import guarded
 from ..core import JaxprError
 from .common import FILE_ARG
@@ -25,7 +25,7 @@ from .driver import split_option, timing_option
     multiple=True,
     metavar="CODES",
     help="Report only the diagnostics whose code starts with one of CODES (comma-separated "
-    "codes or prefixes, repeatable: `--select E1,W001`; the README lists the codes).",
+    "codes or prefixes, repeatable: `--select E1,W001`; docs/CI.md lists the codes).",
 )
 @click.option(
     "--ignore",
@@ -35,16 +35,20 @@ from .driver import split_option, timing_option
     "longest matching prefix of --select and --ignore decides).  The E0 codes (a text that "
     "does not read) are always reported.",
 )
+@click.option(
+    "-q", "--quiet", is_flag=True, help="No summary line at the end (only the diagnostics)."
+)
 @split_option
 @timing_option
 @guarded
-def check(files, werror, select, ignore, split_input, timing):
+def check(files, werror, select, ignore, quiet, split_input, timing):
     """Check printed jaxprs: scoping, operand counts and types, nested jaxprs.
 
     Reads each FILE (or standard input when FILE is `-` or absent); a DIR stands for the
     jaxpr files under it (`*.jaxpr`, and the `*.jaxpr.txt` files JAX writes with
     JAX_DUMP_IR_TO=DIR JAX_DUMP_IR_MODES=jaxpr).  Prints nothing when every program is well
-    formed; otherwise prints located diagnostics (`FILE:LINE:COL: error: ...`) on
+    formed but the summary line on standard error, as ruff's ("All checks passed." or
+    "Found 2 errors in 1 file.", `-q` leaves it out); otherwise prints located diagnostics (`FILE:LINE:COL: error: ...`) on
     standard error, for every file, each with its code (`... error: message [E111]`);
     `--output-format json|github|sarif` writes them for CI on standard output (or
     `--output-file`).  Unknown primitives are warnings (errors with --werror), with the
@@ -67,7 +71,6 @@ def check(files, werror, select, ignore, split_input, timing):
 
     select = check_prefixes("--select", select) if select else ()
     ignore = check_prefixes("--ignore", ignore)
-    inputs = expand_inputs(given_or_default(files, "check"))
 
     def body(part):
         with timed("parse"):
@@ -88,7 +91,35 @@ def check(files, werror, select, ignore, split_input, timing):
             raise io.Reported()
         return None
 
-    with light_dtypes():  # dtype parameters stay names: no numpy import
-        ok = run_parts(inputs, split_input, body, inst=Instruments(timing=timing), keep_going=True)
+    io.REPORTED = []  # every diagnostic reported from here on, for the summary line
+    try:
+        inputs = expand_inputs(given_or_default(files, "check"))  # W003: a file skipped
+        with light_dtypes():  # dtype parameters stay names: no numpy import
+            ok = run_parts(
+                inputs, split_input, body, inst=Instruments(timing=timing), keep_going=True
+            )
+        summary = _summary(io.REPORTED)
+    finally:
+        io.REPORTED = None
+    if not quiet and diagnostics.FORMAT == "text":  # a machine document has no summary
+        if diagnostics.to_file():
+            diagnostics.collect_text(summary)
+        else:
+            print(summary, file=sys.stderr)
     if not ok:
         sys.exit(1)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _summary(reported: list[tuple[str, str | None]]) -> str:
+    """ruff's last line: what `check` reported, in how many files, warnings apart."""
+    errors = [f for kind, f in reported if kind == "error"]
+    warnings = len(reported) - len(errors)
+    warned = f" ({_plural(warnings, 'warning')})" if warnings else ""
+    if not errors:
+        return f"All checks passed{warned}."
+    files = _plural(len(set(errors)), "file")
+    return f"Found {_plural(len(errors), 'error')} in {files}{warned}."

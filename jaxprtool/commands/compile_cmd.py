@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 
 import click
 
@@ -134,10 +135,29 @@ def _compile(jaxpr, emit, device, dims, stats):
         with on():
             compiled = lowered.compile()
     if emit == "optimized-hlo":
-        text = compiled.as_text()
+        text = without_python_frames(compiled.as_text())
     if not text.endswith("\n"):
         text += "\n"
     return text, compiled
+
+
+#: the sections of XLA's HLO text that list the Python frames JAX traced under
+_FRAME_SECTIONS = re.compile(
+    r"^(FileNames|FunctionNames|FileLocations|StackFrames)\n(?:[^\n]+\n)*\n?", re.M
+)
+#: a Python frame in an instruction's metadata (newer XLA: an id into the sections above;
+#: older: the file and line themselves)
+_FRAME_FIELDS = re.compile(
+    r' (?:stack_frame_id=\d+|source_file="(?:[^"\\]|\\.)*"|source_(?:end_)?(?:line|column)=\d+)'
+)
+
+
+def without_python_frames(text: str) -> str:
+    """XLA's optimised HLO without the stack of the tool's own Python (click, the
+    evaluator) that JAX records while tracing: each operation keeps its `op_name`, which
+    names its equation's FILE:LINE:COL."""
+    text = _FRAME_FIELDS.sub("", _FRAME_SECTIONS.sub("", text))
+    return re.sub(r"\n{3,}", "\n\n", text)
 
 
 def format_stats(compiled) -> str:

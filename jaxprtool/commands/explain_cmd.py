@@ -185,7 +185,7 @@ def refuse_kept_consts(read, jaxpr) -> None:
     if kept:
         raise JaxprError(
             f"explain cannot use the constants that '{kept[0].prim}' keeps in its nested "
-            "jaxprs: the AD commands cannot make them the program's (README, Known limits); "
+            "jaxprs: the AD commands cannot make them the program's (docs/LIMITS.md, Known limits); "
             "run takes them with --consts",
             kept[0].loc,
         )

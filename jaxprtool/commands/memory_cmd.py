@@ -39,14 +39,15 @@ def _transformed(jaxpr, of: str, argnums, remat=None, plans=None):
 
 
 def _xla(program, device: str, dim_specs) -> dict:
+    from ..cli import require_jax
+
+    require_jax("or leave out XLA's figures: `--no-xla` gives the tool's own without JAX")
     from .. import backend, compile_cache
     from ..backend.memory_analysis import xla_memory
-    from ..cli import require_jax
     from ..consts_order import number_constants
     from .compile_cmd import _compile
     from .run_options import parse_dims
 
-    require_jax()
     program = number_constants(program).program  # as compile reads it
     backend.check_runnable(program)
     compile_cache.configure(False)

@@ -1053,7 +1053,7 @@ def _stack_batching(args, dims, *, axis, **params):
     axis = int(axis)
     d = dims[0]
     if d is not None and all(e == d for e in dims):
-        if axis <= d:
+        if axis < d:  # JAX's: at axis == d the new axis goes after the batch one (no moveaxis)
             return BT.bind("stack", *args, axis=axis, **params), [d + 1]
         return BT.bind("stack", *args, axis=axis + 1, **params), [d]
     xs = [

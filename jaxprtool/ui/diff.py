@@ -319,9 +319,35 @@ def semantic_diff(
     preset = {id(vb): na.names[id(va)] for va, vb in pairs}
     lb = render_lines(b, _Namer(preset, taken=set(na.names.values())))
     lines = [f"--- {a_name}", f"+++ {b_name}"]
+    names_b = _b_side_names(names_a, names_b, pairs, la, lb)
     shown_a, shown_b = render_lines(a, _Given(names_a)), render_lines(b, _Given(names_b))
     lines += _hunks(la, lb, shown_a, shown_b, context)
     return "\n".join(lines) + "\n"
+
+
+def _b_side_names(names_a, names_b, pairs, la: list, lb: list) -> Callable[[Var], str]:
+    """b's names for its lines, but where one is a's name of another value that b keeps (a
+    hunk would show an added line and a kept one binding two values under one name): that
+    one primed, `s'`, until it is neither side's.  (A removed line and an added one binding
+    one name read as a changed definition, as in any diff.)"""
+    partner = {id(vb): names_a(va) for va, vb in pairs}
+    kept = set(partner.values())
+    a_names = {names_a(v) for line in la for v in line[2]}
+    b_names = {names_b(v) for line in lb for v in line[2]}
+    primed: dict[int, str] = {}
+
+    def name(v: Var) -> str:
+        n = names_b(v)
+        if n not in kept or partner.get(id(v)) == n:
+            return n
+        if id(v) not in primed:
+            k = n + "'"
+            while k in a_names or k in b_names:
+                k += "'"
+            primed[id(v)] = k
+        return primed[id(v)]
+
+    return name
 
 
 def rename_map(
