@@ -30,14 +30,14 @@ sys.path.insert(0, str(ROOT / "tests"))
 from fuzzgen import SMALL, pathological  # noqa: E402
 
 
-def run_one(cmd: str, path: str, timeout: float):
+def run_one(cmd: str | list[str], path: str, timeout: float):
     """(exit status or None on timeout, wall seconds, CPU seconds, peak RSS in MB, the first
-    message line)."""
+    message line); `cmd`: the command, or it and its options."""
     env = dict(os.environ, NO_COLOR="1", PYTHONPATH=str(ROOT))
     with tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         p = subprocess.Popen(
-            [sys.executable, "-m", "jaxprtool", cmd, path],
+            [sys.executable, "-m", "jaxprtool", *([cmd] if isinstance(cmd, str) else cmd), path],
             stdout=subprocess.DEVNULL,
             stderr=err,
             env=env,

@@ -162,12 +162,19 @@ def _located(p: Program) -> Iterator[None]:
 # ---------------------------------------------------------------- text
 
 
-def parse(text: str, path: str = "<string>", *, check: bool = True) -> Program:
-    """The program printed in `text` (any JAX version's printout).  `path` names it in
-    error locations.  With `check` (the default, as every command that transforms or runs
-    a program does) the checker runs too: an ill-typed program raises CheckError."""
+def parse(text: str | bytes, path: str = "<string>", *, check: bool = True) -> Program:
+    """The program printed in `text` (any JAX version's printout; bytes are read as a file's
+    are: UTF-8).  `path` names it in error locations.  With `check` (the default, as every
+    command that transforms or runs a program does) the checker runs too: an ill-typed
+    program raises CheckError."""
+    from .io import decode_input
     from .text.parser import parse as parse_text
     from .text.style import detect_style
+
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        text = decode_input(bytes(text), path)
+    elif not isinstance(text, str):
+        raise TypeError(f"parse: text must be str or bytes, not {type(text).__name__}")
 
     result = parse_text(text, path)
     for w in result.warnings:

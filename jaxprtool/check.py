@@ -224,7 +224,9 @@ class _Checker:
                 self.warn(
                     "W001",
                     f"unknown primitive '{e.prim}': result types taken from the binders"
-                    + did_you_mean(e.prim),
+                    + did_you_mean(e.prim)
+                    + " (check passes it; run and differentiation (jvp, grad, ...) will fail"
+                    " on it)",
                     e.loc,
                 )
             return

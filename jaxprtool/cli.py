@@ -6,6 +6,7 @@ command which does not run or compile never imports jax.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import importlib
@@ -189,13 +190,18 @@ class LazyGroup(click.Group):
         _add_global_options(cmd)
         return cmd
 
+    def make_context(self, info_name, args, parent=None, **extra):
+        with _short_usage_messages():
+            return super().make_context(info_name, args, parent, **extra)
+
     def invoke(self, ctx):
         """Run the command; the machine-readable diagnostics it collected (json, sarif) are
         written when it ends, however it ends."""
         from . import diagnostics, io
 
         try:
-            return super().invoke(ctx)
+            with _short_usage_messages():
+                return super().invoke(ctx)
         finally:
             try:
                 diagnostics.end(write_file=io.write_output)
@@ -214,6 +220,19 @@ class LazyGroup(click.Group):
         if cmd is not None:
             rest = _bare_optional_values(cmd, rest)
         return name, cmd, rest
+
+
+@contextlib.contextmanager
+def _short_usage_messages():
+    """Click's usage errors with each huge word cut (a 100 KB option value was echoed
+    whole): what `io.format_error` does for the tool's own messages."""
+    from .io import shorten_words
+
+    try:
+        yield
+    except click.ClickException as e:
+        e.message = shorten_words(e.message)
+        raise
 
 
 def _bare_optional_values(cmd: click.Command, args: list[str]) -> list[str]:

@@ -9,10 +9,17 @@ user's, writable by no one else, size-capped, opened without blocking or followi
 JAX's own file cache would read whatever is in the folder.  Every compilation is kept, however
 short (`jax_persistent_cache_min_compile_time_secs=0`): a command compiles once per process,
 so the next process of the same program on the same device skips XLA.
+
+Each entry is written as `MAGIC`, then the SHA-256 of its key and JAX's (compressed)
+executable, then the executable: an entry whose digest does not match (bytes altered on disk,
+an entry copied under another key, one written by an older jaxprtool) is a miss, compiled
+again and replaced, never handed to XLA, which trusts what it deserializes (an altered
+executable inside a valid zlib wrapper crashed the process or printed a wrong value).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 from .cachefs import cache_dir, cache_path, read_entry, write_entry
@@ -20,6 +27,27 @@ from .cachefs import cache_dir, cache_path, read_entry, write_entry
 SUBFOLDER = "xla"
 #: the file name JAX's own file cache gives an entry (`KEY-cache`)
 SUFFIX = "-cache"
+#: what every entry this version writes starts with (the format's version is in it)
+MAGIC = b"jaxprtool-xla-cache-1\n"
+
+
+def seal(key: str, value: bytes) -> bytes:
+    """The file an entry is written as: `MAGIC`, the digest of key and value, the value."""
+    return MAGIC + _digest(key, value) + value
+
+
+def unseal(key: str, data: bytes) -> bytes | None:
+    """The value of an entry written by `seal` under `key`; None when it was not (damaged,
+    another key's, another format)."""
+    n = len(MAGIC) + hashlib.sha256().digest_size
+    if not data.startswith(MAGIC) or len(data) < n:
+        return None
+    value = data[n:]
+    return value if data[len(MAGIC) : n] == _digest(key, value) else None
+
+
+def _digest(key: str, value: bytes) -> bytes:
+    return hashlib.sha256(key.encode("utf-8", "surrogateescape") + b"\0" + value).digest()
 
 
 def folder_for_help() -> str:
@@ -34,15 +62,20 @@ def trusted_cache(folder: str):
     class TrustedFileCache(CacheInterface):
         def __init__(self, path: str):
             self._path = path
+            self._damaged: set[str] = set()  # keys whose (own, trusted) file failed its digest
 
         def get(self, key: str) -> bytes | None:
             path = self._entry(key)
-            return read_entry(path) if path else None
+            data = read_entry(path) if path else None
+            value = None if data is None else unseal(key, data)
+            if data is not None and value is None:
+                self._damaged.add(key)
+            return value
 
         def put(self, key: str, value: bytes) -> None:
             path = self._entry(key)
-            if path:
-                write_entry(path, value, replace=False)  # leave others' files alone
+            if path:  # only a damaged entry of the user's is replaced, never others' files
+                write_entry(path, seal(key, value), replace=key in self._damaged)
 
         def _entry(self, key: str) -> str | None:
             """The entry's file (None for a key that is not a plain file name)."""

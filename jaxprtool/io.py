@@ -49,6 +49,12 @@ def read_source(file: str | None) -> tuple[str, str]:
         except OSError as e:
             raise UsageProblem(f"cannot read '{file}': {e.strerror}", None) from None
         path = file
+    return decode_input(data, path), path
+
+
+def decode_input(data: bytes, path: str) -> str:
+    """The text of an input's bytes (UTF-8, a byte-order mark dropped), or the located error
+    saying why they are not jaxpr text (binary data, invalid UTF-8, a NUL byte)."""
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]  # a UTF-8 byte-order mark (some editors write one): not part of the text
     kind = _binary_kind(data)
@@ -56,7 +62,7 @@ def read_source(file: str | None) -> tuple[str, str]:
         raise _coded(
             JaxprError(f"this is a binary file ({kind}), not jaxpr text", Loc(path, 1, 1)), "E002"
         )
-    return _text(data, path), path
+    return _text(data, path)
 
 
 def _text(data: bytes, path: str) -> str:
@@ -634,12 +640,15 @@ def progress_stage(name: str):
 
 
 _sources: dict[str, str] = {}
+#: the line of its file each remembered source starts on (a part of a split file; else 1)
+_first_lines: dict[str, int] = {}
 #: where each line of a remembered source starts (computed on the first message about it)
 _line_starts: dict[str, list[int]] = {}
 
 
-def remember_source(path: str, text: str) -> None:
-    """Keep the text of an input so that error messages can quote the offending line.
+def remember_source(path: str, text: str, first_line: int = 1) -> None:
+    """Keep the text of an input (or of a part of it starting on line `first_line` of the
+    file) so that error messages can quote the offending line.
 
     ANSI colour escapes are removed, as the parser removes them before it counts lines
     and columns (a coloured TTY dump): excerpts and program locations use the same text."""
@@ -648,6 +657,7 @@ def remember_source(path: str, text: str) -> None:
 
         text = ANSI.sub("", text)
     _sources[path] = text
+    _first_lines[path] = first_line
     _line_starts.pop(path, None)
     _sources.pop(_LAST, None)
     _sources[_LAST] = path
@@ -663,7 +673,9 @@ def program_loc(where: str) -> Loc | None:
     text = _sources.get(path) if path else None
     if text is None:
         return None
-    return text_loc(path, text, where)
+    loc = text_loc(path, text, where)
+    lines = _first_lines.get(path, 1) - 1
+    return loc._replace(line=loc.line + lines) if loc and lines else loc
 
 
 def text_loc(path: str, text: str, where: str) -> Loc | None:
@@ -693,9 +705,7 @@ def format_error(err: JaxprError, kind: str = "error", code: str | None = None) 
     """`FILE:LINE:COL: error: message [CODE]`, then the source line and a caret when
     known."""
     _locate(err)
-    message = err.message
-    if len(message) > 2 * EXCERPT:  # a huge name quoted in the message: shorten it
-        message = _LONG_QUOTE.sub(lambda m: m.group()[: EXCERPT // 2] + "...'", message)
+    message = shorten_words(err.message)
     message = _COMMAND_LINE.sub(lambda m: repr(m.group(1))[1:-1] + m.group(2), message)
     from .diagnostics import shown_path
 
@@ -735,6 +745,7 @@ def _source_line(path: str, n: int) -> str | None:
     source, or None.  The line starts are computed once per source, so that reporting many
     errors in a large file stays linear."""
     text = _sources[path]
+    n -= _first_lines.get(path, 1) - 1
     starts = _line_starts.get(path)
     nl = "\n" if "\n" in text or "\r" not in text else "\r"  # old Mac line endings: CR
     if starts is None:
@@ -748,8 +759,18 @@ def _source_line(path: str, n: int) -> str | None:
 
 #: the widest excerpt of a source line quoted under a message
 EXCERPT = 120
-#: a huge quoted name (no spaces: not the prose between two quoted names of a long message)
-_LONG_QUOTE = re.compile(r"'[^'\s]{%d,}'" % EXCERPT)
+
+
+def shorten_words(message: str) -> str:
+    """`message` with each huge word cut to its start (a name, a number, an option value:
+    a message quoting a 100 KB value stays readable)."""
+    if len(message) <= 2 * EXCERPT:
+        return message
+    return _LONG_WORD.sub(lambda m: m.group()[: EXCERPT // 2] + "...", message)
+
+
+#: a huge word in a message (no spaces, no quotes: a quoted name's closing quote stays)
+_LONG_WORD = re.compile(r"[^\s']{%d,}" % EXCERPT)
 
 
 def _escaped(line: str, col: int) -> tuple[str, int]:

@@ -313,14 +313,38 @@ def registered(name: str) -> bool:
 
 
 def close_name(name: str) -> str | None:
-    """For a primitive no record has (a misspelt name), the closest known one, if close."""
+    """For a primitive no record has (a misspelt name), the closest known one, if close:
+    fewest edits first, two swapped letters counting as one edit (`tahn` is one edit from
+    `tanh` and from `tan`: the one with the same letters wins), then difflib's ratio."""
     if registered(name):
         return None
     import difflib
 
-    known = [n for n, r in records().items() if r.shape_rule is not None]
-    close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
-    return close[0] if close else None
+    letters = sorted(name)
+    ranked = []
+    for known in (n for n, r in records().items() if r.shape_rule is not None):
+        edits = _edits(name, known)
+        ratio = difflib.SequenceMatcher(None, name, known).ratio()
+        if edits <= min(2, max(1, len(name) // 3)) or ratio >= 0.75:
+            ranked.append((edits, sorted(known) != letters, -ratio, known))
+    return min(ranked)[-1] if ranked else None
+
+
+def _edits(a: str, b: str) -> int:
+    """The optimal string alignment distance: insertions, deletions, substitutions and
+    swaps of two neighbouring letters, one edit each."""
+    if abs(len(a) - len(b)) > 2:
+        return abs(len(a) - len(b))  # (at least that many: farther than any suggestion)
+    before, row = None, list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i]
+        for j, cb in enumerate(b, 1):
+            d = min(row[j] + 1, cur[j - 1] + 1, row[j - 1] + (ca != cb))
+            if before is not None and i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                d = min(d, before[j - 2] + 1)
+            cur.append(d)
+        before, row = row, cur
+    return row[-1]
 
 
 def did_you_mean(name: str) -> str:

@@ -360,7 +360,8 @@ def test_unknown_primitive_is_a_warning(tmp_path):
     assert r.exit_code == 0
     assert r.stdout == ""
     assert r.stderr.splitlines()[0] == (
-        f"{p}:2:5: warning: unknown primitive 'frobnicate': result types taken from the binders [W001]"
+        f"{p}:2:5: warning: unknown primitive 'frobnicate': result types taken from the binders"
+        " (check passes it; run and differentiation (jvp, grad, ...) will fail on it) [W001]"
     )
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import zlib
 from pathlib import Path
 
 import jax
@@ -275,3 +277,58 @@ def test_help_shows_the_folder(cache_home):
     r = run(["run", "--help"])
     assert "--no-cache" in r.output and "persistent compilation" in r.output
     assert "jaxprtool" in r.output.replace("\n", " ")
+
+
+def test_an_entry_copied_under_another_key_is_compiled_again(sin_cos, cache_home):
+    """The user's own `sin` executable copied over the `cos` entry: its digest names another
+    key, so `cos` compiles again (and replaces the entry) instead of running `sin`."""
+    sin, cos, sin_entry, cos_entry = sin_cos
+    planted = plant(cache_home, cos_entry, (cache_home / sin_entry).read_bytes())
+    os.chmod(planted, 0o600)
+    assert value_of(run_at(cos)) == pytest.approx(np.cos(0.5))
+    assert planted.read_bytes() != (cache_home / sin_entry).read_bytes()  # replaced
+    hits, listener = count_hits()
+    try:
+        assert value_of(run_at(cos)) == pytest.approx(np.cos(0.5))
+    finally:
+        jax.monitoring.unregister_event_listener(listener)
+    assert len(hits) >= 1  # the replaced entry is read again
+
+
+def zlib_offset(data: bytes) -> int:
+    """Where the zlib stream JAX wrote starts in an entry (after any header)."""
+    for offset in range(min(len(data), 256)):
+        try:
+            zlib.decompress(data[offset:])
+        except zlib.error:
+            continue
+        return offset
+    raise AssertionError("no zlib stream in the cache entry")
+
+
+def test_an_entry_altered_inside_its_zlib_wrapper_is_never_run(tmp_path):
+    """The reported attack: 64 bytes of the executable altered and compressed again, a valid
+    zlib stream, at places where jaxprtool 0.x crashed (SIGSEGV, SIGILL) or XLA warned that it
+    could not read the entry; each run (a child process) prints sin(0.5), warning nothing."""
+    if importlib.util.find_spec("zstandard") is not None:
+        pytest.skip("JAX compresses with zstandard here; the attack rewrites a zlib stream")
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
+    folder = tmp_path / "cache" / "jaxprtool" / "xla"
+    (tmp_path / "sin.jaxpr").write_text(SIN)
+    argv = [sys.executable, "-m", "jaxprtool", "run", str(tmp_path / "sin.jaxpr")]
+    argv += ["--input", "f32[]=0.5", "--output-format", "json"]
+    subprocess.run(argv, env=env, capture_output=True, check=True)
+    (entry,) = entries(folder)
+    data = (folder / entry).read_bytes()
+    at = zlib_offset(data)
+    exe = zlib.decompress(data[at:])
+    for percent in (35, 38, 50):
+        altered = bytearray(exe)
+        mid = len(altered) * percent // 100
+        altered[mid : mid + 64] = bytes((b ^ 0xA5) for b in altered[mid : mid + 64])
+        (folder / entry).write_bytes(data[:at] + zlib.compress(bytes(altered)))
+        r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, (percent, r.stderr[-2000:])
+        assert "cache entry" not in r.stderr, (percent, r.stderr[-2000:])
+        out = float(np.asarray(json.loads(r.stdout)["outputs"][0]["data"]))
+        assert out == pytest.approx(np.sin(0.5)), percent

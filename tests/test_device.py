@@ -360,3 +360,85 @@ def test_on_a_tpu_the_tolerance_against_finite_differences_is_at_least_1e_2(monk
     assert checkgrad.fd_tolerance("float32") == 1e-2
     assert checkgrad.fd_tolerance("float32", ANALYTIC_TOLERANCE) == 1e-2
     assert checkgrad.fd_tolerance("bfloat16") == 1e-1
+
+
+# ------------------------------------------------ backends JAX cannot start (issue 45, item 9)
+
+ROOT = Path(__file__).resolve().parents[1]
+SIN = "{ lambda ; a:f32[]. let b:f32[] = sin a in (b,) }\n"
+#: the tool in a child process whose JAX has a `tpu` backend that cannot start, as when
+#: another process holds the TPU (JAX then fails for every platform, cpu included)
+HELD_TPU = """
+import sys
+from jax._src import xla_bridge
+
+def held():
+    raise RuntimeError("TPU initialization failed: the TPU is already in use by process 4242")
+
+xla_bridge.register_backend_factory("tpu", held, priority=500, fail_quietly=False)
+from jaxprtool.cli import main
+main(sys.argv[1:])
+"""
+
+
+def child(argv, tmp_path, script=None, **env):
+    import os
+    import subprocess
+    import sys
+
+    prog = tmp_path / "sin.jaxpr"
+    prog.write_text(SIN)
+    head = ["-c", script] if script else ["-m", "jaxprtool"]
+    return subprocess.run(
+        [
+            sys.executable,
+            *head,
+            *argv,
+            str(prog),
+            "--input",
+            "f32[]=0.5",
+            "--output-format",
+            "json",
+        ],
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_jax_platforms_naming_an_absent_platform_is_a_clear_error(tmp_path):
+    """JAX_PLATFORMS=cuda without a GPU: JAX asserts with no message; it was reported as
+    `internal error: AssertionError:`."""
+    if Path("/dev/nvidia0").exists():
+        pytest.skip("an NVIDIA GPU is visible: JAX_PLATFORMS=cuda may start here")
+    r = child(["run"], tmp_path, JAX_PLATFORMS="cuda")
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.startswith(
+        "error: JAX started no backend: JAX_PLATFORMS=cuda names no platform that can start here"
+    ), r.stderr
+    assert "internal error" not in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_backend_that_cannot_start_leaves_the_cpu_usable(tmp_path):
+    """A TPU another process holds: `--device cpu` (the default) runs on the CPU with a
+    warning (it said "JAX found no cpu backend"); `--device auto` is a clear error (it was
+    an internal RuntimeError)."""
+    import json
+
+    r = child(["run"], tmp_path, HELD_TPU, JAX_PLATFORMS="")
+    assert r.returncode == 0, r.stderr
+    assert float(json.loads(r.stdout)["outputs"][0]["data"]) == pytest.approx(np.sin(0.5))
+    assert r.stderr == (
+        "warning: JAX could not start its tpu backend (TPU initialization failed: the TPU is "
+        "already in use by process 4242): running on the CPU alone\n"
+    )
+    r = child(["run", "--device", "auto"], tmp_path, HELD_TPU, JAX_PLATFORMS="")
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr == (
+        "error: JAX could not start its tpu backend (TPU initialization failed: the TPU is "
+        "already in use by process 4242); --device cpu runs on the CPU alone (or set "
+        "JAX_PLATFORMS=cpu)\n"
+    )
+    r = child(["run"], tmp_path, HELD_TPU, JAX_PLATFORMS="tpu,cpu")  # cpu is allowed
+    assert r.returncode == 0 and "running on the CPU alone" in r.stderr, r.stderr

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from jaxprtool.cli import main
@@ -175,6 +176,23 @@ def test_output_file_takes_the_document_and_human_messages_stay_on_stderr(tmp_pa
 UNKNOWN = "{ lambda ; a:f32[3]. let\n    b:f32[3] = tnah a\n    c:f32[4] = sin b\n  in (c,) }\n"
 
 
+@pytest.mark.parametrize(
+    "typo, name",
+    [("tahn", "tanh"), ("sni", "sin"), ("reduce_smu", "reduce_sum"), ("dot_genral", "dot_general")],
+)
+def test_swapped_letters_are_one_edit(typo, name, tmp_path):
+    """`tahn` is one letter from `tan` and two swapped letters from `tanh`: the swap ranks
+    first (difflib's ratio alone suggested `tan`)."""
+    f = tmp_path / "u.jaxpr"
+    f.write_text(UNKNOWN.replace("tnah", typo))
+    r = invoke("check", str(f), "--select", "W")
+    assert r.exit_code == 0
+    want = (
+        f"unknown primitive '{typo}': result types taken from the binders; did you mean '{name}'?"
+    )
+    assert want in r.stderr.splitlines()[0], r.stderr
+
+
 def test_a_misspelt_primitive_gets_the_closest_name(tmp_path):
     f = tmp_path / "u.jaxpr"
     f.write_text(UNKNOWN)
@@ -182,7 +200,8 @@ def test_a_misspelt_primitive_gets_the_closest_name(tmp_path):
     assert r.exit_code == 0
     assert r.stderr.splitlines()[0] == (
         f"{f}:2:5: warning: unknown primitive 'tnah': result types taken from the binders; "
-        "did you mean 'tanh'? [W001]"
+        "did you mean 'tanh'? (check passes it; run and differentiation (jvp, grad, ...) will "
+        "fail on it) [W001]"
     )
     f.write_text(UNKNOWN.replace("tnah", "my_custom_thing"))
     assert "did you mean" not in invoke("check", str(f)).stderr

@@ -214,3 +214,45 @@ def test_the_help_example_checks_the_samples():
     n = len(list(SAMPLES.glob("*.jaxpr")))
     assert r.exit_code == 0 and r.stdout == f"{n} files already formatted\n"
     assert "jaxprtool fmt --check samples/" in invoke("fmt", "--help").stdout
+
+
+ONE_LINE = "{ lambda ; a:f32[3]. let b:f32[3] = sin a in (b,) }\n"
+
+
+def test_split_parts_are_not_padded_with_the_lines_before_them():
+    """20,000 one-line programs: the parts together hold about the file's text (they held
+    one newline per line before each part: memory grew as parts times lines, 200 MB here)."""
+    import tracemalloc
+
+    from jaxprtool.commands.driver import split_parts
+
+    text = "# -----\n".join([ONE_LINE] * 20_000)
+    tracemalloc.start()
+    try:
+        parts = split_parts(text, "many.jaxpr")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(parts) == 20_000
+    assert peak < 20 * len(text), peak  # (the Part objects and their texts)
+
+
+def test_errors_in_a_split_part_are_located_in_the_whole_file(tmp_path):
+    """Each part is read on its own; its parser errors, checker errors, warnings and
+    program-level errors still name lines of the whole file, with the line quoted."""
+    bad_type = ONE_LINE.replace("b:f32[3] = sin", "b:f32[4] = sin")
+    f = tmp_path / "parts.jaxpr"
+    f.write_text(
+        "# -----\n".join([ONE_LINE, "\n" + ONE_LINE, bad_type, "{ lambda ; a:f32[3]. let\n"])
+    )
+    r = invoke("check", "--split-input-file", str(f))
+    assert r.exit_code == 1
+    errors = [ln for ln in r.stderr.splitlines() if ": error: " in ln]
+    assert errors[0].startswith(f"{f}:6:26: error: sin: result type f32[4]"), r.stderr
+    assert errors[1].startswith(f"{f}:9:1: error: unexpected end of input"), r.stderr
+    assert "  | " + bad_type.rstrip("\n") in r.stderr
+    matrix = tmp_path / "grad.jaxpr"
+    matrix.write_text(ONE_LINE + "# -----\n\n" + ONE_LINE)  # grad of a non-scalar output
+    r = invoke("grad", "--split-input-file", str(matrix))
+    assert r.exit_code == 1
+    assert f"{matrix}:1:" in r.stderr and f"{matrix}:4:" in r.stderr, r.stderr

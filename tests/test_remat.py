@@ -236,7 +236,7 @@ def test_unmeetable_budget_names_the_smallest(tmp_path):
     src = tmp_path / "f.jaxpr"
     src.write_text(str(jax.make_jaxpr(f)(vec((2, 4), 0), vec((4, 4), 1))) + "\n")
     # (the tool's liveness model: test_remat_fit.py has XLA's bytes)
-    r = run(["grad", "--remat-budget", "1", "--no-xla", str(src)])
+    r = run(["grad", "--remat-budget", "1B", "--no-xla", str(src)])
     assert r.exit_code == 1
     msg = r.output
     assert "smallest budget that can be met is" in msg and "Traceback" not in msg
@@ -332,6 +332,20 @@ def test_budget_sizes():
     assert remat.parse_budget("2GiB").budget == 2 * 1024**3
     assert remat.parse_budget("300MB").budget == 300e6
     assert remat.parse_budget("4096").budget == 4096
+
+
+def test_budget_one_is_the_whole_and_a_huge_one_is_refused():
+    """`1` meant one byte where `1.0` meant 100%; `1e308GiB` overflowed (OverflowError)."""
+    whole = remat.Spec(budget=1.0, fraction=True)
+    assert remat.parse_budget("1") == remat.parse_budget("1.0") == whole
+    assert remat.parse_budget("1B").budget == 1 and not remat.parse_budget("1B").fraction
+    for text, why in [
+        ("1e308GiB", "more than 2^63 bytes"),
+        ("1e400", "more than 2^63 bytes"),
+        ("1.5", "a fraction is at most 1"),
+    ]:
+        r = run(["grad", "--remat-budget", text, "-"], "{ lambda ; a:f32[]. let  in (a,) }\n")
+        assert r.exit_code == 2 and why in r.output and "Traceback" not in r.output, r.output
 
 
 def _random_inputs(types, seed=0):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -498,3 +499,63 @@ def test_xla_names_point_back_into_the_jaxpr_file(tmp_path):
     r = invoke("run", f, "--random", "0", "--profile", prof, "--print-values", "none")
     assert r.exit_code == 0, r.output
     assert list(prof.rglob("*.xplane.pb")) and list(prof.rglob("*.trace.json.gz"))
+
+
+SHADOWING = ("math", "os", "functools", "typing", "threading", "numpy")
+#: a child process traces a user's file of each name (one that took the module's place in
+#: sys.modules broke the tool, so the test process itself must not import them)
+TRACE_EACH = """
+import json, sys
+from click.testing import CliRunner
+from jaxprtool.cli import main
+out = {}
+for name in sys.argv[1:]:
+    r = CliRunner().invoke(main, ["trace", f"utils/{name}.py:f", "--arg", "f32[3]"])
+    out[name] = [r.exit_code, r.stdout, r.stderr]
+print(json.dumps(out))
+"""
+
+
+def test_trace_a_file_named_like_a_module_the_tool_uses(tmp_path):
+    """`trace utils/math.py:f` ran the user's file as `sys.modules['math']`: files named math,
+    os, functools, typing, threading or numpy gave internal errors.  Each is traced under a
+    private name; its module-level print goes to standard error, never into the jaxpr."""
+    import json
+    import subprocess
+    import sys
+
+    import jax
+    import jax.numpy as jnp
+
+    (tmp_path / "utils").mkdir()
+    for name in SHADOWING:
+        (tmp_path / "utils" / f"{name}.py").write_text(
+            f"import jax.numpy as jnp\nprint('loading {name}')\n\n"
+            "def f(x):\n    print('tracing')\n    return jnp.cos(x) * 2\n"
+        )
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    done = subprocess.run(
+        [sys.executable, "-c", TRACE_EACH, *SHADOWING],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    want = str(jax.make_jaxpr(lambda x: jnp.cos(x) * 2)(jnp.ones(3, jnp.float32))) + "\n"
+    for name, (code, stdout, stderr) in json.loads(done.stdout).items():
+        assert (code, stdout) == (0, want), (name, stdout, stderr)
+        assert stderr == f"loading {name}\ntracing\n", (name, stderr)
+
+
+def test_trace_of_a_module_name_python_took_names_the_file(tmp_path, monkeypatch):
+    """`trace math:f` beside a user's math.py imported Python's math and said it has no `f`:
+    the message says whose `math` it is and how to name the file."""
+    (tmp_path / "math.py").write_text("def f(x):\n    return x\n")
+    monkeypatch.chdir(tmp_path)
+    r = invoke("trace", "math:f", "--arg", "f32[]")
+    assert r.exit_code == 1
+    assert f"error: module 'math' is not {tmp_path / 'math.py'}: the name is taken by " in r.stderr
+    assert "give the file: trace math.py:FUNCTION" in r.stderr

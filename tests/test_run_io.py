@@ -237,3 +237,20 @@ def test_too_few_inline_inputs_is_located(tmp_path):
     assert r.exit_code == 1
     assert r.stderr.startswith(f"{prog}:1:")
     assert "error: expected 2 arguments (a b), got 1" in r.stderr
+
+
+def test_json_rows_are_lines_and_numbers_are_the_dtypes_shortest(tmp_path):
+    """A 3x3 output is three lines of numbers (it was 29 lines, one number each), each
+    number the shortest text of its float32 value (`0.1`, not `0.10000000149011612`)."""
+    prog = tmp_path / "tenth.jaxpr"
+    prog.write_text("{ lambda ; a:f32[3,3]. let b:f32[3,3] = mul a 0.1:f32[] in (b,) }\n")
+    r = invoke(str(prog), "--input", "f32[3,3]=1 2 3 4 5 6 7 8 9", "--output-format", "json")
+    assert r.exit_code == 0, r.output
+    want = np.arange(1, 10, dtype=np.float32).reshape(3, 3) * np.float32(0.1)
+    rows = ["[" + ", ".join(str(x) for x in row) + "]" for row in want]
+    lines = r.stdout.splitlines()
+    at = lines.index('      "data": [')
+    assert [ln.strip().rstrip(",") for ln in lines[at + 1 : at + 4]] == rows
+    assert lines[at + 4].strip() == "]" and "0.1," in lines[at + 1]
+    data = json.loads(r.stdout)["outputs"][0]["data"]
+    np.testing.assert_array_equal(np.array(data, np.float32), want)  # the same float32 values

@@ -619,6 +619,22 @@ def _axes_list(spec, n: int, what: str) -> list[int | None]:
 
 
 @gc_paused()
+def _axis_size(axis_size) -> int:
+    """A batch size given to vmap: a nonnegative integer (a negative one built types such as
+    `f32[-3,4]` that the checker passed and that did not read back)."""
+    import operator
+
+    try:
+        size = operator.index(axis_size) if not isinstance(axis_size, bool) else None
+    except TypeError:
+        size = None
+    if size is None:
+        raise JaxprError(f"vmap: axis_size must be an integer, got {axis_size!r:.60}")
+    if size < 0:
+        raise JaxprError(f"vmap: axis_size must be nonnegative, got {size}")
+    return size
+
+
 def vmap_jaxpr(
     jaxpr: Jaxpr,
     in_axes=0,
@@ -647,7 +663,7 @@ def vmap_jaxpr(
             "vmap: the batch size is not in the program (its inputs are per-example): "
             "give it with --axis-size N"
         )
-    size = int(axis_size)
+    size = _axis_size(axis_size)
     canon: list[int | None] = []
     for i, (v, d) in enumerate(zip(jaxpr.invars, dims)):
         if d is None:

@@ -133,11 +133,12 @@ def get_device(device: str = "cpu"):
 
     from ..core import JaxprError
 
+    platform = _PLATFORMS.get(device)
+    if platform is None and device != "auto":
+        raise JaxprError(f"unknown device '{device}' (expected cpu, gpu, tpu or auto)")
+    _start_backends(device)
     if device == "auto":
         return jax.devices()[0]
-    platform = _PLATFORMS.get(device)
-    if platform is None:
-        raise JaxprError(f"unknown device '{device}' (expected cpu, gpu, tpu or auto)")
     try:
         devs = jax.devices(platform)
     except RuntimeError as e:
@@ -150,6 +151,72 @@ def get_device(device: str = "cpu"):
             f"device '{device}' is not available: JAX found no {platform} devices; {_found()}"
         )
     return devs[0]
+
+
+def _start_backends(device: str) -> None:
+    """Start JAX's backends, or raise a JaxprError saying why none could start.  JAX fails
+    as a whole when one backend cannot start: JAX_PLATFORMS naming only platforms absent
+    here (an AssertionError with no message), or a TPU another process holds (a
+    RuntimeError for every platform, cpu included).  For `--device cpu` the other backends
+    are then left out (JAX_PLATFORMS=cpu for this process) and the run goes on, with a
+    warning, unless the user's JAX_PLATFORMS leaves out cpu."""
+    import os
+
+    import jax
+
+    from ..core import JaxprError
+
+    try:
+        jax.devices()
+        return
+    except AssertionError:
+        env = os.environ.get("JAX_PLATFORMS", "")
+        raise JaxprError(
+            f"JAX started no backend: JAX_PLATFORMS={env} names no platform that can start "
+            "here (no such device, or its plugin is not installed); unset JAX_PLATFORMS, or "
+            "set JAX_PLATFORMS=cpu"
+        ) from None
+    except RuntimeError as e:
+        reason = _start_failure(e)
+        env = os.environ.get("JAX_PLATFORMS", "")
+        cpu_allowed = not env or "cpu" in env.split(",")
+        if device == "cpu" and cpu_allowed and _only_cpu():
+            import sys
+
+            sys.stderr.write(f"warning: {reason}: running on the CPU alone\n")
+            return
+        hint = "--device cpu runs on the CPU alone (or set JAX_PLATFORMS=cpu)"
+        raise JaxprError(
+            f"{reason}; {hint if device != 'cpu' else 'set JAX_PLATFORMS=cpu'}"
+        ) from None
+
+
+def _start_failure(e: RuntimeError) -> str:
+    """JAX's `Unable to initialize backend 'tpu': WHY (you may need to ...)` as
+    `JAX could not start its tpu backend (WHY)`."""
+    import re
+
+    text = " ".join(str(e).split())
+    text = re.sub(r" \((you may need to|set JAX_PLATFORMS)[^()]*\)\.?$", "", text)
+    m = re.match(r"Unable to initialize backend '([^']*)': (.*)", text)
+    if m is None:
+        return f"JAX could not start its backends ({text[:300]})"
+    return f"JAX could not start its {m.group(1)} backend ({m.group(2)[:300]})"
+
+
+def _only_cpu() -> bool:
+    """Restart JAX's backends with the CPU alone; False where this JAX cannot."""
+    import jax
+
+    try:
+        from jax._src import xla_bridge
+
+        xla_bridge._clear_backends()
+        jax.config.update("jax_platforms", "cpu")
+        jax.devices("cpu")
+    except Exception:  # noqa: BLE001 - any failure: report the original reason
+        return False
+    return True
 
 
 def platform_of(device: str) -> str:
@@ -185,7 +252,7 @@ def _found() -> str:
 
     try:
         devs = jax.devices()
-    except RuntimeError:
+    except (RuntimeError, AssertionError):  # (JAX asserts when no backend started)
         return "JAX found no devices at all"
     kinds = sorted({d.platform for d in devs})
     return (

@@ -318,9 +318,9 @@ class _Job:
 
         set_custom_rule_policy(custom_rules)
         # nested jaxprs' constants become the program's (`run --consts` gives their values)
-        self.input = for_ad(parse_text(part.text, part.path))
+        self.input = for_ad(parse_text(part.source, part.path, first_line=part.line))
         self.input_path = part.path
-        self.source_text, self.source_path = part.text, part.path
+        self.source_text, self.source_path, self.source_line = part.source, part.path, part.line
         _require_transformable(self.input)
         self.style = output_style(self.input)
         self.steps = steps

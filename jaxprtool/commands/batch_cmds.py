@@ -31,18 +31,19 @@ def _axes(ctx, param, value):
     return out[0] if len(out) == 1 else out
 
 
-def _input_locs(text: str, path: str, jaxpr):
-    """Where each input of the top-level jaxpr is bound in the text (for located errors)."""
+def _input_locs(text: str, path: str, jaxpr, first_line: int = 1):
+    """Where each input of the top-level jaxpr is bound in the text, which starts on line
+    `first_line` of its file (for located errors)."""
     from ..core import Loc
 
     n = len(jaxpr.invars)
     m = re.search(r"^\{ lambda ", text, re.M)
     if m is None:
         return [None] * n
-    line0 = text.count("\n", 0, m.start()) + 1
+    line0 = text.count("\n", 0, m.start()) + first_line
 
     def loc(pos):
-        line = text.count("\n", 0, pos) + 1
+        line = text.count("\n", 0, pos) + first_line
         col = pos - (text.rfind("\n", 0, pos) + 1) + 1
         return Loc(path, line, col)
 
@@ -131,7 +132,7 @@ def vmap(job, in_axes, out_axes, axis_size, axis_name):
 def _vmap(job, in_axes, out_axes, axis_size, axis_name):
     from ..ad.batching import vmap_jaxpr
 
-    locs = _input_locs(job.source_text, job.source_path, job.input)
+    locs = _input_locs(job.source_text, job.source_path, job.input, job.source_line)
     res = job.transform(
         lambda j: vmap_jaxpr(
             j, in_axes, out_axes, axis_size, job.style, in_locs=locs, axis_name=axis_name

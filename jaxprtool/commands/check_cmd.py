@@ -8,6 +8,7 @@ import click
 
 from .. import diagnostics, io
 from ..cli import guarded
+from ..core import JaxprError
 from .common import FILE_ARG
 from .driver import split_option, timing_option
 
@@ -64,8 +65,8 @@ def check(files, werror, select, ignore, quiet, split_input, timing):
     """
     from ..check import check as run_check
     from ..diagnostics import check_prefixes, code_of, selected
-    from ..text.parser import parse
     from ..text.values import light_dtypes
+    from .common import parse_at
     from .driver import Instruments, expand_inputs, given_or_default, run_parts, timed
 
     select = check_prefixes("--select", select) if select else ()
@@ -73,7 +74,12 @@ def check(files, werror, select, ignore, quiet, split_input, timing):
 
     def body(part):
         with timed("parse"):
-            result = parse(part.text, part.path)
+            try:
+                result = parse_at(part.source, part.path, part.line)
+            except JaxprError as e:
+                if not selected(code_of(e), select, ignore):  # (E101 from the parser)
+                    e.message += " (not ignored: the text cannot be read past it)"
+                raise
         with timed("check"):
             diags = run_check(result.jaxpr, part.path, check_names=True)
         found = [*((w, "warning") for w in result.warnings), *((d, d.kind) for d in diags)]

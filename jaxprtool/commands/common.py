@@ -7,14 +7,26 @@ import sys
 import click
 
 from ..cli import keep_until_exit
-from ..core import Jaxpr
+from ..core import Eqn, Jaxpr, JaxprError, all_eqns
 from ..io import Reported, read_source, remember_source, report, warn
 
 #: the type of a FILE argument: a path (shells complete file names), `-` for standard input;
 #: reading it (and saying why it cannot be read) is `read_source`'s job
 FILE_ARG = click.Path(allow_dash=True)
+
+
+class OutPath(click.Path):
+    """An output path (`-` is standard output); an empty one is bad usage: it was taken as
+    "not given" (`--html ''` printed text, `-o ''` wrote to standard output)."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value.strip():
+            self.fail("an empty path (give a file name, or - for standard output)", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 #: the type of -o OUT (a path; `-` is standard output)
-OUT_ARG = click.Path(allow_dash=True)
+OUT_ARG = OutPath(allow_dash=True)
 
 
 def load(file: str | None, verify: bool = True) -> tuple[Jaxpr, str, str]:
@@ -43,14 +55,14 @@ def load_reporting(file: str | None, verify: bool = True) -> tuple[Jaxpr, str, s
     return jaxpr, text, path
 
 
-def parse_text(text: str, path: str, verify: bool = True) -> Jaxpr:
-    """Parse `text` (of the input `path`, already remembered for error excerpts); parser
-    warnings go to stderr.  With `verify`, checker errors are reported and Reported raised."""
-    from ..text.parser import parse
+def parse_text(text: str, path: str, verify: bool = True, first_line: int = 1) -> Jaxpr:
+    """Parse `text` (of the input `path`, already remembered for error excerpts; starting on
+    line `first_line` of its file); parser warnings go to stderr.  With `verify`, checker
+    errors are reported and Reported raised."""
     from .driver import timed
 
     with timed("parse"):
-        result = parse(text, path)
+        result = parse_at(text, path, first_line)
     for w in result.warnings:
         warn(w.message, w.loc, w.code)
     if verify:
@@ -64,6 +76,29 @@ def parse_text(text: str, path: str, verify: bool = True) -> Jaxpr:
                 report(e)
             raise Reported()
     return result.jaxpr
+
+
+def parse_at(text: str, path: str, first_line: int = 1):
+    """`parser.parse` of a text that starts on line `first_line` of the file `path` (a part
+    of a split file): its equations, warnings and errors are located in the whole file."""
+    from ..text.parser import parse
+
+    by = first_line - 1
+    try:
+        result = parse(text, path)
+    except JaxprError as e:
+        if by and e.loc is not None and e.loc.file == path:
+            e.loc = e.loc._replace(line=e.loc.line + by)
+        raise
+    if by:
+        set_loc = Eqn.__dict__["loc"].__set__  # (frozen: no one else holds this IR yet)
+        for e in all_eqns(result.jaxpr):
+            if e.loc is not None and e.loc.file == path:
+                set_loc(e, e.loc._replace(line=e.loc.line + by))
+        for w in result.warnings:
+            if w.loc is not None:
+                w.loc = w.loc._replace(line=w.loc.line + by)
+    return result
 
 
 def output_style(jaxpr: Jaxpr):

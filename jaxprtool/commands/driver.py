@@ -438,20 +438,20 @@ def manager_options(transforms: tuple[str, ...] = ()):
 
 
 class Part:
-    """One program of an input: its text (padded with empty lines so that line numbers are
-    those of the whole file), the display path, the first line and the whole file's text
-    (`file_text`: what `fmt --write` rebuilds)."""
+    """One program of an input: its own text (`source`), the display path, the line of the
+    file it starts on (`common.parse_text(..., first_line=)` gives its locations as lines
+    of the whole file: a part is never padded with the lines before it, which made memory
+    grow as parts times lines), the whole file's text (`file_text`: what `fmt --write`
+    rebuilds) and where in it the part starts (`offset`)."""
 
-    def __init__(self, text: str, path: str, line: int, file_text: str = "") -> None:
-        self.text = text
+    def __init__(
+        self, source: str, path: str, line: int, file_text: str = "", offset: int = 0
+    ) -> None:
+        self.source = source
         self.path = path
         self.line = line
         self.file_text = file_text
-
-    @property
-    def source(self) -> str:
-        """The part's own text (without the padding)."""
-        return self.text[self.line - 1 :]
+        self.offset = offset
 
 
 def split_parts(text: str, path: str) -> list[Part]:
@@ -463,7 +463,7 @@ def split_parts(text: str, path: str) -> list[Part]:
         end = m.start() if m else len(text)
         chunk = text[pos:end]
         if _has_code(chunk):
-            parts.append(Part("\n" * (line - 1) + chunk, path, line, text))
+            parts.append(Part(chunk, path, line, text, pos))
         if m is not None:
             line += text.count("\n", pos, m.end()) + 1
             pos = m.end() + 1
@@ -568,7 +568,7 @@ def run_parts(
                 continue
             for part in parts:
                 if split:
-                    remember_source(part.path, part.text)  # program_loc finds this part
+                    remember_source(part.path, part.source, part.line)  # program_loc: this part
                 try:
                     text = body(part)
                 except Reported:

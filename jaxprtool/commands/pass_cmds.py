@@ -33,7 +33,7 @@ def _run(file, out, show_diff, fn, inst=None, split=False, total=1):
     inst = inst or Instruments()
 
     def body(part):
-        jaxpr = parse_text(part.text, part.path)
+        jaxpr = parse_text(part.source, part.path, first_line=part.line)
         style = output_style(jaxpr)
         inst.start(lambda j: print_jaxpr(j, style), total)
         result = fn(jaxpr, inst)
@@ -334,7 +334,9 @@ def _stats(files, as_json, out):
     reports: list = []
 
     def body(part):
-        reports.append((part.path, compute(parse_text(part.text, part.path))))
+        reports.append(
+            (part.path, compute(parse_text(part.source, part.path, first_line=part.line)))
+        )
         return None
 
     ok = run_parts(inputs, False, body, keep_going=many)

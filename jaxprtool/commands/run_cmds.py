@@ -67,9 +67,9 @@ def run(
     from . import run_io
 
     dims = parse_dims(dim_specs)
-    if (trace_ or debug_nans) and repeat:
+    if (eager or trace_ or debug_nans) and repeat:
         raise UsageError(
-            "--repeat times compiled runs; it does not combine with --trace/--debug-nans"
+            "--repeat times compiled runs; it does not combine with --eager/--trace/--debug-nans"
         )
     inline = [run_io.parse_input(spec) for spec in inputs] if inputs else None
     if output_format == "json" and output in (None, "-") and print_values not in (None, "none"):

@@ -303,34 +303,71 @@ def print_full(outs, stream=None) -> None:
     stream.flush()
 
 
-def _json_value(x):
-    if isinstance(x, list):
-        return [_json_value(v) for v in x]
-    if isinstance(x, complex):
-        return [_json_value(x.real), _json_value(x.imag)]
-    if isinstance(x, float):
-        if math.isnan(x):
-            return "NaN"
-        if math.isinf(x):
-            return "Infinity" if x > 0 else "-Infinity"
-    return x
-
-
 def outputs_json(outs) -> str:
-    """{"outputs": [{"name", "dtype", "shape", "data"}]}: nested lists in row-major order;
-    NaN and infinities as the strings "NaN", "Infinity", "-Infinity"; a complex number as
-    [re, im]."""
+    """{"outputs": [{"name", "dtype", "shape", "data"}]}: nested lists in row-major order,
+    each innermost row on one line (a 3x3 output is five lines of data, not 29); each
+    number the shortest text that reads back as the same value of the output's dtype
+    (`0.1` for a float32 0.1, as numpy prints it, not its float64 expansion); NaN and
+    infinities as the strings "NaN", "Infinity", "-Infinity"; a complex number as [re, im]."""
     items = []
     for i, o in enumerate(outs):
         a = np.asarray(o)
         if a.dtype.names is not None:
-            dtype, data = "float0", None
+            dtype, data = "float0", "null"
         else:
-            dtype = a.dtype.name
-            shown = a.astype(np.float64) if a.dtype.kind == "V" else a
-            data = _json_value(shown.tolist())
-        items.append({"name": f"out{i}", "dtype": dtype, "shape": list(a.shape), "data": data})
-    return json.dumps({"outputs": items}, indent=2, allow_nan=False) + "\n"
+            dtype, data = a.dtype.name, _json_array(a, _json_number(a.dtype), "      ")
+        items.append(
+            f'    {{\n      "name": "out{i}",\n      "dtype": {json.dumps(dtype)},\n'
+            f'      "shape": {json.dumps(list(a.shape))},\n      "data": {data}\n    }}'
+        )
+    if not items:
+        return '{\n  "outputs": []\n}\n'
+    return '{\n  "outputs": [\n' + ",\n".join(items) + "\n  ]\n}\n"
+
+
+def _json_array(a, number, indent: str) -> str:
+    """`a` as JSON: a row of numbers on one line, each outer level one item a line."""
+    if a.ndim == 0:
+        return number(a[()])
+    if a.ndim == 1 or a.shape[0] == 0:
+        return "[" + ", ".join(number(x) for x in a.reshape(-1)) + "]" if a.size else "[]"
+    inner = indent + "  "
+    rows = ",\n".join(inner + _json_array(sub, number, inner) for sub in a)
+    return "[\n" + rows + "\n" + indent + "]"
+
+
+def _json_number(dtype):
+    """The function writing one element of `dtype` as JSON text."""
+    if dtype.kind == "b":
+        return lambda x: "true" if x else "false"
+    if dtype.kind in "iu" or dtype.name.startswith(("int", "uint")):
+        return lambda x: str(int(x))
+    if dtype.kind == "c":
+        part = _json_number(np.dtype(f"f{dtype.itemsize // 2}"))
+        return lambda x: f"[{part(x.real)}, {part(x.imag)}]"
+    kind = dtype.type
+    native = dtype.kind == "f"  # numpy's own str is the shortest round trip; ml_dtypes' is not
+
+    def number(x) -> str:
+        v = float(x)
+        if math.isnan(v):
+            return '"NaN"'
+        if math.isinf(v):
+            return '"Infinity"' if v > 0 else '"-Infinity"'
+        return str(kind(x)) if native else _shortest(v, kind)
+
+    return number
+
+
+def _shortest(v: float, kind) -> str:
+    """The shortest decimal text that `kind` (an ml_dtypes float: bfloat16, float8_*) reads
+    as the same value as `v`, with `.0` on whole numbers as numpy writes them."""
+    target = kind(v)
+    for digits in range(1, 18):
+        s = f"{v:.{digits}g}"
+        if kind(float(s)) == target:
+            break
+    return s if any(c in s for c in ".e") else s + ".0"
 
 
 def save_npz(outs, path: str) -> None:

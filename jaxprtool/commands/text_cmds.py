@@ -116,7 +116,7 @@ def _formatted(part, width) -> str:
     from .driver import timed
 
     with light_dtypes(not OPTIONS.jax_style):  # only printed, unless restyled
-        jaxpr = parse_text(part.text, part.path, verify=False)
+        jaxpr = parse_text(part.source, part.path, verify=False, first_line=part.line)
     style = output_style(jaxpr)
     if OPTIONS.jax_style:
         from ..ad.api import restyle
@@ -216,24 +216,20 @@ def _summary(n: int, m: int, mode: str, trouble: bool) -> None:
 def _rebuilt(text: str, parts) -> str:
     """`text` with each part's program replaced by its canonical text; the comment and
     blank lines before a program, the `# -----` lines and what follows a program's last
-    line are kept.  A comment inside a program would be lost: refused, located."""
-    for part, canonical in reversed(parts):
-        start = _line_offset(text, part.line)
+    line are kept.  A comment inside a program would be lost: refused, located.  (Built
+    in one pass: each part spliced into the whole text was quadratic in the number of
+    parts.)"""
+    pieces, pos = [], 0
+    for part, canonical in sorted(parts, key=lambda pc: pc[0].offset):
         chunk = part.source
         head = _leading_comments(chunk)
         program = chunk[len(head) :]
         body = program.rstrip("\n")
         _refuse_inner_comments(body, part.path, part.line + head.count("\n"))
-        new = head + canonical + program[len(body) :]
-        text = text[:start] + new + text[start + len(chunk) :]
-    return text
-
-
-def _line_offset(text: str, line: int) -> int:
-    pos = 0
-    for _ in range(line - 1):
-        pos = text.index("\n", pos) + 1
-    return pos
+        pieces += [text[pos : part.offset], head, canonical, program[len(body) :]]
+        pos = part.offset + len(chunk)
+    pieces.append(text[pos:])
+    return "".join(pieces)
 
 
 def _leading_comments(chunk: str) -> str:

@@ -15,11 +15,13 @@ from ..cli import guarded, require_jax
 from ..core import JaxprError, np_dtype, short_dtype_name
 from ..io import UsageError, write_output
 from ..lazy import np
+from ..text.parser.diagnostics import MAX_DIM
 from .common import FILE_ARG, OUT_ARG
 from .run_inputs import load_npz, npz_list
 from .run_options import device_options
 
-_SPEC = re.compile(r"^\s*([A-Za-z0-9_]+)\[([0-9,\s]*)\]\s*$")
+#: a type: dtype and comma-separated dimensions (`f32[3 4]`, `f32[3,,4]` are not types)
+_SPEC = re.compile(r"^\s*([A-Za-z0-9_]+)\[\s*((?:[0-9]+\s*,\s*)*[0-9]*)\s*\]\s*$")
 #: iree-run-module's spelling, which `run --input` reads too: 3x4xf32, f32 (a scalar)
 _IREE_SPEC = re.compile(r"^\s*((?:[0-9]+x)*)([A-Za-z][A-Za-z0-9_]*)\s*$")
 
@@ -34,7 +36,7 @@ def parse_spec(spec: str):
         m = _SPEC.match(f"{iree.group(2)}[{dims}]")
     if not m:
         raise UsageError(
-            f"bad --arg '{spec}': expected a type such as f32[3,4] (or 3x4xf32) or i32[]"
+            f"bad --arg '{_shown(spec)}': expected a type such as f32[3,4] (or 3x4xf32) or i32[]"
         )
     try:
         dt = np_dtype(m.group(1)) if m.group(1) != "float32" else np.dtype("float32")
@@ -42,9 +44,20 @@ def parse_spec(spec: str):
         try:
             dt = np_dtype(short_dtype_name(m.group(1)))
         except KeyError:
-            raise UsageError(f"bad --arg '{spec}': unknown dtype '{m.group(1)}'") from None
-    shape = tuple(int(x) for x in m.group(2).split(",") if x.strip())
-    return jax.ShapeDtypeStruct(shape, dt)
+            raise UsageError(
+                f"bad --arg '{_shown(spec)}': unknown dtype '{_shown(m.group(1))}'"
+            ) from None
+    dims = [x.strip() for x in m.group(2).split(",")] if m.group(2).strip() else []
+    if any(not d for d in dims):
+        raise UsageError(f"bad --arg '{_shown(spec)}': an empty dimension")
+    if any(len(d.lstrip("0")) > 19 or int(d) > MAX_DIM for d in dims):
+        raise UsageError(f"bad --arg '{_shown(spec)}': a dimension is larger than {MAX_DIM}")
+    return jax.ShapeDtypeStruct(tuple(int(d) for d in dims), dt)
+
+
+def _shown(spec: str) -> str:
+    """A spec as a message quotes it (a huge one cut)."""
+    return spec if len(spec) <= 60 else spec[:60] + "..."
 
 
 @click.command()
@@ -124,7 +137,8 @@ def trace(target, specs, args_npz, kwargs, x64, output, consts_out, device):
     from ..backend import get_device
 
     on = jax.default_device(get_device(device))
-    mod = _user_module(module)
+    with contextlib.redirect_stdout(sys.stderr):  # the user's prints: never into the jaxpr
+        mod = _user_module(module)
     fn = mod
     for part in func.split("."):
         if not hasattr(fn, part):
@@ -133,7 +147,7 @@ def trace(target, specs, args_npz, kwargs, x64, output, consts_out, device):
     if not callable(fn):
         raise JaxprError(f"'{target}' is not callable")
     try:
-        with scope, on:
+        with scope, on, contextlib.redirect_stdout(sys.stderr):
             j = jax.make_jaxpr(functools.partial(fn, **static) if static else fn)(*args)
     except Exception as e:  # noqa: BLE001 - the user's function failed to trace
         raise JaxprError(f"tracing '{target}' failed: {type(e).__name__}: {e}") from None
@@ -146,9 +160,16 @@ def trace(target, specs, args_npz, kwargs, x64, output, consts_out, device):
     write_output(text + "\n", output)
 
 
+#: the prefix of the name a user's file runs under (`sys.modules`): never its own name, which
+#: would replace a module of that name for the whole process (a user's `math.py`, `os.py`,
+#: `threading.py` or `numpy.py` broke the tool itself)
+PRIVATE_PREFIX = "_jaxprtool_user_"
+
+
 def _user_module(module: str):
-    """The user's module: a file (`path/to/mod.py`), run under its own name, or a module
-    importable from the current folder."""
+    """The user's module: a file (`path/to/mod.py`), run under a private name
+    (`PRIVATE_PREFIX`), or a module importable from the current folder.  Its prints go to
+    standard error (the caller's `redirect_stdout`): standard output is the jaxpr."""
     import importlib
     import importlib.util
     import os
@@ -157,7 +178,7 @@ def _user_module(module: str):
         path = os.path.abspath(module)
         if not os.path.isfile(path):
             raise JaxprError(f"cannot import '{module}': no such file")
-        name = os.path.splitext(os.path.basename(path))[0]
+        name = PRIVATE_PREFIX + os.path.splitext(os.path.basename(path))[0]
         spec = importlib.util.spec_from_file_location(name, path)
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod
@@ -171,9 +192,18 @@ def _user_module(module: str):
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
     try:
-        return importlib.import_module(module)
+        mod = importlib.import_module(module)
     except ImportError as e:
         raise JaxprError(f"cannot import module '{module}': {e}") from None
+    own = os.path.join(cwd, *module.split(".")) + ".py"
+    found = getattr(mod, "__file__", None)
+    if os.path.isfile(own) and (found is None or not os.path.samefile(found, own)):
+        raise JaxprError(  # (`math`: Python's, imported before the current folder is looked at)
+            f"module '{module}' is not {own}: the name is taken by "
+            f"{found or 'a built-in module'}; give the file: "
+            f"trace {os.path.relpath(own)}:FUNCTION"
+        )
+    return mod
 
 
 def _static_kwargs(specs) -> dict:

@@ -260,8 +260,8 @@ def check_grad(
             "not_checked": len(inputs) - n_files,
         }
         click.echo(json.dumps({"files": reports, "summary": totals}, indent=2))
-    else:
-        click.echo(summary)
+    else:  # nothing checked: standard output stays empty, as for any command in trouble
+        click.echo(summary, err=trouble and n_files == 0)
     sys.exit(2 if trouble else 1 if failed else 0)
 
 

@@ -3,6 +3,7 @@ budget` text without evaluating it, and the policy's decision on an equation."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -63,8 +64,9 @@ _UNITS = {"": 1, "b": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 
 
 def parse_budget(text: str) -> Spec:
-    """`0.5` (a fraction of the default residual bytes), `2GiB`, `300MB`, `123456` bytes, or
-    `device` (the memory the device has free)."""
+    """`0.5` (a fraction of the default residual bytes: any number up to 1 without a unit,
+    `1` and `1.0` alike), `2GiB`, `300MB`, `123456` bytes (a whole number above 1), below
+    2^63 bytes, or `device` (the memory the device has free)."""
     if text.strip().lower() == "device":
         return Spec(budget=1.0, fraction=True, on_device=True)
     m = _SIZE.match(text)
@@ -73,10 +75,17 @@ def parse_budget(text: str) -> Spec:
             f"--remat-budget {text!r}: expected a fraction (0.5), bytes (2GiB) or device"
         )
     num, unit = float(m.group(1)), (m.group(2) or "").lower()
-    if not unit and num <= 1 and "." in m.group(1):
+    if not unit and num <= 1:
         return Spec(budget=num, fraction=True)
+    if not unit and math.isfinite(num) and not num.is_integer():
+        raise ValueError(
+            f"--remat-budget {text!r}: a fraction is at most 1; bytes are a whole number or "
+            "have a unit (2GiB)"
+        )
     base = unit[:1] if unit != "b" else "b"
     scale = _UNITS[base] if "i" not in unit else 1024 ** "bkmgt".index(base)
+    if not num * scale < 2**63:
+        raise ValueError(f"--remat-budget {text[:40]!r}: more than 2^63 bytes")
     return Spec(budget=num * scale)
 
 

@@ -10,6 +10,7 @@ they find the tokens.
 
 from __future__ import annotations
 
+import math
 import re
 
 from ... import core
@@ -244,18 +245,25 @@ class Readers(Source):
     def literal_value(self, t: str, pos: int):
         try:
             if t[0] == "(":
-                return "float0" if t.startswith("(b") else complex(t)
+                return "float0" if t.startswith("(b") else self._finite(complex(t), t, pos)
             if t == "True" or t == "False":
                 return t == "True"
             if t == "[...]":
                 return Ellipsis
             if t.endswith("j"):
-                return complex(t)
+                return self._finite(complex(t), t, pos)
             if t.lstrip("-").isdigit():
                 return int(t)
-            return float(t)
+            return self._finite(float(t), t, pos)
         except ValueError:
             self.fail(f"malformed literal '{t}'", pos)
+
+    def _finite(self, v, t: str, pos: int):
+        """`v`, read from `t`; a number too large for any float (`1e400`, which Python reads
+        as inf) is refused: JAX prints an infinity as `inf`."""
+        if "inf" not in t and any(math.isinf(x) for x in (v.real, v.imag)):
+            self.fail(f"literal '{t}' is too large for a float (an infinity prints as inf)", pos)
+        return v
 
     # ------------------------------------------------------------ references (state syntax)
 
