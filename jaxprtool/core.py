@@ -749,6 +749,37 @@ class _AlphaEq:
         return type(x) is type(y) and x == y
 
 
+def params_fingerprint(params: dict):
+    """A hashable summary of a parameter dict such that parameters `_AlphaEq.params` finds
+    equal always have equal fingerprints (unequal ones may share one): CSE files its
+    candidates under it, so that it compares only candidates that may be equal."""
+    return tuple(sorted((k, _value_fingerprint(v)) for k, v in params.items()))
+
+
+def _value_fingerprint(x):
+    """`_AlphaEq.value`'s counterpart, case for case: a nested jaxpr by its sizes (alpha
+    equality ignores names), a sequence by its type and items, NaN as one value, a dtype by
+    `dtype_key`, a value with `alpha_equal` (a record) by its class and fields, anything
+    else by its type and hash."""
+    if isinstance(x, Jaxpr):
+        return ("jaxpr", len(x.constvars), len(x.invars), len(x.eqns), len(x.outvars))
+    if isinstance(x, (tuple, list)):
+        return (type(x), tuple(map(_value_fingerprint, x)))
+    if isinstance(x, float) and x != x:
+        return "nan"
+    if is_dtype(x):
+        return ("dtype", dtype_key(x))
+    if hasattr(x, "alpha_equal"):
+        fields = getattr(x, "fields", None)
+        if isinstance(fields, tuple) and all(type(f) is tuple and len(f) == 2 for f in fields):
+            return (type(x), tuple((k, _value_fingerprint(v)) for k, v in fields))
+        return type(x)
+    try:
+        return (type(x), hash(x))
+    except TypeError:  # unhashable: equal ones still share the type
+        return type(x)
+
+
 def value_bytes(t: Type) -> int:
     """The bytes one value of type `t` occupies (0 for tokens, opaque types, symbolic dims)."""
     if isinstance(t, RefType):

@@ -115,10 +115,22 @@ SIMPLE = """{ lambda ; a:f32[3] b:f32[3]. let
 MISSES = {
     "operands continued on the next line": SIMPLE.replace("add a b", "add a\n      b"),
     "a comment line": SIMPLE.replace("    d:f32[]", "    # here\n    d:f32[]"),
-    "a nested jaxpr": SIMPLE.replace(
+    "a nested jaxpr off JAX's column": SIMPLE.replace(
         "c:f32[3] = add a b",
         "c:f32[3] = pjit[name=f jaxpr={ lambda ; x:f32[3] y:f32[3]. let\n"
-        "        z:f32[3] = add x y\n      in (z,) }] a b",
+        "          z:f32[3] = add x y\n      in (z,) }] a b",
+    ),
+    "a tuple of jaxprs": SIMPLE.replace(
+        "c:f32[3] = add a b",
+        "c:f32[3] = cond[\n      branches=(\n"
+        "        { lambda ; x:f32[3] y:f32[3]. let z:f32[3] = add x y in (z,) }\n"
+        "        { lambda ; x:f32[3] y:f32[3]. let z:f32[3] = sub x y in (z,) }\n"
+        "      )\n    ] 1:i32[] a b",
+    ),
+    "a comment in a parameter list": SIMPLE.replace(
+        "c:f32[3] = add a b",
+        "c:f32[3] = pjit[\n      name=f # here\n      jaxpr={ lambda ; x:f32[3] y:f32[3]. let\n"
+        "          z:f32[3] = add x y\n        in (z,) }\n    ] a b",
     ),
     "a ref update": "{ lambda ; a:Ref{f32[3]} b:f32[3]. let\n    a[...] += b\n  in () }",
     "a type with a suffix": SIMPLE.replace("c:f32[3] = add", "c:f32[3]{V:x} = add"),
@@ -143,6 +155,24 @@ HITS = {
     "the equations on one line": "{ lambda ; a:f32[]. let b:f32[] = sin a; c:f32[] = cos b in (c,) }",
     "a header over lines": SIMPLE.replace(" b:f32[3].", "\n    b:f32[3]\n    ."),
     "in ( at the equation column": SIMPLE.replace("  in (", "    in ("),
+    "a nested jaxpr": SIMPLE.replace(
+        "c:f32[3] = add a b",
+        "c:f32[3] = pjit[name=f jaxpr={ lambda ; x:f32[3] y:f32[3]. let\n"
+        "        z:f32[3] = add x y\n      in (z,) }] a b",
+    ),
+    "a nested jaxpr in a broken parameter list": SIMPLE.replace(
+        "c:f32[3] = add a b",
+        "c:f32[3] = custom_jvp_call[\n      name=f\n"
+        "      call_jaxpr={ lambda ; x:f32[3] y:f32[3]. let\n"
+        "          z:f32[3] = add x y\n        in (z,) }\n      jvp=jvp\n"
+        "      symbolic_zeros=False\n    ] a b",
+    ),
+    "shared jaxprs and their references": "let f = { lambda ; x:f32[3]. let y:f32[3] = sin x in (y,) } in\n"
+    "let g = { lambda ; x:f32[3]. let\n    y:f32[3] = jit[name=f jaxpr=f] x\n  in (y,) } in\n"
+    + SIMPLE.replace(
+        "c:f32[3] = add a b",
+        "c:f32[3] = jit[name=g jaxpr=g] a\n    _:f32[3] = jit[name=f jaxpr=f] b",
+    ),
 }
 
 

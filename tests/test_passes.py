@@ -918,3 +918,60 @@ def test_pass_option_errors_on_the_command_line():
     assert r.exit_code == 2 and r.stderr.endswith(
         "Error: Invalid value for --max-iterations: expected an integer >= 1, got '0'\n"
     )
+
+
+def _slices(n: int) -> str:
+    """n slices of one input at different starts and one repeat of the first (JAX's
+    attention splits its qkv input so), a program where CSE's candidates share a bucket."""
+    names = [f"s{chr(97 + i // 26)}{chr(97 + i % 26)}" for i in range(n)]
+    lines = [
+        f"    {x}:f32[1] = slice[limit_indices=({i + 1},) start_indices=({i},) strides=None] a"
+        for i, x in enumerate(names)
+    ]
+    lines.append("    r:f32[1] = slice[limit_indices=(1,) start_indices=(0,) strides=None] a")
+    outs = ", ".join([*names, "r"])
+    return "{ lambda ; a:f32[64]. let\n" + "\n".join(lines) + f"\n  in ({outs},) }}\n"
+
+
+def test_cse_compares_only_candidates_with_equal_parameter_fingerprints(monkeypatch):
+    """Slices of one input with other bounds are never compared with one another (before:
+    each with every earlier one, quadratic); the repeated slice still merges."""
+    from jaxprtool.passes import cse as cse_mod
+
+    calls = []
+    equal = cse_mod._params_equal
+    monkeypatch.setattr(cse_mod, "_params_equal", lambda a, b: calls.append(1) or equal(a, b))
+    n = 40
+    j = cse(parse(_slices(n)).jaxpr)
+    assert len(j.eqns) == n
+    assert j.outvars[-1] is j.outvars[0]
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        (float("nan"), float("nan")),
+        ((1, (2.0, float("nan"))), (1, (2.0, float("nan")))),
+        ("float32", "float32"),
+        (-0.0, 0.0),
+    ],
+)
+def test_equal_parameters_have_equal_fingerprints(a, b):
+    from jaxprtool.core import _AlphaEq, params_fingerprint
+
+    assert _AlphaEq().params({"k": a}, {"k": b})
+    assert params_fingerprint({"k": a}) == params_fingerprint({"k": b})
+
+
+def test_alpha_equal_jaxprs_and_dtypes_have_equal_fingerprints():
+    """A nested jaxpr differs only in names; a dtype is JAX's `np.dtype` or the tool's name."""
+    from jaxprtool.core import _AlphaEq, params_fingerprint
+    from jaxprtool.lazy import DTypeName
+
+    one = "{ lambda ; %s:f32[]. let %s:f32[] = sin %s in (%s,) }"
+    x, y = parse(one % ("a", "b", "a", "b")).jaxpr, parse(one % ("c", "d", "c", "d")).jaxpr
+    pa = {"jaxpr": x, "t": DTypeName("float32"), "v": [np.float32, 1]}
+    pb = {"jaxpr": y, "t": np.dtype("float32"), "v": [np.float32, 1]}
+    assert _AlphaEq().params(pa, pb)
+    assert params_fingerprint(pa) == params_fingerprint(pb)

@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from ..core import JaxprError, ShapedArray
 from ..record import FieldView, prim
+from ..shapes.util import dims_eq
 from . import ops
 from .builder import current
 from .ops import add_tangents, instantiate
@@ -373,8 +374,6 @@ def check_rule_type(kind: str, eqn, rule, what: str, got, want) -> None:
     if got is want:
         return
     if isinstance(got, ShapedArray) and isinstance(want, ShapedArray):
-        from ..shapes.util import dims_eq
-
         if got.dtype == want.dtype and (got.shape == want.shape or dims_eq(got.shape, want.shape)):
             return
         prim_name, loc = (eqn, None) if isinstance(eqn, str) else (eqn.prim, eqn.loc)

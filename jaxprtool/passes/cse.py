@@ -11,7 +11,7 @@ never merged.  Nested jaxprs are handled separately (they are closed).
 
 from __future__ import annotations
 
-from ..core import Jaxpr, _AlphaEq
+from ..core import Jaxpr, _AlphaEq, params_fingerprint
 from ..text.printer import printed_params
 from .base import Pass
 from .common import EqnRewrite, eqn_is_pure, recursive_pass, same_type
@@ -39,9 +39,13 @@ CSE = Pass(
 def _cse(jaxpr: Jaxpr, go) -> Jaxpr:
     """Equations are bucketed by primitive and operands; whether one may be merged and its
     printed parameters are looked at only when another equation lands in its bucket (most
-    equations of a program have operands of their own)."""
+    equations of a program have operands of their own).  Inside a bucket the mergeable
+    candidates are filed by a fingerprint of their parameters (`core.params_fingerprint`:
+    equal parameters, equal fingerprints), so an equation is compared only with candidates
+    that may be equal to it, not with every earlier one (the slices of one input, the
+    broadcasts of one scalar: quadratic).  The first equal candidate is kept."""
     rw = EqnRewrite(jaxpr, go)
-    table: dict = {}  # key -> the one equation with it, or a list of candidates
+    table: dict = {}  # key -> the one equation with it, or {fingerprint: candidates}
     for e in rw:
         # Vars hash and compare by identity, literals by value: the operands are the key
         key = (e.prim, e.inputs)
@@ -50,19 +54,20 @@ def _cse(jaxpr: Jaxpr, go) -> Jaxpr:
             table[key] = e
             rw.keep(e)
             continue
-        if bucket.__class__ is not list:
-            bucket = table[key] = [_Candidate(bucket)]
+        if bucket.__class__ is not dict:
+            first = _Candidate(bucket)
+            bucket = table[key] = {}
+            if first.mergeable():
+                bucket[first.fingerprint()] = [first]
         cand = _Candidate(e)
         if cand.mergeable():
             params = cand.params()
-            prev = next(
-                (c.eqn for c in bucket if c.mergeable() and _params_equal(c.params(), params)),
-                None,
-            )
+            same = bucket.setdefault(cand.fingerprint(), [])
+            prev = next((c.eqn for c in same if _params_equal(c.params(), params)), None)
             if prev is not None and _same_outputs(prev, e):
                 rw.drop(e.outputs, prev.outputs)
                 continue
-        bucket.append(cand)
+            same.append(cand)
         rw.keep(e)
     return rw.result()
 
@@ -87,6 +92,12 @@ class _Candidate:
         if self._params is None:
             self._params = dict(printed_params(self.eqn))
         return self._params
+
+    def fingerprint(self):
+        try:
+            return params_fingerprint(self.params())
+        except Exception:  # (as `_params_equal`: a value that cannot be compared)
+            return None
 
 
 def _mergeable(e) -> bool:

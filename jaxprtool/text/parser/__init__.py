@@ -10,8 +10,9 @@ what the grammar gives.  The package's modules, in the order a text meets them:
 * `layout`: the post-lexer (`_Layout`): the layout rule of FORMAT.md §5.5 (EQSEP tokens),
   parameter values as PARAM/VPIECE tokens, and the fast path's runs as EQNS tokens.
 * `fast`: the fast path: runs of simple equations (`FastPath.read_run`, `read_inline`).
-* `plain`: whole texts of one flat jaxpr read by the fast path's readers and the builder
-  (`parse_plain`, no lark import at all).
+* `plain`: whole texts of JAX's common forms (shared definitions, nested jaxprs as
+  parameter values, `jaxpr=NAME`) read by the fast path's readers and the builder
+  (`parse_plain`, no lark import at all); the grammar reads what it leaves.
 * `build`: the IR builder (`_Build`), the grammar's rule callbacks, run by lark while the
   LALR parser reduces (no parse tree) and by `parse_plain` as lark would.
 * What the two paths share, so that they cannot disagree: `readers` (types, binders,
@@ -148,11 +149,11 @@ def _parse(text: str, path: str, compiled: bool | None, fast: bool) -> ParseResu
     # the IR has no reference cycles: pausing the cyclic GC saves its many passes over
     # the young objects built here.
     with core.gc_paused():
-        # a text of one jaxpr (one `lambda`) is first read without lark (`parse_plain`)
-        plain = fast and text.count("lambda") == 1
-        j = parse_plain(st) if plain else None
+        # a text is first read without lark (`parse_plain`), the grammar reading what that
+        # leaves
+        j = parse_plain(st) if fast else None
         if j is None:
-            if plain:
+            if fast:
                 st = ParseState(text, path, fast)
             j = parse_lark(st, compiled)
     if st.outvar_pending:

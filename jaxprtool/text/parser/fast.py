@@ -18,8 +18,9 @@ loop, giving exactly what the grammar gives.
   of `let` (`let EQN; EQN in (`, how JAX prints small jaxprs) is read whole by
   `read_inline`, or not at all.  A parameter list of plain values is remembered with its
   text and reused, with fresh lists (`marshal` copies), where the text recurs.
-* Whole texts of one flat jaxpr are read with these readers and no lark at all by
-  `plain.parse_plain`, which drives the builder; this module knows nothing of either.
+* Whole texts (shared definitions and nested jaxprs included) are read with these readers
+  and no lark at all by `plain.parse_plain`, which drives the builder and reads the
+  equations with jaxprs among their parameters; this module knows nothing of either.
 
 tests/test_parser_fast.py compares the two paths on the corpus, generated programs and
 damaged texts.
