@@ -109,8 +109,24 @@ static Py_ssize_t bracket_end(const Text *t, Py_ssize_t i) {
  * `((?: [^ \n]+)*)\n` and the next line's `indent` and `[a-z_]`.  0 where it does not match. */
 typedef struct {
     Py_ssize_t start, name_end, type_start, type_end, prim_start, prim_end, params_start, ops_start,
-        nl;
+        nl, breaks;
 } Line;
+
+/* Where a parameter list whose `[` is at s[j - 1] ends for `FastPath.fast_params` (after the
+ * first `]` followed by a blank or a line break), or -1; the line breaks before it. */
+static Py_ssize_t list_end(const Text *t, Py_ssize_t j, Py_ssize_t *breaks) {
+    *breaks = 0;
+    for (; j + 1 < t->n; j++) {
+        Py_UCS4 c = PyUnicode_READ(t->kind, t->data, j);
+        if (c == '\n') {
+            ++*breaks;
+        } else if (c == ']') {
+            Py_UCS4 d = PyUnicode_READ(t->kind, t->data, j + 1);
+            if (d == ' ' || d == '\n') return j + 1;
+        }
+    }
+    return -1;
+}
 
 static int match_line(const Text *t, Py_ssize_t p, PyObject *indent, Line *m) {
     Py_ssize_t i = p;
@@ -147,10 +163,16 @@ static int match_line(const Text *t, Py_ssize_t p, PyObject *indent, Line *m) {
         ;
     m->prim_end = i;
     m->params_start = -1;
+    m->breaks = 0;
     if (c == '[') {
         m->params_start = i;
-        i = bracket_end(t, i + 1);
-        if (i < 0) return 0;
+        Py_ssize_t e = bracket_end(t, i + 1);
+        if (e < 0) {
+            /* a list over several lines, as `FastPath.read_run`'s general reading takes it */
+            e = list_end(t, i + 1, &m->breaks);
+            if (e < 0) return 0;
+        }
+        i = e;
     }
     m->ops_start = i;
     /* (?: [^ \n]+)* then a line break */
@@ -165,7 +187,10 @@ static int match_line(const Text *t, Py_ssize_t p, PyObject *indent, Line *m) {
     Py_ssize_t w = PyUnicode_GET_LENGTH(indent);
     if (i + 1 + w >= t->n) return 0;
     if (w && PyUnicode_Tailmatch(t->s, indent, i + 1, i + 1 + w, -1) != 1) return 0;
-    c = PyUnicode_READ(t->kind, t->data, i + 1 + w);
+    Py_ssize_t k = i + 1 + w;
+    c = PyUnicode_READ(t->kind, t->data, k);
+    if (m->breaks && c == 'i' && CH(t, k + 1) == 'n' && CH(t, k + 2) == ' ' && CH(t, k + 3) == '(')
+        return 0; /* (the block's `in (` at the equations' column: the general reading's) */
     return LOWER(c) || c == '_';
 }
 
@@ -307,7 +332,7 @@ static PyObject *read_lines(PyObject *self, PyObject *const *args, Py_ssize_t na
         last = p;
         end = m.nl;
         p = end + eqcol;
-        line++;
+        line += 1 + m.breaks;
     }
     Py_DECREF(col);
     if (last >= 0) {
