@@ -194,40 +194,92 @@ static int match_line(const Text *t, Py_ssize_t p, PyObject *indent, Line *m) {
     return LOWER(c) || c == '_';
 }
 
+/* What the reader's twin reads with: the text and the parse's state and readers. */
+typedef struct {
+    Text t;
+    PyObject *table, *types, *remembered, *operands, *literal, *error;
+} Reader;
+
 /* `FastPath.line_operands(a, b, table)`: the operands s[a:b] read by the readers, or None */
-static PyObject *call_operands(PyObject *operands, Py_ssize_t a, Py_ssize_t b,
-                               PyObject *table) {
-    PyObject *r = PyObject_CallFunction(operands, "nnO", a, b, table);
+static PyObject *call_operands(const Reader *R, Py_ssize_t a, Py_ssize_t b) {
+    PyObject *r = PyObject_CallFunction(R->operands, "nnO", a, b, R->table);
     if (r == Py_None) Py_CLEAR(r);
     return r;
 }
 
-/* The operands s[a:b] (` x y z`) as the variables `table` binds them, or as the readers
- * read them (`operands`) where one is not a bound name (a literal, `_`, `a_`, `inf`); NULL
- * (no error set) where the Python loop reads them otherwise. */
-static PyObject *plain_operands(const Text *t, Py_ssize_t a, Py_ssize_t b, PyObject *table,
-                                PyObject *operands) {
-    Py_ssize_t count = 0;
-    for (Py_ssize_t i = a; i < b; i++) {
-        Py_UCS4 c = PyUnicode_READ(t->kind, t->data, i);
-        if (c == ':' || c == '_' || c == '(') return call_operands(operands, a, b, table);
-        count += c == ' ';
+/* Where a typed literal `VALUE:TYPE` of the simplest kind (`-?[0-9][0-9.]*(e[+-]?[0-9]+)?`, a
+ * type `[a-z][a-z0-9_]*[...]`, the grammar's OPERAND reads nothing else from such a token)
+ * has its `:` in s[i:j], or -1. */
+static Py_ssize_t simple_literal(const Text *t, Py_ssize_t i, Py_ssize_t j) {
+    Py_UCS4 c = CH(t, i);
+    if (c == '-') c = CH(t, ++i);
+    if (!DIGIT(c)) return -1;
+    for (i++; i < j && ((c = CH(t, i)), DIGIT(c) || c == '.'); i++)
+        ;
+    if (i < j && c == 'e') {
+        c = CH(t, ++i);
+        if (c == '+' || c == '-') c = CH(t, ++i);
+        if (!DIGIT(c)) return -1;
+        while (i < j && DIGIT(CH(t, i))) i++;
     }
+    Py_ssize_t colon = i;
+    if (i >= j || CH(t, i) != ':' || !LOWER(CH(t, i + 1))) return -1;
+    for (i += 2; i < j && ((c = CH(t, i)), LOWER(c) || DIGIT(c) || c == '_'); i++)
+        ;
+    if (i >= j || c != '[') return -1;
+    for (i++; i < j && CH(t, i) != ']'; i++)
+        ;
+    return i + 1 == j ? colon : -1;
+}
+
+/* `Readers.typed_literal` of the token s[i:j] whose `:` is at s[colon]; NULL with no error
+ * set where the readers refuse it (the Python loop reads the line, and words the error). */
+static PyObject *read_literal(const Reader *R, Py_ssize_t i, Py_ssize_t colon, Py_ssize_t j) {
+    PyObject *value = PyUnicode_Substring(R->t.s, i, colon), *r = NULL;
+    PyObject *type = PyUnicode_Substring(R->t.s, colon + 1, j);
+    if (value != NULL && type != NULL)
+        r = PyObject_CallFunction(R->literal, "OnOn", value, i, type, colon + 1);
+    Py_XDECREF(value);
+    Py_XDECREF(type);
+    if (r == NULL && PyErr_ExceptionMatches(R->error)) PyErr_Clear();
+    return r;
+}
+
+/* The operands s[a:b] (` x y 2.0:f32[]`): the variables `table` binds, the simplest typed
+ * literals read by the readers (`Readers.typed_literal`), or all of them read by
+ * `FastPath.line_operands` where one is anything else (`_`, `a_`, `inf`, an untyped literal,
+ * a name not bound); NULL (no error set) where the Python loop reads them otherwise. */
+static PyObject *plain_operands(const Reader *R, Py_ssize_t a, Py_ssize_t b) {
+    const Text *t = &R->t;
+    Py_ssize_t count = 0;
+    for (Py_ssize_t i = a; i < b; i++) count += PyUnicode_READ(t->kind, t->data, i) == ' ';
     PyObject *out = PyTuple_New(count);
     if (out == NULL) return NULL;
     Py_ssize_t k = 0, i = a + 1;
     while (i <= b) {
-        Py_ssize_t j = i;
-        while (j < b && PyUnicode_READ(t->kind, t->data, j) != ' ') j++;
-        PyObject *name = PyUnicode_Substring(t->s, i, j);
-        if (name == NULL) goto fail;
-        PyObject *v = PyDict_GetItemWithError(table, name);
-        Py_DECREF(name);
+        Py_ssize_t j = i, colon;
+        int plain = 1;
+        for (; j < b; j++) {
+            Py_UCS4 c = PyUnicode_READ(t->kind, t->data, j);
+            if (c == ' ') break;
+            plain &= c != ':' && c != '_' && c != '(';
+        }
+        PyObject *v;
+        if (plain) {
+            PyObject *name = PyUnicode_Substring(t->s, i, j);
+            if (name == NULL) goto fail;
+            v = Py_XNewRef(PyDict_GetItemWithError(R->table, name));
+            Py_DECREF(name);
+        } else if ((colon = simple_literal(t, i, j)) >= 0) {
+            v = read_literal(R, i, colon, j);
+        } else {
+            v = NULL;
+        }
         if (v == NULL) {
             Py_DECREF(out);
-            return PyErr_Occurred() ? NULL : call_operands(operands, a, b, table);
+            return PyErr_Occurred() ? NULL : call_operands(R, a, b);
         }
-        PyTuple_SET_ITEM(out, k++, Py_NewRef(v));
+        PyTuple_SET_ITEM(out, k++, v);
         i = j + 1;
     }
     return out;
@@ -238,13 +290,13 @@ fail:
 
 /* One line's equation, its result bound in `table`; NULL with no error set where the Python
  * loop reads the line (a type or parameter list not read yet, operands it reads otherwise). */
-static PyObject *line_eqn(const Text *t, const Line *m, PyObject *table, PyObject *types,
-                          PyObject *remembered, PyObject *operands, PyObject *loc) {
+static PyObject *line_eqn(const Reader *R, const Line *m, PyObject *loc) {
+    const Text *t = &R->t;
     PyObject *name = NULL, *ty, *prm = NULL, *inputs = NULL, *prim = NULL, *out = NULL,
              *outs = NULL, *e = NULL;
     PyObject *key = PyUnicode_Substring(t->s, m->type_start, m->type_end);
     if (key == NULL) return NULL;
-    ty = PyDict_GetItemWithError(types, key);
+    ty = PyDict_GetItemWithError(R->types, key);
     Py_DECREF(key);
     if (ty == NULL) return NULL;
     if (m->params_start < 0) {
@@ -252,7 +304,7 @@ static PyObject *line_eqn(const Text *t, const Line *m, PyObject *table, PyObjec
     } else {
         key = PyUnicode_Substring(t->s, m->params_start, m->ops_start);
         if (key == NULL) return NULL;
-        prm = PyObject_CallOneArg(remembered, key);
+        prm = PyObject_CallOneArg(R->remembered, key);
         Py_DECREF(key);
         if (prm == Py_None) Py_CLEAR(prm);
     }
@@ -260,7 +312,7 @@ static PyObject *line_eqn(const Text *t, const Line *m, PyObject *table, PyObjec
     if (m->ops_start == m->nl) {
         inputs = PyTuple_New(0);
     } else {
-        inputs = plain_operands(t, m->ops_start, m->nl, table, operands);
+        inputs = plain_operands(R, m->ops_start, m->nl);
     }
     if (inputs == NULL) goto done;
     prim = PyUnicode_Substring(t->s, m->prim_start, m->prim_end);
@@ -270,7 +322,7 @@ static PyObject *line_eqn(const Text *t, const Line *m, PyObject *table, PyObjec
     out = new_var(ty, name);
     if (out == NULL) goto done;
     outs = PyTuple_Pack(1, out);
-    if (outs == NULL || PyDict_SetItem(table, name, out) < 0) goto done;
+    if (outs == NULL || PyDict_SetItem(R->table, name, out) < 0) goto done;
     e = new_eqn(prim, inputs, outs, prm, loc);
 done:
     Py_XDECREF(name);
@@ -283,7 +335,7 @@ done:
 }
 
 /* read_lines(st, s, p, line, end, eqcol, indent, table, types, remembered, operands, eqns,
- *            path)
+ *            path, literal, error)
  *   -> (p, line, end)
  * `FastPath.read_run`'s loop over the commonest equations (`fast._plain_line`): from s[p],
  * the first of a line `line` at the block's column `eqcol` (after `indent`), the equations
@@ -291,7 +343,7 @@ done:
  * equation starts, its line, and where the last one read ended (`end`, unchanged if none).
  * `st.eqn_start` is set to the last equation's start. */
 static PyObject *read_lines(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 13 || !PyUnicode_Check(args[1]) || !PyUnicode_Check(args[6]) ||
+    if (nargs != 15 || !PyUnicode_Check(args[1]) || !PyUnicode_Check(args[6]) ||
         !PyDict_CheckExact(args[7]) || !PyDict_CheckExact(args[8]) || !PyList_Check(args[11])) {
         PyErr_SetString(PyExc_TypeError, "read_lines: bad arguments");
         return NULL;
@@ -300,18 +352,18 @@ static PyObject *read_lines(PyObject *self, PyObject *const *args, Py_ssize_t na
         PyErr_SetString(PyExc_RuntimeError, "read_lines: not configured");
         return NULL;
     }
-    PyObject *st = args[0], *indent = args[6], *table = args[7], *types = args[8];
-    PyObject *remembered = args[9], *operands = args[10], *eqns = args[11], *path = args[12];
+    PyObject *st = args[0], *indent = args[6], *eqns = args[11], *path = args[12];
     Py_ssize_t p = PyLong_AsSsize_t(args[2]), line = PyLong_AsSsize_t(args[3]);
     Py_ssize_t end = PyLong_AsSsize_t(args[4]), eqcol = PyLong_AsSsize_t(args[5]);
     if (PyErr_Occurred()) return NULL;
-    Text t = {args[1], PyUnicode_KIND(args[1]), PyUnicode_DATA(args[1]),
-              PyUnicode_GET_LENGTH(args[1])};
+    Reader R = {{args[1], PyUnicode_KIND(args[1]), PyUnicode_DATA(args[1]),
+                 PyUnicode_GET_LENGTH(args[1])},
+                args[7], args[8], args[9], args[10], args[13], args[14]};
     PyObject *col = PyLong_FromSsize_t(eqcol);
     if (col == NULL) return NULL;
     Py_ssize_t last = -1;
     Line m;
-    while (p >= 0 && match_line(&t, p, indent, &m)) {
+    while (p >= 0 && match_line(&R.t, p, indent, &m)) {
         PyObject *loc = LocType->tp_alloc(LocType, 3), *ln;
         if (loc == NULL || (ln = PyLong_FromSsize_t(line)) == NULL) {
             Py_XDECREF(loc);
@@ -320,7 +372,7 @@ static PyObject *read_lines(PyObject *self, PyObject *const *args, Py_ssize_t na
         PyTuple_SET_ITEM(loc, 0, Py_NewRef(path));
         PyTuple_SET_ITEM(loc, 1, ln);
         PyTuple_SET_ITEM(loc, 2, Py_NewRef(col));
-        PyObject *e = line_eqn(&t, &m, table, types, remembered, operands, loc);
+        PyObject *e = line_eqn(&R, &m, loc);
         Py_DECREF(loc);
         if (e == NULL) {
             if (PyErr_Occurred()) goto error;

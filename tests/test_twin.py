@@ -232,6 +232,35 @@ WIDE = [
     "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin\ta\n    c:f32[3] = cos b\n  in (c,) }",
     "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin a\n    c:f32[3] = cos z\n  in (c,) }",
     "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin a\n    c:f32[3] = cos b",
+    # literals among the operands: read by the readers, or refused in their words
+    *(
+        "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin a\n"
+        f"    c:f32[3] = mul b {lit}\n    d:f32[3] = cos c\n  in (d,) }}"
+        for lit in (
+            "2.0:f32[]",
+            "-1e-05:f32[]",
+            "1.2.3:f32[]",
+            "1e:f32[]",
+            "2:i32[]",
+            "2.0:f16[]",
+            "1.0:f32[]{x}",
+            "1:key<fry>[]",
+            "1.0:F32[]",
+            "nan:f32[]",
+            "inf",
+            "b 1.0:f32[] b",
+            "1.0:f32[3] 2",
+        )
+    ),
+    # a parameter list over lines (as JAX prints dot_general), known or new, then others
+    "{ lambda ; a:f32[2,2]. let\n"
+    + 3
+    * (
+        "    b:f32[2,2] = dot_general[\n      dimension_numbers=(([1], [0]), ([], []))\n"
+        "      preferred_element_type=float32\n    ] a a\n    a:f32[2,2] = sin b\n"
+    )
+    + "    c:f32[2,2] = dot_general[\n      dimension_numbers=(([1], [0]), ([], []))\n"
+    "      preferred_element_type=float32\n    ] a b\n  in (c,) }",
 ]
 
 

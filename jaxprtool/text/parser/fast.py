@@ -80,27 +80,16 @@ class FastPath(Readers, ParamValues):
         compiled = self.compiled_lines
         remembered = self.remembered_params
         operands = self.line_operands
+        if compiled is not None:  # (what it reads with: the same state and readers)
+            readers = (indent, table, types, remembered, operands, eqns, path)
+            readers += (self.typed_literal, JaxprError)
         while True:
             # the commonest equation first, a line at a time (`_plain_line`): the compiled
             # twin reads the lines it is sure of, this loop the one it stops at (and all
             # of them on the Python path)
             while True:
                 if compiled is not None:
-                    p, line, end = compiled(
-                        self,
-                        s,
-                        p,
-                        line,
-                        end,
-                        eqcol,
-                        indent,
-                        table,
-                        types,
-                        remembered,
-                        operands,
-                        eqns,
-                        path,
-                    )
+                    p, line, end = compiled(self, s, p, line, end, eqcol, *readers)
                 if (m := plain(s, p)) is None:
                     break
                 name, type_text, prim, params_text, ops = m.groups()
