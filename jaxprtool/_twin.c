@@ -18,7 +18,7 @@ static PyTypeObject *VarType, *EqnType, *LocType;
 static PyObject *var_type, *var_hint;
 static PyObject *eqn_fields[7]; /* prim inputs outputs params loc bare_eq no_subjaxprs */
 static PyObject *str_eqn_start, *str_eq, *str_colon, *str_space, *str_empty, *str_under;
-static PyObject *str_open, *str_close_sp, *str_equals;
+static PyObject *str_open, *str_close_sp, *str_equals, *str_typed;
 
 static int set_slot(PyObject *descr, PyObject *obj, PyObject *value) {
     return Py_TYPE(descr)->tp_descr_set(descr, obj, value);
@@ -494,7 +494,7 @@ static PyObject *operand_texts(Printer *P, PyObject *inputs, PyObject *shadowed,
         } else {
             s = PyObject_CallOneArg(P->literal, a);
             if (s == NULL) goto fail;
-            PyObject *typed = PyObject_GetAttrString(a, "typed");
+            PyObject *typed = PyObject_GetAttr(a, str_typed);
             if (typed == NULL) {
                 Py_DECREF(s);
                 goto fail;
@@ -625,7 +625,7 @@ done:
 static PyObject *eqn_line(Printer *P, PyObject *e, PyObject *shadowed, int *untyped) {
     PyObject *prim = NULL, *kind, *params = NULL, *pairs = NULL, *kvs = NULL, *inputs = NULL;
     PyObject *ins = NULL, *outputs = NULL, *outs = NULL, *flat = NULL, *args = NULL;
-    PyObject *line = NULL;
+    PyObject *line = NULL, *width = NULL;
     if (Py_TYPE(e) != EqnType) return NULL;
     prim = get_slot(eqn_fields[0], e);
     if (prim == NULL) return NULL;
@@ -682,9 +682,9 @@ static PyObject *eqn_line(Printer *P, PyObject *e, PyObject *shadowed, int *unty
         w = PyBytes_GET_SIZE(b);
         Py_DECREF(b);
     }
-    args = Py_BuildValue("(OOOOO)", prim, kvs, ins, outs, eq ? Py_True : Py_False);
-    if (args == NULL) goto done;
-    line = Py_BuildValue("(OOOOOn)", P->lazy, flat, P->build, args, P->render, w);
+    args = PyTuple_Pack(5, prim, kvs, ins, outs, eq ? Py_True : Py_False);
+    if (args == NULL || (width = PyLong_FromSsize_t(w)) == NULL) goto done;
+    line = PyTuple_Pack(6, P->lazy, flat, P->build, args, P->render, width);
 done:
     Py_XDECREF(prim);
     Py_XDECREF(params);
@@ -696,6 +696,7 @@ done:
     Py_XDECREF(outs);
     Py_XDECREF(flat);
     Py_XDECREF(args);
+    Py_XDECREF(width);
     return line;
 }
 
@@ -765,7 +766,8 @@ PyMODINIT_FUNC PyInit__twin(void) {
         const char *text;
     } strs[] = {{&str_eqn_start, "eqn_start"}, {&str_eq, " = "},  {&str_colon, ":"},
                 {&str_space, " "},             {&str_empty, ""},  {&str_under, "_"},
-                {&str_open, "["},              {&str_close_sp, "] "}, {&str_equals, "="}};
+                {&str_open, "["},              {&str_close_sp, "] "}, {&str_equals, "="},
+                {&str_typed, "typed"}};
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
         if ((*strs[i].slot = PyUnicode_InternFromString(strs[i].text)) == NULL) return NULL;
     }
