@@ -39,7 +39,9 @@ followed by `Doc.format(width)` (no trailing newline):
    scope in the same walk), and its full form laid out directly by
    `_render_eqn` only where the line does not fit.  `_Printer(style,
    fast=False)` builds every equation's document as JAX does instead; the
-   two print the same text (tests/test_printer_fast.py).
+   two print the same text (tests/test_printer_fast.py).  The loop over
+   ordinary equations has a compiled twin (text/twin.py, docs/COMPILED.md)
+   that calls back here for every text it does not copy.
 
 Parameters print sorted by key (`name=` first for jit/pjit/custom_jvp_call/
 custom_vjp_call; 0.12 HiPrims such as `CustomRoot` keep their order), and the

@@ -22,6 +22,10 @@ loop, giving exactly what the grammar gives.
   and no lark at all by `plain.parse_plain`, which drives the builder and reads the
   equations with jaxprs among their parameters; this module knows nothing of either.
 
+The commonest lines (`_plain_line`, and those whose parameter list alone goes over lines)
+have a compiled twin (text/twin.py, docs/COMPILED.md), which reads those it is sure of with
+the same readers and hands every other line back to `read_run`'s loop.
+
 tests/test_parser_fast.py compares the two paths on the corpus, generated programs and
 damaged texts.
 """
