@@ -232,6 +232,11 @@ WIDE = [
     "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin\ta\n    c:f32[3] = cos b\n  in (c,) }",
     "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin a\n    c:f32[3] = cos z\n  in (c,) }",
     "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin a\n    c:f32[3] = cos b",
+    # a text that ends on the indentation after a parameter list over lines (it read past
+    # the end of the text: IndexError)
+    "{ lambda ; a:f32[3]. let\n    b:f32[3] = pjit[\n      name=f\n"
+    "      jaxpr={ lambda ; c:f32[3]. let d:f32[3] = sin c in (d,) }\n    ] a\n"
+    "    c:f32[3] = slice[\n      limit_indices=(3,)\n    ] a\n    ",
     # literals among the operands: read by the readers, or refused in their words
     *(
         "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin a\n"
