@@ -195,7 +195,7 @@ def _ir_printed_alike(data) -> None:
 
 
 @built
-@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_generated_ir_printed_alike(data):
     _ir_printed_alike(data)
