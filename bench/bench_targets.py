@@ -1,15 +1,17 @@
-"""The speed targets of issues 13 and 26 in one table: each measured beside JAX in this one run.
+"""The speed targets of issues 13, 26 and 49 in one table: each measured beside JAX in this
+one run.
 
     .venv/bin/python bench/bench_targets.py [--layers 24] [--repeat 5] [--run-layers 8]
-        [--scale 100000,400000] [--full] [--only ROW,...]
+        [--scale 100000,400000,1000000] [--full] [--only ROW,...]
 
 Rows: `fmt` of JAX's printed grad jaxpr of the transformer, whole process minus start-up,
 against JAX's own `str(closed_jaxpr)`; start-up of `fmt` on a one-equation file against a
 bare `python -c 'import numpy'`, and of every transformation and pass against `fmt`;
 whole-process `grad`, `vmap` and `jacrev` of the transformer against JAX's in-process
 `make_jaxpr(...)` + `str`, with the equation and residual counts; scale rows on layer-shaped
-programs (dot_general/tanh/mul/add) of 100k and 400k equations (1M with `--full`): CPU time,
-linearity and peak memory growth per equation of each command, `grad` at 100k against JAX's;
+programs (dot_general/tanh/mul/add) of 100k, 400k and 1M equations (`fmt` and `grad` only at
+1M unless `--full`): CPU time, linearity and peak memory growth per equation of each command,
+`grad` at 100k against JAX's, `grad` of 400k and 1M against issue 49's limits;
 `memory` of 1M equations; first and second `run` of the transformer's gradient (JAX's
 persistent compilation cache) against JAX's own jit compile.
 
@@ -18,7 +20,8 @@ the machine may be shared, and CPU time is what a loaded machine does not inflat
 and the tool alternate; each figure, the tool's and JAX's alike, is the minimum of `--repeat`
 runs (at least 5): the small whole-process figures are dominated by noise from other work on
 the machine, which only ever adds time, so the minimum is the stable estimate (a median of 3
-read 0.56x and 1.30x on two consecutive runs of the `fmt` row).  Subprocesses run with Python's
+read 0.56x and 1.30x on two consecutive runs of the `fmt` row); the notes give the medians of
+the headline rows beside them.  Subprocesses run with Python's
 bytecode cache on (in a private prefix), as an installed tool would.  The script always exits
 0: a missed target is a row that says `missed`.
 """
@@ -63,6 +66,18 @@ def row(what, tool, jax_fig, ratio, target, met):
 def best(xs):
     """The figure of repeated timings: their minimum (see the module docstring)."""
     return min(xs)
+
+
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+
+
+#: issue 49's targets: grad of the transformer and at 100k equations against JAX's
+#: make_jaxpr(grad)+str, fmt of JAX's printout against its str, start-up against numpy's import
+GRAD_RATIO = 0.30
+FMT_RATIO = 0.45
+STARTUP_RATIO = 0.90
 
 
 def cpu_now() -> float:
@@ -167,8 +182,8 @@ def startup(repeat: int, folder: Path) -> None:
         f"{t_fmt:.3f}",
         f"{t_np:.3f}",
         f"{t_fmt / t_np:.2f}",
-        "<= 1.00",
-        t_fmt <= t_np,
+        f"<= {STARTUP_RATIO:.2f}",
+        t_fmt <= STARTUP_RATIO * t_np,
     )
     NOTES.append(f"start-up: fmt of samples/mlp.jaxpr: {best(fmt_mlp):.3f} s CPU")
     for name, times in cmds.items():
@@ -208,8 +223,11 @@ def fmt_process(closed, repeat: int, folder: Path) -> None:
         f"{tt:.3f}",
         f"{tj:.3f}",
         f"{tt / tj:.2f}",
-        "<= 0.70",
-        tt <= 0.7 * tj,
+        f"<= {FMT_RATIO:.2f}",
+        tt <= FMT_RATIO * tj,
+    )
+    NOTES.append(
+        f"fmt row, medians: tool {median(t_tool) - start:.3f} s, JAX {median(t_jax):.3f} s"
     )
 
 
@@ -237,9 +255,10 @@ def ad_pipeline(f, leaves, text: str, repeat: int, folder: Path) -> None:
         f"{tt:.3f}",
         f"{tj:.3f}",
         f"{tt / tj:.2f}",
-        "<= 0.35",
-        tt <= 0.35 * tj,
+        f"<= {GRAD_RATIO:.2f}",
+        tt <= GRAD_RATIO * tj,
     )
+    NOTES.append(f"grad row, medians: tool {median(t_tool):.3f} s, JAX {median(t_jax):.3f} s")
     n_tool, n_jax = count(parse(out).jaxpr), count(parse(str(closed)).jaxpr)
     row("grad: equations (tool's output vs JAX's grad jaxpr)", n_tool, n_jax, f"{n_tool / n_jax:.2f}",
         "<= 1.00", n_tool <= n_jax)  # fmt: skip
@@ -376,29 +395,35 @@ print(cpu, hwm_kb() - before, eqns)
 """
 #: command -> (argv, KB of peak memory growth allowed per equation, per input or output eqn)
 SCALE_COMMANDS = {
-    "fmt": (["fmt"], 2.0, "in"),
+    "fmt": (["fmt"], 1.5, "in"),
     "check": (["check"], 2.0, "in"),
     "dce": (["dce"], 2.0, "in"),
     "jvp": (["jvp"], 2.5, "out"),
     "vjp": (["vjp"], 2.5, "out"),
-    "grad": (["grad"], 2.5, "out"),
+    "grad": (["grad"], 1.5, "out"),
     "vmap": (["vmap", "--axis-size", "4"], 2.5, "out"),
 }
-#: time at 400k equations over time at 100k at most
+#: the commands measured at 1M equations without `--full` (issue 49)
+SCALE_AT_1M = ("fmt", "grad")
+#: time for 4x the equations at most this many times the time (issue 49: 4.6x)
 LINEAR = 4.6
+#: CPU seconds allowed for grad at these sizes (issue 49)
+GRAD_LIMITS = {400_000: 30, 1_000_000: 80}
 
 
 def _scale_child(src: Path, folder: Path, argv) -> subprocess.CompletedProcess:
     return run_child([sys.executable, "-c", SCALE, str(src), str(folder / "out.jaxpr"), *argv])[2]
 
 
-def _one_time_growth(folder: Path) -> dict[str, int]:
+def _one_time_growth(folder: Path, only=()) -> dict[str, int]:
     """Each command's peak memory growth (KB) on a 100-equation program: what it loads once
     (rule families, numpy), not per equation; subtracted from the scale rows' growth."""
     src = folder / "layers100.jaxpr"
     src.write_text(layers_text(25))
     base = {}
     for name, (argv, _, _) in SCALE_COMMANDS.items():
+        if only and name not in only:
+            continue
         r = _scale_child(src, folder, argv)
         base[name] = int(r.stdout.split()[1]) if r.returncode == 0 else 0
     src.unlink()
@@ -411,19 +436,24 @@ def _one_time_growth(folder: Path) -> dict[str, int]:
     return base
 
 
-def scale(sizes: list[int], folder: Path) -> None:
+def scale(sizes: list[int], folder: Path, full: bool = False, only=()) -> None:
     """Each command on layer-shaped programs of `sizes` equations, in a fresh process:
     CPU s, peak memory growth per equation (above the one-time growth), linearity; grad at
-    100k against JAX's."""
+    100k against JAX's.  At 1M equations only `SCALE_AT_1M` unless `full`; `only`: these
+    commands alone (default: all)."""
     small = jax.make_jaxpr(lambda w, x: layers_fn(w, x, 3))(*layers_args())
     assert str(small) + "\n" == layers_text(3), "layers_text no longer prints as JAX does"
     cpu: dict[tuple[str, int], float] = {}
     out_eqns: dict[int, int] = {}
-    base = _one_time_growth(folder)
+    base = _one_time_growth(folder, only)
     for n in sizes:
         src = folder / f"layers{n}.jaxpr"
         src.write_text(layers_text(n // 4))
         for name, (argv, kb, per) in SCALE_COMMANDS.items():
+            if (n >= 1_000_000 and not full and name not in SCALE_AT_1M) or (
+                only and name not in only
+            ):
+                continue
             r = _scale_child(src, folder, argv)
             if r.returncode:
                 why = (r.stderr.strip().splitlines() or ["?"])[-1][:60]
@@ -444,15 +474,21 @@ def scale(sizes: list[int], folder: Path) -> None:
             )
         (folder / "out.jaxpr").unlink(missing_ok=True)
         src.unlink()
-    for a, b in zip(sizes, sizes[1:]):
+    pairs = list(zip(sizes, sizes[1:]))
+    if len(sizes) > 2:
+        pairs.append((sizes[0], sizes[-1]))  # flat from the smallest to the largest
+    for a, b in pairs:
         for name in SCALE_COMMANDS:
             if (name, a) in cpu and (name, b) in cpu:
                 ratio, allowed = cpu[name, b] / cpu[name, a], LINEAR * b / a / 4
-                row(f"scale: {name} {b}/{a} eqns time ratio", f"{ratio:.2f}", "", "",
-                    f"<= {allowed:.1f}", ratio <= allowed)  # fmt: skip
-    if ("grad", 400_000) in cpu:
-        t = cpu["grad", 400_000]
-        row("scale: grad of 400k eqns, CPU s", f"{t:.1f}", "", "", "<= 120 s", t <= 120)
+                per_eqn = cpu[name, b] / b / (cpu[name, a] / a)
+                row(f"scale: {name} {b}/{a} eqns time ratio (cost per eqn {per_eqn:.2f}x)",
+                    f"{ratio:.2f}", "", "", f"<= {allowed:.1f}", ratio <= allowed)  # fmt: skip
+    for n, limit in GRAD_LIMITS.items():
+        if ("grad", n) in cpu:
+            t = cpu["grad", n]
+            row(f"scale: grad of {n // 1000}k eqns, CPU s", f"{t:.1f}", "", "", f"<= {limit} s",
+                t <= limit)  # fmt: skip
     # against JAX at 100k (the issue's size), else at the smallest size measured
     n = 100_000 if ("grad", 100_000) in cpu else sizes[0]
     if ("grad", n) in cpu:
@@ -468,8 +504,8 @@ def scale_against_jax(n: int, t_tool: float, n_tool: int) -> None:
     t_jax = cpu_now() - c0
     n_jax = len(closed.jaxpr.eqns)
     row(f"scale: grad at {n} eqns, whole process vs JAX make_jaxpr(grad)+str, CPU s",
-        f"{t_tool:.1f}", f"{t_jax:.1f}", f"{t_tool / t_jax:.2f}", "<= 0.50",
-        t_tool <= 0.5 * t_jax)  # fmt: skip
+        f"{t_tool:.1f}", f"{t_jax:.1f}", f"{t_tool / t_jax:.2f}", f"<= {GRAD_RATIO:.2f}",
+        t_tool <= GRAD_RATIO * t_jax)  # fmt: skip
     row(f"scale: grad at {n} eqns, equations out", n_tool, n_jax, f"{n_tool / n_jax:.2f}",
         "<= 1.00", n_tool <= n_jax)  # fmt: skip
 
@@ -554,10 +590,19 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument(
         "--scale",
-        default="100000,400000",
-        help="Equation counts of the scale rows (default: 100000,400000; --full adds 1000000).",
+        default="100000,400000,1000000",
+        help="Equation counts of the scale rows (default: 100000,400000,1000000).",
     )
-    ap.add_argument("--full", action="store_true", help="Scale rows at 1M equations too.")
+    ap.add_argument(
+        "--full",
+        action="store_true",
+        help="Every scale command at 1M equations, not only fmt and grad.",
+    )
+    ap.add_argument(
+        "--scale-commands",
+        default="",
+        help=f"Only these commands in the scale rows (comma-separated; of {', '.join(SCALE_COMMANDS)}).",
+    )
     ap.add_argument(
         "--memory-eqns", type=int, default=1_000_000, help="Equations of the `memory` row."
     )
@@ -573,8 +618,7 @@ def main() -> int:
     args = ap.parse_args()
     repeat = max(5, args.repeat)
     sizes = [int(n) for n in args.scale.split(",") if n]
-    if args.full and 1_000_000 not in sizes:
-        sizes.append(1_000_000)
+    scale_only = tuple(filter(None, args.scale_commands.split(",")))
     sys.setrecursionlimit(10000)
     f, leaves = the_transformer(args.layers)
     text = str(jax.make_jaxpr(f)(*leaves)) + "\n"
@@ -587,7 +631,7 @@ def main() -> int:
             ("fmt", lambda: fmt_process(closed, repeat, folder)),
             ("grad", lambda: ad_pipeline(f, leaves, text, repeat, folder)),
             ("vmap+jacrev", lambda: batch_pipelines(f, leaves, text, repeat, folder)),
-            ("scale", lambda: scale(sizes, folder)),
+            ("scale", lambda: scale(sizes, folder, args.full, scale_only)),
             ("memory", lambda: memory_command(args.memory_eqns, folder)),
         ]
         if not args.skip_run:
@@ -602,7 +646,11 @@ def main() -> int:
                 why = f"{type(e).__name__}: {e}".replace("\n", " ")[:80]
                 row(f"{name}: failed: {why}", "", "", "", "", False)
             print(f"... {name} measured", file=sys.stderr, flush=True)
-    print(f"\nissue 13 and 26 targets (transformer of {args.layers} layers; minimum of {repeat})")
+    load = os.getloadavg()[0]
+    print(
+        f"\nissue 13, 26 and 49 targets (transformer of {args.layers} layers; minimum of "
+        f"{repeat}; load average {load:.1f} at the end)"
+    )
     print_table()
     return 0
 

@@ -120,13 +120,6 @@ MISSES = {
         "c:f32[3] = pjit[name=f jaxpr={ lambda ; x:f32[3] y:f32[3]. let\n"
         "          z:f32[3] = add x y\n      in (z,) }] a b",
     ),
-    "a tuple of jaxprs": SIMPLE.replace(
-        "c:f32[3] = add a b",
-        "c:f32[3] = cond[\n      branches=(\n"
-        "        { lambda ; x:f32[3] y:f32[3]. let z:f32[3] = add x y in (z,) }\n"
-        "        { lambda ; x:f32[3] y:f32[3]. let z:f32[3] = sub x y in (z,) }\n"
-        "      )\n    ] 1:i32[] a b",
-    ),
     "a comment in a parameter list": SIMPLE.replace(
         "c:f32[3] = add a b",
         "c:f32[3] = pjit[\n      name=f # here\n      jaxpr={ lambda ; x:f32[3] y:f32[3]. let\n"
@@ -155,6 +148,22 @@ HITS = {
     "the equations on one line": "{ lambda ; a:f32[]. let b:f32[] = sin a; c:f32[] = cos b in (c,) }",
     "a header over lines": SIMPLE.replace(" b:f32[3].", "\n    b:f32[3]\n    ."),
     "in ( at the equation column": SIMPLE.replace("  in (", "    in ("),
+    "a tuple of jaxprs": SIMPLE.replace(
+        "c:f32[3] = add a b",
+        "c:f32[3] = cond[\n      branches=(\n"
+        "        { lambda ; x:f32[3] y:f32[3]. let z:f32[3] = add x y in (z,) }\n"
+        "        { lambda ; x:f32[3] y:f32[3]. let z:f32[3] = sub x y in (z,) }\n"
+        "      )\n    ] 1:i32[] a b",
+    ),
+    "a tuple of jaxprs over lines": SIMPLE.replace(
+        "c:f32[3] = add a b",
+        "c:f32[3] = cond[\n      branches=(\n"
+        "        { lambda ; x:f32[3] y:f32[3]. let\n            z:f32[3] = add x y\n          in (z,) }\n"
+        "        { lambda ; x:f32[3] y:f32[3]. let\n            z:f32[3] = sub x y\n          in (z,) }\n"
+        "      )\n    ] 1:i32[] a b",
+    ),
+    "shared jaxprs in a tuple": "let f = { lambda ; x:f32[3]. let y:f32[3] = sin x in (y,) } in\n"
+    + SIMPLE.replace("c:f32[3] = add a b", "c:f32[3] = cond[branches=(f f)] 1:i32[] a"),
     "a nested jaxpr": SIMPLE.replace(
         "c:f32[3] = add a b",
         "c:f32[3] = pjit[name=f jaxpr={ lambda ; x:f32[3] y:f32[3]. let\n"

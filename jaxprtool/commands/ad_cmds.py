@@ -311,6 +311,15 @@ class _Job:
     def optimize(self, jaxpr):
         return self.inst.pipeline(jaxpr, self.steps)
 
+    def finish(self, box: list) -> str:
+        """The program in `box` (its one item, taken out) cleaned up and printed.  Neither
+        it nor the input program (unless --diff shows it) is kept meanwhile: each is freed
+        once nothing needs it, not held through the clean-up and the printing (the peak
+        memory of a large program)."""
+        if not self.show_diff:
+            self.input = None
+        return self.text(self.inst.pipeline(box.pop(), self.steps))
+
     def text(self, jaxpr) -> str:
         """`jaxpr` printed in the input's style; with --diff, the change on stderr."""
         from .driver import timed
@@ -683,4 +692,6 @@ def _grad(
             remat_segments,
         )
         prog.update(f"cleaning up the gradient of {job.input_path}")
-        return job.text(job.optimize(res))
+        box = [res]
+        del res
+        return job.finish(box)

@@ -5,7 +5,7 @@ or, for an equation with a jaxpr among its parameters, this module, handing the 
 outputs and jaxprs to the grammar's rule callbacks (`build._Build`) as lark would hand
 them.  So a program costs no lark import and no grammar load (start-up), and a large one no
 LALR loop.  At anything else (another layout, a block not where JAX prints it but the
-outermost, a comment, a tuple of jaxprs, a value with jaxprs inside, an error) the text is
+outermost, a comment, a value with jaxprs inside, an error) the text is
 read by the grammar afresh (`lalr.parse_lark`): this module never words an error.
 
 It is a driver of the parse, as `lalr` is: it sits above the builder and the parse state,
@@ -20,7 +20,7 @@ from .build import _Build
 from .diagnostics import MAX_NESTING, jax_column, warn_misindented
 from .param_values import Nested
 from .readers import define
-from .scopes import SharedRef, check_shared, resolve_dropped_outvars
+from .scopes import SharedRef, check_shared, has_ref, resolve_dropped_outvars
 from .state import ParseState
 
 
@@ -73,7 +73,7 @@ class _Lines:
 def parse_plain(st: ParseState) -> Jaxpr | None:
     """The jaxpr of a text of JAX's common forms, read without building lark: the grammar's
     callbacks (`_Build`) are called as lark would call them, so the IR is the same.  None
-    (with `st` spent) at anything else: another layout, a tuple of jaxprs, an error; the
+    (with `st` spent) at anything else: another layout, a value with jaxprs inside, an error; the
     grammar then reads the text afresh, and reports errors in its words."""
     try:
         return _Plain(st).text()
@@ -241,9 +241,15 @@ class _Plain:
             if G.LAMBDA.match(s, i):
                 d[key], j = self.jaxpr(i, depth + 1, False)
                 continue
+            if s.startswith("(", i) and (m := G.JAXPR_TUPLE.match(s, i)):
+                if m.group(1) or m.group(2) in st.shared_names:
+                    d[key], j = self.jaxpr_tuple(i + 1, depth)
+                    if has_ref(d[key]):
+                        st.pending.append((mk.start(1), d, key))
+                    continue
             r = st.read_value(i, key, broken)
             if r is None:
-                raise _Refused  # a tuple of jaxprs, `let ... in {...}`
+                raise _Refused  # `let ... in {...}`
             d[key], j = r
             if type(r[0]) is SharedRef:
                 st.pending.append((mk.start(1), d, key))
@@ -251,6 +257,25 @@ class _Plain:
         if mr is None:
             raise _Refused
         return d, mr.end()
+
+    def jaxpr_tuple(self, k: int, depth: int) -> tuple[tuple, int]:
+        """The tuple of jaxprs and shared jaxprs' names after its `(` at s[k] (`branches=(`),
+        as the grammar's `jtuple` reads it: (the tuple, where its `)` ends)."""
+        st, s = self.st, self.s
+        items = []
+        while True:
+            k = G.BLANK.match(s, k).end()
+            if s.startswith(")", k):
+                return tuple(items), k + 1
+            if G.LAMBDA.match(s, k):
+                j, k = self.jaxpr(k, depth + 1, False)
+                items.append(j)
+                continue
+            m = G.BARE_NAME.match(s, k)
+            if m is None or m.group() not in st.shared_names:
+                raise _Refused
+            items.append(SharedRef(m.group(), k))
+            k = m.end()
 
 
 def _plain_binders(st: ParseState, b: _Build, j: int) -> tuple[list[Var], int]:
