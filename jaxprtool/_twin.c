@@ -402,9 +402,6 @@ error:
 
 /* ------------------------------------------------------------------ the printer */
 
-/* `sep.join(items)` for a list */
-static PyObject *joined(PyObject *sep, PyObject *items) { return PyUnicode_Join(sep, items); }
-
 /* a + b + c (NULL-safe on failure of an argument: returns NULL) */
 static PyObject *concat3(PyObject *a, PyObject *b, PyObject *c) {
     PyObject *ab = PyUnicode_Concat(a, b);
@@ -592,30 +589,35 @@ fail:
     return NULL;
 }
 
-/* The flat text of an equation line (`_name_eqns`' f-strings). */
+/* Append `items` to `parts`, `sep` between them. */
+static int append_joined(PyObject *parts, PyObject *items, PyObject *sep) {
+    Py_ssize_t n = PyList_GET_SIZE(items);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if ((i && PyList_Append(parts, sep) < 0) ||
+            PyList_Append(parts, PyList_GET_ITEM(items, i)) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* The flat text of an equation line (`_name_eqns`' f-strings), joined once. */
 static PyObject *flat_line(PyObject *name, PyObject *kvs, PyObject *ins, PyObject *outs,
                            int eq) {
-    PyObject *parts = PyList_New(0), *x = NULL, *r = NULL;
+    PyObject *parts = PyList_New(0), *r = NULL;
     if (parts == NULL) return NULL;
-    if (eq) {
-        if ((x = joined(str_space, outs)) == NULL || PyList_Append(parts, x) < 0 ||
-            PyList_Append(parts, str_eq) < 0)
-            goto done;
-        Py_CLEAR(x);
-    }
+    if (eq && (append_joined(parts, outs, str_space) < 0 || PyList_Append(parts, str_eq) < 0))
+        goto done;
     if (PyList_Append(parts, name) < 0) goto done;
     if (PyList_GET_SIZE(kvs)) {
-        if ((x = joined(str_space, kvs)) == NULL || PyList_Append(parts, str_open) < 0 ||
-            PyList_Append(parts, x) < 0 || PyList_Append(parts, str_close_sp) < 0)
+        if (PyList_Append(parts, str_open) < 0 || append_joined(parts, kvs, str_space) < 0 ||
+            PyList_Append(parts, str_close_sp) < 0)
             goto done;
-        Py_CLEAR(x);
     } else if (PyList_Append(parts, str_space) < 0) {
         goto done;
     }
-    if ((x = joined(str_space, ins)) == NULL || PyList_Append(parts, x) < 0) goto done;
+    if (append_joined(parts, ins, str_space) < 0) goto done;
     r = PyUnicode_Join(str_empty, parts);
 done:
-    Py_XDECREF(x);
     Py_DECREF(parts);
     return r;
 }
