@@ -197,7 +197,7 @@ static int match_line(const Text *t, Py_ssize_t p, PyObject *indent, Line *m) {
 /* What the reader's twin reads with: the text and the parse's state and readers. */
 typedef struct {
     Text t;
-    PyObject *table, *types, *remembered, *operands, *literal, *error;
+    PyObject *table, *types, *remembered, *operands, *literal, *error, *param_lists;
 } Reader;
 
 /* `FastPath.line_operands(a, b, table)`: the operands s[a:b] read by the readers, or None */
@@ -288,6 +288,21 @@ fail:
     return NULL;
 }
 
+/* `FastPath.remembered_params(text)`, or NULL (no error set) where no list was read with
+ * that text: a copy of the remembered dict where no value holds a list, else the method's
+ * (its values with lists inside made afresh). */
+static PyObject *remembered(const Reader *R, PyObject *text) {
+    PyObject *known = PyDict_GetItemWithError(R->param_lists, text), *r;
+    if (known == NULL) return NULL;
+    if (PyTuple_CheckExact(known) && PyTuple_GET_SIZE(known) == 2 &&
+        PyDict_CheckExact(PyTuple_GET_ITEM(known, 0)) && PyList_Check(PyTuple_GET_ITEM(known, 1)) &&
+        PyList_GET_SIZE(PyTuple_GET_ITEM(known, 1)) == 0)
+        return PyDict_Copy(PyTuple_GET_ITEM(known, 0));
+    r = PyObject_CallOneArg(R->remembered, text);
+    if (r == Py_None) Py_CLEAR(r);
+    return r;
+}
+
 /* One line's equation, its result bound in `table`; NULL with no error set where the Python
  * loop reads the line (a type or parameter list not read yet, operands it reads otherwise). */
 static PyObject *line_eqn(const Reader *R, const Line *m, PyObject *loc) {
@@ -304,9 +319,8 @@ static PyObject *line_eqn(const Reader *R, const Line *m, PyObject *loc) {
     } else {
         key = PyUnicode_Substring(t->s, m->params_start, m->ops_start);
         if (key == NULL) return NULL;
-        prm = PyObject_CallOneArg(R->remembered, key);
+        prm = remembered(R, key);
         Py_DECREF(key);
-        if (prm == Py_None) Py_CLEAR(prm);
     }
     if (prm == NULL) return NULL;
     if (m->ops_start == m->nl) {
@@ -335,7 +349,7 @@ done:
 }
 
 /* read_lines(st, s, p, line, end, eqcol, indent, table, types, remembered, operands, eqns,
- *            path, literal, error)
+ *            path, literal, error, param_lists)
  *   -> (p, line, end)
  * `FastPath.read_run`'s loop over the commonest equations (`fast._plain_line`): from s[p],
  * the first of a line `line` at the block's column `eqcol` (after `indent`), the equations
@@ -343,7 +357,7 @@ done:
  * equation starts, its line, and where the last one read ended (`end`, unchanged if none).
  * `st.eqn_start` is set to the last equation's start. */
 static PyObject *read_lines(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 15 || !PyUnicode_Check(args[1]) || !PyUnicode_Check(args[6]) ||
+    if (nargs != 16 || !PyDict_CheckExact(args[15]) || !PyUnicode_Check(args[1]) || !PyUnicode_Check(args[6]) ||
         !PyDict_CheckExact(args[7]) || !PyDict_CheckExact(args[8]) || !PyList_Check(args[11])) {
         PyErr_SetString(PyExc_TypeError, "read_lines: bad arguments");
         return NULL;
@@ -358,7 +372,7 @@ static PyObject *read_lines(PyObject *self, PyObject *const *args, Py_ssize_t na
     if (PyErr_Occurred()) return NULL;
     Reader R = {{args[1], PyUnicode_KIND(args[1]), PyUnicode_DATA(args[1]),
                  PyUnicode_GET_LENGTH(args[1])},
-                args[7], args[8], args[9], args[10], args[13], args[14]};
+                args[7], args[8], args[9], args[10], args[13], args[14], args[15]};
     PyObject *col = PyLong_FromSsize_t(eqcol);
     if (col == NULL) return NULL;
     Py_ssize_t last = -1;

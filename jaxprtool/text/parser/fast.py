@@ -86,7 +86,7 @@ class FastPath(Readers, ParamValues):
         operands = self.line_operands
         if compiled is not None:  # (what it reads with: the same state and readers)
             readers = (indent, table, types, remembered, operands, eqns, path)
-            readers += (self.typed_literal, JaxprError)
+            readers += (self.typed_literal, JaxprError, self.param_lists)
         while True:
             # the commonest equation first, a line at a time (`_plain_line`): the compiled
             # twin reads the lines it is sure of, this loop the one it stops at (and all
