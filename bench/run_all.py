@@ -1,9 +1,9 @@
 """`make bench`: run every bench/bench_*.py in its own process and print their tables
 (bench_ad, bench_parse, bench_print, bench_run, bench_sharded: the last one runs sharded
 programs on a mesh of host devices, the tool against jax.jit), zoo_counts.py (the zoo's
-gradient equation counts against JAX's), and last bench_targets: the one table of issues 13 and 26's
-targets, each beside JAX's figure from the same run, met or missed (a missed target does not
-fail the run)."""
+gradient equation counts against JAX's), and last bench_targets: the one table of issues 13,
+26 and 49's targets, each beside JAX's figure from the same run, met or missed (a missed
+target does not fail the run)."""
 
 import subprocess
 import sys
