@@ -13,9 +13,9 @@ STAMP := $(VENV)/.installed
 PIP := PYTHONWARNINGS=ignore $(BIN)/python -m pip
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: install install-test browser bytecode demo test test-floor test-full lint bench fuzz clean tpu-wheels
+.PHONY: install install-test browser bytecode twin demo test test-floor test-full lint bench fuzz clean tpu-wheels
 
-install: bytecode
+install: bytecode twin
 
 install-test: install $(TEST_STAMP)
 
@@ -32,7 +32,17 @@ $(STAMP): pyproject.toml
 	@# the `fast` extra, from a wheel only (no compiler run, no build log where there is none)
 	$(PIP) install -q --only-binary lark-cython -e '.[fast]' 2>/dev/null \
 		|| echo "lark-cython has no wheel here: the pure-Python parser is used"
-	touch $(STAMP)
+	touch $(STAMP) $(VENV)/.twin
+
+# The compiled twin of the reader's and printer's per-line loops (jaxprtool/_twin.c): pip's
+# install above builds it where a C compiler is found (setup.py; elsewhere it is quietly left
+# out and the Python loops run); built again in place when its source changes.
+TWIN_STAMP := $(VENV)/.twin
+twin: $(TWIN_STAMP)
+$(TWIN_STAMP): $(STAMP) jaxprtool/_twin.c setup.py
+	$(PIP) install -q --no-deps -e .
+	@$(BIN)/python -c 'from jaxprtool.text import twin; print(twin.describe())'
+	touch $@
 
 $(TEST_STAMP): $(STAMP)
 	$(PIP) install -q -e '.[test,zoo,plot]'
@@ -54,8 +64,14 @@ lint: install-test
 # tests/__pycache__ unless PYTHONDONTWRITEBYTECODE is set; cleared for the run, each xdist
 # worker reads them back on the next run instead of rewriting all of them (~4 CPU-s each)
 TEST_ENV := PYTHONDONTWRITEBYTECODE=
+# The reading and printing tests run a second time on the Python loops alone
+# (JAXPRTOOL_PURE_PYTHON=1: the reference and fallback of the compiled twin, text/twin.py);
+# tests/test_twin.py compares the two paths on the corpus, goldens and generated programs.
+PURE_TESTS := tests/test_parser.py tests/test_parser_fast.py tests/test_printer.py \
+	tests/test_printer_fast.py tests/test_misindented.py tests/test_printer_namer.py
 test: install-test lint
 	$(TEST_ENV) $(BIN)/python -m pytest -n 2 --durations=10 tests
+	JAXPRTOOL_PURE_PYTHON=1 $(TEST_ENV) $(BIN)/python -m pytest -n 2 $(PURE_TESTS)
 
 # The declared floors (pyproject.toml's lowest versions) installed together, as a
 # lowest-direct resolution of '.[jax,test,plot]' resolves them, in a second venv on Python
@@ -115,6 +131,7 @@ browser: install-test
 
 test-full: install-test browser
 	$(TEST_ENV) $(BIN)/python -m pytest -n 2 -m '' tests
+	JAXPRTOOL_PURE_PYTHON=1 $(TEST_ENV) $(BIN)/python -m pytest -n 2 -m '' $(PURE_TESTS)
 
 bench: install-test
 	$(BIN)/python bench/run_all.py
@@ -136,4 +153,4 @@ tpu-wheels:
 		--platform manylinux2014_x86_64 -d .whl-tpu $(TPU_WHEELS)
 
 clean:
-	rm -rf $(VENV) $(FLOOR_VENV) build dist *.egg-info
+	rm -rf $(VENV) $(FLOOR_VENV) build dist *.egg-info jaxprtool/_twin*.so

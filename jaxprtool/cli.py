@@ -504,6 +504,7 @@ def _print_version(ctx, param, value):
         return
     from importlib import metadata
 
+    from .text import twin
     from .text.style import KNOWN_VERSIONS, OLDEST
 
     def version(name: str) -> str | None:
@@ -527,6 +528,7 @@ def _print_version(ctx, param, value):
         f"{'.'.join(map(str, OLDEST))} to "
         f"{'.'.join(map(str, KNOWN_VERSIONS[-1][:2]))} is read)"
     )
+    lines.append(twin.describe())
     click.echo("\n".join(lines))
     ctx.exit()
 

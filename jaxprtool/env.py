@@ -15,6 +15,7 @@ def check_environment() -> None:
     """The tool's own variables, checked when a command starts (a bad value is an error
     whether or not the command reads it)."""
     flag("JAXPRTOOL_PURE_PYTHON_PARSER")
+    flag("JAXPRTOOL_PURE_PYTHON")
     memory = os.environ.get("JAXPRTOOL_MAX_MEMORY", "")
     if memory.strip():
         parse_size(memory)

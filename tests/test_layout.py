@@ -172,10 +172,14 @@ def _named_cycles(graph: dict[str, set[str]]) -> list[str]:
 def _import_graph() -> dict[str, set[str]]:
     """Who imports whom in the package (its `__init__`, the top package, included)."""
     known = {_module_name(rel) for rel in _modules()}
-    return {
-        _module_name(rel): _imports(_module_name(rel), rel.endswith("__init__.py"), tree, known)
+    compiled = {f"{PKG.name}.{c.stem}" for c in PKG.glob("*.c")}  # (`_twin`: imports none)
+    graph = {
+        _module_name(rel): _imports(
+            _module_name(rel), rel.endswith("__init__.py"), tree, known | compiled
+        )
         for rel, tree in _modules().items()
     }
+    return graph | {name: set() for name in compiled}
 
 
 #: the folders of scripts under bench/: each imports its siblings by name (`sys.path`)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -13,9 +14,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_wheel_carries_grammar_and_parses(tmp_path):
-    wheels = tmp_path / "wheels"
-    subprocess.run(
+def _wheel(folder: Path, env=None, src: Path = ROOT) -> tuple[Path, subprocess.CompletedProcess]:
+    r = subprocess.run(
         [
             sys.executable,
             "-m",
@@ -25,16 +25,40 @@ def test_wheel_carries_grammar_and_parses(tmp_path):
             "--no-deps",
             "--no-build-isolation",
             "-w",
-            str(wheels),
-            str(ROOT),
+            str(folder),
+            str(src),
         ],
         check=True,
         capture_output=True,
+        text=True,
         timeout=300,
+        env=env,
     )
-    (wheel,) = wheels.glob("jaxprtool-*.whl")
+    (wheel,) = folder.glob("jaxprtool-*.whl")
+    return wheel, r
+
+
+#: the installed wheel's modules only: not this checkout's, which its editable install's finder
+#: (on sys.meta_path) would give for a module the wheel lacks (`jaxprtool._twin`)
+_WHEEL_ONLY = "import sys; sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in getattr(f, '__module__', '')]\n"
+
+
+def _mkdir(p: Path) -> Path:
+    p.mkdir(parents=True)
+    return p
+
+
+def _compiled_twin(names: list[str]) -> list[str]:
+    return [n for n in names if n.startswith("jaxprtool/_twin.") and not n.endswith(".c")]
+
+
+def test_wheel_carries_grammar_and_parses(tmp_path):
+    wheel, _ = _wheel(tmp_path / "wheels")
     names = zipfile.ZipFile(wheel).namelist()
     assert "jaxprtool/grammars/jaxpr.lark" in names
+    # the compiled twin of the per-line loops is built where a C compiler is found
+    compiler = shutil.which(os.environ.get("CC", "cc")) is not None
+    assert bool(_compiled_twin(names)) == compiler, names
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "[pygments.lexers]" in text and "jaxpr = jaxprtool.ui.lexer:JaxprLexer" in text
@@ -55,7 +79,7 @@ def test_wheel_carries_grammar_and_parses(tmp_path):
         capture_output=True,
         timeout=300,
     )
-    code = (
+    code = _WHEEL_ONLY + (
         "import jaxprtool, sys; assert jaxprtool.__file__.startswith(sys.argv[1]), jaxprtool.__file__\n"
         "from jaxprtool.text.parser import parse\n"
         "from jaxprtool.text.printer import print_jaxpr\n"
@@ -65,6 +89,8 @@ def test_wheel_carries_grammar_and_parses(tmp_path):
         "from pygments.lexers import get_lexer_by_name, get_lexer_for_filename\n"
         "assert type(get_lexer_by_name('jaxpr')).__name__ == 'JaxprLexer'\n"
         "assert get_lexer_for_filename('x.jaxpr').name == 'Jaxpr'\n"
+        "from jaxprtool.text import twin\n"
+        "print(twin.describe())\n"
     )
     env = {**os.environ, "PYTHONPATH": str(target), "XDG_CACHE_HOME": str(tmp_path / "cache")}
     r = subprocess.run(
@@ -76,6 +102,34 @@ def test_wheel_carries_grammar_and_parses(tmp_path):
         timeout=120,
     )
     assert r.returncode == 0, r.stderr
+    assert ("compiled" in r.stdout) == compiler, r.stdout
+
+
+def test_without_a_compiler_it_installs_and_runs_quietly(tmp_path):
+    """No C compiler (CC names none): the wheel builds without the compiled twin, without a
+    word, and the tool runs on the Python loops, without a word."""
+    env = {**os.environ, "CC": str(tmp_path / "no-such-cc")}
+    src = tmp_path / "src"  # (a clean tree: no module built here before, no build/ folder)
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy(ROOT / name, src / name if src.is_dir() else _mkdir(src) / name)
+    shutil.copytree(ROOT / "jaxprtool", src / "jaxprtool",
+                    ignore=shutil.ignore_patterns("*.so", "__pycache__"))  # fmt: skip
+    wheel, r = _wheel(tmp_path / "wheels", env, src)
+    assert (r.stdout, r.stderr) == ("", "")
+    assert _compiled_twin(zipfile.ZipFile(wheel).namelist()) == []
+    target = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(target)
+    env = {**os.environ, "PYTHONPATH": str(target), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env.pop("JAXPRTOOL_PURE_PYTHON", None)
+    text = "{ lambda ; a:f32[3]. let b:f32[3] = sin a; c:f32[3] = cos b in (c,) }\n"
+    run = [sys.executable, "-c", _WHEEL_ONLY + "from jaxprtool.cli import entry; entry()"]
+    r = subprocess.run([*run, "fmt", "-"], input=text, env=env, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert (r.returncode, r.stdout, r.stderr) == (0, text, "")
+    r = subprocess.run([*run, "--version"], env=env, cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120)  # fmt: skip
+    assert "reader and printer: pure Python (the compiled module" in r.stdout, r.stdout
 
 
 def test_make_demo_installs_only_the_tool_and_jax(tmp_path):

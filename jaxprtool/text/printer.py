@@ -39,7 +39,9 @@ followed by `Doc.format(width)` (no trailing newline):
    scope in the same walk), and its full form laid out directly by
    `_render_eqn` only where the line does not fit.  `_Printer(style,
    fast=False)` builds every equation's document as JAX does instead; the
-   two print the same text (tests/test_printer_fast.py).
+   two print the same text (tests/test_printer_fast.py).  The loop over
+   ordinary equations has a compiled twin (text/twin.py, docs/COMPILED.md)
+   that calls back here for every text it does not copy.
 
 Parameters print sorted by key (`name=` first for jit/pjit/custom_jvp_call/
 custom_vjp_call; 0.12 HiPrims such as `CustomRoot` keep their order), and the
@@ -63,6 +65,7 @@ from ..params import EnumValue, Record, SpacedList, format_value
 from ..record import prim as record_of
 from . import pretty as pp
 from .style import DEFAULT_STYLE, Style, walk_jaxprs
+from .twin import twin
 
 __all__ = ["print_jaxpr", "encode_name", "literal_text", "Namer"]
 
@@ -326,6 +329,11 @@ class _Printer:
         self.scope_state: dict[int, _Scope] = {}
         self.suffixes = style.version < (0, 5)
         self.typed_literals = style.typed_literals
+        # the compiled twin of `_name_eqns`' loop (text/twin.py), or None; which of its
+        # lines it builds, by primitive (`_line_kind`)
+        compiled = twin() if fast else None
+        self.compiled_lines = compiled.name_lines if compiled is not None else None
+        self.line_kinds: dict[str, int] = {}
 
     def _rec(self, prim: str):
         """`record.prim(prim)`, looked up once per printout."""
@@ -599,9 +607,13 @@ class _Printer:
         drops = self.drop_hints
         suffixes = self.suffixes
         fresh = self.fresh
-        keep = self.keep
         docs: list = []
-        for e in j.eqns:
+        eqns = j.eqns
+        compiled = self.compiled_lines
+        if compiled is not None:  # the equations the compiled twin leaves to this loop
+            seen_untyped = [False]
+            eqns = self._compiled_lines(compiled, eqns, docs, scope, bound, bad, seen_untyped)
+        for e in eqns:
             prim = e.prim
             rec = recs.get(prim) or self._rec(prim)
             line = None
@@ -611,26 +623,17 @@ class _Printer:
                 p = e.params
                 if p:
                     if rec.print_params is not None or rec.params_since:
-                        pairs = printed_params(e, style)
-                        keep.append(pairs)  # the texts are kept by the ids of its values
+                        pairs = self._kept_pairs(e)
                     elif prim[:1].isupper():
                         pairs = list(p.items())
                     else:
                         pairs = sorted(p.items())
                     for k, v in pairs:
                         t = vids.get(id(v))
-                        if t is None:
-                            c = v.__class__
-                            if (c is list or (c is tuple and v)) and (
-                                t := _int_tree_text(v)
-                            ) is not None:
-                                vids[id(v)] = t  # (as `_value_str`, without its cache)
-                            elif isinstance(v, Jaxpr) or _is_jaxpr_tuple(v):
-                                self.pairs_cache[id(e)] = pairs
-                                kvs = None
-                                break
-                            else:
-                                t = vids[id(v)] = self._value_str(v)
+                        if t is None and (t := self._param_text(v)) is None:  # a jaxpr
+                            self.pairs_cache[id(e)] = pairs
+                            kvs = None
+                            break
                         kvs.append(k + "=" + t)
                 if kvs is not None:
                     # the uses as the reader sees them (before the results are bound)
@@ -693,9 +696,67 @@ class _Printer:
                 self._name_eqn(e)
                 untyped = _read_scope(e, names, scope, bound, bad) or untyped
             docs.append(line)
+        if compiled is not None:
+            untyped = untyped or seen_untyped[0]
         self.lines[id(j)] = docs
         if id(j) not in self.scope_state:
             self.scope_state[id(j)] = _Scope(scope, bound, bad, untyped)
+
+    def _compiled_lines(self, compiled, eqns, docs, scope, bound, bad, seen_untyped):
+        """The equations of `eqns` that the compiled twin of `_name_eqns`' loop
+        (`_twin.name_lines`) leaves to the Python loop, in order; it builds the lines of the
+        others, in between, with the same state and the same callbacks for every text
+        (`_line_kind`, `_kept_pairs`, `_param_text`, `_literal`, `_type`, `fresh`), and
+        sets `seen_untyped[0]` where one prints an untyped literal."""
+        if type(eqns) is not tuple:
+            eqns = tuple(eqns)
+        state = (docs, scope, bound, bad, self.names, self.value_ids, self.type_str)
+        state += (self.drop_hints, self.line_kinds, self._line_kind, self._kept_pairs)
+        state += (self._param_text, self._literal, self._type, self.fresh, self.suffixes)
+        state += (self.style.eq_without_outputs, _LINE_HEAD)
+        k, n = 0, len(eqns)
+        while True:
+            k, untyped = compiled(eqns, k, *state)
+            if untyped:
+                seen_untyped[0] = True
+            if k >= n:
+                return
+            yield eqns[k]
+            k += 1
+
+    def _line_kind(self, prim: str) -> int:
+        """How the compiled twin builds the line of an equation of `prim`: 0, it leaves it to
+        `_name_eqns` (its own syntax, names suggested, a printed name, or a 0.12 HiPrim's
+        parameter order); 1, its parameters sorted by key; 2, `_kept_pairs`.  The
+        conditions are `_name_eqns`' own."""
+        rec = self._rec(prim)
+        if rec.print_eqn is not None or rec.suggest_names is not None:
+            return 0
+        if rec.print_name is not None:
+            return 0
+        if rec.print_params is not None or rec.params_since:
+            return 2
+        return 0 if prim[:1].isupper() else 1
+
+    def _kept_pairs(self, e: core.Eqn) -> list:
+        """`printed_params(e)`, kept alive for the printout (the texts are kept by the ids of
+        its values)."""
+        pairs = printed_params(e, self.style)
+        self.keep.append(pairs)
+        return pairs
+
+    def _param_text(self, v) -> str | None:
+        """The text of a parameter value, kept by its id for the printout (`value_ids`), or
+        None for a jaxpr or a tuple of them (printed as a document)."""
+        c = v.__class__
+        if (c is list or (c is tuple and v)) and (t := _int_tree_text(v)) is not None:
+            pass  # (as `_value_str`, without its cache)
+        elif isinstance(v, Jaxpr) or _is_jaxpr_tuple(v):
+            return None
+        else:
+            t = self._value_str(v)
+        self.value_ids[id(v)] = t
+        return t
 
     def _literal(self, a: Literal) -> str:
         """`literal_text(a, a.typed and style.typed_literals)`, its type text cached."""
@@ -1213,3 +1274,7 @@ def _kv_doc(kvs: list) -> pp.Doc:
     return pp.group(
         pp.concat([pp.nest(2, pp.concat([_OPEN, _BRK0, pp.join(_BRK1, kvs)])), _BRK0, _CLOSE])
     )
+
+
+#: what each line the compiled twin builds holds besides its texts (`_compiled_lines`)
+_LINE_HEAD = (pp.LAZY, _build_eqn, _render_eqn, _REBOUND)

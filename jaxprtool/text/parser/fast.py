@@ -22,6 +22,10 @@ loop, giving exactly what the grammar gives.
   and no lark at all by `plain.parse_plain`, which drives the builder and reads the
   equations with jaxprs among their parameters; this module knows nothing of either.
 
+The commonest lines (`_plain_line`, and those whose parameter list alone goes over lines)
+have a compiled twin (text/twin.py, docs/COMPILED.md), which reads those it is sure of with
+the same readers and hands every other line back to `read_run`'s loop.
+
 tests/test_parser_fast.py compares the two paths on the corpus, generated programs and
 damaged texts.
 """
@@ -35,6 +39,7 @@ from sys import intern
 
 from ...core import Eqn, JaxprError, Loc, Var
 from .. import grammar as G
+from ..twin import twin
 from .param_values import Nested, ParamValues, fresh, memoizable
 from .readers import Readers, define, fix_untyped_operands
 from .scopes import SharedRef
@@ -49,6 +54,9 @@ class FastPath(Readers, ParamValues):
         super().__init__(text, path)
         self.fast = fast
         self.param_lists: dict[str, tuple[dict, list]] = {}
+        # the compiled twin of `read_run`'s first loop (text/twin.py), or None
+        lines = twin() if fast else None
+        self.compiled_lines = lines.read_lines if lines is not None else None
 
     def read_run(self, p: int, line: int, eqcol: int) -> tuple[list[Eqn], int] | None:
         """The simple equations from s[p] on, which starts an equation on line `line` at
@@ -73,16 +81,28 @@ class FastPath(Readers, ParamValues):
         new_tuple = tuple.__new__
         eqns = []
         end = -1
+        compiled = self.compiled_lines
+        remembered = self.remembered_params
+        operands = self.line_operands
+        if compiled is not None:  # (what it reads with: the same state and readers)
+            readers = (indent, table, types, remembered, operands, eqns, path)
+            readers += (self.typed_literal, JaxprError, self.param_lists)
         while True:
-            # the commonest equation first, a line at a time (`_plain_line`)
-            while (m := plain(s, p)) is not None:
+            # the commonest equation first, a line at a time (`_plain_line`): the compiled
+            # twin reads the lines it is sure of, this loop the one it stops at (and all
+            # of them on the Python path)
+            while True:
+                if compiled is not None:
+                    p, line, end = compiled(self, s, p, line, end, eqcol, *readers)
+                if (m := plain(s, p)) is None:
+                    break
                 name, type_text, prim, params_text, ops = m.groups()
                 t = types.get(type_text)
                 if t is None:
                     break  # a type not read yet: the general way below reads it
                 if params_text is None:
                     prm = {}
-                elif (prm := self.remembered_params(params_text)) is None:
+                elif (prm := remembered(params_text)) is None:
                     break  # a list not read yet
                 if not ops:
                     inputs = ()
@@ -92,13 +112,7 @@ class FastPath(Readers, ParamValues):
                     or "(" in ops
                     or None in (ins := [table.get(o) for o in ops[1:].split(" ")])
                 ):  # a literal, `_`, `a_`, `inf`, an undefined name: as the general way
-                    nw = len(warnings)
-                    try:
-                        inputs = self.fast_operands(m.start(5), m.end(5), table)
-                    except JaxprError:
-                        inputs = None
-                    if inputs is None:
-                        del warnings[nw:]
+                    if (inputs := operands(m.start(5), m.end(5), table)) is None:
                         break
                 else:
                     inputs = tuple(ins)
@@ -274,6 +288,19 @@ class FastPath(Readers, ParamValues):
         for k, blob, v in lists:
             d[k] = marshal.loads(blob) if blob is not None else fresh(v)
         return d
+
+    def line_operands(self, e: int, q: int, table: dict) -> tuple | None:
+        """`fast_operands` of a plain line's operands, or None (its warnings dropped) where
+        the line is read another way."""
+        warnings = self.warnings
+        nw = len(warnings)
+        try:
+            inputs = self.fast_operands(e, q, table)
+        except JaxprError:
+            inputs = None
+        if inputs is None:
+            del warnings[nw:]
+        return inputs
 
     def fast_operands(self, e: int, q: int, table: dict) -> tuple | None:
         """The atoms of the operands s[e:q] (` a b 1.0:f32[]`) as the grammar's OPERANDS

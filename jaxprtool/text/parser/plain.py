@@ -191,7 +191,9 @@ class _Plain:
             k = G.INDENT.match(s, q + 1).end()
             if k - q <= col and G.IN_KW.match(s, k):
                 return eqns, k
-            if s[q + 1 : k] != " " * (col - 1) or not ("a" <= s[k : k + 1] <= "z" or s[k] == "_"):
+            if s[q + 1 : k] != " " * (col - 1) or not (
+                "a" <= s[k : k + 1] <= "z" or s[k : k + 1] == "_"
+            ):
                 raise _Refused
             p = k
 

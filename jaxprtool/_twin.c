@@ -1,0 +1,791 @@
+/* The compiled twin of the two per-line loops (issue 49): the plain-line reader of the
+ * parser's fast path (`text/parser/fast.py`, `FastPath.read_run`'s first loop) and the
+ * printer's equation-line builder (`text/printer.py`, `_Printer._name_eqns`).
+ *
+ * The Python code is the reference and the fallback (`text/twin.py` says which one runs).
+ * Each function here takes the lines or equations it is sure of and stops at the first one
+ * it is not, handing it back to the Python loop, which reads or prints it as it always does;
+ * so this module holds no rule of its own but the line's syntax.  Values are never formatted
+ * here: parameter texts, literals, types and fresh names come from the Python functions that
+ * make them (callbacks), so both paths give the same bytes whatever those functions do.
+ * tests/test_twin.py compares the two paths on the corpus, the goldens and generated
+ * programs. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+/* set by `configure`: the IR classes and the member descriptors of their slots */
+static PyTypeObject *VarType, *EqnType, *LocType;
+static PyObject *var_type, *var_hint;
+static PyObject *eqn_fields[7]; /* prim inputs outputs params loc bare_eq no_subjaxprs */
+static PyObject *str_eqn_start, *str_eq, *str_colon, *str_space, *str_empty, *str_under;
+static PyObject *str_open, *str_close_sp, *str_equals, *str_typed;
+
+static int set_slot(PyObject *descr, PyObject *obj, PyObject *value) {
+    return Py_TYPE(descr)->tp_descr_set(descr, obj, value);
+}
+
+static PyObject *get_slot(PyObject *descr, PyObject *obj) {
+    return Py_TYPE(descr)->tp_descr_get(descr, obj, (PyObject *)Py_TYPE(obj));
+}
+
+/* configure(Var, (type, hint descriptors), Eqn, (its 7 slot descriptors), Loc) */
+static PyObject *configure(PyObject *self, PyObject *args) {
+    PyObject *var, *vd, *eqn, *ed, *loc;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!", &PyType_Type, &var, &PyTuple_Type, &vd,
+                          &PyType_Type, &eqn, &PyTuple_Type, &ed, &PyType_Type, &loc))
+        return NULL;
+    if (PyTuple_GET_SIZE(vd) != 2 || PyTuple_GET_SIZE(ed) != 7) {
+        PyErr_SetString(PyExc_TypeError, "configure: 2 Var and 7 Eqn slot descriptors");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < 9; i++) {
+        PyObject *d = i < 2 ? PyTuple_GET_ITEM(vd, i) : PyTuple_GET_ITEM(ed, i - 2);
+        if (Py_TYPE(d)->tp_descr_set == NULL || Py_TYPE(d)->tp_descr_get == NULL) {
+            PyErr_SetString(PyExc_TypeError, "configure: not a slot descriptor");
+            return NULL;
+        }
+    }
+    Py_XSETREF(VarType, (PyTypeObject *)Py_NewRef(var));
+    Py_XSETREF(EqnType, (PyTypeObject *)Py_NewRef(eqn));
+    Py_XSETREF(LocType, (PyTypeObject *)Py_NewRef(loc));
+    Py_XSETREF(var_type, Py_NewRef(PyTuple_GET_ITEM(vd, 0)));
+    Py_XSETREF(var_hint, Py_NewRef(PyTuple_GET_ITEM(vd, 1)));
+    for (int i = 0; i < 7; i++) Py_XSETREF(eqn_fields[i], Py_NewRef(PyTuple_GET_ITEM(ed, i)));
+    Py_RETURN_NONE;
+}
+
+/* Var(t, name), as `Var.__init__` makes it */
+static PyObject *new_var(PyObject *t, PyObject *name) {
+    PyObject *v = VarType->tp_alloc(VarType, 0);
+    if (v == NULL) return NULL;
+    if (set_slot(var_type, v, t) < 0 || set_slot(var_hint, v, name) < 0) {
+        Py_DECREF(v);
+        return NULL;
+    }
+    return v;
+}
+
+/* Eqn(prim, inputs, outputs, params, loc), as `core._fast_eqn_init` makes it (steals none) */
+static PyObject *new_eqn(PyObject *prim, PyObject *inputs, PyObject *outputs, PyObject *params,
+                         PyObject *loc) {
+    PyObject *e = EqnType->tp_alloc(EqnType, 0);
+    if (e == NULL) return NULL;
+    PyObject *vals[7] = {prim, inputs, outputs, params, loc, Py_False,
+                         PyDict_GET_SIZE(params) ? Py_False : Py_True};
+    for (int i = 0; i < 7; i++)
+        if (set_slot(eqn_fields[i], e, vals[i]) < 0) {
+            Py_DECREF(e);
+            return NULL;
+        }
+    return e;
+}
+
+/* ------------------------------------------------------------------ the reader */
+
+typedef struct {
+    PyObject *s;
+    int kind;
+    const void *data;
+    Py_ssize_t n;
+} Text;
+
+#define CH(t, i) ((i) < (t)->n ? PyUnicode_READ((t)->kind, (t)->data, (i)) : (Py_UCS4)0)
+#define LOWER(c) ((c) >= 'a' && (c) <= 'z')
+#define DIGIT(c) ((c) >= '0' && (c) <= '9')
+#define ALPHA(c) (LOWER(c) || ((c) >= 'A' && (c) <= 'Z'))
+
+/* Where `[^\]\n]*\]` from s[i] ends (after its `]`), or -1. */
+static Py_ssize_t bracket_end(const Text *t, Py_ssize_t i) {
+    for (; i < t->n; i++) {
+        Py_UCS4 c = PyUnicode_READ(t->kind, t->data, i);
+        if (c == ']') return i + 1;
+        if (c == '\n') return -1;
+    }
+    return -1;
+}
+
+/* The parts of the line at s[p] that `fast._plain_line(indent)` matches, found as its
+ * regular expression finds them: `([a-z]+_?):(FAST_TYPE) = (PRIM)(\[[^\]\n]*\])?` then
+ * `((?: [^ \n]+)*)\n` and the next line's `indent` and `[a-z_]`.  0 where it does not match. */
+typedef struct {
+    Py_ssize_t start, name_end, type_start, type_end, prim_start, prim_end, params_start, ops_start,
+        nl, breaks;
+} Line;
+
+/* Where a parameter list whose `[` is at s[j - 1] ends for `FastPath.fast_params` (after the
+ * first `]` followed by a blank or a line break), or -1; the line breaks before it. */
+static Py_ssize_t list_end(const Text *t, Py_ssize_t j, Py_ssize_t *breaks) {
+    *breaks = 0;
+    for (; j + 1 < t->n; j++) {
+        Py_UCS4 c = PyUnicode_READ(t->kind, t->data, j);
+        if (c == '\n') {
+            ++*breaks;
+        } else if (c == ']') {
+            Py_UCS4 d = PyUnicode_READ(t->kind, t->data, j + 1);
+            if (d == ' ' || d == '\n') return j + 1;
+        }
+    }
+    return -1;
+}
+
+static int match_line(const Text *t, Py_ssize_t p, PyObject *indent, Line *m) {
+    Py_ssize_t i = p;
+    Py_UCS4 c;
+    m->start = p;
+    while (LOWER(CH(t, i))) i++;
+    if (i == p) return 0;
+    if (CH(t, i) == '_') i++;
+    if (CH(t, i) != ':') return 0;
+    m->name_end = i++;
+    /* FAST_TYPE: [a-z][a-z0-9_]*+(?:<[^<>\s]*>)?\[[^\]\n]*\](?!\{) */
+    m->type_start = i;
+    if (!LOWER(CH(t, i))) return 0;
+    for (i++; (c = CH(t, i)), LOWER(c) || DIGIT(c) || c == '_'; i++)
+        ;
+    if (c == '<') {
+        for (i++; i < t->n; i++) {
+            c = PyUnicode_READ(t->kind, t->data, i);
+            if (c == '<' || c == '>' || Py_UNICODE_ISSPACE(c)) break;
+        }
+        if (CH(t, i) != '>') return 0;
+        i++;
+    }
+    if (CH(t, i) != '[') return 0;
+    i = bracket_end(t, i + 1);
+    if (i < 0 || CH(t, i) == '{') return 0;
+    m->type_end = i;
+    if (CH(t, i) != ' ' || CH(t, i + 1) != '=' || CH(t, i + 2) != ' ') return 0;
+    i += 3;
+    m->prim_start = i;
+    c = CH(t, i);
+    if (!(ALPHA(c) || c == '_')) return 0;
+    for (i++; (c = CH(t, i)), ALPHA(c) || DIGIT(c) || c == '_' || c == '.' || c == '-'; i++)
+        ;
+    m->prim_end = i;
+    m->params_start = -1;
+    m->breaks = 0;
+    if (c == '[') {
+        m->params_start = i;
+        Py_ssize_t e = bracket_end(t, i + 1);
+        if (e < 0) {
+            /* a list over several lines, as `FastPath.read_run`'s general reading takes it */
+            e = list_end(t, i + 1, &m->breaks);
+            if (e < 0) return 0;
+        }
+        i = e;
+    }
+    m->ops_start = i;
+    /* (?: [^ \n]+)* then a line break */
+    while (CH(t, i) == ' ') {
+        Py_ssize_t k = ++i;
+        while (i < t->n && (c = PyUnicode_READ(t->kind, t->data, i)) != ' ' && c != '\n') i++;
+        if (i == k) return 0;
+    }
+    if (CH(t, i) != '\n' || i >= t->n) return 0;
+    m->nl = i;
+    /* the next line: the block's indentation, then [a-z_] */
+    Py_ssize_t w = PyUnicode_GET_LENGTH(indent);
+    if (i + 1 + w >= t->n) return 0;
+    if (w && PyUnicode_Tailmatch(t->s, indent, i + 1, i + 1 + w, -1) != 1) return 0;
+    Py_ssize_t k = i + 1 + w;
+    c = PyUnicode_READ(t->kind, t->data, k);
+    if (m->breaks && c == 'i' && CH(t, k + 1) == 'n' && CH(t, k + 2) == ' ' && CH(t, k + 3) == '(')
+        return 0; /* (the block's `in (` at the equations' column: the general reading's) */
+    return LOWER(c) || c == '_';
+}
+
+/* What the reader's twin reads with: the text and the parse's state and readers. */
+typedef struct {
+    Text t;
+    PyObject *table, *types, *remembered, *operands, *literal, *error, *param_lists;
+} Reader;
+
+/* `FastPath.line_operands(a, b, table)`: the operands s[a:b] read by the readers, or None */
+static PyObject *call_operands(const Reader *R, Py_ssize_t a, Py_ssize_t b) {
+    PyObject *r = PyObject_CallFunction(R->operands, "nnO", a, b, R->table);
+    if (r == Py_None) Py_CLEAR(r);
+    return r;
+}
+
+/* Where a typed literal `VALUE:TYPE` of the simplest kind (`-?[0-9][0-9.]*(e[+-]?[0-9]+)?`, a
+ * type `[a-z][a-z0-9_]*[...]`, the grammar's OPERAND reads nothing else from such a token)
+ * has its `:` in s[i:j], or -1. */
+static Py_ssize_t simple_literal(const Text *t, Py_ssize_t i, Py_ssize_t j) {
+    Py_UCS4 c = CH(t, i);
+    if (c == '-') c = CH(t, ++i);
+    if (!DIGIT(c)) return -1;
+    for (i++; i < j && ((c = CH(t, i)), DIGIT(c) || c == '.'); i++)
+        ;
+    if (i < j && c == 'e') {
+        c = CH(t, ++i);
+        if (c == '+' || c == '-') c = CH(t, ++i);
+        if (!DIGIT(c)) return -1;
+        while (i < j && DIGIT(CH(t, i))) i++;
+    }
+    Py_ssize_t colon = i;
+    if (i >= j || CH(t, i) != ':' || !LOWER(CH(t, i + 1))) return -1;
+    for (i += 2; i < j && ((c = CH(t, i)), LOWER(c) || DIGIT(c) || c == '_'); i++)
+        ;
+    if (i >= j || c != '[') return -1;
+    for (i++; i < j && CH(t, i) != ']'; i++)
+        ;
+    return i + 1 == j ? colon : -1;
+}
+
+/* `Readers.typed_literal` of the token s[i:j] whose `:` is at s[colon]; NULL with no error
+ * set where the readers refuse it (the Python loop reads the line, and words the error). */
+static PyObject *read_literal(const Reader *R, Py_ssize_t i, Py_ssize_t colon, Py_ssize_t j) {
+    PyObject *value = PyUnicode_Substring(R->t.s, i, colon), *r = NULL;
+    PyObject *type = PyUnicode_Substring(R->t.s, colon + 1, j);
+    if (value != NULL && type != NULL)
+        r = PyObject_CallFunction(R->literal, "OnOn", value, i, type, colon + 1);
+    Py_XDECREF(value);
+    Py_XDECREF(type);
+    if (r == NULL && PyErr_ExceptionMatches(R->error)) PyErr_Clear();
+    return r;
+}
+
+/* The operands s[a:b] (` x y 2.0:f32[]`): the variables `table` binds, the simplest typed
+ * literals read by the readers (`Readers.typed_literal`), or all of them read by
+ * `FastPath.line_operands` where one is anything else (`_`, `a_`, `inf`, an untyped literal,
+ * a name not bound); NULL (no error set) where the Python loop reads them otherwise. */
+static PyObject *plain_operands(const Reader *R, Py_ssize_t a, Py_ssize_t b) {
+    const Text *t = &R->t;
+    Py_ssize_t count = 0;
+    for (Py_ssize_t i = a; i < b; i++) count += PyUnicode_READ(t->kind, t->data, i) == ' ';
+    PyObject *out = PyTuple_New(count);
+    if (out == NULL) return NULL;
+    Py_ssize_t k = 0, i = a + 1;
+    while (i <= b) {
+        Py_ssize_t j = i, colon;
+        int plain = 1;
+        for (; j < b; j++) {
+            Py_UCS4 c = PyUnicode_READ(t->kind, t->data, j);
+            if (c == ' ') break;
+            plain &= c != ':' && c != '_' && c != '(';
+        }
+        PyObject *v;
+        if (plain) {
+            PyObject *name = PyUnicode_Substring(t->s, i, j);
+            if (name == NULL) goto fail;
+            v = Py_XNewRef(PyDict_GetItemWithError(R->table, name));
+            Py_DECREF(name);
+        } else if ((colon = simple_literal(t, i, j)) >= 0) {
+            v = read_literal(R, i, colon, j);
+        } else {
+            v = NULL;
+        }
+        if (v == NULL) {
+            Py_DECREF(out);
+            return PyErr_Occurred() ? NULL : call_operands(R, a, b);
+        }
+        PyTuple_SET_ITEM(out, k++, v);
+        i = j + 1;
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* `FastPath.remembered_params(text)`, or NULL (no error set) where no list was read with
+ * that text: a copy of the remembered dict where no value holds a list, else the method's
+ * (its values with lists inside made afresh). */
+static PyObject *remembered(const Reader *R, PyObject *text) {
+    PyObject *known = PyDict_GetItemWithError(R->param_lists, text), *r;
+    if (known == NULL) return NULL;
+    if (PyTuple_CheckExact(known) && PyTuple_GET_SIZE(known) == 2 &&
+        PyDict_CheckExact(PyTuple_GET_ITEM(known, 0)) && PyList_Check(PyTuple_GET_ITEM(known, 1)) &&
+        PyList_GET_SIZE(PyTuple_GET_ITEM(known, 1)) == 0)
+        return PyDict_Copy(PyTuple_GET_ITEM(known, 0));
+    r = PyObject_CallOneArg(R->remembered, text);
+    if (r == Py_None) Py_CLEAR(r);
+    return r;
+}
+
+/* One line's equation, its result bound in `table`; NULL with no error set where the Python
+ * loop reads the line (a type or parameter list not read yet, operands it reads otherwise). */
+static PyObject *line_eqn(const Reader *R, const Line *m, PyObject *loc) {
+    const Text *t = &R->t;
+    PyObject *name = NULL, *ty, *prm = NULL, *inputs = NULL, *prim = NULL, *out = NULL,
+             *outs = NULL, *e = NULL;
+    PyObject *key = PyUnicode_Substring(t->s, m->type_start, m->type_end);
+    if (key == NULL) return NULL;
+    ty = PyDict_GetItemWithError(R->types, key);
+    Py_DECREF(key);
+    if (ty == NULL) return NULL;
+    if (m->params_start < 0) {
+        prm = PyDict_New();
+    } else {
+        key = PyUnicode_Substring(t->s, m->params_start, m->ops_start);
+        if (key == NULL) return NULL;
+        prm = remembered(R, key);
+        Py_DECREF(key);
+    }
+    if (prm == NULL) return NULL;
+    if (m->ops_start == m->nl) {
+        inputs = PyTuple_New(0);
+    } else {
+        inputs = plain_operands(R, m->ops_start, m->nl);
+    }
+    if (inputs == NULL) goto done;
+    prim = PyUnicode_Substring(t->s, m->prim_start, m->prim_end);
+    name = PyUnicode_Substring(t->s, m->start, m->name_end);
+    if (prim == NULL || name == NULL) goto done;
+    PyUnicode_InternInPlace(&prim);
+    out = new_var(ty, name);
+    if (out == NULL) goto done;
+    outs = PyTuple_Pack(1, out);
+    if (outs == NULL || PyDict_SetItem(R->table, name, out) < 0) goto done;
+    e = new_eqn(prim, inputs, outs, prm, loc);
+done:
+    Py_XDECREF(name);
+    Py_XDECREF(prm);
+    Py_XDECREF(inputs);
+    Py_XDECREF(prim);
+    Py_XDECREF(out);
+    Py_XDECREF(outs);
+    return e;
+}
+
+/* read_lines(st, s, p, line, end, eqcol, indent, table, types, remembered, operands, eqns,
+ *            path, literal, error, param_lists)
+ *   -> (p, line, end)
+ * `FastPath.read_run`'s loop over the commonest equations (`fast._plain_line`): from s[p],
+ * the first of a line `line` at the block's column `eqcol` (after `indent`), the equations
+ * appended to `eqns` until a line the Python loop reads (or none matches); where the next
+ * equation starts, its line, and where the last one read ended (`end`, unchanged if none).
+ * `st.eqn_start` is set to the last equation's start. */
+static PyObject *read_lines(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 16 || !PyDict_CheckExact(args[15]) || !PyUnicode_Check(args[1]) || !PyUnicode_Check(args[6]) ||
+        !PyDict_CheckExact(args[7]) || !PyDict_CheckExact(args[8]) || !PyList_Check(args[11])) {
+        PyErr_SetString(PyExc_TypeError, "read_lines: bad arguments");
+        return NULL;
+    }
+    if (VarType == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "read_lines: not configured");
+        return NULL;
+    }
+    PyObject *st = args[0], *indent = args[6], *eqns = args[11], *path = args[12];
+    Py_ssize_t p = PyLong_AsSsize_t(args[2]), line = PyLong_AsSsize_t(args[3]);
+    Py_ssize_t end = PyLong_AsSsize_t(args[4]), eqcol = PyLong_AsSsize_t(args[5]);
+    if (PyErr_Occurred()) return NULL;
+    Reader R = {{args[1], PyUnicode_KIND(args[1]), PyUnicode_DATA(args[1]),
+                 PyUnicode_GET_LENGTH(args[1])},
+                args[7], args[8], args[9], args[10], args[13], args[14], args[15]};
+    PyObject *col = PyLong_FromSsize_t(eqcol);
+    if (col == NULL) return NULL;
+    Py_ssize_t last = -1;
+    Line m;
+    while (p >= 0 && match_line(&R.t, p, indent, &m)) {
+        PyObject *loc = LocType->tp_alloc(LocType, 3), *ln;
+        if (loc == NULL || (ln = PyLong_FromSsize_t(line)) == NULL) {
+            Py_XDECREF(loc);
+            goto error;
+        }
+        PyTuple_SET_ITEM(loc, 0, Py_NewRef(path));
+        PyTuple_SET_ITEM(loc, 1, ln);
+        PyTuple_SET_ITEM(loc, 2, Py_NewRef(col));
+        PyObject *e = line_eqn(&R, &m, loc);
+        Py_DECREF(loc);
+        if (e == NULL) {
+            if (PyErr_Occurred()) goto error;
+            break; /* the Python loop reads this line */
+        }
+        int r = PyList_Append(eqns, e);
+        Py_DECREF(e);
+        if (r < 0) goto error;
+        last = p;
+        end = m.nl;
+        p = end + eqcol;
+        line += 1 + m.breaks;
+    }
+    Py_DECREF(col);
+    if (last >= 0) {
+        PyObject *at = PyLong_FromSsize_t(last);
+        if (at == NULL) return NULL;
+        int r = PyObject_SetAttr(st, str_eqn_start, at);
+        Py_DECREF(at);
+        if (r < 0) return NULL;
+    }
+    return Py_BuildValue("nnn", p, line, end);
+error:
+    Py_DECREF(col);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ the printer */
+
+/* a + b + c (NULL-safe on failure of an argument: returns NULL) */
+static PyObject *concat3(PyObject *a, PyObject *b, PyObject *c) {
+    PyObject *ab = PyUnicode_Concat(a, b);
+    if (ab == NULL) return NULL;
+    PyObject *r = PyUnicode_Concat(ab, c);
+    Py_DECREF(ab);
+    return r;
+}
+
+/* The printer's state an equation line reads and writes (`_Printer._name_eqns`'s locals). */
+typedef struct {
+    PyObject *docs, *scope, *bound, *bad, *names, *vids, *ts, *drops, *kinds;
+    PyObject *kind_of, *pairs_of, *param_text, *literal, *type_text, *fresh;
+    int suffixes, eq_empty;
+    PyObject *lazy, *build, *render, *rebound;
+} Printer;
+
+/* The parameter texts `k=v` of `e` (`pairs`: its printed pairs), or NULL with no error set
+ * where a value is a jaxpr (the Python loop prints that equation). */
+static PyObject *param_texts(Printer *P, PyObject *pairs) {
+    Py_ssize_t n = PyList_GET_SIZE(pairs);
+    PyObject *kvs = PyList_New(n);
+    if (kvs == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *kv = PyList_GET_ITEM(pairs, i);
+        if (!PyTuple_Check(kv) || PyTuple_GET_SIZE(kv) != 2) {
+            PyErr_SetString(PyExc_TypeError, "a parameter pair is not (key, value)");
+            goto fail;
+        }
+        PyObject *v = PyTuple_GET_ITEM(kv, 1);
+        PyObject *id = PyLong_FromVoidPtr(v);
+        if (id == NULL) goto fail;
+        PyObject *t = PyDict_GetItemWithError(P->vids, id);
+        Py_DECREF(id);
+        if (t != NULL) {
+            Py_INCREF(t);
+        } else {
+            if (PyErr_Occurred()) goto fail;
+            t = PyObject_CallOneArg(P->param_text, v);
+            if (t == NULL) goto fail;
+            if (t == Py_None) {
+                Py_DECREF(t);
+                goto fail;
+            }
+        }
+        PyObject *s = concat3(PyTuple_GET_ITEM(kv, 0), str_equals, t);
+        Py_DECREF(t);
+        if (s == NULL) goto fail;
+        PyList_SET_ITEM(kvs, i, s);
+    }
+    return kvs;
+fail:
+    Py_DECREF(kvs);
+    return NULL;
+}
+
+/* The texts of an equation's operands, and the uses the reader would read as another
+ * binding (`shadowed`, ids); NULL with no error set where an operand has no name yet. */
+static PyObject *operand_texts(Printer *P, PyObject *inputs, PyObject *shadowed,
+                               int *untyped) {
+    Py_ssize_t n = PyTuple_GET_SIZE(inputs);
+    PyObject *ins = PyList_New(n);
+    if (ins == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = PyTuple_GET_ITEM(inputs, i), *s;
+        if (Py_TYPE(a) == VarType) {
+            PyObject *id = PyLong_FromVoidPtr(a);
+            if (id == NULL) goto fail;
+            s = PyDict_GetItemWithError(P->names, id);
+            if (s == NULL) {
+                Py_DECREF(id);
+                goto fail; /* (a use not named yet: the Python loop names it) */
+            }
+            Py_INCREF(s);
+            PyObject *at = PyDict_GetItemWithError(P->scope, s);
+            int other = at == NULL || PyLong_AsVoidPtr(at) != (void *)a;
+            if (!other && PyUnicode_Compare(s, str_under) == 0) {
+                other = PyDict_Contains(P->scope, P->rebound);
+            }
+            int r = other > 0 ? PySet_Contains(P->bound, id) : other;
+            if (r > 0) r = PyList_Append(shadowed, id);
+            Py_DECREF(id);
+            if (r < 0 || PyErr_Occurred()) {
+                Py_DECREF(s);
+                goto fail;
+            }
+        } else {
+            s = PyObject_CallOneArg(P->literal, a);
+            if (s == NULL) goto fail;
+            PyObject *typed = PyObject_GetAttr(a, str_typed);
+            if (typed == NULL) {
+                Py_DECREF(s);
+                goto fail;
+            }
+            int r = PyObject_IsTrue(typed);
+            Py_DECREF(typed);
+            if (r < 0) {
+                Py_DECREF(s);
+                goto fail;
+            }
+            *untyped |= !r;
+        }
+        PyList_SET_ITEM(ins, i, s);
+    }
+    return ins;
+fail:
+    Py_DECREF(ins);
+    return NULL;
+}
+
+/* The name of a result binder (a fresh one where it has none yet, as `_name_binders`
+ * gives it), bound in the scope; new reference. */
+static PyObject *result_name(Printer *P, PyObject *v, PyObject *id) {
+    PyObject *n = PyDict_GetItemWithError(P->names, id);
+    if (n != NULL) return Py_NewRef(n);
+    if (PyErr_Occurred()) return NULL;
+    int dropped = PySet_Contains(P->drops, id);
+    if (dropped < 0) return NULL;
+    if (dropped) {
+        n = Py_NewRef(str_under);
+    } else {
+        n = PyObject_CallNoArgs(P->fresh);
+        if (n == NULL) return NULL;
+        if (P->suffixes) {
+            PyObject *h = get_slot(var_hint, v);
+            if (h == NULL) {
+                Py_DECREF(n);
+                return NULL;
+            }
+            Py_ssize_t w = PyUnicode_Check(h) ? PyUnicode_GET_LENGTH(h) : 0;
+            if (w > 1 && PyUnicode_READ_CHAR(h, w - 1) == '_') {
+                Py_SETREF(n, PyUnicode_Concat(n, str_under)); /* as `_name_binders` */
+            }
+            Py_DECREF(h);
+            if (n == NULL) return NULL;
+        }
+    }
+    if (PyDict_SetItem(P->names, id, n) < 0) {
+        Py_DECREF(n);
+        return NULL;
+    }
+    return n;
+}
+
+/* The texts of an equation's binders `name:TYPE`, its results named and bound. */
+static PyObject *binder_texts(Printer *P, PyObject *outputs) {
+    Py_ssize_t n = PyTuple_GET_SIZE(outputs);
+    PyObject *outs = PyList_New(n);
+    if (outs == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyTuple_GET_ITEM(outputs, i);
+        PyObject *id = PyLong_FromVoidPtr(v), *name = NULL, *ty = NULL, *tid = NULL, *tt;
+        PyObject *s = NULL;
+        if (id == NULL) goto fail;
+        name = result_name(P, v, id);
+        if (name == NULL) goto next;
+        if (PyUnicode_Compare(name, str_under) == 0) {
+            int r = PyDict_Contains(P->scope, name);
+            if (r < 0 || (r && PyDict_SetItem(P->scope, P->rebound, id) < 0)) goto next;
+        }
+        if (PyDict_SetItem(P->scope, name, id) < 0 || PySet_Add(P->bound, id) < 0) goto next;
+        ty = get_slot(var_type, v);
+        if (ty == NULL || (tid = PyLong_FromVoidPtr(ty)) == NULL) goto next;
+        tt = PyDict_GetItemWithError(P->ts, tid);
+        if (tt != NULL && PyObject_IsTrue(tt) == 1) {
+            Py_INCREF(tt);
+        } else {
+            if (PyErr_Occurred()) goto next;
+            tt = PyObject_CallOneArg(P->type_text, ty);
+            if (tt == NULL) goto next;
+        }
+        s = concat3(name, str_colon, tt);
+        Py_DECREF(tt);
+    next:
+        Py_DECREF(id);
+        Py_XDECREF(name);
+        Py_XDECREF(ty);
+        Py_XDECREF(tid);
+        if (s == NULL) goto fail;
+        PyList_SET_ITEM(outs, i, s);
+    }
+    return outs;
+fail:
+    Py_DECREF(outs);
+    return NULL;
+}
+
+/* Append `items` to `parts`, `sep` between them. */
+static int append_joined(PyObject *parts, PyObject *items, PyObject *sep) {
+    Py_ssize_t n = PyList_GET_SIZE(items);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if ((i && PyList_Append(parts, sep) < 0) ||
+            PyList_Append(parts, PyList_GET_ITEM(items, i)) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* The flat text of an equation line (`_name_eqns`' f-strings), joined once. */
+static PyObject *flat_line(PyObject *name, PyObject *kvs, PyObject *ins, PyObject *outs,
+                           int eq) {
+    PyObject *parts = PyList_New(0), *r = NULL;
+    if (parts == NULL) return NULL;
+    if (eq && (append_joined(parts, outs, str_space) < 0 || PyList_Append(parts, str_eq) < 0))
+        goto done;
+    if (PyList_Append(parts, name) < 0) goto done;
+    if (PyList_GET_SIZE(kvs)) {
+        if (PyList_Append(parts, str_open) < 0 || append_joined(parts, kvs, str_space) < 0 ||
+            PyList_Append(parts, str_close_sp) < 0)
+            goto done;
+    } else if (PyList_Append(parts, str_space) < 0) {
+        goto done;
+    }
+    if (append_joined(parts, ins, str_space) < 0) goto done;
+    r = PyUnicode_Join(str_empty, parts);
+done:
+    Py_DECREF(parts);
+    return r;
+}
+
+/* The line document of an ordinary equation, its names given and its scope read as the
+ * Python loop does; NULL with no error set where the Python loop prints it. */
+static PyObject *eqn_line(Printer *P, PyObject *e, PyObject *shadowed, int *untyped) {
+    PyObject *prim = NULL, *kind, *params = NULL, *pairs = NULL, *kvs = NULL, *inputs = NULL;
+    PyObject *ins = NULL, *outputs = NULL, *outs = NULL, *flat = NULL, *args = NULL;
+    PyObject *line = NULL, *width = NULL;
+    if (Py_TYPE(e) != EqnType) return NULL;
+    prim = get_slot(eqn_fields[0], e);
+    if (prim == NULL) return NULL;
+    kind = PyDict_GetItemWithError(P->kinds, prim);
+    if (kind == NULL) {
+        if (PyErr_Occurred()) goto done;
+        kind = PyObject_CallOneArg(P->kind_of, prim);
+        if (kind == NULL) goto done;
+        int r = PyDict_SetItem(P->kinds, prim, kind);
+        Py_DECREF(kind);
+        if (r < 0) goto done;
+    }
+    long how = PyLong_AsLong(kind); /* 0: the Python loop's; 1: sorted params; 2: pairs_of */
+    if (how <= 0) goto done;
+    params = get_slot(eqn_fields[3], e);
+    if (params == NULL || !PyDict_Check(params)) goto done;
+    if (PyDict_GET_SIZE(params) == 0) {
+        pairs = PyList_New(0);
+    } else if (how == 1) {
+        pairs = PyDict_Items(params);
+        if (pairs != NULL && PyList_Sort(pairs) < 0) Py_CLEAR(pairs);
+    } else {
+        pairs = PyObject_CallOneArg(P->pairs_of, e);
+        if (pairs != NULL && !PyList_Check(pairs)) {
+            PyErr_SetString(PyExc_TypeError, "printed parameters are not a list");
+            Py_CLEAR(pairs);
+        }
+    }
+    if (pairs == NULL || (kvs = param_texts(P, pairs)) == NULL) goto done;
+    inputs = get_slot(eqn_fields[1], e);
+    outputs = get_slot(eqn_fields[2], e);
+    if (inputs == NULL || outputs == NULL || !PyTuple_Check(inputs) || !PyTuple_Check(outputs))
+        goto done;
+    Py_ssize_t nbad = PyList_GET_SIZE(shadowed);
+    int lit_untyped = 0;
+    ins = operand_texts(P, inputs, shadowed, &lit_untyped);
+    if (ins == NULL) {
+        PyList_SetSlice(shadowed, nbad, PyList_GET_SIZE(shadowed), NULL);
+        goto done;
+    }
+    /* from here on the equation is this loop's: its results are named and bound */
+    *untyped |= lit_untyped;
+    outs = binder_texts(P, outputs);
+    if (outs == NULL) goto done;
+    int eq = PyTuple_GET_SIZE(outputs) > 0 || P->eq_empty;
+    flat = flat_line(prim, kvs, ins, outs, eq);
+    if (flat == NULL) goto done;
+    Py_ssize_t w;
+    if (PyUnicode_IS_ASCII(flat)) {
+        w = PyUnicode_GET_LENGTH(flat);
+    } else {
+        PyObject *b = PyUnicode_AsUTF8String(flat);
+        if (b == NULL) goto done;
+        w = PyBytes_GET_SIZE(b);
+        Py_DECREF(b);
+    }
+    args = PyTuple_Pack(5, prim, kvs, ins, outs, eq ? Py_True : Py_False);
+    if (args == NULL || (width = PyLong_FromSsize_t(w)) == NULL) goto done;
+    line = PyTuple_Pack(6, P->lazy, flat, P->build, args, P->render, width);
+done:
+    Py_XDECREF(prim);
+    Py_XDECREF(params);
+    Py_XDECREF(pairs);
+    Py_XDECREF(kvs);
+    Py_XDECREF(inputs);
+    Py_XDECREF(ins);
+    Py_XDECREF(outputs);
+    Py_XDECREF(outs);
+    Py_XDECREF(flat);
+    Py_XDECREF(args);
+    Py_XDECREF(width);
+    return line;
+}
+
+/* name_lines(eqns, k, docs, scope, bound, bad, names, vids, ts, drops, kinds, kind_of,
+ *            pairs_of, param_text, literal, type_text, fresh, suffixes, eq_empty,
+ *            (LAZY, build, render, REBOUND)) -> (k, untyped)
+ * `_Printer._name_eqns`' loop over ordinary equations: from eqns[k] on, each equation's line
+ * document appended to `docs`, its names given and its scope read, until one the Python loop
+ * prints; the index of that one (len(eqns) at the end) and whether an untyped literal was
+ * printed. */
+static PyObject *name_lines(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 20 || !PyTuple_Check(args[0]) || !PyList_Check(args[2]) ||
+        !PyDict_CheckExact(args[3]) || !PySet_Check(args[4]) || !PyList_Check(args[5]) ||
+        !PyDict_CheckExact(args[6]) || !PyDict_CheckExact(args[7]) ||
+        !PyDict_CheckExact(args[8]) || !PyAnySet_Check(args[9]) ||
+        !PyDict_CheckExact(args[10]) || !PyTuple_Check(args[19]) ||
+        PyTuple_GET_SIZE(args[19]) != 4) {
+        PyErr_SetString(PyExc_TypeError, "name_lines: bad arguments");
+        return NULL;
+    }
+    if (VarType == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "name_lines: not configured");
+        return NULL;
+    }
+    PyObject *eqns = args[0], *head = args[19];
+    Printer P = {args[2],  args[3],  args[4],  args[5],  args[6],  args[7],  args[8],
+                 args[9],  args[10], args[11], args[12], args[13], args[14], args[15],
+                 args[16], PyObject_IsTrue(args[17]), PyObject_IsTrue(args[18]),
+                 PyTuple_GET_ITEM(head, 0), PyTuple_GET_ITEM(head, 1),
+                 PyTuple_GET_ITEM(head, 2), PyTuple_GET_ITEM(head, 3)};
+    Py_ssize_t k = PyLong_AsSsize_t(args[1]);
+    if (k < 0 || P.suffixes < 0 || P.eq_empty < 0) return NULL;
+    int untyped = 0;
+    Py_ssize_t n = PyTuple_GET_SIZE(eqns);
+    for (; k < n; k++) {
+        PyObject *line = eqn_line(&P, PyTuple_GET_ITEM(eqns, k), P.bad, &untyped);
+        if (line == NULL) {
+            if (PyErr_Occurred()) return NULL;
+            break;
+        }
+        int r = PyList_Append(P.docs, line);
+        Py_DECREF(line);
+        if (r < 0) return NULL;
+    }
+    return Py_BuildValue("nO", k, untyped ? Py_True : Py_False);
+}
+
+/* ------------------------------------------------------------------ the module */
+
+static PyMethodDef methods[] = {
+    {"configure", configure, METH_VARARGS, "Take the IR classes and their slot descriptors."},
+    {"read_lines", (PyCFunction)(void (*)(void))read_lines, METH_FASTCALL,
+     "FastPath.read_run's loop over plain lines (see the source)."},
+    {"name_lines", (PyCFunction)(void (*)(void))name_lines, METH_FASTCALL,
+     "_Printer._name_eqns' loop over ordinary equations (see the source)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "jaxprtool._twin",
+                                    "The compiled twin of the reader's and the printer's "
+                                    "per-line loops (text/twin.py).",
+                                    -1, methods};
+
+PyMODINIT_FUNC PyInit__twin(void) {
+    struct {
+        PyObject **slot;
+        const char *text;
+    } strs[] = {{&str_eqn_start, "eqn_start"}, {&str_eq, " = "},  {&str_colon, ":"},
+                {&str_space, " "},             {&str_empty, ""},  {&str_under, "_"},
+                {&str_open, "["},              {&str_close_sp, "] "}, {&str_equals, "="},
+                {&str_typed, "typed"}};
+    for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
+        if ((*strs[i].slot = PyUnicode_InternFromString(strs[i].text)) == NULL) return NULL;
+    }
+    return PyModule_Create(&module);
+}

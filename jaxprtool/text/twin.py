@@ -1,0 +1,61 @@
+"""Which per-line loops run: the compiled twin or the Python reference.
+
+The reader's loop over plain equation lines (`parser.fast.FastPath.read_run`) and the
+printer's loop over ordinary equations (`printer._Printer._name_eqns`) each have a compiled
+twin in one C extension, `jaxprtool._twin` (jaxprtool/_twin.c), which `pip install` builds
+where a C compiler is found (setup.py; without one the package installs without it, quietly).
+The twin takes the lines it is sure of and hands every other one back to the Python loop,
+which stays the reference and the fallback: it calls back into the Python functions for
+every value, literal, type and name it prints, so both paths give the same bytes
+(tests/test_twin.py).  `JAXPRTOOL_PURE_PYTHON=1` runs the Python loops alone;
+`jaxprtool --version` says which ones run.
+
+Imported only by the reader and the printer (the extension loads on the first parse or
+printout, never at start-up)."""
+
+from __future__ import annotations
+
+import functools
+
+from ..core import UsageProblem
+from ..env import flag
+
+#: the slots the twin fills when it makes a `Var` or an `Eqn` (it stands down if they change)
+VAR_FIELDS = ("type", "hint")
+EQN_FIELDS = ("prim", "inputs", "outputs", "params", "loc", "bare_eq", "no_subjaxprs")
+
+
+def twin():
+    """The compiled module, ready, or None: not built here, or JAXPRTOOL_PURE_PYTHON set."""
+    if flag("JAXPRTOOL_PURE_PYTHON"):
+        return None
+    return _load()
+
+
+@functools.cache
+def _load():
+    try:
+        from .. import _twin
+    except ImportError:
+        return None
+    from ..core import Eqn, Loc, Var
+
+    if Var.__slots__ != VAR_FIELDS or Eqn._fields != EQN_FIELDS:
+        return None
+    var_slots = tuple(Var.__dict__[f] for f in VAR_FIELDS)
+    _twin.configure(Var, var_slots, Eqn, tuple(Eqn.__dict__[f] for f in EQN_FIELDS), Loc)
+    return _twin
+
+
+def describe() -> str:
+    """The `--version` line: which loops read and print (a bad value of the variable is
+    said there: `--version` runs before the variables are checked)."""
+    try:
+        pure = flag("JAXPRTOOL_PURE_PYTHON")
+    except UsageProblem as e:
+        return f"reader and printer: {e.message}"
+    if pure:
+        return "reader and printer: pure Python (JAXPRTOOL_PURE_PYTHON is set)"
+    if _load() is None:
+        return "reader and printer: pure Python (the compiled module jaxprtool._twin is not built)"
+    return "reader and printer: compiled (jaxprtool._twin)"

@@ -1,0 +1,300 @@
+"""The compiled twin of the reader's and the printer's per-line loops (jaxprtool/_twin.c,
+text/twin.py) gives the same bytes as the Python loops it twins, for every corpus file, every
+golden and data file, generated programs (fuzzgen's texts, hypothesis' IR in every style
+and width) and damaged texts: the same program read (alpha-equal, the same locations and
+warnings) or the same error, and the same text printed.  The Python loops are the reference:
+each case is read and printed with `JAXPRTOOL_PURE_PYTHON` set and unset."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import CORPUS, needs_corpus
+from fuzzgen import Drawn, ProgramGen, Rand, corpus_seeds, mutate
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from jaxprtool import core
+from jaxprtool.cli import main as cli_main
+from jaxprtool.core import JaxprError
+from jaxprtool.text import twin
+from jaxprtool.text.parser import parse
+from jaxprtool.text.printer import Namer, print_jaxpr
+from jaxprtool.text.style import Style, detect_style
+
+TESTS = Path(__file__).resolve().parent
+AMBIGUOUS = "dropvar_name_aliasing_ambiguity.jaxpr"  # (test_printer.py)
+PURE = "JAXPRTOOL_PURE_PYTHON"
+
+built = pytest.mark.skipif(
+    twin._load() is None,
+    reason="jaxprtool._twin is not built here (no C compiler when the package was "
+    "installed): only the Python loops run, and there is nothing to compare them with",
+)
+
+
+class _Path:
+    """Run on the Python loops (`pure=True`) or the compiled twin, whatever the environment
+    says outside."""
+
+    def __init__(self, pure: bool):
+        self.pure = pure
+
+    def __enter__(self):
+        self.saved = os.environ.get(PURE)
+        os.environ[PURE] = "1" if self.pure else "0"
+
+    def __exit__(self, *exc):
+        if self.saved is None:
+            del os.environ[PURE]
+        else:
+            os.environ[PURE] = self.saved
+
+
+def read(text: str, pure: bool):
+    """What reading `text` gives on one path: the program, its equations' locations and the
+    warnings, or the error."""
+    with _Path(pure):
+        try:
+            r = parse(text, "f.jaxpr")
+        except JaxprError as e:
+            return None, ("error", str(e), e.code)
+    locs = [e.loc for e in core.all_eqns(r.jaxpr)]
+    return r.jaxpr, (locs, [str(w) for w in r.warnings])
+
+
+def printed(j: core.Jaxpr, pure: bool, style=None, width: int = 80) -> str:
+    with _Path(pure):
+        return print_jaxpr(j, style, width)
+
+
+def assert_alike(text: str, what="") -> None:
+    """Both paths read `text` alike, and print the program read alike (in its own style)."""
+    a, seen_a = read(text, False)
+    b, seen_b = read(text, True)
+    assert seen_a == seen_b, what
+    if a is None:
+        return
+    assert core.alpha_equal(a, b), what
+    style = detect_style(b)
+    reference = printed(b, True, style)
+    assert printed(b, False, style) == reference, what
+    assert printed(a, False, style) == reference, what
+
+
+@built
+def test_the_twin_runs_unless_told_not_to(monkeypatch):
+    monkeypatch.delenv(PURE, raising=False)
+    assert twin.twin() is not None
+    assert "compiled" in twin.describe()
+    monkeypatch.setenv(PURE, "1")
+    assert twin.twin() is None
+    assert "pure Python" in twin.describe()
+    monkeypatch.setenv(PURE, "no")
+    assert twin.twin() is not None
+
+
+def test_version_says_which_loops_run(monkeypatch):
+    unset = "compiled" if twin._load() is not None else "pure Python (the compiled module"
+    for value, words in (("1", "pure Python (JAXPRTOOL_PURE_PYTHON is set)"), ("0", unset)):
+        monkeypatch.setenv(PURE, value)
+        r = CliRunner().invoke(cli_main, ["--version"])
+        assert r.exit_code == 0
+        assert f"reader and printer: {words}" in r.stdout
+
+
+def test_a_bad_value_of_the_variable_is_a_usage_error(monkeypatch):
+    monkeypatch.setenv(PURE, "maybe")
+    r = CliRunner().invoke(cli_main, ["fmt", "-"], input="{ lambda ; . let  in () }")
+    assert r.exit_code == 2
+    assert "JAXPRTOOL_PURE_PYTHON='maybe' is not a yes/no value" in r.stderr
+
+
+@built
+@needs_corpus
+@pytest.mark.parametrize(
+    "every", [3, pytest.param(1, marks=pytest.mark.slow)], ids=["third", "all"]
+)
+def test_the_corpus_alike(every):
+    """The default run reads every third file (`make test-full` all of them)."""
+    files = sorted(CORPUS.rglob("*.jaxpr"))
+    assert len(files) > 100
+    # (and always the texts whose names the printer's safety pass changes)
+    ambiguous = [f for f in files if f.name == AMBIGUOUS]
+    assert ambiguous
+    for f in [*files[::every], *ambiguous]:
+        assert_alike(f.read_text(), f)
+
+
+@built
+def test_the_goldens_and_data_alike():
+    files = sorted(p for p in TESTS.joinpath("golden").rglob("*.jaxpr"))
+    files += sorted(TESTS.joinpath("data").rglob("*.jaxpr"))
+    assert len(files) > 50
+    for f in files:
+        assert_alike(f.read_text(), f)
+
+
+def _generated(seeds: range) -> None:
+    for seed in seeds:
+        ch = Rand(seed)
+        text = ProgramGen(ch, max_depth=ch.pick([0, 1, 2]), max_eqns=ch.pick([4, 8, 16])).program()
+        assert_alike(text, seed)
+
+
+@built
+def test_generated_programs_alike():
+    _generated(range(300))
+
+
+@built
+@pytest.mark.slow
+def test_generated_programs_alike_many():
+    _generated(range(300, 10_300))
+
+
+def _damaged(seeds: range) -> None:
+    texts = corpus_seeds() if CORPUS.is_dir() else []
+    for seed in seeds:
+        ch = Rand(seed)
+        text = ch.pick(texts) if texts and ch.coin() else ProgramGen(ch).program()
+        for _ in range(ch.pick([1, 1, 2])):
+            try:
+                text = mutate(text, ch)
+            except Exception:  # noqa: BLE001 - a mutation that does not apply: keep the text
+                pass
+        assert_alike(text, seed)
+
+
+@built
+def test_damaged_texts_alike():
+    _damaged(range(200))
+
+
+@built
+@pytest.mark.slow
+def test_damaged_texts_alike_many():
+    _damaged(range(200, 5_200))
+
+
+def _ir_printed_alike(data) -> None:
+    from test_roundtrip_property import STYLES, _Gen
+
+    from jaxprtool.record import prim
+
+    style = data.draw(st.sampled_from(STYLES))
+    gen = _Gen(data, prim("jit").print_name(None, style))
+    ir = gen.jaxpr([gen._type() for _ in range(data.draw(st.integers(0, 4)))], 0)
+    width = data.draw(st.sampled_from([80, 30, 120, 8]))
+    text = printed(ir, True, style, width)
+    assert printed(ir, False, style, width) == text
+    assert_alike(text)
+
+
+@built
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_generated_ir_printed_alike(data):
+    _ir_printed_alike(data)
+
+
+@built
+@pytest.mark.slow
+@settings(max_examples=2_000, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_generated_ir_printed_alike_many(data):
+    _ir_printed_alike(data)
+
+
+@built
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_drawn_programs_alike(data):
+    """fuzzgen's programs drawn by hypothesis (it shrinks a difference to a small text)."""
+    assert_alike(ProgramGen(Drawn(data), max_depth=1, max_eqns=8).program())
+
+
+WIDE = [
+    # characters of 2 and 4 bytes in the text the reader scans and the lines it builds
+    "{ lambda ; a:f32[3]. let\n    b:f32[3] = jit[\n      name=fünction_名前\n"
+    "      jaxpr={ lambda ; c:f32[3]. let d:f32[3] = sin c in (d,) }\n    ] a\n"
+    "    e:f32[3] = sin b\n    f:f32[3] = cos e\n  in (f,) }",
+    "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin a\n    c:f32[3] = cos b\n"
+    "    d:f32[3] = custom[name=\U0001f600] c\n    e:f32[3] = sin d\n  in (e,) }",
+    # a line the twin leaves to the Python loop after lines it reads, and back
+    "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin a\n    c:f32[3] = mul b 2.0:f32[]\n"
+    "    d:f32[3] = cos c\n    e:f32[3] = add d _\n    f:f32[3] = sin e\n  in (f,) }",
+    # trailing blanks, a tab, a line without its line break, an unbound name
+    "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin a \n    c:f32[3] = cos b\n  in (c,) }",
+    "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin\ta\n    c:f32[3] = cos b\n  in (c,) }",
+    "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin a\n    c:f32[3] = cos z\n  in (c,) }",
+    "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin a\n    c:f32[3] = cos b",
+    # a text that ends on the indentation after a parameter list over lines (it read past
+    # the end of the text: IndexError)
+    "{ lambda ; a:f32[3]. let\n    b:f32[3] = pjit[\n      name=f\n"
+    "      jaxpr={ lambda ; c:f32[3]. let d:f32[3] = sin c in (d,) }\n    ] a\n"
+    "    c:f32[3] = slice[\n      limit_indices=(3,)\n    ] a\n    ",
+    # literals among the operands: read by the readers, or refused in their words
+    *(
+        "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin a\n"
+        f"    c:f32[3] = mul b {lit}\n    d:f32[3] = cos c\n  in (d,) }}"
+        for lit in (
+            "2.0:f32[]",
+            "-1e-05:f32[]",
+            "1.2.3:f32[]",
+            "1e:f32[]",
+            "2:i32[]",
+            "2.0:f16[]",
+            "1.0:f32[]{x}",
+            "1:key<fry>[]",
+            "1.0:F32[]",
+            "nan:f32[]",
+            "inf",
+            "b 1.0:f32[] b",
+            "1.0:f32[3] 2",
+        )
+    ),
+    # a parameter list over lines (as JAX prints dot_general), known or new, then others
+    "{ lambda ; a:f32[2,2]. let\n"
+    + 3
+    * (
+        "    b:f32[2,2] = dot_general[\n      dimension_numbers=(([1], [0]), ([], []))\n"
+        "      preferred_element_type=float32\n    ] a a\n    a:f32[2,2] = sin b\n"
+    )
+    + "    c:f32[2,2] = dot_general[\n      dimension_numbers=(([1], [0]), ([], []))\n"
+    "      preferred_element_type=float32\n    ] a b\n  in (c,) }",
+]
+
+
+@built
+@pytest.mark.parametrize("width", [20, 80, 200])
+def test_names_the_safety_pass_changes_alike(width):
+    """Names given before printing (`Namer.set_name`) that the safety pass changes: a use
+    read as another binding, and a use no binder names (named after the results)."""
+    f32 = core.ShapedArray((), "f32")
+    a, b, c, d, free = (core.Var(f32) for _ in range(5))
+    eqns = (
+        core.Eqn("sin", (a,), (b,), {}),
+        core.Eqn("cos", (a,), (c,), {}),
+        core.Eqn("mul", (b, c), (d,), {}),
+        core.Eqn("add", (d, free), (core.Var(f32),), {}),
+    )
+    j = core.Jaxpr((), (a,), eqns, (d,))
+    texts = []
+    for pure in (True, False):
+        with _Path(pure):
+            namer = Namer(Style.parse("0.12"))
+            namer.set_name(b, "x")
+            namer.set_name(c, "x")
+            texts.append(namer.jaxpr_text(j, width))
+    assert texts[0] == texts[1]
+    assert "x" not in texts[0].split("mul")[1].split()[0]  # (the safety pass renamed b)
+
+
+@built
+@pytest.mark.parametrize("text", WIDE)
+def test_edge_lines_alike(text):
+    assert_alike(text)
