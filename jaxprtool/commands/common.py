@@ -9,12 +9,13 @@ import click
 from ..cli import keep_until_exit
 from ..core import Jaxpr
 from ..io import Reported, read_source, remember_source, report, warn
+from ..outputs import InputPath, OutputPath
 
 #: the type of a FILE argument: a path (shells complete file names), `-` for standard input;
 #: reading it (and saying why it cannot be read) is `read_source`'s job
-FILE_ARG = click.Path(allow_dash=True)
-#: the type of -o OUT (a path; `-` is standard output)
-OUT_ARG = click.Path(allow_dash=True)
+FILE_ARG = InputPath(allow_dash=True)
+#: the type of -o OUT (a path; `-` is standard output): never one of the inputs
+OUT_ARG = OutputPath(allow_dash=True)
 
 
 def load(file: str | None, verify: bool = True) -> tuple[Jaxpr, str, str]:
