@@ -82,10 +82,10 @@ class Pattern:
     whether it matches folders only, whether it is matched against the base name, and its
     glob (without `!`, the trailing `/` and, for a path pattern, the leading `/`)."""
 
-    __slots__ = ("index", "line", "ignores", "dir_only", "basename", "glob", "_regex")
+    __slots__ = ("index", "ignores", "dir_only", "basename", "glob", "_regex")
 
-    def __init__(self, index, line, ignores, dir_only, basename, glob):
-        self.index, self.line, self.ignores = index, line, ignores
+    def __init__(self, index, ignores, dir_only, basename, glob):
+        self.index, self.ignores = index, ignores
         self.dir_only, self.basename, self.glob = dir_only, basename, glob
         self._regex = None
 
@@ -100,7 +100,7 @@ class Pattern:
         return self._regex.match(subject) is not None
 
 
-def parse_line(raw: bytes, index: int, line: int) -> Pattern | None:
+def parse_line(raw: bytes, index: int) -> Pattern | None:
     """The pattern of one line (Git's `add_patterns_from_buffer`, `parse_path_pattern`), or
     None: a blank line, a comment."""
     if not raw or raw.startswith(b"#"):
@@ -118,7 +118,7 @@ def parse_line(raw: bytes, index: int, line: int) -> Pattern | None:
         text = text[1:]
     if not text:
         return None
-    return Pattern(index, line, ignores, dir_only, basename, text)
+    return Pattern(index, ignores, dir_only, basename, text)
 
 
 def _trim_spaces(text: bytes) -> bytes:
@@ -188,7 +188,7 @@ class Spec:
     def from_lines(cls, lines: list[str | bytes]) -> Spec:
         """The spec of a `.gitignore`'s lines (tests)."""
         raw = [x if isinstance(x, bytes) else os.fsencode(x) for x in lines]
-        return cls([p for i, x in enumerate(raw) if (p := parse_line(x, i, i + 1))])
+        return cls([p for i, x in enumerate(raw) if (p := parse_line(x, i))])
 
     def last_match(self, rel: bytes, is_dir: bool) -> Pattern | None:
         """The last pattern that matches `rel`, or None."""
@@ -253,14 +253,13 @@ def read_spec(path: str) -> Spec | None:
         raise _limit(f"a .gitignore larger than {MAX_BYTES // 2**20} MiB, the most read", path, 1)
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
-    patterns, lines, line, at = [], 0, 1, 0
+    patterns, lines = [], 0
     for m in _PATTERN_LINE.finditer(data):
-        line += data.count(b"\n", at, m.start())
-        at = m.start()
         if lines == MAX_PATTERNS:
+            line = data.count(b"\n", 0, m.start()) + 1
             raise _limit(f"more than {MAX_PATTERNS:,} patterns in one .gitignore", path, line)
         lines += 1
-        p = parse_line(m.group(), len(patterns), line)
+        p = parse_line(m.group(), len(patterns))
         if p is not None:
             patterns.append(p)
     return Spec(patterns)

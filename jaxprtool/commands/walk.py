@@ -1,9 +1,9 @@
 """The jaxpr files under a folder, found as ruff finds Python files: hidden folders (`.git`,
 `.venv`, `.tox`, ...) and virtual environments (a folder holding `pyvenv.cfg`) are skipped,
 and so is whatever a `.gitignore` ignores (`gitignore.Spec`: Git's reading and matching, in
-time linear in the path):
-the `.gitignore` files inside the folder and those above it up to the top of its Git work
-tree (the folder holding `.git`), a deeper file's patterns winning over a shallower's.
+time linear in the path): the `.gitignore` files inside the folder and those above it up to
+the top of its Git work tree (the folder holding `.git`), a deeper file's patterns winning
+over a shallower's, and nothing under an ignored folder coming back (`_Ignores`).
 
 Files named on the command line are always read; only folder walks skip anything.  A walk
 of a checkout someone else wrote also skips, with a warning, what is not a regular file (a
