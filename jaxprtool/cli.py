@@ -20,6 +20,7 @@ from .core import JaxprError, ProgramError, UsageProblem
 from .interrupt import exit_on_interrupt
 from .io import Reported, program_loc, report
 from .lazy import numpy_loaded
+from .outputs import InputPath, OutputPath, refuse_overlaps
 
 #: command name -> "module:attribute" inside jaxprtool.commands
 COMMANDS: dict[str, str] = {
@@ -359,7 +360,7 @@ def _global_option_specs() -> list[tuple[list[str], dict]]:
             dict(
                 multiple=True,
                 metavar="RULES.py",
-                type=click.Path(dir_okay=False),
+                type=InputPath(dir_okay=False),
                 help="Load a Python module that registers rules for extra primitives (repeatable).",
             ),
         ),
@@ -420,7 +421,7 @@ def _global_option_specs() -> list[tuple[list[str], dict]]:
             dict(
                 default=None,
                 metavar="FILE",
-                type=click.Path(dir_okay=False, allow_dash=True),
+                type=OutputPath(dir_okay=False, allow_dash=True),
                 help="Write the diagnostics (in --output-format) to FILE instead, when the "
                 "command ends (as ruff's --output-file).",
             ),
@@ -600,6 +601,7 @@ def guarded(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
+            refuse_overlaps(click.get_current_context(silent=True))
             return fn(*args, **kwargs)
         except Reported as e:
             sys.exit(e.exit_code)

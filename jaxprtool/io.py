@@ -218,28 +218,49 @@ _TEMP_NAME = re.compile(r"\.jaxprtool-(\d+)-[^/]*\.tmp")
 
 
 def _followed_target(out: str) -> str:
-    """Where writing `out` lands (links followed), refusing a link in a world-writable sticky
-    folder (/tmp) unless it is the user's or the folder owner's: another user planted it."""
-    me = uid()
-    p = os.path.abspath(out)
-    for _ in range(40):  # the kernel's limit of links followed
-        try:
-            lst = os.lstat(p)
-        except OSError:
-            break
-        if not stat.S_ISLNK(lst.st_mode):
-            break
-        folder = os.path.dirname(p)
-        dst = os.stat(folder)
-        shared = dst.st_mode & stat.S_ISVTX and dst.st_mode & stat.S_IWOTH
-        if shared and lst.st_uid not in (me, dst.st_uid):
-            raise UsageProblem(
-                f"cannot write '{out}': '{p}' is a symbolic link that another user (uid "
-                f"{lst.st_uid}) made in the shared folder '{folder}': not followed; remove it "
-                "or write elsewhere"
-            )
-        p = os.path.normpath(os.path.join(folder, os.readlink(p)))
+    """Where writing `out` lands (links followed), refusing a link another user planted on
+    the way (`refuse_planted_links`)."""
+    refuse_planted_links(out)
     return os.path.realpath(out)
+
+
+def refuse_planted_links(out: str, what: str | None = None) -> None:
+    """Refuse `out` when a symbolic link on its path, the folders on the way or the file
+    itself, is in a world-writable sticky folder (/tmp) and is neither the user's nor the
+    folder owner's: another user planted it there (the kernel's protected_symlinks rule and
+    OpenSSH refuse to follow such a link).  Links are resolved as the kernel resolves them,
+    each link's target walked in turn; a path that does not exist yet ends the walk."""
+    me = uid()
+    pending = os.path.abspath(out).split("/")[1:]
+    here, hops = "/", 0
+    while pending and hops <= 40:  # (the kernel's limit of links followed)
+        part = pending.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            here = os.path.dirname(here)
+            continue
+        step = os.path.join(here, part)
+        try:
+            lst = os.lstat(step)
+        except OSError:
+            return
+        if not stat.S_ISLNK(lst.st_mode):
+            here = step
+            continue
+        hops += 1
+        folder = os.stat(here)
+        shared = folder.st_mode & stat.S_ISVTX and folder.st_mode & stat.S_IWOTH
+        if shared and lst.st_uid not in (me, folder.st_uid):
+            shown = what or f"'{out}'"
+            raise UsageProblem(
+                f"cannot write {shown}: '{step}' is a symbolic link that another "
+                f"user (uid {lst.st_uid}) made in the shared folder '{here}': not followed; "
+                "remove it or write elsewhere"
+            )
+        target = os.readlink(step)
+        here = "/" if target.startswith("/") else here
+        pending = target.split("/") + pending
 
 
 def _check_replaceable(out: str, st: os.stat_result) -> None:
@@ -363,7 +384,7 @@ def check_writable(out: str | None) -> None:
         return
     st = _output_stat(out)
     if st is None or stat.S_ISREG(st.st_mode):
-        _existing_folder(out, os.path.realpath(out))
+        _existing_folder(out, _followed_target(out))
 
 
 def _existing_folder(out: str, target: str) -> str:

@@ -182,7 +182,7 @@ def test_a_hostile_gitignore_line_costs_linear_time(tmp_path):
 GIT_PATTERNS = [
     "*.jaxpr", "/build", "build/", "a/**/b", "**/foo", "foo/**", "a/*/c", "*a*b", "[ab]*.txt",
     "[!a]x", "d?r/", "**/x/**/y", "a/**/**/b", "\\#x", "/a/b/", "*.jaxpr.txt", "s[a-c]b",
-    "a*b*c*d", "x/**/*.jaxpr",
+    "a*b*c*d", "x/**/*.jaxpr", "a**/?", "[?/[!a]", "x/*", "[[:upper:]x]*",
 ]  # fmt: skip
 GIT_PATHS = [
     "a.jaxpr", "build", "x/build/y", "a/b", "a/x/y/b", "a/c/b", "foo", "z/foo", "foo/z", "a/q/c",
@@ -193,6 +193,8 @@ GIT_PATHS = [
 
 @pytest.mark.parametrize("pattern", GIT_PATTERNS)
 def test_gitignore_patterns_match_as_git_matches_them(tmp_path, pattern):
+    """Each path of GIT_PATHS, a file (its folders above it) and then a folder, asked of
+    `git check-ignore` and of the tool's matcher (a folder above it ignored, or itself)."""
     import shutil
     import subprocess
 
@@ -200,18 +202,36 @@ def test_gitignore_patterns_match_as_git_matches_them(tmp_path, pattern):
 
     if shutil.which("git") is None:
         pytest.skip("git is the oracle: not installed")
-    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
-    (tmp_path / ".gitignore").write_text(pattern + "\n")
-    queries = [p + "/" * d for p in GIT_PATHS for d in (0, 1)]
-    out = subprocess.run(
-        ["git", "-C", str(tmp_path), "check-ignore", "--no-index", "--stdin"],
-        input="\n".join(queries) + "\n",
-        capture_output=True,
-        text=True,
-    ).stdout.splitlines()
-    spec = Spec([pattern])
-    mine = [q for q in queries if spec.check(q.rstrip("/"), q.endswith("/"))]
-    assert mine == out
+    spec = Spec.from_lines([pattern])
+    for leaf_is_dir in (False, True):
+        repo = tmp_path / ("dirs" if leaf_is_dir else "files")
+        subprocess.run(["git", "init", "-q", str(repo)], check=True)
+        (repo / ".gitignore").write_text(pattern + "\n")
+        queries = {}  # path -> whether it is a folder
+        for p in GIT_PATHS:
+            parts = p.split("/")
+            queries.update(("/".join(parts[:k]), True) for k in range(1, len(parts)))
+        for p in GIT_PATHS:
+            if leaf_is_dir or not queries.get(p):
+                queries[p] = leaf_is_dir
+        for q, is_dir in sorted(queries.items()):
+            (repo / q).mkdir(parents=True, exist_ok=True) if is_dir else (repo / q).touch()
+        out = subprocess.run(
+            ["git", "-C", str(repo), "check-ignore", "--no-index", "--stdin"],
+            input="\n".join(sorted(queries)) + "\n",
+            capture_output=True,
+            text=True,
+        ).stdout.splitlines()
+
+        mine = [q for q, is_dir in sorted(queries.items()) if _ignored(spec, q, is_dir)]
+        assert mine == out, leaf_is_dir
+
+
+def _ignored(spec, path: str, is_dir: bool) -> bool:
+    """Whether a folder above `path` is ignored, or `path` itself."""
+    parts = path.split("/")
+    above = ("/".join(parts[:k]) for k in range(1, len(parts)))
+    return any(spec.check(d, True) for d in above) or bool(spec.check(path, is_dir))
 
 
 # ---------------------------------------------------------------- 7: --repeat

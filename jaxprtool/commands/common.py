@@ -9,24 +9,13 @@ import click
 from ..cli import keep_until_exit
 from ..core import Eqn, Jaxpr, JaxprError, all_eqns
 from ..io import Reported, read_source, remember_source, report, warn
+from ..outputs import InputPath, OutputPath
 
 #: the type of a FILE argument: a path (shells complete file names), `-` for standard input;
 #: reading it (and saying why it cannot be read) is `read_source`'s job
-FILE_ARG = click.Path(allow_dash=True)
-
-
-class OutPath(click.Path):
-    """An output path (`-` is standard output); an empty one is bad usage: it was taken as
-    "not given" (`--html ''` printed text, `-o ''` wrote to standard output)."""
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, str) and not value.strip():
-            self.fail("an empty path (give a file name, or - for standard output)", param, ctx)
-        return super().convert(value, param, ctx)
-
-
-#: the type of -o OUT (a path; `-` is standard output)
-OUT_ARG = OutPath(allow_dash=True)
+FILE_ARG = InputPath(allow_dash=True)
+#: the type of -o OUT (a path; `-` is standard output): never one of the inputs
+OUT_ARG = OutputPath(allow_dash=True)
 
 
 def load(file: str | None, verify: bool = True) -> tuple[Jaxpr, str, str]:

@@ -11,6 +11,7 @@ import click
 from ..cli import guarded
 from ..core import JaxprError
 from ..io import write_output
+from ..outputs import OutputPath
 from .common import FILE_ARG, load, output_style
 
 #: seconds Graphviz may take to lay a graph out before it is stopped
@@ -23,7 +24,7 @@ RENDER_TIMEOUT = 60
     "-o",
     "--output",
     metavar="OUT.svg|.png|.pdf|.dot",
-    type=click.Path(dir_okay=False, allow_dash=True),
+    type=OutputPath(dir_okay=False, allow_dash=True),
     help="Where to write the graph (default: DOT text on standard output).",
 )
 @click.option("--collapse-nested", is_flag=True, help="Draw each nested jaxpr as one node.")

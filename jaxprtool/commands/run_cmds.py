@@ -7,12 +7,14 @@ Its options are listed and read in `run_options.py`, its inputs gathered in
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 
 import click
 
 from ..cli import guarded, require_jax
-from ..io import UsageError, progress
+from ..core import UsageProblem
+from ..io import UsageError, human_size, progress, refuse_planted_links
 from ..lazy import np
 from .common import FILE_ARG, load
 from .mesh_options import mesh_options
@@ -74,6 +76,7 @@ def run(
     inline = [run_io.parse_input(spec) for spec in inputs] if inputs else None
     if output_format == "json" and output in (None, "-") and print_values not in (None, "none"):
         raise UsageError("JSON goes to standard output without -o: use --print-values none")
+    sessions = _profile_folder(profile) if profile is not None else None
     require_jax()
     jaxpr, _, _ = load(file)
     jaxpr = number_constants(jaxpr).program  # nested jaxprs' constants come with --consts
@@ -93,8 +96,8 @@ def run(
             outs = _timed(jaxpr, args, consts, dims, device, repeat)
         else:
             outs = backend.evaluate(jaxpr, args, consts, device=device, dims=dims)
-    if profile:
-        _profile_table(profile, jaxpr, device, dims, eager or trace_ or debug_nans)
+    if profile is not None:
+        _profile_table(profile, sessions, jaxpr, device, dims, eager or trace_ or debug_nans)
     report_outputs(outs, jaxpr, output, output_format, print_values)
     if want is not None:
         check_expected(outs, want, expected, rtol, atol)
@@ -129,19 +132,55 @@ def _profiled(folder: str | None):
     return jax.profiler.trace(folder)
 
 
-def _profile_table(folder: str, jaxpr, device, dims, eager: bool) -> None:
+def _profile_folder(folder: str) -> set[str]:
+    """Check `--profile DIR` before the run: a folder (made if need be) the user can write
+    into, reached through no link another user planted (DIR, DIR/plugins, ...); the profiler
+    sessions already in it (none of them is this run's)."""
+    import tempfile
+
+    from ..ui import profile_table
+
+    if folder == "-":
+        raise UsageError("--profile needs a folder: '-' (standard output) is not one")
+    where = os.path.join(folder, *profile_table.SESSIONS)
+    for path in (folder, os.path.join(folder, profile_table.SESSIONS[0]), where):
+        refuse_planted_links(path, f"the profile into '{folder}'")
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise UsageProblem(f"cannot write the profile into '{folder}': it is not a folder")
+    try:
+        os.makedirs(where, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=where, prefix=".jaxprtool-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise UsageProblem(f"cannot write the profile into '{folder}': {e.strerror}") from None
+    return profile_table.sessions(folder)
+
+
+def _profile_table(folder: str, before: set[str], jaxpr, device, dims, eager: bool) -> None:
     """After `--profile`: the device time of each XLA operation with the equations of the
-    file it computes (ui/profile_table.py), on standard error."""
+    file it computes (ui/profile_table.py), on standard error, from this run's trace only
+    (the session folder that was not there `before`)."""
     from ..ui import profile_table
     from .compile_cmd import _compile
 
-    trace = profile_table.newest_trace(folder)
+    trace = profile_table.this_runs_trace(folder, before)
     if eager or trace is None:
-        why = "ran op by op (--eager)" if eager else f"no *.trace.json.gz under {folder}"
+        why = "ran op by op (--eager)" if eager else f"left no trace of its own in {folder}"
         click.echo(f"profile: no per-equation table: the program {why}", err=True)
         return
     hlo = profile_table.read_hlo(_compile(jaxpr, "optimized-hlo", device, dims, False)[0])
-    for line in profile_table.render(hlo, profile_table.op_times(trace, hlo), trace):
+    try:
+        times = profile_table.op_times(trace, hlo)
+    except profile_table.TraceTooLarge:
+        limit = human_size(profile_table.MAX_TRACE_BYTES)
+        click.echo(
+            f"profile: no per-equation table: the trace {trace} is larger than {limit} once "
+            "unpacked, the most read (open it in Perfetto or TensorBoard)",
+            err=True,
+        )
+        return
+    for line in profile_table.render(hlo, times, trace):
         click.echo(line, err=True)
 
 

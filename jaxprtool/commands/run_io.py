@@ -24,7 +24,7 @@ import re
 import sys
 
 from ..core import JaxprError, UsageProblem, np_dtype, short_dtype_name
-from ..io import UsageError, write_output
+from ..io import UsageError, refuse_planted_links, write_output
 from ..lazy import np
 from .npfiles import open_arrays
 
@@ -400,6 +400,7 @@ def write_outputs(outs, path: str | None, fmt: str | None) -> None:
         return
     if os.path.exists(path) and not os.path.isdir(path):
         raise UsageProblem(f"cannot write '{path}': it exists and is not a directory")
+    refuse_planted_links(path)  # (before a folder is made at the end of a planted link)
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as e:

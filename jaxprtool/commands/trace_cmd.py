@@ -15,6 +15,7 @@ from ..cli import guarded, require_jax
 from ..core import JaxprError, np_dtype, short_dtype_name
 from ..io import UsageError, write_output
 from ..lazy import np
+from ..outputs import refuse_overlaps
 from ..text.parser.diagnostics import MAX_DIM
 from .common import FILE_ARG, OUT_ARG
 from .run_inputs import load_npz, npz_list
@@ -120,6 +121,7 @@ def trace(target, specs, args_npz, kwargs, x64, output, consts_out, device):
         raise UsageError(f"bad target '{target}': expected MODULE:FUNCTION")
     if specs and args_npz:
         raise UsageError("give either --arg types or --args IN.npz, not both")
+    refuse_overlaps(click.get_current_context(silent=True), _module_files(module))
     require_jax()
     import jax
 
@@ -164,6 +166,16 @@ def trace(target, specs, args_npz, kwargs, x64, output, consts_out, device):
 #: would replace a module of that name for the whole process (a user's `math.py`, `os.py`,
 #: `threading.py` or `numpy.py` broke the tool itself)
 PRIVATE_PREFIX = "_jaxprtool_user_"
+
+
+def _module_files(module: str) -> list[tuple[str, str]]:
+    """The source files MODULE names, as (name, path) inputs: never an output's."""
+    import os
+
+    if module.endswith(".py") or os.sep in module:
+        return [("MODULE", module)]
+    base = os.path.join(*module.split("."))
+    return [("MODULE", p) for p in (base + ".py", os.path.join(base, "__init__.py"))]
 
 
 def _user_module(module: str):

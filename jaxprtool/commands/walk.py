@@ -1,8 +1,9 @@
 """The jaxpr files under a folder, found as ruff finds Python files: hidden folders (`.git`,
 `.venv`, `.tox`, ...) and virtual environments (a folder holding `pyvenv.cfg`) are skipped,
-and so is whatever a `.gitignore` ignores (`gitignore.Spec`, Git's matching in linear time):
-the `.gitignore` files inside the folder and those above it up to the top of its Git work
-tree (the folder holding `.git`), a deeper file's patterns winning over a shallower's.
+and so is whatever a `.gitignore` ignores (`gitignore.Spec`: Git's reading and matching, in
+time linear in the path): the `.gitignore` files inside the folder and those above it up to
+the top of its Git work tree (the folder holding `.git`), a deeper file's patterns winning
+over a shallower's, and nothing under an ignored folder coming back (`_Ignores`).
 
 Files named on the command line are always read; only folder walks skip anything.  A walk
 of a checkout someone else wrote also skips, with a warning, what is not a regular file (a
@@ -17,7 +18,7 @@ import os
 import stat
 
 from ..io import FoundPath, warn
-from .gitignore import Spec
+from .gitignore import Spec, read_spec
 
 #: the names of the files a folder stands for
 SUFFIXES = (".jaxpr", ".jaxpr.txt")
@@ -26,6 +27,8 @@ SUFFIXES = (".jaxpr", ".jaxpr.txt")
 def jaxpr_files(root: str) -> list[str]:
     """The jaxpr files under `root`, recursively, in name order."""
     ignores = _Ignores(root)
+    if ignores.root_ignored(root):
+        return []
     inside = os.path.realpath(root)
     found = []
     for folder, subdirs, names in os.walk(root):
@@ -76,34 +79,39 @@ def _kind(mode: int) -> str:
 
 
 class _Ignores:
-    """The `.gitignore` specs that apply under a walk's root: (folder, spec) pairs."""
+    """The `.gitignore` specs that apply under a walk's root, by folder, as Git reads them:
+    the deepest `.gitignore` with a pattern for a path decides, and what is under an ignored
+    folder is ignored (Git never enters it, so no `!` pattern brings it back)."""
 
     def __init__(self, root: str):
-        self.specs: list[tuple[str, Spec]] = []
-        self.seen: set[str] = set()
-        for folder in reversed(_enclosing(os.path.abspath(root))):
-            self._read(folder)
+        self.specs: dict[str, Spec | None] = {}
+        chain = _enclosing(os.path.abspath(root))
+        self.top = chain[-1]
+        for folder in reversed(chain):
+            self.enter(folder)
 
     def enter(self, folder: str) -> None:
-        self._read(os.path.abspath(folder))
+        folder = os.path.abspath(folder)
+        if folder not in self.specs:
+            self.specs[folder] = read_spec(os.path.join(folder, ".gitignore"))
 
-    def _read(self, folder: str) -> None:
-        if folder in self.seen:
-            return
-        self.seen.add(folder)
-        path = os.path.join(folder, ".gitignore")
-        if not os.path.isfile(path):
-            return
-        with open(path, encoding="utf-8", errors="replace") as f:
-            self.specs.append((folder, Spec(f.read().splitlines())))
+    def root_ignored(self, root: str) -> bool:
+        """Whether the walk's root, or a folder between it and the top of its work tree, is
+        ignored (then so is all under it, as `git ls-files` finds nothing there)."""
+        chain = _enclosing(os.path.abspath(root))
+        return any(self.ignored(f, is_dir=True) for f in reversed(chain[:-1]))
 
     def ignored(self, path: str, is_dir: bool = False) -> bool:
         """Whether the deepest `.gitignore` with a pattern for `path` ignores it."""
         path = os.path.abspath(path)
-        for folder, spec in reversed(self.specs):
-            if os.path.commonpath([folder, path]) != folder:
+        folder = path
+        while folder != self.top:
+            folder = os.path.dirname(folder)
+            spec = self.specs.get(folder)
+            if spec is None:
                 continue
-            verdict = spec.check(os.path.relpath(path, folder).replace(os.sep, "/"), is_dir)
+            rel = os.fsencode(os.path.relpath(path, folder).replace(os.sep, "/"))
+            verdict = spec.check(rel, is_dir)
             if verdict is not None:
                 return verdict
         return False

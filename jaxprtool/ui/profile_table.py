@@ -15,7 +15,9 @@ from __future__ import annotations
 import bisect
 import gzip
 import json
+import os
 import re
+import stat
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,9 +122,51 @@ def top_level_of(hlo: Hlo) -> dict[str, str]:
     return owner
 
 
-def newest_trace(folder: str | Path) -> Path | None:
-    found = sorted(Path(folder).glob("plugins/profile/*/*.trace.json.gz"))
-    return found[-1] if found else None
+#: where JAX's profiler writes each session's files under the --profile folder
+SESSIONS = ("plugins", "profile")
+#: the most bytes of a trace read, once unpacked (a 5.8 MB gzip unpacks to gigabytes)
+MAX_TRACE_BYTES = 64 * 2**20
+
+
+class TraceTooLarge(Exception):
+    """The trace unpacks to more than MAX_TRACE_BYTES."""
+
+
+def sessions(folder: str | Path) -> set[str]:
+    """The profiler sessions (folders) under `folder` now."""
+    try:
+        return set(os.listdir(Path(folder, *SESSIONS)))
+    except OSError:
+        return set()
+
+
+def this_runs_trace(folder: str | Path, before: set[str]) -> Path | None:
+    """The trace the run wrote: in the one session folder that was not there `before`, the
+    user's own regular file, never a link (a stale or planted trace under DIR is not it)."""
+    new = sorted(sessions(folder) - before)
+    found = []
+    for session in new:
+        path = Path(folder, *SESSIONS, session)
+        found += [p for p in sorted(path.glob("*.trace.json.gz")) if _own_file(p)]
+    return found[0] if len(found) == 1 else None
+
+
+def _own_file(path: Path) -> bool:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid()
+
+
+def read_events(trace: Path) -> list:
+    """The trace's events, reading at most MAX_TRACE_BYTES unpacked (else TraceTooLarge)."""
+    fd = os.open(trace, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with open(fd, "rb") as raw, gzip.GzipFile(fileobj=raw) as f:
+        data = f.read(MAX_TRACE_BYTES + 1)
+    if len(data) > MAX_TRACE_BYTES:
+        raise TraceTooLarge(trace)
+    return json.loads(data).get("traceEvents", [])
 
 
 def _device_threads(events) -> tuple[set, set]:
@@ -176,8 +220,7 @@ def _operation(e, op_threads, spans) -> tuple[str | None, str | None]:
 
 def op_times(trace: Path, hlo: Hlo) -> dict[str, tuple[float, int]]:
     """ENTRY operation -> (microseconds, events) from the trace's events of this module."""
-    with gzip.open(trace, "rt") as f:
-        events = json.load(f).get("traceEvents", [])
+    events = read_events(trace)
     owner = top_level_of(hlo)
     op_threads, module_threads = _device_threads(events)
     spans = _module_spans(events, module_threads)

@@ -1,0 +1,119 @@
+"""No output over an input: the paths a command line reads and writes, and the check that
+none of its outputs is one of its inputs or another of its outputs.
+
+A FILE argument or input option is typed `InputPath`, an output option (`-o`, `--output-file`,
+`--consts-out`, `--html`, `--plot`) `OutputPath`; click's conversion of each value records
+it in the invocation's context, and `cli.guarded` calls `refuse_overlaps` before the command
+does anything.  `fmt a.jaxpr -o a.jaxpr`, `run d.jaxpr -o d.jaxpr`, `check c.jaxpr
+--output-format sarif --output-file c.jaxpr`, `trace mod.py:f -o mod.py` (the command adds
+the module's file) and `-o x --consts-out x` are bad usage (exit 2), with nothing written:
+one file would silently replace the other.  `fmt -i` rewrites its inputs by request.
+
+Two paths are one file when they reach the same inode (links, `./a` and `a`), or, for an
+output that does not exist yet, the same real path.  An output that is not a regular file
+(`/dev/null`, `/dev/stdout`, a FIFO) is written into, never replaced: it is not checked.  A
+folder argument stands for the jaxpr files under it: an output that is one of them is an
+input too.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import click
+
+from .core import UsageProblem
+
+_INPUTS = "jaxprtool.inputs"
+_OUTPUTS = "jaxprtool.outputs"
+#: the names of the files a folder argument stands for (`walk.SUFFIXES`)
+_JAXPR_SUFFIXES = (".jaxpr", ".jaxpr.txt")
+
+
+class InputPath(click.Path):
+    """A path the command reads (`-`: standard input)."""
+
+    def convert(self, value, param, ctx):
+        value = super().convert(value, param, ctx)
+        if ctx is not None and value not in (None, "-"):
+            ctx.meta.setdefault(_INPUTS, []).append((_option(param), os.fsdecode(value)))
+        return value
+
+
+class OutputPath(click.Path):
+    """A path the command writes (`-`: standard output).  An empty one is bad usage: it was
+    taken as "not given" (`--html ''` printed text, `-o ''` wrote to standard output)."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value.strip():
+            self.fail("an empty path (give a file name, or - for standard output)", param, ctx)
+        value = super().convert(value, param, ctx)
+        if ctx is not None and value not in (None, "-"):
+            ctx.meta.setdefault(_OUTPUTS, []).append((_option(param), os.fsdecode(value)))
+        return value
+
+
+def _option(param) -> str:
+    """How the command line names a parameter (`-o/--output`, `FILE`)."""
+    if isinstance(param, click.Option):
+        return "/".join(param.opts)
+    return (param.human_readable_name if param is not None else "FILE").upper()
+
+
+def refuse_overlaps(ctx: click.Context | None, extra_inputs=()) -> None:
+    """Raise UsageProblem when an output of the command line is one of its inputs (or of
+    `extra_inputs`: (name, path) pairs a command finds in its arguments), or two outputs are
+    one file."""
+    if ctx is None:
+        return
+    inputs = [*ctx.meta.get(_INPUTS, ()), *extra_inputs]
+    outputs = ctx.meta.get(_OUTPUTS, ())
+    seen: dict = {}
+    for name, out in outputs:
+        key = _replaced_file(out)
+        if key is None:
+            continue
+        for in_name, path in inputs:
+            if _reads(path, key, out):
+                _refuse(out, name, f"the input {in_name} {path!r}")
+        if key in seen:
+            _refuse(out, name, f"the output {seen[key][0]} {seen[key][1]!r}")
+        seen[key] = (name, out)
+
+
+def _refuse(out: str, name: str, other: str) -> None:
+    from . import diagnostics
+
+    diagnostics.set_output_file(None)  # (the refusal itself goes to no file)
+    raise UsageProblem(
+        f"{name} {out!r} is the same file as {other}: it would be replaced; nothing was "
+        "written (write elsewhere)"
+    )
+
+
+def _replaced_file(out: str):
+    """The identity of the regular file writing `out` replaces: its inode, or for a new
+    file its real path; None for what is written into (a device, a FIFO) or a folder."""
+    try:
+        st = os.stat(out)
+    except OSError:
+        return ("new", os.path.realpath(out))
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _reads(path: str, key, out: str) -> bool:
+    """Whether reading input `path` reads the existing file `key` that `out` reaches (a
+    folder: a jaxpr file under it)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    if (st.st_dev, st.st_ino) == key:
+        return True
+    if not stat.S_ISDIR(st.st_mode) or key[0] == "new":
+        return False
+    root, real = os.path.realpath(path), os.path.realpath(out)
+    return os.path.commonpath([root, real]) == root and real.endswith(_JAXPR_SUFFIXES)
