@@ -124,11 +124,9 @@ def fit_budget(
         f"{plain_temp} B on the device"
     )
     tried: list[Tried] = []
-    whole = dataclasses.replace(spec, budget=1.0, fraction=True, on_device=False)
-    if plain_temp <= target:  # every residual saved: the model's plan says so
-        plans: list = []
-        program = build(whole, plans)
-        tried.append(Tried("plain gradient", program, plans, plain_temp, flops(program), None))
+    if plain_temp <= target:  # the plain gradient itself: a plan saving every residual
+        # would add its roundings (reduce_precision), which XLA may hold beside it
+        tried.append(Tried("plain gradient", plain, [], plain_temp, flops(plain), None))
         fit.say("  the plain gradient fits: nothing recomputed")
         return _choose(fit, tried)
     seen: dict[tuple, Tried] = {}  # (the model's figure, FLOPs) -> the plan measured
