@@ -303,7 +303,18 @@ class Loc(NamedTuple):
     col: int
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}:{self.col}"
+        return f"{shown_path(self.file)}:{self.line}:{self.col}"
+
+
+def shown_path(text: str, keep: str = "") -> str:
+    """A file name (or a message quoting one) as a line of output shows it: its characters
+    that are not printable, but those in `keep`, escaped as Python writes them (`\\n`,
+    `\\x1b`), so that a name holding a line break cannot start a line of the name's choosing
+    (a CI system's command: `::error ...`) and one holding ESC or BEL cannot drive the
+    terminal.  Every writer of a name into human output goes through this one function."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in text)
 
 
 class Var:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import sys
 
-from .core import JaxprError
+from .core import JaxprError, shown_path
 
 FORMATS = ("text", "json", "github", "sarif")
 #: the format of the running invocation
@@ -255,19 +255,15 @@ def listed_path(path: str) -> str:
     return _escape(path, False) if FORMAT == "github" else shown_path(path)
 
 
-def shown_path(path: str) -> str:
-    """A file name as output lines show it: its control characters (a newline that would
-    start a line of the file's choosing) escaped, as `\\n`."""
-    if path.isprintable():
-        return path
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in path)
-
-
 def _escape(text: str, prop: bool) -> str:
+    """GitHub's workflow-command escaping (`%`, CR and LF as `%25`, `%0D`, `%0A`; in a
+    property `:` and `,` too), then every other character that is not printable (ESC, BEL,
+    NUL, NEL, U+2028) as `shown_path` writes it, `\\x1b`: the runner decodes no other
+    `%XX`, and the job's log would show them raw."""
     text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
     if prop:
         text = text.replace(":", "%3A").replace(",", "%2C")
-    return text
+    return shown_path(text)
 
 
 def _uri(path: str) -> str:

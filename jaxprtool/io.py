@@ -11,7 +11,7 @@ import sys
 import click
 
 from .cachefs import uid
-from .core import JaxprError, Loc, UsageProblem
+from .core import JaxprError, Loc, UsageProblem, shown_path
 
 
 class UsageError(click.UsageError):
@@ -570,7 +570,7 @@ class progress:
     def _text(self) -> str:
         import time
 
-        parts = [self.description]
+        parts = [shown_path(self.description)]  # (a file name it holds)
         if self.phase:
             parts.append(self.phase)
         if self.done is not None:
@@ -728,8 +728,7 @@ def format_error(err: JaxprError, kind: str = "error", code: str | None = None) 
     _locate(err)
     message = shorten_words(err.message)
     message = _COMMAND_LINE.sub(lambda m: repr(m.group(1))[1:-1] + m.group(2), message)
-    from .diagnostics import shown_path
-
+    message = shown_path(message, keep="\n")  # a name it quotes: no raw ESC, BEL or CR
     where = f"{shown_path(err.loc.file)}:{err.loc.line}:{err.loc.col}: " if err.loc else ""
     if code:
         first, nl, rest = message.partition("\n")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..core import Jaxpr, JaxprError, NoReverseMode, is_inexact
+from ..core import Jaxpr, JaxprError, NoReverseMode, is_inexact, shown_path
 from ..lazy import np
 
 #: JAX's gradient tolerances of its 4- and 8-bit floats, least precise first
@@ -476,6 +476,7 @@ def render_table(
     caption = None
     if replaced:
         caption = "checked against the body, not the custom rule: " + "; ".join(replaced)
+    title = escape(shown_path(title))  # a file's name: no markup, no raw control characters
     table = Table(title=title, caption=caption, box=box.SIMPLE_HEAD, show_lines=False)
     table.add_column("program", no_wrap=True, overflow="fold")
     table.add_column("check", ratio=1)
@@ -488,7 +489,7 @@ def render_table(
         else:
             verdict = "[green]pass[/]" if c.passed else f"[bold red]{c.verdict}[/]"
         error = "-" if c.skipped else f"{c.error:.2e}"
-        table.add_row(c.program, c.name, error, f"{c.tolerance:.0e}", verdict)
+        table.add_row(escape(shown_path(c.program)), c.name, error, f"{c.tolerance:.0e}", verdict)
     con = console(sys.stdout)
     if color is False:
         con.no_color = True

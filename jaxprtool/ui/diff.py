@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import click
 
-from ..core import Jaxpr, Literal, Var, alpha_equal
+from ..core import Jaxpr, Literal, Var, alpha_equal, shown_path
 from ..io import use_color
 from ..params import NpScalar, Record, format_value
 from ..record import prim as record_of
@@ -29,8 +29,8 @@ def text_diff(
     lines = difflib.unified_diff(
         before.splitlines(),
         after.splitlines(),
-        fromfile=a_name,
-        tofile=b_name,
+        fromfile=shown_path(a_name),  # (a file's name: never a line of its own choosing)
+        tofile=shown_path(b_name),
         lineterm="",
         n=context,
     )
@@ -89,7 +89,7 @@ def show_diff(
     if d:
         show_text(d)
     else:
-        note(f"(no change: {b_name} is identical to {a_name})")
+        note(f"(no change: {shown_path(b_name)} is identical to {shown_path(a_name)})")
 
 
 def show_change(
@@ -120,7 +120,7 @@ def show_change(
         names_b=printed_names(after, style),
     )
     if d is None:
-        note(f"(no change: {b_name} is {a_name} up to variable names)")
+        note(f"(no change: {shown_path(b_name)} is {shown_path(a_name)} up to variable names)")
     else:
         show_text(d)
 
@@ -318,7 +318,7 @@ def semantic_diff(
     pairs = _paired_binders(la, render_lines(b, _Namer()))
     preset = {id(vb): na.names[id(va)] for va, vb in pairs}
     lb = render_lines(b, _Namer(preset, taken=set(na.names.values())))
-    lines = [f"--- {a_name}", f"+++ {b_name}"]
+    lines = [f"--- {shown_path(a_name)}", f"+++ {shown_path(b_name)}"]
     names_b = _b_side_names(names_a, names_b, pairs, la, lb)
     shown_a, shown_b = render_lines(a, _Given(names_a)), render_lines(b, _Given(names_b))
     lines += _hunks(la, lb, shown_a, shown_b, context)

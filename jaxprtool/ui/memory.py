@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from ..core import JaxprError
+from ..core import JaxprError, shown_path
 from ..memory import LiveValue, Residuals, Timeline
 
 
@@ -87,7 +87,7 @@ def _where(v: dict) -> str:
 
 def text_lines(r: dict) -> list[str]:
     """The report as plain lines (the terminal plot comes after them)."""
-    lines = [f"{r['file']}: {r['steps']} steps (equations, call bodies inlined)"]
+    lines = [f"{shown_path(r['file'])}: {r['steps']} steps (equations, call bodies inlined)"]
     if r["peak_at"] is None:
         lines.append(f"peak: {r['peak_bytes']} bytes ({human(r['peak_bytes'])}): the inputs")
     else:

@@ -31,7 +31,17 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..core import Eqn, Jaxpr, RefType, ShapedArray, Var, all_eqns, eqn_subjaxprs, value_bytes
+from ..core import (
+    Eqn,
+    Jaxpr,
+    RefType,
+    ShapedArray,
+    Var,
+    all_eqns,
+    eqn_subjaxprs,
+    shown_path,
+    value_bytes,
+)
 from ..record import prim
 
 MOVEMENT = {"squeeze_p"}  # moves data, computes nothing
@@ -153,7 +163,7 @@ def _count(n: int, unit: str = "") -> str:
 def render_text(s: dict, path: str = "") -> str:
     lines = []
     if path:
-        lines.append(path)
+        lines.append(shown_path(path))
     lines.append(
         f"equations: {s['equations']}  depth: {s['depth']}  inputs: {s['inputs']}  "
         f"outputs: {s['outputs']}  constvars: {s['constvars']}"

@@ -4,7 +4,7 @@ as rich markup."""
 
 from __future__ import annotations
 
-from ...core import JaxprError
+from ...core import JaxprError, shown_path
 from ...lazy import np
 from ..tables import print_table
 from .record import ExplainData, summarize
@@ -74,7 +74,8 @@ def render(data: ExplainData, console, wrap: bool = True) -> None:
 
     out = _Out(console, wrap)
     console.print(
-        Text(f"explain {data.label}  (mode {data.mode})", style="bold underline"), soft_wrap=True
+        Text(f"explain {shown_path(data.label)}  (mode {data.mode})", style="bold underline"),
+        soft_wrap=True,
     )
     out.heading(1)
     out.code(data.primal_text, indent=2, style="")
