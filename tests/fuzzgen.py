@@ -1589,7 +1589,8 @@ class Runner:
             return [("hang", f"over {self.time_limit:.0f} s")], {"exit": None}
         found += self.judge(case, r1)
         if takes_o:
-            # OUT is a new name, an existing file, or (a fifth of the time) the input itself
+            # OUT is a new name, an existing file, or (a fifth of the time) the input itself,
+            # which must be refused
             into_input = not case.stdin and case.command != "diff" and case.index % 5 == 0
             out = inp if into_input else self.dir / "out.jaxpr"
             sentinel = case.data if into_input else b"sentinel: the old contents of OUT\n"
@@ -1598,23 +1599,29 @@ class Runner:
                 r2 = invoke([*argv, "-o", str(out)], stdin, self.time_limit)
             except Hang:
                 return found + [("hang", f"with -o, over {self.time_limit:.0f} s")], {"exit": None}
-            found += self.judge(case, r2)
-            leftovers = [p.name for p in self.dir.iterdir() if p.name.startswith(".jaxprtool-")]
-            got = out.read_bytes() if out.exists() else None
-            for p in leftovers:
-                (self.dir / p).unlink()
-            if leftovers:
-                found.append(("partial -o", f"temporary files left: {leftovers}"))
-            if r2.exit_code != 0 and got != sentinel:
-                found.append(("partial -o", f"exit {r2.exit_code} but OUT changed"))
-            same = (r1.exit_code, r1.stderr, r1.stdout) == (r2.exit_code, r2.stderr, got)
-            if r2.exit_code == 0 and r2.stdout:
-                found.append(("partial -o", "with -o, the result also went to stdout"))
-            if not same and r1.exit_code == 0 == r2.exit_code and r1.stderr == r2.stderr:
-                found.append(("partial -o", "OUT differs from the output without -o"))
-            elif not same and (r1.exit_code, r1.stderr) != (r2.exit_code, r2.stderr):
-                why = f"exit {r1.exit_code} / {r2.exit_code}; {_first_difference(r1.stderr, r2.stderr)}"
-                found.append(("nondeterministic", f"the run with -o said something else: {why}"))
+            if into_input:  # refused before anything runs (exit 2), the input untouched
+                if r2.exit_code != 2 or out.read_bytes() != sentinel:
+                    found.append(("partial -o", f"-o onto the input: exit {r2.exit_code}"))
+            else:
+                found += self.judge(case, r2)
+                leftovers = [p.name for p in self.dir.iterdir() if p.name.startswith(".jaxprtool-")]
+                got = out.read_bytes() if out.exists() else None
+                for p in leftovers:
+                    (self.dir / p).unlink()
+                if leftovers:
+                    found.append(("partial -o", f"temporary files left: {leftovers}"))
+                if r2.exit_code != 0 and got != sentinel:
+                    found.append(("partial -o", f"exit {r2.exit_code} but OUT changed"))
+                same = (r1.exit_code, r1.stderr, r1.stdout) == (r2.exit_code, r2.stderr, got)
+                if r2.exit_code == 0 and r2.stdout:
+                    found.append(("partial -o", "with -o, the result also went to stdout"))
+                if not same and r1.exit_code == 0 == r2.exit_code and r1.stderr == r2.stderr:
+                    found.append(("partial -o", "OUT differs from the output without -o"))
+                elif not same and (r1.exit_code, r1.stderr) != (r2.exit_code, r2.stderr):
+                    why = f"exit {r1.exit_code} / {r2.exit_code}; {_first_difference(r1.stderr, r2.stderr)}"
+                    found.append(
+                        ("nondeterministic", f"the run with -o said something else: {why}")
+                    )
         else:
             try:
                 r2 = invoke(argv, stdin, self.time_limit)

@@ -125,12 +125,13 @@ def test_non_scalar_grad_is_located_at_the_outputs():
 
 
 def test_output_keeps_the_mode_of_the_file_it_replaces(tmp_path):
-    f = tmp_path / "f.jaxpr"
+    f, out = tmp_path / "f.jaxpr", tmp_path / "out.jaxpr"
     f.write_text(SIN)
-    os.chmod(f, 0o640)
-    r = tool("opt", "-p", "dce", str(f), "-o", str(f))
+    out.write_text("old\n")
+    os.chmod(out, 0o640)
+    r = tool("opt", "-p", "dce", str(f), "-o", str(out))
     assert r.exit_code == 0, r.output
-    assert stat.S_IMODE(f.stat().st_mode) == 0o640
+    assert stat.S_IMODE(out.stat().st_mode) == 0o640 and out.read_text() != "old\n"
 
 
 def test_a_new_output_follows_the_umask(tmp_path):
@@ -152,13 +153,17 @@ def test_output_onto_a_directory_or_a_missing_folder(tmp_path):
     assert sorted(os.listdir(tmp_path)) == []  # no temporary file left behind
 
 
-def test_a_failing_command_leaves_its_input_intact(tmp_path):
-    f = tmp_path / "f.jaxpr"
+def test_a_failing_command_leaves_its_input_and_output_intact(tmp_path):
+    f, out = tmp_path / "f.jaxpr", tmp_path / "g.jaxpr"
     f.write_text(SIN)
-    r = tool("grad", str(f), "-o", str(f))  # non-scalar output: fails
+    out.write_text("kept\n")
+    r = tool("grad", str(f), "-o", str(out))  # non-scalar output: fails
     assert r.exit_code == 1
+    assert f.read_text() == SIN and out.read_text() == "kept\n"
+    assert sorted(os.listdir(tmp_path)) == ["f.jaxpr", "g.jaxpr"]
+    r = tool("grad", str(f), "-o", str(f))  # the input as output: refused before anything
+    assert r.exit_code == 2 and "is the same file as the input" in r.output
     assert f.read_text() == SIN
-    assert os.listdir(tmp_path) == ["f.jaxpr"]
 
 
 def test_a_symlinked_output_replaces_the_target_and_keeps_the_link(tmp_path):
