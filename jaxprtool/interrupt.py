@@ -21,10 +21,25 @@ _WAITING = False
 
 
 def program_starting() -> bool:
-    """This process is the `jaxprtool` program starting (its console script, or
-    `python -m jaxprtool`, whose package is imported while `sys.argv[0]` is `-m`)."""
+    """This process is the `jaxprtool` program starting: its console script, or `python -m
+    jaxprtool`.  Read from the interpreter's own command line (`sys.orig_argv`), never from
+    `sys.argv[0] == "-m"` alone, which is also true while the parent packages of any
+    `python -m pkg.mod` are imported: a library user's process never installs the hook."""
     first = sys.argv[0] if sys.argv else ""
-    return first == "-m" or os.path.basename(first) == "jaxprtool"
+    if os.path.basename(first) == "jaxprtool" and first != "-m":
+        return True
+    argv = getattr(sys, "orig_argv", [])
+    i = 1
+    while i < len(argv):
+        word = argv[i]
+        if word == "-m":
+            return argv[i + 1 : i + 2] in (["jaxprtool"], ["jaxprtool.__main__"])
+        if word.startswith("-m"):  # -mjaxprtool
+            return word[2:] in ("jaxprtool", "jaxprtool.__main__")
+        if not word.startswith("-") or word.startswith("-c"):  # a script, or -c CODE
+            return False
+        i += 2 if word in ("-W", "-X") else 1  # (the two options that take a word)
+    return False
 
 
 def exit_on_interrupt() -> None:

@@ -179,7 +179,10 @@ SAMPLED = {
     "test_custom_rules.py::test_softmax_rule_gives_jax_gradient_on_any_axis": (4, 0),
     "test_api_functions.py::test_jacobians_match_jax": (2, 0),
     "test_state_ad.py::test_grad_and_vjp_through_refs_are_jax_s": (2, 0),
-    "test_state_ad.py::test_a_ref_written_inside_a_call_loop_or_branch_differentiates_as_jax_s": (2, 1),
+    "test_state_ad.py::test_a_ref_written_inside_a_call_loop_or_branch_differentiates_as_jax_s": (
+        2,
+        1,
+    ),
     "test_installed_jax.py::test_explain_and_memory": (2, 0),
     "test_installed_jax.py::test_check_grad": (2, 1),
     "test_remat.py::test_linear_program_dot_product": (2, 0),
