@@ -180,13 +180,14 @@ def gather_inputs(jaxpr, args_npz, arg_files, seed, consts_npz, dims, inline=Non
     they bind checked again, and only then is their data read."""
     from ..backend.consts import all_constvars, check_count
     from ..backend.limits import check_memory
-    from ..backend.values import check_dims, random_array
+    from ..backend.values import check_dims
 
     sources = sum(x is not None and x != () for x in (args_npz, arg_files or None, seed, inline))
     if sources > 1:
         raise UsageError("give only one of --args, --arg, --input and --random")
     check_dims(jaxpr, dims)
     check_memory(jaxpr, dims)
+    DRAWN.clear()
     rng = np.random.default_rng(seed) if seed is not None else None
     if inline is not None:
         args = list(inline)
@@ -231,14 +232,40 @@ def gather_inputs(jaxpr, args_npz, arg_files, seed, consts_npz, dims, inline=Non
     if args is not None:
         args = read_all(check_arrays(jaxpr.invars, args, dims, "argument"), "arguments")
     else:
-        args = [random_array(_shaped(v), rng, dims) for v in jaxpr.invars]
+        args = _random(jaxpr, jaxpr.invars, rng, dims, "arg")
     if consts is not None:
         consts = read_all(check_arrays(cvars, consts, dims, "constant"), "constants")
     else:
-        consts = [random_array(_shaped(v), rng, dims) for v in cvars]
+        consts = _random(jaxpr, cvars, rng, dims, "const")
     args = check_arrays(jaxpr.invars, args, dims, "argument")
     consts = check_arrays(cvars, consts, dims, "constant")
     return args, consts, dims
+
+
+#: what the last random draw of `gather_inputs` did beyond N(0, 1) floats and integers in
+#: [1, 5): ["arg1 (i32[4]): integers in [0, 3) (gather at f.jaxpr:9:5)", ...]
+DRAWN: list[str] = []
+
+
+def _random(jaxpr, binders, rng, dims, prefix: str) -> list:
+    """Random values of `binders`, drawn as the program needs them (`draw.py`), noted in
+    DRAWN."""
+    from ..backend.values import random_array
+    from ..draw import input_needs
+
+    needs = input_needs(jaxpr, binders)
+    for i, (v, n) in enumerate(zip(binders, needs)):
+        if n is not None and n.why:
+            DRAWN.append(f"{var_name(v, i, prefix)}:{v.type} {n.describe()}")
+    return [random_array(_shaped(v), rng, dims, need=n) for v, n in zip(binders, needs)]
+
+
+def drawn_note(seed: int) -> str:
+    """The line saying how the random point was drawn (seed, and what was drawn to fit)."""
+    how = "N(0, 1) floats, integers in [1, 5)"
+    if DRAWN:
+        how += "; drawn as the program needs them: " + "; ".join(DRAWN)
+    return f"random inputs, seed {seed}: {how}"
 
 
 def warn_invented_consts(jaxpr, consts_npz, seed, command: str) -> None:

@@ -24,16 +24,25 @@ def _runner(consts):
     from ..backend import evaluate, reference_device
     from ..backend.consts import all_constvars
 
-    def run(jaxpr, args, reference=False):
-        device = reference_device(jaxpr) if reference else None
+    def typed(jaxpr):
         cvars = all_constvars(jaxpr)
         if not cvars:
-            return evaluate(jaxpr, args, None, device=device)
+            return None
         if len(consts) == len(jaxpr.constvars):
             cvars = list(jaxpr.constvars)
-        typed = [_as_type(c, v.type) for c, v in zip(consts, cvars)]
-        return evaluate(jaxpr, args, typed, device=device)
+        return [_as_type(c, v.type) for c, v in zip(consts, cvars)]
 
+    def run(jaxpr, args, reference=False):
+        device = reference_device(jaxpr) if reference else None
+        return evaluate(jaxpr, args, typed(jaxpr), device=device)
+
+    def jax_derivative(jaxpr, args, diff, vec, outs_idx, kind):
+        """JAX's own jvp or vjp of `jaxpr` at `args` (check-grad's precision report)."""
+        from ..backend.reference_ad import jax_derivative as of
+
+        return of(jaxpr, typed(jaxpr) or [], args, diff, vec, outs_idx, kind)
+
+    run.jax_derivative = jax_derivative
     return run
 
 
