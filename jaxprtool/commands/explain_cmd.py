@@ -14,6 +14,7 @@ from ..io import write_output
 from .ad_cmds import custom_rules_option
 from .common import FILE_ARG, OUT_ARG, int_list
 from .mesh_options import mesh_options
+from .run_inputs import save_inputs_option
 from .run_options import device_options, dim_option, parse_dims
 
 
@@ -63,6 +64,7 @@ from .run_options import device_options, dim_option, parse_dims
     "its file; errors and a failed check are still said on standard error).",
 )
 @click.option("--width", type=click.IntRange(60, 400), default=None, help="Output width.")
+@save_inputs_option
 @custom_rules_option
 @dim_option
 @device_options(
@@ -103,6 +105,7 @@ def _explain(
     html_out,
     width,
     custom_rules,
+    save_inputs,
     dims,
 ):
     from rich.console import Console
@@ -111,7 +114,7 @@ def _explain(
     from ..backend import sharding as backend
     from ..cli import require_jax
     from ..commands.common import load, output_style
-    from ..commands.run_inputs import gather_inputs, warn_invented_consts
+    from ..commands.run_inputs import gather_inputs, keep_point, warn_invented_consts
     from ..consts_order import for_ad
     from ..core import JaxprError
     from ..shardings import axis_sizes_of
@@ -125,6 +128,7 @@ def _explain(
     input_seed = None if args_npz is not None else (seed or 0)  # with --args: seeds v / w only
     args, consts, _ = gather_inputs(jaxpr, args_npz, None, input_seed, consts_npz, dims)
     warn_invented_consts(jaxpr, consts_npz, seed or 0, "explain")
+    keep_point(save_inputs, args, consts, seed or 0, args_npz is None)
     with axis_sizes_of(jaxpr, backend.CONFIG.mesh):  # a text without its mesh
         data = explain_data(
             jaxpr,

@@ -268,6 +268,49 @@ def drawn_note(seed: int) -> str:
     return f"random inputs, seed {seed}: {how}"
 
 
+SAVE_INPUTS_HELP = (
+    "Write the point the program ran at to OUT.npz (arg0, arg1, ..., const0, ...: what "
+    "--args and --consts read back), and say how it was drawn (the seed, and the inputs "
+    "drawn as the program needs them)."
+)
+
+
+def save_inputs_option(fn):
+    """`--save-inputs OUT.npz` (run, check-grad, explain)."""
+    import click
+
+    from .common import OUT_ARG
+
+    return click.option(
+        "--save-inputs", "save_inputs", metavar="OUT.npz", type=OUT_ARG, help=SAVE_INPUTS_HELP
+    )(fn)
+
+
+def keep_point(save_path, args, consts, seed, random: bool) -> None:
+    """--save-inputs: the arguments and constants written as one .npz (no pickle inside);
+    with random inputs, a note on standard error naming the seed and what was drawn
+    (also without --save-inputs when some input was drawn as the program needs it)."""
+    import io as _bytes
+
+    import click
+
+    from ..io import write_output
+
+    def note(text: str) -> None:
+        click.echo(f"note: {text}", err=True)
+
+    if random and (save_path is not None or DRAWN):
+        note(drawn_note(seed))
+    if save_path is None:
+        return
+    arrays = {f"arg{i}": np.asarray(a) for i, a in enumerate(args)}
+    arrays.update({f"const{i}": np.asarray(c) for i, c in enumerate(consts or [])})
+    buf = _bytes.BytesIO()
+    np.savez(buf, **arrays)
+    write_output(buf.getvalue(), save_path)
+    note(f"inputs saved to {save_path} ({', '.join(arrays) or 'none'})")
+
+
 def warn_invented_consts(jaxpr, consts_npz, seed, command: str) -> None:
     """check-grad and explain run a program with random inputs by default, its constants
     too when no --consts gives them: say so, since a program's constants often carry

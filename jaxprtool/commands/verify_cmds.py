@@ -13,6 +13,7 @@ from ..io import report
 from .ad_cmds import custom_rules_option
 from .common import FILE_ARG, int_list
 from .mesh_options import mesh_options
+from .run_inputs import save_inputs_option
 from .run_options import device_options, dim_option, parse_dims
 
 
@@ -122,6 +123,7 @@ def _positive(name: str, help: str):
     "--eps",
     "Finite-difference step (default: 1e-5 in a float64 copy of the program, else 1e-3 for f32).",
 )
+@save_inputs_option
 @custom_rules_option
 @dim_option
 @device_options(
@@ -142,6 +144,7 @@ def check_grad(
     tol,
     dot_tol,
     eps,
+    save_inputs,
     custom_rules,
     dim_specs,
     device,
@@ -171,7 +174,7 @@ def check_grad(
     from ..backend import sharding as backend
     from ..cli import require_jax
     from ..commands.common import load_reporting
-    from ..commands.run_inputs import gather_inputs, warn_invented_consts
+    from ..commands.run_inputs import gather_inputs, keep_point, warn_invented_consts
     from ..consts_order import for_ad
     from ..io import Reported
     from ..shardings import axis_sizes_of
@@ -191,6 +194,9 @@ def check_grad(
     from .driver import expand_inputs
 
     inputs = expand_inputs(files or ("-",))
+    if save_inputs is not None and len(inputs) != 1:
+        report(JaxprError(f"--save-inputs keeps the point of one FILE, got {len(inputs)}"))
+        sys.exit(2)
     dims = parse_dims(dim_specs)  # the sizes of symbolic dims for the random inputs
     reports: list[dict] = []
     failed = trouble = False
@@ -207,6 +213,7 @@ def check_grad(
                     jaxpr, args_npz, None, None if args_npz else seed, consts_npz, dims
                 )
                 warn_invented_consts(jaxpr, consts_npz, seed, "check-grad")
+                keep_point(save_inputs, args, consts, seed, args_npz is None)
                 with axis_sizes_of(jaxpr, backend.CONFIG.mesh):  # a text without its mesh
                     checks = run_checks(
                         jaxpr,

@@ -222,16 +222,23 @@ def _pipeline(data: ExplainData, rec: Recorder, jaxpr, args, consts, mask, seed,
     primal_outs = _guard(2, run, args)
     reference = reference_device(jaxpr)  # the finite differences' (the CPU's)
     fd = checks.FiniteDifferences(
-        jaxpr, lambda xs: run(xs, device=reference), args, diff, lambda e: _stop_with(5, e)
+        jaxpr,
+        lambda xs: run(xs, device=reference),
+        args,
+        diff,
+        lambda e: _stop_with(5, e),
+        consts,
     )
     n_out = len(jaxpr.outvars)
+    nonfinite = not all(np.isfinite(np.asarray(primal_outs[j])).all() for j in fd.outs)
 
     if mode == "jvp":
         data.derivative = [
             (f"tangent of {data.output_names[j]}", np.asarray(t.array))
             for j, t in zip(fd.outs, derivative[n_out:])
         ]
-        checks.jvp_checks(data, fd)
+        judged = _guard(5, fd.judged, program, fwd_inputs, n_out)
+        checks.jvp_checks(data, fd, judged, nonfinite)
         checks.analytic_check(data, jaxpr, args, consts, diff, fd.dtype)
         return
 
@@ -295,7 +302,8 @@ def _pipeline(data: ExplainData, rec: Recorder, jaxpr, args, consts, mask, seed,
     data.derivative = [
         (f"{what} of {data.input_names[i]}", np.asarray(g.array)) for i, g in zip(diff, grads)
     ]
-    checks.vjp_checks(data, fd, w)
+    judged = _guard(5, fd.judged, program, final_inputs, n_out if mode == "vjp" else 0)
+    checks.vjp_checks(data, fd, w, judged, nonfinite)
     checks.analytic_check(data, jaxpr, args, consts, diff, fd.dtype, w)
 
 

@@ -110,6 +110,8 @@ def render(data: ExplainData, console, wrap: bool = True) -> None:
     if not data.analytic:
         out.line(("no analytic formula: the program is not a single elementwise primitive", "dim"))
     verdict = "all checks pass" if data.passed else "a check FAILED"
+    if data.passed and any(c.inconclusive for c in data.checks):
+        verdict = "inconclusive at this point (see the checks), no check FAILED"
     out.line(("result: ", "bold"), (verdict, "bold green" if data.passed else "bold red"))
 
 
@@ -241,11 +243,16 @@ def _derivative(data: ExplainData, out: _Out) -> None:
             line(small, indent=4)
     out.blank()
     table = Table(title="checks", title_justify="left")
-    for col in ("check", "error", "tolerance", "result"):
+    for col in ("check", "error", "tolerance", "result", "judged in"):
         table.add_column(col, overflow="fold")
     for c in data.checks:
-        verdict = Text("pass", style="green") if c.passed else Text("FAIL", style="bold red")
-        table.add_row(Text(c.name), f"{c.error:.2e}", f"{c.tolerance:.0e}", verdict)
+        if c.inconclusive is not None:  # the point, not the rules: NaN there, unsettled
+            verdict = Text(c.verdict, style="yellow")
+        elif c.passed:
+            verdict = Text("pass", style="green")
+        else:
+            verdict = Text("FAIL", style="bold red")
+        table.add_row(Text(c.name), f"{c.error:.2e}", f"{c.tolerance:.0e}", verdict, c.judged_in)
     print_table(out.console, table)
     if data.fallbacks:
         line(("differentiated by a fallback or a plugin rule:", "bold yellow"))
