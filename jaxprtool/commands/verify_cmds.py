@@ -106,8 +106,8 @@ def _positive(name: str, help: str):
     "as_json",
     is_flag=True,
     help='Print one JSON document instead of the tables: {"files": [{"file", "checks": '
-    '[{"program", "check", "error", "tolerance", "result"}], "replaced"}], "summary": '
-    '{"files", "checks", "failures", "not_checked"}}.',
+    '[{"program", "check", "error", "tolerance", "result", "judged_in", "own_error", '
+    '"jax_error"}], "replaced"}], "summary": {"files", "checks", "failures", "not_checked"}}.',
 )
 @_positive(
     "--tol",
@@ -282,7 +282,9 @@ def check_grad(
 
 
 def _report(path: str, checks, replaced: list[str]) -> dict:
-    """One file's checks for --json (`result`: pass, FAIL, or the non-smooth verdict)."""
+    """One file's checks for --json (`result`: pass, FAIL, inconclusive or the non-smooth
+    verdict; `judged_in`: "f64" or the program's own precision and why; `own_error`,
+    `jax_error`: the program's own derivative and JAX's against the float64 one, or null)."""
     return {
         "file": path,
         "checks": [
@@ -292,6 +294,9 @@ def _report(path: str, checks, replaced: list[str]) -> dict:
                 "error": None if c.skipped else float(c.error),
                 "tolerance": float(c.tolerance),
                 "result": c.verdict,
+                "judged_in": c.judged_in,
+                "own_error": c.own_error,
+                "jax_error": c.jax_error,
             }
             for c in checks
         ],

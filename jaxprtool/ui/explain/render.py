@@ -243,7 +243,7 @@ def _derivative(data: ExplainData, out: _Out) -> None:
             line(small, indent=4)
     out.blank()
     table = Table(title="checks", title_justify="left")
-    for col in ("check", "error", "tolerance", "result", "judged in"):
+    for col in ("check", "error", "tolerance", "judged in", "result"):
         table.add_column(col, overflow="fold")
     for c in data.checks:
         if c.inconclusive is not None:  # the point, not the rules: NaN there, unsettled
@@ -252,7 +252,7 @@ def _derivative(data: ExplainData, out: _Out) -> None:
             verdict = Text("pass", style="green")
         else:
             verdict = Text("FAIL", style="bold red")
-        table.add_row(Text(c.name), f"{c.error:.2e}", f"{c.tolerance:.0e}", verdict, c.judged_in)
+        table.add_row(Text(c.name), f"{c.error:.2e}", f"{c.tolerance:.0e}", c.judged_in, verdict)
     print_table(out.console, table)
     if data.fallbacks:
         line(("differentiated by a fallback or a plugin rule:", "bold yellow"))
