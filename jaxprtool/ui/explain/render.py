@@ -173,7 +173,10 @@ def _segments(steps, index):
     runs: dict[int, list] = {}
     for s in steps:
         runs.setdefault(index(s) // SEGMENT, []).append(s)
-    return [(index(ss[0]), index(ss[-1]), ss) for _, ss in sorted(runs.items())]
+    return [
+        (min(map(index, ss)), max(map(index, ss)), sorted(ss, key=index))
+        for _, ss in sorted(runs.items())
+    ]
 
 
 def _forward_rows(data: ExplainData):
