@@ -356,7 +356,7 @@ class GradChecker:
         inconclusive, with that reason; measured only for a failure (two more runs)."""
         if c.within or c.nonsmooth is not None or c.nonfinite or math.isnan(c.error):
             return c
-        if self.given.get("eps"):  # the step is the user's: its verdict stands
+        if self.given.get("eps") or self.given.get("tol"):  # the user's step or tolerance
             return c
         spread = fds.spread(args, diff, v, outs_idx, fd)
         if spread > c.tolerance:
