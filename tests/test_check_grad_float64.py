@@ -147,3 +147,20 @@ def test_save_inputs_takes_one_file(tmp_path):
     assert r.exit_code == 2
     assert "--save-inputs keeps the point of one FILE, got 2" in r.output
     assert not (tmp_path / "p.npz").exists()
+
+
+def test_a_point_the_finite_differences_cannot_resolve_is_inconclusive(tmp_path):
+    """tanh(1e6 x) at x = 1e-6: the step (1e-5) crosses the whole of tanh, so the finite
+    differences at h and h/2 disagree as much as with the (right) derivative: the checks
+    against them FAILed; now they are inconclusive, saying why, and nothing fails."""
+    f = lambda x: jnp.tanh(1e6 * x)  # noqa: E731
+    prog = _write(tmp_path, "steep", f, np.ones(2, np.float32))
+    point = tmp_path / "x.npz"
+    np.savez(point, arg0=np.array([1e-6, -2e-6], np.float32))
+    r = _invoke("check-grad", prog, "--args", point)
+    assert r.exit_code == 0, r.output
+    rows = [ln for ln in r.stdout.splitlines() if ln.startswith("steep.jaxpr  ")]
+    assert len(rows) == 3, r.stdout
+    for row in rows[:2]:
+        assert "inconclusive (finite differences do not settle at the point" in row, row
+    assert rows[2].endswith("pass"), rows[2]  # the adjoint identity needs no differences

@@ -146,13 +146,11 @@ def _wide(xs) -> list:
 
 def _run_wide(jaxpr: Jaxpr, consts):
     """run(args) of the float64 copy of `jaxpr` on the CPU (the reference device), its
-    constants widened; None where no copy type-checks or the derivatives run on a TPU
-    (float64 is not available there: its own derivative is judged, at the wider
-    tolerance)."""
-    from ...backend import current_platform, evaluate, reference_device
+    constants widened; None where no copy type-checks."""
+    from ...backend import evaluate, reference_device
     from ..widen import widen
 
-    wide = widen(jaxpr) if current_platform() != "tpu" else None
+    wide = widen(jaxpr)
     if wide is None:
         return None
     device, cs = reference_device(jaxpr), _wide(consts)
@@ -165,6 +163,8 @@ class FiniteDifferences:
     type-checks (as check-grad's), else in its own precision."""
 
     def __init__(self, jaxpr: Jaxpr, run, args, diff, on_error, consts=()):
+        from ...backend import current_platform
+
         self.run, self.args, self.diff, self.on_error = run, args, diff, on_error
         self.consts = list(consts)
         self.outs = [j for j, v in enumerate(jaxpr.outvars) if is_inexact(v.type)]
@@ -175,11 +175,14 @@ class FiniteDifferences:
         self.eps = WIDE_EPS if self.wide is not None else EPS.get(real, 1e-3)
         self.base = _wide(args) if self.wide is not None else list(args)
         self.judged_in = "f64" if self.wide is not None else f"{real} (no float64 copy)"
+        if current_platform() == "tpu":  # no float64 there: its own derivative is judged
+            self.judged_in = f"{real} on the TPU (no float64 there)"
 
     def judged(self, program: Jaxpr, inputs, skip: int) -> list | None:
         """The outputs past `skip` of derivative `program` in its float64 copy (what the
-        checks judge), or None where the differences are not in float64 either."""
-        if self.wide is None:
+        checks judge), or None where the differences are not in float64 either, or the
+        derivatives run on a TPU."""
+        if self.wide is None or self.judged_in != "f64":
             return None
         run = _run_wide(program, self.consts)
         return None if run is None else [np.asarray(x) for x in run(inputs)[skip:]]
