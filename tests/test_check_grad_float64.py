@@ -164,3 +164,16 @@ def test_a_point_the_finite_differences_cannot_resolve_is_inconclusive(tmp_path)
     for row in rows[:2]:
         assert "inconclusive (finite differences do not settle at the point" in row, row
     assert rows[2].endswith("pass"), rows[2]  # the adjoint identity needs no differences
+
+
+def test_scatter_indices_are_drawn_within_the_operand():
+    """x.at[i].add(u) into 3 places: i in [0, 3), as the integers a gather reads."""
+    import jaxprtool.api as jt
+    from jaxprtool.draw import input_needs
+
+    f = lambda x, i, u: jnp.sum(jnp.sin(x.at[i].add(u)))  # noqa: E731
+    text = str(jax.make_jaxpr(f)(np.ones(3, np.float32), np.zeros(4, np.int32), np.ones(4)))
+    j = jt.parse(text).jaxpr
+    x, i, u = input_needs(j, j.invars)
+    assert x is None and u is None
+    assert i.index_bound == 3 and "scatter-add at" in i.describe(), i.describe()

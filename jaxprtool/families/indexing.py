@@ -708,6 +708,15 @@ def _traced_combiner(interp, body: Jaxpr, eqn: Eqn, dtype, path):
     return jax.make_jaxpr(combine)(scalar, scalar)
 
 
+def _scatter_draw(e):
+    """Random inputs (`draw.py`): its indices within the operand axes they scatter into
+    (a start past an axis less its window: the axis size for an inserted axis of 1)."""
+    dn, x = e.params["dimension_numbers"], e.inputs[0].type
+    inserted = set(static_ints(field(dn, "inserted_window_dims")))
+    dims = static_ints(field(dn, "scatter_dims_to_operand_dims"))
+    return _index_need(1, [(x.shape[d], 1) for d in dims if d in inserted])
+
+
 for _p in ("", "-add", "-mul", "-min", "-max", "-sub"):
     for _name in {"scatter" + _p, "scatter" + _p.replace("-", "_")}:
         define(
@@ -718,6 +727,7 @@ for _p in ("", "-add", "-mul", "-min", "-max", "-sub"):
                 "update_consts out_sharding".split()
             ),
             params_since=OUT_SHARDING_SINCE,
+            draw_domain=_scatter_draw,
         )
 define("scatter", index_operands=1)
 define("scatter-add", index_operands=1)
