@@ -58,10 +58,14 @@ def _static(n) -> int | None:
 
 
 class _Walk:
-    def __init__(self):
+    def __init__(self, memo: dict | None = None):
         self.needs: dict[int, Need] = {}
         self.roots: dict[int, set[int]] = {}  # id(var) -> the inputs it is (or, int: comes from)
         self.ranges: dict[int, tuple[int, int]] = {}  # id(var) -> known integer range
+        #: id(body) -> what a call body needs of its binders, and where its integer results
+        #: come from: each body is walked once, however many calls share it (a program of
+        #: shared jaxprs calling each other twice has 2**40 call sites)
+        self.memo = {} if memo is None else memo
 
     def need(self, root: int) -> Need:
         return self.needs.setdefault(root, Need())
@@ -74,19 +78,49 @@ class _Walk:
         rec = prim(e.prim)
         body = e.params.get(rec.call_body) if rec.call_body else None
         if isinstance(body, Jaxpr) and len(body.invars) == len(e.inputs):
-            for b, x in zip(body.invars, e.inputs):
-                if not isinstance(x, Literal) and id(x) in self.roots:
-                    self.roots[id(b)] = self.roots[id(x)]
-                if not isinstance(x, Literal) and id(x) in self.ranges:
-                    self.ranges[id(b)] = self.ranges[id(x)]
-            self.walk(body)
-            for o, b in zip(e.outputs, body.outvars):
-                if not isinstance(b, Literal) and _int(o.type) and id(b) in self.roots:
-                    self.roots[id(o)] = self.roots[id(b)]
+            self.call(e, body)
         if rec.draw_domain is not None:
             for pos, need in rec.draw_domain(e).items():
                 self.apply(e, e.inputs[pos], need)
         self.follow(e, rec)
+
+    def summary(self, body: Jaxpr):
+        """(the needs of each binder of `body`, the binders each result comes from)."""
+        hit = self.memo.get(id(body))
+        if hit is None:
+            w = _Walk(self.memo)
+            for k, b in enumerate(body.invars):
+                w.roots[id(b)] = {k}
+            w.walk(body)
+            needs = [w.needs.get(k) for k in range(len(body.invars))]
+            outs = [
+                set() if isinstance(o, Literal) else w.roots.get(id(o), set()) for o in body.outvars
+            ]
+            hit = self.memo[id(body)] = (body, needs, outs)  # (the body held: its id stays)
+        return hit[1], hit[2]
+
+    def call(self, e, body: Jaxpr) -> None:
+        """A call: its body's needs become those of the inputs its operands are."""
+        needs, outs = self.summary(body)
+        for x, n in zip(e.inputs, needs):
+            if n is None or isinstance(x, Literal) or id(x) not in self.roots:
+                continue
+            for root in self.roots[id(x)]:
+                mine = self.need(root)
+                if n.index_bound is not None and _int(x.type):
+                    mine.index_bound = min(mine.index_bound or n.index_bound, n.index_bound)
+                elif not _int(x.type) and self.direct(x, root):
+                    mine.positive |= n.positive
+                    if n.fan_in is not None:
+                        mine.fan_in = max(mine.fan_in or 1, n.fan_in)
+                else:
+                    continue
+                mine.why += n.why
+        for o, came in zip(e.outputs, outs):
+            ins = [e.inputs[k] for k in came if not isinstance(e.inputs[k], Literal)]
+            roots = set().union(*(self.roots.get(id(x), set()) for x in ins))
+            if _int(o.type) and roots:
+                self.roots[id(o)] = roots
 
     def follow(self, e, rec) -> None:
         """Integer results come from the integer inputs of their operands; a range passes
