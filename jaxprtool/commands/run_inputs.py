@@ -264,7 +264,8 @@ def drawn_note(seed: int) -> str:
     """The line saying how the random point was drawn (seed, and what was drawn to fit)."""
     how = "N(0, 1) floats, integers in [1, 5)"
     if DRAWN:
-        how += "; drawn as the program needs them: " + "; ".join(DRAWN)
+        more = f"; and {len(DRAWN) - 4} more" if len(DRAWN) > 4 else ""
+        how += "; drawn as the program needs them: " + "; ".join(DRAWN[:4]) + more
     return f"random inputs, seed {seed}: {how}"
 
 
@@ -308,7 +309,11 @@ def keep_point(save_path, args, consts, seed, random: bool) -> None:
     buf = _bytes.BytesIO()
     np.savez(buf, **arrays)
     write_output(buf.getvalue(), save_path)
-    note(f"inputs saved to {save_path} ({', '.join(arrays) or 'none'})")
+    parts = [f"arg0..arg{len(args) - 1}"] if args else []
+    if consts:
+        parts.append(f"const0..const{len(consts) - 1}")
+    saved = ", ".join(parts) or "no arrays"
+    note(f"inputs saved to {save_path} ({saved}; --args and --consts read them back)")
 
 
 def warn_invented_consts(jaxpr, consts_npz, seed, command: str) -> None:
