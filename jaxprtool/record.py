@@ -204,6 +204,13 @@ class Primitive:
     remat_feed: Callable | None = None
     #: operands from this position on are indices (dynamic_slice: 1), for untyped literals
     index_operands: int | None = None
+    #: `rule(eqn) -> {operand: need}`: what the operand's random value needs, for inputs
+    #: drawn as the program needs them (`draw.py`): ("index", n) in [0, n), ("like", k) in
+    #: operand k's range, ("positive",), ("fan_in", n) scaled by 1/sqrt(n)
+    draw_domain: Callable | None = None
+    #: `rule(eqn) -> (lo, hi)`: the range [lo, hi) of its integer result (iota), for
+    #: ("like", k) above
+    draw_range: Callable | None = None
     #: an untyped operand literal with no typed sibling has the result's dtype (reshape)
     literal_like_result: bool = False
     #: `rule(eqn, pos) -> Type | None`: the type of the nested binder that operand `pos`

@@ -103,14 +103,16 @@ def test_table_is_plain_aligned_text_when_piped():
     lines = r.stdout.splitlines()
     assert lines[0] == f"check-grad {SAMPLES / 'sin_cos.jaxpr'}"
     assert lines[1] == "program        check                         error    tol  result"
-    pattern = r"sin_cos\.jaxpr  (.{25})  \d\.\d\de-\d\d  2e-0[35]  pass"
+    pattern = r"sin_cos\.jaxpr  (.{25})  \d\.\d\de[-+]\d\d  2e-0[35]  pass"
     names = [re.fullmatch(pattern, ln)[1].rstrip() for ln in lines[2:5]]
     assert names == [
         "jvp vs finite differences",
         "vjp vs finite differences",
         "dot product (adjoint)",
     ]
-    assert lines[5] == "check-grad: 1 file, 3 checks, 0 failures"
+    # below the table: what the verdicts were judged in, and the program's own precision
+    assert lines[5].startswith("sin_cos.jaxpr: judged in float64"), r.stdout
+    assert lines[-1] == "check-grad: 1 file, 3 checks, 0 failures"
 
 
 def test_json_report(tmp_path, wrong_sin_rule):

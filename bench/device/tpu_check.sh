@@ -3,14 +3,17 @@
 # repository's root: the tool from this checkout, its missing dependencies from wheels in
 # .whl-tpu (that machine has no package registry; fetch them here with `make tpu-wheels`).
 #
-#   bash bench/device/tpu_check.sh [tests] [table] [remat] [--size full|small] [--only A,B]
+#   bash bench/device/tpu_check.sh [tests] [table] [remat] [verify] [--size full|small] [--only A,B]
 #                                  [--no-commands] [--as-written] [--remat-only P,Q]
 #                                  [--remat-budgets B,C] [--no-scan | --no-unrolled]
 #
 # Stages (default: all): `tests` runs the tests marked tpu (tests/test_device.py) and the
 # command-line checks; `table` writes OUT/tpu_table.md (bench/device/tpu_table.py: each
 # command against jax.jit / jax.grad / jax.jvp / jax.vmap on the chip); `remat` writes
-# OUT/remat_tpu.md (bench/device/remat_tpu.py, where it exists).  OUT defaults to ./tpu-out.
+# OUT/remat_tpu.md (bench/device/remat_tpu.py, where it exists); `verify` writes
+# OUT/verify_tpu.md (bench/device/verify_tpu.py: check-grad and explain of the transformer
+# with --device tpu, their verdicts judged as docs/CHECK_GRAD.md says).  OUT defaults to
+# ./tpu-out.
 # One program at a time can hold the chip: the stages run one after the other.
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
@@ -35,7 +38,7 @@ while [ $# -gt 0 ]; do
     *) STAGES+=("$1"); shift ;;
   esac
 done
-[ ${#STAGES[@]} -eq 0 ] && STAGES=(tests table remat)
+[ ${#STAGES[@]} -eq 0 ] && STAGES=(tests table remat verify)
 
 if ls .whl-tpu/*.whl >/dev/null 2>&1; then
   PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --no-index --no-deps \
@@ -72,6 +75,11 @@ for stage in "${STAGES[@]}"; do
       else
         echo "bench/device/remat_tpu.py is not in this checkout: no remat table"
       fi
+      ;;
+    verify)
+      python3 bench/device/verify_tpu.py --device tpu --size "$SIZE" --out "$OUT" \
+        >> "$OUT/verify.log" 2>&1 || status=1
+      tail -12 "$OUT/verify.log"
       ;;
     *) echo "unknown stage $stage"; status=2 ;;
   esac

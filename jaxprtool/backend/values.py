@@ -225,9 +225,13 @@ def literal_value(lit: Literal) -> np.ndarray:
 
 
 def random_array(
-    t: ShapedArray, rng: np.random.Generator, dims=None, positive: bool = False
+    t: ShapedArray, rng: np.random.Generator, dims=None, positive: bool = False, need=None
 ) -> np.ndarray:
+    """A random value of type `t`: N(0, 1) floats, integers in [1, 5), unless `need` (a
+    `draw.Need`: what the program does with it) asks for an index range, a positive value
+    or a fan-in scale."""
     shape = static_shape(t, dims)
+    positive = positive or (need is not None and need.positive)
     if t.dtype.startswith("key<"):
         from .keys import data_shape
 
@@ -239,12 +243,16 @@ def random_array(
         return np.zeros(shape, float0())
     k = kind(dt)
     if k in "iu":
+        if need is not None and need.index_bound is not None:
+            return rng.integers(0, need.index_bound, size=shape).astype(dt)
         return rng.integers(1, 5, size=shape).astype(dt)
     if k == "c":
         re = rng.uniform(0.1, 1.0, shape) if positive else rng.standard_normal(shape)
         im = rng.uniform(0.1, 1.0, shape) if positive else rng.standard_normal(shape)
         return (re + 1j * im).astype(dt)
     vals = rng.uniform(0.1, 1.0, shape) if positive else rng.standard_normal(shape)
+    if need is not None and need.fan_in is not None:
+        vals = vals / np.sqrt(need.fan_in)
     return vals.astype(dt)
 
 

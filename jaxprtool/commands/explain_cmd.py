@@ -14,6 +14,7 @@ from ..io import write_output
 from .ad_cmds import custom_rules_option
 from .common import FILE_ARG, OUT_ARG, int_list
 from .mesh_options import mesh_options
+from .run_inputs import save_inputs_option
 from .run_options import device_options, dim_option, parse_dims
 
 
@@ -63,6 +64,21 @@ from .run_options import device_options, dim_option, parse_dims
     "its file; errors and a failed check are still said on standard error).",
 )
 @click.option("--width", type=click.IntRange(60, 400), default=None, help="Output width.")
+@click.option(
+    "--eqns",
+    "eqn_range",
+    metavar="A-B",
+    callback=lambda ctx, param, value: _eqn_range(value),
+    help="Show the steps of primal equations A to B (0-based, as the summary numbers them) "
+    "one by one; a program of more than 200 equations is otherwise summarised per segment.",
+)
+@click.option(
+    "--only", "only", metavar="PRIM", help="Show the steps of the equations of PRIM one by one."
+)
+@click.option(
+    "--all", "every", is_flag=True, help="Every step one by one, however large the program."
+)
+@save_inputs_option
 @custom_rules_option
 @dim_option
 @device_options(
@@ -103,6 +119,10 @@ def _explain(
     html_out,
     width,
     custom_rules,
+    save_inputs,
+    eqn_range,
+    only,
+    every,
     dims,
 ):
     from rich.console import Console
@@ -111,7 +131,7 @@ def _explain(
     from ..backend import sharding as backend
     from ..cli import require_jax
     from ..commands.common import load, output_style
-    from ..commands.run_inputs import gather_inputs, warn_invented_consts
+    from ..commands.run_inputs import gather_inputs, keep_point, warn_invented_consts
     from ..consts_order import for_ad
     from ..core import JaxprError
     from ..shardings import axis_sizes_of
@@ -125,6 +145,7 @@ def _explain(
     input_seed = None if args_npz is not None else (seed or 0)  # with --args: seeds v / w only
     args, consts, _ = gather_inputs(jaxpr, args_npz, None, input_seed, consts_npz, dims)
     warn_invented_consts(jaxpr, consts_npz, seed or 0, "explain")
+    keep_point(save_inputs, args, consts, seed or 0, args_npz is None)
     with axis_sizes_of(jaxpr, backend.CONFIG.mesh):  # a text without its mesh
         data = explain_data(
             jaxpr,
@@ -136,6 +157,9 @@ def _explain(
             label=path,
             width=width or 100,
             style=output_style(jaxpr),
+            eqns=eqn_range,
+            only=only,
+            every=every,
         )
     from .. import io as _io
 
@@ -156,23 +180,71 @@ def _explain(
             highlight=False,
             emoji=False,
         )
-        render(data, rec)
         title = f"jaxprtool explain {os.path.basename(path)}"
-        from rich.terminal_theme import MONOKAI
-
-        page = rec.export_html(inline_styles=True, theme=MONOKAI)
-        page = page.replace(
-            '<meta charset="UTF-8">',
-            f'<meta charset="UTF-8">\n<title>{html.escape(title)}</title>',
-            1,
-        )
-        write_output(page, html_out)
+        write_output(_html_page(data, rec, title), html_out)
     if data.error is not None:
         raise data.error
     if not data.passed:
         if html_out:
             raise JaxprError(f"a check failed: the walk in '{html_out}' shows which")
         sys.exit(1)
+
+
+#: the stages a large program's page opens collapsed (the program texts and their steps)
+_OPEN_STAGES = ("4.", "5.")
+
+
+def _html_page(data, rec, title: str) -> str:
+    """The walk as an HTML page of collapsible sections, one per stage (`<details>`): a
+    thousand equations stay usable, the stages a large program's reader zooms into closed
+    until opened.  Every text comes from rich's export (escaped there)."""
+    from rich.terminal_theme import MONOKAI
+
+    from ..ui.explain import render
+
+    sections: list[tuple[str, str]] = []
+    fmt = "<pre style=\"font-family:Menlo,'DejaVu Sans Mono',consolas,monospace\">{code}</pre>"
+
+    def cut(next_title: str) -> None:
+        sections.append(
+            (
+                cut.title,
+                rec.export_html(inline_styles=True, theme=MONOKAI, code_format=fmt, clear=True),
+            )
+        )
+        cut.title = next_title
+
+    cut.title = title
+    render(data, rec, on_section=cut)
+    cut("")
+    large = data.zoom is not None
+    body = []
+    for k, (name, code) in enumerate(sections):
+        opened = k == 0 or not large or name.startswith(_OPEN_STAGES)
+        body.append(
+            f"<details{' open' if opened else ''}><summary><b>{html.escape(name)}</b></summary>"
+            f"{code}</details>"
+        )
+    bg = MONOKAI.background_color.hex
+    fg = MONOKAI.foreground_color.hex
+    return (
+        f'<!DOCTYPE html>\n<html>\n<head>\n<meta charset="UTF-8">\n<title>{html.escape(title)}'
+        f'</title>\n</head>\n<body style="color:{fg};background-color:{bg}">\n'
+        + "\n".join(body)
+        + "\n</body>\n</html>\n"
+    )
+
+
+def _eqn_range(value: str | None) -> tuple[int, int] | None:
+    """--eqns A-B (or one index A) as (A, B); bad usage exits 2."""
+    if value is None:
+        return None
+    import re
+
+    m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", value)
+    if m is None or (m[2] is not None and int(m[2]) < int(m[1])):
+        raise click.BadParameter(f"expected A-B with A <= B (equation indices), got '{value}'")
+    return int(m[1]), int(m[2] if m[2] is not None else m[1])
 
 
 def refuse_kept_consts(read, jaxpr) -> None:

@@ -18,7 +18,7 @@ from ..io import UsageError, human_size, progress, refuse_planted_links
 from ..lazy import np
 from .common import FILE_ARG, load
 from .mesh_options import mesh_options
-from .run_inputs import gather_inputs
+from .run_inputs import gather_inputs, keep_point
 from .run_options import REPEAT_BUDGET_S, cache_option, device_options, parse_dims, run_options
 from .run_report import check_expected, report_outputs
 
@@ -50,6 +50,7 @@ def run(
     debug_nans,
     repeat,
     profile,
+    save_inputs,
     no_cache,
 ):
     """Run FILE through XLA (via JAX) on the given inputs.
@@ -85,6 +86,8 @@ def run(
     args, consts, dims = gather_inputs(
         jaxpr, args_npz, arg_files, seed, consts_npz, dims, inline=inline
     )
+    # (run --random's own output stays as it was: the note comes with --save-inputs)
+    keep_point(save_inputs, args, consts, seed, seed is not None and save_inputs is not None)
     want = None if expected is None else run_io.load_expected(expected, jaxpr.outvars, dims)
     with progress(f"running {file or '<stdin>'}"), _profiled(profile):
         if eager or trace_ or debug_nans:

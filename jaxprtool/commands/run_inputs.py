@@ -180,13 +180,14 @@ def gather_inputs(jaxpr, args_npz, arg_files, seed, consts_npz, dims, inline=Non
     they bind checked again, and only then is their data read."""
     from ..backend.consts import all_constvars, check_count
     from ..backend.limits import check_memory
-    from ..backend.values import check_dims, random_array
+    from ..backend.values import check_dims
 
     sources = sum(x is not None and x != () for x in (args_npz, arg_files or None, seed, inline))
     if sources > 1:
         raise UsageError("give only one of --args, --arg, --input and --random")
     check_dims(jaxpr, dims)
     check_memory(jaxpr, dims)
+    DRAWN.clear()
     rng = np.random.default_rng(seed) if seed is not None else None
     if inline is not None:
         args = list(inline)
@@ -231,14 +232,88 @@ def gather_inputs(jaxpr, args_npz, arg_files, seed, consts_npz, dims, inline=Non
     if args is not None:
         args = read_all(check_arrays(jaxpr.invars, args, dims, "argument"), "arguments")
     else:
-        args = [random_array(_shaped(v), rng, dims) for v in jaxpr.invars]
+        args = _random(jaxpr, jaxpr.invars, rng, dims, "arg")
     if consts is not None:
         consts = read_all(check_arrays(cvars, consts, dims, "constant"), "constants")
     else:
-        consts = [random_array(_shaped(v), rng, dims) for v in cvars]
+        consts = _random(jaxpr, cvars, rng, dims, "const")
     args = check_arrays(jaxpr.invars, args, dims, "argument")
     consts = check_arrays(cvars, consts, dims, "constant")
     return args, consts, dims
+
+
+#: what the last random draw of `gather_inputs` did beyond N(0, 1) floats and integers in
+#: [1, 5): ["arg1 (i32[4]): integers in [0, 3) (gather at f.jaxpr:9:5)", ...]
+DRAWN: list[str] = []
+
+
+def _random(jaxpr, binders, rng, dims, prefix: str) -> list:
+    """Random values of `binders`, drawn as the program needs them (`draw.py`), noted in
+    DRAWN."""
+    from ..backend.values import random_array
+    from ..draw import input_needs
+
+    needs = input_needs(jaxpr, binders)
+    for i, (v, n) in enumerate(zip(binders, needs)):
+        if n is not None and n.why:
+            DRAWN.append(f"{var_name(v, i, prefix)}:{v.type} {n.describe()}")
+    return [random_array(_shaped(v), rng, dims, need=n) for v, n in zip(binders, needs)]
+
+
+def drawn_note(seed: int) -> str:
+    """The line saying how the random point was drawn (seed, and what was drawn to fit)."""
+    how = "N(0, 1) floats, integers in [1, 5)"
+    if DRAWN:
+        more = f"; and {len(DRAWN) - 4} more" if len(DRAWN) > 4 else ""
+        how += "; drawn as the program needs them: " + "; ".join(DRAWN[:4]) + more
+    return f"random inputs, seed {seed}: {how}"
+
+
+SAVE_INPUTS_HELP = (
+    "Write the point the program ran at to OUT.npz (arg0, arg1, ..., const0, ...: what "
+    "--args and --consts read back), and say how it was drawn (the seed, and the inputs "
+    "drawn as the program needs them)."
+)
+
+
+def save_inputs_option(fn):
+    """`--save-inputs OUT.npz` (run, check-grad, explain)."""
+    import click
+
+    from .common import OUT_ARG
+
+    return click.option(
+        "--save-inputs", "save_inputs", metavar="OUT.npz", type=OUT_ARG, help=SAVE_INPUTS_HELP
+    )(fn)
+
+
+def keep_point(save_path, args, consts, seed, random: bool) -> None:
+    """--save-inputs: the arguments and constants written as one .npz (no pickle inside);
+    with random inputs, a note on standard error naming the seed and what was drawn
+    (also without --save-inputs when some input was drawn as the program needs it)."""
+    import io as _bytes
+
+    import click
+
+    from ..io import write_output
+
+    def note(text: str) -> None:
+        click.echo(f"note: {text}", err=True)
+
+    if random and (save_path is not None or DRAWN):
+        note(drawn_note(seed))
+    if save_path is None:
+        return
+    arrays = {f"arg{i}": np.asarray(a) for i, a in enumerate(args)}
+    arrays.update({f"const{i}": np.asarray(c) for i, c in enumerate(consts or [])})
+    buf = _bytes.BytesIO()
+    np.savez(buf, **arrays)
+    write_output(buf.getvalue(), save_path)
+    parts = [f"arg0..arg{len(args) - 1}"] if args else []
+    if consts:
+        parts.append(f"const0..const{len(consts) - 1}")
+    saved = ", ".join(parts) or "no arrays"
+    note(f"inputs saved to {save_path} ({saved}; --args and --consts read them back)")
 
 
 def warn_invented_consts(jaxpr, consts_npz, seed, command: str) -> None:

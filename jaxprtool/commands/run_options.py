@@ -10,6 +10,7 @@ import click
 
 from ..io import UsageError
 from .common import FILE_ARG, OUT_ARG
+from .run_inputs import save_inputs_option
 
 #: --device: a platform, or "auto" (JAX's default backend)
 DEVICES = click.Choice(["cpu", "gpu", "tpu", "auto"])
@@ -279,6 +280,7 @@ _RUN_OPTIONS = [
         help=f"Time compilation and N executions (at most {MAX_REPEAT:,}; the runs stop once "
         f"they have taken {REPEAT_BUDGET_S:g} s).",
     ),
+    save_inputs_option,
     click.option(
         "--profile",
         metavar="DIR",

@@ -13,6 +13,7 @@ from ..io import report
 from .ad_cmds import custom_rules_option
 from .common import FILE_ARG, int_list
 from .mesh_options import mesh_options
+from .run_inputs import save_inputs_option
 from .run_options import device_options, dim_option, parse_dims
 
 
@@ -24,16 +25,25 @@ def _runner(consts):
     from ..backend import evaluate, reference_device
     from ..backend.consts import all_constvars
 
-    def run(jaxpr, args, reference=False):
-        device = reference_device(jaxpr) if reference else None
+    def typed(jaxpr):
         cvars = all_constvars(jaxpr)
         if not cvars:
-            return evaluate(jaxpr, args, None, device=device)
+            return None
         if len(consts) == len(jaxpr.constvars):
             cvars = list(jaxpr.constvars)
-        typed = [_as_type(c, v.type) for c, v in zip(consts, cvars)]
-        return evaluate(jaxpr, args, typed, device=device)
+        return [_as_type(c, v.type) for c, v in zip(consts, cvars)]
 
+    def run(jaxpr, args, reference=False):
+        device = reference_device(jaxpr) if reference else None
+        return evaluate(jaxpr, args, typed(jaxpr), device=device)
+
+    def jax_derivative(jaxpr, args, diff, vec, outs_idx, kind):
+        """JAX's own jvp or vjp of `jaxpr` at `args` (check-grad's precision report)."""
+        from ..backend.reference_ad import jax_derivative as of
+
+        return of(jaxpr, typed(jaxpr) or [], args, diff, vec, outs_idx, kind)
+
+    run.jax_derivative = jax_derivative
     return run
 
 
@@ -96,8 +106,8 @@ def _positive(name: str, help: str):
     "as_json",
     is_flag=True,
     help='Print one JSON document instead of the tables: {"files": [{"file", "checks": '
-    '[{"program", "check", "error", "tolerance", "result"}], "replaced"}], "summary": '
-    '{"files", "checks", "failures", "not_checked"}}.',
+    '[{"program", "check", "error", "tolerance", "result", "judged_in", "own_error", '
+    '"jax_error"}], "replaced"}], "summary": {"files", "checks", "failures", "not_checked"}}.',
 )
 @_positive(
     "--tol",
@@ -113,6 +123,7 @@ def _positive(name: str, help: str):
     "--eps",
     "Finite-difference step (default: 1e-5 in a float64 copy of the program, else 1e-3 for f32).",
 )
+@save_inputs_option
 @custom_rules_option
 @dim_option
 @device_options(
@@ -133,6 +144,7 @@ def check_grad(
     tol,
     dot_tol,
     eps,
+    save_inputs,
     custom_rules,
     dim_specs,
     device,
@@ -162,7 +174,7 @@ def check_grad(
     from ..backend import sharding as backend
     from ..cli import require_jax
     from ..commands.common import load_reporting
-    from ..commands.run_inputs import gather_inputs, warn_invented_consts
+    from ..commands.run_inputs import gather_inputs, keep_point, warn_invented_consts
     from ..consts_order import for_ad
     from ..io import Reported
     from ..shardings import axis_sizes_of
@@ -182,6 +194,9 @@ def check_grad(
     from .driver import expand_inputs
 
     inputs = expand_inputs(files or ("-",))
+    if save_inputs is not None and len(inputs) != 1:
+        report(JaxprError(f"--save-inputs keeps the point of one FILE, got {len(inputs)}"))
+        sys.exit(2)
     dims = parse_dims(dim_specs)  # the sizes of symbolic dims for the random inputs
     reports: list[dict] = []
     failed = trouble = False
@@ -198,6 +213,7 @@ def check_grad(
                     jaxpr, args_npz, None, None if args_npz else seed, consts_npz, dims
                 )
                 warn_invented_consts(jaxpr, consts_npz, seed, "check-grad")
+                keep_point(save_inputs, args, consts, seed, args_npz is None)
                 with axis_sizes_of(jaxpr, backend.CONFIG.mesh):  # a text without its mesh
                     checks = run_checks(
                         jaxpr,
@@ -266,7 +282,9 @@ def check_grad(
 
 
 def _report(path: str, checks, replaced: list[str]) -> dict:
-    """One file's checks for --json (`result`: pass, FAIL, or the non-smooth verdict)."""
+    """One file's checks for --json (`result`: pass, FAIL, inconclusive or the non-smooth
+    verdict; `judged_in`: "f64" or the program's own precision and why; `own_error`,
+    `jax_error`: the program's own derivative and JAX's against the float64 one, or null)."""
     return {
         "file": path,
         "checks": [
@@ -276,6 +294,9 @@ def _report(path: str, checks, replaced: list[str]) -> dict:
                 "error": None if c.skipped else float(c.error),
                 "tolerance": float(c.tolerance),
                 "result": c.verdict,
+                "judged_in": c.judged_in,
+                "own_error": c.own_error,
+                "jax_error": c.jax_error,
             }
             for c in checks
         ],

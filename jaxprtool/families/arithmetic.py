@@ -847,6 +847,7 @@ def _pow_rhs(g, ans, x, y, **p):
 defjvp2("pow", _pow_lhs, _pow_rhs)
 define(
     "pow",
+    draw_domain=lambda e: {0: ("positive",)},  # a fractional power: a positive base
     derivative_formula=(
         "d/dx = y x^(y-1), d/dy = log(x) x^y",
         lambda x, y: (y * x ** (y - 1), np.log(x) * x**y),
@@ -923,7 +924,9 @@ for _n, _fn in (
     ("gt", "greater"),
     ("ge", "greater_equal"),
 ):
-    define(_n, fold=_fold_compare(_fn))
+    # random inputs: an integer compared with a counter (`eq labels iota`, a one-hot) is
+    # drawn in the counter's range (`draw.py`)
+    define(_n, fold=_fold_compare(_fn), draw_domain=lambda e: {0: ("like", 1), 1: ("like", 0)})
 
 # ---------------------------------------------------------------- select_n
 

@@ -195,6 +195,14 @@ def _dynamic_slice_batching(args, dims, *, slice_sizes, **params):
 
 
 define("dynamic_slice", flops=_no_flops, index_operands=1, batching=_dynamic_slice_batching)
+define(
+    "dynamic_slice",
+    draw_domain=lambda e: {
+        1 + k: need
+        for k, (n, s) in enumerate(zip(e.inputs[0].type.shape, ints(e.params["slice_sizes"])))
+        for need in _index_need(1 + k, [(n, s)]).values()
+    },
+)
 
 
 # ---------------------------------------------------------------- dynamic_update_slice
@@ -300,6 +308,11 @@ define(
     flops=_no_flops,
     index_operands=2,
     batching=_dynamic_update_slice_batching,
+    draw_domain=lambda e: {
+        2 + k: need
+        for k, (n, s) in enumerate(zip(e.inputs[0].type.shape, e.inputs[1].type.shape))
+        for need in _index_need(2 + k, [(n, s)]).values()
+    },
 )
 
 
@@ -507,8 +520,26 @@ def _gather_batching(args, dims, *, dimension_numbers, slice_sizes, **params):
 #: JAX 0.12.1 added `out_sharding` to gather and the scatters (None: the sharding JAX
 #: infers, all that older versions knew)
 OUT_SHARDING_SINCE = {"out_sharding": ((0, 12, 1), None)}
+
+
+def _gather_draw(e):
+    """Random inputs (`draw.py`): its indices within the axes they start slices of."""
+    dn, x = e.params["dimension_numbers"], e.inputs[0].type
+    sizes = ints(e.params["slice_sizes"])
+    return _index_need(
+        1, [(x.shape[d], sizes[d]) for d in static_ints(field(dn, "start_index_map"))]
+    )
+
+
+def _index_need(pos, extents):
+    """{pos: ("index", n)}: n the fewest starting places among (axis size, slice size)."""
+    ns = [a - b + 1 for a, b in extents if isinstance(a, int) and isinstance(b, int)]
+    return {pos: ("index", min(ns))} if ns and min(ns) > 0 else {}
+
+
 define(
     "gather",
+    draw_domain=_gather_draw,
     flops=_no_flops,
     index_operands=1,
     batching=_gather_batching,
@@ -677,6 +708,15 @@ def _traced_combiner(interp, body: Jaxpr, eqn: Eqn, dtype, path):
     return jax.make_jaxpr(combine)(scalar, scalar)
 
 
+def _scatter_draw(e):
+    """Random inputs (`draw.py`): its indices within the operand axes they scatter into
+    (a start past an axis less its window: the axis size for an inserted axis of 1)."""
+    dn, x = e.params["dimension_numbers"], e.inputs[0].type
+    inserted = set(static_ints(field(dn, "inserted_window_dims")))
+    dims = static_ints(field(dn, "scatter_dims_to_operand_dims"))
+    return _index_need(1, [(x.shape[d], 1) for d in dims if d in inserted])
+
+
 for _p in ("", "-add", "-mul", "-min", "-max", "-sub"):
     for _name in {"scatter" + _p, "scatter" + _p.replace("-", "_")}:
         define(
@@ -687,6 +727,7 @@ for _p in ("", "-add", "-mul", "-min", "-max", "-sub"):
                 "update_consts out_sharding".split()
             ),
             params_since=OUT_SHARDING_SINCE,
+            draw_domain=_scatter_draw,
         )
 define("scatter", index_operands=1)
 define("scatter-add", index_operands=1)

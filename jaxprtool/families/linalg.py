@@ -343,6 +343,18 @@ def _dot_remat(e) -> str:
 
 defbilinear("dot_general", _dot_transpose_lhs, _dot_transpose_rhs)
 define("dot_general", remat=_dot_remat)
+
+
+def _dot_fan_in(e):
+    """Random inputs (`draw.py`): an input multiplied directly is scaled by 1/sqrt of the
+    number of values each result sums, so that a layer of them keeps unit size."""
+    lc = _dot_dims(e.params["dimension_numbers"])[0]
+    shape = e.inputs[0].type.shape
+    n = math.prod(shape[d] for d in lc) if all(isinstance(shape[d], int) for d in lc) else 0
+    return {0: ("fan_in", n), 1: ("fan_in", n)} if n > 1 else {}
+
+
+define("dot_general", draw_domain=_dot_fan_in)
 define(
     "dot_general",
     print_params=_print_dot_general,

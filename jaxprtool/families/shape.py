@@ -935,6 +935,17 @@ defjvp_zero("iota")
 define("iota", bind_params=_bind_iota, flops=_no_flops, batching=BT.unbatched("iota"))
 
 
+def _iota_range(e):
+    """[0, n) along its counting axis (random inputs compared with it, `draw.py`)."""
+    t = e.outputs[0].type
+    dim = int(e.params.get("dimension", 0) or 0)
+    n = t.shape[dim] if t.shape else 1
+    return (0, n) if isinstance(n, int) else (0, 0)
+
+
+define("iota", draw_range=_iota_range)
+
+
 # ---------------------------------------------------------------- empty2
 
 # `empty2[dtype=float32 memory_space=MemorySpace.Device]`: an uninitialised scalar (JAX's

@@ -94,6 +94,8 @@ define("exp2", derivative_formula=("log(2) 2^x", lambda x: np.log(2) * np.exp2(x
 define("expm1", derivative_formula=("exp(x)", lambda x: np.exp(x)))
 define("log", derivative_formula=("1/x", lambda x: 1 / x))
 define("log1p", derivative_formula=("1/(1+x)", lambda x: 1 / (1 + x)))
+for _n in ("log", "log2", "log1p"):  # random inputs: drawn positive (`draw.py`)
+    define(_n, draw_domain=lambda e: {0: ("positive",)})
 define(
     "logistic",
     derivative_formula=("s(x)(1 - s(x))", lambda x: (s := 1 / (1 + np.exp(-x))) * (1 - s)),
@@ -166,6 +168,8 @@ defjvp2("cbrt", lambda g, ans, x, **p: mul(g, mul(c(x, 1 / 3), integer_pow(ans, 
 define("sqrt", derivative_formula=("1/(2 sqrt(x))", lambda x: 0.5 / np.sqrt(x)))
 define("rsqrt", derivative_formula=("-x^(-3/2)/2", lambda x: -0.5 * x**-1.5))
 define("cbrt", derivative_formula=("x^(-2/3)/3", lambda x: np.cbrt(x) ** -2 / 3))
+for _n in ("sqrt", "rsqrt"):  # random inputs: drawn positive (`draw.py`)
+    define(_n, draw_domain=lambda e: {0: ("positive",)})
 
 # ---------------------------------------------------------------- error and gamma functions
 # erf, erfc, erf_inv, lgamma, digamma

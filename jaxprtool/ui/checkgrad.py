@@ -97,20 +97,47 @@ class Check:
     program: str = ""  # which program was checked (f, jvp(f), vjp(f))
     nonsmooth: str | None = None
     #: the program's outputs at the point are NaN or infinite (an input outside a
-    #: function's domain): a check there fails, saying so
+    #: function's domain): a check there that does not pass is inconclusive, saying so
     nonfinite: bool = False
     #: a primitive of the program whose derivative is zero by definition though its value
     #: moves (`hides_derivative`): finite differences see through it
     hidden_by: str | None = None
     #: why the check could not run (JAX has no reverse mode of the program): not a failure
     skipped: str | None = None
+    #: the precision the derivative programs were judged in: "f64" (a float64 copy of
+    #: them, on the CPU), else the program's own dtype with the reason (no float64 copy
+    #: type-checks, a TPU), at the wider tolerances of that dtype
+    judged_in: str = ""
+    #: information, not the verdict: the program's own derivative (its precision, its
+    #: device) against the float64 one, and JAX's own at the same point against it
+    own_error: float | None = None
+    jax_error: float | None = None
+    #: why the point cannot judge the rules (finite differences that do not settle:
+    #: saturation or a kink within the step); such a check is neither a pass nor a failure
+    unsettled: str | None = None
+
+    @property
+    def inconclusive(self) -> str | None:
+        """Why a check that did not pass says nothing about the rules, or None."""
+        if self.skipped is not None or self.nonsmooth is not None or self.within:
+            return None
+        if self.nonfinite:
+            return "NaN/inf at the point"
+        if self.hidden_by is not None:
+            return None  # a real disagreement, explained by the primitive
+        return self.unsettled
+
+    @property
+    def within(self) -> bool:
+        return bool(self.error <= self.tolerance)
 
     @property
     def passed(self) -> bool:
         return (
             self.skipped is not None
             or self.nonsmooth is not None
-            or bool(self.error <= self.tolerance)
+            or self.within
+            or self.inconclusive is not None
         )
 
     @property
@@ -119,13 +146,23 @@ class Check:
             return f"skipped: {self.skipped}"
         if self.nonsmooth is not None:
             return f"non-smooth at {self.nonsmooth}"
-        if self.passed:
+        if self.within:
             return "pass"
-        if self.nonfinite:
-            return "FAIL (NaN/inf at the point)"
+        if self.inconclusive is not None:
+            return f"inconclusive ({self.inconclusive})"
         if self.hidden_by is not None:
             return f"FAIL ({self.hidden_by}: finite differences see through it)"
         return "FAIL"
+
+    @property
+    def precision(self) -> str:
+        """The program's own derivative and JAX's, against the float64 one ("" if unmeasured)."""
+        parts = []
+        if self.own_error is not None:
+            parts.append(f"own {self.own_error:.1e}")
+        if self.jax_error is not None:
+            parts.append(f"JAX {self.jax_error:.1e}")
+        return ", ".join(parts)
 
 
 def _hides_derivative(jaxpr: Jaxpr) -> str | None:
@@ -188,13 +225,70 @@ def _random_like(x, rng):
     return r.astype(x.dtype)
 
 
+def _norm(xs) -> float:
+    """The 2-norm of a list of arrays taken together."""
+    return math.sqrt(sum(float(np.sum(np.abs(np.asarray(x, np.complex128)) ** 2)) for x in xs))
+
+
+def _pair_error(lhs: float, rhs: float, sizes: float) -> float:
+    """|lhs - rhs| of two pairings, normalised by the sizes involved (the product of the
+    norms, as ||w|| ||J v||, which bounds them), never below 1: a wrong rule moves the
+    pairing by a fraction of that product, a float64 rounding by 1e-16 of it."""
+    return abs(lhs - rhs) / max(1.0, abs(lhs), abs(rhs), sizes)
+
+
+class Judge:
+    """Where a derivative program is judged: its float64 copy on the CPU (`widen`) when one
+    type-checks, so that a FAIL is a disagreement of the rules with finite differences in
+    float64, not float32 round-off; else the program's own run, at the tolerances of its
+    dtype.  On a TPU the verdict is the TPU's own derivative (float64 is not available
+    there), and the float64 copy only measures its precision."""
+
+    def __init__(self, run):
+        from ..backend import current_platform
+
+        self.run = run
+        self.on_tpu = current_platform() == "tpu"
+
+    def derivative(self, program: Jaxpr, inputs, n_out: int):
+        """(the judged outputs past the first `n_out`, the program's own, the float64 ones
+        or None, where it was judged)."""
+        from .widen import wide_dtype, widen
+
+        own = self.run(program, inputs)[n_out:]
+        wide = widen(program)
+        if wide is None:
+            return own, own, None, "own precision (no float64 copy type-checks)"
+        xs = [np.asarray(a).astype(wide_dtype(a)) for a in inputs]
+        f64 = self.run(wide, xs, reference=True)[n_out:]
+        if self.on_tpu:
+            return own, own, f64, "own precision (no float64 on the TPU)"
+        return f64, own, f64, "f64"
+
+
+def _jax_error(run, jaxpr, args, diff, vec, outs_idx, kind, f64) -> float | None:
+    """JAX's own derivative at the point against the float64 one (None when the runner
+    cannot take it, or JAX cannot: a key type, a primitive it has no rule of)."""
+    of = getattr(run, "jax_derivative", None)
+    if of is None or f64 is None:
+        return None
+    try:
+        theirs = of(jaxpr, args, diff, vec, outs_idx, kind)
+    except Exception:  # noqa: BLE001 - information only: unmeasured, not an error
+        return None
+    if len(theirs) != len(f64):
+        return None
+    return worst(_rel_err(a, b) for a, b in zip(theirs, f64))
+
+
 class GradChecker:
     def __init__(self, run, rng, argnums=None, tolerances=None):
-        self.run = run  # run(jaxpr, args) -> list[np.ndarray]
+        self.run = run  # run(jaxpr, args, reference=False) -> list[np.ndarray]
         self.rng = rng
         self.argnums = argnums
         #: the user's {"tol", "dot_tol", "eps"} (check-grad --tol/--dot-tol/--eps); None: JAX's
         self.given = tolerances or {}
+        self.judge = Judge(run)
 
     def check(
         self, jaxpr: Jaxpr, args, label: str, modes, top: bool = True
@@ -208,66 +302,86 @@ class GradChecker:
             raise JaxprError(f"{label}: no float or complex outputs to differentiate")
         dtype = least_precise_dtype(jaxpr)
         tol = self.given.get("tol") or fd_tolerance(dtype)
+        dot_tol = self.given.get("dot_tol") or DOT_TOLERANCE.get(dtype, 2e-5)
         n_out = len(jaxpr.outvars)
         outs = self.run(jaxpr, args)
         nonfinite = not all(np.isfinite(np.asarray(outs[i])).all() for i in outs_inexact)
         hidden = _hides_derivative(jaxpr)  # (what finite differences see through)
         w = [_random_like(outs[i], self.rng) for i in outs_inexact]
-        v, fd, kink = FiniteDifferences(self.run, jaxpr, dtype, self.given.get("eps")).directional(
-            args, diff, outs_inexact, self.rng
-        )
+        fds = FiniteDifferences(self.run, jaxpr, dtype, self.given.get("eps"))
+        v, fd, kink = fds.directional(args, diff, outs_inexact, self.rng)
+        about = dict(program=label, nonsmooth=kink, nonfinite=nonfinite, hidden_by=hidden)
         checks: list[Check] = []
         derived: list[tuple[Jaxpr, list, str]] = []
-        jv = None
+        jv = own_jv = None
         if "fwd" in modes:
             J = jvp_jaxpr(jaxpr, diff)
-            jvp_outs = self.run(J, list(args) + v)
-            jv = jvp_outs[n_out:]
-            err = worst(_rel_err(a, b) for a, b in zip(jv, fd))
-            checks.append(
-                Check("jvp vs finite differences", err, tol, label, kink, nonfinite, hidden)
-            )
+            jv, own_jv, f64, judged = self.judge.derivative(J, list(args) + v, n_out)
+            c = Check("jvp vs finite differences", worst(map(_rel_err, jv, fd)), tol, **about)
+            self._precision(c, judged, own_jv, f64, (jaxpr, args, diff, v, outs_inexact, "jvp"))
+            checks.append(self._settle(c, fds, args, diff, v, outs_inexact, fd))
             derived.append((J, list(args) + v, f"jvp({label})"))
         if "rev" in modes:
             try:
                 V = vjp_jaxpr(jaxpr, diff)
             except NoReverseMode as e:
                 why = f"no reverse mode in JAX ({e.message.split('. ')[0]})"
-                dot_tol = self.given.get("dot_tol") or DOT_TOLERANCE.get(dtype, 2e-5)
                 rows = [("vjp vs finite differences", tol)]
                 rows += [("dot product (adjoint)", dot_tol)] * (jv is not None)
                 checks += [Check(n, float("nan"), t, label, skipped=why) for n, t in rows]
                 return checks, derived
-            vjp_outs = self.run(V, list(args) + w)
-            jtw = vjp_outs[n_out:]
+            jtw, own_jtw, f64, judged = self.judge.derivative(V, list(args) + w, n_out)
             lhs = sum(_pairing(a, b) for a, b in zip(w, fd))
             rhs = sum(_pairing(a, b) for a, b in zip(jtw, v))
-            scale = max(1.0, abs(lhs))
-            checks.append(
-                Check(
-                    "vjp vs finite differences",
-                    abs(lhs - rhs) / scale,
-                    tol,
-                    label,
-                    kink,
-                    nonfinite,
-                    hidden,
-                )
-            )
+            sizes = max(_norm(w) * _norm(fd), _norm(jtw) * _norm(v))
+            c = Check("vjp vs finite differences", _pair_error(lhs, rhs, sizes), tol, **about)
+            self._precision(c, judged, own_jtw, f64, (jaxpr, args, diff, w, outs_inexact, "vjp"))
+            checks.append(self._settle(c, fds, args, diff, v, outs_inexact, fd))
             derived.append((V, list(args) + w, f"vjp({label})"))
             if jv is not None:
-                a = sum(_pairing(x, y) for x, y in zip(w, jv))
-                scale = max(1.0, abs(a), abs(rhs))
-                checks.append(
-                    Check(
-                        "dot product (adjoint)",
-                        abs(a - rhs) / scale,
-                        self.given.get("dot_tol") or DOT_TOLERANCE.get(dtype, 2e-5),
-                        label,
-                        nonfinite=nonfinite,
-                    )
-                )
+                checks.append(self._adjoint(w, v, jv, jtw, own_jv, own_jtw, dot_tol, judged, about))
         return checks, derived
+
+    def _precision(self, c: Check, judged, own, f64, jax_call) -> None:
+        """Fill in where `c` was judged and, as information, how far the program's own
+        derivative and JAX's are from the float64 one."""
+        c.judged_in = judged
+        if f64 is not None:
+            c.own_error = worst(map(_rel_err, own, f64))
+            c.jax_error = _jax_error(self.run, *jax_call[:5], jax_call[5], f64)
+
+    def _settle(self, c: Check, fds, args, diff, v, outs_idx, fd) -> Check:
+        """A check that fails where the finite differences themselves do not settle (steps
+        h and h/2 disagree beyond the tolerance: saturation, a kink inside the step) is
+        inconclusive, with that reason; measured only for a failure (two more runs)."""
+        if c.within or c.nonsmooth is not None or c.nonfinite or math.isnan(c.error):
+            return c
+        if self.given.get("eps") or self.given.get("tol"):  # the user's step or tolerance
+            return c
+        spread = fds.spread(args, diff, v, outs_idx, fd)
+        if spread > c.tolerance:
+            c.unsettled = (
+                f"finite differences do not settle at the point: steps h and h/2 differ by "
+                f"{spread:.1e} (saturated, or a kink within the step)"
+            )
+        return c
+
+    @staticmethod
+    def _adjoint(w, v, jv, jtw, own_jv, own_jtw, dot_tol, judged, about) -> Check:
+        """The dot-product test <w, J v> = <J^T w, v> between the judged jvp and vjp
+        programs; the programs' own runs give its precision."""
+
+        def error(jv, jtw):
+            a = sum(_pairing(x, y) for x, y in zip(w, jv))
+            b = sum(_pairing(x, y) for x, y in zip(jtw, v))
+            return _pair_error(a, b, max(_norm(w) * _norm(jv), _norm(jtw) * _norm(v)))
+
+        c = Check("dot product (adjoint)", error(jv, jtw), dot_tol, **about)
+        c.nonsmooth = c.hidden_by = None  # an identity between the programs: no FD involved
+        c.judged_in = judged
+        if own_jv is not jv:
+            c.own_error = error(own_jv, own_jtw)
+        return c
 
     def inputs_to_check(self, jaxpr: Jaxpr, label: str, top: bool) -> list[int]:
         """The inputs to perturb: --argnums for the program itself, else every float input."""
@@ -345,13 +459,21 @@ class FiniteDifferences:
             for i in outs_idx
         ]
 
-    def differences(self, args, diff, v, outs_idx):
+    def differences(self, args, diff, v, outs_idx, h: float | None = None):
+        h = h or self.eps
         prog, xs = self._program_args(args)
-        d1 = self._central(prog, xs, diff, v, outs_idx, self.eps)
+        d1 = self._central(prog, xs, diff, v, outs_idx, h)
         if self.wide is not None:
             return d1
-        d2 = self._central(prog, xs, diff, v, outs_idx, self.eps / 2)
+        d2 = self._central(prog, xs, diff, v, outs_idx, h / 2)
         return [(4 * b - a) / 3 for a, b in zip(d1, d2)]
+
+    def spread(self, args, diff, v, outs_idx, fd) -> float:
+        """How far the differences `fd` (step h) move at step h/2, relative as `_rel_err`:
+        small where they have settled on the derivative, large where the point is
+        ill-conditioned for them (saturation, a kink within the step)."""
+        half = self.differences(args, diff, v, outs_idx, self.eps / 2)
+        return worst(map(_rel_err, half, fd))
 
     def crossed_kink(self, args, diff, v) -> str | None:
         """The location of the first non-smooth equation whose branch differs at x - h v
@@ -484,7 +606,7 @@ def render_table(
     table.add_column("tol", justify="right", no_wrap=True)
     table.add_column("result", no_wrap=True)
     for c in checks:
-        if c.nonsmooth or c.skipped:
+        if c.nonsmooth or c.skipped or c.inconclusive:
             verdict = f"[yellow]{escape(c.verdict)}[/]"
         else:
             verdict = "[green]pass[/]" if c.passed else f"[bold red]{c.verdict}[/]"
@@ -494,3 +616,27 @@ def render_table(
     if color is False:
         con.no_color = True
     print_table(con, table)
+    for line in precision_lines(checks):
+        con.print(escape(line))
+
+
+def precision_lines(checks: list[Check]) -> list[str]:
+    """Below the table: what the verdicts were judged in, and (information) how far the
+    program's own derivative and JAX's are from the float64 one, per program."""
+    lines = []
+    for program in dict.fromkeys(c.program for c in checks):
+        rows = [c for c in checks if c.program == program and c.judged_in]
+        if not rows:
+            continue
+        judged = "; ".join(dict.fromkeys(c.judged_in for c in rows))
+        if judged == "f64":
+            judged = "float64 (the derivative programs' float64 copies, on the CPU)"
+        own = [f"{c.name.split()[0]} {c.own_error:.1e}" for c in rows if c.own_error is not None]
+        ref = [f"{c.name.split()[0]} {c.jax_error:.1e}" for c in rows if c.jax_error is not None]
+        line = f"{program}: judged in {judged}"
+        if own:
+            line += f"; its own derivative from float64: {', '.join(own)}"
+        if ref:
+            line += f"; JAX's at the same point: {', '.join(ref)}"
+        lines.append(line)
+    return lines

@@ -45,6 +45,8 @@ from ...lazy import np
 from ..checkgrad import _random_like
 from . import checks
 from .record import (  # noqa: F401  (the data model, re-exported)
+    SEGMENT,
+    SUMMARY_OVER,
     Accumulation,
     ExplainData,
     ForwardStep,
@@ -53,6 +55,7 @@ from .record import (  # noqa: F401  (the data model, re-exported)
     ResidualInfo,
     ReverseStep,
     Value,
+    Zoom,
     err_text,
     literal_array,
     summarize,
@@ -117,6 +120,9 @@ def explain_data(
     label: str = "f",
     width: int = 100,
     style=None,
+    eqns: tuple[int, int] | None = None,
+    only: str | None = None,
+    every: bool = False,
 ) -> ExplainData:
     """Run the whole pipeline on `jaxpr` at `args`.
 
@@ -124,7 +130,13 @@ def explain_data(
     the walk later (a missing JVP or transpose rule, a program that does not run) is recorded in
     `.error`, with the stage in `.stopped_in`.  `style`: the printing style (default: the one
     detected from `jaxpr`).  The custom-rule policy is the registry's
-    (`registry.set_custom_rule_policy`, `--custom-rules`)."""
+    (`registry.set_custom_rule_policy`, `--custom-rules`).
+
+    A program of more than `SUMMARY_OVER` equations (or one zoomed into by `eqns`, the
+    primal equations A..B, or `only`, a primitive) is walked whole but its steps get
+    values only where shown one by one: the others are summarised per segment, so that
+    a thousand equations are explained in seconds (`every`: every step, as a small
+    program's)."""
     from ...ad.jvp import diff_mask
     from ...text.printer import Namer
     from ...text.style import detect_style
@@ -147,6 +159,9 @@ def explain_data(
         except Exception:  # noqa: BLE001
             style = None
     data = ExplainData(mode, label, args=args, in_mask=mask)
+    if eqns is not None or only is not None or (len(jaxpr.eqns) > SUMMARY_OVER and not every):
+        data.zoom = Zoom(eqns, only)
+    data.primal_of = {e.loc: (i, e.prim) for i, e in enumerate(jaxpr.eqns) if e.loc is not None}
     namer = Namer(style)
     data.keep.append(namer)
     data.primal_text = namer.jaxpr_text(jaxpr)
@@ -205,8 +220,9 @@ def _pipeline(data: ExplainData, rec: Recorder, jaxpr, args, consts, mask, seed,
 
     # ---- stage 2: the forward walk's values (jvp: from the program built, where it has them)
     data.direction = [_random_like(args[i], rng) for i in diff]
+    shown = [s for s in data.forward if data.forward_shown(s)]
     tangent_values = data.tangent_inputs + [
-        v for s in data.forward for v in s.tangents_in + s.tangents_out
+        v for s in shown for v in s.tangents_in + s.tangents_out
     ]
     fwd_inputs = list(args) + data.direction
     derivative = [Value("", x) for x in program.outvars] if program is not None else []
@@ -222,16 +238,23 @@ def _pipeline(data: ExplainData, rec: Recorder, jaxpr, args, consts, mask, seed,
     primal_outs = _guard(2, run, args)
     reference = reference_device(jaxpr)  # the finite differences' (the CPU's)
     fd = checks.FiniteDifferences(
-        jaxpr, lambda xs: run(xs, device=reference), args, diff, lambda e: _stop_with(5, e)
+        jaxpr,
+        lambda xs: run(xs, device=reference),
+        args,
+        diff,
+        lambda e: _stop_with(5, e),
+        consts,
     )
     n_out = len(jaxpr.outvars)
+    nonfinite = not all(np.isfinite(np.asarray(primal_outs[j])).all() for j in fd.outs)
 
     if mode == "jvp":
         data.derivative = [
             (f"tangent of {data.output_names[j]}", np.asarray(t.array))
             for j, t in zip(fd.outs, derivative[n_out:])
         ]
-        checks.jvp_checks(data, fd)
+        judged = _guard(5, fd.judged, program, fwd_inputs, n_out)
+        checks.jvp_checks(data, fd, judged, nonfinite)
         checks.analytic_check(data, jaxpr, args, consts, diff, fd.dtype)
         return
 
@@ -264,13 +287,15 @@ def _pipeline(data: ExplainData, rec: Recorder, jaxpr, args, consts, mask, seed,
         s.array = np.ones_like(like) if mode == "grad" else _random_like(like, rng)
     w = [s.array for s in data.seeds]
     walk_values = []
-    for s in data.reverse:
+    for s in filter(data.reverse_shown, data.reverse):
         walk_values += s.cts_out + [m.value for m in s.moves]
         for a in s.accumulations:
             walk_values += [a.previous, a.contribution, a.result]
+    if data.zoom is not None and not walk_values:  # a summary: no residual is shown
+        res_values = []
     final_error = None
+    final_inputs = list(args) + (w if mode == "vjp" else [])
     if program is not None:
-        final_inputs = list(args) + (w if mode == "vjp" else [])
         final_error = checks.fill_values(
             res_values + walk_values + derivative, (program, final_inputs, consts)
         )
@@ -295,7 +320,8 @@ def _pipeline(data: ExplainData, rec: Recorder, jaxpr, args, consts, mask, seed,
     data.derivative = [
         (f"{what} of {data.input_names[i]}", np.asarray(g.array)) for i, g in zip(diff, grads)
     ]
-    checks.vjp_checks(data, fd, w)
+    judged = _guard(5, fd.judged, program, final_inputs, n_out if mode == "vjp" else 0)
+    checks.vjp_checks(data, fd, w, judged, nonfinite)
     checks.analytic_check(data, jaxpr, args, consts, diff, fd.dtype, w)
 
 

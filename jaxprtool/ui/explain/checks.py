@@ -15,7 +15,10 @@ from ...lazy import np
 from ...record import prim
 from ..checkgrad import (
     EPS,
+    WIDE_EPS,
     Check,
+    _norm,
+    _pair_error,
     _pairing,
     _rel_err,
     fd_tolerance,
@@ -134,24 +137,65 @@ def runner(jaxpr: Jaxpr, consts):
 # ---------------------------------------------------------------- finite differences
 
 
+def _wide(xs) -> list:
+    """Float (complex) arrays in float64 (complex128), others as they are."""
+    from ..widen import wide_dtype
+
+    return [np.asarray(x).astype(wide_dtype(x)) for x in xs]
+
+
+def _run_wide(jaxpr: Jaxpr, consts):
+    """run(args) of the float64 copy of `jaxpr` on the CPU (the reference device), its
+    constants widened; None where no copy type-checks."""
+    from ...backend import evaluate, reference_device
+    from ..widen import widen
+
+    wide = widen(jaxpr)
+    if wide is None:
+        return None
+    device, cs = reference_device(jaxpr), _wide(consts)
+    return lambda args: evaluate(wide, _wide(args), cs, device=device)
+
+
 class FiniteDifferences:
     """Central differences of the primal program along directions of the differentiated
-    inputs, for the float/complex outputs."""
+    inputs, for the float/complex outputs: in a float64 copy of the program where one
+    type-checks (as check-grad's), else in its own precision."""
 
-    def __init__(self, jaxpr: Jaxpr, run, args, diff, on_error):
+    def __init__(self, jaxpr: Jaxpr, run, args, diff, on_error, consts=()):
+        from ...backend import current_platform
+
         self.run, self.args, self.diff, self.on_error = run, args, diff, on_error
+        self.consts = list(consts)
         self.outs = [j for j, v in enumerate(jaxpr.outvars) if is_inexact(v.type)]
         self.dtype = least_precise_dtype(jaxpr)
         self.tol = fd_tolerance(self.dtype)
         real = self.dtype.replace("complex64", "float32").replace("complex128", "float64")
-        self.eps = EPS.get(real, 1e-3)
+        self.wide = _run_wide(jaxpr, self.consts)
+        self.eps = WIDE_EPS if self.wide is not None else EPS.get(real, 1e-3)
+        self.base = _wide(args) if self.wide is not None else list(args)
+        self.judged_in = "f64" if self.wide is not None else f"{real} (no float64 copy)"
+        if current_platform() == "tpu":  # no float64 there: its own derivative is judged
+            self.judged_in = f"{real} on the TPU (no float64 there)"
+
+    def judged(self, program: Jaxpr, inputs, skip: int) -> list | None:
+        """The outputs past `skip` of derivative `program` in its float64 copy (what the
+        checks judge), or None where the differences are not in float64 either, or the
+        derivatives run on a TPU."""
+        if self.wide is None or self.judged_in != "f64":
+            return None
+        run = _run_wide(program, self.consts)
+        return None if run is None else [np.asarray(x) for x in run(inputs)[skip:]]
 
     def _shifted(self, vs, sign):
-        xs = list(self.args)
+        xs = list(self.base)
         for i, d in zip(self.diff, vs):
-            xs[i] = (np.asarray(self.args[i]) + sign * self.eps * d).astype(self.args[i].dtype)
+            x = self.base[i]
+            xs[i] = (np.asarray(x) + sign * self.eps * np.asarray(d).astype(x.dtype)).astype(
+                x.dtype
+            )
         try:
-            return self.run(xs)
+            return (self.wide or self.run)(xs)
         except Exception as e:  # noqa: BLE001
             raise self.on_error(e) from None
 
@@ -164,22 +208,37 @@ class FiniteDifferences:
         ]
 
 
-def jvp_checks(data: ExplainData, fd: FiniteDifferences) -> None:
+def _judged(fd: FiniteDifferences, check: Check, nonfinite: bool) -> Check:
+    check.judged_in, check.nonfinite = fd.judged_in, nonfinite
+    return check
+
+
+def jvp_checks(data: ExplainData, fd: FiniteDifferences, judged=None, nonfinite=False) -> None:
+    """`judged`: the derivative in float64 (`FiniteDifferences.judged`); None: as shown."""
     want = fd.along(data.direction)
-    err = worst(_rel_err(a, b) for (_, a), b in zip(data.derivative, want))
-    data.checks.append(Check("jvp vs central finite differences", err, fd.tol))
-
-
-def vjp_checks(data: ExplainData, fd: FiniteDifferences, w) -> None:
-    args, diff = fd.args, fd.diff
-    g = [np.asarray(a) for _, a in data.derivative]
-    lhs = sum(_pairing(a, b) for a, b in zip(w, fd.along(data.direction)))
-    rhs = sum(_pairing(a, b) for a, b in zip(g, data.direction))
+    got = judged if judged is not None else [a for _, a in data.derivative]
+    err = worst(_rel_err(a, b) for a, b in zip(got, want))
     data.checks.append(
-        Check(
-            "<w, FD(J v)> = <J^T w, v> (central differences, random v)",
-            abs(lhs - rhs) / max(1.0, abs(lhs)),
-            fd.tol,
+        _judged(fd, Check("jvp vs central finite differences", err, fd.tol), nonfinite)
+    )
+
+
+def vjp_checks(data: ExplainData, fd: FiniteDifferences, w, judged=None, nonfinite=False) -> None:
+    args, diff = fd.args, fd.diff
+    g = judged if judged is not None else [np.asarray(a) for _, a in data.derivative]
+    fd_v = fd.along(data.direction)
+    lhs = sum(_pairing(a, b) for a, b in zip(w, fd_v))
+    rhs = sum(_pairing(a, b) for a, b in zip(g, data.direction))
+    sizes = max(_norm(w) * _norm(fd_v), _norm(g) * _norm(data.direction))
+    data.checks.append(
+        _judged(
+            fd,
+            Check(
+                "<w, FD(J v)> = <J^T w, v> (central differences, random v)",
+                _pair_error(lhs, rhs, sizes),
+                fd.tol,
+            ),
+            nonfinite,
         )
     )
     n_coords = sum(int(args[i].size) for i in diff)
@@ -196,7 +255,11 @@ def vjp_checks(data: ExplainData, fd: FiniteDifferences, w) -> None:
             fd_g.append(gi)
         err = worst(_rel_err(a, b) for a, b in zip(g, fd_g))
         data.checks.append(
-            Check("J^T w vs central finite differences, coordinate-wise", err, fd.tol)
+            _judged(
+                fd,
+                Check("J^T w vs central finite differences, coordinate-wise", err, fd.tol),
+                nonfinite,
+            )
         )
 
 

@@ -128,6 +128,27 @@ class ReverseStep:
     eqn: Eqn | None = None
 
 
+#: a program of more equations than this is explained as a summary per segment of
+#: SEGMENT equations unless --eqns/--only zoom in (or --all asks for every step)
+SUMMARY_OVER = 200
+SEGMENT = 64
+
+
+@dataclass
+class Zoom:
+    """The primal equations shown one by one: indices A..B (`--eqns A-B`), a primitive
+    (`--only PRIM`), both, or neither (a large program's summary: no step one by one)."""
+
+    eqns: tuple[int, int] | None = None
+    only: str | None = None
+
+    def picks(self, index: int, prim: str) -> bool:
+        if self.eqns is None and self.only is None:
+            return False
+        inside = self.eqns is None or self.eqns[0] <= index <= self.eqns[1]
+        return inside and (self.only is None or prim == self.only)
+
+
 @dataclass
 class ExplainData:
     mode: str
@@ -161,6 +182,19 @@ class ExplainData:
     error: JaxprError | None = None
     stopped_in: int | None = None  # the stage where the walk stopped
     keep: list = field(default_factory=list)
+    #: which steps are shown one by one (the others: in the summary per segment)
+    zoom: Zoom | None = None
+    #: the primal equation each linear equation comes from (by location), for the zoom
+    primal_of: dict = field(default_factory=dict)
+
+    def forward_shown(self, s: ForwardStep) -> bool:
+        return self.zoom is None or self.zoom.picks(s.index, s.eqn.prim) or s.error is not None
+
+    def reverse_shown(self, s: ReverseStep) -> bool:
+        if self.zoom is None or s.index < 0 or s.error is not None:
+            return True
+        hit = self.primal_of.get(s.eqn.loc) if s.eqn is not None else None
+        return hit is not None and self.zoom.picks(*hit)
 
     def __repr__(self) -> str:
         """One line (the dataclass's repr printed every array and step)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from ...core import JaxprError, shown_path
 from ...lazy import np
 from ..tables import print_table
-from .record import ExplainData, summarize
+from .record import SEGMENT, ExplainData, summarize
 
 HEADINGS = {
     1: "1. Primal equations",
@@ -30,9 +30,10 @@ def _small(a) -> str | None:
 class _Out:
     """Lines, code blocks and headings on one console."""
 
-    def __init__(self, console, wrap: bool = True):
+    def __init__(self, console, wrap: bool = True, on_section=None):
         self.console = console
         self.wrap = wrap
+        self.on_section = on_section
 
     def line(self, *parts, indent=0):
         from rich.text import Text
@@ -52,6 +53,9 @@ class _Out:
     def heading(self, n):
         from rich.text import Text
 
+        if self.on_section is not None:  # a page of collapsible sections (--html)
+            self.on_section(HEADINGS[n])
+            return
         self.console.print()
         self.console.rule(Text(HEADINGS[n], style="bold"), align="left")
 
@@ -67,12 +71,13 @@ class _Out:
         self.console.print()
 
 
-def render(data: ExplainData, console, wrap: bool = True) -> None:
+def render(data: ExplainData, console, wrap: bool = True, on_section=None) -> None:
     """Print the walk on a rich Console (Text objects only: program text is never markup);
-    `wrap=False`: no line is cut at the console's width (a pipe, a file)."""
+    `wrap=False`: no line is cut at the console's width (a pipe, a file).  `on_section(title)`:
+    called at each stage instead of printing its heading (the HTML page's sections)."""
     from rich.text import Text
 
-    out = _Out(console, wrap)
+    out = _Out(console, wrap, on_section)
     console.print(
         Text(f"explain {shown_path(data.label)}  (mode {data.mode})", style="bold underline"),
         soft_wrap=True,
@@ -111,6 +116,8 @@ def render(data: ExplainData, console, wrap: bool = True) -> None:
     if not data.analytic:
         out.line(("no analytic formula: the program is not a single elementwise primitive", "dim"))
     verdict = "all checks pass" if data.passed else "a check FAILED"
+    if data.passed and any(c.inconclusive for c in data.checks):
+        verdict = "inconclusive at this point (see the checks), no check FAILED"
     out.line(("result: ", "bold"), (verdict, "bold green" if data.passed else "bold red"))
 
 
@@ -120,7 +127,9 @@ def _forward(data: ExplainData, out: _Out) -> None:
     else:
         names = [f"t_{n}" for n, m in zip(data.input_names, data.in_mask) if m]
     out.line("tangent inputs: ", ", ".join(names), "  (random direction v)")
-    for s in data.forward:
+    if data.zoom is not None:
+        _summary(out, "forward steps per segment of primal equations", _forward_rows(data))
+    for s in filter(data.forward_shown, data.forward):
         out.blank()
         out.line((f"eqn {s.index}  ", "bold"), (s.text.splitlines()[0], "cyan"))
         for extra in s.text.splitlines()[1:]:
@@ -151,10 +160,94 @@ def _forward(data: ExplainData, out: _Out) -> None:
             out.line(f"tangent of {n}: symbolic zero", indent=4)
 
 
+def _counts(names, top: int = 4) -> str:
+    """'dot_general x6, add x4, ...': the most frequent names first."""
+    from collections import Counter
+
+    common = Counter(names).most_common()
+    text = ", ".join(f"{n} x{k}" for n, k in common[:top])
+    return text + (f", +{len(common) - top} more" if len(common) > top else "")
+
+
+def _segments(steps, index):
+    """The steps in runs of SEGMENT consecutive indices: [(first, last, steps)]."""
+    runs: dict[int, list] = {}
+    for s in steps:
+        runs.setdefault(index(s) // SEGMENT, []).append(s)
+    return [
+        (min(map(index, ss)), max(map(index, ss)), sorted(ss, key=index))
+        for _, ss in sorted(runs.items())
+    ]
+
+
+def _forward_rows(data: ExplainData):
+    header = ("eqns", "primitives", "JVP rules", "tangent eqns", "residual work", "first")
+    rows = []
+    for a, b, ss in _segments(data.forward, lambda s: s.index):
+        live = [s for s in ss if not s.constant]
+        rows.append(
+            (
+                f"{a}-{b}",
+                _counts(s.eqn.prim for s in ss),
+                _counts((s.kind or "no rule") for s in live) or "no tangent",
+                str(sum(len(s.tangent_eqns) for s in live)),
+                str(sum(len(s.primal_side) for s in live)),
+                ss[0].text.splitlines()[0][:60],
+            )
+        )
+    return header, rows
+
+
+def _reverse_rows(data: ExplainData):
+    header = ("linear eqns", "primitives", "skipped", "transpose eqns", "accumulations")
+    rows = []
+    for a, b, ss in _segments([s for s in data.reverse if s.index >= 0], lambda s: s.index):
+        rows.append(
+            (
+                f"{a}-{b}",
+                _counts(s.prim for s in ss),
+                str(sum(s.skipped for s in ss)),
+                str(sum(len(s.eqns) for s in ss)),
+                str(sum(len(s.accumulations) for s in ss)),
+            )
+        )
+    return header, rows
+
+
+def _summary(out: _Out, title: str, table_rows) -> None:
+    """A table of segments, and how to zoom into one."""
+    from rich.table import Table
+    from rich.text import Text
+
+    header, rows = table_rows
+    table = Table(title=title, title_justify="left")
+    for col in header:
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        table.add_row(*map(Text, row))
+    print_table(out.console, table)
+    out.line(
+        (
+            "zoom in: --eqns A-B (primal equations A to B), --only PRIM (one primitive), "
+            "--all (every step)",
+            "dim",
+        ),
+        indent=2,
+    )
+
+
 def _linear(data: ExplainData, out: _Out) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    if data.zoom is not None:  # a large program: its size, and what prints it
+        n = len(data.linear_text.splitlines())
+        out.line(
+            f"the linear program: {n} lines, {len(data.residuals)} residuals "
+            "(`jaxprtool linearize` prints it)",
+            indent=2,
+        )
+        return
     out.code(data.linear_text, indent=2, style="")
     out.blank()
     table = Table(title="residuals", show_lines=False, title_justify="left")
@@ -170,7 +263,9 @@ def _linear(data: ExplainData, out: _Out) -> None:
 
 def _reverse(data: ExplainData, out: _Out) -> None:
     line = out.line
-    for s in data.reverse:
+    if data.zoom is not None:
+        _summary(out, "reverse steps per segment of linear equations", _reverse_rows(data))
+    for s in filter(data.reverse_shown, data.reverse):
         out.blank()
         if s.index < 0:
             line(
@@ -225,7 +320,11 @@ def _derivative(data: ExplainData, out: _Out) -> None:
     from rich.text import Text
 
     line = out.line
-    if data.program_text:
+    if data.program_text and data.zoom is not None:
+        n = len(data.program_text.splitlines())
+        line(f"the program the walks built: {n} lines (`{data.program_command}` prints it)")
+        out.blank()
+    elif data.program_text:
         line(f"the program the walks built (`{data.program_command}` prints the same):")
         out.code(data.program_text, indent=2, style="")
         out.blank()
@@ -245,9 +344,20 @@ def _derivative(data: ExplainData, out: _Out) -> None:
     for col in ("check", "error", "tolerance", "result"):
         table.add_column(col, overflow="fold")
     for c in data.checks:
-        verdict = Text("pass", style="green") if c.passed else Text("FAIL", style="bold red")
+        if c.inconclusive is not None:  # the point, not the rules: NaN there, unsettled
+            verdict = Text(c.verdict, style="yellow")
+        elif c.passed:
+            verdict = Text("pass", style="green")
+        else:
+            verdict = Text("FAIL", style="bold red")
         table.add_row(Text(c.name), f"{c.error:.2e}", f"{c.tolerance:.0e}", verdict)
     print_table(out.console, table)
+    judged = {c.judged_in for c in data.checks if c.judged_in}
+    if judged:
+        where = ", ".join(sorted(judged)).replace(
+            "f64", "float64 (finite differences and the derivative in float64 copies, on the CPU)"
+        )
+        line(f"judged in {where}", indent=0)
     if data.fallbacks:
         line(("differentiated by a fallback or a plugin rule:", "bold yellow"))
         for where, what in data.fallbacks:

@@ -1,0 +1,42 @@
+"""JAX's own derivatives of a program, for check-grad's precision report: `jax.jvp` and
+`jax.vjp` of the program run as a JAX function (`jaxfn.as_jax_function`), in the program's
+own precision and on the command's device, so that the tool's float32 derivative can be
+set beside JAX's at the same point (both measured against the float64 one)."""
+
+from __future__ import annotations
+
+
+def jax_derivative(jaxpr, consts, args, diff, vec, outs_idx, kind: str) -> list:
+    """kind "jvp": JAX's tangents of the outputs `outs_idx` along `vec` (one tangent per
+    input of `diff`); kind "vjp": JAX's cotangents of the inputs `diff` for `vec` (one
+    cotangent per output of `outs_idx`).  numpy arrays."""
+    import jax
+    import numpy as np
+
+    from . import _with_nested, get_device, sharding
+    from .jaxfn import as_jax_function, x64_scope
+
+    nested = _with_nested(jaxpr, consts)
+    f = as_jax_function(jaxpr, None, enable_x64=False, nested=nested)
+
+    def derivative(cs, xs, vs):
+        def of_diff(*ds):
+            full = list(xs)
+            for i, d in zip(diff, ds):
+                full[i] = d
+            outs = f(*cs, *full)
+            return [outs[j] for j in outs_idx]
+
+        primals = [xs[i] for i in diff]
+        if kind == "jvp":
+            return jax.jvp(of_diff, primals, list(vs))[1]
+        _, pull = jax.vjp(of_diff, *primals)
+        return list(pull(list(vs)))
+
+    dev = get_device(sharding.CONFIG.platform)
+    with x64_scope(jaxpr), jax.default_device(dev):
+        put = lambda a: jax.device_put(a, dev)  # noqa: E731
+        outs = jax.jit(derivative)(
+            [put(c) for c in consts], [put(a) for a in args], [put(x) for x in vec]
+        )
+        return [np.asarray(o) for o in outs]
