@@ -85,6 +85,7 @@ def main() -> int:
         for what, fn in (("check-grad", check_grad_rows), ("explain", explain_rows)):
             if a.only in (None, what):
                 more, good = fn(a.device, path)
+                print("\n".join(more), flush=True)  # (kept should a later command be cut off)
                 rows += more
                 ok &= good
     table = "| command | exit | wall | verdict |\n| --- | --- | --- | --- |\n" + "\n".join(rows)
