@@ -243,13 +243,13 @@ def _ad_input(p: Program, custom_rules: str) -> Jaxpr:
     """What the AD commands transform: the program with its nested bodies' and recorded
     rules' constants made its own (`consts_order.for_ad`), refused when it is over named
     axes."""
+    from .ad.inputs import require_transformable
     from .ad.registry import set_custom_rule_policy
-    from .commands.ad_cmds import _require_transformable
     from .consts_order import for_ad
 
     set_custom_rule_policy(custom_rules)
     j = for_ad(p.jaxpr)
-    _require_transformable(j)
+    require_transformable(j)
     return j
 
 
@@ -443,14 +443,14 @@ def memory(
     `jaxprtool.memory.Timeline` (bytes live per step, the peak, the values live there) and
     the `Residuals` held across the forward/backward boundary (None where there is none), of
     the program or of its `of="linearize"|"vjp"|"grad"` transformation."""
-    from .commands.memory_cmd import _OF, _transformed
+    from .ad.forms import FORMS, transformed
     from .memory import analyse
 
-    if of not in _OF:
-        raise JaxprError(f"memory of: expected one of {', '.join(_OF)}, got {of!r}")
+    if of not in FORMS:
+        raise JaxprError(f"memory of: expected one of {', '.join(FORMS)}, got {of!r}")
     p = _program(program)
     with _located(p):
-        jaxpr, boundary = _transformed(p.jaxpr, of, argnums)
+        jaxpr, boundary = transformed(p.jaxpr, of, argnums)
         return analyse(jaxpr, boundary)
 
 
@@ -511,16 +511,17 @@ def xla_memory(
     """XLA's figures for the compiled program (or its `of` transformation) on `device`, as
     `jaxprtool memory` prints them: {"device", "temp_bytes", "argument_bytes",
     "output_bytes", "alias_bytes", "devices", "per_device"}."""
-    from .cli import require_jax
-    from .commands.memory_cmd import _OF, _transformed, _xla
+    from .ad.forms import FORMS, transformed
+    from .backend.memory_analysis import xla_figures
+    from .jax_required import require_jax
 
-    if of not in _OF:
-        raise JaxprError(f"memory of: expected one of {', '.join(_OF)}, got {of!r}")
+    if of not in FORMS:
+        raise JaxprError(f"memory of: expected one of {', '.join(FORMS)}, got {of!r}")
     require_jax()
     p = _program(program)
     with _located(p):
-        jaxpr, _ = _transformed(p.jaxpr, of, argnums)
-        return _xla(jaxpr, device, ())
+        jaxpr, _ = transformed(p.jaxpr, of, argnums)
+        return xla_figures(jaxpr, device, {})
 
 
 def to_stablehlo(program: Program | Jaxpr, device: str = "cpu") -> str:
@@ -528,9 +529,9 @@ def to_stablehlo(program: Program | Jaxpr, device: str = "cpu") -> str:
     such device needed; "auto": JAX's default backend), as `jaxprtool compile --emit
     stablehlo` prints it."""
     from . import backend
-    from .cli import require_jax
-    from .commands.compile_cmd import _compile
+    from .backend.lowering import lower
     from .consts_order import number_constants
+    from .jax_required import require_jax
 
     require_jax()
     p = _program(program)
@@ -538,7 +539,7 @@ def to_stablehlo(program: Program | Jaxpr, device: str = "cpu") -> str:
         j = number_constants(p.jaxpr).program
         backend.check_runnable(j)
         with backend.x64_scope(j):
-            return _compile(j, "stablehlo", device, {}, False)[0]
+            return lower(j, "stablehlo", device, {}, False)[0]
 
 
 def run(
@@ -556,8 +557,8 @@ def run(
     traced them (`run --matmul-precision`)."""
     from . import backend
     from .backend.precision import matmul_precision as precision_scope
-    from .cli import require_jax
     from .consts_order import number_constants
+    from .jax_required import require_jax
 
     require_jax()
     p = _program(program)
@@ -574,7 +575,7 @@ def _arrays(j: Jaxpr, args: Sequence, consts: Sequence) -> tuple[list, list, dic
     program's own constvars, or every constvar, its nested bodies' after its own), and the
     sizes of the symbolic dimensions they bind."""
     from .backend.consts import all_constvars
-    from .commands.run_inputs import bind_dims, check_arrays
+    from .run_inputs import bind_dims, check_arrays
 
     if len(args) != len(j.invars):
         raise ProgramError(f"expected {len(j.invars)} arguments, got {len(args)}", "inputs")
@@ -615,9 +616,9 @@ def check_grad(
 
     from .ad.registry import set_custom_rule_policy
     from .backend import sharding as backend
-    from .cli import require_jax
-    from .commands.verify_cmds import _runner
+    from .backend.runner import consts_runner
     from .consts_order import for_ad
+    from .jax_required import require_jax
     from .shardings import axis_sizes_of
     from .ui.checkgrad import check_grad as run_checks
 
@@ -634,7 +635,7 @@ def check_grad(
             return run_checks(
                 j,
                 args,
-                _runner(consts),
+                consts_runner(consts),
                 seed=seed,
                 order=order,
                 modes=mode_set,
@@ -665,9 +666,8 @@ def explain(
     missing rule) is data too: `.error` and `.stopped_in` (the stage)."""
     from .ad.registry import set_custom_rule_policy
     from .backend import sharding as backend
-    from .cli import require_jax
-    from .commands.explain_cmd import refuse_kept_consts
-    from .consts_order import for_ad
+    from .consts_order import for_ad, refuse_kept_consts
+    from .jax_required import require_jax
     from .shardings import axis_sizes_of
     from .ui.explain import explain_data
 
@@ -703,7 +703,7 @@ def _point(j: Jaxpr, args: Sequence, consts: Sequence, seed: int) -> tuple[list,
     """The arguments and constants `check_grad` and `explain` run at: the given ones, checked
     against the program's types, or random ones from `seed`, as the commands' `--random`."""
     from .backend.consts import all_constvars
-    from .commands.run_inputs import gather_inputs
+    from .run_inputs import gather_inputs
 
     if not args or (not consts and all_constvars(j)):
         random_args, random_consts, _ = gather_inputs(j, None, None, seed, None, {})

@@ -109,11 +109,11 @@ def _explain(
 
     from ..ad.registry import set_custom_rule_policy
     from ..backend import sharding as backend
-    from ..cli import require_jax
     from ..commands.common import load, output_style
-    from ..commands.run_inputs import gather_inputs, warn_invented_consts
-    from ..consts_order import for_ad
+    from ..consts_order import for_ad, refuse_kept_consts
     from ..core import JaxprError
+    from ..jax_required import require_jax
+    from ..run_inputs import gather_inputs, warn_invented_consts
     from ..shardings import axis_sizes_of
     from ..ui.explain import explain_data, render
 
@@ -173,19 +173,3 @@ def _explain(
         if html_out:
             raise JaxprError(f"a check failed: the walk in '{html_out}' shows which")
         sys.exit(1)
-
-
-def refuse_kept_consts(read, jaxpr) -> None:
-    """Refuse a program (`read`; `jaxpr`: its `for_ad` form) whose nested jaxprs keep
-    constants the AD commands cannot make the program's."""
-    from ..consts_order import kept_by, nested_with_consts
-    from ..core import JaxprError
-
-    kept = kept_by(read) if nested_with_consts(jaxpr) else []  # (asked only where some stay)
-    if kept:
-        raise JaxprError(
-            f"explain cannot use the constants that '{kept[0].prim}' keeps in its nested "
-            "jaxprs: the AD commands cannot make them the program's (docs/LIMITS.md, Known limits); "
-            "run takes them with --consts",
-            kept[0].loc,
-        )

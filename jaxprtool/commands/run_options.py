@@ -90,9 +90,9 @@ def _require(device: str | None) -> None:
         return
     import sys
 
-    from ..cli import require_jax
     from ..core import JaxprError
     from ..io import report
+    from ..jax_required import require_jax
 
     try:
         require_jax()

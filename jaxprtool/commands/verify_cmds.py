@@ -16,38 +16,6 @@ from .mesh_options import mesh_options
 from .run_options import device_options, dim_option, parse_dims
 
 
-def _runner(consts):
-    """run(jaxpr, args, reference=False) through XLA, with the program's constants when it
-    has constvars (its nested jaxprs' included, `backend/consts.py`), in the program's float
-    width (the float64 copy finite differences use); `reference`: finite differences, run on
-    the CPU when the checks run on another device (`backend.reference_device`)."""
-    from ..backend import evaluate, reference_device
-    from ..backend.consts import all_constvars
-
-    def run(jaxpr, args, reference=False):
-        device = reference_device(jaxpr) if reference else None
-        cvars = all_constvars(jaxpr)
-        if not cvars:
-            return evaluate(jaxpr, args, None, device=device)
-        if len(consts) == len(jaxpr.constvars):
-            cvars = list(jaxpr.constvars)
-        typed = [_as_type(c, v.type) for c, v in zip(consts, cvars)]
-        return evaluate(jaxpr, args, typed, device=device)
-
-    return run
-
-
-def _as_type(value, t):
-    """A float constant in the float type of its binder (float32 data for float64 binders)."""
-    import numpy as np
-
-    a = np.asarray(value)
-    want = getattr(t, "np_dtype", None)
-    if want is not None and a.dtype.kind in "fc" and np.dtype(want).kind in "fc":
-        return a.astype(want)
-    return a
-
-
 def _positive(name: str, help: str):
     """An optional positive float option (the default: JAX's, said in `help`)."""
     return click.option(name, type=click.FloatRange(min=0, min_open=True), default=None, help=help)
@@ -160,11 +128,12 @@ def check_grad(
     """
     from ..ad.registry import custom_rule_fallbacks, set_custom_rule_policy
     from ..backend import sharding as backend
-    from ..cli import require_jax
+    from ..backend.runner import consts_runner
     from ..commands.common import load_reporting
-    from ..commands.run_inputs import gather_inputs, warn_invented_consts
     from ..consts_order import for_ad
     from ..io import Reported
+    from ..jax_required import require_jax
+    from ..run_inputs import gather_inputs, warn_invented_consts
     from ..shardings import axis_sizes_of
     from ..ui.checkgrad import check_grad as run_checks
     from ..ui.checkgrad import render_table
@@ -202,7 +171,7 @@ def check_grad(
                     checks = run_checks(
                         jaxpr,
                         args,
-                        _runner(consts),
+                        consts_runner(consts),
                         seed=seed,
                         order=order,
                         modes=mode_set,
@@ -218,7 +187,7 @@ def check_grad(
                 trouble = True
                 continue
             except Exception as e:  # noqa: BLE001 - any trouble is exit 2, never a traceback
-                from ..cli import missing_jax
+                from ..jax_required import missing_jax
 
                 missing = missing_jax(e)
                 if missing is not None:  # nothing can be checked: say what to install
