@@ -94,7 +94,7 @@ def fallback_comment_lines() -> str:
     replaced by the derivative of its function's body."""
     from ..ad.registry import custom_rule_fallbacks
 
-    return "".join(f"# jaxprtool: {n}\n" for n in custom_rule_fallbacks.notes)
+    return "".join(f"# jaxprtool: {n}\n" for n in custom_rule_fallbacks().notes)
 
 
 _argnums = click.option(

@@ -200,7 +200,7 @@ def check_grad(
                 report(JaxprError(f"{file}: internal error: {type(e).__name__}: {e}"))
                 trouble = True
                 continue
-            replaced = list(custom_rule_fallbacks.notes)
+            replaced = list(custom_rule_fallbacks().notes)
             if as_json:
                 reports.append(_report(path, checks, replaced))
             else:

@@ -776,7 +776,7 @@ def _how_to_proceed(kind: str) -> str:
         "function with `jaxprtool trace MODULE:FUNCTION` so that the rule travels with the "
         "program"
     )
-    if custom_rule_fallbacks.policy == "body":
+    if custom_rule_fallbacks().policy == "body":
         return ways
     return ways + ", or pass --custom-rules body to differentiate the body on purpose"
 
@@ -793,7 +793,7 @@ def _fall_back_to_body(kind: str, params, primals, tangents, rule_text: str, ref
         )
     note = f"{what}: custom rule replaced by the derivative of its body"
     observe.note(note)
-    if custom_rule_fallbacks.note(note):
+    if custom_rule_fallbacks().note(note):
         from ..io import warn
 
         warn(
@@ -897,7 +897,7 @@ def _custom_jvp_jvp(primals, tangents, **params):
             return outs, [Zero(tangent_type(o.type)) for o in outs]
         nonzero = [None if is_zero(t) else t for t in tangents[n:]]
         return outs, library.tangent(list(primals[n:]), nonzero, outs, body)
-    refuse = custom_rule_fallbacks.policy == "strict"
+    refuse = custom_rule_fallbacks().policy == "strict"
     return _fall_back_to_body("custom_jvp", params, primals, tangents, f"jvp={jvp_name}", refuse)
 
 
@@ -941,7 +941,7 @@ def _custom_vjp_rule(params):
 def _custom_vjp_jvp(primals, tangents, **params):
     """Forward mode: JAX refuses it; `--custom-rules body` differentiates the body."""
     fwd_name, bwd_name, fwd, _, plugin = _custom_vjp_rule(params)
-    policy = custom_rule_fallbacks.policy
+    policy = custom_rule_fallbacks().policy
     if fwd is not None or plugin is not None:
         if policy == "body":
             return _fall_back_to_body(
@@ -959,7 +959,7 @@ def _custom_vjp_linearize(primals, tangents, **params):
     fwd_name, bwd_name, fwd, bwd, plugin = _custom_vjp_rule(params)
     if fwd is None and plugin is None:
         rule_text = f"fwd={fwd_name} bwd={bwd_name}"
-        refuse = custom_rule_fallbacks.policy != "body"
+        refuse = custom_rule_fallbacks().policy != "body"
         return _fall_back_to_body("custom_vjp", params, primals, tangents, rule_text, refuse)
     if all(is_zero(t) for t in tangents):
         outs = rebind_primal("custom_vjp_call", list(primals), params)
