@@ -136,13 +136,21 @@ _MEMO: dict = {}
 
 def _memo(kind, fn, inner: Jaxpr, nz):
     """One JVP/linearization per (body, nonzero pattern): a body called twice gets one derivative
-    jaxpr object, which the printer shares (`let NAME = { lambda ... }`) as JAX does."""
-    key = (kind, id(inner), tuple(nz), B.remat_request()[0])  # a remat request changes them
+    jaxpr object, which the printer shares (`let NAME = { lambda ... }`) as JAX does.  The
+    rematerialization plans made for it are kept with it and given to each later
+    linearization's list that lacks them (another command's, or the same program's again),
+    once: a body called twice in one program has one plan, as it has one derivative."""
+    remat, plans = B.remat_request()
+    key = (kind, id(inner), tuple(nz), remat)  # a remat request changes them
     hit = _MEMO.get(key)
-    if hit is not None and hit[0] is inner:
-        return hit[1]
+    if hit is not None and hit[0] is inner and (plans is None or hit[2] is not None):
+        _, res, made = hit
+        if plans is not None:
+            plans.extend(p for p in made if not any(p is q for q in plans))
+        return res
+    before = len(plans) if plans is not None else 0
     res = fn(inner, nz, instantiate=False)
-    _MEMO[key] = (inner, res)
+    _MEMO[key] = (inner, res, None if plans is None else plans[before:])  # None: not kept
     return res
 
 
