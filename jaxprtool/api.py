@@ -239,18 +239,20 @@ def _warn(w: JaxprError) -> None:
 # ---------------------------------------------------------------- transformations
 
 
-def _ad_input(p: Program, custom_rules: str) -> Jaxpr:
+@contextmanager
+def _ad_input(p: Program, custom_rules: str) -> Iterator[Jaxpr]:
     """What the AD commands transform: the program with its nested bodies' and recorded
     rules' constants made its own (`consts_order.for_ad`), refused when it is over named
-    axes."""
-    from .ad.registry import set_custom_rule_policy
-    from .commands.ad_cmds import _require_transformable
+    axes; errors located in `p`'s text; `custom_rules` in force for the block alone, so that
+    one call never changes what another (the next, or another thread's) does."""
+    from .ad.inputs import require_transformable
+    from .ad.registry import custom_rule_policy
     from .consts_order import for_ad
 
-    set_custom_rule_policy(custom_rules)
-    j = for_ad(p.jaxpr)
-    _require_transformable(j)
-    return j
+    with _located(p), custom_rule_policy(custom_rules):
+        j = for_ad(p.jaxpr)
+        require_transformable(j)
+        yield j
 
 
 def jvp(
@@ -265,8 +267,8 @@ def jvp(
     from .ad.api import jvp_jaxpr_info
 
     p = _program(program)
-    with _located(p):
-        j = jvp_jaxpr_info(_ad_input(p, custom_rules), argnums, instantiate=instantiate)[0]
+    with _ad_input(p, custom_rules) as j:
+        j = jvp_jaxpr_info(j, argnums, instantiate=instantiate)[0]
         return p.derived(_passes(j, opt))
 
 
@@ -284,8 +286,8 @@ def linearize(
     from .ad.linearize import combine, linearize_jaxpr
 
     p = _program(program)
-    with _located(p):
-        primal, linear, info = linearize_jaxpr(_ad_input(p, custom_rules), argnums)
+    with _ad_input(p, custom_rules) as j:
+        primal, linear, info = linearize_jaxpr(j, argnums)
         linear = _passes(linear, opt)
         if split:
             return p.derived(_passes(primal, opt)), p.derived(linear)
@@ -309,8 +311,8 @@ def transpose(
     if linear is not None and residuals is not None:
         raise JaxprError("give linear or residuals, not both")
     p = _program(program)
-    with _located(p):
-        j = transpose_auto(_ad_input(p, "default"), linear, residuals)[0]
+    with _ad_input(p, "default") as j:
+        j = transpose_auto(j, linear, residuals)[0]
         return p.derived(_passes(j, opt))
 
 
@@ -325,8 +327,8 @@ def vjp(
     from .ad.api import vjp_jaxpr
 
     p = _program(program)
-    with _located(p):
-        return p.derived(_passes(vjp_jaxpr(_ad_input(p, custom_rules), argnums), opt))
+    with _ad_input(p, custom_rules) as j:
+        return p.derived(_passes(vjp_jaxpr(j, argnums), opt))
 
 
 def grad(
@@ -337,16 +339,45 @@ def grad(
     with_value: bool = False,
     opt: str = DEFAULT_OPT,
     custom_rules: str = "default",
+    remat: str | None = None,
 ) -> Program:
     """The gradient of a scalar output, as `jaxprtool grad`: (x...) -> ([value,] [aux...,]
-    grads...)."""
+    grads...).  `remat`: what the backward pass recomputes rather than keeps, as `grad
+    --remat` (a `jax.checkpoint_policies` name or call, `NAME=a,b`, or "min-cut")."""
     from .ad.api import grad_jaxpr
 
     p = _program(program)
-    with _located(p):
-        j = _ad_input(p, custom_rules)
-        j = grad_jaxpr(j, argnums, has_aux=has_aux, with_value=with_value)
+    with _ad_input(p, custom_rules) as j:
+        spec = _remat_request(remat, j)
+        plans = None if spec is None else []
+        j = grad_jaxpr(j, argnums, has_aux=has_aux, with_value=with_value, remat=spec, plans=plans)
         return p.derived(_passes(j, opt))
+
+
+def _remat_request(policy: str | None, j: Jaxpr):
+    """`policy` parsed (`remat.Spec`) and checked against the program, as `--remat` is: a
+    checkpoint name the program lacks, and min-cut's byte weights on a symbolic program
+    (the command's `--dim` sizes them), are refused."""
+    if policy is None:
+        return None
+    from .ad.remat import check_names, parse_policy
+    from .core import ShapedArray, all_eqns
+
+    try:
+        spec = parse_policy(policy)
+        check_names(spec, j)
+    except ValueError as e:
+        raise JaxprError(str(e)) from None
+    if spec.policy == "min-cut":
+        types = [v.type for v in j.invars] + [o.type for e in all_eqns(j) for o in e.outputs]
+        unsized = [t for t in types if isinstance(t, ShapedArray) and not t.is_sized]
+        if unsized:
+            raise JaxprError(
+                f"remat min-cut weighs residuals by their bytes, which {unsized[0]}'s "
+                "symbolic dimension leaves unknown: use a policy (dots_saveable, ...), or "
+                "`jaxprtool grad --remat min-cut --dim b=N`"
+            )
+    return spec
 
 
 def vmap(
@@ -365,10 +396,8 @@ def vmap(
     from .ad.batching import vmap_jaxpr
 
     p = _program(program)
-    with _located(p):
-        j = vmap_jaxpr(
-            _ad_input(p, "default"), in_axes, out_axes, axis_size, p.style, axis_name=axis_name
-        )
+    with _ad_input(p, "default") as j:
+        j = vmap_jaxpr(j, in_axes, out_axes, axis_size, p.style, axis_name=axis_name)
         return p.derived(_passes(j, opt))
 
 
@@ -413,8 +442,8 @@ def _jacobian(kind: str, program, argnums, opt: str, custom_rules: str) -> Progr
     from .ad import jacobians
 
     p = _program(program)
-    with _located(p):
-        j = getattr(jacobians, kind)(_ad_input(p, custom_rules), argnums, style=p.style)
+    with _ad_input(p, custom_rules) as j:
+        j = getattr(jacobians, kind)(j, argnums, style=p.style)
         return p.derived(_passes(j, opt))
 
 
@@ -443,14 +472,14 @@ def memory(
     `jaxprtool.memory.Timeline` (bytes live per step, the peak, the values live there) and
     the `Residuals` held across the forward/backward boundary (None where there is none), of
     the program or of its `of="linearize"|"vjp"|"grad"` transformation."""
-    from .commands.memory_cmd import _OF, _transformed
+    from .ad.forms import FORMS, transformed
     from .memory import analyse
 
-    if of not in _OF:
-        raise JaxprError(f"memory of: expected one of {', '.join(_OF)}, got {of!r}")
+    if of not in FORMS:
+        raise JaxprError(f"memory of: expected one of {', '.join(FORMS)}, got {of!r}")
     p = _program(program)
     with _located(p):
-        jaxpr, boundary = _transformed(p.jaxpr, of, argnums)
+        jaxpr, boundary = transformed(p.jaxpr, of, argnums)
         return analyse(jaxpr, boundary)
 
 
@@ -511,16 +540,17 @@ def xla_memory(
     """XLA's figures for the compiled program (or its `of` transformation) on `device`, as
     `jaxprtool memory` prints them: {"device", "temp_bytes", "argument_bytes",
     "output_bytes", "alias_bytes", "devices", "per_device"}."""
-    from .cli import require_jax
-    from .commands.memory_cmd import _OF, _transformed, _xla
+    from .ad.forms import FORMS, transformed
+    from .backend.memory_analysis import xla_figures
+    from .jax_required import require_jax
 
-    if of not in _OF:
-        raise JaxprError(f"memory of: expected one of {', '.join(_OF)}, got {of!r}")
+    if of not in FORMS:
+        raise JaxprError(f"memory of: expected one of {', '.join(FORMS)}, got {of!r}")
     require_jax()
     p = _program(program)
     with _located(p):
-        jaxpr, _ = _transformed(p.jaxpr, of, argnums)
-        return _xla(jaxpr, device, ())
+        jaxpr, _ = transformed(p.jaxpr, of, argnums)
+        return xla_figures(jaxpr, device, {})
 
 
 def to_stablehlo(program: Program | Jaxpr, device: str = "cpu") -> str:
@@ -528,9 +558,9 @@ def to_stablehlo(program: Program | Jaxpr, device: str = "cpu") -> str:
     such device needed; "auto": JAX's default backend), as `jaxprtool compile --emit
     stablehlo` prints it."""
     from . import backend
-    from .cli import require_jax
-    from .commands.compile_cmd import _compile
+    from .backend.lowering import lower
     from .consts_order import number_constants
+    from .jax_required import require_jax
 
     require_jax()
     p = _program(program)
@@ -538,7 +568,7 @@ def to_stablehlo(program: Program | Jaxpr, device: str = "cpu") -> str:
         j = number_constants(p.jaxpr).program
         backend.check_runnable(j)
         with backend.x64_scope(j):
-            return _compile(j, "stablehlo", device, {}, False)[0]
+            return lower(j, "stablehlo", device, {}, False)[0]
 
 
 def run(
@@ -556,8 +586,8 @@ def run(
     traced them (`run --matmul-precision`)."""
     from . import backend
     from .backend.precision import matmul_precision as precision_scope
-    from .cli import require_jax
     from .consts_order import number_constants
+    from .jax_required import require_jax
 
     require_jax()
     p = _program(program)
@@ -574,7 +604,7 @@ def _arrays(j: Jaxpr, args: Sequence, consts: Sequence) -> tuple[list, list, dic
     program's own constvars, or every constvar, its nested bodies' after its own), and the
     sizes of the symbolic dimensions they bind."""
     from .backend.consts import all_constvars
-    from .commands.run_inputs import bind_dims, check_arrays
+    from .run_inputs import bind_dims, check_arrays
 
     if len(args) != len(j.invars):
         raise ProgramError(f"expected {len(j.invars)} arguments, got {len(args)}", "inputs")
@@ -613,11 +643,11 @@ def check_grad(
     program the tool cannot differentiate raises."""
     import os
 
-    from .ad.registry import set_custom_rule_policy
+    from .ad.registry import custom_rule_policy
     from .backend import sharding as backend
-    from .cli import require_jax
-    from .commands.verify_cmds import _runner
+    from .backend.runner import consts_runner
     from .consts_order import for_ad
+    from .jax_required import require_jax
     from .shardings import axis_sizes_of
     from .ui.checkgrad import check_grad as run_checks
 
@@ -626,15 +656,14 @@ def check_grad(
         raise JaxprError(f"modes must name fwd and/or rev, got {sorted(mode_set)}")
     require_jax()
     p = _program(program)
-    with _located(p):
-        set_custom_rule_policy(custom_rules)
+    with _located(p), custom_rule_policy(custom_rules):
         j = for_ad(p.jaxpr)
         args, consts = _point(j, args, consts, seed)
         with _on_device(device, matmul_precision), axis_sizes_of(j, backend.CONFIG.mesh):
             return run_checks(
                 j,
                 args,
-                _runner(consts),
+                consts_runner(consts),
                 seed=seed,
                 order=order,
                 modes=mode_set,
@@ -663,18 +692,16 @@ def explain(
     "grad" (default: grad for one scalar float output, else vjp); `args`, `consts` and
     `seed`, `device` and `matmul_precision` as for `check_grad`.  A walk that stops (a
     missing rule) is data too: `.error` and `.stopped_in` (the stage)."""
-    from .ad.registry import set_custom_rule_policy
+    from .ad.registry import custom_rule_policy
     from .backend import sharding as backend
-    from .cli import require_jax
-    from .commands.explain_cmd import refuse_kept_consts
-    from .consts_order import for_ad
+    from .consts_order import for_ad, refuse_kept_consts
+    from .jax_required import require_jax
     from .shardings import axis_sizes_of
     from .ui.explain import explain_data
 
     require_jax()
     p = _program(program)
-    with _located(p):
-        set_custom_rule_policy(custom_rules)
+    with _located(p), custom_rule_policy(custom_rules):
         j = for_ad(p.jaxpr)
         refuse_kept_consts(p.jaxpr, j)
         args, consts = _point(j, args, consts, seed)
@@ -703,7 +730,7 @@ def _point(j: Jaxpr, args: Sequence, consts: Sequence, seed: int) -> tuple[list,
     """The arguments and constants `check_grad` and `explain` run at: the given ones, checked
     against the program's types, or random ones from `seed`, as the commands' `--random`."""
     from .backend.consts import all_constvars
-    from .commands.run_inputs import gather_inputs
+    from .run_inputs import gather_inputs
 
     if not args or (not consts and all_constvars(j)):
         random_args, random_consts, _ = gather_inputs(j, None, None, seed, None, {})

@@ -19,6 +19,7 @@ from . import core
 from .core import JaxprError, ProgramError, UsageProblem
 from .interrupt import exit_on_interrupt
 from .io import Reported, program_loc, report
+from .jax_required import missing_jax
 from .lazy import numpy_loaded
 from .outputs import InputPath, OutputPath, refuse_overlaps
 
@@ -667,27 +668,6 @@ def _drop_unwritten_stdout() -> None:
             pass
 
 
-#: what to install for the commands that run programs through JAX
-JAX_HINT = (
-    "install it with `pip install 'jaxprtool[jax]'` (for NVIDIA GPUs also JAX's CUDA plugin: "
-    "`pip install 'jax[cuda12]'`; see https://docs.jax.dev/en/latest/installation.html)"
-)
-
-
-def missing_jax(e: BaseException, without: str = "") -> JaxprError | None:
-    """The message for an ImportError of jax or jaxlib (not installed), else None; `without`
-    says what the command can do without JAX (e.g. "or leave out XLA's figures: --no-xla")."""
-    if not isinstance(e, ImportError):
-        return None
-    name = (getattr(e, "name", None) or "").split(".")[0]
-    if name not in ("jax", "jaxlib"):
-        return None
-    return JaxprError(
-        f"this command runs the program through JAX, but {name} is not installed: {JAX_HINT}"
-        + (f"; {without}" if without else "")
-    )
-
-
 def out_of_memory(e: BaseException) -> JaxprError | None:
     """The message for XLA's refusal to allocate what a program needs (JAX's
     RESOURCE_EXHAUSTED), located at the program, else None."""
@@ -701,18 +681,6 @@ def out_of_memory(e: BaseException) -> JaxprError | None:
         "the memory check let it through: is JAXPRTOOL_MAX_MEMORY above the memory there is?",
         program_loc("inputs"),
     )
-
-
-def require_jax(without: str = "") -> None:
-    """Import jax, or raise the JaxprError that says how to install it (exit 1), and
-    `without`, what the command can do without it."""
-    try:
-        import jax  # noqa: F401
-    except ImportError as e:
-        missing = missing_jax(e, without)
-        if missing is None:
-            raise
-        raise missing from None
 
 
 def internal_error(e: BaseException) -> JaxprError:

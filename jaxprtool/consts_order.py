@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from .core import Eqn, Jaxpr, Var, subjaxprs
+from .core import Eqn, Jaxpr, JaxprError, Var, subjaxprs
 from .frozen import Frozen, set_field
 
 
@@ -107,6 +107,19 @@ def kept_by(jaxpr: Jaxpr) -> list[Eqn]:
 
     program, _ = lift_kept_consts(number_constants(jaxpr).program)
     return [e for _, e in nested_with_consts(program)]
+
+
+def refuse_kept_consts(read, jaxpr) -> None:
+    """Refuse a program (`read`; `jaxpr`: its `for_ad` form) whose nested jaxprs keep
+    constants the AD commands cannot make the program's."""
+    kept = kept_by(read) if nested_with_consts(jaxpr) else []  # (asked only where some stay)
+    if kept:
+        raise JaxprError(
+            f"explain cannot use the constants that '{kept[0].prim}' keeps in its nested "
+            "jaxprs: the AD commands cannot make them the program's (docs/LIMITS.md, Known limits); "
+            "run takes them with --consts",
+            kept[0].loc,
+        )
 
 
 def nested_with_consts(jaxpr: Jaxpr) -> list[tuple[Jaxpr, Eqn]]:

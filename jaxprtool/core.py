@@ -204,6 +204,12 @@ class ShapedArray(Frozen, compare=("shape", "dtype", "memory_space", "vma", "nam
 
     @property
     def size(self) -> int:
+        """The number of elements.  A symbolic dim (`b`, `2*b@x`) counts as 0 outside
+        `sized_dims` (inside: as its sizer says), so that the byte and FLOP estimates built
+        on it are lower bounds, never an error: the callers that report them say so where
+        it matters (`memory.Timeline.symbolic`), and those that would plan on them refuse
+        a symbolic program unless its sizes are given (`--remat min-cut`/`--remat-budget`
+        without `--dim`, `jaxprtool.grad(remat="min-cut")`)."""
         n = 1
         for d in self.shape:
             if isinstance(d, int):

@@ -157,8 +157,6 @@ class Primitive:
     #: {"jvp" | "transpose": the plugin file that registered (or replaced) that rule}: the
     #: AD walks note it for their observers (`explain`)
     plugin_sources: dict[str, str] | None = None
-    #: `impl(*values, **params)`: a plugin implementation (evaluated eagerly by `run`)
-    impl: Callable | None = None
     #: its presence makes a program multi-device (`run` places it on a mesh)
     multi_device: bool = False
     #: `rule(eqn) -> shardings.MeshText | None`: the device mesh the equation prints

@@ -325,10 +325,10 @@ def test_finite_differences_run_on_the_cpu_when_the_checks_run_elsewhere(prog, m
 def test_check_grad_takes_its_finite_differences_as_the_reference(prog, monkeypatch):
     """Every run of the finite differences (and of the kink indicators) asks for the
     reference device; the derivatives' runs do not."""
-    from jaxprtool.commands import verify_cmds
+    from jaxprtool.backend import runner
 
     asked = []
-    make = verify_cmds._runner
+    make = runner.consts_runner
 
     def recording(consts):
         run = make(consts)
@@ -339,7 +339,7 @@ def test_check_grad_takes_its_finite_differences_as_the_reference(prog, monkeypa
 
         return wrapped
 
-    monkeypatch.setattr(verify_cmds, "_runner", recording)
+    monkeypatch.setattr(runner, "consts_runner", recording)
     r = tool("check-grad", prog)
     assert r.exit_code == 0, r.output
     assert asked.count(True) >= 2 and asked.count(False) >= 1, asked

@@ -257,3 +257,39 @@ def test_a_batching_rule_loads_with_its_family():
     assert ast.literal_eval(out[0]) == [True] * len(PROBES)
     loaded = set(ast.literal_eval(out[1]))
     assert "random" not in loaded and "equinox" not in loaded  # only the probes' families
+
+
+def _reached_from(graph: dict[str, set[str]], start: str) -> dict[str, str]:
+    """The modules `start` imports, directly or through others: module -> the one that
+    imports it on a shortest path from `start`."""
+    came_from = {start: ""}
+    todo = [start]
+    for v in todo:  # breadth first
+        for w in sorted(graph[v]):
+            if w not in came_from:
+                came_from[w] = v
+                todo.append(w)
+    return came_from
+
+
+def _path(came_from: dict[str, str], module: str) -> str:
+    path = [module]
+    while came_from[path[-1]]:
+        path.append(came_from[path[-1]])
+    return " -> ".join(reversed(path))
+
+
+def test_the_library_api_imports_nothing_from_the_command_line():
+    """`jaxprtool.api` and every module it imports (every import, those inside functions
+    included) import nothing from `jaxprtool/commands/` nor `jaxprtool.cli`: the library
+    never borrows from the command line (issue 47, item 2).  (`cli` loads the commands by
+    name, `importlib`, which this graph does not see: it is the command line's own.)"""
+    graph = _import_graph()
+    came_from = _reached_from(graph, "jaxprtool.api")
+    assert "jaxprtool.ad.api" in came_from  # the measurement sees the API's own imports
+    command_line = [
+        _path(came_from, m)
+        for m in sorted(came_from)
+        if m.startswith("jaxprtool.commands") or m == "jaxprtool.cli"
+    ]
+    assert command_line == []

@@ -381,3 +381,28 @@ def test_the_report_counts_residuals_apart_from_their_bytes_and_names_colours_on
     assert "backward part after it" in r.output and "cyan" not in r.output
     r = CliRunner().invoke(main, ["--color", "always", *argv])
     assert "backward part in cyan" in r.output
+
+
+def test_a_symbolic_dim_counts_as_0_and_the_figures_say_they_are_lower_bounds():
+    """`ShapedArray.size` counts a symbolic dim as 0 outside `sized_dims` (as its sizer
+    says inside): the liveness figures of a symbolic program are then lower bounds, and
+    `Timeline.symbolic` says so; the same program at b=4 counts JAX's bytes."""
+    from jaxprtool.core import sized_dims
+
+    def f(x, y):
+        return jnp.sin(x), jnp.tanh(y)
+
+    x, y = np.ones((4, 3), np.float32), np.ones((8, 3), np.float32)
+    text = str(jax.make_jaxpr(f)(x, y)).replace("f32[4,3]", "f32[b,3]")
+    symbolic = parse(text, "s.jaxpr").jaxpr
+    (a, b) = (v.type for v in symbolic.invars)
+    assert (a.shape, a.size, b.size) == (("b", 3), 0, 24)
+    with sized_dims(lambda d: {"b": 4}[d]):
+        assert a.size == 12
+    assert a.size == 0  # the sizer is the block's alone
+    t = liveness(symbolic)
+    concrete = liveness(parse(str(jax.make_jaxpr(f)(x, y)), "c.jaxpr").jaxpr)
+    assert t.symbolic and not concrete.symbolic
+    assert concrete.input_bytes == x.nbytes + y.nbytes
+    assert t.input_bytes == y.nbytes < concrete.input_bytes
+    assert t.peak_bytes < concrete.peak_bytes

@@ -414,3 +414,33 @@ def _corpus_programs():
 @pytest.mark.parametrize("path", [pytest.param(p, id=p.name) for p in _corpus_programs()])
 def test_corpus_programs(path):
     _check_program(path, SPECS)
+
+
+@jax.jit
+def _shared_body(x, w):
+    return jnp.sin(jnp.tanh(x @ w))
+
+
+def test_a_second_linearization_of_the_same_body_reports_its_nested_plan():
+    """`calls.py` keeps one linearization per body object (its derivative is shared, as
+    JAX's); the plans made for that body are kept with it: a second linearization of the
+    same program (another build of `--remat-budget`'s loop, a second API call) lists the
+    nested plan again, and a body called twice in one program has one plan, as it has one
+    derivative.  The program under the plans is JAX's gradient either way."""
+    x = vec((4, 4), 0)
+    j = ir(lambda x, w: jnp.sum(_shared_body(_shared_body(x, w), w) ** 2), x, x)
+    assert j.eqns[0].params["jaxpr"] is j.eqns[1].params["jaxpr"]  # one body object
+    spec = remat.parse_policy("nothing_saveable")
+    first, second = [], []
+    linearize_jaxpr(j, remat=spec, plans=first)
+    linearize_jaxpr(j, remat=spec, plans=second)
+    lines = [[p.render().splitlines()[0] for p in plans] for plans in (first, second)]
+    assert lines[0] == lines[1]
+    assert [line.split(":")[0] for line in lines[0]] == [
+        "remat nothing_saveable on a nested body (one segment)",
+        "remat nothing_saveable on the program",
+    ]
+    got = backend.evaluate(grad_jaxpr(j, (0, 1), remat=spec, plans=[]), [x, x])
+    f = lambda x, w: jnp.sum(_shared_body(_shared_body(x, w), w) ** 2)  # noqa: E731
+    for g, w in zip(got, jax.grad(f, argnums=(0, 1))(x, x)):
+        close(g, w)

@@ -461,7 +461,7 @@ def test_optimized_hlo_carries_no_python_frames_of_the_tool():
     jaxpr's FILE:LINE:COL, are left; XLA's older form (source_file=, source_line=) too."""
     from pathlib import Path
 
-    from jaxprtool.commands.compile_cmd import without_python_frames
+    from jaxprtool.backend.lowering import without_python_frames
 
     sample = Path(__file__).resolve().parents[1] / "samples" / "loss.jaxpr"
     r = invoke("compile", sample, "--emit", "optimized-hlo")

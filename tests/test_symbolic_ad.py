@@ -24,10 +24,10 @@ from jaxprtool import api, backend  # noqa: E402
 from jaxprtool.ad import ops  # noqa: E402
 from jaxprtool.ad.jacobians import hessian, jacfwd, jacrev  # noqa: E402
 from jaxprtool.cli import main  # noqa: E402
-from jaxprtool.commands.run_inputs import bind_dims, check_arrays  # noqa: E402
 from jaxprtool.consts_order import number_constants  # noqa: E402
 from jaxprtool.core import all_eqns  # noqa: E402
 from jaxprtool.params import SymExpr  # noqa: E402
+from jaxprtool.run_inputs import bind_dims, check_arrays  # noqa: E402
 
 (SYM_B,) = export.symbolic_shape("b")
 PER_EXAMPLE = jax.ShapeDtypeStruct((SYM_B, 3), jnp.float32)

@@ -14,9 +14,11 @@ helpers fill `prim(name).jvp`, `.transpose`, `.fancy_transpose`, `.jvp_kind`.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import inspect
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from ..core import JaxprError, ShapedArray
 from ..record import FieldView, prim
@@ -98,8 +100,10 @@ class CustomRuleFallbacks:
     """The policy in force and the custom rules replaced by body derivatives so far
     (`notes`, one line per function, for the output's comment lines and check-grad)."""
 
-    def __init__(self):
-        self.policy = "default"
+    def __init__(self, policy: str = "default"):
+        if policy not in CUSTOM_RULE_POLICIES:
+            raise ValueError(f"unknown --custom-rules policy '{policy}'")
+        self.policy = policy
         self.notes: list[str] = []
 
     def note(self, text: str) -> bool:
@@ -110,14 +114,39 @@ class CustomRuleFallbacks:
         return True
 
 
-custom_rule_fallbacks = CustomRuleFallbacks()
+# Context-local, not a value passed down: the custom-call rules (families/calls.py) read the
+# policy deep inside the walks, which reach them through the builder, and the builder carries
+# no per-invocation value yet (issue 47, item 1).  A context variable keeps what one call
+# sets from another thread's call (a global did not: `jaxprtool.grad(..., custom_rules=)` in
+# two threads took each other's policy); `custom_rule_policy` restores it after an API call.
+_FALLBACKS: contextvars.ContextVar[CustomRuleFallbacks | None] = contextvars.ContextVar(
+    "jaxprtool_custom_rule_fallbacks", default=None
+)
+
+
+def custom_rule_fallbacks() -> CustomRuleFallbacks:
+    """The policy in force in this context and its notes (a thread that set none: the
+    default policy, its notes its own)."""
+    current_ = _FALLBACKS.get()
+    if current_ is None:
+        current_ = CustomRuleFallbacks()
+        _FALLBACKS.set(current_)
+    return current_
 
 
 def set_custom_rule_policy(policy: str) -> None:
-    if policy not in CUSTOM_RULE_POLICIES:
-        raise ValueError(f"unknown --custom-rules policy '{policy}'")
-    custom_rule_fallbacks.policy = policy
-    custom_rule_fallbacks.notes.clear()
+    """`--custom-rules`: the policy for the rest of this context (a command), notes empty."""
+    _FALLBACKS.set(CustomRuleFallbacks(policy))
+
+
+@contextlib.contextmanager
+def custom_rule_policy(policy: str) -> Iterator[CustomRuleFallbacks]:
+    """`policy` for the block (an API call), notes empty; the one before restored after."""
+    token = _FALLBACKS.set(CustomRuleFallbacks(policy))
+    try:
+        yield _FALLBACKS.get()
+    finally:
+        _FALLBACKS.reset(token)
 
 
 #: JAX's library functions with custom JVP rules (relu, logaddexp, ...), by function name:

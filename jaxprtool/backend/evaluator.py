@@ -115,7 +115,12 @@ def module_name(jaxpr: Jaxpr) -> str:
     return name if name and not name[0].isdigit() else f"jaxpr_{name}".rstrip("_")
 
 
-class Namer:
+class AtomLabels:
+    """The names `run`'s messages give values (`--trace` lines, NaN reports, errors): a
+    variable's printed name where the text gave one, else `v0`, `v1`, ... in the order
+    asked; a literal as `value:type`.  (The printer's `text.printer.Namer` chooses the
+    names a printout declares; these only label values in messages.)"""
+
     def __init__(self):
         self.names: dict[int, str] = {}
 
@@ -155,7 +160,7 @@ class Interpreter:
         self.debug_nans = debug_nans
         #: eager mode: `observer.eval_step(eqn, invals, outs)` after each top-level equation
         self.observer = observer
-        self.namer = Namer()
+        self.labels = AtomLabels()
 
     # ------------------------------------------------------------ walking
 
@@ -164,7 +169,7 @@ class Interpreter:
         if not consts and jaxpr.constvars and id(jaxpr) in self.nested:
             consts = self.nested[id(jaxpr)]
         if len(consts) != len(jaxpr.constvars):
-            names = ", ".join(self.namer(v) for v in jaxpr.constvars[len(consts) :])
+            names = ", ".join(self.labels(v) for v in jaxpr.constvars[len(consts) :])
             raise JaxprError(f"constants without values: {names}")
         if len(args) != len(jaxpr.invars):
             raise JaxprError(f"jaxpr expects {len(jaxpr.invars)} inputs, got {len(args)}")
@@ -182,7 +187,7 @@ class Interpreter:
                 return env[id(a)]
             except KeyError:
                 raise JaxprError(
-                    f"variable '{self.namer(a)}' is used before it is defined"
+                    f"variable '{self.labels(a)}' is used before it is defined"
                 ) from None
 
         for eqn in jaxpr.eqns:
@@ -207,15 +212,15 @@ class Interpreter:
         if self.trace is not None:
             prefix = f"[{where}] " if where else ""
             for v, x in zip(eqn.outputs, outs):
-                self.trace(f"{prefix}{self.namer(v)} = {eqn.prim}: {summary_line(x)}")
+                self.trace(f"{prefix}{self.labels(v)} = {eqn.prim}: {summary_line(x)}")
         if self.debug_nans and any(has_nonfinite(x) for x in outs):
-            lines = [f"'{eqn.prim}' produced NaN/inf: {eqn_text(eqn, self.namer)}"]
+            lines = [f"'{eqn.prim}' produced NaN/inf: {eqn_text(eqn, self.labels)}"]
             if where:
                 lines.append(f"  in {where}")
             for a, x in zip(eqn.inputs, invals):
-                lines.append(f"  input {self.namer(a)}: {summary_line(x)}")
+                lines.append(f"  input {self.labels(a)}: {summary_line(x)}")
             for v, x in zip(eqn.outputs, outs):
-                lines.append(f"  output {self.namer(v)}: {summary_line(x)}")
+                lines.append(f"  output {self.labels(v)}: {summary_line(x)}")
             raise JaxprError("\n".join(lines), eqn.loc)
 
     def body(self, j: Jaxpr, eqn: Eqn) -> Jaxpr:
@@ -224,7 +229,7 @@ class Interpreter:
         if j.constvars and id(j) not in self.nested:
             from .consts import missing_message
 
-            raise JaxprError(missing_message(j, eqn, self.root, self.namer), eqn.loc)
+            raise JaxprError(missing_message(j, eqn, self.root, self.labels), eqn.loc)
         return j
 
     def fn(self, j: Jaxpr, eqn: Eqn, path, label: str | None = None):

@@ -35,3 +35,20 @@ def xla_memory(compiled, jaxpr) -> dict:
     report["devices"] = sharding.devices_needed(jaxpr) if multi else 1
     report["per_device"] = multi
     return report
+
+
+def xla_figures(program, device: str, dims: dict) -> dict:
+    """XLA's memory figures (`xla_memory`) of `program` compiled for `device` as `compile`
+    compiles it, its symbolic dims sized by `dims`: `memory` prints them, `grad
+    --remat-budget` fits to them, `jaxprtool.xla_memory` returns them."""
+    from .. import compile_cache
+    from ..consts_order import number_constants
+    from .jaxfn import check_runnable, x64_scope
+    from .lowering import lower
+
+    program = number_constants(program).program  # as compile reads it
+    check_runnable(program)
+    compile_cache.configure(False)
+    with x64_scope(program):
+        _, compiled = lower(program, "hlo", device, dims, stats=True)
+    return {"device": device, **xla_memory(compiled, program)}

@@ -94,7 +94,7 @@ def fallback_comment_lines() -> str:
     replaced by the derivative of its function's body."""
     from ..ad.registry import custom_rule_fallbacks
 
-    return "".join(f"# jaxprtool: {n}\n" for n in custom_rule_fallbacks.notes)
+    return "".join(f"# jaxprtool: {n}\n" for n in custom_rule_fallbacks().notes)
 
 
 _argnums = click.option(
@@ -294,24 +294,13 @@ def _pipeline_steps(spec):
         raise click.BadParameter(e.message, param_hint="--opt") from None
 
 
-def _require_transformable(jaxpr) -> None:
-    """Refuse what the transformations cannot take: a program over named axes.  Symbolic
-    dims (`f32[b,3]`), sharded ones (`f32[8@x]`) and both (`f32[2*b@x]`) are transformed,
-    and an equation whose rule does not handle them is refused at that equation
-    (`registry.located_rule`, `builder.infer`)."""
-    from ..core import named_axes_refusal
-
-    err = named_axes_refusal(jaxpr, "differentiating")
-    if err is not None:
-        raise err
-
-
 class _Job:
     """One AD command on one input program: its printing style, the transformation and the
     clean-up pipeline as instrumented steps (--verify-each, --print-after, --timing), and
     --diff."""
 
     def __init__(self, part, steps, show_diff, custom_rules, inst, name: str):
+        from ..ad.inputs import require_transformable
         from ..ad.registry import set_custom_rule_policy
         from ..consts_order import for_ad
         from .common import output_style, parse_text
@@ -321,7 +310,7 @@ class _Job:
         self.input = for_ad(parse_text(part.source, part.path, first_line=part.line))
         self.input_path = part.path
         self.source_text, self.source_path, self.source_line = part.source, part.path, part.line
-        _require_transformable(self.input)
+        require_transformable(self.input)
         self.style = output_style(self.input)
         self.steps = steps
         self.show_diff = show_diff

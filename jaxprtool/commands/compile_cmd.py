@@ -3,38 +3,14 @@
 
 from __future__ import annotations
 
-import contextlib
-import re
-
 import click
 
-from ..cli import guarded, require_jax
-from ..core import JaxprError, ShapedArray
+from ..cli import guarded
 from ..io import progress, write_output
-from ..lazy import np
+from ..jax_required import require_jax
 from .common import FILE_ARG, OUT_ARG, load
 from .mesh_options import mesh_options
 from .run_options import cache_option, device_options, dim_option, parse_dims
-
-
-def shape_structs(jaxpr, dims, constvars=None):
-    """The parameters' shapes: `constvars` (by default the program's) then the inputs."""
-    import jax
-
-    from ..backend.values import static_shape
-
-    out = []
-    for v in list(jaxpr.constvars if constvars is None else constvars) + list(jaxpr.invars):
-        if not isinstance(v.type, ShapedArray):
-            raise JaxprError(f"cannot compile an input of type {v.type}")
-        shape = static_shape(v.type, dims)
-        if v.type.dtype.startswith("key<"):
-            from ..backend.keys import data_shape
-
-            out.append(jax.ShapeDtypeStruct(data_shape(v.type, shape), np.uint32))
-        else:
-            out.append(jax.ShapeDtypeStruct(shape, v.type.np_dtype))
-    return out
 
 
 @click.command(name="compile")
@@ -72,6 +48,7 @@ def compile_(file, emit, device, dim_specs, stats, output, no_cache):
       jaxprtool compile sharded.jaxpr --emit optimized-hlo --stats --mesh x=4,y=2
     """
     from .. import backend, compile_cache
+    from ..backend.lowering import lower
     from ..backend.values import check_dims
     from ..consts_order import number_constants
 
@@ -85,79 +62,10 @@ def compile_(file, emit, device, dim_specs, stats, output, no_cache):
     # compiled it (a `run`'s stack), so the text it prints would depend on the cache's history
     compile_cache.configure(not no_cache and emit != "optimized-hlo")
     with backend.x64_scope(jaxpr), progress(f"compiling {file or '<stdin>'} ({emit})"):
-        text, compiled = _compile(jaxpr, emit, device, dims, stats)
+        text, compiled = lower(jaxpr, emit, device, dims, stats)
     write_output(text, output)
     if stats:
         click.echo(format_stats(compiled), err=output in (None, "-"))
-
-
-def _compile(jaxpr, emit, device, dims, stats):
-    import jax
-
-    from .. import backend
-    from ..backend import sharding
-    from ..backend.consts import all_constvars
-
-    multi = sharding.is_multi_device(jaxpr)
-    every = all_constvars(jaxpr)
-    nested = not multi and len(every) > len(jaxpr.constvars)  # cond/loop bodies' constants
-    structs = shape_structs(jaxpr, dims, every if nested else None)
-    needs_device = emit == "optimized-hlo" or stats
-    platform = backend.platform_of(device)
-    dev = backend.get_device(device) if needs_device and not multi else None
-
-    def on():  # compiled for that device, not JAX's default one
-        return jax.default_device(dev) if dev is not None else contextlib.nullcontext()
-
-    scope = sharding.run_scope(jaxpr, device) if multi else contextlib.nullcontext()
-    try:
-        with scope, on():
-            if multi:
-                structs = sharding.sharded_structs(jaxpr, structs)
-            placement = sharding.enforce_call_placements if multi else None
-            fn = jax.jit(backend.as_jax_function(jaxpr, dims, False, nested, placement))
-            lowered = fn.trace(*structs).lower(lowering_platforms=(platform,))
-    except JaxprError:
-        raise
-    except Exception as e:  # noqa: BLE001
-        located = backend.compile_error(jaxpr, e)  # at the equation it names, as `run` does
-        if located.loc is not None:
-            raise located from None
-        raise JaxprError(
-            f"lowering for {device} failed: {type(e).__name__}: {str(e).splitlines()[0]}"
-        ) from e
-    if emit == "stablehlo":
-        text = lowered.as_text()
-    elif emit == "hlo":
-        text = lowered.as_text(dialect="hlo")
-    compiled = None
-    if needs_device:
-        with on():
-            compiled = lowered.compile()
-    if emit == "optimized-hlo":
-        text = without_python_frames(compiled.as_text())
-    if not text.endswith("\n"):
-        text += "\n"
-    return text, compiled
-
-
-#: the sections of XLA's HLO text that list the Python frames JAX traced under
-_FRAME_SECTIONS = re.compile(
-    r"^(FileNames|FunctionNames|FileLocations|StackFrames)\n(?:[^\n]+\n)*\n?", re.M
-)
-#: a Python frame in an instruction's metadata (newer XLA: an id into the sections above;
-#: older: the file and line themselves)
-_FRAME_FIELDS = re.compile(
-    r' (?:stack_frame_id=\d+|source_file="(?:[^"\\]|\\.)*"|source_(?:end_)?(?:line|column)=\d+)'
-)
-
-
-def without_python_frames(text: str) -> str:
-    """XLA's optimised HLO without the stack of the tool's own Python (click, the
-    evaluator) that JAX records while tracing: each operation keeps its `op_name`, which
-    names its equation's FILE:LINE:COL."""
-    text = _FRAME_FIELDS.sub("", _FRAME_SECTIONS.sub("", text))
-    return re.sub(r"\n{3,}", "\n\n", text)
 
 
 def format_stats(compiled) -> str:

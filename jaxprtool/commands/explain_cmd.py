@@ -14,8 +14,7 @@ from ..io import write_output
 from .ad_cmds import custom_rules_option
 from .common import FILE_ARG, OUT_ARG, int_list
 from .mesh_options import mesh_options
-from .run_inputs import save_inputs_option
-from .run_options import device_options, dim_option, parse_dims
+from .run_options import device_options, dim_option, parse_dims, save_inputs_option
 
 
 @click.command("explain")
@@ -129,11 +128,11 @@ def _explain(
 
     from ..ad.registry import set_custom_rule_policy
     from ..backend import sharding as backend
-    from ..cli import require_jax
     from ..commands.common import load, output_style
-    from ..commands.run_inputs import gather_inputs, keep_point, warn_invented_consts
-    from ..consts_order import for_ad
+    from ..consts_order import for_ad, refuse_kept_consts
     from ..core import JaxprError
+    from ..jax_required import require_jax
+    from ..run_inputs import gather_inputs, keep_point, warn_invented_consts
     from ..shardings import axis_sizes_of
     from ..ui.explain import explain_data, render
 
@@ -245,19 +244,3 @@ def _eqn_range(value: str | None) -> tuple[int, int] | None:
     if m is None or (m[2] is not None and int(m[2]) < int(m[1])):
         raise click.BadParameter(f"expected A-B with A <= B (equation indices), got '{value}'")
     return int(m[1]), int(m[2] if m[2] is not None else m[1])
-
-
-def refuse_kept_consts(read, jaxpr) -> None:
-    """Refuse a program (`read`; `jaxpr`: its `for_ad` form) whose nested jaxprs keep
-    constants the AD commands cannot make the program's."""
-    from ..consts_order import kept_by, nested_with_consts
-    from ..core import JaxprError
-
-    kept = kept_by(read) if nested_with_consts(jaxpr) else []  # (asked only where some stay)
-    if kept:
-        raise JaxprError(
-            f"explain cannot use the constants that '{kept[0].prim}' keeps in its nested "
-            "jaxprs: the AD commands cannot make them the program's (docs/LIMITS.md, Known limits); "
-            "run takes them with --consts",
-            kept[0].loc,
-        )

@@ -6,6 +6,7 @@ import os
 
 import click
 
+from ..ad.forms import FORMS, transformed
 from ..cli import guarded
 from ..io import UsageError, write_output
 from .ad_cmds import _byte_weighted, _check_names, _remat, _remat_budget, _remat_segments
@@ -14,40 +15,16 @@ from .mesh_options import mesh_options
 from .run_options import device_options
 from .xla_figures import xla_figures as _xla
 
-#: what `--of` can analyse: FILE itself, or the program an AD command makes of it
-_OF = ("program", "linearize", "vjp", "grad")
-
-
-def _transformed(jaxpr, of: str, argnums, remat=None, plans=None):
-    """The program `--of` names, and its forward/backward boundary (a top-level equation
-    index) where the form itself does not mark it; `remat`: the rematerialization asked
-    for (`remat.Spec`), its plans appended to `plans`."""
-    from ..ad import api
-    from ..ad.linearize import combine, find_linear_eqn
-
-    if of == "program":
-        return jaxpr, None
-    if of == "linearize":
-        lin = combine(*api.linearize_jaxpr(jaxpr, argnums, remat=remat, plans=plans))
-        # without float outputs there is no linear call, and nothing is held for it
-        return lin, None if find_linear_eqn(lin) is not None else len(lin.eqns)
-    boundary: list[int] = []
-    if of == "vjp":
-        g = api.vjp_jaxpr(jaxpr, argnums, boundary=boundary, remat=remat, plans=plans)
-        return g, boundary[0]
-    g = api.grad_jaxpr(jaxpr, argnums or (0,), boundary=boundary, remat=remat, plans=plans)
-    return g, boundary[0]
-
 
 def _fitted_transform(jaxpr, of, argnums, spec, plans, device, no_xla, dim_specs):
-    """`_transformed` under a byte budget, in XLA's temp bytes as `grad` plans it (the
+    """`transformed` under a byte budget, in XLA's temp bytes as `grad` plans it (the
     compile loop, `ad_cmds._fitted`): (the program, its boundary)."""
     from .ad_cmds import _fitted
 
     bounds: dict[int, int | None] = {}
 
     def build(s, p):
-        program, boundary = _transformed(jaxpr, of, argnums, s, p)
+        program, boundary = transformed(jaxpr, of, argnums, s, p)
         bounds[id(program)] = boundary
         return program
 
@@ -68,7 +45,7 @@ def _plot_format(plot: str | None) -> str | None:
 @click.argument("file", required=False, type=FILE_ARG)
 @click.option(
     "--of",
-    type=click.Choice(_OF),
+    type=click.Choice(FORMS),
     default="program",
     show_default=True,
     help="Analyse FILE itself, or the program `jaxprtool linearize|vjp|grad` makes of it.",
@@ -176,7 +153,7 @@ def memory(
             fitted = _fitted_transform(jaxpr, of, argnums, spec, plans, device, no_xla, dim_specs)
             program, boundary = fitted
         else:
-            program, boundary = _transformed(jaxpr, of, argnums, spec, plans)
+            program, boundary = transformed(jaxpr, of, argnums, spec, plans)
     for plan in plans:
         click.echo(plan.render(), err=True)
     timeline, residuals = analyse(program, boundary)  # (no boundary: no residuals measured)

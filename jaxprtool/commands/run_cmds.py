@@ -12,13 +12,14 @@ import time
 
 import click
 
-from ..cli import guarded, require_jax
+from ..cli import guarded
 from ..core import UsageProblem
 from ..io import UsageError, human_size, progress, refuse_planted_links
+from ..jax_required import require_jax
 from ..lazy import np
+from ..run_inputs import gather_inputs
 from .common import FILE_ARG, load
 from .mesh_options import mesh_options
-from .run_inputs import gather_inputs, keep_point
 from .run_options import REPEAT_BUDGET_S, cache_option, device_options, parse_dims, run_options
 from .run_report import check_expected, report_outputs
 
@@ -164,15 +165,15 @@ def _profile_table(folder: str, before: set[str], jaxpr, device, dims, eager: bo
     """After `--profile`: the device time of each XLA operation with the equations of the
     file it computes (ui/profile_table.py), on standard error, from this run's trace only
     (the session folder that was not there `before`)."""
+    from ..backend.lowering import lower
     from ..ui import profile_table
-    from .compile_cmd import _compile
 
     trace = profile_table.this_runs_trace(folder, before)
     if eager or trace is None:
         why = "ran op by op (--eager)" if eager else f"left no trace of its own in {folder}"
         click.echo(f"profile: no per-equation table: the program {why}", err=True)
         return
-    hlo = profile_table.read_hlo(_compile(jaxpr, "optimized-hlo", device, dims, False)[0])
+    hlo = profile_table.read_hlo(lower(jaxpr, "optimized-hlo", device, dims, False)[0])
     try:
         times = profile_table.op_times(trace, hlo)
     except profile_table.TraceTooLarge:

@@ -26,7 +26,7 @@ import sys
 from ..core import JaxprError, UsageProblem, np_dtype, short_dtype_name
 from ..io import UsageError, refuse_planted_links, write_output
 from ..lazy import np
-from .npfiles import open_arrays
+from ..npfiles import open_arrays
 
 _INPUT = re.compile(r"\s*([A-Za-z][A-Za-z0-9_]*)\[([0-9,\s]*)\]\s*=(.*)\Z", re.S)
 #: iree-run-module's `2x3xf32=...` (dimensions, then the element type; `f32=` a scalar)
@@ -78,8 +78,8 @@ def parse_input(spec: str, option: str = "--input"):
     """One `--input` value, its data not built yet (a `npfiles.Declared`, checked against
     the program's types first): `TYPE=VALUES` (e.g. `f32[2,3]=1 2 3 4 5 6`, `f32[]=0.5`,
     `i32[4]=7`: one value fills the array) or `@FILE.npy`."""
-    from .npfiles import Declared
-    from .run_inputs import declared_npy
+    from ..npfiles import Declared
+    from ..run_inputs import declared_npy
 
     if spec.startswith("@"):
         return declared_npy(spec[1:])
@@ -144,8 +144,8 @@ def load_expected(path: str, outvars, dims: dict[str, int]) -> list[np.ndarray]:
     inline values (`is_inline`), one `--input`-style array per output, separated by `;`.
     Read before the run: their types (headers) checked against the program's output types
     (`outvars`, sizes from `dims`) and the memory limit before their data is read."""
-    from .npfiles import Declared
-    from .run_inputs import memory_budget, npz_list, read_all
+    from ..npfiles import Declared
+    from ..run_inputs import memory_budget, npz_list, read_all
 
     n = len(outvars)
     if is_inline(path):

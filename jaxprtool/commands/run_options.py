@@ -10,7 +10,20 @@ import click
 
 from ..io import UsageError
 from .common import FILE_ARG, OUT_ARG
-from .run_inputs import save_inputs_option
+
+SAVE_INPUTS_HELP = (
+    "Write the point the program ran at to OUT.npz (arg0, arg1, ..., const0, ...: what "
+    "--args and --consts read back), and say how it was drawn (the seed, and the inputs "
+    "drawn as the program needs them)."
+)
+
+
+def save_inputs_option(fn):
+    """`--save-inputs OUT.npz` (run, check-grad, explain)."""
+    return click.option(
+        "--save-inputs", "save_inputs", metavar="OUT.npz", type=OUT_ARG, help=SAVE_INPUTS_HELP
+    )(fn)
+
 
 #: --device: a platform, or "auto" (JAX's default backend)
 DEVICES = click.Choice(["cpu", "gpu", "tpu", "auto"])
@@ -91,9 +104,9 @@ def _require(device: str | None) -> None:
         return
     import sys
 
-    from ..cli import require_jax
     from ..core import JaxprError
     from ..io import report
+    from ..jax_required import require_jax
 
     try:
         require_jax()

@@ -11,14 +11,15 @@ import sys
 
 import click
 
-from ..cli import guarded, require_jax
+from ..cli import guarded
 from ..core import JaxprError, np_dtype, short_dtype_name
 from ..io import UsageError, write_output
+from ..jax_required import require_jax
 from ..lazy import np
 from ..outputs import refuse_overlaps
+from ..run_inputs import load_npz, npz_list
 from ..text.parser.diagnostics import MAX_DIM
 from .common import FILE_ARG, OUT_ARG
-from .run_inputs import load_npz, npz_list
 from .run_options import device_options
 
 #: a type: dtype and comma-separated dimensions (`f32[3 4]`, `f32[3,,4]` are not types)

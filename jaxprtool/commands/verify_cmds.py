@@ -13,49 +13,7 @@ from ..io import report
 from .ad_cmds import custom_rules_option
 from .common import FILE_ARG, int_list
 from .mesh_options import mesh_options
-from .run_inputs import save_inputs_option
-from .run_options import device_options, dim_option, parse_dims
-
-
-def _runner(consts):
-    """run(jaxpr, args, reference=False) through XLA, with the program's constants when it
-    has constvars (its nested jaxprs' included, `backend/consts.py`), in the program's float
-    width (the float64 copy finite differences use); `reference`: finite differences, run on
-    the CPU when the checks run on another device (`backend.reference_device`)."""
-    from ..backend import evaluate, reference_device
-    from ..backend.consts import all_constvars
-
-    def typed(jaxpr):
-        cvars = all_constvars(jaxpr)
-        if not cvars:
-            return None
-        if len(consts) == len(jaxpr.constvars):
-            cvars = list(jaxpr.constvars)
-        return [_as_type(c, v.type) for c, v in zip(consts, cvars)]
-
-    def run(jaxpr, args, reference=False):
-        device = reference_device(jaxpr) if reference else None
-        return evaluate(jaxpr, args, typed(jaxpr), device=device)
-
-    def jax_derivative(jaxpr, args, diff, vec, outs_idx, kind):
-        """JAX's own jvp or vjp of `jaxpr` at `args` (check-grad's precision report)."""
-        from ..backend.reference_ad import jax_derivative as of
-
-        return of(jaxpr, typed(jaxpr) or [], args, diff, vec, outs_idx, kind)
-
-    run.jax_derivative = jax_derivative
-    return run
-
-
-def _as_type(value, t):
-    """A float constant in the float type of its binder (float32 data for float64 binders)."""
-    import numpy as np
-
-    a = np.asarray(value)
-    want = getattr(t, "np_dtype", None)
-    if want is not None and a.dtype.kind in "fc" and np.dtype(want).kind in "fc":
-        return a.astype(want)
-    return a
+from .run_options import device_options, dim_option, parse_dims, save_inputs_option
 
 
 def _positive(name: str, help: str):
@@ -172,11 +130,12 @@ def check_grad(
     """
     from ..ad.registry import custom_rule_fallbacks, set_custom_rule_policy
     from ..backend import sharding as backend
-    from ..cli import require_jax
+    from ..backend.runner import consts_runner
     from ..commands.common import load_reporting
-    from ..commands.run_inputs import gather_inputs, keep_point, warn_invented_consts
     from ..consts_order import for_ad
     from ..io import Reported
+    from ..jax_required import require_jax
+    from ..run_inputs import gather_inputs, keep_point, warn_invented_consts
     from ..shardings import axis_sizes_of
     from ..ui.checkgrad import check_grad as run_checks
     from ..ui.checkgrad import render_table
@@ -218,7 +177,7 @@ def check_grad(
                     checks = run_checks(
                         jaxpr,
                         args,
-                        _runner(consts),
+                        consts_runner(consts),
                         seed=seed,
                         order=order,
                         modes=mode_set,
@@ -234,7 +193,7 @@ def check_grad(
                 trouble = True
                 continue
             except Exception as e:  # noqa: BLE001 - any trouble is exit 2, never a traceback
-                from ..cli import missing_jax
+                from ..jax_required import missing_jax
 
                 missing = missing_jax(e)
                 if missing is not None:  # nothing can be checked: say what to install
@@ -247,7 +206,7 @@ def check_grad(
                 report(JaxprError(f"{file}: internal error: {type(e).__name__}: {e}"))
                 trouble = True
                 continue
-            replaced = list(custom_rule_fallbacks.notes)
+            replaced = list(custom_rule_fallbacks().notes)
             if as_json:
                 reports.append(_report(path, checks, replaced))
             else:

@@ -136,13 +136,21 @@ _MEMO: dict = {}
 
 def _memo(kind, fn, inner: Jaxpr, nz):
     """One JVP/linearization per (body, nonzero pattern): a body called twice gets one derivative
-    jaxpr object, which the printer shares (`let NAME = { lambda ... }`) as JAX does."""
-    key = (kind, id(inner), tuple(nz), B.remat_request()[0])  # a remat request changes them
+    jaxpr object, which the printer shares (`let NAME = { lambda ... }`) as JAX does.  The
+    rematerialization plans made for it are kept with it and given to each later
+    linearization's list that lacks them (another command's, or the same program's again),
+    once: a body called twice in one program has one plan, as it has one derivative."""
+    remat, plans = B.remat_request()
+    key = (kind, id(inner), tuple(nz), remat)  # a remat request changes them
     hit = _MEMO.get(key)
-    if hit is not None and hit[0] is inner:
-        return hit[1]
+    if hit is not None and hit[0] is inner and (plans is None or hit[2] is not None):
+        _, res, made = hit
+        if plans is not None:
+            plans.extend(p for p in made if not any(p is q for q in plans))
+        return res
+    before = len(plans) if plans is not None else 0
     res = fn(inner, nz, instantiate=False)
-    _MEMO[key] = (inner, res)
+    _MEMO[key] = (inner, res, None if plans is None else plans[before:])  # None: not kept
     return res
 
 
@@ -776,7 +784,7 @@ def _how_to_proceed(kind: str) -> str:
         "function with `jaxprtool trace MODULE:FUNCTION` so that the rule travels with the "
         "program"
     )
-    if custom_rule_fallbacks.policy == "body":
+    if custom_rule_fallbacks().policy == "body":
         return ways
     return ways + ", or pass --custom-rules body to differentiate the body on purpose"
 
@@ -793,7 +801,7 @@ def _fall_back_to_body(kind: str, params, primals, tangents, rule_text: str, ref
         )
     note = f"{what}: custom rule replaced by the derivative of its body"
     observe.note(note)
-    if custom_rule_fallbacks.note(note):
+    if custom_rule_fallbacks().note(note):
         from ..io import warn
 
         warn(
@@ -897,7 +905,7 @@ def _custom_jvp_jvp(primals, tangents, **params):
             return outs, [Zero(tangent_type(o.type)) for o in outs]
         nonzero = [None if is_zero(t) else t for t in tangents[n:]]
         return outs, library.tangent(list(primals[n:]), nonzero, outs, body)
-    refuse = custom_rule_fallbacks.policy == "strict"
+    refuse = custom_rule_fallbacks().policy == "strict"
     return _fall_back_to_body("custom_jvp", params, primals, tangents, f"jvp={jvp_name}", refuse)
 
 
@@ -941,7 +949,7 @@ def _custom_vjp_rule(params):
 def _custom_vjp_jvp(primals, tangents, **params):
     """Forward mode: JAX refuses it; `--custom-rules body` differentiates the body."""
     fwd_name, bwd_name, fwd, _, plugin = _custom_vjp_rule(params)
-    policy = custom_rule_fallbacks.policy
+    policy = custom_rule_fallbacks().policy
     if fwd is not None or plugin is not None:
         if policy == "body":
             return _fall_back_to_body(
@@ -959,7 +967,7 @@ def _custom_vjp_linearize(primals, tangents, **params):
     fwd_name, bwd_name, fwd, bwd, plugin = _custom_vjp_rule(params)
     if fwd is None and plugin is None:
         rule_text = f"fwd={fwd_name} bwd={bwd_name}"
-        refuse = custom_rule_fallbacks.policy != "body"
+        refuse = custom_rule_fallbacks().policy != "body"
         return _fall_back_to_body("custom_vjp", params, primals, tangents, rule_text, refuse)
     if all(is_zero(t) for t in tangents):
         outs = rebind_primal("custom_vjp_call", list(primals), params)

@@ -20,8 +20,8 @@ import zipfile
 from dataclasses import dataclass
 from typing import Callable
 
-from ..core import JaxprError
-from ..lazy import np
+from .core import JaxprError
+from .lazy import np
 
 _NPY_MAGIC = b"\x93NUMPY"
 _ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
@@ -244,6 +244,6 @@ class _Prefixed(io.RawIOBase):
 
 
 def _human(n: int) -> str:
-    from ..backend.limits import human
+    from .backend.limits import human
 
     return human(n)

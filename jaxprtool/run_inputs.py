@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import re
 
-from ..core import JaxprError, ProgramError, ShapedArray
-from ..io import UsageError
-from ..lazy import np
+from .core import JaxprError, ProgramError, ShapedArray
+from .io import UsageError
+from .lazy import np
 from .npfiles import Declared, open_arrays, source_name
 
 
 def memory_budget() -> int:
-    from ..backend.limits import default_limit
+    from .backend.limits import default_limit
 
     return default_limit()
 
@@ -41,8 +41,8 @@ def declared_npy(path: str, what: str = "argument") -> Declared:
 def read_all(declared: list, what: str) -> list[np.ndarray]:
     """The data of declared arrays (arrays given as such pass through), once their total
     size is known to fit the memory limit."""
-    from ..backend.limits import human
-    from ..backend.values import type_str
+    from .backend.limits import human
+    from .backend.values import type_str
 
     total = sum(d.nbytes for d in declared if isinstance(d, Declared))
     budget = memory_budget()
@@ -111,7 +111,7 @@ def _shape_dtype(x) -> tuple[tuple[int, ...], np.dtype]:
 def bind_dims(vars_, arrays, dims: dict[str, int]) -> dict[str, int]:
     """Sizes of plain symbolic dims (`b`) read off the given arrays (or their headers),
     when --dim does not set them."""
-    from ..backend.values import read_dims
+    from .backend.values import read_dims
 
     return read_dims(vars_, [_shape_dtype(a)[0] for a in arrays], dims)
 
@@ -136,7 +136,7 @@ def _void_for(dtype: np.dtype, want: np.dtype) -> bool:
 def check_arrays(vars_, arrays, dims, what: str = "argument") -> list:
     """Type/shape check of arrays (or `Declared` arrays, before their data is read) against
     binders, with a clear message; returns the arrays (bf16 data read as bf16)."""
-    from ..backend.values import static_shape, type_str
+    from .backend.values import static_shape, type_str
 
     if len(arrays) != len(vars_):
         raise ProgramError(f"expected {len(vars_)} {what}s, got {len(arrays)}", "inputs")
@@ -149,7 +149,7 @@ def check_arrays(vars_, arrays, dims, what: str = "argument") -> list:
             )
         want_shape = static_shape(t, dims)
         if t.dtype.startswith("key<"):
-            from ..backend.keys import data_shape
+            from .backend.keys import data_shape
 
             want_shape, want_dtype = data_shape(t, want_shape), np.dtype(np.uint32)
         else:
@@ -178,9 +178,9 @@ def gather_inputs(jaxpr, args_npz, arg_files, seed, consts_npz, dims, inline=Non
     are evaluated and its memory need checked against the limit (`backend/limits.py`)
     first; files are read as headers, checked against the program's types, the dimensions
     they bind checked again, and only then is their data read."""
-    from ..backend.consts import all_constvars, check_count
-    from ..backend.limits import check_memory
-    from ..backend.values import check_dims
+    from .backend.consts import all_constvars, check_count
+    from .backend.limits import check_memory
+    from .backend.values import check_dims
 
     sources = sum(x is not None and x != () for x in (args_npz, arg_files or None, seed, inline))
     if sources > 1:
@@ -250,8 +250,8 @@ DRAWN: list[str] = []
 def _random(jaxpr, binders, rng, dims, prefix: str) -> list:
     """Random values of `binders`, drawn as the program needs them (`draw.py`), noted in
     DRAWN."""
-    from ..backend.values import random_array
-    from ..draw import input_needs
+    from .backend.values import random_array
+    from .draw import input_needs
 
     needs = input_needs(jaxpr, binders)
     for i, (v, n) in enumerate(zip(binders, needs)):
@@ -269,24 +269,6 @@ def drawn_note(seed: int) -> str:
     return f"random inputs, seed {seed}: {how}"
 
 
-SAVE_INPUTS_HELP = (
-    "Write the point the program ran at to OUT.npz (arg0, arg1, ..., const0, ...: what "
-    "--args and --consts read back), and say how it was drawn (the seed, and the inputs "
-    "drawn as the program needs them)."
-)
-
-
-def save_inputs_option(fn):
-    """`--save-inputs OUT.npz` (run, check-grad, explain)."""
-    import click
-
-    from .common import OUT_ARG
-
-    return click.option(
-        "--save-inputs", "save_inputs", metavar="OUT.npz", type=OUT_ARG, help=SAVE_INPUTS_HELP
-    )(fn)
-
-
 def keep_point(save_path, args, consts, seed, random: bool) -> None:
     """--save-inputs: the arguments and constants written as one .npz (no pickle inside);
     with random inputs, a note on standard error naming the seed and what was drawn
@@ -295,7 +277,7 @@ def keep_point(save_path, args, consts, seed, random: bool) -> None:
 
     import click
 
-    from ..io import write_output
+    from .io import write_output
 
     def note(text: str) -> None:
         click.echo(f"note: {text}", err=True)
@@ -321,8 +303,8 @@ def warn_invented_consts(jaxpr, consts_npz, seed, command: str) -> None:
     too when no --consts gives them: say so, since a program's constants often carry
     invariants that random values break (indices a gather promises in bounds, a mask and
     the indices made from it), and a failed check would then blame the derivative."""
-    from ..backend.consts import all_constvars
-    from ..io import warn
+    from .backend.consts import all_constvars
+    from .io import warn
 
     every = all_constvars(jaxpr)
     if consts_npz is not None or not every:
