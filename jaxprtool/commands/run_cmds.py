@@ -17,7 +17,7 @@ from ..core import UsageProblem
 from ..io import UsageError, human_size, progress, refuse_planted_links
 from ..jax_required import require_jax
 from ..lazy import np
-from ..run_inputs import gather_inputs
+from ..run_inputs import gather_inputs, keep_point
 from .common import FILE_ARG, load
 from .mesh_options import mesh_options
 from .run_options import REPEAT_BUDGET_S, cache_option, device_options, parse_dims, run_options
