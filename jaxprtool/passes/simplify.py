@@ -58,16 +58,23 @@ SIMPLIFY = Pass(
 def _simplify(jaxpr: Jaxpr, go) -> Jaxpr:
     rw = EqnRewrite(jaxpr, go)
     ctx = Context()
+    producers = ctx.producers
+    rules: dict[str, object] = {}  # primitive -> its simplify rule (asked once per primitive)
+    keep = rw.keep
     for e in rw:
-        if len(e.outputs) == 1:
-            rule = prim(e.prim).simplify
+        outs = e.outputs
+        if len(outs) == 1:
+            p = e.prim
+            rule = rules[p] if p in rules else rules.setdefault(p, prim(p).simplify)
             r = rule(e, ctx) if rule is not None else None
-            if r is not None and same_type(r, e.outputs[0]):
-                rw.drop(e.outputs, (r,))
+            if r is not None and same_type(r, outs[0]):
+                rw.drop(outs, (r,))
                 continue
-        for o in e.outputs:
-            ctx.producers[id(o)] = e
-        rw.keep(e)
+            producers[id(outs[0])] = e
+        else:
+            for o in outs:
+                producers[id(o)] = e
+        keep(e)
     return rw.result()
 
 
