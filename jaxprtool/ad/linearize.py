@@ -63,9 +63,11 @@ def _recompute_constants(peqns, teqns, tout_atoms, residuals):
     from ..core import eqn_subjaxprs
 
     const_eqn: dict[int, Eqn] = {}
+    # asked of each primitive once, not of each equation
+    recompute = {n: record_of(n).recompute_constant for n in {e.prim for e in peqns}}
     for e in peqns:
         if (
-            record_of(e.prim).recompute_constant
+            recompute[e.prim]
             and not any(True for _ in eqn_subjaxprs(e))
             and all(not isinstance(x, Var) or id(x) in const_eqn for x in e.inputs)
         ):
