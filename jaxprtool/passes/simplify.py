@@ -78,11 +78,16 @@ def _simplify(jaxpr: Jaxpr, go) -> Jaxpr:
     return rw.result()
 
 
+_UNASKED = object()
+
+
 class Context:
     """What a primitive's simplification rule may ask about the program so far."""
 
     def __init__(self):
         self.producers: dict[int, object] = {}
+        #: primitive -> its `fills_with` rule (asked of each primitive once per pass)
+        self._fills: dict[str, object] = {}
 
     def producer(self, a):
         """The equation that computed the Var `a` (None for inputs and literals)."""
@@ -95,7 +100,10 @@ class Context:
             return a.value
         p = self.producers.get(id(a))  # self.producer(a): `a` is a Var
         if p is not None:
-            fills = prim(p.prim).fills_with
+            n = p.prim
+            fills = self._fills.get(n, _UNASKED)
+            if fills is _UNASKED:
+                fills = self._fills[n] = prim(n).fills_with
             x = fills(p) if fills is not None else None
             if isinstance(x, Literal) and dtype_of(x) == dtype_of(a):
                 return x.value
