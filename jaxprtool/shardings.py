@@ -16,7 +16,7 @@ import re
 
 from .core import JaxprError, eqn_subjaxprs, parens_balanced
 from .frozen import Frozen, set_field
-from .params import Opaque, split_top_level
+from .params import EnumValue, Opaque, SymExpr, split_top_level
 
 _AXIS = re.compile(r"'([^']*)'\s*:\s*(\d+)")
 _TYPES = re.compile(r"axis_types=\(([^)]*)\)")
@@ -513,6 +513,19 @@ def _dict_mesh(text: str) -> MeshText:
     return MeshText(names, tuple(int(s) for _, s in axes), ("Auto",) * len(names), bool(names))
 
 
+#: parameter value classes that print no mesh (`meshes_in` is [] for them)
+_NO_TEXT = frozenset({int, bool, float, type(None), EnumValue, SymExpr})
+
+
+def _ints_only(v) -> bool:
+    """A tuple or list of ints and such tuples and lists (dimension numbers): no mesh inside."""
+    for x in v:
+        c = x.__class__
+        if c is not int and ((c is not tuple and c is not list) or not _ints_only(x)):
+            return False
+    return True
+
+
 def printed_axis_sizes(jaxpr) -> dict[str, int | None]:
     """Mesh axis name -> size, over every mesh the program's parameters print (None for an
     axis that two meshes give different sizes).
@@ -528,6 +541,8 @@ def printed_axis_sizes(jaxpr) -> dict[str, int | None]:
             if not e.params:
                 continue
             for v in e.params.values():
+                if v.__class__ in _NO_TEXT or (v.__class__ is tuple and _ints_only(v)):
+                    continue  # (most values: axes, dimension numbers, None, enums)
                 for m in meshes_in(v):
                     for name, size in zip(m.names, m.sizes):
                         sizes[name] = size if sizes.get(name, size) == size else None

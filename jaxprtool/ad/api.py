@@ -17,6 +17,7 @@ from ..core import (
 )
 from ..record import prim as record_of
 from . import builder as B
+from . import observe
 from .jvp import diff_mask, jvp_jaxpr, jvp_jaxpr_info, jvp_masked  # noqa: F401
 from .linearize import (  # noqa: F401
     LinearizeInfo,
@@ -38,9 +39,12 @@ def _vjp_build(jaxpr: Jaxpr, argnums, out_ct_mask: Sequence[bool], make_cts, rem
     tangents (in order), and the new input Vars it created.  `remat`, `plans`: as for
     `linearize_jaxpr`."""
     primal, linear, info = linearize_jaxpr(
-        jaxpr, argnums, instantiate=list(out_ct_mask), remat=remat, plans=plans
+        jaxpr, argnums, instantiate=list(out_ct_mask), remat=remat, plans=plans, own_binders=False
     )
-    consts, prim_in, eqns, outs, res_atoms = inline_primal(primal, info)
+    # the primal and linear programs are this function's own unless a plan or an observer
+    # saw them: no renamed copies then
+    own = remat is not None or B.remat_request()[0] is not None or observe.observed()
+    consts, prim_in, eqns, outs, res_atoms = inline_primal(primal, info, own_binders=own)
     n_res = len(info.residuals)
     n_tan = len(linear.invars) - n_res
     tan_out_types = [v.type for v in linear.outvars]

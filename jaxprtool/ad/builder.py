@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Iterable
+from itertools import chain
 
 from .. import shapes
 from ..core import Atom, Eqn, Jaxpr, JaxprError, Literal, Loc, RefType, Type, Var, eqn_subjaxprs
@@ -212,18 +213,15 @@ def free_vars(eqns: list[Eqn], outvars: Iterable[Atom], bound: Iterable[Var] = (
     defined = {id(v) for v in bound}
     seen: set[int] = set()
     out: list[Var] = []
-
-    def use(x):
-        if isinstance(x, Var) and id(x) not in defined and id(x) not in seen:
-            seen.add(id(x))
-            out.append(x)
-
-    for e in eqns:
-        for x in e.inputs:
-            use(x)
-        defined.update(id(o) for o in e.outputs)
-    for x in outvars:
-        use(x)
+    # (no call per operand: this runs over every equation of a linear program; `defined`
+    # and `seen` hold ids of live Vars, so a literal's id is in neither)
+    for uses, results in chain(((e.inputs, e.outputs) for e in eqns), [(outvars, ())]):
+        for x in uses:
+            i = id(x)
+            if i not in defined and i not in seen and isinstance(x, Var):
+                seen.add(i)
+                out.append(x)
+        defined.update(map(id, results))
     return out
 
 

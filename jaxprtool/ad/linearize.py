@@ -63,9 +63,11 @@ def _recompute_constants(peqns, teqns, tout_atoms, residuals):
     from ..core import eqn_subjaxprs
 
     const_eqn: dict[int, Eqn] = {}
+    # asked of each primitive once, not of each equation
+    recompute = {n: record_of(n).recompute_constant for n in {e.prim for e in peqns}}
     for e in peqns:
         if (
-            record_of(e.prim).recompute_constant
+            recompute[e.prim]
             and not any(True for _ in eqn_subjaxprs(e))
             and all(not isinstance(x, Var) or id(x) in const_eqn for x in e.inputs)
         ):
@@ -148,6 +150,7 @@ def linearize_jaxpr(
     instantiate: bool = True,
     remat=None,
     plans: list | None = None,
+    own_binders: bool = True,
 ):
     """`(primal_jaxpr, linear_jaxpr, info)` with residual forwarding.
 
@@ -160,14 +163,17 @@ def linearize_jaxpr(
     on the program (`remat.rematerialize`) and on the bodies its rules linearize (the split
     builder carries it to them: `linearize_masked`); the plans made are appended to `plans`
     (nested bodies first, the program last).  Without them, those of the linearization this
-    one runs inside (a rule's), if any."""
+    one runs inside (a rule's), if any.  `own_binders=False`: see `_linearize_jaxpr`."""
     outer_remat, outer_plans = B.remat_request()
     remat = remat if remat is not None else outer_remat
     plans = plans if plans is not None else outer_plans
-    return _linearize_jaxpr(jaxpr, argnums, instantiate, remat, plans)
+    return _linearize_jaxpr(jaxpr, argnums, instantiate, remat, plans, own_binders)
 
 
-def _linearize_jaxpr(jaxpr: Jaxpr, argnums, instantiate, remat, plans):
+def _linearize_jaxpr(jaxpr: Jaxpr, argnums, instantiate, remat, plans, own_binders=True):
+    """`own_binders=False`: the linear program may take the primal program's residual Vars
+    as its inputs (no renamed copy of its equations) where nothing but the caller sees it:
+    no rematerialization, no observer (vjp and grad transpose it right away)."""
     from .remat import rematerialize
 
     refuse_large(jaxpr)
@@ -179,22 +185,31 @@ def _linearize_jaxpr(jaxpr: Jaxpr, argnums, instantiate, remat, plans):
     info = LinearizeInfo(mask, out_nz)
     new = forward_residuals(residuals, lambda r: producer.get(id(r)), primals, consts, outs, info)
     primal = B.make_jaxpr(primals, peqns, list(outs) + new, consts)
-    linear = _linear_jaxpr(residuals, tan_in, teqns, touts)
+    if own_binders or remat is not None or observe.observed():
+        linear = _linear_jaxpr(residuals, tan_in, teqns, touts)
+    else:
+        linear = B.make_jaxpr(residuals + tan_in, teqns, touts)
     primal, linear, info = rematerialize(primal, linear, info, spec=remat, plans=plans)
     observe.notify("linearized", primal, linear, info)
     return primal, linear, info
 
 
-def inline_primal(primal: Jaxpr, info: LinearizeInfo):
+def inline_primal(primal: Jaxpr, info: LinearizeInfo, own_binders: bool = True):
     """The primal program's equations over fresh inputs, ready to be followed by the linear part:
-    (consts, inputs, eqns, primal outputs, the atoms that stand for each residual)."""
+    (consts, inputs, eqns, primal outputs, the atoms that stand for each residual).
+    `own_binders=False`: over the primal program's own inputs (no renamed copy of its
+    equations), for a primal program nothing else uses."""
     n_out = len(info.out_mask)
-    consts = [B.fresh_like(v) for v in primal.constvars]
-    prim_in = [B.fresh_like(v) for v in primal.invars]
-    mapping = {id(a): b for a, b in zip(primal.constvars, consts)}
-    mapping.update({id(a): b for a, b in zip(primal.invars, prim_in)})
-    eqns = B.substitute(list(primal.eqns), mapping)
-    pouts = [mapping.get(id(x), x) for x in primal.outvars]
+    if own_binders:
+        consts = [B.fresh_like(v) for v in primal.constvars]
+        prim_in = [B.fresh_like(v) for v in primal.invars]
+        mapping = {id(a): b for a, b in zip(primal.constvars, consts)}
+        mapping.update({id(a): b for a, b in zip(primal.invars, prim_in)})
+        eqns = B.substitute(list(primal.eqns), mapping)
+        pouts = [mapping.get(id(x), x) for x in primal.outvars]
+    else:
+        consts, prim_in = list(primal.constvars), list(primal.invars)
+        eqns, pouts = list(primal.eqns), list(primal.outvars)
     outs, new = pouts[:n_out], pouts[n_out:]
     sources = {"input": prim_in, "const": consts, "output": outs, "new": new}
     res_atoms = [sources[r.source][r.index] for r in info.residuals]

@@ -138,6 +138,11 @@ def note_plugin_rule(rec, field: str) -> None:
         note(f"{what} rule of '{rec.name}' from plugin {source}")
 
 
+def observed() -> bool:
+    """Whether an observer is installed here (a walk reports its steps)."""
+    return _OBSERVER.get() is not None
+
+
 def notify(hook: str, *args) -> None:
     """Call `hook(*args)` on the observer, if there is one here and it has that method."""
     obs = _OBSERVER.get()

@@ -242,7 +242,9 @@ def _print_dot_general(e, style):
         and all(isinstance(axes, (tuple, list)) for pair in dn for axes in pair)
     ):
         (lc, rc), (lb, rb) = dn
-        d["dimension_numbers"] = ((list(lc), list(rc)), (list(lb), list(rb)))
+        if not (lc.__class__ is rc.__class__ is lb.__class__ is rb.__class__ is list):
+            # (the transpose rule's and the parser's are lists already: printed as they are)
+            d["dimension_numbers"] = ((list(lc), list(rc)), (list(lb), list(rb)))
     return sorted(d.items())
 
 

@@ -58,17 +58,27 @@ SIMPLIFY = Pass(
 def _simplify(jaxpr: Jaxpr, go) -> Jaxpr:
     rw = EqnRewrite(jaxpr, go)
     ctx = Context()
+    producers = ctx.producers
+    rules: dict[str, object] = {}  # primitive -> its simplify rule (asked once per primitive)
+    keep = rw.keep
     for e in rw:
-        if len(e.outputs) == 1:
-            rule = prim(e.prim).simplify
+        outs = e.outputs
+        if len(outs) == 1:
+            p = e.prim
+            rule = rules[p] if p in rules else rules.setdefault(p, prim(p).simplify)
             r = rule(e, ctx) if rule is not None else None
-            if r is not None and same_type(r, e.outputs[0]):
-                rw.drop(e.outputs, (r,))
+            if r is not None and same_type(r, outs[0]):
+                rw.drop(outs, (r,))
                 continue
-        for o in e.outputs:
-            ctx.producers[id(o)] = e
-        rw.keep(e)
+            producers[id(outs[0])] = e
+        else:
+            for o in outs:
+                producers[id(o)] = e
+        keep(e)
     return rw.result()
+
+
+_UNASKED = object()
 
 
 class Context:
@@ -76,6 +86,8 @@ class Context:
 
     def __init__(self):
         self.producers: dict[int, object] = {}
+        #: primitive -> its `fills_with` rule (asked of each primitive once per pass)
+        self._fills: dict[str, object] = {}
 
     def producer(self, a):
         """The equation that computed the Var `a` (None for inputs and literals)."""
@@ -88,7 +100,10 @@ class Context:
             return a.value
         p = self.producers.get(id(a))  # self.producer(a): `a` is a Var
         if p is not None:
-            fills = prim(p.prim).fills_with
+            n = p.prim
+            fills = self._fills.get(n, _UNASKED)
+            if fills is _UNASKED:
+                fills = self._fills[n] = prim(n).fills_with
             x = fills(p) if fills is not None else None
             if isinstance(x, Literal) and dtype_of(x) == dtype_of(a):
                 return x.value

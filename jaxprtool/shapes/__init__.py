@@ -57,7 +57,24 @@ def infer_types(prim: str, in_types: list[Type], params: dict, out_hint=None) ->
 
 
 def infer_with_rule(rule: ShapeRule, in_types: list[Type], params: dict, out_hint=None):
-    """`infer_types` with the primitive's shape rule already looked up."""
+    """`infer_types` with the primitive's shape rule already looked up.
+
+    An equation without parameters or hint (most of what AD emits: add_any, mul, neg) is
+    looked up first by the identities of its operand types (`_BY_ID`), which repeat: types
+    come out of this memo and pass from operand to result.  No hashing of type fields."""
+    if not params and out_hint is None and not axis_sizes_key():
+        key = (rule, *map(id, in_types))
+        hit = _BY_ID.get(key)
+        if hit is None:
+            if len(_BY_ID) > 100_000:
+                _BY_ID.clear()
+            # the types are kept with the result: their ids stay theirs while it is remembered
+            hit = _BY_ID[key] = (tuple(in_types), tuple(_infer_memoised(rule, in_types, {}, None)))
+        return list(hit[1])
+    return _infer_memoised(rule, in_types, params, out_hint)
+
+
+def _infer_memoised(rule: ShapeRule, in_types: list[Type], params: dict, out_hint):
     try:
         key = (rule, _freeze_types(in_types), _freeze_params(params), _freeze_hint(out_hint))
         key += axis_sizes_key()  # a sharded reshape's result depends on the mesh axis sizes
@@ -72,6 +89,9 @@ def infer_with_rule(rule: ShapeRule, in_types: list[Type], params: dict, out_hin
 
 
 _INFER_MEMO: dict[tuple, tuple[Type, ...]] = {}
+#: (rule, id of each operand type) -> (the operand types, the result types): `infer_with_rule`
+#: of an equation without parameters
+_BY_ID: dict[tuple, tuple[tuple[Type, ...], tuple[Type, ...]]] = {}
 
 
 def equation_key(prim: str, in_types: list[Type], params: dict, declared: list[Type]):

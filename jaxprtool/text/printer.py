@@ -429,6 +429,8 @@ class _Printer:
                     if e.params:
                         with_params.append(e)
             for e in with_params:
+                if e.no_subjaxprs:  # (known once a walk or pass has asked)
+                    continue
                 nm = None
                 rec = self.recs.get(e.prim) or self._rec(e.prim)
                 for sub in _bfs_subjaxprs(e, rec.jaxpr_params_order, in_values):
