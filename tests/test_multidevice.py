@@ -412,12 +412,12 @@ def test_explicit_sharding_types_need_and_use_mesh(tmp_path):
     r = run(["run", str(path), "--random", "0", "--mesh", "x=4,y=2", "--show-sharding"])
     assert r.exit_code == 0, r.output
     assert "out0: P('x', 'y')" in r.output and "out1: P(None, None)" in r.output
-    j = parse(path.read_text(), str(path)).jaxpr
-    rng = np.random.default_rng(0)
-    from jaxprtool.backend.values import random_array
-
-    a, b = (random_array(v.type, rng) for v in j.invars)
-    r = run(["run", str(path), "--random", "0", "--mesh", "x=4,y=2", "-o", str(out)])
+    point = tmp_path / "point.npz"
+    argv = ["run", str(path), "--random", "0", "--mesh", "x=4,y=2", "-o", str(out)]
+    r = run([*argv, "--save-inputs", str(point)])
+    assert r.exit_code == 0, r.output
+    saved = np.load(point)  # the point drawn (its matrices scaled by their fan-in)
+    a, b = saved["arg0"], saved["arg1"]
     got = np.load(out)
     ref = [jnp.dot(a, b), jnp.dot(a, b), jnp.sum(a, axis=0), a.T]
     for i, e in enumerate(ref):

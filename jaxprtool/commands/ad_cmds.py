@@ -184,6 +184,9 @@ _remat_no_xla = click.option(
     help="With --remat-budget: budget the tool's own liveness model, no compile (the "
     "default without JAX).",
 )
+#: the remat options of linearize; vjp and grad add the device their budget is in
+_REMAT_OPTIONS = (_remat, _remat_budget, _remat_segments, _remat_dims)
+_REVERSE_REMAT_OPTIONS = (*_REMAT_OPTIONS, _remat_device, _remat_no_xla)
 
 
 def _remat_usage(remat, remat_budget, dim_specs=(), remat_segments=None):
@@ -488,10 +491,7 @@ def _linearize_usage(
         is_flag=True,
         help="Report the residuals on standard error (count, bytes, producers).",
     ),
-    _remat,
-    _remat_budget,
-    _remat_segments,
-    _remat_dims,
+    *_REMAT_OPTIONS,
     usage=_linearize_usage,
 )
 def linearize(job, argnums, split, stats, remat, remat_budget, remat_segments, dim_specs):
@@ -689,12 +689,7 @@ def _has_jax() -> bool:
 @ad_command(
     "vjp",
     _argnums,
-    _remat,
-    _remat_budget,
-    _remat_segments,
-    _remat_dims,
-    _remat_device,
-    _remat_no_xla,
+    *_REVERSE_REMAT_OPTIONS,
     usage=_vjp_usage,
 )
 def vjp(job, argnums, remat, remat_budget, remat_segments, dim_specs, device, no_xla):
@@ -758,12 +753,7 @@ def _vjp(
         is_flag=True,
         help="Differentiate the first output; return the other outputs as auxiliary data.",
     ),
-    _remat,
-    _remat_budget,
-    _remat_segments,
-    _remat_dims,
-    _remat_device,
-    _remat_no_xla,
+    *_REVERSE_REMAT_OPTIONS,
     usage=_vjp_usage,
 )
 def grad(

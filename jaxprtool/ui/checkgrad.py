@@ -633,7 +633,7 @@ def precision_lines(checks: list[Check]) -> list[str]:
             judged = "float64 (the derivative programs' float64 copies, on the CPU)"
         own = [f"{c.name.split()[0]} {c.own_error:.1e}" for c in rows if c.own_error is not None]
         ref = [f"{c.name.split()[0]} {c.jax_error:.1e}" for c in rows if c.jax_error is not None]
-        line = f"{program}: judged in {judged}"
+        line = f"{shown_path(program)}: judged in {judged}"
         if own:
             line += f"; its own derivative from float64: {', '.join(own)}"
         if ref:
