@@ -96,6 +96,7 @@ def test_fraction_is_of_the_plain_gradients_xla_bytes(small):
         close(a, b)
 
 
+@pytest.mark.slow  # (make test-full; the fraction test runs the same loop)
 def test_byte_budget_is_xla_bytes(small):
     budget = int(0.45 * small.plain[0])
     temp, _, _ = small.figures(["--remat-budget", str(budget)])
@@ -163,6 +164,7 @@ def test_issue_sizes_on_the_cpu(issue_size):
             assert not (pt < 0.98 * temp and pf < 0.98 * flops), (b, name, pt, pf, temp, flops)
 
 
+@pytest.mark.slow  # (make test-full; the fraction test runs the same loop)
 def test_memory_of_grad_fits_the_budget_too(small):
     """`memory --of grad --remat-budget`: the program analysed is the one `grad` fits."""
     import json
