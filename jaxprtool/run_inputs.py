@@ -170,14 +170,16 @@ def check_arrays(vars_, arrays, dims, what: str = "argument") -> list:
     return out
 
 
-def gather_inputs(jaxpr, args_npz, arg_files, seed, consts_npz, dims, inline=None):
+def gather_inputs(jaxpr, args_npz, arg_files, seed, consts_npz, dims, inline=None, drawn=None):
     """The arguments and constants of a run, from one source: --args, --arg, --input
     (`inline`: arrays, or `Declared` arrays whose data is not read yet) or --random.
 
     Nothing large is built before it is known to fit: the program's symbolic dimensions
     are evaluated and its memory need checked against the limit (`backend/limits.py`)
     first; files are read as headers, checked against the program's types, the dimensions
-    they bind checked again, and only then is their data read."""
+    they bind checked again, and only then is their data read.  `drawn`, a list, receives
+    what a random draw did beyond N(0, 1) floats and integers in [1, 5) ("arg1:i32[4]
+    integers in [0, 3) (gather at f.jaxpr:9:5)"), for `keep_point`'s note."""
     from .backend.consts import all_constvars, check_count
     from .backend.limits import check_memory
     from .backend.values import check_dims
@@ -187,7 +189,7 @@ def gather_inputs(jaxpr, args_npz, arg_files, seed, consts_npz, dims, inline=Non
         raise UsageError("give only one of --args, --arg, --input and --random")
     check_dims(jaxpr, dims)
     check_memory(jaxpr, dims)
-    DRAWN.clear()
+    drawn = [] if drawn is None else drawn
     rng = np.random.default_rng(seed) if seed is not None else None
     if inline is not None:
         args = list(inline)
@@ -232,47 +234,43 @@ def gather_inputs(jaxpr, args_npz, arg_files, seed, consts_npz, dims, inline=Non
     if args is not None:
         args = read_all(check_arrays(jaxpr.invars, args, dims, "argument"), "arguments")
     else:
-        args = _random(jaxpr, jaxpr.invars, rng, dims, "arg")
+        args = _random(jaxpr, jaxpr.invars, rng, dims, "arg", drawn)
     if consts is not None:
         consts = read_all(check_arrays(cvars, consts, dims, "constant"), "constants")
     else:
-        consts = _random(jaxpr, cvars, rng, dims, "const")
+        consts = _random(jaxpr, cvars, rng, dims, "const", drawn)
     args = check_arrays(jaxpr.invars, args, dims, "argument")
     consts = check_arrays(cvars, consts, dims, "constant")
     return args, consts, dims
 
 
-#: what the last random draw of `gather_inputs` did beyond N(0, 1) floats and integers in
-#: [1, 5): ["arg1 (i32[4]): integers in [0, 3) (gather at f.jaxpr:9:5)", ...]
-DRAWN: list[str] = []
-
-
-def _random(jaxpr, binders, rng, dims, prefix: str) -> list:
+def _random(jaxpr, binders, rng, dims, prefix: str, drawn: list[str]) -> list:
     """Random values of `binders`, drawn as the program needs them (`draw.py`), noted in
-    DRAWN."""
+    `drawn`."""
     from .backend.values import random_array
     from .draw import input_needs
 
     needs = input_needs(jaxpr, binders)
     for i, (v, n) in enumerate(zip(binders, needs)):
         if n is not None and n.why:
-            DRAWN.append(f"{var_name(v, i, prefix)}:{v.type} {n.describe()}")
+            drawn.append(f"{var_name(v, i, prefix)}:{v.type} {n.describe()}")
     return [random_array(_shaped(v), rng, dims, need=n) for v, n in zip(binders, needs)]
 
 
-def drawn_note(seed: int) -> str:
+def drawn_note(seed: int, drawn: list[str]) -> str:
     """The line saying how the random point was drawn (seed, and what was drawn to fit)."""
     how = "N(0, 1) floats, integers in [1, 5)"
-    if DRAWN:
-        more = f"; and {len(DRAWN) - 4} more" if len(DRAWN) > 4 else ""
-        how += "; drawn as the program needs them: " + "; ".join(DRAWN[:4]) + more
+    if drawn:
+        more = f"; and {len(drawn) - 4} more" if len(drawn) > 4 else ""
+        how += "; drawn as the program needs them: " + "; ".join(drawn[:4]) + more
     return f"random inputs, seed {seed}: {how}"
 
 
-def keep_point(save_path, args, consts, seed, random: bool) -> None:
+def keep_point(save_path, args, consts, seed, random: bool, drawn: list[str]) -> None:
     """--save-inputs: the arguments and constants written as one .npz (no pickle inside);
     with random inputs, a note on standard error naming the seed and what was drawn
-    (also without --save-inputs when some input was drawn as the program needs it)."""
+    (`drawn`, as `gather_inputs` filled it; also without --save-inputs when some input was
+    drawn as the program needs it)."""
     import io as _bytes
 
     import click
@@ -282,8 +280,8 @@ def keep_point(save_path, args, consts, seed, random: bool) -> None:
     def note(text: str) -> None:
         click.echo(f"note: {text}", err=True)
 
-    if random and (save_path is not None or DRAWN):
-        note(drawn_note(seed))
+    if random and (save_path is not None or drawn):
+        note(drawn_note(seed, drawn))
     if save_path is None:
         return
     arrays = {f"arg{i}": np.asarray(a) for i, a in enumerate(args)}

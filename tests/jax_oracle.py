@@ -29,3 +29,15 @@ def vec(shape, seed, lo=-1.0, hi=1.0):
 def run(args, stdin=None):
     """The CLI in-process."""
     return CliRunner().invoke(main, args, input=stdin)
+
+
+def policy_names_missing(policy_text, path) -> bool:
+    """Whether a remat policy names a checkpoint name the program at `path` lacks (the tool
+    refuses it as a usage error; JAX saves nothing for it)."""
+    from jaxprtool.ad import remat
+
+    try:
+        remat.check_names(remat.parse_policy(policy_text), parse(path.read_text(), "f").jaxpr)
+    except ValueError:
+        return True
+    return False

@@ -11,21 +11,9 @@ import os
 import re
 
 import pytest
-from click.testing import CliRunner
+from test_planted_links import OTHER, SIN, needs_root, tool
 
-from jaxprtool.cli import main
 from jaxprtool.ui import profile_table
-
-OTHER = 65534  # nobody
-SIN = "{ lambda ; a:f32[3]. let b:f32[3] = sin a in (b,) }\n"
-needs_root = pytest.mark.skipif(
-    not hasattr(os, "geteuid") or os.geteuid() != 0,
-    reason="needs root to give a planted link to a second user (uid 65534)",
-)
-
-
-def tool(*argv, text: str | None = None):
-    return CliRunner().invoke(main, ["--no-color", *map(str, argv)], input=text)
 
 
 def run_profiled(folder, *extra):

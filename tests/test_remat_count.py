@@ -17,7 +17,7 @@ import jax.numpy as jnp  # noqa: E402
 from jax import ad_checkpoint as adc  # noqa: E402
 from jax._src.ad_checkpoint import saved_residuals  # noqa: E402
 from jax.extend.core import jaxprs_in_params  # noqa: E402
-from jax_oracle import close, run, vec  # noqa: E402
+from jax_oracle import close, policy_names_missing, run, vec  # noqa: E402
 
 from jaxprtool import backend  # noqa: E402
 from jaxprtool.ad import remat  # noqa: E402
@@ -152,7 +152,7 @@ def test_grad_counts_values_and_residuals_against_jax(tmp_path, program):
         argv = ["grad", "--argnums", ",".join(map(str, argnums)), "--remat", text]
         argv += ["--remat-segments", "none"]  # JAX's jax.checkpoint(f, policy)
         r = run([*argv, str(path), "-o", str(out)])
-        if _names_missing(text, path):  # JAX saves nothing for it; the tool refuses it
+        if policy_names_missing(text, path):  # JAX saves nothing for it; the tool refuses it
             assert r.exit_code == 2 and "no checkpoint_name" in r.output, r.output
             continue
         assert r.exit_code == 0, r.output
@@ -212,12 +212,3 @@ def test_linear_program_dot_product():
         ltw = [next(ltws) for _ in v]
         rhs = sum(float(np.vdot(np.float64(a), np.float64(b))) for a, b in zip(ltw, v))
         assert abs(float(lv) * float(w) - rhs) <= 1e-4 * max(1.0, abs(rhs))
-
-
-def _names_missing(policy_text, path) -> bool:
-    """Whether the policy names a checkpoint name the program lacks (a usage error)."""
-    try:
-        remat.check_names(remat.parse_policy(policy_text), parse(path.read_text(), "f").jaxpr)
-    except ValueError:
-        return True
-    return False

@@ -142,9 +142,12 @@ def _explain(
     jaxpr = for_ad(read)  # as the AD commands read it: every constant the program's
     refuse_kept_consts(read, jaxpr)
     input_seed = None if args_npz is not None else (seed or 0)  # with --args: seeds v / w only
-    args, consts, _ = gather_inputs(jaxpr, args_npz, None, input_seed, consts_npz, dims)
+    drawn: list[str] = []
+    args, consts, _ = gather_inputs(
+        jaxpr, args_npz, None, input_seed, consts_npz, dims, drawn=drawn
+    )
     warn_invented_consts(jaxpr, consts_npz, seed or 0, "explain")
-    keep_point(save_inputs, args, consts, seed or 0, args_npz is None)
+    keep_point(save_inputs, args, consts, seed or 0, args_npz is None, drawn)
     with axis_sizes_of(jaxpr, backend.CONFIG.mesh):  # a text without its mesh
         data = explain_data(
             jaxpr,

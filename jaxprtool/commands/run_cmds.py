@@ -84,11 +84,13 @@ def run(
     jaxpr = number_constants(jaxpr).program  # nested jaxprs' constants come with --consts
     backend.check_runnable(jaxpr)
     compile_cache.configure(not no_cache)
+    drawn: list[str] = []
     args, consts, dims = gather_inputs(
-        jaxpr, args_npz, arg_files, seed, consts_npz, dims, inline=inline
+        jaxpr, args_npz, arg_files, seed, consts_npz, dims, inline=inline, drawn=drawn
     )
     # (run --random's own output stays as it was: the note comes with --save-inputs)
-    keep_point(save_inputs, args, consts, seed, seed is not None and save_inputs is not None)
+    random = seed is not None and save_inputs is not None
+    keep_point(save_inputs, args, consts, seed, random, drawn)
     want = None if expected is None else run_io.load_expected(expected, jaxpr.outvars, dims)
     with progress(f"running {file or '<stdin>'}"), _profiled(profile):
         if eager or trace_ or debug_nans:

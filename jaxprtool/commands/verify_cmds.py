@@ -168,11 +168,12 @@ def check_grad(
                 jaxpr, _, path = load_reporting(file)
                 jaxpr = for_ad(jaxpr)  # as the AD commands read it; --consts gives them
                 label = os.path.basename(path) if path != "<stdin>" else path
+                drawn: list[str] = []
                 args, consts, _ = gather_inputs(
-                    jaxpr, args_npz, None, None if args_npz else seed, consts_npz, dims
+                    jaxpr, args_npz, None, None if args_npz else seed, consts_npz, dims, drawn=drawn
                 )
                 warn_invented_consts(jaxpr, consts_npz, seed, "check-grad")
-                keep_point(save_inputs, args, consts, seed, args_npz is None)
+                keep_point(save_inputs, args, consts, seed, args_npz is None, drawn)
                 with axis_sizes_of(jaxpr, backend.CONFIG.mesh):  # a text without its mesh
                     checks = run_checks(
                         jaxpr,
