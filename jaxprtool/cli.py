@@ -7,16 +7,18 @@ command which does not run or compile never imports jax.
 from __future__ import annotations
 
 import contextlib
+import enum
 import errno
 import functools
 import importlib
 import os
 import sys
+from dataclasses import dataclass, field
 
 import click
 
 from . import core
-from .core import JaxprError, ProgramError, UsageProblem
+from .core import InternalError, JaxprError, OverLimit, ProgramError, UsageProblem
 from .interrupt import exit_on_interrupt
 from .io import Reported, program_loc, report
 from .jax_required import missing_jax
@@ -66,13 +68,28 @@ RUNS_PROGRAMS = frozenset({"run", "compile", "trace", "check-grad", "explain"})
 #: where LazyGroup keeps the command line's arguments (click's context `meta`)
 ARGV_KEY = "jaxprtool.argv"
 
-#: set by `entry`: this process runs one command (not a library or test process)
+#: set by `entry`: this process runs one command (not a library or test process).  A
+#: process-wide fact, not an invocation's: what asks it (`keep_until_exit`, the start-up row
+#: of --timing, the per-process settings of `get_command`) asks about the process
 _STANDALONE = False
+
+
+class ExitStatus(enum.IntEnum):
+    """What a command returns (ruff's `ExitStatus`): the process's exit status."""
+
+    SUCCESS = 0
+    #: the input was rejected, a check failed, the programs differ
+    FAILURE = 1
+    #: trouble: bad usage, an unreadable file, a missing dependency
+    ERROR = 2
+    #: the reader of standard output went away: 128 + SIGPIPE, as a shell reports a
+    #: command that SIGPIPE ended
+    BROKEN_PIPE = 141
 
 
 def entry() -> None:
     """The `jaxprtool` program (its console script and `python -m jaxprtool`)."""
-    global _STANDALONE
+    global _STANDALONE  # (see `_STANDALONE`)
     _STANDALONE = True
     exit_on_interrupt()
     _keep_writes_reportable()
@@ -192,24 +209,28 @@ class LazyGroup(click.Group):
         _add_global_options(cmd)
         return cmd
 
-    def make_context(self, info_name, args, parent=None, **extra):
-        with _short_usage_messages():
-            return super().make_context(info_name, args, parent, **extra)
-
     def invoke(self, ctx):
-        """Run the command; the machine-readable diagnostics it collected (json, sarif) are
-        written when it ends, however it ends."""
+        """Run the command and end the process with the exit status it returns; the
+        machine-readable diagnostics it collected (json, sarif) are written when it ends,
+        however it ends."""
         from . import diagnostics, io
 
         try:
             with _short_usage_messages():
-                return super().invoke(ctx)
+                status = super().invoke(ctx)
         finally:
             try:
                 diagnostics.end(write_file=io.write_output)
             except UsageProblem as e:  # --output-file could not be written after all
                 report(e)
-                sys.exit(2)
+                raise click.exceptions.Exit(ExitStatus.ERROR) from None
+        if status:
+            ctx.exit(int(status))
+        return status
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        with _short_usage_messages():
+            return super().make_context(info_name, args, parent, **extra)
 
     def resolve_command(self, ctx, args):
         if args and not args[0].startswith("-") and args[0] not in COMMANDS:
@@ -256,51 +277,80 @@ def _bare_optional_values(cmd: click.Command, args: list[str]) -> list[str]:
     return out
 
 
-class Options:
-    """Global options shared by every command."""
+class Command(click.Command):
+    """A jaxprtool command: before its body runs, the invocation's diagnostics learn what
+    the command decides (whether it leaves standard output free, whether its text
+    diagnostics show their codes); it returns its body's exit status (`ExitStatus`; None
+    for success)."""
 
-    debug = False
+    def invoke(self, ctx):
+        options_of(ctx).diagnostics.command_starts(self.name, ctx.params)
+        return super().invoke(ctx)
+
+
+@dataclass
+class Options:
+    """The global options of one invocation (ruff's global configuration): made by the
+    group from the flags before the command, completed by those after it, kept in the root
+    context's `obj`, and read by the commands through `options_of`."""
+
+    debug: bool = False
     jax_style: str | None = None
     plugins: tuple[str, ...] = ()
-    color = "auto"
+    color: str = "auto"
+    #: where the invocation's diagnostics go (`diagnostics.Sink`)
+    diagnostics: object = field(default_factory=lambda: _diagnostics().current())
 
 
-OPTIONS = Options()
+def _diagnostics():
+    from . import diagnostics
+
+    return diagnostics
+
+
+def options_of(ctx: click.Context | None = None) -> Options:
+    """The running invocation's options (the current click context's, a default value
+    outside any)."""
+    ctx = ctx or click.get_current_context(silent=True)
+    if ctx is None:
+        return Options()
+    root = ctx.find_root()
+    if not isinstance(root.obj, Options):
+        root.obj = Options()
+    return root.obj
 
 
 def _set_debug(ctx, param, value):
     if value:
-        OPTIONS.debug = True
+        options_of(ctx).debug = True
 
 
 def _set_jax_style(ctx, param, value):
     if value is not None:
-        OPTIONS.jax_style = value
+        options_of(ctx).jax_style = value
 
 
 def _set_color(ctx, param, value):
     from . import io
 
     if value is not None:
-        OPTIONS.color = io.COLOR_MODE = value
+        options_of(ctx).color = io.COLOR_MODE = value
 
 
 def _set_output_format(ctx, param, value):
-    from . import diagnostics
-
     if value is not None:
-        diagnostics.set_format(value)
+        options_of(ctx).diagnostics.set_format(value)
 
 
 def _set_output_file(ctx, param, value):
-    from . import diagnostics, io
+    from . import io
 
     if value is not None:
         try:
             io.check_writable(value)
         except UsageProblem as e:
             raise click.BadParameter(e.message, ctx, param) from None
-        diagnostics.set_output_file(value)
+        options_of(ctx).diagnostics.output_file = value
 
 
 def _set_max_equations(ctx, param, value):
@@ -342,8 +392,9 @@ def _load_plugins(ctx, param, value):
     if value:
         from .plugins import load_plugins
 
-        OPTIONS.plugins = tuple(OPTIONS.plugins) + tuple(value)
-        guarded(load_plugins)(value)
+        options = options_of(ctx)
+        options.plugins = tuple(options.plugins) + tuple(value)
+        _exit_on_trouble(ctx, guarded(load_plugins)(value))
 
 
 _COLOR_HELP = (
@@ -477,28 +528,14 @@ def _add_global_options(cmd: click.Command) -> None:
         text = "\b\nGlobal options (before or after the command; `jaxprtool --help`):\n"
         text += "\n".join(f"  {line}" for line in names)
         cmd.epilog = f"{cmd.epilog}\n\n{text}" if cmd.epilog else text
-    invoke = cmd.invoke
-
-    def invoke_with_stdout_known(ctx):
-        from . import diagnostics
-
-        diagnostics.set_stdout_free(_stdout_free(cmd.name, ctx.params))
-        diagnostics.set_show_codes(cmd.name == "check")
-        return invoke(ctx)
-
-    cmd.invoke = invoke_with_stdout_known
     cmd._jaxprtool_globals = True
 
 
-def _stdout_free(name: str, params: dict) -> bool:
-    """Whether a command leaves standard output to the machine diagnostics: `check`, whose
-    result is its diagnostics, or a command told to write its result to a file (`-o OUT`);
-    a command whose result goes to standard output (a program, a table, a diff) keeps the
-    diagnostics on standard error, as `ruff check --fix -` does."""
-    if name == "check":
-        return True
-    out = params.get("out", params.get("output"))
-    return isinstance(out, str) and out != "-"
+def _exit_on_trouble(ctx: click.Context, status) -> None:
+    """End the invocation with `status` (`guarded`'s) unless it is success: for the work of
+    an option or of the group, which has no command to return it from."""
+    if status:
+        ctx.exit(int(status))
 
 
 def _print_version(ctx, param, value):
@@ -578,76 +615,79 @@ def main(
     from . import diagnostics, expansion, io
     from .env import check_environment
 
-    diagnostics.begin(diagnostic_format or "text")
     ctx = click.get_current_context()
+    ctx.obj = Options(
+        debug=debug,
+        jax_style=jax_style,
+        plugins=plugins,
+        color="never" if no_color else (color or "auto"),
+        diagnostics=diagnostics.begin(diagnostic_format or "text"),
+    )
     param = next(p for p in ctx.command.params if p.name == "diagnostic_file")
     _set_output_file(ctx, param, diagnostic_file)
-    guarded(check_environment)()
+    _exit_on_trouble(ctx, guarded(check_environment)())
     expansion.LIMIT = max_equations or expansion.DEFAULT_LIMIT
     io.MAX_INPUT = max_input_size or io.DEFAULT_MAX_INPUT
-    OPTIONS.debug = debug
-    OPTIONS.jax_style = jax_style
-    OPTIONS.plugins = plugins
-    OPTIONS.color = io.COLOR_MODE = "never" if no_color else (color or "auto")
+    io.COLOR_MODE = ctx.obj.color
     if plugins:
         from .plugins import load_plugins
 
-        guarded(load_plugins)(plugins)
+        _exit_on_trouble(ctx, guarded(load_plugins)(plugins))
 
 
 def guarded(fn):
-    """Run a command body: JaxprError -> located message and exit 1 (2 for usage problems);
-    no traceback unless --debug."""
+    """Run a command body and return its exit status: the body's own (None: success), or
+    the status of the error that ended it, reported as a located message (JaxprError: 1;
+    2 for usage problems); no traceback unless --debug."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        ctx = click.get_current_context(silent=True)
         try:
-            refuse_overlaps(click.get_current_context(silent=True))
+            refuse_overlaps(ctx)
             return fn(*args, **kwargs)
-        except Reported as e:
-            sys.exit(e.exit_code)
-        except JaxprError as e:
-            if isinstance(e, ProgramError) and e.loc is None:
-                e.loc = program_loc(e.where)
-            report(e)
-            sys.exit(e.exit_code)
         except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
             raise
-        except RecursionError:
-            deep = JaxprError("input nests too deeply", program_loc("inputs"))
-            deep.code = "E003"
-            report(deep)
-            sys.exit(1)
-        except BrokenPipeError:
-            # the reader went away (`jaxprtool fmt big.jaxpr | head`): end quietly with the
-            # status a process killed by SIGPIPE has, as cat and grep do
-            _drop_unwritten_stdout()
-            sys.exit(BROKEN_PIPE_EXIT)
-        except OSError as e:
-            if e.errno not in _WRITE_ERRNOS:
-                if OPTIONS.debug:
-                    raise
-                report(internal_error(e))
-                sys.exit(1)
-            _drop_unwritten_stdout()
-            report(UsageProblem(f"cannot write the output: {e.strerror}"))
-            sys.exit(2)
-        except Exception as e:  # an internal error: still no traceback by default
-            missing = missing_jax(e) or out_of_memory(e)
-            if missing is not None:
-                report(missing)
-                sys.exit(1)
-            if OPTIONS.debug:
-                raise
-            report(internal_error(e))
-            sys.exit(1)
+        except Exception as e:
+            return _status_of(e, options_of(ctx).debug)
 
     return wrapper
 
 
-#: the exit status of a process whose reader closed the pipe: 128 + SIGPIPE, as a shell
-#: reports a command that SIGPIPE ended
-BROKEN_PIPE_EXIT = 141
+def _status_of(e: Exception, debug: bool) -> int:
+    """Report what ended a command body (no traceback: --debug re-raises an internal
+    error) and say the exit status it gives."""
+    if isinstance(e, Reported):
+        return e.exit_code
+    if isinstance(e, JaxprError):
+        if isinstance(e, ProgramError) and e.loc is None:
+            e.loc = program_loc(e.where)
+        report(e)
+        return e.exit_code
+    if isinstance(e, RecursionError):
+        report(OverLimit("input nests too deeply", program_loc("inputs")))
+        return ExitStatus.FAILURE
+    if isinstance(e, BrokenPipeError):
+        # the reader went away (`jaxprtool fmt big.jaxpr | head`): end quietly with the
+        # status a process killed by SIGPIPE has, as cat and grep do
+        _drop_unwritten_stdout()
+        return ExitStatus.BROKEN_PIPE
+    if isinstance(e, OSError) and e.errno in _WRITE_ERRNOS:
+        _drop_unwritten_stdout()
+        report(UsageProblem(f"cannot write the output: {e.strerror}"))
+        return ExitStatus.ERROR
+    missing = None if isinstance(e, OSError) else missing_jax(e) or out_of_memory(e)
+    if missing is not None:
+        report(missing)
+        return ExitStatus.FAILURE
+    if debug:
+        raise e
+    report(internal_error(e))  # an internal error: still no traceback by default
+    return ExitStatus.FAILURE
+
+
+#: the exit status of a process whose reader closed the pipe (`ExitStatus.BROKEN_PIPE`)
+BROKEN_PIPE_EXIT = ExitStatus.BROKEN_PIPE
 
 #: errors of a write that the disk, a quota or a limit cut off (standard output on
 #: /dev/full, `ulimit -f`): reported as trouble (exit 2), not as internal errors
@@ -684,9 +724,9 @@ def out_of_memory(e: BaseException) -> JaxprError | None:
 
 
 def internal_error(e: BaseException) -> JaxprError:
-    err = JaxprError(f"internal error: {type(e).__name__}: {e} (run with --debug for a traceback)")
-    err.code = "E999"
-    return err
+    return InternalError(
+        f"internal error: {type(e).__name__}: {e} (run with --debug for a traceback)"
+    )
 
 
 if __name__ == "__main__":

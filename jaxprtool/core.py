@@ -494,10 +494,12 @@ class JaxprError(Exception):
     #: the diagnostic's stable code (`diagnostics.CODES`); None: its class's
     code: str | None = None
 
-    def __init__(self, message: str, loc: Loc | None = None):
+    def __init__(self, message: str, loc: Loc | None = None, code: str | None = None):
         super().__init__(message)
         self.message = message
         self.loc = loc
+        if code is not None:
+            self.code = code
 
     def __str__(self) -> str:
         return f"{self.loc}: error: {self.message}" if self.loc else f"error: {self.message}"
@@ -521,6 +523,26 @@ class NoReverseMode(JaxprError):
 class NotLinear(JaxprError):
     """A transpose met an equation that is not linear in the inputs taken as linear (both
     operands of a product depend on them)."""
+
+
+class OverLimit(JaxprError):
+    """The input is over one of the tool's limits (its size, its nesting depth, its
+    equations once expanded)."""
+
+    code = "E003"
+
+
+class NotJaxprText(JaxprError):
+    """The input is not text at all (binary data, invalid UTF-8, a NUL byte)."""
+
+    code = "E002"
+
+
+class InternalError(JaxprError):
+    """Trouble in the tool itself (an exception no rule expected), reported without a
+    traceback unless --debug."""
+
+    code = "E999"
 
 
 class UsageProblem(JaxprError):

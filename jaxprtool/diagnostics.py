@@ -29,20 +29,6 @@ import sys
 from .core import JaxprError, shown_path
 
 FORMATS = ("text", "json", "github", "sarif")
-#: the format of the running invocation
-FORMAT = "text"
-#: --output-file: where the diagnostics go instead (None: standard output or error)
-OUTPUT_FILE: str | None = None
-#: whether the running command leaves standard output to the document
-TO_STDOUT = False
-#: a child process runs the command and writes the document (`run --coordinator`)
-DELEGATED = False
-#: whether text diagnostics end with their code (`check`'s, as a linter's; the machine
-#: formats always carry it)
-SHOW_CODES = False
-_collected: list[dict] = []
-#: github or text lines kept for --output-file
-_lines: list[str] = []
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 #: every diagnostic's stable code -> what it means (docs/CI.md's table; SARIF's rules).
@@ -130,99 +116,215 @@ def selected(code: str, select, ignore) -> bool:
     return best_sel > best_ign
 
 
-def begin(fmt: str = "text") -> None:
-    """Start an invocation whose diagnostics take format `fmt`."""
-    global FORMAT, OUTPUT_FILE, TO_STDOUT, SHOW_CODES, DELEGATED
-    FORMAT = fmt
-    OUTPUT_FILE = None
-    TO_STDOUT = SHOW_CODES = DELEGATED = False
-    _collected.clear()
-    _lines.clear()
+class Emitter:
+    """How one output format writes an invocation's diagnostics (ruff's emitters): `add`
+    takes each as it happens, `document()` is what is left to write when the command ends."""
+
+    #: whether the diagnostic records are a machine document (no summary line, located
+    #: before they are recorded)
+    machine = True
+
+    def __init__(self, sink: Sink):
+        self.sink = sink
+
+    def add(self, err: JaxprError, kind: str) -> None:
+        raise NotImplementedError
+
+    def document(self) -> str:
+        return ""
+
+    def listed_path(self, path: str) -> str:
+        """A file name on a line of its own (`Would reformat: NAME`), its control
+        characters shown escaped: a name never starts a line of output."""
+        return shown_path(path)
 
 
-def set_format(fmt: str) -> None:
-    global FORMAT
-    FORMAT = fmt
+class TextEmitter(Emitter):
+    """`FILE:LINE:COL: error: message` and the source line (`io.format_error`), on standard
+    error as they happen (coloured on a terminal), or kept for --output-file."""
+
+    machine = False
+
+    def __init__(self, sink: Sink):
+        super().__init__(sink)
+        self.lines: list[str] = []
+
+    def add(self, err: JaxprError, kind: str) -> None:
+        from .io import format_error, print_diagnostic
+
+        msg = format_error(err, kind, code_of(err, kind) if self.sink.show_codes else None)
+        if self.sink.to_file():
+            self.lines.append(msg + "\n")
+        else:
+            print_diagnostic(msg, kind)
+
+    def add_line(self, text: str) -> None:
+        """A line of the command's own (`check`'s summary) among the diagnostics."""
+        if self.sink.to_file():
+            self.lines.append(text + "\n")
+        else:
+            import click
+
+            click.echo(text, err=True)  # (flushed: click 8.2.0's CliRunner misses a print)
+
+    def document(self) -> str:
+        return "".join(self.lines)
 
 
-def set_output_file(path: str | None) -> None:
-    global OUTPUT_FILE
-    OUTPUT_FILE = path
+class GithubEmitter(TextEmitter):
+    """One GitHub Actions workflow command per diagnostic, as it happens."""
+
+    machine = True
+
+    def add(self, err: JaxprError, kind: str) -> None:
+        line = github_line(as_record(err, kind)) + "\n"
+        if self.sink.to_file():
+            self.lines.append(line)
+            return
+        out = self.sink.stream()
+        out.write(line)
+        out.flush()
+
+    def listed_path(self, path: str) -> str:
+        return _escape(path, False)  # (a line of its own must not read as a command)
+
+
+class JsonEmitter(Emitter):
+    """One JSON array of the diagnostic records, written when the command ends."""
+
+    def __init__(self, sink: Sink):
+        super().__init__(sink)
+        self.records: list[dict] = []
+
+    def add(self, err: JaxprError, kind: str) -> None:
+        self.records.append(as_record(err, kind))
+
+    def document(self) -> str:
+        import json  # here: ~1.5 ms of the start-up of every command, for two formats
+
+        return json.dumps(self.records, indent=2) + "\n"
+
+
+class SarifEmitter(JsonEmitter):
+    """One SARIF 2.1.0 log of the diagnostic records, written when the command ends."""
+
+    def document(self) -> str:
+        import json
+
+        return json.dumps(sarif_log(self.records), indent=2) + "\n"
+
+
+#: --output-format -> its emitter
+EMITTERS = {"text": TextEmitter, "json": JsonEmitter, "github": GithubEmitter, "sarif": SarifEmitter}
+
+
+class Sink:
+    """Where one invocation's diagnostics go: its format's emitter and where the document
+    is written.  The command line makes one per invocation (`begin`); a library call
+    reports through the default one (text on standard error)."""
+
+    def __init__(self, fmt: str = "text"):
+        #: --output-file: where the diagnostics go instead (None, "-": a standard stream)
+        self.output_file: str | None = None
+        #: whether the running command leaves standard output to the document (it writes
+        #: its result to a file, or has none: `check`)
+        self.to_stdout = False
+        #: whether text diagnostics end with their code (`check`'s, as a linter's; the
+        #: machine formats always carry it)
+        self.show_codes = False
+        #: a child process runs the command and writes the document (`run --coordinator`):
+        #: this one writes none unless it reports a diagnostic itself
+        self.delegated = False
+        #: (kind, file) of each diagnostic reported (`check`'s summary line)
+        self.reported: list[tuple[str, str | None]] = []
+        self.set_format(fmt)
+
+    def set_format(self, fmt: str) -> None:
+        self.format = fmt
+        self.emitter: Emitter = EMITTERS[fmt](self)
+
+    def command_starts(self, name: str, params: dict) -> None:
+        """What the command run decides: whether it leaves standard output to the
+        document (`stdout_free`), and whether its text diagnostics show their codes."""
+        self.to_stdout = stdout_free(name, params)
+        self.show_codes = name == "check"
+
+    def stream(self):
+        """Where a machine document goes without --output-file."""
+        return sys.stdout if self.to_stdout else sys.stderr
+
+    def to_file(self) -> bool:
+        """Whether the diagnostics are collected for --output-file."""
+        return self.output_file not in (None, "-")
+
+    def report(self, err: JaxprError, kind: str) -> None:
+        self.reported.append((kind, err.loc.file if err.loc is not None else None))
+        if self.emitter.machine:
+            from .io import locate
+
+            locate(err)
+        self.emitter.add(err, kind)
+
+    def finish(self, stream_=None, write_file=None) -> None:
+        """Write what is left of the document (json, sarif; github and text lines for
+        --output-file, through `write_file(text, path)`: `io.write_output`)."""
+        text = self.emitter.document()
+        if self.delegated and not self.reported:
+            return
+        if self.to_file():
+            write_file(text, self.output_file)
+            return
+        out = stream_ or self.stream()
+        if text:
+            out.write(text)
+        out.flush()
+
+
+def stdout_free(name: str, params: dict) -> bool:
+    """Whether a command leaves standard output to the machine diagnostics: `check`, whose
+    result is its diagnostics, or a command told to write its result to a file (`-o OUT`);
+    a command whose result goes to standard output (a program, a table, a diff) keeps the
+    diagnostics on standard error, as `ruff check --fix -` does."""
+    if name == "check":
+        return True
+    out = params.get("out", params.get("output"))
+    return isinstance(out, str) and out != "-"
+
+
+#: the sink of the running command-line invocation (`begin`...`end`).  A module slot, not a
+#: value passed down: diagnostics are reported from deep inside the reader, the checker,
+#: the rules and the passes (warnings), which take no invocation value; a library call
+#: never installs one and reports as text on standard error
+_current = Sink()
+
+
+def current() -> Sink:
+    return _current
+
+
+def begin(fmt: str = "text") -> Sink:
+    """Start an invocation whose diagnostics take format `fmt`; its sink."""
+    global _current  # (see `_current`)
+    _current = Sink(fmt)
+    return _current
+
+
+def emit(err: JaxprError, kind: str) -> None:
+    """Report one diagnostic to the running invocation's sink."""
+    _current.report(err, kind)
 
 
 def delegate() -> None:
     """The command runs again in a child process (`run --coordinator`), whose document is
-    the invocation's: this process writes none unless it reports a diagnostic itself."""
-    global DELEGATED
-    DELEGATED = True
-
-
-def set_show_codes(show: bool) -> None:
-    global SHOW_CODES
-    SHOW_CODES = show
-
-
-def set_stdout_free(free: bool) -> None:
-    """Whether the running command leaves standard output to the document (it writes its
-    own result to a file, or has none: `check`)."""
-    global TO_STDOUT
-    TO_STDOUT = free
-
-
-def stream():
-    """Where a machine document goes without --output-file."""
-    return sys.stdout if TO_STDOUT else sys.stderr
-
-
-def to_file() -> bool:
-    """Whether the diagnostics are collected for --output-file."""
-    return OUTPUT_FILE not in (None, "-")
-
-
-def emit(err: JaxprError, kind: str, stream_=None) -> None:
-    """One diagnostic (`err.loc` already resolved) in a machine format."""
-    record = as_record(err, kind)
-    if FORMAT == "github":
-        line = github_line(record) + "\n"
-        if to_file():
-            _lines.append(line)
-            return
-        out = stream_ or stream()
-        out.write(line)
-        out.flush()
-    else:
-        _collected.append(record)
-
-
-def collect_text(text: str) -> None:
-    """A text diagnostic, for --output-file."""
-    _lines.append(text + "\n")
+    the invocation's."""
+    _current.delegated = True
 
 
 def end(stream_=None, write_file=None) -> None:
-    """Write the collected document (json, sarif; github and text lines for --output-file,
-    through `write_file(text, path)`: `io.write_output`) and start afresh."""
-    global FORMAT, OUTPUT_FILE, SHOW_CODES, DELEGATED
-    text = "".join(_lines)
-    if FORMAT in ("json", "sarif"):
-        import json  # here: ~1.5 ms of the start-up of every command, for two formats
-
-        doc = _collected if FORMAT == "json" else sarif_log(_collected)
-        text = json.dumps(doc, indent=2) + "\n"
-    delegated = DELEGATED and not _collected and not _lines
-    path, FORMAT, OUTPUT_FILE, SHOW_CODES = OUTPUT_FILE, "text", None, False
-    DELEGATED = False
-    _collected.clear()
-    _lines.clear()
-    if delegated:
-        return
-    if path not in (None, "-"):
-        write_file(text, path)
-        return
-    out = stream_ or stream()
-    if text:
-        out.write(text)
-    out.flush()
+    """Write the running invocation's document and go back to the default sink."""
+    global _current  # (see `_current`)
+    sink, _current = _current, Sink()
+    sink.finish(stream_, write_file)
 
 
 def as_record(err: JaxprError, kind: str) -> dict:
@@ -249,10 +351,8 @@ def github_line(r: dict) -> str:
 
 
 def listed_path(path: str) -> str:
-    """A file name on a line of its own (`Would reformat: NAME`): escaped as a workflow
-    command's message under `github`, its control characters shown escaped otherwise; a
-    name never starts a line of output."""
-    return _escape(path, False) if FORMAT == "github" else shown_path(path)
+    """A file name on a line of its own, as the running invocation's format writes it."""
+    return _current.emitter.listed_path(path)
 
 
 def _escape(text: str, prop: bool) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import Counter, OrderedDict
 
-from .core import Eqn, Jaxpr, JaxprError, eqn_subjaxprs
+from .core import Eqn, Jaxpr, JaxprError, OverLimit, eqn_subjaxprs
 
 #: the default of `LIMIT`
 DEFAULT_LIMIT = 300_000
@@ -85,15 +85,13 @@ def _refusal(top: Jaxpr, sizes: dict[int, int]) -> JaxprError:
     k = max(uses, key=lambda k: uses[k] * sizes[k])
     eqn, heaviest = first[k]
     whole = "this program" if j is top else _describe(j, "this jaxpr")
-    err = JaxprError(
+    return OverLimit(
         f"{whole} expands to {sizes[id(j)]:,} equations once its calls are inlined, over the "
         f"limit of {LIMIT:,}: it uses {_describe(heaviest, 'a nested jaxpr')} {uses[k]} "
         f"time{'s' if uses[k] > 1 else ''}, of {sizes[k]:,} equations each "
         "(--max-equations N raises the limit)",
         eqn.loc,
     )
-    err.code = "E003"  # (diagnostics.CODES: over a limit)
-    return err
 
 
 def _describe(j: Jaxpr, otherwise: str) -> str:

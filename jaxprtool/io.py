@@ -11,7 +11,7 @@ import sys
 import click
 
 from .cachefs import uid
-from .core import JaxprError, Loc, UsageProblem, shown_path
+from .core import JaxprError, Loc, NotJaxprText, OverLimit, UsageProblem, shown_path
 
 
 class UsageError(click.UsageError):
@@ -59,9 +59,7 @@ def decode_input(data: bytes, path: str) -> str:
         data = data[3:]  # a UTF-8 byte-order mark (some editors write one): not part of the text
     kind = _binary_kind(data)
     if kind is not None:  # said plainly, without quoting its bytes
-        raise _coded(
-            JaxprError(f"this is a binary file ({kind}), not jaxpr text", Loc(path, 1, 1)), "E002"
-        )
+        raise NotJaxprText(f"this is a binary file ({kind}), not jaxpr text", Loc(path, 1, 1))
     return _text(data, path)
 
 
@@ -76,18 +74,11 @@ def _text(data: bytes, path: str) -> str:
         if nul < 0 or e.start < nul:
             if nul < 0:
                 remember_source(path, data.decode("utf-8", "replace"))
-            err = JaxprError("input is not valid UTF-8", _byte_loc(data, e.start, path))
-            raise _coded(err, "E002") from None
+            err = NotJaxprText("input is not valid UTF-8", _byte_loc(data, e.start, path))
+            raise err from None
     if nul >= 0:
-        err = JaxprError("a NUL byte: this is not jaxpr text", _byte_loc(data, nul, path))
-        raise _coded(err, "E002")
+        raise NotJaxprText("a NUL byte: this is not jaxpr text", _byte_loc(data, nul, path))
     return text
-
-
-def _coded(err: JaxprError, code: str) -> JaxprError:
-    """`err` with its diagnostic code (`diagnostics.CODES`)."""
-    err.code = code
-    return err
 
 
 def _byte_loc(data: bytes, at: int, path: str) -> Loc:
@@ -120,12 +111,11 @@ def _read_capped(f, path: str, size_hint: int) -> bytes:
     while chunk := f.read(want):
         total += len(chunk)
         if total > MAX_INPUT:
-            err = JaxprError(
+            raise OverLimit(
                 f"the input is larger than {human_size(MAX_INPUT)}, the most read "
                 "(--max-input-size SIZE raises the limit)",
                 Loc(path, 1, 1),
             )
-            raise _coded(err, "E003")
         chunks.append(chunk)
         want = _CHUNK
     return b"".join(chunks)
@@ -725,7 +715,7 @@ def _binder_pos(text: str, start: int, n: int) -> int:
 def format_error(err: JaxprError, kind: str = "error", code: str | None = None) -> str:
     """`FILE:LINE:COL: error: message [CODE]`, then the source line and a caret when
     known."""
-    _locate(err)
+    locate(err)
     message = shorten_words(err.message)
     message = _COMMAND_LINE.sub(lambda m: repr(m.group(1))[1:-1] + m.group(2), message)
     message = shown_path(message, keep="\n")  # a name it quotes: no raw ESC, BEL or CR
@@ -754,7 +744,7 @@ _COMMAND_LINE = re.compile(r"([\r\n]+)(\s*(?:::|##))")
 GUTTER = "  | "
 
 
-def _locate(err: JaxprError) -> None:
+def locate(err: JaxprError) -> None:
     """An error about the program as a whole is located at its inputs or its outputs."""
     if err.loc is None and isinstance(getattr(err, "where", None), str):
         err.loc = program_loc(err.where)
@@ -815,29 +805,17 @@ def _excerpt(line: str, col: int) -> tuple[str, int]:
     return head + text + tail, col - start + len(head)
 
 
-#: (kind, file) of each diagnostic reported while a command counts them (`check`'s summary
-#: line); None when none does
-REPORTED: list[tuple[str, str | None]] | None = None
-
-
 def report(err: JaxprError, kind: str = "error") -> None:
-    """Print a located diagnostic on standard error (rich colour on a terminal), or hand it
-    to the machine format `--output-format` chose."""
+    """Report a located diagnostic to the running invocation's sink (`diagnostics`): on
+    standard error (rich colour on a terminal), or in the machine format `--output-format`
+    chose."""
     from . import diagnostics
 
-    if REPORTED is not None:
-        REPORTED.append((kind, err.loc.file if err.loc is not None else None))
+    diagnostics.current().report(err, kind)
 
-    if diagnostics.FORMAT != "text":
-        _locate(err)
-        diagnostics.emit(err, kind)
-        return
-    msg = format_error(
-        err, kind, diagnostics.code_of(err, kind) if diagnostics.SHOW_CODES else None
-    )
-    if diagnostics.to_file():
-        diagnostics.collect_text(msg)
-        return
+
+def print_diagnostic(msg: str, kind: str) -> None:
+    """A text diagnostic (`format_error`'s) on standard error, coloured on a terminal."""
     if use_color():
         from rich.markup import escape
 
@@ -865,6 +843,4 @@ def _split_head(head: str, kind: str) -> tuple[str, str]:
 
 def warn(message: str, loc: Loc | None = None, code: str | None = None) -> None:
     """A warning; `code` its diagnostic code (default W100, `diagnostics.CODES`)."""
-    err = JaxprError(message, loc)
-    err.code = code
-    report(err, "warning")
+    report(JaxprError(message, loc, code), "warning")

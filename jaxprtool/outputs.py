@@ -85,7 +85,7 @@ def refuse_overlaps(ctx: click.Context | None, extra_inputs=()) -> None:
 def _refuse(out: str, name: str, other: str) -> None:
     from . import diagnostics
 
-    diagnostics.set_output_file(None)  # (the refusal itself goes to no file)
+    diagnostics.current().output_file = None  # (the refusal itself goes to no file)
     raise UsageProblem(
         f"{name} {out!r} is the same file as {other}: it would be replaced; nothing was "
         "written (write elsewhere)"

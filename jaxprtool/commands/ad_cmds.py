@@ -4,11 +4,10 @@ printed jaxpr (see docs/AD_DESIGN.md and docs/LINEARIZE_FORM.md)."""
 from __future__ import annotations
 
 import contextlib
-import sys
 
 import click
 
-from ..cli import OptionalValue, guarded
+from ..cli import Command, ExitStatus, OptionalValue, guarded, options_of
 from ..io import UsageError, check_writable, write_output
 from .common import FILE_ARG, OUT_ARG, int_list
 from .driver import complete_pass_list, manager_options
@@ -302,7 +301,7 @@ class _Job:
     clean-up pipeline as instrumented steps (--verify-each, --print-after, --timing), and
     --diff."""
 
-    def __init__(self, part, steps, show_diff, custom_rules, inst, name: str):
+    def __init__(self, part, steps, show_diff, custom_rules, inst, name: str, jax_style):
         from ..ad.inputs import require_transformable
         from ..ad.registry import set_custom_rule_policy
         from ..consts_order import for_ad
@@ -314,7 +313,7 @@ class _Job:
         self.input_path = part.path
         self.source_text, self.source_path, self.source_line = part.source, part.path, part.line
         require_transformable(self.input)
-        self.style = output_style(self.input)
+        self.style = output_style(self.input, jax_style)
         self.steps = steps
         self.show_diff = show_diff
         self.inst = inst
@@ -367,6 +366,7 @@ def _drive(file, out, opt, show_diff, custom_rules, inst, split, name, body) -> 
     from .driver import run_parts
 
     steps = _pipeline_steps(opt)
+    jax_style = options_of().jax_style
 
     def each(part):
         from ..ad import observe
@@ -375,12 +375,11 @@ def _drive(file, out, opt, show_diff, custom_rules, inst, split, name, body) -> 
         with progress(f"{name} {part.path}") as line:
             counting = observe.StepCounter(line.count, line.stage) if line.active else None
             with observe.observing(counting) if counting else contextlib.nullcontext():
-                return body(_Job(part, steps, show_diff, custom_rules, inst, name))
+                return body(_Job(part, steps, show_diff, custom_rules, inst, name, jax_style))
 
     with light_dtypes():  # dtype parameters stay names: no numpy import
         ok = run_parts([file], split, each, out, inst)
-    if not ok:
-        sys.exit(1)
+    return None if ok else ExitStatus.FAILURE
 
 
 def ad_command(name: str, *options, usage=None):
@@ -395,12 +394,14 @@ def ad_command(name: str, *options, usage=None):
             if usage is not None:
                 usage(out, split_input, **own)
             run = lambda job: body(job, **own)  # noqa: E731
-            guarded(_drive)(file, out, opt, show_diff, custom_rules, inst, split_input, name, run)
+            return guarded(_drive)(
+                file, out, opt, show_diff, custom_rules, inst, split_input, name, run
+            )
 
         command.__doc__, command.__name__ = body.__doc__, body.__name__
         for option in reversed(options):
             command = option(command)
-        return click.command(name)(manager_options((name,))(_common(command)))
+        return click.command(name, cls=Command)(manager_options((name,))(_common(command)))
 
     return wrap
 

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
-from .. import diagnostics, io
-from ..cli import guarded
+from .. import io
+from ..cli import Command, ExitStatus, guarded, options_of
 from ..core import JaxprError
 from .common import FILE_ARG
 from .driver import split_option, timing_option
 
 
-@click.command("check")
+@click.command("check", cls=Command)
 @click.argument("files", nargs=-1, metavar="[FILE|DIR|-]...", type=FILE_ARG)
 @click.option(
     "--werror",
@@ -91,23 +89,14 @@ def check(files, werror, select, ignore, quiet, split_input, timing):
             raise io.Reported()
         return None
 
-    io.REPORTED = []  # every diagnostic reported from here on, for the summary line
-    try:
-        inputs = expand_inputs(given_or_default(files, "check"))  # W003: a file skipped
-        with light_dtypes():  # dtype parameters stay names: no numpy import
-            ok = run_parts(
-                inputs, split_input, body, inst=Instruments(timing=timing), keep_going=True
-            )
-        summary = _summary(io.REPORTED)
-    finally:
-        io.REPORTED = None
-    if not quiet and diagnostics.FORMAT == "text":  # a machine document has no summary
-        if diagnostics.to_file():
-            diagnostics.collect_text(summary)
-        else:
-            click.echo(summary, err=True)  # (flushed: click 8.2.0's CliRunner misses a print)
-    if not ok:
-        sys.exit(1)
+    sink = options_of().diagnostics
+    before = len(sink.reported)  # every diagnostic reported from here on, for the summary
+    inputs = expand_inputs(given_or_default(files, "check"))  # W003: a file skipped
+    with light_dtypes():  # dtype parameters stay names: no numpy import
+        ok = run_parts(inputs, split_input, body, inst=Instruments(timing=timing), keep_going=True)
+    if not quiet and not sink.emitter.machine:  # a machine document has no summary
+        sink.emitter.add_line(_summary(sink.reported[before:]))
+    return None if ok else ExitStatus.FAILURE
 
 
 def _plural(n: int, word: str) -> str:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from ..cli import keep_until_exit
@@ -23,17 +21,10 @@ def load(file: str | None, verify: bool = True) -> tuple[Jaxpr, str, str]:
 
     With `verify` (the default for every command that transforms or runs a
     program) the checker runs first, so an ill-typed input is rejected with
-    located errors (exit 1) instead of failing somewhere inside a pass.
+    located errors (`io.Reported` once they are printed: exit 1 through `cli.guarded`;
+    `diff` and `check-grad` catch it, for them trouble) instead of failing somewhere
+    inside a pass.
     """
-    try:
-        return load_reporting(file, verify)
-    except Reported:
-        sys.exit(1)
-
-
-def load_reporting(file: str | None, verify: bool = True) -> tuple[Jaxpr, str, str]:
-    """`load`, raising `io.Reported` once the checker's errors are printed, for commands
-    whose exit status for them is not 1 (`diff`, `check-grad`: 2, trouble)."""
     from .driver import timed
 
     with timed("read"):
@@ -90,14 +81,14 @@ def parse_at(text: str, path: str, first_line: int = 1):
     return result
 
 
-def output_style(jaxpr: Jaxpr):
-    """The printing style: the global --jax-style, else the one detected from the input."""
-    from ..cli import OPTIONS
+def output_style(jaxpr: Jaxpr, jax_style: str | None):
+    """The printing style: the global --jax-style (`jax_style`, `cli.Options`), else the one
+    detected from the input."""
     from ..text.style import Style, detect_style
 
-    if OPTIONS.jax_style:
+    if jax_style:
         try:
-            return Style.parse(OPTIONS.jax_style)
+            return Style.parse(jax_style)
         except ValueError as e:
             raise click.UsageError(f"--jax-style: {e}") from None
     return detect_style(jaxpr)

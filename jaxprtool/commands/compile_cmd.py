@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from ..cli import guarded
+from ..cli import Command, guarded
 from ..io import progress, write_output
 from ..jax_required import require_jax
 from .common import FILE_ARG, OUT_ARG, load
@@ -13,7 +13,7 @@ from .mesh_options import mesh_options
 from .run_options import cache_option, device_options, dim_option, parse_dims
 
 
-@click.command(name="compile")
+@click.command(name="compile", cls=Command)
 @click.argument("file", required=False, type=FILE_ARG)
 @click.option(
     "--emit",

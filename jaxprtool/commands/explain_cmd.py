@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from ..cli import guarded
+from ..cli import Command, ExitStatus, guarded, options_of
 from ..io import write_output
 from .ad_cmds import custom_rules_option
 from .common import FILE_ARG, OUT_ARG, int_list
@@ -17,7 +17,7 @@ from .mesh_options import mesh_options
 from .run_options import device_options, dim_option, parse_dims, save_inputs_option
 
 
-@click.command("explain")
+@click.command("explain", cls=Command)
 @click.argument("file", required=False, default="-", metavar="[FILE|-]", type=FILE_ARG)
 @click.option(
     "--args",
@@ -103,10 +103,30 @@ def explain(file, dim_specs, device, **options):
       jaxprtool explain loss.jaxpr --args in.npz --html walk.html
     """
     del device  # the checks run where mesh_options pointed the back end
-    guarded(_explain)(file, dims=parse_dims(dim_specs), **options)
+    return guarded(_explain)(file, dims=parse_dims(dim_specs), **options)
 
 
-def _explain(
+def _explain(file, *, custom_rules, no_color, html_out, width, dims, **walk) -> ExitStatus | None:
+    """Read FILE and its inputs, walk its differentiation (`_walk`), show the walk on the
+    terminal or as an HTML page; exit 1 when a check failed."""
+    from ..ad.registry import set_custom_rule_policy
+    from ..jax_required import require_jax
+
+    require_jax()
+    set_custom_rule_policy(custom_rules)
+    data, path = _walk(file, width=width, dims=dims, **walk)
+    if no_color:
+        from .. import io as _io
+
+        _io.COLOR_MODE = "never"
+    if html_out:
+        _write_html(data, path, html_out, width)
+    else:
+        _render_terminal(data, width)
+    return _verdict(data, html_out)
+
+
+def _walk(
     file,
     *,
     args_npz,
@@ -114,30 +134,21 @@ def _explain(
     consts_npz,
     mode,
     argnums,
-    no_color,
-    html_out,
     width,
-    custom_rules,
     save_inputs,
     eqn_range,
     only,
     every,
     dims,
 ):
-    from rich.console import Console
-
-    from ..ad.registry import set_custom_rule_policy
+    """(`explain_data` of FILE at its inputs: --args, else random ones; the path read)."""
     from ..backend import sharding as backend
     from ..commands.common import load, output_style
     from ..consts_order import for_ad, refuse_kept_consts
-    from ..core import JaxprError
-    from ..jax_required import require_jax
     from ..run_inputs import gather_inputs, keep_point, warn_invented_consts
     from ..shardings import axis_sizes_of
-    from ..ui.explain import explain_data, render
+    from ..ui.explain import explain_data
 
-    require_jax()
-    set_custom_rule_policy(custom_rules)
     read, _, path = load(file)
     jaxpr = for_ad(read)  # as the AD commands read it: every constant the program's
     refuse_kept_consts(read, jaxpr)
@@ -158,38 +169,52 @@ def _explain(
             consts=consts,
             label=path,
             width=width or 100,
-            style=output_style(jaxpr),
+            style=output_style(jaxpr, options_of().jax_style),
             eqns=eqn_range,
             only=only,
             every=every,
         )
-    from .. import io as _io
+    return data, path
 
-    if no_color:
-        _io.COLOR_MODE = "never"
-    if not html_out:
-        # rich decides the width (the terminal's; else COLUMNS, else 80) unless --width
-        # says; only a terminal or --width wraps lines (piped, a line is never cut)
-        console = _io.console(sys.stdout, width=width)
-        render(data, console, wrap=width is not None or _io.is_terminal(sys.stdout))
-    else:
-        rec = Console(
-            record=True,
-            file=io.StringIO(),
-            width=width or 120,
-            force_terminal=True,
-            color_system="truecolor",
-            highlight=False,
-            emoji=False,
-        )
-        title = f"jaxprtool explain {os.path.basename(path)}"
-        write_output(_html_page(data, rec, title), html_out)
+
+def _render_terminal(data, width) -> None:
+    """The walk on standard output: rich decides the width (the terminal's; else COLUMNS,
+    else 80) unless --width says; only a terminal or --width wraps lines (piped, a line is
+    never cut)."""
+    from .. import io as _io
+    from ..ui.explain import render
+
+    console = _io.console(sys.stdout, width=width)
+    render(data, console, wrap=width is not None or _io.is_terminal(sys.stdout))
+
+
+def _write_html(data, path: str, html_out: str, width) -> None:
+    from rich.console import Console
+
+    rec = Console(
+        record=True,
+        file=io.StringIO(),
+        width=width or 120,
+        force_terminal=True,
+        color_system="truecolor",
+        highlight=False,
+        emoji=False,
+    )
+    title = f"jaxprtool explain {os.path.basename(path)}"
+    write_output(_html_page(data, rec, title), html_out)
+
+
+def _verdict(data, html_out) -> ExitStatus | None:
+    """The walk's error (raised: a missing rule), else exit 1 when a check failed."""
+    from ..core import JaxprError
+
     if data.error is not None:
         raise data.error
     if not data.passed:
         if html_out:
             raise JaxprError(f"a check failed: the walk in '{html_out}' shows which")
-        sys.exit(1)
+        return ExitStatus.FAILURE
+    return None
 
 
 #: the stages a large program's page opens collapsed (the program texts and their steps)

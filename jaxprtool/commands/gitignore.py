@@ -33,7 +33,7 @@ import os
 import re
 import stat
 
-from ..core import JaxprError, Loc
+from ..core import Loc, OverLimit
 from ..io import warn
 
 #: the largest `.gitignore` read (Git reads any size; a 3 GB one is an attack)
@@ -265,10 +265,8 @@ def read_spec(path: str) -> Spec | None:
     return Spec(patterns)
 
 
-def _limit(message: str, path: str, line: int) -> JaxprError:
-    err = JaxprError(message, Loc(path, line, 1))
-    err.code = "E003"  # (diagnostics.CODES: over a limit)
-    return err
+def _limit(message: str, path: str, line: int) -> OverLimit:
+    return OverLimit(message, Loc(path, line, 1))
 
 
 # ---------------------------------------------------------------- glob -> regex

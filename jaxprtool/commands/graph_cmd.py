@@ -8,7 +8,7 @@ import subprocess
 
 import click
 
-from ..cli import guarded
+from ..cli import Command, guarded, options_of
 from ..core import JaxprError
 from ..io import write_output
 from ..outputs import OutputPath
@@ -18,7 +18,7 @@ from .common import FILE_ARG, load, output_style
 RENDER_TIMEOUT = 60
 
 
-@click.command()
+@click.command(cls=Command)
 @click.argument("file", required=False, default="-", metavar="[FILE|-]", type=FILE_ARG)
 @click.option(
     "-o",
@@ -56,7 +56,9 @@ def graph(file, output, collapse_nested, max_nodes):
             f"unknown graph format '{ext}' (use .dot, .svg, .png or .pdf)", param_hint="-o"
         )
     jaxpr, _, _ = load(file)
-    dot = to_dot(jaxpr, collapse_nested, max_nodes or MAX_NODES, output_style(jaxpr))
+    dot = to_dot(
+        jaxpr, collapse_nested, max_nodes or MAX_NODES, output_style(jaxpr, options_of().jax_style)
+    )
     if ext in ("", ".dot", ".gv"):
         write_output(dot, output)
         return

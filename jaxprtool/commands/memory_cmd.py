@@ -7,7 +7,7 @@ import os
 import click
 
 from ..ad.forms import FORMS, transformed
-from ..cli import guarded
+from ..cli import Command, guarded
 from ..io import UsageError, write_output
 from .ad_cmds import _byte_weighted, _check_names, _remat, _remat_budget, _remat_segments
 from .common import FILE_ARG, OUT_ARG, int_list, load
@@ -41,7 +41,7 @@ def _plot_format(plot: str | None) -> str | None:
     return ext[1:]
 
 
-@click.command()
+@click.command(cls=Command)
 @click.argument("file", required=False, type=FILE_ARG)
 @click.option(
     "--of",
@@ -115,12 +115,27 @@ def memory(
     the rematerialized one, and the plan (with its planned peak, segments found) is printed
     on standard error, beside the liveness peak and XLA's temp bytes of the report.
     """
-    from ..backend import sharding as backend
     from ..memory import analyse
-    from ..shardings import axis_sizes_of
     from ..ui import memory as ui
 
     fmt = _plot_format(plot)
+    spec = _remat_request(of, remat, remat_budget, remat_segments)
+    jaxpr, _, path = load(file)
+    program, boundary = _analysed_program(jaxpr, of, argnums, spec, device, no_xla, dim_specs)
+    timeline, residuals = analyse(program, boundary)  # (no boundary: no residuals measured)
+    xla = None if no_xla else _xla(program, device, dim_specs)
+    r = ui.report(path, timeline, residuals, xla, top)
+    if fmt is not None:
+        write_output(ui.write_plot(r, fmt), plot)
+    if as_json:
+        write_output(ui.to_json(r) + "\n", output)
+        return
+    _print_text(r, output)
+
+
+def _remat_request(of, remat, remat_budget, remat_segments):
+    """The remat request of --remat/--remat-budget/--remat-segments (None: none); bad
+    usage when they do not go together."""
     spec = remat or remat_budget
     if remat is not None and remat_budget is not None:
         raise UsageError("--remat and --remat-budget are mutually exclusive")
@@ -135,7 +150,15 @@ def memory(
             spec = with_segments(spec, remat_segments)
         except ValueError as e:
             raise UsageError(str(e)) from None
-    jaxpr, _, path = load(file)
+    return spec
+
+
+def _analysed_program(jaxpr, of, argnums, spec, device, no_xla, dim_specs):
+    """(the program --of makes of `jaxpr`, rematerialized as `spec` asks; its forward /
+    backward boundary), the remat plans printed on standard error."""
+    from ..backend import sharding as backend
+    from ..shardings import axis_sizes_of
+
     if spec is not None:
         _check_names(spec, jaxpr)
     if spec is not None and _byte_weighted(spec):
@@ -156,15 +179,7 @@ def memory(
             program, boundary = transformed(jaxpr, of, argnums, spec, plans)
     for plan in plans:
         click.echo(plan.render(), err=True)
-    timeline, residuals = analyse(program, boundary)  # (no boundary: no residuals measured)
-    xla = None if no_xla else _xla(program, device, dim_specs)
-    r = ui.report(path, timeline, residuals, xla, top)
-    if fmt is not None:
-        write_output(ui.write_plot(r, fmt), plot)
-    if as_json:
-        write_output(ui.to_json(r) + "\n", output)
-        return
-    _print_text(r, output)
+    return program, boundary
 
 
 def _print_text(r: dict, output) -> None:

@@ -22,6 +22,7 @@ import io
 import math
 import re
 import sys
+from typing import NamedTuple
 
 import click
 
@@ -44,108 +45,139 @@ JOIN_TIMEOUT_S = 60
 
 
 def mesh_options(distributed: bool = True, show: bool = True):
+    """Decorator: the command takes the mesh options (`_options`) and its body runs under
+    the run configuration they make (`_run_meshed`)."""
+
     def deco(fn):
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            from ..backend import sharding
+            return _run_meshed(fn, args, kwargs, distributed, show)
 
-            mesh = kwargs.pop("mesh", None)
-            devices = kwargs.pop("devices", None)
-            show_sharding = kwargs.pop("show_sharding", False) if show else False
-            coordinator = kwargs.pop("coordinator", None) if distributed else None
-            nproc = kwargs.pop("num_processes", None) if distributed else None
-            pid = kwargs.pop("process_id", None) if distributed else None
-            timeout = kwargs.pop("join_timeout", JOIN_TIMEOUT_S) if distributed else None
-            if distributed:
-                _check_distributed(coordinator, nproc, pid)
-            axes = _parse_mesh(mesh) if mesh else None
-            if coordinator is not None and not supervise.is_child():
-                rc = _run_supervised(coordinator, pid, nproc, timeout)
-                if rc:
-                    sys.exit(rc)
-                return None
-            cfg = sharding.RunConfig(
-                mesh=axes,
-                devices=devices,
-                platform=kwargs.get("device") or "cpu",
-                coordinator=coordinator,
-                num_processes=nproc,
-                process_id=pid,
-                join_timeout=timeout,
-                join_progress=supervise.child_progress() if coordinator is not None else None,
-            )
-            with sharding.configured(cfg):
-                if cfg.mesh or cfg.devices or cfg.coordinator:
-                    needed = 1
-                    for s in (cfg.mesh or {}).values():
-                        needed *= s
-                    sharding.setup(needed=needed)
-                quiet = bool(pid) and "output" in kwargs
-                if quiet:
-                    kwargs["output"] = None
-                out = io.StringIO()
-                with contextlib.redirect_stdout(out) if quiet else contextlib.nullcontext():
-                    result = fn(*args, **kwargs)
-                if show_sharding and not quiet:
-                    _print_shardings(cfg)
-                return result
-
-        options = [
-            click.option(
-                "--mesh",
-                metavar="x=4,y=2",
-                help="Device mesh axes and sizes (default: the mesh the program prints).",
-            ),
-            click.option(
-                "--devices",
-                type=click.IntRange(min=1, max=MAX_DEVICES),
-                metavar="N",
-                help="CPU: N host devices for this process (default: what the mesh needs; "
-                f"at most {MAX_DEVICES}).",
-            ),
-        ]
-        if show:
-            options.append(
-                click.option(
-                    "--show-sharding",
-                    is_flag=True,
-                    help="Print each input's sharding (XLA's choice for one the program does "
-                    "not place) and each output's.",
-                )
-            )
-        if distributed:
-            options += [
-                click.option(
-                    "--coordinator",
-                    metavar="HOST:PORT",
-                    help="Join a multi-process run (jax.distributed) coordinated here.",
-                ),
-                click.option(
-                    "--num-processes",
-                    type=click.IntRange(min=1, max=MAX_PROCESSES),
-                    metavar="P",
-                    help=f"With --coordinator: the number of processes (at most {MAX_PROCESSES}).",
-                ),
-                click.option(
-                    "--process-id",
-                    type=click.IntRange(min=0),
-                    metavar="I",
-                    help="With --coordinator: this process's index (0 writes the outputs).",
-                ),
-                click.option(
-                    "--join-timeout",
-                    type=click.IntRange(min=1, max=86400),
-                    default=JOIN_TIMEOUT_S,
-                    show_default=True,
-                    metavar="SECONDS",
-                    help="With --coordinator: how long to wait for every process to join.",
-                ),
-            ]
-        for opt in reversed(options):
+        for opt in reversed(_options(distributed, show)):
             wrapper = opt(wrapper)
         return wrapper
 
     return deco
+
+
+class _MeshRequest(NamedTuple):
+    """The mesh options given to one command."""
+
+    mesh: str | None
+    devices: int | None
+    show_sharding: bool
+    coordinator: str | None
+    nproc: int | None
+    pid: int | None
+    timeout: int | None
+
+
+def _take_request(kwargs: dict, distributed: bool, show: bool) -> _MeshRequest:
+    """The mesh options, taken out of the command's keyword arguments."""
+    return _MeshRequest(
+        mesh=kwargs.pop("mesh", None),
+        devices=kwargs.pop("devices", None),
+        show_sharding=kwargs.pop("show_sharding", False) if show else False,
+        coordinator=kwargs.pop("coordinator", None) if distributed else None,
+        nproc=kwargs.pop("num_processes", None) if distributed else None,
+        pid=kwargs.pop("process_id", None) if distributed else None,
+        timeout=kwargs.pop("join_timeout", JOIN_TIMEOUT_S) if distributed else None,
+    )
+
+
+def _run_meshed(fn, args, kwargs: dict, distributed: bool, show: bool):
+    """`fn(*args, **kwargs)` under the run configuration the mesh options make (in a
+    supervised child process for a distributed run); its exit status."""
+    from ..backend import sharding
+
+    req = _take_request(kwargs, distributed, show)
+    if distributed:
+        _check_distributed(req.coordinator, req.nproc, req.pid)
+    axes = _parse_mesh(req.mesh) if req.mesh else None
+    if req.coordinator is not None and not supervise.is_child():
+        return _run_supervised(req.coordinator, req.pid, req.nproc, req.timeout) or None
+    cfg = sharding.RunConfig(
+        mesh=axes,
+        devices=req.devices,
+        platform=kwargs.get("device") or "cpu",
+        coordinator=req.coordinator,
+        num_processes=req.nproc,
+        process_id=req.pid,
+        join_timeout=req.timeout,
+        join_progress=supervise.child_progress() if req.coordinator is not None else None,
+    )
+    with sharding.configured(cfg):
+        if cfg.mesh or cfg.devices or cfg.coordinator:
+            sharding.setup(needed=math.prod((cfg.mesh or {}).values()))
+        quiet = bool(req.pid) and "output" in kwargs
+        if quiet:  # only process 0 writes outputs
+            kwargs["output"] = None
+        with contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext():
+            result = fn(*args, **kwargs)
+        if req.show_sharding and not quiet:
+            _print_shardings(cfg)
+        return result
+
+
+def _options(distributed: bool, show: bool) -> list:
+    """The click options: --mesh and --devices; --show-sharding with `show`; the
+    distributed runtime's with `distributed`."""
+    options = [
+        click.option(
+            "--mesh",
+            metavar="x=4,y=2",
+            help="Device mesh axes and sizes (default: the mesh the program prints).",
+        ),
+        click.option(
+            "--devices",
+            type=click.IntRange(min=1, max=MAX_DEVICES),
+            metavar="N",
+            help="CPU: N host devices for this process (default: what the mesh needs; "
+            f"at most {MAX_DEVICES}).",
+        ),
+    ]
+    if show:
+        options.append(
+            click.option(
+                "--show-sharding",
+                is_flag=True,
+                help="Print each input's sharding (XLA's choice for one the program does "
+                "not place) and each output's.",
+            )
+        )
+    if distributed:
+        options += _distributed_options()
+    return options
+
+
+def _distributed_options() -> list:
+    return [
+        click.option(
+            "--coordinator",
+            metavar="HOST:PORT",
+            help="Join a multi-process run (jax.distributed) coordinated here.",
+        ),
+        click.option(
+            "--num-processes",
+            type=click.IntRange(min=1, max=MAX_PROCESSES),
+            metavar="P",
+            help=f"With --coordinator: the number of processes (at most {MAX_PROCESSES}).",
+        ),
+        click.option(
+            "--process-id",
+            type=click.IntRange(min=0),
+            metavar="I",
+            help="With --coordinator: this process's index (0 writes the outputs).",
+        ),
+        click.option(
+            "--join-timeout",
+            type=click.IntRange(min=1, max=86400),
+            default=JOIN_TIMEOUT_S,
+            show_default=True,
+            metavar="SECONDS",
+            help="With --coordinator: how long to wait for every process to join.",
+        ),
+    ]
 
 
 def _check_distributed(coordinator, nproc, pid) -> None:
@@ -180,16 +212,15 @@ def _parse_mesh(text: str) -> dict[str, int]:
 
 def _run_supervised(coordinator: str, pid: int, nproc: int, timeout: int) -> int:
     """This command again, in a child process whose join is watched (`supervise.py`)."""
-    from ..cli import ARGV_KEY, OPTIONS
+    from ..cli import ARGV_KEY, options_of
 
     ctx = click.get_current_context(silent=True)
     argv = ctx.meta.get(ARGV_KEY) if ctx is not None else None
     if argv is None:
         argv = sys.argv[1:]
-    from .. import diagnostics
-
-    diagnostics.delegate()  # (the child writes the --output-format document)
-    return supervise.supervise(argv, coordinator, pid, nproc, timeout, OPTIONS.debug)
+    options = options_of(ctx)
+    options.diagnostics.delegated = True  # (the child writes the --output-format document)
+    return supervise.supervise(argv, coordinator, pid, nproc, timeout, options.debug)
 
 
 def _print_shardings(cfg) -> None:

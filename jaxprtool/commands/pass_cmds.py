@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from ..cli import OPTIONS, OptionalValue, guarded
+from ..cli import Command, ExitStatus, OptionalValue, guarded, options_of
 from ..passes.registry import (
     PASSES,
     Pass,
@@ -31,10 +31,11 @@ def _run(file, out, show_diff, fn, inst=None, split=False, total=1):
     from .driver import Instruments, run_parts, timed
 
     inst = inst or Instruments()
+    jax_style = options_of().jax_style
 
     def body(part):
         jaxpr = parse_text(part.source, part.path, first_line=part.line)
-        style = output_style(jaxpr)
+        style = output_style(jaxpr, jax_style)
         inst.start(lambda j: print_jaxpr(j, style), total)
         result = fn(jaxpr, inst)
         with timed("print"):
@@ -58,7 +59,8 @@ def _run(file, out, show_diff, fn, inst=None, split=False, total=1):
         return text + "\n"
 
     if not run_parts([file], split, body, out, inst):
-        sys.exit(1)
+        return ExitStatus.FAILURE
+    return None
 
 
 _OUTPUT_HELP = "Write to OUT (atomically) instead of stdout."
@@ -125,10 +127,10 @@ def pass_command(p: Pass) -> click.Command:
             except PassOptionError as e:
                 raise click.BadParameter(e.detail, param_hint=f"--{e.option}") from None
 
-        guarded(_run)(file, out, show_diff, fn, inst, split_input)
+        return guarded(_run)(file, out, show_diff, fn, inst, split_input)
 
     params = _common_params() + [_click_option(o) for o in p.options] + manager_params()
-    return click.Command(p.name, params=params, callback=callback, help=p.doc)
+    return Command(p.name, params=params, callback=callback, help=p.doc)
 
 
 #: one command per pass record, in the registry's order
@@ -174,7 +176,7 @@ Example:
 """
 
 
-@click.command(help=_OPT_HELP)
+@click.command(help=_OPT_HELP, cls=Command)
 @click.argument("file", required=False, default="-", metavar="[FILE|-]", type=FILE_ARG)
 @click.option("-o", "--output", "out", metavar="OUT", help=_OUTPUT_HELP, type=OUT_ARG)
 @click.option("--diff", "show_diff", **_DIFF_KW)
@@ -202,13 +204,13 @@ def opt(file, out, show_diff, pipeline, inst, split_input):
         except PassOptionError as e:
             raise click.BadParameter(e.message, param_hint="-p") from None
 
-    guarded(_run)(file, out, show_diff, fn, inst, split_input, len(steps))
+    return guarded(_run)(file, out, show_diff, fn, inst, split_input, len(steps))
 
 
 # ---------------------------------------------------------------- diff
 
 
-@click.command(name="diff")
+@click.command(name="diff", cls=Command)
 @click.argument("a", metavar="A", type=FILE_ARG)
 @click.argument("b", metavar="B", type=FILE_ARG)
 @click.option(
@@ -244,35 +246,35 @@ def diff(a, b, quiet, context, renames):
     from ..ui.diff import rename_map, semantic_diff
 
     try:
-        from .common import load_reporting
+        from .common import load
 
-        ja, _, pa = load_reporting(a)
-        jb, _, pb = load_reporting(b)
+        ja, _, pa = load(a)
+        jb, _, pb = load(b)
         d = semantic_diff(ja, jb, pa, pb, context=context)
         pairs = rename_map(ja, jb) if renames and not quiet else []
     except Reported:  # the checker's errors are printed: trouble, not a difference
-        sys.exit(2)
+        return ExitStatus.ERROR
     except JaxprError as e:
         report(e)
-        sys.exit(2)
+        return ExitStatus.ERROR
     except RecursionError:
         report(JaxprError("input nests too deeply"))
-        sys.exit(2)
+        return ExitStatus.ERROR
     except Exception as e:
-        if OPTIONS.debug:
+        if options_of().debug:
             raise
         report(
             JaxprError(
                 f"internal error: {type(e).__name__}: {e} (run with --debug for a traceback)"
             )
         )
-        sys.exit(2)
+        return ExitStatus.ERROR
     renamed = "".join(f"renamed: {x} -> {y}\n" for x, y in pairs)
     if d is None:
         if not quiet:
             click.echo("equal (up to variable names)", err=True)
             write_output(renamed, None)
-        sys.exit(0)
+        return ExitStatus.SUCCESS
     if not quiet:
         from ..io import use_color
 
@@ -283,13 +285,13 @@ def diff(a, b, quiet, context, renames):
         else:
             write_output(d, None)
         write_output(renamed, None)
-    sys.exit(1)
+    return ExitStatus.FAILURE
 
 
 # ---------------------------------------------------------------- stats
 
 
-@click.command()
+@click.command(cls=Command)
 @click.argument("files", nargs=-1, metavar="[FILE|DIR|-]...", type=FILE_ARG)
 @click.option("--json", "as_json", is_flag=True, help="Print the numbers as JSON.")
 @click.option(
@@ -319,7 +321,7 @@ def stats(files, as_json, out):
       jaxprtool linearize f.jaxpr | jaxprtool stats
       jaxprtool stats dumps/ --json
     """
-    guarded(_stats)(files, as_json, out)
+    return guarded(_stats)(files, as_json, out)
 
 
 def _stats(files, as_json, out):
@@ -349,5 +351,4 @@ def _stats(files, as_json, out):
         text = "\n".join(render_text(s, p) for p, s in reports)
     if reports and (ok or out in (None, "-")):
         write_output(text, out)
-    if not ok:
-        sys.exit(1)
+    return None if ok else ExitStatus.FAILURE

@@ -51,8 +51,10 @@ def device_options(
         def wrapper(*args, **kwargs):
             from ..backend.precision import derivative_precision, matmul_precision
 
-            if require_device:
-                _require(kwargs.get("device"))
+            if require_device and not _device_there(kwargs.get("device")):
+                from ..cli import ExitStatus
+
+                return ExitStatus.FAILURE
             given = kwargs.pop("matmul_precision", None) if precision else None
             platform = _platform(kwargs.get("device")) if highest_on_tpu else "cpu"
             value = derivative_precision(given, platform)
@@ -98,12 +100,10 @@ def device_options(
     return deco
 
 
-def _require(device: str | None) -> None:
-    """Exit 1 with one line when `device` (other than the CPU) is not there."""
+def _device_there(device: str | None) -> bool:
+    """Whether `device` is there (the CPU always is); if not, one line says why."""
     if device in (None, "cpu"):
-        return
-    import sys
-
+        return True
     from ..core import JaxprError
     from ..io import report
     from ..jax_required import require_jax
@@ -115,7 +115,8 @@ def _require(device: str | None) -> None:
         get_device(device)
     except JaxprError as e:
         report(e)
-        sys.exit(1)
+        return False
+    return True
 
 
 def _tpu_tolerance_note() -> str:

@@ -6,15 +6,14 @@ import sys
 
 import click
 
-from ..cli import guarded
+from ..cli import Command, ExitStatus, guarded, options_of
 from ..core import JaxprError, Loc
-from ..diagnostics import listed_path
 from ..io import report
 from .common import FILE_ARG, OUT_ARG
 from .driver import split_option, timing_option
 
 
-@click.command()
+@click.command(cls=Command)
 @click.argument("files", nargs=-1, metavar="[FILE|DIR|-]...", type=FILE_ARG)
 @click.option(
     "-o",
@@ -89,8 +88,7 @@ def fmt(files, out, width, check_only, write, show_diff, quiet, split_input, tim
         if write and (not files or "-" in files):
             raise click.UsageError("-i/--write rewrites files: name them (not standard input)")
         mode = "write" if write else "diff" if show_diff else "check"
-        guarded(_fmt_files)(files, width, mode, quiet, split_input, timing)
-        return
+        return guarded(_fmt_files)(files, width, mode, quiet, split_input, timing)
     if len(files) > 1:
         raise click.UsageError(
             "fmt prints one program (or one --split-input-file); give one FILE, or "
@@ -103,22 +101,22 @@ def fmt(files, out, width, check_only, write, show_diff, quiet, split_input, tim
             "fmt prints FILE, or standard input, and nothing is piped in: give a FILE "
             "(or `fmt --check .` for the folder)"
         )
-    guarded(_fmt)(files[0] if files else "-", out, width, split_input, timing)
+    return guarded(_fmt)(files[0] if files else "-", out, width, split_input, timing)
 
 
-def _formatted(part, width) -> str:
-    """The canonical text of one part (without the final newline)."""
-    from ..cli import OPTIONS
+def _formatted(part, width, jax_style: str | None) -> str:
+    """The canonical text of one part (without the final newline), in the style of
+    --jax-style (`jax_style`), else the one it was printed in."""
     from ..core import JaxprError
     from ..text.printer import print_jaxpr
     from ..text.values import light_dtypes
     from .common import output_style, parse_text
     from .driver import timed
 
-    with light_dtypes(not OPTIONS.jax_style):  # only printed, unless restyled
+    with light_dtypes(not jax_style):  # only printed, unless restyled
         jaxpr = parse_text(part.source, part.path, verify=False, first_line=part.line)
-    style = output_style(jaxpr)
-    if OPTIONS.jax_style:
+    style = output_style(jaxpr, jax_style)
+    if jax_style:
         from ..ad.api import restyle
 
         jaxpr = restyle(_without_traced_rules(jaxpr), style)
@@ -132,11 +130,15 @@ def _formatted(part, width) -> str:
 def _fmt(file, out, width, split_input, timing):
     from .driver import Instruments, run_parts
 
+    jax_style = options_of().jax_style
     ok = run_parts(
-        [file], split_input, lambda p: _formatted(p, width) + "\n", out, Instruments(timing=timing)
+        [file],
+        split_input,
+        lambda p: _formatted(p, width, jax_style) + "\n",
+        out,
+        Instruments(timing=timing),
     )
-    if not ok:
-        sys.exit(1)
+    return None if ok else ExitStatus.FAILURE
 
 
 def _fmt_files(files, width, mode, quiet, split_input, timing):
@@ -148,10 +150,13 @@ def _fmt_files(files, width, mode, quiet, split_input, timing):
     inputs = expand_inputs(given_or_default(files, f"fmt --{mode}"))
     done: dict[str, list] = {}  # path -> [(part, canonical text)]
     failed: set[str] = set()
+    options = options_of()
 
     def body(part):
         try:
-            done.setdefault(part.path, []).append((part, _formatted(part, width)))
+            done.setdefault(part.path, []).append(
+                (part, _formatted(part, width, options.jax_style))
+            )
         except BaseException:
             failed.add(part.path)
             raise
@@ -187,13 +192,12 @@ def _fmt_files(files, width, mode, quiet, split_input, timing):
 
             show_text(text_diff(before, after, path, path), sys.stdout)
         elif not quiet:
-            click.echo(f"Would reformat: {listed_path(path)}")
+            click.echo(f"Would reformat: {options.diagnostics.emitter.listed_path(path)}")
     if not quiet:
         _summary(len(changed), unchanged, mode, status != 0)
     if changed and mode != "write":
         status = max(status, 1)
-    if status:
-        sys.exit(status)
+    return status or None
 
 
 def _summary(n: int, m: int, mode: str, trouble: bool) -> None:

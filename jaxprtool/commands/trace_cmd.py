@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from ..cli import guarded
+from ..cli import Command, guarded
 from ..core import JaxprError, np_dtype, short_dtype_name
 from ..io import UsageError, write_output
 from ..jax_required import require_jax
@@ -62,7 +62,7 @@ def _shown(spec: str) -> str:
     return spec if len(spec) <= 60 else spec[:60] + "..."
 
 
-@click.command()
+@click.command(cls=Command)
 @click.argument("target", metavar="MODULE:FUNCTION")
 @click.option(
     "--arg",

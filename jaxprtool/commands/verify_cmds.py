@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from typing import NamedTuple
 
 import click
 
+from ..cli import Command, ExitStatus, options_of
 from ..core import JaxprError
 from ..io import report
 from .ad_cmds import custom_rules_option
@@ -21,7 +23,7 @@ def _positive(name: str, help: str):
     return click.option(name, type=click.FloatRange(min=0, min_open=True), default=None, help=help)
 
 
-@click.command("check-grad")
+@click.command("check-grad", cls=Command)
 @click.argument("files", nargs=-1, metavar="[FILE|DIR|-]...", type=FILE_ARG)
 @click.option(
     "--args",
@@ -128,117 +130,173 @@ def check_grad(
     the table's caption lists every custom rule replaced by the body's derivative, and
     --custom-rules strict refuses each such replacement.
     """
-    from ..ad.registry import custom_rule_fallbacks, set_custom_rule_policy
-    from ..backend import sharding as backend
-    from ..backend.runner import consts_runner
-    from ..commands.common import load_reporting
-    from ..consts_order import for_ad
-    from ..io import Reported
+    from ..io import progress
     from ..jax_required import require_jax
-    from ..run_inputs import gather_inputs, keep_point, warn_invented_consts
-    from ..shardings import axis_sizes_of
-    from ..ui.checkgrad import check_grad as run_checks
-    from ..ui.checkgrad import render_table
+    from .driver import expand_inputs
 
     try:
         require_jax()
     except JaxprError as e:  # nothing can be checked: trouble
         report(e)
-        sys.exit(2)
+        return ExitStatus.ERROR
     mode_set = {m.strip() for m in modes.split(",") if m.strip()}
     if not mode_set or not mode_set <= {"fwd", "rev"}:
         report(JaxprError(f"--modes must name fwd and/or rev, got '{modes}'"))
-        sys.exit(2)
-    from ..io import progress
-    from .driver import expand_inputs
-
+        return ExitStatus.ERROR
     inputs = expand_inputs(files or ("-",))
     if save_inputs is not None and len(inputs) != 1:
         report(JaxprError(f"--save-inputs keeps the point of one FILE, got {len(inputs)}"))
-        sys.exit(2)
-    dims = parse_dims(dim_specs)  # the sizes of symbolic dims for the random inputs
-    reports: list[dict] = []
-    failed = trouble = False
-    n_files = n_checks = n_failed = n_skipped = 0
+        return ExitStatus.ERROR
+    point = _Point(args_npz, consts_npz, seed, parse_dims(dim_specs), save_inputs)
+    settings = dict(
+        seed=seed,
+        order=order,
+        modes=mode_set,
+        argnums=argnums,
+        tolerances={"tol": tol, "dot_tol": dot_tol, "eps": eps},
+    )
+    tally = _Tally(len(inputs), as_json)
+    debug = options_of().debug
     with progress(f"check-grad: 0 of {len(inputs)} files") as prog:
         for k, file in enumerate(inputs):
             prog.update(f"check-grad: {k} of {len(inputs)} files ({file})")
-            set_custom_rule_policy(custom_rules)
             try:
-                jaxpr, _, path = load_reporting(file)
-                jaxpr = for_ad(jaxpr)  # as the AD commands read it; --consts gives them
-                label = os.path.basename(path) if path != "<stdin>" else path
-                drawn: list[str] = []
-                args, consts, _ = gather_inputs(
-                    jaxpr, args_npz, None, None if args_npz else seed, consts_npz, dims, drawn=drawn
-                )
-                warn_invented_consts(jaxpr, consts_npz, seed, "check-grad")
-                keep_point(save_inputs, args, consts, seed, args_npz is None, drawn)
-                with axis_sizes_of(jaxpr, backend.CONFIG.mesh):  # a text without its mesh
-                    checks = run_checks(
-                        jaxpr,
-                        args,
-                        consts_runner(consts),
-                        seed=seed,
-                        order=order,
-                        modes=mode_set,
-                        label=label,
-                        argnums=argnums,
-                        tolerances={"tol": tol, "dot_tol": dot_tol, "eps": eps},
-                    )
-            except Reported:  # the checker's errors are printed
-                trouble = True
-                continue
-            except JaxprError as e:
-                report(e)
-                trouble = True
+                path, checks, replaced = _check_file(file, point, custom_rules, settings)
+            except _Trouble as t:
+                if t.fatal:
+                    return ExitStatus.ERROR
+                tally.trouble = True
                 continue
             except Exception as e:  # noqa: BLE001 - any trouble is exit 2, never a traceback
-                from ..jax_required import missing_jax
-
-                missing = missing_jax(e)
-                if missing is not None:  # nothing can be checked: say what to install
-                    report(missing)
-                    sys.exit(2)
-                from ..cli import OPTIONS
-
-                if OPTIONS.debug:  # --debug: the traceback too, as for other internal errors
-                    traceback.print_exception(e, file=sys.stderr)
-                report(JaxprError(f"{file}: internal error: {type(e).__name__}: {e}"))
-                trouble = True
+                if _internal_trouble(file, e, debug):
+                    return ExitStatus.ERROR
+                tally.trouble = True
                 continue
-            replaced = list(custom_rule_fallbacks().notes)
-            if as_json:
-                reports.append(_report(path, checks, replaced))
-            else:
-                render_table(checks, f"check-grad {path}", None, replaced)
-            n_files += 1
-            n_checks += len(checks)
-            n_failed += sum(not c.passed for c in checks)
-            n_skipped += sum(c.skipped is not None for c in checks)
-            failed |= not all(c.passed for c in checks)
-    summary = (
-        f"check-grad: {n_files} file{'s' if n_files != 1 else ''}, {n_checks} "
-        f"check{'s' if n_checks != 1 else ''}, {n_failed} failure{'s' if n_failed != 1 else ''}"
-    )
-    if n_skipped:
-        summary += f", {n_skipped} skipped (reasons above)"
-    if trouble:
-        summary += f", {len(inputs) - n_files} not checked (errors above)"
-    if as_json:
-        import json
+            tally.add(path, checks, replaced)
+    tally.finish()
+    return ExitStatus.ERROR if tally.trouble else ExitStatus.FAILURE if tally.failed else None
 
-        totals = {
-            "files": n_files,
-            "checks": n_checks,
-            "failures": n_failed,
-            "skipped": n_skipped,
-            "not_checked": len(inputs) - n_files,
-        }
-        click.echo(json.dumps({"files": reports, "summary": totals}, indent=2))
-    else:  # nothing checked: standard output stays empty, as for any command in trouble
-        click.echo(summary, err=trouble and n_files == 0)
-    sys.exit(2 if trouble else 1 if failed else 0)
+
+class _Point(NamedTuple):
+    """Where the derivatives are checked: --args (else random inputs of seed --random),
+    --consts, the sizes of symbolic dims, and where --save-inputs keeps the point."""
+
+    args_npz: str | None
+    consts_npz: str | None
+    seed: int
+    dims: dict
+    save_inputs: str | None
+
+
+class _Trouble(Exception):
+    """A file that could not be checked, already reported; `fatal`: nothing can be (exit 2
+    at once)."""
+
+    def __init__(self, fatal: bool = False):
+        super().__init__()
+        self.fatal = fatal
+
+
+def _check_file(file, point: _Point, custom_rules, settings: dict):
+    """(path, the checks of one FILE, the custom rules replaced by their body's derivative);
+    `_Trouble` once a refusal is reported."""
+    from ..ad.registry import custom_rule_fallbacks, set_custom_rule_policy
+    from ..backend import sharding as backend
+    from ..backend.runner import consts_runner
+    from ..commands.common import load
+    from ..consts_order import for_ad
+    from ..io import Reported
+    from ..run_inputs import gather_inputs, keep_point, warn_invented_consts
+    from ..shardings import axis_sizes_of
+    from ..ui.checkgrad import check_grad as run_checks
+
+    set_custom_rule_policy(custom_rules)
+    try:
+        jaxpr, _, path = load(file)
+        jaxpr = for_ad(jaxpr)  # as the AD commands read it; --consts gives them
+        label = os.path.basename(path) if path != "<stdin>" else path
+        drawn: list[str] = []
+        seed = None if point.args_npz else point.seed
+        args, consts, _ = gather_inputs(
+            jaxpr, point.args_npz, None, seed, point.consts_npz, point.dims, drawn=drawn
+        )
+        warn_invented_consts(jaxpr, point.consts_npz, point.seed, "check-grad")
+        keep_point(point.save_inputs, args, consts, point.seed, point.args_npz is None, drawn)
+        with axis_sizes_of(jaxpr, backend.CONFIG.mesh):  # a text without its mesh
+            checks = run_checks(jaxpr, args, consts_runner(consts), label=label, **settings)
+    except Reported:  # the checker's errors are printed
+        raise _Trouble() from None
+    except JaxprError as e:
+        report(e)
+        raise _Trouble() from None
+    return path, checks, list(custom_rule_fallbacks().notes)
+
+
+def _internal_trouble(file, e: Exception, debug: bool) -> bool:
+    """Report an exception no rule expected while checking FILE (with its traceback under
+    --debug); True when nothing can be checked (JAX is missing: say what to install)."""
+    from ..jax_required import missing_jax
+
+    missing = missing_jax(e)
+    if missing is not None:
+        report(missing)
+        return True
+    if debug:  # --debug: the traceback too, as for other internal errors
+        traceback.print_exception(e, file=sys.stderr)
+    report(JaxprError(f"{file}: internal error: {type(e).__name__}: {e}"))
+    return False
+
+
+class _Tally:
+    """The counts over the files checked, their tables (or --json reports) and the summary."""
+
+    def __init__(self, n_inputs: int, as_json: bool):
+        self.n_inputs, self.as_json = n_inputs, as_json
+        self.reports: list[dict] = []
+        self.failed = self.trouble = False
+        self.files = self.checks = self.failures = self.skipped = 0
+
+    def add(self, path: str, checks, replaced: list[str]) -> None:
+        from ..ui.checkgrad import render_table
+
+        if self.as_json:
+            self.reports.append(_report(path, checks, replaced))
+        else:
+            render_table(checks, f"check-grad {path}", None, replaced)
+        self.files += 1
+        self.checks += len(checks)
+        self.failures += sum(not c.passed for c in checks)
+        self.skipped += sum(c.skipped is not None for c in checks)
+        self.failed |= not all(c.passed for c in checks)
+
+    def summary(self) -> str:
+        def n(count: int, word: str) -> str:
+            return f"{count} {word}{'s' if count != 1 else ''}"
+
+        text = f"check-grad: {n(self.files, 'file')}, {n(self.checks, 'check')}, "
+        text += n(self.failures, "failure")
+        if self.skipped:
+            text += f", {self.skipped} skipped (reasons above)"
+        if self.trouble:
+            text += f", {self.n_inputs - self.files} not checked (errors above)"
+        return text
+
+    def finish(self) -> None:
+        """The --json document, else the summary line (on standard error when nothing was
+        checked: standard output stays empty, as for any command in trouble)."""
+        if self.as_json:
+            import json
+
+            totals = {
+                "files": self.files,
+                "checks": self.checks,
+                "failures": self.failures,
+                "skipped": self.skipped,
+                "not_checked": self.n_inputs - self.files,
+            }
+            click.echo(json.dumps({"files": self.reports, "summary": totals}, indent=2))
+        else:
+            click.echo(self.summary(), err=self.trouble and self.files == 0)
 
 
 def _report(path: str, checks, replaced: list[str]) -> dict:
