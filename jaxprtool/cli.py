@@ -300,6 +300,8 @@ class Options:
     color: str = "auto"
     #: where the invocation's diagnostics go (`diagnostics.Sink`)
     diagnostics: object = field(default_factory=lambda: _diagnostics().current())
+    #: --timing's table of the running command (`commands.driver.Timer`; None: no --timing)
+    timer: object = None
 
 
 def _diagnostics():
@@ -394,7 +396,7 @@ def _load_plugins(ctx, param, value):
 
         options = options_of(ctx)
         options.plugins = tuple(options.plugins) + tuple(value)
-        _exit_on_trouble(ctx, guarded(load_plugins)(value))
+        _run_or_exit(ctx, load_plugins, value)
 
 
 _COLOR_HELP = (
@@ -531,9 +533,15 @@ def _add_global_options(cmd: click.Command) -> None:
     cmd._jaxprtool_globals = True
 
 
-def _exit_on_trouble(ctx: click.Context, status) -> None:
-    """End the invocation with `status` (`guarded`'s) unless it is success: for the work of
-    an option or of the group, which has no command to return it from."""
+def _run_or_exit(ctx: click.Context, fn, *args) -> None:
+    """Run `fn(*args)`, the work of an option or of the group (which has no command to
+    return an exit status from), as `guarded` runs a command: its trouble is reported and
+    ends the invocation with its status."""
+
+    def work():
+        fn(*args)
+
+    status = guarded(work)()
     if status:
         ctx.exit(int(status))
 
@@ -625,14 +633,14 @@ def main(
     )
     param = next(p for p in ctx.command.params if p.name == "diagnostic_file")
     _set_output_file(ctx, param, diagnostic_file)
-    _exit_on_trouble(ctx, guarded(check_environment)())
+    _run_or_exit(ctx, check_environment)
     expansion.LIMIT = max_equations or expansion.DEFAULT_LIMIT
     io.MAX_INPUT = max_input_size or io.DEFAULT_MAX_INPUT
     io.COLOR_MODE = ctx.obj.color
     if plugins:
         from .plugins import load_plugins
 
-        _exit_on_trouble(ctx, guarded(load_plugins)(plugins))
+        _run_or_exit(ctx, load_plugins, plugins)
 
 
 def guarded(fn):

@@ -127,7 +127,9 @@ class Emitter:
     def __init__(self, sink: Sink):
         self.sink = sink
 
-    def add(self, err: JaxprError, kind: str) -> None:
+    def add(self, err: JaxprError, kind: str, text) -> None:
+        """One diagnostic; `text` is how `io` writes one as text (`io.TextForm`: handed in,
+        so that this module imports nothing from `io`)."""
         raise NotImplementedError
 
     def document(self) -> str:
@@ -149,14 +151,12 @@ class TextEmitter(Emitter):
         super().__init__(sink)
         self.lines: list[str] = []
 
-    def add(self, err: JaxprError, kind: str) -> None:
-        from .io import format_error, print_diagnostic
-
-        msg = format_error(err, kind, code_of(err, kind) if self.sink.show_codes else None)
+    def add(self, err: JaxprError, kind: str, text) -> None:
+        msg = text.format(err, kind, code_of(err, kind) if self.sink.show_codes else None)
         if self.sink.to_file():
             self.lines.append(msg + "\n")
         else:
-            print_diagnostic(msg, kind)
+            text.show(msg, kind)
 
     def add_line(self, text: str) -> None:
         """A line of the command's own (`check`'s summary) among the diagnostics."""
@@ -176,7 +176,7 @@ class GithubEmitter(TextEmitter):
 
     machine = True
 
-    def add(self, err: JaxprError, kind: str) -> None:
+    def add(self, err: JaxprError, kind: str, text) -> None:
         line = github_line(as_record(err, kind)) + "\n"
         if self.sink.to_file():
             self.lines.append(line)
@@ -196,7 +196,7 @@ class JsonEmitter(Emitter):
         super().__init__(sink)
         self.records: list[dict] = []
 
-    def add(self, err: JaxprError, kind: str) -> None:
+    def add(self, err: JaxprError, kind: str, text) -> None:
         self.records.append(as_record(err, kind))
 
     def document(self) -> str:
@@ -215,7 +215,12 @@ class SarifEmitter(JsonEmitter):
 
 
 #: --output-format -> its emitter
-EMITTERS = {"text": TextEmitter, "json": JsonEmitter, "github": GithubEmitter, "sarif": SarifEmitter}
+EMITTERS = {
+    "text": TextEmitter,
+    "json": JsonEmitter,
+    "github": GithubEmitter,
+    "sarif": SarifEmitter,
+}
 
 
 class Sink:
@@ -257,13 +262,12 @@ class Sink:
         """Whether the diagnostics are collected for --output-file."""
         return self.output_file not in (None, "-")
 
-    def report(self, err: JaxprError, kind: str) -> None:
+    def report(self, err: JaxprError, kind: str, text) -> None:
+        """One diagnostic (`text`: `io.TextForm`, see `Emitter.add`)."""
         self.reported.append((kind, err.loc.file if err.loc is not None else None))
         if self.emitter.machine:
-            from .io import locate
-
-            locate(err)
-        self.emitter.add(err, kind)
+            text.locate(err)
+        self.emitter.add(err, kind, text)
 
     def finish(self, stream_=None, write_file=None) -> None:
         """Write what is left of the document (json, sarif; github and text lines for
@@ -307,11 +311,6 @@ def begin(fmt: str = "text") -> Sink:
     global _current  # (see `_current`)
     _current = Sink(fmt)
     return _current
-
-
-def emit(err: JaxprError, kind: str) -> None:
-    """Report one diagnostic to the running invocation's sink."""
-    _current.report(err, kind)
 
 
 def delegate() -> None:

@@ -811,7 +811,26 @@ def report(err: JaxprError, kind: str = "error") -> None:
     chose."""
     from . import diagnostics
 
-    diagnostics.current().report(err, kind)
+    diagnostics.current().report(err, kind, TextForm)
+
+
+class TextForm:
+    """What the diagnostics' emitters ask of this module (handed to them with each
+    diagnostic, so that `diagnostics` imports nothing from here): locating an error about
+    the program as a whole, the text of a diagnostic with its source excerpt, and its
+    printing on standard error."""
+
+    @staticmethod
+    def locate(err: JaxprError) -> None:
+        locate(err)
+
+    @staticmethod
+    def format(err: JaxprError, kind: str, code: str | None) -> str:
+        return format_error(err, kind, code)
+
+    @staticmethod
+    def show(msg: str, kind: str) -> None:
+        print_diagnostic(msg, kind)
 
 
 def print_diagnostic(msg: str, kind: str) -> None:

@@ -257,6 +257,9 @@ class Primitive:
 FIELDS = frozenset(Primitive.__annotations__)
 
 _RECORDS: dict[str, Primitive] = {}
+#: the name of each `define` call, in order (a family may define a record without a field,
+#: declaring that loading the primitive loads it: `families.build_index` reads them)
+_DEFINED: list[str] = []
 #: `load(name)` imports the family modules that define `name` (every family for None)
 _loader: Callable[[str | None], None] | None = None
 
@@ -278,6 +281,7 @@ def define(name: str, **values) -> Primitive:
     bad = set(values) - FIELDS
     if bad:
         raise TypeError(f"unknown primitive record fields: {sorted(bad)}")
+    _DEFINED.append(name)
     rec = _RECORDS.get(name)
     if rec is None:
         rec = _RECORDS[name] = Primitive(name)
@@ -362,6 +366,16 @@ def records() -> dict[str, Primitive]:
     """Every registered record by name (a copy)."""
     ensure_loaded()
     return dict(_RECORDS)
+
+
+def definitions() -> int:
+    """How many `define` calls were made so far: `defined_since(n)` names those after the
+    first n (`families.build_index` charges each family with what its import defined)."""
+    return len(_DEFINED)
+
+
+def defined_since(n: int) -> set[str]:
+    return set(_DEFINED[n:])
 
 
 class FieldView:

@@ -277,12 +277,13 @@ def test_a_supervised_run_leaves_the_document_to_its_child():
 
     from jaxprtool import diagnostics
     from jaxprtool.core import JaxprError
+    from jaxprtool.io import report
 
     for emitted, want in ((False, ""), (True, '"message": "cannot join"')):
         out = io.StringIO()
         diagnostics.begin("json")
         diagnostics.delegate()
         if emitted:
-            diagnostics.emit(JaxprError("cannot join"), "error")
+            report(JaxprError("cannot join"))
         diagnostics.end(out)
         assert (want in out.getvalue()) if want else out.getvalue() == ""

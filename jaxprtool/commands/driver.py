@@ -104,10 +104,6 @@ def process_age() -> float | None:
         return None
 
 
-#: the timer of the running command (None: no --timing)
-TIMER: Timer | None = None
-
-
 def _startup() -> float | None:
     """The start-up row's time: the process's age when the tool is its own program (not
     when a library or a test runner calls the command)."""
@@ -120,10 +116,12 @@ def _startup() -> float | None:
 def timed(name: str):
     """A context that adds its wall time to stage `name` of the running --timing table and
     names the stage in the progress line (on a terminal)."""
+    from ..cli import options_of
     from ..io import progress, progress_stage
 
+    timer = options_of().timer
     staged = progress_stage(name) if progress.open else nullcontext()
-    with staged, TIMER.stage(name) if TIMER is not None else nullcontext():
+    with staged, timer.stage(name) if timer is not None else nullcontext():
         yield
 
 
@@ -546,10 +544,11 @@ def run_parts(
     written, to `out` or standard output, and the result is False: every part is checked
     before any is written.
     A single part's error propagates (the command's usual exit status)."""
-    global TIMER
+    from ..cli import options_of
     from ..io import remember_source, report, write_program
 
-    TIMER = Timer(_startup()) if inst is not None and inst.timing else None
+    options = options_of()
+    options.timer = Timer(_startup()) if inst is not None and inst.timing else None
     try:
         outputs: list[str] = []
         ok = True
@@ -598,6 +597,6 @@ def run_parts(
             raise failed
         return ok
     finally:
-        if TIMER is not None:
-            TIMER.render()
-        TIMER = None
+        if options.timer is not None:
+            options.timer.render()
+        options.timer = None

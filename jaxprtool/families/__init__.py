@@ -64,43 +64,29 @@ def load_all() -> None:
 
 
 def build_index() -> dict[str, tuple[str, ...]]:
-    """Which family modules define each primitive (for `index.py`): every family is imported
-    in a fresh interpreter with `record.define` watched, and each call is charged to the
-    family module on the stack."""
+    """Which family modules define each primitive (for `index.py`), in a fresh interpreter:
+    the families are imported one at a time, in load order, and each is charged with the
+    records its import defined (`record.defined_since`)."""
     import sys
 
-    from .. import record
+    from ..record import defined_since, definitions
 
     defined: dict[str, list[str]] = {}
-    original = record.define
-    families = {m.rpartition(".")[2] for m in MODULES}
+    for module in MODULES:
+        first, loaded = definitions(), set(sys.modules)
+        importlib.import_module(module)
+        _refuse_nested_family_imports(module, set(sys.modules) - loaded)
+        for name in defined_since(first):
+            defined.setdefault(name, []).append(module.rpartition(".")[2])
+    return {n: tuple(o) for n, o in sorted(defined.items())}
 
-    def watched(name, **values):
-        frame = sys._getframe(1)
-        while frame is not None:
-            mod = frame.f_globals.get("__name__", "")
-            if mod.startswith(__name__ + ".") and mod.rpartition(".")[2] in families:
-                owners = defined.setdefault(name, [])
-                short = mod.rpartition(".")[2]
-                if short not in owners:
-                    owners.append(short)
-                break
-            frame = frame.f_back
-        return original(name, **values)
 
-    # every module that bound `define` before (`jaxprtool.shapes`, loaded with the
-    # package's API) calls the watched one too
-    holders = [m for m in list(sys.modules.values()) if getattr(m, "define", None) is original]
-    for m in holders:
-        m.define = watched
-    try:
-        for m in MODULES:
-            importlib.import_module(m)
-    finally:
-        for m in holders:
-            m.define = original
-    order = [m.rpartition(".")[2] for m in MODULES]
-    return {n: tuple(sorted(o, key=order.index)) for n, o in sorted(defined.items())}
+def _refuse_nested_family_imports(module: str, new: set[str]) -> None:
+    """Each family's records are charged to it alone: importing one must not import a family
+    listed after it (which then belongs before it in MODULES)."""
+    others = sorted(new & set(MODULES) - {module})
+    if others:
+        raise RuntimeError(f"{module} imports {', '.join(others)}: list them before it in MODULES")
 
 
 def index_source() -> str:

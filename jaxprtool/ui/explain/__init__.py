@@ -189,102 +189,150 @@ def _transform(jaxpr: Jaxpr, mode: str, diff: list[int]) -> tuple[Jaxpr, str]:
     return grad_jaxpr(jaxpr, diff), command
 
 
+class _Walk:
+    """One run of the pipeline: the program, its inputs, the data recorded, and what the
+    stages pass on (the program built, where the transformation failed, the finite
+    differences, the primal outputs)."""
+
+    def __init__(self, data: ExplainData, rec: Recorder, jaxpr, args, consts, mask, seed):
+        self.data, self.rec, self.jaxpr = data, rec, jaxpr
+        self.args, self.consts = args, consts
+        self.mode = data.mode
+        self.rng = np.random.default_rng(seed)
+        self.diff = [i for i, m in enumerate(mask) if m]
+        self.n_out = len(jaxpr.outvars)
+        self.program: Jaxpr | None = None
+        self.failure: JaxprError | None = None
+        #: the stage the transformation's failure belongs to (when it failed)
+        self.failed_in = 0
+        #: the program's outputs, as Values to fill from running it
+        self.derivative: list[Value] = []
+
+    def stop_if_failed(self, stage: int, err) -> None:
+        """Stop at `stage` when the transformation failed there, or a value could not be
+        computed (`err`)."""
+        if self.failure is not None and self.failed_in == stage:
+            raise _Stop(stage, self.failure)
+        if err is not None:
+            raise _Stop(stage, err)
+
+
 def _pipeline(data: ExplainData, rec: Recorder, jaxpr, args, consts, mask, seed, style):
+    walk = _Walk(data, rec, jaxpr, args, consts, mask, seed)
+    _transform_observed(walk, style)  # stages 2 to 4 at once
+    fd, primal_outs, fwd_inputs = _forward_values(walk)
+    nonfinite = not all(np.isfinite(np.asarray(primal_outs[j])).all() for j in fd.outs)
+    if walk.mode == "jvp":
+        _check_jvp(walk, fd, fwd_inputs, nonfinite)
+        return
+    res_values = _residuals(walk)
+    w, final_inputs = _reverse_values(walk, primal_outs, res_values)
+    _check_reverse(walk, fd, w, final_inputs, nonfinite)
+
+
+def _transform_observed(walk: _Walk, style) -> None:
+    """The real transformation, observed: the program built (printed), or the failure and
+    the stage it stops."""
     from ...ad.api import restyle
     from ...ad.observe import observing
-    from ...backend import reference_device
     from ...text.printer import print_jaxpr
 
-    mode = data.mode
-    rng = np.random.default_rng(seed)
-    diff = [i for i, m in enumerate(mask) if m]
-
-    # ---- the real transformation, observed (stages 2 to 4 at once)
-    program, failure = None, None
+    rec, data = walk.rec, walk.data
     try:
         with observing(rec):
-            program, command = _transform(jaxpr, mode, diff)
+            walk.program, command = _transform(walk.jaxpr, walk.mode, walk.diff)
         rec.finish_reverse()
     except Exception as e:  # noqa: BLE001 - shown as where the walk stops
-        failure = rec.error or (e if isinstance(e, JaxprError) else JaxprError(err_text(e)))
+        walk.failure = rec.error or (e if isinstance(e, JaxprError) else JaxprError(err_text(e)))
         if rec.failed == "transpose" or rec.walk == "transpose":
-            failed_in = 4
-        elif rec.failed == "jvp" or mode == "jvp":
-            failed_in = 2
+            walk.failed_in = 4
+        elif rec.failed == "jvp" or walk.mode == "jvp":
+            walk.failed_in = 2
         else:
-            failed_in = 3
+            walk.failed_in = 3
     else:
-        data.program = program
+        data.program = walk.program
         data.program_command = command
-        data.program_text = print_jaxpr(restyle(program, style), style)
+        data.program_text = print_jaxpr(restyle(walk.program, style), style)
 
-    # ---- stage 2: the forward walk's values (jvp: from the program built, where it has them)
-    data.direction = [_random_like(args[i], rng) for i in diff]
+
+def _forward_values(walk: _Walk):
+    """Stage 2: the forward walk's values (jvp: from the program built, where it has
+    them); (the finite differences, the primal outputs, the forward program's inputs)."""
+    from ...backend import reference_device
+
+    data, rec, program, args, consts = walk.data, walk.rec, walk.program, walk.args, walk.consts
+    data.direction = [_random_like(args[i], walk.rng) for i in walk.diff]
     shown = [s for s in data.forward if data.forward_shown(s)]
     tangent_values = data.tangent_inputs + [
         v for s in shown for v in s.tangents_in + s.tangents_out
     ]
     fwd_inputs = list(args) + data.direction
-    derivative = [Value("", x) for x in program.outvars] if program is not None else []
+    walk.derivative = [Value("", x) for x in program.outvars] if program is not None else []
     sources = [(rec.forward_program(), fwd_inputs, consts)]
-    if mode == "jvp" and program is not None:
+    if walk.mode == "jvp" and program is not None:
         sources.insert(0, (program, fwd_inputs, consts))
-    err = checks.fill_values(tangent_values + (derivative if mode == "jvp" else []), *sources)
-    if failure is not None and failed_in == 2:
-        raise _Stop(2, failure)
-    if err is not None:
-        raise _Stop(2, err)
-    run = _guard(2, checks.runner, jaxpr, consts)
+    jvp_values = walk.derivative if walk.mode == "jvp" else []
+    walk.stop_if_failed(2, checks.fill_values(tangent_values + jvp_values, *sources))
+    run = _guard(2, checks.runner, walk.jaxpr, consts)
     primal_outs = _guard(2, run, args)
-    reference = reference_device(jaxpr)  # the finite differences' (the CPU's)
+    reference = reference_device(walk.jaxpr)  # the finite differences' (the CPU's)
     fd = checks.FiniteDifferences(
-        jaxpr,
+        walk.jaxpr,
         lambda xs: run(xs, device=reference),
         args,
-        diff,
+        walk.diff,
         lambda e: _stop_with(5, e),
         consts,
     )
-    n_out = len(jaxpr.outvars)
-    nonfinite = not all(np.isfinite(np.asarray(primal_outs[j])).all() for j in fd.outs)
+    return fd, primal_outs, fwd_inputs
 
-    if mode == "jvp":
-        data.derivative = [
-            (f"tangent of {data.output_names[j]}", np.asarray(t.array))
-            for j, t in zip(fd.outs, derivative[n_out:])
-        ]
-        judged = _guard(5, fd.judged, program, fwd_inputs, n_out)
-        checks.jvp_checks(data, fd, judged, nonfinite)
-        checks.analytic_check(data, jaxpr, args, consts, diff, fd.dtype)
-        return
 
-    # ---- stage 3: residuals (a residual's value is that of a primal program variable)
+def _check_jvp(walk: _Walk, fd, fwd_inputs, nonfinite: bool) -> None:
+    """Stage 5 of jvp: the output tangents, checked."""
+    data = walk.data
+    data.derivative = [
+        (f"tangent of {data.output_names[j]}", np.asarray(t.array))
+        for j, t in zip(fd.outs, walk.derivative[walk.n_out :])
+    ]
+    judged = _guard(5, fd.judged, walk.program, fwd_inputs, walk.n_out)
+    checks.jvp_checks(data, fd, judged, nonfinite)
+    checks.analytic_check(data, walk.jaxpr, walk.args, walk.consts, walk.diff, fd.dtype)
+
+
+def _residuals(walk: _Walk) -> list[Value]:
+    """Stage 3: the residuals (a residual's value is that of a primal program variable)."""
+    data, rec = walk.data, walk.rec
     if rec.linear is None:
-        raise _Stop(3, failure or JaxprError("linearize did not run"))
+        raise _Stop(3, walk.failure or JaxprError("linearize did not run"))
     info = rec.info
     n_res = len(info.residuals)
-    by_loc = {e.loc: (i, e) for i, e in enumerate(jaxpr.eqns) if e.loc is not None}
+    by_loc = {e.loc: (i, e) for i, e in enumerate(walk.jaxpr.eqns) if e.loc is not None}
     for r, v in zip(info.residuals, rec.linear.invars[:n_res]):
         val = Value(rec.lnamer.name(v), v)
         if r.source == "input":
-            val.array = np.asarray(args[r.index])
+            val.array = np.asarray(walk.args[r.index])
             origin = f"primal input {r.index} ({data.input_names[r.index]})"
         elif r.source == "const":
-            val.array, origin = np.asarray(consts[r.index]), f"constant {r.index}"
+            val.array, origin = np.asarray(walk.consts[r.index]), f"constant {r.index}"
         elif r.source == "output":
             val.atom = rec.primal.outvars[r.index]
             origin = f"primal output {r.index} ({data.output_names[r.index]})"
         else:
-            val.atom = rec.primal.outvars[n_out + r.index]
+            val.atom = rec.primal.outvars[walk.n_out + r.index]
             origin = _residual_origin(data, r, by_loc)
         data.residuals.append(ResidualInfo(val, origin))
-    res_values = [r.value for r in data.residuals]
+    return [r.value for r in data.residuals]
 
-    # ---- stage 4: the seeds; every value from the program built, where it has them
-    outs_with_ct = [j for j, m in enumerate(info.out_mask) if m]
+
+def _reverse_values(walk: _Walk, primal_outs, res_values):
+    """Stage 4: the seeds, and every value of the reverse walk (from the program built,
+    where it has them); (the output cotangents w, the final program's inputs)."""
+    data, rec, mode = walk.data, walk.rec, walk.mode
+    outs_with_ct = [j for j, m in enumerate(rec.info.out_mask) if m]
     for j, s in zip(outs_with_ct, data.seeds):
         like = np.asarray(primal_outs[j])
-        s.array = np.ones_like(like) if mode == "grad" else _random_like(like, rng)
+        s.array = np.ones_like(like) if mode == "grad" else _random_like(like, walk.rng)
     w = [s.array for s in data.seeds]
     walk_values = []
     for s in filter(data.reverse_shown, data.reverse):
@@ -294,35 +342,36 @@ def _pipeline(data: ExplainData, rec: Recorder, jaxpr, args, consts, mask, seed,
     if data.zoom is not None and not walk_values:  # a summary: no residual is shown
         res_values = []
     final_error = None
-    final_inputs = list(args) + (w if mode == "vjp" else [])
-    if program is not None:
+    final_inputs = list(walk.args) + (w if mode == "vjp" else [])
+    if walk.program is not None:
         final_error = checks.fill_values(
-            res_values + walk_values + derivative, (program, final_inputs, consts)
+            res_values + walk_values + walk.derivative, (walk.program, final_inputs, walk.consts)
         )
-    err = checks.fill_values(res_values, (rec.primal, args, consts))
-    if failure is not None and failed_in == 3:
-        raise _Stop(3, failure)
-    if err is not None:
-        raise _Stop(3, err)
+    walk.stop_if_failed(3, checks.fill_values(res_values, (rec.primal, walk.args, walk.consts)))
     rev_inputs = [r.value.array for r in data.residuals]
     rev_inputs += [s.array for s in data.seeds if isinstance(s.atom, Var)]
     err = checks.fill_values(walk_values, (rec.reverse_program(), rev_inputs, []))
-    if failure is not None:
-        raise _Stop(4, failure)
+    if walk.failure is not None:
+        raise _Stop(4, walk.failure)
     if err is not None:
         raise _Stop(4, err)
     if final_error is not None:
         raise _Stop(5, final_error)
+    return w, final_inputs
 
-    # ---- stage 5: the derivative, from running the program built
-    grads = derivative[n_out:] if mode == "vjp" else derivative
+
+def _check_reverse(walk: _Walk, fd, w, final_inputs, nonfinite: bool) -> None:
+    """Stage 5 of vjp and grad: the derivative, from running the program built, checked."""
+    data, mode = walk.data, walk.mode
+    grads = walk.derivative[walk.n_out :] if mode == "vjp" else walk.derivative
     what = "gradient" if mode == "grad" else "cotangent"
     data.derivative = [
-        (f"{what} of {data.input_names[i]}", np.asarray(g.array)) for i, g in zip(diff, grads)
+        (f"{what} of {data.input_names[i]}", np.asarray(g.array)) for i, g in zip(walk.diff, grads)
     ]
-    judged = _guard(5, fd.judged, program, final_inputs, n_out if mode == "vjp" else 0)
+    n_out = walk.n_out if mode == "vjp" else 0
+    judged = _guard(5, fd.judged, walk.program, final_inputs, n_out)
     checks.vjp_checks(data, fd, w, judged, nonfinite)
-    checks.analytic_check(data, jaxpr, args, consts, diff, fd.dtype, w)
+    checks.analytic_check(data, walk.jaxpr, walk.args, walk.consts, walk.diff, fd.dtype, w)
 
 
 def _stop_with(stage: int, e: Exception) -> _Stop:
