@@ -6,7 +6,7 @@ received and returned, and the equations the step emitted.  Only the outermost w
 (a rule that differentiates a nested body runs the walk again, unobserved), so `explain`
 shows exactly the steps that built the program it shows.
 
-An observer implements any of (a missing method is not called):
+An observer derives from `Observer` (every method a no-op) and overrides any of:
 
 - `jvp_begin(jaxpr, primals, tangents, consts)`: the walk's input atoms (tangents: Atom or
   Zero per input);
@@ -45,7 +45,39 @@ _NOTES: contextvars.ContextVar = contextvars.ContextVar("jaxprtool_ad_notes", de
 _NESTED: contextvars.ContextVar = contextvars.ContextVar("jaxprtool_ad_nested", default=False)
 
 
-class StepCounter:
+class Observer:
+    """An observer of the AD walks whose every step is a no-op: an observer overrides the
+    steps it watches (the module's docstring says what each receives)."""
+
+    def jvp_begin(self, jaxpr, primals, tangents, consts) -> None:
+        pass
+
+    def jvp_step(self, eqn, kind, primals, tangents, primal_outs, tangent_outs, emitted) -> None:
+        pass
+
+    def linearized(self, primal, linear, info) -> None:
+        pass
+
+    def transpose_begin(self, jaxpr, linear_mask, args, cts_out, consts) -> None:
+        pass
+
+    def forward_step(self, eqn, emitted) -> None:
+        pass
+
+    def cotangent(self, eqn, var, ct, previous, result) -> None:
+        pass
+
+    def transpose_step(self, eqn, cts, cts_in, emitted) -> None:
+        pass
+
+    def step_notes(self, eqn, kind, notes) -> None:
+        pass
+
+    def step_failed(self, eqn, error) -> None:
+        pass
+
+
+class StepCounter(Observer):
     """An observer that reports how far the outermost walk is: `stage("jvp"|"transpose")`
     when a walk begins, `count(done, total)` every few equations (the progress line)."""
 

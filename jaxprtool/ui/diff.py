@@ -128,7 +128,7 @@ def show_change(
 # ---------------------------------------------------------------- canonical rendering
 
 
-class _Namer:
+class _CanonicalNames:
     """Names variables a, b, c, ... in binding order (one name space for all scopes);
     `preset` fixes some names in advance."""
 
@@ -158,7 +158,7 @@ class _Namer:
 
 class _Given:
     """The names one side of a diff is shown in (`names(var)`: the file's own, or those
-    its printout shows), with the same interface as `_Namer`."""
+    its printout shows), with the same interface as `_CanonicalNames`."""
 
     def __init__(self, names: Callable[[Var], str]):
         self.bind = names
@@ -193,16 +193,16 @@ def _name(i: int) -> str:
     return s
 
 
-def render_lines(jaxpr: Jaxpr, namer: _Namer | None = None) -> list[tuple[str, str, list]]:
+def render_lines(jaxpr: Jaxpr, namer: _CanonicalNames | None = None) -> list[tuple[str, str, list]]:
     """(key, display, binders) per line: display uses canonical names (a, b, ... in binding
     order); key replaces names by types, for alignment; binders are the variables the line
     binds."""
     out: list = []
-    _render(jaxpr, 0, out, namer or _Namer())
+    _render(jaxpr, 0, out, namer or _CanonicalNames())
     return out
 
 
-def _render(j: Jaxpr, indent: int, out: list, nm: _Namer) -> None:
+def _render(j: Jaxpr, indent: int, out: list, nm: _CanonicalNames) -> None:
     pad = "  " * indent
 
     def binders(vs):
@@ -313,11 +313,11 @@ def semantic_diff(
         return None
     names_a = names_a or source_names(a)
     names_b = names_b or source_names(b)
-    na = _Namer()
+    na = _CanonicalNames()
     la = render_lines(a, na)
-    pairs = _paired_binders(la, render_lines(b, _Namer()))
+    pairs = _paired_binders(la, render_lines(b, _CanonicalNames()))
     preset = {id(vb): na.names[id(va)] for va, vb in pairs}
-    lb = render_lines(b, _Namer(preset, taken=set(na.names.values())))
+    lb = render_lines(b, _CanonicalNames(preset, taken=set(na.names.values())))
     lines = [f"--- {shown_path(a_name)}", f"+++ {shown_path(b_name)}"]
     names_b = _b_side_names(names_a, names_b, pairs, la, lb)
     shown_a, shown_b = render_lines(a, _Given(names_a)), render_lines(b, _Given(names_b))

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...ad.observe import Observer
 from ...core import (
     Eqn,
     Jaxpr,
@@ -248,7 +249,7 @@ def _zero(t) -> bool:
     return t is None or is_zero(t)
 
 
-class Recorder:
+class Recorder(Observer):
     """Observer of the AD walks (`ad.observe`) that fills an `ExplainData`.
 
     `namer` names the primal program and the forward walk; the linear program and the reverse
