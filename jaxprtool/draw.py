@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .core import Jaxpr, Literal, ShapedArray
-from .record import prim
+from .record import call_body, prim
 
 
 @dataclass
@@ -76,8 +76,8 @@ class _Walk:
 
     def eqn(self, e) -> None:
         rec = prim(e.prim)
-        body = e.params.get(rec.call_body) if rec.call_body else None
-        if isinstance(body, Jaxpr) and len(body.invars) == len(e.inputs):
+        body = call_body(e)
+        if body is not None and len(body.invars) == len(e.inputs):
             self.call(e, body)
         if rec.draw_domain is not None:
             for pos, need in rec.draw_domain(e).items():

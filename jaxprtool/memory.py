@@ -55,12 +55,12 @@ from .core import (
     Type,
     Var,
     eqn_subjaxprs,
-    subjaxprs,
     value_bytes,
 )
 from .expansion import refuse_large
 from .frozen import Frozen, set_field
 from .lazy import np
+from .record import call_body
 from .record import prim as record_of
 
 __all__ = [
@@ -364,13 +364,9 @@ class _Walk:
 
 def _inlined_body(e: Eqn) -> Jaxpr | None:
     """The body of a call whose equations are walked in place, or None."""
-    key = record_of(e.prim).call_body
-    if key is None or key not in e.params:
+    body = call_body(e)
+    if body is None:
         return None
-    found = subjaxprs(e.params[key])
-    if len(found) != 1:
-        return None
-    body = found[0]
     if len(body.invars) != len(e.inputs) or len(body.outvars) != len(e.outputs):
         return None
     return body

@@ -316,6 +316,19 @@ def prim(name: str) -> Primitive:
     return rec
 
 
+def call_body(eqn):
+    """The body of a call-like equation: the one jaxpr in the parameter its record names
+    (`Primitive.call_body`: `jit`'s `jaxpr`, `custom_jvp_call`'s `call_jaxpr`, ...), or None
+    (not a call, or the parameter holds no single jaxpr)."""
+    from .core import subjaxprs
+
+    key = prim(eqn.prim).call_body
+    if key is None or key not in eqn.params:
+        return None
+    found = subjaxprs(eqn.params[key])
+    return found[0] if len(found) == 1 else None
+
+
 def registered(name: str) -> bool:
     ensure_loaded(name)
     return name in _RECORDS

@@ -38,6 +38,11 @@ from __future__ import annotations
 import contextlib
 import contextvars
 
+#: the observer of the next outermost walk.  Context variables, not values passed down: the
+#: walks (`jvp_eval`, `backward_pass`) are entered from the API, the commands and from rules
+#: that differentiate nested bodies (which must see no observer: `take`), and `note` is
+#: called from inside any rule; per context, two threads' walks never see each other's
+#: observer.  They belong in the invocation value once the builder carries one (issue 47)
 _OBSERVER: contextvars.ContextVar = contextvars.ContextVar("jaxprtool_ad_observer", default=None)
 #: the notes of the observed step whose rule is running (None: no observed step)
 _NOTES: contextvars.ContextVar = contextvars.ContextVar("jaxprtool_ad_notes", default=None)
