@@ -20,7 +20,7 @@ import click
 from . import core
 from .core import InternalError, JaxprError, OverLimit, ProgramError, UsageProblem
 from .interrupt import exit_on_interrupt
-from .io import Reported, program_loc, report
+from .io import DEFAULT_MAX_INPUT, Reported, program_loc, report
 from .jax_required import missing_jax
 from .lazy import numpy_loaded
 from .outputs import InputPath, OutputPath, refuse_overlaps
@@ -300,6 +300,8 @@ class Options:
     color: str = "auto"
     #: where the invocation's diagnostics go (`diagnostics.Sink`)
     diagnostics: object = field(default_factory=lambda: _diagnostics().current())
+    #: --max-input-size: the most bytes of an input read
+    max_input: int = DEFAULT_MAX_INPUT
     #: --timing's table of the running command (`commands.driver.Timer`; None: no --timing)
     timer: object = None
 
@@ -363,10 +365,8 @@ def _set_max_equations(ctx, param, value):
 
 
 def _set_max_input_size(ctx, param, value):
-    from . import io
-
     if value is not None:
-        io.MAX_INPUT = value
+        options_of(ctx).max_input = value
 
 
 class Size(click.ParamType):
@@ -630,12 +630,12 @@ def main(
         plugins=plugins,
         color="never" if no_color else (color or "auto"),
         diagnostics=diagnostics.begin(diagnostic_format or "text"),
+        max_input=max_input_size or DEFAULT_MAX_INPUT,
     )
     param = next(p for p in ctx.command.params if p.name == "diagnostic_file")
     _set_output_file(ctx, param, diagnostic_file)
     _run_or_exit(ctx, check_environment)
     expansion.LIMIT = max_equations or expansion.DEFAULT_LIMIT
-    io.MAX_INPUT = max_input_size or io.DEFAULT_MAX_INPUT
     io.COLOR_MODE = ctx.obj.color
     if plugins:
         from .plugins import load_plugins

@@ -26,7 +26,6 @@ class Reported(Exception):
 
 #: the most bytes an input may hold (the global `--max-input-size`)
 DEFAULT_MAX_INPUT = 256 * 2**20
-MAX_INPUT = DEFAULT_MAX_INPUT
 
 
 class FoundPath(str):
@@ -35,17 +34,17 @@ class FoundPath(str):
     walk)."""
 
 
-def read_source(file: str | None) -> tuple[str, str]:
-    """(text, display path) from a path, `-` or None (standard input); at most MAX_INPUT
-    bytes (`/dev/zero` or an endless pipe is refused, naming it, instead of filling the
-    memory)."""
+def read_source(file: str | None, limit: int = DEFAULT_MAX_INPUT) -> tuple[str, str]:
+    """(text, display path) from a path, `-` or None (standard input); at most `limit`
+    bytes (--max-input-size: `/dev/zero` or an endless pipe is refused, naming it, instead
+    of filling the memory)."""
     if file in (None, "-"):
         path = "<stdin>"
-        data = _read_capped(sys.stdin.buffer, path, 0)
+        data = _read_capped(sys.stdin.buffer, path, 0, limit)
     else:
         try:
             with _open_input(file) as f:
-                data = _read_capped(f, file, os.fstat(f.fileno()).st_size)
+                data = _read_capped(f, file, os.fstat(f.fileno()).st_size, limit)
         except OSError as e:
             raise UsageProblem(f"cannot read '{file}': {e.strerror}", None) from None
         path = file
@@ -104,15 +103,15 @@ def _open_input(file: str):
 _CHUNK = 2**22
 
 
-def _read_capped(f, path: str, size_hint: int) -> bytes:
-    """The bytes of `f`, refused (at `path`) past MAX_INPUT."""
+def _read_capped(f, path: str, size_hint: int, limit: int) -> bytes:
+    """The bytes of `f`, refused (at `path`) past `limit`."""
     chunks, total = [], 0
-    want = min(size_hint, MAX_INPUT) + 1 if size_hint else _CHUNK
+    want = min(size_hint, limit) + 1 if size_hint else _CHUNK
     while chunk := f.read(want):
         total += len(chunk)
-        if total > MAX_INPUT:
+        if total > limit:
             raise OverLimit(
-                f"the input is larger than {human_size(MAX_INPUT)}, the most read "
+                f"the input is larger than {human_size(limit)}, the most read "
                 "(--max-input-size SIZE raises the limit)",
                 Loc(path, 1, 1),
             )

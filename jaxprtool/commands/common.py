@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..cli import keep_until_exit
+from ..cli import keep_until_exit, options_of
 from ..core import Eqn, Jaxpr, JaxprError, all_eqns
 from ..io import Reported, read_source, remember_source, report, warn
 from ..outputs import InputPath, OutputPath
@@ -28,7 +28,7 @@ def load(file: str | None, verify: bool = True) -> tuple[Jaxpr, str, str]:
     from .driver import timed
 
     with timed("read"):
-        text, path = read_source(file)
+        text, path = read_source(file, options_of().max_input)
     remember_source(path, text)
     jaxpr = parse_text(text, path, verify)
     keep_until_exit(jaxpr)  # (not freed equation by equation at the end)

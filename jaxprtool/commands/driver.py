@@ -512,10 +512,11 @@ def expand_inputs(files: Iterable[str]) -> list[str]:
 def read_parts(file: str | None, split: bool | str) -> list[Part]:
     """The parts of one input (one part without --split-input-file; `split="auto"`: split
     when the file has a `# -----` line)."""
+    from ..cli import options_of
     from ..io import read_source, remember_source
 
     with timed("read"):
-        text, path = read_source(file)
+        text, path = read_source(file, options_of().max_input)
     remember_source(path, text)
     if split == "auto":
         split = SPLIT_MARKER.search(text) is not None

@@ -387,17 +387,20 @@ def save_npz(outs, path: str) -> None:
 
 def write_outputs(outs, path: str | None, fmt: str | None) -> None:
     """The outputs to `path` in `fmt` (default: from the path: .npy one array, .json JSON,
-    else .npz); JSON goes to standard output without a path; npy-dir: PATH/out0.npy ..."""
+    else .npz), by that format's writer (`_WRITERS`); JSON goes to standard output without
+    a path; npy-dir: PATH/out0.npy ..."""
     if fmt is None:
         fmt = "json" if path and path.endswith(".json") else "npz"
-    if fmt == "json":
-        write_output(outputs_json(outs), path)
-        return
-    if path in (None, "-"):
+    if fmt != "json" and path in (None, "-"):
         raise UsageError(f"--output-format {fmt} needs -o PATH")
-    if fmt == "npz":
-        save_npz(outs, path)
-        return
+    _WRITERS[fmt](outs, path)
+
+
+def _write_json(outs, path: str | None) -> None:
+    write_output(outputs_json(outs), path)
+
+
+def _write_npy_dir(outs, path: str) -> None:
     if os.path.exists(path) and not os.path.isdir(path):
         raise UsageProblem(f"cannot write '{path}': it exists and is not a directory")
     refuse_planted_links(path)  # (before a folder is made at the end of a planted link)
@@ -409,3 +412,7 @@ def write_outputs(outs, path: str | None, fmt: str | None) -> None:
         buf = _io.BytesIO()
         np.save(buf, np.asarray(o), allow_pickle=False)
         write_output(buf.getvalue(), os.path.join(path, f"out{i}.npy"))
+
+
+#: run --output-format -> the writer of the outputs in it
+_WRITERS = {"json": _write_json, "npz": save_npz, "npy-dir": _write_npy_dir}

@@ -130,7 +130,6 @@ def check_grad(
     the table's caption lists every custom rule replaced by the body's derivative, and
     --custom-rules strict refuses each such replacement.
     """
-    from ..io import progress
     from ..jax_required import require_jax
     from .driver import expand_inputs
 
@@ -156,25 +155,33 @@ def check_grad(
         tolerances={"tol": tol, "dot_tol": dot_tol, "eps": eps},
     )
     tally = _Tally(len(inputs), as_json)
+    if not _check_each(inputs, point, custom_rules, settings, tally):
+        return ExitStatus.ERROR
+    tally.finish()
+    return ExitStatus.ERROR if tally.trouble else ExitStatus.FAILURE if tally.failed else None
+
+
+def _check_each(inputs, point, custom_rules, settings: dict, tally: _Tally) -> bool:
+    """Check every input file into `tally`; False when nothing can be checked (JAX is
+    missing: said)."""
+    from ..io import progress
+
     debug = options_of().debug
     with progress(f"check-grad: 0 of {len(inputs)} files") as prog:
         for k, file in enumerate(inputs):
             prog.update(f"check-grad: {k} of {len(inputs)} files ({file})")
             try:
                 path, checks, replaced = _check_file(file, point, custom_rules, settings)
-            except _Trouble as t:
-                if t.fatal:
-                    return ExitStatus.ERROR
+            except _Trouble:
                 tally.trouble = True
                 continue
             except Exception as e:  # noqa: BLE001 - any trouble is exit 2, never a traceback
                 if _internal_trouble(file, e, debug):
-                    return ExitStatus.ERROR
+                    return False
                 tally.trouble = True
                 continue
             tally.add(path, checks, replaced)
-    tally.finish()
-    return ExitStatus.ERROR if tally.trouble else ExitStatus.FAILURE if tally.failed else None
+    return True
 
 
 class _Point(NamedTuple):
@@ -189,12 +196,7 @@ class _Point(NamedTuple):
 
 
 class _Trouble(Exception):
-    """A file that could not be checked, already reported; `fatal`: nothing can be (exit 2
-    at once)."""
-
-    def __init__(self, fatal: bool = False):
-        super().__init__()
-        self.fatal = fatal
+    """A file that could not be checked, already reported."""
 
 
 def _check_file(file, point: _Point, custom_rules, settings: dict):
