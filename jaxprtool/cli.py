@@ -209,6 +209,10 @@ class LazyGroup(click.Group):
         _add_global_options(cmd)
         return cmd
 
+    def make_context(self, info_name, args, parent=None, **extra):
+        with _short_usage_messages():
+            return super().make_context(info_name, args, parent, **extra)
+
     def invoke(self, ctx):
         """Run the command and end the process with the exit status it returns; the
         machine-readable diagnostics it collected (json, sarif) are written when it ends,
@@ -227,10 +231,6 @@ class LazyGroup(click.Group):
         if status:
             ctx.exit(int(status))
         return status
-
-    def make_context(self, info_name, args, parent=None, **extra):
-        with _short_usage_messages():
-            return super().make_context(info_name, args, parent, **extra)
 
     def resolve_command(self, ctx, args):
         if args and not args[0].startswith("-") and args[0] not in COMMANDS:
@@ -288,6 +288,13 @@ class Command(click.Command):
         return super().invoke(ctx)
 
 
+def _current_sink():
+    """The diagnostics sink reports go to now (`diagnostics` is imported when asked)."""
+    from . import diagnostics
+
+    return diagnostics.current()
+
+
 @dataclass
 class Options:
     """The global options of one invocation (ruff's global configuration): made by the
@@ -299,17 +306,11 @@ class Options:
     plugins: tuple[str, ...] = ()
     color: str = "auto"
     #: where the invocation's diagnostics go (`diagnostics.Sink`)
-    diagnostics: object = field(default_factory=lambda: _diagnostics().current())
+    diagnostics: object = field(default_factory=_current_sink)
     #: --max-input-size: the most bytes of an input read
     max_input: int = DEFAULT_MAX_INPUT
     #: --timing's table of the running command (`commands.driver.Timer`; None: no --timing)
     timer: object = None
-
-
-def _diagnostics():
-    from . import diagnostics
-
-    return diagnostics
 
 
 def options_of(ctx: click.Context | None = None) -> Options:

@@ -18,8 +18,11 @@ They go to standard output when the command leaves it free (`check`; `-o OUT` gi
 `cli._stdout_free`), else to standard error (the program keeps standard output), or with
 `--output-file FILE` to FILE when the command ends (the text diagnostics too).
 
-`begin()` and `end()` bracket one invocation of the command line; `emit(err, kind)` takes
-each diagnostic.
+Each format is one emitter (`EMITTERS`: `TextEmitter`, `GithubEmitter`, `JsonEmitter`,
+`SarifEmitter`); a `Sink` holds the invocation's emitter and where its document goes.
+`begin()` and `end()` bracket one invocation of the command line (its sink is on the
+invocation's options, `cli.Options.diagnostics`); `io.report(err, kind)` hands each diagnostic
+to it.
 """
 
 from __future__ import annotations

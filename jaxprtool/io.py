@@ -24,6 +24,13 @@ class Reported(Exception):
     exit_code = 1
 
 
+class ReportedTrouble(Reported):
+    """Diagnostics of trouble were printed already (an input file that could not be read,
+    among others that were): exit 2, as bad usage."""
+
+    exit_code = 2
+
+
 #: the most bytes an input may hold (the global `--max-input-size`)
 DEFAULT_MAX_INPUT = 256 * 2**20
 

@@ -28,7 +28,7 @@ from contextlib import contextmanager, nullcontext
 import click
 
 from ..core import Jaxpr, JaxprError, Loc, ProgramError
-from ..io import Reported
+from ..io import Reported, ReportedTrouble
 
 #: a line that separates the programs of a split input file: `# -----` or `// -----`
 #: (anything after the dashes is a comment: pass dumps put their header there)
@@ -593,9 +593,7 @@ def run_parts(
             with timed("write"):
                 write_program(joined, out)
         if unreadable:
-            failed = Reported()
-            failed.exit_code = 2  # a missing file is bad usage, as with one file
-            raise failed
+            raise ReportedTrouble()  # a missing file is bad usage, as with one file
         return ok
     finally:
         if options.timer is not None:
