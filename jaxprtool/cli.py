@@ -13,7 +13,6 @@ import functools
 import importlib
 import os
 import sys
-from dataclasses import dataclass, field
 
 import click
 
@@ -295,22 +294,33 @@ def _current_sink():
     return diagnostics.current()
 
 
-@dataclass
 class Options:
     """The global options of one invocation (ruff's global configuration): made by the
     group from the flags before the command, completed by those after it, kept in the root
-    context's `obj`, and read by the commands through `options_of`."""
+    context's `obj`, and read by the commands through `options_of`.  (A plain class: a
+    dataclass would import `dataclasses` into the start-up of every command.)"""
 
-    debug: bool = False
-    jax_style: str | None = None
-    plugins: tuple[str, ...] = ()
-    color: str = "auto"
-    #: where the invocation's diagnostics go (`diagnostics.Sink`)
-    diagnostics: object = field(default_factory=_current_sink)
-    #: --max-input-size: the most bytes of an input read
-    max_input: int = DEFAULT_MAX_INPUT
-    #: --timing's table of the running command (`commands.driver.Timer`; None: no --timing)
-    timer: object = None
+    __slots__ = ("debug", "jax_style", "plugins", "color", "diagnostics", "max_input", "timer")
+
+    def __init__(
+        self,
+        debug: bool = False,
+        jax_style: str | None = None,
+        plugins: tuple[str, ...] = (),
+        color: str = "auto",
+        diagnostics=None,
+        max_input: int = DEFAULT_MAX_INPUT,
+    ):
+        self.debug = debug
+        self.jax_style = jax_style
+        self.plugins = plugins
+        self.color = color
+        #: where the invocation's diagnostics go (`diagnostics.Sink`)
+        self.diagnostics = diagnostics if diagnostics is not None else _current_sink()
+        #: --max-input-size: the most bytes of an input read
+        self.max_input = max_input
+        #: --timing's table of the running command (`commands.driver.Timer`; None: none)
+        self.timer = None
 
 
 def options_of(ctx: click.Context | None = None) -> Options:
