@@ -20,7 +20,7 @@ from ..core import Eqn, Jaxpr, Literal, ShapedArray, eqn_subjaxprs, np_dtype
 from ..lazy import np
 from ..record import prim
 from .base import Pass
-from .common import EqnRewrite, eqn_has_effects, recursive_pass
+from .common import EqnRewrite, eqn_has_effects, recursive_pass, unseen_eqns
 
 
 def fold(jaxpr: Jaxpr) -> Jaxpr:
@@ -43,8 +43,15 @@ FOLD = Pass(
 )
 
 
+def fold_settled(last: Jaxpr, program: Jaxpr) -> bool:
+    """Whether `fold(program)` is `program`, where `last` is a program fold returned and
+    `program` differs from it by equations removed or replaced (`canonicalize`'s next
+    round): fold looks at each equation alone, so only those made anew are looked at."""
+    return program is last or _nothing_to_fold(unseen_eqns(last, program))
+
+
 def _fold(jaxpr: Jaxpr, go) -> Jaxpr:
-    if _nothing_to_fold(jaxpr):
+    if _nothing_to_fold(jaxpr.eqns):
         return jaxpr  # what the walk below returns when it folds nothing
     rw = EqnRewrite(jaxpr, go)
     for e in rw:
@@ -57,10 +64,10 @@ def _fold(jaxpr: Jaxpr, go) -> Jaxpr:
     return rw.result()
 
 
-def _nothing_to_fold(jaxpr: Jaxpr) -> bool:
+def _nothing_to_fold(eqns) -> bool:
     """No equation has only literal operands, and none has a nested jaxpr: a cheap look that
     spares the rewrite in the common case."""
-    for e in jaxpr.eqns:
+    for e in eqns:
         inputs = e.inputs
         if inputs and isinstance(inputs[0], Literal) and _all_literals(inputs):
             return False

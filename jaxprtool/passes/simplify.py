@@ -32,7 +32,7 @@ from ..core import Jaxpr, Literal, ShapedArray, Var
 from ..params import as_int_tuple
 from ..record import prim
 from .base import Pass
-from .common import EqnRewrite, recursive_pass, same_type
+from .common import EqnRewrite, has_subjaxprs, recursive_pass, same_type
 
 
 def simplify(jaxpr: Jaxpr) -> Jaxpr:
@@ -78,11 +78,51 @@ def _simplify(jaxpr: Jaxpr, go) -> Jaxpr:
     return rw.result()
 
 
+def simplify_settled(last: Jaxpr, program: Jaxpr) -> bool:
+    """Whether `simplify(program)` is `program`, where `last` is a program simplify returned
+    and `program` differs from it by equations removed or replaced (`canonicalize`'s next
+    round).  A rule sees its equation and the equations that make its operands (`Context`),
+    and simplify is idempotent: an equation it kept, whose operands' producers are the ones
+    it saw, is kept again.  So only the equations made anew and those that read their
+    results are asked (one with nested jaxprs made anew: not settled)."""
+    if program is last:
+        return True
+    seen = set(map(id, last.eqns))
+    fresh: set[int] = set()  # the results of the equations made anew
+    ask = []
+    for e in program.eqns:
+        if id(e) not in seen:
+            if has_subjaxprs(e):
+                return False
+            fresh.update(map(id, e.outputs))
+            ask.append(e)
+        elif fresh and not fresh.isdisjoint(map(id, e.inputs)):
+            ask.append(e)
+    if not ask:
+        return True
+    ctx = Context()
+    needed = {id(a) for e in ask for a in e.inputs}
+    producers = ctx.producers
+    for e in program.eqns:
+        for o in e.outputs:
+            if id(o) in needed:
+                producers[id(o)] = e
+    for e in ask:
+        outs = e.outputs
+        rule = prim(e.prim).simplify if len(outs) == 1 else None
+        r = rule(e, ctx) if rule is not None else None
+        if r is not None and same_type(r, outs[0]):
+            return False
+    return True
+
+
 _UNASKED = object()
 
 
 class Context:
-    """What a primitive's simplification rule may ask about the program so far."""
+    """What a primitive's simplification rule may ask about the program so far: the
+    equations that make its equation's operands, no further (`simplify_settled` relies on
+    it)."""
 
     def __init__(self):
         self.producers: dict[int, object] = {}
