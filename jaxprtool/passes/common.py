@@ -289,8 +289,8 @@ def unseen_eqns(last: Jaxpr, program: Jaxpr) -> list[Eqn]:
     """The equations of `program` that are not (by identity) equations of `last`: in
     `canonicalize`, those that the passes run since `last` made anew (they only remove and
     replace equations)."""
-    seen = set(map(id, last.eqns))
-    return [e for e in program.eqns if id(e) not in seen]
+    seen = set(last.eqns)  # (equations hash and compare by identity)
+    return [e for e in program.eqns if e not in seen]
 
 
 def literal_value(a: Atom):

@@ -96,8 +96,8 @@ def cse_settled(last: Jaxpr, program: Jaxpr) -> bool:
         if key in keys or has_subjaxprs(e):
             return False
         keys.add(key)
-    fresh = set(map(id, new))
-    return not any((e.prim, e.inputs) in keys for e in program.eqns if id(e) not in fresh)
+    fresh = set(new)
+    return not any((e.prim, e.inputs) in keys for e in program.eqns if e not in fresh)
 
 
 class _Candidate:

@@ -55,7 +55,7 @@ def _fold(jaxpr: Jaxpr, go) -> Jaxpr:
         return jaxpr  # what the walk below returns when it folds nothing
     rw = EqnRewrite(jaxpr, go)
     for e in rw:
-        if _all_literals(e.inputs) and len(e.outputs) == 1 and prim(e.prim).fold is not None:
+        if _may_fold(e):
             lit = fold_eqn(e)
             if lit is not None and not eqn_has_effects(e):
                 rw.drop(e.outputs, (lit,))
@@ -65,15 +65,21 @@ def _fold(jaxpr: Jaxpr, go) -> Jaxpr:
 
 
 def _nothing_to_fold(eqns) -> bool:
-    """No equation has only literal operands, and none has a nested jaxpr: a cheap look that
+    """No equation may fold (`_may_fold`) and none has a nested jaxpr: a cheap look that
     spares the rewrite in the common case."""
     for e in eqns:
         inputs = e.inputs
-        if inputs and isinstance(inputs[0], Literal) and _all_literals(inputs):
+        if inputs and isinstance(inputs[0], Literal) and _may_fold(e):
             return False
         if not e.no_subjaxprs and eqn_subjaxprs(e):
             return False
     return True
+
+
+def _may_fold(e: Eqn) -> bool:
+    """Literal operands only, one result and a fold rule: `fold_eqn` is asked (AD's
+    `broadcast_in_dim 1.0` seeds have no rule)."""
+    return _all_literals(e.inputs) and len(e.outputs) == 1 and prim(e.prim).fold is not None
 
 
 def _all_literals(inputs) -> bool:
