@@ -92,8 +92,7 @@ def test_only_dce_changed_one_round(monkeypatch):
 
 def test_cse_merge_confirmed_without_rerunning(monkeypatch):
     j = program(
-        "{ lambda ; a:f32[3]. let b:f32[3] = sin a; c:f32[3] = sin a; "
-        "d:f32[3] = add b c in (d,) }"
+        "{ lambda ; a:f32[3]. let b:f32[3] = sin a; c:f32[3] = sin a; d:f32[3] = add b c in (d,) }"
     )
     out, c = counted_canonicalize(monkeypatch, j)
     assert c.runs == ["simplify", "fold", "cse", "dce"]
@@ -118,8 +117,7 @@ def test_cse_merge_that_simplify_then_takes(monkeypatch):
 def test_fold_then_simplify(monkeypatch):
     """A folded literal one makes a mul simplify in the next round."""
     j = program(
-        "{ lambda ; a:f32[]. let b:f32[] = add 0.5:f32[] 0.5:f32[]; c:f32[] = mul a b "
-        "in (c,) }"
+        "{ lambda ; a:f32[]. let b:f32[] = add 0.5:f32[] 0.5:f32[]; c:f32[] = mul a b in (c,) }"
     )
     out, c = counted_canonicalize(monkeypatch, j)
     assert c.runs[:4] == ["simplify", "fold", "cse", "dce"] and c.runs[4] == "simplify"

@@ -31,9 +31,7 @@ def canonicalize(jaxpr: Jaxpr, max_iterations: int = MAX_ROUNDS) -> Jaxpr:
         nxt = cur
         for run, settled in ROUND:
             done = last.get(run)
-            if done is not None and (
-                nxt is done or (settled is not None and settled(done, nxt))
-            ):
+            if done is not None and (nxt is done or (settled is not None and settled(done, nxt))):
                 last[run] = nxt
                 continue
             nxt = last[run] = run(nxt)
