@@ -223,3 +223,25 @@ def test_settled_on_the_same_program(settled_name):
     k = j.replace(eqns=[j.eqns[0], j.eqns[1].replace(inputs=(j.invars[0],))])
     assert isinstance(k.eqns[1].inputs[0], Var)
     assert settled(j, k) == (settled_name != "cse_settled")
+
+
+def test_fold_leaves_a_program_without_foldable_equations_alone(monkeypatch):
+    """AD's `broadcast_in_dim 1.0` seed has only literal operands but no fold rule: fold
+    returns the program itself without a rewrite walk; a scalar add of literals folds."""
+    from jaxprtool.passes import fold as fold_mod
+
+    walks = []
+
+    class Counting(fold_mod.EqnRewrite):
+        def __init__(self, jaxpr, go):
+            walks.append(jaxpr)
+            super().__init__(jaxpr, go)
+
+    monkeypatch.setattr(fold_mod, "EqnRewrite", Counting)
+    j = program(
+        "{ lambda ; a:f32[3]. let b:f32[3] = broadcast_in_dim[broadcast_dimensions=() "
+        "shape=(3,) sharding=None] 1.0:f32[]; c:f32[3] = mul a b in (c,) }"
+    )
+    assert fold(j) is j and walks == []
+    k = program("{ lambda ; a:f32[]. let b:f32[] = add 1.0:f32[] 2.0:f32[] in (b,) }")
+    assert len(fold(k).eqns) == 0 and walks == [k]
