@@ -189,8 +189,6 @@ _REVERSE_REMAT_OPTIONS = (*_REMAT_OPTIONS, _remat_device, _remat_no_xla)
 
 
 def _remat_usage(remat, remat_budget, dim_specs=(), remat_segments=None):
-    from .run_options import parse_dims
-
     if remat is not None and remat_budget is not None:
         raise UsageError("--remat and --remat-budget are mutually exclusive")
     spec = remat or remat_budget
@@ -203,11 +201,20 @@ def _remat_usage(remat, remat_budget, dim_specs=(), remat_segments=None):
             with_segments(spec, remat_segments)
         except ValueError as e:
             raise UsageError(str(e)) from None
-    if parse_dims(dim_specs) and not (spec is not None and _byte_weighted(spec)):
+    if _dims(dim_specs) and not (spec is not None and _byte_weighted(spec)):
         raise UsageError(
             "--dim sizes the residual bytes of --remat-budget and --remat min-cut; "
             "without one of them it has no use"
         )
+
+
+def _dims(dim_specs) -> dict[str, int]:
+    """The `--dim` sizes (the option parser is loaded only when one is given)."""
+    if not dim_specs:
+        return {}
+    from .run_options import parse_dims
+
+    return parse_dims(dim_specs)
 
 
 def _check_names(spec, program) -> None:
@@ -227,16 +234,14 @@ def _byte_weighted(spec) -> bool:
 def _with_remat(job, remat, remat_budget, fn, dim_specs=(), remat_segments=None):
     """fn(spec, plans): the transformation under the rematerialization asked for (the spec,
     or None), given a list to collect the plans into; they are printed on standard error."""
-    import dataclasses
-
-    from .run_options import parse_dims
-
     spec = remat or remat_budget
     if spec is None:
         return fn(None, None)
+    import dataclasses
+
     _check_names(spec, job.input)
     if _byte_weighted(spec):
-        dims = parse_dims(dim_specs)
+        dims = _dims(dim_specs)
         _require_static_bytes(job.input, dims)
         spec = dataclasses.replace(spec, dims=tuple(sorted(dims.items())))
     if remat_segments is not None:

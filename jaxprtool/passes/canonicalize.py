@@ -1,25 +1,40 @@
-"""`canonicalize`: simplify, fold, cse and dce repeated until nothing changes."""
+"""`canonicalize`: simplify, fold, cse and dce repeated until nothing changes.
+
+A pass is not run again on a program that it is known to leave alone: the program it
+returned last (each pass is idempotent), or one that differs from it only where its
+`settled` check finds nothing for it to do (the equations the other passes made anew since).
+The programs of each round are those of running every pass: only the runs that would return
+their input are left out (the round that confirms the fixed point, most of all)."""
 
 from __future__ import annotations
 
 from ..core import Jaxpr, alpha_equal
 from .base import Pass, PassOption
-from .cse import cse
+from .cse import cse, cse_settled
 from .dce import dce
-from .fold import fold
-from .simplify import simplify
+from .fold import fold, fold_settled
+from .simplify import simplify, simplify_settled
 
 MAX_ROUNDS = 20
+
+#: the passes of a round, in order, each with its check `settled(last, program)`: whether
+#: the pass returns `program` unchanged, where `last` is a program it returned and `program`
+#: differs from it by equations removed or replaced (None: only `program is last` is known)
+ROUND = ((simplify, simplify_settled), (fold, fold_settled), (cse, cse_settled), (dce, None))
 
 
 def canonicalize(jaxpr: Jaxpr, max_iterations: int = MAX_ROUNDS) -> Jaxpr:
     """simplify,fold,cse,dce to a fixed point (at most `max_iterations` rounds)."""
     cur = jaxpr
-    dced = None  # the program dce last returned: dce is idempotent, so it is dce's own
+    last: dict = {}  # pass -> the program it returned last, or was found to leave alone
     for _ in range(max_iterations):
-        nxt = cse(fold(simplify(cur)))
-        if nxt is not dced:  # the confirming round's dce, when nothing else changed, is not run
-            nxt = dced = dce(nxt)
+        nxt = cur
+        for run, settled in ROUND:
+            done = last.get(run)
+            if done is not None and (nxt is done or (settled is not None and settled(done, nxt))):
+                last[run] = nxt
+                continue
+            nxt = last[run] = run(nxt)
         if nxt is cur or alpha_equal(nxt, cur):
             return cur
         cur = nxt

@@ -281,6 +281,18 @@ class EqnRewrite:
         return jaxpr.replace(eqns=self.eqns, outvars=outvars)
 
 
+def has_subjaxprs(e: Eqn) -> bool:
+    return not e.no_subjaxprs and bool(eqn_subjaxprs(e))
+
+
+def unseen_eqns(last: Jaxpr, program: Jaxpr) -> list[Eqn]:
+    """The equations of `program` that are not (by identity) equations of `last`: in
+    `canonicalize`, those that the passes run since `last` made anew (they only remove and
+    replace equations)."""
+    seen = set(last.eqns)  # (equations hash and compare by identity)
+    return [e for e in program.eqns if e not in seen]
+
+
 def literal_value(a: Atom):
     """The Python value of a scalar literal, else None."""
     return a.value if isinstance(a, Literal) else None

@@ -14,7 +14,14 @@ from __future__ import annotations
 from ..core import Jaxpr, _AlphaEq, params_fingerprint
 from ..text.printer import printed_params
 from .base import Pass
-from .common import EqnRewrite, eqn_is_pure, recursive_pass, same_type
+from .common import (
+    EqnRewrite,
+    eqn_is_pure,
+    has_subjaxprs,
+    recursive_pass,
+    same_type,
+    unseen_eqns,
+)
 
 
 def cse(jaxpr: Jaxpr) -> Jaxpr:
@@ -70,6 +77,27 @@ def _cse(jaxpr: Jaxpr, go) -> Jaxpr:
             same.append(cand)
         rw.keep(e)
     return rw.result()
+
+
+def cse_settled(last: Jaxpr, program: Jaxpr) -> bool:
+    """Whether `cse(program)` is `program`, where `last` is a program cse returned and
+    `program` differs from it by equations removed or replaced (`canonicalize`'s next
+    round).  cse merges an equation only with one of the same primitive and operands, and
+    merges none of `last`'s equations: only an equation made anew may merge, with another
+    of its key (one with nested jaxprs made anew: not settled)."""
+    if program is last:
+        return True
+    new = unseen_eqns(last, program)
+    if not new:
+        return True
+    keys = set()
+    for e in new:
+        key = (e.prim, e.inputs)
+        if key in keys or has_subjaxprs(e):
+            return False
+        keys.add(key)
+    fresh = set(new)
+    return not any((e.prim, e.inputs) in keys for e in program.eqns if e not in fresh)
 
 
 class _Candidate:

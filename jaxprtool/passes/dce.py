@@ -127,26 +127,7 @@ class _DCE:
         def ref_live(r) -> bool:
             return id(r) in live or id(r) not in local
 
-        new_eqns: list[Eqn] = []
-        changed = False
-        for e in reversed(jaxpr.eqns):
-            if live.isdisjoint(map(id, e.outputs)) and not eqn_has_live_effects(e, ref_live):
-                changed = True  # dead
-                continue
-            if e.no_subjaxprs or not eqn_subjaxprs(e):  # kept whole: rules are for bodies
-                new_eqns.append(e)
-                live.update(map(id, e.inputs))  # a literal's id is no live Var's
-                continue
-            used_outs = [id(o) in live for o in e.outputs]
-            live_ins = [not is_ref(a) or ref_live(a) for a in e.inputs]
-            used_ins, ne = self.rule(e, used_outs, live_ins)
-            if ne is not e:
-                changed = True
-            if ne is not None:
-                new_eqns.append(ne)
-                for a, u in zip(e.inputs, used_ins):
-                    if u and isinstance(a, Var):
-                        live.add(id(a))
+        new_eqns, changed = self._sweep(jaxpr.eqns, live, ref_live)
         used_inputs = [bool(i) or id(v) in live for v, i in zip(jaxpr.invars, instantiate)]
         if not changed and all(used_inputs) and all(used_outputs):
             return self.memo.put(key, (jaxpr, used_inputs))
@@ -156,6 +137,36 @@ class _DCE:
             outvars=[v for v, u in zip(jaxpr.outvars, used_outputs) if u],
         )
         return self.memo.put(key, (new, used_inputs))
+
+    def _sweep(self, eqns, live: set[int], ref_live) -> tuple[list[Eqn], bool]:
+        """The equations kept (pruned by their rules), last first, and whether any was
+        removed or rewritten; `live` (the ids of the Vars read later) takes the operands
+        of those kept."""
+        kept: list[Eqn] = []
+        keep, read, unread = kept.append, live.update, live.isdisjoint
+        changed = False
+        for e in reversed(eqns):
+            outs = e.outputs
+            # (one result, most equations: its id looked up without a map over the tuple)
+            dead = id(outs[0]) not in live if len(outs) == 1 else unread(map(id, outs))
+            if dead and not eqn_has_live_effects(e, ref_live):
+                changed = True
+                continue
+            if e.no_subjaxprs or not eqn_subjaxprs(e):  # kept whole: rules are for bodies
+                keep(e)
+                read(map(id, e.inputs))  # a literal's id is no live Var's
+                continue
+            used_outs = [id(o) in live for o in outs]
+            live_ins = [not is_ref(a) or ref_live(a) for a in e.inputs]
+            used_ins, ne = self.rule(e, used_outs, live_ins)
+            if ne is not e:
+                changed = True
+            if ne is not None:
+                keep(ne)
+                for a, u in zip(e.inputs, used_ins):
+                    if u and isinstance(a, Var):
+                        live.add(id(a))
+        return kept, changed
 
     def clean(self, j: Jaxpr) -> Jaxpr:
         """DCE inside a nested jaxpr, keeping its signature."""

@@ -20,7 +20,7 @@ from ..core import Eqn, Jaxpr, Literal, ShapedArray, eqn_subjaxprs, np_dtype
 from ..lazy import np
 from ..record import prim
 from .base import Pass
-from .common import EqnRewrite, eqn_has_effects, recursive_pass
+from .common import EqnRewrite, eqn_has_effects, recursive_pass, unseen_eqns
 
 
 def fold(jaxpr: Jaxpr) -> Jaxpr:
@@ -43,12 +43,19 @@ FOLD = Pass(
 )
 
 
+def fold_settled(last: Jaxpr, program: Jaxpr) -> bool:
+    """Whether `fold(program)` is `program`, where `last` is a program fold returned and
+    `program` differs from it by equations removed or replaced (`canonicalize`'s next
+    round): fold looks at each equation alone, so only those made anew are looked at."""
+    return program is last or _nothing_to_fold(unseen_eqns(last, program))
+
+
 def _fold(jaxpr: Jaxpr, go) -> Jaxpr:
-    if _nothing_to_fold(jaxpr):
+    if _nothing_to_fold(jaxpr.eqns):
         return jaxpr  # what the walk below returns when it folds nothing
     rw = EqnRewrite(jaxpr, go)
     for e in rw:
-        if _all_literals(e.inputs) and len(e.outputs) == 1 and prim(e.prim).fold is not None:
+        if _may_fold(e):
             lit = fold_eqn(e)
             if lit is not None and not eqn_has_effects(e):
                 rw.drop(e.outputs, (lit,))
@@ -57,16 +64,22 @@ def _fold(jaxpr: Jaxpr, go) -> Jaxpr:
     return rw.result()
 
 
-def _nothing_to_fold(jaxpr: Jaxpr) -> bool:
-    """No equation has only literal operands, and none has a nested jaxpr: a cheap look that
+def _nothing_to_fold(eqns) -> bool:
+    """No equation may fold (`_may_fold`) and none has a nested jaxpr: a cheap look that
     spares the rewrite in the common case."""
-    for e in jaxpr.eqns:
+    for e in eqns:
         inputs = e.inputs
-        if inputs and isinstance(inputs[0], Literal) and _all_literals(inputs):
+        if inputs and isinstance(inputs[0], Literal) and _may_fold(e):
             return False
         if not e.no_subjaxprs and eqn_subjaxprs(e):
             return False
     return True
+
+
+def _may_fold(e: Eqn) -> bool:
+    """Literal operands only, one result and a fold rule: `fold_eqn` is asked (AD's
+    `broadcast_in_dim 1.0` seeds have no rule)."""
+    return _all_literals(e.inputs) and len(e.outputs) == 1 and prim(e.prim).fold is not None
 
 
 def _all_literals(inputs) -> bool:

@@ -32,7 +32,7 @@ from ..core import Jaxpr, Literal, ShapedArray, Var
 from ..params import as_int_tuple
 from ..record import prim
 from .base import Pass
-from .common import EqnRewrite, recursive_pass, same_type
+from .common import EqnRewrite, has_subjaxprs, recursive_pass, same_type
 
 
 def simplify(jaxpr: Jaxpr) -> Jaxpr:
@@ -58,36 +58,98 @@ SIMPLIFY = Pass(
 def _simplify(jaxpr: Jaxpr, go) -> Jaxpr:
     rw = EqnRewrite(jaxpr, go)
     ctx = Context()
-    producers = ctx.producers
-    rules: dict[str, object] = {}  # primitive -> its simplify rule (asked once per primitive)
+    producers, made = ctx.producers, ctx.made
+    rules = ctx.rules
     keep = rw.keep
     for e in rw:
         outs = e.outputs
+        p = e.prim
+        rule, fills = rules.get(p) or ctx.rules_of(p)
         if len(outs) == 1:
-            p = e.prim
-            rule = rules[p] if p in rules else rules.setdefault(p, prim(p).simplify)
             r = rule(e, ctx) if rule is not None else None
             if r is not None and same_type(r, outs[0]):
                 rw.drop(outs, (r,))
                 continue
             producers[id(outs[0])] = e
+            if fills is not None:
+                made(e, fills)
         else:
             for o in outs:
                 producers[id(o)] = e
+            if fills is not None:
+                made(e, fills)
         keep(e)
     return rw.result()
 
 
-_UNASKED = object()
+def simplify_settled(last: Jaxpr, program: Jaxpr) -> bool:
+    """Whether `simplify(program)` is `program`, where `last` is a program simplify returned
+    and `program` differs from it by equations removed or replaced (`canonicalize`'s next
+    round).  A rule sees its equation and the equations that make its operands (`Context`),
+    and simplify is idempotent: an equation it kept, whose operands' producers are the ones
+    it saw, is kept again.  So only the equations made anew and those that read their
+    results are asked (one with nested jaxprs made anew: not settled)."""
+    if program is last:
+        return True
+    seen = set(last.eqns)  # (equations hash and compare by identity)
+    fresh: set[int] = set()  # the results of the equations made anew
+    ask = []
+    for e in program.eqns:
+        if e not in seen:
+            if has_subjaxprs(e):
+                return False
+            fresh.update(map(id, e.outputs))
+            ask.append(e)
+        elif fresh and not fresh.isdisjoint(map(id, e.inputs)):
+            ask.append(e)
+    if not ask:
+        return True
+    ctx = Context()
+    needed = {id(a) for e in ask for a in e.inputs}
+    for e in program.eqns:
+        for o in e.outputs:
+            if id(o) in needed:
+                ctx.producers[id(o)] = e
+                fills = ctx.rules_of(e.prim)[1]
+                if fills is not None:
+                    ctx.made(e, fills)
+    for e in ask:
+        outs = e.outputs
+        rule = ctx.rules_of(e.prim)[0] if len(outs) == 1 else None
+        r = rule(e, ctx) if rule is not None else None
+        if r is not None and same_type(r, outs[0]):
+            return False
+    return True
 
 
 class Context:
-    """What a primitive's simplification rule may ask about the program so far."""
+    """What a primitive's simplification rule may ask about the program so far: the
+    equations that make its equation's operands, no further (`simplify_settled` relies on
+    it)."""
 
     def __init__(self):
         self.producers: dict[int, object] = {}
-        #: primitive -> its `fills_with` rule (asked of each primitive once per pass)
-        self._fills: dict[str, object] = {}
+        #: id of a result -> the scalar its producer fills it with (its `fills_with` rule),
+        #: worked out when the producer is kept
+        self.consts: dict[int, object] = {}
+        #: primitive -> (its simplify rule, its fills_with rule): asked once per pass
+        self.rules: dict[str, tuple] = {}
+
+    def rules_of(self, name: str) -> tuple:
+        got = self.rules.get(name)
+        if got is None:
+            rec = prim(name)
+            got = self.rules[name] = (rec.simplify, rec.fills_with)
+        return got
+
+    def made(self, e, fills) -> None:
+        """`e` is kept and its primitive has the `fills_with` rule `fills`: remember the
+        literal it fills each result of its dtype with."""
+        x = fills(e)
+        if isinstance(x, Literal):
+            for o in e.outputs:
+                if dtype_of(x) == dtype_of(o):
+                    self.consts[id(o)] = x.value
 
     def producer(self, a):
         """The equation that computed the Var `a` (None for inputs and literals)."""
@@ -98,16 +160,7 @@ class Context:
         producing primitive's `fills_with` rule says is filled with a literal."""
         if isinstance(a, Literal):
             return a.value
-        p = self.producers.get(id(a))  # self.producer(a): `a` is a Var
-        if p is not None:
-            n = p.prim
-            fills = self._fills.get(n, _UNASKED)
-            if fills is _UNASKED:
-                fills = self._fills[n] = prim(n).fills_with
-            x = fills(p) if fills is not None else None
-            if isinstance(x, Literal) and dtype_of(x) == dtype_of(a):
-                return x.value
-        return None
+        return self.consts.get(id(a))
 
 
 def dtype_of(a):
