@@ -54,6 +54,7 @@ JAX does (own names, own shared jaxprs, column 0, width 80).
 from __future__ import annotations
 
 import itertools
+import marshal
 import re
 import string
 from typing import Any
@@ -320,6 +321,7 @@ class _Printer:
         self.twin_keys: dict[int, tuple | None] = {}
         self.no_twins: set[int] = set()
         self.value_cache: dict = {}
+        self.tree_texts: dict[bytes, str | None] = {}  # `_tree_text`'s
         # id(value) -> printed text, for one printout (`keep` holds the values alive)
         self.value_ids: dict[int, str] = {}
         self.recs: dict[str, Any] = {}  # prim -> its record
@@ -751,13 +753,27 @@ class _Printer:
         """The text of a parameter value, kept by its id for the printout (`value_ids`), or
         None for a jaxpr or a tuple of them (printed as a document)."""
         c = v.__class__
-        if (c is list or (c is tuple and v)) and (t := _int_tree_text(v)) is not None:
+        if (c is list or (c is tuple and v)) and (t := self._tree_text(v)) is not None:
             pass  # (as `_value_str`, without its cache)
         elif isinstance(v, Jaxpr) or _is_jaxpr_tuple(v):
             return None
         else:
             t = self._value_str(v)
         self.value_ids[id(v)] = t
+        return t
+
+    def _tree_text(self, v) -> str | None:
+        """`_int_tree_text(v)`, found again by the value's `marshal` bytes (version 2: no
+        back-references), which tell the exact type of every element, as that function reads
+        them: equal parameter lists of different equations (the reader gives each its own
+        lists, as `dot_general`'s `dimension_numbers`) are read once."""
+        try:
+            key = marshal.dumps(v, 2)
+        except ValueError:  # (an element of another type: not a tree of ints)
+            return _int_tree_text(v)
+        t = self.tree_texts.get(key, _UNSEEN)
+        if t is _UNSEEN:
+            t = self.tree_texts[key] = _int_tree_text(v)
         return t
 
     def _literal(self, a: Literal) -> str:
@@ -1206,6 +1222,7 @@ def _name_stream():
 
 
 _NAME_STREAM = _name_stream()
+_UNSEEN = object()
 _CACHEABLE = frozenset({int, bool, str, EnumValue})
 _SPACE = pp.text(" ")
 _EQ = pp.text(" = ")
