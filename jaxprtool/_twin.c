@@ -207,20 +207,38 @@ static PyObject *call_operands(const Reader *R, Py_ssize_t a, Py_ssize_t b) {
     return r;
 }
 
-/* Where a typed literal `VALUE:TYPE` of the simplest kind (`-?[0-9][0-9.]*(e[+-]?[0-9]+)?`, a
- * type `[a-z][a-z0-9_]*[...]`, the grammar's OPERAND reads nothing else from such a token)
- * has its `:` in s[i:j], or -1. */
+/* Where a typed literal `VALUE:TYPE` of the simplest kind (a value `-?[0-9][0-9.]*(e[+-]?[0-9]+)?`,
+ * `-?inf` or `nan`, a type `[a-z][a-z0-9_]*[...]`: the grammar's OPERAND reads nothing else
+ * from such a token; `G.SIMPLE_LITERAL`, as `FastPath.plain_operands` reads it) has its `:` in
+ * s[i:j], or -1.  (`CH` reads its index twice: never `CH(t, ++i)`.) */
 static Py_ssize_t simple_literal(const Text *t, Py_ssize_t i, Py_ssize_t j) {
     Py_UCS4 c = CH(t, i);
-    if (c == '-') c = CH(t, ++i);
-    if (!DIGIT(c)) return -1;
-    for (i++; i < j && ((c = CH(t, i)), DIGIT(c) || c == '.'); i++)
-        ;
-    if (i < j && c == 'e') {
-        c = CH(t, ++i);
-        if (c == '+' || c == '-') c = CH(t, ++i);
-        if (!DIGIT(c)) return -1;
-        while (i < j && DIGIT(CH(t, i))) i++;
+    if (c == 'n') {
+        if (CH(t, i + 1) != 'a' || CH(t, i + 2) != 'n') return -1;
+        i += 3;
+    } else {
+        if (c == '-') {
+            i++;
+            c = CH(t, i);
+        }
+        if (c == 'i') {
+            if (CH(t, i + 1) != 'n' || CH(t, i + 2) != 'f') return -1;
+            i += 3;
+        } else {
+            if (!DIGIT(c)) return -1;
+            for (i++; i < j && ((c = CH(t, i)), DIGIT(c) || c == '.'); i++)
+                ;
+            if (i < j && c == 'e') {
+                i++;
+                c = CH(t, i);
+                if (c == '+' || c == '-') {
+                    i++;
+                    c = CH(t, i);
+                }
+                if (!DIGIT(c)) return -1;
+                while (i < j && DIGIT(CH(t, i))) i++;
+            }
+        }
     }
     Py_ssize_t colon = i;
     if (i >= j || CH(t, i) != ':' || !LOWER(CH(t, i + 1))) return -1;

@@ -83,9 +83,9 @@ class FastPath(Readers, ParamValues):
         end = -1
         compiled = self.compiled_lines
         remembered = self.remembered_params
-        operands = self.line_operands
+        operands = self.plain_operands
         if compiled is not None:  # (what it reads with: the same state and readers)
-            readers = (indent, table, types, remembered, operands, eqns, path)
+            readers = (indent, table, types, remembered, self.line_operands, eqns, path)
             readers += (self.typed_literal, JaxprError, self.param_lists)
         while True:
             # the commonest equation first, a line at a time (`_plain_line`): the compiled
@@ -111,8 +111,8 @@ class FastPath(Readers, ParamValues):
                     or "_" in ops
                     or "(" in ops
                     or None in (ins := [table.get(o) for o in ops[1:].split(" ")])
-                ):  # a literal, `_`, `a_`, `inf`, an undefined name: as the general way
-                    if (inputs := operands(m.start(5), m.end(5), table)) is None:
+                ):  # a literal, `_`, `a_`, `inf`, an undefined name: as the twin reads them
+                    if (inputs := operands(m.start(5), ops, table)) is None:
                         break
                 else:
                     inputs = tuple(ins)
@@ -288,6 +288,33 @@ class FastPath(Readers, ParamValues):
         for k, blob, v in lists:
             d[k] = marshal.loads(blob) if blob is not None else fresh(v)
         return d
+
+    def plain_operands(self, e: int, ops: str, table: dict) -> tuple | None:
+        """The operands `ops` of a plain line at s[e] (` x y 2.0:f32[]`), as the compiled
+        twin's `plain_operands` reads them: each a variable `table` binds or a typed literal
+        of the simplest kind (`G.SIMPLE_LITERAL`, read by `typed_literal`), else all of them by
+        `line_operands` (`_`, `a_`, an untyped literal, a name not bound: the general way,
+        whose regular expressions the commonest lines never need)."""
+        out = []
+        pos = e + 1
+        simple = G.SIMPLE_LITERAL.fullmatch
+        typed_literal = self.typed_literal
+        for tok in ops[1:].split(" "):
+            if ":" not in tok and "_" not in tok and "(" not in tok:
+                v = table.get(tok)
+            elif (m := simple(tok)) is not None:
+                value = m.group(1)
+                try:
+                    v = typed_literal(value, pos, m.group(2), pos + len(value) + 1)
+                except JaxprError:
+                    v = None  # (worded by the general way)
+            else:
+                v = None
+            if v is None:
+                return self.line_operands(e, e + len(ops), table)
+            out.append(v)
+            pos += len(tok) + 1
+        return tuple(out)
 
     def line_operands(self, e: int, q: int, table: dict) -> tuple | None:
         """`fast_operands` of a plain line's operands, or None (its warnings dropped) where
