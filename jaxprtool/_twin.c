@@ -449,6 +449,8 @@ typedef struct {
     PyObject *kind_of, *pairs_of, *param_text, *literal, *type_text, *fresh;
     int suffixes, eq_empty;
     PyObject *lazy, *build, *render, *rebound;
+    Py_ssize_t fits;  /* a line this wide is kept as its flat text (`_name_eqns`' `fits`) */
+    Py_ssize_t total; /* the flat width of the lines built */
 } Printer;
 
 /* The parameter texts `k=v` of `e` (`pairs`: its printed pairs), or NULL with no error set
@@ -716,6 +718,11 @@ static PyObject *eqn_line(Printer *P, PyObject *e, PyObject *shadowed, int *unty
         w = PyBytes_GET_SIZE(b);
         Py_DECREF(b);
     }
+    P->total += w;
+    if (w <= P->fits) {
+        line = Py_NewRef(flat); /* (its document is built only where it does not fit) */
+        goto done;
+    }
     args = PyTuple_Pack(5, prim, kvs, ins, outs, eq ? Py_True : Py_False);
     if (args == NULL || (width = PyLong_FromSsize_t(w)) == NULL) goto done;
     line = PyTuple_Pack(6, P->lazy, flat, P->build, args, P->render, width);
@@ -736,13 +743,14 @@ done:
 
 /* name_lines(eqns, k, docs, scope, bound, bad, names, vids, ts, drops, kinds, kind_of,
  *            pairs_of, param_text, literal, type_text, fresh, suffixes, eq_empty,
- *            (LAZY, build, render, REBOUND)) -> (k, untyped)
+ *            (LAZY, build, render, REBOUND), fits) -> (k, untyped, width)
  * `_Printer._name_eqns`' loop over ordinary equations: from eqns[k] on, each equation's line
- * document appended to `docs`, its names given and its scope read, until one the Python loop
- * prints; the index of that one (len(eqns) at the end) and whether an untyped literal was
- * printed. */
+ * document (its flat text alone where it is at most `fits` wide) appended to `docs`, its
+ * names given and its scope read, until one the Python loop prints; the index of that one
+ * (len(eqns) at the end), whether an untyped literal was printed, and the lines' flat
+ * width. */
 static PyObject *name_lines(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 20 || !PyTuple_Check(args[0]) || !PyList_Check(args[2]) ||
+    if (nargs != 21 || !PyTuple_Check(args[0]) || !PyList_Check(args[2]) ||
         !PyDict_CheckExact(args[3]) || !PySet_Check(args[4]) || !PyList_Check(args[5]) ||
         !PyDict_CheckExact(args[6]) || !PyDict_CheckExact(args[7]) ||
         !PyDict_CheckExact(args[8]) || !PyAnySet_Check(args[9]) ||
@@ -760,9 +768,10 @@ static PyObject *name_lines(PyObject *self, PyObject *const *args, Py_ssize_t na
                  args[9],  args[10], args[11], args[12], args[13], args[14], args[15],
                  args[16], PyObject_IsTrue(args[17]), PyObject_IsTrue(args[18]),
                  PyTuple_GET_ITEM(head, 0), PyTuple_GET_ITEM(head, 1),
-                 PyTuple_GET_ITEM(head, 2), PyTuple_GET_ITEM(head, 3)};
+                 PyTuple_GET_ITEM(head, 2), PyTuple_GET_ITEM(head, 3),
+                 PyLong_AsSsize_t(args[20]), 0};
     Py_ssize_t k = PyLong_AsSsize_t(args[1]);
-    if (k < 0 || P.suffixes < 0 || P.eq_empty < 0) return NULL;
+    if (k < 0 || P.suffixes < 0 || P.eq_empty < 0 || PyErr_Occurred()) return NULL;
     int untyped = 0;
     Py_ssize_t n = PyTuple_GET_SIZE(eqns);
     for (; k < n; k++) {
@@ -775,7 +784,7 @@ static PyObject *name_lines(PyObject *self, PyObject *const *args, Py_ssize_t na
         Py_DECREF(line);
         if (r < 0) return NULL;
     }
-    return Py_BuildValue("nO", k, untyped ? Py_True : Py_False);
+    return Py_BuildValue("nOn", k, untyped ? Py_True : Py_False, P.total);
 }
 
 /* ------------------------------------------------------------------ the module */

@@ -68,14 +68,18 @@ def fill(items: list[str], sep: str = "") -> Doc:
     return (FILL, items, sep, flat_text, _w(flat_text))
 
 
-def lines(docs: list, sep: str = "; ") -> Doc:
+def lines(docs: list, sep: str = "; ", rebuild=None, width: int | None = None) -> Doc:
     """`join(brk(sep), docs)`, laid out without an agenda entry per item: the equations of a
-    jaxpr, most of them one flat line each."""
+    jaxpr, most of them one flat line each.  An item may be a plain string, the flat text of
+    a document that `rebuild(i)` builds (the i-th item's) where that text does not fit;
+    `width`: the items' flat width, where the caller knows it."""
     if not docs:
         return NIL
-    if len(docs) == 1:
+    if len(docs) == 1 and docs[0].__class__ is not str:
         return docs[0]
-    return (LINES, docs, sep, 0, sum([d[-1] for d in docs]) + _w(sep) * (len(docs) - 1))
+    if width is None:
+        width = sum([_w(d) if d.__class__ is str else d[-1] for d in docs])
+    return (LINES, docs, sep, 0, rebuild, width + _w(sep) * (len(docs) - 1))
 
 
 def group(d: Doc) -> Doc:
@@ -108,6 +112,9 @@ def flat(d: Doc, out: list[str]) -> None:
     app = out.append
     while stack:
         d = pop()
+        if d.__class__ is str:  # (an item of LINES)
+            app(d)
+            continue
         tag = d[0]
         if tag <= BRK or tag == LAZY:
             app(d[1])
@@ -207,6 +214,13 @@ def format(doc: Doc, width: int = 80) -> str:
                     app(nl)
                     k = indent if brk_mode else k + sep_w
                 i += 1
+                if x.__class__ is str:
+                    w = len(x) if x.isascii() else len(x.encode("utf-8"))
+                    if w <= width - k:
+                        app(x)
+                        k += w
+                        continue
+                    x = d[4](i - 1)  # (its full document)
                 t = x[0]
                 if t == LAZY:
                     if x[5] <= width - k:
@@ -222,7 +236,7 @@ def format(doc: Doc, width: int = 80) -> str:
                     k += x[2]
                     continue
                 if i < n:
-                    push((indent, brk_mode, (LINES, items, d[2], i, 0)))
+                    push((indent, brk_mode, (LINES, items, d[2], i, d[4], 0)))
                 push((indent, brk_mode, x))
                 break
         elif tag == FILL:

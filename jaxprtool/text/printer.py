@@ -53,6 +53,7 @@ JAX does (own names, own shared jaxprs, column 0, width 80).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import marshal
 import re
@@ -87,7 +88,9 @@ def encode_name(n: int) -> str:
 def print_jaxpr(jaxpr: Jaxpr, style: Style | None = None, width: int = 80) -> str:
     """The text of `jaxpr` exactly as JAX's `str(jaxpr)` (no trailing newline)."""
     with core.gc_paused():
-        return pp.format(_Printer(style or DEFAULT_STYLE).toplevel(jaxpr), width)
+        printer = _Printer(style or DEFAULT_STYLE)
+        printer.width = width
+        return pp.format(printer.toplevel(jaxpr), width)
 
 
 def literal_text(lit: Literal, typed: bool = True) -> str:
@@ -167,6 +170,7 @@ class Namer:
     def jaxpr_text(self, j: Jaxpr, width: int = 80) -> str:
         """`j` as `print_jaxpr` prints it, keeping the names already given."""
         self._keep.append(j)
+        self._p.width = width
         with core.gc_paused():
             return pp.format(self._p.toplevel(j), width)
 
@@ -325,8 +329,13 @@ class _Printer:
         # id(value) -> printed text, for one printout (`keep` holds the values alive)
         self.value_ids: dict[int, str] = {}
         self.recs: dict[str, Any] = {}  # prim -> its record
-        # id(jaxpr) -> the line documents of its equations (None: built by `_eqn`)
+        # id(jaxpr) -> the line documents of its equations (None: built by `_eqn`; a string:
+        # the flat text of one that fits at the equations' least indentation, its document
+        # built by `_eqn` only where it does not fit), and their flat width
         self.lines: dict[int, list] = {}
+        self.lines_width: dict[int, int] = {}
+        #: the layout width the lines are built for (any other still prints right)
+        self.width = 80
         # id(jaxpr) -> what the naming pass saw of its scope (`_Scope`), this printout
         self.scope_state: dict[int, _Scope] = {}
         self.suffixes = style.version < (0, 5)
@@ -613,10 +622,12 @@ class _Printer:
         fresh = self.fresh
         docs: list = []
         eqns = j.eqns
+        fits = self.width - _EQN_INDENT  # (a line this wide fits where it is least indented)
+        total = 0  # the lines' flat width
         compiled = self.compiled_lines
         if compiled is not None:  # the equations the compiled twin leaves to this loop
-            seen_untyped = [False]
-            eqns = self._compiled_lines(compiled, eqns, docs, scope, bound, bad, seen_untyped)
+            seen = [False, 0]
+            eqns = self._compiled_lines(compiled, eqns, docs, scope, bound, bad, seen)
         for e in eqns:
             prim = e.prim
             rec = recs.get(prim) or self._rec(prim)
@@ -695,34 +706,43 @@ class _Printer:
                             flat = f"{name} {' '.join(ins)}"
                         eq = False
                     w = len(flat) if flat.isascii() else len(flat.encode("utf-8"))
-                    line = (pp.LAZY, flat, _build_eqn, (name, kvs, ins, outs, eq), _render_eqn, w)
+                    total += w
+                    if w <= fits:
+                        line = flat
+                    else:
+                        args = (name, kvs, ins, outs, eq)
+                        line = (pp.LAZY, flat, _build_eqn, args, _render_eqn, w)
             if line is None:
                 self._name_eqn(e)
                 untyped = _read_scope(e, names, scope, bound, bad) or untyped
             docs.append(line)
         if compiled is not None:
-            untyped = untyped or seen_untyped[0]
+            untyped = untyped or seen[0]
+            total += seen[1]
         self.lines[id(j)] = docs
+        self.lines_width[id(j)] = total
         if id(j) not in self.scope_state:
             self.scope_state[id(j)] = _Scope(scope, bound, bad, untyped)
 
-    def _compiled_lines(self, compiled, eqns, docs, scope, bound, bad, seen_untyped):
+    def _compiled_lines(self, compiled, eqns, docs, scope, bound, bad, seen):
         """The equations of `eqns` that the compiled twin of `_name_eqns`' loop
         (`_twin.name_lines`) leaves to the Python loop, in order; it builds the lines of the
         others, in between, with the same state and the same callbacks for every text
-        (`_line_kind`, `_kept_pairs`, `_param_text`, `_literal`, `_type`, `fresh`), and
-        sets `seen_untyped[0]` where one prints an untyped literal."""
+        (`_line_kind`, `_kept_pairs`, `_param_text`, `_literal`, `_type`, `fresh`), sets
+        `seen[0]` where one prints an untyped literal and adds their flat width to
+        `seen[1]`."""
         if type(eqns) is not tuple:
             eqns = tuple(eqns)
         state = (docs, scope, bound, bad, self.names, self.value_ids, self.type_str)
         state += (self.drop_hints, self.line_kinds, self._line_kind, self._kept_pairs)
         state += (self._param_text, self._literal, self._type, self.fresh, self.suffixes)
-        state += (self.style.eq_without_outputs, _LINE_HEAD)
+        state += (self.style.eq_without_outputs, _LINE_HEAD, self.width - _EQN_INDENT)
         k, n = 0, len(eqns)
         while True:
-            k, untyped = compiled(eqns, k, *state)
+            k, untyped, width = compiled(eqns, k, *state)
             if untyped:
-                seen_untyped[0] = True
+                seen[0] = True
+            seen[1] += width
             if k >= n:
                 return
             yield eqns[k]
@@ -975,9 +995,14 @@ class _Printer:
         lines = self.lines.get(id(j)) if self.fast else None
         if lines is None:
             docs = [self._eqn(e) for e in j.eqns]
+            eqns = pp.lines(docs) if self.fast else pp.join(pp.brk("; "), docs)
         else:
-            docs = [d if d is not None else self._eqn(e) for d, e in zip(lines, j.eqns)]
-        eqns = pp.lines(docs) if self.fast else pp.join(pp.brk("; "), docs)
+            width = self.lines_width[id(j)]
+            docs = lines
+            if None in lines:
+                docs = [d if d is not None else self._eqn(e) for d, e in zip(lines, j.eqns)]
+                width += sum([d[-1] for d, line in zip(docs, lines) if line is None])
+            eqns = pp.lines(docs, "; ", functools.partial(_eqn_doc, self, j.eqns), width)
         n_out = len(j.outvars)
         outvars = pp.concat(
             [pp.text("("), self._atoms(j.outvars, ","), pp.text(",)" if n_out == 1 else ")")]
@@ -1286,6 +1311,12 @@ def _render_eqn(out: list[str], k: int, indent: int, width: int, name, kvs, ins,
     return k
 
 
+def _eqn_doc(printer: _Printer, eqns: tuple, i: int) -> pp.Doc:
+    """The document of the i-th equation of a jaxpr, whose line `_name_eqns` kept as its flat
+    text only (`pp.lines`' `rebuild`: the line does not fit where it is)."""
+    return printer._eqn(eqns[i])
+
+
 def _kv_doc(kvs: list) -> pp.Doc:
     """JAX's `pp_kv_pairs`: `[k=v ...]` flat, else one pair per line and `]` back."""
     if not kvs:
@@ -1295,5 +1326,8 @@ def _kv_doc(kvs: list) -> pp.Doc:
     )
 
 
+#: the least indentation of a jaxpr's equations laid out one a line (`{ lambda ... let` and
+#: its equations are nested twice by 2): a line kept as its flat text fits there
+_EQN_INDENT = 4
 #: what each line the compiled twin builds holds besides its texts (`_compiled_lines`)
 _LINE_HEAD = (pp.LAZY, _build_eqn, _render_eqn, _REBOUND)
