@@ -451,7 +451,54 @@ typedef struct {
     PyObject *lazy, *build, *render, *rebound;
     Py_ssize_t fits;  /* a line this wide is kept as its flat text (`_name_eqns`' `fits`) */
     Py_ssize_t total; /* the flat width of the lines built */
+    /* `_Printer.fresh`'s state: the printer (its `counter`, read into `counter` here and
+     * written back), the names made so far (`_NAMES`) and those shared jaxprs took */
+    PyObject *printer, *names_made, *shared_names;
+    Py_ssize_t counter;
 } Printer;
+
+static PyObject *str_counter;
+
+/* The printer's `counter` read into P->counter (0), or -1 with an error set. */
+static int load_counter(Printer *P) {
+    PyObject *c = PyObject_GetAttr(P->printer, str_counter);
+    if (c == NULL) return -1;
+    P->counter = PyLong_AsSsize_t(c);
+    Py_DECREF(c);
+    return P->counter < 0 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* P->counter written back to the printer's `counter`. */
+static int store_counter(Printer *P) {
+    PyObject *c = PyLong_FromSsize_t(P->counter);
+    if (c == NULL) return -1;
+    int r = PyObject_SetAttr(P->printer, str_counter, c);
+    Py_DECREF(c);
+    return r;
+}
+
+/* `_Printer.fresh()`: the next name of the counter among those made (`_NAMES`) where no shared
+ * jaxpr took it, else `fresh` itself (it makes more names, or skips a shared jaxpr's);
+ * new reference. */
+static PyObject *fresh_name(Printer *P) {
+    if (P->counter < PyList_GET_SIZE(P->names_made)) {
+        PyObject *n = PyList_GET_ITEM(P->names_made, P->counter);
+        int taken = PySet_Contains(P->shared_names, n);
+        if (taken < 0) return NULL;
+        if (!taken) {
+            P->counter++;
+            return Py_NewRef(n);
+        }
+    }
+    if (store_counter(P) < 0) return NULL;
+    PyObject *n = PyObject_CallNoArgs(P->fresh);
+    if (n == NULL) return NULL;
+    if (load_counter(P) < 0) {
+        Py_DECREF(n);
+        return NULL;
+    }
+    return n;
+}
 
 /* The parameter texts `k=v` of `e` (`pairs`: its printed pairs), or NULL with no error set
  * where a value is a jaxpr (the Python loop prints that equation). */
@@ -557,7 +604,7 @@ static PyObject *result_name(Printer *P, PyObject *v, PyObject *id) {
     if (dropped) {
         n = Py_NewRef(str_under);
     } else {
-        n = PyObject_CallNoArgs(P->fresh);
+        n = fresh_name(P);
         if (n == NULL) return NULL;
         if (P->suffixes) {
             PyObject *h = get_slot(var_hint, v);
@@ -743,14 +790,16 @@ done:
 
 /* name_lines(eqns, k, docs, scope, bound, bad, names, vids, ts, drops, kinds, kind_of,
  *            pairs_of, param_text, literal, type_text, fresh, suffixes, eq_empty,
- *            (LAZY, build, render, REBOUND), fits) -> (k, untyped, width)
+ *            (LAZY, build, render, REBOUND), fits, printer, _NAMES, shared_names)
+ *   -> (k, untyped, width)
  * `_Printer._name_eqns`' loop over ordinary equations: from eqns[k] on, each equation's line
  * document (its flat text alone where it is at most `fits` wide) appended to `docs`, its
  * names given and its scope read, until one the Python loop prints; the index of that one
  * (len(eqns) at the end), whether an untyped literal was printed, and the lines' flat
  * width. */
 static PyObject *name_lines(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 21 || !PyTuple_Check(args[0]) || !PyList_Check(args[2]) ||
+    if (nargs != 24 || !PyList_CheckExact(args[22]) || !PyAnySet_Check(args[23]) ||
+        !PyTuple_Check(args[0]) || !PyList_Check(args[2]) ||
         !PyDict_CheckExact(args[3]) || !PySet_Check(args[4]) || !PyList_Check(args[5]) ||
         !PyDict_CheckExact(args[6]) || !PyDict_CheckExact(args[7]) ||
         !PyDict_CheckExact(args[8]) || !PyAnySet_Check(args[9]) ||
@@ -769,22 +818,32 @@ static PyObject *name_lines(PyObject *self, PyObject *const *args, Py_ssize_t na
                  args[16], PyObject_IsTrue(args[17]), PyObject_IsTrue(args[18]),
                  PyTuple_GET_ITEM(head, 0), PyTuple_GET_ITEM(head, 1),
                  PyTuple_GET_ITEM(head, 2), PyTuple_GET_ITEM(head, 3),
-                 PyLong_AsSsize_t(args[20]), 0};
+                 PyLong_AsSsize_t(args[20]), 0, args[21], args[22], args[23], 0};
     Py_ssize_t k = PyLong_AsSsize_t(args[1]);
     if (k < 0 || P.suffixes < 0 || P.eq_empty < 0 || PyErr_Occurred()) return NULL;
+    if (load_counter(&P) < 0) return NULL;
     int untyped = 0;
     Py_ssize_t n = PyTuple_GET_SIZE(eqns);
     for (; k < n; k++) {
         PyObject *line = eqn_line(&P, PyTuple_GET_ITEM(eqns, k), P.bad, &untyped);
         if (line == NULL) {
-            if (PyErr_Occurred()) return NULL;
+            if (PyErr_Occurred()) goto error;
             break;
         }
         int r = PyList_Append(P.docs, line);
         Py_DECREF(line);
-        if (r < 0) return NULL;
+        if (r < 0) goto error;
     }
+    if (store_counter(&P) < 0) return NULL;
     return Py_BuildValue("nOn", k, untyped ? Py_True : Py_False, P.total);
+error:
+    {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        if (store_counter(&P) < 0) PyErr_Clear();
+        PyErr_Restore(et, ev, tb);
+    }
+    return NULL;
 }
 
 /* ------------------------------------------------------------------ the module */
@@ -810,7 +869,7 @@ PyMODINIT_FUNC PyInit__twin(void) {
     } strs[] = {{&str_eqn_start, "eqn_start"}, {&str_eq, " = "},  {&str_colon, ":"},
                 {&str_space, " "},             {&str_empty, ""},  {&str_under, "_"},
                 {&str_open, "["},              {&str_close_sp, "] "}, {&str_equals, "="},
-                {&str_typed, "typed"}};
+                {&str_typed, "typed"},         {&str_counter, "counter"}};
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
         if ((*strs[i].slot = PyUnicode_InternFromString(strs[i].text)) == NULL) return NULL;
     }

@@ -270,6 +270,11 @@ WIDE = [
             "1.0:f32[3] 2",
         )
     ),
+    # a shared jaxpr whose name is one of the counter's: the names skip it on both paths
+    "let b = { lambda ; a:f32[3]. let c:f32[3] = sin a in (c,) } in\n"
+    "{ lambda ; a:f32[3]. let\n    c:f32[3] = jit[name=b jaxpr=b] a\n"
+    "    d:f32[3] = jit[name=b jaxpr=b] c\n    e:f32[3] = cos d\n    f:f32[3] = mul e d\n"
+    "  in (f,) }",
     # a parameter list over lines (as JAX prints dot_general), known or new, then others
     "{ lambda ; a:f32[2,2]. let\n"
     + 3

@@ -728,7 +728,8 @@ class _Printer:
         """The equations of `eqns` that the compiled twin of `_name_eqns`' loop
         (`_twin.name_lines`) leaves to the Python loop, in order; it builds the lines of the
         others, in between, with the same state and the same callbacks for every text
-        (`_line_kind`, `_kept_pairs`, `_param_text`, `_literal`, `_type`, `fresh`), sets
+        (`_line_kind`, `_kept_pairs`, `_param_text`, `_literal`, `_type`; `fresh`'s names
+        taken from `_NAMES` as it takes them, itself called where it makes more), sets
         `seen[0]` where one prints an untyped literal and adds their flat width to
         `seen[1]`."""
         if type(eqns) is not tuple:
@@ -737,6 +738,7 @@ class _Printer:
         state += (self.drop_hints, self.line_kinds, self._line_kind, self._kept_pairs)
         state += (self._param_text, self._literal, self._type, self.fresh, self.suffixes)
         state += (self.style.eq_without_outputs, _LINE_HEAD, self.width - _EQN_INDENT)
+        state += (self, _NAMES, self.shared_names)  # (`fresh`'s state)
         k, n = 0, len(eqns)
         while True:
             k, untyped, width = compiled(eqns, k, *state)
