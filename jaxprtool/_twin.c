@@ -1,6 +1,7 @@
 /* The compiled twin of the two per-line loops (issue 49): the plain-line reader of the
  * parser's fast path (`text/parser/fast.py`, `FastPath.read_run`'s first loop) and the
- * printer's equation-line builder (`text/printer.py`, `_Printer._name_eqns`).
+ * printer's equation-line builder (`text/printer.py`, `_Printer._name_eqns`), with the
+ * printer's backward walk over the top jaxpr's equations (`_Printer._drop_unused`).
  *
  * The Python code is the reference and the fallback (`text/twin.py` says which one runs).
  * Each function here takes the lines or equations it is sure of and stops at the first one
@@ -846,6 +847,71 @@ error:
     return NULL;
 }
 
+/* drop_unused(eqns, used, names, cand, with_params) -> None
+ * `_Printer._drop_unused`'s loop: backwards over `eqns` (the top jaxpr's), each result that
+ * no later equation reads (its id not in `used`) named `_` in `names`, each result whose hint
+ * is `_` appended to `cand`, the ids of the operands added to `used`, each equation with
+ * parameters appended to `with_params` (in that backward order). */
+static PyObject *drop_unused(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyTuple_Check(args[0]) || !PySet_Check(args[1]) ||
+        !PyDict_CheckExact(args[2]) || !PyList_Check(args[3]) || !PyList_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "drop_unused: bad arguments");
+        return NULL;
+    }
+    if (EqnType == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "drop_unused: not configured");
+        return NULL;
+    }
+    PyObject *eqns = args[0], *used = args[1], *names = args[2], *cand = args[3];
+    PyObject *with_params = args[4];
+    for (Py_ssize_t k = PyTuple_GET_SIZE(eqns) - 1; k >= 0; k--) {
+        PyObject *e = PyTuple_GET_ITEM(eqns, k);
+        if (Py_TYPE(e) != EqnType) {
+            PyErr_SetString(PyExc_TypeError, "drop_unused: not an equation");
+            return NULL;
+        }
+        int ok = 0;
+        PyObject *outs = get_slot(eqn_fields[2], e), *ins = NULL, *params = NULL;
+        PyObject *outs_seq = NULL, *ins_seq = NULL;
+        if (outs == NULL || (outs_seq = PySequence_Fast(outs, "outputs")) == NULL) goto next;
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(outs_seq); i++) {
+            PyObject *v = PySequence_Fast_ITEMS(outs_seq)[i];
+            PyObject *id = PyLong_FromVoidPtr(v), *hint;
+            if (id == NULL) goto next;
+            int r = PySet_Contains(used, id);
+            if (r == 0) r = PyDict_SetItem(names, id, str_under);
+            Py_DECREF(id);
+            if (r < 0 || (hint = get_slot(var_hint, v)) == NULL) goto next;
+            r = PyUnicode_Check(hint) ? PyUnicode_Compare(hint, str_under) : 1;
+            Py_DECREF(hint);
+            if ((r == -1 && PyErr_Occurred()) || (r == 0 && PyList_Append(cand, v) < 0))
+                goto next;
+        }
+        if ((ins = get_slot(eqn_fields[1], e)) == NULL ||
+            (ins_seq = PySequence_Fast(ins, "inputs")) == NULL)
+            goto next;
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(ins_seq); i++) {
+            PyObject *id = PyLong_FromVoidPtr(PySequence_Fast_ITEMS(ins_seq)[i]);
+            if (id == NULL) goto next;
+            int r = PySet_Add(used, id);
+            Py_DECREF(id);
+            if (r < 0) goto next;
+        }
+        if ((params = get_slot(eqn_fields[3], e)) == NULL) goto next;
+        int has = PyObject_IsTrue(params);
+        if (has < 0 || (has && PyList_Append(with_params, e) < 0)) goto next;
+        ok = 1;
+    next:
+        Py_XDECREF(outs);
+        Py_XDECREF(outs_seq);
+        Py_XDECREF(ins);
+        Py_XDECREF(ins_seq);
+        Py_XDECREF(params);
+        if (!ok) return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 /* ------------------------------------------------------------------ the module */
 
 static PyMethodDef methods[] = {
@@ -854,6 +920,8 @@ static PyMethodDef methods[] = {
      "FastPath.read_run's loop over plain lines (see the source)."},
     {"name_lines", (PyCFunction)(void (*)(void))name_lines, METH_FASTCALL,
      "_Printer._name_eqns' loop over ordinary equations (see the source)."},
+    {"drop_unused", (PyCFunction)(void (*)(void))drop_unused, METH_FASTCALL,
+     "_Printer._drop_unused's loop (see the source)."},
     {NULL, NULL, 0, NULL},
 };
 

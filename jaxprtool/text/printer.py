@@ -344,6 +344,7 @@ class _Printer:
         # lines it builds, by primitive (`_line_kind`)
         compiled = twin() if fast else None
         self.compiled_lines = compiled.name_lines if compiled is not None else None
+        self.compiled_drop = compiled.drop_unused if compiled is not None else None
         self.line_kinds: dict[str, int] = {}
 
     def _rec(self, prim: str):
@@ -510,6 +511,10 @@ class _Printer:
         used = {id(a) for a in top.outvars}  # (ids of literals never equal a var's)
         with_params = []
         cand = []
+        if self.compiled_drop is not None and type(top.eqns) is tuple:
+            self.compiled_drop(top.eqns, used, names, cand, with_params)  # (this loop's twin)
+            with_params.reverse()
+            return with_params, cand, used
         for e in reversed(top.eqns):
             for v in e.outputs:
                 if id(v) not in used:

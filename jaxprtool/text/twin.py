@@ -1,8 +1,8 @@
 """Which per-line loops run: the compiled twin or the Python reference.
 
 The reader's loop over plain equation lines (`parser.fast.FastPath.read_run`) and the
-printer's loop over ordinary equations (`printer._Printer._name_eqns`) each have a compiled
-twin in one C extension, `jaxprtool._twin` (jaxprtool/_twin.c), which `pip install` builds
+printer's loop over ordinary equations (`printer._Printer._name_eqns`, with its backward walk
+`_drop_unused`) each have a compiled twin in one C extension, `jaxprtool._twin` (jaxprtool/_twin.c), which `pip install` builds
 where a C compiler is found (setup.py; without one the package installs without it, quietly).
 The twin takes the lines it is sure of and hands every other one back to the Python loop,
 which stays the reference and the fallback: it calls back into the Python functions for
