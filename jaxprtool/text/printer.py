@@ -54,7 +54,6 @@ JAX does (own names, own shared jaxprs, column 0, width 80).
 from __future__ import annotations
 
 import functools
-import itertools
 import marshal
 import re
 import string
@@ -360,7 +359,7 @@ class _Printer:
         c = self.counter
         self.counter = c + 1
         if c >= len(_NAMES):
-            _NAMES.extend(itertools.islice(_NAME_STREAM, len(_NAMES) + c + 64))
+            _grow_names(2 * c + 64)
         n = _NAMES[c]
         if n in self.shared_names:
             return self.fresh()
@@ -1240,20 +1239,32 @@ class _NamingHandle(_DocHandle):
         return ""
 
 
-_NAMES: list[str] = []  # encode_name(i), grown on demand from `_NAME_STREAM`
+_NAMES: list[str] = []  # encode_name(i), grown on demand (`_grow_names`)
 
 
-def _name_stream():
-    """encode_name(0), encode_name(1), ...: `a`..`z`, then for each width the names whose
-    first letter is not `a` (a leading zero digit), in order (itertools, not a division
-    per letter)."""
+def _name_chunks():
+    """encode_name(0), encode_name(1), ... in lists: `a`..`z`, then for each width the names
+    whose first letter is not `a` (a leading zero digit), in order, 26 at a time (each
+    prefix of the width before, followed by every letter: one concatenation a name)."""
     letters = string.ascii_lowercase
-    yield from letters
-    for width in itertools.count(1):
-        yield from map("".join, itertools.product(letters[1:], *[letters] * width))
+    yield list(letters)
+    prefixes = list(letters[1:])
+    while True:
+        longer: list[str] = []
+        for p in prefixes:
+            chunk = [p + c for c in letters]
+            longer += chunk
+            yield chunk
+        prefixes = longer
 
 
-_NAME_STREAM = _name_stream()
+_NAME_CHUNKS = _name_chunks()
+
+
+def _grow_names(n: int) -> None:
+    """Make `_NAMES` at least `n` names long."""
+    while len(_NAMES) < n:
+        _NAMES.extend(next(_NAME_CHUNKS))
 _UNSEEN = object()
 _CACHEABLE = frozenset({int, bool, str, EnumValue})
 _SPACE = pp.text(" ")
