@@ -1,7 +1,8 @@
 /* The compiled twin of the two per-line loops (issue 49): the plain-line reader of the
  * parser's fast path (`text/parser/fast.py`, `FastPath.read_run`'s first loop) and the
  * printer's equation-line builder (`text/printer.py`, `_Printer._name_eqns`), with the
- * printer's backward walk over the top jaxpr's equations (`_Printer._drop_unused`).
+ * printer's backward walk over the top jaxpr's equations (`_Printer._drop_unused`) and the
+ * layout's loop over the lines that fit (`pretty.format`).
  *
  * The Python code is the reference and the fallback (`text/twin.py` says which one runs).
  * Each function here takes the lines or equations it is sure of and stops at the first one
@@ -912,6 +913,38 @@ static PyObject *drop_unused(PyObject *self, PyObject *const *args, Py_ssize_t n
     Py_RETURN_NONE;
 }
 
+/* lay_lines(out, items, i, nl, room) -> (i, width)
+ * `pretty.format`'s loop over the items of LINES in break mode, from items[i] (i > 0) on:
+ * while an item is a string at most `room` wide (its UTF-8 bytes: it fits after the line
+ * break), the break `nl` and the item appended to `out`; where it stopped, and the width of
+ * the last item laid out (-1 if none). */
+static PyObject *lay_lines(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1]) ||
+        !PyUnicode_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "lay_lines: bad arguments");
+        return NULL;
+    }
+    PyObject *out = args[0], *items = args[1], *nl = args[3];
+    Py_ssize_t i = PyLong_AsSsize_t(args[2]), room = PyLong_AsSsize_t(args[4]), last = -1;
+    if (PyErr_Occurred()) return NULL;
+    for (; i > 0 && i < PyList_GET_SIZE(items); i++) {
+        PyObject *x = PyList_GET_ITEM(items, i);
+        if (!PyUnicode_CheckExact(x)) break;
+        Py_ssize_t w;
+        if (PyUnicode_IS_ASCII(x)) {
+            w = PyUnicode_GET_LENGTH(x);
+        } else {
+            Py_ssize_t size;
+            if (PyUnicode_AsUTF8AndSize(x, &size) == NULL) return NULL;
+            w = size;
+        }
+        if (w > room) break;
+        if (PyList_Append(out, nl) < 0 || PyList_Append(out, x) < 0) return NULL;
+        last = w;
+    }
+    return Py_BuildValue("nn", i, last);
+}
+
 /* ------------------------------------------------------------------ the module */
 
 static PyMethodDef methods[] = {
@@ -922,6 +955,8 @@ static PyMethodDef methods[] = {
      "_Printer._name_eqns' loop over ordinary equations (see the source)."},
     {"drop_unused", (PyCFunction)(void (*)(void))drop_unused, METH_FASTCALL,
      "_Printer._drop_unused's loop (see the source)."},
+    {"lay_lines", (PyCFunction)(void (*)(void))lay_lines, METH_FASTCALL,
+     "pretty.format's loop over the lines of a jaxpr (see the source)."},
     {NULL, NULL, 0, NULL},
 };
 

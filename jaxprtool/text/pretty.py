@@ -21,6 +21,8 @@ building and formatting large programs stays fast.
 
 from __future__ import annotations
 
+from .twin import twin
+
 TEXT, BRK, CONCAT, GROUP, NEST, LAZY, FILL, LINES = 0, 1, 2, 3, 4, 5, 6, 7
 
 Doc = tuple
@@ -161,6 +163,8 @@ def format(doc: Doc, width: int = 80) -> str:
     out: list[str] = []
     app = out.append
     k = 0
+    compiled = twin()  # the compiled twin of the LINES loop over lines that fit, or None
+    lay = compiled.lay_lines if compiled is not None else None
     # agenda entries: (indent, is_break_mode, doc)
     stack = [(0, True, doc)]
     pop = stack.pop
@@ -209,6 +213,12 @@ def format(doc: Doc, width: int = 80) -> str:
                 sep_w = _w(nl)
             n = len(items)
             while i < n:
+                if lay is not None and brk_mode and i:  # (the loop's twin, to where it stops)
+                    i, w = lay(out, items, i, nl, width - indent)
+                    if w >= 0:
+                        k = indent + w
+                    if i >= n:
+                        break
                 x = items[i]
                 if i:
                     app(nl)
