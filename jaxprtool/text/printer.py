@@ -1265,6 +1265,8 @@ def _grow_names(n: int) -> None:
     """Make `_NAMES` at least `n` names long."""
     while len(_NAMES) < n:
         _NAMES.extend(next(_NAME_CHUNKS))
+
+
 _UNSEEN = object()
 _CACHEABLE = frozenset({int, bool, str, EnumValue})
 _SPACE = pp.text(" ")
