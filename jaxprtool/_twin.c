@@ -14,6 +14,7 @@
  * programs. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <marshal.h>
 
 /* set by `configure`: the IR classes and the member descriptors of their slots */
 static PyTypeObject *VarType, *EqnType, *LocType;
@@ -309,15 +310,33 @@ fail:
 }
 
 /* `FastPath.remembered_params(text)`, or NULL (no error set) where no list was read with
- * that text: a copy of the remembered dict where no value holds a list, else the method's
- * (its values with lists inside made afresh). */
+ * that text: a copy of the remembered dict, its values with lists inside made afresh from
+ * their `marshal` bytes (as `marshal.loads`), or the method's where one has none. */
 static PyObject *remembered(const Reader *R, PyObject *text) {
     PyObject *known = PyDict_GetItemWithError(R->param_lists, text), *r;
     if (known == NULL) return NULL;
-    if (PyTuple_CheckExact(known) && PyTuple_GET_SIZE(known) == 2 &&
-        PyDict_CheckExact(PyTuple_GET_ITEM(known, 0)) && PyList_Check(PyTuple_GET_ITEM(known, 1)) &&
-        PyList_GET_SIZE(PyTuple_GET_ITEM(known, 1)) == 0)
-        return PyDict_Copy(PyTuple_GET_ITEM(known, 0));
+    if (!(PyTuple_CheckExact(known) && PyTuple_GET_SIZE(known) == 2 &&
+          PyDict_CheckExact(PyTuple_GET_ITEM(known, 0)) &&
+          PyList_CheckExact(PyTuple_GET_ITEM(known, 1))))
+        goto method;
+    PyObject *lists = PyTuple_GET_ITEM(known, 1);
+    Py_ssize_t n = PyList_GET_SIZE(lists);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *x = PyList_GET_ITEM(lists, i);
+        if (!PyTuple_CheckExact(x) || PyTuple_GET_SIZE(x) != 3 ||
+            !PyBytes_CheckExact(PyTuple_GET_ITEM(x, 1)))
+            goto method; /* (a value `marshal` does not keep: the method copies it) */
+    }
+    r = PyDict_Copy(PyTuple_GET_ITEM(known, 0));
+    for (Py_ssize_t i = 0; r != NULL && i < n; i++) {
+        PyObject *x = PyList_GET_ITEM(lists, i), *blob = PyTuple_GET_ITEM(x, 1);
+        PyObject *v = PyMarshal_ReadObjectFromString(PyBytes_AS_STRING(blob),
+                                                     PyBytes_GET_SIZE(blob));
+        if (v == NULL || PyDict_SetItem(r, PyTuple_GET_ITEM(x, 0), v) < 0) Py_CLEAR(r);
+        Py_XDECREF(v);
+    }
+    return r;
+method:
     r = PyObject_CallOneArg(R->remembered, text);
     if (r == Py_None) Py_CLEAR(r);
     return r;
@@ -436,12 +455,28 @@ error:
 
 /* ------------------------------------------------------------------ the printer */
 
-/* a + b + c (NULL-safe on failure of an argument: returns NULL) */
+/* a + b + c (strings), made at once (NULL on failure) */
 static PyObject *concat3(PyObject *a, PyObject *b, PyObject *c) {
-    PyObject *ab = PyUnicode_Concat(a, b);
-    if (ab == NULL) return NULL;
-    PyObject *r = PyUnicode_Concat(ab, c);
-    Py_DECREF(ab);
+    if (!PyUnicode_Check(a) || !PyUnicode_Check(b) || !PyUnicode_Check(c)) {
+        PyObject *ab = PyUnicode_Concat(a, b), *r; /* (raises what `+` raises) */
+        if (ab == NULL) return NULL;
+        r = PyUnicode_Concat(ab, c);
+        Py_DECREF(ab);
+        return r;
+    }
+    Py_ssize_t la = PyUnicode_GET_LENGTH(a), lb = PyUnicode_GET_LENGTH(b);
+    Py_ssize_t lc = PyUnicode_GET_LENGTH(c);
+    Py_UCS4 most = PyUnicode_MAX_CHAR_VALUE(a);
+    if (PyUnicode_MAX_CHAR_VALUE(b) > most) most = PyUnicode_MAX_CHAR_VALUE(b);
+    if (PyUnicode_MAX_CHAR_VALUE(c) > most) most = PyUnicode_MAX_CHAR_VALUE(c);
+    PyObject *r = PyUnicode_New(la + lb + lc, most);
+    if (r == NULL) return NULL;
+    if (PyUnicode_CopyCharacters(r, 0, a, 0, la) < 0 ||
+        PyUnicode_CopyCharacters(r, la, b, 0, lb) < 0 ||
+        PyUnicode_CopyCharacters(r, la + lb, c, 0, lc) < 0) {
+        Py_DECREF(r);
+        return NULL;
+    }
     return r;
 }
 

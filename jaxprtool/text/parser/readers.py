@@ -261,7 +261,7 @@ class Readers(Source):
     def _finite(self, v, t: str, pos: int):
         """`v`, read from `t`; a number too large for any float (`1e400`, which Python reads
         as inf) is refused: JAX prints an infinity as `inf`."""
-        if "inf" not in t and any(math.isinf(x) for x in (v.real, v.imag)):
+        if "inf" not in t and (math.isinf(v.real) or math.isinf(v.imag)):
             self.fail(f"literal '{t}' is too large for a float (an infinity prints as inf)", pos)
         return v
 
