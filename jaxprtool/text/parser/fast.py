@@ -76,12 +76,14 @@ class FastPath(Readers, ParamValues):
         warnings = self.warnings
         head = G.FAST_HEAD.match
         indent = s[p - eqcol + 1 : p]  # of the block's equations
-        plain = _plain_line(indent)
+        compiled = self.compiled_lines
+        # (on the compiled path the line the twin stops at is one `plain` refuses too: it goes
+        # to the general way directly, and `plain` is never compiled)
+        plain = _plain_line(indent) if compiled is None else None
         types = self.types
         new_tuple = tuple.__new__
         eqns = []
         end = -1
-        compiled = self.compiled_lines
         remembered = self.remembered_params
         operands = self.plain_operands
         if compiled is not None:  # (what it reads with: the same state and readers)
@@ -89,11 +91,12 @@ class FastPath(Readers, ParamValues):
             readers += (self.typed_literal, JaxprError, self.param_lists)
         while True:
             # the commonest equation first, a line at a time (`_plain_line`): the compiled
-            # twin reads the lines it is sure of, this loop the one it stops at (and all
-            # of them on the Python path)
+            # twin reads the lines it is sure of (the general way below the one it stops
+            # at), this loop all of them on the Python path
             while True:
                 if compiled is not None:
                     p, line, end = compiled(self, s, p, line, end, eqcol, *readers)
+                    break
                 if (m := plain(s, p)) is None:
                     break
                 name, type_text, prim, params_text, ops = m.groups()
