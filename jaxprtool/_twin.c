@@ -68,13 +68,14 @@ static PyObject *new_var(PyObject *t, PyObject *name) {
     return v;
 }
 
-/* Eqn(prim, inputs, outputs, params, loc), as `core._fast_eqn_init` makes it (steals none) */
+/* Eqn(prim, inputs, outputs, params, loc), as `core._fast_eqn_init` makes it, with
+ * `no_subjaxprs` set as `FastPath.read_run` sets it (its parameter lists hold plain values,
+ * never a jaxpr); steals none */
 static PyObject *new_eqn(PyObject *prim, PyObject *inputs, PyObject *outputs, PyObject *params,
                          PyObject *loc) {
     PyObject *e = EqnType->tp_alloc(EqnType, 0);
     if (e == NULL) return NULL;
-    PyObject *vals[7] = {prim, inputs, outputs, params, loc, Py_False,
-                         PyDict_GET_SIZE(params) ? Py_False : Py_True};
+    PyObject *vals[7] = {prim, inputs, outputs, params, loc, Py_False, Py_True};
     for (int i = 0; i < 7; i++)
         if (set_slot(eqn_fields[i], e, vals[i]) < 0) {
             Py_DECREF(e);

@@ -122,7 +122,9 @@ class FastPath(Readers, ParamValues):
                 out = Var(t, name)
                 table[name] = out  # (`bind`: the name is not `_`)
                 loc = new_tuple(Loc, (path, line, eqcol))  # (Loc(...) without its frame)
-                eqns.append(Eqn(intern(prim), inputs, (out,), prm, loc))
+                e = Eqn(intern(prim), inputs, (out,), prm, loc)
+                plain_params(e, True)
+                eqns.append(e)
                 self.eqn_start = p
                 end = m.end() - 1
                 p = end + eqcol  # (the next line starts with `indent`)
@@ -153,7 +155,9 @@ class FastPath(Readers, ParamValues):
                 del warnings[nw:]  # read again by the grammar
                 break
             prim, inputs, outs, prm, q = r
-            eqns.append(define(table, prim, inputs, outs, prm, Loc(path, line, eqcol)))
+            e = define(table, prim, inputs, outs, prm, Loc(path, line, eqcol))
+            plain_params(e, True)
+            eqns.append(e)
             self.eqn_start = p
             end = q
             if not more:
@@ -184,7 +188,9 @@ class FastPath(Readers, ParamValues):
                 break
             prim, inputs, outs, prm, q = r
             col = p - line_start
-            eqns.append(define(table, prim, inputs, outs, prm, Loc(self.path, line, col)))
+            e = define(table, prim, inputs, outs, prm, Loc(self.path, line, col))
+            plain_params(e, True)
+            eqns.append(e)
             self.eqn_start = p
             if s.startswith("; ", q):
                 breaks = s.count("\n", p, q)
@@ -353,6 +359,13 @@ class FastPath(Readers, ParamValues):
         if self.operand_atoms(ops, e, 0, table, out):
             fix_untyped_operands(out)
         return tuple(out)
+
+
+#: `plain_params(e, True)`: the equation's parameters hold no jaxpr (`Eqn.no_subjaxprs`,
+#: which `core.eqn_subjaxprs` would otherwise find out, value by value, at the first walk):
+#: the fast path's parameter lists hold plain values only (`fast_params` leaves a list with a
+#: jaxpr or a shared jaxpr's name to the grammar)
+plain_params = Eqn.__dict__["no_subjaxprs"].__set__
 
 
 @functools.cache
