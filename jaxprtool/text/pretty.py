@@ -201,54 +201,7 @@ def format(doc: Doc, width: int = 80) -> str:
             else:
                 push((indent, brk_mode, d[2](*d[3])))
         elif tag == LINES:
-            # each item after a break: a flat line if it fits, else laid out on the agenda
-            # (after it, the rest of the items as a new LINES entry)
-            items = d[1]
-            i = d[3]
-            if brk_mode:
-                nl = "\n" + " " * indent
-                sep_w = indent
-            else:
-                nl = d[2]
-                sep_w = _w(nl)
-            n = len(items)
-            while i < n:
-                if lay is not None and brk_mode and i:  # (the loop's twin, to where it stops)
-                    i, w = lay(out, items, i, nl, width - indent)
-                    if w >= 0:
-                        k = indent + w
-                    if i >= n:
-                        break
-                x = items[i]
-                if i:
-                    app(nl)
-                    k = indent if brk_mode else k + sep_w
-                i += 1
-                if x.__class__ is str:
-                    w = len(x) if x.isascii() else len(x.encode("utf-8"))
-                    if w <= width - k:
-                        app(x)
-                        k += w
-                        continue
-                    x = d[4](i - 1)  # (its full document)
-                t = x[0]
-                if t == LAZY:
-                    if x[5] <= width - k:
-                        app(x[1])
-                        k += x[5]
-                        continue
-                    if brk_mode and x[4] is not None:
-                        k = x[4](out, k, indent, width, *x[3])
-                        continue
-                    x = x[2](*x[3])
-                elif t == TEXT:
-                    app(x[1])
-                    k += x[2]
-                    continue
-                if i < n:
-                    push((indent, brk_mode, (LINES, items, d[2], i, d[4], 0)))
-                push((indent, brk_mode, x))
-                break
+            k = _lay_lines(d, indent, brk_mode, k, width, out, push, lay)
         elif tag == FILL:
             if d[4] <= width - k:
                 app(d[3])
@@ -258,3 +211,58 @@ def format(doc: Doc, width: int = 80) -> str:
         else:  # NEST
             push((indent + d[1], brk_mode, d[2]))
     return "".join(out)
+
+
+def _lay_lines(d: Doc, indent: int, brk_mode: bool, k: int, width: int, out, push, lay) -> int:
+    """`format` of LINES `d` from column `k`: each item after a break, a flat line if it fits
+    (`lay`, the compiled twin of this loop over the strings that fit in break mode, where
+    built), else laid out on the agenda (`push`), after it the rest of the items as a new
+    LINES entry; the new column."""
+    app = out.append
+    items = d[1]
+    i = d[3]
+    if brk_mode:
+        nl = "\n" + " " * indent
+        sep_w = indent
+    else:
+        nl = d[2]
+        sep_w = _w(nl)
+    n = len(items)
+    while i < n:
+        if lay is not None and brk_mode and i:  # (the loop's twin, to where it stops)
+            i, w = lay(out, items, i, nl, width - indent)
+            if w >= 0:
+                k = indent + w
+            if i >= n:
+                break
+        x = items[i]
+        if i:
+            app(nl)
+            k = indent if brk_mode else k + sep_w
+        i += 1
+        if x.__class__ is str:
+            w = len(x) if x.isascii() else len(x.encode("utf-8"))
+            if w <= width - k:
+                app(x)
+                k += w
+                continue
+            x = d[4](i - 1)  # (its full document)
+        t = x[0]
+        if t == LAZY:
+            if x[5] <= width - k:
+                app(x[1])
+                k += x[5]
+                continue
+            if brk_mode and x[4] is not None:
+                k = x[4](out, k, indent, width, *x[3])
+                continue
+            x = x[2](*x[3])
+        elif t == TEXT:
+            app(x[1])
+            k += x[2]
+            continue
+        if i < n:
+            push((indent, brk_mode, (LINES, items, d[2], i, d[4], 0)))
+        push((indent, brk_mode, x))
+        break
+    return k
