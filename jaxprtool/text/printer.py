@@ -190,7 +190,11 @@ def printed_params(e: core.Eqn, style: Style = DEFAULT_STYLE) -> list[tuple[str,
     `print_params` rule, else every parameter sorted by key).  Two equations whose printed
     parameters are equal are the same equation to JAX, whatever the IR holds besides (a
     parameter that JAX leaves implicit, such as broadcast_in_dim's shape in 0.12)."""
-    rec = record_of(e.prim)
+    return _printed_params(e, style, record_of(e.prim))
+
+
+def _printed_params(e: core.Eqn, style: Style, rec) -> list[tuple[str, Any]]:
+    """`printed_params(e, style)`, `rec` the record of `e`'s primitive."""
     if rec.params_since:
         e = _params_in_style(e, rec.params_since, style)
     p = e.params
@@ -771,7 +775,7 @@ class _Printer:
     def _kept_pairs(self, e: core.Eqn) -> list:
         """`printed_params(e)`, kept alive for the printout (the texts are kept by the ids of
         its values)."""
-        pairs = printed_params(e, self.style)
+        pairs = _printed_params(e, self.style, self.recs.get(e.prim) or self._rec(e.prim))
         self.keep.append(pairs)
         return pairs
 
