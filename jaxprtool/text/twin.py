@@ -23,6 +23,8 @@ from ..env import flag
 #: the slots the twin fills when it makes a `Var` or an `Eqn` (it stands down if they change)
 VAR_FIELDS = ("type", "hint")
 EQN_FIELDS = ("prim", "inputs", "outputs", "params", "loc", "bare_eq", "no_subjaxprs")
+#: the twin's loops (a module without one of them is an older build: it stands down)
+FUNCTIONS = ("read_lines", "name_lines", "drop_unused", "lay_lines")
 
 
 def twin():
@@ -42,6 +44,8 @@ def _load():
 
     if Var.__slots__ != VAR_FIELDS or Eqn._fields != EQN_FIELDS:
         return None
+    if not all(hasattr(_twin, f) for f in FUNCTIONS):
+        return None  # (built from an older _twin.c: the Python loops run until it is rebuilt)
     var_slots = tuple(Var.__dict__[f] for f in VAR_FIELDS)
     _twin.configure(Var, var_slots, Eqn, tuple(Eqn.__dict__[f] for f in EQN_FIELDS), Loc)
     return _twin
