@@ -1,6 +1,8 @@
 /* The compiled twin of the two per-line loops (issue 49): the plain-line reader of the
  * parser's fast path (`text/parser/fast.py`, `FastPath.read_run`'s first loop) and the
- * printer's equation-line builder (`text/printer.py`, `_Printer._name_eqns`).
+ * printer's equation-line builder (`text/printer.py`, `_Printer._name_eqns`), with the
+ * printer's backward walk over the top jaxpr's equations (`_Printer._drop_unused`) and the
+ * layout's loop over the lines that fit (`pretty.format`).
  *
  * The Python code is the reference and the fallback (`text/twin.py` says which one runs).
  * Each function here takes the lines or equations it is sure of and stops at the first one
@@ -12,6 +14,7 @@
  * programs. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <marshal.h>
 
 /* set by `configure`: the IR classes and the member descriptors of their slots */
 static PyTypeObject *VarType, *EqnType, *LocType;
@@ -65,13 +68,14 @@ static PyObject *new_var(PyObject *t, PyObject *name) {
     return v;
 }
 
-/* Eqn(prim, inputs, outputs, params, loc), as `core._fast_eqn_init` makes it (steals none) */
+/* Eqn(prim, inputs, outputs, params, loc), as `core._fast_eqn_init` makes it, with
+ * `no_subjaxprs` set as `FastPath.read_run` sets it (its parameter lists hold plain values,
+ * never a jaxpr); steals none */
 static PyObject *new_eqn(PyObject *prim, PyObject *inputs, PyObject *outputs, PyObject *params,
                          PyObject *loc) {
     PyObject *e = EqnType->tp_alloc(EqnType, 0);
     if (e == NULL) return NULL;
-    PyObject *vals[7] = {prim, inputs, outputs, params, loc, Py_False,
-                         PyDict_GET_SIZE(params) ? Py_False : Py_True};
+    PyObject *vals[7] = {prim, inputs, outputs, params, loc, Py_False, Py_True};
     for (int i = 0; i < 7; i++)
         if (set_slot(eqn_fields[i], e, vals[i]) < 0) {
             Py_DECREF(e);
@@ -207,20 +211,38 @@ static PyObject *call_operands(const Reader *R, Py_ssize_t a, Py_ssize_t b) {
     return r;
 }
 
-/* Where a typed literal `VALUE:TYPE` of the simplest kind (`-?[0-9][0-9.]*(e[+-]?[0-9]+)?`, a
- * type `[a-z][a-z0-9_]*[...]`, the grammar's OPERAND reads nothing else from such a token)
- * has its `:` in s[i:j], or -1. */
+/* Where a typed literal `VALUE:TYPE` of the simplest kind (a value `-?[0-9][0-9.]*(e[+-]?[0-9]+)?`,
+ * `-?inf` or `nan`, a type `[a-z][a-z0-9_]*[...]`: the grammar's OPERAND reads nothing else
+ * from such a token; `G.SIMPLE_LITERAL`, as `FastPath.plain_operands` reads it) has its `:` in
+ * s[i:j], or -1.  (`CH` reads its index twice: never `CH(t, ++i)`.) */
 static Py_ssize_t simple_literal(const Text *t, Py_ssize_t i, Py_ssize_t j) {
     Py_UCS4 c = CH(t, i);
-    if (c == '-') c = CH(t, ++i);
-    if (!DIGIT(c)) return -1;
-    for (i++; i < j && ((c = CH(t, i)), DIGIT(c) || c == '.'); i++)
-        ;
-    if (i < j && c == 'e') {
-        c = CH(t, ++i);
-        if (c == '+' || c == '-') c = CH(t, ++i);
-        if (!DIGIT(c)) return -1;
-        while (i < j && DIGIT(CH(t, i))) i++;
+    if (c == 'n') {
+        if (CH(t, i + 1) != 'a' || CH(t, i + 2) != 'n') return -1;
+        i += 3;
+    } else {
+        if (c == '-') {
+            i++;
+            c = CH(t, i);
+        }
+        if (c == 'i') {
+            if (CH(t, i + 1) != 'n' || CH(t, i + 2) != 'f') return -1;
+            i += 3;
+        } else {
+            if (!DIGIT(c)) return -1;
+            for (i++; i < j && ((c = CH(t, i)), DIGIT(c) || c == '.'); i++)
+                ;
+            if (i < j && c == 'e') {
+                i++;
+                c = CH(t, i);
+                if (c == '+' || c == '-') {
+                    i++;
+                    c = CH(t, i);
+                }
+                if (!DIGIT(c)) return -1;
+                while (i < j && DIGIT(CH(t, i))) i++;
+            }
+        }
     }
     Py_ssize_t colon = i;
     if (i >= j || CH(t, i) != ':' || !LOWER(CH(t, i + 1))) return -1;
@@ -289,15 +311,33 @@ fail:
 }
 
 /* `FastPath.remembered_params(text)`, or NULL (no error set) where no list was read with
- * that text: a copy of the remembered dict where no value holds a list, else the method's
- * (its values with lists inside made afresh). */
+ * that text: a copy of the remembered dict, its values with lists inside made afresh from
+ * their `marshal` bytes (as `marshal.loads`), or the method's where one has none. */
 static PyObject *remembered(const Reader *R, PyObject *text) {
     PyObject *known = PyDict_GetItemWithError(R->param_lists, text), *r;
     if (known == NULL) return NULL;
-    if (PyTuple_CheckExact(known) && PyTuple_GET_SIZE(known) == 2 &&
-        PyDict_CheckExact(PyTuple_GET_ITEM(known, 0)) && PyList_Check(PyTuple_GET_ITEM(known, 1)) &&
-        PyList_GET_SIZE(PyTuple_GET_ITEM(known, 1)) == 0)
-        return PyDict_Copy(PyTuple_GET_ITEM(known, 0));
+    if (!(PyTuple_CheckExact(known) && PyTuple_GET_SIZE(known) == 2 &&
+          PyDict_CheckExact(PyTuple_GET_ITEM(known, 0)) &&
+          PyList_CheckExact(PyTuple_GET_ITEM(known, 1))))
+        goto method;
+    PyObject *lists = PyTuple_GET_ITEM(known, 1);
+    Py_ssize_t n = PyList_GET_SIZE(lists);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *x = PyList_GET_ITEM(lists, i);
+        if (!PyTuple_CheckExact(x) || PyTuple_GET_SIZE(x) != 3 ||
+            !PyBytes_CheckExact(PyTuple_GET_ITEM(x, 1)))
+            goto method; /* (a value `marshal` does not keep: the method copies it) */
+    }
+    r = PyDict_Copy(PyTuple_GET_ITEM(known, 0));
+    for (Py_ssize_t i = 0; r != NULL && i < n; i++) {
+        PyObject *x = PyList_GET_ITEM(lists, i), *blob = PyTuple_GET_ITEM(x, 1);
+        PyObject *v = PyMarshal_ReadObjectFromString(PyBytes_AS_STRING(blob),
+                                                     PyBytes_GET_SIZE(blob));
+        if (v == NULL || PyDict_SetItem(r, PyTuple_GET_ITEM(x, 0), v) < 0) Py_CLEAR(r);
+        Py_XDECREF(v);
+    }
+    return r;
+method:
     r = PyObject_CallOneArg(R->remembered, text);
     if (r == Py_None) Py_CLEAR(r);
     return r;
@@ -416,12 +456,28 @@ error:
 
 /* ------------------------------------------------------------------ the printer */
 
-/* a + b + c (NULL-safe on failure of an argument: returns NULL) */
+/* a + b + c (strings), made at once (NULL on failure) */
 static PyObject *concat3(PyObject *a, PyObject *b, PyObject *c) {
-    PyObject *ab = PyUnicode_Concat(a, b);
-    if (ab == NULL) return NULL;
-    PyObject *r = PyUnicode_Concat(ab, c);
-    Py_DECREF(ab);
+    if (!PyUnicode_Check(a) || !PyUnicode_Check(b) || !PyUnicode_Check(c)) {
+        PyObject *ab = PyUnicode_Concat(a, b), *r; /* (raises what `+` raises) */
+        if (ab == NULL) return NULL;
+        r = PyUnicode_Concat(ab, c);
+        Py_DECREF(ab);
+        return r;
+    }
+    Py_ssize_t la = PyUnicode_GET_LENGTH(a), lb = PyUnicode_GET_LENGTH(b);
+    Py_ssize_t lc = PyUnicode_GET_LENGTH(c);
+    Py_UCS4 most = PyUnicode_MAX_CHAR_VALUE(a);
+    if (PyUnicode_MAX_CHAR_VALUE(b) > most) most = PyUnicode_MAX_CHAR_VALUE(b);
+    if (PyUnicode_MAX_CHAR_VALUE(c) > most) most = PyUnicode_MAX_CHAR_VALUE(c);
+    PyObject *r = PyUnicode_New(la + lb + lc, most);
+    if (r == NULL) return NULL;
+    if (PyUnicode_CopyCharacters(r, 0, a, 0, la) < 0 ||
+        PyUnicode_CopyCharacters(r, la, b, 0, lb) < 0 ||
+        PyUnicode_CopyCharacters(r, la + lb, c, 0, lc) < 0) {
+        Py_DECREF(r);
+        return NULL;
+    }
     return r;
 }
 
@@ -431,7 +487,56 @@ typedef struct {
     PyObject *kind_of, *pairs_of, *param_text, *literal, *type_text, *fresh;
     int suffixes, eq_empty;
     PyObject *lazy, *build, *render, *rebound;
+    Py_ssize_t fits;  /* a line this wide is kept as its flat text (`_name_eqns`' `fits`) */
+    Py_ssize_t total; /* the flat width of the lines built */
+    /* `_Printer.fresh`'s state: the printer (its `counter`, read into `counter` here and
+     * written back), the names made so far (`_NAMES`) and those shared jaxprs took */
+    PyObject *printer, *names_made, *shared_names;
+    Py_ssize_t counter;
 } Printer;
+
+static PyObject *str_counter;
+
+/* The printer's `counter` read into P->counter (0), or -1 with an error set. */
+static int load_counter(Printer *P) {
+    PyObject *c = PyObject_GetAttr(P->printer, str_counter);
+    if (c == NULL) return -1;
+    P->counter = PyLong_AsSsize_t(c);
+    Py_DECREF(c);
+    return P->counter < 0 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* P->counter written back to the printer's `counter`. */
+static int store_counter(Printer *P) {
+    PyObject *c = PyLong_FromSsize_t(P->counter);
+    if (c == NULL) return -1;
+    int r = PyObject_SetAttr(P->printer, str_counter, c);
+    Py_DECREF(c);
+    return r;
+}
+
+/* `_Printer.fresh()`: the next name of the counter among those made (`_NAMES`) where no shared
+ * jaxpr took it, else `fresh` itself (it makes more names, or skips a shared jaxpr's);
+ * new reference. */
+static PyObject *fresh_name(Printer *P) {
+    if (P->counter < PyList_GET_SIZE(P->names_made)) {
+        PyObject *n = PyList_GET_ITEM(P->names_made, P->counter);
+        int taken = PySet_Contains(P->shared_names, n);
+        if (taken < 0) return NULL;
+        if (!taken) {
+            P->counter++;
+            return Py_NewRef(n);
+        }
+    }
+    if (store_counter(P) < 0) return NULL;
+    PyObject *n = PyObject_CallNoArgs(P->fresh);
+    if (n == NULL) return NULL;
+    if (load_counter(P) < 0) {
+        Py_DECREF(n);
+        return NULL;
+    }
+    return n;
+}
 
 /* The parameter texts `k=v` of `e` (`pairs`: its printed pairs), or NULL with no error set
  * where a value is a jaxpr (the Python loop prints that equation). */
@@ -537,7 +642,7 @@ static PyObject *result_name(Printer *P, PyObject *v, PyObject *id) {
     if (dropped) {
         n = Py_NewRef(str_under);
     } else {
-        n = PyObject_CallNoArgs(P->fresh);
+        n = fresh_name(P);
         if (n == NULL) return NULL;
         if (P->suffixes) {
             PyObject *h = get_slot(var_hint, v);
@@ -698,6 +803,11 @@ static PyObject *eqn_line(Printer *P, PyObject *e, PyObject *shadowed, int *unty
         w = PyBytes_GET_SIZE(b);
         Py_DECREF(b);
     }
+    P->total += w;
+    if (w <= P->fits) {
+        line = Py_NewRef(flat); /* (its document is built only where it does not fit) */
+        goto done;
+    }
     args = PyTuple_Pack(5, prim, kvs, ins, outs, eq ? Py_True : Py_False);
     if (args == NULL || (width = PyLong_FromSsize_t(w)) == NULL) goto done;
     line = PyTuple_Pack(6, P->lazy, flat, P->build, args, P->render, width);
@@ -718,13 +828,16 @@ done:
 
 /* name_lines(eqns, k, docs, scope, bound, bad, names, vids, ts, drops, kinds, kind_of,
  *            pairs_of, param_text, literal, type_text, fresh, suffixes, eq_empty,
- *            (LAZY, build, render, REBOUND)) -> (k, untyped)
+ *            (LAZY, build, render, REBOUND), fits, printer, _NAMES, shared_names)
+ *   -> (k, untyped, width)
  * `_Printer._name_eqns`' loop over ordinary equations: from eqns[k] on, each equation's line
- * document appended to `docs`, its names given and its scope read, until one the Python loop
- * prints; the index of that one (len(eqns) at the end) and whether an untyped literal was
- * printed. */
+ * document (its flat text alone where it is at most `fits` wide) appended to `docs`, its
+ * names given and its scope read, until one the Python loop prints; the index of that one
+ * (len(eqns) at the end), whether an untyped literal was printed, and the lines' flat
+ * width. */
 static PyObject *name_lines(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 20 || !PyTuple_Check(args[0]) || !PyList_Check(args[2]) ||
+    if (nargs != 24 || !PyList_CheckExact(args[22]) || !PyAnySet_Check(args[23]) ||
+        !PyTuple_Check(args[0]) || !PyList_Check(args[2]) ||
         !PyDict_CheckExact(args[3]) || !PySet_Check(args[4]) || !PyList_Check(args[5]) ||
         !PyDict_CheckExact(args[6]) || !PyDict_CheckExact(args[7]) ||
         !PyDict_CheckExact(args[8]) || !PyAnySet_Check(args[9]) ||
@@ -742,22 +855,130 @@ static PyObject *name_lines(PyObject *self, PyObject *const *args, Py_ssize_t na
                  args[9],  args[10], args[11], args[12], args[13], args[14], args[15],
                  args[16], PyObject_IsTrue(args[17]), PyObject_IsTrue(args[18]),
                  PyTuple_GET_ITEM(head, 0), PyTuple_GET_ITEM(head, 1),
-                 PyTuple_GET_ITEM(head, 2), PyTuple_GET_ITEM(head, 3)};
+                 PyTuple_GET_ITEM(head, 2), PyTuple_GET_ITEM(head, 3),
+                 PyLong_AsSsize_t(args[20]), 0, args[21], args[22], args[23], 0};
     Py_ssize_t k = PyLong_AsSsize_t(args[1]);
-    if (k < 0 || P.suffixes < 0 || P.eq_empty < 0) return NULL;
+    if (k < 0 || P.suffixes < 0 || P.eq_empty < 0 || PyErr_Occurred()) return NULL;
+    if (load_counter(&P) < 0) return NULL;
     int untyped = 0;
     Py_ssize_t n = PyTuple_GET_SIZE(eqns);
     for (; k < n; k++) {
         PyObject *line = eqn_line(&P, PyTuple_GET_ITEM(eqns, k), P.bad, &untyped);
         if (line == NULL) {
-            if (PyErr_Occurred()) return NULL;
+            if (PyErr_Occurred()) goto error;
             break;
         }
         int r = PyList_Append(P.docs, line);
         Py_DECREF(line);
-        if (r < 0) return NULL;
+        if (r < 0) goto error;
     }
-    return Py_BuildValue("nO", k, untyped ? Py_True : Py_False);
+    if (store_counter(&P) < 0) return NULL;
+    return Py_BuildValue("nOn", k, untyped ? Py_True : Py_False, P.total);
+error:
+    {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        if (store_counter(&P) < 0) PyErr_Clear();
+        PyErr_Restore(et, ev, tb);
+    }
+    return NULL;
+}
+
+/* drop_unused(eqns, used, names, cand, with_params) -> None
+ * `_Printer._drop_unused`'s loop: backwards over `eqns` (the top jaxpr's), each result that
+ * no later equation reads (its id not in `used`) named `_` in `names`, each result whose hint
+ * is `_` appended to `cand`, the ids of the operands added to `used`, each equation with
+ * parameters appended to `with_params` (in that backward order). */
+static PyObject *drop_unused(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyTuple_Check(args[0]) || !PySet_Check(args[1]) ||
+        !PyDict_CheckExact(args[2]) || !PyList_Check(args[3]) || !PyList_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "drop_unused: bad arguments");
+        return NULL;
+    }
+    if (EqnType == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "drop_unused: not configured");
+        return NULL;
+    }
+    PyObject *eqns = args[0], *used = args[1], *names = args[2], *cand = args[3];
+    PyObject *with_params = args[4];
+    for (Py_ssize_t k = PyTuple_GET_SIZE(eqns) - 1; k >= 0; k--) {
+        PyObject *e = PyTuple_GET_ITEM(eqns, k);
+        if (Py_TYPE(e) != EqnType) {
+            PyErr_SetString(PyExc_TypeError, "drop_unused: not an equation");
+            return NULL;
+        }
+        int ok = 0;
+        PyObject *outs = get_slot(eqn_fields[2], e), *ins = NULL, *params = NULL;
+        PyObject *outs_seq = NULL, *ins_seq = NULL;
+        if (outs == NULL || (outs_seq = PySequence_Fast(outs, "outputs")) == NULL) goto next;
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(outs_seq); i++) {
+            PyObject *v = PySequence_Fast_ITEMS(outs_seq)[i];
+            PyObject *id = PyLong_FromVoidPtr(v), *hint;
+            if (id == NULL) goto next;
+            int r = PySet_Contains(used, id);
+            if (r == 0) r = PyDict_SetItem(names, id, str_under);
+            Py_DECREF(id);
+            if (r < 0 || (hint = get_slot(var_hint, v)) == NULL) goto next;
+            r = PyUnicode_Check(hint) ? PyUnicode_Compare(hint, str_under) : 1;
+            Py_DECREF(hint);
+            if ((r == -1 && PyErr_Occurred()) || (r == 0 && PyList_Append(cand, v) < 0))
+                goto next;
+        }
+        if ((ins = get_slot(eqn_fields[1], e)) == NULL ||
+            (ins_seq = PySequence_Fast(ins, "inputs")) == NULL)
+            goto next;
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(ins_seq); i++) {
+            PyObject *id = PyLong_FromVoidPtr(PySequence_Fast_ITEMS(ins_seq)[i]);
+            if (id == NULL) goto next;
+            int r = PySet_Add(used, id);
+            Py_DECREF(id);
+            if (r < 0) goto next;
+        }
+        if ((params = get_slot(eqn_fields[3], e)) == NULL) goto next;
+        int has = PyObject_IsTrue(params);
+        if (has < 0 || (has && PyList_Append(with_params, e) < 0)) goto next;
+        ok = 1;
+    next:
+        Py_XDECREF(outs);
+        Py_XDECREF(outs_seq);
+        Py_XDECREF(ins);
+        Py_XDECREF(ins_seq);
+        Py_XDECREF(params);
+        if (!ok) return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* lay_lines(out, items, i, nl, room) -> (i, width)
+ * `pretty.format`'s loop over the items of LINES in break mode, from items[i] (i > 0) on:
+ * while an item is a string at most `room` wide (its UTF-8 bytes: it fits after the line
+ * break), the break `nl` and the item appended to `out`; where it stopped, and the width of
+ * the last item laid out (-1 if none). */
+static PyObject *lay_lines(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1]) ||
+        !PyUnicode_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "lay_lines: bad arguments");
+        return NULL;
+    }
+    PyObject *out = args[0], *items = args[1], *nl = args[3];
+    Py_ssize_t i = PyLong_AsSsize_t(args[2]), room = PyLong_AsSsize_t(args[4]), last = -1;
+    if (PyErr_Occurred()) return NULL;
+    for (; i > 0 && i < PyList_GET_SIZE(items); i++) {
+        PyObject *x = PyList_GET_ITEM(items, i);
+        if (!PyUnicode_CheckExact(x)) break;
+        Py_ssize_t w;
+        if (PyUnicode_IS_ASCII(x)) {
+            w = PyUnicode_GET_LENGTH(x);
+        } else {
+            Py_ssize_t size;
+            if (PyUnicode_AsUTF8AndSize(x, &size) == NULL) return NULL;
+            w = size;
+        }
+        if (w > room) break;
+        if (PyList_Append(out, nl) < 0 || PyList_Append(out, x) < 0) return NULL;
+        last = w;
+    }
+    return Py_BuildValue("nn", i, last);
 }
 
 /* ------------------------------------------------------------------ the module */
@@ -768,6 +989,10 @@ static PyMethodDef methods[] = {
      "FastPath.read_run's loop over plain lines (see the source)."},
     {"name_lines", (PyCFunction)(void (*)(void))name_lines, METH_FASTCALL,
      "_Printer._name_eqns' loop over ordinary equations (see the source)."},
+    {"drop_unused", (PyCFunction)(void (*)(void))drop_unused, METH_FASTCALL,
+     "_Printer._drop_unused's loop (see the source)."},
+    {"lay_lines", (PyCFunction)(void (*)(void))lay_lines, METH_FASTCALL,
+     "pretty.format's loop over the lines of a jaxpr (see the source)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -783,7 +1008,7 @@ PyMODINIT_FUNC PyInit__twin(void) {
     } strs[] = {{&str_eqn_start, "eqn_start"}, {&str_eq, " = "},  {&str_colon, ":"},
                 {&str_space, " "},             {&str_empty, ""},  {&str_under, "_"},
                 {&str_open, "["},              {&str_close_sp, "] "}, {&str_equals, "="},
-                {&str_typed, "typed"}};
+                {&str_typed, "typed"},         {&str_counter, "counter"}};
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
         if ((*strs[i].slot = PyUnicode_InternFromString(strs[i].text)) == NULL) return NULL;
     }

@@ -42,6 +42,15 @@ def assert_same(text: str, compiled: bool = False) -> None:
     assert a[:3] == b[:3], text
     if a[0] != "error":
         assert core.alpha_equal(a[3], b[3]), text
+        assert_no_subjaxprs_told_right(a[3])
+
+
+def assert_no_subjaxprs_told_right(j: core.Jaxpr) -> None:
+    """Every equation the reader marked as holding no jaxpr (`Eqn.no_subjaxprs`: the fast
+    path's, whose parameter lists hold plain values) holds none: the walks skip them."""
+    for e in core.all_eqns(j):
+        if e.no_subjaxprs:
+            assert not any(core.subjaxprs(v) for v in e.params.values()), e
 
 
 def plain_reads(text: str) -> bool:
@@ -322,3 +331,20 @@ def test_fast_path_shares_one_primitive_name_string():
     eqns = parse(text).jaxpr.eqns
     assert [e.prim for e in eqns] == ["tanh"] * 3
     assert eqns[0].prim is eqns[1].prim is eqns[2].prim
+
+
+def test_the_fast_paths_equations_are_known_to_hold_no_jaxpr():
+    """The equations the fast path reads (the twin's and the Python loops') are marked as
+    holding no jaxpr when read, so the first walk (the style's, the printer's) does not look
+    through their parameters; those with jaxprs are not."""
+    text = (
+        "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin a\n"
+        "    c:f32[3] = reduce_sum[axes=(0,) out_sharding=None] b\n"
+        "    d:f32[3] = pjit[\n      name=f\n"
+        "      jaxpr={ lambda ; e:f32[3]. let f:f32[3] = cos e in (f,) }\n    ] c\n"
+        "    g:f32[3] = reduce_sum[axes=(0,) out_sharding=None] d\n  in (g,) }"
+    )
+    j = parse(text).jaxpr
+    marked = {e.prim: e.no_subjaxprs for e in j.eqns}
+    assert marked == {"sin": True, "reduce_sum": True, "pjit": False}
+    assert_no_subjaxprs_told_right(j)

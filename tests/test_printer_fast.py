@@ -33,6 +33,9 @@ WIDTHS = (12, 40, 80, 100)
 
 
 def both(j: core.Jaxpr, style: Style, width: int) -> tuple[str, str]:
+    """The text of both paths at `width`; the fast one built for width 80 (its lines kept as
+    flat texts where they fit at 80: at a narrower width they are rebuilt, `pretty.lines`'
+    `rebuild`)."""
     with core.gc_paused():
         fast = pretty.format(_Printer(style).toplevel(j), width)
         slow = pretty.format(_Printer(style, fast=False).toplevel(j), width)

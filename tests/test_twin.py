@@ -254,9 +254,27 @@ WIDE = [
             "nan:f32[]",
             "inf",
             "b 1.0:f32[] b",
+            "-0.5:f32[]",
+            "-inf:f32[]",
+            "inf:f32[]",
+            "-nan:f32[]",
+            "nan:f32[3]",
+            "1e5:f32[]",
+            "1.5e+10:f32[]",
+            "-2e-3:f32[]",
+            "1e+:f32[]",
+            "-:f32[]",
+            "-inf:f32[]{x}",
+            "infj:f32[]",
+            "na:f32[]",
             "1.0:f32[3] 2",
         )
     ),
+    # a shared jaxpr whose name is one of the counter's: the names skip it on both paths
+    "let b = { lambda ; a:f32[3]. let c:f32[3] = sin a in (c,) } in\n"
+    "{ lambda ; a:f32[3]. let\n    c:f32[3] = jit[name=b jaxpr=b] a\n"
+    "    d:f32[3] = jit[name=b jaxpr=b] c\n    e:f32[3] = cos d\n    f:f32[3] = mul e d\n"
+    "  in (f,) }",
     # a parameter list over lines (as JAX prints dot_general), known or new, then others
     "{ lambda ; a:f32[2,2]. let\n"
     + 3
@@ -298,3 +316,41 @@ def test_names_the_safety_pass_changes_alike(width):
 @pytest.mark.parametrize("text", WIDE)
 def test_edge_lines_alike(text):
     assert_alike(text)
+
+
+SIMPLE_LITERALS = ("-0.5:f32[]", "-inf:f32[]", "inf:f32[]", "nan:f32[]", "1e5:f32[]",
+                   "-2e-3:f32[]", "9.999999747378752e-06:f32[]", "16.0:f32[]")  # fmt: skip
+
+
+@pytest.mark.parametrize("pure", [True, False])
+def test_simple_literals_read_without_the_general_way(pure, monkeypatch):
+    """Typed literals of the simplest kind (negative, `inf`, `nan`, with an exponent) among a
+    plain line's operands are read where the line is (the twin's `simple_literal`, the
+    Python loop's `plain_operands`), not by the general operand reader (whose regular
+    expressions cost a millisecond to compile); the program is the grammar's."""
+    from jaxprtool.text.parser.fast import FastPath
+
+    if not pure and twin._load() is None:
+        pytest.skip("jaxprtool._twin is not built here")
+    general = []
+    original = FastPath.line_operands
+
+    def counted(self, e, q, table):
+        general.append(self.s[e:q])
+        return original(self, e, q, table)
+
+    monkeypatch.setattr(FastPath, "line_operands", counted)
+    body = "".join(
+        f"    {chr(98 + k)}:f32[3] = mul {chr(97 + k)} {lit}\n"
+        for k, lit in enumerate(SIMPLE_LITERALS * 2)
+    )
+    last = chr(97 + 2 * len(SIMPLE_LITERALS))
+    text = f"{{ lambda ; a:f32[3]. let\n{body}  in ({last},) }}"
+    with _Path(pure):
+        fast = parse(text, "f.jaxpr").jaxpr
+    assert general == []
+    grammar = parse(text, "f.jaxpr", fast=False).jaxpr
+    assert core.alpha_equal(fast, grammar)
+    values = [e.inputs[1].value for e in fast.eqns[: len(SIMPLE_LITERALS)]]
+    assert [str(v) for v in values] == ["-0.5", "-inf", "inf", "nan", "100000.0", "-0.002",
+                                        "9.999999747378752e-06", "16.0"]  # fmt: skip

@@ -235,16 +235,20 @@ def _print_dot_general(e, style):
     d = {k: v for k, v in e.params.items() if v is not None}
     d.pop("out_sharding", None)
     dn = d.get("dimension_numbers")
-    if (
-        isinstance(dn, tuple)
-        and len(dn) == 2
-        and all(isinstance(x, tuple) and len(x) == 2 for x in dn)
-        and all(isinstance(axes, (tuple, list)) for pair in dn for axes in pair)
-    ):
-        (lc, rc), (lb, rb) = dn
-        if not (lc.__class__ is rc.__class__ is lb.__class__ is rb.__class__ is list):
-            # (the transpose rule's and the parser's are lists already: printed as they are)
-            d["dimension_numbers"] = ((list(lc), list(rc)), (list(lb), list(rb)))
+    # (checks written out, not `all(...)` over generators: `fmt` prints every dot_general)
+    if isinstance(dn, tuple) and len(dn) == 2:
+        contracting, batch = dn
+        if (
+            isinstance(contracting, tuple)
+            and isinstance(batch, tuple)
+            and len(contracting) == 2
+            and len(batch) == 2
+        ):
+            (lc, rc), (lb, rb) = contracting, batch
+            if lc.__class__ is rc.__class__ is lb.__class__ is rb.__class__ is list:
+                pass  # (the transpose rule's and the parser's: printed as they are)
+            elif all(isinstance(axes, (tuple, list)) for axes in (lc, rc, lb, rb)):
+                d["dimension_numbers"] = ((list(lc), list(rc)), (list(lb), list(rb)))
     return sorted(d.items())
 
 

@@ -112,6 +112,11 @@ _VAR = r"(?!in \((?!b'|[-+0-9.einfa]*j\):))(?:[a-z]+_?|_)(?![\w:])"
 _OPND = rf"(?:{_LITVAL}:{_ARRAY_TYPE}|{_ULITVAL}|{_VAR})"
 #: the grammar's OPERANDS terminal: the operands of an equation on one line
 OPERANDS_PATTERN = rf"(?: |(?<=[ \t\n])){_OPND}(?: {_OPND})*(?:[ \t]*\n[ \t]*)*"
+#: a typed literal operand of the simplest kind (value, type), as the compiled twin's
+#: `simple_literal` takes it: OPERAND reads such a token as this literal and nothing else
+_lazy(
+    "SIMPLE_LITERAL", r"(-?(?:[0-9][0-9.]*(?:e[+-]?[0-9]+)?|inf)|nan):([a-z][a-z0-9_]*\[[^\]]*\])"
+)
 #: one operand inside an OPERANDS token: (literal value, its type) | untyped literal | variable
 _lazy("OPERAND", rf" ?(?:({_LITVAL}):({_ARRAY_TYPE})|({_ULITVAL})|({_VAR}))")
 

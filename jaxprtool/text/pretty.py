@@ -21,6 +21,8 @@ building and formatting large programs stays fast.
 
 from __future__ import annotations
 
+from .twin import twin
+
 TEXT, BRK, CONCAT, GROUP, NEST, LAZY, FILL, LINES = 0, 1, 2, 3, 4, 5, 6, 7
 
 Doc = tuple
@@ -68,14 +70,18 @@ def fill(items: list[str], sep: str = "") -> Doc:
     return (FILL, items, sep, flat_text, _w(flat_text))
 
 
-def lines(docs: list, sep: str = "; ") -> Doc:
+def lines(docs: list, sep: str = "; ", rebuild=None, width: int | None = None) -> Doc:
     """`join(brk(sep), docs)`, laid out without an agenda entry per item: the equations of a
-    jaxpr, most of them one flat line each."""
+    jaxpr, most of them one flat line each.  An item may be a plain string, the flat text of
+    a document that `rebuild(i)` builds (the i-th item's) where that text does not fit;
+    `width`: the items' flat width, where the caller knows it."""
     if not docs:
         return NIL
-    if len(docs) == 1:
+    if len(docs) == 1 and docs[0].__class__ is not str:
         return docs[0]
-    return (LINES, docs, sep, 0, sum([d[-1] for d in docs]) + _w(sep) * (len(docs) - 1))
+    if width is None:
+        width = sum([_w(d) if d.__class__ is str else d[-1] for d in docs])
+    return (LINES, docs, sep, 0, rebuild, width + _w(sep) * (len(docs) - 1))
 
 
 def group(d: Doc) -> Doc:
@@ -108,6 +114,9 @@ def flat(d: Doc, out: list[str]) -> None:
     app = out.append
     while stack:
         d = pop()
+        if d.__class__ is str:  # (an item of LINES)
+            app(d)
+            continue
         tag = d[0]
         if tag <= BRK or tag == LAZY:
             app(d[1])
@@ -154,6 +163,8 @@ def format(doc: Doc, width: int = 80) -> str:
     out: list[str] = []
     app = out.append
     k = 0
+    compiled = twin()  # the compiled twin of the LINES loop over lines that fit, or None
+    lay = compiled.lay_lines if compiled is not None else None
     # agenda entries: (indent, is_break_mode, doc)
     stack = [(0, True, doc)]
     pop = stack.pop
@@ -190,41 +201,7 @@ def format(doc: Doc, width: int = 80) -> str:
             else:
                 push((indent, brk_mode, d[2](*d[3])))
         elif tag == LINES:
-            # each item after a break: a flat line if it fits, else laid out on the agenda
-            # (after it, the rest of the items as a new LINES entry)
-            items = d[1]
-            i = d[3]
-            if brk_mode:
-                nl = "\n" + " " * indent
-                sep_w = indent
-            else:
-                nl = d[2]
-                sep_w = _w(nl)
-            n = len(items)
-            while i < n:
-                x = items[i]
-                if i:
-                    app(nl)
-                    k = indent if brk_mode else k + sep_w
-                i += 1
-                t = x[0]
-                if t == LAZY:
-                    if x[5] <= width - k:
-                        app(x[1])
-                        k += x[5]
-                        continue
-                    if brk_mode and x[4] is not None:
-                        k = x[4](out, k, indent, width, *x[3])
-                        continue
-                    x = x[2](*x[3])
-                elif t == TEXT:
-                    app(x[1])
-                    k += x[2]
-                    continue
-                if i < n:
-                    push((indent, brk_mode, (LINES, items, d[2], i, 0)))
-                push((indent, brk_mode, x))
-                break
+            k = _lay_lines(d, indent, brk_mode, k, width, out, push, lay)
         elif tag == FILL:
             if d[4] <= width - k:
                 app(d[3])
@@ -234,3 +211,58 @@ def format(doc: Doc, width: int = 80) -> str:
         else:  # NEST
             push((indent + d[1], brk_mode, d[2]))
     return "".join(out)
+
+
+def _lay_lines(d: Doc, indent: int, brk_mode: bool, k: int, width: int, out, push, lay) -> int:
+    """`format` of LINES `d` from column `k`: each item after a break, a flat line if it fits
+    (`lay`, the compiled twin of this loop over the strings that fit in break mode, where
+    built), else laid out on the agenda (`push`), after it the rest of the items as a new
+    LINES entry; the new column."""
+    app = out.append
+    items = d[1]
+    i = d[3]
+    if brk_mode:
+        nl = "\n" + " " * indent
+        sep_w = indent
+    else:
+        nl = d[2]
+        sep_w = _w(nl)
+    n = len(items)
+    while i < n:
+        if lay is not None and brk_mode and i:  # (the loop's twin, to where it stops)
+            i, w = lay(out, items, i, nl, width - indent)
+            if w >= 0:
+                k = indent + w
+            if i >= n:
+                break
+        x = items[i]
+        if i:
+            app(nl)
+            k = indent if brk_mode else k + sep_w
+        i += 1
+        if x.__class__ is str:
+            w = len(x) if x.isascii() else len(x.encode("utf-8"))
+            if w <= width - k:
+                app(x)
+                k += w
+                continue
+            x = d[4](i - 1)  # (its full document)
+        t = x[0]
+        if t == LAZY:
+            if x[5] <= width - k:
+                app(x[1])
+                k += x[5]
+                continue
+            if brk_mode and x[4] is not None:
+                k = x[4](out, k, indent, width, *x[3])
+                continue
+            x = x[2](*x[3])
+        elif t == TEXT:
+            app(x[1])
+            k += x[2]
+            continue
+        if i < n:
+            push((indent, brk_mode, (LINES, items, d[2], i, d[4], 0)))
+        push((indent, brk_mode, x))
+        break
+    return k

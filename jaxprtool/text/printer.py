@@ -53,7 +53,8 @@ JAX does (own names, own shared jaxprs, column 0, width 80).
 
 from __future__ import annotations
 
-import itertools
+import functools
+import marshal
 import re
 import string
 from typing import Any
@@ -86,7 +87,9 @@ def encode_name(n: int) -> str:
 def print_jaxpr(jaxpr: Jaxpr, style: Style | None = None, width: int = 80) -> str:
     """The text of `jaxpr` exactly as JAX's `str(jaxpr)` (no trailing newline)."""
     with core.gc_paused():
-        return pp.format(_Printer(style or DEFAULT_STYLE).toplevel(jaxpr), width)
+        printer = _Printer(style or DEFAULT_STYLE)
+        printer.width = width
+        return pp.format(printer.toplevel(jaxpr), width)
 
 
 def literal_text(lit: Literal, typed: bool = True) -> str:
@@ -166,6 +169,7 @@ class Namer:
     def jaxpr_text(self, j: Jaxpr, width: int = 80) -> str:
         """`j` as `print_jaxpr` prints it, keeping the names already given."""
         self._keep.append(j)
+        self._p.width = width
         with core.gc_paused():
             return pp.format(self._p.toplevel(j), width)
 
@@ -186,7 +190,11 @@ def printed_params(e: core.Eqn, style: Style = DEFAULT_STYLE) -> list[tuple[str,
     `print_params` rule, else every parameter sorted by key).  Two equations whose printed
     parameters are equal are the same equation to JAX, whatever the IR holds besides (a
     parameter that JAX leaves implicit, such as broadcast_in_dim's shape in 0.12)."""
-    rec = record_of(e.prim)
+    return _printed_params(e, style, record_of(e.prim))
+
+
+def _printed_params(e: core.Eqn, style: Style, rec) -> list[tuple[str, Any]]:
+    """`printed_params(e, style)`, `rec` the record of `e`'s primitive."""
     if rec.params_since:
         e = _params_in_style(e, rec.params_since, style)
     p = e.params
@@ -320,11 +328,17 @@ class _Printer:
         self.twin_keys: dict[int, tuple | None] = {}
         self.no_twins: set[int] = set()
         self.value_cache: dict = {}
+        self.tree_texts: dict[bytes, str | None] = {}  # `_tree_text`'s
         # id(value) -> printed text, for one printout (`keep` holds the values alive)
         self.value_ids: dict[int, str] = {}
         self.recs: dict[str, Any] = {}  # prim -> its record
-        # id(jaxpr) -> the line documents of its equations (None: built by `_eqn`)
+        # id(jaxpr) -> the line documents of its equations (None: built by `_eqn`; a string:
+        # the flat text of one that fits at the equations' least indentation, its document
+        # built by `_eqn` only where it does not fit), and their flat width
         self.lines: dict[int, list] = {}
+        self.lines_width: dict[int, int] = {}
+        #: the layout width the lines are built for (any other still prints right)
+        self.width = 80
         # id(jaxpr) -> what the naming pass saw of its scope (`_Scope`), this printout
         self.scope_state: dict[int, _Scope] = {}
         self.suffixes = style.version < (0, 5)
@@ -333,6 +347,7 @@ class _Printer:
         # lines it builds, by primitive (`_line_kind`)
         compiled = twin() if fast else None
         self.compiled_lines = compiled.name_lines if compiled is not None else None
+        self.compiled_drop = compiled.drop_unused if compiled is not None else None
         self.line_kinds: dict[str, int] = {}
 
     def _rec(self, prim: str):
@@ -348,7 +363,7 @@ class _Printer:
         c = self.counter
         self.counter = c + 1
         if c >= len(_NAMES):
-            _NAMES.extend(itertools.islice(_NAME_STREAM, len(_NAMES) + c + 64))
+            _grow_names(2 * c + 64)
         n = _NAMES[c]
         if n in self.shared_names:
             return self.fresh()
@@ -499,6 +514,10 @@ class _Printer:
         used = {id(a) for a in top.outvars}  # (ids of literals never equal a var's)
         with_params = []
         cand = []
+        if self.compiled_drop is not None and type(top.eqns) is tuple:
+            self.compiled_drop(top.eqns, used, names, cand, with_params)  # (this loop's twin)
+            with_params.reverse()
+            return with_params, cand, used
         for e in reversed(top.eqns):
             for v in e.outputs:
                 if id(v) not in used:
@@ -611,10 +630,12 @@ class _Printer:
         fresh = self.fresh
         docs: list = []
         eqns = j.eqns
+        fits = self.width - _EQN_INDENT  # (a line this wide fits where it is least indented)
+        total = 0  # the lines' flat width
         compiled = self.compiled_lines
         if compiled is not None:  # the equations the compiled twin leaves to this loop
-            seen_untyped = [False]
-            eqns = self._compiled_lines(compiled, eqns, docs, scope, bound, bad, seen_untyped)
+            seen = [False, 0]
+            eqns = self._compiled_lines(compiled, eqns, docs, scope, bound, bad, seen)
         for e in eqns:
             prim = e.prim
             rec = recs.get(prim) or self._rec(prim)
@@ -693,34 +714,45 @@ class _Printer:
                             flat = f"{name} {' '.join(ins)}"
                         eq = False
                     w = len(flat) if flat.isascii() else len(flat.encode("utf-8"))
-                    line = (pp.LAZY, flat, _build_eqn, (name, kvs, ins, outs, eq), _render_eqn, w)
+                    total += w
+                    if w <= fits:
+                        line = flat
+                    else:
+                        args = (name, kvs, ins, outs, eq)
+                        line = (pp.LAZY, flat, _build_eqn, args, _render_eqn, w)
             if line is None:
                 self._name_eqn(e)
                 untyped = _read_scope(e, names, scope, bound, bad) or untyped
             docs.append(line)
         if compiled is not None:
-            untyped = untyped or seen_untyped[0]
+            untyped = untyped or seen[0]
+            total += seen[1]
         self.lines[id(j)] = docs
+        self.lines_width[id(j)] = total
         if id(j) not in self.scope_state:
             self.scope_state[id(j)] = _Scope(scope, bound, bad, untyped)
 
-    def _compiled_lines(self, compiled, eqns, docs, scope, bound, bad, seen_untyped):
+    def _compiled_lines(self, compiled, eqns, docs, scope, bound, bad, seen):
         """The equations of `eqns` that the compiled twin of `_name_eqns`' loop
         (`_twin.name_lines`) leaves to the Python loop, in order; it builds the lines of the
         others, in between, with the same state and the same callbacks for every text
-        (`_line_kind`, `_kept_pairs`, `_param_text`, `_literal`, `_type`, `fresh`), and
-        sets `seen_untyped[0]` where one prints an untyped literal."""
+        (`_line_kind`, `_kept_pairs`, `_param_text`, `_literal`, `_type`; `fresh`'s names
+        taken from `_NAMES` as it takes them, itself called where it makes more), sets
+        `seen[0]` where one prints an untyped literal and adds their flat width to
+        `seen[1]`."""
         if type(eqns) is not tuple:
             eqns = tuple(eqns)
         state = (docs, scope, bound, bad, self.names, self.value_ids, self.type_str)
         state += (self.drop_hints, self.line_kinds, self._line_kind, self._kept_pairs)
         state += (self._param_text, self._literal, self._type, self.fresh, self.suffixes)
-        state += (self.style.eq_without_outputs, _LINE_HEAD)
+        state += (self.style.eq_without_outputs, _LINE_HEAD, self.width - _EQN_INDENT)
+        state += (self, _NAMES, self.shared_names)  # (`fresh`'s state)
         k, n = 0, len(eqns)
         while True:
-            k, untyped = compiled(eqns, k, *state)
+            k, untyped, width = compiled(eqns, k, *state)
             if untyped:
-                seen_untyped[0] = True
+                seen[0] = True
+            seen[1] += width
             if k >= n:
                 return
             yield eqns[k]
@@ -743,7 +775,7 @@ class _Printer:
     def _kept_pairs(self, e: core.Eqn) -> list:
         """`printed_params(e)`, kept alive for the printout (the texts are kept by the ids of
         its values)."""
-        pairs = printed_params(e, self.style)
+        pairs = _printed_params(e, self.style, self.recs.get(e.prim) or self._rec(e.prim))
         self.keep.append(pairs)
         return pairs
 
@@ -751,13 +783,27 @@ class _Printer:
         """The text of a parameter value, kept by its id for the printout (`value_ids`), or
         None for a jaxpr or a tuple of them (printed as a document)."""
         c = v.__class__
-        if (c is list or (c is tuple and v)) and (t := _int_tree_text(v)) is not None:
+        if (c is list or (c is tuple and v)) and (t := self._tree_text(v)) is not None:
             pass  # (as `_value_str`, without its cache)
         elif isinstance(v, Jaxpr) or _is_jaxpr_tuple(v):
             return None
         else:
             t = self._value_str(v)
         self.value_ids[id(v)] = t
+        return t
+
+    def _tree_text(self, v) -> str | None:
+        """`_int_tree_text(v)`, found again by the value's `marshal` bytes (version 2: no
+        back-references), which tell the exact type of every element, as that function reads
+        them: equal parameter lists of different equations (the reader gives each its own
+        lists, as `dot_general`'s `dimension_numbers`) are read once."""
+        try:
+            key = marshal.dumps(v, 2)
+        except ValueError:  # (an element of another type: not a tree of ints)
+            return _int_tree_text(v)
+        t = self.tree_texts.get(key, _UNSEEN)
+        if t is _UNSEEN:
+            t = self.tree_texts[key] = _int_tree_text(v)
         return t
 
     def _literal(self, a: Literal) -> str:
@@ -959,9 +1005,14 @@ class _Printer:
         lines = self.lines.get(id(j)) if self.fast else None
         if lines is None:
             docs = [self._eqn(e) for e in j.eqns]
+            eqns = pp.lines(docs) if self.fast else pp.join(pp.brk("; "), docs)
         else:
-            docs = [d if d is not None else self._eqn(e) for d, e in zip(lines, j.eqns)]
-        eqns = pp.lines(docs) if self.fast else pp.join(pp.brk("; "), docs)
+            width = self.lines_width[id(j)]
+            docs = lines
+            if None in lines:
+                docs = [d if d is not None else self._eqn(e) for d, e in zip(lines, j.eqns)]
+                width += sum([d[-1] for d, line in zip(docs, lines) if line is None])
+            eqns = pp.lines(docs, "; ", functools.partial(_eqn_doc, self, j.eqns), width)
         n_out = len(j.outvars)
         outvars = pp.concat(
             [pp.text("("), self._atoms(j.outvars, ","), pp.text(",)" if n_out == 1 else ")")]
@@ -1192,20 +1243,35 @@ class _NamingHandle(_DocHandle):
         return ""
 
 
-_NAMES: list[str] = []  # encode_name(i), grown on demand from `_NAME_STREAM`
+_NAMES: list[str] = []  # encode_name(i), grown on demand (`_grow_names`)
 
 
-def _name_stream():
-    """encode_name(0), encode_name(1), ...: `a`..`z`, then for each width the names whose
-    first letter is not `a` (a leading zero digit), in order (itertools, not a division
-    per letter)."""
+def _name_chunks():
+    """encode_name(0), encode_name(1), ... in lists: `a`..`z`, then for each width the names
+    whose first letter is not `a` (a leading zero digit), in order, 26 at a time (each
+    prefix of the width before, followed by every letter: one concatenation a name)."""
     letters = string.ascii_lowercase
-    yield from letters
-    for width in itertools.count(1):
-        yield from map("".join, itertools.product(letters[1:], *[letters] * width))
+    yield list(letters)
+    prefixes = list(letters[1:])
+    while True:
+        longer: list[str] = []
+        for p in prefixes:
+            chunk = [p + c for c in letters]
+            longer += chunk
+            yield chunk
+        prefixes = longer
 
 
-_NAME_STREAM = _name_stream()
+_NAME_CHUNKS = _name_chunks()
+
+
+def _grow_names(n: int) -> None:
+    """Make `_NAMES` at least `n` names long."""
+    while len(_NAMES) < n:
+        _NAMES.extend(next(_NAME_CHUNKS))
+
+
+_UNSEEN = object()
 _CACHEABLE = frozenset({int, bool, str, EnumValue})
 _SPACE = pp.text(" ")
 _EQ = pp.text(" = ")
@@ -1269,6 +1335,12 @@ def _render_eqn(out: list[str], k: int, indent: int, width: int, name, kvs, ins,
     return k
 
 
+def _eqn_doc(printer: _Printer, eqns: tuple, i: int) -> pp.Doc:
+    """The document of the i-th equation of a jaxpr, whose line `_name_eqns` kept as its flat
+    text only (`pp.lines`' `rebuild`: the line does not fit where it is)."""
+    return printer._eqn(eqns[i])
+
+
 def _kv_doc(kvs: list) -> pp.Doc:
     """JAX's `pp_kv_pairs`: `[k=v ...]` flat, else one pair per line and `]` back."""
     if not kvs:
@@ -1278,5 +1350,8 @@ def _kv_doc(kvs: list) -> pp.Doc:
     )
 
 
+#: the least indentation of a jaxpr's equations laid out one a line (`{ lambda ... let` and
+#: its equations are nested twice by 2): a line kept as its flat text fits there
+_EQN_INDENT = 4
 #: what each line the compiled twin builds holds besides its texts (`_compiled_lines`)
 _LINE_HEAD = (pp.LAZY, _build_eqn, _render_eqn, _REBOUND)

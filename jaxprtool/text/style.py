@@ -335,20 +335,12 @@ def detect_style(jaxpr: core.Jaxpr) -> Style:
     0.12.1 where a form 0.12.1 no longer prints says so).  Each primitive's clues are its
     record's (`version_clues`, `first_version`, `params_since`).
     """
-    real_addr = suggested = fresh = large_inline = False
+    eqns, jaxprs, shared, large_inline = _walk(jaxpr)
     clues: set[str] = set()
-    seen: set[int] = set()
-    shared: set[int] = set()  # jaxprs referenced more than once: printed hoisted, no names
-    eqns = list(core.all_eqns(jaxpr))  # one walk: the loops below read it twice
-    for e in eqns:
-        subs = list(core.eqn_subjaxprs(e))
-        for sub in subs:
-            (shared if id(sub) in seen else seen).add(id(sub))
-        if subs and not large_inline:  # a jaxpr parameter of more than 10 equations
-            large_inline = any(
-                isinstance(v, core.Jaxpr) and len(v.eqns) > 10 for v in e.params.values()
-            )
+    real_addr = suggested = fresh = False
     by_prim: dict[str, tuple] = {}  # primitive -> what its record says (asked once)
+    literal = core.Literal
+    untyped = False  # (CLUE_0_4_35 found: the operands need no more looking at)
     for e in eqns:
         facts = by_prim.get(e.prim)
         if facts is None:
@@ -360,10 +352,10 @@ def detect_style(jaxpr: core.Jaxpr) -> Style:
             clues |= version_clues(e)
         if first_clue is not None:
             clues.add(first_clue)
-        if CLUE_0_4_35 not in clues:
+        if not untyped:
             for a in e.inputs:
-                if a.__class__ is core.Literal and not a.typed:
-                    clues.add(CLUE_0_4_35)  # untyped literals
+                if a.__class__ is literal and not a.typed:
+                    untyped = True  # untyped literals
                     break
         if not e.params:
             continue  # (the clues below are in parameters)
@@ -381,8 +373,55 @@ def detect_style(jaxpr: core.Jaxpr) -> Style:
                 if isinstance(v, (Opaque, Record, str)) and _REAL_ADDR.search(format_value(v)):
                     real_addr = True
                     break
-    if any(isinstance(a, core.Literal) and not a.typed for a in _all_outvars(jaxpr)):
+    if untyped or any(isinstance(a, literal) and not a.typed for j in jaxprs for a in j.outvars):
         clues.add(CLUE_0_4_35)
+    if real_addr:
+        clues.add(CLUE_0_7_2)
+    if CLUE_0_7_2 not in clues and large_inline:
+        # 0.10+ hoists nested jaxprs with > 10 equations and prints them first, so the
+        # main jaxpr's first binder is not `a`; printed inline it is (0.7.2)
+        first = (jaxpr.constvars + jaxpr.invars)[:1]
+        if first and first[0].hint == "a":
+            clues.add(CLUE_0_7_2)
+    return _style_of_clues(clues, suggested, fresh)
+
+
+def _walk(top: core.Jaxpr) -> tuple[list, list, set[int], bool]:
+    """What `detect_style` reads of the program in one walk: every equation (nested ones
+    included, each jaxpr once), every jaxpr, the ids of the jaxprs referenced more than once
+    (printed hoisted, no names), and whether a parameter is a jaxpr of more than 10
+    equations."""
+    eqns: list = []
+    jaxprs: list = []
+    seen: set[int] = set()
+    shared: set[int] = set()
+    visited: set[int] = set()
+    large_inline = False
+    stack = [top]
+    while stack:
+        j = stack.pop()
+        if id(j) in visited:
+            continue
+        visited.add(id(j))
+        jaxprs.append(j)
+        eqns.extend(j.eqns)
+        for e in j.eqns:
+            if e.no_subjaxprs:
+                continue
+            subs = core.eqn_subjaxprs(e)
+            for sub in subs:
+                (shared if id(sub) in seen else seen).add(id(sub))
+            stack.extend(subs)
+            if subs and not large_inline:  # a jaxpr parameter of more than 10 equations
+                large_inline = any(
+                    isinstance(v, core.Jaxpr) and len(v.eqns) > 10 for v in e.params.values()
+                )
+    return eqns, jaxprs, shared, large_inline
+
+
+def _style_of_clues(clues: set[str], suggested: bool, fresh: bool) -> Style:
+    """The style the clues `detect_style` found say, oldest first (see there); `suggested`
+    and `fresh`: an inner jaxpr took the outer operands' names, or names of its own."""
     if CLUE_BEFORE_0_4_4 in clues:
         return Style((0, 4, 3))
     if CLUE_BEFORE_0_4_22 in clues:
@@ -394,14 +433,6 @@ def detect_style(jaxpr: core.Jaxpr) -> Style:
     if CLUE_OLD_CALL_NAME in clues:
         # 0.4.35 never gave an inner jaxpr the names of the outer operands
         return Style((0, 4, 35)) if fresh and not suggested else Style((0, 6, 2))
-    if real_addr:
-        clues.add(CLUE_0_7_2)
-    if CLUE_0_7_2 not in clues and large_inline:
-        # 0.10+ hoists nested jaxprs with > 10 equations and prints them first, so the
-        # main jaxpr's first binder is not `a`; printed inline it is (0.7.2)
-        first = (jaxpr.constvars + jaxpr.invars)[:1]
-        if first and first[0].hint == "a":
-            clues.add(CLUE_0_7_2)
     if CLUE_0_7_2 in clues or CLUE_BEFORE_0_10_1 in clues:
         return Style((0, 7, 2))
     if CLUE_0_12_1 in clues:
@@ -488,8 +519,3 @@ def walk_jaxprs(top: core.Jaxpr, subjaxprs):
         yield j
         for e in j.eqns:
             stack.extend(subjaxprs(e))
-
-
-def _all_outvars(jaxpr: core.Jaxpr):
-    for j in walk_jaxprs(jaxpr, core.eqn_subjaxprs):
-        yield from j.outvars

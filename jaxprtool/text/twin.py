@@ -1,8 +1,8 @@
 """Which per-line loops run: the compiled twin or the Python reference.
 
 The reader's loop over plain equation lines (`parser.fast.FastPath.read_run`) and the
-printer's loop over ordinary equations (`printer._Printer._name_eqns`) each have a compiled
-twin in one C extension, `jaxprtool._twin` (jaxprtool/_twin.c), which `pip install` builds
+printer's loop over ordinary equations (`printer._Printer._name_eqns`, with its backward walk
+`_drop_unused`) each have a compiled twin in one C extension, `jaxprtool._twin` (jaxprtool/_twin.c), which `pip install` builds
 where a C compiler is found (setup.py; without one the package installs without it, quietly).
 The twin takes the lines it is sure of and hands every other one back to the Python loop,
 which stays the reference and the fallback: it calls back into the Python functions for
@@ -23,6 +23,8 @@ from ..env import flag
 #: the slots the twin fills when it makes a `Var` or an `Eqn` (it stands down if they change)
 VAR_FIELDS = ("type", "hint")
 EQN_FIELDS = ("prim", "inputs", "outputs", "params", "loc", "bare_eq", "no_subjaxprs")
+#: the twin's loops (a module without one of them is an older build: it stands down)
+FUNCTIONS = ("read_lines", "name_lines", "drop_unused", "lay_lines")
 
 
 def twin():
@@ -42,6 +44,8 @@ def _load():
 
     if Var.__slots__ != VAR_FIELDS or Eqn._fields != EQN_FIELDS:
         return None
+    if not all(hasattr(_twin, f) for f in FUNCTIONS):
+        return None  # (built from an older _twin.c: the Python loops run until it is rebuilt)
     var_slots = tuple(Var.__dict__[f] for f in VAR_FIELDS)
     _twin.configure(Var, var_slots, Eqn, tuple(Eqn.__dict__[f] for f in EQN_FIELDS), Loc)
     return _twin

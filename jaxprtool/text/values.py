@@ -224,9 +224,15 @@ def parse_value(s: str, i: int, top: bool = False, hook=None) -> tuple[object, i
         if t.lstrip("-").isdigit():
             return int(t), m.end()
         return float(t), m.end()
+    return _named_value(s, i, top, hook)
+
+
+def _named_value(s: str, i: int, top: bool, hook) -> tuple[object, int]:
+    """`parse_value` of a value that starts with a name: a constant, a dtype or name, a
+    numpy scalar, an enum member or dotted name, a call, a symbolic dimension."""
     m = _IDENT.match(s, i)
     if m is None:
-        raise ValueError_(f"unexpected character {c!r} in parameter value", i)
+        raise ValueError_(f"unexpected character {s[i]!r} in parameter value", i)
     name = m.group()
     e = m.end()
     nxt = s[e : e + 1]
@@ -242,28 +248,11 @@ def parse_value(s: str, i: int, top: bool = False, hook=None) -> tuple[object, i
         if r is not None:
             return r
     if name == "np" and nxt == ".":
-        m2 = _IDENT.match(s, e + 1)
-        if m2 and s[m2.end() : m2.end() + 1] == "(":
-            end = balanced_end(s, m2.end())
-            inner = s[m2.end() + 1 : end - 1]
-            mn = _NUM.fullmatch(inner)
-            if mn:
-                v = int(inner) if inner.lstrip("-").isdigit() else float(inner)
-                return NpScalar(m2.group(), v), end
-            if inner in ("True", "False"):
-                return NpScalar(m2.group(), inner == "True"), end
-            return Opaque(s[i:end]), end
+        r = _np_scalar(s, i, e)
+        if r is not None:
+            return r
     if nxt == ".":
-        me = _ENUM.match(s, i)
-        if me and s[me.end() : me.end() + 1] not in ("(", "."):
-            return EnumValue(me.group(1), me.group(2)), me.end()
-        # dotted name: take it verbatim
-        j = e
-        while j < len(s) and (s[j].isalnum() or s[j] in "._"):
-            j += 1
-        if s[j : j + 1] == "(":
-            j = balanced_end(s, j)
-        return Opaque(s[i:j]), j
+        return _dotted(s, i, e)
     if nxt == "(":
         if name == "frozenset" and s.startswith("({", e):
             return _frozenset(s, i, e, hook)
@@ -279,6 +268,37 @@ def parse_value(s: str, i: int, top: bool = False, hook=None) -> tuple[object, i
     if name[0].islower():
         return SymExpr(name), e
     return Opaque(name), e
+
+
+def _np_scalar(s: str, i: int, e: int) -> tuple[object, int] | None:
+    """`np.int64(0)` at s[i] (`np` ends at s[e]): a numpy scalar of a number or a bool, the
+    call verbatim otherwise; None where no call follows `np.NAME`."""
+    m2 = _IDENT.match(s, e + 1)
+    if not (m2 and s[m2.end() : m2.end() + 1] == "("):
+        return None
+    end = balanced_end(s, m2.end())
+    inner = s[m2.end() + 1 : end - 1]
+    mn = _NUM.fullmatch(inner)
+    if mn:
+        v = int(inner) if inner.lstrip("-").isdigit() else float(inner)
+        return NpScalar(m2.group(), v), end
+    if inner in ("True", "False"):
+        return NpScalar(m2.group(), inner == "True"), end
+    return Opaque(s[i:end]), end
+
+
+def _dotted(s: str, i: int, e: int) -> tuple[object, int]:
+    """A name followed by `.` at s[e]: an enum member `Cls.NAME`, else the dotted name (and
+    its call) verbatim."""
+    me = _ENUM.match(s, i)
+    if me and s[me.end() : me.end() + 1] not in ("(", "."):
+        return EnumValue(me.group(1), me.group(2)), me.end()
+    j = e
+    while j < len(s) and (s[j].isalnum() or s[j] in "._"):
+        j += 1
+    if s[j : j + 1] == "(":
+        j = balanced_end(s, j)
+    return Opaque(s[i:j]), j
 
 
 def _elements(s: str, i: int, close: str, hook):

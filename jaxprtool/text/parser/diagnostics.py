@@ -227,8 +227,21 @@ def lark_error(st, e) -> JaxprError:
 
 
 def _diagnose(st, expected: set, pos: int):
+    """Raise the error the grammar's `expected` terminals at s[pos] say, in words: the
+    binders' clues first (`_binder_clues`), then the operands' (`_operand_clues`), then
+    what each set of expected terminals means (`_expected_clues`)."""
+    name_at = _binder_clues(st, expected, pos)
+    if "HEAD" in expected:
+        st.expected("an equation", pos)
+    if "IN_KW" in expected and "OPERANDS" in expected:
+        _operand_clues(st, pos, name_at)
+    _expected_clues(st, expected, pos)
+
+
+def _binder_clues(st, expected: set, pos: int) -> int:
+    """The errors about binders at s[pos] (untyped, a malformed type, a binder list that
+    does not end); where a binder's name starts there, else -1."""
     s = st.s
-    n = st.n
     # binders without types (print_shapes=False) at the start of the current equation
     k = st.eqn_start
     if 0 <= k <= pos and "\n" not in s[k:pos] and G.UNTYPED_BINDERS.match(s, k):
@@ -262,35 +275,46 @@ def _diagnose(st, expected: set, pos: int):
             else "a binder 'name:type' or '.'",
             pos,
         )
-    if "HEAD" in expected:
-        st.expected("an equation", pos)
-    if "IN_KW" in expected and "OPERANDS" in expected:
-        # among operands
-        if 0 <= st.block_end <= pos:
-            block_ended(st)
-        if (
-            pos > 0
-            and s[pos - 1] not in " \t\n"
-            and (G.VARNAME.match(s, pos) or G.LITERAL.match(s, pos))
-        ):
-            st.expected("a space between operands", pos)
-        m = G.LITERAL.match(s, pos)
-        if m is not None and name_at < 0:
-            e = m.end()
-            if s.startswith(":", e):
-                st.read_type(e + 1)
-            elif not G.ATOM_END.match(s, e):
-                st.expected("':' and a type after the literal, or a separator", e)
-        if name_at >= 0:
-            eqcol = st.frames[-1][2] if st.frames else 0
-            st.fail(
-                f"a binder cannot appear among operands; a new equation must start at column {eqcol}, "
-                "the column of the first equation of this block",
-                name_at,
-            )
-        if pos >= n or s[pos] in "),}" or s[:pos].rstrip(" \t\r").endswith("\n"):
-            st.expected("'in (' followed by the output list", pos)
-        st.expected("an operand (a variable or a literal)", pos)
+    return name_at
+
+
+def _operand_clues(st, pos: int, name_at: int):
+    """The errors among an equation's operands at s[pos] (`name_at`: a binder's name
+    starts there)."""
+    s = st.s
+    n = st.n
+    # among operands
+    if 0 <= st.block_end <= pos:
+        block_ended(st)
+    if (
+        pos > 0
+        and s[pos - 1] not in " \t\n"
+        and (G.VARNAME.match(s, pos) or G.LITERAL.match(s, pos))
+    ):
+        st.expected("a space between operands", pos)
+    m = G.LITERAL.match(s, pos)
+    if m is not None and name_at < 0:
+        e = m.end()
+        if s.startswith(":", e):
+            st.read_type(e + 1)
+        elif not G.ATOM_END.match(s, e):
+            st.expected("':' and a type after the literal, or a separator", e)
+    if name_at >= 0:
+        eqcol = st.frames[-1][2] if st.frames else 0
+        st.fail(
+            f"a binder cannot appear among operands; a new equation must start at column {eqcol}, "
+            "the column of the first equation of this block",
+            name_at,
+        )
+    if pos >= n or s[pos] in "),}" or s[:pos].rstrip(" \t\r").endswith("\n"):
+        st.expected("'in (' followed by the output list", pos)
+    st.expected("an operand (a variable or a literal)", pos)
+
+
+def _expected_clues(st, expected: set, pos: int):
+    """The error each other set of expected terminals at s[pos] says, else the list of
+    them."""
+    s = st.s
     if "IN_KW" in expected:
         st.expected("'in (' followed by the output list", pos)
     if "RPAR" in expected and ("VAR" in expected or "COMMA" in expected):

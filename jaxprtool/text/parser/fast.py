@@ -76,24 +76,27 @@ class FastPath(Readers, ParamValues):
         warnings = self.warnings
         head = G.FAST_HEAD.match
         indent = s[p - eqcol + 1 : p]  # of the block's equations
-        plain = _plain_line(indent)
+        compiled = self.compiled_lines
+        # (on the compiled path the line the twin stops at is one `plain` refuses too: it goes
+        # to the general way directly, and `plain` is never compiled)
+        plain = _plain_line(indent) if compiled is None else None
         types = self.types
         new_tuple = tuple.__new__
         eqns = []
         end = -1
-        compiled = self.compiled_lines
         remembered = self.remembered_params
-        operands = self.line_operands
+        operands = self.plain_operands
         if compiled is not None:  # (what it reads with: the same state and readers)
-            readers = (indent, table, types, remembered, operands, eqns, path)
+            readers = (indent, table, types, remembered, self.line_operands, eqns, path)
             readers += (self.typed_literal, JaxprError, self.param_lists)
         while True:
             # the commonest equation first, a line at a time (`_plain_line`): the compiled
-            # twin reads the lines it is sure of, this loop the one it stops at (and all
-            # of them on the Python path)
+            # twin reads the lines it is sure of (the general way below the one it stops
+            # at), this loop all of them on the Python path
             while True:
                 if compiled is not None:
                     p, line, end = compiled(self, s, p, line, end, eqcol, *readers)
+                    break
                 if (m := plain(s, p)) is None:
                     break
                 name, type_text, prim, params_text, ops = m.groups()
@@ -111,15 +114,17 @@ class FastPath(Readers, ParamValues):
                     or "_" in ops
                     or "(" in ops
                     or None in (ins := [table.get(o) for o in ops[1:].split(" ")])
-                ):  # a literal, `_`, `a_`, `inf`, an undefined name: as the general way
-                    if (inputs := operands(m.start(5), m.end(5), table)) is None:
+                ):  # a literal, `_`, `a_`, `inf`, an undefined name: as the twin reads them
+                    if (inputs := operands(m.start(5), ops, table)) is None:
                         break
                 else:
                     inputs = tuple(ins)
                 out = Var(t, name)
                 table[name] = out  # (`bind`: the name is not `_`)
                 loc = new_tuple(Loc, (path, line, eqcol))  # (Loc(...) without its frame)
-                eqns.append(Eqn(intern(prim), inputs, (out,), prm, loc))
+                e = Eqn(intern(prim), inputs, (out,), prm, loc)
+                plain_params(e, True)
+                eqns.append(e)
                 self.eqn_start = p
                 end = m.end() - 1
                 p = end + eqcol  # (the next line starts with `indent`)
@@ -150,7 +155,9 @@ class FastPath(Readers, ParamValues):
                 del warnings[nw:]  # read again by the grammar
                 break
             prim, inputs, outs, prm, q = r
-            eqns.append(define(table, prim, inputs, outs, prm, Loc(path, line, eqcol)))
+            e = define(table, prim, inputs, outs, prm, Loc(path, line, eqcol))
+            plain_params(e, True)
+            eqns.append(e)
             self.eqn_start = p
             end = q
             if not more:
@@ -181,7 +188,9 @@ class FastPath(Readers, ParamValues):
                 break
             prim, inputs, outs, prm, q = r
             col = p - line_start
-            eqns.append(define(table, prim, inputs, outs, prm, Loc(self.path, line, col)))
+            e = define(table, prim, inputs, outs, prm, Loc(self.path, line, col))
+            plain_params(e, True)
+            eqns.append(e)
             self.eqn_start = p
             if s.startswith("; ", q):
                 breaks = s.count("\n", p, q)
@@ -289,6 +298,33 @@ class FastPath(Readers, ParamValues):
             d[k] = marshal.loads(blob) if blob is not None else fresh(v)
         return d
 
+    def plain_operands(self, e: int, ops: str, table: dict) -> tuple | None:
+        """The operands `ops` of a plain line at s[e] (` x y 2.0:f32[]`), as the compiled
+        twin's `plain_operands` reads them: each a variable `table` binds or a typed literal
+        of the simplest kind (`G.SIMPLE_LITERAL`, read by `typed_literal`), else all of them by
+        `line_operands` (`_`, `a_`, an untyped literal, a name not bound: the general way,
+        whose regular expressions the commonest lines never need)."""
+        out = []
+        pos = e + 1
+        simple = G.SIMPLE_LITERAL.fullmatch
+        typed_literal = self.typed_literal
+        for tok in ops[1:].split(" "):
+            if ":" not in tok and "_" not in tok and "(" not in tok:
+                v = table.get(tok)
+            elif (m := simple(tok)) is not None:
+                value = m.group(1)
+                try:
+                    v = typed_literal(value, pos, m.group(2), pos + len(value) + 1)
+                except JaxprError:
+                    v = None  # (worded by the general way)
+            else:
+                v = None
+            if v is None:
+                return self.line_operands(e, e + len(ops), table)
+            out.append(v)
+            pos += len(tok) + 1
+        return tuple(out)
+
     def line_operands(self, e: int, q: int, table: dict) -> tuple | None:
         """`fast_operands` of a plain line's operands, or None (its warnings dropped) where
         the line is read another way."""
@@ -323,6 +359,13 @@ class FastPath(Readers, ParamValues):
         if self.operand_atoms(ops, e, 0, table, out):
             fix_untyped_operands(out)
         return tuple(out)
+
+
+#: `plain_params(e, True)`: the equation's parameters hold no jaxpr (`Eqn.no_subjaxprs`,
+#: which `core.eqn_subjaxprs` would otherwise find out, value by value, at the first walk):
+#: the fast path's parameter lists hold plain values only (`fast_params` leaves a list with a
+#: jaxpr or a shared jaxpr's name to the grammar)
+plain_params = Eqn.__dict__["no_subjaxprs"].__set__
 
 
 @functools.cache

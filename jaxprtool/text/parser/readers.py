@@ -67,6 +67,9 @@ class Readers(Source):
         self.warnings: list[JaxprError] = []
         self.types: dict[str, core.Type] = {}
         self.tables: list[dict[str, Var]] = []
+        # a typed literal's value by its text, read once per parse (`typed_literal`; the
+        # values are immutable: literals of equal texts may share them)
+        self.literal_values: dict[str, object] = {}
 
     # ------------------------------------------------------------ types
 
@@ -187,7 +190,10 @@ class Readers(Source):
         ty = self.type_at(type_text, type_pos)
         if not isinstance(ty, ShapedArray):
             self.fail("a literal must have an array type", type_pos)
-        return Literal(self.literal_value(value, value_pos), ty)
+        v = self.literal_values.get(value)
+        if v is None:
+            v = self.literal_values[value] = self.literal_value(value, value_pos)
+        return Literal(v, ty)
 
     def untyped(self, text: str, pos: int, table: dict):
         """An untyped (0.4.35) literal at s[pos], with a weak f32 type until `fix_untyped`
@@ -261,7 +267,7 @@ class Readers(Source):
     def _finite(self, v, t: str, pos: int):
         """`v`, read from `t`; a number too large for any float (`1e400`, which Python reads
         as inf) is refused: JAX prints an infinity as `inf`."""
-        if "inf" not in t and any(math.isinf(x) for x in (v.real, v.imag)):
+        if "inf" not in t and (math.isinf(v.real) or math.isinf(v.imag)):
             self.fail(f"literal '{t}' is too large for a float (an infinity prints as inf)", pos)
         return v
 
