@@ -13,6 +13,7 @@ import re
 import pytest
 
 jax = pytest.importorskip("jax")
+pytestmark = pytest.mark.usefixtures("proven_remat_plans")  # (conftest.py)
 from jax_oracle import close, run, vec  # noqa: E402
 
 from jaxprtool import backend  # noqa: E402
@@ -74,15 +75,6 @@ class Model:
     def figures(self, flags):
         r = self.grad(flags)
         return (*_figures(r.stdout, self.args), r)
-
-
-@pytest.fixture(autouse=True)
-def proven_plans(monkeypatch):
-    """HiGHS proves its optimum (under 1 s of CPU at these sizes): its default time limit (1 s
-    of wall time) was reached on a loaded machine, and the plan then depended on the load."""
-    from jaxprtool.ad import remat
-
-    monkeypatch.setattr(remat.budget, "ILP_TIME_LIMIT", 60.0)
 
 
 @pytest.fixture(scope="module")
