@@ -262,9 +262,9 @@ def _jitted_tangent(f):
     return jax.jit(lambda x, t: jax.jvp(f, (x,), (t,))[1])
 
 
-#: explain's default functions: jitted calls in a cond branch and a scan body (f), in a while
-#: body (w), in switch branches (s), in a while's cond (u); `make test-full` all of ORDER
-EXPLAINED = ("f", "w", "s", "u")
+#: explain's default functions: jitted calls in a while body (w) and in switch branches (s)
+#: (check-grad's default ones take f, g and u); `make test-full` all of ORDER
+EXPLAINED = ("w", "s")
 
 
 @pytest.mark.parametrize(
