@@ -92,10 +92,12 @@ def _policies(m):
 
 
 def test_fraction_is_of_the_plain_gradients_xla_bytes(small):
-    r = small.grad(["--remat-budget", "0.5"])
+    """0.6: with JAX 0.12.1 the first plan is over the target in XLA's bytes and the loop
+    tightens it (four compiles; 0.5 took seven: `make test-full` runs the issue's sizes)."""
+    r = small.grad(["--remat-budget", "0.6"])
     compiled = _compiled(r.stdout, small.args)
     temp = compiled.memory_analysis().temp_size_in_bytes
-    assert temp <= 0.5 * small.plain[0], (temp, small.plain)
+    assert temp <= 0.6 * small.plain[0], (temp, small.plain)
     assert "compile 1: model budget" in r.stderr and "chosen:" in r.stderr
     # planned and XLA bytes side by side on the plan's line
     assert re.search(r"XLA temp \d+ -> \d+ \(0\.\d+x\)", r.stderr), r.stderr
