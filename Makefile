@@ -67,11 +67,13 @@ TEST_ENV := PYTHONDONTWRITEBYTECODE=
 # The reading and printing tests run a second time on the Python loops alone
 # (JAXPRTOOL_PURE_PYTHON=1: the reference and fallback of the compiled twin, text/twin.py);
 # tests/test_twin.py compares the two paths on the corpus, goldens and generated programs.
+# That second pass runs in one process: its tests take about 10 CPU-s, and two xdist workers'
+# start-up and collection added a third to it.
 PURE_TESTS := tests/test_parser.py tests/test_parser_fast.py tests/test_printer.py \
 	tests/test_printer_fast.py tests/test_misindented.py tests/test_printer_namer.py
 test: install-test lint
 	$(TEST_ENV) $(BIN)/python -m pytest -n 2 --durations=10 tests
-	JAXPRTOOL_PURE_PYTHON=1 $(TEST_ENV) $(BIN)/python -m pytest -n 2 $(PURE_TESTS)
+	JAXPRTOOL_PURE_PYTHON=1 $(TEST_ENV) $(BIN)/python -m pytest -p no:xdist $(PURE_TESTS)
 
 # The declared floors (pyproject.toml's lowest versions) installed together, as a
 # lowest-direct resolution of '.[jax,test,plot]' resolves them, in a second venv on Python

@@ -105,6 +105,10 @@ def h(x):
 ORDER = {"f": "EACB", "w": "EADB", "g": "QP", "h": "QP", "c": "EAB", "s": "EAC", "u": "KD"}
 #: the functions with a while loop, whose reverse mode JAX refuses too
 WHILE = ("w", "h", "u")
+#: check-grad's default functions (`make test-full` all of ORDER): jitted calls in a cond
+#: branch, a scan body and at the top level (f), a scan body's own constant after a call's (g),
+#: a call in a while's cond and body (u, forward only)
+CHECKED = ("f", "u", "g")
 
 X = np.array([0.7, -0.4, 1.3], np.float32)  # x[0] > 0: the branch with the call
 T = np.array([0.3, 1.0, -0.6], np.float32)
@@ -238,10 +242,13 @@ def test_every_ad_command_takes_the_traced_constants(traced, tmp_path, fn, comma
         close(a, b)
 
 
-def test_check_grad_takes_the_traced_constants(traced, tmp_path):
+@pytest.mark.parametrize(
+    "fns", [CHECKED, pytest.param(tuple(ORDER), marks=pytest.mark.slow)], ids=["some", "all"]
+)
+def test_check_grad_takes_the_traced_constants(traced, tmp_path, fns):
     progs, _ = traced
     np.savez(tmp_path / "x.npz", arg0=X)
-    for fn in ORDER:
+    for fn in fns:
         prog, consts = progs[fn]
         modes = ["--modes", "fwd"] if fn in WHILE else []
         r = run(
@@ -255,9 +262,9 @@ def _jitted_tangent(f):
     return jax.jit(lambda x, t: jax.jvp(f, (x,), (t,))[1])
 
 
-#: explain's default functions: jitted calls in a cond branch and a scan body (f), in a while
-#: body (w), in switch branches (s), in a while's cond (u); `make test-full` all of ORDER
-EXPLAINED = ("f", "w", "s", "u")
+#: explain's default functions: jitted calls in a while body (w) and in switch branches (s)
+#: (check-grad's default ones take f, g and u); `make test-full` all of ORDER
+EXPLAINED = ("w", "s")
 
 
 @pytest.mark.parametrize(

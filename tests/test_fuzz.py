@@ -209,9 +209,9 @@ def test_pathological_input(cls, tmp_path):
     path = tmp_path / "p.jaxpr"
     path.write_bytes(data)
     for cmd in (["check"], ["fmt"], ["dce"]):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         r = invoke([*cmd, str(path)])
-        dt = time.perf_counter() - t0
+        dt = time.process_time() - t0
         assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
         assert dt < 30, (cls, cmd, dt)
         want = EXPECT[cls]

@@ -143,11 +143,11 @@ def test_huge_graph_refused_up_front():
         prev = v
     lines.append(f"  in ({prev},) }}")
     text = "\n".join(lines) + "\n"
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     r = _graph(["-", "-o", "never.svg"], input=text)
     assert r.exit_code == 1
     assert "error:" in r.output and "--max-nodes" in r.output and "Traceback" not in r.output
-    assert time.perf_counter() - t0 < 30
+    assert time.process_time() - t0 < 30
     small = _graph([str(SAMPLES / "mlp.jaxpr"), "--max-nodes", "3"])
     assert small.exit_code == 1 and "more than 3 nodes" in small.output
     ok = _graph(["-", "--max-nodes", "7000"], input=text)

@@ -62,7 +62,7 @@ EXPANDING = [
 
 @pytest.mark.parametrize("cmd", EXPANDING)
 def test_an_exponential_program_is_refused_before_it_is_expanded(cmd):
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     r = tool(*cmd.split(), "-", text=DOUBLING)
     if cmd == "check-grad":  # 2: trouble; its summary on standard error (nothing checked)
         assert_refused(r, TOO_LARGE, 2)
@@ -70,7 +70,7 @@ def test_an_exponential_program_is_refused_before_it_is_expanded(cmd):
         assert r.stderr.endswith(summary)
     else:
         assert_refused(r, TOO_LARGE)
-    assert time.perf_counter() - t0 < 10
+    assert time.process_time() - t0 < 10
 
 
 def test_walks_that_keep_shared_jaxprs_shared_take_an_exponential_program():
@@ -247,10 +247,10 @@ def test_repeat_stops_when_its_time_budget_is_spent(monkeypatch):
     from jaxprtool.commands import run_cmds
 
     monkeypatch.setattr(run_cmds, "REPEAT_BUDGET_S", 0.05)
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     r = tool("run", "-", "--random", "0", "--repeat", "1000000", text=SIN)
     assert r.exit_code == 0, r.output
-    assert time.perf_counter() - t0 < 30
+    assert time.process_time() - t0 < 30
     line = next(s for s in r.stderr.splitlines() if s.startswith("compile:"))
     assert " of 1000000 (the 0.05 s budget was spent): median " in line
 

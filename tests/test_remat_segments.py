@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 jax = pytest.importorskip("jax")
+pytestmark = pytest.mark.usefixtures("proven_remat_plans")  # (conftest.py)
 import jax.numpy as jnp  # noqa: E402
 from jax._src.ad_checkpoint import saved_residuals  # noqa: E402
 from jax_oracle import close, ir, run, vec  # noqa: E402

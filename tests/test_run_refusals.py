@@ -310,9 +310,9 @@ def test_symbolic_dimension_bombs_are_located_errors(tmp_path, dim, message, com
         argv = ["check-grad", prog, "--args", tmp_path / "x.npz"]
     else:
         argv = [command, prog, "--dim", "b=3"] + (["--random", "0"] if command == "run" else [])
-    t0 = time.monotonic()
+    t0 = time.process_time()
     r = tool(*argv)
-    assert time.monotonic() - t0 < 30
+    assert time.process_time() - t0 < 30
     assert r.exit_code in (1, 2) and _located(r, prog) == message
     assert r.stdout == ""  # check-grad's summary of nothing checked went to standard output
 
