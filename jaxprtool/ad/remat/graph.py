@@ -73,6 +73,10 @@ class Graph:
             self._saves[i] = eqn_saves(self.eqns[i], decide)
         return self._saves[i]
 
+    def value(self, vid: int) -> Var:
+        """The value an equation of the program makes, by its id."""
+        return next(o for o in self.eqns[self.producer[vid]].outputs if id(o) == vid)
+
     def made_by(self, v) -> int | None:
         """The index of the equation that makes `v` (None for a free or boundary value)."""
         if not isinstance(v, Var) or id(v) in self.free:
@@ -164,6 +168,12 @@ class Plan:
     #: (XLA's temp bytes of the program, of the plain gradient's) where the budget's compile
     #: loop measured them (`fit.py`)
     xla: tuple[int, int] | None = None
+    #: the device model's figures (`device.py`, before the calibration's scale), with the plan
+    #: and for the plain gradient, where the request asked for them (`Spec.device_model`)
+    device: int | None = None
+    device_before: int | None = None
+    #: the calibrated device model's figure for the plan the compile loop chose
+    planned_device: int | None = None
 
     def render(self, limit: int = 12) -> str:
         """The plan as `--remat` prints it on standard error."""
@@ -185,6 +195,11 @@ class Plan:
                 else ""
             )
             + (f"; planned peak {self.peak_before} -> {self.peak}" if self.peak is not None else "")
+            + (
+                f"; planned (calibrated) {self.planned_device}"
+                if self.planned_device is not None
+                else ""
+            )
             + (
                 f"; XLA temp {self.xla[1]} -> {self.xla[0]} "
                 f"({self.xla[0] / max(1, self.xla[1]):.3f}x)"

@@ -47,6 +47,8 @@ class Spec:
     segments: str = "auto"
     #: `--remat-budget device`: the memory the device has free (`fit.py`)
     on_device: bool = False
+    #: fill each plan's device-model figures (`Plan.device`): the compile loop's estimate
+    device_model: bool = False
 
 
 def with_segments(spec: Spec, segments) -> Spec:
