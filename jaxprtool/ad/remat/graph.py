@@ -174,11 +174,15 @@ class Plan:
     device_before: int | None = None
     #: the calibrated device model's figure for the plan the compile loop chose
     planned_device: int | None = None
+    #: found by the chain dynamic program across segments (`chain.py`)
+    chain: bool = False
 
     def render(self, limit: int = 12) -> str:
         """The plan as `--remat` prints it on standard error."""
         where = "a nested body (one segment)" if self.nested else "the program"
         how = {True: " (exact: HiGHS)", False: " (greedy heuristic)"}.get(self.exact, "")
+        if self.chain:
+            how = " (chain DP across segments)"
         pct = 100.0 * (self.flops_after - self.flops_before) / max(1, self.flops_before)
         at = f" at {self.sizes}" if self.sizes else ""
         listed = self.saved_lines
