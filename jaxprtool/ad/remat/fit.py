@@ -25,7 +25,10 @@ loop needs anyway, and compiles as few plans as it can:
    of the compiled plans that fit, the one of fewest FLOPs (then fewest bytes) is the plan.
 
 `--remat-budget device`: the target is the bytes the device has free for temporaries (its
-`bytes_limit` less what the program's arguments and outputs take).
+`bytes_limit` less what the program's arguments and outputs take).  There the plain gradient
+may not compile at all (`measure` gives None: out of memory; the model is then taken as
+XLA:TPU's, uncalibrated), or XLA may have fitted it by rematerializing on its own
+(`HloRematerialization`): it is taken as it is only where the device model says it fits too.
 
 Nothing here imports JAX: the command hands in `measure(program) -> XLA's temp bytes`.
 """
@@ -50,6 +53,9 @@ AIM = 0.97
 CLOSE_ENOUGH = 0.92
 #: the plans (no compile) the search over the model's budget makes at most, per pick
 SEARCH_STEPS = 10
+#: a plan that does not compile for lack of memory counts as this many times its planned
+#: figure (the correction then aims lower)
+OUT_OF_MEMORY = 1.25
 #: the policy plans that are candidates beside the budget's
 CANDIDATES = ("nothing_saveable", "dots_saveable", "min-cut")
 
@@ -131,32 +137,34 @@ def fit_budget(
 ) -> tuple[object, list, Fit]:
     """(the program, its plans, the loop's report) for the budget `spec`, in XLA's temp
     bytes.  `build(spec, plans)` makes the gradient under a Spec (None: the plain one),
-    `measure(program)` is XLA's temp bytes, `flops(program)` the tool's FLOP count,
+    `measure(program)` is XLA's temp bytes (None where it runs out of the device's memory
+    compiling it), `flops(program)` the tool's FLOP count,
     `device_free()` the bytes the device has free (for `--remat-budget device`); each line
     of the report goes to `echo` as it is said."""
     plain = build(None, None)
-    plain_temp = measure(plain)
-    if spec.on_device:
-        target = int(device_free(plain))
-    elif spec.fraction:
-        target = int(spec.budget * plain_temp)
-    else:
-        target = int(spec.budget)
-    fit = Fit(target, plain_temp, echo=echo)
+    plain_temp = measure(plain)  # None: it does not compile on the device (out of memory)
+    target = _target(spec, plain, plain_temp, device_free)
+    fit = Fit(target, plain_temp or 0, echo=echo)
     fit.say(
         f"remat budget in XLA's temp bytes: target {target} B; the plain gradient holds "
-        f"{plain_temp} B on the device (compile 0)"
+        + (
+            f"{plain_temp} B on the device (compile 0)"
+            if plain_temp is not None
+            else "more than the device has: it does not compile there (compile 0)"
+        )
     )
-    if plain_temp <= target:  # the plain gradient itself: a plan saving every residual
-        # would add its roundings (reduce_precision), which XLA may hold beside it
-        t = Tried("plain gradient", plain, [], flops(plain), 0, 0, plain_temp)
-        fit.say("  the plain gradient fits: nothing recomputed")
-        return _choose(fit, [t])
+    plain_fits = plain_temp is not None and plain_temp <= target
+    if plain_fits and not spec.on_device:
+        return _plain_chosen(fit, plain, flops)
     loop = _Loop(build, spec, measure, flops, fit)
     policies = [loop.make(f"--remat {name}", _policy_spec(spec, name)) for name in CANDIDATES]
     policies = [t for t in policies if t is not None]
     if loop.cal is None:
         raise JaxprError("--remat-budget: no plan could be made for the device model")
+    if plain_fits and loop.plain_fused <= target:
+        # (on the device's own memory XLA may have fitted the plain gradient by
+        # rematerializing on its own: it is taken only where the device model fits it too)
+        return _plain_chosen(fit, plain, flops)
     overs = 0
     while fit.compiles < MAX_COMPILES:
         pick = loop.pick(AIM if not overs else 0.99 * 0.97 ** (overs - 1), policies)
@@ -176,6 +184,32 @@ def fit_budget(
     return _choose(fit, loop.tried)
 
 
+def _plain_chosen(fit: Fit, plain, flops):
+    """The plain gradient itself (a plan saving every residual would add its roundings,
+    `reduce_precision`, which XLA may hold beside it)."""
+    fit.say("  the plain gradient fits: nothing recomputed")
+    return _choose(fit, [Tried("plain gradient", plain, [], flops(plain), 0, 0, fit.plain_temp)])
+
+
+def _ratio(fit: Fit, temp: int) -> str:
+    """`temp` as a share of the plain gradient's XLA bytes, where those are known."""
+    return f"{temp / fit.plain_temp:.3f}x the plain gradient's" if fit.plain_temp else "XLA"
+
+
+def _target(spec: Spec, plain, plain_temp: int | None, device_free) -> int:
+    if spec.on_device:
+        return int(device_free(plain))
+    if spec.fraction:
+        if plain_temp is None:
+            raise JaxprError(
+                "--remat-budget: the plain gradient does not compile on the device (out of "
+                "memory), so a fraction of its bytes means nothing: give the budget in bytes "
+                "or `device`"
+            )
+        return int(spec.budget * plain_temp)
+    return int(spec.budget)
+
+
 def _policy_spec(spec: Spec, name: str) -> Spec:
     return Spec(policy=name, segments=spec.segments, dims=spec.dims, device_model=True)
 
@@ -190,6 +224,7 @@ class _Loop:
         #: model budget -> the candidate (None: the model cannot meet it)
         self.by_budget: dict[float, Tried | None] = {}
         self.seen: dict[tuple, Tried] = {}
+        self.plain_fused = 0  # the device model's figure for the plain gradient
 
     def make(self, label: str, s: Spec) -> Tried | None:
         plans: list = []
@@ -205,7 +240,11 @@ class _Loop:
         t = self.seen[key] = Tried(label, program, plans, f, after, fused)
         self.tried.append(t)
         if self.cal is None:
-            self.cal = Calibration.from_plain(self.fit.plain_temp, before, fused_before)
+            self.plain_fused = fused_before
+            if self.fit.plain_temp:
+                self.cal = Calibration.from_plain(self.fit.plain_temp, before, fused_before)
+            else:  # no compile to learn from: XLA:TPU's fusions (the fused figure as it is)
+                self.cal = Calibration(0.0, 1.0)
             self.fit.say(
                 f"  calibration: the plain gradient's liveness figure {before} B, fused "
                 f"{fused_before} B (element-wise residuals recomputed by XLA's fusions): the "
@@ -230,7 +269,8 @@ class _Loop:
         under: tuple[float, Tried] | None = None
         over: float | None = None
         floor = 0.0  # the loosest budget the model could not meet
-        frac = min(1.0, goal / max(1, self.fit.plain_temp))
+        base = self.fit.plain_temp or self.cal.scale * self.plain_fused
+        frac = min(1.0, goal / max(1, base))
         for _ in range(SEARCH_STEPS):
             t = self.budget_plan(frac)
             if t is None:
@@ -274,16 +314,20 @@ class _Loop:
         return best
 
     def compile(self, t: Tried) -> None:
-        t.temp = self.measure(t.program)
+        temp = self.measure(t.program)
         if t.planned is None:
             t.planned = self.cal.figure(t)
         self.fit.compiles += 1
-        target, plain = self.fit.target, self.fit.plain_temp
+        head = f"  compile {self.fit.compiles}: {t.label}: planned {t.planned} B (calibrated), "
+        if temp is None:  # out of the device's memory: over any target
+            t.temp = max(self.fit.target + 1, int(OUT_OF_MEMORY * t.planned))
+            self.fit.say(head + "XLA: out of the device's memory; over the target")
+            return
+        t.temp = temp
         self.fit.say(
-            f"  compile {self.fit.compiles}: {t.label}: planned {t.planned} B (calibrated), "
-            f"XLA {t.temp} B ({t.temp / max(1, plain):.3f}x the plain gradient's, "
+            head + f"XLA {t.temp} B ({_ratio(self.fit, t.temp)}, "
             f"{t.temp / max(1, t.planned):.3f}x planned); "
-            + ("fits" if t.fits(target) else "over the target")
+            + ("fits" if t.fits(self.fit.target) else "over the target")
             + f"; {t.flops} FLOPs"
         )
 
@@ -320,12 +364,12 @@ def _choose(fit: Fit, tried: list[Tried]):
         )
     fit.chosen = best
     for p in best.plans:
-        if not p.nested:
+        if not p.nested and fit.plain_temp:
             p.xla = (best.temp, fit.plain_temp)
             p.planned_device = best.planned
     fit.say(
         f"  chosen: {best.label}: XLA temp {best.temp} B "
-        f"({best.temp / max(1, fit.plain_temp):.3f}x the plain gradient's), planned "
+        f"({_ratio(fit, best.temp)}), planned "
         f"{best.planned if best.planned is not None else best.temp} B (calibrated); "
         f"{best.flops} FLOPs; {fit.compiles} compiles beside the plain gradient's"
     )
