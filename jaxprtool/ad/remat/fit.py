@@ -17,10 +17,12 @@ loop needs anyway, and compiles as few plans as it can:
 3. picks, by the calibrated figures and without compiling, the plan of fewest FLOPs
    predicted to fit `AIM` times the target: the budget plan of the loosest model budget so
    predicted (a secant search over the model's budget, `SEARCH_STEPS` plans at most) or a
-   policy plan (nothing_saveable, dots_saveable, min-cut), and compiles it;
-4. corrects the calibration by what XLA reported for that plan (its ratio to the figure)
-   when it was over the target or well under it (`CLOSE_ENOUGH`), picks again and compiles
-   once more: `PLANNED_COMPILES` compiles beyond the plain gradient's in all.  Only if no
+   policy plan (nothing_saveable, dots_saveable, min-cut), and compiles it, with the pick
+   at `ALTERNATIVE` times that aim beside it (two compiles at once, in threads);
+4. where neither fits closely (`CLOSE_ENOUGH`), corrects the calibration by what XLA
+   reported for the pick (its ratio to the figure), picks again and compiles once more:
+   `PLANNED_COMPILES` compiles beyond the plain gradient's in all (3 where the first round
+   compiled two and none fitted).  Only if no
    compiled plan fits yet does it go on (a tighter aim each time, `MAX_COMPILES` at most);
    of the compiled plans that fit, the one of fewest FLOPs (then fewest bytes) is the plan.
 
@@ -48,6 +50,10 @@ PLANNED_COMPILES = 2
 MAX_COMPILES = 5
 #: the first pick aims at this share of the target (the calibrated model is within ~10%)
 AIM = 0.97
+#: the first round compiles, beside the pick, the pick at this share of its aim (in two
+#: threads: XLA's compiles release the GIL), so that a pick just over the target has a plan
+#: just under it without a second round
+ALTERNATIVE = 0.95
 #: a plan whose XLA temp bytes are at least this share of the target is close enough: the
 #: loop does not loosen it
 CLOSE_ENOUGH = 0.92
@@ -167,11 +173,17 @@ def fit_budget(
         return _plain_chosen(fit, plain, flops)
     overs = 0
     while fit.compiles < MAX_COMPILES:
-        pick = loop.pick(AIM if not overs else 0.99 * 0.97 ** (overs - 1), policies)
+        aim = AIM if not overs else 0.99 * 0.97 ** (overs - 1)
+        pick = loop.pick(aim, policies)
         if pick is None or pick.temp is not None:  # nothing new to compile
             break
-        loop.compile(pick)
-        if pick.fits(target) and pick.temp >= CLOSE_ENOUGH * target:
+        batch = [pick]
+        if not fit.compiles:  # the first round: a tighter plan compiled beside it, at once
+            alt = loop.pick(aim * ALTERNATIVE, policies)
+            if alt is not None and alt is not pick and alt.temp is None:
+                batch.append(alt)
+        loop.compile_all(batch)
+        if any(t.fits(target) and t.temp >= CLOSE_ENOUGH * target for t in batch):
             break
         if fit.compiles >= PLANNED_COMPILES and loop.best() is not None:
             break
@@ -313,8 +325,20 @@ class _Loop:
             best.planned = self.cal.figure(best)
         return best
 
-    def compile(self, t: Tried) -> None:
-        temp = self.measure(t.program)
+    def compile_all(self, ts: list[Tried]) -> None:
+        """Compile the candidates `ts`, at once (threads) when there are several."""
+        if len(ts) == 1:
+            return self.compile(ts[0])
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(len(ts)) as pool:
+            temps = list(pool.map(lambda t: self.measure(t.program), ts))
+        for t, temp in zip(ts, temps):
+            self.compile(t, temp)
+
+    def compile(self, t: Tried, temp=-1) -> None:
+        """Compile `t` (unless its XLA figure `temp` is given) and report it."""
+        temp = self.measure(t.program) if temp == -1 else temp
         if t.planned is None:
             t.planned = self.cal.figure(t)
         self.fit.compiles += 1
