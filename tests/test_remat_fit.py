@@ -7,6 +7,7 @@ never the tool's own report."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
@@ -16,6 +17,7 @@ jax = pytest.importorskip("jax")
 from jax_oracle import close, run, vec  # noqa: E402
 
 from jaxprtool import backend  # noqa: E402
+from jaxprtool.ad import remat  # noqa: E402
 from jaxprtool.text.parser import parse  # noqa: E402
 
 
@@ -176,3 +178,56 @@ def test_memory_of_grad_fits_the_budget_too(small):
     assert r.exit_code == 0, r.output
     assert "chosen:" in r.stderr
     assert json.loads(r.stdout)["xla"]["temp_bytes"] <= 0.5 * small.plain[0]
+
+
+def _fake_device(small, figure):
+    """`fit_budget`'s callbacks on a device whose temp bytes are `figure(plans)` of the
+    planners' figures: (build, measure), the plans of each program built recorded."""
+    from jaxprtool.ad.api import grad_jaxpr
+
+    j = parse(small.src.read_text(), "f").jaxpr
+    argnums = list(range(len(small.args)))
+    made: dict[int, list] = {}
+
+    def build(spec, plans):
+        program = grad_jaxpr(j, argnums, remat=spec, plans=plans)
+        made[id(program)] = plans
+        return program
+
+    plain_plans: list = []
+    build(remat.Spec(policy="min-cut", device_model=True), plain_plans)
+    top = plain_plans[0]
+    plain = (top.peak_before or top.bytes_before, top.device_before)
+
+    def measure(program):
+        plans = made[id(program)]
+        if not plans:  # the plain gradient
+            return figure(*plain)
+        tops = [p for p in plans if not p.nested]
+        return figure(sum(p.peak or p.bytes_after for p in tops), sum(p.device for p in tops))
+
+    return build, measure
+
+
+@pytest.mark.parametrize(
+    "device, held",
+    [
+        (lambda live, fused: int(0.9 * fused), 0.0),  # XLA:TPU-like: fuses every one
+        (lambda live, fused: live, 1.0),  # holds every element-wise residual: no fusion
+    ],
+)
+def test_the_calibration_learns_what_the_device_holds(small, device, held):
+    """On a device that holds a fixed share of the fused (or the liveness) figure, the
+    plain gradient's compile alone calibrates the model: every plan's planned figure is
+    the device's to within a byte or so, and the loop compiles at most two plans."""
+    from jaxprtool.ad.remat.fit import fit_budget
+    from jaxprtool.ui.stats import flops
+
+    build, measure = _fake_device(small, device)
+    spec = dataclasses.replace(remat.parse_budget("0.6"), segments="auto")
+    program, plans, fit = fit_budget(build, spec, measure, flops)
+    assert f"the device holds {held:.2f}" in fit.render(), fit.render()
+    assert 1 <= fit.compiles <= 2
+    ratios = [float(x) for x in re.findall(r"(\d\.\d+)x planned", fit.render())]
+    assert ratios and all(abs(r - 1.0) < 0.01 for r in ratios), fit.render()
+    assert fit.chosen.temp <= fit.target

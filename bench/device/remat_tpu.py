@@ -5,6 +5,10 @@ JAX's own gradients, measured by XLA on whatever device JAX finds first.
     PYTHONPATH=REPO python bench/device/remat_tpu.py --device tpu --out tpu-out  # + a file
     PYTHONPATH=REPO python bench/device/remat_tpu.py --small    # a quick CPU smoke run
     PYTHONPATH=REPO python bench/device/remat_tpu.py --width 256 --seq 128 --batch 4  # CPU's
+    PYTHONPATH=REPO python bench/device/remat_tpu.py --device tpu --budgets 0.5,0.25,0.2 \
+        --device-batch 64                  # issue 48's rows (tpu_check.sh remat's default)
+    PYTHONPATH=REPO python bench/device/remat_tpu.py --small --device cpu --device-batch 8 \
+        --device-limit 4e6                 # the same rows on a CPU (tpu_check.sh remat --cpu)
 
 Needs JAX (0.10.2 or later, with its scipy) and the repository on PYTHONPATH (with the tool's
 own dependencies: bench/device/tpu_check.sh installs them from .whl-tpu and runs this as its
@@ -15,7 +19,13 @@ gives XLA's temp bytes (`memory_analysis().temp_size_in_bytes`), FLOPs (`cost_an
 the median time per step and the largest difference to `jax.grad`'s gradient, each figure
 also as a ratio to the plain gradient's.  The tool's programs are made in-process: JAX's
 printed jaxpr, parsed, differentiated by `jaxprtool.ad.api.grad_jaxpr` with the plan, run
-through `jaxprtool.backend.as_jax_function` under `jax.jit`.
+through `jaxprtool.backend.as_jax_function` under `jax.jit`.  A `--remat-budget` row runs the
+budget's compile loop (`jaxprtool.ad.remat.fit`) as `grad --remat-budget` does; its
+planning column is the loop's seconds, its compiles included (the plain gradient's is made
+once in the run and its seconds added to each row), and how many it compiled.
+`--device-batch N` adds the transformer at batch N, past the chip's memory: `jax.grad` there
+is XLA on its own (its rematerialization fits it, or the row says out of memory), beside
+JAX's per-layer nothing_saveable and the tool's `--remat-budget device`.
 """
 
 from __future__ import annotations
@@ -348,7 +358,7 @@ def table(rows) -> str:
     return "\n".join(out)
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -397,7 +407,11 @@ def main(argv=None) -> int:
         help="the device's memory in bytes for --remat-budget device (default: the device's "
         "bytes_limit; a CPU reports none: give it there, e.g. 4e6 with --small)",
     )
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> int:
+    a = parser().parse_args(argv)
     if a.small or a.size == "small":
         a.width, a.seq, a.batch, a.layers, a.heads, a.steps = 64, 16, 2, 4, 4, 2
     sys.setrecursionlimit(10000)

@@ -10,6 +10,25 @@ from .graph import Graph, Plan, _plan_from_saved
 from .records import nbytes
 
 
+def _relevant(g: Graph, may_recompute, wanted, free: set[int]) -> dict[int, None]:
+    """The equations that can matter: those a wanted value reaches through recomputable
+    equations (not through free values)."""
+
+    def made_by(v):
+        return None if not isinstance(v, Var) or id(v) in free else g.producer.get(id(v))
+
+    relevant: dict[int, None] = {}
+    stack = [made_by(v) for v in wanted]
+    while stack:
+        i = stack.pop()
+        if i is None or i in relevant:
+            continue
+        relevant[i] = None
+        if may_recompute(i):
+            stack.extend(made_by(x) for x in g.eqns[i].inputs)
+    return relevant
+
+
 def min_cut_saved(
     g: Graph, may_recompute: Callable[[int], bool], wanted=None, free: set[int] | None = None
 ) -> set[int]:
@@ -23,20 +42,7 @@ def min_cut_saved(
 
     wanted = g.residuals if wanted is None else wanted
     free = g.free if not free else g.free | free
-
-    def made_by(v):
-        return None if not isinstance(v, Var) or id(v) in free else g.producer.get(id(v))
-
-    # the equations that can matter: those a residual reaches through recomputable equations
-    relevant: dict[int, None] = {}
-    stack = [made_by(v) for v in wanted]
-    while stack:
-        i = stack.pop()
-        if i is None or i in relevant:
-            continue
-        relevant[i] = None
-        if may_recompute(i):
-            stack.extend(made_by(x) for x in g.eqns[i].inputs)
+    relevant = _relevant(g, may_recompute, wanted, free)
     if not relevant:
         return set()
     # node 0 = source, 1 = sink; value v: in-node 2k, out-node 2k+1
