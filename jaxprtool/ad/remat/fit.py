@@ -16,7 +16,7 @@ loop needs anyway, and compiles as few plans as it can:
    and L0, and `scale` makes the plain gradient's figure X0;
 3. picks, by the calibrated figures and without compiling, the plan of fewest FLOPs
    predicted to fit `AIM` times the target: the budget plan of the loosest model budget so
-   predicted (a secant search over the model's budget, `SEARCH_STEPS` plans at most) or a
+   predicted (a secant search over the model's budget, `SEARCH_STEPS` plans at most, none compiled) or a
    policy plan (nothing_saveable, dots_saveable, min-cut), and compiles it, with the pick
    at `ALTERNATIVE` times that aim beside it (two compiles at once, in threads);
 4. where neither fits closely (`CLOSE_ENOUGH`), corrects the calibration by what XLA
@@ -58,7 +58,9 @@ ALTERNATIVE = 0.95
 #: loop does not loosen it
 CLOSE_ENOUGH = 0.92
 #: the plans (no compile) the search over the model's budget makes at most, per pick
-SEARCH_STEPS = 10
+SEARCH_STEPS = 8
+#: the search stops at a plan whose calibrated figure is at least this share of its goal
+SEARCH_CLOSE = 0.98
 #: a plan that does not compile for lack of memory counts as this many times its planned
 #: figure (the correction then aims lower)
 OUT_OF_MEMORY = 1.25
@@ -293,7 +295,7 @@ class _Loop:
                 if fig <= goal:
                     if under is None or frac > under[0]:
                         under = (frac, t)
-                    if frac >= 1.0 or fig >= 0.995 * goal:
+                    if frac >= 1.0 or fig >= SEARCH_CLOSE * goal:
                         break
                 else:
                     over = frac if over is None else min(over, frac)
@@ -302,7 +304,9 @@ class _Loop:
                 if not (lo < nxt < (over if over is not None else 1.0 + 1e-9)):
                     nxt = (lo + (over if over is not None else 1.0)) / 2
             nxt = min(1.0, nxt)
-            if abs(nxt - frac) < 2e-4 or (over is not None and under and over - under[0] < 2e-4):
+            if abs(nxt - frac) < 2e-4 or (
+                over is not None and under and over - under[0] < 0.01 * over
+            ):
                 break
             frac = nxt
         return under[1] if under else None
