@@ -21,8 +21,8 @@ loop needs anyway, and compiles as few plans as it can:
    at `ALTERNATIVE` times that aim beside it (two compiles at once, in threads);
 4. where neither fits closely (`CLOSE_ENOUGH`), corrects the calibration by what XLA
    reported for the pick (its ratio to the figure), picks again and compiles once more:
-   `PLANNED_COMPILES` compiles beyond the plain gradient's in all (3 where the first round
-   compiled two and none fitted).  Only if no
+   `PLANNED_COMPILES` compiles beyond the plain gradient's in all, in two compiles' wall
+   time (the first two at once).  Only if no
    compiled plan fits yet does it go on (a tighter aim each time, `MAX_COMPILES` at most);
    of the compiled plans that fit, the one of fewest FLOPs (then fewest bytes) is the plan.
 
@@ -44,8 +44,10 @@ from dataclasses import dataclass, field
 from ...core import JaxprError
 from .request import Spec
 
-#: the compiles of plans the loop is designed to spend (beyond the plain gradient's)
-PLANNED_COMPILES = 2
+#: the compiles of plans the loop is designed to spend (beyond the plain gradient's): two
+#: at once in the first round (one compile's wall time), a third where neither landed
+#: within `CLOSE_ENOUGH` of the target
+PLANNED_COMPILES = 3
 #: the most it spends when none of those fits
 MAX_COMPILES = 5
 #: the first pick aims at this share of the target (the calibrated model is within ~10%)
