@@ -96,3 +96,34 @@ def test_chain_recomputes_no_more_than_the_heuristic(model):
         assert fc <= fg, (frac, fc, fg)
         compared += 1
     assert compared >= 3
+
+
+def test_a_dropped_value_frees_the_last_segments_forward(model, no_exact):
+    """`grad` without its value runs the last segment's forward only for what the plan saves
+    there: told so (`Spec.value_dropped`, as `grad` tells it), the chain plan at the same
+    budget costs no more FLOPs by XLA's count (`cost_analysis`), and its gradient is
+    jax.grad's."""
+    import dataclasses
+
+    from jaxprtool.ad.api import grad_jaxpr
+
+    src, args, _, want = model
+    j = parse(src.read_text(), "f").jaxpr
+    spec = remat.with_segments(remat.parse_budget("0.3"), "auto")
+    flops = {}
+    for dropped in (False, True):
+        plans: list = []
+        g = grad_jaxpr(
+            j,
+            list(range(len(args))),
+            remat=dataclasses.replace(spec, value_dropped=dropped),
+            plans=plans,
+        )
+        assert any(p.chain for p in plans)
+        fn = backend.as_jax_function(g, enable_x64=False)
+        for a, b in zip(fn(*args), want):
+            close(a, b)
+        cost = jax.jit(lambda *a, fn=fn: fn(*a)).lower(*args).compile().cost_analysis()
+        cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+        flops[dropped] = float(cost["flops"])
+    assert flops[True] <= flops[False], flops

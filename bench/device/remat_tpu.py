@@ -31,6 +31,7 @@ JAX's per-layer nothing_saveable and the tool's `--remat-budget device`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import math
 import statistics
@@ -177,8 +178,8 @@ def tool_grad(text: str, n: int, option, value, segments="auto", leaves=None, xl
         spec = remat.parse_policy(value)
     elif option == "budget":
         spec = remat.parse_budget(value)
-    if spec is not None:
-        spec = remat.with_segments(spec, segments)
+    if spec is not None:  # (grad_jaxpr returns the gradients only)
+        spec = dataclasses.replace(remat.with_segments(spec, segments), value_dropped=True)
 
     def build(s, plans):
         # the back end binds the older JAX's forms of what it lacks (one_minus_square on 0.10)

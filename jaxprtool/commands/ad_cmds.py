@@ -695,6 +695,16 @@ def _device_free(program, device, dim_specs) -> int:
     return int(limit) - int(stats.get("bytes_in_use", 0)) - held
 
 
+def _value_dropped(spec, dropped: bool):
+    """`spec` told that the gradient does not return the function's outputs (the planner's
+    last segment then runs its forward only for what it saves)."""
+    if spec is None or not dropped:
+        return spec
+    import dataclasses
+
+    return dataclasses.replace(spec, value_dropped=True)
+
+
 def _has_jax() -> bool:
     import importlib.util
 
@@ -833,7 +843,12 @@ def _grad(
             lambda spec, plans: job.transform(
                 lambda j: _fitted(
                     lambda s, p: grad_jaxpr(
-                        j, argnums, has_aux=has_aux, with_value=with_value, remat=s, plans=p
+                        j,
+                        argnums,
+                        has_aux=has_aux,
+                        with_value=with_value,
+                        remat=_value_dropped(s, not (with_value or has_aux)),
+                        plans=p,
                     ),
                     spec,
                     plans,

@@ -77,6 +77,11 @@ def _options(g: Graph, plans: list[Plan], flops):
         fixed = plan.bytes_after - sum(p[0] for p in per)
         for i in plan.recompute:
             per[seg[i]][2] += flops(g.eqns[i])
+        if g.value_dropped:  # the last segment's forward runs only for what it saves
+            last = nseg - 1
+            ran = g.closure(set(), [v for v in plan.saved if id(v) in per[last][3]])
+            per[last][2] -= sum(flops(g.eqns[i]) for i in range(len(seg)) if seg[i] == last)
+            per[last][2] += sum(flops(g.eqns[i]) for i in ran if seg[i] == last)
         for k in range(nseg):
             per[k][1] = sum(nbytes(v) for vid, v in resid[k].items() if vid not in per[k][3])
             option = tuple(per[k])

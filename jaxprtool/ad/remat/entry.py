@@ -127,6 +127,7 @@ def rematerialize(
     from ...ui.stats import flops
 
     g = Graph(primal, info)
+    g.value_dropped = spec.value_dropped and not nested
     if spec.segments != "none":
         g.copies = max(1, copies)
     with counted_at(spec):

@@ -227,7 +227,13 @@ def _target(spec: Spec, plain, plain_temp: int | None, device_free) -> int:
 
 
 def _policy_spec(spec: Spec, name: str) -> Spec:
-    return Spec(policy=name, segments=spec.segments, dims=spec.dims, device_model=True)
+    return Spec(
+        policy=name,
+        segments=spec.segments,
+        dims=spec.dims,
+        device_model=True,
+        value_dropped=spec.value_dropped,
+    )
 
 
 class _Loop:

@@ -32,6 +32,8 @@ class Graph:
         #: how many instances of the program's saved values are held at once (a scan body's:
         #: its length, the residuals stacked), for the peak a byte budget bounds
         self.copies = 1
+        #: the program's outputs are not returned (`Spec.value_dropped`)
+        self.value_dropped = False
         n_out = len(info.out_mask)
         outs, new = list(primal.outvars[:n_out]), list(primal.outvars[n_out:])
         src = {"input": primal.invars, "const": primal.constvars, "output": outs, "new": new}
