@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from ...core import JaxprError, Var, eqn_subjaxprs
+from .chain import chain_plan
 from .graph import Graph, Plan, _by_id, _plan_from_saved
 from .mincut import min_cut_saved
 from .records import _planned_inside, nbytes
@@ -304,7 +305,14 @@ def _peak_budget_plan(g: Graph, spec: Spec, held: int, groups, loc=None) -> Plan
             plan.exact = found[1]
             if planned_peak(g, plan, groups) <= budget:
                 return plan
-    plan, floor = _greedy_budget(g, cands, budget, eqn_flops, groups)
+    # segments: the chain dynamic program across them; else (or where it finds no plan)
+    # the greedy heuristic
+    plan = chain_plan(g, cands, budget, eqn_flops, lambda p: planned_peak(g, p, groups))
+    floor = None
+    if plan is not None and planned_peak(g, plan, groups) <= budget:
+        plan.chain = True
+    else:
+        plan, floor = _greedy_budget(g, cands, budget, eqn_flops, groups)
     if plan is None:
         raise _unmeetable(budget, floor, default, loc, "peak")
     plan.method, plan.exact = what, False
