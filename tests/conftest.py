@@ -65,16 +65,6 @@ def wrong_sin_rule():
     registry.primitive_jvps["sin"], registry.rule_kind["sin"] = saved
 
 
-@pytest.fixture
-def proven_remat_plans(monkeypatch):
-    """A byte budget's exact plan (HiGHS) proven optimal, whatever the load: its time limit
-    (1 s of wall time) was reached on a loaded machine at the tests' sizes, and the plan then
-    depended on the load.  Proving it takes under a second of CPU there."""
-    from jaxprtool.ad import remat
-
-    monkeypatch.setattr(remat.budget, "ILP_TIME_LIMIT", 60.0)
-
-
 def corpus_files(sub: str, pattern: str = "*.jaxpr") -> list[Path]:
     """Files of one corpus folder; empty when the reference material is absent."""
     d = CORPUS / sub

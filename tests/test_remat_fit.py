@@ -14,7 +14,6 @@ import re
 import pytest
 
 jax = pytest.importorskip("jax")
-pytestmark = pytest.mark.usefixtures("proven_remat_plans")  # (conftest.py)
 from jax_oracle import close, run, vec  # noqa: E402
 
 from jaxprtool import backend  # noqa: E402
