@@ -17,7 +17,7 @@ from itertools import chain
 from .. import shapes
 from ..core import Atom, Eqn, Jaxpr, JaxprError, Literal, Loc, RefType, Type, Var, eqn_subjaxprs
 from ..record import prim as record_of
-from ..shardings import is_sharded_dim
+from ..shardings import axis_sizes_key, is_sharded_dim
 
 _CURRENT: contextvars.ContextVar[Builder | None] = contextvars.ContextVar(
     "jaxprtool_ad_builder", default=None
@@ -26,6 +26,18 @@ _CURRENT: contextvars.ContextVar[Builder | None] = contextvars.ContextVar(
 
 class Builder:
     """Appends typed equations.  `split=True`: two programs (primal and tangent)."""
+
+    __slots__ = (
+        "split",
+        "loc",
+        "remat",
+        "plans",
+        "primal_eqns",
+        "tangent_eqns",
+        "_tangent_ids",
+        "_force_tangent",
+        "cur_eqn",
+    )
 
     def __init__(self, split: bool = False, loc: Loc | None = None, remat=None, plans=None):
         self.split = split
@@ -41,6 +53,8 @@ class Builder:
         self.tangent_eqns: list[Eqn] = []
         self._tangent_ids: set[int] = set()
         self._force_tangent = 0
+        #: the equation whose rule is running (the walks set it; rules read its types)
+        self.cur_eqn: Eqn | None = None
 
     # one-program view
     @property
@@ -69,7 +83,7 @@ class Builder:
             self._force_tangent or not self._tangent_ids.isdisjoint(map(id, eqn.inputs))
         ):
             self.tangent_eqns.append(eqn)
-            self.mark_tangent(*eqn.outputs)
+            self._tangent_ids.update(map(id, eqn.outputs))  # (results are Vars)
         else:
             self.primal_eqns.append(eqn)
 
@@ -92,9 +106,12 @@ class Builder:
                 raise TypeError(
                     f"ops.{prim}: operand {x!r} is not an Atom (instantiate Zero tangents first)"
                 )
-        if out_types is None:
-            out_types = infer([x.type for x in inputs], prim, params, self.loc)
-        outs = [Var(t, None) for t in out_types]  # self.emit(prim, inputs, params, out_types)
+        if out_types is not None:
+            outs = [Var(t, None) for t in out_types]
+        elif params:
+            outs = [Var(t, None) for t in infer([x.type for x in inputs], prim, params, self.loc)]
+        else:
+            outs = [Var(t, None) for t in _infer_no_params(inputs, prim, self.loc)]
         self.add_eqn(Eqn(prim, inputs, tuple(outs), dict(params), self.loc))
         return outs
 
@@ -142,6 +159,28 @@ def infer(in_types: list[Type], prim: str, params: dict, loc: Loc | None = None)
         raise JaxprError(f"while differentiating: {prim}: {e}", loc) from None
     require_shardings_known(prim, types, loc)
     return types
+
+
+#: (primitive, the ids of the operand types) -> (the operand types, kept so that their ids
+#: stay theirs; the result types): `infer` of equations without parameters (add_any, mul,
+#: neg: most of what the rules emit), whose results passed `require_shardings_known`
+_NO_PARAMS: dict[tuple, tuple[tuple[Type, ...], tuple[Type, ...]]] = {}
+
+
+def _infer_no_params(inputs: tuple, prim: str, loc: Loc | None) -> tuple[Type, ...]:
+    """`infer` of an equation without parameters, remembered by the identities of its
+    operand types (types come out of the memo and pass on from operand to result)."""
+    in_types = [x.type for x in inputs]
+    key = (prim, *map(id, in_types))
+    hit = _NO_PARAMS.get(key)
+    if hit is not None and not axis_sizes_key():
+        return hit[1]
+    out = tuple(infer(in_types, prim, {}, loc))
+    if not axis_sizes_key():  # (a result may depend on the mesh axis sizes in force)
+        if len(_NO_PARAMS) > 100_000:
+            _NO_PARAMS.clear()
+        _NO_PARAMS[key] = (tuple(in_types), out)
+    return out
 
 
 def require_shardings_known(

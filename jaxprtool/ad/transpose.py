@@ -115,17 +115,55 @@ def backward_pass(
 
 
 def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
-    from .registry import Accumulator
-
-    b = B.current()
-    env: dict[int, Atom] = {}
-    linear: set[int] = set()
-    ct_ref_in: dict[int, Atom] = {}
+    walk = _Backward(B.current(), obs)
     consts = list(consts) if consts is not None else list(jaxpr.constvars)
-    for v, x in zip(jaxpr.constvars, consts):
-        env[id(v)] = x
-    for v, lin, a in zip(jaxpr.invars, linear_mask, args):
-        if lin:
+    walk.bind_inputs(jaxpr, linear_mask, args, consts)
+    if obs is not None and hasattr(obs, "transpose_begin"):
+        obs.transpose_begin(jaxpr, list(linear_mask), list(args), list(cts_out), consts)
+    b = walk.b
+    saved = b.loc
+    walk.refs = _linear_refs(jaxpr, walk.linear, walk.ct_ref_in)
+    try:
+        lin_eqns = walk.forward(jaxpr.eqns)
+        for v, ct in zip(jaxpr.outvars, cts_out):
+            if v.__class__ is Var and id(v) in walk.linear:
+                walk.add_ct(v, ct)
+        walk.reverse(lin_eqns)
+    except Exception as err:
+        if obs is not None and hasattr(obs, "step_failed"):
+            obs.step_failed(walk.eqn, err)
+        raise
+    finally:
+        b.loc = saved
+    return walk.results(jaxpr, linear_mask)
+
+
+class _Backward:
+    """The state of one backward pass: the forward values (`env`), the linear Vars, the
+    cotangents accumulated so far (`ct_env`, by id of the linear Var; never a Zero), and the
+    equation being worked on (`eqn`, for the observer's `step_failed`)."""
+
+    __slots__ = ("b", "obs", "env", "linear", "ct_env", "ct_ref_in", "refs", "eqn")
+
+    def __init__(self, b, obs):
+        self.b = b
+        self.obs = obs
+        self.env: dict[int, Atom] = {}
+        self.linear: set[int] = set()
+        self.ct_env: dict[int, object] = {}
+        #: a linear Ref input's id -> the cotangent Ref it writes into
+        self.ct_ref_in: dict[int, Atom] = {}
+        self.refs: set[int] = set()
+        self.eqn = None
+
+    def bind_inputs(self, jaxpr, linear_mask, args, consts) -> None:
+        env, linear = self.env, self.linear
+        for v, x in zip(jaxpr.constvars, consts):
+            env[id(v)] = x
+        for v, lin, a in zip(jaxpr.invars, linear_mask, args):
+            if not lin:
+                env[id(v)] = a
+                continue
             linear.add(id(v))
             if v.type.__class__ is RefType:  # a body's Ref: the cotangent Ref it writes into
                 if a is None:
@@ -133,36 +171,28 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
                         "reverse mode of a program that takes a differentiated Ref as an input "
                         "is not supported (its cotangent would be a Ref): make the Ref inside it"
                     )
-                ct_ref_in[id(v)] = a
-        else:
-            env[id(v)] = a
+                self.ct_ref_in[id(v)] = a
+        self.ct_env.update(self.ct_ref_in)
 
-    def is_lin(x):
-        return isinstance(x, Var) and id(x) in linear
-
-    def read(x):
-        return x if isinstance(x, Literal) else env[id(x)]
-
-    if obs is not None and hasattr(obs, "transpose_begin"):
-        obs.transpose_begin(jaxpr, list(linear_mask), list(args), list(cts_out), consts)
-    lin_eqns = []
-    saved = b.loc
-    refs = _linear_refs(jaxpr, linear, ct_ref_in)
-    e = None
-    try:
-        for e in jaxpr.eqns:
+    def forward(self, eqns) -> list:
+        """Re-emit the equations that do not depend on the linear inputs; the others, in
+        order (`linear` gains their results)."""
+        b, obs, env, linear, refs = self.b, self.obs, self.env, self.linear, self.refs
+        lin_eqns = []
+        for e in eqns:
             # `linear` holds ids of this jaxpr's live Vars: no literal operand can match one
             if not linear.isdisjoint(map(id, e.inputs)) or (
                 refs and not refs.isdisjoint(map(id, e.outputs))
             ):
-                linear.update([id(o) for o in e.outputs])
+                linear.update(map(id, e.outputs))
                 lin_eqns.append(e)
                 continue
+            self.eqn = e
             b.loc = e.loc
             step = observe.Emitted(b) if obs is not None else None
             outs = b.emit(
                 e.prim,
-                [read(x) for x in e.inputs],
+                [x if x.__class__ is Literal else env[id(x)] for x in e.inputs],
                 e.params,
                 [o.type for o in e.outputs],
                 [o.hint for o in e.outputs],
@@ -171,103 +201,151 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
                 env[id(o)] = n
             if obs is not None and hasattr(obs, "forward_step"):
                 obs.forward_step(e, step)
-        e = None
+        self.eqn = None
+        return lin_eqns
 
-        ct_env: dict[int, object] = dict(ct_ref_in)
-
-        def add_ct(v, ct, eqn=None, rule=None):
-            if ct is None or is_zero(ct):
-                return
-            if rule is not None and ct.type is not v.type:
-                check_rule_type("transpose", eqn, rule, "cotangent", ct.type, tangent_type(v.type))
-            prev = ct_env.get(id(v))
-            if prev is None:  # the first cotangent: add_tangents(Zero, ct) is ct
-                ct_env[id(v)] = ct
-                if obs is not None and hasattr(obs, "cotangent"):
-                    obs.cotangent(eqn, v, ct, Zero(tangent_type(v.type)), ct)
-                return
-            ct_env[id(v)] = add_tangents(prev, ct)
+    def add_ct(self, v, ct, eqn=None, rule=None) -> None:
+        """Add the cotangent `ct` (Atom, Zero or None) that `eqn`'s transpose `rule` gave
+        (None: an output's) into `v`'s."""
+        if ct is None or ct.__class__ is Zero:
+            return
+        if rule is not None and ct.type is not v.type:
+            check_rule_type("transpose", eqn, rule, "cotangent", ct.type, tangent_type(v.type))
+        ct_env, obs = self.ct_env, self.obs
+        prev = ct_env.get(id(v))
+        if prev is None:  # the first cotangent: add_tangents(Zero, ct) is ct
+            ct_env[id(v)] = ct
             if obs is not None and hasattr(obs, "cotangent"):
-                obs.cotangent(eqn, v, ct, prev, ct_env[id(v)])
+                obs.cotangent(eqn, v, ct, Zero(tangent_type(v.type)), ct)
+            return
+        ct_env[id(v)] = add_tangents(prev, ct)
+        if obs is not None and hasattr(obs, "cotangent"):
+            obs.cotangent(eqn, v, ct, prev, ct_env[id(v)])
 
-        for v, ct in zip(jaxpr.outvars, cts_out):
-            if is_lin(v):
-                add_ct(v, ct)
-
+    def reverse(self, lin_eqns) -> None:
+        """Transpose the linear equations, last first."""
+        b, obs, env, linear, ct_env, refs = (
+            self.b,
+            self.obs,
+            self.env,
+            self.linear,
+            self.ct_env,
+            self.refs,
+        )
+        pop = ct_env.pop
         for e in reversed(lin_eqns):
-            cts = [ct_env.pop(id(o), None) or Zero(tangent_type(o.type)) for o in e.outputs]
+            got = [pop(id(o), None) for o in e.outputs]
             rec = record_of(e.prim)
             if (
                 rec.fancy_transpose is None
-                and all(map(is_zero, cts))
+                and not any(got)  # (a cotangent is an Atom: never false)
                 and (not refs or refs.isdisjoint(map(id, e.inputs)))  # a write into a Ref
             ):
                 continue
+            self.eqn = e
+            cts = [
+                Zero(tangent_type(o.type)) if ct is None else ct for o, ct in zip(e.outputs, got)
+            ]
             targs = [
                 x
-                if isinstance(x, Literal)
+                if x.__class__ is Literal
                 else UndefinedPrimal(x.type)
                 if id(x) in linear
-                else env[id(x)]  # read(x)
+                else env[id(x)]
                 for x in e.inputs
             ]
             b.loc = e.loc
             step = observe.Emitted(b) if obs is not None else None
             if rec.fancy_transpose is not None:
-                owner = (e, rec.fancy_transpose)
-                accums = [Accumulator(x.type, owner) if is_lin(x) else None for x in e.inputs]
-                for x, acc in zip(e.inputs, accums):
-                    if acc is not None and x.type.__class__ is RefType:
-                        acc.set(ct_env.get(id(x)) or Zero(tangent_type(x.type)))
-                with observe.noting(obs, e, "transpose"), located_rule(e):
-                    observe.note_plugin_rule(rec, "transpose")
-                    rec.fancy_transpose(cts, *targs, accums=accums, **e.params)
-                res = [acc.get() if acc is not None else None for acc in accums]
-                for x, r in zip(e.inputs, res):
-                    if r is None:
-                        continue
-                    if x.type.__class__ is RefType:  # the cotangent Ref, made or kept
-                        if not is_zero(r):
-                            ct_env[id(x)] = r
-                    else:
-                        add_ct(x, r, e, rec.fancy_transpose)
-                if obs is not None and hasattr(obs, "transpose_step"):
-                    obs.transpose_step(e, cts, res, step)
-                continue
-            rule = rec.transpose
-            if rule is None:
-                raise missing_transpose(e)
-            _ref_operands(e, rec, linear, ct_env, targs)
-            with observe.noting(obs, e, "transpose"), located_rule(e):
-                observe.note_plugin_rule(rec, "transpose")
-                res = list(rule(cts, *targs, **e.params))
-            if len(res) != len(e.inputs):
-                raise JaxprError(
-                    f"internal error: the transpose rule of '{e.prim}' returned {len(res)} "
-                    f"cotangents for {len(e.inputs)} operands",
-                    e.loc,
-                )
-            for x, r in zip(e.inputs, res):
-                if id(x) in linear and isinstance(x, Var) and x.type.__class__ is not RefType:
-                    add_ct(x, r, e, rule)
+                res = self.fancy_step(e, rec, cts, targs)
+            else:
+                res = self.step(e, rec, cts, targs)
             if obs is not None and hasattr(obs, "transpose_step"):
-                obs.transpose_step(
-                    e, cts, [r if is_lin(x) else None for x, r in zip(e.inputs, res)], step
-                )
-    except Exception as err:
-        if obs is not None and hasattr(obs, "step_failed"):
-            obs.step_failed(e, err)
-        raise
-    finally:
-        b.loc = saved
-    outs = [None if is_lin(v) else read(v) for v in jaxpr.outvars]
-    cts_in = [
-        (ct_env.get(id(v)) or Zero(tangent_type(v.type)))
-        if lin and id(v) not in ct_ref_in
-        else None
-        for v, lin in zip(jaxpr.invars, linear_mask)
-    ]
-    return outs, cts_in
+                obs.transpose_step(e, cts, res, step)
+        self.eqn = None
+
+    def step(self, e, rec, cts, targs) -> list:
+        """Transpose `e` with a rule that returns its operands' cotangents; what it gave
+        each linear operand (None for the others)."""
+        rule = rec.transpose
+        if rule is None:
+            raise missing_transpose(e)
+        linear = self.linear
+        if self.refs:
+            _ref_operands(e, rec, linear, self.ct_env, targs)
+        res = list(_run_rule(self.obs, e, rec, rule, (cts, *targs), e.params))
+        if len(res) != len(e.inputs):
+            raise JaxprError(
+                f"internal error: the transpose rule of '{e.prim}' returned {len(res)} "
+                f"cotangents for {len(e.inputs)} operands",
+                e.loc,
+            )
+        for k, (x, r) in enumerate(zip(e.inputs, res)):
+            if x.__class__ is not Literal and id(x) in linear:
+                if x.type.__class__ is not RefType:
+                    self.add_ct(x, r, e, rule)
+            else:
+                res[k] = None
+        return res
+
+    def fancy_step(self, e, rec, cts, targs) -> list:
+        """Transpose `e` with a rule that adds into accumulators (`fancy_transposes`)."""
+        from .registry import Accumulator
+
+        linear, ct_env = self.linear, self.ct_env
+        owner = (e, rec.fancy_transpose)
+        accums = [
+            Accumulator(x.type, owner) if x.__class__ is not Literal and id(x) in linear else None
+            for x in e.inputs
+        ]
+        for x, acc in zip(e.inputs, accums):
+            if acc is not None and x.type.__class__ is RefType:
+                acc.set(ct_env.get(id(x)) or Zero(tangent_type(x.type)))
+        params = dict(e.params, accums=accums)
+        _run_rule(self.obs, e, rec, rec.fancy_transpose, (cts, *targs), params)
+        res = [acc.get() if acc is not None else None for acc in accums]
+        for x, r in zip(e.inputs, res):
+            if r is None:
+                continue
+            if x.type.__class__ is RefType:  # the cotangent Ref, made or kept
+                if not is_zero(r):
+                    ct_env[id(x)] = r
+            else:
+                self.add_ct(x, r, e, rec.fancy_transpose)
+        return res
+
+    def results(self, jaxpr, linear_mask):
+        """(the non-linear outputs' values, the linear inputs' cotangents)."""
+        linear, env, ct_env, ct_ref_in = self.linear, self.env, self.ct_env, self.ct_ref_in
+        outs = [
+            None
+            if v.__class__ is Var and id(v) in linear
+            else (v if v.__class__ is Literal else env[id(v)])
+            for v in jaxpr.outvars
+        ]
+        cts_in = [
+            (ct_env.get(id(v)) or Zero(tangent_type(v.type)))
+            if lin and id(v) not in ct_ref_in
+            else None
+            for v, lin in zip(jaxpr.invars, linear_mask)
+        ]
+        return outs, cts_in
+
+
+def _run_rule(obs, e, rec, rule, args, params):
+    """`rule(*args, **params)` for the equation `e`: an error it raises is located at `e`
+    (`located_rule`); in an observed walk, what it notes is reported (`observe.noting`)."""
+    if obs is None:
+        if rec.plugin_sources:
+            observe.note_plugin_rule(rec, "transpose")  # (into an observed caller's step)
+        try:
+            return rule(*args, **params)
+        except Exception:
+            with located_rule(e):
+                raise
+    with observe.noting(obs, e, "transpose"), located_rule(e):
+        observe.note_plugin_rule(rec, "transpose")
+        return rule(*args, **params)
 
 
 @gc_paused()
