@@ -46,15 +46,6 @@ def integer_valued(eqn: Eqn) -> bool:
     )
 
 
-def jvp_rule(name: str, split: bool):
-    """The rule that differentiates `name`: in a split (linearize) builder its record's
-    `linearization` when it has one, else its JVP rule (None: no rule)."""
-    rec = record_of(name)
-    if split and rec.linearization is not None:
-        return rec.linearization
-    return rec.jvp
-
-
 def jvp_eval(
     jaxpr: Jaxpr, primals: Sequence[Atom], tangents: Sequence, consts: Sequence[Atom] | None = None
 ):
@@ -75,33 +66,24 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
         env[id(v)] = x
         if not is_zero(t) and carries_tangent(v.type):
             tenv[id(v)] = t
-
-    def read(x):
-        return x if isinstance(x, Literal) else env[id(x)]
-
-    def tread(x):
-        if isinstance(x, Literal):
-            return Zero(tangent_type(x.type))
-        return tenv.get(id(x)) or Zero(tangent_type(x.type))
-
     if obs is not None and hasattr(obs, "jvp_begin"):
         obs.jvp_begin(jaxpr, list(primals), list(tangents), consts)
-    saved_loc, saved_eqn = b.loc, getattr(b, "cur_eqn", None)
+    saved_loc, saved_eqn = b.loc, b.cur_eqn
+    split = b.split
     eqn = None
     try:
         for eqn in jaxpr.eqns:
-            ins = [x if isinstance(x, Literal) else env[id(x)] for x in eqn.inputs]  # read
-            # `tenv` holds ids of this jaxpr's live Vars: no literal operand can match one
-            no_tangent = tenv.keys().isdisjoint(map(id, eqn.inputs))
+            ins = [x if x.__class__ is Literal else env[id(x)] for x in eqn.inputs]  # read
             rec = record_of(eqn.prim)
-            rule = jvp_rule(eqn.prim, b.split)
-            if no_tangent and rule is not None and rec.jvp_on_zero_tangents:
-                no_tangent = False
-            tins = None if no_tangent and obs is None else [tread(x) for x in eqn.inputs]
+            # in a split (linearize) builder, the record's `linearization` when it has one
+            rule = rec.linearization if split and rec.linearization is not None else rec.jvp
+            # `tenv` holds ids of this jaxpr's live Vars: no literal operand can match one
+            no_tangent = tenv.keys().isdisjoint(map(id, eqn.inputs)) and not (
+                rule is not None and rec.jvp_on_zero_tangents
+            )
             b.loc = eqn.loc
-            step = observe.Emitted(b) if obs is not None else None
-            if no_tangent or (rule is None and integer_valued(eqn)):
-                b.cur_eqn = eqn
+            b.cur_eqn = eqn
+            if obs is None and (no_tangent or (rule is None and integer_valued(eqn))):
                 outs = b.emit(
                     eqn.prim,
                     ins,
@@ -111,41 +93,82 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
                 )
                 for o, n in zip(eqn.outputs, outs):
                     env[id(o)] = n
-                if obs is not None and hasattr(obs, "jvp_step"):
-                    obs.jvp_step(eqn, "copy", ins, tins, outs, [], step)
                 continue
-            if rule is None:
-                raise missing_jvp(eqn)
-            b.cur_eqn = eqn
-            kind = jvp_kind_of(rec)
-            with observe.noting(obs, eqn, kind), located_rule(eqn):
-                if rule is rec.jvp:  # (a nested walk notes into its caller's step)
-                    observe.note_plugin_rule(rec, "jvp")
-                pouts, touts = rule(ins, tins, **eqn.params)
-            pouts, touts = list(pouts), list(touts)
-            if len(pouts) != len(eqn.outputs) or len(touts) != len(eqn.outputs):
-                raise JaxprError(
-                    f"internal error: the JVP rule of '{eqn.prim}' returned the wrong number of results",
-                    eqn.loc,
-                )
-            for k, (o, p, t) in enumerate(zip(eqn.outputs, pouts, touts)):
-                env[id(o)] = p
-                if t is not None and not is_zero(t) and carries_tangent(o.type):
-                    want = tangent_type(o.type)
-                    if t.type is not want:  # (the message only when the types differ)
-                        check_rule_type("JVP", eqn, rule, f"tangent for result {k}", t.type, want)
-                    tenv[id(o)] = t
-            if obs is not None and hasattr(obs, "jvp_step"):
-                obs.jvp_step(eqn, kind, ins, tins, pouts, touts, step)
+            tins = [_tangent_in(x, tenv) for x in eqn.inputs]
+            _jvp_step(b, obs, eqn, rec, rule, ins, tins, no_tangent, env, tenv)
     except Exception as err:
         if obs is not None and hasattr(obs, "step_failed"):
             obs.step_failed(eqn, err)
         raise
     finally:
         b.loc, b.cur_eqn = saved_loc, saved_eqn
-    outs = [read(x) for x in jaxpr.outvars]
-    touts = [tread(x) for x in jaxpr.outvars]
+    outs = [x if x.__class__ is Literal else env[id(x)] for x in jaxpr.outvars]
+    touts = [_tangent_in(x, tenv) for x in jaxpr.outvars]
     return outs, touts
+
+
+def _tangent_in(x, tenv):
+    """The tangent of the atom `x` (Zero for a literal or a value without one)."""
+    if x.__class__ is Literal:
+        return Zero(tangent_type(x.type))
+    return tenv.get(id(x)) or Zero(tangent_type(x.type))
+
+
+def _jvp_step(b, obs, eqn, rec, rule, ins, tins, no_tangent, env, tenv) -> None:
+    """Differentiate `eqn` with its rule (or copy it, in an observed walk, when no tangent
+    reaches it): record its results' primal values in `env`, their tangents in `tenv`."""
+    step = observe.Emitted(b) if obs is not None else None
+    if no_tangent or (rule is None and integer_valued(eqn)):
+        outs = b.emit(
+            eqn.prim, ins, eqn.params, [o.type for o in eqn.outputs], [o.hint for o in eqn.outputs]
+        )
+        for o, n in zip(eqn.outputs, outs):
+            env[id(o)] = n
+        if hasattr(obs, "jvp_step"):
+            obs.jvp_step(eqn, "copy", ins, tins, outs, [], step)
+        return
+    if rule is None:
+        raise missing_jvp(eqn)
+    kind = jvp_kind_of(rec) if obs is not None else None
+    pouts, touts = _run_rule(obs, eqn, rec, rule, kind, ins, tins)
+    pouts, touts = list(pouts), list(touts)
+    if len(pouts) != len(eqn.outputs) or len(touts) != len(eqn.outputs):
+        raise JaxprError(
+            f"internal error: the JVP rule of '{eqn.prim}' returned the wrong number of results",
+            eqn.loc,
+        )
+    for k, (o, p, t) in enumerate(zip(eqn.outputs, pouts, touts)):
+        env[id(o)] = p
+        if t is None or t.__class__ is Zero:
+            continue
+        ot = o.type
+        if carries_tangent(ot):
+            # (a tangent of the result's own type is of its tangent type, or of the same
+            # dtype and shape: `check_rule_type` passes it)
+            if t.type is not ot:
+                want = tangent_type(ot)
+                if t.type is not want:  # (the message only when the types differ)
+                    check_rule_type("JVP", eqn, rule, f"tangent for result {k}", t.type, want)
+            tenv[id(o)] = t
+    if obs is not None and hasattr(obs, "jvp_step"):
+        obs.jvp_step(eqn, kind, ins, tins, pouts, touts, step)
+
+
+def _run_rule(obs, eqn, rec, rule, kind, ins, tins):
+    """`rule(ins, tins, **params)`: an error it raises is located at `eqn` (`located_rule`);
+    in an observed walk, what it notes is reported (`observe.noting`)."""
+    if obs is None:
+        if rule is rec.jvp and rec.plugin_sources:  # (into an observed caller's step)
+            observe.note_plugin_rule(rec, "jvp")
+        try:
+            return rule(ins, tins, **eqn.params)
+        except Exception:
+            with located_rule(eqn):
+                raise
+    with observe.noting(obs, eqn, kind), located_rule(eqn):
+        if rule is rec.jvp:  # (a nested walk notes into its caller's step)
+            observe.note_plugin_rule(rec, "jvp")
+        return rule(ins, tins, **eqn.params)
 
 
 def _inst_list(instantiate, n):
