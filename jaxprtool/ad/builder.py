@@ -106,13 +106,26 @@ class Builder:
                 raise TypeError(
                     f"ops.{prim}: operand {x!r} is not an Atom (instantiate Zero tangents first)"
                 )
-        if out_types is not None:
-            outs = [Var(t, None) for t in out_types]
-        elif params:
-            outs = [Var(t, None) for t in infer([x.type for x in inputs], prim, params, self.loc)]
-        else:
-            outs = [Var(t, None) for t in _infer_no_params(inputs, prim, self.loc)]
-        self.add_eqn(Eqn(prim, inputs, tuple(outs), dict(params), self.loc))
+        if out_types is None:
+            if params:
+                out_types = infer([x.type for x in inputs], prim, params, self.loc)
+            else:
+                n = len(inputs)
+                key = (
+                    (prim, id(inputs[0].type), id(inputs[1].type))
+                    if n == 2
+                    else (prim, id(inputs[0].type))
+                    if n == 1
+                    else (prim, *[id(x.type) for x in inputs])
+                )
+                hit = _NO_PARAMS.get(key)
+                out_types = (
+                    hit[1]
+                    if hit is not None and not axis_sizes_key()
+                    else _infer_no_params(inputs, prim, self.loc)
+                )
+        outs = [Var(t, None) for t in out_types]
+        self.add_eqn(Eqn(prim, inputs, tuple(outs), dict(params) if params else {}, self.loc))
         return outs
 
 
@@ -168,13 +181,11 @@ _NO_PARAMS: dict[tuple, tuple[tuple[Type, ...], tuple[Type, ...]]] = {}
 
 
 def _infer_no_params(inputs: tuple, prim: str, loc: Loc | None) -> tuple[Type, ...]:
-    """`infer` of an equation without parameters, remembered by the identities of its
-    operand types (types come out of the memo and pass on from operand to result)."""
+    """`infer` of an equation without parameters, remembered (`Builder.bind` looks it up)
+    by the identities of its operand types: types come out of the memo and pass on from
+    operand to result."""
     in_types = [x.type for x in inputs]
     key = (prim, *map(id, in_types))
-    hit = _NO_PARAMS.get(key)
-    if hit is not None and not axis_sizes_key():
-        return hit[1]
     out = tuple(infer(in_types, prim, {}, loc))
     if not axis_sizes_key():  # (a result may depend on the mesh axis sizes in force)
         if len(_NO_PARAMS) > 100_000:
