@@ -176,6 +176,7 @@ def _int_tree(v: tuple | list) -> int:
 #: the id stays theirs): parameter values are passed on from equation to equation
 _TUPLE_KEYS: dict[int, tuple] = {}
 
+
 def _remember(v: tuple, key) -> None:
     """Remember the key of a tuple immutable all through."""
     if len(_TUPLE_KEYS) > 100_000:
