@@ -79,13 +79,20 @@ class Builder:
         """Append an already built equation (choosing the program in split mode)."""
         # the marked Vars are alive (inputs, or results of kept equations): no literal
         # operand can have one's id
-        if self.split and (
-            self._force_tangent or not self._tangent_ids.isdisjoint(map(id, eqn.inputs))
-        ):
-            self.tangent_eqns.append(eqn)
-            self._tangent_ids.update(map(id, eqn.outputs))  # (results are Vars)
-        else:
-            self.primal_eqns.append(eqn)
+        if self.split:
+            tangent_ids = self._tangent_ids
+            tangent = self._force_tangent
+            if not tangent:
+                for x in eqn.inputs:
+                    if id(x) in tangent_ids:
+                        tangent = True
+                        break
+            if tangent:
+                self.tangent_eqns.append(eqn)
+                for o in eqn.outputs:
+                    tangent_ids.add(id(o))
+                return
+        self.primal_eqns.append(eqn)
 
     def emit(
         self, prim: str, inputs: Iterable[Atom], params: dict, out_types: Iterable[Type], hints=None
@@ -233,13 +240,20 @@ def dce_eqns(eqns: list[Eqn], live_out: Iterable[Atom]) -> list[Eqn]:
         return id(r) in live or id(r) not in local
 
     kept: list[Eqn] = []
+    add = live.add
+    # (explicit loops: faster than set methods over `map(id, ...)` for a few operands)
     for e in reversed(eqns):
-        if not live.isdisjoint(map(id, e.outputs)) or eqn_has_live_effects(e, ref_live):
-            if local and not e.no_subjaxprs:
-                e = _prune_dead_refs(e, live, ref_live)
-            kept.append(e)
-            # a literal's id is no live Var's: every equation here is alive
-            live.update(map(id, e.inputs))
+        for o in e.outputs:
+            if id(o) in live:
+                break
+        else:
+            if not eqn_has_live_effects(e, ref_live):
+                continue
+        if local and not e.no_subjaxprs:
+            e = _prune_dead_refs(e, live, ref_live)
+        kept.append(e)
+        for x in e.inputs:
+            add(id(x))  # (a literal's id is no live Var's: every equation here is alive)
     kept.reverse()
     return kept
 
@@ -265,13 +279,15 @@ def free_vars(eqns: list[Eqn], outvars: Iterable[Atom], bound: Iterable[Var] = (
     out: list[Var] = []
     # (no call per operand: this runs over every equation of a linear program; `defined`
     # and `seen` hold ids of live Vars, so a literal's id is in neither)
+    define = defined.add
     for uses, results in chain(((e.inputs, e.outputs) for e in eqns), [(outvars, ())]):
         for x in uses:
             i = id(x)
             if i not in defined and i not in seen and isinstance(x, Var):
                 seen.add(i)
                 out.append(x)
-        defined.update(map(id, results))
+        for o in results:
+            define(id(o))
     return out
 
 

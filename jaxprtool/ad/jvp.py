@@ -78,9 +78,12 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
             # in a split (linearize) builder, the record's `linearization` when it has one
             rule = rec.linearization if split and rec.linearization is not None else rec.jvp
             # `tenv` holds ids of this jaxpr's live Vars: no literal operand can match one
-            no_tangent = tenv.keys().isdisjoint(map(id, eqn.inputs)) and not (
-                rule is not None and rec.jvp_on_zero_tangents
-            )
+            for x in eqn.inputs:
+                if id(x) in tenv:
+                    no_tangent = False
+                    break
+            else:
+                no_tangent = not (rule is not None and rec.jvp_on_zero_tangents)
             b.loc = eqn.loc
             b.cur_eqn = eqn
             if obs is None and (no_tangent or (rule is None and integer_valued(eqn))):

@@ -177,32 +177,41 @@ class _Backward:
     def forward(self, eqns) -> list:
         """Re-emit the equations that do not depend on the linear inputs; the others, in
         order (`linear` gains their results)."""
-        b, obs, env, linear, refs = self.b, self.obs, self.env, self.linear, self.refs
+        linear, refs = self.linear, self.refs
         lin_eqns = []
+        add = linear.add
         for e in eqns:
             # `linear` holds ids of this jaxpr's live Vars: no literal operand can match one
-            if not linear.isdisjoint(map(id, e.inputs)) or (
-                refs and not refs.isdisjoint(map(id, e.outputs))
-            ):
-                linear.update(map(id, e.outputs))
-                lin_eqns.append(e)
-                continue
-            self.eqn = e
-            b.loc = e.loc
-            step = observe.Emitted(b) if obs is not None else None
-            outs = b.emit(
-                e.prim,
-                [x if x.__class__ is Literal else env[id(x)] for x in e.inputs],
-                e.params,
-                [o.type for o in e.outputs],
-                [o.hint for o in e.outputs],
-            )
-            for o, n in zip(e.outputs, outs):
-                env[id(o)] = n
-            if obs is not None and hasattr(obs, "forward_step"):
-                obs.forward_step(e, step)
+            for x in e.inputs:
+                if id(x) in linear:
+                    break
+            else:
+                if not refs or refs.isdisjoint(map(id, e.outputs)):
+                    self.emit_forward(e)
+                    continue
+            for o in e.outputs:
+                add(id(o))
+            lin_eqns.append(e)
         self.eqn = None
         return lin_eqns
+
+    def emit_forward(self, e) -> None:
+        """Emit `e`, which computes no linear value, on the forward values."""
+        b, obs, env = self.b, self.obs, self.env
+        self.eqn = e
+        b.loc = e.loc
+        step = observe.Emitted(b) if obs is not None else None
+        outs = b.emit(
+            e.prim,
+            [x if x.__class__ is Literal else env[id(x)] for x in e.inputs],
+            e.params,
+            [o.type for o in e.outputs],
+            [o.hint for o in e.outputs],
+        )
+        for o, n in zip(e.outputs, outs):
+            env[id(o)] = n
+        if obs is not None and hasattr(obs, "forward_step"):
+            obs.forward_step(e, step)
 
     def add_ct(self, v, ct, eqn=None, rule=None) -> None:
         """Add the cotangent `ct` (Atom, Zero or None) that `eqn`'s transpose `rule` gave
