@@ -243,18 +243,28 @@ class _Backward:
         )
         pop = ct_env.pop
         for e in reversed(lin_eqns):
-            got = [pop(id(o), None) for o in e.outputs]
+            outs = e.outputs
+            if len(outs) == 1:  # (most equations)
+                ct = pop(id(outs[0]), None)
+                got = None if ct is None else [ct]
+            else:
+                got = [pop(id(o), None) for o in outs]
+                if not any(got):  # (a cotangent is an Atom: never false)
+                    got = None
             rec = record_of(e.prim)
             if (
-                rec.fancy_transpose is None
-                and not any(got)  # (a cotangent is an Atom: never false)
+                got is None
+                and rec.fancy_transpose is None
                 and (not refs or refs.isdisjoint(map(id, e.inputs)))  # a write into a Ref
             ):
                 continue
             self.eqn = e
-            cts = [
-                Zero(tangent_type(o.type)) if ct is None else ct for o, ct in zip(e.outputs, got)
-            ]
+            if got is None:
+                cts = [Zero(tangent_type(o.type)) for o in outs]
+            elif len(got) == 1:
+                cts = got
+            else:
+                cts = [Zero(tangent_type(o.type)) if ct is None else ct for o, ct in zip(outs, got)]
             targs = [
                 x
                 if x.__class__ is Literal
