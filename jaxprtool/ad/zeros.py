@@ -7,8 +7,10 @@ from ..core import Atom, Literal, RefType, ShapedArray, Type, is_inexact
 
 def tangent_type(t: Type) -> Type:
     """The type of a tangent of a value of type `t`: itself for float/complex, `float0` otherwise."""
+    if t.__class__ is ShapedArray and not t.weak_type and _INEXACT.get(t.dtype):
+        return t  # the common case (a dtype seen before)
     if t.__class__ is ShapedArray and not t.weak_type and is_inexact_dtype(t.dtype):
-        return t  # the common case
+        return t
     if isinstance(t, ShapedArray) and not is_inexact(t):
         return ShapedArray(t.shape, "float0")
     if isinstance(t, ShapedArray) and t.weak_type:
@@ -88,6 +90,8 @@ def is_literal(x) -> bool:
 
 def carries_tangent(t) -> bool:
     """A float/complex value, or a Ref holding one (its tangent is a Ref of tangents)."""
+    if t.__class__ is ShapedArray:
+        return is_inexact_dtype(t.dtype)
     return is_inexact(t.inner if isinstance(t, RefType) else t)
 
 
