@@ -28,7 +28,7 @@ from . import builder as B
 from . import observe
 from .ops import instantiate as inst_zero
 from .registry import check_rule_type, jvp_kind_of, located_rule
-from .zeros import Zero, carries_tangent, is_zero, tangent_type
+from .zeros import Zero, carries_tangent, is_zero, same_tangent_type, tangent_type
 
 
 def missing_jvp(eqn: Eqn) -> JaxprError:
@@ -148,7 +148,7 @@ def _jvp_step(b, obs, eqn, rec, rule, ins, tins, no_tangent, env, tenv) -> None:
         if carries_tangent(ot):
             # (a tangent of the result's own type is of its tangent type, or of the same
             # dtype and shape: `check_rule_type` passes it)
-            if t.type is not ot:
+            if t.type is not ot and not same_tangent_type(t.type, ot):
                 want = tangent_type(ot)
                 if t.type is not want:  # (the message only when the types differ)
                     check_rule_type("JVP", eqn, rule, f"tangent for result {k}", t.type, want)

@@ -30,7 +30,7 @@ from . import observe, ops
 from .ops import add_tangents
 from .ops import instantiate as inst_zero
 from .registry import check_rule_type, located_rule
-from .zeros import UndefinedPrimal, Zero, is_zero, tangent_type
+from .zeros import UndefinedPrimal, Zero, is_zero, same_tangent_type, tangent_type
 
 
 def missing_transpose(eqn) -> JaxprError:
@@ -218,7 +218,7 @@ class _Backward:
         (None: an output's) into `v`'s."""
         if ct is None or ct.__class__ is Zero:
             return
-        if rule is not None and ct.type is not v.type:
+        if rule is not None and ct.type is not v.type and not same_tangent_type(ct.type, v.type):
             check_rule_type("transpose", eqn, rule, "cotangent", ct.type, tangent_type(v.type))
         ct_env, obs = self.ct_env, self.obs
         prev = ct_env.get(id(v))

@@ -18,6 +18,19 @@ def tangent_type(t: Type) -> Type:
     return t
 
 
+def same_tangent_type(got: Type, t: Type) -> bool:
+    """`got` has the dtype and shape of `t`, a float or complex array type: it passes
+    `registry.check_rule_type` as a (co)tangent of a value of type `t` (a shortcut of it,
+    answering False where it cannot tell)."""
+    return (
+        got.__class__ is ShapedArray
+        and t.__class__ is ShapedArray
+        and got.dtype == t.dtype
+        and got.shape == t.shape
+        and _INEXACT.get(t.dtype, False)
+    )
+
+
 #: dtype -> whether a ShapedArray of it is float or complex (filled in by `is_inexact_dtype`)
 _INEXACT: dict[str, bool] = {}
 
