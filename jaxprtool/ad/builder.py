@@ -27,18 +27,6 @@ _CURRENT: contextvars.ContextVar[Builder | None] = contextvars.ContextVar(
 class Builder:
     """Appends typed equations.  `split=True`: two programs (primal and tangent)."""
 
-    __slots__ = (
-        "split",
-        "loc",
-        "remat",
-        "plans",
-        "primal_eqns",
-        "tangent_eqns",
-        "_tangent_ids",
-        "_force_tangent",
-        "cur_eqn",
-    )
-
     def __init__(self, split: bool = False, loc: Loc | None = None, remat=None, plans=None):
         self.split = split
         self.loc: Loc | None = loc
