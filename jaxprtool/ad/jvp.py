@@ -56,16 +56,10 @@ def jvp_eval(
 
 
 def _jvp_eval(jaxpr, primals, tangents, consts, obs):
+    # (each rule is called from this function's loop itself: a body's walk, run by its
+    # rule, is one frame deeper per level of nesting, as few as can be)
     b = B.current()
-    env: dict[int, Atom] = {}
-    tenv: dict[int, object] = {}
-    consts = list(consts) if consts is not None else list(jaxpr.constvars)
-    for v, x in zip(jaxpr.constvars, consts):
-        env[id(v)] = x
-    for v, x, t in zip(jaxpr.invars, primals, tangents):
-        env[id(v)] = x
-        if not is_zero(t) and carries_tangent(v.type):
-            tenv[id(v)] = t
+    env, tenv, consts = _bind_inputs(jaxpr, primals, tangents, consts)
     if obs is not None and hasattr(obs, "jvp_begin"):
         obs.jvp_begin(jaxpr, list(primals), list(tangents), consts)
     saved_loc, saved_eqn = b.loc, b.cur_eqn
@@ -86,19 +80,35 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
                 no_tangent = not (rule is not None and rec.jvp_on_zero_tangents)
             b.loc = eqn.loc
             b.cur_eqn = eqn
-            if obs is None and (no_tangent or (rule is None and integer_valued(eqn))):
-                outs = b.emit(
-                    eqn.prim,
-                    ins,
-                    eqn.params,
-                    [o.type for o in eqn.outputs],
-                    [o.hint for o in eqn.outputs],
-                )
-                for o, n in zip(eqn.outputs, outs):
-                    env[id(o)] = n
+            copy = no_tangent or (rule is None and integer_valued(eqn))
+            if obs is None and copy:
+                _copy(b, eqn, ins, env)
                 continue
             tins = [_tangent_in(x, tenv) for x in eqn.inputs]
-            _jvp_step(b, obs, eqn, rec, rule, ins, tins, no_tangent, env, tenv)
+            step = observe.Emitted(b) if obs is not None else None
+            if copy:  # (in an observed walk)
+                outs = _copy(b, eqn, ins, env)
+                if hasattr(obs, "jvp_step"):
+                    obs.jvp_step(eqn, "copy", ins, tins, outs, [], step)
+                continue
+            if rule is None:
+                raise missing_jvp(eqn)
+            if obs is None:
+                if rule is rec.jvp and rec.plugin_sources:  # (into an observed caller's step)
+                    observe.note_plugin_rule(rec, "jvp")
+                try:
+                    pouts, touts = rule(ins, tins, **eqn.params)
+                except Exception:
+                    with located_rule(eqn):  # (an error located at the equation)
+                        raise
+            else:
+                with observe.noting(obs, eqn, jvp_kind_of(rec)), located_rule(eqn):
+                    if rule is rec.jvp:  # (a nested walk notes into its caller's step)
+                        observe.note_plugin_rule(rec, "jvp")
+                    pouts, touts = rule(ins, tins, **eqn.params)
+            pouts, touts = _record_results(eqn, rule, pouts, touts, env, tenv)
+            if obs is not None and hasattr(obs, "jvp_step"):
+                obs.jvp_step(eqn, jvp_kind_of(rec), ins, tins, pouts, touts, step)
     except Exception as err:
         if obs is not None and hasattr(obs, "step_failed"):
             obs.step_failed(eqn, err)
@@ -110,6 +120,31 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
     return outs, touts
 
 
+def _bind_inputs(jaxpr, primals, tangents, consts):
+    """(the primal value of each input and const by id, the tangent of each input that has
+    one by id, the consts)."""
+    env: dict[int, Atom] = {}
+    tenv: dict[int, object] = {}
+    consts = list(consts) if consts is not None else list(jaxpr.constvars)
+    for v, x in zip(jaxpr.constvars, consts):
+        env[id(v)] = x
+    for v, x, t in zip(jaxpr.invars, primals, tangents):
+        env[id(v)] = x
+        if not is_zero(t) and carries_tangent(v.type):
+            tenv[id(v)] = t
+    return env, tenv, consts
+
+
+def _copy(b, eqn, ins, env) -> list:
+    """Emit `eqn` on the primal values `ins` (no tangent reaches it); its new results."""
+    outs = b.emit(
+        eqn.prim, ins, eqn.params, [o.type for o in eqn.outputs], [o.hint for o in eqn.outputs]
+    )
+    for o, n in zip(eqn.outputs, outs):
+        env[id(o)] = n
+    return outs
+
+
 def _tangent_in(x, tenv):
     """The tangent of the atom `x` (Zero for a literal or a value without one)."""
     if x.__class__ is Literal:
@@ -117,23 +152,9 @@ def _tangent_in(x, tenv):
     return tenv.get(id(x)) or Zero(tangent_type(x.type))
 
 
-def _jvp_step(b, obs, eqn, rec, rule, ins, tins, no_tangent, env, tenv) -> None:
-    """Differentiate `eqn` with its rule (or copy it, in an observed walk, when no tangent
-    reaches it): record its results' primal values in `env`, their tangents in `tenv`."""
-    step = observe.Emitted(b) if obs is not None else None
-    if no_tangent or (rule is None and integer_valued(eqn)):
-        outs = b.emit(
-            eqn.prim, ins, eqn.params, [o.type for o in eqn.outputs], [o.hint for o in eqn.outputs]
-        )
-        for o, n in zip(eqn.outputs, outs):
-            env[id(o)] = n
-        if hasattr(obs, "jvp_step"):
-            obs.jvp_step(eqn, "copy", ins, tins, outs, [], step)
-        return
-    if rule is None:
-        raise missing_jvp(eqn)
-    kind = jvp_kind_of(rec) if obs is not None else None
-    pouts, touts = _run_rule(obs, eqn, rec, rule, kind, ins, tins)
+def _record_results(eqn, rule, pouts, touts, env, tenv):
+    """Record what the JVP rule of `eqn` returned: its results' primal values in `env`,
+    their tangents (checked against the results' types) in `tenv`; (pouts, touts) as lists."""
     pouts, touts = list(pouts), list(touts)
     if len(pouts) != len(eqn.outputs) or len(touts) != len(eqn.outputs):
         raise JaxprError(
@@ -153,25 +174,7 @@ def _jvp_step(b, obs, eqn, rec, rule, ins, tins, no_tangent, env, tenv) -> None:
                 if t.type is not want:  # (the message only when the types differ)
                     check_rule_type("JVP", eqn, rule, f"tangent for result {k}", t.type, want)
             tenv[id(o)] = t
-    if obs is not None and hasattr(obs, "jvp_step"):
-        obs.jvp_step(eqn, kind, ins, tins, pouts, touts, step)
-
-
-def _run_rule(obs, eqn, rec, rule, kind, ins, tins):
-    """`rule(ins, tins, **params)`: an error it raises is located at `eqn` (`located_rule`);
-    in an observed walk, what it notes is reported (`observe.noting`)."""
-    if obs is None:
-        if rule is rec.jvp and rec.plugin_sources:  # (into an observed caller's step)
-            observe.note_plugin_rule(rec, "jvp")
-        try:
-            return rule(ins, tins, **eqn.params)
-        except Exception:
-            with located_rule(eqn):
-                raise
-    with observe.noting(obs, eqn, kind), located_rule(eqn):
-        if rule is rec.jvp:  # (a nested walk notes into its caller's step)
-            observe.note_plugin_rule(rec, "jvp")
-        return rule(ins, tins, **eqn.params)
+    return pouts, touts
 
 
 def _inst_list(instantiate, n):

@@ -110,32 +110,30 @@ def backward_pass(
     output j when it is non-linear (None otherwise), `cts_in[i]` the cotangent (Atom or Zero) of
     each linear input (None for non-linear ones).  Each step is reported to the observer
     installed with `observe.observing` (if any)."""
+    # (the rules are called from `_Backward.reverse`, called from here: a body's backward
+    # pass, run by its rule, is two frames deeper per level of nesting, as few as can be)
     with observe.take() as obs:
-        return _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs)
-
-
-def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
-    walk = _Backward(B.current(), obs)
-    consts = list(consts) if consts is not None else list(jaxpr.constvars)
-    walk.bind_inputs(jaxpr, linear_mask, args, consts)
-    if obs is not None and hasattr(obs, "transpose_begin"):
-        obs.transpose_begin(jaxpr, list(linear_mask), list(args), list(cts_out), consts)
-    b = walk.b
-    saved = b.loc
-    walk.refs = _linear_refs(jaxpr, walk.linear, walk.ct_ref_in)
-    try:
-        lin_eqns = walk.forward(jaxpr.eqns)
-        for v, ct in zip(jaxpr.outvars, cts_out):
-            if v.__class__ is Var and id(v) in walk.linear:
-                walk.add_ct(v, ct)
-        walk.reverse(lin_eqns)
-    except Exception as err:
-        if obs is not None and hasattr(obs, "step_failed"):
-            obs.step_failed(walk.eqn, err)
-        raise
-    finally:
-        b.loc = saved
-    return walk.results(jaxpr, linear_mask)
+        walk = _Backward(B.current(), obs)
+        consts = list(consts) if consts is not None else list(jaxpr.constvars)
+        walk.bind_inputs(jaxpr, linear_mask, args, consts)
+        if obs is not None and hasattr(obs, "transpose_begin"):
+            obs.transpose_begin(jaxpr, list(linear_mask), list(args), list(cts_out), consts)
+        b = walk.b
+        saved = b.loc
+        walk.refs = _linear_refs(jaxpr, walk.linear, walk.ct_ref_in)
+        try:
+            lin_eqns = walk.forward(jaxpr.eqns)
+            for v, ct in zip(jaxpr.outvars, cts_out):
+                if v.__class__ is Var and id(v) in walk.linear:
+                    walk.add_ct(v, ct)
+            walk.reverse(lin_eqns)
+        except Exception as err:
+            if obs is not None and hasattr(obs, "step_failed"):
+                obs.step_failed(walk.eqn, err)
+            raise
+        finally:
+            b.loc = saved
+        return walk.results(jaxpr, linear_mask)
 
 
 class _Backward:
@@ -275,30 +273,49 @@ class _Backward:
             ]
             b.loc = e.loc
             step = observe.Emitted(b) if obs is not None else None
-            if rec.fancy_transpose is not None:
-                res = self.fancy_step(e, rec, cts, targs)
+            fancy = rec.fancy_transpose
+            if fancy is not None:
+                rule = fancy
+                accums = self.accumulators(e, fancy)
+                params = dict(e.params, accums=accums)
             else:
-                res = self.step(e, rec, cts, targs)
+                rule = rec.transpose
+                if rule is None:
+                    raise missing_transpose(e)
+                if refs:
+                    _ref_operands(e, rec, linear, ct_env, targs)
+                params = e.params
+            if obs is None:
+                if rec.plugin_sources:  # (into an observed caller's step)
+                    observe.note_plugin_rule(rec, "transpose")
+                try:
+                    res = rule(cts, *targs, **params)
+                except Exception:
+                    with located_rule(e):  # (an error located at the equation)
+                        raise
+            else:
+                with observe.noting(obs, e, "transpose"), located_rule(e):
+                    observe.note_plugin_rule(rec, "transpose")
+                    res = rule(cts, *targs, **params)
+            if fancy is not None:
+                res = self.add_accumulated(e, fancy, accums)
+            else:
+                res = self.add_transposed(e, rule, res)
             if obs is not None and hasattr(obs, "transpose_step"):
                 obs.transpose_step(e, cts, res, step)
         self.eqn = None
 
-    def step(self, e, rec, cts, targs) -> list:
-        """Transpose `e` with a rule that returns its operands' cotangents; what it gave
-        each linear operand (None for the others)."""
-        rule = rec.transpose
-        if rule is None:
-            raise missing_transpose(e)
-        linear = self.linear
-        if self.refs:
-            _ref_operands(e, rec, linear, self.ct_env, targs)
-        res = list(_run_rule(self.obs, e, rec, rule, (cts, *targs), e.params))
+    def add_transposed(self, e, rule, res) -> list:
+        """Add the cotangents the transpose `rule` of `e` returned into its linear
+        operands'; what it gave each linear operand (None for the others)."""
+        res = list(res)
         if len(res) != len(e.inputs):
             raise JaxprError(
                 f"internal error: the transpose rule of '{e.prim}' returned {len(res)} "
                 f"cotangents for {len(e.inputs)} operands",
                 e.loc,
             )
+        linear = self.linear
         for k, (x, r) in enumerate(zip(e.inputs, res)):
             if x.__class__ is not Literal and id(x) in linear:
                 if x.type.__class__ is not RefType:
@@ -307,12 +324,13 @@ class _Backward:
                 res[k] = None
         return res
 
-    def fancy_step(self, e, rec, cts, targs) -> list:
-        """Transpose `e` with a rule that adds into accumulators (`fancy_transposes`)."""
+    def accumulators(self, e, rule) -> list:
+        """The accumulators a rule that adds into them (`fancy_transposes`) gets: one per
+        linear operand (None for the others), a Ref's holding its cotangent Ref so far."""
         from .registry import Accumulator
 
         linear, ct_env = self.linear, self.ct_env
-        owner = (e, rec.fancy_transpose)
+        owner = (e, rule)
         accums = [
             Accumulator(x.type, owner) if x.__class__ is not Literal and id(x) in linear else None
             for x in e.inputs
@@ -320,8 +338,12 @@ class _Backward:
         for x, acc in zip(e.inputs, accums):
             if acc is not None and x.type.__class__ is RefType:
                 acc.set(ct_env.get(id(x)) or Zero(tangent_type(x.type)))
-        params = dict(e.params, accums=accums)
-        _run_rule(self.obs, e, rec, rec.fancy_transpose, (cts, *targs), params)
+        return accums
+
+    def add_accumulated(self, e, rule, accums) -> list:
+        """Add what the rule of `e` accumulated into its linear operands' cotangents; the
+        accumulated values (None for the operands that are not linear)."""
+        ct_env = self.ct_env
         res = [acc.get() if acc is not None else None for acc in accums]
         for x, r in zip(e.inputs, res):
             if r is None:
@@ -330,7 +352,7 @@ class _Backward:
                 if not is_zero(r):
                     ct_env[id(x)] = r
             else:
-                self.add_ct(x, r, e, rec.fancy_transpose)
+                self.add_ct(x, r, e, rule)
         return res
 
     def results(self, jaxpr, linear_mask):
@@ -349,22 +371,6 @@ class _Backward:
             for v, lin in zip(jaxpr.invars, linear_mask)
         ]
         return outs, cts_in
-
-
-def _run_rule(obs, e, rec, rule, args, params):
-    """`rule(*args, **params)` for the equation `e`: an error it raises is located at `e`
-    (`located_rule`); in an observed walk, what it notes is reported (`observe.noting`)."""
-    if obs is None:
-        if rec.plugin_sources:
-            observe.note_plugin_rule(rec, "transpose")  # (into an observed caller's step)
-        try:
-            return rule(*args, **params)
-        except Exception:
-            with located_rule(e):
-                raise
-    with observe.noting(obs, e, "transpose"), located_rule(e):
-        observe.note_plugin_rule(rec, "transpose")
-        return rule(*args, **params)
 
 
 @gc_paused()
