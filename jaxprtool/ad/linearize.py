@@ -177,8 +177,6 @@ def _linearize_jaxpr(jaxpr: Jaxpr, argnums, instantiate, remat, plans, own_binde
     as its inputs (no renamed copy of its equations), and the primal program may keep dead
     equations, where nothing but the caller sees them: no rematerialization, no observer
     (vjp and grad transpose it right away, and eliminate dead code over the result)."""
-    from .remat import rematerialize
-
     refuse_large(jaxpr)
     mask = diff_mask(jaxpr, argnums)
     own = own_binders or remat is not None or observe.observed()
@@ -193,7 +191,10 @@ def _linearize_jaxpr(jaxpr: Jaxpr, argnums, instantiate, remat, plans, own_binde
         linear = _linear_jaxpr(residuals, tan_in, teqns, touts)
     else:
         linear = B.make_jaxpr(residuals + tan_in, teqns, touts)
-    primal, linear, info = rematerialize(primal, linear, info, spec=remat, plans=plans)
+    if remat is not None:  # (the planner, numpy and scipy are loaded only where one runs)
+        from .remat import rematerialize
+
+        primal, linear, info = rematerialize(primal, linear, info, spec=remat, plans=plans)
     observe.notify("linearized", primal, linear, info)
     return primal, linear, info
 
