@@ -203,7 +203,6 @@ SAMPLED = {
     "test_installed_jax.py::test_grad_or_jvp_then_run": (2, 0),
     "test_installed_jax.py::test_vmap_then_run": (2, 1),
     "test_installed_jax.py::test_api_run_of_grad": (2, 0),
-    "test_startup.py::test_numpy_free_text_never_loads_numpy": (2, 0),
     "test_startup.py::test_commands_that_do_not_run_ask_numpy_for_one_blas_thread": (2, 0),
     "test_startup.py::test_integer_parameters_never_load_numpy": (2, 1),
     "test_state_ad.py::test_jacobians_and_hessian_through_refs": (2, 0),
