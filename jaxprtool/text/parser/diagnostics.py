@@ -91,7 +91,7 @@ def block_ended(st):
     if _BINDER_START.match(st.s, pos) and st.frames:
         col = pos - (st.s.rfind("\n", 0, pos) + 1) + 1
         st.fail(
-            f"an equation must start at column {st.frames[-1][2]}, the column of the first "
+            f"an equation must start at column {st.frames[-1].eqcol}, the column of the first "
             f"equation of this block (this one starts at column {col})",
             pos,
         )
@@ -300,7 +300,7 @@ def _operand_clues(st, pos: int, name_at: int):
         elif not G.ATOM_END.match(s, e):
             st.expected("':' and a type after the literal, or a separator", e)
     if name_at >= 0:
-        eqcol = st.frames[-1][2] if st.frames else 0
+        eqcol = st.frames[-1].eqcol if st.frames else 0
         st.fail(
             f"a binder cannot appear among operands; a new equation must start at column {eqcol}, "
             "the column of the first equation of this block",
