@@ -342,7 +342,7 @@ class _Reading:
         in_value = bool(mixed) and len(frames) == mixed[-1].depth
         frames.append(Frame(t.start_pos, jax_column(self.s, t.start_pos, in_value)))
         if len(frames) > MAX_NESTING:
-            self.st.fail(too_deep(), t.start_pos, "E003")
+            self.st.over_limit(too_deep(), t.start_pos)
         return t
 
     def _rbrace(self, t):
