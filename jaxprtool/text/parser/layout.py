@@ -25,7 +25,6 @@ stream, and the layout needs the lexer's state too.
 from __future__ import annotations
 
 import re
-from types import GeneratorType
 from typing import TYPE_CHECKING
 
 from .. import grammar as G
@@ -121,10 +120,13 @@ class _Reading:
     """The layout applied to the token stream of one text: the open jaxprs (`Frame`s),
     parameter lists and values with jaxprs inside, and what the tokens so far say of the
     next one.  Each token type the layout acts on has its method (`_ON`), which returns
-    the token to pass on in its place, or a generator of them where there are more or
-    work must wait until the parser has taken a token (the code after a `yield` runs once
-    the parser has taken the token and reduced what it ends).  Most tokens are spared a
-    generator: it costs more than a call (bench: a text read with `fast=False`)."""
+    None where the token passes on as it is, else the tokens passed on in its place: a
+    generator where work waits until the parser has taken a token (the code after a
+    `yield` runs once the parser has taken the token, and reduced what it ends).  Most
+    tokens are spared a generator, which costs more than the call.  Line breaks (NL, and
+    the one operands end with, the commonest tokens after `key=`) are tested in `tokens`
+    itself, before any call: the post-lexer's whole cost is a few per cent of a text read
+    with `fast=False`, and calls per token add up."""
 
     def __init__(self, st: ParseState, Token: type, line_ctr):
         self.st = st
@@ -142,15 +144,14 @@ class _Reading:
 
     def tokens(self, stream):
         """The tokens of `stream` with the layout applied."""
-        st = self.st
-        on = {tt: getattr(self, name) for tt, name in _ON.items()}
+        st, frames, on = self.st, self.frames, _ON
         last = ""  # the type of the last token that is not a line break
         for t in stream:
             tt = t.type
             if tt == "NL":
                 # decided before the next token is lexed, so it is lexed in the right state
-                if self.frames:
-                    yield from self._newline(t, last)
+                if frames and (r := self._newline(t, last)) is not None:
+                    yield from r
                 continue
             last = tt
             if self.after_let:
@@ -160,13 +161,17 @@ class _Reading:
             if self.head:
                 self.head = False
                 st.eqn_start = t.start_pos
-            act = on.get(tt)
-            if act is None:
+            if tt == "OPERANDS" or tt == "HEAD_OPS":
+                # the line break they end with: as for NL, once the parser has taken them
                 yield t
-            elif type(r := act(t)) is GeneratorType:
-                yield from r
+                if frames and "\n" in t.value and (r := self._after_operands(t)) is not None:
+                    yield from r
+                continue
+            act = on.get(tt)
+            if act is None or (r := act(self, t)) is None:
+                yield t
             else:
-                yield r
+                yield from r
 
     # ---------------------------------------------------------------- tokens made here
 
@@ -208,12 +213,13 @@ class _Reading:
 
     def _newline(self, t, last: str):
         """A line break (NL) with a jaxpr open (`last`: the type of the token before it): in
-        its equation block, outside brackets, the block's first equation on the line after
-        `let` as the fast path's run, else the layout rule (`_line_break`)."""
+        its equation block, outside brackets and not before its `in`, the block's first
+        equation on the line after `let` as the fast path's run, else the layout rule
+        (`_line_break`); elsewhere None."""
         f = self.frames[-1]
         e = t.end_pos
         if not (f.in_block and not f.depth and e < self.n and not G.IN_KW.match(self.s, e)):
-            return
+            return None
         if (
             self.after_let
             and self.fast
@@ -224,9 +230,8 @@ class _Reading:
             self.after_let = False
             f.eqcol = t.end_column
             self._check_jax_column(f, e)
-            yield r
-        elif (starts := (yield from self._line_break(t, f, last))) is not None:
-            self.head = starts
+            return (r,)
+        return self._line_break(t, f, last)
 
     def _line_break(self, t, f: Frame, last: str):
         """The layout rule (§5.5) at the line break that token `t` ends with, in the
@@ -234,9 +239,9 @@ class _Reading:
         break): a line at the equation column (or ` = prim` one column right of it), or
         a misplaced one only an equation can start (`_misplaced_equation`, warned),
         starts an equation: EQSEP, then the fast path's run from there where it reads
-        one; another line left of it ends the block (its `in (` must follow); a deeper
-        one goes on with the equation.  Yields the tokens to pass on; returns whether
-        the next token starts an equation (None: as it was)."""
+        one (`head`: whether the token after them starts an equation); another line left
+        of it ends the block (its `in (` must follow); a deeper one goes on with the
+        equation.  Yields the tokens to pass on."""
         s, st = self.s, self.st
         e, col = t.end_pos, t.end_column
         starts = col == f.eqcol or _bare_eq_at(s, e, col, f.eqcol)
@@ -249,12 +254,12 @@ class _Reading:
             # results the run may use)
             r = self._run(e, t.end_line, col) if self.fast and st.block_end < 0 else None
             if r is None:
-                return True
+                self.head = True
+                return
             yield r
-            return False
-        if col < f.eqcol:
+            self.head = False
+        elif col < f.eqcol:
             st.block_end = e
-        return None
 
     def _first_of_block(self, t, tt: str) -> None:
         """The first token after `let`: its column is the block's equation column (`in`:
@@ -280,22 +285,15 @@ class _Reading:
 
     # ---------------------------------------------------------------- one method per token type
 
-    def _operands(self, t):
-        """OPERANDS, HEAD_OPS: a line break they end with is one as for NL."""
-        if self.frames and "\n" in t.value:
-            return self._operands_broken(t)
-        return t
-
-    def _operands_broken(self, t):
-        """Operands that end with a line break: passed on, then the break as for NL (in the
+    def _after_operands(self, t):
+        """OPERANDS, HEAD_OPS: the line break they end with is one as for NL (in the
         equation block, outside brackets, not before a comment or `in`)."""
-        yield t
         f = self.frames[-1]
         e = t.end_pos
         s = self.s
         if f.in_block and not f.depth and e < self.n and s[e] != "#" and not G.IN_KW.match(s, e):
-            if (starts := (yield from self._line_break(t, f, t.type))) is not None:
-                self.head = starts
+            return self._line_break(t, f, t.type)
+        return None
 
     def _key(self, t):
         """`key=`: the value after it read (`read_value`) and passed on with it as one
@@ -308,23 +306,11 @@ class _Reading:
             r = self.st.read_value(i, key, broken[-1] if broken else False)
         except Nested as nested:
             return self._value_with_jaxprs(t, key, nested.pos)
-        if r is not None:
-            self._make_param(t, key, r[0], r[1])
-        return t
-
-    def _value_with_jaxprs(self, t, key: str, first: int):
-        """`key=` (token `t`) followed by a value with jaxprs inside, the first at s[first]
-        (H5): its text up to there as VPIECE."""
-        yield t
-        i = t.end_pos
-        self.mixed.append(_Mixed(i, key, len(self.frames)))
-        yield self._emit("VPIECE", i, first)
-
-    def _make_param(self, t, key: str, value, e: int) -> None:
-        """Token `t`, `key=`, made the PARAM token `key=value`, its value read up to s[e]
-        (`st.values`) and the lexer moved past it."""
-        self.st.values[t.start_pos] = (key, value)
-        i = t.end_pos
+        if r is None:
+            return None
+        # `key=value` as one token, the value read here
+        self.st.values[t.start_pos] = (key, r[0])
+        e = r[1]
         text = self.s[i:e]
         t.type = "PARAM"
         t.value += text
@@ -335,6 +321,15 @@ class _Reading:
             line_ctr.char_pos = e
             line_ctr.column += e - i
         t.end_line, t.end_column, t.end_pos = line_ctr.line, line_ctr.column, e
+        return None
+
+    def _value_with_jaxprs(self, t, key: str, first: int):
+        """`key=` (token `t`) followed by a value with jaxprs inside, the first at s[first]
+        (H5): its text up to there as VPIECE."""
+        yield t
+        i = t.end_pos
+        self.mixed.append(_Mixed(i, key, len(self.frames)))
+        yield self._emit("VPIECE", i, first)
 
     def _lambda(self, t):
         """`{ lambda`: a frame opens (at most MAX_NESTING)."""
@@ -343,7 +338,6 @@ class _Reading:
         frames.append(Frame(t.start_pos, jax_column(self.s, t.start_pos, in_value)))
         if len(frames) > MAX_NESTING:
             self.st.over_limit(too_deep(), t.start_pos)
-        return t
 
     def _rbrace(self, t):
         """`}`: its frame closes; a jaxpr inside a parameter value (H5) is done."""
@@ -391,39 +385,35 @@ class _Reading:
         if frames and not frames[-1].depth:
             frames[-1].in_block = False
             self.st.block_end = -1
-        return t
 
     def _open_params(self, t):
         """`[`: a parameter list opens (broken over lines or not: `list_is_broken`)."""
         if self.frames:
             self.frames[-1].depth += 1
         self.broken.append(self.st.list_is_broken(t.end_pos))
-        return t
 
     def _close_params(self, t):
         if self.frames:
             self.frames[-1].depth -= 1
         if self.broken:
             self.broken.pop()
-        return t
 
     def _open_paren(self, t):
         if self.frames:
             self.frames[-1].depth += 1
-        return t
 
     def _close_paren(self, t):
         if self.frames:
             self.frames[-1].depth -= 1
-        return t
 
     def _semicolon(self, t):
         """`;`: between equations (their single-line form), EQSEP."""
         frames = self.frames
         if frames and frames[-1].in_block and not frames[-1].depth:
             self.head = True
-            return self.Token.new_borrow_pos("EQSEP", ";", t)
-        return t
+            yield self.Token.new_borrow_pos("EQSEP", ";", t)
+        else:
+            yield t
 
     def _let_shared(self, t):
         """`let NAME =`: a shared definition (its name for messages; inside a value with
@@ -433,25 +423,22 @@ class _Reading:
         mixed = self.mixed
         if mixed and len(self.frames) == mixed[-1].depth and mixed[-1].tl_start is None:
             mixed[-1].tl_start = t.start_pos
-        return t
 
 
 #: the token types the layout acts on -> the method of `_Reading` for them (the others pass
 #: on as they are)
 _ON = {
-    "OPERANDS": "_operands",
-    "HEAD_OPS": "_operands",
-    "KEY": "_key",
-    "LAMBDA": "_lambda",
-    "RBRACE": "_rbrace",
-    "LET": "_let",
-    "IN_KW": "_in",
-    "LSQB": "_open_params",
-    "RSQB": "_close_params",
-    "LPAR": "_open_paren",
-    "RPAR": "_close_paren",
-    "SEMICOLON": "_semicolon",
-    "LET_S": "_let_shared",
+    "KEY": _Reading._key,
+    "LAMBDA": _Reading._lambda,
+    "RBRACE": _Reading._rbrace,
+    "LET": _Reading._let,
+    "IN_KW": _Reading._in,
+    "LSQB": _Reading._open_params,
+    "RSQB": _Reading._close_params,
+    "LPAR": _Reading._open_paren,
+    "RPAR": _Reading._close_paren,
+    "SEMICOLON": _Reading._semicolon,
+    "LET_S": _Reading._let_shared,
 }
 
 
