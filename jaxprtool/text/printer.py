@@ -610,7 +610,12 @@ class _Printer:
     def _name_eqns(self, j: Jaxpr) -> None:
         """`_name_eqn` of each equation of `j`, in one walk that also builds the line document
         of each ordinary equation (what `_eqn` builds, kept in `lines`) and reads the scope
-        as `_check_scope` does (kept in `scope_state`, finished by `_fix_ambiguities`)."""
+        as `_check_scope` does (kept in `scope_state`, finished by `_fix_ambiguities`).
+
+        One function of over 80 lines on purpose: its loop is the reference the compiled
+        twin (`_twin.c`'s `name_lines`) mirrors step for step, and the printer's hottest
+        loop, its state in locals; split, each piece would take that state as arguments on
+        every equation, and the twin would no longer read against one loop."""
         names = self.names
         scope: dict[str, int] = {}
         bound: set[int] = set()

@@ -114,16 +114,9 @@ def parse(
     `compiled`: where the grammar reads the text, use lark-cython's parser (where installed)
     or lark's; by default the first for texts of `COMPILED_MIN_CHARS` or more.  Both give the
     same result.  `fast=False`: every equation is read by the grammar, and lark is used for
-    every text (the fast path gives the same result; for tests)."""
-    try:
-        return _parse(text, path, compiled, fast)
-    except JaxprError as e:
-        if e.code is None:
-            e.code = "E001"  # (diagnostics.CODES: the text does not read as a jaxpr)
-        raise
-
-
-def _parse(text: str, path: str, compiled: bool | None, fast: bool) -> ParseResult:
+    every text (the fast path gives the same result; for tests).  Each error has its code
+    from the start: E001, the text does not read as a jaxpr; E003 (`OverLimit`), it is over
+    a limit (`diagnostics.CODES`)."""
     if "\x1b" in text:
         text = G.ANSI.sub("", text)
     if "\r" in text:
@@ -141,10 +134,8 @@ def _parse(text: str, path: str, compiled: bool | None, fast: bool) -> ParseResu
         st.expected("a jaxpr ('{ lambda ...')", i)
     m = huge_number(text)
     if m is not None:
-        st.fail(
-            f"a number of {len(m.group())} digits is too long (at most {MAX_DIGITS})",
-            m.start(),
-            "E003",
+        st.over_limit(
+            f"a number of {len(m.group())} digits is too long (at most {MAX_DIGITS})", m.start()
         )
     # the IR has no reference cycles: pausing the cyclic GC saves its many passes over
     # the young objects built here.

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 
-from ...core import JaxprError, Loc
+from ...core import JaxprError, Loc, OverLimit
 from .. import grammar as G
 
 #: the deepest nesting of jaxprs accepted (every command recurses once or more per level)
@@ -24,6 +24,10 @@ MAX_DIGITS = 400
 
 #: a dimension must fit JAX's int64 shapes
 MAX_DIM = 2**63 - 1
+
+#: the code of an error in a text that does not read as a jaxpr (`diagnostics.CODES`); a
+#: text over one of the limits above is an `OverLimit` (E003)
+NOT_READ = "E001"
 
 NO_TYPES = "jaxpr has no types (printed with print_shapes=False); a typed IR cannot be built"
 
@@ -47,10 +51,14 @@ class Source:
         line = bisect_right(ls, pos)
         return Loc(self.path, line, pos - ls[line - 1] + 1)
 
-    def fail(self, message: str, pos: int, code: str = "E001"):
-        err = JaxprError(message, self.loc(pos))
-        err.code = code  # E001: syntax; E003: a limit (`diagnostics.CODES`)
-        raise err
+    def fail(self, message: str, pos: int, code: str = NOT_READ):
+        """The text at s[pos] does not read as a jaxpr (E001, or a closer `code`: E101, a
+        variable used before its definition)."""
+        raise JaxprError(message, self.loc(pos), code)
+
+    def over_limit(self, message: str, pos: int):
+        """The text at s[pos] is over one of the limits on what is read (E003)."""
+        raise OverLimit(message, self.loc(pos))
 
     def found(self, pos: int) -> str:
         """The token at s[pos] as a message quotes it."""
@@ -91,7 +99,7 @@ def block_ended(st):
     if _BINDER_START.match(st.s, pos) and st.frames:
         col = pos - (st.s.rfind("\n", 0, pos) + 1) + 1
         st.fail(
-            f"an equation must start at column {st.frames[-1][2]}, the column of the first "
+            f"an equation must start at column {st.frames[-1].eqcol}, the column of the first "
             f"equation of this block (this one starts at column {col})",
             pos,
         )
@@ -107,8 +115,8 @@ def underscore_warning(loc: Loc) -> JaxprError:
         "use of '_' is ambiguous: it is read as the most recent '_' binding in this jaxpr, "
         "which may not be the value JAX meant (FORMAT.md §2)",
         loc,
+        "W002",
     )
-    w.code = "W002"
     return w
 
 
@@ -123,8 +131,8 @@ def warn_misindented(st, pos: int, reference: str) -> None:
         f"this equation starts at column {col}, {reference}: the layout is not JAX's; "
         "`jaxprtool fmt -i` rewrites it",
         st.loc(pos),
+        "W004",
     )
-    w.code = "W004"
     st.warnings.append(w)
 
 
@@ -223,7 +231,7 @@ def lark_error(st, e) -> JaxprError:
         _diagnose(st, expected, pos)
     except JaxprError as err:
         return err
-    return JaxprError("syntax error", st.loc(pos))
+    return JaxprError("syntax error", st.loc(pos), NOT_READ)
 
 
 def _diagnose(st, expected: set, pos: int):
@@ -300,7 +308,7 @@ def _operand_clues(st, pos: int, name_at: int):
         elif not G.ATOM_END.match(s, e):
             st.expected("':' and a type after the literal, or a separator", e)
     if name_at >= 0:
-        eqcol = st.frames[-1][2] if st.frames else 0
+        eqcol = st.frames[-1].eqcol if st.frames else 0
         st.fail(
             f"a binder cannot appear among operands; a new equation must start at column {eqcol}, "
             "the column of the first equation of this block",

@@ -68,7 +68,12 @@ class FastPath(Readers, ParamValues):
         equation column (another equation) or is the block's `in (`.  It is read with the
         grammar's readers into the same `Eqn` as the grammar's rules build, and its results
         are bound.  The first equation that is not simple (or has an error) ends the run,
-        untouched, for the grammar."""
+        untouched, for the grammar.
+
+        One function of over 80 lines on purpose: its loop over plain lines is the reference
+        the compiled twin (`_twin.c`'s `read_lines`) mirrors step for step, and the reader's
+        hottest loop, its state in locals; split, each piece would take that state as
+        arguments on every equation, and the twin would no longer read against one loop."""
         s = self.s
         n = self.n
         table = self.tables[-1]

@@ -10,7 +10,7 @@ import threading
 from ...core import Jaxpr, JaxprError
 from .. import grammar as G
 from .build import _Build
-from .diagnostics import lark_error, lark_errors
+from .diagnostics import NOT_READ, lark_error, lark_errors
 from .layout import _Layout, connector
 from .scopes import check_shared
 from .state import ParseState
@@ -57,7 +57,7 @@ def parse_lark(st: ParseState, compiled: bool | None) -> Jaxpr:
         except lark_errors() as e:
             raise lark_error(st, e) from None
         except RecursionError:
-            raise JaxprError("input is nested too deeply", st.loc(st.last_end)) from None
+            raise JaxprError("input is nested too deeply", st.loc(st.last_end), NOT_READ) from None
         finally:
             lk.options.postlex.st = lk.options.transformer.st = None
         if st.shared_defs:

@@ -74,6 +74,19 @@ def _line_before(s: str, e: int) -> tuple[int, int]:
     return 0, 0
 
 
+class Frame:
+    """One open `{ lambda` of the text: where its equation block stands (§5.5)."""
+
+    __slots__ = ("in_block", "depth", "eqcol", "start", "jax_eqcol")
+
+    def __init__(self, start: int, jax_eqcol: int):
+        self.in_block = False  # between its `let` and its `in`
+        self.depth = 0  # brackets open inside it (the layout rule holds outside them)
+        self.eqcol = 0  # the column of its equations: its first one's, once read
+        self.start = start  # where its `{ lambda` starts
+        self.jax_eqcol = jax_eqcol  # the column JAX prints its equations at (`jax_column`)
+
+
 class _Mixed:
     """A parameter value with jaxprs inside, being read (H5)."""
 
@@ -100,235 +113,333 @@ class _Layout:
     def process(self, stream, lexer_state):
         """The tokens of `stream` with the layout applied; `lexer_state` is the lexer's
         position (a value read here is skipped by advancing it)."""
-        st = self.st
-        s = st.s
-        Token = self.Token
-        line_ctr = lexer_state.line_ctr
+        return _Reading(self.st, self.Token, lexer_state.line_ctr).tokens(stream)
 
-        def emit(kind: str, a: int, b: int):
-            text = s[a:b]
-            t = Token(kind, text, a, line_ctr.line, line_ctr.column)
-            line_ctr.feed(text, True)
-            t.end_line, t.end_column, t.end_pos = line_ctr.line, line_ctr.column, b
-            return t
 
-        def run(e: int, line: int, col: int):
-            """The simple equations from s[e] on as one EQNS token (the lexer moved past
-            them), or None (`FastPath.read_run`)."""
-            r = st.read_run(e, line, col)
-            if r is None:
-                return None
-            st.runs[e] = r[0]
-            return emit("EQNS", e, r[1])
+class _Reading:
+    """The layout applied to the token stream of one text: the open jaxprs (`Frame`s),
+    parameter lists and values with jaxprs inside, and what the tokens so far say of the
+    next one.  Each token type the layout acts on has its method (`_ON`), which returns
+    None where the token passes on as it is, else the tokens passed on in its place: a
+    generator where work waits until the parser has taken a token (the code after a
+    `yield` runs once the parser has taken the token, and reduced what it ends).  Most
+    tokens are spared a generator, which costs more than the call.  Line breaks (NL, and
+    the one operands end with, the commonest tokens after `key=`) are tested in `tokens`
+    itself, before any call: the post-lexer's whole cost is a few per cent of a text read
+    with `fast=False`, and calls per token add up."""
 
-        def line_break(t, f, last: str):
-            """The layout rule (§5.5) at the line break that token `t` ends with, in the
-            equation block of frame `f` outside brackets (`last`: the token before the
-            break): a line at the equation column (or ` = prim` one column right of it), or
-            a misplaced one only an equation can start (`_misplaced_equation`, warned),
-            starts an equation: EQSEP, then the fast path's run from there where it reads
-            one; another line left of it ends the block (its `in (` must follow); a deeper
-            one goes on with the equation.  Yields the tokens to pass on; returns whether
-            the next token starts an equation (None: as it was)."""
-            e, col = t.end_pos, t.end_column
-            starts = col == f[2] or _bare_eq_at(s, e, col, f[2])
-            if not starts and _misplaced_equation(s, e, col, f[2], last):
-                warn_misindented(st, e, f"the first of its block at column {f[2]}")
-                starts = True
-            if starts:
-                yield Token("EQSEP", "", e, t.end_line, col)
-                # (only now: taking EQSEP, the parser reduced the equation before it, whose
-                # results the run may use)
-                r = run(e, t.end_line, col) if fast and st.block_end < 0 else None
-                if r is None:
-                    return True
-                yield r
-                return False
-            if col < f[2]:
-                st.block_end = e
-            return None
+    def __init__(self, st: ParseState, Token: type, line_ctr):
+        self.st = st
+        self.s = st.s
+        self.n = len(st.s)
+        self.Token = Token
+        self.line_ctr = line_ctr  # the lexer's position
+        self.fast = st.fast
+        self.frames: list[Frame] = st.frames  # per open `{ lambda`
+        self.broken: list[bool] = []  # per open parameter list: broken over lines?
+        self.mixed: list[_Mixed] = []  # per open value with jaxprs inside (H5)
+        self.head = False  # the next token starts an equation
+        self.after_let = False  # the next token is the first of an equation block
+        self.let_line = 0  # the line of the last `let`
 
-        def jax_layout(f, e: int):
-            """Warn where the block of frame `f`, its first equation (at s[e]) on the line
-            after `let`, is not at the column JAX prints it at (`jax_column`)."""
-            if f[2] != f[4]:
-                warn_misindented(st, e, f"JAX prints this block's equations at column {f[4]}")
-
-        def inline(j: int):
-            """The block after `let` (at s[j]) when it is all on that line (`read_inline`)
-            as one EQNS token, or None."""
-            e = G.INDENT.match(s, j).end()
-            if e == j or G.IN_KW.match(s, e):
-                return None
-            r = st.read_inline(e, line_ctr.line)
-            if r is None:
-                return None
-            line_ctr.feed(s[j:e], False)  # the blanks the grammar skips
-            frames[-1][2] = line_ctr.column  # the first equation's column
-            st.runs[e] = r[0]
-            return emit("EQNS", e, r[1])
-
-        fast = st.fast
-        frames = st.frames  # per open `{ lambda`: [in_block, depth, eqcol, start, JAX's eqcol]
-        broken: list[bool] = []  # per open parameter list: broken over lines?
-        mixed: list[_Mixed] = []
-        n = len(s)
-        head = False  # the next token starts an equation
-        after_let = False
+    def tokens(self, stream):
+        """The tokens of `stream` with the layout applied."""
+        st, frames, on = self.st, self.frames, _ON
         last = ""  # the type of the last token that is not a line break
-        let_line = 0  # the line of the last `let`
         for t in stream:
             tt = t.type
             if tt == "NL":
                 # decided before the next token is lexed, so it is lexed in the right state
-                if frames:
-                    f = frames[-1]
-                    e = t.end_pos
-                    if f[0] and not f[1] and e < n and not G.IN_KW.match(s, e):
-                        if (
-                            after_let
-                            and fast
-                            and st.block_end < 0
-                            and (r := run(e, t.end_line, t.end_column)) is not None
-                        ):
-                            # the block's first equation, on the line after `let`
-                            after_let = False
-                            f[2] = t.end_column
-                            jax_layout(f, e)
-                            yield r
-                        elif (starts := (yield from line_break(t, f, last))) is not None:
-                            head = starts
+                if frames and (r := self._newline(t, last)) is not None:
+                    yield from r
                 continue
             last = tt
-            if after_let:
-                # the first token of the equation block: its column is the equation column
-                after_let = False
-                f = frames[-1]
-                if tt != "IN_KW":
-                    # ` = prim` (JAX < 0.4.22): the empty binder list sits one column left
-                    f[2] = t.column - 1 if tt == "EQ_PRIM" and t.value[0] == "=" else t.column
-                    st.eqn_start = t.start_pos
-                    if t.line != let_line:
-                        jax_layout(f, t.start_pos)
-                else:
-                    f[0] = False
+            if self.after_let:
+                self._first_of_block(t, tt)
             if st.block_end >= 0 and tt != "IN_KW":
                 block_ended(st)
-            if head:
-                head = False
+            if self.head:
+                self.head = False
                 st.eqn_start = t.start_pos
             if tt == "OPERANDS" or tt == "HEAD_OPS":
+                # the line break they end with: as for NL, once the parser has taken them
                 yield t
-                if frames and "\n" in t.value:
-                    # the line break after the operands: as for NL
-                    f = frames[-1]
-                    e = t.end_pos
-                    if f[0] and not f[1] and e < n and s[e] != "#" and not G.IN_KW.match(s, e):
-                        if (starts := (yield from line_break(t, f, tt))) is not None:
-                            head = starts
-            elif tt == "HEAD" or tt == "BINDER" or tt == "EQ_PRIM":
-                yield t
-            elif tt == "KEY":
-                i = t.end_pos
-                key = t.value.lstrip()[:-1]
-                try:
-                    r = st.read_value(i, key, broken[-1] if broken else False)
-                except Nested as nested:
-                    yield t
-                    mixed.append(_Mixed(i, key, len(frames)))
-                    yield emit("VPIECE", i, nested.pos)
-                    continue
-                if r is None:
-                    yield t
-                else:
-                    # `key=value` as one token; the value read here
-                    st.values[t.start_pos] = (key, r[0])
-                    e = r[1]
-                    text = s[i:e]
-                    t.type = "PARAM"
-                    t.value += text
-                    if "\n" in text:
-                        line_ctr.feed(text, True)
-                    else:
-                        line_ctr.char_pos = e
-                        line_ctr.column += e - i
-                    t.end_line, t.end_column, t.end_pos = line_ctr.line, line_ctr.column, e
-                    yield t
-            elif tt == "LAMBDA":
-                in_value = bool(mixed) and len(frames) == mixed[-1].depth
-                frames.append([False, 0, 0, t.start_pos, jax_column(s, t.start_pos, in_value)])
-                if len(frames) > MAX_NESTING:
-                    st.fail(too_deep(), t.start_pos, "E003")
-                yield t
-            elif tt == "RBRACE":
-                yield t
-                if not frames:
-                    continue  # (the parser rejects it)
-                f = frames.pop()
-                if mixed and len(frames) == mixed[-1].depth:
-                    m = mixed[-1]
-                    q = t.end_pos
-                    if G.SHARED_IN.match(s, q):
-                        continue  # a shared definition inside the value: its `in` follows
-                    m.done[m.tl_start if m.tl_start is not None else f[3]] = (None, q)
-                    m.tl_start = None
-                    try:
-                        e = st.rescan(m.start, m.key, m.done)
-                    except Nested as nested:
-                        if nested.pos > q:
-                            yield emit("VPIECE", q, nested.pos)
-                        continue
-                    mixed.pop()
-                    if e > q:
-                        yield emit("VPIECE", q, e)
-            elif tt == "LET":
-                let_line = t.line
-                yield t
-                if frames:
-                    frames[-1][0] = True
-                    after_let = True
-                    if fast and st.block_end < 0 and (r := inline(t.end_pos)) is not None:
-                        after_let = False
-                        yield r
-            elif tt == "IN_KW":
-                if frames and not frames[-1][1]:
-                    frames[-1][0] = False
-                    st.block_end = -1
-                yield t
-            elif tt == "LSQB":
-                if frames:
-                    frames[-1][1] += 1
-                broken.append(st.list_is_broken(t.end_pos))
-                yield t
-            elif tt == "RSQB":
-                if frames:
-                    frames[-1][1] -= 1
-                if broken:
-                    broken.pop()
-                yield t
-            elif tt == "LPAR":
-                if frames:
-                    frames[-1][1] += 1
-                yield t
-            elif tt == "RPAR":
-                if frames:
-                    frames[-1][1] -= 1
-                yield t
-            elif tt == "SEMICOLON":
-                if frames and frames[-1][0] and not frames[-1][1]:
-                    # `;` between equations (single-line form)
-                    head = True
-                    yield Token.new_borrow_pos("EQSEP", ";", t)
-                else:
-                    yield t
-            elif tt == "LET_S":
-                m = G.SHARED_DEF.match(s, t.start_pos)
-                st.last_shared_name = m.group(1) if m else ""
-                if mixed and len(frames) == mixed[-1].depth and mixed[-1].tl_start is None:
-                    mixed[-1].tl_start = t.start_pos
+                if frames and "\n" in t.value and (r := self._after_operands(t)) is not None:
+                    yield from r
+                continue
+            act = on.get(tt)
+            if act is None or (r := act(self, t)) is None:
                 yield t
             else:
-                yield t
+                yield from r
+
+    # ---------------------------------------------------------------- tokens made here
+
+    def _emit(self, kind: str, a: int, b: int):
+        """A `kind` token of s[a:b], which the lexer is moved past."""
+        line_ctr = self.line_ctr
+        text = self.s[a:b]
+        t = self.Token(kind, text, a, line_ctr.line, line_ctr.column)
+        line_ctr.feed(text, True)
+        t.end_line, t.end_column, t.end_pos = line_ctr.line, line_ctr.column, b
+        return t
+
+    def _run(self, e: int, line: int, col: int):
+        """The simple equations from s[e] on as one EQNS token (the lexer moved past
+        them), or None (`FastPath.read_run`)."""
+        st = self.st
+        r = st.read_run(e, line, col)
+        if r is None:
+            return None
+        st.runs[e] = r[0]
+        return self._emit("EQNS", e, r[1])
+
+    def _inline(self, j: int):
+        """The block after `let` (at s[j]) when it is all on that line (`read_inline`)
+        as one EQNS token, or None."""
+        s, st, line_ctr = self.s, self.st, self.line_ctr
+        e = G.INDENT.match(s, j).end()
+        if e == j or G.IN_KW.match(s, e):
+            return None
+        r = st.read_inline(e, line_ctr.line)
+        if r is None:
+            return None
+        line_ctr.feed(s[j:e], False)  # the blanks the grammar skips
+        self.frames[-1].eqcol = line_ctr.column  # the first equation's column
+        st.runs[e] = r[0]
+        return self._emit("EQNS", e, r[1])
+
+    # ---------------------------------------------------------------- the layout rule
+
+    def _newline(self, t, last: str):
+        """A line break (NL) with a jaxpr open (`last`: the type of the token before it): in
+        its equation block, outside brackets and not before its `in`, the block's first
+        equation on the line after `let` as the fast path's run, else the layout rule
+        (`_line_break`); elsewhere None."""
+        f = self.frames[-1]
+        e = t.end_pos
+        if not (f.in_block and not f.depth and e < self.n and not G.IN_KW.match(self.s, e)):
+            return None
+        if (
+            self.after_let
+            and self.fast
+            and self.st.block_end < 0
+            and (r := self._run(e, t.end_line, t.end_column)) is not None
+        ):
+            # the block's first equation, on the line after `let`
+            self.after_let = False
+            f.eqcol = t.end_column
+            self._check_jax_column(f, e)
+            return (r,)
+        return self._line_break(t, f, last)
+
+    def _line_break(self, t, f: Frame, last: str):
+        """The layout rule (§5.5) at the line break that token `t` ends with, in the
+        equation block of frame `f` outside brackets (`last`: the token before the
+        break): a line at the equation column (or ` = prim` one column right of it), or
+        a misplaced one only an equation can start (`_misplaced_equation`, warned),
+        starts an equation: EQSEP, then the fast path's run from there where it reads
+        one (`head`: whether the token after them starts an equation); another line left
+        of it ends the block (its `in (` must follow); a deeper one goes on with the
+        equation.  Yields the tokens to pass on."""
+        s, st = self.s, self.st
+        e, col = t.end_pos, t.end_column
+        starts = col == f.eqcol or _bare_eq_at(s, e, col, f.eqcol)
+        if not starts and _misplaced_equation(s, e, col, f.eqcol, last):
+            warn_misindented(st, e, f"the first of its block at column {f.eqcol}")
+            starts = True
+        if starts:
+            yield self.Token("EQSEP", "", e, t.end_line, col)
+            # (only now: taking EQSEP, the parser reduced the equation before it, whose
+            # results the run may use)
+            r = self._run(e, t.end_line, col) if self.fast and st.block_end < 0 else None
+            if r is None:
+                self.head = True
+                return
+            yield r
+            self.head = False
+        elif col < f.eqcol:
+            st.block_end = e
+
+    def _first_of_block(self, t, tt: str) -> None:
+        """The first token after `let`: its column is the block's equation column (`in`:
+        the block is empty)."""
+        self.after_let = False
+        f = self.frames[-1]
+        if tt != "IN_KW":
+            # ` = prim` (JAX < 0.4.22): the empty binder list sits one column left
+            f.eqcol = t.column - 1 if tt == "EQ_PRIM" and t.value[0] == "=" else t.column
+            self.st.eqn_start = t.start_pos
+            if t.line != self.let_line:
+                self._check_jax_column(f, t.start_pos)
+        else:
+            f.in_block = False
+
+    def _check_jax_column(self, f: Frame, e: int) -> None:
+        """Warn where the block of frame `f`, its first equation (at s[e]) on the line
+        after `let`, is not at the column JAX prints it at (`jax_column`)."""
+        if f.eqcol != f.jax_eqcol:
+            warn_misindented(
+                self.st, e, f"JAX prints this block's equations at column {f.jax_eqcol}"
+            )
+
+    # ---------------------------------------------------------------- one method per token type
+
+    def _after_operands(self, t):
+        """OPERANDS, HEAD_OPS: the line break they end with is one as for NL (in the
+        equation block, outside brackets, not before a comment or `in`)."""
+        f = self.frames[-1]
+        e = t.end_pos
+        s = self.s
+        if f.in_block and not f.depth and e < self.n and s[e] != "#" and not G.IN_KW.match(s, e):
+            return self._line_break(t, f, t.type)
+        return None
+
+    def _key(self, t):
+        """`key=`: the value after it read (`read_value`) and passed on with it as one
+        PARAM token; a value with jaxprs inside (H5) as VPIECE tokens around them, the
+        jaxprs left to the grammar (`_rbrace`); one that is a jaxpr left to the grammar."""
+        i = t.end_pos
+        key = t.value.lstrip()[:-1]
+        broken = self.broken
+        try:
+            r = self.st.read_value(i, key, broken[-1] if broken else False)
+        except Nested as nested:
+            return self._value_with_jaxprs(t, key, nested.pos)
+        if r is None:
+            return None
+        # `key=value` as one token, the value read here
+        self.st.values[t.start_pos] = (key, r[0])
+        e = r[1]
+        text = self.s[i:e]
+        t.type = "PARAM"
+        t.value += text
+        line_ctr = self.line_ctr
+        if "\n" in text:
+            line_ctr.feed(text, True)
+        else:
+            line_ctr.char_pos = e
+            line_ctr.column += e - i
+        t.end_line, t.end_column, t.end_pos = line_ctr.line, line_ctr.column, e
+        return None
+
+    def _value_with_jaxprs(self, t, key: str, first: int):
+        """`key=` (token `t`) followed by a value with jaxprs inside, the first at s[first]
+        (H5): its text up to there as VPIECE."""
+        yield t
+        i = t.end_pos
+        self.mixed.append(_Mixed(i, key, len(self.frames)))
+        yield self._emit("VPIECE", i, first)
+
+    def _lambda(self, t):
+        """`{ lambda`: a frame opens (at most MAX_NESTING)."""
+        frames, mixed = self.frames, self.mixed
+        in_value = bool(mixed) and len(frames) == mixed[-1].depth
+        frames.append(Frame(t.start_pos, jax_column(self.s, t.start_pos, in_value)))
+        if len(frames) > MAX_NESTING:
+            self.st.over_limit(too_deep(), t.start_pos)
+
+    def _rbrace(self, t):
+        """`}`: its frame closes; a jaxpr inside a parameter value (H5) is done."""
+        yield t
+        frames = self.frames
+        if not frames:
+            return  # (the parser rejects it)
+        f = frames.pop()
+        mixed = self.mixed
+        if mixed and len(frames) == mixed[-1].depth:
+            yield from self._value_jaxpr_done(f, t.end_pos)
+
+    def _value_jaxpr_done(self, f: Frame, q: int):
+        """The jaxpr of frame `f` in the value being read (H5) ended at s[q]: the value's
+        text from there to its next jaxpr, or to its end (the value then read), as VPIECE."""
+        m = self.mixed[-1]
+        if G.SHARED_IN.match(self.s, q):
+            return  # a shared definition inside the value: its `in` follows
+        m.done[m.tl_start if m.tl_start is not None else f.start] = (None, q)
+        m.tl_start = None
+        try:
+            e = self.st.rescan(m.start, m.key, m.done)
+        except Nested as nested:
+            if nested.pos > q:
+                yield self._emit("VPIECE", q, nested.pos)
+            return
+        self.mixed.pop()
+        if e > q:
+            yield self._emit("VPIECE", q, e)
+
+    def _let(self, t):
+        """`let`: the equation block opens; all on its line, it is the fast path's run."""
+        self.let_line = t.line
+        yield t
+        if self.frames:
+            self.frames[-1].in_block = True
+            self.after_let = True
+            if self.fast and self.st.block_end < 0 and (r := self._inline(t.end_pos)) is not None:
+                self.after_let = False
+                yield r
+
+    def _in(self, t):
+        """`in (`: outside brackets, the equation block closes."""
+        frames = self.frames
+        if frames and not frames[-1].depth:
+            frames[-1].in_block = False
+            self.st.block_end = -1
+
+    def _open_params(self, t):
+        """`[`: a parameter list opens (broken over lines or not: `list_is_broken`)."""
+        if self.frames:
+            self.frames[-1].depth += 1
+        self.broken.append(self.st.list_is_broken(t.end_pos))
+
+    def _close_params(self, t):
+        if self.frames:
+            self.frames[-1].depth -= 1
+        if self.broken:
+            self.broken.pop()
+
+    def _open_paren(self, t):
+        if self.frames:
+            self.frames[-1].depth += 1
+
+    def _close_paren(self, t):
+        if self.frames:
+            self.frames[-1].depth -= 1
+
+    def _semicolon(self, t):
+        """`;`: between equations (their single-line form), EQSEP."""
+        frames = self.frames
+        if frames and frames[-1].in_block and not frames[-1].depth:
+            self.head = True
+            yield self.Token.new_borrow_pos("EQSEP", ";", t)
+        else:
+            yield t
+
+    def _let_shared(self, t):
+        """`let NAME =`: a shared definition (its name for messages; inside a value with
+        jaxprs, H5, where its jaxpr starts)."""
+        m = G.SHARED_DEF.match(self.s, t.start_pos)
+        self.st.last_shared_name = m.group(1) if m else ""
+        mixed = self.mixed
+        if mixed and len(self.frames) == mixed[-1].depth and mixed[-1].tl_start is None:
+            mixed[-1].tl_start = t.start_pos
+
+
+#: the token types the layout acts on -> the method of `_Reading` for them (the others pass
+#: on as they are)
+_ON = {
+    "KEY": _Reading._key,
+    "LAMBDA": _Reading._lambda,
+    "RBRACE": _Reading._rbrace,
+    "LET": _Reading._let,
+    "IN_KW": _Reading._in,
+    "LSQB": _Reading._open_params,
+    "RSQB": _Reading._close_params,
+    "LPAR": _Reading._open_paren,
+    "RPAR": _Reading._close_paren,
+    "SEMICOLON": _Reading._semicolon,
+    "LET_S": _Reading._let_shared,
+}
 
 
 def connector(base: type):

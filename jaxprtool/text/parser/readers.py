@@ -92,7 +92,7 @@ class Readers(Source):
                 self.fail(f"unknown dtype '{dt}'", i)
             dims = tuple(int(d) for d in m.group(2).split(",")) if m.group(2) else ()
             if any(d > MAX_DIM for d in dims):
-                self.fail(f"dimension too large in type (at most {MAX_DIM})", i, "E003")
+                self.over_limit(f"dimension too large in type (at most {MAX_DIM})", i)
             return ShapedArray(dims, dt), m.end()
         m = G.TYPE_HEAD.match(s, i)
         if m is None:
@@ -140,7 +140,7 @@ class Readers(Source):
                 self.fail(f"invalid named axes '{named}' in type (expected e.g. 'a:8')", at)
         dims = _dims(inside)
         if any(isinstance(d, int) and d > MAX_DIM for d in dims):
-            self.fail(f"dimension too large in type (at most {MAX_DIM})", j + 1, "E003")
+            self.over_limit(f"dimension too large in type (at most {MAX_DIM})", j + 1)
         for d in dims:
             if isinstance(d, str) and not _valid_symbolic_dim(d):
                 self.fail(f"invalid dimension '{d}' in type", j + 1)

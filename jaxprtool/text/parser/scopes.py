@@ -9,10 +9,10 @@ name may be used before its definition (JAX hoists definitions to the top of the
 from __future__ import annotations
 
 from ... import core, params
-from ...core import Jaxpr, JaxprError
+from ...core import Jaxpr, JaxprError, OverLimit
 from ...record import prim as record_of
 from ..style import walk_jaxprs
-from .diagnostics import MAX_NESTING, Source, too_deep
+from .diagnostics import MAX_NESTING, NOT_READ, Source, too_deep
 
 
 class SharedRef:
@@ -274,6 +274,7 @@ def check_shared(st, top: Jaxpr) -> None:
                 f"shared jaxpr '{name}' uses itself ({' -> '.join(names)}): "
                 "shared jaxprs cannot be recursive",
                 e.loc or st.loc(st.shared_defs.get(k, ("", 0))[1]),
+                NOT_READ,
             )
         if k in height:
             height[id(j)] = max(height[id(j)], height[k] + 1)
@@ -290,7 +291,5 @@ def check_shared(st, top: Jaxpr) -> None:
             )
             level += 1
             if level > MAX_NESTING:
-                err = JaxprError(too_deep(), e.loc)
-                err.code = "E003"
-                raise err
+                raise OverLimit(too_deep(), e.loc)
             j = sub

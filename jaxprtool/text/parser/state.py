@@ -17,8 +17,7 @@ class ParseState(FastPath, SharedScopes):
 
     def __init__(self, text: str, path: str, fast: bool = True):
         super().__init__(text, path, fast)
-        # per open `{ lambda`: [in its equation block, bracket depth, equation column, start,
-        # the equation column JAX prints it with (`diagnostics.jax_column`)]
+        # per open `{ lambda`: where its equation block stands (`layout.Frame`)
         self.frames: list = []
         # values read by the post-lexer, by the position of their `key=`
         self.values: dict[int, object] = {}
