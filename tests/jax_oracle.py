@@ -41,3 +41,36 @@ def policy_names_missing(policy_text, path) -> bool:
     except ValueError:
         return True
     return False
+
+
+def together(*calls):
+    """Each call `(fn, args)` run inside one `jax.jit`: one XLA compile for all of them
+    instead of one per call (compiling is most of the suite's CPU time, issue 49).  `fn` is
+    a program of the tool's, run by the function `backend.evaluate` jits
+    (`backend.as_jax_function`, after the same `check_runnable` and symbolic sizes read off
+    the inputs, in the same 64-bit scope), or a JAX function: the oracle.  Returns each
+    call's outputs as numpy arrays: a program's as the list `backend.evaluate` returns, a
+    JAX function's in the structure it returns.  Single-device programs only
+    (`backend.evaluate` places a multi-device program's inputs)."""
+    import contextlib
+
+    from jaxprtool import backend
+    from jaxprtool.backend import sharding
+
+    fns = []
+    with contextlib.ExitStack() as scopes:
+        for fn, args in calls:
+            if hasattr(fn, "eqns"):  # a program of the tool's
+                backend.check_runnable(fn)
+                assert not sharding.is_multi_device(fn), "together() runs one device's programs"
+                scopes.enter_context(backend.x64_scope(fn))
+                fn = _as_list(
+                    backend.as_jax_function(fn, backend.sizes_from_inputs(fn, args), False)
+                )
+            fns.append(fn)
+        outs = jax.jit(lambda xs: [f(*a) for f, a in zip(fns, xs)])([list(a) for _, a in calls])
+    return jax.tree.map(np.asarray, outs)
+
+
+def _as_list(f):
+    return lambda *xs: list(f(*xs))
