@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 
 jax = pytest.importorskip("jax")
-pytestmark = pytest.mark.usefixtures("proven_remat_plans")  # (conftest.py)
 import jax.numpy as jnp  # noqa: E402
 from jax import ad_checkpoint as adc  # noqa: E402
 from jax._src.ad_checkpoint import saved_residuals  # noqa: E402

@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 jax = pytest.importorskip("jax")
-pytestmark = pytest.mark.usefixtures("proven_remat_plans")  # (conftest.py)
 import jax.numpy as jnp  # noqa: E402
 from click.testing import CliRunner  # noqa: E402
 from jax import export, lax  # noqa: E402

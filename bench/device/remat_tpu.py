@@ -5,6 +5,10 @@ JAX's own gradients, measured by XLA on whatever device JAX finds first.
     PYTHONPATH=REPO python bench/device/remat_tpu.py --device tpu --out tpu-out  # + a file
     PYTHONPATH=REPO python bench/device/remat_tpu.py --small    # a quick CPU smoke run
     PYTHONPATH=REPO python bench/device/remat_tpu.py --width 256 --seq 128 --batch 4  # CPU's
+    PYTHONPATH=REPO python bench/device/remat_tpu.py --device tpu --budgets 0.5,0.25,0.2 \
+        --device-batch 64                  # issue 48's rows (tpu_check.sh remat's default)
+    PYTHONPATH=REPO python bench/device/remat_tpu.py --small --device cpu --device-batch 8 \
+        --device-limit 4e6                 # the same rows on a CPU (tpu_check.sh remat --cpu)
 
 Needs JAX (0.10.2 or later, with its scipy) and the repository on PYTHONPATH (with the tool's
 own dependencies: bench/device/tpu_check.sh installs them from .whl-tpu and runs this as its
@@ -15,12 +19,19 @@ gives XLA's temp bytes (`memory_analysis().temp_size_in_bytes`), FLOPs (`cost_an
 the median time per step and the largest difference to `jax.grad`'s gradient, each figure
 also as a ratio to the plain gradient's.  The tool's programs are made in-process: JAX's
 printed jaxpr, parsed, differentiated by `jaxprtool.ad.api.grad_jaxpr` with the plan, run
-through `jaxprtool.backend.as_jax_function` under `jax.jit`.
+through `jaxprtool.backend.as_jax_function` under `jax.jit`.  A `--remat-budget` row runs the
+budget's compile loop (`jaxprtool.ad.remat.fit`) as `grad --remat-budget` does; its
+planning column is the loop's seconds, its compiles included (the plain gradient's is made
+once in the run and its seconds added to each row), and how many it compiled.
+`--device-batch N` adds the transformer at batch N, past the chip's memory: `jax.grad` there
+is XLA on its own (its rematerialization fits it, or the row says out of memory), beside
+JAX's per-layer nothing_saveable and the tool's `--remat-budget device`.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import math
 import statistics
@@ -119,15 +130,42 @@ TOOL_PLANS = (
     ("tool --remat dots_saveable", "dots_saveable", "policy"),
     ("tool --remat min-cut", "min-cut", "policy"),
     ("tool --remat-budget 0.3", "0.3", "budget"),
+    ("tool --remat-budget 1GB", "1GB", "budget"),
 )
 JAX_POLICIES = ("nothing_saveable", "dots_saveable")
 
 
-def tool_grad(text: str, n: int, option, value, segments="auto", leaves=None, xla=True):
+#: program text -> (the executable, the seconds its compile took): a program the budget's
+#: loop compiled is not compiled again for its row (the plain gradient's, which every budget
+#: row's loop compiles first, is compiled once: its seconds are added to each row's planning
+#: time all the same)
+COMPILED: dict[str, tuple] = {}
+
+
+def compiled_for(g, leaves):
+    """(the executable of the tool's program `g` for `leaves`, compile seconds, cached)."""
+    key = str(g)
+    if key in COMPILED:
+        return (*COMPILED[key], True)
+    t0 = time.perf_counter()
+    exe = jax.jit(tool_fn(g)).lower(*leaves).compile()
+    COMPILED[key] = (exe, time.perf_counter() - t0)
+    return (*COMPILED[key], False)
+
+
+def out_of_memory(e: Exception) -> bool:
+    text = str(e)
+    return "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower()
+
+
+def tool_grad(text: str, n: int, option, value, segments="auto", leaves=None, xla=True, limit=None):
     """The tool's gradient program of JAX's printed jaxpr `text` (wrt all `n` inputs) under
-    the plan, and the plans' descriptions (what `--remat` prints on standard error).  A
-    budget is in XLA's temp bytes on this device (`jaxprtool.ad.remat.fit`: each plan
-    compiled for `leaves`, as `grad --remat-budget` does) unless `xla` is False."""
+    the plan, the plans' descriptions (what `--remat` prints on standard error), the
+    planning seconds (compiles included) and the compiles.  A budget is in XLA's temp bytes
+    on this device (`jaxprtool.ad.remat.fit`: each plan compiled for `leaves`, as
+    `grad --remat-budget` does) unless `xla` is False; `device` is the device's memory
+    (`limit` bytes where given, else its `bytes_limit`) less the program's arguments and
+    outputs."""
     from jaxprtool.ad import remat
     from jaxprtool.ad.api import grad_jaxpr
     from jaxprtool.passes.registry import run_pipeline
@@ -140,28 +178,51 @@ def tool_grad(text: str, n: int, option, value, segments="auto", leaves=None, xl
         spec = remat.parse_policy(value)
     elif option == "budget":
         spec = remat.parse_budget(value)
-    if spec is not None:
-        spec = remat.with_segments(spec, segments)
+    if spec is not None:  # (grad_jaxpr returns the gradients only)
+        spec = dataclasses.replace(remat.with_segments(spec, segments), value_dropped=True)
 
     def build(s, plans):
         # the back end binds the older JAX's forms of what it lacks (one_minus_square on 0.10)
         return run_pipeline(grad_jaxpr(j, list(range(n)), remat=s, plans=plans), "canonicalize")
 
+    cached = 0.0  # the seconds of compiles taken from the cache
+
     def measure(g):
-        fn = tool_fn(g)
-        return jax.jit(fn).lower(*leaves).compile().memory_analysis().temp_size_in_bytes
+        nonlocal cached
+        try:
+            exe, dt, hit = compiled_for(g, leaves)
+        except Exception as e:  # out of memory: the loop takes None
+            if out_of_memory(e):
+                return None
+            raise
+        cached += dt if hit else 0.0
+        return exe.memory_analysis().temp_size_in_bytes
+
+    def device_free(g):
+        dev = jax.devices()[0] if not leaves else list(leaves[0].devices())[0]
+        stats = dev.memory_stats() or {}
+        room = limit or stats.get("bytes_limit")
+        if not room:
+            raise RuntimeError(f"{dev.platform} reports no memory limit: give --device-limit")
+        args = sum(x.nbytes for x in leaves)
+        # in use: the arguments (on the device already) and what else is there; the outputs,
+        # the gradients, take as many bytes as the arguments
+        in_use = args if limit else int(stats.get("bytes_in_use", args))
+        return int(room) - in_use - args
 
     t0 = time.perf_counter()
     plans: list = []
     lines: list[str] = []
+    compiles = 0
     if option == "budget" and xla and leaves is not None:
         from jaxprtool.ad.remat.fit import fit_budget
 
-        g, plans, fit = fit_budget(build, spec, measure, flops, None, lines.append)
+        g, plans, fit = fit_budget(build, spec, measure, flops, device_free, lines.append)
+        compiles = fit.compiles + 1
     else:
         g = build(spec, plans)
-    dt = time.perf_counter() - t0
-    return g, lines + [p.render() for p in plans if not p.nested], dt, len(j.eqns)
+    dt = time.perf_counter() - t0 + cached
+    return g, lines + [p.render() for p in plans if not p.nested], dt, len(j.eqns), compiles
 
 
 def tool_fn(g):
@@ -174,13 +235,14 @@ def tool_fn(g):
 # ---------------------------------------------------------------- measuring
 
 
-def measure(fn, leaves, ref, steps):
-    """(temp bytes, FLOPs, median seconds per step, max abs diff to `ref`, XLA's heap peak).
+def measure(fn, leaves, ref, steps, exe=None):
+    """(temp bytes, FLOPs, median seconds per step, max abs diff to `ref`, XLA's heap peak)
+    of `fn` (compiled here unless `exe`, its executable, is given).
 
     The peak is `memory_analysis().peak_memory_in_bytes` (None where the JAX lacks it): on
     a TPU the most bytes the executable holds at once; XLA:CPU reports its arguments and
     outputs there (the same for every plan), so on a CPU only the temp bytes compare."""
-    compiled = jax.jit(fn).lower(*leaves).compile()
+    compiled = exe if exe is not None else jax.jit(fn).lower(*leaves).compile()
     cost = compiled.cost_analysis()
     cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}
     memory = compiled.memory_analysis()
@@ -199,52 +261,72 @@ def measure(fn, leaves, ref, steps):
     return temp, float(cost.get("flops", float("nan"))), statistics.median(times), diff, peak
 
 
-def rows_for(model: str, build, args, heads, steps, segments, log, only=None, budgets=()):
-    """The rows of one model: the plain gradient, JAX's per-layer checkpoints, the tool's
-    plans (those whose label contains one of `only`, when given) and one `--remat-budget`
-    row for each further fraction in `budgets`; each row is logged as
-    soon as it is measured, and a failure is a row that says why."""
+def reference(f, build, args, heads, n):
+    """jax.grad's gradient, where it runs; else that of JAX's per-layer
+    checkpoint(nothing_saveable) (a batch beyond the device's memory); None if neither."""
+    wrap = lambda g: jax.checkpoint(g, policy=jax.checkpoint_policies.nothing_saveable)  # noqa: E731
+    for fn in (f, flat(build(heads, wrap), args)[0]):
+        try:
+            grad = jax.jit(jax.grad(fn, argnums=tuple(range(n))))
+            return [np.asarray(x) for x in grad(*flat(build(heads), args)[1])]
+        except Exception as e:
+            if not out_of_memory(e):
+                raise
+    return None
+
+
+def rows_for(
+    model: str, build, args, heads, steps, segments, log, only=None, plans=TOOL_PLANS,
+    policies=JAX_POLICIES, limit=None,
+):  # fmt: skip
+    """The rows of one model: the plain gradient, JAX's per-layer checkpoints (`policies`),
+    the tool's `plans` (those whose label contains one of `only`, when given); each row is
+    logged as soon as it is measured, and a failure (out of memory included) is a row that
+    says why.  `limit`: the device's memory for `--remat-budget device` (else its own)."""
     f, leaves = flat(build(heads), args)
     n = len(leaves)
     grad = jax.grad(f, argnums=tuple(range(n)))
-    ref = [np.asarray(x) for x in jax.jit(grad)(*leaves)]
+    ref = reference(f, build, args, heads, n)
     rows = []
 
-    def add(label, make, note=""):
+    def add(label, make):
         if only and not label.startswith("jax.grad") and not any(o in label for o in only):
             return
         try:
-            fn, note = make()
-            temp, fl, t, diff, peak = measure(fn, leaves, ref, steps)
-            rows.append((model, label, temp, fl, t, diff, note, peak))
+            fn, exe, note, plan_s, compiles = make()
+            temp, fl, t, diff, peak = measure(fn, leaves, ref, steps, exe)
+            rows.append((model, label, temp, fl, t, diff, note, peak, plan_s, compiles))
         except Exception as e:  # a plan refused, an accelerator out of memory: say so
             msg = " ".join(str(e).split())[:300]
-            rows.append((model, label, None, None, None, None, f"{type(e).__name__}: {msg}", None))
+            note = f"{type(e).__name__}: {msg}"
+            rows.append((model, label, None, None, None, None, note, None, None, None))
         r = rows[-1]
         log(
             f"[{model}] {label}: temp {r[2]}, FLOPs {r[3]}, {r[4]} s/step, diff {r[5]}, "
-            f"peak {r[7]} {r[6]}"
+            f"peak {r[7]}, planned in {r[8]} s ({r[9]} compiles) {r[6]}"
         )
 
-    add("jax.grad (plain)", lambda: (grad, ""))
-    for pol in JAX_POLICIES:
+    add("jax.grad (plain)", lambda: (grad, None, "", None, None))
+    for pol in policies:
         policy = getattr(jax.checkpoint_policies, pol)
 
         def jax_ckpt(policy=policy):
             wrap = lambda g: jax.checkpoint(g, policy=policy)  # noqa: E731
             fc, _ = flat(build(heads, wrap), args)
-            return jax.grad(fc, argnums=tuple(range(n))), ""
+            return jax.grad(fc, argnums=tuple(range(n))), None, "", None, None
 
         add(f"JAX checkpoint({pol}) per layer", jax_ckpt)
     text = str(jax.make_jaxpr(f)(*leaves))
-    extra = [(f"tool --remat-budget {b}", b, "budget") for b in budgets if b != "0.3"]
-    for label, value, option in (*TOOL_PLANS, *extra):
+    for label, value, option in plans:
 
         def tool(option=option, value=value, label=label):
-            g, plans, dt, n_eqns = tool_grad(text, n, option, value, segments, leaves)
-            for p in plans:
+            g, lines, dt, n_eqns, compiles = tool_grad(
+                text, n, option, value, segments, leaves, limit=limit
+            )
+            for p in lines:
                 log(f"[{model}] {label}:\n{p}")
-            return tool_fn(g), f"planned in {dt:.2f} s ({n_eqns} eqns)"
+            exe = compiled_for(g, leaves)[0]  # (the loop's compile, where it made one)
+            return tool_fn(g), exe, f"{n_eqns} eqns", dt, compiles
 
         add(label, tool)
     return rows
@@ -253,28 +335,31 @@ def rows_for(model: str, build, args, heads, steps, segments, log, only=None, bu
 def table(rows) -> str:
     out = [
         "| model | gradient | temp bytes | temp / plain | XLA peak | FLOPs / plain | "
-        "time / step | time / plain | max abs diff | note |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "time / step | time / plain | max abs diff | planning | note |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     base: dict[str, tuple] = {}
-    for model, label, temp, fl, t, diff, note, peak in rows:
+    for model, label, temp, fl, t, diff, note, peak, plan_s, compiles in rows:
         if label.startswith("jax.grad"):
             base[model] = (temp, fl, t)
+        planning = ""
+        if plan_s is not None:
+            planning = f"{plan_s:.1f} s" + (f" ({compiles} compiles)" if compiles else "")
         if temp is None:
-            out.append(f"| {model} | {label} | | | | | | | | {note} |")
+            out.append(f"| {model} | {label} | | | | | | | | {planning} | {note} |")
             continue
         b = base.get(model) or (temp, fl, t)
         if b[0] is None:
             b = (temp, fl, t)
         out.append(
-            f"| {model} | {label} | {temp:,} | {temp / max(1, b[0]):.2f}x | "
+            f"| {model} | {label} | {temp:,} | {temp / max(1, b[0]):.3f}x | "
             f"{'' if peak is None else f'{peak:,}'} | {fl / b[1]:.3f}x "
-            f"| {1e3 * t:.2f} ms | {t / b[2]:.2f}x | {diff:.2e} | {note} |"
+            f"| {1e3 * t:.2f} ms | {t / b[2]:.2f}x | {diff:.2e} | {planning} | {note} |"
         )
     return "\n".join(out)
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -307,13 +392,34 @@ def main(argv=None) -> int:
         help="comma-separated substrings: measure only the gradients whose label has one "
         "(the plain gradient always), e.g. --only nothing_saveable,budget",
     )
-    a = ap.parse_args(argv)
+    ap.add_argument(
+        "--device-batch",
+        type=int,
+        default=0,
+        help="also the unrolled transformer at this batch (one whose plain gradient exceeds "
+        "the device's memory: 64 on a 16 GB TPU v5e): jax.grad (XLA fitting it on its own, "
+        "or out of memory), JAX's per-layer checkpoint(nothing_saveable) and the tool's "
+        "--remat-budget device",
+    )
+    ap.add_argument(
+        "--device-limit",
+        type=float,
+        default=None,
+        help="the device's memory in bytes for --remat-budget device (default: the device's "
+        "bytes_limit; a CPU reports none: give it there, e.g. 4e6 with --small)",
+    )
+    return ap
+
+
+def main(argv=None) -> int:
+    a = parser().parse_args(argv)
     if a.small or a.size == "small":
         a.width, a.seq, a.batch, a.layers, a.heads, a.steps = 64, 16, 2, 4, 4, 2
     sys.setrecursionlimit(10000)
     log = (lambda s: None) if a.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     only = [o for o in a.only.split(",") if o]
     budgets = [b for b in a.budgets.split(",") if b]
+    plans = (*TOOL_PLANS, *((f"tool --remat-budget {b}", b, "budget") for b in budgets))
     dev = jax.devices(a.device)[0] if a.device else jax.devices()[0]
     head = (
         f"jax {jax.__version__} on {dev.platform} ({getattr(dev, 'device_kind', '')}); "
@@ -324,13 +430,22 @@ def main(argv=None) -> int:
     with jax.default_device(dev):
         ps, x = init(jax.random.PRNGKey(0), a.layers, a.width, a.seq, a.batch)
         rows = []
+        common = (a.heads, a.steps, a.segments, log, only)
         if not a.no_unrolled:
-            rows += rows_for(
-                "unrolled", unrolled, (ps, x), a.heads, a.steps, a.segments, log, only, budgets
-            )
+            rows += rows_for("unrolled", unrolled, (ps, x), *common, plans)
         if not a.no_scan:
-            sx = (stack(ps), x)
-            rows += rows_for("scan", scanned, sx, a.heads, a.steps, a.segments, log, only, budgets)
+            rows += rows_for("scan", scanned, (stack(ps), x), *common, plans)
+        if a.device_batch:
+            big = init(jax.random.PRNGKey(0), a.layers, a.width, a.seq, a.device_batch)
+            rows += rows_for(
+                f"unrolled, batch {a.device_batch}",
+                unrolled,
+                big,
+                *common,
+                (("tool --remat-budget device", "device", "budget"),),
+                ("nothing_saveable",),
+                a.device_limit,
+            )
     text = table(rows)
     print(text)
     if a.out:

@@ -6,6 +6,7 @@
 #   bash bench/device/tpu_check.sh [tests] [table] [remat] [verify] [--size full|small] [--only A,B]
 #                                  [--no-commands] [--as-written] [--remat-only P,Q]
 #                                  [--remat-budgets B,C] [--no-scan | --no-unrolled]
+#                                  [--device-batch N] [--cpu]
 #
 # Stages (default: all): `tests` runs the tests marked tpu (tests/test_device.py) and the
 # command-line checks; `table` writes OUT/tpu_table.md (bench/device/tpu_table.py: each
@@ -23,6 +24,12 @@ SIZE=full
 STAGES=()
 TABLE_ARGS=()
 REMAT_ARGS=()
+# the remat stage's default rows (issue 48): budgets 0.5, 0.25 and 0.2 beside the table's 0.3
+# and 1GB, unrolled and the scan twin, and --remat-budget device at a batch whose plain
+# gradient exceeds the chip's memory (about 10 minutes on the v5e)
+REMAT_BUDGETS=0.5,0.25,0.2
+DEVICE_BATCH=64
+CPU=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --size) SIZE=$2; shift 2 ;;
@@ -33,8 +40,13 @@ while [ $# -gt 0 ]; do
     # the remat table's plans whose label holds one of P,Q; --no-scan leaves out its scan twin
     --remat-only) REMAT_ARGS+=(--only "$2"); shift 2 ;;
     # further --remat-budget fractions for the remat table, e.g. 0.2,0.15
-    --remat-budgets) REMAT_ARGS+=(--budgets "$2"); shift 2 ;;
+    --remat-budgets) REMAT_BUDGETS=$2; shift 2 ;;
     --no-scan|--no-unrolled) REMAT_ARGS+=("$1"); shift ;;
+    # the batch of the rows beyond the chip's memory (default 64 on the 16 GB v5e; 0: none)
+    --device-batch) DEVICE_BATCH=$2; shift 2 ;;
+    # the remat stage on the CPU at small sizes (a memory of 4 MB for --remat-budget device):
+    # a try of its rows on a machine without the chip
+    --cpu) CPU=1; shift ;;
     *) STAGES+=("$1"); shift ;;
   esac
 done
@@ -50,6 +62,13 @@ export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
 export PYTHONUNBUFFERED=1
 # the TPU, not the tests' CPU default; XLA's own flags (the tests' CPU flags do not apply)
 export JAX_PLATFORMS=${JAX_PLATFORMS_TPU:-tpu,cpu}
+RDEV=tpu
+if [ "$CPU" = 1 ]; then
+  export JAX_PLATFORMS=cpu
+  RDEV=cpu
+  REMAT_ARGS+=(--small --device-limit 4e6)
+  DEVICE_BATCH=8
+fi
 export XLA_FLAGS=
 python3 -c 'import jax, platform; print("jax", jax.__version__, jax.devices(), "python", platform.python_version(), "glibc", platform.libc_ver())' \
   | tee "$OUT/env.txt"
@@ -69,7 +88,8 @@ for stage in "${STAGES[@]}"; do
       ;;
     remat)
       if [ -f bench/device/remat_tpu.py ]; then
-        python3 bench/device/remat_tpu.py --device tpu --out "$OUT" "${REMAT_ARGS[@]}" \
+        python3 bench/device/remat_tpu.py --device "$RDEV" --out "$OUT" --budgets "$REMAT_BUDGETS" \
+          --device-batch "$DEVICE_BATCH" "${REMAT_ARGS[@]}" \
           >> "$OUT/remat.log" 2>&1 || status=1
         tail -25 "$OUT/remat.log"
       else

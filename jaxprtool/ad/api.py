@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from ..core import (
     Jaxpr,
@@ -32,7 +33,23 @@ from .transpose import backward_pass, transpose_auto, transpose_jaxpr  # noqa: F
 from .zeros import Zero, tangent_type
 
 
-def _vjp_build(jaxpr: Jaxpr, argnums, out_ct_mask: Sequence[bool], make_cts, remat, plans):
+class _VjpParts(NamedTuple):
+    """What `_vjp_build` makes: the program's constants and primal inputs, the cotangent
+    inputs it created, the equations (primal part first), the primal outputs, the
+    cotangents of the differentiated inputs, and the primal part's equations."""
+
+    consts: list
+    prim_in: list
+    ct_vars: list
+    eqns: list
+    outs: list
+    grads: list
+    primal_eqns: list
+
+
+def _vjp_build(
+    jaxpr: Jaxpr, argnums, out_ct_mask: Sequence[bool], make_cts, remat, plans
+) -> _VjpParts:
     """Shared by vjp and grad: primal part inline, then the backward pass of the linear program.
 
     `make_cts(tangent_out_types)` returns the cotangent atoms (or Zero) for the outputs that have
@@ -56,7 +73,7 @@ def _vjp_build(jaxpr: Jaxpr, argnums, out_ct_mask: Sequence[bool], make_cts, rem
             linear, [False] * n_res + [True] * n_tan, res_atoms + [None] * n_tan, cts
         )
         grads = [inst_zero(c) for c in cts_in[n_res:]]
-    return consts, prim_in, ct_vars, b.eqns, outs, grads, eqns
+    return _VjpParts(consts, prim_in, ct_vars, b.eqns, outs, grads, eqns)
 
 
 def _report_boundary(boundary: list | None, kept, primal_eqns) -> None:
@@ -86,13 +103,11 @@ def vjp_jaxpr(
         vs = [Var(t, None) for t in types]
         return vs, vs
 
-    consts, prim_in, ct_vars, eqns, outs, grads, fwd = _vjp_build(
-        jaxpr, argnums, mask, make_cts, remat, plans
-    )
-    outvars = list(outs) + grads
-    kept = B.dce_eqns(eqns, outvars)
-    _report_boundary(boundary, kept, fwd)
-    return B.make_jaxpr(prim_in + ct_vars, kept, outvars, consts)
+    parts = _vjp_build(jaxpr, argnums, mask, make_cts, remat, plans)
+    outvars = list(parts.outs) + parts.grads
+    kept = B.dce_eqns(parts.eqns, outvars)
+    _report_boundary(boundary, kept, parts.primal_eqns)
+    return B.make_jaxpr(parts.prim_in + parts.ct_vars, kept, outvars, parts.consts)
 
 
 def _scalar_error(t) -> str:
@@ -112,23 +127,8 @@ def _scalar_error(t) -> str:
     return msg.format(f"had abstract value {t}")
 
 
-@gc_paused()
-def grad_jaxpr(
-    jaxpr: Jaxpr,
-    argnums: Sequence[int] | int = 0,
-    has_aux: bool = False,
-    with_value: bool = False,
-    boundary: list | None = None,
-    remat=None,
-    plans: list | None = None,
-) -> Jaxpr:
-    """Gradient of a scalar float output (the first output with `has_aux`).
-
-    Result: `(inputs...) -> ([value,] [aux...,] grads...)`: the value with `with_value`, the
-    auxiliary outputs with `has_aux`, then one gradient per entry of `argnums`.  `boundary`,
-    `remat` (a `remat.Spec`: `--remat`, `--remat-budget`) and `plans`: as for `vjp_jaxpr`."""
-    if isinstance(argnums, int):
-        argnums = (argnums,)
+def _check_grad_inputs(jaxpr: Jaxpr, argnums: Sequence[int]) -> None:
+    """Each of `argnums` names an input, of a float or complex type (JAX's messages)."""
     n = len(jaxpr.invars)
     for i in argnums:
         if not -n <= i < n:
@@ -144,6 +144,10 @@ def grad_jaxpr(
                 "which gives them no cotangent.",
                 "inputs",
             )
+
+
+def _check_grad_output(jaxpr: Jaxpr, has_aux: bool) -> None:
+    """One output (the first with `has_aux`), a real scalar (JAX's messages)."""
     outs = list(jaxpr.outvars)
     if has_aux:
         if not outs:
@@ -172,6 +176,29 @@ def grad_jaxpr(
             f"but got {dt}. {tail}",
             "outputs",
         )
+
+
+@gc_paused()
+def grad_jaxpr(
+    jaxpr: Jaxpr,
+    argnums: Sequence[int] | int = 0,
+    has_aux: bool = False,
+    with_value: bool = False,
+    boundary: list | None = None,
+    remat=None,
+    plans: list | None = None,
+) -> Jaxpr:
+    """Gradient of a scalar float output (the first output with `has_aux`).
+
+    Result: `(inputs...) -> ([value,] [aux...,] grads...)`: the value with `with_value`, the
+    auxiliary outputs with `has_aux`, then one gradient per entry of `argnums`.  `boundary`,
+    `remat` (a `remat.Spec`: `--remat`, `--remat-budget`) and `plans`: as for `vjp_jaxpr`."""
+    if isinstance(argnums, int):
+        argnums = (argnums,)
+    _check_grad_inputs(jaxpr, argnums)
+    _check_grad_output(jaxpr, has_aux)
+    n = len(jaxpr.invars)
+    outs = jaxpr.outvars
     from . import ops
 
     def make_cts(types, out_mask):
@@ -186,15 +213,14 @@ def grad_jaxpr(
 
     mask = [True] + [False] * (len(outs) - 1)
     uniq = list(dict.fromkeys(i % n for i in argnums))
-    consts, prim_in, _, eqns, pouts, grads, fwd = _vjp_build(
-        jaxpr, uniq, mask, make_cts, remat, plans
-    )
-    by_arg = dict(zip(sorted(uniq), grads))  # tangent inputs come in input order
+    parts = _vjp_build(jaxpr, uniq, mask, make_cts, remat, plans)
+    by_arg = dict(zip(sorted(uniq), parts.grads))  # tangent inputs come in input order
     g = [by_arg[i % n] for i in argnums]
+    pouts = parts.outs
     outvars = ([pouts[0]] if with_value else []) + (list(pouts[1:]) if has_aux else []) + g
-    kept = B.dce_eqns(eqns, outvars)
-    _report_boundary(boundary, kept, fwd)
-    return B.make_jaxpr(prim_in, kept, outvars, consts)
+    kept = B.dce_eqns(parts.eqns, outvars)
+    _report_boundary(boundary, kept, parts.primal_eqns)
+    return B.make_jaxpr(parts.prim_in, kept, outvars, parts.consts)
 
 
 # ---------------------------------------------------------------- printing in an older style

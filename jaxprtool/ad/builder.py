@@ -17,7 +17,7 @@ from itertools import chain
 from .. import shapes
 from ..core import Atom, Eqn, Jaxpr, JaxprError, Literal, Loc, RefType, Type, Var, eqn_subjaxprs
 from ..record import prim as record_of
-from ..shardings import is_sharded_dim
+from ..shardings import axis_sizes_key, is_sharded_dim
 
 _CURRENT: contextvars.ContextVar[Builder | None] = contextvars.ContextVar(
     "jaxprtool_ad_builder", default=None
@@ -41,6 +41,8 @@ class Builder:
         self.tangent_eqns: list[Eqn] = []
         self._tangent_ids: set[int] = set()
         self._force_tangent = 0
+        #: the equation whose rule is running (the walks set it; rules read its types)
+        self.cur_eqn: Eqn | None = None
 
     # one-program view
     @property
@@ -65,13 +67,20 @@ class Builder:
         """Append an already built equation (choosing the program in split mode)."""
         # the marked Vars are alive (inputs, or results of kept equations): no literal
         # operand can have one's id
-        if self.split and (
-            self._force_tangent or not self._tangent_ids.isdisjoint(map(id, eqn.inputs))
-        ):
-            self.tangent_eqns.append(eqn)
-            self.mark_tangent(*eqn.outputs)
-        else:
-            self.primal_eqns.append(eqn)
+        if self.split:
+            tangent_ids = self._tangent_ids
+            tangent = self._force_tangent
+            if not tangent:
+                for x in eqn.inputs:
+                    if id(x) in tangent_ids:
+                        tangent = True
+                        break
+            if tangent:
+                self.tangent_eqns.append(eqn)
+                for o in eqn.outputs:
+                    tangent_ids.add(id(o))
+                return
+        self.primal_eqns.append(eqn)
 
     def emit(
         self, prim: str, inputs: Iterable[Atom], params: dict, out_types: Iterable[Type], hints=None
@@ -93,9 +102,25 @@ class Builder:
                     f"ops.{prim}: operand {x!r} is not an Atom (instantiate Zero tangents first)"
                 )
         if out_types is None:
-            out_types = infer([x.type for x in inputs], prim, params, self.loc)
-        outs = [Var(t, None) for t in out_types]  # self.emit(prim, inputs, params, out_types)
-        self.add_eqn(Eqn(prim, inputs, tuple(outs), dict(params), self.loc))
+            if params:
+                out_types = infer([x.type for x in inputs], prim, params, self.loc)
+            else:
+                n = len(inputs)
+                key = (
+                    (prim, id(inputs[0].type), id(inputs[1].type))
+                    if n == 2
+                    else (prim, id(inputs[0].type))
+                    if n == 1
+                    else (prim, *[id(x.type) for x in inputs])
+                )
+                hit = _NO_PARAMS.get(key)
+                out_types = (
+                    hit[1]
+                    if hit is not None and not axis_sizes_key()
+                    else _infer_no_params(inputs, prim, self.loc)
+                )
+        outs = [Var(t, None) for t in out_types]
+        self.add_eqn(Eqn(prim, inputs, tuple(outs), dict(params) if params else {}, self.loc))
         return outs
 
 
@@ -144,6 +169,26 @@ def infer(in_types: list[Type], prim: str, params: dict, loc: Loc | None = None)
     return types
 
 
+#: (primitive, the ids of the operand types) -> (the operand types, kept so that their ids
+#: stay theirs; the result types): `infer` of equations without parameters (add_any, mul,
+#: neg: most of what the rules emit), whose results passed `require_shardings_known`
+_NO_PARAMS: dict[tuple, tuple[tuple[Type, ...], tuple[Type, ...]]] = {}
+
+
+def _infer_no_params(inputs: tuple, prim: str, loc: Loc | None) -> tuple[Type, ...]:
+    """`infer` of an equation without parameters, remembered (`Builder.bind` looks it up)
+    by the identities of its operand types: types come out of the memo and pass on from
+    operand to result."""
+    in_types = [x.type for x in inputs]
+    key = (prim, *map(id, in_types))
+    out = tuple(infer(in_types, prim, {}, loc))
+    if not axis_sizes_key():  # (a result may depend on the mesh axis sizes in force)
+        if len(_NO_PARAMS) > 100_000:
+            _NO_PARAMS.clear()
+        _NO_PARAMS[key] = (tuple(in_types), out)
+    return out
+
+
 def require_shardings_known(
     prim: str, types: list[Type], loc: Loc | None, doing: str = "differentiating"
 ) -> None:
@@ -183,13 +228,20 @@ def dce_eqns(eqns: list[Eqn], live_out: Iterable[Atom]) -> list[Eqn]:
         return id(r) in live or id(r) not in local
 
     kept: list[Eqn] = []
+    add = live.add
+    # (explicit loops: faster than set methods over `map(id, ...)` for a few operands)
     for e in reversed(eqns):
-        if not live.isdisjoint(map(id, e.outputs)) or eqn_has_live_effects(e, ref_live):
-            if local and not e.no_subjaxprs:
-                e = _prune_dead_refs(e, live, ref_live)
-            kept.append(e)
-            # a literal's id is no live Var's: every equation here is alive
-            live.update(map(id, e.inputs))
+        for o in e.outputs:
+            if id(o) in live:
+                break
+        else:
+            if not eqn_has_live_effects(e, ref_live):
+                continue
+        if local and not e.no_subjaxprs:
+            e = _prune_dead_refs(e, live, ref_live)
+        kept.append(e)
+        for x in e.inputs:
+            add(id(x))  # (a literal's id is no live Var's: every equation here is alive)
     kept.reverse()
     return kept
 
@@ -215,13 +267,15 @@ def free_vars(eqns: list[Eqn], outvars: Iterable[Atom], bound: Iterable[Var] = (
     out: list[Var] = []
     # (no call per operand: this runs over every equation of a linear program; `defined`
     # and `seen` hold ids of live Vars, so a literal's id is in neither)
+    define = defined.add
     for uses, results in chain(((e.inputs, e.outputs) for e in eqns), [(outvars, ())]):
         for x in uses:
             i = id(x)
             if i not in defined and i not in seen and isinstance(x, Var):
                 seen.add(i)
                 out.append(x)
-        defined.update(map(id, results))
+        for o in results:
+            define(id(o))
     return out
 
 

@@ -28,7 +28,7 @@ from . import builder as B
 from . import observe
 from .ops import instantiate as inst_zero
 from .registry import check_rule_type, jvp_kind_of, located_rule
-from .zeros import Zero, carries_tangent, is_zero, tangent_type
+from .zeros import Zero, carries_tangent, is_zero, same_tangent_type, tangent_type
 
 
 def missing_jvp(eqn: Eqn) -> JaxprError:
@@ -46,15 +46,6 @@ def integer_valued(eqn: Eqn) -> bool:
     )
 
 
-def jvp_rule(name: str, split: bool):
-    """The rule that differentiates `name`: in a split (linearize) builder its record's
-    `linearization` when it has one, else its JVP rule (None: no rule)."""
-    rec = record_of(name)
-    if split and rec.linearization is not None:
-        return rec.linearization
-    return rec.jvp
-
-
 def jvp_eval(
     jaxpr: Jaxpr, primals: Sequence[Atom], tangents: Sequence, consts: Sequence[Atom] | None = None
 ):
@@ -65,7 +56,73 @@ def jvp_eval(
 
 
 def _jvp_eval(jaxpr, primals, tangents, consts, obs):
+    # (each rule is called from this function's loop itself: a body's walk, run by its
+    # rule, is one frame deeper per level of nesting, as few as can be)
     b = B.current()
+    env, tenv, consts = _bind_inputs(jaxpr, primals, tangents, consts)
+    if obs is not None and hasattr(obs, "jvp_begin"):
+        obs.jvp_begin(jaxpr, list(primals), list(tangents), consts)
+    saved_loc, saved_eqn = b.loc, b.cur_eqn
+    split = b.split
+    eqn = None
+    try:
+        for eqn in jaxpr.eqns:
+            ins = [x if x.__class__ is Literal else env[id(x)] for x in eqn.inputs]  # read
+            rec = record_of(eqn.prim)
+            # in a split (linearize) builder, the record's `linearization` when it has one
+            rule = rec.linearization if split and rec.linearization is not None else rec.jvp
+            # `tenv` holds ids of this jaxpr's live Vars: no literal operand can match one
+            for x in eqn.inputs:
+                if id(x) in tenv:
+                    no_tangent = False
+                    break
+            else:
+                no_tangent = not (rule is not None and rec.jvp_on_zero_tangents)
+            b.loc = eqn.loc
+            b.cur_eqn = eqn
+            copy = no_tangent or (rule is None and integer_valued(eqn))
+            if obs is None and copy:
+                _copy(b, eqn, ins, env)
+                continue
+            tins = [_tangent_in(x, tenv) for x in eqn.inputs]
+            step = observe.Emitted(b) if obs is not None else None
+            if copy:  # (in an observed walk)
+                outs = _copy(b, eqn, ins, env)
+                if hasattr(obs, "jvp_step"):
+                    obs.jvp_step(eqn, "copy", ins, tins, outs, [], step)
+                continue
+            if rule is None:
+                raise missing_jvp(eqn)
+            if obs is None:
+                if rule is rec.jvp and rec.plugin_sources:  # (into an observed caller's step)
+                    observe.note_plugin_rule(rec, "jvp")
+                try:
+                    pouts, touts = rule(ins, tins, **eqn.params)
+                except Exception:
+                    with located_rule(eqn):  # (an error located at the equation)
+                        raise
+            else:
+                with observe.noting(obs, eqn, jvp_kind_of(rec)), located_rule(eqn):
+                    if rule is rec.jvp:  # (a nested walk notes into its caller's step)
+                        observe.note_plugin_rule(rec, "jvp")
+                    pouts, touts = rule(ins, tins, **eqn.params)
+            pouts, touts = _record_results(eqn, rule, pouts, touts, env, tenv)
+            if obs is not None and hasattr(obs, "jvp_step"):
+                obs.jvp_step(eqn, jvp_kind_of(rec), ins, tins, pouts, touts, step)
+    except Exception as err:
+        if obs is not None and hasattr(obs, "step_failed"):
+            obs.step_failed(eqn, err)
+        raise
+    finally:
+        b.loc, b.cur_eqn = saved_loc, saved_eqn
+    outs = [x if x.__class__ is Literal else env[id(x)] for x in jaxpr.outvars]
+    touts = [_tangent_in(x, tenv) for x in jaxpr.outvars]
+    return outs, touts
+
+
+def _bind_inputs(jaxpr, primals, tangents, consts):
+    """(the primal value of each input and const by id, the tangent of each input that has
+    one by id, the consts)."""
     env: dict[int, Atom] = {}
     tenv: dict[int, object] = {}
     consts = list(consts) if consts is not None else list(jaxpr.constvars)
@@ -75,77 +132,49 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
         env[id(v)] = x
         if not is_zero(t) and carries_tangent(v.type):
             tenv[id(v)] = t
+    return env, tenv, consts
 
-    def read(x):
-        return x if isinstance(x, Literal) else env[id(x)]
 
-    def tread(x):
-        if isinstance(x, Literal):
-            return Zero(tangent_type(x.type))
-        return tenv.get(id(x)) or Zero(tangent_type(x.type))
+def _copy(b, eqn, ins, env) -> list:
+    """Emit `eqn` on the primal values `ins` (no tangent reaches it); its new results."""
+    outs = b.emit(
+        eqn.prim, ins, eqn.params, [o.type for o in eqn.outputs], [o.hint for o in eqn.outputs]
+    )
+    for o, n in zip(eqn.outputs, outs):
+        env[id(o)] = n
+    return outs
 
-    if obs is not None and hasattr(obs, "jvp_begin"):
-        obs.jvp_begin(jaxpr, list(primals), list(tangents), consts)
-    saved_loc, saved_eqn = b.loc, getattr(b, "cur_eqn", None)
-    eqn = None
-    try:
-        for eqn in jaxpr.eqns:
-            ins = [x if isinstance(x, Literal) else env[id(x)] for x in eqn.inputs]  # read
-            # `tenv` holds ids of this jaxpr's live Vars: no literal operand can match one
-            no_tangent = tenv.keys().isdisjoint(map(id, eqn.inputs))
-            rec = record_of(eqn.prim)
-            rule = jvp_rule(eqn.prim, b.split)
-            if no_tangent and rule is not None and rec.jvp_on_zero_tangents:
-                no_tangent = False
-            tins = None if no_tangent and obs is None else [tread(x) for x in eqn.inputs]
-            b.loc = eqn.loc
-            step = observe.Emitted(b) if obs is not None else None
-            if no_tangent or (rule is None and integer_valued(eqn)):
-                b.cur_eqn = eqn
-                outs = b.emit(
-                    eqn.prim,
-                    ins,
-                    eqn.params,
-                    [o.type for o in eqn.outputs],
-                    [o.hint for o in eqn.outputs],
-                )
-                for o, n in zip(eqn.outputs, outs):
-                    env[id(o)] = n
-                if obs is not None and hasattr(obs, "jvp_step"):
-                    obs.jvp_step(eqn, "copy", ins, tins, outs, [], step)
-                continue
-            if rule is None:
-                raise missing_jvp(eqn)
-            b.cur_eqn = eqn
-            kind = jvp_kind_of(rec)
-            with observe.noting(obs, eqn, kind), located_rule(eqn):
-                if rule is rec.jvp:  # (a nested walk notes into its caller's step)
-                    observe.note_plugin_rule(rec, "jvp")
-                pouts, touts = rule(ins, tins, **eqn.params)
-            pouts, touts = list(pouts), list(touts)
-            if len(pouts) != len(eqn.outputs) or len(touts) != len(eqn.outputs):
-                raise JaxprError(
-                    f"internal error: the JVP rule of '{eqn.prim}' returned the wrong number of results",
-                    eqn.loc,
-                )
-            for k, (o, p, t) in enumerate(zip(eqn.outputs, pouts, touts)):
-                env[id(o)] = p
-                if t is not None and not is_zero(t) and carries_tangent(o.type):
-                    want = tangent_type(o.type)
-                    if t.type is not want:  # (the message only when the types differ)
-                        check_rule_type("JVP", eqn, rule, f"tangent for result {k}", t.type, want)
-                    tenv[id(o)] = t
-            if obs is not None and hasattr(obs, "jvp_step"):
-                obs.jvp_step(eqn, kind, ins, tins, pouts, touts, step)
-    except Exception as err:
-        if obs is not None and hasattr(obs, "step_failed"):
-            obs.step_failed(eqn, err)
-        raise
-    finally:
-        b.loc, b.cur_eqn = saved_loc, saved_eqn
-    outs = [read(x) for x in jaxpr.outvars]
-    touts = [tread(x) for x in jaxpr.outvars]
-    return outs, touts
+
+def _tangent_in(x, tenv):
+    """The tangent of the atom `x` (Zero for a literal or a value without one)."""
+    if x.__class__ is Literal:
+        return Zero(tangent_type(x.type))
+    return tenv.get(id(x)) or Zero(tangent_type(x.type))
+
+
+def _record_results(eqn, rule, pouts, touts, env, tenv):
+    """Record what the JVP rule of `eqn` returned: its results' primal values in `env`,
+    their tangents (checked against the results' types) in `tenv`; (pouts, touts) as lists."""
+    pouts, touts = list(pouts), list(touts)
+    if len(pouts) != len(eqn.outputs) or len(touts) != len(eqn.outputs):
+        raise JaxprError(
+            f"internal error: the JVP rule of '{eqn.prim}' returned the wrong number of results",
+            eqn.loc,
+        )
+    for k, (o, p, t) in enumerate(zip(eqn.outputs, pouts, touts)):
+        env[id(o)] = p
+        if t is None or t.__class__ is Zero:
+            continue
+        ot = o.type
+        if carries_tangent(ot):
+            # (a tangent of the result's own type is of its tangent type, or of the same
+            # dtype and shape: `check_rule_type` passes it)
+            if t.type is not ot and not same_tangent_type(t.type, ot):
+                want = tangent_type(ot)
+                if t.type is not want:  # (the message only when the types differ)
+                    check_rule_type("JVP", eqn, rule, f"tangent for result {k}", t.type, want)
+            tenv[id(o)] = t
+    return pouts, touts
 
 
 def _inst_list(instantiate, n):

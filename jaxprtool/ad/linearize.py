@@ -22,9 +22,11 @@ from .zeros import Zero, is_zero, tangent_type
 LINEAR_NAME = "linear"
 
 
-def _split(jaxpr: Jaxpr, nonzeros: Sequence[bool], instantiate, remat=None, plans=None):
+def _split(jaxpr: Jaxpr, nonzeros: Sequence[bool], instantiate, remat=None, plans=None, prune=True):
     """JVP with a split builder; `remat`, `plans`: the request its rules' nested
-    linearizations follow (by default the running builder's)."""
+    linearizations follow (by default the running builder's).  `prune=False`: the primal
+    equations are returned without dead code elimination (a caller that eliminates it over
+    the whole program it builds from them: vjp and grad)."""
     nonzeros = tangent_mask(jaxpr, nonzeros)
     inst = _inst_list(instantiate, len(jaxpr.outvars))
     b = B.Builder(split=True, remat=remat, plans=plans)
@@ -52,7 +54,7 @@ def _split(jaxpr: Jaxpr, nonzeros: Sequence[bool], instantiate, remat=None, plan
     if recomputed is not teqns:
         teqns = recomputed
         residuals = B.free_vars(teqns, tout_atoms, bound=tan_in)
-    peqns = B.dce_eqns(b.primal_eqns, list(outs) + residuals)
+    peqns = B.dce_eqns(b.primal_eqns, list(outs) + residuals) if prune else b.primal_eqns
     return consts, primals, outs, peqns, residuals, tan_in, teqns, tout_atoms, nonzeros, out_nz
 
 
@@ -172,24 +174,27 @@ def linearize_jaxpr(
 
 def _linearize_jaxpr(jaxpr: Jaxpr, argnums, instantiate, remat, plans, own_binders=True):
     """`own_binders=False`: the linear program may take the primal program's residual Vars
-    as its inputs (no renamed copy of its equations) where nothing but the caller sees it:
-    no rematerialization, no observer (vjp and grad transpose it right away)."""
-    from .remat import rematerialize
-
+    as its inputs (no renamed copy of its equations), and the primal program may keep dead
+    equations, where nothing but the caller sees them: no rematerialization, no observer
+    (vjp and grad transpose it right away, and eliminate dead code over the result)."""
     refuse_large(jaxpr)
     mask = diff_mask(jaxpr, argnums)
+    own = own_binders or remat is not None or observe.observed()
     consts, primals, outs, peqns, residuals, tan_in, teqns, touts, mask, out_nz = _split(
-        jaxpr, mask, instantiate, remat, plans
+        jaxpr, mask, instantiate, remat, plans, prune=own
     )
     producer = {id(o): e for e in peqns for o in e.outputs}
     info = LinearizeInfo(mask, out_nz)
     new = forward_residuals(residuals, lambda r: producer.get(id(r)), primals, consts, outs, info)
     primal = B.make_jaxpr(primals, peqns, list(outs) + new, consts)
-    if own_binders or remat is not None or observe.observed():
+    if own:
         linear = _linear_jaxpr(residuals, tan_in, teqns, touts)
     else:
         linear = B.make_jaxpr(residuals + tan_in, teqns, touts)
-    primal, linear, info = rematerialize(primal, linear, info, spec=remat, plans=plans)
+    if remat is not None:  # (the planner, numpy and scipy are loaded only where one runs)
+        from .remat import rematerialize
+
+        primal, linear, info = rematerialize(primal, linear, info, spec=remat, plans=plans)
     observe.notify("linearized", primal, linear, info)
     return primal, linear, info
 

@@ -309,15 +309,17 @@ def defbilinear(name: str, lhs_rule, rhs_rule):
         x, y = primals
         tx, ty = tangents
         (ans,) = rebind_primal(name, primals, params)
-        out = Zero(tangent_type(ans.type))
+        # a tangent of its operand's own type gives a result of the primal result's
+        # tangent type (as `linear_jvp`): no shape inference
+        want = [tangent_type(ans.type)]
+        out = Zero(want[0])
+        b = current()
         if not is_zero(tx):
-            out = add_tangents(
-                out, _fit(current().bind(name, [tx, y], params)[0], ans, x, name, jvp)
-            )
+            t = b.bind(name, [tx, y], params, want if tx.type is x.type else None)[0]
+            out = add_tangents(out, _fit(t, ans, x, name, jvp))
         if not is_zero(ty):
-            out = add_tangents(
-                out, _fit(current().bind(name, [x, ty], params)[0], ans, y, name, jvp)
-            )
+            t = b.bind(name, [x, ty], params, want if ty.type is y.type else None)[0]
+            out = add_tangents(out, _fit(t, ans, y, name, jvp))
         return [ans], [out]
 
     def transpose(cts, x, y, /, **params):

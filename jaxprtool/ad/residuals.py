@@ -10,6 +10,8 @@ from ..core import Loc, Var
 class Residual:
     """One input of the linear program that is not a tangent."""
 
+    __slots__ = ("type", "source", "index", "prim", "loc")
+
     def __init__(
         self, type: object, source: str, index: int, prim: str | None = None, loc: Loc | None = None
     ) -> None:

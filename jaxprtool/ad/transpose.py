@@ -30,7 +30,7 @@ from . import observe, ops
 from .ops import add_tangents
 from .ops import instantiate as inst_zero
 from .registry import check_rule_type, located_rule
-from .zeros import UndefinedPrimal, Zero, is_zero, tangent_type
+from .zeros import UndefinedPrimal, Zero, is_zero, same_tangent_type, tangent_type
 
 
 def missing_transpose(eqn) -> JaxprError:
@@ -110,22 +110,58 @@ def backward_pass(
     output j when it is non-linear (None otherwise), `cts_in[i]` the cotangent (Atom or Zero) of
     each linear input (None for non-linear ones).  Each step is reported to the observer
     installed with `observe.observing` (if any)."""
+    # (the rules are called from `_Backward.reverse`, called from here: a body's backward
+    # pass, run by its rule, is two frames deeper per level of nesting, as few as can be)
     with observe.take() as obs:
-        return _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs)
+        walk = _Backward(B.current(), obs)
+        consts = list(consts) if consts is not None else list(jaxpr.constvars)
+        walk.bind_inputs(jaxpr, linear_mask, args, consts)
+        if obs is not None and hasattr(obs, "transpose_begin"):
+            obs.transpose_begin(jaxpr, list(linear_mask), list(args), list(cts_out), consts)
+        b = walk.b
+        saved = b.loc
+        walk.refs = _linear_refs(jaxpr, walk.linear, walk.ct_ref_in)
+        try:
+            lin_eqns = walk.forward(jaxpr.eqns)
+            for v, ct in zip(jaxpr.outvars, cts_out):
+                if v.__class__ is Var and id(v) in walk.linear:
+                    walk.add_ct(v, ct)
+            walk.reverse(lin_eqns)
+        except Exception as err:
+            if obs is not None and hasattr(obs, "step_failed"):
+                obs.step_failed(walk.eqn, err)
+            raise
+        finally:
+            b.loc = saved
+        return walk.results(jaxpr, linear_mask)
 
 
-def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
-    from .registry import Accumulator
+class _Backward:
+    """The state of one backward pass: the forward values (`env`), the linear Vars, the
+    cotangents accumulated so far (`ct_env`, by id of the linear Var; never a Zero), and the
+    equation being worked on (`eqn`, for the observer's `step_failed`)."""
 
-    b = B.current()
-    env: dict[int, Atom] = {}
-    linear: set[int] = set()
-    ct_ref_in: dict[int, Atom] = {}
-    consts = list(consts) if consts is not None else list(jaxpr.constvars)
-    for v, x in zip(jaxpr.constvars, consts):
-        env[id(v)] = x
-    for v, lin, a in zip(jaxpr.invars, linear_mask, args):
-        if lin:
+    __slots__ = ("b", "obs", "env", "linear", "ct_env", "ct_ref_in", "refs", "eqn")
+
+    def __init__(self, b, obs):
+        self.b = b
+        self.obs = obs
+        self.env: dict[int, Atom] = {}
+        self.linear: set[int] = set()
+        self.ct_env: dict[int, object] = {}
+        #: a linear Ref input's id -> the cotangent Ref it writes into
+        self.ct_ref_in: dict[int, Atom] = {}
+        self.refs: set[int] = set()
+        self.eqn = None
+
+    def bind_inputs(self, jaxpr, linear_mask, args, consts) -> None:
+        env, linear = self.env, self.linear
+        for v, x in zip(jaxpr.constvars, consts):
+            env[id(v)] = x
+        for v, lin, a in zip(jaxpr.invars, linear_mask, args):
+            if not lin:
+                env[id(v)] = a
+                continue
             linear.add(id(v))
             if v.type.__class__ is RefType:  # a body's Ref: the cotangent Ref it writes into
                 if a is None:
@@ -133,141 +169,208 @@ def _backward_pass(jaxpr, linear_mask, args, cts_out, consts, obs):
                         "reverse mode of a program that takes a differentiated Ref as an input "
                         "is not supported (its cotangent would be a Ref): make the Ref inside it"
                     )
-                ct_ref_in[id(v)] = a
-        else:
-            env[id(v)] = a
+                self.ct_ref_in[id(v)] = a
+        self.ct_env.update(self.ct_ref_in)
 
-    def is_lin(x):
-        return isinstance(x, Var) and id(x) in linear
-
-    def read(x):
-        return x if isinstance(x, Literal) else env[id(x)]
-
-    if obs is not None and hasattr(obs, "transpose_begin"):
-        obs.transpose_begin(jaxpr, list(linear_mask), list(args), list(cts_out), consts)
-    lin_eqns = []
-    saved = b.loc
-    refs = _linear_refs(jaxpr, linear, ct_ref_in)
-    e = None
-    try:
-        for e in jaxpr.eqns:
+    def forward(self, eqns) -> list:
+        """Re-emit the equations that do not depend on the linear inputs; the others, in
+        order (`linear` gains their results)."""
+        linear, refs = self.linear, self.refs
+        lin_eqns = []
+        add = linear.add
+        for e in eqns:
             # `linear` holds ids of this jaxpr's live Vars: no literal operand can match one
-            if not linear.isdisjoint(map(id, e.inputs)) or (
-                refs and not refs.isdisjoint(map(id, e.outputs))
-            ):
-                linear.update([id(o) for o in e.outputs])
-                lin_eqns.append(e)
-                continue
-            b.loc = e.loc
-            step = observe.Emitted(b) if obs is not None else None
-            outs = b.emit(
-                e.prim,
-                [read(x) for x in e.inputs],
-                e.params,
-                [o.type for o in e.outputs],
-                [o.hint for o in e.outputs],
-            )
-            for o, n in zip(e.outputs, outs):
-                env[id(o)] = n
-            if obs is not None and hasattr(obs, "forward_step"):
-                obs.forward_step(e, step)
-        e = None
+            for x in e.inputs:
+                if id(x) in linear:
+                    break
+            else:
+                if not refs or refs.isdisjoint(map(id, e.outputs)):
+                    self.emit_forward(e)
+                    continue
+            for o in e.outputs:
+                add(id(o))
+            lin_eqns.append(e)
+        self.eqn = None
+        return lin_eqns
 
-        ct_env: dict[int, object] = dict(ct_ref_in)
+    def emit_forward(self, e) -> None:
+        """Emit `e`, which computes no linear value, on the forward values."""
+        b, obs, env = self.b, self.obs, self.env
+        self.eqn = e
+        b.loc = e.loc
+        step = observe.Emitted(b) if obs is not None else None
+        outs = b.emit(
+            e.prim,
+            [x if x.__class__ is Literal else env[id(x)] for x in e.inputs],
+            e.params,
+            [o.type for o in e.outputs],
+            [o.hint for o in e.outputs],
+        )
+        for o, n in zip(e.outputs, outs):
+            env[id(o)] = n
+        if obs is not None and hasattr(obs, "forward_step"):
+            obs.forward_step(e, step)
 
-        def add_ct(v, ct, eqn=None, rule=None):
-            if ct is None or is_zero(ct):
-                return
-            if rule is not None and ct.type is not v.type:
-                check_rule_type("transpose", eqn, rule, "cotangent", ct.type, tangent_type(v.type))
-            prev = ct_env.get(id(v))
-            if prev is None:  # the first cotangent: add_tangents(Zero, ct) is ct
-                ct_env[id(v)] = ct
-                if obs is not None and hasattr(obs, "cotangent"):
-                    obs.cotangent(eqn, v, ct, Zero(tangent_type(v.type)), ct)
-                return
-            ct_env[id(v)] = add_tangents(prev, ct)
+    def add_ct(self, v, ct, eqn=None, rule=None) -> None:
+        """Add the cotangent `ct` (Atom, Zero or None) that `eqn`'s transpose `rule` gave
+        (None: an output's) into `v`'s."""
+        if ct is None or ct.__class__ is Zero:
+            return
+        if rule is not None and ct.type is not v.type and not same_tangent_type(ct.type, v.type):
+            check_rule_type("transpose", eqn, rule, "cotangent", ct.type, tangent_type(v.type))
+        ct_env, obs = self.ct_env, self.obs
+        prev = ct_env.get(id(v))
+        if prev is None:  # the first cotangent: add_tangents(Zero, ct) is ct
+            ct_env[id(v)] = ct
             if obs is not None and hasattr(obs, "cotangent"):
-                obs.cotangent(eqn, v, ct, prev, ct_env[id(v)])
+                obs.cotangent(eqn, v, ct, Zero(tangent_type(v.type)), ct)
+            return
+        ct_env[id(v)] = add_tangents(prev, ct)
+        if obs is not None and hasattr(obs, "cotangent"):
+            obs.cotangent(eqn, v, ct, prev, ct_env[id(v)])
 
-        for v, ct in zip(jaxpr.outvars, cts_out):
-            if is_lin(v):
-                add_ct(v, ct)
-
+    def reverse(self, lin_eqns) -> None:
+        """Transpose the linear equations, last first."""
+        b, obs, env, linear, ct_env, refs = (
+            self.b,
+            self.obs,
+            self.env,
+            self.linear,
+            self.ct_env,
+            self.refs,
+        )
+        pop = ct_env.pop
         for e in reversed(lin_eqns):
-            cts = [ct_env.pop(id(o), None) or Zero(tangent_type(o.type)) for o in e.outputs]
+            outs = e.outputs
+            if len(outs) == 1:  # (most equations)
+                ct = pop(id(outs[0]), None)
+                got = None if ct is None else [ct]
+            else:
+                got = [pop(id(o), None) for o in outs]
+                if not any(got):  # (a cotangent is an Atom: never false)
+                    got = None
             rec = record_of(e.prim)
             if (
-                rec.fancy_transpose is None
-                and all(map(is_zero, cts))
+                got is None
+                and rec.fancy_transpose is None
                 and (not refs or refs.isdisjoint(map(id, e.inputs)))  # a write into a Ref
             ):
                 continue
+            self.eqn = e
+            if got is None:
+                cts = [Zero(tangent_type(o.type)) for o in outs]
+            elif len(got) == 1:
+                cts = got
+            else:
+                cts = [Zero(tangent_type(o.type)) if ct is None else ct for o, ct in zip(outs, got)]
             targs = [
                 x
-                if isinstance(x, Literal)
+                if x.__class__ is Literal
                 else UndefinedPrimal(x.type)
                 if id(x) in linear
-                else env[id(x)]  # read(x)
+                else env[id(x)]
                 for x in e.inputs
             ]
             b.loc = e.loc
             step = observe.Emitted(b) if obs is not None else None
-            if rec.fancy_transpose is not None:
-                owner = (e, rec.fancy_transpose)
-                accums = [Accumulator(x.type, owner) if is_lin(x) else None for x in e.inputs]
-                for x, acc in zip(e.inputs, accums):
-                    if acc is not None and x.type.__class__ is RefType:
-                        acc.set(ct_env.get(id(x)) or Zero(tangent_type(x.type)))
+            fancy = rec.fancy_transpose
+            if fancy is not None:
+                rule = fancy
+                accums = self.accumulators(e, fancy)
+                params = dict(e.params, accums=accums)
+            else:
+                rule = rec.transpose
+                if rule is None:
+                    raise missing_transpose(e)
+                if refs:
+                    _ref_operands(e, rec, linear, ct_env, targs)
+                params = e.params
+            if obs is None:
+                if rec.plugin_sources:  # (into an observed caller's step)
+                    observe.note_plugin_rule(rec, "transpose")
+                try:
+                    res = rule(cts, *targs, **params)
+                except Exception:
+                    with located_rule(e):  # (an error located at the equation)
+                        raise
+            else:
                 with observe.noting(obs, e, "transpose"), located_rule(e):
                     observe.note_plugin_rule(rec, "transpose")
-                    rec.fancy_transpose(cts, *targs, accums=accums, **e.params)
-                res = [acc.get() if acc is not None else None for acc in accums]
-                for x, r in zip(e.inputs, res):
-                    if r is None:
-                        continue
-                    if x.type.__class__ is RefType:  # the cotangent Ref, made or kept
-                        if not is_zero(r):
-                            ct_env[id(x)] = r
-                    else:
-                        add_ct(x, r, e, rec.fancy_transpose)
-                if obs is not None and hasattr(obs, "transpose_step"):
-                    obs.transpose_step(e, cts, res, step)
-                continue
-            rule = rec.transpose
-            if rule is None:
-                raise missing_transpose(e)
-            _ref_operands(e, rec, linear, ct_env, targs)
-            with observe.noting(obs, e, "transpose"), located_rule(e):
-                observe.note_plugin_rule(rec, "transpose")
-                res = list(rule(cts, *targs, **e.params))
-            if len(res) != len(e.inputs):
-                raise JaxprError(
-                    f"internal error: the transpose rule of '{e.prim}' returned {len(res)} "
-                    f"cotangents for {len(e.inputs)} operands",
-                    e.loc,
-                )
-            for x, r in zip(e.inputs, res):
-                if id(x) in linear and isinstance(x, Var) and x.type.__class__ is not RefType:
-                    add_ct(x, r, e, rule)
+                    res = rule(cts, *targs, **params)
+            if fancy is not None:
+                res = self.add_accumulated(e, fancy, accums)
+            else:
+                res = self.add_transposed(e, rule, res)
             if obs is not None and hasattr(obs, "transpose_step"):
-                obs.transpose_step(
-                    e, cts, [r if is_lin(x) else None for x, r in zip(e.inputs, res)], step
-                )
-    except Exception as err:
-        if obs is not None and hasattr(obs, "step_failed"):
-            obs.step_failed(e, err)
-        raise
-    finally:
-        b.loc = saved
-    outs = [None if is_lin(v) else read(v) for v in jaxpr.outvars]
-    cts_in = [
-        (ct_env.get(id(v)) or Zero(tangent_type(v.type)))
-        if lin and id(v) not in ct_ref_in
-        else None
-        for v, lin in zip(jaxpr.invars, linear_mask)
-    ]
-    return outs, cts_in
+                obs.transpose_step(e, cts, res, step)
+        self.eqn = None
+
+    def add_transposed(self, e, rule, res) -> list:
+        """Add the cotangents the transpose `rule` of `e` returned into its linear
+        operands'; what it gave each linear operand (None for the others)."""
+        res = list(res)
+        if len(res) != len(e.inputs):
+            raise JaxprError(
+                f"internal error: the transpose rule of '{e.prim}' returned {len(res)} "
+                f"cotangents for {len(e.inputs)} operands",
+                e.loc,
+            )
+        linear = self.linear
+        for k, (x, r) in enumerate(zip(e.inputs, res)):
+            if x.__class__ is not Literal and id(x) in linear:
+                if x.type.__class__ is not RefType:
+                    self.add_ct(x, r, e, rule)
+            else:
+                res[k] = None
+        return res
+
+    def accumulators(self, e, rule) -> list:
+        """The accumulators a rule that adds into them (`fancy_transposes`) gets: one per
+        linear operand (None for the others), a Ref's holding its cotangent Ref so far."""
+        from .registry import Accumulator
+
+        linear, ct_env = self.linear, self.ct_env
+        owner = (e, rule)
+        accums = [
+            Accumulator(x.type, owner) if x.__class__ is not Literal and id(x) in linear else None
+            for x in e.inputs
+        ]
+        for x, acc in zip(e.inputs, accums):
+            if acc is not None and x.type.__class__ is RefType:
+                acc.set(ct_env.get(id(x)) or Zero(tangent_type(x.type)))
+        return accums
+
+    def add_accumulated(self, e, rule, accums) -> list:
+        """Add what the rule of `e` accumulated into its linear operands' cotangents; the
+        accumulated values (None for the operands that are not linear)."""
+        ct_env = self.ct_env
+        res = [acc.get() if acc is not None else None for acc in accums]
+        for x, r in zip(e.inputs, res):
+            if r is None:
+                continue
+            if x.type.__class__ is RefType:  # the cotangent Ref, made or kept
+                if not is_zero(r):
+                    ct_env[id(x)] = r
+            else:
+                self.add_ct(x, r, e, rule)
+        return res
+
+    def results(self, jaxpr, linear_mask):
+        """(the non-linear outputs' values, the linear inputs' cotangents)."""
+        linear, env, ct_env, ct_ref_in = self.linear, self.env, self.ct_env, self.ct_ref_in
+        outs = [
+            None
+            if v.__class__ is Var and id(v) in linear
+            else (v if v.__class__ is Literal else env[id(v)])
+            for v in jaxpr.outvars
+        ]
+        cts_in = [
+            (ct_env.get(id(v)) or Zero(tangent_type(v.type)))
+            if lin and id(v) not in ct_ref_in
+            else None
+            for v, lin in zip(jaxpr.invars, linear_mask)
+        ]
+        return outs, cts_in
 
 
 @gc_paused()

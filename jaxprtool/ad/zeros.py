@@ -7,13 +7,28 @@ from ..core import Atom, Literal, RefType, ShapedArray, Type, is_inexact
 
 def tangent_type(t: Type) -> Type:
     """The type of a tangent of a value of type `t`: itself for float/complex, `float0` otherwise."""
+    if t.__class__ is ShapedArray and not t.weak_type and _INEXACT.get(t.dtype):
+        return t  # the common case (a dtype seen before)
     if t.__class__ is ShapedArray and not t.weak_type and is_inexact_dtype(t.dtype):
-        return t  # the common case
+        return t
     if isinstance(t, ShapedArray) and not is_inexact(t):
         return ShapedArray(t.shape, "float0")
     if isinstance(t, ShapedArray) and t.weak_type:
         return t.update(weak_type=False)
     return t
+
+
+def same_tangent_type(got: Type, t: Type) -> bool:
+    """`got` has the dtype and shape of `t`, a float or complex array type: it passes
+    `registry.check_rule_type` as a (co)tangent of a value of type `t` (a shortcut of it,
+    answering False where it cannot tell)."""
+    return (
+        got.__class__ is ShapedArray
+        and t.__class__ is ShapedArray
+        and got.dtype == t.dtype
+        and got.shape == t.shape
+        and _INEXACT.get(t.dtype, False)
+    )
 
 
 #: dtype -> whether a ShapedArray of it is float or complex (filled in by `is_inexact_dtype`)
@@ -88,6 +103,8 @@ def is_literal(x) -> bool:
 
 def carries_tangent(t) -> bool:
     """A float/complex value, or a Ref holding one (its tangent is a Ref of tangents)."""
+    if t.__class__ is ShapedArray:
+        return is_inexact_dtype(t.dtype)
     return is_inexact(t.inner if isinstance(t, RefType) else t)
 
 

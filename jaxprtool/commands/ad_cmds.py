@@ -655,8 +655,15 @@ def _fitted(build, spec, plans, device, no_xla, dim_specs):
     from ..ui.stats import flops
     from .xla_figures import xla_figures as _xla
 
-    def measure(program):
-        return _xla(program, device, dim_specs)["temp_bytes"]
+    def measure(program):  # None: out of the device's memory (the loop counts it over)
+        try:
+            return _xla(program, device, dim_specs)["temp_bytes"]
+        except Exception as e:
+            from ..cli import out_of_memory
+
+            if out_of_memory(e) is None:
+                raise
+            return None
 
     def device_free(program):
         return _device_free(program, device, dim_specs)
@@ -681,9 +688,27 @@ def _device_free(program, device, dim_specs) -> int:
             f"--remat-budget device: the {device} device reports no memory limit; give the "
             "budget in bytes (--remat-budget 2GB)"
         )
-    x = _xla(program, device, dim_specs)
-    held = x["argument_bytes"] + x["output_bytes"] - x["alias_bytes"]
+    try:
+        x = _xla(program, device, dim_specs)
+        held = x["argument_bytes"] + x["output_bytes"] - x["alias_bytes"]
+    except Exception as e:  # it does not compile there: its arguments' and results' bytes
+        from ..ad.remat.records import all_bytes
+        from ..cli import out_of_memory
+
+        if out_of_memory(e) is None:
+            raise
+        held = sum(all_bytes(v) for v in (*program.invars, *program.outvars))
     return int(limit) - int(stats.get("bytes_in_use", 0)) - held
+
+
+def _value_dropped(spec, dropped: bool):
+    """`spec` told that the gradient does not return the function's outputs (the planner's
+    last segment then runs its forward only for what it saves)."""
+    if spec is None or not dropped:
+        return spec
+    import dataclasses
+
+    return dataclasses.replace(spec, value_dropped=True)
 
 
 def _has_jax() -> bool:
@@ -824,7 +849,12 @@ def _grad(
             lambda spec, plans: job.transform(
                 lambda j: _fitted(
                     lambda s, p: grad_jaxpr(
-                        j, argnums, has_aux=has_aux, with_value=with_value, remat=s, plans=p
+                        j,
+                        argnums,
+                        has_aux=has_aux,
+                        with_value=with_value,
+                        remat=_value_dropped(s, not (with_value or has_aux)),
+                        plans=p,
                     ),
                     spec,
                     plans,

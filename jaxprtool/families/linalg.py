@@ -266,24 +266,41 @@ def _argsort(xs) -> list[int]:
 def _dot_transpose_lhs(g, x, y, *, dimension_numbers, swap_ans=False, **params):
     if is_zero(g):
         return Zero(tangent_type(ty(x)))
-    xc, yc, xb, yb = _dims(dimension_numbers)
-    x_ndim, y_ndim = len(shape(x)), len(shape(y))
+    key = (*_dims(dimension_numbers), len(shape(x)), len(shape(y)), swap_ans)
+    plan = _DOT_TRANSPOSES.get(key)
+    if plan is None:
+        plan = _DOT_TRANSPOSES[key] = _dot_transpose_plan(*key)
+    (ans_y, y_kept), (ans_batch, yb), out_axes = plan
+    # fresh lists for each equation: parameter values are not shared
+    dims = ((list(ans_y), list(y_kept)), (list(ans_batch), list(yb)))
+    p = dict(params)
+    p.setdefault("precision", None)
+    p.setdefault("preferred_element_type", None)
+    out = ops.bind("dot_general", g, y, dimension_numbers=dims, **p)
+    # (the permutation, a tuple of ints, is shared by the equations of one plan)
+    x_bar = out if out_axes is None else ops.bind("transpose", out, permutation=out_axes)
+    return bind_convert(x_bar, ty(x).dtype)
+
+
+#: `_dot_transpose_plan`'s answers, by its arguments
+_DOT_TRANSPOSES: dict[tuple, tuple] = {}
+
+
+def _dot_transpose_plan(xc, yc, xb, yb, x_ndim, y_ndim, swap_ans):
+    """The dimension numbers (as tuples) of the dot_general that transposes a dot_general
+    into its lhs `x`, and the permutation of its result into `x`'s axes (None: none)."""
     x_kept = _remaining(x_ndim, xc, xb)
     y_kept = _remaining(y_ndim, yc, yb)
     if swap_ans:
         ans_batch, ans_y, _ = _ranges_like(xb, y_kept, x_kept)
     else:
         ans_batch, _, ans_y = _ranges_like(xb, x_kept, y_kept)
-    dims = ((list(ans_y), list(y_kept)), (list(ans_batch), list(yb)))
     x_contract_sorted_by_y = [xc[i] for i in _argsort(yc)] if yc else []
     unsorted_axes = list(xb) + x_kept + x_contract_sorted_by_y
-    out_axes = _argsort(unsorted_axes)
-    p = dict(params)
-    p.setdefault("precision", None)
-    p.setdefault("preferred_element_type", None)
-    out = ops.bind("dot_general", g, y, dimension_numbers=dims, **p)
-    x_bar = bind_transpose(out, out_axes)
-    return bind_convert(x_bar, ty(x).dtype)
+    out_axes = tuple(_argsort(unsorted_axes))
+    if out_axes == tuple(range(len(out_axes))):
+        out_axes = None
+    return (tuple(ans_y), tuple(y_kept)), (tuple(ans_batch), tuple(yb)), out_axes
 
 
 def _dot_transpose_rhs(g, x, y, *, dimension_numbers, **params):

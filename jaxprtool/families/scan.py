@@ -657,7 +657,7 @@ def _invariant_vars(j: Jaxpr, n_consts: int) -> set[int]:
 def _scan_linearize(primals, tangents, **params):
     """The linearization: a primal scan (outputs and stacked residuals) and a linear scan."""
     enc = _read(params, primals)
-    body, length, reverse = enc.jaxpr, enc.length, enc.reverse
+    body, length = enc.jaxpr, enc.length
     nc, nk, ny = enc.num_consts, enc.num_carry, enc.num_ys
     nzs, out_nz, _ = _scan_fixed_point(enc, tangents)
     out_types = _scan_out_types(body, nk, length)
@@ -672,11 +672,42 @@ def _scan_linearize(primals, tangents, **params):
         copies=length if isinstance(length, int) else 1,
     )
     assert out_nz2 == out_nz
+    inv = _invariant_vars(pj, nc)
+    kinds = _residual_kinds(pj, inv, nc, nk, ny)
+    prim_outs, stacked, hoisted = _primal_scan(enc, pj, inv, kinds, primals)
+    # the linear scan: [intensive residuals, const tangents] [carry tangents] [xs tangents, extensive residuals]
+    int_res, int_bind, ext_res, ext_bind = [], [], [], []
+    for (kind, r), v in zip(kinds, lj.invars[:nres]):
+        if kind == "int_fwd":
+            int_res.append(primals[r])
+            int_bind.append(v)
+        elif kind == "hoist":
+            int_res.append(hoisted[id(r)] if isinstance(r, Var) else r)
+            int_bind.append(v)
+        elif kind == "ext_fwd":
+            ext_res.append(primals[r])
+            ext_bind.append(v)
+        elif kind == "ys_fwd":
+            ext_res.append(prim_outs[r])
+            ext_bind.append(v)
+        else:
+            ext_res.append(next(stacked))
+            ext_bind.append(v)
+    lbody = lj.replace(invars=int_bind + list(lj.invars[nres:]) + ext_bind)
+    tans = [instantiate(t) for t, m in zip(tangents, nzs) if m]
+    touts = _linear_scan(enc, lbody, nzs, out_nz, int_res, tans, ext_res)
+    it = iter(touts)
+    return prim_outs, [next(it) if m else Zero(tangent_type(t)) for t, m in zip(out_types, out_nz)]
+
+
+def _residual_kinds(pj: Jaxpr, inv: set[int], nc, nk, ny) -> list[tuple[str, object]]:
+    """How each residual of the linearized body `pj` reaches the linear scan: forwarded
+    from a const ("int_fwd", index) or an xs input ("ext_fwd", index), a loop invariant
+    (`inv`: `_invariant_vars`) or a literal hoisted out of the loop ("hoist", atom), a ys
+    output already stacked ("ys_fwd", index), or stacked as a new output ("stack", var)."""
     res = list(pj.outvars[nk + ny :])
     in_pos = {id(v): i for i, v in enumerate(pj.invars)}
-    inv = _invariant_vars(pj, nc)
     ys_pos = {id(v): nk + k for k, v in enumerate(pj.outvars[nk : nk + ny]) if isinstance(v, Var)}
-    # classify: ("int", atom-or-hoist) intensive / ("ext", ...) extensive
     kinds = []
     for r in res:
         i = in_pos.get(id(r)) if isinstance(r, Var) else None
@@ -690,9 +721,17 @@ def _scan_linearize(primals, tangents, **params):
             kinds.append(("ys_fwd", ys_pos[id(r)]))  # already stacked as a primal ys output
         else:
             kinds.append(("stack", r))
-    # Hoist the loop invariants (as JAX's _scan_known_hoisting): the equations that depend only
-    # on the consts run once, outside the loop; the primal scan takes the values it still needs as
-    # consts, and invariant residuals enter the linear scan unstacked.
+    return kinds
+
+
+def _primal_scan(enc, pj: Jaxpr, inv: set[int], kinds, primals):
+    """Emit the primal scan of the linearized body `pj`: (its carry and ys outputs, an
+    iterator over its stacked residuals, the hoisted invariants by id of their body Var).
+
+    The loop invariants are hoisted (as JAX's _scan_known_hoisting): the equations that
+    depend only on the consts run once, outside the loop; the primal scan takes the values
+    it still needs as consts, and invariant residuals enter the linear scan unstacked."""
+    nc, nk, ny, length = enc.num_consts, enc.num_carry, enc.num_ys, enc.length
     stack = [r for k, r in kinds if k == "stack"]
     p_outvars = list(pj.outvars[: nk + ny]) + stack
     live = B.dce_eqns(
@@ -729,7 +768,7 @@ def _scan_linearize(primals, tangents, **params):
     ys_g = enc.ft_out.unpack()[1]
     pp = enc.to_params(
         jaxpr=pbody,
-        reverse=reverse,
+        reverse=enc.reverse,
         ft_in=FT.tup(FT.nones(len(needed)), carry_g, xs_g),
         ft_out=FT.tup(carry_g, FT.tup(ys_g, FT.nones(len(stack)))),
         num_consts=len(needed),
@@ -737,27 +776,13 @@ def _scan_linearize(primals, tangents, **params):
         linear=[False] * len(needed) + enc.linear[nc:],
     )
     outs = b.emit("scan", p_consts + list(primals[nc:]), pp, _scan_out_types(pbody, nk, length))
-    prim_outs, stacked = outs[: nk + ny], iter(outs[nk + ny :])
-    # the linear scan: [intensive residuals, const tangents] [carry tangents] [xs tangents, extensive residuals]
-    int_res, int_bind, ext_res, ext_bind = [], [], [], []
-    for (kind, r), v in zip(kinds, lj.invars[:nres]):
-        if kind == "int_fwd":
-            int_res.append(primals[r])
-            int_bind.append(v)
-        elif kind == "hoist":
-            int_res.append(hoisted[id(r)] if isinstance(r, Var) else r)
-            int_bind.append(v)
-        elif kind == "ext_fwd":
-            ext_res.append(primals[r])
-            ext_bind.append(v)
-        elif kind == "ys_fwd":
-            ext_res.append(prim_outs[r])
-            ext_bind.append(v)
-        else:
-            ext_res.append(next(stacked))
-            ext_bind.append(v)
-    lbody = lj.replace(invars=int_bind + list(lj.invars[nres:]) + ext_bind)
-    tans = [instantiate(t) for t, m in zip(tangents, nzs) if m]
+    return outs[: nk + ny], iter(outs[nk + ny :]), hoisted
+
+
+def _linear_scan(enc, lbody: Jaxpr, nzs, out_nz, int_res, tans, ext_res) -> list:
+    """Emit the linear scan of `lbody` (into the tangent program) on the intensive residuals,
+    the tangents and the extensive residuals; its outputs."""
+    nc, nk = enc.num_consts, enc.num_carry
     nz_consts_g, nz_carry_g, nz_xs_g = enc.ft_in.filter_with_mask(nzs).unpack()
     ft_in = FT.tup(
         FT.tup(FT.nones(len(int_res)), nz_consts_g),
@@ -765,21 +790,20 @@ def _scan_linearize(primals, tangents, **params):
         FT.tup(nz_xs_g, FT.nones(len(ext_res))),
     )
     ft_out = enc.ft_out.filter_with_mask(out_nz)
-    nkt = sum(carry_nz)
+    nkt = sum(nzs[nc : nc + nk])
     lin = [x for x, m in zip(enc.linear, nzs) if m]
     lp = enc.to_params(
         jaxpr=lbody,
-        reverse=reverse,
+        reverse=enc.reverse,
         ft_in=ft_in.void(),
         ft_out=ft_out.void(),
         num_consts=len(int_res) + sum(nzs[:nc]),
         num_carry=nkt,
         linear=[False] * len(int_res) + lin + [False] * len(ext_res),
     )
+    b = B.current()
     with b.tangent_mode():
-        touts = b.emit("scan", int_res + tans + ext_res, lp, _scan_out_types(lbody, nkt, length))
-    it = iter(touts)
-    return prim_outs, [next(it) if m else Zero(tangent_type(t)) for t, m in zip(out_types, out_nz)]
+        return b.emit("scan", int_res + tans + ext_res, lp, _scan_out_types(lbody, nkt, enc.length))
 
 
 def _scan_transpose(cts, *args, **params):

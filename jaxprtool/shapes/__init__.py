@@ -145,10 +145,10 @@ def _freeze_params(params: dict) -> tuple:
     return tuple(key)
 
 
-#: marks the key of a tuple or list of plain ints and such tuples and lists in `_freeze`:
-#: its marshal bytes (version 2: no back-references), which tell tuples from lists and each
-#: int from every other, and cost a fifth of its repr
-_INT_TREE = object()
+#: marks the key of a tuple or list that marshal writes (`_freeze`): its marshal bytes
+_MARSHALLED = object()
+#: marshal's type codes of a list and of bytes
+_LIST_CODE, _BYTES_CODE = b"[", b"s"
 #: `_int_tree`'s answers: not an int tree, one of tuples all through, one with a list inside
 _NOT_INTS, _INT_TUPLES, _INT_LISTS = 0, 1, 2
 
@@ -176,6 +176,14 @@ def _int_tree(v: tuple | list) -> int:
 #: the id stays theirs): parameter values are passed on from equation to equation
 _TUPLE_KEYS: dict[int, tuple] = {}
 
+
+def _remember(v: tuple, key) -> None:
+    """Remember the key of a tuple immutable all through."""
+    if len(_TUPLE_KEYS) > 100_000:
+        _TUPLE_KEYS.clear()
+    _TUPLE_KEYS[id(v)] = (v, key)
+
+
 _PLAIN = frozenset({int, bool, str, type(None), EnumValue, SymExpr, Opaque})
 #: marks the key of a dtype in `_freeze` (a DTypeName and the np.dtype it names key alike)
 _DTYPE = object()
@@ -194,13 +202,26 @@ def _freeze(v):
             hit = _TUPLE_KEYS.get(id(v))
             if hit is not None and hit[0] is v:
                 return hit[1]
+        # the common case (axes, shapes, dimension numbers): keyed by the marshal bytes
+        # (version 2: no back-references), which tell tuples from lists and each int,
+        # float or string from every other; not where a bytes code may be in them (marshal
+        # writes any buffer, a numpy scalar too, as bytes).  A value with a list inside
+        # (its type code in the bytes: dimension numbers) is mutable: its key is never
+        # remembered, and it is not walked (`_int_tree`) to learn so
+        try:
+            data = marshal.dumps(v, 2)
+        except ValueError:  # an item marshal cannot write (an enum, a dtype, a jaxpr)
+            data = None
+        if data is not None and _BYTES_CODE not in data:
+            key = _MARSHALLED, data
+            if cls is tuple and _LIST_CODE not in data and _int_tree(v) == _INT_TUPLES:
+                _remember(v, key)
+            return key
         kind = _int_tree(v)
-        if kind != _NOT_INTS:  # the common case (axes, shapes, dimension numbers)
-            key = _INT_TREE, marshal.dumps(v, 2)
-            if kind == _INT_TUPLES:  # immutable all through: its key can be remembered
-                if len(_TUPLE_KEYS) > 100_000:
-                    _TUPLE_KEYS.clear()
-                _TUPLE_KEYS[id(v)] = (v, key)
+        if kind != _NOT_INTS:
+            key = _MARSHALLED, marshal.dumps(v, 2)
+            if kind == _INT_TUPLES:
+                _remember(v, key)
             return key
     if cls is tuple or cls is list or cls is frozenset:
         return cls, tuple(map(_freeze, v))

@@ -57,6 +57,7 @@ value's are the plan's `bytes_offloaded`.
 # (the parts, in the order the data flows; names are re-exported for the callers)
 from .budget import (  # noqa: F401
     EXACT_LIMIT,
+    ILP_NODE_LIMIT,
     ILP_TIME_LIMIT,
     REFINE_TRIES,
     _candidates,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from ...core import JaxprError, Var, eqn_subjaxprs
+from .chain import chain_plan
 from .graph import Graph, Plan, _by_id, _plan_from_saved
 from .mincut import min_cut_saved
 from .records import _planned_inside, nbytes
@@ -17,9 +18,15 @@ from .segments import _signature
 EXACT_LIMIT = 400
 #: plans the budget heuristic tries within its last step (see `_greedy_budget`)
 REFINE_TRIES = 2
-#: HiGHS' time limit (s); when it is reached without a proven optimum the best plan found
-#: is kept if it meets the budget, else the heuristic's
-ILP_TIME_LIMIT = 1.0
+#: HiGHS' limit on branch-and-bound nodes: a bound on work, not on time, so that the plan
+#: does not depend on how busy the machine is (a wall-clock limit of 1 s was reached on a
+#: loaded machine at the tests' sizes).  The tests' programs are proven within 600 nodes.
+#: When it is reached without a proven optimum the best plan found is kept if it meets the
+#: budget, else the heuristic's
+ILP_NODE_LIMIT = 20_000
+#: a wall-clock guard (s) against a pathological solve, far beyond what the node limit
+#: allows at EXACT_LIMIT candidates: only past it would a plan depend on time
+ILP_TIME_LIMIT = 120.0
 
 
 def _candidates(g: Graph) -> list[int]:
@@ -105,7 +112,7 @@ def _ilp_budget(g: Graph, cands: list[int], budget: int, flops, groups=None):
         constraints=cons,
         integrality=np.concatenate([np.ones(nc + nv), np.zeros(nm)]),
         bounds=Bounds(0, np.concatenate([np.ones(nc + nv), np.full(nm, np.inf)])),
-        options={"time_limit": ILP_TIME_LIMIT, "mip_rel_gap": 1e-6},
+        options={"node_limit": ILP_NODE_LIMIT, "time_limit": ILP_TIME_LIMIT, "mip_rel_gap": 1e-6},
     )
     if res.x is None:
         return None
@@ -304,7 +311,14 @@ def _peak_budget_plan(g: Graph, spec: Spec, held: int, groups, loc=None) -> Plan
             plan.exact = found[1]
             if planned_peak(g, plan, groups) <= budget:
                 return plan
-    plan, floor = _greedy_budget(g, cands, budget, eqn_flops, groups)
+    # segments: the chain dynamic program across them; else (or where it finds no plan)
+    # the greedy heuristic
+    plan = chain_plan(g, cands, budget, eqn_flops, lambda p: planned_peak(g, p, groups))
+    floor = None
+    if plan is not None and planned_peak(g, plan, groups) <= budget:
+        plan.chain = True
+    else:
+        plan, floor = _greedy_budget(g, cands, budget, eqn_flops, groups)
     if plan is None:
         raise _unmeetable(budget, floor, default, loc, "peak")
     plan.method, plan.exact = what, False

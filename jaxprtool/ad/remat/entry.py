@@ -9,6 +9,7 @@ from ...core import Jaxpr, Var
 from .. import builder as B
 from ..residuals import LinearizeInfo, Residual
 from .budget import budget_plan, planned_peak
+from .device import device_bytes, plain_device_bytes
 from .graph import Graph, Plan, _plan_from_saved, policy_plan
 from .mincut import min_cut_plan
 from .request import Spec
@@ -126,6 +127,7 @@ def rematerialize(
     from ...ui.stats import flops
 
     g = Graph(primal, info)
+    g.value_dropped = spec.value_dropped and not nested
     if spec.segments != "none":
         g.copies = max(1, copies)
     with counted_at(spec):
@@ -139,6 +141,9 @@ def rematerialize(
             plan.peak = planned_peak(g, plan)
             plan.peak_before = g.copies * plan.bytes_before
         plan.flops_before = flops(primal) + flops(linear)
+        if spec.device_model:
+            plan.device = device_bytes(g, plan, g.peak_groups())
+            plan.device_before = plain_device_bytes(g)
     plan.nested = nested
     plan.sizes = ",".join(f"{k}={n}" for k, n in spec.dims)
     out = (primal, linear, info)

@@ -32,6 +32,8 @@ class Graph:
         #: how many instances of the program's saved values are held at once (a scan body's:
         #: its length, the residuals stacked), for the peak a byte budget bounds
         self.copies = 1
+        #: the program's outputs are not returned (`Spec.value_dropped`)
+        self.value_dropped = False
         n_out = len(info.out_mask)
         outs, new = list(primal.outvars[:n_out]), list(primal.outvars[n_out:])
         src = {"input": primal.invars, "const": primal.constvars, "output": outs, "new": new}
@@ -72,6 +74,10 @@ class Graph:
         if i not in self._saves:
             self._saves[i] = eqn_saves(self.eqns[i], decide)
         return self._saves[i]
+
+    def value(self, vid: int) -> Var:
+        """The value an equation of the program makes, by its id."""
+        return next(o for o in self.eqns[self.producer[vid]].outputs if id(o) == vid)
 
     def made_by(self, v) -> int | None:
         """The index of the equation that makes `v` (None for a free or boundary value)."""
@@ -164,11 +170,21 @@ class Plan:
     #: (XLA's temp bytes of the program, of the plain gradient's) where the budget's compile
     #: loop measured them (`fit.py`)
     xla: tuple[int, int] | None = None
+    #: the device model's figures (`device.py`, before the calibration's scale), with the plan
+    #: and for the plain gradient, where the request asked for them (`Spec.device_model`)
+    device: int | None = None
+    device_before: int | None = None
+    #: the calibrated device model's figure for the plan the compile loop chose
+    planned_device: int | None = None
+    #: found by the chain dynamic program across segments (`chain.py`)
+    chain: bool = False
 
     def render(self, limit: int = 12) -> str:
         """The plan as `--remat` prints it on standard error."""
         where = "a nested body (one segment)" if self.nested else "the program"
         how = {True: " (exact: HiGHS)", False: " (greedy heuristic)"}.get(self.exact, "")
+        if self.chain:
+            how = " (chain DP across segments)"
         pct = 100.0 * (self.flops_after - self.flops_before) / max(1, self.flops_before)
         at = f" at {self.sizes}" if self.sizes else ""
         listed = self.saved_lines
@@ -185,6 +201,11 @@ class Plan:
                 else ""
             )
             + (f"; planned peak {self.peak_before} -> {self.peak}" if self.peak is not None else "")
+            + (
+                f"; planned (calibrated) {self.planned_device}"
+                if self.planned_device is not None
+                else ""
+            )
             + (
                 f"; XLA temp {self.xla[1]} -> {self.xla[0]} "
                 f"({self.xla[0] / max(1, self.xla[1]):.3f}x)"

@@ -10,24 +10,39 @@ from .graph import Graph, Plan, _plan_from_saved
 from .records import nbytes
 
 
-def min_cut_saved(g: Graph, may_recompute: Callable[[int], bool]) -> set[int]:
-    """The ids of the values to save: a minimum cut between "computed in the forward pass" and
-    "needed by the linear program", recomputing only the equations `may_recompute(i)` allows.
-    Of the minimum cuts, the one nearest the residuals (least recomputation)."""
-    import numpy as np
-    from scipy.sparse import csr_matrix
-    from scipy.sparse.csgraph import breadth_first_order, maximum_flow
+def _relevant(g: Graph, may_recompute, wanted, free: set[int]) -> dict[int, None]:
+    """The equations that can matter: those a wanted value reaches through recomputable
+    equations (not through free values)."""
 
-    # the equations that can matter: those a residual reaches through recomputable equations
+    def made_by(v):
+        return None if not isinstance(v, Var) or id(v) in free else g.producer.get(id(v))
+
     relevant: dict[int, None] = {}
-    stack = [g.made_by(v) for v in g.residuals]
+    stack = [made_by(v) for v in wanted]
     while stack:
         i = stack.pop()
         if i is None or i in relevant:
             continue
         relevant[i] = None
         if may_recompute(i):
-            stack.extend(g.made_by(x) for x in g.eqns[i].inputs)
+            stack.extend(made_by(x) for x in g.eqns[i].inputs)
+    return relevant
+
+
+def min_cut_saved(
+    g: Graph, may_recompute: Callable[[int], bool], wanted=None, free: set[int] | None = None
+) -> set[int]:
+    """The ids of the values to save: a minimum cut between "computed in the forward pass" and
+    "needed by the linear program" (`wanted`: the residuals, unless given), recomputing only
+    the equations `may_recompute(i)` allows; values in `free` (beside the graph's) cost
+    nothing.  Of the minimum cuts, the one nearest the wanted values (least recomputation)."""
+    import numpy as np
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import breadth_first_order, maximum_flow
+
+    wanted = g.residuals if wanted is None else wanted
+    free = g.free if not free else g.free | free
+    relevant = _relevant(g, may_recompute, wanted, free)
     if not relevant:
         return set()
     # node 0 = source, 1 = sink; value v: in-node 2k, out-node 2k+1
@@ -58,14 +73,14 @@ def min_cut_saved(g: Graph, may_recompute: Callable[[int], bool]) -> set[int]:
         outs = [node(o) for o in e.outputs]
         if may_recompute(i):
             for x in e.inputs:
-                if isinstance(x, Var) and id(x) not in g.free:
+                if isinstance(x, Var) and id(x) not in free:
                     for o in outs:
                         edge(node(x) + 1, o, inf)
         else:
             for o in outs:
                 edge(0, o, inf)
-    for v in g.residuals:
-        if isinstance(v, Var) and id(v) not in g.free:
+    for v in wanted:
+        if isinstance(v, Var) and id(v) not in free:
             edge(node(v) + 1, 1, inf)
     sizes = [nbytes(v) for v in vars_]
     unit = max(1, -(-sum(sizes) // (1 << 29)))

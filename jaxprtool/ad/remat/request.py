@@ -47,6 +47,11 @@ class Spec:
     segments: str = "auto"
     #: `--remat-budget device`: the memory the device has free (`fit.py`)
     on_device: bool = False
+    #: fill each plan's device-model figures (`Plan.device`): the compile loop's estimate
+    device_model: bool = False
+    #: the program's outputs are not returned (`grad` without its value): the forward pass
+    #: of the last segment runs only for what its plan saves (`chain.py`)
+    value_dropped: bool = False
 
 
 def with_segments(spec: Spec, segments) -> Spec:
