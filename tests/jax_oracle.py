@@ -41,3 +41,40 @@ def policy_names_missing(policy_text, path) -> bool:
     except ValueError:
         return True
     return False
+
+
+def together(*calls):
+    """Each call `(fn, args)` run inside one `jax.jit`: one XLA compile for all of them
+    instead of one per call (compiling is most of the suite's CPU time, issue 49).  `fn` is
+    a program of the tool's, run by the function `backend.evaluate` jits
+    (`backend.as_jax_function`, after the same `check_runnable` and symbolic sizes read off
+    the inputs, in the same 64-bit scope), or a JAX function: the oracle.  Returns each
+    call's outputs as numpy arrays: a program's as the list `backend.evaluate` returns, a
+    JAX function's in the structure it returns.  A multi-device program runs on its own,
+    through `backend.evaluate` (which places its inputs)."""
+    import contextlib
+
+    from jaxprtool import backend
+    from jaxprtool.backend import sharding
+
+    fns, alone = [], {}
+    with contextlib.ExitStack() as scopes:
+        for k, (fn, args) in enumerate(calls):
+            if hasattr(fn, "eqns"):  # a program of the tool's
+                backend.check_runnable(fn)
+                if sharding.is_multi_device(fn):
+                    alone[k] = backend.evaluate(fn, list(args))
+                    continue
+                scopes.enter_context(backend.x64_scope(fn))
+                dims = backend.sizes_from_inputs(fn, args)
+                fns.append(_as_list(backend.as_jax_function(fn, dims, False)))
+            else:
+                fns.append(fn)
+        rest = [list(a) for k, (_, a) in enumerate(calls) if k not in alone]
+        outs = iter(jax.jit(lambda xs: [f(*a) for f, a in zip(fns, xs)])(rest))
+    done = [alone[k] if k in alone else next(outs) for k in range(len(calls))]
+    return jax.tree.map(np.asarray, done)
+
+
+def _as_list(f):
+    return lambda *xs: list(f(*xs))

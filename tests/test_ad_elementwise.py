@@ -15,7 +15,7 @@ import pytest
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
-from jax_oracle import close, ir  # noqa: E402
+from jax_oracle import close, ir, together  # noqa: E402
 
 from jaxprtool import backend  # noqa: E402
 from jaxprtool.ad.api import jvp_jaxpr, vjp_jaxpr  # noqa: E402
@@ -198,10 +198,13 @@ def test_jvp_and_vjp_match_jax(case):
         outs, pullback = jax.vjp(f, *xs)
         return jax.jvp(f, tuple(xs), tuple(ts)), outs, pullback(_as_tuple(cts))
 
-    (ref_out, ref_t), outs_ref, ref_cts = jax.jit(reference)()  # one compilation
+    # JAX's and the tool's two programs: one compilation
+    ((ref_out, ref_t), outs_ref, ref_cts), ours, got = together(
+        (reference, ()),
+        (jvp_jaxpr(j), xs + [t for t in ts if t.dtype != jax.dtypes.float0]),
+        (vjp_jaxpr(j), xs + [c for c in cts if c.dtype != jax.dtypes.float0]),
+    )
     # forward mode
-    jj = jvp_jaxpr(j)
-    ours = backend.evaluate(jj, xs + [t for t in ts if t.dtype != jax.dtypes.float0])
     ref_out, ref_t = (
         ([ref_out], [ref_t]) if not isinstance(ref_out, tuple) else (list(ref_out), list(ref_t))
     )
@@ -213,8 +216,6 @@ def test_jvp_and_vjp_match_jax(case):
     for a, b in zip(ours[n:], inexact_t):
         close(a, b)
     # reverse mode
-    vj = vjp_jaxpr(j)
-    got = backend.evaluate(vj, xs + [c for c in cts if c.dtype != jax.dtypes.float0])
     diff_in = [k for k, v in enumerate(j.invars) if is_inexact(v.type)]
     assert len(got) == n + len(diff_in)
     for k, g in zip(diff_in, got[n:]):
@@ -278,14 +279,17 @@ def test_float64_precision():
         y = rand((4,), -2, 2, 2, F64)
         j = ir(f, x, y)
         tx, ty = rand((4,), -1, 1, 3, F64), rand((4,), -1, 1, 4, F64)
-        ref, vref = jax.jit(
-            lambda x, y, tx, ty: (jax.jvp(f, (x, y), (tx, ty)), jax.vjp(f, x, y)[1](tx))
-        )(x, y, tx, ty)
-    got = backend.evaluate(jvp_jaxpr(j), [x, y, tx, ty])
+        (ref, vref), got, vg = together(  # one compilation
+            (
+                lambda x, y, tx, ty: (jax.jvp(f, (x, y), (tx, ty)), jax.vjp(f, x, y)[1](tx)),
+                (x, y, tx, ty),
+            ),
+            (jvp_jaxpr(j), [x, y, tx, ty]),
+            (vjp_jaxpr(j), [x, y, tx]),
+        )
     assert got[1].dtype == np.float64
     np.testing.assert_allclose(got[0], ref[0], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got[1], ref[1], rtol=1e-5, atol=1e-5)
-    vg = backend.evaluate(vjp_jaxpr(j), [x, y, tx])
     np.testing.assert_allclose(vg[1], vref[0], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(vg[2], vref[1], rtol=1e-5, atol=1e-5)
 

@@ -11,7 +11,7 @@ import pytest
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
-from jax_oracle import close, ir, run, vec  # noqa: E402
+from jax_oracle import close, ir, run, together, vec  # noqa: E402
 
 from jaxprtool import backend  # noqa: E402
 from jaxprtool.ad.api import jvp_jaxpr, jvp_jaxpr_info, linearize_combined, linearize_jaxpr  # noqa: E402
@@ -54,8 +54,9 @@ def test_argnums_restricts_tangents_and_zero_eqns_are_primal_only():
     jj = jvp_jaxpr(j, argnums=[1])
     assert len(jj.invars) == 3  # x, y, ty
     assert "cos" not in prims(jj)  # sin x has a zero tangent: no rule ran
-    out = backend.evaluate(jj, [X, Y, TY])
-    ref = jax.jvp(lambda y: f(X, y), (Y,), (TY,))
+    out, ref = together(
+        (jj, [X, Y, TY]), (lambda y, ty: jax.jvp(lambda y: f(X, y), (y,), (ty,)), [Y, TY])
+    )
     close(out[0], ref[0])
     close(out[1], ref[1])
 
@@ -99,8 +100,13 @@ def test_jvp_of_jvp_matches_jax():
 
     j = ir(f, X)
     jj = jvp_jaxpr(jvp_jaxpr(j))  # (x, t1, t2, t12) -> (y, dy, dy', d2y)
-    out = backend.evaluate(jj, [X, TX, TY, np.zeros_like(X)])
-    ref = jax.jvp(lambda x, t: jax.jvp(f, (x,), (t,)), (X, TX), (TY, np.zeros_like(X)))
+    out, ref = together(
+        (jj, [X, TX, TY, np.zeros_like(X)]),
+        (
+            lambda *a: jax.jvp(lambda x, t: jax.jvp(f, (x,), (t,)), a[:2], a[2:]),
+            [X, TX, TY, np.zeros_like(X)],
+        ),
+    )
     close(out[0], ref[0][0])
     close(out[1], ref[0][1])
     close(out[2], ref[1][0])
@@ -122,13 +128,15 @@ def test_nested_jit_jvp_and_linearize():
     j = ir(f, X, Y)
     jj = jvp_jaxpr(j)
     assert "jit" in prims(jj)
-    ref = jax.jvp(f, (X, Y), (TX, TY))
-    out = backend.evaluate(jj, [X, Y, TX, TY])
+    lc = linearize_combined(j)
+    ref, out, out_lc = together(
+        (lambda *a: jax.jvp(f, a[:2], a[2:]), [X, Y, TX, TY]),
+        (jj, [X, Y, TX, TY]),
+        (lc, [X, Y, TX, TY]),
+    )
     close(out[0], ref[0])
     close(out[1], ref[1])
-    lc = linearize_combined(j)
-    out = backend.evaluate(lc, [X, Y, TX, TY])
-    close(out[1], ref[1])
+    close(out_lc[1], ref[1])
 
 
 def test_checkpoint_jvp():
@@ -136,13 +144,16 @@ def test_checkpoint_jvp():
         return jax.checkpoint(lambda a: jnp.sin(jnp.sin(a)) * y)(x)
 
     j = ir(f, X, Y)
-    ref = jax.jvp(f, (X, Y), (TX, TY))
-    out = backend.evaluate(jvp_jaxpr(j), [X, Y, TX, TY])
+    ref, out, out_lc = together(
+        (lambda *a: jax.jvp(f, a[:2], a[2:]), [X, Y, TX, TY]),
+        (jvp_jaxpr(j), [X, Y, TX, TY]),
+        (linearize_combined(j), [X, Y, TX, TY]),
+    )
     close(out[1], ref[1])
     primal, linear, info = linearize_jaxpr(j)
     # remat: the linear program recomputes sin(x); the only residuals are the inputs
     assert {r.source for r in info.residuals} == {"input"}
-    close(backend.evaluate(linearize_combined(j), [X, Y, TX, TY])[1], ref[1])
+    close(out_lc[1], ref[1])
 
 
 @jax.custom_jvp
@@ -183,12 +194,14 @@ def test_custom_jvp_with_plugin_rule(tmp_path):
         load_plugins([str(plugin)])
         f = lambda x: softplus2(x) * 3.0  # noqa: E731
         j = ir(f, X)
-        ref = jax.jvp(f, (X,), (TX,))
-        out = backend.evaluate(jvp_jaxpr(j), [X, TX])
+        ref, out, out_lc = together(
+            (lambda x, t: jax.jvp(f, (x,), (t,)), [X, TX]),
+            (jvp_jaxpr(j), [X, TX]),
+            (linearize_combined(j), [X, TX]),
+        )
         close(out[0], ref[0])
         close(out[1], ref[1])  # JAX uses the custom rule too
-        out = backend.evaluate(linearize_combined(j), [X, TX])
-        close(out[1], ref[1])
+        close(out_lc[1], ref[1])
     finally:
         custom_jvps.pop("softplus2_jvp", None)
 

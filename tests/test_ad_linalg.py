@@ -18,9 +18,8 @@ import pytest
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 import jax.scipy.linalg as jsl  # noqa: E402
-from jax_oracle import ir, run  # noqa: E402
+from jax_oracle import ir, run, together  # noqa: E402
 
-from jaxprtool import backend  # noqa: E402
 from jaxprtool.ad.api import (  # noqa: E402
     grad_jaxpr,
     jvp_jaxpr,
@@ -237,9 +236,10 @@ def _like(x, seed):
     return vals.astype(x.dtype)
 
 
-def _evaluate_together(*items):
-    """Run several (program, args) pairs as one program (one XLA compilation); their
-    outputs, one list per pair."""
+def _evaluate_together(*items, oracle=None):
+    """Run several (program, args) pairs as one program, and JAX's `oracle` (a (function,
+    args) pair) beside it, in one XLA compilation; the programs' outputs, one list per pair,
+    then the oracle's result when there is one."""
     progs = [p for p, _ in items]
     merged = Jaxpr(
         (),
@@ -247,14 +247,13 @@ def _evaluate_together(*items):
         tuple(e for p in progs for e in p.eqns),
         tuple(x for p in progs for x in p.outvars),
     )
-    fast = jax.jit(backend.as_jax_function(merged, enable_x64=False), compiler_options=FAST)
-    with backend.x64_scope(merged):
-        flat = backend.evaluate(merged, [a for _, args in items for a in args], jitted=fast)
+    calls = [(merged, [a for _, args in items for a in args])]
+    flat, *want = together(*calls, *([oracle] if oracle else []))
     outs, k = [], 0
     for p in progs:
         outs.append(flat[k : k + len(p.outvars)])
         k += len(p.outvars)
-    return outs
+    return outs + want
 
 
 def _scalar(f):
@@ -279,22 +278,22 @@ def _check_case(name, f, args, tol):
         _like(o, 200 + i) for i, o in enumerate(jax.tree_util.tree_leaves(jax.eval_shape(f, *args)))
     ]
 
-    @_jax_jit
     def reference(args, tangents, cts):
         out, tan = jax.jvp(f, tuple(args), tuple(tangents))
         _, pull = jax.vjp(f, *args)
         ct = pull(jax.tree_util.tree_unflatten(tree, cts))
         return out, tan, ct, jax.value_and_grad(loss, argnums=argnums)(*args)
 
-    ref_out, ref_tan, ref_ct, (ref_val, ref_grad) = reference(args, tangents, cts)
-    ref_out, ref_tan, ref_ct = _leaves(ref_out), _leaves(ref_tan), _leaves(ref_ct)
     primal, linear, info = linearize_jaxpr(j)
-    got_jvp, got_vjp, got_grad, got_primal = _evaluate_together(
+    got_jvp, got_vjp, got_grad, got_primal, want = _evaluate_together(
         (jvp_jaxpr(j), args + tangents),
         (vjp_jaxpr(j), args + cts),
         (grad_jaxpr(ir(loss, *args), argnums, with_value=True), args),
         (primal, args),
+        oracle=(reference, (args, tangents, cts)),
     )
+    ref_out, ref_tan, ref_ct, (ref_val, ref_grad) = want
+    ref_out, ref_tan, ref_ct = _leaves(ref_out), _leaves(ref_tan), _leaves(ref_ct)
     for g, r in zip(got_jvp[: len(ref_out)], ref_out):
         _close(g, r, tol, f"{name}: primal")
     for g, r in zip(got_jvp[len(ref_out) :], ref_tan):
@@ -374,13 +373,17 @@ def test_second_order(case):
     def along(s, a, b):
         return f(a + s * b)
 
-    hvp, gg = _evaluate_together(
+    hvp, gg, (ref_hvp, ref_gg) = _evaluate_together(
         (jvp_jaxpr(grad_jaxpr(ir(f, a))), [a, t]),
         (grad_jaxpr(grad_jaxpr(ir(along, s, a, b))), [s, a, b]),
+        oracle=(
+            lambda a, t, s, b: (
+                jax.jvp(jax.grad(f), (a,), (t,))[1],
+                jax.grad(jax.grad(along))(s, a, b),
+            ),
+            (a, t, s, b),
+        ),
     )
-    ref_hvp, ref_gg = _jax_jit(
-        lambda: (jax.jvp(jax.grad(f), (a,), (t,))[1], jax.grad(jax.grad(along))(s, a, b))
-    )()
     _close(hvp[1], ref_hvp, 5e-3, f"{name}: hvp")
     _close(gg[0], ref_gg, 5e-3, f"{name}: grad of grad")
 
@@ -508,8 +511,8 @@ def test_vmap_matches_jax(capsys):
         _no_loop(vj, capsys)
         items.append((vj, batched))
         refs.append((f"grad {name}", jax.vmap(jax.grad(f, argnums=argnums), axes), batched))
-    want = _jax_jit(lambda: [fn(*xs) for _, fn, xs in refs])()
-    for got, (name, _, _), ref in zip(_evaluate_together(*items), refs, want):
+    *gots, want = _evaluate_together(*items, oracle=(lambda: [fn(*xs) for _, fn, xs in refs], ()))
+    for got, (name, _, _), ref in zip(gots, refs, want):
         ref = _leaves(ref)
         assert len(got) == len(ref), name
         for g, r in zip(got, ref):
@@ -522,20 +525,21 @@ def test_jacobians_of_cholesky_and_solve():
     a, b = _well(3, 111), _mat(3, 1, 112)[:, 0]
     chol = ir(jnp.linalg.cholesky, spd)
     j = ir(_solve, a, b)
-    got = _evaluate_together(
+    *got, want = _evaluate_together(
         (jacfwd(chol), [spd]),
         (jacrev(chol), [spd]),
         (jacrev(j), [a, b]),
         (jacfwd(j, argnums=1), [a, b]),
+        oracle=(
+            lambda: [
+                jax.jacfwd(jnp.linalg.cholesky)(spd),
+                jax.jacrev(jnp.linalg.cholesky)(spd),
+                jax.jacrev(_solve)(a, b),
+                jax.jacfwd(_solve, argnums=1)(a, b),
+            ],
+            (),
+        ),
     )
-    want = _jax_jit(
-        lambda: [
-            jax.jacfwd(jnp.linalg.cholesky)(spd),
-            jax.jacrev(jnp.linalg.cholesky)(spd),
-            jax.jacrev(_solve)(a, b),
-            jax.jacfwd(_solve, argnums=1)(a, b),
-        ]
-    )()
     for what, g, r in zip(["jacfwd", "jacrev", "jacrev solve", "jacfwd solve"], got, want):
         _close(g[0], r, 2e-3, what)
 
@@ -561,7 +565,7 @@ def test_grad_output_runs_under_run(tmp_path):
         out = tmp_path / f"{name}_out.npz"
         r = run(["run", str(prog), "--args", str(tmp_path / f"{name}.npz"), "-o", str(out)])
         assert r.exit_code == 0, r.output
-        ref = jax.grad(f, argnums=tuple(range(len(args))))(*args)
+        ref = _jax_jit(jax.grad(f, argnums=tuple(range(len(args)))))(*args)
         with np.load(out, allow_pickle=False) as got:
             for k, want in enumerate(ref):
                 _close(got[f"out{k}"], want, 2e-3, f"run {name}")

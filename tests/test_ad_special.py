@@ -22,7 +22,7 @@ import pytest
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
-from jax_oracle import ir  # noqa: E402
+from jax_oracle import ir, together  # noqa: E402
 
 from jaxprtool import backend  # noqa: E402
 from jaxprtool.ad.api import grad_jaxpr, jvp_jaxpr, vjp_jaxpr  # noqa: E402
@@ -100,15 +100,15 @@ def test_fft_jvp_and_vjp_match_jax(case, bits):
         t = _like(x, 1)
         o = jax.eval_shape(f, x)
         w = _like(np.zeros(o.shape, o.dtype), 2)
-        # the oracle, jitted: one compilation for the three
-        out, tout, (ct,) = jax.jit(lambda x, t, w: (*jax.jvp(f, (x,), (t,)), jax.vjp(f, x)[1](w)))(
-            x, t, w
+        # the oracle and the tool's two programs in one compilation
+        (out, tout, (ct,)), got, got_vjp = together(
+            (lambda x, t, w: (*jax.jvp(f, (x,), (t,)), jax.vjp(f, x)[1](w)), (x, t, w)),
+            (jvp_jaxpr(j), [x, t]),
+            (vjp_jaxpr(j), [x, w]),
         )
-        got = backend.evaluate(jvp_jaxpr(j), [x, t])
         _close(got[0], out, bits, "primal")
         _close(got[1], tout, bits, "tangent")
-        got = backend.evaluate(vjp_jaxpr(j), [x, w])
-        _close(got[1], ct, bits, "cotangent")
+        _close(got_vjp[1], ct, bits, "cotangent")
 
 
 @pytest.mark.parametrize("case,bits", _fft_params())
@@ -122,11 +122,14 @@ def test_fft_linearize_transpose(case, bits):
         assert not info.residuals  # a linear function needs no residual
         lt = transpose_jaxpr(linear, [True])
         v = _like(x, 3)
-        (lv,) = backend.evaluate(linear, [v])
-        w = _like(lv, 4)
-        f_v, (want,) = jax.jit(lambda v, w: (f(v), jax.linear_transpose(f, x)(w)))(v, w)
+        o = jax.eval_shape(f, x)
+        w = _like(np.zeros(o.shape, o.dtype), 4)
+        (f_v, (want,)), (lv,), (ltw,) = together(
+            (lambda v, w: (f(v), jax.linear_transpose(f, x)(w)), (v, w)),
+            (linear, [v]),
+            (lt, [w]),
+        )
         _close(lv, f_v, bits, "L v")
-        (ltw,) = backend.evaluate(lt, [w])
         _close(ltw, want, bits, "L^T w")
         lhs = np.real(np.sum(np.asarray(w, np.complex128) * np.asarray(lv, np.complex128)))
         rhs = np.real(np.sum(np.asarray(ltw, np.complex128) * np.asarray(v, np.complex128)))
@@ -157,11 +160,13 @@ def test_fft_grad_and_second_order(case):
         j = ir(loss, x)
         g = grad_jaxpr(j)
         t = _like(x, 5)
-        want_g, want = jax.jit(lambda x, t: jax.jvp(jax.grad(loss), (x,), (t,)))(x, t)
-        (got,) = backend.evaluate(g, [x])
+        (want_g, want), (got,), got2 = together(
+            (lambda x, t: jax.jvp(jax.grad(loss), (x,), (t,)), (x, t)),
+            (g, [x]),
+            (jvp_jaxpr(g), [x, t]),
+        )
         _close(got, want_g, 64, "grad")
-        got = backend.evaluate(jvp_jaxpr(g), [x, t])
-        _close(got[1], want, 64, "second order")
+        _close(got2[1], want, 64, "second order")
 
 
 @pytest.mark.parametrize("case", FFT_CASES, ids=[c[0] for c in FFT_CASES])
@@ -171,8 +176,8 @@ def test_fft_vmap_matches_jax(case):
     j = ir(f, x)
     xs = np.stack([x, _like(x, 6), _like(x, 7)], axis=len(shape) - 1)  # batch axis inside
     b = vmap_jaxpr(j, in_axes=len(shape) - 1, out_axes=0, axis_size=3)
-    (got,) = backend.evaluate(b, [xs])
-    _close(got, jax.jit(jax.vmap(f, in_axes=len(shape) - 1))(xs), 32)
+    ((got,), want) = together((b, [xs]), (jax.vmap(f, in_axes=len(shape) - 1), [xs]))
+    _close(got, want, 32)
 
 
 def test_irfft_transpose_regression():
@@ -253,28 +258,34 @@ def test_special_first_and_second_order(case, bits):
         xs = [_draw(s, (2, 3), bits, _seed(name) + 11 * k) for k, s in enumerate(specs)]
         j = ir(f, *xs)
         ts = [_like(x, 20 + k) for k, x in enumerate(xs)]
-        out, tout = jax.jvp(f, tuple(xs), tuple(ts))
-        got = backend.evaluate(jvp_jaxpr(j), xs + ts)
+        o = jax.eval_shape(f, *xs)
+        w = _like(np.zeros(o.shape, o.dtype), 30)
+        argnums = list(second)
+        tp = [ts[i] for i in argnums]
+
+        def oracle(xs, ts, w):
+            def g(*a):  # second order: in the arguments JAX differentiates twice
+                _, pb = jax.vjp(lambda *p: f(*_merge(xs, argnums, p)), *a)
+                return pb(w)
+
+            tp = [ts[i] for i in argnums]
+            want2 = jax.jvp(g, tuple(xs[i] for i in argnums), tuple(tp))[1]
+            return (*jax.jvp(f, tuple(xs), tuple(ts)), jax.vjp(f, *xs)[1](w), want2)
+
+        # the oracle and the tool's three programs in one compilation; second order: the JVP
+        # of the VJP program in the arguments JAX differentiates twice
+        vj = vjp_jaxpr(j, argnums)
+        (out, tout, want, want2), got, got_vjp, got2 = together(
+            (oracle, (xs, ts, w)),
+            (jvp_jaxpr(j), xs + ts),
+            (vjp_jaxpr(j), xs + [w]),
+            (jvp_jaxpr(vj, argnums), xs + [w] + tp),
+        )
         tol = 64 if bits == 64 else 32
         _close(got[0], out, tol, "primal")
         _close(got[1], tout, tol, "tangent")
-        w = _like(out, 30)
-        want = jax.vjp(f, *xs)[1](w)
-        got = backend.evaluate(vjp_jaxpr(j), xs + [w])
-        for k, (a, b) in enumerate(zip(got[1:], want)):
+        for k, (a, b) in enumerate(zip(got_vjp[1:], want)):
             _close(a, b, tol, f"cotangent {k}")
-        # second order: the JVP of the VJP program in the arguments JAX differentiates twice
-        argnums = list(second)
-        vj = vjp_jaxpr(j, argnums)
-
-        def g(*a):
-            _, pb = jax.vjp(lambda *p: f(*_merge(xs, argnums, p)), *a)
-            return pb(w)
-
-        tp = [ts[i] for i in argnums]
-        _, want2 = jax.jvp(g, tuple(xs[i] for i in argnums), tuple(tp))
-        jj = jvp_jaxpr(vj, argnums)
-        got2 = backend.evaluate(jj, xs + [w] + tp)
         n = len(vj.outvars)
         for k, (a, b) in enumerate(zip(got2[n + 1 :], want2)):
             _close(a, b, tol, f"second-order tangent {k}")
@@ -369,10 +380,29 @@ def test_integer_valued_primitives_differentiate_like_jax(case):
     q = _rand((5,), "r", 32, _seed(name))
     j = ir(f, s, q)
     ts = [_like(s, 1), _like(q, 2)]
-    outs, touts = jax.jit(lambda s, q, ts: jax.jvp(f, (s, q), tuple(ts)))(s, q, ts)
+    shapes = jax.eval_shape(f, s, q)
+    shapes = list(shapes) if isinstance(shapes, tuple) else [shapes]
+    cts = [
+        _like(np.zeros(o.shape, o.dtype), 40 + k)
+        for k, o in enumerate(shapes)
+        if is_inexact(j.outvars[k].type)
+    ]
+    full_cts = []
+    it = iter(cts)
+    for o, v in zip(shapes, j.outvars):
+        full_cts.append(next(it) if is_inexact(v.type) else np.zeros(o.shape, jax.dtypes.float0))
+    full_cts = tuple(full_cts) if len(shapes) > 1 else full_cts[0]
+    # the oracle and the tool's two programs in one compilation
+    (outs, touts, want), got, got_vjp = together(
+        (
+            lambda s, q, ts: (*jax.jvp(f, (s, q), tuple(ts)), jax.vjp(f, s, q)[1](full_cts)),
+            (s, q, ts),
+        ),
+        (jvp_jaxpr(j), [s, q, *ts]),
+        (vjp_jaxpr(j), [s, q, *cts]),
+    )
     outs = list(outs) if isinstance(outs, tuple) else [outs]
     touts = list(touts) if isinstance(touts, tuple) else [touts]
-    got = backend.evaluate(jvp_jaxpr(j), [s, q, *ts])
     float_t = [t for o, t in zip(j.outvars, touts) if is_inexact(o.type)]
     assert len(got) == len(outs) + len(float_t)  # integer outputs get no tangent (float0)
     for a, b in zip(got, outs):
@@ -380,18 +410,7 @@ def test_integer_valued_primitives_differentiate_like_jax(case):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=2e-7)
     for a, b in zip(got[len(outs) :], float_t):
         _close(a, b, 32)
-    cts = [
-        _like(np.asarray(o), 40 + k) for k, o in enumerate(outs) if is_inexact(j.outvars[k].type)
-    ]
-    full_cts = []
-    it = iter(cts)
-    for o, v in zip(outs, j.outvars):
-        full_cts.append(next(it) if is_inexact(v.type) else np.zeros(o.shape, jax.dtypes.float0))
-    want = jax.jit(lambda s, q, c: jax.vjp(f, s, q)[1](c))(
-        s, q, tuple(full_cts) if len(outs) > 1 else full_cts[0]
-    )
-    got = backend.evaluate(vjp_jaxpr(j), [s, q, *cts])
-    for a, b in zip(got[len(outs) :], want):
+    for a, b in zip(got_vjp[len(outs) :], want):
         _close(a, b, 32)
 
 
@@ -443,20 +462,24 @@ def _first_and_second_order(f, shape, bits, name):
         x = np.random.default_rng(_seed(name)).permutation(grid).reshape(shape).astype(dtype)
         j = ir(f, x)
         t, w = _like(x, 1), _like(x, 2)
-        # the oracle, jitted: one compilation for first and second order
-        out, tout, (want,), (_, want2) = jax.jit(
-            lambda x, t, w: (
-                *jax.jvp(f, (x,), (t,)),
-                jax.vjp(f, x)[1](w),
-                jax.jvp(lambda p: jax.vjp(f, p)[1](w)[0], (x,), (t,)),
-            )
-        )(x, t, w)
-        got = backend.evaluate(jvp_jaxpr(j), [x, t])
+        # the oracle and the tool's three programs: one compilation for first and second order
+        vj = vjp_jaxpr(j)
+        (out, tout, (want,), (_, want2)), got, got_vjp, got2 = together(
+            (
+                lambda x, t, w: (
+                    *jax.jvp(f, (x,), (t,)),
+                    jax.vjp(f, x)[1](w),
+                    jax.jvp(lambda p: jax.vjp(f, p)[1](w)[0], (x,), (t,)),
+                ),
+                (x, t, w),
+            ),
+            (jvp_jaxpr(j), [x, t]),
+            (vj, [x, w]),
+            (jvp_jaxpr(vj, [0]), [x, w, t]),
+        )
         _close(got[0], out, bits, "primal")
         _close(got[1], tout, bits, "tangent")
-        vj = vjp_jaxpr(j)
-        _close(backend.evaluate(vj, [x, w])[1], want, bits, "cotangent")
-        got2 = backend.evaluate(jvp_jaxpr(vj, [0]), [x, w, t])
+        _close(got_vjp[1], want, bits, "cotangent")
         _close(got2[len(vj.outvars) + 1], want2, bits, "second order")
 
 

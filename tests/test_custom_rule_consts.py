@@ -138,7 +138,7 @@ def test_grad_and_vjp_equal_jax(traced):
     grad = derive(folder, "grad", prog)
     assert len(_constvars(grad)) == 6
     (got,) = run_with_consts(folder, grad, [X], consts)
-    close(got, jax.grad(mod.both)(X))
+    close(got, jax.jit(jax.grad(mod.both))(X))
     prog, consts = progs["vector"]
     y, pullback = jax.vjp(mod.vector, X)
     got_y, got_ct = run_with_consts(folder, derive(folder, "vjp", prog), [X, CT], consts)
@@ -163,7 +163,7 @@ def test_rules_inside_bodies(traced, fn):
     progs, mod, folder = traced
     prog, consts = progs[fn]
     (got,) = run_with_consts(folder, derive(folder, "grad", prog), [X], consts)
-    close(got, jax.grad(getattr(mod, fn))(X))
+    close(got, jax.jit(jax.grad(getattr(mod, fn)))(X))
 
 
 def test_explain_and_check_grad_take_the_archive(traced):
@@ -193,4 +193,4 @@ def test_vmap_keeps_the_calls_with_their_constants_as_operands(traced):
     assert out.read_text().count("jaxprtool_rule_consts=") == 2
     xs = np.random.RandomState(0).randn(4, 2).astype(np.float32)
     (got,) = run_with_consts(folder, out, [xs], consts)
-    close(got, jax.vmap(mod.both)(xs))
+    close(got, jax.jit(jax.vmap(mod.both))(xs))

@@ -252,7 +252,7 @@ def test_library_rule_gives_jax_gradient_exactly_from_plain_text(name):
     assert r.exit_code == 0, r.output
     assert "warning" not in r.stderr, r.stderr
     (got,) = run_text(r.stdout, KINKS)
-    expected = np.asarray(jax.grad(loss)(KINKS))
+    expected = np.asarray(jax.jit(jax.grad(loss))(KINKS))
     np.testing.assert_allclose(got, expected, rtol=2e-6, atol=1e-7)
     tool_eqns = len(parse(r.stdout).jaxpr.eqns)
     jax_eqns = len(jax.make_jaxpr(jax.grad(loss))(KINKS).eqns)
@@ -276,7 +276,7 @@ def test_softmax_rule_gives_jax_gradient_on_any_axis(axis, masked):
     jax.config.update("jax_softmax_custom_jvp", True)
     try:
         text = plain(loss, x)
-        expected = np.asarray(jax.grad(loss)(x))
+        expected = np.asarray(jax.jit(jax.grad(loss))(x))
         jax_eqns = len(jax.make_jaxpr(jax.grad(loss))(x).eqns)
     finally:
         jax.config.update("jax_softmax_custom_jvp", before)
@@ -318,7 +318,7 @@ def test_relu_network_has_at_most_jax_grad_equations():
     r = tool("grad", "-", text=plain(loss, w, x))
     assert r.exit_code == 0 and "warning" not in r.stderr, r.output
     (got,) = run_text(r.stdout, w, x)
-    np.testing.assert_allclose(got, jax.grad(loss)(w, x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got, jax.jit(jax.grad(loss))(w, x), rtol=1e-5, atol=1e-6)
     assert len(parse(r.stdout).jaxpr.eqns) <= len(jax.make_jaxpr(jax.grad(loss))(w, x).eqns)
 
 
@@ -352,7 +352,7 @@ def test_grad_of_traced_custom_vjp_equals_jax(rules, fn, types, argnums, make_ar
     assert r.exit_code == 0, r.output
     assert "warning" not in r.stderr, r.stderr
     got = run_text(r.stdout, *args)
-    expected = jax.grad(getattr(mod, fn), argnums=argnums)(*args)
+    expected = jax.jit(jax.grad(getattr(mod, fn), argnums=argnums))(*args)
     for g, e in zip(got, expected):
         np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-7)
 
@@ -362,7 +362,7 @@ def test_clipping_is_kept_exactly(rules):
     r = tool("grad", "-", text=trace("clipped", "f32[5]"))
     (got,) = run_text(r.stdout, X)
     np.testing.assert_array_equal(got, np.ones(5))  # jax.grad: the clipped 2.0 -> 1.0
-    np.testing.assert_array_equal(np.asarray(jax.grad(mod.clipped)(X)), np.ones(5))
+    np.testing.assert_array_equal(np.asarray(jax.jit(jax.grad(mod.clipped))(X)), np.ones(5))
 
 
 def test_linearize_then_transpose_through_files_equals_jax_vjp(rules):
@@ -376,8 +376,8 @@ def test_linearize_then_transpose_through_files_equals_jax_vjp(rules):
     ct = np.float32(1.5)
     # the combined form's transpose takes the primals and the output cotangent
     outs = run_text(vjp.stdout, X, Y, ct)
-    _, pullback = jax.vjp(mod.with_residuals, X, Y)
-    for g, e in zip(outs[-2:], pullback(ct)):
+    pulled = jax.jit(lambda x, y, c: jax.vjp(mod.with_residuals, x, y)[1](c))(X, Y, ct)
+    for g, e in zip(outs[-2:], pulled):
         np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-6)
 
 
@@ -392,7 +392,7 @@ def test_linearized_custom_vjp_runs_and_its_linear_program_transposes_alone(rule
     assert lin.exit_code == 0, lin.output
     tx, ty = Y * 0.5 - 0.25, X * 0.25 + 0.5
     got = run_text(lin.stdout, X, Y, tx, ty)
-    jx, jy = jax.jacrev(mod.with_residuals, argnums=(0, 1))(X, Y)
+    jx, jy = jax.jit(jax.jacrev(mod.with_residuals, argnums=(0, 1)))(X, Y)
     np.testing.assert_allclose(got[0], mod.with_residuals(X, Y), rtol=1e-6)
     np.testing.assert_allclose(got[1], jx @ tx + jy @ ty, rtol=1e-5, atol=1e-5)
     from jaxprtool.ad.api import linearize_jaxpr, transpose_jaxpr
@@ -409,7 +409,8 @@ def test_linearized_custom_vjp_runs_and_its_linear_program_transposes_alone(rule
     ct = np.float32(1.5)
     gx, gy = backend.evaluate(lt, [*res, ct])
     assert abs(float(lin_out * ct) - float(gx @ tx + gy @ ty)) <= 1e-4 * max(1.0, abs(lin_out))
-    for g, e in zip((gx, gy), jax.vjp(mod.with_residuals, X, Y)[1](ct)):
+    pulled = jax.jit(lambda x, y, c: jax.vjp(mod.with_residuals, x, y)[1](c))(X, Y, ct)
+    for g, e in zip((gx, gy), pulled):
         np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-6)
 
 
@@ -421,7 +422,9 @@ def test_linearized_custom_vjp_with_a_looping_bwd_runs_by_rows(rules):
     assert lin.exit_code == 0, lin.output
     got = run_text(lin.stdout, X, Y)
     np.testing.assert_allclose(got[0], mod.with_loop(X), rtol=1e-6)
-    np.testing.assert_allclose(got[1], jax.jacrev(mod.with_loop)(X) @ Y, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        got[1], jax.jit(jax.jacrev(mod.with_loop))(X) @ Y, rtol=1e-5, atol=1e-5
+    )
 
 
 def test_jvp_of_traced_custom_jvp_with_symbolic_zeros_equals_jax(rules):
@@ -432,12 +435,12 @@ def test_jvp_of_traced_custom_jvp_with_symbolic_zeros_equals_jax(rules):
     assert r.exit_code == 0, r.output
     tx, ty = Y * 0.5, X * 0.25
     got = run_text(r.stdout, X, Y, tx, ty)
-    out, tout = jax.jvp(mod.symbolic, (X, Y), (tx, ty))
+    out, tout = jax.jit(lambda p, t: jax.jvp(mod.symbolic, p, t))((X, Y), (tx, ty))
     np.testing.assert_allclose(got[0], out, rtol=1e-6)
     np.testing.assert_allclose(got[1], tout, rtol=1e-6)
     g = tool("grad", "--argnums", "0,1", "-", text=text)
     got = run_text(g.stdout, X, Y)
-    for a, e in zip(got, jax.grad(mod.symbolic, argnums=(0, 1))(X, Y)):
+    for a, e in zip(got, jax.jit(jax.grad(mod.symbolic, argnums=(0, 1)))(X, Y)):
         np.testing.assert_allclose(a, e, rtol=1e-6, atol=1e-7)
 
 
@@ -457,7 +460,7 @@ def test_run_and_passes_keep_the_traced_rules(rules):
     assert opt.exit_code == 0 and "jaxprtool_bwd=" in opt.stdout
     g = tool("grad", "--argnums", "0,1", "-", text=opt.stdout)
     got = run_text(g.stdout, X, Y)
-    for a, e in zip(got, jax.grad(mod.with_residuals, argnums=(0, 1))(X, Y)):
+    for a, e in zip(got, jax.jit(jax.grad(mod.with_residuals, argnums=(0, 1)))(X, Y)):
         np.testing.assert_allclose(a, e, rtol=1e-6, atol=1e-7)
 
 

@@ -137,7 +137,7 @@ def test_vmap_frexp_like_jax(in_axes):
     xs = np.stack([X, -T]) if in_axes == 0 else np.stack([X, -T], 1)
     for name in ("frexp", "arith"):
         f, _ = FUNCS[name]
-        want = jax.vmap(f, in_axes=in_axes)(xs)
+        want = jax.jit(jax.vmap(f, in_axes=in_axes))(xs)
         batched = vmap_jaxpr(_ir(name), in_axes=(in_axes,), axis_size=2)
         assert not errors(check(batched))
         text = print_jaxpr(batched, detect_style(batched))
@@ -152,7 +152,7 @@ def test_vmap_frexp_like_jax(in_axes):
 def test_vmap_ldexp_like_jax(in_axes):
     x = np.stack([X, T]) if in_axes[0] == 0 else X
     n = {None: N, 0: np.stack([N, -N]), 1: np.stack([N, -N], 1)}[in_axes[1]]
-    want = jax.vmap(jnp.ldexp, in_axes=in_axes)(x, n)
+    want = jax.jit(jax.vmap(jnp.ldexp, in_axes=in_axes))(x, n)
     batched = vmap_jaxpr(_ir("ldexp"), in_axes=in_axes, axis_size=2)
     assert not errors(check(batched))
     np.testing.assert_array_equal(backend.evaluate(batched, [x, n])[0], want)

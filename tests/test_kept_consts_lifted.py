@@ -159,7 +159,7 @@ def test_grad_through_custom_vmap_equals_jax(traced):
     with pytest.raises(ValueError, match="Linearization failed"):
         jax.grad(mod.vmapped_loss)(X)
     (got,) = run_with_consts(folder, derive(folder, "grad", prog), [X], consts)
-    close(got, jax.grad(mod.vmapped_loss_plain)(X))
+    close(got, jax.jit(jax.grad(mod.vmapped_loss_plain))(X))
 
 
 def test_grad_through_a_linear_solve_whose_matvec_keeps_constants(traced):
@@ -171,7 +171,7 @@ def test_grad_through_a_linear_solve_whose_matvec_keeps_constants(traced):
     kinds = [e.prim for _, e in nested_with_consts(number_constants(j).program)]
     assert "custom_linear_solve" in kinds and not nested_with_consts(for_ad(j))
     (got,) = run_with_consts(folder, derive(folder, "grad", prog), [X], consts)
-    close(got, jax.grad(mod.solved_loss)(X))
+    close(got, jax.jit(jax.grad(mod.solved_loss))(X))
 
 
 def test_vjp_and_the_dot_product_test(traced):

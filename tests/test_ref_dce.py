@@ -16,7 +16,7 @@ import pytest
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 from jax._src.interpreters import partial_eval as pe  # noqa: E402
-from jax_oracle import close, ir, run  # noqa: E402
+from jax_oracle import close, ir, run, together  # noqa: E402
 
 from jaxprtool import backend  # noqa: E402
 from jaxprtool.ad.api import grad_jaxpr, jvp_jaxpr, vjp_jaxpr  # noqa: E402
@@ -158,7 +158,8 @@ W = np.float32(-1.3)  # its transpose's cotangent
 
 @functools.cache
 def reverse_oracle(f):
-    """JAX's grad and vjp of f (values in one compiled call) and their equation counts."""
+    """JAX's grad and vjp of f (a function of x and the cotangent, run in one compilation
+    with the tool's programs) and their equation counts."""
 
     def values(x, ct):
         out, pullback = jax.vjp(f, x)
@@ -168,13 +169,14 @@ def reverse_oracle(f):
         "grad": _count(ir(jax.grad(f), X)),
         "vjp": _count(ir(lambda x, c: jax.vjp(f, x)[1](c), X, CT)),
     }
-    return jax.jit(values)(X, CT), counts
+    return values, counts
 
 
 @functools.cache
 def linear_oracle(f):
-    """JAX's linear map of f at V and its transpose at W (one compiled call), and the
-    equation counts of the linear function and of jax.linear_transpose's."""
+    """JAX's linear map of f at v and its transpose at w (a function of x, v, w, run in one
+    compilation with the tool's programs), and the equation counts of the linear function
+    and of jax.linear_transpose's."""
 
     def values(x, v, w):
         _, lin = jax.linearize(f, x)
@@ -185,18 +187,18 @@ def linear_oracle(f):
         "linear": _count(ir(jlin, V)),
         "transpose": _count(ir(jax.linear_transpose(jlin, X), W)),
     }
-    return jax.jit(values)(X, V, W), counts
+    return values, counts
 
 
 @pytest.mark.parametrize("f", _cases(REVERSE))
 def test_grad_and_vjp_drop_dead_ref_writes_as_jax_does(f):
-    (grad, out, x_ct), counts = reverse_oracle(f)
+    values, counts = reverse_oracle(f)
     j = ir(f, X)
     g = grad_jaxpr(j, (0,))
-    close(backend.evaluate(g, [X])[0], grad)
-    assert _count(g) <= counts["grad"]
     v = vjp_jaxpr(j, (0,))
-    got = backend.evaluate(v, [X, CT])
+    (grad, out, x_ct), got_g, got = together((values, (X, CT)), (g, [X]), (v, [X, CT]))
+    close(got_g[0], grad)
+    assert _count(g) <= counts["grad"]
     close(got[0], out)
     close(got[1], x_ct)
     assert _count(v) <= counts["vjp"]
@@ -220,14 +222,15 @@ LINEARIZE = [f for f in REVERSE if f is not shard_map_dead]
 def test_linearize_and_transpose_drop_dead_ref_writes_as_jax_does(f):
     """The linear program: JAX's values and no more equations than JAX's linear function;
     its transpose no more than jax.linear_transpose's, and <w, L v> = <L^T w, v>."""
-    (jl_v, jlt_w), counts = linear_oracle(f)
+    values, counts = linear_oracle(f)
     primal, linear, info = linearize_jaxpr(ir(f, X))
     res = _residuals(primal, info, [X])
-    lv = backend.evaluate(linear, res + [V])[0]
+    lt = transpose_jaxpr(linear, [False] * len(res) + [True])
+    (jl_v, jlt_w), (lv, *_), (ltw, *_) = together(
+        (values, (X, V, W)), (linear, res + [V]), (lt, res + [W])
+    )
     close(lv, jl_v)
     assert _count(linear) <= counts["linear"]
-    lt = transpose_jaxpr(linear, [False] * len(res) + [True])
-    ltw = backend.evaluate(lt, res + [W])[0]
     close(ltw, jlt_w)
     assert _count(lt) <= counts["transpose"]
     lhs, rhs = float(W * lv), float(np.sum(ltw * V))
@@ -244,7 +247,8 @@ def test_the_dce_pass_prunes_dead_ref_writes_as_jax_s_dce(f):
     """As many equations as JAX's `pe.dce_jaxpr` leaves, and the program's values."""
     j = ir(f, X)
     d = dce(j)
-    close(backend.evaluate(d, [X])[0], jax.jit(f)(X))
+    (got, *_), want = together((d, [X]), (f, [X]))
+    close(got, want)
     closed = jax.make_jaxpr(f)(X).jaxpr
     theirs, _ = pe.dce_jaxpr(closed, [True] * len(closed.outvars))
     assert _count(d) == _count(parse(str(theirs), "<jax>").jaxpr)
@@ -256,8 +260,8 @@ def test_jvp_of_a_loop_writing_a_dead_ref_drops_it():
     j = ir(while_dead, X)
     t = np.array([0.2, 0.1, -0.4, 0.6], np.float32)
     jj = jvp_jaxpr(j)
-    got = backend.evaluate(jj, [X, t])
-    for a, b in zip(got, jax.jvp(while_dead, (X,), (t,))):
+    got, want = together((jj, [X, t]), (lambda x, t: jax.jvp(while_dead, (x,), (t,)), [X, t]))
+    for a, b in zip(got, want):
         close(a, b)
     assert _ref_eqns(jj) == 0
     assert _count(jj) <= _count(ir(lambda x, t: jax.jvp(while_dead, (x,), (t,)), X, t))

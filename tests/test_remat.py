@@ -85,7 +85,7 @@ def plain_grads(resmlp_ir):
 @pytest.fixture(scope="module")
 def jax_grads():
     """JAX's gradient of resmlp, which every plan's gradient must give."""
-    return jax.grad(resmlp, argnums=(0, 1, 2))(*ARGS)
+    return jax.jit(jax.grad(resmlp, argnums=(0, 1, 2)))(*ARGS)  # one compilation
 
 
 @pytest.mark.parametrize("policy", sorted(POLICIES))

@@ -112,7 +112,7 @@ def _backward_calls(g):
 
 @pytest.fixture(scope="module")
 def unrolled_jax_grads():
-    return jax.grad(unrolled(), argnums=tuple(range(len(UNROLLED_ARGS))))(*UNROLLED_ARGS)
+    return jax.jit(jax.grad(unrolled(), argnums=tuple(range(len(UNROLLED_ARGS)))))(*UNROLLED_ARGS)
 
 
 @pytest.mark.parametrize("text", SPECS)
@@ -213,7 +213,7 @@ def test_sqrt_segments_without_layers():
     n = len(seg.of)
     if "sqrt" in seg.kind:
         assert abs(len(seg.starts) - round(math.sqrt(n))) <= 1
-    close(backend.evaluate(g, [x])[0], jax.grad(f)(x), 1e-5)
+    close(backend.evaluate(g, [x])[0], jax.jit(jax.grad(f))(x), 1e-5)
 
 
 @pytest.mark.parametrize("text", SPECS)
@@ -223,7 +223,7 @@ def test_scan_body_per_iteration(text):
     forward part holds what JAX's scan(checkpoint(body, policy)) holds."""
     f = scanned()
     g, plans = _grad(f, SCAN_ARGS, text)
-    want = jax.grad(f, argnums=tuple(range(len(SCAN_ARGS))))(*SCAN_ARGS)
+    want = jax.jit(jax.grad(f, argnums=tuple(range(len(SCAN_ARGS)))))(*SCAN_ARGS)
     for a, b in zip(backend.evaluate(g, list(SCAN_ARGS)), want):
         close(a, b, 1e-5)
     scans = [e for e in g.eqns if e.prim == "scan"]
@@ -330,7 +330,7 @@ def test_bodies_as_segments_against_jax(program):
     f, args = PROGRAMS[program]
     j = ir(f, *args)
     argnums = list(range(len(args)))
-    want = jax.grad(f, argnums=tuple(argnums))(*args)
+    want = jax.jit(jax.grad(f, argnums=tuple(argnums)))(*args)
     for text in ("nothing_saveable", "dots_saveable", "min-cut", "0.8"):
         try:
             g = grad_jaxpr(j, argnums, remat=_spec(text))

@@ -13,7 +13,7 @@ import pytest
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
-from jax_oracle import close, ir, run  # noqa: E402
+from jax_oracle import close, ir, run, together  # noqa: E402
 
 from jaxprtool import backend  # noqa: E402
 from jaxprtool.ad.api import jvp_jaxpr  # noqa: E402
@@ -50,8 +50,9 @@ W = np.array([1.5, -1.0, 0.5, 2.0], np.float32)
 def test_jvp_through_refs_is_jax_s(f, args, tangents):
     j = ir(f, *args)
     jj = jvp_jaxpr(j)
-    got = backend.evaluate(jj, args + tangents)
-    out, tout = jax.jit(lambda a, t: jax.jvp(f, a, t))(tuple(args), tuple(tangents))
+    got, (out, tout) = together(  # one compilation
+        (jj, args + tangents), (lambda a, t: jax.jvp(f, a, t), (tuple(args), tuple(tangents)))
+    )
     close(got[0], out)
     close(got[1], tout)
     theirs = ir(lambda a, t: jax.jvp(f, a, t), args, tangents)
@@ -90,17 +91,22 @@ def test_grad_and_vjp_through_refs_are_jax_s(name, f, args):
     argnums = _float_argnums(args)
     j = ir(f, *args)
     g = grad_jaxpr(j, argnums)
-    want = jax.jit(jax.grad(f, argnums=argnums))(*args)
-    for a, b in zip(backend.evaluate(g, args), want):
+    ct = np.float32(0.7)
+    n = len(argnums)
+    # JAX's and the tool's two programs: one compilation
+    got_g, want, got, (out, cts) = together(
+        (g, args),
+        (jax.grad(f, argnums=argnums), args),
+        (vjp_jaxpr(j, argnums), args + [ct]),
+        (
+            lambda a, c: (lambda o, pull: (o, pull(c)))(*jax.vjp(lambda *d: f(*d, *args[n:]), *a)),
+            (args[:n], ct),
+        ),
+    )
+    for a, b in zip(got_g, want):
         close(a, b)
     theirs = jax.make_jaxpr(jax.grad(f, argnums=argnums))(*args).jaxpr
     assert len(list(all_eqns(g))) <= len(theirs.eqns)
-    ct = np.float32(0.7)
-    got = backend.evaluate(vjp_jaxpr(j, argnums), args + [ct])
-    n = len(argnums)
-    out, cts = jax.jit(
-        lambda a, c: (lambda o, pull: (o, pull(c)))(*jax.vjp(lambda *d: f(*d, *args[n:]), *a))
-    )(args[:n], ct)
     close(got[0], out)
     for a, b in zip(got[1:], cts):
         close(a, b)
@@ -135,16 +141,19 @@ def test_reverse_mode_through_refs_on_the_command_line(tmp_path):
     src.write_text(str(jax.make_jaxpr(indexed)(X)) + "\n")
     g = run(["grad", str(src)])
     assert g.exit_code == 0, g.output
-    (got,) = backend.evaluate(parse(g.stdout, "<grad>").jaxpr, [X])
-    close(got, jax.grad(indexed)(X))
     lin = run(["linearize", str(src)])
     assert lin.exit_code == 0, lin.output
     t = run(["transpose", "-"], stdin=lin.stdout)
     assert t.exit_code == 0, t.output
     # the transposed combined form: (primal inputs, output cotangent) -> (output, cotangents)
-    got = backend.evaluate(parse(t.stdout, "<t>").jaxpr, [X, np.float32(0.5)])
-    close(got[0], indexed(X))
-    close(got[-1], 0.5 * jax.grad(indexed)(X))
+    (got_g,), got, (value, grad) = together(  # one compilation
+        (parse(g.stdout, "<grad>").jaxpr, [X]),
+        (parse(t.stdout, "<t>").jaxpr, [X, np.float32(0.5)]),
+        (jax.value_and_grad(indexed), [X]),
+    )
+    close(got_g, grad)
+    close(got[0], value)
+    close(got[-1], 0.5 * grad)
 
 
 def through_jit(x):
@@ -257,8 +266,8 @@ def test_refs_untouched_by_the_derivative_still_linearize():
 
     r = run(["grad", "-"], stdin=str(jax.make_jaxpr(f)(X, W)))
     assert r.exit_code == 0, r.output
-    (got,) = backend.evaluate(parse(r.stdout, "<grad>").jaxpr, [X, W])
-    close(got, jax.grad(f)(X, W))
+    (got,), want = together((parse(r.stdout, "<grad>").jaxpr, [X, W]), (jax.grad(f), [X, W]))
+    close(got, want)
 
 
 @pytest.mark.parametrize(
@@ -349,9 +358,12 @@ def test_grad_of_ref_programs_with_split_input_file_and_verify_each(tmp_path):
     assert r.exit_code == 0, r.output
     parts = r.stdout.split("# -----")
     assert len(parts) == 2
+    calls = []  # the two programs and JAX's gradients: one compilation
     for text, f in zip(parts, (indexed, through_scan)):
-        (got,) = backend.evaluate(parse(text.strip() + "\n", "<part>").jaxpr, [X])
-        close(got, jax.grad(f)(X))
+        calls += [(parse(text.strip() + "\n", "<part>").jaxpr, [X]), (jax.grad(f), [X])]
+    outs = together(*calls)
+    for (got,), want in zip(outs[::2], outs[1::2]):
+        close(got, want)
 
 
 @pytest.mark.parametrize("f", [indexed, through_scan], ids=["indexed", "scan"])

@@ -175,7 +175,7 @@ def _batched(f, args, in_axes):
 
 
 def _outputs(f, args, in_axes):
-    want = jax.vmap(f, in_axes=in_axes)(*args)
+    want = jax.jit(jax.vmap(f, in_axes=in_axes))(*args)
     return list(want) if isinstance(want, tuple) else [want]
 
 
@@ -341,4 +341,4 @@ def test_vmap_of_a_gradient_through_a_ref_at_batched_indices_is_jax_s():
     r = run(["grad", "-"], stdin=str(jax.make_jaxpr(f)(xs[0], 1)))
     assert r.exit_code == 0, r.output
     j = vmap_jaxpr(parse(r.stdout, "<grad>").jaxpr, [0, 0], [0], B)
-    close(backend.evaluate(j, [xs, i])[0], jax.vmap(jax.grad(f))(xs, i))
+    close(backend.evaluate(j, [xs, i])[0], jax.jit(jax.vmap(jax.grad(f)))(xs, i))

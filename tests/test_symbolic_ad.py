@@ -379,7 +379,7 @@ def test_jax_symbolic_rfft_transpose_masks_every_length_as_odd():
     for n, agrees in ((5, True), (6, False)):
         x = np.random.RandomState(n).randn(n).astype(np.float32)
         (got,) = run_at(jaxs, x, consts=consts, sizes={"b": n})
-        assert np.allclose(got, jax.grad(f)(x), rtol=1e-4, atol=1e-5) == agrees, n
+        assert np.allclose(got, jax.jit(jax.grad(f))(x), rtol=1e-4, atol=1e-5) == agrees, n
 
 
 #: the unmarked representatives of the Jacobians of a symbolic size
@@ -422,7 +422,7 @@ def test_jacfwd_command_of_symbolic_size(tmp_path):
     jac = api.parse(r.stdout, "<jacfwd>")
     assert [str(v.type) for v in jac.jaxpr.outvars] == ["f32[b,3,b,3]"]
     x, _ = inputs()
-    close(run_at(jac, x), [jax.jacfwd(jnp.sin)(x)])
+    close(run_at(jac, x), [jax.jit(jax.jacfwd(jnp.sin))(x)])
 
 
 def test_symbolic_batch_size_is_no_python_string_in_arithmetic():
@@ -499,7 +499,7 @@ def test_byte_weighted_remat_at_the_given_sizes(tmp_path, option):
     g = api.parse(r.stdout, "<grad>")
     assert "remat2" in r.stdout and "f32[b,b]" in r.stdout
     x, _ = inputs()
-    close(run_at(g, x), [jax.grad(_remat_loss)(x)])
+    close(run_at(g, x), [jax.jit(jax.grad(_remat_loss))(x)])
 
 
 def test_policy_remat_runs_as_jax(tmp_path):
@@ -509,7 +509,7 @@ def test_policy_remat_runs_as_jax(tmp_path):
     r, _ = _cli(tmp_path, ["grad", "--remat", "dots_saveable"], loss)
     assert r.exit_code == 0, r.output
     x, _ = inputs()
-    close(run_at(api.parse(r.stdout, "<grad>"), x), [jax.grad(loss)(x)])
+    close(run_at(api.parse(r.stdout, "<grad>"), x), [jax.jit(jax.grad(loss))(x)])
 
 
 @pytest.mark.parametrize("name", ["mean_all", "max_pool_same"])
@@ -537,6 +537,6 @@ def test_check_grad_and_explain_take_the_symbolic_sizes(tmp_path):
     r = CliRunner().invoke(main, ["explain", str(src), "--args", str(tmp_path / "in.npz")])
     assert r.exit_code == 0 and "result: all checks pass" in r.output, r.output
     (g,) = api.run(api.grad(api.parse(src.read_text())), x)
-    np.testing.assert_allclose(g, jax.grad(f)(x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(g, jax.jit(jax.grad(f))(x), rtol=1e-5, atol=1e-6)
     r = CliRunner().invoke(main, ["check-grad", str(src)])
     assert r.exit_code == 2 and "pass --dim b=N" in r.output, r.output

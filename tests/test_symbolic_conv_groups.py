@@ -105,7 +105,7 @@ def test_vmap_matches_jax(name):
     assert _out_types(got.jaxpr) == _out_types(want.jaxpr)
     assert _counts(got) == _counts(want)
     args = _arrays(shapes(SIZE))
-    close(run_at(got, *args, sizes={"b": SIZE}), [jax.vmap(_grouped(SIZE), axes)(*args)])
+    close(run_at(got, *args, sizes={"b": SIZE}), [jax.jit(jax.vmap(_grouped(SIZE), axes))(*args)])
 
 
 def test_both_operands_over_a_symbolic_size_make_a_symbolic_count():
@@ -123,7 +123,7 @@ def test_both_operands_over_a_symbolic_size_make_a_symbolic_count():
     assert _out_types(got.jaxpr) == _out_types(want.jaxpr)
     assert _counts(got) == _counts(want) == ["9*b"]
     args = _arrays([(3 * SIZE, *s) for s in shapes])
-    close(run_at(got, *args, sizes={"b": SIZE}), [jax.vmap(_grouped(3))(*args)])
+    close(run_at(got, *args, sizes={"b": SIZE}), [jax.jit(jax.vmap(_grouped(3)))(*args)])
 
 
 def _vjp(f):
@@ -195,5 +195,5 @@ def test_jacfwd_with_a_square_size_matches_jax():
     types = lambda p: {str(v.type) for e in all_eqns(p.jaxpr) for v in e.outputs}  # noqa: E731
     assert {"f32[3,6*b^2,1,2]", "f32[1,18*b^2,3]"} <= types(got) <= types(want)
     (w,) = _arrays([(3 * SIZE, 1, 2)])
-    close(run_at(got, w, sizes={"b": SIZE}), [jax.jacfwd(f)(w)])
-    close(run_at(want, w, sizes={"b": SIZE}), [jax.jacfwd(f)(w)])
+    close(run_at(got, w, sizes={"b": SIZE}), [jax.jit(jax.jacfwd(f))(w)])
+    close(run_at(want, w, sizes={"b": SIZE}), [jax.jit(jax.jacfwd(f))(w)])

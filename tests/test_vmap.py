@@ -15,7 +15,7 @@ import pytest
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
-from jax_oracle import ir, run  # noqa: E402
+from jax_oracle import ir, run, together  # noqa: E402
 
 from jaxprtool import backend  # noqa: E402
 from jaxprtool.ad import batching  # noqa: E402
@@ -86,7 +86,6 @@ def check_cases(cases, seed=0, tol=2e-4, counts=None):
             items.append((label, f, axes, args, vj))
     prog = merge([it[4] for it in items])
     flat = [a for it in items for a in it[3]]
-    got = backend.evaluate(prog, flat)
 
     def reference(*xs):
         outs, k = [], 0
@@ -96,7 +95,7 @@ def check_cases(cases, seed=0, tol=2e-4, counts=None):
             outs.extend(jax.tree_util.tree_leaves(jax.vmap(f, in_axes=tuple(axes))(*part)))
         return outs
 
-    ref = jax.jit(reference)(*flat)
+    got, ref = together((prog, flat), (reference, flat))  # one compilation for both
     assert len(got) == len(ref)
     k = 0
     for label, f, axes, args, vj in items:
@@ -872,6 +871,7 @@ def test_collectives_over_the_vmap_axis(in_axis):
     """`vmap --axis-name i` of a program printed with the axis 'i' in its environment is
     `jax.vmap(f, axis_name='i')`: same values, no more equations than JAX's."""
     rng = np.random.default_rng(1)
+    calls = []  # the tool's program and JAX's for every case, run in one compilation
     for label, f, shape in _NAMED:
         x0 = rng.normal(size=shape).astype(np.float32)
         j = parse(str(jax.make_jaxpr(f, axis_env=[("i", N_I)])(x0)), "<jax>").jaxpr
@@ -884,13 +884,13 @@ def test_collectives_over_the_vmap_axis(in_axis):
             # which prepends the per-example shape twice (its TODO); the oracle is the same
             # value given to every example
             xb = np.broadcast_to(x0, (N_I, *shape))
-            ref, theirs = jax.jit(jax.vmap(f, axis_name="i"))(xb), None
+            calls += [(vj, [xs]), (jax.vmap(f, axis_name="i"), [xb])]
         else:
-            ref, theirs = jax.jit(g)(xs), _jax_eqns(g, xs)
-        (got,) = backend.evaluate(vj, [xs])
+            calls += [(vj, [xs]), (g, [xs])]
+            assert len(list(all_eqns(vj))) <= _jax_eqns(g, xs), (label, print_jaxpr(vj))
+    outs = together(*calls)
+    for (label, _, _), (got,), ref in zip(_NAMED, outs[::2], outs[1::2], strict=True):
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5, err_msg=label)
-        if theirs is not None:
-            assert len(list(all_eqns(vj))) <= theirs, (label, print_jaxpr(vj))
 
 
 def _wl(x):
@@ -927,6 +927,7 @@ def test_collectives_over_other_axes_and_inside_bodies():
     """vmap over 'j' keeps the collectives over 'i' (their positions shifted), which a second
     vmap over 'i' then batches: jax.vmap(jax.vmap(f, axis_name='j'), axis_name='i')."""
     rng = np.random.default_rng(2)
+    calls = []  # the tool's program and JAX's for every case, run in one compilation
     for label, f, shape in _TWO_AXES:
         x0 = np.ones(shape, np.float32)
         text = str(jax.make_jaxpr(f, axis_env=[("i", N_I), ("j", N_J)])(x0))
@@ -934,10 +935,12 @@ def test_collectives_over_other_axes_and_inside_bodies():
         vj = vmap_jaxpr(inner, 0, 0, N_I, axis_name="i")
         xs = rng.normal(size=(N_I, N_J, *shape)).astype(np.float32)
         g = jax.vmap(jax.vmap(f, axis_name="j"), axis_name="i")
-        got = backend.evaluate(vj, [xs])
-        for a, r in zip(got, jax.tree_util.tree_leaves(jax.jit(g)(xs)), strict=True):
-            np.testing.assert_allclose(a, r, rtol=1e-5, atol=1e-5, err_msg=label)
+        calls += [(vj, [xs]), (g, [xs])]
         assert len(list(all_eqns(vj))) <= _jax_eqns(g, xs), (label, print_jaxpr(vj))
+    outs = together(*calls)
+    for (label, _, _), got, ref in zip(_TWO_AXES, outs[::2], outs[1::2], strict=True):
+        for a, r in zip(got, jax.tree_util.tree_leaves(ref), strict=True):
+            np.testing.assert_allclose(a, r, rtol=1e-5, atol=1e-5, err_msg=label)
 
 
 _LINEAR_NAMED = [
@@ -947,9 +950,9 @@ _LINEAR_NAMED = [
 ]
 
 
-def _jitted_vjp(f):
-    """x, ct -> the cotangent of f's input (jax.vjp, jitted: one compilation)."""
-    return jax.jit(lambda x, ct: jax.vjp(f, x)[1](ct))
+def _vjp_of(f):
+    """x, ct -> the cotangent of f's input (jax.vjp)."""
+    return lambda x, ct: jax.vjp(f, x)[1](ct)
 
 
 def test_batched_collectives_transpose_as_jax_s_vjp():
@@ -958,17 +961,21 @@ def test_batched_collectives_transpose_as_jax_s_vjp():
     from jaxprtool.ad.api import transpose_jaxpr
 
     rng = np.random.default_rng(3)
-    for label, f, shape in _LINEAR_NAMED:
+    calls, inputs = [], []  # every case's three programs run in one compilation
+    for _, f, shape in _LINEAR_NAMED:
         x0 = np.ones(shape, np.float32)
         j = parse(str(jax.make_jaxpr(f, axis_env=[("i", N_I)])(x0)), "<jax>").jaxpr
         vj = vmap_jaxpr(j, 0, 0, N_I, axis_name="i")
         xs = rng.normal(size=(N_I, *shape)).astype(np.float32)
-        (lv,) = backend.evaluate(vj, [xs])
-        w = rng.normal(size=lv.shape).astype(np.float32)
-        (ltw,) = backend.evaluate(transpose_jaxpr(vj, [True]), [w])
+        g = jax.vmap(f, axis_name="i")
+        w = rng.normal(size=jax.eval_shape(g, xs).shape).astype(np.float32)
+        calls += [(vj, [xs]), (transpose_jaxpr(vj, [True]), [w]), (_vjp_of(g), [xs, w])]
+        inputs.append((xs, w))
+    outs = together(*calls)
+    for (label, _, _), (xs, w), k in zip(_LINEAR_NAMED, inputs, range(0, len(outs), 3)):
+        (lv,), (ltw,), (ref,) = outs[k : k + 3]
         lhs, rhs = float(np.sum(w * lv)), float(np.sum(ltw * xs))
         assert abs(lhs - rhs) <= 1e-4 * max(1.0, abs(lhs)), label
-        (ref,) = _jitted_vjp(jax.vmap(f, axis_name="i"))(xs, w)
         np.testing.assert_allclose(ltw, ref, rtol=1e-5, atol=1e-5, err_msg=label)
 
 
@@ -1151,10 +1158,8 @@ def test_per_example_gradients(model):
         ["grad", "--argnums", argnums],
         ["vmap", "--in-axes", axes, "--axis-size", str(n)],
     )
-    got = backend.evaluate(j, [*params, x, y])
-    ref = jax.vmap(jax.grad(f, argnums=tuple(range(np_))), in_axes=(None,) * np_ + (0, 0))(
-        *params, x, y
-    )
+    oracle = jax.vmap(jax.grad(f, argnums=tuple(range(np_))), in_axes=(None,) * np_ + (0, 0))
+    got, ref = together((j, [*params, x, y]), (oracle, [*params, x, y]))
     _close(got, ref)
 
 
@@ -1170,25 +1175,36 @@ def test_vmap_then_grad_and_vjp():
         ["vjp", "--argnums", "0,1,2"],
     )
     ct = rng.normal(size=(4,)).astype(np.float32)
-    got = backend.evaluate(j, [*params, x, y, ct])
-    batched = lambda *w: jax.vmap(_mlp_loss, in_axes=(None, None, None, 0, 0))(*w, x, y)  # noqa: E731
-    out, pull = jax.vjp(batched, *params)
-    _close(got, [out, *pull(ct)])
+
+    def vjp_oracle(params, x, y, ct):
+        batched = lambda *w: jax.vmap(_mlp_loss, in_axes=(None, None, None, 0, 0))(*w, x, y)  # noqa: E731
+        out, pull = jax.vjp(batched, *params)
+        return [out, *pull(ct)]
 
     def f(w, x):
         return jnp.sum(w * w), jnp.sin(w) * x
 
+    def grad_oracle(w0, xs):
+        (v, aux), g = jax.value_and_grad(
+            lambda w: jax.vmap(f, in_axes=(None, 0), out_axes=(None, 0))(w, xs), has_aux=True
+        )(w0)
+        return [v, aux, g]
+
     w0, xs = rng.normal(size=3).astype(np.float32), rng.normal(size=(4, 3)).astype(np.float32)
-    j = _pipe(
+    j2 = _pipe(
         _text(f, w0, xs[0]),
         ["vmap", "--in-axes", "None,0", "--out-axes", "None,0", "--axis-size", "4"],
         ["grad", "--has-aux", "--with-value"],
     )
-    got = backend.evaluate(j, [w0, xs])
-    (v, aux), g = jax.value_and_grad(
-        lambda w: jax.vmap(f, in_axes=(None, 0), out_axes=(None, 0))(w, xs), has_aux=True
-    )(w0)
-    _close(got, [v, aux, g])
+    # the two programs and their oracles in one compilation
+    got, want, got2, want2 = together(
+        (j, [*params, x, y, ct]),
+        (vjp_oracle, [params, x, y, ct]),
+        (j2, [w0, xs]),
+        (grad_oracle, [w0, xs]),
+    )
+    _close(got, want)
+    _close(got2, want2)
 
 
 def test_vmap_of_vmap_and_jvp_block_and_linearize_transpose():
@@ -1205,25 +1221,40 @@ def test_vmap_of_vmap_and_jvp_block_and_linearize_transpose():
         rng.normal(size=(4, 2, 3)).astype(np.float32),
         rng.normal(size=(4, 2, 3)).astype(np.float32),
     )
-    _close(backend.evaluate(j, [xs, ys]), jax.vmap(jax.vmap(f), in_axes=1)(xs, ys))
     # jvp | vmap: a block of Jacobian columns (tangents batched, primals shared)
-    j = _pipe(text, ["jvp"], ["vmap", "--in-axes", "None,None,0,0", "--axis-size", "5"])
+    jb = _pipe(text, ["jvp"], ["vmap", "--in-axes", "None,None,0,0", "--axis-size", "5"])
     tx, ty = rng.normal(size=(5, 3)).astype(np.float32), rng.normal(size=(5, 3)).astype(np.float32)
-    ref = jax.vmap(lambda a, b: jax.jvp(f, (x, y), (a, b)), in_axes=(0, 0))(tx, ty)
-    _close(backend.evaluate(j, [x, y, tx, ty]), ref)
+
+    def block_oracle(x, y, tx, ty):
+        return jax.vmap(lambda a, b: jax.jvp(f, (x, y), (a, b)), in_axes=(0, 0))(tx, ty)
+
     # vmap of linearize's output, then transpose: many cotangents pulled back at once
-    j = _pipe(
+    jt = _pipe(
         text,
         ["linearize"],
         ["vmap", "--in-axes", "None,None,0,0", "--axis-size", "5"],
         ["transpose"],
     )
     c1, c2 = rng.normal(size=(5, 3)).astype(np.float32), rng.normal(size=(5,)).astype(np.float32)
-    out, pull = jax.vjp(f, x, y)
-    ref = [np.broadcast_to(o, (5, *np.shape(o))) for o in out] + list(
-        jax.vmap(lambda a, b: pull((a, b)))(c1, c2)
+
+    def pulled_oracle(x, y, c1, c2):
+        out, pull = jax.vjp(f, x, y)
+        return [jnp.broadcast_to(o, (5, *np.shape(o))) for o in out] + list(
+            jax.vmap(lambda a, b: pull((a, b)))(c1, c2)
+        )
+
+    # the three programs and their oracles in one compilation
+    got, want, got_b, want_b, got_t, want_t = together(
+        (j, [xs, ys]),
+        (jax.vmap(jax.vmap(f), in_axes=1), [xs, ys]),
+        (jb, [x, y, tx, ty]),
+        (block_oracle, [x, y, tx, ty]),
+        (jt, [x, y, c1, c2]),
+        (pulled_oracle, [x, y, c1, c2]),
     )
-    _close(backend.evaluate(j, [x, y, c1, c2]), ref)
+    _close(got, want)
+    _close(got_b, want_b)
+    _close(got_t, want_t)
 
 
 #: each command on reordered argnums in the default run, on the others in `make test-full`
