@@ -194,9 +194,9 @@ def test_fmt_in_place_leaves_an_edit_saved_while_it_ran(tmp_path, monkeypatch):
     f.write_text(SIN_WIDE)
     formatted = text_cmds._formatted
 
-    def edit_while_formatting(part, width):
+    def edit_while_formatting(*args):
         f.write_text(SIN_WIDE + "# the user's edit\n")
-        return formatted(part, width)
+        return formatted(*args)
 
     monkeypatch.setattr(text_cmds, "_formatted", edit_while_formatting)
     r = tool("fmt", "-i", f)
