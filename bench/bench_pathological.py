@@ -89,7 +89,30 @@ def main() -> int:
                     flush=True,
                 )
     print(f"{bad} run(s) without exit 0 or a located error")
+    if not a.only:
+        bad += type_errors_linear(a.timeout)
     return 1 if bad else 0
+
+
+def type_errors_linear(timeout: float) -> int:
+    """`check` of 5k and 20k ill-typed equations (every one reported, each with its source
+    excerpt, which once took quadratic time): the CPU time of 4x the errors, at most 6x
+    (+0.5 s); the best of three runs of each.  Returns 1 when missed."""
+    from fuzzgen import chain
+
+    cpu = {}
+    with tempfile.TemporaryDirectory() as d:
+        for n in (5000, 20000):
+            path = os.path.join(d, f"e{n}.jaxpr")
+            Path(path).write_text(chain(n, bad_every=1))
+            cpu[n] = min(run_one("check", path, timeout)[2] for _ in range(3))
+    met = cpu[20000] < 6 * cpu[5000] + 0.5
+    print(
+        f"type errors: check of 5k {cpu[5000]:.2f} CPU s, of 20k {cpu[20000]:.2f} CPU s: "
+        f"{cpu[20000] / max(cpu[5000], 1e-9):.2f}x for 4x the errors (<= 6x + 0.5 s: "
+        f"{'met' if met else 'MISSED'})"
+    )
+    return 0 if met else 1
 
 
 if __name__ == "__main__":

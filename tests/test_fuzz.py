@@ -23,7 +23,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 
 import pytest
 from click.testing import CliRunner
@@ -209,11 +208,8 @@ def test_pathological_input(cls, tmp_path):
     path = tmp_path / "p.jaxpr"
     path.write_bytes(data)
     for cmd in (["check"], ["fmt"], ["dce"]):
-        t0 = time.process_time()
-        r = invoke([*cmd, str(path)])
-        dt = time.process_time() - t0
+        r = invoke([*cmd, str(path)])  # (its time and memory: bench/bench_pathological.py)
         assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
-        assert dt < 30, (cls, cmd, dt)
         want = EXPECT[cls]
         if want == "ok" or (want.startswith("check: ") and cmd == ["fmt"]):
             assert r.exit_code == 0, (cls, cmd, r.stderr[:500])
@@ -273,32 +269,16 @@ def test_deep_chain_of_shared_jaxprs_is_refused_where_it_gets_too_deep():
     assert invoke(["check", "-"], deep_shared(MAX_NESTING - 1)).exit_code == 0
 
 
-def _check_cpu_time(path, n: int) -> float:
-    """CPU time of one `check` of PATH, whose N errors must all be reported."""
-    t0 = time.process_time()
+def test_many_type_errors_are_all_reported(tmp_path):
+    """20k ill-typed equations: every error reported, each with its location.  That the time
+    stays linear in the count (the excerpt under each message once took quadratic time) is
+    measured by `make bench` (bench/bench_pathological.py's type-error rows and their
+    ratio), never here: no test depends on timing."""
+    path = tmp_path / "e.jaxpr"
+    path.write_text(chain(20_000, bad_every=1))
     r = invoke(["check", str(path)])
-    spent = time.process_time() - t0
     assert r.exit_code == 1
-    assert len(LOCATED.findall(r.stderr)) == n
-    return spent
-
-
-def test_many_type_errors_are_reported_in_linear_time(tmp_path):
-    """20k ill-typed equations: every error reported, time linear in the count (the
-    excerpt under each message once took quadratic time).  CPU time, which a loaded
-    machine disturbs less than wall time; `make bench` reports the wall time.  A small
-    text first pays for importing the compiled parser; where one run of each size misses
-    the bound, the best of two runs is taken (as before, when every size ran twice)."""
-    paths = {}
-    for n in (50, 5000, 20000):
-        paths[n] = tmp_path / f"e{n}.jaxpr"
-        paths[n].write_text(chain(n, bad_every=1))
-    _check_cpu_time(paths[50], 50)
-    times = {n: _check_cpu_time(paths[n], n) for n in (5000, 20000)}
-    if not (times[20000] < 6 * times[5000] + 0.5 and times[20000] < 15):
-        times = {n: min(times[n], _check_cpu_time(paths[n], n)) for n in (5000, 20000)}
-    assert times[20000] < 6 * times[5000] + 0.5, times
-    assert times[20000] < 15, times
+    assert len(LOCATED.findall(r.stderr)) == 20_000
 
 
 # ---------------------------------------------------------------- recursive shared jaxprs

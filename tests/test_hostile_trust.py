@@ -176,7 +176,7 @@ def test_a_hostile_gitignore_line_costs_linear_time(tmp_path):
     for cmd in (["check"], ["fmt", "--check"]):
         r = tool(*cmd, tmp_path)
         assert r.exit_code == 0, r.output
-    assert time.process_time() - t0 < 2
+    assert time.process_time() - t0 < 10  # (a runaway guard: the exponential match took minutes)
 
 
 GIT_PATTERNS = [
