@@ -33,7 +33,6 @@ from ..ad.registry import (
     RULE_CONSTS_PARAM,
     MissingCustomRule,
     custom_jvps,
-    custom_rule_fallbacks,
     custom_vjps,
     deflinear2,
     find_library_jvp,
@@ -743,7 +742,7 @@ deflinear2("name", _name_transpose)
 #    body both match;
 # 4. the body's derivative, by policy (`--custom-rules`): custom_vjp is an error by default,
 #    custom_jvp gets one warning per function; `body` allows both, `strict` refuses both.
-#    Every replacement is noted (`registry.custom_rule_fallbacks`) for the output's comment
+#    Every replacement is noted (`Invocation.fallbacks`, the builder's) for the output's comment
 #    lines and for check-grad.
 # Forward mode of a custom_vjp function is refused in JAX's words, as JAX refuses it.
 # Linearized (`linearization`), a custom VJP's forward runs in the primal program and a
@@ -784,7 +783,7 @@ def _how_to_proceed(kind: str) -> str:
         "function with `jaxprtool trace MODULE:FUNCTION` so that the rule travels with the "
         "program"
     )
-    if custom_rule_fallbacks().policy == "body":
+    if B.invocation().fallbacks.policy == "body":
         return ways
     return ways + ", or pass --custom-rules body to differentiate the body on purpose"
 
@@ -801,7 +800,7 @@ def _fall_back_to_body(kind: str, params, primals, tangents, rule_text: str, ref
         )
     note = f"{what}: custom rule replaced by the derivative of its body"
     observe.note(note)
-    if custom_rule_fallbacks().note(note):
+    if B.invocation().fallbacks.note(note):
         from ..io import warn
 
         warn(
@@ -905,7 +904,7 @@ def _custom_jvp_jvp(primals, tangents, **params):
             return outs, [Zero(tangent_type(o.type)) for o in outs]
         nonzero = [None if is_zero(t) else t for t in tangents[n:]]
         return outs, library.tangent(list(primals[n:]), nonzero, outs, body)
-    refuse = custom_rule_fallbacks().policy == "strict"
+    refuse = B.invocation().fallbacks.policy == "strict"
     return _fall_back_to_body("custom_jvp", params, primals, tangents, f"jvp={jvp_name}", refuse)
 
 
@@ -949,7 +948,7 @@ def _custom_vjp_rule(params):
 def _custom_vjp_jvp(primals, tangents, **params):
     """Forward mode: JAX refuses it; `--custom-rules body` differentiates the body."""
     fwd_name, bwd_name, fwd, _, plugin = _custom_vjp_rule(params)
-    policy = custom_rule_fallbacks().policy
+    policy = B.invocation().fallbacks.policy
     if fwd is not None or plugin is not None:
         if policy == "body":
             return _fall_back_to_body(
@@ -967,7 +966,7 @@ def _custom_vjp_linearize(primals, tangents, **params):
     fwd_name, bwd_name, fwd, bwd, plugin = _custom_vjp_rule(params)
     if fwd is None and plugin is None:
         rule_text = f"fwd={fwd_name} bwd={bwd_name}"
-        refuse = custom_rule_fallbacks().policy != "body"
+        refuse = B.invocation().fallbacks.policy != "body"
         return _fall_back_to_body("custom_vjp", params, primals, tangents, rule_text, refuse)
     if all(is_zero(t) for t in tangents):
         outs = rebind_primal("custom_vjp_call", list(primals), params)
