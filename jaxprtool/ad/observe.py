@@ -112,6 +112,10 @@ class StepCounter(Observer):
 
 @contextlib.contextmanager
 def observing(observer):
+    """`observer` (an `Observer`: the walks call its methods without asking whether it has
+    them) watches the walks of the block."""
+    if not isinstance(observer, Observer):
+        raise TypeError(f"an AD observer derives from observe.Observer, not {type(observer)!r}")
     token = _OBSERVER.set(observer)
     try:
         yield observer
@@ -150,9 +154,7 @@ def _noting(obs, eqn, kind: str | None):
         yield
     finally:
         _NOTES.reset(token)
-        fn = getattr(obs, "step_notes", None)
-        if fn is not None:
-            fn(eqn, kind, notes)
+        obs.step_notes(eqn, kind, notes)
 
 
 def note(text: str) -> None:
@@ -181,11 +183,10 @@ def observed() -> bool:
 
 
 def notify(hook: str, *args) -> None:
-    """Call `hook(*args)` on the observer, if there is one here and it has that method."""
+    """Call the `Observer` method `hook(*args)` on the observer, if there is one here."""
     obs = _OBSERVER.get()
-    fn = getattr(obs, hook, None) if obs is not None else None
-    if fn is not None:
-        fn(*args)
+    if obs is not None:
+        getattr(obs, hook)(*args)
 
 
 class Emitted:
