@@ -41,57 +41,83 @@ class Invocation:
 
     `remat`: the rematerialization request (`remat.Spec`) or None; `plans`: the list the
     plans made for it go to (nested bodies first); `fallbacks`: the custom-rule policy and
-    the notes of the custom rules replaced by their body's derivative."""
+    the notes of the custom rules replaced by their body's derivative; `observer`: the
+    `observe.Observer` of the next outermost walk (None while one runs: `observe.take`);
+    `step_notes`: the notes of the observed step whose rule is running (None: no observed
+    step); `nested`: a walk nested in an observed step's rule is running."""
 
-    def __init__(self, remat=None, plans: list | None = None, fallbacks=None):
+    def __init__(self, remat=None, plans: list | None = None, fallbacks=None, observer=None):
         self.remat = remat
         self.plans = plans
         self.fallbacks = fallbacks if fallbacks is not None else CustomRuleFallbacks()
+        self.observer = observer
+        self.step_notes: list[str] | None = None
+        self.nested = False
 
     def with_remat(self, remat, plans) -> Invocation:
-        """This invocation with another rematerialization request (the same policy and
-        notes): a linearization given its own request, inside or outside another."""
+        """This invocation with another rematerialization request (the same policy,
+        observer and notes): a linearization given its own request, inside or outside
+        another."""
         if remat is self.remat and plans is self.plans:
             return self
-        return Invocation(remat, plans, self.fallbacks)
+        inv = Invocation(remat, plans, self.fallbacks, self.observer)
+        inv.step_notes, inv.nested = self.step_notes, self.nested
+        return inv
 
 
-# The policy a command's or an API call's walks start with (`Builder` reads it when no
-# builder runs: `entry_invocation`).  (why a value cannot carry it: the AD commands reach the
-# transformations through the pass pipeline (`passes.registry`), whose steps take no
-# invocation yet; the rules themselves read the builder's `Invocation`.)  A context
-# variable, not a global: two threads' API calls never see each other's policy.
-_FALLBACKS: contextvars.ContextVar[CustomRuleFallbacks | None] = contextvars.ContextVar(
-    "jaxprtool_custom_rule_fallbacks", default=None
+# The invocation a command or an API call starts its walks with: its custom-rule policy
+# and its observer (`entry_invocation` copies it for a walk started outside any other; the
+# rules then read the builder's).  (why a value cannot carry it: the AD commands reach the
+# transformations through the pass pipeline (`passes.registry`) and the explain and
+# check-grad drivers, whose steps take no invocation parameter yet; threading one through
+# every transformation's entry point is issue 47's next step.)  A context variable, not a
+# global: two threads' API calls never see each other's policy or observer.
+_ENTRY: contextvars.ContextVar[Invocation | None] = contextvars.ContextVar(
+    "jaxprtool_ad_entry", default=None
 )
 
 
+def _entry() -> Invocation:
+    entry = _ENTRY.get()
+    if entry is None:  # a thread that set none: the default policy, its notes its own
+        entry = Invocation()
+        _ENTRY.set(entry)
+    return entry
+
+
 def custom_rule_fallbacks() -> CustomRuleFallbacks:
-    """The policy a walk started here gets, and its notes (a thread that set none: the
-    default policy, its notes its own)."""
-    current_ = _FALLBACKS.get()
-    if current_ is None:
-        current_ = CustomRuleFallbacks()
-        _FALLBACKS.set(current_)
-    return current_
+    """The policy a walk started here gets, and its notes."""
+    return _entry().fallbacks
 
 
 def set_custom_rule_policy(policy: str) -> None:
     """`--custom-rules`: the policy for the rest of this context (a command), notes empty."""
-    _FALLBACKS.set(CustomRuleFallbacks(policy))
+    _ENTRY.set(Invocation(fallbacks=CustomRuleFallbacks(policy), observer=_entry().observer))
 
 
 @contextlib.contextmanager
 def custom_rule_policy(policy: str) -> Iterator[CustomRuleFallbacks]:
     """`policy` for the block (an API call), notes empty; the one before restored after."""
-    token = _FALLBACKS.set(CustomRuleFallbacks(policy))
+    fallbacks = CustomRuleFallbacks(policy)
+    token = _ENTRY.set(Invocation(fallbacks=fallbacks, observer=_entry().observer))
     try:
-        yield _FALLBACKS.get()
+        yield fallbacks
     finally:
-        _FALLBACKS.reset(token)
+        _ENTRY.reset(token)
+
+
+@contextlib.contextmanager
+def entry_observer(observer) -> Iterator:
+    """`observer` watches the outermost walks started in the block (`observe.observing`)."""
+    token = _ENTRY.set(Invocation(fallbacks=_entry().fallbacks, observer=observer))
+    try:
+        yield observer
+    finally:
+        _ENTRY.reset(token)
 
 
 def entry_invocation(remat=None, plans: list | None = None) -> Invocation:
     """The invocation of a walk started outside any other: the request given, the policy
-    of this command or API call."""
-    return Invocation(remat, plans, custom_rule_fallbacks())
+    and observer of this command or API call."""
+    entry = _entry()
+    return Invocation(remat, plans, entry.fallbacks, entry.observer)
