@@ -69,7 +69,8 @@ ARGV_KEY = "jaxprtool.argv"
 
 #: set by `entry`: this process runs one command (not a library or test process).  A
 #: process-wide fact, not an invocation's: what asks it (`keep_until_exit`, the start-up row
-#: of --timing, the per-process settings of `get_command`) asks about the process
+#: of --timing, the per-process settings of `get_command`) asks about the process.
+#: (why a value cannot carry it: it is a fact about the process, not about one call)
 _STANDALONE = False
 
 

@@ -118,6 +118,11 @@ class _Ctx:
         self.warned: set = set()
 
 
+#: the batch axis being added.  (why a value cannot carry it: the batching rules read it
+#: (`axis_size`, `axis_name`) from inside rules whose signature is JAX's `(args, dims,
+#: **params)`, and AD rules' helper builders run inside batching rules and batching inside
+#: AD rules, so neither the `BatchBuilder` nor the `Invocation` it inherits is the one
+#: innermost context in every case; moving it onto the builder is issue 47's next step.)
 _CTX: contextvars.ContextVar[_Ctx | None] = contextvars.ContextVar(
     "jaxprtool_batch_ctx", default=None
 )
