@@ -324,6 +324,26 @@ def fresh_like(v: Var) -> Var:
     return Var(v.type, v.hint)
 
 
+def clone_eqn(e: Eqn, read, env: dict[int, Var]) -> Eqn:
+    """The one equation cloner: `e` with each Var operand read through `read(var)` and
+    fresh result Vars (the same types and hints), each recorded in `env` (id of `e`'s
+    result -> the copy's), after the operands are read."""
+    ins = [read(x) if isinstance(x, Var) else x for x in e.inputs]
+    outs = [Var(o.type, o.hint) for o in e.outputs]
+    env.update({id(o): n for o, n in zip(e.outputs, outs)})
+    return e.replace(inputs=ins, outputs=outs)
+
+
+def clone_eqns(eqns: Iterable[Eqn], mapping: dict[int, Var]) -> list[Eqn]:
+    """Copies of `eqns` with fresh binders: an operand in `mapping` (id -> Var) reads its
+    image, another its own Var; `mapping` gains each result's copy."""
+
+    def read(x):
+        return mapping.get(id(x), x)
+
+    return [clone_eqn(e, read, mapping) for e in eqns]
+
+
 def clone_jaxpr(j: Jaxpr) -> Jaxpr:
     """The same jaxpr with fresh top-level variables (to use it twice in one program)."""
     m: dict[int, Var] = {}
@@ -333,13 +353,8 @@ def clone_jaxpr(j: Jaxpr) -> Jaxpr:
         m[id(v)] = n
         return n
 
-    def sub(x):
-        return m.get(id(x), x) if isinstance(x, Var) else x
-
     cv = [fresh(v) for v in j.constvars]
     iv = [fresh(v) for v in j.invars]
-    eqns = []
-    for e in j.eqns:
-        ins = [sub(x) for x in e.inputs]
-        eqns.append(e.replace(inputs=ins, outputs=[fresh(o) for o in e.outputs]))
-    return j.replace(constvars=cv, invars=iv, eqns=eqns, outvars=[sub(x) for x in j.outvars])
+    eqns = clone_eqns(j.eqns, m)
+    outvars = [m.get(id(x), x) if isinstance(x, Var) else x for x in j.outvars]
+    return j.replace(constvars=cv, invars=iv, eqns=eqns, outvars=outvars)

@@ -579,16 +579,6 @@ def _policy_saveable(policy):
     return lambda e: False
 
 
-def _clone(eqns, mapping):
-    out = []
-    for e in eqns:
-        ins = [mapping.get(id(x), x) if isinstance(x, Var) else x for x in e.inputs]
-        outs = [B.fresh_like(o) for o in e.outputs]
-        mapping.update({id(o): n for o, n in zip(e.outputs, outs)})
-        out.append(e.replace(inputs=ins, outputs=outs))
-    return out
-
-
 def _remat_split(inner: Jaxpr, nz, saveable):
     """Linearize a remat body: primal body (outs + saved residuals) and a linear body that
     recomputes every non-saveable residual from the saved ones."""
@@ -625,7 +615,7 @@ def _remat_split(inner: Jaxpr, nz, saveable):
     tin = [B.fresh_like(t) for t in tan_in]
     mapping = {id(r): n for r, n in zip(saved, res_in)}
     mapping.update({id(t): n for t, n in zip(tan_in, tin)})
-    body = _clone(rec_eqns, mapping) + _clone(teqns, mapping)
+    body = B.clone_eqns(rec_eqns, mapping) + B.clone_eqns(teqns, mapping)
     lin = B.make_jaxpr(
         res_in + tin, body, [mapping.get(id(x), x) if isinstance(x, Var) else x for x in touts]
     )
