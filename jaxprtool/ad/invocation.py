@@ -44,13 +44,18 @@ class Invocation:
     the notes of the custom rules replaced by their body's derivative; `observer`: the
     `observe.Observer` of the next outermost walk (None while one runs: `observe.take`);
     `step_notes`: the notes of the observed step whose rule is running (None: no observed
-    step); `nested`: a walk nested in an observed step's rule is running."""
+    step); `nested`: a walk nested in an observed step's rule is running; `memo`: the
+    derivatives of call bodies made so far (`families.calls._memo`), shared by the
+    invocations copied from one command's or API call's entry and dropped with it."""
 
-    def __init__(self, remat=None, plans: list | None = None, fallbacks=None, observer=None):
+    def __init__(
+        self, remat=None, plans: list | None = None, fallbacks=None, observer=None, memo=None
+    ):
         self.remat = remat
         self.plans = plans
         self.fallbacks = fallbacks if fallbacks is not None else CustomRuleFallbacks()
         self.observer = observer
+        self.memo: dict = memo if memo is not None else {}
         self.step_notes: list[str] | None = None
         self.nested = False
 
@@ -60,7 +65,7 @@ class Invocation:
         another."""
         if remat is self.remat and plans is self.plans:
             return self
-        inv = Invocation(remat, plans, self.fallbacks, self.observer)
+        inv = Invocation(remat, plans, self.fallbacks, self.observer, self.memo)
         inv.step_notes, inv.nested = self.step_notes, self.nested
         return inv
 
@@ -109,7 +114,8 @@ def custom_rule_policy(policy: str) -> Iterator[CustomRuleFallbacks]:
 @contextlib.contextmanager
 def entry_observer(observer) -> Iterator:
     """`observer` watches the outermost walks started in the block (`observe.observing`)."""
-    token = _ENTRY.set(Invocation(fallbacks=_entry().fallbacks, observer=observer))
+    entry = _entry()
+    token = _ENTRY.set(Invocation(fallbacks=entry.fallbacks, observer=observer, memo=entry.memo))
     try:
         yield observer
     finally:
@@ -120,4 +126,4 @@ def entry_invocation(remat=None, plans: list | None = None) -> Invocation:
     """The invocation of a walk started outside any other: the request given, the policy
     and observer of this command or API call."""
     entry = _entry()
-    return Invocation(remat, plans, entry.fallbacks, entry.observer)
+    return Invocation(remat, plans, entry.fallbacks, entry.observer, entry.memo)

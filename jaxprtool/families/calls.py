@@ -130,18 +130,22 @@ def _forward_inputs(pj: Jaxpr, n: int, primals):
     return body, _residuals_from(src, primals)
 
 
-_MEMO: dict = {}
+#: the most derivatives an invocation's memo holds (a library user's thread that sets no
+#: policy keeps one entry invocation, and so one memo, for its life)
+_MEMO_LIMIT = 4096
 
 
 def _memo(kind, fn, inner: Jaxpr, nz):
     """One JVP/linearization per (body, nonzero pattern): a body called twice gets one derivative
     jaxpr object, which the printer shares (`let NAME = { lambda ... }`) as JAX does.  The
+    memo is the invocation's (`Invocation.memo`: one command's or API call's).  The
     rematerialization plans made for it are kept with it and given to each later
-    linearization's list that lacks them (another command's, or the same program's again),
+    linearization's list that lacks them (the same program's again, within the call),
     once: a body called twice in one program has one plan, as it has one derivative."""
-    remat, plans = B.remat_request()
+    inv = B.invocation()
+    remat, plans, memo = inv.remat, inv.plans, inv.memo
     key = (kind, id(inner), tuple(nz), remat)  # a remat request changes them
-    hit = _MEMO.get(key)
+    hit = memo.get(key)
     if hit is not None and hit[0] is inner and (plans is None or hit[2] is not None):
         _, res, made = hit
         if plans is not None:
@@ -149,7 +153,9 @@ def _memo(kind, fn, inner: Jaxpr, nz):
         return res
     before = len(plans) if plans is not None else 0
     res = fn(inner, nz, instantiate=False)
-    _MEMO[key] = (inner, res, None if plans is None else plans[before:])  # None: not kept
+    if len(memo) > _MEMO_LIMIT:
+        memo.clear()
+    memo[key] = (inner, res, None if plans is None else plans[before:])  # None: not kept
     return res
 
 
