@@ -301,7 +301,16 @@ class Options:
     context's `obj`, and read by the commands through `options_of`.  (A plain class: a
     dataclass would import `dataclasses` into the start-up of every command.)"""
 
-    __slots__ = ("debug", "jax_style", "plugins", "color", "diagnostics", "max_input", "timer")
+    __slots__ = (
+        "debug",
+        "jax_style",
+        "plugins",
+        "color",
+        "diagnostics",
+        "max_input",
+        "timer",
+        "invocation",
+    )
 
     def __init__(
         self,
@@ -322,6 +331,9 @@ class Options:
         self.max_input = max_input
         #: --timing's table of the running command (`commands.driver.Timer`; None: none)
         self.timer = None
+        #: the AD request of the running command (`ad.invocation.Invocation`), made by the
+        #: command from its --custom-rules (None: a command that transforms nothing)
+        self.invocation = None
 
 
 def options_of(ctx: click.Context | None = None) -> Options:

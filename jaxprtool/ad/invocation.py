@@ -95,20 +95,40 @@ def custom_rule_fallbacks() -> CustomRuleFallbacks:
     return _entry().fallbacks
 
 
+def for_call(custom_rules: str = "default") -> Invocation:
+    """The invocation of one command or API call, from its `--custom-rules` flag or its
+    `custom_rules=` argument (the observer of the context it starts in, if any)."""
+    return Invocation(fallbacks=CustomRuleFallbacks(custom_rules), observer=_entry().observer)
+
+
+def enter(invocation: Invocation) -> Invocation:
+    """`invocation` is the one the walks started in the rest of this context (a command)
+    get; returned."""
+    _ENTRY.set(invocation)
+    return invocation
+
+
+@contextlib.contextmanager
+def entered(invocation: Invocation) -> Iterator[Invocation]:
+    """`invocation` for the walks started in the block (an API call); the one before
+    restored after, so that one call never changes what the next one does."""
+    token = _ENTRY.set(invocation)
+    try:
+        yield invocation
+    finally:
+        _ENTRY.reset(token)
+
+
 def set_custom_rule_policy(policy: str) -> None:
-    """`--custom-rules`: the policy for the rest of this context (a command), notes empty."""
-    _ENTRY.set(Invocation(fallbacks=CustomRuleFallbacks(policy), observer=_entry().observer))
+    """`--custom-rules`: the policy for the rest of this context, notes empty."""
+    enter(for_call(policy))
 
 
 @contextlib.contextmanager
 def custom_rule_policy(policy: str) -> Iterator[CustomRuleFallbacks]:
-    """`policy` for the block (an API call), notes empty; the one before restored after."""
-    fallbacks = CustomRuleFallbacks(policy)
-    token = _ENTRY.set(Invocation(fallbacks=fallbacks, observer=_entry().observer))
-    try:
-        yield fallbacks
-    finally:
-        _ENTRY.reset(token)
+    """`policy` for the block, notes empty; the one before restored after."""
+    with entered(for_call(policy)) as inv:
+        yield inv.fallbacks
 
 
 @contextlib.contextmanager
