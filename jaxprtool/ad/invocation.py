@@ -46,7 +46,8 @@ class Invocation:
     `step_notes`: the notes of the observed step whose rule is running (None: no observed
     step); `nested`: a walk nested in an observed step's rule is running; `memo`: the
     derivatives of call bodies made so far (`families.calls._memo`), shared by the
-    invocations copied from one command's or API call's entry and dropped with it."""
+    invocations copied from one command's or API call's entry and dropped with it;
+    `batch`: the batch axis being added (`batching._Ctx`; None outside a vmap)."""
 
     def __init__(
         self, remat=None, plans: list | None = None, fallbacks=None, observer=None, memo=None
@@ -58,6 +59,7 @@ class Invocation:
         self.memo: dict = memo if memo is not None else {}
         self.step_notes: list[str] | None = None
         self.nested = False
+        self.batch = None
 
     def with_remat(self, remat, plans) -> Invocation:
         """This invocation with another rematerialization request (the same policy,
@@ -66,7 +68,7 @@ class Invocation:
         if remat is self.remat and plans is self.plans:
             return self
         inv = Invocation(remat, plans, self.fallbacks, self.observer, self.memo)
-        inv.step_notes, inv.nested = self.step_notes, self.nested
+        inv.step_notes, inv.nested, inv.batch = self.step_notes, self.nested, self.batch
         return inv
 
 
