@@ -164,6 +164,7 @@ def _one_program_process(command: str) -> None:
     if not runs and not numpy_loaded() and not blas_chosen:
         os.environ["OPENBLAS_NUM_THREADS"] = "1"
     if not runs:
+        # (why a value cannot carry it: how this process collects garbage, per process)
         core.FREEZE_AFTER_PAUSE = True
 
 
@@ -385,6 +386,9 @@ def _set_max_equations(ctx, param, value):
     from . import expansion
 
     if value is not None:
+        # (why a value cannot carry it: --max-equations is read by `expansion.refuse_large`,
+        # called by the reader's callers, the passes, the AD entry points, memory and the
+        # back end, none of which takes the command's options; an API call keeps the default)
         expansion.LIMIT = value
 
 
@@ -659,7 +663,10 @@ def main(
     param = next(p for p in ctx.command.params if p.name == "diagnostic_file")
     _set_output_file(ctx, param, diagnostic_file)
     _run_or_exit(ctx, check_environment)
+    # (why a value cannot carry it: as in `_set_max_equations`)
     expansion.LIMIT = max_equations or expansion.DEFAULT_LIMIT
+    # (why a value cannot carry it: the terminal's color is a fact of the process's output,
+    # read by every message writer; `Options.color` holds the command's choice)
     io.COLOR_MODE = ctx.obj.color
     if plugins:
         from .plugins import load_plugins

@@ -2,10 +2,11 @@
 package says why a value passed down cannot carry it, so that new ambient state cannot slip
 in silently.
 
-The convention: the line that makes a `contextvars.ContextVar(...)` or says `global NAME`,
-or the comment lines right above it, hold `(why a value cannot carry it: ...)`; a `global`
-line may instead say `(see `NAME`)`, and then NAME's module-level definition (or the
-comment lines above it) holds the reason.
+The convention: the line that makes a `contextvars.ContextVar(...)`, says `global NAME`,
+or sets another module's setting (`module.NAME = ...`, an upper-case NAME: what the command
+line sets and the library reads), or the comment lines right above it, hold `(why a value
+cannot carry it: ...)`; a `global` line may instead say `(see `NAME`)`, and then NAME's
+module-level definition (or the comment lines above it) holds the reason.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "jaxprtool"
 MARK = "why a value cannot carry it"
-AMBIENT = re.compile(r"ContextVar\(|^\s*global\s+(\w+)")
+AMBIENT = re.compile(r"ContextVar\(|^\s*global\s+(\w+)|^\s*[a-z_]+\.[A-Z][A-Z_]+\s*=[^=]")
 
 
 def _comment_block(lines: list[str], i: int) -> str:
@@ -71,6 +72,7 @@ def test_the_check_sees_the_package():
     sites = _ambient_sites()
     assert any("ad/builder.py" in s for s in sites)
     assert any("cli.py" in s for s in sites)
+    assert any("commands/explain_cmd.py" in s for s in sites)  # (a setting: io.COLOR_MODE)
 
 
 def test_an_unexplained_one_is_caught(tmp_path):
@@ -85,9 +87,12 @@ def test_an_unexplained_one_is_caught(tmp_path):
         "    Y = 1\n"
         "# (why a value cannot carry it: a test)\n"
         'Z = contextvars.ContextVar("z", default=None)\n'
+        "def g():\n"
+        "    io.COLOR_MODE = 'never'\n"
     )
     bad = _unexplained(f, tmp_path)
     assert [b.split(": ", 1)[1] for b in bad] == [
         'X = contextvars.ContextVar("x", default=None)',
         "global Y  # (see `Y`)",
+        "io.COLOR_MODE = 'never'",
     ]

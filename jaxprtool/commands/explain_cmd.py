@@ -118,7 +118,7 @@ def _explain(file, *, custom_rules, no_color, html_out, width, dims, **walk) -> 
     if no_color:
         from .. import io as _io
 
-        _io.COLOR_MODE = "never"
+        _io.COLOR_MODE = "never"  # (why a value cannot carry it: as cli's io.COLOR_MODE)
     if html_out:
         _write_html(data, path, html_out, width)
     else:
