@@ -246,10 +246,10 @@ def _ad_input(p: Program, custom_rules: str) -> Iterator[Jaxpr]:
     axes; errors located in `p`'s text; `custom_rules` in force for the block alone, so that
     one call never changes what another (the next, or another thread's) does."""
     from .ad.inputs import require_transformable
-    from .ad.registry import custom_rule_policy
+    from .ad.invocation import entered, for_call
     from .consts_order import for_ad
 
-    with _located(p), custom_rule_policy(custom_rules):
+    with _located(p), entered(for_call(custom_rules)):
         j = for_ad(p.jaxpr)
         require_transformable(j)
         yield j
@@ -643,7 +643,7 @@ def check_grad(
     program the tool cannot differentiate raises."""
     import os
 
-    from .ad.registry import custom_rule_policy
+    from .ad.invocation import entered, for_call
     from .backend import sharding as backend
     from .backend.runner import consts_runner
     from .consts_order import for_ad
@@ -656,7 +656,7 @@ def check_grad(
         raise JaxprError(f"modes must name fwd and/or rev, got {sorted(mode_set)}")
     require_jax()
     p = _program(program)
-    with _located(p), custom_rule_policy(custom_rules):
+    with _located(p), entered(for_call(custom_rules)):
         j = for_ad(p.jaxpr)
         args, consts = _point(j, args, consts, seed)
         with _on_device(device, matmul_precision), axis_sizes_of(j, backend.CONFIG.mesh):
@@ -692,7 +692,7 @@ def explain(
     "grad" (default: grad for one scalar float output, else vjp); `args`, `consts` and
     `seed`, `device` and `matmul_precision` as for `check_grad`.  A walk that stops (a
     missing rule) is data too: `.error` and `.stopped_in` (the stage)."""
-    from .ad.registry import custom_rule_policy
+    from .ad.invocation import entered, for_call
     from .backend import sharding as backend
     from .consts_order import for_ad, refuse_kept_consts
     from .jax_required import require_jax
@@ -701,7 +701,7 @@ def explain(
 
     require_jax()
     p = _program(program)
-    with _located(p), custom_rule_policy(custom_rules):
+    with _located(p), entered(for_call(custom_rules)):
         j = for_ad(p.jaxpr)
         refuse_kept_consts(p.jaxpr, j)
         args, consts = _point(j, args, consts, seed)

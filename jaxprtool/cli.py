@@ -69,7 +69,8 @@ ARGV_KEY = "jaxprtool.argv"
 
 #: set by `entry`: this process runs one command (not a library or test process).  A
 #: process-wide fact, not an invocation's: what asks it (`keep_until_exit`, the start-up row
-#: of --timing, the per-process settings of `get_command`) asks about the process
+#: of --timing, the per-process settings of `get_command`) asks about the process.
+#: (why a value cannot carry it: it is a fact about the process, not about one call)
 _STANDALONE = False
 
 
@@ -163,6 +164,7 @@ def _one_program_process(command: str) -> None:
     if not runs and not numpy_loaded() and not blas_chosen:
         os.environ["OPENBLAS_NUM_THREADS"] = "1"
     if not runs:
+        # (why a value cannot carry it: how this process collects garbage, per process)
         core.FREEZE_AFTER_PAUSE = True
 
 
@@ -300,7 +302,16 @@ class Options:
     context's `obj`, and read by the commands through `options_of`.  (A plain class: a
     dataclass would import `dataclasses` into the start-up of every command.)"""
 
-    __slots__ = ("debug", "jax_style", "plugins", "color", "diagnostics", "max_input", "timer")
+    __slots__ = (
+        "debug",
+        "jax_style",
+        "plugins",
+        "color",
+        "diagnostics",
+        "max_input",
+        "timer",
+        "invocation",
+    )
 
     def __init__(
         self,
@@ -321,6 +332,9 @@ class Options:
         self.max_input = max_input
         #: --timing's table of the running command (`commands.driver.Timer`; None: none)
         self.timer = None
+        #: the AD request of the running command (`ad.invocation.Invocation`), made by the
+        #: command from its --custom-rules (None: a command that transforms nothing)
+        self.invocation = None
 
 
 def options_of(ctx: click.Context | None = None) -> Options:
@@ -372,6 +386,9 @@ def _set_max_equations(ctx, param, value):
     from . import expansion
 
     if value is not None:
+        # (why a value cannot carry it: --max-equations is read by `expansion.refuse_large`,
+        # called by the reader's callers, the passes, the AD entry points, memory and the
+        # back end, none of which takes the command's options; an API call keeps the default)
         expansion.LIMIT = value
 
 
@@ -646,7 +663,10 @@ def main(
     param = next(p for p in ctx.command.params if p.name == "diagnostic_file")
     _set_output_file(ctx, param, diagnostic_file)
     _run_or_exit(ctx, check_environment)
+    # (why a value cannot carry it: as in `_set_max_equations`)
     expansion.LIMIT = max_equations or expansion.DEFAULT_LIMIT
+    # (why a value cannot carry it: the terminal's color is a fact of the process's output,
+    # read by every message writer; `Options.color` holds the command's choice)
     io.COLOR_MODE = ctx.obj.color
     if plugins:
         from .plugins import load_plugins

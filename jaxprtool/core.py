@@ -152,7 +152,11 @@ def parens_balanced(text: str) -> bool:
     return depth == 0
 
 
-#: how `ShapedArray.size` counts a dim that is not an int, inside `sized_dims` (None: as 0)
+#: how `ShapedArray.size` counts a dim that is not an int, inside `sized_dims` (None: as 0).
+#: (why a value cannot carry it: `size` is a property of a type, read by every byte and
+#: FLOP estimate (memory, the remat cost models, the Frozen types' own checks), none of
+#: which takes an invocation; the remat request (`remat.Spec`) holds the sizes and sets
+#: them for the planner's block alone: `remat.counted_at`.)
 _DIM_SIZER: contextvars.ContextVar = contextvars.ContextVar("jaxprtool_dim_sizer", default=None)
 
 

@@ -298,10 +298,10 @@ def stdout_free(name: str, params: dict) -> bool:
     return isinstance(out, str) and out != "-"
 
 
-#: the sink of the running command-line invocation (`begin`...`end`).  A module slot, not a
-#: value passed down: diagnostics are reported from deep inside the reader, the checker,
-#: the rules and the passes (warnings), which take no invocation value; a library call
-#: never installs one and reports as text on standard error
+#: the sink of the running command-line invocation (`begin`...`end`); a library call never
+#: installs one and reports as text on standard error.
+#: (why a value cannot carry it: diagnostics are reported from deep inside the reader, the
+#: checker, the rules and the passes (warnings), which take no invocation value)
 _current = Sink()
 
 

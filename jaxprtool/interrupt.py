@@ -44,7 +44,7 @@ def program_starting() -> bool:
 
 def exit_on_interrupt() -> None:
     """From now on, Ctrl-C ends this process with status 130 and `error: interrupted`."""
-    global _WAITING
+    global _WAITING  # (why a value cannot carry it: a signal handler is per process)
     if _WAITING or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         return
     if not hasattr(signal, "sigwait"):  # (not on this platform)

@@ -266,7 +266,7 @@ _loader: Callable[[str | None], None] | None = None
 
 def set_loader(load: Callable[[str | None], None]) -> None:
     """Install the function that imports family modules on demand (the entry point does)."""
-    global _loader
+    global _loader  # (why a value cannot carry it: family modules load once per process)
     _loader = load
 
 

@@ -555,10 +555,15 @@ def printed_axis_sizes(jaxpr) -> dict[str, int | None]:
 
 
 #: the mesh axis sizes of the program being transformed (`axis_sizes_of`), and the same
-#: as a sorted tuple (a key of the shape rules' memo: results may depend on them)
+#: as a sorted tuple (a key of the shape rules' memo: results may depend on them).
+#: (why a value cannot carry it: the shape rules read them (a sharded dim's per-device
+#: size), and the shape rules are called from the reader, the checker, the passes and the
+#: AD and batching builders alike with `(in_types, params)` only, JAX's signature; a
+#: context variable keeps two threads' programs apart.)
 _AXIS_SIZES: contextvars.ContextVar[dict[str, int | None] | None] = contextvars.ContextVar(
     "axis_sizes", default=None
 )
+# (why a value cannot carry it: as `_AXIS_SIZES`, of which it is the hashable form)
 _AXIS_SIZES_KEY: contextvars.ContextVar[tuple] = contextvars.ContextVar(
     "axis_sizes_key", default=()
 )

@@ -9,7 +9,7 @@ import pytest
 
 from jaxprtool.ad import registry
 from jaxprtool.ad.api import grad_jaxpr, jvp_jaxpr, linearize_jaxpr, vjp_jaxpr
-from jaxprtool.ad.observe import observing
+from jaxprtool.ad.observe import Observer, observing
 from jaxprtool.core import JaxprError, alpha_equal
 from jaxprtool.text.parser import parse
 
@@ -20,23 +20,25 @@ def _sample(name):
     return parse((SAMPLES / name).read_text(), name).jaxpr
 
 
-class Log:
-    """Records every hook call: (hook name, first argument)."""
+class Log(Observer):
+    """Records every hook call: (hook name, its arguments)."""
 
     def __init__(self):
         self.calls = []
 
-    def __getattr__(self, hook):
-        if hook.startswith("_"):
-            raise AttributeError(hook)
-
-        def record(*args):
-            self.calls.append((hook, args))
-
-        return record
-
     def hooks(self, name):
         return [a for h, a in self.calls if h == name]
+
+
+def _recorder(hook):
+    def record(self, *args):
+        self.calls.append((hook, args))
+
+    return record
+
+
+for _hook in [n for n in vars(Observer) if not n.startswith("_")]:
+    setattr(Log, _hook, _recorder(_hook))
 
 
 def test_vjp_reports_each_step_once():
@@ -69,7 +71,7 @@ def test_emitted_equations_are_the_programs():
     j = _sample("sin_cos.jaxpr")
     seen = []
 
-    class Obs:
+    class Obs(Observer):
         def jvp_step(self, eqn, kind, primals, tangents, pouts, touts, emitted):
             assert emitted.split
             seen.extend(emitted.eqns())
@@ -94,7 +96,7 @@ def test_jvp_walk_has_one_program():
     j = _sample("sin_cos.jaxpr")
     kinds = []
 
-    class Obs:
+    class Obs(Observer):
         def jvp_step(self, eqn, kind, primals, tangents, pouts, touts, emitted):
             kinds.append((emitted.split, len(emitted.tangent())))
 

@@ -5,6 +5,8 @@ leaves nothing behind for the next one."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 import threading
 import warnings
@@ -77,6 +79,36 @@ def test_the_calls_differ_alone(program):
         want = jax.jit(jax.grad(loss_of_the_body, argnums=(0, 1)))(X, M)
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+#: one call in a process of its own: the program's text in argv[1], the call in argv[2]
+_ALONE_IN_A_PROCESS = """
+import json, sys, warnings
+import jaxprtool as jt
+from jaxprtool.core import JaxprError
+custom_rules, remat = json.loads(sys.argv[2])
+warnings.simplefilter("ignore")
+program = jt.parse(open(sys.argv[1]).read(), "loss.jaxpr")
+try:
+    print(jt.format(jt.grad(program, (0, 1), custom_rules=custom_rules, remat=remat)), end="")
+except JaxprError as e:
+    print(f"error: {e.message}", end="")
+"""
+
+
+def test_each_call_gets_what_a_process_of_its_own_gets(program, tmp_path):
+    """What the threads below get is what each call gets in a separate process (no state
+    of an earlier call in this one)."""
+    text = tmp_path / "loss.jaxpr"
+    text.write_text(jt.format(program))
+    for call in CALLS:
+        alone = subprocess.run(
+            [sys.executable, "-c", _ALONE_IN_A_PROCESS, str(text), json.dumps(call)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert _outcome(program, *call) == alone, call
 
 
 def test_two_threads_with_different_policies_each_get_their_own_answer(program):

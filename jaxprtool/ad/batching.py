@@ -23,7 +23,6 @@ that takes matching leading batch dimensions); `loop_fallback` batches any primi
 from __future__ import annotations
 
 import contextlib
-import contextvars
 from collections.abc import Sequence
 
 from .. import shapes
@@ -118,13 +117,10 @@ class _Ctx:
         self.warned: set = set()
 
 
-_CTX: contextvars.ContextVar[_Ctx | None] = contextvars.ContextVar(
-    "jaxprtool_batch_ctx", default=None
-)
-
-
 def _ctx() -> _Ctx:
-    c = _CTX.get()
+    """The batch axis being added: the invocation's (`Invocation.batch`, set by `_context`
+    for its block), which the rules reach through the builder."""
+    c = B.invocation().batch
     if c is None:
         raise RuntimeError("no batching context: run rules inside vmap_jaxpr / batch_jaxpr_axes")
     return c
@@ -167,19 +163,26 @@ class _SymbolicSize(str):
 
 @contextlib.contextmanager
 def _context(size: int | str, style=None, name: str | None = None):
+    """Batch over an axis of `size` in the block: the running invocation's batch axis (a
+    builder is made to carry one where none runs: `vmap_jaxpr` called directly)."""
+    if B._CURRENT.get() is None:
+        with B.use(BatchBuilder()), _context(size, style, name) as c:
+            yield c
+        return
     if isinstance(size, str) and not isinstance(size, _SymbolicSize):
         size = _SymbolicSize(size)
-    outer = _CTX.get()
+    inv = B.invocation()
+    outer = inv.batch
     if name is None and outer is not None and outer.size == size:
         name = outer.name
     c = _Ctx(size, name, style if style is not None else (outer.style if outer else None))
     if outer is not None and outer.size == size:
         c.warned = outer.warned
-    token = _CTX.set(c)
+    inv.batch = c
     try:
         yield c
     finally:
-        _CTX.reset(token)
+        inv.batch = outer
 
 
 class BatchBuilder(B.Builder):
@@ -200,15 +203,14 @@ class BatchBuilder(B.Builder):
         return super().bind(prim, inputs, params, out_types)
 
     def add_eqn(self, eqn: Eqn) -> None:
-        _no_quoted_size(eqn.prim, eqn.params, eqn.loc)
+        _no_quoted_size(self.invocation.batch, eqn.prim, eqn.params, eqn.loc)
         super().add_eqn(eqn)
 
 
-def _no_quoted_size(prim: str, params: dict, loc) -> None:
+def _no_quoted_size(c: _Ctx | None, prim: str, params: dict, loc) -> None:
     """A symbolic batch size a rule put in a parameter as a plain string would print quoted
     (`slice_sizes=('3*b', 1)`), which no JAX reads back: an internal error naming the rule's
     primitive, never a program that does not print as JAX prints it."""
-    c = _CTX.get()
     if c is None or isinstance(c.size, int):
         return
     for key, value in params.items():

@@ -18,7 +18,13 @@ from .. import shapes
 from ..core import Atom, Eqn, Jaxpr, JaxprError, Literal, Loc, RefType, Type, Var, eqn_subjaxprs
 from ..record import prim as record_of
 from ..shardings import axis_sizes_key, is_sharded_dim
+from .invocation import Invocation, entry_invocation
 
+#: the builder whose walk runs the rule under way (`use`).  (why a value cannot carry it:
+#: the `ops` helpers every rule calls (`ops.add`, `ops.mul`, ...) emit into it, and passing
+#: the builder instead would add a parameter to every rule and helper signature, JAX's
+#: rule signatures included; the builder carries the call's `Invocation`, so this is the
+#: only ambient state the rules see.)
 _CURRENT: contextvars.ContextVar[Builder | None] = contextvars.ContextVar(
     "jaxprtool_ad_builder", default=None
 )
@@ -27,16 +33,25 @@ _CURRENT: contextvars.ContextVar[Builder | None] = contextvars.ContextVar(
 class Builder:
     """Appends typed equations.  `split=True`: two programs (primal and tangent)."""
 
-    def __init__(self, split: bool = False, loc: Loc | None = None, remat=None, plans=None):
+    def __init__(
+        self, split: bool = False, loc: Loc | None = None, remat=None, plans=None, invocation=None
+    ):
         self.split = split
         self.loc: Loc | None = loc
-        # the rematerialization request (`remat.Spec`) of the linearization this builder
-        # emits, and the list its plans go to: `linearize_jaxpr` passes them to the split
-        # builder; a builder made while another runs a rule (a body's linearization, a
-        # rule's helper program) takes the running one's, so nested bodies follow it
-        outer_remat, outer_plans = remat_request()
-        self.remat = remat if remat is not None else outer_remat
-        self.plans = plans if plans is not None else outer_plans
+        #: the request of the command or API call (`Invocation`): the rematerialization
+        #: request and its plans' list, the custom-rule policy.  A builder made while another
+        #: runs a rule (a body's linearization, a rule's helper program) takes the running
+        #: one's, so nested bodies follow it; `remat`/`plans` given: the same with that
+        #: request (`linearize_jaxpr`'s own)
+        if invocation is None:
+            outer = _CURRENT.get()
+            invocation = entry_invocation() if outer is None else outer.invocation
+        if remat is not None or plans is not None:
+            invocation = invocation.with_remat(
+                remat if remat is not None else invocation.remat,
+                plans if plans is not None else invocation.plans,
+            )
+        self.invocation: Invocation = invocation
         self.primal_eqns: list[Eqn] = []
         self.tangent_eqns: list[Eqn] = []
         self._tangent_ids: set[int] = set()
@@ -135,7 +150,14 @@ def remat_request() -> tuple:
     """(the rematerialization request, the list its plans go to) of the linearization the
     running builder emits; (None, None) outside one."""
     b = _CURRENT.get()
-    return (None, None) if b is None else (b.remat, b.plans)
+    return (None, None) if b is None else (b.invocation.remat, b.invocation.plans)
+
+
+def invocation() -> Invocation:
+    """The request of the command or API call whose walk runs the rule (`Invocation`); a
+    new one (this command's policy, no rematerialization) outside any walk."""
+    b = _CURRENT.get()
+    return entry_invocation() if b is None else b.invocation
 
 
 def current_loc() -> Loc | None:
@@ -302,6 +324,26 @@ def fresh_like(v: Var) -> Var:
     return Var(v.type, v.hint)
 
 
+def clone_eqn(e: Eqn, read, env: dict[int, Var]) -> Eqn:
+    """The one equation cloner: `e` with each Var operand read through `read(var)` and
+    fresh result Vars (the same types and hints), each recorded in `env` (id of `e`'s
+    result -> the copy's), after the operands are read."""
+    ins = [read(x) if isinstance(x, Var) else x for x in e.inputs]
+    outs = [Var(o.type, o.hint) for o in e.outputs]
+    env.update({id(o): n for o, n in zip(e.outputs, outs)})
+    return e.replace(inputs=ins, outputs=outs)
+
+
+def clone_eqns(eqns: Iterable[Eqn], mapping: dict[int, Var]) -> list[Eqn]:
+    """Copies of `eqns` with fresh binders: an operand in `mapping` (id -> Var) reads its
+    image, another its own Var; `mapping` gains each result's copy."""
+
+    def read(x):
+        return mapping.get(id(x), x)
+
+    return [clone_eqn(e, read, mapping) for e in eqns]
+
+
 def clone_jaxpr(j: Jaxpr) -> Jaxpr:
     """The same jaxpr with fresh top-level variables (to use it twice in one program)."""
     m: dict[int, Var] = {}
@@ -311,13 +353,8 @@ def clone_jaxpr(j: Jaxpr) -> Jaxpr:
         m[id(v)] = n
         return n
 
-    def sub(x):
-        return m.get(id(x), x) if isinstance(x, Var) else x
-
     cv = [fresh(v) for v in j.constvars]
     iv = [fresh(v) for v in j.invars]
-    eqns = []
-    for e in j.eqns:
-        ins = [sub(x) for x in e.inputs]
-        eqns.append(e.replace(inputs=ins, outputs=[fresh(o) for o in e.outputs]))
-    return j.replace(constvars=cv, invars=iv, eqns=eqns, outvars=[sub(x) for x in j.outvars])
+    eqns = clone_eqns(j.eqns, m)
+    outvars = [m.get(id(x), x) if isinstance(x, Var) else x for x in j.outvars]
+    return j.replace(constvars=cv, invars=iv, eqns=eqns, outvars=outvars)

@@ -60,7 +60,7 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
     # rule, is one frame deeper per level of nesting, as few as can be)
     b = B.current()
     env, tenv, consts = _bind_inputs(jaxpr, primals, tangents, consts)
-    if obs is not None and hasattr(obs, "jvp_begin"):
+    if obs is not None:
         obs.jvp_begin(jaxpr, list(primals), list(tangents), consts)
     saved_loc, saved_eqn = b.loc, b.cur_eqn
     split = b.split
@@ -88,8 +88,7 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
             step = observe.Emitted(b) if obs is not None else None
             if copy:  # (in an observed walk)
                 outs = _copy(b, eqn, ins, env)
-                if hasattr(obs, "jvp_step"):
-                    obs.jvp_step(eqn, "copy", ins, tins, outs, [], step)
+                obs.jvp_step(eqn, "copy", ins, tins, outs, [], step)
                 continue
             if rule is None:
                 raise missing_jvp(eqn)
@@ -107,10 +106,10 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
                         observe.note_plugin_rule(rec, "jvp")
                     pouts, touts = rule(ins, tins, **eqn.params)
             pouts, touts = _record_results(eqn, rule, pouts, touts, env, tenv)
-            if obs is not None and hasattr(obs, "jvp_step"):
+            if obs is not None:
                 obs.jvp_step(eqn, jvp_kind_of(rec), ins, tins, pouts, touts, step)
     except Exception as err:
-        if obs is not None and hasattr(obs, "step_failed"):
+        if obs is not None:
             obs.step_failed(eqn, err)
         raise
     finally:

@@ -89,14 +89,7 @@ def _recompute_constants(peqns, teqns, tout_atoms, residuals):
         stack.extend(x for x in e.inputs if isinstance(x, Var))
     # fresh binders: the primal program may keep its own copy of these equations
     mapping: dict[int, Var] = {}
-    cloned = []
-    for e in peqns:
-        if id(e) not in need:
-            continue
-        ins = [mapping.get(id(x), x) if isinstance(x, Var) else x for x in e.inputs]
-        outs = [B.fresh_like(o) for o in e.outputs]
-        mapping.update({id(o): n for o, n in zip(e.outputs, outs)})
-        cloned.append(e.replace(inputs=ins, outputs=outs))
+    cloned = B.clone_eqns([e for e in peqns if id(e) in need], mapping)
     for i, x in enumerate(tout_atoms):
         if isinstance(x, Var) and id(x) in mapping:
             tout_atoms[i] = mapping[id(x)]

@@ -36,18 +36,9 @@ An observer derives from `Observer` (every method a no-op) and overrides any of:
 from __future__ import annotations
 
 import contextlib
-import contextvars
 
-#: the observer of the next outermost walk.  Context variables, not values passed down: the
-#: walks (`jvp_eval`, `backward_pass`) are entered from the API, the commands and from rules
-#: that differentiate nested bodies (which must see no observer: `take`), and `note` is
-#: called from inside any rule; per context, two threads' walks never see each other's
-#: observer.  They belong in the invocation value once the builder carries one (issue 47)
-_OBSERVER: contextvars.ContextVar = contextvars.ContextVar("jaxprtool_ad_observer", default=None)
-#: the notes of the observed step whose rule is running (None: no observed step)
-_NOTES: contextvars.ContextVar = contextvars.ContextVar("jaxprtool_ad_notes", default=None)
-#: a walk nested in an observed step's rule is running
-_NESTED: contextvars.ContextVar = contextvars.ContextVar("jaxprtool_ad_nested", default=False)
+from . import builder as B
+from .invocation import entry_observer
 
 
 class Observer:
@@ -110,26 +101,27 @@ class StepCounter(Observer):
     jvp_step = transpose_step = forward_step = _step
 
 
-@contextlib.contextmanager
 def observing(observer):
-    token = _OBSERVER.set(observer)
-    try:
-        yield observer
-    finally:
-        _OBSERVER.reset(token)
+    """`observer` (an `Observer`: the walks call its methods without asking whether it has
+    them) watches the outermost walks started in the block; it rides the invocation the
+    walks' builders carry (`Invocation.observer`)."""
+    if not isinstance(observer, Observer):
+        raise TypeError(f"an AD observer derives from observe.Observer, not {type(observer)!r}")
+    return entry_observer(observer)
 
 
 @contextlib.contextmanager
 def take():
-    """The observer for this walk (or None); nested walks inside see none."""
-    obs = _OBSERVER.get()
-    token = _OBSERVER.set(None)
-    nested = _NESTED.set(_NESTED.get() or _NOTES.get() is not None)
+    """The observer for this walk (or None); nested walks inside see none (the walk's
+    invocation holds none until it ends)."""
+    inv = B.invocation()
+    obs, nested = inv.observer, inv.nested
+    inv.observer = None
+    inv.nested = nested or inv.step_notes is not None
     try:
         yield obs
     finally:
-        _NESTED.reset(nested)
-        _OBSERVER.reset(token)
+        inv.observer, inv.nested = obs, nested
 
 
 _UNOBSERVED = contextlib.nullcontext()
@@ -145,23 +137,23 @@ def noting(obs, eqn, kind: str | None):
 @contextlib.contextmanager
 def _noting(obs, eqn, kind: str | None):
     notes: list[str] = []
-    token = _NOTES.set(notes)
+    inv = B.invocation()
+    saved, inv.step_notes = inv.step_notes, notes
     try:
         yield
     finally:
-        _NOTES.reset(token)
-        fn = getattr(obs, "step_notes", None)
-        if fn is not None:
-            fn(eqn, kind, notes)
+        inv.step_notes = saved
+        obs.step_notes(eqn, kind, notes)
 
 
 def note(text: str) -> None:
     """Tell the observer of the step under way how its rule differentiated (once per step;
     nothing when no walk is observed)."""
-    notes = _NOTES.get()
+    inv = B.invocation()
+    notes = inv.step_notes
     if notes is None:
         return
-    if _NESTED.get():
+    if inv.nested:
         text += " (in a nested equation)"
     if text not in notes:
         notes.append(text)
@@ -177,15 +169,14 @@ def note_plugin_rule(rec, field: str) -> None:
 
 def observed() -> bool:
     """Whether an observer is installed here (a walk reports its steps)."""
-    return _OBSERVER.get() is not None
+    return B.invocation().observer is not None
 
 
 def notify(hook: str, *args) -> None:
-    """Call `hook(*args)` on the observer, if there is one here and it has that method."""
-    obs = _OBSERVER.get()
-    fn = getattr(obs, hook, None) if obs is not None else None
-    if fn is not None:
-        fn(*args)
+    """Call the `Observer` method `hook(*args)` on the observer, if there is one here."""
+    obs = B.invocation().observer
+    if obs is not None:
+        getattr(obs, hook)(*args)
 
 
 class Emitted:

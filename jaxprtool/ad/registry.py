@@ -14,17 +14,22 @@ helpers fill `prim(name).jvp`, `.transpose`, `.fancy_transpose`, `.jvp_kind`.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import inspect
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from ..core import JaxprError, ShapedArray
 from ..record import FieldView, prim
 from ..shapes.util import dims_eq
 from . import ops
 from .builder import current
+from .invocation import (  # noqa: F401  (their former home: callers import them here)
+    CUSTOM_RULE_POLICIES,
+    CustomRuleFallbacks,
+    custom_rule_fallbacks,
+    custom_rule_policy,
+    set_custom_rule_policy,
+)
 from .ops import add_tangents, instantiate
 from .zeros import UndefinedPrimal, Zero, is_undefined_primal, is_zero, tangent_type
 
@@ -86,67 +91,9 @@ EXTENSION_PARAMS = (
     RULE_CONSTS_PARAM,
 )
 
-#: what to do with a custom_jvp_call / custom_vjp_call whose rule is not available:
-#: "default" (custom_vjp: error; custom_jvp: differentiate the body, warn once per function),
-#: "body" (differentiate the body of both, warn), "strict" (error for both)
-CUSTOM_RULE_POLICIES = ("default", "body", "strict")
-
 
 class MissingCustomRule(JaxprError):
     """A custom rule the text lacks, refused by the policy in force."""
-
-
-class CustomRuleFallbacks:
-    """The policy in force and the custom rules replaced by body derivatives so far
-    (`notes`, one line per function, for the output's comment lines and check-grad)."""
-
-    def __init__(self, policy: str = "default"):
-        if policy not in CUSTOM_RULE_POLICIES:
-            raise ValueError(f"unknown --custom-rules policy '{policy}'")
-        self.policy = policy
-        self.notes: list[str] = []
-
-    def note(self, text: str) -> bool:
-        """Record `text` once; True the first time."""
-        if text in self.notes:
-            return False
-        self.notes.append(text)
-        return True
-
-
-# Context-local, not a value passed down: the custom-call rules (families/calls.py) read the
-# policy deep inside the walks, which reach them through the builder, and the builder carries
-# no per-invocation value yet (issue 47, item 1).  A context variable keeps what one call
-# sets from another thread's call (a global did not: `jaxprtool.grad(..., custom_rules=)` in
-# two threads took each other's policy); `custom_rule_policy` restores it after an API call.
-_FALLBACKS: contextvars.ContextVar[CustomRuleFallbacks | None] = contextvars.ContextVar(
-    "jaxprtool_custom_rule_fallbacks", default=None
-)
-
-
-def custom_rule_fallbacks() -> CustomRuleFallbacks:
-    """The policy in force in this context and its notes (a thread that set none: the
-    default policy, its notes its own)."""
-    current_ = _FALLBACKS.get()
-    if current_ is None:
-        current_ = CustomRuleFallbacks()
-        _FALLBACKS.set(current_)
-    return current_
-
-
-def set_custom_rule_policy(policy: str) -> None:
-    """`--custom-rules`: the policy for the rest of this context (a command), notes empty."""
-    _FALLBACKS.set(CustomRuleFallbacks(policy))
-
-
-@contextlib.contextmanager
-def custom_rule_policy(policy: str) -> Iterator[CustomRuleFallbacks]:
-    """`policy` for the block (an API call), notes empty; the one before restored after."""
-    token = _FALLBACKS.set(CustomRuleFallbacks(policy))
-    try:
-        yield _FALLBACKS.get()
-    finally:
-        _FALLBACKS.reset(token)
 
 
 #: JAX's library functions with custom JVP rules (relu, logaddexp, ...), by function name:

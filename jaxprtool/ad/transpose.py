@@ -116,7 +116,7 @@ def backward_pass(
         walk = _Backward(B.current(), obs)
         consts = list(consts) if consts is not None else list(jaxpr.constvars)
         walk.bind_inputs(jaxpr, linear_mask, args, consts)
-        if obs is not None and hasattr(obs, "transpose_begin"):
+        if obs is not None:
             obs.transpose_begin(jaxpr, list(linear_mask), list(args), list(cts_out), consts)
         b = walk.b
         saved = b.loc
@@ -128,7 +128,7 @@ def backward_pass(
                     walk.add_ct(v, ct)
             walk.reverse(lin_eqns)
         except Exception as err:
-            if obs is not None and hasattr(obs, "step_failed"):
+            if obs is not None:
                 obs.step_failed(walk.eqn, err)
             raise
         finally:
@@ -208,7 +208,7 @@ class _Backward:
         )
         for o, n in zip(e.outputs, outs):
             env[id(o)] = n
-        if obs is not None and hasattr(obs, "forward_step"):
+        if obs is not None:
             obs.forward_step(e, step)
 
     def add_ct(self, v, ct, eqn=None, rule=None) -> None:
@@ -222,11 +222,11 @@ class _Backward:
         prev = ct_env.get(id(v))
         if prev is None:  # the first cotangent: add_tangents(Zero, ct) is ct
             ct_env[id(v)] = ct
-            if obs is not None and hasattr(obs, "cotangent"):
+            if obs is not None:
                 obs.cotangent(eqn, v, ct, Zero(tangent_type(v.type)), ct)
             return
         ct_env[id(v)] = add_tangents(prev, ct)
-        if obs is not None and hasattr(obs, "cotangent"):
+        if obs is not None:
             obs.cotangent(eqn, v, ct, prev, ct_env[id(v)])
 
     def reverse(self, lin_eqns) -> None:
@@ -301,7 +301,7 @@ class _Backward:
                 res = self.add_accumulated(e, fancy, accums)
             else:
                 res = self.add_transposed(e, rule, res)
-            if obs is not None and hasattr(obs, "transpose_step"):
+            if obs is not None:
                 obs.transpose_step(e, cts, res, step)
         self.eqn = None
 

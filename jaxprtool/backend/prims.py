@@ -58,7 +58,7 @@ _TABLE: dict[str, Any] | None = None
 
 def primitive_table() -> dict[str, Any]:
     """name -> jax Primitive, built once from the installed JAX."""
-    global _TABLE
+    global _TABLE  # (why a value cannot carry it: a cache of the installed JAX, per process)
     if _TABLE is None:
         from jax._src import core as jcore
 

@@ -46,6 +46,9 @@ class RunConfig:
     active: int = 0
 
 
+# (why a value cannot carry it: the runner, the compiler and the evaluator's collectives
+# read the mesh and devices of the command's --mesh/--devices; `configured` sets it for a
+# block, and the run API takes no configuration value yet)
 CONFIG = RunConfig()
 _MESHES: dict = {}
 
@@ -53,7 +56,7 @@ _MESHES: dict = {}
 @contextlib.contextmanager
 def configured(cfg: RunConfig):
     """Use `cfg` for the runs inside the block (the CLI sets it per command)."""
-    global CONFIG
+    global CONFIG  # (see `CONFIG`)
     saved, CONFIG = CONFIG, cfg
     try:
         yield cfg

@@ -88,12 +88,10 @@ def custom_rules_option(f):
     )(f)
 
 
-def fallback_comment_lines() -> str:
-    """`# jaxprtool: ...` lines (the parser skips them) for each custom rule that was
-    replaced by the derivative of its function's body."""
-    from ..ad.registry import custom_rule_fallbacks
-
-    return "".join(f"# jaxprtool: {n}\n" for n in custom_rule_fallbacks().notes)
+def fallback_comment_lines(invocation) -> str:
+    """`# jaxprtool: ...` lines (the parser skips them) for each custom rule that
+    `invocation`'s walks replaced by the derivative of its function's body."""
+    return "".join(f"# jaxprtool: {n}\n" for n in invocation.fallbacks.notes)
 
 
 _argnums = click.option(
@@ -308,11 +306,12 @@ class _Job:
 
     def __init__(self, part, steps, show_diff, custom_rules, inst, name: str, jax_style):
         from ..ad.inputs import require_transformable
-        from ..ad.registry import set_custom_rule_policy
+        from ..ad.invocation import enter, for_call
         from ..consts_order import for_ad
         from .common import output_style, parse_text
 
-        set_custom_rule_policy(custom_rules)
+        #: this command's request to the walks (its --custom-rules), theirs from here on
+        self.invocation = options_of().invocation = enter(for_call(custom_rules))
         # nested jaxprs' constants become the program's (`run --consts` gives their values)
         self.input = for_ad(parse_text(part.source, part.path, first_line=part.line))
         self.input_path = part.path
@@ -353,7 +352,7 @@ class _Job:
         from .driver import timed
 
         with timed("print"):
-            text = fallback_comment_lines() + self.render(jaxpr) + "\n"
+            text = fallback_comment_lines(self.invocation) + self.render(jaxpr) + "\n"
         if self.show_diff:
             from ..text.printer import print_jaxpr
             from ..ui.diff import show_change

@@ -109,16 +109,16 @@ def explain(file, dim_specs, device, **options):
 def _explain(file, *, custom_rules, no_color, html_out, width, dims, **walk) -> ExitStatus | None:
     """Read FILE and its inputs, walk its differentiation (`_walk`), show the walk on the
     terminal or as an HTML page; exit 1 when a check failed."""
-    from ..ad.registry import set_custom_rule_policy
+    from ..ad.invocation import enter, for_call
     from ..jax_required import require_jax
 
     require_jax()
-    set_custom_rule_policy(custom_rules)
+    options_of().invocation = enter(for_call(custom_rules))
     data, path = _walk(file, width=width, dims=dims, **walk)
     if no_color:
         from .. import io as _io
 
-        _io.COLOR_MODE = "never"
+        _io.COLOR_MODE = "never"  # (why a value cannot carry it: as cli's io.COLOR_MODE)
     if html_out:
         _write_html(data, path, html_out, width)
     else:

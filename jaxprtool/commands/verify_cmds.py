@@ -202,7 +202,7 @@ class _Trouble(Exception):
 def _check_file(file, point: _Point, custom_rules, settings: dict):
     """(path, the checks of one FILE, the custom rules replaced by their body's derivative);
     `_Trouble` once a refusal is reported."""
-    from ..ad.registry import custom_rule_fallbacks, set_custom_rule_policy
+    from ..ad.invocation import enter, for_call
     from ..backend import sharding as backend
     from ..backend.runner import consts_runner
     from ..commands.common import load
@@ -212,7 +212,7 @@ def _check_file(file, point: _Point, custom_rules, settings: dict):
     from ..shardings import axis_sizes_of
     from ..ui.checkgrad import check_grad as run_checks
 
-    set_custom_rule_policy(custom_rules)
+    invocation = options_of().invocation = enter(for_call(custom_rules))
     try:
         jaxpr, _, path = load(file)
         jaxpr = for_ad(jaxpr)  # as the AD commands read it; --consts gives them
@@ -231,7 +231,7 @@ def _check_file(file, point: _Point, custom_rules, settings: dict):
     except JaxprError as e:
         report(e)
         raise _Trouble() from None
-    return path, checks, list(custom_rule_fallbacks().notes)
+    return path, checks, list(invocation.fallbacks.notes)
 
 
 def _internal_trouble(file, e: Exception, debug: bool) -> bool:

@@ -38,7 +38,7 @@ _all_done = False
 def load(name: str | None = None) -> None:
     """Import the family modules that define `name` (`index.FAMILIES_OF`), or every family
     for None.  `fmt` of a program then loads only the families its primitives belong to."""
-    global _all_done  # which modules are imported is the interpreter's state, not a call's
+    global _all_done  # (why a value cannot carry it: which modules are imported is the interpreter's state, not a call's)
     if _all_done or name in _names_done:
         return
     if name is None:

@@ -33,7 +33,6 @@ from ..ad.registry import (
     RULE_CONSTS_PARAM,
     MissingCustomRule,
     custom_jvps,
-    custom_rule_fallbacks,
     custom_vjps,
     deflinear2,
     find_library_jvp,
@@ -131,18 +130,22 @@ def _forward_inputs(pj: Jaxpr, n: int, primals):
     return body, _residuals_from(src, primals)
 
 
-_MEMO: dict = {}
+#: the most derivatives an invocation's memo holds (a library user's thread that sets no
+#: policy keeps one entry invocation, and so one memo, for its life)
+_MEMO_LIMIT = 4096
 
 
 def _memo(kind, fn, inner: Jaxpr, nz):
     """One JVP/linearization per (body, nonzero pattern): a body called twice gets one derivative
     jaxpr object, which the printer shares (`let NAME = { lambda ... }`) as JAX does.  The
+    memo is the invocation's (`Invocation.memo`: one command's or API call's).  The
     rematerialization plans made for it are kept with it and given to each later
-    linearization's list that lacks them (another command's, or the same program's again),
+    linearization's list that lacks them (the same program's again, within the call),
     once: a body called twice in one program has one plan, as it has one derivative."""
-    remat, plans = B.remat_request()
+    inv = B.invocation()
+    remat, plans, memo = inv.remat, inv.plans, inv.memo
     key = (kind, id(inner), tuple(nz), remat)  # a remat request changes them
-    hit = _MEMO.get(key)
+    hit = memo.get(key)
     if hit is not None and hit[0] is inner and (plans is None or hit[2] is not None):
         _, res, made = hit
         if plans is not None:
@@ -150,7 +153,9 @@ def _memo(kind, fn, inner: Jaxpr, nz):
         return res
     before = len(plans) if plans is not None else 0
     res = fn(inner, nz, instantiate=False)
-    _MEMO[key] = (inner, res, None if plans is None else plans[before:])  # None: not kept
+    if len(memo) > _MEMO_LIMIT:
+        memo.clear()
+    memo[key] = (inner, res, None if plans is None else plans[before:])  # None: not kept
     return res
 
 
@@ -580,16 +585,6 @@ def _policy_saveable(policy):
     return lambda e: False
 
 
-def _clone(eqns, mapping):
-    out = []
-    for e in eqns:
-        ins = [mapping.get(id(x), x) if isinstance(x, Var) else x for x in e.inputs]
-        outs = [B.fresh_like(o) for o in e.outputs]
-        mapping.update({id(o): n for o, n in zip(e.outputs, outs)})
-        out.append(e.replace(inputs=ins, outputs=outs))
-    return out
-
-
 def _remat_split(inner: Jaxpr, nz, saveable):
     """Linearize a remat body: primal body (outs + saved residuals) and a linear body that
     recomputes every non-saveable residual from the saved ones."""
@@ -626,7 +621,7 @@ def _remat_split(inner: Jaxpr, nz, saveable):
     tin = [B.fresh_like(t) for t in tan_in]
     mapping = {id(r): n for r, n in zip(saved, res_in)}
     mapping.update({id(t): n for t, n in zip(tan_in, tin)})
-    body = _clone(rec_eqns, mapping) + _clone(teqns, mapping)
+    body = B.clone_eqns(rec_eqns, mapping) + B.clone_eqns(teqns, mapping)
     lin = B.make_jaxpr(
         res_in + tin, body, [mapping.get(id(x), x) if isinstance(x, Var) else x for x in touts]
     )
@@ -743,7 +738,7 @@ deflinear2("name", _name_transpose)
 #    body both match;
 # 4. the body's derivative, by policy (`--custom-rules`): custom_vjp is an error by default,
 #    custom_jvp gets one warning per function; `body` allows both, `strict` refuses both.
-#    Every replacement is noted (`registry.custom_rule_fallbacks`) for the output's comment
+#    Every replacement is noted (`Invocation.fallbacks`, the builder's) for the output's comment
 #    lines and for check-grad.
 # Forward mode of a custom_vjp function is refused in JAX's words, as JAX refuses it.
 # Linearized (`linearization`), a custom VJP's forward runs in the primal program and a
@@ -784,7 +779,7 @@ def _how_to_proceed(kind: str) -> str:
         "function with `jaxprtool trace MODULE:FUNCTION` so that the rule travels with the "
         "program"
     )
-    if custom_rule_fallbacks().policy == "body":
+    if B.invocation().fallbacks.policy == "body":
         return ways
     return ways + ", or pass --custom-rules body to differentiate the body on purpose"
 
@@ -801,7 +796,7 @@ def _fall_back_to_body(kind: str, params, primals, tangents, rule_text: str, ref
         )
     note = f"{what}: custom rule replaced by the derivative of its body"
     observe.note(note)
-    if custom_rule_fallbacks().note(note):
+    if B.invocation().fallbacks.note(note):
         from ..io import warn
 
         warn(
@@ -905,7 +900,7 @@ def _custom_jvp_jvp(primals, tangents, **params):
             return outs, [Zero(tangent_type(o.type)) for o in outs]
         nonzero = [None if is_zero(t) else t for t in tangents[n:]]
         return outs, library.tangent(list(primals[n:]), nonzero, outs, body)
-    refuse = custom_rule_fallbacks().policy == "strict"
+    refuse = B.invocation().fallbacks.policy == "strict"
     return _fall_back_to_body("custom_jvp", params, primals, tangents, f"jvp={jvp_name}", refuse)
 
 
@@ -949,7 +944,7 @@ def _custom_vjp_rule(params):
 def _custom_vjp_jvp(primals, tangents, **params):
     """Forward mode: JAX refuses it; `--custom-rules body` differentiates the body."""
     fwd_name, bwd_name, fwd, _, plugin = _custom_vjp_rule(params)
-    policy = custom_rule_fallbacks().policy
+    policy = B.invocation().fallbacks.policy
     if fwd is not None or plugin is not None:
         if policy == "body":
             return _fall_back_to_body(
@@ -967,7 +962,7 @@ def _custom_vjp_linearize(primals, tangents, **params):
     fwd_name, bwd_name, fwd, bwd, plugin = _custom_vjp_rule(params)
     if fwd is None and plugin is None:
         rule_text = f"fwd={fwd_name} bwd={bwd_name}"
-        refuse = custom_rule_fallbacks().policy != "body"
+        refuse = B.invocation().fallbacks.policy != "body"
         return _fall_back_to_body("custom_vjp", params, primals, tangents, rule_text, refuse)
     if all(is_zero(t) for t in tangents):
         outs = rebind_primal("custom_vjp_call", list(primals), params)

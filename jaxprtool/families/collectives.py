@@ -422,7 +422,7 @@ _MANUAL_CLS = None
 def _manual_interpreter(interp, check: bool):
     """A copy of the interpreter for a manual (shard_map) body: jit mode; with `check`,
     operands of ordinary primitives get their varying axes matched."""
-    global _MANUAL_CLS
+    global _MANUAL_CLS  # (why a value cannot carry it: a class made once per process)
     from ..backend.evaluator import Interpreter
     from ..core import eqn_subjaxprs
 

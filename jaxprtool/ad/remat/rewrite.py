@@ -272,22 +272,14 @@ def _remat_call(stretch, read_after, inside, g: Graph, by_saved, plan: Plan) -> 
         return prim_env[id(x)]
 
     for i in rec:
-        e = plan.reruns.get(i, g.eqns[i])
-        ins = [value(x) if isinstance(x, Var) else x for x in e.inputs]
-        outs = [B.fresh_like(o) for o in e.outputs]
-        prim_env.update({id(o): n for o, n in zip(e.outputs, outs)})
-        cloned.append(e.replace(inputs=ins, outputs=outs))
+        cloned.append(B.clone_eqn(plan.reruns.get(i, g.eqns[i]), value, prim_env))
     for lv, pv in want:
         env[lv] = value(pv)
-    body_eqns: list[Eqn] = []
-    for e in stretch:
-        ins = [
-            x if not isinstance(x, Var) else env[id(x)] if id(x) in env else bind_outer(x)
-            for x in e.inputs
-        ]
-        outs = [B.fresh_like(o) for o in e.outputs]
-        env.update({id(o): n for o, n in zip(e.outputs, outs)})
-        body_eqns.append(e.replace(inputs=ins, outputs=outs))
+
+    def read(x):
+        return env[id(x)] if id(x) in env else bind_outer(x)
+
+    body_eqns = [B.clone_eqn(e, read, env) for e in stretch]
     results = [o for e in stretch for o in e.outputs if id(o) in read_after]
     inner = B.make_jaxpr(binders, cloned + body_eqns, [env[id(o)] for o in results])
     # the call's results are the stretch's own Vars: later equations keep reading them
