@@ -22,6 +22,25 @@ from .zeros import Zero, is_zero, tangent_type
 LINEAR_NAME = "linear"
 
 
+class Split:
+    """A JVP walk's two halves (`_split`): the primal program's parts (its constants, inputs,
+    outputs, equations), the residuals the linear half reads from it, and the linear
+    program's parts (its tangent inputs, equations, output atoms), with the tangent mask
+    of the inputs and which outputs carry a tangent."""
+
+    __slots__ = (
+        "consts", "primals", "outs", "peqns", "residuals", "tan_in", "teqns", "touts",
+        "nonzeros", "out_nz",
+    )  # fmt: skip
+
+    def __init__(
+        self, consts, primals, outs, peqns, residuals, tan_in, teqns, touts, nonzeros, out_nz
+    ):  # fmt: skip
+        self.consts, self.primals, self.outs, self.peqns = consts, primals, outs, peqns
+        self.residuals, self.tan_in, self.teqns, self.touts = residuals, tan_in, teqns, touts
+        self.nonzeros, self.out_nz = nonzeros, out_nz
+
+
 def _split(jaxpr: Jaxpr, nonzeros: Sequence[bool], instantiate, remat=None, plans=None, prune=True):
     """JVP with a split builder; `remat`, `plans`: the request its rules' nested
     linearizations follow (by default the running builder's).  `prune=False`: the primal
@@ -55,7 +74,9 @@ def _split(jaxpr: Jaxpr, nonzeros: Sequence[bool], instantiate, remat=None, plan
         teqns = recomputed
         residuals = B.free_vars(teqns, tout_atoms, bound=tan_in)
     peqns = B.dce_eqns(b.primal_eqns, list(outs) + residuals) if prune else b.primal_eqns
-    return consts, primals, outs, peqns, residuals, tan_in, teqns, tout_atoms, nonzeros, out_nz
+    return Split(
+        consts, primals, outs, peqns, residuals, tan_in, teqns, tout_atoms, nonzeros, out_nz
+    )
 
 
 def _recompute_constants(peqns, teqns, tout_atoms, residuals):
@@ -123,17 +144,16 @@ def linearize_masked(
     inputs to `(outs..., residuals...)`; `linear_jaxpr` maps `(residuals..., tangents...)` (one
     tangent per `nonzeros[i]`) to one tangent per `out_nonzeros[j]`."""
     remat, plans = B.remat_request()  # the request of the linearization running the rule
-    consts, primals, outs, peqns, residuals, tan_in, teqns, touts, _, out_nz = _split(
-        jaxpr, nonzeros, instantiate
-    )
-    primal = B.make_jaxpr(primals, peqns, list(outs) + residuals, consts)
-    linear = _linear_jaxpr(residuals, tan_in, teqns, touts)
+    sp = _split(jaxpr, nonzeros, instantiate)
+    residuals, out_nz = sp.residuals, sp.out_nz
+    primal = B.make_jaxpr(sp.primals, sp.peqns, list(sp.outs) + residuals, sp.consts)
+    linear = _linear_jaxpr(residuals, sp.tan_in, sp.teqns, sp.touts)
     if remat is None:
         return primal, linear, out_nz, len(residuals)
     from .remat import rematerialize_masked
 
     primal, linear, num_res = rematerialize_masked(
-        primal, linear, len(outs), len(residuals), remat, plans, rerun, copies
+        primal, linear, len(sp.outs), len(residuals), remat, plans, rerun, copies
     )
     return primal, linear, out_nz, num_res
 
@@ -173,17 +193,18 @@ def _linearize_jaxpr(jaxpr: Jaxpr, argnums, instantiate, remat, plans, own_binde
     refuse_large(jaxpr)
     mask = diff_mask(jaxpr, argnums)
     own = own_binders or remat is not None or observe.observed()
-    consts, primals, outs, peqns, residuals, tan_in, teqns, touts, mask, out_nz = _split(
-        jaxpr, mask, instantiate, remat, plans, prune=own
+    sp = _split(jaxpr, mask, instantiate, remat, plans, prune=own)
+    residuals, outs = sp.residuals, sp.outs
+    producer = {id(o): e for e in sp.peqns for o in e.outputs}
+    info = LinearizeInfo(sp.nonzeros, sp.out_nz)
+    new = forward_residuals(
+        residuals, lambda r: producer.get(id(r)), sp.primals, sp.consts, outs, info
     )
-    producer = {id(o): e for e in peqns for o in e.outputs}
-    info = LinearizeInfo(mask, out_nz)
-    new = forward_residuals(residuals, lambda r: producer.get(id(r)), primals, consts, outs, info)
-    primal = B.make_jaxpr(primals, peqns, list(outs) + new, consts)
+    primal = B.make_jaxpr(sp.primals, sp.peqns, list(outs) + new, sp.consts)
     if own:
-        linear = _linear_jaxpr(residuals, tan_in, teqns, touts)
+        linear = _linear_jaxpr(residuals, sp.tan_in, sp.teqns, sp.touts)
     else:
-        linear = B.make_jaxpr(residuals + tan_in, teqns, touts)
+        linear = B.make_jaxpr(residuals + sp.tan_in, sp.teqns, sp.touts)
     if remat is not None:  # (the planner, numpy and scipy are loaded only where one runs)
         from .remat import rematerialize
 
