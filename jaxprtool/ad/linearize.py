@@ -23,7 +23,7 @@ LINEAR_NAME = "linear"
 
 
 class Split:
-    """A JVP walk's two halves (`_split`): the primal program's parts (its constants, inputs,
+    """A JVP walk's two halves (`split_jvp`): the primal program's parts (its constants, inputs,
     outputs, equations), the residuals the linear half reads from it, and the linear
     program's parts (its tangent inputs, equations, output atoms), with the tangent mask
     of the inputs and which outputs carry a tangent."""
@@ -41,7 +41,9 @@ class Split:
         self.nonzeros, self.out_nz = nonzeros, out_nz
 
 
-def _split(jaxpr: Jaxpr, nonzeros: Sequence[bool], instantiate, remat=None, plans=None, prune=True):
+def split_jvp(
+    jaxpr: Jaxpr, nonzeros: Sequence[bool], instantiate, remat=None, plans=None, prune=True
+):
     """JVP with a split builder; `remat`, `plans`: the request its rules' nested
     linearizations follow (by default the running builder's).  `prune=False`: the primal
     equations are returned without dead code elimination (a caller that eliminates it over
@@ -144,7 +146,7 @@ def linearize_masked(
     inputs to `(outs..., residuals...)`; `linear_jaxpr` maps `(residuals..., tangents...)` (one
     tangent per `nonzeros[i]`) to one tangent per `out_nonzeros[j]`."""
     remat, plans = B.remat_request()  # the request of the linearization running the rule
-    sp = _split(jaxpr, nonzeros, instantiate)
+    sp = split_jvp(jaxpr, nonzeros, instantiate)
     residuals, out_nz = sp.residuals, sp.out_nz
     primal = B.make_jaxpr(sp.primals, sp.peqns, list(sp.outs) + residuals, sp.consts)
     linear = _linear_jaxpr(residuals, sp.tan_in, sp.teqns, sp.touts)
@@ -193,7 +195,7 @@ def _linearize_jaxpr(jaxpr: Jaxpr, argnums, instantiate, remat, plans, own_binde
     refuse_large(jaxpr)
     mask = diff_mask(jaxpr, argnums)
     own = own_binders or remat is not None or observe.observed()
-    sp = _split(jaxpr, mask, instantiate, remat, plans, prune=own)
+    sp = split_jvp(jaxpr, mask, instantiate, remat, plans, prune=own)
     residuals, outs = sp.residuals, sp.outs
     producer = {id(o): e for e in sp.peqns for o in e.outputs}
     info = LinearizeInfo(sp.nonzeros, sp.out_nz)

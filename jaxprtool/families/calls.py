@@ -23,7 +23,7 @@ from ..ad import builder as B
 from ..ad import observe, ops
 from ..ad.builder import current
 from ..ad.jvp import jvp_eval, jvp_masked
-from ..ad.linearize import LINEAR_NAME, _split, linearize_masked
+from ..ad.linearize import LINEAR_NAME, linearize_masked, split_jvp
 from ..ad.ops import add_tangents, instantiate
 from ..ad.registry import (
     BWD_RULE_PARAM,
@@ -588,9 +588,9 @@ def _policy_saveable(policy):
 def _remat_split(inner: Jaxpr, nz, saveable):
     """Linearize a remat body: primal body (outs + saved residuals) and a linear body that
     recomputes every non-saveable residual from the saved ones."""
-    consts, primals, outs, peqns, residuals, tan_in, teqns, touts, _, out_nz = _split(
-        inner, nz, False
-    )
+    sp = split_jvp(inner, nz, False)
+    consts, primals, outs, peqns, residuals = sp.consts, sp.primals, sp.outs, sp.peqns, sp.residuals
+    tan_in, teqns, touts, out_nz = sp.tan_in, sp.teqns, sp.touts, sp.out_nz
     producer = {id(o): e for e in peqns for o in e.outputs}
     recompute: set[int] = set()
     saved: list[Var] = []
