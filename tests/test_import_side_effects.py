@@ -20,9 +20,20 @@ _REPORT = (
 )
 
 
+def sigint_default() -> None:
+    """A child's SIGINT as an interactive shell leaves it: a test run started in the
+    background (`make test &`) ignores SIGINT, and its children would inherit that."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _report(argv, cwd) -> str:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    r = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120,
+        preexec_fn=sigint_default,
+    )  # fmt: skip
     assert r.returncode == 0, r.stderr
     return r.stdout.strip()
 
