@@ -58,6 +58,7 @@ def test_chain_plan_meets_the_liveness_budget(model, no_exact, frac):
     assert after <= budget < before
 
 
+@pytest.mark.slow  # (17 CPU-s; make test-full: test_remat_fit runs the compile loop by default)
 def test_chain_plan_meets_xlas_bytes(model, no_exact):
     """Through the compile loop: XLA's temp bytes of the printed gradient, compiled here, are
     within the budget (a fraction of the plain gradient's, compiled here too)."""
