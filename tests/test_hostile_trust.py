@@ -373,15 +373,15 @@ def test_ctrl_c_during_run_exits_130_with_one_line(tmp_path, moment, after):
     import sys
 
     from conftest import ROOT
-    from test_import_side_effects import sigint_default
+    from test_import_side_effects import with_sigint_default
 
     prog = tmp_path / "p.jaxpr"
     prog.write_text(_LONG_LOOP)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     argv = [sys.executable, "-m", "jaxprtool", "run", str(prog), "--random", "0"]
     p = subprocess.Popen(
-        argv, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        preexec_fn=sigint_default,
+        with_sigint_default(argv), env=env, cwd=tmp_path, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     deadline = time.monotonic() + 120
     while not _proc_status_says(p.pid, moment):

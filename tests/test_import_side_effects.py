@@ -20,20 +20,26 @@ _REPORT = (
 )
 
 
-def sigint_default() -> None:
-    """A child's SIGINT as an interactive shell leaves it: a test run started in the
-    background (`make test &`) ignores SIGINT, and its children would inherit that."""
-    import signal
+#: runs the rest of its command line (`python -m ...`, `python -c ...`) as the same process
+#: with SIGINT at its default, as an interactive shell leaves it: a test run started in the
+#: background (`make test &`) ignores SIGINT, and its children would inherit that.  (Not a
+#: preexec_fn: forking a process that runs JAX's threads and running Python in the child
+#: may deadlock.)
+_SIGINT_DEFAULT = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+)
 
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+def with_sigint_default(argv: list[str]) -> list[str]:
+    """`argv` (a Python command line) started with SIGINT at its default (same process id)."""
+    return [argv[0], "-c", _SIGINT_DEFAULT, *argv[1:]]
 
 
 def _report(argv, cwd) -> str:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    r = subprocess.run(
-        argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120,
-        preexec_fn=sigint_default,
-    )  # fmt: skip
+    argv = with_sigint_default(argv)
+    r = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return r.stdout.strip()
 
