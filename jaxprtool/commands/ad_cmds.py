@@ -186,7 +186,25 @@ _REMAT_OPTIONS = (_remat, _remat_budget, _remat_segments, _remat_dims)
 _REVERSE_REMAT_OPTIONS = (*_REMAT_OPTIONS, _remat_device, _remat_no_xla)
 
 
-def _remat_usage(remat, remat_budget, dim_specs=(), remat_segments=None):
+class Remat:
+    """The rematerialization a command was asked for, from its flags: the policy (`--remat`)
+    or the budget (`--remat-budget`), `--remat-segments`, the `--dim` sizes, and for the
+    reverse commands the device a byte budget is measured on and `--no-xla`."""
+
+    __slots__ = ("remat", "remat_budget", "remat_segments", "dim_specs", "device", "no_xla")
+
+    def __init__(
+        self, remat=None, remat_budget=None, remat_segments=None, dim_specs=(), device="cpu",
+        no_xla=False, **_,
+    ):  # fmt: skip
+        self.remat, self.remat_budget, self.remat_segments = remat, remat_budget, remat_segments
+        self.dim_specs, self.device, self.no_xla = dim_specs, device, no_xla
+
+
+def _remat_usage(r: Remat) -> None:
+    remat, remat_budget, dim_specs, remat_segments = (
+        r.remat, r.remat_budget, r.dim_specs, r.remat_segments
+    )  # fmt: skip
     if remat is not None and remat_budget is not None:
         raise UsageError("--remat and --remat-budget are mutually exclusive")
     spec = remat or remat_budget
@@ -229,23 +247,24 @@ def _byte_weighted(spec) -> bool:
     return spec.budget is not None or spec.policy == "min-cut"
 
 
-def _with_remat(job, remat, remat_budget, fn, dim_specs=(), remat_segments=None):
+def _with_remat(job, r: Remat, fn):
     """fn(spec, plans): the transformation under the rematerialization asked for (the spec,
-    or None), given a list to collect the plans into; they are printed on standard error."""
-    spec = remat or remat_budget
+    or None), given a list to collect the plans into; they are printed on standard error.
+    A byte budget is fitted on `r.device` (`_fitted`)."""
+    spec = r.remat or r.remat_budget
     if spec is None:
         return fn(None, None)
     import dataclasses
 
     _check_names(spec, job.input)
     if _byte_weighted(spec):
-        dims = _dims(dim_specs)
+        dims = _dims(r.dim_specs)
         _require_static_bytes(job.input, dims)
         spec = dataclasses.replace(spec, dims=tuple(sorted(dims.items())))
-    if remat_segments is not None:
+    if r.remat_segments is not None:
         from ..ad.remat import with_segments
 
-        spec = with_segments(spec, remat_segments)
+        spec = with_segments(spec, r.remat_segments)
     plans: list = []
     out = fn(spec, plans)
     for plan in plans:
@@ -471,10 +490,8 @@ def _jvp(job, argnums, no_instantiate):
 # ---------------------------------------------------------------- linearize
 
 
-def _linearize_usage(
-    out, split_input, split, remat=None, remat_budget=None, dim_specs=(), remat_segments=None, **_
-):
-    _remat_usage(remat, remat_budget, dim_specs, remat_segments)
+def _linearize_usage(out, split_input, split, **flags):
+    _remat_usage(Remat(**flags))
     if split and out:
         raise UsageError("-o cannot be combined with --split")
     if split and split_input:
@@ -515,24 +532,20 @@ def linearize(job, argnums, split, stats, remat, remat_budget, remat_segments, d
       jaxprtool linearize --split p.jaxpr l.jaxpr --stats f.jaxpr
       jaxprtool linearize --remat min-cut --stats f.jaxpr
     """
-    return _linearize(job, argnums, split, stats, remat, remat_budget, dim_specs, remat_segments)
+    r = Remat(remat, remat_budget, remat_segments, dim_specs)
+    return _linearize(job, argnums, split, stats, r)
 
 
-def _linearize(
-    job, argnums, split, stats, remat=None, remat_budget=None, dim_specs=(), remat_segments=None
-):
+def _linearize(job, argnums, split, stats, r: Remat):
     from ..ad.linearize import combine, linearize_jaxpr
 
     primal, linear, info = _with_remat(
         job,
-        remat,
-        remat_budget,
+        r,
         lambda spec, plans: job.transform(
             lambda j: linearize_jaxpr(j, argnums, remat=spec, plans=plans),
-            view=lambda r: combine(*r),
+            view=lambda res: combine(*res),
         ),
-        dim_specs,
-        remat_segments,
     )
     linear = job.optimize(linear)
     if stats:
@@ -623,18 +636,10 @@ def _transpose(job, linear, residuals):
 # ---------------------------------------------------------------- vjp, grad
 
 
-def _vjp_usage(
-    out,
-    split_input,
-    remat=None,
-    remat_budget=None,
-    dim_specs=(),
-    remat_segments=None,
-    no_xla=False,
-    **_,
-):
-    _remat_usage(remat, remat_budget, dim_specs, remat_segments)
-    if remat_budget is not None and remat_budget.on_device and no_xla:
+def _vjp_usage(out, split_input, **flags):
+    r = Remat(**flags)
+    _remat_usage(r)
+    if r.remat_budget is not None and r.remat_budget.on_device and r.no_xla:
         raise UsageError("--remat-budget device is the device's memory: it needs XLA, not --no-xla")
 
 
@@ -732,37 +737,26 @@ def vjp(job, argnums, remat, remat_budget, remat_segments, dim_specs, device, no
       jaxprtool vjp --argnums 0 f.jaxpr
       jaxprtool vjp --remat dots_saveable f.jaxpr
     """
-    return _vjp(job, argnums, remat, remat_budget, dim_specs, remat_segments, device, no_xla)
+    r = Remat(remat, remat_budget, remat_segments, dim_specs, device, no_xla)
+    return _vjp(job, argnums, r)
 
 
-def _vjp(
-    job,
-    argnums,
-    remat=None,
-    remat_budget=None,
-    dim_specs=(),
-    remat_segments=None,
-    device="cpu",
-    no_xla=False,
-):
+def _vjp(job, argnums, r: Remat):
     from ..ad.api import vjp_jaxpr
 
     res = _with_remat(
         job,
-        remat,
-        remat_budget,
+        r,
         lambda spec, plans: job.transform(
             lambda j: _fitted(
                 lambda s, p: vjp_jaxpr(j, argnums, remat=s, plans=p),
                 spec,
                 plans,
-                device,
-                no_xla,
-                dim_specs,
+                r.device,
+                r.no_xla,
+                r.dim_specs,
             )
         ),
-        dim_specs,
-        remat_segments,
     )
     return job.text(job.optimize(res))
 
@@ -811,40 +805,18 @@ def grad(
       jaxprtool grad f.jaxpr --verify-each --timing
       jaxprtool grad --remat min-cut f.jaxpr ; jaxprtool grad --remat-budget 0.5 f.jaxpr
     """
-    return _grad(
-        job,
-        argnums,
-        with_value,
-        has_aux,
-        remat,
-        remat_budget,
-        dim_specs,
-        remat_segments,
-        device,
-        no_xla,
-    )
+    r = Remat(remat, remat_budget, remat_segments, dim_specs, device, no_xla)
+    return _grad(job, argnums, with_value, has_aux, r)
 
 
-def _grad(
-    job,
-    argnums,
-    with_value,
-    has_aux,
-    remat=None,
-    remat_budget=None,
-    dim_specs=(),
-    remat_segments=None,
-    device="cpu",
-    no_xla=False,
-):
+def _grad(job, argnums, with_value, has_aux, r: Remat):
     from ..ad.api import grad_jaxpr
     from ..io import progress
 
     with progress(f"differentiating {job.input_path}") as prog:
         res = _with_remat(
             job,
-            remat,
-            remat_budget,
+            r,
             lambda spec, plans: job.transform(
                 lambda j: _fitted(
                     lambda s, p: grad_jaxpr(
@@ -857,13 +829,11 @@ def _grad(
                     ),
                     spec,
                     plans,
-                    device,
-                    no_xla,
-                    dim_specs,
+                    r.device,
+                    r.no_xla,
+                    r.dim_specs,
                 )
             ),
-            dim_specs,
-            remat_segments,
         )
         prog.update(f"cleaning up the gradient of {job.input_path}")
         box = [res]
