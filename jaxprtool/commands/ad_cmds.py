@@ -191,19 +191,19 @@ class Remat:
     or the budget (`--remat-budget`), `--remat-segments`, the `--dim` sizes, and for the
     reverse commands the device a byte budget is measured on and `--no-xla`."""
 
-    __slots__ = ("remat", "remat_budget", "remat_segments", "dim_specs", "device", "no_xla")
+    __slots__ = ("policy", "budget", "segments", "dim_specs", "device", "no_xla")
 
     def __init__(
         self, remat=None, remat_budget=None, remat_segments=None, dim_specs=(), device="cpu",
         no_xla=False, **_,
     ):  # fmt: skip
-        self.remat, self.remat_budget, self.remat_segments = remat, remat_budget, remat_segments
+        self.policy, self.budget, self.segments = remat, remat_budget, remat_segments
         self.dim_specs, self.device, self.no_xla = dim_specs, device, no_xla
 
 
 def _remat_usage(r: Remat) -> None:
     remat, remat_budget, dim_specs, remat_segments = (
-        r.remat, r.remat_budget, r.dim_specs, r.remat_segments
+        r.policy, r.budget, r.dim_specs, r.segments
     )  # fmt: skip
     if remat is not None and remat_budget is not None:
         raise UsageError("--remat and --remat-budget are mutually exclusive")
@@ -251,7 +251,7 @@ def _with_remat(job, r: Remat, fn):
     """fn(spec, plans): the transformation under the rematerialization asked for (the spec,
     or None), given a list to collect the plans into; they are printed on standard error.
     A byte budget is fitted on `r.device` (`_fitted`)."""
-    spec = r.remat or r.remat_budget
+    spec = r.policy or r.budget
     if spec is None:
         return fn(None, None)
     import dataclasses
@@ -261,10 +261,10 @@ def _with_remat(job, r: Remat, fn):
         dims = _dims(r.dim_specs)
         _require_static_bytes(job.input, dims)
         spec = dataclasses.replace(spec, dims=tuple(sorted(dims.items())))
-    if r.remat_segments is not None:
+    if r.segments is not None:
         from ..ad.remat import with_segments
 
-        spec = with_segments(spec, r.remat_segments)
+        spec = with_segments(spec, r.segments)
     plans: list = []
     out = fn(spec, plans)
     for plan in plans:
@@ -639,7 +639,7 @@ def _transpose(job, linear, residuals):
 def _vjp_usage(out, split_input, **flags):
     r = Remat(**flags)
     _remat_usage(r)
-    if r.remat_budget is not None and r.remat_budget.on_device and r.no_xla:
+    if r.budget is not None and r.budget.on_device and r.no_xla:
         raise UsageError("--remat-budget device is the device's memory: it needs XLA, not --no-xla")
 
 
