@@ -948,6 +948,27 @@ def test_cse_compares_only_candidates_with_equal_parameter_fingerprints(monkeypa
     assert len(calls) == 1
 
 
+def test_cse_keys_each_literal_once(monkeypatch):
+    """cse files each equation under its operands: a literal operand's hash (its repr, its
+    type's hash, computed in Python) is worked out once per literal, not at each lookup;
+    equal literals of different equations still merge them, a literal of another sign
+    does not."""
+    keys = []
+    key = Literal._key
+    monkeypatch.setattr(Literal, "_key", lambda lit: keys.append(lit) or key(lit))
+    j = parse(
+        "{ lambda ; a:f32[3]. let b:f32[3] = mul a 2.0:f32[]; c:f32[3] = mul a -0.0:f32[]; "
+        "d:f32[3] = mul a 0.0:f32[]; e:f32[3] = mul a 2.0:f32[] in (b, c, d, e) }"
+    ).jaxpr
+    lits = [e.inputs[1] for e in j.eqns]
+    out = cse(j)
+    assert [e.inputs[1].value for e in out.eqns] == [2.0, -0.0, 0.0]
+    assert out.outvars[3] is out.outvars[0]
+    keys.clear()
+    assert len({hash(x) for x in lits * 3}) == 3 and hash(lits[0]) == hash(lits[3])
+    assert keys == []  # each hashed already, by cse
+
+
 @pytest.mark.parametrize(
     "a, b",
     [
