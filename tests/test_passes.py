@@ -996,3 +996,31 @@ def test_alpha_equal_jaxprs_and_dtypes_have_equal_fingerprints():
     pb = {"jaxpr": y, "t": np.dtype("float32"), "v": [np.float32, 1]}
     assert _AlphaEq().params(pa, pb)
     assert params_fingerprint(pa) == params_fingerprint(pb)
+
+
+def test_for_ad_walks_a_program_without_nested_constants_once(monkeypatch):
+    """`consts_order.for_ad` of a program none of whose nested jaxprs has constants is the
+    program itself, without numbering or lifting walks; one with a jitted body's constant
+    is still hoisted (the constant becomes the program's)."""
+    from jaxprtool import consts_order
+
+    plain = parse(
+        "{ lambda ; a:f32[3]. let\n"
+        "    b:f32[3] = jit[name=g jaxpr={ lambda ; d:f32[3]. let\n"
+        "        e:f32[3] = sin d in (e,) }] a\n"
+        "  in (b,) }\n"
+    ).jaxpr
+    nested = parse(
+        "{ lambda ; a:f32[3]. let\n"
+        "    b:f32[3] = jit[name=g jaxpr={ lambda c:f32[3]; d:f32[3]. let\n"
+        "        e:f32[3] = mul d c in (e,) }] a\n"
+        "  in (b,) }\n"
+    ).jaxpr
+    numbered = []
+    number = consts_order.number_constants
+    monkeypatch.setattr(consts_order, "number_constants", lambda j: numbered.append(j) or number(j))
+    assert consts_order.for_ad(plain) is plain and numbered == []
+    out = consts_order.for_ad(nested)
+    assert numbered == [nested]
+    assert [str(v.type) for v in out.constvars] == ["f32[3]"]
+    assert out.eqns[0].params["jaxpr"].constvars == ()
