@@ -91,28 +91,30 @@ def simplify_settled(last: Jaxpr, program: Jaxpr) -> bool:
     results are asked (one with nested jaxprs made anew: not settled)."""
     if program is last:
         return True
+    # (sets of the atoms themselves, not of their ids: Vars hash by identity, literals
+    # remember their hash, and a tuple is looked up without a map over it)
     seen = set(last.eqns)  # (equations hash and compare by identity)
-    fresh: set[int] = set()  # the results of the equations made anew
+    fresh: set = set()  # the results of the equations made anew
     ask = []
     for e in program.eqns:
         if e not in seen:
             if has_subjaxprs(e):
                 return False
-            fresh.update(map(id, e.outputs))
+            fresh.update(e.outputs)
             ask.append(e)
-        elif fresh and not fresh.isdisjoint(map(id, e.inputs)):
+        elif fresh and not fresh.isdisjoint(e.inputs):
             ask.append(e)
     if not ask:
         return True
     ctx = Context()
-    needed = {id(a) for e in ask for a in e.inputs}
+    needed = {a for e in ask for a in e.inputs}
     for e in program.eqns:
-        for o in e.outputs:
-            if id(o) in needed:
+        if not needed.isdisjoint(e.outputs):
+            for o in e.outputs:
                 ctx.producers[id(o)] = e
-                fills = ctx.rules_of(e.prim)[1]
-                if fills is not None:
-                    ctx.made(e, fills)
+            fills = ctx.rules_of(e.prim)[1]
+            if fills is not None:
+                ctx.made(e, fills)
     for e in ask:
         outs = e.outputs
         rule = ctx.rules_of(e.prim)[0] if len(outs) == 1 else None
