@@ -202,7 +202,7 @@ def test_simplify_rules_ask_only_about_their_operands():
                 rule(e, ctx)
                 asked.add(e.prim)
             for o in e.outputs:
-                ctx.producers[id(o)] = e
+                ctx.producers[o] = e
             fills = ctx.rules_of(e.prim)[1]
             if fills is not None:
                 ctx.made(e, fills)
