@@ -886,9 +886,9 @@ error:
 
 /* drop_unused(eqns, used, names, cand, with_params) -> None
  * `_Printer._drop_unused`'s loop: backwards over `eqns` (the top jaxpr's), each result that
- * no later equation reads (its id not in `used`) named `_` in `names`, each result whose hint
- * is `_` appended to `cand`, the ids of the operands added to `used`, each equation with
- * parameters appended to `with_params` (in that backward order). */
+ * no later equation reads (not in `used`, a set of atoms) named `_` in `names` (by its id),
+ * each result whose hint is `_` appended to `cand`, the operands added to `used`, each
+ * equation with parameters appended to `with_params` (in that backward order). */
 static PyObject *drop_unused(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5 || !PyTuple_Check(args[0]) || !PySet_Check(args[1]) ||
         !PyDict_CheckExact(args[2]) || !PyList_Check(args[3]) || !PyList_Check(args[4])) {
@@ -912,12 +912,14 @@ static PyObject *drop_unused(PyObject *self, PyObject *const *args, Py_ssize_t n
         PyObject *outs_seq = NULL, *ins_seq = NULL;
         if (outs == NULL || (outs_seq = PySequence_Fast(outs, "outputs")) == NULL) goto next;
         for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(outs_seq); i++) {
-            PyObject *v = PySequence_Fast_ITEMS(outs_seq)[i];
-            PyObject *id = PyLong_FromVoidPtr(v), *hint;
-            if (id == NULL) goto next;
-            int r = PySet_Contains(used, id);
-            if (r == 0) r = PyDict_SetItem(names, id, str_under);
-            Py_DECREF(id);
+            PyObject *v = PySequence_Fast_ITEMS(outs_seq)[i], *hint;
+            int r = PySet_Contains(used, v);
+            if (r == 0) {
+                PyObject *id = PyLong_FromVoidPtr(v);
+                if (id == NULL) goto next;
+                r = PyDict_SetItem(names, id, str_under);
+                Py_DECREF(id);
+            }
             if (r < 0 || (hint = get_slot(var_hint, v)) == NULL) goto next;
             r = PyUnicode_Check(hint) ? PyUnicode_Compare(hint, str_under) : 1;
             Py_DECREF(hint);
@@ -928,11 +930,7 @@ static PyObject *drop_unused(PyObject *self, PyObject *const *args, Py_ssize_t n
             (ins_seq = PySequence_Fast(ins, "inputs")) == NULL)
             goto next;
         for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(ins_seq); i++) {
-            PyObject *id = PyLong_FromVoidPtr(PySequence_Fast_ITEMS(ins_seq)[i]);
-            if (id == NULL) goto next;
-            int r = PySet_Add(used, id);
-            Py_DECREF(id);
-            if (r < 0) goto next;
+            if (PySet_Add(used, PySequence_Fast_ITEMS(ins_seq)[i]) < 0) goto next;
         }
         if ((params = get_slot(eqn_fields[3], e)) == NULL) goto next;
         int has = PyObject_IsTrue(params);
