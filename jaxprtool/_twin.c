@@ -884,19 +884,19 @@ error:
     return NULL;
 }
 
-/* drop_unused(eqns, used, names, cand, with_params) -> None
+/* drop_unread(eqns, used, names, cand, with_params) -> None
  * `_Printer._drop_unused`'s loop: backwards over `eqns` (the top jaxpr's), each result that
  * no later equation reads (not in `used`, a set of atoms) named `_` in `names` (by its id),
  * each result whose hint is `_` appended to `cand`, the operands added to `used`, each
  * equation with parameters appended to `with_params` (in that backward order). */
-static PyObject *drop_unused(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *drop_unread(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5 || !PyTuple_Check(args[0]) || !PySet_Check(args[1]) ||
         !PyDict_CheckExact(args[2]) || !PyList_Check(args[3]) || !PyList_Check(args[4])) {
-        PyErr_SetString(PyExc_TypeError, "drop_unused: bad arguments");
+        PyErr_SetString(PyExc_TypeError, "drop_unread: bad arguments");
         return NULL;
     }
     if (EqnType == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "drop_unused: not configured");
+        PyErr_SetString(PyExc_RuntimeError, "drop_unread: not configured");
         return NULL;
     }
     PyObject *eqns = args[0], *used = args[1], *names = args[2], *cand = args[3];
@@ -904,7 +904,7 @@ static PyObject *drop_unused(PyObject *self, PyObject *const *args, Py_ssize_t n
     for (Py_ssize_t k = PyTuple_GET_SIZE(eqns) - 1; k >= 0; k--) {
         PyObject *e = PyTuple_GET_ITEM(eqns, k);
         if (Py_TYPE(e) != EqnType) {
-            PyErr_SetString(PyExc_TypeError, "drop_unused: not an equation");
+            PyErr_SetString(PyExc_TypeError, "drop_unread: not an equation");
             return NULL;
         }
         int ok = 0;
@@ -987,7 +987,7 @@ static PyMethodDef methods[] = {
      "FastPath.read_run's loop over plain lines (see the source)."},
     {"name_lines", (PyCFunction)(void (*)(void))name_lines, METH_FASTCALL,
      "_Printer._name_eqns' loop over ordinary equations (see the source)."},
-    {"drop_unused", (PyCFunction)(void (*)(void))drop_unused, METH_FASTCALL,
+    {"drop_unread", (PyCFunction)(void (*)(void))drop_unread, METH_FASTCALL,
      "_Printer._drop_unused's loop (see the source)."},
     {"lay_lines", (PyCFunction)(void (*)(void))lay_lines, METH_FASTCALL,
      "pretty.format's loop over the lines of a jaxpr (see the source)."},

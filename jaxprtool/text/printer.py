@@ -347,7 +347,7 @@ class _Printer:
         # lines it builds, by primitive (`_line_kind`)
         compiled = twin() if fast else None
         self.compiled_lines = compiled.name_lines if compiled is not None else None
-        self.compiled_drop = compiled.drop_unused if compiled is not None else None
+        self.compiled_drop = compiled.drop_unread if compiled is not None else None
         self.line_kinds: dict[str, int] = {}
 
     def _rec(self, prim: str):
