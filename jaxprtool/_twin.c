@@ -887,7 +887,7 @@ error:
 /* drop_unread(eqns, used, names, cand, with_params) -> None
  * `_Printer._drop_unused`'s loop: backwards over `eqns` (the top jaxpr's), each result that
  * no later equation reads (not in `used`, a set of atoms) named `_` in `names` (by its id),
- * each result whose hint is `_` appended to `cand`, the operands added to `used`, each
+ * each result whose hint is `_` appended to `cand`, the Var operands added to `used`, each
  * equation with parameters appended to `with_params` (in that backward order). */
 static PyObject *drop_unread(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5 || !PyTuple_Check(args[0]) || !PySet_Check(args[1]) ||
@@ -930,7 +930,10 @@ static PyObject *drop_unread(PyObject *self, PyObject *const *args, Py_ssize_t n
             (ins_seq = PySequence_Fast(ins, "inputs")) == NULL)
             goto next;
         for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(ins_seq); i++) {
-            if (PySet_Add(used, PySequence_Fast_ITEMS(ins_seq)[i]) < 0) goto next;
+            /* (a literal is left out, where the Python loop adds it: only results are looked
+             * up in `used`, and a literal's hash is a call into Python) */
+            PyObject *a = PySequence_Fast_ITEMS(ins_seq)[i];
+            if (Py_TYPE(a) == VarType && PySet_Add(used, a) < 0) goto next;
         }
         if ((params = get_slot(eqn_fields[3], e)) == NULL) goto next;
         int has = PyObject_IsTrue(params);
