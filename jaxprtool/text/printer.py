@@ -348,6 +348,11 @@ class _Printer:
         compiled = twin() if fast else None
         self.compiled_lines = compiled.name_lines if compiled is not None else None
         self.compiled_drop = compiled.drop_unread if compiled is not None else None
+        # what each line the compiled twin builds holds besides its texts: its full form
+        # laid out by the twin of `_render_eqn` too
+        self.line_head = _LINE_HEAD
+        if compiled is not None:
+            self.line_head = (pp.LAZY, _build_eqn, compiled.render_eqn, _REBOUND)
         self.line_kinds: dict[str, int] = {}
 
     def _rec(self, prim: str):
@@ -753,7 +758,7 @@ class _Printer:
         state = (docs, scope, bound, bad, self.names, self.value_ids, self.type_str)
         state += (self.drop_hints, self.line_kinds, self._line_kind, self._kept_pairs)
         state += (self._param_text, self._literal, self._type, self.fresh, self.suffixes)
-        state += (self.style.eq_without_outputs, _LINE_HEAD, self.width - _EQN_INDENT)
+        state += (self.style.eq_without_outputs, self.line_head, self.width - _EQN_INDENT)
         state += (self, _NAMES, self.shared_names)  # (`fresh`'s state)
         k, n = 0, len(eqns)
         while True:

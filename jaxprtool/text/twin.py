@@ -26,7 +26,7 @@ EQN_FIELDS = ("prim", "inputs", "outputs", "params", "loc", "bare_eq", "no_subja
 #: the twin's loops (a module without one of them is an older build: it stands down)
 #: (`drop_unread` was `drop_unused`, whose set held ids where it now holds the atoms: a
 #: module built before that change lacks the new name, and is not used)
-FUNCTIONS = ("read_lines", "name_lines", "drop_unread", "lay_lines")
+FUNCTIONS = ("read_lines", "name_lines", "drop_unread", "lay_lines", "render_eqn")
 
 
 def twin():
