@@ -370,6 +370,10 @@ class Literal:
             h = self._hash = hash(self._key())
         return h
 
+    def __reduce__(self):
+        # (a copy or a pickle works its hash out again: a str's hash differs between processes)
+        return Literal, (self.value, self.type, self.typed)
+
     def __repr__(self) -> str:
         return f"Literal({self.value!r}:{self.type})"
 

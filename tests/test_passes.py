@@ -5,6 +5,7 @@ corpus sweeps (outputs unchanged, checker clean, idempotence)."""
 
 from __future__ import annotations
 
+import copy
 import math
 import random
 from pathlib import Path
@@ -967,6 +968,8 @@ def test_cse_keys_each_literal_once(monkeypatch):
     keys.clear()
     assert len({hash(x) for x in lits * 3}) == 3 and hash(lits[0]) == hash(lits[3])
     assert keys == []  # each hashed already, by cse
+    for copied in (copy.deepcopy(lits[0]), copy.copy(lits[0])):
+        assert copied._hash is None and copied == lits[0]  # (worked out again when asked)
 
 
 @pytest.mark.parametrize(
