@@ -1,8 +1,9 @@
 /* The compiled twin of the two per-line loops (issue 49): the plain-line reader of the
  * parser's fast path (`text/parser/fast.py`, `FastPath.read_run`'s first loop) and the
  * printer's equation-line builder (`text/printer.py`, `_Printer._name_eqns`), with the
- * printer's backward walk over the top jaxpr's equations (`_Printer._drop_unused`) and the
- * layout's loop over the lines that fit (`pretty.format`).
+ * printer's backward walk over the top jaxpr's equations (`_Printer._drop_unused`), the
+ * layout's loop over the lines that fit (`pretty.format`) and the layout of a line it built
+ * that does not fit (`printer._render_eqn`).
  *
  * The Python code is the reference and the fallback (`text/twin.py` says which one runs).
  * Each function here takes the lines or equations it is sure of and stops at the first one
@@ -21,7 +22,7 @@ static PyTypeObject *VarType, *EqnType, *LocType;
 static PyObject *var_type, *var_hint;
 static PyObject *eqn_fields[7]; /* prim inputs outputs params loc bare_eq no_subjaxprs */
 static PyObject *str_eqn_start, *str_eq, *str_colon, *str_space, *str_empty, *str_under;
-static PyObject *str_open, *str_close_sp, *str_equals, *str_typed;
+static PyObject *str_open, *str_close_sp, *str_equals, *str_typed, *str_close;
 
 static int set_slot(PyObject *descr, PyObject *obj, PyObject *value) {
     return Py_TYPE(descr)->tp_descr_set(descr, obj, value);
@@ -884,19 +885,19 @@ error:
     return NULL;
 }
 
-/* drop_unused(eqns, used, names, cand, with_params) -> None
+/* drop_unread(eqns, used, names, cand, with_params) -> None
  * `_Printer._drop_unused`'s loop: backwards over `eqns` (the top jaxpr's), each result that
- * no later equation reads (its id not in `used`) named `_` in `names`, each result whose hint
- * is `_` appended to `cand`, the ids of the operands added to `used`, each equation with
- * parameters appended to `with_params` (in that backward order). */
-static PyObject *drop_unused(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+ * no later equation reads (not in `used`, a set of atoms) named `_` in `names` (by its id),
+ * each result whose hint is `_` appended to `cand`, the Var operands added to `used`, each
+ * equation with parameters appended to `with_params` (in that backward order). */
+static PyObject *drop_unread(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5 || !PyTuple_Check(args[0]) || !PySet_Check(args[1]) ||
         !PyDict_CheckExact(args[2]) || !PyList_Check(args[3]) || !PyList_Check(args[4])) {
-        PyErr_SetString(PyExc_TypeError, "drop_unused: bad arguments");
+        PyErr_SetString(PyExc_TypeError, "drop_unread: bad arguments");
         return NULL;
     }
     if (EqnType == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "drop_unused: not configured");
+        PyErr_SetString(PyExc_RuntimeError, "drop_unread: not configured");
         return NULL;
     }
     PyObject *eqns = args[0], *used = args[1], *names = args[2], *cand = args[3];
@@ -904,7 +905,7 @@ static PyObject *drop_unused(PyObject *self, PyObject *const *args, Py_ssize_t n
     for (Py_ssize_t k = PyTuple_GET_SIZE(eqns) - 1; k >= 0; k--) {
         PyObject *e = PyTuple_GET_ITEM(eqns, k);
         if (Py_TYPE(e) != EqnType) {
-            PyErr_SetString(PyExc_TypeError, "drop_unused: not an equation");
+            PyErr_SetString(PyExc_TypeError, "drop_unread: not an equation");
             return NULL;
         }
         int ok = 0;
@@ -912,12 +913,14 @@ static PyObject *drop_unused(PyObject *self, PyObject *const *args, Py_ssize_t n
         PyObject *outs_seq = NULL, *ins_seq = NULL;
         if (outs == NULL || (outs_seq = PySequence_Fast(outs, "outputs")) == NULL) goto next;
         for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(outs_seq); i++) {
-            PyObject *v = PySequence_Fast_ITEMS(outs_seq)[i];
-            PyObject *id = PyLong_FromVoidPtr(v), *hint;
-            if (id == NULL) goto next;
-            int r = PySet_Contains(used, id);
-            if (r == 0) r = PyDict_SetItem(names, id, str_under);
-            Py_DECREF(id);
+            PyObject *v = PySequence_Fast_ITEMS(outs_seq)[i], *hint;
+            int r = PySet_Contains(used, v);
+            if (r == 0) {
+                PyObject *id = PyLong_FromVoidPtr(v);
+                if (id == NULL) goto next;
+                r = PyDict_SetItem(names, id, str_under);
+                Py_DECREF(id);
+            }
             if (r < 0 || (hint = get_slot(var_hint, v)) == NULL) goto next;
             r = PyUnicode_Check(hint) ? PyUnicode_Compare(hint, str_under) : 1;
             Py_DECREF(hint);
@@ -928,11 +931,10 @@ static PyObject *drop_unused(PyObject *self, PyObject *const *args, Py_ssize_t n
             (ins_seq = PySequence_Fast(ins, "inputs")) == NULL)
             goto next;
         for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(ins_seq); i++) {
-            PyObject *id = PyLong_FromVoidPtr(PySequence_Fast_ITEMS(ins_seq)[i]);
-            if (id == NULL) goto next;
-            int r = PySet_Add(used, id);
-            Py_DECREF(id);
-            if (r < 0) goto next;
+            /* (a literal is left out, where the Python loop adds it: only results are looked
+             * up in `used`, and a literal's hash is a call into Python) */
+            PyObject *a = PySequence_Fast_ITEMS(ins_seq)[i];
+            if (Py_TYPE(a) == VarType && PySet_Add(used, a) < 0) goto next;
         }
         if ((params = get_slot(eqn_fields[3], e)) == NULL) goto next;
         int has = PyObject_IsTrue(params);
@@ -981,6 +983,136 @@ static PyObject *lay_lines(PyObject *self, PyObject *const *args, Py_ssize_t nar
     return Py_BuildValue("nn", i, last);
 }
 
+/* The width of a text as the layout counts it (its UTF-8 bytes), or -1 with an error set. */
+static Py_ssize_t text_width(PyObject *s) {
+    if (!PyUnicode_Check(s)) {
+        PyErr_SetString(PyExc_TypeError, "render_eqn: a text is not a string");
+        return -1;
+    }
+    if (PyUnicode_IS_ASCII(s)) return PyUnicode_GET_LENGTH(s);
+    Py_ssize_t size;
+    return PyUnicode_AsUTF8AndSize(s, &size) == NULL ? -1 : size;
+}
+
+/* `s` followed by `n` spaces, or `s` alone for n <= 0; new reference. */
+static PyObject *with_spaces(const char *s, Py_ssize_t n) {
+    size_t ls = strlen(s);
+    if (n < 0) n = 0;
+    PyObject *r = PyUnicode_New((Py_ssize_t)ls + n, 127);
+    if (r == NULL) return NULL;
+    Py_UCS1 *d = PyUnicode_1BYTE_DATA(r);
+    memcpy(d, s, ls);
+    memset(d + ls, ' ', (size_t)n);
+    return r;
+}
+
+/* `items` (strings, space-separated) appended to `out` from column *k: joined where they
+ * fit in the `width - *k` columns left, else as `pretty.fill_broken(out, k, indent, width,
+ * items, "")` lays them out (its empty separators left out: the same text); -1 on error. */
+static int put_fill(PyObject *out, Py_ssize_t *k, Py_ssize_t indent, Py_ssize_t width,
+                    PyObject *items) {
+    Py_ssize_t n = PyList_GET_SIZE(items), total = n ? n - 1 : 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t w = text_width(PyList_GET_ITEM(items, i));
+        if (w < 0) return -1;
+        total += w;
+    }
+    if (total <= width - *k) { /* the flat text: the items and single spaces */
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if ((i && PyList_Append(out, str_space) < 0) ||
+                PyList_Append(out, PyList_GET_ITEM(items, i)) < 0)
+                return -1;
+        }
+        *k += total;
+        return 0;
+    }
+    PyObject *nl = with_spaces("\n", indent + 2);
+    if (nl == NULL) return -1;
+    int r = 0;
+    for (Py_ssize_t i = 0; i < n && r == 0; i++) {
+        PyObject *it = PyList_GET_ITEM(items, i);
+        if (i) {
+            if (*k < width) { /* group(brk()) fits iff 1 <= width - k */
+                r = PyList_Append(out, str_space);
+                *k += 1;
+            } else {
+                r = PyList_Append(out, nl);
+                *k = indent + 2;
+            }
+        }
+        if (r == 0) r = PyList_Append(out, it);
+        *k += text_width(it); /* (measured above: no error) */
+    }
+    Py_DECREF(nl);
+    return r;
+}
+
+/* render_eqn(out, k, indent, width, name, kvs, ins, outs, eq) -> k
+ * `printer._render_eqn`: the full form of an equation line that does not fit, laid out in
+ * break mode at `indent` from column `k`, appended to `out` (in other pieces: the same
+ * text); the new column. */
+static PyObject *render_eqn(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 9 || !PyList_CheckExact(args[0]) || !PyUnicode_Check(args[4]) ||
+        !PyList_Check(args[5]) || !PyList_Check(args[6]) || !PyList_Check(args[7])) {
+        PyErr_SetString(PyExc_TypeError, "render_eqn: bad arguments");
+        return NULL;
+    }
+    PyObject *out = args[0], *name = args[4], *kvs = args[5], *ins = args[6], *outs = args[7];
+    Py_ssize_t k = PyLong_AsSsize_t(args[1]), indent = PyLong_AsSsize_t(args[2]);
+    Py_ssize_t width = PyLong_AsSsize_t(args[3]);
+    int eq = PyObject_IsTrue(args[8]);
+    if (eq < 0 || PyErr_Occurred()) return NULL;
+    if (eq && PyList_GET_SIZE(outs) && put_fill(out, &k, indent, width, outs) < 0) return NULL;
+    if (eq) {
+        if (PyList_Append(out, str_eq) < 0) return NULL;
+        k += 3;
+    }
+    Py_ssize_t w = text_width(name);
+    if (w < 0 || PyList_Append(out, name) < 0) return NULL;
+    k += w;
+    Py_ssize_t n = PyList_GET_SIZE(kvs);
+    if (n) { /* _kv_doc: a group, `[k=v ...]` flat, else one pair a line and `]` back */
+        Py_ssize_t flat = n + 1;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if ((w = text_width(PyList_GET_ITEM(kvs, i))) < 0) return NULL;
+            flat += w;
+        }
+        if (flat <= width - k) {
+            if (PyList_Append(out, str_open) < 0) return NULL;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                if ((i && PyList_Append(out, str_space) < 0) ||
+                    PyList_Append(out, PyList_GET_ITEM(kvs, i)) < 0)
+                    return NULL;
+            }
+            if (PyList_Append(out, str_close) < 0) return NULL;
+            k += flat;
+        } else {
+            PyObject *nl = with_spaces("\n", indent + 2), *end = NULL;
+            if (nl == NULL || PyList_Append(out, str_open) < 0) goto kv_fail;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                PyObject *x = PyList_GET_ITEM(kvs, i);
+                if (PyList_Append(out, nl) < 0 || PyList_Append(out, x) < 0) goto kv_fail;
+            }
+            if ((end = with_spaces("\n", indent)) == NULL || PyList_Append(out, end) < 0 ||
+                PyList_Append(out, str_close) < 0)
+                goto kv_fail;
+            Py_DECREF(nl);
+            Py_DECREF(end);
+            k = indent + 1;
+            goto kv_done;
+        kv_fail:
+            Py_XDECREF(nl);
+            Py_XDECREF(end);
+            return NULL;
+        }
+    }
+kv_done:
+    if (PyList_Append(out, str_space) < 0) return NULL;
+    k += 1;
+    if (PyList_GET_SIZE(ins) && put_fill(out, &k, indent, width, ins) < 0) return NULL;
+    return PyLong_FromSsize_t(k);
+}
+
 /* ------------------------------------------------------------------ the module */
 
 static PyMethodDef methods[] = {
@@ -989,10 +1121,12 @@ static PyMethodDef methods[] = {
      "FastPath.read_run's loop over plain lines (see the source)."},
     {"name_lines", (PyCFunction)(void (*)(void))name_lines, METH_FASTCALL,
      "_Printer._name_eqns' loop over ordinary equations (see the source)."},
-    {"drop_unused", (PyCFunction)(void (*)(void))drop_unused, METH_FASTCALL,
+    {"drop_unread", (PyCFunction)(void (*)(void))drop_unread, METH_FASTCALL,
      "_Printer._drop_unused's loop (see the source)."},
     {"lay_lines", (PyCFunction)(void (*)(void))lay_lines, METH_FASTCALL,
      "pretty.format's loop over the lines of a jaxpr (see the source)."},
+    {"render_eqn", (PyCFunction)(void (*)(void))render_eqn, METH_FASTCALL,
+     "printer._render_eqn (see the source)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1008,7 +1142,8 @@ PyMODINIT_FUNC PyInit__twin(void) {
     } strs[] = {{&str_eqn_start, "eqn_start"}, {&str_eq, " = "},  {&str_colon, ":"},
                 {&str_space, " "},             {&str_empty, ""},  {&str_under, "_"},
                 {&str_open, "["},              {&str_close_sp, "] "}, {&str_equals, "="},
-                {&str_typed, "typed"},         {&str_counter, "counter"}};
+                {&str_typed, "typed"},         {&str_counter, "counter"},
+                {&str_close, "]"}};
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
         if ((*strs[i].slot = PyUnicode_InternFromString(strs[i].text)) == NULL) return NULL;
     }

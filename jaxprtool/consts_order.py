@@ -73,8 +73,10 @@ def for_ad(jaxpr: Jaxpr) -> Jaxpr:
     when some stay nested (`kept_by`: their numbering after the program's could not be
     kept): the AD commands then refuse a rule or body with constants."""
     from .passes.common import Subst
-    from .passes.hoist_consts import lift_kept_consts
+    from .passes.hoist_consts import has_nested_consts, lift_kept_consts
 
+    if not has_nested_consts(jaxpr):
+        return jaxpr  # (what the walks below return: one walk instead of three)
     numbered = number_constants(jaxpr)
     hoisted = numbered.program
     program, sources = lift_kept_consts(hoisted)

@@ -348,12 +348,13 @@ class Literal:
     no `:TYPE`; the type is then inferred and printing follows that style.
     """
 
-    __slots__ = ("value", "type", "typed")
+    __slots__ = ("value", "type", "typed", "_hash")
 
     def __init__(self, value: Any, type: ShapedArray, typed: bool = True):
         self.value = value
         self.type = type
         self.typed = typed
+        self._hash = None
 
     def _key(self):
         return (type(self.value).__name__, repr(self.value), self.type)
@@ -362,7 +363,16 @@ class Literal:
         return isinstance(other, Literal) and self._key() == other._key()
 
     def __hash__(self):
-        return hash(self._key())
+        # remembered: `cse` files every equation under its operands, and a literal's key
+        # (a repr, a type's hash) is computed in Python (no one assigns value or type after)
+        h = self._hash
+        if h is None:
+            h = self._hash = hash(self._key())
+        return h
+
+    def __reduce__(self):
+        # (a copy or a pickle works its hash out again: a str's hash differs between processes)
+        return Literal, (self.value, self.type, self.typed)
 
     def __repr__(self) -> str:
         return f"Literal({self.value!r}:{self.type})"

@@ -574,11 +574,9 @@ def axis_sizes_key() -> tuple:
     return _AXIS_SIZES_KEY.get()
 
 
-@contextlib.contextmanager
-def axis_sizes_of(jaxpr, given: dict[str, int] | None = None):
-    """Within the block, `axis_size` answers with the sizes `jaxpr` prints (none for None),
-    and `given` (the command line's `--mesh`), for the rules whose results' shardings depend
-    on them (a reshape that splits or merges a sharded dim)."""
+def axis_sizes(jaxpr, given: dict[str, int] | None = None) -> dict[str, int | None]:
+    """The sizes `jaxpr` prints (none for None) and `given` (the command line's `--mesh`);
+    raises where they disagree."""
     sizes = dict(printed_axis_sizes(jaxpr)) if jaxpr is not None else {}
     for name, size in (given or {}).items():
         if sizes.get(name, size) != size:
@@ -587,6 +585,19 @@ def axis_sizes_of(jaxpr, given: dict[str, int] | None = None):
                 f"it size {sizes[name]}"
             )
         sizes[name] = size
+    return sizes
+
+
+def axis_sizes_of(jaxpr, given: dict[str, int] | None = None):
+    """Within the block, `axis_size` answers with the sizes `jaxpr` prints (none for None),
+    and `given` (the command line's `--mesh`), for the rules whose results' shardings depend
+    on them (a reshape that splits or merges a sharded dim)."""
+    return axis_sizes_in_force(axis_sizes(jaxpr, given))
+
+
+@contextlib.contextmanager
+def axis_sizes_in_force(sizes: dict[str, int | None]):
+    """Within the block, `axis_size` answers with `sizes` (`axis_sizes`' result)."""
     token = _AXIS_SIZES.set(sizes)
     key_token = _AXIS_SIZES_KEY.set(tuple(sorted(sizes.items(), key=lambda kv: kv[0])))
     try:

@@ -202,7 +202,7 @@ def test_simplify_rules_ask_only_about_their_operands():
                 rule(e, ctx)
                 asked.add(e.prim)
             for o in e.outputs:
-                ctx.producers[id(o)] = e
+                ctx.producers[o] = e
             fills = ctx.rules_of(e.prim)[1]
             if fills is not None:
                 ctx.made(e, fills)
@@ -245,3 +245,30 @@ def test_fold_leaves_a_program_without_foldable_equations_alone(monkeypatch):
     assert fold(j) is j and walks == []
     k = program("{ lambda ; a:f32[]. let b:f32[] = add 1.0:f32[] 2.0:f32[] in (b,) }")
     assert len(fold(k).eqns) == 0 and walks == [k]
+
+
+def test_fold_leaves_a_program_whose_bodies_fold_nothing_alone(monkeypatch):
+    """A program with nested jaxprs (AD's gradients of custom_jvp calls) is not rewritten
+    when neither it nor its bodies have anything to fold; a body that folds is rewritten,
+    and so is the program holding it."""
+    from jaxprtool.passes import fold as fold_mod
+
+    walks = []
+
+    class Counting(fold_mod.EqnRewrite):
+        def __init__(self, jaxpr, go):
+            walks.append(jaxpr)
+            super().__init__(jaxpr, go)
+
+    monkeypatch.setattr(fold_mod, "EqnRewrite", Counting)
+    body = "{ lambda ; d:f32[]. let e:f32[] = %s in (e,) }"
+    text = (
+        "{ lambda ; a:f32[]. let b:f32[] = jit[name=g jaxpr=%s] a; c:f32[] = mul b 2.0:f32[] "
+        "in (c,) }"
+    )
+    j = program(text % (body % "sin d"))
+    assert fold(j) is j and walks == []
+    k = program(text % (body % "add 1.0:f32[] 2.0:f32[]"))
+    out = fold(k)
+    assert walks == [k.eqns[0].params["jaxpr"], k]
+    assert out.eqns[0].params["jaxpr"].outvars[0].value == 3.0

@@ -300,3 +300,28 @@ def test_timing_table():
     assert {"grad", "verify after grad", "canonicalize", "verify after canonicalize"} <= set(rows)
     r = invoke("check", "--timing", str(SAMPLES / "mlp.jaxpr"), str(SAMPLES / "cond.jaxpr"))
     assert r.exit_code == 0 and _timing_rows(r.stderr)["parse"][0] == 2
+
+
+def test_mesh_axis_sizes_read_once_per_input(monkeypatch):
+    """The steps of one input run under the axis sizes its first step found (one walk of
+    the program per input, not one per step); each part of a split input has its own."""
+    from jaxprtool import shardings
+
+    walked = []
+    real = shardings.printed_axis_sizes
+
+    def counting(j):
+        walked.append(j)
+        return real(j)
+
+    monkeypatch.setattr(shardings, "printed_axis_sizes", counting)
+    r = invoke("opt", "-p", "simplify,cse,dce", str(SAMPLES / "mlp.jaxpr"))
+    assert r.exit_code == 0, r.output
+    assert len(walked) == 1
+    walked.clear()
+    r = invoke("opt", "-p", "cse,dce", "--split-input-file", "-", input=SPLIT)
+    assert len(walked) == 2  # the first and third parts (the second does not check)
+    walked.clear()
+    r = invoke("grad", str(SAMPLES / "mlp.jaxpr"))
+    assert r.exit_code == 0, r.output
+    assert len(walked) == 1  # grad's input: canonicalize runs under the same sizes

@@ -5,6 +5,7 @@ corpus sweeps (outputs unchanged, checker clean, idempotence)."""
 
 from __future__ import annotations
 
+import copy
 import math
 import random
 from pathlib import Path
@@ -948,6 +949,29 @@ def test_cse_compares_only_candidates_with_equal_parameter_fingerprints(monkeypa
     assert len(calls) == 1
 
 
+def test_cse_keys_each_literal_once(monkeypatch):
+    """cse files each equation under its operands: a literal operand's hash (its repr, its
+    type's hash, computed in Python) is worked out once per literal, not at each lookup;
+    equal literals of different equations still merge them, a literal of another sign
+    does not."""
+    keys = []
+    key = Literal._key
+    monkeypatch.setattr(Literal, "_key", lambda lit: keys.append(lit) or key(lit))
+    j = parse(
+        "{ lambda ; a:f32[3]. let b:f32[3] = mul a 2.0:f32[]; c:f32[3] = mul a -0.0:f32[]; "
+        "d:f32[3] = mul a 0.0:f32[]; e:f32[3] = mul a 2.0:f32[] in (b, c, d, e) }"
+    ).jaxpr
+    lits = [e.inputs[1] for e in j.eqns]
+    out = cse(j)
+    assert [e.inputs[1].value for e in out.eqns] == [2.0, -0.0, 0.0]
+    assert out.outvars[3] is out.outvars[0]
+    keys.clear()
+    assert len({hash(x) for x in lits * 3}) == 3 and hash(lits[0]) == hash(lits[3])
+    assert keys == []  # each hashed already, by cse
+    for copied in (copy.deepcopy(lits[0]), copy.copy(lits[0])):
+        assert copied._hash is None and copied == lits[0]  # (worked out again when asked)
+
+
 @pytest.mark.parametrize(
     "a, b",
     [
@@ -975,3 +999,31 @@ def test_alpha_equal_jaxprs_and_dtypes_have_equal_fingerprints():
     pb = {"jaxpr": y, "t": np.dtype("float32"), "v": [np.float32, 1]}
     assert _AlphaEq().params(pa, pb)
     assert params_fingerprint(pa) == params_fingerprint(pb)
+
+
+def test_for_ad_walks_a_program_without_nested_constants_once(monkeypatch):
+    """`consts_order.for_ad` of a program none of whose nested jaxprs has constants is the
+    program itself, without numbering or lifting walks; one with a jitted body's constant
+    is still hoisted (the constant becomes the program's)."""
+    from jaxprtool import consts_order
+
+    plain = parse(
+        "{ lambda ; a:f32[3]. let\n"
+        "    b:f32[3] = jit[name=g jaxpr={ lambda ; d:f32[3]. let\n"
+        "        e:f32[3] = sin d in (e,) }] a\n"
+        "  in (b,) }\n"
+    ).jaxpr
+    nested = parse(
+        "{ lambda ; a:f32[3]. let\n"
+        "    b:f32[3] = jit[name=g jaxpr={ lambda c:f32[3]; d:f32[3]. let\n"
+        "        e:f32[3] = mul d c in (e,) }] a\n"
+        "  in (b,) }\n"
+    ).jaxpr
+    numbered = []
+    number = consts_order.number_constants
+    monkeypatch.setattr(consts_order, "number_constants", lambda j: numbered.append(j) or number(j))
+    assert consts_order.for_ad(plain) is plain and numbered == []
+    out = consts_order.for_ad(nested)
+    assert numbered == [nested]
+    assert [str(v.type) for v in out.constvars] == ["f32[3]"]
+    assert out.eqns[0].params["jaxpr"].constvars == ()

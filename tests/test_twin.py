@@ -354,3 +354,31 @@ def test_simple_literals_read_without_the_general_way(pure, monkeypatch):
     values = [e.inputs[1].value for e in fast.eqns[: len(SIMPLE_LITERALS)]]
     assert [str(v) for v in values] == ["-0.5", "-inf", "inf", "nan", "100000.0", "-0.002",
                                         "9.999999747378752e-06", "16.0"]  # fmt: skip
+
+
+_TEXTS = st.lists(st.text(alphabet="ab=:[]()0, é∂", min_size=1, max_size=30), max_size=6)
+
+
+@built
+@settings(max_examples=300, deadline=None)
+@given(
+    k=st.integers(0, 90),
+    indent=st.integers(0, 40),
+    width=st.integers(1, 120),
+    name=st.text(alphabet="abcé_", min_size=1, max_size=20),
+    kvs=_TEXTS,
+    ins=_TEXTS,
+    outs=_TEXTS,
+    eq=st.booleans(),
+)
+def test_an_equation_line_laid_out_alike(k, indent, width, name, kvs, ins, outs, eq):
+    """The twin of `_render_eqn` (the full form of a line that does not fit) lays out the
+    same text from the same column (pieces of the output may differ), and ends in the
+    same column, as the Python function at any width, column and indentation, with
+    results, parameters and operands that fit or break, non-ASCII ones counted in bytes."""
+    from jaxprtool.text.printer import _render_eqn
+
+    py, c = [], []
+    k_py = _render_eqn(py, k, indent, width, name, kvs, ins, outs, eq)
+    k_c = twin._load().render_eqn(c, k, indent, width, name, list(kvs), list(ins), list(outs), eq)
+    assert "".join(c) == "".join(py) and k_c == k_py

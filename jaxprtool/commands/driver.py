@@ -157,10 +157,15 @@ class Instruments:
         #: how many steps the current input goes through (for the `(2/3)` of the dumps)
         self.total = 0
         self.done = 0
+        #: the mesh axis sizes of the current input (`shardings.axis_sizes`), found by its
+        #: first step: every later step transforms a program made from it, whose parameters
+        #: print its meshes or fewer (a walk of the whole program per input, not per step)
+        self.axis_sizes: dict | None = None
 
     def start(self, render: Callable[[Jaxpr], str], total: int) -> None:
         """A new input: its printer and its number of steps."""
         self.render, self.total, self.done = render, total, 0
+        self.axis_sizes = None
 
     def _dumps_after(self, name: str) -> bool:
         return self.print_after_all or name in self.print_after
@@ -169,14 +174,17 @@ class Instruments:
         """Run fn(jaxpr) as step `name` (written `label`, e.g. `inline{names=relu}`);
         `view(result)` is the program to verify and print when the result is not a jaxpr."""
         from ..core import gc_paused
-        from ..shardings import axis_sizes_of
+        from ..shardings import axis_sizes, axis_sizes_in_force
 
         self.done += 1
         tag = f"{label} ({self.done}/{self.total})" if self.total > 1 else label
         if self.print_before and (name in self.print_before or "all" in self.print_before):
             self.dump(f"IR Dump Before {tag}", jaxpr)
-        with timed(label), gc_paused(), axis_sizes_of(jaxpr, self.mesh):
-            result = fn(jaxpr)
+        with timed(label), gc_paused():
+            if self.axis_sizes is None:
+                self.axis_sizes = axis_sizes(jaxpr, self.mesh)
+            with axis_sizes_in_force(self.axis_sizes):
+                result = fn(jaxpr)
         out = view(result) if view is not None else result
         if self.verify_each:
             with timed(f"verify after {label}"):

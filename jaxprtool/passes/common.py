@@ -178,24 +178,27 @@ def same_type(a: Atom, b: Atom) -> bool:
 
 
 class Subst:
-    """A substitution var -> atom, applied to operands and results."""
+    """A substitution var -> atom, applied to operands and results.  Keyed by the Vars
+    themselves (they hash by identity; a literal looked up remembers its hash), so that a
+    tuple of operands is looked up as it is, without a map of `id` over it."""
 
     def __init__(self):
-        self.env: dict[int, Atom] = {}
+        self.env: dict[Var, Atom] = {}
 
     def __call__(self, a: Atom) -> Atom:
         if isinstance(a, Var):
-            while id(a) in self.env:
-                a = self.env[id(a)]
+            env = self.env
+            while a in env:
+                a = env[a]
         return a
 
     def set(self, v: Var, a: Atom) -> None:
-        self.env[id(v)] = a
+        self.env[v] = a
 
     def atoms(self, atoms: tuple[Atom, ...]) -> tuple[Atom, ...]:
         """The atoms substituted: the same tuple object when none of them is replaced."""
         env = self.env
-        if not env or env.keys().isdisjoint(map(id, atoms)):
+        if not env or env.keys().isdisjoint(atoms):
             return atoms
         return tuple(self(a) for a in atoms)
 
@@ -261,7 +264,7 @@ class EqnRewrite:
         env = sub.env
         for e in self.jaxpr.eqns:
             ne = e if e.no_subjaxprs else map_eqn_jaxprs(e, go)
-            if env and not env.keys().isdisjoint(map(id, ne.inputs)):
+            if env and not env.keys().isdisjoint(ne.inputs):
                 ne = ne.replace(inputs=tuple(map(sub, ne.inputs)))
             if ne is not e:
                 self.changed = True

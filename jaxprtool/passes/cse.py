@@ -56,9 +56,8 @@ def _cse(jaxpr: Jaxpr, go) -> Jaxpr:
     for e in rw:
         # Vars hash and compare by identity, literals by value: the operands are the key
         key = (e.prim, e.inputs)
-        bucket = table.get(key)
-        if bucket is None:
-            table[key] = e
+        bucket = table.setdefault(key, e)  # (a key hashed once: a literal's hash is Python's)
+        if bucket is e:
             rw.keep(e)
             continue
         if bucket.__class__ is not dict:

@@ -51,7 +51,7 @@ def fold_settled(last: Jaxpr, program: Jaxpr) -> bool:
 
 
 def _fold(jaxpr: Jaxpr, go) -> Jaxpr:
-    if _nothing_to_fold(jaxpr.eqns):
+    if _nothing_to_fold(jaxpr.eqns, go):
         return jaxpr  # what the walk below returns when it folds nothing
     rw = EqnRewrite(jaxpr, go)
     for e in rw:
@@ -64,15 +64,18 @@ def _fold(jaxpr: Jaxpr, go) -> Jaxpr:
     return rw.result()
 
 
-def _nothing_to_fold(eqns) -> bool:
-    """No equation may fold (`_may_fold`) and none has a nested jaxpr: a cheap look that
-    spares the rewrite in the common case."""
+def _nothing_to_fold(eqns, go=None) -> bool:
+    """No equation may fold (`_may_fold`) and none has a nested jaxpr that `go` (the pass on
+    nested jaxprs) changes, or none at all without `go`: a cheap look that spares the
+    rewrite in the common case (AD's gradients of a program with custom_jvp calls)."""
     for e in eqns:
         inputs = e.inputs
         if inputs and isinstance(inputs[0], Literal) and _may_fold(e):
             return False
-        if not e.no_subjaxprs and eqn_subjaxprs(e):
-            return False
+        if not e.no_subjaxprs:
+            subs = eqn_subjaxprs(e)
+            if subs and (go is None or any(go(s) is not s for s in subs)):
+                return False
     return True
 
 

@@ -70,12 +70,12 @@ def _simplify(jaxpr: Jaxpr, go) -> Jaxpr:
             if r is not None and same_type(r, outs[0]):
                 rw.drop(outs, (r,))
                 continue
-            producers[id(outs[0])] = e
+            producers[outs[0]] = e
             if fills is not None:
                 made(e, fills)
         else:
             for o in outs:
-                producers[id(o)] = e
+                producers[o] = e
             if fills is not None:
                 made(e, fills)
         keep(e)
@@ -91,28 +91,30 @@ def simplify_settled(last: Jaxpr, program: Jaxpr) -> bool:
     results are asked (one with nested jaxprs made anew: not settled)."""
     if program is last:
         return True
+    # (sets of the atoms themselves, not of their ids: Vars hash by identity, literals
+    # remember their hash, and a tuple is looked up without a map over it)
     seen = set(last.eqns)  # (equations hash and compare by identity)
-    fresh: set[int] = set()  # the results of the equations made anew
+    fresh: set = set()  # the results of the equations made anew
     ask = []
     for e in program.eqns:
         if e not in seen:
             if has_subjaxprs(e):
                 return False
-            fresh.update(map(id, e.outputs))
+            fresh.update(e.outputs)
             ask.append(e)
-        elif fresh and not fresh.isdisjoint(map(id, e.inputs)):
+        elif fresh and not fresh.isdisjoint(e.inputs):
             ask.append(e)
     if not ask:
         return True
     ctx = Context()
-    needed = {id(a) for e in ask for a in e.inputs}
+    needed = {a for e in ask for a in e.inputs}
     for e in program.eqns:
-        for o in e.outputs:
-            if id(o) in needed:
-                ctx.producers[id(o)] = e
-                fills = ctx.rules_of(e.prim)[1]
-                if fills is not None:
-                    ctx.made(e, fills)
+        if not needed.isdisjoint(e.outputs):
+            for o in e.outputs:
+                ctx.producers[o] = e
+            fills = ctx.rules_of(e.prim)[1]
+            if fills is not None:
+                ctx.made(e, fills)
     for e in ask:
         outs = e.outputs
         rule = ctx.rules_of(e.prim)[0] if len(outs) == 1 else None
@@ -128,10 +130,12 @@ class Context:
     it)."""
 
     def __init__(self):
-        self.producers: dict[int, object] = {}
-        #: id of a result -> the scalar its producer fills it with (its `fills_with` rule),
-        #: worked out when the producer is kept
-        self.consts: dict[int, object] = {}
+        #: result -> the equation that makes it (keyed by the Vars themselves, which hash
+        #: by identity: no int made per equation, as ids would be)
+        self.producers: dict[Var, object] = {}
+        #: result -> the scalar its producer fills it with (its `fills_with` rule), worked
+        #: out when the producer is kept
+        self.consts: dict[Var, object] = {}
         #: primitive -> (its simplify rule, its fills_with rule): asked once per pass
         self.rules: dict[str, tuple] = {}
 
@@ -149,18 +153,18 @@ class Context:
         if isinstance(x, Literal):
             for o in e.outputs:
                 if dtype_of(x) == dtype_of(o):
-                    self.consts[id(o)] = x.value
+                    self.consts[o] = x.value
 
     def producer(self, a):
         """The equation that computed the Var `a` (None for inputs and literals)."""
-        return self.producers.get(id(a)) if isinstance(a, Var) else None
+        return self.producers.get(a) if isinstance(a, Var) else None
 
     def scalar_const(self, a):
         """The scalar value an atom holds everywhere: a literal, or a result that the
         producing primitive's `fills_with` rule says is filled with a literal."""
         if isinstance(a, Literal):
             return a.value
-        return self.consts.get(id(a))
+        return self.consts.get(a)
 
 
 def dtype_of(a):

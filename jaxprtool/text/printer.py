@@ -347,7 +347,12 @@ class _Printer:
         # lines it builds, by primitive (`_line_kind`)
         compiled = twin() if fast else None
         self.compiled_lines = compiled.name_lines if compiled is not None else None
-        self.compiled_drop = compiled.drop_unused if compiled is not None else None
+        self.compiled_drop = compiled.drop_unread if compiled is not None else None
+        # what each line the compiled twin builds holds besides its texts: its full form
+        # laid out by the twin of `_render_eqn` too
+        self.line_head = _LINE_HEAD
+        if compiled is not None:
+            self.line_head = (pp.LAZY, _build_eqn, compiled.render_eqn, _REBOUND)
         self.line_kinds: dict[str, int] = {}
 
     def _rec(self, prim: str):
@@ -505,13 +510,15 @@ class _Printer:
                 stack.append(p)
         return multi[jid]
 
-    def _drop_unused(self, top: Jaxpr) -> tuple[list[core.Eqn], list[Var], set[int]]:
+    def _drop_unused(self, top: Jaxpr) -> tuple[list[core.Eqn], list[Var], set]:
         """JAX's `_dropvars`: the results of `top`'s equations that no later equation reads
         and `top` does not return are `_`; in the same (backward) walk, what `_find_shared`
         needs of `top`: its equations with parameters, in order, the binders whose hint is
         `_`, and the ids of every atom `top` reads."""
         names = self.names
-        used = {id(a) for a in top.outvars}  # (ids of literals never equal a var's)
+        # the atoms read, themselves (Vars hash by identity, a literal remembers its hash): no
+        # int made per operand, as its id would be
+        used = set(top.outvars)
         with_params = []
         cand = []
         if self.compiled_drop is not None and type(top.eqns) is tuple:
@@ -520,24 +527,25 @@ class _Printer:
             return with_params, cand, used
         for e in reversed(top.eqns):
             for v in e.outputs:
-                if id(v) not in used:
+                if v not in used:
                     names[id(v)] = "_"
                 if v.hint == "_":
                     cand.append(v)
-            used.update(map(id, e.inputs))
+            used.update(e.inputs)
             if e.params:
                 with_params.append(e)
         with_params.reverse()
         return with_params, cand, used
 
     @staticmethod
-    def _unused(j: Jaxpr, cand: list[Var], used: set[int] | None) -> list[int]:
-        """The ids of the binders in `cand` that `j` never reads (`used`: what it reads)."""
+    def _unused(j: Jaxpr, cand: list[Var], used: set | None) -> list[int]:
+        """The ids of the binders in `cand` that `j` never reads (`used`: the atoms it
+        reads)."""
         if used is None:
-            used = {id(a) for a in j.outvars}
+            used = set(j.outvars)
             for e in j.eqns:
-                used.update(map(id, e.inputs))
-        return [id(v) for v in cand if id(v) not in used]
+                used.update(e.inputs)
+        return [id(v) for v in cand if v not in used]
 
     def _name_binders(self, vs) -> None:
         names = self.names
@@ -750,7 +758,7 @@ class _Printer:
         state = (docs, scope, bound, bad, self.names, self.value_ids, self.type_str)
         state += (self.drop_hints, self.line_kinds, self._line_kind, self._kept_pairs)
         state += (self._param_text, self._literal, self._type, self.fresh, self.suffixes)
-        state += (self.style.eq_without_outputs, _LINE_HEAD, self.width - _EQN_INDENT)
+        state += (self.style.eq_without_outputs, self.line_head, self.width - _EQN_INDENT)
         state += (self, _NAMES, self.shared_names)  # (`fresh`'s state)
         k, n = 0, len(eqns)
         while True:

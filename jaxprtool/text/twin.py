@@ -24,7 +24,9 @@ from ..env import flag
 VAR_FIELDS = ("type", "hint")
 EQN_FIELDS = ("prim", "inputs", "outputs", "params", "loc", "bare_eq", "no_subjaxprs")
 #: the twin's loops (a module without one of them is an older build: it stands down)
-FUNCTIONS = ("read_lines", "name_lines", "drop_unused", "lay_lines")
+#: (`drop_unread` was `drop_unused`, whose set held ids where it now holds the atoms: a
+#: module built before that change lacks the new name, and is not used)
+FUNCTIONS = ("read_lines", "name_lines", "drop_unread", "lay_lines", "render_eqn")
 
 
 def twin():
