@@ -1,7 +1,7 @@
 """Rematerialization against JAX (issues 24 and 40): `make bench` runs it.
 
     .venv/bin/python bench/bench_remat.py [--layers 24] [--blocks 12] [--plan-eqns 10000]
-        [--width 256 --seq 128 --batch 4 --depth 8 --heads 16]
+        [--width 256 --seq 128 --batch 4 --depth 8 --heads 16] [--tables 0,1,2,3]
 
 Table 0 (issue 40), at the issue's sizes: the 8-layer pre-norm transformer of
 bench/device/remat_tpu.py (width 256, 128 tokens, batch 4, 16 heads, f32), unrolled and as
@@ -323,17 +323,28 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--depth", type=int, default=8, help="issue 40's transformer's layers")
     ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument(
+        "--tables",
+        default="0,1,2,3",
+        help="comma-separated: the tables to measure (default all; e.g. --tables 3 for the "
+        "planning times alone)",
+    )
     a = ap.parse_args()
+    tables = set(a.tables.split(","))
     sys.setrecursionlimit(10000)
-    table_issue40(a)
+    if "0" in tables:
+        table_issue40(a)
     mlp = ("residual MLP", mlp_block, resmlp_args(a.blocks))
     tr = ("transformer", attention_block, transformer_args(a.layers))
-    table_planning(a.plan_eqns)
-    for model, layer, args in (mlp, tr):
-        table_policies(model, layer, args)
-    table_policies("scanned residual MLP", mlp_block, stacked(mlp[2]), build=scanned)
-    table_xla(*mlp, f"residual MLP, {a.blocks} blocks, width 256, batch 128")
-    table_xla(*tr, f"transformer, {a.layers} layers (bench_ad.py's)")
+    if "3" in tables:
+        table_planning(a.plan_eqns)
+    if "2" in tables:
+        for model, layer, args in (mlp, tr):
+            table_policies(model, layer, args)
+        table_policies("scanned residual MLP", mlp_block, stacked(mlp[2]), build=scanned)
+    if "1" in tables:
+        table_xla(*mlp, f"residual MLP, {a.blocks} blocks, width 256, batch 128")
+        table_xla(*tr, f"transformer, {a.layers} layers (bench_ad.py's)")
     print("\ntargets")
     for name, value, _limit, ok, unit in ROWS:
         print(f"  {name:66} {value:8.3f}{unit:2} {'met' if ok else 'MISSED'}")
