@@ -62,8 +62,10 @@ AIM = 0.97
 ALTERNATIVE = 0.95
 #: the stopping rule: once a compiled plan fits, another is compiled only where the plan
 #: the corrected model picks would recompute at least this share fewer FLOPs (a compile of
-#: the TPU transformer takes 10-15 s; 1% of its step is well under that over a run)
-STOP_GAIN = 0.01
+#: the TPU transformer takes 7-15 s, a second round a third or more of the planning; the
+#: third compiles of the TPU rows of 2026-12-06 gained 0.2-0.6%); the search stops
+#: refining where no plan left can gain half of it
+STOP_GAIN = 0.02
 #: the plans (no compile) the search over the model's budget makes at most, per pick
 SEARCH_STEPS = 8
 #: the search stops at a plan whose calibrated figure is at least this share of its goal
@@ -371,12 +373,16 @@ class _Loop:
             nxt = frac * goal / max(1, self.cal.figure(t))
         if over is None:
             return min(1.0, nxt) if nxt > lo else (lo + 1.0) / 2
-        return nxt if lo < nxt < hi else (lo + hi) / 2
+        # (a plan's figure is a step function of its budget: regula falsi would creep up
+        # to a step from one side, so each try keeps a quarter of the bracket off its ends)
+        edge = (hi - lo) / 4
+        return min(hi - edge, max(lo + edge, nxt))
 
     def search(self, goal: int, base: float | None = None) -> Tried | None:
         """The budget plan of the loosest model budget whose calibrated figure is at most
         `goal`: regula falsi between the plans made so far (any search's), `SEARCH_STEPS`
-        new plans at most; `base`: the plain gradient's bytes (the first guess is the
+        new plans at most, until a plan within `SEARCH_CLOSE` of the goal, a bracket of 1%
+        of the budget, or one whose plans' FLOPs differ by less than `STOP_GAIN / 2`; `base`: the plain gradient's bytes (the first guess is the
         goal's share of them)."""
         base = base or self.fit.plain_temp or self.cal.scale * self.plain_figures[1]
         for _ in range(SEARCH_STEPS + 1):
@@ -384,7 +390,11 @@ class _Loop:
             if under is not None:
                 if under[0] >= 1.0 or self.cal.figure(under[1]) >= SEARCH_CLOSE * goal:
                     break
-                if over is not None and over[0] - under[0] < 0.01 * over[0]:
+                # (no plan between the bracket's can save `STOP_GAIN` of the FLOPs)
+                if over is not None and (
+                    over[0] - under[0] < 0.01 * over[0]
+                    or over[1].flops > (1 - STOP_GAIN / 2) * under[1].flops
+                ):
                     break
             frac = round(self._next(goal, under, over, floor, base), 4)
             if frac in self.by_budget or frac <= floor:
