@@ -9,9 +9,10 @@ loop needs anyway, and compiles as few plans as it can:
 1. compiles the plain gradient (its XLA temp bytes X0: the target's base, and the
    calibration) in a thread, and meanwhile makes the policy plans (nothing_saveable,
    dots_saveable, min-cut) and, given the device's `prior` model (`PRIORS`: what its
-   compiler did with the TPU script's transformer), the budget plans the search would make
-   under it: plans made while XLA compiles cost no time, and the search afterwards starts
-   from the figures they have;
+   compiler did with the TPU script's transformer), the first round's two picks (step 3)
+   under it, X0 taken as its figure: plans made while XLA compiles cost no wall time, the
+   two picks compile beside the plain gradient (three compiles at once), and the searches
+   afterwards start from the plans made;
 2. calibrates the model (`Calibration`): a plan's figure is
    `scale * (held * L + (1 - held) * F)` with L its liveness figure (`planned_peak`) and F
    its fused one (`device_bytes`: what is left when XLA's fusions recompute the element-wise
@@ -22,7 +23,9 @@ loop needs anyway, and compiles as few plans as it can:
    predicted to fit `AIM` times the target: the budget plan of the loosest model budget so
    predicted (regula falsi over the model's budget between the plans made so far,
    `SEARCH_STEPS` new plans at most, none compiled) or a policy plan, and compiles it, with
-   the pick at `ALTERNATIVE` times that aim beside it (two compiles at once, in threads);
+   the pick at `ALTERNATIVE` times that aim beside it (two compiles at once, in threads;
+   with a prior, the picks of step 1 are this round, and the calibrated model says their
+   planned figures);
 4. corrects the calibration by what XLA reported for the budget plans it compiled, and
    stops (`STOP_GAIN`) unless the plan the corrected model picks would recompute at least
    that share fewer FLOPs than the best compiled plan that fits: then it compiles that
@@ -137,7 +140,9 @@ class Fit:
     made_s: float = 0.0  # their seconds
     made_early: int = 0  # of them, made while the plain gradient compiled
     plain_s: float = 0.0  # the plain gradient's compile, in its thread
-    compile_s: float = 0.0  # the wall seconds of the rounds after it
+    #: the wall seconds of the rounds after it (of a round compiled beside it: the wait
+    #: past it)
+    compile_s: float = 0.0
     #: where each line goes as soon as it is said (standard error), besides `lines`
     echo: Callable | None = None
 
@@ -188,42 +193,56 @@ def fit_budget(
     `echo` as it is said."""
     plain = build(None, None)
     loop = _Loop(build, spec, measure, flops, Fit(0, 0, echo=echo))
-    wanted = spec.on_device or not (spec.fraction and spec.budget >= 1)
-    with ThreadPoolExecutor(1) as pool:  # compile 0, while the candidates are made
-        compiling = pool.submit(_timed, measure, plain)
-        policies = [loop.make(f"--remat {n}", _policy_spec(spec, n)) for n in CANDIDATES]
-        if wanted and prior is not None and not spec.on_device:
-            loop.speculate(prior)
-        loop.fit.made_early = loop.fit.made
-        plain_temp, loop.fit.plain_s = compiling.result()
-    fit = loop.fit
-    fit.target = target = _target(spec, plain, plain_temp, device_free)
-    fit.plain_temp = plain_temp or 0
-    fit.say(
-        f"remat budget in XLA's temp bytes: target {target} B; the plain gradient holds "
-        + (
-            f"{plain_temp} B on the device (compile 0)"
-            if plain_temp is not None
-            else "more than the device has: it does not compile there (compile 0)"
+    pool = ThreadPoolExecutor(3)  # compile 0, and the first round where a prior picks it
+    try:
+        plain_temp, policies, pending = _while_compiling(loop, pool, plain, prior)
+        fit = loop.fit
+        fit.target = target = _target(spec, plain, plain_temp, device_free)
+        fit.plain_temp = plain_temp or 0
+        fit.say(
+            f"remat budget in XLA's temp bytes: target {target} B; the plain gradient holds "
+            + (
+                f"{plain_temp} B on the device (compile 0)"
+                if plain_temp is not None
+                else "more than the device has: it does not compile there (compile 0)"
+            )
         )
-    )
-    plain_fits = plain_temp is not None and plain_temp <= target
-    if plain_fits and not spec.on_device:
-        return _plain_chosen(fit, plain, flops)
+        plain_fits = plain_temp is not None and plain_temp <= target
+        if plain_fits and not spec.on_device:
+            return _plain_chosen(fit, plain, flops)
+        if loop.plain_figures is None:
+            raise JaxprError("--remat-budget: no plan could be made for the device model")
+        loop.calibrate()
+        if plain_fits and loop.plain_figures[1] <= target:
+            # (on the device's own memory XLA may have fitted the plain gradient by
+            # rematerializing on its own: it is taken only where the device model fits it)
+            return _plain_chosen(fit, plain, flops)
+        loop.rounds(policies, loop.collect(pending))
+        if loop.best() is None:  # the last resort: the candidate of the fewest bytes
+            rest = [t for t in loop.tried if t.temp is None]
+            if rest:
+                loop.compile_all([min(rest, key=lambda t: (loop.cal.figure(t), t.flops))])
+        return _choose(fit, loop.tried)
+    finally:
+        pool.shutdown(wait=True)
+
+
+def _while_compiling(loop, pool, plain, prior):
+    """Compile the plain gradient in `pool` and meanwhile make the policy plans and, given
+    the device's `prior` model, the first round's budget plans, whose two picks compile
+    beside it: (the plain gradient's XLA bytes, the policy plans, [(a pick, its compile's
+    future)])."""
+    spec = loop.spec
+    compiling = pool.submit(_timed, loop.measure, plain)
+    policies = [loop.make(f"--remat {n}", _policy_spec(spec, n)) for n in CANDIDATES]
     policies = [t for t in policies if t is not None]
-    if loop.plain_figures is None:
-        raise JaxprError("--remat-budget: no plan could be made for the device model")
-    loop.calibrate()
-    if plain_fits and loop.plain_figures[1] <= target:
-        # (on the device's own memory XLA may have fitted the plain gradient by
-        # rematerializing on its own: it is taken only where the device model fits it too)
-        return _plain_chosen(fit, plain, flops)
-    loop.rounds(policies)
-    if loop.best() is None:  # the last resort: the candidate of the fewest bytes
-        rest = [t for t in loop.tried if t.temp is None]
-        if rest:
-            loop.compile_all([min(rest, key=lambda t: (loop.cal.figure(t), t.flops))])
-    return _choose(fit, loop.tried)
+    early = []
+    if prior is not None and not spec.on_device and not (spec.fraction and spec.budget >= 1):
+        early = loop.speculate(prior, policies)
+    pending = [(t, pool.submit(loop.measure, t.program)) for t in early]
+    loop.fit.made_early = loop.fit.made
+    plain_temp, loop.fit.plain_s = compiling.result()
+    return plain_temp, policies, pending
 
 
 def _timed(fn, *args):
@@ -318,19 +337,41 @@ class _Loop:
             f"scale {self.cal.scale:.3f}"
         )
 
-    def speculate(self, prior: Calibration) -> None:
-        """The budget plans the first round's searches would make were the device's model
-        `prior`, and the plain gradient's XLA bytes its figure there: made while the plain
-        gradient compiles, they bracket the searches that follow."""
+    def speculate(self, prior: Calibration, policies: list[Tried]) -> list[Tried]:
+        """The first round's picks were the device's model `prior` and the plain
+        gradient's XLA bytes its figure there (none where that fits the target): made, with
+        the plans their searches make, while the plain gradient compiles, and compiled
+        beside it; the plans made bracket the searches that follow.  Their planned figures
+        are those of the calibrated model, said when they are reported."""
         if self.plain_figures is None:
-            return
+            return []
         live, fused = self.plain_figures
         base = prior.figure(Tried("plain", None, [], 0, live, fused))
         target = self.spec.budget * base if self.spec.fraction else self.spec.budget
-        self.cal = prior
+        if target >= base:
+            return []
+        self.cal, self.fit.target = prior, int(target)
+        picks = []
         for aim in (AIM, AIM * ALTERNATIVE):
-            self.search(int(aim * target), base)
-        self.cal = None
+            t = self.pick(aim, policies)
+            if t is not None and t not in picks:
+                picks.append(t)
+                t.planned = None
+        self.cal, self.fit.target = None, 0
+        return picks
+
+    def collect(self, pending: list) -> list[Tried]:
+        """Wait for the compiles `pending` (started beside the plain gradient's) and report
+        them: the first round."""
+        if not pending:
+            return []
+        t0 = time.perf_counter()
+        temps = [future.result() for _, future in pending]
+        self.fit.compile_s += time.perf_counter() - t0
+        self.fit.rounds += 1
+        for (t, _), temp in zip(pending, temps):
+            self.report(t, temp)
+        return [t for t, _ in pending]
 
     def budget_plan(self, frac: float) -> Tried | None:
         frac = round(frac, 4)
@@ -421,10 +462,17 @@ class _Loop:
             best.planned = self.cal.figure(best)
         return best
 
-    def rounds(self, policies: list[Tried]) -> None:
-        """The compile rounds: the first two plans at once, then one at a time while the
-        stopping rule says another is worth its compile (module doc, step 4)."""
+    def rounds(self, policies: list[Tried], first: list[Tried]) -> None:
+        """The compile rounds: the first two plans at once (`first`, where they compiled
+        beside the plain gradient), then one at a time while the stopping rule says another
+        is worth its compile (module doc, step 4)."""
         overs = 0
+        if first:
+            self.correct(first)
+            best = self.best()
+            if best is not None and not self.worth_another(best, policies):
+                return
+            overs += best is None
         while self.fit.compiles < MAX_COMPILES:
             aim = AIM if not overs else 0.99 * 0.97 ** (overs - 1)
             pick = self.pick(aim, policies)
