@@ -338,8 +338,8 @@ class _Loop:
         )
 
     def speculate(self, prior: Calibration, policies: list[Tried]) -> list[Tried]:
-        """The first round's picks were the device's model `prior` and the plain
-        gradient's XLA bytes its figure there (none where that fits the target): made, with
+        """The first round's picks as they would be were the device's model `prior` and the
+        plain gradient's XLA bytes its figure there (none where that fits the target): made, with
         the plans their searches make, while the plain gradient compiles, and compiled
         beside it; the plans made bracket the searches that follow.  Their planned figures
         are those of the calibrated model, said when they are reported."""
@@ -354,7 +354,7 @@ class _Loop:
         picks = []
         for aim in (AIM, AIM * ALTERNATIVE):
             t = self.pick(aim, policies)
-            if t is not None and t not in picks:
+            if t is not None and all(t is not p for p in picks):
                 picks.append(t)
                 t.planned = None
         self.cal, self.fit.target = None, 0
