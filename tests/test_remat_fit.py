@@ -240,3 +240,23 @@ def test_the_calibration_learns_what_the_device_holds(small, device, held):
     ratios = [float(x) for x in re.findall(r"(\d\.\d+)x planned", fit.render())]
     assert ratios and all(abs(r - 1.0) < 0.01 for r in ratios), fit.render()
     assert fit.chosen.temp <= fit.target
+
+
+def test_plans_are_made_while_the_plain_gradient_compiles(small):
+    """Given the device's model before any compile (a prior: here the fake device's own,
+    XLA:TPU-like), the loop makes the budget plans it will compile while the plain gradient
+    compiles: none is made after that compile is read, and one round of compiles (two
+    plans at most, at once) settles the plan (the stopping rule: no plan left that
+    recomputes `STOP_GAIN` fewer FLOPs)."""
+    from jaxprtool.ad.remat.fit import CANDIDATES, Calibration, fit_budget
+    from jaxprtool.ui.stats import flops
+
+    build, measure = _fake_device(small, lambda live, fused: int(0.9 * fused))
+    spec = dataclasses.replace(remat.parse_budget("0.6"), segments="auto")
+    _, _, fit = fit_budget(build, spec, measure, flops, prior=Calibration(0.0, 0.9))
+    assert fit.made_early == fit.made > len(CANDIDATES), fit.timing()  # policies, budgets
+    assert fit.rounds == 1 and 1 <= fit.compiles <= 2, fit.render()
+    assert fit.chosen.temp <= fit.target
+    _, _, cold = fit_budget(build, spec, measure, flops)  # no prior: made after the compile
+    assert cold.made_early == len(CANDIDATES) < cold.made, cold.timing()
+    assert cold.chosen.label == fit.chosen.label, (cold.render(), fit.render())

@@ -21,8 +21,10 @@ also as a ratio to the plain gradient's.  The tool's programs are made in-proces
 printed jaxpr, parsed, differentiated by `jaxprtool.ad.api.grad_jaxpr` with the plan, run
 through `jaxprtool.backend.as_jax_function` under `jax.jit`.  A `--remat-budget` row runs the
 budget's compile loop (`jaxprtool.ad.remat.fit`) as `grad --remat-budget` does; its
-planning column is the loop's seconds, its compiles included (the plain gradient's is made
-once in the run and its seconds added to each row), and how many it compiled.
+planning column is the loop's wall seconds, its compiles included (the plain gradient's too:
+each row compiles it again, as the command does), and how many it compiled; the row's log
+says where they went (`time: ...`: the plain gradient's compile, the plans made and how
+many of them while it compiled, the compile rounds after it).
 `--device-batch N` adds the transformer at batch N, past the chip's memory: `jax.grad` there
 is XLA on its own (its rematerialization fits it, or the row says out of memory), beside
 JAX's per-layer nothing_saveable and the tool's `--remat-budget device`.
@@ -135,22 +137,19 @@ TOOL_PLANS = (
 JAX_POLICIES = ("nothing_saveable", "dots_saveable")
 
 
-#: program text -> (the executable, the seconds its compile took): a program the budget's
-#: loop compiled is not compiled again for its row (the plain gradient's, which every budget
-#: row's loop compiles first, is compiled once: its seconds are added to each row's planning
-#: time all the same)
-COMPILED: dict[str, tuple] = {}
+#: program text -> the executable: a program the budget's loop compiled is not compiled again
+#: for its row's measurements
+COMPILED: dict[str, object] = {}
 
 
-def compiled_for(g, leaves):
-    """(the executable of the tool's program `g` for `leaves`, compile seconds, cached)."""
+def compiled_for(g, leaves, fresh=False):
+    """The executable of the tool's program `g` for `leaves` (compiled again when `fresh`:
+    the budget's loop compiles each of its programs, the plain gradient's included, so
+    that its planning seconds are its own)."""
     key = str(g)
-    if key in COMPILED:
-        return (*COMPILED[key], True)
-    t0 = time.perf_counter()
-    exe = jax.jit(tool_fn(g)).lower(*leaves).compile()
-    COMPILED[key] = (exe, time.perf_counter() - t0)
-    return (*COMPILED[key], False)
+    if fresh or key not in COMPILED:
+        COMPILED[key] = jax.jit(tool_fn(g)).lower(*leaves).compile()
+    return COMPILED[key]
 
 
 def out_of_memory(e: Exception) -> bool:
@@ -185,17 +184,13 @@ def tool_grad(text: str, n: int, option, value, segments="auto", leaves=None, xl
         # the back end binds the older JAX's forms of what it lacks (one_minus_square on 0.10)
         return run_pipeline(grad_jaxpr(j, list(range(n)), remat=s, plans=plans), "canonicalize")
 
-    cached = 0.0  # the seconds of compiles taken from the cache
-
     def measure(g):
-        nonlocal cached
         try:
-            exe, dt, hit = compiled_for(g, leaves)
+            exe = compiled_for(g, leaves, fresh=True)
         except Exception as e:  # out of memory: the loop takes None
             if out_of_memory(e):
                 return None
             raise
-        cached += dt if hit else 0.0
         return exe.memory_analysis().temp_size_in_bytes
 
     def device_free(g):
@@ -215,13 +210,15 @@ def tool_grad(text: str, n: int, option, value, segments="auto", leaves=None, xl
     lines: list[str] = []
     compiles = 0
     if option == "budget" and xla and leaves is not None:
-        from jaxprtool.ad.remat.fit import fit_budget
+        from jaxprtool.ad.remat.fit import PRIORS, fit_budget
 
-        g, plans, fit = fit_budget(build, spec, measure, flops, device_free, lines.append)
+        prior = PRIORS.get(list(leaves[0].devices())[0].platform)
+        g, plans, fit = fit_budget(build, spec, measure, flops, device_free, lines.append, prior)
+        lines.append(f"  time: {fit.timing()}")
         compiles = fit.compiles + 1
     else:
         g = build(spec, plans)
-    dt = time.perf_counter() - t0 + cached
+    dt = time.perf_counter() - t0
     return g, lines + [p.render() for p in plans if not p.nested], dt, len(j.eqns), compiles
 
 
@@ -325,7 +322,7 @@ def rows_for(
             )
             for p in lines:
                 log(f"[{model}] {label}:\n{p}")
-            exe = compiled_for(g, leaves)[0]  # (the loop's compile, where it made one)
+            exe = compiled_for(g, leaves)  # (the loop's compile, where it made one)
             return tool_fn(g), exe, f"{n_eqns} eqns", dt, compiles
 
         add(label, tool)

@@ -655,32 +655,37 @@ def _fitted(build, spec, plans, device, no_xla, dim_specs):
                 "--remat-budget device is the device's memory: it needs XLA (JAX, and no --no-xla)"
             )
         return build(spec, plans)
-    from ..ad.remat.fit import fit_budget
+    from ..ad.remat.fit import PRIORS, fit_budget
     from ..ui.stats import flops
     from .xla_figures import xla_figures as _xla
 
+    figures: dict[int, dict] = {}  # id(program) -> XLA's figures: each program compiled once
+
     def measure(program):  # None: out of the device's memory (the loop counts it over)
         try:
-            return _xla(program, device, dim_specs)["temp_bytes"]
+            figures[id(program)] = _xla(program, device, dim_specs)
         except Exception as e:
             from ..cli import out_of_memory
 
             if out_of_memory(e) is None:
                 raise
             return None
+        return figures[id(program)]["temp_bytes"]
 
-    def device_free(program):
-        return _device_free(program, device, dim_specs)
+    def device_free(program):  # (the plain gradient's compile, made by `measure` already)
+        return _device_free(program, device, dim_specs, figures.get(id(program)))
 
     echo = lambda text: click.echo(text, err=True)  # noqa: E731
-    program, chosen, _ = fit_budget(build, spec, measure, flops, device_free, echo)
+    prior = PRIORS.get(str(device).split(":")[0])
+    program, chosen, _ = fit_budget(build, spec, measure, flops, device_free, echo, prior)
     plans.extend(chosen)
     return program
 
 
-def _device_free(program, device, dim_specs) -> int:
+def _device_free(program, device, dim_specs, figures: dict | None = None) -> int:
     """The bytes `device` has free for a program's temporaries: its memory limit less the
-    program's arguments and outputs (XLA's figures) and what is in use already."""
+    program's arguments and outputs (XLA's `figures` where the loop compiled it already)
+    and what is in use already."""
     from .. import backend
     from ..core import JaxprError
     from .xla_figures import xla_figures as _xla
@@ -693,7 +698,7 @@ def _device_free(program, device, dim_specs) -> int:
             "budget in bytes (--remat-budget 2GB)"
         )
     try:
-        x = _xla(program, device, dim_specs)
+        x = figures or _xla(program, device, dim_specs)
         held = x["argument_bytes"] + x["output_bytes"] - x["alias_bytes"]
     except Exception as e:  # it does not compile there: its arguments' and results' bytes
         from ..ad.remat.records import all_bytes

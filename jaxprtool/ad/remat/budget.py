@@ -11,7 +11,6 @@ from .graph import Graph, Plan, _by_id, _plan_from_saved
 from .mincut import min_cut_saved
 from .records import _planned_inside, nbytes
 from .request import Spec
-from .segments import _signature
 
 #: candidate equations up to which a byte budget is solved exactly (HiGHS takes well under
 #: a second there); beyond, the greedy heuristic
@@ -129,14 +128,14 @@ def _greedy_budget(g: Graph, cands: list[int], budget: int, flops, groups=None):
     costly = [i for i in cands if not g.cheap(i)]
 
     def key(i):
-        return flops(g.eqns[i]) / max(1, sum(nbytes(o) for o in g.eqns[i].outputs))
+        return flops(g.eqns[i]) / max(1, sum(g.size(o) for o in g.eqns[i].outputs))
 
     # under the peak model (segments) the same equation of every repeated layer (same
     # FLOPs per byte, same signature) is made recomputable in all of them at once: the
     # prefixes tried end where that changes; equations of equal FLOPs per byte but another
     # signature (a layer's other products of the same width) are further steps
     sigs: dict = {}
-    keys = {i: (key(i), sigs.setdefault(_signature(g.eqns[i]), len(sigs))) for i in costly}
+    keys = {i: (key(i), sigs.setdefault(g.signature(i), len(sigs))) for i in costly}
     costly.sort(key=keys.__getitem__)
     ends = [
         k for k in range(1, len(costly)) if not groups or keys[costly[k]] != keys[costly[k - 1]]
@@ -219,7 +218,7 @@ def planned_peak(g: Graph, plan: Plan, groups=None) -> int:
     if not groups:
         return plan.bytes_after
     saved = {id(v) for v in plan.saved}
-    worst = max(sum(nbytes(v) for v in vs if id(v) not in saved) for vs in groups)
+    worst = max(sum(g.size(v) for v in vs if id(v) not in saved) for vs in groups)
     return g.copies * plan.bytes_after + worst
 
 

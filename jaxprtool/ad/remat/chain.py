@@ -23,8 +23,6 @@ import numpy as np
 from ...core import Var
 from .graph import Graph, Plan, _plan_from_saved
 from .mincut import min_cut_saved
-from .records import nbytes
-from .segments import _signature
 
 #: the ladder's steps (plans of the whole program, each a min-cut) at most
 CHAIN_STEPS = 64
@@ -39,10 +37,10 @@ def _ladder(g: Graph, cands: list[int], flops) -> list[set[int]]:
     costly = [i for i in cands if not g.cheap(i)]
 
     def per_byte(i):
-        return flops(g.eqns[i]) / max(1, sum(nbytes(o) for o in g.eqns[i].outputs))
+        return flops(g.eqns[i]) / max(1, sum(g.size(o) for o in g.eqns[i].outputs))
 
     sigs: dict = {}
-    keys = {i: (per_byte(i), sigs.setdefault(_signature(g.eqns[i]), len(sigs))) for i in costly}
+    keys = {i: (per_byte(i), sigs.setdefault(g.signature(i), len(sigs))) for i in costly}
     # equations of one key (a layer's four projections) join the ladder one per segment at
     # a time: the first of each segment, then the second, ...
     seg, rank, seen = g.segments.of, {}, {}
@@ -67,6 +65,16 @@ def _options(g: Graph, plans: list[Plan], flops):
             resid[seg[g.producer[id(v)]]][id(v)] = v
     opts: list[list[tuple]] = [[] for _ in range(nseg)]
     fixed = 0
+    memo: dict[int, int] = {}
+
+    def eqn_flops(i: int) -> int:
+        f = memo.get(i)
+        if f is None:
+            f = memo[i] = flops(g.eqns[i])
+        return f
+
+    last = nseg - 1
+    last_forward = sum(eqn_flops(i) for i in range(len(seg)) if seg[i] == last)
     for plan in plans:
         per = [[0, 0, 0, set()] for _ in range(nseg)]
         for v in plan.saved:
@@ -76,14 +84,13 @@ def _options(g: Graph, plans: list[Plan], flops):
                 per[seg[i]][3].add(id(v))
         fixed = plan.bytes_after - sum(p[0] for p in per)
         for i in plan.recompute:
-            per[seg[i]][2] += flops(g.eqns[i])
+            per[seg[i]][2] += eqn_flops(i)
         if g.value_dropped:  # the last segment's forward runs only for what it saves
-            last = nseg - 1
             ran = g.closure(set(), [v for v in plan.saved if id(v) in per[last][3]])
-            per[last][2] -= sum(flops(g.eqns[i]) for i in range(len(seg)) if seg[i] == last)
-            per[last][2] += sum(flops(g.eqns[i]) for i in ran if seg[i] == last)
+            per[last][2] -= last_forward
+            per[last][2] += sum(eqn_flops(i) for i in ran if seg[i] == last)
         for k in range(nseg):
-            per[k][1] = sum(nbytes(v) for vid, v in resid[k].items() if vid not in per[k][3])
+            per[k][1] = sum(g.size(v) for vid, v in resid[k].items() if vid not in per[k][3])
             option = tuple(per[k])
             if option not in opts[k]:
                 opts[k].append(option)

@@ -7,7 +7,12 @@ against the device's memory model instead (`device.py`), calibrated by the one c
 loop needs anyway, and compiles as few plans as it can:
 
 1. compiles the plain gradient (its XLA temp bytes X0: the target's base, and the
-   calibration);
+   calibration) in a thread, and meanwhile makes the policy plans (nothing_saveable,
+   dots_saveable, min-cut) and, given the device's `prior` model (`PRIORS`: what its
+   compiler did with the TPU script's transformer), the first round's two picks (step 3)
+   under it, X0 taken as its figure: plans made while XLA compiles cost no wall time, the
+   two picks compile beside the plain gradient (three compiles at once), and the searches
+   afterwards start from the plans made;
 2. calibrates the model (`Calibration`): a plan's figure is
    `scale * (held * L + (1 - held) * F)` with L its liveness figure (`planned_peak`) and F
    its fused one (`device_bytes`: what is left when XLA's fusions recompute the element-wise
@@ -16,15 +21,17 @@ loop needs anyway, and compiles as few plans as it can:
    and L0, and `scale` makes the plain gradient's figure X0;
 3. picks, by the calibrated figures and without compiling, the plan of fewest FLOPs
    predicted to fit `AIM` times the target: the budget plan of the loosest model budget so
-   predicted (a secant search over the model's budget, `SEARCH_STEPS` plans at most, none compiled) or a
-   policy plan (nothing_saveable, dots_saveable, min-cut), and compiles it, with the pick
-   at `ALTERNATIVE` times that aim beside it (two compiles at once, in threads);
-4. where neither fits closely (`CLOSE_ENOUGH`), corrects the calibration by what XLA
-   reported for the pick (its ratio to the figure), picks again and compiles once more:
-   `PLANNED_COMPILES` compiles beyond the plain gradient's in all, in two compiles' wall
-   time (the first two at once).  Only if no
-   compiled plan fits yet does it go on (a tighter aim each time, `MAX_COMPILES` at most);
-   of the compiled plans that fit, the one of fewest FLOPs (then fewest bytes) is the plan.
+   predicted (regula falsi over the model's budget between the plans made so far,
+   `SEARCH_STEPS` new plans at most, none compiled) or a policy plan, and compiles it, with
+   the pick at `ALTERNATIVE` times that aim beside it (two compiles at once, in threads;
+   with a prior, the picks of step 1 are this round, and the calibrated model says their
+   planned figures);
+4. corrects the calibration by what XLA reported for the budget plans it compiled, and
+   stops (`STOP_GAIN`) unless the plan the corrected model picks would recompute at least
+   that share fewer FLOPs than the best compiled plan that fits: then it compiles that
+   plan, one compile at a time, `MAX_COMPILES` at most (a tighter aim after each round
+   where nothing fits).  Of the compiled plans that fit, the one of fewest FLOPs (then
+   fewest bytes) is the plan.
 
 `--remat-budget device`: the target is the bytes the device has free for temporaries (its
 `bytes_limit` less what the program's arguments and outputs take).  There the plain gradient
@@ -33,22 +40,22 @@ XLA:TPU's, uncalibrated), or XLA may have fitted it by rematerializing on its ow
 (`HloRematerialization`): it is taken as it is only where the device model says it fits too.
 
 Nothing here imports JAX: the command hands in `measure(program) -> XLA's temp bytes`.
+`Fit` keeps the counts and the seconds (plans made, compiles) that the report and the TPU
+script print.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ...core import JaxprError
 from .request import Spec
 
-#: the compiles of plans the loop is designed to spend (beyond the plain gradient's): two
-#: at once in the first round (one compile's wall time), a third where neither landed
-#: within `CLOSE_ENOUGH` of the target
-PLANNED_COMPILES = 3
-#: the most it spends when none of those fits
+#: the most compiles of plans (beyond the plain gradient's) the loop spends
 MAX_COMPILES = 5
 #: the first pick aims at this share of the target (the calibrated model is within ~10%)
 AIM = 0.97
@@ -56,9 +63,12 @@ AIM = 0.97
 #: threads: XLA's compiles release the GIL), so that a pick just over the target has a plan
 #: just under it without a second round
 ALTERNATIVE = 0.95
-#: a plan whose XLA temp bytes are at least this share of the target is close enough: the
-#: loop does not loosen it
-CLOSE_ENOUGH = 0.92
+#: the stopping rule: once a compiled plan fits, another is compiled only where the plan
+#: the corrected model picks would recompute at least this share fewer FLOPs (a compile of
+#: the TPU transformer takes 7-15 s, a second round a third or more of the planning; the
+#: third compiles of the TPU rows of 2026-12-06 gained 0.2-0.6%); the search stops
+#: refining where no plan left can gain half of it
+STOP_GAIN = 0.02
 #: the plans (no compile) the search over the model's budget makes at most, per pick
 SEARCH_STEPS = 8
 #: the search stops at a plan whose calibrated figure is at least this share of its goal
@@ -82,6 +92,7 @@ class Tried:
     fused: int  # the device model's, before calibration (`device_bytes`)
     temp: int | None = None  # XLA's temp bytes, once compiled
     planned: int | None = None  # the calibrated figure when it was picked
+    budget: float | None = None  # the model budget of a budget plan (None: a policy's)
 
     def fits(self, target: int) -> bool:
         return self.temp is not None and self.temp <= target
@@ -105,15 +116,33 @@ class Calibration:
         return int(self.scale * (self.held * t.liveness + (1 - self.held) * t.fused))
 
 
+#: the device model before any compile, by platform (`--device`'s): what the plain
+#: gradient's compile calibrated on the TPU script's 8-layer transformer (TPU v5e, JAX
+#: 0.10.2: XLA:TPU's fusions recompute every element-wise residual, scale 0.892; XLA:CPU,
+#: JAX 0.12.1, width 256: it holds 0.68 of them, scale 1.0).  A prior only chooses which
+#: budget plans are made while the plain gradient compiles; the plain gradient's compile
+#: calibrates every figure the loop compares
+PRIORS = {"tpu": Calibration(0.0, 0.892), "cpu": Calibration(0.68, 1.0)}
+
+
 @dataclass
 class Fit:
-    """What the loop did: the target, the plain gradient's figures, each compile."""
+    """What the loop did: the target, the plain gradient's figures, each compile, and the
+    counts and seconds of its parts."""
 
     target: int
     plain_temp: int
     lines: list[str] = field(default_factory=list)
     chosen: Tried | None = None
     compiles: int = 0  # of plans, beyond the plain gradient's
+    rounds: int = 0  # compile rounds after the plain gradient's (those of a round at once)
+    made: int = 0  # plans made (each a gradient built, none compiled by the making)
+    made_s: float = 0.0  # their seconds
+    made_early: int = 0  # of them, made while the plain gradient compiled
+    plain_s: float = 0.0  # the plain gradient's compile, in its thread
+    #: the wall seconds of the rounds after it (of a round compiled beside it: the wait
+    #: past it)
+    compile_s: float = 0.0
     #: where each line goes as soon as it is said (standard error), besides `lines`
     echo: Callable | None = None
 
@@ -124,6 +153,15 @@ class Fit:
 
     def render(self) -> str:
         return "\n".join(self.lines)
+
+    def timing(self) -> str:
+        """Where the loop's time went (seconds: not part of the report, which stays the
+        same from run to run)."""
+        return (
+            f"plain gradient's compile {self.plain_s:.1f} s; {self.made} plans made in "
+            f"{self.made_s:.1f} s ({self.made_early} while it compiled); {self.compiles} "
+            f"compiles in {self.rounds} rounds, {self.compile_s:.1f} s"
+        )
 
 
 def _figures(plans: list) -> tuple[int, int, int, int]:
@@ -144,60 +182,74 @@ def fit_budget(
     flops: Callable,
     device_free: Callable | None = None,
     echo: Callable | None = None,
+    prior: Calibration | None = None,
 ) -> tuple[object, list, Fit]:
     """(the program, its plans, the loop's report) for the budget `spec`, in XLA's temp
     bytes.  `build(spec, plans)` makes the gradient under a Spec (None: the plain one),
     `measure(program)` is XLA's temp bytes (None where it runs out of the device's memory
     compiling it), `flops(program)` the tool's FLOP count,
-    `device_free()` the bytes the device has free (for `--remat-budget device`); each line
-    of the report goes to `echo` as it is said."""
+    `device_free()` the bytes the device has free (for `--remat-budget device`), `prior`
+    the device's model before any compile (`PRIORS`); each line of the report goes to
+    `echo` as it is said."""
     plain = build(None, None)
-    plain_temp = measure(plain)  # None: it does not compile on the device (out of memory)
-    target = _target(spec, plain, plain_temp, device_free)
-    fit = Fit(target, plain_temp or 0, echo=echo)
-    fit.say(
-        f"remat budget in XLA's temp bytes: target {target} B; the plain gradient holds "
-        + (
-            f"{plain_temp} B on the device (compile 0)"
-            if plain_temp is not None
-            else "more than the device has: it does not compile there (compile 0)"
+    loop = _Loop(build, spec, measure, flops, Fit(0, 0, echo=echo))
+    pool = ThreadPoolExecutor(3)  # compile 0, and the first round where a prior picks it
+    try:
+        plain_temp, policies, pending = _while_compiling(loop, pool, plain, prior)
+        fit = loop.fit
+        fit.target = target = _target(spec, plain, plain_temp, device_free)
+        fit.plain_temp = plain_temp or 0
+        fit.say(
+            f"remat budget in XLA's temp bytes: target {target} B; the plain gradient holds "
+            + (
+                f"{plain_temp} B on the device (compile 0)"
+                if plain_temp is not None
+                else "more than the device has: it does not compile there (compile 0)"
+            )
         )
-    )
-    plain_fits = plain_temp is not None and plain_temp <= target
-    if plain_fits and not spec.on_device:
-        return _plain_chosen(fit, plain, flops)
-    loop = _Loop(build, spec, measure, flops, fit)
-    policies = [loop.make(f"--remat {name}", _policy_spec(spec, name)) for name in CANDIDATES]
+        plain_fits = plain_temp is not None and plain_temp <= target
+        if plain_fits and not spec.on_device:
+            return _plain_chosen(fit, plain, flops)
+        if loop.plain_figures is None:
+            raise JaxprError("--remat-budget: no plan could be made for the device model")
+        loop.calibrate()
+        if plain_fits and loop.plain_figures[1] <= target:
+            # (on the device's own memory XLA may have fitted the plain gradient by
+            # rematerializing on its own: it is taken only where the device model fits it)
+            return _plain_chosen(fit, plain, flops)
+        loop.rounds(policies, loop.collect(pending))
+        if loop.best() is None:  # the last resort: the candidate of the fewest bytes
+            rest = [t for t in loop.tried if t.temp is None]
+            if rest:
+                loop.compile_all([min(rest, key=lambda t: (loop.cal.figure(t), t.flops))])
+        return _choose(fit, loop.tried)
+    finally:
+        pool.shutdown(wait=True)
+
+
+def _while_compiling(loop, pool, plain, prior):
+    """Compile the plain gradient in `pool` and meanwhile make the policy plans and, given
+    the device's `prior` model, the first round's budget plans, whose two picks compile
+    beside it: (the plain gradient's XLA bytes, the policy plans, [(a pick, its compile's
+    future)])."""
+    spec = loop.spec
+    compiling = pool.submit(_timed, loop.measure, plain)
+    policies = [loop.make(f"--remat {n}", _policy_spec(spec, n)) for n in CANDIDATES]
     policies = [t for t in policies if t is not None]
-    if loop.cal is None:
-        raise JaxprError("--remat-budget: no plan could be made for the device model")
-    if plain_fits and loop.plain_fused <= target:
-        # (on the device's own memory XLA may have fitted the plain gradient by
-        # rematerializing on its own: it is taken only where the device model fits it too)
-        return _plain_chosen(fit, plain, flops)
-    overs = 0
-    while fit.compiles < MAX_COMPILES:
-        aim = AIM if not overs else 0.99 * 0.97 ** (overs - 1)
-        pick = loop.pick(aim, policies)
-        if pick is None or pick.temp is not None:  # nothing new to compile
-            break
-        batch = [pick]
-        if not fit.compiles:  # the first round: a tighter plan compiled beside it, at once
-            alt = loop.pick(aim * ALTERNATIVE, policies)
-            if alt is not None and alt is not pick and alt.temp is None:
-                batch.append(alt)
-        loop.compile_all(batch)
-        if any(t.fits(target) and t.temp >= CLOSE_ENOUGH * target for t in batch):
-            break
-        if fit.compiles >= PLANNED_COMPILES and loop.best() is not None:
-            break
-        loop.correct(pick)
-        overs += not pick.fits(target)
-    if loop.best() is None:  # the last resort: the candidate of the fewest bytes
-        rest = [t for t in loop.tried if t.temp is None]
-        if rest:
-            loop.compile(min(rest, key=lambda t: (loop.cal.figure(t), t.flops)))
-    return _choose(fit, loop.tried)
+    early = []
+    if prior is not None and not spec.on_device and not (spec.fraction and spec.budget >= 1):
+        early = loop.speculate(prior, policies)
+    pending = [(t, pool.submit(loop.measure, t.program)) for t in early]
+    loop.fit.made_early = loop.fit.made
+    plain_temp, loop.fit.plain_s = compiling.result()
+    return plain_temp, policies, pending
+
+
+def _timed(fn, *args):
+    """(fn(*args), its seconds)."""
+    t0 = time.perf_counter()
+    out = fn(*args)
+    return out, time.perf_counter() - t0
 
 
 def _plain_chosen(fit: Fit, plain, flops):
@@ -246,34 +298,80 @@ class _Loop:
         #: model budget -> the candidate (None: the model cannot meet it)
         self.by_budget: dict[float, Tried | None] = {}
         self.seen: dict[tuple, Tried] = {}
-        self.plain_fused = 0  # the device model's figure for the plain gradient
+        #: the plain gradient's (liveness, fused) figures, from the first plan made
+        self.plain_figures: tuple[int, int] | None = None
 
-    def make(self, label: str, s: Spec) -> Tried | None:
+    def make(self, label: str, s: Spec, budget: float | None = None) -> Tried | None:
         plans: list = []
+        t0 = time.perf_counter()
         try:
             program = self.build(s, plans)
+            f = self.flops(program)
         except JaxprError:  # the model cannot meet so tight a budget
             return None
+        finally:
+            self.fit.made += 1
+            self.fit.made_s += time.perf_counter() - t0
         after, before, fused, fused_before = _figures(plans)
-        f = self.flops(program)
+        if self.plain_figures is None:
+            self.plain_figures = (before, fused_before)
         key = (after, fused, f)
         if key in self.seen:  # the same plan as another budget's
             return self.seen[key]
-        t = self.seen[key] = Tried(label, program, plans, f, after, fused)
+        t = self.seen[key] = Tried(label, program, plans, f, after, fused, budget=budget)
         self.tried.append(t)
-        if self.cal is None:
-            self.plain_fused = fused_before
-            if self.fit.plain_temp:
-                self.cal = Calibration.from_plain(self.fit.plain_temp, before, fused_before)
-            else:  # no compile to learn from: XLA:TPU's fusions (the fused figure as it is)
-                self.cal = Calibration(0.0, 1.0)
-            self.fit.say(
-                f"  calibration: the plain gradient's liveness figure {before} B, fused "
-                f"{fused_before} B (element-wise residuals recomputed by XLA's fusions): the "
-                f"device holds {self.cal.held:.2f} of the element-wise residuals' bytes, "
-                f"scale {self.cal.scale:.3f}"
-            )
         return t
+
+    def calibrate(self) -> None:
+        """The model calibrated by the plain gradient's compile (XLA:TPU's fusions as they
+        are where it did not compile: no compile to learn from)."""
+        before, fused_before = self.plain_figures
+        if self.fit.plain_temp:
+            self.cal = Calibration.from_plain(self.fit.plain_temp, before, fused_before)
+        else:
+            self.cal = Calibration(0.0, 1.0)
+        self.fit.say(
+            f"  calibration: the plain gradient's liveness figure {before} B, fused "
+            f"{fused_before} B (element-wise residuals recomputed by XLA's fusions): the "
+            f"device holds {self.cal.held:.2f} of the element-wise residuals' bytes, "
+            f"scale {self.cal.scale:.3f}"
+        )
+
+    def speculate(self, prior: Calibration, policies: list[Tried]) -> list[Tried]:
+        """The first round's picks as they would be were the device's model `prior` and the
+        plain gradient's XLA bytes its figure there (none where that fits the target): made, with
+        the plans their searches make, while the plain gradient compiles, and compiled
+        beside it; the plans made bracket the searches that follow.  Their planned figures
+        are those of the calibrated model, said when they are reported."""
+        if self.plain_figures is None:
+            return []
+        live, fused = self.plain_figures
+        base = prior.figure(Tried("plain", None, [], 0, live, fused))
+        target = self.spec.budget * base if self.spec.fraction else self.spec.budget
+        if target >= base:
+            return []
+        self.cal, self.fit.target = prior, int(target)
+        picks = []
+        for aim in (AIM, AIM * ALTERNATIVE):
+            t = self.pick(aim, policies)
+            if t is not None and all(t is not p for p in picks):
+                picks.append(t)
+                t.planned = None
+        self.cal, self.fit.target = None, 0
+        return picks
+
+    def collect(self, pending: list) -> list[Tried]:
+        """Wait for the compiles `pending` (started beside the plain gradient's) and report
+        them: the first round."""
+        if not pending:
+            return []
+        t0 = time.perf_counter()
+        temps = [future.result() for _, future in pending]
+        self.fit.compile_s += time.perf_counter() - t0
+        self.fit.rounds += 1
+        for (t, _), temp in zip(pending, temps):
+            self.report(t, temp)
+        return [t for t, _ in pending]
 
     def budget_plan(self, frac: float) -> Tried | None:
         frac = round(frac, 4)
@@ -281,42 +379,69 @@ class _Loop:
             s = dataclasses.replace(
                 self.spec, budget=frac, fraction=True, on_device=False, device_model=True
             )
-            self.by_budget[frac] = self.make(f"model budget {frac:.4f}", s)
+            self.by_budget[frac] = self.make(f"model budget {frac:.4f}", s, frac)
         return self.by_budget[frac]
 
-    def search(self, goal: int) -> Tried | None:
-        """The budget plan of the loosest model budget whose calibrated figure is at most
-        `goal` (secant steps, then bisection between the loosest under and the tightest
-        over), `SEARCH_STEPS` plans at most."""
-        under: tuple[float, Tried] | None = None
-        over: float | None = None
-        floor = 0.0  # the loosest budget the model could not meet
-        base = self.fit.plain_temp or self.cal.scale * self.plain_fused
-        frac = min(1.0, goal / max(1, base))
-        for _ in range(SEARCH_STEPS):
-            t = self.budget_plan(frac)
+    def _bracket(self, goal: int):
+        """From the budget plans made so far: (the loosest model budget whose figure is
+        within `goal` and its plan, or None; the tightest budget over it, or None; the
+        loosest the model could not meet, or 0)."""
+        under, over, floor = None, None, 0.0
+        for frac, t in self.by_budget.items():
             if t is None:
                 floor = max(floor, frac)
-                nxt = (frac + over) / 2 if over is not None else min(1.0, frac * 1.5)
-            else:
-                fig = self.cal.figure(t)
-                if fig <= goal:
-                    if under is None or frac > under[0]:
-                        under = (frac, t)
-                    if frac >= 1.0 or fig >= SEARCH_CLOSE * goal:
-                        break
-                else:
-                    over = frac if over is None else min(over, frac)
-                nxt = frac * goal / max(1, fig)
-                lo = max(floor, under[0] if under else 0.0)
-                if not (lo < nxt < (over if over is not None else 1.0 + 1e-9)):
-                    nxt = (lo + (over if over is not None else 1.0)) / 2
-            nxt = min(1.0, nxt)
-            if abs(nxt - frac) < 2e-4 or (
-                over is not None and under and over - under[0] < 0.01 * over
-            ):
+            elif self.cal.figure(t) <= goal:
+                if under is None or frac > under[0]:
+                    under = (frac, t)
+            elif over is None or frac < over[0]:
+                over = (frac, t)
+        return under, over, floor
+
+    def _next(self, goal: int, under, over, floor: float, base: float) -> float:
+        """The next model budget to try: regula falsi between the bracket's plans, a secant
+        step from the one side known (bisection where it leaves the bracket), `goal / base`
+        with neither."""
+        if under is None and over is None:
+            return min(1.0, 1.5 * floor if floor else goal / max(1.0, base))
+        lo = max(floor, under[0]) if under is not None else floor
+        hi = over[0] if over is not None else 1.0
+        if under is not None and over is not None:
+            (fu, tu), (fo, to) = under, over
+            gu, go = self.cal.figure(tu), self.cal.figure(to)
+            nxt = fu + (fo - fu) * (goal - gu) / max(1, go - gu)
+        else:
+            frac, t = under or over
+            nxt = frac * goal / max(1, self.cal.figure(t))
+        if over is None:
+            return min(1.0, nxt) if nxt > lo else (lo + 1.0) / 2
+        # (a plan's figure is a step function of its budget: regula falsi would creep up
+        # to a step from one side, so each try keeps a quarter of the bracket off its ends)
+        edge = (hi - lo) / 4
+        return min(hi - edge, max(lo + edge, nxt))
+
+    def search(self, goal: int, base: float | None = None) -> Tried | None:
+        """The budget plan of the loosest model budget whose calibrated figure is at most
+        `goal`: regula falsi between the plans made so far (any search's), `SEARCH_STEPS`
+        new plans at most, until a plan within `SEARCH_CLOSE` of the goal, a bracket of 1%
+        of the budget, or one whose plans' FLOPs differ by less than `STOP_GAIN / 2`; `base`: the plain gradient's bytes (the first guess is the
+        goal's share of them)."""
+        base = base or self.fit.plain_temp or self.cal.scale * self.plain_figures[1]
+        for _ in range(SEARCH_STEPS + 1):
+            under, over, floor = self._bracket(goal)
+            if under is not None:
+                if under[0] >= 1.0 or self.cal.figure(under[1]) >= SEARCH_CLOSE * goal:
+                    break
+                # (no plan between the bracket's can save `STOP_GAIN` of the FLOPs)
+                if over is not None and (
+                    over[0] - under[0] < 0.01 * over[0]
+                    or over[1].flops > (1 - STOP_GAIN / 2) * under[1].flops
+                ):
+                    break
+            frac = round(self._next(goal, under, over, floor, base), 4)
+            if frac in self.by_budget or frac <= floor:
                 break
-            frac = nxt
+            self.budget_plan(frac)
+        under = self._bracket(goal)[0]
         return under[1] if under else None
 
     def pick(self, aim: float, policies: list[Tried]) -> Tried | None:
@@ -337,20 +462,58 @@ class _Loop:
             best.planned = self.cal.figure(best)
         return best
 
+    def rounds(self, policies: list[Tried], first: list[Tried]) -> None:
+        """The compile rounds: the first two plans at once (`first`, where they compiled
+        beside the plain gradient), then one at a time while the stopping rule says another
+        is worth its compile (module doc, step 4)."""
+        overs = 0
+        if first:
+            self.correct(first)
+            best = self.best()
+            if best is not None and not self.worth_another(best, policies):
+                return
+            overs += best is None
+        while self.fit.compiles < MAX_COMPILES:
+            aim = AIM if not overs else 0.99 * 0.97 ** (overs - 1)
+            pick = self.pick(aim, policies)
+            if pick is None or pick.temp is not None:  # nothing new to compile
+                return
+            batch = [pick]
+            if not self.fit.compiles:  # the first round: a tighter plan compiled beside it
+                alt = self.pick(aim * ALTERNATIVE, policies)
+                if alt is not None and alt is not pick and alt.temp is None:
+                    batch.append(alt)
+            self.compile_all(batch)
+            self.correct(batch)
+            best = self.best()
+            if best is not None and not self.worth_another(best, policies):
+                return
+            overs += best is None
+
+    def worth_another(self, best: Tried, policies: list[Tried]) -> bool:
+        """The stopping rule: whether the plan the corrected model picks now is new and
+        recomputes at least `STOP_GAIN` fewer FLOPs than `best`, the best that fits."""
+        nxt = self.pick(AIM, policies)
+        gain = nxt is not None and nxt.temp is None and nxt.flops < (1 - STOP_GAIN) * best.flops
+        if not gain and nxt is not None and nxt.temp is None:
+            nxt.planned = None  # (not compiled: its figure is not a prediction said)
+        return gain
+
     def compile_all(self, ts: list[Tried]) -> None:
         """Compile the candidates `ts`, at once (threads) when there are several."""
+        t0 = time.perf_counter()
         if len(ts) == 1:
-            return self.compile(ts[0])
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(len(ts)) as pool:
-            temps = list(pool.map(lambda t: self.measure(t.program), ts))
+            temps = [self.measure(ts[0].program)]
+        else:
+            with ThreadPoolExecutor(len(ts)) as pool:
+                temps = list(pool.map(lambda t: self.measure(t.program), ts))
+        self.fit.compile_s += time.perf_counter() - t0
+        self.fit.rounds += 1
         for t, temp in zip(ts, temps):
-            self.compile(t, temp)
+            self.report(t, temp)
 
-    def compile(self, t: Tried, temp=-1) -> None:
-        """Compile `t` (unless its XLA figure `temp` is given) and report it."""
-        temp = self.measure(t.program) if temp == -1 else temp
+    def report(self, t: Tried, temp: int | None) -> None:
+        """Record and say XLA's figure `temp` for `t` (None: out of the device's memory)."""
         if t.planned is None:
             t.planned = self.cal.figure(t)
         self.fit.compiles += 1
@@ -367,10 +530,14 @@ class _Loop:
             + f"; {t.flops} FLOPs"
         )
 
-    def correct(self, t: Tried) -> None:
-        """Scale the calibration by XLA's figure for `t` over the model's: all of it when
-        `t` was over the target, half of it (geometrically) when under, as the ratio of a
+    def correct(self, batch: list[Tried]) -> None:
+        """Scale the calibration by XLA's figure over the model's for the budget plan of
+        `batch` nearest the target (the pick where none is a budget plan: a policy plan's
+        ratio says less about the budget plans next to be picked): all of it when that plan
+        was over the target, half of it (geometrically) when under, as the ratio of a
         looser plan is another (XLA:CPU's jumps from 0.73x to 1.21x between two plans)."""
+        own = [t for t in batch if t.budget is not None] or batch[:1]
+        t = min(own, key=lambda t: abs(t.temp - self.fit.target))
         ratio = t.temp / max(1, self.cal.figure(t))
         if t.fits(self.fit.target):
             ratio = ratio**0.5
@@ -411,6 +578,7 @@ def _choose(fit: Fit, tried: list[Tried]):
         f"  chosen: {best.label}: XLA temp {best.temp} B "
         f"({_ratio(fit, best.temp)}), planned "
         f"{best.planned if best.planned is not None else best.temp} B (calibrated); "
-        f"{best.flops} FLOPs; {fit.compiles} compiles beside the plain gradient's"
+        f"{best.flops} FLOPs; {fit.compiles} compiles beside the plain gradient's, "
+        f"{fit.made} plans made"
     )
     return best.program, best.plans, fit

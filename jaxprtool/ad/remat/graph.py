@@ -40,6 +40,9 @@ class Graph:
         self.residuals: list = [src[r.source][r.index] for r in info.residuals]
 
         self._bytes: dict[int, int] = {}
+        self._size: dict[int, int] = {}
+        self._sigs: dict[int, object] = {}
+        self._residual_bytes: int | None = None
         self._cheap: dict[int, bool] = {}
         self._pure: dict[int, bool] = {}
         self._saves: dict[int, list[bool] | None] = {}
@@ -56,6 +59,29 @@ class Graph:
         if b is None:
             b = self._bytes[id(v)] = nbytes(v)
         return b
+
+    def size(self, v) -> int:
+        """The device bytes of `v` (`nbytes`), whatever its role: the planners' weights."""
+        b = self._size.get(id(v))
+        if b is None:
+            b = self._size[id(v)] = nbytes(v)
+        return b
+
+    def signature(self, i: int):
+        """`segments._signature` of equation `i`, made once."""
+        from .segments import _signature
+
+        s = self._sigs.get(i)
+        if s is None:
+            s = self._sigs[i] = _signature(self.eqns[i])
+        return s
+
+    def residual_bytes(self) -> int:
+        """The bytes of the residuals (each once): what the plain gradient saves."""
+        if self._residual_bytes is None:
+            unique = {id(v): v for v in self.residuals}
+            self._residual_bytes = sum(self.cost(v) for v in unique.values())
+        return self._residual_bytes
 
     def cheap(self, i: int) -> bool:
         c = self._cheap.get(i)
@@ -111,6 +137,7 @@ class Graph:
                     if j is not None and seg[j] != seg[i]:
                         self.boundary.add(id(x))
         self.free = self.free | self.boundary
+        self._residual_bytes = None
         segments.cut_bytes = sum(self.cost(v) for v in _by_id(self.boundary, self))
 
     def closure(self, saved_ids: set[int], want, reruns=None) -> list[int]:
@@ -246,7 +273,7 @@ def _plan_from_saved(g: Graph, saved_ids: set[int], method: str, reruns=None) ->
             if isinstance(x, Var) and id(x) not in remade:
                 used[id(x)] = x
     saved = sorted(used.values(), key=lambda v: order[id(v)])
-    before = sum(g.cost(v) for v in dict((id(v), v) for v in g.residuals).values())
+    before = g.residual_bytes()
     after = sum(g.cost(v) for v in saved)
     plan = Plan(method, saved, rec, before, after)
     # values a body offloaded (a scan's stacked host copies)

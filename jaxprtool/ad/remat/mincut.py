@@ -7,25 +7,24 @@ from collections.abc import Callable
 
 from ...core import Var
 from .graph import Graph, Plan, _plan_from_saved
-from .records import nbytes
 
 
 def _relevant(g: Graph, may_recompute, wanted, free: set[int]) -> dict[int, None]:
     """The equations that can matter: those a wanted value reaches through recomputable
     equations (not through free values)."""
-
-    def made_by(v):
-        return None if not isinstance(v, Var) or id(v) in free else g.producer.get(id(v))
-
+    producer = g.producer
     relevant: dict[int, None] = {}
-    stack = [made_by(v) for v in wanted]
+    stack = [v for v in wanted if isinstance(v, Var)]
     while stack:
-        i = stack.pop()
+        v = stack.pop()
+        if id(v) in free:
+            continue
+        i = producer.get(id(v))
         if i is None or i in relevant:
             continue
         relevant[i] = None
         if may_recompute(i):
-            stack.extend(made_by(x) for x in g.eqns[i].inputs)
+            stack.extend(x for x in g.eqns[i].inputs if isinstance(x, Var))
     return relevant
 
 
@@ -45,9 +44,12 @@ def min_cut_saved(
     relevant = _relevant(g, may_recompute, wanted, free)
     if not relevant:
         return set()
-    # node 0 = source, 1 = sink; value v: in-node 2k, out-node 2k+1
+    # node 0 = source, 1 = sink; value v: in-node 2k, out-node 2k+1 (the loops are written
+    # out: this is the planners' inner loop, some 150k edges at 10k equations)
     values: dict[int, int] = {}
     vars_: list[Var] = []
+    rows: list[int] = []  # the edges of infinite capacity, tail and head
+    cols: list[int] = []
 
     def node(v) -> int:
         k = values.get(id(v))
@@ -56,39 +58,35 @@ def min_cut_saved(
             vars_.append(v)
         return 2 + 2 * k
 
-    rows: list[int] = []
-    cols: list[int] = []
-    caps: list[int] = []
-    # scipy's maximum_flow takes int32 capacities: bytes in units keeping their sum < 2**30,
-    # and "infinite" above that sum
-    inf = (1 << 30) + 1
-
-    def edge(a, b, c):
-        rows.append(a)
-        cols.append(b)
-        caps.append(c)
-
     for i in relevant:
         e = g.eqns[i]
         outs = [node(o) for o in e.outputs]
         if may_recompute(i):
             for x in e.inputs:
                 if isinstance(x, Var) and id(x) not in free:
+                    a = node(x) + 1
                     for o in outs:
-                        edge(node(x) + 1, o, inf)
+                        rows.append(a)
+                        cols.append(o)
         else:
-            for o in outs:
-                edge(0, o, inf)
+            rows.extend([0] * len(outs))
+            cols.extend(outs)
     for v in wanted:
         if isinstance(v, Var) and id(v) not in free:
-            edge(node(v) + 1, 1, inf)
-    sizes = [nbytes(v) for v in vars_]
-    unit = max(1, -(-sum(sizes) // (1 << 29)))
-    for k, s in enumerate(sizes):
-        edge(2 + 2 * k, 3 + 2 * k, max(1, -(-s // unit)))
+            rows.append(node(v) + 1)
+            cols.append(1)
+    # scipy's maximum_flow takes int32 capacities: bytes in units keeping their sum < 2**30,
+    # and "infinite" above that sum
+    inf = (1 << 30) + 1
+    sizes = np.fromiter((g.size(v) for v in vars_), np.int64, len(vars_))
+    unit = max(1, -(-int(sizes.sum()) // (1 << 29)))
+    ins = 2 + 2 * np.arange(len(vars_))
+    rows_a = np.concatenate([np.array(rows, np.int64), ins])
+    cols_a = np.concatenate([np.array(cols, np.int64), ins + 1])
+    cap = np.concatenate([np.full(len(rows), inf), np.maximum(1, -(-sizes // unit))])
+    cap = cap.astype(np.int32)
     n = 2 + 2 * len(vars_)
-    cap = np.array(caps, dtype=np.int32)
-    m = csr_matrix((cap, (np.array(rows), np.array(cols))), shape=(n, n))
+    m = csr_matrix((cap, (rows_a, cols_a)), shape=(n, n))
     m.sum_duplicates()
     flow = maximum_flow(m, 0, 1).flow
     residual = (m - flow).tocsr()

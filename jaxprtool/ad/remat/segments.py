@@ -106,8 +106,8 @@ def _layer_starts(g: Graph, cross: list[int]) -> list[int] | None:
     n = len(g.eqns)
     ids: dict = {}
     occ: dict[int, list[int]] = {}
-    for i, e in enumerate(g.eqns):
-        s = ids.setdefault(_signature(e), len(ids))
+    for i in range(n):
+        s = ids.setdefault(g.signature(i), len(ids))
         occ.setdefault(s, []).append(i)
     cover: dict[int, int] = {}
     for ps in occ.values():
