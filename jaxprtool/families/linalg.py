@@ -276,7 +276,10 @@ def _dot_transpose_lhs(g, x, y, *, dimension_numbers, swap_ans=False, **params):
     p = dict(params)
     p.setdefault("precision", None)
     p.setdefault("preferred_element_type", None)
-    out = ops.bind("dot_general", g, y, dimension_numbers=dims, **p)
+    # the result type, remembered by the plan and the other parameters (equal values: the
+    # same result; a dtype and the name of the same dtype alike): no shape inference
+    types_key = (key, *p.items())
+    out = ops.bind("dot_general", g, y, dimension_numbers=dims, _params_key=types_key, **p)
     # (the permutation, a tuple of ints, is shared by the equations of one plan)
     x_bar = out if out_axes is None else ops.bind("transpose", out, permutation=out_axes)
     return bind_convert(x_bar, ty(x).dtype)
