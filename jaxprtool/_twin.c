@@ -981,6 +981,44 @@ static PyObject *lay_lines(PyObject *self, PyObject *const *args, Py_ssize_t nar
     return Py_BuildValue("nn", i, last);
 }
 
+/* ------------------------------------------------------------------ the AD builder */
+
+/* bind_eqn(prim, inputs, out_types, params, loc): `Builder.bind`'s new equation and its
+ * fresh results, as its Python lines make them: a Var (hint None) per result type, and
+ * Eqn(prim, inputs, tuple(outs), params, loc) as `core._fast_eqn_init` makes it
+ * (`no_subjaxprs`: no parameters); returns (eqn, [outs]) */
+static PyObject *bind_eqn(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyTuple_CheckExact(args[1]) || !PyDict_CheckExact(args[3]) ||
+        EqnType == NULL || VarType == NULL) {
+        PyErr_SetString(PyExc_TypeError, "bind_eqn: bad arguments");
+        return NULL;
+    }
+    PyObject *types = PySequence_Fast(args[2], "bind_eqn: out_types is not a sequence");
+    if (types == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(types);
+    PyObject *outs = PyList_New(n), *outt = PyTuple_New(n), *e = NULL, *res = NULL;
+    if (outs == NULL || outt == NULL) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = new_var(PySequence_Fast_GET_ITEM(types, i), Py_None);
+        if (v == NULL) goto done;
+        PyList_SET_ITEM(outs, i, v);
+        PyTuple_SET_ITEM(outt, i, Py_NewRef(v));
+    }
+    e = EqnType->tp_alloc(EqnType, 0);
+    if (e == NULL) goto done;
+    PyObject *no_subjaxprs = PyDict_GET_SIZE(args[3]) == 0 ? Py_True : Py_False;
+    PyObject *vals[7] = {args[0], args[1], outt, args[3], args[4], Py_False, no_subjaxprs};
+    for (int i = 0; i < 7; i++)
+        if (set_slot(eqn_fields[i], e, vals[i]) < 0) goto done;
+    res = PyTuple_Pack(2, e, outs);
+done:
+    Py_DECREF(types);
+    Py_XDECREF(outs);
+    Py_XDECREF(outt);
+    Py_XDECREF(e);
+    return res;
+}
+
 /* ------------------------------------------------------------------ the module */
 
 static PyMethodDef methods[] = {
@@ -993,6 +1031,8 @@ static PyMethodDef methods[] = {
      "_Printer._drop_unused's loop (see the source)."},
     {"lay_lines", (PyCFunction)(void (*)(void))lay_lines, METH_FASTCALL,
      "pretty.format's loop over the lines of a jaxpr (see the source)."},
+    {"bind_eqn", (PyCFunction)(void (*)(void))bind_eqn, METH_FASTCALL,
+     "Builder.bind's new equation and its results (see the source)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -354,3 +354,68 @@ def test_simple_literals_read_without_the_general_way(pure, monkeypatch):
     values = [e.inputs[1].value for e in fast.eqns[: len(SIMPLE_LITERALS)]]
     assert [str(v) for v in values] == ["-0.5", "-inf", "inf", "nan", "100000.0", "-0.002",
                                         "9.999999747378752e-06", "16.0"]  # fmt: skip
+
+
+# ---------------------------------------------------------------- the AD builder's equations
+
+
+def _bound(pure: bool, x: core.Var, prim: str, params: dict) -> tuple:
+    """What `Builder.bind` appends on one path: the equation's fields and its results."""
+    from jaxprtool.ad import builder as B
+
+    with _Path(pure):
+        b = B.Builder(loc=core.Loc("f.jaxpr", 3, 5))
+    assert (b._bind_eqn is None) == pure
+    outs = b.bind(prim, [x], params)
+    (e,) = b.eqns
+    fields = (e.prim, e.inputs, e.params, e.loc, e.bare_eq, e.no_subjaxprs)
+    assert e.outputs == tuple(outs)
+    return fields, [(o.type, o.hint) for o in outs]
+
+
+@built
+@pytest.mark.parametrize(
+    "prim, params", [("neg", {}), ("reduce_sum", {"axes": (1,), "out_sharding": None})]
+)
+def test_the_builder_binds_alike(prim, params):
+    """`bind_eqn` makes the equation `Builder.bind`'s Python lines make: the same fields (a
+    parameter-less one marked as holding no jaxpr, as `Eqn.__init__` marks it), fresh
+    results of the inferred types."""
+    x = core.Var(core.ShapedArray((2, 3), "f32"), "x")
+    compiled, reference = _bound(False, x, prim, params), _bound(True, x, prim, params)
+    assert compiled == reference
+    assert reference[0][-1] == (not params)
+
+
+def _transformed_alike(text: str, what) -> None:
+    from jaxprtool.ad import api
+    from jaxprtool.ad.linearize import linearize_combined
+
+    j = parse(text, "f.jaxpr").jaxpr
+    floats = [i for i, v in enumerate(j.invars) if core.is_inexact(v.type)]
+    ways = [api.jvp_jaxpr, linearize_combined, api.vjp_jaxpr]
+    if floats and len(j.outvars) == 1 and core.is_float(j.outvars[0].type):
+        if tuple(getattr(j.outvars[0].type, "shape", (1,))) == ():
+            ways.append(lambda j: api.grad_jaxpr(j, floats))
+    for way in ways:
+        got = []
+        for pure in (True, False):
+            with _Path(pure):
+                try:
+                    got.append(print_jaxpr(way(j)))
+                except JaxprError as e:
+                    got.append(str(e))
+        assert got[0] == got[1], what
+
+
+@built
+def test_the_data_files_differentiated_alike():
+    """jvp, linearize, vjp and grad of every data file give the same text on both paths."""
+    files = sorted(TESTS.joinpath("data").rglob("*.jaxpr"))
+    assert len(files) > 20
+    for f in files:
+        try:
+            parse(f.read_text(), "f.jaxpr")
+        except JaxprError:
+            continue  # (a file of refusals)
+        _transformed_alike(f.read_text(), f)

@@ -58,6 +58,8 @@ class Builder:
         self._force_tangent = 0
         #: the equation whose rule is running (the walks set it; rules read its types)
         self.cur_eqn: Eqn | None = None
+        #: the compiled twin of `bind`'s lines that make the equation (None: they run)
+        self._bind_eqn = _compiled_bind_eqn()
 
     # one-program view
     @property
@@ -130,8 +132,12 @@ class Builder:
                 out_types = infer([x.type for x in inputs], prim, params, self.loc)
             else:
                 out_types = _remembered_types(inputs, prim, params, params_key, self.loc)
-        outs = [Var(t, None) for t in out_types]
-        eqn = Eqn(prim, inputs, tuple(outs), dict(params) if params else {}, self.loc)
+        made = self._bind_eqn
+        if made is None:
+            outs = [Var(t, None) for t in out_types]
+            eqn = Eqn(prim, inputs, tuple(outs), dict(params) if params else {}, self.loc)
+        else:  # (the same, compiled)
+            eqn, outs = made(prim, inputs, out_types, dict(params) if params else {}, self.loc)
         # (`add_eqn` written out: the hottest call of every walk)
         if self.split:
             tangent = self._force_tangent
@@ -147,6 +153,15 @@ class Builder:
                 return outs
         self.primal_eqns.append(eqn)
         return outs
+
+
+def _compiled_bind_eqn():
+    """The compiled twin's `bind_eqn` (text/twin.py), or None (not built, or
+    JAXPRTOOL_PURE_PYTHON set)."""
+    from ..text.twin import twin
+
+    tw = twin()
+    return None if tw is None else tw.bind_eqn
 
 
 def current() -> Builder:

@@ -281,7 +281,11 @@ def _dot_transpose_lhs(g, x, y, *, dimension_numbers, swap_ans=False, **params):
     types_key = (key, *p.items())
     out = ops.bind("dot_general", g, y, dimension_numbers=dims, _params_key=types_key, **p)
     # (the permutation, a tuple of ints, is shared by the equations of one plan)
-    x_bar = out if out_axes is None else ops.bind("transpose", out, permutation=out_axes)
+    x_bar = (
+        out
+        if out_axes is None
+        else ops.bind("transpose", out, permutation=out_axes, _params_key=out_axes)
+    )
     return bind_convert(x_bar, ty(x).dtype)
 
 
