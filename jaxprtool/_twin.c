@@ -1019,6 +1019,103 @@ done:
     return res;
 }
 
+/* id(x) in s (a set of ints): 1, 0, or -1 with an exception set */
+static int id_in(PyObject *s, PyObject *x) {
+    PyObject *key = PyLong_FromVoidPtr(x);
+    if (key == NULL) return -1;
+    int r = PySet_Contains(s, key);
+    Py_DECREF(key);
+    return r;
+}
+
+/* an equation's operands (field 1) or results (field 2), as a sequence PySequence_Fast reads
+ * (a new reference) */
+static PyObject *atoms_of(PyObject *e, int field) {
+    PyObject *v = get_slot(eqn_fields[field], e);
+    if (v == NULL) return NULL;
+    PyObject *seq = PySequence_Fast(v, "dce_walk: operands or results not a sequence");
+    Py_DECREF(v);
+    return seq;
+}
+
+/* dce_walk(eqns, live, kept, has_live_effects, prune): `builder.dce_eqns`' backward loop,
+ * step for step: each equation of `eqns`, last first, is kept when one of its results' ids is
+ * in `live` or else when `has_live_effects(e)`; a kept one is replaced by `prune(e)` when
+ * `prune` is not None and its bodies are not known absent (`no_subjaxprs`), appended to
+ * `kept` and its operands' ids added to `live` */
+static PyObject *dce_walk(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PySet_CheckExact(args[1]) || !PyList_CheckExact(args[2]) ||
+        EqnType == NULL) {
+        PyErr_SetString(PyExc_TypeError, "dce_walk: bad arguments");
+        return NULL;
+    }
+    PyObject *live = args[1], *kept = args[2], *effects = args[3], *prune = args[4];
+    PyObject *eqns = PySequence_Fast(args[0], "dce_walk: eqns is not a sequence");
+    if (eqns == NULL) return NULL;
+    for (Py_ssize_t i = PySequence_Fast_GET_SIZE(eqns) - 1; i >= 0; i--) {
+        PyObject *e = PySequence_Fast_GET_ITEM(eqns, i);
+        if (Py_TYPE(e) != EqnType) {
+            PyErr_SetString(PyExc_TypeError, "dce_walk: not an Eqn");
+            goto fail;
+        }
+        PyObject *outs = atoms_of(e, 2);
+        if (outs == NULL) goto fail;
+        int alive = 0;
+        for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(outs); k++) {
+            alive = id_in(live, PySequence_Fast_GET_ITEM(outs, k));
+            if (alive) break;
+        }
+        Py_DECREF(outs);
+        if (alive < 0) goto fail;
+        if (!alive) {
+            PyObject *r = PyObject_CallOneArg(effects, e);
+            if (r == NULL) goto fail;
+            alive = PyObject_IsTrue(r);
+            Py_DECREF(r);
+            if (alive < 0) goto fail;
+            if (!alive) continue;
+        }
+        PyObject *ke = Py_NewRef(e);
+        if (prune != Py_None) {
+            PyObject *none_inside = get_slot(eqn_fields[6], e);
+            if (none_inside == NULL) goto fail_ke;
+            int known = none_inside == Py_True;
+            Py_DECREF(none_inside);
+            if (!known) {
+                Py_SETREF(ke, PyObject_CallOneArg(prune, e));
+                if (ke == NULL) goto fail;
+                if (Py_TYPE(ke) != EqnType) {
+                    PyErr_SetString(PyExc_TypeError, "dce_walk: prune gave no Eqn");
+                    goto fail_ke;
+                }
+            }
+        }
+        if (PyList_Append(kept, ke) < 0) goto fail_ke;
+        PyObject *ins = atoms_of(ke, 1);
+        Py_DECREF(ke);
+        if (ins == NULL) goto fail;
+        for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(ins); k++) {
+            PyObject *key = PyLong_FromVoidPtr(PySequence_Fast_GET_ITEM(ins, k));
+            if (key == NULL || PySet_Add(live, key) < 0) {
+                Py_XDECREF(key);
+                Py_DECREF(ins);
+                goto fail;
+            }
+            Py_DECREF(key);
+        }
+        Py_DECREF(ins);
+        continue;
+    fail_ke:
+        Py_DECREF(ke);
+        goto fail;
+    }
+    Py_DECREF(eqns);
+    Py_RETURN_NONE;
+fail:
+    Py_DECREF(eqns);
+    return NULL;
+}
+
 /* ------------------------------------------------------------------ the module */
 
 static PyMethodDef methods[] = {
@@ -1033,6 +1130,8 @@ static PyMethodDef methods[] = {
      "pretty.format's loop over the lines of a jaxpr (see the source)."},
     {"bind_eqn", (PyCFunction)(void (*)(void))bind_eqn, METH_FASTCALL,
      "Builder.bind's new equation and its results (see the source)."},
+    {"dce_walk", (PyCFunction)(void (*)(void))dce_walk, METH_FASTCALL,
+     "builder.dce_eqns' backward loop (see the source)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -419,3 +419,64 @@ def test_the_data_files_differentiated_alike():
         except JaxprError:
             continue  # (a file of refusals)
         _transformed_alike(f.read_text(), f)
+
+
+def _jaxprs(j: core.Jaxpr):
+    """`j` and every jaxpr inside it."""
+    yield j
+    for e in core.all_eqns(j):
+        yield from core.eqn_subjaxprs(e)
+
+
+def _kept(eqns, live_out, pure: bool) -> list:
+    from jaxprtool.ad.builder import dce_eqns
+
+    with _Path(pure):
+        return dce_eqns(list(eqns), live_out)
+
+
+#: JAX 0.12's jaxpr of a jit writing a Ref made before it and read nowhere after it: the
+#: equation is kept (its result is used) with its body's write pruned (`_prune_dead_refs`)
+REF_WRITTEN_IN_JIT = """{ lambda ; a:f32[3]. let
+    b:f32[3] = mul a 0.0:f32[]
+    c:Ref{f32[3]} = new_ref[kind=None memory_space=None pin=False] b
+    d:f32[3] = jit[
+      name=g
+      jaxpr={ lambda ; c:Ref{f32[3]} a:f32[3]. let
+          e:f32[3] <- c[...]
+          f:f32[3] = sin a
+          g:f32[3] = add e f
+          h:f32[3], c[...] <- c[...], g
+          d:f32[3] = mul a 3.0:f32[]
+        in (d,) }
+    ] c a
+    i:f32[] = reduce_sum[axes=(0,) out_sharding=None] d
+  in (i,) }
+"""
+
+
+@built
+@needs_corpus
+def test_dead_code_kept_alike():
+    """`dce_eqns` keeps the same equations on both paths (its loop compiled: `dce_walk`), on
+    every jaxpr of every third corpus file and the files with Refs and effects, with every
+    output live and with none (its effectful equations and writes into Refs kept alone)."""
+    files = sorted(CORPUS.rglob("*.jaxpr"))
+    special = [f for f in files if "ref" in f.name or "debug" in f.name or "effect" in f.name]
+    assert len(special) > 5
+    pruned = kept_alone = 0
+    for f in [*files[::3], *special, None]:
+        try:
+            program = parse(REF_WRITTEN_IN_JIT if f is None else f.read_text(), str(f)).jaxpr
+        except JaxprError:
+            continue
+        for j in _jaxprs(program):
+            for live_out in (j.outvars, ()):
+                reference = _kept(j.eqns, live_out, True)
+                compiled = _kept(j.eqns, live_out, False)
+                assert len(compiled) == len(reference), f
+                got = j.replace(eqns=compiled, outvars=live_out)
+                assert core.alpha_equal(got, j.replace(eqns=reference, outvars=live_out)), f
+                pruned += any(e not in j.eqns for e in reference)
+                kept_alone += bool(reference) and not live_out
+    assert pruned and kept_alone  # (the cases the loop hands back to Python were met)

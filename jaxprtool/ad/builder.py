@@ -18,6 +18,7 @@ from .. import shapes
 from ..core import Atom, Eqn, Jaxpr, JaxprError, Literal, Loc, RefType, Type, Var, eqn_subjaxprs
 from ..record import prim as record_of
 from ..shardings import axis_sizes_key, is_sharded_dim
+from ..text.twin import twin
 from .invocation import Invocation, entry_invocation
 
 #: the builder whose walk runs the rule under way (`use`).  (why a value cannot carry it:
@@ -158,8 +159,6 @@ class Builder:
 def _compiled_bind_eqn():
     """The compiled twin's `bind_eqn` (text/twin.py), or None (not built, or
     JAXPRTOOL_PURE_PYTHON set)."""
-    from ..text.twin import twin
-
     tw = twin()
     return None if tw is None else tw.bind_eqn
 
@@ -290,6 +289,12 @@ def dce_eqns(eqns: list[Eqn], live_out: Iterable[Atom]) -> list[Eqn]:
         return id(r) in live or id(r) not in local
 
     kept: list[Eqn] = []
+    tw = twin()
+    if tw is not None:  # (the loop below, compiled)
+        prune = (lambda e: _prune_dead_refs(e, live, ref_live)) if local else None
+        tw.dce_walk(eqns, live, kept, lambda e: eqn_has_live_effects(e, ref_live), prune)
+        kept.reverse()
+        return kept
     add = live.add
     # (explicit loops: faster than set methods over `map(id, ...)` for a few operands)
     for e in reversed(eqns):
