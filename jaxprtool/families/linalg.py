@@ -263,10 +263,16 @@ def _argsort(xs) -> list[int]:
     return sorted(range(len(xs)), key=xs.__getitem__)
 
 
-def _dot_transpose_lhs(g, x, y, *, dimension_numbers, swap_ans=False, **params):
+def _dot_transpose_lhs(g, x, y, *, dimension_numbers, **params):
     if is_zero(g):
         return Zero(tangent_type(ty(x)))
-    key = (*_dims(dimension_numbers), len(shape(x)), len(shape(y)), swap_ans)
+    return _dot_transposed(g, x, y, _dims(dimension_numbers), False, params)
+
+
+def _dot_transposed(g, x, y, dims_ints, swap_ans, params):
+    """The cotangent of the dot_general operand `x` (`swap_ans`: its rhs), the other being
+    `y`, its dimension numbers `dims_ints` (as `_dims` gives them, `x`'s side first)."""
+    key = (*dims_ints, len(shape(x)), len(shape(y)), swap_ans)
     plan = _DOT_TRANSPOSES.get(key)
     if plan is None:
         plan = _DOT_TRANSPOSES[key] = _dot_transpose_plan(*key)
@@ -314,8 +320,7 @@ def _dot_transpose_rhs(g, x, y, *, dimension_numbers, **params):
     if is_zero(g):
         return Zero(tangent_type(ty(y)))
     xc, yc, xb, yb = _dims(dimension_numbers)
-    swapped = ((list(yc), list(xc)), (list(yb), list(xb)))
-    return _dot_transpose_lhs(g, y, x, dimension_numbers=swapped, swap_ans=True, **params)
+    return _dot_transposed(g, y, x, (yc, xc, yb, xb), True, params)
 
 
 def _dot_general_flops(e):
