@@ -21,7 +21,7 @@ static PyTypeObject *VarType, *EqnType, *LocType;
 static PyObject *var_type, *var_hint;
 static PyObject *eqn_fields[7]; /* prim inputs outputs params loc bare_eq no_subjaxprs */
 static PyObject *str_eqn_start, *str_eq, *str_colon, *str_space, *str_empty, *str_under;
-static PyObject *str_open, *str_close_sp, *str_equals, *str_typed;
+static PyObject *str_open, *str_close_sp, *str_equals, *str_typed, *str_type;
 
 static int set_slot(PyObject *descr, PyObject *obj, PyObject *value) {
     return Py_TYPE(descr)->tp_descr_set(descr, obj, value);
@@ -983,20 +983,84 @@ static PyObject *lay_lines(PyObject *self, PyObject *const *args, Py_ssize_t nar
 
 /* ------------------------------------------------------------------ the AD builder */
 
-/* bind_eqn(prim, inputs, out_types, params, loc): `Builder.bind`'s new equation and its
- * fresh results, as its Python lines make them: a Var (hint None) per result type, and
- * Eqn(prim, inputs, tuple(outs), params, loc) as `core._fast_eqn_init` makes it
- * (`no_subjaxprs`: no parameters); returns (eqn, [outs]) */
-static PyObject *bind_eqn(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5 || !PyTuple_CheckExact(args[1]) || !PyDict_CheckExact(args[3]) ||
+/* id(x) in s (a set of ints): 1, 0, or -1 with an exception set */
+static int id_in(PyObject *s, PyObject *x);
+
+/* the result types `Builder.bind` takes from its memo (`_remembered_types`) for `inputs` (a
+ * tuple of Vars and Literals), as a new reference; NULL without an exception where the
+ * Python lines must work them out (a miss, an unhashable key, mesh axis sizes in force) */
+static PyObject *remembered_types(PyObject *prim, PyObject *inputs, PyObject *params_key,
+                                  PyObject *memo, PyObject *axis_sizes_key) {
+    Py_ssize_t n = PyTuple_GET_SIZE(inputs);
+    PyObject *key = PyTuple_New(n + 2), *res = NULL;
+    if (key == NULL) return NULL;
+    PyTuple_SET_ITEM(key, 0, Py_NewRef(prim));
+    PyTuple_SET_ITEM(key, 1, Py_NewRef(params_key));
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *t = PyObject_GetAttr(PyTuple_GET_ITEM(inputs, i), str_type);
+        if (t == NULL) goto done;
+        PyObject *id = PyLong_FromVoidPtr(t);
+        Py_DECREF(t);
+        if (id == NULL) goto done;
+        PyTuple_SET_ITEM(key, i + 2, id);
+    }
+    PyObject *hit = PyDict_GetItemWithError(memo, key); /* borrowed */
+    if (hit == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) PyErr_Clear(); /* an unhashable key */
+        goto done;
+    }
+    if (!PyTuple_Check(hit) || PyTuple_GET_SIZE(hit) != 2) goto done;
+    Py_INCREF(hit);
+    PyObject *axes = PyObject_CallNoArgs(axis_sizes_key);
+    if (axes != NULL) {
+        int in_force = PyObject_IsTrue(axes);
+        Py_DECREF(axes);
+        if (in_force == 0) res = Py_NewRef(PyTuple_GET_ITEM(hit, 1));
+    }
+    Py_DECREF(hit);
+done:
+    Py_DECREF(key);
+    return res;
+}
+
+/* bind_fast(prim, inputs, params, out_types, params_key, loc, primal_eqns, tangent_eqns,
+ * tangent_ids, force_tangent, memo, axis_sizes_key, Literal): `Builder.bind`'s lines, step
+ * for step, where every operand is a Var or a Literal and the result types are given or
+ * remembered: a Var (hint None) per result type, Eqn(prim, inputs, tuple(outs), params
+ * copied, loc) as `core._fast_eqn_init` makes it, appended to `primal_eqns`, or (a split
+ * builder: `tangent_eqns` not None) to `tangent_eqns` when `force_tangent` or an operand's
+ * id is in `tangent_ids` (which gains its results' ids); returns the results, or None
+ * where the Python lines must run (another operand, types to infer) */
+static PyObject *bind_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 13 || !PyDict_CheckExact(args[2]) || !PyList_CheckExact(args[6]) ||
+        !PyAnySet_Check(args[8]) || !PyDict_CheckExact(args[10]) || !PyType_Check(args[12]) ||
         EqnType == NULL || VarType == NULL) {
-        PyErr_SetString(PyExc_TypeError, "bind_eqn: bad arguments");
+        PyErr_SetString(PyExc_TypeError, "bind_fast: bad arguments");
         return NULL;
     }
-    PyObject *types = PySequence_Fast(args[2], "bind_eqn: out_types is not a sequence");
-    if (types == NULL) return NULL;
+    PyObject *prim = args[0], *params = args[2], *out_types = args[3], *tangents = args[7];
+    PyTypeObject *literal = (PyTypeObject *)args[12];
+    PyObject *inputs = PySequence_Tuple(args[1]);
+    if (inputs == NULL) return NULL;
+    PyObject *types = NULL, *outs = NULL, *outt = NULL, *e = NULL, *res = NULL;
+    Py_ssize_t n_in = PyTuple_GET_SIZE(inputs);
+    for (Py_ssize_t i = 0; i < n_in; i++) {
+        PyTypeObject *cls = Py_TYPE(PyTuple_GET_ITEM(inputs, i));
+        if (cls != VarType && cls != literal) goto python; /* (the Python lines say why) */
+    }
+    if (out_types == Py_None) {
+        if (PyDict_GET_SIZE(params) && args[4] == Py_None) goto python;
+        types = remembered_types(prim, inputs, args[4], args[10], args[11]);
+        if (types == NULL) goto fail_or_python;
+    } else {
+        types = Py_NewRef(out_types);
+    }
+    PyObject *seq = PySequence_Fast(types, "bind_fast: result types are not a sequence");
+    Py_SETREF(types, seq);
+    if (types == NULL) goto done;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(types);
-    PyObject *outs = PyList_New(n), *outt = PyTuple_New(n), *e = NULL, *res = NULL;
+    outs = PyList_New(n);
+    outt = PyTuple_New(n);
     if (outs == NULL || outt == NULL) goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *v = new_var(PySequence_Fast_GET_ITEM(types, i), Py_None);
@@ -1004,15 +1068,47 @@ static PyObject *bind_eqn(PyObject *self, PyObject *const *args, Py_ssize_t narg
         PyList_SET_ITEM(outs, i, v);
         PyTuple_SET_ITEM(outt, i, Py_NewRef(v));
     }
+    PyObject *own = PyDict_GET_SIZE(params) ? PyDict_Copy(params) : PyDict_New();
+    if (own == NULL) goto done;
     e = EqnType->tp_alloc(EqnType, 0);
-    if (e == NULL) goto done;
-    PyObject *no_subjaxprs = PyDict_GET_SIZE(args[3]) == 0 ? Py_True : Py_False;
-    PyObject *vals[7] = {args[0], args[1], outt, args[3], args[4], Py_False, no_subjaxprs};
-    for (int i = 0; i < 7; i++)
-        if (set_slot(eqn_fields[i], e, vals[i]) < 0) goto done;
-    res = PyTuple_Pack(2, e, outs);
+    if (e == NULL) {
+        Py_DECREF(own);
+        goto done;
+    }
+    PyObject *no_subjaxprs = PyDict_GET_SIZE(own) == 0 ? Py_True : Py_False;
+    PyObject *vals[7] = {prim, inputs, outt, own, args[5], Py_False, no_subjaxprs};
+    int bad = 0;
+    for (int i = 0; i < 7 && !bad; i++) bad = set_slot(eqn_fields[i], e, vals[i]) < 0;
+    Py_DECREF(own);
+    if (bad) goto done;
+    PyObject *into = args[6];
+    if (tangents != Py_None) {
+        int tangent = PyObject_IsTrue(args[9]);
+        for (Py_ssize_t i = 0; i < n_in && tangent == 0; i++)
+            tangent = id_in(args[8], PyTuple_GET_ITEM(inputs, i));
+        if (tangent < 0) goto done;
+        if (tangent) {
+            into = tangents;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                PyObject *id = PyLong_FromVoidPtr(PyList_GET_ITEM(outs, i));
+                if (id == NULL || PySet_Add(args[8], id) < 0) {
+                    Py_XDECREF(id);
+                    goto done;
+                }
+                Py_DECREF(id);
+            }
+        }
+    }
+    if (PyList_Append(into, e) < 0) goto done;
+    res = Py_NewRef(outs);
+    goto done;
+fail_or_python:
+    if (PyErr_Occurred()) goto done;
+python:
+    res = Py_NewRef(Py_None);
 done:
-    Py_DECREF(types);
+    Py_DECREF(inputs);
+    Py_XDECREF(types);
     Py_XDECREF(outs);
     Py_XDECREF(outt);
     Py_XDECREF(e);
@@ -1128,8 +1224,8 @@ static PyMethodDef methods[] = {
      "_Printer._drop_unused's loop (see the source)."},
     {"lay_lines", (PyCFunction)(void (*)(void))lay_lines, METH_FASTCALL,
      "pretty.format's loop over the lines of a jaxpr (see the source)."},
-    {"bind_eqn", (PyCFunction)(void (*)(void))bind_eqn, METH_FASTCALL,
-     "Builder.bind's new equation and its results (see the source)."},
+    {"bind_fast", (PyCFunction)(void (*)(void))bind_fast, METH_FASTCALL,
+     "Builder.bind's lines where its operands are atoms and its result types known."},
     {"dce_walk", (PyCFunction)(void (*)(void))dce_walk, METH_FASTCALL,
      "builder.dce_eqns' backward loop (see the source)."},
     {NULL, NULL, 0, NULL},
@@ -1147,7 +1243,7 @@ PyMODINIT_FUNC PyInit__twin(void) {
     } strs[] = {{&str_eqn_start, "eqn_start"}, {&str_eq, " = "},  {&str_colon, ":"},
                 {&str_space, " "},             {&str_empty, ""},  {&str_under, "_"},
                 {&str_open, "["},              {&str_close_sp, "] "}, {&str_equals, "="},
-                {&str_typed, "typed"},         {&str_counter, "counter"}};
+                {&str_typed, "typed"},         {&str_counter, "counter"}, {&str_type, "type"}};
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
         if ((*strs[i].slot = PyUnicode_InternFromString(strs[i].text)) == NULL) return NULL;
     }

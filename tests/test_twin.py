@@ -359,32 +359,54 @@ def test_simple_literals_read_without_the_general_way(pure, monkeypatch):
 # ---------------------------------------------------------------- the AD builder's equations
 
 
-def _bound(pure: bool, x: core.Var, prim: str, params: dict) -> tuple:
-    """What `Builder.bind` appends on one path: the equation's fields and its results."""
+def _bound(pure: bool, x: core.Var, t: core.Var) -> list:
+    """What `Builder.bind` appends on one path, over the cases its compiled lines take or
+    hand back: without parameters (its result types inferred, then remembered), with a
+    `params_key` (the same), with given types, with a Literal operand, with parameters
+    and no key, and in a split builder: into the primal or (a tangent operand, or
+    `tangent_mode`) the tangent program.  Each equation's fields, program and results."""
     from jaxprtool.ad import builder as B
 
     with _Path(pure):
         b = B.Builder(loc=core.Loc("f.jaxpr", 3, 5))
-    assert (b._bind_eqn is None) == pure
-    outs = b.bind(prim, [x], params)
-    (e,) = b.eqns
-    fields = (e.prim, e.inputs, e.params, e.loc, e.bare_eq, e.no_subjaxprs)
-    assert e.outputs == tuple(outs)
-    return fields, [(o.type, o.hint) for o in outs]
+        s = B.Builder(split=True)
+    assert (b._bind_fast is None) == pure
+    s.mark_tangent(t)
+    one = core.Literal(1.0, core.ShapedArray((), "f32"))
+    reduce = {"axes": (1,), "out_sharding": None}
+    for _ in range(2):  # (the second time from the memo)
+        b.bind("neg", [x], {})
+        b.bind("reduce_sum", (x,), reduce, params_key=(1,))
+    b.bind("mul", (x, one), {})
+    b.bind("reduce_sum", [x], reduce)
+    b.bind("sin", [x], {"accuracy": None}, [x.type])
+    s.bind("add_any", (x, x), {})
+    s.bind("add_any", (x, t), {})
+    with s.tangent_mode():
+        s.bind("neg", (x,), {})
+    made = [(e, "primal") for e in b.eqns + s.primal_eqns] + [
+        (e, "tangent") for e in s.tangent_eqns
+    ]
+    seen = []
+    for e, where in made:
+        fields = (e.prim, e.inputs, e.params, e.loc, e.bare_eq, e.no_subjaxprs, where)
+        seen.append((fields, [(o.type, o.hint) for o in e.outputs]))
+    with pytest.raises(TypeError, match="is not an Atom"):
+        b.bind("neg", [object()], {})
+    return seen
 
 
 @built
-@pytest.mark.parametrize(
-    "prim, params", [("neg", {}), ("reduce_sum", {"axes": (1,), "out_sharding": None})]
-)
-def test_the_builder_binds_alike(prim, params):
-    """`bind_eqn` makes the equation `Builder.bind`'s Python lines make: the same fields (a
-    parameter-less one marked as holding no jaxpr, as `Eqn.__init__` marks it), fresh
-    results of the inferred types."""
+def test_the_builder_binds_alike():
+    """`bind_fast` appends the equations `Builder.bind`'s Python lines append: the same
+    fields (one without parameters marked as holding no jaxpr, as `Eqn.__init__` marks
+    it), into the same program, with fresh results of the same types."""
     x = core.Var(core.ShapedArray((2, 3), "f32"), "x")
-    compiled, reference = _bound(False, x, prim, params), _bound(True, x, prim, params)
+    t = core.Var(core.ShapedArray((2, 3), "f32"), "t")
+    compiled, reference = _bound(False, x, t), _bound(True, x, t)
     assert compiled == reference
-    assert reference[0][-1] == (not params)
+    assert [f[-1] for f, _ in reference].count("tangent") == 2
+    assert [f[5] for f, _ in reference][:2] == [True, False]
 
 
 def _transformed_alike(text: str, what) -> None:

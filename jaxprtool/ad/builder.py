@@ -59,8 +59,8 @@ class Builder:
         self._force_tangent = 0
         #: the equation whose rule is running (the walks set it; rules read its types)
         self.cur_eqn: Eqn | None = None
-        #: the compiled twin of `bind`'s lines that make the equation (None: they run)
-        self._bind_eqn = _compiled_bind_eqn()
+        #: the compiled twin of `bind`'s lines (None: they run alone)
+        self._bind_fast = _compiled_bind()
 
     # one-program view
     @property
@@ -121,6 +121,15 @@ class Builder:
         only where they give the same result types on the same operand types (an ops helper's
         tuple of ints): the inferred types are then remembered by it and by the identities
         of the operand types, as those of an equation without parameters always are."""
+        fast = self._bind_fast
+        if fast is not None:  # (the lines below, compiled, where they are sure)
+            outs = fast(
+                prim, inputs, params, out_types, params_key, self.loc, self.primal_eqns,
+                self.tangent_eqns if self.split else None, self._tangent_ids,
+                self._force_tangent, _REMEMBERED, axis_sizes_key, Literal,
+            )  # fmt: skip
+            if outs is not None:
+                return outs
         inputs = tuple(inputs)
         for x in inputs:
             cls = x.__class__
@@ -133,12 +142,8 @@ class Builder:
                 out_types = infer([x.type for x in inputs], prim, params, self.loc)
             else:
                 out_types = _remembered_types(inputs, prim, params, params_key, self.loc)
-        made = self._bind_eqn
-        if made is None:
-            outs = [Var(t, None) for t in out_types]
-            eqn = Eqn(prim, inputs, tuple(outs), dict(params) if params else {}, self.loc)
-        else:  # (the same, compiled)
-            eqn, outs = made(prim, inputs, out_types, dict(params) if params else {}, self.loc)
+        outs = [Var(t, None) for t in out_types]
+        eqn = Eqn(prim, inputs, tuple(outs), dict(params) if params else {}, self.loc)
         # (`add_eqn` written out: the hottest call of every walk)
         if self.split:
             tangent = self._force_tangent
@@ -156,11 +161,11 @@ class Builder:
         return outs
 
 
-def _compiled_bind_eqn():
-    """The compiled twin's `bind_eqn` (text/twin.py), or None (not built, or
+def _compiled_bind():
+    """The compiled twin's `bind_fast` (text/twin.py), or None (not built, or
     JAXPRTOOL_PURE_PYTHON set)."""
     tw = twin()
-    return None if tw is None else tw.bind_eqn
+    return None if tw is None else tw.bind_fast
 
 
 def current() -> Builder:
