@@ -1032,12 +1032,13 @@ done:
  * id is in `tangent_ids` (which gains its results' ids); returns the results, or None
  * where the Python lines must run (another operand, types to infer) */
 static PyObject *bind_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 13 || !PyDict_CheckExact(args[2]) || !PyList_CheckExact(args[6]) ||
-        !PyAnySet_Check(args[8]) || !PyDict_CheckExact(args[10]) || !PyType_Check(args[12]) ||
-        EqnType == NULL || VarType == NULL) {
+    if (nargs != 13 || !PyList_CheckExact(args[6]) || !PyAnySet_Check(args[8]) ||
+        !PyDict_CheckExact(args[10]) || !PyType_Check(args[12]) || EqnType == NULL ||
+        VarType == NULL) {
         PyErr_SetString(PyExc_TypeError, "bind_fast: bad arguments");
         return NULL;
     }
+    if (!PyDict_CheckExact(args[2])) Py_RETURN_NONE; /* (parameters in another mapping) */
     PyObject *prim = args[0], *params = args[2], *out_types = args[3], *tangents = args[7];
     PyTypeObject *literal = (PyTypeObject *)args[12];
     PyObject *inputs = PySequence_Tuple(args[1]);

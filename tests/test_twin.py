@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 from click.testing import CliRunner
@@ -363,7 +364,7 @@ def _bound(pure: bool, x: core.Var, t: core.Var) -> list:
     """What `Builder.bind` appends on one path, over the cases its compiled lines take or
     hand back: without parameters (its result types inferred, then remembered), with a
     `params_key` (the same), with given types, with a Literal operand, with parameters
-    and no key, and in a split builder: into the primal or (a tangent operand, or
+    and no key or in a mapping other than a dict, and in a split builder: into the primal or (a tangent operand, or
     `tangent_mode`) the tangent program.  Each equation's fields, program and results."""
     from jaxprtool.ad import builder as B
 
@@ -380,6 +381,7 @@ def _bound(pure: bool, x: core.Var, t: core.Var) -> list:
     b.bind("mul", (x, one), {})
     b.bind("reduce_sum", [x], reduce)
     b.bind("sin", [x], {"accuracy": None}, [x.type])
+    b.bind("reduce_sum", [x], MappingProxyType(reduce), params_key=(1,))  # (not a dict)
     s.bind("add_any", (x, x), {})
     s.bind("add_any", (x, t), {})
     with s.tangent_mode():
