@@ -50,7 +50,7 @@ from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import JaxprError, ShapedArray, dtype_value
 from ..params import EnumValue, Record, SymExpr, as_int_tuple
 from ..record import define
-from ..shapes import ShapeError, shape_rule
+from ..shapes import ShapeError, params_key, shape_rule
 from ..shapes.util import (
     arr,
     complex_dtype,
@@ -282,9 +282,10 @@ def _dot_transposed(g, x, y, dims_ints, swap_ans, params):
     p = dict(params)
     p.setdefault("precision", None)
     p.setdefault("preferred_element_type", None)
-    # the result type, remembered by the plan and the other parameters (equal values: the
-    # same result; a dtype and the name of the same dtype alike): no shape inference
-    types_key = (key, *p.items())
+    # the result type, remembered by the plan and the other parameters (their frozen key:
+    # a dtype by its name, whose hash would import numpy): no shape inference
+    others = params_key(p)
+    types_key = None if others is None else (key, others)
     out = ops.bind("dot_general", g, y, dimension_numbers=dims, _params_key=types_key, **p)
     # (the permutation, a tuple of ints, is shared by the equations of one plan)
     x_bar = (
