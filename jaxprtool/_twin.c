@@ -22,7 +22,7 @@ static PyTypeObject *VarType, *EqnType, *LocType;
 static PyObject *var_type, *var_hint;
 static PyObject *eqn_fields[7]; /* prim inputs outputs params loc bare_eq no_subjaxprs */
 static PyObject *str_eqn_start, *str_eq, *str_colon, *str_space, *str_empty, *str_under;
-static PyObject *str_open, *str_close_sp, *str_equals, *str_typed, *str_close;
+static PyObject *str_open, *str_close_sp, *str_equals, *str_typed, *str_close, *str_type;
 
 static int set_slot(PyObject *descr, PyObject *obj, PyObject *value) {
     return Py_TYPE(descr)->tp_descr_set(descr, obj, value);
@@ -1113,6 +1113,238 @@ kv_done:
     return PyLong_FromSsize_t(k);
 }
 
+/* ------------------------------------------------------------------ the AD builder */
+
+/* id(x) in s (a set of ints): 1, 0, or -1 with an exception set */
+static int id_in(PyObject *s, PyObject *x);
+
+/* the result types `Builder.bind` takes from its memo (`_remembered_types`) for `inputs` (a
+ * tuple of Vars and Literals), as a new reference; NULL without an exception where the
+ * Python lines must work them out (a miss, an unhashable key, mesh axis sizes in force) */
+static PyObject *remembered_types(PyObject *prim, PyObject *inputs, PyObject *params_key,
+                                  PyObject *memo, PyObject *axis_sizes_key) {
+    Py_ssize_t n = PyTuple_GET_SIZE(inputs);
+    PyObject *key = PyTuple_New(n + 2), *res = NULL;
+    if (key == NULL) return NULL;
+    PyTuple_SET_ITEM(key, 0, Py_NewRef(prim));
+    PyTuple_SET_ITEM(key, 1, Py_NewRef(params_key));
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *t = PyObject_GetAttr(PyTuple_GET_ITEM(inputs, i), str_type);
+        if (t == NULL) goto done;
+        PyObject *id = PyLong_FromVoidPtr(t);
+        Py_DECREF(t);
+        if (id == NULL) goto done;
+        PyTuple_SET_ITEM(key, i + 2, id);
+    }
+    PyObject *hit = PyDict_GetItemWithError(memo, key); /* borrowed */
+    if (hit == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) PyErr_Clear(); /* an unhashable key */
+        goto done;
+    }
+    if (!PyTuple_Check(hit) || PyTuple_GET_SIZE(hit) != 2) goto done;
+    Py_INCREF(hit);
+    PyObject *axes = PyObject_CallNoArgs(axis_sizes_key);
+    if (axes != NULL) {
+        int in_force = PyObject_IsTrue(axes);
+        Py_DECREF(axes);
+        if (in_force == 0) res = Py_NewRef(PyTuple_GET_ITEM(hit, 1));
+    }
+    Py_DECREF(hit);
+done:
+    Py_DECREF(key);
+    return res;
+}
+
+/* bind_fast(prim, inputs, params, out_types, params_key, loc, primal_eqns, tangent_eqns,
+ * tangent_ids, force_tangent, memo, axis_sizes_key, Literal): `Builder.bind`'s lines, step
+ * for step, where every operand is a Var or a Literal and the result types are given or
+ * remembered: a Var (hint None) per result type, Eqn(prim, inputs, tuple(outs), params
+ * copied, loc) as `core._fast_eqn_init` makes it, appended to `primal_eqns`, or (a split
+ * builder: `tangent_eqns` not None) to `tangent_eqns` when `force_tangent` or an operand's
+ * id is in `tangent_ids` (which gains its results' ids); returns the results, or None
+ * where the Python lines must run (another operand, types to infer) */
+static PyObject *bind_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 13 || !PyList_CheckExact(args[6]) || !PyAnySet_Check(args[8]) ||
+        !PyDict_CheckExact(args[10]) || !PyType_Check(args[12]) || EqnType == NULL ||
+        VarType == NULL) {
+        PyErr_SetString(PyExc_TypeError, "bind_fast: bad arguments");
+        return NULL;
+    }
+    if (!PyDict_CheckExact(args[2])) Py_RETURN_NONE; /* (parameters in another mapping) */
+    PyObject *prim = args[0], *params = args[2], *out_types = args[3], *tangents = args[7];
+    PyTypeObject *literal = (PyTypeObject *)args[12];
+    PyObject *inputs = PySequence_Tuple(args[1]);
+    if (inputs == NULL) return NULL;
+    PyObject *types = NULL, *outs = NULL, *outt = NULL, *e = NULL, *res = NULL;
+    Py_ssize_t n_in = PyTuple_GET_SIZE(inputs);
+    for (Py_ssize_t i = 0; i < n_in; i++) {
+        PyTypeObject *cls = Py_TYPE(PyTuple_GET_ITEM(inputs, i));
+        if (cls != VarType && cls != literal) goto python; /* (the Python lines say why) */
+    }
+    if (out_types == Py_None) {
+        if (PyDict_GET_SIZE(params) && args[4] == Py_None) goto python;
+        types = remembered_types(prim, inputs, args[4], args[10], args[11]);
+        if (types == NULL) goto fail_or_python;
+    } else {
+        types = Py_NewRef(out_types);
+    }
+    PyObject *seq = PySequence_Fast(types, "bind_fast: result types are not a sequence");
+    Py_SETREF(types, seq);
+    if (types == NULL) goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(types);
+    outs = PyList_New(n);
+    outt = PyTuple_New(n);
+    if (outs == NULL || outt == NULL) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = new_var(PySequence_Fast_GET_ITEM(types, i), Py_None);
+        if (v == NULL) goto done;
+        PyList_SET_ITEM(outs, i, v);
+        PyTuple_SET_ITEM(outt, i, Py_NewRef(v));
+    }
+    PyObject *own = PyDict_GET_SIZE(params) ? PyDict_Copy(params) : PyDict_New();
+    if (own == NULL) goto done;
+    e = EqnType->tp_alloc(EqnType, 0);
+    if (e == NULL) {
+        Py_DECREF(own);
+        goto done;
+    }
+    PyObject *no_subjaxprs = PyDict_GET_SIZE(own) == 0 ? Py_True : Py_False;
+    PyObject *vals[7] = {prim, inputs, outt, own, args[5], Py_False, no_subjaxprs};
+    int bad = 0;
+    for (int i = 0; i < 7 && !bad; i++) bad = set_slot(eqn_fields[i], e, vals[i]) < 0;
+    Py_DECREF(own);
+    if (bad) goto done;
+    PyObject *into = args[6];
+    if (tangents != Py_None) {
+        int tangent = PyObject_IsTrue(args[9]);
+        for (Py_ssize_t i = 0; i < n_in && tangent == 0; i++)
+            tangent = id_in(args[8], PyTuple_GET_ITEM(inputs, i));
+        if (tangent < 0) goto done;
+        if (tangent) {
+            into = tangents;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                PyObject *id = PyLong_FromVoidPtr(PyList_GET_ITEM(outs, i));
+                if (id == NULL || PySet_Add(args[8], id) < 0) {
+                    Py_XDECREF(id);
+                    goto done;
+                }
+                Py_DECREF(id);
+            }
+        }
+    }
+    if (PyList_Append(into, e) < 0) goto done;
+    res = Py_NewRef(outs);
+    goto done;
+fail_or_python:
+    if (PyErr_Occurred()) goto done;
+python:
+    res = Py_NewRef(Py_None);
+done:
+    Py_DECREF(inputs);
+    Py_XDECREF(types);
+    Py_XDECREF(outs);
+    Py_XDECREF(outt);
+    Py_XDECREF(e);
+    return res;
+}
+
+/* id(x) in s (a set of ints): 1, 0, or -1 with an exception set */
+static int id_in(PyObject *s, PyObject *x) {
+    PyObject *key = PyLong_FromVoidPtr(x);
+    if (key == NULL) return -1;
+    int r = PySet_Contains(s, key);
+    Py_DECREF(key);
+    return r;
+}
+
+/* an equation's operands (field 1) or results (field 2), as a sequence PySequence_Fast reads
+ * (a new reference) */
+static PyObject *atoms_of(PyObject *e, int field) {
+    PyObject *v = get_slot(eqn_fields[field], e);
+    if (v == NULL) return NULL;
+    PyObject *seq = PySequence_Fast(v, "dce_walk: operands or results not a sequence");
+    Py_DECREF(v);
+    return seq;
+}
+
+/* dce_walk(eqns, live, kept, has_live_effects, prune): `builder.dce_eqns`' backward loop,
+ * step for step: each equation of `eqns`, last first, is kept when one of its results' ids is
+ * in `live` or else when `has_live_effects(e)`; a kept one is replaced by `prune(e)` when
+ * `prune` is not None and its bodies are not known absent (`no_subjaxprs`), appended to
+ * `kept` and its operands' ids added to `live` */
+static PyObject *dce_walk(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PySet_CheckExact(args[1]) || !PyList_CheckExact(args[2]) ||
+        EqnType == NULL) {
+        PyErr_SetString(PyExc_TypeError, "dce_walk: bad arguments");
+        return NULL;
+    }
+    PyObject *live = args[1], *kept = args[2], *effects = args[3], *prune = args[4];
+    PyObject *eqns = PySequence_Fast(args[0], "dce_walk: eqns is not a sequence");
+    if (eqns == NULL) return NULL;
+    for (Py_ssize_t i = PySequence_Fast_GET_SIZE(eqns) - 1; i >= 0; i--) {
+        PyObject *e = PySequence_Fast_GET_ITEM(eqns, i);
+        if (Py_TYPE(e) != EqnType) {
+            PyErr_SetString(PyExc_TypeError, "dce_walk: not an Eqn");
+            goto fail;
+        }
+        PyObject *outs = atoms_of(e, 2);
+        if (outs == NULL) goto fail;
+        int alive = 0;
+        for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(outs); k++) {
+            alive = id_in(live, PySequence_Fast_GET_ITEM(outs, k));
+            if (alive) break;
+        }
+        Py_DECREF(outs);
+        if (alive < 0) goto fail;
+        if (!alive) {
+            PyObject *r = PyObject_CallOneArg(effects, e);
+            if (r == NULL) goto fail;
+            alive = PyObject_IsTrue(r);
+            Py_DECREF(r);
+            if (alive < 0) goto fail;
+            if (!alive) continue;
+        }
+        PyObject *ke = Py_NewRef(e);
+        if (prune != Py_None) {
+            PyObject *none_inside = get_slot(eqn_fields[6], e);
+            if (none_inside == NULL) goto fail_ke;
+            int known = none_inside == Py_True;
+            Py_DECREF(none_inside);
+            if (!known) {
+                Py_SETREF(ke, PyObject_CallOneArg(prune, e));
+                if (ke == NULL) goto fail;
+                if (Py_TYPE(ke) != EqnType) {
+                    PyErr_SetString(PyExc_TypeError, "dce_walk: prune gave no Eqn");
+                    goto fail_ke;
+                }
+            }
+        }
+        if (PyList_Append(kept, ke) < 0) goto fail_ke;
+        PyObject *ins = atoms_of(ke, 1);
+        Py_DECREF(ke);
+        if (ins == NULL) goto fail;
+        for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(ins); k++) {
+            PyObject *key = PyLong_FromVoidPtr(PySequence_Fast_GET_ITEM(ins, k));
+            if (key == NULL || PySet_Add(live, key) < 0) {
+                Py_XDECREF(key);
+                Py_DECREF(ins);
+                goto fail;
+            }
+            Py_DECREF(key);
+        }
+        Py_DECREF(ins);
+        continue;
+    fail_ke:
+        Py_DECREF(ke);
+        goto fail;
+    }
+    Py_DECREF(eqns);
+    Py_RETURN_NONE;
+fail:
+    Py_DECREF(eqns);
+    return NULL;
+}
+
 /* ------------------------------------------------------------------ the module */
 
 static PyMethodDef methods[] = {
@@ -1127,6 +1359,10 @@ static PyMethodDef methods[] = {
      "pretty.format's loop over the lines of a jaxpr (see the source)."},
     {"render_eqn", (PyCFunction)(void (*)(void))render_eqn, METH_FASTCALL,
      "printer._render_eqn (see the source)."},
+    {"bind_fast", (PyCFunction)(void (*)(void))bind_fast, METH_FASTCALL,
+     "Builder.bind's lines where its operands are atoms and its result types known."},
+    {"dce_walk", (PyCFunction)(void (*)(void))dce_walk, METH_FASTCALL,
+     "builder.dce_eqns' backward loop (see the source)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1142,7 +1378,7 @@ PyMODINIT_FUNC PyInit__twin(void) {
     } strs[] = {{&str_eqn_start, "eqn_start"}, {&str_eq, " = "},  {&str_colon, ":"},
                 {&str_space, " "},             {&str_empty, ""},  {&str_under, "_"},
                 {&str_open, "["},              {&str_close_sp, "] "}, {&str_equals, "="},
-                {&str_typed, "typed"},         {&str_counter, "counter"},
+                {&str_typed, "typed"},         {&str_counter, "counter"}, {&str_type, "type"},
                 {&str_close, "]"}};
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
         if ((*strs[i].slot = PyUnicode_InternFromString(strs[i].text)) == NULL) return NULL;

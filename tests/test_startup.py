@@ -264,3 +264,24 @@ def test_a_test_process_keeps_the_collector_and_blas_defaults():
     r = CliRunner().invoke(main, ["fmt", "-"], input=ONE_EQN)
     assert r.exit_code == 0, r.output
     assert core.FREEZE_AFTER_PAUSE is False
+
+
+#: a matrix product (its `preferred_element_type` a dtype parameter) summed to a scalar
+DOT_SUMMED = """{ lambda ; a:f32[2,3] b:f32[3,4]. let
+    c:f32[2,4] = dot_general[
+      dimension_numbers=(([1], [0]), ([], []))
+      preferred_element_type=float32
+    ] a b
+    d:f32[] = reduce_sum[axes=(0, 1) out_sharding=None] c
+  in (d,) }
+"""
+
+
+def test_grad_of_a_dot_general_does_not_load_numpy(tmp_path):
+    """The transposes of dot_general remember their result type by a key of their
+    parameters that holds a dtype by its name (`shapes.params_key`): hashing the dtype
+    parameter itself would import numpy."""
+    got = _probe(tmp_path, DOT_SUMMED, "grad", "--argnums", "0,1")
+    assert got["rc"] == 0, got["out"]
+    assert "dot_general" in got["out"]
+    assert not got["numpy"] and not got["ml_dtypes"]

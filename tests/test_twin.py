@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 from click.testing import CliRunner
@@ -382,3 +383,152 @@ def test_an_equation_line_laid_out_alike(k, indent, width, name, kvs, ins, outs,
     k_py = _render_eqn(py, k, indent, width, name, kvs, ins, outs, eq)
     k_c = twin._load().render_eqn(c, k, indent, width, name, list(kvs), list(ins), list(outs), eq)
     assert "".join(c) == "".join(py) and k_c == k_py
+
+
+# ---------------------------------------------------------------- the AD builder's equations
+
+
+def _bound(pure: bool, x: core.Var, t: core.Var) -> list:
+    """What `Builder.bind` appends on one path, over the cases its compiled lines take or
+    hand back: without parameters (its result types inferred, then remembered), with a
+    `params_key` (the same), with given types, with a Literal operand, with parameters
+    and no key or in a mapping other than a dict, and in a split builder: into the primal or (a tangent operand, or
+    `tangent_mode`) the tangent program.  Each equation's fields, program and results."""
+    from jaxprtool.ad import builder as B
+
+    with _Path(pure):
+        b = B.Builder(loc=core.Loc("f.jaxpr", 3, 5))
+        s = B.Builder(split=True)
+    assert (b._bind_fast is None) == pure
+    s.mark_tangent(t)
+    one = core.Literal(1.0, core.ShapedArray((), "f32"))
+    reduce = {"axes": (1,), "out_sharding": None}
+    for _ in range(2):  # (the second time from the memo)
+        b.bind("neg", [x], {})
+        b.bind("reduce_sum", (x,), reduce, params_key=(1,))
+    b.bind("mul", (x, one), {})
+    b.bind("reduce_sum", [x], reduce)
+    b.bind("sin", [x], {"accuracy": None}, [x.type])
+    b.bind("reduce_sum", [x], MappingProxyType(reduce), params_key=(1,))  # (not a dict)
+    s.bind("add_any", (x, x), {})
+    s.bind("add_any", (x, t), {})
+    with s.tangent_mode():
+        s.bind("neg", (x,), {})
+    made = [(e, "primal") for e in b.eqns + s.primal_eqns] + [
+        (e, "tangent") for e in s.tangent_eqns
+    ]
+    seen = []
+    for e, where in made:
+        fields = (e.prim, e.inputs, e.params, e.loc, e.bare_eq, e.no_subjaxprs, where)
+        seen.append((fields, [(o.type, o.hint) for o in e.outputs]))
+    with pytest.raises(TypeError, match="is not an Atom"):
+        b.bind("neg", [object()], {})
+    return seen
+
+
+@built
+def test_the_builder_binds_alike():
+    """`bind_fast` appends the equations `Builder.bind`'s Python lines append: the same
+    fields (one without parameters marked as holding no jaxpr, as `Eqn.__init__` marks
+    it), into the same program, with fresh results of the same types."""
+    x = core.Var(core.ShapedArray((2, 3), "f32"), "x")
+    t = core.Var(core.ShapedArray((2, 3), "f32"), "t")
+    compiled, reference = _bound(False, x, t), _bound(True, x, t)
+    assert compiled == reference
+    assert [f[-1] for f, _ in reference].count("tangent") == 2
+    assert [f[5] for f, _ in reference][:2] == [True, False]
+
+
+def _transformed_alike(text: str, what) -> None:
+    from jaxprtool.ad import api
+    from jaxprtool.ad.linearize import linearize_combined
+
+    j = parse(text, "f.jaxpr").jaxpr
+    floats = [i for i, v in enumerate(j.invars) if core.is_inexact(v.type)]
+    ways = [api.jvp_jaxpr, linearize_combined, api.vjp_jaxpr]
+    if floats and len(j.outvars) == 1 and core.is_float(j.outvars[0].type):
+        if tuple(getattr(j.outvars[0].type, "shape", (1,))) == ():
+            ways.append(lambda j: api.grad_jaxpr(j, floats))
+    for way in ways:
+        got = []
+        for pure in (True, False):
+            with _Path(pure):
+                try:
+                    got.append(print_jaxpr(way(j)))
+                except JaxprError as e:
+                    got.append(str(e))
+        assert got[0] == got[1], what
+
+
+@built
+def test_the_data_files_differentiated_alike():
+    """jvp, linearize, vjp and grad of every data file give the same text on both paths."""
+    files = sorted(TESTS.joinpath("data").rglob("*.jaxpr"))
+    assert len(files) > 20
+    for f in files:
+        try:
+            parse(f.read_text(), "f.jaxpr")
+        except JaxprError:
+            continue  # (a file of refusals)
+        _transformed_alike(f.read_text(), f)
+
+
+def _jaxprs(j: core.Jaxpr):
+    """`j` and every jaxpr inside it."""
+    yield j
+    for e in core.all_eqns(j):
+        yield from core.eqn_subjaxprs(e)
+
+
+def _kept(eqns, live_out, pure: bool) -> list:
+    from jaxprtool.ad.builder import dce_eqns
+
+    with _Path(pure):
+        return dce_eqns(list(eqns), live_out)
+
+
+#: JAX 0.12's jaxpr of a jit writing a Ref made before it and read nowhere after it: the
+#: equation is kept (its result is used) with its body's write pruned (`_prune_dead_refs`)
+REF_WRITTEN_IN_JIT = """{ lambda ; a:f32[3]. let
+    b:f32[3] = mul a 0.0:f32[]
+    c:Ref{f32[3]} = new_ref[kind=None memory_space=None pin=False] b
+    d:f32[3] = jit[
+      name=g
+      jaxpr={ lambda ; c:Ref{f32[3]} a:f32[3]. let
+          e:f32[3] <- c[...]
+          f:f32[3] = sin a
+          g:f32[3] = add e f
+          h:f32[3], c[...] <- c[...], g
+          d:f32[3] = mul a 3.0:f32[]
+        in (d,) }
+    ] c a
+    i:f32[] = reduce_sum[axes=(0,) out_sharding=None] d
+  in (i,) }
+"""
+
+
+@built
+@needs_corpus
+def test_dead_code_kept_alike():
+    """`dce_eqns` keeps the same equations on both paths (its loop compiled: `dce_walk`), on
+    every jaxpr of every third corpus file and the files with Refs and effects, with every
+    output live and with none (its effectful equations and writes into Refs kept alone)."""
+    files = sorted(CORPUS.rglob("*.jaxpr"))
+    special = [f for f in files if "ref" in f.name or "debug" in f.name or "effect" in f.name]
+    assert len(special) > 5
+    pruned = kept_alone = 0
+    for f in [*files[::3], *special, None]:
+        try:
+            program = parse(REF_WRITTEN_IN_JIT if f is None else f.read_text(), str(f)).jaxpr
+        except JaxprError:
+            continue
+        for j in _jaxprs(program):
+            for live_out in (j.outvars, ()):
+                reference = _kept(j.eqns, live_out, True)
+                compiled = _kept(j.eqns, live_out, False)
+                assert len(compiled) == len(reference), f
+                got = j.replace(eqns=compiled, outvars=live_out)
+                assert core.alpha_equal(got, j.replace(eqns=reference, outvars=live_out)), f
+                pruned += any(e not in j.eqns for e in reference)
+                kept_alone += bool(reference) and not live_out
+    assert pruned and kept_alone  # (the cases the loop hands back to Python were met)

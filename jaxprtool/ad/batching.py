@@ -188,7 +188,9 @@ def _context(size: int | str, style=None, name: str | None = None):
 class BatchBuilder(B.Builder):
     """A one-program builder whose type errors say that they happened while batching."""
 
-    def bind(self, prim: str, inputs, params: dict, out_types=None) -> list[Var]:
+    def bind(self, prim: str, inputs, params: dict, out_types=None, params_key=None) -> list[Var]:
+        """`Builder.bind` with its own inference (`params_key`, which it has no use for,
+        ignored)."""
         inputs = list(inputs)
         if out_types is None:
             if not shapes.is_known(prim):
@@ -200,6 +202,8 @@ class BatchBuilder(B.Builder):
             except shapes.ShapeError as e:
                 raise JaxprError(f"while batching: {prim}: {e}", self.loc) from None
             B.require_shardings_known(prim, out_types, self.loc, "batching")
+        # (`Builder.bind` appends its equation without calling `add_eqn`: the check here)
+        _no_quoted_size(self.invocation.batch, prim, params, self.loc)
         return super().bind(prim, inputs, params, out_types)
 
     def add_eqn(self, eqn: Eqn) -> None:

@@ -18,6 +18,7 @@ from .. import shapes
 from ..core import Atom, Eqn, Jaxpr, JaxprError, Literal, Loc, RefType, Type, Var, eqn_subjaxprs
 from ..record import prim as record_of
 from ..shardings import axis_sizes_key, is_sharded_dim
+from ..text.twin import twin
 from .invocation import Invocation, entry_invocation
 
 #: the builder whose walk runs the rule under way (`use`).  (why a value cannot carry it:
@@ -58,6 +59,8 @@ class Builder:
         self._force_tangent = 0
         #: the equation whose rule is running (the walks set it; rules read its types)
         self.cur_eqn: Eqn | None = None
+        #: the compiled twin of `bind`'s lines (None: they run alone)
+        self._bind_fast = _compiled_bind()
 
     # one-program view
     @property
@@ -79,7 +82,8 @@ class Builder:
             self._force_tangent -= 1
 
     def add_eqn(self, eqn: Eqn) -> None:
-        """Append an already built equation (choosing the program in split mode)."""
+        """Append an already built equation (choosing the program in split mode).  (`bind`
+        does the same written out: a subclass that checks what is appended checks in both.)"""
         # the marked Vars are alive (inputs, or results of kept equations): no literal
         # operand can have one's id
         if self.split:
@@ -108,35 +112,60 @@ class Builder:
         self.add_eqn(Eqn(prim, tuple(inputs), tuple(outs), dict(params), self.loc))
         return outs
 
-    def bind(self, prim: str, inputs: Iterable[Atom], params: dict, out_types=None) -> list[Var]:
-        """Append an equation, inferring result types unless `out_types` is given."""
+    def bind(
+        self, prim: str, inputs: Iterable[Atom], params: dict, out_types=None, params_key=None
+    ) -> list[Var]:
+        """Append an equation, inferring result types unless `out_types` is given.
+
+        `params_key`: a hashable value that stands for `params`, equal for two parameter sets
+        only where they give the same result types on the same operand types (an ops helper's
+        tuple of ints): the inferred types are then remembered by it and by the identities
+        of the operand types, as those of an equation without parameters always are."""
+        fast = self._bind_fast
+        if fast is not None:  # (the lines below, compiled, where they are sure)
+            outs = fast(
+                prim, inputs, params, out_types, params_key, self.loc, self.primal_eqns,
+                self.tangent_eqns if self.split else None, self._tangent_ids,
+                self._force_tangent, _REMEMBERED, axis_sizes_key, Literal,
+            )  # fmt: skip
+            if outs is not None:
+                return outs
         inputs = tuple(inputs)
         for x in inputs:
-            if x.__class__ is not Var and not isinstance(x, (Var, Literal)):
+            cls = x.__class__
+            if cls is not Var and cls is not Literal and not isinstance(x, (Var, Literal)):
                 raise TypeError(
                     f"ops.{prim}: operand {x!r} is not an Atom (instantiate Zero tangents first)"
                 )
         if out_types is None:
-            if params:
+            if params and params_key is None:
                 out_types = infer([x.type for x in inputs], prim, params, self.loc)
             else:
-                n = len(inputs)
-                key = (
-                    (prim, id(inputs[0].type), id(inputs[1].type))
-                    if n == 2
-                    else (prim, id(inputs[0].type))
-                    if n == 1
-                    else (prim, *[id(x.type) for x in inputs])
-                )
-                hit = _NO_PARAMS.get(key)
-                out_types = (
-                    hit[1]
-                    if hit is not None and not axis_sizes_key()
-                    else _infer_no_params(inputs, prim, self.loc)
-                )
+                out_types = _remembered_types(inputs, prim, params, params_key, self.loc)
         outs = [Var(t, None) for t in out_types]
-        self.add_eqn(Eqn(prim, inputs, tuple(outs), dict(params) if params else {}, self.loc))
+        eqn = Eqn(prim, inputs, tuple(outs), dict(params) if params else {}, self.loc)
+        # (`add_eqn` written out: the hottest call of every walk)
+        if self.split:
+            tangent = self._force_tangent
+            if not tangent:
+                tangent_ids = self._tangent_ids
+                for x in inputs:
+                    if id(x) in tangent_ids:
+                        tangent = True
+                        break
+            if tangent:
+                self.tangent_eqns.append(eqn)
+                self._tangent_ids.update([id(o) for o in outs])
+                return outs
+        self.primal_eqns.append(eqn)
         return outs
+
+
+def _compiled_bind():
+    """The compiled twin's `bind_fast` (text/twin.py), or None (not built, or
+    JAXPRTOOL_PURE_PYTHON set)."""
+    tw = twin()
+    return None if tw is None else tw.bind_fast
 
 
 def current() -> Builder:
@@ -191,23 +220,38 @@ def infer(in_types: list[Type], prim: str, params: dict, loc: Loc | None = None)
     return types
 
 
-#: (primitive, the ids of the operand types) -> (the operand types, kept so that their ids
-#: stay theirs; the result types): `infer` of equations without parameters (add_any, mul,
-#: neg: most of what the rules emit), whose results passed `require_shardings_known`
-_NO_PARAMS: dict[tuple, tuple[tuple[Type, ...], tuple[Type, ...]]] = {}
+#: (primitive, the key of its parameters (None: none), the ids of the operand types) -> (the
+#: operand types, kept so that their ids stay theirs; the result types): `infer` of
+#: equations without parameters (add_any, mul, neg: most of what the rules emit) or with a
+#: `params_key`, whose results passed `require_shardings_known` (`_remembered_types`)
+_REMEMBERED: dict[tuple, tuple[tuple[Type, ...], tuple[Type, ...]]] = {}
 
 
-def _infer_no_params(inputs: tuple, prim: str, loc: Loc | None) -> tuple[Type, ...]:
-    """`infer` of an equation without parameters, remembered (`Builder.bind` looks it up)
-    by the identities of its operand types: types come out of the memo and pass on from
-    operand to result."""
+def _remembered_types(
+    inputs: tuple, prim: str, params: dict, params_key, loc: Loc | None
+) -> tuple[Type, ...]:
+    """`infer` of an equation without parameters, or with the parameters `params_key` stands
+    for (`Builder.bind`), remembered by the identities of its operand types: types come out
+    of the memo and pass on from operand to result."""
+    n = len(inputs)
+    if n == 2:
+        key = (prim, params_key, id(inputs[0].type), id(inputs[1].type))
+    elif n == 1:
+        key = (prim, params_key, id(inputs[0].type))
+    else:
+        key = (prim, params_key, *[id(x.type) for x in inputs])
+    try:
+        hit = _REMEMBERED.get(key)
+    except TypeError:  # (an unhashable key: a list among the parameters)
+        return tuple(infer([x.type for x in inputs], prim, params, loc))
+    if hit is not None and not axis_sizes_key():
+        return hit[1]
     in_types = [x.type for x in inputs]
-    key = (prim, *map(id, in_types))
-    out = tuple(infer(in_types, prim, {}, loc))
+    out = tuple(infer(in_types, prim, params, loc))
     if not axis_sizes_key():  # (a result may depend on the mesh axis sizes in force)
-        if len(_NO_PARAMS) > 100_000:
-            _NO_PARAMS.clear()
-        _NO_PARAMS[key] = (tuple(in_types), out)
+        if len(_REMEMBERED) > 100_000:
+            _REMEMBERED.clear()
+        _REMEMBERED[key] = (tuple(in_types), out)
     return out
 
 
@@ -250,6 +294,12 @@ def dce_eqns(eqns: list[Eqn], live_out: Iterable[Atom]) -> list[Eqn]:
         return id(r) in live or id(r) not in local
 
     kept: list[Eqn] = []
+    tw = twin()
+    if tw is not None:  # (the loop below, compiled)
+        prune = (lambda e: _prune_dead_refs(e, live, ref_live)) if local else None
+        tw.dce_walk(eqns, live, kept, lambda e: eqn_has_live_effects(e, ref_live), prune)
+        kept.reverse()
+        return kept
     add = live.add
     # (explicit loops: faster than set methods over `map(id, ...)` for a few operands)
     for e in reversed(eqns):

@@ -64,6 +64,7 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
         obs.jvp_begin(jaxpr, list(primals), list(tangents), consts)
     saved_loc, saved_eqn = b.loc, b.cur_eqn
     split = b.split
+    tget = tenv.get  # (a tangent is a Var: never false)
     eqn = None
     try:
         for eqn in jaxpr.eqns:
@@ -84,7 +85,7 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
             if obs is None and copy:
                 _copy(b, eqn, ins, env)
                 continue
-            tins = [_tangent_in(x, tenv) for x in eqn.inputs]
+            tins = [tget(id(x)) or _zero_tangent(x) for x in eqn.inputs]  # (`_tangent_in`)
             step = observe.Emitted(b) if obs is not None else None
             if copy:  # (in an observed walk)
                 outs = _copy(b, eqn, ins, env)
@@ -151,17 +152,29 @@ def _tangent_in(x, tenv):
     return tenv.get(id(x)) or Zero(tangent_type(x.type))
 
 
+def _zero_tangent(x) -> Zero:
+    """The tangent of an atom without one (`tenv` holds ids of live Vars only: a literal's
+    tangent is one of these too)."""
+    return Zero(tangent_type(x.type))
+
+
 def _record_results(eqn, rule, pouts, touts, env, tenv):
     """Record what the JVP rule of `eqn` returned: its results' primal values in `env`,
     their tangents (checked against the results' types) in `tenv`; (pouts, touts) as lists."""
-    pouts, touts = list(pouts), list(touts)
-    if len(pouts) != len(eqn.outputs) or len(touts) != len(eqn.outputs):
+    if pouts.__class__ is not list:
+        pouts = list(pouts)
+    if touts.__class__ is not list:
+        touts = list(touts)
+    outputs = eqn.outputs
+    n = len(outputs)
+    if len(pouts) != n or len(touts) != n:
         raise JaxprError(
             f"internal error: the JVP rule of '{eqn.prim}' returned the wrong number of results",
             eqn.loc,
         )
-    for k, (o, p, t) in enumerate(zip(eqn.outputs, pouts, touts)):
-        env[id(o)] = p
+    for k in range(n):
+        o, t = outputs[k], touts[k]
+        env[id(o)] = pouts[k]
         if t is None or t.__class__ is Zero:
             continue
         ot = o.type

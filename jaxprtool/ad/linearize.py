@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..core import Eqn, Jaxpr, Var, gc_paused, is_inexact
+from ..core import Eqn, Jaxpr, Literal, Var, gc_paused, is_inexact
 from ..expansion import refuse_large
 from ..record import prim as record_of
 from . import builder as B
@@ -91,13 +91,15 @@ def _recompute_constants(peqns, teqns, tout_atoms, residuals):
     # asked of each primitive once, not of each equation
     recompute = {n: record_of(n).recompute_constant for n in {e.prim for e in peqns}}
     for e in peqns:
-        if (
-            recompute[e.prim]
-            and not any(True for _ in eqn_subjaxprs(e))
-            and all(not isinstance(x, Var) or id(x) in const_eqn for x in e.inputs)
-        ):
-            for o in e.outputs:
-                const_eqn[id(o)] = e
+        if not recompute[e.prim]:
+            continue
+        for x in e.inputs:
+            if x.__class__ is not Literal and id(x) not in const_eqn:
+                break  # (an operand computed from a program input)
+        else:
+            if not eqn_subjaxprs(e):
+                for o in e.outputs:
+                    const_eqn[id(o)] = e
     if not const_eqn:
         return teqns
     need: set[int] = set()

@@ -36,9 +36,10 @@ def typeof(x) -> Type:
     return x.type
 
 
-def bind(prim: str, *inputs: Atom, _out_types=None, **params):
-    """Emit `prim[params] inputs`; a Var, or a list for multi-result / call primitives."""
-    outs = current().bind(prim, inputs, params, _out_types)
+def bind(prim: str, *inputs: Atom, _out_types=None, _params_key=None, **params):
+    """Emit `prim[params] inputs`; a Var, or a list for multi-result / call primitives.
+    `_params_key`: see `Builder.bind`."""
+    outs = current().bind(prim, inputs, params, _out_types, _params_key)
     if len(outs) == 1 and not record_of(prim).multiple_results:
         return outs[0]
     return outs
@@ -221,10 +222,8 @@ def round(x, rounding_method=1):  # noqa: A001
 # ---------------------------------------------------------------- binary
 
 
-def _binary(name, **defaults):
+def _binary(name):
     def f(x, y, **params):
-        for k, v in defaults.items():
-            params.setdefault(k, v)
         return current().bind(name, (x, y), params)[0]  # (one result)
 
     f.__name__ = name
@@ -324,7 +323,10 @@ def reshape(x, shape, dimensions=None):
         return x
     sizes = sdims(shape)
     if not any(map(is_sharded_dim, sizes)):
-        return bind("reshape", x, new_sizes=sizes, dimensions=dimensions, sharding=None)
+        return bind(
+            "reshape", x, new_sizes=sizes, dimensions=dimensions, sharding=None,
+            _params_key=(sizes, dimensions),
+        )  # fmt: skip
     # JAX's new_sizes are global sizes; the sharding is given where the reshape's sharding
     # rule would not give `shape`'s, as JAX's transposes pass the operand's
     params = dict(new_sizes=sdims(map(sharded_size, sizes)), dimensions=dimensions)
@@ -341,14 +343,14 @@ def transpose(x, perm):
     perm = tuple(int(p) for p in perm)
     if perm == tuple(range(len(perm))):
         return x
-    return bind("transpose", x, permutation=perm)
+    return bind("transpose", x, permutation=perm, _params_key=perm)
 
 
 def reduce_sum(x, axes):
     axes = tuple(int(a) for a in axes)
     if not axes:
         return x
-    return bind("reduce_sum", x, axes=axes, out_sharding=None)
+    return bind("reduce_sum", x, axes=axes, out_sharding=None, _params_key=axes)
 
 
 def dot_general(x, y, dimension_numbers, precision=None, preferred_element_type=None, **params):
@@ -482,7 +484,7 @@ def bind_transpose(x, perm):
     perm = ints(perm)
     if perm == tuple(range(len(perm))):
         return x
-    return bind("transpose", x, permutation=perm)
+    return bind("transpose", x, permutation=perm, _params_key=perm)
 
 
 def broadcast_to_type(x, t: ShapedArray):
@@ -504,14 +506,17 @@ def bind_broadcast(x, new_shape, dims):
     new_shape, dims = sdims(new_shape), ints(dims)
     if new_shape == sdims(shape(x)) and dims == tuple(range(len(new_shape))):
         return x
-    return bind("broadcast_in_dim", x, shape=new_shape, broadcast_dimensions=dims, sharding=None)
+    return bind(
+        "broadcast_in_dim", x, shape=new_shape, broadcast_dimensions=dims, sharding=None,
+        _params_key=(new_shape, dims),
+    )  # fmt: skip
 
 
 def bind_reduce_sum(x, axes):
     axes = tuple(sorted(ints(axes)))
     if not axes:
         return x
-    return bind("reduce_sum", x, axes=axes, out_sharding=None)
+    return bind("reduce_sum", x, axes=axes, out_sharding=None, _params_key=axes)
 
 
 def bind_concatenate(xs, dimension):
@@ -764,9 +769,9 @@ def instantiate(t) -> Atom:
 
 def add_tangents(a, b):
     """a + b on tangents; short-circuits on Zero, emits `add_any` otherwise."""
-    if isinstance(a, Zero):
+    if a.__class__ is Zero:  # (Zero has no subclass)
         return b
-    if isinstance(b, Zero):
+    if b.__class__ is Zero:
         return a
     return current().bind("add_any", (a, b), {})[0]
 

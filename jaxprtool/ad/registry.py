@@ -146,7 +146,7 @@ class Accumulator:
 def rebind_primal(name: str, primals, params):
     """Bind `name` on the primals again (result types copied from the equation being differentiated)."""
     b = current()
-    eqn = getattr(b, "cur_eqn", None)
+    eqn = b.cur_eqn
     out_types = None
     if (
         eqn is not None
@@ -154,8 +154,7 @@ def rebind_primal(name: str, primals, params):
         and [x.type for x in primals] == [x.type for x in eqn.inputs]
     ):
         out_types = [o.type for o in eqn.outputs]
-    outs = b.bind(name, primals, params, out_types)
-    return outs
+    return b.bind(name, primals, params, out_types)
 
 
 def _fit(t, like, operand, name: str, fn):
@@ -220,15 +219,26 @@ def linear_jvp(name: str, primals, tangents, /, **params):
 
 def _linear_transpose(name: str, transpose_fn, with_args: bool):
     def rule(cts, /, *args, **params):
-        multi = len(cts) != 1 or prim(name).multiple_results
-        if all(is_zero(c) for c in cts):
-            return [Zero(tangent_type(a.type)) if is_undefined_primal(a) else None for a in args]
-        ct = list(cts) if multi else cts[0]
+        if len(cts) == 1 and not prim(name).multiple_results:  # (most equations)
+            ct = cts[0]
+            if ct.__class__ is Zero:
+                return _zero_cts(args)
+        elif all(is_zero(c) for c in cts):
+            return _zero_cts(args)
+        else:
+            ct = list(cts)
         res = transpose_fn(ct, *args, **params) if with_args else transpose_fn(ct, **params)
-        return [r if is_undefined_primal(a) else None for r, a in zip(list(res), args)]
+        return [
+            r if a.__class__ is UndefinedPrimal else None for r, a in zip(list(res), args)
+        ]  # (is_undefined_primal)
 
     rule.__wrapped__ = transpose_fn  # the function a wrong cotangent is blamed on
     return rule
+
+
+def _zero_cts(args) -> list:
+    """The cotangents of a linear rule's operands when its results' are all zero."""
+    return [Zero(tangent_type(a.type)) if is_undefined_primal(a) else None for a in args]
 
 
 def deflinear(name: str, transpose_fn):

@@ -308,18 +308,21 @@ class _Backward:
     def add_transposed(self, e, rule, res) -> list:
         """Add the cotangents the transpose `rule` of `e` returned into its linear
         operands'; what it gave each linear operand (None for the others)."""
-        res = list(res)
-        if len(res) != len(e.inputs):
+        res = list(res)  # (a copy: the rule's own list is left as it is)
+        inputs = e.inputs
+        if len(res) != len(inputs):
             raise JaxprError(
                 f"internal error: the transpose rule of '{e.prim}' returned {len(res)} "
-                f"cotangents for {len(e.inputs)} operands",
+                f"cotangents for {len(inputs)} operands",
                 e.loc,
             )
         linear = self.linear
-        for k, (x, r) in enumerate(zip(e.inputs, res)):
-            if x.__class__ is not Literal and id(x) in linear:
+        for k in range(len(inputs)):
+            x = inputs[k]
+            # (`linear` holds ids of live Vars: no literal operand's id is in it)
+            if id(x) in linear:
                 if x.type.__class__ is not RefType:
-                    self.add_ct(x, r, e, rule)
+                    self.add_ct(x, res[k], e, rule)
             else:
                 res[k] = None
         return res

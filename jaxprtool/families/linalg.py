@@ -50,7 +50,7 @@ from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import JaxprError, ShapedArray, dtype_value
 from ..params import EnumValue, Record, SymExpr, as_int_tuple
 from ..record import define
-from ..shapes import ShapeError, shape_rule
+from ..shapes import ShapeError, params_key, shape_rule
 from ..shapes.util import (
     arr,
     complex_dtype,
@@ -263,10 +263,16 @@ def _argsort(xs) -> list[int]:
     return sorted(range(len(xs)), key=xs.__getitem__)
 
 
-def _dot_transpose_lhs(g, x, y, *, dimension_numbers, swap_ans=False, **params):
+def _dot_transpose_lhs(g, x, y, *, dimension_numbers, **params):
     if is_zero(g):
         return Zero(tangent_type(ty(x)))
-    key = (*_dims(dimension_numbers), len(shape(x)), len(shape(y)), swap_ans)
+    return _dot_transposed(g, x, y, _dims(dimension_numbers), False, params)
+
+
+def _dot_transposed(g, x, y, dims_ints, swap_ans, params):
+    """The cotangent of the dot_general operand `x` (`swap_ans`: its rhs), the other being
+    `y`, its dimension numbers `dims_ints` (as `_dims` gives them, `x`'s side first)."""
+    key = (*dims_ints, len(shape(x)), len(shape(y)), swap_ans)
     plan = _DOT_TRANSPOSES.get(key)
     if plan is None:
         plan = _DOT_TRANSPOSES[key] = _dot_transpose_plan(*key)
@@ -276,9 +282,17 @@ def _dot_transpose_lhs(g, x, y, *, dimension_numbers, swap_ans=False, **params):
     p = dict(params)
     p.setdefault("precision", None)
     p.setdefault("preferred_element_type", None)
-    out = ops.bind("dot_general", g, y, dimension_numbers=dims, **p)
+    # the result type, remembered by the plan and the other parameters (their frozen key:
+    # a dtype by its name, whose hash would import numpy): no shape inference
+    others = params_key(p)
+    types_key = None if others is None else (key, others)
+    out = ops.bind("dot_general", g, y, dimension_numbers=dims, _params_key=types_key, **p)
     # (the permutation, a tuple of ints, is shared by the equations of one plan)
-    x_bar = out if out_axes is None else ops.bind("transpose", out, permutation=out_axes)
+    x_bar = (
+        out
+        if out_axes is None
+        else ops.bind("transpose", out, permutation=out_axes, _params_key=out_axes)
+    )
     return bind_convert(x_bar, ty(x).dtype)
 
 
@@ -307,8 +321,7 @@ def _dot_transpose_rhs(g, x, y, *, dimension_numbers, **params):
     if is_zero(g):
         return Zero(tangent_type(ty(y)))
     xc, yc, xb, yb = _dims(dimension_numbers)
-    swapped = ((list(yc), list(xc)), (list(yb), list(xb)))
-    return _dot_transpose_lhs(g, y, x, dimension_numbers=swapped, swap_ans=True, **params)
+    return _dot_transposed(g, y, x, (yc, xc, yb, xb), True, params)
 
 
 def _dot_general_flops(e):

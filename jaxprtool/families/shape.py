@@ -190,7 +190,10 @@ def _broadcast_in_dim_jvp(primals, tangents, **params):
     p = dict(params)
     p["shape"] = ops.shape(y)
     p.setdefault("sharding", None)
-    return [y], [ops.bind("broadcast_in_dim", t, *dyn, **p)]
+    # a tangent of the operand's tangent type: the result's is the primal result's (as
+    # `linear_jvp` has it)
+    want = [tangent_type(y.type)] if not dyn and t.type == tangent_type(x.type) else None
+    return [y], [ops.bind("broadcast_in_dim", t, *dyn, _out_types=want, **p)]
 
 
 def _bind_broadcast_in_dim(eqn, p, dims):

@@ -106,6 +106,16 @@ def equation_key(prim: str, in_types: list[Type], params: dict, declared: list[T
     return key
 
 
+def params_key(params: dict) -> tuple | None:
+    """A hashable key of `params` equal only for parameters of the same types and contents
+    (1, 1.0, True differ; a dtype keyed by its name, without numpy), or None where a value
+    is not a plain one (a jaxpr): `infer_types`' memo key of them, for a caller's own memo."""
+    try:
+        return _freeze_params(params)
+    except _Unfreezable:
+        return None
+
+
 class _Unfreezable(Exception):
     """A parameter value that is not a plain value (a jaxpr, an unknown object)."""
 

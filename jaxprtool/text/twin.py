@@ -10,8 +10,12 @@ every value, literal, type and name it prints, so both paths give the same bytes
 (tests/test_twin.py).  `JAXPRTOOL_PURE_PYTHON=1` runs the Python loops alone;
 `jaxprtool --version` says which ones run.
 
-Imported only by the reader and the printer (the extension loads on the first parse or
-printout, never at start-up)."""
+The AD builder's `bind` runs as the twin's `bind_fast` where its operands are atoms and its
+result types are given or remembered, and its `dce_eqns` runs its backward loop as
+`dce_walk` (`ad/builder.py`, whose Python lines stay the reference).
+
+Imported only by the reader, the printer and the AD builder (the extension loads on the first
+parse, printout or transformation, never at start-up)."""
 
 from __future__ import annotations
 
@@ -23,10 +27,19 @@ from ..env import flag
 #: the slots the twin fills when it makes a `Var` or an `Eqn` (it stands down if they change)
 VAR_FIELDS = ("type", "hint")
 EQN_FIELDS = ("prim", "inputs", "outputs", "params", "loc", "bare_eq", "no_subjaxprs")
-#: the twin's loops (a module without one of them is an older build: it stands down)
+#: the twin's loops, and the AD builder's `bind` and dead code loop (a module without one
+#: of them is an older build: it stands down)
 #: (`drop_unread` was `drop_unused`, whose set held ids where it now holds the atoms: a
 #: module built before that change lacks the new name, and is not used)
-FUNCTIONS = ("read_lines", "name_lines", "drop_unread", "lay_lines", "render_eqn")
+FUNCTIONS = (
+    "read_lines",
+    "name_lines",
+    "drop_unread",
+    "lay_lines",
+    "render_eqn",
+    "bind_fast",
+    "dce_walk",
+)
 
 
 def twin():
