@@ -18,7 +18,7 @@ import click
 
 from . import core
 from .core import InternalError, JaxprError, OverLimit, ProgramError, UsageProblem
-from .interrupt import exit_on_interrupt
+from .interrupt import exit_on_interrupt, release_collector
 from .io import DEFAULT_MAX_INPUT, Reported, program_loc, report
 from .jax_required import missing_jax
 from .lazy import numpy_loaded
@@ -282,9 +282,11 @@ class Command(click.Command):
     """A jaxprtool command: before its body runs, the invocation's diagnostics learn what
     the command decides (whether it leaves standard output free, whether its text
     diagnostics show their codes); it returns its body's exit status (`ExitStatus`; None
-    for success)."""
+    for success).  The collector, held while the program started, runs again from here
+    (`interrupt.release_collector`)."""
 
     def invoke(self, ctx):
+        release_collector()
         options_of(ctx).diagnostics.command_starts(self.name, ctx.params)
         return super().invoke(ctx)
 

@@ -5,10 +5,15 @@ threads starting) could abort the process, be swallowed or become an internal er
 program (never in a library user's process), SIGINT is blocked in every thread but one that
 waits for it, from the first line of the package on; where SIGINT is ignored (a background
 job), it stays ignored.
+
+The program's start-up also holds the collector (`hold_collector`): its imports build what
+lives to the end of the process (modules, classes, records), which collections would only
+scan; the command's body starts it again with all of that frozen (`release_collector`).
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -18,6 +23,9 @@ import threading
 INTERRUPTED_EXIT = 130
 
 _WAITING = False
+
+#: the collector was disabled by `hold_collector` and is not yet started again
+_HELD = False
 
 
 def program_starting() -> bool:
@@ -58,3 +66,22 @@ def _await_interrupt() -> None:
     signal.sigwait({signal.SIGINT})
     os.write(2, b"error: interrupted\n")
     os._exit(INTERRUPTED_EXIT)
+
+
+def hold_collector() -> None:
+    """No garbage collection while the program starts (~30 collections, 3-4 ms of CPU in a
+    60 ms start-up, scanning only objects that live to the end), unless it is off already."""
+    global _HELD  # (why a value cannot carry it: the collector is per process)
+    if gc.isenabled():
+        gc.disable()
+        _HELD = True
+
+
+def release_collector() -> None:
+    """Collect again (after `hold_collector`), the start-up's objects left out of every
+    later collection (`gc.freeze`): a transformation's collections scan only its own."""
+    global _HELD
+    if _HELD:
+        _HELD = False
+        gc.freeze()
+        gc.enable()

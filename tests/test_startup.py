@@ -253,6 +253,50 @@ def test_commands_that_do_not_run_ask_numpy_for_one_blas_thread(tmp_path, args, 
     assert out.stdout.strip().splitlines()[-1] == expected
 
 
+COLLECTOR_PROBE = r"""
+import gc, sys
+sys.argv[0] = "jaxprtool"  # the console script's name: `interrupt.program_starting` is true
+import jaxprtool
+held = not gc.isenabled()
+from click.testing import CliRunner
+from jaxprtool.cli import main
+r = CliRunner().invoke(main, sys.argv[1:])
+print(r.exit_code, held, gc.isenabled(), gc.get_freeze_count() > 0)
+"""
+
+
+def test_the_program_starts_without_the_collector_and_its_command_runs_with_it(tmp_path):
+    """The program's start-up (its imports) runs without garbage collection; the command's
+    body collects again, the start-up's objects frozen out of its collections
+    (`interrupt.hold_collector`, `release_collector`)."""
+    f = tmp_path / "p.jaxpr"
+    f.write_text(ONE_EQN)
+    out = subprocess.run(
+        [sys.executable, "-c", COLLECTOR_PROBE, "fmt", str(f)],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+    )  # fmt: skip
+    assert out.stdout.strip().splitlines()[-1] == "0 True True True"
+
+
+def test_a_command_in_a_test_process_leaves_the_collector_alone():
+    """Only a collector the program's start-up held is started again: a library or test
+    process's own setting stands."""
+    import gc
+
+    from click.testing import CliRunner
+
+    from jaxprtool.cli import main
+
+    before = gc.get_freeze_count()
+    gc.disable()
+    try:
+        r = CliRunner().invoke(main, ["fmt", "-"], input=ONE_EQN)
+        assert r.exit_code == 0, r.output
+        assert not gc.isenabled() and gc.get_freeze_count() == before
+    finally:
+        gc.enable()
+
+
 def test_a_test_process_keeps_the_collector_and_blas_defaults():
     """Only the program itself (`cli.entry`) freezes the collector's generations and asks for
     one BLAS thread: a library or test process (CliRunner) keeps both defaults."""
