@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import functools
 import marshal
-import string
 from typing import Any
 
 from .. import core
@@ -1254,7 +1253,7 @@ def _name_chunks():
     """encode_name(0), encode_name(1), ... in lists: `a`..`z`, then for each width the names
     whose first letter is not `a` (a leading zero digit), in order, 26 at a time (each
     prefix of the width before, followed by every letter: one concatenation a name)."""
-    letters = string.ascii_lowercase
+    letters = "abcdefghijklmnopqrstuvwxyz"
     yield list(letters)
     prefixes = list(letters[1:])
     while True:
