@@ -33,6 +33,7 @@ INTERRUPTED_EXIT = 130
 _WAITING = False
 
 #: the collector was disabled by `hold_collector` and is not yet started again
+#: (why a value cannot carry it: the collector is per process)
 _HELD = False
 
 
@@ -86,7 +87,7 @@ def keep_writes_reportable() -> None:
 def hold_collector() -> None:
     """No garbage collection while the program starts (~30 collections, 3-4 ms of CPU in a
     60 ms start-up, scanning only objects that live to the end), unless it is off already."""
-    global _HELD  # (why a value cannot carry it: the collector is per process)
+    global _HELD  # (see `_HELD`)
     if gc.isenabled():
         gc.disable()
         _HELD = True
@@ -95,7 +96,7 @@ def hold_collector() -> None:
 def release_collector() -> None:
     """Collect again (after `hold_collector`), the start-up's objects left out of every
     later collection (`gc.freeze`): a transformation's collections scan only its own."""
-    global _HELD
+    global _HELD  # (see `_HELD`)
     if _HELD:
         _HELD = False
         gc.freeze()

@@ -79,7 +79,8 @@ class LazyPattern:
         return getattr(compiled, name)
 
 
-_PATTERN_METHODS = ("match", "fullmatch", "search", "sub", "subn", "split", "findall", "finditer")
+#: what a compiled pattern does (match, search, finditer, ...)
+_PATTERN_METHODS = tuple(n for n, v in vars(re.Pattern).items() if callable(v) and n[0] != "_")
 
 
 np = lazy_module("numpy")
