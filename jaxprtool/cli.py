@@ -198,6 +198,8 @@ class LazyGroup(click.Group):
             _one_program_process(name)
         module, attr = target.split(":")
         cmd = getattr(importlib.import_module(f"jaxprtool.commands.{module}"), attr)
+        if not isinstance(cmd, click.Command):
+            cmd = cmd()  # a builder (`commands.ad_cmds.ad_command`): only this command is made
         _add_global_options(cmd)
         return cmd
 
