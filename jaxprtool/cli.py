@@ -428,8 +428,11 @@ _COLOR_HELP = (
 )
 
 
+@functools.cache
 def _global_option_specs() -> list[tuple[list[str], dict]]:
-    """The global options; accepted before the command and after it."""
+    """The global options; accepted before the command and after it.  (Made once: the group
+    and the command share their parameter types, whose click.Path ones each ask gettext for
+    a translation.)"""
     return [
         (["--debug"], dict(is_flag=True, help="Show Python tracebacks for internal errors.")),
         (
