@@ -1,14 +1,17 @@
 """jaxprtool: a command-line toolchain for jaxprs."""
 
 from .interrupt import exit_on_interrupt as _exit_on_interrupt  # noqa: E402
+from .interrupt import hold_collector as _hold_collector  # noqa: E402
 from .interrupt import program_starting as _program_starting  # noqa: E402
 from .version import __version__ as __version__  # noqa: E402
 
 # Ctrl-C is the tool's from the package's first line when this process is the `jaxprtool`
 # program (its console script or `python -m jaxprtool`, read from the interpreter's command
-# line); `import jaxprtool` anywhere else installs nothing and starts no thread
+# line); `import jaxprtool` anywhere else installs nothing and starts no thread.  The
+# program's start-up runs without the collector (`interrupt.hold_collector`)
 if _program_starting():
     _exit_on_interrupt()
+    _hold_collector()
 
 
 def _load_families(name: str | None = None) -> None:

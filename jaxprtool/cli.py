@@ -7,7 +7,6 @@ command which does not run or compile never imports jax.
 from __future__ import annotations
 
 import contextlib
-import enum
 import errno
 import functools
 import importlib
@@ -18,7 +17,7 @@ import click
 
 from . import core
 from .core import InternalError, JaxprError, OverLimit, ProgramError, UsageProblem
-from .interrupt import exit_on_interrupt
+from .interrupt import exit_on_interrupt, keep_writes_reportable, release_collector
 from .io import DEFAULT_MAX_INPUT, Reported, program_loc, report
 from .jax_required import missing_jax
 from .lazy import numpy_loaded
@@ -74,8 +73,9 @@ ARGV_KEY = "jaxprtool.argv"
 _STANDALONE = False
 
 
-class ExitStatus(enum.IntEnum):
-    """What a command returns (ruff's `ExitStatus`): the process's exit status."""
+class ExitStatus:
+    """What a command returns (ruff's `ExitStatus`): the process's exit status, a plain
+    int (an `enum.IntEnum` class costs ~50 us of every command's start-up)."""
 
     SUCCESS = 0
     #: the input was rejected, a check failed, the programs differ
@@ -92,7 +92,7 @@ def entry() -> None:
     global _STANDALONE  # (see `_STANDALONE`)
     _STANDALONE = True
     exit_on_interrupt()
-    _keep_writes_reportable()
+    keep_writes_reportable()
     try:
         main(prog_name="jaxprtool")
     except SystemExit as e:
@@ -134,15 +134,6 @@ def _leave(code) -> None:
     except OSError:
         pass
     os._exit(code)
-
-
-def _keep_writes_reportable() -> None:
-    """A write beyond the file-size limit (`ulimit -f`) kills the process with SIGXFSZ by
-    default; ignored, the write fails with EFBIG and is reported (exit 2)."""
-    import signal
-
-    if hasattr(signal, "SIGXFSZ"):
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 
 
 def is_standalone() -> bool:
@@ -207,6 +198,8 @@ class LazyGroup(click.Group):
             _one_program_process(name)
         module, attr = target.split(":")
         cmd = getattr(importlib.import_module(f"jaxprtool.commands.{module}"), attr)
+        if not isinstance(cmd, click.Command):
+            cmd = cmd()  # a builder (`commands.ad_cmds.ad_command`): only this command is made
         _add_global_options(cmd)
         return cmd
 
@@ -282,9 +275,11 @@ class Command(click.Command):
     """A jaxprtool command: before its body runs, the invocation's diagnostics learn what
     the command decides (whether it leaves standard output free, whether its text
     diagnostics show their codes); it returns its body's exit status (`ExitStatus`; None
-    for success)."""
+    for success).  The collector, held while the program started, runs again from here
+    (`interrupt.release_collector`)."""
 
     def invoke(self, ctx):
+        release_collector()
         options_of(ctx).diagnostics.command_starts(self.name, ctx.params)
         return super().invoke(ctx)
 
@@ -433,8 +428,11 @@ _COLOR_HELP = (
 )
 
 
+@functools.cache
 def _global_option_specs() -> list[tuple[list[str], dict]]:
-    """The global options; accepted before the command and after it."""
+    """The global options; accepted before the command and after it.  (Made once: the group
+    and the command share their parameter types, whose click.Path ones each ask gettext for
+    a translation.)"""
     return [
         (["--debug"], dict(is_flag=True, help="Show Python tracebacks for internal errors.")),
         (
@@ -552,13 +550,24 @@ def _add_global_options(cmd: click.Command) -> None:
         metavar = kw.get("metavar")
         listed.append(f"{free[0]} {metavar}" if metavar else free[0])
     if listed:
-        import textwrap
-
-        names = textwrap.wrap(", ".join(listed), 74, break_on_hyphens=False)
+        names = wrap_words(", ".join(listed), 74)
         text = "\b\nGlobal options (before or after the command; `jaxprtool --help`):\n"
         text += "\n".join(f"  {line}" for line in names)
         cmd.epilog = f"{cmd.epilog}\n\n{text}" if cmd.epilog else text
     cmd._jaxprtool_globals = True
+
+
+def wrap_words(text: str, width: int) -> list[str]:
+    """`text` (words one space apart, none longer than `width`) in lines of at most `width`
+    characters, as `textwrap.wrap(text, width, break_on_hyphens=False)` (whose import
+    compiles its regular expressions: ~1 ms of every command's start-up, for one list)."""
+    lines: list[str] = []
+    for word in text.split():
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines
 
 
 def _run_or_exit(ctx: click.Context, fn, *args) -> None:

@@ -9,6 +9,7 @@ import os
 import re
 
 from .core import UsageProblem
+from .lazy import LazyPattern
 
 
 def check_environment() -> None:
@@ -73,4 +74,4 @@ def parse_size(text: str, what: str = "JAXPRTOOL_MAX_MEMORY") -> int:
 
 
 #: digits, with a fraction (no exponent: `1e3T` is refused, not 1000 TiB)
-_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
+_NUMBER = LazyPattern(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")

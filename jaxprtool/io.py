@@ -12,6 +12,7 @@ import click
 
 from .cachefs import uid
 from .core import JaxprError, Loc, NotJaxprText, OverLimit, UsageProblem, shown_path
+from .lazy import LazyPattern
 
 
 class UsageError(click.UsageError):
@@ -210,7 +211,7 @@ def write_output(text: str | bytes, out: str | None, *, replacing: str | None = 
 
 #: setuid and setgid: never carried over to a file the tool writes
 SET_ID_BITS = stat.S_ISUID | stat.S_ISGID
-_TEMP_NAME = re.compile(r"\.jaxprtool-(\d+)-[^/]*\.tmp")
+_TEMP_NAME = LazyPattern(r"\.jaxprtool-(\d+)-[^/]*\.tmp")
 
 
 def _followed_target(out: str) -> str:
@@ -742,7 +743,7 @@ def format_error(err: JaxprError, kind: str = "error", code: str | None = None) 
 
 #: a line break in a message (inside a file name it quotes) before what a CI system would
 #: read as a command: shown escaped
-_COMMAND_LINE = re.compile(r"([\r\n]+)(\s*(?:::|##))")
+_COMMAND_LINE = LazyPattern(r"([\r\n]+)(\s*(?:::|##))")
 
 #: what begins each quoted line of a source: never the source itself, which could hold a
 #: CI system's command (GitHub's runner reads `::error ...` at the start of any line, after
@@ -786,7 +787,7 @@ def shorten_words(message: str) -> str:
 
 
 #: a huge word in a message (no spaces, no quotes: a quoted name's closing quote stays)
-_LONG_WORD = re.compile(r"[^\s']{%d,}" % EXCERPT)
+_LONG_WORD = LazyPattern(r"[^\s']{%d,}" % EXCERPT)
 
 
 def _escaped(line: str, col: int) -> tuple[str, int]:

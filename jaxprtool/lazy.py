@@ -1,13 +1,15 @@
-"""numpy and ml_dtypes, imported on first use.
+"""numpy and ml_dtypes, imported on first use; regular expressions compiled on first use.
 
 Reading and printing a program needs neither unless its text holds a numpy value (a dtype
 parameter, an array literal): `jaxprtool fmt` of such a program never pays their import
 (~0.1 s of a 0.3 s start-up).  `np` and `ml_dtypes` here are the real modules once any code
-touches an attribute of them; the modules that use them write `from .lazy import np`."""
+touches an attribute of them; the modules that use them write `from .lazy import np`.
+A module's regular expressions are `LazyPattern`s: most commands never use most of them."""
 
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from types import ModuleType
 
@@ -56,6 +58,29 @@ def lazy_module(name: str) -> ModuleType:
     sys.modules[name] = module
     loader.exec_module(module)
     return module
+
+
+class LazyPattern:
+    """`re.compile(pattern, flags)`, compiled when first used: a module's regular expressions
+    compiled as it is imported cost every command's start-up (~40 of them, 1.5 ms of `fmt`),
+    where a command uses few or none (an error message's, a rare syntax's).  The first use
+    copies the compiled pattern's methods onto this object, so that a call costs what the
+    compiled pattern's does.  (Not a `re.Pattern`: give `re` functions its `.pattern`.)"""
+
+    def __init__(self, pattern: str | bytes, flags: int = 0) -> None:
+        self.pattern = pattern
+        self.flags = flags
+
+    def __getattr__(self, name: str):
+        # (only for what the instance does not hold yet: the compiled pattern's methods)
+        compiled = re.compile(self.pattern, self.flags)
+        for attr in _PATTERN_METHODS:
+            setattr(self, attr, getattr(compiled, attr))
+        return getattr(compiled, name)
+
+
+#: what a compiled pattern does (match, search, finditer, ...)
+_PATTERN_METHODS = tuple(n for n, v in vars(re.Pattern).items() if callable(v) and n[0] != "_")
 
 
 np = lazy_module("numpy")

@@ -14,8 +14,11 @@ record is asked for, so the import graph has no cycle.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
 
 class Primitive:
@@ -277,16 +280,15 @@ def ensure_loaded(name: str | None = None) -> None:
 
 
 def define(name: str, **values) -> Primitive:
-    """Create or update the record of `name`; returns it.  Unknown field names are an error."""
-    bad = set(values) - FIELDS
-    if bad:
-        raise TypeError(f"unknown primitive record fields: {sorted(bad)}")
+    """Create or update the record of `name`; returns it.  Unknown field names are an error.
+    (Called ~600 times as the families of a `sin` load: no set built, one dict update.)"""
+    if not FIELDS.issuperset(values):
+        raise TypeError(f"unknown primitive record fields: {sorted(set(values) - FIELDS)}")
     _DEFINED.append(name)
     rec = _RECORDS.get(name)
     if rec is None:
         rec = _RECORDS[name] = Primitive(name)
-    for k, v in values.items():
-        setattr(rec, k, v)
+    rec.__dict__.update(values)
     return rec
 
 

@@ -16,10 +16,11 @@ import re
 
 from .core import JaxprError, eqn_subjaxprs, parens_balanced
 from .frozen import Frozen, set_field
+from .lazy import LazyPattern
 from .params import EnumValue, Opaque, SymExpr, split_top_level
 
-_AXIS = re.compile(r"'([^']*)'\s*:\s*(\d+)")
-_TYPES = re.compile(r"axis_types=\(([^)]*)\)")
+_AXIS = LazyPattern(r"'([^']*)'\s*:\s*(\d+)")
+_TYPES = LazyPattern(r"axis_types=\(([^)]*)\)")
 
 
 class MeshText(Frozen):
@@ -91,7 +92,7 @@ def read_mesh(v) -> MeshText:
     return MeshText(names, sizes, types, bool(names))
 
 
-_DEVICE_IDS = re.compile(r"Mesh\(device_ids=(?:array\()?")
+_DEVICE_IDS = LazyPattern(r"Mesh\(device_ids=(?:array\()?")
 
 
 def _device_id_mesh(text: str) -> MeshText | None:
@@ -114,7 +115,7 @@ def _device_id_mesh(text: str) -> MeshText | None:
     return MeshText(names, shape, ("Auto",) * len(names), bool(names), ids)
 
 
-_INT = re.compile(r"\s*(\d+)")
+_INT = LazyPattern(r"\s*(\d+)")
 
 
 def _int_array(text: str, start: int) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
@@ -317,7 +318,7 @@ class OpShardingText(Frozen):
         return not self.tiles
 
 
-_OP_SHARDING = re.compile(
+_OP_SHARDING = LazyPattern(
     r"OpShardingSharding\(\{(?:(replicated)|devices=\[([\d,]+)\]([\d,]+)"
     r"( last_tile_dim_replicate)?)\}\)"
 )
@@ -387,8 +388,8 @@ def _split_dim(text: str) -> tuple[str, tuple[str, ...]]:
     return size.strip(), tuple(a.strip().strip("'") for a in axes.split(",") if a.strip())
 
 
-_AXIS_NAME = re.compile(r"[^\W\d]\w*")
-_SIZE_TEXT = re.compile(r"[\w\s+*(),-]+")
+_AXIS_NAME = LazyPattern(r"[^\W\d]\w*")
+_SIZE_TEXT = LazyPattern(r"[\w\s+*(),-]+")
 
 
 def is_sharded_dim(d) -> bool:
@@ -483,7 +484,7 @@ def full_type_spec(t) -> SpecText:
 
 # ---------------------------------------------------------------- the mesh axis sizes a text prints
 
-_MESH_AT = re.compile(r"(?:Abstract)?Mesh\(|mesh=\{")
+_MESH_AT = LazyPattern(r"(?:Abstract)?Mesh\(|mesh=\{")
 
 
 def meshes_in(v) -> list[MeshText]:

@@ -25,6 +25,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jaxprtool import io as tool_io
 from jaxprtool.cli import COMMANDS, main
@@ -357,3 +359,20 @@ def test_the_help_example_runs(example, fewer_samples, folder):
                 path.unlink()
     for command in _commands(example):
         _run(command)
+
+
+@given(
+    st.lists(st.text(alphabet="abcdefghij-=.,[]", min_size=1, max_size=30), max_size=40),
+    st.integers(min_value=30, max_value=80),
+)
+@settings(max_examples=300, deadline=None)
+def test_the_global_options_list_wraps_as_textwrap_does(words, width):
+    """`cli.wrap_words` (the global options' list under a command's --help: words of at most
+    the width, one space apart) gives the lines `textwrap.wrap` gives (not imported at
+    start-up)."""
+    import textwrap
+
+    from jaxprtool.cli import wrap_words
+
+    text = " ".join(words)
+    assert wrap_words(text, width) == textwrap.wrap(text, width, break_on_hyphens=False)

@@ -1,5 +1,5 @@
 """`import jaxprtool` has no side effect on the importing process (issue 47 item 3): no
-signal blocked, no handler installed, no thread started, whether it is imported by `python
+signal blocked, no handler installed, no thread started, the collector left on, whether it is imported by `python
 -c`, a script, or the parent package of a `python -m pkg.mod`; only the `jaxprtool` program
 itself (its console script, `python -m jaxprtool`) takes Ctrl-C over (test_hostile_trust's
 Ctrl-C tests)."""
@@ -14,9 +14,10 @@ import pytest
 from conftest import ROOT
 
 _REPORT = (
-    "import signal, threading\n"
+    "import gc, signal, threading\n"
     "print(threading.active_count(), signal.SIGINT in signal.pthread_sigmask("
-    "signal.SIG_BLOCK, []), signal.getsignal(signal.SIGINT) is signal.default_int_handler)\n"
+    "signal.SIG_BLOCK, []), signal.getsignal(signal.SIGINT) is signal.default_int_handler, "
+    "gc.isenabled())\n"
 )
 
 
@@ -46,7 +47,7 @@ def _report(argv, cwd) -> str:
 
 @pytest.mark.skipif(not hasattr(__import__("signal"), "pthread_sigmask"), reason="POSIX only")
 def test_importing_the_package_blocks_no_signal_and_starts_no_thread(tmp_path):
-    untouched = "1 False True"
+    untouched = "1 False True True"
     assert _report([sys.executable, "-c", "import jaxprtool\n" + _REPORT], tmp_path) == untouched
     # the parent package of `python -m pkg.mod` is imported while sys.argv[0] is "-m"
     pkg = tmp_path / "pkg"

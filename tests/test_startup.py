@@ -253,6 +253,106 @@ def test_commands_that_do_not_run_ask_numpy_for_one_blas_thread(tmp_path, args, 
     assert out.stdout.strip().splitlines()[-1] == expected
 
 
+COLLECTOR_PROBE = r"""
+import gc, sys
+sys.argv[0] = "jaxprtool"  # the console script's name: `interrupt.program_starting` is true
+import jaxprtool
+held = not gc.isenabled()
+from click.testing import CliRunner
+from jaxprtool.cli import main
+r = CliRunner().invoke(main, sys.argv[1:])
+print(r.exit_code, held, gc.isenabled(), gc.get_freeze_count() > 0)
+"""
+
+
+def test_the_program_starts_without_the_collector_and_its_command_runs_with_it(tmp_path):
+    """The program's start-up (its imports) runs without garbage collection; the command's
+    body collects again, the start-up's objects frozen out of its collections
+    (`interrupt.hold_collector`, `release_collector`)."""
+    f = tmp_path / "p.jaxpr"
+    f.write_text(ONE_EQN)
+    out = subprocess.run(
+        [sys.executable, "-c", COLLECTOR_PROBE, "fmt", str(f)],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+    )  # fmt: skip
+    assert out.stdout.strip().splitlines()[-1] == "0 True True True"
+
+
+def test_a_command_in_a_test_process_leaves_the_collector_alone():
+    """Only a collector the program's start-up held is started again: a library or test
+    process's own setting stands."""
+    import gc
+
+    from click.testing import CliRunner
+
+    from jaxprtool.cli import main
+
+    before = gc.get_freeze_count()
+    gc.disable()
+    try:
+        r = CliRunner().invoke(main, ["fmt", "-"], input=ONE_EQN)
+        assert r.exit_code == 0, r.output
+        assert not gc.isenabled() and gc.get_freeze_count() == before
+    finally:
+        gc.enable()
+
+
+REGEX_PROBE = r"""
+import json, re, sys
+at_import = []
+compile_ = re.compile
+
+
+def spy(pattern, flags=0):
+    caller = sys._getframe(1)
+    name = caller.f_globals.get("__name__", "")
+    if caller.f_code.co_name == "<module>" and name.startswith("jaxprtool"):
+        at_import.append(f"{name}:{caller.f_lineno}")
+    return compile_(pattern, flags)
+
+
+re.compile = spy
+from click.testing import CliRunner
+from jaxprtool.cli import main
+
+r = CliRunner().invoke(main, sys.argv[1:])
+print(json.dumps({"rc": r.exit_code, "out": r.output, "at_import": at_import}))
+"""
+
+
+@pytest.mark.parametrize("args", [["fmt"], ["check"], ["grad"]], ids=lambda a: a[0])
+def test_no_module_compiles_a_regular_expression_as_it_is_imported(tmp_path, args):
+    """A module's regular expressions are compiled when first used (`lazy.LazyPattern`):
+    compiled at import, each costs every command's start-up, used or not."""
+    f = tmp_path / "p.jaxpr"
+    f.write_text(ONE_EQN)
+    out = subprocess.run(
+        [sys.executable, "-c", REGEX_PROBE, *args, str(f)],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+    )  # fmt: skip
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["rc"] == 0, got["out"]
+    assert got["at_import"] == [], "compiled at import: make them `lazy.LazyPattern`s"
+
+
+def test_a_lazy_pattern_is_compiled_on_first_use_and_answers_as_re_does():
+    import re
+
+    from jaxprtool.lazy import LazyPattern
+
+    lazy = LazyPattern(r"(\w+)=(\d+)", re.I)
+    assert "match" not in vars(lazy)  # nothing compiled yet
+    text = "a=1, B=22 c=x"
+    want = re.compile(r"(\w+)=(\d+)", re.I)
+    assert lazy.match(text).groups() == want.match(text).groups()
+    assert "match" in vars(lazy)  # the compiled pattern's own method from now on
+    assert lazy.findall(text) == want.findall(text) == [("a", "1"), ("B", "22")]
+    assert lazy.sub(r"\2", text) == want.sub(r"\2", text)
+    assert [m.span() for m in lazy.finditer(text)] == [m.span() for m in want.finditer(text)]
+    assert lazy.search("x B=3").group(1) == "B" and lazy.fullmatch("q=9") is not None
+    assert lazy.pattern == want.pattern
+
+
 def test_a_test_process_keeps_the_collector_and_blas_defaults():
     """Only the program itself (`cli.entry`) freezes the collector's generations and asks for
     one BLAS thread: a library or test process (CliRunner) keeps both defaults."""

@@ -15,10 +15,10 @@ helpers fill `prim(name).jvp`, `.transpose`, `.fancy_transpose`, `.jvp_kind`.
 from __future__ import annotations
 
 import inspect
-import re
 from collections.abc import Callable
 
 from ..core import JaxprError, ShapedArray
+from ..lazy import LazyPattern
 from ..record import FieldView, prim
 from ..shapes.util import dims_eq
 from . import ops
@@ -344,7 +344,7 @@ def set_kind(name: str, kind: str = LOW_LEVEL) -> None:
     rule_kind[name] = kind
 
 
-_MISSING_KWARG = re.compile(r"missing \d+ required keyword-only arguments?: (.*)$")
+_MISSING_KWARG = LazyPattern(r"missing \d+ required keyword-only arguments?: (.*)$")
 
 
 def rule_name(rule) -> str:

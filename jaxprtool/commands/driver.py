@@ -29,10 +29,11 @@ import click
 
 from ..core import Jaxpr, JaxprError, Loc, ProgramError
 from ..io import Reported, ReportedTrouble
+from ..lazy import LazyPattern
 
 #: a line that separates the programs of a split input file: `# -----` or `// -----`
 #: (anything after the dashes is a comment: pass dumps put their header there)
-SPLIT_MARKER = re.compile(r"^[ \t]*(?:#|//)[ \t]*-----[^\n]*$", re.M)
+SPLIT_MARKER = LazyPattern(r"^[ \t]*(?:#|//)[ \t]*-----[^\n]*$", re.M)
 #: what the tool writes between the programs of a split output
 SPLIT_LINE = "# -----"
 

@@ -35,6 +35,7 @@ import stat
 
 from ..core import Loc, OverLimit
 from ..io import warn
+from ..lazy import LazyPattern
 
 #: the largest `.gitignore` read (Git reads any size; a 3 GB one is an attack)
 MAX_BYTES = 32 * 2**20
@@ -42,13 +43,13 @@ MAX_BYTES = 32 * 2**20
 MAX_PATTERNS = 1_000_000
 
 #: wildmatch's special characters: a pattern without them is a literal
-_SPECIAL = re.compile(rb"[*?\[\\]")
+_SPECIAL = LazyPattern(rb"[*?\[\\]")
 #: a line that may hold a pattern: not empty, not a comment (the others are skipped in C: a
 #: file of 32 MiB of line breaks costs nothing)
-_PATTERN_LINE = re.compile(rb"^[^#\n][^\n]*", re.M)
+_PATTERN_LINE = LazyPattern(rb"^[^#\n][^\n]*", re.M)
 #: a run of literal bytes in a path component (`**/` may stand for no folder at all)
-_RUN = re.compile(rb"[^*?/]+")
-_CLASS_OR_ESCAPE = re.compile(rb"[\[\\]")
+_RUN = LazyPattern(rb"[^*?/]+")
+_CLASS_OR_ESCAPE = LazyPattern(rb"[\[\\]")
 _ANY = rb"[^/]*"
 #: whole path components, zero or more (a `**/`)
 _DIRS = rb"(?:[^/]*/)*"
@@ -70,7 +71,7 @@ _CLASSES = {
 
 
 #: the regex of a pattern that matches nothing
-_NOTHING = re.compile(rb"(?!)")
+_NOTHING = LazyPattern(rb"(?!)")
 
 
 class Never(Exception):

@@ -20,7 +20,6 @@ import contextlib
 import functools
 import io
 import math
-import re
 import sys
 from typing import NamedTuple
 
@@ -28,9 +27,10 @@ import click
 
 from ..core import JaxprError
 from ..io import UsageError
+from ..lazy import LazyPattern
 from . import supervise
 
-_ADDRESS = re.compile(
+_ADDRESS = LazyPattern(
     r"(?:[A-Za-z0-9](?:[A-Za-z0-9_.\-]*[A-Za-z0-9])?|\[[0-9a-fA-F:.]+\]):(\d{1,5})"
 )
 

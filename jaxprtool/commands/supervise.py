@@ -30,6 +30,7 @@ import threading
 import time
 
 from ..core import JaxprError
+from ..lazy import LazyPattern
 
 #: the child's environment variable: "JOIN_FD,LIFELINE_FD"
 CHILD_ENV = "JAXPRTOOL_SUPERVISED_FDS"
@@ -200,8 +201,8 @@ def _failure(where: str, stage, rc, pid: int, nproc: int, timeout: int, log: str
     return f"cannot join {where}: {missing}{said}"
 
 
-_STATUS = re.compile(r"absl::Status: ([A-Z_]+): ([^\n]*)")
-_RPC = re.compile(r"RPC: (/[\w./]+)")
+_STATUS = LazyPattern(r"absl::Status: ([A-Z_]+): ([^\n]*)")
+_RPC = LazyPattern(r"RPC: (/[\w./]+)")
 
 
 def _jax_status(log: str) -> str | None:

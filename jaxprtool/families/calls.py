@@ -48,6 +48,7 @@ from ..ad.zeros import (
     writes_tangent_ref,
 )
 from ..core import Jaxpr, JaxprError, RefType, ShapedArray, Var, np_dtype
+from ..lazy import LazyPattern
 from ..params import Opaque, Record, format_value
 from ..passes.dce import Unsupported, keep_whole, rebuild
 from ..record import define
@@ -1220,7 +1221,7 @@ def _kept_nested(prim: str, what: str, j: Jaxpr) -> str:
 
 #: `in_tree=PyTreeDef(([consts...], args))`: JAX's custom_vmap puts the constants it closes
 #: over first, as a list
-_VMAP_IN_TREE = re.compile(r"PyTreeDef\(\(\[((?:\*(?:, )?)*)\], (.*)\)\)")
+_VMAP_IN_TREE = LazyPattern(r"PyTreeDef\(\(\[((?:\*(?:, )?)*)\], (.*)\)\)")
 
 
 def _custom_vmap_lift_kept_consts(e, outer):
@@ -1834,7 +1835,7 @@ define(
 # shard_map, xla_pmap: the body runs per shard / per device
 
 
-_AXES_RE = re.compile(r"'([^']*)'\s*:\s*(\d+)")
+_AXES_RE = LazyPattern(r"'([^']*)'\s*:\s*(\d+)")
 
 
 def _mesh_sizes(mesh) -> dict[str, int]:

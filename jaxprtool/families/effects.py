@@ -16,6 +16,7 @@ from ..ad.ops import consts_as_refs, instantiate
 from ..ad.registry import rebind_primal
 from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import Jaxpr, JaxprError, ShapedArray
+from ..lazy import LazyPattern
 from ..params import Record, format_value
 from ..passes.dce import keep_whole
 from ..record import define
@@ -145,7 +146,7 @@ define("check", effectful=True, print_params=drop("err_tree"))
 # text (the format string, which arguments are positional or named, numpy's print options),
 # so it binds JAX's debug_print with those parameters rebuilt, and JAX prints.
 
-_PRINT_TREE = re.compile(r"PyTreeDef\(\(\(((?:\*, )*\*,?)?\), \{((?:'\w+': \*(?:, )?)*)\}\)\)")
+_PRINT_TREE = LazyPattern(r"PyTreeDef\(\(\(((?:\*, )*\*,?)?\), \{((?:'\w+': \*(?:, )?)*)\}\)\)")
 _OPTION_VALUE = (int, float, str, bool, type(None))
 
 
@@ -194,7 +195,7 @@ define("debug_print", bind_params=_debug_print_bind)
 shape_rule("pallas_call")(_avals_rule("out_avals"))
 #: JAX's `_has_side_effects(compiler_params)`: `has_side_effects=True` (a dict's or a
 #: dataclass's) or Mosaic's `SideEffectType.SIDE_EFFECTING`
-_SIDE_EFFECTS = re.compile(
+_SIDE_EFFECTS = LazyPattern(
     r"has_side_effects'?\s*[=:]\s*(?:True|\S*SideEffectType\.SIDE_EFFECTING\b)"
 )
 
@@ -210,7 +211,7 @@ define("pallas_call", effectful=True, effects_in_bodies=_pallas_effects_in_kerne
 # `run` of a kernel without a grid whose blocks are the whole arrays, as JAX's interpret mode
 # runs it (the printed GridMapping shows the block sizes but not the index maps a grid needs)
 
-_BLOCK_SIZES = re.compile(r"BlockMapping\(block_shape=\(((?:Blocked\(block_size=\d+\),? ?)*)\)\)")
+_BLOCK_SIZES = LazyPattern(r"BlockMapping\(block_shape=\(((?:Blocked\(block_size=\d+\),? ?)*)\)\)")
 
 
 def _whole_blocks(eqn) -> list[tuple[int, ...]] | None:

@@ -11,14 +11,13 @@ as JAX's does (`ref_access`: a read or a new Ref unused, a write into a dead Ref
 
 from __future__ import annotations
 
-import re
-
 from ..ad import ops
 from ..ad.builder import current
 from ..ad.ops import instantiate, new_ref, zeros_ref
 from ..ad.registry import rebind_primal
 from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import JaxprError, OpaqueType, RefType, ShapedArray, is_inexact, short_dtype_name
+from ..lazy import LazyPattern
 from ..params import Opaque, format_value
 from ..record import define
 from ..shapes import ShapeError, shape_rule
@@ -49,7 +48,7 @@ class _Window:
         self.start, self.size = start, size
 
 
-_WINDOW = re.compile(r"\$(\d+):\$\d+\+(\d+)$")
+_WINDOW = LazyPattern(r"\$(\d+):\$\d+\+(\d+)$")
 
 
 def _window(eqn, part: str, idx_inputs, before: list) -> _Window:
@@ -244,7 +243,7 @@ def _hint_or(prim, out_hint, inner):
     )
 
 
-_SLOT = re.compile(r"\$(\d+)")
+_SLOT = LazyPattern(r"\$(\d+)")
 
 
 def _ref_doc(e, p, ref, idx) -> pp.Doc:
@@ -498,7 +497,7 @@ _NO_VMAP_SLICE = (
     "(JAX refuses it too); index with an array (`i + iota`) instead"
 )
 _PLAIN_ONLY = "only a plain indexing `[i,:,1:3]` (no transform, no `...` among others) is batched"
-_OPERAND = re.compile(r"\$(\d+)$")
+_OPERAND = LazyPattern(r"\$(\d+)$")
 
 
 def _template_entries(tpl: str) -> list[str] | None:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from ..core import Jaxpr, OpaqueType, RefType, ShapedArray, Type, short_dtype_name
-from ..lazy import is_dtype, is_integer, np
+from ..lazy import LazyPattern, is_dtype, is_integer, np
 from ..params import Opaque, format_value
 from . import ShapeError
 
@@ -212,7 +211,7 @@ def _sym(d) -> str:
 
 
 _FACTOR = r"[A-Za-z_][A-Za-z0-9_]*(?:\^\d+)?"
-_TERM = re.compile(rf"^(?:(\d+)\*)?({_FACTOR}(?:\*{_FACTOR})*)$")
+_TERM = LazyPattern(rf"^(?:(\d+)\*)?({_FACTOR}(?:\*{_FACTOR})*)$")
 
 
 def _monomial(factors: dict[str, int]) -> str:
@@ -709,7 +708,7 @@ def output_elements(e) -> int:
     return sum(num_elements(o.type) for o in e.outputs)
 
 
-_AVAL_RE = re.compile(r"ShapedArray\(([a-z0-9_]+)\[([^\]]*)\](?:,\s*weak_type=(True|False))?")
+_AVAL_RE = LazyPattern(r"ShapedArray\(([a-z0-9_]+)\[([^\]]*)\](?:,\s*weak_type=(True|False))?")
 
 
 def parse_avals(value) -> list[ShapedArray] | None:

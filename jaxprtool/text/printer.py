@@ -55,13 +55,11 @@ from __future__ import annotations
 
 import functools
 import marshal
-import re
-import string
 from typing import Any
 
 from .. import core
 from ..core import Jaxpr, Literal, Var
-from ..lazy import DTypeName, is_dtype, is_numpy_scalar
+from ..lazy import DTypeName, LazyPattern, is_dtype, is_numpy_scalar
 from ..params import EnumValue, Record, SpacedList, format_value
 from ..record import prim as record_of
 from . import pretty as pp
@@ -72,7 +70,7 @@ __all__ = ["print_jaxpr", "encode_name", "literal_text", "Namer"]
 
 #: namedtuple parameter classes: JAX's shared-jaxpr walk looks inside them (they are tuples)
 _NAMEDTUPLES = frozenset({"_LinearSolveTuple"})
-_ADDR = re.compile(r" at 0x([0-9a-fA-F]+)")
+_ADDR = LazyPattern(r" at 0x([0-9a-fA-F]+)")
 
 
 def encode_name(n: int) -> str:
@@ -1263,7 +1261,7 @@ def _name_chunks():
     """encode_name(0), encode_name(1), ... in lists: `a`..`z`, then for each width the names
     whose first letter is not `a` (a leading zero digit), in order, 26 at a time (each
     prefix of the width before, followed by every letter: one concatenation a name)."""
-    letters = string.ascii_lowercase
+    letters = "abcdefghijklmnopqrstuvwxyz"
     yield list(letters)
     prefixes = list(letters[1:])
     while True:

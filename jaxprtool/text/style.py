@@ -31,10 +31,11 @@ from typing import Any
 
 from .. import core
 from ..frozen import Frozen, set_field
+from ..lazy import LazyPattern
 from ..params import Opaque, Record, format_value
 from ..record import prim as record_of
 
-_REAL_ADDR = re.compile(r" at 0x(?!X+\b)[0-9a-fA-F]+")
+_REAL_ADDR = LazyPattern(r" at 0x(?!X+\b)[0-9a-fA-F]+")
 
 #: the clues an equation gives about the JAX version that printed it (`version_clues`):
 #: printed by that version (or one before it, for the `BEFORE_` ones)

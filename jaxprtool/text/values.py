@@ -34,22 +34,22 @@ from __future__ import annotations
 import re
 
 from .. import core
-from ..lazy import LIGHT_DTYPES, DTypeName, np
+from ..lazy import LIGHT_DTYPES, DTypeName, LazyPattern, np
 from ..params import EnumValue, NpScalar, Opaque, Record, SpacedList, SymExpr
 
-_IDENT = re.compile(r"[^\W\d]\w*")
-_NUM = re.compile(r"-?(?:\d+\.\d*(?:e[+-]?\d+)?|\d+e[+-]?\d+|inf\b|nan\b|\d+)")
-_WS = re.compile(r"\s*")
-_ENUM = re.compile(r"([A-Z]\w*)\.([A-Za-z_]\w*)")
+_IDENT = LazyPattern(r"[^\W\d]\w*")
+_NUM = LazyPattern(r"-?(?:\d+\.\d*(?:e[+-]?\d+)?|\d+e[+-]?\d+|inf\b|nan\b|\d+)")
+_WS = LazyPattern(r"\s*")
+_ENUM = LazyPattern(r"([A-Z]\w*)\.([A-Za-z_]\w*)")
 _SYMFUN = frozenset({"floordiv", "mod", "max", "min", "non_negative"})
 _OPEN = {"(": ")", "[": "]", "{": "}", "<": ">"}
-_OBJ_REPR = re.compile(r"<(?:function|class|bound|built-in|module|method)\b|<[\w.]+ object\b")
+_OBJ_REPR = LazyPattern(r"<(?:function|class|bound|built-in|module|method)\b|<[\w.]+ object\b")
 _DTYPE_CACHE: dict[str, np.dtype | None] = {}
 _CLOSERS = ",)]}"
 #: the text of a dimension expression (`2*b + 1`, `floordiv(b, 2) - 1`)
-_SYM_TEXT = re.compile(r"[\w\s*+\-^(),/]+")
+_SYM_TEXT = LazyPattern(r"[\w\s*+\-^(),/]+")
 #: two operands side by side (`0 0`, `b (`): not an expression
-_ADJACENT = re.compile(r"[\w)]\s+[\w(]")
+_ADJACENT = LazyPattern(r"[\w)]\s+[\w(]")
 
 
 class ValueError_(Exception):
@@ -387,7 +387,7 @@ def _frozenset(s: str, i: int, e: int, hook):
     return frozenset(vals), end + 1
 
 
-_KW = re.compile(r"([A-Za-z_]\w*)=")
+_KW = LazyPattern(r"([A-Za-z_]\w*)=")
 
 
 def _call(s: str, i: int, name: str, e: int, hook):

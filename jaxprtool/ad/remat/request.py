@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...core import Eqn, Jaxpr
+from ...lazy import LazyPattern
 from .records import Offload, remat_class
 
 POLICIES = (
@@ -64,7 +65,7 @@ def with_segments(spec: Spec, segments) -> Spec:
     return dataclasses.replace(spec, segments=text)
 
 
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmgt]i?b?|b)?\s*$", re.I)
+_SIZE = LazyPattern(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmgt]i?b?|b)?\s*$", re.I)
 _UNITS = {"": 1, "b": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 
 
@@ -142,7 +143,7 @@ class _Call:
     kwargs: tuple[tuple[str, object], ...] = ()
 
 
-_TOKEN = re.compile(r"\s*(?:(\"[^\"]*\"|'[^']*')|([A-Za-z_][\w.\-]*)|([()\[\],=]))")
+_TOKEN = LazyPattern(r"\s*(?:(\"[^\"]*\"|'[^']*')|([A-Za-z_][\w.\-]*)|([()\[\],=]))")
 
 
 def _tokens(text: str) -> list[tuple[str, str]]:

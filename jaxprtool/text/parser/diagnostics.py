@@ -10,10 +10,10 @@ every error is the grammar's.
 
 from __future__ import annotations
 
-import re
 from bisect import bisect_right
 
 from ...core import JaxprError, Loc, OverLimit
+from ...lazy import LazyPattern
 from .. import grammar as G
 
 #: the deepest nesting of jaxprs accepted (every command recurses once or more per level)
@@ -88,7 +88,7 @@ class Source:
 
 
 #: a binder `name:` (an equation's start), for the mis-indented equation message
-_BINDER_START = re.compile(r"(?:[a-z]+_?|_):")
+_BINDER_START = LazyPattern(r"(?:[a-z]+_?|_):")
 
 
 def block_ended(st):
@@ -150,8 +150,8 @@ def too_deep() -> str:
     return f"jaxprs nest too deeply (at most {MAX_NESTING} levels of nested jaxprs)"
 
 
-_HUGE_NUMBER = re.compile(r"[0-9]{%d,}" % (MAX_DIGITS + 1))
-_TWO_DIGITS = re.compile(r"(?=[0-9]{2})")
+_HUGE_NUMBER = LazyPattern(r"[0-9]{%d,}" % (MAX_DIGITS + 1))
+_TWO_DIGITS = LazyPattern(r"(?=[0-9]{2})")
 _STEP = (MAX_DIGITS + 1) // 2
 
 

@@ -38,6 +38,7 @@ import re
 from sys import intern
 
 from ...core import Eqn, JaxprError, Loc, Var
+from ...lazy import LazyPattern
 from .. import grammar as G
 from ..twin import twin
 from .param_values import Nested, ParamValues, fresh, memoizable
@@ -387,7 +388,7 @@ def _plain_line(indent: str):
     ).match
 
 
-_INLINE_END = re.compile(r";| in \(|\n")
+_INLINE_END = LazyPattern(r";| in \(|\n")
 
 
 def _inline_end(s: str, e: int) -> int:

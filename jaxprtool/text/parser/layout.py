@@ -24,9 +24,9 @@ stream, and the layout needs the lexer's state too.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
+from ...lazy import LazyPattern
 from .. import grammar as G
 from .diagnostics import MAX_NESTING, block_ended, jax_column, too_deep, warn_misindented
 from .param_values import Nested
@@ -42,9 +42,9 @@ def _bare_eq_at(s: str, e: int, col: int, eqcol: int) -> bool:
 
 
 #: a binder that no operand can be (`nan:` and `inf:` start literals too: FORMAT H1)
-_EQUATION_START = re.compile(r"(?!(?:nan|inf):)(?:[a-z]+_?|_):")
+_EQUATION_START = LazyPattern(r"(?!(?:nan|inf):)(?:[a-z]+_?|_):")
 #: a line of `nan:T` and `inf:T` only: literals, or the binders of an equation (H1)
-_LITERALS_OR_BINDERS = re.compile(r"[ \t]*(?:(?:nan|inf):\S+[ \t]*)+(?:#.*)?")
+_LITERALS_OR_BINDERS = LazyPattern(r"[ \t]*(?:(?:nan|inf):\S+[ \t]*)+(?:#.*)?")
 
 
 def _misplaced_equation(s: str, e: int, col: int, eqcol: int, last: str) -> bool:

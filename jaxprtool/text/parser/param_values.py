@@ -11,10 +11,8 @@ the balanced text.
 
 from __future__ import annotations
 
-import re
-
 from ... import params
-from ...lazy import is_dtype
+from ...lazy import LazyPattern, is_dtype
 from .. import grammar as G
 from ..values import ValueError_, parse_value
 from .diagnostics import Source
@@ -25,10 +23,10 @@ _STRING_KEYS = frozenset({"name", "fmt"})
 #: keys whose value is one symbolic dimension, printed bare (`dim_as_value[dim=2*b + 1]`,
 #: `conv_general_dilated[feature_group_count=3*b]`, JAX's vmap of a conv over a symbolic size)
 _DIM_KEYS = frozenset({"dim", "feature_group_count", "batch_group_count"})
-_DIM_EXPR = re.compile(r"(?:- )?[\w(][\w*+\-^(),/ ]*")
-_DIM_OPERATOR = re.compile(r"[*+^/]|\w\(| - |^- ")
+_DIM_EXPR = LazyPattern(r"(?:- )?[\w(][\w*+\-^(),/ ]*")
+_DIM_OPERATOR = LazyPattern(r"[*+^/]|\w\(| - |^- ")
 #: two operands side by side (`b c`): no expression
-_ADJACENT = re.compile(r"[\w)]\s+[\w(]")
+_ADJACENT = LazyPattern(r"[\w)]\s+[\w(]")
 
 _CONSTS = {"True": True, "False": False, "None": None}
 

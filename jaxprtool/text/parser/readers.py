@@ -11,10 +11,10 @@ they find the tokens.
 from __future__ import annotations
 
 import math
-import re
 
 from ... import core
 from ...core import Eqn, JaxprError, Literal, Loc, ShapedArray, Var
+from ...lazy import LazyPattern
 from .. import grammar as G
 from ..values import ValueError_, balanced_end
 from .diagnostics import MAX_DIM, Source, underscore_warning
@@ -45,9 +45,9 @@ def define(table: dict, prim: str, inputs: tuple, outs, prm: dict, loc: Loc) -> 
 _NAME_LIKE_LITERALS = frozenset({"infj", "nanj"})
 
 #: xmap's named axes after `;` in a type: `a:8`, `a:8,b:2`
-_NAMED_SHAPE = re.compile(r"[^\W\d]\w*:[0-9]+(?:,[^\W\d]\w*:[0-9]+)*")
+_NAMED_SHAPE = LazyPattern(r"[^\W\d]\w*:[0-9]+(?:,[^\W\d]\w*:[0-9]+)*")
 
-_SYMBOLIC_DIM = re.compile(r"(?=.*[A-Za-z_])[\w *+\-^(),@']+")
+_SYMBOLIC_DIM = LazyPattern(r"(?=.*[A-Za-z_])[\w *+\-^(),@']+")
 
 WEAK_F32 = ShapedArray((), "f32", weak_type=True)
 _WEAK = {
@@ -307,7 +307,7 @@ class Readers(Source):
 
 
 #: two operands without an operator between them: no dimension expression
-_ADJACENT_OPERANDS = re.compile(r"[\w)]\s+[\w(]")
+_ADJACENT_OPERANDS = LazyPattern(r"[\w)]\s+[\w(]")
 
 
 def _valid_symbolic_dim(d: str) -> bool:
