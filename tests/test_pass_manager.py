@@ -300,3 +300,90 @@ def test_timing_table():
     assert {"grad", "verify after grad", "canonicalize", "verify after canonicalize"} <= set(rows)
     r = invoke("check", "--timing", str(SAMPLES / "mlp.jaxpr"), str(SAMPLES / "cond.jaxpr"))
     assert r.exit_code == 0 and _timing_rows(r.stderr)["parse"][0] == 2
+
+
+# ---------------------------------------------------------------- mesh axis sizes per step
+
+#: a program printing one mesh (x: 4, y: 2): JAX 0.12's shard_map (the corpus' shard_map_vma)
+ONE_MESH = """\
+{ lambda ; a:f32[8,4] b:f32[8,1]. let
+    c:f32[2,4] d:f32[8,4] = shard_map[
+      check_vma=True
+      in_specs=(P('x', 'y'), P('x',))
+      jaxpr={ lambda ; e:f32[2,2]{V:(x,y)} f:f32[2,1]{V:x}. let
+          g:f32[2,1]{V:(x,y)} = pvary[axes=('y',)] f
+          h:f32[2,2]{V:(x,y)} = mul e g
+          i:f32[2,2]{V:y} = psum_invariant[axes=('x',)] h
+          j:i32[]{V:(x,y)} = pvary[axes=('x', 'y')] 1:i32[]
+          k:f32[]{V:(x,y)} = convert_element_type[
+            new_dtype=float32
+            weak_type=False
+          ] j
+          l:f32[2,2]{V:(x,y)} = add e k
+        in (i, l) }
+      mesh=Mesh('x': 4, 'y': 2, axis_types=(Auto, Auto))
+      newly_manual_axes=frozenset({'x', 'y'})
+      out_specs=(P(None, 'y'), P('x', 'y'))
+    ] a b
+  in (c, d) }
+"""
+
+#: JAX 0.12's jit of a sharding constraint (the corpus' sharding_constraint_auto_mesh), its
+#: out_shardings' mesh edited to give `x` another size (2) than the others (4)
+TWO_SIZES = """\
+{ lambda ; a:f32[8,4]. let
+    b:f32[8,4] = jit[
+      name=f
+      in_shardings=(NamedSharding(mesh=Mesh('x': 4, 'y': 2, axis_types=(Auto, Auto)), spec=P(None, 'y'), memory_kind=device),)
+      jaxpr={ lambda ; a:f32[8,4]. let
+          c:f32[8,4] = mul a 2.0:f32[]
+          d:f32[8,4] = sharding_constraint[
+            context_mesh=Mesh()
+            layout=None
+            sharding=NamedSharding(mesh=Mesh('x': 4, 'y': 2, axis_types=(Auto, Auto)), spec=P('x', None), memory_kind=device)
+            unconstrained_dims=frozenset({})
+          ] c
+          b:f32[8,4] = add d 1.0:f32[]
+        in (b,) }
+      out_shardings=(NamedSharding(mesh=Mesh('x': 2, 'y': 2, axis_types=(Auto, Auto)), spec=P(), memory_kind=device),)
+    ] a
+  in (b,) }
+"""
+
+
+def _axis_size_walks(monkeypatch, text: str, *args) -> tuple[list, str]:
+    """(the sizes each walk over a program's meshes found, the command's output)."""
+    import jaxprtool.shardings as shardings
+
+    found = []
+    real = shardings.printed_axis_sizes
+
+    def counted(j):
+        found.append(real(j))
+        return found[-1]
+
+    monkeypatch.setattr(shardings, "printed_axis_sizes", counted)
+    r = invoke(*args, "-", input=text)
+    assert r.exit_code == 0, r.output
+    return found, r.stdout
+
+
+def test_steps_after_the_first_reuse_its_mesh_axis_sizes(monkeypatch):
+    """The meshes of a step's program are the input's (no step makes one): the sizes are
+    found by one walk, not one per step; the output is that of the passes run one by one."""
+    walks, out = _axis_size_walks(monkeypatch, ONE_MESH, "opt", "-p", "cse,dce,canonicalize")
+    assert walks == [{"x": 4, "y": 2}]
+    one_by_one = ONE_MESH
+    for p in ("cse", "dce", "canonicalize"):
+        one_by_one = invoke("opt", "-p", p, "-", input=one_by_one).stdout
+    assert out == one_by_one
+    walks, _ = _axis_size_walks(monkeypatch, ONE_MESH, "vjp")
+    assert walks == [{"x": 4, "y": 2}]  # vjp, then its clean-up (canonicalize)
+
+
+def test_an_axis_with_two_sizes_is_walked_again(monkeypatch):
+    """Two meshes giving `x` two sizes (None): once inline dropped the jit holding one of
+    them, the next step walks its program and knows the size again (and the step after
+    it reuses that)."""
+    walks, _ = _axis_size_walks(monkeypatch, TWO_SIZES, "opt", "-p", "inline,cse,dce")
+    assert walks == [{"x": None, "y": 2}, {"x": 4, "y": 2}]
