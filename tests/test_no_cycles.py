@@ -50,3 +50,20 @@ def test_a_command_leaves_no_program_in_a_cycle(args):
         assert r.exit_code == 0, r.output
 
     assert _cyclic_program_objects(run) == []
+
+
+def test_the_program_keeps_only_the_last_result_of_a_split_input(monkeypatch):
+    """The `jaxprtool` program keeps a pipeline's result to its exit (not freed equation by
+    equation after the printing), the latest only: a split input's earlier parts' results
+    are let go, not added up."""
+    from jaxprtool import cli
+
+    monkeypatch.setattr(cli, "_STANDALONE", True)
+    monkeypatch.setattr(cli, "_one_program_process", lambda command: None)  # (per process)
+    monkeypatch.setattr(cli, "_LAST", [])
+    parts = "\n# -----\n".join(
+        f"{{ lambda ; a:f32[3]. let b:f32[3] = {p} a in (b,) }}" for p in ("sin", "cos", "exp")
+    )
+    r = CliRunner().invoke(main, ["opt", "-p", "dce", "--split-input-file", "-"], input=parts)
+    assert r.exit_code == 0, r.output
+    assert [e.prim for j in cli._LAST for e in j.eqns] == ["exp"]
