@@ -157,27 +157,10 @@ class Instruments:
         #: how many steps the current input goes through (for the `(2/3)` of the dumps)
         self.total = 0
         self.done = 0
-        #: the mesh axis sizes the current input's first step found (`_axis_sizes`)
-        self.axis_sizes: dict[str, int | None] | None = None
 
     def start(self, render: Callable[[Jaxpr], str], total: int) -> None:
         """A new input: its printer and its number of steps."""
         self.render, self.total, self.done = render, total, 0
-        self.axis_sizes = None
-
-    def _axis_sizes(self, jaxpr: Jaxpr):
-        """`axis_sizes_of` for a step on `jaxpr`: after the input's first step, the sizes
-        that step found.  Every mesh a later step's program prints comes from the input's
-        parameters (the transformations and passes copy parameters, never make a mesh), so
-        the input's sizes give each axis such a program names its size, and the walk over
-        the whole program (0.1 s of grad's clean-up at 100k equations) is not repeated.  When
-        two meshes of the input gave one axis two sizes (None), a step that dropped one of
-        them (inline) would know the size again: every step walks its own program then."""
-        from ..shardings import axis_sizes_of
-
-        if self.axis_sizes is None:
-            return axis_sizes_of(jaxpr, self.mesh)
-        return axis_sizes_of(None, self.axis_sizes)
 
     def _dumps_after(self, name: str) -> bool:
         return self.print_after_all or name in self.print_after
@@ -186,15 +169,14 @@ class Instruments:
         """Run fn(jaxpr) as step `name` (written `label`, e.g. `inline{names=relu}`);
         `view(result)` is the program to verify and print when the result is not a jaxpr."""
         from ..core import gc_paused
+        from ..shardings import axis_sizes_of
 
         self.done += 1
         tag = f"{label} ({self.done}/{self.total})" if self.total > 1 else label
         if self.print_before and (name in self.print_before or "all" in self.print_before):
             self.dump(f"IR Dump Before {tag}", jaxpr)
-        with timed(label), gc_paused(), self._axis_sizes(jaxpr) as sizes:
+        with timed(label), gc_paused(), axis_sizes_of(jaxpr, self.mesh):
             result = fn(jaxpr)
-        if self.axis_sizes is None and None not in sizes.values():
-            self.axis_sizes = dict(sizes)
         out = view(result) if view is not None else result
         if self.verify_each:
             with timed(f"verify after {label}"):
