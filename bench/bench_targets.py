@@ -420,9 +420,15 @@ def layers_text(layers: int) -> str:
     return "".join(out)
 
 
+#: one scale row's child: the command run as the `jaxprtool` program runs it (`cli.entry`
+#: marks the process standalone: the collector's generations frozen after each paused block,
+#: the program read kept to the exit), measured from within: CPU s, peak memory growth,
+#: equations written
 SCALE = r"""
 import sys, time
+from jaxprtool import cli
 from jaxprtool.cli import main
+cli._STANDALONE = True  # (as `cli.entry`, which ends the process before it could measure)
 def hwm_kb():  # this process's peak resident memory
     for line in open("/proc/self/status"):
         if line.startswith("VmHWM:"):

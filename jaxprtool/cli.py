@@ -111,6 +111,17 @@ def keep_until_exit(obj) -> None:
         _KEPT.append(obj)
 
 
+#: the result `keep_last_until_exit` keeps
+_LAST: list = []
+
+
+def keep_last_until_exit(obj) -> None:
+    """As `keep_until_exit`, for the latest `obj` given here only: the one given before is
+    let go (the results of a split input's parts, freed each when the next one comes)."""
+    if _STANDALONE:
+        _LAST[:] = [obj]
+
+
 def _leave(code) -> None:
     """End the process with status `code` (SystemExit's) without tearing down its objects:
     freeing a million equations one by one costs ~0.4 s after the work is done.  Where JAX

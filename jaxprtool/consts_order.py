@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from .core import Eqn, Jaxpr, JaxprError, Var, subjaxprs
+from .core import Eqn, Jaxpr, JaxprError, Var, eqn_subjaxprs, subjaxprs
 from .frozen import Frozen, set_field
 
 
@@ -130,22 +130,27 @@ def nested_with_consts(jaxpr: Jaxpr) -> list[tuple[Jaxpr, Eqn]]:
     program is numbered only once hoisted)."""
     from .passes.hoist_consts import hoistable_body
 
-    seen: set[int] = set()
     found: list[tuple[Jaxpr, Eqn]] = []
-
-    def walk(j: Jaxpr) -> None:
-        for e in j.eqns:
-            call_body = hoistable_body(e)
-            for _key, sub in _param_jaxprs(e):
-                if id(sub) in seen:
-                    continue
-                seen.add(id(sub))
-                if sub.constvars and sub is not call_body:
-                    found.append((sub, e))
-                walk(sub)
-
-    walk(jaxpr)
+    _nested_with_consts(jaxpr, hoistable_body, set(), found)
     return found
+
+
+def _nested_with_consts(j: Jaxpr, hoistable_body, seen: set[int], found: list) -> None:
+    """`nested_with_consts`' walk, a function of its own: a nested one calling itself is a
+    cycle holding `found`, its programs freed only by the collector (never, in the program,
+    which freezes them: `core.FREEZE_AFTER_PAUSE`).  An equation without a nested jaxpr
+    (most; `eqn_subjaxprs` remembers it) is passed over before its record is looked up."""
+    for e in j.eqns:
+        if not eqn_subjaxprs(e):
+            continue
+        call_body = hoistable_body(e)
+        for _key, sub in _param_jaxprs(e):
+            if id(sub) in seen:
+                continue
+            seen.add(id(sub))
+            if sub.constvars and sub is not call_body:
+                found.append((sub, e))
+            _nested_with_consts(sub, hoistable_body, seen, found)
 
 
 def _param_jaxprs(e: Eqn) -> Iterator[tuple[str, Jaxpr]]:

@@ -199,9 +199,15 @@ class Instruments:
         return result
 
     def pipeline(self, jaxpr: Jaxpr, steps: Iterable) -> Jaxpr:
-        """Run the `PipelineStep`s of a parsed pipeline in order."""
+        """Run the `PipelineStep`s of a parsed pipeline in order.  The result is the program
+        the command prints and, but for a split input's parts, the process's last: kept to
+        the exit of the `jaxprtool` program (`keep_last_until_exit`), not freed equation by
+        equation after the printing (0.15 s of grad at 100k equations)."""
+        from ..cli import keep_last_until_exit
+
         for step in steps:
             jaxpr = self.run_step(step.name, str(step), jaxpr, step.run)
+        keep_last_until_exit(jaxpr)
         return jaxpr
 
     def text(self, jaxpr: Jaxpr) -> str:

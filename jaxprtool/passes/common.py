@@ -38,6 +38,10 @@ class JaxprMemo:
         self._d[_key(key)] = (key, value)
         return value
 
+    def clear(self) -> None:
+        """Let go of every key and value (see `recursive_pass`)."""
+        self._d.clear()
+
 
 def _key(key):
     if isinstance(key, tuple):
@@ -238,7 +242,13 @@ def recursive_pass(jaxpr: Jaxpr, fn: Callable[[Jaxpr, Callable[[Jaxpr], Jaxpr]],
     to the nested jaxprs."""
     memo = JaxprMemo()
     go = rewrite_nested(memo, lambda j: fn(j, go))
-    return go(jaxpr)
+    try:
+        return go(jaxpr)
+    finally:
+        # `go` and the lambda refer to each other, a cycle holding the memo: the pass's
+        # input and result, which only the collector would free (never, in the program,
+        # which freezes them: `core.FREEZE_AFTER_PAUSE`)
+        memo.clear()
 
 
 class EqnRewrite:

@@ -66,11 +66,11 @@ def hoist_with_sources(jaxpr: Jaxpr) -> tuple[Jaxpr, dict[int, Var]]:
         lifted.extend(outer)
         return e
 
-    return _lifting(close)(jaxpr), sources
+    return _lifting(close, jaxpr), sources
 
 
-def _lifting(rewrite):
-    """`lift(jaxpr)`: every equation, inner jaxprs first, rewritten by `rewrite(eqn, lifted)`,
+def _lifting(rewrite, jaxpr: Jaxpr) -> Jaxpr:
+    """`jaxpr` with every equation, inner jaxprs first, rewritten by `rewrite(eqn, lifted)`,
     which appends to `lifted` the new constants of the enclosing jaxpr it makes; each jaxpr
     object once (a shared body stays shared), unchanged ones returned as they are."""
     memo = JaxprMemo()
@@ -86,7 +86,10 @@ def _lifting(rewrite):
             return memo.put(j, j)
         return memo.put(j, j.replace(constvars=tuple(j.constvars) + tuple(lifted), eqns=eqns))
 
-    return lift
+    try:
+        return lift(jaxpr)
+    finally:
+        memo.clear()  # (`lift` refers to itself, a cycle holding the memo: `recursive_pass`)
 
 
 def hoistable(e: Eqn) -> bool:
@@ -164,7 +167,7 @@ def lift_kept_consts(jaxpr: Jaxpr) -> tuple[Jaxpr, dict[int, Var]]:
             return rule(e, outer_for(lifted))
         return e
 
-    lifted = _lifting(lift_kept)(jaxpr)
+    lifted = _lifting(lift_kept, jaxpr)
     if lifted is jaxpr:
         return jaxpr, sources
     program, hoisted = hoist_with_sources(lifted)
