@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import gc
 import importlib
 import itertools
 import math
@@ -240,6 +241,17 @@ SAMPLED = {
         0,
     ),
 }
+
+
+def pytest_collection_finish(session):
+    """The collector's objects (the test modules, JAX and the tool, loaded) frozen out of the
+    garbage collector's generations, and collections 30 times rarer: the suite allocates
+    millions of short-lived objects (tracers, equations) and spent about 5% of its CPU time in
+    the collector (1.46 of 26.5 CPU-s on test_vmap, test_ad_special and test_printer), 2% with
+    these settings (0.56 s).  Cycles are still collected, only later."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 10)
 
 
 def pytest_collection_modifyitems(config, items):
