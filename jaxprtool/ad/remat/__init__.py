@@ -83,6 +83,7 @@ from .graph import (  # noqa: F401
     Plan,
     _by_id,
     _plan_from_saved,
+    _signature,
     policy_plan,
 )
 from .mincut import (  # noqa: F401
@@ -155,6 +156,5 @@ from .segments import (  # noqa: F401
     _even_starts,
     _layer_starts,
     _regular_marks,
-    _signature,
     find_segments,
 )

@@ -68,9 +68,7 @@ class Graph:
         return b
 
     def signature(self, i: int):
-        """`segments._signature` of equation `i`, made once."""
-        from .segments import _signature
-
+        """`_signature` of equation `i`, made once."""
         s = self._sigs.get(i)
         if s is None:
             s = self._sigs[i] = _signature(self.eqns[i])
@@ -335,3 +333,19 @@ def policy_plan(g: Graph, spec: Spec) -> Plan:
     plan.bytes_after -= moved
     plan.bytes_offloaded += moved
     return plan
+
+
+def _signature(e: Eqn):
+    """What two structurally equal equations share: primitive, types, parameters (a body
+    by its size), literals by value."""
+    params = []
+    for k, v in e.params.items():
+        if isinstance(v, Jaxpr):
+            params.append((k, "jaxpr", len(v.eqns)))
+        elif isinstance(v, (tuple, list)) and any(isinstance(x, Jaxpr) for x in v):
+            params.append((k, "jaxprs", len(v)))
+        else:
+            text = str(v)
+            params.append((k, text if len(text) < 200 else hash(text)))
+    ins = tuple(str(x.type) if isinstance(x, Var) else ("lit", str(x)) for x in e.inputs)
+    return (e.prim, ins, tuple(str(o.type) for o in e.outputs), tuple(params))

@@ -80,22 +80,6 @@ def _crossing(eqns) -> list[int]:
     return out
 
 
-def _signature(e: Eqn):
-    """What two structurally equal equations share: primitive, types, parameters (a body
-    by its size), literals by value."""
-    params = []
-    for k, v in e.params.items():
-        if isinstance(v, Jaxpr):
-            params.append((k, "jaxpr", len(v.eqns)))
-        elif isinstance(v, (tuple, list)) and any(isinstance(x, Jaxpr) for x in v):
-            params.append((k, "jaxprs", len(v)))
-        else:
-            text = str(v)
-            params.append((k, text if len(text) < 200 else hash(text)))
-    ins = tuple(str(x.type) if isinstance(x, Var) else ("lit", str(x)) for x in e.inputs)
-    return (e.prim, ins, tuple(str(o.type) for o in e.outputs), tuple(params))
-
-
 def _layer_starts(g: Graph, cross: list[int]) -> list[int] | None:
     """The repeated layer structure: the L equations of a signature occurring L times at
     regular intervals mark the layers (of the counts L covering enough equations, the one
