@@ -225,9 +225,8 @@ def test_settled_on_the_same_program(settled_name):
     assert settled(j, k) == (settled_name != "cse_settled")
 
 
-def test_fold_leaves_a_program_without_foldable_equations_alone(monkeypatch):
-    """AD's `broadcast_in_dim 1.0` seed has only literal operands but no fold rule: fold
-    returns the program itself without a rewrite walk; a scalar add of literals folds."""
+def _count_fold_walks(monkeypatch) -> list:
+    """The programs fold's rewrite walks are made over, as they are made."""
     from jaxprtool.passes import fold as fold_mod
 
     walks = []
@@ -238,6 +237,13 @@ def test_fold_leaves_a_program_without_foldable_equations_alone(monkeypatch):
             super().__init__(jaxpr, go)
 
     monkeypatch.setattr(fold_mod, "EqnRewrite", Counting)
+    return walks
+
+
+def test_fold_leaves_a_program_without_foldable_equations_alone(monkeypatch):
+    """AD's `broadcast_in_dim 1.0` seed has only literal operands but no fold rule: fold
+    returns the program itself without a rewrite walk; a scalar add of literals folds."""
+    walks = _count_fold_walks(monkeypatch)
     j = program(
         "{ lambda ; a:f32[3]. let b:f32[3] = broadcast_in_dim[broadcast_dimensions=() "
         "shape=(3,) sharding=None] 1.0:f32[]; c:f32[3] = mul a b in (c,) }"
@@ -251,16 +257,7 @@ def test_fold_leaves_a_program_whose_bodies_fold_nothing_alone(monkeypatch):
     """A program with nested jaxprs (AD's gradients of custom_jvp calls) is not rewritten
     when neither it nor its bodies have anything to fold; a body that folds is rewritten,
     and so is the program holding it."""
-    from jaxprtool.passes import fold as fold_mod
-
-    walks = []
-
-    class Counting(fold_mod.EqnRewrite):
-        def __init__(self, jaxpr, go):
-            walks.append(jaxpr)
-            super().__init__(jaxpr, go)
-
-    monkeypatch.setattr(fold_mod, "EqnRewrite", Counting)
+    walks = _count_fold_walks(monkeypatch)
     body = "{ lambda ; d:f32[]. let e:f32[] = %s in (e,) }"
     text = (
         "{ lambda ; a:f32[]. let b:f32[] = jit[name=g jaxpr=%s] a; c:f32[] = mul b 2.0:f32[] "
