@@ -15,7 +15,13 @@ liveness model and 2.05 GB on a TPU v5e).  The device model therefore counts
   saved values free: what its recomputation materializes (its products, reductions), the
   largest of the segments;
 
-the saved bytes `copies` times (a scan body's, stacked), as `planned_peak` does.  The plain
+the saved bytes `copies` times (a scan body's, stacked), as `planned_peak` does.  A scan
+body (`copies` > 1) is counted as `planned_peak` counts it: the loop stacks each saved value
+as one of its results, which no fusion recomputes across the loop (the scan twin of the TPU
+transformer holds 6.1 GB for its plain gradient, the unrolled one 2.0 GB), and one backward
+iteration holds the residuals it recomputes (the scan twin's nothing_saveable plan: 0.99 GB
+on the TPU, 0.91 GB in the liveness model).  `fit._figures` adds a scan body's plan to the
+program's (whose own plan sees only the residuals the loop stacks).  The plain
 gradient (every residual saved) is then the min-cut plan's bytes, which is about what XLA
 holds for it; its compile gives the ratio of XLA's temp bytes to the model's figure (the
 backward's own temporaries, layouts), by which every plan's figure is scaled.
@@ -24,6 +30,7 @@ backward's own temporaries, layouts), by which every plan's figure is scaled.
 from __future__ import annotations
 
 from ...core import Var
+from .budget import planned_peak
 from .graph import Graph, Plan
 from .mincut import min_cut_saved
 
@@ -41,6 +48,8 @@ def device_bytes(g: Graph, plan: Plan, groups=None) -> int:
     """The device model's figure for `plan` (before the calibration's scale): the fused bytes
     of its saved values, `g.copies` times, plus the largest fused bytes a segment's backward
     stretch recomputes (`groups`: `Graph.peak_groups`, None without segments)."""
+    if g.copies > 1:  # a scan body: its liveness figure (module doc)
+        return planned_peak(g, plan, groups)
     saved_ids = {id(v) for v in plan.saved}
     fixed = sum(g.cost(v) for v in plan.saved if id(v) in g.boundary)
     wanted = [v for v in plan.saved if isinstance(v, Var) and id(v) not in g.free]
@@ -57,6 +66,8 @@ def device_bytes(g: Graph, plan: Plan, groups=None) -> int:
 
 def plain_device_bytes(g: Graph) -> int:
     """The device model's figure for the plain gradient (every residual saved)."""
+    if g.copies > 1:  # a scan body: its liveness figure (module doc)
+        return g.copies * g.residual_bytes()
     wanted = [v for v in g.residuals if isinstance(v, Var) and id(v) not in g.free]
     fixed = sum(g.cost(v) for v in {id(v): v for v in g.residuals}.values() if id(v) in g.boundary)
     return g.copies * (fixed + _cut_bytes(g, wanted, set()))

@@ -166,13 +166,40 @@ class Fit:
 
 def _figures(plans: list) -> tuple[int, int, int, int]:
     """(liveness with the plan, without, fused with, fused without) of the outermost plans
-    (those of nested bodies where there is none)."""
+    (those of nested bodies where there is none), with what the plans of scan bodies add
+    (`_scan_terms`)."""
     top = [p for p in plans if not p.nested] or plans
     after = sum(p.peak if p.peak is not None else p.bytes_after for p in top)
     before = sum(p.peak_before if p.peak_before is not None else p.bytes_before for p in top)
     fused = sum(p.device or 0 for p in top)
     fused_before = sum(p.device_before or 0 for p in top)
+    if len(top) < len(plans):
+        terms = [_scan_terms(p) for p in plans if p.nested]
+        after += sum(t[0] for t in terms)
+        before += sum(t[1] for t in terms)
+        fused += sum(t[2] for t in terms)
+        fused_before += sum(t[3] for t in terms)
     return after, before, fused, fused_before
+
+
+def _scan_terms(p) -> tuple[int, int, int, int]:
+    """What the plan `p` of a scan body (planned before the program holding it, `copies`
+    iterations) adds to the outermost plan's figures, as `_figures` orders them.  The
+    outermost plan counts the loop's stacked residuals as the body's plan left them (`copies`
+    times its saved bytes) and sees neither the body's own peak nor, for the plain gradient,
+    the residuals the body's plan recomputes: with the plan, its peak less those stacked
+    bytes (the largest recomputed stretch of one iteration); without, the plain body's
+    stacked bytes less them.  (A body run once, a call's, adds nothing: its results are the
+    program's values.)"""
+    if p.peak is None or p.peak_before is None or not p.bytes_before:
+        return 0, 0, 0, 0
+    copies = p.peak_before // p.bytes_before  # (`peak_before` is `copies * bytes_before`)
+    if copies <= 1:
+        return 0, 0, 0, 0
+    stacked = copies * p.bytes_after
+    fused = p.device if p.device is not None else p.peak
+    fused_before = p.device_before if p.device_before is not None else p.peak_before
+    return p.peak - stacked, p.peak_before - stacked, fused - stacked, fused_before - stacked
 
 
 def fit_budget(
