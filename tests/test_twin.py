@@ -439,6 +439,29 @@ def test_the_builder_binds_alike():
     assert [f[5] for f, _ in reference][:2] == [True, False]
 
 
+@pytest.mark.parametrize("pure", [True, False])
+def test_a_builder_that_checks_what_is_appended_sees_every_bound_equation(pure):
+    """The compiled `bind` appends as `Builder.add_eqn` does: a builder with an `add_eqn` of
+    its own (vmap's checks each equation's parameters) binds through the Python lines, on
+    either path, and its `add_eqn` sees each equation."""
+    from jaxprtool.ad import builder as B
+
+    class Checking(B.Builder):
+        def add_eqn(self, eqn):
+            seen.append(eqn.prim)
+            super().add_eqn(eqn)
+
+    seen: list[str] = []
+    x = core.Var(core.ShapedArray((2, 3), "f32"), "x")
+    with _Path(pure):
+        b = Checking()
+    assert b._bind_fast is None
+    b.bind("neg", [x], {})
+    b.bind("reduce_sum", (x,), {"axes": (1,), "out_sharding": None}, params_key=(1,))
+    b.bind("sin", [x], {"accuracy": None}, [x.type])
+    assert seen == ["neg", "reduce_sum", "sin"] == [e.prim for e in b.eqns]
+
+
 def _transformed_alike(text: str, what) -> None:
     from jaxprtool.ad import api
     from jaxprtool.ad.linearize import linearize_combined

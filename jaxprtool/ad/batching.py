@@ -202,8 +202,6 @@ class BatchBuilder(B.Builder):
             except shapes.ShapeError as e:
                 raise JaxprError(f"while batching: {prim}: {e}", self.loc) from None
             B.require_shardings_known(prim, out_types, self.loc, "batching")
-        # (`Builder.bind` appends its equation without calling `add_eqn`: the check here)
-        _no_quoted_size(self.invocation.batch, prim, params, self.loc)
         return super().bind(prim, inputs, params, out_types)
 
     def add_eqn(self, eqn: Eqn) -> None:

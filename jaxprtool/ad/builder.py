@@ -59,8 +59,10 @@ class Builder:
         self._force_tangent = 0
         #: the equation whose rule is running (the walks set it; rules read its types)
         self.cur_eqn: Eqn | None = None
-        #: the compiled twin of `bind`'s lines (None: they run alone)
-        self._bind_fast = _compiled_bind()
+        #: the compiled twin of `bind`'s lines (None: they run alone); it appends as
+        #: `add_eqn` does, so a builder that checks what is appended (its own `add_eqn`)
+        #: binds through the Python lines
+        self._bind_fast = _compiled_bind() if type(self).add_eqn is Builder.add_eqn else None
 
     # one-program view
     @property
@@ -82,8 +84,7 @@ class Builder:
             self._force_tangent -= 1
 
     def add_eqn(self, eqn: Eqn) -> None:
-        """Append an already built equation (choosing the program in split mode).  (`bind`
-        does the same written out: a subclass that checks what is appended checks in both.)"""
+        """Append an already built equation (choosing the program in split mode)."""
         # the marked Vars are alive (inputs, or results of kept equations): no literal
         # operand can have one's id
         if self.split:
@@ -143,21 +144,7 @@ class Builder:
             else:
                 out_types = _remembered_types(inputs, prim, params, params_key, self.loc)
         outs = [Var(t, None) for t in out_types]
-        eqn = Eqn(prim, inputs, tuple(outs), dict(params) if params else {}, self.loc)
-        # (`add_eqn` written out: the hottest call of every walk)
-        if self.split:
-            tangent = self._force_tangent
-            if not tangent:
-                tangent_ids = self._tangent_ids
-                for x in inputs:
-                    if id(x) in tangent_ids:
-                        tangent = True
-                        break
-            if tangent:
-                self.tangent_eqns.append(eqn)
-                self._tangent_ids.update([id(o) for o in outs])
-                return outs
-        self.primal_eqns.append(eqn)
+        self.add_eqn(Eqn(prim, inputs, tuple(outs), dict(params) if params else {}, self.loc))
         return outs
 
 
