@@ -191,6 +191,8 @@ def tool_grad(text: str, n: int, option, value, segments="auto", leaves=None, xl
             if out_of_memory(e):
                 return None
             raise
+        if CANDIDATE_STEPS:
+            tried.append(exe)
         return exe.memory_analysis().temp_size_in_bytes
 
     def device_free(g):
@@ -205,6 +207,7 @@ def tool_grad(text: str, n: int, option, value, segments="auto", leaves=None, xl
         in_use = args if limit else int(stats.get("bytes_in_use", args))
         return int(room) - in_use - args
 
+    tried: list = []  # the loop's executables, timed after it (`CANDIDATE_STEPS`)
     t0 = time.perf_counter()
     plans: list = []
     lines: list[str] = []
@@ -219,7 +222,30 @@ def tool_grad(text: str, n: int, option, value, segments="auto", leaves=None, xl
     else:
         g = build(spec, plans)
     dt = time.perf_counter() - t0
+    lines += [_candidate_line(exe, leaves) for exe in tried]
     return g, lines + [p.render() for p in plans if not p.nested], dt, len(j.eqns), compiles
+
+
+#: `--time-candidates N`: each executable the budget's loop compiled is run N steps after the
+#: loop (outside its planning seconds) and logged with its temp bytes, FLOPs and cost entries:
+#: what a time model of the plans is checked against (0: not run)
+CANDIDATE_STEPS = 0
+
+
+def _candidate_line(exe, leaves) -> str:
+    memory, cost = exe.memory_analysis(), exe.cost_analysis()
+    cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}
+    jax.block_until_ready(exe(*leaves))
+    times = []
+    for _ in range(CANDIDATE_STEPS):
+        t0 = time.perf_counter()
+        jax.block_until_ready(exe(*leaves))
+        times.append(time.perf_counter() - t0)
+    return (
+        f"  candidate: temp {memory.temp_size_in_bytes}, FLOPs {cost.get('flops')}, "
+        f"{statistics.median(times):.5f} s/step, "
+        + ", ".join(f"{k} {cost[k]}" for k in COST_KEYS if k in cost)
+    )
 
 
 def tool_fn(g):
@@ -230,6 +256,13 @@ def tool_fn(g):
 
 
 # ---------------------------------------------------------------- measuring
+
+
+#: the entries of XLA's `cost_analysis()` each row's log line gives beside its time (a time
+#: model's inputs: the bytes the program moves, XLA's own estimate of its seconds)
+COST_KEYS = ("bytes accessed", "optimal_seconds", "transcendentals")
+#: the chosen entries of each measured executable's cost analysis, in order
+COSTS: list[dict] = []
 
 
 def measure(fn, leaves, ref, steps, exe=None):
@@ -255,6 +288,7 @@ def measure(fn, leaves, ref, steps, exe=None):
     if ref is not None:
         diff = max(float(jnp.max(jnp.abs(jnp.asarray(a) - b))) for a, b in zip(out, ref))
     peak = getattr(memory, "peak_memory_in_bytes", None)
+    COSTS.append({k: cost[k] for k in COST_KEYS if k in cost})
     return temp, float(cost.get("flops", float("nan"))), statistics.median(times), diff, peak
 
 
@@ -298,9 +332,10 @@ def rows_for(
             note = f"{type(e).__name__}: {msg}"
             rows.append((model, label, None, None, None, None, note, None, None, None))
         r = rows[-1]
+        cost = COSTS[-1] if r[2] is not None and COSTS else {}
         log(
             f"[{model}] {label}: temp {r[2]}, FLOPs {r[3]}, {r[4]} s/step, diff {r[5]}, "
-            f"peak {r[7]}, planned in {r[8]} s ({r[9]} compiles) {r[6]}"
+            f"peak {r[7]}, planned in {r[8]} s ({r[9]} compiles) {r[6]}; cost {cost}"
         )
 
     add("jax.grad (plain)", lambda: (grad, None, "", None, None))
@@ -379,6 +414,14 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--no-unrolled", action="store_true", help="skip the unrolled transformer")
     ap.add_argument("--quiet", action="store_true", help="do not print the plans")
     ap.add_argument(
+        "--time-candidates",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run each plan the budget's loop compiled N steps after it and log its time "
+        "and XLA's cost entries (a time model's data; 0: not run)",
+    )
+    ap.add_argument(
         "--budgets",
         default="",
         help="comma-separated further --remat-budget fractions to measure beside 0.3",
@@ -410,6 +453,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     a = parser().parse_args(argv)
+    global CANDIDATE_STEPS
+    CANDIDATE_STEPS = a.time_candidates
     if a.small or a.size == "small":
         a.width, a.seq, a.batch, a.layers, a.heads, a.steps = 64, 16, 2, 4, 4, 2
     sys.setrecursionlimit(10000)

@@ -6,7 +6,7 @@
 #   bash bench/device/tpu_check.sh [tests] [table] [remat] [verify] [--size full|small] [--only A,B]
 #                                  [--no-commands] [--as-written] [--remat-only P,Q]
 #                                  [--remat-budgets B,C] [--no-scan | --no-unrolled]
-#                                  [--device-batch N] [--cpu]
+#                                  [--device-batch N] [--time-candidates N] [--cpu]
 #
 # Stages (default: all): `tests` runs the tests marked tpu (tests/test_device.py) and the
 # command-line checks; `table` writes OUT/tpu_table.md (bench/device/tpu_table.py: each
@@ -42,6 +42,8 @@ while [ $# -gt 0 ]; do
     # further --remat-budget fractions for the remat table, e.g. 0.2,0.15
     --remat-budgets) REMAT_BUDGETS=$2; shift 2 ;;
     --no-scan|--no-unrolled) REMAT_ARGS+=("$1"); shift ;;
+    # run each plan the budget's loop compiled N steps and log its time (a time model's data)
+    --time-candidates) REMAT_ARGS+=(--time-candidates "$2"); shift 2 ;;
     # the batch of the rows beyond the chip's memory (default 64 on the 16 GB v5e; 0: none)
     --device-batch) DEVICE_BATCH=$2; shift 2 ;;
     # the remat stage on the CPU at small sizes (a memory of 4 MB for --remat-budget device):
