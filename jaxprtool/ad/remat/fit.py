@@ -384,7 +384,8 @@ class _Loop:
             t = self.pick(aim, policies)
             if t is not None and all(t is not p for p in picks):
                 picks.append(t)
-                t.planned = None
+        for t in picks:  # (a pick picked twice had its prior's figure set again)
+            t.planned = None
         self.cal, self.fit.target = None, 0
         return picks
 
