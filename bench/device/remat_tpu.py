@@ -25,6 +25,8 @@ planning column is the loop's wall seconds, its compiles included (the plain gra
 each row compiles it again, as the command does), and how many it compiled; the row's log
 says where they went (`time: ...`: the plain gradient's compile, the plans made and how
 many of them while it compiled, the compile rounds after it).
+`--time-candidates N` runs each plan a budget's loop compiled N steps after the loop and logs
+its time and XLA's cost entries (a time model's data).
 `--device-batch N` adds the transformer at batch N, past the chip's memory: `jax.grad` there
 is XLA on its own (its rematerialization fits it, or the row says out of memory), beside
 JAX's per-layer nothing_saveable and the tool's `--remat-budget device`.
