@@ -134,6 +134,25 @@ class AtomLabels:
         return n
 
 
+def _last_reads(jaxpr: Jaxpr) -> dict[int, list[int]]:
+    """The variables each equation reads for the last time (by the equation's index; the
+    program's outputs never), whose values the eager walk drops there, as JAX's
+    `core.eval_jaxpr` does (`last_used`): a long program run op by op then holds only its live
+    values on the device, not every value it made (a body's jaxpr is closed: it reads its own
+    environment, never this one)."""
+    last: dict[int, int] = {}
+    for i, eqn in enumerate(jaxpr.eqns):
+        for a in eqn.inputs:
+            if not isinstance(a, Literal):
+                last[id(a)] = i
+    for a in jaxpr.outvars:
+        last.pop(id(a), None)
+    dead_after: dict[int, list[int]] = {}
+    for key, i in last.items():
+        dead_after.setdefault(i, []).append(key)
+    return dead_after
+
+
 class Interpreter:
     def __init__(
         self,
@@ -190,7 +209,9 @@ class Interpreter:
                     f"variable '{self.labels(a)}' is used before it is defined"
                 ) from None
 
-        for eqn in jaxpr.eqns:
+        eager = self.mode == "eager"
+        dead_after = _last_reads(jaxpr) if eager else None
+        for i, eqn in enumerate(jaxpr.eqns):
             invals = [read(a, eqn, k) for k, a in enumerate(eqn.inputs)]
             with located(eqn):
                 outs = self.eqn(eqn, invals, path)
@@ -201,7 +222,9 @@ class Interpreter:
                 )
             for v, x in zip(eqn.outputs, outs):
                 env[id(v)] = x
-            if self.mode == "eager":
+            if eager:
+                for key in dead_after.get(i, ()):
+                    del env[key]
                 self.after(eqn, invals, outs, path)
         return [read(a) for a in jaxpr.outvars]
 
