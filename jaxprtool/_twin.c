@@ -1345,6 +1345,74 @@ fail:
     return NULL;
 }
 
+/* dce_sweep(eqns, k, live, kept, has_live_effects) -> (k, changed)
+ * `passes.dce._DCE._sweep`'s loop, step for step, from eqns[k] down: an equation none of whose
+ * results is in `live` (a set of the atoms themselves) is left out when
+ * `has_live_effects(e)` is false; one whose parameters are known to hold no jaxpr
+ * (`no_subjaxprs`) is appended to `kept` and its operands added to `live`.  It stops at the
+ * first other one (its bodies are the Python loop's, with their rules) and returns its index
+ * (-1 at the end) and whether it left any equation out. */
+static PyObject *dce_sweep(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyTuple_CheckExact(args[0]) || !PyLong_CheckExact(args[1]) ||
+        !PySet_CheckExact(args[2]) || !PyList_CheckExact(args[3]) || EqnType == NULL) {
+        PyErr_SetString(PyExc_TypeError, "dce_sweep: bad arguments");
+        return NULL;
+    }
+    PyObject *eqns = args[0], *live = args[2], *kept = args[3], *effects = args[4];
+    Py_ssize_t k = PyLong_AsSsize_t(args[1]);
+    if (k == -1 && PyErr_Occurred()) return NULL;
+    if (k >= PyTuple_GET_SIZE(eqns)) {
+        PyErr_SetString(PyExc_IndexError, "dce_sweep: no such equation");
+        return NULL;
+    }
+    int changed = 0;
+    for (; k >= 0; k--) {
+        PyObject *e = PyTuple_GET_ITEM(eqns, k);
+        if (Py_TYPE(e) != EqnType) break; /* (the Python loop's) */
+        PyObject *outs = get_slot(eqn_fields[2], e);
+        if (outs == NULL) return NULL;
+        if (!PyTuple_CheckExact(outs)) {
+            Py_DECREF(outs);
+            break;
+        }
+        int alive = 0;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(outs) && !alive; i++) {
+            alive = PySet_Contains(live, PyTuple_GET_ITEM(outs, i));
+        }
+        Py_DECREF(outs);
+        if (alive < 0) return NULL;
+        if (!alive) {
+            PyObject *r = PyObject_CallOneArg(effects, e);
+            if (r == NULL) return NULL;
+            alive = PyObject_IsTrue(r);
+            Py_DECREF(r);
+            if (alive < 0) return NULL;
+            if (!alive) {
+                changed = 1;
+                continue;
+            }
+        }
+        PyObject *none_inside = get_slot(eqn_fields[6], e);
+        if (none_inside == NULL) return NULL;
+        int plain = none_inside == Py_True;
+        Py_DECREF(none_inside);
+        if (!plain) break; /* (its bodies: the Python loop's) */
+        PyObject *ins = get_slot(eqn_fields[1], e);
+        if (ins == NULL) return NULL;
+        if (!PyTuple_CheckExact(ins)) {
+            Py_DECREF(ins);
+            break;
+        }
+        int bad = PyList_Append(kept, e) < 0;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(ins) && !bad; i++) {
+            bad = PySet_Add(live, PyTuple_GET_ITEM(ins, i)) < 0;
+        }
+        Py_DECREF(ins);
+        if (bad) return NULL;
+    }
+    return Py_BuildValue("nO", k, changed ? Py_True : Py_False);
+}
+
 /* ------------------------------------------------------------------ the module */
 
 static PyMethodDef methods[] = {
@@ -1363,6 +1431,8 @@ static PyMethodDef methods[] = {
      "Builder.bind's lines where its operands are atoms and its result types known."},
     {"dce_walk", (PyCFunction)(void (*)(void))dce_walk, METH_FASTCALL,
      "builder.dce_eqns' backward loop (see the source)."},
+    {"dce_sweep", (PyCFunction)(void (*)(void))dce_sweep, METH_FASTCALL,
+     "passes.dce._DCE._sweep's loop (see the source)."},
     {NULL, NULL, 0, NULL},
 };
 
