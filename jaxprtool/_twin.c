@@ -494,6 +494,8 @@ typedef struct {
      * written back), the names made so far (`_NAMES`) and those shared jaxprs took */
     PyObject *printer, *names_made, *shared_names;
     Py_ssize_t counter;
+    /* `_Printer.tree_texts`: the text of a tree of ints by its `marshal` bytes (version 2) */
+    PyObject *tree_texts;
 } Printer;
 
 static PyObject *str_counter;
@@ -539,6 +541,24 @@ static PyObject *fresh_name(Printer *P) {
     return n;
 }
 
+/* `_Printer._param_text(v)` where it finds the text of a list or a non-empty tuple among
+ * those `_tree_text` made (`tree_texts`, by the value's marshal bytes), kept by the value's
+ * id (`vids`) as it keeps it; a borrowed reference, or NULL with no error set where the
+ * Python function is to be asked (a value marshal does not write, or one not seen yet). */
+static PyObject *tree_text(Printer *P, PyObject *v, PyObject *id) {
+    if (!PyList_CheckExact(v) && !(PyTuple_CheckExact(v) && PyTuple_GET_SIZE(v) > 0))
+        return NULL;
+    PyObject *key = PyMarshal_WriteObjectToString(v, 2);
+    if (key == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_ValueError)) PyErr_Clear(); /* (`_tree_text`'s) */
+        return NULL;
+    }
+    PyObject *t = PyDict_GetItemWithError(P->tree_texts, key);
+    Py_DECREF(key);
+    if (t == NULL || !PyUnicode_CheckExact(t)) return NULL;
+    return PyDict_SetItem(P->vids, id, t) < 0 ? NULL : t;
+}
+
 /* The parameter texts `k=v` of `e` (`pairs`: its printed pairs), or NULL with no error set
  * where a value is a jaxpr (the Python loop prints that equation). */
 static PyObject *param_texts(Printer *P, PyObject *pairs) {
@@ -555,6 +575,7 @@ static PyObject *param_texts(Printer *P, PyObject *pairs) {
         PyObject *id = PyLong_FromVoidPtr(v);
         if (id == NULL) goto fail;
         PyObject *t = PyDict_GetItemWithError(P->vids, id);
+        if (t == NULL && !PyErr_Occurred()) t = tree_text(P, v, id);
         Py_DECREF(id);
         if (t != NULL) {
             Py_INCREF(t);
@@ -829,7 +850,7 @@ done:
 
 /* name_lines(eqns, k, docs, scope, bound, bad, names, vids, ts, drops, kinds, kind_of,
  *            pairs_of, param_text, literal, type_text, fresh, suffixes, eq_empty,
- *            (LAZY, build, render, REBOUND), fits, printer, _NAMES, shared_names)
+ *            (LAZY, build, render, REBOUND), fits, printer, _NAMES, shared_names, tree_texts)
  *   -> (k, untyped, width)
  * `_Printer._name_eqns`' loop over ordinary equations: from eqns[k] on, each equation's line
  * document (its flat text alone where it is at most `fits` wide) appended to `docs`, its
@@ -837,7 +858,8 @@ done:
  * (len(eqns) at the end), whether an untyped literal was printed, and the lines' flat
  * width. */
 static PyObject *name_lines(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 24 || !PyList_CheckExact(args[22]) || !PyAnySet_Check(args[23]) ||
+    if (nargs != 25 || !PyList_CheckExact(args[22]) || !PyAnySet_Check(args[23]) ||
+        !PyDict_CheckExact(args[24]) ||
         !PyTuple_Check(args[0]) || !PyList_Check(args[2]) ||
         !PyDict_CheckExact(args[3]) || !PySet_Check(args[4]) || !PyList_Check(args[5]) ||
         !PyDict_CheckExact(args[6]) || !PyDict_CheckExact(args[7]) ||
@@ -857,7 +879,7 @@ static PyObject *name_lines(PyObject *self, PyObject *const *args, Py_ssize_t na
                  args[16], PyObject_IsTrue(args[17]), PyObject_IsTrue(args[18]),
                  PyTuple_GET_ITEM(head, 0), PyTuple_GET_ITEM(head, 1),
                  PyTuple_GET_ITEM(head, 2), PyTuple_GET_ITEM(head, 3),
-                 PyLong_AsSsize_t(args[20]), 0, args[21], args[22], args[23], 0};
+                 PyLong_AsSsize_t(args[20]), 0, args[21], args[22], args[23], 0, args[24]};
     Py_ssize_t k = PyLong_AsSsize_t(args[1]);
     if (k < 0 || P.suffixes < 0 || P.eq_empty < 0 || PyErr_Occurred()) return NULL;
     if (load_counter(&P) < 0) return NULL;
