@@ -494,6 +494,8 @@ typedef struct {
      * written back), the names made so far (`_NAMES`) and those shared jaxprs took */
     PyObject *printer, *names_made, *shared_names;
     Py_ssize_t counter;
+    /* `_Printer.tree_texts`: the text of a tree of ints by its `marshal` bytes (version 2) */
+    PyObject *tree_texts;
 } Printer;
 
 static PyObject *str_counter;
@@ -539,6 +541,24 @@ static PyObject *fresh_name(Printer *P) {
     return n;
 }
 
+/* `_Printer._param_text(v)` where it finds the text of a list or a non-empty tuple among
+ * those `_tree_text` made (`tree_texts`, by the value's marshal bytes), kept by the value's
+ * id (`vids`) as it keeps it; a borrowed reference, or NULL with no error set where the
+ * Python function is to be asked (a value marshal does not write, or one not seen yet). */
+static PyObject *tree_text(Printer *P, PyObject *v, PyObject *id) {
+    if (!PyList_CheckExact(v) && !(PyTuple_CheckExact(v) && PyTuple_GET_SIZE(v) > 0))
+        return NULL;
+    PyObject *key = PyMarshal_WriteObjectToString(v, 2);
+    if (key == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_ValueError)) PyErr_Clear(); /* (`_tree_text`'s) */
+        return NULL;
+    }
+    PyObject *t = PyDict_GetItemWithError(P->tree_texts, key);
+    Py_DECREF(key);
+    if (t == NULL || !PyUnicode_CheckExact(t)) return NULL;
+    return PyDict_SetItem(P->vids, id, t) < 0 ? NULL : t;
+}
+
 /* The parameter texts `k=v` of `e` (`pairs`: its printed pairs), or NULL with no error set
  * where a value is a jaxpr (the Python loop prints that equation). */
 static PyObject *param_texts(Printer *P, PyObject *pairs) {
@@ -555,6 +575,7 @@ static PyObject *param_texts(Printer *P, PyObject *pairs) {
         PyObject *id = PyLong_FromVoidPtr(v);
         if (id == NULL) goto fail;
         PyObject *t = PyDict_GetItemWithError(P->vids, id);
+        if (t == NULL && !PyErr_Occurred()) t = tree_text(P, v, id);
         Py_DECREF(id);
         if (t != NULL) {
             Py_INCREF(t);
@@ -829,7 +850,7 @@ done:
 
 /* name_lines(eqns, k, docs, scope, bound, bad, names, vids, ts, drops, kinds, kind_of,
  *            pairs_of, param_text, literal, type_text, fresh, suffixes, eq_empty,
- *            (LAZY, build, render, REBOUND), fits, printer, _NAMES, shared_names)
+ *            (LAZY, build, render, REBOUND), fits, printer, _NAMES, shared_names, tree_texts)
  *   -> (k, untyped, width)
  * `_Printer._name_eqns`' loop over ordinary equations: from eqns[k] on, each equation's line
  * document (its flat text alone where it is at most `fits` wide) appended to `docs`, its
@@ -837,7 +858,8 @@ done:
  * (len(eqns) at the end), whether an untyped literal was printed, and the lines' flat
  * width. */
 static PyObject *name_lines(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 24 || !PyList_CheckExact(args[22]) || !PyAnySet_Check(args[23]) ||
+    if (nargs != 25 || !PyList_CheckExact(args[22]) || !PyAnySet_Check(args[23]) ||
+        !PyDict_CheckExact(args[24]) ||
         !PyTuple_Check(args[0]) || !PyList_Check(args[2]) ||
         !PyDict_CheckExact(args[3]) || !PySet_Check(args[4]) || !PyList_Check(args[5]) ||
         !PyDict_CheckExact(args[6]) || !PyDict_CheckExact(args[7]) ||
@@ -857,7 +879,7 @@ static PyObject *name_lines(PyObject *self, PyObject *const *args, Py_ssize_t na
                  args[16], PyObject_IsTrue(args[17]), PyObject_IsTrue(args[18]),
                  PyTuple_GET_ITEM(head, 0), PyTuple_GET_ITEM(head, 1),
                  PyTuple_GET_ITEM(head, 2), PyTuple_GET_ITEM(head, 3),
-                 PyLong_AsSsize_t(args[20]), 0, args[21], args[22], args[23], 0};
+                 PyLong_AsSsize_t(args[20]), 0, args[21], args[22], args[23], 0, args[24]};
     Py_ssize_t k = PyLong_AsSsize_t(args[1]);
     if (k < 0 || P.suffixes < 0 || P.eq_empty < 0 || PyErr_Occurred()) return NULL;
     if (load_counter(&P) < 0) return NULL;
@@ -1345,6 +1367,74 @@ fail:
     return NULL;
 }
 
+/* dce_sweep(eqns, k, live, kept, has_live_effects) -> (k, changed)
+ * `passes.dce._DCE._sweep`'s loop, step for step, from eqns[k] down: an equation none of whose
+ * results is in `live` (a set of the atoms themselves) is left out when
+ * `has_live_effects(e)` is false; one whose parameters are known to hold no jaxpr
+ * (`no_subjaxprs`) is appended to `kept` and its operands added to `live`.  It stops at the
+ * first other one (its bodies are the Python loop's, with their rules) and returns its index
+ * (-1 at the end) and whether it left any equation out. */
+static PyObject *dce_sweep(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyTuple_CheckExact(args[0]) || !PyLong_CheckExact(args[1]) ||
+        !PySet_CheckExact(args[2]) || !PyList_CheckExact(args[3]) || EqnType == NULL) {
+        PyErr_SetString(PyExc_TypeError, "dce_sweep: bad arguments");
+        return NULL;
+    }
+    PyObject *eqns = args[0], *live = args[2], *kept = args[3], *effects = args[4];
+    Py_ssize_t k = PyLong_AsSsize_t(args[1]);
+    if (k == -1 && PyErr_Occurred()) return NULL;
+    if (k >= PyTuple_GET_SIZE(eqns)) {
+        PyErr_SetString(PyExc_IndexError, "dce_sweep: no such equation");
+        return NULL;
+    }
+    int changed = 0;
+    for (; k >= 0; k--) {
+        PyObject *e = PyTuple_GET_ITEM(eqns, k);
+        if (Py_TYPE(e) != EqnType) break; /* (the Python loop's) */
+        PyObject *outs = get_slot(eqn_fields[2], e);
+        if (outs == NULL) return NULL;
+        if (!PyTuple_CheckExact(outs)) {
+            Py_DECREF(outs);
+            break;
+        }
+        int alive = 0;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(outs) && !alive; i++) {
+            alive = PySet_Contains(live, PyTuple_GET_ITEM(outs, i));
+        }
+        Py_DECREF(outs);
+        if (alive < 0) return NULL;
+        if (!alive) {
+            PyObject *r = PyObject_CallOneArg(effects, e);
+            if (r == NULL) return NULL;
+            alive = PyObject_IsTrue(r);
+            Py_DECREF(r);
+            if (alive < 0) return NULL;
+            if (!alive) {
+                changed = 1;
+                continue;
+            }
+        }
+        PyObject *none_inside = get_slot(eqn_fields[6], e);
+        if (none_inside == NULL) return NULL;
+        int plain = none_inside == Py_True;
+        Py_DECREF(none_inside);
+        if (!plain) break; /* (its bodies: the Python loop's) */
+        PyObject *ins = get_slot(eqn_fields[1], e);
+        if (ins == NULL) return NULL;
+        if (!PyTuple_CheckExact(ins)) {
+            Py_DECREF(ins);
+            break;
+        }
+        int bad = PyList_Append(kept, e) < 0;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(ins) && !bad; i++) {
+            bad = PySet_Add(live, PyTuple_GET_ITEM(ins, i)) < 0;
+        }
+        Py_DECREF(ins);
+        if (bad) return NULL;
+    }
+    return Py_BuildValue("nO", k, changed ? Py_True : Py_False);
+}
+
 /* ------------------------------------------------------------------ the module */
 
 static PyMethodDef methods[] = {
@@ -1363,6 +1453,8 @@ static PyMethodDef methods[] = {
      "Builder.bind's lines where its operands are atoms and its result types known."},
     {"dce_walk", (PyCFunction)(void (*)(void))dce_walk, METH_FASTCALL,
      "builder.dce_eqns' backward loop (see the source)."},
+    {"dce_sweep", (PyCFunction)(void (*)(void))dce_sweep, METH_FASTCALL,
+     "passes.dce._DCE._sweep's loop (see the source)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -12,6 +12,7 @@ import contextlib
 import contextvars
 import functools
 import gc
+from marshal import dumps as _marshal_dumps
 from typing import Any, NamedTuple
 
 from .frozen import Frozen, set_field
@@ -588,6 +589,11 @@ def _collect_jaxprs(value: Any, found: list[Jaxpr]) -> None:
     if kind is _JAXPR:
         found.append(value)
     elif kind is _SEQ:
+        try:  # (plain data, as most sequences are: one C call, no walk of its items)
+            _marshal_dumps(value, 2)
+            return  # (marshal writes no jaxpr, and no holder of one)
+        except ValueError:
+            pass
         for v in value:
             if type(v) not in _LEAF_TYPES:
                 _collect_jaxprs(v, found)

@@ -555,3 +555,37 @@ def test_dead_code_kept_alike():
                 pruned += any(e not in j.eqns for e in reference)
                 kept_alone += bool(reference) and not live_out
     assert pruned and kept_alone  # (the cases the loop hands back to Python were met)
+
+
+def _dce_pass(j: core.Jaxpr, pure: bool) -> core.Jaxpr:
+    from jaxprtool.passes.dce import dce
+
+    with _Path(pure):
+        return dce(j)
+
+
+@built
+@needs_corpus
+def test_the_dce_pass_alike():
+    """The `dce` pass removes the same equations on both paths (its loop compiled:
+    `dce_sweep`, which hands back the equations with nested jaxprs), on every third corpus
+    file and the files with Refs and effects, with every output live and with only the
+    first (the equations only the others read are dead)."""
+    files = sorted(CORPUS.rglob("*.jaxpr"))
+    special = [f for f in files if "ref" in f.name or "debug" in f.name or "effect" in f.name]
+    programs = []
+    for f in [*files[::3], *special, None]:
+        try:
+            programs.append(parse(REF_WRITTEN_IN_JIT if f is None else f.read_text()).jaxpr)
+        except JaxprError:
+            continue
+    removed = handed_back = 0
+    for j in programs:
+        for outs in (j.outvars, j.outvars[:1]):
+            program = j.replace(outvars=outs)
+            reference = _dce_pass(program, True)
+            compiled = _dce_pass(program, False)
+            assert core.alpha_equal(compiled, reference)
+            removed += reference is not program
+            handed_back += any(core.eqn_subjaxprs(e) for e in reference.eqns)
+    assert removed and handed_back  # (both kinds of equation met)

@@ -259,6 +259,12 @@ def deflinear2(name: str, transpose_fn):
     rule_kind[name] = "deflinear2"
 
 
+def _same_type(a, b) -> bool:
+    """`a` and `b` are the same type in every field (`weak_type` too, which `==` leaves
+    out): an equation gives the same result types on either."""
+    return a is b or (a.__class__ is ShapedArray and a == b and a.weak_type == b.weak_type)
+
+
 def defbilinear(name: str, lhs_rule, rhs_rule):
     """Linear in each argument separately: JVP `bind(tx, y) + bind(x, ty)`."""
 
@@ -272,10 +278,10 @@ def defbilinear(name: str, lhs_rule, rhs_rule):
         out = Zero(want[0])
         b = current()
         if not is_zero(tx):
-            t = b.bind(name, [tx, y], params, want if tx.type is x.type else None)[0]
+            t = b.bind(name, [tx, y], params, want if _same_type(tx.type, x.type) else None)[0]
             out = add_tangents(out, _fit(t, ans, x, name, jvp))
         if not is_zero(ty):
-            t = b.bind(name, [x, ty], params, want if ty.type is y.type else None)[0]
+            t = b.bind(name, [x, ty], params, want if _same_type(ty.type, y.type) else None)[0]
             out = add_tangents(out, _fit(t, ans, y, name, jvp))
         return [ans], [out]
 

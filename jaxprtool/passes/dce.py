@@ -25,6 +25,7 @@ from __future__ import annotations
 from ..core import Eqn, Jaxpr, OpaqueType, RefType, Var, eqn_subjaxprs
 from ..record import prim
 from ..shapes import ShapeError
+from ..text.twin import twin
 from .base import Pass, PassOption, PassOptionError
 from .common import (
     CALL_IN_PARAMS,
@@ -144,6 +145,9 @@ class _DCE:
         kept.  (A set of the atoms, not of their ids: Vars hash by identity, a literal
         remembers its hash, and no int is made per operand: 58 -> 32 ms at 70k equations.)"""
         kept: list[Eqn] = []
+        tw = twin()
+        if tw is not None:
+            return self._sweep_compiled(tw, eqns, live, ref_live, kept)
         keep, read, unread = kept.append, live.update, live.isdisjoint
         changed = False
         for e in reversed(eqns):
@@ -157,17 +161,46 @@ class _DCE:
                 keep(e)
                 read(e.inputs)  # (a literal is no result: never looked up)
                 continue
-            used_outs = [o in live for o in outs]
-            live_ins = [not is_ref(a) or ref_live(a) for a in e.inputs]
-            used_ins, ne = self.rule(e, used_outs, live_ins)
-            if ne is not e:
-                changed = True
-            if ne is not None:
-                keep(ne)
-                for a, u in zip(e.inputs, used_ins):
-                    if u and isinstance(a, Var):
-                        live.add(a)
+            changed |= self._with_bodies(e, live, ref_live, kept)
         return kept, changed
+
+    def _sweep_compiled(self, tw, eqns, live: set, ref_live, kept) -> tuple[list[Eqn], bool]:
+        """`_sweep` with its loop compiled (`_twin.dce_sweep`), which hands back each
+        equation that may hold a jaxpr (the loop above, from `eqn_subjaxprs` on)."""
+        eqns = eqns if eqns.__class__ is tuple else tuple(eqns)
+        effects = lambda e: eqn_has_live_effects(e, ref_live)  # noqa: E731
+        k, changed = len(eqns) - 1, False
+        while k >= 0:
+            k, dropped = tw.dce_sweep(eqns, k, live, kept, effects)
+            changed |= dropped
+            if k < 0:
+                break
+            e = eqns[k]
+            k -= 1
+            outs = e.outputs
+            dead = outs[0] not in live if len(outs) == 1 else live.isdisjoint(outs)
+            if dead and not eqn_has_live_effects(e, ref_live):
+                changed = True
+            elif e.no_subjaxprs or not eqn_subjaxprs(e):
+                kept.append(e)
+                live.update(e.inputs)
+            else:
+                changed |= self._with_bodies(e, live, ref_live, kept)
+        return kept, changed
+
+    def _with_bodies(self, e: Eqn, live: set, ref_live, kept: list) -> bool:
+        """Keep `e`, an equation with nested jaxprs whose result or effect is live, as its
+        rule prunes it (appended to `kept`, its used operands added to `live`); whether the
+        rule changed it."""
+        used_outs = [o in live for o in e.outputs]
+        live_ins = [not is_ref(a) or ref_live(a) for a in e.inputs]
+        used_ins, ne = self.rule(e, used_outs, live_ins)
+        if ne is not None:
+            kept.append(ne)
+            for a, u in zip(e.inputs, used_ins):
+                if u and isinstance(a, Var):
+                    live.add(a)
+        return ne is not e
 
     def clean(self, j: Jaxpr) -> Jaxpr:
         """DCE inside a nested jaxpr, keeping its signature."""

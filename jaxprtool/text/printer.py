@@ -758,6 +758,7 @@ class _Printer:
         state += (self._param_text, self._literal, self._type, self.fresh, self.suffixes)
         state += (self.style.eq_without_outputs, self.line_head, self.width - _EQN_INDENT)
         state += (self, _NAMES, self.shared_names)  # (`fresh`'s state)
+        state += (self.tree_texts,)  # (`_param_text`'s texts found again, as it finds them)
         k, n = 0, len(eqns)
         while True:
             k, untyped, width = compiled(eqns, k, *state)

@@ -12,10 +12,12 @@ every value, literal, type and name it prints, so both paths give the same bytes
 
 The AD builder's `bind` runs as the twin's `bind_fast` where its operands are atoms and its
 result types are given or remembered, and its `dce_eqns` runs its backward loop as
-`dce_walk` (`ad/builder.py`, whose Python lines stay the reference).
+`dce_walk` (`ad/builder.py`, whose Python lines stay the reference); the `dce` pass's
+backward loop runs as `dce_sweep` over the equations known to hold no jaxpr
+(`passes/dce.py`).
 
-Imported only by the reader, the printer and the AD builder (the extension loads on the first
-parse, printout or transformation, never at start-up)."""
+Imported only by the reader, the printer, the AD builder and the dce pass (the extension
+loads on the first parse, printout, transformation or pass, never at start-up)."""
 
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ FUNCTIONS = (
     "render_eqn",
     "bind_fast",
     "dce_walk",
+    "dce_sweep",
 )
 
 
