@@ -22,8 +22,6 @@ from ..ad import batching as BT
 from ..ad import builder as B
 from ..ad import observe, ops
 from ..ad.builder import current
-from ..ad.jvp import jvp_eval, jvp_masked
-from ..ad.linearize import LINEAR_NAME, linearize_masked, split_jvp
 from ..ad.ops import add_tangents, instantiate
 from ..ad.registry import (
     BWD_RULE_PARAM,
@@ -38,7 +36,6 @@ from ..ad.registry import (
     find_library_jvp,
     rebind_primal,
 )
-from ..ad.transpose import backward_pass, transpose_jaxpr
 from ..ad.zeros import (
     Zero,
     carries_tangent,
@@ -273,6 +270,8 @@ def _transposed(params, mask, n_cts):
 
 def _call_jvp(prim):
     def rule(primals, tangents, **params):
+        from ..ad.jvp import jvp_masked
+
         key, inner, nz, nz_t, n, out_types = _call_parts(prim, params, tangents)
         jj, out_nz = _memo("jvp", jvp_masked, inner, nz)
         ins, nz_in = list(range(len(primals))), [i for i, m in enumerate(nz) if m]
@@ -286,6 +285,8 @@ def _call_jvp(prim):
 
 def _linearize_rerun(inner, nz, instantiate):
     """The body's linearization, which a policy may run again (`remat_saves` below)."""
+    from ..ad.linearize import linearize_masked
+
     return linearize_masked(inner, nz, instantiate, rerun=True)
 
 
@@ -314,6 +315,9 @@ def _call_transpose(prim):
     into there), in the operand's place among the non-linear inputs."""
 
     def rule(cts, *args, **params):
+        from ..ad.linearize import LINEAR_NAME
+        from ..ad.transpose import backward_pass, transpose_jaxpr
+
         key = _key(prim, params)
         inner: Jaxpr = params[key]
         mask = [is_undefined_primal(a) for a in args]
@@ -589,6 +593,8 @@ def _policy_saveable(policy):
 def _remat_split(inner: Jaxpr, nz, saveable):
     """Linearize a remat body: primal body (outs + saved residuals) and a linear body that
     recomputes every non-saveable residual from the saved ones."""
+    from ..ad.linearize import split_jvp
+
     sp = split_jvp(inner, nz, False)
     consts, primals, outs, peqns, residuals = sp.consts, sp.primals, sp.outs, sp.peqns, sp.residuals
     tan_in, teqns, touts, out_nz = sp.tan_in, sp.teqns, sp.touts, sp.out_nz
@@ -787,6 +793,8 @@ def _how_to_proceed(kind: str) -> str:
 
 def _fall_back_to_body(kind: str, params, primals, tangents, rule_text: str, refuse: bool):
     """Differentiate the body instead of the missing rule, or refuse (by policy)."""
+    from ..ad.jvp import jvp_eval
+
     name = function_name(params) or "?"
     what = f"{kind}_call '{name}' ({rule_text})"
     if refuse:
@@ -1198,6 +1206,8 @@ def _custom_vmap_jvp(primals, tangents, **params):
     the body gives JAX's tangents (a later vmap batches the body, as the tool does anyway).
     The AD commands read `call` with its constants as leading operands
     (`_custom_vmap_lift_kept_consts`); one still closing over some is refused."""
+    from ..ad.jvp import jvp_eval
+
     body = params["call"]
     if body.constvars:
         raise JaxprError(_kept_nested("custom_vmap_call", "its body", body), current().loc)
@@ -1254,6 +1264,8 @@ def _custom_lin_forward(eqn) -> Jaxpr:
     tangents...): the transpose of its recorded bwd (which maps the output cotangents to
     the input ones, linearly in them), the zero tangents (`in_zeros`) left out.  JAX
     cannot run a custom_lin (it only transposes it); the tool can, from the traced bwd."""
+    from ..ad.transpose import transpose_jaxpr
+
     p = eqn.params
     bwd: Jaxpr = p[BWD_RULE_PARAM]
     nres = int(p.get("num_res", 0))
@@ -1485,6 +1497,8 @@ def _bind_linear_solve(consts: dict, b, const_lengths, jaxprs):
 def _tangent_linear_map(matvec: Jaxpr, consts, consts_dot, xs):
     """JAX's `_tangent_linear_map`: for matvec(consts, x) = A x, the tangent A' x (the JVP of
     matvec with respect to its consts only)."""
+    from ..ad.jvp import jvp_eval
+
     if matvec.constvars:
         raise JaxprError(
             "custom_linear_solve: a matvec with constants cannot be differentiated", current().loc
@@ -1757,6 +1771,8 @@ def _tangent_refs(body: Jaxpr, start: list[bool]) -> list[bool]:
 def _run_state_jvp(primals, tangents, *, jaxpr, **params):
     """JAX's `_run_state_jvp`: one run_state over the Refs and the tangent Refs of those that
     carry one (`_tangent_refs`; zeros where the initial value has none), marked linear."""
+    from ..ad.jvp import jvp_masked
+
     body = jaxpr_param({"jaxpr": jaxpr}, "jaxpr")
     start = [not is_zero(t) and carries_tangent(v.type) for t, v in zip(tangents, body.invars)]
     nz = _tangent_refs(body, start) if any(start) else start
