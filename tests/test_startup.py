@@ -385,3 +385,63 @@ def test_grad_of_a_dot_general_does_not_load_numpy(tmp_path):
     assert got["rc"] == 0, got["out"]
     assert "dot_general" in got["out"]
     assert not got["numpy"] and not got["ml_dtypes"]
+
+
+#: `jax.make_jaxpr(jax.nn.relu)(jnp.ones(3))` as JAX 0.12.1 printed it: a custom_jvp_call of
+#: one of JAX's library functions (`families/jax_library.py` holds its rule)
+RELU = """{ lambda ; a:f32[3]. let
+    b:f32[3] = custom_jvp_call[
+      name=relu
+      call_jaxpr={ lambda ; c:f32[3]. let
+          d:f32[3] = jit[
+            name=relu
+            jaxpr={ lambda ; c:f32[3]. let d:f32[3] = max c 0.0:f32[] in (d,) }
+          ] c
+        in (d,) }
+      jvp=jvp
+      symbolic_zeros=False
+    ] a
+  in (b,) }
+"""
+
+MODULES_PROBE = r"""
+import json, sys
+from click.testing import CliRunner
+from jaxprtool.cli import main
+
+r = CliRunner().invoke(main, sys.argv[1:])
+print(json.dumps({"rc": r.exit_code, "out": r.output,
+                  "modules": sorted(m for m in sys.modules if m.startswith("jaxprtool."))}))
+"""
+
+#: what differentiating a call needs and printing one does not
+AD_OF_CALLS = {
+    "jaxprtool.families.jax_library",  # the library rules (`registry.find_library_jvp`)
+    "jaxprtool.families.equinox",
+    "jaxprtool.ad.jvp",
+    "jaxprtool.ad.linearize",
+    "jaxprtool.ad.transpose",
+}
+
+
+@pytest.mark.parametrize("command", ["fmt", "vjp"])
+def test_printing_a_custom_jvp_call_imports_no_ad_of_calls_and_vjp_finds_its_rule(
+    tmp_path, command
+):
+    """`fmt` of a custom_jvp_call reads and prints it without the AD walks or the families of
+    library rules; `vjp` of it loads them (relu's rule is JAX's: the derivative at 0 is 0,
+    checked against JAX in tests/test_custom_rules.py)."""
+    f = tmp_path / "relu.jaxpr"
+    f.write_text(RELU)
+    out = subprocess.run(
+        [sys.executable, "-c", MODULES_PROBE, command, str(f)],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+    )  # fmt: skip
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["rc"] == 0, got["out"]
+    loaded = AD_OF_CALLS & set(got["modules"])
+    if command == "fmt":
+        assert got["out"] == RELU
+        assert loaded == set()
+    else:
+        assert loaded == AD_OF_CALLS
