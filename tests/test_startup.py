@@ -404,6 +404,7 @@ RELU = """{ lambda ; a:f32[3]. let
   in (b,) }
 """
 
+#: the modules the command executed (a `lazy.lazy_module` not yet touched is left out)
 MODULES_PROBE = r"""
 import json, sys
 from click.testing import CliRunner
@@ -411,7 +412,8 @@ from jaxprtool.cli import main
 
 r = CliRunner().invoke(main, sys.argv[1:])
 print(json.dumps({"rc": r.exit_code, "out": r.output,
-                  "modules": sorted(sys.modules)}))
+                  "modules": sorted(m for m, v in sys.modules.items()
+                                    if type(v).__name__ != "_LazyModule")}))
 """
 
 #: what differentiating a call needs and printing one does not
@@ -465,3 +467,23 @@ def test_writing_the_output_file_imports_neither_tempfile_nor_signal(tmp_path):
     assert {"tempfile", "shutil", "random", "signal"} & imported == set()
     assert out.read_text() == ONE_EQN
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jaxpr", "p.jaxpr"]  # no temp left
+
+
+#: the passes, which the families' simplification and folding rules call when a pass runs
+PASSES = {"jaxprtool.passes.fold", "jaxprtool.passes.simplify", "jaxprtool.passes.dce"}
+
+
+@pytest.mark.parametrize("text", [ONE_EQN, RELU], ids=["sin", "relu"])
+def test_fmt_executes_no_pass(tmp_path, text):
+    """The families `fmt` loads name the passes' helpers as lazy modules (`lazy_module`):
+    reading and printing a program executes no pass module."""
+    f = tmp_path / "p.jaxpr"
+    f.write_text(text)
+    out = subprocess.run(
+        [sys.executable, "-c", MODULES_PROBE, "fmt", str(f)],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+    )  # fmt: skip
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["rc"] == 0, got["out"]
+    assert "jaxprtool.families.arithmetic" in got["modules"]  # (a family was loaded)
+    assert PASSES & set(got["modules"]) == set()

@@ -20,7 +20,7 @@ import re
 
 from ..ad import batching as BT
 from ..ad import builder as B
-from ..ad import observe, ops
+from ..ad import ops
 from ..ad.builder import current
 from ..ad.ops import add_tangents, instantiate
 from ..ad.registry import (
@@ -45,9 +45,8 @@ from ..ad.zeros import (
     writes_tangent_ref,
 )
 from ..core import Jaxpr, JaxprError, RefType, ShapedArray, Var, np_dtype
-from ..lazy import LazyPattern
+from ..lazy import LazyPattern, lazy_module
 from ..params import Opaque, Record, format_value
-from ..passes.dce import Unsupported, keep_whole, rebuild
 from ..record import define
 from ..record import prim as record_of
 from ..shapes import ShapeError, shape_rule
@@ -62,6 +61,10 @@ from ..shapes.util import (
 from ..shardings import with_batch_dim
 from ..text import style as ST
 from ..text.param_rules import drop, name_first, sorted_params, unspecified
+
+#: what the AD walks tell their observers (`explain`), imported when a rule below first runs
+#: (reading and printing a program loads this family without it)
+observe = lazy_module("jaxprtool.ad.observe")
 
 #: the kind `explain` shows for the rules below
 LOW_LEVEL = "jvp+linearization"
@@ -1179,6 +1182,8 @@ def _custom_call_dce(used_outs, e, dce_jaxpr, live_ins):
     recorded JVP rule loses the same results and their tangents; a recorded fwd/bwd pair
     cannot lose results (bwd takes every result's cotangent): that call keeps them, as a
     call whose results are all used does."""
+    from ..passes.dce import Unsupported, rebuild
+
     body = e.params.get("call_jaxpr")
     if not isinstance(body, Jaxpr) or len(body.invars) != len(e.inputs):
         raise Unsupported
@@ -1830,6 +1835,13 @@ def _run_state_lift_kept_consts(e, outer):
     )
 
 
+def _keep_whole(used_outs, e, dce_jaxpr, live_ins):
+    """JAX's default DCE rule (`passes.dce.keep_whole`), imported when DCE runs."""
+    from ..passes.dce import keep_whole
+
+    return keep_whole(used_outs, e, dce_jaxpr, live_ins)
+
+
 define(
     "run_state",
     lift_kept_consts=_run_state_lift_kept_consts,
@@ -1837,7 +1849,7 @@ define(
     # JAX has no DCE rule for run_state: unused, it goes unless its body writes a live Ref
     # operand; used, it stays whole
     effects_in_bodies=lambda e: True,
-    dce=keep_whole,
+    dce=_keep_whole,
     jvp=_run_state_jvp,
     linearization=_run_state_linearization,
     jvp_kind=LOW_LEVEL,
