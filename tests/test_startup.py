@@ -474,9 +474,10 @@ PASSES = {"jaxprtool.passes.fold", "jaxprtool.passes.simplify", "jaxprtool.passe
 
 
 @pytest.mark.parametrize("text", [ONE_EQN, RELU], ids=["sin", "relu"])
-def test_fmt_executes_no_pass(tmp_path, text):
+def test_fmt_executes_no_pass_nor_the_grammars_path(tmp_path, text):
     """The families `fmt` loads name the passes' helpers as lazy modules (`lazy_module`):
-    reading and printing a program executes no pass module."""
+    reading and printing a program executes no pass module; the parser imports lark's path
+    only for a text its plain reader leaves."""
     f = tmp_path / "p.jaxpr"
     f.write_text(text)
     out = subprocess.run(
@@ -487,3 +488,7 @@ def test_fmt_executes_no_pass(tmp_path, text):
     assert got["rc"] == 0, got["out"]
     assert "jaxprtool.families.arithmetic" in got["modules"]  # (a family was loaded)
     assert PASSES & set(got["modules"]) == set()
+    # nor the grammar's path (lark's parser and its post-lexer): the text is read without it
+    assert {"jaxprtool.text.parser.lalr", "jaxprtool.text.parser.layout"} & set(
+        got["modules"]
+    ) == set()
