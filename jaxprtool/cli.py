@@ -19,7 +19,6 @@ from . import core
 from .core import InternalError, JaxprError, OverLimit, ProgramError, UsageProblem
 from .interrupt import exit_on_interrupt, keep_writes_reportable, release_collector
 from .io import DEFAULT_MAX_INPUT, Reported, program_loc, report
-from .jax_required import missing_jax
 from .lazy import numpy_loaded
 from .outputs import InputPath, OutputPath, refuse_overlaps
 
@@ -735,6 +734,8 @@ def _status_of(e: Exception, debug: bool) -> int:
         _drop_unwritten_stdout()
         report(UsageProblem(f"cannot write the output: {e.strerror}"))
         return ExitStatus.ERROR
+    from .jax_required import missing_jax  # (an error's path only)
+
     missing = None if isinstance(e, OSError) else missing_jax(e) or out_of_memory(e)
     if missing is not None:
         report(missing)
