@@ -596,19 +596,14 @@ def _run_or_exit(ctx: click.Context, fn, *args) -> None:
 def _print_version(ctx, param, value):
     if not value or ctx.resilient_parsing:
         return
-    from importlib import metadata
-
     from .text import twin
-    from .text.style import KNOWN_VERSIONS, OLDEST
 
-    def version(name: str) -> str | None:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return None
+    # (`installed_version` reads the dist-info folders' names: `importlib.metadata`'s import,
+    # ~0.015 s, only where there is none)
+    from .text.style import KNOWN_VERSIONS, OLDEST, installed_version
 
-    lines = [f"jaxprtool {version('jaxprtool') or 'unknown'}"]
-    jax, jaxlib = version("jax"), version("jaxlib")
+    lines = [f"jaxprtool {installed_version('jaxprtool') or 'unknown'}"]
+    jax, jaxlib = installed_version("jax"), installed_version("jaxlib")
     if jax:
         lines.append(f"JAX {jax} (jaxlib {jaxlib or 'not installed'})")
     else:
