@@ -492,3 +492,46 @@ def test_fmt_executes_no_pass_nor_the_grammars_path(tmp_path, text):
     assert {"jaxprtool.text.parser.lalr", "jaxprtool.text.parser.layout"} & set(
         got["modules"]
     ) == set()
+
+
+RACE_PROBE = r"""
+import json, sys, threading
+sys.setswitchinterval(1e-6)  # (threads switch as often as the interpreter can)
+import jaxprtool
+from jaxprtool.lazy import ImportedOnUse
+
+assert "jaxprtool.passes.fold" not in sys.modules
+ns = {}
+ns["F"] = ImportedOnUse("jaxprtool.passes.fold", ns, "F")
+stand_in = ns["F"]
+errors, got = [], []
+start = threading.Barrier(8)
+
+
+def first_read():
+    start.wait()
+    try:
+        got.append(stand_in.result_dtype)
+    except Exception as e:
+        errors.append(repr(e))
+
+
+threads = [threading.Thread(target=first_read) for _ in range(8)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(json.dumps({"errors": errors, "same": len({id(f) for f in got}) == 1 and len(got) == 8,
+                  "replaced": ns["F"] is sys.modules["jaxprtool.passes.fold"]}))
+"""
+
+
+def test_a_module_imported_on_use_is_whole_for_threads_that_read_it_first():
+    """Eight threads read an attribute of a module not yet imported at once: each waits for
+    the one import (importlib's LazyLoader gave some an AttributeError here, on 3.12.1), and
+    the module then stands in the namespace in the stand-in's place."""
+    out = subprocess.run(
+        [sys.executable, "-c", RACE_PROBE], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"errors": [], "same": True, "replaced": True}

@@ -55,7 +55,7 @@ from ..core import (
     dtype_value,
     is_complex,
 )
-from ..lazy import lazy_module, np
+from ..lazy import ImportedOnUse, np
 from ..params import EnumValue
 from ..record import define
 from ..shapes import ShapeError, shape_rule
@@ -81,8 +81,8 @@ from ..text.param_rules import drop, drop_if_none
 
 #: the passes' helpers that the simplification and folding rules below call, imported when
 #: a pass first runs them (reading and printing a program loads this family without them)
-F = lazy_module("jaxprtool.passes.fold")
-S = lazy_module("jaxprtool.passes.simplify")
+F = ImportedOnUse("jaxprtool.passes.fold", globals(), "F")
+S = ImportedOnUse("jaxprtool.passes.simplify", globals(), "S")
 
 # ---------------------------------------------------------------- dtype classes, shape rules
 

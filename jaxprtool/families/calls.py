@@ -45,7 +45,7 @@ from ..ad.zeros import (
     writes_tangent_ref,
 )
 from ..core import Jaxpr, JaxprError, RefType, ShapedArray, Var, np_dtype
-from ..lazy import LazyPattern, lazy_module
+from ..lazy import ImportedOnUse, LazyPattern
 from ..params import Opaque, Record, format_value
 from ..record import define
 from ..record import prim as record_of
@@ -64,7 +64,7 @@ from ..text.param_rules import drop, name_first, sorted_params, unspecified
 
 #: what the AD walks tell their observers (`explain`), imported when a rule below first runs
 #: (reading and printing a program loads this family without it)
-observe = lazy_module("jaxprtool.ad.observe")
+observe = ImportedOnUse("jaxprtool.ad.observe", globals(), "observe")
 
 #: the kind `explain` shows for the rules below
 LOW_LEVEL = "jvp+linearization"

@@ -52,7 +52,7 @@ from ..ad.registry import (
 )
 from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import Jaxpr, JaxprError, ShapedArray
-from ..lazy import lazy_module
+from ..lazy import ImportedOnUse
 from ..record import define
 from ..shapes import ShapeError, shape_rule
 from ..shapes.util import (
@@ -83,7 +83,7 @@ from ..text import style as ST
 
 #: the passes' helpers that the simplification rules below call, imported when a pass first
 #: runs them (reading and printing a program loads this family without them)
-S = lazy_module("jaxprtool.passes.simplify")
+S = ImportedOnUse("jaxprtool.passes.simplify", globals(), "S")
 
 # ---------------------------------------------------------------- monoid reductions over axes
 # reduce_sum, reduce_max, reduce_min, reduce_prod, reduce_and, reduce_or, reduce_xor
