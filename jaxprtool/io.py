@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import stat
@@ -185,10 +186,8 @@ def write_output(text: str | bytes, out: str | None, *, replacing: str | None = 
     mode = stat.S_IMODE(st.st_mode) & ~SET_ID_BITS if st is not None else 0o666 & ~_umask()
     read_as = _unchanged_file(out, target, replacing) if replacing is not None else None
     _remove_stale_temps(folder)
-    import tempfile  # here: ~3 ms of the start-up of a command that writes to stdout
-
     try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".jaxprtool-{os.getpid()}-", suffix=".tmp")
+        fd, tmp = _new_temp_file(folder)
     except OSError as e:
         raise UsageProblem(
             f"cannot write '{out}': folder '{os.path.dirname(out) or '.'}': {e.strerror}"
@@ -207,6 +206,22 @@ def write_output(text: str | bytes, out: str | None, *, replacing: str | None = 
     except BaseException:
         _unlink_quietly(tmp)
         raise
+
+
+def _new_temp_file(folder: str) -> tuple[int, str]:
+    """A new, empty file in `folder` (descriptor, path), named `.jaxprtool-PID-RANDOM.tmp`
+    and made as `tempfile.mkstemp` makes one: O_CREAT|O_EXCL (never an existing file or a
+    link), mode 0600, the name drawn again if taken.  (`tempfile`'s import, with `shutil`,
+    `random` and `hashlib`, costs ~3 ms of the command.)"""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    flags |= getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        tmp = os.path.join(folder, f".jaxprtool-{os.getpid()}-{os.urandom(6).hex()}.tmp")
+        try:
+            return os.open(tmp, flags, 0o600), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no unused temporary file name", folder)
 
 
 #: setuid and setgid: never carried over to a file the tool writes
@@ -340,11 +355,12 @@ def _alive(pid: int) -> bool:
 @contextlib.contextmanager
 def _removed_on_sigterm(tmp: str):
     """While `tmp` exists, SIGTERM removes it before the process ends as it would have."""
-    import signal
     import threading
 
+    from .interrupt import signal  # (the C module: `interrupt.py` says why)
+
     previous = signal.getsignal(signal.SIGTERM)
-    if threading.current_thread() is not threading.main_thread() or previous is signal.SIG_IGN:
+    if threading.current_thread() is not threading.main_thread() or previous == signal.SIG_IGN:
         yield
         return
 

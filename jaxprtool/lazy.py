@@ -8,6 +8,7 @@ A module's regular expressions are `LazyPattern`s: most commands never use most 
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import re
 import sys
@@ -58,6 +59,30 @@ def lazy_module(name: str) -> ModuleType:
     sys.modules[name] = module
     loader.exec_module(module)
     return module
+
+
+class ImportedOnUse:
+    """A stand-in for the module `name` in the namespace `namespace` (a module's globals),
+    under `key`: the first attribute read imports the module and puts it in the stand-in's
+    place, so that later reads cost what a module's do.  The import is the import system's,
+    under its lock: a thread that reads an attribute while another is importing waits for it
+    (`importlib.util.LazyLoader`, which `lazy_module` uses, gives that thread an
+    AttributeError before Python 3.12.3).  For the package's own modules that a family's
+    rules call but reading and printing a program never does (the passes' helpers)."""
+
+    __slots__ = ("_name", "_namespace", "_key")
+
+    def __init__(self, name: str, namespace: dict, key: str) -> None:
+        self._name = name
+        self._namespace = namespace
+        self._key = key
+
+    def __getattr__(self, attr: str):
+        # (only for what the stand-in does not hold: every attribute of the module)
+        module = importlib.import_module(self._name)
+        if self._namespace.get(self._key) is self:
+            self._namespace[self._key] = module
+        return getattr(module, attr)
 
 
 class LazyPattern:

@@ -348,3 +348,27 @@ def test_the_fast_paths_equations_are_known_to_hold_no_jaxpr():
     marked = {e.prim: e.no_subjaxprs for e in j.eqns}
     assert marked == {"sin": True, "reduce_sum": True, "pjit": False}
     assert_no_subjaxprs_told_right(j)
+
+
+#: output lists: variables (some named like literals), typed and untyped literals, `_`
+OUTPUTS = [
+    "{ lambda ; a:f32[3]. let b:f32[3] = sin a in (b, a, b) }",
+    "{ lambda ; inf:f32[]. let nan:f32[] = sin inf in (nan, inf) }",
+    "{ lambda ; infa:f32[]. let nanb:f32[] = sin infa in (nanb, infa) }",
+    "{ lambda ; a:f32[]. let b:f32[] = sin a in (inf:f32[], nan:f32[], -inf:f32[], b) }",
+    "{ lambda ; a:f32[]. let b:f32[] = sin a in (1.0:f32[], b, 2:i32[]) }",
+    "{ lambda ; a:f32[]. let b:f32[] = sin a in (1.0, b, True) }",
+    "{ lambda ; a:c64[]. let b:c64[] = sin a in (infj, b, nanj:c64[]) }",
+    "{ lambda ; a:f32[]. let _:f32[] = sin a; b:f32[] = cos a in (_, b, a_) }",
+    "{ lambda ; a:f32[]. let b:f32[] = sin a in (b_, b) }",
+    "{ lambda ; a:f32[]. let b:f32[] = sin a in ( b , a ) }",
+    "{ lambda ; a:f32[]. let b:f32[] = sin a in (B,) }",
+    "{ lambda ; a:f32[]. let b:f32[] = sin a in (b",
+]
+
+
+@pytest.mark.parametrize("text", OUTPUTS)
+def test_outputs_are_read_as_the_grammar_reads_them(text):
+    """The plain reader reads a variable among the outputs without the grammar's full
+    output pattern (`plain._plain_outvars`), and anything else with it, as lark does."""
+    assert_same(text)

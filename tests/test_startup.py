@@ -385,3 +385,153 @@ def test_grad_of_a_dot_general_does_not_load_numpy(tmp_path):
     assert got["rc"] == 0, got["out"]
     assert "dot_general" in got["out"]
     assert not got["numpy"] and not got["ml_dtypes"]
+
+
+#: `jax.make_jaxpr(jax.nn.relu)(jnp.ones(3))` as JAX 0.12.1 printed it: a custom_jvp_call of
+#: one of JAX's library functions (`families/jax_library.py` holds its rule)
+RELU = """{ lambda ; a:f32[3]. let
+    b:f32[3] = custom_jvp_call[
+      name=relu
+      call_jaxpr={ lambda ; c:f32[3]. let
+          d:f32[3] = jit[
+            name=relu
+            jaxpr={ lambda ; c:f32[3]. let d:f32[3] = max c 0.0:f32[] in (d,) }
+          ] c
+        in (d,) }
+      jvp=jvp
+      symbolic_zeros=False
+    ] a
+  in (b,) }
+"""
+
+#: the modules the command executed (a `lazy.lazy_module` not yet touched is left out)
+MODULES_PROBE = r"""
+import json, sys
+from click.testing import CliRunner
+from jaxprtool.cli import main
+
+r = CliRunner().invoke(main, sys.argv[1:])
+print(json.dumps({"rc": r.exit_code, "out": r.output,
+                  "modules": sorted(m for m, v in sys.modules.items()
+                                    if type(v).__name__ != "_LazyModule")}))
+"""
+
+#: what differentiating a call needs and printing one does not
+AD_OF_CALLS = {
+    "jaxprtool.families.jax_library",  # the library rules (`registry.find_library_jvp`)
+    "jaxprtool.families.equinox",
+    "jaxprtool.ad.jvp",
+    "jaxprtool.ad.linearize",
+    "jaxprtool.ad.transpose",
+}
+
+
+@pytest.mark.parametrize("command", ["fmt", "vjp"])
+def test_printing_a_custom_jvp_call_imports_no_ad_of_calls_and_vjp_finds_its_rule(
+    tmp_path, command
+):
+    """`fmt` of a custom_jvp_call reads and prints it without the AD walks or the families of
+    library rules; `vjp` of it loads them (relu's rule is JAX's: the derivative at 0 is 0,
+    checked against JAX in tests/test_custom_rules.py)."""
+    f = tmp_path / "relu.jaxpr"
+    f.write_text(RELU)
+    out = subprocess.run(
+        [sys.executable, "-c", MODULES_PROBE, command, str(f)],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+    )  # fmt: skip
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["rc"] == 0, got["out"]
+    loaded = AD_OF_CALLS & set(got["modules"])
+    if command == "fmt":
+        assert got["out"] == RELU
+        assert loaded == set()
+    else:
+        assert loaded == AD_OF_CALLS
+
+
+def test_writing_the_output_file_imports_neither_tempfile_nor_signal(tmp_path):
+    """`-o FILE` is written atomically (a new temporary file, renamed) without `tempfile`
+    (with `shutil`, `random`, `hashlib`: ~3 ms) or `signal`'s enums (~2 ms).  The program
+    itself runs (a test runner's process has imported them already); `-X importtime` names
+    every module it imports."""
+    f, out = tmp_path / "p.jaxpr", tmp_path / "out.jaxpr"
+    f.write_text(ONE_EQN)
+    r = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "jaxprtool", "fmt", str(f), "--output",
+         str(out)],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    imported = {line.rpartition("|")[2].strip() for line in r.stderr.splitlines()}
+    assert "jaxprtool.io" in imported  # (the listing is read right)
+    assert {"tempfile", "shutil", "random", "signal"} & imported == set()
+    assert out.read_text() == ONE_EQN
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jaxpr", "p.jaxpr"]  # no temp left
+
+
+#: the passes, which the families' simplification and folding rules call when a pass runs
+PASSES = {"jaxprtool.passes.fold", "jaxprtool.passes.simplify", "jaxprtool.passes.dce"}
+
+
+@pytest.mark.parametrize("text", [ONE_EQN, RELU], ids=["sin", "relu"])
+def test_fmt_executes_no_pass_nor_the_grammars_path(tmp_path, text):
+    """The families `fmt` loads name the passes' helpers as lazy modules (`lazy_module`):
+    reading and printing a program executes no pass module; the parser imports lark's path
+    only for a text its plain reader leaves."""
+    f = tmp_path / "p.jaxpr"
+    f.write_text(text)
+    out = subprocess.run(
+        [sys.executable, "-c", MODULES_PROBE, "fmt", str(f)],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+    )  # fmt: skip
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["rc"] == 0, got["out"]
+    assert "jaxprtool.families.arithmetic" in got["modules"]  # (a family was loaded)
+    assert PASSES & set(got["modules"]) == set()
+    # nor the grammar's path (lark's parser and its post-lexer): the text is read without it
+    assert {"jaxprtool.text.parser.lalr", "jaxprtool.text.parser.layout"} & set(
+        got["modules"]
+    ) == set()
+
+
+RACE_PROBE = r"""
+import json, sys, threading
+sys.setswitchinterval(1e-6)  # (threads switch as often as the interpreter can)
+import jaxprtool
+from jaxprtool.lazy import ImportedOnUse
+
+assert "jaxprtool.passes.fold" not in sys.modules
+ns = {}
+ns["F"] = ImportedOnUse("jaxprtool.passes.fold", ns, "F")
+stand_in = ns["F"]
+errors, got = [], []
+start = threading.Barrier(8)
+
+
+def first_read():
+    start.wait()
+    try:
+        got.append(stand_in.result_dtype)
+    except Exception as e:
+        errors.append(repr(e))
+
+
+threads = [threading.Thread(target=first_read) for _ in range(8)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(json.dumps({"errors": errors, "same": len({id(f) for f in got}) == 1 and len(got) == 8,
+                  "replaced": ns["F"] is sys.modules["jaxprtool.passes.fold"]}))
+"""
+
+
+def test_a_module_imported_on_use_is_whole_for_threads_that_read_it_first():
+    """Eight threads read an attribute of a module not yet imported at once: each waits for
+    the one import (importlib's LazyLoader gave some an AttributeError here, on 3.12.1), and
+    the module then stands in the namespace in the stand-in's place."""
+    out = subprocess.run(
+        [sys.executable, "-c", RACE_PROBE], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"errors": [], "same": True, "replaced": True}

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from ..core import JaxprError, ShapedArray
 from ..lazy import LazyPattern
-from ..record import FieldView, prim
+from ..record import FieldView, ensure_loaded, prim
 from ..shapes.util import dims_eq
 from . import ops
 from .builder import current
@@ -98,16 +98,28 @@ class MissingCustomRule(JaxprError):
 
 #: JAX's library functions with custom JVP rules (relu, logaddexp, ...), by function name:
 #: entries with `.matches(params, body)` and `.tangent(primals, tangents, ans, body)`, filled by
-#: `jaxprtool/families/jax_library.py`
+#: `jaxprtool/families/jax_library.py` and `equinox.py`
 library_jvps: dict[str, list] = {}
+
+#: the family index's entry (`families/index.py`; not a primitive) for the family modules that
+#: register library rules: `find_library_jvp` loads them when first asked, so that reading
+#: and printing a `custom_jvp_call` (`fmt`) does not import them
+LIBRARY_RULES = "<library rules>"
 
 
 def register_library_jvp(rule) -> None:
     library_jvps.setdefault(rule.name, []).append(rule)
 
 
+def library_rule_count() -> int:
+    """How many library rules are registered (`families.build_index` charges each family
+    module with those its import registered, under `LIBRARY_RULES`)."""
+    return sum(map(len, library_jvps.values()))
+
+
 def find_library_jvp(name: str | None, params: dict, body):
     """The library rule for a `custom_jvp_call` of function `name` whose body matches, or None."""
+    ensure_loaded(LIBRARY_RULES)
     for rule in library_jvps.get(name or "", ()):
         if rule.matches(params, body):
             return rule

@@ -137,12 +137,10 @@ def _library_rule(eqn: Eqn) -> bool:
     """Whether the tool has its own rule for this custom_jvp function (a family's library
     rule, e.g. Equinox's `nondifferentiable`, whose JVP raises by design)."""
     from ..ad.registry import find_library_jvp
-    from ..record import ensure_loaded
 
     body = eqn.params.get("call_jaxpr")
     if record_of(eqn.prim).traced_rules != "jvp" or not isinstance(body, Jaxpr):
         return False
-    ensure_loaded(eqn.prim)  # the families that register library rules
     return find_library_jvp(str(eqn.params.get("name")), eqn.params, body) is not None
 
 

@@ -66,17 +66,22 @@ def load_all() -> None:
 def build_index() -> dict[str, tuple[str, ...]]:
     """Which family modules define each primitive (for `index.py`), in a fresh interpreter:
     the families are imported one at a time, in load order, and each is charged with the
-    records its import defined (`record.defined_since`)."""
+    records its import defined (`record.defined_since`), and with the library rules it
+    registered (under `registry.LIBRARY_RULES`, which `find_library_jvp` loads)."""
     import sys
 
+    from ..ad.registry import LIBRARY_RULES, library_rule_count
     from ..record import defined_since, definitions
 
     defined: dict[str, list[str]] = {}
     for module in MODULES:
-        first, loaded = definitions(), set(sys.modules)
+        first, loaded, rules = definitions(), set(sys.modules), library_rule_count()
         importlib.import_module(module)
         _refuse_nested_family_imports(module, set(sys.modules) - loaded)
-        for name in defined_since(first):
+        names = defined_since(first)
+        if library_rule_count() > rules:
+            names.add(LIBRARY_RULES)
+        for name in names:
             defined.setdefault(name, []).append(module.rpartition(".")[2])
     return {n: tuple(o) for n, o in sorted(defined.items())}
 

@@ -55,10 +55,8 @@ from ..core import (
     dtype_value,
     is_complex,
 )
-from ..lazy import np
+from ..lazy import ImportedOnUse, np
 from ..params import EnumValue
-from ..passes import fold as F
-from ..passes import simplify as S
 from ..record import define
 from ..shapes import ShapeError, shape_rule
 from ..shapes.util import (
@@ -80,6 +78,11 @@ from ..shapes.util import (
 )
 from ..shardings import sharded_size, sharding_param_spec, with_spec
 from ..text.param_rules import drop, drop_if_none
+
+#: the passes' helpers that the simplification and folding rules below call, imported when
+#: a pass first runs them (reading and printing a program loads this family without them)
+F = ImportedOnUse("jaxprtool.passes.fold", globals(), "F")
+S = ImportedOnUse("jaxprtool.passes.simplify", globals(), "S")
 
 # ---------------------------------------------------------------- dtype classes, shape rules
 

@@ -20,10 +20,8 @@ import re
 
 from ..ad import batching as BT
 from ..ad import builder as B
-from ..ad import observe, ops
+from ..ad import ops
 from ..ad.builder import current
-from ..ad.jvp import jvp_eval, jvp_masked
-from ..ad.linearize import LINEAR_NAME, linearize_masked, split_jvp
 from ..ad.ops import add_tangents, instantiate
 from ..ad.registry import (
     BWD_RULE_PARAM,
@@ -38,7 +36,6 @@ from ..ad.registry import (
     find_library_jvp,
     rebind_primal,
 )
-from ..ad.transpose import backward_pass, transpose_jaxpr
 from ..ad.zeros import (
     Zero,
     carries_tangent,
@@ -48,9 +45,8 @@ from ..ad.zeros import (
     writes_tangent_ref,
 )
 from ..core import Jaxpr, JaxprError, RefType, ShapedArray, Var, np_dtype
-from ..lazy import LazyPattern
+from ..lazy import ImportedOnUse, LazyPattern
 from ..params import Opaque, Record, format_value
-from ..passes.dce import Unsupported, keep_whole, rebuild
 from ..record import define
 from ..record import prim as record_of
 from ..shapes import ShapeError, shape_rule
@@ -65,6 +61,10 @@ from ..shapes.util import (
 from ..shardings import with_batch_dim
 from ..text import style as ST
 from ..text.param_rules import drop, name_first, sorted_params, unspecified
+
+#: what the AD walks tell their observers (`explain`), imported when a rule below first runs
+#: (reading and printing a program loads this family without it)
+observe = ImportedOnUse("jaxprtool.ad.observe", globals(), "observe")
 
 #: the kind `explain` shows for the rules below
 LOW_LEVEL = "jvp+linearization"
@@ -273,6 +273,8 @@ def _transposed(params, mask, n_cts):
 
 def _call_jvp(prim):
     def rule(primals, tangents, **params):
+        from ..ad.jvp import jvp_masked
+
         key, inner, nz, nz_t, n, out_types = _call_parts(prim, params, tangents)
         jj, out_nz = _memo("jvp", jvp_masked, inner, nz)
         ins, nz_in = list(range(len(primals))), [i for i, m in enumerate(nz) if m]
@@ -286,6 +288,8 @@ def _call_jvp(prim):
 
 def _linearize_rerun(inner, nz, instantiate):
     """The body's linearization, which a policy may run again (`remat_saves` below)."""
+    from ..ad.linearize import linearize_masked
+
     return linearize_masked(inner, nz, instantiate, rerun=True)
 
 
@@ -314,6 +318,9 @@ def _call_transpose(prim):
     into there), in the operand's place among the non-linear inputs."""
 
     def rule(cts, *args, **params):
+        from ..ad.linearize import LINEAR_NAME
+        from ..ad.transpose import backward_pass, transpose_jaxpr
+
         key = _key(prim, params)
         inner: Jaxpr = params[key]
         mask = [is_undefined_primal(a) for a in args]
@@ -589,6 +596,8 @@ def _policy_saveable(policy):
 def _remat_split(inner: Jaxpr, nz, saveable):
     """Linearize a remat body: primal body (outs + saved residuals) and a linear body that
     recomputes every non-saveable residual from the saved ones."""
+    from ..ad.linearize import split_jvp
+
     sp = split_jvp(inner, nz, False)
     consts, primals, outs, peqns, residuals = sp.consts, sp.primals, sp.outs, sp.peqns, sp.residuals
     tan_in, teqns, touts, out_nz = sp.tan_in, sp.teqns, sp.touts, sp.out_nz
@@ -787,6 +796,8 @@ def _how_to_proceed(kind: str) -> str:
 
 def _fall_back_to_body(kind: str, params, primals, tangents, rule_text: str, refuse: bool):
     """Differentiate the body instead of the missing rule, or refuse (by policy)."""
+    from ..ad.jvp import jvp_eval
+
     name = function_name(params) or "?"
     what = f"{kind}_call '{name}' ({rule_text})"
     if refuse:
@@ -1171,6 +1182,8 @@ def _custom_call_dce(used_outs, e, dce_jaxpr, live_ins):
     recorded JVP rule loses the same results and their tangents; a recorded fwd/bwd pair
     cannot lose results (bwd takes every result's cotangent): that call keeps them, as a
     call whose results are all used does."""
+    from ..passes.dce import Unsupported, rebuild
+
     body = e.params.get("call_jaxpr")
     if not isinstance(body, Jaxpr) or len(body.invars) != len(e.inputs):
         raise Unsupported
@@ -1198,6 +1211,8 @@ def _custom_vmap_jvp(primals, tangents, **params):
     the body gives JAX's tangents (a later vmap batches the body, as the tool does anyway).
     The AD commands read `call` with its constants as leading operands
     (`_custom_vmap_lift_kept_consts`); one still closing over some is refused."""
+    from ..ad.jvp import jvp_eval
+
     body = params["call"]
     if body.constvars:
         raise JaxprError(_kept_nested("custom_vmap_call", "its body", body), current().loc)
@@ -1254,6 +1269,8 @@ def _custom_lin_forward(eqn) -> Jaxpr:
     tangents...): the transpose of its recorded bwd (which maps the output cotangents to
     the input ones, linearly in them), the zero tangents (`in_zeros`) left out.  JAX
     cannot run a custom_lin (it only transposes it); the tool can, from the traced bwd."""
+    from ..ad.transpose import transpose_jaxpr
+
     p = eqn.params
     bwd: Jaxpr = p[BWD_RULE_PARAM]
     nres = int(p.get("num_res", 0))
@@ -1485,6 +1502,8 @@ def _bind_linear_solve(consts: dict, b, const_lengths, jaxprs):
 def _tangent_linear_map(matvec: Jaxpr, consts, consts_dot, xs):
     """JAX's `_tangent_linear_map`: for matvec(consts, x) = A x, the tangent A' x (the JVP of
     matvec with respect to its consts only)."""
+    from ..ad.jvp import jvp_eval
+
     if matvec.constvars:
         raise JaxprError(
             "custom_linear_solve: a matvec with constants cannot be differentiated", current().loc
@@ -1757,6 +1776,8 @@ def _tangent_refs(body: Jaxpr, start: list[bool]) -> list[bool]:
 def _run_state_jvp(primals, tangents, *, jaxpr, **params):
     """JAX's `_run_state_jvp`: one run_state over the Refs and the tangent Refs of those that
     carry one (`_tangent_refs`; zeros where the initial value has none), marked linear."""
+    from ..ad.jvp import jvp_masked
+
     body = jaxpr_param({"jaxpr": jaxpr}, "jaxpr")
     start = [not is_zero(t) and carries_tangent(v.type) for t, v in zip(tangents, body.invars)]
     nz = _tangent_refs(body, start) if any(start) else start
@@ -1814,6 +1835,13 @@ def _run_state_lift_kept_consts(e, outer):
     )
 
 
+def _keep_whole(used_outs, e, dce_jaxpr, live_ins):
+    """JAX's default DCE rule (`passes.dce.keep_whole`), imported when DCE runs."""
+    from ..passes.dce import keep_whole
+
+    return keep_whole(used_outs, e, dce_jaxpr, live_ins)
+
+
 define(
     "run_state",
     lift_kept_consts=_run_state_lift_kept_consts,
@@ -1821,7 +1849,7 @@ define(
     # JAX has no DCE rule for run_state: unused, it goes unless its body writes a live Ref
     # operand; used, it stays whole
     effects_in_bodies=lambda e: True,
-    dce=keep_whole,
+    dce=_keep_whole,
     jvp=_run_state_jvp,
     linearization=_run_state_linearization,
     jvp_kind=LOW_LEVEL,

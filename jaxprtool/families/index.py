@@ -2,6 +2,7 @@
 the family modules that define each primitive, in load order."""
 
 FAMILIES_OF: dict[str, tuple[str, ...]] = {
+    "<library rules>": ("jax_library", "equinox"),
     "CustomRoot": ("calls",),
     "Frexp": ("frexp",),
     "Ldexp": ("frexp",),
@@ -73,8 +74,8 @@ FAMILIES_OF: dict[str, tuple[str, ...]] = {
     "cumprod": ("reductions",),
     "cumsum": ("reductions",),
     "custom_call": ("effects",),
-    "custom_jvp_call": ("calls", "jax_library", "equinox"),
-    "custom_jvp_call_jaxpr": ("calls", "jax_library"),
+    "custom_jvp_call": ("calls",),
+    "custom_jvp_call_jaxpr": ("calls",),
     "custom_lin": ("calls",),
     "custom_linear_solve": ("calls",),
     "custom_vjp_call": ("calls",),

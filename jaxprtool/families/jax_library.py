@@ -22,7 +22,6 @@ from ..ad.ops import ty
 from ..ad.registry import register_library_jvp
 from ..core import Jaxpr, Literal
 from ..frozen import Frozen, set_field
-from ..record import define
 from ..shapes.util import ints
 
 #: parameters that follow from the operand shapes, ignored when comparing bodies
@@ -352,7 +351,5 @@ for _rule in (
 ):
     register_library_jvp(_rule)
 
-# the rules above are found through custom_jvp_call: loading that primitive's families must
-# load this module too (`families/index.py` records which modules define each primitive)
-define("custom_jvp_call")
-define("custom_jvp_call_jaxpr")
+# (the rules above are found by `find_library_jvp`, which loads this module when first asked:
+# `families/index.py` lists it under `registry.LIBRARY_RULES`)

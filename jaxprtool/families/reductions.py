@@ -52,7 +52,7 @@ from ..ad.registry import (
 )
 from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import Jaxpr, JaxprError, ShapedArray
-from ..passes import simplify as S
+from ..lazy import ImportedOnUse
 from ..record import define
 from ..shapes import ShapeError, shape_rule
 from ..shapes.util import (
@@ -80,6 +80,10 @@ from ..shapes.util import (
 )
 from ..shardings import sharded_like, sharded_size
 from ..text import style as ST
+
+#: the passes' helpers that the simplification rules below call, imported when a pass first
+#: runs them (reading and printing a program loads this family without them)
+S = ImportedOnUse("jaxprtool.passes.simplify", globals(), "S")
 
 # ---------------------------------------------------------------- monoid reductions over axes
 # reduce_sum, reduce_max, reduce_min, reduce_prod, reduce_and, reduce_or, reduce_xor

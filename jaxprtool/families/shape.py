@@ -30,7 +30,7 @@ from ..ad.ops import (
 from ..ad.registry import defjvp_zero, deflinear2, primitive_jvps, rebind_primal
 from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import Eqn, Literal, ShapedArray, Var
-from ..passes import simplify as S
+from ..lazy import ImportedOnUse
 from ..record import define
 from ..shapes import ShapeError, shape_rule
 from ..shapes.sizes import Size, check_all_ge
@@ -77,6 +77,10 @@ from ..shardings import (
 )
 from ..text import style as ST
 from ..text.param_rules import sorted_params
+
+#: the passes' helpers that the simplification rules below call, imported when a pass first
+#: runs them (reading and printing a program loads this family without them)
+S = ImportedOnUse("jaxprtool.passes.simplify", globals(), "S")
 
 
 def _no_flops(e) -> int:

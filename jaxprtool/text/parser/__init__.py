@@ -83,16 +83,34 @@ from ...core import Jaxpr, JaxprError
 from .. import grammar as G
 from .build import _Build as _Build  # (tests build lark with it)
 from .diagnostics import MAX_DIGITS, MAX_DIM, MAX_NESTING, NO_TYPES, huge_number
-from .lalr import COMPILED_MIN_CHARS, build_parser, parse_lark
-from .layout import _Layout as _Layout  # (tests build lark with it)
 from .plain import parse_plain
 from .state import ParseState
 
 #: the internals tests reach (tests/test_parser.py, test_parser_fast.py)
-_State, _parse_plain, _build = ParseState, parse_plain, build_parser
+_State, _parse_plain = ParseState, parse_plain
 
 __all__ = ["COMPILED_MIN_CHARS", "MAX_DIGITS", "MAX_DIM", "MAX_NESTING", "NO_TYPES"]
 __all__ += ["ParseResult", "parse"]
+
+#: names of the grammar's path (`lalr`, `layout`), imported when first asked: a text of
+#: JAX's common forms is read without them (`plain`), and `fmt` of it never imports them
+_GRAMMAR_PATH = {
+    "COMPILED_MIN_CHARS": ("lalr", "COMPILED_MIN_CHARS"),
+    "_build": ("lalr", "build_parser"),  # (tests build lark with these two)
+    "_Layout": ("layout", "_Layout"),
+}
+
+
+def __getattr__(name: str):
+    try:
+        module, attr = _GRAMMAR_PATH[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+    globals()[name] = value
+    return value
 
 
 class ParseResult:
@@ -144,6 +162,8 @@ def parse(
         # leaves
         j = parse_plain(st) if fast else None
         if j is None:
+            from .lalr import parse_lark
+
             if fast:
                 st = ParseState(text, path, fast)
             j = parse_lark(st, compiled)
