@@ -14,6 +14,7 @@ primitive of every family is either run here or listed in `NOT_TRACED` with the 
 
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -33,8 +34,10 @@ from jaxprtool.text.parser import parse  # noqa: E402
 JAX_0_12_1 = hasattr(lax, "sinpi")
 
 
+@functools.cache
 def _extra_cases():
-    """The primitives `test_shapes._cases()` does not trace."""
+    """The primitives `test_shapes._cases()` does not trace (made once per process, as
+    `_cases()`)."""
     f32 = jnp.float32
     x = jnp.linspace(0.1, 0.9, 12, dtype=f32).reshape(3, 4)
     i = jnp.arange(12, dtype=jnp.int32).reshape(3, 4)
@@ -103,7 +106,9 @@ def _extra_cases():
     return cases
 
 
+@functools.cache
 def _all_cases():
+    """Both tables (made once per process: test_run_params takes it too; copy it to add)."""
     cases = dict(_cases())
     cases.update(_extra_cases())
     return cases

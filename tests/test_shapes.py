@@ -9,6 +9,8 @@ declared result types (as printed).  `out_hint` is passed only for
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 from conftest import corpus_files, needs_corpus
 
@@ -115,8 +117,12 @@ def _mismatches(jaxpr, where: str) -> tuple[list[str], set[str]]:
     return bad, seen
 
 
+@functools.cache
 def _cases():
-    """name -> (function, example arguments); jnp / lax calls chosen to cover the primitives."""
+    """name -> (function, example arguments); jnp / lax calls chosen to cover the primitives.
+    Made once per process (its arrays are built op by op, each op an XLA compile: about a
+    second): test_run_every_primitive and test_run_params take it at collection too.  Its
+    arrays are immutable; a caller that adds cases copies the table first."""
     import jax
     import jax.extend.random
     import jax.numpy as jnp
