@@ -12,6 +12,7 @@ import importlib
 import importlib.util
 import re
 import sys
+import threading
 from types import ModuleType
 
 
@@ -45,20 +46,49 @@ _LAZY: set[str] = set()
 
 
 def lazy_module(name: str) -> ModuleType:
-    """`name` as a module that is executed on its first attribute access (importlib's
-    LazyLoader); the module itself when it is already imported."""
+    """`name` as a module that is executed on its first attribute access; the module itself
+    when it is already imported."""
     if name in sys.modules:
         return sys.modules[name]
     if not _LAZY:
         sys.meta_path.insert(0, _LoadedDuringImport())
     _LAZY.add(name)
-    spec = importlib.util.find_spec(name)
-    loader = importlib.util.LazyLoader(spec.loader)
-    spec.loader = loader
-    module = importlib.util.module_from_spec(spec)
+    module = importlib.util.module_from_spec(importlib.util.find_spec(name))
+    module.__class__ = _ExecutedOnFirstUse
     sys.modules[name] = module
-    loader.exec_module(module)
     return module
+
+
+#: held while a lazy module executes; re-entrant, as the module's own import reads it
+_LOADING = threading.RLock()
+#: ids of the lazy modules being executed (by the thread that holds `_LOADING`)
+_EXECUTING: set[int] = set()
+
+
+class _ExecutedOnFirstUse(ModuleType):
+    """A module not executed yet: the first attribute read executes it, and it becomes a
+    plain module.  One thread executes it while the others wait (importlib's LazyLoader let
+    a second thread read a half-executed module before Python 3.12.3: `module 'numpy' has no
+    attribute 'zeros'` in 7 threads of 8 on 3.12.1, and the library may be called from
+    threads); a read during its own execution (its submodules importing it) sees it as it
+    stands, as any import cycle does.  The logic of CPython 3.12.3's LazyLoader."""
+
+    def __getattribute__(self, attr):
+        with _LOADING:
+            if object.__getattribute__(self, "__class__") is _ExecutedOnFirstUse:
+                if id(self) in _EXECUTING:
+                    return ModuleType.__getattribute__(self, attr)
+                _execute(self)
+        return getattr(self, attr)
+
+
+def _execute(module: ModuleType) -> None:
+    _EXECUTING.add(id(module))
+    try:
+        object.__getattribute__(module, "__spec__").loader.exec_module(module)
+        module.__class__ = ModuleType
+    finally:
+        _EXECUTING.discard(id(module))
 
 
 class ImportedOnUse:
@@ -66,8 +96,8 @@ class ImportedOnUse:
     under `key`: the first attribute read imports the module and puts it in the stand-in's
     place, so that later reads cost what a module's do.  The import is the import system's,
     under its lock: a thread that reads an attribute while another is importing waits for it
-    (`importlib.util.LazyLoader`, which `lazy_module` uses, gives that thread an
-    AttributeError before Python 3.12.3).  For the package's own modules that a family's
+    (importlib's `LazyLoader` gives that thread an AttributeError before Python 3.12.3,
+    which is why `lazy_module` does not use it).  For the package's own modules that a family's
     rules call but reading and printing a program never does (the passes' helpers)."""
 
     __slots__ = ("_name", "_namespace", "_key")
