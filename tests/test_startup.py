@@ -495,16 +495,9 @@ def test_fmt_executes_no_pass_nor_the_grammars_path(tmp_path, text):
     ) == set()
 
 
-RACE_PROBE = r"""
-import json, sys, threading
-sys.setswitchinterval(1e-6)  # (threads switch as often as the interpreter can)
-import jaxprtool
-from jaxprtool.lazy import ImportedOnUse
-
-assert "jaxprtool.passes.fold" not in sys.modules
-ns = {}
-ns["F"] = ImportedOnUse("jaxprtool.passes.fold", ns, "F")
-stand_in = ns["F"]
+#: eight threads make one first read at once (READ: the expression); the probe's prologue
+#: sets up what they read, its epilogue prints what it found as JSON
+EIGHT_FIRST_READS = r"""
 errors, got = [], []
 start = threading.Barrier(8)
 
@@ -512,7 +505,7 @@ start = threading.Barrier(8)
 def first_read():
     start.wait()
     try:
-        got.append(stand_in.result_dtype)
+        got.append(READ)
     except Exception as e:
         errors.append(repr(e))
 
@@ -522,60 +515,48 @@ for t in threads:
     t.start()
 for t in threads:
     t.join()
-print(json.dumps({"errors": errors, "same": len({id(f) for f in got}) == 1 and len(got) == 8,
-                  "replaced": ns["F"] is sys.modules["jaxprtool.passes.fold"]}))
 """
+
+
+def _eight_first_reads(prologue: str, read: str, epilogue: str) -> dict:
+    """Run the eight threads' race in a process of its own (nothing imported before it)."""
+    head = "import json, sys, threading\nsys.setswitchinterval(1e-6)\n"
+    probe = head + prologue + EIGHT_FIRST_READS.replace("READ", read) + epilogue
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def test_a_module_imported_on_use_is_whole_for_threads_that_read_it_first():
     """Eight threads read an attribute of a module not yet imported at once: each waits for
     the one import (importlib's LazyLoader gave some an AttributeError here, on 3.12.1), and
     the module then stands in the namespace in the stand-in's place."""
-    out = subprocess.run(
-        [sys.executable, "-c", RACE_PROBE], capture_output=True, text=True, check=True, cwd=ROOT
+    prologue = (
+        "import jaxprtool\nfrom jaxprtool.lazy import ImportedOnUse\n"
+        'assert "jaxprtool.passes.fold" not in sys.modules\n'
+        'ns = {}\nns["F"] = ImportedOnUse("jaxprtool.passes.fold", ns, "F")\n'
+        'stand_in = ns["F"]\n'
     )
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    epilogue = (
+        'print(json.dumps({"errors": errors, "same": len({id(f) for f in got}) == 1 and '
+        'len(got) == 8, "replaced": ns["F"] is sys.modules["jaxprtool.passes.fold"]}))\n'
+    )
+    got = _eight_first_reads(prologue, "stand_in.result_dtype", epilogue)
     assert got == {"errors": [], "same": True, "replaced": True}
-
-
-NUMPY_RACE_PROBE = r"""
-import json, sys, threading
-sys.setswitchinterval(1e-6)
-from jaxprtool.lazy import np
-
-assert type(np) is not type(sys), "numpy was executed before the threads read it"
-errors, sums = [], []
-start = threading.Barrier(8)
-
-
-def first_read():
-    start.wait()
-    try:
-        sums.append(float(np.arange(4.0).sum()))
-    except Exception as e:
-        errors.append(repr(e))
-
-
-threads = [threading.Thread(target=first_read) for _ in range(8)]
-for t in threads:
-    t.start()
-for t in threads:
-    t.join()
-print(json.dumps({"errors": errors, "sums": sums, "plain": type(np) is type(sys),
-                  "one": np is sys.modules["numpy"]}))
-"""
 
 
 def test_lazy_numpy_is_whole_for_threads_that_read_it_first():
     """Eight threads make the first read of the lazy numpy at once: one executes it and the
     others wait, then it is a plain module (importlib's LazyLoader handed 7 of the 8 a
     half-executed numpy on Python 3.12.1: `module 'numpy' has no attribute 'arange'`)."""
-    out = subprocess.run(
-        [sys.executable, "-c", NUMPY_RACE_PROBE],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
+    prologue = (
+        "from jaxprtool.lazy import np\n"
+        'assert type(np) is not type(sys), "numpy was executed before the threads read it"\n'
     )
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    epilogue = (
+        'print(json.dumps({"errors": errors, "sums": got, "plain": type(np) is type(sys), '
+        '"one": np is sys.modules["numpy"]}))\n'
+    )
+    got = _eight_first_reads(prologue, "float(np.arange(4.0).sum())", epilogue)
     assert got == {"errors": [], "sums": [6.0] * 8, "plain": True, "one": True}
