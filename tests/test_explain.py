@@ -105,6 +105,38 @@ def test_mlp_grad_matches_jax(tmp_path):
     assert f"{d[0]:.4f}"[:-1] in r.output.replace(" ", "")
 
 
+def test_values_asked_in_runs_of_bounded_bytes_are_the_same(monkeypatch):
+    """A walk's values are asked in programs of at most `checks.FILL_BYTES` of results each
+    (the TPU's 16 GB did not hold the 8-layer transformer's 210 at once): with a bound of
+    256 bytes the mlp's values come from several programs, and they are the values asked in
+    one, with the gradient JAX's."""
+    import jax
+
+    from jaxprtool.core import value_bytes
+    from jaxprtool.ui.explain import checks
+
+    args = _mlp_args()
+    jaxpr = parse((SAMPLES / "mlp.jaxpr").read_text(), "mlp.jaxpr").jaxpr
+    whole = explain_data(jaxpr, args, "grad")
+    groups: list = []
+    by_bytes = checks._by_bytes
+    monkeypatch.setattr(checks, "FILL_BYTES", 256)
+    monkeypatch.setattr(
+        checks, "_by_bytes", lambda outs: groups.extend(by_bytes(outs)) or by_bytes(outs)
+    )
+    split = explain_data(jaxpr, args, "grad")
+    assert len(groups) > 3
+    for g in groups:
+        asked = sum(value_bytes(v.type) for v in g)
+        assert asked <= 256 or len(g) == 1, (asked, len(g))
+    assert split.passed and len(split.residuals) == len(whole.residuals)
+    for a, b in zip(split.residuals, whole.residuals):
+        np.testing.assert_allclose(a.value.array, b.value.array, rtol=1e-6, atol=1e-7)
+    expected = jax.grad(_mlp_jax, argnums=tuple(range(6)))(*args)
+    for got, want in zip(split.gradient, expected):
+        np.testing.assert_allclose(got, np.asarray(want), rtol=1e-4, atol=1e-5)
+
+
 def test_sin_cos_vjp_and_jvp_match_jax():
     import jax
     import jax.numpy as jnp
