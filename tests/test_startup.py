@@ -36,17 +36,19 @@ print(json.dumps({"rc": r.exit_code, "out": r.output, "numpy": executed("numpy")
 """
 
 
+def _last_line(probe: str, *args: str, env=None) -> str:
+    """The last line a probe printed, run as `python -c PROBE ARGS` from the repository."""
+    out = subprocess.run(
+        [sys.executable, "-c", probe, *args], capture_output=True, text=True, check=True,
+        cwd=ROOT, env=env,
+    )  # fmt: skip
+    return out.stdout.strip().splitlines()[-1]
+
+
 def _probe(tmp_path, text: str, *args: str) -> dict:
     f = tmp_path / "p.jaxpr"
     f.write_text(text)
-    out = subprocess.run(
-        [sys.executable, "-c", PROBE, *args, str(f)],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(_last_line(PROBE, *args, str(f)))
 
 
 @pytest.mark.parametrize(
@@ -246,11 +248,7 @@ def test_commands_that_do_not_run_ask_numpy_for_one_blas_thread(tmp_path, args, 
     }
     if user is not None:
         env["OPENBLAS_NUM_THREADS"] = user
-    out = subprocess.run(
-        [sys.executable, "-c", BLAS_PROBE, *args, str(f)],
-        capture_output=True, text=True, check=True, cwd=ROOT, env=env,
-    )  # fmt: skip
-    assert out.stdout.strip().splitlines()[-1] == expected
+    assert _last_line(BLAS_PROBE, *args, str(f), env=env) == expected
 
 
 COLLECTOR_PROBE = r"""
@@ -271,11 +269,7 @@ def test_the_program_starts_without_the_collector_and_its_command_runs_with_it(t
     (`interrupt.hold_collector`, `release_collector`)."""
     f = tmp_path / "p.jaxpr"
     f.write_text(ONE_EQN)
-    out = subprocess.run(
-        [sys.executable, "-c", COLLECTOR_PROBE, "fmt", str(f)],
-        capture_output=True, text=True, check=True, cwd=ROOT,
-    )  # fmt: skip
-    assert out.stdout.strip().splitlines()[-1] == "0 True True True"
+    assert _last_line(COLLECTOR_PROBE, "fmt", str(f)) == "0 True True True"
 
 
 def test_a_command_in_a_test_process_leaves_the_collector_alone():
@@ -326,11 +320,7 @@ def test_no_module_compiles_a_regular_expression_as_it_is_imported(tmp_path, arg
     compiled at import, each costs every command's start-up, used or not."""
     f = tmp_path / "p.jaxpr"
     f.write_text(ONE_EQN)
-    out = subprocess.run(
-        [sys.executable, "-c", REGEX_PROBE, *args, str(f)],
-        capture_output=True, text=True, check=True, cwd=ROOT,
-    )  # fmt: skip
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    got = json.loads(_last_line(REGEX_PROBE, *args, str(f)))
     assert got["rc"] == 0, got["out"]
     assert got["at_import"] == [], "compiled at import: make them `lazy.LazyPattern`s"
 
@@ -436,11 +426,7 @@ def test_printing_a_custom_jvp_call_imports_no_ad_of_calls_and_vjp_finds_its_rul
     checked against JAX in tests/test_custom_rules.py)."""
     f = tmp_path / "relu.jaxpr"
     f.write_text(RELU)
-    out = subprocess.run(
-        [sys.executable, "-c", MODULES_PROBE, command, str(f)],
-        capture_output=True, text=True, check=True, cwd=ROOT,
-    )  # fmt: skip
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    got = json.loads(_last_line(MODULES_PROBE, command, str(f)))
     assert got["rc"] == 0, got["out"]
     loaded = AD_OF_CALLS & set(got["modules"])
     if command == "fmt":
@@ -481,11 +467,7 @@ def test_fmt_executes_no_pass_nor_the_grammars_path(tmp_path, text):
     only for a text its plain reader leaves."""
     f = tmp_path / "p.jaxpr"
     f.write_text(text)
-    out = subprocess.run(
-        [sys.executable, "-c", MODULES_PROBE, "fmt", str(f)],
-        capture_output=True, text=True, check=True, cwd=ROOT,
-    )  # fmt: skip
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    got = json.loads(_last_line(MODULES_PROBE, "fmt", str(f)))
     assert got["rc"] == 0, got["out"]
     assert "jaxprtool.families.arithmetic" in got["modules"]  # (a family was loaded)
     assert PASSES & set(got["modules"]) == set()
@@ -522,10 +504,7 @@ def _eight_first_reads(prologue: str, read: str, epilogue: str) -> dict:
     """Run the eight threads' race in a process of its own (nothing imported before it)."""
     head = "import json, sys, threading\nsys.setswitchinterval(1e-6)\n"
     probe = head + prologue + EIGHT_FIRST_READS.replace("READ", read) + epilogue
-    out = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(_last_line(probe))
 
 
 def test_a_module_imported_on_use_is_whole_for_threads_that_read_it_first():

@@ -148,25 +148,14 @@ class _DCE:
         tw = twin()
         if tw is not None:
             return self._sweep_compiled(tw, eqns, live, ref_live, kept)
-        keep, read, unread = kept.append, live.update, live.isdisjoint
         changed = False
         for e in reversed(eqns):
-            outs = e.outputs
-            # (one result, most equations: looked up without a walk over the tuple)
-            dead = outs[0] not in live if len(outs) == 1 else unread(outs)
-            if dead and not eqn_has_live_effects(e, ref_live):
-                changed = True
-                continue
-            if e.no_subjaxprs or not eqn_subjaxprs(e):  # kept whole: rules are for bodies
-                keep(e)
-                read(e.inputs)  # (a literal is no result: never looked up)
-                continue
-            changed |= self._with_bodies(e, live, ref_live, kept)
+            changed |= self._step(e, live, ref_live, kept)
         return kept, changed
 
     def _sweep_compiled(self, tw, eqns, live: set, ref_live, kept) -> tuple[list[Eqn], bool]:
         """`_sweep` with its loop compiled (`_twin.dce_sweep`), which hands back each
-        equation that may hold a jaxpr (the loop above, from `eqn_subjaxprs` on)."""
+        equation that may hold a jaxpr to `_step`."""
         eqns = eqns if eqns.__class__ is tuple else tuple(eqns)
         effects = lambda e: eqn_has_live_effects(e, ref_live)  # noqa: E731
         k, changed = len(eqns) - 1, False
@@ -175,18 +164,25 @@ class _DCE:
             changed |= dropped
             if k < 0:
                 break
-            e = eqns[k]
+            changed |= self._step(eqns[k], live, ref_live, kept)
             k -= 1
-            outs = e.outputs
-            dead = outs[0] not in live if len(outs) == 1 else live.isdisjoint(outs)
-            if dead and not eqn_has_live_effects(e, ref_live):
-                changed = True
-            elif e.no_subjaxprs or not eqn_subjaxprs(e):
-                kept.append(e)
-                live.update(e.inputs)
-            else:
-                changed |= self._with_bodies(e, live, ref_live, kept)
         return kept, changed
+
+    def _step(self, e: Eqn, live: set, ref_live, kept: list) -> bool:
+        """One equation of the backward sweep (the reference `_twin.dce_sweep` mirrors):
+        dropped when no result is read later and it has no live effect, kept whole when it
+        holds no jaxpr (rules are for bodies), else pruned by its rule; whether it was
+        dropped or rewritten."""
+        outs = e.outputs
+        # (one result, most equations: looked up without a walk over the tuple)
+        dead = outs[0] not in live if len(outs) == 1 else live.isdisjoint(outs)
+        if dead and not eqn_has_live_effects(e, ref_live):
+            return True
+        if e.no_subjaxprs or not eqn_subjaxprs(e):
+            kept.append(e)
+            live.update(e.inputs)  # (a literal is no result: never looked up)
+            return False
+        return self._with_bodies(e, live, ref_live, kept)
 
     def _with_bodies(self, e: Eqn, live: set, ref_live, kept: list) -> bool:
         """Keep `e`, an equation with nested jaxprs whose result or effect is live, as its
