@@ -20,9 +20,10 @@ loop needs anyway, and compiles as few plans as it can:
    (0 on a TPU, about half on XLA:CPU), is where X0 lies between the plain gradient's F0
    and L0, and `scale` makes the plain gradient's figure X0;
 3. picks, by the calibrated figures and without compiling, the plan of fewest FLOPs
-   predicted to fit `AIM` times the target: the budget plan of the loosest model budget so
-   predicted (regula falsi over the model's budget between the plans made so far,
-   `SEARCH_STEPS` new plans at most, none compiled) or a policy plan, and compiles it, with
+   predicted to fit `AIM` times the target: the budget plan of fewest FLOPs so predicted
+   (regula falsi over the model's budget between the plans made so far, `SEARCH_STEPS` new
+   plans at most, then `PAST_STEPS` past its bracket, since the figure is not monotone in
+   the budget; none compiled) or a policy plan, and compiles it, with
    the pick at `ALTERNATIVE` times that aim beside it (two compiles at once, in threads;
    with a prior, the picks of step 1 are this round, and the calibrated model says their
    planned figures);
@@ -73,6 +74,15 @@ STOP_GAIN = 0.02
 SEARCH_STEPS = 8
 #: the search stops at a plan whose calibrated figure is at least this share of its goal
 SEARCH_CLOSE = 0.98
+#: then it looks past its bracket: this many model budgets, each 1% looser than the last.
+#: The device figure of a budget plan is not monotone in the model's budget: at the TPU
+#: script's sizes it rises and falls by 33 MB between neighbouring plans (the liveness
+#: model's chain DP trades one segment's saved values for another's), so a looser budget
+#: past one over the goal can be under it again, recomputing less (2026-12-06d: budget 0.25
+#: stopped at model budget 0.1723, 478 MB and 3.146T FLOPs, below 0.1791's 511 MB; 0.1816's
+#: plan is 478 MB at 3.124T, and XLA held it at 0.239x and ran it at 1.137x the plain
+#: gradient's time against 1.147x)
+PAST_STEPS = 4
 #: a plan that does not compile for lack of memory counts as this many times its planned
 #: figure (the correction then aims lower)
 OUT_OF_MEMORY = 1.25
@@ -413,17 +423,24 @@ class _Loop:
 
     def _bracket(self, goal: int):
         """From the budget plans made so far: (the loosest model budget whose figure is
-        within `goal` and its plan, or None; the tightest budget over it, or None; the
-        loosest the model could not meet, or 0)."""
-        under, over, floor = None, None, 0.0
-        for frac, t in self.by_budget.items():
-            if t is None:
-                floor = max(floor, frac)
-            elif self.cal.figure(t) <= goal:
-                if under is None or frac > under[0]:
-                    under = (frac, t)
-            elif over is None or frac < over[0]:
-                over = (frac, t)
+        within `goal` and its plan, or None; the tightest budget looser than it whose figure
+        is over `goal`, or None; the loosest the model could not meet, or 0)."""
+        made = [(frac, t) for frac, t in self.by_budget.items() if t is not None]
+        floor = max((frac for frac, t in self.by_budget.items() if t is None), default=0.0)
+        under = max(
+            ((frac, t) for frac, t in made if self.cal.figure(t) <= goal),
+            key=lambda p: p[0],
+            default=None,
+        )
+        over = min(
+            (
+                (frac, t)
+                for frac, t in made
+                if self.cal.figure(t) > goal and (under is None or frac > under[0])
+            ),
+            key=lambda p: p[0],
+            default=None,
+        )
         return under, over, floor
 
     def _next(self, goal: int, under, over, floor: float, base: float) -> float:
@@ -449,11 +466,12 @@ class _Loop:
         return min(hi - edge, max(lo + edge, nxt))
 
     def search(self, goal: int, base: float | None = None) -> Tried | None:
-        """The budget plan of the loosest model budget whose calibrated figure is at most
-        `goal`: regula falsi between the plans made so far (any search's), `SEARCH_STEPS`
-        new plans at most, until a plan within `SEARCH_CLOSE` of the goal, a bracket of 1%
-        of the budget, or one whose plans' FLOPs differ by less than `STOP_GAIN / 2`; `base`: the plain gradient's bytes (the first guess is the
-        goal's share of them)."""
+        """The budget plan of fewest FLOPs whose calibrated figure is at most `goal`: regula
+        falsi between the plans made so far (any search's), `SEARCH_STEPS` new plans at
+        most, until a plan within `SEARCH_CLOSE` of the goal, a bracket of 1% of the budget,
+        or one whose plans' FLOPs differ by less than `STOP_GAIN / 2`; then `PAST_STEPS`
+        budgets past the bracket (`_look_past`); `base`: the plain gradient's bytes (the
+        first guess is the goal's share of them)."""
         base = base or self.fit.plain_temp or self.cal.scale * self.plain_figures[1]
         for _ in range(SEARCH_STEPS + 1):
             under, over, floor = self._bracket(goal)
@@ -470,8 +488,23 @@ class _Loop:
             if frac in self.by_budget or frac <= floor:
                 break
             self.budget_plan(frac)
-        under = self._bracket(goal)[0]
-        return under[1] if under else None
+        self._look_past(goal)
+        within = [
+            t for t in self.by_budget.values() if t is not None and self.cal.figure(t) <= goal
+        ]
+        return min(within, key=lambda t: (t.flops, self.cal.figure(t))) if within else None
+
+    def _look_past(self, goal: int) -> None:
+        """The plans of `PAST_STEPS` model budgets past the bracket's plan over `goal`, each
+        1% looser than the last (the device figure is not monotone in the budget:
+        `PAST_STEPS`)."""
+        over = self._bracket(goal)[1]
+        frac = over[0] if over is not None else 1.0
+        for _ in range(PAST_STEPS):
+            frac = round(frac * 1.01, 4)
+            if frac >= 1.0:
+                return
+            self.budget_plan(frac)
 
     def pick(self, aim: float, policies: list[Tried]) -> Tried | None:
         """The candidate of fewest FLOPs (then bytes) whose calibrated figure is within

@@ -1,0 +1,98 @@
+"""The `--remat-budget` compile loop replayed on the CPU at the TPU script's sizes, against
+the XLA:TPU temp bytes the chip measured (no chip, no compile): each plan the loop would
+compile is looked up by its FLOPs in the figures of the TPU logs, and a plan the chip never
+compiled stops the replay, saying so.  What a change to the loop (`ad/remat/fit.py`) does
+to the TPU rows before a TPU session spends time on them.
+
+    JAX_PLATFORMS=cpu python bench/device/replay_fit.py [--scan] BUDGET
+
+Run it with the JAX of the TPU's logs (0.10: `.venv-floor` holds 0.10.0) so that the traced
+jaxpr is the chip's: the model's figures then equal the logs' byte for byte.
+"""
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import jax
+
+sys.path.insert(0, str(Path(__file__).parent))
+import remat_tpu as R  # noqa: E402
+
+from jaxprtool.ad import remat  # noqa: E402
+from jaxprtool.ad.api import grad_jaxpr  # noqa: E402
+from jaxprtool.ad.remat.fit import PRIORS, fit_budget  # noqa: E402
+from jaxprtool.passes.registry import run_pipeline  # noqa: E402
+from jaxprtool.text.parser import parse  # noqa: E402
+from jaxprtool.ui.stats import flops  # noqa: E402
+
+#: the plain gradient's XLA:TPU temp bytes, and each compiled plan's by the loop's FLOPs count
+#: (bench/device/results/remat_tpu_2026-12-06c/d_*.log, TPU v5e, JAX 0.10.2)
+UNROLLED = (
+    2052174848,
+    {
+        3145823862784: 489430016,
+        3180166823936: 423837184,
+        3124361609216: 489752576,
+        3090018648064: 555345408,
+        2939745124352: 801810432,
+        2922569449472: 852109824,
+        2913983709184: 885567488,
+        2905397968896: 919638016,
+        3231685459968: 388823552,  # nothing_saveable
+    },
+)
+SCAN = (
+    6098817024,
+    {
+        2689869414400: 3534699008,
+        2689903001600: 3266330624,
+        2724766515200: 2580532736,
+        2793519611904: 2026986496,
+        2827812241408: 2060702208,
+        2896498163712: 1993819136,
+        2965184086016: 1792750080,
+        2965217640448: 1758832640,
+        3033870008320: 1567693312,
+        3102555930624: 1448619008,
+        3171241852928: 1400807424,
+        3239927775232: 1292227072,
+        3308647251968: 866760704,
+    },
+)
+
+
+def main(argv: list[str]) -> int:
+    scan = "--scan" in argv
+    (budget,) = [a for a in argv if a != "--scan"]
+    sys.setrecursionlimit(10000)
+    ps, x = jax.eval_shape(lambda k: R.init(k, 8, 1024, 512, 8), jax.random.PRNGKey(0))
+    model = R.scanned(16) if scan else R.unrolled(16)
+    f, leaves = R.flat(model, (jax.eval_shape(R.stack, ps), x) if scan else (ps, x))
+    j = parse(str(jax.make_jaxpr(f)(*leaves)), "<bench>").jaxpr
+    n = len(leaves)
+    plain_temp, recorded = SCAN if scan else UNROLLED
+
+    def build(s, plans):
+        return run_pipeline(grad_jaxpr(j, list(range(n)), remat=s, plans=plans), "canonicalize")
+
+    plain_flops = flops(build(None, None))
+
+    def measure(g):
+        f = flops(g)
+        if f == plain_flops:
+            return plain_temp
+        if f not in recorded:
+            print(f"the loop compiles a plan of {f} FLOPs, which the chip never compiled")
+            raise SystemExit(1)
+        return recorded[f]
+
+    spec = remat.with_segments(remat.parse_budget(budget), "auto")
+    spec = dataclasses.replace(spec, value_dropped=True)
+    _, _, fit = fit_budget(build, spec, measure, flops, None, print, PRIORS["tpu"])
+    print(f"chosen: {fit.chosen.label}: XLA {fit.chosen.temp} B, {fit.chosen.flops} FLOPs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
