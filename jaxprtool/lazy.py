@@ -1,10 +1,14 @@
-"""numpy and ml_dtypes, imported on first use; regular expressions compiled on first use.
+"""Modules executed on first use, functions made on first use, regular expressions compiled
+on first use.
 
-Reading and printing a program needs neither unless its text holds a numpy value (a dtype
-parameter, an array literal): `jaxprtool fmt` of such a program never pays their import
-(~0.1 s of a 0.3 s start-up).  `np` and `ml_dtypes` here are the real modules once any code
-touches an attribute of them; the modules that use them write `from .lazy import np`.
-A module's regular expressions are `LazyPattern`s: most commands never use most of them."""
+Reading and printing a program needs neither numpy nor ml_dtypes unless its text holds a
+numpy value (a dtype parameter, an array literal): `jaxprtool fmt` of such a program never
+pays their import (~0.1 s of a 0.3 s start-up).  `np` and `ml_dtypes` here are the real
+modules once any code touches an attribute of them; the modules that use them write `from
+.lazy import np`.  The families name the package's own modules that only some commands run
+(the vmap machinery, the passes' helpers) the same way (`lazy_module`), and the rules those
+modules' factories make as `MadeOnUse`.  A module's regular expressions are `LazyPattern`s:
+most commands never use most of them."""
 
 from __future__ import annotations
 
@@ -47,7 +51,8 @@ _LAZY: set[str] = set()
 
 def lazy_module(name: str) -> ModuleType:
     """`name` as a module that is executed on its first attribute access; the module itself
-    when it is already imported."""
+    when it is already imported.  It stands in `sys.modules` (and, for a submodule, in its
+    package) from now on, so that any import of it elsewhere gets this one module."""
     if name in sys.modules:
         return sys.modules[name]
     if not _LAZY:
@@ -56,6 +61,9 @@ def lazy_module(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(importlib.util.find_spec(name))
     module.__class__ = _ExecutedOnFirstUse
     sys.modules[name] = module
+    parent, _, child = name.rpartition(".")
+    if parent:
+        setattr(sys.modules[parent], child, module)  # as the import system binds a submodule
     return module
 
 
@@ -91,28 +99,36 @@ def _execute(module: ModuleType) -> None:
         _EXECUTING.discard(id(module))
 
 
-class ImportedOnUse:
-    """A stand-in for the module `name` in the namespace `namespace` (a module's globals),
-    under `key`: the first attribute read imports the module and puts it in the stand-in's
-    place, so that later reads cost what a module's do.  The import is the import system's,
-    under its lock: a thread that reads an attribute while another is importing waits for it
-    (importlib's `LazyLoader` gives that thread an AttributeError before Python 3.12.3,
-    which is why `lazy_module` does not use it).  For the package's own modules that a family's
-    rules call but reading and printing a program never does (the passes' helpers)."""
+class MadeOnUse:
+    """The function `factory(*args)` of the module `module` makes, made the first time it is
+    called: a family names a rule that a helper of a module only some commands run makes
+    (`batching.vectorized(name)`), and importing the family does not import that module
+    (the vmap machinery, ~50 KB of bytecode that `fmt` and `grad` never run).  Each call
+    goes through to the made function; `__wrapped__` is it (error messages name it)."""
 
-    __slots__ = ("_name", "_namespace", "_key")
+    __slots__ = ("module", "factory", "args", "_made")
 
-    def __init__(self, name: str, namespace: dict, key: str) -> None:
-        self._name = name
-        self._namespace = namespace
-        self._key = key
+    def __init__(self, module: str, factory: str, *args) -> None:
+        self.module = module
+        self.factory = factory
+        self.args = args
+        self._made = None
 
-    def __getattr__(self, attr: str):
-        # (only for what the stand-in does not hold: every attribute of the module)
-        module = importlib.import_module(self._name)
-        if self._namespace.get(self._key) is self:
-            self._namespace[self._key] = module
-        return getattr(module, attr)
+    @property
+    def __wrapped__(self):
+        made = self._made
+        if made is None:
+            # (two threads may make it at once: the factories make equal functions)
+            made = getattr(importlib.import_module(self.module), self.factory)(*self.args)
+            self._made = made
+        return made
+
+    def __call__(self, *args, **kwargs):
+        return (self._made or self.__wrapped__)(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        args = ", ".join(map(repr, self.args))
+        return f"<{self.module}.{self.factory}({args}), made on first use>"
 
 
 class LazyPattern:

@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import math
 
-from ..ad import batching as BT
 from ..ad import ops
-from ..ad.batching import leading_batch
 from ..ad.builder import current
 from ..ad.ops import (
     bind_convert,
@@ -48,8 +46,9 @@ from ..ad.registry import (
 )
 from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import JaxprError, ShapedArray, dtype_value
+from ..lazy import lazy_module
 from ..params import EnumValue, Record, SymExpr, as_int_tuple
-from ..record import define
+from ..record import batching_rule, define
 from ..shapes import ShapeError, params_key, shape_rule
 from ..shapes.util import (
     arr,
@@ -93,6 +92,9 @@ from ..shardings import (
     type_spec,
     with_spec,
 )
+
+#: the vmap machinery, executed when a batching rule first runs
+BT = lazy_module("jaxprtool.ad.batching")
 
 # ---------------------------------------------------------------- shared by the contractions
 
@@ -1171,7 +1173,12 @@ def _cholesky_jvp(primals, tangents, **params):
     return [L], [_hmm(L, phi)]
 
 
-define("cholesky", jvp=_cholesky_jvp, jvp_kind=LOW_LEVEL, batching=leading_batch("cholesky"))
+define(
+    "cholesky",
+    jvp=_cholesky_jvp,
+    jvp_kind=LOW_LEVEL,
+    batching=batching_rule("leading_batch", "cholesky"),
+)
 
 
 @shape_rule("eigh")
@@ -1213,7 +1220,7 @@ def _eigh_jvp(primals, tangents, *, lower, sort_eigenvalues, subset_by_index=Non
     return [v, w_real], [dv, ops.diagonal(re)]
 
 
-define("eigh", jvp=_eigh_jvp, jvp_kind=LOW_LEVEL, batching=leading_batch("eigh"))
+define("eigh", jvp=_eigh_jvp, jvp_kind=LOW_LEVEL, batching=batching_rule("leading_batch", "eigh"))
 
 
 define(
@@ -1310,7 +1317,7 @@ def _eig_jvp(
     return primal_out, tangent_out
 
 
-define("eig", jvp=_eig_jvp, jvp_kind=LOW_LEVEL, batching=leading_batch("eig"))
+define("eig", jvp=_eig_jvp, jvp_kind=LOW_LEVEL, batching=batching_rule("leading_batch", "eig"))
 
 
 @shape_rule("lu")
@@ -1377,7 +1384,7 @@ def _lu_jvp(primals, tangents, **params):
     return outs, [lu_dot] + _int_zeros(outs[1:])
 
 
-define("lu", jvp=_lu_jvp, jvp_kind=LOW_LEVEL, batching=leading_batch("lu"))
+define("lu", jvp=_lu_jvp, jvp_kind=LOW_LEVEL, batching=batching_rule("leading_batch", "lu"))
 
 
 @shape_rule("qr")
@@ -1461,7 +1468,7 @@ define(
     bind_params=_bind_defaults(pivoting=False, use_magma=None),
     jvp=_qr_jvp,
     jvp_kind=LOW_LEVEL,
-    batching=leading_batch("qr"),
+    batching=batching_rule("leading_batch", "qr"),
 )
 
 
@@ -1557,7 +1564,7 @@ define(
     bind_params=_bind_defaults(algorithm=None, subset_by_index=None),
     jvp=_svd_jvp,
     jvp_kind=LOW_LEVEL,
-    batching=leading_batch("svd"),
+    batching=batching_rule("leading_batch", "svd"),
 )
 
 
@@ -1619,7 +1626,7 @@ defjvp2("triangular_solve", _triangular_solve_jvp_a, _triangular_solve_jvp_b)
 define(
     "triangular_solve",
     transpose=_triangular_solve_transpose,
-    batching=leading_batch("triangular_solve"),
+    batching=batching_rule("leading_batch", "triangular_solve"),
 )
 
 
@@ -1687,7 +1694,7 @@ define(
     jvp=_tridiagonal_solve_jvp,
     jvp_kind=LOW_LEVEL,
     transpose=_tridiagonal_solve_transpose,
-    batching=leading_batch("tridiagonal_solve"),
+    batching=batching_rule("leading_batch", "tridiagonal_solve"),
 )
 
 
@@ -1708,7 +1715,7 @@ def _tridiagonal(in_types, params, out_hint):
 define(
     "tridiagonal",
     jvp=_refuse_jvp("tridiagonal", "a reduction to tridiagonal form"),
-    batching=leading_batch("tridiagonal"),
+    batching=batching_rule("leading_batch", "tridiagonal"),
 )
 
 
@@ -1722,7 +1729,7 @@ def _hessenberg(in_types, params, out_hint):
 define(
     "hessenberg",
     jvp=_refuse_jvp("hessenberg", "a reduction to Hessenberg form"),
-    batching=leading_batch("hessenberg"),
+    batching=batching_rule("leading_batch", "hessenberg"),
 )
 
 
@@ -1736,7 +1743,7 @@ def _schur(in_types, params, out_hint):
 define(
     "schur",
     jvp=_refuse_jvp("schur", "a Schur decomposition"),
-    batching=leading_batch("schur"),
+    batching=batching_rule("leading_batch", "schur"),
 )
 
 
@@ -1749,7 +1756,7 @@ def _householder_product(in_types, params, out_hint):
 define(
     "householder_product",
     jvp=_refuse_jvp("householder_product", "a product of Householder reflectors"),
-    batching=leading_batch("householder_product"),
+    batching=batching_rule("leading_batch", "householder_product"),
 )
 
 
@@ -1761,7 +1768,9 @@ def _lu_pivots_to_permutation(in_types, params, out_hint):
 
 
 defjvp_zero("lu_pivots_to_permutation")
-define("lu_pivots_to_permutation", batching=leading_batch("lu_pivots_to_permutation"))
+define(
+    "lu_pivots_to_permutation", batching=batching_rule("leading_batch", "lu_pivots_to_permutation")
+)
 
 
 # ---------------------------------------------------------------- fft
