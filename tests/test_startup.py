@@ -196,7 +196,9 @@ def test_np_dtype_of_every_name_is_numpys():
 
 
 def test_rounding_without_numpy_matches_numpy():
-    """AD's literals (`ad.ops.lit`) are rounded to float32/float16 with `struct`, not numpy."""
+    """AD's literals (`ad.ops.lit`) are rounded to float32/float16 without numpy: a value
+    the format holds exactly is kept as it is, any other rounded with `struct`."""
+    import math
     import random
 
     import numpy as np
@@ -207,10 +209,19 @@ def test_rounding_without_numpy_matches_numpy():
     values = [0.1, 1 / 3, 65504.0, 65519.99, 65520.0, 6e-8, 3.4028235e38, 3.5e38, 1e300]
     values += [float("inf"), float("-inf"), 5e-324, 1e-45, 7e-46, -0.0]
     values += [rng.uniform(-1, 1) * 10 ** rng.randint(-50, 50) for _ in range(5000)]
+    # values either format may hold exactly (returned without `struct`) and their neighbours
+    # at the edges of the normal ranges: the largest, the smallest normal, subnormals
+    exact = [0.0, 2.0, -0.5, 3.0, 1.0, 65504.0, 65505.0, 2.0**-14, 2.0**-15, 2.0**-24]
+    exact += [3.4028234663852886e38, 2.0**-126, 2.0**-127, 2.0**-149, 2.0**128, 2.0**127]
+    exact += [1 + 2.0**-10, 1 + 2.0**-11, 1 + 2.0**-23, 1 + 2.0**-24, 1 + 2.0**-25]
+    exact += [rng.randint(-(2**26), 2**26) * 2.0 ** rng.randint(-160, 140) for _ in range(5000)]
+    values += exact + [-v for v in exact]
     with np.errstate(over="ignore"):
         for v in values:
-            assert _rounded(v, "f") == float(np.float32(v)), v
-            assert _rounded(v, "e") == float(np.float16(v)), v
+            for fmt, want in (("f", np.float32(v)), ("e", np.float16(v))):
+                got = _rounded(v, fmt)
+                assert got == float(want), (v, fmt)
+                assert math.copysign(1, got) == math.copysign(1, float(want)), (v, fmt)
     assert _rounded(float("nan"), "f") != _rounded(float("nan"), "f")
 
 
