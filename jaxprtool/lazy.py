@@ -54,19 +54,29 @@ _LAZY: set[str] = set()
 def lazy_module(name: str) -> ModuleType:
     """`name` as a module that is executed on its first attribute access; the module itself
     when it is already imported.  It stands in `sys.modules` (and, for a submodule, in its
-    package) from now on, so that any import of it elsewhere gets this one module."""
-    if name in sys.modules:
-        return sys.modules[name]
-    if not _LAZY:
-        sys.meta_path.insert(0, _LoadedDuringImport())
-    _LAZY.add(name)
-    module = importlib.util.module_from_spec(importlib.util.find_spec(name))
-    module.__class__ = _ExecutedOnFirstUse
-    sys.modules[name] = module
+    package) from now on, so that any import of it elsewhere gets this one module: two
+    families imported at once by two threads get the same one."""
     parent, _, child = name.rpartition(".")
     if parent:
-        setattr(sys.modules[parent], child, module)  # as the import system binds a submodule
+        # (imported before the lock is taken: a package's import may wait for another
+        # thread's, which may be asking for a lazy module of its own)
+        importlib.import_module(parent)
+    with _CREATING:
+        if name in sys.modules:
+            return sys.modules[name]
+        if not _LAZY:
+            sys.meta_path.insert(0, _LoadedDuringImport())
+        _LAZY.add(name)
+        module = importlib.util.module_from_spec(importlib.util.find_spec(name))
+        module.__class__ = _ExecutedOnFirstUse
+        sys.modules[name] = module
+        if parent:
+            setattr(sys.modules[parent], child, module)  # as the import system binds one
     return module
+
+
+#: held while a lazy module is made (`lazy_module`)
+_CREATING = threading.Lock()
 
 
 #: held while a lazy module executes; re-entrant, as the module's own import reads it

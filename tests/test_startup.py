@@ -542,6 +542,27 @@ def test_a_lazy_module_of_the_package_is_whole_for_threads_that_read_it_first():
     assert got == {"errors": [], "same": True, "plain": True, "one": True}
 
 
+def test_threads_making_one_lazy_module_at_once_get_one_module():
+    """Two families imported at once by two threads both name the vmap machinery lazily:
+    eight threads making the same lazy module at once get one module, the one
+    `sys.modules` holds (a second copy would hold a second vmap context)."""
+    prologue = (
+        "import importlib.util, time\nimport jaxprtool\nfrom jaxprtool.lazy import lazy_module\n"
+        "find_spec = importlib.util.find_spec\n"
+        "def slow_find_spec(*a):  # (the race's window, widened: each thread sleeps in it)\n"
+        "    time.sleep(0.02)\n"
+        "    return find_spec(*a)\n"
+        "importlib.util.find_spec = slow_find_spec\n"
+    )
+    epilogue = (
+        'one = sys.modules["jaxprtool.passes.dce"]\n'
+        'print(json.dumps({"errors": errors, "n": len(got), '
+        '"same": all(m is one for m in got)}))\n'
+    )
+    got = _eight_first_reads(prologue, 'lazy_module("jaxprtool.passes.dce")', epilogue)
+    assert got == {"errors": [], "n": 8, "same": True}
+
+
 def test_lazy_numpy_is_whole_for_threads_that_read_it_first():
     """Eight threads make the first read of the lazy numpy at once: one executes it and the
     others wait, then it is a plain module (importlib's LazyLoader handed 7 of the 8 a
