@@ -15,6 +15,7 @@ MODULES = (
     "jaxprtool.families.indexing",
     "jaxprtool.families.reductions",
     "jaxprtool.families.linalg",
+    "jaxprtool.families.decompositions",
     "jaxprtool.families.random",
     "jaxprtool.families.state",
     "jaxprtool.families.sharding",
