@@ -1,15 +1,21 @@
-"""numpy and ml_dtypes, imported on first use; regular expressions compiled on first use.
+"""Modules executed on first use, functions made on first use, regular expressions compiled
+on first use.
 
-Reading and printing a program needs neither unless its text holds a numpy value (a dtype
-parameter, an array literal): `jaxprtool fmt` of such a program never pays their import
-(~0.1 s of a 0.3 s start-up).  `np` and `ml_dtypes` here are the real modules once any code
-touches an attribute of them; the modules that use them write `from .lazy import np`.
-A module's regular expressions are `LazyPattern`s: most commands never use most of them."""
+Reading and printing a program needs neither numpy nor ml_dtypes unless its text holds a
+numpy value (a dtype parameter, an array literal): `jaxprtool fmt` of such a program never
+pays their import (~0.1 s of a 0.3 s start-up).  `np` and `ml_dtypes` here are the real
+modules once any code touches an attribute of them; the modules that use them write `from
+.lazy import np`.  The families name the package's own modules that only some commands run
+(the vmap machinery, the passes' helpers) the same way (`lazy_module`), and the rules those
+modules' factories make as `MadeOnUse`.  A module's regular expressions are `LazyPattern`s:
+most commands never use most of them."""
 
 from __future__ import annotations
 
+import _sre
 import importlib
 import importlib.util
+import os
 import re
 import sys
 import threading
@@ -47,16 +53,30 @@ _LAZY: set[str] = set()
 
 def lazy_module(name: str) -> ModuleType:
     """`name` as a module that is executed on its first attribute access; the module itself
-    when it is already imported."""
-    if name in sys.modules:
-        return sys.modules[name]
-    if not _LAZY:
-        sys.meta_path.insert(0, _LoadedDuringImport())
-    _LAZY.add(name)
-    module = importlib.util.module_from_spec(importlib.util.find_spec(name))
-    module.__class__ = _ExecutedOnFirstUse
-    sys.modules[name] = module
+    when it is already imported.  It stands in `sys.modules` (and, for a submodule, in its
+    package) from now on, so that any import of it elsewhere gets this one module: two
+    families imported at once by two threads get the same one."""
+    parent, _, child = name.rpartition(".")
+    if parent:
+        # (imported before the lock is taken: a package's import may wait for another
+        # thread's, which may be asking for a lazy module of its own)
+        importlib.import_module(parent)
+    with _CREATING:
+        if name in sys.modules:
+            return sys.modules[name]
+        if not _LAZY:
+            sys.meta_path.insert(0, _LoadedDuringImport())
+        _LAZY.add(name)
+        module = importlib.util.module_from_spec(importlib.util.find_spec(name))
+        module.__class__ = _ExecutedOnFirstUse
+        sys.modules[name] = module
+        if parent:
+            setattr(sys.modules[parent], child, module)  # as the import system binds one
     return module
+
+
+#: held while a lazy module is made (`lazy_module`)
+_CREATING = threading.Lock()
 
 
 #: held while a lazy module executes; re-entrant, as the module's own import reads it
@@ -91,28 +111,36 @@ def _execute(module: ModuleType) -> None:
         _EXECUTING.discard(id(module))
 
 
-class ImportedOnUse:
-    """A stand-in for the module `name` in the namespace `namespace` (a module's globals),
-    under `key`: the first attribute read imports the module and puts it in the stand-in's
-    place, so that later reads cost what a module's do.  The import is the import system's,
-    under its lock: a thread that reads an attribute while another is importing waits for it
-    (importlib's `LazyLoader` gives that thread an AttributeError before Python 3.12.3,
-    which is why `lazy_module` does not use it).  For the package's own modules that a family's
-    rules call but reading and printing a program never does (the passes' helpers)."""
+class MadeOnUse:
+    """The function `factory(*args)` of the module `module` makes, made the first time it is
+    called: a family names a rule that a helper of a module only some commands run makes
+    (`batching.vectorized(name)`), and importing the family does not import that module
+    (the vmap machinery, ~50 KB of bytecode that `fmt` and `grad` never run).  Each call
+    goes through to the made function; `__wrapped__` is it (error messages name it)."""
 
-    __slots__ = ("_name", "_namespace", "_key")
+    __slots__ = ("module", "factory", "args", "_made")
 
-    def __init__(self, name: str, namespace: dict, key: str) -> None:
-        self._name = name
-        self._namespace = namespace
-        self._key = key
+    def __init__(self, module: str, factory: str, *args) -> None:
+        self.module = module
+        self.factory = factory
+        self.args = args
+        self._made = None
 
-    def __getattr__(self, attr: str):
-        # (only for what the stand-in does not hold: every attribute of the module)
-        module = importlib.import_module(self._name)
-        if self._namespace.get(self._key) is self:
-            self._namespace[self._key] = module
-        return getattr(module, attr)
+    @property
+    def __wrapped__(self):
+        made = self._made
+        if made is None:
+            # (two threads may make it at once: the factories make equal functions)
+            made = getattr(importlib.import_module(self.module), self.factory)(*self.args)
+            self._made = made
+        return made
+
+    def __call__(self, *args, **kwargs):
+        return (self._made or self.__wrapped__)(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        args = ", ".join(map(repr, self.args))
+        return f"<{self.module}.{self.factory}({args}), made on first use>"
 
 
 class LazyPattern:
@@ -125,10 +153,11 @@ class LazyPattern:
     def __init__(self, pattern: str | bytes, flags: int = 0) -> None:
         self.pattern = pattern
         self.flags = flags
+        declare_pattern(pattern, flags)
 
     def __getattr__(self, name: str):
         # (only for what the instance does not hold yet: the compiled pattern's methods)
-        compiled = re.compile(self.pattern, self.flags)
+        compiled = compile_pattern(self.pattern, self.flags)
         for attr in _PATTERN_METHODS:
             setattr(self, attr, getattr(compiled, attr))
         return getattr(compiled, name)
@@ -136,6 +165,98 @@ class LazyPattern:
 
 #: what a compiled pattern does (match, search, finditer, ...)
 _PATTERN_METHODS = tuple(n for n, v in vars(re.Pattern).items() if callable(v) and n[0] != "_")
+
+#: (pattern, flags) of every regular expression the package compiles on first use
+#: (`LazyPattern`, `text.grammar`), in the order declared: what `jaxprtool/regex_table.py`
+#: holds compiled ahead
+DECLARED_PATTERNS: dict[tuple[str | bytes, int], None] = {}
+
+
+def declare_pattern(pattern: str | bytes, flags: int = 0) -> None:
+    DECLARED_PATTERNS[pattern, int(flags)] = None
+
+
+def compile_pattern(pattern: str | bytes, flags: int = 0) -> re.Pattern:
+    """`re.compile(pattern, flags)`, from the engine code `regex_table` holds for it when the
+    table was written for this Python's engine: `re`'s compiler is pure Python (~0.1 ms a
+    pattern, ~3 ms of the ~30 patterns reading a program uses), the engine's constructor C
+    (a microsecond).  Any other pattern or engine is compiled by `re`: the table only ever
+    saves time (tests/test_regex_table.py checks each entry against `re.compile`)."""
+    entry = _regex_table().get((pattern, int(flags)))
+    if entry is None:
+        return re.compile(pattern, flags)
+    final_flags, code, groups, groupindex, indexgroup = entry
+    return _sre.compile(pattern, final_flags, list(code), groups, groupindex, indexgroup)
+
+
+def regex_engine() -> tuple:
+    """What the engine code of a compiled pattern depends on: the interpreter, its version
+    and the engine's own stamp (`_sre.MAGIC`, bumped when its code changes)."""
+    return (sys.implementation.name, sys.version_info[:2], _sre.MAGIC, _sre.CODESIZE)
+
+
+#: `regex_table.TABLE` when it was written for this engine, else empty (loaded on first use)
+_TABLE: list[dict] = []
+
+
+def _regex_table() -> dict:
+    if not _TABLE:
+        from . import regex_table
+
+        _TABLE.append(regex_table.TABLE if regex_table.ENGINE == regex_engine() else {})
+    return _TABLE[0]
+
+
+def _engine_code(pattern: str | bytes, flags: int) -> tuple:
+    """What `re.compile(pattern, flags)` hands the engine's constructor after its pattern
+    (as `re._compiler.compile`)."""
+    import re._compiler as compiler  # (private: only this writer uses it)
+    import re._parser as parser
+
+    parsed = parser.parse(pattern, flags)
+    code = compiler._code(parsed, flags)
+    groupindex = parsed.state.groupdict
+    indexgroup = [None] * parsed.state.groups
+    for name, i in groupindex.items():
+        indexgroup[i] = name
+    return (
+        int(flags | parsed.state.flags),
+        tuple(map(int, code)),
+        parsed.state.groups - 1,
+        dict(groupindex),
+        tuple(indexgroup),
+    )
+
+
+def regex_table_source() -> str:
+    """The text of `jaxprtool/regex_table.py`: the engine code of every pattern the package
+    declares, with every module of the package imported (each declares its own)."""
+    import pkgutil
+
+    package = os.path.dirname(os.path.abspath(__file__))
+    for info in pkgutil.walk_packages([package], f"{__package__}."):
+        if not info.name.endswith("__main__"):
+            importlib.import_module(info.name)
+    lines = [
+        '"""Generated by `python -c "from jaxprtool.lazy import write_regex_table; '
+        'write_regex_table()"`',
+        "(tests/test_regex_table.py checks it): the engine code of the package's regular",
+        'expressions, compiled ahead for the engine `ENGINE` (`lazy.compile_pattern`)."""',
+        "",
+        "# fmt: off",
+        f"ENGINE = {regex_engine()!r}",
+        "TABLE = {",
+    ]
+    for key in sorted(DECLARED_PATTERNS, key=repr):
+        lines.append(f"    {key!r}: {_engine_code(*key)!r},")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def write_regex_table() -> None:
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "regex_table.py")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(regex_table_source())
 
 
 np = lazy_module("numpy")

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .lazy import MadeOnUse
+
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
@@ -290,6 +292,14 @@ def define(name: str, **values) -> Primitive:
         rec = _RECORDS[name] = Primitive(name)
     rec.__dict__.update(values)
     return rec
+
+
+def batching_rule(factory: str, *args):
+    """The batching rule `jaxprtool.ad.batching.<factory>(*args)` makes (`vectorized`,
+    `broadcasting`, `reducer`, `leading_batch`, `unbatched`, `same_dims`), made when vmap
+    first calls it: a family's record names it, and importing the family does not import
+    the vmap machinery (`lazy.MadeOnUse`)."""
+    return MadeOnUse("jaxprtool.ad.batching", factory, *args)
 
 
 _UNKNOWN: dict[str, Primitive] = {}

@@ -89,3 +89,29 @@ def test_no_primitive_is_named_outside_the_families():
                 line = text.count("\n", 0, m.start()) + 1
                 offenders.append(f"{rel}:{line}: {m.group(1)}")
     assert offenders == []
+
+
+def test_a_batching_rule_a_helper_makes_is_made_on_its_first_call():
+    """A record's batching rule made by one of `ad.batching`'s helpers is named, not made,
+    when its family loads (`record.batching_rule`): a fresh process that reads sin's record
+    executes no vmap machinery; the first call makes the helper's rule, which batches as
+    JAX's `vectorized` does and which an error message names."""
+    code = (
+        "import sys, types\n"
+        "from jaxprtool.record import prim\n"
+        "rule = prim('sin').batching\n"
+        "print(type(sys.modules['jaxprtool.ad.batching']) is types.ModuleType)\n"
+        "from jaxprtool.ad import builder as B\n"
+        "from jaxprtool.ad.batching import vmap_jaxpr\n"
+        "from jaxprtool.ad.registry import rule_name\n"
+        "from jaxprtool.text.parser import parse\n"
+        "from jaxprtool.text.printer import print_jaxpr\n"
+        "j = parse('{ lambda ; a:f32[3]. let b:f32[3] = sin a in (b,) }').jaxpr\n"
+        "print(print_jaxpr(vmap_jaxpr(j, in_axes=[0], axis_size=2)).replace('\\n', ' '))\n"
+        "print(rule_name(rule))\n"
+    )
+    executed, vmapped, name = _python(code).strip().splitlines()
+    assert executed == "False"
+    # JAX 0.12.1's `str(jax.make_jaxpr(jax.vmap(jnp.sin))(jnp.ones((2, 3))))`
+    assert vmapped == "{ lambda ; a:f32[2,3]. let b:f32[2,3] = sin a in (b,) }"
+    assert name == "jaxprtool.ad.batching.vectorized.<locals>.rule"

@@ -196,7 +196,9 @@ def test_np_dtype_of_every_name_is_numpys():
 
 
 def test_rounding_without_numpy_matches_numpy():
-    """AD's literals (`ad.ops.lit`) are rounded to float32/float16 with `struct`, not numpy."""
+    """AD's literals (`ad.ops.lit`) are rounded to float32/float16 without numpy: a value
+    the format holds exactly is kept as it is, any other rounded with `struct`."""
+    import math
     import random
 
     import numpy as np
@@ -207,10 +209,19 @@ def test_rounding_without_numpy_matches_numpy():
     values = [0.1, 1 / 3, 65504.0, 65519.99, 65520.0, 6e-8, 3.4028235e38, 3.5e38, 1e300]
     values += [float("inf"), float("-inf"), 5e-324, 1e-45, 7e-46, -0.0]
     values += [rng.uniform(-1, 1) * 10 ** rng.randint(-50, 50) for _ in range(5000)]
+    # values either format may hold exactly (returned without `struct`) and their neighbours
+    # at the edges of the normal ranges: the largest, the smallest normal, subnormals
+    exact = [0.0, 2.0, -0.5, 3.0, 1.0, 65504.0, 65505.0, 2.0**-14, 2.0**-15, 2.0**-24]
+    exact += [3.4028234663852886e38, 2.0**-126, 2.0**-127, 2.0**-149, 2.0**128, 2.0**127]
+    exact += [1 + 2.0**-10, 1 + 2.0**-11, 1 + 2.0**-23, 1 + 2.0**-24, 1 + 2.0**-25]
+    exact += [rng.randint(-(2**26), 2**26) * 2.0 ** rng.randint(-160, 140) for _ in range(5000)]
+    values += exact + [-v for v in exact]
     with np.errstate(over="ignore"):
         for v in values:
-            assert _rounded(v, "f") == float(np.float32(v)), v
-            assert _rounded(v, "e") == float(np.float16(v)), v
+            for fmt, want in (("f", np.float32(v)), ("e", np.float16(v))):
+                got = _rounded(v, fmt)
+                assert got == float(want), (v, fmt)
+                assert math.copysign(1, got) == math.copysign(1, float(want)), (v, fmt)
     assert _rounded(float("nan"), "f") != _rounded(float("nan"), "f")
 
 
@@ -410,7 +421,6 @@ print(json.dumps({"rc": r.exit_code, "out": r.output,
 #: what differentiating a call needs and printing one does not
 AD_OF_CALLS = {
     "jaxprtool.families.jax_library",  # the library rules (`registry.find_library_jvp`)
-    "jaxprtool.families.equinox",
     "jaxprtool.ad.jvp",
     "jaxprtool.ad.linearize",
     "jaxprtool.ad.transpose",
@@ -422,13 +432,16 @@ def test_printing_a_custom_jvp_call_imports_no_ad_of_calls_and_vjp_finds_its_rul
     tmp_path, command
 ):
     """`fmt` of a custom_jvp_call reads and prints it without the AD walks or the families of
-    library rules; `vjp` of it loads them (relu's rule is JAX's: the derivative at 0 is 0,
-    checked against JAX in tests/test_custom_rules.py)."""
+    library rules; `vjp` of it loads them, but only the family that holds relu's rule: not
+    Equinox's, whose library rule is of another function (relu's rule is JAX's: the
+    derivative at 0 is 0, checked against JAX in tests/test_custom_rules.py).  Neither
+    executes the vmap machinery, which the families name as a lazy module."""
     f = tmp_path / "relu.jaxpr"
     f.write_text(RELU)
     got = json.loads(_last_line(MODULES_PROBE, command, str(f)))
     assert got["rc"] == 0, got["out"]
-    loaded = AD_OF_CALLS & set(got["modules"])
+    loaded = (AD_OF_CALLS | {"jaxprtool.families.equinox"}) & set(got["modules"])
+    assert "jaxprtool.ad.batching" not in got["modules"]
     if command == "fmt":
         assert got["out"] == RELU
         assert loaded == set()
@@ -507,22 +520,47 @@ def _eight_first_reads(prologue: str, read: str, epilogue: str) -> dict:
     return json.loads(_last_line(probe))
 
 
-def test_a_module_imported_on_use_is_whole_for_threads_that_read_it_first():
-    """Eight threads read an attribute of a module not yet imported at once: each waits for
-    the one import (importlib's LazyLoader gave some an AttributeError here, on 3.12.1), and
-    the module then stands in the namespace in the stand-in's place."""
+def test_a_lazy_module_of_the_package_is_whole_for_threads_that_read_it_first():
+    """Eight threads read an attribute of one of the package's modules made lazy
+    (`lazy_module`) and not yet executed, at once: one executes it and the others wait
+    (importlib's LazyLoader gave some an AttributeError here, on 3.12.1); it is then the
+    plain module that `sys.modules` and its package hold, and an import of it elsewhere
+    gets that one module."""
     prologue = (
-        "import jaxprtool\nfrom jaxprtool.lazy import ImportedOnUse\n"
+        "import jaxprtool, types\nfrom jaxprtool.lazy import lazy_module\n"
         'assert "jaxprtool.passes.fold" not in sys.modules\n'
-        'ns = {}\nns["F"] = ImportedOnUse("jaxprtool.passes.fold", ns, "F")\n'
-        'stand_in = ns["F"]\n'
+        'F = lazy_module("jaxprtool.passes.fold")\n'
+        "assert type(F) is not types.ModuleType\n"
     )
     epilogue = (
+        "import jaxprtool.passes.fold\nfrom jaxprtool.passes import fold\n"
         'print(json.dumps({"errors": errors, "same": len({id(f) for f in got}) == 1 and '
-        'len(got) == 8, "replaced": ns["F"] is sys.modules["jaxprtool.passes.fold"]}))\n'
+        'len(got) == 8, "plain": type(F) is types.ModuleType, '
+        '"one": F is sys.modules["jaxprtool.passes.fold"] is fold is jaxprtool.passes.fold}))\n'
     )
-    got = _eight_first_reads(prologue, "stand_in.result_dtype", epilogue)
-    assert got == {"errors": [], "same": True, "replaced": True}
+    got = _eight_first_reads(prologue, "F.result_dtype", epilogue)
+    assert got == {"errors": [], "same": True, "plain": True, "one": True}
+
+
+def test_threads_making_one_lazy_module_at_once_get_one_module():
+    """Two families imported at once by two threads both name the vmap machinery lazily:
+    eight threads making the same lazy module at once get one module, the one
+    `sys.modules` holds (a second copy would hold a second vmap context)."""
+    prologue = (
+        "import importlib.util, time\nimport jaxprtool\nfrom jaxprtool.lazy import lazy_module\n"
+        "find_spec = importlib.util.find_spec\n"
+        "def slow_find_spec(*a):  # (the race's window, widened: each thread sleeps in it)\n"
+        "    time.sleep(0.02)\n"
+        "    return find_spec(*a)\n"
+        "importlib.util.find_spec = slow_find_spec\n"
+    )
+    epilogue = (
+        'one = sys.modules["jaxprtool.passes.dce"]\n'
+        'print(json.dumps({"errors": errors, "n": len(got), '
+        '"same": all(m is one for m in got)}))\n'
+    )
+    got = _eight_first_reads(prologue, 'lazy_module("jaxprtool.passes.dce")', epilogue)
+    assert got == {"errors": [], "n": 8, "same": True}
 
 
 def test_lazy_numpy_is_whole_for_threads_that_read_it_first():

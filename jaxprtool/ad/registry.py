@@ -101,26 +101,30 @@ class MissingCustomRule(JaxprError):
 #: `jaxprtool/families/jax_library.py` and `equinox.py`
 library_jvps: dict[str, list] = {}
 
-#: the family index's entry (`families/index.py`; not a primitive) for the family modules that
-#: register library rules: `find_library_jvp` loads them when first asked, so that reading
-#: and printing a `custom_jvp_call` (`fmt`) does not import them
-LIBRARY_RULES = "<library rules>"
+
+def library_rules_key(name: str) -> str:
+    """The family index's entry (`families/index.py`; not a primitive) for the family modules
+    that register library rules of the function `name`: `find_library_jvp` loads them when
+    first asked, so that reading and printing a `custom_jvp_call` (`fmt`) imports none, and
+    differentiating `jax.nn.softmax` does not import Equinox's family."""
+    return f"<library rules of {name}>"
 
 
 def register_library_jvp(rule) -> None:
     library_jvps.setdefault(rule.name, []).append(rule)
 
 
-def library_rule_count() -> int:
-    """How many library rules are registered (`families.build_index` charges each family
-    module with those its import registered, under `LIBRARY_RULES`)."""
-    return sum(map(len, library_jvps.values()))
+def library_rule_counts() -> dict[str, int]:
+    """How many library rules are registered, by function name (`families.build_index`
+    charges each family module with the names its import registered rules of)."""
+    return {name: len(rules) for name, rules in library_jvps.items()}
 
 
 def find_library_jvp(name: str | None, params: dict, body):
     """The library rule for a `custom_jvp_call` of function `name` whose body matches, or None."""
-    ensure_loaded(LIBRARY_RULES)
-    for rule in library_jvps.get(name or "", ()):
+    name = name or ""
+    ensure_loaded(library_rules_key(name))
+    for rule in library_jvps.get(name, ()):
         if rule.matches(params, body):
             return rule
     return None

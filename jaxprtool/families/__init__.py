@@ -15,6 +15,7 @@ MODULES = (
     "jaxprtool.families.indexing",
     "jaxprtool.families.reductions",
     "jaxprtool.families.linalg",
+    "jaxprtool.families.decompositions",
     "jaxprtool.families.random",
     "jaxprtool.families.state",
     "jaxprtool.families.sharding",
@@ -66,21 +67,23 @@ def load_all() -> None:
 def build_index() -> dict[str, tuple[str, ...]]:
     """Which family modules define each primitive (for `index.py`), in a fresh interpreter:
     the families are imported one at a time, in load order, and each is charged with the
-    records its import defined (`record.defined_since`), and with the library rules it
-    registered (under `registry.LIBRARY_RULES`, which `find_library_jvp` loads)."""
+    records its import defined (`record.defined_since`), and with the functions it
+    registered library rules of (under `registry.library_rules_key`, which
+    `find_library_jvp` loads)."""
     import sys
 
-    from ..ad.registry import LIBRARY_RULES, library_rule_count
+    from ..ad.registry import library_rule_counts, library_rules_key
     from ..record import defined_since, definitions
 
     defined: dict[str, list[str]] = {}
     for module in MODULES:
-        first, loaded, rules = definitions(), set(sys.modules), library_rule_count()
+        first, loaded, rules = definitions(), set(sys.modules), library_rule_counts()
         importlib.import_module(module)
         _refuse_nested_family_imports(module, set(sys.modules) - loaded)
         names = defined_since(first)
-        if library_rule_count() > rules:
-            names.add(LIBRARY_RULES)
+        for name, count in library_rule_counts().items():
+            if count > rules.get(name, 0):
+                names.add(library_rules_key(name))
         for name in names:
             defined.setdefault(name, []).append(module.rpartition(".")[2])
     return {n: tuple(o) for n, o in sorted(defined.items())}

@@ -8,7 +8,6 @@ checkpoint `name`, `tie`, `trace_value`, Pallas' `multiple_of` / `max_contiguous
 
 from __future__ import annotations
 
-from ..ad import batching as BT
 from ..ad.registry import (
     defidentity,
     defjvp_zero,
@@ -19,9 +18,13 @@ from ..ad.registry import (
     set_kind,
 )
 from ..core import ShapedArray
-from ..record import define
+from ..lazy import lazy_module
+from ..record import batching_rule, define
 from ..shapes import shape_rule
 from ..shapes.util import nargs
+
+#: the vmap machinery, executed when a batching rule first runs
+BT = lazy_module("jaxprtool.ad.batching")
 
 
 @shape_rule("name", "zeros_like", "trace_value", "multiple_of", "max_contiguous")
@@ -45,7 +48,7 @@ define(
     "name",
     evaluate=_evaluate_identity,
     evaluated_params=frozenset({"name"}),
-    batching=BT.vectorized("name"),
+    batching=batching_rule("vectorized", "name"),
 )
 
 
@@ -75,17 +78,21 @@ primitive_jvps["tie"] = _tie_jvp
 primitive_transposes["tie"] = lambda cts, x, y, /, **params: [None, cts[0]]
 set_kind("tie")
 define("tie", batching=_tie_batching)
-define("trace_value", batching=BT.vectorized("trace_value"))
+define("trace_value", batching=batching_rule("vectorized", "trace_value"))
 
 
 # ---------------------------------------------------------------- Pallas hints, zeros_like
 
 for _n in ("multiple_of", "max_contiguous"):
     defidentity(_n)
-    define(_n, batching=BT.vectorized(_n))
+    define(_n, batching=batching_rule("vectorized", _n))
 
 defjvp_zero("zeros_like")
-define("zeros_like", flops=lambda e: 0, batching=BT.vectorized("zeros_like"))  # no arithmetic
+define(
+    "zeros_like",
+    flops=lambda e: 0,  # no arithmetic
+    batching=batching_rule("vectorized", "zeros_like"),
+)
 
 
 # ---------------------------------------------------------------- platform_index, program_id, ...
@@ -109,7 +116,7 @@ def _bind_platform_index(eqn, p, dims):
 
 for _n in ("platform_index", "program_id", "num_programs"):
     defjvp_zero(_n)
-    define(_n, batching=BT.unbatched(_n))
+    define(_n, batching=batching_rule("unbatched", _n))
 define(
     "platform_index",
     bind_params=_bind_platform_index,

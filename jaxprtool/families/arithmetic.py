@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 
-from ..ad import batching as BT
 from ..ad import ops
 from ..ad.builder import current
 from ..ad.ops import (
@@ -55,9 +54,9 @@ from ..core import (
     dtype_value,
     is_complex,
 )
-from ..lazy import ImportedOnUse, np
+from ..lazy import lazy_module, np
 from ..params import EnumValue
-from ..record import define
+from ..record import batching_rule, define
 from ..shapes import ShapeError, shape_rule
 from ..shapes.util import (
     arr,
@@ -79,10 +78,13 @@ from ..shapes.util import (
 from ..shardings import sharded_size, sharding_param_spec, with_spec
 from ..text.param_rules import drop, drop_if_none
 
+#: the vmap machinery, executed when a batching rule first runs
+BT = lazy_module("jaxprtool.ad.batching")
+
 #: the passes' helpers that the simplification and folding rules below call, imported when
 #: a pass first runs them (reading and printing a program loads this family without them)
-F = ImportedOnUse("jaxprtool.passes.fold", globals(), "F")
-S = ImportedOnUse("jaxprtool.passes.simplify", globals(), "S")
+F = lazy_module("jaxprtool.passes.fold")
+S = lazy_module("jaxprtool.passes.simplify")
 
 # ---------------------------------------------------------------- dtype classes, shape rules
 
@@ -143,7 +145,7 @@ def unary_shapes(names: str, classes, result=None, family=None):
     another module of the family registers them."""
     for n in names.split():
         shape_rule(n)(_unary_rule(n, classes, result))
-        define(n, batching=BT.vectorized(n))
+        define(n, batching=batching_rule("vectorized", n))
         if family is not None:
             define(n, family=family)
 
@@ -179,7 +181,7 @@ def nary_shapes(names: str, classes, result=None, family=None, **kw):
     batching rule (`broadcasting`, as JAX's `naryop` does); `family` as for `unary_shapes`."""
     for n in names.split():
         shape_rule(n)(_nary_rule(n, classes, result, **kw))
-        define(n, batching=BT.broadcasting(n))
+        define(n, batching=batching_rule("broadcasting", n))
         if family is not None:
             define(n, family=family)
 
@@ -397,7 +399,7 @@ def _expand_one_minus_square(prim, params, e, style):
 
 define("one_minus_square", restyle=_expand_one_minus_square, first_version=(0, 12))
 defjvp("integer_pow", _integer_pow_jvp)
-define("integer_pow", batching=BT.vectorized("integer_pow"))
+define("integer_pow", batching=batching_rule("vectorized", "integer_pow"))
 defjvp2("reciprocal", lambda g, ans, x, **p: mul(g, neg(square(ans))))
 
 define("square", derivative_formula=("2x", lambda x: 2 * x))
@@ -743,7 +745,7 @@ define(
     simplify=_simplify_mul,
     fold=_fold_mul,
     derivative_formula=("d/dx = y, d/dy = x", lambda x, y: (y, x)),
-    batching=BT.broadcasting("mul"),
+    batching=batching_rule("broadcasting", "mul"),
 )
 
 # ---------------------------------------------------------------- div, rem
@@ -855,7 +857,7 @@ define(
         "d/dx = y x^(y-1), d/dy = log(x) x^y",
         lambda x, y: (y * x ** (y - 1), np.log(x) * x**y),
     ),
-    batching=BT.broadcasting("pow"),
+    batching=batching_rule("broadcasting", "pow"),
 )
 
 # ---------------------------------------------------------------- max, min
@@ -1235,7 +1237,7 @@ define(
     bind_params=_bind_convert,
     simplify=_simplify_convert,
     fold=_fold_convert,
-    batching=BT.vectorized("convert_element_type"),
+    batching=batching_rule("vectorized", "convert_element_type"),
 )
 
 # ---------------------------------------------------------------- bitcast_convert_type

@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 import re
 
-from ..ad import batching as BT
 from ..ad import builder as B
 from ..ad import ops
 from ..ad.builder import current
@@ -45,9 +44,9 @@ from ..ad.zeros import (
     writes_tangent_ref,
 )
 from ..core import Jaxpr, JaxprError, RefType, ShapedArray, Var, np_dtype
-from ..lazy import ImportedOnUse, LazyPattern
+from ..lazy import LazyPattern, lazy_module
 from ..params import Opaque, Record, format_value
-from ..record import define
+from ..record import batching_rule, define
 from ..record import prim as record_of
 from ..shapes import ShapeError, shape_rule
 from ..shapes.util import (
@@ -62,9 +61,12 @@ from ..shardings import with_batch_dim
 from ..text import style as ST
 from ..text.param_rules import drop, name_first, sorted_params, unspecified
 
+#: the vmap machinery, executed when a batching rule first runs
+BT = lazy_module("jaxprtool.ad.batching")
+
 #: what the AD walks tell their observers (`explain`), imported when a rule below first runs
 #: (reading and printing a program loads this family without it)
-observe = ImportedOnUse("jaxprtool.ad.observe", globals(), "observe")
+observe = lazy_module("jaxprtool.ad.observe")
 
 #: the kind `explain` shows for the rules below
 LOW_LEVEL = "jvp+linearization"
@@ -1398,7 +1400,7 @@ define(
     transpose=_opt_barrier_transpose,
     evaluate=_opt_barrier_evaluate,
     flops=lambda e: 0,
-    batching=BT.same_dims("optimization_barrier"),
+    batching=batching_rule("same_dims", "optimization_barrier"),
 )
 
 

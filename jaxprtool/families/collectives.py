@@ -34,7 +34,6 @@ shard_map over a one-axis mesh; `sharding_constraint` is `jax.lax.with_sharding_
 
 from __future__ import annotations
 
-from ..ad import batching as BT
 from ..ad import builder as B
 from ..ad import ops
 from ..ad.builder import current
@@ -49,6 +48,7 @@ from ..ad.registry import (
 )
 from ..ad.zeros import Zero, is_undefined_primal, is_zero, tangent_type, writes_tangent_ref
 from ..core import Eqn, Jaxpr, JaxprError, Literal, OpaqueType, ShapedArray, Var
+from ..lazy import lazy_module
 from ..record import define
 from ..shapes import ShapeError, shape_rule
 from ..shapes.util import (
@@ -64,6 +64,9 @@ from ..shapes.util import (
     vma_parts,
 )
 from ..shardings import MeshText, SpecText, make_spec, names_to_spec, read_mesh, read_spec
+
+#: the vmap machinery, executed when a batching rule first runs
+BT = lazy_module("jaxprtool.ad.batching")
 
 # ================================================================ shape rules
 

@@ -10,7 +10,6 @@ and residuals kept.
 
 from __future__ import annotations
 
-from ..ad import batching as BT
 from ..ad import builder as B
 from ..ad import ops
 from ..ad.jvp import jvp_masked
@@ -27,10 +26,14 @@ from ..ad.zeros import (
     zero_tangents,
 )
 from ..core import Jaxpr, JaxprError, RefType, ShapedArray, Var
+from ..lazy import lazy_module
 from ..params import EnumValue
 from ..record import define
 from ..shapes import ShapeError, shape_rule
 from ..shapes.util import arr, check_call_operands, is_int_dtype, out_types_of, types_agree
+
+#: the vmap machinery, executed when a batching rule first runs
+BT = lazy_module("jaxprtool.ad.batching")
 
 # ---------------------------------------------------------------- shape
 

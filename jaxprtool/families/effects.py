@@ -9,20 +9,22 @@ from __future__ import annotations
 
 import re
 
-from ..ad import batching as BT
 from ..ad.builder import current
 from ..ad.jvp import jvp_masked
 from ..ad.ops import consts_as_refs, instantiate
 from ..ad.registry import rebind_primal
 from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import Jaxpr, JaxprError, ShapedArray
-from ..lazy import LazyPattern
+from ..lazy import LazyPattern, lazy_module
 from ..params import Record, format_value
 from ..passes.dce import keep_whole
 from ..record import define
 from ..shapes import ShapeError, shape_rule
 from ..shapes.util import parse_avals, types_agree
 from ..text.param_rules import drop
+
+#: the vmap machinery, executed when a batching rule first runs
+BT = lazy_module("jaxprtool.ad.batching")
 
 
 def _avals_rule(key):

@@ -26,18 +26,21 @@ Python object, are refused.
 
 from __future__ import annotations
 
-from ..ad import batching as BT
 from ..ad import ops
 from ..ad.builder import current
 from ..ad.ops import instantiate
 from ..ad.registry import defjvp_zero, primitive_jvps, primitive_transposes, register_library_jvp
 from ..ad.zeros import Zero, is_undefined_primal, is_zero, tangent_type
 from ..core import Jaxpr, JaxprError, ShapedArray
+from ..lazy import lazy_module
 from ..params import Opaque
 from ..record import define
 from ..record import prim as record_of
 from ..shapes import ShapeError, shape_rule
 from ..shapes.util import is_complex_dtype, is_float_dtype, is_int_dtype, nargs
+
+#: the vmap machinery, executed when a batching rule first runs
+BT = lazy_module("jaxprtool.ad.batching")
 
 
 def _jnp():

@@ -26,15 +26,18 @@ The capitalised names mark a program as 0.12's (`text.style.detect_style`).
 
 from __future__ import annotations
 
-from ..ad import batching as BT
 from ..ad import ops
 from ..ad.builder import current
 from ..ad.registry import LOW_LEVEL, defjvp, primitive_transposes, rebind_primal
 from ..ad.zeros import Zero, is_undefined_primal, is_zero, tangent_type
 from ..core import ShapedArray, long_dtype_name
+from ..lazy import lazy_module
 from ..record import define
 from ..shapes import ShapeError, shape_rule
 from ..shapes.util import arr, is_int_dtype, nargs
+
+#: the vmap machinery, executed when a batching rule first runs
+BT = lazy_module("jaxprtool.ad.batching")
 
 
 def _aval(t: ShapedArray) -> str:

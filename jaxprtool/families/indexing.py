@@ -11,7 +11,6 @@ the gather dimension numbers live in `jaxprtool.ad.ops` (the sort JVP gathers to
 
 from __future__ import annotations
 
-from ..ad import batching as BT
 from ..ad import ops
 from ..ad.ops import (
     bind_broadcast,
@@ -36,7 +35,7 @@ from ..ad.registry import (
 )
 from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import Eqn, Jaxpr, JaxprError, ShapedArray, Var, long_dtype_name
-from ..lazy import np
+from ..lazy import lazy_module, np
 from ..params import EnumValue, Record
 from ..record import define
 from ..shapes import ShapeError, shape_rule
@@ -56,6 +55,9 @@ from ..shapes.util import (
     static_ints,
 )
 from ..shardings import sharded_size
+
+#: the vmap machinery, executed when a batching rule first runs
+BT = lazy_module("jaxprtool.ad.batching")
 
 
 def _no_flops(e) -> int:

@@ -352,4 +352,4 @@ for _rule in (
     register_library_jvp(_rule)
 
 # (the rules above are found by `find_library_jvp`, which loads this module when first asked:
-# `families/index.py` lists it under `registry.LIBRARY_RULES`)
+# `families/index.py` lists it under `registry.library_rules_key` of each function name)

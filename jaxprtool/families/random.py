@@ -15,14 +15,13 @@ The primitives that draw numbers are `random` (never merged by CSE).
 
 from __future__ import annotations
 
-from ..ad import batching as BT
 from ..ad import ops
 from ..ad.ops import ty
 from ..ad.registry import defjvp2, defjvp_zero
 from ..core import JaxprError, Literal, ShapedArray
-from ..lazy import np
+from ..lazy import lazy_module, np
 from ..params import EnumValue
-from ..record import define
+from ..record import batching_rule, define
 from ..shapes import ShapeError, shape_rule
 from ..shapes.util import (
     arr,
@@ -36,6 +35,9 @@ from ..shapes.util import (
     need,
     one_arr,
 )
+
+#: the vmap machinery, executed when a batching rule first runs
+BT = lazy_module("jaxprtool.ad.batching")
 
 # ---------------------------------------------------------------- keys
 
@@ -84,7 +86,9 @@ def _random_seed(in_types, params, out_hint):
 
 
 defjvp_zero("random_seed")
-define("random_seed", bind_params=_bind_prng_impl, batching=BT.vectorized("random_seed"))
+define(
+    "random_seed", bind_params=_bind_prng_impl, batching=batching_rule("vectorized", "random_seed")
+)
 
 # ---------------------------------------------------------------- random_bits
 
@@ -107,7 +111,7 @@ defjvp_zero("random_bits")
 # random_split and random_gamma
 define(
     "random_bits",
-    batching=BT.vectorized("random_bits"),
+    batching=batching_rule("vectorized", "random_bits"),
     params_since={"num_streams": ((0, 12, 1), 1), "out_sharding": ((0, 12, 1), None)},
 )
 
@@ -124,7 +128,7 @@ def _random_split(in_types, params, out_hint):
 defjvp_zero("random_split")
 define(
     "random_split",
-    batching=BT.vectorized("random_split"),
+    batching=batching_rule("vectorized", "random_split"),
     params_since={"out_sharding": ((0, 12, 1), None)},
 )
 
@@ -167,7 +171,7 @@ def _random_clone(in_types, params, out_hint):
 
 
 defjvp_zero("random_clone")
-define("random_clone", batching=BT.vectorized("random_clone"))
+define("random_clone", batching=batching_rule("vectorized", "random_clone"))
 
 # ---------------------------------------------------------------- random_wrap, random_unwrap
 
@@ -205,7 +209,7 @@ def _random_unwrap(in_types, params, out_hint):
 
 
 defjvp_zero("random_unwrap")
-define("random_unwrap", batching=BT.vectorized("random_unwrap"))
+define("random_unwrap", batching=batching_rule("vectorized", "random_unwrap"))
 
 # ---------------------------------------------------------------- random_gamma
 
@@ -238,7 +242,7 @@ def _random_gamma_jvp_a(g, ans, key, a, *, log_space=False, **_):
 defjvp2("random_gamma", None, _random_gamma_jvp_a)
 define(
     "random_gamma",
-    batching=BT.leading_batch("random_gamma"),
+    batching=batching_rule("leading_batch", "random_gamma"),
     params_since={"out_sharding": ((0, 12, 1), None)},
 )
 
@@ -267,7 +271,7 @@ def _random_poisson(in_types, params, out_hint):
 defjvp_zero("random_poisson")
 define(
     "random_poisson",
-    batching=BT.leading_batch("random_poisson"),
+    batching=batching_rule("leading_batch", "random_poisson"),
     first_version=(0, 12, 1),
 )
 
@@ -365,7 +369,7 @@ def _threefry(in_types, params, out_hint):
 
 
 defjvp_zero("threefry2x32")
-define("threefry2x32", batching=BT.broadcasting("threefry2x32"))
+define("threefry2x32", batching=batching_rule("broadcasting", "threefry2x32"))
 
 # ---------------------------------------------------------------- iota_2x32_shape
 
@@ -377,4 +381,4 @@ def _iota_2x32(in_types, params, out_hint):
 
 
 defjvp_zero("iota_2x32_shape")
-define("iota_2x32_shape", batching=BT.unbatched("iota_2x32_shape"))
+define("iota_2x32_shape", batching=batching_rule("unbatched", "iota_2x32_shape"))

@@ -20,7 +20,6 @@ Each reduction costs one FLOP per operand element (`flops`).
 
 from __future__ import annotations
 
-from ..ad import batching as BT
 from ..ad import ops
 from ..ad.ops import (
     bind_broadcast,
@@ -52,8 +51,8 @@ from ..ad.registry import (
 )
 from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import Jaxpr, JaxprError, ShapedArray
-from ..lazy import ImportedOnUse
-from ..record import define
+from ..lazy import lazy_module
+from ..record import batching_rule, define
 from ..shapes import ShapeError, shape_rule
 from ..shapes.util import (
     arr,
@@ -81,9 +80,12 @@ from ..shapes.util import (
 from ..shardings import sharded_like, sharded_size
 from ..text import style as ST
 
+#: the vmap machinery, executed when a batching rule first runs
+BT = lazy_module("jaxprtool.ad.batching")
+
 #: the passes' helpers that the simplification rules below call, imported when a pass first
 #: runs them (reading and printing a program loads this family without them)
-S = ImportedOnUse("jaxprtool.passes.simplify", globals(), "S")
+S = lazy_module("jaxprtool.passes.simplify")
 
 # ---------------------------------------------------------------- monoid reductions over axes
 # reduce_sum, reduce_max, reduce_min, reduce_prod, reduce_and, reduce_or, reduce_xor
@@ -160,7 +162,7 @@ def _bind_out_sharding(eqn, p, dims):
 
 
 for _n in MONOID_REDUCTIONS:
-    define(_n, flops=input_elements, batching=BT.reducer(_n))
+    define(_n, flops=input_elements, batching=batching_rule("reducer", _n))
 for _n in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or"):
     define(_n, simplify=_simplify_reduce_nothing)
 
@@ -269,7 +271,12 @@ def _bind_index_dtype(eqn, p, dims):
 
 for _n in ("argmax", "argmin"):
     defjvp_zero(_n)
-    define(_n, bind_params=_bind_index_dtype, flops=input_elements, batching=BT.reducer(_n))
+    define(
+        _n,
+        bind_params=_bind_index_dtype,
+        flops=input_elements,
+        batching=batching_rule("reducer", _n),
+    )
 
 # ---------------------------------------------------------------- cumulative reductions
 # cumsum (linear), cumprod, cummax, cummin, cumlogsumexp (JVP of a parallel prefix scan)

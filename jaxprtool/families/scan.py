@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ad import batching as BT
 from ..ad import builder as B
 from ..ad.jvp import jvp_masked
 from ..ad.linearize import linearize_masked
@@ -35,11 +34,15 @@ from ..ad.zeros import (
     zero_tangents,
 )
 from ..core import Jaxpr, JaxprError, Literal, ShapedArray, Var
+from ..lazy import lazy_module
 from ..params import Opaque, format_value
 from ..record import define, prim
 from ..shapes import ShapeError, shape_rule
 from ..shapes.util import arr, dim_eq, dim_param, int_param, jaxpr_param, types_agree
 from ..text import style as ST
+
+#: the vmap machinery, executed when a batching rule first runs
+BT = lazy_module("jaxprtool.ad.batching")
 
 # ---------------------------------------------------------------- flat trees (0.12's ft_in / ft_out)
 #

@@ -11,7 +11,6 @@ FLOPs.  The emitters the rules use
 
 from __future__ import annotations
 
-from ..ad import batching as BT
 from ..ad import ops
 from ..ad.ops import (
     bind_concatenate,
@@ -30,8 +29,8 @@ from ..ad.ops import (
 from ..ad.registry import defjvp_zero, deflinear2, primitive_jvps, rebind_primal
 from ..ad.zeros import Zero, is_zero, tangent_type
 from ..core import Eqn, Literal, ShapedArray, Var
-from ..lazy import ImportedOnUse
-from ..record import define
+from ..lazy import lazy_module
+from ..record import batching_rule, define
 from ..shapes import ShapeError, shape_rule
 from ..shapes.sizes import Size, check_all_ge
 from ..shapes.util import (
@@ -78,9 +77,12 @@ from ..shardings import (
 from ..text import style as ST
 from ..text.param_rules import sorted_params
 
+#: the vmap machinery, executed when a batching rule first runs
+BT = lazy_module("jaxprtool.ad.batching")
+
 #: the passes' helpers that the simplification rules below call, imported when a pass first
 #: runs them (reading and printing a program loads this family without them)
-S = ImportedOnUse("jaxprtool.passes.simplify", globals(), "S")
+S = lazy_module("jaxprtool.passes.simplify")
 
 
 def _no_flops(e) -> int:
@@ -939,7 +941,7 @@ def _bind_iota(eqn, p, dims):
 
 
 defjvp_zero("iota")
-define("iota", bind_params=_bind_iota, flops=_no_flops, batching=BT.unbatched("iota"))
+define("iota", bind_params=_bind_iota, flops=_no_flops, batching=batching_rule("unbatched", "iota"))
 
 
 def _iota_range(e):
@@ -972,7 +974,7 @@ _SPACES = {"Host": "host", "Any": "any"}
 
 
 defjvp_zero("empty2")
-define("empty2", flops=_no_flops, batching=BT.unbatched("empty2"))
+define("empty2", flops=_no_flops, batching=batching_rule("unbatched", "empty2"))
 
 
 # ---------------------------------------------------------------- split
@@ -1236,7 +1238,7 @@ def _dim_as_value_evaluate(interp, eqn, invals, path):
 defjvp_zero("dim_as_value")
 define(
     "dim_as_value",
-    batching=BT.unbatched("dim_as_value"),
+    batching=batching_rule("unbatched", "dim_as_value"),
     evaluate=_dim_as_value_evaluate,
     evaluated_params=frozenset({"dim"}),
 )

@@ -9,11 +9,10 @@ the JVP rebinds the primitive on the tangent and the transpose passes the cotang
 
 from __future__ import annotations
 
-from ..ad import batching as BT
 from ..ad.registry import defidentity
 from ..core import ShapedArray
 from ..params import EnumValue
-from ..record import define
+from ..record import batching_rule, define
 from ..shapes import shape_rule
 from ..shapes.util import types_agree
 from ..text import style as ST
@@ -86,7 +85,7 @@ define(
     multiple_results=True,
     evaluate=_evaluate_device_put,
     flops=_no_flops,
-    batching=BT.same_dims("device_put"),
+    batching=batching_rule("same_dims", "device_put"),
     # placement only: the values pass unchanged
     evaluated_params=frozenset("devices srcs copy_semantics".split()),
 )
@@ -129,7 +128,7 @@ define(
 )
 define("mesh_cast", evaluate=_evaluate_identity, evaluated_params=frozenset({"dst_sharding"}))
 for _n in ("reshard", "mesh_cast"):
-    define(_n, batching=BT.vectorized(_n))
+    define(_n, batching=batching_rule("vectorized", _n))
 
 
 # ---------------------------------------------------------------- sharding_constraint, memory space
@@ -156,7 +155,7 @@ def _unconstrained_dims_clue(e) -> set[str]:
 define(
     "sharding_constraint",
     flops=_no_flops,
-    batching=BT.vectorized("sharding_constraint"),
+    batching=batching_rule("vectorized", "sharding_constraint"),
     print_params=_print_sharding_constraint,
     version_clues=_unconstrained_dims_clue,
 )
@@ -168,5 +167,5 @@ for _n in (
     "remove_memory_space",
 ):
     defidentity(_n)
-    define(_n, batching=BT.vectorized(_n))
-define("shard_alike", batching=BT.vectorized("shard_alike"))
+    define(_n, batching=batching_rule("vectorized", _n))
+define("shard_alike", batching=batching_rule("vectorized", "shard_alike"))

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ad import batching as BT
 from ..ad import builder as B
 from ..ad.jvp import jvp_masked
 from ..ad.ops import instantiate
 from ..ad.zeros import Zero, nonzero_mask, tangent_type, writes_tangent_ref, zero_tangents
 from ..core import Jaxpr, JaxprError, NoReverseMode, ShapedArray, Var
+from ..lazy import lazy_module
 from ..record import define
 from ..shapes import ShapeError, shape_rule
 from ..shapes.util import check_call_operands, int_param, jaxpr_param, out_types_of, types_agree
+
+#: the vmap machinery, executed when a batching rule first runs
+BT = lazy_module("jaxprtool.ad.batching")
 
 WHILE_TRANSPOSE_ERROR = (
     "Reverse-mode differentiation does not work for lax.while_loop or lax.fori_loop with dynamic "

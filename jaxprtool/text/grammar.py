@@ -18,6 +18,7 @@ import os
 import re
 
 from ..cachefs import cache_dir, read_entry, write_entry
+from ..lazy import compile_pattern, declare_pattern
 
 #: the grammar (lark syntax); a str, not a `pathlib.Path`: pathlib's import is ~3 ms of the
 #: start-up, and no other module of `fmt` needs it.  The package's folder is found from this
@@ -34,6 +35,7 @@ def _lazy(name: str, pattern: str, flags: int = 0) -> None:
     """Declare the module attribute `name`: `pattern` compiled when first read (`G.NAME`).
     Compiling all of them costs ~5 ms of every start-up; a command reads a few."""
     _PATTERNS[name] = (pattern, flags)
+    declare_pattern(pattern, flags)
 
 
 def __getattr__(name: str):
@@ -41,7 +43,7 @@ def __getattr__(name: str):
         pattern, flags = _PATTERNS[name]
     except KeyError:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    compiled = globals()[name] = re.compile(pattern, flags)
+    compiled = globals()[name] = compile_pattern(pattern, flags)
     return compiled
 
 

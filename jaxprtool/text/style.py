@@ -457,6 +457,11 @@ def _installed_among(*styles: Style) -> Style:
     return mine if mine in styles else styles[0]
 
 
+_DIGITS = LazyPattern(r"\d+")
+#: the runs of separators a distribution's name normalises to one `_` (its dist-info folder)
+_NAME_SEPARATORS = LazyPattern(r"[-_.]+")
+
+
 @functools.cache
 def unmarked_style() -> Style:
     """The style of a text that no version-only form marks (0.10, 0.11 and 0.12 print it
@@ -465,7 +470,7 @@ def unmarked_style() -> Style:
     found = installed_version("jax")
     if found is None:
         return DEFAULT_STYLE
-    installed = tuple(int(p) for p in re.findall(r"\d+", found)[:4])
+    installed = tuple(int(p) for p in _DIGITS.findall(found)[:4])
     if (0, 10) <= installed < (0, 11):
         return STYLE_0_10
     if (0, 11) <= installed < (0, 12):
@@ -485,7 +490,7 @@ def installed_version(dist: str) -> str | None:
     import os
     import sys
 
-    want = re.sub(r"[-_.]+", "_", dist).lower()
+    want = _NAME_SEPARATORS.sub("_", dist).lower()
     for entry in sys.path:
         try:
             names = os.listdir(entry or ".")
@@ -496,7 +501,7 @@ def installed_version(dist: str) -> str | None:
             if (
                 dash
                 and rest.endswith(".dist-info")
-                and re.sub(r"[-_.]+", "_", stem).lower() == want
+                and _NAME_SEPARATORS.sub("_", stem).lower() == want
             ):
                 return rest[: -len(".dist-info")]
     from importlib.metadata import PackageNotFoundError, version

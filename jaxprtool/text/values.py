@@ -31,8 +31,6 @@ jaxpr (`{ lambda ...}` or `let NAME = {...} in {...}`, H5); it returns
 
 from __future__ import annotations
 
-import re
-
 from .. import core
 from ..lazy import LIGHT_DTYPES, DTypeName, LazyPattern, np
 from ..params import EnumValue, NpScalar, Opaque, Record, SpacedList, SymExpr
@@ -77,6 +75,10 @@ class light_dtypes:
         LIGHT_DTYPES[0] = self.before
 
 
+#: a sized numpy dtype name (`float32`, `int4`, `float8_e4m3fn`)
+_DTYPE_NAME = LazyPattern(r"(?:float|int|uint|complex|bfloat)\d+(?:_\w+)?")
+
+
 def dtype_of_name(name: str) -> np.dtype | DTypeName | None:
     """np.dtype for a numpy dtype name (`float32`, `bfloat16`, `int4`, `bool`), else None."""
     if LIGHT_DTYPES[0] and name in core.NUMPY_DTYPES:
@@ -84,11 +86,7 @@ def dtype_of_name(name: str) -> np.dtype | DTypeName | None:
     if name in _DTYPE_CACHE:
         return _DTYPE_CACHE[name]
     dt = None
-    if (
-        name == "bool"
-        or name == "float0"
-        or re.fullmatch(r"(?:float|int|uint|complex|bfloat)\d+(?:_\w+)?", name)
-    ):
+    if name == "bool" or name == "float0" or _DTYPE_NAME.fullmatch(name):
         try:
             dt = core.np_dtype(core.short_dtype_name(name))
         except (KeyError, TypeError):

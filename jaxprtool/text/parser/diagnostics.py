@@ -10,8 +10,6 @@ every error is the grammar's.
 
 from __future__ import annotations
 
-from bisect import bisect_right
-
 from ...core import JaxprError, Loc, OverLimit
 from ...lazy import LazyPattern
 from .. import grammar as G
@@ -45,6 +43,10 @@ class Source:
         self._line_starts: list[int] | None = None
 
     def loc(self, pos: int) -> Loc:
+        # (imported here: `bisect`'s C module's load, ~0.2 ms, is paid only by a text that
+        # gets a location this way, mostly one with an error)
+        from bisect import bisect_right
+
         if self._line_starts is None:
             self._line_starts = [0] + [m.end() for m in G.NEWLINE.finditer(self.s)]
         ls = self._line_starts
