@@ -279,3 +279,71 @@ def pytest_collection_modifyitems(config, items):
         # (a strict xfail, the sentinel of a known gap, runs in the default run too)
         if i % n != k and not item.get_closest_marker("xfail"):
             item.add_marker(pytest.mark.slow)
+
+
+# ---------------------------------------------------------------- XLA compiles per test file
+#: per test file: [XLA compile requests, those JAX's persistent cache answered, seconds in them],
+#: counted from jax.monitoring's events in this process (a command run as a subprocess is not
+#: counted); the xdist workers hand theirs to the controller, which prints the sums at the end
+_COMPILES: dict[str, list] = {}
+_CURRENT_FILE = ["(collection)"]
+_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+_CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
+
+
+def _count(event: str, seconds: float = 0.0) -> None:
+    row = _COMPILES.setdefault(_CURRENT_FILE[0], [0, 0, 0.0])
+    if event == _COMPILE_EVENT:
+        row[0] += 1
+        row[2] += seconds
+    elif event == _CACHE_HIT_EVENT:
+        row[1] += 1
+
+
+def _listen_to_compiles() -> None:
+    """jax.monitoring listeners counting compiles (once, when JAX is loaded in this process)."""
+    if _listen_to_compiles.done or "jax" not in sys.modules:
+        return
+    from jax import monitoring
+
+    monitoring.register_event_listener(lambda event, **_: _count(event))
+    monitoring.register_event_duration_secs_listener(
+        lambda event, secs, **_: _count(event, secs) if event == _COMPILE_EVENT else None
+    )
+    _listen_to_compiles.done = True
+
+
+_listen_to_compiles.done = False
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _listen_to_compiles()
+    _CURRENT_FILE[0] = item.nodeid.split("::", 1)[0]
+    yield
+    _listen_to_compiles()  # (a test that loaded JAX: its compiles count from the next test on)
+
+
+def pytest_sessionfinish(session):
+    if hasattr(session.config, "workeroutput"):  # an xdist worker: the controller sums
+        session.config.workeroutput["compiles"] = {k: list(v) for k, v in _COMPILES.items()}
+
+
+@pytest.hookimpl(optionalhook=True)  # (an xdist hook: unknown under -p no:xdist)
+def pytest_testnodedown(node, error):
+    for path, (n, hits, secs) in getattr(node, "workeroutput", {}).get("compiles", {}).items():
+        row = _COMPILES.setdefault(path, [0, 0, 0.0])
+        row[0], row[1], row[2] = row[0] + n, row[1] + hits, row[2] + secs
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _COMPILES:
+        return
+    rows = sorted(_COMPILES.items(), key=lambda kv: -kv[1][2])
+    total = [sum(r[i] for _, r in rows) for i in range(3)]
+    write = terminalreporter.write_line
+    terminalreporter.section("XLA compiles in the test processes (jax.monitoring)")
+    write(f"total: {total[0]} compile requests, {total[1]} answered by the persistent cache,")
+    write(f"       {total[2]:.1f} s in them, {len(rows)} test files")
+    for path, (n, hits, secs) in rows[:15]:
+        write(f"{secs:8.1f} s {n:6d} compiles {hits:5d} cached  {path}")

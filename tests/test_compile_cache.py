@@ -18,6 +18,8 @@ import pytest
 from jax.experimental.compilation_cache import compilation_cache
 from jax_oracle import run
 
+from jaxprtool.backend import jit_cache
+
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = (
     "{ lambda ; a:f32[3] b:f32[3]. let\n    c:f32[3] = mul a b\n    d:f32[3] = sin c\n  in (d,) }\n"
@@ -73,6 +75,7 @@ def test_second_run_in_process_hits_the_cache(cache_home, program):
         first = entries(cache_home)
         assert first, "the first run wrote no cache entry"
         assert hits == []
+        jit_cache.clear()  # (else the program jitted in this process is found first)
         r2 = run(["run", program, "--random", "0", "--print-values", "full"])
         assert r2.exit_code == 0, r2.output
         assert entries(cache_home) == first  # nothing new: the executable came from the cache
@@ -101,6 +104,7 @@ def test_compile_uses_the_cache(cache_home, program):
     first = entries(cache_home)
     assert first
     hits, listener = count_hits()
+    jit_cache.clear()  # (else the program jitted in this process is found first)
     try:
         r2 = run(["compile", program, "--stats"])
     finally:
@@ -132,6 +136,9 @@ def value_of(result) -> float:
 
 
 def run_at(path, x=0.5):
+    """`run` of the program at x, which reads the persistent cache as a new process would
+    (the programs this process jitted before are forgotten: backend/jit_cache)."""
+    jit_cache.clear()
     return run(["run", str(path), "--input", f"f32[]={x}", "--output-format", "json"])
 
 

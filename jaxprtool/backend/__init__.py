@@ -44,19 +44,29 @@ def _to_numpy(outs):
     return [np.asarray(o) for o in outs]
 
 
-_JIT_CACHE: dict = {}  # (id(jaxpr), dims) -> (jaxpr, jitted); the jaxpr is held so its id stays unique
+#: (id(jaxpr), `sharding.run_variant`) -> (jaxpr, jitted); the jaxpr is held so its id stays
+#: unique (a program object run again skips `jit_cache`'s walk of its content)
+_JIT_CACHE: dict = {}
 
 
 def _jitted(jaxpr, dims, nested: bool = False):
     import jax
 
-    key = (id(jaxpr), tuple(sorted((dims or {}).items())), nested)
+    from .jit_cache import shared_jit
+    from .sharding import run_variant
+
+    variant = run_variant("plain", dims, nested)
+    key = (id(jaxpr), variant)
     hit = _JIT_CACHE.get(key)
     if hit is not None and hit[0] is jaxpr:
         return hit[1]
     if len(_JIT_CACHE) >= 64:
         _JIT_CACHE.pop(next(iter(_JIT_CACHE)))
-    fn = jax.jit(as_jax_function(jaxpr, dims, enable_x64=False, nested=nested))
+    fn = shared_jit(
+        jaxpr,
+        variant,
+        lambda: jax.jit(as_jax_function(jaxpr, dims, enable_x64=False, nested=nested)),
+    )
     _JIT_CACHE[key] = (jaxpr, fn)
     return fn
 

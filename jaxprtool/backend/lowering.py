@@ -41,6 +41,7 @@ def lower(jaxpr, emit: str, device: str, dims: dict, stats: bool):
     from . import sharding
     from .consts import all_constvars
     from .jaxfn import as_jax_function, compile_error, get_device, platform_of
+    from .jit_cache import shared_jit
 
     multi = sharding.is_multi_device(jaxpr)
     every = all_constvars(jaxpr)
@@ -59,7 +60,11 @@ def lower(jaxpr, emit: str, device: str, dims: dict, stats: bool):
             if multi:
                 structs = sharding.sharded_structs(jaxpr, structs)
             placement = sharding.enforce_call_placements if multi else None
-            fn = jax.jit(as_jax_function(jaxpr, dims, False, nested, placement))
+            fn = shared_jit(
+                jaxpr,
+                sharding.run_variant("placed" if multi else "plain", dims, nested),
+                lambda: jax.jit(as_jax_function(jaxpr, dims, False, nested, placement)),
+            )
             lowered = fn.trace(*structs).lower(lowering_platforms=(platform,))
     except JaxprError:
         raise

@@ -14,9 +14,27 @@ def jax_derivative(jaxpr, consts, args, diff, vec, outs_idx, kind: str) -> list:
     import numpy as np
 
     from . import _with_nested, get_device, sharding
-    from .jaxfn import as_jax_function, x64_scope
+    from .jaxfn import x64_scope
+    from .jit_cache import shared_jit
 
     nested = _with_nested(jaxpr, consts)
+    variant = sharding.run_variant("jax-" + kind, None, nested) + (tuple(diff), tuple(outs_idx))
+    jitted = shared_jit(
+        jaxpr, variant, lambda: jax.jit(_derivative(jaxpr, nested, diff, outs_idx, kind))
+    )
+    dev = get_device(sharding.CONFIG.platform)
+    with x64_scope(jaxpr), jax.default_device(dev):
+        put = lambda a: jax.device_put(a, dev)  # noqa: E731
+        outs = jitted([put(c) for c in consts], [put(a) for a in args], [put(x) for x in vec])
+        return [np.asarray(o) for o in outs]
+
+
+def _derivative(jaxpr, nested: bool, diff, outs_idx, kind: str):
+    """derivative(consts, args, vectors): JAX's jvp or vjp of the program (`jax_derivative`)."""
+    import jax
+
+    from .jaxfn import as_jax_function
+
     f = as_jax_function(jaxpr, None, enable_x64=False, nested=nested)
 
     def derivative(cs, xs, vs):
@@ -33,10 +51,4 @@ def jax_derivative(jaxpr, consts, args, diff, vec, outs_idx, kind: str) -> list:
         _, pull = jax.vjp(of_diff, *primals)
         return list(pull(list(vs)))
 
-    dev = get_device(sharding.CONFIG.platform)
-    with x64_scope(jaxpr), jax.default_device(dev):
-        put = lambda a: jax.device_put(a, dev)  # noqa: E731
-        outs = jax.jit(derivative)(
-            [put(c) for c in consts], [put(a) for a in args], [put(x) for x in vec]
-        )
-        return [np.asarray(o) for o in outs]
+    return derivative

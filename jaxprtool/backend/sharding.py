@@ -748,9 +748,18 @@ def _constrained(jaxpr, fn):
     return f
 
 
-#: (id(jaxpr), dims, --mesh, platform) -> (jaxpr, jitted); the jaxpr is held so its id stays
-#: unique, the mesh and platform are in the key since the traced program's meshes follow them
+#: (id(jaxpr), `run_variant`) -> (jaxpr, jitted); the jaxpr is held so its id stays unique,
+#: the mesh and platform are in the key since the traced program's meshes follow them
 _JIT_CACHE: dict = {}
+
+
+def run_variant(kind: str, dims, nested: bool) -> tuple:
+    """How a program is made a `jax.jit` function (`jit_cache.shared_jit`'s variant): `kind`
+    ("plain": no placement; "placed": calls placed as the text says; "constrained": outputs
+    constrained too), the symbolic sizes, whether it takes the nested constants, and the
+    run's --mesh and platform (which the traced program's meshes follow)."""
+    dims = tuple(sorted((dims or {}).items()))
+    return (kind, dims, nested, tuple((CONFIG.mesh or {}).items()), CONFIG.platform)
 
 
 def _jitted(jaxpr, dims, nested: bool = False):
@@ -760,16 +769,21 @@ def _jitted(jaxpr, dims, nested: bool = False):
     import jax
 
     from .jaxfn import as_jax_function
+    from .jit_cache import shared_jit
 
-    key = (id(jaxpr), tuple(sorted((dims or {}).items())), tuple((CONFIG.mesh or {}).items()))
-    key += (CONFIG.platform, nested)
+    variant = run_variant("constrained", dims, nested)
+    key = (id(jaxpr), variant)
     hit = _JIT_CACHE.get(key)
     if hit is not None and hit[0] is jaxpr:
         return hit[1]
     if len(_JIT_CACHE) >= 64:
         _JIT_CACHE.pop(next(iter(_JIT_CACHE)))
-    f = as_jax_function(jaxpr, dims, False, nested=nested, placement=enforce_call_placements)
-    fn = jax.jit(_constrained(jaxpr, f))
+
+    def make():
+        f = as_jax_function(jaxpr, dims, False, nested=nested, placement=enforce_call_placements)
+        return jax.jit(_constrained(jaxpr, f))
+
+    fn = shared_jit(jaxpr, variant, make)
     _JIT_CACHE[key] = (jaxpr, fn)
     return fn
 

@@ -172,11 +172,16 @@ def runner(jaxpr: Jaxpr, consts):
     import jax
 
     from ...backend import as_jax_function, check_runnable, evaluate, sharding
+    from ...backend.jit_cache import shared_jit
 
     check_runnable(jaxpr)
     multi = sharding.is_multi_device(jaxpr)
     placement = sharding.enforce_call_placements if multi else None
-    fn = jax.jit(as_jax_function(jaxpr, None, enable_x64=False, placement=placement))
+    fn = shared_jit(  # (a program an earlier check or command ran: compiled once)
+        jaxpr,
+        sharding.run_variant("placed" if multi else "plain", None, False),
+        lambda: jax.jit(as_jax_function(jaxpr, None, enable_x64=False, placement=placement)),
+    )
     consts = list(consts or [])
     return lambda args, device=None: evaluate(jaxpr, args, consts, device=device, jitted=fn)
 
