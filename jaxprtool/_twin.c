@@ -1137,9 +1137,6 @@ kv_done:
 
 /* ------------------------------------------------------------------ the AD builder */
 
-/* id(x) in s (a set of ints): 1, 0, or -1 with an exception set */
-static int id_in(PyObject *s, PyObject *x);
-
 /* the result types `Builder.bind` takes from its memo (`_remembered_types`) for `inputs` (a
  * tuple of Vars and Literals), as a new reference; NULL without an exception where the
  * Python lines must work them out (a miss, an unhashable key, mesh axis sizes in force) */
@@ -1178,13 +1175,14 @@ done:
 }
 
 /* bind_fast(prim, inputs, params, out_types, params_key, loc, primal_eqns, tangent_eqns,
- * tangent_ids, force_tangent, memo, axis_sizes_key, Literal): `Builder.bind`'s lines, step
+ * tangent_vars, force_tangent, memo, axis_sizes_key, Literal): `Builder.bind`'s lines, step
  * for step, where every operand is a Var or a Literal and the result types are given or
  * remembered: a Var (hint None) per result type, Eqn(prim, inputs, tuple(outs), params
  * copied, loc) as `core._fast_eqn_init` makes it, appended to `primal_eqns`, or (a split
- * builder: `tangent_eqns` not None) to `tangent_eqns` when `force_tangent` or an operand's
- * id is in `tangent_ids` (which gains its results' ids); returns the results, or None
- * where the Python lines must run (another operand, types to infer) */
+ * builder: `tangent_eqns` not None) to `tangent_eqns` when `force_tangent` or an operand
+ * that is a Var is in `tangent_vars` (a set of the Vars themselves, which gains its
+ * results); returns the results, or None where the Python lines must run (another
+ * operand, types to infer) */
 static PyObject *bind_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 13 || !PyList_CheckExact(args[6]) || !PyAnySet_Check(args[8]) ||
         !PyDict_CheckExact(args[10]) || !PyType_Check(args[12]) || EqnType == NULL ||
@@ -1239,19 +1237,15 @@ static PyObject *bind_fast(PyObject *self, PyObject *const *args, Py_ssize_t nar
     PyObject *into = args[6];
     if (tangents != Py_None) {
         int tangent = PyObject_IsTrue(args[9]);
-        for (Py_ssize_t i = 0; i < n_in && tangent == 0; i++)
-            tangent = id_in(args[8], PyTuple_GET_ITEM(inputs, i));
+        for (Py_ssize_t i = 0; i < n_in && tangent == 0; i++) {
+            PyObject *x = PyTuple_GET_ITEM(inputs, i);
+            if (Py_TYPE(x) == VarType) tangent = PySet_Contains(args[8], x); /* (Vars only) */
+        }
         if (tangent < 0) goto done;
         if (tangent) {
             into = tangents;
-            for (Py_ssize_t i = 0; i < n; i++) {
-                PyObject *id = PyLong_FromVoidPtr(PyList_GET_ITEM(outs, i));
-                if (id == NULL || PySet_Add(args[8], id) < 0) {
-                    Py_XDECREF(id);
-                    goto done;
-                }
-                Py_DECREF(id);
-            }
+            for (Py_ssize_t i = 0; i < n; i++)
+                if (PySet_Add(args[8], PyList_GET_ITEM(outs, i)) < 0) goto done;
         }
     }
     if (PyList_Append(into, e) < 0) goto done;
@@ -1270,15 +1264,6 @@ done:
     return res;
 }
 
-/* id(x) in s (a set of ints): 1, 0, or -1 with an exception set */
-static int id_in(PyObject *s, PyObject *x) {
-    PyObject *key = PyLong_FromVoidPtr(x);
-    if (key == NULL) return -1;
-    int r = PySet_Contains(s, key);
-    Py_DECREF(key);
-    return r;
-}
-
 /* an equation's operands (field 1) or results (field 2), as a sequence PySequence_Fast reads
  * (a new reference) */
 static PyObject *atoms_of(PyObject *e, int field) {
@@ -1290,10 +1275,10 @@ static PyObject *atoms_of(PyObject *e, int field) {
 }
 
 /* dce_walk(eqns, live, kept, has_live_effects, prune): `builder.dce_eqns`' backward loop,
- * step for step: each equation of `eqns`, last first, is kept when one of its results' ids is
- * in `live` or else when `has_live_effects(e)`; a kept one is replaced by `prune(e)` when
- * `prune` is not None and its bodies are not known absent (`no_subjaxprs`), appended to
- * `kept` and its operands' ids added to `live` */
+ * step for step: each equation of `eqns`, last first, is kept when one of its results is in
+ * `live` (a set of the atoms themselves) or else when `has_live_effects(e)`; a kept one is
+ * replaced by `prune(e)` when `prune` is not None and its bodies are not known absent
+ * (`no_subjaxprs`), appended to `kept` and its operands added to `live` */
 static PyObject *dce_walk(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5 || !PySet_CheckExact(args[1]) || !PyList_CheckExact(args[2]) ||
         EqnType == NULL) {
@@ -1313,7 +1298,7 @@ static PyObject *dce_walk(PyObject *self, PyObject *const *args, Py_ssize_t narg
         if (outs == NULL) goto fail;
         int alive = 0;
         for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(outs); k++) {
-            alive = id_in(live, PySequence_Fast_GET_ITEM(outs, k));
+            alive = PySet_Contains(live, PySequence_Fast_GET_ITEM(outs, k));
             if (alive) break;
         }
         Py_DECREF(outs);
@@ -1346,13 +1331,10 @@ static PyObject *dce_walk(PyObject *self, PyObject *const *args, Py_ssize_t narg
         Py_DECREF(ke);
         if (ins == NULL) goto fail;
         for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(ins); k++) {
-            PyObject *key = PyLong_FromVoidPtr(PySequence_Fast_GET_ITEM(ins, k));
-            if (key == NULL || PySet_Add(live, key) < 0) {
-                Py_XDECREF(key);
+            if (PySet_Add(live, PySequence_Fast_GET_ITEM(ins, k)) < 0) {
                 Py_DECREF(ins);
                 goto fail;
             }
-            Py_DECREF(key);
         }
         Py_DECREF(ins);
         continue;
