@@ -1278,7 +1278,8 @@ static PyObject *atoms_of(PyObject *e, int field) {
  * step for step: each equation of `eqns`, last first, is kept when one of its results is in
  * `live` (a set of the atoms themselves) or else when `has_live_effects(e)`; a kept one is
  * replaced by `prune(e)` when `prune` is not None and its bodies are not known absent
- * (`no_subjaxprs`), appended to `kept` and its operands added to `live` */
+ * (`no_subjaxprs`), appended to `kept` and its operands that are Vars added to `live` (a
+ * literal is no result: never looked up; an equal one's Python `__eq__` is not called) */
 static PyObject *dce_walk(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5 || !PySet_CheckExact(args[1]) || !PyList_CheckExact(args[2]) ||
         EqnType == NULL) {
@@ -1331,7 +1332,8 @@ static PyObject *dce_walk(PyObject *self, PyObject *const *args, Py_ssize_t narg
         Py_DECREF(ke);
         if (ins == NULL) goto fail;
         for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(ins); k++) {
-            if (PySet_Add(live, PySequence_Fast_GET_ITEM(ins, k)) < 0) {
+            PyObject *x = PySequence_Fast_GET_ITEM(ins, k);
+            if (Py_TYPE(x) == VarType && PySet_Add(live, x) < 0) {
                 Py_DECREF(ins);
                 goto fail;
             }
@@ -1353,7 +1355,7 @@ fail:
  * `passes.dce._DCE._sweep`'s loop, step for step, from eqns[k] down: an equation none of whose
  * results is in `live` (a set of the atoms themselves) is left out when
  * `has_live_effects(e)` is false; one whose parameters are known to hold no jaxpr
- * (`no_subjaxprs`) is appended to `kept` and its operands added to `live`.  It stops at the
+ * (`no_subjaxprs`) is appended to `kept` and its operands that are Vars added to `live`.  It stops at the
  * first other one (its bodies are the Python loop's, with their rules) and returns its index
  * (-1 at the end) and whether it left any equation out. */
 static PyObject *dce_sweep(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -1409,7 +1411,8 @@ static PyObject *dce_sweep(PyObject *self, PyObject *const *args, Py_ssize_t nar
         }
         int bad = PyList_Append(kept, e) < 0;
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(ins) && !bad; i++) {
-            bad = PySet_Add(live, PyTuple_GET_ITEM(ins, i)) < 0;
+            PyObject *x = PyTuple_GET_ITEM(ins, i);
+            bad = Py_TYPE(x) == VarType && PySet_Add(live, x) < 0;
         }
         Py_DECREF(ins);
         if (bad) return NULL;

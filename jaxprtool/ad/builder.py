@@ -272,7 +272,7 @@ def dce_eqns(eqns: list[Eqn], live_out: Iterable[Atom]) -> list[Eqn]:
     after the write reads it (JAX's Ref liveness: a Ref made elsewhere may be read later)."""
     from ..passes.common import eqn_has_live_effects, ref_allocs
 
-    # (`live` holds the atoms themselves: Vars hash by identity, a literal by its value)
+    # (`live` holds the Vars themselves: they hash by identity)
     live = {v for v in live_out if isinstance(v, Var)}
     local = ref_allocs(eqns)
 
@@ -286,14 +286,16 @@ def dce_eqns(eqns: list[Eqn], live_out: Iterable[Atom]) -> list[Eqn]:
         tw.dce_walk(eqns, live, kept, lambda e: eqn_has_live_effects(e, ref_live), prune)
         kept.reverse()
         return kept
-    update = live.update
+    add = live.add
     for e in reversed(eqns):
         if live.isdisjoint(e.outputs) and not eqn_has_live_effects(e, ref_live):
             continue
         if local and not e.no_subjaxprs:
             e = _prune_dead_refs(e, live, ref_live)
         kept.append(e)
-        update(e.inputs)
+        for x in e.inputs:  # (a literal is no result: never looked up, nor hashed)
+            if x.__class__ is Var:
+                add(x)
     kept.reverse()
     return kept
 
