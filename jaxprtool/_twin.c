@@ -1420,6 +1420,171 @@ static PyObject *dce_sweep(PyObject *self, PyObject *const *args, Py_ssize_t nar
     return Py_BuildValue("nO", k, changed ? Py_True : Py_False);
 }
 
+/* ------------------------------------------------------------------ the clean-up passes */
+
+/* whether the pass's Python step would take `e` as it is (`passes.common.EqnRewrite.rewritten`
+ * gives it back unchanged): no jaxpr inside (its `no_subjaxprs`, else `subjaxprs(e)`, which
+ * remembers an empty answer on it) and no operand that is a Var `env` renames; sets `*ins`
+ * (a new reference) to its operands, a tuple.  1, 0 (the Python step's), or -1 with an
+ * exception set */
+static int untouched(PyObject *e, PyObject *env, PyObject *subjaxprs, PyObject **ins) {
+    *ins = NULL;
+    PyObject *none_inside = get_slot(eqn_fields[6], e);
+    if (none_inside == NULL) return -1;
+    int plain = none_inside == Py_True;
+    Py_DECREF(none_inside);
+    if (!plain) {
+        PyObject *found = PyObject_CallOneArg(subjaxprs, e);
+        if (found == NULL) return -1;
+        plain = PyList_CheckExact(found) && PyList_GET_SIZE(found) == 0;
+        Py_DECREF(found);
+        if (!plain) return 0;
+    }
+    PyObject *inputs = get_slot(eqn_fields[1], e);
+    if (inputs == NULL) return -1;
+    if (!PyTuple_CheckExact(inputs)) {
+        Py_DECREF(inputs);
+        return 0;
+    }
+    if (PyDict_GET_SIZE(env)) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(inputs); i++) {
+            PyObject *x = PyTuple_GET_ITEM(inputs, i);
+            if (Py_TYPE(x) != VarType) continue; /* (a literal is never renamed) */
+            int renamed = PyDict_Contains(env, x);
+            if (renamed) {
+                Py_DECREF(inputs);
+                return renamed < 0 ? -1 : 0;
+            }
+        }
+    }
+    *ins = inputs;
+    return 1;
+}
+
+/* the arguments every sweep of a pass takes first: (eqns, k, env, kept, subjaxprs), checked;
+ * k read into `*k`.  0, or -1 with an exception set */
+static int sweep_args(const char *name, PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want,
+                      Py_ssize_t *k) {
+    if (nargs != want || !PyTuple_CheckExact(args[0]) || !PyLong_CheckExact(args[1]) ||
+        !PyDict_CheckExact(args[2]) || !PyList_CheckExact(args[3]) || EqnType == NULL ||
+        VarType == NULL) {
+        PyErr_Format(PyExc_TypeError, "%s: bad arguments", name);
+        return -1;
+    }
+    *k = PyLong_AsSsize_t(args[1]);
+    if (*k == -1 && PyErr_Occurred()) return -1;
+    if (*k < 0) {
+        PyErr_Format(PyExc_IndexError, "%s: no such equation", name);
+        return -1;
+    }
+    return 0;
+}
+
+/* cse_sweep(eqns, k, env, kept, subjaxprs, table) -> k
+ * `passes.cse._cse`'s loop, step for step, from eqns[k] on: an equation that `untouched`
+ * finds unchanged is filed in `table` under (prim, operands) (`setdefault`) and appended to
+ * `kept` when it is the first of its key; it stops at the first other one (a key seen before,
+ * a jaxpr inside, an operand renamed: the Python step's, which files it again, as
+ * `setdefault` allows) and returns its index (len(eqns) at the end) */
+static PyObject *cse_sweep(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Py_ssize_t k;
+    if (sweep_args("cse_sweep", args, nargs, 6, &k) < 0) return NULL;
+    if (!PyDict_CheckExact(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "cse_sweep: bad arguments");
+        return NULL;
+    }
+    PyObject *eqns = args[0], *env = args[2], *kept = args[3], *table = args[5];
+    for (; k < PyTuple_GET_SIZE(eqns); k++) {
+        PyObject *e = PyTuple_GET_ITEM(eqns, k), *ins;
+        if (Py_TYPE(e) != EqnType) break;
+        int plain = untouched(e, env, args[4], &ins);
+        if (plain < 0) return NULL;
+        if (!plain) break;
+        PyObject *prim = get_slot(eqn_fields[0], e);
+        PyObject *key = prim == NULL ? NULL : PyTuple_Pack(2, prim, ins);
+        Py_XDECREF(prim);
+        Py_DECREF(ins);
+        if (key == NULL) return NULL;
+        PyObject *first = PyDict_SetDefault(table, key, e); /* borrowed */
+        Py_DECREF(key);
+        if (first == NULL) return NULL;
+        if (first != e) break; /* (a key seen before: the Python step's) */
+        if (PyList_Append(kept, e) < 0) return NULL;
+    }
+    return PyLong_FromSsize_t(k);
+}
+
+/* simplify_sweep(eqns, k, env, kept, subjaxprs, rules, producers, ctx, made, same_type) -> k
+ * `passes.simplify._simplify`'s loop, step for step, from eqns[k] on: an equation that
+ * `untouched` finds unchanged, with one result and its primitive's (rule, fills) in `rules`,
+ * whose rule is None or answers (`rule(e, ctx)`) None or an atom not of its result's type
+ * (`same_type`), is the producer of its result in `producers`, told to `made(e, fills)`
+ * when `fills` is not None and appended to `kept`; it stops at the first other one (an
+ * answer that replaces it, which the Python step asks again; several results; rules not
+ * yet looked up; a jaxpr inside; an operand renamed) and returns its index (len(eqns) at
+ * the end) */
+static PyObject *simplify_sweep(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Py_ssize_t k;
+    if (sweep_args("simplify_sweep", args, nargs, 10, &k) < 0) return NULL;
+    if (!PyDict_CheckExact(args[5]) || !PyDict_CheckExact(args[6])) {
+        PyErr_SetString(PyExc_TypeError, "simplify_sweep: bad arguments");
+        return NULL;
+    }
+    PyObject *eqns = args[0], *env = args[2], *kept = args[3], *rules = args[5];
+    PyObject *producers = args[6], *ctx = args[7], *made = args[8], *same_type = args[9];
+    for (; k < PyTuple_GET_SIZE(eqns); k++) {
+        PyObject *e = PyTuple_GET_ITEM(eqns, k), *ins;
+        if (Py_TYPE(e) != EqnType) break;
+        int plain = untouched(e, env, args[4], &ins);
+        if (plain < 0) return NULL;
+        if (!plain) break;
+        Py_DECREF(ins);
+        PyObject *outs = get_slot(eqn_fields[2], e), *prim = NULL;
+        if (outs == NULL) return NULL;
+        if (!PyTuple_CheckExact(outs) || PyTuple_GET_SIZE(outs) != 1) goto python;
+        if ((prim = get_slot(eqn_fields[0], e)) == NULL) goto fail;
+        PyObject *got = PyDict_GetItemWithError(rules, prim); /* borrowed */
+        if (got == NULL) {
+            if (PyErr_Occurred()) goto fail;
+            goto python; /* (looked up by the Python step: `Context.rules_of`) */
+        }
+        if (!PyTuple_CheckExact(got) || PyTuple_GET_SIZE(got) != 2) goto python;
+        PyObject *rule = PyTuple_GET_ITEM(got, 0), *fills = PyTuple_GET_ITEM(got, 1);
+        if (rule != Py_None) {
+            PyObject *r = PyObject_CallFunctionObjArgs(rule, e, ctx, NULL);
+            if (r == NULL) goto fail;
+            int replaces = 0;
+            if (r != Py_None) {
+                PyObject *same = PyObject_CallFunctionObjArgs(same_type, r, PyTuple_GET_ITEM(outs, 0), NULL);
+                replaces = same == NULL ? -1 : PyObject_IsTrue(same);
+                Py_XDECREF(same);
+            }
+            Py_DECREF(r);
+            if (replaces < 0) goto fail;
+            if (replaces) goto python; /* (the Python step asks the rule again and drops it) */
+        }
+        if (PyDict_SetItem(producers, PyTuple_GET_ITEM(outs, 0), e) < 0) goto fail;
+        if (fills != Py_None) {
+            PyObject *r = PyObject_CallFunctionObjArgs(made, e, fills, NULL);
+            if (r == NULL) goto fail;
+            Py_DECREF(r);
+        }
+        if (PyList_Append(kept, e) < 0) goto fail;
+        Py_DECREF(outs);
+        Py_DECREF(prim);
+        continue;
+    python:
+        Py_DECREF(outs);
+        Py_XDECREF(prim);
+        break;
+    fail:
+        Py_DECREF(outs);
+        Py_XDECREF(prim);
+        return NULL;
+    }
+    return PyLong_FromSsize_t(k);
+}
+
 /* ------------------------------------------------------------------ the module */
 
 static PyMethodDef methods[] = {
@@ -1434,12 +1599,16 @@ static PyMethodDef methods[] = {
      "pretty.format's loop over the lines of a jaxpr (see the source)."},
     {"render_eqn", (PyCFunction)(void (*)(void))render_eqn, METH_FASTCALL,
      "printer._render_eqn (see the source)."},
-    {"bind_fast", (PyCFunction)(void (*)(void))bind_fast, METH_FASTCALL,
+    {"bind_fast_vars", (PyCFunction)(void (*)(void))bind_fast, METH_FASTCALL,
      "Builder.bind's lines where its operands are atoms and its result types known."},
-    {"dce_walk", (PyCFunction)(void (*)(void))dce_walk, METH_FASTCALL,
+    {"dce_walk_vars", (PyCFunction)(void (*)(void))dce_walk, METH_FASTCALL,
      "builder.dce_eqns' backward loop (see the source)."},
     {"dce_sweep", (PyCFunction)(void (*)(void))dce_sweep, METH_FASTCALL,
      "passes.dce._DCE._sweep's loop (see the source)."},
+    {"cse_sweep", (PyCFunction)(void (*)(void))cse_sweep, METH_FASTCALL,
+     "passes.cse._cse's loop over the equations it files as they are (see the source)."},
+    {"simplify_sweep", (PyCFunction)(void (*)(void))simplify_sweep, METH_FASTCALL,
+     "passes.simplify._simplify's loop over the equations it keeps (see the source)."},
     {NULL, NULL, 0, NULL},
 };
 

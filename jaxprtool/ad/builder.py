@@ -147,10 +147,10 @@ class Builder:
 
 
 def _compiled_bind():
-    """The compiled twin's `bind_fast` (text/twin.py), or None (not built, or
+    """The compiled twin's `bind_fast_vars` (text/twin.py), or None (not built, or
     JAXPRTOOL_PURE_PYTHON set)."""
     tw = twin()
-    return None if tw is None else tw.bind_fast
+    return None if tw is None else tw.bind_fast_vars
 
 
 def current() -> Builder:
@@ -283,7 +283,7 @@ def dce_eqns(eqns: list[Eqn], live_out: Iterable[Atom]) -> list[Eqn]:
     tw = twin()
     if tw is not None:  # (the loop below, compiled)
         prune = (lambda e: _prune_dead_refs(e, live, ref_live)) if local else None
-        tw.dce_walk(eqns, live, kept, lambda e: eqn_has_live_effects(e, ref_live), prune)
+        tw.dce_walk_vars(eqns, live, kept, lambda e: eqn_has_live_effects(e, ref_live), prune)
         kept.reverse()
         return kept
     add = live.add
