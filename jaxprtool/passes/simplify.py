@@ -228,6 +228,6 @@ def is_pos_zero(v) -> bool:
 def identity_perm(p, n) -> bool:
     """`p` is (0, 1, ..., n-1)."""
     try:
-        return as_int_tuple(p) == tuple(range(n))
+        return len(p) == n and as_int_tuple(p) == tuple(range(n))
     except (TypeError, ValueError):
         return False
