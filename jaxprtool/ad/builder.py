@@ -15,7 +15,19 @@ from collections.abc import Iterable
 from itertools import chain
 
 from .. import shapes
-from ..core import Atom, Eqn, Jaxpr, JaxprError, Literal, Loc, RefType, Type, Var, eqn_subjaxprs
+from ..core import (
+    Atom,
+    Eqn,
+    Jaxpr,
+    JaxprError,
+    Literal,
+    Loc,
+    RefType,
+    ShapedArray,
+    Type,
+    Var,
+    eqn_subjaxprs,
+)
 from ..record import prim as record_of
 from ..shardings import axis_sizes_key, is_sharded_dim
 from ..text.twin import twin
@@ -138,7 +150,7 @@ class Builder:
                 )
         if out_types is None:
             if params and params_key is None:
-                out_types = infer([x.type for x in inputs], prim, params, self.loc)
+                out_types = _interned(infer([x.type for x in inputs], prim, params, self.loc))
             else:
                 out_types = _remembered_types(inputs, prim, params, params_key, self.loc)
         outs = [Var(t, None) for t in out_types]
@@ -232,12 +244,34 @@ def _remembered_types(
     if hit is not None and not axis_sizes_key():
         return hit[1]
     in_types = [x.type for x in inputs]
-    out = tuple(infer(in_types, prim, params, loc))
+    _interned(in_types)  # (a result equal to an operand's type is that object)
+    out = _interned(infer(in_types, prim, params, loc))
     if not axis_sizes_key():  # (a result may depend on the mesh axis sizes in force)
         if len(_REMEMBERED) > 100_000:
             _REMEMBERED.clear()
         _REMEMBERED[key] = (tuple(in_types), out)
     return out
+
+
+#: one object per array type value (all its fields, weak_type included) among the operand
+#: and result types of the equations whose types the builder inferred (`_interned`)
+_INTERNED: dict[tuple, ShapedArray] = {}
+
+
+def _interned(types) -> tuple[Type, ...]:
+    """`types`, each array type replaced by the first object of its value the builder met:
+    equal result types of different equations are one object, and so are a result's and an
+    operand's, so that `_REMEMBERED`'s keys (the operand types' identities) and the walks'
+    `is` tests of types (`same_tangent_type`'s shortcut) find them equal without a call."""
+    if len(_INTERNED) > 100_000:
+        _INTERNED.clear()
+    out = []
+    for t in types:
+        if t.__class__ is ShapedArray:
+            key = (t.shape, t.dtype, t.weak_type, t.memory_space, t.vma, t.named_shape)
+            t = _INTERNED.setdefault(key, t)
+        out.append(t)
+    return tuple(out)
 
 
 def require_shardings_known(
