@@ -160,6 +160,8 @@ def _simplify_broadcast_in_dim(e, ctx):
     x = e.inputs[0] if len(e.inputs) == 1 else None
     if x is None or e.params.get("sharding") is not None or not isinstance(x.type, ShapedArray):
         return None
+    if x.type.shape != e.outputs[0].type.shape:  # (a broadcast that adds or grows dims)
+        return None
     return x if S.identity_perm(e.params.get("broadcast_dimensions", ()), x.type.ndim) else None
 
 

@@ -176,6 +176,8 @@ def _remember(memo: dict, j: Jaxpr, value: bool) -> None:
 def same_type(a: Atom, b: Atom) -> bool:
     """Types equal, weak_type included (ShapedArray's == ignores weak_type)."""
     ta, tb = a.type, b.type
+    if ta is tb:  # (the builder's types are one object per value: `builder._interned`)
+        return True
     if ta != tb:
         return False
     return getattr(ta, "weak_type", False) == getattr(tb, "weak_type", False)
