@@ -447,7 +447,10 @@ def _simplify_reshape(e, ctx):
         return None
     if e.params.get("dimensions") is not None or e.params.get("sharding") is not None:
         return None
-    return e.inputs[0]
+    x = e.inputs[0]
+    if getattr(x.type, "shape", None) != getattr(e.outputs[0].type, "shape", None):
+        return None  # (most reshapes: the result's type is not the operand's)
+    return x
 
 
 def _reshape_transpose(ct, operand, *dyn, new_sizes=None, dimensions=None, **_):
