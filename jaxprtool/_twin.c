@@ -1174,7 +1174,7 @@ done:
     return res;
 }
 
-/* bind_fast(prim, inputs, params, out_types, params_key, loc, primal_eqns, tangent_eqns,
+/* bind_fast_vars(prim, inputs, params, out_types, params_key, loc, primal_eqns, tangent_eqns,
  * tangent_vars, force_tangent, memo, axis_sizes_key, Literal): `Builder.bind`'s lines, step
  * for step, where every operand is a Var or a Literal and the result types are given or
  * remembered: a Var (hint None) per result type, Eqn(prim, inputs, tuple(outs), params
@@ -1183,11 +1183,11 @@ done:
  * that is a Var is in `tangent_vars` (a set of the Vars themselves, which gains its
  * results); returns the results, or None where the Python lines must run (another
  * operand, types to infer) */
-static PyObject *bind_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *bind_fast_vars(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 13 || !PyList_CheckExact(args[6]) || !PyAnySet_Check(args[8]) ||
         !PyDict_CheckExact(args[10]) || !PyType_Check(args[12]) || EqnType == NULL ||
         VarType == NULL) {
-        PyErr_SetString(PyExc_TypeError, "bind_fast: bad arguments");
+        PyErr_SetString(PyExc_TypeError, "bind_fast_vars: bad arguments");
         return NULL;
     }
     if (!PyDict_CheckExact(args[2])) Py_RETURN_NONE; /* (parameters in another mapping) */
@@ -1208,7 +1208,7 @@ static PyObject *bind_fast(PyObject *self, PyObject *const *args, Py_ssize_t nar
     } else {
         types = Py_NewRef(out_types);
     }
-    PyObject *seq = PySequence_Fast(types, "bind_fast: result types are not a sequence");
+    PyObject *seq = PySequence_Fast(types, "bind_fast_vars: result types are not a sequence");
     Py_SETREF(types, seq);
     if (types == NULL) goto done;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(types);
@@ -1269,30 +1269,30 @@ done:
 static PyObject *atoms_of(PyObject *e, int field) {
     PyObject *v = get_slot(eqn_fields[field], e);
     if (v == NULL) return NULL;
-    PyObject *seq = PySequence_Fast(v, "dce_walk: operands or results not a sequence");
+    PyObject *seq = PySequence_Fast(v, "dce_walk_vars: operands or results not a sequence");
     Py_DECREF(v);
     return seq;
 }
 
-/* dce_walk(eqns, live, kept, has_live_effects, prune): `builder.dce_eqns`' backward loop,
+/* dce_walk_vars(eqns, live, kept, has_live_effects, prune): `builder.dce_eqns`' backward loop,
  * step for step: each equation of `eqns`, last first, is kept when one of its results is in
  * `live` (a set of the atoms themselves) or else when `has_live_effects(e)`; a kept one is
  * replaced by `prune(e)` when `prune` is not None and its bodies are not known absent
  * (`no_subjaxprs`), appended to `kept` and its operands that are Vars added to `live` (a
  * literal is no result: never looked up; an equal one's Python `__eq__` is not called) */
-static PyObject *dce_walk(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *dce_walk_vars(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5 || !PySet_CheckExact(args[1]) || !PyList_CheckExact(args[2]) ||
         EqnType == NULL) {
-        PyErr_SetString(PyExc_TypeError, "dce_walk: bad arguments");
+        PyErr_SetString(PyExc_TypeError, "dce_walk_vars: bad arguments");
         return NULL;
     }
     PyObject *live = args[1], *kept = args[2], *effects = args[3], *prune = args[4];
-    PyObject *eqns = PySequence_Fast(args[0], "dce_walk: eqns is not a sequence");
+    PyObject *eqns = PySequence_Fast(args[0], "dce_walk_vars: eqns is not a sequence");
     if (eqns == NULL) return NULL;
     for (Py_ssize_t i = PySequence_Fast_GET_SIZE(eqns) - 1; i >= 0; i--) {
         PyObject *e = PySequence_Fast_GET_ITEM(eqns, i);
         if (Py_TYPE(e) != EqnType) {
-            PyErr_SetString(PyExc_TypeError, "dce_walk: not an Eqn");
+            PyErr_SetString(PyExc_TypeError, "dce_walk_vars: not an Eqn");
             goto fail;
         }
         PyObject *outs = atoms_of(e, 2);
@@ -1322,7 +1322,7 @@ static PyObject *dce_walk(PyObject *self, PyObject *const *args, Py_ssize_t narg
                 Py_SETREF(ke, PyObject_CallOneArg(prune, e));
                 if (ke == NULL) goto fail;
                 if (Py_TYPE(ke) != EqnType) {
-                    PyErr_SetString(PyExc_TypeError, "dce_walk: prune gave no Eqn");
+                    PyErr_SetString(PyExc_TypeError, "dce_walk_vars: prune gave no Eqn");
                     goto fail_ke;
                 }
             }
@@ -1355,9 +1355,9 @@ fail:
  * `passes.dce._DCE._sweep`'s loop, step for step, from eqns[k] down: an equation none of whose
  * results is in `live` (a set of the atoms themselves) is left out when
  * `has_live_effects(e)` is false; one whose parameters are known to hold no jaxpr
- * (`no_subjaxprs`) is appended to `kept` and its operands that are Vars added to `live`.  It stops at the
- * first other one (its bodies are the Python loop's, with their rules) and returns its index
- * (-1 at the end) and whether it left any equation out. */
+ * (`no_subjaxprs`) is appended to `kept` and its operands that are Vars added to `live`.
+ * It stops at the first other one (its bodies are the Python loop's, with their rules) and
+ * returns its index (-1 at the end) and whether it left any equation out. */
 static PyObject *dce_sweep(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5 || !PyTuple_CheckExact(args[0]) || !PyLong_CheckExact(args[1]) ||
         !PySet_CheckExact(args[2]) || !PyList_CheckExact(args[3]) || EqnType == NULL) {
@@ -1555,7 +1555,8 @@ static PyObject *simplify_sweep(PyObject *self, PyObject *const *args, Py_ssize_
             if (r == NULL) goto fail;
             int replaces = 0;
             if (r != Py_None) {
-                PyObject *same = PyObject_CallFunctionObjArgs(same_type, r, PyTuple_GET_ITEM(outs, 0), NULL);
+                PyObject *out = PyTuple_GET_ITEM(outs, 0);
+                PyObject *same = PyObject_CallFunctionObjArgs(same_type, r, out, NULL);
                 replaces = same == NULL ? -1 : PyObject_IsTrue(same);
                 Py_XDECREF(same);
             }
@@ -1599,9 +1600,9 @@ static PyMethodDef methods[] = {
      "pretty.format's loop over the lines of a jaxpr (see the source)."},
     {"render_eqn", (PyCFunction)(void (*)(void))render_eqn, METH_FASTCALL,
      "printer._render_eqn (see the source)."},
-    {"bind_fast_vars", (PyCFunction)(void (*)(void))bind_fast, METH_FASTCALL,
+    {"bind_fast_vars", (PyCFunction)(void (*)(void))bind_fast_vars, METH_FASTCALL,
      "Builder.bind's lines where its operands are atoms and its result types known."},
-    {"dce_walk_vars", (PyCFunction)(void (*)(void))dce_walk, METH_FASTCALL,
+    {"dce_walk_vars", (PyCFunction)(void (*)(void))dce_walk_vars, METH_FASTCALL,
      "builder.dce_eqns' backward loop (see the source)."},
     {"dce_sweep", (PyCFunction)(void (*)(void))dce_sweep, METH_FASTCALL,
      "passes.dce._DCE._sweep's loop (see the source)."},

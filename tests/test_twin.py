@@ -428,7 +428,7 @@ def _bound(pure: bool, x: core.Var, t: core.Var) -> list:
 
 @built
 def test_the_builder_binds_alike():
-    """`bind_fast` appends the equations `Builder.bind`'s Python lines append: the same
+    """`bind_fast_vars` appends the equations `Builder.bind`'s Python lines append: the same
     fields (one without parameters marked as holding no jaxpr, as `Eqn.__init__` marks
     it), into the same program, with fresh results of the same types."""
     x = core.Var(core.ShapedArray((2, 3), "f32"), "x")
@@ -533,7 +533,7 @@ REF_WRITTEN_IN_JIT = """{ lambda ; a:f32[3]. let
 @built
 @needs_corpus
 def test_dead_code_kept_alike():
-    """`dce_eqns` keeps the same equations on both paths (its loop compiled: `dce_walk`), on
+    """`dce_eqns` keeps the same equations on both paths (its loop compiled: `dce_walk_vars`), on
     every jaxpr of every third corpus file and the files with Refs and effects, with every
     output live and with none (its effectful equations and writes into Refs kept alone)."""
     files = sorted(CORPUS.rglob("*.jaxpr"))
