@@ -1137,9 +1137,6 @@ kv_done:
 
 /* ------------------------------------------------------------------ the AD builder */
 
-/* id(x) in s (a set of ints): 1, 0, or -1 with an exception set */
-static int id_in(PyObject *s, PyObject *x);
-
 /* the result types `Builder.bind` takes from its memo (`_remembered_types`) for `inputs` (a
  * tuple of Vars and Literals), as a new reference; NULL without an exception where the
  * Python lines must work them out (a miss, an unhashable key, mesh axis sizes in force) */
@@ -1177,19 +1174,20 @@ done:
     return res;
 }
 
-/* bind_fast(prim, inputs, params, out_types, params_key, loc, primal_eqns, tangent_eqns,
- * tangent_ids, force_tangent, memo, axis_sizes_key, Literal): `Builder.bind`'s lines, step
+/* bind_fast_vars(prim, inputs, params, out_types, params_key, loc, primal_eqns, tangent_eqns,
+ * tangent_vars, force_tangent, memo, axis_sizes_key, Literal): `Builder.bind`'s lines, step
  * for step, where every operand is a Var or a Literal and the result types are given or
  * remembered: a Var (hint None) per result type, Eqn(prim, inputs, tuple(outs), params
  * copied, loc) as `core._fast_eqn_init` makes it, appended to `primal_eqns`, or (a split
- * builder: `tangent_eqns` not None) to `tangent_eqns` when `force_tangent` or an operand's
- * id is in `tangent_ids` (which gains its results' ids); returns the results, or None
- * where the Python lines must run (another operand, types to infer) */
-static PyObject *bind_fast(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+ * builder: `tangent_eqns` not None) to `tangent_eqns` when `force_tangent` or an operand
+ * that is a Var is in `tangent_vars` (a set of the Vars themselves, which gains its
+ * results); returns the results, or None where the Python lines must run (another
+ * operand, types to infer) */
+static PyObject *bind_fast_vars(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 13 || !PyList_CheckExact(args[6]) || !PyAnySet_Check(args[8]) ||
         !PyDict_CheckExact(args[10]) || !PyType_Check(args[12]) || EqnType == NULL ||
         VarType == NULL) {
-        PyErr_SetString(PyExc_TypeError, "bind_fast: bad arguments");
+        PyErr_SetString(PyExc_TypeError, "bind_fast_vars: bad arguments");
         return NULL;
     }
     if (!PyDict_CheckExact(args[2])) Py_RETURN_NONE; /* (parameters in another mapping) */
@@ -1210,7 +1208,7 @@ static PyObject *bind_fast(PyObject *self, PyObject *const *args, Py_ssize_t nar
     } else {
         types = Py_NewRef(out_types);
     }
-    PyObject *seq = PySequence_Fast(types, "bind_fast: result types are not a sequence");
+    PyObject *seq = PySequence_Fast(types, "bind_fast_vars: result types are not a sequence");
     Py_SETREF(types, seq);
     if (types == NULL) goto done;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(types);
@@ -1239,19 +1237,15 @@ static PyObject *bind_fast(PyObject *self, PyObject *const *args, Py_ssize_t nar
     PyObject *into = args[6];
     if (tangents != Py_None) {
         int tangent = PyObject_IsTrue(args[9]);
-        for (Py_ssize_t i = 0; i < n_in && tangent == 0; i++)
-            tangent = id_in(args[8], PyTuple_GET_ITEM(inputs, i));
+        for (Py_ssize_t i = 0; i < n_in && tangent == 0; i++) {
+            PyObject *x = PyTuple_GET_ITEM(inputs, i);
+            if (Py_TYPE(x) == VarType) tangent = PySet_Contains(args[8], x); /* (Vars only) */
+        }
         if (tangent < 0) goto done;
         if (tangent) {
             into = tangents;
-            for (Py_ssize_t i = 0; i < n; i++) {
-                PyObject *id = PyLong_FromVoidPtr(PyList_GET_ITEM(outs, i));
-                if (id == NULL || PySet_Add(args[8], id) < 0) {
-                    Py_XDECREF(id);
-                    goto done;
-                }
-                Py_DECREF(id);
-            }
+            for (Py_ssize_t i = 0; i < n; i++)
+                if (PySet_Add(args[8], PyList_GET_ITEM(outs, i)) < 0) goto done;
         }
     }
     if (PyList_Append(into, e) < 0) goto done;
@@ -1270,50 +1264,42 @@ done:
     return res;
 }
 
-/* id(x) in s (a set of ints): 1, 0, or -1 with an exception set */
-static int id_in(PyObject *s, PyObject *x) {
-    PyObject *key = PyLong_FromVoidPtr(x);
-    if (key == NULL) return -1;
-    int r = PySet_Contains(s, key);
-    Py_DECREF(key);
-    return r;
-}
-
 /* an equation's operands (field 1) or results (field 2), as a sequence PySequence_Fast reads
  * (a new reference) */
 static PyObject *atoms_of(PyObject *e, int field) {
     PyObject *v = get_slot(eqn_fields[field], e);
     if (v == NULL) return NULL;
-    PyObject *seq = PySequence_Fast(v, "dce_walk: operands or results not a sequence");
+    PyObject *seq = PySequence_Fast(v, "dce_walk_vars: operands or results not a sequence");
     Py_DECREF(v);
     return seq;
 }
 
-/* dce_walk(eqns, live, kept, has_live_effects, prune): `builder.dce_eqns`' backward loop,
- * step for step: each equation of `eqns`, last first, is kept when one of its results' ids is
- * in `live` or else when `has_live_effects(e)`; a kept one is replaced by `prune(e)` when
- * `prune` is not None and its bodies are not known absent (`no_subjaxprs`), appended to
- * `kept` and its operands' ids added to `live` */
-static PyObject *dce_walk(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+/* dce_walk_vars(eqns, live, kept, has_live_effects, prune): `builder.dce_eqns`' backward loop,
+ * step for step: each equation of `eqns`, last first, is kept when one of its results is in
+ * `live` (a set of the atoms themselves) or else when `has_live_effects(e)`; a kept one is
+ * replaced by `prune(e)` when `prune` is not None and its bodies are not known absent
+ * (`no_subjaxprs`), appended to `kept` and its operands that are Vars added to `live` (a
+ * literal is no result: never looked up; an equal one's Python `__eq__` is not called) */
+static PyObject *dce_walk_vars(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5 || !PySet_CheckExact(args[1]) || !PyList_CheckExact(args[2]) ||
         EqnType == NULL) {
-        PyErr_SetString(PyExc_TypeError, "dce_walk: bad arguments");
+        PyErr_SetString(PyExc_TypeError, "dce_walk_vars: bad arguments");
         return NULL;
     }
     PyObject *live = args[1], *kept = args[2], *effects = args[3], *prune = args[4];
-    PyObject *eqns = PySequence_Fast(args[0], "dce_walk: eqns is not a sequence");
+    PyObject *eqns = PySequence_Fast(args[0], "dce_walk_vars: eqns is not a sequence");
     if (eqns == NULL) return NULL;
     for (Py_ssize_t i = PySequence_Fast_GET_SIZE(eqns) - 1; i >= 0; i--) {
         PyObject *e = PySequence_Fast_GET_ITEM(eqns, i);
         if (Py_TYPE(e) != EqnType) {
-            PyErr_SetString(PyExc_TypeError, "dce_walk: not an Eqn");
+            PyErr_SetString(PyExc_TypeError, "dce_walk_vars: not an Eqn");
             goto fail;
         }
         PyObject *outs = atoms_of(e, 2);
         if (outs == NULL) goto fail;
         int alive = 0;
         for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(outs); k++) {
-            alive = id_in(live, PySequence_Fast_GET_ITEM(outs, k));
+            alive = PySet_Contains(live, PySequence_Fast_GET_ITEM(outs, k));
             if (alive) break;
         }
         Py_DECREF(outs);
@@ -1336,7 +1322,7 @@ static PyObject *dce_walk(PyObject *self, PyObject *const *args, Py_ssize_t narg
                 Py_SETREF(ke, PyObject_CallOneArg(prune, e));
                 if (ke == NULL) goto fail;
                 if (Py_TYPE(ke) != EqnType) {
-                    PyErr_SetString(PyExc_TypeError, "dce_walk: prune gave no Eqn");
+                    PyErr_SetString(PyExc_TypeError, "dce_walk_vars: prune gave no Eqn");
                     goto fail_ke;
                 }
             }
@@ -1346,13 +1332,11 @@ static PyObject *dce_walk(PyObject *self, PyObject *const *args, Py_ssize_t narg
         Py_DECREF(ke);
         if (ins == NULL) goto fail;
         for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(ins); k++) {
-            PyObject *key = PyLong_FromVoidPtr(PySequence_Fast_GET_ITEM(ins, k));
-            if (key == NULL || PySet_Add(live, key) < 0) {
-                Py_XDECREF(key);
+            PyObject *x = PySequence_Fast_GET_ITEM(ins, k);
+            if (Py_TYPE(x) == VarType && PySet_Add(live, x) < 0) {
                 Py_DECREF(ins);
                 goto fail;
             }
-            Py_DECREF(key);
         }
         Py_DECREF(ins);
         continue;
@@ -1371,9 +1355,9 @@ fail:
  * `passes.dce._DCE._sweep`'s loop, step for step, from eqns[k] down: an equation none of whose
  * results is in `live` (a set of the atoms themselves) is left out when
  * `has_live_effects(e)` is false; one whose parameters are known to hold no jaxpr
- * (`no_subjaxprs`) is appended to `kept` and its operands added to `live`.  It stops at the
- * first other one (its bodies are the Python loop's, with their rules) and returns its index
- * (-1 at the end) and whether it left any equation out. */
+ * (`no_subjaxprs`) is appended to `kept` and its operands that are Vars added to `live`.
+ * It stops at the first other one (its bodies are the Python loop's, with their rules) and
+ * returns its index (-1 at the end) and whether it left any equation out. */
 static PyObject *dce_sweep(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5 || !PyTuple_CheckExact(args[0]) || !PyLong_CheckExact(args[1]) ||
         !PySet_CheckExact(args[2]) || !PyList_CheckExact(args[3]) || EqnType == NULL) {
@@ -1427,12 +1411,179 @@ static PyObject *dce_sweep(PyObject *self, PyObject *const *args, Py_ssize_t nar
         }
         int bad = PyList_Append(kept, e) < 0;
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(ins) && !bad; i++) {
-            bad = PySet_Add(live, PyTuple_GET_ITEM(ins, i)) < 0;
+            PyObject *x = PyTuple_GET_ITEM(ins, i);
+            bad = Py_TYPE(x) == VarType && PySet_Add(live, x) < 0;
         }
         Py_DECREF(ins);
         if (bad) return NULL;
     }
     return Py_BuildValue("nO", k, changed ? Py_True : Py_False);
+}
+
+/* ------------------------------------------------------------------ the clean-up passes */
+
+/* whether the pass's Python step would take `e` as it is (`passes.common.EqnRewrite.rewritten`
+ * gives it back unchanged): no jaxpr inside (its `no_subjaxprs`, else `subjaxprs(e)`, which
+ * remembers an empty answer on it) and no operand that is a Var `env` renames; sets `*ins`
+ * (a new reference) to its operands, a tuple.  1, 0 (the Python step's), or -1 with an
+ * exception set */
+static int untouched(PyObject *e, PyObject *env, PyObject *subjaxprs, PyObject **ins) {
+    *ins = NULL;
+    PyObject *none_inside = get_slot(eqn_fields[6], e);
+    if (none_inside == NULL) return -1;
+    int plain = none_inside == Py_True;
+    Py_DECREF(none_inside);
+    if (!plain) {
+        PyObject *found = PyObject_CallOneArg(subjaxprs, e);
+        if (found == NULL) return -1;
+        plain = PyList_CheckExact(found) && PyList_GET_SIZE(found) == 0;
+        Py_DECREF(found);
+        if (!plain) return 0;
+    }
+    PyObject *inputs = get_slot(eqn_fields[1], e);
+    if (inputs == NULL) return -1;
+    if (!PyTuple_CheckExact(inputs)) {
+        Py_DECREF(inputs);
+        return 0;
+    }
+    if (PyDict_GET_SIZE(env)) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(inputs); i++) {
+            PyObject *x = PyTuple_GET_ITEM(inputs, i);
+            if (Py_TYPE(x) != VarType) continue; /* (a literal is never renamed) */
+            int renamed = PyDict_Contains(env, x);
+            if (renamed) {
+                Py_DECREF(inputs);
+                return renamed < 0 ? -1 : 0;
+            }
+        }
+    }
+    *ins = inputs;
+    return 1;
+}
+
+/* the arguments every sweep of a pass takes first: (eqns, k, env, kept, subjaxprs), checked;
+ * k read into `*k`.  0, or -1 with an exception set */
+static int sweep_args(const char *name, PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want,
+                      Py_ssize_t *k) {
+    if (nargs != want || !PyTuple_CheckExact(args[0]) || !PyLong_CheckExact(args[1]) ||
+        !PyDict_CheckExact(args[2]) || !PyList_CheckExact(args[3]) || EqnType == NULL ||
+        VarType == NULL) {
+        PyErr_Format(PyExc_TypeError, "%s: bad arguments", name);
+        return -1;
+    }
+    *k = PyLong_AsSsize_t(args[1]);
+    if (*k == -1 && PyErr_Occurred()) return -1;
+    if (*k < 0) {
+        PyErr_Format(PyExc_IndexError, "%s: no such equation", name);
+        return -1;
+    }
+    return 0;
+}
+
+/* cse_sweep(eqns, k, env, kept, subjaxprs, table) -> k
+ * `passes.cse._cse`'s loop, step for step, from eqns[k] on: an equation that `untouched`
+ * finds unchanged is filed in `table` under (prim, operands) (`setdefault`) and appended to
+ * `kept` when it is the first of its key; it stops at the first other one (a key seen before,
+ * a jaxpr inside, an operand renamed: the Python step's, which files it again, as
+ * `setdefault` allows) and returns its index (len(eqns) at the end) */
+static PyObject *cse_sweep(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Py_ssize_t k;
+    if (sweep_args("cse_sweep", args, nargs, 6, &k) < 0) return NULL;
+    if (!PyDict_CheckExact(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "cse_sweep: bad arguments");
+        return NULL;
+    }
+    PyObject *eqns = args[0], *env = args[2], *kept = args[3], *table = args[5];
+    for (; k < PyTuple_GET_SIZE(eqns); k++) {
+        PyObject *e = PyTuple_GET_ITEM(eqns, k), *ins;
+        if (Py_TYPE(e) != EqnType) break;
+        int plain = untouched(e, env, args[4], &ins);
+        if (plain < 0) return NULL;
+        if (!plain) break;
+        PyObject *prim = get_slot(eqn_fields[0], e);
+        PyObject *key = prim == NULL ? NULL : PyTuple_Pack(2, prim, ins);
+        Py_XDECREF(prim);
+        Py_DECREF(ins);
+        if (key == NULL) return NULL;
+        PyObject *first = PyDict_SetDefault(table, key, e); /* borrowed */
+        Py_DECREF(key);
+        if (first == NULL) return NULL;
+        if (first != e) break; /* (a key seen before: the Python step's) */
+        if (PyList_Append(kept, e) < 0) return NULL;
+    }
+    return PyLong_FromSsize_t(k);
+}
+
+/* simplify_sweep(eqns, k, env, kept, subjaxprs, rules, producers, ctx, made, same_type) -> k
+ * `passes.simplify._simplify`'s loop, step for step, from eqns[k] on: an equation that
+ * `untouched` finds unchanged, with one result and its primitive's (rule, fills) in `rules`,
+ * whose rule is None or answers (`rule(e, ctx)`) None or an atom not of its result's type
+ * (`same_type`), is the producer of its result in `producers`, told to `made(e, fills)`
+ * when `fills` is not None and appended to `kept`; it stops at the first other one (an
+ * answer that replaces it, which the Python step asks again; several results; rules not
+ * yet looked up; a jaxpr inside; an operand renamed) and returns its index (len(eqns) at
+ * the end) */
+static PyObject *simplify_sweep(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Py_ssize_t k;
+    if (sweep_args("simplify_sweep", args, nargs, 10, &k) < 0) return NULL;
+    if (!PyDict_CheckExact(args[5]) || !PyDict_CheckExact(args[6])) {
+        PyErr_SetString(PyExc_TypeError, "simplify_sweep: bad arguments");
+        return NULL;
+    }
+    PyObject *eqns = args[0], *env = args[2], *kept = args[3], *rules = args[5];
+    PyObject *producers = args[6], *ctx = args[7], *made = args[8], *same_type = args[9];
+    for (; k < PyTuple_GET_SIZE(eqns); k++) {
+        PyObject *e = PyTuple_GET_ITEM(eqns, k), *ins;
+        if (Py_TYPE(e) != EqnType) break;
+        int plain = untouched(e, env, args[4], &ins);
+        if (plain < 0) return NULL;
+        if (!plain) break;
+        Py_DECREF(ins);
+        PyObject *outs = get_slot(eqn_fields[2], e), *prim = NULL;
+        if (outs == NULL) return NULL;
+        if (!PyTuple_CheckExact(outs) || PyTuple_GET_SIZE(outs) != 1) goto python;
+        if ((prim = get_slot(eqn_fields[0], e)) == NULL) goto fail;
+        PyObject *got = PyDict_GetItemWithError(rules, prim); /* borrowed */
+        if (got == NULL) {
+            if (PyErr_Occurred()) goto fail;
+            goto python; /* (looked up by the Python step: `Context.rules_of`) */
+        }
+        if (!PyTuple_CheckExact(got) || PyTuple_GET_SIZE(got) != 2) goto python;
+        PyObject *rule = PyTuple_GET_ITEM(got, 0), *fills = PyTuple_GET_ITEM(got, 1);
+        if (rule != Py_None) {
+            PyObject *r = PyObject_CallFunctionObjArgs(rule, e, ctx, NULL);
+            if (r == NULL) goto fail;
+            int replaces = 0;
+            if (r != Py_None) {
+                PyObject *out = PyTuple_GET_ITEM(outs, 0);
+                PyObject *same = PyObject_CallFunctionObjArgs(same_type, r, out, NULL);
+                replaces = same == NULL ? -1 : PyObject_IsTrue(same);
+                Py_XDECREF(same);
+            }
+            Py_DECREF(r);
+            if (replaces < 0) goto fail;
+            if (replaces) goto python; /* (the Python step asks the rule again and drops it) */
+        }
+        if (PyDict_SetItem(producers, PyTuple_GET_ITEM(outs, 0), e) < 0) goto fail;
+        if (fills != Py_None) {
+            PyObject *r = PyObject_CallFunctionObjArgs(made, e, fills, NULL);
+            if (r == NULL) goto fail;
+            Py_DECREF(r);
+        }
+        if (PyList_Append(kept, e) < 0) goto fail;
+        Py_DECREF(outs);
+        Py_DECREF(prim);
+        continue;
+    python:
+        Py_DECREF(outs);
+        Py_XDECREF(prim);
+        break;
+    fail:
+        Py_DECREF(outs);
+        Py_XDECREF(prim);
+        return NULL;
+    }
+    return PyLong_FromSsize_t(k);
 }
 
 /* ------------------------------------------------------------------ the module */
@@ -1449,12 +1600,16 @@ static PyMethodDef methods[] = {
      "pretty.format's loop over the lines of a jaxpr (see the source)."},
     {"render_eqn", (PyCFunction)(void (*)(void))render_eqn, METH_FASTCALL,
      "printer._render_eqn (see the source)."},
-    {"bind_fast", (PyCFunction)(void (*)(void))bind_fast, METH_FASTCALL,
+    {"bind_fast_vars", (PyCFunction)(void (*)(void))bind_fast_vars, METH_FASTCALL,
      "Builder.bind's lines where its operands are atoms and its result types known."},
-    {"dce_walk", (PyCFunction)(void (*)(void))dce_walk, METH_FASTCALL,
+    {"dce_walk_vars", (PyCFunction)(void (*)(void))dce_walk_vars, METH_FASTCALL,
      "builder.dce_eqns' backward loop (see the source)."},
     {"dce_sweep", (PyCFunction)(void (*)(void))dce_sweep, METH_FASTCALL,
      "passes.dce._DCE._sweep's loop (see the source)."},
+    {"cse_sweep", (PyCFunction)(void (*)(void))cse_sweep, METH_FASTCALL,
+     "passes.cse._cse's loop over the equations it files as they are (see the source)."},
+    {"simplify_sweep", (PyCFunction)(void (*)(void))simplify_sweep, METH_FASTCALL,
+     "passes.simplify._simplify's loop over the equations it keeps (see the source)."},
     {NULL, NULL, 0, NULL},
 };
 

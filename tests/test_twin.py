@@ -428,7 +428,7 @@ def _bound(pure: bool, x: core.Var, t: core.Var) -> list:
 
 @built
 def test_the_builder_binds_alike():
-    """`bind_fast` appends the equations `Builder.bind`'s Python lines append: the same
+    """`bind_fast_vars` appends the equations `Builder.bind`'s Python lines append: the same
     fields (one without parameters marked as holding no jaxpr, as `Eqn.__init__` marks
     it), into the same program, with fresh results of the same types."""
     x = core.Var(core.ShapedArray((2, 3), "f32"), "x")
@@ -533,7 +533,7 @@ REF_WRITTEN_IN_JIT = """{ lambda ; a:f32[3]. let
 @built
 @needs_corpus
 def test_dead_code_kept_alike():
-    """`dce_eqns` keeps the same equations on both paths (its loop compiled: `dce_walk`), on
+    """`dce_eqns` keeps the same equations on both paths (its loop compiled: `dce_walk_vars`), on
     every jaxpr of every third corpus file and the files with Refs and effects, with every
     output live and with none (its effectful equations and writes into Refs kept alone)."""
     files = sorted(CORPUS.rglob("*.jaxpr"))
@@ -589,3 +589,68 @@ def test_the_dce_pass_alike():
             removed += reference is not program
             handed_back += any(core.eqn_subjaxprs(e) for e in reference.eqns)
     assert removed and handed_back  # (both kinds of equation met)
+
+
+def _cleaned(j: core.Jaxpr, pass_name: str, pure: bool) -> core.Jaxpr:
+    from jaxprtool.passes.cse import cse
+    from jaxprtool.passes.simplify import simplify
+
+    with _Path(pure):
+        return {"cse": cse, "simplify": simplify}[pass_name](j)
+
+
+def _gradient(j: core.Jaxpr) -> core.Jaxpr | None:
+    """The raw gradient of `j` with respect to its float inputs (AD's zeros, ones and
+    repeated equations: what `simplify` and `cse` find), or None where there is none."""
+    from jaxprtool.ad.api import vjp_jaxpr
+
+    try:
+        return vjp_jaxpr(j)
+    except Exception:  # (not differentiable: no gradient to clean up)
+        return None
+
+
+@built
+@needs_corpus
+def test_simplify_and_cse_alike():
+    """The `simplify` and `cse` passes give the same program on both paths (their loops
+    compiled: `simplify_sweep` and `cse_sweep`, which take the equations they keep as they
+    are and hand every other one back), on every third corpus file and the vjp of each, the
+    transformer-like program's and a program whose rules fire in a row."""
+    files = sorted(CORPUS.rglob("*.jaxpr"))[::3]
+    programs = [parse(ROWS_TO_CLEAN).jaxpr]
+    for f in files:
+        try:
+            j = parse(f.read_text(), str(f)).jaxpr
+        except JaxprError:
+            continue
+        programs += [j] + [g for g in [_gradient(j)] if g is not None]
+    changed = {"cse": 0, "simplify": 0}
+    for j in programs:
+        for name in changed:
+            reference = _cleaned(j, name, True)
+            compiled = _cleaned(j, name, False)
+            assert core.alpha_equal(compiled, reference), name
+            assert print_jaxpr(compiled) == print_jaxpr(reference), name
+            changed[name] += len(reference.eqns) < len(j.eqns)
+    assert all(changed.values()), changed  # (equations dropped and handed back on both)
+
+
+#: rules that fire one after another (`mul x 1` of a broadcast 1, `neg (neg x)`, an
+#: `add_any` of zeros) and repeated equations whose operands cse then renames
+ROWS_TO_CLEAN = """{ lambda ; a:f32[3] b:f32[]. let
+    c:f32[3] = broadcast_in_dim[broadcast_dimensions=() shape=(3,) sharding=None] 1.0:f32[]
+    d:f32[3] = mul a c
+    e:f32[3] = neg d
+    f:f32[3] = neg e
+    g:f32[3] = sin f
+    h:f32[3] = sin f
+    i:f32[3] = broadcast_in_dim[broadcast_dimensions=() shape=(3,) sharding=None] 0.0:f32[]
+    j:f32[3] = add_any g i
+    k:f32[3] = mul j h
+    l:f32[3] = mul h j
+    m:f32[3] = mul g h
+    n:f32[] = reduce_sum[axes=(0,) out_sharding=None] m
+    o:f32[] = mul n b
+    p:f32[] = mul b 1.0:f32[]
+  in (k, l, o, p) }"""

@@ -15,7 +15,19 @@ from collections.abc import Iterable
 from itertools import chain
 
 from .. import shapes
-from ..core import Atom, Eqn, Jaxpr, JaxprError, Literal, Loc, RefType, Type, Var, eqn_subjaxprs
+from ..core import (
+    Atom,
+    Eqn,
+    Jaxpr,
+    JaxprError,
+    Literal,
+    Loc,
+    RefType,
+    ShapedArray,
+    Type,
+    Var,
+    eqn_subjaxprs,
+)
 from ..record import prim as record_of
 from ..shardings import axis_sizes_key, is_sharded_dim
 from ..text.twin import twin
@@ -55,7 +67,8 @@ class Builder:
         self.invocation: Invocation = invocation
         self.primal_eqns: list[Eqn] = []
         self.tangent_eqns: list[Eqn] = []
-        self._tangent_ids: set[int] = set()
+        #: the Vars of the tangent program (split mode), themselves: they hash by identity
+        self._tangent_vars: set[Var] = set()
         self._force_tangent = 0
         #: the equation whose rule is running (the walks set it; rules read its types)
         self.cur_eqn: Eqn | None = None
@@ -70,10 +83,10 @@ class Builder:
         return self.primal_eqns
 
     def mark_tangent(self, *vs: Atom) -> None:
-        self._tangent_ids.update([id(v) for v in vs if isinstance(v, Var)])
+        self._tangent_vars.update([v for v in vs if isinstance(v, Var)])
 
     def is_tangent(self, x: Atom) -> bool:
-        return isinstance(x, Var) and id(x) in self._tangent_ids
+        return isinstance(x, Var) and x in self._tangent_vars
 
     @contextlib.contextmanager
     def tangent_mode(self):
@@ -85,20 +98,17 @@ class Builder:
 
     def add_eqn(self, eqn: Eqn) -> None:
         """Append an already built equation (choosing the program in split mode)."""
-        # the marked Vars are alive (inputs, or results of kept equations): no literal
-        # operand can have one's id
         if self.split:
-            tangent_ids = self._tangent_ids
+            tangent_vars = self._tangent_vars
             tangent = self._force_tangent
             if not tangent:
-                for x in eqn.inputs:
-                    if id(x) in tangent_ids:
+                for x in eqn.inputs:  # (a literal is never a tangent: not looked up)
+                    if x.__class__ is not Literal and x in tangent_vars:
                         tangent = True
                         break
             if tangent:
                 self.tangent_eqns.append(eqn)
-                for o in eqn.outputs:
-                    tangent_ids.add(id(o))
+                tangent_vars.update(eqn.outputs)
                 return
         self.primal_eqns.append(eqn)
 
@@ -126,7 +136,7 @@ class Builder:
         if fast is not None:  # (the lines below, compiled, where they are sure)
             outs = fast(
                 prim, inputs, params, out_types, params_key, self.loc, self.primal_eqns,
-                self.tangent_eqns if self.split else None, self._tangent_ids,
+                self.tangent_eqns if self.split else None, self._tangent_vars,
                 self._force_tangent, _REMEMBERED, axis_sizes_key, Literal,
             )  # fmt: skip
             if outs is not None:
@@ -140,7 +150,7 @@ class Builder:
                 )
         if out_types is None:
             if params and params_key is None:
-                out_types = infer([x.type for x in inputs], prim, params, self.loc)
+                out_types = _interned(infer([x.type for x in inputs], prim, params, self.loc))
             else:
                 out_types = _remembered_types(inputs, prim, params, params_key, self.loc)
         outs = [Var(t, None) for t in out_types]
@@ -149,10 +159,10 @@ class Builder:
 
 
 def _compiled_bind():
-    """The compiled twin's `bind_fast` (text/twin.py), or None (not built, or
+    """The compiled twin's `bind_fast_vars` (text/twin.py), or None (not built, or
     JAXPRTOOL_PURE_PYTHON set)."""
     tw = twin()
-    return None if tw is None else tw.bind_fast
+    return None if tw is None else tw.bind_fast_vars
 
 
 def current() -> Builder:
@@ -234,12 +244,34 @@ def _remembered_types(
     if hit is not None and not axis_sizes_key():
         return hit[1]
     in_types = [x.type for x in inputs]
-    out = tuple(infer(in_types, prim, params, loc))
+    _interned(in_types)  # (a result equal to an operand's type is that object)
+    out = _interned(infer(in_types, prim, params, loc))
     if not axis_sizes_key():  # (a result may depend on the mesh axis sizes in force)
         if len(_REMEMBERED) > 100_000:
             _REMEMBERED.clear()
         _REMEMBERED[key] = (tuple(in_types), out)
     return out
+
+
+#: one object per array type value (all its fields, weak_type included) among the operand
+#: and result types of the equations whose types the builder inferred (`_interned`)
+_INTERNED: dict[tuple, ShapedArray] = {}
+
+
+def _interned(types) -> tuple[Type, ...]:
+    """`types`, each array type replaced by the first object of its value the builder met:
+    equal result types of different equations are one object, and so are a result's and an
+    operand's, so that `_REMEMBERED`'s keys (the operand types' identities) and the walks'
+    `is` tests of types (`same_tangent_type`'s shortcut) find them equal without a call."""
+    if len(_INTERNED) > 100_000:
+        _INTERNED.clear()
+    out = []
+    for t in types:
+        if t.__class__ is ShapedArray:
+            key = (t.shape, t.dtype, t.weak_type, t.memory_space, t.vma, t.named_shape)
+            t = _INTERNED.setdefault(key, t)
+        out.append(t)
+    return tuple(out)
 
 
 def require_shardings_known(
@@ -274,38 +306,35 @@ def dce_eqns(eqns: list[Eqn], live_out: Iterable[Atom]) -> list[Eqn]:
     after the write reads it (JAX's Ref liveness: a Ref made elsewhere may be read later)."""
     from ..passes.common import eqn_has_live_effects, ref_allocs
 
-    live = {id(v) for v in live_out if isinstance(v, Var)}
+    # (`live` holds the Vars themselves: they hash by identity)
+    live = {v for v in live_out if isinstance(v, Var)}
     local = ref_allocs(eqns)
 
     def ref_live(r) -> bool:
-        return id(r) in live or id(r) not in local
+        return r in live or id(r) not in local
 
     kept: list[Eqn] = []
     tw = twin()
     if tw is not None:  # (the loop below, compiled)
         prune = (lambda e: _prune_dead_refs(e, live, ref_live)) if local else None
-        tw.dce_walk(eqns, live, kept, lambda e: eqn_has_live_effects(e, ref_live), prune)
+        tw.dce_walk_vars(eqns, live, kept, lambda e: eqn_has_live_effects(e, ref_live), prune)
         kept.reverse()
         return kept
     add = live.add
-    # (explicit loops: faster than set methods over `map(id, ...)` for a few operands)
     for e in reversed(eqns):
-        for o in e.outputs:
-            if id(o) in live:
-                break
-        else:
-            if not eqn_has_live_effects(e, ref_live):
-                continue
+        if live.isdisjoint(e.outputs) and not eqn_has_live_effects(e, ref_live):
+            continue
         if local and not e.no_subjaxprs:
             e = _prune_dead_refs(e, live, ref_live)
         kept.append(e)
-        for x in e.inputs:
-            add(id(x))  # (a literal's id is no live Var's: every equation here is alive)
+        for x in e.inputs:  # (a literal is no result: never looked up, nor hashed)
+            if x.__class__ is Var:
+                add(x)
     kept.reverse()
     return kept
 
 
-def _prune_dead_refs(e: Eqn, live: set[int], ref_live) -> Eqn:
+def _prune_dead_refs(e: Eqn, live: set, ref_live) -> Eqn:
     """A kept equation with bodies and a Ref operand dead after it: its bodies' writes into
     that Ref are dead (the passes' DCE rule, JAX's live_inputs); unused results and operands
     go with them."""
@@ -315,26 +344,24 @@ def _prune_dead_refs(e: Eqn, live: set[int], ref_live) -> Eqn:
         return e
     if not eqn_subjaxprs(e):
         return e
-    ne = prune_dead_refs(e, [id(o) in live for o in e.outputs], ref_live)
+    ne = prune_dead_refs(e, [o in live for o in e.outputs], ref_live)
     return e if ne is None else ne
 
 
 def free_vars(eqns: list[Eqn], outvars: Iterable[Atom], bound: Iterable[Var] = ()) -> list[Var]:
     """Vars used by `eqns`/`outvars` but defined neither by them nor in `bound`, in first-use order."""
-    defined = {id(v) for v in bound}
-    seen: set[int] = set()
-    out: list[Var] = []
     # (no call per operand: this runs over every equation of a linear program; `defined`
-    # and `seen` hold ids of live Vars, so a literal's id is in neither)
+    # holds the Vars themselves, bound, defined or found free: they hash by identity)
+    defined = set(bound)
+    out: list[Var] = []
     define = defined.add
     for uses, results in chain(((e.inputs, e.outputs) for e in eqns), [(outvars, ())]):
         for x in uses:
-            i = id(x)
-            if i not in defined and i not in seen and isinstance(x, Var):
-                seen.add(i)
+            if x.__class__ is Var and x not in defined:
+                define(x)
                 out.append(x)
         for o in results:
-            define(id(o))
+            define(o)
     return out
 
 

@@ -65,16 +65,18 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
     saved_loc, saved_eqn = b.loc, b.cur_eqn
     split = b.split
     tget = tenv.get  # (a tangent is a Var: never false)
+    # (`env` and `tenv` are keyed by the Vars themselves, which hash by identity in C: no
+    # `id` call and no int made per operand; a literal is never looked up in `env`)
     eqn = None
     try:
         for eqn in jaxpr.eqns:
-            ins = [x if x.__class__ is Literal else env[id(x)] for x in eqn.inputs]  # read
+            ins = [x if x.__class__ is Literal else env[x] for x in eqn.inputs]  # read
             rec = record_of(eqn.prim)
             # in a split (linearize) builder, the record's `linearization` when it has one
             rule = rec.linearization if split and rec.linearization is not None else rec.jvp
-            # `tenv` holds ids of this jaxpr's live Vars: no literal operand can match one
+            # (`tenv` holds Vars only: a literal operand is never in it)
             for x in eqn.inputs:
-                if id(x) in tenv:
+                if x.__class__ is not Literal and x in tenv:
                     no_tangent = False
                     break
             else:
@@ -85,7 +87,9 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
             if obs is None and copy:
                 _copy(b, eqn, ins, env)
                 continue
-            tins = [tget(id(x)) or _zero_tangent(x) for x in eqn.inputs]  # (`_tangent_in`)
+            tins = [
+                (x.__class__ is not Literal and tget(x)) or _zero_tangent(x) for x in eqn.inputs
+            ]  # (`_tangent_in`)
             step = observe.Emitted(b) if obs is not None else None
             if copy:  # (in an observed walk)
                 outs = _copy(b, eqn, ins, env)
@@ -115,23 +119,23 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
         raise
     finally:
         b.loc, b.cur_eqn = saved_loc, saved_eqn
-    outs = [x if x.__class__ is Literal else env[id(x)] for x in jaxpr.outvars]
+    outs = [x if x.__class__ is Literal else env[x] for x in jaxpr.outvars]
     touts = [_tangent_in(x, tenv) for x in jaxpr.outvars]
     return outs, touts
 
 
 def _bind_inputs(jaxpr, primals, tangents, consts):
-    """(the primal value of each input and const by id, the tangent of each input that has
-    one by id, the consts)."""
-    env: dict[int, Atom] = {}
-    tenv: dict[int, object] = {}
+    """(the primal value of each input and const by Var, the tangent of each input that
+    has one by Var, the consts)."""
+    env: dict[Var, Atom] = {}
+    tenv: dict[Var, object] = {}
     consts = list(consts) if consts is not None else list(jaxpr.constvars)
     for v, x in zip(jaxpr.constvars, consts):
-        env[id(v)] = x
+        env[v] = x
     for v, x, t in zip(jaxpr.invars, primals, tangents):
-        env[id(v)] = x
+        env[v] = x
         if not is_zero(t) and carries_tangent(v.type):
-            tenv[id(v)] = t
+            tenv[v] = t
     return env, tenv, consts
 
 
@@ -141,7 +145,7 @@ def _copy(b, eqn, ins, env) -> list:
         eqn.prim, ins, eqn.params, [o.type for o in eqn.outputs], [o.hint for o in eqn.outputs]
     )
     for o, n in zip(eqn.outputs, outs):
-        env[id(o)] = n
+        env[o] = n
     return outs
 
 
@@ -149,12 +153,11 @@ def _tangent_in(x, tenv):
     """The tangent of the atom `x` (Zero for a literal or a value without one)."""
     if x.__class__ is Literal:
         return Zero(tangent_type(x.type))
-    return tenv.get(id(x)) or Zero(tangent_type(x.type))
+    return tenv.get(x) or Zero(tangent_type(x.type))
 
 
 def _zero_tangent(x) -> Zero:
-    """The tangent of an atom without one (`tenv` holds ids of live Vars only: a literal's
-    tangent is one of these too)."""
+    """The tangent of an atom without one (a literal's tangent is one of these too)."""
     return Zero(tangent_type(x.type))
 
 
@@ -174,7 +177,7 @@ def _record_results(eqn, rule, pouts, touts, env, tenv):
         )
     for k in range(n):
         o, t = outputs[k], touts[k]
-        env[id(o)] = pouts[k]
+        env[o] = pouts[k]
         if t is None or t.__class__ is Zero:
             continue
         ot = o.type
@@ -185,7 +188,7 @@ def _record_results(eqn, rule, pouts, touts, env, tenv):
                 want = tangent_type(ot)
                 if t.type is not want:  # (the message only when the types differ)
                     check_rule_type("JVP", eqn, rule, f"tangent for result {k}", t.type, want)
-            tenv[id(o)] = t
+            tenv[o] = t
     return pouts, touts
 
 

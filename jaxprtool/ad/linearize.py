@@ -199,11 +199,9 @@ def _linearize_jaxpr(jaxpr: Jaxpr, argnums, instantiate, remat, plans, own_binde
     own = own_binders or remat is not None or observe.observed()
     sp = split_jvp(jaxpr, mask, instantiate, remat, plans, prune=own)
     residuals, outs = sp.residuals, sp.outs
-    producer = {id(o): e for e in sp.peqns for o in e.outputs}
+    producer = {o: e for e in sp.peqns for o in e.outputs}  # (by the Vars themselves)
     info = LinearizeInfo(sp.nonzeros, sp.out_nz)
-    new = forward_residuals(
-        residuals, lambda r: producer.get(id(r)), sp.primals, sp.consts, outs, info
-    )
+    new = forward_residuals(residuals, producer.get, sp.primals, sp.consts, outs, info)
     primal = B.make_jaxpr(sp.primals, sp.peqns, list(outs) + new, sp.consts)
     if own:
         linear = _linear_jaxpr(residuals, sp.tan_in, sp.teqns, sp.touts)

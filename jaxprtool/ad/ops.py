@@ -127,7 +127,20 @@ def lit(value, like) -> Literal:
         if isinstance(like, str)
         else (like.dtype if isinstance(like, ShapedArray) else _dtype(like))
     )
-    return Literal(_py_value(value, dtype), ShapedArray((), dtype))
+    return Literal(_py_value(value, dtype), _scalar_type(dtype))
+
+
+#: dtype -> the type of a scalar literal of it (`lit`): one object per dtype, so that the
+#: builder's memo of result types, keyed by the operand types' identities, knows the
+#: equations of a literal operand (`mul x 2.0`) after the first
+_SCALAR_TYPES: dict[str, ShapedArray] = {}
+
+
+def _scalar_type(dtype: str) -> ShapedArray:
+    t = _SCALAR_TYPES.get(dtype)
+    if t is None:
+        t = _SCALAR_TYPES[dtype] = ShapedArray((), dtype)
+    return t
 
 
 def full(type: ShapedArray, value) -> Atom:
@@ -226,7 +239,8 @@ def copy(x):
 
 
 def integer_pow(x, y: int):
-    return bind("integer_pow", x, y=int(y))
+    y = int(y)
+    return bind("integer_pow", x, y=y, _params_key=y)  # (result types remembered by y)
 
 
 def round(x, rounding_method=1):  # noqa: A001

@@ -57,22 +57,23 @@ def forward_residuals(residuals, made_by, invars, constvars, outvars, info: Line
     when it is one (forwarded: the primal program need not return it again), else a new
     primal output; returns the new ones, in order.  `made_by(v)`: the equation that made
     `v`, or None."""
-    in_pos = {id(v): i for i, v in enumerate(invars)}
-    const_pos = {id(v): i for i, v in enumerate(constvars)}
-    out_pos: dict[int, int] = {}
+    # (keyed by the Vars themselves, which hash by identity; `residuals` are Vars)
+    in_pos = {v: i for i, v in enumerate(invars)}
+    const_pos = {v: i for i, v in enumerate(constvars)}
+    out_pos: dict[Var, int] = {}
     for j, o in enumerate(outvars):
         if isinstance(o, Var):
-            out_pos.setdefault(id(o), j)
+            out_pos.setdefault(o, j)
     new: list = []
     for r in residuals:
         e = made_by(r)
         prim, loc = (e.prim, e.loc) if e is not None else (None, None)
-        if id(r) in in_pos:
-            info.residuals.append(Residual(r.type, "input", in_pos[id(r)]))
-        elif id(r) in const_pos:
-            info.residuals.append(Residual(r.type, "const", const_pos[id(r)]))
-        elif id(r) in out_pos:
-            info.residuals.append(Residual(r.type, "output", out_pos[id(r)], prim, loc))
+        if r in in_pos:
+            info.residuals.append(Residual(r.type, "input", in_pos[r]))
+        elif r in const_pos:
+            info.residuals.append(Residual(r.type, "const", const_pos[r]))
+        elif r in out_pos:
+            info.residuals.append(Residual(r.type, "output", out_pos[r], prim, loc))
         else:
             info.residuals.append(Residual(r.type, "new", len(new), prim, loc))
             new.append(r)

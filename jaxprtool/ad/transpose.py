@@ -41,22 +41,22 @@ def missing_transpose(eqn) -> JaxprError:
     )
 
 
-def _linear_refs(jaxpr: Jaxpr, linear: set[int], ref_inputs) -> set[int]:
+def _linear_refs(jaxpr: Jaxpr, linear: set[Var], ref_inputs) -> set[Var]:
     """The Refs that hold linear values: those made from one or written with one (to a fixed
     point, since a read from such a Ref is linear in turn).  As in JAX's backward pass their
     cotangents are Refs, made when the first cotangent arrives; the Refs of primal work (the
     combined linearize form's primal part, scratch Refs of residual arithmetic) stay forward."""
-    refs: set[int] = set(ref_inputs)
+    refs: set[Var] = set(ref_inputs)
     if not refs and not any(o.type.__class__ is RefType for e in jaxpr.eqns for o in e.outputs):
         return refs
     while True:
         lin = linear | refs
         found = set()
         for e in jaxpr.eqns:
-            if lin.isdisjoint(map(id, e.inputs)) and refs.isdisjoint(map(id, e.outputs)):
+            if lin.isdisjoint(e.inputs) and refs.isdisjoint(e.outputs):
                 continue
-            lin.update(map(id, e.outputs))
-            found.update(id(x) for x in (*e.inputs, *e.outputs) if x.type.__class__ is RefType)
+            lin.update(e.outputs)
+            found.update(x for x in (*e.inputs, *e.outputs) if x.type.__class__ is RefType)
         if found <= refs:
             return refs
         refs |= found
@@ -67,7 +67,7 @@ def _ref_operands(e, rec, linear, ct_env, targs) -> None:
     `transposes_refs` (calls, loops) get its cotangent Ref (made of zeros if no cotangent has
     reached it yet) to pass into their transposed bodies; other rules cannot take one."""
     for k, x in enumerate(e.inputs):
-        if x.__class__ is not Var or id(x) not in linear or x.type.__class__ is not RefType:
+        if x.__class__ is not Var or x not in linear or x.type.__class__ is not RefType:
             continue
         if not rec.transposes_refs:
             raise JaxprError(
@@ -76,8 +76,8 @@ def _ref_operands(e, rec, linear, ct_env, targs) -> None:
                 "the Ref's reads and writes out of it, or use jvp",
                 e.loc,
             )
-        ref = ct_env.get(id(x)) or ops.zeros_ref(x.type)
-        ct_env[id(x)] = ref
+        ref = ct_env.get(x) or ops.zeros_ref(x.type)
+        ct_env[x] = ref
         targs[k] = UndefinedPrimal(x.type, ref)
 
 
@@ -124,7 +124,7 @@ def backward_pass(
         try:
             lin_eqns = walk.forward(jaxpr.eqns)
             for v, ct in zip(jaxpr.outvars, cts_out):
-                if v.__class__ is Var and id(v) in walk.linear:
+                if v.__class__ is Var and v in walk.linear:
                     walk.add_ct(v, ct)
             walk.reverse(lin_eqns)
         except Exception as err:
@@ -138,38 +138,41 @@ def backward_pass(
 
 class _Backward:
     """The state of one backward pass: the forward values (`env`), the linear Vars, the
-    cotangents accumulated so far (`ct_env`, by id of the linear Var; never a Zero), and the
-    equation being worked on (`eqn`, for the observer's `step_failed`)."""
+    cotangents accumulated so far (`ct_env`, by linear Var; never a Zero), and the equation
+    being worked on (`eqn`, for the observer's `step_failed`).  The tables are keyed by the
+    Vars themselves (they hash by identity, in C): no `id` call and no int made per operand,
+    as keys by id would; a literal operand is tested by its class first (its hash is
+    Python's)."""
 
     __slots__ = ("b", "obs", "env", "linear", "ct_env", "ct_ref_in", "refs", "eqn")
 
     def __init__(self, b, obs):
         self.b = b
         self.obs = obs
-        self.env: dict[int, Atom] = {}
-        self.linear: set[int] = set()
-        self.ct_env: dict[int, object] = {}
-        #: a linear Ref input's id -> the cotangent Ref it writes into
-        self.ct_ref_in: dict[int, Atom] = {}
-        self.refs: set[int] = set()
+        self.env: dict[Var, Atom] = {}
+        self.linear: set[Var] = set()
+        self.ct_env: dict[Var, object] = {}
+        #: a linear Ref input -> the cotangent Ref it writes into
+        self.ct_ref_in: dict[Var, Atom] = {}
+        self.refs: set[Var] = set()
         self.eqn = None
 
     def bind_inputs(self, jaxpr, linear_mask, args, consts) -> None:
         env, linear = self.env, self.linear
         for v, x in zip(jaxpr.constvars, consts):
-            env[id(v)] = x
+            env[v] = x
         for v, lin, a in zip(jaxpr.invars, linear_mask, args):
             if not lin:
-                env[id(v)] = a
+                env[v] = a
                 continue
-            linear.add(id(v))
+            linear.add(v)
             if v.type.__class__ is RefType:  # a body's Ref: the cotangent Ref it writes into
                 if a is None:
                     raise JaxprError(
                         "reverse mode of a program that takes a differentiated Ref as an input "
                         "is not supported (its cotangent would be a Ref): make the Ref inside it"
                     )
-                self.ct_ref_in[id(v)] = a
+                self.ct_ref_in[v] = a
         self.ct_env.update(self.ct_ref_in)
 
     def forward(self, eqns) -> list:
@@ -179,16 +182,16 @@ class _Backward:
         lin_eqns = []
         add = linear.add
         for e in eqns:
-            # `linear` holds ids of this jaxpr's live Vars: no literal operand can match one
+            # (`linear` holds Vars only: a literal operand is never in it)
             for x in e.inputs:
-                if id(x) in linear:
+                if x.__class__ is not Literal and x in linear:
                     break
             else:
-                if not refs or refs.isdisjoint(map(id, e.outputs)):
+                if not refs or refs.isdisjoint(e.outputs):
                     self.emit_forward(e)
                     continue
             for o in e.outputs:
-                add(id(o))
+                add(o)
             lin_eqns.append(e)
         self.eqn = None
         return lin_eqns
@@ -201,13 +204,13 @@ class _Backward:
         step = observe.Emitted(b) if obs is not None else None
         outs = b.emit(
             e.prim,
-            [x if x.__class__ is Literal else env[id(x)] for x in e.inputs],
+            [x if x.__class__ is Literal else env[x] for x in e.inputs],
             e.params,
             [o.type for o in e.outputs],
             [o.hint for o in e.outputs],
         )
         for o, n in zip(e.outputs, outs):
-            env[id(o)] = n
+            env[o] = n
         if obs is not None:
             obs.forward_step(e, step)
 
@@ -219,15 +222,15 @@ class _Backward:
         if rule is not None and ct.type is not v.type and not same_tangent_type(ct.type, v.type):
             check_rule_type("transpose", eqn, rule, "cotangent", ct.type, tangent_type(v.type))
         ct_env, obs = self.ct_env, self.obs
-        prev = ct_env.get(id(v))
+        prev = ct_env.get(v)
         if prev is None:  # the first cotangent: add_tangents(Zero, ct) is ct
-            ct_env[id(v)] = ct
+            ct_env[v] = ct
             if obs is not None:
                 obs.cotangent(eqn, v, ct, Zero(tangent_type(v.type)), ct)
             return
-        ct_env[id(v)] = add_tangents(prev, ct)
+        ct_env[v] = add_tangents(prev, ct)
         if obs is not None:
-            obs.cotangent(eqn, v, ct, prev, ct_env[id(v)])
+            obs.cotangent(eqn, v, ct, prev, ct_env[v])
 
     def reverse(self, lin_eqns) -> None:
         """Transpose the linear equations, last first."""
@@ -243,17 +246,17 @@ class _Backward:
         for e in reversed(lin_eqns):
             outs = e.outputs
             if len(outs) == 1:  # (most equations)
-                ct = pop(id(outs[0]), None)
+                ct = pop(outs[0], None)
                 got = None if ct is None else [ct]
             else:
-                got = [pop(id(o), None) for o in outs]
+                got = [pop(o, None) for o in outs]
                 if not any(got):  # (a cotangent is an Atom: never false)
                     got = None
             rec = record_of(e.prim)
             if (
                 got is None
                 and rec.fancy_transpose is None
-                and (not refs or refs.isdisjoint(map(id, e.inputs)))  # a write into a Ref
+                and (not refs or refs.isdisjoint(e.inputs))  # a write into a Ref
             ):
                 continue
             self.eqn = e
@@ -264,11 +267,7 @@ class _Backward:
             else:
                 cts = [Zero(tangent_type(o.type)) if ct is None else ct for o, ct in zip(outs, got)]
             targs = [
-                x
-                if x.__class__ is Literal
-                else UndefinedPrimal(x.type)
-                if id(x) in linear
-                else env[id(x)]
+                x if x.__class__ is Literal else UndefinedPrimal(x.type) if x in linear else env[x]
                 for x in e.inputs
             ]
             b.loc = e.loc
@@ -319,8 +318,8 @@ class _Backward:
         linear = self.linear
         for k in range(len(inputs)):
             x = inputs[k]
-            # (`linear` holds ids of live Vars: no literal operand's id is in it)
-            if id(x) in linear:
+            # (`linear` holds Vars only: a literal operand is never in it)
+            if x.__class__ is not Literal and x in linear:
                 if x.type.__class__ is not RefType:
                     self.add_ct(x, res[k], e, rule)
             else:
@@ -335,12 +334,12 @@ class _Backward:
         linear, ct_env = self.linear, self.ct_env
         owner = (e, rule)
         accums = [
-            Accumulator(x.type, owner) if x.__class__ is not Literal and id(x) in linear else None
+            Accumulator(x.type, owner) if x.__class__ is not Literal and x in linear else None
             for x in e.inputs
         ]
         for x, acc in zip(e.inputs, accums):
             if acc is not None and x.type.__class__ is RefType:
-                acc.set(ct_env.get(id(x)) or Zero(tangent_type(x.type)))
+                acc.set(ct_env.get(x) or Zero(tangent_type(x.type)))
         return accums
 
     def add_accumulated(self, e, rule, accums) -> list:
@@ -353,7 +352,7 @@ class _Backward:
                 continue
             if x.type.__class__ is RefType:  # the cotangent Ref, made or kept
                 if not is_zero(r):
-                    ct_env[id(x)] = r
+                    ct_env[x] = r
             else:
                 self.add_ct(x, r, e, rule)
         return res
@@ -363,14 +362,12 @@ class _Backward:
         linear, env, ct_env, ct_ref_in = self.linear, self.env, self.ct_env, self.ct_ref_in
         outs = [
             None
-            if v.__class__ is Var and id(v) in linear
-            else (v if v.__class__ is Literal else env[id(v)])
+            if v.__class__ is Var and v in linear
+            else (v if v.__class__ is Literal else env[v])
             for v in jaxpr.outvars
         ]
         cts_in = [
-            (ct_env.get(id(v)) or Zero(tangent_type(v.type)))
-            if lin and id(v) not in ct_ref_in
-            else None
+            (ct_env.get(v) or Zero(tangent_type(v.type))) if lin and v not in ct_ref_in else None
             for v, lin in zip(jaxpr.invars, linear_mask)
         ]
         return outs, cts_in

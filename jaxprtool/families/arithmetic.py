@@ -599,8 +599,10 @@ def _simplify_additive(e, ctx):
     if len(e.inputs) != 2:
         return None
     x, y = e.inputs
-    k = S.kind(e.outputs[0])
     cy, cx = ctx.scalar_const(y), ctx.scalar_const(x)
+    if cy is None and cx is None:  # (most equations: no identity among the operands)
+        return None
+    k = S.kind(e.outputs[0])
     commutes = e.prim != "sub"
     if k in "iu" or (k in "fc" and e.prim == "add_any"):
         if S.is_zero(cy):
@@ -718,12 +720,15 @@ def _bind_mul(eqn, p, dims):
 
 
 def _simplify_mul(e, ctx):
-    if len(e.inputs) != 2 or S.kind(e.outputs[0]) not in "iufc":
+    if len(e.inputs) != 2:
         return None
     x, y = e.inputs
-    if S.is_one(ctx.scalar_const(y)):
+    cy, cx = ctx.scalar_const(y), ctx.scalar_const(x)
+    if (cy is None and cx is None) or S.kind(e.outputs[0]) not in "iufc":
+        return None
+    if S.is_one(cy):
         return x
-    if S.is_one(ctx.scalar_const(x)):
+    if S.is_one(cx):
         return y
     return None
 

@@ -95,7 +95,8 @@ class _SameBody:
             return False
         if len(a.eqns) != len(b.eqns) or len(a.outvars) != len(b.outvars):
             return False
-        env = {id(x): id(y) for x, y in zip(a.constvars + a.invars, b.constvars + b.invars)}
+        # (keyed by the Vars themselves, which hash by identity: no int made per operand)
+        env = dict(zip(a.constvars + a.invars, b.constvars + b.invars))
         for ea, eb in zip(a.eqns, b.eqns):
             if _call_name(ea.prim) != _call_name(eb.prim) or len(ea.inputs) != len(eb.inputs):
                 return False
@@ -105,14 +106,14 @@ class _SameBody:
                 return False
             if not self.params(ea.params, eb.params):
                 return False
-            env.update((id(x), id(y)) for x, y in zip(ea.outputs, eb.outputs))
+            env.update(zip(ea.outputs, eb.outputs))
         return all(self.atom(x, y, env) for x, y in zip(a.outvars, b.outvars))
 
     @staticmethod
     def atom(x, y, env) -> bool:
         if isinstance(x, Literal) or isinstance(y, Literal):
             return isinstance(x, Literal) and isinstance(y, Literal) and _same_value(x, y)
-        return env.get(id(x)) == id(y)
+        return env.get(x) is y
 
     def params(self, pa: dict, pb: dict) -> bool:
         if pa.keys() == pb.keys():  # (the usual case: no key on one side alone, no sets)

@@ -162,6 +162,8 @@ def _simplify_broadcast_in_dim(e, ctx):
     x = e.inputs[0] if len(e.inputs) == 1 else None
     if x is None or e.params.get("sharding") is not None or not isinstance(x.type, ShapedArray):
         return None
+    if x.type.shape != e.outputs[0].type.shape:  # (a broadcast that adds or grows dims)
+        return None
     return x if S.identity_perm(e.params.get("broadcast_dimensions", ()), x.type.ndim) else None
 
 
@@ -447,7 +449,10 @@ def _simplify_reshape(e, ctx):
         return None
     if e.params.get("dimensions") is not None or e.params.get("sharding") is not None:
         return None
-    return e.inputs[0]
+    x = e.inputs[0]
+    if getattr(x.type, "shape", None) != getattr(e.outputs[0].type, "shape", None):
+        return None  # (most reshapes: the result's type is not the operand's)
+    return x
 
 
 def _reshape_transpose(ct, operand, *dyn, new_sizes=None, dimensions=None, **_):

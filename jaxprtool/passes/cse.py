@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ..core import Jaxpr, _AlphaEq, params_fingerprint
 from ..text.printer import printed_params
+from ..text.twin import twin
 from .base import Pass
 from .common import (
     EqnRewrite,
@@ -50,10 +51,12 @@ def _cse(jaxpr: Jaxpr, go) -> Jaxpr:
     candidates are filed by a fingerprint of their parameters (`core.params_fingerprint`:
     equal parameters, equal fingerprints), so an equation is compared only with candidates
     that may be equal to it, not with every earlier one (the slices of one input, the
-    broadcasts of one scalar: quadratic).  The first equal candidate is kept."""
+    broadcasts of one scalar: quadratic).  The first equal candidate is kept.  (Compiled,
+    the loop files the equations of keys not seen before itself: `_twin.cse_sweep`.)"""
     rw = EqnRewrite(jaxpr, go)
     table: dict = {}  # key -> the one equation with it, or {fingerprint: candidates}
-    for e in rw:
+    tw = twin()
+    for e in rw if tw is None else rw.handed_back(tw.cse_sweep, table):
         # Vars hash and compare by identity, literals by value: the operands are the key
         key = (e.prim, e.inputs)
         bucket = table.setdefault(key, e)  # (a key hashed once: a literal's hash is Python's)

@@ -180,7 +180,9 @@ class _DCE:
             return True
         if e.no_subjaxprs or not eqn_subjaxprs(e):
             kept.append(e)
-            live.update(e.inputs)  # (a literal is no result: never looked up)
+            for a in e.inputs:  # (a literal is no result: never looked up, nor hashed)
+                if a.__class__ is Var:
+                    live.add(a)
             return False
         return self._with_bodies(e, live, ref_live, kept)
 

@@ -10,13 +10,15 @@ every value, literal, type and name it prints, so both paths give the same bytes
 (tests/test_twin.py).  `JAXPRTOOL_PURE_PYTHON=1` runs the Python loops alone;
 `jaxprtool --version` says which ones run.
 
-The AD builder's `bind` runs as the twin's `bind_fast` where its operands are atoms and its
-result types are given or remembered, and its `dce_eqns` runs its backward loop as
-`dce_walk` (`ad/builder.py`, whose Python lines stay the reference); the `dce` pass's
+The AD builder's `bind` runs as the twin's `bind_fast_vars` where its operands are atoms and
+its result types are given or remembered, and its `dce_eqns` runs its backward loop as
+`dce_walk_vars` (`ad/builder.py`, whose Python lines stay the reference); the `dce` pass's
 backward loop runs as `dce_sweep` over the equations known to hold no jaxpr
-(`passes/dce.py`).
+(`passes/dce.py`), and the `cse` and `simplify` passes' loops as `cse_sweep` and
+`simplify_sweep` over the equations they keep as they are (`passes/cse.py`,
+`passes/simplify.py`: each hands every other equation back to the pass's Python step).
 
-Imported only by the reader, the printer, the AD builder and the dce pass (the extension
+Imported only by the reader, the printer, the AD builder and the clean-up passes (the extension
 loads on the first parse, printout, transformation or pass, never at start-up)."""
 
 from __future__ import annotations
@@ -31,17 +33,21 @@ VAR_FIELDS = ("type", "hint")
 EQN_FIELDS = ("prim", "inputs", "outputs", "params", "loc", "bare_eq", "no_subjaxprs")
 #: the twin's loops, and the AD builder's `bind` and dead code loop (a module without one
 #: of them is an older build: it stands down)
-#: (`drop_unread` was `drop_unused`, whose set held ids where it now holds the atoms: a
-#: module built before that change lacks the new name, and is not used)
+#: (`drop_unread` was `drop_unused`, whose set held ids where it now holds the atoms, and
+#: `bind_fast_vars` and `dce_walk_vars` were `bind_fast` and `dce_walk`, whose sets held
+#: ids where they now hold the Vars: a module built before a change lacks the new name,
+#: and is not used)
 FUNCTIONS = (
     "read_lines",
     "name_lines",
     "drop_unread",
     "lay_lines",
     "render_eqn",
-    "bind_fast",
-    "dce_walk",
+    "bind_fast_vars",
+    "dce_walk_vars",
     "dce_sweep",
+    "cse_sweep",
+    "simplify_sweep",
 )
 
 
