@@ -547,6 +547,8 @@ def printed_axis_sizes(jaxpr) -> dict[str, int | None]:
                 for m in meshes_in(v):
                     for name, size in zip(m.names, m.sizes):
                         sizes[name] = size if sizes.get(name, size) == size else None
+            if e.no_subjaxprs:  # (`eqn_subjaxprs`' first answer, without the call)
+                continue
             for sub in eqn_subjaxprs(e):
                 if id(sub) not in seen:
                     walk(sub)
