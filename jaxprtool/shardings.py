@@ -572,6 +572,11 @@ _AXIS_SIZES_KEY: contextvars.ContextVar[tuple] = contextvars.ContextVar(
 )
 
 
+#: `axis_sizes_key`'s context variable, which the compiled builder reads without calling the
+#: function (`_twin.bind_fast_vars`, on every type its memo answers)
+AXIS_SIZES_KEY = _AXIS_SIZES_KEY
+
+
 def axis_sizes_key() -> tuple:
     """The mesh axis sizes in force, hashable (empty outside `axis_sizes_of`)."""
     return _AXIS_SIZES_KEY.get()
