@@ -1162,7 +1162,14 @@ static PyObject *remembered_types(PyObject *prim, PyObject *inputs, PyObject *pa
     }
     if (!PyTuple_Check(hit) || PyTuple_GET_SIZE(hit) != 2) goto done;
     Py_INCREF(hit);
-    PyObject *axes = PyObject_CallNoArgs(axis_sizes_key);
+    /* (the context variable itself is read without a call into Python; a function is called) */
+    PyObject *axes = NULL;
+    if (PyContextVar_CheckExact(axis_sizes_key)) {
+        if (PyContextVar_Get(axis_sizes_key, NULL, &axes) == 0 && axes == NULL)
+            PyErr_SetString(PyExc_LookupError, "axis_sizes_key: no value and no default");
+    } else {
+        axes = PyObject_CallNoArgs(axis_sizes_key);
+    }
     if (axes != NULL) {
         int in_force = PyObject_IsTrue(axes);
         Py_DECREF(axes);
@@ -1176,7 +1183,7 @@ done:
 
 /* bind_fast_vars(prim, inputs, params, out_types, params_key, loc, primal_eqns, tangent_eqns,
  * tangent_vars, force_tangent, memo, axis_sizes_key, Literal): `Builder.bind`'s lines, step
- * for step, where every operand is a Var or a Literal and the result types are given or
+ * for step (`axis_sizes_key` the function, or its context variable `shardings.AXIS_SIZES_KEY`), where every operand is a Var or a Literal and the result types are given or
  * remembered: a Var (hint None) per result type, Eqn(prim, inputs, tuple(outs), params
  * copied, loc) as `core._fast_eqn_init` makes it, appended to `primal_eqns`, or (a split
  * builder: `tangent_eqns` not None) to `tangent_eqns` when `force_tangent` or an operand

@@ -162,8 +162,9 @@ class _Checker:
                 self.eqn(e, defined)
                 if key is not None and len(self.diags) == found:
                     passed[key] = (e.inputs, e.outputs)  # keeps the keyed types alive
-                for sub in eqn_subjaxprs(e):
-                    self.jaxpr(sub, e.loc)
+                if not e.no_subjaxprs:  # (`eqn_subjaxprs`' first answer, without the call)
+                    for sub in eqn_subjaxprs(e):
+                        self.jaxpr(sub, e.loc)
             for o in e.outputs:
                 # `bind` inline where it finds nothing wrong (a million equations run this)
                 if (

@@ -667,12 +667,29 @@ def named_axes_use(jaxpr: Jaxpr) -> tuple[Eqn | None, ShapedArray] | None:
     t = named(jaxpr.constvars + jaxpr.invars)
     if t is not None:
         return None, t
-    for e in all_eqns(jaxpr):
+    return _first_named_eqn(jaxpr, named, set())
+
+
+def _first_named_eqn(j: Jaxpr, named, seen: set[int]) -> tuple[Eqn, ShapedArray] | None:
+    """`named_axes_use`'s walk of `all_eqns` (the same order), written out: it runs on every
+    equation of every program differentiated or run, and most have no nested jaxpr."""
+    seen.add(id(j))
+    for e in j.eqns:
         t = named(e.outputs)
-        for sub in eqn_subjaxprs(e):
+        if e.no_subjaxprs:
+            if t is not None:
+                return e, t
+            continue
+        subs = eqn_subjaxprs(e)
+        for sub in subs:
             t = t or named(sub.constvars + sub.invars)
         if t is not None:
             return e, t
+        for sub in subs:
+            if id(sub) not in seen:
+                found = _first_named_eqn(sub, named, seen)
+                if found is not None:
+                    return found
     return None
 
 
@@ -701,10 +718,32 @@ def all_eqns(jaxpr: Jaxpr):
         seen.add(id(j))
         for e in j.eqns:
             yield e
-            for sub in eqn_subjaxprs(e):
-                yield from walk(sub)
+            if not e.no_subjaxprs:  # (`eqn_subjaxprs`' first answer, without the call)
+                for sub in eqn_subjaxprs(e):
+                    yield from walk(sub)
 
     yield from walk(jaxpr)
+
+
+def nested_jaxprs(jaxpr: Jaxpr) -> list[Jaxpr]:
+    """Every jaxpr inside `jaxpr`'s equations, at any depth, each object once, depth first:
+    the jaxprs that `eqn_subjaxprs` gives of `all_eqns`' equations, in one walk that asks
+    nothing of the equations without one (most)."""
+    found: list[Jaxpr] = []
+    seen = {id(jaxpr)}
+
+    def walk(j: Jaxpr) -> None:
+        for e in j.eqns:
+            if e.no_subjaxprs:
+                continue
+            for sub in eqn_subjaxprs(e):
+                if id(sub) not in seen:
+                    seen.add(id(sub))
+                    found.append(sub)
+                    walk(sub)
+
+    walk(jaxpr)
+    return found
 
 
 #: set by the command line (one program per process): at the end of a paused block, what

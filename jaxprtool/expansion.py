@@ -45,8 +45,9 @@ def expanded_sizes(jaxpr: Jaxpr) -> tuple[dict[int, int], int]:
         n = sizes.get(id(j))
         if n is None:
             written += len(j.eqns)
+            # (`e.no_subjaxprs`: `eqn_subjaxprs`' first answer, without the call)
             n = sizes[id(j)] = len(j.eqns) + sum(
-                size(sub) for e in j.eqns for sub in eqn_subjaxprs(e)
+                size(sub) for e in j.eqns if not e.no_subjaxprs for sub in eqn_subjaxprs(e)
             )
         return n
 

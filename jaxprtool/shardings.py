@@ -547,6 +547,8 @@ def printed_axis_sizes(jaxpr) -> dict[str, int | None]:
                 for m in meshes_in(v):
                     for name, size in zip(m.names, m.sizes):
                         sizes[name] = size if sizes.get(name, size) == size else None
+            if e.no_subjaxprs:  # (`eqn_subjaxprs`' first answer, without the call)
+                continue
             for sub in eqn_subjaxprs(e):
                 if id(sub) not in seen:
                     walk(sub)
@@ -568,6 +570,11 @@ _AXIS_SIZES: contextvars.ContextVar[dict[str, int | None] | None] = contextvars.
 _AXIS_SIZES_KEY: contextvars.ContextVar[tuple] = contextvars.ContextVar(
     "axis_sizes_key", default=()
 )
+
+
+#: `axis_sizes_key`'s context variable, which the compiled builder reads without calling the
+#: function (`_twin.bind_fast_vars`, on every type its memo answers)
+AXIS_SIZES_KEY = _AXIS_SIZES_KEY
 
 
 def axis_sizes_key() -> tuple:

@@ -948,3 +948,20 @@ def test_scan_ft_group_sizes():
         1,
         1,
     ]
+
+
+def test_a_parameter_key_is_the_same_when_its_values_were_keyed_before():
+    """`params_key` keys a dtype, or a tuple of ints, it has keyed before by its identity
+    (`_remember`): the key is the one it gives the first time, and tells apart what the
+    first time does (a dtype by its name, whichever object names it; 1 from 1.0)."""
+    import numpy as np
+
+    from jaxprtool.lazy import DTypeName
+    from jaxprtool.shapes import params_key
+
+    f32, i32 = np.dtype("float32"), np.dtype("int32")
+    first = [params_key({"t": v, "axes": a}) for v in (f32, i32) for a in ((0, 1), (0,))]
+    again = [params_key({"t": v, "axes": a}) for v in (f32, i32) for a in ((0, 1), (0,))]
+    assert first == again and len(set(first)) == 4
+    assert params_key({"t": DTypeName("float32"), "axes": (0, 1)}) == first[0]
+    assert params_key({"t": 1, "axes": (0, 1)}) != params_key({"t": 1.0, "axes": (0, 1)})

@@ -439,6 +439,30 @@ def test_the_builder_binds_alike():
     assert [f[5] for f, _ in reference][:2] == [True, False]
 
 
+@built
+def test_the_builder_reads_the_mesh_axis_sizes_as_the_python_lines_do():
+    """`bind_fast_vars` given `axis_sizes_key`'s context variable (as `Builder.bind` gives
+    it) answers from the memo as given the function itself: never while mesh axis sizes
+    are in force (a result type may depend on them), where the Python lines infer it."""
+    from jaxprtool import shardings
+
+    x = core.Var(core.ShapedArray((2, 3), "f32"), "x")
+    memo = {("neg", None, id(x.type)): ((x.type,), (x.type,))}
+
+    def bind(sizes_key):
+        return twin._load().bind_fast_vars(
+            "neg", (x,), {}, None, None, None, [], None, set(), False, memo, sizes_key,
+            core.Literal,
+        )  # fmt: skip
+
+    for sizes_key in (shardings.AXIS_SIZES_KEY, shardings.axis_sizes_key):
+        outs = bind(sizes_key)
+        assert [o.type for o in outs] == [x.type]
+        with shardings.axis_sizes_in_force({"x": 2}):
+            assert bind(sizes_key) is None
+            assert shardings.AXIS_SIZES_KEY.get() == shardings.axis_sizes_key() == (("x", 2),)
+
+
 @pytest.mark.parametrize("pure", [True, False])
 def test_a_builder_that_checks_what_is_appended_sees_every_bound_equation(pure):
     """The compiled `bind` appends as `Builder.add_eqn` does: a builder with an `add_eqn` of

@@ -29,7 +29,7 @@ from ..core import (
     eqn_subjaxprs,
 )
 from ..record import prim as record_of
-from ..shardings import axis_sizes_key, is_sharded_dim
+from ..shardings import AXIS_SIZES_KEY, axis_sizes_key, is_sharded_dim
 from ..text.twin import twin
 from .invocation import Invocation, entry_invocation
 
@@ -137,7 +137,7 @@ class Builder:
             outs = fast(
                 prim, inputs, params, out_types, params_key, self.loc, self.primal_eqns,
                 self.tangent_eqns if self.split else None, self._tangent_vars,
-                self._force_tangent, _REMEMBERED, axis_sizes_key, Literal,
+                self._force_tangent, _REMEMBERED, AXIS_SIZES_KEY, Literal,
             )  # fmt: skip
             if outs is not None:
                 return outs

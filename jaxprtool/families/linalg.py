@@ -214,9 +214,20 @@ def _dot_general(in_types, params, out_hint):
 
 
 def _print_dot_general(e, style):
-    d = {k: v for k, v in e.params.items() if v is not None}
-    d.pop("out_sharding", None)
-    dn = d.get("dimension_numbers")
+    # (one loop over the parameters, no dict made: every printout prints every dot_general)
+    pairs = []
+    for k, v in e.params.items():
+        if v is None or k == "out_sharding":
+            continue
+        if k == "dimension_numbers":
+            v = _printed_dimension_numbers(v)
+        pairs.append((k, v))
+    pairs.sort()  # (by key: no two are equal)
+    return pairs
+
+
+def _printed_dimension_numbers(dn):
+    """`dimension_numbers` as JAX prints them: `(([1], [0]), ([], []))`, lists inside."""
     # (checks written out, not `all(...)` over generators: `fmt` prints every dot_general)
     if isinstance(dn, tuple) and len(dn) == 2:
         contracting, batch = dn
@@ -230,8 +241,8 @@ def _print_dot_general(e, style):
             if lc.__class__ is rc.__class__ is lb.__class__ is rb.__class__ is list:
                 pass  # (the transpose rule's and the parser's: printed as they are)
             elif all(isinstance(axes, (tuple, list)) for axes in (lc, rc, lb, rb)):
-                d["dimension_numbers"] = ((list(lc), list(rc)), (list(lb), list(rb)))
-    return sorted(d.items())
+                return (list(lc), list(rc)), (list(lb), list(rb))
+    return dn
 
 
 def _dims(dimension_numbers):

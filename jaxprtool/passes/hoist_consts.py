@@ -31,9 +31,9 @@ _NEW_OPERAND = {
 
 def has_nested_consts(jaxpr: Jaxpr) -> bool:
     """Whether some nested jaxpr has constvars (values the text does not contain)."""
-    from ..core import all_eqns, eqn_subjaxprs
+    from ..core import nested_jaxprs
 
-    return any(s.constvars for e in all_eqns(jaxpr) for s in eqn_subjaxprs(e))
+    return any(s.constvars for s in nested_jaxprs(jaxpr))
 
 
 def hoistable_body(e: Eqn) -> Jaxpr | None:

@@ -150,8 +150,14 @@ def _freeze_params(params: dict) -> tuple:
     key = []
     for k, v in params.items():
         cls = v.__class__
-        # a plain value inline (as `_freeze` keys it, one tuple level less); the rest frozen
-        key.append((k, cls, v) if cls in _PLAIN else (k, _freeze(v)))
+        # a plain value inline (as `_freeze` keys it, one tuple level less); one keyed
+        # before (`_remember`: an int tuple, a dtype) by its id; the rest frozen
+        if cls in _PLAIN:
+            key.append((k, cls, v))
+        elif (hit := _KEYS_BY_ID.get(id(v))) is not None and hit[0] is v:
+            key.append((k, hit[1]))
+        else:
+            key.append((k, _freeze(v)))
     return tuple(key)
 
 
@@ -182,16 +188,17 @@ def _int_tree(v: tuple | list) -> int:
     return kind
 
 
-#: id(tuple) -> (tuple, key) for the int-tree tuples `_freeze` has keyed (kept alive so that
-#: the id stays theirs): parameter values are passed on from equation to equation
-_TUPLE_KEYS: dict[int, tuple] = {}
+#: id(value) -> (value, key) for the int-tree tuples and the dtypes `_freeze` has keyed (kept
+#: alive so that the id stays theirs; immutable): parameter values are passed on from
+#: equation to equation
+_KEYS_BY_ID: dict[int, tuple] = {}
 
 
-def _remember(v: tuple, key) -> None:
-    """Remember the key of a tuple immutable all through."""
-    if len(_TUPLE_KEYS) > 100_000:
-        _TUPLE_KEYS.clear()
-    _TUPLE_KEYS[id(v)] = (v, key)
+def _remember(v, key) -> None:
+    """Remember the key of a tuple immutable all through, or of a dtype."""
+    if len(_KEYS_BY_ID) > 100_000:
+        _KEYS_BY_ID.clear()
+    _KEYS_BY_ID[id(v)] = (v, key)
 
 
 _PLAIN = frozenset({int, bool, str, type(None), EnumValue, SymExpr, Opaque})
@@ -209,7 +216,7 @@ def _freeze(v):
         return cls, v.hex()
     if cls is tuple or cls is list:
         if cls is tuple:
-            hit = _TUPLE_KEYS.get(id(v))
+            hit = _KEYS_BY_ID.get(id(v))
             if hit is not None and hit[0] is v:
                 return hit[1]
         # the common case (axes, shapes, dimension numbers): keyed by the marshal bytes
@@ -236,7 +243,9 @@ def _freeze(v):
     if cls is tuple or cls is list or cls is frozenset:
         return cls, tuple(map(_freeze, v))
     if is_dtype(v):
-        return _DTYPE, dtype_key(v)
+        key = _DTYPE, dtype_key(v)
+        _remember(v, key)
+        return key
     if cls is NpScalar:
         return cls, v.dtype, _freeze(v.value)
     if cls is Record:
