@@ -1487,6 +1487,15 @@ static int sweep_args(const char *name, PyObject *const *args, Py_ssize_t nargs,
     return 0;
 }
 
+/* untouched_at: `untouched` of eqns[k] (*e, borrowed), 0 where it is no plain Eqn: the
+ * head of both sweeps' loops */
+static int untouched_at(PyObject *eqns, Py_ssize_t k, PyObject *env, PyObject *subjaxprs,
+                        PyObject **e, PyObject **ins) {
+    *e = PyTuple_GET_ITEM(eqns, k);
+    if (Py_TYPE(*e) != EqnType) return 0;
+    return untouched(*e, env, subjaxprs, ins);
+}
+
 /* cse_sweep(eqns, k, env, kept, subjaxprs, table) -> k
  * `passes.cse._cse`'s loop, step for step, from eqns[k] on: an equation that `untouched`
  * finds unchanged is filed in `table` under (prim, operands) (`setdefault`) and appended to
@@ -1502,9 +1511,8 @@ static PyObject *cse_sweep(PyObject *self, PyObject *const *args, Py_ssize_t nar
     }
     PyObject *eqns = args[0], *env = args[2], *kept = args[3], *table = args[5];
     for (; k < PyTuple_GET_SIZE(eqns); k++) {
-        PyObject *e = PyTuple_GET_ITEM(eqns, k), *ins;
-        if (Py_TYPE(e) != EqnType) break;
-        int plain = untouched(e, env, args[4], &ins);
+        PyObject *e, *ins;
+        int plain = untouched_at(eqns, k, env, args[4], &e, &ins);
         if (plain < 0) return NULL;
         if (!plain) break;
         PyObject *prim = get_slot(eqn_fields[0], e);
@@ -1540,9 +1548,8 @@ static PyObject *simplify_sweep(PyObject *self, PyObject *const *args, Py_ssize_
     PyObject *eqns = args[0], *env = args[2], *kept = args[3], *rules = args[5];
     PyObject *producers = args[6], *ctx = args[7], *made = args[8], *same_type = args[9];
     for (; k < PyTuple_GET_SIZE(eqns); k++) {
-        PyObject *e = PyTuple_GET_ITEM(eqns, k), *ins;
-        if (Py_TYPE(e) != EqnType) break;
-        int plain = untouched(e, env, args[4], &ins);
+        PyObject *e, *ins;
+        int plain = untouched_at(eqns, k, env, args[4], &e, &ins);
         if (plain < 0) return NULL;
         if (!plain) break;
         Py_DECREF(ins);
