@@ -1281,6 +1281,20 @@ static PyObject *atoms_of(PyObject *e, int field) {
     return seq;
 }
 
+/* whether the equation `e` (its results `outs`, a tuple or list) stays in a backward DCE
+ * sweep: a result in `live`, or `effects(e)` true.  1, 0, or -1 with an exception set */
+static int eqn_alive(PyObject *e, PyObject *outs, PyObject *live, PyObject *effects) {
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(outs); i++) {
+        int alive = PySet_Contains(live, PySequence_Fast_GET_ITEM(outs, i));
+        if (alive) return alive;
+    }
+    PyObject *r = PyObject_CallOneArg(effects, e);
+    if (r == NULL) return -1;
+    int alive = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return alive;
+}
+
 /* dce_walk_vars(eqns, live, kept, has_live_effects, prune): `builder.dce_eqns`' backward loop,
  * step for step: each equation of `eqns`, last first, is kept when one of its results is in
  * `live` (a set of the atoms themselves) or else when `has_live_effects(e)`; a kept one is
@@ -1304,21 +1318,10 @@ static PyObject *dce_walk_vars(PyObject *self, PyObject *const *args, Py_ssize_t
         }
         PyObject *outs = atoms_of(e, 2);
         if (outs == NULL) goto fail;
-        int alive = 0;
-        for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(outs); k++) {
-            alive = PySet_Contains(live, PySequence_Fast_GET_ITEM(outs, k));
-            if (alive) break;
-        }
+        int alive = eqn_alive(e, outs, live, effects);
         Py_DECREF(outs);
         if (alive < 0) goto fail;
-        if (!alive) {
-            PyObject *r = PyObject_CallOneArg(effects, e);
-            if (r == NULL) goto fail;
-            alive = PyObject_IsTrue(r);
-            Py_DECREF(r);
-            if (alive < 0) goto fail;
-            if (!alive) continue;
-        }
+        if (!alive) continue;
         PyObject *ke = Py_NewRef(e);
         if (prune != Py_None) {
             PyObject *none_inside = get_slot(eqn_fields[6], e);
@@ -1388,22 +1391,12 @@ static PyObject *dce_sweep(PyObject *self, PyObject *const *args, Py_ssize_t nar
             Py_DECREF(outs);
             break;
         }
-        int alive = 0;
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(outs) && !alive; i++) {
-            alive = PySet_Contains(live, PyTuple_GET_ITEM(outs, i));
-        }
+        int alive = eqn_alive(e, outs, live, effects);
         Py_DECREF(outs);
         if (alive < 0) return NULL;
         if (!alive) {
-            PyObject *r = PyObject_CallOneArg(effects, e);
-            if (r == NULL) return NULL;
-            alive = PyObject_IsTrue(r);
-            Py_DECREF(r);
-            if (alive < 0) return NULL;
-            if (!alive) {
-                changed = 1;
-                continue;
-            }
+            changed = 1;
+            continue;
         }
         PyObject *none_inside = get_slot(eqn_fields[6], e);
         if (none_inside == NULL) return NULL;

@@ -667,29 +667,13 @@ def named_axes_use(jaxpr: Jaxpr) -> tuple[Eqn | None, ShapedArray] | None:
     t = named(jaxpr.constvars + jaxpr.invars)
     if t is not None:
         return None, t
-    return _first_named_eqn(jaxpr, named, set())
-
-
-def _first_named_eqn(j: Jaxpr, named, seen: set[int]) -> tuple[Eqn, ShapedArray] | None:
-    """`named_axes_use`'s walk of `all_eqns` (the same order), written out: it runs on every
-    equation of every program differentiated or run, and most have no nested jaxpr."""
-    seen.add(id(j))
-    for e in j.eqns:
+    for e in all_eqns(jaxpr):
         t = named(e.outputs)
-        if e.no_subjaxprs:
-            if t is not None:
-                return e, t
-            continue
-        subs = eqn_subjaxprs(e)
-        for sub in subs:
-            t = t or named(sub.constvars + sub.invars)
+        if t is None and not e.no_subjaxprs:  # (`eqn_subjaxprs`' first answer, no call)
+            for sub in eqn_subjaxprs(e):
+                t = t or named(sub.constvars + sub.invars)
         if t is not None:
             return e, t
-        for sub in subs:
-            if id(sub) not in seen:
-                found = _first_named_eqn(sub, named, seen)
-                if found is not None:
-                    return found
     return None
 
 

@@ -566,20 +566,15 @@ def printed_axis_sizes(jaxpr) -> dict[str, int | None]:
 _AXIS_SIZES: contextvars.ContextVar[dict[str, int | None] | None] = contextvars.ContextVar(
     "axis_sizes", default=None
 )
-# (why a value cannot carry it: as `_AXIS_SIZES`, of which it is the hashable form)
-_AXIS_SIZES_KEY: contextvars.ContextVar[tuple] = contextvars.ContextVar(
-    "axis_sizes_key", default=()
-)
-
-
-#: `axis_sizes_key`'s context variable, which the compiled builder reads without calling the
-#: function (`_twin.bind_fast_vars`, on every type its memo answers)
-AXIS_SIZES_KEY = _AXIS_SIZES_KEY
+# (why a value cannot carry it: as `_AXIS_SIZES`, of which it is the hashable form); public:
+# the compiled builder reads it without calling `axis_sizes_key` (`_twin.bind_fast_vars`, on
+# every type its memo answers)
+AXIS_SIZES_KEY: contextvars.ContextVar[tuple] = contextvars.ContextVar("axis_sizes_key", default=())
 
 
 def axis_sizes_key() -> tuple:
     """The mesh axis sizes in force, hashable (empty outside `axis_sizes_of`)."""
-    return _AXIS_SIZES_KEY.get()
+    return AXIS_SIZES_KEY.get()
 
 
 def axis_sizes(jaxpr, given: dict[str, int] | None = None) -> dict[str, int | None]:
@@ -607,11 +602,11 @@ def axis_sizes_of(jaxpr, given: dict[str, int] | None = None):
 def axis_sizes_in_force(sizes: dict[str, int | None]):
     """Within the block, `axis_size` answers with `sizes` (`axis_sizes`' result)."""
     token = _AXIS_SIZES.set(sizes)
-    key_token = _AXIS_SIZES_KEY.set(tuple(sorted(sizes.items(), key=lambda kv: kv[0])))
+    key_token = AXIS_SIZES_KEY.set(tuple(sorted(sizes.items(), key=lambda kv: kv[0])))
     try:
         yield sizes
     finally:
-        _AXIS_SIZES_KEY.reset(key_token)
+        AXIS_SIZES_KEY.reset(key_token)
         _AXIS_SIZES.reset(token)
 
 

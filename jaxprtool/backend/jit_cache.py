@@ -30,6 +30,7 @@ from collections import OrderedDict
 
 from ..core import Eqn, Jaxpr, Literal, Var
 from ..frozen import Frozen
+from ..lazy import np, numpy_loaded
 
 #: programs kept (each with the executables JAX compiled for it)
 SIZE = 48
@@ -147,11 +148,10 @@ class _Keyer:
     def numpy_value(x):
         """A numpy array, scalar or dtype by its dtype, shape and bytes; anything else is
         Unkeyable."""
-        import sys
-
-        np = sys.modules.get("numpy")  # (a value of numpy's exists only once it is loaded)
-        if np is not None and isinstance(x, (np.ndarray, np.generic)) and x.dtype.kind != "O":
+        if not numpy_loaded():  # (a value of numpy's exists only once it is loaded)
+            raise Unkeyable(type(x))
+        if isinstance(x, (np.ndarray, np.generic)) and x.dtype.kind != "O":
             return (type(x), x.dtype.str, x.dtype.name, x.shape, np.ascontiguousarray(x).tobytes())
-        if np is not None and isinstance(x, np.dtype):
+        if isinstance(x, np.dtype):
             return (np.dtype, x.str, x.name)
         raise Unkeyable(type(x))
