@@ -214,6 +214,41 @@ def test_budget_exact_plan_is_the_optimum():
         assert greedy.bytes_after <= budget  # feasible; its FLOPs gap is reported by the bench
 
 
+def test_a_program_solved_before_is_answered_without_a_solve(monkeypatch):
+    """The budget's 0/1 program of a gradient built again (new objects, the same numbers) at
+    the same budget is answered from `budget._solved`, HiGHS not called: the plan is the
+    one a solve gives (the same values saved, by position); another budget is solved."""
+    import scipy.optimize
+
+    from jaxprtool.ad.remat import budget as B
+
+    j = ir(
+        lambda x, w: jnp.sum(jnp.tanh(jnp.sin(x @ w) * 2.0) ** 2), vec((4, 6), 0), vec((6, 5), 1)
+    )
+    calls = []
+    milp = scipy.optimize.milp
+    monkeypatch.setattr(scipy.optimize, "milp", lambda *a, **k: calls.append(1) or milp(*a, **k))
+    monkeypatch.setattr(B, "_solved", B.OrderedDict())
+
+    def plan(budget):
+        primal, _, info = linearize_jaxpr(j, [0, 1])
+        g = remat.Graph(primal, info)
+        p = remat.budget_plan(g, remat.Spec(budget=budget))
+        position = {id(o): k for k, o in enumerate(o for e in g.eqns for o in e.outputs)}
+        return [position.get(id(v), -1) for v in p.saved], p.exact
+
+    g = remat.Graph(*(lambda p, _, i: (p, i))(*linearize_jaxpr(j, [0, 1])))
+    floor, whole = remat.smallest_budget(g), g.residual_bytes()
+    middle = (floor + whole) // 2
+    first = plan(middle)
+    assert len(calls) == 1 and first[1]
+    assert plan(middle) == first and len(calls) == 1  # answered, not solved
+    plan(floor)
+    assert len(calls) == 2  # another budget: solved
+    B._solved.clear()
+    assert plan(middle) == first and len(calls) == 3  # a fresh solve gives the same plan
+
+
 def _held(g, recompute: set[int]) -> int:
     """The bytes held when exactly `recompute` is recomputed (any set is a plan: what it and
     the residuals read from outside it is saved)."""

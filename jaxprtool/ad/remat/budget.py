@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
+from collections import OrderedDict
 
 from ...core import JaxprError, Var, eqn_subjaxprs
 from .chain import chain_plan
@@ -26,6 +28,18 @@ ILP_NODE_LIMIT = 20_000
 #: a wall-clock guard (s) against a pathological solve, far beyond what the node limit
 #: allows at EXACT_LIMIT candidates: only past it would a plan depend on time
 ILP_TIME_LIMIT = 120.0
+#: the solved programs remembered (`_solved`): the answers of the last this many
+SOLVED_LIMIT = 256
+
+#: digest of a 0/1 program as HiGHS is handed it -> its answer (the indices of the values
+#: saved), for the programs HiGHS proved optimal.  The compile loop of `--remat-budget`
+#: (`fit.py`) and the tests plan the same program at the same budget more than once (each
+#: plan is a new gradient built, its graph new objects, its program the same numbers); HiGHS
+#: is deterministic, so a program solved before is answered by its answer, not solved again
+#: (a solve is 0.02-1 s: a third of `make test`'s planning).  Only an exact repeat: the
+#: answer at a looser budget that fits a tighter one is an optimum there too, but HiGHS may
+#: pick another of equal FLOPs (4 of the 6 such in tests/test_remat_fit.py did)
+_solved: OrderedDict[bytes, tuple[int, ...]] = OrderedDict()
 
 
 def _candidates(g: Graph) -> list[int]:
@@ -48,7 +62,7 @@ def _ilp_budget(g: Graph, cands: list[int], budget: int, flops, groups=None):
     plan in time.  With `groups` (the peak model, `planned_peak`), a continuous m at least
     each group's recomputed residual bytes, and `copies` * saved bytes + m <= budget."""
     import numpy as np
-    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.optimize import LinearConstraint
     from scipy.sparse import coo_matrix
 
     cset = {i: k for k, i in enumerate(cands)}
@@ -106,8 +120,28 @@ def _ilp_budget(g: Graph, cands: list[int], budget: int, flops, groups=None):
     cons.append(LinearConstraint(row[None, :], -np.inf, budget))
     f = np.array([float(flops(g.eqns[i])) for i in cands])
     tie = sizes / (2.0 * (sizes.sum() + 1.0))  # bytes break ties between equal FLOPs
+    objective = np.concatenate([f + 1e-3, tie, np.zeros(nm)])
+    found = _solve(objective, cons, (nc, nv, nm, budget), a, np.array(lo), row)
+    if found is None:
+        return None
+    return {id(vlist[k]) for k in found[0]}, found[1]
+
+
+def _solve(objective, cons, counts: tuple, a, lower, row):
+    """HiGHS' answer to `_ilp_budget`'s program, `counts` its (candidates, values, peak
+    columns, budget): (the indices of the values saved, proven optimal), None without a
+    plan; a program proven before is answered from `_solved`."""
+    import numpy as np
+    from scipy.optimize import Bounds, milp
+
+    nc, nv, nm, _ = counts
+    key = _digest(counts, objective, a, lower, row)
+    saved = _solved.get(key)
+    if saved is not None:
+        _solved.move_to_end(key)
+        return saved, True
     res = milp(
-        np.concatenate([f + 1e-3, tie, np.zeros(nm)]),
+        objective,
         constraints=cons,
         integrality=np.concatenate([np.ones(nc + nv), np.zeros(nm)]),
         bounds=Bounds(0, np.concatenate([np.ones(nc + nv), np.full(nm, np.inf)])),
@@ -115,8 +149,25 @@ def _ilp_budget(g: Graph, cands: list[int], budget: int, flops, groups=None):
     )
     if res.x is None:
         return None
-    saved_ids = {id(vlist[k]) for k in range(nv) if res.x[nc + k] > 0.5}
-    return saved_ids, res.status == 0
+    saved = tuple(k for k in range(nv) if res.x[nc + k] > 0.5)
+    if res.status == 0:  # (a limit reached: not remembered, another run may find another)
+        _solved[key] = saved
+        if len(_solved) > SOLVED_LIMIT:
+            _solved.popitem(last=False)
+    return saved, res.status == 0
+
+
+def _digest(counts: tuple, objective, a, lower, row) -> bytes:
+    """What identifies a 0/1 program of `_ilp_budget`: `counts` (its columns of each kind,
+    which give its integrality and bounds, and the budget), the objective, the constraints
+    (`a` >= `lower`) and the budget's row."""
+    import numpy as np
+
+    h = hashlib.blake2b(repr(counts).encode(), digest_size=20)
+    for part in (objective, a.row, a.col, a.data, lower, row):
+        h.update(np.ascontiguousarray(part).tobytes())
+        h.update(b"|")
+    return h.digest()
 
 
 def _greedy_budget(g: Graph, cands: list[int], budget: int, flops, groups=None):
