@@ -165,8 +165,9 @@ def _digest(counts: tuple, objective, a, lower, row) -> bytes:
 
     h = hashlib.blake2b(repr(counts).encode(), digest_size=20)
     for part in (objective, a.row, a.col, a.data, lower, row):
-        h.update(np.ascontiguousarray(part).tobytes())
-        h.update(b"|")
+        arr = np.ascontiguousarray(part)
+        h.update(f"{arr.dtype.str}{arr.shape}|".encode())  # no two splits of one byte run
+        h.update(arr.tobytes())
     return h.digest()
 
 
