@@ -164,6 +164,9 @@ def rematerialize(
             off = plan.offload.get(id(v))
             to = f", offloaded to {off.dst}" if off else ""
             plan.saved_lines.append(f"{v.type} ({g.cost(v)} B) from {src}{to}")
+            k = next(n for n, o in enumerate(g.eqns[i].outputs) if o is v)
+            key = f"{len(g.eqns)}x{g.copies}:{i}.{k}"
+            plan.saved_values.append((key, g.copies * g.cost(v)))
     for i in plan.recompute:
         p = g.eqns[i].prim
         plan.recomputed_counts[p] = plan.recomputed_counts.get(p, 0) + 1
