@@ -27,7 +27,9 @@ loop needs anyway, and compiles as few plans as it can:
    the pick at `ALTERNATIVE` times that aim beside it (two compiles at once, in threads;
    with a prior, the picks of step 1 are this round, and the calibrated model says their
    planned figures);
-4. corrects the calibration by what XLA reported for the budget plans it compiled, and
+4. learns from what XLA reported for every plan compiled so far, by saved value
+   (`learn_weights`: the plain gradient's scale kept, each compile one equation; where the
+   plain gradient did not compile, the scale corrected instead: `correct_scale`), and
    stops (`STOP_GAIN`) unless the plan the corrected model picks would recompute at least
    that share fewer FLOPs than the best compiled plan that fits: then it compiles that
    plan, one compile at a time, `MAX_COMPILES` at most (a tighter aim after each round
