@@ -35,7 +35,7 @@ def tried(label: str) -> Tried:
     big, scaled, temp = TPU[label]
     values = {**SMALL, **dict.fromkeys(big, BIG)}
     body = Plan("budget", [], [], nested=True)
-    body.saved_values = [(f"75x8:{k}", n) for k, n in values.items()]
+    body.saved_values = [(f"75x8:{k}/1", n) for k, n in values.items()]
     fused = scaled / SCALE  # (the scan body's figure: its liveness one, held or not)
     return Tried(f"model budget {label}", None, [body], 0, int(fused), int(fused), temp=temp)
 
@@ -50,14 +50,14 @@ def test_each_compile_is_one_equation_the_weights_meet():
         assert abs(cal.figure(t) - t.temp) <= 2, (t.label, cal.figure(t), t.temp)
     # what XLA holds beyond the scale is by value: the residual stream value 43 costs twice
     # its bytes more, the one 26 saved with it nothing more (the chip's three compiles)
-    assert cal.weights["75x8:43.0"] > 1.5 and abs(cal.weights["75x8:26.0"]) < 0.5
+    assert cal.weights["75x8:43.0/1"] > 1.5 and abs(cal.weights["75x8:26.0/1"]) < 0.5
 
 
 def test_a_value_no_compile_saved_has_no_weight():
     cal = Calibration(0.0, SCALE)
     weights = learn_weights(cal, [tried("0.1728")])
-    assert "75x8:25.0" not in weights
-    assert weights["75x8:26.0"] == pytest.approx(weights["75x8:43.0"])  # split by bytes
+    assert "75x8:25.0/1" not in weights
+    assert weights["75x8:26.0/1"] == pytest.approx(weights["75x8:43.0/1"])  # split by bytes
     # (and a plan saving nothing keyed teaches nothing)
     bare = Tried("policy", None, [], 0, 10, 10, temp=99)
     assert learn_weights(cal, [bare]) == {}
