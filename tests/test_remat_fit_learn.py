@@ -61,6 +61,8 @@ def test_a_value_no_compile_saved_has_no_weight():
     # (and a plan saving nothing keyed teaches nothing)
     bare = Tried("policy", None, [], 0, 10, 10, temp=99)
     assert learn_weights(cal, [bare]) == {}
+    host = Plan("budget", [], [], saved_values=[("1x1:0.0/1", 0)])  # (offloaded: 0 bytes)
+    assert learn_weights(cal, [Tried("offload", None, [host], 0, 10, 10, temp=99)]) == {}
 
 
 def test_the_next_plan_carries_the_lesson_by_value():

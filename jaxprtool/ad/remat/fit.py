@@ -162,7 +162,7 @@ def learn_weights(cal: Calibration, compiled: list[Tried]) -> dict[str, float]:
     one correction of the scale for all plans carried the 1.25x of a plan saving 275 MB of
     the scan twin's to a plan saving 7 MB (planned at 0.78x of XLA's bytes)."""
     rows = [(t.values(), t.temp - cal.scaled(t)) for t in compiled]
-    rows = [(x, r) for x, r in rows if x]
+    rows = [(x, r) for x, r in rows if any(x.values())]  # (a plan saving no bytes: no row)
     if not rows:
         return {}
     gram = [[float(sum(n * b.get(k, 0) for k, n in a.items())) for b, _ in rows] for a, _ in rows]
