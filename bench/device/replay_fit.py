@@ -27,7 +27,7 @@ from jaxprtool.text.parser import parse  # noqa: E402
 from jaxprtool.ui.stats import flops  # noqa: E402
 
 #: the plain gradient's XLA:TPU temp bytes, and each compiled plan's by the loop's FLOPs count
-#: (bench/device/results/remat_tpu_2026-12-06c/d_*.log, TPU v5e, JAX 0.10.2)
+#: (bench/device/results/remat_tpu_2026-12-06c/d_*.log and 2026-12-07c_*, TPU v5e, JAX 0.10.2)
 UNROLLED = (
     2052174848,
     {
@@ -40,6 +40,7 @@ UNROLLED = (
         2913983709184: 885567488,
         2905397968896: 919638016,
         3231685459968: 388823552,  # nothing_saveable
+        3158704570368: 424159744,  # remat_tpu_2026-12-07c_unrolled.log
     },
 )
 SCAN = (
@@ -58,6 +59,8 @@ SCAN = (
         3171241852928: 1400807424,
         3239927775232: 1292227072,
         3308647251968: 866760704,
+        3171275407360: 1218952192,  # remat_tpu_2026-12-07c_scan_learnt.log
+        2724229644288: 3167799808,  # remat_tpu_2026-12-07c_scan_learnt.log
     },
 )
 

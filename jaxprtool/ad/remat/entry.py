@@ -164,6 +164,12 @@ def rematerialize(
             off = plan.offload.get(id(v))
             to = f", offloaded to {off.dst}" if off else ""
             plan.saved_lines.append(f"{v.type} ({g.cost(v)} B) from {src}{to}")
+            # (a loop's results, and so their positions, differ between plans: the count
+            # of them in the key keeps plans of different loop results apart)
+            outs = g.eqns[i].outputs
+            k = next(n for n, o in enumerate(outs) if o is v)
+            key = f"{len(g.eqns)}x{g.copies}:{i}.{k}/{len(outs)}"
+            plan.saved_values.append((key, g.copies * g.cost(v)))
     for i in plan.recompute:
         p = g.eqns[i].prim
         plan.recomputed_counts[p] = plan.recomputed_counts.get(p, 0) + 1

@@ -27,7 +27,9 @@ loop needs anyway, and compiles as few plans as it can:
    the pick at `ALTERNATIVE` times that aim beside it (two compiles at once, in threads;
    with a prior, the picks of step 1 are this round, and the calibrated model says their
    planned figures);
-4. corrects the calibration by what XLA reported for the budget plans it compiled, and
+4. learns from what XLA reported for every plan compiled so far, by saved value
+   (`learn_weights`: the plain gradient's scale kept, each compile one equation; where the
+   plain gradient did not compile, the scale corrected instead: `correct_scale`), and
    stops (`STOP_GAIN`) unless the plan the corrected model picks would recompute at least
    that share fewer FLOPs than the best compiled plan that fits: then it compiles that
    plan, one compile at a time, `MAX_COMPILES` at most (a tighter aim after each round
@@ -103,17 +105,33 @@ class Tried:
     temp: int | None = None  # XLA's temp bytes, once compiled
     planned: int | None = None  # the calibrated figure when it was picked
     budget: float | None = None  # the model budget of a budget plan (None: a policy's)
+    out_of_memory: bool = False  # did not compile for lack of memory (`temp` a guess)
 
     def fits(self, target: int) -> bool:
         return self.temp is not None and self.temp <= target
 
+    def values(self) -> dict[str, int]:
+        """The bytes of each value the plan saves, by key (`Plan.saved_values`): those of
+        the scan bodies' plans where there are any (the outermost plan's are then their
+        stacks, keyed by the loop's result positions, which differ between plans), else the
+        outermost plans'."""
+        inner = [p for p in self.plans if p.nested]
+        out: dict[str, int] = {}
+        for p in inner or self.plans:
+            for key, n in p.saved_values:
+                out[key] = out.get(key, 0) + n
+        return out
+
 
 @dataclass
 class Calibration:
-    """The device model calibrated to XLA: `figure(t) = scale * (held*L + (1-held)*F)`."""
+    """The device model calibrated to XLA: `figure(t) = scale * (held*L + (1-held)*F)`, plus
+    what the compiles taught about the values `t` saves: `weights[key]` more bytes per byte
+    of the value `key` (`learn_weights`)."""
 
     held: float
     scale: float
+    weights: dict[str, float] = field(default_factory=dict)
 
     @staticmethod
     def from_plain(temp: int, liveness: int, fused: int) -> Calibration:
@@ -123,7 +141,60 @@ class Calibration:
         return Calibration(held, temp / max(1.0, base))
 
     def figure(self, t: Tried) -> int:
+        base = self.scale * (self.held * t.liveness + (1 - self.held) * t.fused)
+        if self.weights:
+            base += sum(self.weights.get(k, 0.0) * n for k, n in t.values().items())
+        return max(0, int(base))
+
+    def scaled(self, t: Tried) -> int:
+        """The figure without what was learnt by value."""
         return int(self.scale * (self.held * t.liveness + (1 - self.held) * t.fused))
+
+
+def learn_weights(cal: Calibration, compiled: list[Tried]) -> dict[str, float]:
+    """Per saved value, the bytes XLA holds beyond the scaled figure, per byte of the value:
+    each compiled plan is one equation, `temp - scaled figure = sum of weight x bytes` over the
+    values it saves, and the weights are the least-norm solution of those equations (nothing
+    is known of a value no compiled plan saved: weight 0; what plans share is split by their
+    bytes).  Why by value: on the TPU v5e, saving a value costs XLA 1.0x-2.6x its bytes
+    depending on the value (bench/device/layout_probe.py), while the plain gradient's scale
+    (all values saved, their average) predicts the plans that save nearly nothing within 3%;
+    one correction of the scale for all plans carried the 1.25x of a plan saving 275 MB of
+    the scan twin's to a plan saving 7 MB (planned at 0.78x of XLA's bytes)."""
+    rows = [(t.values(), t.temp - cal.scaled(t)) for t in compiled]
+    rows = [(x, r) for x, r in rows if any(x.values())]  # (a plan saving no bytes: no row)
+    if not rows:
+        return {}
+    gram = [[float(sum(n * b.get(k, 0) for k, n in a.items())) for b, _ in rows] for a, _ in rows]
+    ridge = 1e-9 * max(gram[i][i] for i in range(len(rows)))
+    for i in range(len(rows)):
+        gram[i][i] += ridge
+    alpha = _solve(gram, [float(r) for _, r in rows])
+    weights: dict[str, float] = {}
+    for (x, _), a in zip(rows, alpha):
+        for k, n in x.items():
+            weights[k] = weights.get(k, 0.0) + a * n
+    # (a saved value holds no fewer than no bytes: where a plan saving small values only is
+    # held below its figure, the least-norm weights of those values would say so)
+    return {k: max(-cal.scale, w) for k, w in weights.items()}
+
+
+def _solve(a: list[list[float]], b: list[float]) -> list[float]:
+    """`a x = b` by Gaussian elimination with partial pivoting (`a` small, symmetric, positive
+    definite: a Gram matrix with a ridge)."""
+    n = len(b)
+    m = [row[:] + [b[i]] for i, row in enumerate(a)]
+    for c in range(n):
+        p = max(range(c, n), key=lambda r: abs(m[r][c]))
+        m[c], m[p] = m[p], m[c]
+        for r in range(c + 1, n):
+            f = m[r][c] / m[c][c]
+            for j in range(c, n + 1):
+                m[r][j] -= f * m[c][j]
+    x = [0.0] * n
+    for r in range(n - 1, -1, -1):
+        x[r] = (m[r][n] - sum(m[r][j] * x[j] for j in range(r + 1, n))) / m[r][r]
+    return x
 
 
 #: the device model before any compile, by platform (`--device`'s): what the plain
@@ -582,6 +653,7 @@ class _Loop:
         head = f"  compile {self.fit.compiles}: {t.label}: planned {t.planned} B (calibrated), "
         if temp is None:  # out of the device's memory: over any target
             t.temp = max(self.fit.target + 1, int(OUT_OF_MEMORY * t.planned))
+            t.out_of_memory = True
             self.fit.say(head + "XLA: out of the device's memory; over the target")
             return
         t.temp = temp
@@ -593,6 +665,23 @@ class _Loop:
         )
 
     def correct(self, batch: list[Tried]) -> None:
+        """Learn from the compiles: where the plain gradient's compile calibrated the scale,
+        by value (`learn_weights`, from every plan compiled so far); else (it did not
+        compile) the scale, by `batch` (`correct_scale`)."""
+        if not self.fit.plain_temp:
+            self.correct_scale(batch)
+            return
+        compiled = [t for t in self.tried if t.temp is not None and not t.out_of_memory]
+        weights = learn_weights(self.cal, compiled)
+        self.cal = Calibration(self.cal.held, self.cal.scale, weights)
+        extra = [w for w in weights.values() if w]
+        said = f"{min(extra):+.2f} to {max(extra):+.2f}" if extra else "none"
+        self.fit.say(
+            f"  learnt by value from {len(compiled)} compiles: {len(extra)} saved values "
+            f"weighted, XLA's bytes beyond the scaled figure per byte {said}"
+        )
+
+    def correct_scale(self, batch: list[Tried]) -> None:
         """Scale the calibration by XLA's figure over the model's for the budget plan of
         `batch` nearest the target (the pick where none is a budget plan: a policy plan's
         ratio says less about the budget plans next to be picked): all of it when that plan

@@ -172,6 +172,10 @@ class Plan:
     sizes: str = ""  # the symbolic sizes the bytes count (`b=5`), when --dim gave them
     #: one line per saved value and per recomputed primitive (filled by `rematerialize`)
     saved_lines: list[str] = field(default_factory=list)
+    #: (key, device bytes held) of each saved value an equation makes, the bytes `copies`
+    #: times in a scan body (stacked); the key names the body and the equation's result by
+    #: position, the same in every plan of the same program (`fit.py` learns by it)
+    saved_values: list[tuple[str, int]] = field(default_factory=list)
     recomputed_counts: dict[str, int] = field(default_factory=dict)
     nested: bool = False
     #: id of a saved value -> where it is offloaded (its bytes are in `bytes_offloaded`,
