@@ -161,40 +161,19 @@ def learn_weights(cal: Calibration, compiled: list[Tried]) -> dict[str, float]:
     (all values saved, their average) predicts the plans that save nearly nothing within 3%;
     one correction of the scale for all plans carried the 1.25x of a plan saving 275 MB of
     the scan twin's to a plan saving 7 MB (planned at 0.78x of XLA's bytes)."""
+    import numpy as np
+
     rows = [(t.values(), t.temp - cal.scaled(t)) for t in compiled]
     rows = [(x, r) for x, r in rows if any(x.values())]  # (a plan saving no bytes: no row)
     if not rows:
         return {}
-    gram = [[float(sum(n * b.get(k, 0) for k, n in a.items())) for b, _ in rows] for a, _ in rows]
-    ridge = 1e-9 * max(gram[i][i] for i in range(len(rows)))
-    for i in range(len(rows)):
-        gram[i][i] += ridge
-    alpha = _solve(gram, [float(r) for _, r in rows])
-    weights: dict[str, float] = {}
-    for (x, _), a in zip(rows, alpha):
-        for k, n in x.items():
-            weights[k] = weights.get(k, 0.0) + a * n
+    keys = sorted({k for x, _ in rows for k in x})
+    saved = np.array([[float(x.get(k, 0)) for k in keys] for x, _ in rows])
+    beyond = np.array([float(r) for _, r in rows])
+    found = np.linalg.lstsq(saved, beyond, rcond=None)[0]  # (the least-norm solution)
     # (a saved value holds no fewer than no bytes: where a plan saving small values only is
     # held below its figure, the least-norm weights of those values would say so)
-    return {k: max(-cal.scale, w) for k, w in weights.items()}
-
-
-def _solve(a: list[list[float]], b: list[float]) -> list[float]:
-    """`a x = b` by Gaussian elimination with partial pivoting (`a` small, symmetric, positive
-    definite: a Gram matrix with a ridge)."""
-    n = len(b)
-    m = [row[:] + [b[i]] for i, row in enumerate(a)]
-    for c in range(n):
-        p = max(range(c, n), key=lambda r: abs(m[r][c]))
-        m[c], m[p] = m[p], m[c]
-        for r in range(c + 1, n):
-            f = m[r][c] / m[c][c]
-            for j in range(c, n + 1):
-                m[r][j] -= f * m[c][j]
-    x = [0.0] * n
-    for r in range(n - 1, -1, -1):
-        x[r] = (m[r][n] - sum(m[r][j] * x[j] for j in range(r + 1, n))) / m[r][r]
-    return x
+    return {k: max(-cal.scale, float(w)) for k, w in zip(keys, found)}
 
 
 #: the device model before any compile, by platform (`--device`'s): what the plain
