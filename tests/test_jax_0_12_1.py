@@ -148,8 +148,8 @@ def test_random_poisson_runs_and_batches_as_jax():
     typed, printed back, run and batched (keys and rates both batched) to JAX's counts; its
     counts have no derivative (the tool's grad of a function using them is JAX's)."""
     import jax
+    from jax_oracle import together
 
-    from jaxprtool import backend
     from jaxprtool.ad.api import grad_jaxpr
     from jaxprtool.ad.batching import vmap_jaxpr
 
@@ -163,13 +163,17 @@ def test_random_poisson_runs_and_batches_as_jax():
         pytest.skip(f"the installed JAX ({jax.__version__}) has no random_poisson primitive")
     j = parse(text, "<poisson>").jaxpr
     assert print_jaxpr(j, detect_style(j)) + "\n" == text
-    for a, b in zip(backend.evaluate(j, [seed, rate]), jax.jit(f)(seed, rate), strict=True):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     seeds, rates = np.arange(4, dtype=np.int32), np.linspace(0.5, 9.0, 4, dtype=np.float32)
-    got = backend.evaluate(vmap_jaxpr(j, 0, 0, axis_size=4), [seeds, rates])
-    for a, b in zip(got, jax.vmap(f)(seeds, rates), strict=True):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     loss = jax.make_jaxpr(lambda s, r: f(s, r)[1])(seed, rate)
-    (g,) = backend.evaluate(grad_jaxpr(parse(str(loss) + "\n").jaxpr, 1), [seed, rate])
-    want = jax.grad(lambda r: f(seed, r)[1])(rate)
-    np.testing.assert_allclose(np.asarray(g), np.asarray(want), rtol=1e-6)
+    # the tool's three programs and JAX's three answers in one XLA compile (`together`)
+    ran, want, batched, want_batched, (g,), want_g = together(
+        (j, [seed, rate]),
+        (f, (seed, rate)),
+        (vmap_jaxpr(j, 0, 0, axis_size=4), [seeds, rates]),
+        (jax.vmap(f), (seeds, rates)),
+        (grad_jaxpr(parse(str(loss) + "\n").jaxpr, 1), [seed, rate]),
+        (jax.grad(lambda r: f(seed, r)[1]), (rate,)),
+    )
+    for a, b in [*zip(ran, want, strict=True), *zip(batched, want_batched, strict=True)]:
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(g, want_g, rtol=1e-6)

@@ -105,23 +105,39 @@ def _jaxpr(name, args=None):
     return parse(text, f"<{name}>").jaxpr
 
 
+def _jax_answers(name, args, tans, ct, batched, asked) -> dict:
+    """JAX's answer to each check of a case that is asked for (traced in the oracle's jit)."""
+    f, in_axes = _fn(name), CASES[name][1]
+    argnums = tuple(range(len(args)))
+    checks = {
+        "run": lambda: f(*args),
+        "jvp": lambda: jax.jvp(f, tuple(args), tuple(tans)),
+        "vjp": lambda: jax.vjp(f, *args)[1](ct),
+        "grad": lambda: jax.grad(lambda *a: jnp.sum(f(*a)), argnums)(*args),
+        "vmap": lambda: jax.vmap(f, in_axes=in_axes)(*batched),
+    }
+    return {k: make() for k, make in checks.items() if k in asked}
+
+
+def _asked(request) -> dict[str, set[str]]:
+    """The checks of each case that this run's tests of the module ask for: `make test` runs
+    a sample of them (conftest's SAMPLED), and the two fixtures below compute only those (a
+    check not computed fails its test with a KeyError, never passes)."""
+    asked: dict[str, set[str]] = {n: {"run"} for n in NAMES}  # (the vjp and fmuladd tests')
+    for item in request.session.items:
+        spec = getattr(item, "callspec", None)
+        if item.module is request.module and spec is not None and "name" in spec.params:
+            asked[spec.params["name"]].add(item.originalname.removeprefix("test_"))
+    return asked
+
+
 @pytest.fixture(scope="module")
-def oracle():
-    """JAX's numbers for every case and check, from one compiled function."""
+def oracle(request):
+    """JAX's numbers for every case and check asked for, from one compiled function."""
+    asked = _asked(request)
 
     def compute(cases):
-        out = {}
-        for name, (args, tans, ct, batched) in cases.items():
-            f, in_axes = _fn(name), CASES[name][1]
-            argnums = tuple(range(len(args)))
-            out[name] = {
-                "run": f(*args),
-                "jvp": jax.jvp(f, tuple(args), tuple(tans)),
-                "vjp": jax.vjp(f, *args)[1](ct),
-                "grad": jax.grad(lambda *a, f=f: jnp.sum(f(*a)), argnums)(*args),
-                "vmap": jax.vmap(f, in_axes=in_axes)(*batched),
-            }
-        return out
+        return {n: _jax_answers(n, *inputs, asked[n]) for n, inputs in cases.items()}
 
     inputs = {n: (CASES[n][0], _tangents(n), _cotangent(n), _vmap_args(n)[1]) for n in NAMES}
     got = jax.jit(compute)(inputs)
@@ -151,12 +167,16 @@ def _checks(name) -> dict:
 
 
 @pytest.fixture(scope="module")
-def tool():
-    """The tool's outputs of every case and check, run in one compilation; a check whose
-    program the tool could not make holds the exception it raised, which its test raises."""
+def tool(request):
+    """The tool's outputs of every case and check asked for, run in one compilation; a check
+    whose program the tool could not make holds the exception it raised, which its test
+    raises."""
+    asked = _asked(request)
     made, calls = {}, []
     for name in NAMES:
         for check, (make, inputs) in _checks(name).items():
+            if check not in asked[name]:
+                continue
             try:
                 program = make()
             except Exception as e:  # noqa: BLE001 - raised again by the check's test

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from pathlib import Path
 
 import pytest
 
@@ -137,6 +138,13 @@ def test_no_xla_keeps_the_liveness_model(small):
     assert "planned peak" in r.stderr
 
 
+#: the mlp sample: a program whose plain gradient and plans XLA compiles in a few
+#: milliseconds, for the errors (their paths and messages are the transformer's: the
+#: loop's give-up after compile 0 and a round of plans over the target, the least found
+#: said; the device's missing memory limit): 6.4 -> 0.9 CPU-s for the three
+MLP = Path(__file__).resolve().parents[1] / "samples" / "mlp.jaxpr"
+
+
 @pytest.mark.parametrize(
     "flags, code, text",
     [
@@ -145,8 +153,8 @@ def test_no_xla_keeps_the_liveness_model(small):
         (["--remat-budget", "device", "--no-xla"], 2, "it needs XLA"),
     ],
 )
-def test_budget_errors(small, flags, code, text):
-    r = run(["grad", "--argnums", small.argnums, *flags, str(small.src)])
+def test_budget_errors(flags, code, text):
+    r = run(["grad", "--argnums", "0,1,2,3", *flags, str(MLP)])
     assert r.exit_code == code and text in r.output and "Traceback" not in r.output, r.output
     assert r.stdout == ""
 
