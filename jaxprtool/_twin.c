@@ -21,6 +21,9 @@
 static PyTypeObject *VarType, *EqnType, *LocType;
 static PyObject *var_type, *var_hint;
 static PyObject *eqn_fields[7]; /* prim inputs outputs params loc bare_eq no_subjaxprs */
+/* `core._KIND_OF_TYPE` (a parameter value's type -> how `_collect_jaxprs` looks into it) and
+ * its `_LEAF` mark; NULL where `configure` was given none */
+static PyObject *kind_of_type, *kind_leaf;
 static PyObject *str_eqn_start, *str_eq, *str_colon, *str_space, *str_empty, *str_under;
 static PyObject *str_open, *str_close_sp, *str_equals, *str_typed, *str_close, *str_type;
 
@@ -32,11 +35,13 @@ static PyObject *get_slot(PyObject *descr, PyObject *obj) {
     return Py_TYPE(descr)->tp_descr_get(descr, obj, (PyObject *)Py_TYPE(obj));
 }
 
-/* configure(Var, (type, hint descriptors), Eqn, (its 7 slot descriptors), Loc) */
+/* configure(Var, (type, hint descriptors), Eqn, (its 7 slot descriptors), Loc
+ *           [, core._KIND_OF_TYPE, core._LEAF]) */
 static PyObject *configure(PyObject *self, PyObject *args) {
-    PyObject *var, *vd, *eqn, *ed, *loc;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!", &PyType_Type, &var, &PyTuple_Type, &vd,
-                          &PyType_Type, &eqn, &PyTuple_Type, &ed, &PyType_Type, &loc))
+    PyObject *var, *vd, *eqn, *ed, *loc, *kinds = NULL, *leaf = NULL;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!|O!O", &PyType_Type, &var, &PyTuple_Type, &vd,
+                          &PyType_Type, &eqn, &PyTuple_Type, &ed, &PyType_Type, &loc,
+                          &PyDict_Type, &kinds, &leaf))
         return NULL;
     if (PyTuple_GET_SIZE(vd) != 2 || PyTuple_GET_SIZE(ed) != 7) {
         PyErr_SetString(PyExc_TypeError, "configure: 2 Var and 7 Eqn slot descriptors");
@@ -55,6 +60,8 @@ static PyObject *configure(PyObject *self, PyObject *args) {
     Py_XSETREF(var_type, Py_NewRef(PyTuple_GET_ITEM(vd, 0)));
     Py_XSETREF(var_hint, Py_NewRef(PyTuple_GET_ITEM(vd, 1)));
     for (int i = 0; i < 7; i++) Py_XSETREF(eqn_fields[i], Py_NewRef(PyTuple_GET_ITEM(ed, i)));
+    Py_XSETREF(kind_of_type, Py_XNewRef(leaf == NULL ? NULL : kinds));
+    Py_XSETREF(kind_leaf, Py_XNewRef(leaf));
     Py_RETURN_NONE;
 }
 
@@ -1422,9 +1429,46 @@ static PyObject *dce_sweep(PyObject *self, PyObject *const *args, Py_ssize_t nar
 
 /* ------------------------------------------------------------------ the clean-up passes */
 
+/* `core.eqn_subjaxprs(e) == []` where each parameter value of `e` says so at once, as
+ * `_collect_jaxprs` reads it: its type's kind is `_LEAF` (`_KIND_OF_TYPE`), or it is a tuple or
+ * a list that `marshal` writes (no jaxpr, and no holder of one); the answer is then remembered
+ * on `e` (`no_subjaxprs`), as `eqn_subjaxprs` remembers it.  0 where a value needs the
+ * Python walk (a jaxpr, a holder, a type not kinded yet), 1, or -1 with an exception set. */
+static int params_plain(PyObject *e) {
+    if (kind_of_type == NULL) return 0;
+    PyObject *params = get_slot(eqn_fields[3], e);
+    if (params == NULL) return -1;
+    int plain = PyDict_CheckExact(params);
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (plain && PyDict_Next(params, &pos, &k, &v)) {
+        PyObject *kind = PyDict_GetItemWithError(kind_of_type, (PyObject *)Py_TYPE(v));
+        if (kind == kind_leaf) continue;
+        if (kind == NULL && PyErr_Occurred()) {
+            plain = -1;
+            break;
+        }
+        plain = 0;
+        if (PyTuple_CheckExact(v) || PyList_CheckExact(v)) {
+            PyObject *bytes = PyMarshal_WriteObjectToString(v, 2);
+            if (bytes != NULL) {
+                Py_DECREF(bytes);
+                plain = 1;
+            } else if (PyErr_ExceptionMatches(PyExc_ValueError)) {
+                PyErr_Clear(); /* (an element marshal does not write: the Python walk's) */
+            } else {
+                plain = -1;
+            }
+        }
+    }
+    Py_DECREF(params);
+    if (plain == 1 && set_slot(eqn_fields[6], e, Py_True) < 0) return -1;
+    return plain;
+}
+
 /* whether the pass's Python step would take `e` as it is (`passes.common.EqnRewrite.rewritten`
- * gives it back unchanged): no jaxpr inside (its `no_subjaxprs`, else `subjaxprs(e)`, which
- * remembers an empty answer on it) and no operand that is a Var `env` renames; sets `*ins`
+ * gives it back unchanged): no jaxpr inside (its `no_subjaxprs`, else `params_plain(e)`, else
+ * `subjaxprs(e)`; both remember an empty answer on it) and no operand that is a Var `env` renames; sets `*ins`
  * (a new reference) to its operands, a tuple.  1, 0 (the Python step's), or -1 with an
  * exception set */
 static int untouched(PyObject *e, PyObject *env, PyObject *subjaxprs, PyObject **ins) {
@@ -1433,6 +1477,7 @@ static int untouched(PyObject *e, PyObject *env, PyObject *subjaxprs, PyObject *
     if (none_inside == NULL) return -1;
     int plain = none_inside == Py_True;
     Py_DECREF(none_inside);
+    if (!plain && (plain = params_plain(e)) < 0) return -1;
     if (!plain) {
         PyObject *found = PyObject_CallOneArg(subjaxprs, e);
         if (found == NULL) return -1;

@@ -64,14 +64,15 @@ def _load():
         from .. import _twin
     except ImportError:
         return None
-    from ..core import Eqn, Loc, Var
+    from ..core import _KIND_OF_TYPE, _LEAF, Eqn, Loc, Var
 
     if Var.__slots__ != VAR_FIELDS or Eqn._fields != EQN_FIELDS:
         return None
     if not all(hasattr(_twin, f) for f in FUNCTIONS):
         return None  # (built from an older _twin.c: the Python loops run until it is rebuilt)
     var_slots = tuple(Var.__dict__[f] for f in VAR_FIELDS)
-    _twin.configure(Var, var_slots, Eqn, tuple(Eqn.__dict__[f] for f in EQN_FIELDS), Loc)
+    eqn_slots = tuple(Eqn.__dict__[f] for f in EQN_FIELDS)
+    _twin.configure(Var, var_slots, Eqn, eqn_slots, Loc, _KIND_OF_TYPE, _LEAF)
     return _twin
 
 
