@@ -183,6 +183,34 @@ def test_repeated_dot_generals_differing_in_a_parameter_are_each_checked():
     assert "int32" in found[1].message or "i32" in found[1].message
 
 
+def test_equations_with_parameters_alike_one_that_passed_are_not_checked_again(monkeypatch):
+    # the checker's cheap key (primitive, frozen parameters, identities of the operand and
+    # result types) skips a repeated equation with parameters as one without; another
+    # parameter value, another type or a nested jaxpr is checked
+    import importlib
+
+    C = importlib.import_module("jaxprtool.check")  # (`jaxprtool.check` is the API's function)
+
+    def reduce(out, axes, ty="f32[4]"):
+        return f"    {out}:{ty} = reduce_sum[axes=({axes},) out_sharding=None] a\n"
+
+    text = (
+        "{ lambda ; a:f32[4,4]. let\n"
+        + "".join(reduce(o, 1) for o in "bcdef")
+        + reduce("g", 0)
+        + reduce("h", 1, "f32[5]")
+        + reduce("i", 1)
+        + "  in (b, c, d, e, f, g, h, i) }\n"
+    )
+    checked = []
+    real = C._Checker.eqn
+    monkeypatch.setattr(C._Checker, "eqn", lambda self, e, d: (checked.append(e), real(self, e, d)))
+    j = parse(text).jaxpr
+    found = errors(check(j))
+    assert [d.loc.line for d in found] == [8]  # h: f32[5] is not what reduce_sum gives
+    assert [e.outputs[0].hint for e in checked] == ["b", "g", "h"]
+
+
 def test_dtype_mismatch_of_operands(tmp_path):
     first, p = _first_error(
         tmp_path, "{ lambda ; a:f32[3] b:i32[3]. let\n    c:f32[3] = add a b\n  in (c,) }\n"
