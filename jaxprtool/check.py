@@ -85,6 +85,8 @@ def _fmt_types(ts) -> str:
     return "(" + ", ".join(str(t) for t in ts) + ")"
 
 
+#: the classes of the literal values an equation's cheap key holds (`_Checker.jaxpr`)
+_KEYED_VALUES = frozenset({bool, int, float, complex})
 #: the types a binder may have (`_Checker.jaxpr`'s `bind`)
 _BINDER_TYPES = (ShapedArray, RefType, OpaqueType)
 _type = attrgetter("type")
@@ -99,10 +101,10 @@ class _Checker:
         self.warned_unknown: set[str] = set()
         self.passed: set[tuple] = set()  # `equation_key`s of equations that passed
         #: keys of equations that passed, by their primitive, their parameters' frozen key
-        #: (`shapes.params_key`; () for none) and the identities of their operand and result
-        #: types (the parser makes one type object per type text, so most equations of a
-        #: large program share a key with one checked before, at a fraction of
-        #: `equation_key`'s cost) -> the atoms whose types they name
+        #: (`shapes.params_key`; () for none), their typed literal operands' values and the
+        #: identities of their operand and result types (the parser makes one type object
+        #: per type text, so most equations of a large program share a key with one checked
+        #: before, at a fraction of `equation_key`'s cost) -> the atoms whose types they name
         self.passed_alike: dict[tuple, tuple] = {}
 
     def err(self, code, message, loc, where=None):
@@ -149,10 +151,15 @@ class _Checker:
             key = None if frozen is None else [e.prim, frozen]
             if key is not None:
                 for a in e.inputs:
-                    if a.__class__ is not Var or a not in defined:
+                    cls = a.__class__
+                    if cls is Var and a in defined:
+                        key.append(id(a.type))
+                    elif cls is Literal and a.typed and a.value.__class__ in _KEYED_VALUES:
+                        # (what `_literal_problem` reads: the value, its class, its type)
+                        key.append((a.value.__class__, a.value, id(a.type)))
+                    else:
                         key = None
                         break
-                    key.append(id(a.type))
             if key is not None:
                 key.append(None)
                 for o in e.outputs:
