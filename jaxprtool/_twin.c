@@ -1468,9 +1468,9 @@ static int params_plain(PyObject *e) {
 
 /* whether the pass's Python step would take `e` as it is (`passes.common.EqnRewrite.rewritten`
  * gives it back unchanged): no jaxpr inside (its `no_subjaxprs`, else `params_plain(e)`, else
- * `subjaxprs(e)`; both remember an empty answer on it) and no operand that is a Var `env` renames; sets `*ins`
- * (a new reference) to its operands, a tuple.  1, 0 (the Python step's), or -1 with an
- * exception set */
+ * `subjaxprs(e)`; both remember an empty answer on it) and no operand that is a Var `env`
+ * renames; sets `*ins` (a new reference) to its operands, a tuple.  1, 0 (the Python step's),
+ * or -1 with an exception set */
 static int untouched(PyObject *e, PyObject *env, PyObject *subjaxprs, PyObject **ins) {
     *ins = NULL;
     PyObject *none_inside = get_slot(eqn_fields[6], e);
@@ -1567,24 +1567,43 @@ static PyObject *cse_sweep(PyObject *self, PyObject *const *args, Py_ssize_t nar
     return PyLong_FromSsize_t(k);
 }
 
-/* simplify_sweep(eqns, k, env, kept, subjaxprs, rules, producers, ctx, made, same_type) -> k
+/* an operand of `e` is a literal or a result `consts` holds (`_simplify`'s loop over the
+ * operands of an equation whose rule needs a constant); 1, 0, or -1 with an exception set */
+static int constant_operand(PyObject *e, PyObject *consts) {
+    PyObject *inputs = get_slot(eqn_fields[1], e);
+    if (inputs == NULL) return -1;
+    int found = 0;
+    for (Py_ssize_t i = 0; !found && i < PyTuple_GET_SIZE(inputs); i++) {
+        PyObject *a = PyTuple_GET_ITEM(inputs, i);
+        found = Py_TYPE(a) != VarType ? 1 : PyDict_Contains(consts, a);
+    }
+    Py_DECREF(inputs);
+    return found;
+}
+
+/* simplify_rules_sweep(eqns, k, env, kept, subjaxprs, rules, producers, ctx, made,
+ *                      same_type, consts) -> k
  * `passes.simplify._simplify`'s loop, step for step, from eqns[k] on: an equation that
- * `untouched` finds unchanged, with one result and its primitive's (rule, fills) in `rules`,
- * whose rule is None or answers (`rule(e, ctx)`) None or an atom not of its result's type
- * (`same_type`), is the producer of its result in `producers`, told to `made(e, fills)`
- * when `fills` is not None and appended to `kept`; it stops at the first other one (an
+ * `untouched` finds unchanged, with one result and its primitive's (rule, fills,
+ * needs_constant) in `rules`, whose rule is None, needs a constant operand and has none
+ * (`constant_operand`: it would answer None), or answers (`rule(e, ctx)`) None or an atom
+ * not of its result's type (`same_type`), is the producer of its result in `producers`,
+ * told to `made(e, fills)` when `fills` is not None and appended to `kept`; it stops at the
+ * first other one (an
  * answer that replaces it, which the Python step asks again; several results; rules not
  * yet looked up; a jaxpr inside; an operand renamed) and returns its index (len(eqns) at
  * the end) */
-static PyObject *simplify_sweep(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *simplify_rules_sweep(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_ssize_t k;
-    if (sweep_args("simplify_sweep", args, nargs, 10, &k) < 0) return NULL;
-    if (!PyDict_CheckExact(args[5]) || !PyDict_CheckExact(args[6])) {
-        PyErr_SetString(PyExc_TypeError, "simplify_sweep: bad arguments");
+    if (sweep_args("simplify_rules_sweep", args, nargs, 11, &k) < 0) return NULL;
+    if (!PyDict_CheckExact(args[5]) || !PyDict_CheckExact(args[6]) ||
+        !PyDict_CheckExact(args[10])) {
+        PyErr_SetString(PyExc_TypeError, "simplify_rules_sweep: bad arguments");
         return NULL;
     }
     PyObject *eqns = args[0], *env = args[2], *kept = args[3], *rules = args[5];
     PyObject *producers = args[6], *ctx = args[7], *made = args[8], *same_type = args[9];
+    PyObject *consts = args[10];
     for (; k < PyTuple_GET_SIZE(eqns); k++) {
         PyObject *e, *ins;
         int plain = untouched_at(eqns, k, env, args[4], &e, &ins);
@@ -1600,8 +1619,13 @@ static PyObject *simplify_sweep(PyObject *self, PyObject *const *args, Py_ssize_
             if (PyErr_Occurred()) goto fail;
             goto python; /* (looked up by the Python step: `Context.rules_of`) */
         }
-        if (!PyTuple_CheckExact(got) || PyTuple_GET_SIZE(got) != 2) goto python;
+        if (!PyTuple_CheckExact(got) || PyTuple_GET_SIZE(got) != 3) goto python;
         PyObject *rule = PyTuple_GET_ITEM(got, 0), *fills = PyTuple_GET_ITEM(got, 1);
+        if (rule != Py_None && PyTuple_GET_ITEM(got, 2) == Py_True) {
+            int constant = constant_operand(e, consts);
+            if (constant < 0) goto fail;
+            if (!constant) rule = Py_None; /* (it would answer None) */
+        }
         if (rule != Py_None) {
             PyObject *r = PyObject_CallFunctionObjArgs(rule, e, ctx, NULL);
             if (r == NULL) goto fail;
@@ -1660,7 +1684,7 @@ static PyMethodDef methods[] = {
      "passes.dce._DCE._sweep's loop (see the source)."},
     {"cse_sweep", (PyCFunction)(void (*)(void))cse_sweep, METH_FASTCALL,
      "passes.cse._cse's loop over the equations it files as they are (see the source)."},
-    {"simplify_sweep", (PyCFunction)(void (*)(void))simplify_sweep, METH_FASTCALL,
+    {"simplify_rules_sweep", (PyCFunction)(void (*)(void))simplify_rules_sweep, METH_FASTCALL,
      "passes.simplify._simplify's loop over the equations it keeps (see the source)."},
     {NULL, NULL, 0, NULL},
 };

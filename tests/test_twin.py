@@ -638,7 +638,7 @@ def _gradient(j: core.Jaxpr) -> core.Jaxpr | None:
 @needs_corpus
 def test_simplify_and_cse_alike():
     """The `simplify` and `cse` passes give the same program on both paths (their loops
-    compiled: `simplify_sweep` and `cse_sweep`, which take the equations they keep as they
+    compiled: `simplify_rules_sweep` and `cse_sweep`, which take the equations they keep as they
     are and hand every other one back), on every third corpus file and the vjp of each, the
     transformer-like program's and a program whose rules fire in a row."""
     files = sorted(CORPUS.rglob("*.jaxpr"))[::3]
