@@ -21,6 +21,9 @@
 static PyTypeObject *VarType, *EqnType, *LocType;
 static PyObject *var_type, *var_hint;
 static PyObject *eqn_fields[7]; /* prim inputs outputs params loc bare_eq no_subjaxprs */
+/* `core._KIND_OF_TYPE` (a parameter value's type -> how `_collect_jaxprs` looks into it) and
+ * its `_LEAF` mark; NULL where `configure` was given none */
+static PyObject *kind_of_type, *kind_leaf;
 static PyObject *str_eqn_start, *str_eq, *str_colon, *str_space, *str_empty, *str_under;
 static PyObject *str_open, *str_close_sp, *str_equals, *str_typed, *str_close, *str_type;
 
@@ -32,11 +35,13 @@ static PyObject *get_slot(PyObject *descr, PyObject *obj) {
     return Py_TYPE(descr)->tp_descr_get(descr, obj, (PyObject *)Py_TYPE(obj));
 }
 
-/* configure(Var, (type, hint descriptors), Eqn, (its 7 slot descriptors), Loc) */
+/* configure(Var, (type, hint descriptors), Eqn, (its 7 slot descriptors), Loc
+ *           [, core._KIND_OF_TYPE, core._LEAF]) */
 static PyObject *configure(PyObject *self, PyObject *args) {
-    PyObject *var, *vd, *eqn, *ed, *loc;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!", &PyType_Type, &var, &PyTuple_Type, &vd,
-                          &PyType_Type, &eqn, &PyTuple_Type, &ed, &PyType_Type, &loc))
+    PyObject *var, *vd, *eqn, *ed, *loc, *kinds = NULL, *leaf = NULL;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!|O!O", &PyType_Type, &var, &PyTuple_Type, &vd,
+                          &PyType_Type, &eqn, &PyTuple_Type, &ed, &PyType_Type, &loc,
+                          &PyDict_Type, &kinds, &leaf))
         return NULL;
     if (PyTuple_GET_SIZE(vd) != 2 || PyTuple_GET_SIZE(ed) != 7) {
         PyErr_SetString(PyExc_TypeError, "configure: 2 Var and 7 Eqn slot descriptors");
@@ -55,6 +60,8 @@ static PyObject *configure(PyObject *self, PyObject *args) {
     Py_XSETREF(var_type, Py_NewRef(PyTuple_GET_ITEM(vd, 0)));
     Py_XSETREF(var_hint, Py_NewRef(PyTuple_GET_ITEM(vd, 1)));
     for (int i = 0; i < 7; i++) Py_XSETREF(eqn_fields[i], Py_NewRef(PyTuple_GET_ITEM(ed, i)));
+    Py_XSETREF(kind_of_type, Py_XNewRef(leaf == NULL ? NULL : kinds));
+    Py_XSETREF(kind_leaf, Py_XNewRef(leaf));
     Py_RETURN_NONE;
 }
 
@@ -1422,17 +1429,55 @@ static PyObject *dce_sweep(PyObject *self, PyObject *const *args, Py_ssize_t nar
 
 /* ------------------------------------------------------------------ the clean-up passes */
 
+/* `core.eqn_subjaxprs(e) == []` where each parameter value of `e` says so at once, as
+ * `_collect_jaxprs` reads it: its type's kind is `_LEAF` (`_KIND_OF_TYPE`), or it is a tuple or
+ * a list that `marshal` writes (no jaxpr, and no holder of one); the answer is then remembered
+ * on `e` (`no_subjaxprs`), as `eqn_subjaxprs` remembers it.  0 where a value needs the
+ * Python walk (a jaxpr, a holder, a type not kinded yet), 1, or -1 with an exception set. */
+static int params_plain(PyObject *e) {
+    if (kind_of_type == NULL) return 0;
+    PyObject *params = get_slot(eqn_fields[3], e);
+    if (params == NULL) return -1;
+    int plain = PyDict_CheckExact(params);
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (plain && PyDict_Next(params, &pos, &k, &v)) {
+        PyObject *kind = PyDict_GetItemWithError(kind_of_type, (PyObject *)Py_TYPE(v));
+        if (kind == kind_leaf) continue;
+        if (kind == NULL && PyErr_Occurred()) {
+            plain = -1;
+            break;
+        }
+        plain = 0;
+        if (PyTuple_CheckExact(v) || PyList_CheckExact(v)) {
+            PyObject *bytes = PyMarshal_WriteObjectToString(v, 2);
+            if (bytes != NULL) {
+                Py_DECREF(bytes);
+                plain = 1;
+            } else if (PyErr_ExceptionMatches(PyExc_ValueError)) {
+                PyErr_Clear(); /* (an element marshal does not write: the Python walk's) */
+            } else {
+                plain = -1;
+            }
+        }
+    }
+    Py_DECREF(params);
+    if (plain == 1 && set_slot(eqn_fields[6], e, Py_True) < 0) return -1;
+    return plain;
+}
+
 /* whether the pass's Python step would take `e` as it is (`passes.common.EqnRewrite.rewritten`
- * gives it back unchanged): no jaxpr inside (its `no_subjaxprs`, else `subjaxprs(e)`, which
- * remembers an empty answer on it) and no operand that is a Var `env` renames; sets `*ins`
- * (a new reference) to its operands, a tuple.  1, 0 (the Python step's), or -1 with an
- * exception set */
+ * gives it back unchanged): no jaxpr inside (its `no_subjaxprs`, else `params_plain(e)`, else
+ * `subjaxprs(e)`; both remember an empty answer on it) and no operand that is a Var `env`
+ * renames; sets `*ins` (a new reference) to its operands, a tuple.  1, 0 (the Python step's),
+ * or -1 with an exception set */
 static int untouched(PyObject *e, PyObject *env, PyObject *subjaxprs, PyObject **ins) {
     *ins = NULL;
     PyObject *none_inside = get_slot(eqn_fields[6], e);
     if (none_inside == NULL) return -1;
     int plain = none_inside == Py_True;
     Py_DECREF(none_inside);
+    if (!plain && (plain = params_plain(e)) < 0) return -1;
     if (!plain) {
         PyObject *found = PyObject_CallOneArg(subjaxprs, e);
         if (found == NULL) return -1;
@@ -1522,24 +1567,43 @@ static PyObject *cse_sweep(PyObject *self, PyObject *const *args, Py_ssize_t nar
     return PyLong_FromSsize_t(k);
 }
 
-/* simplify_sweep(eqns, k, env, kept, subjaxprs, rules, producers, ctx, made, same_type) -> k
+/* an operand of `e` is a literal or a result `consts` holds (`_simplify`'s loop over the
+ * operands of an equation whose rule needs a constant); 1, 0, or -1 with an exception set */
+static int constant_operand(PyObject *e, PyObject *consts) {
+    PyObject *inputs = get_slot(eqn_fields[1], e);
+    if (inputs == NULL) return -1;
+    int found = 0;
+    for (Py_ssize_t i = 0; !found && i < PyTuple_GET_SIZE(inputs); i++) {
+        PyObject *a = PyTuple_GET_ITEM(inputs, i);
+        found = Py_TYPE(a) != VarType ? 1 : PyDict_Contains(consts, a);
+    }
+    Py_DECREF(inputs);
+    return found;
+}
+
+/* simplify_rules_sweep(eqns, k, env, kept, subjaxprs, rules, producers, ctx, made,
+ *                      same_type, consts) -> k
  * `passes.simplify._simplify`'s loop, step for step, from eqns[k] on: an equation that
- * `untouched` finds unchanged, with one result and its primitive's (rule, fills) in `rules`,
- * whose rule is None or answers (`rule(e, ctx)`) None or an atom not of its result's type
- * (`same_type`), is the producer of its result in `producers`, told to `made(e, fills)`
- * when `fills` is not None and appended to `kept`; it stops at the first other one (an
+ * `untouched` finds unchanged, with one result and its primitive's (rule, fills,
+ * needs_constant) in `rules`, whose rule is None, needs a constant operand and has none
+ * (`constant_operand`: it would answer None), or answers (`rule(e, ctx)`) None or an atom
+ * not of its result's type (`same_type`), is the producer of its result in `producers`,
+ * told to `made(e, fills)` when `fills` is not None and appended to `kept`; it stops at the
+ * first other one (an
  * answer that replaces it, which the Python step asks again; several results; rules not
  * yet looked up; a jaxpr inside; an operand renamed) and returns its index (len(eqns) at
  * the end) */
-static PyObject *simplify_sweep(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *simplify_rules_sweep(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_ssize_t k;
-    if (sweep_args("simplify_sweep", args, nargs, 10, &k) < 0) return NULL;
-    if (!PyDict_CheckExact(args[5]) || !PyDict_CheckExact(args[6])) {
-        PyErr_SetString(PyExc_TypeError, "simplify_sweep: bad arguments");
+    if (sweep_args("simplify_rules_sweep", args, nargs, 11, &k) < 0) return NULL;
+    if (!PyDict_CheckExact(args[5]) || !PyDict_CheckExact(args[6]) ||
+        !PyDict_CheckExact(args[10])) {
+        PyErr_SetString(PyExc_TypeError, "simplify_rules_sweep: bad arguments");
         return NULL;
     }
     PyObject *eqns = args[0], *env = args[2], *kept = args[3], *rules = args[5];
     PyObject *producers = args[6], *ctx = args[7], *made = args[8], *same_type = args[9];
+    PyObject *consts = args[10];
     for (; k < PyTuple_GET_SIZE(eqns); k++) {
         PyObject *e, *ins;
         int plain = untouched_at(eqns, k, env, args[4], &e, &ins);
@@ -1555,8 +1619,13 @@ static PyObject *simplify_sweep(PyObject *self, PyObject *const *args, Py_ssize_
             if (PyErr_Occurred()) goto fail;
             goto python; /* (looked up by the Python step: `Context.rules_of`) */
         }
-        if (!PyTuple_CheckExact(got) || PyTuple_GET_SIZE(got) != 2) goto python;
+        if (!PyTuple_CheckExact(got) || PyTuple_GET_SIZE(got) != 3) goto python;
         PyObject *rule = PyTuple_GET_ITEM(got, 0), *fills = PyTuple_GET_ITEM(got, 1);
+        if (rule != Py_None && PyTuple_GET_ITEM(got, 2) == Py_True) {
+            int constant = constant_operand(e, consts);
+            if (constant < 0) goto fail;
+            if (!constant) rule = Py_None; /* (it would answer None) */
+        }
         if (rule != Py_None) {
             PyObject *r = PyObject_CallFunctionObjArgs(rule, e, ctx, NULL);
             if (r == NULL) goto fail;
@@ -1615,7 +1684,7 @@ static PyMethodDef methods[] = {
      "passes.dce._DCE._sweep's loop (see the source)."},
     {"cse_sweep", (PyCFunction)(void (*)(void))cse_sweep, METH_FASTCALL,
      "passes.cse._cse's loop over the equations it files as they are (see the source)."},
-    {"simplify_sweep", (PyCFunction)(void (*)(void))simplify_sweep, METH_FASTCALL,
+    {"simplify_rules_sweep", (PyCFunction)(void (*)(void))simplify_rules_sweep, METH_FASTCALL,
      "passes.simplify._simplify's loop over the equations it keeps (see the source)."},
     {NULL, NULL, 0, NULL},
 };

@@ -39,7 +39,7 @@ from .core import (
     eqn_subjaxprs,
 )
 from .record import did_you_mean
-from .shapes import ShapeError, equation_key, infer_types, is_known
+from .shapes import ShapeError, equation_key, infer_types, is_known, params_key
 from .shapes.util import types_agree
 
 
@@ -85,6 +85,8 @@ def _fmt_types(ts) -> str:
     return "(" + ", ".join(str(t) for t in ts) + ")"
 
 
+#: the classes of the literal values an equation's cheap key holds (`_Checker.jaxpr`)
+_KEYED_VALUES = frozenset({bool, int, float, complex})
 #: the types a binder may have (`_Checker.jaxpr`'s `bind`)
 _BINDER_TYPES = (ShapedArray, RefType, OpaqueType)
 _type = attrgetter("type")
@@ -98,7 +100,8 @@ class _Checker:
         self.seen: set[int] = set()
         self.warned_unknown: set[str] = set()
         self.passed: set[tuple] = set()  # `equation_key`s of equations that passed
-        #: keys of equations without parameters that passed, by their primitive and the
+        #: keys of equations that passed, by their primitive, their parameters' frozen key
+        #: (`shapes.params_key`; () for none), their typed literal operands' values and the
         #: identities of their operand and result types (the parser makes one type object
         #: per type text, so most equations of a large program share a key with one checked
         #: before, at a fraction of `equation_key`'s cost) -> the atoms whose types they name
@@ -143,24 +146,31 @@ class _Checker:
             bind(v, first_loc, "inputs")
         passed = self.passed_alike
         for e in j.eqns:
-            key = None
-            if not e.params:
-                # (a million equations run this)
-                key = [e.prim]
+            # (a million equations run this)
+            frozen = params_key(e.params) if e.params else ()
+            key = None if frozen is None else [e.prim, frozen]
+            if key is not None:
                 for a in e.inputs:
-                    if a.__class__ is not Var or a not in defined:
+                    cls = a.__class__
+                    if cls is Var and a in defined:
+                        key.append(id(a.type))
+                    elif cls is Literal and a.typed and a.value.__class__ in _KEYED_VALUES:
+                        # (what `_literal_problem` reads: the value, its class, its type)
+                        key.append((a.value.__class__, a.value, id(a.type)))
+                    else:
                         key = None
                         break
-                    key.append(id(a.type))
-                if key is not None:
-                    key.append(None)
-                    for o in e.outputs:
-                        key.append(id(o.type))
-                    key = tuple(key)
+            if key is not None:
+                key.append(None)
+                for o in e.outputs:
+                    key.append(id(o.type))
+                key = tuple(key)
             if key is None or key not in passed:
                 found = len(self.diags)
                 self.eqn(e, defined)
                 if key is not None and len(self.diags) == found:
+                    if len(passed) > 100_000:  # (as `passed`: parameters all unlike)
+                        passed.clear()
                     passed[key] = (e.inputs, e.outputs)  # keeps the keyed types alive
                 if not e.no_subjaxprs:  # (`eqn_subjaxprs`' first answer, without the call)
                     for sub in eqn_subjaxprs(e):

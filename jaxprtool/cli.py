@@ -169,7 +169,39 @@ def _one_program_process(command: str) -> None:
         core.FREEZE_AFTER_PAUSE = True
 
 
-class OptionalValue(click.Option):
+class Option(click.Option):
+    """click's option, its help text cleaned here as click cleans it (`inspect.cleandoc`):
+    click's own call would execute `inspect`, which the program leaves unexecuted
+    (`jaxprtool/__init__.py`).  Every option of the tool is one (`option`)."""
+
+    def __init__(self, *args, help: str | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        if help:
+            self.help = cleandoc(help)
+
+
+def option(*param_decls: str, **attrs):
+    """`click.option`, of the tool's `Option` class (or of `cls`, a subclass of it)."""
+    attrs.setdefault("cls", Option)
+    return click.option(*param_decls, **attrs)
+
+
+def cleandoc(doc: str) -> str:
+    """`inspect.cleandoc(doc)`: tabs expanded, the indentation common to the lines after the
+    first removed, the first line's leading blanks and the blank lines at either end
+    dropped."""
+    lines = doc.expandtabs().split("\n")
+    indents = [len(line) - len(line.lstrip()) for line in lines[1:] if line.lstrip()]
+    margin = min(indents, default=0)
+    lines = [lines[0].lstrip()] + [line[margin:] for line in lines[1:]]
+    while lines and not lines[-1]:
+        lines.pop()
+    while lines and not lines[0]:
+        lines.pop(0)
+    return "\n".join(lines)
+
+
+class OptionalValue(Option):
     """An option whose value may be left out (`--diff` or `--diff=text`).  Only the `=`
     form gives a value: a bare `--diff` never takes the next word (a FILE) as its value."""
 
@@ -178,7 +210,24 @@ class OptionalValue(click.Option):
         super().__init__(*args, **kwargs)
 
 
-class LazyGroup(click.Group):
+class _OwnHelpOption:
+    """The command's `-h/--help` option made as click makes it (`help_option` on the
+    command's help option names, kept in its `_help_option`), of the tool's `Option`
+    class."""
+
+    def get_help_option(self, ctx):
+        if self._help_option is None and self.add_help_option:
+            names = self.get_help_option_names(ctx)
+            if names:
+                # (click 8.5 keeps the value under a reserved name; 8.2 under `help`)
+                storage = getattr(click.core, "_HELP_OPTION_STORAGE_NAME", None)
+                decls = (*names, storage) if storage else tuple(names)
+                click.decorators.help_option(*decls, cls=Option)(self)
+                self._help_option = self.params.pop()
+        return super().get_help_option(ctx)
+
+
+class LazyGroup(_OwnHelpOption, click.Group):
     def parse_args(self, ctx, args):
         """Keep the raw arguments: `run --coordinator` runs them again in a supervised
         child process (`commands/supervise.py`)."""
@@ -281,7 +330,7 @@ def _bare_optional_values(cmd: click.Command, args: list[str]) -> list[str]:
     return out
 
 
-class Command(click.Command):
+class Command(_OwnHelpOption, click.Command):
     """A jaxprtool command: before its body runs, the invocation's diagnostics learn what
     the command decides (whether it leaves standard output free, whether its text
     diagnostics show their codes); it returns its body's exit status (`ExitStatus`; None
@@ -549,7 +598,7 @@ def _add_global_options(cmd: click.Command) -> None:
         key = names[0] if names else flags[0][2:].replace("-", "_")
         # the first spelling the command leaves free (run: --diagnostic-format); hidden from
         # the command's --help, which names them once at its end (as git's and ruff's)
-        opt = click.Option(
+        opt = Option(
             [free[0], *names],
             expose_value=False,
             callback=_GLOBAL_CALLBACKS[key],
@@ -625,13 +674,13 @@ def _print_version(ctx, param, value):
 def _main_options(f):
     for decls, kw in reversed(_global_option_specs()):
         first = [d for d in decls if d.startswith("-")][:1]
-        f = click.option(*first, *[d for d in decls if not d.startswith("-")], **kw)(f)
+        f = option(*first, *[d for d in decls if not d.startswith("-")], **kw)(f)
     return f
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @_main_options
-@click.option(
+@option(
     "--version",
     is_flag=True,
     expose_value=False,

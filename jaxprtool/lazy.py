@@ -51,11 +51,14 @@ class _LoadedDuringImport:
 _LAZY: set[str] = set()
 
 
-def lazy_module(name: str) -> ModuleType:
+def lazy_module(name: str, *, import_binds: bool = False) -> ModuleType:
     """`name` as a module that is executed on its first attribute access; the module itself
     when it is already imported.  It stands in `sys.modules` (and, for a submodule, in its
     package) from now on, so that any import of it elsewhere gets this one module: two
-    families imported at once by two threads get the same one."""
+    families imported at once by two threads get the same one.  With `import_binds`, an
+    `import name` statement elsewhere binds it without executing it (`_ExecutedOnFirstRead`):
+    for a module of the standard library that a dependency imports and the common paths
+    never use."""
     parent, _, child = name.rpartition(".")
     if parent:
         # (imported before the lock is taken: a package's import may wait for another
@@ -68,7 +71,7 @@ def lazy_module(name: str) -> ModuleType:
             sys.meta_path.insert(0, _LoadedDuringImport())
         _LAZY.add(name)
         module = importlib.util.module_from_spec(importlib.util.find_spec(name))
-        module.__class__ = _ExecutedOnFirstUse
+        module.__class__ = _ExecutedOnFirstRead if import_binds else _ExecutedOnFirstUse
         sys.modules[name] = module
         if parent:
             setattr(sys.modules[parent], child, module)  # as the import system binds one
@@ -95,11 +98,22 @@ class _ExecutedOnFirstUse(ModuleType):
 
     def __getattribute__(self, attr):
         with _LOADING:
-            if object.__getattribute__(self, "__class__") is _ExecutedOnFirstUse:
+            if type(self) is not ModuleType:  # (not executed yet)
                 if id(self) in _EXECUTING:
                     return ModuleType.__getattribute__(self, attr)
                 _execute(self)
         return getattr(self, attr)
+
+
+class _ExecutedOnFirstRead(_ExecutedOnFirstUse):
+    """A module not executed yet that an `import` statement binds as it is: the statement
+    reads only its `__spec__` (whether it is being initialised), which is answered without
+    executing it; any other attribute read executes it."""
+
+    def __getattribute__(self, attr):
+        if attr == "__spec__" and type(self) is not ModuleType:
+            return ModuleType.__getattribute__(self, attr)
+        return _ExecutedOnFirstUse.__getattribute__(self, attr)
 
 
 def _execute(module: ModuleType) -> None:

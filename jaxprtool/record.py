@@ -229,6 +229,9 @@ class Primitive:
     fold: Callable | None = None
     #: `rule(eqn, ctx) -> atom | None`: algebraic simplification (`passes/simplify.py`)
     simplify: Callable | None = None
+    #: the `simplify` rule answers None unless an operand is a scalar constant (a literal, or
+    #: a result its producer's `fills_with` fills with one): the pass asks it only then
+    simplify_needs_constant: bool = False
     #: `rule(eqn) -> atom | None`: the atom whose (scalar) value fills the whole result,
     #: e.g. a `broadcast_in_dim` of a literal (lets simplification see AD's zeros and ones)
     fills_with: Callable | None = None

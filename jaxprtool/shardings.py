@@ -519,11 +519,16 @@ _NO_TEXT = frozenset({int, bool, float, type(None), EnumValue, SymExpr})
 
 
 def _ints_only(v) -> bool:
-    """A tuple or list of ints and such tuples and lists (dimension numbers): no mesh inside."""
-    for x in v:
-        c = x.__class__
-        if c is not int and ((c is not tuple and c is not list) or not _ints_only(x)):
-            return False
+    """A tuple or list of ints and such tuples and lists (dimension numbers): no mesh inside.
+    (A stack, not recursion: every dot_general's dimension numbers are asked.)"""
+    stack = [v]
+    while stack:
+        for x in stack.pop():
+            c = x.__class__
+            if c is not int:
+                if c is not tuple and c is not list:
+                    return False
+                stack.append(x)
     return True
 
 

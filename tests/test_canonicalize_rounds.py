@@ -11,7 +11,7 @@ import pytest
 from conftest import CORPUS, needs_corpus
 
 from jaxprtool.ad.api import grad_jaxpr, vjp_jaxpr
-from jaxprtool.core import Var, alpha_equal, is_inexact
+from jaxprtool.core import Literal, Var, alpha_equal, is_inexact
 from jaxprtool.passes import canonicalize as canon_mod
 from jaxprtool.passes.cse import cse
 from jaxprtool.passes.dce import dce
@@ -207,6 +207,33 @@ def test_simplify_rules_ask_only_about_their_operands():
             if fills is not None:
                 ctx.made(e, fills)
     assert {"mul", "add_any", "neg"} <= asked
+
+
+@needs_corpus
+def test_a_rule_that_needs_a_constant_answers_none_without_one():
+    """`simplify` (both loops) asks a rule whose record says `simplify_needs_constant` only
+    where an operand is a scalar constant (a literal, or in `Context.consts`): on every equation of
+    the corpus gradients without one, each such rule answers None, as the flag promises."""
+    from jaxprtool.record import _RECORDS, FIELDS
+
+    assert "simplify_needs_constant" in FIELDS
+    asked = set()
+    for _, j in _gradients():
+        ctx = Context()
+        for e in j.eqns:
+            rec = prim(e.prim)
+            if rec.simplify_needs_constant and len(e.outputs) == 1:
+                assert rec.simplify is not None
+                if not any(a.__class__ is Literal or a in ctx.consts for a in e.inputs):
+                    assert rec.simplify(e, ctx) is None, e.prim
+                    asked.add(e.prim)
+            for o in e.outputs:
+                ctx.producers[o] = e
+            fills = ctx.rules_of(e.prim)[1]
+            if fills is not None:
+                ctx.made(e, fills)
+    flagged = {n for n, r in _RECORDS.items() if r.simplify_needs_constant}
+    assert {"mul", "add_any"} <= asked <= flagged
 
 
 @pytest.mark.parametrize("settled_name", ["simplify_settled", "fold_settled", "cse_settled"])

@@ -183,6 +183,60 @@ def test_repeated_dot_generals_differing_in_a_parameter_are_each_checked():
     assert "int32" in found[1].message or "i32" in found[1].message
 
 
+def test_equations_with_parameters_alike_one_that_passed_are_not_checked_again(monkeypatch):
+    # the checker's cheap key (primitive, frozen parameters, identities of the operand and
+    # result types) skips a repeated equation with parameters as one without; another
+    # parameter value, another type or a nested jaxpr is checked
+    import importlib
+
+    C = importlib.import_module("jaxprtool.check")  # (`jaxprtool.check` is the API's function)
+
+    def reduce(out, axes, ty="f32[4]"):
+        return f"    {out}:{ty} = reduce_sum[axes=({axes},) out_sharding=None] a\n"
+
+    text = (
+        "{ lambda ; a:f32[4,4]. let\n"
+        + "".join(reduce(o, 1) for o in "bcdef")
+        + reduce("g", 0)
+        + reduce("h", 1, "f32[5]")
+        + reduce("i", 1)
+        + "  in (b, c, d, e, f, g, h, i) }\n"
+    )
+    checked = []
+    real = C._Checker.eqn
+    monkeypatch.setattr(C._Checker, "eqn", lambda self, e, d: (checked.append(e), real(self, e, d)))
+    j = parse(text).jaxpr
+    found = errors(check(j))
+    assert [d.loc.line for d in found] == [8]  # h: f32[5] is not what reduce_sum gives
+    assert [e.outputs[0].hint for e in checked] == ["b", "g", "h"]
+
+
+def test_equations_with_literals_alike_one_that_passed_are_not_checked_again(monkeypatch):
+    # a typed literal operand is in the cheap key by its value, the value's class and its
+    # type: a repeated equation is skipped, one with another value or class is checked, and
+    # every repetition of a literal that cannot have its type is reported
+    import importlib
+
+    C = importlib.import_module("jaxprtool.check")
+    text = (
+        "{ lambda ; a:f32[]. let\n"
+        "    b:f32[] = mul a 2.0:f32[]\n"
+        "    c:f32[] = mul a 2.0:f32[]\n"
+        "    d:f32[] = mul a 3.0:f32[]\n"
+        "    e:f32[] = mul a 2:f32[]\n"
+        "    f:f32[] = mul a 2:f32[]\n"
+        "    g:f32[] = mul a True:f32[]\n"
+        "    h:f32[] = mul a 3.0:f32[]\n"
+        "  in (b, c, d, e, f, g, h) }\n"
+    )
+    checked = []
+    real = C._Checker.eqn
+    monkeypatch.setattr(C._Checker, "eqn", lambda self, e, d: (checked.append(e), real(self, e, d)))
+    found = errors(check(parse(text).jaxpr))
+    assert [d.loc.line for d in found] == [5, 6, 7]
+    assert [e.outputs[0].hint for e in checked] == ["b", "d", "e", "f", "g"]
+
+
 def test_dtype_mismatch_of_operands(tmp_path):
     first, p = _first_error(
         tmp_path, "{ lambda ; a:f32[3] b:i32[3]. let\n    c:f32[3] = add a b\n  in (c,) }\n"

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parents[1]
 ONE_EQN = "{ lambda ; a:f32[]. let b:f32[] = sin a in (b,) }\n"
@@ -577,3 +579,85 @@ def test_lazy_numpy_is_whole_for_threads_that_read_it_first():
     )
     got = _eight_first_reads(prologue, "float(np.arange(4.0).sum())", epilogue)
     assert got == {"errors": [], "sums": [6.0] * 8, "plain": True, "one": True}
+
+
+#: modules that only click's `import inspect` brings in on the AD commands' path
+INSPECT_AND_ITS_OWN = {"inspect", "ast", "dis", "tokenize"}
+
+
+@pytest.mark.parametrize("args", [["grad"], ["vjp"], ["fmt"]], ids=lambda a: a[0])
+def test_the_program_leaves_click_s_inspect_unexecuted(tmp_path, args):
+    """click imports `inspect` for `cleandoc` (~27M instructions with ast and dis, 4% of a
+    transformer's grad); the tool's options clean their help themselves (`cli.Option`), and
+    the program's `inspect` is a stand-in an import binds unexecuted
+    (`lazy_module(..., import_binds=True)`).  The program itself runs; `-X importtime`
+    names every module it executes."""
+    f = tmp_path / "p.jaxpr"
+    f.write_text(ONE_EQN)
+    r = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "jaxprtool", *args, str(f)],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    imported = {line.rpartition("|")[2].strip() for line in r.stderr.splitlines()}
+    assert "click.core" in imported  # (the listing is read right)
+    assert INSPECT_AND_ITS_OWN & imported == set()
+
+
+def test_a_module_an_import_binds_unexecuted_runs_on_its_first_attribute_read(
+    tmp_path, monkeypatch
+):
+    """`lazy_module(name, import_binds=True)`: an `import name` statement binds the stand-in
+    without executing the module; the first attribute read executes it (once), and it is
+    a plain module from then on."""
+    import importlib
+    from types import ModuleType
+
+    from jaxprtool.lazy import lazy_module
+
+    (tmp_path / "bound_unexecuted.py").write_text(
+        "import sys\nsys.modules['builtins'].__dict__.setdefault('_RUNS', []).append(1)\n"
+        "VALUE = 42\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "bound_unexecuted", raising=False)
+    import builtins
+
+    monkeypatch.setattr(builtins, "_RUNS", [], raising=False)
+    stand_in = lazy_module("bound_unexecuted", import_binds=True)
+    bound = importlib.import_module("bound_unexecuted")
+    exec("import bound_unexecuted", {})
+    assert bound is stand_in and builtins._RUNS == []  # bound, not executed
+    assert stand_in.VALUE == 42 and builtins._RUNS == [1]
+    assert type(stand_in) is ModuleType and stand_in.VALUE == 42 and builtins._RUNS == [1]
+    monkeypatch.delitem(sys.modules, "bound_unexecuted")
+
+
+def test_every_option_of_every_command_cleans_its_own_help():
+    """Every option of the group and of each command, their -h/--help included, is the
+    tool's `Option` (click never calls `inspect.cleandoc`), and each help text is as
+    `inspect.cleandoc` leaves it."""
+    import inspect
+
+    import click
+
+    from jaxprtool.cli import COMMANDS, Option, main
+
+    with click.Context(main) as ctx:
+        commands = [main] + [main.get_command(ctx, name) for name in sorted(COMMANDS)]
+        for cmd in commands:
+            with click.Context(cmd, parent=ctx) as sub:
+                for p in cmd.get_params(sub):
+                    if isinstance(p, click.Option):
+                        assert isinstance(p, Option), (cmd.name, p.name)
+                        assert p.help is None or p.help == inspect.cleandoc(p.help), p.name
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=" \t\nab\u00a0", max_size=24))
+def test_cleandoc_is_inspect_s(doc):
+    import inspect
+
+    from jaxprtool.cli import cleandoc
+
+    assert cleandoc(doc) == inspect.cleandoc(doc)

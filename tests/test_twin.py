@@ -638,7 +638,7 @@ def _gradient(j: core.Jaxpr) -> core.Jaxpr | None:
 @needs_corpus
 def test_simplify_and_cse_alike():
     """The `simplify` and `cse` passes give the same program on both paths (their loops
-    compiled: `simplify_sweep` and `cse_sweep`, which take the equations they keep as they
+    compiled: `simplify_rules_sweep` and `cse_sweep`, which take the equations they keep as they
     are and hand every other one back), on every third corpus file and the vjp of each, the
     transformer-like program's and a program whose rules fire in a row."""
     files = sorted(CORPUS.rglob("*.jaxpr"))[::3]
@@ -658,6 +658,58 @@ def test_simplify_and_cse_alike():
             assert print_jaxpr(compiled) == print_jaxpr(reference), name
             changed[name] += len(reference.eqns) < len(j.eqns)
     assert all(changed.values()), changed  # (equations dropped and handed back on both)
+
+
+@built
+def test_the_sweeps_find_jaxprs_in_parameters_as_eqn_subjaxprs_does(monkeypatch):
+    """The compiled sweeps answer `eqn_subjaxprs(e) == []` themselves where each parameter
+    value says so at once (a type `_collect_jaxprs` has kept as a leaf, a tuple or list that
+    marshal writes) and remember it on the equation as `eqn_subjaxprs` does; a value that
+    holds a jaxpr (in a list, a tuple subclass, a holder) is left to the Python walk, and
+    `cse` gives the same program on both paths."""
+    from collections import namedtuple
+
+    from jaxprtool.params import EnumValue
+    from jaxprtool.passes import common
+
+    inner = parse("{ lambda ; a:f32[]. let b:f32[] = sin a in (b,) }").jaxpr
+    Pair = namedtuple("Pair", "first second")
+    values = [
+        {"axes": (0, 1), "flag": True, "name": "x", "nothing": None, "scale": 2.5},
+        {"dims": [[0], [1]], "nested": ((1, 2), [3, (4,)]), "kind": EnumValue("P", "HIGH")},
+        {"dims": ((0,), (1,)), "jaxpr": inner},
+        {"branches": (inner, inner)},
+        {"pair": Pair(1, inner)},
+        {"pair": Pair(1, 2)},
+        {"ints": [1, 2], "jaxprs": [inner]},
+    ]
+    has_none = [True, True, False, False, False, True, False]
+    xs = tuple(core.Var(inner.invars[0].type, None) for _ in values)  # (no two alike for cse)
+    walked = []
+
+    def counted(e):
+        walked.append(e)
+        return core.eqn_subjaxprs(e)
+
+    results = []
+    for pure in (True, False):  # (the Python path first: it kinds EnumValue as a leaf)
+        eqns = [
+            core.Eqn("opaque_op", (x,), (core.Var(x.type, None),), dict(p))
+            for x, p in zip(xs, values)
+        ]
+        program = core.Jaxpr((), xs, tuple(eqns), tuple(e.outputs[0] for e in eqns))
+        assert not any(e.no_subjaxprs for e in eqns)
+        walked.clear()
+        with monkeypatch.context() as m:
+            m.setattr(common, "eqn_subjaxprs", counted)
+            results.append(_cleaned(program, "cse", pure))
+        answers = [core.eqn_subjaxprs(e.replace(params=dict(e.params))) for e in eqns]
+        assert [a == [] for a in answers] == has_none
+        assert [e.no_subjaxprs for e in eqns] == has_none  # (remembered on both paths)
+        if not pure:  # the compiled sweep settled the plain ones without the Python walk
+            assert not any(e in walked for e in eqns[:2])
+            assert eqns[2] in walked and eqns[4] in walked
+    assert print_jaxpr(results[0]) == print_jaxpr(results[1])
 
 
 #: rules that fire one after another (`mul x 1` of a broadcast 1, `neg (neg x)`, an

@@ -8,7 +8,7 @@ import functools
 
 import click
 
-from ..cli import Command, ExitStatus, OptionalValue, guarded, options_of
+from ..cli import Command, ExitStatus, OptionalValue, guarded, option, options_of
 from ..io import UsageError, check_writable, write_output
 from .common import FILE_ARG, OUT_ARG, int_list
 from .driver import complete_pass_list, manager_options
@@ -19,7 +19,7 @@ _OPT_HELP = (
 
 
 def _common(f):
-    f = click.option(
+    f = option(
         "--diff",
         "show_diff",
         cls=OptionalValue,
@@ -31,7 +31,7 @@ def _common(f):
         "(input and result aligned up to renaming); --diff=text: a unified diff of the "
         "printouts.",
     )(f)
-    f = click.option(
+    f = option(
         "--opt",
         "opt",
         default="canonicalize",
@@ -40,7 +40,7 @@ def _common(f):
         shell_complete=complete_pass_list,
         help=_OPT_HELP,
     )(f)
-    f = click.option(
+    f = option(
         "-o",
         "--output",
         "out",
@@ -49,7 +49,7 @@ def _common(f):
         help="Write to OUT (atomically) instead of standard output.",
     )(f)
     f = custom_rules_option(f)
-    f = click.option(
+    f = option(
         "--mesh",
         "mesh",
         metavar="x=2,y=4",
@@ -77,7 +77,7 @@ def _mesh_sizes(text: str | None) -> dict[str, int] | None:
 def custom_rules_option(f):
     """`--custom-rules default|body|strict`: what to do with a custom_jvp/custom_vjp rule the
     text does not contain (docs/AD_DESIGN.md, "Custom rules")."""
-    return click.option(
+    return option(
         "--custom-rules",
         "custom_rules",
         type=click.Choice(["default", "body", "strict"]),
@@ -95,7 +95,7 @@ def fallback_comment_lines(invocation) -> str:
     return "".join(f"# jaxprtool: {n}\n" for n in invocation.fallbacks.notes)
 
 
-_argnums = click.option(
+_argnums = option(
     "--argnums",
     callback=int_list,
     metavar="I,J",
@@ -115,7 +115,7 @@ def _remat_spec(ctx, param, value):
         raise click.BadParameter(str(e)) from None
 
 
-_remat = click.option(
+_remat = option(
     "--remat",
     metavar="POLICY",
     callback=_remat_spec,
@@ -129,7 +129,7 @@ _remat = click.option(
     "'save_from_both_policies(P1, P2)'), or min-cut (the fewest bytes held, recomputing only "
     "element-wise and shape equations).  The plan is printed on standard error.",
 )
-_remat_budget = click.option(
+_remat_budget = option(
     "--remat-budget",
     "remat_budget",
     metavar="B",
@@ -142,7 +142,7 @@ _remat_budget = click.option(
 )
 
 
-_remat_segments = click.option(
+_remat_segments = option(
     "--remat-segments",
     "remat_segments",
     metavar="auto|none|N",
@@ -154,7 +154,7 @@ _remat_segments = click.option(
 )
 
 
-_remat_dims = click.option(
+_remat_dims = option(
     "--dim",
     "dim_specs",
     multiple=True,
@@ -165,7 +165,7 @@ _remat_dims = click.option(
 )
 
 
-_remat_device = click.option(
+_remat_device = option(
     "--device",
     "device",
     type=click.Choice(["cpu", "gpu", "tpu", "auto"]),
@@ -175,7 +175,7 @@ _remat_device = click.option(
     "is of the plain gradient's there; `--remat-budget device`: the memory it has free); the "
     "plan is compiled for it and tightened until XLA's figure fits, each compile reported.",
 )
-_remat_no_xla = click.option(
+_remat_no_xla = option(
     "--no-xla",
     "no_xla",
     is_flag=True,
@@ -431,8 +431,8 @@ def ad_command(name: str, *options, usage=None):
         @functools.cache
         def build() -> click.Command:
             made = command
-            for option in reversed(options):
-                made = option(made)
+            for decorate in reversed(options):
+                made = decorate(made)
             return click.command(name, cls=Command)(manager_options((name,))(_common(made)))
 
         return build
@@ -450,7 +450,7 @@ def _note(msg: str) -> None:
 @ad_command(
     "jvp",
     _argnums,
-    click.option(
+    option(
         "--no-instantiate",
         is_flag=True,
         help="Leave out output tangents that are known to be zero.",
@@ -512,14 +512,14 @@ def _linearize_usage(out, split_input, split, **flags):
 @ad_command(
     "linearize",
     _argnums,
-    click.option(
+    option(
         "--split",
         nargs=2,
         type=OUT_ARG,
         metavar="PRIMAL LINEAR",
         help="Write the primal program and the linear program to two files instead.",
     ),
-    click.option(
+    option(
         "--stats",
         is_flag=True,
         help="Report the residuals on standard error (count, bytes, producers).",
@@ -602,14 +602,14 @@ def _transpose_usage(out, split_input, linear, residuals):
 
 @ad_command(
     "transpose",
-    click.option(
+    option(
         "--linear",
         "linear",
         callback=int_list,
         metavar="I,J",
         help="The linear inputs (the others are residuals).",
     ),
-    click.option(
+    option(
         "--residuals",
         type=click.IntRange(min=0),
         metavar="K",
@@ -779,7 +779,7 @@ def _vjp(job, argnums, r: Remat):
 
 @ad_command(
     "grad",
-    click.option(
+    option(
         "--argnums",
         callback=int_list,
         default="0",
@@ -787,8 +787,8 @@ def _vjp(job, argnums, r: Remat):
         metavar="I,J",
         help="Inputs to differentiate.",
     ),
-    click.option("--with-value", is_flag=True, help="Also return the value (first output)."),
-    click.option(
+    option("--with-value", is_flag=True, help="Also return the value (first output)."),
+    option(
         "--has-aux",
         is_flag=True,
         help="Differentiate the first output; return the other outputs as auxiliary data.",

@@ -7,6 +7,7 @@ import re
 
 import click
 
+from ..cli import option
 from ..io import UsageError
 from .ad_cmds import ad_command
 from .common import int_list
@@ -80,7 +81,7 @@ def _vmap_usage(out, split_input, in_axes, axis_size, **_):
 
 @ad_command(
     "vmap",
-    click.option(
+    option(
         "--in-axes",
         "in_axes",
         callback=_axes,
@@ -89,7 +90,7 @@ def _vmap_usage(out, split_input, in_axes, axis_size, **_):
         metavar="A,B,...",
         help="Batch axis of each input (None: not batched); one entry applies to every input.",
     ),
-    click.option(
+    option(
         "--out-axes",
         "out_axes",
         callback=_axes,
@@ -98,13 +99,13 @@ def _vmap_usage(out, split_input, in_axes, axis_size, **_):
         metavar="A,B,...",
         help="Batch axis of each output (None: must not be batched); one entry applies to all.",
     ),
-    click.option(
+    option(
         "--axis-size",
         type=click.IntRange(min=0),
         metavar="N",
         help="The batch size (required: a per-example program does not contain it).",
     ),
-    click.option(
+    option(
         "--axis-name",
         metavar="NAME",
         help="Name the batch axis: collectives over NAME (psum, axis_index, ...) act on it.",
@@ -144,7 +145,7 @@ def _vmap(job, in_axes, out_axes, axis_size, axis_name):
 # ---------------------------------------------------------------- Jacobians
 
 
-_argnums0 = click.option(
+_argnums0 = option(
     "--argnums",
     callback=int_list,
     default="0",

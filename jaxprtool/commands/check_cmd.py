@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from .. import io
-from ..cli import Command, ExitStatus, guarded, options_of
+from ..cli import Command, ExitStatus, guarded, option, options_of
 from ..core import JaxprError
 from .common import FILE_ARG
 from .driver import split_option, timing_option
@@ -13,19 +13,19 @@ from .driver import split_option, timing_option
 
 @click.command("check", cls=Command)
 @click.argument("files", nargs=-1, metavar="[FILE|DIR|-]...", type=FILE_ARG)
-@click.option(
+@option(
     "--werror",
     is_flag=True,
     help="Treat warnings as errors: report them as errors and exit 1 (as a compiler's -Werror).",
 )
-@click.option(
+@option(
     "--select",
     multiple=True,
     metavar="CODES",
     help="Report only the diagnostics whose code starts with one of CODES (comma-separated "
     "codes or prefixes, repeatable: `--select E1,W001`; docs/CI.md lists the codes).",
 )
-@click.option(
+@option(
     "--ignore",
     multiple=True,
     metavar="CODES",
@@ -33,9 +33,7 @@ from .driver import split_option, timing_option
     "longest matching prefix of --select and --ignore decides).  The E0 codes (a text that "
     "does not read) are always reported.",
 )
-@click.option(
-    "-q", "--quiet", is_flag=True, help="No summary line at the end (only the diagnostics)."
-)
+@option("-q", "--quiet", is_flag=True, help="No summary line at the end (only the diagnostics).")
 @split_option
 @timing_option
 @guarded

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from ..cli import Command, guarded
+from ..cli import Command, guarded, option
 from ..io import progress, write_output
 from ..jax_required import require_jax
 from .common import FILE_ARG, OUT_ARG, load
@@ -15,17 +15,15 @@ from .run_options import cache_option, device_options, dim_option, parse_dims
 
 @click.command(name="compile", cls=Command)
 @click.argument("file", required=False, type=FILE_ARG)
-@click.option(
+@option(
     "--emit",
     type=click.Choice(["stablehlo", "hlo", "optimized-hlo"]),
     default="stablehlo",
     show_default=True,
 )
 @dim_option
-@click.option(
-    "--stats", is_flag=True, help="Print cost (flops, bytes accessed) and memory analysis."
-)
-@click.option(
+@option("--stats", is_flag=True, help="Print cost (flops, bytes accessed) and memory analysis.")
+@option(
     "-o",
     "--output",
     metavar="OUT",

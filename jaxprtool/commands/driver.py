@@ -27,6 +27,7 @@ from contextlib import contextmanager, nullcontext
 
 import click
 
+from ..cli import Option, option
 from ..core import Jaxpr, JaxprError, Loc, ProgramError
 from ..io import Reported, ReportedTrouble
 from ..lazy import LazyPattern
@@ -394,17 +395,17 @@ TIMING_SPEC = (
 
 def manager_params() -> list[click.Option]:
     """The pass-manager flags as parameters (for commands built from pass records)."""
-    return [click.Option(decls, **kw) for decls, kw in _option_specs()]
+    return [Option(decls, **kw) for decls, kw in _option_specs()]
 
 
 def split_option(f):
     """Decorator: `--split-input-file` (the function gets `split_input`)."""
-    return click.option(*SPLIT_SPEC[0], **SPLIT_SPEC[1])(f)
+    return option(*SPLIT_SPEC[0], **SPLIT_SPEC[1])(f)
 
 
 def timing_option(f):
     """Decorator: `--timing` (the function gets `timing`)."""
-    return click.option(*TIMING_SPEC[0], **TIMING_SPEC[1])(f)
+    return option(*TIMING_SPEC[0], **TIMING_SPEC[1])(f)
 
 
 _MANAGER_KEYS = (
@@ -440,7 +441,7 @@ def manager_options(transforms: tuple[str, ...] = ()):
             return f(*args, inst=inst, **kwargs)
 
         for decls, kw in reversed(_option_specs()):
-            wrapper = click.option(*decls, **kw)(wrapper)
+            wrapper = option(*decls, **kw)(wrapper)
         wrapper.__jaxprtool_transforms__ = transforms
         return wrapper
 

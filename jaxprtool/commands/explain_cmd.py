@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from ..cli import Command, ExitStatus, guarded, options_of
+from ..cli import Command, ExitStatus, guarded, option, options_of
 from ..io import write_output
 from .ad_cmds import custom_rules_option
 from .common import FILE_ARG, OUT_ARG, int_list
@@ -19,14 +19,14 @@ from .run_options import device_options, dim_option, parse_dims, save_inputs_opt
 
 @click.command("explain", cls=Command)
 @click.argument("file", required=False, default="-", metavar="[FILE|-]", type=FILE_ARG)
-@click.option(
+@option(
     "--args",
     "args_npz",
     metavar="IN.npz",
     type=FILE_ARG,
     help="Inputs arg0..argN (default: random).",
 )
-@click.option(
+@option(
     "--random",
     "seed",
     type=click.IntRange(min=0),
@@ -34,27 +34,27 @@ from .run_options import device_options, dim_option, parse_dims, save_inputs_opt
     metavar="SEED",
     help="Seed for random inputs (default 0) and for the random direction / cotangent.",
 )
-@click.option(
+@option(
     "--consts",
     "consts_npz",
     metavar="C.npz",
     type=FILE_ARG,
     help="Constants: const0, const1, ... (`trace --consts-out`; default: random).",
 )
-@click.option(
+@option(
     "--mode",
     type=click.Choice(["jvp", "vjp", "grad"]),
     default=None,
     help="What to explain (default: grad for one scalar float output, else vjp).",
 )
-@click.option(
+@option(
     "--argnums",
     callback=int_list,
     metavar="I,J",
     help="Inputs to differentiate (default: every float input).",
 )
-@click.option("--no-color", is_flag=True, help="Plain text, no escape codes (for logs).")
-@click.option(
+@option("--no-color", is_flag=True, help="Plain text, no escape codes (for logs).")
+@option(
     "--html",
     "html_out",
     metavar="OUT.html",
@@ -62,8 +62,8 @@ from .run_options import device_options, dim_option, parse_dims, save_inputs_opt
     help="Write the walk as an HTML page instead of printing it (as `graph -o` writes only "
     "its file; errors and a failed check are still said on standard error).",
 )
-@click.option("--width", type=click.IntRange(60, 400), default=None, help="Output width.")
-@click.option(
+@option("--width", type=click.IntRange(60, 400), default=None, help="Output width.")
+@option(
     "--eqns",
     "eqn_range",
     metavar="A-B",
@@ -71,12 +71,10 @@ from .run_options import device_options, dim_option, parse_dims, save_inputs_opt
     help="Show the steps of primal equations A to B (0-based, as the summary numbers them) "
     "one by one; a program of more than 200 equations is otherwise summarised per segment.",
 )
-@click.option(
+@option(
     "--only", "only", metavar="PRIM", help="Show the steps of the equations of PRIM one by one."
 )
-@click.option(
-    "--all", "every", is_flag=True, help="Every step one by one, however large the program."
-)
+@option("--all", "every", is_flag=True, help="Every step one by one, however large the program.")
 @save_inputs_option
 @custom_rules_option
 @dim_option

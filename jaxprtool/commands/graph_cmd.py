@@ -8,7 +8,7 @@ import subprocess
 
 import click
 
-from ..cli import Command, guarded, options_of
+from ..cli import Command, guarded, option, options_of
 from ..core import JaxprError
 from ..io import write_output
 from ..outputs import OutputPath
@@ -20,15 +20,15 @@ RENDER_TIMEOUT = 60
 
 @click.command(cls=Command)
 @click.argument("file", required=False, default="-", metavar="[FILE|-]", type=FILE_ARG)
-@click.option(
+@option(
     "-o",
     "--output",
     metavar="OUT.svg|.png|.pdf|.dot",
     type=OutputPath(dir_okay=False, allow_dash=True),
     help="Where to write the graph (default: DOT text on standard output).",
 )
-@click.option("--collapse-nested", is_flag=True, help="Draw each nested jaxpr as one node.")
-@click.option(
+@option("--collapse-nested", is_flag=True, help="Draw each nested jaxpr as one node.")
+@option(
     "--max-nodes",
     type=click.IntRange(min=1),
     default=None,

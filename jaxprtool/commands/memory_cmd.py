@@ -7,7 +7,7 @@ import os
 import click
 
 from ..ad.forms import FORMS, transformed
-from ..cli import Command, guarded
+from ..cli import Command, guarded, option
 from ..io import UsageError, write_output
 from .ad_cmds import _byte_weighted, _check_names, _remat, _remat_budget, _remat_segments
 from .common import FILE_ARG, OUT_ARG, int_list, load
@@ -43,38 +43,38 @@ def _plot_format(plot: str | None) -> str | None:
 
 @click.command(cls=Command)
 @click.argument("file", required=False, type=FILE_ARG)
-@click.option(
+@option(
     "--of",
     type=click.Choice(FORMS),
     default="program",
     show_default=True,
     help="Analyse FILE itself, or the program `jaxprtool linearize|vjp|grad` makes of it.",
 )
-@click.option(
+@option(
     "--argnums",
     callback=int_list,
     metavar="I,J",
     help="With --of: the inputs to differentiate (grad: 0; the others: every float input).",
 )
-@click.option("--no-xla", is_flag=True, help="Leave out XLA's figures (no JAX needed).")
-@click.option(
+@option("--no-xla", is_flag=True, help="Leave out XLA's figures (no JAX needed).")
+@option(
     "--dim", "dim_specs", multiple=True, metavar="b=4,n=8", help="Sizes of symbolic dimensions."
 )
-@click.option(
+@option(
     "--plot",
     metavar="OUT.svg|OUT.png",
     type=OUT_ARG,
     help="Also draw the timeline into an image (matplotlib).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print every figure as JSON.")
-@click.option(
+@option("--json", "as_json", is_flag=True, help="Print every figure as JSON.")
+@option(
     "--top",
     type=click.IntRange(min=0),
     default=10,
     show_default=True,
     help="How many of the values live at the peak to list.",
 )
-@click.option("-o", "--output", metavar="OUT", type=OUT_ARG, help="Write the report here.")
+@option("-o", "--output", metavar="OUT", type=OUT_ARG, help="Write the report here.")
 @_remat
 @_remat_budget
 @_remat_segments

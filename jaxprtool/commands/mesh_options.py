@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 import click
 
+from ..cli import option
 from ..core import JaxprError
 from ..io import UsageError
 from ..lazy import LazyPattern
@@ -123,12 +124,12 @@ def _options(distributed: bool, show: bool) -> list:
     """The click options: --mesh and --devices; --show-sharding with `show`; the
     distributed runtime's with `distributed`."""
     options = [
-        click.option(
+        option(
             "--mesh",
             metavar="x=4,y=2",
             help="Device mesh axes and sizes (default: the mesh the program prints).",
         ),
-        click.option(
+        option(
             "--devices",
             type=click.IntRange(min=1, max=MAX_DEVICES),
             metavar="N",
@@ -138,7 +139,7 @@ def _options(distributed: bool, show: bool) -> list:
     ]
     if show:
         options.append(
-            click.option(
+            option(
                 "--show-sharding",
                 is_flag=True,
                 help="Print each input's sharding (XLA's choice for one the program does "
@@ -152,24 +153,24 @@ def _options(distributed: bool, show: bool) -> list:
 
 def _distributed_options() -> list:
     return [
-        click.option(
+        option(
             "--coordinator",
             metavar="HOST:PORT",
             help="Join a multi-process run (jax.distributed) coordinated here.",
         ),
-        click.option(
+        option(
             "--num-processes",
             type=click.IntRange(min=1, max=MAX_PROCESSES),
             metavar="P",
             help=f"With --coordinator: the number of processes (at most {MAX_PROCESSES}).",
         ),
-        click.option(
+        option(
             "--process-id",
             type=click.IntRange(min=0),
             metavar="I",
             help="With --coordinator: this process's index (0 writes the outputs).",
         ),
-        click.option(
+        option(
             "--join-timeout",
             type=click.IntRange(min=1, max=86400),
             default=JOIN_TIMEOUT_S,

@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from ..cli import Command, ExitStatus, OptionalValue, guarded, options_of
+from ..cli import Command, ExitStatus, Option, OptionalValue, guarded, option, options_of
 from ..passes.registry import (
     PASSES,
     Pass,
@@ -83,7 +83,7 @@ def _common_params() -> list[click.Parameter]:
     """FILE, -o and --diff, in the order every pass command shows them."""
     return [
         click.Argument(["file"], required=False, default="-", metavar="[FILE|-]", type=FILE_ARG),
-        click.Option(["-o", "--output", "out"], metavar="OUT", help=_OUTPUT_HELP, type=OUT_ARG),
+        Option(["-o", "--output", "out"], metavar="OUT", help=_OUTPUT_HELP, type=OUT_ARG),
         OptionalValue(
             ["--diff", "show_diff"],
             type=_DIFF_KW["type"],
@@ -98,8 +98,8 @@ def _common_params() -> list[click.Parameter]:
 def _click_option(o: PassOption) -> click.Option:
     """The command-line flag of a pass option: `--keep-outputs I,J,...`, `--flag/--no-flag`."""
     if o.type is bool:
-        return click.Option([f"--{o.name}/--no-{o.name}", o.key], default=o.default, help=o.help)
-    return click.Option([f"--{o.name}", o.key], metavar=o.shown_metavar, help=o.help)
+        return Option([f"--{o.name}/--no-{o.name}", o.key], default=o.default, help=o.help)
+    return Option([f"--{o.name}", o.key], metavar=o.shown_metavar, help=o.help)
 
 
 def pass_command(p: Pass) -> click.Command:
@@ -178,9 +178,9 @@ Example:
 
 @click.command(help=_OPT_HELP, cls=Command)
 @click.argument("file", required=False, default="-", metavar="[FILE|-]", type=FILE_ARG)
-@click.option("-o", "--output", "out", metavar="OUT", help=_OUTPUT_HELP, type=OUT_ARG)
-@click.option("--diff", "show_diff", **_DIFF_KW)
-@click.option(
+@option("-o", "--output", "out", metavar="OUT", help=_OUTPUT_HELP, type=OUT_ARG)
+@option("--diff", "show_diff", **_DIFF_KW)
+@option(
     "-p",
     "--pipeline",
     "pipeline",
@@ -213,10 +213,10 @@ def opt(file, out, show_diff, pipeline, inst, split_input):
 @click.command(name="diff", cls=Command)
 @click.argument("a", metavar="A", type=FILE_ARG)
 @click.argument("b", metavar="B", type=FILE_ARG)
-@click.option(
+@option(
     "-q", "--quiet", is_flag=True, help="Only the exit status: 0 equal, 1 different, 2 trouble."
 )
-@click.option(
+@option(
     "-U",
     "--context",
     default=2,
@@ -224,7 +224,7 @@ def opt(file, out, show_diff, pipeline, inst, split_input):
     type=click.IntRange(min=0),
     help="Lines of context.",
 )
-@click.option(
+@option(
     "--renames",
     is_flag=True,
     help="After the diff, the map from A's variable names to B's (`renamed: z -> e`) for "
@@ -293,8 +293,8 @@ def diff(a, b, quiet, context, renames):
 
 @click.command(cls=Command)
 @click.argument("files", nargs=-1, metavar="[FILE|DIR|-]...", type=FILE_ARG)
-@click.option("--json", "as_json", is_flag=True, help="Print the numbers as JSON.")
-@click.option(
+@option("--json", "as_json", is_flag=True, help="Print the numbers as JSON.")
+@option(
     "-o",
     "--output",
     "out",

@@ -8,6 +8,7 @@ import functools
 
 import click
 
+from ..cli import option
 from ..io import UsageError
 from .common import FILE_ARG, OUT_ARG
 
@@ -20,7 +21,7 @@ SAVE_INPUTS_HELP = (
 
 def save_inputs_option(fn):
     """`--save-inputs OUT.npz` (run, check-grad, explain)."""
-    return click.option(
+    return option(
         "--save-inputs", "save_inputs", metavar="OUT.npz", type=OUT_ARG, help=SAVE_INPUTS_HELP
     )(fn)
 
@@ -79,12 +80,10 @@ def device_options(
             with matmul_precision(value):
                 return fn(*args, **kwargs)
 
-        options = [
-            click.option("--device", type=DEVICES, default="cpu", show_default=True, help=help)
-        ]
+        options = [option("--device", type=DEVICES, default="cpu", show_default=True, help=help)]
         if precision:
             options.append(
-                click.option(
+                option(
                     "--matmul-precision",
                     type=MATMUL_PRECISIONS,
                     default=None,
@@ -93,8 +92,8 @@ def device_options(
                     "on a TPU 'default' is one bf16 pass, 'highest' f32 accuracy).",
                 )
             )
-        for option in reversed(options):
-            wrapper = option(wrapper)
+        for decorate in reversed(options):
+            wrapper = decorate(wrapper)
         return wrapper
 
     return deco
@@ -147,7 +146,7 @@ def cache_option(fn):
     """`--no-cache`: JAX's persistent compilation cache is on by default (its folder in --help)."""
     from ..compile_cache import folder_for_help
 
-    return click.option(
+    return option(
         "--no-cache",
         is_flag=True,
         help="Do not use JAX's persistent compilation cache (on by default, so a second run "
@@ -157,7 +156,7 @@ def cache_option(fn):
 
 def dim_option(fn):
     """`--dim b=4,n=8` (repeatable), read by `parse_dims`."""
-    return click.option(
+    return option(
         "--dim", "dim_specs", multiple=True, metavar="b=4,n=8", help="Sizes of symbolic dimensions."
     )(fn)
 
@@ -189,20 +188,20 @@ def parse_dims(specs) -> dict[str, int]:
 def run_options(fn):
     """`run`'s options after FILE, in the order --help lists them (the mesh options and
     --no-cache come from `mesh_options` and `cache_option`)."""
-    for option in reversed(_RUN_OPTIONS):
-        fn = option(fn)
+    for decorate in reversed(_RUN_OPTIONS):
+        fn = decorate(fn)
     return fn
 
 
 _RUN_OPTIONS = [
-    click.option(
+    option(
         "--args",
         "args_npz",
         metavar="IN.npz",
         type=FILE_ARG,
         help="Arguments: keys arg0, arg1, ... (or arr_0, ...).",
     ),
-    click.option(
+    option(
         "--arg",
         "arg_files",
         multiple=True,
@@ -210,14 +209,14 @@ _RUN_OPTIONS = [
         type=FILE_ARG,
         help="One argument (repeat, in order).",
     ),
-    click.option(
+    option(
         "--random",
         "seed",
         type=click.IntRange(min=0),
         metavar="SEED",
         help="Random arguments (and constants).",
     ),
-    click.option(
+    option(
         "--consts",
         "consts_npz",
         metavar="C.npz",
@@ -225,7 +224,7 @@ _RUN_OPTIONS = [
         help="Constants: keys const0, const1, ...",
     ),
     dim_option,
-    click.option(
+    option(
         "--input",
         "inputs",
         multiple=True,
@@ -233,7 +232,7 @@ _RUN_OPTIONS = [
         help="One argument inline, in order (repeat): 'f32[2,3]=1 2 3 4 5 6', 'f32[]=0.5', "
         "'i32[4]=7' (one value fills the array), or @X.npy.",
     ),
-    click.option(
+    option(
         "-o",
         "--output",
         metavar="OUT",
@@ -241,20 +240,20 @@ _RUN_OPTIONS = [
         help="Write the outputs out0, out1, ... here (an .npz; an .npy for one output; a "
         "folder with --output-format npy-dir; JSON with --output-format json).",
     ),
-    click.option(
+    option(
         "--output-format",
         type=click.Choice(["npz", "npy-dir", "json"]),
         default=None,
         help="Format of -o (default: from its name; json without -o: standard output).",
     ),
-    click.option(
+    option(
         "--print-values",
         type=click.Choice(["full", "summary", "none"]),
         default=None,
         help="Print the outputs: every value, a table (the default without -o), or nothing "
         "(the default with -o).",
     ),
-    click.option(
+    option(
         "--expected-output",
         "expected",
         metavar="OUT.npz",
@@ -262,32 +261,28 @@ _RUN_OPTIONS = [
         help="Compare the outputs with these (out0, out1, ...; an .npy for one output): exit 1 "
         "and a table of the outputs that differ.",
     ),
-    click.option(
+    option(
         "--rtol",
         type=click.FloatRange(min=0),
         default=1e-5,
         show_default=True,
         help="Relative tolerance of --expected-output (floats).",
     ),
-    click.option(
+    option(
         "--atol",
         type=click.FloatRange(min=0),
         default=1e-8,
         show_default=True,
         help="Absolute tolerance of --expected-output (floats; integers compare exactly).",
     ),
-    click.option(
-        "--eager", is_flag=True, help="Run op by op, with control flow interpreted in Python."
-    ),
-    click.option(
-        "--trace", "trace_", is_flag=True, help="With --eager: print every equation's result."
-    ),
-    click.option(
+    option("--eager", is_flag=True, help="Run op by op, with control flow interpreted in Python."),
+    option("--trace", "trace_", is_flag=True, help="With --eager: print every equation's result."),
+    option(
         "--debug-nans",
         is_flag=True,
         help="With --eager: stop at the first equation producing NaN/inf.",
     ),
-    click.option(
+    option(
         "--repeat",
         type=click.IntRange(min=1, max=MAX_REPEAT),
         metavar="N",
@@ -295,7 +290,7 @@ _RUN_OPTIONS = [
         f"they have taken {REPEAT_BUDGET_S:g} s).",
     ),
     save_inputs_option,
-    click.option(
+    option(
         "--profile",
         metavar="DIR",
         type=OUT_ARG,

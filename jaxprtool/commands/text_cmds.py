@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from ..cli import Command, ExitStatus, guarded, options_of
+from ..cli import Command, ExitStatus, guarded, option, options_of
 from ..core import JaxprError, Loc
 from ..io import report
 from .common import FILE_ARG, OUT_ARG
@@ -15,7 +15,7 @@ from .driver import split_option, timing_option
 
 @click.command(cls=Command)
 @click.argument("files", nargs=-1, metavar="[FILE|DIR|-]...", type=FILE_ARG)
-@click.option(
+@option(
     "-o",
     "--output",
     "out",
@@ -23,21 +23,21 @@ from .driver import split_option, timing_option
     type=OUT_ARG,
     help="Write to OUT (atomically) instead of standard output.",
 )
-@click.option(
+@option(
     "--width",
     type=click.IntRange(min=1),
     default=80,
     show_default=True,
     help="Line width of the layout.",
 )
-@click.option(
+@option(
     "--check",
     "check_only",
     is_flag=True,
     help="Write nothing; list the FILES (or folders' jaxpr files) whose text is not in "
     "canonical form and exit 1 if there are any (as `ruff format --check`).",
 )
-@click.option(
+@option(
     "-i",
     "--write",
     "write",
@@ -45,16 +45,14 @@ from .driver import split_option, timing_option
     help="Reformat the FILES (and folders' jaxpr files) in place (atomically; unchanged "
     "files are not touched).",
 )
-@click.option(
+@option(
     "--diff",
     "show_diff",
     is_flag=True,
     help="Write nothing; print a unified diff of each file against its canonical form and "
     "exit 1 if there is any (as `ruff format --diff`).",
 )
-@click.option(
-    "-q", "--quiet", is_flag=True, help="Print no file lists or summary lines (only errors)."
-)
+@option("-q", "--quiet", is_flag=True, help="Print no file lists or summary lines (only errors).")
 @split_option
 @timing_option
 def fmt(files, out, width, check_only, write, show_diff, quiet, split_input, timing):

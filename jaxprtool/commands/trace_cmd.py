@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from ..cli import Command, guarded
+from ..cli import Command, guarded, option
 from ..core import JaxprError, np_dtype, short_dtype_name
 from ..io import UsageError, write_output
 from ..jax_required import require_jax
@@ -64,36 +64,36 @@ def _shown(spec: str) -> str:
 
 @click.command(cls=Command)
 @click.argument("target", metavar="MODULE:FUNCTION")
-@click.option(
+@option(
     "--arg",
     "specs",
     multiple=True,
     metavar="TYPE",
     help="An argument type, e.g. 'f32[3,4]' (repeat).",
 )
-@click.option(
+@option(
     "--args",
     "args_npz",
     metavar="IN.npz",
     type=FILE_ARG,
     help="Example arguments (arg0, arg1, ...).",
 )
-@click.option(
+@option(
     "--kw",
     "kwargs",
     multiple=True,
     metavar="NAME=JSON",
     help="A static keyword argument, its value in JSON (repeat): --kw n=3 --kw mode='\"fast\"'.",
 )
-@click.option("--x64", is_flag=True, help="Trace with 64-bit types (jax_enable_x64).")
-@click.option(
+@option("--x64", is_flag=True, help="Trace with 64-bit types (jax_enable_x64).")
+@option(
     "-o",
     "--output",
     metavar="OUT.jaxpr",
     type=OUT_ARG,
     help="Write here (default: standard output).",
 )
-@click.option(
+@option(
     "--consts-out",
     "consts_out",
     metavar="C.npz",

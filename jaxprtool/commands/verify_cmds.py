@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import click
 
-from ..cli import Command, ExitStatus, options_of
+from ..cli import Command, ExitStatus, option, options_of
 from ..core import JaxprError
 from ..io import report
 from .ad_cmds import custom_rules_option
@@ -20,19 +20,19 @@ from .run_options import device_options, dim_option, parse_dims, save_inputs_opt
 
 def _positive(name: str, help: str):
     """An optional positive float option (the default: JAX's, said in `help`)."""
-    return click.option(name, type=click.FloatRange(min=0, min_open=True), default=None, help=help)
+    return option(name, type=click.FloatRange(min=0, min_open=True), default=None, help=help)
 
 
 @click.command("check-grad", cls=Command)
 @click.argument("files", nargs=-1, metavar="[FILE|DIR|-]...", type=FILE_ARG)
-@click.option(
+@option(
     "--args",
     "args_npz",
     metavar="IN.npz",
     type=FILE_ARG,
     help="Inputs arg0..argN (default: random).",
 )
-@click.option(
+@option(
     "--random",
     "seed",
     type=click.IntRange(min=0),
@@ -41,27 +41,27 @@ def _positive(name: str, help: str):
     metavar="SEED",
     help="Seed for inputs and directions.",
 )
-@click.option(
+@option(
     "--order",
     type=click.IntRange(1, 2),
     default=1,
     show_default=True,
     help="1: first derivatives; 2: also derivatives of the derivative programs.",
 )
-@click.option(
+@option(
     "--modes",
     default="fwd,rev",
     show_default=True,
     help="Which checks: fwd (jvp), rev (vjp), or both.",
 )
-@click.option(
+@option(
     "--argnums",
     callback=int_list,
     metavar="I,J",
     help="Inputs to perturb (default: every float input), e.g. not an optimiser's state.",
 )
-@click.option("--consts", "consts_npz", metavar="C.npz", help="Constants: const0, const1, ...")
-@click.option(
+@option("--consts", "consts_npz", metavar="C.npz", help="Constants: const0, const1, ...")
+@option(
     "--json",
     "as_json",
     is_flag=True,

@@ -640,6 +640,7 @@ define(
     transpose=_add_transpose,
     jvp_kind="jvp+linearization",
     simplify=_simplify_additive,
+    simplify_needs_constant=True,
     fold=_fold_add,
     derivative_formula=("d/dx = 1, d/dy = 1", lambda x, y: (_ones(x, y), _ones(x, y))),
 )
@@ -650,6 +651,7 @@ define(
     transpose=_sub_transpose,
     jvp_kind="jvp+linearization",
     simplify=_simplify_additive,
+    simplify_needs_constant=True,
     fold=_fold_sub,
     derivative_formula=("d/dx = 1, d/dy = -1", lambda x, y: (_ones(x, y), -_ones(x, y))),
 )
@@ -659,6 +661,7 @@ define(
     transpose=_add_transpose,
     jvp_kind="deflinear",
     simplify=_simplify_additive,
+    simplify_needs_constant=True,
     batching=_add_any_batching("add_any"),
 )
 define(
@@ -748,6 +751,7 @@ define(
     print_params=drop_if_none("out_dtype"),
     bind_params=_bind_mul,
     simplify=_simplify_mul,
+    simplify_needs_constant=True,
     fold=_fold_mul,
     derivative_formula=("d/dx = y, d/dy = x", lambda x, y: (y, x)),
     batching=batching_rule("broadcasting", "mul"),
@@ -809,6 +813,7 @@ define(
     "div",
     transpose=_div_transpose,
     simplify=_simplify_div,
+    simplify_needs_constant=True,
     fold=_fold_div,
     derivative_formula=(
         "d/dx = 1/y, d/dy = -x/y^2",

@@ -102,23 +102,32 @@ class _SameBody:
                 return False
             if len(ea.outputs) != len(eb.outputs):
                 return False
-            if not all(self.atom(x, y, env) for x, y in zip(ea.inputs, eb.inputs)):
+            if not self.atoms(ea.inputs, eb.inputs, env):
                 return False
             if not self.params(ea.params, eb.params):
                 return False
             env.update(zip(ea.outputs, eb.outputs))
-        return all(self.atom(x, y, env) for x, y in zip(a.outvars, b.outvars))
+        return self.atoms(a.outvars, b.outvars, env)
 
     @staticmethod
-    def atom(x, y, env) -> bool:
-        if isinstance(x, Literal) or isinstance(y, Literal):
-            return isinstance(x, Literal) and isinstance(y, Literal) and _same_value(x, y)
-        return env.get(x) is y
+    def atoms(xs, ys, env) -> bool:
+        """`xs` and `ys` pairwise the same: literals of the same value, or variables `env`
+        pairs.  (Loops written out: a library call's body is compared at every call.)"""
+        for x, y in zip(xs, ys):
+            if x.__class__ is Literal or y.__class__ is Literal:
+                if not (x.__class__ is y.__class__ and _same_value(x, y)):
+                    return False
+            elif env.get(x) is not y:
+                return False
+        return True
 
     def params(self, pa: dict, pb: dict) -> bool:
         if pa.keys() == pb.keys():  # (the usual case: no key on one side alone, no sets)
             ignored = self.ignored
-            return all(k in ignored or self.value(x, pb[k]) for k, x in pa.items())
+            for k, x in pa.items():
+                if k not in ignored and not self.value(x, pb[k]):
+                    return False
+            return True
         for k in (pa.keys() & pb.keys()) - self.ignored:
             if not self.value(pa[k], pb[k]):
                 return False

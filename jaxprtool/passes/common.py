@@ -297,7 +297,7 @@ class EqnRewrite:
 
     def handed_back(self, sweep, *state):
         """Iterating yields what iterating `self` yields, where a compiled loop of the pass
-        (`_twin.cse_sweep`, `_twin.simplify_sweep`) takes the equations it is sure of
+        (`_twin.cse_sweep`, `_twin.simplify_rules_sweep`) takes the equations it is sure of
         itself, in order: those that `rewritten` leaves as they are and the pass's step
         keeps as they are (appended to `eqns`, with the pass's `state` updated as the step
         updates it).  It hands each other equation back, to be yielded rewritten."""

@@ -58,18 +58,25 @@ SIMPLIFY = Pass(
 
 def _simplify(jaxpr: Jaxpr, go) -> Jaxpr:
     """(Compiled, the loop keeps the equations whose rule answers None itself:
-    `_twin.simplify_sweep`.)"""
+    `_twin.simplify_rules_sweep`.)"""
     rw = EqnRewrite(jaxpr, go)
     ctx = Context()
     producers, made = ctx.producers, ctx.made
     rules = ctx.rules
     keep = rw.keep
     tw = twin()
-    state = (rules, producers, ctx, made, same_type)
-    for e in rw if tw is None else rw.handed_back(tw.simplify_sweep, *state):
+    consts = ctx.consts
+    state = (rules, producers, ctx, made, same_type, consts)
+    for e in rw if tw is None else rw.handed_back(tw.simplify_rules_sweep, *state):
         outs = e.outputs
         p = e.prim
-        rule, fills = rules.get(p) or ctx.rules_of(p)
+        rule, fills, needs_constant = rules.get(p) or ctx.rules_of(p)
+        if needs_constant:  # (it would answer None without a constant operand)
+            for a in e.inputs:
+                if a.__class__ is Literal or a in consts:
+                    break
+            else:
+                rule = None
         if len(outs) == 1:
             r = rule(e, ctx) if rule is not None else None
             if r is not None and same_type(r, outs[0]):
@@ -141,14 +148,15 @@ class Context:
         #: result -> the scalar its producer fills it with (its `fills_with` rule), worked
         #: out when the producer is kept
         self.consts: dict[Var, object] = {}
-        #: primitive -> (its simplify rule, its fills_with rule): asked once per pass
+        #: primitive -> (its simplify rule, its fills_with rule, whether the rule needs a
+        #: constant operand): asked once per pass
         self.rules: dict[str, tuple] = {}
 
     def rules_of(self, name: str) -> tuple:
         got = self.rules.get(name)
         if got is None:
             rec = prim(name)
-            got = self.rules[name] = (rec.simplify, rec.fills_with)
+            got = self.rules[name] = (rec.simplify, rec.fills_with, rec.simplify_needs_constant)
         return got
 
     def made(self, e, fills) -> None:

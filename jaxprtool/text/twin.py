@@ -15,7 +15,7 @@ its result types are given or remembered, and its `dce_eqns` runs its backward l
 `dce_walk_vars` (`ad/builder.py`, whose Python lines stay the reference); the `dce` pass's
 backward loop runs as `dce_sweep` over the equations known to hold no jaxpr
 (`passes/dce.py`), and the `cse` and `simplify` passes' loops as `cse_sweep` and
-`simplify_sweep` over the equations they keep as they are (`passes/cse.py`,
+`simplify_rules_sweep` over the equations they keep as they are (`passes/cse.py`,
 `passes/simplify.py`: each hands every other equation back to the pass's Python step).
 
 Imported only by the reader, the printer, the AD builder and the clean-up passes (the extension
@@ -35,8 +35,9 @@ EQN_FIELDS = ("prim", "inputs", "outputs", "params", "loc", "bare_eq", "no_subja
 #: of them is an older build: it stands down)
 #: (`drop_unread` was `drop_unused`, whose set held ids where it now holds the atoms, and
 #: `bind_fast_vars` and `dce_walk_vars` were `bind_fast` and `dce_walk`, whose sets held
-#: ids where they now hold the Vars: a module built before a change lacks the new name,
-#: and is not used)
+#: ids where they now hold the Vars; `simplify_rules_sweep` was `simplify_sweep`, whose
+#: rules were pairs, without `simplify_needs_constant`, and whose `configure` took no
+#: parameter kinds: a module built before a change lacks the new name, and is not used)
 FUNCTIONS = (
     "read_lines",
     "name_lines",
@@ -47,7 +48,7 @@ FUNCTIONS = (
     "dce_walk_vars",
     "dce_sweep",
     "cse_sweep",
-    "simplify_sweep",
+    "simplify_rules_sweep",
 )
 
 
@@ -64,14 +65,15 @@ def _load():
         from .. import _twin
     except ImportError:
         return None
-    from ..core import Eqn, Loc, Var
+    from ..core import _KIND_OF_TYPE, _LEAF, Eqn, Loc, Var
 
     if Var.__slots__ != VAR_FIELDS or Eqn._fields != EQN_FIELDS:
         return None
     if not all(hasattr(_twin, f) for f in FUNCTIONS):
         return None  # (built from an older _twin.c: the Python loops run until it is rebuilt)
     var_slots = tuple(Var.__dict__[f] for f in VAR_FIELDS)
-    _twin.configure(Var, var_slots, Eqn, tuple(Eqn.__dict__[f] for f in EQN_FIELDS), Loc)
+    eqn_slots = tuple(Eqn.__dict__[f] for f in EQN_FIELDS)
+    _twin.configure(Var, var_slots, Eqn, eqn_slots, Loc, _KIND_OF_TYPE, _LEAF)
     return _twin
 
 
