@@ -186,7 +186,7 @@ def table_policies(model, layer, args, build=stack):
 #: repeats of each planning timing, the least kept: a ~0.2 s measurement on a shared
 #: machine (the min-cut growth row read 1.407x in one `make bench` and 1.05x in the next
 #: with the planner unchanged, 2026-12-07)
-PLAN_REPEATS = 3
+PLAN_REPEATS = 5
 
 
 def plan_time(layers):
@@ -201,7 +201,11 @@ def plan_time(layers):
     ):
         best = (float("inf"), float("inf"))
         for _ in range(PLAN_REPEATS):
-            gc.collect()  # (each repeat starts from the same heap: no collection owed)
+            # (each repeat starts from the same heap, no collection owed, and what is alive
+            # frozen out of the collector, as the command's process does after reading its
+            # input: core.py; otherwise a full collection's cost scales with the bench's heap)
+            gc.collect()
+            gc.freeze()
             t0, c0 = time.perf_counter(), time.process_time()
             g = remat.Graph(primal, info)
             segments = remat.find_segments(g, spec)
@@ -209,6 +213,7 @@ def plan_time(layers):
                 g.cut(segments)
             remat.plan_for(g, spec)
             best = min(best, (time.process_time() - c0, time.perf_counter() - t0))
+            gc.unfreeze()
         times[name] = best
     return len(j.eqns), len(primal.eqns), times
 
