@@ -193,20 +193,28 @@ class OperandsOnly(Context):
 @needs_corpus
 def test_simplify_rules_ask_only_about_their_operands():
     asked = set()
+    for ctx, e in _swept_eqns(OperandsOnly):
+        rule = prim(e.prim).simplify
+        if rule is not None and len(e.outputs) == 1:
+            ctx.eqn = e
+            rule(e, ctx)
+            asked.add(e.prim)
+    assert {"mul", "add_any", "neg"} <= asked
+
+
+def _swept_eqns(make_context):
+    """Each equation of the corpus gradients with the context simplify's sweep has when it
+    reaches it (the producers and fills of the equations before it recorded after the
+    caller has looked)."""
     for _, j in _gradients():
-        ctx = OperandsOnly()
+        ctx = make_context()
         for e in j.eqns:
-            rule = prim(e.prim).simplify
-            if rule is not None and len(e.outputs) == 1:
-                ctx.eqn = e
-                rule(e, ctx)
-                asked.add(e.prim)
+            yield ctx, e
             for o in e.outputs:
                 ctx.producers[o] = e
             fills = ctx.rules_of(e.prim)[1]
             if fills is not None:
                 ctx.made(e, fills)
-    assert {"mul", "add_any", "neg"} <= asked
 
 
 @needs_corpus
@@ -218,20 +226,13 @@ def test_a_rule_that_needs_a_constant_answers_none_without_one():
 
     assert "simplify_needs_constant" in FIELDS
     asked = set()
-    for _, j in _gradients():
-        ctx = Context()
-        for e in j.eqns:
-            rec = prim(e.prim)
-            if rec.simplify_needs_constant and len(e.outputs) == 1:
-                assert rec.simplify is not None
-                if not any(a.__class__ is Literal or a in ctx.consts for a in e.inputs):
-                    assert rec.simplify(e, ctx) is None, e.prim
-                    asked.add(e.prim)
-            for o in e.outputs:
-                ctx.producers[o] = e
-            fills = ctx.rules_of(e.prim)[1]
-            if fills is not None:
-                ctx.made(e, fills)
+    for ctx, e in _swept_eqns(Context):
+        rec = prim(e.prim)
+        if rec.simplify_needs_constant and len(e.outputs) == 1:
+            assert rec.simplify is not None
+            if not any(a.__class__ is Literal or a in ctx.consts for a in e.inputs):
+                assert rec.simplify(e, ctx) is None, e.prim
+                asked.add(e.prim)
     flagged = {n for n, r in _RECORDS.items() if r.simplify_needs_constant}
     assert {"mul", "add_any"} <= asked <= flagged
 
