@@ -85,6 +85,9 @@ def _fmt_types(ts) -> str:
     return "(" + ", ".join(str(t) for t in ts) + ")"
 
 
+#: the most equation keys either table of equations that passed holds before it starts
+#: again (a program whose equations are all unlike would otherwise keep one per equation)
+PASSED_LIMIT = 100_000
 #: the classes of the literal values an equation's cheap key holds (`_Checker.jaxpr`)
 _KEYED_VALUES = frozenset({bool, int, float, complex})
 #: the types a binder may have (`_Checker.jaxpr`'s `bind`)
@@ -169,7 +172,7 @@ class _Checker:
                 found = len(self.diags)
                 self.eqn(e, defined)
                 if key is not None and len(self.diags) == found:
-                    if len(passed) > 100_000:  # (as `passed`: parameters all unlike)
+                    if len(passed) > PASSED_LIMIT:
                         passed.clear()
                     passed[key] = (e.inputs, e.outputs)  # keeps the keyed types alive
                 if not e.no_subjaxprs:  # (`eqn_subjaxprs`' first answer, without the call)
@@ -223,7 +226,7 @@ class _Checker:
         found = len(self.diags)
         self.types(e, in_types, declared)
         if key is not None and len(self.diags) == found:
-            if len(self.passed) > 100_000:
+            if len(self.passed) > PASSED_LIMIT:
                 self.passed.clear()
             self.passed.add(key)
 
