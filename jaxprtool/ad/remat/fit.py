@@ -141,14 +141,17 @@ class Calibration:
         return Calibration(held, temp / max(1.0, base))
 
     def figure(self, t: Tried) -> int:
-        base = self.scale * (self.held * t.liveness + (1 - self.held) * t.fused)
+        base = self._scaled(t)
         if self.weights:
             base += sum(self.weights.get(k, 0.0) * n for k, n in t.values().items())
         return max(0, int(base))
 
     def scaled(self, t: Tried) -> int:
         """The figure without what was learnt by value."""
-        return int(self.scale * (self.held * t.liveness + (1 - self.held) * t.fused))
+        return int(self._scaled(t))
+
+    def _scaled(self, t: Tried) -> float:
+        return self.scale * (self.held * t.liveness + (1 - self.held) * t.fused)
 
 
 def learn_weights(cal: Calibration, compiled: list[Tried]) -> dict[str, float]:
