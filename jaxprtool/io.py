@@ -9,15 +9,49 @@ import re
 import stat
 import sys
 
-import click
-
 from .cachefs import uid
 from .core import JaxprError, Loc, NotJaxprText, OverLimit, UsageProblem, shown_path
 from .lazy import LazyPattern
 
 
-class UsageError(click.UsageError):
-    """Bad usage: exit 2."""
+def __getattr__(name: str):
+    """`UsageError`, click's usage error of the tool (bad usage: exit 2), made where one is
+    raised: the class is click's, and the common commands' start imports no click."""
+    if name == "UsageError":
+        global UsageError  # (made once, then an ordinary attribute of the module)
+        import click
+
+        class UsageError(click.UsageError):
+            """Bad usage: exit 2."""
+
+        return UsageError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def echo(text: str, err: bool = False) -> None:
+    """`click.echo(text, err=err)`: the line written to standard output (error) and flushed.
+    click itself (its import: ~42M instructions) only where it would change the text: the
+    ANSI styles it strips on a stream that is no terminal, a stream in an ASCII encoding it
+    wraps."""
+    stream = sys.stderr if err else sys.stdout
+    if stream is None:
+        return
+    if "\x1b" in text or _ascii_stream(stream):
+        import click
+
+        click.echo(text, err=err)
+        return
+    stream.write(text + "\n")
+    stream.flush()
+
+
+def _ascii_stream(stream) -> bool:
+    import codecs
+
+    try:
+        return codecs.lookup(getattr(stream, "encoding", None) or "ascii").name == "ascii"
+    except LookupError:
+        return False
 
 
 class Reported(Exception):
@@ -871,7 +905,7 @@ def print_diagnostic(msg: str, kind: str) -> None:
             + ("\n" + escape(rest) if rest else "")
         )
     else:
-        click.echo(msg, err=True)
+        echo(msg, err=True)
 
 
 def _split_head(head: str, kind: str) -> tuple[str, str]:
