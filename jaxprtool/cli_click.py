@@ -26,6 +26,7 @@ from .cli import (
     wrap_words,
 )
 from .core import UsageProblem
+from .declare import with_bare_values
 from .interrupt import release_collector
 from .io import DEFAULT_MAX_INPUT, report
 from .outputs import record_path
@@ -196,14 +197,7 @@ def _bare_optional_values(cmd: click.Command, args: list[str]) -> list[str]:
         for name in o.opts
         if name.startswith("--")
     }
-    if not bare:
-        return args
-    out = []
-    for i, a in enumerate(args):
-        if a == "--":
-            return out + args[i:]
-        out.append(f"{a}={bare[a]}" if a in bare else a)
-    return out
+    return with_bare_values(bare, args)
 
 
 class Command(_OwnHelpOption, click.Command):

@@ -74,6 +74,20 @@ def argument(*decls: str, **attrs):
     return lambda f: _remember(f, Param("argument", decls, attrs))
 
 
+def with_bare_values(bare: dict[str, str], args: list[str]) -> list[str]:
+    """`args` with each optional-value option given without `=` (a key of `bare`) given its
+    value there (`--diff` -> `--diff=semantic`), up to `--`: click's group (`cli_click`) and
+    the quick start both read the command line so."""
+    if not bare:
+        return args
+    out = []
+    for i, a in enumerate(args):
+        if a == "--":
+            return out + args[i:]
+        out.append(f"{a}={bare[a]}" if a in bare else a)
+    return out
+
+
 class Declared:
     """A command as declared: its function, its parameters (in the order of the command
     line's help) and click.command's keyword arguments.  `click()` builds click's command

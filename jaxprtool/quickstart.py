@@ -17,7 +17,7 @@ import errno
 import os
 import sys
 
-from .declare import Declared, Param, TypeRecord
+from .declare import Declared, Param, TypeRecord, with_bare_values
 
 #: the commands whose command lines are parsed here
 QUICK_COMMANDS = frozenset(
@@ -123,12 +123,7 @@ def _bare_optional_values(params: list[Param], args: list[str]) -> list[str]:
         for flag in p.opts
         if flag.startswith("--")
     }
-    out = []
-    for i, a in enumerate(args):
-        if a == "--":
-            return out + args[i:]
-        out.append(f"{a}={bare[a]}" if a in bare else a)
-    return out
+    return with_bare_values(bare, args)
 
 
 def _split(params: list[Param], args: list[str]):
