@@ -856,7 +856,7 @@ def test_pass_command_from_a_new_record(tmp_path):
             PassOption("tags", list[str], None, "Some tags."),
         ),
     )
-    cmd = pass_command(rec)
+    cmd = pass_command(rec).click()  # (a declared command: click's is built from it)
     src = str(GOLDEN / "cse.jaxpr")
     r = CliRunner().invoke(cmd, ["--help"])
     assert "Does nothing, loudly." in r.stdout
