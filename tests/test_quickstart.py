@@ -41,6 +41,9 @@ VALUES = {
     "--keep-outputs": ["0", "0,1"],
 }
 
+#: values that look like options (click takes the next word as the value all the same)
+LOOK_LIKE_OPTIONS = ["-1", "--width", "-", "--", "-q"]
+
 #: words click refuses or decides about (each is left to it)
 REFUSED = ["--help", "-h", "--bogus", "--debug", "--jax-style=0.4.35", "-Z", "--width=x"]
 
@@ -96,6 +99,7 @@ def command_lines(name: str, files) -> list[list[str]]:
             else:
                 for v in VALUES.get(p.opts[-1], ["x"]):
                     single += [[flag, v], [f"{flag}={v}"]]
+                single += [[flag, v] for v in LOOK_LIKE_OPTIONS]
     ends = [[files["f"]], [], ["-"], ["--", files["f"]], [files["missing"]], [files["dir"]]]
     lines = [s + e for s in single for e in ends[:2]]
     lines += [a + b + [files["f"]] for a, b in itertools.combinations(single[::3], 2)]
