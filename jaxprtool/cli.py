@@ -199,7 +199,9 @@ def cleandoc(doc: str) -> str:
 
 
 #: the quick start's context of the running command (`quickstart.Context`), where it parses
-#: the command line instead of click
+#: the command line instead of click.  (why a value cannot carry it: it stands in for
+#: click's current context, process state that `options_of` and `guarded` read where no
+#: context is handed to them)
 _QUICK_CONTEXT: list = []
 
 
