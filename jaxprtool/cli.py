@@ -102,12 +102,9 @@ def entry() -> None:
     exit_on_interrupt()
     keep_writes_reportable()
     try:
-        from .quickstart import run_quickly
-
-        run_quickly(sys.argv[1:])  # (returns only where it leaves the command line to click)
-        from .cli_click import main
-
-        main(prog_name="jaxprtool")
+        # (returns only where it leaves the command line to click)
+        _reader("quickstart").run_quickly(sys.argv[1:])
+        _reader("cli_click").main(prog_name="jaxprtool")
     except SystemExit as e:
         _leave(e.code)
     _leave(0)
@@ -235,10 +232,17 @@ _CLICK_SIDE = frozenset({"main", "Option", "OptionalValue", "Command", "LazyGrou
 
 def __getattr__(name: str):
     if name in _CLICK_SIDE:
-        from . import cli_click
-
-        return getattr(cli_click, name)
+        return getattr(_reader("cli_click"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _reader(module: str):
+    """A reader of the command line: `quickstart` (the common commands, click-free) or
+    `cli_click` (click's group).  Each sits above this module, as the commands do (it
+    imports this one), and is found by name as they are (`COMMANDS`, `declared_command`)."""
+    import importlib
+
+    return importlib.import_module(f"jaxprtool.{module}")
 
 
 def _current_sink():

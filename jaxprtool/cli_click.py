@@ -11,22 +11,21 @@ import sys
 
 import click
 
+from . import cli
 from .cli import (
     ARGV_KEY,
     COMMANDS,
     ExitStatus,
     Options,
-    _one_program_process,
     cleandoc,
     declared_command,
     guarded,
-    is_standalone,
     options_of,
     settle_invocation,
     wrap_words,
 )
 from .core import UsageProblem
-from .declare import with_bare_values
+from .declare import Choice, Declared, IntRange, Param, PathArg, with_bare_values
 from .interrupt import release_collector
 from .io import DEFAULT_MAX_INPUT, report
 from .outputs import record_path
@@ -53,6 +52,39 @@ class OutputPath(click.Path):
         if ctx is not None and value not in (None, "-"):
             record_path(ctx, _option(param), value, writes=True)
         return value
+
+
+@functools.cache
+def click_command(declared: Declared) -> click.Command:
+    """click's command of a declared one (built once, for the command run only): its
+    parameters made by click's decorators in the order they were declared in."""
+    f = declared.fn
+    for p in reversed(declared.params):  # (applied bottom-up, as decorators are)
+        f = _click_decorator(p)(f)
+    return click.command(declared.name, cls=Command, **declared.attrs)(f)
+
+
+def _click_decorator(p: Param):
+    attrs = dict(p.attrs)
+    if "type" in attrs:
+        attrs["type"] = click_type(attrs["type"])
+    if p.kind == "argument":
+        return click.argument(*p.decls, **attrs)
+    attrs["cls"] = OptionalValue if attrs.pop("optional_value", False) else Option
+    return click.option(*p.decls, **attrs)
+
+
+def click_type(kind):
+    """click's type of a declared one (`declare.Choice`, `IntRange`, `PathArg`); click's own
+    as it is."""
+    if isinstance(kind, Choice):
+        return click.Choice(list(kind.choices))
+    if isinstance(kind, IntRange):
+        return click.IntRange(min=kind.min)
+    if isinstance(kind, PathArg):
+        path = OutputPath if kind.writes else InputPath
+        return path(allow_dash=kind.allow_dash, dir_okay=kind.dir_okay)
+    return kind
 
 
 def _option(param) -> str:
@@ -131,11 +163,9 @@ class LazyGroup(_OwnHelpOption, click.Group):
         target = COMMANDS.get(name)
         if target is None:
             return None
-        if is_standalone():
-            _one_program_process(name)
-        cmd = declared_command(name)
-        if not isinstance(cmd, click.Command):
-            cmd = cmd.click()  # (`declare.Declared`: built once, for this command only)
+        if cli.is_standalone():
+            cli._one_program_process(name)
+        cmd = click_command(declared_command(name))
         _add_global_options(cmd)
         return cmd
 

@@ -1,17 +1,15 @@
 """The command line's declarations, click-free: each command's options and arguments as
 records, declared once with `option`, `argument` and `command` (click's decorators'
-signatures).  `cli.LazyGroup` builds click's command from them (`Declared.click`), and the
+signatures).  click's command is built from them (`cli_click.click_command`), and the
 program's quick start (`quickstart`) parses the common command lines from the same records
 without importing click (click's modules and the gettext, locale, uuid and platform modules
 that only it needs: ~42M instructions, 6.5% of a transformer's grad; issue 49).
 
 A parameter type is a record here too (`Choice`, `IntRange`, `PathArg`), made into click's
-type only when click's command is built; a module whose command the quick start never
-parses may pass click's own types and callbacks through unchanged."""
+type only when click's command is built (`cli_click.click_type`); a module whose command
+the quick start never parses may pass click's own types and callbacks through unchanged."""
 
 from __future__ import annotations
-
-import functools
 
 #: the attribute of a command function holding its parameter records (click's
 #: `__click_params__`: appended bottom-up as the decorators apply)
@@ -43,18 +41,6 @@ class Param:
         flags = [d.split("/")[0] for d in self.decls]
         flags.sort(key=lambda f: -(len(f) - len(f.lstrip("-"))))
         return flags[0].lstrip("-").replace("-", "_").lower()
-
-    def click(self, option_class, optional_class):
-        """click's decorator for this parameter (click is imported by the caller)."""
-        import click
-
-        attrs = dict(self.attrs)
-        if "type" in attrs and isinstance(attrs["type"], TypeRecord):
-            attrs["type"] = attrs["type"].click()
-        if self.kind == "argument":
-            return click.argument(*self.decls, **attrs)
-        attrs["cls"] = optional_class if attrs.pop("optional_value", False) else option_class
-        return click.option(*self.decls, **attrs)
 
 
 def _remember(f, param: Param):
@@ -90,8 +76,8 @@ def with_bare_values(bare: dict[str, str], args: list[str]) -> list[str]:
 
 class Declared:
     """A command as declared: its function, its parameters (in the order of the command
-    line's help) and click.command's keyword arguments.  `click()` builds click's command
-    once; `cli.LazyGroup.get_command` calls it."""
+    line's help) and click.command's keyword arguments (`cli_click.click_command` builds
+    click's command from it)."""
 
     def __init__(self, fn, name: str | None, attrs: dict):
         self.fn = fn
@@ -114,17 +100,6 @@ class Declared:
         """The function the command runs (`ctx.command.callback`, as click's)."""
         return self.fn
 
-    @functools.cache  # noqa: B019  (one per command, alive as long as the program)
-    def click(self):
-        import click
-
-        from .cli_click import Command, Option, OptionalValue
-
-        f = self.fn
-        for p in reversed(self.params):  # (applied bottom-up, as decorators are)
-            f = p.click(Option, OptionalValue)(f)
-        return click.command(self.name, cls=Command, **self.attrs)(f)
-
 
 def command(name: str | None = None, **attrs):
     """Decorator: the function becomes a declared command (click.command's arguments; the
@@ -136,9 +111,6 @@ class TypeRecord:
     """A parameter type the quick start converts itself (`convert`: the value, or None where
     it leaves the decision to click)."""
 
-    def click(self):
-        raise NotImplementedError
-
     def convert(self, value: str):
         raise NotImplementedError
 
@@ -149,11 +121,6 @@ class Choice(TypeRecord):
     def __init__(self, choices):
         self.choices = tuple(choices)
 
-    def click(self):
-        import click
-
-        return click.Choice(list(self.choices))
-
     def convert(self, value):
         return value if value in self.choices else None
 
@@ -163,11 +130,6 @@ class IntRange(TypeRecord):
 
     def __init__(self, min: int):
         self.min = min
-
-    def click(self):
-        import click
-
-        return click.IntRange(min=self.min)
 
     def convert(self, value):
         if isinstance(value, int):
@@ -187,12 +149,6 @@ class PathArg(TypeRecord):
         self.writes = writes
         self.allow_dash = allow_dash
         self.dir_okay = dir_okay
-
-    def click(self):
-        from .cli_click import InputPath, OutputPath
-
-        kind = OutputPath if self.writes else InputPath
-        return kind(allow_dash=self.allow_dash, dir_okay=self.dir_okay)
 
     def convert(self, value):
         """The path, where click.Path(allow_dash, dir_okay, readable) passes it; None where

@@ -166,7 +166,7 @@ class TextEmitter(Emitter):
         if self.sink.to_file():
             self.lines.append(text + "\n")
         else:
-            from .io import echo  # (click.echo's, without importing click)
+            from .echo import echo
 
             echo(text, err=True)  # (flushed: click 8.2.0's CliRunner misses a print)
 
