@@ -19,9 +19,30 @@ import sys
 
 from .declare import Declared, Param, TypeRecord, with_bare_values
 
-#: the commands whose command lines are parsed here
+#: the commands whose command lines are parsed here (`diff` is not: its module imports
+#: click, `ui/diff.py`'s `echo`)
 QUICK_COMMANDS = frozenset(
-    {"fmt", "check", "jvp", "linearize", "transpose", "vjp", "grad", "vmap", "dce", "simplify"}
+    {
+        "fmt",
+        "check",
+        "jvp",
+        "linearize",
+        "transpose",
+        "vjp",
+        "grad",
+        "vmap",
+        "jacfwd",
+        "jacrev",
+        "hessian",
+        "dce",
+        "cse",
+        "fold",
+        "simplify",
+        "inline",
+        "canonicalize",
+        "opt",
+        "stats",
+    }
 )
 
 #: the keyword arguments of a parameter that the parse here models; any other (an

@@ -39,6 +39,9 @@ VALUES = {
     "--select": ["E1", "W001,E"],
     "--ignore": ["W"],
     "--keep-outputs": ["0", "0,1"],
+    "--pipeline": ["dce,cse", "inline{names=relu},simplify"],
+    "--names": ["relu", "a,b"],
+    "--max-iterations": ["3", "x"],
 }
 
 #: values that look like options (click takes the next word as the value all the same)
@@ -182,7 +185,9 @@ _EXIT_SAYS_CLICK = (
     [
         ["fmt"], ["fmt", "--check"], ["check"], ["check", "--select", "E1"], ["grad"],
         ["vjp"], ["jvp"], ["linearize", "--stats"], ["transpose"], ["vmap", "--axis-size", "2"],
-        ["dce"], ["simplify"], ["grad", "--timing", "--verify-each"],
+        ["dce"], ["simplify"], ["grad", "--timing", "--verify-each"], ["jacfwd"], ["jacrev"],
+        ["hessian"], ["cse"], ["fold"], ["inline"], ["canonicalize"], ["opt", "-p", "dce,cse"],
+        ["stats"],
     ],
     ids=" ".join,
 )  # fmt: skip
@@ -229,6 +234,12 @@ RUNS = [
     (["check", "{f}", "{bad}"], None),
     (["dce", "--keep-outputs", "0", "{f}"], None),
     (["simplify", "{f}"], None),
+    (["jacrev", "{f}"], None),
+    (["hessian", "{f}"], None),
+    (["opt", "-p", "inline,cse,dce", "{f}"], None),
+    (["opt", "-p", "nosuch", "{f}"], None),
+    (["canonicalize", "{f}"], None),
+    (["stats", "{f}"], None),
 ]
 
 _FORCED_TO_CLICK = (
