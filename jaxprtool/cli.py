@@ -1,26 +1,26 @@
 """The `jaxprtool` command line: a thin layer that reads, calls and writes.
 
-Commands live in `jaxprtool/commands/*.py` and are loaded lazily, so that a
-command which does not run or compile never imports jax.
+Commands live in `jaxprtool/commands/*.py` and are loaded lazily, so that a command which
+does not run or compile never imports jax.  Their options are declared once, click-free
+(`declare`): click's group and commands are built from them (`cli_click`), and the program
+parses the common command lines itself from the same declarations (`quickstart`), handing
+every other one to click.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import functools
-import importlib
 import os
 import sys
 
-import click
-
 from . import core
 from .core import InternalError, JaxprError, OverLimit, ProgramError, UsageProblem
-from .interrupt import exit_on_interrupt, keep_writes_reportable, release_collector
+from .declare import argument, command, option  # noqa: F401  (the commands' decorators)
+from .interrupt import exit_on_interrupt, keep_writes_reportable
 from .io import DEFAULT_MAX_INPUT, Reported, program_loc, report
 from .lazy import numpy_loaded
-from .outputs import InputPath, OutputPath, refuse_overlaps
+from .outputs import refuse_overlaps
 
 #: command name -> "module:attribute" inside jaxprtool.commands
 COMMANDS: dict[str, str] = {
@@ -52,6 +52,15 @@ COMMANDS: dict[str, str] = {
     "explain": "explain_cmd:explain",
     "memory": "memory_cmd:memory",
 }
+
+
+def declared_command(name: str):
+    """The command `name` as its module declares it (`declare.Declared`; a click command
+    where one is made otherwise); its module is imported here."""
+    import importlib
+
+    module, attr = COMMANDS[name].split(":")
+    return getattr(importlib.import_module(f"jaxprtool.commands.{module}"), attr)
 
 
 #: commands that run programs through JAX (numerical work may use numpy's BLAS threads).
@@ -93,7 +102,9 @@ def entry() -> None:
     exit_on_interrupt()
     keep_writes_reportable()
     try:
-        main(prog_name="jaxprtool")
+        # (returns only where it leaves the command line to click)
+        _reader("quickstart").run_quickly(sys.argv[1:])
+        _reader("cli_click").main(prog_name="jaxprtool")
     except SystemExit as e:
         _leave(e.code)
     _leave(0)
@@ -151,7 +162,7 @@ def is_standalone() -> bool:
     return _STANDALONE
 
 
-def _one_program_process(command: str) -> None:
+def _one_program_process(name: str) -> None:
     """Settings for a process that reads, transforms and prints one program and exits:
 
     * numpy's OpenBLAS starts a thread per core when numpy is imported (about 0.1 s of CPU,
@@ -160,30 +171,13 @@ def _one_program_process(command: str) -> None:
     * the collector leaves the IR alone after each paused block (`core.FREEZE_AFTER_PAUSE`:
       about 0.05 s of a transformer's grad), except in the commands that run programs
       repeatedly through JAX, whose cyclic garbage would be frozen with it."""
-    runs = command in RUNS_PROGRAMS
+    runs = name in RUNS_PROGRAMS
     blas_chosen = {"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"} & set(os.environ)
     if not runs and not numpy_loaded() and not blas_chosen:
         os.environ["OPENBLAS_NUM_THREADS"] = "1"
     if not runs:
         # (why a value cannot carry it: how this process collects garbage, per process)
         core.FREEZE_AFTER_PAUSE = True
-
-
-class Option(click.Option):
-    """click's option, its help text cleaned here as click cleans it (`inspect.cleandoc`):
-    click's own call would execute `inspect`, which the program leaves unexecuted
-    (`jaxprtool/__init__.py`).  Every option of the tool is one (`option`)."""
-
-    def __init__(self, *args, help: str | None = None, **kwargs):
-        super().__init__(*args, **kwargs)
-        if help:
-            self.help = cleandoc(help)
-
-
-def option(*param_decls: str, **attrs):
-    """`click.option`, of the tool's `Option` class (or of `cls`, a subclass of it)."""
-    attrs.setdefault("cls", Option)
-    return click.option(*param_decls, **attrs)
 
 
 def cleandoc(doc: str) -> str:
@@ -201,146 +195,54 @@ def cleandoc(doc: str) -> str:
     return "\n".join(lines)
 
 
-class OptionalValue(Option):
-    """An option whose value may be left out (`--diff` or `--diff=text`).  Only the `=`
-    form gives a value: a bare `--diff` never takes the next word (a FILE) as its value."""
-
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("is_flag", False)
-        super().__init__(*args, **kwargs)
+#: the quick start's context of the running command (`quickstart.Context`), where it parses
+#: the command line instead of click.  (why a value cannot carry it: it stands in for
+#: click's current context, process state that `options_of` and `guarded` read where no
+#: context is handed to them)
+_QUICK_CONTEXT: list = []
 
 
-class _OwnHelpOption:
-    """The command's `-h/--help` option made as click makes it (`help_option` on the
-    command's help option names, kept in its `_help_option`), of the tool's `Option`
-    class."""
+def current_context():
+    """The running command's context: the quick start's, else click's current one (None
+    outside any).  click is asked only where it was imported."""
+    if _QUICK_CONTEXT:
+        return _QUICK_CONTEXT[-1]
+    if "click" not in sys.modules:
+        return None
+    import click
 
-    def get_help_option(self, ctx):
-        if self._help_option is None and self.add_help_option:
-            names = self.get_help_option_names(ctx)
-            if names:
-                # (click 8.5 keeps the value under a reserved name; 8.2 under `help`)
-                storage = getattr(click.core, "_HELP_OPTION_STORAGE_NAME", None)
-                decls = (*names, storage) if storage else tuple(names)
-                click.decorators.help_option(*decls, cls=Option)(self)
-                self._help_option = self.params.pop()
-        return super().get_help_option(ctx)
+    return click.get_current_context(silent=True)
 
 
-class LazyGroup(_OwnHelpOption, click.Group):
-    def parse_args(self, ctx, args):
-        """Keep the raw arguments: `run --coordinator` runs them again in a supervised
-        child process (`commands/supervise.py`)."""
-        ctx.meta[ARGV_KEY] = list(args)
-        return super().parse_args(ctx, args)
+def settle_invocation(options: Options, max_equations: int | None) -> None:
+    """The process-wide settings of an invocation, once its global options are read (the
+    group's `main` and the quick start)."""
+    from . import expansion, io
 
-    def list_commands(self, ctx):
-        return sorted(COMMANDS)
-
-    def _main_shell_completion(self, ctx_args, prog_name, complete_var=None):
-        """Shell completion (click's), once the variables the shell set are checked."""
-        from .env import check_completion
-
-        name = complete_var or f"_{prog_name}_COMPLETE".replace("-", "_").upper()
-        try:
-            check_completion(name)
-        except UsageProblem as e:
-            report(e)
-            sys.exit(2)
-        return super()._main_shell_completion(ctx_args, prog_name, complete_var)
-
-    def get_command(self, ctx, name):
-        target = COMMANDS.get(name)
-        if target is None:
-            return None
-        if _STANDALONE:
-            _one_program_process(name)
-        module, attr = target.split(":")
-        cmd = getattr(importlib.import_module(f"jaxprtool.commands.{module}"), attr)
-        if not isinstance(cmd, click.Command):
-            cmd = cmd()  # a builder (`commands.ad_cmds.ad_command`): only this command is made
-        _add_global_options(cmd)
-        return cmd
-
-    def make_context(self, info_name, args, parent=None, **extra):
-        with _short_usage_messages():
-            return super().make_context(info_name, args, parent, **extra)
-
-    def invoke(self, ctx):
-        """Run the command and end the process with the exit status it returns; the
-        machine-readable diagnostics it collected (json, sarif) are written when it ends,
-        however it ends."""
-        from . import diagnostics, io
-
-        try:
-            with _short_usage_messages():
-                status = super().invoke(ctx)
-        finally:
-            try:
-                diagnostics.end(write_file=io.write_output)
-            except UsageProblem as e:  # --output-file could not be written after all
-                report(e)
-                raise click.exceptions.Exit(ExitStatus.ERROR) from None
-        if status:
-            ctx.exit(int(status))
-        return status
-
-    def resolve_command(self, ctx, args):
-        if args and not args[0].startswith("-") and args[0] not in COMMANDS:
-            import difflib
-
-            close = difflib.get_close_matches(args[0], list(COMMANDS), n=1)
-            if close:
-                ctx.fail(f"No such command '{args[0]}'. Did you mean '{close[0]}'?")
-        name, cmd, rest = super().resolve_command(ctx, args)
-        if cmd is not None:
-            rest = _bare_optional_values(cmd, rest)
-        return name, cmd, rest
+    # (why a value cannot carry it: as in `cli_click._set_max_equations`)
+    expansion.LIMIT = max_equations or expansion.DEFAULT_LIMIT
+    # (why a value cannot carry it: the terminal's color is a fact of the process's output,
+    # read by every message writer; `Options.color` holds the command's choice)
+    io.COLOR_MODE = options.color
 
 
-@contextlib.contextmanager
-def _short_usage_messages():
-    """Click's usage errors with each huge word cut (a 100 KB option value was echoed
-    whole): what `io.format_error` does for the tool's own messages."""
-    from .io import shorten_words
-
-    try:
-        yield
-    except click.ClickException as e:
-        e.message = shorten_words(e.message)
-        raise
+#: names of click's side, made on first use (`cli_click`: importing it imports click)
+_CLICK_SIDE = frozenset({"main", "Option", "OptionalValue", "Command", "LazyGroup", "Size"})
 
 
-def _bare_optional_values(cmd: click.Command, args: list[str]) -> list[str]:
-    """`--diff` -> `--diff=semantic` for each OptionalValue option given without `=`."""
-    bare = {
-        name: o.flag_value
-        for o in cmd.params
-        if isinstance(o, OptionalValue)
-        for name in o.opts
-        if name.startswith("--")
-    }
-    if not bare:
-        return args
-    out = []
-    for i, a in enumerate(args):
-        if a == "--":
-            return out + args[i:]
-        out.append(f"{a}={bare[a]}" if a in bare else a)
-    return out
+def __getattr__(name: str):
+    if name in _CLICK_SIDE:
+        return getattr(_reader("cli_click"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-class Command(_OwnHelpOption, click.Command):
-    """A jaxprtool command: before its body runs, the invocation's diagnostics learn what
-    the command decides (whether it leaves standard output free, whether its text
-    diagnostics show their codes); it returns its body's exit status (`ExitStatus`; None
-    for success).  The collector, held while the program started, runs again from here
-    (`interrupt.release_collector`)."""
+def _reader(module: str):
+    """A reader of the command line: `quickstart` (the common commands, click-free) or
+    `cli_click` (click's group).  Each sits above this module, as the commands do (it
+    imports this one), and is found by name as they are (`COMMANDS`, `declared_command`)."""
+    import importlib
 
-    def invoke(self, ctx):
-        release_collector()
-        options_of(ctx).diagnostics.command_starts(self.name, ctx.params)
-        return super().invoke(ctx)
+    return importlib.import_module(f"jaxprtool.{module}")
 
 
 def _current_sink():
@@ -391,229 +293,16 @@ class Options:
         self.invocation = None
 
 
-def options_of(ctx: click.Context | None = None) -> Options:
-    """The running invocation's options (the current click context's, a default value
-    outside any)."""
-    ctx = ctx or click.get_current_context(silent=True)
+def options_of(ctx=None) -> Options:
+    """The running invocation's options (the current context's, a default value outside
+    any)."""
+    ctx = ctx or current_context()
     if ctx is None:
         return Options()
     root = ctx.find_root()
     if not isinstance(root.obj, Options):
         root.obj = Options()
     return root.obj
-
-
-def _set_debug(ctx, param, value):
-    if value:
-        options_of(ctx).debug = True
-
-
-def _set_jax_style(ctx, param, value):
-    if value is not None:
-        options_of(ctx).jax_style = value
-
-
-def _set_color(ctx, param, value):
-    from . import io
-
-    if value is not None:
-        options_of(ctx).color = io.COLOR_MODE = value
-
-
-def _set_output_format(ctx, param, value):
-    if value is not None:
-        options_of(ctx).diagnostics.set_format(value)
-
-
-def _set_output_file(ctx, param, value):
-    from . import io
-
-    if value is not None:
-        try:
-            io.check_writable(value)
-        except UsageProblem as e:
-            raise click.BadParameter(e.message, ctx, param) from None
-        options_of(ctx).diagnostics.output_file = value
-
-
-def _set_max_equations(ctx, param, value):
-    from . import expansion
-
-    if value is not None:
-        # (why a value cannot carry it: --max-equations is read by `expansion.refuse_large`,
-        # called by the reader's callers, the passes, the AD entry points, memory and the
-        # back end, none of which takes the command's options; an API call keeps the default)
-        expansion.LIMIT = value
-
-
-def _set_max_input_size(ctx, param, value):
-    if value is not None:
-        options_of(ctx).max_input = value
-
-
-class Size(click.ParamType):
-    """A size in bytes: `256M`, `1G`, `1000000`."""
-
-    name = "size"
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, int):
-            return value
-        from .env import parse_size
-
-        try:
-            return parse_size(value, param.opts[0])
-        except UsageProblem as e:
-            self.fail(e.message, param, ctx)
-
-
-def _set_no_color(ctx, param, value):
-    if value:
-        _set_color(ctx, param, "never")
-
-
-def _load_plugins(ctx, param, value):
-    if value:
-        from .plugins import load_plugins
-
-        options = options_of(ctx)
-        options.plugins = tuple(options.plugins) + tuple(value)
-        _run_or_exit(ctx, load_plugins, value)
-
-
-_COLOR_HELP = (
-    "Colour diagnostics, diffs and tables: WHEN is auto (on a terminal, unless NO_COLOR "
-    "is set; FORCE_COLOR forces it), always or never."
-)
-
-
-@functools.cache
-def _global_option_specs() -> list[tuple[list[str], dict]]:
-    """The global options; accepted before the command and after it.  (Made once: the group
-    and the command share their parameter types, whose click.Path ones each ask gettext for
-    a translation.)"""
-    return [
-        (["--debug"], dict(is_flag=True, help="Show Python tracebacks for internal errors.")),
-        (
-            ["--plugin", "plugins"],
-            dict(
-                multiple=True,
-                metavar="RULES.py",
-                type=InputPath(dir_okay=False),
-                help="Load a Python module that registers rules for extra primitives (repeatable).",
-            ),
-        ),
-        (
-            ["--jax-style"],
-            dict(
-                metavar="VERSION",
-                help="Print in the style of this JAX version (e.g. 0.4.35, 0.12).",
-            ),
-        ),
-        (
-            ["--color"],
-            dict(
-                type=click.Choice(["auto", "always", "never"]),
-                default=None,
-                metavar="WHEN",
-                help=_COLOR_HELP,
-            ),
-        ),
-        (["--no-color"], dict(is_flag=True, help="Same as --color never.")),
-        (
-            ["--max-input-size"],
-            dict(
-                type=Size(),
-                default=None,
-                metavar="SIZE",
-                help="Refuse an input file larger than SIZE bytes (K, M, G suffixes; default "
-                "256M), naming it, instead of reading it all.",
-            ),
-        ),
-        (
-            ["--max-equations"],
-            dict(
-                type=click.IntRange(min=1),
-                default=None,
-                metavar="N",
-                help="Refuse a program that its shared jaxprs, copied at each use, make more "
-                "than N equations (default 300000), before inlining, differentiating, "
-                "measuring or running it.",
-            ),
-        ),
-        (
-            ["--output-format", "--diagnostic-format", "diagnostic_format"],
-            dict(
-                type=click.Choice(["text", "json", "github", "sarif"]),
-                default=None,
-                metavar="FORMAT",
-                help="How errors and warnings are written: text (FILE:LINE:COL: error: "
-                "message, `check` adding [CODE]; on standard error), json (one array), "
-                "github (GitHub Actions annotations) or sarif (SARIF 2.1.0), on standard "
-                "output when the command writes its result to a file or has none "
-                "(`check`), else on standard error.  After `run`, whose --output-format "
-                "is its own, this is --diagnostic-format.",
-            ),
-        ),
-        (
-            ["--output-file", "diagnostic_file"],
-            dict(
-                default=None,
-                metavar="FILE",
-                type=OutputPath(dir_okay=False, allow_dash=True),
-                help="Write the diagnostics (in --output-format) to FILE instead, when the "
-                "command ends (as ruff's --output-file).",
-            ),
-        ),
-    ]
-
-
-_GLOBAL_CALLBACKS = {
-    "debug": _set_debug,
-    "plugins": _load_plugins,
-    "jax_style": _set_jax_style,
-    "color": _set_color,
-    "no_color": _set_no_color,
-    "max_equations": _set_max_equations,
-    "max_input_size": _set_max_input_size,
-    "diagnostic_format": _set_output_format,
-    "diagnostic_file": _set_output_file,
-}
-
-
-def _add_global_options(cmd: click.Command) -> None:
-    """Let `cmd` accept the global options after its name too (`jaxprtool run f --debug`);
-    a command's own option of the same name (explain's --no-color, run's --output-format)
-    wins, and the global option keeps its other spellings there."""
-    if getattr(cmd, "_jaxprtool_globals", False):
-        return
-    taken = {name for p in cmd.params for name in getattr(p, "opts", ())}
-    listed = []
-    for decls, kw in _global_option_specs():
-        flags = [d for d in decls if d.startswith("-")]
-        free = [d for d in flags if d not in taken]
-        if not free:
-            continue
-        names = [d for d in decls if not d.startswith("-")]
-        key = names[0] if names else flags[0][2:].replace("-", "_")
-        # the first spelling the command leaves free (run: --diagnostic-format); hidden from
-        # the command's --help, which names them once at its end (as git's and ruff's)
-        opt = Option(
-            [free[0], *names],
-            expose_value=False,
-            callback=_GLOBAL_CALLBACKS[key],
-            hidden=True,
-            **kw,
-        )
-        cmd.params.append(opt)
-        metavar = kw.get("metavar")
-        listed.append(f"{free[0]} {metavar}" if metavar else free[0])
-    if listed:
-        names = wrap_words(", ".join(listed), 74)
-        text = "\b\nGlobal options (before or after the command; `jaxprtool --help`):\n"
-        text += "\n".join(f"  {line}" for line in names)
-        cmd.epilog = f"{cmd.epilog}\n\n{text}" if cmd.epilog else text
-    cmd._jaxprtool_globals = True
 
 
 def wrap_words(text: str, width: int) -> list[str]:
@@ -629,114 +318,6 @@ def wrap_words(text: str, width: int) -> list[str]:
     return lines
 
 
-def _run_or_exit(ctx: click.Context, fn, *args) -> None:
-    """Run `fn(*args)`, the work of an option or of the group (which has no command to
-    return an exit status from), as `guarded` runs a command: its trouble is reported and
-    ends the invocation with its status."""
-
-    def work():
-        fn(*args)
-
-    status = guarded(work)()
-    if status:
-        ctx.exit(int(status))
-
-
-def _print_version(ctx, param, value):
-    if not value or ctx.resilient_parsing:
-        return
-    from .text import twin
-
-    # (`installed_version` reads the dist-info folders' names: `importlib.metadata`'s import,
-    # ~0.015 s, only where there is none)
-    from .text.style import KNOWN_VERSIONS, OLDEST, installed_version
-
-    lines = [f"jaxprtool {installed_version('jaxprtool') or 'unknown'}"]
-    jax, jaxlib = installed_version("jax"), installed_version("jaxlib")
-    if jax:
-        lines.append(f"JAX {jax} (jaxlib {jaxlib or 'not installed'})")
-    else:
-        lines.append(
-            "JAX not installed: run, compile, trace, explain and check-grad need it "
-            "(pip install 'jaxprtool[jax]')"
-        )
-    styles = ", ".join(".".join(map(str, v)) for v in KNOWN_VERSIONS)
-    lines.append(
-        f"JAX printing styles: {styles} (text printed by any JAX from "
-        f"{'.'.join(map(str, OLDEST))} to "
-        f"{'.'.join(map(str, KNOWN_VERSIONS[-1][:2]))} is read)"
-    )
-    lines.append(twin.describe())
-    click.echo("\n".join(lines))
-    ctx.exit()
-
-
-def _main_options(f):
-    for decls, kw in reversed(_global_option_specs()):
-        first = [d for d in decls if d.startswith("-")][:1]
-        f = option(*first, *[d for d in decls if not d.startswith("-")], **kw)(f)
-    return f
-
-
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@_main_options
-@option(
-    "--version",
-    is_flag=True,
-    expose_value=False,
-    is_eager=True,
-    callback=_print_version,
-    help="Show the version, the JAX version found and the JAX printing styles, then exit.",
-)
-def main(
-    debug,
-    plugins,
-    jax_style,
-    color,
-    no_color,
-    max_input_size,
-    max_equations,
-    diagnostic_format,
-    diagnostic_file,
-):
-    """jaxprtool: read, transform, check and run JAX jaxprs from text files.
-
-    Global options may also follow the command (`jaxprtool run f.jaxpr --debug`).
-    Shell completion (commands, options, files, pass names): add
-    `eval "$(_JAXPRTOOL_COMPLETE=bash_source jaxprtool)"` to ~/.bashrc (zsh_source for
-    ~/.zshrc; fish: `_JAXPRTOOL_COMPLETE=fish_source jaxprtool | source`).
-
-    \b
-    Example:
-      jaxprtool fmt f.jaxpr
-      jaxprtool linearize f.jaxpr | jaxprtool transpose
-    """
-    from . import diagnostics, expansion, io
-    from .env import check_environment
-
-    ctx = click.get_current_context()
-    ctx.obj = Options(
-        debug=debug,
-        jax_style=jax_style,
-        plugins=plugins,
-        color="never" if no_color else (color or "auto"),
-        diagnostics=diagnostics.begin(diagnostic_format or "text"),
-        max_input=max_input_size or DEFAULT_MAX_INPUT,
-    )
-    param = next(p for p in ctx.command.params if p.name == "diagnostic_file")
-    _set_output_file(ctx, param, diagnostic_file)
-    _run_or_exit(ctx, check_environment)
-    # (why a value cannot carry it: as in `_set_max_equations`)
-    expansion.LIMIT = max_equations or expansion.DEFAULT_LIMIT
-    # (why a value cannot carry it: the terminal's color is a fact of the process's output,
-    # read by every message writer; `Options.color` holds the command's choice)
-    io.COLOR_MODE = ctx.obj.color
-    if plugins:
-        from .plugins import load_plugins
-
-        _run_or_exit(ctx, load_plugins, plugins)
-
-
 def guarded(fn):
     """Run a command body and return its exit status: the body's own (None: success), or
     the status of the error that ended it, reported as a located message (JaxprError: 1;
@@ -744,16 +325,26 @@ def guarded(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        ctx = click.get_current_context(silent=True)
+        ctx = current_context()
         try:
             refuse_overlaps(ctx)
             return fn(*args, **kwargs)
-        except (click.exceptions.Exit, click.ClickException, SystemExit, KeyboardInterrupt):
+        except (SystemExit, KeyboardInterrupt):
             raise
         except Exception as e:
+            if is_click_exception(e):
+                raise
             return _status_of(e, options_of(ctx).debug)
 
     return wrapper
+
+
+def is_click_exception(e: BaseException) -> bool:
+    """Whether `e` is click's (a usage error, `ctx.exit`), which click shows itself: asked
+    without importing click, which made none where it was never imported."""
+    return "click" in sys.modules and any(
+        c.__module__ == "click.exceptions" for c in type(e).__mro__
+    )
 
 
 def _status_of(e: Exception, debug: bool) -> int:
@@ -831,7 +422,3 @@ def internal_error(e: BaseException) -> JaxprError:
     return InternalError(
         f"internal error: {type(e).__name__}: {e} (run with --debug for a traceback)"
     )
-
-
-if __name__ == "__main__":
-    main()

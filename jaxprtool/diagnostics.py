@@ -89,14 +89,14 @@ def matches(code: str, prefixes) -> bool:
 def check_prefixes(option: str, prefixes) -> tuple[str, ...]:
     """`--select E1,W001`'s codes and prefixes, upper-cased; one that names no code is bad
     usage, with the closest code."""
-    import click
-
     out = []
     for p in (x.strip().upper() for item in prefixes for x in item.split(",")):
         if not p:
             continue
         if p != "ALL" and not any(c.startswith(p) for c in CODES):
             import difflib
+
+            import click
 
             close = difflib.get_close_matches(p, list(CODES), n=1, cutoff=0.5)
             hint = f"; did you mean '{close[0]}'?" if close else ""
@@ -166,9 +166,9 @@ class TextEmitter(Emitter):
         if self.sink.to_file():
             self.lines.append(text + "\n")
         else:
-            import click
+            from .echo import echo
 
-            click.echo(text, err=True)  # (flushed: click 8.2.0's CliRunner misses a print)
+            echo(text, err=True)  # (flushed: click 8.2.0's CliRunner misses a print)
 
     def document(self) -> str:
         return "".join(self.lines)

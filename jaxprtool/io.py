@@ -9,15 +9,24 @@ import re
 import stat
 import sys
 
-import click
-
 from .cachefs import uid
 from .core import JaxprError, Loc, NotJaxprText, OverLimit, UsageProblem, shown_path
+from .echo import echo
 from .lazy import LazyPattern
 
 
-class UsageError(click.UsageError):
-    """Bad usage: exit 2."""
+def __getattr__(name: str):
+    """`UsageError`, click's usage error of the tool (bad usage: exit 2), made where one is
+    raised: the class is click's, and the common commands' start imports no click."""
+    if name == "UsageError":
+        global UsageError  # (made once, then an ordinary attribute of the module)
+        import click
+
+        class UsageError(click.UsageError):
+            """Bad usage: exit 2."""
+
+        return UsageError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Reported(Exception):
@@ -871,7 +880,7 @@ def print_diagnostic(msg: str, kind: str) -> None:
             + ("\n" + escape(rest) if rest else "")
         )
     else:
-        click.echo(msg, err=True)
+        echo(msg, err=True)
 
 
 def _split_head(head: str, kind: str) -> tuple[str, str]:

@@ -2,8 +2,8 @@
 none of its outputs is one of its inputs or another of its outputs.
 
 A FILE argument or input option is typed `InputPath`, an output option (`-o`, `--output-file`,
-`--consts-out`, `--html`, `--plot`) `OutputPath`; click's conversion of each value records
-it in the invocation's context, and `cli.guarded` calls `refuse_overlaps` before the command
+`--consts-out`, `--html`, `--plot`) `OutputPath` (`declare.PathArg`); click's conversion of
+each value, or the quick start's, records it in the invocation's context, and `cli.guarded` calls `refuse_overlaps` before the command
 does anything.  `fmt a.jaxpr -o a.jaxpr`, `run d.jaxpr -o d.jaxpr`, `check c.jaxpr
 --output-format sarif --output-file c.jaxpr`, `trace mod.py:f -o mod.py` (the command adds
 the module's file) and `-o x --consts-out x` are bad usage (exit 2), with nothing written:
@@ -21,8 +21,6 @@ from __future__ import annotations
 import os
 import stat
 
-import click
-
 from .core import UsageProblem
 
 _INPUTS = "jaxprtool.inputs"
@@ -31,37 +29,15 @@ _OUTPUTS = "jaxprtool.outputs"
 _JAXPR_SUFFIXES = (".jaxpr", ".jaxpr.txt")
 
 
-class InputPath(click.Path):
-    """A path the command reads (`-`: standard input)."""
-
-    def convert(self, value, param, ctx):
-        value = super().convert(value, param, ctx)
-        if ctx is not None and value not in (None, "-"):
-            ctx.meta.setdefault(_INPUTS, []).append((_option(param), os.fsdecode(value)))
-        return value
+def record_path(ctx, name: str, value, writes: bool) -> None:
+    """Note a path of the command line (an input, or an output where `writes`) in the
+    invocation's context, under the name the command line gives it (`-o/--output`,
+    `[FILE|-]`): `cli_click.InputPath`/`OutputPath` and the quick start note each."""
+    key = _OUTPUTS if writes else _INPUTS
+    ctx.meta.setdefault(key, []).append((name, os.fsdecode(value)))
 
 
-class OutputPath(click.Path):
-    """A path the command writes (`-`: standard output).  An empty one is bad usage: it was
-    taken as "not given" (`--html ''` printed text, `-o ''` wrote to standard output)."""
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, str) and not value.strip():
-            self.fail("an empty path (give a file name, or - for standard output)", param, ctx)
-        value = super().convert(value, param, ctx)
-        if ctx is not None and value not in (None, "-"):
-            ctx.meta.setdefault(_OUTPUTS, []).append((_option(param), os.fsdecode(value)))
-        return value
-
-
-def _option(param) -> str:
-    """How the command line names a parameter (`-o/--output`, `FILE`)."""
-    if isinstance(param, click.Option):
-        return "/".join(param.opts)
-    return (param.human_readable_name if param is not None else "FILE").upper()
-
-
-def refuse_overlaps(ctx: click.Context | None, extra_inputs=()) -> None:
+def refuse_overlaps(ctx, extra_inputs=()) -> None:
     """Raise UsageProblem when an output of the command line is one of its inputs (or of
     `extra_inputs`: (name, path) pairs a command finds in its arguments), or two outputs are
     one file."""

@@ -836,6 +836,7 @@ def test_pass_commands_are_generated_from_records():
 
 def test_pass_command_from_a_new_record(tmp_path):
     """A record is all a pass needs for its command: flags of every option type."""
+    from jaxprtool.cli_click import click_command
     from jaxprtool.commands.pass_cmds import pass_command
     from jaxprtool.passes.registry import Pass, PassOption
 
@@ -856,7 +857,7 @@ def test_pass_command_from_a_new_record(tmp_path):
             PassOption("tags", list[str], None, "Some tags."),
         ),
     )
-    cmd = pass_command(rec)
+    cmd = click_command(pass_command(rec))  # (a declared command: click's built from it)
     src = str(GOLDEN / "cse.jaxpr")
     r = CliRunner().invoke(cmd, ["--help"])
     assert "Does nothing, loudly." in r.stdout

@@ -585,13 +585,16 @@ def test_lazy_numpy_is_whole_for_threads_that_read_it_first():
 INSPECT_AND_ITS_OWN = {"inspect", "ast", "dis", "tokenize"}
 
 
-@pytest.mark.parametrize("args", [["grad"], ["vjp"], ["fmt"]], ids=lambda a: a[0])
+@pytest.mark.parametrize(
+    "args", [["grad", "--debug"], ["vjp", "--no-color"], ["fmt", "--debug"]], ids=lambda a: a[0]
+)
 def test_the_program_leaves_click_s_inspect_unexecuted(tmp_path, args):
     """click imports `inspect` for `cleandoc` (~27M instructions with ast and dis, 4% of a
     transformer's grad); the tool's options clean their help themselves (`cli.Option`), and
     the program's `inspect` is a stand-in an import binds unexecuted
     (`lazy_module(..., import_binds=True)`).  The program itself runs; `-X importtime`
-    names every module it executes."""
+    names every module it executes.  (A global option leaves the command line to click:
+    the quick start, which imports no click, is `tests/test_quickstart.py`'s.)"""
     f = tmp_path / "p.jaxpr"
     f.write_text(ONE_EQN)
     r = subprocess.run(

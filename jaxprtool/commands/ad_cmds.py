@@ -4,12 +4,11 @@ printed jaxpr (see docs/AD_DESIGN.md and docs/LINEARIZE_FORM.md)."""
 from __future__ import annotations
 
 import contextlib
-import functools
 
-import click
-
-from ..cli import Command, ExitStatus, OptionalValue, guarded, option, options_of
-from ..io import UsageError, check_writable, write_output
+from .. import io
+from ..cli import ExitStatus, argument, command, guarded, option, options_of
+from ..declare import Choice, IntRange
+from ..io import check_writable, write_output
 from .common import FILE_ARG, OUT_ARG, int_list
 from .driver import complete_pass_list, manager_options
 
@@ -22,9 +21,9 @@ def _common(f):
     f = option(
         "--diff",
         "show_diff",
-        cls=OptionalValue,
+        optional_value=True,
         metavar="[=text]",
-        type=click.Choice(["semantic", "text"]),
+        type=Choice(["semantic", "text"]),
         flag_value="semantic",
         default=None,
         help="Show what changed on standard error: the equations removed, added or changed "
@@ -58,7 +57,7 @@ def _common(f):
         "its mesh (no jit ctx_mesh, shard_map mesh or NamedSharding) where a rule needs them "
         "(a reshape that splits or merges a sharded dim).",
     )(f)
-    f = click.argument("file", required=False, default="-", metavar="[FILE|-]", type=FILE_ARG)(f)
+    f = argument("file", required=False, default="-", metavar="[FILE|-]", type=FILE_ARG)(f)
     return f
 
 
@@ -71,7 +70,7 @@ def _mesh_sizes(text: str | None) -> dict[str, int] | None:
     try:
         return parse_mesh_option(text)
     except JaxprError as e:
-        raise UsageError(e.message) from None
+        raise io.UsageError(e.message) from None
 
 
 def custom_rules_option(f):
@@ -80,7 +79,7 @@ def custom_rules_option(f):
     return option(
         "--custom-rules",
         "custom_rules",
-        type=click.Choice(["default", "body", "strict"]),
+        type=Choice(["default", "body", "strict"]),
         default="default",
         show_default=True,
         help="A custom_jvp/custom_vjp rule the text lacks: default = error for custom_vjp, "
@@ -112,6 +111,8 @@ def _remat_spec(ctx, param, value):
     try:
         return parse_budget(value) if param.name == "remat_budget" else parse_policy(value)
     except ValueError as e:
+        import click
+
         raise click.BadParameter(str(e)) from None
 
 
@@ -168,7 +169,7 @@ _remat_dims = option(
 _remat_device = option(
     "--device",
     "device",
-    type=click.Choice(["cpu", "gpu", "tpu", "auto"]),
+    type=Choice(["cpu", "gpu", "tpu", "auto"]),
     default="cpu",
     show_default=True,
     help="With --remat-budget: the device whose XLA temp bytes the budget is in (a fraction "
@@ -207,19 +208,19 @@ def _remat_usage(r: Remat) -> None:
         r.policy, r.budget, r.dim_specs, r.segments
     )  # fmt: skip
     if remat is not None and remat_budget is not None:
-        raise UsageError("--remat and --remat-budget are mutually exclusive")
+        raise io.UsageError("--remat and --remat-budget are mutually exclusive")
     spec = remat or remat_budget
     if remat_segments is not None:
         if spec is None:
-            raise UsageError("--remat-segments needs --remat or --remat-budget")
+            raise io.UsageError("--remat-segments needs --remat or --remat-budget")
         from ..ad.remat import with_segments
 
         try:
             with_segments(spec, remat_segments)
         except ValueError as e:
-            raise UsageError(str(e)) from None
+            raise io.UsageError(str(e)) from None
     if _dims(dim_specs) and not (spec is not None and _byte_weighted(spec)):
-        raise UsageError(
+        raise io.UsageError(
             "--dim sizes the residual bytes of --remat-budget and --remat min-cut; "
             "without one of them it has no use"
         )
@@ -241,7 +242,7 @@ def _check_names(spec, program) -> None:
     try:
         check_names(spec, program)
     except ValueError as e:
-        raise UsageError(str(e)) from None
+        raise io.UsageError(str(e)) from None
 
 
 def _byte_weighted(spec) -> bool:
@@ -269,7 +270,7 @@ def _with_remat(job, r: Remat, fn):
     plans: list = []
     out = fn(spec, plans)
     for plan in plans:
-        click.echo(plan.render(), err=True)
+        io.echo(plan.render(), err=True)
     return out
 
 
@@ -316,6 +317,8 @@ def _pipeline_steps(spec):
     try:
         return parse_pipeline_steps(spec)
     except JaxprError as e:
+        import click
+
         raise click.BadParameter(e.message, param_hint="--opt") from None
 
 
@@ -407,17 +410,14 @@ def _drive(file, out, opt, show_diff, custom_rules, inst, split, name, body) -> 
 
 
 def ad_command(name: str, *options, usage=None):
-    """Decorator: `body(job, **own options) -> output text` becomes the click command `name`
-    with the common AD options (FILE, -o, --opt, --diff, --custom-rules), the pass-manager
-    flags and `options`, run on every input through `_drive`.  `usage(out, split_input,
-    **own)` may refuse a combination of flags before any work.
-
-    What it makes is the command's builder, called once by `cli.LazyGroup.get_command`:
-    the ~20 click options of each command of this module and of `batch_cmds` cost ~0.2 ms
-    of start-up a command, and a process runs one."""
+    """Decorator: `body(job, **own options) -> output text` becomes the command `name`
+    (`declare.Declared`: click's command is built from it only where click parses the
+    command line) with the common AD options (FILE, -o, --opt, --diff, --custom-rules), the
+    pass-manager flags and `options`, run on every input through `_drive`.  `usage(out,
+    split_input, **own)` may refuse a combination of flags before any work."""
 
     def wrap(body):
-        def command(file, out, opt, show_diff, custom_rules, mesh, inst, split_input, **own):
+        def run_command(file, out, opt, show_diff, custom_rules, mesh, inst, split_input, **own):
             inst.mesh = _mesh_sizes(mesh)
             if usage is not None:
                 usage(out, split_input, **own)
@@ -426,22 +426,17 @@ def ad_command(name: str, *options, usage=None):
                 file, out, opt, show_diff, custom_rules, inst, split_input, name, run
             )
 
-        command.__doc__, command.__name__ = body.__doc__, body.__name__
-
-        @functools.cache
-        def build() -> click.Command:
-            made = command
-            for decorate in reversed(options):
-                made = decorate(made)
-            return click.command(name, cls=Command)(manager_options((name,))(_common(made)))
-
-        return build
+        run_command.__doc__, run_command.__name__ = body.__doc__, body.__name__
+        made = run_command
+        for decorate in reversed(options):
+            made = decorate(made)
+        return command(name)(manager_options((name,))(_common(made)))
 
     return wrap
 
 
 def _note(msg: str) -> None:
-    click.echo(f"note: {msg}", err=True)
+    io.echo(f"note: {msg}", err=True)
 
 
 # ---------------------------------------------------------------- jvp
@@ -504,9 +499,9 @@ def _jvp(job, argnums, no_instantiate):
 def _linearize_usage(out, split_input, split, **flags):
     _remat_usage(Remat(**flags))
     if split and out:
-        raise UsageError("-o cannot be combined with --split")
+        raise io.UsageError("-o cannot be combined with --split")
     if split and split_input:
-        raise UsageError("--split PRIMAL LINEAR cannot be combined with --split-input-file")
+        raise io.UsageError("--split PRIMAL LINEAR cannot be combined with --split-input-file")
 
 
 @ad_command(
@@ -589,7 +584,7 @@ def _report_stats(info) -> None:
             at = f" at {r.loc}" if r.loc else ""
             src = f"{what} {r.index}, from '{r.prim}'{at}" if r.prim else f"{what} {r.index}"
         lines.append(f"  residual {k}: {r.type} ({r.nbytes} bytes): {src}")
-    click.echo("\n".join(lines), err=True)
+    io.echo("\n".join(lines), err=True)
 
 
 # ---------------------------------------------------------------- transpose
@@ -597,7 +592,7 @@ def _report_stats(info) -> None:
 
 def _transpose_usage(out, split_input, linear, residuals):
     if linear is not None and residuals is not None:
-        raise UsageError("--linear and --residuals are mutually exclusive")
+        raise io.UsageError("--linear and --residuals are mutually exclusive")
 
 
 @ad_command(
@@ -611,7 +606,7 @@ def _transpose_usage(out, split_input, linear, residuals):
     ),
     option(
         "--residuals",
-        type=click.IntRange(min=0),
+        type=IntRange(min=0),
         metavar="K",
         help="The first K inputs are residuals; the rest are linear.",
     ),
@@ -651,7 +646,9 @@ def _vjp_usage(out, split_input, **flags):
     r = Remat(**flags)
     _remat_usage(r)
     if r.budget is not None and r.budget.on_device and r.no_xla:
-        raise UsageError("--remat-budget device is the device's memory: it needs XLA, not --no-xla")
+        raise io.UsageError(
+            "--remat-budget device is the device's memory: it needs XLA, not --no-xla"
+        )
 
 
 def _fitted(build, spec, plans, device, no_xla, dim_specs):
@@ -662,7 +659,7 @@ def _fitted(build, spec, plans, device, no_xla, dim_specs):
     # (a symbolic program's XLA bytes are those of one size: its budget stays the model's)
     if spec is None or spec.budget is None or no_xla or spec.dims or not _has_jax():
         if spec is not None and spec.on_device:
-            raise UsageError(
+            raise io.UsageError(
                 "--remat-budget device is the device's memory: it needs XLA (JAX, and no --no-xla)"
             )
         return build(spec, plans)
@@ -686,7 +683,7 @@ def _fitted(build, spec, plans, device, no_xla, dim_specs):
     def device_free(program):  # (the plain gradient's compile, made by `measure` already)
         return _device_free(program, device, dim_specs, figures.get(id(program)))
 
-    echo = lambda text: click.echo(text, err=True)  # noqa: E731
+    echo = lambda text: io.echo(text, err=True)  # noqa: E731
     prior = PRIORS.get(str(device).split(":")[0])
     program, chosen, _ = fit_budget(build, spec, measure, flops, device_free, echo, prior)
     plans.extend(chosen)

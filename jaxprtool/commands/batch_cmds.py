@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import re
 
-import click
-
+from .. import io
 from ..cli import option
-from ..io import UsageError
+from ..declare import IntRange
 from .ad_cmds import ad_command
 from .common import int_list
 
@@ -26,6 +25,8 @@ def _axes(ctx, param, value):
         try:
             out.append(int(p))
         except ValueError:
+            import click
+
             raise click.BadParameter(
                 f"expected integers or None separated by commas, e.g. 0,None,1 (got '{value}')"
             ) from None
@@ -73,7 +74,7 @@ def _vmap_usage(out, split_input, in_axes, axis_size, **_):
     own message says that axis_size must be specified.)"""
     axes = in_axes if isinstance(in_axes, list) else [in_axes]
     if axis_size is None and any(a is not None for a in axes):
-        raise UsageError(
+        raise io.UsageError(
             "vmap needs the batch size: give --axis-size N (a per-example program does not "
             "contain it)"
         )
@@ -101,7 +102,7 @@ def _vmap_usage(out, split_input, in_axes, axis_size, **_):
     ),
     option(
         "--axis-size",
-        type=click.IntRange(min=0),
+        type=IntRange(min=0),
         metavar="N",
         help="The batch size (required: a per-example program does not contain it).",
     ),

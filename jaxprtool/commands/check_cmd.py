@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import click
-
 from .. import io
-from ..cli import Command, ExitStatus, guarded, option, options_of
+from ..cli import ExitStatus, argument, command, guarded, option, options_of
 from ..core import JaxprError
 from .common import FILE_ARG
 from .driver import split_option, timing_option
 
 
-@click.command("check", cls=Command)
-@click.argument("files", nargs=-1, metavar="[FILE|DIR|-]...", type=FILE_ARG)
+@command("check")
+@argument("files", nargs=-1, metavar="[FILE|DIR|-]...", type=FILE_ARG)
 @option(
     "--werror",
     is_flag=True,

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import click
-
 from ..cli import keep_until_exit, options_of
 from ..core import Eqn, Jaxpr, JaxprError, all_eqns
+from ..declare import PathArg
 from ..io import Reported, read_source, remember_source, report, warn
-from ..outputs import InputPath, OutputPath
 
 #: the type of a FILE argument: a path (shells complete file names), `-` for standard input;
 #: reading it (and saying why it cannot be read) is `read_source`'s job
-FILE_ARG = InputPath(allow_dash=True)
+FILE_ARG = PathArg(writes=False, allow_dash=True)
 #: the type of -o OUT (a path; `-` is standard output): never one of the inputs
-OUT_ARG = OutputPath(allow_dash=True)
+OUT_ARG = PathArg(writes=True, allow_dash=True)
 
 
 def load(file: str | None, verify: bool = True) -> tuple[Jaxpr, str, str]:
@@ -90,6 +88,8 @@ def output_style(jaxpr: Jaxpr, jax_style: str | None):
         try:
             return Style.parse(jax_style)
         except ValueError as e:
+            import click
+
             raise click.UsageError(f"--jax-style: {e}") from None
     return detect_style(jaxpr)
 
@@ -101,9 +101,13 @@ def int_list(ctx, param, value):
     try:
         out = tuple(int(p) for p in value.split(",") if p.strip())
     except ValueError:
+        import click
+
         raise click.BadParameter(
             f"expected integers separated by commas, e.g. 0,2 (got '{value}')"
         ) from None
     if not out:
+        import click
+
         raise click.BadParameter("expected at least one index")
     return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from ..cli import Command, guarded, option
+from ..cli import argument, command, guarded, option
 from ..io import progress, write_output
 from ..jax_required import require_jax
 from .common import FILE_ARG, OUT_ARG, load
@@ -13,8 +13,8 @@ from .mesh_options import mesh_options
 from .run_options import cache_option, device_options, dim_option, parse_dims
 
 
-@click.command(name="compile", cls=Command)
-@click.argument("file", required=False, type=FILE_ARG)
+@command(name="compile")
+@argument("file", required=False, type=FILE_ARG)
 @option(
     "--emit",
     type=click.Choice(["stablehlo", "hlo", "optimized-hlo"]),

@@ -25,11 +25,10 @@ import time
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager, nullcontext
 
-import click
-
-from ..cli import Option, option
+from ..cli import option
 from ..core import Jaxpr, JaxprError, Loc, ProgramError
-from ..io import Reported, ReportedTrouble
+from ..declare import Param
+from ..io import Reported, ReportedTrouble, echo
 from ..lazy import LazyPattern
 
 #: a line that separates the programs of a split input file: `# -----` or `// -----`
@@ -229,8 +228,8 @@ class Instruments:
             con = console(sys.stderr, soft_wrap=True)
             con.print(highlighted(line + "\n" + text))
         else:
-            click.echo(line, err=True)
-            click.echo(text, err=True)
+            echo(line, err=True)
+            echo(text, err=True)
 
     def verify(self, jaxpr: Jaxpr, label: str, tag: str) -> None:
         """The checker on the result of a step; on errors, report them located in the
@@ -298,6 +297,8 @@ def _names(ctx, param, values) -> frozenset[str]:
             if not name:
                 continue
             if name not in known:
+                import click
+
                 raise click.BadParameter(
                     f"unknown pass '{name}' (known: {', '.join(sorted(known))})"
                 )
@@ -393,9 +394,9 @@ TIMING_SPEC = (
 )
 
 
-def manager_params() -> list[click.Option]:
+def manager_params() -> list[Param]:
     """The pass-manager flags as parameters (for commands built from pass records)."""
-    return [Option(decls, **kw) for decls, kw in _option_specs()]
+    return [Param("option", tuple(decls), kw) for decls, kw in _option_specs()]
 
 
 def split_option(f):
@@ -498,7 +499,7 @@ def given_or_default(files, command: str) -> tuple[str, ...]:
         return tuple(files)
     if not is_terminal(sys.stdin):
         return ("-",)
-    click.echo(
+    echo(
         f"note: no FILE given and nothing piped in: {command} reads the current folder (.)",
         err=True,
     )

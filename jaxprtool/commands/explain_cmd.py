@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from ..cli import Command, ExitStatus, guarded, option, options_of
+from ..cli import ExitStatus, argument, command, guarded, option, options_of
 from ..io import write_output
 from .ad_cmds import custom_rules_option
 from .common import FILE_ARG, OUT_ARG, int_list
@@ -17,8 +17,8 @@ from .mesh_options import mesh_options
 from .run_options import device_options, dim_option, parse_dims, save_inputs_option
 
 
-@click.command("explain", cls=Command)
-@click.argument("file", required=False, default="-", metavar="[FILE|-]", type=FILE_ARG)
+@command("explain")
+@argument("file", required=False, default="-", metavar="[FILE|-]", type=FILE_ARG)
 @option(
     "--args",
     "args_npz",

@@ -8,23 +8,23 @@ import subprocess
 
 import click
 
-from ..cli import Command, guarded, option, options_of
+from ..cli import argument, command, guarded, option, options_of
 from ..core import JaxprError
+from ..declare import PathArg
 from ..io import write_output
-from ..outputs import OutputPath
 from .common import FILE_ARG, load, output_style
 
 #: seconds Graphviz may take to lay a graph out before it is stopped
 RENDER_TIMEOUT = 60
 
 
-@click.command(cls=Command)
-@click.argument("file", required=False, default="-", metavar="[FILE|-]", type=FILE_ARG)
+@command()
+@argument("file", required=False, default="-", metavar="[FILE|-]", type=FILE_ARG)
 @option(
     "-o",
     "--output",
     metavar="OUT.svg|.png|.pdf|.dot",
-    type=OutputPath(dir_okay=False, allow_dash=True),
+    type=PathArg(writes=True, dir_okay=False, allow_dash=True),
     help="Where to write the graph (default: DOT text on standard output).",
 )
 @option("--collapse-nested", is_flag=True, help="Draw each nested jaxpr as one node.")

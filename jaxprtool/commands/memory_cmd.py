@@ -7,7 +7,7 @@ import os
 import click
 
 from ..ad.forms import FORMS, transformed
-from ..cli import Command, guarded, option
+from ..cli import argument, command, guarded, option
 from ..io import UsageError, write_output
 from .ad_cmds import _byte_weighted, _check_names, _remat, _remat_budget, _remat_segments
 from .common import FILE_ARG, OUT_ARG, int_list, load
@@ -41,8 +41,8 @@ def _plot_format(plot: str | None) -> str | None:
     return ext[1:]
 
 
-@click.command(cls=Command)
-@click.argument("file", required=False, type=FILE_ARG)
+@command()
+@argument("file", required=False, type=FILE_ARG)
 @option(
     "--of",
     type=click.Choice(FORMS),

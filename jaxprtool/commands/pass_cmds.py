@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import sys
 
-import click
-
-from ..cli import Command, ExitStatus, Option, OptionalValue, guarded, option, options_of
+from ..cli import ExitStatus, argument, command, guarded, option, options_of
+from ..declare import Choice, Declared, IntRange, Param
+from ..io import echo
 from ..passes.registry import (
     PASSES,
     Pass,
@@ -70,39 +70,42 @@ _DIFF_HELP = (
     "of the printouts."
 )
 _DIFF_KW = dict(
-    cls=OptionalValue,
+    optional_value=True,
     metavar="[=text]",
-    type=click.Choice(["semantic", "text"]),
+    type=Choice(["semantic", "text"]),
     flag_value="semantic",
     default=None,
     help=_DIFF_HELP,
 )
 
 
-def _common_params() -> list[click.Parameter]:
+def _common_params() -> list[Param]:
     """FILE, -o and --diff, in the order every pass command shows them."""
     return [
-        click.Argument(["file"], required=False, default="-", metavar="[FILE|-]", type=FILE_ARG),
-        Option(["-o", "--output", "out"], metavar="OUT", help=_OUTPUT_HELP, type=OUT_ARG),
-        OptionalValue(
-            ["--diff", "show_diff"],
-            type=_DIFF_KW["type"],
-            metavar="[=text]",
-            flag_value="semantic",
-            default=None,
-            help=_DIFF_HELP,
+        Param(
+            "argument",
+            ("file",),
+            dict(required=False, default="-", metavar="[FILE|-]", type=FILE_ARG),
         ),
+        Param(
+            "option",
+            ("-o", "--output", "out"),
+            dict(metavar="OUT", help=_OUTPUT_HELP, type=OUT_ARG),
+        ),
+        Param("option", ("--diff", "show_diff"), _DIFF_KW),
     ]
 
 
-def _click_option(o: PassOption) -> click.Option:
+def _pass_option(o: PassOption) -> Param:
     """The command-line flag of a pass option: `--keep-outputs I,J,...`, `--flag/--no-flag`."""
     if o.type is bool:
-        return Option([f"--{o.name}/--no-{o.name}", o.key], default=o.default, help=o.help)
-    return Option([f"--{o.name}", o.key], metavar=o.shown_metavar, help=o.help)
+        return Param(
+            "option", (f"--{o.name}/--no-{o.name}", o.key), dict(default=o.default, help=o.help)
+        )
+    return Param("option", (f"--{o.name}", o.key), dict(metavar=o.shown_metavar, help=o.help))
 
 
-def pass_command(p: Pass) -> click.Command:
+def pass_command(p: Pass) -> Declared:
     """The command of a pass record: its doc as help, one flag per option, FILE, -o, --diff.
     A bad flag value (or one that does not fit the program) is bad usage (exit 2)."""
 
@@ -117,6 +120,8 @@ def pass_command(p: Pass) -> click.Command:
                 try:
                     value = o.parse(value)
                 except ValueError as e:
+                    import click
+
                     raise click.BadParameter(str(e), param_hint=f"--{o.name}") from None
             options[o.key] = value
         step = PipelineStep(p, options)
@@ -125,16 +130,18 @@ def pass_command(p: Pass) -> click.Command:
             try:
                 return inst.pipeline(j, [step])
             except PassOptionError as e:
+                import click
+
                 raise click.BadParameter(e.detail, param_hint=f"--{e.option}") from None
 
         return guarded(_run)(file, out, show_diff, fn, inst, split_input)
 
-    params = _common_params() + [_click_option(o) for o in p.options] + manager_params()
-    return Command(p.name, params=params, callback=callback, help=p.doc)
+    params = _common_params() + [_pass_option(o) for o in p.options] + manager_params()
+    return Declared.of(callback, p.name, params, help=p.doc)
 
 
 #: one command per pass record, in the registry's order
-PASS_COMMANDS: dict[str, click.Command] = {name: pass_command(p) for name, p in PASSES.items()}
+PASS_COMMANDS: dict[str, Declared] = {name: pass_command(p) for name, p in PASSES.items()}
 
 dce = PASS_COMMANDS["dce"]
 cse = PASS_COMMANDS["cse"]
@@ -176,8 +183,8 @@ Example:
 """
 
 
-@click.command(help=_OPT_HELP, cls=Command)
-@click.argument("file", required=False, default="-", metavar="[FILE|-]", type=FILE_ARG)
+@command(help=_OPT_HELP)
+@argument("file", required=False, default="-", metavar="[FILE|-]", type=FILE_ARG)
 @option("-o", "--output", "out", metavar="OUT", help=_OUTPUT_HELP, type=OUT_ARG)
 @option("--diff", "show_diff", **_DIFF_KW)
 @option(
@@ -196,12 +203,16 @@ def opt(file, out, show_diff, pipeline, inst, split_input):
     try:
         steps = parse_pipeline_steps(pipeline)
     except JaxprError as e:
+        import click
+
         raise click.BadParameter(e.message, param_hint="-p") from None
 
     def fn(j, inst):
         try:
             return inst.pipeline(j, steps)
         except PassOptionError as e:
+            import click
+
             raise click.BadParameter(e.message, param_hint="-p") from None
 
     return guarded(_run)(file, out, show_diff, fn, inst, split_input, len(steps))
@@ -210,9 +221,9 @@ def opt(file, out, show_diff, pipeline, inst, split_input):
 # ---------------------------------------------------------------- diff
 
 
-@click.command(name="diff", cls=Command)
-@click.argument("a", metavar="A", type=FILE_ARG)
-@click.argument("b", metavar="B", type=FILE_ARG)
+@command(name="diff")
+@argument("a", metavar="A", type=FILE_ARG)
+@argument("b", metavar="B", type=FILE_ARG)
 @option(
     "-q", "--quiet", is_flag=True, help="Only the exit status: 0 equal, 1 different, 2 trouble."
 )
@@ -221,7 +232,7 @@ def opt(file, out, show_diff, pipeline, inst, split_input):
     "--context",
     default=2,
     show_default=True,
-    type=click.IntRange(min=0),
+    type=IntRange(min=0),
     help="Lines of context.",
 )
 @option(
@@ -272,7 +283,7 @@ def diff(a, b, quiet, context, renames):
     renamed = "".join(f"renamed: {x} -> {y}\n" for x, y in pairs)
     if d is None:
         if not quiet:
-            click.echo("equal (up to variable names)", err=True)
+            echo("equal (up to variable names)", err=True)
             write_output(renamed, None)
         return ExitStatus.SUCCESS
     if not quiet:
@@ -291,8 +302,8 @@ def diff(a, b, quiet, context, renames):
 # ---------------------------------------------------------------- stats
 
 
-@click.command(cls=Command)
-@click.argument("files", nargs=-1, metavar="[FILE|DIR|-]...", type=FILE_ARG)
+@command()
+@argument("files", nargs=-1, metavar="[FILE|DIR|-]...", type=FILE_ARG)
 @option("--json", "as_json", is_flag=True, help="Print the numbers as JSON.")
 @option(
     "-o",

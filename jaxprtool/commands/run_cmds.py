@@ -12,7 +12,7 @@ import time
 
 import click
 
-from ..cli import Command, guarded
+from ..cli import argument, command, guarded
 from ..core import UsageProblem
 from ..io import UsageError, human_size, progress, refuse_planted_links
 from ..jax_required import require_jax
@@ -24,8 +24,8 @@ from .run_options import REPEAT_BUDGET_S, cache_option, device_options, parse_di
 from .run_report import check_expected, report_outputs
 
 
-@click.command(cls=Command)
-@click.argument("file", required=False, type=FILE_ARG)
+@command()
+@argument("file", required=False, type=FILE_ARG)
 @run_options
 @cache_option
 @guarded

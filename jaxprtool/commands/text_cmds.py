@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import sys
 
-import click
-
-from ..cli import Command, ExitStatus, guarded, option, options_of
+from ..cli import ExitStatus, argument, command, guarded, option, options_of
 from ..core import JaxprError, Loc
-from ..io import report
+from ..declare import IntRange
+from ..io import echo, report
 from .common import FILE_ARG, OUT_ARG
 from .driver import split_option, timing_option
 
 
-@click.command(cls=Command)
-@click.argument("files", nargs=-1, metavar="[FILE|DIR|-]...", type=FILE_ARG)
+@command()
+@argument("files", nargs=-1, metavar="[FILE|DIR|-]...", type=FILE_ARG)
 @option(
     "-o",
     "--output",
@@ -25,7 +24,7 @@ from .driver import split_option, timing_option
 )
 @option(
     "--width",
-    type=click.IntRange(min=1),
+    type=IntRange(min=1),
     default=80,
     show_default=True,
     help="Line width of the layout.",
@@ -80,26 +79,32 @@ def fmt(files, out, width, check_only, write, show_diff, quiet, split_input, tim
     """
     if check_only or write or show_diff:
         if out:
-            raise click.UsageError("--check, --diff and -i write no output file: drop -o")
+            raise _usage_error("--check, --diff and -i write no output file: drop -o")
         if write and (check_only or show_diff):
-            raise click.UsageError("-i/--write rewrites files; --check and --diff write nothing")
+            raise _usage_error("-i/--write rewrites files; --check and --diff write nothing")
         if write and (not files or "-" in files):
-            raise click.UsageError("-i/--write rewrites files: name them (not standard input)")
+            raise _usage_error("-i/--write rewrites files: name them (not standard input)")
         mode = "write" if write else "diff" if show_diff else "check"
         return guarded(_fmt_files)(files, width, mode, quiet, split_input, timing)
     if len(files) > 1:
-        raise click.UsageError(
+        raise _usage_error(
             "fmt prints one program (or one --split-input-file); give one FILE, or "
             "--check / --diff / -i FILES"
         )
     from ..io import is_terminal
 
     if not files and is_terminal(sys.stdin):
-        raise click.UsageError(
+        raise _usage_error(
             "fmt prints FILE, or standard input, and nothing is piped in: give a FILE "
             "(or `fmt --check .` for the folder)"
         )
     return guarded(_fmt)(files[0] if files else "-", out, width, split_input, timing)
+
+
+def _usage_error(message: str):
+    import click
+
+    return click.UsageError(message)
 
 
 def _formatted(part, width, jax_style: str | None) -> str:
@@ -190,7 +195,7 @@ def _fmt_files(files, width, mode, quiet, split_input, timing):
 
             show_text(text_diff(before, after, path, path), sys.stdout)
         elif not quiet:
-            click.echo(f"Would reformat: {options.diagnostics.emitter.listed_path(path)}")
+            echo(f"Would reformat: {options.diagnostics.emitter.listed_path(path)}")
     if not quiet:
         _summary(len(changed), unchanged, mode, status != 0)
     if changed and mode != "write":
@@ -212,7 +217,7 @@ def _summary(n: int, m: int, mode: str, trouble: bool) -> None:
     if trouble:
         parts.append("some files could not be read (errors above)")
     # (with --diff, standard output is the patch)
-    click.echo(", ".join(parts) or "no files", err=mode == "diff")
+    echo(", ".join(parts) or "no files", err=mode == "diff")
 
 
 def _rebuilt(text: str, parts) -> str:

@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from ..cli import Command, guarded, option
+from ..cli import argument, command, guarded, option
 from ..core import JaxprError, np_dtype, short_dtype_name
 from ..io import UsageError, write_output
 from ..jax_required import require_jax
@@ -62,8 +62,8 @@ def _shown(spec: str) -> str:
     return spec if len(spec) <= 60 else spec[:60] + "..."
 
 
-@click.command(cls=Command)
-@click.argument("target", metavar="MODULE:FUNCTION")
+@command()
+@argument("target", metavar="MODULE:FUNCTION")
 @option(
     "--arg",
     "specs",

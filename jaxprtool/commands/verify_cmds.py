@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import click
 
-from ..cli import Command, ExitStatus, option, options_of
+from ..cli import ExitStatus, argument, command, option, options_of
 from ..core import JaxprError
 from ..io import report
 from .ad_cmds import custom_rules_option
@@ -23,8 +23,8 @@ def _positive(name: str, help: str):
     return option(name, type=click.FloatRange(min=0, min_open=True), default=None, help=help)
 
 
-@click.command("check-grad", cls=Command)
-@click.argument("files", nargs=-1, metavar="[FILE|DIR|-]...", type=FILE_ARG)
+@command("check-grad")
+@argument("files", nargs=-1, metavar="[FILE|DIR|-]...", type=FILE_ARG)
 @option(
     "--args",
     "args_npz",

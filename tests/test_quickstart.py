@@ -1,0 +1,273 @@
+"""The quick start (`jaxprtool/quickstart.py`) against click: for many command lines of the
+common commands, the quick parse gives the same parameters as click's parse of the same
+words (and notes the same input and output paths), or leaves the command line to click;
+the common ones it must take itself; a process that runs one never imports click."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+
+import click
+import pytest
+
+from jaxprtool import quickstart
+from jaxprtool.cli import declared_command
+from jaxprtool.cli_click import _bare_optional_values, main
+
+#: a value of each option that takes one (the option's own valid spelling)
+VALUES = {
+    "--argnums": ["0", "0,1", " 1 , 0"],
+    "--linear": ["1"],
+    "--residuals": ["2", "0"],
+    "--opt": ["none", "dce,cse", "canonicalize"],
+    "--custom-rules": ["body", "strict"],
+    "--mesh": ["x=2,y=4"],
+    "--width": ["120", "1", "+7"],
+    "--print-before": ["dce", "all"],
+    "--print-after": ["dce,cse"],
+    "--remat": ["dots_saveable", "min-cut"],
+    "--remat-budget": ["0.5", "2GiB"],
+    "--remat-segments": ["auto", "3"],
+    "--dim": ["b=4"],
+    "--device": ["cpu", "auto"],
+    "--in-axes": ["0", "0,None"],
+    "--out-axes": ["1"],
+    "--axis-size": ["4", "0"],
+    "--axis-name": ["i"],
+    "--select": ["E1", "W001,E"],
+    "--ignore": ["W"],
+    "--keep-outputs": ["0", "0,1"],
+    "--pipeline": ["dce,cse", "inline{names=relu},simplify"],
+    "--names": ["relu", "a,b"],
+    "--max-iterations": ["3", "x"],
+}
+
+#: values that look like options (click takes the next word as the value all the same)
+LOOK_LIKE_OPTIONS = ["-1", "--width", "-", "--", "-q"]
+
+#: words click refuses or decides about (each is left to it)
+REFUSED = ["--help", "-h", "--bogus", "--debug", "--jax-style=0.4.35", "-Z", "--width=x"]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("quick")
+    f = d / "f.jaxpr"
+    f.write_text("{ lambda ; a:f32[]. let b:f32[] = sin a in (b,) }\n")
+    return {"f": str(f), "dir": str(d), "missing": str(d / "missing.jaxpr"), "out": str(d / "o")}
+
+
+def click_parse(name: str, args: list[str]):
+    """(params, noted paths) as click's group and command parse `args`, or None where
+    click refuses them."""
+    group_ctx = main.context_class(main, info_name="jaxprtool", **main.context_settings)
+    cmd = main.get_command(group_ctx, name)
+    try:
+        with group_ctx:
+            ctx = cmd.make_context(name, _bare_optional_values(cmd, list(args)), parent=group_ctx)
+    except (click.ClickException, click.exceptions.Exit):
+        return None
+    return ctx.params, dict(ctx.meta)
+
+
+def quick_parse(name: str, args: list[str]):
+    declared = declared_command(name)
+    ctx = quickstart.Context(declared)
+    try:
+        params = quickstart.parse(declared.params, list(args), ctx)
+    except quickstart.Declined:
+        return None
+    return params, ctx.meta
+
+
+def command_lines(name: str, files) -> list[list[str]]:
+    """Command lines of `name` from its declarations: each option alone (each valid value,
+    `--opt value` and `--opt=value`), pairs of options, repeated options, the FILE forms."""
+    declared = declared_command(name)
+    single: list[list[str]] = []
+    for p in declared.params:
+        if p.kind != "option":
+            continue
+        for flag in p.opts:
+            if p.attrs.get("is_flag"):
+                single.append([flag])
+            elif p.attrs.get("optional_value"):
+                single += [[flag], [f"{flag}=text"], [f"{flag}=semantic"]]
+            elif p.attrs.get("nargs", 1) == 2:
+                single.append([flag, files["out"] + "1", files["out"] + "2"])
+            elif p.attrs.get("type") is not None and getattr(p.attrs["type"], "writes", False):
+                single += [[flag, files["out"]], [f"{flag}={files['out']}"], [flag, "-"]]
+            else:
+                for v in VALUES.get(p.opts[-1], ["x"]):
+                    single += [[flag, v], [f"{flag}={v}"]]
+                single += [[flag, v] for v in LOOK_LIKE_OPTIONS]
+    ends = [[files["f"]], [], ["-"], ["--", files["f"]], [files["missing"]], [files["dir"]]]
+    lines = [s + e for s in single for e in ends[:2]]
+    lines += [a + b + [files["f"]] for a, b in itertools.combinations(single[::3], 2)]
+    lines += [s + s + [files["f"]] for s in single]  # repeated
+    lines += [[files["f"]] + s for s in single]  # options after the FILE
+    lines += [s + e for s in single[:4] for e in ends]
+    lines += [[w, files["f"]] for w in REFUSED]
+    lines += [[files["f"], files["f"]], ["--", "--help"], ["-o", "--width", files["f"]]]
+    lines += [[c, files["f"]] for c in CLUSTERS] + [["-o", "--", files["f"]], ["-o", "-"]]
+    return lines
+
+
+#: short options together (`fmt -qi`), a value attached (`-oOUT`), an unknown one among them
+CLUSTERS = ["-qi", "-iq", "-qo-", "-oOUT", "-qq", "-qZ", "-o=x", "-q-i"]
+
+
+@pytest.mark.parametrize("name", sorted(quickstart.QUICK_COMMANDS))
+def test_quick_parse_is_clicks(name, files):
+    taken = 0
+    for args in command_lines(name, files):
+        quick = quick_parse(name, args)
+        if quick is None:
+            continue
+        taken += 1
+        assert click_parse(name, args) == quick, args
+    assert taken > 10, f"{name}: the quick start took {taken} command lines"
+
+
+@pytest.mark.parametrize("name", sorted(quickstart.QUICK_COMMANDS))
+def test_refused_words_are_left_to_click(name, files):
+    for word in REFUSED:
+        assert quick_parse(name, [word, files["f"]]) is None, word
+
+
+def test_common_command_lines_are_quick(files):
+    f, out = files["f"], files["out"]
+    for name, args in [
+        ("fmt", [f]),
+        ("fmt", ["-o", out, f]),
+        ("fmt", ["--check", "-q", files["dir"]]),
+        ("grad", ["--argnums", "0,1", f, "-o", "-"]),
+        ("grad", ["--argnums=0", "--with-value", "--diff", f]),
+        ("linearize", ["--split", out + "1", out + "2", f]),
+        ("vmap", ["--axis-size", "3", "--in-axes", "0", f]),
+        ("dce", ["--keep-outputs", "0", f]),
+        ("check", ["--select", "E1", "--select", "W", f, f]),
+        ("simplify", []),
+    ]:
+        assert quick_parse(name, args) is not None, (name, args)
+
+
+def test_quick_commands_are_declared(files):
+    """Every parameter of every quick command is one the quick parse models."""
+    for name in quickstart.QUICK_COMMANDS:
+        declared = declared_command(name)
+        assert all(quickstart._modelled(p) for p in declared.params), name
+
+
+#: a program every quick command takes (`transpose`: it is linear), in canonical form
+LINEAR = (
+    "{ lambda ; a:f32[3]. let\n"
+    "    b:f32[3] = neg a\n"
+    "    c:f32[] = reduce_sum[axes=(0,) out_sharding=None] b\n"
+    "  in (c,) }\n"
+)
+
+_EXIT_SAYS_CLICK = (
+    "import os, sys\n"
+    "sys.argv = ['jaxprtool', *sys.argv[1:]]\n"
+    "from jaxprtool.cli import entry\n"
+    "real = os._exit\n"
+    "os._exit = lambda c: (sys.stderr.write(f'click {\"click\" in sys.modules}'), "
+    "sys.stderr.flush(), real(c))\n"
+    "entry()\n"
+)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["fmt"], ["fmt", "--check"], ["check"], ["check", "--select", "E1"], ["grad"],
+        ["vjp"], ["jvp"], ["linearize", "--stats"], ["transpose"], ["vmap", "--axis-size", "2"],
+        ["dce"], ["simplify"], ["grad", "--timing", "--verify-each"], ["jacfwd"], ["jacrev"],
+        ["hessian"], ["cse"], ["fold"], ["inline"], ["canonicalize"], ["opt", "-p", "dce,cse"],
+        ["stats"],
+    ],
+    ids=" ".join,
+)  # fmt: skip
+def test_a_quick_command_imports_no_click(tmp_path, args):
+    """The common commands run without importing click (its modules, and gettext, locale,
+    uuid and platform: ~42M instructions of each start)."""
+    f = tmp_path / "f.jaxpr"
+    f.write_text(LINEAR)
+    r = subprocess.run(
+        [sys.executable, "-c", _EXIT_SAYS_CLICK, *args, str(f)], capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.endswith("click False"), r.stderr
+
+
+def test_a_command_line_left_to_click_is_clicks(files):
+    r = subprocess.run(
+        [sys.executable, "-c", _EXIT_SAYS_CLICK, "fmt", "--bogus", files["f"]],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 2
+    assert "Error: No such option '--bogus'" in r.stderr and r.stderr.endswith("click True")
+
+
+#: (command line, input text) run both ways: outputs, errors and exit statuses compared
+RUNS = [
+    (["fmt", "{f}"], None),
+    (["fmt", "-"], "{ lambda ; a:f32[]. let b:f32[] = cos a in (b,) }"),
+    (["fmt", "-o", "{out}", "{f}"], None),
+    (["fmt", "--check", "{f}"], None),
+    (["fmt", "--check", "{f}", "-o", "{out}"], None),  # a usage error after the parse
+    (["fmt", "-o", "{f}", "{f}"], None),  # an output over an input
+    (["fmt", "{bad}"], None),  # a located error
+    (["fmt", "{missing}"], None),
+    (["grad", "--argnums", "0", "--diff", "{f}"], None),
+    (["grad", "--opt", "nosuch", "{f}"], None),  # click's BadParameter from the body
+    (["jvp", "--no-instantiate", "{f}"], None),
+    (["linearize", "--stats", "{f}"], None),
+    (["linearize", "--split", "{out}", "{out}", "{f}"], None),
+    (["vjp", "--remat", "nothing_saveable", "{f}"], None),
+    (["transpose", "{f}"], None),
+    (["vmap", "--axis-size", "3", "{f}"], None),
+    (["check", "{f}", "{bad}"], None),
+    (["dce", "--keep-outputs", "0", "{f}"], None),
+    (["simplify", "{f}"], None),
+    (["jacrev", "{f}"], None),
+    (["hessian", "{f}"], None),
+    (["opt", "-p", "inline,cse,dce", "{f}"], None),
+    (["opt", "-p", "nosuch", "{f}"], None),
+    (["canonicalize", "{f}"], None),
+    (["stats", "{f}"], None),
+]
+
+_FORCED_TO_CLICK = (
+    "import sys\n"
+    "from jaxprtool import quickstart\n"
+    "if sys.argv[1] == 'click':\n"
+    "    quickstart.QUICK_COMMANDS = frozenset()\n"
+    "sys.argv = ['jaxprtool', *sys.argv[2:]]\n"
+    "from jaxprtool.cli import entry\n"
+    "entry()\n"
+)
+
+
+@pytest.mark.parametrize("argv, stdin", RUNS, ids=lambda a: " ".join(a) if a else "")
+def test_a_command_does_the_same_either_way(tmp_path, argv, stdin):
+    f = tmp_path / "f.jaxpr"
+    f.write_text("{ lambda ; a:f32[]. let b:f32[] = sin a in (b,) }\n")
+    (tmp_path / "bad.jaxpr").write_text("{ lambda ; a:f32[]. let b:f32[] = sin c in (b,) }\n")
+    seen = []
+    for way in ("quick", "click"):
+        out = tmp_path / f"out-{way}.jaxpr"
+        names = dict(f=str(f), out=str(out), bad=str(tmp_path / "bad.jaxpr"))
+        names["missing"] = str(tmp_path / "missing.jaxpr")
+        args = [a.format(**names) for a in argv]
+        r = subprocess.run(
+            [sys.executable, "-c", _FORCED_TO_CLICK, way, *args],
+            input=stdin, capture_output=True, text=True, cwd=tmp_path,
+        )  # fmt: skip
+        written = out.read_bytes() if out.exists() else None
+        seen.append((r.returncode, r.stdout, r.stderr.replace(way, "WAY"), written))
+    assert seen[0] == seen[1]
