@@ -27,7 +27,8 @@ from jaxprtool.text.parser import parse  # noqa: E402
 from jaxprtool.ui.stats import flops  # noqa: E402
 
 #: the plain gradient's XLA:TPU temp bytes, and each compiled plan's by the loop's FLOPs count
-#: (bench/device/results/remat_tpu_2026-12-06c/d_*.log and 2026-12-07c_*, TPU v5e, JAX 0.10.2)
+#: (bench/device/results/remat_tpu_2026-12-06c/d_*.log, 2026-12-07c_* and 2026-12-07d_*, TPU v5e,
+#: JAX 0.10.2)
 UNROLLED = (
     2052174848,
     {
@@ -61,6 +62,10 @@ SCAN = (
         3308647251968: 866760704,
         3171275407360: 1218952192,  # remat_tpu_2026-12-07c_scan_learnt.log
         2724229644288: 3167799808,  # remat_tpu_2026-12-07c_scan_learnt.log
+        3239961329664: 1084702720,  # remat_tpu_2026-12-07d_scan.log
+        # remat_tpu_2026-12-07d_scan.log's 3,171,845,365,760 FLOPs: the same plan (model budget
+        # 0.1615, its planned figure 32 KB apart), counted 8,192 FLOPs apart from JAX 0.10.0's jaxpr
+        3171845357568: 1613210624,
     },
 )
 

@@ -27,7 +27,8 @@ loop needs anyway, and compiles as few plans as it can:
    the pick at `ALTERNATIVE` times that aim beside it (two compiles at once, in threads;
    with a prior, the picks of step 1 are this round, and the calibrated model says their
    planned figures);
-4. learns from what XLA reported for every plan compiled so far, by saved value
+4. learns from what XLA reported for every plan compiled so far, by saved value and by
+   the class of values of its bytes, which reaches the values no compile saved
    (`learn_weights`: the plain gradient's scale kept, each compile one equation; where the
    plain gradient did not compile, the scale corrected instead: `correct_scale`), and
    stops (`STOP_GAIN`) unless the plan the corrected model picks would recompute at least
@@ -127,7 +128,7 @@ class Tried:
 class Calibration:
     """The device model calibrated to XLA: `figure(t) = scale * (held*L + (1-held)*F)`, plus
     what the compiles taught about the values `t` saves: `weights[key]` more bytes per byte
-    of the value `key` (`learn_weights`)."""
+    of the value `key`, or of its class where no compile saved it (`learn_weights`)."""
 
     held: float
     scale: float
@@ -143,8 +144,15 @@ class Calibration:
     def figure(self, t: Tried) -> int:
         base = self._scaled(t)
         if self.weights:
-            base += sum(self.weights.get(k, 0.0) * n for k, n in t.values().items())
+            base += sum(self.weight(k, n) * n for k, n in t.values().items())
         return max(0, int(base))
+
+    def weight(self, key: str, n: int) -> float:
+        """What the compiles taught of the saved value `key` of `n` bytes: its own weight
+        where a compiled plan saved it, else its class's (`value_class`), else none."""
+        if key in self.weights:
+            return self.weights[key]
+        return self.weights.get(value_class(key, n), 0.0)
 
     def scaled(self, t: Tried) -> int:
         """The figure without what was learnt by value."""
@@ -154,29 +162,56 @@ class Calibration:
         return self.scale * (self.held * t.liveness + (1 - self.held) * t.fused)
 
 
+def value_class(key: str, n: int) -> str:
+    """The class of the saved value `key` of `n` bytes, by which what the compiles taught
+    reaches a value none of them saved: the values of the same bytes saved from the same
+    body (the key's part before the colon: a scan body's equations and copies, or the
+    program's).  On the TPU v5e the scan twin's three big values (16 MB a layer, stacked to
+    134 MB: a transposed query, a transposed key, the residual stream) cost XLA 0.83x, 0x and
+    2.07x their bytes beyond the scale, while the plain gradient's scale, which an unseen
+    value otherwise takes, says 0x for each (remat_tpu_2026-12-07c_scan_learnt.log)."""
+    return f"{key.split(':', 1)[0]} {n} B"
+
+
 def learn_weights(cal: Calibration, compiled: list[Tried]) -> dict[str, float]:
     """Per saved value, the bytes XLA holds beyond the scaled figure, per byte of the value:
     each compiled plan is one equation, `temp - scaled figure = sum of weight x bytes` over the
-    values it saves, and the weights are the least-norm solution of those equations (nothing
-    is known of a value no compiled plan saved: weight 0; what plans share is split by their
-    bytes).  Why by value: on the TPU v5e, saving a value costs XLA 1.0x-2.6x its bytes
-    depending on the value (bench/device/layout_probe.py), while the plain gradient's scale
-    (all values saved, their average) predicts the plans that save nearly nothing within 3%;
-    one correction of the scale for all plans carried the 1.25x of a plan saving 275 MB of
-    the scan twin's to a plan saving 7 MB (planned at 0.78x of XLA's bytes)."""
+    values it saves.  A value's weight is its class's (`value_class`) plus its own, and the
+    weights are the least-norm solution of those equations in both: what the compiles say is
+    spread between the classes and the values, so that a value no compiled plan saved takes
+    its class's weight (returned under the class's key; nothing is known of a class no
+    compiled plan saved: weight 0), and the weights returned for the values saved, their
+    class's and their own together, meet every equation.  Why by value: on the TPU v5e,
+    saving a value costs XLA 1.0x-2.6x its bytes depending on the value
+    (bench/device/layout_probe.py), while the plain gradient's scale (all values saved, their
+    average) predicts the plans that save nearly nothing within 3%; one correction of the
+    scale for all plans carried the 1.25x of a plan saving 275 MB of the scan twin's to a
+    plan saving 7 MB (planned at 0.78x of XLA's bytes)."""
     import numpy as np
 
     rows = [(t.values(), t.temp - cal.scaled(t)) for t in compiled]
     rows = [(x, r) for x, r in rows if any(x.values())]  # (a plan saving no bytes: no row)
     if not rows:
         return {}
-    keys = sorted({k for x, _ in rows for k in x})
-    saved = np.array([[float(x.get(k, 0)) for k in keys] for x, _ in rows])
+    size = {k: n for x, _ in rows for k, n in x.items()}
+    keys = sorted(size)
+    of = {k: value_class(k, size[k]) for k in keys}
+    classes = sorted(set(of.values()))
+    saved = np.array(
+        [
+            [float(x.get(k, 0)) for k in keys]
+            + [float(sum(n for k, n in x.items() if of[k] == c)) for c in classes]
+            for x, _ in rows
+        ]
+    )
     beyond = np.array([float(r) for _, r in rows])
     found = np.linalg.lstsq(saved, beyond, rcond=None)[0]  # (the least-norm solution)
+    by_class = dict(zip(classes, found[len(keys) :]))
+    weights = {k: float(w) + by_class[of[k]] for k, w in zip(keys, found)}
+    weights.update({c: float(w) for c, w in by_class.items()})
     # (a saved value holds no fewer than no bytes: where a plan saving small values only is
     # held below its figure, the least-norm weights of those values would say so)
-    return {k: max(-cal.scale, float(w)) for k, w in zip(keys, found)}
+    return {k: max(-cal.scale, w) for k, w in weights.items()}
 
 
 #: the device model before any compile, by platform (`--device`'s): what the plain
@@ -656,11 +691,13 @@ class _Loop:
         compiled = [t for t in self.tried if t.temp is not None and not t.out_of_memory]
         weights = learn_weights(self.cal, compiled)
         self.cal = Calibration(self.cal.held, self.cal.scale, weights)
-        extra = [w for w in weights.values() if w]
+        extra = [w for k, w in weights.items() if w and ":" in k]
         said = f"{min(extra):+.2f} to {max(extra):+.2f}" if extra else "none"
+        by_class = [f"{k} {w:+.2f}" for k, w in weights.items() if ":" not in k]
         self.fit.say(
             f"  learnt by value from {len(compiled)} compiles: {len(extra)} saved values "
-            f"weighted, XLA's bytes beyond the scaled figure per byte {said}"
+            f"weighted, XLA's bytes beyond the scaled figure per byte {said}; by class "
+            f"(a value no compile saved): {', '.join(by_class) or 'none'}"
         )
 
     def correct_scale(self, batch: list[Tried]) -> None:
