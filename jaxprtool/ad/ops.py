@@ -426,14 +426,24 @@ def shape(x) -> tuple[int, ...]:
 
 
 def ints(v) -> tuple[int, ...]:
-    return tuple(map(int, v))
+    # (a tuple of the items as they are where all are ints, the rules' usual operand: no
+    # `int` call per item; a bool, a numpy integer or another class goes through `int`)
+    t = tuple(v)
+    for x in t:
+        if x.__class__ is not int:
+            return tuple(map(int, t))
+    return t
 
 
 def sdims(v) -> tuple:
     """A shape-like parameter: ints stay ints, sharded dims (`'8@x'`) stay strings, and a
     symbolic dim of a type (`'b'`, `'2*b + 1'`) becomes the `SymExpr` the parser reads from
     a parameter, so that it prints as JAX prints it (`(b, 3)`, not `('b', 3)`)."""
-    return tuple(_dim_param(d) for d in v)
+    t = tuple(v)
+    for d in t:  # (all ints, the usual shape: the tuple as it is, no call per dim)
+        if d.__class__ is not int:
+            return tuple(_dim_param(d) for d in t)
+    return t
 
 
 def _dim_param(d):
