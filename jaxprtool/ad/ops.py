@@ -394,7 +394,9 @@ def dot_general(x, y, dimension_numbers, precision=None, preferred_element_type=
 def unbroadcast(type: ShapedArray, x) -> Atom:
     """Sum `x` down to `type`'s shape (the transpose of an implicit scalar / size-1 broadcast)."""
     xt = x.type
-    if tuple(xt.shape) == tuple(type.shape):
+    xs, ts = xt.shape, type.shape
+    # (shapes of one class compared as they are, most often the same tuple: no copies)
+    if xs is ts or (xs == ts if xs.__class__ is ts.__class__ else tuple(xs) == tuple(ts)):
         return x
     if len(type.shape) == 0:
         return reduce_sum(x, tuple(range(xt.ndim)))
@@ -422,7 +424,8 @@ def ty(x) -> ShapedArray:
 
 
 def shape(x) -> tuple[int, ...]:
-    return tuple(ty(x).shape)
+    s = ty(x).shape
+    return s if s.__class__ is tuple else tuple(s)
 
 
 def ints(v) -> tuple[int, ...]:
