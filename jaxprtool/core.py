@@ -366,9 +366,13 @@ class Literal:
     def __hash__(self):
         # remembered: `cse` files every equation under its operands, and a literal's key
         # (a repr, a type's hash) is computed in Python (no one assigns value or type after)
+        # (the value's class and text alone: equal literals have equal ones, and the type's
+        # own hash, a Python-level call, is left out; literals of one value and different
+        # types, rare, share a hash and are told apart by `__eq__`)
         h = self._hash
         if h is None:
-            h = self._hash = hash(self._key())
+            v = self.value
+            h = self._hash = hash((type(v).__name__, repr(v)))
         return h
 
     def __reduce__(self):
