@@ -366,7 +366,7 @@ class _Printer:
         c = self.counter
         self.counter = c + 1
         if c >= len(_NAMES):
-            _grow_names(2 * c + 64)
+            _grow_names(c + (c >> 2) + 64)  # (a quarter more: names made, not all used)
         n = _NAMES[c]
         if n in self.shared_names:
             return self.fresh()
