@@ -165,6 +165,11 @@ def _compiled_bind():
     return None if tw is None else tw.bind_fast_vars
 
 
+#: the running builder or None, as one bound C call (no Python frame): `ops`' emitters, called
+#: for every equation a rule emits, ask `running() or current()` (`current` raises for None)
+running = _CURRENT.get
+
+
 def current() -> Builder:
     b = _CURRENT.get()
     if b is None:

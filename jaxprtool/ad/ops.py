@@ -24,11 +24,12 @@ from ..core import (
 )
 from ..lazy import np
 from ..params import EnumValue, Opaque, Record, SymExpr
+from ..record import loaded_record
 from ..record import prim as record_of
 from ..shapes import ShapeError, infer_types
 from ..shapes.util import varying_axes
 from ..shardings import SpecText, dim_axes, is_sharded_dim, sharded_size
-from .builder import current
+from .builder import current, running
 from .zeros import Zero, is_undefined_primal, is_zero, tangent_type
 
 
@@ -39,8 +40,8 @@ def typeof(x) -> Type:
 def bind(prim: str, *inputs: Atom, _out_types=None, _params_key=None, **params):
     """Emit `prim[params] inputs`; a Var, or a list for multi-result / call primitives.
     `_params_key`: see `Builder.bind`."""
-    outs = current().bind(prim, inputs, params, _out_types, _params_key)
-    if len(outs) == 1 and not record_of(prim).multiple_results:
+    outs = (running() or current()).bind(prim, inputs, params, _out_types, _params_key)
+    if len(outs) == 1 and not (loaded_record(prim) or record_of(prim)).multiple_results:
         return outs[0]
     return outs
 
@@ -180,7 +181,7 @@ def _unary(name):
     def f(x, **params):
         if params.get("accuracy", 0) is None:
             del params["accuracy"]  # JAX's printer hides accuracy=None; emit what the parser reads
-        return current().bind(name, (x,), params)[0]  # (one result)
+        return (running() or current()).bind(name, (x,), params)[0]  # (one result)
 
     f.__name__ = name
     return f
@@ -252,7 +253,7 @@ def round(x, rounding_method=1):  # noqa: A001
 
 def _binary(name):
     def f(x, y, **params):
-        return current().bind(name, (x, y), params)[0]  # (one result)
+        return (running() or current()).bind(name, (x, y), params)[0]  # (one result)
 
     f.__name__ = name
     return f
@@ -814,7 +815,7 @@ def add_tangents(a, b):
         return b
     if b.__class__ is Zero:
         return a
-    return current().bind("add_any", (a, b), {})[0]
+    return (running() or current()).bind("add_any", (a, b), {})[0]
 
 
 # ---------------------------------------------------------------- structural emitters

@@ -23,8 +23,7 @@ from ..core import (
     gc_paused,
 )
 from ..expansion import refuse_large
-from ..record import did_you_mean
-from ..record import loaded_record
+from ..record import did_you_mean, loaded_record
 from ..record import prim as record_of
 from . import builder as B
 from . import observe, ops
