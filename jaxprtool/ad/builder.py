@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Iterable
-from itertools import chain
 
 from .. import shapes
 from ..core import (
@@ -360,13 +359,16 @@ def free_vars(eqns: list[Eqn], outvars: Iterable[Atom], bound: Iterable[Var] = (
     defined = set(bound)
     out: list[Var] = []
     define = defined.add
-    for uses, results in chain(((e.inputs, e.outputs) for e in eqns), [(outvars, ())]):
-        for x in uses:
+    for e in eqns:
+        for x in e.inputs:
             if x.__class__ is Var and x not in defined:
                 define(x)
                 out.append(x)
-        for o in results:
-            define(o)
+        defined.update(e.outputs)
+    for x in outvars:
+        if x.__class__ is Var and x not in defined:
+            define(x)
+            out.append(x)
     return out
 
 
