@@ -672,7 +672,12 @@ def named_axes_use(jaxpr: Jaxpr) -> tuple[Eqn | None, ShapedArray] | None:
     if t is not None:
         return None, t
     for e in all_eqns(jaxpr):
-        t = named(e.outputs)
+        for o in e.outputs:  # (most results: an array type without named axes, no call)
+            if o.type.__class__ is not ShapedArray or o.type.named_shape is not None:
+                t = named(e.outputs)
+                break
+        else:
+            t = None
         if t is None and not e.no_subjaxprs:  # (`eqn_subjaxprs`' first answer, no call)
             for sub in eqn_subjaxprs(e):
                 t = t or named(sub.constvars + sub.invars)
