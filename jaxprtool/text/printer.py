@@ -602,10 +602,10 @@ class _Printer:
         twins = self.twins.get(key)
         if not twins:  # (most jaxprs: their binders are not gathered)
             return
-        bs = _binders(j)
+        bs = _jaxpr_binders(j)
         names = self.names
         for k in twins:
-            ks = _binders(k)
+            ks = _jaxpr_binders(k)
             if all(
                 v.hint == w.hint
                 and v.type == w.type
@@ -1262,13 +1262,13 @@ class _NamingHandle(_DocHandle):
 _NAMES: list[str] = []  # encode_name(i), grown on demand (`_grow_names`)
 
 
-def _binders(j: Jaxpr) -> tuple:
+def _jaxpr_binders(j: Jaxpr) -> tuple:
     """The binders of `j` in printing order: its constvars, invars and equation results."""
     return (*j.constvars, *j.invars, *[o for e in j.eqns for o in e.outputs])
 
 
 def _binder_ends(j: Jaxpr) -> tuple:
-    """(how many binders `j` has, its first, its last) as `_binders(j)` gives them (None,
+    """(how many binders `j` has, its first, its last) as `_jaxpr_binders(j)` gives them (None,
     None where it has none), without gathering them: `_same_vars` asks it of every jaxpr."""
     n = len(j.constvars) + len(j.invars) + sum([len(e.outputs) for e in j.eqns])
     if not n:
