@@ -583,9 +583,10 @@ _AXIS_SIZES: contextvars.ContextVar[dict[str, int | None] | None] = contextvars.
 AXIS_SIZES_KEY: contextvars.ContextVar[tuple] = contextvars.ContextVar("axis_sizes_key", default=())
 
 
-def axis_sizes_key() -> tuple:
-    """The mesh axis sizes in force, hashable (empty outside `axis_sizes_of`)."""
-    return AXIS_SIZES_KEY.get()
+#: `axis_sizes_key()`: the mesh axis sizes in force, hashable (empty outside
+#: `axis_sizes_of`).  The context variable's own `get`, bound (no Python frame): the
+#: builder and the shape rules' memo ask it for every type they look up
+axis_sizes_key = AXIS_SIZES_KEY.get
 
 
 def axis_sizes(jaxpr, given: dict[str, int] | None = None) -> dict[str, int | None]:
