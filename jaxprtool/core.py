@@ -366,9 +366,13 @@ class Literal:
     def __hash__(self):
         # remembered: `cse` files every equation under its operands, and a literal's key
         # (a repr, a type's hash) is computed in Python (no one assigns value or type after)
+        # (the value's class and text alone: equal literals have equal ones, and the type's
+        # own hash, a Python-level call, is left out; literals of one value and different
+        # types, rare, share a hash and are told apart by `__eq__`)
         h = self._hash
         if h is None:
-            h = self._hash = hash(self._key())
+            v = self.value
+            h = self._hash = hash((type(v).__name__, repr(v)))
         return h
 
     def __reduce__(self):
@@ -668,7 +672,12 @@ def named_axes_use(jaxpr: Jaxpr) -> tuple[Eqn | None, ShapedArray] | None:
     if t is not None:
         return None, t
     for e in all_eqns(jaxpr):
-        t = named(e.outputs)
+        for o in e.outputs:  # (most results: an array type without named axes, no call)
+            if o.type.__class__ is not ShapedArray or o.type.named_shape is not None:
+                t = named(e.outputs)
+                break
+        else:
+            t = None
         if t is None and not e.no_subjaxprs:  # (`eqn_subjaxprs`' first answer, no call)
             for sub in eqn_subjaxprs(e):
                 t = t or named(sub.constvars + sub.invars)

@@ -313,6 +313,12 @@ _LOADED: dict[str, Primitive] = {}
 _ready: set[str] = set()
 
 
+#: `prim`'s first look, as one bound `dict.get` (no Python call): the record of a primitive
+#: whose family is loaded, else None, for which `prim` itself is asked.  For the walks'
+#: loops, which ask it of every equation: `loaded_record(p) or prim(p)`
+loaded_record = _LOADED.get
+
+
 def prim(name: str) -> Primitive:
     """The record of `name`; an empty (all-default) record for a primitive nobody registered."""
     rec = _LOADED.get(name)

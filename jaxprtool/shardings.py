@@ -16,7 +16,7 @@ import re
 
 from .core import JaxprError, eqn_subjaxprs, parens_balanced
 from .frozen import Frozen, set_field
-from .lazy import LazyPattern
+from .lazy import DTypeName, LazyPattern
 from .params import EnumValue, Opaque, SymExpr, split_top_level
 
 _AXIS = LazyPattern(r"'([^']*)'\s*:\s*(\d+)")
@@ -514,13 +514,19 @@ def _dict_mesh(text: str) -> MeshText:
     return MeshText(names, tuple(int(s) for _, s in axes), ("Auto",) * len(names), bool(names))
 
 
-#: parameter value classes that print no mesh (`meshes_in` is [] for them)
-_NO_TEXT = frozenset({int, bool, float, type(None), EnumValue, SymExpr})
+#: parameter value classes that print no mesh (`meshes_in` is [] for them; a dtype
+#: parameter prints its name)
+_NO_TEXT = frozenset({int, bool, float, type(None), EnumValue, SymExpr, DTypeName})
 
 
 def _ints_only(v) -> bool:
     """A tuple or list of ints and such tuples and lists (dimension numbers): no mesh inside.
     (A stack, not recursion: every dot_general's dimension numbers are asked.)"""
+    for x in v:  # (a flat tuple of ints, most values: axes, shapes, permutations)
+        if x.__class__ is not int:
+            break
+    else:
+        return True
     stack = [v]
     while stack:
         for x in stack.pop():
@@ -577,9 +583,10 @@ _AXIS_SIZES: contextvars.ContextVar[dict[str, int | None] | None] = contextvars.
 AXIS_SIZES_KEY: contextvars.ContextVar[tuple] = contextvars.ContextVar("axis_sizes_key", default=())
 
 
-def axis_sizes_key() -> tuple:
-    """The mesh axis sizes in force, hashable (empty outside `axis_sizes_of`)."""
-    return AXIS_SIZES_KEY.get()
+#: `axis_sizes_key()`: the mesh axis sizes in force, hashable (empty outside
+#: `axis_sizes_of`).  The context variable's own `get`, bound (no Python frame): the
+#: builder and the shape rules' memo ask it for every type they look up
+axis_sizes_key = AXIS_SIZES_KEY.get
 
 
 def axis_sizes(jaxpr, given: dict[str, int] | None = None) -> dict[str, int | None]:

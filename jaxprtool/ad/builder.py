@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Iterable
-from itertools import chain
 
 from .. import shapes
 from ..core import (
@@ -163,6 +162,11 @@ def _compiled_bind():
     JAXPRTOOL_PURE_PYTHON set)."""
     tw = twin()
     return None if tw is None else tw.bind_fast_vars
+
+
+#: the running builder or None, as one bound C call (no Python frame): `ops`' emitters, called
+#: for every equation a rule emits, ask `running() or current()` (`current` raises for None)
+running = _CURRENT.get
 
 
 def current() -> Builder:
@@ -355,13 +359,16 @@ def free_vars(eqns: list[Eqn], outvars: Iterable[Atom], bound: Iterable[Var] = (
     defined = set(bound)
     out: list[Var] = []
     define = defined.add
-    for uses, results in chain(((e.inputs, e.outputs) for e in eqns), [(outvars, ())]):
-        for x in uses:
+    for e in eqns:
+        for x in e.inputs:
             if x.__class__ is Var and x not in defined:
                 define(x)
                 out.append(x)
-        for o in results:
-            define(o)
+        defined.update(e.outputs)
+    for x in outvars:
+        if x.__class__ is Var and x not in defined:
+            define(x)
+            out.append(x)
     return out
 
 

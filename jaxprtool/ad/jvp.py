@@ -22,7 +22,7 @@ from ..core import (
     gc_paused,
     is_inexact,
 )
-from ..record import did_you_mean
+from ..record import did_you_mean, loaded_record
 from ..record import prim as record_of
 from . import builder as B
 from . import observe
@@ -71,7 +71,7 @@ def _jvp_eval(jaxpr, primals, tangents, consts, obs):
     try:
         for eqn in jaxpr.eqns:
             ins = [x if x.__class__ is Literal else env[x] for x in eqn.inputs]  # read
-            rec = record_of(eqn.prim)
+            rec = loaded_record(eqn.prim) or record_of(eqn.prim)
             # in a split (linearize) builder, the record's `linearization` when it has one
             rule = rec.linearization if split and rec.linearization is not None else rec.jvp
             # (`tenv` holds Vars only: a literal operand is never in it)

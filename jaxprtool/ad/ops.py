@@ -24,11 +24,12 @@ from ..core import (
 )
 from ..lazy import np
 from ..params import EnumValue, Opaque, Record, SymExpr
+from ..record import loaded_record
 from ..record import prim as record_of
 from ..shapes import ShapeError, infer_types
 from ..shapes.util import varying_axes
 from ..shardings import SpecText, dim_axes, is_sharded_dim, sharded_size
-from .builder import current
+from .builder import current, running
 from .zeros import Zero, is_undefined_primal, is_zero, tangent_type
 
 
@@ -39,8 +40,8 @@ def typeof(x) -> Type:
 def bind(prim: str, *inputs: Atom, _out_types=None, _params_key=None, **params):
     """Emit `prim[params] inputs`; a Var, or a list for multi-result / call primitives.
     `_params_key`: see `Builder.bind`."""
-    outs = current().bind(prim, inputs, params, _out_types, _params_key)
-    if len(outs) == 1 and not record_of(prim).multiple_results:
+    outs = (running() or current()).bind(prim, inputs, params, _out_types, _params_key)
+    if len(outs) == 1 and not (loaded_record(prim) or record_of(prim)).multiple_results:
         return outs[0]
     return outs
 
@@ -180,7 +181,7 @@ def _unary(name):
     def f(x, **params):
         if params.get("accuracy", 0) is None:
             del params["accuracy"]  # JAX's printer hides accuracy=None; emit what the parser reads
-        return current().bind(name, (x,), params)[0]  # (one result)
+        return (running() or current()).bind(name, (x,), params)[0]  # (one result)
 
     f.__name__ = name
     return f
@@ -252,7 +253,7 @@ def round(x, rounding_method=1):  # noqa: A001
 
 def _binary(name):
     def f(x, y, **params):
-        return current().bind(name, (x, y), params)[0]  # (one result)
+        return (running() or current()).bind(name, (x, y), params)[0]  # (one result)
 
     f.__name__ = name
     return f
@@ -394,7 +395,9 @@ def dot_general(x, y, dimension_numbers, precision=None, preferred_element_type=
 def unbroadcast(type: ShapedArray, x) -> Atom:
     """Sum `x` down to `type`'s shape (the transpose of an implicit scalar / size-1 broadcast)."""
     xt = x.type
-    if tuple(xt.shape) == tuple(type.shape):
+    xs, ts = xt.shape, type.shape
+    # (shapes of one class compared as they are, most often the same tuple: no copies)
+    if xs is ts or (xs == ts if xs.__class__ is ts.__class__ else tuple(xs) == tuple(ts)):
         return x
     if len(type.shape) == 0:
         return reduce_sum(x, tuple(range(xt.ndim)))
@@ -422,18 +425,29 @@ def ty(x) -> ShapedArray:
 
 
 def shape(x) -> tuple[int, ...]:
-    return tuple(ty(x).shape)
+    s = ty(x).shape
+    return s if s.__class__ is tuple else tuple(s)
 
 
 def ints(v) -> tuple[int, ...]:
-    return tuple(map(int, v))
+    # (a tuple of the items as they are where all are ints, the rules' usual operand: no
+    # `int` call per item; a bool, a numpy integer or another class goes through `int`)
+    t = tuple(v)
+    for x in t:
+        if x.__class__ is not int:
+            return tuple(map(int, t))
+    return t
 
 
 def sdims(v) -> tuple:
     """A shape-like parameter: ints stay ints, sharded dims (`'8@x'`) stay strings, and a
     symbolic dim of a type (`'b'`, `'2*b + 1'`) becomes the `SymExpr` the parser reads from
     a parameter, so that it prints as JAX prints it (`(b, 3)`, not `('b', 3)`)."""
-    return tuple(_dim_param(d) for d in v)
+    t = tuple(v)
+    for d in t:  # (all ints, the usual shape: the tuple as it is, no call per dim)
+        if d.__class__ is not int:
+            return tuple(_dim_param(d) for d in t)
+    return t
 
 
 def _dim_param(d):
@@ -801,7 +815,7 @@ def add_tangents(a, b):
         return b
     if b.__class__ is Zero:
         return a
-    return current().bind("add_any", (a, b), {})[0]
+    return (running() or current()).bind("add_any", (a, b), {})[0]
 
 
 # ---------------------------------------------------------------- structural emitters

@@ -23,7 +23,7 @@ from ..core import (
     gc_paused,
 )
 from ..expansion import refuse_large
-from ..record import did_you_mean
+from ..record import did_you_mean, loaded_record
 from ..record import prim as record_of
 from . import builder as B
 from . import observe, ops
@@ -252,7 +252,7 @@ class _Backward:
                 got = [pop(o, None) for o in outs]
                 if not any(got):  # (a cotangent is an Atom: never false)
                     got = None
-            rec = record_of(e.prim)
+            rec = loaded_record(e.prim) or record_of(e.prim)
             if (
                 got is None
                 and rec.fancy_transpose is None
@@ -316,8 +316,7 @@ class _Backward:
                 e.loc,
             )
         linear = self.linear
-        for k in range(len(inputs)):
-            x = inputs[k]
+        for k, x in enumerate(inputs):
             # (`linear` holds Vars only: a literal operand is never in it)
             if x.__class__ is not Literal and x in linear:
                 if x.type.__class__ is not RefType:

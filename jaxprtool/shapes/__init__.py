@@ -164,7 +164,10 @@ def _freeze_params(params: dict) -> tuple:
 #: marks the key of a tuple or list that marshal writes (`_freeze`): its marshal bytes
 _MARSHALLED = object()
 #: marshal's type codes of a list and of bytes
-_LIST_CODE, _BYTES_CODE = b"[", b"s"
+#: (as ints: `code in data` of an int looks for the one byte, where of a one-byte `bytes`
+#: it takes ~15 times as long, the buffer protocol and a substring search: every tuple
+#: parameter of every equation the checker or the builder keys is asked)
+_LIST_CODE, _BYTES_CODE = ord("["), ord("s")
 #: `_int_tree`'s answers: not an int tree, one of tuples all through, one with a list inside
 _NOT_INTS, _INT_TUPLES, _INT_LISTS = 0, 1, 2
 

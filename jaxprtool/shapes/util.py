@@ -83,6 +83,13 @@ def opt_dtype_param(v: Any) -> str | None:
 
 def ints(v: Any) -> tuple:
     """A tuple of dims from a param: ints (numpy scalars allowed), symbolic ones as strings."""
+    cls = v.__class__
+    if cls is tuple or cls is list:  # (all ints, the usual param: as it is, no call per item)
+        t = tuple(v)
+        for x in t:
+            if x.__class__ is not int:
+                return tuple(dim_param(x) for x in t)
+        return t
     if v is None:
         return ()
     if is_integer(v):

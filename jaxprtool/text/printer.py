@@ -366,7 +366,7 @@ class _Printer:
         c = self.counter
         self.counter = c + 1
         if c >= len(_NAMES):
-            _grow_names(2 * c + 64)
+            _grow_names(c + (c >> 2) + 64)  # (a quarter more: names made, not all used)
         n = _NAMES[c]
         if n in self.shared_names:
             return self.fresh()
@@ -594,14 +594,18 @@ class _Printer:
         under which `j` is looked up, once it is named, in `twin_keys`."""
         if id(j) in self.twin_keys:
             return
-        bs = (*j.constvars, *j.invars, *(o for e in j.eqns for o in e.outputs))
-        if not bs or bs[0].hint is None or bs[-1].hint is None or id(j) in self.no_twins:
+        n, first, last = _binder_ends(j)
+        if not n or first.hint is None or last.hint is None or id(j) in self.no_twins:
             self.twin_keys[id(j)] = None
             return
-        key = self.twin_keys[id(j)] = (len(bs), bs[0].hint, bs[-1].hint)
+        key = self.twin_keys[id(j)] = (n, first.hint, last.hint)
+        twins = self.twins.get(key)
+        if not twins:  # (most jaxprs: their binders are not gathered)
+            return
+        bs = _jaxpr_binders(j)
         names = self.names
-        for k in self.twins.get(key, ()):
-            ks = (*k.constvars, *k.invars, *(o for e in k.eqns for o in e.outputs))
+        for k in twins:
+            ks = _jaxpr_binders(k)
             if all(
                 v.hint == w.hint
                 and v.type == w.type
@@ -1256,6 +1260,23 @@ class _NamingHandle(_DocHandle):
 
 
 _NAMES: list[str] = []  # encode_name(i), grown on demand (`_grow_names`)
+
+
+def _jaxpr_binders(j: Jaxpr) -> tuple:
+    """The binders of `j` in printing order: its constvars, invars and equation results."""
+    return (*j.constvars, *j.invars, *[o for e in j.eqns for o in e.outputs])
+
+
+def _binder_ends(j: Jaxpr) -> tuple:
+    """(how many binders `j` has, its first, its last) as `_jaxpr_binders(j)` gives them (None,
+    None where it has none), without gathering them: `_same_vars` asks it of every jaxpr."""
+    n = len(j.constvars) + len(j.invars) + sum([len(e.outputs) for e in j.eqns])
+    if not n:
+        return 0, None, None
+    heads = (*j.constvars, *j.invars)
+    first = heads[0] if heads else next(e.outputs[0] for e in j.eqns if e.outputs)
+    last = next((e.outputs[-1] for e in reversed(j.eqns) if e.outputs), None)
+    return n, first, heads[-1] if last is None else last
 
 
 def _name_chunks():

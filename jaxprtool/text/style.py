@@ -31,11 +31,14 @@ from typing import Any
 
 from .. import core
 from ..frozen import Frozen, set_field
-from ..lazy import LazyPattern
+from ..lazy import DTypeName, LazyPattern
 from ..params import Opaque, Record, format_value
 from ..record import prim as record_of
 
 _REAL_ADDR = LazyPattern(r" at 0x(?!X+\b)[0-9a-fA-F]+")
+#: parameter value classes that are no `Opaque`, `Record` or `str` (no address is looked for
+#: in them): most values, told by one set lookup instead of three `isinstance` answers
+_NO_ADDRESS = frozenset({int, bool, float, type(None), tuple, list, DTypeName, core.Jaxpr})
 
 #: the clues an equation gives about the JAX version that printed it (`version_clues`):
 #: printed by that version (or one before it, for the `BEFORE_` ones)
@@ -371,6 +374,8 @@ def detect_style(jaxpr: core.Jaxpr) -> Style:
                             fresh = True
         if not real_addr:
             for v in e.params.values():
+                if v.__class__ in _NO_ADDRESS:
+                    continue
                 if isinstance(v, (Opaque, Record, str)) and _REAL_ADDR.search(format_value(v)):
                     real_addr = True
                     break
