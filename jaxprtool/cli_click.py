@@ -1,5 +1,5 @@
-"""click's side of the command line: the group, the commands' and options' classes, the
-global options and `--version`.  Imported only where click parses the command line (a
+"""click's side of the command line: the group, the commands' and options' classes,
+the group's own options and `--version`.  Imported only where click parses the command line (a
 command line the quick start hands over, the library's and the tests' `cli.main`), never by
 the common commands' own start (`quickstart` asks it only to show a usage error)."""
 

@@ -19,7 +19,9 @@ def __getattr__(name: str):
     """`UsageError`, click's usage error of the tool (bad usage: exit 2), made where one is
     raised: the class is click's, and the common commands' start imports no click."""
     if name == "UsageError":
-        global UsageError  # (made once, then an ordinary attribute of the module)
+        # (why a value cannot carry it: not state but a class, made once on first use so that
+        # the common commands' start imports no click; then an ordinary module attribute)
+        global UsageError
         import click
 
         class UsageError(click.UsageError):

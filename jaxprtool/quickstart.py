@@ -4,8 +4,8 @@ command is built from, converts and checks each value as click would, and runs t
 as click's group would run it.  Importing click (with gettext, locale, uuid and platform,
 which only it needs) was ~42M instructions of every command's start.
 
-Only a command line understood entirely is run here: the commands of `QUICK_COMMANDS`, no
-global option, no `--help`, no option or value click would refuse or ask about (an unknown
+Only a command line understood entirely is run here: the commands of `QUICK_COMMANDS`, with
+no global option, no `--help`, no option or value click would refuse or ask about (an unknown
 or malformed option, a missing or extra argument, a value its type or callback refuses),
 no shell completion.  Anything else is left to click, untouched (`run_quickly` returns),
 and click prints what it prints.  An error the command raises as click's (a usage error
