@@ -76,9 +76,7 @@ def tolerance(dtype) -> float:
 def compare(name: str):
     """(status, detail): 'ok', 'skip' or 'fail' for one corpus case."""
     import jax
-    import jax.extend.core as jex
 
-    from jaxprtool import backend
     from jaxprtool.backend.values import random_array
     from jaxprtool.core import ShapedArray
     from jaxprtool.text.parser import parse
@@ -96,7 +94,7 @@ def compare(name: str):
         jj = fn()
         rng = np.random.default_rng(0)
         args = [random_array(v.type, rng, positive=True) for v in ir.invars]
-        from jaxprtool.backend.keys import is_key, unwrap, wrap
+        from jaxprtool.backend.keys import is_key, wrap
 
         jax_args = [wrap(v.type, a) if is_key(v.type) else a for v, a in zip(ir.invars, args)]
         for v, a, av in zip(ir.invars, args, jj.in_avals):
@@ -110,10 +108,7 @@ def compare(name: str):
                 "skip",
                 f"this JAX traces {len(consts)} constants, the text has {len(ir.constvars)}",
             )
-        oracle = jax.jit(jex.jaxpr_as_fun(jj), compiler_options=FAST)
-        expected = [np.asarray(unwrap(x)) for x in oracle(*jax_args)]
-        ours = jax.jit(backend.as_jax_function(ir, enable_x64=False), compiler_options=FAST)
-        got = backend.evaluate(ir, args, consts, jitted=ours)
+        got, expected = _ours_and_jax_s(ir, jj, args, jax_args, consts)
     if len(got) != len(expected):
         return "fail", f"{len(got)} outputs, JAX gives {len(expected)}"
     for i, (g, e, v) in enumerate(zip(got, expected, ir.outvars)):
@@ -129,6 +124,35 @@ def compare(name: str):
             err = np.nanmax(np.abs(gf.astype(np.complex128) - ef.astype(np.complex128)))
             return "fail", f"out{i} differs (max abs err {err:.3g})"
     return "ok", ""
+
+
+def _ours_and_jax_s(ir, jj, args, jax_args, consts):
+    """(the program run by `backend.evaluate`, JAX running its own jaxpr) on the same inputs.
+    One XLA compile for both where the program runs on one device: the function `evaluate`
+    runs also gives JAX's outputs (after the program's), as `jax_oracle.together` does."""
+    import jax
+    import jax.extend.core as jex
+
+    from jaxprtool import backend
+    from jaxprtool.backend import sharding
+    from jaxprtool.backend.keys import is_key, unwrap, wrap
+
+    ours, theirs = backend.as_jax_function(ir, enable_x64=False), jex.jaxpr_as_fun(jj)
+    if sharding.is_multi_device(ir):
+        oracle = jax.jit(theirs, compiler_options=FAST)
+        expected = [np.asarray(unwrap(x)) for x in oracle(*jax_args)]
+        return backend.evaluate(
+            ir, args, consts, jitted=jax.jit(ours, compiler_options=FAST)
+        ), expected
+
+    def both(*xs):
+        keyed = [
+            wrap(v.type, a) if is_key(v.type) else a for v, a in zip(ir.invars, xs[len(consts) :])
+        ]
+        return [*ours(*xs), *(unwrap(x) for x in theirs(*keyed))]
+
+    out = backend.evaluate(ir, args, consts, jitted=jax.jit(both, compiler_options=FAST))
+    return out[: len(ir.outvars)], out[len(ir.outvars) :]
 
 
 def corpus_names() -> list[str]:

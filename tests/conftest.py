@@ -262,6 +262,7 @@ def pytest_collection_finish(session):
     millions of short-lived objects (tracers, equations) and spent about 5% of its CPU time in
     the collector (1.46 of 26.5 CPU-s on test_vmap, test_ad_special and test_printer), 2% with
     these settings (0.56 s).  Cycles are still collected, only later."""
+    _listen_to_compiles()  # (JAX loaded by the test modules: their first test's compiles count)
     gc.collect()
     gc.freeze()
     gc.set_threshold(20_000, 20, 10)
@@ -316,27 +317,64 @@ def _listen_to_compiles() -> None:
 _listen_to_compiles.done = False
 
 
+#: per test, with --cpu-ranking: [CPU seconds of the test process, of the processes it
+#: started, XLA compile requests], set-up and teardown (a module's fixtures) included
+_CPU: dict[str, list] = {}
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--cpu-ranking",
+        type=int,
+        default=0,
+        metavar="N",
+        help="list the N tests that took the most CPU time (user + sys, of the test process "
+        "and of the processes it started), with their XLA compiles (issue 49)",
+    )
+
+
+def _cpu_seconds() -> tuple[float, float]:
+    import resource
+
+    own, children = (
+        resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    )
+    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     _listen_to_compiles()
     _CURRENT_FILE[0] = item.nodeid.split("::", 1)[0]
+    ranked = item.config.getoption("cpu_ranking") > 0
+    if ranked:
+        row = _COMPILES.setdefault(_CURRENT_FILE[0], [0, 0, 0.0])
+        own, children = _cpu_seconds()
+        compiles = row[0]
     yield
     _listen_to_compiles()  # (a test that loaded JAX: its compiles count from the next test on)
+    if ranked:
+        own2, children2 = _cpu_seconds()
+        _CPU[item.nodeid] = [own2 - own, children2 - children, row[0] - compiles]
 
 
 def pytest_sessionfinish(session):
     if hasattr(session.config, "workeroutput"):  # an xdist worker: the controller sums
         session.config.workeroutput["compiles"] = {k: list(v) for k, v in _COMPILES.items()}
+        session.config.workeroutput["cpu"] = _CPU
 
 
 @pytest.hookimpl(optionalhook=True)  # (an xdist hook: unknown under -p no:xdist)
 def pytest_testnodedown(node, error):
-    for path, (n, hits, secs) in getattr(node, "workeroutput", {}).get("compiles", {}).items():
+    out = getattr(node, "workeroutput", {})
+    for path, (n, hits, secs) in out.get("compiles", {}).items():
         row = _COMPILES.setdefault(path, [0, 0, 0.0])
         row[0], row[1], row[2] = row[0] + n, row[1] + hits, row[2] + secs
+    _CPU.update(out.get("cpu", {}))
 
 
 def pytest_terminal_summary(terminalreporter):
+    _print_cpu_ranking(terminalreporter)
     if not _COMPILES:
         return
     rows = sorted(_COMPILES.items(), key=lambda kv: -kv[1][2])
@@ -347,3 +385,17 @@ def pytest_terminal_summary(terminalreporter):
     write(f"       {total[2]:.1f} s in them, {len(rows)} test files")
     for path, (n, hits, secs) in rows[:15]:
         write(f"{secs:8.1f} s {n:6d} compiles {hits:5d} cached  {path}")
+
+
+def _print_cpu_ranking(terminalreporter) -> None:
+    n = terminalreporter.config.getoption("cpu_ranking")
+    if n <= 0 or not _CPU:
+        return
+    rows = sorted(_CPU.items(), key=lambda kv: -(kv[1][0] + kv[1][1]))
+    write = terminalreporter.write_line
+    terminalreporter.section(f"the {n} tests of most CPU time (--cpu-ranking)")
+    total = sum(own + children for own, children, _ in _CPU.values())
+    write(f"all {len(rows)} tests: {total:.1f} CPU-s (collection and start-up not included)")
+    write("  CPU-s (of it in started processes)  XLA compiles  test")
+    for nodeid, (own, children, compiles) in rows[:n]:
+        write(f"{own + children:7.2f} ({children:6.2f}) {compiles:5d}  {nodeid}")

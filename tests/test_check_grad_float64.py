@@ -82,9 +82,9 @@ def test_explain_of_the_cross_entropy_passes(tmp_path):
 
 
 def test_the_verdict_is_judged_in_float64_and_the_own_precision_reported(tmp_path):
-    """A 2-layer pre-norm transformer (small): every check judged in float64, the
+    """A 1-layer pre-norm transformer (small): every check judged in float64, the
     float32 derivative's distance from it and JAX's own (information) in the JSON."""
-    prog = _transformer(tmp_path, 2, 32)
+    prog = _transformer(tmp_path, 1, 32)
     r = _invoke("check-grad", prog, "--json")
     assert r.exit_code == 0, r.output
     checks = json.loads(r.stdout)["files"][0]["checks"]

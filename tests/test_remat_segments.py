@@ -14,7 +14,7 @@ import pytest
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 from jax._src.ad_checkpoint import saved_residuals  # noqa: E402
-from jax_oracle import close, ir, run, vec  # noqa: E402
+from jax_oracle import close, ir, run, together, vec  # noqa: E402
 
 from jaxprtool import backend  # noqa: E402
 from jaxprtool.ad import remat  # noqa: E402
@@ -213,7 +213,8 @@ def test_sqrt_segments_without_layers():
     n = len(seg.of)
     if "sqrt" in seg.kind:
         assert abs(len(seg.starts) - round(math.sqrt(n))) <= 1
-    close(backend.evaluate(g, [x])[0], jax.jit(jax.grad(f))(x), 1e-5)
+    got, want = together((g, [x]), (jax.grad(f), [x]))  # (one XLA compile)
+    close(got[0], want, 1e-5)
 
 
 @pytest.mark.parametrize("text", SPECS)
@@ -223,8 +224,10 @@ def test_scan_body_per_iteration(text):
     forward part holds what JAX's scan(checkpoint(body, policy)) holds."""
     f = scanned()
     g, plans = _grad(f, SCAN_ARGS, text)
-    want = jax.jit(jax.grad(f, argnums=tuple(range(len(SCAN_ARGS)))))(*SCAN_ARGS)
-    for a, b in zip(backend.evaluate(g, list(SCAN_ARGS)), want):
+    got, want = together(
+        (g, SCAN_ARGS), (jax.grad(f, argnums=tuple(range(len(SCAN_ARGS)))), SCAN_ARGS)
+    )  # (one XLA compile)
+    for a, b in zip(got, want):
         close(a, b, 1e-5)
     scans = [e for e in g.eqns if e.prim == "scan"]
     assert len(scans) == 2  # the forward scan and the backward one: nothing run again
@@ -330,14 +333,16 @@ def test_bodies_as_segments_against_jax(program):
     f, args = PROGRAMS[program]
     j = ir(f, *args)
     argnums = list(range(len(args)))
-    want = jax.jit(jax.grad(f, argnums=tuple(argnums)))(*args)
+    grads = []
     for text in ("nothing_saveable", "dots_saveable", "min-cut", "0.8"):
         try:
-            g = grad_jaxpr(j, argnums, remat=_spec(text))
+            grads.append((grad_jaxpr(j, argnums, remat=_spec(text)), args))
         except Exception as e:  # a budget the program cannot meet is refused, in words
             assert text[0].isdigit() and "smallest budget" in str(e), (text, e)
-            continue
-        for a, b in zip(backend.evaluate(g, list(args)), want):
+    # the gradients and jax.grad's in one XLA compile
+    *gots, want = together(*grads, (jax.grad(f, argnums=tuple(argnums)), args))
+    for got in gots:
+        for a, b in zip(got, want):
             close(a, b, 1e-5)
 
 
