@@ -226,6 +226,32 @@ def settle_invocation(options: Options, max_equations: int | None) -> None:
     io.COLOR_MODE = options.color
 
 
+def command_starts(options: Options, name: str, params: dict) -> None:
+    """A command's body is about to run (click's `Command.invoke` and the quick start): the
+    collector, held while the program started, runs again from here
+    (`interrupt.release_collector`), and the invocation's diagnostics learn what the command
+    decides (whether it leaves standard output free, whether its text diagnostics show their
+    codes)."""
+    from .interrupt import release_collector
+
+    release_collector()
+    options.diagnostics.command_starts(name, params)
+
+
+def end_diagnostics() -> int | None:
+    """The invocation's machine-readable diagnostics (json, sarif) written when it ends,
+    however it ends (click's `LazyGroup.invoke` and the quick start): None, or the exit
+    status where --output-file could not be written after all."""
+    from . import diagnostics, io
+
+    try:
+        diagnostics.end(write_file=io.write_output)
+    except UsageProblem as e:
+        report(e)
+        return ExitStatus.ERROR
+    return None
+
+
 #: names of click's side, made on first use (`cli_click`: importing it imports click)
 _CLICK_SIDE = frozenset({"main", "Option", "OptionalValue", "Command", "LazyGroup", "Size"})
 

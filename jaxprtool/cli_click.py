@@ -15,7 +15,6 @@ from . import cli
 from .cli import (
     ARGV_KEY,
     COMMANDS,
-    ExitStatus,
     Options,
     cleandoc,
     declared_command,
@@ -26,7 +25,6 @@ from .cli import (
 )
 from .core import UsageProblem
 from .declare import Choice, Declared, IntRange, Param, PathArg, with_bare_values
-from .interrupt import release_collector
 from .io import DEFAULT_MAX_INPUT, report
 from .outputs import record_path
 
@@ -177,17 +175,13 @@ class LazyGroup(_OwnHelpOption, click.Group):
         """Run the command and end the process with the exit status it returns; the
         machine-readable diagnostics it collected (json, sarif) are written when it ends,
         however it ends."""
-        from . import diagnostics, io
-
         try:
             with _short_usage_messages():
                 status = super().invoke(ctx)
         finally:
-            try:
-                diagnostics.end(write_file=io.write_output)
-            except UsageProblem as e:  # --output-file could not be written after all
-                report(e)
-                raise click.exceptions.Exit(ExitStatus.ERROR) from None
+            ended = cli.end_diagnostics()
+            if ended is not None:
+                raise click.exceptions.Exit(ended) from None
         if status:
             ctx.exit(int(status))
         return status
@@ -231,15 +225,11 @@ def _bare_optional_values(cmd: click.Command, args: list[str]) -> list[str]:
 
 
 class Command(_OwnHelpOption, click.Command):
-    """A jaxprtool command: before its body runs, the invocation's diagnostics learn what
-    the command decides (whether it leaves standard output free, whether its text
-    diagnostics show their codes); it returns its body's exit status (`ExitStatus`; None
-    for success).  The collector, held while the program started, runs again from here
-    (`interrupt.release_collector`)."""
+    """A jaxprtool command: `cli.command_starts` before its body runs; it returns its
+    body's exit status (`ExitStatus`; None for success)."""
 
     def invoke(self, ctx):
-        release_collector()
-        options_of(ctx).diagnostics.command_starts(self.name, ctx.params)
+        cli.command_starts(options_of(ctx), self.name, ctx.params)
         return super().invoke(ctx)
 
 

@@ -296,9 +296,8 @@ def _invoke(name: str, declared: Declared, ctx: Context) -> int:
     """Run the command as click's group runs it (`cli_click.main` and `LazyGroup.invoke`,
     `Command.invoke`): the invocation's options and diagnostics, the environment's check,
     the command; the diagnostics written however it ends.  Its exit status."""
-    from . import cli, diagnostics, io
+    from . import cli, diagnostics
     from .env import check_environment
-    from .interrupt import release_collector
 
     cli._QUICK_CONTEXT.append(ctx)
     # the paths of the command line are noted as click notes them: after the group's own
@@ -311,11 +310,10 @@ def _invoke(name: str, declared: Declared, ctx: Context) -> int:
             if not status:
                 cli.settle_invocation(ctx.obj, None)
                 ctx.meta.update(paths)
-                release_collector()
-                ctx.obj.diagnostics.command_starts(name, ctx.params)
+                cli.command_starts(ctx.obj, name, ctx.params)
                 status = declared.fn(**ctx.params)
         finally:
-            ended = _end_diagnostics(diagnostics, io)
+            ended = cli.end_diagnostics()
     except OSError as e:
         return _broken_pipe(e)
     except Exception as e:
@@ -325,20 +323,6 @@ def _invoke(name: str, declared: Declared, ctx: Context) -> int:
     if ended is not None:
         return ended
     return int(status) if status else 0
-
-
-def _end_diagnostics(diagnostics, io) -> int | None:
-    """The invocation's machine-readable diagnostics written (`LazyGroup.invoke`'s end);
-    the exit status where --output-file could not be written after all."""
-    from .cli import ExitStatus
-    from .core import UsageProblem
-
-    try:
-        diagnostics.end(write_file=io.write_output)
-    except UsageProblem as e:
-        io.report(e)
-        return ExitStatus.ERROR
-    return None
 
 
 def _broken_pipe(e: OSError) -> int:
