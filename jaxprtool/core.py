@@ -371,8 +371,7 @@ class Literal:
         # types, rare, share a hash and are told apart by `__eq__`)
         h = self._hash
         if h is None:
-            v = self.value
-            h = self._hash = hash((type(v).__name__, repr(v)))
+            h = self._hash = hash(self._key()[:2])
         return h
 
     def __reduce__(self):

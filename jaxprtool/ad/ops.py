@@ -27,7 +27,7 @@ from ..params import EnumValue, Opaque, Record, SymExpr
 from ..record import loaded_record
 from ..record import prim as record_of
 from ..shapes import ShapeError, infer_types
-from ..shapes.util import varying_axes
+from ..shapes.util import all_ints, varying_axes
 from ..shardings import SpecText, dim_axes, is_sharded_dim, sharded_size
 from .builder import current, running
 from .zeros import Zero, is_undefined_primal, is_zero, tangent_type
@@ -430,13 +430,8 @@ def shape(x) -> tuple[int, ...]:
 
 
 def ints(v) -> tuple[int, ...]:
-    # (a tuple of the items as they are where all are ints, the rules' usual operand: no
-    # `int` call per item; a bool, a numpy integer or another class goes through `int`)
     t = tuple(v)
-    for x in t:
-        if x.__class__ is not int:
-            return tuple(map(int, t))
-    return t
+    return t if all_ints(t) else tuple(map(int, t))
 
 
 def sdims(v) -> tuple:
@@ -444,10 +439,7 @@ def sdims(v) -> tuple:
     symbolic dim of a type (`'b'`, `'2*b + 1'`) becomes the `SymExpr` the parser reads from
     a parameter, so that it prints as JAX prints it (`(b, 3)`, not `('b', 3)`)."""
     t = tuple(v)
-    for d in t:  # (all ints, the usual shape: the tuple as it is, no call per dim)
-        if d.__class__ is not int:
-            return tuple(_dim_param(d) for d in t)
-    return t
+    return t if all_ints(t) else tuple(_dim_param(d) for d in t)
 
 
 def _dim_param(d):

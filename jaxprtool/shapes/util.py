@@ -81,15 +81,22 @@ def opt_dtype_param(v: Any) -> str | None:
 # ---------------------------------------------------------------- params
 
 
+def all_ints(t: tuple) -> bool:
+    """Whether every item of `t` is an int (no bool, numpy integer or symbolic dim): the
+    shape parameters' usual case, which the readers of dims pass on as it is, with no call
+    per item (the AD walk reads dims for every equation a rule emits)."""
+    for x in t:
+        if x.__class__ is not int:
+            return False
+    return True
+
+
 def ints(v: Any) -> tuple:
     """A tuple of dims from a param: ints (numpy scalars allowed), symbolic ones as strings."""
     cls = v.__class__
-    if cls is tuple or cls is list:  # (all ints, the usual param: as it is, no call per item)
+    if cls is tuple or cls is list:
         t = tuple(v)
-        for x in t:
-            if x.__class__ is not int:
-                return tuple(dim_param(x) for x in t)
-        return t
+        return t if all_ints(t) else tuple(dim_param(x) for x in t)
     if v is None:
         return ()
     if is_integer(v):
