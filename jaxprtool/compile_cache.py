@@ -60,6 +60,8 @@ def trusted_cache(folder: str):
     from jax._src.compilation_cache_interface import CacheInterface
 
     class TrustedFileCache(CacheInterface):
+        checks_entries = True  # (what `configure` tells it from JAX's own file cache by)
+
         def __init__(self, path: str):
             self._path = path
             self._damaged: set[str] = set()  # keys whose (own, trusted) file failed its digest
@@ -96,7 +98,9 @@ def configure(enabled: bool) -> str | None:
     folder = cache_dir(SUBFOLDER) if enabled else None
     if folder is not None and not _can_install(cc):
         folder = None  # a JAX whose cache we cannot supervise: compile every time
-    current = cc._cache._path if cc._cache is not None else None
+    # (JAX's own file cache over the same folder, its path a pathlib.Path, is not ours: it
+    # reads entries unchecked)
+    current = cc._cache._path if getattr(cc._cache, "checks_entries", False) else None
     if (folder, folder is not None) != (current, jax.config.jax_enable_compilation_cache):
         jax.config.update("jax_compilation_cache_dir", folder)
         jax.config.update("jax_enable_compilation_cache", folder is not None)

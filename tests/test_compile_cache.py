@@ -15,9 +15,11 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from jax._src import compilation_cache as jax_cache
 from jax.experimental.compilation_cache import compilation_cache
 from jax_oracle import run
 
+from jaxprtool import compile_cache
 from jaxprtool.backend import jit_cache
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,7 +30,9 @@ PROGRAM = (
 
 @pytest.fixture
 def cache_home(tmp_path, monkeypatch):
-    """A fresh XDG cache home; JAX's cache settings are restored afterwards."""
+    """A fresh XDG cache home; JAX's cache settings and the cache object in use are restored
+    afterwards (a reset alone left JAX to open its own file cache over the worker's folder of
+    the tool's sealed entries, and warn "incorrect header check" on each of them)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     saved = {
         k: getattr(jax.config, k)
@@ -38,10 +42,13 @@ def cache_home(tmp_path, monkeypatch):
             "jax_persistent_cache_min_compile_time_secs",
         )
     }
+    saved_cache = jax_cache._cache, jax_cache._cache_initialized
     yield tmp_path / "cache" / "jaxprtool" / "xla"
     for k, v in saved.items():
         jax.config.update(k, v)
     compilation_cache.reset_cache()
+    with jax_cache._cache_initialized_mutex:
+        jax_cache._cache, jax_cache._cache_initialized = saved_cache
 
 
 @pytest.fixture
@@ -85,6 +92,19 @@ def test_second_run_in_process_hits_the_cache(cache_home, program):
         jax.monitoring.unregister_event_listener(listener)
     assert cache_home.stat().st_mode & 0o777 == 0o700
     assert cache_home.parent.stat().st_mode & 0o777 == 0o700
+
+
+def test_jax_s_own_cache_over_the_folder_is_replaced_by_the_checked_one(cache_home, program):
+    """JAX's own file cache, opened over the tool's folder (the same path), reads entries
+    unchecked: the next command installs the checked cache there instead of keeping it (it
+    did before only because JAX's cache holds its path as a pathlib.Path, ours a str)."""
+    r = run(["run", program, "--random", "0"])
+    assert r.exit_code == 0, r.output
+    compilation_cache.reset_cache()  # JAX opens its own file cache at the next compile
+    jax.jit(lambda x: x + 1.0).lower(1.0).compile()
+    assert jax_cache._cache is not None and not getattr(jax_cache._cache, "checks_entries", 0)
+    assert compile_cache.configure(True) == str(cache_home)
+    assert jax_cache._cache.checks_entries
 
 
 def test_no_cache_writes_nothing(cache_home, program):
