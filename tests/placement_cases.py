@@ -25,6 +25,7 @@ from click.testing import CliRunner
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from jaxprtool.backend.sharding import is_single_device
 from jaxprtool.cli import main
 
 #: the 4-device mesh 'x' (made by the script)
@@ -102,7 +103,7 @@ def shown(sharding) -> str:
     `GSPMDSharding` by the spec of the mesh it is equivalent to)."""
     if sharding is None:
         return "unused (jit drops it)"
-    if isinstance(sharding, jax.sharding.SingleDeviceSharding):
+    if is_single_device(sharding):
         (d,) = sharding.device_set
         return f"single device {d.platform}:{d.id}"
     return f"{spec_of(sharding)} over mesh x=4 (4 devices)"

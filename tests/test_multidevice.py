@@ -30,6 +30,7 @@ from jaxprtool.ad.api import (  # noqa: E402
     transpose_jaxpr,
     vjp_jaxpr,
 )
+from jaxprtool.backend.sharding import is_single_device  # noqa: E402
 from jaxprtool.check import check  # noqa: E402
 from jaxprtool.text.parser import parse  # noqa: E402
 from jaxprtool.text.printer import print_jaxpr  # noqa: E402
@@ -58,7 +59,7 @@ def errors(j):
 
 def shown(sharding) -> str:
     """How `--show-sharding` writes a JAX array's `.sharding`."""
-    if isinstance(sharding, jax.sharding.SingleDeviceSharding):
+    if is_single_device(sharding):
         (d,) = sharding.device_set
         return f"single device {d.platform}:{d.id}"
     axes = ",".join(f"{n}={s}" for n, s in sharding.mesh.shape.items())

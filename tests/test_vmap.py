@@ -641,7 +641,7 @@ def test_misc_primitives(every):
     except ImportError:  # JAX 0.10.0-0.10.1
         from jax._src.prng import threefry_2x32
 
-    dev = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    dev = jax.sharding.make_single_device_sharding(jax.devices()[0])
     cases = [
         ("device_put", lambda x: jax.device_put(x) * 2, [X], UNARY_AXES[:2]),
         (

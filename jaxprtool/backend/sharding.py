@@ -532,10 +532,22 @@ def describe(sharding) -> str:
         mesh = sharding.mesh
         axes = ",".join(f"{n}={s}" for n, s in mesh.shape.items())
         return f"{sharding.spec} over mesh {axes} ({mesh.size} devices)"
-    if isinstance(sharding, jax.sharding.SingleDeviceSharding):
+    if is_single_device(sharding):
         (d,) = sharding.device_set
         return f"single device {d.platform}:{d.id}"
     return str(sharding)
+
+
+def is_single_device(sharding) -> bool:
+    """Whether `sharding` is JAX's single-device sharding, asked the way the installed JAX
+    offers without a deprecation warning (`is_single_device_sharding`, JAX 0.12; the class
+    itself before)."""
+    import jax
+
+    test = getattr(jax.sharding, "is_single_device_sharding", None)
+    if test is not None:
+        return test(sharding)
+    return isinstance(sharding, jax.sharding.SingleDeviceSharding)
 
 
 def sharding_lines(cfg: RunConfig) -> list[str]:
