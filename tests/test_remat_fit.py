@@ -287,8 +287,8 @@ def test_the_policy_plans_that_fit_are_compiled_and_compared(small):
     device whose XLA FLOPs are the same for every plan (as the TPU counted the scan twin's
     budget 0.2 plan and nothing_saveable, 0.02% apart), a plan of fewer bytes dominates, so
     the chosen plan holds the fewest bytes of those compiled that fit, though the tool's own
-    count (here twice its FLOPs for a policy plan, as the tool overcounted nothing_saveable's
-    recomputation on the TPU's scan twin by 2%) made the search pick a budget plan."""
+    count (here 2% more FLOPs for a policy plan, as the tool overcounted nothing_saveable's
+    recomputation on the TPU's scan twin by 2.1%) made the search pick a budget plan."""
     from jaxprtool.ad.remat.fit import fit_budget
     from jaxprtool.ui.stats import flops
 
@@ -301,7 +301,7 @@ def test_the_policy_plans_that_fit_are_compiled_and_compared(small):
             policy.add(id(program))
         return program
 
-    counted = lambda g: flops(g) * (2 if id(g) in policy else 1)  # noqa: E731
+    counted = lambda g: int(flops(g) * (1.02 if id(g) in policy else 1))  # noqa: E731
     spec = dataclasses.replace(remat.parse_budget("0.8"), segments="auto")
     _, _, fit = fit_budget(build, spec, lambda g: (temp(g), 1e9), counted)
     said = fit.render()
