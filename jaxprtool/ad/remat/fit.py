@@ -35,11 +35,12 @@ loop needs anyway, and compiles as few plans as it can:
    that share fewer FLOPs than the best compiled plan that fits: then it compiles that
    plan, one compile at a time, `MAX_COMPILES` at most (a tighter aim after each round
    where nothing fits).
-5. the policies are candidates too (issue 48, item 2): after the search, each policy plan
-   not compiled whose modelled bytes fit the target, and whose FLOPs by the tool's count are
-   within `CHECK_GAP` of the best plan the search compiled, is compiled (at once, in one
-   round), so that XLA's figures of it are known: `len(CANDIDATES)` compiles at most, beside
-   `MAX_COMPILES`.  Of the compiled plans that
+5. the policies are candidates too (issue 48, item 2): each policy plan not compiled whose
+   modelled bytes fit the target, and whose FLOPs by the tool's count are within
+   `CHECK_GAP` of the best plan the search compiled or of a plan it compiles, is compiled
+   beside that round's (at once: not beside the plain gradient's, where a fourth compile
+   slows them all), else after the search, so that XLA's figures of it are known:
+   `len(CANDIDATES)` compiles at most, beside `MAX_COMPILES`.  Of the compiled plans that
    fit, the one of fewest FLOPs (then fewest bytes) is the plan, leaving out every plan
    another compiled plan dominates (`dominates`: no more XLA bytes, and XLA's FLOPs within
    `FLOPS_TOLERANCE` of its or fewer): the tool's FLOP count and XLA's differ (the scan
@@ -680,6 +681,7 @@ class _Loop:
                 alt = self.pick(aim * ALTERNATIVE, policies)
                 if alt is not None and alt is not pick and alt.temp is None:
                     batch.append(alt)
+            batch += self.checks(policies, batch)  # (at once with the search's round)
             self.compile_all(batch)
             self.correct(batch)
             best = self.best(searched=True)
@@ -687,17 +689,20 @@ class _Loop:
                 return
             overs += best is None
 
-    def checks(self, policies: list[Tried]) -> list[Tried]:
+    def checks(self, policies: list[Tried], beside: list[Tried] = ()) -> list[Tried]:
         """The policy plans not compiled yet whose figure (the model's now) fits the target
-        and that could dominate the search's best plan (the tool's FLOPs at most `CHECK_GAP`
-        over its), marked as checks: candidates the loop compiles too (module doc, step 5)."""
+        and that could dominate the search's best plan or a pick `beside` which they would
+        compile (the tool's FLOPs at most `CHECK_GAP` over one of theirs; any, where there
+        is neither), marked as checks: candidates the loop compiles too (module doc, step 5)."""
         best = self.best(searched=True)
+        ref = [t.flops for t in beside] + ([best.flops] if best is not None else [])
         out = [
             t
             for t in policies
             if t.temp is None
+            and all(t is not b for b in beside)
             and self.cal.figure(t) <= self.fit.target
-            and (best is None or t.flops <= (1 + CHECK_GAP) * best.flops)
+            and (not ref or t.flops <= (1 + CHECK_GAP) * max(ref))
         ]
         for t in out:
             t.check = True
