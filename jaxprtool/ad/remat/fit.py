@@ -111,12 +111,13 @@ CANDIDATES = ("nothing_saveable", "dots_saveable", "min-cut")
 #: 2,861.1G; bench/device/results/remat_tpu_2026-12-07d_*.log)
 FLOPS_TOLERANCE = 0.0025
 #: a policy plan that fits is compiled to be compared only where the tool counts at most
-#: this share more FLOPs than the best plan the search compiled: past it, XLA's count would
-#: have to differ from the tool's by more than it did on the TPU (the scan twin's
-#: nothing_saveable: 2.1% over the budget 0.2 plan by the tool's count, 0.02% by XLA's) for
-#: it to dominate.  The compile is one more after the search's (7-13 s on the TPU, where a
-#: fourth compile beside the first round's three slowed the plain gradient's from 19 s to
-#: 29-31 s: remat_tpu_2026-12-07e_unrolled_checks_first.log)
+#: this share more FLOPs than the best plan the search compiled or the plan a round of it
+#: compiles: past it, XLA's count would have to differ from the tool's by more than it did
+#: on the TPU (the scan twin's nothing_saveable: 2.1% over the budget 0.2 plan by the tool's
+#: count, 0.02% by XLA's) for it to dominate.  It compiles beside that round, else after the
+#: search, never beside the plain gradient's (on the TPU a fourth compile beside the first
+#: round's three slowed the plain gradient's from 19-21 s to 29-31 s, and the unrolled
+#: rows' planning to 34-37 s: remat_tpu_2026-12-07e_unrolled_checks_first.log)
 CHECK_GAP = 0.03
 
 
@@ -546,7 +547,7 @@ class _Loop:
         self.fit.rounds += 1
         for (t, _), temp in zip(pending, temps):
             self.report(t, temp)
-        return [t for t, _ in pending if not t.check]
+        return [t for t, _ in pending]
 
     def budget_plan(self, frac: float) -> Tried | None:
         frac = round(frac, 4)
