@@ -8,6 +8,8 @@ bench/device/replay_fit.py makes them on the CPU."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from jaxprtool.ad.remat.fit import Calibration, Tried, learn_weights, value_class
@@ -161,3 +163,40 @@ def test_saved_value_keys_name_the_same_value_in_every_plan():
                 assert by_line.setdefault(line, key) == key, (line, key)
                 seen += 1
     assert seen > len(by_line)  # a value saved by more than one plan
+
+
+def _compiled(label, temp, flops, xla_flops, budget=0.15):
+    return Tried(label, None, [], flops, 0, 0, temp=temp, budget=budget, xla_flops=xla_flops)
+
+
+def test_a_compiled_plan_that_holds_no_more_and_recomputes_no_more_is_chosen():
+    """Issue 48, item 2 (the policies are candidates too), with the TPU's figures
+    (remat_tpu_2026-12-07d_scan.log, `--remat-budget 0.2` of the scan twin): the budget
+    plan the loop chose holds 1,084.7 MB at 405.50G XLA FLOPs, nothing_saveable 987.1 MB at
+    405.57G (0.02% more); the tool's count said 2.1% more, which is how the budget plan was
+    preferred.  Compiled beside it, nothing_saveable dominates it and is the choice, said."""
+    from jaxprtool.ad.remat.fit import FLOPS_TOLERANCE, Fit, _best, _choose, dominates
+
+    target = int(0.2 * 6098817024)
+    budget = _compiled("model budget 0.1455", 1084702720, 3239961329664, 405501476864)
+    ns = _compiled("--remat nothing_saveable", 987085824, 3309389234176, 405568290816, None)
+    over = _compiled("model budget 0.1527", 1292227072, 3239927775232, 405526642688)
+    assert _best([budget, over], target) is budget  # (the loop's pick without the policy)
+    assert dominates(ns, budget) and not dominates(budget, ns)
+    fit = Fit(target, 6098817024)
+    _choose(fit, [budget, ns, over])
+    assert fit.chosen is ns
+    assert "set aside: model budget 0.1455" in fit.render(), fit.render()
+    # by the tool's count alone (no XLA FLOPs) the two are 2.1% apart: neither dominates
+    blind = [dataclasses.replace(t, xla_flops=None) for t in (budget, ns)]
+    assert not dominates(blind[1], blind[0])
+    assert _best(blind, target) is blind[0]
+    # the unrolled budget 0.5's two plans (remat_tpu_2026-12-07d_unrolled.log): the tighter
+    # one recomputes 0.6% more by XLA's count, past the tolerance: the looser one stays
+    loose = _compiled("model budget 0.2452", 919638016, 2905397968896, 2843931049984)
+    tight = _compiled("model budget 0.2394", 852109824, 2922569449472, 2861127696384)
+    assert tight.xla_flops > (1 + FLOPS_TOLERANCE) * loose.xla_flops
+    assert _best([loose, tight], 1026087424) is loose
+    # of plans within the tolerance of one another, one stays (no cycle)
+    twin = dataclasses.replace(budget, temp=ns.temp, label="twin")
+    assert _best([twin, ns], target) is not None

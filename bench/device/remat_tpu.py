@@ -195,7 +195,10 @@ def tool_grad(text: str, n: int, option, value, segments="auto", leaves=None, xl
             raise
         if CANDIDATE_STEPS:
             tried.append(exe)
-        return exe.memory_analysis().temp_size_in_bytes
+        # (XLA's FLOPs too: the loop compares the plans it compiled by both, issue 48 item 2)
+        cost = exe.cost_analysis()
+        cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}
+        return exe.memory_analysis().temp_size_in_bytes, cost.get("flops")
 
     def device_free(g):
         dev = jax.devices()[0] if not leaves else list(leaves[0].devices())[0]

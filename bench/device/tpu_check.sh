@@ -6,7 +6,8 @@
 #   bash bench/device/tpu_check.sh [tests] [table] [remat] [verify] [--size full|small] [--only A,B]
 #                                  [--no-commands] [--as-written] [--remat-only P,Q]
 #                                  [--remat-budgets B,C] [--no-scan | --no-unrolled]
-#                                  [--device-batch N] [--time-candidates N] [--cpu]
+#                                  [--device-batch N] [--time-candidates N] [--remat-steps N]
+#                                  [--cpu]
 #
 # Stages (default: all): `tests` runs the tests marked tpu (tests/test_device.py) and the
 # command-line checks; `table` writes OUT/tpu_table.md (bench/device/tpu_table.py: each
@@ -44,6 +45,9 @@ while [ $# -gt 0 ]; do
     --no-scan|--no-unrolled) REMAT_ARGS+=("$1"); shift ;;
     # run each plan the budget's loop compiled N steps and log its time (a time model's data)
     --time-candidates) REMAT_ARGS+=(--time-candidates "$2"); shift 2 ;;
+    # timed steps per remat row (default 5; the chip's step times vary by about 0.5 ms
+    # between runs of 5 steps, as much as the scan twin's rows differ)
+    --remat-steps) REMAT_ARGS+=(--steps "$2"); shift 2 ;;
     # the batch of the rows beyond the chip's memory (default 64 on the 16 GB v5e; 0: none)
     --device-batch) DEVICE_BATCH=$2; shift 2 ;;
     # the remat stage on the CPU at small sizes (a memory of 4 MB for --remat-budget device):

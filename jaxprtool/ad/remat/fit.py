@@ -34,8 +34,18 @@ loop needs anyway, and compiles as few plans as it can:
    stops (`STOP_GAIN`) unless the plan the corrected model picks would recompute at least
    that share fewer FLOPs than the best compiled plan that fits: then it compiles that
    plan, one compile at a time, `MAX_COMPILES` at most (a tighter aim after each round
-   where nothing fits).  Of the compiled plans that fit, the one of fewest FLOPs (then
-   fewest bytes) is the plan.
+   where nothing fits).
+5. the policies are candidates too (issue 48, item 2): each policy plan not compiled whose
+   modelled bytes fit the target, and whose FLOPs by the tool's count are within
+   `CHECK_GAP` of the best plan the search compiled or of a plan it compiles, is compiled
+   beside that round's (at once: not beside the plain gradient's, where a fourth compile
+   slows them all), else after the search, so that XLA's figures of it are known:
+   `len(CANDIDATES)` compiles at most, beside `MAX_COMPILES`.  Of the compiled plans that
+   fit, the one of fewest FLOPs (then fewest bytes) is the plan, leaving out every plan
+   another compiled plan dominates (`dominates`: no more XLA bytes, and XLA's FLOPs within
+   `FLOPS_TOLERANCE` of its or fewer): the tool's FLOP count and XLA's differ (the scan
+   twin's budget 0.2 on the TPU: the tool counted 2.1% fewer FLOPs than nothing_saveable,
+   XLA 0.02% fewer, at 1.10x nothing_saveable's bytes).
 
 `--remat-budget device`: the target is the bytes the device has free for temporaries (its
 `bytes_limit` less what the program's arguments and outputs take).  There the plain gradient
@@ -43,7 +53,9 @@ may not compile at all (`measure` gives None: out of memory; the model is then t
 XLA:TPU's, uncalibrated), or XLA may have fitted it by rematerializing on its own
 (`HloRematerialization`): it is taken as it is only where the device model says it fits too.
 
-Nothing here imports JAX: the command hands in `measure(program) -> XLA's temp bytes`.
+Nothing here imports JAX: the command hands in `measure(program)`, XLA's temp bytes, or the
+pair (XLA's temp bytes, XLA's FLOPs: `cost_analysis()["flops"]`) where it reads them; without
+XLA's FLOPs a plan is compared by the tool's count.
 `Fit` keeps the counts and the seconds (plans made, compiles) that the report and the TPU
 script print.
 """
@@ -91,6 +103,22 @@ PAST_STEPS = 4
 OUT_OF_MEMORY = 1.25
 #: the policy plans that are candidates beside the budget's
 CANDIDATES = ("nothing_saveable", "dots_saveable", "min-cut")
+#: a compiled plan of no more XLA temp bytes than another, whose XLA FLOPs exceed the other's
+#: by at most this share, dominates it (`dominates`).  On the TPU v5e (JAX 0.10.2) two plans
+#: that recompute the same differ by 0.02% in XLA's count (the scan twin's budget 0.2 plan
+#: and nothing_saveable: 405.50G and 405.57G, where the tool's count differs by 2.1%), and
+#: the nearest two that do not by 0.6% (the unrolled budget 0.5's two plans: 2,843.9G and
+#: 2,861.1G; bench/device/results/remat_tpu_2026-12-07d_*.log)
+FLOPS_TOLERANCE = 0.0025
+#: a policy plan that fits is compiled to be compared only where the tool counts at most
+#: this share more FLOPs than the best plan the search compiled or the plan a round of it
+#: compiles: past it, XLA's count would have to differ from the tool's by more than it did
+#: on the TPU (the scan twin's nothing_saveable: 2.1% over the budget 0.2 plan by the tool's
+#: count, 0.02% by XLA's) for it to dominate.  It compiles beside that round, else after the
+#: search, never beside the plain gradient's (on the TPU a fourth compile beside the first
+#: round's three slowed the plain gradient's from 19-21 s to 29-31 s, and the unrolled
+#: rows' planning to 34-37 s: remat_tpu_2026-12-07e_unrolled_checks_first.log)
+CHECK_GAP = 0.03
 
 
 @dataclass
@@ -107,6 +135,10 @@ class Tried:
     planned: int | None = None  # the calibrated figure when it was picked
     budget: float | None = None  # the model budget of a budget plan (None: a policy's)
     out_of_memory: bool = False  # did not compile for lack of memory (`temp` a guess)
+    xla_flops: float | None = None  # XLA's FLOPs (`cost_analysis()`), where measured
+    #: compiled only to be compared (a policy plan whose figure fits: module doc, step 5),
+    #: not picked by the search: its compile neither teaches the model nor stops the search
+    check: bool = False
 
     def fits(self, target: int) -> bool:
         return self.temp is not None and self.temp <= target
@@ -122,6 +154,19 @@ class Tried:
             for key, n in p.saved_values:
                 out[key] = out.get(key, 0) + n
         return out
+
+
+def dominates(a: Tried, b: Tried) -> bool:
+    """Whether the compiled plan `a` makes `b` not worth keeping: `a` holds no more of XLA's
+    temp bytes and recomputes no more, its FLOPs at most `FLOPS_TOLERANCE` over `b`'s (XLA's
+    FLOPs where both were measured, else the tool's count), and it comes first by (bytes,
+    the tool's FLOPs), which keeps the relation free of cycles: of plans that dominate one
+    another within the tolerance, one stays."""
+    if a is b or a.temp is None or b.temp is None or a.temp > b.temp:
+        return False
+    both = a.xla_flops is not None and b.xla_flops is not None
+    fa, fb = (a.xla_flops, b.xla_flops) if both else (a.flops, b.flops)
+    return fa <= (1 + FLOPS_TOLERANCE) * fb and (a.temp, a.flops) < (b.temp, b.flops)
 
 
 @dataclass
@@ -234,6 +279,7 @@ class Fit:
     lines: list[str] = field(default_factory=list)
     chosen: Tried | None = None
     compiles: int = 0  # of plans, beyond the plain gradient's
+    checked: int = 0  # of them, policy plans compiled to be compared (`Tried.check`)
     rounds: int = 0  # compile rounds after the plain gradient's (those of a round at once)
     made: int = 0  # plans made (each a gradient built, none compiled by the making)
     made_s: float = 0.0  # their seconds
@@ -312,8 +358,8 @@ def fit_budget(
 ) -> tuple[object, list, Fit]:
     """(the program, its plans, the loop's report) for the budget `spec`, in XLA's temp
     bytes.  `build(spec, plans)` makes the gradient under a Spec (None: the plain one),
-    `measure(program)` is XLA's temp bytes (None where it runs out of the device's memory
-    compiling it), `flops(program)` the tool's FLOP count,
+    `measure(program)` is XLA's temp bytes, or (XLA's temp bytes, XLA's FLOPs) (None where
+    it runs out of the device's memory compiling it), `flops(program)` the tool's FLOP count,
     `device_free()` the bytes the device has free (for `--remat-budget device`), `prior`
     the device's model before any compile (`PRIORS`); each line of the report goes to
     `echo` as it is said."""
@@ -344,6 +390,9 @@ def fit_budget(
             # rematerializing on its own: it is taken only where the device model fits it)
             return _plain_chosen(fit, plain, flops)
         loop.rounds(policies, loop.collect(pending))
+        rest = loop.checks(policies)
+        if rest:
+            loop.compile_all(rest)
         if loop.best() is None:  # the last resort: the candidate of the fewest bytes
             rest = [t for t in loop.tried if t.temp is None]
             if rest:
@@ -367,8 +416,8 @@ def _while_compiling(loop, pool, plain, prior):
         early = loop.speculate(prior, policies)
     pending = [(t, pool.submit(loop.measure, t.program)) for t in early]
     loop.fit.made_early = loop.fit.made
-    plain_temp, loop.fit.plain_s = compiling.result()
-    return plain_temp, policies, pending
+    plain, loop.fit.plain_s = compiling.result()
+    return _measured(plain)[0], policies, pending
 
 
 def _timed(fn, *args):
@@ -493,7 +542,7 @@ class _Loop:
         if not pending:
             return []
         t0 = time.perf_counter()
-        temps = [future.result() for _, future in pending]
+        temps = [_measured(future.result()) for _, future in pending]
         self.fit.compile_s += time.perf_counter() - t0
         self.fit.rounds += 1
         for (t, _), temp in zip(pending, temps):
@@ -619,11 +668,11 @@ class _Loop:
         overs = 0
         if first:
             self.correct(first)
-            best = self.best()
+            best = self.best(searched=True)
             if best is not None and not self.worth_another(best, policies):
                 return
             overs += best is None
-        while self.fit.compiles < MAX_COMPILES:
+        while self.fit.compiles - self.fit.checked < MAX_COMPILES:
             aim = AIM if not overs else 0.99 * 0.97 ** (overs - 1)
             pick = self.pick(aim, policies)
             if pick is None or pick.temp is not None:  # nothing new to compile
@@ -633,12 +682,32 @@ class _Loop:
                 alt = self.pick(aim * ALTERNATIVE, policies)
                 if alt is not None and alt is not pick and alt.temp is None:
                     batch.append(alt)
+            batch += self.checks(policies, batch)  # (at once with the search's round)
             self.compile_all(batch)
             self.correct(batch)
-            best = self.best()
+            best = self.best(searched=True)
             if best is not None and not self.worth_another(best, policies):
                 return
             overs += best is None
+
+    def checks(self, policies: list[Tried], beside: list[Tried] = ()) -> list[Tried]:
+        """The policy plans not compiled yet whose figure (the model's now) fits the target
+        and that could dominate the search's best plan or a pick `beside` which they would
+        compile (the tool's FLOPs at most `CHECK_GAP` over one of theirs; any, where there
+        is neither), marked as checks: candidates the loop compiles too (module doc, step 5)."""
+        best = self.best(searched=True)
+        ref = [t.flops for t in beside] + ([best.flops] if best is not None else [])
+        out = [
+            t
+            for t in policies
+            if t.temp is None
+            and all(t is not b for b in beside)
+            and self.cal.figure(t) <= self.fit.target
+            and (not ref or t.flops <= (1 + CHECK_GAP) * max(ref))
+        ]
+        for t in out:
+            t.check = True
+        return out
 
     def worth_another(self, best: Tried, policies: list[Tried]) -> bool:
         """The stopping rule: whether the plan the corrected model picks now is new and
@@ -653,20 +722,23 @@ class _Loop:
         """Compile the candidates `ts`, at once (threads) when there are several."""
         t0 = time.perf_counter()
         if len(ts) == 1:
-            temps = [self.measure(ts[0].program)]
+            temps = [_measured(self.measure(ts[0].program))]
         else:
             with ThreadPoolExecutor(len(ts)) as pool:
-                temps = list(pool.map(lambda t: self.measure(t.program), ts))
+                temps = [_measured(m) for m in pool.map(lambda t: self.measure(t.program), ts)]
         self.fit.compile_s += time.perf_counter() - t0
         self.fit.rounds += 1
         for t, temp in zip(ts, temps):
             self.report(t, temp)
 
-    def report(self, t: Tried, temp: int | None) -> None:
-        """Record and say XLA's figure `temp` for `t` (None: out of the device's memory)."""
+    def report(self, t: Tried, measured: tuple) -> None:
+        """Record and say XLA's figures `measured` for `t` (`_measured`'s: temp None, out of
+        the device's memory)."""
+        temp, t.xla_flops = measured
         if t.planned is None:
             t.planned = self.cal.figure(t)
         self.fit.compiles += 1
+        self.fit.checked += t.check
         head = f"  compile {self.fit.compiles}: {t.label}: planned {t.planned} B (calibrated), "
         if temp is None:  # out of the device's memory: over any target
             t.temp = max(self.fit.target + 1, int(OUT_OF_MEMORY * t.planned))
@@ -679,6 +751,7 @@ class _Loop:
             f"{t.temp / max(1, t.planned):.3f}x planned); "
             + ("fits" if t.fits(self.fit.target) else "over the target")
             + f"; {t.flops} FLOPs"
+            + (f" (XLA {t.xla_flops:.0f})" if t.xla_flops is not None else "")
         )
 
     def correct(self, batch: list[Tried]) -> None:
@@ -688,7 +761,9 @@ class _Loop:
         if not self.fit.plain_temp:
             self.correct_scale(batch)
             return
-        compiled = [t for t in self.tried if t.temp is not None and not t.out_of_memory]
+        compiled = [
+            t for t in self.tried if t.temp is not None and not t.out_of_memory and not t.check
+        ]
         weights = learn_weights(self.cal, compiled)
         self.cal = Calibration(self.cal.held, self.cal.scale, weights)
         extra = [w for k, w in weights.items() if w and ":" in k]
@@ -714,13 +789,49 @@ class _Loop:
         self.cal = Calibration(self.cal.held, self.cal.scale * ratio)
         self.fit.say(f"  correction: scale x{ratio:.3f} -> {self.cal.scale:.3f}")
 
-    def best(self) -> Tried | None:
-        return _best(self.tried, self.fit.target)
+    def best(self, searched: bool = False) -> Tried | None:
+        """The best compiled plan that fits (`_best`); `searched`: of the search's picks alone,
+        the checks left out (the stopping rule's)."""
+        return _best([t for t in self.tried if not (searched and t.check)], self.fit.target)
 
 
 def _best(tried: list[Tried], target: int) -> Tried | None:
+    """Of the compiled plans that fit `target`, the one of fewest FLOPs (then bytes) of
+    those no other dominates (`dominates`)."""
     fits = [t for t in tried if t.fits(target)]
-    return min(fits, key=lambda t: (t.flops, t.temp)) if fits else None
+    kept = [t for t in fits if not any(dominates(o, t) for o in fits)]
+    return min(kept, key=lambda t: (t.flops, t.temp)) if kept else None
+
+
+def _measured(out) -> tuple[int | None, float | None]:
+    """(XLA's temp bytes, XLA's FLOPs or None) of what `measure` gave: the bytes alone, or
+    both; None: out of the device's memory."""
+    if isinstance(out, tuple):
+        temp, fl = out
+        return temp, (None if fl is None else float(fl))
+    return out, None
+
+
+def _say_dominated(fit: Fit, tried: list[Tried], best: Tried) -> None:
+    """Say each fitting plan of fewer FLOPs than `best` (the tool's count) that was not
+    chosen, because a compiled plan dominates it."""
+    fits = [t for t in tried if t.fits(fit.target)]
+    for t in sorted(fits, key=lambda t: (t.flops, t.temp)):
+        if t.flops >= best.flops:
+            return
+        by = min(
+            (o for o in fits if dominates(o, t)), key=lambda o: (o.temp, o.flops), default=None
+        )
+        if by is not None:
+            fit.say(
+                f"  set aside: {t.label} (XLA {t.temp} B, {_flops_said(t)}): {by.label} holds "
+                f"no more (XLA {by.temp} B) and recomputes no more ({_flops_said(by)}, within "
+                f"{100 * FLOPS_TOLERANCE:.2f}%)"
+            )
+
+
+def _flops_said(t: Tried) -> str:
+    return f"XLA {t.xla_flops:.0f} FLOPs" if t.xla_flops is not None else f"{t.flops} FLOPs"
 
 
 def _choose(fit: Fit, tried: list[Tried]):
@@ -740,6 +851,7 @@ def _choose(fit: Fit, tried: list[Tried]):
             f"plain gradient holds {fit.plain_temp} B"
         )
     fit.chosen = best
+    _say_dominated(fit, tried, best)
     for p in best.plans:
         if not p.nested and fit.plain_temp:
             p.xla = (best.temp, fit.plain_temp)
