@@ -100,6 +100,11 @@ def test_fraction_is_of_the_plain_gradients_xla_bytes(small):
     compiled = _compiled(r.stdout, small.args)
     temp = compiled.memory_analysis().temp_size_in_bytes
     assert temp <= 0.5 * small.plain[0], (temp, small.plain)
+    # the loop compares compiled plans by XLA's FLOPs too: the chosen plan's are JAX's count
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    said = [float(x) for x in re.findall(r"FLOPs \(XLA (\d+)\)", r.stderr)]
+    assert float(cost["flops"]) in said, (cost["flops"], r.stderr)
     assert "calibration:" in r.stderr and "compile 1: " in r.stderr and "chosen:" in r.stderr
     # at most 3 compiles of budget plans beyond the plain gradient's (and the policy plans
     # whose figure fits, compiled to be compared)

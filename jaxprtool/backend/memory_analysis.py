@@ -37,10 +37,20 @@ def xla_memory(compiled, jaxpr) -> dict:
     return report
 
 
-def xla_figures(program, device: str, dims: dict) -> dict:
+def xla_cost(compiled) -> dict:
+    """XLA's cost analysis of a compiled program (`flops`, `bytes accessed`, ...): one dict,
+    whichever shape the installed JAX gives it in (a list of one per program before)."""
+    cost = compiled.cost_analysis()
+    if isinstance(cost, (list, tuple)):
+        cost = cost[0] if cost else {}
+    return cost or {}
+
+
+def xla_figures(program, device: str, dims: dict, flops: bool = False) -> dict:
     """XLA's memory figures (`xla_memory`) of `program` compiled for `device` as `compile`
     compiles it, its symbolic dims sized by `dims`: `memory` prints them, `grad
-    --remat-budget` fits to them, `jaxprtool.xla_memory` returns them."""
+    --remat-budget` fits to them, `jaxprtool.xla_memory` returns them; `flops`: XLA's FLOPs
+    too (`xla_cost`; None where it counts none), for the budget's compile loop."""
     from .. import compile_cache
     from ..consts_order import number_constants
     from .jaxfn import check_runnable, x64_scope
@@ -51,4 +61,7 @@ def xla_figures(program, device: str, dims: dict) -> dict:
     compile_cache.configure(False)
     with x64_scope(program):
         _, compiled = lower(program, "hlo", device, dims, stats=True)
-    return {"device": device, **xla_memory(compiled, program)}
+    report = {"device": device, **xla_memory(compiled, program)}
+    if flops:
+        report["flops"] = xla_cost(compiled).get("flops")
+    return report

@@ -671,14 +671,15 @@ def _fitted(build, spec, plans, device, no_xla, dim_specs):
 
     def measure(program):  # None: out of the device's memory (the loop counts it over)
         try:
-            figures[id(program)] = _xla(program, device, dim_specs)
+            figures[id(program)] = _xla(program, device, dim_specs, flops=True)
         except Exception as e:
             from ..cli import out_of_memory
 
             if out_of_memory(e) is None:
                 raise
             return None
-        return figures[id(program)]["temp_bytes"]
+        # (XLA's FLOPs too: the loop compares the plans it compiled by both, issue 48 item 2)
+        return figures[id(program)]["temp_bytes"], figures[id(program)]["flops"]
 
     def device_free(program):  # (the plain gradient's compile, made by `measure` already)
         return _device_free(program, device, dim_specs, figures.get(id(program)))

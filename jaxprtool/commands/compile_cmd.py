@@ -67,11 +67,10 @@ def compile_(file, emit, device, dim_specs, stats, output, no_cache):
 
 
 def format_stats(compiled) -> str:
+    from ..backend.memory_analysis import xla_cost
+
     lines = []
-    cost = compiled.cost_analysis()
-    if isinstance(cost, (list, tuple)):
-        cost = cost[0] if cost else {}
-    cost = cost or {}
+    cost = xla_cost(compiled)
     lines.append(f"flops: {cost.get('flops', float('nan')):.6g}")
     lines.append(f"bytes accessed: {cost.get('bytes accessed', float('nan')):.6g}")
     for k in ("transcendentals", "optimal_seconds"):
