@@ -65,7 +65,10 @@ def test_chain_plan_meets_xlas_bytes(model, no_exact):
     src, args, argnums, _ = model
     plain = _figures(_grad(model, []).stdout, args)[0]
     r = _grad(model, ["--remat-budget", "0.5"])
-    assert "chain DP across segments" in r.stderr or "--remat nothing_saveable" in r.stderr
+    # the loop compiled budget plans (the chain DP's here); the plan chosen may be a policy
+    # plan the loop compiled beside them, of fewer FLOPs (min-cut at these sizes)
+    assert "compile 1: model budget" in r.stderr, r.stderr
+    assert "chain DP across segments" in r.stderr or "chosen: --remat " in r.stderr, r.stderr
     temp = _figures(r.stdout, args)[0]
     assert temp <= 0.5 * plain, (temp, plain)
 
