@@ -17,6 +17,17 @@ from .frozen import Frozen, set_field
 from .lazy import is_dtype
 
 
+def all_ints(t) -> bool:
+    """Whether every item of `t` is an int (no bool, numpy integer or symbolic dim): the
+    parameters' usual case (shapes, axes, permutations), which the readers of dims and the
+    mesh finder pass on as it is, with no call per item (the AD walk reads dims for every
+    equation a rule emits; `shardings` asks it of every tuple parameter)."""
+    for x in t:
+        if x.__class__ is not int:
+            return False
+    return True
+
+
 class EnumValue(Frozen):
     """`GatherScatterMode.CLIP`, `Precision.HIGHEST`."""
 

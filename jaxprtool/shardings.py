@@ -17,7 +17,7 @@ import re
 from .core import JaxprError, eqn_subjaxprs, parens_balanced
 from .frozen import Frozen, set_field
 from .lazy import DTypeName, LazyPattern
-from .params import EnumValue, Opaque, SymExpr, split_top_level
+from .params import EnumValue, Opaque, SymExpr, all_ints, split_top_level
 
 _AXIS = LazyPattern(r"'([^']*)'\s*:\s*(\d+)")
 _TYPES = LazyPattern(r"axis_types=\(([^)]*)\)")
@@ -522,10 +522,7 @@ _NO_TEXT = frozenset({int, bool, float, type(None), EnumValue, SymExpr, DTypeNam
 def _ints_only(v) -> bool:
     """A tuple or list of ints and such tuples and lists (dimension numbers): no mesh inside.
     (A stack, not recursion: every dot_general's dimension numbers are asked.)"""
-    for x in v:  # (a flat tuple of ints, most values: axes, shapes, permutations)
-        if x.__class__ is not int:
-            break
-    else:
+    if all_ints(v):  # (a flat tuple of ints, most values: axes, shapes, permutations)
         return True
     stack = [v]
     while stack:

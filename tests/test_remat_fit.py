@@ -57,12 +57,16 @@ def _compiled(program_text: str, args):
     return jax.jit(lambda *a: fn(*a)).lower(*args).compile()
 
 
+def _xla_flops(compiled) -> float:
+    """XLA's FLOPs of a program JAX compiled (`cost_analysis()`, a list of one on older JAX)."""
+    cost = compiled.cost_analysis()
+    return float((cost[0] if isinstance(cost, (list, tuple)) else cost)["flops"])
+
+
 def _figures(program_text: str, args) -> tuple[int, float]:
     """(XLA's temp bytes, XLA's FLOPs) of a printed program, compiled by JAX."""
     compiled = _compiled(program_text, args)
-    cost = compiled.cost_analysis()
-    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-    return compiled.memory_analysis().temp_size_in_bytes, float(cost["flops"])
+    return compiled.memory_analysis().temp_size_in_bytes, _xla_flops(compiled)
 
 
 class Model:
@@ -101,10 +105,8 @@ def test_fraction_is_of_the_plain_gradients_xla_bytes(small):
     temp = compiled.memory_analysis().temp_size_in_bytes
     assert temp <= 0.5 * small.plain[0], (temp, small.plain)
     # the loop compares compiled plans by XLA's FLOPs too: the chosen plan's are JAX's count
-    cost = compiled.cost_analysis()
-    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     said = [float(x) for x in re.findall(r"FLOPs \(XLA (\d+)\)", r.stderr)]
-    assert float(cost["flops"]) in said, (cost["flops"], r.stderr)
+    assert _xla_flops(compiled) in said, (_xla_flops(compiled), r.stderr)
     assert "calibration:" in r.stderr and "compile 1: " in r.stderr and "chosen:" in r.stderr
     # at most 3 compiles of budget plans beyond the plain gradient's (and the policy plans
     # whose figure fits, compiled to be compared)

@@ -169,6 +169,7 @@ def tool_grad(text: str, n: int, option, value, segments="auto", leaves=None, xl
     outputs."""
     from jaxprtool.ad import remat
     from jaxprtool.ad.api import grad_jaxpr
+    from jaxprtool.backend.memory_analysis import xla_cost
     from jaxprtool.passes.registry import run_pipeline
     from jaxprtool.text.parser import parse
     from jaxprtool.ui.stats import flops
@@ -196,9 +197,7 @@ def tool_grad(text: str, n: int, option, value, segments="auto", leaves=None, xl
         if CANDIDATE_STEPS:
             tried.append(exe)
         # (XLA's FLOPs too: the loop compares the plans it compiled by both, issue 48 item 2)
-        cost = exe.cost_analysis()
-        cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}
-        return exe.memory_analysis().temp_size_in_bytes, cost.get("flops")
+        return exe.memory_analysis().temp_size_in_bytes, xla_cost(exe).get("flops")
 
     def device_free(g):
         dev = jax.devices()[0] if not leaves else list(leaves[0].devices())[0]
@@ -238,8 +237,9 @@ CANDIDATE_STEPS = 0
 
 
 def _candidate_line(exe, leaves) -> str:
-    memory, cost = exe.memory_analysis(), exe.cost_analysis()
-    cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}
+    from jaxprtool.backend.memory_analysis import xla_cost
+
+    memory, cost = exe.memory_analysis(), xla_cost(exe)
     jax.block_until_ready(exe(*leaves))
     times = []
     for _ in range(CANDIDATE_STEPS):
@@ -277,9 +277,10 @@ def measure(fn, leaves, ref, steps, exe=None):
     The peak is `memory_analysis().peak_memory_in_bytes` (None where the JAX lacks it): on
     a TPU the most bytes the executable holds at once; XLA:CPU reports its arguments and
     outputs there (the same for every plan), so on a CPU only the temp bytes compare."""
+    from jaxprtool.backend.memory_analysis import xla_cost
+
     compiled = exe if exe is not None else jax.jit(fn).lower(*leaves).compile()
-    cost = compiled.cost_analysis()
-    cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}
+    cost = xla_cost(compiled)
     memory = compiled.memory_analysis()
     temp = memory.temp_size_in_bytes
     out = compiled(*leaves)

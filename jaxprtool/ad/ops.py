@@ -23,11 +23,11 @@ from ..core import (
     short_dtype_name,
 )
 from ..lazy import np
-from ..params import EnumValue, Opaque, Record, SymExpr
+from ..params import EnumValue, Opaque, Record, SymExpr, all_ints
 from ..record import loaded_record
 from ..record import prim as record_of
 from ..shapes import ShapeError, infer_types
-from ..shapes.util import all_ints, varying_axes
+from ..shapes.util import varying_axes
 from ..shardings import SpecText, dim_axes, is_sharded_dim, sharded_size
 from .builder import current, running
 from .zeros import Zero, is_undefined_primal, is_zero, tangent_type

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..core import Jaxpr, OpaqueType, RefType, ShapedArray, Type, short_dtype_name
 from ..lazy import LazyPattern, is_dtype, is_integer, np
-from ..params import Opaque, format_value
+from ..params import Opaque, all_ints, format_value
 from . import ShapeError
 
 # ---------------------------------------------------------------- dtype classes
@@ -79,16 +79,6 @@ def opt_dtype_param(v: Any) -> str | None:
 
 
 # ---------------------------------------------------------------- params
-
-
-def all_ints(t: tuple) -> bool:
-    """Whether every item of `t` is an int (no bool, numpy integer or symbolic dim): the
-    shape parameters' usual case, which the readers of dims pass on as it is, with no call
-    per item (the AD walk reads dims for every equation a rule emits)."""
-    for x in t:
-        if x.__class__ is not int:
-            return False
-    return True
 
 
 def ints(v: Any) -> tuple:
