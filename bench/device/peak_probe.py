@@ -4,7 +4,8 @@ script's transformer (bench/device/remat_tpu.py's sizes; the scan twin with --sc
 shapes alone (nothing runs), and reported with XLA's temp bytes; with XLA's dumps on
 (XLA_FLAGS or LIBTPU_INIT_ARGS: `--xla_dump_to=DIR --xla_dump_hlo_as_text`), the buffers the
 dump's live ranges list at the peak, largest first, and the dump's buffer assignment and
-live ranges packed into OUT/peak_dump.tgz.
+live ranges packed into OUT/peak_dump.tgz with each plan's optimized HLO
+(`compiled.as_text()`).
 
     python3 bench/device/peak_probe.py [--scan] [--dump DIR] [--out OUT] PLAN...
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import io
 import os
 import re
 import sys
@@ -92,18 +94,25 @@ def main(argv: list[str]) -> int:
     sys.setrecursionlimit(10000)
     print("jax", jax.__version__, jax.devices())
     build, leaves = _plans(scan)
+    texts: dict[str, str] = {}
     for label in args:
         g, fl = build(label)
         before = set(glob.glob(os.path.join(dump, "*live-range*"))) if dump else set()
         exe = jax.jit(R.tool_fn(g)).lower(*leaves).compile()
         temp = exe.memory_analysis().temp_size_in_bytes
         print(f"== {label}: XLA temp {temp} B; the tool's FLOPs {fl}", flush=True)
+        texts[f"plan_{label}.hlo.txt"] = exe.as_text()
         if dump:
             for line in _peak(dump, before):
                 print("   ", line)
-    if dump and out:
+    if out:
         with tarfile.open(os.path.join(out, "peak_dump.tgz"), "w:gz") as tar:
-            for p in sorted(glob.glob(os.path.join(dump, "*"))):
+            for name, text in texts.items():
+                data = text.encode()
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+            for p in sorted(glob.glob(os.path.join(dump, "*"))) if dump else ():
                 if re.search(r"live-range|memory-usage|buffer-assignment\.txt|after_optim", p):
                     tar.add(p, arcname=os.path.basename(p))
     return 0
