@@ -14,11 +14,13 @@ loop needs anyway, and compiles as few plans as it can:
    two picks compile beside the plain gradient (three compiles at once), and the searches
    afterwards start from the plans made;
 2. calibrates the model (`Calibration`): a plan's figure is
-   `scale * (held * L + (1 - held) * F)` with L its liveness figure (`planned_peak`) and F
-   its fused one (`device_bytes`: what is left when XLA's fusions recompute the element-wise
-   residuals on their own); `held`, the share of element-wise residuals the device holds
-   (0 on a TPU, about half on XLA:CPU), is where X0 lies between the plain gradient's F0
-   and L0, and `scale` makes the plain gradient's figure X0;
+   `scale * (held * L + (1 - held) * F + reduced * R)` with L its liveness figure
+   (`planned_peak`), F its fused one (`device_bytes`: what is left when XLA's fusions
+   recompute the element-wise residuals on their own) and R what its scan bodies'
+   recomputed reductions read beyond them (`device.reduced_bytes`); `held`, the share of
+   element-wise residuals the device holds (0 on a TPU, about half on XLA:CPU), is where X0
+   lies between the plain gradient's F0 and L0, `scale` makes the plain gradient's figure
+   X0, and `reduced` is the device's prior's (1 on a TPU, 0 on XLA:CPU: `PRIORS`);
 3. picks, by the calibrated figures and without compiling, the plan of fewest FLOPs
    predicted to fit `AIM` times the target: the budget plan of fewest FLOPs so predicted
    (regula falsi over the model's budget between the plans made so far, `SEARCH_STEPS` new
