@@ -443,3 +443,52 @@ def test_the_search_looks_past_a_step_of_the_device_figure():
     assert found is not None and loop.cal.figure(found) <= goal
     within = [s for s in TPU_STEPS if s[1] * 1e6 <= goal]
     assert found.flops == int(min(s[2] for s in within) * 1e12), sorted(loop.by_budget)
+
+
+def test_a_scan_body_plan_recomputing_a_reduction_counts_its_operand(monkeypatch):
+    """The device model of a scan body (`device.reduced_bytes`): a plan that recomputes a
+    softmax's max and sum has a term of their operand's bytes, the product's scores (no
+    residual), beside the residuals its figure counts; a plan that saves the reductions'
+    results has none.  What XLA holds is measured on the TPU, not here: the scan twin's
+    nothing_saveable plan held 120 MB more than the plan saving the reductions' results,
+    where the liveness figure put it 6.5 MB lower; XLA:CPU holds nothing more (the term's
+    weight is the device's, `fit.PRIORS`; bench/device/results/peak_probe_2026-12-07g*)."""
+    from jaxprtool.ad.api import grad_jaxpr
+    from jaxprtool.ad.remat import device, entry
+    from jaxprtool.ad.remat.graph import _plan_from_saved
+
+    seen = []
+
+    def record(g, plan, groups=None):
+        if g.copies > 1:
+            seen.append((g, plan))
+        return device.device_bytes(g, plan, groups)
+
+    monkeypatch.setattr(entry, "device_bytes", record)
+    jnp = jax.numpy
+
+    def attend(x, w):  # a softmax written out, as JAX 0.10 prints jax.nn.softmax
+        s = (x @ w) @ x.transpose(0, 2, 1)
+        e = jnp.exp(s - jax.lax.stop_gradient(s.max(-1, keepdims=True)))
+        return (e / e.sum(-1, keepdims=True)) @ x, None
+
+    args = (vec((2, 8, 4), 0), 0.3 * vec((3, 4, 4), 1))
+    j = parse(
+        str(jax.make_jaxpr(lambda x, w: (jax.lax.scan(attend, x, w)[0] ** 2).sum())(*args)), "f"
+    )
+    spec = remat.Spec(policy="nothing_saveable", segments="auto", device_model=True)
+    grad_jaxpr(j.jaxpr, [0, 1], remat=spec, plans=[])
+    (g, plan), *_ = seen
+    # the attention scores: the product whose result the max reduces (through a scaling)
+    (m,) = (e for e in g.eqns if e.prim == "reduce_max")
+    scores = m.inputs[0]
+    while g.eqns[g.producer[id(scores)]].prim != "dot_general":
+        scores = g.eqns[g.producer[id(scores)]].inputs[0]
+    recomputed = {id(v) for v in g.residuals} - {id(v) for v in plan.saved}
+    assert id(scores) not in recomputed and g.producer[id(scores)] in plan.recompute
+    assert device.reduced_bytes(g, plan) >= g.cost(scores) > 0
+    # saving every reduction's result (and what else is saved) leaves no reduction recomputed
+    reduced = {id(e.outputs[0]) for i, e in enumerate(g.eqns) if e.prim.startswith("reduce_")}
+    keeps = _plan_from_saved(g, reduced | {id(v) for v in plan.saved}, "")
+    assert not any(g.eqns[i].prim.startswith("reduce_") for i in keeps.recompute)
+    assert device.reduced_bytes(g, keeps) == 0

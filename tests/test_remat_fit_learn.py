@@ -200,3 +200,30 @@ def test_a_compiled_plan_that_holds_no_more_and_recomputes_no_more_is_chosen():
     # of plans within the tolerance of one another, one stays (no cycle)
     twin = dataclasses.replace(budget, temp=ns.temp, label="twin")
     assert _best([twin, ns], target) is not None
+
+
+def test_a_recomputed_reductions_operand_weighs_what_the_device_says():
+    """The scan twin's nothing_saveable plan on the TPU v5e (bench/device/results/
+    remat_tpu_2026-12-07g_scan_batch192.log): its body recomputes the softmax's and the
+    layer norms' reductions, whose operands no residual holds (151,289,856 B stacked per
+    iteration: `device.reduced_bytes`, as replay_fit.py makes it).  XLA held 987,085,824 B:
+    within 10% of the figure at the TPU's weight of that term (`PRIORS`), more than 10% over
+    the figure without it.  No plain gradient's compile can tell the weight (it recomputes
+    nothing): what the loop learns from its compiles, by value or by scale, keeps it."""
+    from jaxprtool.ad.remat.fit import PRIORS, Fit, _Loop
+
+    fused = 956899328
+    t = Tried("--remat nothing_saveable", None, [], 0, fused, fused, temp=987085824)
+    t.reduced = 151289856
+    tpu = Calibration(0.0, SCALE, reduced=PRIORS["tpu"].reduced)
+    assert abs(tpu.figure(t) - t.temp) <= 0.10 * t.temp, tpu.figure(t)
+    assert Calibration(0.0, SCALE).figure(t) < 0.90 * t.temp
+    loop = _Loop(None, None, None, None, Fit(1219763404, 6098817024))
+    loop.cal = tpu
+    loop.tried = [tried("0.1728"), tried("0.1527")]
+    loop.correct(loop.tried)  # by value
+    assert loop.cal.weights and loop.cal.reduced == tpu.reduced
+    loop.cal, loop.fit.plain_temp = tpu, 0  # (as where the plain gradient did not compile)
+    loop.correct(loop.tried[:1])  # by scale: 0.1728's plan was over, all of its ratio
+    assert loop.cal.scale == pytest.approx(SCALE * 1400807424 / 1123133127, rel=1e-6)
+    assert loop.cal.reduced == tpu.reduced

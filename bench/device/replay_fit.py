@@ -66,6 +66,8 @@ SCAN = (
         3171275407360: (1218952192, 396903153664),  # remat_tpu_2026-12-07c_scan_learnt.log
         2724229644288: (3167799808, None),  # remat_tpu_2026-12-07c_scan_learnt.log
         3239961329664: (1084702720, 405501476864),  # remat_tpu_2026-12-07d_scan.log
+        # (3,102,555,930,624 FLOPs, above: the chip's 0.25 row of 2026-12-07g compiled model
+        # budget 0.1880's plan of these FLOPs, another saved set, at 1,467,783,680 B)
         # remat_tpu_2026-12-07d_scan.log's 3,171,845,365,760 FLOPs: the same plan (model budget
         # 0.1615, its planned figure 32 KB apart), counted 8,192 FLOPs apart from JAX 0.10.0's jaxpr
         3171845357568: (1613210624, None),

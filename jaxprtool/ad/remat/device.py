@@ -12,7 +12,9 @@ liveness model and 2.05 GB on a TPU v5e).  The device model therefore counts
   as the wanted ones; the segments' boundary values are counted as they are (saved whatever
   the plan);
 * for each segment's backward stretch, the same cut for the residuals it recomputes, the
-  saved values free: what its recomputation materializes (its products, reductions);
+  saved values free: what its recomputation materializes (its products, reductions; a
+  recomputed reduction's operand is in that cut where the residuals after it are
+  recomputed too: the attention scores under the recomputed probabilities);
 
 and, with segments, the peak as the backward part reaches it (`_backward_peak`): the
 stretches run last to first, each freeing its segment's saved values, so a segment's
@@ -26,7 +28,9 @@ body (`copies` > 1) is counted as `planned_peak` counts it: the loop stacks each
 as one of its results, which no fusion recomputes across the loop (the scan twin of the TPU
 transformer holds 6.1 GB for its plain gradient, the unrolled one 2.0 GB), and one backward
 iteration holds the residuals it recomputes (the scan twin's nothing_saveable plan: 0.99 GB
-on the TPU, 0.91 GB in the liveness model).  `fit._figures` adds a scan body's plan to the
+on the TPU, 0.91 GB in the liveness model); what the reductions it recomputes read that is
+no residual is a term of its own (`reduced_bytes`), which the device's calibration weighs
+(`fit.Calibration.reduced`: XLA:TPU holds about its bytes, XLA:CPU nothing).  `fit._figures` adds a scan body's plan to the
 program's (whose own plan sees only the residuals the loop stacks).  The plain
 gradient (every residual saved) is then about the min-cut plan's bytes, which is about what
 XLA holds for it; its compile gives the ratio of XLA's temp bytes to the model's figure (the
@@ -39,6 +43,7 @@ from ...core import Var
 from .budget import planned_peak
 from .graph import Graph, Plan
 from .mincut import min_cut_saved
+from .records import reduction
 
 
 def _cut_bytes(g: Graph, wanted: list, free: set[int]) -> int:
@@ -114,3 +119,34 @@ def plain_device_bytes(g: Graph) -> int:
         return _backward_peak(g, everything, cut, saved_ids)
     fixed = sum(g.cost(v) for v in everything if id(v) in g.boundary)
     return g.copies * (fixed + sum(g.cost(g.value(i)) for i in cut))
+
+
+def reduced_bytes(g: Graph, plan: Plan) -> int:
+    """What a scan body's recomputation (`copies` > 1) reads to recompute the reductions
+    `plan` recomputes (`records.reduction`: XLA runs one as a pass of its own over a
+    materialized operand) beyond the residuals its liveness figure counts: the fused bytes
+    of the reductions' operands, the saved values free, less the recomputed residuals among
+    them; 0 elsewhere (the fused cut of a segment's stretch holds the operand already).
+    Measured (bench/device/results/peak_probe_2026-12-07g*): on the TPU v5e (JAX 0.10.2) the
+    scan twin's nothing_saveable plan holds 987.1 MB of XLA temp, 120.3 MB more than the plan
+    that saves only the reductions' results (866.8 MB), where the liveness figure put it 6.5
+    MB lower; the reductions it recomputes read one layer's attention scores (134.2 MB, a
+    product's result) and the residual stream after attention (16.8 MB).  XLA's dump puts
+    the two plans at the same live peak (1,250 MB with the arguments): the bytes are in how
+    XLA:TPU allocates the recomputation, not one more buffer at the peak, so this term sizes
+    them by the operand.  XLA:CPU holds the two plans at 906.6 and 913.1 MB: nothing more
+    (the calibration's weight for this term is the device's: `fit.PRIORS`)."""
+    if g.copies <= 1:
+        return 0
+    saved_ids = {id(v) for v in plan.saved}
+    wanted: dict[int, Var] = {}
+    for i in plan.recompute:
+        if not g.cheap(i) and reduction(g.eqns[i]):
+            for x in g.eqns[i].inputs:
+                if isinstance(x, Var) and id(x) not in g.free:
+                    wanted[id(x)] = x
+    if not wanted:
+        return 0
+    counted = {id(v) for v in g.residuals if isinstance(v, Var)} - saved_ids
+    ids = min_cut_saved(g, g.cheap, wanted=list(wanted.values()), free=saved_ids)
+    return sum(g.cost(g.value(i)) for i in ids if i not in counted)

@@ -9,7 +9,7 @@ from ...core import Jaxpr, Var
 from .. import builder as B
 from ..residuals import LinearizeInfo, Residual
 from .budget import budget_plan, planned_peak
-from .device import device_bytes, plain_device_bytes
+from .device import device_bytes, plain_device_bytes, reduced_bytes
 from .graph import Graph, Plan, _plan_from_saved, policy_plan
 from .mincut import min_cut_plan
 from .request import Spec
@@ -144,6 +144,7 @@ def rematerialize(
         if spec.device_model:
             plan.device = device_bytes(g, plan, g.peak_groups())
             plan.device_before = plain_device_bytes(g)
+            plan.device_reduced = reduced_bytes(g, plan)
     plan.nested = nested
     plan.sizes = ",".join(f"{k}={n}" for k, n in spec.dims)
     out = (primal, linear, info)

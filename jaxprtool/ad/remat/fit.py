@@ -14,11 +14,13 @@ loop needs anyway, and compiles as few plans as it can:
    two picks compile beside the plain gradient (three compiles at once), and the searches
    afterwards start from the plans made;
 2. calibrates the model (`Calibration`): a plan's figure is
-   `scale * (held * L + (1 - held) * F)` with L its liveness figure (`planned_peak`) and F
-   its fused one (`device_bytes`: what is left when XLA's fusions recompute the element-wise
-   residuals on their own); `held`, the share of element-wise residuals the device holds
-   (0 on a TPU, about half on XLA:CPU), is where X0 lies between the plain gradient's F0
-   and L0, and `scale` makes the plain gradient's figure X0;
+   `scale * (held * L + (1 - held) * F + reduced * R)` with L its liveness figure
+   (`planned_peak`), F its fused one (`device_bytes`: what is left when XLA's fusions
+   recompute the element-wise residuals on their own) and R what its scan bodies'
+   recomputed reductions read beyond them (`device.reduced_bytes`); `held`, the share of
+   element-wise residuals the device holds (0 on a TPU, about half on XLA:CPU), is where X0
+   lies between the plain gradient's F0 and L0, `scale` makes the plain gradient's figure
+   X0, and `reduced` is the device's prior's (1 on a TPU, 0 on XLA:CPU: `PRIORS`);
 3. picks, by the calibrated figures and without compiling, the plan of fewest FLOPs
    predicted to fit `AIM` times the target: the budget plan of fewest FLOPs so predicted
    (regula falsi over the model's budget between the plans made so far, `SEARCH_STEPS` new
@@ -139,6 +141,9 @@ class Tried:
     #: compiled only to be compared (a policy plan whose figure fits: module doc, step 5),
     #: not picked by the search: its compile neither teaches the model nor stops the search
     check: bool = False
+    #: what the reductions its scan bodies' plans recompute read beyond the fused figure
+    #: (`device.reduced_bytes`), before the calibration's weight (`Calibration.reduced`)
+    reduced: int = 0
 
     def fits(self, target: int) -> bool:
         return self.temp is not None and self.temp <= target
@@ -171,20 +176,24 @@ def dominates(a: Tried, b: Tried) -> bool:
 
 @dataclass
 class Calibration:
-    """The device model calibrated to XLA: `figure(t) = scale * (held*L + (1-held)*F)`, plus
+    """The device model calibrated to XLA: `figure(t) = scale * (held*L + (1-held)*F +
+    reduced*R)` (R: what the reductions `t` recomputes read beyond F, `Tried.reduced`), plus
     what the compiles taught about the values `t` saves: `weights[key]` more bytes per byte
-    of the value `key`, or of its class where no compile saved it (`learn_weights`)."""
+    of the value `key`, or of its class where no compile saved it (`learn_weights`).
+    `reduced` is the device's (its prior's: `PRIORS`), which no plain gradient's compile can
+    tell, as it recomputes nothing."""
 
     held: float
     scale: float
     weights: dict[str, float] = field(default_factory=dict)
+    reduced: float = 0.0
 
     @staticmethod
-    def from_plain(temp: int, liveness: int, fused: int) -> Calibration:
+    def from_plain(temp: int, liveness: int, fused: int, reduced: float = 0.0) -> Calibration:
         span = liveness - fused
         held = min(1.0, max(0.0, (temp - fused) / span)) if span > 0 else 0.0
         base = held * liveness + (1 - held) * fused
-        return Calibration(held, temp / max(1.0, base))
+        return Calibration(held, temp / max(1.0, base), reduced=reduced)
 
     def figure(self, t: Tried) -> int:
         base = self._scaled(t)
@@ -204,7 +213,8 @@ class Calibration:
         return int(self._scaled(t))
 
     def _scaled(self, t: Tried) -> float:
-        return self.scale * (self.held * t.liveness + (1 - self.held) * t.fused)
+        base = self.held * t.liveness + (1 - self.held) * t.fused + self.reduced * t.reduced
+        return self.scale * base
 
 
 def value_class(key: str, n: int) -> str:
@@ -266,10 +276,14 @@ def learn_weights(cal: Calibration, compiled: list[Tried]) -> dict[str, float]:
 #: gradient's compile calibrated on the TPU script's 8-layer transformer (TPU v5e, JAX
 #: 0.10.2: XLA:TPU's fusions recompute every element-wise residual, scale 1.027: its
 #: 2,052,174,848 temp bytes over the model's 1,998,782,464; XLA:CPU, JAX 0.12.1, width
-#: 256: it holds 0.63 of them, scale 1.0).  A prior only chooses which
+#: 256: it holds 0.63 of them, scale 1.0).  A prior's `held` and `scale` only choose which
 #: budget plans are made while the plain gradient compiles; the plain gradient's compile
-#: calibrates every figure the loop compares
-PRIORS = {"tpu": Calibration(0.0, 1.027), "cpu": Calibration(0.63, 1.0)}
+#: calibrates them for every figure the loop compares.  Its `reduced` stays: what a
+#: recomputed reduction's operand costs (`device.reduced_bytes`), about its bytes on the
+#: TPU (the scan twin's nothing_saveable plan, 120 MB over the plan saving the reductions'
+#: results, for 151 MB of operands), nothing on XLA:CPU (6.5 MB under it, as the liveness
+#: figure says; bench/device/results/peak_probe_2026-12-07g*); 0 on a device without one
+PRIORS = {"tpu": Calibration(0.0, 1.027, reduced=1.0), "cpu": Calibration(0.63, 1.0)}
 
 
 @dataclass
@@ -368,6 +382,7 @@ def fit_budget(
     `echo` as it is said."""
     plain = build(None, None)
     loop = _Loop(build, spec, measure, flops, Fit(0, 0, echo=echo))
+    loop.prior = prior
     pool = ThreadPoolExecutor(3)  # compile 0, and the first round where a prior picks it
     try:
         plain_temp, policies, pending = _while_compiling(loop, pool, plain, prior)
@@ -478,6 +493,8 @@ class _Loop:
         self.seen: dict[tuple, Tried] = {}
         #: the plain gradient's (liveness, fused) figures, from the first plan made
         self.plain_figures: tuple[int, int] | None = None
+        #: the device's model before any compile (`PRIORS`), None without one
+        self.prior: Calibration | None = None
 
     def make(self, label: str, s: Spec, budget: float | None = None) -> Tried | None:
         plans: list = []
@@ -493,10 +510,12 @@ class _Loop:
         after, before, fused, fused_before = _figures(plans)
         if self.plain_figures is None:
             self.plain_figures = (before, fused_before)
-        key = (after, fused, f)
+        reduced = sum(p.device_reduced for p in plans)
+        key = (after, fused, reduced, f)
         if key in self.seen:  # the same plan as another budget's
             return self.seen[key]
-        t = self.seen[key] = Tried(label, program, plans, f, after, fused, budget=budget)
+        t = Tried(label, program, plans, f, after, fused, budget=budget, reduced=reduced)
+        self.seen[key] = t
         self.tried.append(t)
         return t
 
@@ -504,15 +523,22 @@ class _Loop:
         """The model calibrated by the plain gradient's compile (XLA:TPU's fusions as they
         are where it did not compile: no compile to learn from)."""
         before, fused_before = self.plain_figures
+        reduced = self.prior.reduced if self.prior is not None else 0.0
         if self.fit.plain_temp:
-            self.cal = Calibration.from_plain(self.fit.plain_temp, before, fused_before)
+            self.cal = Calibration.from_plain(self.fit.plain_temp, before, fused_before, reduced)
         else:
-            self.cal = Calibration(0.0, 1.0)
+            self.cal = Calibration(0.0, 1.0, reduced=reduced)
         self.fit.say(
             f"  calibration: the plain gradient's liveness figure {before} B, fused "
             f"{fused_before} B (element-wise residuals recomputed by XLA's fusions): the "
             f"device holds {self.cal.held:.2f} of the element-wise residuals' bytes, "
             f"scale {self.cal.scale:.3f}"
+            + (
+                f"; a recomputed reduction's operand weighs {reduced:.2f} of its bytes "
+                "(the device's prior)"
+                if reduced
+                else ""
+            )
         )
 
     def speculate(self, prior: Calibration, policies: list[Tried]) -> list[Tried]:
@@ -768,7 +794,7 @@ class _Loop:
             t for t in self.tried if t.temp is not None and not t.out_of_memory and not t.check
         ]
         weights = learn_weights(self.cal, compiled)
-        self.cal = Calibration(self.cal.held, self.cal.scale, weights)
+        self.cal = dataclasses.replace(self.cal, weights=weights)
         extra = [w for k, w in weights.items() if w and ":" in k]
         said = f"{min(extra):+.2f} to {max(extra):+.2f}" if extra else "none"
         by_class = [f"{k} {w:+.2f}" for k, w in weights.items() if ":" not in k]
@@ -789,7 +815,7 @@ class _Loop:
         ratio = t.temp / max(1, self.cal.figure(t))
         if t.fits(self.fit.target):
             ratio = ratio**0.5
-        self.cal = Calibration(self.cal.held, self.cal.scale * ratio)
+        self.cal = Calibration(self.cal.held, self.cal.scale * ratio, reduced=self.cal.reduced)
         self.fit.say(f"  correction: scale x{ratio:.3f} -> {self.cal.scale:.3f}")
 
     def best(self, searched: bool = False) -> Tried | None:

@@ -203,6 +203,9 @@ class Plan:
     #: and for the plain gradient, where the request asked for them (`Spec.device_model`)
     device: int | None = None
     device_before: int | None = None
+    #: what the reductions a scan body's plan recomputes read beyond its figure
+    #: (`device.reduced_bytes`), which the calibration weighs by device (`fit.Calibration`)
+    device_reduced: int = 0
     #: the calibrated device model's figure for the plan the compile loop chose
     planned_device: int | None = None
     #: found by the chain dynamic program across segments (`chain.py`)

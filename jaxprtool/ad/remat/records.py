@@ -51,6 +51,16 @@ def cheap(e: Eqn) -> bool:
     return remat_class(e) in ("cheap", "name") and recomputable(e)
 
 
+def reduction(e: Eqn) -> bool:
+    """An equation XLA runs as a pass of its own over an operand of more bytes than its
+    result (a reduction; a gather): neither cheap (fused into its readers) nor a product,
+    without bodies.  Recomputed, it reads that operand materialized (`device.py`)."""
+    if remat_class(e) is not None or eqn_subjaxprs(e) or not recomputable(e):
+        return False
+    out = sum(all_bytes(o) for o in e.outputs)
+    return any(isinstance(x, Var) and all_bytes(x) > out for x in e.inputs)
+
+
 def body_saves(body: Jaxpr, decide) -> list[bool | None]:
     """Per result of `body`: whether the policy `decide` saves its value (the decision on the
     equation that makes it; a value that cannot be recomputed, or in host memory: an
