@@ -554,21 +554,34 @@ REF_WRITTEN_IN_JIT = """{ lambda ; a:f32[3]. let
 """
 
 
-@built
-@needs_corpus
-def test_dead_code_kept_alike():
-    """`dce_eqns` keeps the same equations on both paths (its loop compiled: `dce_walk_vars`), on
-    every jaxpr of every third corpus file and the files with Refs and effects, with every
-    output live and with none (its effectful equations and writes into Refs kept alone)."""
+@pytest.fixture(scope="module")
+def corpus_read():
+    """([(file, program)] of every third corpus file, the same of the files with Refs and
+    effects), the files the reader refuses left out: read once for the three tests of the
+    compiled passes below (reading them alike is test_the_corpus_alike's)."""
     files = sorted(CORPUS.rglob("*.jaxpr"))
     special = [f for f in files if "ref" in f.name or "debug" in f.name or "effect" in f.name]
     assert len(special) > 5
+    read = []
+    for group in (files[::3], special):
+        read.append([])
+        for f in group:
+            try:
+                read[-1].append((f, parse(f.read_text(), str(f)).jaxpr))
+            except JaxprError:
+                continue
+    return tuple(read)
+
+
+@built
+@needs_corpus
+def test_dead_code_kept_alike(corpus_read):
+    """`dce_eqns` keeps the same equations on both paths (its loop compiled: `dce_walk_vars`), on
+    every jaxpr of every third corpus file and the files with Refs and effects, with every
+    output live and with none (its effectful equations and writes into Refs kept alone)."""
     pruned = kept_alone = 0
-    for f in [*files[::3], *special, None]:
-        try:
-            program = parse(REF_WRITTEN_IN_JIT if f is None else f.read_text(), str(f)).jaxpr
-        except JaxprError:
-            continue
+    third, special = corpus_read
+    for f, program in [*third, *special, (None, parse(REF_WRITTEN_IN_JIT).jaxpr)]:
         for j in _jaxprs(program):
             for live_out in (j.outvars, ()):
                 reference = _kept(j.eqns, live_out, True)
@@ -590,19 +603,13 @@ def _dce_pass(j: core.Jaxpr, pure: bool) -> core.Jaxpr:
 
 @built
 @needs_corpus
-def test_the_dce_pass_alike():
+def test_the_dce_pass_alike(corpus_read):
     """The `dce` pass removes the same equations on both paths (its loop compiled:
     `dce_sweep`, which hands back the equations with nested jaxprs), on every third corpus
     file and the files with Refs and effects, with every output live and with only the
     first (the equations only the others read are dead)."""
-    files = sorted(CORPUS.rglob("*.jaxpr"))
-    special = [f for f in files if "ref" in f.name or "debug" in f.name or "effect" in f.name]
-    programs = []
-    for f in [*files[::3], *special, None]:
-        try:
-            programs.append(parse(REF_WRITTEN_IN_JIT if f is None else f.read_text()).jaxpr)
-        except JaxprError:
-            continue
+    third, special = corpus_read
+    programs = [j for _, j in [*third, *special]] + [parse(REF_WRITTEN_IN_JIT).jaxpr]
     removed = handed_back = 0
     for j in programs:
         for outs in (j.outvars, j.outvars[:1]):
@@ -636,18 +643,13 @@ def _gradient(j: core.Jaxpr) -> core.Jaxpr | None:
 
 @built
 @needs_corpus
-def test_simplify_and_cse_alike():
+def test_simplify_and_cse_alike(corpus_read):
     """The `simplify` and `cse` passes give the same program on both paths (their loops
     compiled: `simplify_rules_sweep` and `cse_sweep`, which take the equations they keep as they
     are and hand every other one back), on every third corpus file and the vjp of each, the
     transformer-like program's and a program whose rules fire in a row."""
-    files = sorted(CORPUS.rglob("*.jaxpr"))[::3]
     programs = [parse(ROWS_TO_CLEAN).jaxpr]
-    for f in files:
-        try:
-            j = parse(f.read_text(), str(f)).jaxpr
-        except JaxprError:
-            continue
+    for _, j in corpus_read[0]:
         programs += [j] + [g for g in [_gradient(j)] if g is not None]
     changed = {"cse": 0, "simplify": 0}
     for j in programs:
