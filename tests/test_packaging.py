@@ -71,6 +71,7 @@ def test_wheel_carries_grammar_and_parses(tmp_path):
             "install",
             "-q",
             "--no-deps",
+            "--no-compile",  # (pip's bytecode of every module: ~0.5 CPU-s, not what is tested)
             "--target",
             str(target),
             str(wheel),
