@@ -203,9 +203,10 @@ def _ir_printed_alike(data) -> None:
 
 
 @built
-@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_generated_ir_printed_alike(data):
+    """40 programs in `make test`; 2,000 in `make test-full` (the `_many` test below)."""
     _ir_printed_alike(data)
 
 
