@@ -81,18 +81,29 @@ def test_the_calls_differ_alone(program):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
 
 
-#: one call in a process of its own: the program's text in argv[1], the call in argv[2]
+#: each call in a process of its own, forked from one that has read the program and made
+#: no call (its children start with no state of a call): the program's text in argv[1],
+#: the calls in argv[2], each child's answer written to the file argv[3] names with its
+#: number appended
 _ALONE_IN_A_PROCESS = """
-import json, sys, warnings
+import json, os, sys, warnings
 import jaxprtool as jt
 from jaxprtool.core import JaxprError
-custom_rules, remat = json.loads(sys.argv[2])
 warnings.simplefilter("ignore")
 program = jt.parse(open(sys.argv[1]).read(), "loss.jaxpr")
-try:
-    print(jt.format(jt.grad(program, (0, 1), custom_rules=custom_rules, remat=remat)), end="")
-except JaxprError as e:
-    print(f"error: {e.message}", end="")
+for k, (custom_rules, remat) in enumerate(json.loads(sys.argv[2])):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            try:
+                out = jt.format(jt.grad(program, (0, 1), custom_rules=custom_rules, remat=remat))
+            except JaxprError as e:
+                out = f"error: {e.message}"
+            with open(sys.argv[3] + str(k), "w") as f:
+                f.write(out)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
 """
 
 
@@ -101,13 +112,15 @@ def test_each_call_gets_what_a_process_of_its_own_gets(program, tmp_path):
     of an earlier call in this one)."""
     text = tmp_path / "loss.jaxpr"
     text.write_text(jt.format(program))
-    for call in CALLS:
-        alone = subprocess.run(
-            [sys.executable, "-c", _ALONE_IN_A_PROCESS, str(text), json.dumps(call)],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
+    answers = tmp_path / "answer"
+    subprocess.run(
+        [sys.executable, "-c", _ALONE_IN_A_PROCESS, str(text), json.dumps(CALLS), str(answers)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    for k, call in enumerate(CALLS):
+        alone = (tmp_path / f"answer{k}").read_text()
         assert _outcome(program, *call) == alone, call
 
 

@@ -133,15 +133,18 @@ def test_compile_uses_the_cache(cache_home, program):
     assert entries(cache_home) == first and len(hits) >= 1
 
 
-def test_a_second_process_finds_the_first_ones_executable(tmp_path, program):
+def test_a_second_process_finds_the_first_ones_executable(tmp_path, cache_home, program):
+    """The first run is this process's (it writes the entry as any process does), the second
+    a child process: it finds that entry (another key would have written a second one)."""
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
-    folder = tmp_path / "cache" / "jaxprtool" / "xla"
-    argv = [sys.executable, "-m", "jaxprtool", "run", program, "--random", "1"]
-    out1 = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
-    first = entries(folder)
+    jit_cache.clear()
+    r = run(["run", program, "--random", "1"])
+    assert r.exit_code == 0, r.output
+    first = entries(cache_home)
     assert first
+    argv = [sys.executable, "-m", "jaxprtool", "run", program, "--random", "1"]
     out2 = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
-    assert entries(folder) == first and out2 == out1
+    assert entries(cache_home) == first and out2 == r.stdout
 
 
 SIN = "{ lambda ; a:f32[]. let b:f32[] = sin a in (b,) }\n"
@@ -344,27 +347,30 @@ ALTERED_AT = [
 
 
 @pytest.mark.parametrize("percent", ALTERED_AT)
-def test_an_entry_altered_inside_its_zlib_wrapper_is_never_run(tmp_path, percent):
+def test_an_entry_altered_inside_its_zlib_wrapper_is_never_run(tmp_path, cache_home, percent):
     """The reported attack: 64 bytes of the executable altered and compressed again, a valid
     zlib stream, at a place where jaxprtool 0.x crashed or XLA warned; the run (a child
-    process) prints sin(0.5), warning nothing."""
+    process) prints sin(0.5), warning nothing, and replaces the entry.  (The entry is
+    written by a run in this process, as a child's run writes it.)"""
     if importlib.util.find_spec("zstandard") is not None:
         pytest.skip("JAX compresses with zstandard here; the attack rewrites a zlib stream")
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"), PYTHONPATH=str(ROOT))
-    folder = tmp_path / "cache" / "jaxprtool" / "xla"
     (tmp_path / "sin.jaxpr").write_text(SIN)
-    argv = [sys.executable, "-m", "jaxprtool", "run", str(tmp_path / "sin.jaxpr")]
-    argv += ["--input", "f32[]=0.5", "--output-format", "json"]
-    subprocess.run(argv, env=env, capture_output=True, check=True)
-    (entry,) = entries(folder)
-    data = (folder / entry).read_bytes()
+    assert value_of(run_at(tmp_path / "sin.jaxpr")) == pytest.approx(np.sin(0.5))
+    (entry,) = entries(cache_home)
+    data = (cache_home / entry).read_bytes()
     at = zlib_offset(data)
     altered = bytearray(zlib.decompress(data[at:]))
     mid = len(altered) * percent // 100
     altered[mid : mid + 64] = bytes((b ^ 0xA5) for b in altered[mid : mid + 64])
-    (folder / entry).write_bytes(data[:at] + zlib.compress(bytes(altered)))
+    attack = data[:at] + zlib.compress(bytes(altered))
+    (cache_home / entry).write_bytes(attack)
+    argv = [sys.executable, "-m", "jaxprtool", "run", str(tmp_path / "sin.jaxpr")]
+    argv += ["--input", "f32[]=0.5", "--output-format", "json"]
     r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "cache entry" not in r.stderr, r.stderr[-2000:]
     out = float(np.asarray(json.loads(r.stdout)["outputs"][0]["data"]))
     assert out == pytest.approx(np.sin(0.5))
+    # the child looked the entry up (the same key), found it damaged and compiled again
+    assert entries(cache_home) == {entry} and (cache_home / entry).read_bytes() != attack

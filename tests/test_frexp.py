@@ -5,7 +5,7 @@
 JAX is the oracle: each function is traced with `jax.make_jaxpr`, parsed, printed back
 byte-identically, run by the tool's back end, and differentiated and batched by the tool
 (jvp_jaxpr, grad_jaxpr, vjp_jaxpr, vmap_jaxpr) against jax.jvp / jax.grad / jax.vjp /
-jax.vmap of the same function, on zeros of both signs, negatives, infinities, and normal
+jax.vmap of the same function (a test's programs and JAX's in one compile: `together`), on zeros of both signs, negatives, infinities, and normal
 values across many binades (JAX flushes subnormals; none is used).  JAX's mantissa tangent
 is `ldexp(x_dot, -e)`, an exact power-of-two scaling: the tool's numbers must equal JAX's
 bit for bit.
@@ -29,8 +29,8 @@ if "Frexp[" not in str(jax.make_jaxpr(jnp.frexp)(np.float32(1.0))):
     )
 
 import ml_dtypes  # noqa: E402
+from jax_oracle import together  # noqa: E402
 
-from jaxprtool import backend  # noqa: E402
 from jaxprtool.ad.api import grad_jaxpr, jvp_jaxpr, vjp_jaxpr  # noqa: E402
 from jaxprtool.ad.batching import vmap_jaxpr  # noqa: E402
 from jaxprtool.check import check, errors  # noqa: E402
@@ -102,18 +102,20 @@ def test_prints_back_identically_and_checks(name):
 @pytest.mark.parametrize("name", FUNCS)
 def test_runs_like_jax(name):
     f, args = FUNCS[name]
-    want = f(*args)
-    _equal(backend.evaluate(_ir(name), list(args)), want if isinstance(want, tuple) else [want])
+    got, want = together((_ir(name), list(args)), (f, args))
+    _equal(got, want if isinstance(want, tuple) else [want])
 
 
 @pytest.mark.parametrize("name", FUNCS)
 def test_jvp_like_jax(name):
     f, args = FUNCS[name]
     tangents = (T,) + tuple(np.zeros(a.shape, jax.dtypes.float0) for a in args[1:])
-    outs, touts = jax.jvp(f, args, tangents)
+    got, (outs, touts) = together(
+        (jvp_jaxpr(_ir(name), argnums=[0]), [*args, T]),
+        (lambda *a: jax.jvp(f, a, tangents), args),  # (float0 tangents closed over)
+    )
     outs = outs if isinstance(outs, tuple) else (outs,)
     touts = touts if isinstance(touts, tuple) else (touts,)
-    got = backend.evaluate(jvp_jaxpr(_ir(name), argnums=[0]), [*args, T])
     _equal(got, [*outs, *_floats(touts)])
 
 
@@ -123,13 +125,20 @@ def test_grad_and_vjp_like_jax(name):
     finite = np.where(np.isfinite(X), X, 2.0).astype(np.float32)  # sum() of infinities: nan
     args = (finite, *args[1:])
     j = _ir(name)
-    (g,) = backend.evaluate(
-        grad_jaxpr(_parse(str(jax.make_jaxpr(lambda *a: jnp.sum(f(*a)))(*args))), 0), list(args)
+    total = _parse(str(jax.make_jaxpr(lambda *a: jnp.sum(f(*a)))(*args)))
+
+    def jax_vjp(x, t):
+        out, pullback = jax.vjp(lambda x: f(x, *args[1:]), x)
+        return [out, *pullback(t)]
+
+    (g,), want_g, got, want = together(
+        (grad_jaxpr(total, 0), list(args)),
+        (jax.grad(lambda *a: jnp.sum(f(*a))), args),
+        (vjp_jaxpr(j, argnums=[0]), [*args, T]),
+        (jax_vjp, (args[0], T)),
     )
-    np.testing.assert_array_equal(g, jax.grad(lambda *a: jnp.sum(f(*a)))(*args))
-    out, pullback = jax.vjp(lambda x: f(x, *args[1:]), args[0])
-    got = backend.evaluate(vjp_jaxpr(j, argnums=[0]), [*args, T])
-    _equal(got, [out, *pullback(T)])
+    np.testing.assert_array_equal(g, want_g)
+    _equal(got, want)
 
 
 @pytest.mark.parametrize("in_axes", [0, 1])
@@ -137,7 +146,6 @@ def test_vmap_frexp_like_jax(in_axes):
     xs = np.stack([X, -T]) if in_axes == 0 else np.stack([X, -T], 1)
     for name in ("frexp", "arith"):
         f, _ = FUNCS[name]
-        want = jax.jit(jax.vmap(f, in_axes=in_axes))(xs)
         batched = vmap_jaxpr(_ir(name), in_axes=(in_axes,), axis_size=2)
         assert not errors(check(batched))
         text = print_jaxpr(batched, detect_style(batched))
@@ -145,17 +153,18 @@ def test_vmap_frexp_like_jax(in_axes):
             # JAX's Frexp.batch: the batched operand's type as x_aval
             shape = ",".join(map(str, xs.shape))
             assert f"Frexp[x_aval=f32[{shape}]]" in text, text
-        _equal(backend.evaluate(_parse(text), [xs]), want if isinstance(want, tuple) else [want])
+        got, want = together((_parse(text), [xs]), (jax.vmap(f, in_axes=in_axes), (xs,)))
+        _equal(got, want if isinstance(want, tuple) else [want])
 
 
 @pytest.mark.parametrize("in_axes", [(0, None), (None, 0), (0, 0), (0, 1)], ids=str)
 def test_vmap_ldexp_like_jax(in_axes):
     x = np.stack([X, T]) if in_axes[0] == 0 else X
     n = {None: N, 0: np.stack([N, -N]), 1: np.stack([N, -N], 1)}[in_axes[1]]
-    want = jax.jit(jax.vmap(jnp.ldexp, in_axes=in_axes))(x, n)
     batched = vmap_jaxpr(_ir("ldexp"), in_axes=in_axes, axis_size=2)
     assert not errors(check(batched))
-    np.testing.assert_array_equal(backend.evaluate(batched, [x, n])[0], want)
+    (got,), want = together((batched, [x, n]), (jax.vmap(jnp.ldexp, in_axes=in_axes), (x, n)))
+    np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64"])
@@ -168,8 +177,10 @@ def test_jvp_other_dtypes_like_jax(dtype):
     t = np.linspace(-2.0, 3.0, x.size).astype(dt)
     with jax.enable_x64(True) if dtype == "float64" else contextlib.nullcontext():
         j = _parse(str(jax.make_jaxpr(jnp.frexp)(x)) + "\n")
-        (m, e), (dm, _) = jax.jvp(jnp.frexp, (x,), (t,))
-        _equal(backend.evaluate(jvp_jaxpr(j), [x, t]), [m, e, dm])
+        got, ((m, e), (dm, _)) = together(
+            (jvp_jaxpr(j), [x, t]), (lambda x, t: jax.jvp(jnp.frexp, (x,), (t,)), (x, t))
+        )
+        _equal(got, [m, e, dm])
 
 
 def test_a_printed_aval_that_does_not_match_its_operand_is_diagnosed():

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
+from conftest import needs_corpus
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
@@ -863,15 +864,17 @@ def test_missing_parameters(fn, args, drop, param):
 
 
 #: a binder before the `;` of a `{ lambda`: a jaxpr with constants (the files without a
-#: second `lambda` or without one have no nested constants and are not parsed at collection)
+#: second `lambda` or without one have no nested constants and are not parsed)
 _CONSTS_BINDER = re.compile(r"\{\s*lambda\s+[^;\s]")
 
 
-def _corpus_with_nested_consts():
+def _corpus_with_nested_consts() -> list:
+    """[(file, program)] of the corpus's printouts with constants inside nested jaxprs: read
+    when the test runs (at collection, each xdist worker read them: ~0.5 CPU-s each)."""
     from conftest import CORPUS
 
     out = []
-    for p in sorted(CORPUS.rglob("*.jaxpr")) if CORPUS.is_dir() else []:
+    for p in sorted(CORPUS.rglob("*.jaxpr")):
         text = p.read_text()
         if text.count("lambda") < 2 or not _CONSTS_BINDER.search(text):
             continue
@@ -880,12 +883,12 @@ def _corpus_with_nested_consts():
         except Exception:  # noqa: BLE001 - files the parser refuses are other tests' business
             continue
         if has_nested_consts(j):
-            out.append(pytest.param(p, id=p.parent.name + "/" + p.name))
+            out.append((p, j))
     return out
 
 
-@pytest.mark.parametrize("path", _corpus_with_nested_consts())
-def test_corpus_nested_constants_hoisted(path):
+@needs_corpus
+def test_corpus_nested_constants_hoisted():
     """JAX's printouts with constants inside nested jaxprs: hoisted, they type-check, and
     every program derived from them is self-contained (the program's constants only)."""
     from jaxprtool.ad.api import vjp_jaxpr
@@ -893,20 +896,22 @@ def test_corpus_nested_constants_hoisted(path):
     from jaxprtool.check import check, errors
     from jaxprtool.core import JaxprError
 
-    j = parse(path.read_text(), str(path)).jaxpr
-    h = number_constants(j).program
-    assert not has_nested_consts(h)
-    assert len(h.constvars) > len(j.constvars)
-    assert not errors(check(h)), errors(check(h))
-    for transform in (jvp_jaxpr, vjp_jaxpr):
-        try:
-            derived = transform(h)
-        except JaxprError as e:  # a rule the tool lacks, or reverse mode of a while loop
-            assert e.loc is not None
-            continue
-        back = parse(print_jaxpr(derived), "<derived>").jaxpr
-        assert not has_nested_consts(back)
-        assert len(back.constvars) in (0, len(h.constvars))
+    found = _corpus_with_nested_consts()
+    assert found  # (the corpus holds such printouts: not a test of nothing)
+    for path, j in found:
+        h = number_constants(j).program
+        assert not has_nested_consts(h), path
+        assert len(h.constvars) > len(j.constvars), path
+        assert not errors(check(h)), (path, errors(check(h)))
+        for transform in (jvp_jaxpr, vjp_jaxpr):
+            try:
+                derived = transform(h)
+            except JaxprError as e:  # a rule the tool lacks, or reverse mode of a while loop
+                assert e.loc is not None, path
+                continue
+            back = parse(print_jaxpr(derived), "<derived>").jaxpr
+            assert not has_nested_consts(back), path
+            assert len(back.constvars) in (0, len(h.constvars)), path
 
 
 @pytest.mark.parametrize("window", [False, True], ids=["points", "rows"])

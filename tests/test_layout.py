@@ -169,8 +169,10 @@ def _named_cycles(graph: dict[str, set[str]]) -> list[str]:
     return [_a_cycle(graph, c) for c in _cycles(graph)]
 
 
+@functools.cache
 def _import_graph() -> dict[str, set[str]]:
-    """Who imports whom in the package (its `__init__`, the top package, included)."""
+    """Who imports whom in the package (its `__init__`, the top package, included): made
+    once, for the four tests that read it (none changes it)."""
     known = {_module_name(rel) for rel in _modules()}
     compiled = {f"{PKG.name}.{c.stem}" for c in PKG.glob("*.c")}  # (`_twin`: imports none)
     graph = {

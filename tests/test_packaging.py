@@ -71,6 +71,7 @@ def test_wheel_carries_grammar_and_parses(tmp_path):
             "install",
             "-q",
             "--no-deps",
+            "--no-compile",  # (pip's bytecode of every module: ~0.5 CPU-s, not what is tested)
             "--target",
             str(target),
             str(wheel),
@@ -134,7 +135,8 @@ def test_without_a_compiler_it_installs_and_runs_quietly(tmp_path):
 
 def test_make_demo_installs_only_the_tool_and_jax(tmp_path):
     """`make demo` on a fresh machine installs `.[jax]`; the test and zoo extras come with
-    `make test` (issue 27).  Read off `make -n` with a venv that does not exist yet."""
+    `make test` (issue 27).  Read off `make -n` with a venv that does not exist yet (and the
+    interpreters named: make looks for none, ~0.2 CPU-s of probes a call)."""
     import shutil
 
     if shutil.which("make") is None:
@@ -142,7 +144,8 @@ def test_make_demo_installs_only_the_tool_and_jax(tmp_path):
 
     def recipe(target):
         r = subprocess.run(
-            ["make", "-n", "-C", str(ROOT), target, f"VENV={tmp_path / 'venv'}"],
+            ["make", "-n", "-C", str(ROOT), target, f"VENV={tmp_path / 'venv'}"]
+            + [f"PYTHON={sys.executable}", "FLOOR_PYTHON=python3.11"],
             capture_output=True,
             text=True,
             timeout=60,

@@ -74,9 +74,11 @@ def test_fast_path_reads_every_corpus_file_as_the_grammar(every):
     assert plain > 50 // every  # most corpus texts are read without lark
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_fast_path_reads_printed_random_programs_as_the_grammar(data):
+    """15 programs in `make test` (twice: the Python path's run too); 120 in `make
+    test-full` (the `_many` test below)."""
     _printed_random_program_reads_as_the_grammar(data)
 
 

@@ -452,45 +452,84 @@ def _eval_files(subset):
 
 def _sweep_outputs(files):
     """Each file's program and every distinct program the passes make of it, run at one
-    random point: the outputs are bit for bit the same.  A file's programs run in one XLA
-    compile (`together`: the suite's CPU is mostly compiling, issue 49); a file the back end
-    cannot run is left out, and where only a pass's program fails, its error is raised."""
+    random point: the outputs are bit for bit the same.  The files' programs run in one XLA
+    compile (`together`: the suite's CPU is mostly compiling, issue 49), one for those with
+    64-bit types and one for the others; where that fails, file by file (`_run_file`).  A
+    file the back end cannot run is left out, and where only a pass's program fails, its
+    error is raised."""
+    from jaxprtool.backend.evaluator import needs_x64
+
+    prepared = [p for p in map(_prepared, files) if p is not None]
+    ran = 0
+    for wide in (False, True):
+        group = [(f, done, xs) for f, done, xs in prepared if needs_x64(done[""]) == wide]
+        try:
+            outs = iter(together(*((d, xs) for _, done, xs in group for d in done.values())))
+        except Exception:  # noqa: BLE001 - found again, and named, file by file
+            outs = None
+        for f, done, xs in group:
+            results = [next(outs) for _ in done] if outs else _run_file(f, done, xs)
+            if results is not None:
+                ran += 1
+                _assert_unchanged(f, done, results)
+    return ran
+
+
+def _prepared(f: Path):
+    """(file, {pass name: its distinct program, "": the file's}, inputs: constants then
+    arguments), or None for a file whose inputs the sweep cannot draw (keys, refs, symbolic
+    shapes, ...) or whose program the back end cannot trace (as `together` traces it)."""
+    import jax
+
+    from jaxprtool import backend
+
+    j = load(f)
+    rng = np.random.default_rng(0)
+    try:
+        args = [_rand(v.type, rng) for v in j.invars]
+        xs = [_rand(v.type, rng) for v in j.constvars] + args
+        backend.check_runnable(j)
+        with backend.x64_scope(j):
+            fn = backend.as_jax_function(j, backend.sizes_from_inputs(j, xs), False)
+            jax.eval_shape(fn, *xs)
+    except Exception:  # noqa: BLE001 - left out, as the back end cannot run it
+        return None
+    done = {"": j}
+    for name, p in PASSES.items():
+        r = p(j)
+        if not any(alpha_equal(r, d) for d in done.values()):  # (unchanged, or another's)
+            done[name] = r
+    return f, done, xs
+
+
+def _run_file(f: Path, done: dict, xs: list):
+    """The outputs of a file's programs in one compile, or None where the back end cannot
+    run the file's own program; a pass's program that fails raises its error."""
     from jaxprtool.backend import evaluate
 
-    ran = 0
-    for f in files:
-        j = load(f)
-        rng = np.random.default_rng(0)
+    try:
+        return together(*((d, xs) for d in done.values()))
+    except Exception as e:
+        n = len(done[""].constvars)
         try:
-            args = [_rand(v.type, rng) for v in j.invars]
-            consts = [_rand(v.type, rng) for v in j.constvars]
-        except Exception:
-            continue  # an input the sweep cannot draw (keys, refs, symbolic shapes, ...)
-        done = {"": j}
-        for name, p in PASSES.items():
-            r = p(j)
-            if not any(alpha_equal(r, d) for d in done.values()):  # (unchanged, or another's)
-                done[name] = r
-        try:
-            ref, *outs = together(*((d, consts + args) for d in done.values()))
-        except Exception as e:
-            try:
-                evaluate(j, args, consts)
-            except Exception:
-                continue  # the back end cannot run this file (keys, refs, ...)
-            for d in done.values():
-                evaluate(d, args, consts)  # (raises the error of the pass's program)
-            raise AssertionError(f"{f.name}: the programs ran one by one, not together") from e
-        ran += 1
-        for name, out in zip(list(done)[1:], outs):
-            assert len(out) == len(ref)
-            for x, y in zip(ref, out):
-                x, y = np.asarray(x), np.asarray(y)
-                assert x.dtype == y.dtype and x.shape == y.shape, (name, f.name)
-                if x.dtype.kind == "V":
-                    continue
-                assert np.array_equal(x, y, equal_nan=True), f"{name} changed an output of {f.name}"
-    return ran
+            evaluate(done[""], xs[n:], xs[:n])
+        except Exception:  # noqa: BLE001 - the back end cannot run this file (keys, refs, ...)
+            return None
+        for d in done.values():
+            evaluate(d, xs[n:], xs[:n])  # (raises the error of the pass's program)
+        raise AssertionError(f"{f.name}: the programs ran one by one, not together") from e
+
+
+def _assert_unchanged(f: Path, done: dict, results: list) -> None:
+    ref, *outs = results
+    for name, out in zip(list(done)[1:], outs):
+        assert len(out) == len(ref)
+        for x, y in zip(ref, out):
+            x, y = np.asarray(x), np.asarray(y)
+            assert x.dtype == y.dtype and x.shape == y.shape, (name, f.name)
+            if x.dtype.kind == "V":
+                continue
+            assert np.array_equal(x, y, equal_nan=True), f"{name} changed an output of {f.name}"
 
 
 @needs_corpus

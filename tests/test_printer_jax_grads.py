@@ -13,7 +13,8 @@ Issue 37's printer forms: `vjp_*` programs are printed as `g(*args, *cts)` retur
 outputs and then the cotangents of `jax.vjp(f, *args)` applied to `cts`: a dead jit whose body
 prints `_` binders that are used (`vjp_dead_code`), a hoisted copy of a jaxpr holding the same
 Vars, its names restarting at `a` (`vjp_softplus_log_sigmoid`), a while whose cond_jaxpr and
-body_jaxpr are both hoisted (cond first), and a diffrax solve with a PID controller.
+body_jaxpr are both hoisted (cond first), and a diffrax solve with a PID controller
+(`make test-full`).
 The expected numbers are `jax.jit(g)(*args)`.  Inputs are arguments (no closed-over arrays).
 """
 
@@ -317,10 +318,14 @@ def test_transforming_jax_cond_grad_printout(printed):
     close(got[0], jax.jit(jax.vmap(g))(xs))
 
 
+@pytest.mark.slow
 def test_fmt_diffrax_pid_solve_is_byte_identical():
     """Issue 37, item 19: a diffrax solve with a PID controller saved at several times (the
     while loops of its checkpointed adjoint hoist both their cond_jaxpr and body_jaxpr): fmt
-    of JAX's printout of its outputs and cotangents numbered the hoisted jaxprs one off."""
+    of JAX's printout of its outputs and cotangents numbered the hoisted jaxprs one off.
+    `make test-full` (diffrax's import and trace: ~2 CPU-s); `make test` keeps the behaviour
+    in `big_while` (test_fmt_is_byte_identical[big_while], both jaxprs hoisted, the cond
+    first, checked by test_the_table_covers_the_printing_cases)."""
     diffrax = pytest.importorskip("diffrax")
 
     def solve(y0, a):

@@ -6,8 +6,10 @@ the common ones it must take itself; a process that runs one never imports click
 from __future__ import annotations
 
 import itertools
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import click
 import pytest
@@ -180,27 +182,70 @@ _EXIT_SAYS_CLICK = (
 )
 
 
-@pytest.mark.parametrize(
-    "args",
-    [
-        ["fmt"], ["fmt", "--check"], ["check"], ["check", "--select", "E1"], ["grad"],
-        ["vjp"], ["jvp"], ["linearize", "--stats"], ["transpose"], ["vmap", "--axis-size", "2"],
-        ["dce"], ["simplify"], ["grad", "--timing", "--verify-each"], ["jacfwd"], ["jacrev"],
-        ["hessian"], ["cse"], ["fold"], ["inline"], ["canonicalize"], ["opt", "-p", "dce,cse"],
-        ["stats"],
-    ],
-    ids=" ".join,
-)  # fmt: skip
-def test_a_quick_command_imports_no_click(tmp_path, args):
-    """The common commands run without importing click (its modules, and gettext, locale,
-    uuid and platform: ~42M instructions of each start)."""
-    f = tmp_path / "f.jaxpr"
+#: runs each command line of its argument (a JSON list) in turn through the program's entry
+#: (`cli.entry`), its ending (`os._exit`) turned into a return; writes, last, each one's exit
+#: status and whether click was imported by then
+_IN_TURN_SAYS_CLICK = """
+import json, os, sys
+from jaxprtool.cli import entry
+
+
+class Ended(Exception):
+    pass
+
+
+def end(code):
+    raise Ended(code)
+
+
+os._exit = end
+rows = []
+for args in json.loads(sys.argv[1]):
+    sys.argv = ["jaxprtool", *args]
+    try:
+        entry()
+    except Ended as e:
+        rows.append((e.args[0], "click" in sys.modules))
+sys.stdout.flush()
+sys.stderr.write("\\n" + json.dumps(rows) + "\\n")
+"""
+
+#: the common command lines (each takes LINEAR)
+COMMON = [
+    ["fmt"], ["fmt", "--check"], ["check"], ["check", "--select", "E1"], ["grad"],
+    ["vjp"], ["jvp"], ["linearize", "--stats"], ["transpose"], ["vmap", "--axis-size", "2"],
+    ["dce"], ["simplify"], ["grad", "--timing", "--verify-each"], ["jacfwd"], ["jacrev"],
+    ["hessian"], ["cse"], ["fold"], ["inline"], ["canonicalize"], ["opt", "-p", "dce,cse"],
+    ["stats"],
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def common_in_turn(tmp_path_factory) -> list:
+    """(exit status, click imported by then) of each command line of COMMON, run in turn
+    in one fresh process.  click, once imported, stays: a row without it says that neither
+    its command nor one before it imported click, which is what a fresh process per
+    command would say of each, in one start-up."""
+    f = tmp_path_factory.mktemp("common") / "f.jaxpr"
     f.write_text(LINEAR)
+    argv = json.dumps([[*args, str(f)] for args in COMMON])
     r = subprocess.run(
-        [sys.executable, "-c", _EXIT_SAYS_CLICK, *args, str(f)], capture_output=True, text=True
+        [sys.executable, "-c", _IN_TURN_SAYS_CLICK, argv], capture_output=True, text=True
     )
     assert r.returncode == 0, r.stderr
-    assert r.stderr.endswith("click False"), r.stderr
+    rows = json.loads(r.stderr.splitlines()[-1])
+    assert len(rows) == len(COMMON), r.stderr
+    return rows
+
+
+@pytest.mark.parametrize("k", range(len(COMMON)), ids=[" ".join(a) for a in COMMON])
+def test_a_quick_command_imports_no_click(common_in_turn, k):
+    """The common commands run without importing click (its modules, and gettext, locale,
+    uuid and platform: ~42M instructions of each start)."""
+    status, click_imported = common_in_turn[k]
+    assert status == 0
+    first = next((COMMON[j] for j, (_, c) in enumerate(common_in_turn) if c), None)
+    assert not click_imported, f"{first} imported click (run in turn: `common_in_turn`)"
 
 
 def test_a_command_line_left_to_click_is_clicks(files):
@@ -242,32 +287,87 @@ RUNS = [
     (["stats", "{f}"], None),
 ]
 
-_FORCED_TO_CLICK = (
-    "import sys\n"
-    "from jaxprtool import quickstart\n"
-    "if sys.argv[1] == 'click':\n"
-    "    quickstart.QUICK_COMMANDS = frozenset()\n"
-    "sys.argv = ['jaxprtool', *sys.argv[2:]]\n"
-    "from jaxprtool.cli import entry\n"
-    "entry()\n"
-)
+#: runs each job of its argument (a JSON list) in a child forked from this one, as a fresh
+#: `jaxprtool` process would run it: its own folder, input and output files, argv; `click`
+#: jobs with no quick command (the quick start leaves every command line to click).  The
+#: modules the commands execute are imported once, here, before the forks (a child starts
+#: with them as a fresh process would be after importing them); click is not.  Prints the
+#: children's exit statuses.
+_FORKED = """
+import importlib, json, os, sys
+from jaxprtool import cli, quickstart
+
+for module in sys.argv[2].split(","):
+    importlib.import_module(module)
+statuses = []
+for job in json.loads(sys.argv[1]):
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.chdir(job["cwd"])
+            writes = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+            for fd, path, flags in ((0, job["stdin"], os.O_RDONLY), (1, job["stdout"], writes),
+                                    (2, job["stderr"], writes)):
+                f = os.open(path, flags, 0o644)
+                os.dup2(f, fd)
+                os.close(f)
+            if job["way"] == "click":
+                quickstart.QUICK_COMMANDS = frozenset()
+            sys.argv = ["jaxprtool", *job["args"]]
+            cli.entry()
+        finally:
+            os._exit(70)  # (entry ends the process itself: never here)
+    statuses.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+print(json.dumps(statuses))
+"""
+
+#: what the commands of RUNS execute, imported before the forks (`_FORKED`)
+_COMMON_MODULES = [
+    "jaxprtool.text.parser", "jaxprtool.text.printer", "jaxprtool.ad.api", "jaxprtool.ad.jvp",
+    "jaxprtool.ad.linearize", "jaxprtool.ad.transpose", "jaxprtool.passes.dce",
+    "jaxprtool.passes.cse", "jaxprtool.passes.simplify",
+]  # fmt: skip
 
 
-@pytest.mark.parametrize("argv, stdin", RUNS, ids=lambda a: " ".join(a) if a else "")
-def test_a_command_does_the_same_either_way(tmp_path, argv, stdin):
-    f = tmp_path / "f.jaxpr"
-    f.write_text("{ lambda ; a:f32[]. let b:f32[] = sin a in (b,) }\n")
-    (tmp_path / "bad.jaxpr").write_text("{ lambda ; a:f32[]. let b:f32[] = sin c in (b,) }\n")
+@pytest.fixture(scope="module")
+def both_ways(tmp_path_factory) -> list:
+    """For each command line of RUNS, what each way gave (quick, then click, in one folder
+    as two processes would): exit status, output, errors (the way's name as WAY), the output
+    file's bytes.  Each run is a child forked from one process (`_FORKED`)."""
+    from jaxprtool.cli import COMMANDS
+
+    jobs, modules = [], set(_COMMON_MODULES)
+    for k, (argv, stdin) in enumerate(RUNS):
+        d = tmp_path_factory.mktemp(f"run{k}")
+        f = d / "f.jaxpr"
+        f.write_text("{ lambda ; a:f32[]. let b:f32[] = sin a in (b,) }\n")
+        (d / "bad.jaxpr").write_text("{ lambda ; a:f32[]. let b:f32[] = sin c in (b,) }\n")
+        (d / "stdin").write_text(stdin or "")
+        modules.add("jaxprtool.commands." + COMMANDS[argv[0]].split(":")[0])
+        for way in ("quick", "click"):
+            names = dict(f=str(f), out=str(d / f"out-{way}.jaxpr"), bad=str(d / "bad.jaxpr"))
+            names["missing"] = str(d / "missing.jaxpr")
+            args = [a.format(**names) for a in argv]
+            jobs.append(dict(way=way, args=args, cwd=str(d), stdin=str(d / "stdin"),
+                             stdout=str(d / f"{way}.out"), stderr=str(d / f"{way}.err")))  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-c", _FORKED, json.dumps(jobs), ",".join(sorted(modules))],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
     seen = []
-    for way in ("quick", "click"):
-        out = tmp_path / f"out-{way}.jaxpr"
-        names = dict(f=str(f), out=str(out), bad=str(tmp_path / "bad.jaxpr"))
-        names["missing"] = str(tmp_path / "missing.jaxpr")
-        args = [a.format(**names) for a in argv]
-        r = subprocess.run(
-            [sys.executable, "-c", _FORCED_TO_CLICK, way, *args],
-            input=stdin, capture_output=True, text=True, cwd=tmp_path,
-        )  # fmt: skip
+    for job, status in zip(jobs, json.loads(r.stdout), strict=True):
+        d, way = Path(job["cwd"]), job["way"]
+        out = d / f"out-{way}.jaxpr"
         written = out.read_bytes() if out.exists() else None
-        seen.append((r.returncode, r.stdout, r.stderr.replace(way, "WAY"), written))
-    assert seen[0] == seen[1]
+        errors = (d / f"{way}.err").read_text().replace(way, "WAY")
+        seen.append((status, (d / f"{way}.out").read_text(), errors, written))
+    return [seen[k : k + 2] for k in range(0, len(seen), 2)]
+
+
+@pytest.mark.parametrize("k", range(len(RUNS)), ids=[" ".join(a) for a, _ in RUNS])
+def test_a_command_does_the_same_either_way(both_ways, k):
+    quick, click_ = both_ways[k]
+    assert quick == click_

@@ -191,9 +191,10 @@ def _erase_literal_types(j: Jaxpr, memo=None) -> Jaxpr:
     return out
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_print_parse_round_trip(data):
+    """30 programs in `make test`; 250 in `make test-full` (the `_many` test below)."""
     _round_trip(data)
 
 

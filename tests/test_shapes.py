@@ -120,9 +120,10 @@ def _mismatches(jaxpr, where: str) -> tuple[list[str], set[str]]:
 @functools.cache
 def _cases():
     """name -> (function, example arguments); jnp / lax calls chosen to cover the primitives.
-    Made once per process (its arrays are built op by op, each op an XLA compile: about a
-    second): test_run_every_primitive and test_run_params take it at collection too.  Its
-    arrays are immutable; a caller that adds cases copies the table first."""
+    Made once per process: test_run_every_primitive and test_run_params take it at collection
+    too.  Its arrays are made by numpy and placed on the device (`jax.device_put`: no XLA
+    compile, where each jnp operation compiled one: about a second of every worker's
+    collection).  Its arrays are immutable; a caller that adds cases copies the table first."""
     import jax
     import jax.extend.random
     import jax.numpy as jnp
@@ -130,15 +131,19 @@ def _cases():
     from jax import lax
 
     f32 = jnp.float32
-    x = jnp.linspace(0.1, 0.9, 12, dtype=f32).reshape(3, 4)
-    v = jnp.linspace(0.1, 0.9, 4, dtype=f32)
-    i = jnp.arange(12, dtype=jnp.int32).reshape(3, 4)
-    u = jnp.arange(4, dtype=jnp.uint32)
-    b = x > 0.5
-    c = lax.complex(x, x)
+    put = jax.device_put
+    nx = np.linspace(0.1, 0.9, 12, dtype=np.float32).reshape(3, 4)
+    x = put(nx)
+    v = put(np.linspace(0.1, 0.9, 4, dtype=np.float32))
+    i = put(np.arange(12, dtype=np.int32).reshape(3, 4))
+    u = put(np.arange(4, dtype=np.uint32))
+    b = put(nx > 0.5)
+    c = put((nx + 1j * nx).astype(np.complex64))
     key = jax.random.key(0)
-    img = jnp.ones((2, 5, 6, 3), f32)
-    ker = jnp.ones((3, 3, 3, 4), f32)
+    img = put(np.ones((2, 5, 6, 3), np.float32))
+    ker = put(np.ones((3, 3, 3, 4), np.float32))
+    x1 = put(nx + np.float32(1))
+    k3 = put(np.array([0, 2, 1], np.int32))
 
     cases = {}
     for n in UNARY:
@@ -154,7 +159,7 @@ def _cases():
     cases["abs_complex"] = (lax.abs, (c,))
     cases["conj_complex"] = (lax.conj, (c,))
     for n in BINARY:
-        cases[f"binary_{n}"] = (getattr(lax, n), (x, x + 1))
+        cases[f"binary_{n}"] = (getattr(lax, n), (x, x1))
     for n in (
         "bitwise_and",
         "bitwise_or",
@@ -171,7 +176,7 @@ def _cases():
     cases["scalar_broadcast_literal"] = (lambda a: a * 2.0 + 1.0, (x,))
     cases["select_n"] = (
         lambda p, a, c_: (lax.select_n(p, a, c_), lax.select_n(True, a, c_)),
-        (b, x, x + 1),
+        (b, x, x1),
     )
     cases["select_n_int"] = (lambda a: lax.select_n(jnp.int32(1), a, a, a), (x,))
     cases["clamp"] = (lambda a: (lax.clamp(0.2, a, 0.8), lax.clamp(v[0], a, x)), (x,))
@@ -185,7 +190,7 @@ def _cases():
             lax.bitcast_convert_type(a, jnp.uint8),
             lax.bitcast_convert_type(w, jnp.float32),
         ),
-        (x, jnp.ones((3, 2), jnp.uint16)),
+        (x, put(np.ones((3, 2), np.uint16))),
     )
     cases["reduce_precision"] = (lambda a: lax.reduce_precision(a, 5, 10), (x,))
     cases["stop_gradient_copy"] = (
@@ -230,7 +235,7 @@ def _cases():
             lax.dynamic_slice(a, (k, 1), (2, 2)),
             lax.dynamic_update_slice(a, jnp.ones((1, 2), f32), (k, k)),
         ),
-        (x, jnp.int32(1)),
+        (x, np.int32(1)),
     )
     cases["iota"] = (
         lambda: (lax.iota(jnp.int32, 5), lax.broadcasted_iota(jnp.float32, (2, 3), 1)),
@@ -244,7 +249,7 @@ def _cases():
             jnp.take(a, k, axis=1, mode="clip"),
             a.at[k].get(mode="fill", fill_value=-1.0),
         ),
-        (x, jnp.array([0, 2, 1], jnp.int32)),
+        (x, k3),
     )
     cases["scatter"] = (
         lambda a, k: (
@@ -255,7 +260,7 @@ def _cases():
             a.at[k].max(0.0),
             a.at[:, k].add(v[:3]),
         ),
-        (x, jnp.array([0, 2, 1], jnp.int32)),
+        (x, k3),
     )
     cases["split_stack_tile"] = (
         lambda a: (
@@ -350,7 +355,7 @@ def _cases():
             jnp.dot(a.astype(jnp.bfloat16), a.T, preferred_element_type=f32),
             jnp.vdot(v, v),
         ),
-        (x, jnp.ones((2, 3, 3), f32), i),
+        (x, put(np.ones((2, 3, 3), np.float32)), i),
     )
     cases["conv"] = (
         lambda m, w: (
@@ -392,7 +397,7 @@ def _cases():
         ),
         (img, ker),
     )
-    spd = jnp.eye(3, dtype=f32) * 2 + 0.1
+    spd = put(np.eye(3, dtype=np.float32) * np.float32(2) + np.float32(0.1))
     cases["linalg"] = (
         lambda m: (
             jnp.linalg.cholesky(m),
@@ -432,7 +437,7 @@ def _cases():
         lambda a: lax.while_loop(lambda s: s[0] < 10, lambda s: (s[0] + 1, s[1] * 2), (0, a)),
         (x,),
     )
-    cases["fori"] = (lambda a, n: lax.fori_loop(0, n, lambda k, y: y + k, a), (x, jnp.int32(3)))
+    cases["fori"] = (lambda a, n: lax.fori_loop(0, n, lambda k, y: y + k, a), (x, np.int32(3)))
     cases["scan"] = (
         lambda a, xs: lax.scan(lambda cy, t: (cy * 0.9 + t, jnp.tanh(cy)), a, xs),
         (v, x),
@@ -441,7 +446,7 @@ def _cases():
         lambda a, xs: lax.scan(
             lambda cy, t: (cy @ (x.T @ x) + t, (cy, t.sum())), a, xs, reverse=True
         ),
-        (v, jnp.ones((5, 4), f32)),
+        (v, put(np.ones((5, 4), np.float32))),
     )
     cases["scan_no_carry"] = (lambda xs: lax.map(jnp.sin, xs), (x,))
     cases["grad_scan"] = (
@@ -482,7 +487,7 @@ def _cases():
     cases["random_legacy"] = (lambda k: jax.random.normal(k, (3,)), (jax.random.PRNGKey(0),))
     cases["threefry"] = (
         lambda k, n: jax.extend.random.threefry_2x32(k, n),
-        (u[:2], jnp.arange(6, dtype=jnp.uint32)),
+        (put(np.arange(2, dtype=np.uint32)), put(np.arange(6, dtype=np.uint32))),
     )
     cases["rng_bit_generator"] = (
         lambda k: lax.rng_bit_generator(k, (2, 3), dtype=jnp.uint32),
@@ -498,7 +503,8 @@ def _misc_cases(cases, jax, jnp, lax, np):
     from jax.sharding import PartitionSpec as P
 
     f32 = jnp.float32
-    x = jnp.ones((32, 4), f32)
+    put = jax.device_put
+    x = put(np.ones((32, 4), np.float32))
     mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
 
     def collectives(b):
@@ -522,7 +528,7 @@ def _misc_cases(cases, jax, jnp, lax, np):
             in_specs=(P("x", "y"), P("x")),
             out_specs=(P(None, "y"), P("x", "y")),
         ),
-        (jnp.ones((8, 4), f32), jnp.ones((8, 1), f32)),
+        (put(np.ones((8, 4), np.float32)), put(np.ones((8, 1), np.float32))),
     )
 
     def refs(a):
@@ -542,10 +548,17 @@ def _misc_cases(cases, jax, jnp, lax, np):
         (x,),
     )
     cases["refs"] = (refs, (x,))
-    cases["linear_solve"] = (jnp.linalg.solve, (jnp.eye(3, dtype=f32), jnp.ones(3, f32)))
+    cases["linear_solve"] = (
+        jnp.linalg.solve,
+        (put(np.eye(3, dtype=np.float32)), put(np.ones(3, np.float32))),
+    )
     cases["ragged_dot"] = (
         lax.ragged_dot,
-        (jnp.ones((6, 4), f32), jnp.ones((2, 4, 5), f32), jnp.array([3, 3], jnp.int32)),
+        (
+            put(np.ones((6, 4), np.float32)),
+            put(np.ones((2, 4, 5), np.float32)),
+            put(np.array([3, 3], np.int32)),
+        ),
     )
     cases["approx_top_k"] = (lambda a: lax.approx_max_k(a, 2), (x,))
     cases["device_put_unstack"] = (
@@ -565,14 +578,17 @@ def _misc_cases(cases, jax, jnp, lax, np):
         lambda a: lax.platform_dependent(a, cpu=jnp.sin, default=jnp.cos),
         (x,),
     )
-    cases["hessian"] = (jax.hessian(lambda a: (jnp.sin(a) ** 2).sum()), (jnp.ones(3, f32),))
+    cases["hessian"] = (
+        jax.hessian(lambda a: (jnp.sin(a) ** 2).sum()),
+        (put(np.ones(3, np.float32)),),
+    )
     cases["jacfwd_cond"] = (
         jax.jacfwd(lambda a: lax.cond(a[0] > 0, jnp.sin, jnp.cos, a)),
-        (jnp.ones(3, f32),),
+        (put(np.ones(3, np.float32)),),
     )
     cases["vmap_while"] = (
         jax.vmap(lambda a: lax.while_loop(lambda c: c < 10, lambda c: c * 2, a)),
-        (jnp.ones(4, f32),),
+        (put(np.ones(4, np.float32)),),
     )
     cases["hiprims"] = (
         lambda s, q: (
@@ -581,9 +597,9 @@ def _misc_cases(cases, jax, jnp, lax, np):
             jnp.nonzero(q[0], size=2, fill_value=0),
             lax.custom_root(lambda y: y * y - s[1], 1.0, lambda g, y0: y0, lambda g, y: y),
         ),
-        (jnp.arange(5.0, dtype=f32), jnp.ones((2, 3), f32)),
+        (put(np.arange(5.0, dtype=np.float32)), put(np.ones((2, 3), np.float32))),
     )
-    m4 = jnp.eye(4, dtype=f32) + 0.1
+    m4 = put(np.eye(4, dtype=np.float32) + np.float32(0.1))
     cases["more_linalg"] = (
         lambda a: (
             jnp.linalg.eig(a),
@@ -599,7 +615,10 @@ def _misc_cases(cases, jax, jnp, lax, np):
         ),
         (m4,),
     )
-    cases["linearize"] = (lambda a: jax.linearize(lambda y: jnp.tanh(y) @ y.T, a)[1](a), (x[:4],))
+    cases["linearize"] = (
+        lambda a: jax.linearize(lambda y: jnp.tanh(y) @ y.T, a)[1](a),
+        (put(np.ones((4, 4), np.float32)),),
+    )
 
 
 @pytest.fixture(scope="module")

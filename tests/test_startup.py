@@ -1,7 +1,8 @@
 """Start-up (issue 13): commands that only read, transform and print a program import neither
 jax nor, unless the text holds a numpy value, numpy and ml_dtypes (`jaxprtool/lazy.py`).
-Each case runs the command in a fresh interpreter and looks at what it executed; times are
-measured by `make bench`, never here."""
+Each case runs the command in a fresh interpreter and looks at what it executed (the cases
+of one property in turn in one interpreter, `_in_turn`: one start-up for them all); times
+are measured by `make bench`, never here."""
 
 from __future__ import annotations
 
@@ -24,17 +25,22 @@ WITH_DTYPE = (
     "  in (b,) }\n"
 )
 
+#: runs each command line of its argument (a JSON list) in turn; after each, a row of what
+#: the process has executed so far (`_in_turn`)
 PROBE = r"""
-import io, json, sys, contextlib
+import json, sys
 from click.testing import CliRunner
 from jaxprtool.cli import main
 
-r = CliRunner().invoke(main, sys.argv[1:])
 def executed(name):
     m = sys.modules.get(name)
     return m is not None and type(m).__name__ not in ("_LazyModule", "_ExecutedOnFirstUse")
-print(json.dumps({"rc": r.exit_code, "out": r.output, "numpy": executed("numpy"),
-                  "ml_dtypes": executed("ml_dtypes"), "jax": "jax" in sys.modules}))
+rows = []
+for args in json.loads(sys.argv[1]):
+    r = CliRunner().invoke(main, args)
+    rows.append({"rc": r.exit_code, "out": r.output, "numpy": executed("numpy"),
+                 "ml_dtypes": executed("ml_dtypes"), "jax": "jax" in sys.modules})
+print(json.dumps(rows))
 """
 
 
@@ -47,10 +53,57 @@ def _last_line(probe: str, *args: str, env=None) -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
+def _in_turn(probe: str, folder: Path, runs: list[tuple[str, list[str]]]) -> list[dict]:
+    """Each (text, command line) of `runs` run in turn in one fresh interpreter (`probe`
+    takes them as one JSON list and prints its rows as one): row k says what the process has
+    executed once command k has run.  A module once executed stays so: a row where a module
+    is not executed says that neither its command nor one before it executed it, which is
+    what a fresh interpreter per command would say of each, in one start-up instead of
+    one per command.  (Where one did execute it, its row and every row after it show it:
+    `_first_with` names the first.)"""
+    argv = []
+    for k, (text, args) in enumerate(runs):
+        f = folder / f"p{k}.jaxpr"
+        f.write_text(text)
+        argv.append([*args, str(f)])
+    return json.loads(_last_line(probe, json.dumps(argv)))
+
+
+def _first_with(rows: list[dict], runs, key: str) -> str:
+    """Which command line of `runs` was the first whose row shows `key` (for a message)."""
+    k = next((k for k, row in enumerate(rows) if row[key]), None)
+    return "none" if k is None else " ".join(runs[k][1])
+
+
 def _probe(tmp_path, text: str, *args: str) -> dict:
-    f = tmp_path / "p.jaxpr"
-    f.write_text(text)
-    return json.loads(_last_line(PROBE, *args, str(f)))
+    return _in_turn(PROBE, tmp_path, [(text, list(args))])[0]
+
+
+#: the command lines whose process executes neither numpy nor ml_dtypes (nor jax: those of
+#: ONE_EQN), as (test, the text's name here, command line): run in turn in one interpreter
+#: (`_in_turn`)
+NUMPY_FREE = [
+    *(("free", "ONE_EQN", a) for a in (
+        ["fmt"], ["check"], ["jvp"], ["linearize"], ["vjp"], ["grad"], ["vmap", "--axis-size", "2"],
+        ["dce"], ["canonicalize"], ["opt", "-p", "inline,simplify,fold,cse,dce"])),
+    *(("int", "INT_PARAMS", a) for a in (
+        ["fmt"], ["check"], ["jvp"], ["grad"], ["vmap", "--axis-size", "2"], ["canonicalize"])),
+    ("dtype", "WITH_DTYPE", ["fmt"]),
+    ("dtype", "WITH_DTYPE", ["check"]),
+    ("numpy_dtype", "NUMPY_DTYPE", ["fmt"]),
+    ("numpy_dtype", "NUMPY_DTYPE", ["grad"]),
+    ("dot", "DOT_SUMMED", ["grad", "--argnums", "0,1"]),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def numpy_free(tmp_path_factory) -> dict:
+    """(test, text's name, command) -> (its row, {module: the first command line whose row
+    executed it}) of NUMPY_FREE run in turn in one interpreter."""
+    runs = [(globals()[name], a) for _, name, a in NUMPY_FREE]
+    rows = _in_turn(PROBE, tmp_path_factory.mktemp("numpy_free"), runs)
+    firsts = {key: _first_with(rows, runs, key) for key in ("numpy", "ml_dtypes", "jax")}
+    return {(test, name, a[0]): (row, firsts) for (test, name, a), row in zip(NUMPY_FREE, rows)}
 
 
 @pytest.mark.parametrize(
@@ -59,13 +112,13 @@ def _probe(tmp_path, text: str, *args: str) -> dict:
      ["dce"], ["canonicalize"], ["opt", "-p", "inline,simplify,fold,cse,dce"]],
     ids=lambda a: a[0],
 )  # fmt: skip
-def test_numpy_free_text_never_loads_numpy(tmp_path, args):
-    got = _probe(tmp_path, ONE_EQN, *args)
+def test_numpy_free_text_never_loads_numpy(numpy_free, args):
+    got, first = numpy_free["free", "ONE_EQN", args[0]]
     assert got["rc"] == 0, got["out"]
-    assert not got["jax"], "a command that does not run imported jax"
+    assert not got["jax"], f"a command that does not run imported jax: {first['jax']}"
     assert not got["numpy"] and not got["ml_dtypes"], (
-        f"{args[0]} executed numpy on a text without numpy values: find the module-level or "
-        "eager use (tests/test_startup.py's probe) and make it lazy"
+        f"{first['numpy']} executed numpy on a text without numpy values: find the module-level "
+        "or eager use (tests/test_startup.py's probe) and make it lazy"
     )
 
 
@@ -83,29 +136,29 @@ INT_PARAMS = (
     [["fmt"], ["check"], ["jvp"], ["grad"], ["vmap", "--axis-size", "2"], ["canonicalize"]],
     ids=lambda a: a[0],
 )
-def test_integer_parameters_never_load_numpy(tmp_path, args):
-    got = _probe(tmp_path, INT_PARAMS, *args)
+def test_integer_parameters_never_load_numpy(numpy_free, args):
+    got, first = numpy_free["int", "INT_PARAMS", args[0]]
     assert got["rc"] == 0, got["out"]
     assert not got["numpy"] and not got["ml_dtypes"], (
-        f"{args[0]} executed numpy for integer parameters (a numpy type test where "
+        f"{first['numpy']} executed numpy (for integer parameters: a numpy type test where "
         "`lazy.is_integer`/`lazy.is_dtype` would do)"
     )
     if args == ["fmt"]:
         assert got["out"] == INT_PARAMS
 
 
-def test_fmt_prints_a_dtype_parameter_back_without_numpy(tmp_path):
-    got = _probe(tmp_path, WITH_DTYPE, "fmt")
+def test_fmt_prints_a_dtype_parameter_back_without_numpy(numpy_free):
+    got, first = numpy_free["dtype", "WITH_DTYPE", "fmt"]
     assert got["rc"] == 0, got["out"]
-    assert not got["numpy"], "fmt executed numpy for a dtype parameter numpy defines"
+    assert not got["numpy"], f"{first['numpy']} executed numpy (fmt: a dtype numpy defines)"
     assert got["out"] == WITH_DTYPE
 
 
-def test_check_of_a_dtype_parameter_does_not_load_numpy(tmp_path):
+def test_check_of_a_dtype_parameter_does_not_load_numpy(numpy_free):
     """check reads dtype parameters as `DTypeName`s too: the shape rules need their names."""
-    got = _probe(tmp_path, WITH_DTYPE, "check")
+    got, first = numpy_free["dtype", "WITH_DTYPE", "check"]
     assert got["rc"] == 0, got["out"]
-    assert not got["numpy"]
+    assert not got["numpy"], first["numpy"]
 
 
 def _cast_round_trip(x):
@@ -162,15 +215,19 @@ def test_a_dtype_name_compares_and_hashes_as_its_numpy_dtype():
 
 
 @pytest.mark.parametrize("args", [["fmt"], ["grad"]], ids=lambda a: a[0])
-def test_a_numpy_dtype_parameter_does_not_load_ml_dtypes(tmp_path, args):
+def test_a_numpy_dtype_parameter_does_not_load_ml_dtypes(numpy_free, args):
     """float64 is numpy's own: ml_dtypes (~0.1 s) is loaded only for its own dtypes."""
-    text = WITH_DTYPE.replace("f64[3]", "f32[3]").replace("float64", "float32")
-    text = text.replace(
-        "  in (b,)", "    c:f32[] = reduce_sum[axes=(0,) out_sharding=None] b\n  in (c,)"
-    )
-    got = _probe(tmp_path, text, *args)
+    got, first = numpy_free["numpy_dtype", "NUMPY_DTYPE", args[0]]
     assert got["rc"] == 0, got["out"]
-    assert not got["numpy"] and not got["ml_dtypes"]
+    assert not got["numpy"] and not got["ml_dtypes"], first
+
+
+#: a convert_element_type to a dtype numpy defines, summed (grad takes it)
+NUMPY_DTYPE = (
+    WITH_DTYPE.replace("f64[3]", "f32[3]")
+    .replace("float64", "float32")
+    .replace("  in (b,)", "    c:f32[] = reduce_sum[axes=(0,) out_sharding=None] b\n  in (c,)")
+)
 
 
 def test_an_ml_dtypes_parameter_loads_it_and_prints_back(tmp_path):
@@ -322,20 +379,24 @@ re.compile = spy
 from click.testing import CliRunner
 from jaxprtool.cli import main
 
-r = CliRunner().invoke(main, sys.argv[1:])
-print(json.dumps({"rc": r.exit_code, "out": r.output, "at_import": at_import}))
+rows = []
+for args in json.loads(sys.argv[1]):
+    r = CliRunner().invoke(main, args)
+    rows.append({"rc": r.exit_code, "out": r.output, "at_import": list(at_import)})
+print(json.dumps(rows))
 """
 
 
-@pytest.mark.parametrize("args", [["fmt"], ["check"], ["grad"]], ids=lambda a: a[0])
-def test_no_module_compiles_a_regular_expression_as_it_is_imported(tmp_path, args):
+def test_no_module_compiles_a_regular_expression_as_it_is_imported(tmp_path):
     """A module's regular expressions are compiled when first used (`lazy.LazyPattern`):
-    compiled at import, each costs every command's start-up, used or not."""
-    f = tmp_path / "p.jaxpr"
-    f.write_text(ONE_EQN)
-    got = json.loads(_last_line(REGEX_PROBE, *args, str(f)))
-    assert got["rc"] == 0, got["out"]
-    assert got["at_import"] == [], "compiled at import: make them `lazy.LazyPattern`s"
+    compiled at import, each costs every command's start-up, used or not.  fmt, check and
+    grad in turn in one interpreter (`_in_turn`: a module imported is imported once)."""
+    runs = [(ONE_EQN, [name]) for name in ("fmt", "check", "grad")]
+    for (_, args), got in zip(runs, _in_turn(REGEX_PROBE, tmp_path, runs)):
+        assert got["rc"] == 0, got["out"]
+        assert got["at_import"] == [], (
+            f"{args[0]}: compiled at import: make them `lazy.LazyPattern`s"
+        )
 
 
 def test_a_lazy_pattern_is_compiled_on_first_use_and_answers_as_re_does():
@@ -380,14 +441,14 @@ DOT_SUMMED = """{ lambda ; a:f32[2,3] b:f32[3,4]. let
 """
 
 
-def test_grad_of_a_dot_general_does_not_load_numpy(tmp_path):
+def test_grad_of_a_dot_general_does_not_load_numpy(numpy_free):
     """The transposes of dot_general remember their result type by a key of their
     parameters that holds a dtype by its name (`shapes.params_key`): hashing the dtype
     parameter itself would import numpy."""
-    got = _probe(tmp_path, DOT_SUMMED, "grad", "--argnums", "0,1")
+    got, first = numpy_free["dot", "DOT_SUMMED", "grad"]
     assert got["rc"] == 0, got["out"]
     assert "dot_general" in got["out"]
-    assert not got["numpy"] and not got["ml_dtypes"]
+    assert not got["numpy"] and not got["ml_dtypes"], first
 
 
 #: `jax.make_jaxpr(jax.nn.relu)(jnp.ones(3))` as JAX 0.12.1 printed it: a custom_jvp_call of
@@ -413,12 +474,27 @@ import json, sys
 from click.testing import CliRunner
 from jaxprtool.cli import main
 
-r = CliRunner().invoke(main, sys.argv[1:])
-print(json.dumps({"rc": r.exit_code, "out": r.output,
-                  "modules": sorted(m for m, v in sys.modules.items()
-                                    if type(v).__name__ not in ("_LazyModule",
-                                                                "_ExecutedOnFirstUse"))}))
+rows = []
+for args in json.loads(sys.argv[1]):
+    r = CliRunner().invoke(main, args)
+    rows.append({"rc": r.exit_code, "out": r.output,
+                 "modules": sorted(m for m, v in sys.modules.items()
+                                   if type(v).__name__ not in ("_LazyModule",
+                                                               "_ExecutedOnFirstUse"))})
+print(json.dumps(rows))
 """
+
+
+@pytest.fixture(scope="module")
+def fmt_then_vjp(tmp_path_factory) -> dict:
+    """The rows of `fmt` of ONE_EQN and of RELU, then `vjp` of RELU, run in turn in one
+    interpreter (`_in_turn`: the vjp's row holds what the fmts executed, which is none of
+    what it is asked about), by (command, text's name)."""
+    runs = [("ONE_EQN", "fmt"), ("RELU", "fmt"), ("RELU", "vjp")]
+    rows = _in_turn(MODULES_PROBE, tmp_path_factory.mktemp("modules"),
+                    [(globals()[name], [command]) for name, command in runs])  # fmt: skip
+    return {(command, name): row for (name, command), row in zip(runs, rows)}
+
 
 #: what differentiating a call needs and printing one does not
 AD_OF_CALLS = {
@@ -431,16 +507,14 @@ AD_OF_CALLS = {
 
 @pytest.mark.parametrize("command", ["fmt", "vjp"])
 def test_printing_a_custom_jvp_call_imports_no_ad_of_calls_and_vjp_finds_its_rule(
-    tmp_path, command
+    fmt_then_vjp, command
 ):
     """`fmt` of a custom_jvp_call reads and prints it without the AD walks or the families of
     library rules; `vjp` of it loads them, but only the family that holds relu's rule: not
     Equinox's, whose library rule is of another function (relu's rule is JAX's: the
     derivative at 0 is 0, checked against JAX in tests/test_custom_rules.py).  Neither
     executes the vmap machinery, which the families name as a lazy module."""
-    f = tmp_path / "relu.jaxpr"
-    f.write_text(RELU)
-    got = json.loads(_last_line(MODULES_PROBE, command, str(f)))
+    got = fmt_then_vjp[command, "RELU"]
     assert got["rc"] == 0, got["out"]
     loaded = (AD_OF_CALLS | {"jaxprtool.families.equinox"}) & set(got["modules"])
     assert "jaxprtool.ad.batching" not in got["modules"]
@@ -475,14 +549,12 @@ def test_writing_the_output_file_imports_neither_tempfile_nor_signal(tmp_path):
 PASSES = {"jaxprtool.passes.fold", "jaxprtool.passes.simplify", "jaxprtool.passes.dce"}
 
 
-@pytest.mark.parametrize("text", [ONE_EQN, RELU], ids=["sin", "relu"])
-def test_fmt_executes_no_pass_nor_the_grammars_path(tmp_path, text):
+@pytest.mark.parametrize("text", ["ONE_EQN", "RELU"], ids=["sin", "relu"])
+def test_fmt_executes_no_pass_nor_the_grammars_path(fmt_then_vjp, text):
     """The families `fmt` loads name the passes' helpers as lazy modules (`lazy_module`):
     reading and printing a program executes no pass module; the parser imports lark's path
     only for a text its plain reader leaves."""
-    f = tmp_path / "p.jaxpr"
-    f.write_text(text)
-    got = json.loads(_last_line(MODULES_PROBE, "fmt", str(f)))
+    got = fmt_then_vjp["fmt", text]
     assert got["rc"] == 0, got["out"]
     assert "jaxprtool.families.arithmetic" in got["modules"]  # (a family was loaded)
     assert PASSES & set(got["modules"]) == set()

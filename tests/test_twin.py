@@ -72,18 +72,25 @@ def printed(j: core.Jaxpr, pure: bool, style=None, width: int = 80) -> str:
         return print_jaxpr(j, style, width)
 
 
-def assert_alike(text: str, what="") -> None:
-    """Both paths read `text` alike, and print the program read alike (in its own style)."""
+def assert_alike(text: str, what="") -> core.Jaxpr | None:
+    """Both paths read `text` alike, and print the program read alike (in its own style);
+    returns the program the compiled path read (None: an error, alike)."""
     a, seen_a = read(text, False)
     b, seen_b = read(text, True)
     assert seen_a == seen_b, what
     if a is None:
-        return
+        return None
     assert core.alpha_equal(a, b), what
     style = detect_style(b)
     reference = printed(b, True, style)
     assert printed(b, False, style) == reference, what
     assert printed(a, False, style) == reference, what
+    return a
+
+
+#: corpus file -> the program the compiled path read in test_the_corpus_alike (None: a
+#: file both paths refuse), kept for `corpus_read`: the passes' tests read it once more no
+_CORPUS_READ: dict[Path, core.Jaxpr | None] = {}
 
 
 @built
@@ -127,7 +134,7 @@ def test_the_corpus_alike(every):
     ambiguous = [f for f in files if f.name == AMBIGUOUS]
     assert ambiguous
     for f in [*files[::every], *ambiguous]:
-        assert_alike(f.read_text(), f)
+        _CORPUS_READ[f] = assert_alike(f.read_text(), f)
 
 
 @built
@@ -196,9 +203,10 @@ def _ir_printed_alike(data) -> None:
 
 
 @built
-@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_generated_ir_printed_alike(data):
+    """40 programs in `make test`; 2,000 in `make test-full` (the `_many` test below)."""
     _ir_printed_alike(data)
 
 
@@ -554,21 +562,42 @@ REF_WRITTEN_IN_JIT = """{ lambda ; a:f32[3]. let
 """
 
 
-@built
-@needs_corpus
-def test_dead_code_kept_alike():
-    """`dce_eqns` keeps the same equations on both paths (its loop compiled: `dce_walk_vars`), on
-    every jaxpr of every third corpus file and the files with Refs and effects, with every
-    output live and with none (its effectful equations and writes into Refs kept alone)."""
+@pytest.fixture(scope="module")
+def corpus_read():
+    """([(file, program)] of every third corpus file, the same of the files with Refs and
+    effects), the files the reader refuses left out: read once for the three tests of the
+    compiled passes below (what test_the_corpus_alike read on the compiled path, where it
+    ran first; reading them alike is its test)."""
     files = sorted(CORPUS.rglob("*.jaxpr"))
     special = [f for f in files if "ref" in f.name or "debug" in f.name or "effect" in f.name]
     assert len(special) > 5
+    read = []
+    for group in (files[::3], special):
+        read.append([])
+        for f in group:
+            j = _CORPUS_READ[f] if f in _CORPUS_READ else read_or_none(f.read_text())
+            if j is not None:
+                read[-1].append((f, j))
+    return tuple(read)
+
+
+def read_or_none(text: str) -> core.Jaxpr | None:
+    """The program `text` holds (read on the path the environment says), or None."""
+    try:
+        return parse(text, "f.jaxpr").jaxpr
+    except JaxprError:
+        return None
+
+
+@built
+@needs_corpus
+def test_dead_code_kept_alike(corpus_read):
+    """`dce_eqns` keeps the same equations on both paths (its loop compiled: `dce_walk_vars`), on
+    every jaxpr of every third corpus file and the files with Refs and effects, with every
+    output live and with none (its effectful equations and writes into Refs kept alone)."""
     pruned = kept_alone = 0
-    for f in [*files[::3], *special, None]:
-        try:
-            program = parse(REF_WRITTEN_IN_JIT if f is None else f.read_text(), str(f)).jaxpr
-        except JaxprError:
-            continue
+    third, special = corpus_read
+    for f, program in [*third, *special, (None, parse(REF_WRITTEN_IN_JIT).jaxpr)]:
         for j in _jaxprs(program):
             for live_out in (j.outvars, ()):
                 reference = _kept(j.eqns, live_out, True)
@@ -590,19 +619,13 @@ def _dce_pass(j: core.Jaxpr, pure: bool) -> core.Jaxpr:
 
 @built
 @needs_corpus
-def test_the_dce_pass_alike():
+def test_the_dce_pass_alike(corpus_read):
     """The `dce` pass removes the same equations on both paths (its loop compiled:
     `dce_sweep`, which hands back the equations with nested jaxprs), on every third corpus
     file and the files with Refs and effects, with every output live and with only the
     first (the equations only the others read are dead)."""
-    files = sorted(CORPUS.rglob("*.jaxpr"))
-    special = [f for f in files if "ref" in f.name or "debug" in f.name or "effect" in f.name]
-    programs = []
-    for f in [*files[::3], *special, None]:
-        try:
-            programs.append(parse(REF_WRITTEN_IN_JIT if f is None else f.read_text()).jaxpr)
-        except JaxprError:
-            continue
+    third, special = corpus_read
+    programs = [j for _, j in [*third, *special]] + [parse(REF_WRITTEN_IN_JIT).jaxpr]
     removed = handed_back = 0
     for j in programs:
         for outs in (j.outvars, j.outvars[:1]):
@@ -636,18 +659,13 @@ def _gradient(j: core.Jaxpr) -> core.Jaxpr | None:
 
 @built
 @needs_corpus
-def test_simplify_and_cse_alike():
+def test_simplify_and_cse_alike(corpus_read):
     """The `simplify` and `cse` passes give the same program on both paths (their loops
     compiled: `simplify_rules_sweep` and `cse_sweep`, which take the equations they keep as they
     are and hand every other one back), on every third corpus file and the vjp of each, the
     transformer-like program's and a program whose rules fire in a row."""
-    files = sorted(CORPUS.rglob("*.jaxpr"))[::3]
     programs = [parse(ROWS_TO_CLEAN).jaxpr]
-    for f in files:
-        try:
-            j = parse(f.read_text(), str(f)).jaxpr
-        except JaxprError:
-            continue
+    for _, j in corpus_read[0]:
         programs += [j] + [g for g in [_gradient(j)] if g is not None]
     changed = {"cse": 0, "simplify": 0}
     for j in programs:

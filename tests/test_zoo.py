@@ -61,8 +61,13 @@ FAST = ("gp_nll", "expm")
 #: expm's derivatives take seconds each: the default run checks its constants (`--consts`)
 #: through run; its grad, jvp, linearize|transpose and check-grad are `make test-full`'s
 #: (gp_nll's run in the default run, and test_consts_order's derivatives and check-grad
-#: take an archive of constants)
-FAST_COMMANDS = {"expm": ("fmt", "check", "run")}
+#: take an archive of constants).  gp_nll's check-grad (~1.5 CPU-s) too: its derivatives
+#: are JAX's in the default run (grad, jvp, linearize|transpose), and check-grad through
+#: cholesky and solves is test_check_grad_verdicts.py's linalg program's
+FAST_COMMANDS = {
+    "expm": ("fmt", "check", "run"),
+    "gp_nll": ("fmt", "check", "run", "grad", "jvp", "linearize_transpose"),
+}
 
 
 class KnownGap(Exception):
