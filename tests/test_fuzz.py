@@ -369,7 +369,12 @@ _DRIVER = r"""
 import base64, json, os, sys
 from pathlib import Path
 from click.testing import CliRunner
+from jaxprtool import compile_cache
 from jaxprtool.cli import main
+# JAX's persistent cache (the tool's, in the test session's folder) on from the start: the
+# second seed's process loads what the first compiled (explain's programs too) instead of
+# compiling again; what is compared is what the tool prints, which the cache does not change
+compile_cache.configure(True)
 jobs = json.loads(sys.stdin.read())
 res = []
 for argv, out in jobs:
