@@ -200,13 +200,16 @@ def test_value_used_twice_accumulates(tmp_path):
 
     p = tmp_path / "twice.jaxpr"
     p.write_text(TWICE)
-    r = invoke(str(p), "--no-color", "--random", "2")
+    x = np.array([0.5, -1.0, 2.0], np.float32)
+    np.savez(tmp_path / "x.npz", x)
+    with _walks_of_commands() as walks:
+        r = invoke(str(p), "--no-color", "--args", str(tmp_path / "x.npz"))
     assert r.exit_code == 0, r.output
     assert "accumulation: ct[t_a] = add_any" in r.output
     assert "(t_a is used 2 times)" in r.output
 
-    x = np.array([0.5, -1.0, 2.0], np.float32)
-    data = explain_data(parse(TWICE, "twice").jaxpr, [x], "grad")
+    (data,) = walks  # (the command's walk: grad, the default for one scalar output)
+    assert data.mode == "grad"
     accs = [a for s in data.reverse for a in s.accumulations]
     assert len(accs) == 1 and accs[0].uses == 2
     np.testing.assert_allclose(accs[0].result.array, 2 * x, rtol=1e-6)
@@ -442,15 +445,20 @@ CUSTOM = """{ lambda ; a:f32[3]. let
 def test_custom_rule_fallback_is_reported(tmp_path):
     p = tmp_path / "custom.jaxpr"
     p.write_text(CUSTOM)
-    r = invoke(str(p), "--no-color", "--width", "200")
+    with _walks_of_commands() as walks:
+        r = invoke(str(p), "--no-color", "--width", "200")
     assert r.exit_code == 0, r.output
     note = "custom_jvp_call 'mysin' (jvp=mysin_jvp): custom rule replaced by the derivative"
     assert f"fallback: {note}" in r.output  # at the step
     assert "differentiated by a fallback or a plugin rule:" in r.output
     assert f"eqn 0 (custom_jvp_call): {note}" in r.output  # and in the summary
 
-    data = explain_data(parse(CUSTOM, "custom").jaxpr, [np.ones(3, np.float32)], "grad")
-    assert data.passed and [w for w, _ in data.fallbacks] == ["eqn 0 (custom_jvp_call)"]
+    (data,) = walks  # (the command's walk)
+    assert (
+        data.mode == "grad"
+        and data.passed
+        and [w for w, _ in data.fallbacks] == ["eqn 0 (custom_jvp_call)"]
+    )
     assert data.forward[0].fallbacks and not data.forward[1].fallbacks
 
 
