@@ -257,20 +257,26 @@ def test_maybe_set_vmaps_as_equinox():
     xs, vs = vec((n, 4, 3), 50), vec((n, 3), 51)
     idx, ks = np.array([0, 3, 1, 2, -1], np.int32), np.array([0, 1, 2, 0, 1], np.int32)
     assert (vs[np.arange(n), ks] > 0).any() and (vs[np.arange(n), ks] <= 0).any()
-    batched = {}
-    for axes in [(None, 0, None, 0), (0, None, 0, None), (None, 0, 0, None), (0, 0, 0, 0)]:
+    every = [(None, 0, None, 0), (0, None, 0, None), (None, 0, 0, None), (0, 0, 0, 0)]
+    cases = []
+    for axes in every:
         args = [a if d == 0 else a[0] for a, d in zip([xs, vs, idx, ks], axes)]
         j = vmap_jaxpr(ir(set_if, *[a[0] if d == 0 else a for a, d in zip(args, axes)]),
                        list(axes), 0, n)  # fmt: skip
-        (got,) = backend.evaluate(j, args)
-        close(got, jax.jit(jax.vmap(set_if, in_axes=axes))(*args))
-        batched[axes] = j
+        cases.append((axes, args, j))
     # reverse mode, all batched (Equinox's own transpose fails with an unbatched buffer)
     ct = vec((n, 4, 3), 52)
-    want = jax.jit(
-        lambda a, b, c: jax.vjp(lambda a, b: jax.vmap(set_if)(a, b, idx, ks), a, b)[1](c)
-    )(xs, vs, ct)
-    got = backend.evaluate(vjp_jaxpr(batched[0, 0, 0, 0], [0, 1]), [xs, vs, idx, ks, ct])
+
+    def jax_answers(all_args, a, b, c):  # (every case's and the vjp's: one compilation)
+        vmapped = [jax.vmap(set_if, in_axes=axes)(*xs) for (axes, _, _), xs in zip(cases, all_args)]
+        pull = jax.vjp(lambda a, b: jax.vmap(set_if)(a, b, idx, ks), a, b)[1]
+        return vmapped, pull(c)
+
+    wants, want = jax.jit(jax_answers)([args for _, args, _ in cases], xs, vs, ct)
+    for (_, args, j), w in zip(cases, wants, strict=True):
+        (got,) = backend.evaluate(j, args)
+        close(got, w)
+    got = backend.evaluate(vjp_jaxpr(cases[-1][2], [0, 1]), [xs, vs, idx, ks, ct])
     for g, w in zip(got[1:], want):
         close(g, w)
 
