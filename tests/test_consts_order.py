@@ -122,6 +122,15 @@ def traced(tmp_path_factory):
     return trace_module(folder, "consts_order", SOURCE, ORDER, "--arg", "f32[3]")
 
 
+@pytest.fixture(scope="module")
+def jax_values(traced):
+    """{name: JAX's value of each function at X}, one jitted function (one compilation,
+    instead of one per operation)."""
+    _, mod = traced
+    values = jax.jit(lambda x: {fn: getattr(mod, fn)(x) for fn in ORDER})(X)
+    return {fn: np.asarray(v) for fn, v in values.items()}
+
+
 def test_every_constant_is_the_programs_in_one_order(traced):
     """Hoisted, every constant is the program's (none stays in a cond branch, loop body or
     call body), all f32[3], numbered the program's own first, then equation by equation,
@@ -142,18 +151,18 @@ def test_every_constant_is_the_programs_in_one_order(traced):
         assert number_constants(h).program is h  # reading a hoisted program changes nothing
 
 
-def test_run_consts_of_the_traced_text_is_jax(traced, tmp_path):
-    progs, mod = traced
+def test_run_consts_of_the_traced_text_is_jax(traced, jax_values, tmp_path):
+    progs, _ = traced
     for fn in ORDER:
         prog, consts = progs[fn]
         (got,) = run_with_consts(tmp_path, prog, [X], consts)
-        close(got, getattr(mod, fn)(X))
+        close(got, jax_values[fn])
 
 
-def test_run_repeat_eager_and_compile_take_every_constant(traced, tmp_path):
+def test_run_repeat_eager_and_compile_take_every_constant(traced, jax_values, tmp_path):
     """`run --repeat` and `run --eager` take the same archive, and `compile` takes every
     constant as a parameter before the input."""
-    progs, mod = traced
+    progs, _ = traced
     prog, consts = progs["f"]
     a, o = tmp_path / "a.npz", tmp_path / "o.npz"
     np.savez(a, X)
@@ -161,17 +170,17 @@ def test_run_repeat_eager_and_compile_take_every_constant(traced, tmp_path):
         r = run(["run", str(prog), "--args", str(a), "--consts", str(consts), "-o", str(o)] + extra)
         assert r.exit_code == 0, r.output
         with np.load(o) as d:
-            close(d["out0"], mod.f(X))
+            close(d["out0"], jax_values["f"])
     r = run(["compile", str(prog)])
     assert r.exit_code == 0, r.output
     main = next(line for line in r.output.splitlines() if "func.func public @main(" in line)
     assert main.count("tensor<3xf32>") == 5  # four constants and x, no result of that type
 
 
-def test_a_swap_of_same_typed_constants_changes_the_answer(traced, tmp_path):
+def test_a_swap_of_same_typed_constants_changes_the_answer(traced, jax_values, tmp_path):
     """The checks here can fail: the same archive with two of its same-typed constants
     swapped runs without an error, and its answer is not JAX's."""
-    progs, mod = traced
+    progs, _ = traced
     for fn, (i, k) in (("f", (1, 3)), ("g", (0, 1))):
         prog, consts = progs[fn]
         values = archive(consts)
@@ -179,7 +188,7 @@ def test_a_swap_of_same_typed_constants_changes_the_answer(traced, tmp_path):
         swapped = tmp_path / "swapped.npz"
         np.savez(swapped, **{f"const{n}": v for n, v in enumerate(values)})
         (got,) = run_with_consts(tmp_path, prog, [X], swapped)
-        assert not np.allclose(got, getattr(mod, fn)(X), rtol=1e-3), fn
+        assert not np.allclose(got, jax_values[fn], rtol=1e-3), fn
 
 
 def _jax_answers(f, command):
@@ -258,6 +267,25 @@ def test_check_grad_takes_the_traced_constants(traced, tmp_path, fns):
         assert r.exit_code == 0 and "0 failures" in r.output, r.output
 
 
+def _explained(argv):
+    """The command `argv` run in-process, and the walk its `explain` made (`explain_data`
+    recorded as the command calls it: checked without walking the program again)."""
+    from jaxprtool.ui import explain
+
+    walks = []
+    walk = explain.explain_data
+
+    def recorded(*args, **kwargs):
+        walks.append(walk(*args, **kwargs))
+        return walks[-1]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(explain, "explain_data", recorded)
+        r = run(argv)
+    (data,) = walks
+    return r, data
+
+
 def _jitted_tangent(f):
     return jax.jit(lambda x, t: jax.jvp(f, (x,), (t,))[1])
 
@@ -272,22 +300,19 @@ EXPLAINED = ("w", "s")
 )
 def test_explain_takes_the_constants_of_cond_and_loop_bodies(traced, tmp_path, fns):
     """explain with the archive: its checks pass, and the derivative it shows is JAX's
-    (the tangent along the direction it drew, the gradient)."""
-    from jaxprtool.ui.explain import explain_data
-
+    (the tangent along the direction it drew, the gradient): the walk checked is the
+    command's own."""
     progs, mod = traced
     np.savez(tmp_path / "x.npz", arg0=X)
     for fn in fns:
         prog, consts = progs[fn]
         f = getattr(mod, fn)
         for mode in ("jvp",) if fn in WHILE else ("jvp", "grad"):
-            r = run(
+            r, data = _explained(
                 ["explain", str(prog), "--args", str(tmp_path / "x.npz"), "--mode", mode]
                 + ["--consts", str(consts)]
             )
             assert r.exit_code == 0 and "all checks pass" in r.output, r.output
-            j = number_constants(parse(prog.read_text(), str(prog)).jaxpr).program
-            data = explain_data(j, [X], mode, consts=archive(consts))
             assert data.error is None and data.passed
             if mode == "jvp":
                 t = data.direction[0].astype(np.float32)
@@ -362,14 +387,15 @@ def test_constants_that_stay_nested_come_last(tmp_path, monkeypatch):
     assert [e.prim for _, e in nested_with_consts(numbered.program)] == ["custom_vjp_call"]
     for got, want in zip(archive(consts), (mod.W, mod.V), strict=True):
         np.testing.assert_array_equal(got, np.asarray(want))
+    value_and_grad = jax.jit(lambda x: (mod.f(x), jax.grad(mod.f)(x)))(X)  # (one compilation)
     (got,) = run_with_consts(tmp_path, prog, [X], consts)
-    close(got, mod.f(X))
+    close(got, value_and_grad[0])
     grad = tmp_path / "grad.jaxpr"
     r = run(["grad", str(prog), "-o", str(grad)])
     assert r.exit_code == 0, r.output
     assert len(parse(grad.read_text(), str(grad)).jaxpr.constvars) == 2
     (got,) = run_with_consts(tmp_path, grad, [X], consts)
-    close(got, jax.grad(mod.f)(X))
+    close(got, value_and_grad[1])
     np.savez(tmp_path / "x.npz", arg0=X)
     r = run(["explain", str(prog), "--args", str(tmp_path / "x.npz"), "--consts", str(consts)])
     assert r.exit_code == 1 and "a check FAILED" in r.output, r.output  # bwd is not sin's

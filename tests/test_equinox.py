@@ -146,7 +146,7 @@ def test_equinox_primitives_run_jvp_vjp_as_jax():
             close(a, b)
     j = ir(backward_only, X3)
     jv = backend.evaluate(jvp_jaxpr(j), [X3, Y3])
-    close(jv[1], jax.jvp(backward_only, [X3], [Y3])[1])
+    close(jv[1], jax.jit(lambda x, t: jax.jvp(backward_only, [x], [t])[1])(X3, Y3))
     with pytest.raises(RuntimeError, match="cannot be reverse-mode"):
         jax.grad(backward_only)(X3)
     with pytest.raises(JaxprError, match="cannot be reverse-mode autodifferentiated"):
@@ -200,10 +200,11 @@ def test_nonbatchable_constant_across_batch_checks_as_equinox_with_nan(capsys):
     ]
     for f, x, xb in cases:
         (got,) = backend.evaluate(vmap_jaxpr(ir(f, x), [0], 0, 5), [xb])
-        want = np.asarray(jax.vmap(f)(xb))
+        want = np.asarray(jax.jit(jax.vmap(f))(xb))  # (eagerly, a compile an op)
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
-    assert np.isnan(want_nan := np.asarray(jax.vmap(scaled)(vec((5, 3), 42)))).all(), want_nan
+    want_nan = np.asarray(jax.jit(jax.vmap(scaled))(vec((5, 3), 42)))
+    assert np.isnan(want_nan).all(), want_nan
     assert "EQX_ON_ERROR=nan" in capsys.readouterr().err
 
 
@@ -236,7 +237,7 @@ def test_equinox_primitives_vmap_as_jax():
     ]:
         j = ir(f, *[a[0] if ax == 0 else a for a, ax in zip(args, axes)])
         (got,) = backend.evaluate(vmap_jaxpr(j, list(axes), 0, 5), args)
-        close(got, jax.vmap(f, in_axes=axes)(*args))
+        close(got, jax.jit(jax.vmap(f, in_axes=axes))(*args))  # (eagerly, a compile an op)
 
 
 @needs_eqx
@@ -256,20 +257,26 @@ def test_maybe_set_vmaps_as_equinox():
     xs, vs = vec((n, 4, 3), 50), vec((n, 3), 51)
     idx, ks = np.array([0, 3, 1, 2, -1], np.int32), np.array([0, 1, 2, 0, 1], np.int32)
     assert (vs[np.arange(n), ks] > 0).any() and (vs[np.arange(n), ks] <= 0).any()
-    batched = {}
-    for axes in [(None, 0, None, 0), (0, None, 0, None), (None, 0, 0, None), (0, 0, 0, 0)]:
+    every = [(None, 0, None, 0), (0, None, 0, None), (None, 0, 0, None), (0, 0, 0, 0)]
+    cases = []
+    for axes in every:
         args = [a if d == 0 else a[0] for a, d in zip([xs, vs, idx, ks], axes)]
         j = vmap_jaxpr(ir(set_if, *[a[0] if d == 0 else a for a, d in zip(args, axes)]),
                        list(axes), 0, n)  # fmt: skip
-        (got,) = backend.evaluate(j, args)
-        close(got, jax.jit(jax.vmap(set_if, in_axes=axes))(*args))
-        batched[axes] = j
+        cases.append((axes, args, j))
     # reverse mode, all batched (Equinox's own transpose fails with an unbatched buffer)
     ct = vec((n, 4, 3), 52)
-    want = jax.jit(
-        lambda a, b, c: jax.vjp(lambda a, b: jax.vmap(set_if)(a, b, idx, ks), a, b)[1](c)
-    )(xs, vs, ct)
-    got = backend.evaluate(vjp_jaxpr(batched[0, 0, 0, 0], [0, 1]), [xs, vs, idx, ks, ct])
+
+    def jax_answers(all_args, a, b, c):  # (every case's and the vjp's: one compilation)
+        vmapped = [jax.vmap(set_if, in_axes=axes)(*xs) for (axes, _, _), xs in zip(cases, all_args)]
+        pull = jax.vjp(lambda a, b: jax.vmap(set_if)(a, b, idx, ks), a, b)[1]
+        return vmapped, pull(c)
+
+    wants, want = jax.jit(jax_answers)([args for _, args, _ in cases], xs, vs, ct)
+    for (_, args, j), w in zip(cases, wants, strict=True):
+        (got,) = backend.evaluate(j, args)
+        close(got, w)
+    got = backend.evaluate(vjp_jaxpr(cases[-1][2], [0, 1]), [xs, vs, idx, ks, ct])
     for g, w in zip(got[1:], want):
         close(g, w)
 
@@ -523,8 +530,8 @@ def test_checkpointed_while_loop(zoo, tmp_path):
     assert (
         r.exit_code == 1 and "can't apply forward-mode autodiff (jvp) to a custom_vjp" in r.output
     )
-    with pytest.raises(TypeError, match="can't apply forward-mode autodiff"):
-        jax.jvp(f, (x, w), (x, w))
+    with pytest.raises(TypeError, match="can't apply forward-mode autodiff"):  # (traced only:
+        jax.jit(lambda x, w: jax.jvp(f, (x, w), (x, w)))(x, w)  # eagerly, the loop ran first)
 
 
 @needs_eqx

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 
@@ -47,6 +48,50 @@ def _mlp_jax(a, b, c, d, e, f):
     return jnp.sum((m - f) ** 2) / 10.0
 
 
+@contextlib.contextmanager
+def _walks_of_commands():
+    """The `ExplainData` of every walk the `explain` commands run inside make (the command's
+    own, checked without walking the program a second time)."""
+    from jaxprtool.ui import explain
+
+    made = []
+    walk = explain.explain_data
+
+    def recorded(*args, **kwargs):
+        made.append(walk(*args, **kwargs))
+        return made[-1]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(explain, "explain_data", recorded)
+        yield made
+
+
+def _mlp_program():
+    return parse((SAMPLES / "mlp.jaxpr").read_text(), "mlp.jaxpr").jaxpr
+
+
+@pytest.fixture(scope="module")
+def mlp_grad(tmp_path_factory):
+    """`explain --mode grad` of the mlp sample at `_mlp_args()`: (the command's result, its
+    walk, JAX's gradient, jitted: one compilation instead of one per operation)."""
+    import jax
+
+    args = _mlp_args()
+    npz = tmp_path_factory.mktemp("mlp") / "in.npz"
+    np.savez(npz, **{f"arg{i}": a for i, a in enumerate(args)})
+    with _walks_of_commands() as walks:
+        r = invoke(str(SAMPLES / "mlp.jaxpr"), "--args", str(npz), "--mode", "grad", "--no-color")
+    (data,) = walks
+    expected = jax.jit(jax.grad(_mlp_jax, argnums=tuple(range(6))))(*args)
+    return r, data, [np.asarray(g) for g in expected]
+
+
+@pytest.fixture(scope="module")
+def mlp_vjp():
+    """The vjp walk of the mlp sample at `_mlp_args()` (rendered, and taken apart)."""
+    return explain_data(_mlp_program(), _mlp_args(), "vjp")
+
+
 def test_sin_cos_stages_and_rules():
     # piped, rich's width is 80 columns; 120 keeps the residual notes on one line
     r = invoke(str(SAMPLES / "sin_cos.jaxpr"), "--no-color", "--mode", "vjp", "--width", "120")
@@ -80,61 +125,48 @@ def test_the_rule_kind_is_the_walks(monkeypatch):
     assert "rule: primitive_jvps (sin)" in r.output and "rule: defjvp (cos)" in r.output
 
 
-def test_mlp_grad_matches_jax(tmp_path):
-    import jax
-
-    args = _mlp_args()
-    npz = tmp_path / "in.npz"
-    np.savez(npz, **{f"arg{i}": a for i, a in enumerate(args)})
-    r = invoke(str(SAMPLES / "mlp.jaxpr"), "--args", str(npz), "--mode", "grad", "--no-color")
+def test_mlp_grad_matches_jax(mlp_grad):
+    r, data, expected = mlp_grad
     assert r.exit_code == 0, r.output
     assert "rule: defbilinear (dot_general)" in r.output
     assert "rule: defjvp2 (tanh)" in r.output
     assert "J^T w vs central finite differences" in r.output
     assert "result: all checks pass" in r.output
 
-    jaxpr = parse((SAMPLES / "mlp.jaxpr").read_text(), "mlp.jaxpr").jaxpr
-    data = explain_data(jaxpr, args, "grad")
     assert data.passed and [c.passed for c in data.checks] == [True] * len(data.checks)
     assert data.residuals and all(r.value.array is not None for r in data.residuals)
-    expected = jax.grad(_mlp_jax, argnums=tuple(range(6)))(*args)
-    for got, want in zip(data.gradient, expected):
-        np.testing.assert_allclose(got, np.asarray(want), rtol=1e-4, atol=1e-5)
+    for got, want in zip(data.gradient, expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     # the printed summary of the gradient of d (2 elements) shows JAX's numbers
-    d = np.asarray(expected[3])
+    d = expected[3]
     assert f"{d[0]:.4f}"[:-1] in r.output.replace(" ", "")
 
 
-def test_values_asked_in_runs_of_bounded_bytes_are_the_same(monkeypatch):
+def test_values_asked_in_runs_of_bounded_bytes_are_the_same(monkeypatch, mlp_grad):
     """A walk's values are asked in programs of at most `checks.FILL_BYTES` of results each
     (the TPU's 16 GB did not hold the 8-layer transformer's 210 at once): with a bound of
-    256 bytes the mlp's values come from several programs, and they are the values asked in
-    one, with the gradient JAX's."""
-    import jax
-
+    512 bytes the mlp's values come from five programs, and they are the values asked in
+    one (the `explain` command's walk), with the gradient JAX's."""
     from jaxprtool.core import value_bytes
     from jaxprtool.ui.explain import checks
 
-    args = _mlp_args()
-    jaxpr = parse((SAMPLES / "mlp.jaxpr").read_text(), "mlp.jaxpr").jaxpr
-    whole = explain_data(jaxpr, args, "grad")
+    _, whole, expected = mlp_grad
     groups: list = []
     by_bytes = checks._by_bytes
-    monkeypatch.setattr(checks, "FILL_BYTES", 256)
+    monkeypatch.setattr(checks, "FILL_BYTES", 512)
     monkeypatch.setattr(
         checks, "_by_bytes", lambda outs: groups.extend(by_bytes(outs)) or by_bytes(outs)
     )
-    split = explain_data(jaxpr, args, "grad")
+    split = explain_data(_mlp_program(), _mlp_args(), "grad")
     assert len(groups) > 3
     for g in groups:
         asked = sum(value_bytes(v.type) for v in g)
-        assert asked <= 256 or len(g) == 1, (asked, len(g))
+        assert asked <= 512 or len(g) == 1, (asked, len(g))
     assert split.passed and len(split.residuals) == len(whole.residuals)
     for a, b in zip(split.residuals, whole.residuals):
         np.testing.assert_allclose(a.value.array, b.value.array, rtol=1e-6, atol=1e-7)
-    expected = jax.grad(_mlp_jax, argnums=tuple(range(6)))(*args)
-    for got, want in zip(split.gradient, expected):
-        np.testing.assert_allclose(got, np.asarray(want), rtol=1e-4, atol=1e-5)
+    for got, want in zip(split.gradient, expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
 def test_sin_cos_vjp_and_jvp_match_jax():
@@ -151,13 +183,14 @@ def test_sin_cos_vjp_and_jvp_match_jax():
     data = explain_data(jaxpr, [a, b], "vjp", seed=5)
     assert data.passed
     (w,) = [s.array for s in data.seeds]
-    want = jax.vjp(f, a, b)[1](w)
+    # JAX's answers jitted: one compilation each (eagerly, one an operation)
+    want = jax.jit(lambda a, b, w: jax.vjp(f, a, b)[1](w))(a, b, w)
     for got, x in zip(data.gradient, want):
         np.testing.assert_allclose(got, np.asarray(x), rtol=1e-5, atol=1e-6)
 
     data = explain_data(jaxpr, [a, b], "jvp", seed=5)
     assert data.passed and data.stopped_in is None
-    _, jv = jax.jvp(f, (a, b), tuple(data.direction))
+    jv = jax.jit(lambda a, b, t: jax.jvp(f, (a, b), t)[1])(a, b, tuple(data.direction))
     np.testing.assert_allclose(data.derivative[0][1], np.asarray(jv), rtol=1e-5, atol=1e-6)
 
 
@@ -167,17 +200,20 @@ def test_value_used_twice_accumulates(tmp_path):
 
     p = tmp_path / "twice.jaxpr"
     p.write_text(TWICE)
-    r = invoke(str(p), "--no-color", "--random", "2")
+    x = np.array([0.5, -1.0, 2.0], np.float32)
+    np.savez(tmp_path / "x.npz", x)
+    with _walks_of_commands() as walks:
+        r = invoke(str(p), "--no-color", "--args", str(tmp_path / "x.npz"))
     assert r.exit_code == 0, r.output
     assert "accumulation: ct[t_a] = add_any" in r.output
     assert "(t_a is used 2 times)" in r.output
 
-    x = np.array([0.5, -1.0, 2.0], np.float32)
-    data = explain_data(parse(TWICE, "twice").jaxpr, [x], "grad")
+    (data,) = walks  # (the command's walk: grad, the default for one scalar output)
+    assert data.mode == "grad"
     accs = [a for s in data.reverse for a in s.accumulations]
     assert len(accs) == 1 and accs[0].uses == 2
     np.testing.assert_allclose(accs[0].result.array, 2 * x, rtol=1e-6)
-    want = jax.grad(lambda a: jnp.sum(a * a))(x)
+    want = jax.jit(jax.grad(lambda a: jnp.sum(a * a)))(x)
     np.testing.assert_allclose(data.gradient[0], np.asarray(want), rtol=1e-6)
 
 
@@ -279,7 +315,7 @@ def test_other_samples_run(sample):
     assert HEADINGS[5] in r.output
 
 
-def test_colour_rendering_keeps_program_text():
+def test_colour_rendering_keeps_program_text(mlp_vjp):
     """On a terminal: escape codes, and `prim[params]` is never read as rich markup."""
     import io
 
@@ -287,10 +323,8 @@ def test_colour_rendering_keeps_program_text():
 
     from jaxprtool.ui.explain import render
 
-    jaxpr = parse((SAMPLES / "mlp.jaxpr").read_text(), "mlp.jaxpr").jaxpr
-    data = explain_data(jaxpr, _mlp_args(), "vjp")
     buf = io.StringIO()
-    render(data, Console(file=buf, force_terminal=True, color_system="truecolor", width=200))
+    render(mlp_vjp, Console(file=buf, force_terminal=True, color_system="truecolor", width=200))
     out = buf.getvalue()
     assert "\x1b[" in out
     assert "dot_general[dimension_numbers=(([1], [0]), ([], []))" in out
@@ -362,12 +396,16 @@ def _constant(e) -> bool:
 
 
 @pytest.mark.parametrize("mode", ["vjp", "jvp"])
-def test_steps_are_the_walks_that_built_the_program(mode):
+def test_steps_are_the_walks_that_built_the_program(mode, request):
     """The equations the steps show are the ones the walks emitted into the program shown:
     every equation of the program comes from a recorded step (or is the primal program
     inlined, or an instantiated zero)."""
-    jaxpr = parse((SAMPLES / "mlp.jaxpr").read_text(), "mlp.jaxpr").jaxpr
-    data = explain_data(jaxpr, _mlp_args(), mode)
+    jaxpr = _mlp_program()
+    data = (
+        request.getfixturevalue("mlp_vjp")
+        if mode == "vjp"
+        else explain_data(jaxpr, _mlp_args(), mode)
+    )
     assert data.passed and data.program is not None
     rec = next(k for k in data.keep if hasattr(k, "reverse_program"))
     assert len(data.forward) == len(jaxpr.eqns)
@@ -407,15 +445,20 @@ CUSTOM = """{ lambda ; a:f32[3]. let
 def test_custom_rule_fallback_is_reported(tmp_path):
     p = tmp_path / "custom.jaxpr"
     p.write_text(CUSTOM)
-    r = invoke(str(p), "--no-color", "--width", "200")
+    with _walks_of_commands() as walks:
+        r = invoke(str(p), "--no-color", "--width", "200")
     assert r.exit_code == 0, r.output
     note = "custom_jvp_call 'mysin' (jvp=mysin_jvp): custom rule replaced by the derivative"
     assert f"fallback: {note}" in r.output  # at the step
     assert "differentiated by a fallback or a plugin rule:" in r.output
     assert f"eqn 0 (custom_jvp_call): {note}" in r.output  # and in the summary
 
-    data = explain_data(parse(CUSTOM, "custom").jaxpr, [np.ones(3, np.float32)], "grad")
-    assert data.passed and [w for w, _ in data.fallbacks] == ["eqn 0 (custom_jvp_call)"]
+    (data,) = walks  # (the command's walk)
+    assert (
+        data.mode == "grad"
+        and data.passed
+        and [w for w, _ in data.fallbacks] == ["eqn 0 (custom_jvp_call)"]
+    )
     assert data.forward[0].fallbacks and not data.forward[1].fallbacks
 
 

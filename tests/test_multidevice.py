@@ -187,18 +187,21 @@ def test_run_vjp_jvp_linearize_match_jax(case):
     name, cv = case
     f, args = PROGRAMS[name](cv)
     j = reparse(ir(f, *args))
-    ref = jax.jit(f)(*args)
+    ct = rnd(11, *jax.eval_shape(f, *args).shape)
+    ts = [rnd(20 + i, *np.shape(a)) for i, a in enumerate(args)]
+    # JAX's value, vjp and jvp: one compilation
+    ref, ct_ref, t_ref = jax.jit(
+        lambda a, t, c: (f(*a), jax.vjp(f, *a)[1](c), jax.jvp(f, a, t)[1])
+    )(args, ts, ct)
     (got,) = backend.evaluate(j, args)
     close(got, ref)
 
-    ct = rnd(11, *np.shape(ref))
     vj = reparse(vjp_jaxpr(j))
     assert not errors(vj)
     res = backend.evaluate(vj, args + [ct])
-    for g, r in zip(res[1:], jax.jit(lambda *a: jax.vjp(f, *a)[1](ct))(*args)):
+    for g, r in zip(res[1:], ct_ref, strict=True):
         close(g, r)
 
-    ts = [rnd(20 + i, *np.shape(a)) for i, a in enumerate(args)]
     primal, linear, info = linearize_jaxpr(j)
     assert not errors(primal) and not errors(linear)
     pouts = backend.evaluate(primal, args)
@@ -206,7 +209,6 @@ def test_run_vjp_jvp_linearize_match_jax(case):
     src = {"input": args, "output": pouts[:n], "new": pouts[n:]}
     resid = [src[r.source][r.index] for r in info.residuals]
     (lin_out,) = backend.evaluate(linear, resid + ts)
-    t_ref = jax.jit(lambda a, t: jax.jvp(f, a, t)[1])(args, ts)
     close(lin_out, t_ref)
     lt = transpose_jaxpr(linear, [False] * len(resid) + [True] * len(ts))
     t_out = backend.evaluate(lt, resid + [ct])
@@ -300,8 +302,17 @@ def _floats(outs):
     return [o for o in outs if jnp.issubdtype(o.dtype, jnp.floating)]
 
 
-def _jax_vjp(fn, args, cts):
-    return jax.jit(lambda *a: jax.vjp(lambda *x: _floats(fn(*x)), *a)[1](cts))(*args)
+def _jax_run_and_vjp(fn, args, cts):
+    """JAX's outputs of `fn` and its vjp at `cts` (of the float outputs; None: no vjp), in
+    one compilation."""
+
+    def both(args, cts):
+        if cts is None:
+            return fn(*args), None
+        _, pull = jax.vjp(lambda *x: _floats(fn(*x)), *args)
+        return fn(*args), pull(cts)
+
+    return jax.jit(both)(args, cts)
 
 
 @needs_corpus
@@ -314,19 +325,20 @@ def test_corpus_sharded_programs_run_and_differentiate_like_jax(version):
     for name in SHARDED:
         path = CORPUS / version / f"{name}.jaxpr"
         j = parse(path.read_text(), str(path)).jaxpr
-        fn = jax.jit(_case_fn(name))
+        fn = _case_fn(name)
         args = [rnd(i, *v.type.shape) for i, v in enumerate(j.invars)]
-        ref = fn(*args)
+        floats = _floats(jax.eval_shape(fn, *args))
+        cts = [rnd(40 + i, *o.shape) for i, o in enumerate(floats)]
+        differentiated = name != "shard_map_more_collectives"  # (pmin has no derivative)
+        ref, ref_vjp = _jax_run_and_vjp(fn, args, cts if differentiated else None)
         got = backend.evaluate(j, args)
         assert len(got) == len(ref)
         for a, b in zip(got, ref):
             close(a, b)
-        if name == "shard_map_more_collectives":
+        if not differentiated:
             continue
-        floats = _floats(ref)
-        cts = [rnd(40 + i, *np.shape(o)) for i, o in enumerate(floats)]
         res = backend.evaluate(vjp_jaxpr(j), args + cts)
-        for a, b in zip(res[len(ref) :], _jax_vjp(fn, args, cts)):
+        for a, b in zip(res[len(ref) :], ref_vjp, strict=True):
             close(a, b)
 
 
@@ -568,6 +580,7 @@ def test_vmap_of_shard_map_batches_the_body(name, capsys):
 
     f, args = PROGRAMS[name](True)
     j = ir(f, *args)
+    batched, mapped = [], []
     for k in range(len(args)):  # batch each operand in turn, at its last axis
         axes = [None] * len(args)
         axes[k] = np.ndim(args[k])
@@ -577,11 +590,15 @@ def test_vmap_of_shard_map_batches_the_body(name, capsys):
         assert not errors(vj)
         assert not any(e.prim == "scan" for e in all_eqns(vj))
         vf = jax.vmap(f, in_axes=tuple(axes))
-        want = jax.tree_util.tree_leaves(jax.jit(vf)(*bargs))  # (eagerly: a compile an op)
-        for a, b in zip(backend.evaluate(vj, bargs), want):
-            close(a, b)
         theirs = len(list(all_eqns(ir(vf, *bargs))))
         assert len(list(all_eqns(vj))) <= theirs, print_jaxpr(vj)
+        batched.append((vj, bargs))
+        mapped.append(vf)
+    # JAX's answers for every operand batched: one compilation (eagerly, one an operation)
+    wants = jax.jit(lambda xs: [vf(*b) for vf, b in zip(mapped, xs)])([b for _, b in batched])
+    for (vj, bargs), want in zip(batched, wants, strict=True):
+        for a, b in zip(backend.evaluate(vj, bargs), jax.tree_util.tree_leaves(want), strict=True):
+            close(a, b)
     assert "no batching rule" not in capsys.readouterr().err
 
 

@@ -273,14 +273,21 @@ def test_two_symbols_grad_vmap_jvp_match_jax(name):
     sizes = {"b": 5, "n": 6}
     r = np.random.RandomState(3)
     x, w = r.randn(5, 6).astype(np.float32), r.randn(6, 4).astype(np.float32)
-    g = reread(api.grad(program, argnums=[0, 1]))
-    close(run_at(g, x, w, consts=consts, sizes=sizes), jax.jit(jax.grad(f, (0, 1)))(x, w))
-    v = reread(api.vmap(program, [0, None], 0, 3))
     xb = r.randn(3, 5, 6).astype(np.float32)
-    close(run_at(v, xb, w, consts=consts, sizes=sizes), [jax.jit(jax.vmap(f, (0, None)))(xb, w)])
+    # JAX's gradient, vmap and jvp: one compilation
+    want_g, want_v, want_jv = jax.jit(
+        lambda x, w, xb: (
+            jax.grad(f, (0, 1))(x, w),
+            jax.vmap(f, (0, None))(xb, w),
+            jax.jvp(f, (x, w), (x, w)),
+        )
+    )(x, w, xb)
+    g = reread(api.grad(program, argnums=[0, 1]))
+    close(run_at(g, x, w, consts=consts, sizes=sizes), want_g)
+    v = reread(api.vmap(program, [0, None], 0, 3))
+    close(run_at(v, xb, w, consts=consts, sizes=sizes), [want_v])
     jv = reread(api.jvp(program))
-    want = jax.jit(lambda x, w: jax.jvp(f, (x, w), (x, w)))(x, w)
-    close(run_at(jv, x, w, x, w, consts=consts, sizes=sizes), want)
+    close(run_at(jv, x, w, x, w, consts=consts, sizes=sizes), want_jv)
 
 
 # ---------------------------------------------------------------- refusals
