@@ -242,7 +242,6 @@ SAMPLED = {
     ),
     # (issue 49, fifth round: the sweeps of budgets, samples and arguments not sampled yet;
     # a budget or sample of each kind stays in make test)
-    "test_remat_fit.py::test_the_planned_figure_sees_the_plan_inside_a_scan": (2, 0),
     # (the held-nothing device is also test_plans_are_made_while_the_plain_gradient_compiles's)
     "test_remat_fit.py::test_the_calibration_learns_what_the_device_holds": (2, 1),
     "test_remat_chain.py::test_chain_plan_meets_the_liveness_budget": (2, 0),

@@ -102,6 +102,9 @@ def test_chain_recomputes_no_more_than_the_heuristic(model):
     assert compared >= 3
 
 
+# (make test-full: a FLOPs comparison of two chain plans; make test keeps the chain plan's
+# gradient against jax.grad, test_chain_plan_meets_the_liveness_budget)
+@pytest.mark.slow
 def test_a_dropped_value_frees_the_last_segments_forward(model, no_exact):
     """`grad` without its value runs the last segment's forward only for what the plan saves
     there: told so (`Spec.value_dropped`, as `grad` tells it), the chain plan at the same

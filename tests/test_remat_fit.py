@@ -340,6 +340,11 @@ def scan_loss(x, ws):
     return (x**2).mean()
 
 
+# (make test-full: the accuracy of the planned figure, as test_issue_sizes_on_the_cpu's, 13
+# compiles of the scan twin; make test keeps the scan body's device term,
+# test_a_scan_body_plan_recomputing_a_reduction_counts_its_operand, and scan plans against
+# JAX: test_remat_scan.py, test_remat_segments.py's test_scan_body_per_iteration)
+@pytest.mark.slow
 @pytest.mark.parametrize("budget", ["0.5", "0.35"])
 def test_the_planned_figure_sees_the_plan_inside_a_scan(tmp_path, budget):
     """A budget plan of the scan twin is made inside the scan's body (what the loop stacks
