@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import jax
 import numpy as np
 from click.testing import CliRunner
@@ -78,3 +80,23 @@ def together(*calls):
 
 def _as_list(f):
     return lambda *xs: list(f(*xs))
+
+
+@contextlib.contextmanager
+def explain_walks():
+    """The `ExplainData` of every walk the `explain` commands run inside make (the command's
+    own, checked without walking the program a second time)."""
+    import pytest
+
+    from jaxprtool.ui import explain
+
+    made = []
+    walk = explain.explain_data
+
+    def recorded(*args, **kwargs):
+        made.append(walk(*args, **kwargs))
+        return made[-1]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(explain, "explain_data", recorded)
+        yield made

@@ -19,7 +19,7 @@ import pytest
 
 jax = pytest.importorskip("jax")
 from conftest import written_module  # noqa: E402
-from jax_oracle import close, run  # noqa: E402
+from jax_oracle import close, explain_walks, run  # noqa: E402
 from traced import archive, derive, run_with_consts, trace_module  # noqa: E402
 
 from jaxprtool.backend.consts import all_constvars  # noqa: E402
@@ -268,19 +268,9 @@ def test_check_grad_takes_the_traced_constants(traced, tmp_path, fns):
 
 
 def _explained(argv):
-    """The command `argv` run in-process, and the walk its `explain` made (`explain_data`
-    recorded as the command calls it: checked without walking the program again)."""
-    from jaxprtool.ui import explain
-
-    walks = []
-    walk = explain.explain_data
-
-    def recorded(*args, **kwargs):
-        walks.append(walk(*args, **kwargs))
-        return walks[-1]
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(explain, "explain_data", recorded)
+    """The command `argv` run in-process, and the walk its `explain` made (checked without
+    walking the program again: `jax_oracle.explain_walks`)."""
+    with explain_walks() as walks:
         r = run(argv)
     (data,) = walks
     return r, data

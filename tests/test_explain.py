@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from jax_oracle import explain_walks
 
 from jaxprtool.cli import main
 from jaxprtool.text.parser import parse
@@ -48,24 +48,6 @@ def _mlp_jax(a, b, c, d, e, f):
     return jnp.sum((m - f) ** 2) / 10.0
 
 
-@contextlib.contextmanager
-def _walks_of_commands():
-    """The `ExplainData` of every walk the `explain` commands run inside make (the command's
-    own, checked without walking the program a second time)."""
-    from jaxprtool.ui import explain
-
-    made = []
-    walk = explain.explain_data
-
-    def recorded(*args, **kwargs):
-        made.append(walk(*args, **kwargs))
-        return made[-1]
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(explain, "explain_data", recorded)
-        yield made
-
-
 def _mlp_program():
     return parse((SAMPLES / "mlp.jaxpr").read_text(), "mlp.jaxpr").jaxpr
 
@@ -79,7 +61,7 @@ def mlp_grad(tmp_path_factory):
     args = _mlp_args()
     npz = tmp_path_factory.mktemp("mlp") / "in.npz"
     np.savez(npz, **{f"arg{i}": a for i, a in enumerate(args)})
-    with _walks_of_commands() as walks:
+    with explain_walks() as walks:
         r = invoke(str(SAMPLES / "mlp.jaxpr"), "--args", str(npz), "--mode", "grad", "--no-color")
     (data,) = walks
     expected = jax.jit(jax.grad(_mlp_jax, argnums=tuple(range(6))))(*args)
@@ -202,7 +184,7 @@ def test_value_used_twice_accumulates(tmp_path):
     p.write_text(TWICE)
     x = np.array([0.5, -1.0, 2.0], np.float32)
     np.savez(tmp_path / "x.npz", x)
-    with _walks_of_commands() as walks:
+    with explain_walks() as walks:
         r = invoke(str(p), "--no-color", "--args", str(tmp_path / "x.npz"))
     assert r.exit_code == 0, r.output
     assert "accumulation: ct[t_a] = add_any" in r.output
@@ -445,7 +427,7 @@ CUSTOM = """{ lambda ; a:f32[3]. let
 def test_custom_rule_fallback_is_reported(tmp_path):
     p = tmp_path / "custom.jaxpr"
     p.write_text(CUSTOM)
-    with _walks_of_commands() as walks:
+    with explain_walks() as walks:
         r = invoke(str(p), "--no-color", "--width", "200")
     assert r.exit_code == 0, r.output
     note = "custom_jvp_call 'mysin' (jvp=mysin_jvp): custom rule replaced by the derivative"
