@@ -381,8 +381,8 @@ def fit_budget(
     the device's model before any compile (`PRIORS`); each line of the report goes to
     `echo` as it is said."""
     plain = build(None, None)
-    loop = _Loop(build, spec, measure, flops, Fit(0, 0, echo=echo))
-    loop.prior = prior
+    reduced = prior.reduced if prior is not None else 0.0
+    loop = _Loop(build, spec, measure, flops, Fit(0, 0, echo=echo), reduced)
     pool = ThreadPoolExecutor(3)  # compile 0, and the first round where a prior picks it
     try:
         plain_temp, policies, pending = _while_compiling(loop, pool, plain, prior)
@@ -484,8 +484,11 @@ def _policy_spec(spec: Spec, name: str) -> Spec:
 class _Loop:
     """The candidates made so far, the calibration, and the compiles."""
 
-    def __init__(self, build, spec: Spec, measure, flops, fit: Fit):
+    def __init__(self, build, spec: Spec, measure, flops, fit: Fit, reduced: float = 0.0):
         self.build, self.spec, self.measure, self.flops, self.fit = build, spec, measure, flops, fit
+        #: the device's weight of a recomputed reduction's operand (its prior's, `PRIORS`),
+        #: which no compile of the plain gradient can tell
+        self.reduced = reduced
         self.tried: list[Tried] = []
         self.cal: Calibration | None = None
         #: model budget -> the candidate (None: the model cannot meet it)
@@ -493,8 +496,6 @@ class _Loop:
         self.seen: dict[tuple, Tried] = {}
         #: the plain gradient's (liveness, fused) figures, from the first plan made
         self.plain_figures: tuple[int, int] | None = None
-        #: the device's model before any compile (`PRIORS`), None without one
-        self.prior: Calibration | None = None
 
     def make(self, label: str, s: Spec, budget: float | None = None) -> Tried | None:
         plans: list = []
@@ -523,7 +524,7 @@ class _Loop:
         """The model calibrated by the plain gradient's compile (XLA:TPU's fusions as they
         are where it did not compile: no compile to learn from)."""
         before, fused_before = self.plain_figures
-        reduced = self.prior.reduced if self.prior is not None else 0.0
+        reduced = self.reduced
         if self.fit.plain_temp:
             self.cal = Calibration.from_plain(self.fit.plain_temp, before, fused_before, reduced)
         else:
@@ -815,7 +816,7 @@ class _Loop:
         ratio = t.temp / max(1, self.cal.figure(t))
         if t.fits(self.fit.target):
             ratio = ratio**0.5
-        self.cal = Calibration(self.cal.held, self.cal.scale * ratio, reduced=self.cal.reduced)
+        self.cal = dataclasses.replace(self.cal, scale=self.cal.scale * ratio)
         self.fit.say(f"  correction: scale x{ratio:.3f} -> {self.cal.scale:.3f}")
 
     def best(self, searched: bool = False) -> Tried | None:
