@@ -193,3 +193,33 @@ def test_a_while_loop_gets_its_forward_check_and_the_reverse_ones_skipped(tmp_pa
         for x in results[1:]
     )
     assert doc["summary"]["skipped"] == 2 and doc["summary"]["not_checked"] == 0
+
+
+def test_the_program_itself_runs_only_where_its_sizes_are_not_written():
+    """The cotangent is drawn from the output types and the primal outputs (is the point
+    finite?) come from the jvp program's run: the program itself is not compiled and run
+    on its own (issue 49); with symbolic sizes it is, to learn them."""
+    import numpy as np
+
+    from jaxprtool.backend.runner import consts_runner
+    from jaxprtool.text.parser import parse
+    from jaxprtool.ui.checkgrad import check_grad
+
+    def ran(text, args):
+        f = parse(text, "f").jaxpr
+        runner, programs = consts_runner([]), []
+
+        def run(jaxpr, xs, reference=False):
+            programs.append(jaxpr)
+            return runner(jaxpr, xs, reference)
+
+        run.jax_derivative = runner.jax_derivative
+        checks = check_grad(f, args, run)
+        assert [c.verdict for c in checks] == ["pass"] * 3, [c.verdict for c in checks]
+        return sum(p is f for p in programs)
+
+    written = (SAMPLES / "sin_cos.jaxpr").read_text()
+    x = np.linspace(-1, 1, 3, dtype=np.float32)
+    assert ran(written, [x, x]) == 0
+    symbolic = "{ lambda ; a:f32[n]. let b:f32[n] = sin a in (b,) }"
+    assert ran(symbolic, [x]) == 1

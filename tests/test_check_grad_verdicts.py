@@ -266,6 +266,11 @@ def test_a_nan_at_the_point_makes_the_finite_difference_checks_inconclusive(tmp_
     assert jvp.endswith("inconclusive (NaN/inf at the point)"), r.stdout
     assert vjp.endswith("inconclusive (NaN/inf at the point)"), r.stdout
     assert dot.endswith("pass"), r.stdout  # the derivative programs are finite, and adjoint
+    # reverse mode alone: the vjp program's run says that the point is not finite
+    r = _check_grad(str(prog), "--args", str(args), "--modes", "rev")
+    assert r.exit_code == 0, r.output
+    (vjp,) = (line for line in r.stdout.splitlines() if "log.jaxpr  " in line)
+    assert vjp.endswith("inconclusive (NaN/inf at the point)"), r.stdout
 
 
 def test_stop_gradient_failures_say_that_finite_differences_see_through_it(tmp_path):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..core import Jaxpr, JaxprError, NoReverseMode, is_inexact, shown_path
+from ..core import Jaxpr, JaxprError, NoReverseMode, ShapedArray, is_inexact, np_dtype, shown_path
 from ..lazy import np
 
 #: JAX's gradient tolerances of its 4- and 8-bit floats, least precise first
@@ -219,11 +219,29 @@ def _rel_err(got, expected) -> float:
 
 
 def _random_like(x, rng):
-    x = np.asarray(x)
-    r = rng.standard_normal(x.shape)
-    if np.iscomplexobj(x):
-        r = r + 1j * rng.standard_normal(x.shape)
-    return r.astype(x.dtype)
+    """Standard normal values of the shape and dtype of `x`: an array, or a type whose
+    sizes are all written (`_concrete`)."""
+    if isinstance(x, ShapedArray):
+        shape, dtype = x.shape, np_dtype(x.dtype)
+    else:
+        x = np.asarray(x)
+        shape, dtype = x.shape, x.dtype
+    r = rng.standard_normal(shape)
+    if dtype.kind == "c":
+        r = r + 1j * rng.standard_normal(shape)
+    return r.astype(dtype)
+
+
+def _concrete(jaxpr: Jaxpr, outs_idx) -> bool:
+    """Whether the outputs `outs_idx` of `jaxpr` have every size written as a number."""
+    return all(
+        isinstance(t, ShapedArray) and all(isinstance(d, int) for d in t.shape)
+        for t in (jaxpr.outvars[i].type for i in outs_idx)
+    )
+
+
+def _nonfinite(outs, outs_idx) -> bool:
+    return not all(np.isfinite(np.asarray(outs[i])).all() for i in outs_idx)
 
 
 def _norm(xs) -> float:
@@ -253,18 +271,19 @@ class Judge:
 
     def derivative(self, program: Jaxpr, inputs, n_out: int):
         """(the judged outputs past the first `n_out`, the program's own, the float64 ones
-        or None, where it was judged)."""
+        or None, where it was judged, the first `n_out`: the primal outputs)."""
         from .widen import wide_dtype, widen
 
-        own = self.run(program, inputs)[n_out:]
+        ran = self.run(program, inputs)
+        own, primal = ran[n_out:], ran[:n_out]
         wide = widen(program)
         if wide is None:
-            return own, own, None, "own precision (no float64 copy type-checks)"
+            return own, own, None, "own precision (no float64 copy type-checks)", primal
         xs = [np.asarray(a).astype(wide_dtype(a)) for a in inputs]
         f64 = self.run(wide, xs, reference=True)[n_out:]
         if self.on_tpu:
-            return own, own, f64, "own precision (no float64 on the TPU)"
-        return f64, own, f64, "f64"
+            return own, own, f64, "own precision (no float64 on the TPU)", primal
+        return f64, own, f64, "f64", primal
 
 
 def _jax_error(run, jaxpr, args, diff, vec, outs_idx, kind, f64) -> float | None:
@@ -305,19 +324,24 @@ class GradChecker:
         tol = self.given.get("tol") or fd_tolerance(dtype)
         dot_tol = self.given.get("dot_tol") or DOT_TOLERANCE.get(dtype, 2e-5)
         n_out = len(jaxpr.outvars)
-        outs = self.run(jaxpr, args)
-        nonfinite = not all(np.isfinite(np.asarray(outs[i])).all() for i in outs_inexact)
+        # f itself runs only where its outputs' sizes are not written (symbolic): else the
+        # derivative programs' runs give its outputs, and whether they are finite
+        outs = None if _concrete(jaxpr, outs_inexact) else self.run(jaxpr, args)
         hidden = _hides_derivative(jaxpr)  # (what finite differences see through)
-        w = [_random_like(outs[i], self.rng) for i in outs_inexact]
+        like = outs or [v.type for v in jaxpr.outvars]
+        w = [_random_like(like[i], self.rng) for i in outs_inexact]
         fds = FiniteDifferences(self.run, jaxpr, dtype, self.given.get("eps"))
         v, fd, kink = fds.directional(args, diff, outs_inexact, self.rng)
-        about = dict(program=label, nonsmooth=kink, nonfinite=nonfinite, hidden_by=hidden)
+        about = dict(program=label, nonsmooth=kink, hidden_by=hidden)
+        if outs:
+            about["nonfinite"] = _nonfinite(outs, outs_inexact)
         checks: list[Check] = []
         derived: list[tuple[Jaxpr, list, str]] = []
         jv = own_jv = None
         if "fwd" in modes:
             J = jvp_jaxpr(jaxpr, diff)
-            jv, own_jv, f64, judged = self.judge.derivative(J, list(args) + v, n_out)
+            jv, own_jv, f64, judged, outs = self.judge.derivative(J, list(args) + v, n_out)
+            about.setdefault("nonfinite", _nonfinite(outs, outs_inexact))
             c = Check("jvp vs finite differences", worst(map(_rel_err, jv, fd)), tol, **about)
             self._precision(c, judged, own_jv, f64, (jaxpr, args, diff, v, outs_inexact, "jvp"))
             checks.append(self._settle(c, fds, args, diff, v, outs_inexact, fd))
@@ -331,7 +355,8 @@ class GradChecker:
                 rows += [("dot product (adjoint)", dot_tol)] * (jv is not None)
                 checks += [Check(n, float("nan"), t, label, skipped=why) for n, t in rows]
                 return checks, derived
-            jtw, own_jtw, f64, judged = self.judge.derivative(V, list(args) + w, n_out)
+            jtw, own_jtw, f64, judged, outs = self.judge.derivative(V, list(args) + w, n_out)
+            about.setdefault("nonfinite", _nonfinite(outs, outs_inexact))
             lhs = sum(_pairing(a, b) for a, b in zip(w, fd))
             rhs = sum(_pairing(a, b) for a, b in zip(jtw, v))
             sizes = max(_norm(w) * _norm(fd), _norm(jtw) * _norm(v))
