@@ -131,6 +131,23 @@ def test_the_float64_copy_keeps_dropout_masks(tmp_path):
     assert np.asarray(got).dtype == np.float64
 
 
+def test_branch_indicators_leave_out_what_the_step_cannot_move():
+    """The finite differences' branch indicators (which branch each non-smooth equation
+    takes at x - h v and x + h v) leave out the equations that no perturbed input reaches:
+    the dropout mask's random bits (u32) and its bool take the same values at both ends.
+    The relu's `max` on the perturbed input stays: which operand is larger."""
+    from jaxprtool.text.parser import parse
+    from jaxprtool.ui.checkgrad import kink_indicators
+
+    x = np.linspace(-1, 1, 8, dtype=np.float32)
+    fn = lambda k, a: _dropout(k, 0.5, jax.nn.relu(a))  # noqa: E731
+    prog = parse(str(jax.make_jaxpr(fn)(jax.random.PRNGKey(3), x)), "dropout").jaxpr
+    every = {str(v.type) for v in kink_indicators(prog)[0].outvars}
+    moved = [str(v.type) for v in kink_indicators(prog, [1])[0].outvars]
+    assert any(t.startswith("u32") for t in every), every  # (all of them: the random bits)
+    assert moved == ["bool[8]"], moved
+
+
 BROKEN_RULE = """
 from jaxprtool.plugins import defjvp, register_impl, register_shape_rule
 

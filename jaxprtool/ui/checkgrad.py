@@ -445,7 +445,7 @@ class FiniteDifferences:
         self.run = run
         self.jaxpr = jaxpr
         self.wide = widen(jaxpr)
-        self.indicators = kink_indicators(self.wide or jaxpr)
+        self.indicators: dict[tuple, tuple | None] = {}  # per set of perturbed inputs
         if eps is not None:
             self.eps = eps
         elif self.wide is not None:
@@ -504,9 +504,12 @@ class FiniteDifferences:
     def crossed_kink(self, args, diff, v) -> str | None:
         """The location of the first non-smooth equation whose branch differs at x - h v
         and x + h v, or None."""
-        if self.indicators is None:
+        key = tuple(diff)
+        if key not in self.indicators:
+            self.indicators[key] = kink_indicators(self.wide or self.jaxpr, diff)
+        if self.indicators[key] is None:
             return None
-        prog, locs = self.indicators
+        prog, locs = self.indicators[key]
         _, xs = self._program_args(args)
         plus = self._shifted(prog, xs, diff, v, self.eps)
         minus = self._shifted(prog, xs, diff, v, -self.eps)
@@ -516,29 +519,38 @@ class FiniteDifferences:
         return None
 
 
-def kink_indicators(jaxpr: Jaxpr):
+def kink_indicators(jaxpr: Jaxpr, perturbed=None):
     """(a program computing the branch indicators of `jaxpr`'s equations, their locations),
     or None when it has none.  The body of a call-like equation (a nested jaxpr taking its
     operands and giving its results: jit, custom_jvp/custom_vjp functions such as relu,
-    remat) is copied in, so that a kink inside it (relu's `max x 0`) is one too."""
+    remat) is copied in, so that a kink inside it (relu's `max x 0`) is one too.
+    `perturbed`: the inputs moved (indices; None: all): an equation none of whose operands
+    depends on them takes the same branch at both ends (a dropout mask's random bits), and
+    leaving its indicators out keeps the program small for XLA."""
     from ..ad import builder as B
 
     b = B.Builder()
     outs, locs = [], []
+    moved = {id(v) for i, v in enumerate(jaxpr.invars) if perturbed is None or i in perturbed}
     with B.use(b):
         for e in jaxpr.eqns:
             b.add_eqn(e)
-            _indicate(b, e, outs, locs)
+            _indicate(b, e, outs, locs, moved)
     if not outs:
         return None
     return B.make_jaxpr(jaxpr.invars, b.eqns, outs, jaxpr.constvars), locs
 
 
-def _indicate(b, e, outs, locs) -> None:
-    """Append the branch indicators of equation `e` (already in builder `b`) to outs/locs."""
+def _indicate(b, e, outs, locs, moved: set) -> None:
+    """Append the branch indicators of equation `e` (already in builder `b`) to outs/locs,
+    where an operand of `e` is in `moved` (the ids of the values the perturbation moves,
+    which grows by `e`'s results)."""
     from ..ad import builder as B
     from ..record import prim
 
+    if not any(id(x) in moved for x in e.inputs):
+        return
+    moved.update(id(o) for o in e.outputs)
     for o in e.outputs:
         if _discrete(o.type):
             outs.append(o)
@@ -556,7 +568,7 @@ def _indicate(b, e, outs, locs) -> None:
         mapping = {id(v): x for v, x in zip(body.invars, e.inputs)}
         for inner in B.substitute(list(body.eqns), mapping):
             b.add_eqn(inner)
-            _indicate(b, inner, outs, locs)
+            _indicate(b, inner, outs, locs, moved)
 
 
 def _call_like_body(e):
