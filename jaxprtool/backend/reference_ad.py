@@ -9,7 +9,9 @@ from __future__ import annotations
 def jax_derivative(jaxpr, consts, args, diff, vec, outs_idx, kind: str) -> list:
     """kind "jvp": JAX's tangents of the outputs `outs_idx` along `vec` (one tangent per
     input of `diff`); kind "vjp": JAX's cotangents of the inputs `diff` for `vec` (one
-    cotangent per output of `outs_idx`).  numpy arrays."""
+    cotangent per output of `outs_idx`); kind "both": `vec` is the jvp's vectors followed by
+    the vjp's, and the result the tangents followed by the cotangents, from one program (one
+    XLA compile, the primal computed once).  numpy arrays."""
     import jax
     import numpy as np
 
@@ -48,7 +50,18 @@ def _derivative(jaxpr, nested: bool, diff, outs_idx, kind: str):
         primals = [xs[i] for i in diff]
         if kind == "jvp":
             return jax.jvp(of_diff, primals, list(vs))[1]
-        _, pull = jax.vjp(of_diff, *primals)
-        return list(pull(list(vs)))
+        if kind == "both":
+            tangents, cotangents = vs[: len(diff)], vs[len(diff) :]
+            return jax.jvp(of_diff, primals, list(tangents))[1] + _pulled(
+                of_diff, primals, cotangents
+            )
+        return _pulled(of_diff, primals, vs)
 
     return derivative
+
+
+def _pulled(f, primals, cotangents) -> list:
+    import jax
+
+    _, pull = jax.vjp(f, *primals)
+    return list(pull(list(cotangents)))

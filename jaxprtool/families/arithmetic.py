@@ -717,9 +717,14 @@ def _mul_transpose(cts, x, y, **params):
 
 
 def _bind_mul(eqn, p, dims):
+    """`out_dtype` always: the text leaves it out where it is None, and JAX's transpose of
+    mul requires it (every JAX the tool runs on has it: 0.10 added it, jax-ml/jax#36092);
+    bound without it, the program ran, but `jax.vjp` of it failed (check-grad's report of
+    JAX's own vjp said nothing of it)."""
     from ..backend.prims import dtype_param
 
-    return {"out_dtype": dtype_param(p["out_dtype"])} if p.get("out_dtype") is not None else {}
+    d = p.get("out_dtype")
+    return {"out_dtype": dtype_param(d) if d is not None else None}
 
 
 def _simplify_mul(e, ctx):

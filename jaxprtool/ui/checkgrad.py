@@ -286,19 +286,44 @@ class Judge:
         return f64, own, f64, "f64", primal
 
 
-def _jax_error(run, jaxpr, args, diff, vec, outs_idx, kind, f64) -> float | None:
-    """JAX's own derivative at the point against the float64 one (None when the runner
-    cannot take it, or JAX cannot: a key type, a primitive it has no rule of)."""
-    of = getattr(run, "jax_derivative", None)
-    if of is None or f64 is None:
-        return None
-    try:
-        theirs = of(jaxpr, args, diff, vec, outs_idx, kind)
-    except Exception:  # noqa: BLE001 - information only: unmeasured, not an error
-        return None
-    if len(theirs) != len(f64):
-        return None
-    return worst(_rel_err(a, b) for a, b in zip(theirs, f64))
+class JaxDerivatives:
+    """JAX's own jvp and vjp at the point (information: how far they are from the float64
+    derivative), made when first asked: both in one program where both modes are checked
+    (one XLA compile, the primal computed once), else the one asked.  None for a kind the
+    runner cannot take, or JAX cannot (a key type, a primitive it has no rule of, reverse
+    mode through a while loop)."""
+
+    def __init__(self, run, jaxpr: Jaxpr, args, diff, outs_idx, vectors: dict):
+        self.of = getattr(run, "jax_derivative", None)
+        self.at = (jaxpr, args, diff)
+        self.outs_idx = outs_idx
+        self.vectors = vectors  # {"jvp": v, "vjp": w}: the modes checked
+        self.made: dict = {}
+
+    def error(self, kind: str, f64) -> float | None:
+        """JAX's derivative `kind` against the float64 one `f64` (None: not measured)."""
+        if kind not in self.made:
+            self.made.update(self._make(kind))
+        theirs = self.made[kind]
+        if theirs is None or f64 is None or len(theirs) != len(f64):
+            return None
+        return worst(_rel_err(a, b) for a, b in zip(theirs, f64))
+
+    def _make(self, kind: str) -> dict:
+        if self.of is None:
+            return {kind: None}
+        if len(self.vectors) == 2:
+            v, w = self.vectors["jvp"], self.vectors["vjp"]
+            both = self._call(list(v) + list(w), "both")
+            if both is not None:
+                return {"jvp": both[: len(self.outs_idx)], "vjp": both[len(self.outs_idx) :]}
+        return {kind: self._call(self.vectors[kind], kind)}
+
+    def _call(self, vec, kind: str):
+        try:
+            return self.of(*self.at, vec, self.outs_idx, kind)
+        except Exception:  # noqa: BLE001 - information only: unmeasured, not an error
+            return None
 
 
 class GradChecker:
@@ -333,6 +358,10 @@ class GradChecker:
         fds = FiniteDifferences(self.run, jaxpr, dtype, self.given.get("eps"))
         v, fd, kink = fds.directional(args, diff, outs_inexact, self.rng)
         about = dict(program=label, nonsmooth=kink, hidden_by=hidden)
+        vectors = {"jvp": v} if "fwd" in modes else {}
+        if "rev" in modes:
+            vectors["vjp"] = w
+        theirs = JaxDerivatives(self.run, jaxpr, args, diff, outs_inexact, vectors)
         if outs:
             about["nonfinite"] = _nonfinite(outs, outs_inexact)
         checks: list[Check] = []
@@ -343,7 +372,7 @@ class GradChecker:
             jv, own_jv, f64, judged, outs = self.judge.derivative(J, list(args) + v, n_out)
             about.setdefault("nonfinite", _nonfinite(outs, outs_inexact))
             c = Check("jvp vs finite differences", worst(map(_rel_err, jv, fd)), tol, **about)
-            self._precision(c, judged, own_jv, f64, (jaxpr, args, diff, v, outs_inexact, "jvp"))
+            self._precision(c, judged, own_jv, f64, theirs, "jvp")
             checks.append(self._settle(c, fds, args, diff, v, outs_inexact, fd))
             derived.append((J, list(args) + v, f"jvp({label})"))
         if "rev" in modes:
@@ -361,20 +390,21 @@ class GradChecker:
             rhs = sum(_pairing(a, b) for a, b in zip(jtw, v))
             sizes = max(_norm(w) * _norm(fd), _norm(jtw) * _norm(v))
             c = Check("vjp vs finite differences", _pair_error(lhs, rhs, sizes), tol, **about)
-            self._precision(c, judged, own_jtw, f64, (jaxpr, args, diff, w, outs_inexact, "vjp"))
+            self._precision(c, judged, own_jtw, f64, theirs, "vjp")
             checks.append(self._settle(c, fds, args, diff, v, outs_inexact, fd))
             derived.append((V, list(args) + w, f"vjp({label})"))
             if jv is not None:
                 checks.append(self._adjoint(w, v, jv, jtw, own_jv, own_jtw, dot_tol, judged, about))
         return checks, derived
 
-    def _precision(self, c: Check, judged, own, f64, jax_call) -> None:
+    @staticmethod
+    def _precision(c: Check, judged, own, f64, theirs: JaxDerivatives, kind: str) -> None:
         """Fill in where `c` was judged and, as information, how far the program's own
         derivative and JAX's are from the float64 one."""
         c.judged_in = judged
         if f64 is not None:
             c.own_error = worst(map(_rel_err, own, f64))
-            c.jax_error = _jax_error(self.run, *jax_call[:5], jax_call[5], f64)
+            c.jax_error = theirs.error(kind, f64)
 
     def _settle(self, c: Check, fds, args, diff, v, outs_idx, fd) -> Check:
         """A check that fails where the finite differences themselves do not settle (steps
