@@ -287,7 +287,8 @@ def test_cli_names_segments(tmp_path):
     assert r.stdout.count("remat2[") == LAYERS
     r = run(["grad", "--remat", "min-cut", "--remat-segments", "none", str(src)])
     assert r.exit_code == 0 and " segments (" not in r.stderr and r.stdout.count("remat2[") == 1
-    r = run(["vjp", "--remat-budget", "0.8", "--remat-segments", "2", "--no-xla", str(src)])
+    # (0.6: its HiGHS solve 0.09 CPU-s, 0.8's 0.7)
+    r = run(["vjp", "--remat-budget", "0.6", "--remat-segments", "2", "--no-xla", str(src)])
     assert r.exit_code == 0 and "2 segments (2 asked)" in r.stderr
 
 
@@ -354,9 +355,11 @@ def test_bodies_as_segments_against_jax(program):
 def test_budget_bounds_the_planned_peak():
     """Under segments a budget bounds the planned peak (the bytes saved plus the most one
     segment recomputes), a fraction of the plain gradient's; fewer FLOPs are recomputed for
-    a looser one; one below the floor is refused, naming the smallest that can be met."""
+    a looser one; one below the floor is refused, naming the smallest that can be met.
+    (0.4 and 0.6: HiGHS proves their plans in 0.1 and 0.3 CPU-s, 0.45's and 0.8's in 0.8
+    and 1.5.)"""
     recomputed = []
-    for frac in (0.45, 0.8):
+    for frac in (0.4, 0.6):
         g, plans = _grad(unrolled(), UNROLLED_ARGS, str(frac))
         p = plans[-1]
         assert p.peak is not None and p.peak <= frac * p.peak_before, p.render()
