@@ -126,16 +126,29 @@ def _primal_eqns(j, plan):
 TANGENTS = [vec(a.shape, 10 + k) for k, a in enumerate(ARGS)]
 
 
+def _residuals(info, args, primal_outs) -> list:
+    """The residuals `info` names: of the inputs, the primal program's outputs and its new
+    values."""
+    n_out = len(info.out_mask)
+    srcs = {"input": list(args), "output": primal_outs[:n_out], "new": primal_outs[n_out:]}
+    return [srcs[r.source][r.index] for r in info.residuals]
+
+
+def _fn(j):
+    return backend.as_jax_function(j, enable_x64=False)
+
+
 @pytest.fixture(scope="module")
 def plain_linear_output(resmlp_ir):
     """The plain linearization's output on TANGENTS, which every remat plan's linear
-    program must give."""
+    program must give (its two programs in one XLA compile)."""
     p0, l0, i0 = linearize_jaxpr(resmlp_ir, [0, 1, 2])
-    outs0 = backend.evaluate(p0, list(ARGS))
-    n_out = len(i0.out_mask)
-    src0 = {"input": list(ARGS), "output": outs0[:n_out], "new": outs0[n_out:]}
-    (want_t,) = backend.evaluate(l0, [src0[r.source][r.index] for r in i0.residuals] + TANGENTS)
-    return want_t
+    primal, linear = _fn(p0), _fn(l0)
+
+    def run(args, tans):
+        return linear(*_residuals(i0, args, list(primal(*args))), *tans)[0]
+
+    return jax.jit(run)(list(ARGS), TANGENTS)
 
 
 def _dot(xs, ys) -> float:
@@ -150,16 +163,17 @@ def test_linear_program_dot_product(resmlp_ir, plain_linear_output, spec):
     s = remat.with_segments(s, "none")  # (tests/test_remat_segments.py: segment by segment)
     primal, linear, info = linearize_jaxpr(resmlp_ir, [0, 1, 2], remat=s)
     assert _has_remat_call(linear)
-    pouts = backend.evaluate(primal, list(ARGS))
-    n_out = len(info.out_mask)
-    srcs = {"input": list(ARGS), "output": pouts[:n_out], "new": pouts[n_out:]}
-    res = [srcs[r.source][r.index] for r in info.residuals]
-    n_res = len(res)
+    n_res = len(info.residuals)
     tans = TANGENTS
-    (out_t,) = backend.evaluate(linear, res + tans)
-    ct = np.float32(0.7)
     lt = transpose_jaxpr(linear, [False] * n_res + [True] * len(tans))
-    cts_in = backend.evaluate(lt, res + [ct])
+    fp, fl, ft = _fn(primal), _fn(linear), _fn(lt)
+
+    def run(args, tans, ct):  # the three programs in one XLA compile
+        res = _residuals(info, args, list(fp(*args)))
+        return fl(*res, *tans)[0], list(ft(*res, ct))
+
+    ct = np.float32(0.7)
+    out_t, cts_in = jax.jit(run)(list(ARGS), tans, ct)
     lhs, rhs = float(out_t) * float(ct), _dot(tans, cts_in)
     assert abs(lhs - rhs) <= 1e-4 * max(1.0, abs(lhs))
     # and the linear program's values are the plain linearization's
