@@ -194,11 +194,13 @@ def test_segments_asked_for(unrolled_jax_grads, n):
 
 
 def test_sqrt_segments_without_layers():
-    """A program of distinct equations (no repetition) is cut into about sqrt(n)."""
+    """A program of distinct equations (no repetition) is cut into about sqrt(n).  (40
+    steps: 164 equations, 13 segments, a third less to compile than 60's; at 30 the
+    segmenter finds repeated layers instead.)"""
 
     def f(x):
         fns = [jnp.sin, jnp.cos, jnp.tanh, jnp.exp, jnp.log1p, jnp.sqrt, jax.nn.sigmoid]
-        for k in range(60):
+        for k in range(40):
             x = fns[k % 7](x) * (1.0 + 0.01 * k) + 0.5 if k % 7 != 5 else jnp.sqrt(x * x + 1)
             if k % 11 == 0:
                 x = x.T if x.ndim == 2 and x.shape[0] == x.shape[1] else x[::-1]
@@ -211,8 +213,8 @@ def test_sqrt_segments_without_layers():
     seg = plans[-1].segments
     assert seg is not None, plans[-1].render()
     n = len(seg.of)
-    if "sqrt" in seg.kind:
-        assert abs(len(seg.starts) - round(math.sqrt(n))) <= 1
+    assert "sqrt" in seg.kind, seg.kind
+    assert abs(len(seg.starts) - round(math.sqrt(n))) <= 1
     got, want = together((g, [x]), (jax.grad(f), [x]))  # (one XLA compile)
     close(got[0], want, 1e-5)
 
