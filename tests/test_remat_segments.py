@@ -176,10 +176,17 @@ def test_calls_take_and_give_what_per_layer_checkpoint_does(policy):
         assert len(activations) == 1, [str(o.type) for o in c.outputs]
 
 
-def test_none_is_the_whole_program(unrolled_jax_grads):
+def test_none_is_the_whole_program():
     g, plans = _grad(unrolled(), UNROLLED_ARGS, "nothing_saveable", segments="none")
     assert plans[-1].segments is None
     assert len([e for e in all_eqns(g) if e.prim == "remat2"]) == 1
+
+
+# (make test-full: the whole program's gradient under a policy against jax.grad is
+# test_remat.py's test_policy_grad_and_bytes_against_jax in make test, segments none there)
+@pytest.mark.slow
+def test_none_gradient_against_jax(unrolled_jax_grads):
+    g, _ = _grad(unrolled(), UNROLLED_ARGS, "nothing_saveable", segments="none")
     for a, b in zip(backend.evaluate(g, list(UNROLLED_ARGS)), unrolled_jax_grads):
         close(a, b, 1e-5)
 
