@@ -14,7 +14,7 @@ jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 from jax import ad_checkpoint as adc  # noqa: E402
 from jax._src.ad_checkpoint import saved_residuals  # noqa: E402
-from jax_oracle import close, ir, run, vec  # noqa: E402
+from jax_oracle import close, ir, run, together, vec  # noqa: E402
 
 from jaxprtool import backend  # noqa: E402
 from jaxprtool.ad import remat  # noqa: E402
@@ -78,14 +78,22 @@ def resmlp_ir():
 
 
 @pytest.fixture(scope="module")
-def plain_grads(resmlp_ir):
-    return backend.evaluate(grad_jaxpr(resmlp_ir, [0, 1, 2]), list(ARGS))
+def gradients(resmlp_ir):
+    """The plain gradient's values and JAX's, in one XLA compile."""
+    return together(
+        (grad_jaxpr(resmlp_ir, [0, 1, 2]), ARGS), (jax.grad(resmlp, argnums=(0, 1, 2)), ARGS)
+    )
 
 
 @pytest.fixture(scope="module")
-def jax_grads():
+def plain_grads(gradients):
+    return gradients[0]
+
+
+@pytest.fixture(scope="module")
+def jax_grads(gradients):
     """JAX's gradient of resmlp, which every plan's gradient must give."""
-    return jax.jit(jax.grad(resmlp, argnums=(0, 1, 2)))(*ARGS)  # one compilation
+    return gradients[1]
 
 
 @pytest.mark.parametrize("policy", sorted(POLICIES))
@@ -126,16 +134,29 @@ def _primal_eqns(j, plan):
 TANGENTS = [vec(a.shape, 10 + k) for k, a in enumerate(ARGS)]
 
 
+def _residuals(info, args, primal_outs) -> list:
+    """The residuals `info` names: of the inputs, the primal program's outputs and its new
+    values."""
+    n_out = len(info.out_mask)
+    srcs = {"input": list(args), "output": primal_outs[:n_out], "new": primal_outs[n_out:]}
+    return [srcs[r.source][r.index] for r in info.residuals]
+
+
+def _fn(j):
+    return backend.as_jax_function(j, enable_x64=False)
+
+
 @pytest.fixture(scope="module")
 def plain_linear_output(resmlp_ir):
     """The plain linearization's output on TANGENTS, which every remat plan's linear
-    program must give."""
+    program must give (its two programs in one XLA compile)."""
     p0, l0, i0 = linearize_jaxpr(resmlp_ir, [0, 1, 2])
-    outs0 = backend.evaluate(p0, list(ARGS))
-    n_out = len(i0.out_mask)
-    src0 = {"input": list(ARGS), "output": outs0[:n_out], "new": outs0[n_out:]}
-    (want_t,) = backend.evaluate(l0, [src0[r.source][r.index] for r in i0.residuals] + TANGENTS)
-    return want_t
+    primal, linear = _fn(p0), _fn(l0)
+
+    def run(args, tans):
+        return linear(*_residuals(i0, args, list(primal(*args))), *tans)[0]
+
+    return jax.jit(run)(list(ARGS), TANGENTS)
 
 
 def _dot(xs, ys) -> float:
@@ -150,16 +171,17 @@ def test_linear_program_dot_product(resmlp_ir, plain_linear_output, spec):
     s = remat.with_segments(s, "none")  # (tests/test_remat_segments.py: segment by segment)
     primal, linear, info = linearize_jaxpr(resmlp_ir, [0, 1, 2], remat=s)
     assert _has_remat_call(linear)
-    pouts = backend.evaluate(primal, list(ARGS))
-    n_out = len(info.out_mask)
-    srcs = {"input": list(ARGS), "output": pouts[:n_out], "new": pouts[n_out:]}
-    res = [srcs[r.source][r.index] for r in info.residuals]
-    n_res = len(res)
+    n_res = len(info.residuals)
     tans = TANGENTS
-    (out_t,) = backend.evaluate(linear, res + tans)
-    ct = np.float32(0.7)
     lt = transpose_jaxpr(linear, [False] * n_res + [True] * len(tans))
-    cts_in = backend.evaluate(lt, res + [ct])
+    fp, fl, ft = _fn(primal), _fn(linear), _fn(lt)
+
+    def run(args, tans, ct):  # the three programs in one XLA compile
+        res = _residuals(info, args, list(fp(*args)))
+        return fl(*res, *tans)[0], list(ft(*res, ct))
+
+    ct = np.float32(0.7)
+    out_t, cts_in = jax.jit(run)(list(ARGS), tans, ct)
     lhs, rhs = float(out_t) * float(ct), _dot(tans, cts_in)
     assert abs(lhs - rhs) <= 1e-4 * max(1.0, abs(lhs))
     # and the linear program's values are the plain linearization's
@@ -303,8 +325,8 @@ def test_scan_body_is_rematerialized():
     g, plans = _grad(j, remat.parse_policy("min-cut"), [0, 1])
     nested = [p for p in plans if p.nested and p.recompute]
     assert nested and all(p.bytes_after < p.bytes_before for p in nested)
-    want = jax.grad(f, argnums=(0, 1))(x, ws)
-    for a, b in zip(backend.evaluate(g, [x, ws]), want):
+    got, want = together((g, [x, ws]), (jax.grad(f, argnums=(0, 1)), [x, ws]))  # (one compile)
+    for a, b in zip(got, want):
         close(a, b)
 
 
@@ -318,8 +340,8 @@ def test_cond_and_checkpoint_bodies(policy):
     x, w = vec((4, 4), 3), vec((4, 4), 4)
     j = ir(f, x, w)
     g, _ = _grad(j, remat.parse_policy(policy), [0, 1])
-    want = jax.grad(f, argnums=(0, 1))(x, w)
-    for a, b in zip(backend.evaluate(g, [x, w]), want):
+    got, want = together((g, [x, w]), (jax.grad(f, argnums=(0, 1)), [x, w]))  # (one compile)
+    for a, b in zip(got, want):
         close(a, b)
 
 
@@ -418,17 +440,23 @@ def _check_program(path, specs):
         want = backend.evaluate(plain, args + cts, consts)
     except JaxprError as e:
         pytest.skip(f"{path.name}: the back end cannot run its plain vjp either: {e}")
+    programs = []
     for spec in specs:
         try:
-            v = vjp_jaxpr(j, remat=spec)
+            programs.append(vjp_jaxpr(j, remat=spec))
         except JaxprError as e:  # a budget below what the program can meet: use the floor
             assert spec.budget is not None, e
             floor = int(str(e).split("smallest budget that can be met is ")[1].split()[0])
-            v = vjp_jaxpr(j, remat=remat.Spec(budget=floor))
-        # recomputed matmuls may round differently inside XLA's fusions (a min-cut plan,
-        # recomputing no matmul, gives the same bits here): compared at the program's scale
-        scale = max(1.0, *(float(np.abs(np.asarray(w)).max(initial=0)) for w in want))
-        for a, b in zip(backend.evaluate(v, args + cts, consts), want):
+            programs.append(vjp_jaxpr(j, remat=remat.Spec(budget=floor)))
+    if consts:
+        gots = [backend.evaluate(v, args + cts, consts) for v in programs]
+    else:  # (one XLA compile for all of them)
+        gots = together(*[(v, args + cts) for v in programs])
+    # recomputed matmuls may round differently inside XLA's fusions (a min-cut plan,
+    # recomputing no matmul, gives the same bits here): compared at the program's scale
+    scale = max(1.0, *(float(np.abs(np.asarray(w)).max(initial=0)) for w in want))
+    for got in gots:
+        for a, b in zip(got, want):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-3, atol=1e-3 * scale)
 
 
@@ -482,7 +510,9 @@ def test_a_second_linearization_of_the_same_body_reports_its_nested_plan():
         "remat nothing_saveable on a nested body (one segment)",
         "remat nothing_saveable on the program",
     ]
-    got = backend.evaluate(grad_jaxpr(j, (0, 1), remat=spec, plans=[]), [x, x])
     f = lambda x, w: jnp.sum(_shared_body(_shared_body(x, w), w) ** 2)  # noqa: E731
-    for g, w in zip(got, jax.grad(f, argnums=(0, 1))(x, x)):
+    got, want = together(
+        (grad_jaxpr(j, (0, 1), remat=spec, plans=[]), [x, x]), (jax.grad(f, argnums=(0, 1)), [x, x])
+    )  # (one compile)
+    for g, w in zip(got, want):
         close(g, w)

@@ -17,7 +17,7 @@ import jax.numpy as jnp  # noqa: E402
 from jax import ad_checkpoint as adc  # noqa: E402
 from jax._src.ad_checkpoint import saved_residuals  # noqa: E402
 from jax.extend.core import jaxprs_in_params  # noqa: E402
-from jax_oracle import close, policy_names_missing, run, vec  # noqa: E402
+from jax_oracle import close, policy_names_missing, run, together, vec  # noqa: E402
 
 from jaxprtool import backend  # noqa: E402
 from jaxprtool.ad import remat  # noqa: E402
@@ -146,7 +146,7 @@ def test_grad_counts_values_and_residuals_against_jax(tmp_path, program):
     argnums = tuple(range(len(args)))
     path = tmp_path / "f.jaxpr"
     path.write_text(str(jax.make_jaxpr(f)(*args)) + "\n")
-    grads = []
+    grads = {}  # by text: policies that give the same program run it once
     for text, policy in POLICIES.items():
         out = tmp_path / "g.jaxpr"
         argv = ["grad", "--argnums", ",".join(map(str, argnums)), "--remat", text]
@@ -157,11 +157,12 @@ def test_grad_counts_values_and_residuals_against_jax(tmp_path, program):
             continue
         assert r.exit_code == 0, r.output
         ours = parse(out.read_text(), str(out)).jaxpr
-        grads.append(ours)
+        grads.setdefault(out.read_text(), ours)
         theirs = jax.make_jaxpr(jax.grad(jax.checkpoint(f, policy=policy), argnums=argnums))
-        assert _count(ours) <= _jax_count(theirs(*args).jaxpr), text
+        theirs = theirs(*args).jaxpr
+        assert _count(ours) <= _jax_count(theirs), text
         # the saved values rounded to their precision, as JAX's partial evaluation rounds them
-        assert _rounds(ours) == _jax_rounds(theirs(*args).jaxpr), text
+        assert _rounds(ours) == _jax_rounds(theirs), text
         # what is saved: JAX's bytes, on the device and on the host
         (held,) = _HELD.findall(r.stderr)
         assert (int(held[0]), int(held[1] or 0)) == _jax_bytes(f, policy, args), text
@@ -169,8 +170,10 @@ def test_grad_counts_values_and_residuals_against_jax(tmp_path, program):
             assert sum(e.prim == "remat2" for e in body.eqns) <= 1, text
             back = [e for e in body.eqns if e.prim == "device_put" and "Device" in str(e.params)]
             assert in_remat or not back, f"{text}: a copy back outside the remat2 call"
-    want = jax.jit(jax.grad(f, argnums=argnums))(*args)
-    got = backend.evaluate(_join(grads), list(args) * len(grads))
+    grads = list(grads.values())
+    got, want = together(
+        (_join(grads), list(args) * len(grads)), (jax.grad(f, argnums=argnums), args)
+    )  # (one compile)
     for k in range(len(grads)):
         for a, b in zip(got[k * len(args) : (k + 1) * len(args)], want):
             close(a, b, 1e-5)
@@ -179,7 +182,7 @@ def test_grad_counts_values_and_residuals_against_jax(tmp_path, program):
 def test_linear_program_dot_product():
     """<w, L v> = <L^T w, v> on the linear programs whose one remat2 call copies back and
     recomputes (the offload policies, nothing_saveable), and their values are the plain
-    linearization's."""
+    linearization's.  Every program in one XLA compile."""
     f, args = PROGRAMS["named"]
     j = parse(str(jax.make_jaxpr(f)(*args)), "<jax>").jaxpr
     argnums = list(range(len(args)))
@@ -191,24 +194,32 @@ def test_linear_program_dot_product():
     forms = []
     for spec in [*specs, None]:
         forms.append(linearize_jaxpr(j, argnums, remat=spec))
-    outs = iter(backend.evaluate(_join([p for p, _, _ in forms]), list(args) * len(forms)))
-    res = []
-    for primal, _, info in forms:
-        got = [next(outs) for _ in primal.outvars]
-        n_out = len(info.out_mask)
-        src = {"input": list(args), "output": got[:n_out], "new": got[n_out:]}
-        res.append([src[r.source][r.index] for r in info.residuals])
     assert all(sum(e.prim == "remat2" for e in lin.eqns) == 1 for _, lin, _ in forms[:-1])
     v = [vec(a.shape, 20 + k) for k, a in enumerate(args)]
-    lvs = backend.evaluate(_join([lin for _, lin, _ in forms]), [x for r in res for x in r + v])
-    w = np.float32(0.7)
     lts = [
-        transpose_jaxpr(lin, [False] * len(r) + [True] * len(v))
-        for (_, lin, _), r in zip(forms[:-1], res)
+        transpose_jaxpr(lin, [False] * len(info.residuals) + [True] * len(v))
+        for _, lin, info in forms[:-1]
     ]
-    ltws = iter(backend.evaluate(_join(lts), [x for r in res[:-1] for x in r + [w]]))
-    for lv in lvs[:-1]:
+    fn = lambda j: backend.as_jax_function(j, enable_x64=False)  # noqa: E731
+    primals = [fn(primal) for primal, _, _ in forms]
+    linears = [fn(lin) for _, lin, _ in forms]
+    transposes = [fn(lt) for lt in lts]
+
+    def run(args, v, w):  # (each primal's residuals feed its linear and transposed programs)
+        lvs, ltws = [], []
+        for (_, _, info), primal, linear, lt in zip(forms, primals, linears, [*transposes, None]):
+            got = list(primal(*args))
+            n_out = len(info.out_mask)
+            src = {"input": list(args), "output": got[:n_out], "new": got[n_out:]}
+            res = [src[r.source][r.index] for r in info.residuals]
+            lvs.append(linear(*res, *v)[0])
+            if lt is not None:
+                ltws.append(list(lt(*res, w)))
+        return lvs, ltws
+
+    w = np.float32(0.7)
+    lvs, ltws = jax.jit(run)(list(args), v, w)
+    for lv, ltw in zip(lvs[:-1], ltws):
         close(lv, lvs[-1], 1e-5)
-        ltw = [next(ltws) for _ in v]
         rhs = sum(float(np.vdot(np.float64(a), np.float64(b))) for a, b in zip(ltw, v))
         assert abs(float(lv) * float(w) - rhs) <= 1e-4 * max(1.0, abs(rhs))

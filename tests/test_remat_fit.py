@@ -8,6 +8,7 @@ never the tool's own report."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from pathlib import Path
@@ -75,8 +76,17 @@ class Model:
         self.src = tmp_path_factory.mktemp("fit") / "f.jaxpr"
         self.src.write_text(str(jax.make_jaxpr(loss)(*self.args)) + "\n")
         self.argnums = ",".join(map(str, range(len(self.args))))
-        self.plain = _figures(self.grad([]).stdout, self.args)
-        self.want = jax.jit(jax.grad(loss, tuple(range(len(self.args)))))(*self.args)
+
+    @functools.cached_property
+    def plain(self) -> tuple[int, float]:
+        """(XLA's temp bytes, XLA's FLOPs) of the plain gradient, compiled by JAX (on first
+        use: the tests on a fake device compile nothing)."""
+        return _figures(self.grad([]).stdout, self.args)
+
+    @functools.cached_property
+    def want(self):
+        """JAX's gradient (the oracle)."""
+        return jax.jit(jax.grad(loss, tuple(range(len(self.args)))))(*self.args)
 
     def grad(self, flags):
         r = run(["grad", "--argnums", self.argnums, *flags, str(self.src)])
@@ -90,6 +100,18 @@ class Model:
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory):
+    """Two layers: the fit loop takes the paths it takes at three (`three`), with two thirds
+    of the columns in its 0/1 programs (263 against 391), whose HiGHS solves at three were
+    6 of the fraction test's 11 CPU-s."""
+    return Model(tmp_path_factory, 2, 32, 16, 2)
+
+
+@pytest.fixture(scope="module")
+def three(tmp_path_factory):
+    """Three layers, for the tests that compile nothing (on a fake device, their budgets 0.6
+    and 0.7 are beyond what the chain plans can hold two layers to; the device model's
+    segments) and those of `make test-full` (their budgets are beyond what XLA holds two
+    layers to: nothing_saveable's 0.56x the plain gradient's)."""
     return Model(tmp_path_factory, 3, 32, 16, 2)
 
 
@@ -100,10 +122,10 @@ def _policies(m):
 def test_fraction_is_of_the_plain_gradients_xla_bytes(small):
     """The budget is a fraction of XLA's temp bytes of the plain gradient: the plain gradient's
     compile calibrates the device model, and the loop checks its plan by compiling it."""
-    r = small.grad(["--remat-budget", "0.5"])
+    r = small.grad(["--remat-budget", "0.75"])
     compiled = _compiled(r.stdout, small.args)
     temp = compiled.memory_analysis().temp_size_in_bytes
-    assert temp <= 0.5 * small.plain[0], (temp, small.plain)
+    assert temp <= 0.75 * small.plain[0], (temp, small.plain)
     # the loop compares compiled plans by XLA's FLOPs too: the chosen plan's are JAX's count
     said = [float(x) for x in re.findall(r"FLOPs \(XLA (\d+)\)", r.stderr)]
     assert _xla_flops(compiled) in said, (_xla_flops(compiled), r.stderr)
@@ -118,9 +140,9 @@ def test_fraction_is_of_the_plain_gradients_xla_bytes(small):
 
 
 @pytest.mark.slow  # (make test-full; the fraction test runs the same loop)
-def test_byte_budget_is_xla_bytes(small):
-    budget = int(0.45 * small.plain[0])
-    temp, _, _ = small.figures(["--remat-budget", str(budget)])
+def test_byte_budget_is_xla_bytes(three):
+    budget = int(0.45 * three.plain[0])
+    temp, _, _ = three.figures(["--remat-budget", str(budget)])
     assert temp <= 1.05 * budget, (temp, budget)
 
 
@@ -134,15 +156,15 @@ def test_a_budget_the_plain_gradient_meets_holds_no_more_than_it(small):
 
 
 @pytest.mark.slow  # (make test-full; test_issue_sizes_on_the_cpu checks it at three budgets)
-def test_no_policy_plan_beats_a_budget_plan_on_both_counts(small):
-    policies = _policies(small)
-    temp, flops, _ = small.figures(["--remat-budget", "0.6"])
+def test_no_policy_plan_beats_a_budget_plan_on_both_counts(three):
+    policies = _policies(three)
+    temp, flops, _ = three.figures(["--remat-budget", "0.6"])
     for name, (pt, pf) in policies.items():
         assert not (pt < 0.98 * temp and pf < 0.98 * flops), (name, pt, pf, temp, flops)
 
 
-def test_no_xla_keeps_the_liveness_model(small):
-    r = small.grad(["--remat-budget", "0.5", "--no-xla"])
+def test_no_xla_keeps_the_liveness_model(three):
+    r = three.grad(["--remat-budget", "0.5", "--no-xla"])
     assert "compile 1" not in r.stderr and "XLA temp" not in r.stderr
     assert "planned peak" in r.stderr
 
@@ -194,15 +216,15 @@ def test_issue_sizes_on_the_cpu(issue_size):
 
 
 @pytest.mark.slow  # (make test-full; the fraction test runs the same loop)
-def test_memory_of_grad_fits_the_budget_too(small):
+def test_memory_of_grad_fits_the_budget_too(three):
     """`memory --of grad --remat-budget`: the program analysed is the one `grad` fits."""
     import json
 
-    argv = ["memory", "--of", "grad", "--argnums", small.argnums, "--json"]
-    r = run([*argv, "--remat-budget", "0.5", str(small.src)])
+    argv = ["memory", "--of", "grad", "--argnums", three.argnums, "--json"]
+    r = run([*argv, "--remat-budget", "0.5", str(three.src)])
     assert r.exit_code == 0, r.output
     assert "chosen:" in r.stderr
-    assert json.loads(r.stdout)["xla"]["temp_bytes"] <= 0.5 * small.plain[0]
+    assert json.loads(r.stdout)["xla"]["temp_bytes"] <= 0.5 * three.plain[0]
 
 
 @pytest.fixture
@@ -251,7 +273,7 @@ def _fake_device(small, figure):
         (lambda live, fused: live, 1.0),  # holds every element-wise residual: no fusion
     ],
 )
-def test_the_calibration_learns_what_the_device_holds(small, chain_plans, device, held):
+def test_the_calibration_learns_what_the_device_holds(three, chain_plans, device, held):
     """On a device that holds a fixed share of the fused (or the liveness) figure, the
     plain gradient's compile alone calibrates the model: every plan's planned figure is
     the device's to within a byte or so, and the loop compiles two plans at most (its first
@@ -259,7 +281,7 @@ def test_the_calibration_learns_what_the_device_holds(small, chain_plans, device
     from jaxprtool.ad.remat.fit import fit_budget
     from jaxprtool.ui.stats import flops
 
-    build, measure = _fake_device(small, device)
+    build, measure = _fake_device(three, device)
     spec = dataclasses.replace(remat.parse_budget("0.6"), segments="auto")
     program, plans, fit = fit_budget(build, spec, measure, flops)
     assert f"the device holds {held:.2f}" in fit.render(), fit.render()
@@ -270,7 +292,7 @@ def test_the_calibration_learns_what_the_device_holds(small, chain_plans, device
     assert fit.chosen.temp <= fit.target
 
 
-def test_plans_are_made_while_the_plain_gradient_compiles(small, chain_plans):
+def test_plans_are_made_while_the_plain_gradient_compiles(three, chain_plans):
     """Given the device's model before any compile (a prior: here the fake device's own,
     XLA:TPU-like), the loop makes the budget plans it will compile while the plain gradient
     compiles: none is made after that compile is read, and one round of compiles (two
@@ -279,7 +301,7 @@ def test_plans_are_made_while_the_plain_gradient_compiles(small, chain_plans):
     from jaxprtool.ad.remat.fit import CANDIDATES, Calibration, fit_budget
     from jaxprtool.ui.stats import flops
 
-    build, measure = _fake_device(small, lambda live, fused: int(0.9 * fused))
+    build, measure = _fake_device(three, lambda live, fused: int(0.9 * fused))
     spec = dataclasses.replace(remat.parse_budget("0.6"), segments="auto")
     _, _, fit = fit_budget(build, spec, measure, flops, prior=Calibration(0.0, 0.9))
     assert fit.made_early == fit.made > len(CANDIDATES), fit.timing()  # policies, budgets
@@ -298,7 +320,7 @@ def test_plans_are_made_while_the_plain_gradient_compiles(small, chain_plans):
 
 
 @pytest.mark.slow  # (make test-full: 5 CPU-s of plans; test_remat_fit_learn.py checks the choice)
-def test_the_policy_plans_that_fit_are_compiled_and_compared(small):
+def test_the_policy_plans_that_fit_are_compiled_and_compared(three):
     """Issue 48, item 2: each policy plan whose figure fits the target is compiled too, and
     the chosen plan is dominated by no compiled plan on XLA's bytes and XLA's FLOPs.  On a
     device whose XLA FLOPs are the same for every plan (as the TPU counted the scan twin's
@@ -309,7 +331,7 @@ def test_the_policy_plans_that_fit_are_compiled_and_compared(small):
     from jaxprtool.ad.remat.fit import fit_budget
     from jaxprtool.ui.stats import flops
 
-    build_any, temp = _fake_device(small, lambda live, fused: int(0.9 * fused))
+    build_any, temp = _fake_device(three, lambda live, fused: int(0.9 * fused))
     policy = set()
 
     def build(spec, plans):
@@ -366,7 +388,7 @@ def test_the_planned_figure_sees_the_plan_inside_a_scan(tmp_path, budget):
     assert abs(planned - temp) <= 0.10 * temp, (planned, temp, r.stderr)
 
 
-def test_the_device_model_runs_the_backward_stretches_last_to_first(small, monkeypatch):
+def test_the_device_model_runs_the_backward_stretches_last_to_first(three, monkeypatch):
     """The structure of the device model's figure for a segmented program
     (`device._backward_peak`): the backward part runs the segments' stretches last to first,
     each freeing its segment's saved values, and the last segment's stretch runs right after
@@ -388,9 +410,11 @@ def test_the_device_model_runs_the_backward_stretches_last_to_first(small, monke
         return device.device_bytes(g, plan, groups)
 
     monkeypatch.setattr(entry, "device_bytes", record)
-    j = parse(small.src.read_text(), "f").jaxpr
+    # (three layers: at two, recomputing the first segment's residuals leaves this figure
+    # as it is, 41472 B both)
+    j = parse(three.src.read_text(), "f").jaxpr
     spec = remat.Spec(policy="min-cut", segments="auto", device_model=True)
-    grad_jaxpr(j, list(range(len(small.args))), remat=spec, plans=[])
+    grad_jaxpr(j, list(range(len(three.args))), remat=spec, plans=[])
     g, groups = seen[-1]
     n = len(g.segments.starts)
     assert n == 3, g.segments.describe()  # the three layers

@@ -21,10 +21,9 @@ jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 from jax import ad_checkpoint as adc  # noqa: E402
 from jax._src.ad_checkpoint import saved_residuals  # noqa: E402
-from jax_oracle import close, policy_names_missing, run, vec  # noqa: E402
+from jax_oracle import close, policy_names_missing, run, together, vec  # noqa: E402
 from test_remat_count import POLICIES, _count, _jax_count, _join  # noqa: E402
 
-from jaxprtool import backend  # noqa: E402
 from jaxprtool.ad import remat  # noqa: E402
 from jaxprtool.ad.api import linearize_jaxpr, transpose_jaxpr  # noqa: E402
 from jaxprtool.ad.linearize import combine  # noqa: E402
@@ -150,9 +149,10 @@ def test_saved_counts_and_values_against_jax(tmp_path, program):
         grads.setdefault(out.read_text(), ours)
         theirs = jax.make_jaxpr(jax.grad(jax.checkpoint(f, policy=policy), argnums=argnums))
         assert _count(ours) <= _jax_count(theirs(*args).jaxpr), policy_text
-    want = jax.jit(jax.grad(f, argnums=argnums))(*args)
     grads = list(grads.values())
-    got = backend.evaluate(_join(grads), list(args) * len(grads))
+    got, want = together(
+        (_join(grads), list(args) * len(grads)), (jax.grad(f, argnums=argnums), args)
+    )  # (one compile)
     for k in range(len(grads)):
         for a, b in zip(got[k * len(args) : (k + 1) * len(args)], want):
             close(a, b, 1e-5)
@@ -167,12 +167,13 @@ def test_linear_programs_dot_product():
     = <L^T w, v> for a scan and a jitted call holding one, under the policies that rerun its
     scan in the linear program (inside its one remat2 call) reading the saved (or offloaded)
     stacked values, and L v is jax.jvp's tangent.  One XLA compile for all of them."""
-    jvps, vjps, inputs = [], [], []
+    jvps, vjps, inputs, oracles = [], [], [], []
     for name in ("named", "jitted"):
         f, args = PROGRAMS[name]
         j = parse(str(jax.make_jaxpr(f)(*args)), name).jaxpr
         v = [vec(a.shape, 30 + k) for k, a in enumerate(args)]
-        want = jax.jvp(f, args, tuple(v))[1]
+        oracle = len(oracles)  # (JAX's tangent, compiled with the programs below)
+        oracles.append((lambda *a, f=f, v=v: jax.jvp(f, a, tuple(v))[1], args))
         for text in RERUNS:
             spec = remat.with_segments(remat.parse_policy(text), "none")  # the rerun
             primal, lin, info = linearize_jaxpr(j, list(range(len(args))), remat=spec)
@@ -182,13 +183,14 @@ def test_linear_programs_dot_product():
             n = len(args)
             jvps.append(jvp)
             vjps.append(transpose_jaxpr(jvp, [False] * n + [True] * n, [False, True]))
-            inputs.append((args, v, want))
+            inputs.append((args, v, oracle))
     w = np.float32(0.7)
     feed = [x for a, v, _ in inputs for x in (*a, *v)] + [x for a, _, _ in inputs for x in (*a, w)]
-    outs = iter(backend.evaluate(_join(jvps + vjps), feed))
+    got, *wants = together((_join(jvps + vjps), feed), *oracles)
+    outs = iter(got)
     lvs = [[next(outs) for _ in j.outvars][1] for j in jvps]
-    for lv, vjp, (_, v, want) in zip(lvs, vjps, inputs):
-        close(lv, want, 1e-4)
+    for lv, vjp, (_, v, oracle) in zip(lvs, vjps, inputs):
+        close(lv, wants[oracle], 1e-4)
         ltw = [next(outs) for _ in vjp.outvars][1:]
         rhs = sum(float(np.vdot(np.float64(a), np.float64(b))) for a, b in zip(ltw, v))
         assert abs(float(lv) * float(w) - rhs) <= 1e-4 * max(1.0, abs(rhs))

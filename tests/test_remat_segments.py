@@ -176,10 +176,17 @@ def test_calls_take_and_give_what_per_layer_checkpoint_does(policy):
         assert len(activations) == 1, [str(o.type) for o in c.outputs]
 
 
-def test_none_is_the_whole_program(unrolled_jax_grads):
+def test_none_is_the_whole_program():
     g, plans = _grad(unrolled(), UNROLLED_ARGS, "nothing_saveable", segments="none")
     assert plans[-1].segments is None
     assert len([e for e in all_eqns(g) if e.prim == "remat2"]) == 1
+
+
+# (make test-full: the whole program's gradient under a policy against jax.grad is
+# test_remat.py's test_policy_grad_and_bytes_against_jax in make test, segments none there)
+@pytest.mark.slow
+def test_none_gradient_against_jax(unrolled_jax_grads):
+    g, _ = _grad(unrolled(), UNROLLED_ARGS, "nothing_saveable", segments="none")
     for a, b in zip(backend.evaluate(g, list(UNROLLED_ARGS)), unrolled_jax_grads):
         close(a, b, 1e-5)
 
@@ -194,11 +201,13 @@ def test_segments_asked_for(unrolled_jax_grads, n):
 
 
 def test_sqrt_segments_without_layers():
-    """A program of distinct equations (no repetition) is cut into about sqrt(n)."""
+    """A program of distinct equations (no repetition) is cut into about sqrt(n).  (40
+    steps: 164 equations, 13 segments, a third less to compile than 60's; at 30 the
+    segmenter finds repeated layers instead.)"""
 
     def f(x):
         fns = [jnp.sin, jnp.cos, jnp.tanh, jnp.exp, jnp.log1p, jnp.sqrt, jax.nn.sigmoid]
-        for k in range(60):
+        for k in range(40):
             x = fns[k % 7](x) * (1.0 + 0.01 * k) + 0.5 if k % 7 != 5 else jnp.sqrt(x * x + 1)
             if k % 11 == 0:
                 x = x.T if x.ndim == 2 and x.shape[0] == x.shape[1] else x[::-1]
@@ -211,8 +220,8 @@ def test_sqrt_segments_without_layers():
     seg = plans[-1].segments
     assert seg is not None, plans[-1].render()
     n = len(seg.of)
-    if "sqrt" in seg.kind:
-        assert abs(len(seg.starts) - round(math.sqrt(n))) <= 1
+    assert "sqrt" in seg.kind, seg.kind
+    assert abs(len(seg.starts) - round(math.sqrt(n))) <= 1
     got, want = together((g, [x]), (jax.grad(f), [x]))  # (one XLA compile)
     close(got[0], want, 1e-5)
 
@@ -287,7 +296,8 @@ def test_cli_names_segments(tmp_path):
     assert r.stdout.count("remat2[") == LAYERS
     r = run(["grad", "--remat", "min-cut", "--remat-segments", "none", str(src)])
     assert r.exit_code == 0 and " segments (" not in r.stderr and r.stdout.count("remat2[") == 1
-    r = run(["vjp", "--remat-budget", "0.8", "--remat-segments", "2", "--no-xla", str(src)])
+    # (0.6: its HiGHS solve 0.09 CPU-s, 0.8's 0.7)
+    r = run(["vjp", "--remat-budget", "0.6", "--remat-segments", "2", "--no-xla", str(src)])
     assert r.exit_code == 0 and "2 segments (2 asked)" in r.stderr
 
 
@@ -354,9 +364,11 @@ def test_bodies_as_segments_against_jax(program):
 def test_budget_bounds_the_planned_peak():
     """Under segments a budget bounds the planned peak (the bytes saved plus the most one
     segment recomputes), a fraction of the plain gradient's; fewer FLOPs are recomputed for
-    a looser one; one below the floor is refused, naming the smallest that can be met."""
+    a looser one; one below the floor is refused, naming the smallest that can be met.
+    (0.4 and 0.6: HiGHS proves their plans in 0.1 and 0.3 CPU-s, 0.45's and 0.8's in 0.8
+    and 1.5.)"""
     recomputed = []
-    for frac in (0.45, 0.8):
+    for frac in (0.4, 0.6):
         g, plans = _grad(unrolled(), UNROLLED_ARGS, str(frac))
         p = plans[-1]
         assert p.peak is not None and p.peak <= frac * p.peak_before, p.render()
