@@ -804,7 +804,7 @@ def test_fallback_loops_with_a_warning(tmp_path, monkeypatch):
     assert any(e.prim == "scan" for e in all_eqns(j))
     xs = np.random.default_rng(0).normal(size=(3, 2, 4)).astype(np.float32)
     np.testing.assert_allclose(
-        backend.evaluate(j, [xs])[0], jax.vmap(f, in_axes=1)(xs), rtol=1e-5, atol=1e-5
+        backend.evaluate(j, [xs])[0], jax.jit(jax.vmap(f, in_axes=1))(xs), rtol=1e-5, atol=1e-5
     )
     batching._MEMO.clear()
 
@@ -1368,7 +1368,7 @@ def test_jacobians_of_a_program_without_outputs_are_jax_s(tmp_path):
     args = (np.ones(2, np.float32), np.int32(1))
     p = tmp_path / "none.jaxpr"
     p.write_text(_text(f, *args))
-    assert jax.jacfwd(f)(*args) == ()
+    assert jax.eval_shape(jax.jacfwd(f), *args) == ()
     assert _pipe(p.read_text(), ["jacfwd"]).outvars == ()
     for kind in ("jacrev", "hessian"):
         with pytest.raises(ValueError, match="at least one array or dtype is required"):
