@@ -701,7 +701,10 @@ def test_misc_primitives(every):
     check_cases(_axes(cases, every))
 
 
-def test_float64():
+@EVERY_IN_AXES
+def test_float64(every):
+    """float64 batched at 1e-10; the default run one in_axes a case (the axes' handling is
+    the float32 tests' above), `make test-full` every one."""
     with jax.enable_x64(True):
         cases = [
             (
@@ -717,7 +720,7 @@ def test_float64():
                 BINARY_AXES[:3],
             ),
         ]
-        check_cases(cases, tol=1e-10)
+        check_cases(_axes(cases, every), tol=1e-10)
 
 
 # ---------------------------------------------------------------- equation counts
