@@ -5,6 +5,8 @@ results gives jax.grad's/jax.jvp's numbers on the same mesh."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -113,7 +115,7 @@ def test_grad_keeps_sharding_and_matches_jax(tmp_path, name):
         text = str(jax.make_jaxpr(f)(*args))
         argnums = tuple(range(len(args)))
         jax_grad_text = str(jax.make_jaxpr(jax.grad(f, argnums))(*args))
-        want = jax.grad(f, argnums)(*args)
+        want = jax.jit(jax.grad(f, argnums))(*args)  # (eagerly: a compile per operation)
     program = transform(tmp_path, "grad", text, name, "--argnums", ",".join(map(str, argnums)))
     assert "@x" in text
     assert outvar_types(program.read_text()) == outvar_types(jax_grad_text)
@@ -131,7 +133,7 @@ def test_jvp_and_linearize_match_jax(tmp_path):
         jvp_text = str(
             jax.make_jaxpr(lambda x, t: jax.jvp(reduce_rows, (x,), (t,)))(*args, tangent)
         )
-        want = jax.jvp(reduce_rows, tuple(args), (tangent,))
+        want = jax.jit(lambda a, t: jax.jvp(reduce_rows, a, t))(tuple(args), (tangent,))
     assert "@x" in text
     for command in ("jvp", "linearize"):
         program = transform(tmp_path, command, text, "rows")
@@ -146,9 +148,10 @@ def test_vjp_cotangent_types_are_sharded(tmp_path):
     with jax.set_mesh(MESH):
         x = rnd(6, (8,), P("x"))
         text = str(jax.make_jaxpr(sin_times_x)(x))
-        out, pullback = jax.vjp(sin_times_x, x)
         ct = np.float32(0.75)
-        (want,) = pullback(ct)
+        out, (want,) = jax.jit(
+            lambda x, c: (lambda o, pull: (o, pull(c)))(*jax.vjp(sin_times_x, x))
+        )(x, ct)
     program = transform(tmp_path, "vjp", text, "vjp")
     j = parse(program.read_text(), "<vjp>").jaxpr
     assert [str(v.type) for v in j.invars] == ["f32[8@x]", "f32[]"]
@@ -185,11 +188,11 @@ def test_check_grad_explain_and_memory_take_the_mesh_a_text_does_not_print(tmp_p
     assert r.exit_code == 0, r.output
     assert "all checks pass" in r.stdout
 
-    _, vjp_fn = jax.vjp(_split_rows, x)
     # (JAX also keeps the literal 2.0 as an f32[] residual; the tool's program holds it as
-    # a literal: every array residual is counted, at its global bytes)
-    leaves = jax.tree_util.tree_leaves(vjp_fn)
-    jax_saved = sum(leaf.nbytes for leaf in leaves if leaf.ndim)
+    # a literal: every array residual is counted, at its global bytes; their types traced,
+    # not run: eagerly, JAX compiles each operation)
+    leaves = jax.eval_shape(lambda x: jax.tree_util.tree_leaves(jax.vjp(_split_rows, x)[1]), x)
+    jax_saved = sum(math.prod(leaf.shape) * leaf.dtype.itemsize for leaf in leaves if leaf.shape)
     assert jax_saved == 128
     r = run(["memory", "--mesh", "x=2", "--of", "vjp", "--no-xla", "--json", str(src)])
     assert r.exit_code == 0, r.output

@@ -210,7 +210,7 @@ def test_custom_vjp_with_plugin(tmp_path):
         load_plugins([str(plugin)])
         j = ir(_f_cv, X, Y)
         got = backend.evaluate(grad_jaxpr(j, (0, 1)), [X, Y])
-        ref = jax.grad(_f_cv, (0, 1))(X, Y)
+        ref = jax.jit(jax.grad(_f_cv, (0, 1)))(X, Y)  # (eagerly: a compile per operation)
         close(got[0], ref[0])
         close(got[1], ref[1])
         # linearize shows custom_lin; transpose turns it into bwd
@@ -245,7 +245,7 @@ def test_checkpoint_grad(policy):
 
     j = ir(f, W, X)
     got = backend.evaluate(grad_jaxpr(j, (0, 1)), [W, X])
-    ref = jax.grad(f, (0, 1))(W, X)
+    ref = jax.jit(jax.grad(f, (0, 1)))(W, X)  # (eagerly: a compile per operation)
     close(got[0], ref[0])
     close(got[1], ref[1])
 
@@ -376,7 +376,8 @@ def test_grad_twice_through_the_cli():
     r1 = run(["grad", "-"], str(jax.make_jaxpr(f)(x)))
     r2 = run(["grad", "-"], r1.stdout)
     assert r2.exit_code == 0, r2.output
-    close(backend.evaluate(parse(r2.stdout, "g").jaxpr, [x])[0], jax.grad(jax.grad(f))(x))
+    want = jax.jit(jax.grad(jax.grad(f)))(x)  # (eagerly: a compile per operation)
+    close(backend.evaluate(parse(r2.stdout, "g").jaxpr, [x])[0], want)
 
 
 def test_plugin_loading_errors(tmp_path):
@@ -464,9 +465,14 @@ def test_the_two_reverse_routes_agree_on_an_integer_only_program():
     got_vjp, got_tr = parse(vjp_r.stdout).jaxpr, parse(tr.stdout).jaxpr
     assert alpha_equal(got_vjp, got_tr), (vjp_r.stdout, tr.stdout)
     assert [str(v.type) for v in got_tr.invars] == ["i32[5]", "bool[5]"]
-    for got, want in zip(jt.run(got_tr, a, b), f(a, b)):
+    for got, want in zip(jt.run(got_tr, a, b), jax.jit(f)(a, b)):
         np.testing.assert_array_equal(got, want)
-    # JAX's convention, documented beside the tool's (docs/TRANSFORMATIONS.md)
-    outs, pullback = jax.vjp(f, a, b)
-    cts = pullback(tuple(np.zeros(o.shape, jax.dtypes.float0) for o in outs))
+    # JAX's convention, documented beside the tool's (docs/TRANSFORMATIONS.md): the types of
+    # the cotangents its pullback gives (traced: eagerly, JAX compiles each operation)
+
+    def pulled(a, b):
+        outs, pullback = jax.vjp(f, a, b)
+        return pullback(tuple(np.zeros(o.shape, jax.dtypes.float0) for o in outs))
+
+    cts = jax.eval_shape(pulled, a, b)
     assert [c.dtype for c in cts] == [jax.dtypes.float0] * 2

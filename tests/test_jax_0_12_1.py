@@ -139,41 +139,51 @@ def test_random_bits_with_two_streams_runs_and_batches_as_jax():
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     seeds = np.arange(4, dtype=np.int32)
     got = backend.evaluate(vmap_jaxpr(j, 0, 0, axis_size=4), [seeds])
-    for a, b in zip(got, jax.vmap(f)(seeds), strict=True):
+    for a, b in zip(got, jax.jit(jax.vmap(f))(seeds), strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 def test_random_poisson_runs_and_batches_as_jax():
     """JAX 0.12.1's jax.random.poisson is one primitive, `random_poisson[dtype out_sharding]`:
     typed, printed back, run and batched (keys and rates both batched) to JAX's counts; its
-    counts have no derivative (the tool's grad of a function using them is JAX's)."""
+    counts have no derivative (the tool's reverse mode through them is JAX's)."""
     import jax
     from jax_oracle import together
 
-    from jaxprtool.ad.api import grad_jaxpr
+    from jaxprtool.ad.api import vjp_jaxpr
     from jaxprtool.ad.batching import vmap_jaxpr
 
     def f(seed, rate):
         counts = jax.random.poisson(jax.random.key(seed), rate, (3,))
         return counts, (counts * rate).sum()
 
-    seed, rate = np.int32(4), np.float32(2.5)
+    seed, rate, ct = np.int32(4), np.float32(2.5), np.float32(0.75)
     text = str(jax.make_jaxpr(f)(seed, rate)) + "\n"
     if "random_poisson[" not in text:
         pytest.skip(f"the installed JAX ({jax.__version__}) has no random_poisson primitive")
     j = parse(text, "<poisson>").jaxpr
     assert print_jaxpr(j, detect_style(j)) + "\n" == text
     seeds, rates = np.arange(4, dtype=np.int32), np.linspace(0.5, 9.0, 4, dtype=np.float32)
-    loss = jax.make_jaxpr(lambda s, r: f(s, r)[1])(seed, rate)
-    # the tool's three programs and JAX's three answers in one XLA compile (`together`)
-    ran, want, batched, want_batched, (g,), want_g = together(
-        (j, [seed, rate]),
-        (f, (seed, rate)),
+
+    def jax_vjp(seed, rate, ct):
+        """f's outputs and the rate's cotangent (the counts' is float0: they have none)."""
+        outs, pull = jax.vjp(lambda r: f(seed, r), rate)
+        return outs, pull((np.zeros((3,), jax.dtypes.float0), ct))
+
+    # the tool's two programs and JAX's two answers in one XLA compile (`together`): the vjp
+    # runs f (its outputs are the run's), then its reverse mode (a sampler is seconds of XLA
+    # compile: one for the run and the derivative, one for the batch, on each side)
+    pulled, ((want, want_loss), (want_ct,)), batched, want_batched = together(
+        (vjp_jaxpr(j, [1]), [seed, rate, ct]),
+        (jax_vjp, (seed, rate, ct)),
         (vmap_jaxpr(j, 0, 0, axis_size=4), [seeds, rates]),
         (jax.vmap(f), (seeds, rates)),
-        (grad_jaxpr(parse(str(loss) + "\n").jaxpr, 1), [seed, rate]),
-        (jax.grad(lambda r: f(seed, r)[1]), (rate,)),
     )
-    for a, b in [*zip(ran, want, strict=True), *zip(batched, want_batched, strict=True)]:
+    ran, (got_ct,) = pulled[:2], pulled[2:]
+    for a, b in [
+        *zip(ran, (want, want_loss), strict=True),
+        *zip(batched, want_batched, strict=True),
+    ]:
         np.testing.assert_array_equal(a, b)
-    np.testing.assert_allclose(g, want_g, rtol=1e-6)
+    np.testing.assert_allclose(got_ct, want_ct, rtol=1e-6)
+    np.testing.assert_allclose(want_ct, ct * want.sum(), rtol=1e-6)  # counts held constant

@@ -146,7 +146,7 @@ def test_vmap_reads_the_mesh_of_a_jit(tmp_path, f, explicit_mesh):
         xb = rnd(mesh, 1, (3, 8, 4), P(None, "x"))
         text = str(jax.make_jaxpr(jax.jit(f))(xb[0]))
         want_text = str(jax.make_jaxpr(jax.vmap(f))(xb))
-        want = jax.vmap(f)(xb)
+        want = jax.jit(jax.vmap(f))(xb)
     assert "ctx_mesh=Mesh('x': 2" in text
     program = tool(tmp_path, ["vmap", "--in-axes", "0", "--axis-size", "3"], text)
     assert types(program.read_text()) == types(want_text)
@@ -180,7 +180,7 @@ def test_vmap_on_a_four_device_mesh(tmp_path, explicit_mesh):
         xb = rnd(mesh, 3, (3, 8, 4), P(None, "x"))
         text = str(jax.make_jaxpr(jax.jit(f))(xb[0]))
         want_text = str(jax.make_jaxpr(jax.vmap(f))(xb))
-        want = jax.vmap(f)(xb)
+        want = jax.jit(jax.vmap(f))(xb)
     program = tool(tmp_path, ["vmap", "--in-axes", "0", "--axis-size", "3"], text)
     assert types(program.read_text()) == types(want_text) == ["f32[3,4@x,2,4]"]
     close(run_on_mesh(tmp_path, program, [xb], "x=4")[0], want)
@@ -192,7 +192,7 @@ def test_jacrev_of_a_sharded_split(tmp_path, explicit_mesh):
         x = rnd(mesh, 4, (8, 4), P("x"))
         text = str(jax.make_jaxpr(jax.jit(split_rows))(x))
         want_text = str(jax.make_jaxpr(jax.jacrev(split_rows))(x))
-        want = jax.jacrev(split_rows)(x)
+        want = jax.jit(jax.jacrev(split_rows))(x)
     program = tool(tmp_path, ["jacrev"], text)
     got_text = program.read_text()
     assert "new_sizes=(8, 4)" in got_text and "'8@x'" not in got_text
@@ -210,7 +210,7 @@ def test_jacfwd_and_hessian_of_a_sharded_input(tmp_path, command, explicit_mesh)
         x = rnd(mesh, 5, (8, 4), P("x"))
         text = str(jax.make_jaxpr(jax.jit(split_rows))(x))
         want_text = str(jax.make_jaxpr(jax_fn(split_rows))(x))
-        want = jax_fn(split_rows)(x)
+        want = jax.jit(jax_fn(split_rows))(x)
     program = tool(tmp_path, [command], text)
     got_text = program.read_text()
     assert [str(v.type) for v in parse(got_text, "<t>").jaxpr.outvars] == [

@@ -256,11 +256,12 @@ def _checked(text, what):
     return j
 
 
-def _eval_together(items):
-    """Run several (program, args) as one program, one XLA compilation (their variables are
-    distinct objects, and the generated programs have no constants); their outputs, one
-    list each."""
-    from jaxprtool.backend import evaluate
+def _eval_together(items, oracle):
+    """Run several (program, args) as one program, and JAX's `oracle` (a (function, args)
+    pair) beside it: one XLA compilation (their variables are distinct objects, and the
+    generated programs have no constants); their outputs, one list each, then the oracle's
+    result."""
+    from jax_oracle import together
 
     progs = [j for j, _ in items]
     assert not any(j.constvars for j in progs)
@@ -270,12 +271,12 @@ def _eval_together(items):
         tuple(e for j in progs for e in j.eqns),
         tuple(x for j in progs for x in j.outvars),
     )
-    flat = evaluate(merged, [np.asarray(a) for _, args in items for a in args])
+    flat, want = together((merged, [np.asarray(a) for _, args in items for a in args]), oracle)
     outs, k = [], 0
     for j in progs:
         outs.append([np.asarray(x, np.float64) for x in flat[k : k + len(j.outvars)]])
         k += len(j.outvars)
-    return outs
+    return [*outs, want]
 
 
 def _close(a, b, what):
@@ -328,10 +329,21 @@ def _run_ad_property(data):
     x = [rand(v, 1.0) for v in p.invars]
     t = [rand(v, 0) for v in p.invars]
     w = [rand(v, 0) for v in js["vjp"].invars[n:]]
-    # the program and its six derived ones run side by side: one compilation
+    # the program and its six derived ones run side by side, and JAX's own jvp of the
+    # program (run by the evaluator) beside them as the oracle for the tangents: one
+    # compilation
+    import jax
+
+    from jaxprtool.backend import as_jax_function
+
+    f = as_jax_function(p)
     keys = list(js)
-    y, *outs = _eval_together(
-        [(p, x)] + [(js[k], x + (t if k in ("jvp", "linearize", "dce(jvp)") else w)) for k in keys]
+    y, *outs, (_, ty) = _eval_together(
+        [(p, x)] + [(js[k], x + (t if k in ("jvp", "linearize", "dce(jvp)") else w)) for k in keys],
+        (
+            lambda x, t: jax.jvp(lambda *a: f(*a), x, t),
+            ([np.asarray(a) for a in x], [np.asarray(a) for a in t]),
+        ),
     )
     got = dict(zip(keys, outs))
     for k, outs in got.items():
@@ -341,15 +353,6 @@ def _run_ad_property(data):
     _close(got["dce(transpose)"], got["transpose"], "dce(transpose) vs transpose")
     _adjoint(w, got["jvp"][m:], got["vjp"][m:], t, "jvp / vjp")
     _adjoint(w, got["linearize"][m:], got["transpose"][m:], t, "linearize / transpose")
-    # JAX's own jvp of the program (run by the evaluator) as the oracle for the tangents
-    import jax
-
-    from jaxprtool.backend import as_jax_function
-
-    f = as_jax_function(p)
-    _, ty = jax.jit(lambda x, t: jax.jvp(lambda *a: f(*a), x, t))(
-        [np.asarray(a) for a in x], [np.asarray(a) for a in t]
-    )
     _close(got["jvp"][m:], [np.asarray(a, np.float64) for a in ty], "jvp vs jax.jvp")
 
 

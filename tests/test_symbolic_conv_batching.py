@@ -86,7 +86,7 @@ def test_vmap_of_grouped_conv_with_symbolic_features_matches_jax(name, axes):
     args = [
         r.randn(*_batched_shape(s, a)).astype(np.float32) for s, a in zip(_shapes(name, SIZE), axes)
     ]
-    close(run_at(got, *args, sizes={"b": SIZE}), [jax.vmap(f, axes)(*args)])
+    close(run_at(got, *args, sizes={"b": SIZE}), [jax.jit(jax.vmap(f, axes))(*args)])
 
 
 #: jacfwd in the kernel (rhs batched over the basis 3*b or 9*b) of a grouped conv
@@ -116,7 +116,7 @@ def test_jacfwd_of_grouped_kernel_over_a_symbolic_basis_matches_jax(name):
     want = _traced(jax.jacfwd(f), [shape(B)]).jaxpr
     assert [str(v.type) for v in got.jaxpr.outvars] == [str(v.type) for v in want.outvars]
     w = np.random.RandomState(1).randn(*shape(SIZE)).astype(np.float32)
-    close(run_at(got, w, sizes={"b": SIZE}), [jax.jacfwd(f)(w)])
+    close(run_at(got, w, sizes={"b": SIZE}), [jax.jit(jax.jacfwd(f))(w)])
 
 
 def test_linearize_of_a_symbolic_window_keeps_jaxs_result_size():
