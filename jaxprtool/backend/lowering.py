@@ -31,10 +31,10 @@ def shape_structs(jaxpr, dims, constvars=None):
     return out
 
 
-def lower(jaxpr, emit: str, device: str, dims: dict, stats: bool):
+def lower(jaxpr, emit: str | None, device: str, dims: dict, stats: bool):
     """(the text of `jaxpr` lowered for `device` as `emit` says: "stablehlo", "hlo" or
-    "optimized-hlo"; the compiled executable, or None where neither optimized-hlo nor
-    `stats` needs one).  `jaxpr`: every constant a parameter (`number_constants`), its
+    "optimized-hlo", None for None (the executable alone: XLA's figures); the compiled
+    executable, or None where neither optimized-hlo nor `stats` needs one).  `jaxpr`: every constant a parameter (`number_constants`), its
     symbolic dims sized by `dims`; a failure is a JaxprError at the equation XLA names."""
     import jax
 
@@ -85,6 +85,8 @@ def lower(jaxpr, emit: str, device: str, dims: dict, stats: bool):
             compiled = lowered.compile()
     if emit == "optimized-hlo":
         text = without_python_frames(compiled.as_text())
+    if emit is None:
+        return None, compiled
     if not text.endswith("\n"):
         text += "\n"
     return text, compiled

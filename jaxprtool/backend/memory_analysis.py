@@ -60,7 +60,7 @@ def xla_figures(program, device: str, dims: dict, flops: bool = False) -> dict:
     check_runnable(program)
     compile_cache.configure(False)
     with x64_scope(program):
-        _, compiled = lower(program, "hlo", device, dims, stats=True)
+        _, compiled = lower(program, None, device, dims, stats=True)
     report = {"device": device, **xla_memory(compiled, program)}
     if flops:
         report["flops"] = xla_cost(compiled).get("flops")
