@@ -366,53 +366,100 @@ def test_on_a_tpu_the_tolerance_against_finite_differences_is_at_least_1e_2(monk
 
 ROOT = Path(__file__).resolve().parents[1]
 SIN = "{ lambda ; a:f32[]. let b:f32[] = sin a in (b,) }\n"
-#: the tool in a child process whose JAX has a `tpu` backend that cannot start, as when
-#: another process holds the TPU (JAX then fails for every platform, cpu included)
-HELD_TPU = """
-import sys
+#: runs each job of its argument (a JSON list) in a child forked from this process, which
+#: imported JAX and the tool and started no backend: each child starts JAX's backends for
+#: the first time, as a fresh `jaxprtool` process does, under the job's JAX_PLATFORMS (read
+#: from the environment when JAX is imported: here set on JAX's config as that import
+#: would), with a `tpu` backend that cannot start where `held_tpu` (as when another process
+#: holds the TPU: JAX then fails for every platform, cpu included).  One import of JAX for
+#: the four runs instead of four (~0.85 CPU-s each).  Prints the children's exit statuses.
+_FORKED = """
+import json, os, sys
+import jax
 from jax._src import xla_bridge
+from jaxprtool import cli
 
 def held():
     raise RuntimeError("TPU initialization failed: the TPU is already in use by process 4242")
 
-xla_bridge.register_backend_factory("tpu", held, priority=500, fail_quietly=False)
-from jaxprtool.cli import main
-main(sys.argv[1:])
+statuses = []
+for job in json.loads(sys.argv[1]):
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # (entry's SystemExit ends the child as it ends a fresh process)
+        for fd, path in ((1, job["stdout"]), (2, job["stderr"])):
+            f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(f, fd)
+            os.close(f)
+        os.environ["JAX_PLATFORMS"] = job["platforms"]
+        jax.config.update("jax_platforms", job["platforms"])
+        if job["held_tpu"]:
+            xla_bridge.register_backend_factory("tpu", held, priority=500, fail_quietly=False)
+        sys.argv = ["jaxprtool", *job["args"]]
+        cli.entry()
+        os._exit(70)  # (never here)
+    statuses.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+print(json.dumps(statuses))
 """
 
+#: the runs of `backend_starts`: (name, arguments, JAX_PLATFORMS, a held TPU)
+BACKEND_RUNS = [
+    ("absent", ["run"], "cuda", False),
+    ("held", ["run"], "", True),
+    ("held auto", ["run", "--device", "auto"], "", True),
+    ("held, cpu allowed", ["run"], "tpu,cpu", True),  # cpu is allowed
+]
 
-def child(argv, tmp_path, script=None, **env):
+
+@pytest.fixture(scope="module")
+def backend_starts(tmp_path_factory) -> dict:
+    """Each run of BACKEND_RUNS as (exit status, output, errors), from `_FORKED`."""
+    import json
     import os
     import subprocess
     import sys
+    from types import SimpleNamespace
 
-    prog = tmp_path / "sin.jaxpr"
+    d = tmp_path_factory.mktemp("backends")
+    prog = d / "sin.jaxpr"
     prog.write_text(SIN)
-    head = ["-c", script] if script else ["-m", "jaxprtool"]
-    return subprocess.run(
-        [
-            sys.executable,
-            *head,
-            *argv,
-            str(prog),
-            "--input",
-            "f32[]=0.5",
-            "--output-format",
-            "json",
-        ],
-        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+    tail = [str(prog), "--input", "f32[]=0.5", "--output-format", "json"]
+    jobs = [
+        dict(
+            args=[*args, *tail],
+            platforms=platforms,
+            held_tpu=held,
+            stdout=str(d / f"{k}.out"),
+            stderr=str(d / f"{k}.err"),
+        )
+        for k, (_, args, platforms, held) in enumerate(BACKEND_RUNS)
+    ]
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    r = subprocess.run(
+        [sys.executable, "-c", _FORKED, json.dumps(jobs)],
+        env={**env, "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
         timeout=300,
     )
+    assert r.returncode == 0, r.stderr
+    return {
+        name: SimpleNamespace(
+            returncode=status,
+            stdout=Path(job["stdout"]).read_text(),
+            stderr=Path(job["stderr"]).read_text(),
+        )
+        for (name, *_), job, status in zip(BACKEND_RUNS, jobs, json.loads(r.stdout), strict=True)
+    }
 
 
-def test_jax_platforms_naming_an_absent_platform_is_a_clear_error(tmp_path):
+def test_jax_platforms_naming_an_absent_platform_is_a_clear_error(backend_starts):
     """JAX_PLATFORMS=cuda without a GPU: JAX asserts with no message; it was reported as
     `internal error: AssertionError:`."""
     if Path("/dev/nvidia0").exists():
         pytest.skip("an NVIDIA GPU is visible: JAX_PLATFORMS=cuda may start here")
-    r = child(["run"], tmp_path, JAX_PLATFORMS="cuda")
+    r = backend_starts["absent"]
     assert r.returncode == 1, r.stderr
     assert r.stderr.startswith(
         "error: JAX started no backend: JAX_PLATFORMS=cuda names no platform that can start here"
@@ -420,25 +467,25 @@ def test_jax_platforms_naming_an_absent_platform_is_a_clear_error(tmp_path):
     assert "internal error" not in r.stderr and "Traceback" not in r.stderr
 
 
-def test_a_backend_that_cannot_start_leaves_the_cpu_usable(tmp_path):
+def test_a_backend_that_cannot_start_leaves_the_cpu_usable(backend_starts):
     """A TPU another process holds: `--device cpu` (the default) runs on the CPU with a
     warning (it said "JAX found no cpu backend"); `--device auto` is a clear error (it was
     an internal RuntimeError)."""
     import json
 
-    r = child(["run"], tmp_path, HELD_TPU, JAX_PLATFORMS="")
+    r = backend_starts["held"]
     assert r.returncode == 0, r.stderr
     assert float(json.loads(r.stdout)["outputs"][0]["data"]) == pytest.approx(np.sin(0.5))
     assert r.stderr == (
         "warning: JAX could not start its tpu backend (TPU initialization failed: the TPU is "
         "already in use by process 4242): running on the CPU alone\n"
     )
-    r = child(["run", "--device", "auto"], tmp_path, HELD_TPU, JAX_PLATFORMS="")
+    r = backend_starts["held auto"]
     assert r.returncode == 1 and r.stdout == ""
     assert r.stderr == (
         "error: JAX could not start its tpu backend (TPU initialization failed: the TPU is "
         "already in use by process 4242); --device cpu runs on the CPU alone (or set "
         "JAX_PLATFORMS=cpu)\n"
     )
-    r = child(["run"], tmp_path, HELD_TPU, JAX_PLATFORMS="tpu,cpu")  # cpu is allowed
+    r = backend_starts["held, cpu allowed"]
     assert r.returncode == 0 and "running on the CPU alone" in r.stderr, r.stderr

@@ -361,15 +361,27 @@ def test_the_help_example_runs(example, fewer_samples, folder):
         _run(command)
 
 
-@given(
-    st.lists(st.text(alphabet="abcdefghij-=.,[]", min_size=1, max_size=30), max_size=40),
-    st.integers(min_value=30, max_value=80),
-)
-@settings(max_examples=300, deadline=None)
+_WORDS = st.lists(st.text(alphabet="abcdefghij-=.,[]", min_size=1, max_size=30), max_size=40)
+_WIDTHS = st.integers(min_value=30, max_value=80)
+
+
+@given(_WORDS, _WIDTHS)
+@settings(max_examples=100, deadline=None)
 def test_the_global_options_list_wraps_as_textwrap_does(words, width):
     """`cli.wrap_words` (the global options' list under a command's --help: words of at most
     the width, one space apart) gives the lines `textwrap.wrap` gives (not imported at
-    start-up)."""
+    start-up).  100 texts in `make test`; 2,000 in `make test-full` (the `_many` test)."""
+    _wraps_as_textwrap(words, width)
+
+
+@pytest.mark.slow
+@given(_WORDS, _WIDTHS)
+@settings(max_examples=2_000, deadline=None)
+def test_the_global_options_list_wraps_as_textwrap_does_many(words, width):
+    _wraps_as_textwrap(words, width)
+
+
+def _wraps_as_textwrap(words, width):
     import textwrap
 
     from jaxprtool.cli import wrap_words

@@ -20,12 +20,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import CORPUS, needs_corpus
-from jax_oracle import close, run
+from jax_oracle import close, run, together
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 
-from jaxprtool import backend, core  # noqa: E402
+from jaxprtool import core  # noqa: E402
 from jaxprtool.core import JaxprError  # noqa: E402
 from jaxprtool.text.parser import parse  # noqa: E402
 from jaxprtool.text.style import detect_style  # noqa: E402
@@ -192,22 +192,30 @@ def _ad(cmd: str, name: str):
 
 @pytest.mark.parametrize("name,f,shapes", PROGRAMS, ids=[p[0][:3] for p in PROGRAMS])
 def test_old_text_runs_and_differentiates_like_jax(name, f, shapes):
-    args = _rng(*shapes)
-    outs = jax.tree_util.tree_leaves(f(*args))
-    got = backend.evaluate(parse(text(name), name).jaxpr, args)
+    """The old text run, its jvp and its vjp against JAX's f, jax.jvp and jax.vjp: the
+    three programs and JAX's oracle in one compile (`together`)."""
+    args, tangents = _rng(*shapes), _rng(*shapes)
+    leaves, tree = jax.tree_util.tree_flatten(jax.eval_shape(f, *args))
+    cts = [np.full(o.shape, 0.5, np.float32) + _rng(o.shape)[0] for o in leaves]
+
+    def oracle(args, tangents, cts):
+        outs, pullback = jax.vjp(f, *args)
+        _, ref_t = jax.jvp(f, tuple(args), tuple(tangents))
+        leaves = jax.tree_util.tree_leaves
+        return leaves(outs), leaves(ref_t), list(pullback(jax.tree_util.tree_unflatten(tree, cts)))
+
+    vjp = _ad("vjp", name)
+    got, got_t, got_ct, (outs, ref_t, ref) = together(
+        (parse(text(name), name).jaxpr, args),
+        (_ad("jvp", name), args + tangents),
+        (vjp, args + cts),
+        (oracle, (args, tangents, cts)),
+    )
     for a, b in zip(got, outs, strict=True):
         close(a, b)
-    tangents = _rng(*shapes)
-    _, ref_t = jax.jvp(f, tuple(args), tuple(tangents))
-    got = backend.evaluate(_ad("jvp", name), args + tangents)
-    for a, b in zip(got[len(outs) :], jax.tree_util.tree_leaves(ref_t), strict=True):
+    for a, b in zip(got_t[len(outs) :], ref_t, strict=True):
         close(a, b)
-    cts = [np.full(np.shape(o), 0.5, np.float32) + _rng(np.shape(o))[0] for o in outs]
-    _, pullback = jax.vjp(f, *args)
-    ref = pullback(jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(f(*args)), cts))
-    vjp = _ad("vjp", name)
-    got = backend.evaluate(vjp, args + cts)
-    for a, b in zip(got[len(outs) :], ref, strict=True):
+    for a, b in zip(got_ct[len(outs) :], ref, strict=True):
         close(a, b)
     # the derived programs print in the style of their input
     assert str(detect_style(vjp)) == style_of(name) or style_of(name) == "0.4.35"

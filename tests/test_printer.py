@@ -257,9 +257,22 @@ _tree = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
 @given(tree=_tree, width=st.sampled_from([1, 5, 10, 20, 40, 80]))
 def test_layout_engine_matches_jax(tree, width):
+    """100 documents in `make test` (twice: the Python path's run too); 1,000 in `make
+    test-full` (the `_many` test below)."""
+    _layout_matches_jax(tree, width)
+
+
+@pytest.mark.slow
+@settings(max_examples=1_000, deadline=None, suppress_health_check=list(HealthCheck))
+@given(tree=_tree, width=st.sampled_from([1, 5, 10, 20, 40, 80]))
+def test_layout_engine_matches_jax_many(tree, width):
+    _layout_matches_jax(tree, width)
+
+
+def _layout_matches_jax(tree, width):
     ours, theirs = _docs(tree)
     assert pretty.format(ours, width) == theirs.format(width, use_color=False)
 

@@ -17,6 +17,7 @@ import pytest
 from jaxprtool import quickstart
 from jaxprtool.cli import declared_command
 from jaxprtool.cli_click import _bare_optional_values, main
+from jaxprtool.declare import Choice
 
 #: a value of each option that takes one (the option's own valid spelling)
 VALUES = {
@@ -121,7 +122,31 @@ def command_lines(name: str, files) -> list[list[str]]:
 CLUSTERS = ["-qi", "-iq", "-qo-", "-oOUT", "-qq", "-qZ", "-o=x", "-q-i"]
 
 
-@pytest.mark.parametrize("name", sorted(quickstart.QUICK_COMMANDS))
+def _declaration(name: str) -> str:
+    """What the quick start and click parse `name`'s command line from (click's command is
+    built from the same declaration: `cli_click.click_command`), a Choice by its choices."""
+
+    def value(v):
+        return ("Choice", v.choices) if isinstance(v, Choice) else v
+
+    declared = declared_command(name)
+    return repr([(p.kind, p.opts, sorted((k, repr(value(v))) for k, v in p.attrs.items()))
+                 for p in declared.params])  # fmt: skip
+
+
+def _by_declaration() -> list:
+    """The quick commands, those declared as one before them (`fold` and `simplify` as
+    `cse`, `jacrev` and `hessian` as `jacfwd`) marked slow: the same command lines parsed
+    from the same declaration (`make test` parses them for the first of each)."""
+    seen, out = set(), []
+    for name in sorted(quickstart.QUICK_COMMANDS):
+        key = _declaration(name)
+        out.append(name if key not in seen else pytest.param(name, marks=pytest.mark.slow))
+        seen.add(key)
+    return out
+
+
+@pytest.mark.parametrize("name", _by_declaration())
 def test_quick_parse_is_clicks(name, files):
     taken = 0
     for args in command_lines(name, files):

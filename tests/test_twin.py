@@ -121,19 +121,68 @@ def test_a_bad_value_of_the_variable_is_a_usage_error(monkeypatch):
     assert "JAXPRTOOL_PURE_PYTHON='maybe' is not a yes/no value" in r.stderr
 
 
+#: the corpus files (relative to the corpus) the default run reads on both paths: a sample
+#: that executes every line of the package that the sample before it (every third file:
+#: 191) executed in `assert_alike` (chosen by a greedy cover of the lines `sys.monitoring`
+#: saw each file execute: 40 files for 5,138 lines; the compiled loops mirror these Python
+#: lines); `make test-full` reads every file
+READ_ALIKE = [
+    "jax-0.10.2/ad_grad_sort_cumsum_max.jaxpr",
+    "jax-0.10.2/ad_jvp.jaxpr",
+    "jax-0.10.2/cond_int_pred_multiple_operands.jaxpr",
+    "jax-0.10.2/constvars_numpy_closure.jaxpr",
+    "jax-0.10.2/conv_transpose_grouped.jaxpr",
+    "jax-0.10.2/custom_vjp_grad.jaxpr",
+    "jax-0.10.2/debug_print_callback.jaxpr",
+    "jax-0.10.2/dot_general.jaxpr",
+    "jax-0.10.2/dropvars_unused_outputs.jaxpr",
+    "jax-0.10.2/jit_called_twice_shared.jaxpr",
+    "jax-0.10.2/linalg_ops.jaxpr",
+    "jax-0.10.2/named_call_scope.jaxpr",
+    "jax-0.10.2/pmap.jaxpr",
+    "jax-0.10.2/sharding_constraint_auto_mesh.jaxpr",
+    "jax-0.10.2/unary_accuracy_param.jaxpr",
+    "jax-0.12.0.1/dropvars_unused_outputs.jaxpr",
+    "jax-0.12.0.1/remat_of_scan_grad.jaxpr",
+    "older/jax-0.4.35/dtypes_all_32bit.jaxpr",
+    "older/jax-0.4.35/ensure_compile_time_eval_and_shape_math.jaxpr",
+    "older/jax-0.4.35/gather_modes.jaxpr",
+    "older/jax-0.4.35/jit_large_body_shared.jaxpr",
+    "older/jax-0.4.35/jnp_misc_highlevel.jaxpr",
+    "older/jax-0.4.35/linalg_ops.jaxpr",
+    "older/jax-0.4.35/pallas_interpret.jaxpr",
+    "older/jax-0.4.35/print_with_consts_and_literals_in_subjaxprs.jaxpr",
+    "older/jax-0.4.35/random_legacy_uint32_key.jaxpr",
+    "older/jax-0.4.35/transpose_concat_pad.jaxpr",
+    "older/jax-0.6.2/custom_vjp_linearize.jaxpr",
+    "older/jax-0.6.2/jnp_misc_highlevel.jaxpr",
+    "older/jax-0.6.2/run_state_discharge.jaxpr",
+    "older/jax-0.7.2/ad_grad_int_float0.jaxpr",
+    "older/jax-0.7.2/constvars_simplified_literals_flag.jaxpr",
+    "older/jax-0.7.2/debug_print_newline_in_fmt.jaxpr",
+    "older/jax-0.7.2/explicit_sharding_types.jaxpr",
+    "older/jax-0.7.2/gather_fancy_indexing.jaxpr",
+    "older/jax-0.7.2/jit_lambda_shared_names.jaxpr",
+    "older/jax-0.7.2/literal_outputs_and_passthrough.jaxpr",
+    "older/jax-0.7.2/refs_indexing_addupdate.jaxpr",
+    "older/jax-0.7.2/shard_map_more_collectives.jaxpr",
+    "variants/source_info_name_stack.jaxpr",
+]  # fmt: skip
+
+
 @built
 @needs_corpus
 @pytest.mark.parametrize(
-    "every", [3, pytest.param(1, marks=pytest.mark.slow)], ids=["third", "all"]
+    "sample", [True, pytest.param(False, marks=pytest.mark.slow)], ids=["covering", "all"]
 )
-def test_the_corpus_alike(every):
-    """The default run reads every third file (`make test-full` all of them)."""
-    files = sorted(CORPUS.rglob("*.jaxpr"))
-    assert len(files) > 100
+def test_the_corpus_alike(sample):
+    """The default run reads the files of READ_ALIKE (`make test-full` all of them)."""
+    files = [CORPUS / r for r in READ_ALIKE] if sample else sorted(CORPUS.rglob("*.jaxpr"))
+    assert len(files) > (30 if sample else 100)
     # (and always the texts whose names the printer's safety pass changes)
-    ambiguous = [f for f in files if f.name == AMBIGUOUS]
+    ambiguous = [f for f in sorted(CORPUS.rglob("*.jaxpr")) if f.name == AMBIGUOUS]
     assert ambiguous
-    for f in [*files[::every], *ambiguous]:
+    for f in [*files, *ambiguous]:
         _CORPUS_READ[f] = assert_alike(f.read_text(), f)
 
 
@@ -562,23 +611,60 @@ REF_WRITTEN_IN_JIT = """{ lambda ; a:f32[3]. let
 """
 
 
-@pytest.fixture(scope="module")
-def corpus_read():
-    """([(file, program)] of every third corpus file, the same of the files with Refs and
-    effects), the files the reader refuses left out: read once for the three tests of the
-    compiled passes below (what test_the_corpus_alike read on the compiled path, where it
-    ran first; reading them alike is its test)."""
+#: the corpus files (relative to the corpus) of the compiled passes' tests below: a sample
+#: that executes every line of the package that the sample before it (every third file:
+#: 191) executed in those tests' passes on both paths (the gradients made before, unseen:
+#: AD is not what they test), chosen by a greedy cover of the lines `sys.monitoring` saw
+#: each file execute (22 files for 1,339 lines); `make test-full` runs the passes on every
+#: file (`test_the_compiled_passes_alike_on_every_file`)
+PASSES_ALIKE = [
+    "jax-0.10.2/ad_grad_sort_cumsum_max.jaxpr",
+    "jax-0.10.2/cond_int_pred_multiple_operands.jaxpr",
+    "jax-0.10.2/conv_transpose_grouped.jaxpr",
+    "jax-0.10.2/debug_print_callback.jaxpr",
+    "jax-0.10.2/dot_general.jaxpr",
+    "jax-0.10.2/linalg_ops.jaxpr",
+    "jax-0.10.2/shard_map_collectives.jaxpr",
+    "jax-0.12.0.1/dropvars_unused_outputs.jaxpr",
+    "jax-0.12.0.1/jvp_of_scan_and_zeros_tangents.jaxpr",
+    "jax-0.12.0.1/remat_of_scan_grad.jaxpr",
+    "older/jax-0.4.35/custom_jvp_nn.jaxpr",
+    "older/jax-0.4.35/dtypes_all_32bit.jaxpr",
+    "older/jax-0.4.35/jit_called_twice_different_shapes.jaxpr",
+    "older/jax-0.4.35/jnp_misc_highlevel.jaxpr",
+    "older/jax-0.4.35/pallas_interpret.jaxpr",
+    "older/jax-0.4.35/transpose_concat_pad.jaxpr",
+    "older/jax-0.6.2/pmap.jaxpr",
+    "older/jax-0.6.2/run_state_discharge.jaxpr",
+    "older/jax-0.6.2/weak_typed_inputs.jaxpr",
+    "older/jax-0.7.2/jit_lambda_shared_names.jaxpr",
+    "older/jax-0.7.2/nextafter_erf_inv_igamma_random_gamma_grad.jaxpr",
+    "older/jax-0.7.2/refs_indexing_addupdate.jaxpr",
+]  # fmt: skip
+
+
+def _corpus_programs(first: list) -> tuple:
+    """([(file, program)] of the files `first`, the same of the files with Refs and
+    effects), the files the reader refuses left out (what test_the_corpus_alike read on the
+    compiled path, where it ran first, is not read again; reading them alike is its test)."""
     files = sorted(CORPUS.rglob("*.jaxpr"))
     special = [f for f in files if "ref" in f.name or "debug" in f.name or "effect" in f.name]
     assert len(special) > 5
     read = []
-    for group in (files[::3], special):
+    for group in (first, special):
         read.append([])
         for f in group:
             j = _CORPUS_READ[f] if f in _CORPUS_READ else read_or_none(f.read_text())
             if j is not None:
                 read[-1].append((f, j))
     return tuple(read)
+
+
+@pytest.fixture(scope="module")
+def corpus_read():
+    """`_corpus_programs` of PASSES_ALIKE: read once for the three tests of the compiled
+    passes below."""
+    return _corpus_programs([CORPUS / r for r in PASSES_ALIKE])
 
 
 def read_or_none(text: str) -> core.Jaxpr | None:
@@ -593,7 +679,7 @@ def read_or_none(text: str) -> core.Jaxpr | None:
 @needs_corpus
 def test_dead_code_kept_alike(corpus_read):
     """`dce_eqns` keeps the same equations on both paths (its loop compiled: `dce_walk_vars`), on
-    every jaxpr of every third corpus file and the files with Refs and effects, with every
+    every jaxpr of the corpus files of PASSES_ALIKE and the files with Refs and effects, with every
     output live and with none (its effectful equations and writes into Refs kept alone)."""
     pruned = kept_alone = 0
     third, special = corpus_read
@@ -621,8 +707,8 @@ def _dce_pass(j: core.Jaxpr, pure: bool) -> core.Jaxpr:
 @needs_corpus
 def test_the_dce_pass_alike(corpus_read):
     """The `dce` pass removes the same equations on both paths (its loop compiled:
-    `dce_sweep`, which hands back the equations with nested jaxprs), on every third corpus
-    file and the files with Refs and effects, with every output live and with only the
+    `dce_sweep`, which hands back the equations with nested jaxprs), on the corpus files of
+    PASSES_ALIKE and the files with Refs and effects, with every output live and with only the
     first (the equations only the others read are dead)."""
     third, special = corpus_read
     programs = [j for _, j in [*third, *special]] + [parse(REF_WRITTEN_IN_JIT).jaxpr]
@@ -662,7 +748,7 @@ def _gradient(j: core.Jaxpr) -> core.Jaxpr | None:
 def test_simplify_and_cse_alike(corpus_read):
     """The `simplify` and `cse` passes give the same program on both paths (their loops
     compiled: `simplify_rules_sweep` and `cse_sweep`, which take the equations they keep as they
-    are and hand every other one back), on every third corpus file and the vjp of each, the
+    are and hand every other one back), on the corpus files of PASSES_ALIKE and the vjp of each, the
     transformer-like program's and a program whose rules fire in a row."""
     programs = [parse(ROWS_TO_CLEAN).jaxpr]
     for _, j in corpus_read[0]:
@@ -676,6 +762,17 @@ def test_simplify_and_cse_alike(corpus_read):
             assert print_jaxpr(compiled) == print_jaxpr(reference), name
             changed[name] += len(reference.eqns) < len(j.eqns)
     assert all(changed.values()), changed  # (equations dropped and handed back on both)
+
+
+@built
+@needs_corpus
+@pytest.mark.slow
+def test_the_compiled_passes_alike_on_every_file():
+    """The three tests above on every corpus file (`make test`: on PASSES_ALIKE)."""
+    every = _corpus_programs(sorted(CORPUS.rglob("*.jaxpr")))
+    test_dead_code_kept_alike(every)
+    test_the_dce_pass_alike(every)
+    test_simplify_and_cse_alike(every)
 
 
 @built
