@@ -340,6 +340,7 @@ class GradChecker:
     ) -> tuple[list[Check], list[tuple[Jaxpr, list, str]]]:
         """Checks of f = jaxpr at args; also returns the derivative programs and their inputs."""
         from ..ad.api import jvp_jaxpr, vjp_jaxpr
+        from ..backend.jaxfn import check_runnable
 
         diff = self.inputs_to_check(jaxpr, label, top)
         outs_inexact = [i for i, v in enumerate(jaxpr.outvars) if is_inexact(v.type)]
@@ -350,7 +351,10 @@ class GradChecker:
         dot_tol = self.given.get("dot_tol") or DOT_TOLERANCE.get(dtype, 2e-5)
         n_out = len(jaxpr.outvars)
         # f itself runs only where its outputs' sizes are not written (symbolic): else the
-        # derivative programs' runs give its outputs, and whether they are finite
+        # derivative programs' runs give its outputs, and whether they are finite; what the
+        # back end refuses (a program that expands past the limit, ...) is refused first,
+        # before the branch indicators copy calls' bodies in
+        check_runnable(jaxpr)
         outs = None if _concrete(jaxpr, outs_inexact) else self.run(jaxpr, args)
         hidden = _hides_derivative(jaxpr)  # (what finite differences see through)
         like = outs or [v.type for v in jaxpr.outvars]
