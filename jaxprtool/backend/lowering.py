@@ -34,8 +34,9 @@ def shape_structs(jaxpr, dims, constvars=None):
 def lower(jaxpr, emit: str | None, device: str, dims: dict, stats: bool):
     """(the text of `jaxpr` lowered for `device` as `emit` says: "stablehlo", "hlo" or
     "optimized-hlo", None for None (the executable alone: XLA's figures); the compiled
-    executable, or None where neither optimized-hlo nor `stats` needs one).  `jaxpr`: every constant a parameter (`number_constants`), its
-    symbolic dims sized by `dims`; a failure is a JaxprError at the equation XLA names."""
+    executable, or None where neither optimized-hlo nor `stats` needs one).  `jaxpr`: every
+    constant a parameter (`number_constants`), its symbolic dims sized by `dims`; a failure
+    is a JaxprError at the equation XLA names."""
     import jax
 
     from . import sharding

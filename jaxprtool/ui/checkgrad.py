@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..core import Jaxpr, JaxprError, NoReverseMode, ShapedArray, is_inexact, np_dtype, shown_path
+from ..core import Jaxpr, JaxprError, NoReverseMode, ShapedArray, is_inexact, shown_path
 from ..lazy import np
 
 #: JAX's gradient tolerances of its 4- and 8-bit floats, least precise first
@@ -222,7 +222,7 @@ def _random_like(x, rng):
     """Standard normal values of the shape and dtype of `x`: an array, or a type whose
     sizes are all written (`_concrete`)."""
     if isinstance(x, ShapedArray):
-        shape, dtype = x.shape, np_dtype(x.dtype)
+        shape, dtype = x.shape, x.np_dtype
     else:
         x = np.asarray(x)
         shape, dtype = x.shape, x.dtype
@@ -235,12 +235,14 @@ def _random_like(x, rng):
 def _concrete(jaxpr: Jaxpr, outs_idx) -> bool:
     """Whether the outputs `outs_idx` of `jaxpr` have every size written as a number."""
     return all(
-        isinstance(t, ShapedArray) and all(isinstance(d, int) for d in t.shape)
+        isinstance(t, ShapedArray) and t.is_static
         for t in (jaxpr.outvars[i].type for i in outs_idx)
     )
 
 
 def _nonfinite(outs, outs_idx) -> bool:
+    """Whether any of the outputs `outs_idx` holds a NaN or an infinity (the point is then
+    not one to judge a derivative at: check-grad's and explain's verdicts)."""
     return not all(np.isfinite(np.asarray(outs[i])).all() for i in outs_idx)
 
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from ...core import Jaxpr, JaxprError, ShapedArray, Var, is_float, is_inexact
 from ...lazy import np
-from ..checkgrad import _random_like
+from ..checkgrad import _nonfinite, _random_like
 from . import checks
 from .record import (  # noqa: F401  (the data model, re-exported)
     SEGMENT,
@@ -221,7 +221,7 @@ def _pipeline(data: ExplainData, rec: Recorder, jaxpr, args, consts, mask, seed,
     walk = _Walk(data, rec, jaxpr, args, consts, mask, seed)
     _transform_observed(walk, style)  # stages 2 to 4 at once
     fd, primal_outs, fwd_inputs = _forward_values(walk)
-    nonfinite = not all(np.isfinite(np.asarray(primal_outs[j])).all() for j in fd.outs)
+    nonfinite = _nonfinite(primal_outs, fd.outs)
     if walk.mode == "jvp":
         _check_jvp(walk, fd, fwd_inputs, nonfinite)
         return
