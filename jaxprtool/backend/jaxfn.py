@@ -72,7 +72,13 @@ def as_jax_function(
     """
     from .consts import all_constvars, split
     from .evaluator import Interpreter
+    from .prims import primitive_table
 
+    # JAX's modules the primitives come from are imported before the first trace, not
+    # during it: one of them (jax.extend, through Pallas) registers configuration that is
+    # part of jax.jit's cache key, and a program traced before it was registered missed the
+    # cache on its next run (check-grad compiled its finite differences' program twice)
+    primitive_table()
     if enable_x64:
         prepare(jaxpr)
     cvars = all_constvars(jaxpr) if nested else list(jaxpr.constvars)
