@@ -5,6 +5,10 @@ and give their own numbers, JAX's."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -54,9 +58,7 @@ def jax_numbers(finish):
 
 @pytest.fixture(autouse=True)
 def empty_cache():
-    """No program kept from before; JAX's set-up done (the first run of a process sets up
-    JAX's backends, after which the first program's trace is not found again)."""
-    jt.run(jt.parse("{ lambda ; a:f32[]. let b:f32[] = neg a in (b,) }"), np.float32(1))
+    """No program kept from before."""
     jit_cache.clear()
     yield
     jit_cache.clear()
@@ -69,6 +71,33 @@ def test_the_same_program_read_twice_compiles_once():
     assert n1 == 1 and n2 == 0
     np.testing.assert_allclose(first, want, rtol=1e-6)
     np.testing.assert_array_equal(second, first)
+
+
+_FRESH = """
+import numpy as np
+import jax
+import jaxprtool as jt
+n = [0]
+jax.monitoring.register_event_duration_secs_listener(
+    lambda e, s, **_: n.__setitem__(0, n[0] + (e == "/jax/core/compile/backend_compile_duration")))
+for _ in range(2):
+    jt.run(jt.parse("{ lambda ; a:f32[3]. let b:f32[3] = sin a in (b,) }", "f.jaxpr"),
+           np.ones(3, np.float32))
+print(n[0])
+"""
+
+
+def test_the_first_program_of_a_fresh_process_is_found_again():
+    """The modules JAX's primitives come from are imported before the first trace: one of
+    them registers settings that are part of jax.jit's key, and the first program a process
+    traced was compiled again on its next run (check-grad compiled its finite differences'
+    program twice).  A fresh process, since this one imported them long ago."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    p = subprocess.run(
+        [sys.executable, "-c", _FRESH], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.split() == ["1"], p.stdout
 
 
 def test_a_gradient_built_twice_compiles_once_and_is_jax_s():
