@@ -67,7 +67,7 @@ def read_source(file: str | None, limit: int = DEFAULT_MAX_INPUT) -> tuple[str, 
                 data = _read_capped(f, file, os.fstat(f.fileno()).st_size, limit)
         except OSError as e:
             raise UsageProblem(f"cannot read '{file}': {e.strerror}", None) from None
-        path = file
+        path = str(file)  # (a FoundPath says how to open it; the program's locations are text)
     return decode_input(data, path), path
 
 

@@ -191,3 +191,18 @@ def test_a_value_without_an_exact_spelling_gives_no_key():
     j = p.jaxpr.replace(eqns=p.jaxpr.eqns[:-1] + (odd,))
     assert jit_cache.program_key(j) is None
     assert jit_cache.program_key(p.jaxpr) is not None
+
+
+def test_a_program_a_folder_walk_found_is_found_again(tmp_path):
+    """A file check-grad found in a folder is read under its path as text: its locations'
+    file was the walk's marker type, which has no exact spelling, so each of its programs
+    was compiled afresh (checking a folder twice compiled everything twice)."""
+    from jaxprtool.io import FoundPath, read_source
+
+    f = tmp_path / "found.jaxpr"
+    f.write_text(SIN_COS.replace("POW", "integer_pow[y=2] e"))
+    text, path = read_source(FoundPath(str(f)))
+    assert type(path) is str
+    found = jt.parse(text, path)
+    assert jit_cache.program_key(found.jaxpr) == jit_cache.program_key(program(path=str(f)).jaxpr)
+    assert jit_cache.program_key(found.jaxpr) is not None
