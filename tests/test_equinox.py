@@ -296,7 +296,10 @@ import jax
 import jax.numpy as jnp
 
 equinox._errors.EQX_ON_ERROR = "nan"  # in case equinox was imported before
-MLP = eqx.nn.MLP(2, 2, 8, 1, activation=jnp.tanh, key=jax.random.PRNGKey(0))
+# (its weights drawn in one jitted function: eagerly, one compilation an operation)
+MLP = eqx.filter_jit(lambda key: eqx.nn.MLP(2, 2, 8, 1, activation=jnp.tanh, key=key))(
+    jax.random.PRNGKey(0)
+)
 PARAMS, STATIC = eqx.partition(MLP, eqx.is_array)
 LEAVES, TREEDEF = jax.tree_util.tree_flatten(PARAMS)
 
