@@ -21,11 +21,32 @@ def f(x, y):
 
 X, Y = vec((3,), 0), vec((3,), 1)
 TEXT = str(jax.make_jaxpr(f)(X, Y))
+CT = np.float32(0.7)
+TX, TY = vec((3,), 4), vec((3,), 5)
+XS = vec((4, 3), 8)
 
 
 @pytest.fixture
 def prog():
     return jt.parse(TEXT, "f.jaxpr")
+
+
+@pytest.fixture(scope="module")
+def jax_s():
+    """JAX's answers for f at (X, Y) that the tests compare with, jitted: one compilation
+    (eagerly, one a primitive: 25 of them)."""
+
+    def answers(x, y, ct, tx, ty, xs):
+        y_, pullback = jax.vjp(f, x, y)
+        return {
+            "f": y_,
+            "vjp": pullback(ct),
+            "grad": jax.grad(f, argnums=(0, 1))(x, y),
+            "jvp": jax.jvp(f, (x, y), (tx, ty))[1],
+            "vmap": jax.vmap(f, in_axes=(0, None))(xs, y),
+        }
+
+    return jax.jit(answers)(X, Y, CT, TX, TY, XS)
 
 
 def test_parse_and_format_give_back_jax_s_text(prog):
@@ -62,41 +83,36 @@ def test_warnings_are_python_warnings():
     assert j.jaxpr.eqns[0].prim == "my_prim" and j.path == "u.jaxpr"
 
 
-def test_jvp_matches_jax(prog):
-    tx, ty = vec((3,), 2), vec((3,), 3)
-    want = jax.jvp(f, (X, Y), (tx, ty))
-    got = jt.run(jt.jvp(prog), X, Y, tx, ty)
-    close(got[0], want[0])
-    close(got[1], want[1])
+def test_jvp_matches_jax(prog, jax_s):
+    got = jt.run(jt.jvp(prog), X, Y, TX, TY)
+    close(got[0], jax_s["f"])
+    close(got[1], jax_s["jvp"])
 
 
-def test_vjp_and_grad_match_jax(prog):
-    y, pullback = jax.vjp(f, X, Y)
-    ct = np.float32(0.7)
-    out = jt.run(jt.vjp(prog), X, Y, ct)
-    close(out[0], y)
-    for got, want in zip(out[1:], pullback(ct)):
+def test_vjp_and_grad_match_jax(prog, jax_s):
+    out = jt.run(jt.vjp(prog), X, Y, CT)
+    close(out[0], jax_s["f"])
+    for got, want in zip(out[1:], jax_s["vjp"]):
         close(got, want)
     (gx,) = jt.run(jt.grad(prog), X, Y)
-    close(gx, jax.grad(f)(X, Y))
+    close(gx, jax_s["grad"][0])
     both = jt.run(jt.grad(prog, argnums=(0, 1), with_value=True), X, Y)
-    close(both[0], f(X, Y))
-    for got, want in zip(both[1:], jax.grad(f, argnums=(0, 1))(X, Y)):
+    close(both[0], jax_s["f"])
+    for got, want in zip(both[1:], jax_s["grad"]):
         close(got, want)
 
 
-def test_linearize_then_transpose_is_jax_s_vjp(prog):
-    tx, ty = vec((3,), 4), vec((3,), 5)
+def test_linearize_then_transpose_is_jax_s_vjp(prog, jax_s):
     lin = jt.linearize(prog)
-    y, t = jt.run(lin, X, Y, tx, ty)
-    close(y, f(X, Y))
-    close(t, jax.jvp(f, (X, Y), (tx, ty))[1])
+    y, t = jt.run(lin, X, Y, TX, TY)
+    close(y, jax_s["f"])
+    close(t, jax_s["jvp"])
     out = jt.run(jt.transpose(lin), X, Y, np.float32(1.0))
-    for got, want in zip(out[1:], jax.grad(f, argnums=(0, 1))(X, Y)):
+    for got, want in zip(out[1:], jax_s["grad"]):
         close(got, want)
     primal, linear = jt.linearize(prog, split=True)
     assert len(primal.jaxpr.invars) == 2 and len(linear.jaxpr.outvars) == 1
-    close(jt.run(primal, X, Y)[0], f(X, Y))
+    close(jt.run(primal, X, Y)[0], jax_s["f"])
 
 
 def test_linear_program_passes_the_dot_product_test(prog):
@@ -109,11 +125,10 @@ def test_linear_program_passes_the_dot_product_test(prog):
     close(float(ct * lt), float(np.dot(cx, tx) + np.dot(cy, ty)))
 
 
-def test_vmap_matches_jax(prog):
-    xs = vec((4, 3), 8)
+def test_vmap_matches_jax(prog, jax_s):
     batched = jt.vmap(prog, in_axes=(0, None), axis_size=4)
-    (got,) = jt.run(batched, xs, Y)
-    close(got, jax.vmap(f, in_axes=(0, None))(xs, Y))
+    (got,) = jt.run(batched, XS, Y)
+    close(got, jax_s["vmap"])
     with pytest.raises(jt.JaxprError, match="vmap in_axes"):
         jt.vmap(prog, in_axes=(0, None, 0), axis_size=4)
 
@@ -129,12 +144,12 @@ def test_vmap_axis_name_binds_the_programs_collectives_as_jax_vmap():
     xs = vec((4, 3), 9)
     batched = jt.vmap(jt.parse(text), axis_size=4, axis_name="i")
     (got,) = jt.run(batched, xs)
-    close(got, jax.vmap(g, axis_name="i")(xs))
+    close(got, jax.jit(jax.vmap(g, axis_name="i"))(xs))  # (one compilation)
 
 
-def test_run_passes_keep_the_numbers(prog):
+def test_run_passes_keep_the_numbers(prog, jax_s):
     opt = jt.run_passes(prog, "inline,simplify,cse,dce")
-    close(jt.run(opt, X, Y)[0], f(X, Y))
+    close(jt.run(opt, X, Y)[0], jax_s["f"])
     assert jt.run_passes(prog, "none") is prog and jt.run_passes(prog, None) is prog
     with pytest.raises(jt.JaxprError, match="unknown pass 'nope'"):
         jt.run_passes(prog, "nope")

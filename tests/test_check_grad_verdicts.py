@@ -87,20 +87,20 @@ def _dropout(rng, rate, x):
     return keep * x / keep_rate
 
 
-def _haiku_style_mlp(w1, b1, w2, b2, w3, b3, key, x, y):
-    """hk.nets.MLP([64, 64, 10])(x, dropout_rate=0.2, rng=...): Linear, dropout, relu per
-    hidden layer; softmax cross-entropy."""
-    k1, k2 = jax.random.split(key)
-    h = jax.nn.relu(_dropout(k1, 0.2, x @ w1 + b1))
-    h = jax.nn.relu(_dropout(k2, 0.2, h @ w2 + b2))
-    logits = h @ w3 + b3
+def _haiku_style_mlp(w1, b1, w2, b2, key, x, y):
+    """hk.nets.MLP([64, 10])(x, dropout_rate=0.2, rng=...): Linear, dropout, relu per
+    hidden layer; softmax cross-entropy.  (One hidden layer: its dropout and relu are what
+    the float64 copy and the kinks are about; a second one made the compiles 1.5 times
+    as long.)"""
+    h = jax.nn.relu(_dropout(key, 0.2, x @ w1 + b1))
+    logits = h @ w2 + b2
     return -jnp.mean(jnp.sum(jax.nn.log_softmax(logits) * y, -1))
 
 
 @pytest.mark.parametrize("seed", ["0", "2"])
 def test_mlp_with_dropout_passes_in_float64(tmp_path, seed):
     rng = np.random.default_rng(1)
-    shapes = [(32, 64), (64,), (64, 64), (64,), (64, 10), (10,)]
+    shapes = [(32, 64), (64,), (64, 10), (10,)]
     params = [rng.normal(size=s).astype(np.float32) / 4 for s in shapes]
     x = rng.normal(size=(16, 32)).astype(np.float32)
     y = np.eye(10, dtype=np.float32)[np.arange(16) % 10]

@@ -38,9 +38,11 @@ def _has(platform: str) -> bool:
         return False
 
 
-@pytest.fixture
-def prog(tmp_path):
-    p = tmp_path / "mlp.jaxpr"
+@pytest.fixture(scope="module")
+def prog(tmp_path_factory):
+    """The mlp's file, one for the module: a command run again on the same file (and
+    options) finds its programs compiled."""
+    p = tmp_path_factory.mktemp("device") / "mlp.jaxpr"
     p.write_text(MLP)
     return p
 
@@ -340,7 +342,8 @@ def test_check_grad_takes_its_finite_differences_as_the_reference(prog, monkeypa
         return wrapped
 
     monkeypatch.setattr(runner, "consts_runner", recording)
-    r = tool("check-grad", prog)
+    # (at test_check_grad_and_explain_take_matmul_precision's precision: its programs)
+    r = tool("check-grad", prog, "--matmul-precision", "highest")
     assert r.exit_code == 0, r.output
     assert asked.count(True) >= 2 and asked.count(False) >= 1, asked
 
