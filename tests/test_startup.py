@@ -305,7 +305,9 @@ print(os.environ.get("OPENBLAS_NUM_THREADS"))
         (["grad"], None, "1"),
         (["memory", "--no-xla"], None, "1"),  # (with XLA too: one compile, no BLAS)
         (["fmt"], "3", "3"),  # the user's choice stands
-        (["run", "--random", "0"], None, "None"),  # running programs keeps numpy's default
+        # running programs keeps numpy's default (make test-full; test_cli_errors.py's
+        # test_the_program_ends_without_teardown_but_writes_everything keeps it: its `run`)
+        pytest.param(["run", "--random", "0"], None, "None", marks=pytest.mark.slow),
     ],
 )
 def test_commands_that_do_not_run_ask_numpy_for_one_blas_thread(tmp_path, args, user, expected):
