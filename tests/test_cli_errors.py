@@ -98,8 +98,10 @@ def test_a_reader_that_closes_the_pipe_ends_the_tool_quietly(tmp_path):
 
 
 TEARDOWN_PROBE = r"""
-import atexit, runpy, sys
-atexit.register(lambda: print("teardown ran", file=sys.stderr))
+import atexit, os, runpy, sys
+# (and numpy's thread setting as the program left it: test_startup.py's BLAS test)
+atexit.register(lambda: print("teardown ran; OPENBLAS_NUM_THREADS="
+                              f"{os.environ.get('OPENBLAS_NUM_THREADS')}", file=sys.stderr))
 sys.argv = ["jaxprtool", *sys.argv[1:]]
 runpy.run_module("jaxprtool", run_name="__main__")
 """
@@ -109,6 +111,7 @@ def test_the_program_ends_without_teardown_but_writes_everything(tmp_path):
     """The `jaxprtool` process ends without freeing what it read (`cli._leave`): every byte
     of its output still reaches the pipe, with each exit status; a command that imported
     JAX ends the ordinary way, so that JAX's exit hooks run."""
+    import os
     import subprocess
     import sys
 
@@ -122,9 +125,14 @@ def test_the_program_ends_without_teardown_but_writes_everything(tmp_path):
     bad = tmp_path / "bad.jaxpr"
     bad.write_text("{ lambda ; a:f32[4]. let\n    b:f32[4] = sin c\n  in (b,) }\n")
 
+    # (numpy's thread setting left to the program: the user set none)
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")
+    }
+
     def probe(*args):
         return subprocess.run(
-            [sys.executable, "-c", TEARDOWN_PROBE, *args], capture_output=True, text=True
+            [sys.executable, "-c", TEARDOWN_PROBE, *args], capture_output=True, text=True, env=env
         )
 
     r = probe("fmt", str(src))
@@ -138,3 +146,6 @@ def test_the_program_ends_without_teardown_but_writes_everything(tmp_path):
     one.write_text("{ lambda ; a:f32[]. let\n    b:f32[] = sin a\n  in (b,) }\n")
     r = probe("run", "--random", "0", str(one))  # JAX imported: its exit hooks must run
     assert r.returncode == 0 and "teardown ran" in r.stderr, r.stderr
+    # running a program keeps numpy's default thread pool (test_startup.py's
+    # test_commands_that_do_not_run_ask_numpy_for_one_blas_thread, the `run` case)
+    assert "teardown ran; OPENBLAS_NUM_THREADS=None\n" in r.stderr, r.stderr

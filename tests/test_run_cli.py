@@ -388,16 +388,22 @@ KEY_PROG = textwrap.dedent(
 def test_key_inputs_are_key_data(tmp_path):
     import jax
 
+    @jax.jit  # (JAX's key, bits and split in one XLA compile, not one per operation)
+    def oracle():
+        data = jax.random.key_data(jax.random.key(7))
+        key = jax.random.wrap_key_data(data, impl="threefry2x32")
+        return data, jax.random.bits(key, (3,), np.uint32), jax.random.split(key, 2)
+
+    data, bits, split = oracle()
+    data = np.asarray(data)
     p = tmp_path / "k.jaxpr"
     p.write_text(KEY_PROG)
-    data = np.asarray(jax.random.key_data(jax.random.key(7)))
     np.save(tmp_path / "k.npy", data)
     r = invoke("run", p, "--arg", tmp_path / "k.npy", "-o", tmp_path / "o.npz")
     assert r.exit_code == 0, r.output
-    key = jax.random.wrap_key_data(data, impl="threefry2x32")
     with np.load(tmp_path / "o.npz") as f:
-        np.testing.assert_array_equal(f["out0"], jax.random.bits(key, (3,), np.uint32))
-        np.testing.assert_array_equal(f["out1"], jax.random.key_data(jax.random.split(key, 2)))
+        np.testing.assert_array_equal(f["out0"], bits)
+        np.testing.assert_array_equal(f["out1"], jax.random.key_data(split))
     np.save(tmp_path / "bad.npy", np.zeros(3, np.uint32))
     r = invoke("run", p, "--arg", tmp_path / "bad.npy")
     assert r.exit_code == 1

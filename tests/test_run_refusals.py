@@ -42,28 +42,39 @@ def _free_port() -> int:
 # ---------------------------------------------------------------- 3. distributed runs
 
 
-def _join(tmp_path, pid: int, nproc: int, port: int) -> subprocess.Popen:
+def _join(tmp_path, pid: int, nproc: int, port: int, cwd: Path | None = None) -> subprocess.Popen:
     prog = tmp_path / "sin.jaxpr"
     prog.write_text(SIN)
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
-    cmd = [sys.executable, "-m", "jaxprtool", "--no-color", "run", str(prog), "--random", "0"]
+    # (in a working folder of its own, started with -P: as from the `jaxprtool` console
+    # script, nothing but the child that `run --coordinator` restarts could import from it)
+    python = [sys.executable] if cwd is None else [sys.executable, "-P"]
+    cmd = [*python, "-m", "jaxprtool", "--no-color", "run", str(prog), "--random", "0"]
     cmd += ["--coordinator", f"127.0.0.1:{port}", "--num-processes", str(nproc)]
     cmd += ["--process-id", str(pid), "--join-timeout", "2"]
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 def test_a_distributed_run_that_cannot_form_is_an_error_naming_what_did_not_answer(tmp_path):
     """Process 1 with no coordinator listening or with a silent one, and process 0 of 3
     whose peers never start:
     each exits 1 within --join-timeout (plus JAX's start), with one line naming the
-    coordinator, its process id and what did not answer, and no abort or stack dump."""
+    coordinator, its process id and what did not answer, and no abort or stack dump.
+    The first runs in a folder holding a planted `numpy.py`: `run --coordinator` restarts
+    itself in a child process, which must not import it (test_trust_local.py's
+    test_a_supervised_run_never_imports_a_module_from_the_working_folder, make test-full)."""
+    from test_trust_local import PLANTED_NUMPY
+
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    (planted / "numpy.py").write_text(PLANTED_NUMPY)
     t0 = time.monotonic()
     silent = socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # accepts, never answers
     silent.bind(("127.0.0.1", 0))
     silent.listen()
     procs = [
-        _join(tmp_path, 1, 2, _free_port()),
+        _join(tmp_path, 1, 2, _free_port(), cwd=planted),
         _join(tmp_path, 0, 3, _free_port()),
         _join(tmp_path, 1, 2, silent.getsockname()[1]),
     ]
@@ -80,6 +91,7 @@ def test_a_distributed_run_that_cannot_form_is_an_error_naming_what_did_not_answ
                 p.wait()
     assert time.monotonic() - t0 < 60
     (rc1, out1, err1), (rc0, out0, err0), (rcs, outs_, errs) = outs
+    assert not (planted / "PLANTED_RAN").exists(), err1
     assert (rc1, rc0, rcs, out1, out0, outs_) == (1, 1, 1, "", "", "")
     assert errs.split(":", 3)[3] == err1.split(":", 3)[3]  # the same message, its own port
     for err in (err1, err0):

@@ -187,10 +187,10 @@ def test_ad_of_dtype_parameters_runs_as_jax_without_numpy(tmp_path, args):
     assert not got["numpy"] and not got["ml_dtypes"], f"{args[0]} executed numpy"
     prog = tmp_path / "out.jaxpr"
     prog.write_text(got["out"])
-    if args[0] == "vmap":
-        arg, want = np.stack([x, -x]), jax.vmap(_cast_round_trip)(np.stack([x, -x]))
+    if args[0] == "vmap":  # (jitted: one XLA compile, not one per operation)
+        arg, want = np.stack([x, -x]), jax.jit(jax.vmap(_cast_round_trip))(np.stack([x, -x]))
     else:
-        arg, want = x, jax.jacrev(_cast_round_trip)(x)
+        arg, want = x, jax.jit(jax.jacrev(_cast_round_trip))(x)
     np.savez(tmp_path / "a.npz", arg)
     r = CliRunner().invoke(
         main, ["run", str(prog), "--args", str(tmp_path / "a.npz"), "-o", str(tmp_path / "o.npz")]
@@ -305,7 +305,9 @@ print(os.environ.get("OPENBLAS_NUM_THREADS"))
         (["grad"], None, "1"),
         (["memory", "--no-xla"], None, "1"),  # (with XLA too: one compile, no BLAS)
         (["fmt"], "3", "3"),  # the user's choice stands
-        (["run", "--random", "0"], None, "None"),  # running programs keeps numpy's default
+        # running programs keeps numpy's default (make test-full; test_cli_errors.py's
+        # test_the_program_ends_without_teardown_but_writes_everything keeps it: its `run`)
+        pytest.param(["run", "--random", "0"], None, "None", marks=pytest.mark.slow),
     ],
 )
 def test_commands_that_do_not_run_ask_numpy_for_one_blas_thread(tmp_path, args, user, expected):

@@ -40,14 +40,21 @@ def tool(*argv, text: str | None = None):
 # ---------------------------------------------------------------- 1. the working folder
 
 
+#: a `numpy.py` planted in the working folder: if imported, it leaves PLANTED_RAN beside itself
+PLANTED_NUMPY = (
+    "import pathlib\n"
+    "pathlib.Path(__file__).with_name('PLANTED_RAN').write_text('x')\n"
+    "raise ImportError('planted')\n"
+)
+
+
+# (make test-full; test_run_refusals.py's test_a_distributed_run_that_cannot_form_is_an_error_
+# naming_what_did_not_answer keeps it: its process 1 runs in a folder holding PLANTED_NUMPY)
+@pytest.mark.slow
 def test_a_supervised_run_never_imports_a_module_from_the_working_folder(tmp_path):
     """`run --coordinator` restarts itself in a child process: a `numpy.py` in the working
     folder must not run there (it did with `python -m jaxprtool`)."""
-    (tmp_path / "numpy.py").write_text(
-        "import pathlib\n"
-        "pathlib.Path(__file__).with_name('PLANTED_RAN').write_text('x')\n"
-        "raise ImportError('planted')\n"
-    )
+    (tmp_path / "numpy.py").write_text(PLANTED_NUMPY)
     (tmp_path / "sin.jaxpr").write_text(SIN)
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
