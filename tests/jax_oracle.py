@@ -78,6 +78,30 @@ def together(*calls):
     return jax.tree.map(np.asarray, done)
 
 
+def jax_value_and_vjp(f, x, ct):
+    """JAX's value of f at x and its vjp of ct there, jitted: one compilation (eagerly,
+    one a primitive)."""
+
+    def value_and_pullback(x, ct):
+        y, pull = jax.vjp(f, x)
+        return y, pull(ct)[0]
+
+    return jax.jit(value_and_pullback)(x, ct)
+
+
+def explain_and_check_grad_give(prog, consts, x_npz, verdict: int) -> None:
+    """explain and check-grad (reverse mode) of a program with a custom rule, at the point
+    `x_npz` and the constants archive `consts`: exit `verdict` (0: its rules pass, 1: the
+    finite differences find a rule false)."""
+    args = ["--args", str(x_npz), "--consts", str(consts)]
+    r = run(["explain", str(prog), *args])
+    assert r.exit_code == verdict and "custom_vjp_call" in r.output, r.output
+    assert ("a check FAILED" in r.output) == (verdict == 1), r.output
+    r = run(["check-grad", str(prog), *args, "--modes", "rev"])  # fwd: refused as JAX
+    assert r.exit_code == verdict, r.output
+    assert f"{verdict} failure" in r.output, r.output  # (0 failures, 1 failure)
+
+
 def _as_list(f):
     return lambda *xs: list(f(*xs))
 

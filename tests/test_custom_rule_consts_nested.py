@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 jax = pytest.importorskip("jax")
-from jax_oracle import close, run  # noqa: E402
+from jax_oracle import close, explain_and_check_grad_give, jax_value_and_vjp, run  # noqa: E402
 from traced import (  # noqa: E402
     CT,
     X,
@@ -115,17 +115,6 @@ def false_rule(x):
 FUNCTIONS = ("before", "after", "bodies", "forward", "true_rule", "false_rule")
 
 
-def _jax_vjp(f, x, ct):
-    """JAX's value of f at x and its vjp of ct there, jitted: one compilation (eagerly,
-    one a primitive)."""
-
-    def value_and_pullback(x, ct):
-        y, pull = jax.vjp(f, x)
-        return y, pull(ct)[0]
-
-    return jax.jit(value_and_pullback)(x, ct)
-
-
 @pytest.fixture(scope="module")
 def traced(tmp_path_factory):
     """{function: (text path, archive path)} from `trace --consts-out`, the module, the folder."""
@@ -153,7 +142,7 @@ def test_vjp_equals_jax(traced, fn):
     progs, mod, folder = traced
     prog, consts = progs[fn]
     got_y, got_ct = run_with_consts(folder, derive(folder, "vjp", prog), [X, CT], consts)
-    y, ct = _jax_vjp(getattr(mod, fn), X, CT)
+    y, ct = jax_value_and_vjp(getattr(mod, fn), X, CT)
     close(got_y, y)
     close(got_ct, ct)
 
@@ -191,14 +180,7 @@ def test_explain_and_check_grad_take_the_archive(traced, fn, verdict):
     differences agree with true rules, and find that false ones differ from them."""
     progs, _, folder = traced
     np.savez(folder / "x.npz", arg0=X)
-    prog, consts = progs[fn]
-    args = ["--args", str(folder / "x.npz"), "--consts", str(consts)]
-    r = run(["explain", str(prog), *args])
-    assert r.exit_code == verdict and "custom_vjp_call" in r.output, r.output
-    assert ("a check FAILED" in r.output) == (verdict == 1), r.output
-    r = run(["check-grad", str(prog), *args, "--modes", "rev"])  # fwd: refused as JAX
-    assert r.exit_code == verdict, r.output
-    assert f"{verdict} failure" in r.output, r.output
+    explain_and_check_grad_give(*progs[fn], folder / "x.npz", verdict)
 
 
 KEPT = """{ lambda ; a:f32[4]. let

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 jax = pytest.importorskip("jax")
-from jax_oracle import close, run  # noqa: E402
+from jax_oracle import close, jax_value_and_vjp, run  # noqa: E402
 from traced import (  # noqa: E402
     CT,
     T,
@@ -121,17 +121,6 @@ def solved_loss(x):
 FUNCTIONS = ("vmapped", "vmapped_loss", "forward", "solved_loss")
 
 
-def _jax_vjp(f, x, ct):
-    """JAX's value of f at x and its vjp of ct there, jitted: one compilation (eagerly,
-    one a primitive)."""
-
-    def value_and_pullback(x, ct):
-        y, pull = jax.vjp(f, x)
-        return y, pull(ct)[0]
-
-    return jax.jit(value_and_pullback)(x, ct)
-
-
 @pytest.fixture(scope="module")
 def traced(tmp_path_factory):
     """{function: (text path, archive path)} from `trace --consts-out`, the module, the folder."""
@@ -190,7 +179,7 @@ def test_vjp_and_the_dot_product_test(traced):
     L^T w is JAX's vjp (the custom_vmap body's, fwd's and bwd's constants reach them)."""
     progs, mod, folder = traced
     prog, consts = progs["vmapped"]
-    want_y, want_ct = _jax_vjp(mod.vmapped_plain, X, CT)
+    want_y, want_ct = jax_value_and_vjp(mod.vmapped_plain, X, CT)
     got_y, got_ct = run_with_consts(folder, derive(folder, "vjp", prog), [X, CT], consts)
     close(got_y, want_y)
     close(got_ct, want_ct)
