@@ -266,8 +266,9 @@ def _scalar(f):
     return loss
 
 
-def _check_case(name, f, args, tol):
-    """jvp, vjp, grad (with value) and linearize|transpose of f against JAX."""
+def _check_case(name, f, args, tol, grad=True):
+    """jvp, vjp, grad (with value; grad=False: not) and linearize|transpose of f against
+    JAX."""
     n = len(args)
     j = ir(f, *args)
     loss = _scalar(f)
@@ -282,17 +283,18 @@ def _check_case(name, f, args, tol):
         out, tan = jax.jvp(f, tuple(args), tuple(tangents))
         _, pull = jax.vjp(f, *args)
         ct = pull(jax.tree_util.tree_unflatten(tree, cts))
-        return out, tan, ct, jax.value_and_grad(loss, argnums=argnums)(*args)
+        return out, tan, ct, jax.value_and_grad(loss, argnums=argnums)(*args) if grad else ()
 
     primal, linear, info = linearize_jaxpr(j)
+    g = grad_jaxpr(ir(loss, *args), argnums, with_value=True) if grad else Jaxpr((), (), (), ())
     got_jvp, got_vjp, got_grad, got_primal, want = _evaluate_together(
         (jvp_jaxpr(j), args + tangents),
         (vjp_jaxpr(j), args + cts),
-        (grad_jaxpr(ir(loss, *args), argnums, with_value=True), args),
+        (g, args if grad else []),
         (primal, args),
         oracle=(reference, (args, tangents, cts)),
     )
-    ref_out, ref_tan, ref_ct, (ref_val, ref_grad) = want
+    ref_out, ref_tan, ref_ct, value_and_grad = want
     ref_out, ref_tan, ref_ct = _leaves(ref_out), _leaves(ref_tan), _leaves(ref_ct)
     for g, r in zip(got_jvp[: len(ref_out)], ref_out):
         _close(g, r, tol, f"{name}: primal")
@@ -300,9 +302,12 @@ def _check_case(name, f, args, tol):
         _close(g, r, tol, f"{name}: jvp")
     for g, r in zip(got_vjp[len(ref_out) :], ref_ct):
         _close(g, r, tol, f"{name}: vjp")
-    _close(got_grad[0], ref_val, tol, f"{name}: value")
-    for g, r in zip(got_grad[1:], ref_grad):
-        _close(g, r, tol, f"{name}: grad")
+    if grad:
+        ref_val, ref_grad = value_and_grad
+        assert len(got_grad) == 1 + n, name
+        _close(got_grad[0], ref_val, tol, f"{name}: value")
+        for g, r in zip(got_grad[1:], ref_grad):
+            _close(g, r, tol, f"{name}: grad")
     # linearize: the linear program is jax.jvp's tangent map, and passes the dot-product test
     src = {
         "input": args,
@@ -333,10 +338,19 @@ def _marks(name: str) -> list:
     return [] if name in FAST_CASES else [pytest.mark.slow]
 
 
+def _in_full_run_only(request) -> bool:
+    """Whether this case runs in `make test-full` only (marked slow here or by conftest's
+    sampling of the sweep)."""
+    return request.node.get_closest_marker("slow") is not None
+
+
 @pytest.mark.parametrize("case", [pytest.param(c, id=c[0], marks=_marks(c[0])) for c in CASES])
-def test_jvp_vjp_grad_linearize_transpose(case):
+def test_jvp_vjp_grad_linearize_transpose(case, request):
+    """The default run's cases leave grad (a third of their compiling: a forward and a
+    reverse pass more, the tool's and JAX's) to test_grad_of_the_default_run_s_cases in
+    `make test-full`: their vjp, through the same transpose rules, stays here."""
     name, f, args, tol = case
-    _check_case(name, f, [np.asarray(a) for a in args], tol)
+    _check_case(name, f, [np.asarray(a) for a in args], tol, grad=_in_full_run_only(request))
 
 
 SECOND_ORDER = [
@@ -401,12 +415,37 @@ FLOAT64 = [
 
 
 @pytest.mark.parametrize("name,f,args", FLOAT64, ids=["solve", "cholesky", "svd"])
-def test_float64(name, f, args):
-    """float64 (jax.enable_x64): jvp, vjp, grad, linearize|transpose with tight tolerances."""
+def test_float64(name, f, args, request):
+    """float64 (jax.enable_x64): jvp, vjp, grad, linearize|transpose with tight tolerances
+    (grad of the default run's case in test_grad_of_the_default_run_s_cases, as above)."""
+    _check_float64(name, f, args, grad=_in_full_run_only(request))
+
+
+def _check_float64(name, f, args, grad):
     with jax.enable_x64(True):
         args = [a.astype(np.float64) for a in args]
         assert ir(f, *args).invars[0].type.dtype == "f64"
-        _check_case(f"{name} f64", f, args, 1e-9)
+        _check_case(f"{name} f64", f, args, 1e-9, grad=grad)
+
+
+#: the cases the default run checks without grad (above): their grad, in `make test-full`
+GRAD_OF_THE_DEFAULT_RUN_S = [
+    pytest.param(c, id=c[0]) for c in CASES if c[0] in ("complex", "svd_wide")
+] + [pytest.param(("svd f64", _svd_fn, FLOAT64[2].values[2], None), id="svd_f64")]
+
+
+@pytest.mark.slow  # (make test-full; grad through the linalg rules stays in make test in
+# test_second_order, test_vmap_matches_jax's grad cases and test_grad_output_runs_under_run,
+# and these cases' vjp, the same transpose rules, in test_jvp_vjp_grad_linearize_transpose)
+@pytest.mark.parametrize("case", GRAD_OF_THE_DEFAULT_RUN_S)
+def test_grad_of_the_default_run_s_cases(case):
+    """The whole check, grad with value included, of the cases the default run checks
+    without grad: test_jvp_vjp_grad_linearize_transpose's and test_float64's."""
+    name, f, args, tol = case
+    if tol is None:
+        _check_float64("svd", f, args, grad=True)
+    else:
+        _check_case(name, f, [np.asarray(a) for a in args], tol)
 
 
 BATCH = 3
@@ -491,8 +530,13 @@ VMAP_GRAD = [
         [_well(3, 98), _mat(3, 1, 99)[:, 0]],
         [0, 0],
     ),
-    ("det", jnp.linalg.det, [_well(3, 100)], [0]),
 ]
+#: in `make test-full` only: det's (a 3x3: JAX's closed form, whose gradient is elementwise
+#: arithmetic, slices and pads, batched by the rules test_vmap.py keeps; JAX's reference goes
+#: through its custom rule, an LU solve: 0.9 of the 1.9 CPU-s of test_vmap_matches_jax);
+#: per-example gradients through the linalg rules stay there (gp: cholesky, triangular
+#: solves; solve: lu, custom_linear_solve transposed)
+VMAP_GRAD_MORE = [("det", jnp.linalg.det, [_well(3, 100)], [0])]
 
 
 def _no_loop(vj, capsys):
@@ -506,9 +550,9 @@ def test_vmap_matches_jax(capsys):
     _check_vmap(VMAP, VMAP_GRAD, capsys)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # (make test-full; test_vmap_matches_jax keeps these rules batched)
 def test_vmap_matches_jax_more(capsys):
-    _check_vmap(VMAP_MORE, [], capsys)
+    _check_vmap(VMAP_MORE, VMAP_GRAD_MORE, capsys)
 
 
 def _check_vmap(cases, grad_cases, capsys):

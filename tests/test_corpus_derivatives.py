@@ -20,9 +20,11 @@ from conftest import FORMAT_DIR
 
 jax = pytest.importorskip("jax")
 from jax.extend import core as jex  # noqa: E402
+from jax_oracle import together  # noqa: E402
 
 from jaxprtool import backend  # noqa: E402
 from jaxprtool.ad.api import jvp_jaxpr, vjp_jaxpr  # noqa: E402
+from jaxprtool.backend import sharding  # noqa: E402
 from jaxprtool.core import JaxprError  # noqa: E402
 from jaxprtool.text.parser import parse  # noqa: E402
 from jaxprtool.ui.checkgrad import TOLERANCE, least_precise_dtype  # noqa: E402
@@ -126,9 +128,82 @@ def test_jvp_and_vjp_of_the_printed_program_are_jax_s(make):
     def vjp(p):  # (the cotangents closed over: float0 ones are no jit argument)
         return jax.vjp(g, *p)[1](cts)
 
-    # the jvp and the vjp in one compilation (eagerly, one a primitive); where JAX has no
-    # reverse mode, the jvp alone is compared
-    for both in (lambda p, t: (jvp(p, t), vjp(p)), lambda p, t: (jvp(p, t), None)):
+    case = (closed, diff, inexact, args, primals, tangents, cts, _oracles(jvp, vjp))
+    merged = _merged(*case)  # JAX's jvp and vjp and the tool's: one compilation
+    j, tol, n, (jax_t, jax_ct), tool_t, tool_ct = merged or _separately(*case)
+    if len(tool_t) != n:  # tangents of the float outputs only
+        tool_t = dict(zip(inexact, tool_t))
+    for k in inexact:
+        _close(tool_t[k], jax_t[k], f"jvp, output {k}", tol)
+    if jax_ct is None:
+        return
+    for q, (a, b) in enumerate(zip(tool_ct, jax_ct, strict=True)):
+        if np.asarray(b).dtype != jax.dtypes.float0:
+            _close(a, b, f"vjp, input {diff[q]}", tol)
+
+
+def _oracles(jvp, vjp):
+    """JAX's jvp and vjp together, then its jvp alone (where JAX has no reverse mode)."""
+    return [lambda p, t: (jvp(p, t), vjp(p)), lambda p, t: (jvp(p, t), None)]
+
+
+def _tool_programs(closed, diff, inexact, cts, reverse):
+    """(the parsed program, its tolerance, its jvp program, its vjp program or None, the
+    cotangents the vjp takes); a skip where the tool refuses the jvp."""
+    j = parse(str(closed), "<case>").jaxpr
+    tol = TOLERANCE.get(least_precise_dtype(j), 2e-3)  # JAX's, for the narrowest float inside
+    try:
+        jv = jvp_jaxpr(j, diff)
+    except JaxprError as e:  # the README's limits list these (a rule the text lacks, ...)
+        pytest.skip(f"the tool refuses: {e.message.splitlines()[0][:160]}")
+    if not reverse:
+        return j, tol, jv, None, []
+    v = vjp_jaxpr(j, diff)
+    given = [c for k, c in enumerate(cts) if k in inexact]
+    if len(v.invars) - len(j.invars) != len(given):
+        given = [c for c in cts if c.dtype != jax.dtypes.float0]
+    return j, tol, jv, v, given
+
+
+def _merged(closed, diff, inexact, args, primals, tangents, cts, oracles):
+    """JAX's jvp (and vjp) and the tool's programs run in one compilation (they compute the
+    same functions on the same inputs: 2.0 -> 1.5 CPU-s on ew_unary_f32); None where that
+    cannot be (a multi-device program, nested constants) or fails: `_separately` then runs
+    and answers (or skips, or fails) as it always did."""
+    consts = [np.asarray(c) for c in closed.consts]
+    k = next((k for k, both in enumerate(oracles) if _traces(both, primals, tangents)), None)
+    if k is None:  # JAX cannot trace its jvp: `_separately` skips, saying why
+        return None
+    both = oracles[k]
+    try:
+        j, tol, jv, v, given = _tool_programs(closed, diff, inexact, cts, reverse=k == 0)
+    except (Exception, pytest.skip.Exception):  # noqa: BLE001 - `_separately` says why
+        return None
+    programs = [(jv, args + tangents)] + ([(v, args + given)] if v is not None else [])
+    if sharding.is_multi_device(j) or any(len(p.constvars) != len(consts) for p, _ in programs):
+        return None
+    try:
+        want, *outs = together(
+            (both, (tuple(primals), tuple(tangents))), *[(p, consts + a) for p, a in programs]
+        )
+    except Exception:  # noqa: BLE001 - `_separately` says why
+        return None
+    n = len(j.outvars)
+    return j, tol, n, want, outs[0][n:], outs[1][n:] if v is not None else None
+
+
+def _traces(both, primals, tangents) -> bool:
+    try:
+        jax.eval_shape(both, tuple(primals), tuple(tangents))
+    except Exception:  # noqa: BLE001 - `_separately` says why
+        return False
+    return True
+
+
+def _separately(closed, diff, inexact, args, primals, tangents, cts, oracles):
+    """JAX's jvp and vjp in one compilation, the tool's programs run by `backend.evaluate`,
+    one compilation each; where JAX has no reverse mode, the jvp alone."""
+    for both in oracles:
         try:
             jax_t, jax_ct = jax.jit(both)(tuple(primals), tuple(tangents))
             break
@@ -137,25 +212,12 @@ def test_jvp_and_vjp_of_the_printed_program_are_jax_s(make):
     else:
         e = failure
         pytest.skip(f"JAX's jvp fails: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
-    j = parse(str(closed), "<case>").jaxpr
-    tol = TOLERANCE.get(least_precise_dtype(j), 2e-3)  # JAX's, for the narrowest float inside
     consts = [np.asarray(c) for c in closed.consts]
+    j, tol, jv, v, given = _tool_programs(closed, diff, inexact, cts, jax_ct is not None)
     n = len(j.outvars)
     try:
-        tool_t = backend.evaluate(jvp_jaxpr(j, diff), args + tangents, consts)[n:]
+        tool_t = backend.evaluate(jv, args + tangents, consts)[n:]
     except JaxprError as e:  # the README's limits list these (a rule the text lacks, ...)
         pytest.skip(f"the tool refuses: {e.message.splitlines()[0][:160]}")
-    if len(tool_t) != n:  # tangents of the float outputs only
-        tool_t = dict(zip(inexact, tool_t))
-    for k in inexact:
-        _close(tool_t[k], jax_t[k], f"jvp, output {k}", tol)
-    if jax_ct is None:
-        return
-    v = vjp_jaxpr(j, diff)
-    given = [c for k, c in enumerate(cts) if k in inexact]
-    if len(v.invars) - len(j.invars) != len(given):
-        given = [c for c in cts if c.dtype != jax.dtypes.float0]
-    tool_ct = backend.evaluate(v, args + given, consts)[n:]
-    for q, (a, b) in enumerate(zip(tool_ct, jax_ct, strict=True)):
-        if np.asarray(b).dtype != jax.dtypes.float0:
-            _close(a, b, f"vjp, input {diff[q]}", tol)
+    tool_ct = backend.evaluate(v, args + given, consts)[n:] if v is not None else None
+    return j, tol, n, (jax_t, jax_ct), tool_t, tool_ct

@@ -120,8 +120,8 @@ def test_random_bits_with_two_streams_runs_and_batches_as_jax():
 
     import jax
     from jax._src.random import prng
+    from jax_oracle import together
 
-    from jaxprtool import backend
     from jaxprtool.ad.batching import vmap_jaxpr
 
     if "num_streams" not in inspect.signature(prng.random_bits).parameters:
@@ -135,11 +135,15 @@ def test_random_bits_with_two_streams_runs_and_batches_as_jax():
     text = str(jax.make_jaxpr(f)(np.int32(5))) + "\n"
     j = parse(text, "<two streams>").jaxpr
     assert "num_streams=2" in text and print_jaxpr(j, detect_style(j)) + "\n" == text
-    for a, b in zip(backend.evaluate(j, [np.int32(5)]), jax.jit(f)(np.int32(5)), strict=True):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     seeds = np.arange(4, dtype=np.int32)
-    got = backend.evaluate(vmap_jaxpr(j, 0, 0, axis_size=4), [seeds])
-    for a, b in zip(got, jax.jit(jax.vmap(f))(seeds), strict=True):
+    # the program and its batched program beside JAX's: one compilation
+    ran, want, batched, want_batched = together(
+        (j, [np.int32(5)]),
+        (f, [np.int32(5)]),
+        (vmap_jaxpr(j, 0, 0, axis_size=4), [seeds]),
+        (jax.vmap(f), [seeds]),
+    )
+    for a, b in [*zip(ran, want, strict=True), *zip(batched, want_batched, strict=True)]:
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 

@@ -459,7 +459,8 @@ def _control_cases():
     ]
 
 
-ALL = _op_cases() + _structural_cases() + _control_cases()
+_OP_CASES = _op_cases()  # (made once: their random inputs are most of the collection's time)
+ALL = _OP_CASES + _structural_cases() + _control_cases()
 
 # ---------------------------------------------------------------- harness
 
@@ -719,7 +720,7 @@ def _checks(case):
 
 #: checks of the elementwise ops' default cases left to the slow sweep (time budget)
 _OP_CHECKS_SLOW = ("dot", "rev_over_fwd")
-_OP_NAMES = {c.name for c in _op_cases()}
+_OP_NAMES = {c.name for c in _OP_CASES}
 
 
 def _params(cases, fast):

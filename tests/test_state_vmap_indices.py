@@ -14,7 +14,7 @@ jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 from jax._src.state.primitives import ref_addupdate, ref_swap  # noqa: E402
 from jax.experimental import pallas as pl  # noqa: E402
-from jax_oracle import close, ir, run, vec  # noqa: E402
+from jax_oracle import close, ir, run, together, vec  # noqa: E402
 
 from jaxprtool import backend  # noqa: E402
 from jaxprtool.ad.batching import vmap_jaxpr  # noqa: E402
@@ -179,6 +179,12 @@ def _outputs(f, args, in_axes):
     return list(want) if isinstance(want, tuple) else [want]
 
 
+def _run_beside_jax(j, f, args, in_axes):
+    """The batched program's outputs and jax.vmap's, in one compilation."""
+    got, want = together((j, args), (jax.vmap(f, in_axes=in_axes), args))
+    return got, list(want) if isinstance(want, tuple) else [want]
+
+
 def _jax_text(f, args, in_axes):
     text = str(jax.make_jaxpr(jax.vmap(f, in_axes=in_axes))(*args))
     return text.replace("np.int64(1), np.int64(2)", "1, 2").replace("(np.int64(1),)", "(1,)")
@@ -195,8 +201,7 @@ def _n_eqns(j):
 def test_batched_indices_into_refs_run_as_jax_vmap(name):
     f, args, in_axes, same_text = CASES[name]
     j = _batched(f, args, in_axes)
-    got = backend.evaluate(j, args)
-    want = _outputs(f, args, in_axes)
+    got, want = _run_beside_jax(j, f, args, in_axes)
     assert len(got) == len(want)
     for a, b in zip(got, want):
         close(a, b)
@@ -211,7 +216,8 @@ def test_unbatched_index_arrays_apart_keep_the_batch_where_numpy_puts_it():
     index block first, the batch after it (fewer equations than JAX's iota form)."""
     f, args, in_axes, _ = CASES["get-[$0,:,$1]-indices-unbatched"]
     j = _batched(f, args, in_axes)
-    close(backend.evaluate(j, args)[0], _outputs(f, args, in_axes)[0])
+    got, want = _run_beside_jax(j, f, args, in_axes)
+    close(got[0], want[0])
     assert [e.prim for e in j.eqns] == ["new_ref", "get", "transpose"]
 
 
@@ -279,8 +285,8 @@ def test_dynamic_slices_beside_batched_indices_are_jax_s():
     in_axes = (0, None, 0, 0)
     single = ir(_window_write, xs[0], np.int32(1), js[0], vs[0])
     j = vmap_jaxpr(single, list(in_axes), [0, 0], B)
-    got = backend.evaluate(j, [xs, np.int32(1), js, vs])
-    want = jax.jit(jax.vmap(_window_write, in_axes=in_axes))(xs, 1, js, vs)  # (not eagerly)
+    got, want = _run_beside_jax(j, _window_write, [xs, np.int32(1), js, vs], in_axes)
+    assert len(got) == len(want) == 2
     for a, b in zip(got, want):
         close(a, b)
     assert print_jaxpr(j) == _jax_text(_window_write, [xs, 1, js, vs], in_axes)
@@ -344,4 +350,5 @@ def test_vmap_of_a_gradient_through_a_ref_at_batched_indices_is_jax_s():
     r = run(["grad", "-"], stdin=str(jax.make_jaxpr(f)(xs[0], 1)))
     assert r.exit_code == 0, r.output
     j = vmap_jaxpr(parse(r.stdout, "<grad>").jaxpr, [0, 0], [0], B)
-    close(backend.evaluate(j, [xs, i])[0], jax.jit(jax.vmap(jax.grad(f)))(xs, i))
+    (got,), want = together((j, [xs, i]), (jax.vmap(jax.grad(f)), [xs, i]))
+    close(got, want)

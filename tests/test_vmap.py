@@ -827,12 +827,15 @@ def test_rank0_dynamic_slices_and_empty_conv_batches_without_a_loop(capsys):
             (None, 0),
         ),
     ]
+    calls = []  # the batched programs and jax.vmap's: one compilation
     for f, args, axes in cases:
         per = [a[0] if d == 0 else a for a, d in zip(args, axes)]
         vj = vmap_jaxpr(ir(f, *per), list(axes), 0, 3)
         assert not any(e.prim == "scan" for e in all_eqns(vj)), print_jaxpr(vj)
-        (got,) = backend.evaluate(vj, args)
-        np.testing.assert_array_equal(got, jax.jit(jax.vmap(f, in_axes=axes))(*args))
+        calls += [(vj, args), (jax.vmap(f, in_axes=axes), args)]
+    outs = together(*calls)
+    for (got,), want in zip(outs[::2], outs[1::2], strict=True):
+        np.testing.assert_array_equal(got, want)
     conv = lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "SAME")  # noqa: E731
     j = ir(conv, np.ones((1, 2, 5, 5), np.float32), np.ones((3, 2, 3, 3), np.float32))
     a, b = np.ones((0, 1, 2, 5, 5), np.float32), np.ones((0, 3, 2, 3, 3), np.float32)
@@ -1013,8 +1016,10 @@ def test_vmap_axis_name_on_the_command_line(tmp_path):
     r = run(["vmap", "--axis-size", "4", "--axis-name", "i", str(src)])
     assert r.exit_code == 0, r.output
     xs = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)
-    (got,) = backend.evaluate(parse(r.stdout, "<out>").jaxpr, [xs])
-    np.testing.assert_allclose(got, jax.vmap(f, axis_name="i")(xs), rtol=1e-6, atol=1e-6)
+    (got,), want = together(  # one compilation for both
+        (parse(r.stdout, "<out>").jaxpr, [xs]), (jax.vmap(f, axis_name="i"), [xs])
+    )
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
     # without the name, 'i' is another (mesh) axis: the psum stays, batched
     r = run(["vmap", "--axis-size", "4", str(src)])
     assert r.exit_code == 0, r.output
@@ -1303,8 +1308,9 @@ def test_jacobians_match_jax(kind, argnums):
     text = _text(f, x, m)
     j = _pipe(text, [kind, "--argnums", argnums])
     nums = tuple(int(a) for a in argnums.split(","))
-    ref = jax.jit(getattr(jax, kind)(f, argnums=nums if len(nums) > 1 else nums[0]))(x, m)
-    _close(backend.evaluate(j, [x, m]), ref, tol=1e-3)
+    ref_fn = getattr(jax, kind)(f, argnums=nums if len(nums) > 1 else nums[0])
+    got, ref = together((j, [x, m]), (ref_fn, [x, m]))  # one compilation for both
+    _close(got, ref, tol=1e-3)
 
 
 def _one_row_cases():
@@ -1344,7 +1350,8 @@ def test_one_row_jacobians_are_the_jvp_or_vjp_at_ones(case):
     nums = tuple(int(a) for a in argnums.split(","))
     j = _pipe(_text(f, *args), [kind, "--argnums", argnums])
     ref_fn = getattr(jax, kind)(f, argnums=nums if len(nums) > 1 else nums[0])
-    _close(backend.evaluate(j, list(args)), jax.jit(ref_fn)(*args), tol=1e-4)
+    got, ref = together((j, list(args)), (ref_fn, list(args)))  # one compilation for both
+    _close(got, ref, tol=1e-4)
     theirs = parse(_text(ref_fn, *args), "<jax>").jaxpr
     assert sum(1 for _ in all_eqns(j)) <= sum(1 for _ in all_eqns(theirs))
     if one_row_only:
