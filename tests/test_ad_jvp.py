@@ -268,8 +268,11 @@ def test_jvp_twice_through_the_cli():
     r2 = run(["jvp", "-"], r1.stdout)
     assert r2.exit_code == 0, r2.output
     j = parse(r2.stdout, "o").jaxpr
-    out = backend.evaluate(j, [X, TX, TY, np.zeros_like(X)])
-    ref = jax.jvp(lambda x, t: jax.jvp(f, (x,), (t,)), (X, TX), (TY, np.zeros_like(X)))
+    args = [X, TX, TY, np.zeros_like(X)]
+    out, ref = together(  # (one compile; eagerly, JAX compiles each operation)
+        (j, args),
+        (lambda x, t, a, b: jax.jvp(lambda x, t: jax.jvp(f, (x,), (t,)), (x, t), (a, b)), args),
+    )
     close(out[3], ref[1][1])
 
 

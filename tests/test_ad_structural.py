@@ -17,6 +17,7 @@ import pytest
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
+from jax_oracle import together  # noqa: E402
 
 import jaxprtool.families.indexing  # noqa: E402,F401  (registered by the families' loader too)
 import jaxprtool.families.linalg  # noqa: E402,F401
@@ -508,11 +509,8 @@ def _our_jaxpr(case):
 
 
 def _run(j, args):
-    """Small programs op by op (cheap to dispatch), larger ones compiled as a whole."""
-    from jaxprtool.backend import eval_eager, evaluate
-
-    run = eval_eager if len(j.eqns) <= 24 else evaluate
-    return run(j, [np.asarray(a) for a in args])
+    """A program of ours run compiled as a whole (one XLA compile, issue 49)."""
+    return together((j, [np.asarray(a) for a in args]))[0]
 
 
 def _close(a, b, what):
@@ -558,11 +556,12 @@ def test_jvp(case):
     f, diff = _partial(case)
     prim_f = [case.args[i] for i in diff]
     tans = [_tangent_like(a, 100 + k) for k, a in enumerate(prim_f)]
-    want_out, want_t = jax.jit(lambda p, t: jax.jvp(f, p, t))(
-        tuple(jnp.asarray(a) for a in prim_f), tuple(jnp.asarray(t) for t in tans)
-    )
     jj = jvp_jaxpr(j, diff)
-    got = _run(jj, list(case.args) + tans)
+    # our program and JAX's jvp in one compile
+    got, (want_out, want_t) = together(
+        (jj, [np.asarray(a) for a in list(case.args) + tans]),
+        (lambda p, t: jax.jvp(f, p, t), (tuple(prim_f), tuple(tans))),
+    )
     n = len(want_out)
     for k, (g, w) in enumerate(zip(got[:n], want_out)):
         _close(g, w, f"primal output {k}")
@@ -579,19 +578,27 @@ def test_vjp(case):
 
     j = _our_jaxpr(case)
     f, diff = _partial(case)
-    prim_f = tuple(jnp.asarray(case.args[i]) for i in diff)
-    want_out = jax.jit(f)(*prim_f)
+    prim_f = tuple(np.asarray(case.args[i]) for i in diff)
+    out_types = jax.eval_shape(f, *prim_f)  # (shapes only: nothing compiled)
     cts_all, cts_ours = [], []
-    for k, o in enumerate(want_out):
+    for k, o in enumerate(out_types):
         if _is_float_out(o):
             c = _tangent_like(np.zeros(o.shape, o.dtype), 200 + k)
-            cts_all.append(jnp.asarray(c))
+            cts_all.append(c)
             cts_ours.append(c)
         else:
-            cts_all.append(np.zeros(o.shape, jax.dtypes.float0))
-    want_ct = jax.jit(lambda p, c: jax.vjp(f, *p)[1](c))(prim_f, cts_all)
+            cts_all.append(None)
+    float0 = [np.zeros(o.shape, jax.dtypes.float0) for o in out_types]
+
+    def oracle(p, c):
+        c = [f0 if ck is None else ck for ck, f0 in zip(c, float0)]
+        return f(*p), jax.vjp(f, *p)[1](c)
+
     vj = vjp_jaxpr(j, diff)
-    got = _run(vj, list(case.args) + cts_ours)
+    # our program, JAX's function and its vjp in one compile
+    got, (want_out, want_ct) = together(
+        (vj, [np.asarray(a) for a in list(case.args) + cts_ours]), (oracle, (prim_f, cts_all))
+    )
     n = len(want_out)
     for k, (g, w) in enumerate(zip(got[:n], want_out)):
         _close(g, w, f"primal output {k}")
@@ -620,9 +627,12 @@ def test_dot_product(case):
         _tangent_like(np.zeros(v.type.shape, v.type.np_dtype), 300 + k)
         for k, v in enumerate(linear.invars[n_res:])
     ]
-    lv = _run(linear, res + tin)
-    w = [_tangent_like(x, 400 + k) for k, x in enumerate(lv)]
-    ltw = _run(lt, res + w)
+    w = [
+        _tangent_like(np.zeros(v.type.shape, v.type.np_dtype), 400 + k)
+        for k, v in enumerate(linear.outvars)
+    ]
+    lv, ltw = together((linear, res + tin), (lt, res + w))  # (one compile for both)
+    assert [np.shape(x) for x in lv] == [np.shape(x) for x in w]
     assert len(ltw) == len(tin)
     lhs = sum(
         float(np.vdot(np.asarray(a, np.float64), np.asarray(b, np.float64))) for a, b in zip(w, lv)
@@ -679,8 +689,8 @@ def test_jvp_of_vjp(case):
 
     j = _our_jaxpr(case)
     f, diff = _partial(case)
-    prim_f = [jnp.asarray(case.args[i]) for i in diff]
-    outs = f(*prim_f)
+    prim_f = [np.asarray(case.args[i]) for i in diff]
+    outs = jax.eval_shape(f, *prim_f)  # (shapes only: nothing compiled)
     assert all(_is_float_out(o) for o in outs)
     cts = [_tangent_like(np.zeros(o.shape, o.dtype), 500 + k) for k, o in enumerate(outs)]
 
@@ -689,14 +699,14 @@ def test_jvp_of_vjp(case):
 
     tp = [_tangent_like(p, 600 + k) for k, p in enumerate(prim_f)]
     tc = [_tangent_like(c, 700 + k) for k, c in enumerate(cts)]
-    _, want = jax.jit(lambda *a: jax.jvp(g, *a))(
-        (prim_f, [jnp.asarray(c) for c in cts]),
-        ([jnp.asarray(t) for t in tp], [jnp.asarray(t) for t in tc]),
-    )
     vj = vjp_jaxpr(j, diff)
     n_args = len(case.args)
     jj = jvp_jaxpr(vj, diff + [n_args + k for k in range(len(cts))])
-    got = _run(jj, list(case.args) + cts + tp + tc)
+    # our program and JAX's jvp of vjp in one compile
+    got, (_, want) = together(
+        (jj, [np.asarray(a) for a in list(case.args) + cts + tp + tc]),
+        (lambda *a: jax.jvp(g, *a), ((prim_f, cts), (tp, tc))),
+    )
     n_vj_out = len(vj.outvars)
     got_t = got[n_vj_out:]
     got_ct_t = got_t[len(outs) :]  # tangents of the input cotangents follow those of the outputs

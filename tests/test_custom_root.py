@@ -40,12 +40,14 @@ def prog():
 
 def test_custom_root_runs_as_jax(prog):
     (got,) = jt.run(prog, X, S)
-    np.testing.assert_allclose(got, newton_sqrt(X, S), rtol=1e-6)
+    np.testing.assert_allclose(got, jax.jit(newton_sqrt)(X, S), rtol=1e-6)  # (not eagerly)
 
 
 def test_custom_root_jvp_through_the_solver_only_is_zero_as_in_jax(prog):
     """The root does not move with what only the solver sees: JAX's tangent is 0."""
-    _, want = jax.jvp(lambda s: newton_sqrt(X, s), (S,), (np.float32(1.0),))
+    _, want = jax.jit(lambda s, t: jax.jvp(lambda s: newton_sqrt(X, s), (s,), (t,)))(
+        S, np.float32(1.0)
+    )  # (one compile: eagerly, JAX compiles each operation)
     j = jt.jvp(prog, argnums=[1])
     outs = jt.run(j, X, S, np.float32(1.0))
     np.testing.assert_allclose(outs[-1], want, atol=0)
@@ -59,9 +61,17 @@ def test_custom_root_grad_through_f_is_refused_at_the_equation(prog):
     assert e.value.loc is not None and "CustomRoot[" in TEXT.splitlines()[e.value.loc.line - 1]
 
 
-def test_custom_root_vmap_is_one_batched_root_as_in_jax(prog):
-    xs = np.array([1.0, 2.0, 4.0], np.float32)
-    want = jax.vmap(newton_sqrt, in_axes=(0, None))(xs, S)
+XS = np.array([1.0, 2.0, 4.0], np.float32)
+
+
+@pytest.fixture(scope="module")
+def vmap_want():
+    """jax.vmap's roots at XS: one compile shared by the two vmap tests (not eagerly)."""
+    return jax.jit(jax.vmap(newton_sqrt, in_axes=(0, None)))(XS, S)
+
+
+def test_custom_root_vmap_is_one_batched_root_as_in_jax(prog, vmap_want):
+    xs, want = XS, vmap_want
     b = jt.vmap(prog, in_axes=[0, None], axis_size=3)
     text = jt.format(b)
     assert text.count("CustomRoot[") == 1 and "scan[" not in text and "while[" not in text
@@ -69,7 +79,7 @@ def test_custom_root_vmap_is_one_batched_root_as_in_jax(prog):
     np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
-def test_hiprims_through_split_input_file_and_the_pass_manager(tmp_path):
+def test_hiprims_through_split_input_file_and_the_pass_manager(tmp_path, vmap_want):
     """CustomRoot and SearchSorted (0.12's HiPrims) in one file: `vmap --split-input-file
     --verify-each --timing` batches each part, and each part gives jax.vmap's numbers."""
     from click.testing import CliRunner
@@ -89,8 +99,8 @@ def test_hiprims_through_split_input_file_and_the_pass_manager(tmp_path):
     assert r.exit_code == 0, r.output
     assert "vmap" in r.stderr
     root_part, search_part = r.stdout.split("\n# -----\n")
-    xs = np.array([1.0, 2.0, 4.0], np.float32)
-    (got,) = jt.run(jt.parse(root_part), xs, S)
-    np.testing.assert_allclose(got, jax.vmap(newton_sqrt, in_axes=(0, None))(xs, S), rtol=1e-6)
+    (got,) = jt.run(jt.parse(root_part), XS, S)
+    np.testing.assert_allclose(got, vmap_want, rtol=1e-6)
     (got,) = jt.run(jt.parse(search_part), sorted_rows, q)
-    np.testing.assert_array_equal(got, jax.vmap(search, in_axes=(0, None))(sorted_rows, q))
+    want = jax.jit(jax.vmap(search, in_axes=(0, None)))(sorted_rows, q)  # (not eagerly)
+    np.testing.assert_array_equal(got, want)

@@ -28,7 +28,7 @@ from conftest import written_module  # noqa: E402
 from jax._src.interpreters import partial_eval as pe  # noqa: E402
 from jax._src.state.discharge import run_state  # noqa: E402
 from jax.experimental import pallas as pl  # noqa: E402
-from jax_oracle import close, ir, run  # noqa: E402
+from jax_oracle import close, ir, run, together  # noqa: E402
 
 from jaxprtool import backend  # noqa: E402
 from jaxprtool.ad.api import grad_jaxpr, jvp_jaxpr  # noqa: E402
@@ -137,7 +137,8 @@ def _jax_dce_count(f) -> int:
 def test_the_dce_pass_leaves_what_jax_s_dce_leaves(f):
     j = ir(f, X)
     d = dce(j)
-    close(backend.evaluate(d, [X])[0], jax.jit(custom_twin if f in CALLS else f)(X))
+    (got,), want = together((d, [X]), (custom_twin if f in CALLS else f, [X]))  # (one compile)
+    close(got, want)
     assert _count(d) == _jax_dce_count(f)
     if f in DEAD:
         assert [e.prim for e in d.eqns] == ["reduce_sum"]
@@ -161,7 +162,8 @@ def _jax_jvp(f):
 @pytest.mark.parametrize("f", KEPT_WHOLE + DEAD, ids=lambda f: f.__name__)
 def test_jvp_as_jax_s_and_no_dead_call_left(f):
     jj = jvp_jaxpr(ir(f, X))
-    for a, b in zip(backend.evaluate(jj, [X, T]), jax.jit(_jax_jvp(f))(X, T)):
+    got, want = together((jj, [X, T]), (_jax_jvp(f), [X, T]))  # (one compile)
+    for a, b in zip(got, want, strict=True):
         close(a, b)
     assert _count(jj) <= _count(ir(_jax_jvp(f), X, T))
     if f in DEAD:
@@ -267,8 +269,8 @@ def test_a_plugin_rule_for_a_pruned_custom_call_is_refused(tmp_path):
     try:
         load_plugins([str(plugin)])
         j = ir(uses_one_of_two, X)
-        want = jax.jit(_jax_jvp(uses_one_of_two))(X, T)
-        for a, b in zip(backend.evaluate(jvp_jaxpr(j), [X, T]), want):
+        got, want = together((jvp_jaxpr(j), [X, T]), (_jax_jvp(uses_one_of_two), [X, T]))
+        for a, b in zip(got, want, strict=True):
             close(a, b)
         d = dce(j)
         (call,) = [e for e in d.eqns if e.prim == "custom_jvp_call"]
@@ -332,8 +334,8 @@ def test_dce_prunes_a_recorded_jvp_rule_with_its_call(traced):
     d = dce(texts["uses_first"])
     (call,) = [e for e in d.eqns if e.prim == "custom_jvp_call"]
     assert len(call.outputs) == 1 and len(call.params["jaxprtool_jvp"].outvars) == 2
-    want = jax.jit(_jax_jvp(mod.uses_first))(X, T)
-    for a, b in zip(backend.evaluate(jvp_jaxpr(d), [X, T]), want):
+    got, want = together((jvp_jaxpr(d), [X, T]), (_jax_jvp(mod.uses_first), [X, T]))
+    for a, b in zip(got, want, strict=True):
         close(a, b)
 
 
@@ -344,5 +346,6 @@ def test_a_recorded_fwd_bwd_pair_keeps_its_results(traced):
     (call,) = [e for e in d.eqns if e.prim == "custom_vjp_call"]
     assert len(call.outputs) == 2
     g = grad_jaxpr(d, (0,))
-    close(backend.evaluate(g, [X])[0], jax.jit(jax.grad(mod.uses_first_v))(X))  # (not eagerly)
+    (got,), want = together((g, [X]), (jax.grad(mod.uses_first_v), [X]))  # (one compile)
+    close(got, want)
     assert _count(g) <= _count(ir(jax.grad(mod.uses_first_v), X))

@@ -225,21 +225,46 @@ def test_cli_runs_the_offloading_gradient(tmp_path):
     np.savez(tmp_path / "in.npz", *ARGS)
     want = jax.jit(_jax_grad(mlp, POLICIES[text], ARGS))(*ARGS)  # (one compile, not one per op)
     np.savez(tmp_path / "want.npz", *[np.asarray(w) for w in want])
-    for eager in ([], ["--eager"]):
-        r = run(
-            [
-                "run",
-                str(out),
-                "--args",
-                str(tmp_path / "in.npz"),
-                *eager,
-                "--expected-output",
-                str(tmp_path / "want.npz"),
-                "--atol",
-                "1e-5",
-            ]
-        )
-        assert r.exit_code == 0, r.output
+    _run_against(out, tmp_path / "in.npz", tmp_path / "want.npz", [])
+
+
+def _run_against(prog, args, want, extra):
+    r = run(
+        [
+            "run",
+            str(prog),
+            "--args",
+            str(args),
+            *extra,
+            "--expected-output",
+            str(want),
+            "--atol",
+            "1e-5",
+        ]
+    )
+    assert r.exit_code == 0, r.output
+
+
+def _one_dot(w, x):
+    return jnp.sum(jnp.sin(x @ w))
+
+
+def test_cli_runs_an_offloading_gradient_eagerly(tmp_path):
+    """`run --eager` of a gradient with copies to host memory: a one-dot function's (op by op,
+    each operation is one XLA compile; the MLP's compiled run is the test above's)."""
+    args = (vec((4, 3), 3), vec((2, 4), 4))
+    src = tmp_path / "f.jaxpr"
+    src.write_text(str(jax.make_jaxpr(_one_dot)(*args)) + "\n")
+    out = tmp_path / "g.jaxpr"
+    text = "offload_dot_with_no_batch_dims(device, pinned_host)"
+    r = run(["grad", "--argnums", "0,1", "--remat", text, str(src), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "offloaded to pinned_host" in r.stderr
+    assert "f32<host>[2,3] = device_put" in out.read_text()  # the dot's value offloaded
+    np.savez(tmp_path / "in.npz", *args)
+    want = jax.jit(jax.grad(jax.checkpoint(_one_dot, policy=POLICIES[text]), argnums=(0, 1)))(*args)
+    np.savez(tmp_path / "want.npz", *[np.asarray(w) for w in want])
+    _run_against(out, tmp_path / "in.npz", tmp_path / "want.npz", ["--eager"])
 
 
 def test_offload_src_must_be_the_values_memory():

@@ -63,8 +63,19 @@ def test_policy_saves_no_more_than_jax(name, policy, segments):
     (plan,) = plans
     assert plan.bytes_after <= _jax_saved_bytes(f, POLICIES[policy]), plan.render()
     assert plan.bytes_after <= plan.bytes_before
-    for a, b in zip(backend.evaluate(g, list(ARGS)), jax.grad(f, (0, 1, 2))(*ARGS)):
+    for a, b in zip(backend.evaluate(g, list(ARGS)), _jax_grad(name), strict=True):
         close(a, b)
+
+
+_JAX_GRADS: dict = {}
+
+
+def _jax_grad(name):
+    """JAX's gradient of FUNCTIONS[name] at ARGS, one compile per function (shared by the
+    policies and segment choices; eagerly JAX compiles each operation)."""
+    if name not in _JAX_GRADS:
+        _JAX_GRADS[name] = jax.jit(jax.grad(FUNCTIONS[name], (0, 1, 2)))(*ARGS)
+    return _JAX_GRADS[name]
 
 
 def test_relu_mlp_xla_temp_no_more_than_plain():

@@ -41,11 +41,17 @@ def run_text(tmp_path, text, *arrays):
     return src, r
 
 
+@pytest.fixture(scope="module")
+def interpreted():
+    """JAX's interpreted kernel at (X, Y): computed once for both texts."""
+    return kernel_call(True)(X, Y)
+
+
 @pytest.mark.parametrize("interpret", [True, False], ids=["interpret", "compiled-kernel"])
-def test_a_whole_array_kernel_runs_as_jax_s_interpret_mode(tmp_path, interpret):
+def test_a_whole_array_kernel_runs_as_jax_s_interpret_mode(tmp_path, interpret, interpreted):
     """The text of a kernel meant for a GPU (interpret=False, which JAX cannot run on CPU)
     runs too: its values are the interpreted kernel's."""
-    want = kernel_call(True)(X, Y)
+    want = interpreted
     text = str(jax.make_jaxpr(kernel_call(interpret))(X, Y))
     assert "pallas_call[" in text and "grid=()" in text
     _, r = run_text(tmp_path, text, X, Y)
@@ -82,19 +88,29 @@ def _corpus_kernel(x_ref, y_ref, o_ref):  # the corpus case `pallas_interpret` (
     o_ref[0, :] = jnp.zeros(8)
 
 
+CORPUS_XY = np.random.default_rng(0).normal(size=(2, 4, 8)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def corpus_want():
+    """JAX's interpreted corpus kernel at CORPUS_XY: computed once for the four versions."""
+    x, y = CORPUS_XY
+    return pl.pallas_call(
+        _corpus_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), interpret=True
+    )(x, y)
+
+
 @pytest.mark.parametrize(
     "version", ["jax-0.12.0.1", "jax-0.10.2", "older/jax-0.7.2", "older/jax-0.6.2"]
 )
-def test_the_kernel_each_jax_version_printed_runs(tmp_path, version):
+def test_the_kernel_each_jax_version_printed_runs(tmp_path, version, corpus_want):
     from conftest import CORPUS
 
     path = CORPUS / version / "pallas_interpret.jaxpr"
     if not path.exists():
         pytest.skip(f"reference corpus not found at {CORPUS}")
-    x, y = np.random.default_rng(0).normal(size=(2, 4, 8)).astype(np.float32)
-    want = pl.pallas_call(
-        _corpus_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), interpret=True
-    )(x, y)
+    x, y = CORPUS_XY
+    want = corpus_want
     _, r = run_text(tmp_path, path.read_text(), x, y)
     assert r.exit_code == 0, r.output
     with np.load(tmp_path / "o.npz", allow_pickle=False) as z:

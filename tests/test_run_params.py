@@ -21,7 +21,7 @@ jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
 from jax._src import core as jcore  # noqa: E402
-from jax_oracle import run  # noqa: E402
+from jax_oracle import run, together  # noqa: E402
 from test_run_every_primitive import JAX_CANNOT, REFUSED, _all_cases, _as_numpy  # noqa: E402
 
 
@@ -217,7 +217,6 @@ def test_a_dot_algorithm_preset_runs_as_jax_s(preset):
     """JAX prints a dot algorithm preset by its bare name (`precision=BF16_BF16_F32`): run
     binds the preset itself (XLA aborted the whole process on the name as a string), for
     dot_general and conv_general_dilated and in their gradients, with JAX's numbers."""
-    from jaxprtool import backend
     from jaxprtool.ad.api import grad_jaxpr
     from jaxprtool.text.parser import parse
 
@@ -233,8 +232,10 @@ def test_a_dot_algorithm_preset_runs_as_jax_s(preset):
     text = str(jax.make_jaxpr(f)(*args))
     assert text.count(f"precision={preset}") == 2
     j = parse(text, "<preset>").jaxpr
-    (got,) = backend.evaluate(j, args)
-    np.testing.assert_allclose(got, jax.jit(f)(*args), rtol=1e-5)
-    grads = backend.evaluate(grad_jaxpr(j, [0, 1, 2]), args)
-    for g, want in zip(grads, jax.jit(jax.grad(f, argnums=(0, 1, 2)))(*args), strict=True):
-        np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-6)
+    # the program, its gradient and JAX's two in one compile (as backend.evaluate runs them)
+    (got,), grads, want, want_grads = together(
+        (j, args), (grad_jaxpr(j, [0, 1, 2]), args), (f, args), (jax.grad(f, (0, 1, 2)), args)
+    )
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    for g, w in zip(grads, want_grads, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-6)
