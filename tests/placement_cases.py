@@ -4,8 +4,7 @@ shardings `jax.jit(f).lower(*args).compile()` chose for them, the outputs' `.sha
 values; the op-by-op call for the eager cases, `jax.set_mesh` for a --mesh run) and what the
 tool's `run --show-sharding` (and `compile --emit stablehlo`) says of the program JAX printed.
 
-    python tests/placement_cases.py OUT_DIR [NAME...]   (writes OUT_DIR/result.json and
-                                                         .npz files: of the cases named, or all)
+    python tests/placement_cases.py OUT_DIR      (writes OUT_DIR/result.json and .npz files)
 
 Importing it sets nothing up (the test collects `CASES` from it); JAX's device count is set,
 and the mesh made, by the script alone.
@@ -176,5 +175,5 @@ if __name__ == "__main__":
     jax.config.update("jax_num_cpu_devices", 4)
     MESH = jax.make_mesh((4,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
     out = Path(sys.argv[1])
-    result = {name: run_case(out, name) for name in (sys.argv[2:] or CASES)}
+    result = {name: run_case(out, name) for name in CASES}
     (out / "result.json").write_text(json.dumps(result, indent=1))

@@ -24,28 +24,10 @@ from placement_cases import CASES  # noqa: E402
 TESTS = Path(__file__).resolve().parent
 
 
-#: the cases `test_the_cases_cover_what_the_tool_used_to_replicate` reads
-COVERED = ("rows", "later", "replicated_reader_first", "psum_plus", "later_eager")
-
-
-def _cases_to_run(session) -> list[str]:
-    """The cases the tests of this module that the session runs read (`make test` runs a
-    sample of each parametrized test, conftest's SAMPLED: 8 of the 12 cases; every worker
-    of xdist's collects the same items, so each names the same cases)."""
-    names: set[str] = set()
-    for item in session.items:
-        if item.path != Path(__file__):
-            continue
-        spec = getattr(item, "callspec", None)
-        names.update([spec.params["name"]] if spec is not None else COVERED)
-    return [n for n in CASES if n in names]
-
-
 @pytest.fixture(scope="module")
-def results(tmp_path_factory, request):
-    """The fresh process runs once per session, on the cases the session's tests read:
-    xdist's workers share its output folder in the session's temporary folder, the first
-    to take the lock running it."""
+def results(tmp_path_factory):
+    """The fresh process runs once per session: xdist's workers share its output folder
+    in the session's temporary folder, the first to take the lock running it."""
     root = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         root = root.parent
@@ -54,15 +36,15 @@ def results(tmp_path_factory, request):
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (out / "result.json").exists():
             out.mkdir(exist_ok=True)
-            _run_cases(out, _cases_to_run(request.session))
+            _run_cases(out)
     return out, json.loads((out / "result.json").read_text())
 
 
-def _run_cases(out: Path, names: list[str]) -> None:
+def _run_cases(out: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env.update(JAX_PLATFORMS="cpu", PYTHONPATH=os.pathsep.join([str(TESTS.parent), str(TESTS)]))
     p = subprocess.run(
-        [sys.executable, str(TESTS / "placement_cases.py"), str(out), *names],
+        [sys.executable, str(TESTS / "placement_cases.py"), str(out)],
         env=env,
         capture_output=True,
         text=True,
