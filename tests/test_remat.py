@@ -188,16 +188,17 @@ def test_linear_program_dot_product(resmlp_ir, plain_linear_output, spec):
     close(out_t, plain_linear_output, 1e-5)
 
 
-def one_block(x, w1, w2):
-    return jnp.sum(block(x, w1, w2) ** 2)
+def one_layer(x, w1, w2):
+    return jnp.sum(jnp.tanh(jnp.sin(x @ w1) * 2.0) @ w2)
 
 
 @pytest.mark.parametrize(
     "flag, f",
     [
-        # (one block: its min-cut gradient has two remat2 calls; three blocks' three made
-        # the check 2.3x dearer, all of it XLA compiling the second-order programs)
-        (["--remat", "min-cut"], one_block),
+        # (one layer of element-wise steps between two products: its min-cut gradient has
+        # a remat2 call, its check 0.9 CPU-s; one `block`'s, two calls, was 1.9 CPU-s and
+        # three blocks' 2.3x that, nearly all of it XLA compiling the second-order programs)
+        (["--remat", "min-cut"], one_layer),
         # (0.5: this program's planned peak cannot go below 0.44 of the plain gradient's,
         # which --remat-budget 0.4 refuses, saying so; one block's cannot go below 1.0)
         pytest.param(["--remat-budget", "0.5", "--no-xla"], resmlp, marks=pytest.mark.slow),
