@@ -246,6 +246,11 @@ def chain_plans(monkeypatch):
     monkeypatch.setattr(remat.budget, "EXACT_LIMIT", 0)
 
 
+#: (model, the exact program's size limit) -> (Spec, no plans) -> (gradient, its plans):
+#: `_fake_device`'s builds
+_BUILT: dict[tuple, dict] = {}
+
+
 def _fake_device(small, figure):
     """`fit_budget`'s callbacks on a device whose temp bytes are `figure(plans)` of the
     planners' figures: (build, measure), the plans of each program built recorded."""
@@ -254,9 +259,19 @@ def _fake_device(small, figure):
     j = parse(small.src.read_text(), "f").jaxpr
     argnums = list(range(len(small.args)))
     made: dict[int, list] = {}
+    built = _BUILT.setdefault((str(small.src), remat.budget.EXACT_LIMIT), {})
 
     def build(spec, plans):
-        program = grad_jaxpr(j, argnums, remat=spec, plans=plans)
+        # (a gradient built before under the same Spec, by this test or another of the
+        # model's: the same program and plans, as `grad_jaxpr` makes them again; a third of
+        # the fake-device tests' builds were such repeats, 0.5 CPU-s)
+        key = (spec, plans is None)
+        if key not in built:
+            fresh: list | None = None if plans is None else []
+            built[key] = (grad_jaxpr(j, argnums, remat=spec, plans=fresh), fresh)
+        program, its_plans = built[key]
+        if plans is not None:
+            plans.extend(its_plans)
         made[id(program)] = plans
         return program
 
