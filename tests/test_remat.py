@@ -35,7 +35,9 @@ def block(x, w1, w2):
 
 
 def resmlp(x, w1, w2):
-    for _ in range(3):
+    """Two residual blocks sharing their weights (two, not three: each plan's gradient
+    compiles in a third less, 1 CPU-s over the file's tests of make test)."""
+    for _ in range(2):
         x = block(x, w1, w2)
     return jnp.sum(x**2)
 
@@ -199,9 +201,9 @@ def one_layer(x, w1, w2):
         # a remat2 call, its check 0.9 CPU-s; one `block`'s, two calls, was 1.9 CPU-s and
         # three blocks' 2.3x that, nearly all of it XLA compiling the second-order programs)
         (["--remat", "min-cut"], one_layer),
-        # (0.5: this program's planned peak cannot go below 0.44 of the plain gradient's,
-        # which --remat-budget 0.4 refuses, saying so; one block's cannot go below 1.0)
-        pytest.param(["--remat-budget", "0.5", "--no-xla"], resmlp, marks=pytest.mark.slow),
+        # (0.7: this program's planned peak cannot go below 0.62 of the plain gradient's,
+        # which --remat-budget 0.5 refuses, saying so; one block's cannot go below 1.0)
+        pytest.param(["--remat-budget", "0.7", "--no-xla"], resmlp, marks=pytest.mark.slow),
         pytest.param(["--remat", "dots_saveable"], resmlp, marks=pytest.mark.slow),
     ],
 )
