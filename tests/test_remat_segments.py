@@ -85,13 +85,16 @@ def scanned(wrap=None):
     return loss
 
 
-LAYERS = 3
+#: (two layers: the fewest repeated; three made each unrolled gradient compile half again
+#: as long, 0.8 CPU-s over make test's tests)
+LAYERS = 2
 X = vec((2, 4, 8), 99)
 UNROLLED_ARGS = (X, *_flat(params(LAYERS)))
 STACKED = [np.stack([w[k] for w in params(LAYERS)]) for k in KEYS]
 SCAN_ARGS = (X, *STACKED)
-#: (a budget bounds the planned peak: with 3 layers, at least one layer's residuals)
-SPECS = ("nothing_saveable", "dots_saveable", "min-cut", "0.5")
+#: (a budget bounds the planned peak: with 2 layers, at least one layer's residuals; their
+#: floor is 0.53 of the plain gradient's)
+SPECS = ("nothing_saveable", "dots_saveable", "min-cut", "0.6")
 
 
 def _spec(text, segments="auto"):
@@ -121,7 +124,7 @@ def test_layers_found_and_gradient_against_jax(unrolled_jax_grads, text):
     plan = plans[-1]
     assert plan.segments is not None and "repeated layers" in plan.segments.kind
     assert len(plan.segments.starts) == LAYERS
-    assert "segments (3 repeated layers)" in plan.render()
+    assert f"segments ({LAYERS} repeated layers)" in plan.render()
     for a, b in zip(backend.evaluate(g, list(UNROLLED_ARGS)), unrolled_jax_grads):
         close(a, b, 1e-5)
 
@@ -146,7 +149,7 @@ def test_backward_recomputes_layer_by_layer():
                 break
             if made_after & {id(x) for x in e.inputs if isinstance(x, Var)}:
                 made_after |= {id(o) for o in e.outputs}
-    # held across: the inputs of layers 2 and 3 (f32[2,4,8] each)
+    # held across: the input of every layer but the first (f32[2,4,8] each)
     assert plans[-1].bytes_after == (LAYERS - 1) * X.nbytes
 
 
@@ -191,7 +194,7 @@ def test_none_gradient_against_jax(unrolled_jax_grads):
         close(a, b, 1e-5)
 
 
-@pytest.mark.parametrize("n", [2, 5])
+@pytest.mark.parametrize("n", [3, 5])  # (not 2: the layers found)
 def test_segments_asked_for(unrolled_jax_grads, n):
     g, plans = _grad(unrolled(), UNROLLED_ARGS, "min-cut", segments=str(n))
     assert len(plans[-1].segments.starts) == n
@@ -292,7 +295,7 @@ def test_cli_names_segments(tmp_path):
     src.write_text(str(jax.make_jaxpr(unrolled())(*UNROLLED_ARGS)) + "\n")
     r = run(["grad", "--argnums", "1,2", "--remat", "nothing_saveable", str(src)])
     assert r.exit_code == 0, r.output
-    assert "3 segments (3 repeated layers)" in r.stderr
+    assert f"{LAYERS} segments ({LAYERS} repeated layers)" in r.stderr
     assert r.stdout.count("remat2[") == LAYERS
     r = run(["grad", "--remat", "min-cut", "--remat-segments", "none", str(src)])
     assert r.exit_code == 0 and " segments (" not in r.stderr and r.stdout.count("remat2[") == 1
@@ -325,7 +328,9 @@ def test_memory_of_grad_with_remat(tmp_path):
     argv = ["memory", "--of", "grad", "--argnums", "0", "--no-xla", "--json"]
     r = run([*argv, "--remat", "nothing_saveable", str(src)])
     assert r.exit_code == 0, r.output
-    assert "planned peak" in r.stderr and "3 segments (3 repeated layers)" in r.stderr
+    assert (
+        "planned peak" in r.stderr and f"{LAYERS} segments ({LAYERS} repeated layers)" in r.stderr
+    )
     import json
     import re
 
@@ -365,10 +370,10 @@ def test_budget_bounds_the_planned_peak():
     """Under segments a budget bounds the planned peak (the bytes saved plus the most one
     segment recomputes), a fraction of the plain gradient's; fewer FLOPs are recomputed for
     a looser one; one below the floor is refused, naming the smallest that can be met.
-    (0.4 and 0.6: HiGHS proves their plans in 0.1 and 0.3 CPU-s, 0.45's and 0.8's in 0.8
-    and 1.5.)"""
+    (0.6 and 0.75 of two layers' peak, whose floor is 0.53: HiGHS proves their plans in
+    0.1 CPU-s each, 0.7's and 0.8's in 0.5 and 0.9.)"""
     recomputed = []
-    for frac in (0.4, 0.6):
+    for frac in (0.6, 0.75):
         g, plans = _grad(unrolled(), UNROLLED_ARGS, str(frac))
         p = plans[-1]
         assert p.peak is not None and p.peak <= frac * p.peak_before, p.render()
