@@ -72,7 +72,7 @@ def _grad(model, flags):
     return r
 
 
-@pytest.mark.parametrize("frac", ["0.45", "0.3"])
+@pytest.mark.parametrize("frac", ["0.45", "0.38"])  # (three layers: 0.36 at least)
 def test_chain_plan_meets_the_liveness_budget(three_layers, no_exact, frac):
     r = _grad(three_layers, ["--remat-budget", frac, "--no-xla"])
     assert "(chain DP across segments)" in r.stderr, r.stderr
