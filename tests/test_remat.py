@@ -314,11 +314,12 @@ def test_unmeetable_budget_names_the_smallest(tmp_path):
 
 
 def test_scan_body_is_rematerialized():
-    """A scanned layer: min-cut inside the body; the gradient is JAX's."""
+    """A scanned layer: min-cut inside the body; the gradient is JAX's.  (`one_layer`'s
+    steps as a residual layer: a `block` there compiled twice as long, 0.3 CPU-s more.)"""
 
     def f(x, ws):
         def layer(h, w):
-            return block(h, w[:, :32], w[:, 32:].T), None
+            return h + jnp.tanh(jnp.sin(h @ w[:, :32]) * 2.0) @ w[:, 32:].T, None
 
         h, _ = jax.lax.scan(layer, x, ws)
         return jnp.sum(h**2)
