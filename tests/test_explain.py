@@ -291,6 +291,11 @@ def test_bad_usage(tmp_path):
     assert r.exit_code == 2
 
 
+@pytest.mark.slow  # (make test-full; test_consts_order.py's test_explain_takes_the_constants_
+# of_cond_and_loop_bodies[some] keeps explain's grad walk through a cond (its switch) to the
+# last stage, all checks passing, test_installed_jax.py's test_explain_and_memory[cond] a
+# cond's grad walk, test_program_shown_is_the_one_the_command_builds[rnn.jaxpr-vjp] rnn's
+# walk to the last stage)
 @pytest.mark.parametrize("sample", ["cond.jaxpr", "rnn.jaxpr"])
 def test_other_samples_run(sample):
     r = invoke(str(SAMPLES / sample), "--no-color")
