@@ -247,7 +247,9 @@ def test_the_adjoint_pairing_is_jax_s():
             assert not np.isclose(vdot(w, jv), vdot(jtw, v), rtol=1e-3)
 
 
-@pytest.mark.parametrize("name", sorted(COMPLEX_PROGRAMS))
+#: `make test` runs the first and third (conftest.SAMPLED): a complex input with a real output
+#: (abs) and a complex output (rfft, of the kind that failed); sorted, both were real outputs
+@pytest.mark.parametrize("name", ["abs", "fft", "rfft", "irfft"])
 def test_complex_programs_pass(tmp_path, name):
     """check-grad of complex programs (complex to complex, real to complex, complex to
     real): every check passes (those with complex outputs failed with the conjugating
