@@ -59,13 +59,13 @@ def test_wrong_rule_is_caught(samples, wrong_sin_rule):
     assert not any("dot product" in ln for ln in lines)
 
 
-def test_trouble_is_exit_2(tmp_path, samples):
+def test_trouble_is_exit_2(tmp_path):
     assert invoke(str(tmp_path / "missing.jaxpr")).exit_code == 2
     bad = tmp_path / "bad.jaxpr"
     bad.write_text("{ lambda ; a:f32[3]. let b:f32[3] = sin a in (b,) ")
     r = invoke(str(bad))
     assert r.exit_code == 2 and "bad.jaxpr:1:" in r.output
-    r = invoke(str(samples / "sin_cos.jaxpr"), "--modes", "sideways")
+    r = invoke(str(SAMPLES / "sin_cos.jaxpr"), "--modes", "sideways")
     assert r.exit_code == 2 and "--modes must name fwd and/or rev" in r.output
 
 
