@@ -122,7 +122,8 @@ def test_the_float64_copy_keeps_dropout_masks(tmp_path):
     wide = widen(prog)
     assert wide is not None
     (got,) = evaluate(wide, [np.asarray(key), x.astype(np.float64)], None)
-    np.testing.assert_allclose(np.asarray(got), np.asarray(fn(key, x)), rtol=1e-6)
+    want = jax.jit(fn)(key, x)  # (jitted: one compilation, eagerly one a primitive)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6)
     assert np.asarray(got).dtype == np.float64
 
 
@@ -246,7 +247,9 @@ def test_the_adjoint_pairing_is_jax_s():
             assert not np.isclose(vdot(w, jv), vdot(jtw, v), rtol=1e-3)
 
 
-@pytest.mark.parametrize("name", sorted(COMPLEX_PROGRAMS))
+#: `make test` runs the first and third (conftest.SAMPLED): a complex input with a real output
+#: (abs) and a complex output (rfft, of the kind that failed); sorted, both were real outputs
+@pytest.mark.parametrize("name", ["abs", "fft", "rfft", "irfft"])
 def test_complex_programs_pass(tmp_path, name):
     """check-grad of complex programs (complex to complex, real to complex, complex to
     real): every check passes (those with complex outputs failed with the conjugating
@@ -268,7 +271,7 @@ def test_a_nan_at_the_point_makes_the_finite_difference_checks_inconclusive(tmp_
     there, passes)."""
     f = lambda x: (jnp.sin(x), jnp.log(x))  # noqa: E731
     x = np.array([0.5, -0.5], np.float32)
-    assert np.isnan(np.asarray(f(x)[1])).any()  # JAX's value there
+    assert np.isnan(np.asarray(jax.jit(f)(x)[1])).any()  # JAX's value there
     prog = _write(tmp_path, "log", f, x)
     args = tmp_path / "args.npz"
     np.savez(args, x)

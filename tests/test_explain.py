@@ -49,7 +49,11 @@ def _mlp_jax(a, b, c, d, e, f):
 
 
 def _mlp_program():
-    return parse((SAMPLES / "mlp.jaxpr").read_text(), "mlp.jaxpr").jaxpr
+    """The mlp sample, named as the command names it (`explain` of `SAMPLES / mlp.jaxpr`):
+    the programs a walk compiles are keyed by their content and file name
+    (`backend.jit_cache`), so that the tests' walks and the commands' share them."""
+    path = SAMPLES / "mlp.jaxpr"
+    return parse(path.read_text(), str(path)).jaxpr
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +153,10 @@ def test_sin_cos_vjp_and_jvp_match_jax():
     import jax
     import jax.numpy as jnp
 
-    jaxpr = parse((SAMPLES / "sin_cos.jaxpr").read_text(), "sin_cos.jaxpr").jaxpr
+    path = (
+        SAMPLES / "sin_cos.jaxpr"
+    )  # (named as the commands name it: their compiled programs serve)
+    jaxpr = parse(path.read_text(), str(path)).jaxpr
     rng = np.random.default_rng(1)
     a, b = (rng.standard_normal(3).astype(np.float32) for _ in range(2))
 
@@ -284,6 +291,11 @@ def test_bad_usage(tmp_path):
     assert r.exit_code == 2
 
 
+@pytest.mark.slow  # (make test-full; test_consts_order.py's test_explain_takes_the_constants_
+# of_cond_and_loop_bodies[some] keeps explain's grad walk through a cond (its switch) to the
+# last stage, all checks passing, test_installed_jax.py's test_explain_and_memory[cond] a
+# cond's grad walk, test_program_shown_is_the_one_the_command_builds[rnn.jaxpr-vjp] rnn's
+# walk to the last stage)
 @pytest.mark.parametrize("sample", ["cond.jaxpr", "rnn.jaxpr"])
 def test_other_samples_run(sample):
     r = invoke(str(SAMPLES / sample), "--no-color")

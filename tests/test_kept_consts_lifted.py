@@ -16,6 +16,8 @@ only batches; the dot-product test on linearize's map and its transpose.
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 import pytest
 
@@ -127,6 +129,13 @@ def traced(tmp_path_factory):
     yield from traced_programs(tmp_path_factory, "kept_consts_lifted", SOURCE, FUNCTIONS)
 
 
+def _jitted(traced, fn: str):
+    """`traced` with its module's `fn` jitted, for `check_jvp` and `check_dot_product`: JAX's
+    answers in one compilation each (eagerly, one a primitive)."""
+    progs, mod, folder = traced
+    return progs, types.SimpleNamespace(**{fn: jax.jit(getattr(mod, fn))}), folder
+
+
 @pytest.mark.parametrize(
     "fn, kinds, arrays",
     [
@@ -150,14 +159,14 @@ def test_jvp_through_every_kept_kind_equals_jax(traced):
     """custom_vmap, run_state and a Pallas kernel in a row, then a custom_jvp whose rule
     closes over a constant: jvp as jax.jvp (reverse mode of run_state and pallas_call is
     refused, as JAX refuses it)."""
-    check_jvp(traced, "forward")
+    check_jvp(_jitted(traced, "forward"), "forward")
 
 
 def test_grad_through_custom_vmap_equals_jax(traced):
     progs, mod, folder = traced
     prog, consts = progs["vmapped_loss"]
     with pytest.raises(ValueError, match="Linearization failed"):
-        jax.grad(mod.vmapped_loss)(X)
+        jax.jit(jax.grad(mod.vmapped_loss))(X)  # (refused as it is traced: nothing compiled)
     (got,) = run_with_consts(folder, derive(folder, "grad", prog), [X], consts)
     close(got, jax.jit(jax.grad(mod.vmapped_loss_plain))(X))
 
