@@ -269,8 +269,9 @@ def test_arrays_of_a_program_s_input_types_as_docs_api_md_makes_them():
     scope = {"jt": jt, "f": jt.load(ROOT / "samples" / "loss.jaxpr")}
     exec(block, scope)  # the page's own example, not a jaxpr's text
     assert [a.dtype for a in scope["args"]] == [np.dtype(np.float32)] * 3
-    w, x, y = jnp.ones((4, 2)), jnp.ones(4), jnp.ones(2)
-    want = jnp.sum((jnp.tanh(x @ w) - y) ** 2)
+    w, x, y = np.ones((4, 2), np.float32), np.ones(4, np.float32), np.ones(2, np.float32)
+    # (jitted: one compilation; eagerly, one an operation)
+    want = jax.jit(lambda w, x, y: jnp.sum((jnp.tanh(x @ w) - y) ** 2))(w, x, y)
     close(scope["outs"][0], want, 1e-6)
 
 
