@@ -349,7 +349,14 @@ SPECIAL = [
         id="betainc_x",
     ),
     ("bessel_i0e", lax.bessel_i0e, [away(-2, 2)]),
-    ("bessel_i1e", lax.bessel_i1e, [away(-2, 2)]),
+    pytest.param(
+        ("bessel_i1e", lax.bessel_i1e, [away(-2, 2)]),
+        # (make test-full; test_ad_special.py's test_special_first_and_second_order
+        # [bessel_i1e-f32] keeps its jvp and vjp against JAX's, at this tolerance, away from
+        # 0, and its second order)
+        marks=pytest.mark.slow,
+        id="bessel_i1e",
+    ),
 ]
 
 

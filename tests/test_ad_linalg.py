@@ -604,31 +604,40 @@ def test_jacobians_of_cholesky_and_solve():
         _close(g[0], r, 2e-3, what)
 
 
-def test_grad_output_runs_under_run(tmp_path):
+GRAD_RUN = [
+    pytest.param(
+        "gp",
+        _gp_nll,
+        [F32(0.3), _mat(5, 1, 120)[:, 0], _mat(5, 1, 121)[:, 0]],
+        # (make test-full; test_zoo.py's test_grad_equals_jax_grad[gp_nll] keeps a GP
+        # likelihood's `grad` text, cholesky and solve_triangular, run under `run`)
+        marks=pytest.mark.slow,
+    ),
+    pytest.param(
+        "solve",
+        lambda a, b: jnp.sum(jnp.linalg.solve(a, b) ** 2),
+        [_well(3, 122), _mat(3, 1, 123)[:, 0]],
+    ),
+]
+
+
+@pytest.mark.parametrize("name,f,args", GRAD_RUN, ids=["gp", "solve"])
+def test_grad_output_runs_under_run(tmp_path, name, f, args):
     """The `grad` command's text parses back and runs under `run` with JAX's numbers."""
-    cases = [
-        ("gp", _gp_nll, [F32(0.3), _mat(5, 1, 120)[:, 0], _mat(5, 1, 121)[:, 0]]),
-        (
-            "solve",
-            lambda a, b: jnp.sum(jnp.linalg.solve(a, b) ** 2),
-            [_well(3, 122), _mat(3, 1, 123)[:, 0]],
-        ),
-    ]
-    for name, f, args in cases:
-        src = tmp_path / f"{name}.jaxpr"
-        src.write_text(str(jax.make_jaxpr(f)(*args)))
-        r = run(["grad", str(src), "--argnums", ",".join(str(i) for i in range(len(args)))])
-        assert r.exit_code == 0, r.output
-        prog = tmp_path / f"{name}_grad.jaxpr"
-        prog.write_text(r.output)
-        np.savez(tmp_path / f"{name}.npz", *args)
-        out = tmp_path / f"{name}_out.npz"
-        r = run(["run", str(prog), "--args", str(tmp_path / f"{name}.npz"), "-o", str(out)])
-        assert r.exit_code == 0, r.output
-        ref = _jax_jit(jax.grad(f, argnums=tuple(range(len(args)))))(*args)
-        with np.load(out, allow_pickle=False) as got:
-            for k, want in enumerate(ref):
-                _close(got[f"out{k}"], want, 2e-3, f"run {name}")
+    src = tmp_path / f"{name}.jaxpr"
+    src.write_text(str(jax.make_jaxpr(f)(*args)))
+    r = run(["grad", str(src), "--argnums", ",".join(str(i) for i in range(len(args)))])
+    assert r.exit_code == 0, r.output
+    prog = tmp_path / f"{name}_grad.jaxpr"
+    prog.write_text(r.output)
+    np.savez(tmp_path / f"{name}.npz", *args)
+    out = tmp_path / f"{name}_out.npz"
+    r = run(["run", str(prog), "--args", str(tmp_path / f"{name}.npz"), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    ref = _jax_jit(jax.grad(f, argnums=tuple(range(len(args)))))(*args)
+    with np.load(out, allow_pickle=False) as got:
+        for k, want in enumerate(ref):
+            _close(got[f"out{k}"], want, 2e-3, f"run {name}")
 
 
 def test_equation_counts_stay_near_jax():

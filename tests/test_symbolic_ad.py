@@ -10,6 +10,7 @@ a symbolic size is refused at its equation (tested below)."""
 
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -371,8 +372,16 @@ def test_real_fft_grad_of_symbolic_length_matches_jax(name, shape):
     text = api.format(g)
     assert "dim_as_value[dim=" in text and "fft_type=3" in text
     for n in (5, 6):
-        x = np.random.RandomState(n).randn(*_at(shp, n)).astype(np.float32)
-        close(run_at(g, x, consts=consts, sizes={"b": n}), [jax.jit(jax.grad(f))(x)])
+        x, want = _jax_real_fft_grad(name, shape, n)
+        close(run_at(g, x, consts=consts, sizes={"b": n}), [want])
+
+
+@functools.cache
+def _jax_real_fft_grad(name, shape, n):
+    """The input at size b = n and jax.grad's value there (jitted), for the test above and
+    the one below: compiled once for both."""
+    x = np.random.RandomState(n).randn(*_at(SHAPES[shape], n)).astype(np.float32)
+    return x, np.asarray(jax.jit(jax.grad(REAL_FFTS[name]))(x))
 
 
 def test_jax_symbolic_rfft_transpose_masks_every_length_as_odd():
@@ -384,9 +393,9 @@ def test_jax_symbolic_rfft_transpose_masks_every_length_as_odd():
     arg = jax.ShapeDtypeStruct((SYM_B,), jnp.float32)
     jaxs, consts = traced(jax.grad(f), arg)
     for n, agrees in ((5, True), (6, False)):
-        x = np.random.RandomState(n).randn(n).astype(np.float32)
+        x, want = _jax_real_fft_grad("rfft", "b", n)
         (got,) = run_at(jaxs, x, consts=consts, sizes={"b": n})
-        assert np.allclose(got, jax.jit(jax.grad(f))(x), rtol=1e-4, atol=1e-5) == agrees, n
+        assert np.allclose(got, want, rtol=1e-4, atol=1e-5) == agrees, n
 
 
 #: the unmarked representatives of the Jacobians of a symbolic size

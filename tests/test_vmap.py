@@ -46,9 +46,10 @@ def bools(*shape):
 
 
 def key():
-    return lambda r: np.asarray(
-        jax.random.key_data(jax.random.key(int(r.integers(0, 1000)))), np.uint32
-    )
+    """Key data of the default PRNG implementation (any words are a key's): drawn by numpy,
+    its shape and dtype from an abstract trace (a key made eagerly compiles two programs)."""
+    kd = jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0)))
+    return lambda r: r.integers(0, 1000, kd.shape).astype(kd.dtype)
 
 
 def const(v):
