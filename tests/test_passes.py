@@ -402,6 +402,15 @@ EVAL_SUBSET = [
 
 
 _CLEAN: dict[Path, bool] = {}
+_PARSED: dict[Path, Jaxpr] = {}
+
+
+def _parsed(path: Path) -> Jaxpr:
+    """The corpus file's program, read once for every pass's case (a pass never changes
+    the program it is given: test_passes_do_not_mutate)."""
+    if path not in _PARSED:
+        _PARSED[path] = load(path)
+    return _PARSED[path]
 
 
 def _checks_clean(path: Path, j: Jaxpr) -> bool:
@@ -478,7 +487,7 @@ def test_corpus_idempotent_and_checked(name, sample):
     n = 0
     files = [CORPUS / r for r in PASSED_FILES] if sample else CORPUS_010 + CORPUS_012
     for f in files:
-        j = load(f)
+        j = _parsed(f)
         r = p(j)
         assert alpha_equal(p(r), r), f"{name} not idempotent on {f.name}"
         if _checks_clean(f, j):
