@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -198,13 +199,20 @@ EXPECT = {
 }
 
 
+@functools.cache
+def _pathological(scale: float) -> dict:
+    """`pathological(scale)`, every class's input (bytes), made once for the cases
+    here that each take one class."""
+    return pathological(scale)
+
+
 def test_every_pathological_class_has_an_expectation():
-    assert set(pathological(0.001)) == set(EXPECT)
+    assert set(_pathological(0.001)) == set(EXPECT)
 
 
 @pytest.mark.parametrize("cls", sorted(EXPECT))
 def test_pathological_input(cls, tmp_path):
-    data = pathological(0.02)[cls]
+    data = _pathological(0.02)[cls]
     path = tmp_path / "p.jaxpr"
     path.write_bytes(data)
     for cmd in (["check"], ["fmt"], ["dce"]):
@@ -224,7 +232,7 @@ def test_pathological_input(cls, tmp_path):
 
 
 def test_crlf_bom_and_ansi_read_as_plain_text(tmp_path):
-    plain = pathological(0.001)
+    plain = _pathological(0.001)
     ref = invoke(["fmt", "-"], "{ lambda ; a:f32[3]. let\n    b:f32[3] = sin a\n"
                  "    c:f32[3] = mul b a\n  in (c,) }\n").stdout  # fmt: skip
     for cls in ("bytes: CRLF line endings", "bytes: CR line endings", "bytes: byte-order mark",

@@ -304,6 +304,37 @@ def _leaves(tree) -> list[np.ndarray]:
     return [np.asarray(x) for x in jax.tree_util.tree_leaves(tree)]
 
 
+#: per case, JAX's derivative of its function under `jax.jit`, made once for its seeds: one
+#: compile (eagerly, the forward and the backward pass compiled one each)
+_JITTED: dict = {}
+
+
+def _with(xs, diff, d) -> list:
+    """`xs` with the entries at `diff` replaced by `d`."""
+    full = list(xs)
+    for i, v in zip(diff, d):
+        full[i] = v
+    return full
+
+
+def _jitted(case: Case, fn, diff):
+    """The case's jitted derivative: (xs, primals, tangents) -> jax.jvp's (y, ty), or
+    (xs, primals, cotangents) -> (y, jax.vjp's cotangents); the primals at `diff`."""
+    import jax
+
+    if case.id not in _JITTED:
+
+        def jvp(xs, p, t):
+            return jax.jvp(lambda *d: fn(*_with(xs, diff, d)), p, t)
+
+        def vjp(xs, p, c):
+            y, pull = jax.vjp(lambda *d: fn(*_with(xs, diff, d)), *p)
+            return y, pull(c)
+
+        _JITTED[case.id] = jax.jit(jvp if case.mode == "jvp" else vjp)
+    return _JITTED[case.id]
+
+
 def _reference(case: Case, fn, xs, rng):
     """(inputs of the EXPECT program, JAX's outputs for them) for the case's mode."""
     import jax
@@ -313,7 +344,9 @@ def _reference(case: Case, fn, xs, rng):
     if mode == "grad":
         argnums = _argnums(case, (0,))
         has_aux = "--has-aux" in case.run
-        val, grads = jax.value_and_grad(fn, argnums, has_aux=has_aux)(*xs)
+        if case.id not in _JITTED:  # (see _JITTED)
+            _JITTED[case.id] = jax.jit(jax.value_and_grad(fn, argnums, has_aux=has_aux))
+        val, grads = _JITTED[case.id](*xs)
         out = []
         if "--with-value" in case.run:
             out += _leaves(val[0] if has_aux else val)
@@ -323,29 +356,22 @@ def _reference(case: Case, fn, xs, rng):
     if mode in ("jvp", "vjp"):
         argnums = _argnums(case, tuple(range(len(args))))
         diff = [i for i in argnums if _is_float(args[i])]
-
-        def g(*d):
-            full = list(xs)
-            for i, v in zip(diff, d):
-                full[i] = v
-            return fn(*full)
-
         primals = [xs[i] for i in diff]
         if mode == "jvp":
             ts = [_random(args[i], rng) for i in diff]
-            y, ty = jax.jvp(g, primals, ts)
+            y, ty = _jitted(case, fn, diff)(xs, primals, ts)
             keep = [np.issubdtype(np.asarray(a).dtype, np.inexact) for a in _leaves(y)]
             touts = [t for t, k in zip(_leaves(ty), keep) if k]
             return list(xs) + ts, _leaves(y) + touts
-        y, pull = jax.vjp(g, *primals)
-        for leaf in _leaves(y):
+        y = jax.eval_shape(lambda *d: fn(*_with(xs, diff, d)), *primals)
+        for leaf in jax.tree_util.tree_leaves(y):
             if not np.issubdtype(leaf.dtype, np.inexact):
                 pytest.fail(f"{case.id}: the vjp check supports float outputs only")
         cts = jax.tree_util.tree_map(
-            lambda a: np.asarray(rng.uniform(-1.0, 1.0, np.shape(a)), dtype=np.asarray(a).dtype),
-            y,
+            lambda a: np.asarray(rng.uniform(-1.0, 1.0, a.shape), dtype=a.dtype), y
         )
-        return list(xs) + _leaves(cts), _leaves(y) + _leaves(pull(cts))
+        y, pulled = _jitted(case, fn, diff)(xs, primals, cts)
+        return list(xs) + _leaves(cts), _leaves(y) + _leaves(pulled)
     if mode == "transpose":
         if _flag(case.run, "--linear") or _flag(case.run, "--residuals"):
             pytest.fail(f"{case.id}: the transpose check takes every input as linear")
