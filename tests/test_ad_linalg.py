@@ -328,10 +328,10 @@ def _check_case(name, f, args, tol, grad=True):
 
 
 #: the default run's cases (`make test-full` runs them all): the complex branches of
-#: cholesky, eigh, qr and solve (lu, triangular_solve); a symmetric custom_linear_solve
-#: around a while loop (cg); a wide svd; the tridiagonal solve; eig's eigenvectors (eigh and
-#: real solves have their second order below, float64 svd beside it)
-FAST_CASES = ("complex", "cg", "svd_wide", "tridiagonal_solve", "eig_vectors")
+#: cholesky, eigh, qr and solve (lu, triangular_solve) and a wide svd (cholesky has its
+#: second order below, float64 svd beside it).  The symmetric custom_linear_solve around a
+#: while loop (cg), the tridiagonal solve and eig's eigenvectors run in `make test-full` only
+FAST_CASES = ("complex", "svd_wide")
 
 
 def _marks(name: str) -> list:
@@ -366,9 +366,9 @@ SECOND_ORDER = [
 ]
 
 
-#: second order in the default run: through cholesky, det (lu) and eigh; `make test-full`
-#: solve and inv too
-SECOND_ORDER_FAST = ("cholesky_logdet", "det", "eigh")
+#: second order in the default run: through cholesky; `make test-full` through det (lu),
+#: eigh, solve and inv too
+SECOND_ORDER_FAST = ("cholesky_logdet",)
 
 
 @pytest.mark.parametrize(

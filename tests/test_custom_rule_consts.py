@@ -13,8 +13,6 @@ compared with `jax.vjp`: JAX cannot run the linear map of a custom_vjp itself).
 
 from __future__ import annotations
 
-import types
-
 import numpy as np
 import pytest
 
@@ -107,13 +105,6 @@ def traced(tmp_path_factory):
     yield from traced_programs(tmp_path_factory, "rule_consts", SOURCE, FUNCTIONS)
 
 
-def _jitted(traced, fn: str):
-    """`traced` with its module's `fn` jitted, for `check_jvp` and `check_dot_product`: JAX's
-    answers in one compilation each (eagerly, one a primitive)."""
-    progs, mod, folder = traced
-    return progs, types.SimpleNamespace(**{fn: jax.jit(getattr(mod, fn))}), folder
-
-
 def _constvars(path):
     return parse(path.read_text(), str(path)).jaxpr.constvars
 
@@ -156,13 +147,13 @@ def test_grad_and_vjp_equal_jax(traced):
 
 
 def test_jvp_equals_jax(traced):
-    check_jvp(_jitted(traced, "forward"), "forward")
+    check_jvp(traced, "forward")
 
 
 def test_linearize_passes_the_dot_product_test(traced):
     """linearize's linear map L and its transpose: <w, L t> = <L^T w, t>, and L^T w is
     JAX's vjp (the bwd's constants reach the linear program as residuals)."""
-    check_dot_product(_jitted(traced, "vector"), "vector")
+    check_dot_product(traced, "vector")
 
 
 @pytest.mark.parametrize("fn", ["jitted", "scanned"])

@@ -13,8 +13,6 @@ linear map and its transpose.
 
 from __future__ import annotations
 
-import types
-
 import numpy as np
 import pytest
 
@@ -123,13 +121,6 @@ def traced(tmp_path_factory):
     yield from traced_programs(tmp_path_factory, "rule_consts_nested", SOURCE, FUNCTIONS)
 
 
-def _jitted(traced, fn: str):
-    """`traced` with its module's `fn` jitted, for `check_jvp` and `check_dot_product`: JAX's
-    answers in one compilation each (eagerly, one a primitive)."""
-    progs, mod, folder = traced
-    return progs, types.SimpleNamespace(**{fn: jax.jit(getattr(mod, fn))}), folder
-
-
 @pytest.mark.parametrize(
     "fn, kinds, arrays",
     [
@@ -166,13 +157,13 @@ def test_grad_through_bodies_that_keep_constants(traced):
 
 
 def test_jvp_equals_jax(traced):
-    check_jvp(_jitted(traced, "forward"), "forward")
+    check_jvp(traced, "forward")
 
 
 def test_linearize_passes_the_dot_product_test(traced):
     """linearize's linear map L and its transpose: <w, L t> = <L^T w, t>, and L^T w is
     JAX's vjp (bwd's constants and the shard_map's reach the linear program)."""
-    check_dot_product(_jitted(traced, "before"), "before")
+    check_dot_product(traced, "before")
 
 
 @pytest.mark.parametrize(

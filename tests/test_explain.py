@@ -153,9 +153,8 @@ def test_sin_cos_vjp_and_jvp_match_jax():
     import jax
     import jax.numpy as jnp
 
-    path = (
-        SAMPLES / "sin_cos.jaxpr"
-    )  # (named as the commands name it: their compiled programs serve)
+    # (named as the commands name it: their compiled programs serve)
+    path = SAMPLES / "sin_cos.jaxpr"
     jaxpr = parse(path.read_text(), str(path)).jaxpr
     rng = np.random.default_rng(1)
     a, b = (rng.standard_normal(3).astype(np.float32) for _ in range(2))

@@ -16,8 +16,6 @@ only batches; the dot-product test on linearize's map and its transpose.
 
 from __future__ import annotations
 
-import types
-
 import numpy as np
 import pytest
 
@@ -129,13 +127,6 @@ def traced(tmp_path_factory):
     yield from traced_programs(tmp_path_factory, "kept_consts_lifted", SOURCE, FUNCTIONS)
 
 
-def _jitted(traced, fn: str):
-    """`traced` with its module's `fn` jitted, for `check_jvp` and `check_dot_product`: JAX's
-    answers in one compilation each (eagerly, one a primitive)."""
-    progs, mod, folder = traced
-    return progs, types.SimpleNamespace(**{fn: jax.jit(getattr(mod, fn))}), folder
-
-
 @pytest.mark.parametrize(
     "fn, kinds, arrays",
     [
@@ -159,7 +150,7 @@ def test_jvp_through_every_kept_kind_equals_jax(traced):
     """custom_vmap, run_state and a Pallas kernel in a row, then a custom_jvp whose rule
     closes over a constant: jvp as jax.jvp (reverse mode of run_state and pallas_call is
     refused, as JAX refuses it)."""
-    check_jvp(_jitted(traced, "forward"), "forward")
+    check_jvp(traced, "forward")
 
 
 def test_grad_through_custom_vmap_equals_jax(traced):

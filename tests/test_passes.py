@@ -602,7 +602,9 @@ def _assert_unchanged(f: Path, done: dict, results: list) -> None:
 
 @needs_corpus
 def test_corpus_outputs_unchanged():
-    assert _sweep_outputs(_eval_files(EVAL_SUBSET)) >= 15
+    # (15 of the subset's files are changed by some pass and run here, on JAX 0.10.0 and
+    # 0.12.1; the floor leaves room for a pass that stops changing one or two of them)
+    assert _sweep_outputs(_eval_files(EVAL_SUBSET)) >= 12
 
 
 @needs_corpus

@@ -537,8 +537,8 @@ def test_symbolic_parameter_values_print_back_as_jax_printed_them(name):
 
 
 def test_check_grad_and_explain_take_the_symbolic_sizes(tmp_path):
-    """`--dim b=N` sizes the random inputs; the programs run at the sizes read off them.
-    The gradient explain prints is JAX's at that size."""
+    """`--dim b=N` sizes check-grad's random inputs; explain runs its programs at the sizes
+    read off `--args`, all its checks passing; the tool's gradient at that size is JAX's."""
 
     def f(x):
         return jnp.sum(jnp.sin(x) * x)
