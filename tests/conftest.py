@@ -339,24 +339,10 @@ def _cpu_seconds() -> tuple[float, float]:
     return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
 
 
-def _clear_plugin_implementations(path: str) -> None:
-    """The back end's plugin implementations (`backend.IMPLS`) emptied as the next test file
-    starts, as a fresh process has them: one a file's tests registered would otherwise stay
-    for the rest of the worker, and `backend.jit_cache` keys every program on them, so that
-    no later file would find a program compiled before it.  (No test module registers one
-    as it is imported.)"""
-    if path != _CURRENT_FILE[0] and "jaxprtool.backend.evaluator" in sys.modules:
-        from jaxprtool.backend import IMPLS
-
-        IMPLS.clear()
-
-
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     _listen_to_compiles()
-    path = item.nodeid.split("::", 1)[0]
-    _clear_plugin_implementations(path)
-    _CURRENT_FILE[0] = path
+    _CURRENT_FILE[0] = item.nodeid.split("::", 1)[0]
     ranked = item.config.getoption("cpu_ranking") > 0
     if ranked:
         row = _COMPILES.setdefault(_CURRENT_FILE[0], [0, 0, 0.0])

@@ -178,10 +178,8 @@ RIGHT_SOFTSIGN = MUTATIONS["softsign (a plugin primitive): the square missing"][
 
 @contextlib.contextmanager
 def _restored(names):
-    """The records of `names` as they were, whatever a plugin put in them, and the back end's
-    implementations (softsign's plugin adds one: left there, it would change the key of every
-    program compiled after it, `backend.jit_cache`, and no later check would find its
-    compiled programs)."""
+    """The records of `names` and the back end's plugin implementations as they were,
+    whatever a plugin put in them (softsign's plugin adds an implementation)."""
     from jaxprtool.backend import IMPLS
 
     saved = {n: dict(vars(prim(n))) for n in names}

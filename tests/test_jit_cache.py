@@ -207,3 +207,24 @@ def test_a_program_a_folder_walk_found_is_found_again(tmp_path):
     found = jt.parse(text, path)
     assert jit_cache.program_key(found.jaxpr) == jit_cache.program_key(program(path=str(f)).jaxpr)
     assert jit_cache.program_key(found.jaxpr) is not None
+
+
+def test_a_plugin_keys_only_the_programs_that_bind_its_primitive():
+    """A plugin's implementation (`backend.IMPLS`) of a primitive a program does not bind
+    leaves that program found again; one of a primitive it binds is its own program, run
+    with the plugin's implementation."""
+    from jaxprtool.backend import IMPLS
+
+    want = jax_numbers(lambda e: e**2)
+    _, n1 = compiles(lambda: jt.run(program(), X, Y)[0])
+    try:
+        IMPLS["softsign"] = lambda x: x / (1 + jnp.abs(x))
+        again, n2 = compiles(lambda: jt.run(program(), X, Y)[0])
+        IMPLS["cos"] = lambda x: jnp.cos(x) * 2.0
+        doubled, n3 = compiles(lambda: jt.run(program(), X, Y)[0])
+    finally:
+        IMPLS.pop("softsign", None)
+        IMPLS.pop("cos", None)
+    assert (n1, n2, n3) == (1, 0, 1)
+    np.testing.assert_allclose(again, want, rtol=1e-6)
+    np.testing.assert_allclose(doubled, 4 * want, rtol=1e-6)  # (cos doubled, then squared)

@@ -5,6 +5,7 @@ plan against a brute-force optimum, nested bodies (scan, cond, checkpoint), and 
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import numpy as np
@@ -340,8 +341,12 @@ def _cond_and_checkpoint(x, w):
     return jnp.sum(jnp.exp(z) * y)
 
 
-#: JAX's gradient of `_cond_and_checkpoint`, as the first policy's test computed it
-_COND_GRAD: list = []
+@functools.cache
+def _cond_and_checkpoint_jax_grad():
+    """JAX's gradient of `_cond_and_checkpoint` at the tests' inputs (one compile, for both
+    policies' tests)."""
+    x, w = vec((4, 4), 3), vec((4, 4), 4)
+    return jax.jit(jax.grad(_cond_and_checkpoint, argnums=(0, 1)))(x, w)
 
 
 @pytest.mark.parametrize("policy", ["nothing_saveable", "min-cut"])
@@ -350,12 +355,7 @@ def test_cond_and_checkpoint_bodies(policy):
     x, w = vec((4, 4), 3), vec((4, 4), 4)
     j = ir(f, x, w)
     g, _ = _grad(j, remat.parse_policy(policy), [0, 1])
-    if _COND_GRAD:  # (the other policy's test compiled JAX's: this program alone)
-        got, want = backend.evaluate(g, [x, w]), _COND_GRAD[0]
-    else:
-        got, want = together((g, [x, w]), (jax.grad(f, argnums=(0, 1)), [x, w]))  # (one compile)
-        _COND_GRAD.append(want)
-    for a, b in zip(got, want):
+    for a, b in zip(backend.evaluate(g, [x, w]), _cond_and_checkpoint_jax_grad()):
         close(a, b)
 
 

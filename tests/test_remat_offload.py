@@ -6,6 +6,7 @@ device_put shape rule on JAX's text, and the refusals."""
 
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -95,24 +96,18 @@ def _count(j, prim) -> int:
     return sum(e.prim == prim for e in all_eqns(j))
 
 
-#: JAX's gradient of `mlp` at ARGS under each policy text, as the values test computed it
-#: (with the tool's, in one compile): the CLI test's expected output, not compiled again
-_JAX_GRADS: dict = {}
-
-
+@functools.cache
 def _jax_grad_values(text):
-    if text not in _JAX_GRADS:
-        _JAX_GRADS[text] = jax.jit(_jax_grad(mlp, POLICIES[text], ARGS))(*ARGS)
-    return _JAX_GRADS[text]
+    """JAX's gradient of `mlp` at ARGS under the policy `text` (one compile), for every test
+    here that compares with it."""
+    return jax.jit(_jax_grad(mlp, POLICIES[text], ARGS))(*ARGS)
 
 
 @pytest.mark.parametrize("text", sorted(POLICIES))
 def test_grad_values_and_residuals_against_jax(text):
     policy = POLICIES[text]
     g, (plan,) = _tool_grad(mlp, text, ARGS)
-    got, want = together((g, ARGS), (_jax_grad(mlp, policy, ARGS), ARGS))  # (one compile)
-    _JAX_GRADS[text] = want
-    for a, b in zip(got, want):
+    for a, b in zip(backend.evaluate(g, list(ARGS)), _jax_grad_values(text)):
         close(a, b, 1e-5)
     jax_text = str(jax.make_jaxpr(_jax_grad(mlp, policy, ARGS))(*ARGS))
     theirs = parse(jax_text, "<jax>").jaxpr

@@ -14,7 +14,8 @@ way of running are equal:
   gives no key, and that program is jitted afresh as before;
 * `variant` is how `as_jax_function` runs it (`sharding.run_variant`: the kind of function,
   symbolic sizes, nested constants, the run's --mesh and platform), and the implementations
-  plugins gave `IMPLS`;
+  plugins gave `IMPLS` for the primitives it binds (a plugin of another primitive leaves
+  its key as it was);
 * JAX's `jax.jit` keys the rest itself: the arguments' shapes, dtypes, weak types and
   shardings, and its trace context (64-bit mode, default device, matmul precision, mesh).
 
@@ -42,12 +43,14 @@ _LOCK = threading.Lock()
 def shared_jit(jaxpr: Jaxpr, variant: tuple, make):
     """`make()` (a `jax.jit` of `jaxpr` run as `variant` says: `sharding.run_variant`), or
     the one made before for a program of equal `program_key` and `variant`."""
-    content = program_key(jaxpr)
+    keyer = _Keyer()
+    content = keyer.key(jaxpr)
     if content is None:
         return make()
     from .evaluator import IMPLS
 
-    key = (content, variant, tuple(IMPLS.items()))
+    plugins = tuple((p, IMPLS[p]) for p in sorted(keyer.prims) if p in IMPLS)
+    key = (content, variant, plugins)
     with _LOCK:
         fn = _CACHE.get(key)
         if fn is not None:
@@ -74,10 +77,7 @@ class Unkeyable(Exception):
 def program_key(jaxpr: Jaxpr) -> tuple | None:
     """A hashable value equal for two programs exactly when they are the same program, down
     to variable names and source locations (None: one of its values has no exact spelling)."""
-    try:
-        return _Keyer().jaxpr(jaxpr)
-    except Unkeyable:
-        return None
+    return _Keyer().key(jaxpr)
 
 
 class _Keyer:
@@ -86,6 +86,14 @@ class _Keyer:
     def __init__(self):
         self.vars: dict[int, int] = {}
         self.jaxprs: dict[int, int] = {}
+        self.prims: set[str] = set()  # (every equation's, nested jaxprs' too)
+
+    def key(self, j: Jaxpr) -> tuple | None:
+        """`program_key` of `j`."""
+        try:
+            return self.jaxpr(j)
+        except Unkeyable:
+            return None
 
     def jaxpr(self, j: Jaxpr) -> tuple:
         if id(j) in self.jaxprs:  # a jaxpr met before (shared by several equations)
@@ -101,6 +109,7 @@ class _Keyer:
         )
 
     def eqn(self, e: Eqn) -> tuple:
+        self.prims.add(e.prim)
         inputs = tuple(self.atom(a) for a in e.inputs)
         params = tuple((k, self.value(v)) for k, v in e.params.items())
         return (e.prim, inputs, params, self.binders(e.outputs), self.value(e.loc), e.bare_eq)
