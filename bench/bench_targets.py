@@ -467,20 +467,33 @@ def _scale_child(src: Path, folder: Path, argv) -> subprocess.CompletedProcess:
     return run_child([sys.executable, "-c", SCALE, str(src), str(folder / "out.jaxpr"), *argv])[2]
 
 
-def _scale_point(src: Path, folder: Path, argv, repeat: int):
-    """One command at one size, `repeat` times in fresh processes: (the least CPU s, the
-    most peak growth KB, equations written), or the failed child's result.  The least CPU
-    time is the figure for the reason the module docstring gives (one run each read grad's
-    400k/100k 4.75x, 4.37x and 4.57x on one idle evening); the memory figure is the
-    largest, which errs against the tool."""
-    runs = []
-    for _ in range(repeat):
-        r = _scale_child(src, folder, argv)
-        if r.returncode:
-            return r
-        t, grow, k = r.stdout.split()
-        runs.append((float(t), int(grow), int(k)))
-    return min(t for t, _, _ in runs), max(g for _, g, _ in runs), runs[0][2]
+#: a scale point whose first run takes less than this many CPU seconds runs `SHORT_REPEAT`
+#: times at least (as the whole-process rows: one noisy run weighs most in a short figure)
+SHORT_POINT, SHORT_REPEAT = 5.0, 5
+
+
+def _scale_runs(points: dict, folder: Path, repeat: int) -> dict:
+    """Each point (command, size) -> (argv, source file) run in fresh processes, in rounds:
+    every point once a round, each size after the other, so that a slower spell of the
+    machine (minutes long: grad's 400k point read 17.8 and 20.5 s, both runs each, in two
+    runs of this script an hour apart) falls on all sizes alike; `repeat` rounds
+    (`SHORT_REPEAT` for a point whose first run is short).  Each point -> its runs
+    [(CPU s, peak growth KB, equations written)], or the failed child's result."""
+    runs: dict = {p: [] for p in points}
+    wanted = dict.fromkeys(points, repeat)
+    for k in range(max(repeat, SHORT_REPEAT)):
+        for p, (argv, src) in points.items():
+            if k >= wanted[p] or isinstance(runs[p], subprocess.CompletedProcess):
+                continue
+            r = _scale_child(src, folder, argv)
+            if r.returncode:
+                runs[p] = r
+                continue
+            t, grow, eqns = r.stdout.split()
+            runs[p].append((float(t), int(grow), int(eqns)))
+            if float(t) < SHORT_POINT and k == 0:
+                wanted[p] = max(repeat, SHORT_REPEAT)
+    return runs
 
 
 #: the machine's own growth: plain Python objects, each with a string, bound in a dict and
@@ -510,11 +523,13 @@ def machine_growth(kb_small: int, kb_large: int, repeat: int) -> float:
     peak memory than at `kb_small` (the least CPU time of `repeat` runs at each): the part
     of a scale row's growth that no code of the tool's makes (caches, page tables, and on
     this VM memory backed on first touch)."""
-    per_item = []
-    for kb in (kb_small, kb_large):
-        runs = [run_child([sys.executable, "-c", MACHINE_LOOP, str(kb)])[2] for _ in range(repeat)]
-        per_item.append(min(float(r.stdout.split()[0]) for r in runs) / kb)
-    return per_item[1] / per_item[0]
+    times: dict[int, list[float]] = {kb_small: [], kb_large: []}
+    for _ in range(repeat):  # (the two sizes alternate, as the scale rows' rounds)
+        for kb, ts in times.items():
+            ts.append(
+                float(run_child([sys.executable, "-c", MACHINE_LOOP, str(kb)])[2].stdout.split()[0])
+            )
+    return min(times[kb_large]) / kb_large / (min(times[kb_small]) / kb_small)
 
 
 def _one_time_growth(folder: Path, only=()) -> dict[str, int]:
@@ -540,7 +555,7 @@ def _one_time_growth(folder: Path, only=()) -> dict[str, int]:
 
 def scale(sizes: list[int], folder: Path, full: bool = False, only=(), repeat: int = 2) -> None:
     """Each command on layer-shaped programs of `sizes` equations, in fresh processes
-    (`_scale_point`, `repeat` runs): CPU s, peak memory growth per equation (above the
+    (`_scale_runs`, `repeat` rounds): CPU s, peak memory growth per equation (above the
     one-time growth), linearity, beside the machine's own growth at grad's footprints; grad
     at 100k against JAX's.  At 1M equations only `SCALE_AT_1M` unless `full`; `only`: these
     commands alone (default: all)."""
@@ -550,34 +565,38 @@ def scale(sizes: list[int], folder: Path, full: bool = False, only=(), repeat: i
     peak: dict[tuple[str, int], int] = {}
     out_eqns: dict[int, int] = {}
     base = _one_time_growth(folder, only)
+    points = {}
     for n in sizes:
         src = folder / f"layers{n}.jaxpr"
         src.write_text(layers_text(n // 4))
-        for name, (argv, kb, per) in SCALE_COMMANDS.items():
-            if (n >= 1_000_000 and not full and name not in SCALE_AT_1M) or (
-                only and name not in only
-            ):
-                continue
-            r = _scale_point(src, folder, argv, repeat)
-            if isinstance(r, subprocess.CompletedProcess):
-                why = (r.stderr.strip().splitlines() or ["?"])[-1][:60]
-                row(f"scale: {name} at {n} eqns: failed: {why}", "", "", "", "", False)
-                continue
-            t, grow, k = r
-            cpu[name, n], peak[name, n] = t, grow
-            if name == "grad":
-                out_eqns[n] = k
-            per_eqn = (grow - base[name]) / (n if per == "in" else max(k, 1))
-            row(
-                f"scale: {name} at {n} eqns, CPU s | peak growth KB per {per} eqn",
-                f"{t:.1f} | {per_eqn:.2f}",
-                "",
-                f"{per_eqn / kb:.2f}",
-                f"<= {kb} KB",
-                per_eqn <= kb,
-            )
-        (folder / "out.jaxpr").unlink(missing_ok=True)
-        src.unlink()
+        for name, (argv, _, _) in SCALE_COMMANDS.items():
+            if (n < 1_000_000 or full or name in SCALE_AT_1M) and (not only or name in only):
+                points[name, n] = (argv, src)
+    runs = _scale_runs(points, folder, repeat)
+    for n in sizes:
+        (folder / f"layers{n}.jaxpr").unlink()
+    (folder / "out.jaxpr").unlink(missing_ok=True)
+    for (name, n), got in runs.items():
+        if isinstance(got, subprocess.CompletedProcess):
+            why = (got.stderr.strip().splitlines() or ["?"])[-1][:60]
+            row(f"scale: {name} at {n} eqns: failed: {why}", "", "", "", "", False)
+            continue
+        # the least CPU time (the module docstring's reason); the most memory, which errs
+        # against the tool
+        t, grow, k = min(x[0] for x in got), max(x[1] for x in got), got[0][2]
+        cpu[name, n], peak[name, n] = t, grow
+        if name == "grad":
+            out_eqns[n] = k
+        _, kb, per = SCALE_COMMANDS[name]
+        per_eqn = (grow - base[name]) / (n if per == "in" else max(k, 1))
+        row(
+            f"scale: {name} at {n} eqns, CPU s | peak growth KB per {per} eqn",
+            f"{t:.1f} | {per_eqn:.2f}",
+            "",
+            f"{per_eqn / kb:.2f}",
+            f"<= {kb} KB",
+            per_eqn <= kb,
+        )
     pairs = list(zip(sizes, sizes[1:]))
     if len(sizes) > 2:
         pairs.append((sizes[0], sizes[-1]))  # flat from the smallest to the largest
@@ -717,7 +736,8 @@ def main() -> int:
         "--scale-repeat",
         type=int,
         default=2,
-        help="Runs of each scale command at each size; its figure is their least CPU time.",
+        help="Rounds of the scale rows (each point once a round, the sizes alternating); a "
+        "point's figure is its least CPU time.",
     )
     ap.add_argument(
         "--memory-eqns", type=int, default=1_000_000, help="Equations of the `memory` row."
