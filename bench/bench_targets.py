@@ -11,9 +11,10 @@ bare `python -c 'import numpy'`, and of every transformation and pass against `f
 whole-process `grad`, `vmap` and `jacrev` of the transformer against JAX's in-process
 `make_jaxpr(...)` + `str`, with the equation and residual counts; scale rows on layer-shaped
 programs (dot_general/tanh/mul/add) of 100k, 400k and 1M equations (`fmt` and `grad` only at
-1M unless `--full`; each the least CPU time of `--scale-repeat` runs): CPU time, linearity and
-peak memory growth per equation of each command, beside a plain Python loop's growth at grad's
-peak memory (the machine's share),
+1M unless `--full`; each the least CPU time of `--scale-repeat` rounds that alternate the
+sizes, of 5 runs where a point is short): CPU time, linearity and peak memory growth per
+equation of each command, beside a plain Python loop's growth at grad's peak memory (the
+machine's share),
 `grad` at 100k against JAX's, `grad` of 400k and 1M against issue 49's limits;
 `memory` of 1M equations; first and second `run` of the transformer's gradient (JAX's
 persistent compilation cache) against JAX's own jit compile.
@@ -473,12 +474,14 @@ SHORT_POINT, SHORT_REPEAT = 5.0, 5
 
 
 def _scale_runs(points: dict, folder: Path, repeat: int) -> dict:
-    """Each point (command, size) -> (argv, source file) run in fresh processes, in rounds:
-    every point once a round, each size after the other, so that a slower spell of the
-    machine (minutes long: grad's 400k point read 17.8 and 20.5 s, both runs each, in two
-    runs of this script an hour apart) falls on all sizes alike; `repeat` rounds
-    (`SHORT_REPEAT` for a point whose first run is short).  Each point -> its runs
-    [(CPU s, peak growth KB, equations written)], or the failed child's result."""
+    """Each point (command, size) -> (argv, source file) run in fresh processes, in
+    `repeat` rounds (`SHORT_REPEAT` for a point whose first run is short): every point once
+    a round, so that a slow spell of the machine falls on every size, not on one.  (Such a
+    spell lasts minutes: grad's 400k point read 17.8 and 20.5 s, both of its runs each
+    time, in two runs of this script an hour apart.)  Returns each point -> its runs
+    [(CPU s, peak growth KB, equations written)], or the failed child's result.  The short
+    points' extra runs can only lower their least time, which raises a ratio over them:
+    it errs against the tool."""
     runs: dict = {p: [] for p in points}
     wanted = dict.fromkeys(points, repeat)
     for k in range(max(repeat, SHORT_REPEAT)):
