@@ -138,7 +138,6 @@ SAMPLED = {
     "test_ad_structural.py::test_vjp": (24, 8),
     "test_ad_structural.py::test_dot_product": (24, 16),
     "test_ad_structural.py::test_jvp_of_vjp": (16, 0),
-    "test_ad_special.py::test_cumulative_first_and_second_order": (8, 0),
     "test_ad_special.py::test_special_first_and_second_order": (8, 0),
     "test_ad_special.py::test_fft_grad_and_second_order": (4, 0),
     "test_ad_special.py::test_fft_jvp_and_vjp_match_jax": (4, 1),

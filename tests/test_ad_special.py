@@ -423,10 +423,10 @@ def test_integer_valued_primitives_differentiate_like_jax(case):
 #: JAX's testCumulativeReduceGrad (cumsum, cumprod; order 2, float32 and float64, shapes [10]
 #: and [3, 4, 5], every axis, reverse or not) extended to cummax, cummin and cumlogsumexp, and
 #: an associative_scan (the form jnp's cumulative functions take on some back ends); the
-#: default suite runs one axis of [3, 4, 5] an operation, the whole sweep is `slow`: the middle
-#: one (length 4: the tool's prefix scan, families/reductions.py, takes its even branch at
-#: both levels) for cumsum and cumprod, the first one (length 3: its odd branch, a level
-#: less, compiled in half the time) for the others, in test_cumulative_on_the_first_axis
+#: default suite runs one float32 case of [3, 4, 5] an operation, the whole sweep is `slow`:
+#: the middle axis (length 4: the tool's prefix scan, families/reductions.py, takes its even
+#: branch at both levels) for cumsum and cumprod, the first (length 3: its odd branch, a level
+#: less, compiled in half the time) for the others
 CUMULATIVE = [lax.cumsum, lax.cumprod, lax.cummax, lax.cummin, lax.cumlogsumexp]
 #: the operations whose default-run case is the first axis, not the middle one
 CUMULATIVE_FIRST_AXIS = [lax.cummax, lax.cummin, lax.cumlogsumexp]
@@ -435,31 +435,26 @@ CUMULATIVE_FIRST_AXIS = [lax.cummax, lax.cummin, lax.cumlogsumexp]
 def _cumulative_params():
     out = []
     for op in CUMULATIVE:
+        fast_axis = 0 if op in CUMULATIVE_FIRST_AXIS else 1
         for shape in [(10,), (3, 4, 5)]:
             for axis in range(len(shape)):
                 for reverse in (False, True):
-                    tag = f"{op.__name__}-{'x'.join(map(str, shape))}-ax{axis}-{'rev' if reverse else 'fwd'}"
-                    fast = shape == (3, 4, 5) and axis == 1 and op not in CUMULATIVE_FIRST_AXIS
-                    marks = () if fast else (pytest.mark.slow,)
-                    out.append(pytest.param(op, shape, axis, reverse, id=tag, marks=marks))
+                    for bits, b in zip(BITS, ("f32", "f64")):
+                        tag = f"{op.__name__}-{'x'.join(map(str, shape))}-ax{axis}-{'rev' if reverse else 'fwd'}-{b}"
+                        fast = shape == (3, 4, 5) and axis == fast_axis and not reverse
+                        marks = () if fast and b == "f32" else (pytest.mark.slow,)
+                        out.append(
+                            pytest.param(op, shape, axis, reverse, bits, id=tag, marks=marks)
+                        )
     return out
 
 
-@pytest.mark.parametrize("bits", BITS, ids=["f32", "f64"])
-@pytest.mark.parametrize("op,shape,axis,reverse", _cumulative_params())
+@pytest.mark.parametrize("op,shape,axis,reverse,bits", _cumulative_params())
 def test_cumulative_first_and_second_order(op, shape, axis, reverse, bits):
     def f(x):
         return op(x, axis=axis, reverse=reverse)
 
     _first_and_second_order(f, shape, bits, f"{op.__name__}{shape}{axis}{reverse}")
-
-
-@pytest.mark.parametrize("op", CUMULATIVE_FIRST_AXIS, ids=lambda op: op.__name__)
-def test_cumulative_on_the_first_axis(op):
-    """The default run's case of cummax, cummin and cumlogsumexp: the first axis of [3, 4, 5]
-    (the sweep above has it too, in `make test-full`, where the conftest's sampling picks no
-    first-axis case for the default run)."""
-    test_cumulative_first_and_second_order(op, (3, 4, 5), 0, False, 32)
 
 
 def test_associative_scan_first_and_second_order():

@@ -25,9 +25,8 @@ from jaxprtool.ui.stats import eqn_flops  # noqa: E402
 
 
 class _Model:
-    """(src, args, argnums, want): the transformer's text, its arguments, all of them as
-    `--argnums`, and JAX's gradient, compiled on first use (the heuristic's test compiles
-    nothing)."""
+    """The transformer's text (`src`), its arguments, all of them as `--argnums`, and JAX's
+    gradient (`want`), compiled on first use (the heuristic's test compiles nothing)."""
 
     def __init__(self, tmp_path_factory, layers):
         self.args = model_args(layers, 32, 16, 2)
@@ -39,9 +38,6 @@ class _Model:
     def want(self):
         args = self.args
         return jax.jit(jax.grad(loss, tuple(range(len(args)))))(*args)  # (one compile)
-
-    def __iter__(self):
-        return iter((self.src, self.args, self.argnums, self.want))
 
 
 @pytest.fixture(scope="module")
@@ -63,11 +59,10 @@ def no_exact(monkeypatch):
 
 
 def _grad(model, flags):
-    src, args, argnums, want = model
-    r = run(["grad", "--argnums", argnums, *flags, str(src)])
+    r = run(["grad", "--argnums", model.argnums, *flags, str(model.src)])
     assert r.exit_code == 0, r.output
     fn = jax.jit(backend.as_jax_function(parse(r.stdout, "g").jaxpr, enable_x64=False))
-    for a, b in zip(fn(*args), want):
+    for a, b in zip(fn(*model.args), model.want):
         close(a, b)
     return r
 
@@ -85,7 +80,7 @@ def test_chain_plan_meets_the_liveness_budget(three_layers, no_exact, frac):
 def test_chain_plan_meets_xlas_bytes(model, no_exact):
     """Through the compile loop: XLA's temp bytes of the printed gradient, compiled here, are
     within the budget (a fraction of the plain gradient's, compiled here too)."""
-    src, args, argnums, _ = model
+    args = model.args
     plain = _figures(_grad(model, []).stdout, args)[0]
     r = _grad(model, ["--remat-budget", "0.5"])
     # the loop compiled budget plans (the chain DP's here); the plan chosen may be a policy
@@ -136,8 +131,8 @@ def test_a_dropped_value_frees_the_last_segments_forward(model, no_exact):
 
     from jaxprtool.ad.api import grad_jaxpr
 
-    src, args, _, want = model
-    j = parse(src.read_text(), "f").jaxpr
+    args, want = model.args, model.want
+    j = parse(model.src.read_text(), "f").jaxpr
     spec = remat.with_segments(remat.parse_budget("0.3"), "auto")
     flops = {}
     for dropped in (False, True):
