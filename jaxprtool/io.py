@@ -182,7 +182,7 @@ def write_output(text: str | bytes, out: str | None, *, replacing: str | None = 
     reached through a descriptor (`/dev/stdout`, `/proc/self/fd/1`) is written into.
     `replacing` (fmt -i) is the text the file held when it was read: a file edited since is
     left alone.  Errors name the path and the reason."""
-    data = text.encode("utf-8") if isinstance(text, str) else text
+    data = _encoded(text)
     if out in (None, "-"):
         _write_stdout(data)
         return
@@ -205,7 +205,8 @@ def write_output(text: str | bytes, out: str | None, *, replacing: str | None = 
         ) from None
     try:
         with _removed_on_sigterm(tmp), os.fdopen(fd, "wb") as f:
-            f.write(data)
+            for piece in data:
+                f.write(piece)
             f.flush()
             os.chmod(tmp, mode)
             if read_as is not None:
@@ -217,6 +218,22 @@ def write_output(text: str | bytes, out: str | None, *, replacing: str | None = 
     except BaseException:
         _unlink_quietly(tmp)
         raise
+
+
+#: an ASCII text is encoded and written this many characters at a time
+_WRITE_PIECE = 1 << 20
+
+
+def _encoded(text: str | bytes):
+    """`text` as UTF-8 bytes, in pieces: an ASCII text (a program's, nearly always) a piece
+    at a time, never as a second copy of the whole (78 MB for a gradient of a million
+    equations); any other text at once, so that an encoding error comes before a byte is
+    written."""
+    if isinstance(text, bytes):
+        return (text,)
+    if len(text) <= _WRITE_PIECE or not text.isascii():
+        return (text.encode("utf-8"),)
+    return (text[i : i + _WRITE_PIECE].encode("ascii") for i in range(0, len(text), _WRITE_PIECE))
 
 
 def _new_temp_file(folder: str) -> tuple[int, str]:
@@ -435,28 +452,33 @@ def _through_descriptor(path: str) -> bool:
     return False
 
 
-def _write_stdout(data: bytes) -> None:
-    """Write to standard output through its file descriptor when it has one: a buffered
-    write that the file-size limit cuts short can end without an error, os.write cannot."""
+def _write_stdout(data) -> None:
+    """Write the pieces `data` (bytes) to standard output through its file descriptor when
+    it has one: a buffered write that the file-size limit cuts short can end without an
+    error, os.write cannot."""
     sys.stdout.flush()
     out = sys.stdout.buffer
     out.flush()
     try:
         fd = out.fileno()
     except (AttributeError, OSError, ValueError):  # an in-memory stream (tests)
-        out.write(data)
+        for piece in data:
+            out.write(piece)
         out.flush()
         return
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+    for piece in data:
+        view = memoryview(piece)
+        while view:
+            view = view[os.write(fd, view) :]
 
 
-def _write_into(out: str, data: bytes) -> None:
-    """Write into a special file (a terminal, a pipe, /dev/stdout) instead of replacing it."""
+def _write_into(out: str, data) -> None:
+    """Write the pieces `data` (bytes) into a special file (a terminal, a pipe, /dev/stdout)
+    instead of replacing it."""
     try:
         with open(out, "wb") as f:
-            f.write(data)
+            for piece in data:
+                f.write(piece)
     except OSError as e:
         raise UsageProblem(f"cannot write '{out}': {e.strerror}") from None
 

@@ -297,3 +297,60 @@ def test_fold_leaves_a_program_whose_bodies_fold_nothing_alone(monkeypatch):
     out = fold(k)
     assert walks == [k.eqns[0].params["jaxpr"], k]
     assert out.eqns[0].params["jaxpr"].outvars[0].value == 3.0
+
+
+# ------------------------------------------------ unseen_eqns: one walk, not a set
+
+
+def _eqn_program(eqns):
+    """A stand-in for a program: `unseen_eqns` reads only `.eqns` (objects by identity)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(eqns=tuple(eqns))
+
+
+def _by_set(last, program):
+    seen = set(last.eqns)
+    return [e for e in program.eqns if e not in seen]
+
+
+def _edited(old, edits, rng):
+    """`old` with `edits` runs removed or replaced by new objects (the passes' edits)."""
+    new = list(old)
+    for _ in range(edits):
+        if not new:
+            break
+        at = rng.randrange(len(new))
+        gap = rng.choice([1, 1, 2, 5, 40, 100])  # (40 and 100: past `_SYNC`)
+        made = [object() for _ in range(rng.choice([0, 0, 1, 2, 40]))]
+        new[at : at + gap] = made
+    return new
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_unseen_eqns_is_the_set_difference(seed):
+    """Programs that differ by runs of equations removed or replaced, short and longer than
+    the walk looks ahead, near the ends as anywhere: the walk finds exactly what a set of
+    every equation of `last` finds, in order."""
+    import random
+
+    from jaxprtool.passes.common import unseen_eqns
+
+    rng = random.Random(seed)
+    old = [object() for _ in range(rng.choice([0, 1, 3, 50, 5000, 9000]))]
+    new = _edited(old, rng.choice([0, 1, 3, 30]), rng)
+    last, program = _eqn_program(old), _eqn_program(new)
+    assert unseen_eqns(last, program) == _by_set(last, program)
+
+
+def test_unseen_eqns_out_of_order_counts_more_never_fewer():
+    """An equation of `last` that comes back out of order may be counted as unseen (the
+    checks then look at more); an equation made anew is never missed."""
+    from jaxprtool.passes.common import unseen_eqns
+
+    old = [object() for _ in range(200)]
+    made = [object() for _ in range(3)]
+    new = old[100:] + made[:1] + old[:100] + made[1:]
+    got = unseen_eqns(_eqn_program(old), _eqn_program(new))
+    assert set(made) <= set(got) <= set(new)
+    assert [e for e in got if e in set(made)] == made

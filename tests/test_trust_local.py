@@ -265,3 +265,30 @@ def test_a_supervised_fds_value_set_by_hand_is_one_line_and_exit_2(tmp_path, mon
     assert r.exit_code == 2, r.output
     assert r.output.startswith(f"error: JAXPRTOOL_SUPERVISED_FDS={value!r}: this variable is set")
     assert len(r.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("where", ["file", "stdout", "special"])
+@pytest.mark.parametrize("text", ["ab\n" * 700_000, "ab\n" * 700_000 + "é\n", "x\n"])
+def test_written_text_is_its_utf8_bytes(tmp_path, capfdbinary, where, text):
+    """A text longer than a written piece (ASCII, written a piece at a time) or not ASCII
+    (encoded at once) reaches a file, standard output or a special file as its UTF-8 bytes."""
+    from jaxprtool import io
+
+    if where == "file":
+        io.write_output(text, str(tmp_path / "out.jaxpr"))
+        got = (tmp_path / "out.jaxpr").read_bytes()
+    elif where == "stdout":
+        io.write_output(text, None)
+        got = capfdbinary.readouterr().out
+    else:
+        fifo = tmp_path / "fifo"
+        os.mkfifo(fifo)
+        import threading
+
+        box = []
+        reader = threading.Thread(target=lambda: box.append(fifo.read_bytes()))
+        reader.start()
+        io.write_output(text, str(fifo))
+        reader.join(timeout=60)
+        got = box[0]
+    assert got == text.encode("utf-8")

@@ -347,11 +347,11 @@ class _Job:
         self.name = name
         inst.start(self.render, 1 + len(steps))
 
-    def render(self, jaxpr) -> str:
+    def render(self, jaxpr, end: str = "") -> str:
         from ..ad.api import restyle
         from ..text.printer import print_jaxpr
 
-        return print_jaxpr(restyle(jaxpr, self.style), self.style)
+        return print_jaxpr(restyle(jaxpr, self.style), self.style, end=end)
 
     def transform(self, fn, view=None):
         """fn(input) as the command's own step; `view(result)` is the program to verify and
@@ -375,7 +375,8 @@ class _Job:
         from .driver import timed
 
         with timed("print"):
-            text = fallback_comment_lines(self.invocation) + self.render(jaxpr) + "\n"
+            # (no copy of the text where there is no comment line: "" + text is text)
+            text = fallback_comment_lines(self.invocation) + self.render(jaxpr, "\n")
         if self.show_diff:
             from ..text.printer import print_jaxpr
             from ..ui.diff import show_change

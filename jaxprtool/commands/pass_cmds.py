@@ -39,7 +39,7 @@ def _run(file, out, show_diff, fn, inst=None, split=False, total=1):
         inst.start(lambda j: print_jaxpr(j, style), total)
         result = fn(jaxpr, inst)
         with timed("print"):
-            text = print_jaxpr(result, style)
+            text = print_jaxpr(result, style, end="\n")
         if show_diff:
             from ..ui.diff import show_change
 
@@ -50,13 +50,13 @@ def _run(file, out, show_diff, fn, inst=None, split=False, total=1):
                 jaxpr,
                 result,
                 show_diff,
-                print_jaxpr(jaxpr, style) + "\n",
-                text + "\n",
+                print_jaxpr(jaxpr, style, end="\n"),
+                text,
                 f"{name} (before)",
                 f"{name} (after)",
                 style,
             )
-        return text + "\n"
+        return text
 
     if not run_parts([file], split, body, out, inst):
         return ExitStatus.FAILURE

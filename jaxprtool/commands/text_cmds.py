@@ -107,9 +107,9 @@ def _usage_error(message: str):
     return click.UsageError(message)
 
 
-def _formatted(part, width, jax_style: str | None) -> str:
-    """The canonical text of one part (without the final newline), in the style of
-    --jax-style (`jax_style`), else the one it was printed in."""
+def _formatted(part, width, jax_style: str | None, end: str = "") -> str:
+    """The canonical text of one part (without the final newline), then `end`, in the style
+    of --jax-style (`jax_style`), else the one it was printed in."""
     from ..core import JaxprError
     from ..text.printer import print_jaxpr
     from ..text.values import light_dtypes
@@ -125,7 +125,7 @@ def _formatted(part, width, jax_style: str | None) -> str:
         jaxpr = restyle(_without_traced_rules(jaxpr), style)
     try:
         with timed("print"):
-            return print_jaxpr(jaxpr, style, width)
+            return print_jaxpr(jaxpr, style, width, end)
     except RecursionError:
         raise JaxprError("input nests too deeply") from None
 
@@ -137,7 +137,7 @@ def _fmt(file, out, width, split_input, timing):
     ok = run_parts(
         [file],
         split_input,
-        lambda p: _formatted(p, width, jax_style) + "\n",
+        lambda p: _formatted(p, width, jax_style, "\n"),
         out,
         Instruments(timing=timing),
     )

@@ -332,10 +332,70 @@ def has_subjaxprs(e: Eqn) -> bool:
 
 def unseen_eqns(last: Jaxpr, program: Jaxpr) -> list[Eqn]:
     """The equations of `program` that are not (by identity) equations of `last`: in
-    `canonicalize`, those that the passes run since `last` made anew (they only remove and
-    replace equations)."""
-    seen = set(last.eqns)  # (equations hash and compare by identity)
-    return [e for e in program.eqns if e not in seen]
+    `canonicalize`, those that the passes run since `last` made anew.
+
+    The passes only remove and replace equations, so the two programs hold the equations they
+    share in the same order: one walk over both in step finds the others, without a set of
+    every equation of `last` (at a million equations, a table of 64 MB made for each check).
+    Where the two part, the nearest equation of `program` among the next `_SYNC` of `last`
+    joins them again; past a longer gap, a set of the rest of `last` decides.  An equation
+    of `last` that came back out of order would be counted as unseen: more for a `settled`
+    check to look at, never a wrong answer."""
+    old, new = last.eqns, program.eqns
+    if old.__class__ is not tuple:
+        old = tuple(old)
+    if new.__class__ is not tuple:
+        new = tuple(new)
+    out: list[Eqn] = []
+    i = k = 0
+    while True:
+        run = _same_run(old, k, new, i)
+        i += run
+        k += run
+        if i >= len(new):
+            return out
+        joined = _rejoin(old, k, new, i)
+        if joined is None:
+            rest = set(old[k:])  # (equations hash and compare by identity)
+            out.extend(e for e in new[i:] if e not in rest)
+            return out
+        d, k = joined
+        out.extend(new[i : i + d])
+        i += d + 1
+        k += 1
+
+
+#: how far `unseen_eqns` looks ahead in each program for the next equation they share
+_SYNC = 32
+#: how many equations `_same_run` compares at once (two tuple slices, compared in C)
+_RUN_STEP = 4096
+
+
+def _same_run(old: tuple, k: int, new: tuple, i: int) -> int:
+    """How many equations from old[k] and new[i] on are the same objects, pairwise."""
+    n = 0
+    while True:
+        a = old[k + n : k + n + _RUN_STEP]
+        b = new[i + n : i + n + _RUN_STEP]
+        if len(a) == len(b) == _RUN_STEP and a == b:  # (identical items: no __eq__ called)
+            n += _RUN_STEP
+            continue
+        for x, y in zip(a, b):
+            if x is not y:
+                return n
+            n += 1
+        return n
+
+
+def _rejoin(old: tuple, k: int, new: tuple, i: int) -> tuple[int, int] | None:
+    """(d, j) for the least d < `_SYNC` such that new[i + d] is old[j], j among the next
+    `_SYNC` from k; None if there is none."""
+    ahead = old[k : k + _SYNC]
+    for d, x in enumerate(new[i : i + _SYNC]):
+        for j, y in enumerate(ahead):
+            if x is y:
+                return d, k + j
+    return None
 
 
 def literal_value(a: Atom):

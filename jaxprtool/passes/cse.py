@@ -99,7 +99,10 @@ def cse_settled(last: Jaxpr, program: Jaxpr) -> bool:
             return False
         keys.add(key)
     fresh = set(new)
-    return not any((e.prim, e.inputs) in keys for e in program.eqns if e not in fresh)
+    prims = {p for p, _ in keys}  # (a tuple key made only for an equation that may match)
+    return not any(
+        e.prim in prims and (e.prim, e.inputs) in keys and e not in fresh for e in program.eqns
+    )
 
 
 class _Candidate:

@@ -33,7 +33,7 @@ from ..params import as_int_tuple
 from ..record import prim
 from ..text.twin import twin
 from .base import Pass
-from .common import EqnRewrite, has_subjaxprs, recursive_pass, same_type
+from .common import EqnRewrite, has_subjaxprs, recursive_pass, same_type, unseen_eqns
 
 
 def simplify(jaxpr: Jaxpr) -> Jaxpr:
@@ -103,21 +103,22 @@ def simplify_settled(last: Jaxpr, program: Jaxpr) -> bool:
     results are asked (one with nested jaxprs made anew: not settled)."""
     if program is last:
         return True
+    made = unseen_eqns(last, program)
+    if not made:
+        return True
+    if any(has_subjaxprs(e) for e in made):
+        return False
     # (sets of the atoms themselves, not of their ids: Vars hash by identity, literals
     # remember their hash, and a tuple is looked up without a map over it)
-    seen = set(last.eqns)  # (equations hash and compare by identity)
+    anew = set(made)  # (equations hash and compare by identity)
     fresh: set = set()  # the results of the equations made anew
     ask = []
     for e in program.eqns:
-        if e not in seen:
-            if has_subjaxprs(e):
-                return False
+        if e in anew:
             fresh.update(e.outputs)
             ask.append(e)
         elif fresh and not fresh.isdisjoint(e.inputs):
             ask.append(e)
-    if not ask:
-        return True
     ctx = Context()
     needed = {a for e in ask for a in e.inputs}
     for e in program.eqns:

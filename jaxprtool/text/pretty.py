@@ -158,8 +158,10 @@ def fill_broken(out: list[str], k: int, indent: int, width: int, items, sep: str
     return k
 
 
-def format(doc: Doc, width: int = 80) -> str:
-    """Lay `doc` out at `width` columns, exactly as `jax._src.pretty_printer.Doc.format`."""
+def format(doc: Doc, width: int = 80, end: str = "") -> str:
+    """Lay `doc` out at `width` columns, exactly as `jax._src.pretty_printer.Doc.format`;
+    `end` follows it (joined with the lines: a program's final newline is not a copy of its
+    text)."""
     out: list[str] = []
     app = out.append
     k = 0
@@ -210,6 +212,7 @@ def format(doc: Doc, width: int = 80) -> str:
                 k = fill_broken(out, k, indent, width, d[1], d[2])
         else:  # NEST
             push((indent + d[1], brk_mode, d[2]))
+    app(end)
     return "".join(out)
 
 

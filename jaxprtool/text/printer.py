@@ -82,12 +82,13 @@ def encode_name(n: int) -> str:
     return s
 
 
-def print_jaxpr(jaxpr: Jaxpr, style: Style | None = None, width: int = 80) -> str:
-    """The text of `jaxpr` exactly as JAX's `str(jaxpr)` (no trailing newline)."""
+def print_jaxpr(jaxpr: Jaxpr, style: Style | None = None, width: int = 80, end: str = "") -> str:
+    """The text of `jaxpr` exactly as JAX's `str(jaxpr)` (no trailing newline), then `end`
+    (a command's "\n": added as the text is joined, not by a copy of it)."""
     with core.gc_paused():
         printer = _Printer(style or DEFAULT_STYLE)
         printer.width = width
-        return pp.format(printer.toplevel(jaxpr), width)
+        return pp.format(printer.toplevel(jaxpr), width, end)
 
 
 def literal_text(lit: Literal, typed: bool = True) -> str:
