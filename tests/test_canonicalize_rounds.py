@@ -343,6 +343,18 @@ def test_unseen_eqns_is_the_set_difference(seed):
     assert unseen_eqns(last, program) == _by_set(last, program)
 
 
+@pytest.mark.parametrize("every", [2, 3, 40, 300])
+def test_unseen_eqns_where_the_programs_part_often(every):
+    """One equation in `every` replaced: the walk gives up its look-aheads for a set once
+    the programs have parted more than once in `_PARTED` equations, with the same answer."""
+    from jaxprtool.passes.common import unseen_eqns
+
+    old = [object() for _ in range(3000)]
+    new = [object() if n % every == 1 else e for n, e in enumerate(old)]
+    last, program = _eqn_program(old), _eqn_program(new)
+    assert unseen_eqns(last, program) == _by_set(last, program)
+
+
 def test_unseen_eqns_out_of_order_counts_more_never_fewer():
     """An equation of `last` that comes back out of order may be counted as unseen (the
     checks then look at more); an equation made anew is never missed."""

@@ -338,9 +338,10 @@ def unseen_eqns(last: Jaxpr, program: Jaxpr) -> list[Eqn]:
     share in the same order: one walk over both in step finds the others, without a set of
     every equation of `last` (at a million equations, a table of 64 MB made for each check).
     Where the two part, the nearest equation of `program` among the next `_SYNC` of `last`
-    joins them again; past a longer gap, a set of the rest of `last` decides.  An equation
-    of `last` that came back out of order would be counted as unseen: more for a `settled`
-    check to look at, never a wrong answer."""
+    joins them again; past a longer gap, or once the programs have parted more than once
+    in `_PARTED` equations (where the set costs less than the look-aheads), a set of the
+    rest of `last` decides.  An equation of `last` that came back out of order would be
+    counted as unseen: more for a `settled` check to look at, never a wrong answer."""
     old, new = last.eqns, program.eqns
     if old.__class__ is not tuple:
         old = tuple(old)
@@ -348,13 +349,15 @@ def unseen_eqns(last: Jaxpr, program: Jaxpr) -> list[Eqn]:
         new = tuple(new)
     out: list[Eqn] = []
     i = k = 0
+    partings = len(new) // _PARTED + _SYNC
     while True:
         run = _same_run(old, k, new, i)
         i += run
         k += run
         if i >= len(new):
             return out
-        joined = _rejoin(old, k, new, i)
+        partings -= 1
+        joined = _rejoin(old, k, new, i) if partings >= 0 else None
         if joined is None:
             rest = set(old[k:])  # (equations hash and compare by identity)
             out.extend(e for e in new[i:] if e not in rest)
@@ -367,18 +370,24 @@ def unseen_eqns(last: Jaxpr, program: Jaxpr) -> list[Eqn]:
 
 #: how far `unseen_eqns` looks ahead in each program for the next equation they share
 _SYNC = 32
-#: how many equations `_same_run` compares at once (two tuple slices, compared in C)
+#: `unseen_eqns` looks ahead at most once in this many equations (then a set decides)
+_PARTED = 128
+#: the most equations `_same_run` compares at once (two tuple slices, compared in C)
 _RUN_STEP = 4096
 
 
 def _same_run(old: tuple, k: int, new: tuple, i: int) -> int:
-    """How many equations from old[k] and new[i] on are the same objects, pairwise."""
+    """How many equations from old[k] and new[i] on are the same objects, pairwise: compared
+    in slices of 8, doubling up to `_RUN_STEP` while they agree (a short run, between two
+    partings, copies little)."""
     n = 0
+    step = 8
     while True:
-        a = old[k + n : k + n + _RUN_STEP]
-        b = new[i + n : i + n + _RUN_STEP]
-        if len(a) == len(b) == _RUN_STEP and a == b:  # (identical items: no __eq__ called)
-            n += _RUN_STEP
+        a = old[k + n : k + n + step]
+        b = new[i + n : i + n + step]
+        if len(a) == len(b) == step and a == b:  # (identical items: no __eq__ called)
+            n += step
+            step = min(2 * step, _RUN_STEP)
             continue
         for x, y in zip(a, b):
             if x is not y:
@@ -389,12 +398,11 @@ def _same_run(old: tuple, k: int, new: tuple, i: int) -> int:
 
 def _rejoin(old: tuple, k: int, new: tuple, i: int) -> tuple[int, int] | None:
     """(d, j) for the least d < `_SYNC` such that new[i + d] is old[j], j among the next
-    `_SYNC` from k; None if there is none."""
+    `_SYNC` from k (by identity: equations compare so); None if there is none."""
     ahead = old[k : k + _SYNC]
     for d, x in enumerate(new[i : i + _SYNC]):
-        for j, y in enumerate(ahead):
-            if x is y:
-                return d, k + j
+        if x in ahead:  # (equations compare by identity: the tuple's own search, in C)
+            return d, k + ahead.index(x)
     return None
 
 
