@@ -84,7 +84,7 @@ def encode_name(n: int) -> str:
 
 def print_jaxpr(jaxpr: Jaxpr, style: Style | None = None, width: int = 80, end: str = "") -> str:
     """The text of `jaxpr` exactly as JAX's `str(jaxpr)` (no trailing newline), then `end`
-    (a command's "\n": added as the text is joined, not by a copy of it)."""
+    (a command's final newline: joined with the lines, not added to a copy of the text)."""
     with core.gc_paused():
         printer = _Printer(style or DEFAULT_STYLE)
         printer.width = width
