@@ -790,10 +790,14 @@ class _Printer:
         return 0 if prim[:1].isupper() else 1
 
     def _kept_pairs(self, e: core.Eqn) -> list:
-        """`printed_params(e)`, kept alive for the printout (the texts are kept by the ids of
-        its values)."""
+        """`printed_params(e)`, each value that is not the equation's own kept alive for the
+        printout (the texts are kept by the ids of the values; the equation's own live as
+        long as the program printed)."""
         pairs = _printed_params(e, self.style, self.recs.get(e.prim) or self._rec(e.prim))
-        self.keep.append(pairs)
+        own = e.params
+        for k, v in pairs:
+            if own.get(k, _UNSEEN) is not v:
+                self.keep.append(v)
         return pairs
 
     def _param_text(self, v) -> str | None:
