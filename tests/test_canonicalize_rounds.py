@@ -5,7 +5,9 @@ change something, and the confirming round runs no pass when nothing is left for
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from conftest import CORPUS, needs_corpus
@@ -13,6 +15,7 @@ from conftest import CORPUS, needs_corpus
 from jaxprtool.ad.api import grad_jaxpr, vjp_jaxpr
 from jaxprtool.core import Literal, Var, alpha_equal, is_inexact
 from jaxprtool.passes import canonicalize as canon_mod
+from jaxprtool.passes.common import unseen_eqns
 from jaxprtool.passes.cse import cse
 from jaxprtool.passes.dce import dce
 from jaxprtool.passes.fold import fold
@@ -57,9 +60,9 @@ class Counted:
         return counted
 
     def _settled(self, run, settled):
-        def checked(last, program):
+        def checked(last, program, *made):
             self.settled_asked += 1
-            answer = settled(last, program)
+            answer = settled(last, program, *made)
             if answer:
                 assert run(program) is program, f"{run.__name__}: settled, but it changes"
             return answer
@@ -304,8 +307,6 @@ def test_fold_leaves_a_program_whose_bodies_fold_nothing_alone(monkeypatch):
 
 def _eqn_program(eqns):
     """A stand-in for a program: `unseen_eqns` reads only `.eqns` (objects by identity)."""
-    from types import SimpleNamespace
-
     return SimpleNamespace(eqns=tuple(eqns))
 
 
@@ -332,10 +333,6 @@ def test_unseen_eqns_is_the_set_difference(seed):
     """Programs that differ by runs of equations removed or replaced, short and longer than
     the walk looks ahead, near the ends as anywhere: the walk finds exactly what a set of
     every equation of `last` finds, in order."""
-    import random
-
-    from jaxprtool.passes.common import unseen_eqns
-
     rng = random.Random(seed)
     old = [object() for _ in range(rng.choice([0, 1, 3, 50, 5000, 9000]))]
     new = _edited(old, rng.choice([0, 1, 3, 30]), rng)
@@ -347,8 +344,6 @@ def test_unseen_eqns_is_the_set_difference(seed):
 def test_unseen_eqns_where_the_programs_part_often(every):
     """One equation in `every` replaced: the walk gives up its look-aheads for a set once
     the programs have parted more than once in `_PARTED` equations, with the same answer."""
-    from jaxprtool.passes.common import unseen_eqns
-
     old = [object() for _ in range(3000)]
     new = [object() if n % every == 1 else e for n, e in enumerate(old)]
     last, program = _eqn_program(old), _eqn_program(new)
@@ -358,8 +353,6 @@ def test_unseen_eqns_where_the_programs_part_often(every):
 def test_unseen_eqns_out_of_order_counts_more_never_fewer():
     """An equation of `last` that comes back out of order may be counted as unseen (the
     checks then look at more); an equation made anew is never missed."""
-    from jaxprtool.passes.common import unseen_eqns
-
     old = [object() for _ in range(200)]
     made = [object() for _ in range(3)]
     new = old[100:] + made[:1] + old[:100] + made[1:]

@@ -381,7 +381,7 @@ class _Job:
             from ..text.printer import print_jaxpr
             from ..ui.diff import show_change
 
-            before = print_jaxpr(self.input, self.style) + "\n"
+            before = print_jaxpr(self.input, self.style, end="\n")
             show_change(
                 self.input, jaxpr, self.show_diff, before, text, "input", "result", self.style
             )

@@ -81,15 +81,16 @@ def _cse(jaxpr: Jaxpr, go) -> Jaxpr:
     return rw.result()
 
 
-def cse_settled(last: Jaxpr, program: Jaxpr) -> bool:
+def cse_settled(last: Jaxpr, program: Jaxpr, made: list | None = None) -> bool:
     """Whether `cse(program)` is `program`, where `last` is a program cse returned and
     `program` differs from it by equations removed or replaced (`canonicalize`'s next
     round).  cse merges an equation only with one of the same primitive and operands, and
     merges none of `last`'s equations: only an equation made anew may merge, with another
-    of its key (one with nested jaxprs made anew: not settled)."""
+    of its key (one with nested jaxprs made anew: not settled); `made`: `unseen_eqns(last,
+    program)`, if the caller has it."""
     if program is last:
         return True
-    new = unseen_eqns(last, program)
+    new = unseen_eqns(last, program) if made is None else made
     if not new:
         return True
     keys = set()

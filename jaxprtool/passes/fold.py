@@ -43,11 +43,14 @@ FOLD = Pass(
 )
 
 
-def fold_settled(last: Jaxpr, program: Jaxpr) -> bool:
+def fold_settled(last: Jaxpr, program: Jaxpr, made: list | None = None) -> bool:
     """Whether `fold(program)` is `program`, where `last` is a program fold returned and
     `program` differs from it by equations removed or replaced (`canonicalize`'s next
-    round): fold looks at each equation alone, so only those made anew are looked at."""
-    return program is last or _nothing_to_fold(unseen_eqns(last, program))
+    round): fold looks at each equation alone, so only those made anew are looked at
+    (`made`: `unseen_eqns(last, program)`, if the caller has it)."""
+    if program is last:
+        return True
+    return _nothing_to_fold(unseen_eqns(last, program) if made is None else made)
 
 
 def _fold(jaxpr: Jaxpr, go) -> Jaxpr:

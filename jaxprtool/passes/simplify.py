@@ -94,16 +94,18 @@ def _simplify(jaxpr: Jaxpr, go) -> Jaxpr:
     return rw.result()
 
 
-def simplify_settled(last: Jaxpr, program: Jaxpr) -> bool:
+def simplify_settled(last: Jaxpr, program: Jaxpr, made: list | None = None) -> bool:
     """Whether `simplify(program)` is `program`, where `last` is a program simplify returned
     and `program` differs from it by equations removed or replaced (`canonicalize`'s next
     round).  A rule sees its equation and the equations that make its operands (`Context`),
     and simplify is idempotent: an equation it kept, whose operands' producers are the ones
     it saw, is kept again.  So only the equations made anew and those that read their
-    results are asked (one with nested jaxprs made anew: not settled)."""
+    results are asked (one with nested jaxprs made anew: not settled); `made`:
+    `unseen_eqns(last, program)`, if the caller has it."""
     if program is last:
         return True
-    made = unseen_eqns(last, program)
+    if made is None:
+        made = unseen_eqns(last, program)
     if not made:
         return True
     if any(has_subjaxprs(e) for e in made):
