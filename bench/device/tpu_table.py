@@ -280,8 +280,10 @@ def main() -> int:
     ap.add_argument(
         "--stall-dump",
         type=float,
-        default=90.0,
-        help="print every thread's stack each this many seconds a row takes (where it stalls)",
+        default=300.0,
+        help="print every thread's stack each this many seconds a row takes (where it stalls; "
+        "the rows take up to ~110 s on the v5e, and the dump, read from a watchdog thread "
+        "while the row runs, once crashed the process: 2026-12-08)",
     )
     ap.add_argument(
         "--no-cpu-reference",
