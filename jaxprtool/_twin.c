@@ -607,7 +607,7 @@ fail:
 }
 
 /* The texts of an equation's operands, and the uses the reader would read as another
- * binding (`shadowed`, ids); NULL with no error set where an operand has no name yet. */
+ * binding (`shadowed`); NULL with no error set where an operand has no name yet. */
 static PyObject *operand_texts(Printer *P, PyObject *inputs, PyObject *shadowed,
                                int *untyped) {
     Py_ssize_t n = PyTuple_GET_SIZE(inputs);
@@ -616,22 +616,16 @@ static PyObject *operand_texts(Printer *P, PyObject *inputs, PyObject *shadowed,
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *a = PyTuple_GET_ITEM(inputs, i), *s;
         if (Py_TYPE(a) == VarType) {
-            PyObject *id = PyLong_FromVoidPtr(a);
-            if (id == NULL) goto fail;
-            s = PyDict_GetItemWithError(P->names, id);
-            if (s == NULL) {
-                Py_DECREF(id);
-                goto fail; /* (a use not named yet: the Python loop names it) */
-            }
+            s = PyDict_GetItemWithError(P->names, a);
+            if (s == NULL) goto fail; /* (a use not named yet: the Python loop names it) */
             Py_INCREF(s);
             PyObject *at = PyDict_GetItemWithError(P->scope, s);
-            int other = at == NULL || PyLong_AsVoidPtr(at) != (void *)a;
+            int other = at != a;
             if (!other && PyUnicode_Compare(s, str_under) == 0) {
                 other = PyDict_Contains(P->scope, P->rebound);
             }
-            int r = other > 0 ? PySet_Contains(P->bound, id) : other;
-            if (r > 0) r = PyList_Append(shadowed, id);
-            Py_DECREF(id);
+            int r = other > 0 ? PySet_Contains(P->bound, a) : other;
+            if (r > 0) r = PyList_Append(shadowed, a);
             if (r < 0 || PyErr_Occurred()) {
                 Py_DECREF(s);
                 goto fail;
@@ -662,11 +656,11 @@ fail:
 
 /* The name of a result binder (a fresh one where it has none yet, as `_name_binders`
  * gives it), bound in the scope; new reference. */
-static PyObject *result_name(Printer *P, PyObject *v, PyObject *id) {
-    PyObject *n = PyDict_GetItemWithError(P->names, id);
+static PyObject *result_name(Printer *P, PyObject *v) {
+    PyObject *n = PyDict_GetItemWithError(P->names, v);
     if (n != NULL) return Py_NewRef(n);
     if (PyErr_Occurred()) return NULL;
-    int dropped = PySet_Contains(P->drops, id);
+    int dropped = PySet_Contains(P->drops, v);
     if (dropped < 0) return NULL;
     if (dropped) {
         n = Py_NewRef(str_under);
@@ -687,7 +681,7 @@ static PyObject *result_name(Printer *P, PyObject *v, PyObject *id) {
             if (n == NULL) return NULL;
         }
     }
-    if (PyDict_SetItem(P->names, id, n) < 0) {
+    if (PyDict_SetItem(P->names, v, n) < 0) {
         Py_DECREF(n);
         return NULL;
     }
@@ -701,16 +695,15 @@ static PyObject *binder_texts(Printer *P, PyObject *outputs) {
     if (outs == NULL) return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *v = PyTuple_GET_ITEM(outputs, i);
-        PyObject *id = PyLong_FromVoidPtr(v), *name = NULL, *ty = NULL, *tid = NULL, *tt;
+        PyObject *name = NULL, *ty = NULL, *tid = NULL, *tt;
         PyObject *s = NULL;
-        if (id == NULL) goto fail;
-        name = result_name(P, v, id);
+        name = result_name(P, v);
         if (name == NULL) goto next;
         if (PyUnicode_Compare(name, str_under) == 0) {
             int r = PyDict_Contains(P->scope, name);
-            if (r < 0 || (r && PyDict_SetItem(P->scope, P->rebound, id) < 0)) goto next;
+            if (r < 0 || (r && PyDict_SetItem(P->scope, P->rebound, v) < 0)) goto next;
         }
-        if (PyDict_SetItem(P->scope, name, id) < 0 || PySet_Add(P->bound, id) < 0) goto next;
+        if (PyDict_SetItem(P->scope, name, v) < 0 || PySet_Add(P->bound, v) < 0) goto next;
         ty = get_slot(var_type, v);
         if (ty == NULL || (tid = PyLong_FromVoidPtr(ty)) == NULL) goto next;
         tt = PyDict_GetItemWithError(P->ts, tid);
@@ -724,7 +717,6 @@ static PyObject *binder_texts(Printer *P, PyObject *outputs) {
         s = concat3(name, str_colon, tt);
         Py_DECREF(tt);
     next:
-        Py_DECREF(id);
         Py_XDECREF(name);
         Py_XDECREF(ty);
         Py_XDECREF(tid);
@@ -855,7 +847,7 @@ done:
     return line;
 }
 
-/* name_lines(eqns, k, docs, scope, bound, bad, names, vids, ts, drops, kinds, kind_of,
+/* name_var_lines(eqns, k, docs, scope, bound, bad, names, vids, ts, drops, kinds, kind_of,
  *            pairs_of, param_text, literal, type_text, fresh, suffixes, eq_empty,
  *            (LAZY, build, render, REBOUND), fits, printer, _NAMES, shared_names, tree_texts)
  *   -> (k, untyped, width)
@@ -864,7 +856,7 @@ done:
  * names given and its scope read, until one the Python loop prints; the index of that one
  * (len(eqns) at the end), whether an untyped literal was printed, and the lines' flat
  * width. */
-static PyObject *name_lines(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *name_var_lines(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 25 || !PyList_CheckExact(args[22]) || !PyAnySet_Check(args[23]) ||
         !PyDict_CheckExact(args[24]) ||
         !PyTuple_Check(args[0]) || !PyList_Check(args[2]) ||
@@ -873,11 +865,11 @@ static PyObject *name_lines(PyObject *self, PyObject *const *args, Py_ssize_t na
         !PyDict_CheckExact(args[8]) || !PyAnySet_Check(args[9]) ||
         !PyDict_CheckExact(args[10]) || !PyTuple_Check(args[19]) ||
         PyTuple_GET_SIZE(args[19]) != 4) {
-        PyErr_SetString(PyExc_TypeError, "name_lines: bad arguments");
+        PyErr_SetString(PyExc_TypeError, "name_var_lines: bad arguments");
         return NULL;
     }
     if (VarType == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "name_lines: not configured");
+        PyErr_SetString(PyExc_RuntimeError, "name_var_lines: not configured");
         return NULL;
     }
     PyObject *eqns = args[0], *head = args[19];
@@ -914,19 +906,19 @@ error:
     return NULL;
 }
 
-/* drop_unread(eqns, used, names, cand, with_params) -> None
+/* drop_unread_vars(eqns, used, names, cand, with_params) -> None
  * `_Printer._drop_unused`'s loop: backwards over `eqns` (the top jaxpr's), each result that
- * no later equation reads (not in `used`, a set of atoms) named `_` in `names` (by its id),
+ * no later equation reads (not in `used`, a set of atoms) named `_` in `names`,
  * each result whose hint is `_` appended to `cand`, the Var operands added to `used`, each
  * equation with parameters appended to `with_params` (in that backward order). */
-static PyObject *drop_unread(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *drop_unread_vars(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5 || !PyTuple_Check(args[0]) || !PySet_Check(args[1]) ||
         !PyDict_CheckExact(args[2]) || !PyList_Check(args[3]) || !PyList_Check(args[4])) {
-        PyErr_SetString(PyExc_TypeError, "drop_unread: bad arguments");
+        PyErr_SetString(PyExc_TypeError, "drop_unread_vars: bad arguments");
         return NULL;
     }
     if (EqnType == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "drop_unread: not configured");
+        PyErr_SetString(PyExc_RuntimeError, "drop_unread_vars: not configured");
         return NULL;
     }
     PyObject *eqns = args[0], *used = args[1], *names = args[2], *cand = args[3];
@@ -934,7 +926,7 @@ static PyObject *drop_unread(PyObject *self, PyObject *const *args, Py_ssize_t n
     for (Py_ssize_t k = PyTuple_GET_SIZE(eqns) - 1; k >= 0; k--) {
         PyObject *e = PyTuple_GET_ITEM(eqns, k);
         if (Py_TYPE(e) != EqnType) {
-            PyErr_SetString(PyExc_TypeError, "drop_unread: not an equation");
+            PyErr_SetString(PyExc_TypeError, "drop_unread_vars: not an equation");
             return NULL;
         }
         int ok = 0;
@@ -944,12 +936,7 @@ static PyObject *drop_unread(PyObject *self, PyObject *const *args, Py_ssize_t n
         for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(outs_seq); i++) {
             PyObject *v = PySequence_Fast_ITEMS(outs_seq)[i], *hint;
             int r = PySet_Contains(used, v);
-            if (r == 0) {
-                PyObject *id = PyLong_FromVoidPtr(v);
-                if (id == NULL) goto next;
-                r = PyDict_SetItem(names, id, str_under);
-                Py_DECREF(id);
-            }
+            if (r == 0) r = PyDict_SetItem(names, v, str_under);
             if (r < 0 || (hint = get_slot(var_hint, v)) == NULL) goto next;
             r = PyUnicode_Check(hint) ? PyUnicode_Compare(hint, str_under) : 1;
             Py_DECREF(hint);
@@ -1668,9 +1655,9 @@ static PyMethodDef methods[] = {
     {"configure", configure, METH_VARARGS, "Take the IR classes and their slot descriptors."},
     {"read_lines", (PyCFunction)(void (*)(void))read_lines, METH_FASTCALL,
      "FastPath.read_run's loop over plain lines (see the source)."},
-    {"name_lines", (PyCFunction)(void (*)(void))name_lines, METH_FASTCALL,
+    {"name_var_lines", (PyCFunction)(void (*)(void))name_var_lines, METH_FASTCALL,
      "_Printer._name_eqns' loop over ordinary equations (see the source)."},
-    {"drop_unread", (PyCFunction)(void (*)(void))drop_unread, METH_FASTCALL,
+    {"drop_unread_vars", (PyCFunction)(void (*)(void))drop_unread_vars, METH_FASTCALL,
      "_Printer._drop_unused's loop (see the source)."},
     {"lay_lines", (PyCFunction)(void (*)(void))lay_lines, METH_FASTCALL,
      "pretty.format's loop over the lines of a jaxpr (see the source)."},

@@ -113,7 +113,7 @@ def _renamed(fast: bool, width: int) -> tuple[_Printer, core.Jaxpr, str]:
     )
     j = core.Jaxpr((), (a,), eqns, (d,))
     p = _Printer(Style.parse("0.12"), fast=fast)
-    p.names[id(b)] = p.names[id(c)] = "x"
+    p.names[b] = p.names[c] = "x"
     return p, j, pretty.format(p.toplevel(j), width)
 
 

@@ -125,7 +125,9 @@ class Namer:
     counter on first sight), `atom(x)` also gives the text of a literal, `set_name(v, n)`
     chooses the name of a variable not named yet.  `Namer(style, after=other)` takes its
     fresh names after the ones `other` has used, so no name reads as one of `other`'s.
-    Names are keyed by object identity: the Namer keeps what it names alive."""
+    Names are keyed by the variables themselves (a Var is equal only to itself), and the
+    Namer keeps the programs and equations it printed alive (texts of their parameter
+    values are kept by the values' ids)."""
 
     def __init__(self, style: Style | None = None, after: Namer | None = None):
         self._p = _Printer(style or DEFAULT_STYLE)
@@ -139,11 +141,9 @@ class Namer:
 
     def named(self, v) -> bool:
         """`v` already has a name."""
-        return isinstance(v, Var) and id(v) in self._p.names
+        return isinstance(v, Var) and v in self._p.names
 
     def name(self, v: Var) -> str:
-        if id(v) not in self._p.names:
-            self._keep.append(v)
         return self._p.name(v)
 
     def atom(self, a) -> str:
@@ -154,9 +154,8 @@ class Namer:
 
     def set_name(self, v, name: str) -> None:
         """Name `v` (a Var not named yet; anything else is ignored)."""
-        if isinstance(v, Var) and id(v) not in self._p.names:
-            self._keep.append(v)
-            self._p.names[id(v)] = name
+        if isinstance(v, Var) and v not in self._p.names:
+            self._p.names[v] = name
 
     def eqn_text(self, e: core.Eqn, width: int = 80) -> str:
         """`e` as a program printout shows it (its variables named if they are not yet)."""
@@ -308,14 +307,14 @@ class _Printer:
         # rather than on the collector's next pass over everything allocated meanwhile)
         self.style = style
         self.fast = fast
-        self.names: dict[int, str] = {}  # id(var) -> printed name
+        self.names: dict[Var, str] = {}  # var -> printed name (see `_scope_table`)
         self.shared: dict[int, str] = {}  # id(jaxpr) -> hoisted name
         self.shared_names: set[str] = set()
         self.counter = 0
         self.type_str: dict[int, str] = {}
         self.keep: list = []
         self.pairs_cache: dict[int, list] = {}
-        self.drop_hints: set[int] = set()
+        self.drop_hints: set[Var] = set()
         # jaxprs whose outvars take the names of an equation's results (id -> those results):
         # the reader takes an outvar `_` there to be the most recent `_` binder of that
         # result's type
@@ -345,8 +344,8 @@ class _Printer:
         # the compiled twin of `_name_eqns`' loop (text/twin.py), or None; which of its
         # lines it builds, by primitive (`_line_kind`)
         compiled = twin() if fast else None
-        self.compiled_lines = compiled.name_lines if compiled is not None else None
-        self.compiled_drop = compiled.drop_unread if compiled is not None else None
+        self.compiled_lines = compiled.name_var_lines if compiled is not None else None
+        self.compiled_drop = compiled.drop_unread_vars if compiled is not None else None
         # what each line the compiled twin builds holds besides its texts: its full form
         # laid out by the twin of `_render_eqn` too
         self.line_head = _LINE_HEAD
@@ -374,26 +373,21 @@ class _Printer:
         return n
 
     def name(self, v: Var) -> str:
-        n = self.names.get(id(v))
+        n = self.names.get(v)
         if n is None:
             # a dropped binder (JAX's DropVar) prints `_` without taking a name
-            n = self.names[id(v)] = "_" if id(v) in self.drop_hints else self.fresh()
+            n = self.names[v] = "_" if v in self.drop_hints else self.fresh()
         return n
 
     def suggest(self, for_vars, like_vars) -> None:
         if len(for_vars) != len(like_vars):
             return
-        used: set[int] = set()
+        used: set[Var] = set()
         names = self.names
         for f, like in zip(for_vars, like_vars):
-            if (
-                isinstance(like, Var)
-                and id(like) not in used
-                and isinstance(f, Var)
-                and id(f) not in names
-            ):
-                used.add(id(like))
-                names[id(f)] = self.name(like)
+            if isinstance(like, Var) and like not in used and isinstance(f, Var) and f not in names:
+                used.add(like)
+                names[f] = self.name(like)
 
     # ------------------------------------------------------------ pass 1: names
     def toplevel(self, top: Jaxpr) -> pp.Doc:
@@ -513,7 +507,7 @@ class _Printer:
         """JAX's `_dropvars`: the results of `top`'s equations that no later equation reads
         and `top` does not return are `_`; in the same (backward) walk, what `_find_shared`
         needs of `top`: its equations with parameters, in order, the binders whose hint is
-        `_`, and the ids of every atom `top` reads."""
+        `_`, and every atom `top` reads."""
         names = self.names
         # the atoms read, themselves (Vars hash by identity, a literal remembers its hash): no
         # int made per operand, as its id would be
@@ -527,7 +521,7 @@ class _Printer:
         for e in reversed(top.eqns):
             for v in e.outputs:
                 if v not in used:
-                    names[id(v)] = "_"
+                    names[v] = "_"
                 if v.hint == "_":
                     cand.append(v)
             used.update(e.inputs)
@@ -537,34 +531,34 @@ class _Printer:
         return with_params, cand, used
 
     @staticmethod
-    def _unused(j: Jaxpr, cand: list[Var], used: set | None) -> list[int]:
-        """The ids of the binders in `cand` that `j` never reads (`used`: the atoms it
+    def _unused(j: Jaxpr, cand: list[Var], used: set | None) -> list[Var]:
+        """The binders in `cand` that `j` never reads (`used`: the atoms it
         reads)."""
         if used is None:
             used = set(j.outvars)
             for e in j.eqns:
                 used.update(e.inputs)
-        return [id(v) for v in cand if v not in used]
+        return [v for v in cand if v not in used]
 
     def _name_binders(self, vs) -> None:
         names = self.names
         drops = self.drop_hints
         for v in vs:
-            if id(v) not in names:
-                if id(v) in drops:
-                    names[id(v)] = "_"
+            if v not in names:
+                if v in drops:
+                    names[v] = "_"
                 else:
                     n = self.fresh()
                     h = v.hint
                     if self.suffixes and h and h[-1] == "_" and len(h) > 1:
                         n += "_"  # 0.4.35 printed Var.suffix (unused cond-branch inputs: `f_`)
-                    names[id(v)] = n
+                    names[v] = n
 
     def _name_uses(self, atoms) -> None:
         names = self.names
         for a in atoms:
-            if isinstance(a, Var) and id(a) not in names:
-                names[id(a)] = self.fresh()
+            if isinstance(a, Var) and a not in names:
+                names[a] = self.fresh()
 
     def _name_jaxpr(self, j: Jaxpr) -> None:
         """Assign names in JAX's printing order (a walk mirroring the document build)."""
@@ -608,14 +602,12 @@ class _Printer:
         for k in twins:
             ks = _jaxpr_binders(k)
             if all(
-                v.hint == w.hint
-                and v.type == w.type
-                and (w.hint == "_" or names.get(id(w)) == w.hint)
+                v.hint == w.hint and v.type == w.type and (w.hint == "_" or names.get(w) == w.hint)
                 for v, w in zip(bs, ks)
             ) and any(w.hint != "_" for w in ks):
                 for v, w in zip(bs, ks):
-                    if id(v) not in names:
-                        names[id(v)] = names[id(w)]
+                    if v not in names:
+                        names[v] = names[w]
                 return
 
     def _name_eqns(self, j: Jaxpr) -> None:
@@ -624,16 +616,16 @@ class _Printer:
         as `_check_scope` does (kept in `scope_state`, finished by `_fix_ambiguities`).
 
         One function of over 80 lines on purpose: its loop is the reference the compiled
-        twin (`_twin.c`'s `name_lines`) mirrors step for step, and the printer's hottest
+        twin (`_twin.c`'s `name_var_lines`) mirrors step for step, and the printer's hottest
         loop, its state in locals; split, each piece would take that state as arguments on
         every equation, and the twin would no longer read against one loop."""
         names = self.names
-        scope: dict[str, int] = {}
-        bound: set[int] = set()
+        scope = _scope_table()
+        bound: set[Var] = set()
         for v in (*j.constvars, *j.invars):
-            _bind(scope, names[id(v)], id(v))
-            bound.add(id(v))
-        bad: list[int] = []
+            _bind(scope, names[v], v)
+            bound.add(v)
+        bad: list[Var] = []
         style = self.style
         typed = style.typed_literals
         untyped = not typed
@@ -680,14 +672,13 @@ class _Printer:
                     late = False  # a use not named yet: named after the results
                     for a in e.inputs:
                         if a.__class__ is Var:
-                            i = id(a)
-                            n = names.get(i)
+                            n = names.get(a)
                             if n is None:
                                 late = True
-                            elif (scope.get(n) != i or (n == "_" and _REBOUND in scope)) and (
-                                i in bound
+                            elif (scope.get(n) is not a or (n == "_" and _REBOUND in scope)) and (
+                                a in bound
                             ):
-                                bad.append(i)
+                                bad.append(a)
                             ins.append(n)
                         else:
                             ins.append(self._literal(a))
@@ -695,10 +686,9 @@ class _Printer:
                                 untyped = True
                     outs = []
                     for v in e.outputs:
-                        i = id(v)
-                        n = names.get(i)
+                        n = names.get(v)
                         if n is None:
-                            if i in drops:
+                            if v in drops:
                                 n = "_"
                             else:
                                 n = fresh()
@@ -706,16 +696,16 @@ class _Printer:
                                     h = v.hint
                                     if h and h[-1] == "_" and len(h) > 1:
                                         n += "_"  # as `_name_binders`
-                            names[i] = n
+                            names[v] = n
                         if n == "_" and n in scope:
-                            scope[_REBOUND] = i
-                        scope[n] = i
-                        bound.add(i)
+                            scope[_REBOUND] = v
+                        scope[n] = v
+                        bound.add(v)
                         t = v.type
                         outs.append(n + ":" + (ts.get(id(t)) or self._type(t)))
                     if late:
                         self._name_uses(e.inputs)
-                        ins = [names[id(a)] if n is None else n for a, n in zip(e.inputs, ins)]
+                        ins = [names[a] if n is None else n for a, n in zip(e.inputs, ins)]
                     name = prim if rec.print_name is None else rec.print_name(e, style)
                     if outs or eq_empty:
                         if kvs:
@@ -750,7 +740,7 @@ class _Printer:
 
     def _compiled_lines(self, compiled, eqns, docs, scope, bound, bad, seen):
         """The equations of `eqns` that the compiled twin of `_name_eqns`' loop
-        (`_twin.name_lines`) leaves to the Python loop, in order; it builds the lines of the
+        (`_twin.name_var_lines`) leaves to the Python loop, in order; it builds the lines of the
         others, in between, with the same state and the same callbacks for every text
         (`_line_kind`, `_kept_pairs`, `_param_text`, `_literal`, `_type`; `fresh`'s names
         taken from `_NAMES` as it takes them, itself called where it makes more), sets
@@ -875,7 +865,7 @@ class _Printer:
         scopes = list({id(j): j for j in self.scopes}.values())
         state = self.scope_state
         for r in range(100):
-            bad: dict[int, None] = {}  # ordered: fresh names must not depend on ids
+            bad: dict[Var, None] = {}  # ordered: fresh names must not depend on ids
             for j in scopes:
                 st = state.get(id(j)) if r == 0 else None
                 if st is None:
@@ -888,22 +878,22 @@ class _Printer:
             for vid in bad:
                 self.names[vid] = self.fresh()
 
-    def _check_scope(self, j: Jaxpr, bad: dict[int, None]) -> None:
+    def _check_scope(self, j: Jaxpr, bad: dict[Var, None]) -> None:
         """Mark the variables whose use would be read as another binding, and
         variables named `nan`/`inf` where a bare (untyped) `nan`/`inf` literal is printed."""
         names = self.names
-        scope: dict[str, int] = {}
-        bound: set[int] = set()
-        shadowed: list[int] = []
+        scope = _scope_table()
+        bound: set[Var] = set()
+        shadowed: list[Var] = []
         untyped = not self.style.typed_literals
         for v in j.constvars + j.invars:
-            _bind(scope, names[id(v)], id(v))
-            bound.add(id(v))
+            _bind(scope, names[v], v)
+            bound.add(v)
         for e in j.eqns:
             untyped = _read_scope(e, names, scope, bound, shadowed) or untyped
         self._finish_scope(j, _Scope(scope, bound, shadowed, untyped), bad)
 
-    def _finish_scope(self, j: Jaxpr, st: _Scope, bad: dict[int, None]) -> None:
+    def _finish_scope(self, j: Jaxpr, st: _Scope, bad: dict[Var, None]) -> None:
         """`_check_scope` after the equations: the shadowed uses `st` found, the outvars, and
         the variables named `nan`/`inf` when an untyped literal is printed."""
         names = self.names
@@ -918,47 +908,43 @@ class _Printer:
             scope, bound = st.scope, st.bound
             for a in j.outvars:
                 if a.__class__ is not Literal:
-                    i = id(a)
-                    n = names[i]
-                    if (scope.get(n) != i or (n == "_" and _REBOUND in scope)) and i in bound:
-                        bad[i] = None
+                    n = names[a]
+                    if (scope.get(n) is not a or (n == "_" and _REBOUND in scope)) and a in bound:
+                        bad[a] = None
                 elif not a.typed:
                     untyped = True
         if untyped:
             for v in (*j.constvars, *j.invars, *(o for e in j.eqns for o in e.outputs)):
-                if names[id(v)] in ("nan", "inf"):
-                    bad[id(v)] = None
+                if names[v] in ("nan", "inf"):
+                    bad[v] = None
 
-    def _check_typed_outvars(self, j: Jaxpr, bad: dict[int, None]) -> None:
+    def _check_typed_outvars(self, j: Jaxpr, bad: dict[Var, None]) -> None:
         """The outvars of a jaxpr named after an equation's results (`jit`): `_` reads as
         the most recent `_` binder of the type of the equation's result (the reader's
         `resolve_dropped_outvars`; in an ill-typed program not the outvar's own type), or
         the most recent `_` where none has that type; any other name as its most recent
         binder."""
         names = self.names
-        last: dict[str, int] = {}  # name -> id of its most recent binder
-        unders: dict[str, list] = {}  # type -> its `_` binders: (id, read by an equation)
-        bound: set[int] = set()
-        read_ids: set[int] | None = None
+        last: dict[str, Var] = {}  # name -> its most recent binder
+        unders: dict[str, list] = {}  # type -> its `_` binders: (Var, read by an equation)
+        bound: set[Var] = set()
+        reads: set[Var] | None = None
         nin = len(j.constvars) + len(j.invars)
         for k, v in enumerate((*j.constvars, *j.invars, *(o for e in j.eqns for o in e.outputs))):
-            n = names[id(v)]
+            n = names[v]
             if n == "_":
-                if read_ids is None:
-                    read_ids = {id(a) for e in j.eqns for a in e.inputs}
-                unders.setdefault(self._type(v.type), []).append(
-                    (id(v), k >= nin and id(v) in read_ids)
-                )
-            last[n] = id(v)
-            bound.add(id(v))
+                if reads is None:
+                    reads = {a for e in j.eqns for a in e.inputs if a.__class__ is Var}
+                unders.setdefault(self._type(v.type), []).append((v, k >= nin and v in reads))
+            last[n] = v
+            bound.add(v)
         results = self.typed_outvars[id(j)]
         matched = len(results) == len(j.outvars)
         taken: dict[str, int] = {}
         for k, a in enumerate(j.outvars):
             if a.__class__ is Literal:
                 continue
-            i = id(a)
-            n = names[i]
+            n = names[a]
             if n == "_" and matched:
                 r = results[k]
                 t = self._type(r.type)
@@ -973,8 +959,8 @@ class _Printer:
                     read = last.get("_")
             else:  # (where the counts differ, `_` reads as the most recent `_`)
                 read = last.get(n)
-            if read != i and i in bound:
-                bad[i] = None
+            if read is not a and a in bound:
+                bad[a] = None
 
     # ------------------------------------------------------------ pass 3: documents
     def _type(self, t) -> str:
@@ -993,7 +979,7 @@ class _Printer:
             s = ts.get(id(t))
             if s is None:
                 s = self._type(t)
-            out.append(names[id(v)] + ":" + s)
+            out.append(names[v] + ":" + s)
         return out
 
     def _binders(self, vs) -> pp.Doc:
@@ -1001,15 +987,13 @@ class _Printer:
 
     def _atom(self, a) -> str:
         if isinstance(a, Var):
-            return self.names[id(a)]
+            return self.names[a]
         return literal_text(a, a.typed and self.style.typed_literals)
 
     def _atom_strs(self, atoms) -> list[str]:
         names = self.names
         typed = self.style.typed_literals
-        return [
-            names[id(a)] if type(a) is Var else literal_text(a, a.typed and typed) for a in atoms
-        ]
+        return [names[a] if type(a) is Var else literal_text(a, a.typed and typed) for a in atoms]
 
     def _atoms(self, atoms, sep: str = "") -> pp.Doc:
         return pp.fill(self._atom_strs(atoms), sep)
@@ -1189,15 +1173,14 @@ def _read_scope(e, names, scope: dict, bound: set, shadowed: list) -> bool:
     untyped = False
     for a in e.inputs:
         if a.__class__ is not Literal:
-            i = id(a)
-            n = names[i]
-            if (scope.get(n) != i or (n == "_" and _REBOUND in scope)) and i in bound:
-                shadowed.append(i)
+            n = names[a]
+            if (scope.get(n) is not a or (n == "_" and _REBOUND in scope)) and a in bound:
+                shadowed.append(a)
         elif not a.typed:
             untyped = True
     for v in e.outputs:
-        _bind(scope, names[id(v)], id(v))
-        bound.add(id(v))
+        _bind(scope, names[v], v)
+        bound.add(v)
     return untyped
 
 
@@ -1206,10 +1189,20 @@ def _read_scope(e, names, scope: dict, bound: set, shadowed: list) -> bool:
 _REBOUND = " _"
 
 
-def _bind(scope: dict, n: str, i: int) -> None:
+def _bind(scope: dict, n: str, v: Var) -> None:
     if n == "_" and n in scope:
-        scope[_REBOUND] = i
-    scope[n] = i
+        scope[_REBOUND] = v
+    scope[n] = v
+
+
+def _scope_table() -> dict:
+    """An empty scope (name -> its most recent binder) holding one key that is not a
+    string, and never a name: CPython keeps a dict of string keys only without their hashes
+    beside them, so a probe that meets another name must read that name's string for its
+    hash; with the hashes kept, it compares them.  Grad of 400k equations binds 1.3M names
+    in one scope, and those strings are far apart in memory: this took the printer's scope
+    lookups from 0.76 to about 0.45 CPU-s there (perf samples)."""
+    return {None: None}
 
 
 class _Scope:
@@ -1218,7 +1211,7 @@ class _Scope:
 
     __slots__ = ("scope", "bound", "shadowed", "untyped")
 
-    def __init__(self, scope: dict[str, int], bound: set[int], shadowed: list[int], untyped):
+    def __init__(self, scope: dict[str, Var], bound: set[Var], shadowed: list[Var], untyped):
         self.scope = scope
         self.bound = bound
         self.shadowed = shadowed
@@ -1237,7 +1230,7 @@ class _DocHandle:
 
     def dropped(self, v: Var) -> bool:
         """The binder `v` prints as `_`."""
-        return self.pr.names.get(id(v)) == "_"
+        return self.pr.names.get(v) == "_"
 
     def binders(self, vs) -> pp.Doc:
         """`a:f32[3] b:i32[]`."""
@@ -1246,7 +1239,7 @@ class _DocHandle:
     def atom(self, a, typed: bool = True) -> str:
         """The name of a use, or the text of a literal (`typed=False`: without its type)."""
         if isinstance(a, Var):
-            return self.pr.names[id(a)]
+            return self.pr.names[a]
         return literal_text(a, typed and a.typed and self.pr.style.typed_literals)
 
 

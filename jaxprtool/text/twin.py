@@ -33,15 +33,16 @@ VAR_FIELDS = ("type", "hint")
 EQN_FIELDS = ("prim", "inputs", "outputs", "params", "loc", "bare_eq", "no_subjaxprs")
 #: the twin's loops, and the AD builder's `bind` and dead code loop (a module without one
 #: of them is an older build: it stands down)
-#: (`drop_unread` was `drop_unused`, whose set held ids where it now holds the atoms, and
-#: `bind_fast_vars` and `dce_walk_vars` were `bind_fast` and `dce_walk`, whose sets held
+#: (`drop_unread_vars` was `drop_unread`, and before it `drop_unused`, and `name_var_lines`
+#: was `name_lines`: the printer's names, scope and sets held ids where they now hold the
+#: Vars; `bind_fast_vars` and `dce_walk_vars` were `bind_fast` and `dce_walk`, whose sets held
 #: ids where they now hold the Vars; `simplify_rules_sweep` was `simplify_sweep`, whose
 #: rules were pairs, without `simplify_needs_constant`, and whose `configure` took no
 #: parameter kinds: a module built before a change lacks the new name, and is not used)
 FUNCTIONS = (
     "read_lines",
-    "name_lines",
-    "drop_unread",
+    "name_var_lines",
+    "drop_unread_vars",
     "lay_lines",
     "render_eqn",
     "bind_fast_vars",
