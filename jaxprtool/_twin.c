@@ -967,21 +967,22 @@ static PyObject *drop_unread_vars(PyObject *self, PyObject *const *args, Py_ssiz
     Py_RETURN_NONE;
 }
 
-/* lay_lines(out, items, i, nl, room) -> (i, width)
- * `pretty.format`'s loop over the items of LINES in break mode, from items[i] (i > 0) on:
- * while an item is a string at most `room` wide (its UTF-8 bytes: it fits after the line
- * break), the break `nl` and the item appended to `out`; where it stopped, and the width of
- * the last item laid out (-1 if none). */
-static PyObject *lay_lines(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1]) ||
+/* lay_lines_until(out, items, i, nl, room, stop) -> (i, width)
+ * `pretty.format`'s loop over the items of LINES in break mode, from items[i] (i > 0) on,
+ * before items[stop]: while an item is a string at most `room` wide (its UTF-8 bytes: it
+ * fits after the line break), the break `nl` and the item appended to `out`; where it
+ * stopped, and the width of the last item laid out (-1 if none). */
+static PyObject *lay_lines_until(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1]) ||
         !PyUnicode_Check(args[3])) {
-        PyErr_SetString(PyExc_TypeError, "lay_lines: bad arguments");
+        PyErr_SetString(PyExc_TypeError, "lay_lines_until: bad arguments");
         return NULL;
     }
     PyObject *out = args[0], *items = args[1], *nl = args[3];
     Py_ssize_t i = PyLong_AsSsize_t(args[2]), room = PyLong_AsSsize_t(args[4]), last = -1;
+    Py_ssize_t stop = PyLong_AsSsize_t(args[5]);
     if (PyErr_Occurred()) return NULL;
-    for (; i > 0 && i < PyList_GET_SIZE(items); i++) {
+    for (; i > 0 && i < stop && i < PyList_GET_SIZE(items); i++) {
         PyObject *x = PyList_GET_ITEM(items, i);
         if (!PyUnicode_CheckExact(x)) break;
         Py_ssize_t w;
@@ -1659,7 +1660,7 @@ static PyMethodDef methods[] = {
      "_Printer._name_eqns' loop over ordinary equations (see the source)."},
     {"drop_unread_vars", (PyCFunction)(void (*)(void))drop_unread_vars, METH_FASTCALL,
      "_Printer._drop_unused's loop (see the source)."},
-    {"lay_lines", (PyCFunction)(void (*)(void))lay_lines, METH_FASTCALL,
+    {"lay_lines_until", (PyCFunction)(void (*)(void))lay_lines_until, METH_FASTCALL,
      "pretty.format's loop over the lines of a jaxpr (see the source)."},
     {"render_eqn", (PyCFunction)(void (*)(void))render_eqn, METH_FASTCALL,
      "printer._render_eqn (see the source)."},

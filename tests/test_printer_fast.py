@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from conftest import CORPUS, needs_corpus
 
-from jaxprtool import core
+from jaxprtool import core, io
 from jaxprtool.text import pretty
 from jaxprtool.text.parser import parse
-from jaxprtool.text.printer import _Printer
+from jaxprtool.text.printer import _Printer, print_jaxpr, print_jaxpr_pieces
 from jaxprtool.text.style import Style, detect_style
 
 HERE = Path(__file__).resolve().parent
@@ -131,3 +131,38 @@ def test_fast_path_after_renaming():
     j2 = core.Jaxpr((), (), (core.Eqn("neg", (free, free), (out,), {}),), (out,))
     fast, slow = both(j2, Style.parse("0.12"), 80)
     assert fast == slow == "{ lambda ; . let a:f32[] = neg b b in (a,) }"
+
+
+@pytest.mark.parametrize("piece", (1, 2, 5))
+def test_the_printout_in_pieces_is_the_printout(piece, monkeypatch):
+    """`print_jaxpr_pieces` joined is `print_jaxpr`'s text wherever a piece ends: inside a
+    jaxpr's lines (the compiled loop stopped at its bound, the rest laid out after the
+    reader's turn), between a definition and the program, within an equation laid out over
+    several lines; at a width where every line fits and at one where many break."""
+    monkeypatch.setattr(pretty, "PIECE", piece)
+    long = 0
+    for path in OURS:
+        j = _program(path)
+        if isinstance(j, str):
+            continue
+        style = detect_style(j)
+        for width in (12, 80):
+            pieces = list(print_jaxpr_pieces(j, style, width, "\n"))
+            text = print_jaxpr(j, style, width, "\n")
+            assert "".join(pieces) == text, (path, width)
+            if text.count("\n") > 4 * piece:  # (a line is two strings laid out, or more)
+                long += 1
+                assert len(pieces) > 2, (path, width)
+    assert long > 10
+
+
+def test_a_printout_in_pieces_is_written_as_its_text(tmp_path, monkeypatch):
+    """`io.Pieces` to a file (replaced atomically) and to standard output: the bytes of the
+    whole text, a piece that is not ASCII included."""
+    monkeypatch.setattr(pretty, "PIECE", 2)
+    j = parse((HERE / "golden/printer/many_args.w80.jaxpr").read_text()).jaxpr
+    text = "# \u00e9t\u00e9\n" + print_jaxpr(j, end="\n")
+    out = tmp_path / "out.jaxpr"
+    io.write_output(io.Pieces(["# \u00e9t\u00e9\n", *print_jaxpr_pieces(j, end="\n")]), str(out))
+    assert out.read_bytes() == text.encode("utf-8")
+    assert str(io.Pieces(print_jaxpr_pieces(j, end="\n"))) == print_jaxpr(j, end="\n")

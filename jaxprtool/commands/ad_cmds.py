@@ -4,11 +4,12 @@ printed jaxpr (see docs/AD_DESIGN.md and docs/LINEARIZE_FORM.md)."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 
 from .. import io
 from ..cli import ExitStatus, argument, command, guarded, option, options_of
 from ..declare import Choice, IntRange
-from ..io import check_writable, write_output
+from ..io import Pieces, check_writable, write_output
 from .common import FILE_ARG, OUT_ARG, int_list
 from .driver import complete_pass_list, manager_options
 
@@ -370,21 +371,25 @@ class _Job:
             self.input = None
         return self.text(self.inst.pipeline(box.pop(), self.steps))
 
-    def text(self, jaxpr) -> str:
-        """`jaxpr` printed in the input's style; with --diff, the change on stderr."""
+    def text(self, jaxpr) -> str | Pieces:
+        """`jaxpr` printed in the input's style; with --diff, the change on stderr.  Without
+        --diff, the text in pieces: its names and lines made here ("print" of --timing), its
+        layout as it is written ("write")."""
+        from ..ad.api import restyle
+        from ..text.printer import print_jaxpr, print_jaxpr_pieces
         from .driver import timed
 
-        with timed("print"):
-            # (no copy of the text where there is no comment line: "" + text is text)
-            text = fallback_comment_lines(self.invocation) + self.render(jaxpr, "\n")
-        if self.show_diff:
-            from ..text.printer import print_jaxpr
-            from ..ui.diff import show_change
+        comments = fallback_comment_lines(self.invocation)
+        if not self.show_diff:
+            with timed("print"):
+                pieces = print_jaxpr_pieces(restyle(jaxpr, self.style), self.style, end="\n")
+            return Pieces(itertools.chain((comments,), pieces) if comments else pieces)
+        from ..ui.diff import show_change
 
-            before = print_jaxpr(self.input, self.style, end="\n")
-            show_change(
-                self.input, jaxpr, self.show_diff, before, text, "input", "result", self.style
-            )
+        with timed("print"):
+            text = comments + self.render(jaxpr, "\n")
+        before = print_jaxpr(self.input, self.style, end="\n")
+        show_change(self.input, jaxpr, self.show_diff, before, text, "input", "result", self.style)
         return text
 
 

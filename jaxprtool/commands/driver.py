@@ -28,7 +28,7 @@ from contextlib import contextmanager, nullcontext
 from ..cli import option
 from ..core import Jaxpr, JaxprError, Loc, ProgramError
 from ..declare import Param
-from ..io import Reported, ReportedTrouble, echo
+from ..io import Pieces, Reported, ReportedTrouble, echo
 from ..lazy import LazyPattern
 
 #: a line that separates the programs of a split input file: `# -----` or `// -----`
@@ -548,10 +548,19 @@ def read_parts(file: str | None, split: bool | str) -> list[Part]:
     return parts
 
 
+def _joined(outputs: list) -> str | Pieces:
+    """The outputs, each ending its last line, with `# -----` lines between them; one
+    printout in pieces as it is (its text ends with its newline)."""
+    if len(outputs) == 1 and isinstance(outputs[0], Pieces):
+        return outputs[0]
+    texts = [str(t) for t in outputs]
+    return f"{SPLIT_LINE}\n".join(t if t.endswith("\n") else t + "\n" for t in texts)
+
+
 def run_parts(
     files: Iterable[str | None],
     split: bool,
-    body: Callable[[Part], str | None],
+    body: Callable[[Part], str | Pieces | None],
     out: str | None = None,
     inst: Instruments | None = None,
     keep_going: bool = False,
@@ -568,7 +577,7 @@ def run_parts(
     options = options_of()
     options.timer = Timer(_startup()) if inst is not None and inst.timing else None
     try:
-        outputs: list[str] = []
+        outputs: list[str | Pieces] = []
         ok = True
         unreadable = False
         files = list(files)
@@ -606,7 +615,7 @@ def run_parts(
                 if text is not None:
                     outputs.append(text)
         if outputs and ok:
-            joined = f"{SPLIT_LINE}\n".join(t if t.endswith("\n") else t + "\n" for t in outputs)
+            joined = _joined(outputs)
             with timed("write"):
                 write_program(joined, out)
         if unreadable:

@@ -163,15 +163,44 @@ def format(doc: Doc, width: int = 80, end: str = "") -> str:
     `end` follows it (joined with the lines: a program's final newline is not a copy of its
     text)."""
     out: list[str] = []
+    for _ in _laid(doc, width, out, None):
+        pass
+    out.append(end)
+    return "".join(out)
+
+
+#: `format_pieces` hands out its text a run of about this many laid-out strings at a time
+PIECE = 1 << 15
+
+
+def format_pieces(doc: Doc, width: int = 80, end: str = ""):
+    """`format(doc, width, end)` in pieces (strings, in order), each made as it is asked for:
+    a writer that writes each before it asks for the next holds one piece at a time, never
+    the whole text (75 MB for a gradient of 400k equations, in memory fresh from the
+    system) nor the list of every line."""
+    out: list[str] = []
+    for _ in _laid(doc, width, out, PIECE):
+        yield "".join(out)
+        out.clear()
+    out.append(end)
+    yield "".join(out)
+
+
+def _laid(doc: Doc, width: int, out: list[str], piece: int | None):
+    """The layout loop of `format`, appending `doc`'s text to `out`; with `piece`, it
+    yields (None) whenever `out` holds `piece` strings or more, for its reader to take them
+    out, and lays out a run of at most `piece` lines at a time."""
     app = out.append
     k = 0
     compiled = twin()  # the compiled twin of the LINES loop over lines that fit, or None
-    lay = compiled.lay_lines if compiled is not None else None
+    lay = compiled.lay_lines_until if compiled is not None else None
     # agenda entries: (indent, is_break_mode, doc)
     stack = [(0, True, doc)]
     pop = stack.pop
     push = stack.append
     while stack:
+        if piece is not None and len(out) >= piece:
+            yield
         indent, brk_mode, d = pop()
         tag = d[0]
         if tag == TEXT:
@@ -203,7 +232,7 @@ def format(doc: Doc, width: int = 80, end: str = "") -> str:
             else:
                 push((indent, brk_mode, d[2](*d[3])))
         elif tag == LINES:
-            k = _lay_lines(d, indent, brk_mode, k, width, out, push, lay)
+            k = _lay_lines(d, indent, brk_mode, k, width, out, push, lay, piece)
         elif tag == FILL:
             if d[4] <= width - k:
                 app(d[3])
@@ -212,15 +241,16 @@ def format(doc: Doc, width: int = 80, end: str = "") -> str:
                 k = fill_broken(out, k, indent, width, d[1], d[2])
         else:  # NEST
             push((indent + d[1], brk_mode, d[2]))
-    app(end)
-    return "".join(out)
 
 
-def _lay_lines(d: Doc, indent: int, brk_mode: bool, k: int, width: int, out, push, lay) -> int:
+def _lay_lines(
+    d: Doc, indent: int, brk_mode: bool, k: int, width: int, out, push, lay, piece
+) -> int:
     """`format` of LINES `d` from column `k`: each item after a break, a flat line if it fits
     (`lay`, the compiled twin of this loop over the strings that fit in break mode, where
     built), else laid out on the agenda (`push`), after it the rest of the items as a new
-    LINES entry; the new column."""
+    LINES entry; at most `piece` items (None: all), the rest a new LINES entry; the new
+    column."""
     app = out.append
     items = d[1]
     i = d[3]
@@ -231,12 +261,13 @@ def _lay_lines(d: Doc, indent: int, brk_mode: bool, k: int, width: int, out, pus
         nl = d[2]
         sep_w = _w(nl)
     n = len(items)
-    while i < n:
+    stop = n if piece is None else min(n, i + piece)
+    while i < stop:
         if lay is not None and brk_mode and i:  # (the loop's twin, to where it stops)
-            i, w = lay(out, items, i, nl, width - indent)
+            i, w = lay(out, items, i, nl, width - indent, stop)
             if w >= 0:
                 k = indent + w
-            if i >= n:
+            if i >= stop:
                 break
         x = items[i]
         if i:
@@ -267,5 +298,7 @@ def _lay_lines(d: Doc, indent: int, brk_mode: bool, k: int, width: int, out, pus
         if i < n:
             push((indent, brk_mode, (LINES, items, d[2], i, d[4], 0)))
         push((indent, brk_mode, x))
-        break
+        return k
+    if i < n:  # (the run of `piece` items ended: the rest after the reader's turn)
+        push((indent, brk_mode, (LINES, items, d[2], i, d[4], 0)))
     return k

@@ -91,6 +91,22 @@ def print_jaxpr(jaxpr: Jaxpr, style: Style | None = None, width: int = 80, end: 
         return pp.format(printer.toplevel(jaxpr), width, end)
 
 
+def print_jaxpr_pieces(jaxpr: Jaxpr, style: Style | None = None, width: int = 80, end: str = ""):
+    """`print_jaxpr`'s text in pieces (`pretty.format_pieces`), for a writer that writes
+    each before it asks for the next: the names and lines are made now, the layout as the
+    pieces are asked for."""
+    with core.gc_paused():
+        printer = _Printer(style or DEFAULT_STYLE)
+        printer.width = width
+        doc = printer.toplevel(jaxpr)
+    return _paused(pp.format_pieces(doc, width, end))
+
+
+def _paused(pieces):
+    with core.gc_paused():
+        yield from pieces
+
+
 def literal_text(lit: Literal, typed: bool = True) -> str:
     v = lit.value
     if v is True or v is False:

@@ -43,7 +43,7 @@ FUNCTIONS = (
     "read_lines",
     "name_var_lines",
     "drop_unread_vars",
-    "lay_lines",
+    "lay_lines_until",
     "render_eqn",
     "bind_fast_vars",
     "dce_walk_vars",
