@@ -491,7 +491,7 @@ static PyObject *concat3(PyObject *a, PyObject *b, PyObject *c) {
 
 /* The printer's state an equation line reads and writes (`_Printer._name_eqns`'s locals). */
 typedef struct {
-    PyObject *docs, *scope, *bound, *bad, *names, *vids, *ts, *drops, *kinds;
+    PyObject *docs, *scope, *watched, *bad, *names, *vids, *ts, *drops, *kinds;
     PyObject *kind_of, *pairs_of, *param_text, *literal, *type_text, *fresh;
     int suffixes, eq_empty;
     PyObject *lazy, *build, *render, *rebound;
@@ -624,7 +624,7 @@ static PyObject *operand_texts(Printer *P, PyObject *inputs, PyObject *shadowed,
             if (!other && PyUnicode_Compare(s, str_under) == 0) {
                 other = PyDict_Contains(P->scope, P->rebound);
             }
-            int r = other > 0 ? PySet_Contains(P->bound, a) : other;
+            int r = other > 0 ? PySet_Contains(P->watched, a) : other;
             if (r > 0) r = PyList_Append(shadowed, a);
             if (r < 0 || PyErr_Occurred()) {
                 Py_DECREF(s);
@@ -688,6 +688,22 @@ static PyObject *result_name(Printer *P, PyObject *v) {
     return n;
 }
 
+/* `printer._bind`: `v` bound to its name in the scope, `watched` given each
+ * binder of `_` and each binder whose name is bound again; -1 on error. */
+static int bind(Printer *P, PyObject *name, PyObject *v) {
+    if (PyUnicode_Compare(name, str_under) == 0) {
+        int r = PyDict_Contains(P->scope, name);
+        if (r < 0 || (r && PyDict_SetItem(P->scope, P->rebound, v) < 0)) return -1;
+        if (PyDict_SetItem(P->scope, name, v) < 0) return -1;
+        return PySet_Add(P->watched, v);
+    }
+    PyObject *old = PyDict_SetDefault(P->scope, name, v); /* borrowed */
+    if (old == NULL) return -1;
+    if (old == v) return 0;
+    if (PySet_Add(P->watched, old) < 0) return -1; /* (the set holds it from here on) */
+    return PyDict_SetItem(P->scope, name, v);
+}
+
 /* The texts of an equation's binders `name:TYPE`, its results named and bound. */
 static PyObject *binder_texts(Printer *P, PyObject *outputs) {
     Py_ssize_t n = PyTuple_GET_SIZE(outputs);
@@ -699,11 +715,7 @@ static PyObject *binder_texts(Printer *P, PyObject *outputs) {
         PyObject *s = NULL;
         name = result_name(P, v);
         if (name == NULL) goto next;
-        if (PyUnicode_Compare(name, str_under) == 0) {
-            int r = PyDict_Contains(P->scope, name);
-            if (r < 0 || (r && PyDict_SetItem(P->scope, P->rebound, v) < 0)) goto next;
-        }
-        if (PyDict_SetItem(P->scope, name, v) < 0 || PySet_Add(P->bound, v) < 0) goto next;
+        if (bind(P, name, v) < 0) goto next;
         ty = get_slot(var_type, v);
         if (ty == NULL || (tid = PyLong_FromVoidPtr(ty)) == NULL) goto next;
         tt = PyDict_GetItemWithError(P->ts, tid);
@@ -847,7 +859,7 @@ done:
     return line;
 }
 
-/* name_var_lines(eqns, k, docs, scope, bound, bad, names, vids, ts, drops, kinds, kind_of,
+/* name_var_lines(eqns, k, docs, scope, watched, bad, names, vids, ts, drops, kinds, kind_of,
  *            pairs_of, param_text, literal, type_text, fresh, suffixes, eq_empty,
  *            (LAZY, build, render, REBOUND), fits, printer, _NAMES, shared_names, tree_texts)
  *   -> (k, untyped, width)

@@ -133,6 +133,38 @@ def test_fast_path_after_renaming():
     assert fast == slow == "{ lambda ; . let a:f32[] = neg b b in (a,) }"
 
 
+def _shadowing(case: str) -> tuple[core.Jaxpr, dict]:
+    """A program and names given before printing under which one use reads another
+    binding: `b` used after `c` took its name (in an equation, or as an outvar), or a
+    binder named `_` used once `_` is bound a second time."""
+    f32 = core.ShapedArray((), "f32")
+    a, b, c, d = (core.Var(f32) for _ in range(4))
+    eqns = (
+        core.Eqn("sin", (a,), (b,), {}),
+        core.Eqn("cos", (a,), (c,), {}),
+        core.Eqn("mul", (b, c), (d,), {}),
+    )
+    if case == "outvar":
+        return core.Jaxpr((), (a,), eqns[:2], (b, c)), {b: "x", c: "x"}
+    if case == "underscore":
+        return core.Jaxpr((), (a,), eqns, (d,)), {b: "_", c: "_"}
+    return core.Jaxpr((), (a,), eqns, (d,)), {b: "x", c: "x"}
+
+
+@pytest.mark.parametrize("case", ("use", "outvar", "underscore"))
+def test_a_use_that_would_read_another_binding_is_renamed(case):
+    """Both paths rename the shadowed binder, and the text reads back as the program."""
+    j, given = _shadowing(case)
+    texts = []
+    for fast in (True, False):
+        p = _Printer(Style.parse("0.12"), fast=fast)
+        p.names.update(given)
+        texts.append(pretty.format(p.toplevel(j), 80))
+        assert len(set(p.names[v] for v in given)) == 2, texts[-1]
+    assert texts[0] == texts[1]
+    assert core.alpha_equal(parse(texts[0]).jaxpr, j), texts[0]
+
+
 @pytest.mark.parametrize("piece", (1, 2, 5))
 def test_the_printout_in_pieces_is_the_printout(piece, monkeypatch):
     """`print_jaxpr_pieces` joined is `print_jaxpr`'s text wherever a piece ends: inside a
