@@ -1223,8 +1223,8 @@ def _scope_table() -> dict:
     string, and never a name: CPython keeps a dict of string keys only without their hashes
     beside them, so a probe that meets another name must read that name's string for its
     hash; with the hashes kept, it compares them.  Grad of 400k equations binds 1.3M names
-    in one scope, and those strings are far apart in memory: this took the printer's scope
-    lookups from 0.76 to about 0.45 CPU-s there (perf samples)."""
+    in one scope, and those strings are far apart in memory: with this key the printout of
+    that gradient took 4.6 CPU-s, not 4.9 (1.0 s, not 1.05, at 100k)."""
     return {None: None}
 
 
