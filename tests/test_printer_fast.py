@@ -104,16 +104,9 @@ def test_fast_path_prints_the_document_text_of_test_data(path):
 def _renamed(fast: bool, width: int) -> tuple[_Printer, core.Jaxpr, str]:
     """`b` and `c` given the same name before printing (as `Namer.set_name` does): the use of
     `b` after `c` is bound would read as `c`, so the safety pass renames `b`."""
-    f32 = core.ShapedArray((), "f32")
-    a, b, c, d = (core.Var(f32) for _ in range(4))
-    eqns = (
-        core.Eqn("sin", (a,), (b,), {}),
-        core.Eqn("cos", (a,), (c,), {}),
-        core.Eqn("mul", (b, c), (d,), {}),
-    )
-    j = core.Jaxpr((), (a,), eqns, (d,))
+    j, given = _shadowing("use")
     p = _Printer(Style.parse("0.12"), fast=fast)
-    p.names[b] = p.names[c] = "x"
+    p.names.update(given)
     return p, j, pretty.format(p.toplevel(j), width)
 
 
