@@ -348,11 +348,14 @@ class _Job:
         self.name = name
         inst.start(self.render, 1 + len(steps))
 
-    def render(self, jaxpr, end: str = "") -> str:
+    def render(self, jaxpr, end: str = "", pieces: bool = False):
+        """`jaxpr` printed in the input's style: its text, or with `pieces` the text in
+        pieces (`printer.print_jaxpr_pieces`)."""
         from ..ad.api import restyle
-        from ..text.printer import print_jaxpr
+        from ..text.printer import print_jaxpr, print_jaxpr_pieces
 
-        return print_jaxpr(restyle(jaxpr, self.style), self.style, end=end)
+        printed = print_jaxpr_pieces if pieces else print_jaxpr
+        return printed(restyle(jaxpr, self.style), self.style, end=end)
 
     def transform(self, fn, view=None):
         """fn(input) as the command's own step; `view(result)` is the program to verify and
@@ -375,14 +378,13 @@ class _Job:
         """`jaxpr` printed in the input's style; with --diff, the change on stderr.  Without
         --diff, the text in pieces: its names and lines made here ("print" of --timing), its
         layout as it is written ("write")."""
-        from ..ad.api import restyle
-        from ..text.printer import print_jaxpr, print_jaxpr_pieces
+        from ..text.printer import print_jaxpr
         from .driver import timed
 
         comments = fallback_comment_lines(self.invocation)
         if not self.show_diff:
             with timed("print"):
-                pieces = print_jaxpr_pieces(restyle(jaxpr, self.style), self.style, end="\n")
+                pieces = self.render(jaxpr, "\n", pieces=True)
             return Pieces(itertools.chain((comments,), pieces) if comments else pieces)
         from ..ui.diff import show_change
 

@@ -86,9 +86,14 @@ def print_jaxpr(jaxpr: Jaxpr, style: Style | None = None, width: int = 80, end: 
     """The text of `jaxpr` exactly as JAX's `str(jaxpr)` (no trailing newline), then `end`
     (a command's final newline: joined with the lines, not added to a copy of the text)."""
     with core.gc_paused():
-        printer = _Printer(style or DEFAULT_STYLE)
-        printer.width = width
-        return pp.format(printer.toplevel(jaxpr), width, end)
+        return pp.format(_document(jaxpr, style, width), width, end)
+
+
+def _document(jaxpr: Jaxpr, style: Style | None, width: int) -> pp.Doc:
+    """The printout's document, its names given and its lines built for `width`."""
+    printer = _Printer(style or DEFAULT_STYLE)
+    printer.width = width
+    return printer.toplevel(jaxpr)
 
 
 def print_jaxpr_pieces(jaxpr: Jaxpr, style: Style | None = None, width: int = 80, end: str = ""):
@@ -96,9 +101,7 @@ def print_jaxpr_pieces(jaxpr: Jaxpr, style: Style | None = None, width: int = 80
     each before it asks for the next: the names and lines are made now, the layout as the
     pieces are asked for."""
     with core.gc_paused():
-        printer = _Printer(style or DEFAULT_STYLE)
-        printer.width = width
-        doc = printer.toplevel(jaxpr)
+        doc = _document(jaxpr, style, width)
     return _paused(pp.format_pieces(doc, width, end))
 
 
